@@ -1,0 +1,33 @@
+# iron: `make test` and `make demo` set themselves up from nothing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install test demo bench lint guide clean
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(PY) -m iron.demo
+
+bench: $(STAMP)
+	@for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check iron aie_utils tests bench programming_guide
+
+guide: $(STAMP)
+	$(PY) programming_guide/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

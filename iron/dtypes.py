@@ -1,0 +1,51 @@
+"""The tensor dtypes iron supports and their names in kernels (suffixes) and MLIR (element types).
+
+Only describes dtypes; conversions of data happen where the data is.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+
+# dtype -> (kernel symbol suffix, MLIR element type)
+_NAMES = {
+    np.dtype(np.int8): ("i8", "i8"),
+    np.dtype(np.uint8): ("u8", "ui8"),
+    np.dtype(np.int16): ("i16", "i16"),
+    np.dtype(np.int32): ("i32", "i32"),
+    bfloat16: ("bf16", "bf16"),
+    np.dtype(np.float32): ("f32", "f32"),
+}
+SUPPORTED = tuple(_NAMES)
+FLOATS = frozenset({bfloat16, np.dtype(np.float32)})
+INTEGERS = frozenset(d for d in SUPPORTED if d not in FLOATS)
+
+
+def as_dtype(value) -> np.dtype | None:
+    """The numpy dtype of `value` if iron supports it, else None."""
+    try:
+        dt = np.dtype(value)
+    except TypeError:
+        return None
+    return dt if dt in _NAMES else None
+
+
+def suffix(dtype) -> str:
+    """The kernel symbol suffix of a dtype: `add_f32`, `matvec_bf16`."""
+    return _NAMES[np.dtype(dtype)][0]
+
+
+def mlir_type(dtype) -> str:
+    """The MLIR element type of a dtype."""
+    return _NAMES[np.dtype(dtype)][1]
+
+
+def name(dtype) -> str:
+    """The user-facing dtype name (`float32`, `bfloat16`)."""
+    return np.dtype(dtype).name
+
+
+def supported_text() -> str:
+    return ", ".join(name(d) for d in SUPPORTED)

@@ -1,0 +1,83 @@
+"""The named exceptions iron raises.
+
+Every error a user can cause derives from `IronError`. Messages name the user's own
+parameters, states and kernels, give the values involved and end with one sentence on the
+fix. This module defines the classes only; it imports nothing from iron, so every layer
+(aie_utils included) can raise them.
+"""
+
+
+class IronError(Exception):
+    """Base class of every error iron raises on purpose."""
+
+
+class SignatureError(IronError, TypeError):
+    """A body() parameter is declared in a way iron cannot trace (kind, annotation, type)."""
+
+
+class DeclarationError(IronError, ValueError):
+    """A weight, param or state declaration is malformed."""
+
+
+class CarryError(IronError, ValueError):
+    """The body's iron.carry(...) is missing, misplaced, or does not match its Carried parameters."""
+
+
+class TracedValueError(IronError, TypeError):
+    """A per-call value (known only on the device) was used as a Python bool, int or index."""
+
+
+class ArgumentError(IronError, TypeError):
+    """A call got a missing or unexpected per-call value, or a tensor of the wrong shape or dtype."""
+
+
+class IndexOutOfRange(IronError, IndexError):
+    """A per-call index fell outside the tensor it indexes (checked before anything is written)."""
+
+
+class WriteHazard(IronError, ValueError):
+    """Two nodes of one call touch the same state memory in an order the device cannot keep."""
+
+
+class KernelTypeError(IronError, TypeError):
+    """A kernel was given operands of shapes or dtypes it does not accept."""
+
+
+class UnknownDevice(IronError, ValueError):
+    """A device name or column count that is not in the catalog."""
+
+
+class DoesNotFit(IronError, MemoryError):
+    """A design's buffers do not fit the memory of the tile they were placed on."""
+
+
+class PlacementError(IronError, ValueError):
+    """A design needs more tiles, channels or buffer descriptors than the device has."""
+
+
+class ToolchainMissing(IronError, RuntimeError):
+    """A build tool (aiecc, Peano, a host C++ compiler) is not installed."""
+
+
+class BuildError(IronError, RuntimeError):
+    """A build tool ran and failed; the message carries its stderr."""
+
+
+class BackendUnavailable(IronError, RuntimeError):
+    """The requested backend (XRT, an NPU) is not present on this machine."""
+
+
+class DeviceHang(IronError, RuntimeError):
+    """A run would wait forever on the device: what the sequence moves does not match what the cores acquire."""
+
+
+class DeviceTimeout(IronError, RuntimeError):
+    """A run on a real NPU did not complete in time."""
+
+
+class LoopError(IronError, ValueError):
+    """A CarriedLoop cannot be built or run as asked."""
+
+
+class PlanError(IronError, RuntimeError):
+    """A Plan breaks a device rule (DMA limits, a BD id reused too early, a malformed program)."""

@@ -1,0 +1,1 @@
+"""The front end: what a user writes (Graph, declarations, handles) and tracing it into a Program."""

@@ -1,0 +1,170 @@
+"""Declared memories: `iron.weight`, `iron.param`, `iron.state`, and indexing them into views.
+
+A weight is a constant table read through a per-call index (`w[node]`), a param a constant
+tensor used whole as a kernel operand, a state device-resident memory that persists across calls.
+Declarations carry their data (weights, params) or their shape (states); names are given at trace
+time from the attribute path that reaches them. Indexing builds VIEW nodes; nothing is read here.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from iron import dtypes
+from iron.errors import DeclarationError, IndexOutOfRange, TracedValueError
+from iron.ir import Axis, Node, Op, describe
+
+
+class Memory:
+    """A declared weight, param or state. `name` is set when a graph is traced."""
+
+    kind = ""
+
+    def __init__(self, shape, dtype, name=None):
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.name = name
+        self.given_name = name
+        self.node: Node | None = None
+
+    @property
+    def public(self) -> bool:
+        return self.given_name is not None
+
+    def __getitem__(self, index):
+        from iron.frontend.handles import Tensor
+
+        return Tensor(index_view(self._traced_node(), index))
+
+    def _traced_node(self) -> Node:
+        if self.node is None:
+            raise DeclarationError(
+                f"{self.kind} {self.name or '(unnamed)'} is used outside a traced body(): "
+                "index weights, params and states only inside body(), and declare them as attributes "
+                "of the graph (self.x = iron.{self.kind}(...)) so iron can find them."
+            )
+        return self.node
+
+    def __repr__(self):
+        return f"<iron.{self.kind} {self.name or '(unnamed)'}: {self.shape} {dtypes.name(self.dtype)}>"
+
+
+class Weight(Memory):
+    """A constant table read through a per-call index."""
+
+    kind = "weight"
+
+    def __init__(self, array):
+        self.array = _checked_array(array, "weight")
+        super().__init__(self.array.shape, self.array.dtype)
+
+
+class Param(Memory):
+    """A constant tensor used whole as a kernel operand."""
+
+    kind = "param"
+
+    def __init__(self, array):
+        self.array = _checked_array(array, "param")
+        super().__init__(self.array.shape, self.array.dtype)
+
+
+class State(Memory):
+    """Device-resident memory that persists across calls (zeros at first)."""
+
+    kind = "state"
+
+
+def _checked_array(array, kind) -> np.ndarray:
+    arr = np.ascontiguousarray(array)
+    if dtypes.as_dtype(arr.dtype) is None:
+        raise DeclarationError(
+            f"iron.{kind}() got an array of dtype {arr.dtype}: supported dtypes are "
+            f"{dtypes.supported_text()}. Convert it first, e.g. array.astype(np.float32)."
+        )
+    if arr.ndim == 0:
+        raise DeclarationError(f"iron.{kind}() got a 0-d array: give it at least one axis, e.g. np.array([x]).")
+    return arr
+
+
+def weight(array) -> Weight:
+    """Declare a constant table read through a per-call index (`self.emb[tok]`)."""
+    return Weight(array)
+
+
+def param(array) -> Param:
+    """Declare a constant tensor used whole as a kernel operand (a matrix for MatVec)."""
+    return Param(array)
+
+
+def state(shape, dtype, name: str | None = None) -> State:
+    """Declare device-resident memory that persists across calls; `name=` makes it public."""
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if not shape or any(int(s) <= 0 for s in shape):
+        raise DeclarationError(f"iron.state({shape!r}, ...): every axis needs a positive size.")
+    if dtypes.as_dtype(dtype) is None:
+        raise DeclarationError(
+            f"iron.state(..., {dtype!r}): supported dtypes are {dtypes.supported_text()}."
+        )
+    if name is not None and (not isinstance(name, str) or not name.isidentifier()):
+        raise DeclarationError(f"iron.state(name={name!r}): a state's name must be a Python identifier.")
+    return State(shape, dtype, name)
+
+
+# ---- views -------------------------------------------------------------------------------------
+
+def index_view(base: Node, index) -> Node:
+    """A VIEW node: `base[index]` where base is a MEMORY or a VIEW of one."""
+    from iron.frontend.handles import Scalar, Tensor
+
+    if base.op not in (Op.MEMORY, Op.VIEW):
+        raise TracedValueError(
+            f"{describe(base)} is a computed tensor and cannot be indexed inside the call that "
+            "computes it: index declared weights, params and states, or pass it whole to a kernel."
+        )
+    memory = base if base.op == Op.MEMORY else base.src[0]
+    axes = list(base.arg) if base.op == Op.VIEW else [Axis(stop=n) for n in memory.shape]
+    dynamic = list(base.src[1:]) if base.op == Op.VIEW else []
+    index = index if isinstance(index, tuple) else (index,)
+    free = [i for i, a in enumerate(axes) if a.keeps_axis]
+    if len(index) > len(free):
+        raise IndexOutOfRange(
+            f"{describe(base)} has {len(free)} axes but was indexed with {len(index)} indices."
+        )
+    for pos, item in zip(free, index):
+        axis = axes[pos]
+        extent = axis.stop - axis.start
+        if isinstance(item, Scalar):
+            if memory.arg[0] == "param":
+                raise TracedValueError(
+                    f"param '{memory.arg[1]}' is indexed by per-call value '{describe(item.node)}': "
+                    "a param is used whole. Declare it with iron.weight(...) to read it through a per-call index."
+                )
+            dynamic.append(item.node)
+            axes[pos] = Axis(dynamic=len(dynamic), start=axis.start, stop=axis.stop)
+        elif isinstance(item, Tensor):
+            raise TracedValueError(
+                f"{describe(base)} is indexed by tensor {item.name}: indices are per-call values. "
+                "Carry the element to the next call (iron.carry) and index with the Carried value there."
+            )
+        elif isinstance(item, slice):
+            start, stop, step = item.indices(extent)
+            if step != 1 or stop <= start:
+                raise IndexOutOfRange(
+                    f"{describe(base)}[{item.start}:{item.stop}:{item.step}] selects nothing or uses a step: "
+                    "views take contiguous slices with step 1."
+                )
+            axes[pos] = Axis(start=axis.start + start, stop=axis.start + stop)
+        elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+            i = int(item) + (extent if item < 0 else 0)
+            if not 0 <= i < extent:
+                raise IndexOutOfRange(
+                    f"index {int(item)} is out of range for axis {pos} of {describe(memory)} (size {extent})."
+                )
+            axes[pos] = Axis(index=axis.start + i)
+        else:
+            raise TracedValueError(
+                f"{describe(base)} was indexed with {item!r}: use ints, slices or per-call values."
+            )
+    shape = tuple(a.stop - a.start for a in axes if a.keeps_axis)
+    return Node(Op.VIEW, (memory, *dynamic), shape, memory.dtype, tuple(axes))
+

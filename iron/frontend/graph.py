@@ -1,0 +1,295 @@
+"""`iron.Graph` and `@iron.graph`: what a user subclasses or decorates, and calling it.
+
+A Graph finds its weights, params and states by attribute path, traces body() once per set of
+tensor shapes (a Python value is decided once, at trace time), runs the numpy reference with its
+own host copy of the states, and compiles. Binding and checking a call's arguments lives here so
+the reference and compiled graphs refuse bad input with the same words. Compiling and running on
+a device are delegated to iron.compiler and iron.runtime.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from iron import dtypes
+from iron.errors import ArgumentError, DeclarationError
+from iron.frontend.declarations import Memory, State
+from iron.frontend.handles import Carry
+from iron.frontend.trace import Signature, find_declarations, trace
+from iron.ir import Program
+from iron.reference import Reference
+
+I32_MIN, I32_MAX = -(2**31), 2**31 - 1
+
+
+class Graph:
+    """Subclass and write `__init__` (declarations) and `body()`. No super().__init__() needed."""
+
+    def body(self, *args, **kwargs):  # pragma: no cover - replaced by every subclass
+        raise DeclarationError(f"{type(self).__name__} defines no body(): write def body(self, ...).")
+
+    # ---- internal state, made lazily (subclasses do not call super().__init__) -------------------
+    @property
+    def _iron(self) -> dict:
+        d = self.__dict__.get("_iron_state")
+        if d is None:
+            d = {"programs": {}, "references": {}, "states": None, "compiled": {}}
+            self.__dict__["_iron_state"] = d
+        return d
+
+    @property
+    def _where(self) -> str:
+        return f"{type(self).__name__}.body"
+
+    def _body(self):
+        return self.body
+
+    def signature(self) -> Signature:
+        sig = self._iron.get("signature")
+        if sig is None:
+            sig = self._iron["signature"] = Signature(self._body(), self._where)
+        return sig
+
+    # ---- tracing -------------------------------------------------------------------------------
+    def trace(self, *specs, **named_specs) -> Program:
+        """The Program of one call for tensor specs ((shape, dtype) per tensor parameter, or None)."""
+        spec = bind_specs(self.signature(), self._where, specs, named_specs)
+        key = tuple(sorted(spec.items(), key=lambda kv: kv[0]))
+        programs = self._iron["programs"]
+        if key not in programs:
+            programs[key] = trace(self, self._body(), self._where, spec)
+        return programs[key]
+
+    # ---- states --------------------------------------------------------------------------------
+    def _states(self) -> dict[str, np.ndarray]:
+        if self._iron["states"] is None:
+            self._iron["states"] = {}
+            for path, mem in find_declarations(self):
+                if isinstance(mem, State):
+                    self._iron["states"][mem.given_name or path] = np.zeros(mem.shape, mem.dtype)
+        return self._iron["states"]
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        arrays = dict(self._states())
+        for path, mem in find_declarations(self):
+            if not isinstance(mem, State):
+                arrays[path] = mem.array
+        return arrays
+
+    def read(self, state) -> np.ndarray:
+        """A copy of the host copy of `state` (a State or a public state's name), after reference()."""
+        return self._states()[state_name(self, state)].copy()
+
+    def write(self, state, value):
+        """Set the host copy of `state` (reference path)."""
+        name = state_name(self, state)
+        target = self._states()[name]
+        target[...] = checked_state_value(name, target, value)
+
+    def reset(self):
+        """Zero every state's host copy."""
+        for arr in self._states().values():
+            arr[...] = 0
+
+    # ---- calling -------------------------------------------------------------------------------
+    def reference(self, *tensors, **values):
+        """Run one call with numpy; updates the host copy of the states. Returns outputs, a Carry,
+        or (outputs..., Carry)."""
+        sig = self.signature()
+        arrays, scalars = bind_call(sig, self._where, tensors, values)
+        spec = {n: None if a is None else (a.shape, a.dtype) for n, a in arrays.items()}
+        key = tuple(sorted(spec.items(), key=lambda kv: kv[0]))
+        ref = self._iron["references"].get(key)
+        if ref is None:
+            program = self.trace(**spec)
+            self._states()
+            ref = self._iron["references"][key] = Reference(program, self._arrays())
+        outputs, nxt = ref.run([a for a in arrays.values() if a is not None], scalars)
+        return shape_result(ref.program.returns, outputs, nxt)
+
+    def compile(self, *specs, device=None, feeds=None, **named_specs):
+        """Compile for these tensor specs and the current (or given) device -> CompiledGraph."""
+        from iron.runtime.compiled import compile_graph
+
+        return compile_graph(self, specs, named_specs, device=device, feeds=feeds)
+
+    def __call__(self, *tensors, **values):
+        """Compile for these shapes (once) and run one call on the current device."""
+        from iron.runtime.compiled import compile_for_call
+
+        return compile_for_call(self, tensors, values)(*tensors, **values)
+
+
+class FunctionGraph(Graph):
+    """A graph made by `@iron.graph` from a function; its declarations are the closure's."""
+
+    def __init__(self, fn):
+        self._fn = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
+        globs = {k: fn.__globals__[k] for k in fn.__code__.co_names if k in fn.__globals__}
+        for name, value in {**globs, **cells}.items():
+            if isinstance(value, (Memory, list, tuple, dict)):
+                setattr(self, name, value)
+
+    def _body(self):
+        return self._fn
+
+    @property
+    def _where(self) -> str:
+        return self._fn.__name__
+
+    def body(self, *args, **kwargs):
+        return self._fn(*args, **kwargs)
+
+
+def graph(fn) -> FunctionGraph:
+    """Make a graph from a function whose weights and states are closed over."""
+    return FunctionGraph(fn)
+
+
+# ---- argument binding (shared by reference and compiled calls) ---------------------------------
+
+def bind_specs(sig: Signature, where: str, specs: tuple, named: dict) -> dict:
+    names = [n for n, _ in sig.tensors]
+    if len(specs) > len(names):
+        raise ArgumentError(f"{where} takes {len(names)} tensor(s) ({', '.join(names) or 'none'}), got {len(specs)} specs.")
+    given = dict(zip(names, specs))
+    for k, v in named.items():
+        if k not in names:
+            raise ArgumentError(f"{where} has no tensor parameter '{k}': its tensors are {', '.join(names) or 'none'}.")
+        given[k] = v
+    out = {}
+    for name, optional in sig.tensors:
+        spec = given.get(name)
+        if spec is None:
+            if not optional:
+                raise ArgumentError(
+                    f"{where} needs a spec for tensor '{name}': pass {name}=((shape...), dtype)."
+                )
+            out[name] = None
+            continue
+        out[name] = _spec(where, name, spec)
+    return out
+
+
+def _spec(where, name, spec):
+    if isinstance(spec, np.ndarray):
+        spec = (spec.shape, spec.dtype)
+    try:
+        shape, dtype = spec
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise ArgumentError(f"spec of '{name}' in {where} is {spec!r}: give ((shape...), dtype).") from None
+    if dtypes.as_dtype(dtype) is None:
+        raise ArgumentError(
+            f"tensor '{name}' of {where} has dtype {dtype}: supported dtypes are {dtypes.supported_text()}."
+        )
+    return shape, np.dtype(dtype)
+
+
+def bind_call(sig: Signature, where: str, tensors: tuple, values: dict) -> tuple[dict, dict]:
+    """Check a call's arguments: (tensor name -> array or None, per-call name -> int)."""
+    names = [n for n, _ in sig.tensors]
+    if len(tensors) > len(names):
+        raise ArgumentError(
+            f"{where} takes {len(names)} tensor(s) ({', '.join(names) or 'none'}) but got {len(tensors)} "
+            "positional arguments: pass per-call values by keyword (node=...)."
+        )
+    given = dict(zip(names, tensors))
+    scalars = {}
+    value_names = [n for n, _ in sig.values]
+    for key, v in values.items():
+        if key in names:
+            given[key] = v
+        elif key in value_names:
+            scalars[key] = _scalar_value(where, key, v)
+        else:
+            raise ArgumentError(
+                f"{where} got an unexpected value '{key}': its tensors are {', '.join(names) or 'none'} and "
+                f"its per-call values are {', '.join(value_names) or 'none'}."
+            )
+    missing = [n for n in value_names if n not in scalars]
+    if missing:
+        kinds = dict(sig.values)
+        raise ArgumentError(
+            f"{where} is missing per-call value(s) {', '.join(missing)}: pass "
+            + ", ".join(f"{n}=<int> ({'Carried' if kinds[n] == 'carried' else 'Scratchpad'})" for n in missing) + "."
+        )
+    arrays = {}
+    for name, optional in sig.tensors:
+        a = given.get(name)
+        if a is None and not optional:
+            raise ArgumentError(f"{where} is missing tensor '{name}': pass it positionally or as {name}=array.")
+        arrays[name] = None if a is None else _tensor_value(where, name, a)
+    return arrays, scalars
+
+
+def _scalar_value(where, name, v) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) and not (
+        isinstance(v, np.ndarray) and v.size == 1 and v.dtype.kind in "iu"
+    ):
+        raise ArgumentError(f"per-call value '{name}' of {where} must be an int, got {type(v).__name__} {v!r}.")
+    v = int(v)
+    if not I32_MIN <= v <= I32_MAX:
+        raise ArgumentError(f"per-call value '{name}' of {where} is {v}, outside int32: give a 32-bit integer.")
+    return v
+
+
+def _tensor_value(where, name, a) -> np.ndarray:
+    arr = np.asarray(a)
+    if dtypes.as_dtype(arr.dtype) is None:
+        raise ArgumentError(
+            f"tensor '{name}' of {where} has dtype {arr.dtype}: supported dtypes are {dtypes.supported_text()}."
+        )
+    return arr
+
+
+def check_tensor(where: str, name: str, arr: np.ndarray, shape, dtype):
+    """Refuse a tensor of another shape or dtype than the compiled one."""
+    if arr.shape != tuple(shape) or arr.dtype != dtype:
+        raise ArgumentError(
+            f"tensor '{name}' of {where} is {arr.shape} {dtypes.name(arr.dtype)} but this version was "
+            f"compiled for {tuple(shape)} {dtypes.name(dtype)}: pass that shape, or compile another version."
+        )
+
+
+def shape_result(returns: str, outputs: list, nxt: dict):
+    if returns == "none":
+        return None
+    if returns == "one":
+        return outputs[0]
+    if returns == "carry":
+        return Carry(nxt)
+    return (*outputs, Carry(nxt)) if nxt else tuple(outputs)
+
+
+def state_name(g, state) -> str:
+    if isinstance(state, State):
+        if state.name is None:
+            for path, mem in find_declarations(g):
+                if mem is state:
+                    return mem.given_name or path
+            raise ArgumentError(f"{state!r} is not a state of {type(g).__name__}.")
+        return state.name
+    if isinstance(state, str):
+        public = [mem.given_name for _, mem in find_declarations(g) if isinstance(mem, State) and mem.public]
+        if state in public:
+            return state
+        raise ArgumentError(
+            f"{type(g).__name__} has no public state '{state}': public states are {', '.join(public) or 'none'} "
+            "(give a state name= to make it public, or pass the State object)."
+        )
+    raise ArgumentError(f"read/write take a State or a public state's name, not {type(state).__name__}.")
+
+
+def checked_state_value(name: str, target: np.ndarray, value) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.shape != target.shape:
+        raise ArgumentError(f"state '{name}' is {target.shape}; the value written is {arr.shape}: give the same shape.")
+    if arr.dtype != target.dtype:
+        raise ArgumentError(
+            f"state '{name}' is {dtypes.name(target.dtype)}; the value written is {dtypes.name(arr.dtype)}: "
+            f"convert it with .astype(np.{dtypes.name(target.dtype)})."
+        )
+    return arr

@@ -1,0 +1,356 @@
+"""Tracing: run body() once on handles and record what it does as a `Program`.
+
+`trace(graph, specs)` checks body()'s signature, names the graph's declarations by attribute
+path, binds handles, runs body(), checks what it returned (outputs, `iron.carry(...)` last) and
+the state hazards, and returns the immutable Program. It never runs a kernel.
+"""
+from __future__ import annotations
+
+import inspect
+import threading
+import typing
+
+import numpy as np
+
+from iron import dtypes
+from iron.errors import CarryError, KernelTypeError, SignatureError, WriteHazard
+from iron.frontend.declarations import Memory
+from iron.frontend.handles import I32, Carry, Scalar, Tensor, _PerCall
+from iron.ir import Declaration, Node, Op, Program, describe, scalar_vars
+
+_local = threading.local()
+
+
+def current_trace(kernel) -> "Trace":
+    trace = getattr(_local, "trace", None)
+    if trace is None:
+        raise KernelTypeError(
+            f"{kernel.__name__}.step() records a kernel call and works only inside a graph's body() "
+            "while iron traces it: call the graph (g(...), g.reference(...), g.compile(...))."
+        )
+    return trace
+
+
+class Trace:
+    """The calls recorded so far while one body() runs."""
+
+    def __init__(self, where: str):
+        self.where = where
+        self.calls: list[Node] = []
+
+    def record(self, node: Node):
+        self.calls.append(node)
+
+    def operand(self, kernel, position, value) -> Node:
+        if isinstance(value, Tensor):
+            return value.node
+        if isinstance(value, Memory):
+            return value._traced_node()
+        what = f"per-call value {describe(value.node)}" if isinstance(value, Scalar) else type(value).__name__
+        raise KernelTypeError(
+            f"operand {position} of {kernel.__name__} in {self.where} is a {what}: kernel operands are "
+            "tensors (inputs, kernel outputs, weights, params, states or views of them)."
+        )
+
+    def __enter__(self):
+        if getattr(_local, "trace", None) is not None:
+            raise SignatureError(f"{self.where} was called while another body() is being traced: trace one graph at a time.")
+        _local.trace = self
+        return self
+
+    def __exit__(self, *exc):
+        _local.trace = None
+
+
+# ---- signature ---------------------------------------------------------------------------------
+
+class Signature:
+    """body()'s parameters: positional tensors (optional when defaulting to None) and keyword-only
+    per-call values with their kind."""
+
+    def __init__(self, fn, where: str):
+        self.where = where
+        params = list(inspect.signature(fn).parameters.values())
+        hints = _hints(fn)
+        self.tensors: list[tuple[str, bool]] = []     # (name, optional)
+        self.values: list[tuple[str, str]] = []       # (name, kind)
+        for p in params:
+            ann = hints.get(p.name, p.annotation)
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise SignatureError(
+                    f"parameter '{p.name}' of {where} is *{p.name}/**{p.name}: iron needs every tensor "
+                    "and per-call value named: list them as parameters."
+                )
+            if p.kind == p.KEYWORD_ONLY:
+                self.values.append((p.name, _per_call_kind(p.name, ann, where)))
+            elif isinstance(ann, _PerCall):
+                raise SignatureError(
+                    f"parameter '{p.name}' of {where} is annotated {ann!r} but is positional: per-call "
+                    f"values are keyword-only; put it after `*` (def body(self, *, {p.name}: {ann!r}))."
+                )
+            else:
+                self.tensors.append((p.name, p.default is None))
+
+    @property
+    def carried(self) -> list[str]:
+        return [n for n, k in self.values if k == "carried"]
+
+
+def _hints(fn) -> dict:
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:
+        return {}
+
+
+def _per_call_kind(name: str, ann, where: str) -> str:
+    if ann is inspect.Parameter.empty:
+        raise SignatureError(
+            f"keyword-only parameter '{name}' of {where} has no annotation: annotate it "
+            f"Carried[np.int32] (from the previous call) or Scratchpad[np.int32] (from the host each call)."
+        )
+    if not isinstance(ann, _PerCall):
+        raise SignatureError(
+            f"keyword-only parameter '{name}' of {where} is annotated {ann!r}: per-call values are "
+            "annotated Carried[np.int32] or Scratchpad[np.int32]."
+        )
+    if dtypes.as_dtype(ann.dtype) != I32:
+        raise SignatureError(
+            f"parameter '{name}' of {where} is {ann!r}: per-call values are 32-bit integers; "
+            f"use {type(ann).__name__}[np.int32]."
+        )
+    return ann.kind
+
+
+# ---- naming declarations -----------------------------------------------------------------------
+
+def find_declarations(root) -> list[tuple[str, Memory]]:
+    """Every Memory reachable from `root`'s attributes, named by attribute path (`layers.0.wq`)."""
+    found: list[tuple[str, Memory]] = []
+    seen: set[int] = set()
+
+    def walk(path: str, value, depth: int):
+        if id(value) in seen or depth > 8:
+            return
+        if isinstance(value, Memory):
+            seen.add(id(value))
+            found.append((path, value))
+        elif isinstance(value, (list, tuple)):
+            seen.add(id(value))
+            for i, v in enumerate(value):
+                walk(f"{path}.{i}", v, depth + 1)
+        elif isinstance(value, dict):
+            seen.add(id(value))
+            for k, v in value.items():
+                walk(f"{path}.{k}", v, depth + 1)
+        elif hasattr(value, "__dict__") and not isinstance(value, (type, np.ndarray)) and not callable(value):
+            seen.add(id(value))
+            for k, v in vars(value).items():
+                if not k.startswith("_"):
+                    walk(f"{path}.{k}" if path else k, v, depth + 1)
+
+    seen.add(id(root))
+    for k, v in vars(root).items():
+        if not k.startswith("_"):
+            walk(k, v, 1)
+    return found
+
+
+def bind_declarations(found: list[tuple[str, Memory]], where: str) -> tuple[tuple[Declaration, ...], tuple[Node, ...]]:
+    decls, nodes, names = [], [], {}
+    for path, mem in found:
+        name = mem.given_name or path
+        if name in names:
+            raise SignatureError(
+                f"{where}: two declarations are named '{name}' ({names[name]} and {path}): give the states different name=."
+            )
+        names[name] = path
+        mem.name = name
+        decl = Declaration(mem.kind, name, mem.shape, mem.dtype, mem.public)
+        mem.node = Node(Op.MEMORY, (), mem.shape, mem.dtype, (mem.kind, name))
+        decls.append(decl)
+        nodes.append(mem.node)
+    return tuple(decls), tuple(nodes)
+
+
+# ---- the trace ---------------------------------------------------------------------------------
+
+def trace(graph, fn, where: str, specs: dict[str, tuple | None]) -> Program:
+    """Trace `fn` (graph.body) for tensor `specs` (name -> (shape, dtype), None when omitted)."""
+    sig = Signature(fn, where)
+    found = find_declarations(graph)
+    declarations, memories = bind_declarations(found, where)
+    inputs, args = [], []
+    for position, (name, optional) in enumerate(sig.tensors):
+        spec = specs.get(name)
+        if spec is None:
+            args.append(None)
+            continue
+        node = Node(Op.INPUT, (), tuple(spec[0]), np.dtype(spec[1]), (name, position))
+        inputs.append(node)
+        args.append(Tensor(node))
+    scalars = [Node(Op.VAR, (), (), I32, (name, kind)) for name, kind in sig.values]
+    kwargs = {v.arg[0]: Scalar(v) for v in scalars}
+    try:
+        with Trace(where) as t:
+            returned = fn(*args, **kwargs)
+            outputs, next_values, returns = _returned(t, returned, sig, where)
+    finally:
+        for _, mem in found:
+            mem.node = None
+    calls = tuple(t.calls)
+    check_hazards(calls, where)
+    return Program(where.split(".")[0], tuple(inputs), tuple(scalars), declarations, memories,
+                   calls, outputs, next_values, returns)
+
+
+def _returned(t: Trace, value, sig: Signature, where: str):
+    items = list(value) if isinstance(value, tuple) else ([] if value is None else [value])
+    carries = [i for i, v in enumerate(items) if isinstance(v, Carry)]
+    carried = sig.carried
+    if carried and not carries:
+        names = ", ".join(carried)
+        raise CarryError(
+            f"{where} has Carried parameters ({names}) but returned no iron.carry(...): end body() with "
+            f"`return iron.carry({', '.join(f'{n}=...' for n in carried)})`."
+        )
+    if carries and not carried:
+        raise CarryError(
+            f"{where} returned iron.carry(...) but has no Carried parameters: declare each carried value "
+            "as a keyword-only parameter annotated Carried[np.int32]."
+        )
+    if len(carries) > 1 or (carries and carries[0] != len(items) - 1):
+        raise CarryError(
+            f"{where} returned iron.carry(...) at position {carries[0]} of {len(items)} returned values: "
+            "return exactly one carry, last, after the outputs."
+        )
+    outputs = []
+    for i, v in enumerate(items[: len(items) - len(carries)]):
+        if not isinstance(v, Tensor):
+            raise CarryError(
+                f"{where} returned {type(v).__name__} at position {i}: body() returns tensor handles "
+                "and, last, iron.carry(...)."
+            )
+        outputs.append(_materialized(t, v.node))
+    next_values = _next_values(t, items[-1], sig, where) if carries else ()
+    if isinstance(value, tuple):
+        shape = "tuple"
+    else:
+        shape = "carry" if carries else ("none" if value is None else "one")
+    return tuple(outputs), next_values, shape
+
+
+def _materialized(t: Trace, node: Node) -> Node:
+    """A kernel output node for `node`: inputs and views become an implicit Copy."""
+    if node.op == Op.CALL and not node.arg.writes:
+        return node
+    from iron.kernels.library import Copy
+
+    return Copy.step(Tensor(node)).node
+
+
+def _next_values(t: Trace, c: Carry, sig: Signature, where: str) -> tuple[tuple[str, Node], ...]:
+    from iron.frontend.handles import as_scalar_node
+
+    carried = sig.carried
+    for name in c:
+        if name not in carried:
+            raise CarryError(
+                f"iron.carry({name}=...) in {where} names '{name}', which is not a Carried parameter; "
+                f"the Carried parameters are {', '.join(carried)}."
+            )
+    scratch = {n for n, k in sig.values if k == "scratchpad"}
+    result = []
+    for name in carried:
+        if name not in c:
+            raise CarryError(
+                f"iron.carry(...) in {where} gives no next value for Carried parameter '{name}': "
+                f"add {name}=... to the carry."
+            )
+        v = c[name]
+        node = as_scalar_node(v)
+        if node is None:
+            if not isinstance(v, Tensor):
+                raise CarryError(
+                    f"next value of '{name}' in {where} is a {type(v).__name__}: give a per-call expression, "
+                    "an int, or a one-element tensor the call computed."
+                )
+            if int(np.prod(v.shape, dtype=np.int64)) != 1:
+                raise CarryError(
+                    f"next value of '{name}' in {where} is {v.name} of shape {v.shape}: a carried value is one "
+                    "element; pick one element (a view, or Argmax)."
+                )
+            if v.dtype != I32:
+                raise CarryError(
+                    f"next value of '{name}' in {where} is {v.name} of dtype {dtypes.name(v.dtype)} but "
+                    f"'{name}' is Carried[int32]: compute it as int32."
+                )
+            node = Node(Op.ELEM, (_materialized(t, v.node),), (), I32)
+        bad = scalar_vars(node) & scratch
+        if bad:
+            raise CarryError(
+                f"next value of '{name}' in {where} ({describe(node)}) depends on Scratchpad value "
+                f"{', '.join(sorted(bad))}: the device cannot know the host's next value. Make "
+                f"{', '.join(sorted(bad))} Carried, or carry a value computed without it."
+            )
+        result.append((name, node))
+    return tuple(result)
+
+
+# ---- hazards -----------------------------------------------------------------------------------
+
+def _state_of(node: Node) -> str | None:
+    mem = node.src[0] if node.op == Op.VIEW else node
+    return mem.arg[1] if mem.op == Op.MEMORY and mem.arg[0] == "state" else None
+
+
+def call_effects(call: Node) -> tuple[set[str], set[str]]:
+    """(states read, states written) by one CALL node."""
+    c = call.arg
+    tensors = call.src[: c.n_inputs + c.writes]
+    reads = {s for n in tensors[: c.n_inputs] if (s := _state_of(n))}
+    writes = {s for s in [_state_of(tensors[-1])] if s} if c.writes else set()
+    if c.writes and c.kernel.accumulates:
+        reads |= writes
+    return reads, writes
+
+
+def check_hazards(calls: tuple[Node, ...], where: str):
+    """Refuse two writes to one state, or a read then a later overwrite, with no edge ordering them."""
+    index = {id(c): i for i, c in enumerate(calls)}
+    before: list[set[int]] = []
+    last_write: dict[str, int] = {}
+    effects = [call_effects(c) for c in calls]
+    for i, call in enumerate(calls):
+        preds = {index[id(s)] for s in call.src if id(s) in index}
+        preds |= {last_write[s] for s in effects[i][0] if s in last_write}
+        ancestors = set(preds)
+        for p in preds:
+            ancestors |= before[p]
+        before.append(ancestors)
+        for s in effects[i][1]:
+            last_write[s] = i
+    for j, (reads_j, writes_j) in enumerate(effects):
+        for s in writes_j:
+            for i in range(j):
+                if i in before[j]:
+                    continue
+                if s in effects[i][1]:
+                    _hazard(calls, i, j, s, where, "both write")
+                if s in effects[i][0]:
+                    _hazard(calls, i, j, s, where, "read then overwrite")
+
+
+def _hazard(calls, i, j, state, where, kind):
+    a, b = calls[i], calls[j]
+    na, nb = f"{a.arg.kernel.__name__}#{i}", f"{b.arg.kernel.__name__}#{j}"
+    if kind == "both write":
+        raise WriteHazard(
+            f"{na} and {nb} in {where} both write state '{state}' and nothing orders them: the device may "
+            f"run them in either order. Make {nb} use a result of {na}, or write different states."
+        )
+    raise WriteHazard(
+        f"{na} in {where} reads state '{state}' and the later {nb} overwrites it with no data path "
+        f"from {na} to {nb}: the device may overwrite it before it is read. Use {na}'s result in {nb}, "
+        "or write a different state."
+    )

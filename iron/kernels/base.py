@@ -1,0 +1,211 @@
+"""`iron.Kernel`: what a kernel is to iron, and `K.step(...)`, which records a call while tracing.
+
+A kernel states its arity, the dtypes it supports, a shape rule, a numpy `compute` (the oracle
+the emulator and reference run), the C ABI of its AIE C++ source (`symbol`, `sizes`, `c_attrs`)
+and that source (a file of iron/kernels/cc for the library, C++ text for a user kernel).
+bfloat16 kernels compute in float32 and round the result once, as their C++ does. This module
+records calls; it neither runs them nor places them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from iron import dtypes
+from iron.errors import KernelTypeError
+from iron.ir import Call, Node, Op, describe
+
+CC_DIR = Path(__file__).parent / "cc"
+
+
+def library_sources() -> dict[str, str]:
+    """iron's kernel library: every .cc and .h file of iron/kernels/cc, file name -> text."""
+    return {p.name: p.read_text() for p in sorted(CC_DIR.iterdir()) if p.suffix in (".cc", ".h")}
+
+
+class Kernel:
+    """Subclass to add a kernel. Class attributes describe it; `step` records a call."""
+
+    name: ClassVar[str] = ""                  # C symbol stem and source stem: add -> add_f32 in add.cc
+    arity: ClassVar[int] = 1                  # tensor inputs (a further positional is `out`)
+    dtypes: ClassVar[frozenset] = frozenset(dtypes.SUPPORTED)
+    attrs: ClassVar[dict[str, Any]] = {}      # static attrs and their defaults (REQUIRED: no default)
+    scalar_attrs: ClassVar[tuple[str, ...]] = ()  # attrs that may be per-call values
+    c_attrs: ClassVar[tuple[tuple[str, str], ...]] = ()  # attrs passed to C, in order, with C type
+    accumulates: ClassVar[bool] = False       # reads its destination (out += ...)
+    needs_out: ClassVar[bool] = False         # only writes into a view (no output of its own)
+    exact_in_dtype: ClassVar[bool] = False    # bf16 computes without the float32 round trip
+    source: ClassVar[str | None] = None       # C++ text (user kernels); None: iron/kernels/cc/<name>.cc
+
+    REQUIRED = object()
+
+    # ---- what a subclass defines ---------------------------------------------------------------
+    @classmethod
+    def out_shape(cls, shapes: list[tuple[int, ...]], **attrs) -> tuple[int, ...]:
+        """The output shape from the input shapes (default: elementwise, all equal)."""
+        if any(s != shapes[0] for s in shapes):
+            cls.refuse(shapes, "needs inputs of one shape")
+        return shapes[0]
+
+    @classmethod
+    def out_dtype(cls, dtype: np.dtype) -> np.dtype:
+        return dtype
+
+    @staticmethod
+    def compute(*arrays, **attrs) -> np.ndarray:
+        raise KernelTypeError("this kernel defines no compute()")  # only reached by a malformed subclass
+
+    @classmethod
+    def sizes(cls, shapes: list[tuple[int, ...]], out_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The i32 size operands of the C call (default: the element count of the output)."""
+        return (max(1, int(np.prod(out_shape, dtype=np.int64))),)
+
+    @classmethod
+    def abi_shapes(cls, sizes: tuple[int, ...]) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
+        """(input shapes, output shape) of the C call with these i32 size operands."""
+        n = sizes[0]
+        return [(n,)] * cls.arity, (n,)
+
+    # ---- derived -------------------------------------------------------------------------------
+    @classmethod
+    def symbol(cls, dtype) -> str:
+        return f"{cls.name}_{dtypes.suffix(dtype)}"
+
+    @classmethod
+    def source_text(cls) -> tuple[str, str]:
+        """(file name, C++ text) of the kernel's source."""
+        if cls.source is not None:
+            return f"{cls.name}.cc", cls.source
+        return f"{cls.name}.cc", (CC_DIR / f"{cls.name}.cc").read_text()
+
+    @classmethod
+    def reference(cls, *arrays, dtype=None, **attrs) -> np.ndarray:
+        """The numpy result of one call (bfloat16 computed in float32 and rounded once)."""
+        dtype = np.dtype(dtype or arrays[0].dtype)
+        fn = cls.reference_fn(dtype, attrs)
+        return fn(*arrays)
+
+    @classmethod
+    def reference_fn(cls, dtype: np.dtype, attrs: dict):
+        """A closure computing one call of this kernel in `dtype` with static `attrs`."""
+        compute, out = cls.compute, cls.out_dtype(dtype)
+        if dtype == dtypes.bfloat16 and not cls.exact_in_dtype:
+            f32 = np.float32
+
+            def run(*arrays, **dyn):
+                r = compute(*(a.astype(f32) for a in arrays), **attrs, **dyn)
+                return np.asarray(r).astype(out)
+            return run
+
+        def run(*arrays, **dyn):
+            r = compute(*arrays, **attrs, **dyn)
+            return r if isinstance(r, np.ndarray) and r.dtype == out else np.asarray(r).astype(out)
+        return run
+
+    @classmethod
+    def emulate(cls, dtype, pointers: list[np.ndarray], sizes: tuple[int, ...], attrs: dict):
+        """Run one C-ABI call with numpy: `pointers` are flat arrays (inputs, then the output or,
+        for an accumulating kernel, the destination), `sizes` the i32 size operands, `attrs` the
+        c_attrs by name. Writes the output in place, as the C++ does."""
+        in_shapes, out_shape = cls.abi_shapes(sizes)
+        ins = [p.reshape(s) for p, s in zip(pointers, in_shapes)]
+        out = pointers[len(in_shapes)]
+        if cls.accumulates:
+            ins.append(out.reshape(out_shape))
+        result = cls.reference_fn(np.dtype(dtype), {})(*ins, **attrs)
+        out[...] = np.asarray(result).reshape(-1)
+
+    @classmethod
+    def refuse(cls, shapes, why: str):
+        shown = ", ".join(str(tuple(s)) for s in shapes)
+        raise KernelTypeError(f"{cls.__name__} {why}; got shapes {shown}.")
+
+    # ---- recording -----------------------------------------------------------------------------
+    @classmethod
+    def step(cls, *args, out=None, dtype=None, **attrs):
+        """Record one call of this kernel in the body being traced; returns its output handle
+        (or the `out` view it wrote)."""
+        from iron.frontend.handles import Tensor
+        from iron.frontend.trace import current_trace
+
+        trace = current_trace(cls)
+        if len(args) == cls.arity + 1 and out is None:
+            *args, out = args
+        if len(args) != cls.arity:
+            raise KernelTypeError(
+                f"{cls.__name__}.step takes {cls.arity} input(s) (and optionally out=), got {len(args)}."
+            )
+        inputs = [trace.operand(cls, i, a) for i, a in enumerate(args)]
+        dtype = _kernel_dtype(cls, inputs, dtype)
+        static, dynamic = _split_attrs(cls, attrs)
+        shape = tuple(cls.out_shape([n.shape for n in inputs], **static))
+        dest = _destination(cls, trace, out, shape, cls.out_dtype(dtype))
+        src = (*inputs, *([dest] if dest is not None else []), *dynamic.values())
+        call = Call(cls, tuple(sorted(static.items())), len(inputs), dest is not None, tuple(dynamic))
+        node = Node(Op.CALL, src, shape, cls.out_dtype(dtype), call)
+        trace.record(node)
+        return Tensor(dest if dest is not None else node)
+
+
+def _kernel_dtype(cls, inputs: list[Node], dtype) -> np.dtype:
+    want = np.dtype(dtype) if dtype is not None else inputs[0].dtype
+    if want not in cls.dtypes:
+        ok = ", ".join(dtypes.name(d) for d in dtypes.SUPPORTED if d in cls.dtypes)
+        raise KernelTypeError(
+            f"{cls.__name__} does not support {dtypes.name(want)}: it supports {ok}. "
+            "Convert the data (or pick another kernel)."
+        )
+    for i, n in enumerate(inputs):
+        if n.dtype != want:
+            raise KernelTypeError(
+                f"{cls.__name__} computes in {dtypes.name(want)} but input {i} ({describe(n)}) is "
+                f"{dtypes.name(n.dtype)}: give every input the dtype {dtypes.name(want)}."
+            )
+    return want
+
+
+def _split_attrs(cls, attrs: dict) -> tuple[dict, dict]:
+    from iron.frontend.handles import Scalar
+
+    unknown = set(attrs) - set(cls.attrs)
+    if unknown:
+        known = ", ".join(cls.attrs) or "none"
+        raise KernelTypeError(f"{cls.__name__} has no attribute {', '.join(sorted(unknown))}: its attributes are {known}.")
+    static, dynamic = {}, {}
+    for key, default in cls.attrs.items():
+        value = attrs.get(key, default)
+        if value is Kernel.REQUIRED:
+            raise KernelTypeError(f"{cls.__name__} needs {key}=...: pass it to {cls.__name__}.step.")
+        if isinstance(value, Scalar):
+            if key not in cls.scalar_attrs:
+                raise KernelTypeError(
+                    f"{cls.__name__}'s {key} is fixed when the design compiles, but got per-call value "
+                    f"'{describe(value.node)}': pass a Python number."
+                )
+            dynamic[key] = value.node
+        else:
+            static[key] = value
+    return static, dynamic
+
+
+def _destination(cls, trace, out, shape, dtype) -> Node | None:
+    if out is None:
+        if cls.needs_out:
+            raise KernelTypeError(
+                f"{cls.__name__} writes into a state: pass out=self.<state>[...] (or the view as the last positional)."
+            )
+        return None
+    node = trace.operand(cls, "out", out)
+    if node.op not in (Op.VIEW, Op.MEMORY) or (node.src[0] if node.op == Op.VIEW else node).arg[0] != "state":
+        raise KernelTypeError(
+            f"{cls.__name__} can write only into a state, not into {describe(node)}: "
+            "declare the destination with iron.state(...) and pass a view of it as out=."
+        )
+    if tuple(node.shape) != tuple(shape) or node.dtype != dtype:
+        raise KernelTypeError(
+            f"{cls.__name__} computes {tuple(shape)} {dtypes.name(dtype)} but out={describe(node)} is "
+            f"{tuple(node.shape)} {dtypes.name(node.dtype)}: index the state so the view matches."
+        )
+    return node

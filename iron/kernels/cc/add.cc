@@ -1,0 +1,6 @@
+// add: out[i] = a[i] + b[i] for i < n; integers wrap around, bf16 rounds to nearest even.
+#include "iron_kernel.h"
+
+#define IRON_ADD(T) IRON_BINARY_KERNEL(add, +, T)
+
+IRON_ALL_TYPES(IRON_ADD)

@@ -1,0 +1,108 @@
+// iron_kernel.h: the element types and loop templates shared by iron's kernel library.
+//
+// Each kernel keeps its own .cc (linked on the device as `<name>.o`) holding only its
+// `extern "C"` entry points, one per element type; the loops live here as templates over an
+// element type. This is the portable scalar path: it compiles with the host C++ compiler
+// (the emulator's native mode) and with Peano for AIE2/AIE2P cores, so the library includes
+// nothing beyond <cstdint> and, in the kernels that call exp or sqrt, <cmath>. It has no AIE
+// vector path.
+//
+// Element types (the suffix of every symbol) and how they compute:
+//   i8 u8 i16 i32  load into int64_t, so one add, sub or product never overflows; storing
+//                  truncates to the element width (two's complement wrap-around, C++20).
+//                  Dot products accumulate in uint64_t, which wraps instead of overflowing and
+//                  keeps the low bits of the exact int64 sum.
+//   f32            computes in float.
+//   bf16           raw uint16_t bits of bfloat16: loads as float (bits << 16), computes in
+//                  float, stores rounded to nearest even (NaN stays NaN).
+#pragma once
+
+#include <cstdint>
+
+namespace iron {
+
+inline float bf16_to_float(uint16_t bits) {
+  return __builtin_bit_cast(float, static_cast<uint32_t>(bits) << 16);
+}
+
+inline uint16_t float_to_bf16(float value) {
+  const uint32_t bits = __builtin_bit_cast(uint32_t, value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {
+    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN, sign kept
+  }
+  const uint32_t round_to_nearest_even = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + round_to_nearest_even) >> 16);
+}
+
+template <typename Stored>
+struct integer_type {
+  using stored = Stored;
+  using value = int64_t;
+  using accumulator = uint64_t;
+  static value load(stored s) { return s; }
+  static stored store(value v) { return static_cast<stored>(v); }
+};
+
+struct i8 : integer_type<int8_t> {};
+struct u8 : integer_type<uint8_t> {};
+struct i16 : integer_type<int16_t> {};
+struct i32 : integer_type<int32_t> {};
+
+struct f32 {
+  using stored = float;
+  using value = float;
+  using accumulator = float;
+  static value load(stored s) { return s; }
+  static stored store(value v) { return v; }
+};
+
+struct bf16 {
+  using stored = uint16_t;
+  using value = float;
+  using accumulator = float;
+  static value load(stored s) { return bf16_to_float(s); }
+  static stored store(value v) { return float_to_bf16(v); }
+};
+
+// Expand X(dt) for every element type a kernel supports; X defines that type's entry point.
+#define IRON_ALL_TYPES(X) X(i8) X(u8) X(i16) X(i32) X(bf16) X(f32)
+#define IRON_FLOAT_TYPES(X) X(bf16) X(f32)
+
+template <typename T>
+using stored_t = typename T::stored;
+
+template <typename T, typename Op>
+void map(const stored_t<T>* x, stored_t<T>* out, int32_t n, Op op) {
+  for (int32_t i = 0; i < n; ++i) {
+    out[i] = T::store(op(T::load(x[i])));
+  }
+}
+
+template <typename T, typename Op>
+void zip(const stored_t<T>* a, const stored_t<T>* b, stored_t<T>* out, int32_t n, Op op) {
+  for (int32_t i = 0; i < n; ++i) {
+    out[i] = T::store(op(T::load(a[i]), T::load(b[i])));
+  }
+}
+
+// sum_j a[j] * b[j * b_stride] over k terms, in T's accumulator, stored as T.
+template <typename T>
+stored_t<T> dot(const stored_t<T>* a, const stored_t<T>* b, int32_t b_stride, int32_t k) {
+  using accumulator = typename T::accumulator;
+  accumulator sum = 0;
+  for (int32_t j = 0; j < k; ++j) {
+    sum += static_cast<accumulator>(T::load(a[j]) * T::load(b[j * b_stride]));
+  }
+  return T::store(static_cast<typename T::value>(sum));
+}
+
+}  // namespace iron
+
+// The entry point `<name>_<T>(const T* a, const T* b, T* out, int32_t n)` of an elementwise
+// binary kernel: out[i] = a[i] <op> b[i].
+#define IRON_BINARY_KERNEL(name, op, T)                                                  \
+  extern "C" void name##_##T(const iron::stored_t<iron::T>* a,                          \
+                             const iron::stored_t<iron::T>* b,                          \
+                             iron::stored_t<iron::T>* out, int32_t n) {                 \
+    iron::zip<iron::T>(a, b, out, n, [](auto x, auto y) { return x op y; });            \
+  }

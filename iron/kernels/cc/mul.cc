@@ -1,0 +1,6 @@
+// mul: out[i] = a[i] * b[i] for i < n; integers wrap around, bf16 rounds to nearest even.
+#include "iron_kernel.h"
+
+#define IRON_MUL(T) IRON_BINARY_KERNEL(mul, *, T)
+
+IRON_ALL_TYPES(IRON_MUL)

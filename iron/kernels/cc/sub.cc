@@ -1,0 +1,6 @@
+// sub: out[i] = a[i] - b[i] for i < n; integers wrap around, bf16 rounds to nearest even.
+#include "iron_kernel.h"
+
+#define IRON_SUB(T) IRON_BINARY_KERNEL(sub, -, T)
+
+IRON_ALL_TYPES(IRON_SUB)

@@ -1,0 +1,195 @@
+"""The numpy reference: run a Program on the host. It is the oracle every other path is checked
+against.
+
+`Reference(program, arrays)` lowers the Program once into lists of closures over a slot array:
+per-call scalars, the range checks (all before anything is written, so a failed call leaves the
+states as they were), the kernel calls, and the outputs and next carried values. It knows
+nothing of tiles, FIFOs or devices.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from iron.errors import ArgumentError, IndexOutOfRange
+from iron.ir import SCALAR_BINARY, Node, Op, Program, describe, wrap_i32
+
+
+class Reference:
+    """A Program bound to its memories (weights, params and the host copy of the states)."""
+
+    def __init__(self, program: Program, arrays: dict[str, np.ndarray]):
+        self.program = program
+        self.slot: dict[int, int] = {}
+        self.arrays = arrays
+        self.scalar_steps: list = []
+        self.checks: list = []
+        self.constants: list[tuple[int, int]] = []
+        self.call_steps: list = []
+        for v in program.scalars:
+            self._slot(v)
+        for n in program.inputs:
+            self._slot(n)
+        for call in program.calls:
+            self.call_steps.append(self._lower_call(call))
+        self.input_slots = [self.slot[id(n)] for n in program.inputs]
+        self.value_slots = [(v.arg[0], self.slot[id(v)]) for v in program.scalars]
+        self.output_slots = [self.slot[id(n)] for n in program.outputs]
+        self.carry_steps = [(name, self._carry_value(node)) for name, node in program.carry]
+        self.template = [None] * len(self.slot)
+        for slot, value in self.constants:
+            self.template[slot] = value
+
+    # ---- lowering ------------------------------------------------------------------------------
+    def _slot(self, node: Node) -> int:
+        key = id(node)
+        if key not in self.slot:
+            self.slot[key] = len(self.slot)
+        return self.slot[key]
+
+    def _scalar(self, node: Node) -> int:
+        """The slot of a scalar expression, adding the closures that compute it."""
+        if id(node) in self.slot:
+            return self.slot[id(node)]
+        if node.op == Op.CONST:
+            out = self._slot(node)
+            self.constants.append((out, node.arg))
+            return out
+        a, b = (self._scalar(s) for s in node.src)
+        out = self._slot(node)
+        fn, text = SCALAR_BINARY[node.op], describe(node)
+        if node.op in (Op.FLOORDIV, Op.MOD):
+            def step(env, a=a, b=b, o=out, fn=fn, text=text):
+                if env[b] == 0:
+                    raise ArgumentError(f"per-call value {text} divides by zero: give values that make the divisor non-zero.")
+                env[o] = wrap_i32(fn(env[a], env[b]))
+        else:
+            def step(env, a=a, b=b, o=out, fn=fn):
+                env[o] = wrap_i32(fn(env[a], env[b]))
+        self.scalar_steps.append(step)
+        return out
+
+    def _tensor(self, node: Node):
+        """A function env -> the array a tensor node denotes (a numpy view for VIEW/MEMORY)."""
+        if node.op == Op.MEMORY:
+            arr = self.arrays[node.arg[1]]
+            return lambda env: arr
+        if node.op == Op.VIEW:
+            return self._view(node)
+        slot = self.slot[id(node)]
+        return lambda env: env[slot]
+
+    def _view(self, view: Node):
+        arr = self.arrays[view.src[0].arg[1]]
+        parts, dyn = [], []
+        for axis_no, axis in enumerate(view.arg):
+            if axis.index is not None:
+                parts.append(axis.index)
+            elif axis.dynamic is not None:
+                expr = view.src[axis.dynamic]
+                slot = self._scalar(expr)
+                self._add_range_check(view, axis_no, axis, expr, slot)
+                dyn.append((len(parts), slot, axis.start))
+                parts.append(None)
+            else:
+                parts.append(slice(axis.start, axis.stop))
+        if not dyn:
+            fixed = arr[tuple(parts)]
+            return lambda env: fixed
+        if len(dyn) == 1 and len(parts) == 1:
+            (_, slot, start), = dyn
+            return lambda env: arr[env[slot] + start]
+
+        def view_of(env):
+            idx = list(parts)
+            for pos, slot, start in dyn:
+                idx[pos] = env[slot] + start
+            return arr[tuple(idx)]
+        return view_of
+
+    def _add_range_check(self, view, axis_no, axis, expr, slot):
+        bound = axis.stop - axis.start
+        name, text, vars_ = view.src[0].arg[1], describe(expr), describe(view)
+
+        def check(env):
+            v = env[slot]
+            if not 0 <= v < bound:
+                raise IndexOutOfRange(
+                    f"{vars_} with {text} = {v} is out of range: axis {axis_no} of '{name}' has {bound} "
+                    f"entries there (0 to {bound - 1}); nothing was written. Keep {text} in range, or "
+                    f"make '{name}' larger."
+                )
+        self.checks.append(check)
+
+    def _lower_call(self, call: Node):
+        c = call.arg
+        kernel, attrs = c.kernel, c.attr_dict
+        n_in = c.n_inputs
+        ins = [self._tensor(n) for n in call.src[:n_in]]
+        scalar_nodes = call.src[n_in + c.writes:]
+        dyn = [(name, self._scalar(n)) for name, n in zip(c.scalar_attrs, scalar_nodes)]
+        for name, slot in dyn:
+            self._add_attr_check(call, name, slot)
+        run = kernel.reference_fn(call.src[0].dtype, {k: v for k, v in attrs.items() if k not in c.scalar_attrs})
+        if c.writes:
+            dest = call.src[n_in]
+            dest_get = self._tensor(dest)
+            if kernel.accumulates:
+                ins = ins + [dest_get]
+            return self._write_step(dest, dest_get, ins, run, dyn)
+        out = self._slot(call)
+        if dyn:
+            return lambda env: env.__setitem__(out, run(*(f(env) for f in ins), **{k: env[s] for k, s in dyn}))
+        if len(ins) == 1:
+            f0 = ins[0]
+            return lambda env: env.__setitem__(out, run(f0(env)))
+        return lambda env: env.__setitem__(out, run(*(f(env) for f in ins)))
+
+    def _write_step(self, dest: Node, dest_get, ins, run, dyn):
+        arr = self.arrays[(dest.src[0] if dest.op == Op.VIEW else dest).arg[1]]
+        if dest.op == Op.VIEW and len(dest.arg) == 1 and dest.arg[0].dynamic is not None and not dyn:
+            slot, start = self.slot[id(dest.src[1])], dest.arg[0].start
+            if len(ins) == 1:
+                f0 = ins[0]
+                return lambda env: arr.__setitem__(env[slot] + start, run(f0(env)))
+
+        def step(env):
+            result = run(*(f(env) for f in ins), **{k: env[s] for k, s in dyn})
+            dest_get(env)[...] = result
+        return step
+
+    def _add_attr_check(self, call, name, slot):
+        n = call.src[0].shape[0]
+        kernel, text = call.arg.kernel.__name__, describe(call.src[call.arg.n_inputs + call.arg.writes + call.arg.scalar_attrs.index(name)])
+
+        def check(env):
+            v = env[slot]
+            if not 1 <= v <= n:
+                raise IndexOutOfRange(
+                    f"{kernel} {name}={text} = {v} is out of range 1..{n}; nothing was written. "
+                    f"Keep {text} between 1 and {n}."
+                )
+        self.checks.append(check)
+
+    def _carry_value(self, node: Node):
+        if node.op == Op.ELEM:
+            slot = self.slot[id(node.src[0])]
+            return lambda env: int(env[slot].reshape(-1)[0])
+        slot = self._scalar(node)
+        return lambda env: env[slot]
+
+    # ---- running -------------------------------------------------------------------------------
+    def run(self, inputs: list, values: dict[str, int]):
+        """One call: returns (outputs list, next carried values dict)."""
+        env = self.template.copy()
+        for slot, arr in zip(self.input_slots, inputs):
+            env[slot] = arr
+        for name, slot in self.value_slots:
+            env[slot] = values[name]
+        for step in self.scalar_steps:
+            step(env)
+        for check in self.checks:
+            check(env)
+        for step in self.call_steps:
+            step(env)
+        outputs = [env[s] for s in self.output_slots]
+        return outputs, {name: f(env) for name, f in self.carry_steps}

@@ -1,0 +1,127 @@
+"""The emulator's native kernel mode (`IRON_EMULATOR_KERNELS=native`): kernel C++ run on the host.
+
+`NativeLibrary.load(sources)` writes a design's kernel sources into an entry of iron's build
+cache (`<cache_dir()>/native/<sha256 of the sources and flags>/`), compiles every `.cc` among
+them into one shared library with the host C++ compiler (`$CXX`, else `g++`), and loads it with
+ctypes. The cache (iron.compiler.cache) reuses a finished build and holds a file lock around
+building, so two processes never build one entry at once.
+`lib.call(symbol, args, types)` calls one `extern "C"` kernel symbol on numpy arrays in place.
+`library_sources()` (from iron.kernels.base) is iron's own kernel library (iron/kernels/cc).
+
+It does not decide which kernel a core calls or with which operands (the emulator reads that
+from the Plan), does not check operand shapes against the kernel's rule (the compiler did), and
+does not build for the AIE (that is Peano's job in the compiler's build step).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from iron.compiler.cache import Cache, cache_dir, content_key
+from iron.errors import BuildError, KernelTypeError, ToolchainMissing
+from iron.kernels.base import library_sources  # noqa: F401 - re-exported for the emulator
+
+COMPILE_FLAGS = ("-std=c++20", "-O2", "-Wall", "-Werror", "-shared", "-fPIC")
+LIBRARY_NAME = "kernels.so"
+BYTE = ctypes.c_char
+ARGUMENT_TYPES = {"ptr": ctypes.c_void_p, "i32": ctypes.c_int32, "f32": ctypes.c_float}
+
+
+
+def compiler_command() -> list[str]:
+    """`$CXX` split like a shell word list (it may carry a launcher or flags), else `g++`."""
+    command = shlex.split(os.environ.get("CXX", "")) or ["g++"]
+    if shutil.which(command[0]) is None:
+        raise ToolchainMissing(
+            f"The host C++ compiler {command[0]!r} (from $CXX, else g++) is not installed or not "
+            f"on PATH, and the emulator's native kernel mode needs it to compile kernel sources. "
+            f"Install it with `apt-get install g++`, or set $CXX to an installed C++ compiler."
+        )
+    return command
+
+
+def build(entry: Path, sources: Mapping[str, str]) -> dict[str, object]:
+    """Write `sources` into the cache entry and compile their .cc files into its shared library."""
+    for name, text in sources.items():
+        (entry / name).write_text(text)
+    units = sorted(name for name in sources if name.endswith(".cc"))
+    command = [*compiler_command(), *COMPILE_FLAGS, "-o", LIBRARY_NAME, *units]
+    result = subprocess.run(command, cwd=entry, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise BuildError(
+            f"Compiling the native kernels {', '.join(units)} failed (exit {result.returncode}) "
+            f"in {entry}:\n$ {shlex.join(command)}\n{result.stderr.rstrip()}\n"
+            f"Fix the C++ errors above in the kernel sources, then load them again."
+        )
+    return {"command": command}
+
+
+def pointer(symbol: str, position: int, array: np.ndarray) -> object:
+    """`array`'s data address as ctypes passes it (argument `position` of kernel `symbol`)."""
+    try:
+        # A byte view of a writable, contiguous, non-empty array: about 1 us, a third of .ctypes.
+        return ctypes.byref(BYTE.from_buffer(array.view(np.uint8)))
+    except (ValueError, TypeError, BufferError):
+        if not array.flags.c_contiguous:
+            raise KernelTypeError(
+                f"Native kernel {symbol} got a non-contiguous array as argument {position} "
+                f"(shape {array.shape}, strides {array.strides}); pass np.ascontiguousarray "
+                f"of it instead."
+            ) from None
+        return array.ctypes.data
+
+
+class NativeLibrary:
+    """A built kernel library loaded with ctypes; `call` runs one of its symbols."""
+
+    def __init__(self, path: Path, cdll: ctypes.CDLL) -> None:
+        self.path = path
+        self._cdll = cdll
+        self._functions: dict[tuple[str, tuple[str, ...]], Callable[..., None]] = {}
+
+    @classmethod
+    def load(cls, sources: Mapping[str, str]) -> NativeLibrary:
+        """Build `sources` (file name -> C++ text) unless already cached, then load the library."""
+        names = sorted(sources)
+        key = content_key(*COMPILE_FLAGS, *names, *(sources[name] for name in names))
+        cache = Cache(cache_dir() / "native")
+        entry = cache.get_or_build(key, lambda empty_entry: build(empty_entry, sources))
+        library = entry / LIBRARY_NAME
+        return cls(library, ctypes.CDLL(str(library)))
+
+    def call(self, symbol: str, args: Sequence, types: Sequence[str]) -> None:
+        """Call `symbol` on `args`: "ptr" a C-contiguous array (written in place), "i32", "f32"."""
+        key = (symbol, tuple(types))
+        function = self._functions.get(key) or self._bind(*key)
+        values = [
+            pointer(symbol, position, value) if kind == "ptr" else value
+            for position, (value, kind) in enumerate(zip(args, types))
+        ]
+        function(*values)
+
+    def _bind(self, symbol: str, types: tuple[str, ...]) -> Callable[..., None]:
+        unknown = [kind for kind in types if kind not in ARGUMENT_TYPES]
+        if unknown:
+            raise KernelTypeError(
+                f"Native kernel {symbol} was given argument types {unknown}, which are not "
+                f"among {sorted(ARGUMENT_TYPES)}; describe each argument as one of those."
+            )
+        try:
+            function = self._cdll[symbol]
+        except AttributeError:
+            raise KernelTypeError(
+                f"The native kernel library {self.path} has no symbol {symbol!r}; define "
+                f"`extern \"C\" void {symbol}(...)` in the kernel's C++ source."
+            ) from None
+        function.argtypes = [ARGUMENT_TYPES[kind] for kind in types]
+        function.restype = None
+        self._functions[(symbol, types)] = function
+        return function

@@ -1,0 +1,478 @@
+"""Tests of iron.compiler.build: exact tool command lines, tool discovery, and builds driven
+through fake `aiecc` / `aiecc.py` / `clang++` executables that record their argv."""
+
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from iron.compiler.build import (
+    FLAGS_AIE_GENERATE,
+    FLAGS_GET,
+    Artifacts,
+    Toolchain,
+    aiecc_command,
+    build,
+    find_toolchain,
+    peano_command,
+)
+from iron.compiler.cache import Cache
+from iron.errors import BuildError, ToolchainMissing
+
+
+@dataclass(frozen=True)
+class FakeDevice:
+    """Stand-in for aie_utils.Device with what a build reads."""
+
+    name: str
+    family: str
+    full_elf: bool
+    peano_target: str
+
+
+NPU1 = FakeDevice("npu1", "npu1", False, "aie2-none-unknown-elf")
+NPU2 = FakeDevice("npu2", "npu2", True, "aie2p-none-unknown-elf")
+
+AIECC = "/opt/mlir_aie/bin/aiecc"
+CLANG = "/opt/llvm-aie/bin/clang++"
+
+
+def toolchain(flags: str) -> Toolchain:
+    return Toolchain(Path(AIECC), flags, Path(CLANG), ("aiecc 1", "clang 1"))
+
+
+# ---- command lines -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "device, target", [(NPU1, "aie2-none-unknown-elf"), (NPU2, "aie2p-none-unknown-elf")]
+)
+def test_peano_command(device, target):
+    command = peano_command(
+        toolchain(FLAGS_GET), device, Path("/w/add.cc"), Path("/w/add.o")
+    )
+    assert command == [
+        CLANG, "-O2", "-std=c++20", f"--target={target}", "-I/w", "-c", "/w/add.cc", "-o",
+        "/w/add.o",
+    ]
+
+
+@pytest.mark.parametrize("device", [NPU1, NPU2])
+def test_aiecc_command_new_flags_xclbin(device):
+    command = aiecc_command(
+        toolchain(FLAGS_GET), device, "xclbin", Path("/w/design.mlir"), Path("/w")
+    )
+    assert command == [
+        AIECC, "--peano=/opt/llvm-aie", "--tmpdir=/w/design.prj",
+        "--get-xclbin", "--xclbin-name=final.xclbin",
+        "--get-npu-insts", "--npu-insts-name=insts.bin",
+        "/w/design.mlir",
+    ]
+
+
+def test_aiecc_command_new_flags_elf():
+    command = aiecc_command(toolchain(FLAGS_GET), NPU2, "elf", Path("/w/design.mlir"), Path("/w"))
+    assert command == [
+        AIECC, "--peano=/opt/llvm-aie", "--tmpdir=/w/design.prj",
+        "--get-full-elf", "--full-elf-name=aie.elf",
+        "/w/design.mlir",
+    ]
+
+
+@pytest.mark.parametrize("device", [NPU1, NPU2])
+def test_aiecc_command_old_flags_xclbin(device):
+    command = aiecc_command(
+        toolchain(FLAGS_AIE_GENERATE), device, "xclbin", Path("/w/design.mlir"), Path("/w")
+    )
+    assert command == [
+        AIECC, "--no-compile-host", "--no-xchesscc", "--no-xbridge",
+        "--peano=/opt/llvm-aie", "--tmpdir=/w/design.prj",
+        "--aie-generate-xclbin", "--xclbin-name=final.xclbin",
+        "--aie-generate-npu-insts", "--npu-insts-name=insts.bin",
+        "/w/design.mlir",
+    ]
+
+
+def test_aiecc_command_old_flags_elf():
+    command = aiecc_command(
+        toolchain(FLAGS_AIE_GENERATE), NPU2, "elf", Path("/w/design.mlir"), Path("/w")
+    )
+    assert command == [
+        AIECC, "--no-compile-host", "--no-xchesscc", "--no-xbridge",
+        "--peano=/opt/llvm-aie", "--tmpdir=/w/design.prj",
+        "--generate-full-elf", "--full-elf-name=aie.elf",
+        "/w/design.mlir",
+    ]
+
+
+def test_full_elf_on_npu1_is_refused():
+    with pytest.raises(BuildError) as raised:
+        aiecc_command(toolchain(FLAGS_GET), NPU1, "elf", Path("/w/design.mlir"), Path("/w"))
+    assert str(raised.value) == (
+        "cannot build a full ELF for npu1: its firmware cannot load one (family npu1). "
+        "Build image='xclbin' for npu1, or target an npu2 device."
+    )
+
+
+def test_unknown_image_is_refused():
+    with pytest.raises(BuildError) as raised:
+        aiecc_command(toolchain(FLAGS_GET), NPU2, "bin", Path("/w/design.mlir"), Path("/w"))
+    assert str(raised.value) == (
+        "cannot build image 'bin' for npu2: the images are 'xclbin' and 'elf'. "
+        "Ask for image='xclbin' (any device) or image='elf' (full-ELF devices)."
+    )
+
+
+# ---- fake tools --------------------------------------------------------------------------
+
+HELP_TEXT = {
+    FLAGS_GET: "  --get=<name> named artifacts also have shorthands (e.g. --get-xclbin)",
+    FLAGS_AIE_GENERATE: "  --aie-generate-xclbin  Generate xclbin",
+}
+
+LOG_ARGV = """{ printf '%s' "$0"; for a in "$@"; do printf '\\t%s' "$a"; done; printf '\\n'; } \
+>> "$IRON_FAKE_LOG"
+"""
+
+FAKE_AIECC = """#!/bin/sh
+if [ "$1" = "--help" ]; then echo "{help}"; exit 0; fi
+{log}if [ -n "$IRON_FAKE_AIECC_FAILS" ]; then
+  echo "aiecc: compiling" >&2
+  echo "design.mlir:4:5: error: 'aie.objectfifo' op depth 0 is not positive" >&2
+  exit 3
+fi
+if [ -n "$IRON_FAKE_AIECC_WRITES_NOTHING" ]; then exit 0; fi
+for a in "$@"; do
+  case "$a" in --xclbin-name=*|--npu-insts-name=*|--full-elf-name=*) touch "${{a#*=}}";; esac
+done
+"""
+
+FAKE_CLANG = """#!/bin/sh
+{log}if [ -n "$IRON_FAKE_CLANG_FAILS" ]; then
+  echo "add.cc:2:1: error: unknown type name 'flot'" >&2
+  exit 1
+fi
+prev=""
+for a in "$@"; do
+  if [ "$prev" = "-o" ]; then touch "$a"; fi
+  prev="$a"
+done
+"""
+
+
+def _script(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def hermetic(monkeypatch, tmp_path):
+    """No tool reachable: empty PATH, no install env vars, a Python with nothing installed."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("MLIR_AIE_INSTALL_DIR", raising=False)
+    monkeypatch.delenv("PEANO_INSTALL_DIR", raising=False)
+    monkeypatch.setattr(sysconfig, "get_path", lambda name: str(tmp_path / "python" / name))
+    return tmp_path
+
+
+def install_fakes(monkeypatch, root: Path, flags: str, aiecc_name: str = "aiecc") -> Path:
+    """Put fake aiecc and Peano clang++ in root/bin, found through PATH and PEANO_INSTALL_DIR."""
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    _script(bin_dir / aiecc_name, FAKE_AIECC.format(help=HELP_TEXT[flags], log=LOG_ARGV))
+    _script(bin_dir / "clang++", FAKE_CLANG.format(log=LOG_ARGV))
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("PEANO_INSTALL_DIR", str(root))
+    monkeypatch.setenv("IRON_FAKE_LOG", str(root / "argv.log"))
+    return bin_dir
+
+
+def recorded_argv(root: Path) -> list[list[str]]:
+    log = root / "argv.log"
+    return [line.split("\t") for line in log.read_text().splitlines()] if log.exists() else []
+
+
+MLIR = "module {\n  aie.device(npu2) {\n  }\n}\n"
+SOURCES = {
+    "scale.cc": '#include "iron_kernel.h"\nextern "C" void scale() {}\n',
+    "add.cc": '#include "iron_kernel.h"\nextern "C" void add() {}\n',
+    "iron_kernel.h": "#pragma once\n",
+}
+
+
+# ---- discovery ---------------------------------------------------------------------------
+
+
+def test_toolchain_missing_names_both_tools(hermetic):
+    tmp = hermetic
+    with pytest.raises(ToolchainMissing) as raised:
+        find_toolchain()
+    assert str(raised.value) == (
+        "iron cannot build a design: aiecc (mlir-aie) is not installed: no aiecc or aiecc.py in "
+        f"{tmp}/empty:{tmp}/python/scripts; Peano clang++ (llvm-aie) is not installed: no "
+        f"{tmp}/python/purelib/llvm-aie/bin/clang++ (where the llvm-aie wheel installs it). "
+        "Install mlir-aie with `pip install mlir_aie -f "
+        "https://github.com/Xilinx/mlir-aie/releases/expanded_assets/latest-wheels/` and Peano "
+        "with `pip install llvm-aie -f https://github.com/Xilinx/llvm-aie/releases/expanded_assets"
+        "/nightly` (or point MLIR_AIE_INSTALL_DIR / PEANO_INSTALL_DIR at existing installs); "
+        "running on an NPU also needs XRT and pyxrt from the distribution packages python3-xrt "
+        "libxrt-npu2 libxrt-utils-npu."
+    )
+
+
+def test_toolchain_missing_peano_under_its_install_dir(hermetic, monkeypatch):
+    tmp = hermetic
+    install_fakes(monkeypatch, tmp, FLAGS_GET)
+    (tmp / "bin" / "clang++").unlink()
+    monkeypatch.setenv("PEANO_INSTALL_DIR", str(tmp / "peano"))
+    with pytest.raises(ToolchainMissing) as raised:
+        find_toolchain()
+    assert str(raised.value).startswith(
+        "iron cannot build a design: Peano clang++ (llvm-aie) is not installed: no "
+        f"{tmp}/peano/bin/clang++ (under $PEANO_INSTALL_DIR). Install mlir-aie with"
+    )
+
+
+def test_find_toolchain_reads_new_flag_generation(hermetic, monkeypatch):
+    bin_dir = install_fakes(monkeypatch, hermetic, FLAGS_GET)
+    found = find_toolchain()
+    assert (found.aiecc, found.flags, found.peano_clang, found.peano_dir) == (
+        bin_dir / "aiecc", FLAGS_GET, hermetic / "bin" / "clang++", hermetic
+    )
+    assert found.versions[0].startswith(f"{bin_dir / 'aiecc'} ")
+    assert found.versions[1].startswith(f"{bin_dir / 'clang++'} ")
+
+
+def test_find_toolchain_reads_old_flag_generation_from_aiecc_py(hermetic, monkeypatch):
+    bin_dir = install_fakes(monkeypatch, hermetic, FLAGS_AIE_GENERATE, aiecc_name="aiecc.py")
+    found = find_toolchain()
+    assert (found.aiecc, found.flags) == (bin_dir / "aiecc.py", FLAGS_AIE_GENERATE)
+
+
+def test_find_toolchain_prefers_mlir_aie_install_dir(hermetic, monkeypatch):
+    install_fakes(monkeypatch, hermetic, FLAGS_AIE_GENERATE)
+    other = hermetic / "mlir_aie"
+    (other / "bin").mkdir(parents=True)
+    _script(other / "bin" / "aiecc", FAKE_AIECC.format(help=HELP_TEXT[FLAGS_GET], log=LOG_ARGV))
+    monkeypatch.setenv("MLIR_AIE_INSTALL_DIR", str(other))
+    found = find_toolchain()
+    assert (found.aiecc, found.flags) == (other / "bin" / "aiecc", FLAGS_GET)
+
+
+def test_unknown_aiecc_is_refused(hermetic, monkeypatch):
+    bin_dir = install_fakes(monkeypatch, hermetic, FLAGS_GET)
+    _script(bin_dir / "aiecc", "#!/bin/sh\necho 'usage: aiecc [options]'\n")
+    with pytest.raises(ToolchainMissing) as raised:
+        find_toolchain()
+    assert str(raised.value) == (
+        f"{bin_dir}/aiecc lists neither --get-xclbin (aiecc since 2026-07-21) nor "
+        "--aie-generate-xclbin (aiecc.py before) in its --help, so it is not an mlir-aie "
+        "compiler driver iron knows. Install mlir-aie with `pip install mlir_aie -f "
+        "https://github.com/Xilinx/mlir-aie/releases/expanded_assets/latest-wheels/`."
+    )
+
+
+# ---- builds through fake tools -----------------------------------------------------------
+
+
+def test_build_runs_peano_then_aiecc_and_caches(hermetic, monkeypatch):
+    tmp = hermetic
+    bin_dir = install_fakes(monkeypatch, tmp, FLAGS_GET)
+    heard = []
+
+    def progress(step, total, what):
+        heard.append((step, total, what))
+
+    artifacts = build(MLIR, SOURCES, NPU2, "xclbin", cache=Cache(tmp / "cache"), progress=progress)
+
+    entry = artifacts.directory
+    assert entry.parent == tmp / "cache"
+    assert artifacts == Artifacts(
+        entry, "xclbin", entry / "final.xclbin", entry / "insts.bin", None, "MLIR_AIE"
+    )
+    assert recorded_argv(tmp) == [
+        [f"{bin_dir}/clang++", "-O2", "-std=c++20", "--target=aie2p-none-unknown-elf",
+         f"-I{entry}", "-c", f"{entry}/add.cc", "-o", f"{entry}/add.o"],
+        [f"{bin_dir}/clang++", "-O2", "-std=c++20", "--target=aie2p-none-unknown-elf",
+         f"-I{entry}", "-c", f"{entry}/scale.cc", "-o", f"{entry}/scale.o"],
+        [f"{bin_dir}/aiecc", f"--peano={tmp}", f"--tmpdir={entry}/design.prj",
+         "--get-xclbin", "--xclbin-name=final.xclbin", "--get-npu-insts",
+         "--npu-insts-name=insts.bin", f"{entry}/design.mlir"],
+    ]
+    assert heard == [
+        (1, 3, "peano add.cc"),
+        (2, 3, "peano scale.cc"),
+        (3, 3, "aiecc design.mlir -> final.xclbin + insts.bin"),
+    ]
+    assert (entry / "design.mlir").read_text() == MLIR
+    assert {name: (entry / name).read_text() for name in SOURCES} == SOURCES
+    assert artifacts.xclbin.is_file() and artifacts.insts.is_file()
+
+    again = build(MLIR, SOURCES, NPU2, "xclbin", cache=Cache(tmp / "cache"), progress=progress)
+    assert again == artifacts
+    assert len(recorded_argv(tmp)) == 3
+    assert len(heard) == 3
+
+
+def test_build_full_elf_with_old_flags(hermetic, monkeypatch):
+    tmp = hermetic
+    bin_dir = install_fakes(monkeypatch, tmp, FLAGS_AIE_GENERATE, aiecc_name="aiecc.py")
+    sources = {"add.cc": SOURCES["add.cc"], "iron_kernel.h": SOURCES["iron_kernel.h"]}
+
+    artifacts = build(
+        MLIR, sources, NPU2, "elf", cache=Cache(tmp / "cache"), progress=lambda *_: None,
+        device_symbol="dev", sequence_symbol="run",
+    )
+
+    entry = artifacts.directory
+    assert artifacts == Artifacts(entry, "elf", None, None, entry / "aie.elf", "dev:run")
+    assert recorded_argv(tmp)[1] == [
+        f"{bin_dir}/aiecc.py", "--no-compile-host", "--no-xchesscc", "--no-xbridge",
+        f"--peano={tmp}", f"--tmpdir={entry}/design.prj",
+        "--generate-full-elf", "--full-elf-name=aie.elf", f"{entry}/design.mlir",
+    ]
+    assert artifacts.elf.is_file()
+
+
+def test_build_keys_on_device_and_image(hermetic, monkeypatch):
+    install_fakes(monkeypatch, hermetic, FLAGS_GET)
+    cache = Cache(hermetic / "cache")
+    quiet = {"cache": cache, "progress": lambda *_: None}
+    on_npu2 = build(MLIR, SOURCES, NPU2, "xclbin", **quiet).directory
+    on_npu1 = build(MLIR, SOURCES, NPU1, "xclbin", **quiet).directory
+    as_elf = build(MLIR, SOURCES, NPU2, "elf", **quiet).directory
+    edited = build(MLIR, {**SOURCES, "add.cc": "// changed\n"}, NPU2, "xclbin", **quiet).directory
+    assert len({on_npu2, on_npu1, as_elf, edited}) == 4
+    assert len(recorded_argv(hermetic)) == 12
+
+
+def test_default_progress_prints_one_line_per_step(hermetic, monkeypatch, capsys):
+    install_fakes(monkeypatch, hermetic, FLAGS_GET)
+    build(MLIR, {"add.cc": SOURCES["add.cc"]}, NPU1, "xclbin", cache=Cache(hermetic / "cache"))
+    assert capsys.readouterr().err == (
+        "iron build [1/2] peano add.cc\n"
+        "iron build [2/2] aiecc design.mlir -> final.xclbin + insts.bin\n"
+    )
+
+
+def test_aiecc_failure_raises_build_error_with_stderr(hermetic, monkeypatch):
+    tmp = hermetic
+    bin_dir = install_fakes(monkeypatch, tmp, FLAGS_GET)
+    monkeypatch.setenv("IRON_FAKE_AIECC_FAILS", "1")
+    cache = Cache(tmp / "cache")
+    with pytest.raises(BuildError) as raised:
+        build(MLIR, {}, NPU2, "elf", cache=cache, progress=lambda *_: None)
+    (entry,) = [p for p in (tmp / "cache").iterdir() if p.is_dir()]
+    assert str(raised.value) == (
+        "aiecc failed with exit code 3 on design.mlir -> aie.elf.\n"
+        f"command: {bin_dir}/aiecc --peano={tmp} --tmpdir={entry}/design.prj --get-full-elf "
+        f"--full-elf-name=aie.elf {entry}/design.mlir\n"
+        "stderr (last 20 lines):\n"
+        "aiecc: compiling\n"
+        "design.mlir:4:5: error: 'aie.objectfifo' op depth 0 is not positive\n"
+        f"The design and its objects stay in {entry}: rerun the command there to reproduce, "
+        "and report it if the design came from iron unchanged."
+    )
+    assert not cache.is_done(entry.name)
+
+    monkeypatch.delenv("IRON_FAKE_AIECC_FAILS")
+    rebuilt = build(MLIR, {}, NPU2, "elf", cache=cache, progress=lambda *_: None)
+    assert rebuilt.directory == entry
+    assert cache.is_done(entry.name)
+
+
+def test_peano_failure_stops_before_aiecc(hermetic, monkeypatch):
+    tmp = hermetic
+    bin_dir = install_fakes(monkeypatch, tmp, FLAGS_GET)
+    monkeypatch.setenv("IRON_FAKE_CLANG_FAILS", "1")
+    with pytest.raises(BuildError) as raised:
+        build(MLIR, {"add.cc": "flot x;\n"}, NPU1, "xclbin", cache=Cache(tmp / "cache"),
+              progress=lambda *_: None)
+    (entry,) = [p for p in (tmp / "cache").iterdir() if p.is_dir()]
+    assert str(raised.value) == (
+        "peano failed with exit code 1 on add.cc.\n"
+        f"command: {bin_dir}/clang++ -O2 -std=c++20 --target=aie2-none-unknown-elf -I{entry} "
+        f"-c {entry}/add.cc -o {entry}/add.o\n"
+        "stderr (last 20 lines):\n"
+        "add.cc:2:1: error: unknown type name 'flot'\n"
+        f"Fix the kernel source add.cc where the compiler points; the failed build stays in "
+        f"{entry}."
+    )
+    assert [argv[0] for argv in recorded_argv(tmp)] == [f"{bin_dir}/clang++"]
+
+
+def test_missing_output_raises_build_error(hermetic, monkeypatch):
+    tmp = hermetic
+    install_fakes(monkeypatch, tmp, FLAGS_GET)
+    monkeypatch.setenv("IRON_FAKE_AIECC_WRITES_NOTHING", "1")
+    with pytest.raises(BuildError) as raised:
+        build(MLIR, {}, NPU2, "xclbin", cache=Cache(tmp / "cache"), progress=lambda *_: None)
+    (entry,) = [p for p in (tmp / "cache").iterdir() if p.is_dir()]
+    assert str(raised.value).startswith(
+        "aiecc exited 0 on design.mlir -> final.xclbin + insts.bin but did not write "
+        f"final.xclbin, insts.bin in {entry}.\ncommand: "
+    )
+
+
+# ---- the real toolchain ------------------------------------------------------------------
+
+ADD_ONE_MLIR = """module {
+  aie.device(npu2_1col) {
+    %shim = aie.tile(0, 0)
+    %ct   = aie.tile(0, 2)
+    aie.objectfifo @in (%shim, {%ct},   2 : i32) : !aie.objectfifo<memref<256xi32>>
+    aie.objectfifo @out(%ct,   {%shim}, 2 : i32) : !aie.objectfifo<memref<256xi32>>
+    func.func private @add_one(memref<256xi32>, memref<256xi32>, i32) attributes {link_with = "add_one.o"}
+    %core = aie.core(%ct) {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %c4 = arith.constant 4 : index
+      %cmax = arith.constant 9223372036854775807 : index
+      %n = arith.constant 256 : i32
+      scf.for %it = %c0 to %cmax step %c1 {
+        scf.for %b = %c0 to %c4 step %c1 {
+          %vi = aie.objectfifo.acquire @in(Consume, 1) : !aie.objectfifosubview<memref<256xi32>>
+          %bi = aie.objectfifo.subview.access %vi[0] : !aie.objectfifosubview<memref<256xi32>> -> memref<256xi32>
+          %vo = aie.objectfifo.acquire @out(Produce, 1) : !aie.objectfifosubview<memref<256xi32>>
+          %bo = aie.objectfifo.subview.access %vo[0] : !aie.objectfifosubview<memref<256xi32>> -> memref<256xi32>
+          func.call @add_one(%bi, %bo, %n) : (memref<256xi32>, memref<256xi32>, i32) -> ()
+          aie.objectfifo.release @in(Consume, 1)
+          aie.objectfifo.release @out(Produce, 1)
+        }
+      }
+      aie.end
+    }
+    aie.runtime_sequence @sequence(%src: memref<1024xi32>, %dst: memref<1024xi32>) {
+      aiex.npu.dma_memcpy_nd(%dst[0, 0, 0, 0][1, 1, 1, 1024][0, 0, 0, 1]) {id = 1 : i64, metadata = @out, issue_token = true} : memref<1024xi32>
+      aiex.npu.dma_memcpy_nd(%src[0, 0, 0, 0][1, 1, 1, 1024][0, 0, 0, 1]) {id = 0 : i64, metadata = @in} : memref<1024xi32>
+      aiex.npu.dma_wait {symbol = @out}
+    }
+  }
+}
+"""
+
+ADD_ONE_CC = """#include <stdint.h>
+extern "C" void add_one(int32_t *in, int32_t *out, int32_t n) {
+  for (int32_t i = 0; i < n; i++) out[i] = in[i] + 1;
+}
+"""
+
+
+@pytest.mark.toolchain
+@pytest.mark.parametrize("image", ["xclbin", "elf"])
+def test_real_build_of_add_one(tmp_path, image):
+    try:
+        tools = find_toolchain()
+    except ToolchainMissing as missing:
+        pytest.skip(f"mlir-aie and Peano are not installed: {missing}")
+    device = FakeDevice("npu2_1col", "npu2", True, "aie2p-none-unknown-elf")
+    artifacts = build(ADD_ONE_MLIR, {"add_one.cc": ADD_ONE_CC}, device, image,
+                      toolchain=tools, cache=Cache(tmp_path))
+    if image == "xclbin":
+        assert artifacts.xclbin.read_bytes()[:7] == b"xclbin2"
+        insts = artifacts.insts.read_bytes()
+        assert len(insts) > 0 and len(insts) % 4 == 0
+    else:
+        assert artifacts.elf.read_bytes()[:4] == b"\x7fELF"
+    assert (artifacts.directory / "add_one.o").read_bytes()[:4] == b"\x7fELF"

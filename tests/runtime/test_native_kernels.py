@@ -1,0 +1,388 @@
+"""Tests of the emulator's native kernel mode (iron.runtime.emulator.native) and, through it, of
+the kernel library's C++ (iron/kernels/cc) run on the host.
+
+Every kernel and supported element type runs on seeded random inputs and is compared with an
+independent numpy formula written here (exact integers wrapped to the element width, float64
+for floats) and with the library's own `Kernel.reference`: integers exactly; f32 with rtol 1e-5
+(elementwise) or 1e-4 (reductions) and atol 1e-6; bf16 within one bf16 ulp. Also: bf16 rounding
+(nearest even, NaN, overflow), integer wrap-around, the build cache (reuse, one build under
+concurrent loads, the cache location) and the error texts. The whole library is compiled once
+per module into a temporary cache. Does not test the emulator that calls these kernels.
+"""
+
+import shutil
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from iron.compiler.cache import cache_dir
+from iron.errors import BuildError, KernelTypeError, ToolchainMissing
+from iron.kernels import LIBRARY
+from iron.kernels.base import CC_DIR, library_sources
+from iron.runtime.emulator.native import NativeLibrary
+
+DTYPES = {
+    "i8": np.dtype(np.int8),
+    "u8": np.dtype(np.uint8),
+    "i16": np.dtype(np.int16),
+    "i32": np.dtype(np.int32),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "f32": np.dtype(np.float32),
+}
+INTEGERS = ("i8", "u8", "i16", "i32")
+FLOATS = ("bf16", "f32")
+ALL = INTEGERS + FLOATS
+SUPPORTED = {
+    "copy": ALL,
+    "add": ALL,
+    "sub": ALL,
+    "mul": ALL,
+    "scale": FLOATS,
+    "relu": ALL,
+    "silu": FLOATS,
+    "exp": FLOATS,
+    "accumulate": ALL,
+    "matvec": ALL,
+    "matmul": ALL,
+    "rmsnorm": FLOATS,
+    "softmax": FLOATS,
+    "argmax": ALL,
+}
+KERNELS = {kernel.name: kernel for kernel in LIBRARY}
+N = 67
+ELEMENTWISE, REDUCTION = 1e-5, 1e-4  # f32 rtol
+TINY = {"tiny.cc": 'extern "C" void tiny(int* out, int value) { *out = value + 1; }\n'}
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    if shutil.which("g++") is None:
+        pytest.skip("the host C++ compiler g++ is not installed (apt-get install g++)")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("IRON_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        patch.delenv("CXX", raising=False)
+        yield NativeLibrary.load(library_sources())
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("CXX", raising=False)
+    return tmp_path / "cache"
+
+
+def call(library, symbol, *args):
+    """Call `symbol`, typing arrays as "ptr", ints as "i32" and floats as "f32"."""
+    kinds = {np.ndarray: "ptr", int: "i32", float: "f32"}
+    library.call(symbol, args, [kinds[type(arg)] for arg in args])
+
+
+def random_array(dt, shape, seed=7):
+    """Integers over the element type's full range; floats standard normal."""
+    rng = np.random.default_rng(seed)
+    dtype = DTYPES[dt]
+    if dt in INTEGERS:
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+    return rng.standard_normal(shape).astype(np.float32).astype(dtype)
+
+
+def wide(array):
+    """Exact Python integers, or float64."""
+    return array.astype(object if array.dtype.kind in "iu" else np.float64)
+
+
+def narrow(exact, dt):
+    """`exact` in the element type: integers wrapped to its width, floats rounded to nearest."""
+    dtype = DTYPES[dt]
+    if dt in INTEGERS:
+        modulus = 1 << (8 * dtype.itemsize)
+        unsigned = np.asarray(exact, dtype=object) % modulus
+        return unsigned.astype(np.uint64).astype(f"u{dtype.itemsize}").view(dtype)
+    return np.asarray(exact).astype(dtype)
+
+
+def bf16_order(array):
+    """bfloat16 bits as integers that count ulps across zero (+0 and -0 both 0)."""
+    bits = array.view(np.uint16).astype(np.int32)
+    return np.where(bits & 0x8000, -(bits & 0x7FFF), bits)
+
+
+def expect(actual, expected, dt, rtol=ELEMENTWISE):
+    expected = narrow(expected, dt)
+    if dt in INTEGERS:
+        np.testing.assert_array_equal(actual, expected)
+    elif dt == "f32":
+        np.testing.assert_allclose(actual, expected, rtol=rtol, atol=1e-6)
+    else:
+        ulps = np.abs(bf16_order(actual) - bf16_order(expected))
+        assert ulps.max() <= 1, f"{ulps.max()} bf16 ulps apart:\n{actual}\n{expected}"
+
+
+def cases(*kernels):
+    """(kernel, element type) for every supported element type of each kernel."""
+    return [(kernel, dt) for kernel in kernels for dt in SUPPORTED[kernel]]
+
+
+def test_library_kernels_declare_the_c_abi_types():
+    assert {
+        name: tuple(dt for dt in ALL if DTYPES[dt] in kernel.dtypes)
+        for name, kernel in KERNELS.items()
+    } == SUPPORTED
+    assert [KERNELS["matvec"].symbol(DTYPES[dt]) for dt in ALL] == [f"matvec_{dt}" for dt in ALL]
+
+
+def test_library_sources_are_the_files_of_kernels_cc():
+    sources = library_sources()
+    assert sorted(sources) == sorted([f"{kernel}.cc" for kernel in SUPPORTED] + ["iron_kernel.h"])
+    assert sources["add.cc"] == (CC_DIR / "add.cc").read_text()
+
+
+@pytest.mark.parametrize("dt", SUPPORTED["copy"])
+def test_copy(library, dt):
+    x = random_array(dt, N)
+    out = np.zeros_like(x)
+    call(library, f"copy_{dt}", x, out, N)
+    np.testing.assert_array_equal(out.view(f"u{x.itemsize}"), x.view(f"u{x.itemsize}"))
+    expect(out, KERNELS["copy"].reference(x), dt)
+
+
+BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
+
+
+@pytest.mark.parametrize("kernel, dt", cases(*BINARY))
+def test_binary(library, kernel, dt):
+    a, b = random_array(dt, N, seed=1), random_array(dt, N, seed=2)
+    out = np.zeros_like(a)
+    call(library, f"{kernel}_{dt}", a, b, out, N)
+    expect(out, BINARY[kernel](wide(a), wide(b)), dt)
+    expect(out, KERNELS[kernel].reference(a, b), dt)
+
+
+UNARY = {
+    "relu": lambda x: np.maximum(x, 0),
+    "silu": lambda x: x / (1 + np.exp(-x)),
+    "exp": np.exp,
+}
+
+
+@pytest.mark.parametrize("kernel, dt", cases(*UNARY))
+def test_unary(library, kernel, dt):
+    x = random_array(dt, N)
+    out = np.zeros_like(x)
+    call(library, f"{kernel}_{dt}", x, out, N)
+    expect(out, UNARY[kernel](wide(x)), dt)
+    expect(out, KERNELS[kernel].reference(x), dt)
+
+
+@pytest.mark.parametrize("dt", SUPPORTED["scale"])
+def test_scale(library, dt):
+    x = random_array(dt, N)
+    out = np.zeros_like(x)
+    call(library, f"scale_{dt}", x, out, N, -1.75)
+    expect(out, wide(x) * -1.75, dt)
+    expect(out, KERNELS["scale"].reference(x, factor=-1.75), dt)
+
+
+@pytest.mark.parametrize("dt", SUPPORTED["accumulate"])
+def test_accumulate(library, dt):
+    x, before = random_array(dt, N, seed=1), random_array(dt, N, seed=2)
+    acc = before.copy()
+    call(library, f"accumulate_{dt}", x, acc, N)
+    expect(acc, wide(before) + wide(x), dt)
+    expect(acc, KERNELS["accumulate"].reference(x, before), dt)
+
+
+@pytest.mark.parametrize("dt", SUPPORTED["matvec"])
+def test_matvec(library, dt):
+    m, k = 5, 37
+    w, x = random_array(dt, (m, k), seed=1), random_array(dt, k, seed=2)
+    out = np.zeros(m, DTYPES[dt])
+    call(library, f"matvec_{dt}", w, x, out, m, k)
+    expect(out, wide(w) @ wide(x), dt, rtol=REDUCTION)
+    expect(out, KERNELS["matvec"].reference(w, x), dt, rtol=REDUCTION)
+
+
+@pytest.mark.parametrize("dt", SUPPORTED["matmul"])
+def test_matmul(library, dt):
+    m, k, n = 4, 9, 6
+    a, b = random_array(dt, (m, k), seed=1), random_array(dt, (k, n), seed=2)
+    out = np.zeros((m, n), DTYPES[dt])
+    call(library, f"matmul_{dt}", a, b, out, m, k, n)
+    expect(out, wide(a) @ wide(b), dt, rtol=REDUCTION)
+    expect(out, KERNELS["matmul"].reference(a, b), dt, rtol=REDUCTION)
+
+
+@pytest.mark.parametrize("dt", SUPPORTED["rmsnorm"])
+def test_rmsnorm(library, dt):
+    x, w = random_array(dt, N, seed=1), random_array(dt, N, seed=2)
+    out = np.zeros_like(x)
+    call(library, f"rmsnorm_{dt}", x, w, out, N, 1e-5)
+    exact_x, exact_w = wide(x), wide(w)
+    expect(out, exact_x / np.sqrt(np.mean(exact_x**2) + 1e-5) * exact_w, dt, rtol=REDUCTION)
+    expect(out, KERNELS["rmsnorm"].reference(x, w, eps=1e-5), dt, rtol=REDUCTION)
+
+
+@pytest.mark.parametrize("length", [1, 11, 16])
+@pytest.mark.parametrize("dt", SUPPORTED["softmax"])
+def test_softmax_of_the_first_length_elements(library, dt, length):
+    x = random_array(dt, 16) * 3
+    out = np.full_like(x, 9)
+    call(library, f"softmax_{dt}", x, out, 16, length)
+    valid = np.exp(wide(x[:length]) - wide(x[:length]).max())
+    expect(out, np.concatenate([valid / valid.sum(), np.zeros(16 - length)]), dt, rtol=REDUCTION)
+    expect(out, KERNELS["softmax"].reference(x, length=length), dt, rtol=REDUCTION)
+    assert (out[length:] == 0).all()
+
+
+@pytest.mark.parametrize("dt", SUPPORTED["argmax"])
+def test_argmax(library, dt):
+    x = random_array(dt, N)
+    out = np.full(1, -1, np.int32)
+    call(library, f"argmax_{dt}", x, out, N)
+    assert out[0] == int(np.argmax(wide(x))) == int(KERNELS["argmax"].reference(x))
+
+
+@pytest.mark.parametrize("dt", SUPPORTED["argmax"])
+def test_argmax_picks_the_first_of_tied_maxima(library, dt):
+    x = np.array([3, 1, 5, 2, 5, 5, 0], DTYPES[dt])
+    out = np.full(1, -1, np.int32)
+    call(library, f"argmax_{dt}", x, out, 7)
+    assert out[0] == 2
+    call(library, f"argmax_{dt}", x[:1].copy(), out, 1)
+    assert out[0] == 0
+
+
+def test_bf16_results_round_to_nearest_even(library):
+    def add(a, b):
+        a, b = (np.array(v, ml_dtypes.bfloat16) for v in (a, b))
+        out = np.zeros_like(a)
+        call(library, "add_bf16", a, b, out, len(a))
+        return out
+
+    one, half_ulp = 1.0, 2.0**-8  # bf16 keeps 7 fraction bits: 1 + 2**-7 is 1's next value
+    largest = 2.0**127 * (2 - 2**-7)  # the largest finite bf16; half its ulp is 2**119
+    ties = add([one, one + 2**-7, -one, largest], [half_ulp, half_ulp, -half_ulp, 2.0**119])
+    expected = [one, one + 2**-6, -one, np.inf]  # down to even, up to even, negative, overflow
+    np.testing.assert_array_equal(ties.astype(np.float32), np.array(expected, np.float32))
+    above_tie = add([one], [half_ulp + 2.0**-15])
+    assert above_tie[0] == one + 2**-7
+    nan = add([np.nan, np.inf], [one, -np.inf])
+    assert np.isnan(nan.astype(np.float32)).all()
+
+
+def test_integer_kernels_wrap_around(library):
+    a = np.array([127, -128, 100], np.int8)
+    out = np.zeros_like(a)
+    call(library, "add_i8", a, np.array([1, -1, 100], np.int8), out, 3)
+    np.testing.assert_array_equal(out, [-128, 127, -56])
+    big = np.array([2**31 - 1, -(2**31)], np.int32)
+    call(library, "mul_i32", big, big, product := np.zeros_like(big), 2)
+    np.testing.assert_array_equal(product, [1, 0])
+    w = np.full((1, 4), 2**31 - 1, np.int32)  # the dot product exceeds int64 before wrapping
+    call(library, "matvec_i32", w, w[0].copy(), dot := np.zeros(1, np.int32), 1, 4)
+    assert dot[0] == 4
+
+
+def test_call_accepts_read_only_arrays_and_numpy_scalars(library):
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    x.setflags(write=False)
+    out = np.zeros(3, np.float32)
+    library.call("scale_f32", [x, out, np.int64(3), np.float32(0.5)], ["ptr", "ptr", "i32", "f32"])
+    np.testing.assert_array_equal(out, [0.5, -1.0, 1.5])
+
+
+def test_call_refuses_a_non_contiguous_array(library):
+    x = np.zeros(8, np.float32)[::2]
+    with pytest.raises(KernelTypeError) as raised:
+        library.call("copy_f32", [x, np.zeros(4, np.float32), 4], ["ptr", "ptr", "i32"])
+    assert str(raised.value) == (
+        "Native kernel copy_f32 got a non-contiguous array as argument 0 (shape (4,), strides "
+        "(8,)); pass np.ascontiguousarray of it instead."
+    )
+
+
+def test_call_refuses_an_unknown_symbol(library):
+    with pytest.raises(KernelTypeError) as raised:
+        call(library, "scale_i8", np.zeros(1, np.int8), np.zeros(1, np.int8), 1, 2.0)
+    assert str(raised.value) == (
+        f"The native kernel library {library.path} has no symbol 'scale_i8'; define "
+        f'`extern "C" void scale_i8(...)` in the kernel\'s C++ source.'
+    )
+
+
+def test_call_refuses_an_unknown_argument_type(library):
+    with pytest.raises(KernelTypeError) as raised:
+        library.call("copy_f32", [np.zeros(1, np.float32)] * 2 + [1], ["ptr", "ptr", "i64"])
+    assert str(raised.value) == (
+        "Native kernel copy_f32 was given argument types ['i64'], which are not among "
+        "['f32', 'i32', 'ptr']; describe each argument as one of those."
+    )
+
+
+def test_load_builds_once_into_the_native_cache_and_reuses_it(fresh_cache, tmp_path, monkeypatch):
+    log = tmp_path / "compiles.log"
+    wrapper = tmp_path / "counting-g++"
+    wrapper.write_text(f'#!/bin/sh\necho run >> "{log}"\nexec g++ "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CXX", str(wrapper))
+    loaded = []
+    threads = [
+        threading.Thread(target=lambda: loaded.append(NativeLibrary.load(TINY))) for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    again = NativeLibrary.load(TINY)
+    assert log.read_text() == "run\n"
+    assert {lib.path for lib in loaded} == {again.path}
+    assert again.path.parent.parent == fresh_cache / "native"
+    assert len(again.path.parent.name) == 64
+    assert (again.path.parent / "tiny.cc").read_text() == TINY["tiny.cc"]
+    out = np.zeros(1, np.int32)
+    again.call("tiny", [out, 41], ["ptr", "i32"])
+    assert out[0] == 42
+
+
+def test_cache_lives_under_the_iron_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "explicit"))
+    assert cache_dir() == tmp_path / "explicit"
+    monkeypatch.delenv("IRON_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "iron"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir() == tmp_path / "home" / ".cache" / "iron"
+
+
+def test_load_without_a_compiler_names_it_and_how_to_install_it(fresh_cache, monkeypatch):
+    monkeypatch.setenv("CXX", "/nonexistent/g++-13")
+    with pytest.raises(ToolchainMissing) as raised:
+        NativeLibrary.load(TINY)
+    assert str(raised.value) == (
+        "The host C++ compiler '/nonexistent/g++-13' (from $CXX, else g++) is not installed or "
+        "not on PATH, and the emulator's native kernel mode needs it to compile kernel sources. "
+        "Install it with `apt-get install g++`, or set $CXX to an installed C++ compiler."
+    )
+
+
+def test_load_of_broken_source_reports_the_compiler_errors(fresh_cache):
+    broken = {"broken.cc": 'extern "C" void broken(int* out) { *out = missing; }\n'}
+    with pytest.raises(BuildError) as raised:
+        NativeLibrary.load(broken)
+    message = str(raised.value)
+    entry = next((fresh_cache / "native").glob("*/"))
+    flags = "-std=c++20 -O2 -Wall -Werror -shared -fPIC"
+    assert message.startswith(
+        f"Compiling the native kernels broken.cc failed (exit 1) in {entry}:\n"
+        f"$ g++ {flags} -o kernels.so broken.cc\n"
+    )
+    stderr = message.split("\n", 2)[2].rsplit("\n", 1)[0]  # g++'s own text, locale-dependent
+    assert "error:" in stderr and "missing" in stderr
+    assert message.endswith(
+        "\nFix the C++ errors above in the kernel sources, then load them again."
+    )
+    assert not (entry / "kernels.so").exists()
