@@ -7,16 +7,44 @@ from iron import errors
 from iron.dtypes import bfloat16
 from iron.frontend.declarations import Param, State, Weight, param, state, weight
 from iron.frontend.graph import Graph, graph
-from iron.frontend.handles import Carried, Carry, Scalar, Scratchpad, Tensor, carry, maximum, minimum
+from iron.frontend.handles import (
+    Carried,
+    Carry,
+    Scalar,
+    Scratchpad,
+    Tensor,
+    carry,
+    maximum,
+    minimum,
+)
 from iron.kernels import Kernel
 
-min = minimum  # noqa: A001 - iron.min(a, b) builds a device-side minimum
-max = maximum  # noqa: A001
+min = minimum
+max = maximum
 
 __all__ = [
-    "Graph", "graph", "weight", "param", "state", "Weight", "Param", "State", "Carried",
-    "Scratchpad", "Carry", "carry", "Scalar", "Tensor", "Kernel", "min", "max", "minimum",
-    "maximum", "bfloat16", "errors", "CarriedLoop",
+    "Carried",
+    "CarriedLoop",
+    "Carry",
+    "Graph",
+    "Kernel",
+    "Param",
+    "Scalar",
+    "Scratchpad",
+    "State",
+    "Tensor",
+    "Weight",
+    "bfloat16",
+    "carry",
+    "errors",
+    "graph",
+    "max",
+    "maximum",
+    "min",
+    "minimum",
+    "param",
+    "state",
+    "weight",
 ]
 
 

@@ -150,8 +150,12 @@ def describe(node: Node) -> str:
     if node.op == Op.MEMORY:
         return node.arg[1]
     if node.op == Op.VIEW:
-        return f"{describe(node.src[0])}[{', '.join(_axis_text(a, node) for a in node.arg)}]"
-    return f"{node.arg.kernel.__name__}(...)"
+        parts = [_axis_text(a, node, n) for a, n in zip(node.arg, node.src[0].shape)]
+        while parts and parts[-1] == ":":
+            parts.pop()
+        return f"{describe(node.src[0])}[{', '.join(parts) or ':'}]"
+    c = node.arg
+    return f"{c.kernel.__name__}({', '.join(describe(s) for s in node.src[:c.n_inputs])})"
 
 
 def _operand(node: Node) -> str:
@@ -159,13 +163,14 @@ def _operand(node: Node) -> str:
     return f"({text})" if node.op in SCALAR_SYMBOL else text
 
 
-def _axis_text(axis: Axis, view: Node) -> str:
+def _axis_text(axis: Axis, view: Node, extent: int) -> str:
     if axis.index is not None:
         return str(axis.index)
     if axis.dynamic is not None:
-        return describe(view.src[axis.dynamic])
+        text = describe(view.src[axis.dynamic])
+        return text if axis.start == 0 else f"{axis.start} + {text}"
     start = "" if axis.start == 0 else str(axis.start)
-    return f"{start}:{'' if axis.stop is None else axis.stop}"
+    return f"{start}:{'' if axis.stop == extent else axis.stop}"
 
 
 def scalar_vars(node: Node) -> set[str]:

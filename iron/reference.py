@@ -35,6 +35,7 @@ class Reference:
         self.value_slots = [(v.arg[0], self.slot[id(v)]) for v in program.scalars]
         self.output_slots = [self.slot[id(n)] for n in program.outputs]
         self.carry_steps = [(name, self._carry_value(node)) for name, node in program.carry]
+        self.steps = self.scalar_steps + self.checks + self.call_steps
         self.template = [None] * len(self.slot)
         for slot, value in self.constants:
             self.template[slot] = value
@@ -81,13 +82,13 @@ class Reference:
     def _view(self, view: Node):
         arr = self.arrays[view.src[0].arg[1]]
         parts, dyn = [], []
-        for axis_no, axis in enumerate(view.arg):
+        for axis in view.arg:
             if axis.index is not None:
                 parts.append(axis.index)
             elif axis.dynamic is not None:
                 expr = view.src[axis.dynamic]
                 slot = self._scalar(expr)
-                self._add_range_check(view, axis_no, axis, expr, slot)
+                self._add_range_check(view, axis, expr, slot)
                 dyn.append((len(parts), slot, axis.start))
                 parts.append(None)
             else:
@@ -106,18 +107,13 @@ class Reference:
             return arr[tuple(idx)]
         return view_of
 
-    def _add_range_check(self, view, axis_no, axis, expr, slot):
-        bound = axis.stop - axis.start
-        name, text, vars_ = view.src[0].arg[1], describe(expr), describe(view)
+    def _add_range_check(self, view, axis, expr, slot):
+        bound, text, what = axis.stop - axis.start, describe(expr), describe(view)
 
         def check(env):
             v = env[slot]
             if not 0 <= v < bound:
-                raise IndexOutOfRange(
-                    f"{vars_} with {text} = {v} is out of range: axis {axis_no} of '{name}' has {bound} "
-                    f"entries there (0 to {bound - 1}); nothing was written. Keep {text} in range, or "
-                    f"make '{name}' larger."
-                )
+                raise IndexOutOfRange.at(what, text, v, 0, bound)
         self.checks.append(check)
 
     def _lower_call(self, call: Node):
@@ -158,16 +154,13 @@ class Reference:
         return step
 
     def _add_attr_check(self, call, name, slot):
-        n = call.src[0].shape[0]
-        kernel, text = call.arg.kernel.__name__, describe(call.src[call.arg.n_inputs + call.arg.writes + call.arg.scalar_attrs.index(name)])
+        n, what = call.src[0].shape[0], f"{describe(call)} {name}"
+        text = describe(call.src[call.arg.n_inputs + call.arg.writes + call.arg.scalar_attrs.index(name)])
 
         def check(env):
             v = env[slot]
             if not 1 <= v <= n:
-                raise IndexOutOfRange(
-                    f"{kernel} {name}={text} = {v} is out of range 1..{n}; nothing was written. "
-                    f"Keep {text} between 1 and {n}."
-                )
+                raise IndexOutOfRange.at(what, text, v, 1, n + 1)
         self.checks.append(check)
 
     def _carry_value(self, node: Node):
@@ -185,11 +178,6 @@ class Reference:
             env[slot] = arr
         for name, slot in self.value_slots:
             env[slot] = values[name]
-        for step in self.scalar_steps:
+        for step in self.steps:
             step(env)
-        for check in self.checks:
-            check(env)
-        for step in self.call_steps:
-            step(env)
-        outputs = [env[s] for s in self.output_slots]
-        return outputs, {name: f(env) for name, f in self.carry_steps}
+        return [env[s] for s in self.output_slots], {name: f(env) for name, f in self.carry_steps}

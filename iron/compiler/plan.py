@@ -245,7 +245,8 @@ class Wait:
 @dataclass(frozen=True)
 class WordDef:
     """One scratchpad word. kind: "carried" | "scratchpad" (given per call), "dma" (an offset
-    patched into DMA ops), "core" (an operand a core reads). Derived words are
+    patched into DMA ops), "core" (an operand a core reads), "next" (a carried value's next value
+    when it is an expression of this call's values; Plan.carry points at it). Derived words are
     op(a, b) over earlier words ("word", i) and constants ("const", v)."""
 
     OPS = ("add", "sub", "mul", "floordiv", "mod", "min", "max", "copy")
@@ -304,6 +305,8 @@ class Plan:
     sequence: tuple                          # of Dma | Wait
     words: tuple[WordDef, ...]
     emit: Emit | None
+    carry: tuple[tuple[str, tuple], ...] = ()  # carried name -> ("word", i) a derived "next" word of
+                                               # this call, or ("output", placement name) an element
     groups: tuple[tuple[str, tuple[str, ...]], ...] = ()   # group name -> kernel calls fused in it (for describe())
     rules: tuple[tuple[str, str], ...] = ()                # (rule name, what it decided), for describe()
     notes: dict = field(default_factory=dict, compare=False)
@@ -339,7 +342,7 @@ def tile_memory(plan: Plan) -> dict[Tile, list[tuple[str, int]]]:
 
     for f in plan.fifos:
         ends = f.consumers if f.shared_memory else (f.producer, *f.consumers)
-        for i, tile in enumerate(ends):
+        for tile in ends:
             add(tile, f"{f.name}" if len(ends) == 1 else f"{f.name}@{tile.name}", f.depth * f.nbytes)
     for b in plan.buffers:
         add(b.tile, b.name, b.nbytes)

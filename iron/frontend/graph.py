@@ -30,11 +30,11 @@ class Graph:
     # ---- internal state, made lazily (subclasses do not call super().__init__) -------------------
     @property
     def _iron(self) -> dict:
-        d = self.__dict__.get("_iron_state")
-        if d is None:
-            d = {"programs": {}, "references": {}, "states": None, "compiled": {}}
-            self.__dict__["_iron_state"] = d
-        return d
+        try:
+            return self.__dict__["_iron_state"]
+        except KeyError:
+            d = self.__dict__["_iron_state"] = {"programs": {}, "references": {}, "states": None, "compiled": {}}
+            return d
 
     @property
     def _where(self) -> str:
@@ -94,13 +94,11 @@ class Graph:
     def reference(self, *tensors, **values):
         """Run one call with numpy; updates the host copy of the states. Returns outputs, a Carry,
         or (outputs..., Carry)."""
-        sig = self.signature()
-        arrays, scalars = bind_call(sig, self._where, tensors, values)
-        spec = {n: None if a is None else (a.shape, a.dtype) for n, a in arrays.items()}
-        key = tuple(sorted(spec.items(), key=lambda kv: kv[0]))
+        arrays, scalars = bind_call(self.signature(), self._where, tensors, values)
+        key = tuple(None if a is None else (a.shape, a.dtype) for a in arrays.values())
         ref = self._iron["references"].get(key)
         if ref is None:
-            program = self.trace(**spec)
+            program = self.trace(**{n: None if a is None else (a.shape, a.dtype) for n, a in arrays.items()})
             self._states()
             ref = self._iron["references"][key] = Reference(program, self._arrays())
         outputs, nxt = ref.run([a for a in arrays.values() if a is not None], scalars)
@@ -190,6 +188,9 @@ def _spec(where, name, spec):
 
 def bind_call(sig: Signature, where: str, tensors: tuple, values: dict) -> tuple[dict, dict]:
     """Check a call's arguments: (tensor name -> array or None, per-call name -> int)."""
+    if not tensors and not sig.tensors and values.keys() == sig.value_names:
+        if all(type(v) is int and I32_MIN <= v <= I32_MAX for v in values.values()):
+            return {}, values
     names = [n for n, _ in sig.tensors]
     if len(tensors) > len(names):
         raise ArgumentError(

@@ -14,7 +14,7 @@ import numpy as np
 
 from iron import dtypes
 from iron.errors import TracedValueError
-from iron.ir import Op, Node, describe
+from iron.ir import Node, Op, describe
 
 I32 = np.dtype(np.int32)
 

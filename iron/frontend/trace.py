@@ -21,7 +21,7 @@ from iron.ir import Declaration, Node, Op, Program, describe, scalar_vars
 _local = threading.local()
 
 
-def current_trace(kernel) -> "Trace":
+def current_trace(kernel) -> Trace:
     trace = getattr(_local, "trace", None)
     if trace is None:
         raise KernelTypeError(
@@ -90,6 +90,8 @@ class Signature:
                 )
             else:
                 self.tensors.append((p.name, p.default is None))
+
+        self.value_names = {n for n, _ in self.values}
 
     @property
     def carried(self) -> list[str]:
@@ -181,7 +183,7 @@ def trace(graph, fn, where: str, specs: dict[str, tuple | None]) -> Program:
     found = find_declarations(graph)
     declarations, memories = bind_declarations(found, where)
     inputs, args = [], []
-    for position, (name, optional) in enumerate(sig.tensors):
+    for position, (name, _optional) in enumerate(sig.tensors):
         spec = specs.get(name)
         if spec is None:
             args.append(None)
@@ -330,7 +332,7 @@ def check_hazards(calls: tuple[Node, ...], where: str):
         before.append(ancestors)
         for s in effects[i][1]:
             last_write[s] = i
-    for j, (reads_j, writes_j) in enumerate(effects):
+    for j, (_, writes_j) in enumerate(effects):
         for s in writes_j:
             for i in range(j):
                 if i in before[j]:

@@ -37,6 +37,7 @@ class Kernel:
     accumulates: ClassVar[bool] = False       # reads its destination (out += ...)
     needs_out: ClassVar[bool] = False         # only writes into a view (no output of its own)
     exact_in_dtype: ClassVar[bool] = False    # bf16 computes without the float32 round trip
+    keeps_dtype: ClassVar[bool] = False       # compute() always returns an array of the output dtype
     source: ClassVar[str | None] = None       # C++ text (user kernels); None: iron/kernels/cc/<name>.cc
 
     REQUIRED = object()
@@ -98,6 +99,8 @@ class Kernel:
                 r = compute(*(a.astype(f32) for a in arrays), **attrs, **dyn)
                 return np.asarray(r).astype(out)
             return run
+        if cls.keeps_dtype and not attrs:
+            return compute
 
         def run(*arrays, **dyn):
             r = compute(*arrays, **attrs, **dyn)

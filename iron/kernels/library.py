@@ -18,6 +18,7 @@ FLOATS = dtypes.FLOATS
 class Copy(Kernel):
     """out = x. With a view input it gathers (`w[node]`); with out= a view it scatters."""
 
+    keeps_dtype = True
     name = "copy"
     exact_in_dtype = True
 
@@ -29,6 +30,7 @@ class Copy(Kernel):
 class Add(Kernel):
     """out = a + b, elementwise."""
 
+    keeps_dtype = True
     name, arity = "add", 2
 
     @staticmethod
@@ -39,6 +41,7 @@ class Add(Kernel):
 class Sub(Kernel):
     """out = a - b, elementwise."""
 
+    keeps_dtype = True
     name, arity = "sub", 2
 
     @staticmethod
@@ -49,6 +52,7 @@ class Sub(Kernel):
 class Mul(Kernel):
     """out = a * b, elementwise."""
 
+    keeps_dtype = True
     name, arity = "mul", 2
 
     @staticmethod
@@ -72,6 +76,7 @@ class Scale(Kernel):
 class ReLU(Kernel):
     """out = max(x, 0)."""
 
+    keeps_dtype = True
     name = "relu"
 
     @staticmethod
@@ -104,6 +109,7 @@ class Exp(Kernel):
 class Accumulate(Kernel):
     """state += x: `Accumulate.step(x, out=self.acc[pos])`."""
 
+    keeps_dtype = True
     name = "accumulate"
     accumulates = needs_out = True
 
@@ -213,6 +219,7 @@ class Softmax(Kernel):
 class Argmax(Kernel):
     """The index of the first maximum of x (n,), as one int32 element."""
 
+    keeps_dtype = True
     name = "argmax"
     exact_in_dtype = True
 

@@ -167,6 +167,12 @@ class Handle:
             raise TypeError(f"{type(self).__name__}(): incompatible constructor arguments {args}")
         return args
 
+    def _require_path(self, args: tuple) -> tuple:
+        if type(self._require(args, 1)[0]) is not str:
+            raise TypeError(f"{type(self).__name__}(): incompatible constructor arguments {args} "
+                            "(the path must be a str)")
+        return args
+
     def _made(self, call: str) -> None:
         self.label = self._state.label(self.kind)
         self._state.record(f"{call} -> {self.label}")
@@ -210,7 +216,7 @@ class Xclbin(Handle):
     kind = "xclbin"
 
     def __init__(self, *args):
-        (path,) = self._require(args, 1)
+        (path,) = self._require_path(args)
         if not Path(path).is_file():
             raise RuntimeError(f"No such file '{path}'")
         self._made(f"xclbin({Path(path).name!r})")
@@ -240,7 +246,7 @@ class Elf(Handle):
     kind = "elf"
 
     def __init__(self, *args):
-        (path,) = self._require(args, 1)
+        (path,) = self._require_path(args)
         if not Path(path).is_file():
             raise RuntimeError(f"{path} is not found or is not a valid ELF file")
         self._made(f"elf({Path(path).name!r})")

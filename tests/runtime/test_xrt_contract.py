@@ -289,8 +289,8 @@ def test_a_ring_binds_each_runs_feedback_to_the_next_runs_scratchpad(elf_build):
 
     fake.fake_state.on_complete = emit
     design.start(ring[0], words=[10])
-    for run in ring[1:] + ring[:1]:
-        design.wait(ring[ring.index(run) - 1])
+    for previous, run in [(ring[0], ring[1]), (ring[1], ring[2]), (ring[2], ring[0])]:
+        design.wait(previous)
         design.start(run)
     design.wait(ring[0])
     assert design.read_words(ring[1], 1).tolist() == [14]

@@ -1,0 +1,49 @@
+"""Per-call time of graph.reference() against the same computation written by hand in numpy.
+
+Prints, for the seed chapter's Walk and one step of a 4-layer 256-wide residual MLP, both times
+and their ratio (targets: Walk <= 3x, MLP <= 1.2x). Measured in one process, best of repeats.
+"""
+import timeit
+
+import numpy as np
+
+from iron.designs import MLP, Walk, numpy_mlp
+
+
+def best(fn, number):
+    return min(timeit.repeat(fn, number=number, repeat=7)) / number
+
+
+def walk_ratio():
+    successor = np.random.default_rng(0).permutation(64).astype(np.int32)
+    walk = Walk(successor, 64)
+    trail = np.zeros(64, np.int32)
+    state = {"node": 0, "steps": 0}
+
+    def iron_step():
+        nxt = walk.reference(**state)
+        state["node"], state["steps"] = nxt["node"], nxt["steps"] % 63
+
+    def numpy_step():
+        nxt = successor[state["node"]].copy()
+        trail[state["steps"]] = nxt
+        state["node"], state["steps"] = int(nxt), (state["steps"] + 1) % 63
+
+    return best(iron_step, 5000), best(numpy_step, 5000)
+
+
+def mlp_ratio():
+    mlp = MLP(256, 4)
+    x = np.random.default_rng(1).standard_normal(256).astype(np.float32)
+    np.testing.assert_allclose(mlp.reference(x), numpy_mlp(mlp, x), rtol=1e-4, atol=1e-4)
+    return best(lambda: mlp.reference(x), 500), best(lambda: numpy_mlp(mlp, x), 500)
+
+
+def main():
+    for name, (ours, theirs), target in (("Walk", walk_ratio(), 3.0), ("MLP 4x256", mlp_ratio(), 1.2)):
+        print(f"reference() {name:10s}: {ours * 1e6:8.2f} us/call  numpy {theirs * 1e6:8.2f} us/call  "
+              f"ratio {ours / theirs:5.2f}x (target <= {target}x)")
+
+
+if __name__ == "__main__":
+    main()

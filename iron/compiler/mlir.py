@@ -1,0 +1,308 @@
+"""Print a Plan as MLIR-AIE text: `print_mlir(plan) -> str`.
+
+The text is one `module { aie.device(<device>) { ... } }` holding, in this order: the tiles, the
+object FIFOs, their mem-tile links, the tile-local buffers, one `func.func private` per
+KernelDecl, one `aie.core` per Core (its program inside a loop that never ends) and the
+`aie.runtime_sequence @sequence` (one argument per HostBuffer, one `aiex.npu.dma_memcpy_nd` per
+Dma, one `aiex.npu.dma_wait` per Wait). It uses only the ops of npu-platform.md section 2 whose
+spelling is stable across the supported toolchains (`ALLOWED_OPS`). A Dma whose offset is patched
+at launch is preceded by the comment `// iron.patch dma=<k> word=<w>` (k counts Dmas from 0).
+
+The printer is deterministic (same Plan, same bytes) and decides nothing: names, sizes, BD ids
+and offsets are the Plan's. It does not check the Plan's device rules (invariants.check_plan
+does); it raises PlanError only for what it cannot print. It does not write kernel sources
+(iron.compiler.sources does) and does not run any tool.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from iron import dtypes
+from iron.compiler.plan import (
+    Acquire,
+    Core,
+    Dma,
+    Fifo,
+    Invoke,
+    KernelDecl,
+    Link,
+    Loop,
+    Plan,
+    Release,
+    Wait,
+)
+from iron.errors import PlanError
+
+ALLOWED_OPS = frozenset({
+    "aie.device", "aie.tile", "aie.objectfifo", "aie.objectfifo.link", "aie.objectfifo.acquire",
+    "aie.objectfifo.release", "aie.objectfifo.subview.access", "aie.core", "aie.end", "aie.buffer",
+    "func.func", "func.call", "aie.runtime_sequence", "aiex.npu.dma_memcpy_nd", "aiex.npu.dma_wait",
+    "arith.constant", "arith.index_cast", "scf.for",
+})
+FOREVER = 9223372036854775807   # the core loop's bound: cores start once and never return
+SEQUENCE = "sequence"           # the runtime sequence's symbol
+INDENT = "  "
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")
+
+
+def print_mlir(plan: Plan) -> str:
+    """The MLIR-AIE text of `plan`, ending with a newline."""
+    _check_names(plan)
+    body = [
+        *tile_lines(plan),
+        *fifo_lines(plan),
+        *link_lines(plan),
+        *buffer_lines(plan),
+        *declaration_lines(plan),
+        *(line for core in plan.cores for line in core_lines(plan, core)),
+        *sequence_lines(plan),
+    ]
+    lines = ["module {", f"{INDENT}aie.device({plan.device.name}) {{", *_indented(body, 2), f"{INDENT}}}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def memref(elements: int, dtype) -> str:
+    """`memref<NxT>`: N elements of dtype's MLIR element type."""
+    return f"memref<{elements}x{dtypes.mlir_type(dtype)}>"
+
+
+def fifo_memref(fifo: Fifo) -> str:
+    if fifo.nbytes % fifo.dtype.itemsize:
+        raise PlanError(
+            f"FIFO '{fifo.name}' carries objects of {fifo.nbytes} bytes, not a whole number of "
+            f"{dtypes.name(fifo.dtype)} elements ({fifo.dtype.itemsize} bytes each): make its "
+            "nbytes a multiple of the element size."
+        )
+    return memref(fifo.elements, fifo.dtype)
+
+
+# ---- device-level declarations ------------------------------------------------------------------
+
+def tile_lines(plan: Plan) -> list[str]:
+    tiles = sorted(plan.tiles, key=lambda t: (t.col, t.row))
+    return [f"%{t.name} = aie.tile({t.col}, {t.row})" for t in tiles]
+
+
+def fifo_lines(plan: Plan) -> list[str]:
+    return [
+        f"aie.objectfifo @{f.name}(%{f.producer.name}, {{{_join('%' + c.name for c in f.consumers)}}}, "
+        f"{f.depth} : i32) : !aie.objectfifo<{fifo_memref(f)}>"
+        for f in plan.fifos
+    ]
+
+
+def link_lines(plan: Plan) -> list[str]:
+    return [
+        f"aie.objectfifo.link [{_join('@' + s for s in link.sources)}] -> "
+        f"[{_join('@' + d for d in link.destinations)}] "
+        f"([{_join(_link_offsets(plan, link, link.source_offsets, link.destinations))}] "
+        f"[{_join(_link_offsets(plan, link, link.destination_offsets, link.sources))}])"
+        for link in plan.links
+    ]
+
+
+def _link_offsets(plan: Plan, link: Link, offsets: tuple[int, ...], mem_side: tuple[str, ...]) -> list[int]:
+    """Byte offsets into the mem tile's object (a join's destination, a split's source), printed
+    in elements of that object, as mlir-aie reads them."""
+    if not offsets:
+        return []
+    itemsize = plan.fifo(mem_side[0]).dtype.itemsize
+    if any(o % itemsize for o in offsets):
+        raise PlanError(
+            f"The link on {link.tile.name} from {', '.join(link.sources)} to "
+            f"{', '.join(link.destinations)} has byte offsets {list(offsets)}, not all multiples "
+            f"of the {itemsize}-byte elements of '{mem_side[0]}': align every offset to an element."
+        )
+    return [o // itemsize for o in offsets]
+
+
+def buffer_lines(plan: Plan) -> list[str]:
+    lines = []
+    for b in plan.buffers:
+        if b.nbytes % b.dtype.itemsize:
+            raise PlanError(
+                f"Buffer '{b.name}' on {b.tile.name} holds {b.nbytes} bytes, not a whole number of "
+                f"{dtypes.name(b.dtype)} elements: make its nbytes a multiple of {b.dtype.itemsize}."
+            )
+        shape = memref(b.nbytes // b.dtype.itemsize, b.dtype)
+        lines.append(f'%{b.name} = aie.buffer(%{b.tile.name}) {{sym_name = "{b.name}"}} : {shape}')
+    return lines
+
+
+def declaration_lines(plan: Plan) -> list[str]:
+    return [
+        f"func.func private @{k.symbol}({_join(k.arg_types)}) attributes {{link_with = \"{k.link_with}\"}}"
+        for k in plan.kernels
+    ]
+
+
+# ---- cores --------------------------------------------------------------------------------------
+
+def core_lines(plan: Plan, core: Core) -> list[str]:
+    """`aie.core`: index constants, then the program inside the loop that runs once per launch."""
+    counts = sorted({0, 1, *_loop_counts(core.program)})
+    constants = [f"%c{n} = arith.constant {n} : index" for n in counts]
+    constants.append(f"%cmax = arith.constant {FOREVER} : index")
+    program = program_lines(plan, core, core.program, {}, {}, 0)
+    return [
+        f"%core_{core.tile.col}_{core.tile.row} = aie.core(%{core.tile.name}) {{",
+        *_indented(constants, 1),
+        f"{INDENT}scf.for %launch = %c0 to %cmax step %c1 {{",
+        *_indented(program, 2),
+        f"{INDENT}}}",
+        f"{INDENT}aie.end",
+        f"}} {{stack_size = {core.stack_bytes} : i32}}",
+    ]
+
+
+def _loop_counts(program: tuple) -> set[int]:
+    counts = set()
+    for step in program:
+        if isinstance(step, Loop):
+            counts |= {step.count, *_loop_counts(step.body)}
+    return counts
+
+
+def program_lines(plan: Plan, core: Core, program: tuple, acquired: dict, taken: dict, depth: int) -> list[str]:
+    """The ops of `program`. `acquired` maps a FIFO to the value of its object in scope, `taken`
+    counts each FIFO's acquires in this core (to name them uniquely), `depth` is the Loop depth."""
+    lines = []
+    for step in program:
+        if isinstance(step, Acquire):
+            lines += acquire_lines(plan, step, acquired, taken)
+        elif isinstance(step, Release):
+            lines.append(f"aie.objectfifo.release @{step.fifo}({step.port}, {step.count})")
+        elif isinstance(step, Invoke):
+            lines.append(invoke_line(plan, core, step, acquired, depth))
+        elif isinstance(step, Loop):
+            lines += loop_lines(plan, core, step, dict(acquired), taken, depth)
+        else:
+            raise PlanError(
+                f"The program of core {core.tile.name} holds {step!r}, which is not an Acquire, "
+                "Release, Invoke or Loop: build core programs from those four steps only."
+            )
+    return lines
+
+
+def acquire_lines(plan: Plan, step: Acquire, acquired: dict, taken: dict) -> list[str]:
+    n = taken.get(step.fifo, 0)
+    taken[step.fifo] = n + 1
+    view, obj = f"%{step.fifo}_view{n}", f"%{step.fifo}_obj{n}"
+    shape = fifo_memref(plan.fifo(step.fifo))
+    acquired[step.fifo] = obj
+    return [
+        f"{view} = aie.objectfifo.acquire @{step.fifo}({step.port}, {step.count}) "
+        f": !aie.objectfifosubview<{shape}>",
+        f"{obj} = aie.objectfifo.subview.access {view}[0] : !aie.objectfifosubview<{shape}> -> {shape}",
+    ]
+
+
+def loop_lines(plan: Plan, core: Core, loop: Loop, acquired: dict, taken: dict, depth: int) -> list[str]:
+    index = f"%block{depth}"
+    body = program_lines(plan, core, loop.body, acquired, taken, depth + 1)
+    return [
+        f"scf.for {index} = %c0 to %c{loop.count} step %c1 {{",
+        f"{INDENT}{index}_i32 = arith.index_cast {index} : index to i32",
+        *_indented(body, 1),
+        "}",
+    ]
+
+
+def invoke_line(plan: Plan, core: Core, step: Invoke, acquired: dict, depth: int) -> str:
+    decl = _declaration(plan, step.function)
+    values = [_object_value(plan, core, step, name, acquired) for name in step.objects]
+    if plan.function(step.function).blocked:
+        if depth == 0:
+            raise PlanError(
+                f"Core {core.tile.name} invokes the blocked function '{step.function}' outside any "
+                "Loop, so it has no block index to pass: invoke it inside the Loop over its blocks."
+            )
+        values.append(f"%block{depth - 1}_i32")
+    if len(values) != len(decl.arg_types):
+        raise PlanError(
+            f"Core {core.tile.name} invokes '{step.function}' with {len(values)} arguments "
+            f"({_join(values)}) but its declaration takes {len(decl.arg_types)} "
+            f"({_join(decl.arg_types)}): make Invoke.objects match the function's parameters."
+        )
+    return f"func.call @{decl.symbol}({_join(values)}) : ({_join(decl.arg_types)}) -> ()"
+
+
+def _declaration(plan: Plan, function: str) -> KernelDecl:
+    for decl in plan.kernels:
+        if decl.symbol == function:
+            return decl
+    known = ", ".join(k.symbol for k in plan.kernels) or "none"
+    raise PlanError(
+        f"Function '{function}' is invoked but has no KernelDecl (declared: {known}): add one "
+        "KernelDecl per Function to Plan.kernels."
+    )
+
+
+def _object_value(plan: Plan, core: Core, step: Invoke, name: str, acquired: dict) -> str:
+    if name in acquired:
+        return acquired[name]
+    if any(b.name == name for b in plan.buffers):
+        return f"%{name}"
+    raise PlanError(
+        f"Core {core.tile.name} invokes '{step.function}' on '{name}', which it has not acquired "
+        "and which is no Buffer: acquire the FIFO before the Invoke (or declare the Buffer)."
+    )
+
+
+# ---- runtime sequence ---------------------------------------------------------------------------
+
+def sequence_lines(plan: Plan) -> list[str]:
+    args = {b.name: (f"%arg{i}", memref(b.nwords, np.int32)) for i, b in enumerate(plan.host_buffers)}
+    ops, dma_index = [], 0
+    for op in plan.sequence:
+        if isinstance(op, Dma):
+            ops += dma_lines(op, dma_index, args)
+            dma_index += 1
+        elif isinstance(op, Wait):
+            ops.append(f"aiex.npu.dma_wait {{symbol = @{op.fifo}}}")
+        else:
+            raise PlanError(
+                f"The runtime sequence holds {op!r}, which is not a Dma or a Wait: build the "
+                "sequence from those two ops only."
+            )
+    params = _join(f"{arg}: {shape}" for arg, shape in args.values())
+    return [f"aie.runtime_sequence @{SEQUENCE}({params}) {{", *_indented(ops, 1), "}"]
+
+
+def dma_lines(dma: Dma, index: int, args: dict) -> list[str]:
+    if dma.buffer not in args:
+        raise PlanError(
+            f"DMA {index} (to FIFO '{dma.fifo}') moves words of host buffer '{dma.buffer}', which "
+            f"is not among the plan's host buffers ({', '.join(args)}): name one of them."
+        )
+    arg, shape = args[dma.buffer]
+    token = ", issue_token = true" if dma.issue_token else ""
+    line = (
+        f"aiex.npu.dma_memcpy_nd({arg}[0, 0, 0, {dma.offset}][{_join(dma.sizes)}][{_join(dma.strides)}]) "
+        f"{{id = {dma.bd_id} : i64, metadata = @{dma.fifo}{token}}} : {shape}"
+    )
+    patch = [] if dma.patch_word is None else [f"// iron.patch dma={index} word={dma.patch_word}"]
+    return [*patch, line]
+
+
+# ---- text ---------------------------------------------------------------------------------------
+
+def _check_names(plan: Plan) -> None:
+    named = [("FIFO", f.name) for f in plan.fifos] + [("Buffer", b.name) for b in plan.buffers]
+    named += [("function", k.symbol) for k in plan.kernels]
+    for what, name in named:
+        if not _SYMBOL.fullmatch(name):
+            raise PlanError(
+                f"The {what} name {name!r} is not a valid MLIR symbol: use letters, digits, '_', "
+                "'$' and '.', starting with a letter or '_'."
+            )
+
+
+def _join(items) -> str:
+    return ", ".join(str(i) for i in items)
+
+
+def _indented(lines: list[str], levels: int) -> list[str]:
+    return [INDENT * levels + line for line in lines]

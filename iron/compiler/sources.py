@@ -1,0 +1,189 @@
+"""Write a Plan's kernel C++ sources: `kernel_sources(plan) -> dict[str, str]` (file name -> text).
+
+For every Function of the Plan, one glue file `<function>.cc` (built into the `<function>.o` its
+KernelDecl links with). It includes "iron_kernel.h" and the source of every kernel it calls, and
+defines `extern "C" void <function>(uint8_t* p0, ..., [int32_t block])`: parameter i is the
+object or buffer bound to Function.params[i], `block` the enclosing Loop's index (blocked
+functions only). The body runs the Function's steps in order:
+- a KernelStep calls the kernel's symbol with each Ptr cast to the kernel's element pointer type
+  (inputs `const`, then the output), at its byte offset (+ block_stride bytes per block), each
+  Load as the int32 word at its byte offset, each Imm as a literal;
+- a ScalarStep stores an int32 word computed with 32-bit wrap-around (floordiv and mod round
+  toward negative infinity, as Python's // and %; a zero divisor gives 0, as numpy's int32 does).
+The result also holds the called kernels' own sources and iron_kernel.h, so the files compile
+on their own (host g++ -std=c++20 -Wall -Werror -c, or Peano for the AIE), each glue file into
+its own object: every glue file defines the kernels it includes, so two glue files are never
+linked into one binary.
+
+It decides nothing about what runs where (the Plan does), does not print MLIR
+(iron.compiler.mlir does) and compiles nothing.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from iron import dtypes
+from iron.compiler.plan import Function, Imm, KernelStep, Load, Plan, Ptr, ScalarStep, WordDef
+from iron.errors import PlanError
+from iron.kernels.base import library_sources
+from iron.kernels.registry import lookup
+
+HEADER = "iron_kernel.h"
+C_TYPES = {
+    np.dtype(np.int8): "int8_t",
+    np.dtype(np.uint8): "uint8_t",
+    np.dtype(np.int16): "int16_t",
+    np.dtype(np.int32): "int32_t",
+    dtypes.bfloat16: "uint16_t",   # raw bfloat16 bits, as iron_kernel.h stores them
+    np.dtype(np.float32): "float",
+}
+# The int32 word helpers a glue file defines when its steps use them.
+WORD_HELPERS = {
+    "load": "int32_t load_word(const uint8_t* at) {\n"
+            "  int32_t value;\n  __builtin_memcpy(&value, at, sizeof value);\n  return value;\n}",
+    "store": "void store_word(uint8_t* at, int32_t value) { __builtin_memcpy(at, &value, sizeof value); }",
+    "add": "int32_t word_add(int32_t a, int32_t b) { return static_cast<int32_t>(int64_t{a} + b); }",
+    "sub": "int32_t word_sub(int32_t a, int32_t b) { return static_cast<int32_t>(int64_t{a} - b); }",
+    "mul": "int32_t word_mul(int32_t a, int32_t b) { return static_cast<int32_t>(int64_t{a} * b); }",
+    "floordiv": "int32_t word_floordiv(int32_t a, int32_t b) {\n"
+                "  if (b == 0) return 0;\n"
+                "  const int64_t quotient = int64_t{a} / b;\n"
+                "  const bool inexact_negative = int64_t{a} % b != 0 && (a < 0) != (b < 0);\n"
+                "  return static_cast<int32_t>(inexact_negative ? quotient - 1 : quotient);\n}",
+    "mod": "int32_t word_mod(int32_t a, int32_t b) {\n"
+           "  if (b == 0) return 0;\n"
+           "  const int64_t remainder = int64_t{a} % b;\n"
+           "  return static_cast<int32_t>(remainder != 0 && (remainder < 0) != (b < 0) ? remainder + b : remainder);\n}",
+    "min": "int32_t word_min(int32_t a, int32_t b) { return a < b ? a : b; }",
+    "max": "int32_t word_max(int32_t a, int32_t b) { return a > b ? a : b; }",
+}
+FLOAT_SPECIALS = {"inf": "__builtin_inff()", "-inf": "-__builtin_inff()", "nan": "__builtin_nanf(\"\")"}
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def kernel_sources(plan: Plan) -> dict[str, str]:
+    """Every C++ file the Plan's cores link: glue files, kernel sources, iron_kernel.h."""
+    kernels = {symbol: lookup(symbol) for symbol in sorted(_called_symbols(plan))}
+    files = {HEADER: library_sources()[HEADER]}
+    files.update(kernel.source_text() for kernel, _ in kernels.values())
+    for function in plan.functions:
+        name = f"{function.name}.cc"
+        if not _C_IDENTIFIER.fullmatch(function.name) or name in files:
+            raise PlanError(
+                f"Function '{function.name}' cannot be written as the C function {name}: its name "
+                "must be a C identifier and differ from every kernel source's name; rename the function."
+            )
+        files[name] = glue_source(plan, function, kernels)
+    return dict(sorted(files.items()))
+
+
+def _called_symbols(plan: Plan) -> set[str]:
+    return {s.symbol for f in plan.functions for s in f.steps if isinstance(s, KernelStep)}
+
+
+def glue_source(plan: Plan, function: Function, kernels: dict) -> str:
+    """The text of `<function>.cc`. `kernels` maps each called symbol to (Kernel class, dtype)."""
+    calls = [_step_line(function, step, kernels) for step in function.steps]
+    includes = sorted({kernels[s.symbol][0].source_text()[0] for s in function.steps if isinstance(s, KernelStep)})
+    used = _helpers_used(function)
+    params = [f"uint8_t* p{i}" for i in range(len(function.params))]
+    params += ["int32_t block"] if function.blocked else []
+    lines = [
+        f"// {function.name}.cc: function {function.name} of design {plan.name}, written by iron from its Plan.",
+        *(f"// p{i}: {name}" for i, name in enumerate(function.params)),
+        f'#include "{HEADER}"',
+        *(f'#include "{name}"' for name in includes),
+        "",
+    ]
+    if used:
+        lines += ["namespace {", "", *(WORD_HELPERS[name] + "\n" for name in used), "}  // namespace", ""]
+    lines += [f'extern "C" void {function.name}({", ".join(params)}) {{', *(f"  {c}" for c in calls), "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _helpers_used(function: Function) -> list[str]:
+    """The WORD_HELPERS the function's steps call, in WORD_HELPERS order."""
+    used = set()
+    for step in function.steps:
+        operands = step.args if isinstance(step, KernelStep) else (step.a, step.b)
+        used |= {"load"} if any(isinstance(a, Load) for a in operands) else set()
+        used |= {"store", step.op} if isinstance(step, ScalarStep) else set()
+    return [name for name in WORD_HELPERS if name in used]
+
+
+def _step_line(function: Function, step, kernels: dict) -> str:
+    if isinstance(step, KernelStep):
+        return kernel_call(function, step, *kernels[step.symbol])
+    if isinstance(step, ScalarStep):
+        return scalar_statement(function, step)
+    raise PlanError(
+        f"Function '{function.name}' holds the step {step!r}, which is not a KernelStep or a "
+        "ScalarStep: build functions from those two steps only."
+    )
+
+
+def kernel_call(function: Function, step: KernelStep, kernel, dtype: np.dtype) -> str:
+    """`symbol(args);`: pointer i is an input (const, the kernel's dtype) below the kernel's
+    arity, else its output or destination (the kernel's output dtype)."""
+    args, pointers = [], 0
+    for arg in step.args:
+        if isinstance(arg, Ptr):
+            const, element = ("const ", dtype) if pointers < kernel.arity else ("", kernel.out_dtype(dtype))
+            args.append(f"reinterpret_cast<{const}{C_TYPES[np.dtype(element)]}*>({_address(function, arg)})")
+            pointers += 1
+        else:
+            args.append(_value(function, arg))
+    return f"{step.symbol}({', '.join(args)});"
+
+
+def scalar_statement(function: Function, step: ScalarStep) -> str:
+    """`store_word(dest, op(a, b));` in 32-bit wrap-around arithmetic."""
+    if step.op == "copy":
+        return f"store_word({_address(function, step.dest)}, {_value(function, step.a)});"
+    if step.op not in WORD_HELPERS or step.b is None:
+        raise PlanError(
+            f"Function '{function.name}' has a ScalarStep {step.op!r} with operands {step.a!r}, "
+            f"{step.b!r}: use one of {', '.join(WordDef.OPS)} with two operands ('copy' with one)."
+        )
+    value = f"word_{step.op}({_value(function, step.a)}, {_value(function, step.b)})"
+    return f"store_word({_address(function, step.dest)}, {value});"
+
+
+def _address(function: Function, ptr: Ptr) -> str:
+    """`p<i> + offset [+ block_stride * block]` for a Ptr into parameter i."""
+    terms = [_parameter(function, ptr.source)]
+    terms += [str(ptr.offset)] if ptr.offset else []
+    if ptr.block_stride:
+        if not function.blocked:
+            raise PlanError(
+                f"Function '{function.name}' is not blocked but a pointer into '{ptr.source}' moves "
+                f"{ptr.block_stride} bytes per block: mark the function blocked or drop the block stride."
+            )
+        terms.append(f"{ptr.block_stride} * block")
+    return " + ".join(terms)
+
+
+def _parameter(function: Function, source: str) -> str:
+    if source not in function.params:
+        raise PlanError(
+            f"Function '{function.name}' reads '{source}', which is not one of its parameters "
+            f"({', '.join(function.params)}): add it to Function.params (and to the Invoke's objects)."
+        )
+    return f"p{function.params.index(source)}"
+
+
+def _value(function: Function, arg) -> str:
+    """A scalar operand: a Load of an int32 word or an Imm literal."""
+    if isinstance(arg, Load):
+        return f"load_word({_address(function, Ptr(arg.source, arg.offset))})"
+    if isinstance(arg, Imm) and arg.ctype == "f32":
+        text = str(np.float32(arg.value))
+        return FLOAT_SPECIALS.get(text, f"{text}f")
+    if isinstance(arg, Imm) and arg.ctype == "i32" and -2**31 <= int(arg.value) < 2**31:
+        return str(int(arg.value))
+    raise PlanError(
+        f"Function '{function.name}' passes {arg!r}, which is not a Load, an i32 Imm in "
+        "[-2147483648, 2147483647] or an f32 Imm: give scalar operands as one of those."
+    )

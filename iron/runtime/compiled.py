@@ -1,0 +1,166 @@
+"""`CompiledGraph`: a graph compiled for one device and set of tensor shapes, callable on the
+current backend.
+
+`compile_graph` traces, lowers to a Plan and caches the result per graph, shapes, device and
+`feeds`. A CompiledGraph prints its MLIR and kernel sources on demand, builds with aiecc when
+asked, and runs host-driven calls: it computes the call's words (refusing an index out of range
+before anything runs), writes the inputs, launches, and reads back outputs and the next carried
+values. Device memory for states is shared by every version compiled from one graph. It does not
+lower, print or emulate itself: iron.compiler and the backend sessions do.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import aie_utils
+from iron.errors import ArgumentError, LoopError, UnknownDevice
+from iron.frontend.graph import (
+    bind_call,
+    check_tensor,
+    checked_state_value,
+    shape_result,
+    state_name,
+)
+from iron.runtime.words import WordProgram
+
+
+def _device(device):
+    if device is None:
+        return aie_utils.get_current_device()
+    if isinstance(device, str):
+        return aie_utils.from_name(device)
+    if isinstance(device, aie_utils.Device):
+        return device
+    raise UnknownDevice(f"compile(device=...) takes a Device or a device name, not {type(device).__name__}.")
+
+
+def compile_graph(graph, specs, named_specs, *, device=None, feeds=None) -> "CompiledGraph":
+    from iron.compiler.lower import lower_program
+
+    device = _device(device)
+    if feeds is not None and not isinstance(feeds, CompiledGraph):
+        raise LoopError(f"compile(feeds=...) takes the CompiledGraph this version starts, not {type(feeds).__name__}.")
+    program = graph.trace(*specs, **named_specs)
+    key = (id(program), device.name, id(feeds) if feeds is not None else None)
+    cache = graph._iron["compiled"]
+    if key not in cache:
+        plan = lower_program(program, device, feeds=feeds.plan if feeds is not None else None)
+        cache[key] = CompiledGraph(graph, program, plan, feeds)
+    return cache[key]
+
+
+def compile_for_call(graph, tensors, values) -> "CompiledGraph":
+    arrays, _ = bind_call(graph.signature(), graph._where, tensors, values)
+    spec = {n: None if a is None else (a.shape, a.dtype) for n, a in arrays.items()}
+    return compile_graph(graph, (), spec)
+
+
+class CompiledGraph:
+    """One compiled version of a graph: `.plan`, `.mlir`, `.sources`, `.parameters`,
+    `.artifacts`, `describe()`, `build()`, and calls `c(*tensors, **values)`."""
+
+    def __init__(self, graph, program, plan, feeds=None):
+        self.graph, self.program, self.plan, self.feeds = graph, program, plan, feeds
+        self.artifacts = None
+        self._mlir = self._sources = self._session = None
+        self._words = WordProgram(plan.words)
+        self._inputs = [(n.arg[0], plan.placement(n.arg[0])) for n in program.inputs]
+        self._outputs = [p for p in plan.placements if p.kind == "output"]
+
+    # ---- what the compiler made ----------------------------------------------------------------
+    @property
+    def device(self):
+        return self.plan.device
+
+    @property
+    def parameters(self):
+        """The per-call scratchpad words (name, kind, how each is computed)."""
+        return self.plan.words
+
+    @property
+    def mlir(self) -> str:
+        if self._mlir is None:
+            from iron.compiler.mlir import print_mlir
+
+            self._mlir = print_mlir(self.plan)
+        return self._mlir
+
+    @property
+    def sources(self) -> dict[str, str]:
+        if self._sources is None:
+            from iron.compiler.sources import kernel_sources
+
+            self._sources = kernel_sources(self.plan)
+        return self._sources
+
+    def describe(self) -> str:
+        from iron.compiler.describe import describe
+
+        return describe(self.plan)
+
+    def build(self, progress=None):
+        """Build with aiecc and Peano into the cache (ToolchainMissing when they are absent)."""
+        from iron.compiler.build import build
+
+        if self.artifacts is None:
+            self.artifacts = build(self.mlir, self.sources, self.device, self.plan.image, progress=progress)
+        return self.artifacts
+
+    def __repr__(self):
+        return f"<CompiledGraph {self.plan.name} on {self.device.name} ({self.plan.image})>"
+
+    # ---- device memory ------------------------------------------------------------------------
+    @property
+    def session(self):
+        if self._session is None:
+            from iron.runtime.session import open_session
+
+            self._session = open_session(self)
+        return self._session
+
+    def read(self, state) -> np.ndarray:
+        """A copy of `state` as the device holds it (shared by every version of this graph)."""
+        p = self.plan.placement(state_name(self.graph, state))
+        return self.session.read(p).copy()
+
+    def write(self, state, value):
+        """Set `state` on the device."""
+        p = self.plan.placement(state_name(self.graph, state))
+        self.session.write(p, checked_state_value(p.name, np.zeros(p.shape, p.dtype), value))
+
+    # ---- calls ---------------------------------------------------------------------------------
+    def bind(self, tensors, values) -> tuple[list, np.ndarray]:
+        """Checked inputs and this call's words (raises before anything is written)."""
+        where = self.graph._where
+        arrays, scalars = bind_call(self.graph.signature(), where, tensors, values)
+        inputs = []
+        for name, placement in self._inputs:
+            a = arrays.get(name)
+            if a is None:
+                raise ArgumentError(
+                    f"{where} was compiled with tensor '{name}' but it was not given: pass it, or compile a version without it."
+                )
+            check_tensor(where, name, a, placement.shape, placement.dtype)
+            inputs.append((placement, a))
+        for name, a in arrays.items():
+            if a is not None and not any(name == n for n, _ in self._inputs):
+                raise ArgumentError(
+                    f"{where} was compiled without tensor '{name}' (it traced the None branch): compile a version with it."
+                )
+        return inputs, self._words(scalars)
+
+    def __call__(self, *tensors, **values):
+        inputs, words = self.bind(tensors, values)
+        session = self.session
+        for placement, a in inputs:
+            session.write(placement, a)
+        session.call(words)
+        outputs = [session.read(p).copy() for p in self._outputs]
+        nxt = {name: self._carried(source, words) for name, source in self.plan.carry}
+        return shape_result(self.program.returns, outputs, nxt)
+
+    def _carried(self, source, words) -> int:
+        kind, where = source
+        if kind == "word":
+            return int(words[where])
+        return int(self.session.read(self.plan.placement(where)).reshape(-1)[0])

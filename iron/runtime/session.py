@@ -1,0 +1,199 @@
+"""A compiled graph's hold on a backend: its host buffers and runs, on the emulator or on XRT.
+
+`open_session(compiled)` picks the backend (iron.runtime.backend), loads the design once, writes
+the weights and params, and binds the graph's shared state memory. Both sessions offer the same
+few operations: read/write a placement, a host-driven `call(words)`, and held runs for
+CarriedLoop (`make_run`, `start`, `wait`, `words_of`). They move bytes; they do not decide what
+the words mean (the Plan does) or check arguments (CompiledGraph does).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from iron.errors import PlanError
+
+
+def open_session(compiled):
+    from iron.runtime.backend import select_backend
+
+    if select_backend() == "xrt":
+        return XrtSession(compiled)
+    return EmulatorSession(compiled)
+
+
+def placement_view(words: np.ndarray, p) -> np.ndarray:
+    """The typed, shaped view of placement `p` inside a uint32 host buffer."""
+    nbytes = int(np.prod(p.shape, dtype=np.int64)) * p.dtype.itemsize
+    start = p.offset * 4
+    return words.view(np.uint8)[start:start + nbytes].view(p.dtype).reshape(p.shape)
+
+
+def shared_states(compiled) -> np.ndarray:
+    """The device memory of the graph's states, one per graph and device, shared by every
+    version compiled from it (a first version and the body it feeds write the same trail)."""
+    plan = compiled.plan
+    layout = tuple((p.name, p.offset, p.shape, p.dtype.str) for p in plan.placements if p.kind == "state")
+    memory = compiled.graph._iron.setdefault("device_states", {})
+    key = plan.device.name
+    if key not in memory:
+        memory[key] = (layout, np.zeros(plan.host_buffer("states").nwords, np.uint32))
+    known, words = memory[key]
+    if known != layout:
+        raise PlanError(f"two versions of {plan.name} place its states differently; compile them from the same graph.")
+    return words
+
+
+class EmulatorSession:
+    """A design loaded on the emulator (iron.runtime.emulator)."""
+
+    def __init__(self, compiled):
+        from iron.runtime.emulator import Emulator
+
+        plan = compiled.plan
+        self.plan = plan
+        self.full_elf = plan.full_elf
+        self.emulator = Emulator(plan, kernels=os.environ.get("IRON_EMULATOR_KERNELS", "numpy"))
+        self.states = shared_states(compiled)
+        self.buffers = {b.name: self.emulator.buffer(b.name) for b in plan.host_buffers}
+        self.buffers[plan.host_buffer("states").name] = self.states
+        _write_constants(self, compiled)
+        self._held = None
+
+    def read(self, p) -> np.ndarray:
+        return placement_view(self.buffers[p.buffer], p)
+
+    def write(self, p, array):
+        placement_view(self.buffers[p.buffer], p)[...] = array
+
+    def words_buffer(self) -> np.ndarray:
+        return np.zeros(self.plan.host_buffer("words").nwords, np.uint32)
+
+    def make_run(self, words=None, feedback=None):
+        bindings = {self.plan.host_buffer("states").name: self.states}
+        if self.full_elf:
+            bindings[self.plan.host_buffer("words").name] = words if words is not None else self.words_buffer()
+            if feedback is not None:
+                bindings[self.plan.host_buffer("feedback").name] = feedback
+        return self.emulator.run(**bindings)
+
+    def call(self, words: np.ndarray):
+        target = self.words_of(self._run()) if self.full_elf else self.buffers[self.plan.host_buffer("words").name]
+        target[: len(words)] = words.view(np.uint32)
+        self.emulator.start(self._held)
+        self.emulator.wait(self._held)
+
+    def _run(self):
+        if self._held is None:
+            self._held = self.make_run(feedback=self._scrap_feedback())
+        return self._held
+
+    def _scrap_feedback(self):
+        """A host-driven call on a full-ELF device still runs its Emit; its words go here."""
+        if not self.full_elf or self.plan.emit is None:
+            return None
+        return np.zeros(self.plan.host_buffer("feedback").nwords, np.uint32)
+
+    def words_of(self, run) -> np.ndarray:
+        """The scratchpad a held run starts from (what the previous run's Emit wrote)."""
+        return run.buffers[self.plan.host_buffer("words").name]
+
+    def make_ring(self, depth: int) -> list:
+        """`depth` held runs, each with its own scratchpad; run k's Emit writes run k+1's."""
+        scratch = [self.words_buffer() for _ in range(depth)]
+        return [self.make_run(words=scratch[k], feedback=scratch[(k + 1) % depth]) for k in range(depth)]
+
+    def feeding_run(self, target, run):
+        """A held run of this version whose Emit writes the scratchpad of `run` of `target`."""
+        return self.make_run(feedback=target.words_of(run))
+
+    def start(self, run, words=None):
+        if words is not None:
+            self.words_of(run)[: len(words)] = words.view(np.uint32)
+        self.emulator.start(run)
+
+    def wait(self, run):
+        self.emulator.wait(run)
+
+
+class XrtSession:
+    """A built design on an NPU through XRT (iron.runtime.xrt)."""
+
+    def __init__(self, compiled):
+        from iron.runtime.xrt import HostBuffer, XrtDesign
+
+        plan = self.plan = compiled.plan
+        self.full_elf = plan.full_elf
+        artifacts = compiled.build()
+        self.design = XrtDesign(plan.name, artifacts, [HostBuffer(b.name, b.nwords * 4) for b in plan.host_buffers])
+        self.buffers = {b.name: np.zeros(b.nwords, np.uint32) for b in plan.host_buffers}
+        self.states = self.buffers[plan.host_buffer("states").name] = shared_states(compiled)
+        self.patches = _patch_table(plan, artifacts)
+        _write_constants(self, compiled)
+        self.design.write(plan.host_buffer("states").name, self.states)
+        self._held = None
+
+    def read(self, p) -> np.ndarray:
+        self.buffers[p.buffer][...] = self.design.read(p.buffer, np.uint32, self.buffers[p.buffer].shape)
+        return placement_view(self.buffers[p.buffer], p)
+
+    def write(self, p, array):
+        placement_view(self.buffers[p.buffer], p)[...] = array
+        self.design.write(p.buffer, self.buffers[p.buffer])
+
+    def call(self, words: np.ndarray):
+        if self._held is None:
+            self._held = self.design.make_run()
+        if self.full_elf:
+            self.design.start(self._held, words=words)
+        else:
+            name = self.plan.host_buffer("words").name
+            self.buffers[name][: len(words)] = words.view(np.uint32)
+            self.design.write(name, self.buffers[name])
+            self.design.start(self._held, patches=self.patches)
+        self.design.wait(self._held)
+
+    def make_ring(self, depth: int) -> list:
+        return self.design.make_ring(depth, _index(self.plan, "feedback"))
+
+    def feeding_run(self, target, run):
+        return self.design.make_run(feedback=(_index(self.plan, "feedback"), target.design.scratchpad_bo(run)))
+
+    def words_of(self, run) -> np.ndarray:
+        return self.design.read_words(run, self.plan.host_buffer("words").nwords)
+
+    def start(self, run, words=None):
+        self.design.start(run, words=words)
+
+    def wait(self, run):
+        self.design.wait(run)
+
+
+def _index(plan, role) -> int:
+    return [b.role for b in plan.host_buffers].index(role)
+
+
+def _write_constants(session, compiled):
+    arrays = compiled.graph._arrays()
+    for p in compiled.plan.placements:
+        if p.kind in ("weight", "param"):
+            session.write(p, arrays[p.name])
+
+
+def _patch_table(plan, artifacts):
+    """Where each patched DMA's offset sits in the built instruction stream: the DDR address-patch
+    ops appear in sequence order, one per dma_memcpy_nd."""
+    from iron.runtime.xrt import AddressPatch
+
+    if plan.image != "xclbin":
+        return ()
+    insts = np.fromfile(artifacts.insts, dtype=np.uint32)
+    sites = [i + 4 for i in range(len(insts) - 5) if insts[i] == 0x81 and insts[i + 1] == 24]
+    dmas = [op for op in plan.sequence if hasattr(op, "patch_word")]
+    if len(sites) != len(dmas):
+        raise PlanError(
+            f"the instruction stream of {plan.name} has {len(sites)} address patches for {len(dmas)} DMA ops: "
+            "rebuild the design with the installed mlir-aie."
+        )
+    return tuple(AddressPatch(site, op.patch_word, 4) for site, op in zip(sites, dmas) if op.patch_word is not None)

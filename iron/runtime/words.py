@@ -1,0 +1,50 @@
+"""The host's side of the per-call scratchpad: compute a call's words from its per-call values.
+
+`WordProgram(plan.words)` lowers the Plan's WordDefs once into closures; calling it with the
+per-call values returns the int32 words, after checking every bounded word (so a call with an
+index out of range is refused before anything is launched or written). The device computes the
+same words in the Emit; this module is only the host's copy.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from iron.errors import ArgumentError, IndexOutOfRange
+from iron.ir import SCALAR_BINARY, wrap_i32
+
+OPS = {**SCALAR_BINARY, "copy": lambda a, b: a}
+
+
+class WordProgram:
+    def __init__(self, words):
+        self.count = len(words)
+        self.values = [(w.index, w.name) for w in words if w.op is None]
+        self.steps = [self._step(w) for w in words if w.op is not None]
+        self.checks = [(w.index, w.bound, w.what, w.name) for w in words if w.bound is not None]
+
+    @staticmethod
+    def _step(w):
+        fn, out = OPS[w.op], w.index
+        (ka, a), (kb, b) = w.a, w.b if w.b is not None else ("const", 0)
+        if w.op in ("floordiv", "mod"):
+            def step(words, a=a, b=b):
+                x, y = (words[a] if ka == "word" else a), (words[b] if kb == "word" else b)
+                if y == 0:
+                    raise ArgumentError(f"per-call value {w.name} divides by zero: give values that make the divisor non-zero.")
+                words[out] = wrap_i32(fn(x, y))
+            return step
+
+        def step(words, a=a, b=b):
+            words[out] = wrap_i32(fn(words[a] if ka == "word" else a, words[b] if kb == "word" else b))
+        return step
+
+    def __call__(self, values: dict[str, int]) -> np.ndarray:
+        words = [0] * self.count
+        for index, name in self.values:
+            words[index] = values[name]
+        for step in self.steps:
+            step(words)
+        for index, (lo, hi), what, name in self.checks:
+            if not lo <= words[index] < hi:
+                raise IndexOutOfRange.at(what, name, words[index], lo, hi)
+        return np.array(words, dtype=np.int64).astype(np.int32)

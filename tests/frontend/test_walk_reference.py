@@ -1,0 +1,87 @@
+"""The seed chapter's Walk, verbatim, on the reference path: its walk equals a plain numpy walk."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import iron
+from iron import Carried
+from iron.kernels import Copy
+
+
+class Walk(iron.Graph):
+    """One step of a linked list walk: the next node gathered from
+    ``successor`` and recorded in ``trail`` at the step count, the step
+    count one more than the last."""
+
+    def __init__(self, successor, steps: int):
+        self.successor = iron.weight(successor)
+        self.trail = iron.state((steps,), np.int32, name="trail")
+
+    def body(self, *, node: Carried[np.int32], steps: Carried[np.int32]):
+        nxt = Copy.step(self.successor[node], dtype=np.int32)
+        Copy.step(nxt, self.trail[steps], dtype=np.int32)
+        return iron.carry(node=nxt, steps=steps + 1)
+
+
+def numpy_walk(successor, start, n):
+    trail, node = [], start
+    for _ in range(n):
+        node = int(successor[node])
+        trail.append(node)
+    return np.array(trail, dtype=np.int32)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 40), steps=st.integers(1, 12), seed=st.integers(0, 2**32 - 1))
+def test_reference_walk_matches_numpy_on_random_permutations(n, steps, seed):
+    rng = np.random.default_rng(seed)
+    successor = rng.permutation(n).astype(np.int32)
+    start = int(rng.integers(n))
+    walk = Walk(successor, steps + 1)
+    node, count = start, 0
+    for _ in range(steps + 1):
+        nxt = walk.reference(node=node, steps=count)
+        node, count = int(nxt["node"]), int(nxt["steps"])
+    np.testing.assert_array_equal(walk.read(walk.trail), numpy_walk(successor, start, steps + 1))
+    assert count == steps + 1
+    assert node == numpy_walk(successor, start, steps + 1)[-1]
+
+
+def test_a_call_returns_a_carry_mapping_that_feeds_the_next_call():
+    walk = Walk(np.array([2, 0, 1], dtype=np.int32), 3)
+    nxt = walk.reference(node=0, steps=0)
+    assert isinstance(nxt, iron.Carry)
+    assert dict(nxt) == {"node": 2, "steps": 1}
+    assert int(nxt["node"]) == 2
+    again = walk.reference(**nxt)
+    assert dict(again) == {"node": 1, "steps": 2}
+    with pytest.raises(TypeError):
+        nxt["node"] = 5  # a Carry is immutable
+    np.testing.assert_array_equal(walk.read("trail"), [2, 1, 0])
+
+
+def test_out_of_range_index_names_the_view_and_leaves_states_unchanged():
+    walk = Walk(np.array([1, 2, 0], dtype=np.int32), 2)
+    walk.reference(node=0, steps=0)
+    walk.reference(node=1, steps=1)
+    before = walk.read("trail")
+    with pytest.raises(iron.errors.IndexOutOfRange) as e:
+        walk.reference(node=2, steps=2)
+    assert str(e.value) == (
+        "trail[steps] with steps = 2 is out of range: steps must be in 0..1; "
+        "nothing was written. Keep steps in range, or make 'trail' larger."
+    )
+    np.testing.assert_array_equal(walk.read("trail"), before)
+    with pytest.raises(iron.errors.IndexOutOfRange) as e:
+        walk.reference(node=3, steps=0)
+    assert str(e.value).startswith("successor[node] with node = 3 is out of range: node must be in 0..2;")
+    np.testing.assert_array_equal(walk.read("trail"), before)
+
+
+def test_reset_and_write_set_the_host_copy():
+    walk = Walk(np.array([1, 0], dtype=np.int32), 2)
+    walk.write("trail", np.array([7, 9], dtype=np.int32))
+    np.testing.assert_array_equal(walk.read(walk.trail), [7, 9])
+    walk.reset()
+    np.testing.assert_array_equal(walk.read("trail"), [0, 0])
