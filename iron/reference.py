@@ -80,19 +80,11 @@ class Reference:
         return lambda env: env[slot]
 
     def _view(self, view: Node):
-        arr = self.arrays[view.src[0].arg[1]]
-        parts, dyn = [], []
-        for axis in view.arg:
-            if axis.index is not None:
-                parts.append(axis.index)
-            elif axis.dynamic is not None:
-                expr = view.src[axis.dynamic]
-                slot = self._scalar(expr)
-                self._add_range_check(view, axis, expr, slot)
-                dyn.append((len(parts), slot, axis.start))
-                parts.append(None)
-            else:
-                parts.append(slice(axis.start, axis.stop))
+        base = view.src[0]
+        if base.op == Op.INPUT:
+            return self._input_view(view)
+        arr = self.arrays[base.arg[1]]
+        parts, dyn = self._index_parts(view)
         if not dyn:
             fixed = arr[tuple(parts)]
             return lambda env: fixed
@@ -106,6 +98,34 @@ class Reference:
                 idx[pos] = env[slot] + start
             return arr[tuple(idx)]
         return view_of
+
+    def _input_view(self, view: Node):
+        slot = self.slot[id(view.src[0])]
+        parts, dyn = self._index_parts(view)
+
+        def view_of(env):
+            idx = list(parts)
+            for pos, s, start in dyn:
+                idx[pos] = env[s] + start
+            return env[slot][tuple(idx)]
+        return view_of
+
+    def _index_parts(self, view: Node):
+        """The index of a view as a list (None where a per-call value goes) and the per-call
+        entries (position, slot, start)."""
+        parts, dyn = [], []
+        for axis in view.arg:
+            if axis.index is not None:
+                parts.append(axis.index)
+            elif axis.dynamic is not None:
+                expr = view.src[axis.dynamic]
+                slot = self._scalar(expr)
+                self._add_range_check(view, axis, expr, slot)
+                dyn.append((len(parts), slot, axis.start))
+                parts.append(None)
+            else:
+                parts.append(slice(axis.start, axis.stop))
+        return parts, dyn
 
     def _add_range_check(self, view, axis, expr, slot):
         bound, text, what = axis.stop - axis.start, describe(expr), describe(view)
@@ -166,7 +186,7 @@ class Reference:
     def _carry_value(self, node: Node):
         if node.op == Op.ELEM:
             slot = self.slot[id(node.src[0])]
-            return lambda env: int(env[slot].reshape(-1)[0])
+            return lambda env: env[slot].item()
         slot = self._scalar(node)
         return lambda env: env[slot]
 

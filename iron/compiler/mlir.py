@@ -26,7 +26,6 @@ from iron.compiler.plan import (
     Dma,
     Fifo,
     Invoke,
-    KernelDecl,
     Link,
     Loop,
     Plan,
@@ -108,12 +107,14 @@ def _link_offsets(plan: Plan, link: Link, offsets: tuple[int, ...], mem_side: tu
     in elements of that object, as mlir-aie reads them."""
     if not offsets:
         return []
-    itemsize = plan.fifo(mem_side[0]).dtype.itemsize
-    if any(o % itemsize for o in offsets):
+    itemsize = _find(plan.fifos, mem_side[0], "FIFO").dtype.itemsize
+    sizes = {_find(plan.fifos, name, "FIFO").dtype.itemsize for name in (*link.sources, *link.destinations)}
+    if sizes != {itemsize} or any(o % itemsize for o in offsets):
         raise PlanError(
             f"The link on {link.tile.name} from {', '.join(link.sources)} to "
-            f"{', '.join(link.destinations)} has byte offsets {list(offsets)}, not all multiples "
-            f"of the {itemsize}-byte elements of '{mem_side[0]}': align every offset to an element."
+            f"{', '.join(link.destinations)} has byte offsets {list(offsets)}, which mlir-aie "
+            f"counts in {itemsize}-byte elements of '{mem_side[0]}': give every linked FIFO that "
+            "element size and make every offset a multiple of it."
         )
     return [o // itemsize for o in offsets]
 
@@ -190,7 +191,7 @@ def acquire_lines(plan: Plan, step: Acquire, acquired: dict, taken: dict) -> lis
     n = taken.get(step.fifo, 0)
     taken[step.fifo] = n + 1
     view, obj = f"%{step.fifo}_view{n}", f"%{step.fifo}_obj{n}"
-    shape = fifo_memref(plan.fifo(step.fifo))
+    shape = fifo_memref(_find(plan.fifos, step.fifo, "FIFO"))
     acquired[step.fifo] = obj
     return [
         f"{view} = aie.objectfifo.acquire @{step.fifo}({step.port}, {step.count}) "
@@ -211,9 +212,9 @@ def loop_lines(plan: Plan, core: Core, loop: Loop, acquired: dict, taken: dict, 
 
 
 def invoke_line(plan: Plan, core: Core, step: Invoke, acquired: dict, depth: int) -> str:
-    decl = _declaration(plan, step.function)
+    decl = _find(plan.kernels, step.function, "the KernelDecl of function", "symbol")
     values = [_object_value(plan, core, step, name, acquired) for name in step.objects]
-    if plan.function(step.function).blocked:
+    if _find(plan.functions, step.function, "function").blocked:
         if depth == 0:
             raise PlanError(
                 f"Core {core.tile.name} invokes the blocked function '{step.function}' outside any "
@@ -229,15 +230,13 @@ def invoke_line(plan: Plan, core: Core, step: Invoke, acquired: dict, depth: int
     return f"func.call @{decl.symbol}({_join(values)}) : ({_join(decl.arg_types)}) -> ()"
 
 
-def _declaration(plan: Plan, function: str) -> KernelDecl:
-    for decl in plan.kernels:
-        if decl.symbol == function:
-            return decl
-    known = ", ".join(k.symbol for k in plan.kernels) or "none"
-    raise PlanError(
-        f"Function '{function}' is invoked but has no KernelDecl (declared: {known}): add one "
-        "KernelDecl per Function to Plan.kernels."
-    )
+def _find(items: tuple, name: str, what: str, field: str = "name"):
+    """The item of `items` whose `field` is `name`; `what` names the kind in the error."""
+    for item in items:
+        if getattr(item, field) == name:
+            return item
+    known = ", ".join(getattr(item, field) for item in items) or "none"
+    raise PlanError(f"The plan uses {what} '{name}' but has none by that name (it has: {known}): add it to the plan.")
 
 
 def _object_value(plan: Plan, core: Core, step: Invoke, name: str, acquired: dict) -> str:

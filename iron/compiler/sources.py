@@ -8,8 +8,9 @@ functions only). The body runs the Function's steps in order:
 - a KernelStep calls the kernel's symbol with each Ptr cast to the kernel's element pointer type
   (inputs `const`, then the output), at its byte offset (+ block_stride bytes per block), each
   Load as the int32 word at its byte offset, each Imm as a literal;
-- a ScalarStep stores an int32 word computed with 32-bit wrap-around (floordiv and mod round
-  toward negative infinity, as Python's // and %; a zero divisor gives 0, as numpy's int32 does).
+- a ScalarStep stores an int32 word computed with 32-bit wrap-around in 32-bit arithmetic only
+  (floordiv and mod round toward negative infinity, as Python's // and %; a zero divisor gives
+  0, as numpy's int32 does; INT32_MIN // -1 wraps to INT32_MIN).
 The result also holds the called kernels' own sources and iron_kernel.h, so the files compile
 on their own (host g++ -std=c++20 -Wall -Werror -c, or Peano for the AIE), each glue file into
 its own object: every glue file defines the kernels it includes, so two glue files are never
@@ -44,18 +45,18 @@ WORD_HELPERS = {
     "load": "int32_t load_word(const uint8_t* at) {\n"
             "  int32_t value;\n  __builtin_memcpy(&value, at, sizeof value);\n  return value;\n}",
     "store": "void store_word(uint8_t* at, int32_t value) { __builtin_memcpy(at, &value, sizeof value); }",
-    "add": "int32_t word_add(int32_t a, int32_t b) { return static_cast<int32_t>(int64_t{a} + b); }",
-    "sub": "int32_t word_sub(int32_t a, int32_t b) { return static_cast<int32_t>(int64_t{a} - b); }",
-    "mul": "int32_t word_mul(int32_t a, int32_t b) { return static_cast<int32_t>(int64_t{a} * b); }",
+    "add": "int32_t word_add(int32_t a, int32_t b) { return static_cast<int32_t>(uint32_t(a) + uint32_t(b)); }",
+    "sub": "int32_t word_sub(int32_t a, int32_t b) { return static_cast<int32_t>(uint32_t(a) - uint32_t(b)); }",
+    "mul": "int32_t word_mul(int32_t a, int32_t b) { return static_cast<int32_t>(uint32_t(a) * uint32_t(b)); }",
     "floordiv": "int32_t word_floordiv(int32_t a, int32_t b) {\n"
                 "  if (b == 0) return 0;\n"
-                "  const int64_t quotient = int64_t{a} / b;\n"
-                "  const bool inexact_negative = int64_t{a} % b != 0 && (a < 0) != (b < 0);\n"
-                "  return static_cast<int32_t>(inexact_negative ? quotient - 1 : quotient);\n}",
+                "  if (b == -1) return static_cast<int32_t>(0u - uint32_t(a));\n"
+                "  const int32_t quotient = a / b;\n"
+                "  return a % b != 0 && (a < 0) != (b < 0) ? quotient - 1 : quotient;\n}",
     "mod": "int32_t word_mod(int32_t a, int32_t b) {\n"
-           "  if (b == 0) return 0;\n"
-           "  const int64_t remainder = int64_t{a} % b;\n"
-           "  return static_cast<int32_t>(remainder != 0 && (remainder < 0) != (b < 0) ? remainder + b : remainder);\n}",
+           "  if (b == 0 || b == -1) return 0;\n"
+           "  const int32_t remainder = a % b;\n"
+           "  return remainder != 0 && (remainder < 0) != (b < 0) ? remainder + b : remainder;\n}",
     "min": "int32_t word_min(int32_t a, int32_t b) { return a < b ? a : b; }",
     "max": "int32_t word_max(int32_t a, int32_t b) { return a > b ? a : b; }",
 }
@@ -72,8 +73,8 @@ def kernel_sources(plan: Plan) -> dict[str, str]:
         name = f"{function.name}.cc"
         if not _C_IDENTIFIER.fullmatch(function.name) or name in files:
             raise PlanError(
-                f"Function '{function.name}' cannot be written as the C function {name}: its name "
-                "must be a C identifier and differ from every kernel source's name; rename the function."
+                f"Function '{function.name}' cannot be written to {name}: its name must be a C identifier "
+                "and differ from the name of every kernel source it would overwrite; rename the function."
             )
         files[name] = glue_source(plan, function, kernels)
     return dict(sorted(files.items()))

@@ -113,15 +113,15 @@ def state(shape, dtype, name: str | None = None) -> State:
 # ---- views -------------------------------------------------------------------------------------
 
 def index_view(base: Node, index) -> Node:
-    """A VIEW node: `base[index]` where base is a MEMORY or a VIEW of one."""
+    """A VIEW node: `base[index]` where base is a MEMORY, an INPUT, or a VIEW of one."""
     from iron.frontend.handles import Scalar, Tensor
 
-    if base.op not in (Op.MEMORY, Op.VIEW):
+    if base.op not in (Op.MEMORY, Op.INPUT, Op.VIEW):
         raise TracedValueError(
             f"{describe(base)} is a computed tensor and cannot be indexed inside the call that "
             "computes it: index declared weights, params and states, or pass it whole to a kernel."
         )
-    memory = base if base.op == Op.MEMORY else base.src[0]
+    memory = base.src[0] if base.op == Op.VIEW else base
     axes = list(base.arg) if base.op == Op.VIEW else [Axis(stop=n) for n in memory.shape]
     dynamic = list(base.src[1:]) if base.op == Op.VIEW else []
     index = index if isinstance(index, tuple) else (index,)
@@ -134,7 +134,7 @@ def index_view(base: Node, index) -> Node:
         axis = axes[pos]
         extent = axis.stop - axis.start
         if isinstance(item, Scalar):
-            if memory.arg[0] == "param":
+            if memory.op == Op.MEMORY and memory.arg[0] == "param":
                 raise TracedValueError(
                     f"param '{memory.arg[1]}' is indexed by per-call value '{describe(item.node)}': "
                     "a param is used whole. Declare it with iron.weight(...) to read it through a per-call index."

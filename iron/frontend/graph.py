@@ -51,8 +51,14 @@ class Graph:
 
     # ---- tracing -------------------------------------------------------------------------------
     def trace(self, *specs, **named_specs) -> Program:
-        """The Program of one call for tensor specs ((shape, dtype) per tensor parameter, or None)."""
-        spec = bind_specs(self.signature(), self._where, specs, named_specs)
+        """The Program of one call for tensor specs ((shape, dtype) per tensor parameter, or None);
+        with no specs after a call, the shapes of the last call."""
+        sig = self.signature()
+        if not specs and not named_specs and "last_spec" in self._iron and any(not opt for _, opt in sig.tensors):
+            spec = self._iron["last_spec"]  # a required tensor and no spec: the shapes of the last call
+        else:
+            spec = bind_specs(sig, self._where, specs, named_specs)
+        self._iron["last_spec"] = spec
         key = tuple(sorted(spec.items(), key=lambda kv: kv[0]))
         programs = self._iron["programs"]
         if key not in programs:
@@ -261,8 +267,8 @@ def shape_result(returns: str, outputs: list, nxt: dict):
     if returns == "one":
         return outputs[0]
     if returns == "carry":
-        return Carry(nxt)
-    return (*outputs, Carry(nxt)) if nxt else tuple(outputs)
+        return Carry.of(nxt)
+    return (*outputs, Carry.of(nxt)) if nxt else tuple(outputs)
 
 
 def state_name(g, state) -> str:

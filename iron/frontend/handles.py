@@ -190,6 +190,13 @@ class Carry(Mapping):
     def __init__(self, values: Mapping | None = None, **kw):
         self._values = MappingProxyType(dict(values or {}, **kw))
 
+    @classmethod
+    def of(cls, values: dict) -> "Carry":
+        """A Carry owning `values` (no copy): for the runtime's own fresh dicts."""
+        c = cls.__new__(cls)
+        c._values = MappingProxyType(values)
+        return c
+
     def __getitem__(self, key):
         return self._values[key]
 

@@ -25,7 +25,7 @@ class CarriedLoop:
         self.first, self.body, self.depth = first, body, depth
         self.carry: Carry | None = None
 
-    def run(self, steps: int, *tensors, **values):
+    def run(self, steps: int, /, *tensors, **values):
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
             raise LoopError(f"CarriedLoop.run(steps={steps!r}): steps is how many body runs follow first, an int >= 0.")
         inputs, words = self.first.bind(tensors, values)

@@ -79,10 +79,11 @@ class EmulatorSession:
         return self.emulator.run(**bindings)
 
     def call(self, words: np.ndarray):
-        target = self.words_of(self._run()) if self.full_elf else self.buffers[self.plan.host_buffer("words").name]
+        run = self._run()
+        target = self.words_of(run) if self.full_elf else self.buffers[self.plan.host_buffer("words").name]
         target[: len(words)] = words.view(np.uint32)
-        self.emulator.start(self._held)
-        self.emulator.wait(self._held)
+        self.emulator.start(run)
+        self.emulator.wait(run)
 
     def _run(self):
         if self._held is None:

@@ -1,0 +1,3 @@
+def describe(plan):
+    from pprint import pformat
+    return pformat(plan, width=150)

@@ -1,0 +1,164 @@
+"""Fusion: group a Program's kernel calls into per-tile groups, by named rules.
+
+What it does: drops calls whose results nothing uses, then walks the rest in program order.
+A call joins the open group unless one of RULES says stop, in which case the open group closes
+(recording the rule) and the call opens the next one. Each rule is a plain function
+`rule(group, call) -> bool` ("True: `call` may not join `group`"), tried in RULES order.
+
+What it does not: place groups on tiles, size FIFOs or check memory (place.py, allocate.py);
+`size_limit` only estimates what a group holds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from aie_utils.devices import COMPUTE_TILE
+from iron.ir import Node, Op, Program
+from iron.kernels.library import (
+    Accumulate, Add, Argmax, Copy, Exp, MatMul, MatVec, Mul, ReLU, RMSNorm, Scale, SiLU, Softmax, Sub,
+)
+
+MATRIX_OPS = (MatVec, MatMul)
+REDUCTIONS = (RMSNorm, Softmax, Argmax)
+ELEMENTWISE = (Copy, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate)
+MAX_INPUTS = 4
+SIZE_LIMIT = COMPUTE_TILE.data_memory_bytes // 2
+STREAM_OBJECT_BYTES = 16 * 1024   # a streamed matrix holds at most this much in L1 at a time
+END = "end of body"
+
+
+@dataclass(frozen=True)
+class Group:
+    """Kernel calls run by one core invocation; `closed_by` is the rule that closed it."""
+
+    name: str
+    calls: tuple[Node, ...]
+    closed_by: str
+
+
+def fuse(program: Program) -> tuple[Group, ...]:
+    """The groups of `program`'s live calls, greedy in program order."""
+    groups: list[Group] = []
+    open_calls: list[Node] = []
+    for call in live_calls(program):
+        rule = next((r for r in RULES if open_calls and r(open_calls, call)), None)
+        if rule is not None:
+            groups.append(Group(f"g{len(groups)}", tuple(open_calls), rule.__name__))
+            open_calls = []
+        open_calls.append(call)
+    if open_calls:
+        groups.append(Group(f"g{len(groups)}", tuple(open_calls), END))
+    return tuple(groups)
+
+
+def live_calls(program: Program) -> list[Node]:
+    """The calls whose effect is seen: state writes, outputs, carried elements, and what they use."""
+    needed = {id(n) for n in program.outputs}
+    needed |= {id(v.src[0]) for _, v in program.carry if v.op == Op.ELEM}
+    live = []
+    for call in reversed(program.calls):
+        if call.arg.writes or id(call) in needed:
+            live.append(call)
+            needed |= {id(s) for s in call.src}
+    return live[::-1]
+
+
+def call_label(program: Program, call: Node) -> str:
+    """`Copy#1`: the kernel and the call's position in the body, as errors name calls."""
+    index = next(i for i, c in enumerate(program.calls) if c is call)
+    return f"{call.arg.kernel.__name__}#{index}"
+
+
+# ---- what a call reads -------------------------------------------------------------------------
+
+def tensor_inputs(call: Node) -> tuple[Node, ...]:
+    """The tensors a call reads: its inputs, and its destination when it accumulates into it."""
+    c = call.arg
+    reads = call.src[: c.n_inputs]
+    if c.writes and c.kernel.accumulates:
+        reads = (*reads, call.src[c.n_inputs])
+    return reads
+
+
+def is_gather(node: Node) -> bool:
+    """A view picked through a per-call index."""
+    return node.op == Op.VIEW and any(a.dynamic is not None for a in node.arg)
+
+
+def external_inputs(calls: list[Node]) -> list[Node]:
+    """Distinct tensors the calls read that none of them computes, in first-use order."""
+    made = {id(c) for c in calls}
+    seen: dict[int, Node] = {}
+    for call in calls:
+        for node in tensor_inputs(call):
+            if id(node) not in made:
+                seen.setdefault(id(node), node)
+    return list(seen.values())
+
+
+def nbytes(node: Node) -> int:
+    return int(np.prod(node.shape, dtype=np.int64)) * node.dtype.itemsize
+
+
+def held_bytes(calls: list[Node]) -> int:
+    """What a group holds on its tile, estimated: every external input (a matrix operand at most
+    one stream object) and every call's result."""
+    matrices = {id(c.src[0]) for c in calls if issubclass(c.arg.kernel, MATRIX_OPS)}
+    total = sum(min(nbytes(n), STREAM_OBJECT_BYTES) if id(n) in matrices else nbytes(n)
+                for n in external_inputs(calls))
+    return total + sum(nbytes(c) for c in calls)
+
+
+# ---- the rules ---------------------------------------------------------------------------------
+
+def matrix_op_starts_group(group: list[Node], call: Node) -> bool:
+    """A MatVec/MatMul begins a new group; after one, only elementwise library calls (Add, SiLU,
+    Copy, ...) may join, as its epilogue."""
+    if issubclass(call.arg.kernel, MATRIX_OPS):
+        return True
+    has_matrix = any(issubclass(c.arg.kernel, MATRIX_OPS) for c in group)
+    return has_matrix and not issubclass(call.arg.kernel, ELEMENTWISE)
+
+
+def reduction_ends_group(group: list[Node], call: Node) -> bool:
+    """After an RMSNorm, Softmax or Argmax the group closes."""
+    return issubclass(group[-1].arg.kernel, REDUCTIONS)
+
+
+def state_write_ends_group(group: list[Node], call: Node) -> bool:
+    """A call writing a state (out=) closes its group: later readers see the state in host memory."""
+    return group[-1].arg.writes
+
+
+def gather_starts_group(group: list[Node], call: Node) -> bool:
+    """A call reading a view through a per-call index starts a group (its DMA is patched per call)."""
+    return any(is_gather(n) for n in tensor_inputs(call))
+
+
+def input_limit(group: list[Node], call: Node) -> bool:
+    """A group reads at most MAX_INPUTS (4) distinct tensors it does not compute."""
+    return len(external_inputs([*group, call])) > MAX_INPUTS
+
+
+def size_limit(group: list[Node], call: Node) -> bool:
+    """A group holds at most half a compute tile's memory (inputs and results, see held_bytes)."""
+    return held_bytes([*group, call]) > SIZE_LIMIT
+
+
+def unrelated_starts_group(group: list[Node], call: Node) -> bool:
+    """A call using none of the open group's results starts a new group (it can run beside it)."""
+    made = {id(c) for c in group}
+    return not any(id(n) in made for n in tensor_inputs(call))
+
+
+RULES = (
+    matrix_op_starts_group,
+    reduction_ends_group,
+    state_write_ends_group,
+    gather_starts_group,
+    input_limit,
+    size_limit,
+    unrelated_starts_group,
+)

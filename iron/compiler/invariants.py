@@ -1,0 +1,434 @@
+"""`check_plan(plan)`: the device rules every Plan must keep, checked before it is printed or run.
+
+What it does: checks that tiles lie in the device and every FIFO, link, core, buffer and DMA
+names tiles of the plan; FIFO objects are whole words; links sit on mem tiles and fit their
+offsets; core programs acquire what they release, only from FIFOs their tile is an end of, and
+invoke declared Functions whose pointer and scalar operands stay inside the objects bound to
+them (by each kernel's C ABI); derived words refer to earlier words; DMA ops respect the shim's
+size limits, their host buffers' bounds (patch words taken at their bounds), and BD ids are
+never reused before a Wait covering the op that held them; per launch, every FIFO gets from its
+producer (the sequence's MM2S words, a core's produce acquires, a link) exactly the objects each
+consumer takes; the Emit and feedback exist exactly on full-ELF plans; every tile's memory fits
+(DoesNotFit, as the allocator says it). Breaks raise iron.errors.PlanError.
+
+What it does not: simulate a launch (the emulator does) or judge performance.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from iron.errors import PlanError
+from iron.kernels.registry import lookup
+from iron.compiler.allocate import check_tile_memory
+from iron.compiler.plan import (
+    Acquire, Dma, Invoke, KernelStep, Load, Loop, Plan, Ptr, Release, ScalarStep, Tile, Wait, WordDef,
+)
+
+FIX = "Rebuild the Plan with iron's compiler, or correct it by hand."
+WORD_KINDS = ("carried", "scratchpad", "dma", "core", "next")
+
+
+def check_plan(plan: Plan) -> None:
+    """Raise PlanError for the first device rule `plan` breaks (DoesNotFit for tile memory)."""
+    _check_device(plan)
+    _check_fifos(plan)
+    _check_links(plan)
+    _check_functions(plan)
+    _check_cores(plan)
+    _check_words(plan)
+    _check_sequence(plan)
+    _check_balance(plan)
+    _check_emit(plan)
+    check_tile_memory(plan)
+
+
+def _fail(plan: Plan, problem: str, fix: str = FIX):
+    raise PlanError(f"plan {plan.name} on {plan.device.name}: {problem}. {fix}")
+
+
+# ---- device and tiles -------------------------------------------------------------------------------
+
+def _check_device(plan: Plan):
+    d = plan.device
+    if plan.full_elf != d.full_elf or plan.image != ("elf" if d.full_elf else "xclbin"):
+        _fail(plan, f"full_elf={plan.full_elf} and image '{plan.image}' do not match the device "
+                    f"(full ELF {'yes' if d.full_elf else 'no'})")
+    rows = {"shim": (d.shim_row,), "mem": (d.mem_row,), "compute": d.compute_rows}
+    for t in plan.tiles:
+        if not 0 <= t.col < d.n_cols or t.row not in rows.get(t.kind, ()):
+            _fail(plan, f"tile {t.name} ({t.kind}) is not a {t.kind} tile of {d.name} "
+                        f"({d.n_cols} columns, rows {rows.get(t.kind, ())})")
+    for t, what in _referenced_tiles(plan):
+        if t not in plan.tiles:
+            _fail(plan, f"{what} uses {t.name}, which is not among the plan's tiles")
+
+
+def _referenced_tiles(plan: Plan):
+    for f in plan.fifos:
+        yield from ((t, f"FIFO {f.name}") for t in (f.producer, *f.consumers))
+    yield from ((link.tile, "a link") for link in plan.links)
+    yield from ((b.tile, f"buffer {b.name}") for b in plan.buffers)
+    yield from ((c.tile, f"the core of {c.group}") for c in plan.cores)
+    yield from ((op.shim, f"a Dma on {op.fifo}") for op in plan.sequence if isinstance(op, Dma))
+    if plan.emit is not None:
+        yield plan.emit.tile, "the Emit"
+
+
+# ---- FIFOs and links --------------------------------------------------------------------------------
+
+def _check_fifos(plan: Plan):
+    names = [f.name for f in plan.fifos]
+    if len(set(names)) != len(names):
+        _fail(plan, f"FIFO names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    for f in plan.fifos:
+        if f.nbytes <= 0 or f.nbytes % 4 or f.nbytes % f.dtype.itemsize or f.depth < 1 or not f.consumers:
+            _fail(plan, f"FIFO {f.name} has objects of {f.nbytes} bytes of {f.dtype}, depth {f.depth}, "
+                        f"{len(f.consumers)} consumer(s): objects must be whole 4-byte words and whole "
+                        "elements, depth at least 1, one consumer or more")
+        if f.shared_memory and not _shares(f):
+            _fail(plan, f"FIFO {f.name} is shared memory but {f.producer.name} -> "
+                        f"{', '.join(t.name for t in f.consumers)} is not one neighbouring compute tile")
+
+
+def _shares(f) -> bool:
+    (c,) = f.consumers if len(f.consumers) == 1 else (None,)
+    return (c is not None and c.kind == f.producer.kind == "compute"
+            and abs(c.col - f.producer.col) + abs(c.row - f.producer.row) == 1)
+
+
+def _check_links(plan: Plan):
+    fifos = {f.name: f for f in plan.fifos}
+    for link in plan.links:
+        if link.tile.kind != "mem":
+            _fail(plan, f"a link sits on {link.tile.name}, not on a mem tile")
+        for name in (*link.sources, *link.destinations):
+            if name not in fifos:
+                _fail(plan, f"a link on {link.tile.name} names FIFO {name}, which the plan does not have")
+        if any(link.tile not in fifos[s].consumers for s in link.sources) or any(
+                fifos[d].producer != link.tile for d in link.destinations):
+            _fail(plan, f"the link {link.sources} -> {link.destinations} on {link.tile.name} is not the "
+                        "consumer of its sources and the producer of its destinations")
+        _check_link_offsets(plan, link, fifos)
+
+
+def _check_link_offsets(plan: Plan, link, fifos):
+    if len(link.sources) > 1:
+        dest = fifos[link.destinations[0]]
+        parts = zip(link.sources, link.source_offsets or [None] * len(link.sources))
+        if len(link.destinations) != 1 or len(link.source_offsets) != len(link.sources) or any(
+                off + fifos[s].nbytes > dest.nbytes for s, off in parts):
+            _fail(plan, f"the join {link.sources} -> {dest.name} does not fit its source offsets "
+                        f"{link.source_offsets} into {dest.nbytes}-byte objects")
+    elif len(link.destinations) > 1:
+        source = fifos[link.sources[0]]
+        parts = zip(link.destinations, link.destination_offsets or [None] * len(link.destinations))
+        if len(link.destination_offsets) != len(link.destinations) or any(
+                off + fifos[d].nbytes > source.nbytes for d, off in parts):
+            _fail(plan, f"the split {source.name} -> {link.destinations} does not fit its destination "
+                        f"offsets {link.destination_offsets} into {source.nbytes}-byte objects")
+    elif fifos[link.sources[0]].nbytes != fifos[link.destinations[0]].nbytes:
+        _fail(plan, f"the forward link {link.sources[0]} -> {link.destinations[0]} joins objects of "
+                    "different sizes")
+
+
+# ---- functions and cores ----------------------------------------------------------------------------
+
+def _check_functions(plan: Plan):
+    declared = {k.symbol: k for k in plan.kernels}
+    if sorted(declared) != sorted(f.name for f in plan.functions):
+        _fail(plan, f"the kernel declarations {sorted(declared)} are not one per Function "
+                    f"{sorted(f.name for f in plan.functions)}")
+    for f in plan.functions:
+        if len(declared[f.name].arg_types) != len(f.params) + f.blocked:
+            _fail(plan, f"declaration of {f.name} has {len(declared[f.name].arg_types)} argument types for "
+                        f"{len(f.params)} parameter(s){' and the block index' if f.blocked else ''}")
+        for step in f.steps:
+            for arg in _step_args(step):
+                if isinstance(arg, (Ptr, Load)) and arg.source not in f.params:
+                    _fail(plan, f"function {f.name} reads '{arg.source}', which is not one of its parameters {f.params}")
+            if isinstance(step, ScalarStep) and step.op not in WordDef.OPS:
+                _fail(plan, f"function {f.name} has scalar op '{step.op}'; the ops are {', '.join(WordDef.OPS)}")
+            if isinstance(step, KernelStep):
+                lookup(step.symbol)
+
+
+def _step_args(step) -> tuple:
+    return step.args if isinstance(step, KernelStep) else (step.dest, step.a, step.b)
+
+
+def _check_cores(plan: Plan):
+    tiles = [c.tile for c in plan.cores]
+    if len(set(tiles)) != len(tiles):
+        _fail(plan, "two cores run on one tile")
+    fifos = {f.name: f for f in plan.fifos}
+    functions = {f.name: f for f in plan.functions}
+    for core in plan.cores:
+        if core.tile.kind != "compute":
+            _fail(plan, f"the core of {core.group} is on {core.tile.name}, not a compute tile")
+        counts: dict[tuple[str, str], int] = {}
+        _walk_program(plan, core, core.program, 1, counts, fifos, functions)
+        for (fifo, port), n in counts.items():
+            if n:
+                _fail(plan, f"the core on {core.tile.name} acquires and releases {fifo} ({port}) a different "
+                            "number of times per launch")
+
+
+def _walk_program(plan, core, program, loop_count, counts, fifos, functions, in_loop=False):
+    for item in program:
+        if isinstance(item, Loop):
+            if item.count < 1:
+                _fail(plan, f"a Loop on {core.tile.name} runs {item.count} times")
+            _walk_program(plan, core, item.body, loop_count * item.count, counts, fifos, functions, True)
+        elif isinstance(item, (Acquire, Release)):
+            _check_port(plan, core, item, fifos)
+            sign = 1 if isinstance(item, Acquire) else -1
+            key = (item.fifo, item.port)
+            counts[key] = counts.get(key, 0) + sign * item.count * loop_count
+        elif isinstance(item, Invoke):
+            _check_invoke(plan, core, item, fifos, functions, loop_count if in_loop else 1, in_loop)
+        else:
+            _fail(plan, f"the core on {core.tile.name} has a {type(item).__name__} in its program")
+
+
+def _check_port(plan, core, item, fifos):
+    f = fifos.get(item.fifo)
+    if f is None:
+        _fail(plan, f"the core on {core.tile.name} uses FIFO {item.fifo}, which the plan does not have")
+    end = f.producer == core.tile if item.port == "Produce" else core.tile in f.consumers
+    if item.port not in ("Produce", "Consume") or not end:
+        _fail(plan, f"the core on {core.tile.name} uses {item.fifo} as {item.port} but is not that end of it")
+    if not 1 <= item.count <= f.depth:
+        _fail(plan, f"the core on {core.tile.name} takes {item.count} objects of {item.fifo} at once; its depth is {f.depth}")
+
+
+def _check_invoke(plan, core, invoke, fifos, functions, blocks, in_loop):
+    f = functions.get(invoke.function)
+    if f is None:
+        _fail(plan, f"the core on {core.tile.name} invokes {invoke.function}, which the plan does not define")
+    if len(invoke.objects) != len(f.params) or f.blocked != in_loop:
+        _fail(plan, f"the core on {core.tile.name} invokes {f.name} with {len(invoke.objects)} object(s) for "
+                    f"{len(f.params)} parameter(s){' outside a Loop' if f.blocked else ''}")
+    buffers = {b.name: b for b in plan.buffers if b.tile == core.tile}
+    sizes = {}
+    for param, obj in zip(f.params, invoke.objects):
+        held = fifos.get(obj) or buffers.get(obj)
+        if held is None or (obj in fifos and core.tile not in (held.producer, *held.consumers)):
+            _fail(plan, f"the core on {core.tile.name} binds '{obj}' to {f.name}, but it is neither a FIFO of "
+                        "that tile nor a buffer on it")
+        sizes[param] = held.nbytes
+    for step in f.steps:
+        _check_extents(plan, f, step, sizes, blocks)
+
+
+def _check_extents(plan, f, step, sizes, blocks):
+    for ptr, nbytes in _extents(step):
+        end = ptr.offset + nbytes + getattr(ptr, "block_stride", 0) * (blocks - 1)
+        if ptr.offset < 0 or end > sizes[ptr.source]:
+            _fail(plan, f"function {f.name} touches bytes {ptr.offset}..{end} of '{ptr.source}', which holds "
+                        f"{sizes[ptr.source]} bytes")
+
+
+def _extents(step) -> list[tuple]:
+    """(Ptr or Load, bytes it touches) of each memory operand of a step."""
+    if isinstance(step, ScalarStep):
+        return [(a, 4) for a in (step.dest, step.a, step.b) if isinstance(a, (Ptr, Load))]
+    kernel, dtype = lookup(step.symbol)
+    pointers = [a for a in step.args if isinstance(a, Ptr)]
+    count = len(step.args) - len(pointers) - len(kernel.c_attrs)
+    sizes = tuple(int(a.value) for a in step.args[len(pointers): len(pointers) + count])
+    in_shapes, out_shape = kernel.abi_shapes(sizes)
+    out_dtype = kernel.out_dtype(dtype)
+    nbytes = [int(np.prod(s)) * dtype.itemsize for s in in_shapes] + [int(np.prod(out_shape)) * out_dtype.itemsize]
+    loads = [(a, 4) for a in step.args if isinstance(a, Load)]
+    return list(zip(pointers, nbytes)) + loads
+
+
+# ---- words ----------------------------------------------------------------------------------------------
+
+def _check_words(plan: Plan):
+    values = True
+    for i, w in enumerate(plan.words):
+        if w.index != i or w.kind not in WORD_KINDS:
+            _fail(plan, f"word {i} ('{w.name}') has index {w.index} and kind '{w.kind}'")
+        if (w.op is None) != (w.kind in ("carried", "scratchpad")) or (w.op is None and not values):
+            _fail(plan, f"word {i} ('{w.name}') of kind {w.kind}: per-call values come first, derived words after")
+        values = w.op is None
+        if w.op is not None:
+            _check_derived(plan, w)
+    if plan.host_buffer("words").nwords != max(1, len(plan.words)):
+        _fail(plan, f"the words buffer holds {plan.host_buffer('words').nwords} words for {len(plan.words)}")
+    _check_carry(plan)
+
+
+def _check_derived(plan: Plan, w: WordDef):
+    operands = [o for o in (w.a, w.b) if o is not None]
+    bad = w.op not in WordDef.OPS or (w.b is None) != (w.op == "copy") or any(
+        o[0] not in ("word", "const") or (o[0] == "word" and not 0 <= o[1] < w.index) for o in operands)
+    if bad or (w.bound is not None and w.bound[0] >= w.bound[1]):
+        _fail(plan, f"word {w.index} ('{w.name}') computes {w.op}({w.a}, {w.b}) bound {w.bound}: derived words "
+                    "apply an op to earlier words or constants")
+
+
+def _check_carry(plan: Plan):
+    carried = [w.name for w in plan.words if w.kind == "carried"]
+    if [name for name, _ in plan.carry] != carried:
+        _fail(plan, f"Plan.carry names {[n for n, _ in plan.carry]} but the carried words are {carried}")
+    for name, (kind, where) in plan.carry:
+        ok = (kind == "word" and 0 <= where < len(plan.words)) or (
+            kind == "output" and any(p.name == where and p.kind == "carry" for p in plan.placements))
+        if not ok:
+            _fail(plan, f"the next value of '{name}' comes from ({kind}, {where}), which the plan does not have")
+
+
+def word_ranges(words) -> list[tuple[int, int] | None]:
+    """The [lo, hi] range each word can take, from the bounds (None: unknown)."""
+    ranges: list[tuple[int, int] | None] = []
+
+    def of(operand):
+        if operand is None:
+            return None
+        return (operand[1], operand[1]) if operand[0] == "const" else ranges[operand[1]]
+
+    for w in words:
+        if w.bound is not None:
+            ranges.append((w.bound[0], w.bound[1] - 1))
+            continue
+        a, b = of(w.a), of(w.b)
+        if w.op == "copy":
+            ranges.append(a)
+        elif w.op in ("add", "mul") and a is not None and b is not None:
+            ends = [x + y if w.op == "add" else x * y for x in a for y in b]
+            ranges.append((min(ends), max(ends)))
+        else:
+            ranges.append(None)
+    return ranges
+
+
+# ---- the sequence -------------------------------------------------------------------------------------
+
+def _check_sequence(plan: Plan):
+    fifos = {f.name: f for f in plan.fifos}
+    buffers = {b.name: b for b in plan.host_buffers}
+    ranges = word_ranges(plan.words)
+    held: dict[tuple[Tile, int], int] = {}
+    for index, op in enumerate(plan.sequence):
+        if isinstance(op, Wait):
+            if op.fifo not in fifos:
+                _fail(plan, f"sequence op {index} waits on {op.fifo}, which the plan does not have")
+            for key, holder in list(held.items()):
+                h = plan.sequence[holder]
+                if h.fifo == op.fifo and (h.direction == "s2mm" or h.issue_token):
+                    del held[key]
+        elif isinstance(op, Dma):
+            _check_dma(plan, index, op, fifos, buffers, ranges)
+            if (op.shim, op.bd_id) in held:
+                _fail(plan, f"sequence op {index} (Dma on {op.fifo}) reuses BD {op.bd_id} of {op.shim.name}, "
+                            f"held by op {held[(op.shim, op.bd_id)]} (Dma on {plan.sequence[held[(op.shim, op.bd_id)]].fifo}) "
+                            "with no Wait covering it in between")
+            held[(op.shim, op.bd_id)] = index
+        else:
+            _fail(plan, f"sequence op {index} is a {type(op).__name__}, not a Dma or a Wait")
+
+
+def _check_dma(plan: Plan, index: int, op: Dma, fifos, buffers, ranges):
+    d = plan.device
+    f = fifos.get(op.fifo)
+    end = f is not None and (f.producer == op.shim if op.direction == "mm2s" else op.shim in f.consumers)
+    if op.direction not in ("mm2s", "s2mm") or not end or op.shim.kind != "shim" or op.buffer not in buffers:
+        _fail(plan, f"sequence op {index} moves {op.direction} between buffer '{op.buffer}' and {op.fifo} on "
+                    f"{op.shim.name}, which is not that FIFO's shim end or not a host buffer")
+    limits = (d.dma_repeat_max, *(d.shim.max_bd_wrap,) * 3)
+    if any(not 1 <= s <= lim for s, lim in zip(op.sizes, limits)) or min(op.strides) < 0 or not 0 <= op.bd_id < d.shim_bd_ids:
+        _fail(plan, f"sequence op {index} (Dma on {op.fifo}) has sizes {op.sizes}, strides {op.strides}, BD {op.bd_id}: "
+                    f"sizes[0] must be 1..{d.dma_repeat_max}, the others 1..{d.shim.max_bd_wrap}, strides >= 0, "
+                    f"BD ids 0..{d.shim_bd_ids - 1}")
+    patch = (0, 0)
+    if op.patch_word is not None:
+        if not 0 <= op.patch_word < len(plan.words):
+            _fail(plan, f"sequence op {index} (Dma on {op.fifo}) is patched by word {op.patch_word}, which does not exist")
+        patch = ranges[op.patch_word] or (0, 0)
+    last = op.offset + sum((s - 1) * st for s, st in zip(op.sizes, op.strides))
+    if op.offset + patch[0] < 0 or last + patch[1] >= buffers[op.buffer].nwords:
+        _fail(plan, f"sequence op {index} (Dma on {op.fifo}) reaches words {op.offset + patch[0]}..{last + patch[1]} of "
+                    f"'{op.buffer}', which holds {buffers[op.buffer].nwords}")
+
+
+# ---- what moves per launch ----------------------------------------------------------------------------
+
+def _check_balance(plan: Plan):
+    moved = _objects_moved(plan)
+    taken = _objects_taken(plan)
+    fifos = {f.name: f for f in plan.fifos}
+    for f in plan.fifos:
+        given = _produced(plan, f, fifos, moved, taken)
+        for c in f.consumers:
+            if c.kind == "mem":
+                continue
+            got = moved.get((f.name, "s2mm"), 0) if c.kind == "shim" else taken.get((f.name, c, "Consume"), 0)
+            if got != given:
+                _fail(plan, f"FIFO {f.name} gets {given} object(s) per launch from {f.producer.name} but "
+                            f"{c.name} takes {got}: the launch would hang",
+                      "Make the sequence move exactly the objects the cores acquire.")
+
+
+def _objects_moved(plan: Plan) -> dict[tuple[str, str], float]:
+    words: dict[tuple[str, str], int] = {}
+    for op in plan.sequence:
+        if isinstance(op, Dma):
+            words[(op.fifo, op.direction)] = words.get((op.fifo, op.direction), 0) + op.nwords
+    sizes = {f.name: f.nbytes // 4 for f in plan.fifos}
+    return {key: n / sizes[key[0]] if key[0] in sizes else 0 for key, n in words.items()}
+
+
+def _objects_taken(plan: Plan) -> dict[tuple[str, Tile, str], int]:
+    taken: dict[tuple[str, Tile, str], int] = {}
+
+    def walk(core, program, times):
+        for item in program:
+            if isinstance(item, Loop):
+                walk(core, item.body, times * item.count)
+            elif isinstance(item, Acquire):
+                key = (item.fifo, core.tile, item.port)
+                taken[key] = taken.get(key, 0) + item.count * times
+
+    for core in plan.cores:
+        walk(core, core.program, 1)
+    return taken
+
+
+def _produced(plan: Plan, f, fifos, moved, taken, depth: int = 0):
+    if f.producer.kind == "shim":
+        return moved.get((f.name, "mm2s"), 0)
+    if f.producer.kind == "compute":
+        return taken.get((f.name, f.producer, "Produce"), 0)
+    link = next((link for link in plan.links if f.name in link.destinations), None)
+    if link is None or depth > len(plan.fifos):
+        _fail(plan, f"FIFO {f.name} starts on {f.producer.name} but no link there fills it")
+    counts = {_produced(plan, fifos[s], fifos, moved, taken, depth + 1) for s in link.sources}
+    if len(counts) != 1:
+        _fail(plan, f"the join into {f.name} gets different numbers of objects from {link.sources}",
+              "Make the sequence move exactly the objects the cores acquire.")
+    return counts.pop()
+
+
+# ---- the Emit ---------------------------------------------------------------------------------------------
+
+def _check_emit(plan: Plan):
+    has_feedback = any(b.role == "feedback" for b in plan.host_buffers)
+    if plan.emit is None:
+        if has_feedback:
+            _fail(plan, "it has a feedback buffer but no Emit")
+        return
+    e = plan.emit
+    if not plan.full_elf or not has_feedback:
+        _fail(plan, f"it has an Emit but {'no feedback buffer' if plan.full_elf else 'the device runs no full ELF'}",
+              "Only full-ELF plans have an Emit and a feedback buffer.")
+    carried = [w.name for w in plan.words if w.kind == "carried"]
+    feedback = next((f for f in plan.fifos if f.name == e.feedback_fifo), None)
+    core = next((c for c in plan.cores if c.tile == e.tile), None)
+    if [n for n, _ in e.next_values] != carried or feedback is None or feedback.producer != e.tile or core is None:
+        _fail(plan, f"the Emit on {e.tile.name} gives next values for {[n for n, _ in e.next_values]} (carried: "
+                    f"{carried}) through '{e.feedback_fifo}' without a core and FIFO of its own")
+    if plan.host_buffer("feedback").nwords != max(1, len(e.target_words)):
+        _fail(plan, f"the feedback buffer holds {plan.host_buffer('feedback').nwords} words for the "
+                    f"{len(e.target_words)} target words")

@@ -1,0 +1,728 @@
+"""Lowering: a traced Program to a Plan (iron/compiler/plan.py), through fuse, place, allocate.
+
+What it does: `lower_program(program, device, feeds=None)` fuses the calls into groups, places
+them, then builds per group (per row part of a split group):
+- `<g>_in`: one packed object from the host (input tensors, weight/param/state views, gathers
+  with patched offsets, the per-call words its kernels read), `<g>_w` / `<g>_w<p>` streamed
+  matrix blocks through a mem tile, `<g>_out` (results other groups or the Emit read,
+  broadcast), `<g>_host` (outputs, state writes, carried elements, to the host);
+- one Function per group (plus `<g>_block` for a streamed matrix), kernel calls following each
+  kernel's C ABI, intermediates in Buffers, and the core program acquiring, looping over matrix
+  blocks, invoking and releasing;
+- the runtime sequence: per group, waits on earlier writers of the states it touches, MM2S Dmas
+  filling its inputs, S2MM Dmas draining its outputs, then waits on every S2MM FIFO; DMA sizes
+  within the shim's limits and BD ids recycled only after a covering wait;
+- on a full-ELF device with carried values, the Emit core computing the next call's words into
+  `feedback`.
+Every Plan it returns has passed `invariants.check_plan`.
+
+What it does not: print MLIR or C++, build, or run anything; it never imports the runtime.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from iron import dtypes
+from iron.errors import LoopError
+from iron.ir import Node, Op, Program, describe
+from iron.kernels.library import Copy, Softmax
+from iron.compiler.allocate import fit, host_buffers, host_placements
+from iron.compiler.fuse import Group, call_label, fuse, tensor_inputs
+from iron.compiler.place import ShimRequest, Site, assign_shims, is_host_tensor, place
+from iron.compiler.plan import (
+    Acquire, Buffer, Core, Dma, Emit, Fifo, Function, Imm, Invoke, KernelDecl, KernelStep, Link,
+    Load, Loop, Plan, Ptr, Release, ScalarStep, Tile, Wait,
+)
+from iron.compiler.words import Access, WordTable, base_name, view_access, whole_access
+
+HOST = Tile(-1, 0, "shim")   # a FIFO end on the shim tile that `assign_shims` picks
+DEPTH = 2
+I32 = np.dtype(np.int32)
+
+
+def lower_program(program: Program, device, feeds: Plan | None = None) -> Plan:
+    """The Plan of `program` on `device`; `feeds`: the Plan whose scratchpad the Emit writes."""
+    from iron.compiler.invariants import check_plan
+
+    check_feeds(program, device, feeds)
+    with_emit = bool(device.full_elf and program.carried_names)
+    groups = fuse(program)
+    users = outside_users(program, groups, with_emit)
+    layout = place(program, groups, device, with_emit, users)
+    lowering = Lowering(program, device, users, layout)
+    for site in layout.sites:
+        lowering.lower_site(site)
+    plan = lowering.finish(groups, feeds)
+    check_plan(plan)
+    return plan
+
+
+def check_feeds(program: Program, device, feeds: Plan | None):
+    """Refuse a `feeds` Plan built for another device or carrying other values."""
+    if feeds is None:
+        return
+    if feeds.device != device:
+        raise LoopError(
+            f"{program.name} is compiled for {device.name} but feeds {feeds.name}, compiled for "
+            f"{feeds.device.name}: compile both versions for the same device."
+        )
+    theirs = tuple(w.name for w in feeds.words if w.kind == "carried")
+    if theirs != program.carried_names:
+        raise LoopError(
+            f"{program.name} carries ({', '.join(program.carried_names)}) but feeds {feeds.name}, "
+            f"which carries ({', '.join(theirs)}): give both bodies the same Carried parameters."
+        )
+    mine = {v.arg[0] for v in program.scalars}
+    missing = [w.name for w in feeds.words if w.kind == "scratchpad" and w.name not in mine]
+    if missing:
+        raise LoopError(
+            f"{feeds.name} takes Scratchpad value(s) {', '.join(missing)} that {program.name} does "
+            f"not have, so {program.name}'s Emit cannot write them: make them Carried, or give "
+            f"{program.name} the same Scratchpad values."
+        )
+
+
+def outside_users(program: Program, groups: tuple[Group, ...], with_emit: bool) -> dict[int, tuple[str, ...]]:
+    """Who uses each call's result outside its group: group names, "host" per output or carried
+    element, "emit"."""
+    group_of = {id(c): g.name for g in groups for c in g.calls}
+    users: dict[int, list[str]] = {}
+    for g in groups:
+        for call in g.calls:
+            for node in tensor_inputs(call):
+                if group_of.get(id(node), g.name) != g.name and g.name not in users.get(id(node), []):
+                    users.setdefault(id(node), []).append(g.name)
+    for node in program.outputs:
+        users.setdefault(id(node), []).append("host")
+    for _, value in program.carry:
+        if value.op == Op.ELEM:
+            users.setdefault(id(value.src[0]), []).extend(["host", "emit"] if with_emit else ["host"])
+    return {k: tuple(v) for k, v in users.items()}
+
+
+# ---- objects ---------------------------------------------------------------------------------------
+
+@dataclass
+class Packing:
+    """One FIFO object's regions: key -> byte offset, each a whole number of 4-byte words, with
+    where the host side of each region lies (buffer, Access) when the sequence moves it."""
+
+    offsets: dict = field(default_factory=dict)
+    moves: list = field(default_factory=list)     # (buffer, Access) per region, in object order
+    kinds: set = field(default_factory=set)
+    what: list = field(default_factory=list)
+    nbytes: int = 0
+
+    def add(self, key, size: int, dtype, what: str, move=None) -> int:
+        if key not in self.offsets:
+            self.offsets[key] = self.nbytes
+            self.nbytes += -(-size // 4) * 4
+            self.kinds.add(np.dtype(dtype))
+            self.what.append(what)
+            if move is not None:
+                self.moves.append(move)
+        return self.offsets[key]
+
+    @property
+    def dtype(self) -> np.dtype:
+        if len(self.kinds) == 1:
+            only = next(iter(self.kinds))
+            if self.nbytes % only.itemsize == 0:
+                return only
+        return I32
+
+
+@dataclass
+class Part:
+    """One core's share of a group: all of it, or `count` result rows from `start` (a split)."""
+
+    prefix: str
+    site: Site
+    tile: Tile
+    number: int
+    start: int = 0
+    count: int | None = None
+    ins: Packing = field(default_factory=Packing)
+    host: Packing = field(default_factory=Packing)
+    out: Packing = field(default_factory=Packing)
+    homes: dict = field(default_factory=dict)       # id(node) -> (source, byte offset)
+    buffers: list = field(default_factory=list)
+    consumed: list = field(default_factory=list)    # FIFOs of other groups it reads
+    copies: list = field(default_factory=list)      # KernelSteps exporting results
+
+    @property
+    def split(self) -> bool:
+        return self.count is not None
+
+    @property
+    def stream(self):
+        return self.site.stream
+
+
+def memref(nbytes: int, dtype) -> str:
+    return f"memref<{nbytes // np.dtype(dtype).itemsize}x{dtypes.mlir_type(dtype)}>"
+
+
+def neighbours(a: Tile, b: Tile) -> bool:
+    return abs(a.col - b.col) + abs(a.row - b.row) == 1
+
+
+def copy_step(dtype, count: int, source: Ptr, dest: Ptr) -> KernelStep:
+    return KernelStep(Copy.symbol(dtype), (source, dest, Imm(max(1, count))))
+
+
+class Lowering:
+    """The pieces of a Plan while a Program is lowered, group by group."""
+
+    def __init__(self, program: Program, device, users, layout):
+        self.program, self.device, self.users, self.layout = program, device, users, layout
+        self.table = WordTable(program)
+        self.placements = host_placements(program)
+        self.sites: dict[str, Site] = {}
+        self.results: dict[int, tuple[str, int]] = {}   # id(node) -> (FIFO, offset) other groups read
+        self.fifos: list[Fifo] = []
+        self.links: list[Link] = []
+        self.buffers: list[Buffer] = []
+        self.functions: list[Function] = []
+        self.cores: list[Core] = []
+        self.sequence: list[tuple] = []
+        self.holds: dict[str, str] = {}
+        self.state_writer: dict[str, str] = {}
+        self.waited: set[str] = set()
+
+    # ---- host tensors ---------------------------------------------------------------------------
+    def placement(self, name: str):
+        return next(p for p in self.placements if p.name == name)
+
+    def host_access(self, node: Node) -> tuple[str, Access]:
+        """(host buffer, Access) of an input, a declared memory or a view of one."""
+        base = node.src[0] if node.op == Op.VIEW else node
+        p = self.placement(base_name(base)[1])
+        access = view_access(node, self.table) if node.op == Op.VIEW else whole_access(node)
+        return p.buffer, replace(access, offset=p.offset + access.offset)
+
+    def fifo(self, name, producer, consumers, nbytes, dtype, what, shared=False):
+        self.fifos.append(Fifo(name, producer, tuple(consumers), DEPTH, nbytes, np.dtype(dtype), shared))
+        self.holds[name] = what
+
+    # ---- a group ----------------------------------------------------------------------------------
+    def lower_site(self, site: Site):
+        self.sites[site.group.name] = site
+        self.sequence += self._state_waits(site.group)
+        parts = self._parts(site)
+        for part in parts:
+            self._layout_inputs(part)
+            self._layout_results(part)
+        self._group_fifos(site, parts)
+        for part in parts:
+            self._program(part)
+        self._group_sequence(site, parts)
+
+    def _parts(self, site: Site) -> list[Part]:
+        g = site.group
+        if len(site.tiles) == 1:
+            return [Part(g.name, site, site.tiles[0], 0)]
+        count = g.calls[0].shape[0] // len(site.tiles)
+        return [Part(f"{g.name}_p{p}", site, tile, p, p * count, count) for p, tile in enumerate(site.tiles)]
+
+    def _streamed(self, part: Part, node: Node) -> bool:
+        return part.stream is not None and node is part.stream.matrix
+
+    def _layout_inputs(self, part: Part):
+        """The `_in` regions: host tensors read, then per-call words, in first-use order."""
+        for call in part.site.group.calls:
+            for node in tensor_inputs(call):
+                if is_host_tensor(node) and not self._streamed(part, node):
+                    move = self.host_access(node)
+                    part.ins.add(id(node), move[1].nwords * 4, node.dtype, describe(node), move)
+            for name, expr in self._dynamic_attrs(call):
+                word = self._attr_word(call, name, expr)
+                part.ins.add(("word", word), 4, I32, self.table.words[word].name,
+                             ("words", Access(word, ((1, 1),))))
+
+    def _dynamic_attrs(self, call: Node) -> list[tuple[str, Node]]:
+        c = call.arg
+        return list(zip(c.scalar_attrs, call.src[c.n_inputs + c.writes:]))
+
+    def _attr_word(self, call: Node, name: str, expr: Node) -> int:
+        if issubclass(call.arg.kernel, Softmax) and name == "length":
+            n = call.src[0].shape[0]
+            what = f"{call.arg.kernel.__name__} {name}={describe(expr)}"
+            return self.table.bounded(expr, 1, n + 1, what, "core")
+        return self.table.word(expr, "core")
+
+    def _layout_results(self, part: Part):
+        """Where each call's result lives (its home) and where it is exported to."""
+        for call in part.site.group.calls:
+            if call.arg.writes:
+                buffer, access = self.host_access(call.src[call.arg.n_inputs])
+                part.host.add(("write", id(call)), access.nwords * 4, call.dtype,
+                              describe(call.src[call.arg.n_inputs]), (buffer, access))
+            elif part.split:
+                self._split_home(part, call)
+            else:
+                self._home(part, call)
+
+    def _split_home(self, part: Part, call: Node):
+        size = part.count * call.dtype.itemsize
+        if call is part.site.group.calls[-1]:
+            part.homes[id(call)] = (f"{part.site.group.name}_part{part.number}", 0)
+        else:
+            part.homes[id(call)] = (self._buffer(part, call, size), 0)
+
+    def _home(self, part: Part, call: Node):
+        places = [(f"{part.prefix}_host", part.host.add(key, *self._region(call, name)))
+                  for key, name in self._host_uses(call)]
+        if any(u != "host" for u in self.users.get(id(call), ())):
+            out = part.out.add(id(call), call.size * call.dtype.itemsize, call.dtype,
+                               call_label(self.program, call))
+            places.append((f"{part.prefix}_out", out))
+            self.results[id(call)] = (f"{part.prefix}_out", out)
+        if not places:
+            places = [(self._buffer(part, call, call.size * call.dtype.itemsize), 0)]
+        part.homes[id(call)] = places[0]
+        for source, offset in places[1:]:
+            part.copies.append(copy_step(call.dtype, call.size, Ptr(*places[0]), Ptr(source, offset)))
+
+    def _host_uses(self, call: Node) -> list[tuple[tuple, str]]:
+        uses = [(("out", i), f"out{i}") for i, n in enumerate(self.program.outputs) if n is call]
+        uses += [(("carry", name), f"carry.{name}") for name, v in self.program.carry
+                 if v.op == Op.ELEM and v.src[0] is call]
+        return uses
+
+    def _region(self, call: Node, placement_name: str):
+        p = self.placement(placement_name)
+        move = (p.buffer, Access(p.offset, ((p.nwords, 1),)))
+        return p.nwords * 4, call.dtype, placement_name, move
+
+    def _buffer(self, part: Part, call: Node, size: int) -> str:
+        name = f"{part.prefix}_buf{len(part.buffers)}"
+        buffer = Buffer(name, part.tile, -(-size // 4) * 4, call.dtype)
+        part.buffers.append(buffer)
+        self.buffers.append(buffer)
+        self.holds[name] = call_label(self.program, call)
+        return name
+
+    # ---- FIFOs of a group -------------------------------------------------------------------------
+    def _group_fifos(self, site: Site, parts: list[Part]):
+        for part in parts:
+            if part.ins.nbytes:
+                self.fifo(f"{part.prefix}_in", HOST, [part.tile], part.ins.nbytes, part.ins.dtype,
+                          ", ".join(part.ins.what))
+            part.consumed = self._consumed(part)
+            if part.host.nbytes:
+                self.fifo(f"{part.prefix}_host", part.tile, [HOST], part.host.nbytes, part.host.dtype,
+                          ", ".join(part.host.what))
+            if part.out.nbytes:
+                self._out_fifo(f"{part.prefix}_out", part.tile, site, part.out)
+        if site.stream is not None:
+            self._stream_fifos(site, parts)
+        if parts[0].split:
+            self._join_fifos(site, parts)
+
+    def _consumer_tiles(self, group: Group, with_host: bool) -> list[Tile]:
+        names = {u for c in group.calls for u in self.users.get(id(c), ()) if u != "host"}
+        tiles = [t for s in self.layout.sites if s.group.name in names for t in s.tiles]
+        if "emit" in names:
+            tiles.append(self.layout.emit)
+        return tiles + ([HOST] if with_host else [])
+
+    def _out_fifo(self, name: str, tile: Tile, site: Site, out: Packing):
+        consumers = self._consumer_tiles(site.group, with_host=False)
+        shared = len(consumers) == 1 and neighbours(tile, consumers[0])
+        self.fifo(name, tile, consumers, out.nbytes, out.dtype, ", ".join(out.what), shared)
+
+    def _consumed(self, part: Part) -> list[str]:
+        return list(dict.fromkeys(
+            self.results[id(n)][0] for c in part.site.group.calls for n in tensor_inputs(c)
+            if id(n) in self.results and id(n) not in part.homes))
+
+    def _stream_fifos(self, site: Site, parts: list[Part]):
+        s, g = site.stream, site.group.name
+        block = s.rows * (s.matrix.size // s.matrix.shape[0]) * s.matrix.dtype.itemsize
+        what = f"rows of {describe(s.matrix)}"
+        self.fifo(f"{g}_w_mem", HOST, [s.mem], block * s.parts, s.matrix.dtype, what)
+        if not parts[0].split:
+            self.fifo(f"{g}_w", s.mem, [parts[0].tile], block, s.matrix.dtype, what)
+            self.links.append(Link(s.mem, (f"{g}_w_mem",), (f"{g}_w",)))
+            return
+        names = tuple(f"{g}_w{p.number}" for p in parts)
+        for name, part in zip(names, parts):
+            self.fifo(name, s.mem, [part.tile], block, s.matrix.dtype, what)
+        self.links.append(Link(s.mem, (f"{g}_w_mem",), names,
+                               destination_offsets=tuple(p.number * block for p in parts)))
+
+    def _join_fifos(self, site: Site, parts: list[Part]):
+        g, last = site.group.name, site.group.calls[-1]
+        size = parts[0].count * last.dtype.itemsize
+        names = tuple(f"{g}_part{p.number}" for p in parts)
+        for name, part in zip(names, parts):
+            self.fifo(name, part.tile, [site.stream.mem], size, last.dtype, call_label(self.program, last))
+        host = "host" in self.users.get(id(last), ())
+        consumers = self._consumer_tiles(site.group, with_host=host)
+        joined = f"{g}_out" if any(t is not HOST for t in consumers) else f"{g}_host"
+        self.fifo(joined, site.stream.mem, consumers, size * len(parts), last.dtype, call_label(self.program, last))
+        self.links.append(Link(site.stream.mem, names, (joined,), source_offsets=tuple(p.number * size for p in parts)))
+        self.results[id(last)] = (joined, 0)
+
+    # ---- a core's program ---------------------------------------------------------------------------
+    def _program(self, part: Part):
+        main = self._main_steps(part)
+        block = self._block_function(part)
+        ins = ([f"{part.prefix}_in"] if part.ins.nbytes else []) + part.consumed
+        outs = [f for f in (f"{part.prefix}_host", f"{part.prefix}_out") if self._has_fifo(f)]
+        if part.split:
+            outs.append(f"{part.site.group.name}_part{part.number}")
+        objects = [*ins, *outs, *(b.name for b in part.buffers)]
+        program = [*(Acquire(f, "Consume") for f in ins), *(Acquire(f, "Produce") for f in outs)]
+        if block is not None:
+            w = self._w_name(part)
+            params = self._params(block.steps, [*objects, w])
+            self._add_function(replace(block, params=params))
+            program.append(Loop(part.stream.blocks, (Acquire(w, "Consume"), Invoke(block.name, params),
+                                                     Release(w, "Consume"))))
+        if main:
+            params = self._params(main, objects)
+            self._add_function(Function(part.prefix, params, tuple(main)))
+            program.append(Invoke(part.prefix, params))
+        program += [*(Release(f, "Consume") for f in ins), *(Release(f, "Produce") for f in outs)]
+        self.cores.append(Core(part.tile, part.site.group.name, tuple(program), self.device.compute.default_stack_bytes))
+
+    def _has_fifo(self, name: str) -> bool:
+        return any(f.name == name for f in self.fifos)
+
+    def _w_name(self, part: Part) -> str:
+        g = part.site.group.name
+        return f"{g}_w{part.number}" if part.split else f"{g}_w"
+
+    @staticmethod
+    def _params(steps, objects: list[str]) -> tuple[str, ...]:
+        used = set()
+        for step in steps:
+            for arg in (*step.args,) if isinstance(step, KernelStep) else (step.dest, step.a, step.b):
+                if isinstance(arg, (Ptr, Load)):
+                    used.add(arg.source)
+        return tuple(o for o in objects if o in used)
+
+    def _add_function(self, function: Function):
+        self.functions.append(function)
+
+    def _main_steps(self, part: Part) -> list:
+        steps = []
+        for call in part.site.group.calls:
+            if not (part.stream is not None and call is part.site.group.calls[0]):
+                steps += self._call_steps(part, call)
+        return steps + part.copies
+
+    def _read(self, part: Part, node: Node, sliced: bool) -> Ptr:
+        shift = part.start * node.dtype.itemsize if sliced else 0
+        if id(node) in part.homes:
+            return Ptr(*part.homes[id(node)])
+        if id(node) in part.ins.offsets:
+            return Ptr(f"{part.prefix}_in", part.ins.offsets[id(node)] + shift)
+        fifo, offset = self.results[id(node)]
+        return Ptr(fifo, offset + shift)
+
+    def _call_steps(self, part: Part, call: Node) -> list:
+        c, steps = call.arg, []
+        sliced = part.split
+        ins = [self._read(part, n, sliced) for n in call.src[: c.n_inputs]]
+        shapes = [(part.count,) if sliced else n.shape for n in call.src[: c.n_inputs]]
+        out_shape = (part.count,) if sliced else call.shape
+        if c.writes:
+            dest_view = call.src[c.n_inputs]
+            dest = Ptr(f"{part.prefix}_host", part.host.offsets[("write", id(call))])
+            if c.kernel.accumulates:
+                steps.append(copy_step(dest_view.dtype, dest_view.size, self._read(part, dest_view, False), dest))
+        else:
+            dest = Ptr(*part.homes[id(call)])
+        return [*steps, self._kernel_step(part, call, [*ins, dest], shapes, out_shape)]
+
+    def _kernel_step(self, part: Part, call: Node, ptrs, shapes, out_shape) -> KernelStep:
+        kernel = call.arg.kernel
+        sizes = kernel.sizes([tuple(s) for s in shapes], tuple(out_shape))
+        attrs = self._attr_args(part, call)
+        return KernelStep(kernel.symbol(call.src[0].dtype), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs))
+
+    def _attr_args(self, part: Part, call: Node) -> list:
+        dynamic = dict(self._dynamic_attrs(call))
+        values = call.arg.attr_dict
+        args = []
+        for name, ctype in call.arg.kernel.c_attrs:
+            if name in dynamic:
+                word = self._attr_word(call, name, dynamic[name])
+                args.append(Load(f"{part.prefix}_in", part.ins.offsets[("word", word)]))
+            elif values.get(name) is None:
+                args.append(Imm(int(call.src[0].shape[0]), ctype))
+            else:
+                args.append(Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype))
+        return args
+
+    def _block_function(self, part: Part) -> Function | None:
+        """`<part>_block`: the leading matrix call on one streamed block of rows."""
+        if part.stream is None:
+            return None
+        s, call = part.stream, part.site.group.calls[0]
+        x = call.src[1]
+        row_out = int(np.prod(call.shape[1:], dtype=np.int64)) * call.dtype.itemsize
+        home = part.homes[id(call)]
+        ptrs = [Ptr(self._w_name(part), 0), self._read(part, x, False),
+                Ptr(home[0], home[1], block_stride=s.rows * row_out)]
+        shapes = [(s.rows, *s.matrix.shape[1:]), x.shape]
+        step = self._kernel_step(part, call, ptrs, shapes, (s.rows, *call.shape[1:]))
+        return Function(f"{part.prefix}_block", (), (step,), blocked=True)
+
+    # ---- the runtime sequence of a group ------------------------------------------------------------
+    def _state_waits(self, group: Group) -> list[tuple]:
+        touched = {self._state(n) for c in group.calls for n in (*tensor_inputs(c), *c.src[: c.arg.n_inputs + c.arg.writes])}
+        fifos = {self.state_writer[s] for s in touched if s in self.state_writer}
+        waits = [("wait", f) for f in sorted(fifos) if f not in self.waited]
+        self.waited |= fifos
+        return waits
+
+    @staticmethod
+    def _state(node: Node) -> str | None:
+        memory = node.src[0] if node.op == Op.VIEW else node
+        return memory.arg[1] if memory.op == Op.MEMORY and memory.arg[0] == "state" else None
+
+    def _group_sequence(self, site: Site, parts: list[Part]):
+        for part in parts:
+            self.sequence += [("dma", "mm2s", f"{part.prefix}_in", *m) for m in part.ins.moves]
+        if site.stream is not None:
+            self.sequence += self._stream_moves(site)
+        for part in parts:
+            self.sequence += [("dma", "s2mm", f"{part.prefix}_host", *m) for m in part.host.moves]
+        if parts[0].split and "host" in self.users.get(id(site.group.calls[-1]), ()):
+            self.sequence += self._join_drain(site)
+        for call in site.group.calls:
+            if call.arg.writes:
+                self.state_writer[self._state(call.src[call.arg.n_inputs])] = f"{site.group.name}_host"
+                self.waited.discard(f"{site.group.name}_host")
+
+    def _stream_moves(self, site: Site) -> list[tuple]:
+        s = site.stream
+        buffer, access = self.host_access(s.matrix)
+        if s.parts > 1:
+            access = self._split_order(s, access)
+        return [("dma", "mm2s", f"{site.group.name}_w_mem", buffer, access)]
+
+    @staticmethod
+    def _split_order(s, access: Access) -> Access:
+        """The matrix words in split-link order: per block, each part's rows of that block."""
+        m = s.matrix.shape[0]
+        row = access.nwords // m
+        stride = access.dims[0][1] if len(access.dims) > 1 else row
+        dims = ((s.blocks, s.rows * stride), (s.parts, (m // s.parts) * stride), (s.rows, stride), (row, 1))
+        return replace(access, dims=dims)
+
+    def _join_drain(self, site: Site) -> list[tuple]:
+        last = site.group.calls[-1]
+        index = next(i for i, n in enumerate(self.program.outputs) if n is last)
+        p = self.placement(f"out{index}")
+        return [("dma", "s2mm", self.results[id(last)][0], p.buffer, Access(p.offset, ((p.nwords, 1),)))]
+
+    # ---- the Emit ---------------------------------------------------------------------------------------
+    def carry_sources(self) -> tuple[tuple[tuple[str, tuple], ...], tuple[tuple[str, tuple], ...]]:
+        """(for the Emit, for Plan.carry): where each next carried value comes from: a word of
+        this call (a value word or a "next" word), or an element a group computed (its `_out`
+        region for the Emit, its "carry.<name>" output placement for the host)."""
+        emit, host = [], []
+        for name, value in self.program.carry:
+            if value.op == Op.ELEM:
+                fifo, offset = self.results.get(id(value.src[0]), ("", 0))
+                emit.append((name, ("elem", fifo, offset)))
+                host.append((name, ("output", f"carry.{name}")))
+            else:
+                source = ("word", self.table.next_value(value))
+                emit.append((name, source))
+                host.append((name, source))
+        return tuple(emit), tuple(host)
+
+    def lower_emit(self, tile: Tile, next_values, target) -> Emit:
+        words = len(self.table.words)
+        self.fifo("emit_in", HOST, [tile], 4 * words, I32, "this call's words")
+        self.fifo("feedback", tile, [HOST], 4 * len(target), I32, "the next call's words")
+        elements = list(dict.fromkeys(src[1] for _, src in next_values if src[0] == "elem"))
+        steps = self._emit_steps(dict(next_values), target)
+        objects = ("emit_in", *elements, "feedback")
+        self._add_function(Function("emit", objects, steps))
+        program = (*(Acquire(f, "Consume") for f in objects[:-1]), Acquire("feedback", "Produce"),
+                   Invoke("emit", objects),
+                   *(Release(f, "Consume") for f in objects[:-1]), Release("feedback", "Produce"))
+        self.cores.append(Core(tile, "emit", program, self.device.compute.default_stack_bytes))
+        self.sequence += [("dma", "mm2s", "emit_in", "words", Access(0, ((words, 1),))),
+                          ("dma", "s2mm", "feedback", "feedback", Access(0, ((len(target), 1),)))]
+        return Emit(tile, tuple(next_values), tuple(target), "feedback")
+
+    def _emit_steps(self, next_values: dict, target) -> tuple:
+        mine = {w.name: w.index for w in self.table.words if w.kind in ("carried", "scratchpad")}
+
+        def load(source):
+            if source is None:
+                return None
+            if source[0] == "const":
+                return Imm(int(source[1]))
+            if source[0] == "elem":
+                return Load(source[1], source[2])
+            return Load("emit_in", 4 * source[1])
+
+        def target_load(operand):
+            if operand is None or operand[0] == "const":
+                return load(operand)
+            return Load("feedback", 4 * operand[1])
+
+        steps = []
+        for w in target:
+            dest = Ptr("feedback", 4 * w.index)
+            if w.kind == "carried":
+                steps.append(ScalarStep(dest, "copy", load(next_values[w.name])))
+            elif w.kind == "scratchpad":
+                steps.append(ScalarStep(dest, "copy", load(("word", mine[w.name]))))
+            else:
+                steps.append(ScalarStep(dest, w.op, target_load(w.a), target_load(w.b)))
+        return tuple(steps)
+
+    # ---- the Plan ----------------------------------------------------------------------------------------
+    def finish(self, groups: tuple[Group, ...], feeds: Plan | None) -> Plan:
+        emit_values, host_values = self.carry_sources()
+        emit = None
+        if self.layout.emit is not None:
+            target = feeds.words if feeds is not None else self.table.defs()
+            emit = self.lower_emit(self.layout.emit, emit_values, target)
+        self.sequence += [("final",)]
+        shims, shim_rules = self._assign_shims()
+        fifos = tuple(self._resolved(f, shims) for f in self.fifos)
+        sequence = finish_sequence(self.sequence, {f.name: f for f in fifos}, self.device)
+        words = self.table.defs()
+        plan = Plan(
+            device=self.device, name=self.program.name, full_elf=self.device.full_elf,
+            image="elf" if self.device.full_elf else "xclbin",
+            tiles=self._tiles(fifos), host_buffers=host_buffers(
+                self.placements, len(words), None if emit is None else len(emit.target_words)),
+            placements=self.placements, fifos=fifos, links=tuple(self.links), buffers=tuple(self.buffers),
+            functions=tuple(self.functions), kernels=tuple(self._declaration(f, fifos) for f in self.functions),
+            cores=tuple(self.cores), sequence=sequence, words=words, emit=emit,
+            groups=tuple((g.name, tuple(call_label(self.program, c) for c in g.calls)) for g in groups),
+            rules=(*self._fuse_rules(groups), *self.layout.rules, *shim_rules),
+            carry=host_values,
+            notes={"holds": dict(self.holds), "closed_by": {g.name: g.closed_by for g in groups}},
+        )
+        return fit(plan)
+
+    def _fuse_rules(self, groups) -> list[tuple[str, str]]:
+        rules = []
+        for g, nxt in zip(groups, groups[1:]):
+            rules.append((g.closed_by, f"{g.name} closed before {call_label(self.program, nxt.calls[0])}"))
+        return rules
+
+    def _assign_shims(self):
+        requests = []
+        for f in self.fifos:
+            if f.producer is HOST:
+                requests.append(ShimRequest(f.name, "mm2s", f.consumers[0].col))
+            elif HOST in f.consumers:
+                requests.append(ShimRequest(f.name, "s2mm", f.producer.col))
+        return assign_shims(self.program, requests, self.device)
+
+    @staticmethod
+    def _resolved(f: Fifo, shims: dict[str, Tile]) -> Fifo:
+        producer = shims[f.name] if f.producer is HOST else f.producer
+        consumers = tuple(shims[f.name] if t is HOST else t for t in f.consumers)
+        return replace(f, producer=producer, consumers=consumers)
+
+    def _tiles(self, fifos) -> tuple[Tile, ...]:
+        tiles = {c.tile for c in self.cores} | {link.tile for link in self.links}
+        tiles |= {t for f in fifos for t in (f.producer, *f.consumers)}
+        return tuple(sorted(tiles, key=lambda t: (t.col, t.row)))
+
+    def _declaration(self, function: Function, fifos) -> KernelDecl:
+        kinds = {f.name: (f.nbytes, f.dtype) for f in fifos}
+        kinds |= {b.name: (b.nbytes, b.dtype) for b in self.buffers}
+        types = [memref(*kinds[p]) for p in function.params]
+        return KernelDecl(function.name, (*types, *(["i32"] if function.blocked else [])), f"{function.name}.o")
+
+
+# ---- DMA ops within the shim's limits ------------------------------------------------------------
+
+def finish_sequence(entries: list[tuple], fifos: dict[str, Fifo], device) -> tuple:
+    """Dma and Wait ops from the lowered moves: each move split into Dmas within the device's
+    limits, BD ids per shim tile reused only after a Wait covering the op that held them (MM2S
+    ops made waitable with issue_token), and a final Wait on every S2MM FIFO not yet waited."""
+    ops: list = []
+    held: dict[Tile, dict[int, int]] = {}
+    unwaited: list[str] = []
+    for entry in entries:
+        if entry[0] == "wait":
+            _wait(ops, held, unwaited, entry[1])
+        elif entry[0] == "final":
+            for fifo in list(unwaited):
+                _wait(ops, held, unwaited, fifo)
+        else:
+            _, direction, fifo, buffer, access = entry
+            shim = fifos[fifo].producer if direction == "mm2s" else next(t for t in fifos[fifo].consumers if t.kind == "shim")
+            for offset, sizes, strides in dma_patterns(access.offset, access.dims, device):
+                bd = _free_bd(ops, held, unwaited, shim, device)
+                ops.append(Dma(direction, fifo, buffer, offset, sizes, strides, bd, shim, access.patch_word))
+                held.setdefault(shim, {})[bd] = len(ops) - 1
+                if direction == "s2mm" and fifo not in unwaited:
+                    unwaited.append(fifo)
+    return tuple(ops)
+
+
+def _free_bd(ops, held, unwaited, shim: Tile, device) -> int:
+    mine = held.setdefault(shim, {})
+    free = [bd for bd in range(device.shim_bd_ids) if bd not in mine]
+    if free:
+        return free[0]
+    oldest = ops[min(mine.values())]
+    _wait(ops, held, unwaited, oldest.fifo)
+    return _free_bd(ops, held, unwaited, shim, device)
+
+
+def _wait(ops: list, held, unwaited: list[str], fifo: str):
+    """Append Wait(fifo), making its held MM2S ops waitable, and free the BDs it covers."""
+    for bds in held.values():
+        for bd, index in list(bds.items()):
+            if ops[index].fifo == fifo:
+                if ops[index].direction == "mm2s":
+                    ops[index] = replace(ops[index], issue_token=True)
+                del bds[bd]
+    ops.append(Wait(fifo))
+    if fifo in unwaited:
+        unwaited.remove(fifo)
+
+
+def dma_patterns(offset: int, dims, device) -> list[tuple[int, tuple, tuple]]:
+    """(offset, sizes, strides) of Dmas moving `dims` (outermost first, in words) in order:
+    at most 4 dims, the outermost (repeat) <= device.dma_repeat_max, the others <= the shim's
+    wrap limit."""
+    wrap = device.shim.max_bd_wrap
+    dims = [d for d in dims if d[0] > 1] or [(1, 1)]
+    if len(dims) == 1 and dims[0][0] > wrap and dims[0][1] == 1:
+        return _long_run(offset, dims[0][0], device)
+    limits = ([device.dma_repeat_max] if len(dims) == 4 else []) + [wrap] * min(len(dims), 3)
+    if len(dims) <= 4 and all(size <= limit for (size, _), limit in zip(dims, limits)):
+        padded = [(1, 0)] * (4 - len(dims)) + dims
+        return [(offset, tuple(s for s, _ in padded), tuple(st for _, st in padded))]
+    (size, stride), rest = dims[0], dims[1:]
+    limit = limits[0]
+    if len(dims) <= 4 and size > limit and all(s <= lim for (s, _), lim in zip(rest, limits[1:])):
+        chunks = [(start, min(limit, size - start)) for start in range(0, size, limit)]
+        return [p for start, n in chunks for p in dma_patterns(offset + start * stride, [(n, stride), *rest], device)]
+    return [p for i in range(size) for p in dma_patterns(offset + i * stride, rest, device)]
+
+
+def _long_run(offset: int, n: int, device) -> list:
+    wrap = device.shim.max_bd_wrap
+    inner = max(d for d in range(1, wrap + 1) if n % d == 0)
+    if n // inner <= wrap and inner * 4 >= wrap:
+        return dma_patterns(offset, [(n // inner, inner), (inner, 1)], device)
+    piece = wrap * wrap
+    if n > piece:
+        return [*dma_patterns(offset, [(wrap, wrap), (wrap, 1)], device),
+                *dma_patterns(offset + piece, [(n - piece, 1)], device)]
+    rows, rest = divmod(n, wrap)
+    head = dma_patterns(offset, [(rows, wrap), (wrap, 1)], device)
+    return head + (dma_patterns(offset + rows * wrap, [(rest, 1)], device) if rest else [])

@@ -1,0 +1,253 @@
+"""Placement: fused groups onto the device's tiles, by named rules.
+
+What it does:
+- `snake_order`: groups take compute tiles in snake order, (0,2),(0,3),(0,4),(0,5),(1,5),(1,4),
+  ...,(1,2),(2,2),..., so consecutive groups are neighbours; the Emit takes the next tile.
+- `stream_large_matrix`: a MatVec/MatMul matrix larger than its L1 share (a quarter of a
+  compute tile) is streamed in blocks of `rows` rows (rows divides M, a block <= 16 KiB) from
+  the shim through a mem tile (a forward link).
+- `split_matrix_over_tiles`: a MatVec whose matrix exceeds 128 KiB, with only elementwise
+  calls after it and one result, is split by rows over k = 2, 4 or 8 tiles (the smallest that
+  makes each part <= 128 KiB and fits the device: enough free tiles, and a mem tile with k + 1
+  DMA channels each way for the split and join links).
+- `shim_channels` (`assign_shims`): FIFOs to/from the host go to the shim tile nearest their
+  core with a free channel of their direction (2 MM2S and 2 S2MM per shim tile).
+Too many tiles or channels -> PlacementError.
+
+What it does not: make FIFOs, Functions or the sequence (lower.py) or check memory
+(allocate.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from iron.errors import PlacementError
+from iron.ir import Node, Op, Program
+from iron.compiler.fuse import ELEMENTWISE, MATRIX_OPS, STREAM_OBJECT_BYTES, Group, nbytes
+from iron.compiler.plan import Tile
+from iron.kernels.library import MatVec
+
+SPLIT_PART_BYTES = 128 * 1024
+SPLIT_COUNTS = (2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A matrix operand streamed through mem tile `mem`: `blocks` objects of `rows` rows each
+    per part per launch, split over `parts` tiles (1: a forward link)."""
+
+    matrix: Node
+    rows: int
+    blocks: int
+    parts: int
+    mem: Tile
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a group runs: one tile, or one tile per row part of a split matrix."""
+
+    group: Group
+    tiles: tuple[Tile, ...]
+    stream: Stream | None = None
+
+
+@dataclass(frozen=True)
+class Layout:
+    sites: tuple[Site, ...]
+    emit: Tile | None
+    rules: tuple[tuple[str, str], ...]
+
+
+def snake_order(device) -> list[Tile]:
+    """Every compute tile, column by column, rows up in even columns and down in odd ones."""
+    tiles = []
+    for col in range(device.n_cols):
+        rows = device.compute_rows if col % 2 == 0 else tuple(reversed(device.compute_rows))
+        tiles += [Tile(col, row, "compute") for row in rows]
+    return tiles
+
+
+def place(program: Program, groups: tuple[Group, ...], device, with_emit: bool,
+          outside: dict[int, tuple[str, ...]]) -> Layout:
+    """Tiles for every group (and the Emit). `outside[id(call)]` lists the users of a call's
+    result outside its group: group names, "host" per output or carried element, "emit"."""
+    free = snake_order(device)
+    needed = len(groups) + with_emit
+    if needed > len(free):
+        _too_many_tiles(program, device, needed, len(free))
+    channels = MemChannels(device)
+    sites, rules = [], []
+    for number, group in enumerate(groups):
+        spare = len(free) - (len(groups) - number - 1) - with_emit
+        parts = split_parts(group, outside, spare, channels, free[0])
+        tiles, free = tuple(free[:parts]), free[parts:]
+        stream = stream_large_matrix(group, tiles, parts, channels, device)
+        sites.append(Site(group, tiles, stream))
+        rules.append(("snake_order", f"{group.name} on {', '.join(t.name for t in tiles)}"))
+        rules += _stream_rules(group, stream)
+    emit = free[0] if with_emit else None
+    if emit is not None:
+        rules.append(("snake_order", f"emit on {emit.name}"))
+    return Layout(tuple(sites), emit, tuple(rules))
+
+
+def _too_many_tiles(program: Program, device, needed: int, have: int):
+    raise PlacementError(
+        f"{program.name} needs {needed} compute tiles but {device.name} has {have}: compile for a "
+        "device with more columns, or make the graph's work fit fewer fused groups."
+    )
+
+
+def _stream_rules(group: Group, stream: Stream | None) -> list[tuple[str, str]]:
+    if stream is None:
+        return []
+    m = stream.matrix
+    what = f"{group.name}: matrix {m.shape} {m.dtype.name} ({nbytes(m)} bytes)"
+    rules = [("stream_large_matrix",
+              f"{what} streamed as {stream.blocks} blocks of {stream.rows} rows per part via {stream.mem.name}")]
+    if stream.parts > 1:
+        rules.append(("split_matrix_over_tiles", f"{what} split by rows over {stream.parts} tiles"))
+    return rules
+
+
+# ---- the matrix rules ----------------------------------------------------------------------------
+
+def l1_share(device) -> int:
+    """The most of a compute tile a matrix operand may hold whole: a quarter of its memory."""
+    return device.compute.data_memory_bytes // 4
+
+
+def stream_large_matrix(group: Group, tiles, parts: int, channels, device) -> Stream | None:
+    """Stream the group's leading MatVec/MatMul matrix when it is larger than its L1 share."""
+    first = group.calls[0]
+    if not issubclass(first.arg.kernel, MATRIX_OPS):
+        return None
+    matrix = first.src[0]
+    if not is_host_tensor(matrix) or (parts == 1 and nbytes(matrix) <= l1_share(device)):
+        return None
+    rows_per_part = matrix.shape[0] // parts
+    row_bytes = nbytes(matrix) // matrix.shape[0]
+    rows = max((r for r in range(1, rows_per_part + 1) if rows_per_part % r == 0
+                and r * row_bytes <= STREAM_OBJECT_BYTES and r * row_bytes % 4 == 0), default=None)
+    if rows is None:
+        return None
+    links = (1, 1) if parts == 1 else (parts + 1, parts + 1)
+    mem = channels.take(tiles[0].col, *links)
+    return Stream(matrix, rows, rows_per_part // rows, parts, mem)
+
+
+def split_parts(group: Group, outside: dict[int, tuple[str, ...]], spare: int, channels, first: Tile) -> int:
+    """How many tiles a group takes: k from SPLIT_COUNTS when `split_matrix_over_tiles` applies."""
+    if not splittable(group, outside):
+        return 1
+    matrix = group.calls[0].src[0]
+    for k in SPLIT_COUNTS:
+        if matrix.shape[0] % k or nbytes(matrix) // k > SPLIT_PART_BYTES:
+            continue
+        if k <= spare and channels.can_take(first.col, inputs=k + 1, outputs=k + 1):
+            return k
+        return 1
+    return 1
+
+
+def splittable(group: Group, outside: dict[int, tuple[str, ...]]) -> bool:
+    """A MatVec over a host matrix > 128 KiB whose rows are whole words along the memory's last
+    axis, then only elementwise calls writing no state, with the last call's result its one use
+    outside the group."""
+    first, last = group.calls[0], group.calls[-1]
+    matrix = first.src[0]
+    if not issubclass(first.arg.kernel, MatVec) or not is_host_tensor(matrix):
+        return False
+    if nbytes(matrix) <= SPLIT_PART_BYTES or (nbytes(matrix) // matrix.shape[0]) % 4:
+        return False
+    if matrix.op == Op.VIEW and not matrix.arg[-1].keeps_axis:
+        return False
+    epilogue = group.calls[1:]
+    if any(not issubclass(c.arg.kernel, ELEMENTWISE) or c.arg.writes for c in epilogue):
+        return False
+    if any(outside.get(id(c)) for c in group.calls[:-1]):
+        return False
+    users = outside.get(id(last), ())
+    return bool(users) and users.count("host") <= 1 and "emit" not in users
+
+
+def is_host_tensor(node: Node) -> bool:
+    return node.op in (Op.INPUT, Op.MEMORY, Op.VIEW)
+
+
+class MemChannels:
+    """DMA channels used on each mem tile (6 in, 6 out), for links."""
+
+    def __init__(self, device):
+        self.device = device
+        self.used: dict[int, list[int]] = {col: [0, 0] for col in range(device.n_cols)}
+
+    def _nearest(self, col: int, inputs: int, outputs: int) -> int | None:
+        kind = self.device.mem
+        for c in sorted(self.used, key=lambda c: (abs(c - col), c)):
+            ins, outs = self.used[c]
+            if ins + inputs <= kind.dma_in_channels and outs + outputs <= kind.dma_out_channels:
+                return c
+        return None
+
+    def can_take(self, col: int, inputs: int, outputs: int) -> bool:
+        return self._nearest(col, inputs, outputs) is not None
+
+    def take(self, col: int, inputs: int, outputs: int) -> Tile:
+        found = self._nearest(col, inputs, outputs)
+        if found is None:
+            raise PlacementError(
+                f"the streamed matrices need more mem-tile DMA channels than {self.device.name} has "
+                f"({self.device.n_cols} mem tiles x {self.device.mem.dma_in_channels} each way): "
+                "compile for a device with more columns."
+            )
+        self.take_on(Tile(found, self.device.mem_row, "mem"), inputs, outputs)
+        return Tile(found, self.device.mem_row, "mem")
+
+    def take_on(self, mem: Tile, inputs: int, outputs: int):
+        self.used[mem.col][0] += inputs
+        self.used[mem.col][1] += outputs
+
+
+# ---- shim channels -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ShimRequest:
+    """A FIFO that needs a shim DMA channel: "mm2s" (host to device) or "s2mm", near `col`."""
+
+    fifo: str
+    direction: str
+    col: int
+
+
+def assign_shims(program: Program, requests: list[ShimRequest], device) -> tuple[dict[str, Tile], tuple]:
+    """`shim_channels`: each request gets the nearest shim tile with a free channel of its
+    direction; returns (fifo -> shim tile, rules)."""
+    per_shim = {"mm2s": device.shim.dma_out_channels, "s2mm": device.shim.dma_in_channels}
+    used = {(col, d): 0 for col in range(device.n_cols) for d in per_shim}
+    chosen: dict[str, Tile] = {}
+    for req in requests:
+        col = next((c for c in sorted(range(device.n_cols), key=lambda c: (abs(c - req.col), c))
+                    if used[(c, req.direction)] < per_shim[req.direction]), None)
+        if col is None:
+            _too_many_channels(program, requests, req.direction, device, per_shim[req.direction])
+        used[(col, req.direction)] += 1
+        chosen[req.fifo] = Tile(col, device.shim_row, "shim")
+    return chosen, _shim_rules(requests, chosen)
+
+
+def _too_many_channels(program, requests, direction, device, per_shim):
+    count = sum(r.direction == direction for r in requests)
+    raise PlacementError(
+        f"{program.name} needs {count} shim {direction.upper()} channels but {device.name} has "
+        f"{per_shim * device.n_cols} ({device.n_cols} shim tiles x {per_shim}): compile for a "
+        "device with more columns."
+    )
+
+
+def _shim_rules(requests, chosen) -> tuple:
+    by_shim: dict[str, list[str]] = {}
+    for req in requests:
+        by_shim.setdefault(chosen[req.fifo].name, []).append(f"{req.fifo} ({req.direction})")
+    return tuple(("shim_channels", f"{shim}: {', '.join(names)}") for shim, names in sorted(by_shim.items()))

@@ -1,0 +1,197 @@
+"""The per-call scratchpad of a Program (its words) and where views lie in host memory, in words.
+
+What it does: `WordTable` numbers the per-call values (words 0..n-1, in body()'s parameter
+order) and derives the further words a call needs, each once: bounded index words (the value
+of a per-call index, with its range and the user's text), DMA offset words (the sum of each
+dynamic index times its axis stride in words, patched into Dma ops), core operand words (a
+per-call kernel attribute) and "next" words (the next value of a carried expression). `view_access` turns a
+tensor the host holds (an input, a declared memory, a view of one) into a word access pattern:
+static offset, dims and the patch word, refusing views the DMA cannot move in whole 32-bit words.
+
+What it does not: place host buffers (allocate.py), build Dma ops (lower.py) or compute word
+values (the host and the Emit do, from the WordDefs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from iron import dtypes
+from iron.errors import PlacementError
+from iron.ir import Node, Op, Program, describe
+from iron.compiler.plan import WordDef
+
+
+class WordTable:
+    """The words of one Program, grown while the compiler walks its calls."""
+
+    def __init__(self, program: Program):
+        self.words: list[WordDef] = [
+            WordDef(i, v.arg[0], v.arg[1]) for i, v in enumerate(program.scalars)
+        ]
+        self._by_var = {v.arg[0]: i for i, v in enumerate(program.scalars)}
+        self._by_key: dict[tuple, int] = {}
+
+    def defs(self) -> tuple[WordDef, ...]:
+        return tuple(self.words)
+
+    def operand(self, node: Node, kind: str) -> tuple:
+        """("const", v) for a constant, else ("word", i) of the word computing `node`."""
+        if node.op == Op.CONST:
+            return ("const", node.arg)
+        return ("word", self.word(node, kind))
+
+    def word(self, node: Node, kind: str) -> int:
+        """The word holding scalar expression `node` (a value word, or a derived one)."""
+        if node.op == Op.VAR:
+            return self._by_var[node.arg[0]]
+        if node.op == Op.CONST:
+            return self._derived("copy", ("const", node.arg), None, kind, str(node.arg))
+        a, b = (self.operand(s, kind) for s in node.src)
+        return self._derived(node.op, a, b, kind, describe(node))
+
+    def bounded(self, node: Node, lo: int, hi: int, what: str, kind: str) -> int:
+        """The word holding `node`, which must lie in [lo, hi) (`what`: the user's text)."""
+        index = self.word(node, kind)
+        held = self.words[index]
+        if held.bound is None:
+            self.words[index] = replace(held, bound=(lo, hi), what=what)
+            return index
+        if held.bound == (lo, hi):
+            return index
+        copy = self._derived("copy", ("word", index), None, kind, held.name, key_extra=(lo, hi))
+        if self.words[copy].bound is None:
+            self.words[copy] = replace(self.words[copy], bound=(lo, hi), what=what)
+        return copy
+
+    def next_value(self, node: Node) -> int:
+        """The word holding a carried value's next value (a value word, or a "next" word)."""
+        return self.word(node, "next")
+
+    def offset(self, terms: list[tuple[int, int]]) -> int:
+        """The "dma" word sum(word * stride) over `terms` of (word index, stride in words)."""
+        parts = [("word", w) if stride == 1 else ("word", self._scaled(w, stride)) for w, stride in terms]
+        total = parts[0]
+        for part in parts[1:]:
+            text = f"{self._text(total)} + {self._text(part)}"
+            total = ("word", self._derived("add", total, part, "dma", text))
+        return total[1]
+
+    def _scaled(self, word: int, stride: int) -> int:
+        text = f"{self._text(('word', word))} * {stride}"
+        return self._derived("mul", ("word", word), ("const", stride), "dma", text)
+
+    def _text(self, operand: tuple) -> str:
+        if operand[0] == "const":
+            return str(operand[1])
+        name = self.words[operand[1]].name
+        return f"({name})" if " " in name else name
+
+    def _derived(self, op: str, a: tuple, b: tuple | None, kind: str, name: str, key_extra=None) -> int:
+        key = (op, a, b, key_extra)
+        index = self._by_key.get(key)
+        if index is None:
+            index = self._by_key[key] = len(self.words)
+            self.words.append(WordDef(index, name, kind, op, a, b))
+        elif kind == "core" and self.words[index].kind == "dma":
+            self.words[index] = replace(self.words[index], kind="core")
+        return index
+
+
+# ---- where a host tensor lies, in words ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Access:
+    """A host tensor's words: offset + sum(i_d * stride_d) for i_d < size_d over `dims`
+    (outermost first, the last one contiguous with stride 1), plus the value of `patch_word`."""
+
+    offset: int
+    dims: tuple[tuple[int, int], ...]
+    patch_word: int | None = None
+
+    @property
+    def nwords(self) -> int:
+        return int(np.prod([size for size, _ in self.dims], dtype=np.int64))
+
+
+def whole_access(node: Node) -> Access:
+    """An input or a whole declared memory: its words, contiguous from its placement."""
+    return Access(0, ((nwords(node.size, node.dtype), 1),))
+
+
+def nwords(elements: int, dtype: np.dtype) -> int:
+    return max(1, -(-elements * np.dtype(dtype).itemsize // 4))
+
+
+def base_name(node: Node) -> tuple[str, str]:
+    """(kind, name) of the tensor a view picks from: a declared memory or an input."""
+    return ("input", node.arg[0]) if node.op == Op.INPUT else node.arg
+
+
+def view_access(view: Node, table: WordTable) -> Access:
+    """The words of VIEW `view` within its base's placement (a declared memory or an input);
+    its dynamic indices become bounded "dma" words summed into one patch word."""
+    memory = view.src[0]
+    itemsize = memory.dtype.itemsize
+    strides = [itemsize * int(np.prod(memory.shape[i + 1:], dtype=np.int64)) for i in range(len(memory.shape))]
+    static, kept, terms = 0, [], []
+    for number, axis in enumerate(view.arg):
+        static += (axis.index if axis.index is not None else axis.start) * strides[number]
+        if axis.dynamic is not None:
+            expr = view.src[axis.dynamic]
+            _check_step(view, number, expr, strides[number])
+            word = table.bounded(expr, 0, axis.stop - axis.start, describe(view), "dma")
+            terms.append((word, strides[number] // 4))
+        elif axis.index is None and axis.stop - axis.start > 1:
+            kept.append((number, axis.stop - axis.start, strides[number]))
+    dims = _word_dims(view, static, _merged(kept), itemsize)
+    patch = table.offset(terms) if terms else None
+    return Access(static // 4, dims, patch)
+
+
+def _merged(kept: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Fold each kept axis into the one outside it when together they are contiguous."""
+    merged: list[tuple[int, int, int]] = []
+    for number, size, stride in kept:
+        if merged and merged[-1][2] == size * stride:
+            merged[-1] = (number, merged[-1][1] * size, stride)
+        else:
+            merged.append((number, size, stride))
+    return merged
+
+
+def _word_dims(view: Node, static: int, merged, itemsize: int) -> tuple[tuple[int, int], ...]:
+    last_axis = len(view.arg) - 1
+    if merged and merged[-1][2] == itemsize:
+        run_axis, run = merged[-1][0], merged[-1][1] * itemsize
+        outer = merged[:-1]
+    else:
+        run_axis, run, outer = (merged[-1][0] if merged else last_axis), itemsize, merged
+    if run % 4 or static % 4:
+        _refuse_run(view, run_axis, run, static)
+    for number, _, stride in outer:
+        if stride % 4:
+            _refuse_run(view, number, run, static)
+    return (*((size, stride // 4) for _, size, stride in outer), (run // 4, 1))
+
+
+def _check_step(view: Node, axis: int, expr: Node, stride: int):
+    if stride % 4:
+        kind, name = base_name(view.src[0])
+        raise PlacementError(
+            f"{describe(view)} indexes axis {axis} of {kind} '{name}' with per-call value "
+            f"'{describe(expr)}', but one step along that axis is {stride} bytes and the device's "
+            f"DMA offsets count whole 4-byte words. Pad '{name}' so each entry of axis {axis} "
+            "spans a multiple of 4 bytes."
+        )
+
+
+def _refuse_run(view: Node, axis: int, run: int, static: int):
+    kind, name = base_name(view.src[0])
+    raise PlacementError(
+        f"{describe(view)} moves runs of {run} bytes of {kind} '{name}' ({dtypes.name(view.dtype)}) "
+        f"from byte {static} along axis {axis}, and the device's DMA moves whole 4-byte words "
+        f"on 4-byte boundaries. Pad or index '{name}' so each contiguous run starts and ends on "
+        "a 4-byte boundary."
+    )

@@ -1,0 +1,275 @@
+"""What runs on a core: each Function compiled once into a closure, and each core's program into
+a generator that repeats it forever.
+
+A Function runs on the byte arrays bound to its params (acquired FIFO objects, Buffers): a
+KernelStep resolves its Ptrs into flat typed views sized by the kernel's C ABI
+(`kernel.abi_shapes` of its size operands) and calls the kernel (numpy `Kernel.emulate` or the
+native library, kernels.py); a ScalarStep computes an i32 with wrap-around. A core program is
+checked once at load (FIFO ends on the core's tile, acquire counts within the depth, objects
+held when invoked, every acquired object released by the end of an iteration) and compiled into
+steps; the core's generator yields `(signal, text)` whenever an Acquire cannot proceed.
+
+It does not move data between tiles (fifo.py, dma.py) or schedule (machine.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from iron.compiler.plan import (
+    Acquire,
+    Imm,
+    Invoke,
+    KernelStep,
+    Load,
+    Loop,
+    Ptr,
+    Release,
+    ScalarStep,
+    WordDef,
+)
+from iron.errors import ArgumentError, PlanError
+from iron.ir import SCALAR_BINARY, wrap_i32
+from iron.kernels.registry import lookup
+
+SCALAR_OPS = {**SCALAR_BINARY, "copy": lambda a, b: a}
+I32 = np.dtype(np.int32)
+
+
+# ---- Functions ---------------------------------------------------------------------------------
+
+def compile_function(fn, make_call):
+    """`run(arrays, block)`: fn's steps on the uint8 arrays bound to its params, in order."""
+    steps = [_compile_step(fn, k, step, make_call) for k, step in enumerate(fn.steps)]
+
+    def run(arrays, block):
+        for step in steps:
+            step(arrays, block)
+    return run
+
+
+def _compile_step(fn, k: int, step, make_call):
+    where = f"Function '{fn.name}' step {k}"
+    if isinstance(step, KernelStep):
+        return _kernel_step(fn, where, step, make_call)
+    if isinstance(step, ScalarStep):
+        return _scalar_step(fn, where, step)
+    raise PlanError(f"{where} is a {type(step).__name__}: a Function holds KernelSteps and ScalarSteps.")
+
+
+def _param(fn, where: str, source: str) -> int:
+    if source not in fn.params:
+        raise PlanError(f"{where} reads '{source}', which is not a parameter of '{fn.name}' ({', '.join(fn.params)}): name one of them.")
+    return fn.params.index(source)
+
+
+def _pointer(fn, where: str, ptr, dtype: np.dtype):
+    """`view(arrays, block, count)`: `count` elements of `dtype` at the Ptr's byte address.
+
+    The arrays bound to parameters (FIFO slots, Buffers) live as long as the Emulator, so each
+    view is made once per array, block and count, and kept."""
+    if not isinstance(ptr, Ptr):
+        raise PlanError(f"{where} passes {ptr!r} where the C ABI takes a pointer: pass a Ptr.")
+    if ptr.block_stride and not fn.blocked:
+        raise PlanError(f"{where} strides '{ptr.source}' by {ptr.block_stride} bytes per block, but '{fn.name}' takes no block index: mark it blocked or drop the stride.")
+    index, offset, stride, item = _param(fn, where, ptr.source), ptr.offset, ptr.block_stride, dtype.itemsize
+    views: dict[tuple, np.ndarray] = {}
+
+    def make(base, block, count):
+        start = offset + stride * block
+        data = base[start: start + count * item]
+        if data.size != count * item or start < 0:
+            raise PlanError(f"{where} reaches bytes {start}..{start + count * item - 1} of '{ptr.source}', which has {base.size}: keep pointers inside the object.")
+        return views.setdefault((id(base), block, count), data.view(dtype))
+
+    def view(arrays, block, count):
+        base = arrays[index]
+        found = views.get((id(base), block, count))
+        return found if found is not None else make(base, block, count)
+    return view
+
+
+def _scalar(fn, where: str, arg, ctype: str = "i32"):
+    """`value(arrays, block)` of an Imm or a Load (an i32 read from a bound object)."""
+    if isinstance(arg, Imm):
+        if arg.ctype != ctype:
+            raise PlanError(f"{where} passes an {arg.ctype} immediate {arg.value!r} where the C ABI takes {ctype}: give it ctype {ctype!r}.")
+        value = float(arg.value) if ctype == "f32" else int(arg.value)
+        return lambda arrays, block: value
+    if isinstance(arg, Load) and ctype == "i32":
+        read = _pointer(fn, where, Ptr(arg.source, arg.offset), I32)
+        return lambda arrays, block: int(read(arrays, 0, 1)[0])
+    raise PlanError(f"{where} passes {arg!r} where the C ABI takes an {ctype} value: pass an Imm or (for i32) a Load.")
+
+
+def _element_counts(kernel, sizes: tuple) -> list[int]:
+    in_shapes, out_shape = kernel.abi_shapes(sizes)
+    return [int(np.prod(s, dtype=np.int64)) for s in (*in_shapes, out_shape)]
+
+
+def _kernel_step(fn, where: str, step, make_call):
+    kernel, dtype = lookup(step.symbol)
+    where = f"{where} ({step.symbol})"
+    pointers = kernel.arity + 1
+    attr_names = [name for name, _ in kernel.c_attrs]
+    attr_types = [ctype for _, ctype in kernel.c_attrs]
+    nsizes = len(step.args) - pointers - len(attr_types)
+    if nsizes < 1:
+        raise PlanError(f"{where} has {len(step.args)} arguments, but its C ABI takes {pointers} pointers, at least one i32 size and {len(attr_types)} attribute(s): pass them in that order.")
+    dtypes = [dtype] * kernel.arity + [np.dtype(kernel.out_dtype(dtype))]
+    views = [_pointer(fn, where, p, d) for p, d in zip(step.args[:pointers], dtypes)]
+    sizes = [_scalar(fn, where, a) for a in step.args[pointers: pointers + nsizes]]
+    attrs = [_scalar(fn, where, a, t) for a, t in zip(step.args[pointers + nsizes:], attr_types)]
+    call = make_call(kernel, dtype, step.symbol, attr_names, ["ptr"] * pointers + ["i32"] * nsizes + attr_types)
+    counts: dict[tuple, list[int]] = {}
+
+    def run(arrays, block):
+        size_values = tuple(size(arrays, block) for size in sizes)
+        elements = counts.get(size_values) or counts.setdefault(size_values, _element_counts(kernel, size_values))
+        call([view(arrays, block, n) for view, n in zip(views, elements)], size_values,
+             [attr(arrays, block) for attr in attrs])
+    return run
+
+
+def _scalar_step(fn, where: str, step):
+    if step.op not in WordDef.OPS:
+        raise PlanError(f"{where} uses op {step.op!r}: use one of {', '.join(WordDef.OPS)}.")
+    dest = _pointer(fn, where, step.dest, I32)
+    a = _scalar(fn, where, step.a)
+    b = _scalar(fn, where, step.b if step.b is not None else Imm(0))
+    op, divides = SCALAR_OPS[step.op], step.op in ("floordiv", "mod")
+
+    def run(arrays, block):
+        x, y = a(arrays, block), b(arrays, block)
+        if divides and y == 0:
+            raise ArgumentError(f"{where} computes {x} {step.op} 0: a per-call value divides by zero. Give values that keep the divisor non-zero.")
+        dest(arrays, block, 1)[0] = wrap_i32(op(x, y))
+    return run
+
+
+# ---- core programs -----------------------------------------------------------------------------
+
+class CoreProgram:
+    """One core's program, checked and compiled; `task()` is the generator the core runs."""
+
+    def __init__(self, core, plan, ends: dict, functions: dict, buffers: dict):
+        self.core = core
+        self.name = f"core {core.tile.name} (group {core.group})"
+        self.plan, self.ends, self.functions, self.buffers = plan, ends, functions, buffers
+        self.ports = self._ports(core.program, {})
+        if not self.ports:
+            raise PlanError(f"{self.name} acquires nothing, so it would spin forever: give its program an Acquire.")
+        self._check_holds()
+        self.steps = self._compile(core.program, in_loop=False)
+
+    def task(self):
+        while True:
+            yield from _execute(self.steps, 0)
+
+    # ---- checks --------------------------------------------------------------------------------
+    def _ports(self, program, found: dict) -> dict:
+        """FIFO name -> the port this core uses it on."""
+        for op in program:
+            if isinstance(op, Loop):
+                self._ports(op.body, found)
+            elif isinstance(op, (Acquire, Release)):
+                if op.port not in ("Produce", "Consume"):
+                    raise PlanError(f"{self.name} uses @{op.fifo} on port {op.port!r}: use 'Produce' or 'Consume'.")
+                if found.setdefault(op.fifo, op.port) != op.port:
+                    raise PlanError(f"{self.name} both produces and consumes @{op.fifo}: a core sits at one end of a FIFO.")
+        return found
+
+    def _check_holds(self):
+        held = dict.fromkeys(self.ports, 0)
+        self._simulate(self.core.program, held)
+        left = [f"{n} @{fifo} object(s) ({self.ports[fifo]})" for fifo, n in held.items() if n]
+        if left:
+            raise PlanError(f"{self.name} ends an iteration of its program still holding {', '.join(left)}: release every object it acquires in the same iteration.")
+
+    def _simulate(self, program, held: dict):
+        for op in program:
+            if isinstance(op, Loop):
+                for _ in range(op.count):
+                    self._simulate(op.body, held)
+            elif isinstance(op, Acquire):
+                held[op.fifo] = max(held[op.fifo], op.count)
+            elif isinstance(op, Release):
+                if op.count > held[op.fifo]:
+                    raise PlanError(f"{self.name} releases {op.count} @{op.fifo} object(s) ({op.port}) while holding {held[op.fifo]}: release only what it acquired.")
+                held[op.fifo] -= op.count
+            elif isinstance(op, Invoke):
+                empty = [o for o in op.objects if o in held and held[o] == 0]
+                if empty:
+                    raise PlanError(f"{self.name} invokes '{op.function}' on @{empty[0]} without holding an object of it: acquire it first.")
+
+    # ---- compilation ---------------------------------------------------------------------------
+    def _compile(self, program, in_loop: bool) -> list:
+        steps = []
+        for op in program:
+            if isinstance(op, Loop):
+                steps.append((op.count, self._compile(op.body, in_loop=True)))
+            elif isinstance(op, Acquire):
+                steps.append(self._acquire(op))
+            elif isinstance(op, Release):
+                steps.append(self._release(op))
+            elif isinstance(op, Invoke):
+                steps.append(self._invoke(op, in_loop))
+            else:
+                raise PlanError(f"{self.name} has a {type(op).__name__} in its program: use Acquire, Release, Invoke and Loop.")
+        return steps
+
+    def _ring(self, fifo: str, port: str):
+        if fifo not in self.ends:
+            raise PlanError(f"{self.name} uses FIFO @{fifo}, which the plan does not define: add it, or fix the name.")
+        return self.ends[fifo].ring(self.core.tile, port)
+
+    def _acquire(self, op):
+        ring = self._ring(op.fifo, op.port)
+        if not 1 <= op.count <= ring.depth:
+            raise PlanError(f"{self.name} acquires {op.count} @{op.fifo} object(s), but the FIFO has depth {ring.depth}: acquire 1..{ring.depth}.")
+        wait, count = (ring.signal, f"waits to acquire @{op.fifo} ({op.port}, {op.count})"), op.count
+        take = ring.acquire_produce if op.port == "Produce" else ring.acquire_consume
+        return lambda block: None if take(count) else wait
+
+    def _release(self, op):
+        ring, count = self._ring(op.fifo, op.port), op.count
+        give = ring.release_produce if op.port == "Produce" else ring.release_consume
+        return lambda block: give(count)
+
+    def _invoke(self, op, in_loop: bool):
+        if op.function not in self.functions:
+            raise PlanError(f"{self.name} invokes '{op.function}', which the plan does not define: add the Function, or fix the name.")
+        fn, run = self.functions[op.function]
+        if len(op.objects) != len(fn.params):
+            raise PlanError(f"{self.name} invokes '{fn.name}' with {len(op.objects)} object(s) for its {len(fn.params)} parameter(s) ({', '.join(fn.params)}): bind one object per parameter.")
+        if fn.blocked and not in_loop:
+            raise PlanError(f"{self.name} invokes blocked function '{fn.name}' outside a Loop: invoke it inside the Loop whose index it takes.")
+        getters = [self._object(name) for name in op.objects]
+
+        def invoke(block):
+            run([get() for get in getters], block)
+        return invoke
+
+    def _object(self, name: str):
+        """A getter of the uint8 array a parameter is bound to (the held object, or a Buffer)."""
+        if name in self.ports:
+            ring = self._ring(name, self.ports[name])
+            current = ring.producing if self.ports[name] == "Produce" else ring.consuming
+            return current
+        buffer = self.buffers.get(name)
+        if buffer is None:
+            raise PlanError(f"{self.name} binds '{name}', which is neither a FIFO it acquires nor a Buffer: acquire the FIFO, or add the Buffer.")
+        tile, data = buffer
+        if tile != self.core.tile:
+            raise PlanError(f"{self.name} binds Buffer '{name}', which lives on {tile.name}: use Buffers of the core's own tile.")
+        return lambda: data
+
+
+def _execute(steps: list, block: int):
+    for step in steps:
+        if type(step) is tuple:
+            count, body = step
+            for index in range(count):
+                yield from _execute(body, index)
+        else:
+            while (wait := step(block)) is not None:
+                yield wait

@@ -1,0 +1,120 @@
+"""Test designs shared by the compiler, printer and emulator tests: plain functions returning
+iron.Graph instances, plus `trace(graph)` for the Program of a design's example call and
+`example(graph)`, the tensors of that call.
+
+Each design is small and deterministic (fixed seeds). It does not compile or run anything.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import iron
+from iron import Scratchpad
+from iron.designs import MLP, Walk
+from iron.kernels import Accumulate, Add, MatVec, RMSNorm, SiLU
+
+
+def walk(n: int = 8) -> Walk:
+    """The seed chapter's Walk over n nodes (successor i -> n - 1 - i), with a trail of n + 1
+    steps: carried `node` and `steps`, no tensor."""
+    return Walk(np.arange(n, dtype=np.int32)[::-1].copy(), n + 1)
+
+
+class AddOne(iron.Graph):
+    """y = x + 1 over an int32 input x of n elements (the ones are a param)."""
+
+    def __init__(self, n: int):
+        self.ones = iron.param(np.ones(n, dtype=np.int32))
+
+    def body(self, x):
+        return Add.step(x, self.ones)
+
+    def example(self) -> dict[str, np.ndarray]:
+        return {"x": np.arange(self.ones.shape[0], dtype=np.int32)}
+
+
+def add_one(n: int = 1024) -> AddOne:
+    """add-one over n int32 (input `x` of shape (n,))."""
+    return AddOne(n)
+
+
+class AccumulateAt(iron.Graph):
+    """acc[pos] += x: a public int32 state `acc` of `rows` rows of n, a Scratchpad `pos`."""
+
+    def __init__(self, n: int, rows: int):
+        self.acc = iron.state((rows, n), np.int32, name="acc")
+
+    def body(self, x, *, pos: Scratchpad[np.int32]):
+        Accumulate.step(x, out=self.acc[pos])
+
+    def example(self) -> dict[str, np.ndarray]:
+        return {"x": np.arange(self.acc.shape[1], dtype=np.int32)}
+
+
+def accumulate_at(n: int = 64, rows: int = 4) -> AccumulateAt:
+    """Accumulate an int32 input `x` (n,) into row `pos` (Scratchpad) of state `acc` (rows, n)."""
+    return AccumulateAt(n, rows)
+
+
+class MLPLayer(iron.Graph):
+    """One residual layer: x + SiLU(W @ RMSNorm(x, g)), params W (width, width) and g (width,)."""
+
+    def __init__(self, width: int, dtype):
+        rng = np.random.default_rng(1)
+        self.w = iron.param((rng.standard_normal((width, width)) / np.sqrt(width)).astype(dtype))
+        self.g = iron.param((1.0 + 0.1 * rng.standard_normal(width)).astype(dtype))
+
+    def body(self, x):
+        return Add.step(x, SiLU.step(MatVec.step(self.w, RMSNorm.step(x, self.g))))
+
+    def example(self) -> dict[str, np.ndarray]:
+        width = self.g.shape[0]
+        return {"x": np.linspace(-1, 1, width).astype(self.g.dtype)}
+
+
+def mlp_layer(width: int = 64, dtype=np.float32) -> MLPLayer:
+    """One RMSNorm + MatVec + SiLU + Add layer of `width` in `dtype` (float32 or bfloat16)."""
+    return MLPLayer(width, dtype)
+
+
+class ExampleMLP(MLP):
+    """iron.designs.MLP with an example input."""
+
+    def example(self) -> dict[str, np.ndarray]:
+        g = self.layers[0].g
+        return {"x": np.linspace(-1, 1, g.shape[0]).astype(g.dtype)}
+
+
+def mlp(layers: int = 4, width: int = 256, dtype=np.float32) -> ExampleMLP:
+    """iron.designs.MLP: `layers` residual layers of `width` (float32: each 256 KiB matrix is
+    split over two tiles; bfloat16: streamed on one)."""
+    return ExampleMLP(width=width, layers=layers, dtype=dtype)
+
+
+class BigMatVec(iron.Graph):
+    """y = W @ x for a param W (rows, cols), large enough to be split over tiles."""
+
+    def __init__(self, rows: int, cols: int, dtype):
+        rng = np.random.default_rng(2)
+        self.w = iron.param(rng.standard_normal((rows, cols)).astype(dtype))
+
+    def body(self, x):
+        return MatVec.step(self.w, x)
+
+    def example(self) -> dict[str, np.ndarray]:
+        return {"x": np.linspace(-1, 1, self.w.shape[1]).astype(self.w.dtype)}
+
+
+def big_matvec(rows: int = 512, cols: int = 256, dtype=np.float32) -> BigMatVec:
+    """A MatVec over a (rows, cols) param: 512 x 256 float32 (512 KiB) splits over 4 tiles."""
+    return BigMatVec(rows, cols, dtype)
+
+
+def example(graph) -> dict[str, np.ndarray]:
+    """The tensors of a design's example call (none for Walk)."""
+    return graph.example() if hasattr(graph, "example") else {}
+
+
+def trace(graph):
+    """The Program of a design's example call."""
+    return graph.trace(**{name: (a.shape, a.dtype) for name, a in example(graph).items()})

@@ -1,0 +1,523 @@
+"""Tests of iron.compiler.mlir.print_mlir: exact text for hand-built Plans (add-one, a streamed
+block loop with a buffer, split and join links, patched DMAs), the refusals, only allowed ops,
+determinism, and the goldens of add-one, Walk and an Accumulate at a Scratchpad position on
+npu2 and Walk on npu1 (IRON_UPDATE_GOLDEN=1 rewrites them).
+
+The hand-built Plans here are also used by test_sources.py."""
+
+import dataclasses
+import importlib
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import aie_utils
+import iron
+from iron import Scratchpad
+from iron.compiler.mlir import ALLOWED_OPS, print_mlir
+from iron.compiler.plan import (
+    Acquire,
+    Buffer,
+    Core,
+    Dma,
+    Emit,
+    Fifo,
+    Function,
+    HostBuffer,
+    Imm,
+    Invoke,
+    KernelDecl,
+    KernelStep,
+    Link,
+    Load,
+    Loop,
+    Placement,
+    Plan,
+    Ptr,
+    Release,
+    ScalarStep,
+    Tile,
+    Wait,
+    WordDef,
+)
+from iron.compiler.sources import kernel_sources
+from iron.designs import Walk
+from iron.errors import PlanError
+from iron.kernels import Accumulate, Add
+
+GOLDEN = Path(__file__).parent / "golden"
+F32 = np.dtype(np.float32)
+I32 = np.dtype(np.int32)
+SHIM, MEM, CORE, CORE2 = Tile(0, 0, "shim"), Tile(0, 1, "mem"), Tile(0, 2, "compute"), Tile(0, 3, "compute")
+
+
+# ---- hand-built Plans ---------------------------------------------------------------------------
+
+def dma(direction, fifo, buffer, offset, n, bd_id, patch_word=None, issue_token=False):
+    """A contiguous transfer of n words."""
+    return Dma(direction, fifo, buffer, offset, (1, 1, 1, n), (0, 0, 0, 1), bd_id, SHIM, patch_word, issue_token)
+
+
+def plan(device, name, **parts) -> Plan:
+    device = aie_utils.from_name(device)
+    empty = dict(placements=(), links=(), buffers=(), words=(), emit=None)
+    return Plan(device=device, name=name, full_elf=device.full_elf,
+                image="elf" if device.full_elf else "xclbin", **{**empty, **parts})
+
+
+def hold(*fifos, invoke):
+    """Acquire each (fifo, port), invoke, release them: one launch of a simple core."""
+    return (*(Acquire(f, p) for f, p in fifos), invoke, *(Release(f, p) for f, p in fifos))
+
+
+def add_one_plan() -> Plan:
+    """out = x + ones over 1024 int32 on npu2: one core, one packed input object."""
+    return plan(
+        "npu2", "AddOne",
+        tiles=(SHIM, CORE),
+        host_buffers=(HostBuffer("consts", "consts", 1024), HostBuffer("inputs", "inputs", 1024),
+                      HostBuffer("outputs", "outputs", 1024), HostBuffer("words", "words", 1)),
+        placements=(Placement("ones", "weight", "consts", 0, (1024,), I32),
+                    Placement("x", "input", "inputs", 0, (1024,), I32),
+                    Placement("out0", "output", "outputs", 0, (1024,), I32)),
+        fifos=(Fifo("g0_in", SHIM, (CORE,), 2, 8192), Fifo("g0_host", CORE, (SHIM,), 2, 4096)),
+        functions=(Function("g0", ("g0_in", "g0_host"), (
+            KernelStep("add_i32", (Ptr("g0_in", 4096), Ptr("g0_in"), Ptr("g0_host"), Imm(1024))),)),),
+        kernels=(KernelDecl("g0", ("memref<2048xi32>", "memref<1024xi32>"), "g0.o"),),
+        cores=(Core(CORE, "g0", hold(("g0_in", "Consume"), ("g0_host", "Produce"),
+                                     invoke=Invoke("g0", ("g0_in", "g0_host")))),),
+        sequence=(dma("mm2s", "g0_in", "consts", 0, 1024, 0), dma("mm2s", "g0_in", "inputs", 0, 1024, 1),
+                  dma("s2mm", "g0_host", "outputs", 0, 1024, 2), Wait("g0_host")),
+    )
+
+
+def walk_plan(device: str) -> Plan:
+    """Walk: node = successor[node]; trail[steps] = node; steps += 1. On a full-ELF device an
+    emit core computes the next call's words into `feedback`."""
+    emit = aie_utils.from_name(device).full_elf
+    words = (WordDef(0, "node", "carried", bound=(0, 8), what="successor[node]"),
+             WordDef(1, "steps", "carried", bound=(0, 9), what="trail[steps]"),
+             WordDef(2, "steps + 1", "core", "add", ("word", 1), ("const", 1)))
+    host_buffers = (HostBuffer("consts", "consts", 8), HostBuffer("states", "states", 9),
+                    HostBuffer("inputs", "inputs", 1), HostBuffer("outputs", "outputs", 1),
+                    HostBuffer("words", "words", 3))
+    g0_steps = (KernelStep("copy_i32", (Ptr("g0_in"), Ptr("g0_host"), Imm(1))),
+                KernelStep("copy_i32", (Ptr("g0_host"), Ptr("g0_host", 4), Imm(1))))
+    g0_fifos = (("g0_in", "Consume"), ("g0_host", "Produce"))
+    sequence = (dma("mm2s", "g0_in", "consts", 0, 1, 0, patch_word=0),
+                dma("s2mm", "g0_host", "outputs", 0, 1, 1),
+                dma("s2mm", "g0_host", "states", 0, 1, 2, patch_word=1), Wait("g0_host"))
+    parts = dict(
+        tiles=(SHIM, CORE), host_buffers=host_buffers, words=words[:2],
+        placements=(Placement("successor", "weight", "consts", 0, (8,), I32),
+                    Placement("trail", "state", "states", 0, (9,), I32),
+                    Placement("carry.node", "carry", "outputs", 0, (), I32)),
+        fifos=(Fifo("g0_in", SHIM, (CORE,), 2, 4), Fifo("g0_host", CORE, (SHIM,), 2, 8)),
+        functions=(Function("g0", ("g0_in", "g0_host"), g0_steps),),
+        kernels=(KernelDecl("g0", ("memref<1xi32>", "memref<2xi32>"), "g0.o"),),
+        cores=(Core(CORE, "g0", hold(*g0_fifos, invoke=Invoke("g0", ("g0_in", "g0_host")))),),
+        sequence=sequence,
+    )
+    if emit:
+        parts.update(_walk_emit(parts, words, host_buffers, g0_steps, g0_fifos, sequence))
+    return plan(device, "Walk", **parts)
+
+
+def _walk_emit(parts, words, host_buffers, g0_steps, g0_fifos, sequence) -> dict:
+    """The full-ELF additions to Walk: g0 also sends the new node to the emit core on tile (0, 3)."""
+    g0_params = ("g0_in", "g0_out", "g0_host")
+    emit_steps = (ScalarStep(Ptr("feedback"), "copy", Load("g0_out")),
+                  ScalarStep(Ptr("feedback", 4), "copy", Load("emit_in", 8)),
+                  ScalarStep(Ptr("feedback", 8), "add", Load("feedback", 4), Imm(1)))
+    emit_fifos = (("emit_in", "Consume"), ("g0_out", "Consume"), ("feedback", "Produce"))
+    return dict(
+        tiles=(SHIM, CORE, CORE2), words=words,
+        host_buffers=(*host_buffers, HostBuffer("feedback", "feedback", 3)),
+        fifos=(*parts["fifos"], Fifo("g0_out", CORE, (CORE2,), 2, 4, shared_memory=True),
+               Fifo("emit_in", SHIM, (CORE2,), 2, 12), Fifo("feedback", CORE2, (SHIM,), 2, 12)),
+        functions=(Function("g0", g0_params, (*g0_steps, KernelStep("copy_i32", (Ptr("g0_host"), Ptr("g0_out"), Imm(1))))),
+                   Function("emit", ("emit_in", "g0_out", "feedback"), emit_steps)),
+        kernels=(KernelDecl("g0", ("memref<1xi32>", "memref<1xi32>", "memref<2xi32>"), "g0.o"),
+                 KernelDecl("emit", ("memref<3xi32>", "memref<1xi32>", "memref<3xi32>"), "emit.o")),
+        cores=(Core(CORE, "g0", hold(g0_fifos[0], ("g0_out", "Produce"), g0_fifos[1], invoke=Invoke("g0", g0_params))),
+               Core(CORE2, "emit", hold(*emit_fifos, invoke=Invoke("emit", tuple(f for f, _ in emit_fifos))))),
+        sequence=(sequence[0], dma("mm2s", "emit_in", "words", 0, 3, 3), *sequence[1:3],
+                  dma("s2mm", "feedback", "feedback", 0, 3, 4), Wait("g0_host"), Wait("feedback")),
+        emit=Emit(CORE2, (("node", ("elem", "g0_out", 0)), ("steps", ("word", 2))), words, "feedback"),
+    )
+
+
+def accumulate_plan() -> Plan:
+    """acc[pos] += x for a per-call Scratchpad position pos, acc (8, 4) float32, on npu2."""
+    return plan(
+        "npu2", "Accumulate",
+        tiles=(SHIM, CORE),
+        host_buffers=(HostBuffer("consts", "consts", 1), HostBuffer("states", "states", 32),
+                      HostBuffer("inputs", "inputs", 4), HostBuffer("outputs", "outputs", 1),
+                      HostBuffer("words", "words", 2)),
+        placements=(Placement("acc", "state", "states", 0, (8, 4), F32),
+                    Placement("x", "input", "inputs", 0, (4,), F32)),
+        words=(WordDef(0, "pos", "scratchpad", bound=(0, 8), what="acc[pos]"),
+               WordDef(1, "acc[pos] offset", "dma", "mul", ("word", 0), ("const", 4))),
+        fifos=(Fifo("g0_in", SHIM, (CORE,), 2, 32, F32), Fifo("g0_host", CORE, (SHIM,), 2, 16, F32)),
+        functions=(Function("g0", ("g0_in", "g0_host"), (
+            KernelStep("copy_f32", (Ptr("g0_in", 16), Ptr("g0_host"), Imm(4))),
+            KernelStep("accumulate_f32", (Ptr("g0_in"), Ptr("g0_host"), Imm(4))))),),
+        kernels=(KernelDecl("g0", ("memref<8xf32>", "memref<4xf32>"), "g0.o"),),
+        cores=(Core(CORE, "g0", hold(("g0_in", "Consume"), ("g0_host", "Produce"),
+                                     invoke=Invoke("g0", ("g0_in", "g0_host")))),),
+        sequence=(dma("mm2s", "g0_in", "inputs", 0, 4, 0), dma("mm2s", "g0_in", "states", 0, 4, 1, patch_word=1),
+                  dma("s2mm", "g0_host", "states", 0, 4, 2, patch_word=1), Wait("g0_host")),
+    )
+
+
+def streamed_plan() -> Plan:
+    """out = W @ x with W (64, 16) f32 streamed in 4 blocks of 16 rows through the mem tile; x is
+    kept in a Buffer; g0_block runs once per block."""
+    return plan(
+        "npu2", "Streamed",
+        tiles=(CORE, MEM, SHIM),
+        host_buffers=(HostBuffer("consts", "consts", 1024), HostBuffer("inputs", "inputs", 16),
+                      HostBuffer("outputs", "outputs", 64), HostBuffer("words", "words", 1)),
+        fifos=(Fifo("g0_in", SHIM, (CORE,), 2, 64, F32), Fifo("g0_w_mem", SHIM, (MEM,), 2, 1024, F32),
+               Fifo("g0_w", MEM, (CORE,), 2, 1024, F32), Fifo("g0_host", CORE, (SHIM,), 1, 256, F32)),
+        links=(Link(MEM, ("g0_w_mem",), ("g0_w",)),),
+        buffers=(Buffer("g0_x", CORE, 64, F32),),
+        functions=(Function("g0", ("g0_in", "g0_x"), (KernelStep("copy_f32", (Ptr("g0_in"), Ptr("g0_x"), Imm(16))),)),
+                   Function("g0_block", ("g0_w", "g0_x", "g0_host"), (
+                       KernelStep("matvec_f32", (Ptr("g0_w"), Ptr("g0_x"), Ptr("g0_host", 0, 64), Imm(16), Imm(16))),),
+                       blocked=True)),
+        kernels=(KernelDecl("g0", ("memref<16xf32>", "memref<16xf32>"), "g0.o"),
+                 KernelDecl("g0_block", ("memref<256xf32>", "memref<16xf32>", "memref<64xf32>", "i32"), "g0_block.o")),
+        cores=(Core(CORE, "g0", (
+            *hold(("g0_in", "Consume"), invoke=Invoke("g0", ("g0_in", "g0_x"))),
+            Acquire("g0_host", "Produce"),
+            Loop(4, hold(("g0_w", "Consume"), invoke=Invoke("g0_block", ("g0_w", "g0_x", "g0_host")))),
+            Release("g0_host", "Produce")), stack_bytes=2048),),
+        sequence=(dma("mm2s", "g0_in", "inputs", 0, 16, 0),
+                  Dma("mm2s", "g0_w_mem", "consts", 0, (1, 1, 4, 256), (0, 0, 256, 1), 1, SHIM),
+                  dma("s2mm", "g0_host", "outputs", 0, 64, 2), Wait("g0_host")),
+    )
+
+
+HAND_BUILT = {
+    "add_one_npu2": add_one_plan,
+    "walk_npu2": lambda: walk_plan("npu2"),
+    "accumulate_npu2": accumulate_plan,
+    "walk_npu1": lambda: walk_plan("npu1"),
+}
+
+
+# ---- exact text ---------------------------------------------------------------------------------
+
+ADD_ONE = """\
+module {
+  aie.device(npu2) {
+    %shim_0_0 = aie.tile(0, 0)
+    %tile_0_2 = aie.tile(0, 2)
+    aie.objectfifo @g0_in(%shim_0_0, {%tile_0_2}, 2 : i32) : !aie.objectfifo<memref<2048xi32>>
+    aie.objectfifo @g0_host(%tile_0_2, {%shim_0_0}, 2 : i32) : !aie.objectfifo<memref<1024xi32>>
+    func.func private @g0(memref<2048xi32>, memref<1024xi32>) attributes {link_with = "g0.o"}
+    %core_0_2 = aie.core(%tile_0_2) {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %cmax = arith.constant 9223372036854775807 : index
+      scf.for %launch = %c0 to %cmax step %c1 {
+        %g0_in_view0 = aie.objectfifo.acquire @g0_in(Consume, 1) : !aie.objectfifosubview<memref<2048xi32>>
+        %g0_in_obj0 = aie.objectfifo.subview.access %g0_in_view0[0] : !aie.objectfifosubview<memref<2048xi32>> -> memref<2048xi32>
+        %g0_host_view0 = aie.objectfifo.acquire @g0_host(Produce, 1) : !aie.objectfifosubview<memref<1024xi32>>
+        %g0_host_obj0 = aie.objectfifo.subview.access %g0_host_view0[0] : !aie.objectfifosubview<memref<1024xi32>> -> memref<1024xi32>
+        func.call @g0(%g0_in_obj0, %g0_host_obj0) : (memref<2048xi32>, memref<1024xi32>) -> ()
+        aie.objectfifo.release @g0_in(Consume, 1)
+        aie.objectfifo.release @g0_host(Produce, 1)
+      }
+      aie.end
+    } {stack_size = 1024 : i32}
+    aie.runtime_sequence @sequence(%arg0: memref<1024xi32>, %arg1: memref<1024xi32>, %arg2: memref<1024xi32>, %arg3: memref<1xi32>) {
+      aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 0][1, 1, 1, 1024][0, 0, 0, 1]) {id = 0 : i64, metadata = @g0_in} : memref<1024xi32>
+      aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, 0][1, 1, 1, 1024][0, 0, 0, 1]) {id = 1 : i64, metadata = @g0_in} : memref<1024xi32>
+      aiex.npu.dma_memcpy_nd(%arg2[0, 0, 0, 0][1, 1, 1, 1024][0, 0, 0, 1]) {id = 2 : i64, metadata = @g0_host} : memref<1024xi32>
+      aiex.npu.dma_wait {symbol = @g0_host}
+    }
+  }
+}
+"""
+
+
+def test_add_one_prints_exactly():
+    assert print_mlir(add_one_plan()) == ADD_ONE
+
+
+STREAMED_DEVICE = """\
+    %shim_0_0 = aie.tile(0, 0)
+    %mem_0_1 = aie.tile(0, 1)
+    %tile_0_2 = aie.tile(0, 2)
+    aie.objectfifo @g0_in(%shim_0_0, {%tile_0_2}, 2 : i32) : !aie.objectfifo<memref<16xf32>>
+    aie.objectfifo @g0_w_mem(%shim_0_0, {%mem_0_1}, 2 : i32) : !aie.objectfifo<memref<256xf32>>
+    aie.objectfifo @g0_w(%mem_0_1, {%tile_0_2}, 2 : i32) : !aie.objectfifo<memref<256xf32>>
+    aie.objectfifo @g0_host(%tile_0_2, {%shim_0_0}, 1 : i32) : !aie.objectfifo<memref<64xf32>>
+    aie.objectfifo.link [@g0_w_mem] -> [@g0_w] ([] [])
+    %g0_x = aie.buffer(%tile_0_2) {sym_name = "g0_x"} : memref<16xf32>
+    func.func private @g0(memref<16xf32>, memref<16xf32>) attributes {link_with = "g0.o"}
+    func.func private @g0_block(memref<256xf32>, memref<16xf32>, memref<64xf32>, i32) attributes {link_with = "g0_block.o"}
+"""
+
+STREAMED_CORE = """\
+    %core_0_2 = aie.core(%tile_0_2) {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %c4 = arith.constant 4 : index
+      %cmax = arith.constant 9223372036854775807 : index
+      scf.for %launch = %c0 to %cmax step %c1 {
+        %g0_in_view0 = aie.objectfifo.acquire @g0_in(Consume, 1) : !aie.objectfifosubview<memref<16xf32>>
+        %g0_in_obj0 = aie.objectfifo.subview.access %g0_in_view0[0] : !aie.objectfifosubview<memref<16xf32>> -> memref<16xf32>
+        func.call @g0(%g0_in_obj0, %g0_x) : (memref<16xf32>, memref<16xf32>) -> ()
+        aie.objectfifo.release @g0_in(Consume, 1)
+        %g0_host_view0 = aie.objectfifo.acquire @g0_host(Produce, 1) : !aie.objectfifosubview<memref<64xf32>>
+        %g0_host_obj0 = aie.objectfifo.subview.access %g0_host_view0[0] : !aie.objectfifosubview<memref<64xf32>> -> memref<64xf32>
+        scf.for %block0 = %c0 to %c4 step %c1 {
+          %block0_i32 = arith.index_cast %block0 : index to i32
+          %g0_w_view0 = aie.objectfifo.acquire @g0_w(Consume, 1) : !aie.objectfifosubview<memref<256xf32>>
+          %g0_w_obj0 = aie.objectfifo.subview.access %g0_w_view0[0] : !aie.objectfifosubview<memref<256xf32>> -> memref<256xf32>
+          func.call @g0_block(%g0_w_obj0, %g0_x, %g0_host_obj0, %block0_i32) : (memref<256xf32>, memref<16xf32>, memref<64xf32>, i32) -> ()
+          aie.objectfifo.release @g0_w(Consume, 1)
+        }
+        aie.objectfifo.release @g0_host(Produce, 1)
+      }
+      aie.end
+    } {stack_size = 2048 : i32}
+"""
+
+
+def test_streamed_blocks_print_link_buffer_loop_and_block_index():
+    text = print_mlir(streamed_plan())
+    assert STREAMED_DEVICE + STREAMED_CORE in text
+    assert ("aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 0][1, 1, 4, 256][0, 0, 256, 1]) "
+            "{id = 1 : i64, metadata = @g0_w_mem} : memref<1024xi32>") in text
+
+
+def test_split_and_join_offsets_are_in_elements_of_the_mem_tile_object():
+    base = streamed_plan()
+    fifos = (Fifo("rows", SHIM, (MEM,), 2, 512, np.dtype(np.int16)),
+             Fifo("top", MEM, (CORE,), 2, 128, np.dtype(np.int16)),
+             Fifo("bottom", MEM, (CORE2,), 2, 384, np.dtype(np.int16)),
+             Fifo("part0", CORE, (MEM,), 2, 64), Fifo("part1", CORE2, (MEM,), 2, 64),
+             Fifo("joined", MEM, (SHIM,), 2, 128))
+    links = (Link(MEM, ("rows",), ("top", "bottom"), destination_offsets=(0, 128)),
+             Link(MEM, ("part0", "part1"), ("joined",), source_offsets=(0, 64)))
+    parts = dict(tiles=(SHIM, MEM, CORE, CORE2), fifos=fifos, links=links, cores=(), kernels=(), buffers=(), sequence=())
+    text = print_mlir(dataclasses.replace(base, **parts))
+    assert "aie.objectfifo.link [@rows] -> [@top, @bottom] ([] [0, 64])\n" in text
+    assert "aie.objectfifo.link [@part0, @part1] -> [@joined] ([0, 16] [])\n" in text
+    assert "aie.objectfifo @top(%mem_0_1, {%tile_0_2}, 2 : i32) : !aie.objectfifo<memref<64xi16>>\n" in text
+
+
+def test_patched_dmas_carry_a_comment_and_tokens_print():
+    walk = walk_plan("npu2")
+    sequence = (walk.sequence[0], dataclasses.replace(walk.sequence[1], issue_token=True), *walk.sequence[2:])
+    lines = print_mlir(dataclasses.replace(walk, sequence=sequence)).splitlines()
+    start = lines.index("    aie.runtime_sequence @sequence(%arg0: memref<8xi32>, %arg1: memref<9xi32>, "
+                        "%arg2: memref<1xi32>, %arg3: memref<1xi32>, %arg4: memref<3xi32>, %arg5: memref<3xi32>) {")
+    assert lines[start + 1:start + 11] == [
+        "      // iron.patch dma=0 word=0",
+        "      aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 0][1, 1, 1, 1][0, 0, 0, 1]) {id = 0 : i64, metadata = @g0_in} : memref<8xi32>",
+        "      aiex.npu.dma_memcpy_nd(%arg4[0, 0, 0, 0][1, 1, 1, 3][0, 0, 0, 1]) {id = 3 : i64, metadata = @emit_in, issue_token = true} : memref<3xi32>",
+        "      aiex.npu.dma_memcpy_nd(%arg3[0, 0, 0, 0][1, 1, 1, 1][0, 0, 0, 1]) {id = 1 : i64, metadata = @g0_host} : memref<1xi32>",
+        "      // iron.patch dma=3 word=1",
+        "      aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, 0][1, 1, 1, 1][0, 0, 0, 1]) {id = 2 : i64, metadata = @g0_host} : memref<9xi32>",
+        "      aiex.npu.dma_memcpy_nd(%arg5[0, 0, 0, 0][1, 1, 1, 3][0, 0, 0, 1]) {id = 4 : i64, metadata = @feedback} : memref<3xi32>",
+        "      aiex.npu.dma_wait {symbol = @g0_host}",
+        "      aiex.npu.dma_wait {symbol = @feedback}",
+        "    }",
+    ]
+
+
+def test_static_offset_goes_in_the_innermost_offset():
+    base = add_one_plan()
+    moved = dataclasses.replace(base.sequence[1], offset=96, sizes=(2, 1, 3, 8), strides=(128, 0, 16, 1))
+    text = print_mlir(dataclasses.replace(base, sequence=(moved,)))
+    assert "aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, 96][2, 1, 3, 8][128, 0, 16, 1]) {id = 1 : i64, metadata = @g0_in}" in text
+
+
+# ---- refusals -----------------------------------------------------------------------------------
+
+def test_invoke_of_an_object_not_acquired_is_refused():
+    base = add_one_plan()
+    cores = (Core(CORE, "g0", (Acquire("g0_in", "Consume"), Invoke("g0", ("g0_in", "g0_host")))),)
+    with pytest.raises(PlanError) as info:
+        print_mlir(dataclasses.replace(base, cores=cores))
+    assert str(info.value) == (
+        "Core tile_0_2 invokes 'g0' on 'g0_host', which it has not acquired and which is no Buffer: "
+        "acquire the FIFO before the Invoke (or declare the Buffer)."
+    )
+
+
+def test_blocked_function_outside_a_loop_is_refused():
+    base = streamed_plan()
+    cores = (Core(CORE, "g0", (Acquire("g0_w", "Consume"), Acquire("g0_host", "Produce"),
+                               Invoke("g0_block", ("g0_w", "g0_x", "g0_host")))),)
+    with pytest.raises(PlanError) as info:
+        print_mlir(dataclasses.replace(base, cores=cores))
+    assert str(info.value) == (
+        "Core tile_0_2 invokes the blocked function 'g0_block' outside any Loop, so it has no block "
+        "index to pass: invoke it inside the Loop over its blocks."
+    )
+
+
+def test_unknown_names_and_wrong_arity_are_refused():
+    base = add_one_plan()
+    with pytest.raises(PlanError) as info:
+        print_mlir(dataclasses.replace(base, kernels=()))
+    assert str(info.value) == (
+        "The plan uses the KernelDecl of function 'g0' but has none by that name (it has: none): "
+        "add it to the plan."
+    )
+    cores = (Core(CORE, "g0", (Acquire("g0_inn", "Consume"),)),)
+    with pytest.raises(PlanError) as info:
+        print_mlir(dataclasses.replace(base, cores=cores))
+    assert str(info.value) == (
+        "The plan uses FIFO 'g0_inn' but has none by that name (it has: g0_in, g0_host): add it "
+        "to the plan."
+    )
+    short = (KernelDecl("g0", ("memref<2048xi32>",), "g0.o"),)
+    with pytest.raises(PlanError) as info:
+        print_mlir(dataclasses.replace(base, kernels=short))
+    assert str(info.value) == (
+        "Core tile_0_2 invokes 'g0' with 2 arguments (%g0_in_obj0, %g0_host_obj0) but its "
+        "declaration takes 1 (memref<2048xi32>): make Invoke.objects match the function's parameters."
+    )
+
+
+def test_unprintable_sizes_offsets_and_names_are_refused():
+    base = add_one_plan()
+    odd = (Fifo("g0_in", SHIM, (CORE,), 2, 6), base.fifos[1])
+    with pytest.raises(PlanError) as info:
+        print_mlir(dataclasses.replace(base, fifos=odd))
+    assert str(info.value) == (
+        "FIFO 'g0_in' carries objects of 6 bytes, not a whole number of int32 elements (4 bytes "
+        "each): make its nbytes a multiple of the element size."
+    )
+    split = (Link(MEM, ("g0_in",), ("g0_host", "g0_host"), destination_offsets=(0, 6)),)
+    with pytest.raises(PlanError) as info:
+        print_mlir(dataclasses.replace(base, links=split))
+    assert str(info.value) == (
+        "The link on mem_0_1 from g0_in to g0_host, g0_host has byte offsets [0, 6], which "
+        "mlir-aie counts in 4-byte elements of 'g0_in': give every linked FIFO that element size "
+        "and make every offset a multiple of it."
+    )
+    mixed = (*base.fifos, Fifo("half", MEM, (CORE,), 2, 64, np.dtype(np.int16)))
+    with pytest.raises(PlanError) as info:
+        print_mlir(dataclasses.replace(base, fifos=mixed, links=(Link(MEM, ("g0_in",), ("half", "g0_host"), (), (0, 64)),)))
+    assert "counts in 4-byte elements of 'g0_in': give every linked FIFO" in str(info.value)
+    renamed = (Fifo("g0 in", SHIM, (CORE,), 2, 8192), base.fifos[1])
+    with pytest.raises(PlanError) as info:
+        print_mlir(dataclasses.replace(base, fifos=renamed))
+    assert str(info.value) == (
+        "The FIFO name 'g0 in' is not a valid MLIR symbol: use letters, digits, '_', '$' and '.', "
+        "starting with a letter or '_'."
+    )
+
+
+def test_dma_of_an_unknown_host_buffer_is_refused():
+    base = add_one_plan()
+    with pytest.raises(PlanError) as info:
+        print_mlir(dataclasses.replace(base, sequence=(dma("mm2s", "g0_in", "weights", 0, 4, 0),)))
+    assert str(info.value) == (
+        "DMA 0 (to FIFO 'g0_in') moves words of host buffer 'weights', which is not among the "
+        "plan's host buffers (consts, inputs, outputs, words): name one of them."
+    )
+
+
+# ---- every design: allowed ops only, deterministic, goldens ---------------------------------------
+
+OP_LINE = re.compile(r"\s*(?:%[\w$.]+ = )?([a-z]+(?:\.[a-z_]+)+)\b")
+STRUCTURE_LINE = re.compile(r"\s*(module \{|\}|\} \{stack_size = \d+ : i32\}|// iron\.patch dma=\d+ word=\d+)")
+
+
+def op_names(text: str) -> list[str]:
+    """The op name of every line; a line that is neither an op nor structure fails the test."""
+    names = []
+    for line in text.splitlines():
+        op = OP_LINE.match(line)
+        assert op or STRUCTURE_LINE.fullmatch(line), f"unrecognised line: {line!r}"
+        names += [op.group(1)] if op else []
+    return names
+
+
+class AddOne(iron.Graph):
+    """out = x + 1 over 1024 int32."""
+
+    def __init__(self):
+        self.ones = iron.weight(np.ones(1024, np.int32))
+
+    def body(self, x):
+        return Add.step(x, self.ones)
+
+
+class AccumulateAt(iron.Graph):
+    """acc[pos] += x at a per-call Scratchpad position."""
+
+    def __init__(self):
+        self.acc = iron.state((8, 4), np.float32, name="acc")
+
+    def body(self, x, *, pos: Scratchpad[np.int32]):
+        Accumulate.step(x, out=self.acc[pos])
+
+
+def walk_program():
+    return Walk(np.arange(8, dtype=np.int32)[::-1].copy(), 9).trace()
+
+
+TRACED = {
+    "add_one_npu2": (lambda: AddOne().trace(x=((1024,), np.int32)), "npu2"),
+    "walk_npu2": (walk_program, "npu2"),
+    "accumulate_npu2": (lambda: AccumulateAt().trace(x=((4,), np.float32)), "npu2"),
+    "walk_npu1": (walk_program, "npu1"),
+}
+
+
+def design_plans() -> dict[str, Plan]:
+    """The golden designs' Plans: lowered by lower_program when iron/compiler/lower.py exists,
+    else the hand-built Plans of the same designs."""
+    if importlib.util.find_spec("iron.compiler.lower") is None:
+        plans = {name: build() for name, build in HAND_BUILT.items()}
+    else:
+        lower_program = importlib.import_module("iron.compiler.lower").lower_program
+        plans = {name: lower_program(trace(), aie_utils.from_name(device))
+                 for name, (trace, device) in TRACED.items()}
+    return plans | {"streamed_npu2": streamed_plan()}
+
+
+@pytest.mark.parametrize("name", [*HAND_BUILT, "streamed_npu2"])
+def test_every_printed_op_is_allowed(name):
+    names = op_names(print_mlir(design_plans()[name]))
+    assert set(names) <= ALLOWED_OPS, sorted(set(names) - ALLOWED_OPS)
+    assert {"aie.device", "aie.tile", "aie.objectfifo", "aie.core", "func.call",
+            "aie.runtime_sequence", "aiex.npu.dma_memcpy_nd", "aiex.npu.dma_wait"} <= set(names)
+
+
+def test_printing_is_deterministic():
+    assert print_mlir(walk_plan("npu2")) == print_mlir(walk_plan("npu2"))
+
+
+def golden_files(name: str, plan: Plan) -> dict[str, str]:
+    """What a golden holds: the MLIR and the glue file of every Function."""
+    sources = kernel_sources(plan)
+    files = {f"{name}.mlir": print_mlir(plan)}
+    files.update({f"{name}.{f.name}.cc": sources[f"{f.name}.cc"] for f in plan.functions})
+    return files
+
+
+@pytest.mark.parametrize("name", list(HAND_BUILT))
+def test_goldens(name):
+    files = golden_files(name, design_plans()[name])
+    if os.environ.get("IRON_UPDATE_GOLDEN") == "1":
+        GOLDEN.mkdir(exist_ok=True)
+        for file, text in files.items():
+            (GOLDEN / file).write_text(text)
+    for file, text in files.items():
+        assert (GOLDEN / file).read_text() == text, f"{file} differs; IRON_UPDATE_GOLDEN=1 rewrites it"

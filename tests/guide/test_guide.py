@@ -1,0 +1,167 @@
+"""The programming guide's designs, run as a reader runs them: each file in its section's folder,
+as its own process, on the emulator. Each must exit 0 and print its key lines: the values it
+computed and that they match numpy (section 8: the generated tokens, token for token).
+
+All design processes start together, once per test session, so the suite waits for the slowest
+file rather than for their sum.
+"""
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+GUIDE = Path(__file__).resolve().parents[2] / "programming_guide"
+TIMEOUT_SECONDS = 120
+
+WALK_TRAIL = "[10, 6, 7, 5, 4, 0, 2, 3, 10]"
+TRAIL = "[4, 1, 10, 15, 11, 2, 6]"
+SECTION7_TRAIL = "[4, 5, 0, 8, 2, 4, 5]"
+TOKENS = "[36, 55, 18, 1, 36, 31, 35, 47, 44, 48, 7, 28, 9, 18, 44, 48, 7, 28, 57, 12, 12, 12, 58, 24]"
+
+# Lines each design must print, exactly (a str) or as a whole-line pattern (an re.Pattern).
+EXPECTED = {
+    "section-1/add_one.py": [
+        "reference: out[:4] = [1, 2, 3, 4], out[-1] = 1024 -> matches numpy (exact)",
+        "compiled (npu2): out[:4] = [1, 2, 3, 4], out[-1] = 1024 -> matches numpy (exact)",
+        "  aie.device(npu2) {",
+    ],
+    "section-2/compose.py": [
+        "  g0 on tile_0_2: RMSNorm#0",
+        "  g1 on tile_0_3: MatVec#1 -> SiLU#2 -> Add#3",
+        "reference: out[:3] = [0.1329 1.4469 0.0653] -> matches numpy (rtol 1e-05, atol 1e-05)",
+        "compiled (npu2): out[:3] = [0.1329 1.4469 0.0653] -> matches numpy (rtol 1e-05, atol 1e-05)",
+    ],
+    "section-3/per_call.py": [
+        "reference: 4 calls and sums: matches numpy (exact)",
+        "  compiled (npu2): pos=7 -> [224, 226, 228, 230]...",
+        "compiled (npu2): 4 calls and sums: matches numpy (exact)",
+        "pos=8 is refused: table[pos] with pos = 8 is out of range: pos must be in 0..7; nothing was written. "
+        "Keep pos in range, or make 'table' larger.",
+        "sums after the refused call: unchanged",
+    ],
+    "section-3/trace_time_error.py": [
+        "ClampedWrong: TracedValueError: per-call value 'pos' used as a Python bool (pos > 3): its value is known "
+        "only on the device, when the call runs. Compute with it on the device instead: iron.min / iron.max for "
+        "bounds, or a kernel for data-dependent choices.",
+        "Clamped(pos=6) -> [15, 16, 17, 18, 19]",
+        "Clamped (npu2): matches numpy (exact)",
+    ],
+    "section-4/weights_params_state.py": [
+        "reference: acc after 5 calls = [[-10, 178, 92, 46], [51, -12, 151, 143], [127, 72, 110, 106]] -> "
+        "matches numpy (exact)",
+        "compiled (npu2): acc after 5 calls = [[-10, 178, 92, 46], [51, -12, 151, 143], [127, 72, 110, 106]] -> "
+        "matches numpy (exact)",
+        "ParamIndexed: TracedValueError: param 'proj' is indexed by per-call value 'tok': a param is used whole. "
+        "Declare it with iron.weight(...) to read it through a per-call index.",
+    ],
+    "section-5/carried_loop.py": [
+        f"host-driven (npu2, 9 calls): trail {WALK_TRAIL} -> matches the numpy walk (exact)",
+        re.compile(r"device loop \(depth 2\): first \+ 8 body steps, last carry \{'node': 10, 'steps': 9\}, "
+                   r"\d+ us per step on this backend"),
+        f"device loop (npu2, 8 + 1 transitions): trail {WALK_TRAIL} -> matches the numpy walk (exact)",
+    ],
+    "section-5/feeds.py": [
+        f"host-driven (npu2): trail {TRAIL} -> matches numpy (exact)",
+        "device loop (depth 2): yielded [0, 1, 2, 3, 4, 5], last carry {'node': 6, 'steps': 7}",
+        f"device loop (npu2): trail {TRAIL} -> matches numpy (exact)",
+    ],
+    "section-6/does_not_fit.py": [
+        "RunningSum: DoesNotFit: RunningSum does not fit tile_0_2: its buffers take 99328 bytes but a compute "
+        "tile has 65536: g0_in@tile_0_2 65536 bytes (history, x), g0_host@tile_0_2 32768 bytes (out0), "
+        "stack@tile_0_2 1024 bytes. Use smaller states, split the work over more kernel calls, or compile for "
+        "a device with more tiles.",
+        "ChunkedRunningSum: 8 compute tiles, one per chunk of 1024",
+        "ChunkedRunningSum (npu2), 3 calls: history[:3] = [ 1.6432 -0.8204  0.3386] -> matches numpy "
+        "(rtol 1e-06, atol 1e-06)",
+    ],
+    "section-6/placement.py": [
+        "  split_matrix_over_tiles: g0: matrix (256, 512) float32 (524288 bytes) split by rows over 4 tiles",
+        "8 compute tiles of 32 on npu2, in columns [0, 1]: tile_0_2 (g0), tile_0_3 (g0), tile_0_4 (g0), "
+        "tile_0_5 (g0), tile_1_5 (g1), tile_1_4 (g1), tile_1_3 (g1), tile_1_2 (g1)",
+        "compiled (npu2): y[:3] = [0.0214 0.899  0.3666] -> matches numpy (rtol 0.0001, atol 0.0001)",
+    ],
+    "section-7/elf_vs_xclbin.py": [
+        "npu1: full_elf=False, image='xclbin', emit=none, host buffers ['consts', 'states', 'inputs', 'outputs', "
+        "'words']",
+        f"  host-driven (npu1): trail {SECTION7_TRAIL} -> matches the numpy walk (exact)",
+        "  CarriedLoop on npu1: LoopError: Walk is compiled for npu1, which has no full ELF: a carried graph has no "
+        "device loop there. Only the host-driven path applies: call it and feed the returned Carry back.",
+        re.compile(r"npu2: full_elf=True, image='elf', emit=on tile_\d_\d, host buffers \['consts', 'states', "
+                   r"'inputs', 'outputs', 'words', 'feedback'\]"),
+        f"  host-driven (npu2): trail {SECTION7_TRAIL} -> matches the numpy walk (exact)",
+        f"  device loop (npu2): trail {SECTION7_TRAIL} -> matches the numpy walk (exact)",
+        re.compile(r"build for npu2: ToolchainMissing: iron cannot build a design: .*|built npu2 \(elf\) into .*"),
+    ],
+    "section-8/decoder.py": [
+        f"prompt [5, 17, 42, 8]; numpy generates {TOKENS} (smallest top-2 logit gap 0.00552)",
+        f"reference (host-driven): {TOKENS} -> matches numpy (token for token)",
+        "compiled for npu2: body on 16 of 32 compute tiles, first on 16",
+        f"host-driven (npu2): {TOKENS} -> matches numpy (token for token)",
+        f"device loop (npu2, depth 2): {TOKENS} -> matches numpy (token for token)",
+        re.compile(r"tokens per second on the emulator: host-driven \d+, device loop \d+ \(\d+\.\d\dx\)"),
+    ],
+}
+
+
+def load_run_all():
+    spec = importlib.util.spec_from_file_location("run_all", GUIDE / "run_all.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Every design started at once on the emulator; name -> (exit code, stdout, stderr)."""
+    env = dict(os.environ, IRON_BACKEND="emulator", IRON_QUIET="1")
+    started = {
+        name: subprocess.Popen([sys.executable, Path(name).name], cwd=GUIDE / Path(name).parent, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for name in EXPECTED
+    }
+    done = {}
+    for name, process in started.items():
+        try:
+            out, err = process.communicate(timeout=TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+            err += f"\n(killed after {TIMEOUT_SECONDS} s)"
+        done[name] = (process.returncode, out, err)
+    return done
+
+
+def test_run_all_finds_every_design_of_the_guide_in_section_order():
+    names = [str(p.relative_to(GUIDE)) for p in load_run_all().design_files()]
+    assert names == list(EXPECTED)
+
+
+def test_every_section_has_a_readme_and_a_makefile_running_its_designs():
+    for number in range(1, 9):
+        section = GUIDE / f"section-{number}"
+        makefile = (section / "Makefile").read_text()
+        designs = sorted(p.name for p in section.glob("*.py"))
+        assert f"DESIGNS := {' '.join(designs)}" in makefile
+        assert "PYTHON ?= python3" in makefile and "DEVICE ?= npu2" in makefile
+        assert "--device $(DEVICE)" in makefile
+        readme = (section / "README.md").read_text()
+        assert readme.startswith(f"# Section {number} - ")
+        assert "## Exercises" in readme
+        for design in designs:
+            assert design in readme
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_design_runs_on_the_emulator_and_matches_numpy(runs, name):
+    code, out, err = runs[name]
+    assert code == 0, f"{name} exited {code}\n{out}\n{err}"
+    lines = out.splitlines()
+    for expected in EXPECTED[name]:
+        if isinstance(expected, re.Pattern):
+            assert any(expected.fullmatch(line) for line in lines), f"{name}: no line matches {expected.pattern}\n{out}"
+        else:
+            assert expected in lines, f"{name}: missing line {expected!r}\n{out}"

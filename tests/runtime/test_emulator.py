@@ -1,0 +1,522 @@
+"""Tests of the emulator (iron.runtime.emulator) on hand-built Plans: add-one over 1024 int32
+(numpy and native kernels), persistence of cores and Buffers across launches, FIFO depth, split
+and join links, runs in order with at most 4 in flight, bad command state, the scratchpad and an
+Emit-like core on npu2 (refused on npu1), and every load and launch error text (DMA limits, BD
+reuse, waits without a token, word bounds, DeviceHang, DoesNotFit, bindings). Integers are exact.
+Real Plans from the compiler are tested in test_emulator_designs.py.
+"""
+import shutil
+
+import numpy as np
+import pytest
+
+import iron
+from aie_utils import from_name
+from iron.compiler.plan import (
+    Acquire,
+    Buffer,
+    Core,
+    Dma,
+    Fifo,
+    Function,
+    HostBuffer,
+    Imm,
+    Invoke,
+    KernelDecl,
+    KernelStep,
+    Link,
+    Load,
+    Loop,
+    Plan,
+    Ptr,
+    Release,
+    ScalarStep,
+    Tile,
+    Wait,
+    WordDef,
+)
+from iron.errors import (
+    ArgumentError,
+    BackendUnavailable,
+    DeviceHang,
+    DoesNotFit,
+    IndexOutOfRange,
+    PlanError,
+)
+from iron.runtime.emulator import Emulator
+
+SHIM, MEM = Tile(0, 0, "shim"), Tile(0, 1, "mem")
+CORE, CORE2 = Tile(0, 2, "compute"), Tile(0, 3, "compute")
+ROW = (0, 0, 256, 1)  # strides of 256-word rows
+
+
+class PlusOne(iron.Kernel):
+    """x + 1 elementwise (a test kernel, with C++ for the native mode)."""
+
+    name = "plus_one"
+    source = (
+        "#include <cstdint>\n"
+        'extern "C" void plus_one_i32(const int32_t* x, int32_t* out, int32_t n) {\n'
+        "  for (int32_t i = 0; i < n; ++i) out[i] = x[i] + 1;\n}\n"
+    )
+
+    @staticmethod
+    def compute(x):
+        return x + x.dtype.type(1)
+
+
+def plan_of(name, fifos, cores, functions, sequence, host_buffers, device="npu2", **parts):
+    """A Plan with tiles and kernel declarations derived from its parts."""
+    dev = from_name(device)
+    ends = {t for f in fifos for t in (f.producer, *f.consumers)} | {c.tile for c in cores}
+    return Plan(
+        device=dev, name=name, full_elf=dev.full_elf, image="elf" if dev.full_elf else "xclbin",
+        tiles=tuple(sorted(ends, key=lambda t: (t.col, t.row))), host_buffers=tuple(host_buffers),
+        placements=(), fifos=tuple(fifos), links=parts.get("links", ()), buffers=parts.get("buffers", ()),
+        functions=tuple(functions), kernels=tuple(KernelDecl(f.name, (), f"{f.name}.o") for f in functions),
+        cores=tuple(cores), sequence=tuple(sequence), words=parts.get("words", ()), emit=None,
+    )
+
+
+def stream(fifo, port, body=()):
+    """Acquire `fifo` on `port`, then `body`, then release it."""
+    return (Acquire(fifo, port), *body, Release(fifo, port))
+
+
+def add_one_plan(objects_in=4, objects_out=4, depth=2, device="npu2"):
+    """npu-platform.md section 2: 1024 int32, 4 objects of 256 per launch, x + 1."""
+    g0 = Function("g0", ("in", "out"), (KernelStep("plus_one_i32", (Ptr("in"), Ptr("out"), Imm(256))),))
+    step = (Acquire("in", "Consume"), Acquire("out", "Produce"), Invoke("g0", ("in", "out")),
+            Release("in", "Consume"), Release("out", "Produce"))
+    sequence = (
+        Dma("s2mm", "out", "outputs", 0, (1, 1, objects_out, 256), ROW, 1, SHIM),
+        Dma("mm2s", "in", "inputs", 0, (1, 1, objects_in, 256), ROW, 0, SHIM),
+        Wait("out"),
+    )
+    return plan_of(
+        "add_one", [Fifo("in", SHIM, (CORE,), depth, 1024), Fifo("out", CORE, (SHIM,), depth, 1024)],
+        [Core(CORE, "g0", (Loop(4, step),))], [g0], sequence,
+        [HostBuffer("inputs", "inputs", 1280), HostBuffer("outputs", "outputs", 1280)], device,
+    )
+
+
+def launch(emulator, **bindings):
+    run = emulator.run(**bindings)
+    emulator.start(run)
+    emulator.wait(run)
+    return run
+
+
+def ints(words):
+    return words.view(np.int32)
+
+
+# ---- running -------------------------------------------------------------------------------------
+
+def test_add_one_over_1024_int32_equals_numpy():
+    emulator = Emulator(add_one_plan())
+    for seed in (1, 2):
+        x = np.random.default_rng(seed).integers(-2**31, 2**31 - 1, 1024, dtype=np.int32)
+        ints(emulator.buffer("inputs"))[:1024] = x
+        run = launch(emulator)
+        assert run.completed
+        np.testing.assert_array_equal(ints(emulator.buffer("outputs"))[:1024], x + np.int32(1))
+    assert emulator.launches == 2
+
+
+def test_add_one_with_native_kernels():
+    if shutil.which("g++") is None:
+        pytest.skip("the host C++ compiler g++ is not installed (apt-get install g++)")
+    emulator = Emulator(add_one_plan(), kernels="native")
+    ints(emulator.buffer("inputs"))[:1024] = np.arange(1024) * 3
+    launch(emulator)
+    np.testing.assert_array_equal(ints(emulator.buffer("outputs"))[:1024], np.arange(1024) * 3 + 1)
+
+
+def accumulate_plan():
+    """Each launch: acc += in (a Buffer), out = acc, out[8] = number of launches so far."""
+    tally = Function("tally", ("in", "acc", "count", "out"), (
+        KernelStep("accumulate_i32", (Ptr("in"), Ptr("acc"), Imm(8))),
+        KernelStep("copy_i32", (Ptr("acc"), Ptr("out"), Imm(8))),
+        ScalarStep(Ptr("count"), "add", Load("count"), Imm(1)),
+        ScalarStep(Ptr("out", 32), "copy", Load("count")),
+    ))
+    program = stream("in", "Consume", stream("out", "Produce", (Invoke("tally", ("in", "acc", "count", "out")),)))
+    sequence = (Dma("mm2s", "in", "inputs", 0, (1, 1, 1, 8), ROW, 0, SHIM),
+                Dma("s2mm", "out", "outputs", 0, (1, 1, 1, 9), ROW, 1, SHIM), Wait("out"))
+    return plan_of(
+        "tally", [Fifo("in", SHIM, (CORE,), 2, 32), Fifo("out", CORE, (SHIM,), 2, 36)],
+        [Core(CORE, "g0", program)], [tally], sequence,
+        [HostBuffer("inputs", "inputs", 8), HostBuffer("outputs", "outputs", 9)],
+        buffers=(Buffer("acc", CORE, 32), Buffer("count", CORE, 4)),
+    )
+
+
+def test_cores_and_buffers_persist_across_launches():
+    emulator = Emulator(accumulate_plan())
+    for k in range(1, 4):
+        ints(emulator.buffer("inputs"))[:] = np.arange(8) * k
+        launch(emulator)
+    assert ints(emulator.buffer("outputs")).tolist() == [0, 6, 12, 18, 24, 30, 36, 42, 3]
+
+
+def test_runs_execute_in_order_with_at_most_4_in_flight():
+    emulator = Emulator(accumulate_plan())
+    ints(emulator.buffer("inputs"))[:] = 1
+    outputs = [np.zeros(9, np.uint32) for _ in range(6)]
+    runs = [emulator.run(outputs=out) for out in outputs]
+    for run in runs[:4]:
+        emulator.start(run)
+    assert emulator.launches == 0 and not any(r.completed for r in runs)
+    emulator.start(runs[4])
+    assert emulator.launches == 1 and [r.completed for r in runs] == [True] + [False] * 5
+    emulator.wait(runs[2])
+    assert emulator.launches == 3 and [r.completed for r in runs] == [True] * 3 + [False] * 3
+    emulator.wait(runs[4])
+    emulator.wait(runs[5])  # never started: nothing to do
+    assert emulator.launches == 5
+    assert [int(ints(out)[8]) for out in outputs] == [1, 2, 3, 4, 5, 0]
+    assert [int(ints(out)[0]) for out in outputs] == [1, 2, 3, 4, 5, 0]
+
+
+def test_restarting_a_run_in_flight_is_bad_command_state():
+    emulator = Emulator(accumulate_plan())
+    run = emulator.run()
+    emulator.start(run)
+    with pytest.raises(PlanError) as err:
+        emulator.start(run)
+    assert str(err.value) == (
+        "bad command state: run 1 of plan 'tally' was started again before its launch completed. "
+        "Wait for the run before starting it again."
+    )
+    emulator.wait(run)
+    emulator.start(run)
+    emulator.wait(run)
+    assert emulator.launches == 2 and run.completed
+
+
+def depth_plan(depth):
+    """The core produces 3 objects of @a, then 1 of @b; the sequence drains @b before @a."""
+    fill = Function("fill", ("o",), (ScalarStep(Ptr("o"), "add", Load("o"), Imm(1)),))
+    program = (Loop(3, stream("a", "Produce", (Invoke("fill", ("a",)),))), *stream("b", "Produce"))
+    sequence = (Dma("s2mm", "b", "out", 3, (1, 1, 1, 1), ROW, 0, SHIM), Wait("b"),
+                Dma("s2mm", "a", "out", 0, (1, 1, 1, 3), ROW, 1, SHIM), Wait("a"))
+    return plan_of(
+        "depth", [Fifo("a", CORE, (SHIM,), depth, 4), Fifo("b", CORE, (SHIM,), 1, 4)],
+        [Core(CORE, "g0", program)], [fill], sequence, [HostBuffer("out", "outputs", 4)],
+    )
+
+
+def test_fifo_depth_blocks_the_producer():
+    emulator = Emulator(depth_plan(3))
+    launch(emulator)
+    assert ints(emulator.buffer("out"))[:3].tolist() == [1, 1, 1]
+    with pytest.raises(DeviceHang) as err:
+        launch(Emulator(depth_plan(2)))
+    assert str(err.value).splitlines()[:3] == [
+        "Plan 'depth' hangs in launch 1 (run 1): nothing can move, and the runtime sequence waits at "
+        "op 1 (dma_wait @b).",
+        "  core tile_0_2 (group g0) waits to acquire @a (Produce, 1)",
+        "  dma op 0 (s2mm @b, bd 0 on shim_0_0): moved 0 of 1 words",
+    ]
+
+
+def test_split_and_join_links_on_the_mem_tile():
+    """shim -> mem splits 512 words into halves for two cores; their results join swapped."""
+    plus = Function("plus", ("x", "y"), (KernelStep("plus_one_i32", (Ptr("x"), Ptr("y"), Imm(256))),))
+    double = Function("double", ("x", "y"), (KernelStep("add_i32", (Ptr("x"), Ptr("x"), Ptr("y"), Imm(256))),))
+
+    def worker(tile, fn, source, dest):
+        body = (Invoke(fn.name, (source, dest)),)
+        return Core(tile, fn.name, stream(source, "Consume", stream(dest, "Produce", body)))
+
+    fifos = [Fifo("whole", SHIM, (MEM,), 2, 2048), Fifo("lo", MEM, (CORE,), 2, 1024),
+             Fifo("hi", MEM, (CORE2,), 2, 1024), Fifo("r_lo", CORE, (MEM,), 2, 1024),
+             Fifo("r_hi", CORE2, (MEM,), 2, 1024), Fifo("joined", MEM, (SHIM,), 2, 2048)]
+    links = (Link(MEM, ("whole",), ("lo", "hi"), destination_offsets=(0, 1024)),
+             Link(MEM, ("r_lo", "r_hi"), ("joined",), source_offsets=(1024, 0)))
+    sequence = (Dma("mm2s", "whole", "x", 0, (1, 1, 2, 256), ROW, 0, SHIM),
+                Dma("s2mm", "joined", "y", 0, (1, 1, 2, 256), ROW, 1, SHIM), Wait("joined"))
+    plan = plan_of("links", fifos, [worker(CORE, plus, "lo", "r_lo"), worker(CORE2, double, "hi", "r_hi")],
+                   [plus, double], sequence, [HostBuffer("x", "inputs", 512), HostBuffer("y", "outputs", 512)],
+                   links=links)
+    emulator = Emulator(plan)
+    x = np.arange(512, dtype=np.int32) * 5
+    ints(emulator.buffer("x"))[:] = x
+    launch(emulator)
+    np.testing.assert_array_equal(ints(emulator.buffer("y")), np.concatenate([x[256:] * 2, x[:256] + 1]))
+
+
+def test_a_tile_to_tile_fifo_broadcasts_to_every_consumer():
+    copy = Function("copy", ("x", "y"), (KernelStep("copy_i32", (Ptr("x"), Ptr("y"), Imm(4))),))
+    relay = Core(CORE, "relay", stream("in", "Consume", stream("mid", "Produce", (Invoke("copy", ("in", "mid")),))))
+    first = Core(CORE2, "first", stream("mid", "Consume", stream("o1", "Produce", (Invoke("copy", ("mid", "o1")),))))
+    core3 = Tile(0, 4, "compute")
+    second = Core(core3, "second", stream("mid", "Consume", stream("o2", "Produce", (Invoke("copy", ("mid", "o2")),))))
+    fifos = [Fifo("in", SHIM, (CORE,), 2, 16), Fifo("mid", CORE, (CORE2, core3), 2, 16),
+             Fifo("o1", CORE2, (SHIM,), 2, 16), Fifo("o2", core3, (SHIM,), 2, 16)]
+    sequence = (Dma("mm2s", "in", "x", 0, (1, 1, 3, 4), (0, 0, 4, 1), 0, SHIM),
+                Dma("s2mm", "o1", "y", 0, (1, 1, 3, 4), (0, 0, 4, 1), 1, SHIM),
+                Dma("s2mm", "o2", "y", 12, (1, 1, 3, 4), (0, 0, 4, 1), 2, SHIM), Wait("o1"), Wait("o2"))
+    plan = plan_of("fan", fifos, [relay, first, second], [copy], sequence,
+                   [HostBuffer("x", "inputs", 12), HostBuffer("y", "outputs", 24)])
+    emulator = Emulator(plan)
+    ints(emulator.buffer("x"))[:] = np.arange(12) + 100
+    launch(emulator)
+    assert ints(emulator.buffer("y")).tolist() == list(range(100, 112)) * 2
+
+
+def test_a_strided_dma_reads_and_writes_columns():
+    """mm2s reads column-major (stride 4), s2mm writes back row-major with a repeat count."""
+    copy = Function("copy", ("x", "y"), (KernelStep("copy_i32", (Ptr("x"), Ptr("y"), Imm(16))),))
+    core = Core(CORE, "g0", stream("in", "Consume", stream("out", "Produce", (Invoke("copy", ("in", "out")),))))
+    sequence = (Dma("mm2s", "in", "x", 0, (1, 1, 4, 4), (0, 0, 1, 4), 0, SHIM),
+                Dma("s2mm", "out", "y", 0, (2, 1, 2, 4), (8, 0, 4, 1), 1, SHIM), Wait("out"))
+    plan = plan_of("transpose", [Fifo("in", SHIM, (CORE,), 1, 64), Fifo("out", CORE, (SHIM,), 1, 64)],
+                   [core], [copy], sequence, [HostBuffer("x", "inputs", 16), HostBuffer("y", "outputs", 16)])
+    emulator = Emulator(plan)
+    ints(emulator.buffer("x"))[:] = np.arange(16)
+    launch(emulator)
+    np.testing.assert_array_equal(ints(emulator.buffer("y")), np.arange(16).reshape(4, 4).T.reshape(-1))
+
+
+# ---- the scratchpad ------------------------------------------------------------------------------
+
+def emit_plan(device):
+    """An Emit-like core: from this run's words (n, step) it writes the next run's (n + step, step)."""
+    emit = Function("emit", ("words", "fb"), (
+        ScalarStep(Ptr("fb"), "add", Load("words"), Load("words", 4)),
+        ScalarStep(Ptr("fb", 4), "copy", Load("words", 4)),
+    ))
+    program = stream("emit_in", "Consume", stream("feedback", "Produce", (Invoke("emit", ("emit_in", "feedback")),)))
+    sequence = (Dma("mm2s", "emit_in", "words", 0, (1, 1, 1, 2), ROW, 0, SHIM),
+                Dma("s2mm", "feedback", "feedback", 0, (1, 1, 1, 2), ROW, 1, SHIM), Wait("feedback"))
+    words = (WordDef(0, "n", "carried"), WordDef(1, "step", "carried"))
+    return plan_of(
+        "emit", [Fifo("emit_in", SHIM, (CORE,), 2, 8), Fifo("feedback", CORE, (SHIM,), 2, 8)],
+        [Core(CORE, "emit", program)], [emit], sequence,
+        [HostBuffer("words", "words", 2), HostBuffer("feedback", "feedback", 2)], device, words=words,
+    )
+
+
+def test_an_emit_core_feeds_the_next_runs_scratchpad_in_a_ring():
+    emulator = Emulator(emit_plan("npu2"))
+    ring = [np.zeros(2, np.uint32) for _ in range(2)]
+    runs = [emulator.run(words=ring[k], feedback=ring[(k + 1) % 2]) for k in range(2)]
+    ints(ring[0])[:] = [10, 3]
+    for run in runs:
+        emulator.start(run)
+    seen = []
+    for k in range(6):
+        emulator.wait(runs[k % 2])
+        seen.append(int(ints(runs[k % 2].buffers["feedback"])[0]))
+        if k < 4:
+            emulator.start(runs[k % 2])
+    assert seen == [13, 16, 19, 22, 25, 28]
+    assert ints(ring[0]).tolist() == [28, 3] and emulator.launches == 6
+
+
+def test_an_emit_is_refused_on_a_device_without_full_elf():
+    with pytest.raises(PlanError) as err:
+        Emulator(emit_plan("npu1"))
+    assert str(err.value) == (
+        "Plan 'emit' has a feedback buffer, but npu1 runs no full ELF, so no run has a scratchpad "
+        "for an Emit to write. Compile it for a full-ELF device (npu2), or without a device loop."
+    )
+
+
+def trail_plan(device="npu2"):
+    """Writes one word (1 + launches so far) into trail[steps]: a patched S2MM offset."""
+    mark = Function("mark", ("o", "n"), (ScalarStep(Ptr("n"), "add", Load("n"), Imm(1)),
+                                         ScalarStep(Ptr("o"), "copy", Load("n"))))
+    program = stream("out", "Produce", (Invoke("mark", ("out", "n")),))
+    sequence = (Dma("s2mm", "out", "states", 0, (1, 1, 1, 1), ROW, 0, SHIM, patch_word=0), Wait("out"))
+    words = (WordDef(0, "steps", "carried", bound=(0, 8), what="trail[steps]"),)
+    return plan_of("trail", [Fifo("out", CORE, (SHIM,), 2, 4)], [Core(CORE, "g0", program)], [mark],
+                   sequence, [HostBuffer("states", "states", 8), HostBuffer("words", "words", 1)], device,
+                   words=words, buffers=(Buffer("n", CORE, 4),))
+
+
+@pytest.mark.parametrize("device", ["npu2", "npu1"])
+def test_patched_offsets_and_word_bounds(device):
+    emulator = Emulator(trail_plan(device))
+    for steps in (5, 2):
+        ints(emulator.buffer("words"))[0] = steps
+        launch(emulator)
+    ints(emulator.buffer("words"))[0] = 8
+    with pytest.raises(IndexOutOfRange) as err:
+        launch(emulator)
+    assert str(err.value) == (
+        "trail[steps] with steps = 8 is out of range: steps must be in 0..7; nothing was written. "
+        "Keep steps in range, or make 'trail' larger."
+    )
+    ints(emulator.buffer("words"))[0] = 7
+    launch(emulator)
+    assert ints(emulator.buffer("states")).tolist() == [0, 0, 2, 0, 0, 1, 0, 3]
+    assert emulator.launches == 3
+
+
+# ---- load errors ---------------------------------------------------------------------------------
+
+def with_dma(plan, index, **changes):
+    """`plan` with the fields of its sequence op `index` changed."""
+    ops = list(plan.sequence)
+    ops[index] = Dma(**{**ops[index].__dict__, **changes})
+    return Plan(**{**plan.__dict__, "sequence": tuple(ops)})
+
+
+@pytest.mark.parametrize("changes, why", [
+    ({"sizes": (65, 1, 1, 16), "strides": (16, 0, 0, 1)},
+     "has sizes [65, 1, 1, 16], but on npu2 the repeat count sizes[0] must be 1..64 and sizes[1..3] "
+     "1..1023: split the transfer into several ops."),
+    ({"sizes": (1, 1, 1, 1024)},
+     "has sizes [1, 1, 1, 1024], but on npu2 the repeat count sizes[0] must be 1..64 and sizes[1..3] "
+     "1..1023: split the transfer into several ops."),
+    ({"bd_id": 16}, "uses bd id 16, but a shim tile of npu2 has bd ids 0..15: pick an id in that range."),
+    ({"offset": 300},
+     "touches words 300..1323 of host buffer 'inputs', which holds 1280 words: keep the access "
+     "pattern inside the buffer."),
+])
+def test_dma_limits(changes, why):
+    plan = with_dma(add_one_plan(), 1, **changes)
+    with pytest.raises(PlanError) as err:
+        Emulator(plan)
+    bd = changes.get("bd_id", 0)
+    assert str(err.value) == f"Plan 'add_one': runtime sequence op 1 (mm2s @in, bd {bd} on shim_0_0) {why}"
+
+
+def test_a_bd_id_reused_before_a_covering_wait():
+    plan = with_dma(add_one_plan(), 1, bd_id=1)
+    with pytest.raises(PlanError) as err:
+        Emulator(plan)
+    assert str(err.value) == (
+        "Plan 'add_one': runtime sequence op 1 (mm2s @in, bd 1 on shim_0_0) reuses bd 1 on shim_0_0 "
+        "while op 0 (s2mm @out, bd 1 on shim_0_0) still holds it (no dma_wait has covered that op): "
+        "give it another bd id, or wait on @out first (an mm2s op needs issue_token to be waited)."
+    )
+    reordered = Plan(**{**plan.__dict__, "sequence": (plan.sequence[0], plan.sequence[2], plan.sequence[1])})
+    with pytest.raises(DeviceHang):  # loads: the wait covers op 0; it hangs since the input comes too late
+        launch(Emulator(reordered))
+
+
+def test_a_wait_no_token_can_satisfy():
+    plan = add_one_plan()
+    plan = Plan(**{**plan.__dict__, "sequence": (*plan.sequence, Wait("in"))})
+    with pytest.raises(PlanError) as err:
+        Emulator(plan)
+    assert str(err.value) == (
+        "Plan 'add_one': runtime sequence op 3 (dma_wait @in) waits on @in, but no op on @in since its "
+        "last wait issues a completion token, so the device would wait forever: wait after an s2mm op, "
+        "or give the mm2s op issue_token."
+    )
+    tokened = with_dma(plan, 1, issue_token=True)
+    ints((emulator := Emulator(tokened)).buffer("inputs"))[:1024] = 7
+    launch(emulator)
+    assert ints(emulator.buffer("outputs"))[:1024].tolist() == [8] * 1024
+
+
+def test_a_tile_over_its_memory_does_not_fit():
+    plan = accumulate_plan()
+    plan = Plan(**{**plan.__dict__, "buffers": (*plan.buffers, Buffer("big", CORE, 64 * 1024))})
+    with pytest.raises(DoesNotFit) as err:
+        Emulator(plan)
+    assert str(err.value) == (
+        "Plan 'tally' puts 66732 bytes on tile_0_2, a compute tile of 65536 bytes:\n"
+        "  big: 65536 bytes\n  stack@tile_0_2: 1024 bytes\n  out@tile_0_2: 72 bytes\n"
+        "  in@tile_0_2: 64 bytes\n  acc: 32 bytes\n  count: 4 bytes\n"
+        "Make the objects and states placed there smaller, split the work over more tiles, or pick "
+        "a device with more tiles."
+    )
+
+
+def test_a_core_acquiring_at_another_tiles_end():
+    plan = add_one_plan()
+    wrong = Core(CORE2, "g0", plan.cores[0].program)
+    with pytest.raises(PlanError) as err:
+        Emulator(Plan(**{**plan.__dict__, "cores": (wrong,)}))
+    assert str(err.value) == (
+        "tile_0_3 cannot consume from FIFO @in, which goes from shim_0_0 to tile_0_2: acquire a FIFO "
+        "only at an end on the core's own tile."
+    )
+
+
+def test_a_core_that_does_not_release_what_it_acquires():
+    plan = add_one_plan()
+    core = Core(CORE, "g0", (Loop(4, plan.cores[0].program[0].body[:-1]),))
+    with pytest.raises(PlanError) as err:
+        Emulator(Plan(**{**plan.__dict__, "cores": (core,)}))
+    assert str(err.value) == (
+        "core tile_0_2 (group g0) ends an iteration of its program still holding 1 @out object(s) "
+        "(Produce): release every object it acquires in the same iteration."
+    )
+
+
+# ---- hangs ---------------------------------------------------------------------------------------
+
+HANG_FIX = (
+    "Per launch, what the runtime sequence moves into and out of each FIFO must equal what the cores "
+    "acquire (objects x object size): make the DMA sizes and the acquire counts agree."
+)
+
+
+def test_a_sequence_moving_one_object_fewer_than_the_core_acquires_hangs():
+    emulator = Emulator(add_one_plan(objects_in=3))
+    with pytest.raises(DeviceHang) as err:
+        launch(emulator)
+    assert str(err.value) == "\n".join([
+        "Plan 'add_one' hangs in launch 1 (run 1): nothing can move, and the runtime sequence waits "
+        "at op 2 (dma_wait @out).",
+        "  core tile_0_2 (group g0) waits to acquire @in (Consume, 1)",
+        "  dma op 0 (s2mm @out, bd 1 on shim_0_0): moved 768 of 1024 words",
+        HANG_FIX,
+    ])
+    with pytest.raises(PlanError) as again:
+        launch(emulator)
+    assert str(again.value) == (
+        "plan 'add_one' hung in an earlier launch; its cores cannot continue. Load the plan again "
+        "(a new Emulator) after fixing it."
+    )
+
+
+def test_a_sequence_moving_one_object_more_than_the_core_produces_hangs():
+    with pytest.raises(DeviceHang) as err:
+        launch(Emulator(add_one_plan(objects_out=5)))
+    assert str(err.value) == "\n".join([
+        "Plan 'add_one' hangs in launch 1 (run 1): nothing can move, and the runtime sequence waits "
+        "at op 2 (dma_wait @out).",
+        "  core tile_0_2 (group g0) waits to acquire @in (Consume, 1)",
+        "  dma op 0 (s2mm @out, bd 1 on shim_0_0): moved 1024 of 1280 words",
+        HANG_FIX,
+    ])
+
+
+# ---- the host's side -----------------------------------------------------------------------------
+
+def test_bindings_and_buffers_are_checked():
+    emulator = Emulator(add_one_plan())
+    with pytest.raises(ArgumentError) as err:
+        emulator.buffer("words")
+    assert str(err.value) == (
+        "Plan 'add_one' has no host buffer 'words'; its host buffers are inputs, outputs. Use one of those names."
+    )
+    with pytest.raises(ArgumentError) as err:
+        emulator.run(outputs=np.zeros(1024, np.float64))
+    assert str(err.value) == (
+        "run(outputs=...) of plan 'add_one' got float64 of shape (1024,), but host buffer 'outputs' "
+        "holds 1280 words. Bind a writable, contiguous 1-D uint32 array of 1280 words."
+    )
+    mine = np.zeros(1280, np.int32)
+    ints(emulator.buffer("inputs"))[:1024] = 41
+    launch(emulator, outputs=mine)
+    assert mine[:1024].tolist() == [42] * 1024 and ints(emulator.buffer("outputs")).tolist() == [0] * 1280
+
+
+@pytest.mark.parametrize("argument", ["verilog", None])
+def test_an_unknown_kernel_mode_is_refused(argument, monkeypatch):
+    monkeypatch.setenv("IRON_EMULATOR_KERNELS", "verilog")
+    with pytest.raises(BackendUnavailable) as err:
+        Emulator(add_one_plan(), kernels=argument)
+    assert str(err.value) == (
+        "The emulator has no kernel mode 'verilog': pass kernels='numpy' (numpy semantics) or "
+        "kernels='native' (the kernels' C++ compiled for the host), or set IRON_EMULATOR_KERNELS to one of them."
+    )

@@ -1,0 +1,63 @@
+"""The host's scratchpad words (WordProgram) and backend selection."""
+import numpy as np
+import pytest
+
+from iron.compiler.plan import WordDef
+from iron.errors import ArgumentError, BackendUnavailable, IndexOutOfRange
+from iron.runtime import backend
+from iron.runtime.words import WordProgram
+
+WORDS = (
+    WordDef(0, "node", "carried", bound=(0, 10), what="successor[node]"),
+    WordDef(1, "steps", "carried", bound=(0, 6), what="trail[steps]"),
+    WordDef(2, "steps + 1", "next", "add", ("word", 1), ("const", 1)),
+    WordDef(3, "node * 4", "dma", "mul", ("word", 0), ("const", 4)),
+    WordDef(4, "min(node, 3)", "core", "min", ("word", 0), ("const", 3)),
+    WordDef(5, "-7 // node", "core", "floordiv", ("const", -7), ("word", 0)),
+    WordDef(6, "-7 % node", "core", "mod", ("const", -7), ("word", 0)),
+    WordDef(7, "steps * big", "core", "mul", ("word", 1), ("const", 2**31 - 1)),
+)
+
+
+def test_words_are_computed_in_order_with_floor_division_and_int32_wrap():
+    words = WordProgram(WORDS)({"node": 2, "steps": 5})
+    assert words.dtype == np.int32
+    assert words.tolist() == [2, 5, 6, 8, 2, -4, 1, 5 * (2**31 - 1) - 2 * 2**32]  # -7 // 2 = -4, -7 % 2 = 1
+
+
+def test_a_bound_is_checked_before_anything_runs_with_the_shared_text():
+    with pytest.raises(IndexOutOfRange) as e:
+        WordProgram(WORDS)({"node": 1, "steps": 6})
+    assert str(e.value) == (
+        "trail[steps] with steps = 6 is out of range: steps must be in 0..5; nothing was written. "
+        "Keep steps in range, or make 'trail' larger."
+    )
+
+
+def test_division_by_zero_is_an_argument_error():
+    with pytest.raises(ArgumentError) as e:
+        WordProgram(WORDS)({"node": 0, "steps": 0})
+    assert str(e.value) == "per-call value -7 // node divides by zero: give values that make the divisor non-zero."
+
+
+def test_backend_forced_by_environment(monkeypatch, capsys):
+    monkeypatch.setattr(backend, "_announced", set())
+    monkeypatch.setenv("IRON_BACKEND", "emulator")
+    assert backend.select_backend() == "emulator"
+    assert backend.select_backend() == "emulator"
+    assert capsys.readouterr().err == "iron: running on the emulator (IRON_BACKEND is set); set IRON_BACKEND to choose.\n"
+
+
+def test_unknown_backend_is_refused(monkeypatch):
+    monkeypatch.setenv("IRON_BACKEND", "gpu")
+    with pytest.raises(BackendUnavailable) as e:
+        backend.select_backend()
+    assert str(e.value) == "IRON_BACKEND='gpu' is not a backend: use IRON_BACKEND=emulator or IRON_BACKEND=xrt."
+
+
+def test_default_is_the_emulator_without_an_npu(monkeypatch, capsys):
+    monkeypatch.setattr(backend, "_announced", set())
+    monkeypatch.delenv("IRON_BACKEND", raising=False)
+    monkeypatch.setattr("iron.runtime.xrt.describe_npu", lambda: None)
+    assert backend.select_backend() == "emulator"
+    assert "running on the emulator (no Ryzen AI NPU found under /dev/accel)" in capsys.readouterr().err
