@@ -19,6 +19,7 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m iron.demo
+	$(PY) programming_guide/section-8/decoder.py
 
 bench: $(STAMP)
 	@for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

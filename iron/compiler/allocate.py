@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from iron.compiler.plan import HostBuffer, Placement, Plan, Tile, tile_memory
 from iron.errors import DoesNotFit
 from iron.ir import Op, Program
-from iron.compiler.plan import HostBuffer, Placement, Plan, Tile, tile_memory
 
 ROLES = ("consts", "states", "inputs", "outputs", "words", "feedback")
 

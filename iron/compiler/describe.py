@@ -1,3 +1,135 @@
-def describe(plan):
-    from pprint import pformat
-    return pformat(plan, width=150)
+"""`describe(plan)`: a readable, deterministic summary of a Plan.
+
+What it does: lists the device and image, which group runs on which tile, each tile's memory
+(used / budget), the FIFOs (producer -> consumers, depth, object bytes, shared memory or DMA,
+what they hold), the mem-tile links, the scratchpad words (index, name, kind, how each is
+computed and its bound), what fused with what and the rule that closed each group, every rule's
+decision, the Emit and where the host finds the next carried values.
+
+What it does not: print MLIR (mlir.py) or check the Plan (invariants.py).
+"""
+from __future__ import annotations
+
+from iron.compiler.allocate import budget
+from iron.compiler.plan import Plan, WordDef, tile_memory
+
+SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
+
+
+def describe(plan: Plan) -> str:
+    image = "full ELF" if plan.full_elf else "xclbin + instructions"
+    sections = [
+        [f"{plan.name} on {plan.device.name}: {image} (image '{plan.image}')"],
+        _section("tiles", _tiles(plan)),
+        _section("memory (used / budget bytes)", _memory(plan)),
+        _section("fifos", _fifos(plan)),
+        _section("links", _links(plan)),
+        _section("words", _words(plan.words)),
+        _section("groups", _groups(plan)),
+        _section("rules", [f"{rule}: {what}" for rule, what in plan.rules]),
+        _section("emit", _emit(plan)),
+        _section("next carried values (host)", [f"{name} <- {_source(plan, src)}" for name, src in plan.carry]),
+    ]
+    return "\n".join(line for section in sections for line in section) + "\n"
+
+
+def _section(title: str, lines: list[str]) -> list[str]:
+    return [f"{title}:", *(f"  {line}" for line in lines or ["none"])]
+
+
+def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows of cells, each column padded to its widest cell (the last one left as is)."""
+    if not rows:
+        return []
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return ["  ".join([*(cell.ljust(w) for cell, w in zip(r, widths)), r[-1]]).rstrip() for r in rows]
+
+
+def _tiles(plan: Plan) -> list[str]:
+    calls = dict(plan.groups)
+    rows = [(c.tile.name, c.group, ", ".join(calls.get(c.group, ())) or "computes the next call's words")
+            for c in sorted(plan.cores, key=lambda c: (c.tile.col, c.tile.row))]
+    rows += [(t.name, t.kind, "") for t in plan.tiles if t.kind != "compute"]
+    return _columns(rows)
+
+
+def _memory(plan: Plan) -> list[str]:
+    held = tile_memory(plan)
+    rows = []
+    for tile in sorted(held, key=lambda t: (t.col, t.row)):
+        parts = ", ".join(f"{name} {n}" for name, n in held[tile])
+        rows.append((tile.name, f"{sum(n for _, n in held[tile])} / {budget(plan, tile)}", parts))
+    return _columns(rows)
+
+
+def _fifos(plan: Plan) -> list[str]:
+    holds = plan.notes.get("holds", {})
+    rows = []
+    for f in plan.fifos:
+        route = f"{f.producer.name} -> {', '.join(t.name for t in f.consumers)}"
+        how = "shared memory" if f.shared_memory else "DMA"
+        rows.append((f.name, route, f"depth {f.depth}", f"{f.nbytes} bytes", how, holds.get(f.name, "")))
+    return _columns(rows)
+
+
+def _links(plan: Plan) -> list[str]:
+    lines = []
+    for link in plan.links:
+        if len(link.sources) > 1:
+            kind, offsets = "join", link.source_offsets
+        elif len(link.destinations) > 1:
+            kind, offsets = "split", link.destination_offsets
+        else:
+            kind, offsets = "forward", ()
+        at = f" at bytes {', '.join(map(str, offsets))}" if offsets else ""
+        lines.append(f"{link.tile.name}: {kind} {', '.join(link.sources)} -> {', '.join(link.destinations)}{at}")
+    return lines
+
+
+def word_text(w: WordDef) -> str:
+    """How a word is computed: `given per call`, `= w1 + 1`, `= min(w0, 4)`."""
+    if w.op is None:
+        return "given per call"
+    a, b = (_operand(o) for o in (w.a, w.b))
+    if w.op == "copy":
+        return f"= {a}"
+    if w.op in SYMBOLS:
+        return f"= {a} {SYMBOLS[w.op]} {b}"
+    return f"= {w.op}({a}, {b})"
+
+
+def _operand(operand) -> str:
+    if operand is None:
+        return ""
+    return f"w{operand[1]}" if operand[0] == "word" else str(operand[1])
+
+
+def _words(words) -> list[str]:
+    rows = []
+    for w in words:
+        bound = f"in [{w.bound[0]}, {w.bound[1]}) for {w.what}" if w.bound else ""
+        rows.append((f"w{w.index}", w.name, w.kind, word_text(w), bound))
+    return _columns(rows)
+
+
+def _groups(plan: Plan) -> list[str]:
+    closed = plan.notes.get("closed_by", {})
+    return [f"{name}: {', '.join(calls)}" + (f" (closed by {closed[name]})" if name in closed else "")
+            for name, calls in plan.groups]
+
+
+def _emit(plan: Plan) -> list[str]:
+    e = plan.emit
+    if e is None:
+        return []
+    lines = [f"on {e.tile.name}, writing {len(e.target_words)} words through {e.feedback_fifo}"]
+    return lines + [f"next {name} <- {_source(plan, source)}" for name, source in e.next_values]
+
+
+def _source(plan: Plan, source: tuple) -> str:
+    """Where a next carried value comes from, in words."""
+    if source[0] == "elem":
+        return f"element of {source[1]} at byte {source[2]}"
+    if source[0] == "word":
+        return f"w{source[1]} ({plan.words[source[1]].name})"
+    return f"{source[0]} {source[1]}"

@@ -17,7 +17,20 @@ import numpy as np
 from aie_utils.devices import COMPUTE_TILE
 from iron.ir import Node, Op, Program
 from iron.kernels.library import (
-    Accumulate, Add, Argmax, Copy, Exp, MatMul, MatVec, Mul, ReLU, RMSNorm, Scale, SiLU, Softmax, Sub,
+    Accumulate,
+    Add,
+    Argmax,
+    Copy,
+    Exp,
+    MatMul,
+    MatVec,
+    Mul,
+    ReLU,
+    RMSNorm,
+    Scale,
+    SiLU,
+    Softmax,
+    Sub,
 )
 
 MATRIX_OPS = (MatVec, MatMul)

@@ -17,12 +17,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from iron.errors import PlanError
-from iron.kernels.registry import lookup
 from iron.compiler.allocate import check_tile_memory
 from iron.compiler.plan import (
-    Acquire, Dma, Invoke, KernelStep, Load, Loop, Plan, Ptr, Release, ScalarStep, Tile, Wait, WordDef,
+    Acquire,
+    Dma,
+    Invoke,
+    KernelStep,
+    Load,
+    Loop,
+    Plan,
+    Ptr,
+    Release,
+    ScalarStep,
+    Tile,
+    Wait,
+    WordDef,
 )
+from iron.errors import PlanError
+from iron.kernels.registry import lookup
 
 FIX = "Rebuild the Plan with iron's compiler, or correct it by hand."
 WORD_KINDS = ("carried", "scratchpad", "dma", "core", "next")

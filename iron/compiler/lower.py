@@ -25,20 +25,39 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from iron import dtypes
-from iron.errors import LoopError
-from iron.ir import Node, Op, Program, describe
-from iron.kernels.library import Copy, Softmax
 from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.fuse import Group, call_label, fuse, tensor_inputs
 from iron.compiler.place import ShimRequest, Site, assign_shims, is_host_tensor, place
 from iron.compiler.plan import (
-    Acquire, Buffer, Core, Dma, Emit, Fifo, Function, Imm, Invoke, KernelDecl, KernelStep, Link,
-    Load, Loop, Plan, Ptr, Release, ScalarStep, Tile, Wait,
+    Acquire,
+    Buffer,
+    Core,
+    Dma,
+    Emit,
+    Fifo,
+    Function,
+    Imm,
+    Invoke,
+    KernelDecl,
+    KernelStep,
+    Link,
+    Load,
+    Loop,
+    Plan,
+    Ptr,
+    Release,
+    ScalarStep,
+    Tile,
+    Wait,
 )
 from iron.compiler.words import Access, WordTable, base_name, view_access, whole_access
+from iron.errors import LoopError
+from iron.ir import Node, Op, Program, describe
+from iron.kernels.library import Copy, Softmax
 
 HOST = Tile(-1, 0, "shim")   # a FIFO end on the shim tile that `assign_shims` picks
 DEPTH = 2
+FORWARD_BYTES = 4096
 I32 = np.dtype(np.int32)
 
 
@@ -102,6 +121,36 @@ def outside_users(program: Program, groups: tuple[Group, ...], with_emit: bool) 
     return {k: tuple(v) for k, v in users.items()}
 
 
+def forwarded_inputs(layout) -> dict[str, dict[int, tuple[Node, tuple[str, ...]]]]:
+    """Small host tensors (at most FORWARD_BYTES: inputs, weights, params and views of them,
+    not states) that several groups read: the first unsplit group loading one forwards it in
+    its `_out` to the later readers, so the host moves it once per launch and each reader needs
+    no shim channel for it. Returns loader group -> {id(node): (node, reader groups)}."""
+    loader: dict[int, str] = {}
+    found: dict[str, dict[int, tuple[Node, list[str]]]] = {}
+    for site in layout.sites:
+        g = site.group.name
+        for node in _host_reads(site):
+            if loader.get(id(node), g) != g:
+                readers = found[loader[id(node)]][id(node)][1]
+                readers += [] if g in readers else [g]
+            elif id(node) not in loader and len(site.tiles) == 1 and _forwardable(node):
+                loader[id(node)] = g
+                found.setdefault(g, {})[id(node)] = (node, [])
+    return {g: {k: (n, tuple(r)) for k, (n, r) in nodes.items() if r} for g, nodes in found.items()}
+
+
+def _host_reads(site: Site) -> list[Node]:
+    streamed = site.stream.matrix if site.stream is not None else None
+    return [n for c in site.group.calls for n in tensor_inputs(c) if is_host_tensor(n) and n is not streamed]
+
+
+def _forwardable(node: Node) -> bool:
+    base = node.src[0] if node.op == Op.VIEW else node
+    constant = base.op == Op.INPUT or base.arg[0] in ("weight", "param")
+    return constant and node.size * node.dtype.itemsize <= FORWARD_BYTES
+
+
 # ---- objects ---------------------------------------------------------------------------------------
 
 @dataclass
@@ -160,6 +209,11 @@ class Part:
     def stream(self):
         return self.site.stream
 
+    @property
+    def in_fifo(self) -> str:
+        """The group's `_in` FIFO: every row part gets the same object (a broadcast)."""
+        return f"{self.site.group.name}_in"
+
 
 def memref(nbytes: int, dtype) -> str:
     return f"memref<{nbytes // np.dtype(dtype).itemsize}x{dtypes.mlir_type(dtype)}>"
@@ -180,7 +234,6 @@ class Lowering:
         self.program, self.device, self.users, self.layout = program, device, users, layout
         self.table = WordTable(program)
         self.placements = host_placements(program)
-        self.sites: dict[str, Site] = {}
         self.results: dict[int, tuple[str, int]] = {}   # id(node) -> (FIFO, offset) other groups read
         self.fifos: list[Fifo] = []
         self.links: list[Link] = []
@@ -191,6 +244,7 @@ class Lowering:
         self.holds: dict[str, str] = {}
         self.state_writer: dict[str, str] = {}
         self.waited: set[str] = set()
+        self.forwards = forwarded_inputs(layout)
 
     # ---- host tensors ---------------------------------------------------------------------------
     def placement(self, name: str):
@@ -209,7 +263,6 @@ class Lowering:
 
     # ---- a group ----------------------------------------------------------------------------------
     def lower_site(self, site: Site):
-        self.sites[site.group.name] = site
         self.sequence += self._state_waits(site.group)
         parts = self._parts(site)
         for part in parts:
@@ -231,10 +284,12 @@ class Lowering:
         return part.stream is not None and node is part.stream.matrix
 
     def _layout_inputs(self, part: Part):
-        """The `_in` regions: host tensors read, then per-call words, in first-use order."""
+        """The `_in` regions: host tensors read (but those an earlier group forwards), then
+        per-call words, in first-use order."""
         for call in part.site.group.calls:
             for node in tensor_inputs(call):
-                if is_host_tensor(node) and not self._streamed(part, node):
+                forwarded = id(node) in self.results and id(node) not in part.homes
+                if is_host_tensor(node) and not self._streamed(part, node) and not forwarded:
                     move = self.host_access(node)
                     part.ins.add(id(node), move[1].nwords * 4, node.dtype, describe(node), move)
             for name, expr in self._dynamic_attrs(call):
@@ -254,7 +309,13 @@ class Lowering:
         return self.table.word(expr, "core")
 
     def _layout_results(self, part: Part):
-        """Where each call's result lives (its home) and where it is exported to."""
+        """Where each call's result lives (its home) and where it is exported to, and the `_out`
+        regions of the host tensors this group forwards."""
+        for node, _ in self.forwards.get(part.site.group.name, {}).values():
+            out = part.out.add(id(node), node.size * node.dtype.itemsize, node.dtype, describe(node))
+            self.results[id(node)] = (f"{part.prefix}_out", out)
+            part.copies.append(copy_step(node.dtype, node.size, Ptr(part.in_fifo, part.ins.offsets[id(node)]),
+                                         Ptr(f"{part.prefix}_out", out)))
         for call in part.site.group.calls:
             if call.arg.writes:
                 buffer, access = self.host_access(call.src[call.arg.n_inputs])
@@ -307,10 +368,10 @@ class Lowering:
 
     # ---- FIFOs of a group -------------------------------------------------------------------------
     def _group_fifos(self, site: Site, parts: list[Part]):
+        ins = parts[0].ins
+        if ins.nbytes:
+            self.fifo(parts[0].in_fifo, HOST, [p.tile for p in parts], ins.nbytes, ins.dtype, ", ".join(ins.what))
         for part in parts:
-            if part.ins.nbytes:
-                self.fifo(f"{part.prefix}_in", HOST, [part.tile], part.ins.nbytes, part.ins.dtype,
-                          ", ".join(part.ins.what))
             part.consumed = self._consumed(part)
             if part.host.nbytes:
                 self.fifo(f"{part.prefix}_host", part.tile, [HOST], part.host.nbytes, part.host.dtype,
@@ -324,6 +385,7 @@ class Lowering:
 
     def _consumer_tiles(self, group: Group, with_host: bool) -> list[Tile]:
         names = {u for c in group.calls for u in self.users.get(id(c), ()) if u != "host"}
+        names |= {r for _, readers in self.forwards.get(group.name, {}).values() for r in readers}
         tiles = [t for s in self.layout.sites if s.group.name in names for t in s.tiles]
         if "emit" in names:
             tiles.append(self.layout.emit)
@@ -337,7 +399,7 @@ class Lowering:
     def _consumed(self, part: Part) -> list[str]:
         return list(dict.fromkeys(
             self.results[id(n)][0] for c in part.site.group.calls for n in tensor_inputs(c)
-            if id(n) in self.results and id(n) not in part.homes))
+            if id(n) in self.results and id(n) not in part.homes and id(n) not in part.ins.offsets))
 
     def _stream_fifos(self, site: Site, parts: list[Part]):
         s, g = site.stream, site.group.name
@@ -371,7 +433,7 @@ class Lowering:
     def _program(self, part: Part):
         main = self._main_steps(part)
         block = self._block_function(part)
-        ins = ([f"{part.prefix}_in"] if part.ins.nbytes else []) + part.consumed
+        ins = ([part.in_fifo] if part.ins.nbytes else []) + part.consumed
         outs = [f for f in (f"{part.prefix}_host", f"{part.prefix}_out") if self._has_fifo(f)]
         if part.split:
             outs.append(f"{part.site.group.name}_part{part.number}")
@@ -380,12 +442,12 @@ class Lowering:
         if block is not None:
             w = self._w_name(part)
             params = self._params(block.steps, [*objects, w])
-            self._add_function(replace(block, params=params))
+            self.functions.append(replace(block, params=params))
             program.append(Loop(part.stream.blocks, (Acquire(w, "Consume"), Invoke(block.name, params),
                                                      Release(w, "Consume"))))
         if main:
             params = self._params(main, objects)
-            self._add_function(Function(part.prefix, params, tuple(main)))
+            self.functions.append(Function(part.prefix, params, tuple(main)))
             program.append(Invoke(part.prefix, params))
         program += [*(Release(f, "Consume") for f in ins), *(Release(f, "Produce") for f in outs)]
         self.cores.append(Core(part.tile, part.site.group.name, tuple(program), self.device.compute.default_stack_bytes))
@@ -406,9 +468,6 @@ class Lowering:
                     used.add(arg.source)
         return tuple(o for o in objects if o in used)
 
-    def _add_function(self, function: Function):
-        self.functions.append(function)
-
     def _main_steps(self, part: Part) -> list:
         steps = []
         for call in part.site.group.calls:
@@ -421,7 +480,7 @@ class Lowering:
         if id(node) in part.homes:
             return Ptr(*part.homes[id(node)])
         if id(node) in part.ins.offsets:
-            return Ptr(f"{part.prefix}_in", part.ins.offsets[id(node)] + shift)
+            return Ptr(part.in_fifo, part.ins.offsets[id(node)] + shift)
         fifo, offset = self.results[id(node)]
         return Ptr(fifo, offset + shift)
 
@@ -453,7 +512,7 @@ class Lowering:
         for name, ctype in call.arg.kernel.c_attrs:
             if name in dynamic:
                 word = self._attr_word(call, name, dynamic[name])
-                args.append(Load(f"{part.prefix}_in", part.ins.offsets[("word", word)]))
+                args.append(Load(part.in_fifo, part.ins.offsets[("word", word)]))
             elif values.get(name) is None:
                 args.append(Imm(int(call.src[0].shape[0]), ctype))
             else:
@@ -488,8 +547,7 @@ class Lowering:
         return memory.arg[1] if memory.op == Op.MEMORY and memory.arg[0] == "state" else None
 
     def _group_sequence(self, site: Site, parts: list[Part]):
-        for part in parts:
-            self.sequence += [("dma", "mm2s", f"{part.prefix}_in", *m) for m in part.ins.moves]
+        self.sequence += [("dma", "mm2s", parts[0].in_fifo, *m) for m in parts[0].ins.moves]
         if site.stream is not None:
             self.sequence += self._stream_moves(site)
         for part in parts:
@@ -547,7 +605,7 @@ class Lowering:
         elements = list(dict.fromkeys(src[1] for _, src in next_values if src[0] == "elem"))
         steps = self._emit_steps(dict(next_values), target)
         objects = ("emit_in", *elements, "feedback")
-        self._add_function(Function("emit", objects, steps))
+        self.functions.append(Function("emit", objects, steps))
         program = (*(Acquire(f, "Consume") for f in objects[:-1]), Acquire("feedback", "Produce"),
                    Invoke("emit", objects),
                    *(Release(f, "Consume") for f in objects[:-1]), Release("feedback", "Produce"))
@@ -605,7 +663,7 @@ class Lowering:
             functions=tuple(self.functions), kernels=tuple(self._declaration(f, fifos) for f in self.functions),
             cores=tuple(self.cores), sequence=sequence, words=words, emit=emit,
             groups=tuple((g.name, tuple(call_label(self.program, c) for c in g.calls)) for g in groups),
-            rules=(*self._fuse_rules(groups), *self.layout.rules, *shim_rules),
+            rules=(*self._fuse_rules(groups), *self.layout.rules, *self._forward_rules(), *shim_rules),
             carry=host_values,
             notes={"holds": dict(self.holds), "closed_by": {g.name: g.closed_by for g in groups}},
         )
@@ -616,6 +674,10 @@ class Lowering:
         for g, nxt in zip(groups, groups[1:]):
             rules.append((g.closed_by, f"{g.name} closed before {call_label(self.program, nxt.calls[0])}"))
         return rules
+
+    def _forward_rules(self) -> list[tuple[str, str]]:
+        return [("forward_shared_input", f"{g} forwards {describe(node)} to {', '.join(readers)}")
+                for g, nodes in self.forwards.items() for node, readers in nodes.values()]
 
     def _assign_shims(self):
         requests = []

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from iron.errors import PlacementError
-from iron.ir import Node, Op, Program
 from iron.compiler.fuse import ELEMENTWISE, MATRIX_OPS, STREAM_OBJECT_BYTES, Group, nbytes
 from iron.compiler.plan import Tile
+from iron.errors import PlacementError
+from iron.ir import Node, Op, Program, describe
 from iron.kernels.library import MatVec
 
 SPLIT_PART_BYTES = 128 * 1024
@@ -103,7 +103,7 @@ def _stream_rules(group: Group, stream: Stream | None) -> list[tuple[str, str]]:
     if stream is None:
         return []
     m = stream.matrix
-    what = f"{group.name}: matrix {m.shape} {m.dtype.name} ({nbytes(m)} bytes)"
+    what = f"{group.name}: {describe(m)} {m.shape} {m.dtype.name} ({nbytes(m)} bytes)"
     rules = [("stream_large_matrix",
               f"{what} streamed as {stream.blocks} blocks of {stream.rows} rows per part via {stream.mem.name}")]
     if stream.parts > 1:
@@ -241,8 +241,8 @@ def _too_many_channels(program, requests, direction, device, per_shim):
     count = sum(r.direction == direction for r in requests)
     raise PlacementError(
         f"{program.name} needs {count} shim {direction.upper()} channels but {device.name} has "
-        f"{per_shim * device.n_cols} ({device.n_cols} shim tiles x {per_shim}): compile for a "
-        "device with more columns."
+        f"{per_shim * device.n_cols} ({device.n_cols} shim tile{'s' if device.n_cols > 1 else ''} x "
+        f"{per_shim}): compile for a device with more columns."
     )
 
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from iron import dtypes
+from iron.compiler.plan import WordDef
 from iron.errors import PlacementError
 from iron.ir import Node, Op, Program, describe
-from iron.compiler.plan import WordDef
 
 
 class WordTable:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 import aie_utils
+from iron import debug
 from iron.errors import ArgumentError, LoopError, UnknownDevice
 from iron.frontend.graph import (
     bind_call,
@@ -46,6 +47,8 @@ def compile_graph(graph, specs, named_specs, *, device=None, feeds=None) -> "Com
     if key not in cache:
         plan = lower_program(program, device, feeds=feeds.plan if feeds is not None else None)
         cache[key] = CompiledGraph(graph, program, plan, feeds)
+        if debug.enabled():
+            debug.say(f"compiled {plan.name} for {device.name}:\n{cache[key].describe()}")
     return cache[key]
 
 

@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from iron import debug
 from iron.errors import PlanError
 
 
@@ -82,6 +83,7 @@ class EmulatorSession:
         run = self._run()
         target = self.words_of(run) if self.full_elf else self.buffers[self.plan.host_buffer("words").name]
         target[: len(words)] = words.view(np.uint32)
+        debug.say(f"emulator: call {self.plan.name} with words {words.tolist()}")
         self.emulator.start(run)
         self.emulator.wait(run)
 
@@ -112,6 +114,7 @@ class EmulatorSession:
     def start(self, run, words=None):
         if words is not None:
             self.words_of(run)[: len(words)] = words.view(np.uint32)
+        debug.say(f"emulator: start {self.plan.name} (launch {self.emulator.launches + 1} or later)")
         self.emulator.start(run)
 
     def wait(self, run):

@@ -17,6 +17,7 @@ from iron.compiler.plan import (
     Buffer,
     Core,
     Dma,
+    Emit,
     Fifo,
     Function,
     HostBuffer,
@@ -66,15 +67,21 @@ class PlusOne(iron.Kernel):
 
 
 def plan_of(name, fifos, cores, functions, sequence, host_buffers, device="npu2", **parts):
-    """A Plan with tiles and kernel declarations derived from its parts."""
+    """A Plan with tiles, kernel declarations and (unless given) a `words` buffer derived from
+    its parts; `parts` are further Plan fields."""
     dev = from_name(device)
     ends = {t for f in fifos for t in (f.producer, *f.consumers)} | {c.tile for c in cores}
+    words = parts.pop("words", ())
+    if not any(b.role == "words" for b in host_buffers):
+        host_buffers = [*host_buffers, HostBuffer("words", "words", max(1, len(words)))]
+    declarations = tuple(KernelDecl(f.name, ("memref",) * (len(f.params) + f.blocked), f"{f.name}.o")
+                         for f in functions)
     return Plan(
         device=dev, name=name, full_elf=dev.full_elf, image="elf" if dev.full_elf else "xclbin",
         tiles=tuple(sorted(ends, key=lambda t: (t.col, t.row))), host_buffers=tuple(host_buffers),
-        placements=(), fifos=tuple(fifos), links=parts.get("links", ()), buffers=parts.get("buffers", ()),
-        functions=tuple(functions), kernels=tuple(KernelDecl(f.name, (), f"{f.name}.o") for f in functions),
-        cores=tuple(cores), sequence=tuple(sequence), words=parts.get("words", ()), emit=None,
+        placements=(), fifos=tuple(fifos), links=parts.pop("links", ()), buffers=parts.pop("buffers", ()),
+        functions=tuple(functions), kernels=declarations, cores=tuple(cores), sequence=tuple(sequence),
+        words=words, emit=parts.pop("emit", None), **parts,
     )
 
 
@@ -85,7 +92,7 @@ def stream(fifo, port, body=()):
 
 def add_one_plan(objects_in=4, objects_out=4, depth=2, device="npu2"):
     """npu-platform.md section 2: 1024 int32, 4 objects of 256 per launch, x + 1."""
-    g0 = Function("g0", ("in", "out"), (KernelStep("plus_one_i32", (Ptr("in"), Ptr("out"), Imm(256))),))
+    g0 = Function("g0", ("in", "out"), (KernelStep("plus_one_i32", (Ptr("in"), Ptr("out"), Imm(256))),), blocked=True)
     step = (Acquire("in", "Consume"), Acquire("out", "Produce"), Invoke("g0", ("in", "out")),
             Release("in", "Consume"), Release("out", "Produce"))
     sequence = (
@@ -197,7 +204,7 @@ def test_restarting_a_run_in_flight_is_bad_command_state():
 
 def depth_plan(depth):
     """The core produces 3 objects of @a, then 1 of @b; the sequence drains @b before @a."""
-    fill = Function("fill", ("o",), (ScalarStep(Ptr("o"), "add", Load("o"), Imm(1)),))
+    fill = Function("fill", ("o",), (ScalarStep(Ptr("o"), "add", Load("o"), Imm(1)),), blocked=True)
     program = (Loop(3, stream("a", "Produce", (Invoke("fill", ("a",)),))), *stream("b", "Produce"))
     sequence = (Dma("s2mm", "b", "out", 3, (1, 1, 1, 1), ROW, 0, SHIM), Wait("b"),
                 Dma("s2mm", "a", "out", 0, (1, 1, 1, 3), ROW, 1, SHIM), Wait("a"))
@@ -248,11 +255,13 @@ def test_split_and_join_links_on_the_mem_tile():
 
 
 def test_a_tile_to_tile_fifo_broadcasts_to_every_consumer():
-    copy = Function("copy", ("x", "y"), (KernelStep("copy_i32", (Ptr("x"), Ptr("y"), Imm(4))),))
-    relay = Core(CORE, "relay", stream("in", "Consume", stream("mid", "Produce", (Invoke("copy", ("in", "mid")),))))
-    first = Core(CORE2, "first", stream("mid", "Consume", stream("o1", "Produce", (Invoke("copy", ("mid", "o1")),))))
+    copy = Function("copy", ("x", "y"), (KernelStep("copy_i32", (Ptr("x"), Ptr("y"), Imm(4))),), blocked=True)
+
+    def copier(tile, source, dest):
+        return Core(tile, dest, (Loop(3, stream(source, "Consume", stream(dest, "Produce", (Invoke("copy", (source, dest)),)))),))
+
     core3 = Tile(0, 4, "compute")
-    second = Core(core3, "second", stream("mid", "Consume", stream("o2", "Produce", (Invoke("copy", ("mid", "o2")),))))
+    relay, first, second = copier(CORE, "in", "mid"), copier(CORE2, "mid", "o1"), copier(core3, "mid", "o2")
     fifos = [Fifo("in", SHIM, (CORE,), 2, 16), Fifo("mid", CORE, (CORE2, core3), 2, 16),
              Fifo("o1", CORE2, (SHIM,), 2, 16), Fifo("o2", core3, (SHIM,), 2, 16)]
     sequence = (Dma("mm2s", "in", "x", 0, (1, 1, 3, 4), (0, 0, 4, 1), 0, SHIM),
@@ -292,10 +301,12 @@ def emit_plan(device):
     sequence = (Dma("mm2s", "emit_in", "words", 0, (1, 1, 1, 2), ROW, 0, SHIM),
                 Dma("s2mm", "feedback", "feedback", 0, (1, 1, 1, 2), ROW, 1, SHIM), Wait("feedback"))
     words = (WordDef(0, "n", "carried"), WordDef(1, "step", "carried"))
+    nexts = (("n", ("word", 0)), ("step", ("word", 1)))
     return plan_of(
         "emit", [Fifo("emit_in", SHIM, (CORE,), 2, 8), Fifo("feedback", CORE, (SHIM,), 2, 8)],
         [Core(CORE, "emit", program)], [emit], sequence,
         [HostBuffer("words", "words", 2), HostBuffer("feedback", "feedback", 2)], device, words=words,
+        carry=nexts, emit=Emit(CORE, nexts, words, "feedback"),
     )
 
 
@@ -317,11 +328,14 @@ def test_an_emit_core_feeds_the_next_runs_scratchpad_in_a_ring():
 
 
 def test_an_emit_is_refused_on_a_device_without_full_elf():
+    with pytest.raises(PlanError, match="the device runs no full ELF"):
+        Emulator(emit_plan("npu1"))  # by check_plan
     with pytest.raises(PlanError) as err:
-        Emulator(emit_plan("npu1"))
+        Emulator(emit_plan("npu1"), check=False)
     assert str(err.value) == (
-        "Plan 'emit' has a feedback buffer, but npu1 runs no full ELF, so no run has a scratchpad "
-        "for an Emit to write. Compile it for a full-ELF device (npu2), or without a device loop."
+        "Plan 'emit' has an Emit step and a feedback buffer, but npu1 runs no full ELF, so no run "
+        "has a scratchpad for an Emit to write. Compile it for a full-ELF device (npu2), or without "
+        "a device loop."
     )
 
 
@@ -331,7 +345,7 @@ def trail_plan(device="npu2"):
                                          ScalarStep(Ptr("o"), "copy", Load("n"))))
     program = stream("out", "Produce", (Invoke("mark", ("out", "n")),))
     sequence = (Dma("s2mm", "out", "states", 0, (1, 1, 1, 1), ROW, 0, SHIM, patch_word=0), Wait("out"))
-    words = (WordDef(0, "steps", "carried", bound=(0, 8), what="trail[steps]"),)
+    words = (WordDef(0, "steps", "scratchpad", bound=(0, 8), what="trail[steps]"),)
     return plan_of("trail", [Fifo("out", CORE, (SHIM,), 2, 4)], [Core(CORE, "g0", program)], [mark],
                    sequence, [HostBuffer("states", "states", 8), HostBuffer("words", "words", 1)], device,
                    words=words, buffers=(Buffer("n", CORE, 4),))
@@ -378,9 +392,10 @@ def with_dma(plan, index, **changes):
      "pattern inside the buffer."),
 ])
 def test_dma_limits(changes, why):
+    """The emulator's own checks (check_plan, which refuses these first, is skipped)."""
     plan = with_dma(add_one_plan(), 1, **changes)
     with pytest.raises(PlanError) as err:
-        Emulator(plan)
+        Emulator(plan, check=False)
     bd = changes.get("bd_id", 0)
     assert str(err.value) == f"Plan 'add_one': runtime sequence op 1 (mm2s @in, bd {bd} on shim_0_0) {why}"
 
@@ -388,15 +403,14 @@ def test_dma_limits(changes, why):
 def test_a_bd_id_reused_before_a_covering_wait():
     plan = with_dma(add_one_plan(), 1, bd_id=1)
     with pytest.raises(PlanError) as err:
-        Emulator(plan)
+        Emulator(plan, check=False)
     assert str(err.value) == (
         "Plan 'add_one': runtime sequence op 1 (mm2s @in, bd 1 on shim_0_0) reuses bd 1 on shim_0_0 "
         "while op 0 (s2mm @out, bd 1 on shim_0_0) still holds it (no dma_wait has covered that op): "
         "give it another bd id, or wait on @out first (an mm2s op needs issue_token to be waited)."
     )
     reordered = Plan(**{**plan.__dict__, "sequence": (plan.sequence[0], plan.sequence[2], plan.sequence[1])})
-    with pytest.raises(DeviceHang):  # loads: the wait covers op 0; it hangs since the input comes too late
-        launch(Emulator(reordered))
+    Emulator(reordered)  # the wait covers op 0 before op 2 reuses its bd
 
 
 def test_a_wait_no_token_can_satisfy():
@@ -418,22 +432,22 @@ def test_a_wait_no_token_can_satisfy():
 def test_a_tile_over_its_memory_does_not_fit():
     plan = accumulate_plan()
     plan = Plan(**{**plan.__dict__, "buffers": (*plan.buffers, Buffer("big", CORE, 64 * 1024))})
-    with pytest.raises(DoesNotFit) as err:
-        Emulator(plan)
-    assert str(err.value) == (
-        "Plan 'tally' puts 66732 bytes on tile_0_2, a compute tile of 65536 bytes:\n"
-        "  big: 65536 bytes\n  stack@tile_0_2: 1024 bytes\n  out@tile_0_2: 72 bytes\n"
-        "  in@tile_0_2: 64 bytes\n  acc: 32 bytes\n  count: 4 bytes\n"
-        "Make the objects and states placed there smaller, split the work over more tiles, or pick "
-        "a device with more tiles."
-    )
+    for check in (True, False):  # the allocator's bound, with or without check_plan
+        with pytest.raises(DoesNotFit) as err:
+            Emulator(plan, check=check)
+        assert str(err.value) == (
+            "tally does not fit tile_0_2: its buffers take 66732 bytes but a compute tile has 65536: "
+            "big 65536 bytes, stack@tile_0_2 1024 bytes, out@tile_0_2 72 bytes, in@tile_0_2 64 bytes, "
+            "acc 32 bytes, count 4 bytes. Use smaller states, split the work over more kernel calls, "
+            "or compile for a device with more tiles."
+        )
 
 
 def test_a_core_acquiring_at_another_tiles_end():
     plan = add_one_plan()
     wrong = Core(CORE2, "g0", plan.cores[0].program)
     with pytest.raises(PlanError) as err:
-        Emulator(Plan(**{**plan.__dict__, "cores": (wrong,)}))
+        Emulator(Plan(**{**plan.__dict__, "cores": (wrong,)}), check=False)
     assert str(err.value) == (
         "tile_0_3 cannot consume from FIFO @in, which goes from shim_0_0 to tile_0_2: acquire a FIFO "
         "only at an end on the core's own tile."
@@ -444,7 +458,7 @@ def test_a_core_that_does_not_release_what_it_acquires():
     plan = add_one_plan()
     core = Core(CORE, "g0", (Loop(4, plan.cores[0].program[0].body[:-1]),))
     with pytest.raises(PlanError) as err:
-        Emulator(Plan(**{**plan.__dict__, "cores": (core,)}))
+        Emulator(Plan(**{**plan.__dict__, "cores": (core,)}), check=False)
     assert str(err.value) == (
         "core tile_0_2 (group g0) ends an iteration of its program still holding 1 @out object(s) "
         "(Produce): release every object it acquires in the same iteration."
@@ -460,7 +474,7 @@ HANG_FIX = (
 
 
 def test_a_sequence_moving_one_object_fewer_than_the_core_acquires_hangs():
-    emulator = Emulator(add_one_plan(objects_in=3))
+    emulator = Emulator(add_one_plan(objects_in=3), check=False)  # check_plan refuses it
     with pytest.raises(DeviceHang) as err:
         launch(emulator)
     assert str(err.value) == "\n".join([
@@ -480,7 +494,7 @@ def test_a_sequence_moving_one_object_fewer_than_the_core_acquires_hangs():
 
 def test_a_sequence_moving_one_object_more_than_the_core_produces_hangs():
     with pytest.raises(DeviceHang) as err:
-        launch(Emulator(add_one_plan(objects_out=5)))
+        launch(Emulator(add_one_plan(objects_out=5), check=False))
     assert str(err.value) == "\n".join([
         "Plan 'add_one' hangs in launch 1 (run 1): nothing can move, and the runtime sequence waits "
         "at op 2 (dma_wait @out).",
@@ -490,14 +504,29 @@ def test_a_sequence_moving_one_object_more_than_the_core_produces_hangs():
     ])
 
 
+def test_a_sequence_waiting_before_it_sends_the_input_hangs():
+    plan = add_one_plan()
+    early = Plan(**{**plan.__dict__, "sequence": (plan.sequence[0], plan.sequence[2], plan.sequence[1])})
+    with pytest.raises(DeviceHang) as err:
+        launch(Emulator(early))
+    assert str(err.value) == "\n".join([
+        "Plan 'add_one' hangs in launch 1 (run 1): nothing can move, and the runtime sequence waits "
+        "at op 1 (dma_wait @out).",
+        "  core tile_0_2 (group g0) waits to acquire @in (Consume, 1)",
+        "  dma op 0 (s2mm @out, bd 1 on shim_0_0): moved 0 of 1024 words",
+        HANG_FIX,
+    ])
+
+
 # ---- the host's side -----------------------------------------------------------------------------
 
 def test_bindings_and_buffers_are_checked():
     emulator = Emulator(add_one_plan())
     with pytest.raises(ArgumentError) as err:
-        emulator.buffer("words")
+        emulator.buffer("trail")
     assert str(err.value) == (
-        "Plan 'add_one' has no host buffer 'words'; its host buffers are inputs, outputs. Use one of those names."
+        "Plan 'add_one' has no host buffer 'trail'; its host buffers are inputs, outputs, words. "
+        "Use one of those names."
     )
     with pytest.raises(ArgumentError) as err:
         emulator.run(outputs=np.zeros(1024, np.float64))

@@ -27,7 +27,7 @@ class DmaOp:
     """One checked Dma of the sequence and the word indices (relative to its offset) it touches,
     or pattern None when they are simply 0 .. nwords-1."""
 
-    __slots__ = ("dma", "text", "nwords", "pattern", "low", "high", "token")
+    __slots__ = ("dma", "text", "nwords", "pattern", "low", "high", "token", "shape", "strides")
 
     def __init__(self, index: int, dma: Dma):
         self.dma = dma
@@ -39,21 +39,34 @@ class DmaOp:
                    + axes[2][None, None, :, None] + axes[3][None, None, None, :]).reshape(-1)
         self.low, self.high = int(pattern.min()), int(pattern.max())
         self.pattern = None if np.array_equal(pattern, np.arange(self.nwords)) else pattern
+        self.shape, self.strides = dma.sizes, tuple(4 * s for s in dma.strides)
+
+    def gather(self, host: np.ndarray, base: int) -> np.ndarray:
+        """Every word a strided MM2S op reads, in order (one strided copy)."""
+        window = np.lib.stride_tricks.as_strided(host[base:], self.shape, self.strides, writeable=False)
+        return window.reshape(-1)
 
 
 class Transfer:
-    """One issued DMA op in one launch: its host buffer, patched offset and words moved so far."""
+    """One issued DMA op in one launch: its host buffer, patched offset and words moved so far.
 
-    __slots__ = ("op", "host", "base", "moved")
+    A strided MM2S op gathers all its words when it starts moving: a sequence orders a read
+    after the writes it depends on with a Wait before issuing it, so reading them then is what
+    the device reads."""
+
+    __slots__ = ("op", "host", "base", "moved", "gathered")
 
     def __init__(self, op: DmaOp, host: np.ndarray, base: int):
         self.op, self.host, self.base, self.moved = op, host, base, 0
+        self.gathered = None
 
     def read(self, count: int) -> np.ndarray:
-        start = self.base + self.moved
         if self.op.pattern is None:
+            start = self.base + self.moved
             return self.host[start: start + count]
-        return self.host[self.base + self.op.pattern[self.moved: self.moved + count]]
+        if self.gathered is None:
+            self.gathered = self.op.gather(self.host, self.base)
+        return self.gathered[self.moved: self.moved + count]
 
     def write(self, words: np.ndarray):
         start = self.base + self.moved
@@ -201,6 +214,8 @@ class Sequence:
         repeat, wrap, bds = device.dma_repeat_max, device.shim.max_bd_wrap, device.shim_bd_ids
         if not (1 <= op.sizes[0] <= repeat and all(1 <= s <= wrap for s in op.sizes[1:])):
             raise self._fail(dma.text, f"has sizes {list(op.sizes)}, but on {device.name} the repeat count sizes[0] must be 1..{repeat} and sizes[1..3] 1..{wrap}: split the transfer into several ops.")
+        if min(op.strides) < 0:
+            raise self._fail(dma.text, f"has strides {list(op.strides)}: DMA strides count words forward; make them 0 or more.")
         if not 0 <= op.bd_id < bds:
             raise self._fail(dma.text, f"uses bd id {op.bd_id}, but a shim tile of {device.name} has bd ids 0..{bds - 1}: pick an id in that range.")
 

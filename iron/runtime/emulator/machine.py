@@ -1,7 +1,7 @@
 """The Emulator: loads a Plan as the NPU would and runs its launches.
 
-Loading checks the plan (iron.compiler.invariants.check_plan when present, the full-ELF rule,
-every tile's memory against the device), allocates one uint32 word array per host buffer,
+Loading checks the plan (iron.compiler.invariants.check_plan, unless check=False; then always
+the full-ELF rule and every tile's memory, as the allocator bounds it), allocates one uint32 word array per host buffer,
 compiles the FIFOs, links, sequence and core programs (fifo.py, dma.py, core.py) and starts
 every task once: cores, tile DMAs, links and shim channels are generators that live as long as
 the Emulator, so core state, FIFO contents and Buffers persist across launches.
@@ -24,8 +24,9 @@ from collections import deque
 
 import numpy as np
 
-from iron.compiler.plan import tile_memory
-from iron.errors import ArgumentError, DeviceHang, DoesNotFit, IndexOutOfRange, PlanError
+from iron.compiler.allocate import check_tile_memory
+from iron.compiler.invariants import check_plan
+from iron.errors import ArgumentError, DeviceHang, IndexOutOfRange, PlanError
 from iron.runtime.emulator.core import CoreProgram, compile_function
 from iron.runtime.emulator.dma import Sequence
 from iron.runtime.emulator.fifo import FifoEnds, fifo_movers, link_task
@@ -57,11 +58,14 @@ class Run:
 class Emulator:
     """A Plan loaded on the emulated NPU. See the module docstring."""
 
-    def __init__(self, plan, kernels: str | None = "numpy"):
+    def __init__(self, plan, kernels: str | None = "numpy", check: bool = True):
+        """`kernels`: "numpy" | "native" (None: $IRON_EMULATOR_KERNELS, else "numpy");
+        `check=False` skips check_plan, to run a plan it refuses (e.g. to see where it hangs)."""
         mode = kernel_mode(kernels)
-        _check_invariants(plan)
+        if check:
+            check_plan(plan)
         _check_full_elf(plan)
-        _check_memory(plan)
+        check_tile_memory(plan)
         self.plan, self.launches = plan, 0
         self._buffers = {b.name: np.zeros(b.nwords, np.uint32) for b in plan.host_buffers}
         self._words = next((b.name for b in plan.host_buffers if b.role == "words"), None)
@@ -204,16 +208,6 @@ class Emulator:
 
 # ---- load-time checks ----------------------------------------------------------------------------
 
-def _check_invariants(plan):
-    try:
-        from iron.compiler.invariants import check_plan
-    except ModuleNotFoundError as exc:
-        if exc.name != "iron.compiler.invariants":
-            raise
-        return
-    check_plan(plan)
-
-
 def _check_full_elf(plan):
     device = plan.device
     needs = [what for what, present in (
@@ -229,16 +223,3 @@ def _check_full_elf(plan):
             "for an Emit to write. Compile it for a full-ELF device (npu2), or without a device loop."
         )
 
-
-def _check_memory(plan):
-    device = plan.device
-    budgets = {"compute": device.compute.data_memory_bytes, "mem": device.mem.data_memory_bytes}
-    for tile, held in sorted(tile_memory(plan).items(), key=lambda item: (item[0].col, item[0].row)):
-        total, budget = sum(n for _, n in held), budgets[tile.kind]
-        if total > budget:
-            listed = "\n".join(f"  {name}: {n} bytes" for name, n in sorted(held, key=lambda h: -h[1]))
-            raise DoesNotFit(
-                f"Plan '{plan.name}' puts {total} bytes on {tile.name}, a {tile.kind} tile of "
-                f"{budget} bytes:\n{listed}\nMake the objects and states placed there smaller, "
-                "split the work over more tiles, or pick a device with more tiles."
-            )

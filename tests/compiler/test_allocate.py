@@ -1,0 +1,75 @@
+"""Allocation (iron/compiler/allocate.py): host buffers packed word by word in argument order,
+FIFO depths lowered where a tile is tight, and the DoesNotFit text."""
+
+import numpy as np
+import pytest
+
+import iron
+from aie_utils import from_name
+from iron import Carried
+from iron.compiler.allocate import host_buffers, host_placements
+from iron.compiler.lower import lower_program
+from iron.compiler.plan import HostBuffer, Placement
+from iron.errors import DoesNotFit
+from iron.kernels import Add, Argmax, Copy
+
+BF16 = iron.bfloat16
+I32 = np.dtype(np.int32)
+
+
+class Everything(iron.Graph):
+    def __init__(self):
+        self.table = iron.weight(np.arange(5, dtype=np.int8))
+        self.bias = iron.param(np.ones(3, dtype=BF16))
+        self.seen = iron.state((3,), BF16, name="seen")
+        self.count = iron.state((2,), np.int32)
+
+    def body(self, x, *, i: Carried[np.int32]):
+        y = Add.step(x, self.bias)
+        Copy.step(y, self.seen)
+        return y, iron.carry(i=Argmax.step(y))
+
+
+def test_host_tensors_are_packed_in_whole_words_in_argument_order():
+    program = Everything().trace(x=((3,), BF16))
+    assert host_placements(program) == (
+        Placement("table", "weight", "consts", 0, (5,), np.dtype(np.int8)),
+        Placement("bias", "param", "consts", 2, (3,), BF16),
+        Placement("seen", "state", "states", 0, (3,), BF16),
+        Placement("count", "state", "states", 2, (2,), I32),
+        Placement("x", "input", "inputs", 0, (3,), BF16),
+        Placement("out0", "output", "outputs", 0, (3,), BF16),
+        Placement("carry.i", "carry", "outputs", 2, (), I32),
+    )
+
+
+def test_every_host_buffer_has_a_word_and_feedback_comes_only_with_an_emit():
+    program = Everything().trace(x=((3,), BF16))
+    buffers = host_buffers(host_placements(program), 0, None)
+    assert buffers == (HostBuffer("consts", "consts", 4), HostBuffer("states", "states", 4),
+                       HostBuffer("inputs", "inputs", 2), HostBuffer("outputs", "outputs", 3),
+                       HostBuffer("words", "words", 1))
+    assert host_buffers(host_placements(program), 1, 1)[-1] == HostBuffer("feedback", "feedback", 1)
+
+
+class Whole(iron.Graph):
+    def __init__(self, n):
+        self.big = iron.state((n,), np.int32, name="big")
+
+    def body(self):
+        return Argmax.step(self.big)
+
+
+def test_a_tight_tile_gets_depth_one_fifos():
+    plan = lower_program(Whole(8192).trace(), from_name("npu2"))   # 32 KiB read whole
+    assert [(f.name, f.depth) for f in plan.fifos] == [("g0_in", 1), ("g0_host", 2)]
+
+
+def test_a_state_too_large_for_a_tile_does_not_fit():
+    with pytest.raises(DoesNotFit) as err:
+        lower_program(Whole(16384).trace(), from_name("npu2"))
+    assert str(err.value) == (
+        "Whole does not fit tile_0_2: its buffers take 66564 bytes but a compute tile has 65536: "
+        "g0_in@tile_0_2 65536 bytes (big), stack@tile_0_2 1024 bytes, g0_host@tile_0_2 4 bytes "
+        "(out0). Use smaller states, split the work over more kernel calls, or compile for a device "
+        "with more tiles.")

@@ -1,0 +1,67 @@
+"""describe(plan) (iron/compiler/describe.py): Walk's summary on npu2, pinned, and the rules of a
+split MLP in its summary."""
+
+from aie_utils import from_name
+from iron.compiler.describe import describe, word_text
+from iron.compiler.lower import lower_program
+from iron.compiler.plan import WordDef
+from tests.compiler import designs
+
+WALK_NPU2 = """\
+Walk on npu2: full ELF (image 'elf')
+tiles:
+  tile_0_2  g0    Copy#0, Copy#1
+  tile_0_3  emit  computes the next call's words
+  shim_0_0  shim
+memory (used / budget bytes):
+  tile_0_2  1048 / 65536  g0_in@tile_0_2 8, g0_host@tile_0_2 16, stack@tile_0_2 1024
+  tile_0_3  1080 / 65536  g0_out 8, emit_in@tile_0_3 24, feedback@tile_0_3 24, stack@tile_0_3 1024
+fifos:
+  g0_in     shim_0_0 -> tile_0_2  depth 2  4 bytes   DMA            successor[node]
+  g0_host   tile_0_2 -> shim_0_0  depth 2  8 bytes   DMA            carry.node, trail[steps]
+  g0_out    tile_0_2 -> tile_0_3  depth 2  4 bytes   shared memory  Copy#0
+  emit_in   shim_0_0 -> tile_0_3  depth 2  12 bytes  DMA            this call's words
+  feedback  tile_0_3 -> shim_0_0  depth 2  12 bytes  DMA            the next call's words
+links:
+  none
+words:
+  w0  node       carried  given per call  in [0, 8) for successor[node]
+  w1  steps      carried  given per call  in [0, 9) for trail[steps]
+  w2  steps + 1  next     = w1 + 1
+groups:
+  g0: Copy#0, Copy#1 (closed by end of body)
+rules:
+  snake_order: g0 on tile_0_2
+  snake_order: emit on tile_0_3
+  shim_channels: shim_0_0: g0_in (mm2s), g0_host (s2mm), emit_in (mm2s), feedback (s2mm)
+emit:
+  on tile_0_3, writing 3 words through feedback
+  next node <- element of g0_out at byte 0
+  next steps <- w2 (steps + 1)
+next carried values (host):
+  node <- output carry.node
+  steps <- w2 (steps + 1)
+"""
+
+
+def test_walk_on_npu2_is_described_exactly():
+    plan = lower_program(designs.trace(designs.walk(8)), from_name("npu2"))
+    assert describe(plan) == WALK_NPU2
+
+
+def test_a_description_is_deterministic():
+    first = describe(lower_program(designs.trace(designs.mlp(2, 256)), from_name("npu1")))
+    second = describe(lower_program(designs.trace(designs.mlp(2, 256)), from_name("npu1")))
+    assert first == second
+    assert "  mem_0_1: split g1_w_mem -> g1_w0, g1_w1 at bytes 0, 16384\n" in first
+    assert "  split_matrix_over_tiles: g1: layers.0.w (256, 256) float32 (262144 bytes) split by rows over 2 tiles\n" in first
+    assert "  g1: MatVec#1, SiLU#2, Add#3 (closed by matrix_op_starts_group)\n" in first
+
+
+def test_word_text_shows_how_each_word_is_computed():
+    assert [word_text(w) for w in (
+        WordDef(0, "pos", "scratchpad"),
+        WordDef(1, "pos * 64", "dma", "mul", ("word", 0), ("const", 64)),
+        WordDef(2, "min(pos, 3)", "core", "min", ("word", 0), ("const", 3)),
+        WordDef(3, "pos", "dma", "copy", ("word", 0)),
+    )] == ["given per call", "= w0 * 64", "= min(w0, 3)", "= w0"]

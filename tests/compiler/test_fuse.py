@@ -1,0 +1,140 @@
+"""Fusion rules (iron/compiler/fuse.py): one test per rule with the exact grouping it makes, and
+the dropping of calls nothing uses."""
+
+import numpy as np
+
+import iron
+from iron import Scratchpad
+from iron.compiler.fuse import RULES, call_label, fuse, live_calls
+from iron.kernels import Accumulate, Add, Copy, Exp, MatVec, RMSNorm, SiLU, Softmax
+from tests.compiler import designs
+
+F32 = np.float32
+
+
+def grouping(program) -> list[tuple[str, list[str], str]]:
+    return [(g.name, [call_label(program, c) for c in g.calls], g.closed_by) for g in fuse(program)]
+
+
+class MatrixAfterAdd(iron.Graph):
+    def __init__(self):
+        self.w = iron.param(np.ones((8, 8), F32))
+
+    def body(self, x):
+        a = Add.step(x, x)
+        y = SiLU.step(MatVec.step(self.w, a))
+        return Softmax.step(y)
+
+
+def test_matrix_op_starts_group_and_takes_only_elementwise_calls():
+    program = MatrixAfterAdd().trace(x=((8,), F32))
+    assert grouping(program) == [
+        ("g0", ["Add#0"], "matrix_op_starts_group"),
+        ("g1", ["MatVec#1", "SiLU#2"], "matrix_op_starts_group"),
+        ("g2", ["Softmax#3"], "end of body"),
+    ]
+
+
+class NormThenAdd(iron.Graph):
+    def __init__(self):
+        self.g = iron.param(np.ones(8, F32))
+
+    def body(self, x):
+        return Add.step(RMSNorm.step(x, self.g), x)
+
+
+def test_reduction_ends_group():
+    program = NormThenAdd().trace(x=((8,), F32))
+    assert grouping(program) == [("g0", ["RMSNorm#0"], "reduction_ends_group"), ("g1", ["Add#1"], "end of body")]
+
+
+class WriteThenRead(iron.Graph):
+    def __init__(self):
+        self.s = iron.state((8,), F32, name="s")
+
+    def body(self, x):
+        Accumulate.step(x, out=self.s)
+        return Exp.step(self.s)
+
+
+def test_state_write_ends_group():
+    program = WriteThenRead().trace(x=((8,), F32))
+    assert grouping(program) == [("g0", ["Accumulate#0"], "state_write_ends_group"), ("g1", ["Exp#1"], "end of body")]
+
+
+class Gather(iron.Graph):
+    def __init__(self):
+        self.w = iron.weight(np.ones((4, 8), F32))
+
+    def body(self, x, *, row: Scratchpad[np.int32]):
+        return Add.step(Exp.step(x), self.w[row])
+
+
+def test_gather_starts_group():
+    program = Gather().trace(x=((8,), F32))
+    assert grouping(program) == [("g0", ["Exp#0"], "gather_starts_group"), ("g1", ["Add#1"], "end of body")]
+
+
+class FiveInputs(iron.Graph):
+    def body(self, a, b, c, d, e):
+        return Add.step(Add.step(Add.step(Add.step(a, b), c), d), e)
+
+
+def test_input_limit():
+    spec = ((8,), F32)
+    program = FiveInputs().trace(a=spec, b=spec, c=spec, d=spec, e=spec)
+    assert grouping(program) == [("g0", ["Add#0", "Add#1", "Add#2"], "input_limit"), ("g1", ["Add#3"], "end of body")]
+
+
+class Large(iron.Graph):
+    def body(self, x, y):
+        return Exp.step(SiLU.step(Add.step(x, y)))
+
+
+def test_size_limit():
+    # 2048 float32 are 8 KiB: x, y, x + y and SiLU hold 32 KiB (half a tile); Exp would pass it
+    program = Large().trace(x=((2048,), F32), y=((2048,), F32))
+    assert grouping(program) == [("g0", ["Add#0", "SiLU#1"], "size_limit"), ("g1", ["Exp#2"], "end of body")]
+
+
+class TwoChains(iron.Graph):
+    def body(self, x, y):
+        return Exp.step(x), Exp.step(y)
+
+
+def test_unrelated_starts_group():
+    program = TwoChains().trace(x=((8,), F32), y=((8,), F32))
+    assert grouping(program) == [("g0", ["Exp#0"], "unrelated_starts_group"), ("g1", ["Exp#1"], "end of body")]
+
+
+class Dead(iron.Graph):
+    def body(self, x):
+        Exp.step(x)
+        return Copy.step(x)
+
+
+def test_calls_nothing_uses_are_dropped():
+    program = Dead().trace(x=((8,), F32))
+    assert [call_label(program, c) for c in live_calls(program)] == ["Copy#1"]
+
+
+def test_walk_fuses_its_gather_and_its_write():
+    program = designs.trace(designs.walk())
+    assert grouping(program) == [("g0", ["Copy#0", "Copy#1"], "end of body")]
+
+
+def test_the_mlp_fuses_one_norm_and_one_matrix_with_its_epilogue_per_layer():
+    program = designs.trace(designs.mlp(layers=2, width=64))
+    assert grouping(program) == [
+        ("g0", ["RMSNorm#0"], "matrix_op_starts_group"),
+        ("g1", ["MatVec#1", "SiLU#2", "Add#3"], "matrix_op_starts_group"),
+        ("g2", ["RMSNorm#4"], "matrix_op_starts_group"),
+        ("g3", ["MatVec#5", "SiLU#6", "Add#7"], "end of body"),
+    ]
+
+
+def test_rules_are_tried_in_this_order():
+    assert [r.__name__ for r in RULES] == [
+        "matrix_op_starts_group", "reduction_ends_group", "state_write_ends_group",
+        "gather_starts_group", "input_limit", "size_limit", "unrelated_starts_group",
+    ]

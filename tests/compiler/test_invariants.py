@@ -1,0 +1,146 @@
+"""check_plan (iron/compiler/invariants.py): every test design's Plan keeps the device rules on
+npu1 and npu2, and broken Plans are refused with exact texts."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import iron
+from aie_utils import from_name
+from iron.compiler.invariants import check_plan
+from iron.compiler.lower import lower_program
+from iron.compiler.plan import Dma, Imm, KernelStep, Tile, Wait, tile_memory
+from iron.errors import DoesNotFit, PlanError
+from tests.compiler import designs
+
+DESIGNS = {
+    "walk": lambda: designs.walk(8),
+    "add_one": lambda: designs.add_one(1024),
+    "accumulate_at": lambda: designs.accumulate_at(64, 4),
+    "mlp_layer_f32": lambda: designs.mlp_layer(64, np.float32),
+    "mlp_layer_bf16": lambda: designs.mlp_layer(64, iron.bfloat16),
+    "mlp_4x256": lambda: designs.mlp(4, 256),
+    "big_matvec": lambda: designs.big_matvec(512, 256),
+}
+FIX = " Rebuild the Plan with iron's compiler, or correct it by hand."
+
+
+def plan_of(name: str, device: str):
+    return lower_program(designs.trace(DESIGNS[name]()), from_name(device))
+
+
+def moved_and_taken(plan) -> tuple[dict, dict]:
+    """Per shim FIFO: words the sequence moves, and words its cores take (objects x size)."""
+    moved: dict[str, int] = {}
+    for op in plan.sequence:
+        if isinstance(op, Dma):
+            moved[op.fifo] = moved.get(op.fifo, 0) + op.nwords
+    return moved, {f.name: f.nbytes // 4 for f in plan.fifos}
+
+
+@pytest.mark.parametrize("device", ["npu2", "npu1"])
+@pytest.mark.parametrize("name", list(DESIGNS))
+def test_every_design_keeps_the_device_rules(name, device):
+    plan = plan_of(name, device)
+    check_plan(plan)
+    d = plan.device
+    assert all(0 <= t.col < d.n_cols for t in plan.tiles)
+    assert all(t in plan.tiles for f in plan.fifos for t in (f.producer, *f.consumers))
+    for tile, held in tile_memory(plan).items():
+        budget = d.compute.data_memory_bytes if tile.kind == "compute" else d.mem.data_memory_bytes
+        assert sum(n for _, n in held) <= budget
+    dmas = [op for op in plan.sequence if isinstance(op, Dma)]
+    assert all(1 <= op.sizes[0] <= 64 and max(op.sizes[1:]) <= 1023 and 0 <= op.bd_id < 16 for op in dmas)
+    moved, object_words = moved_and_taken(plan)
+    assert all(moved[f] % object_words[f] == 0 for f in moved)
+
+
+def test_the_mlp_moves_every_matrix_once_per_launch():
+    plan = plan_of("mlp_4x256", "npu2")
+    moved, _ = moved_and_taken(plan)
+    assert [moved[f"g{g}_w_mem"] for g in (1, 3, 5, 7)] == [256 * 256] * 4
+
+
+def broken(plan, problem: str, error=PlanError):
+    with pytest.raises(error) as err:
+        check_plan(plan)
+    assert str(err.value) == problem
+
+
+def with_op(plan, index, **changes):
+    ops = list(plan.sequence)
+    ops[index] = dataclasses.replace(ops[index], **changes)
+    return dataclasses.replace(plan, sequence=tuple(ops))
+
+
+def test_a_bd_reused_before_a_wait_is_refused():
+    plan = with_op(plan_of("walk", "npu1"), 1, bd_id=0)
+    broken(plan, "plan Walk on npu1: sequence op 1 (Dma on g0_host) reuses BD 0 of shim_0_0, held by op 0 "
+                 "(Dma on g0_in) with no Wait covering it in between." + FIX)
+
+
+def test_a_bd_freed_by_a_wait_on_a_tokened_mm2s_may_be_reused():
+    plan = plan_of("walk", "npu1")
+    first, *rest = plan.sequence
+    ops = (dataclasses.replace(first, issue_token=True), Wait("g0_in"), *(
+        dataclasses.replace(op, bd_id=0) if isinstance(op, Dma) and op.bd_id == 1 else op for op in rest))
+    check_plan(dataclasses.replace(plan, sequence=ops))
+
+
+def test_dma_sizes_over_the_limits_are_refused():
+    plan = with_op(plan_of("add_one", "npu2"), 0, sizes=(1, 1, 1, 1024), strides=(0, 0, 0, 1))
+    broken(plan, "plan AddOne on npu2: sequence op 0 (Dma on g0_in) has sizes (1, 1, 1, 1024), strides "
+                 "(0, 0, 0, 1), BD 0: sizes[0] must be 1..64, the others 1..1023, strides >= 0, BD ids 0..15." + FIX)
+
+
+def test_a_dma_reaching_past_its_buffer_is_refused():
+    plan = with_op(plan_of("walk", "npu1"), 0, offset=1)   # node is at most 7: word 8 of 8
+    broken(plan, "plan Walk on npu1: sequence op 0 (Dma on g0_in) reaches words 1..8 of 'consts', which "
+                 "holds 8." + FIX)
+
+
+def test_a_sequence_moving_less_than_the_cores_take_is_refused():
+    plan = plan_of("walk", "npu1")
+    plan = dataclasses.replace(plan, sequence=plan.sequence[1:])
+    broken(plan, "plan Walk on npu1: FIFO g0_in gets 0 object(s) per launch from shim_0_0 but tile_0_2 "
+                 "takes 1: the launch would hang. Make the sequence move exactly the objects the cores acquire.")
+
+
+def test_a_tile_outside_the_device_is_refused():
+    plan = plan_of("walk", "npu1")
+    plan = dataclasses.replace(plan, tiles=(*plan.tiles, Tile(4, 2, "compute")))
+    broken(plan, "plan Walk on npu1: tile tile_4_2 (compute) is not a compute tile of npu1 (4 columns, rows "
+                 "(2, 3, 4, 5))." + FIX)
+
+
+def test_a_kernel_reading_past_its_object_is_refused():
+    plan = plan_of("walk", "npu1")
+    g0 = plan.functions[0]
+    step = KernelStep("copy_i32", (*g0.steps[0].args[:2], Imm(2)))
+    plan = dataclasses.replace(plan, functions=(dataclasses.replace(g0, steps=(step, *g0.steps[1:])),))
+    broken(plan, "plan Walk on npu1: function g0 touches bytes 0..8 of 'g0_in', which holds 4 bytes." + FIX)
+
+
+def test_an_emit_on_a_device_without_full_elf_is_refused():
+    plan = plan_of("walk", "npu2")
+    plan = dataclasses.replace(plan, device=from_name("npu1"), full_elf=False, image="xclbin")
+    broken(plan, "plan Walk on npu1: it has an Emit but the device runs no full ELF. Only full-ELF plans "
+                 "have an Emit and a feedback buffer.")
+
+
+def test_a_word_computed_from_a_later_word_is_refused():
+    plan = plan_of("walk", "npu1")
+    words = (*plan.words[:2], dataclasses.replace(plan.words[2], a=("word", 2)))
+    broken(dataclasses.replace(plan, words=words),
+           "plan Walk on npu1: word 2 ('steps + 1') computes add(('word', 2), ('const', 1)) bound None: "
+           "derived words apply an op to earlier words or constants." + FIX)
+
+
+def test_a_tile_over_its_memory_does_not_fit():
+    plan = plan_of("add_one", "npu2")
+    fifos = (dataclasses.replace(plan.fifos[0], depth=8), *plan.fifos[1:])
+    with pytest.raises(DoesNotFit) as err:
+        check_plan(dataclasses.replace(plan, fifos=fifos))
+    assert str(err.value).startswith("AddOne does not fit tile_0_2: its buffers take 74752 bytes but a compute "
+                                     "tile has 65536: g0_in@tile_0_2 65536 bytes (x, ones), ")

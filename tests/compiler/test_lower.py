@@ -1,0 +1,231 @@
+"""lower_program (iron/compiler/lower.py): the exact Plan of Walk (what the host runtime wires),
+npu1 against npu2, add-one and Accumulate objects, forwarding, waits on state writers, the
+Emit of a version feeding another, and the DMA splitting and BD recycling of the sequence."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import iron
+from aie_utils import from_name
+from iron import Carried, Scratchpad
+from iron.compiler.lower import dma_patterns, finish_sequence, lower_program
+from iron.compiler.plan import (
+    Acquire,
+    Core,
+    Dma,
+    Emit,
+    Fifo,
+    Function,
+    Imm,
+    Invoke,
+    KernelStep,
+    Load,
+    Ptr,
+    Release,
+    ScalarStep,
+    Tile,
+    Wait,
+)
+from iron.compiler.words import Access
+from iron.errors import LoopError
+from iron.kernels import Accumulate, Copy, Exp, Softmax
+from tests.compiler import designs
+
+NPU1, NPU2 = from_name("npu1"), from_name("npu2")
+SHIM, T02, T03 = Tile(0, 0, "shim"), Tile(0, 2, "compute"), Tile(0, 3, "compute")
+I32 = np.dtype(np.int32)
+F32 = np.float32
+
+
+def walk_plan(device):
+    return lower_program(designs.trace(designs.walk(8)), device)
+
+
+def copy(source: Ptr, dest: Ptr) -> KernelStep:
+    return KernelStep("copy_i32", (source, dest, Imm(1)))
+
+
+def test_walk_on_npu2():
+    plan = walk_plan(NPU2)
+    assert (plan.image, plan.full_elf) == ("elf", True)
+    assert [(b.name, b.nwords) for b in plan.host_buffers] == [
+        ("consts", 8), ("states", 9), ("inputs", 1), ("outputs", 1), ("words", 3), ("feedback", 3)]
+    assert [(p.name, p.buffer, p.offset) for p in plan.placements] == [
+        ("successor", "consts", 0), ("trail", "states", 0), ("carry.node", "outputs", 0)]
+    assert plan.fifos == (
+        Fifo("g0_in", SHIM, (T02,), 2, 4, I32),           # successor[node]
+        Fifo("g0_host", T02, (SHIM,), 2, 8, I32),         # carry.node, trail[steps]
+        Fifo("g0_out", T02, (T03,), 2, 4, I32, shared_memory=True),   # the next node, for the Emit
+        Fifo("emit_in", SHIM, (T03,), 2, 12, I32),        # this call's 3 words
+        Fifo("feedback", T03, (SHIM,), 2, 12, I32),       # the next call's 3 words
+    )
+    assert plan.functions == (
+        Function("g0", ("g0_in", "g0_host", "g0_out"), (
+            copy(Ptr("g0_in"), Ptr("g0_host")),          # nxt = successor[node]
+            copy(Ptr("g0_host"), Ptr("g0_host", 4)),      # trail[steps] = nxt
+            copy(Ptr("g0_host"), Ptr("g0_out")))),        # nxt to the Emit
+        Function("emit", ("emit_in", "g0_out", "feedback"), (
+            ScalarStep(Ptr("feedback"), "copy", Load("g0_out")),
+            ScalarStep(Ptr("feedback", 4), "copy", Load("emit_in", 8)),
+            ScalarStep(Ptr("feedback", 8), "add", Load("feedback", 4), Imm(1)))),
+    )
+    assert plan.cores == (
+        Core(T02, "g0", (Acquire("g0_in", "Consume"), Acquire("g0_host", "Produce"), Acquire("g0_out", "Produce"),
+                         Invoke("g0", ("g0_in", "g0_host", "g0_out")),
+                         Release("g0_in", "Consume"), Release("g0_host", "Produce"), Release("g0_out", "Produce"))),
+        Core(T03, "emit", (Acquire("emit_in", "Consume"), Acquire("g0_out", "Consume"), Acquire("feedback", "Produce"),
+                           Invoke("emit", ("emit_in", "g0_out", "feedback")),
+                           Release("emit_in", "Consume"), Release("g0_out", "Consume"), Release("feedback", "Produce"))),
+    )
+    one, three = ((1, 1, 1, 1), (0, 0, 0, 1)), ((1, 1, 1, 3), (0, 0, 0, 1))
+    assert plan.sequence == (
+        Dma("mm2s", "g0_in", "consts", 0, *one, 0, SHIM, patch_word=0),      # successor[node]
+        Dma("s2mm", "g0_host", "outputs", 0, *one, 1, SHIM),                 # carry.node
+        Dma("s2mm", "g0_host", "states", 0, *one, 2, SHIM, patch_word=1),    # trail[steps]
+        Dma("mm2s", "emit_in", "words", 0, *three, 3, SHIM),
+        Dma("s2mm", "feedback", "feedback", 0, *three, 4, SHIM),
+        Wait("g0_host"), Wait("feedback"),
+    )
+    assert plan.emit == Emit(T03, (("node", ("elem", "g0_out", 0)), ("steps", ("word", 2))), plan.words, "feedback")
+    assert plan.carry == (("node", ("output", "carry.node")), ("steps", ("word", 2)))
+    assert [k.arg_types for k in plan.kernels] == [
+        ("memref<1xi32>", "memref<2xi32>", "memref<1xi32>"), ("memref<3xi32>", "memref<1xi32>", "memref<3xi32>")]
+
+
+def without_emit(plan):
+    """`plan` without its Emit: the Emit's tile, FIFOs, function, feedback buffer and DMAs, and
+    the copy of the carried element into g0_out."""
+    emit_fifos = {"g0_out", "emit_in", "feedback"}
+    g0 = plan.function("g0")
+    g0 = dataclasses.replace(g0, params=g0.params[:2], steps=g0.steps[:2])
+
+    def kept(items):
+        return tuple(i for i in items if getattr(i, "fifo", None) not in emit_fifos)
+
+    core = plan.cores[0]
+    core = dataclasses.replace(core, program=tuple(
+        Invoke("g0", ("g0_in", "g0_host")) if isinstance(i, Invoke) else i for i in kept(core.program)))
+    return dataclasses.replace(
+        plan, device=None, full_elf=None, image=None, emit=None, rules=(), notes={},
+        tiles=tuple(t for t in plan.tiles if t != T03),
+        host_buffers=tuple(b for b in plan.host_buffers if b.role != "feedback"),
+        fifos=tuple(f for f in plan.fifos if f.name not in emit_fifos),
+        functions=(g0,), kernels=(dataclasses.replace(plan.kernels[0], arg_types=plan.kernels[0].arg_types[:2]),),
+        cores=(core,), sequence=kept(plan.sequence))
+
+
+def test_walk_on_npu1_differs_from_npu2_only_by_the_emit():
+    on1, on2 = walk_plan(NPU1), walk_plan(NPU2)
+    assert (on1.device.name, on1.full_elf, on1.image, on1.emit) == ("npu1", False, "xclbin", None)
+    assert [b.role for b in on1.host_buffers] == ["consts", "states", "inputs", "outputs", "words"]
+    bare = dataclasses.replace(on1, device=None, full_elf=None, image=None, rules=(), notes={})
+    assert bare == without_emit(on2)
+
+
+def test_add_one_moves_one_object_with_the_input_and_the_ones():
+    plan = lower_program(designs.trace(designs.add_one(1024)), NPU2)
+    assert [(f.name, f.nbytes) for f in plan.fifos] == [("g0_in", 8192), ("g0_host", 4096)]
+    assert plan.function("g0").steps == (
+        KernelStep("add_i32", (Ptr("g0_in"), Ptr("g0_in", 4096), Ptr("g0_host"), Imm(1024))),)
+    assert [(op.buffer, op.sizes, op.strides) for op in plan.sequence if isinstance(op, Dma)] == [
+        ("inputs", (1, 1, 2, 512), (0, 0, 512, 1)), ("consts", (1, 1, 2, 512), (0, 0, 512, 1)),
+        ("outputs", (1, 1, 2, 512), (0, 0, 512, 1))]
+
+
+def test_accumulate_copies_the_row_then_adds_into_it():
+    plan = lower_program(designs.trace(designs.accumulate_at(n=64, rows=4)), NPU2)
+    assert plan.function("g0").steps == (
+        KernelStep("copy_i32", (Ptr("g0_in", 256), Ptr("g0_host"), Imm(64))),
+        KernelStep("accumulate_i32", (Ptr("g0_in"), Ptr("g0_host"), Imm(64))))
+    assert [(op.direction, op.buffer, op.patch_word) for op in plan.sequence if isinstance(op, Dma)] == [
+        ("mm2s", "inputs", None), ("mm2s", "states", 1), ("s2mm", "states", 1)]
+
+
+class Soft(iron.Graph):
+    def body(self, x, *, n: Scratchpad[np.int32]):
+        return Softmax.step(x, length=n), Softmax.step(x)
+
+
+def test_softmax_without_a_length_passes_n_and_a_shared_input_is_forwarded():
+    plan = lower_program(Soft().trace(x=((16,), F32)), NPU2)
+    assert plan.function("g1").steps == (
+        KernelStep("softmax_f32", (Ptr("g0_out"), Ptr("g1_host"), Imm(16), Imm(16))),)
+    assert plan.function("g0").steps[-1] == KernelStep("copy_f32", (Ptr("g0_in"), Ptr("g0_out"), Imm(16)))
+    assert ("forward_shared_input", "g0 forwards x to g1") in plan.rules
+
+
+class WriteThenRead(iron.Graph):
+    def __init__(self):
+        self.s = iron.state((8,), F32, name="s")
+
+    def body(self, x):
+        Accumulate.step(x, out=self.s)
+        return Exp.step(self.s)
+
+
+def test_a_reader_of_a_state_waits_for_its_writer():
+    plan = lower_program(WriteThenRead().trace(x=((8,), F32)), NPU2)
+    ops = [(type(op).__name__, op.fifo, getattr(op, "bd_id", None)) for op in plan.sequence]
+    assert ops == [("Dma", "g0_in", 0), ("Dma", "g0_in", 1), ("Dma", "g0_host", 2), ("Wait", "g0_host", None),
+                   ("Dma", "g1_in", 2), ("Dma", "g1_host", 3), ("Wait", "g1_host", None)]
+
+
+class Seeded(iron.Graph):
+    """A first version takes the first trail entry as a tensor; the body copies the last one."""
+
+    def __init__(self):
+        self.trail = iron.state((8,), np.int32, name="trail")
+
+    def body(self, x=None, *, pos: Carried[np.int32]):
+        Copy.step(x if x is not None else self.trail[pos], self.trail[pos + 1])
+        return iron.carry(pos=pos + 1)
+
+
+def test_the_emit_of_a_first_version_writes_the_words_of_the_body_it_feeds():
+    graph = Seeded()
+    body = lower_program(graph.trace(), NPU2)
+    first = lower_program(graph.trace(x=((), np.int32)), NPU2, feeds=body)
+    assert [w.bound for w in first.words] == [None, (0, 8)]
+    assert [w.bound for w in body.words] == [(0, 8), (0, 8)]
+    assert first.emit.target_words == body.words
+    assert first.function("emit").steps == (
+        ScalarStep(Ptr("feedback"), "copy", Load("emit_in", 4)),
+        ScalarStep(Ptr("feedback", 4), "add", Load("feedback"), Imm(1)))
+
+
+def test_feeds_with_other_carried_values_or_device_are_refused():
+    graph = Seeded()
+    with pytest.raises(LoopError) as err:
+        lower_program(graph.trace(), NPU2, feeds=walk_plan(NPU2))
+    assert str(err.value) == (
+        "Seeded carries (pos) but feeds Walk, which carries (node, steps): give both bodies the same "
+        "Carried parameters.")
+    with pytest.raises(LoopError) as err:
+        lower_program(graph.trace(), NPU2, feeds=lower_program(graph.trace(), from_name("npu2_1col")))
+    assert str(err.value) == (
+        "Seeded is compiled for npu2 but feeds Seeded, compiled for npu2_1col: compile both versions "
+        "for the same device.")
+
+
+# ---- the sequence ------------------------------------------------------------------------------
+
+def test_long_transfers_become_dmas_within_the_limits():
+    assert dma_patterns(0, [(5000, 1)], NPU2) == [(0, (1, 1, 5, 1000), (0, 0, 1000, 1))]
+    assert dma_patterns(0, [(2003, 1)], NPU2) == [
+        (0, (1, 1, 1, 1023), (0, 0, 0, 1)), (1023, (1, 1, 1, 980), (0, 0, 0, 1))]
+    assert dma_patterns(0, [(100, 40), (3, 10), (2, 5), (4, 1)], NPU2) == [
+        (0, (64, 3, 2, 4), (40, 10, 5, 1)), (2560, (36, 3, 2, 4), (40, 10, 5, 1))]
+    assert dma_patterns(7, [(2, 100), (2, 40), (3, 10), (2, 5), (4, 1)], NPU2) == [
+        (7, (2, 3, 2, 4), (40, 10, 5, 1)), (107, (2, 3, 2, 4), (40, 10, 5, 1))]
+
+
+def test_bd_ids_are_reused_only_after_a_covering_wait():
+    fifos = {"a": Fifo("a", SHIM, (T02,), 2, 4)}
+    moves = [("dma", "mm2s", "a", "inputs", Access(i, ((1, 1),))) for i in range(18)]
+    ops = finish_sequence([*moves, ("final",)], fifos, NPU2)
+    assert [op.bd_id for op in ops[:16]] == list(range(16))
+    assert all(op.issue_token for op in ops[:16])
+    assert ops[16] == Wait("a")
+    assert [(op.offset, op.bd_id, op.issue_token) for op in ops[17:]] == [(16, 0, False), (17, 1, False)]

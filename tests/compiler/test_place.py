@@ -1,0 +1,133 @@
+"""Placement rules (iron/compiler/place.py, through lower_program): snake order, streamed and
+split matrices, shim channels, and the refusals when a device is too small."""
+
+import numpy as np
+import pytest
+
+import iron
+from aie_utils import from_name
+from iron.compiler.lower import lower_program
+from iron.compiler.place import snake_order
+from iron.compiler.plan import Dma, Imm, KernelStep, Link, Loop, Ptr
+from iron.errors import PlacementError
+from iron.kernels import Exp, MatVec, Softmax
+from tests.compiler import designs
+
+F32 = np.float32
+
+
+def plan_of(graph, device="npu2", **specs):
+    return lower_program(graph.trace(**specs) if specs else designs.trace(graph), from_name(device))
+
+
+def core_tiles(plan) -> list[tuple[str, str]]:
+    return [(c.group, c.tile.name) for c in plan.cores]
+
+
+def test_snake_order_goes_up_even_columns_and_down_odd_ones():
+    tiles = [(t.col, t.row) for t in snake_order(from_name("npu2_2col"))]
+    assert tiles == [(0, 2), (0, 3), (0, 4), (0, 5), (1, 5), (1, 4), (1, 3), (1, 2)]
+
+
+class Chain(iron.Graph):
+    """Twelve Exp calls in a row."""
+
+    def body(self, x):
+        for _ in range(6):
+            x = Exp.step(Exp.step(x))
+        return x
+
+
+def test_consecutive_groups_take_neighbouring_tiles():
+    # 4096 float32 are 16 KiB: an input and a result fill half a tile, so size_limit gives each
+    # Exp a group of its own
+    plan = plan_of(Chain(), x=((4096,), F32))
+    assert [name for _, name in core_tiles(plan)] == [
+        "tile_0_2", "tile_0_3", "tile_0_4", "tile_0_5", "tile_1_5", "tile_1_4",
+        "tile_1_3", "tile_1_2", "tile_2_2", "tile_2_3", "tile_2_4", "tile_2_5"]
+    assert all(f.shared_memory for f in plan.fifos if f.name.endswith("_out"))
+
+
+def test_stream_large_matrix_streams_row_blocks_through_the_mem_tile():
+    plan = plan_of(designs.mlp_layer(128))   # W is 64 KiB of float32: 4 blocks of 32 rows
+    w_mem, w = plan.fifo("g1_w_mem"), plan.fifo("g1_w")
+    assert (w_mem.producer.name, [t.name for t in w_mem.consumers], w_mem.nbytes) == ("shim_0_0", ["mem_0_1"], 16384)
+    assert (w.producer.name, [t.name for t in w.consumers], w.nbytes) == ("mem_0_1", ["tile_0_3"], 16384)
+    assert plan.links == (Link(w_mem.consumers[0], ("g1_w_mem",), ("g1_w",)),)
+    loop = next(item for item in plan.cores[1].program if isinstance(item, Loop))
+    assert loop.count == 4
+    assert plan.function("g1_block").steps == (KernelStep("matvec_f32", (
+        Ptr("g1_w"), Ptr("g0_out", 512), Ptr("g1_buf0", 0, block_stride=128), Imm(32), Imm(128))),)
+    stream = [(op.offset, op.sizes, op.strides) for op in plan.sequence if isinstance(op, Dma) and op.fifo == "g1_w_mem"]
+    assert stream == [(0, (1, 1, 32, 512), (0, 0, 512, 1))]
+    assert ("stream_large_matrix", "g1: w (128, 128) float32 (65536 bytes) streamed as 4 blocks of 32 rows "
+            "per part via mem_0_1") in plan.rules
+
+
+def test_split_matrix_over_tiles_splits_rows_and_joins_the_parts():
+    plan = plan_of(designs.big_matvec(512, 256))   # 512 KiB: four parts of 128 KiB
+    assert core_tiles(plan) == [("g0", "tile_0_2"), ("g0", "tile_0_3"), ("g0", "tile_0_4"), ("g0", "tile_0_5")]
+    split, join = plan.links
+    assert (split.sources, split.destinations, split.destination_offsets) == (
+        ("g0_w_mem",), ("g0_w0", "g0_w1", "g0_w2", "g0_w3"), (0, 16384, 32768, 49152))
+    assert (join.sources, join.destinations, join.source_offsets) == (
+        ("g0_part0", "g0_part1", "g0_part2", "g0_part3"), ("g0_host",), (0, 512, 1024, 1536))
+    assert [t.name for t in plan.fifo("g0_in").consumers] == ["tile_0_2", "tile_0_3", "tile_0_4", "tile_0_5"]
+    stream = [(op.sizes, op.strides) for op in plan.sequence if isinstance(op, Dma) and op.fifo == "g0_w_mem"]
+    assert stream == [((8, 4, 16, 256), (4096, 32768, 256, 1))]   # per block, each part's 16 rows
+    assert plan.function("g0_p2_block").steps[0].args[2] == Ptr("g0_part2", 0, block_stride=64)
+
+
+class BigThenFive(iron.Graph):
+    def __init__(self):
+        self.w = iron.param(np.ones((512, 256), F32))
+
+    def body(self, x):
+        y = MatVec.step(self.w, x)
+        for _ in range(5):
+            y = Softmax.step(y)
+        return y
+
+
+def test_a_matrix_is_not_split_when_the_device_lacks_tiles():
+    # 6 groups on 8 tiles leave 3 for the MatVec: too few for 4 parts of 128 KiB
+    plan = plan_of(BigThenFive(), "npu2_2col", x=((256,), F32))
+    assert [r for r, _ in plan.rules if r in ("stream_large_matrix", "split_matrix_over_tiles")] == [
+        "stream_large_matrix"]
+    assert [name for _, name in core_tiles(plan)] == [
+        "tile_0_2", "tile_0_3", "tile_0_4", "tile_0_5", "tile_1_5", "tile_1_4"]
+
+
+class Three(iron.Graph):
+    def body(self, x, y, z):
+        return Exp.step(x), Exp.step(y), Exp.step(z)
+
+
+def test_shim_channels_spread_over_columns():
+    spec = ((8,), F32)
+    plan = plan_of(Three(), x=spec, y=spec, z=spec)
+    assert [what for rule, what in plan.rules if rule == "shim_channels"] == [
+        "shim_0_0: g0_in (mm2s), g0_host (s2mm), g1_in (mm2s), g1_host (s2mm)",
+        "shim_1_0: g2_in (mm2s), g2_host (s2mm)"]
+
+
+def test_shim_channels_over_budget_are_refused():
+    spec = ((8,), F32)
+    with pytest.raises(PlacementError) as err:
+        plan_of(Three(), "npu1_1col", x=spec, y=spec, z=spec)
+    assert str(err.value) == (
+        "Three needs 3 shim MM2S channels but npu1_1col has 2 (1 shim tile x 2): compile for a "
+        "device with more columns.")
+
+
+class Five(iron.Graph):
+    def body(self, x):
+        return tuple(Exp.step(x) for _ in range(5))
+
+
+def test_more_groups_than_tiles_are_refused():
+    with pytest.raises(PlacementError) as err:
+        plan_of(Five(), "npu1_1col", x=((8,), F32))
+    assert str(err.value) == (
+        "Five needs 5 compute tiles but npu1_1col has 4: compile for a device with more columns, "
+        "or make the graph's work fit fewer fused groups.")

@@ -1,0 +1,150 @@
+"""The per-call scratchpad layout (iron/compiler/words.py, as lower_program fills it): value
+words, bounded index words, DMA offset words, core words, "next" words, dedupe, and the views
+the DMA cannot move in whole words."""
+
+import numpy as np
+import pytest
+
+import iron
+from aie_utils import from_name
+from iron import Scratchpad
+from iron.compiler.lower import lower_program
+from iron.compiler.plan import Dma, WordDef
+from iron.errors import PlacementError
+from iron.kernels import Copy, Softmax
+from tests.compiler import designs
+
+NPU2 = from_name("npu2")
+
+
+def lower(graph, **specs):
+    return lower_program(graph.trace(**specs), NPU2)
+
+
+def patches(plan) -> list[tuple[str, int | None]]:
+    return [(op.buffer, op.patch_word) for op in plan.sequence if isinstance(op, Dma)]
+
+
+def test_walk_words_are_node_steps_and_the_next_steps():
+    plan = lower_program(designs.trace(designs.walk(8)), NPU2)
+    assert plan.words == (
+        WordDef(0, "node", "carried", bound=(0, 8), what="successor[node]"),
+        WordDef(1, "steps", "carried", bound=(0, 9), what="trail[steps]"),
+        WordDef(2, "steps + 1", "next", "add", ("word", 1), ("const", 1)),
+    )
+    # int32 rows of one word: the DMA offset words fold into the index words themselves
+    assert patches(plan) == [("consts", 0), ("outputs", None), ("states", 1), ("words", None), ("feedback", None)]
+    assert plan.carry == (("node", ("output", "carry.node")), ("steps", ("word", 2)))
+
+
+def test_a_row_index_is_scaled_into_a_dma_word():
+    plan = lower_program(designs.trace(designs.accumulate_at(n=64, rows=4)), NPU2)
+    assert plan.words == (
+        WordDef(0, "pos", "scratchpad", bound=(0, 4), what="acc[pos]"),
+        WordDef(1, "pos * 64", "dma", "mul", ("word", 0), ("const", 64)),
+    )
+    assert patches(plan) == [("inputs", None), ("states", 1), ("states", 1)]
+
+
+class TwoAxes(iron.Graph):
+    def __init__(self):
+        self.s = iron.state((4, 8, 16), np.int32, name="s")
+
+    def body(self, *, i: Scratchpad[np.int32], j: Scratchpad[np.int32]):
+        return Copy.step(self.s[i, j])
+
+
+def test_two_dynamic_axes_sum_into_one_patch_word():
+    plan = lower(TwoAxes())
+    assert plan.words[2:] == (
+        WordDef(2, "i * 128", "dma", "mul", ("word", 0), ("const", 128)),
+        WordDef(3, "j * 16", "dma", "mul", ("word", 1), ("const", 16)),
+        WordDef(4, "(i * 128) + (j * 16)", "dma", "add", ("word", 2), ("word", 3)),
+    )
+    assert [w.bound for w in plan.words] == [(0, 4), (0, 8), None, None, None]
+    assert patches(plan) == [("states", 4), ("outputs", None)]
+
+
+class Shared(iron.Graph):
+    def __init__(self):
+        self.w = iron.weight(np.arange(8, dtype=np.int32))
+        self.t = iron.state((4,), np.int32, name="t")
+
+    def body(self, *, node: Scratchpad[np.int32], pos: Scratchpad[np.int32]):
+        a = Copy.step(self.w[node])
+        b = Copy.step(self.w[pos + 1])
+        c = Copy.step(self.w[pos + 1])
+        Copy.step(a, self.t[node])
+        return b, c
+
+
+def test_words_are_shared_and_a_second_bound_gets_a_copy():
+    plan = lower(Shared())
+    assert plan.words == (
+        WordDef(0, "node", "scratchpad", bound=(0, 8), what="w[node]"),
+        WordDef(1, "pos", "scratchpad"),
+        WordDef(2, "pos + 1", "dma", "add", ("word", 1), ("const", 1), bound=(0, 8), what="w[pos + 1]"),
+        WordDef(3, "node", "dma", "copy", ("word", 0), None, bound=(0, 4), what="t[node]"),
+    )
+
+
+class Soft(iron.Graph):
+    def body(self, x, *, n: Scratchpad[np.int32]):
+        return Softmax.step(x, length=n)
+
+
+def test_a_per_call_length_is_a_core_word_read_from_the_in_object():
+    plan = lower(Soft(), x=((16,), np.float32))
+    assert plan.words == (WordDef(0, "n", "scratchpad", bound=(1, 17), what="Softmax length=n"),)
+    (step,) = plan.function("g0").steps
+    assert step.args[-1] == iron.compiler.plan.Load("g0_in", 64)
+    assert [(op.buffer, op.offset, op.nwords) for op in plan.sequence if isinstance(op, Dma)] == [
+        ("inputs", 0, 16), ("words", 0, 1), ("outputs", 0, 16)]
+
+
+class InputView(iron.Graph):
+    def body(self, x, *, i: Scratchpad[np.int32]):
+        return Copy.step(x[i])
+
+
+def test_a_view_of_an_input_is_patched_in_the_inputs_buffer():
+    plan = lower(InputView(), x=((4, 16), np.int32))
+    assert plan.words[1] == WordDef(1, "i * 16", "dma", "mul", ("word", 0), ("const", 16))
+    assert plan.words[0].bound == (0, 4)
+    assert patches(plan) == [("inputs", 1), ("outputs", None)]
+
+
+class HalfWords(iron.Graph):
+    def __init__(self):
+        self.table = iron.weight(np.zeros(8, dtype=iron.bfloat16))
+
+    def body(self, *, node: Scratchpad[np.int32]):
+        return Copy.step(self.table[node])
+
+
+class ShortRuns(iron.Graph):
+    def __init__(self):
+        self.table = iron.weight(np.zeros((4, 8), dtype=np.int8))
+
+    def body(self, *, node: Scratchpad[np.int32]):
+        return Copy.step(self.table[node, 0:2])
+
+
+def test_a_dynamic_step_of_half_a_word_is_refused():
+    with pytest.raises(PlacementError) as err:
+        lower(HalfWords())
+    assert str(err.value) == (
+        "table[node] indexes axis 0 of weight 'table' with per-call value 'node', but one step "
+        "along that axis is 2 bytes and the device's DMA offsets count whole 4-byte words. Pad "
+        "'table' so each entry of axis 0 spans a multiple of 4 bytes."
+    )
+
+
+def test_a_run_of_part_of_a_word_is_refused():
+    with pytest.raises(PlacementError) as err:
+        lower(ShortRuns())
+    assert str(err.value) == (
+        "table[node, :2] moves runs of 2 bytes of weight 'table' (int8) from byte 0 along axis 1, "
+        "and the device's DMA moves whole 4-byte words on 4-byte boundaries. Pad or index 'table' "
+        "so each contiguous run starts and ends on a 4-byte boundary."
+    )

@@ -1,0 +1,140 @@
+"""The emulator on real Plans: tests/compiler/designs.py lowered by iron.compiler.lower and run
+through the emulator, with the host's side written inline (constants, inputs and per-call words
+into host buffers, outputs and states read back), compared with `graph.reference(...)`.
+
+Integers are exact; float32 within rtol 1e-5 / atol 1e-6 (matrix rows are summed in blocks on the
+device, in another order than numpy's), bfloat16 within rtol 2e-2 (two bf16 ulps). Walk runs as a
+device loop on npu2 (each run's Emit writes the next run's scratchpad) and host-driven on npu1.
+The native kernel mode runs two designs through the kernels' C++ (skipped without g++).
+"""
+import shutil
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from aie_utils import from_name
+from iron.compiler.lower import lower_program
+from iron.runtime.emulator import Emulator
+from iron.runtime.words import WordProgram
+from tests.compiler import designs
+
+F32 = {"rtol": 1e-5, "atol": 1e-6}
+BF16 = {"rtol": 2e-2, "atol": 1e-2}
+
+
+def view(words: np.ndarray, placement) -> np.ndarray:
+    """The typed, shaped view of `placement` inside its uint32 host buffer."""
+    nbytes = int(np.prod(placement.shape, dtype=np.int64)) * placement.dtype.itemsize
+    start = placement.offset * 4
+    return words.view(np.uint8)[start: start + nbytes].view(placement.dtype).reshape(placement.shape)
+
+
+def load(graph, device="npu2", kernels="numpy"):
+    """The graph's Plan loaded on an Emulator, with its weights and params written."""
+    plan = lower_program(designs.trace(graph), from_name(device))
+    emulator = Emulator(plan, kernels=kernels)
+    arrays = graph._arrays()
+    for p in plan.placements:
+        if p.kind in ("weight", "param"):
+            view(emulator.buffer(p.buffer), p)[...] = arrays[p.name]
+    return plan, emulator
+
+
+def call(plan, emulator, tensors=None, **values):
+    """One host-driven call: inputs and words written, one launch; returns the outputs."""
+    for name, array in (tensors or {}).items():
+        view(emulator.buffer(plan.placement(name).buffer), plan.placement(name))[...] = array
+    words = WordProgram(plan.words)(values).view(np.uint32)
+    bindings = {"words": np.resize(words, plan.host_buffer("words").nwords)}
+    if not plan.full_elf:
+        emulator.buffer("words")[:] = bindings.pop("words")
+    if plan.emit is not None:
+        bindings["feedback"] = np.zeros(plan.host_buffer("feedback").nwords, np.uint32)
+    run = emulator.run(**bindings)
+    emulator.start(run)
+    emulator.wait(run)
+    return [view(emulator.buffer(p.buffer), p).copy() for p in plan.placements if p.kind == "output"]
+
+
+@pytest.mark.parametrize("device", ["npu2", "npu1"])
+def test_add_one(device):
+    graph = designs.add_one()
+    plan, emulator = load(graph, device)
+    for x in (np.arange(1024, dtype=np.int32), np.full(1024, 2**31 - 1, np.int32)):
+        (y,) = call(plan, emulator, {"x": x})
+        np.testing.assert_array_equal(y, graph.reference(x))
+
+
+def test_accumulate_at_a_scratchpad_row():
+    graph = designs.accumulate_at()
+    plan, emulator = load(graph)
+    for pos, scale in ((1, 1), (3, -2), (1, 5)):
+        x = np.arange(64, dtype=np.int32) * scale
+        call(plan, emulator, {"x": x}, pos=pos)
+        graph.reference(x, pos=pos)
+    np.testing.assert_array_equal(view(emulator.buffer("states"), plan.placement("acc")), graph.read("acc"))
+    assert graph.read("acc")[1].tolist() == (np.arange(64) * 6).tolist()
+
+
+@pytest.mark.parametrize("graph, tolerance", [
+    (designs.mlp_layer(64, np.float32), F32),
+    (designs.mlp_layer(64, ml_dtypes.bfloat16), BF16),
+    (designs.mlp(), F32),
+    (designs.big_matvec(), F32),
+])
+def test_float_designs_match_the_reference(graph, tolerance):
+    plan, emulator = load(graph)
+    x = designs.example(graph)["x"]
+    for scale in (1.0, -0.5):
+        given = (x * scale).astype(x.dtype)
+        (y,) = call(plan, emulator, {"x": given})
+        expected = graph.reference(given)
+        np.testing.assert_allclose(y.astype(np.float32), expected.astype(np.float32), **tolerance)
+
+
+def numpy_trail(graph, steps: int) -> np.ndarray:
+    nxt = {"node": 0, "steps": 0}
+    for _ in range(steps):
+        nxt = graph.reference(**nxt)
+    return graph.read("trail")
+
+
+def test_walk_runs_as_a_device_loop_on_npu2():
+    graph = designs.walk()
+    plan, emulator = load(graph, "npu2")
+    ring = [np.zeros(plan.host_buffer("words").nwords, np.uint32) for _ in range(2)]
+    ring[0][:] = WordProgram(plan.words)({"node": 0, "steps": 0}).view(np.uint32)
+    runs = [emulator.run(words=ring[k], feedback=ring[(k + 1) % 2]) for k in range(2)]
+    for k in range(9):
+        emulator.wait(runs[k % 2])
+        emulator.start(runs[k % 2])
+    for run in runs:
+        emulator.wait(run)
+    assert emulator.launches == 9
+    np.testing.assert_array_equal(view(emulator.buffer("states"), plan.placement("trail")), numpy_trail(graph, 9))
+
+
+def test_walk_runs_host_driven_on_npu1():
+    graph = designs.walk()
+    plan, emulator = load(graph, "npu1")
+    values = {"node": 0, "steps": 0}
+    for _ in range(9):
+        call(plan, emulator, **values)
+        node = int(view(emulator.buffer("outputs"), plan.placement("carry.node")))
+        values = {"node": node, "steps": values["steps"] + 1}
+    np.testing.assert_array_equal(view(emulator.buffer("states"), plan.placement("trail")), numpy_trail(graph, 9))
+
+
+def test_native_kernels_run_real_plans():
+    if shutil.which("g++") is None:
+        pytest.skip("the host C++ compiler g++ is not installed (apt-get install g++)")
+    layer = designs.mlp_layer(64, np.float32)
+    plan, emulator = load(layer, kernels="native")
+    x = designs.example(layer)["x"]
+    (y,) = call(plan, emulator, {"x": x})
+    np.testing.assert_allclose(y, layer.reference(x), rtol=1e-4, atol=1e-5)
+    graph = designs.accumulate_at()
+    plan, emulator = load(graph, kernels="native")
+    call(plan, emulator, {"x": np.arange(64, dtype=np.int32)}, pos=2)
+    assert view(emulator.buffer("states"), plan.placement("acc"))[2].tolist() == list(range(64))
