@@ -3,9 +3,12 @@
 What it does: `lower_program(program, device, feeds=None)` fuses the calls into groups, places
 them, then builds per group (per row part of a split group):
 - `<g>_in`: one packed object from the host (input tensors, weight/param/state views, gathers
-  with patched offsets, the per-call words its kernels read), `<g>_w` / `<g>_w<p>` streamed
-  matrix blocks through a mem tile, `<g>_out` (results other groups or the Emit read,
-  broadcast), `<g>_host` (outputs, state writes, carried elements, to the host);
+  with patched offsets, the per-call words its kernels read; broadcast to every row part of a
+  split group), `<g>_w` / `<g>_w<p>` streamed matrix blocks through a mem tile, `<g>_out`
+  (results other groups or the Emit read, broadcast; plus small inputs and constants a later
+  group also reads, forwarded so the host sends them once: `forward_shared_input`),
+  `<g>_host` (outputs, state writes, carried elements, to the host); a split group's parts
+  send `<g>_part<p>` to a mem-tile join whose object goes on as `<g>_out` or `<g>_host`;
 - one Function per group (plus `<g>_block` for a streamed matrix), kernel calls following each
   kernel's C ABI, intermediates in Buffers, and the core program acquiring, looping over matrix
   blocks, invoking and releasing;
@@ -27,6 +30,7 @@ import numpy as np
 from iron import dtypes
 from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.fuse import Group, call_label, fuse, tensor_inputs
+from iron.compiler.invariants import check_plan
 from iron.compiler.place import ShimRequest, Site, assign_shims, is_host_tensor, place
 from iron.compiler.plan import (
     Acquire,
@@ -63,8 +67,6 @@ I32 = np.dtype(np.int32)
 
 def lower_program(program: Program, device, feeds: Plan | None = None) -> Plan:
     """The Plan of `program` on `device`; `feeds`: the Plan whose scratchpad the Emit writes."""
-    from iron.compiler.invariants import check_plan
-
     check_feeds(program, device, feeds)
     with_emit = bool(device.full_elf and program.carried_names)
     groups = fuse(program)
@@ -424,7 +426,7 @@ class Lowering:
             self.fifo(name, part.tile, [site.stream.mem], size, last.dtype, call_label(self.program, last))
         host = "host" in self.users.get(id(last), ())
         consumers = self._consumer_tiles(site.group, with_host=host)
-        joined = f"{g}_out" if any(t is not HOST for t in consumers) else f"{g}_host"
+        joined = f"{g}_out" if any(t != HOST for t in consumers) else f"{g}_host"
         self.fifo(joined, site.stream.mem, consumers, size * len(parts), last.dtype, call_label(self.program, last))
         self.links.append(Link(site.stream.mem, names, (joined,), source_offsets=tuple(p.number * size for p in parts)))
         self.results[id(last)] = (joined, 0)
@@ -682,7 +684,7 @@ class Lowering:
     def _assign_shims(self):
         requests = []
         for f in self.fifos:
-            if f.producer is HOST:
+            if f.producer == HOST:
                 requests.append(ShimRequest(f.name, "mm2s", f.consumers[0].col))
             elif HOST in f.consumers:
                 requests.append(ShimRequest(f.name, "s2mm", f.producer.col))
@@ -690,8 +692,8 @@ class Lowering:
 
     @staticmethod
     def _resolved(f: Fifo, shims: dict[str, Tile]) -> Fifo:
-        producer = shims[f.name] if f.producer is HOST else f.producer
-        consumers = tuple(shims[f.name] if t is HOST else t for t in f.consumers)
+        producer = shims[f.name] if f.producer == HOST else f.producer
+        consumers = tuple(shims[f.name] if t == HOST else t for t in f.consumers)
         return replace(f, producer=producer, consumers=consumers)
 
     def _tiles(self, fifos) -> tuple[Tile, ...]:

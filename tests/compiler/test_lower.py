@@ -30,7 +30,7 @@ from iron.compiler.plan import (
 )
 from iron.compiler.words import Access
 from iron.errors import LoopError
-from iron.kernels import Accumulate, Copy, Exp, Softmax
+from iron.kernels import Accumulate, Add, Copy, Exp, Softmax
 from tests.compiler import designs
 
 NPU1, NPU2 = from_name("npu1"), from_name("npu2")
@@ -154,6 +154,17 @@ def test_softmax_without_a_length_passes_n_and_a_shared_input_is_forwarded():
         KernelStep("softmax_f32", (Ptr("g0_out"), Ptr("g1_host"), Imm(16), Imm(16))),)
     assert plan.function("g0").steps[-1] == KernelStep("copy_f32", (Ptr("g0_in"), Ptr("g0_out"), Imm(16)))
     assert ("forward_shared_input", "g0 forwards x to g1") in plan.rules
+
+
+class TwiceInOneGroup(iron.Graph):
+    def body(self, x, y):
+        return Add.step(Add.step(x, y), y)
+
+
+def test_a_tensor_read_twice_by_one_group_is_loaded_once_and_not_forwarded():
+    plan = lower_program(TwiceInOneGroup().trace(x=((8,), np.int32), y=((8,), np.int32)), NPU2)
+    assert [(f.name, f.nbytes) for f in plan.fifos] == [("g0_in", 64), ("g0_host", 32)]
+    assert not [rule for rule, _ in plan.rules if rule == "forward_shared_input"]
 
 
 class WriteThenRead(iron.Graph):

@@ -1,11 +1,14 @@
 """Tests of iron.compiler.mlir.print_mlir: exact text for hand-built Plans (add-one, a streamed
-block loop with a buffer, split and join links, patched DMAs), the refusals, only allowed ops,
-determinism, and the goldens of add-one, Walk and an Accumulate at a Scratchpad position on
-npu2 and Walk on npu1 (IRON_UPDATE_GOLDEN=1 rewrites them).
+block loop with a buffer, split and join links, patched DMAs), the refusals, only allowed ops in
+every test design, determinism, and the goldens of add-one, Walk and an Accumulate at a
+Scratchpad position on npu2 and Walk on npu1: MLIR plus glue sources, regenerated from
+lower_program (tests/compiler/designs.py) and compared byte for byte; IRON_UPDATE_GOLDEN=1
+rewrites them. Without iron/compiler/lower.py the goldens come from the hand-built Plans.
 
-The hand-built Plans here are also used by test_sources.py."""
+The hand-built Plans and `design_plans()` are also used by test_sources.py."""
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import os
@@ -16,8 +19,7 @@ import numpy as np
 import pytest
 
 import aie_utils
-import iron
-from iron import Scratchpad
+from iron import dtypes
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import (
     Acquire,
@@ -45,9 +47,8 @@ from iron.compiler.plan import (
     WordDef,
 )
 from iron.compiler.sources import kernel_sources
-from iron.designs import Walk
 from iron.errors import PlanError
-from iron.kernels import Accumulate, Add
+from tests.compiler import designs
 
 GOLDEN = Path(__file__).parent / "golden"
 F32 = np.dtype(np.float32)
@@ -448,56 +449,38 @@ def op_names(text: str) -> list[str]:
     return names
 
 
-class AddOne(iron.Graph):
-    """out = x + 1 over 1024 int32."""
-
-    def __init__(self):
-        self.ones = iron.weight(np.ones(1024, np.int32))
-
-    def body(self, x):
-        return Add.step(x, self.ones)
-
-
-class AccumulateAt(iron.Graph):
-    """acc[pos] += x at a per-call Scratchpad position."""
-
-    def __init__(self):
-        self.acc = iron.state((8, 4), np.float32, name="acc")
-
-    def body(self, x, *, pos: Scratchpad[np.int32]):
-        Accumulate.step(x, out=self.acc[pos])
-
-
-def walk_program():
-    return Walk(np.arange(8, dtype=np.int32)[::-1].copy(), 9).trace()
-
-
-TRACED = {
-    "add_one_npu2": (lambda: AddOne().trace(x=((1024,), np.int32)), "npu2"),
-    "walk_npu2": (walk_program, "npu2"),
-    "accumulate_npu2": (lambda: AccumulateAt().trace(x=((4,), np.float32)), "npu2"),
-    "walk_npu1": (walk_program, "npu1"),
+GOLDEN_DESIGNS = ("add_one_npu2", "walk_npu2", "accumulate_npu2", "walk_npu1")
+TRACED = {   # design name -> (graph, device); the first four have goldens
+    "add_one_npu2": (designs.add_one, "npu2"),
+    "walk_npu2": (designs.walk, "npu2"),
+    "accumulate_npu2": (designs.accumulate_at, "npu2"),
+    "walk_npu1": (designs.walk, "npu1"),
+    "mlp_layer_f32_npu2": (designs.mlp_layer, "npu2"),
+    "mlp_layer_bf16_npu2": (lambda: designs.mlp_layer(dtype=dtypes.bfloat16), "npu2"),
+    "big_matvec_npu2": (designs.big_matvec, "npu2"),
+    "mlp_npu2": (designs.mlp, "npu2"),
 }
 
 
+@functools.cache
 def design_plans() -> dict[str, Plan]:
-    """The golden designs' Plans: lowered by lower_program when iron/compiler/lower.py exists,
-    else the hand-built Plans of the same designs."""
+    """Every test design's Plan: lowered by lower_program when iron/compiler/lower.py exists
+    (else only the hand-built Plans of the golden designs), plus the hand-built streamed Plan."""
     if importlib.util.find_spec("iron.compiler.lower") is None:
         plans = {name: build() for name, build in HAND_BUILT.items()}
     else:
         lower_program = importlib.import_module("iron.compiler.lower").lower_program
-        plans = {name: lower_program(trace(), aie_utils.from_name(device))
-                 for name, (trace, device) in TRACED.items()}
+        plans = {name: lower_program(designs.trace(design()), aie_utils.from_name(device))
+                 for name, (design, device) in TRACED.items()}
     return plans | {"streamed_npu2": streamed_plan()}
 
 
-@pytest.mark.parametrize("name", [*HAND_BUILT, "streamed_npu2"])
-def test_every_printed_op_is_allowed(name):
-    names = op_names(print_mlir(design_plans()[name]))
-    assert set(names) <= ALLOWED_OPS, sorted(set(names) - ALLOWED_OPS)
-    assert {"aie.device", "aie.tile", "aie.objectfifo", "aie.core", "func.call",
-            "aie.runtime_sequence", "aiex.npu.dma_memcpy_nd", "aiex.npu.dma_wait"} <= set(names)
+def test_every_printed_op_is_allowed():
+    for name, plan in design_plans().items():
+        names = op_names(print_mlir(plan))
+        assert set(names) <= ALLOWED_OPS, (name, sorted(set(names) - ALLOWED_OPS))
+        assert {"aie.device", "aie.tile", "aie.objectfifo", "aie.core", "func.func", "func.call",
+                "aie.runtime_sequence", "aiex.npu.dma_memcpy_nd", "aiex.npu.dma_wait"} <= set(names), name
 
 
 def test_printing_is_deterministic():
@@ -512,7 +495,7 @@ def golden_files(name: str, plan: Plan) -> dict[str, str]:
     return files
 
 
-@pytest.mark.parametrize("name", list(HAND_BUILT))
+@pytest.mark.parametrize("name", GOLDEN_DESIGNS)
 def test_goldens(name):
     files = golden_files(name, design_plans()[name])
     if os.environ.get("IRON_UPDATE_GOLDEN") == "1":

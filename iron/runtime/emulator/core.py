@@ -2,9 +2,9 @@
 a generator that repeats it forever.
 
 A Function runs on the byte arrays bound to its params (acquired FIFO objects, Buffers): a
-KernelStep resolves its Ptrs into flat typed views sized by the kernel's C ABI
-(`kernel.abi_shapes` of its size operands) and calls the kernel (numpy `Kernel.emulate` or the
-native library, kernels.py); a ScalarStep computes an i32 with wrap-around. A core program is
+KernelStep resolves its Ptrs into typed views shaped by the kernel's C ABI (`kernel.abi_shapes`
+of its size operands) and calls the kernel (numpy or the native library, kernels.py); a
+ScalarStep computes an i32 with wrap-around. A core program is
 checked once at load (FIFO ends on the core's tile, acquire counts within the depth, objects
 held when invoked, every acquired object released by the end of an iteration) and compiled into
 steps; the core's generator yields `(signal, text)` whenever an Acquire cannot proceed.
@@ -33,21 +33,31 @@ from iron.kernels.registry import lookup
 
 SCALAR_OPS = {**SCALAR_BINARY, "copy": lambda a, b: a}
 I32 = np.dtype(np.int32)
+ONE = (1,)
 
 
 # ---- Functions ---------------------------------------------------------------------------------
 
 def compile_function(fn, make_call):
-    """`run(arrays, block)`: fn's steps on the uint8 arrays bound to its params, in order."""
+    """`run(arrays, block)`: fn's steps on the uint8 arrays bound to its params, in order.
+
+    Each step is bound to its arrays once per (arrays, block): the arrays (FIFO slots, Buffers)
+    live as long as the Emulator, so the typed views of a binding stay valid and are reused."""
     steps = [_compile_step(fn, k, step, make_call) for k, step in enumerate(fn.steps)]
+    bindings: dict[tuple, list] = {}
 
     def run(arrays, block):
-        for step in steps:
-            step(arrays, block)
+        key = (block, *map(id, arrays))
+        calls = bindings.get(key)
+        if calls is None:
+            calls = bindings[key] = [bind(arrays, block) for bind in steps]
+        for call in calls:
+            call()
     return run
 
 
 def _compile_step(fn, k: int, step, make_call):
+    """`bind(arrays, block) -> call()` of one step."""
     where = f"Function '{fn.name}' step {k}"
     if isinstance(step, KernelStep):
         return _kernel_step(fn, where, step, make_call)
@@ -63,47 +73,57 @@ def _param(fn, where: str, source: str) -> int:
 
 
 def _pointer(fn, where: str, ptr, dtype: np.dtype):
-    """`view(arrays, block, count)`: `count` elements of `dtype` at the Ptr's byte address.
-
-    The arrays bound to parameters (FIFO slots, Buffers) live as long as the Emulator, so each
-    view is made once per array, block and count, and kept."""
+    """`view(arrays, block, shape)`: an array of `dtype` and `shape` at the Ptr's byte address."""
     if not isinstance(ptr, Ptr):
         raise PlanError(f"{where} passes {ptr!r} where the C ABI takes a pointer: pass a Ptr.")
     if ptr.block_stride and not fn.blocked:
         raise PlanError(f"{where} strides '{ptr.source}' by {ptr.block_stride} bytes per block, but '{fn.name}' takes no block index: mark it blocked or drop the stride.")
     index, offset, stride, item = _param(fn, where, ptr.source), ptr.offset, ptr.block_stride, dtype.itemsize
-    views: dict[tuple, np.ndarray] = {}
 
-    def make(base, block, count):
-        start = offset + stride * block
-        data = base[start: start + count * item]
-        if data.size != count * item or start < 0:
-            raise PlanError(f"{where} reaches bytes {start}..{start + count * item - 1} of '{ptr.source}', which has {base.size}: keep pointers inside the object.")
-        return views.setdefault((id(base), block, count), data.view(dtype))
-
-    def view(arrays, block, count):
+    def view(arrays, block, shape):
         base = arrays[index]
-        found = views.get((id(base), block, count))
-        return found if found is not None else make(base, block, count)
+        start, nbytes = offset + stride * block, int(np.prod(shape, dtype=np.int64)) * item
+        data = base[start: start + nbytes]
+        if data.size != nbytes or start < 0:
+            raise PlanError(f"{where} reaches bytes {start}..{start + nbytes - 1} of '{ptr.source}', which has {base.size}: keep pointers inside the object.")
+        return data.view(dtype).reshape(shape)
     return view
 
 
 def _scalar(fn, where: str, arg, ctype: str = "i32"):
-    """`value(arrays, block)` of an Imm or a Load (an i32 read from a bound object)."""
+    """`bind(arrays, block) -> read()` of an Imm or a Load (an i32 read from a bound object)."""
     if isinstance(arg, Imm):
         if arg.ctype != ctype:
             raise PlanError(f"{where} passes an {arg.ctype} immediate {arg.value!r} where the C ABI takes {ctype}: give it ctype {ctype!r}.")
         value = float(arg.value) if ctype == "f32" else int(arg.value)
-        return lambda arrays, block: value
+        return lambda arrays, block: lambda: value
     if isinstance(arg, Load) and ctype == "i32":
-        read = _pointer(fn, where, Ptr(arg.source, arg.offset), I32)
-        return lambda arrays, block: int(read(arrays, 0, 1)[0])
+        view = _pointer(fn, where, Ptr(arg.source, arg.offset), I32)
+
+        def bind(arrays, block):
+            word = view(arrays, 0, ONE)
+            return lambda: int(word[0])
+        return bind
     raise PlanError(f"{where} passes {arg!r} where the C ABI takes an {ctype} value: pass an Imm or (for i32) a Load.")
 
 
-def _element_counts(kernel, sizes: tuple) -> list[int]:
+def _scalars(fn, where: str, args, ctypes):
+    """`bind(arrays, block) -> read()` of the tuple of these values (fixed when all are Imm)."""
+    scalars = [_scalar(fn, where, a, t) for a, t in zip(args, ctypes)]
+    if all(isinstance(a, Imm) for a in args):
+        fixed = tuple(s(None, 0)() for s in scalars)
+        return lambda arrays, block: lambda: fixed
+
+    def bind(arrays, block):
+        reads = [s(arrays, block) for s in scalars]
+        return lambda: tuple(read() for read in reads)
+    return bind
+
+
+def _abi_shapes(kernel, sizes: tuple) -> list[tuple[int, ...]]:
+    """The shape of each pointer (inputs, then output or destination) for these size operands."""
     in_shapes, out_shape = kernel.abi_shapes(sizes)
-    return [int(np.prod(s, dtype=np.int64)) for s in (*in_shapes, out_shape)]
+    return [tuple(int(n) for n in s) for s in (*in_shapes, out_shape)]
 
 
 def _kernel_step(fn, where: str, step, make_call):
@@ -117,17 +137,23 @@ def _kernel_step(fn, where: str, step, make_call):
         raise PlanError(f"{where} has {len(step.args)} arguments, but its C ABI takes {pointers} pointers, at least one i32 size and {len(attr_types)} attribute(s): pass them in that order.")
     dtypes = [dtype] * kernel.arity + [np.dtype(kernel.out_dtype(dtype))]
     views = [_pointer(fn, where, p, d) for p, d in zip(step.args[:pointers], dtypes)]
-    sizes = [_scalar(fn, where, a) for a in step.args[pointers: pointers + nsizes]]
-    attrs = [_scalar(fn, where, a, t) for a, t in zip(step.args[pointers + nsizes:], attr_types)]
-    call = make_call(kernel, dtype, step.symbol, attr_names, ["ptr"] * pointers + ["i32"] * nsizes + attr_types)
-    counts: dict[tuple, list[int]] = {}
+    sizes = _scalars(fn, where, step.args[pointers: pointers + nsizes], ["i32"] * nsizes)
+    attrs = _scalars(fn, where, step.args[pointers + nsizes:], attr_types)
+    call = make_call(kernel, dtype, attr_names, ["ptr"] * pointers + ["i32"] * nsizes + attr_types)
 
-    def run(arrays, block):
-        size_values = tuple(size(arrays, block) for size in sizes)
-        elements = counts.get(size_values) or counts.setdefault(size_values, _element_counts(kernel, size_values))
-        call([view(arrays, block, n) for view, n in zip(views, elements)], size_values,
-             [attr(arrays, block) for attr in attrs])
-    return run
+    def bind(arrays, block):
+        read_sizes, read_attrs = sizes(arrays, block), attrs(arrays, block)
+        by_sizes: dict[tuple, list] = {}
+
+        def run():
+            size_values = read_sizes()
+            resolved = by_sizes.get(size_values)
+            if resolved is None:
+                shapes = _abi_shapes(kernel, size_values)
+                resolved = by_sizes[size_values] = [v(arrays, block, s) for v, s in zip(views, shapes)]
+            call(resolved, size_values, read_attrs())
+        return run
+    return bind
 
 
 def _scalar_step(fn, where: str, step):
@@ -138,12 +164,16 @@ def _scalar_step(fn, where: str, step):
     b = _scalar(fn, where, step.b if step.b is not None else Imm(0))
     op, divides = SCALAR_OPS[step.op], step.op in ("floordiv", "mod")
 
-    def run(arrays, block):
-        x, y = a(arrays, block), b(arrays, block)
-        if divides and y == 0:
-            raise ArgumentError(f"{where} computes {x} {step.op} 0: a per-call value divides by zero. Give values that keep the divisor non-zero.")
-        dest(arrays, block, 1)[0] = wrap_i32(op(x, y))
-    return run
+    def bind(arrays, block):
+        out, read_a, read_b = dest(arrays, block, ONE), a(arrays, block), b(arrays, block)
+
+        def run():
+            x, y = read_a(), read_b()
+            if divides and y == 0:
+                raise ArgumentError(f"{where} computes {x} {step.op} 0: a per-call value divides by zero. Give values that keep the divisor non-zero.")
+            out[0] = wrap_i32(op(x, y))
+        return run
+    return bind
 
 
 # ---- core programs -----------------------------------------------------------------------------

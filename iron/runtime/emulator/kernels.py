@@ -1,8 +1,9 @@
-"""How the emulator calls a kernel symbol: through the kernel's numpy `Kernel.emulate` (mode
-"numpy", the default) or through its C++ compiled for the host (mode "native", via native.py).
+"""How the emulator calls a kernel symbol: through the kernel's numpy reference function, as
+`Kernel.emulate` does (mode "numpy", the default), or through its C++ compiled for the host
+(mode "native", via native.py).
 
-`kernel_calls(mode, plan)` returns `make_call(kernel, dtype, symbol, attr_names, types)`, which
-core.py uses once per KernelStep to get `call(pointers, sizes, attrs)`. The mode comes from the
+`kernel_calls(mode, plan)` returns `make_call(kernel, dtype, attr_names, types)`, which core.py
+uses once per KernelStep to get `call(pointers, sizes, attrs)`. The mode comes from the
 Emulator's `kernels=` argument, else `IRON_EMULATOR_KERNELS`, else "numpy". This module does not
 resolve operands (core.py) and does not compile C++ itself (native.py does).
 """
@@ -39,16 +40,24 @@ def kernel_calls(mode: str, plan):
         sources[name] = text
     library = NativeLibrary.load(sources)
 
-    def native_call(kernel, dtype, symbol, attr_names, types):
+    def native_call(kernel, dtype, attr_names, types):
+        symbol = kernel.symbol(dtype)
+
         def call(pointers, sizes, attrs):
             library.call(symbol, [*pointers, *sizes, *attrs], types)
         return call
     return native_call
 
 
-def numpy_call(kernel, dtype, symbol, attr_names, types):
+def numpy_call(kernel, dtype, attr_names, types):
+    """What `Kernel.emulate` does, prepared once per KernelStep: the kernel's reference function
+    in `dtype` on the pointers (shaped by its C ABI; an accumulating kernel also reads its
+    destination), its result written into the output pointer in place."""
+    compute = kernel.reference_fn(dtype, {})
+    operands = kernel.arity + kernel.accumulates
+
     def call(pointers, sizes, attrs):
-        kernel.emulate(dtype, pointers, sizes, dict(zip(attr_names, attrs)))
+        pointers[-1][...] = compute(*pointers[:operands], **dict(zip(attr_names, attrs)))
     return call
 
 

@@ -5,5 +5,5 @@
 #include "add.cc"
 
 extern "C" void g0(uint8_t* p0, uint8_t* p1) {
-  add_i32(reinterpret_cast<const int32_t*>(p0 + 4096), reinterpret_cast<const int32_t*>(p0), reinterpret_cast<int32_t*>(p1), 1024);
+  add_i32(reinterpret_cast<const int32_t*>(p0), reinterpret_cast<const int32_t*>(p0 + 4096), reinterpret_cast<int32_t*>(p1), 1024);
 }

@@ -20,10 +20,10 @@ module {
       }
       aie.end
     } {stack_size = 1024 : i32}
-    aie.runtime_sequence @sequence(%arg0: memref<1024xi32>, %arg1: memref<1024xi32>, %arg2: memref<1024xi32>, %arg3: memref<1xi32>) {
-      aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 0][1, 1, 1, 1024][0, 0, 0, 1]) {id = 0 : i64, metadata = @g0_in} : memref<1024xi32>
-      aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, 0][1, 1, 1, 1024][0, 0, 0, 1]) {id = 1 : i64, metadata = @g0_in} : memref<1024xi32>
-      aiex.npu.dma_memcpy_nd(%arg2[0, 0, 0, 0][1, 1, 1, 1024][0, 0, 0, 1]) {id = 2 : i64, metadata = @g0_host} : memref<1024xi32>
+    aie.runtime_sequence @sequence(%arg0: memref<1024xi32>, %arg1: memref<1xi32>, %arg2: memref<1024xi32>, %arg3: memref<1024xi32>, %arg4: memref<1xi32>) {
+      aiex.npu.dma_memcpy_nd(%arg2[0, 0, 0, 0][1, 1, 2, 512][0, 0, 512, 1]) {id = 0 : i64, metadata = @g0_in} : memref<1024xi32>
+      aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 0][1, 1, 2, 512][0, 0, 512, 1]) {id = 1 : i64, metadata = @g0_in} : memref<1024xi32>
+      aiex.npu.dma_memcpy_nd(%arg3[0, 0, 0, 0][1, 1, 2, 512][0, 0, 512, 1]) {id = 2 : i64, metadata = @g0_host} : memref<1024xi32>
       aiex.npu.dma_wait {symbol = @g0_host}
     }
   }

@@ -1,12 +1,12 @@
 // g0.cc: function g0 of design Walk, written by iron from its Plan.
 // p0: g0_in
-// p1: g0_out
-// p2: g0_host
+// p1: g0_host
+// p2: g0_out
 #include "iron_kernel.h"
 #include "copy.cc"
 
 extern "C" void g0(uint8_t* p0, uint8_t* p1, uint8_t* p2) {
-  copy_i32(reinterpret_cast<const int32_t*>(p0), reinterpret_cast<int32_t*>(p2), 1);
-  copy_i32(reinterpret_cast<const int32_t*>(p2), reinterpret_cast<int32_t*>(p2 + 4), 1);
-  copy_i32(reinterpret_cast<const int32_t*>(p2), reinterpret_cast<int32_t*>(p1), 1);
+  copy_i32(reinterpret_cast<const int32_t*>(p0), reinterpret_cast<int32_t*>(p1), 1);
+  copy_i32(reinterpret_cast<const int32_t*>(p1), reinterpret_cast<int32_t*>(p1 + 4), 1);
+  copy_i32(reinterpret_cast<const int32_t*>(p1), reinterpret_cast<int32_t*>(p2), 1);
 }
