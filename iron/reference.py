@@ -35,6 +35,7 @@ class Reference:
         self.value_slots = [(v.arg[0], self.slot[id(v)]) for v in program.scalars]
         self.output_slots = [self.slot[id(n)] for n in program.outputs]
         self.carry_steps = [(name, self._carry_value(node)) for name, node in program.carry]
+        self.carry_of = self._carry_function()
         self.steps = self.scalar_steps + self.checks + self.call_steps
         self.template = [None] * len(self.slot)
         for slot, value in self.constants:
@@ -151,7 +152,7 @@ class Reference:
             dest_get = self._tensor(dest)
             if kernel.accumulates:
                 ins = ins + [dest_get]
-            return self._write_step(dest, dest_get, ins, run, dyn)
+            return self._write_step(dest, dest_get, ins, run, dyn, kernel.copies)
         out = self._slot(call)
         if dyn:
             return lambda env: env.__setitem__(out, run(*(f(env) for f in ins), **{k: env[s] for k, s in dyn}))
@@ -160,12 +161,14 @@ class Reference:
             return lambda env: env.__setitem__(out, run(f0(env)))
         return lambda env: env.__setitem__(out, run(*(f(env) for f in ins)))
 
-    def _write_step(self, dest: Node, dest_get, ins, run, dyn):
+    def _write_step(self, dest: Node, dest_get, ins, run, dyn, copies: bool):
         arr = self.arrays[(dest.src[0] if dest.op == Op.VIEW else dest).arg[1]]
         if dest.op == Op.VIEW and len(dest.arg) == 1 and dest.arg[0].dynamic is not None and not dyn:
             slot, start = self.slot[id(dest.src[1])], dest.arg[0].start
             if len(ins) == 1:
                 f0 = ins[0]
+                if copies:  # assigning already copies
+                    return lambda env: arr.__setitem__(env[slot] + start, f0(env))
                 return lambda env: arr.__setitem__(env[slot] + start, run(f0(env)))
 
         def step(env):
@@ -190,6 +193,13 @@ class Reference:
         slot = self._scalar(node)
         return lambda env: env[slot]
 
+    def _carry_function(self):
+        steps = self.carry_steps
+        if len(steps) == 2:
+            (na, fa), (nb, fb) = steps
+            return lambda env: {na: fa(env), nb: fb(env)}
+        return lambda env: {name: f(env) for name, f in steps}
+
     # ---- running -------------------------------------------------------------------------------
     def run(self, inputs: list, values: dict[str, int]):
         """One call: returns (outputs list, next carried values dict)."""
@@ -200,4 +210,4 @@ class Reference:
             env[slot] = values[name]
         for step in self.steps:
             step(env)
-        return [env[s] for s in self.output_slots], {name: f(env) for name, f in self.carry_steps}
+        return [env[s] for s in self.output_slots], self.carry_of(env)

@@ -177,17 +177,19 @@ def is_host_tensor(node: Node) -> bool:
 
 
 class MemChannels:
-    """DMA channels used on each mem tile (6 in, 6 out), for links."""
+    """DMA channels (6 in, 6 out) and bytes of FIFO buffers used on each mem tile, for links."""
 
     def __init__(self, device):
         self.device = device
         self.used: dict[int, list[int]] = {col: [0, 0] for col in range(device.n_cols)}
+        self.held: dict[int, int] = dict.fromkeys(range(device.n_cols), 0)
 
-    def _nearest(self, col: int, inputs: int, outputs: int) -> int | None:
+    def _nearest(self, col: int, inputs: int, outputs: int, nbytes: int = 0) -> int | None:
         kind = self.device.mem
         for c in sorted(self.used, key=lambda c: (abs(c - col), c)):
             ins, outs = self.used[c]
-            if ins + inputs <= kind.dma_in_channels and outs + outputs <= kind.dma_out_channels:
+            if (ins + inputs <= kind.dma_in_channels and outs + outputs <= kind.dma_out_channels
+                    and self.held[c] + nbytes <= kind.data_memory_bytes):
                 return c
         return None
 
@@ -205,9 +207,19 @@ class MemChannels:
         self.take_on(Tile(found, self.device.mem_row, "mem"), inputs, outputs)
         return Tile(found, self.device.mem_row, "mem")
 
-    def take_on(self, mem: Tile, inputs: int, outputs: int):
+    def take_nearest(self, col: int, inputs: int, outputs: int, nbytes: int) -> Tile | None:
+        """The mem tile nearest `col` with the channels and `nbytes` of memory free, taken; or None."""
+        found = self._nearest(col, inputs, outputs, nbytes)
+        if found is None:
+            return None
+        mem = Tile(found, self.device.mem_row, "mem")
+        self.take_on(mem, inputs, outputs, nbytes)
+        return mem
+
+    def take_on(self, mem: Tile, inputs: int, outputs: int, nbytes: int = 0):
         self.used[mem.col][0] += inputs
         self.used[mem.col][1] += outputs
+        self.held[mem.col] += nbytes
 
 
 # ---- shim channels -------------------------------------------------------------------------------

@@ -44,10 +44,11 @@ class Graph:
         return self.body
 
     def signature(self) -> Signature:
-        sig = self._iron.get("signature")
-        if sig is None:
-            sig = self._iron["signature"] = Signature(self._body(), self._where)
-        return sig
+        try:
+            return self.__dict__["_iron_signature"]
+        except KeyError:
+            sig = self.__dict__["_iron_signature"] = Signature(self._body(), self._where)
+            return sig
 
     # ---- tracing -------------------------------------------------------------------------------
     def trace(self, *specs, **named_specs) -> Program:
@@ -101,13 +102,13 @@ class Graph:
         """Run one call with numpy; updates the host copy of the states. Returns outputs, a Carry,
         or (outputs..., Carry)."""
         arrays, scalars = bind_call(self.signature(), self._where, tensors, values)
-        key = tuple(None if a is None else (a.shape, a.dtype) for a in arrays.values())
+        key = tuple(None if a is None else (a.shape, a.dtype) for a in arrays.values()) if arrays else ()
         ref = self._iron["references"].get(key)
         if ref is None:
             program = self.trace(**{n: None if a is None else (a.shape, a.dtype) for n, a in arrays.items()})
             self._states()
             ref = self._iron["references"][key] = Reference(program, self._arrays())
-        outputs, nxt = ref.run([a for a in arrays.values() if a is not None], scalars)
+        outputs, nxt = ref.run([a for a in arrays.values() if a is not None] if arrays else [], scalars)
         return shape_result(ref.program.returns, outputs, nxt)
 
     def compile(self, *specs, device=None, feeds=None, **named_specs):
@@ -195,7 +196,10 @@ def _spec(where, name, spec):
 def bind_call(sig: Signature, where: str, tensors: tuple, values: dict) -> tuple[dict, dict]:
     """Check a call's arguments: (tensor name -> array or None, per-call name -> int)."""
     if not tensors and not sig.tensors and values.keys() == sig.value_names:
-        if all(type(v) is int and I32_MIN <= v <= I32_MAX for v in values.values()):
+        for v in values.values():
+            if type(v) is not int or not I32_MIN <= v <= I32_MAX:
+                break
+        else:
             return {}, values
     names = [n for n, _ in sig.tensors]
     if len(tensors) > len(names):

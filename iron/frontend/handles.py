@@ -7,9 +7,6 @@ index raises: the device alone knows its value. This module builds nodes; it run
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from types import MappingProxyType
-
 import numpy as np
 
 from iron import dtypes
@@ -182,33 +179,23 @@ class Tensor:
         return f"<tensor {self.name}: {self.shape} {dtypes.name(self.dtype)}>"
 
 
-class Carry(Mapping):
-    """The next carried values of a call: an immutable mapping of name -> value."""
+class Carry(dict):
+    """The next carried values of a call: an immutable mapping of name -> value
+    (`dict(carry)` for a plain dict, `int(carry["node"])` for one value)."""
 
-    __slots__ = ("_values",)
-
-    def __init__(self, values: Mapping | None = None, **kw):
-        self._values = MappingProxyType(dict(values or {}, **kw))
+    __slots__ = ()
 
     @classmethod
     def of(cls, values: dict) -> "Carry":
-        """A Carry owning `values` (no copy): for the runtime's own fresh dicts."""
-        c = cls.__new__(cls)
-        c._values = MappingProxyType(values)
-        return c
+        return cls(values)
 
-    def __getitem__(self, key):
-        return self._values[key]
+    def _immutable(self, *args, **kwargs):
+        raise TypeError("a Carry is immutable: build a new one with iron.carry(...) or dict(carry)")
 
-    def __iter__(self):
-        return iter(self._values)
-
-    def __len__(self):
-        return len(self._values)
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = __ior__ = _immutable
 
     def __repr__(self):
-        inner = ", ".join(f"{k}={v!r}" for k, v in self._values.items())
-        return f"Carry({inner})"
+        return f"Carry({', '.join(f'{k}={v!r}' for k, v in self.items())})"
 
 
 def carry(**next_values) -> Carry:

@@ -38,6 +38,7 @@ class Kernel:
     needs_out: ClassVar[bool] = False         # only writes into a view (no output of its own)
     exact_in_dtype: ClassVar[bool] = False    # bf16 computes without the float32 round trip
     keeps_dtype: ClassVar[bool] = False       # compute() always returns an array of the output dtype
+    copies: ClassVar[bool] = False            # the output is the input (Copy): writing it needs no compute
     source: ClassVar[str | None] = None       # C++ text (user kernels); None: iron/kernels/cc/<name>.cc
 
     REQUIRED = object()

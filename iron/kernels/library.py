@@ -18,7 +18,7 @@ FLOATS = dtypes.FLOATS
 class Copy(Kernel):
     """out = x. With a view input it gathers (`w[node]`); with out= a view it scatters."""
 
-    keeps_dtype = True
+    keeps_dtype = copies = True
     name = "copy"
     exact_in_dtype = True
 

@@ -2,7 +2,8 @@
 (numpy and native kernels), persistence of cores and Buffers across launches, FIFO depth, split
 and join links, runs in order with at most 4 in flight, bad command state, the scratchpad and an
 Emit-like core on npu2 (refused on npu1), and every load and launch error text (DMA limits, BD
-reuse, waits without a token, word bounds, DeviceHang, DoesNotFit, bindings). Integers are exact.
+reuse, waits without a token, word bounds, DeviceHang, DoesNotFit, bindings), and the numpy kernel
+calls against Kernel.emulate for every library kernel. Integers are exact.
 Real Plans from the compiler are tested in test_emulator_designs.py.
 """
 import shutil
@@ -44,7 +45,9 @@ from iron.errors import (
     IndexOutOfRange,
     PlanError,
 )
+from iron.kernels import LIBRARY
 from iron.runtime.emulator import Emulator
+from iron.runtime.emulator.kernels import numpy_call
 
 SHIM, MEM = Tile(0, 0, "shim"), Tile(0, 1, "mem")
 CORE, CORE2 = Tile(0, 2, "compute"), Tile(0, 3, "compute")
@@ -516,6 +519,28 @@ def test_a_sequence_waiting_before_it_sends_the_input_hangs():
         "  dma op 0 (s2mm @out, bd 1 on shim_0_0): moved 0 of 1024 words",
         HANG_FIX,
     ])
+
+
+SIZES = {"matvec": (3, 4), "matmul": (2, 3, 4)}
+ATTRS = {"factor": 1.5, "eps": 1e-5, "length": 4}
+
+
+@pytest.mark.parametrize("kernel", LIBRARY, ids=lambda k: k.name)
+def test_numpy_kernel_calls_do_what_kernel_emulate_does(kernel):
+    """kernels.numpy_call prepares once what Kernel.emulate does per call: same bits out."""
+    dtype = np.dtype(np.float32) if np.dtype(np.float32) in kernel.dtypes else np.dtype(np.int32)
+    sizes = SIZES.get(kernel.name, (6,))
+    in_shapes, out_shape = kernel.abi_shapes(sizes)
+    rng = np.random.default_rng(3)
+    inputs = [rng.standard_normal(int(np.prod(s))).astype(dtype) * 4 for s in in_shapes]
+    start = rng.standard_normal(int(np.prod(out_shape))).astype(kernel.out_dtype(dtype))
+    names = [name for name, _ in kernel.c_attrs]
+    attrs = [ATTRS[name] for name in names]
+    expected, got = start.copy(), start.copy()
+    kernel.emulate(dtype, [*inputs, expected], sizes, dict(zip(names, attrs)))
+    call = numpy_call(kernel, dtype, names, [])
+    call([*(x.reshape(s) for x, s in zip(inputs, in_shapes)), got.reshape(out_shape)], sizes, attrs)
+    np.testing.assert_array_equal(got, expected)
 
 
 # ---- the host's side -----------------------------------------------------------------------------

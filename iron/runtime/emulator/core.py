@@ -4,10 +4,11 @@ a generator that repeats it forever.
 A Function runs on the byte arrays bound to its params (acquired FIFO objects, Buffers): a
 KernelStep resolves its Ptrs into typed views shaped by the kernel's C ABI (`kernel.abi_shapes`
 of its size operands) and calls the kernel (numpy or the native library, kernels.py); a
-ScalarStep computes an i32 with wrap-around. A core program is
-checked once at load (FIFO ends on the core's tile, acquire counts within the depth, objects
-held when invoked, every acquired object released by the end of an iteration) and compiled into
-steps; the core's generator yields `(signal, text)` whenever an Acquire cannot proceed.
+ScalarStep computes an i32 with wrap-around (floordiv and mod with Python's floor semantics).
+A core program is checked once at load (FIFO ends on the core's tile, acquire counts within the
+depth, objects held when invoked, every acquired object released by the end of an iteration) and
+compiled into steps; the core's generator yields `(signal, text)` whenever an Acquire cannot
+proceed. Invoke binds a FIFO parameter to the first object the core holds of it.
 
 It does not move data between tiles (fifo.py, dma.py) or schedule (machine.py).
 """
@@ -181,10 +182,10 @@ def _scalar_step(fn, where: str, step):
 class CoreProgram:
     """One core's program, checked and compiled; `task()` is the generator the core runs."""
 
-    def __init__(self, core, plan, ends: dict, functions: dict, buffers: dict):
+    def __init__(self, core, ends: dict, functions: dict, buffers: dict):
         self.core = core
         self.name = f"core {core.tile.name} (group {core.group})"
-        self.plan, self.ends, self.functions, self.buffers = plan, ends, functions, buffers
+        self.ends, self.functions, self.buffers = ends, functions, buffers
         self.ports = self._ports(core.program, {})
         if not self.ports:
             raise PlanError(f"{self.name} acquires nothing, so it would spin forever: give its program an Acquire.")
@@ -283,8 +284,7 @@ class CoreProgram:
         """A getter of the uint8 array a parameter is bound to (the held object, or a Buffer)."""
         if name in self.ports:
             ring = self._ring(name, self.ports[name])
-            current = ring.producing if self.ports[name] == "Produce" else ring.consuming
-            return current
+            return ring.producing if self.ports[name] == "Produce" else ring.consuming
         buffer = self.buffers.get(name)
         if buffer is None:
             raise PlanError(f"{self.name} binds '{name}', which is neither a FIFO it acquires nor a Buffer: acquire the FIFO, or add the Buffer.")
@@ -295,6 +295,7 @@ class CoreProgram:
 
 
 def _execute(steps: list, block: int):
+    """Run compiled steps (a Loop is `(count, body)`), yielding what each blocked Acquire waits on."""
     for step in steps:
         if type(step) is tuple:
             count, body = step

@@ -24,10 +24,10 @@ from iron.runtime.emulator.fifo import Signal
 
 
 class DmaOp:
-    """One checked Dma of the sequence and the word indices (relative to its offset) it touches,
-    or pattern None when they are simply 0 .. nwords-1."""
+    """One checked Dma of the sequence: the word indices (relative to its offset) it touches, in
+    order, or pattern None when they are simply 0 .. nwords-1."""
 
-    __slots__ = ("dma", "text", "nwords", "pattern", "low", "high", "token", "shape", "strides")
+    __slots__ = ("dma", "text", "nwords", "pattern", "low", "high", "token", "shape", "strides", "pieces")
 
     def __init__(self, index: int, dma: Dma):
         self.dma = dma
@@ -39,39 +39,65 @@ class DmaOp:
                    + axes[2][None, None, :, None] + axes[3][None, None, None, :]).reshape(-1)
         self.low, self.high = int(pattern.min()), int(pattern.max())
         self.pattern = None if np.array_equal(pattern, np.arange(self.nwords)) else pattern
-        self.shape, self.strides = dma.sizes, tuple(4 * s for s in dma.strides)
+        self.shape, self.strides = tuple(dma.sizes), tuple(4 * s for s in dma.strides)
+        self.pieces: dict[tuple[int, int], tuple | None] = {}
 
-    def gather(self, host: np.ndarray, base: int) -> np.ndarray:
-        """Every word a strided MM2S op reads, in order (one strided copy)."""
-        window = np.lib.stride_tricks.as_strided(host[base:], self.shape, self.strides, writeable=False)
-        return window.reshape(-1)
+    def piece(self, start: int, count: int) -> tuple | None:
+        """The index into the op's 4-D strided window that holds pattern words [start, start +
+        count), when they are whole rows of its inner dimensions under one outer index; else None."""
+        key = (start, count)
+        if key not in self.pieces:
+            self.pieces[key] = self._piece(start, count)
+        return self.pieces[key]
+
+    def _piece(self, start: int, count: int) -> tuple | None:
+        shape = self.shape
+        for k in (1, 2, 3):
+            row = int(np.prod(shape[k:]))
+            first, last = start // row, (start + count) // row
+            if start % row or count % row or first // shape[k - 1] != (last - 1) // shape[k - 1]:
+                continue
+            outer = tuple(int(i) for i in np.unravel_index(first // shape[k - 1], shape[: k - 1])) if k > 1 else ()
+            return (*outer, slice(first % shape[k - 1], first % shape[k - 1] + last - first))
+        return None
 
 
 class Transfer:
     """One issued DMA op in one launch: its host buffer, patched offset and words moved so far.
 
-    A strided MM2S op gathers all its words when it starts moving: a sequence orders a read
-    after the writes it depends on with a Wait before issuing it, so reading them then is what
-    the device reads."""
+    Strided words move as pieces of the op's 4-D window on the host buffer (one strided copy
+    each), or, when a chunk does not fall on whole rows, word by word through the pattern."""
 
-    __slots__ = ("op", "host", "base", "moved", "gathered")
+    __slots__ = ("op", "host", "base", "moved", "window")
 
     def __init__(self, op: DmaOp, host: np.ndarray, base: int):
         self.op, self.host, self.base, self.moved = op, host, base, 0
-        self.gathered = None
+        self.window = None
+
+    def _piece(self, count: int) -> np.ndarray | None:
+        piece = self.op.piece(self.moved, count)
+        if piece is None:
+            return None
+        if self.window is None:
+            self.window = np.lib.stride_tricks.as_strided(self.host[self.base:], self.op.shape, self.op.strides)
+        return self.window[piece]
 
     def read(self, count: int) -> np.ndarray:
+        """The next `count` words (an array of any shape holding them in order)."""
         if self.op.pattern is None:
             start = self.base + self.moved
             return self.host[start: start + count]
-        if self.gathered is None:
-            self.gathered = self.op.gather(self.host, self.base)
-        return self.gathered[self.moved: self.moved + count]
+        piece = self._piece(count)
+        return piece if piece is not None else self.host[self.base + self.op.pattern[self.moved: self.moved + count]]
 
     def write(self, words: np.ndarray):
-        start = self.base + self.moved
         if self.op.pattern is None:
+            start = self.base + self.moved
             self.host[start: start + words.size] = words
+            return
+        piece = self._piece(words.size)
+        if piece is not None:
+            piece[...] = words.reshape(piece.shape)
         else:
             self.host[self.base + self.op.pattern[self.moved: self.moved + words.size]] = words
 
@@ -115,7 +141,7 @@ def mm2s_task(channel: Channel, sinks: list, object_words: int):
             count = min(object_words - filled, total - transfer.moved)
             words = transfer.read(count)
             for ring in sinks:
-                ring.producing_words()[filled: filled + count] = words
+                ring.producing_words()[filled: filled + count].reshape(words.shape)[...] = words
             filled += count
             transfer.moved += count
             if filled == object_words:

@@ -5,9 +5,12 @@ A FIFO end on a compute or mem tile is a `Ring` of `depth` objects. Its producer
 objects) and consumer count (filled objects) are the locks of add-one.lowered.mlir: acquiring
 Produce takes free objects, releasing them fills them; acquiring Consume takes filled objects,
 releasing them frees them. A shared-memory FIFO is one ring both tiles use. A FIFO whose producer
-and consumers sit on different tiles gets a mover that copies each filled object into every
-consumer ring (broadcast, in lockstep) and frees it. A shim end has no ring: the shim DMA
-(dma.py) writes into the consumer rings or reads the producer ring directly.
+and consumers sit on different tiles gets a mover (the tile DMAs) that passes each filled object
+to every consumer ring (one consumer: by exchanging the slots' arrays, no copy; several: a copy
+each, in lockstep) and frees it. A shim end has no ring: the shim DMA (dma.py) writes into the
+consumer rings or reads the producer ring directly (a shim among several consumers gets a ring,
+standing for the stream between the broadcast and its DMA). A Link moves objects between the
+mem-tile rings of its FIFOs: forward (exchange), split or join (copies at byte offsets).
 
 Everything here blocks by yielding `(signal, text)`: the scheduler (machine.py) parks the task on
 the signal until the ring changes. This module neither runs the shim DMA nor the cores.
@@ -17,8 +20,6 @@ from __future__ import annotations
 import numpy as np
 
 from iron.errors import PlanError
-
-PAGE = 4096
 
 
 class Signal:
@@ -40,11 +41,11 @@ class Ring:
     """One FIFO end's `depth` objects (uint8 arrays, with their uint32 word views for the DMA)
     and its producer / consumer locks."""
 
-    __slots__ = ("name", "depth", "objects", "words", "free", "full", "produce_at", "consume_at",
+    __slots__ = ("depth", "objects", "words", "free", "full", "produce_at", "consume_at",
                  "producer_holds", "consumer_holds", "signal", "wait")
 
-    def __init__(self, name: str, depth: int, nbytes: int, ready):
-        self.name, self.depth = name, depth
+    def __init__(self, depth: int, nbytes: int, ready):
+        self.depth = depth
         self.objects = [np.zeros(nbytes, np.uint8) for _ in range(depth)]
         self.words = [o.view(np.uint32) for o in self.objects]
         self.free, self.full = depth, 0
@@ -101,14 +102,6 @@ class Ring:
         return self.words[self.consume_at]
 
 
-def _page_aligned(nbytes: int) -> np.ndarray:
-    """A zeroed byte array starting on a 4 KiB boundary (copies between objects then run at
-    memcpy speed; some misaligned pairs of 16 KiB objects copy several times slower)."""
-    block = np.zeros(nbytes + PAGE, np.uint8)
-    start = -block.ctypes.data % PAGE
-    return block[start: start + nbytes]
-
-
 class FifoEnds:
     """The rings of one FIFO: `producer` (None on a shim) and one per consumer tile (None for a
     shim consumer that is the only consumer: its DMA reads the producer ring)."""
@@ -123,7 +116,7 @@ class FifoEnds:
         shims = [t for t in fifo.consumers if t.kind == "shim"]
         if fifo.shared_memory:
             self._check_shared(fifo)
-            ring = Ring(fifo.name, fifo.depth, fifo.nbytes, ready)
+            ring = Ring(fifo.depth, fifo.nbytes, ready)
             self.producer, self.consumers = ring, {fifo.consumers[0]: ring}
             return
         if fifo.producer.kind == "shim" and shims:
@@ -131,11 +124,10 @@ class FifoEnds:
                 f"FIFO @{fifo.name} goes from {fifo.producer.name} to a shim tile: "
                 "a FIFO needs a compute or mem tile at one end."
             )
-        self.producer = None if fifo.producer.kind == "shim" else Ring(fifo.name, fifo.depth, fifo.nbytes, ready)
+        self.producer = None if fifo.producer.kind == "shim" else Ring(fifo.depth, fifo.nbytes, ready)
         alone = len(fifo.consumers) == 1 and shims
         self.consumers = {
-            tile: None if alone else Ring(f"{fifo.name}@{tile.name}", fifo.depth, fifo.nbytes, ready)
-            for tile in fifo.consumers
+            tile: None if alone else Ring(fifo.depth, fifo.nbytes, ready) for tile in fifo.consumers
         }
 
     @staticmethod

@@ -1,19 +1,21 @@
 """The Emulator: loads a Plan as the NPU would and runs its launches.
 
-Loading checks the plan (iron.compiler.invariants.check_plan, unless check=False; then always
-the full-ELF rule and every tile's memory, as the allocator bounds it), allocates one uint32 word array per host buffer,
-compiles the FIFOs, links, sequence and core programs (fifo.py, dma.py, core.py) and starts
-every task once: cores, tile DMAs, links and shim channels are generators that live as long as
-the Emulator, so core state, FIFO contents and Buffers persist across launches.
+Loading checks the plan (iron.compiler.invariants.check_plan, unless check=False; always the
+full-ELF rule and every tile's memory as the allocator bounds it), allocates one uint32 word
+array per host buffer, compiles the FIFOs, links, sequence and core programs (fifo.py, dma.py,
+core.py) and starts every task once: cores, tile DMAs, links and shim channels are generators
+that live as long as the Emulator, so core state, FIFO contents and Buffers persist across
+launches.
 
 Runs follow XRT: `run(**bindings)` makes a held run (a binding replaces a host buffer for that
 run, like set_arg: e.g. the scratchpad `words` and the Emit's `feedback` of a full-ELF run);
-`start` queues a launch (at most 4 started and not executed: a 5th start executes the oldest);
-`wait` executes the queued launches in order up to that run. A launch checks the run's bounded
-scratchpad words, resolves its DMA ops, then runs the runtime sequence while a round-robin
-scheduler resumes every task that can move, until the sequence has finished and nothing else
-can move. If nothing can move before the sequence finishes, it raises DeviceHang naming the
-blocked cores, the waiting sequence op and the unfinished DMA ops.
+`start` queues a launch (at most the device's 4 started and not executed: a 5th start executes
+the oldest); `wait` executes the queued launches in order up to that run. A launch checks the
+run's bounded scratchpad words, resolves its DMA ops, then runs the runtime sequence while the
+scheduler resumes, in turn, every task that can move (a blocked task waits on the signal of what
+it needs), until the sequence has finished and nothing else can move. If nothing can move before
+the sequence finishes, it raises DeviceHang naming the blocked cores, the waiting sequence op and
+the unfinished DMA ops.
 
 It does not write inputs or read outputs (the host side does, through `buffer` and
 `Run.buffers`), compute the host's scratchpad words, or read a traced Program.
@@ -31,8 +33,6 @@ from iron.runtime.emulator.core import CoreProgram, compile_function
 from iron.runtime.emulator.dma import Sequence
 from iron.runtime.emulator.fifo import FifoEnds, fifo_movers, link_task
 from iron.runtime.emulator.kernels import kernel_calls, kernel_mode
-
-MAX_IN_FLIGHT = 4
 
 
 class Task:
@@ -87,7 +87,7 @@ class Emulator:
         tasks += self.sequence.tasks
         functions = {fn.name: (fn, compile_function(fn, make_call)) for fn in plan.functions}
         buffers = {b.name: (b.tile, np.zeros(b.nbytes, np.uint8)) for b in plan.buffers}
-        cores = [CoreProgram(core, plan, ends, functions, buffers) for core in plan.cores]
+        cores = [CoreProgram(core, ends, functions, buffers) for core in plan.cores]
         self._cores = [Task(c.name, c.task()) for c in cores]
         ready.extend(self._cores)
         ready.extend(Task(name, generator) for name, generator in tasks)
@@ -122,7 +122,8 @@ class Emulator:
         return array.view(np.uint32)
 
     def start(self, run: Run):
-        """Queue a launch of `run`; with 4 launches queued, the oldest executes first."""
+        """Queue a launch of `run`; with 4 (the device's max_in_flight) launches queued, the
+        oldest executes first."""
         if self._broken is not None:
             raise PlanError(self._broken)
         if run.queued:
@@ -130,7 +131,7 @@ class Emulator:
                 f"bad command state: run {run.number} of plan '{self.plan.name}' was started again "
                 "before its launch completed. Wait for the run before starting it again."
             )
-        if len(self._queue) >= MAX_IN_FLIGHT:
+        if len(self._queue) >= self.plan.device.max_in_flight:
             self._launch(self._queue[0])
         run.completed, run.queued = False, True
         self._queue.append(run)
