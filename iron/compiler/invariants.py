@@ -5,10 +5,10 @@ names tiles of the plan; FIFO objects are whole words; links sit on mem tiles an
 offsets; core programs acquire what they release, only from FIFOs their tile is an end of, and
 invoke declared Functions whose pointer and scalar operands stay inside the objects bound to
 them (by each kernel's C ABI); derived words refer to earlier words; DMA ops respect the shim's
-size limits, their host buffers' bounds (patch words taken at their bounds), and BD ids are
-never reused before a Wait covering the op that held them; per launch, every FIFO gets from its
-producer (the sequence's MM2S words, a core's produce acquires, a link) exactly the objects each
-consumer takes; the Emit and feedback exist exactly on full-ELF plans; every tile's memory fits
+size limits, their host buffers' bounds (patch words taken at their bounds), Waits name FIFOs
+with a shim end, and BD ids are never reused before a Wait covering the op that held them; per
+launch, every FIFO gets from its producer (the sequence's MM2S words, a core's produce acquires,
+a link) exactly the objects each consumer takes; the Emit and feedback exist exactly on full-ELF plans; every tile's memory fits
 (DoesNotFit, as the allocator says it). Breaks raise iron.errors.PlanError.
 
 What it does not: simulate a launch (the emulator does) or judge performance.
@@ -327,6 +327,8 @@ def _check_sequence(plan: Plan):
         if isinstance(op, Wait):
             if op.fifo not in fifos:
                 _fail(plan, f"sequence op {index} waits on {op.fifo}, which the plan does not have")
+            if all(t.kind != "shim" for t in (fifos[op.fifo].producer, *fifos[op.fifo].consumers)):
+                _fail(plan, f"sequence op {index} waits on {op.fifo}, which has no shim end (no Dma moves it)")
             for key, holder in list(held.items()):
                 h = plan.sequence[holder]
                 if h.fifo == op.fifo and (h.direction == "s2mm" or h.issue_token):

@@ -15,6 +15,10 @@ them, then builds per group (per row part of a split group):
 - the runtime sequence: per group, waits on earlier writers of the states it touches, MM2S Dmas
   filling its inputs, S2MM Dmas draining its outputs, then waits on every S2MM FIFO; DMA sizes
   within the shim's limits and BD ids recycled only after a covering wait;
+- only when the shim channels run out, the merges `share_shim_channels` (place.py) chooses:
+  shareable `_in` FIFOs of several groups fed by one `shared_in<k>` FIFO through a mem-tile
+  split (their moves issued together where the first one was), `_host` FIFOs drained through a
+  mem-tile join into one `shared_host<k>` (their moves where the last one was);
 - on a full-ELF device with carried values, the Emit core computing the next call's words into
   `feedback`.
 Every Plan it returns has passed `invariants.check_plan`.
@@ -31,7 +35,16 @@ from iron import dtypes
 from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.fuse import Group, call_label, fuse, tensor_inputs
 from iron.compiler.invariants import check_plan
-from iron.compiler.place import ShimRequest, Site, assign_shims, is_host_tensor, place
+from iron.compiler.place import (
+    MemChannels,
+    SharedChannel,
+    ShimRequest,
+    Site,
+    assign_shims,
+    is_host_tensor,
+    place,
+    share_shim_channels,
+)
 from iron.compiler.plan import (
     Acquire,
     Buffer,
@@ -246,6 +259,7 @@ class Lowering:
         self.holds: dict[str, str] = {}
         self.state_writer: dict[str, str] = {}
         self.waited: set[str] = set()
+        self.after_writes: set[str] = set()   # groups touching a state an earlier group writes
         self.forwards = forwarded_inputs(layout)
 
     # ---- host tensors ---------------------------------------------------------------------------
@@ -539,6 +553,8 @@ class Lowering:
     def _state_waits(self, group: Group) -> list[tuple]:
         touched = {self._state(n) for c in group.calls for n in (*tensor_inputs(c), *c.src[: c.arg.n_inputs + c.arg.writes])}
         fifos = {self.state_writer[s] for s in touched if s in self.state_writer}
+        if fifos:
+            self.after_writes.add(group.name)
         waits = [("wait", f) for f in sorted(fifos) if f not in self.waited]
         self.waited |= fifos
         return waits
@@ -652,7 +668,8 @@ class Lowering:
             target = feeds.words if feeds is not None else self.table.defs()
             emit = self.lower_emit(self.layout.emit, emit_values, target)
         self.sequence += [("final",)]
-        shims, shim_rules = self._assign_shims()
+        share_rules = self._share_shim_channels()
+        shims, shim_rules = assign_shims(self._shim_requests(), self.device)
         fifos = tuple(self._resolved(f, shims) for f in self.fifos)
         sequence = finish_sequence(self.sequence, {f.name: f for f in fifos}, self.device)
         words = self.table.defs()
@@ -665,7 +682,7 @@ class Lowering:
             functions=tuple(self.functions), kernels=tuple(self._declaration(f, fifos) for f in self.functions),
             cores=tuple(self.cores), sequence=sequence, words=words, emit=emit,
             groups=tuple((g.name, tuple(call_label(self.program, c) for c in g.calls)) for g in groups),
-            rules=(*self._fuse_rules(groups), *self.layout.rules, *self._forward_rules(), *shim_rules),
+            rules=(*self._fuse_rules(groups), *self.layout.rules, *self._forward_rules(), *share_rules, *shim_rules),
             carry=host_values,
             notes={"holds": dict(self.holds), "closed_by": {g.name: g.closed_by for g in groups}},
         )
@@ -681,14 +698,64 @@ class Lowering:
         return [("forward_shared_input", f"{g} forwards {describe(node)} to {', '.join(readers)}")
                 for g, nodes in self.forwards.items() for node, readers in nodes.values()]
 
-    def _assign_shims(self):
+    # ---- shim channels ---------------------------------------------------------------------------------
+    def _shim_requests(self) -> list[ShimRequest]:
         requests = []
         for f in self.fifos:
             if f.producer == HOST:
-                requests.append(ShimRequest(f.name, "mm2s", f.consumers[0].col))
+                requests.append(ShimRequest(f.name, "mm2s", f.consumers[0].col, f.nbytes, self._input_shares(f)))
             elif HOST in f.consumers:
-                requests.append(ShimRequest(f.name, "s2mm", f.producer.col))
-        return assign_shims(self.program, requests, self.device)
+                requests.append(ShimRequest(f.name, "s2mm", f.producer.col, f.nbytes, self._output_shares(f)))
+        return requests
+
+    def _input_shares(self, f: Fifo) -> bool:
+        """A group's `_in` whose group touches no state an earlier group of the call writes: its
+        Dmas need no Wait, so they may be issued with the other groups' inputs of a shared FIFO."""
+        group = next((s.group.name for s in self.layout.sites if f.name == f"{s.group.name}_in"), None)
+        return group is not None and group not in self.after_writes
+
+    def _output_shares(self, f: Fifo) -> bool:
+        """A core's `_host` that no Wait of the sequence needs before its end."""
+        waited = {entry[1] for entry in self.sequence if entry[0] == "wait"}
+        return f.producer.kind == "compute" and f.name.endswith("_host") and f.name not in waited
+
+    def _share_shim_channels(self) -> tuple:
+        """Apply `share_shim_channels`: its merged FIFOs, links and moves; returns its rules."""
+        mem = MemChannels(self.device)
+        for link in self.links:
+            mem.take_on(link.tile, len(link.sources), len(link.destinations))
+        for f in self.fifos:
+            for tile in {f.producer, *f.consumers}:
+                if tile.kind == "mem":
+                    mem.take_on(tile, 0, 0, f.depth * f.nbytes)
+        shares, rules = share_shim_channels(self.program, self._shim_requests(), self.device, mem, DEPTH)
+        for share in shares:
+            self._share(share)
+        return rules
+
+    def _share(self, share: SharedChannel):
+        members = {f.name: f for f in self.fifos if f.name in share.members}
+        retype = len({f.dtype.itemsize for f in members.values()}) > 1
+        dtype = I32 if retype else members[share.members[0]].dtype
+        inputs = share.direction == "mm2s"
+        ends = (HOST, (share.mem,)) if inputs else (share.mem, (HOST,))
+        first = min(i for i, f in enumerate(self.fifos) if f.name in members)
+        self.fifos.insert(first, Fifo(share.name, ends[0], ends[1], DEPTH, share.nbytes, dtype))
+        self.fifos = [self._shared_end(f, share.mem, retype) if f.name in members else f for f in self.fifos]
+        if inputs:
+            self.links.append(Link(share.mem, (share.name,), share.members, destination_offsets=share.offsets))
+        else:
+            self.links.append(Link(share.mem, share.members, (share.name,), source_offsets=share.offsets))
+        self.holds[share.name] = ", ".join(share.members)
+        self.sequence = moved_together(self.sequence, share)
+
+    @staticmethod
+    def _shared_end(f: Fifo, mem: Tile, retype: bool) -> Fifo:
+        """A member FIFO with its host end on the mem tile (as int32 when the members' element
+        sizes differ: a mem-tile link counts offsets in one element size)."""
+        producer = mem if f.producer == HOST else f.producer
+        consumers = tuple(mem if t == HOST else t for t in f.consumers)
+        return replace(f, producer=producer, consumers=consumers, dtype=I32 if retype else f.dtype)
 
     @staticmethod
     def _resolved(f: Fifo, shims: dict[str, Tile]) -> Fifo:
@@ -709,6 +776,24 @@ class Lowering:
 
 
 # ---- DMA ops within the shim's limits ------------------------------------------------------------
+
+def moved_together(entries: list[tuple], share: SharedChannel) -> list[tuple]:
+    """The lowered moves with the members' Dma moves made moves of the shared FIFO, in member
+    order, all at the first member move (inputs: issued before any member needs its object) or
+    at the last (outputs: issued once every member has had its inputs)."""
+    at = [i for i, e in enumerate(entries) if e[0] == "dma" and e[2] in share.members]
+    moves = [("dma", entries[i][1], share.name, *entries[i][3:])
+             for member in share.members for i in at if entries[i][2] == member]
+    spot = at[0] if share.direction == "mm2s" else at[-1]
+    taken = set(at)
+    together = []
+    for i, entry in enumerate(entries):
+        if i == spot:
+            together += moves
+        elif i not in taken:
+            together.append(entry)
+    return together
+
 
 def finish_sequence(entries: list[tuple], fifos: dict[str, Fifo], device) -> tuple:
     """Dma and Wait ops from the lowered moves: each move split into Dmas within the device's

@@ -10,12 +10,16 @@ What it does:
   calls after it and one result, is split by rows over k = 2, 4 or 8 tiles (the smallest that
   makes each part <= 128 KiB and fits the device: enough free tiles, and a mem tile with k + 1
   DMA channels each way for the split and join links).
+- `share_shim_channels`: only when more FIFOs of one direction need a shim channel than the
+  device has (2 MM2S and 2 S2MM per shim tile), the `_in` FIFOs of several groups become one
+  shim -> mem tile FIFO split to each (or their `_host` FIFOs one join into a mem -> shim FIFO),
+  same column first, within the mem tiles' DMA channels and memory.
 - `shim_channels` (`assign_shims`): FIFOs to/from the host go to the shim tile nearest their
-  core with a free channel of their direction (2 MM2S and 2 S2MM per shim tile).
-Too many tiles or channels -> PlacementError.
+  core with a free channel of their direction.
+Too many tiles or channels (even shared) -> PlacementError.
 
-What it does not: make FIFOs, Functions or the sequence (lower.py) or check memory
-(allocate.py).
+What it does not: make FIFOs, Functions or the sequence (lower.py; it also decides which FIFOs
+may share a channel and applies the merges) or check memory (allocate.py).
 """
 from __future__ import annotations
 
@@ -226,36 +230,133 @@ class MemChannels:
 
 @dataclass(frozen=True)
 class ShimRequest:
-    """A FIFO that needs a shim DMA channel: "mm2s" (host to device) or "s2mm", near `col`."""
+    """A FIFO that needs a shim DMA channel: "mm2s" (host to device) or "s2mm", near `col`;
+    `nbytes` per object, and whether `share_shim_channels` may route it through a mem tile."""
 
     fifo: str
     direction: str
     col: int
+    nbytes: int = 0
+    shareable: bool = False
 
 
-def assign_shims(program: Program, requests: list[ShimRequest], device) -> tuple[dict[str, Tile], tuple]:
+@dataclass(frozen=True)
+class SharedChannel:
+    """A `share_shim_channels` decision: the FIFOs `members` (one object each per launch) move
+    through one shim channel as the FIFO `name` between a shim tile and mem tile `mem`, member i
+    at bytes [offsets[i], offsets[i] + its size) of `name`'s `nbytes`-byte objects: a mem-tile
+    split of `name` into the members ("mm2s"), or a join of the members into `name` ("s2mm")."""
+
+    name: str
+    direction: str
+    mem: Tile
+    members: tuple[str, ...]
+    offsets: tuple[int, ...]
+    nbytes: int
+
+
+SHARED_NAMES = {"mm2s": "shared_in", "s2mm": "shared_host"}
+WHO_SHARES = {
+    "mm2s": "only the inputs of groups that read no state an earlier group of the call writes can share",
+    "s2mm": "only the outputs no later group of the call waits for can share",
+}
+
+
+def shim_channels_per_tile(device) -> dict[str, int]:
+    return {"mm2s": device.shim.dma_out_channels, "s2mm": device.shim.dma_in_channels}
+
+
+def share_shim_channels(program: Program, requests: list[ShimRequest], device, mem: MemChannels,
+                        depth: int) -> tuple[list[SharedChannel], tuple]:
+    """`share_shim_channels`: when more FIFOs of one direction need a shim channel than the
+    device has, merge shareable ones of several groups into one FIFO through a mem tile (a split
+    for inputs, a join for outputs), each merge saving all its channels but one, until they fit.
+    A merge takes the column with the most shareable FIFOs left, its FIFOs in request order (the
+    nearest columns' when it has only one), as many as still need saving, on the nearest mem tile
+    with the DMA channels (1 + one per member) and the memory (`depth` objects of the merged FIFO
+    and of each member) free; fewer when none has. Designs that fit are left alone.
+    Returns (the merges, rules); PlacementError when merging cannot make them fit."""
+    shares, rules = [], []
+    for direction in ("mm2s", "s2mm"):
+        wanted = [r for r in requests if r.direction == direction]
+        capacity = shim_channels_per_tile(device)[direction] * device.n_cols
+        found = _shares_of(program, wanted, capacity, direction, device, mem, depth)
+        shares += found
+        rules += [("share_shim_channels", _share_text(s)) for s in found]
+        if found:
+            after = len(wanted) - sum(len(s.members) - 1 for s in found)
+            rules.append(("share_shim_channels", f"{len(wanted)} {direction.upper()} FIFOs now take "
+                                                 f"{after} of the {capacity} shim {direction.upper()} channels"))
+    return shares, tuple(rules)
+
+
+def _shares_of(program, wanted, capacity, direction, device, mem, depth) -> list[SharedChannel]:
+    left = [r for r in wanted if r.shareable]
+    shares: list[SharedChannel] = []
+    excess = len(wanted) - capacity
+    while excess > 0:
+        share = _next_share(left, wanted, excess, direction, len(shares), mem, depth)
+        if share is None:
+            _cannot_share(program, wanted, capacity, direction, device, len(wanted) - capacity - excess)
+        shares.append(share)
+        excess -= len(share.members) - 1
+        left = [r for r in left if r.fifo not in share.members]
+    return shares
+
+
+def _next_share(left, wanted, excess, direction, number, mem, depth) -> SharedChannel | None:
+    by_col: dict[int, list[ShimRequest]] = {}
+    for r in left:
+        by_col.setdefault(r.col, []).append(r)
+    for anchor in sorted(by_col, key=lambda c: (-len(by_col[c]), c)):
+        pool = by_col[anchor] if len(by_col[anchor]) > 1 else sorted(left, key=lambda r: abs(r.col - anchor))
+        for count in range(min(excess + 1, len(pool)), 1, -1):
+            members = sorted(pool[:count], key=wanted.index)
+            share = _merge(members, direction, f"{SHARED_NAMES[direction]}{number}", anchor, mem, depth)
+            if share is not None:
+                return share
+    return None
+
+
+def _merge(members, direction, name, anchor, mem, depth) -> SharedChannel | None:
+    """`members` merged on the mem tile nearest `anchor` that has room (taken), or None."""
+    offsets = [sum(-(-r.nbytes // 4) * 4 for r in members[:i]) for i in range(len(members) + 1)]
+    channels = (1, len(members)) if direction == "mm2s" else (len(members), 1)
+    tile = mem.take_nearest(anchor, *channels, 2 * depth * offsets[-1])
+    if tile is None:
+        return None
+    return SharedChannel(name, direction, tile, tuple(r.fifo for r in members), tuple(offsets[:-1]), offsets[-1])
+
+
+def _share_text(s: SharedChannel) -> str:
+    how = "split into" if s.direction == "mm2s" else "joined from"
+    return (f"{s.name} ({s.direction.upper()}, {s.nbytes} bytes) on {s.mem.name} {how} "
+            f"{', '.join(s.members)} at bytes {', '.join(map(str, s.offsets))}")
+
+
+def _cannot_share(program, wanted, capacity, direction, device, saved):
+    per_shim = shim_channels_per_tile(device)[direction]
+    raise PlacementError(
+        f"{program.name} needs {len(wanted)} shim {direction.upper()} channels but {device.name} has "
+        f"{capacity} ({device.n_cols} shim tile{'s' if device.n_cols > 1 else ''} x {per_shim}), and "
+        f"sharing them through mem tiles saves only {saved} ({WHO_SHARES[direction]}): compile for a "
+        "device with more columns."
+    )
+
+
+def assign_shims(requests: list[ShimRequest], device) -> tuple[dict[str, Tile], tuple]:
     """`shim_channels`: each request gets the nearest shim tile with a free channel of its
-    direction; returns (fifo -> shim tile, rules)."""
-    per_shim = {"mm2s": device.shim.dma_out_channels, "s2mm": device.shim.dma_in_channels}
+    direction (there are enough: `share_shim_channels` made sure); returns (fifo -> shim tile,
+    rules)."""
+    per_shim = shim_channels_per_tile(device)
     used = {(col, d): 0 for col in range(device.n_cols) for d in per_shim}
     chosen: dict[str, Tile] = {}
     for req in requests:
-        col = next((c for c in sorted(range(device.n_cols), key=lambda c: (abs(c - req.col), c))
-                    if used[(c, req.direction)] < per_shim[req.direction]), None)
-        if col is None:
-            _too_many_channels(program, requests, req.direction, device, per_shim[req.direction])
+        col = next(c for c in sorted(range(device.n_cols), key=lambda c: (abs(c - req.col), c))
+                   if used[(c, req.direction)] < per_shim[req.direction])
         used[(col, req.direction)] += 1
         chosen[req.fifo] = Tile(col, device.shim_row, "shim")
     return chosen, _shim_rules(requests, chosen)
-
-
-def _too_many_channels(program, requests, direction, device, per_shim):
-    count = sum(r.direction == direction for r in requests)
-    raise PlacementError(
-        f"{program.name} needs {count} shim {direction.upper()} channels but {device.name} has "
-        f"{per_shim * device.n_cols} ({device.n_cols} shim tile{'s' if device.n_cols > 1 else ''} x "
-        f"{per_shim}): compile for a device with more columns."
-    )
 
 
 def _shim_rules(requests, chosen) -> tuple:

@@ -88,6 +88,13 @@ def test_a_bd_freed_by_a_wait_on_a_tokened_mm2s_may_be_reused():
     check_plan(dataclasses.replace(plan, sequence=ops))
 
 
+def test_a_wait_on_a_fifo_without_a_shim_end_is_refused():
+    plan = plan_of("mlp_layer_f32", "npu2")   # g0_out goes from one core to another
+    plan = dataclasses.replace(plan, sequence=(Wait("g0_out"), *plan.sequence))
+    broken(plan, "plan MLPLayer on npu2: sequence op 0 waits on g0_out, which has no shim end (no Dma "
+                 "moves it)." + FIX)
+
+
 def test_dma_sizes_over_the_limits_are_refused():
     plan = with_op(plan_of("add_one", "npu2"), 0, sizes=(1, 1, 1, 1024), strides=(0, 0, 0, 1))
     broken(plan, "plan AddOne on npu2: sequence op 0 (Dma on g0_in) has sizes (1, 1, 1, 1024), strides "

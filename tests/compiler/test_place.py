@@ -1,5 +1,6 @@
 """Placement rules (iron/compiler/place.py, through lower_program): snake order, streamed and
-split matrices, shim channels, and the refusals when a device is too small."""
+split matrices, shim channels, and the refusals when a device is too small. Sharing shim
+channels through mem tiles has its own tests (test_share_channels.py)."""
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from iron.compiler.lower import lower_program
 from iron.compiler.place import snake_order
 from iron.compiler.plan import Dma, Imm, KernelStep, Link, Loop, Ptr
 from iron.errors import PlacementError
-from iron.kernels import Exp, MatVec, Softmax
+from iron.kernels import Copy, Exp, MatVec, Softmax
 from tests.compiler import designs
 
 F32 = np.float32
@@ -111,13 +112,26 @@ def test_shim_channels_spread_over_columns():
         "shim_1_0: g2_in (mm2s), g2_host (s2mm)"]
 
 
-def test_shim_channels_over_budget_are_refused():
-    spec = ((8,), F32)
+class Relay(iron.Graph):
+    """x copied into state a, a into b, b into c: each group reads the state the one before wrote."""
+
+    def __init__(self):
+        self.a, self.b, self.c = (iron.state((8,), F32, name=name) for name in "abc")
+
+    def body(self, x):
+        Copy.step(x, out=self.a)
+        Copy.step(self.a, out=self.b)
+        Copy.step(self.b, out=self.c)
+
+
+def test_shim_channels_over_budget_are_refused_when_sharing_cannot_help():
+    # g1 and g2 read what g0 and g1 wrote, so their inputs wait and cannot share g0's channel
     with pytest.raises(PlacementError) as err:
-        plan_of(Three(), "npu1_1col", x=spec, y=spec, z=spec)
+        plan_of(Relay(), "npu1_1col", x=((8,), F32))
     assert str(err.value) == (
-        "Three needs 3 shim MM2S channels but npu1_1col has 2 (1 shim tile x 2): compile for a "
-        "device with more columns.")
+        "Relay needs 3 shim MM2S channels but npu1_1col has 2 (1 shim tile x 2), and sharing them "
+        "through mem tiles saves only 0 (only the inputs of groups that read no state an earlier "
+        "group of the call writes can share): compile for a device with more columns.")
 
 
 class Five(iron.Graph):

@@ -93,7 +93,7 @@ def stream(fifo, port, body=()):
     return (Acquire(fifo, port), *body, Release(fifo, port))
 
 
-def add_one_plan(objects_in=4, objects_out=4, depth=2, device="npu2"):
+def add_one_plan(objects_in=4, objects_out=4):
     """npu-platform.md section 2: 1024 int32, 4 objects of 256 per launch, x + 1."""
     g0 = Function("g0", ("in", "out"), (KernelStep("plus_one_i32", (Ptr("in"), Ptr("out"), Imm(256))),), blocked=True)
     step = (Acquire("in", "Consume"), Acquire("out", "Produce"), Invoke("g0", ("in", "out")),
@@ -104,9 +104,9 @@ def add_one_plan(objects_in=4, objects_out=4, depth=2, device="npu2"):
         Wait("out"),
     )
     return plan_of(
-        "add_one", [Fifo("in", SHIM, (CORE,), depth, 1024), Fifo("out", CORE, (SHIM,), depth, 1024)],
+        "add_one", [Fifo("in", SHIM, (CORE,), 2, 1024), Fifo("out", CORE, (SHIM,), 2, 1024)],
         [Core(CORE, "g0", (Loop(4, step),))], [g0], sequence,
-        [HostBuffer("inputs", "inputs", 1280), HostBuffer("outputs", "outputs", 1280)], device,
+        [HostBuffer("inputs", "inputs", 1280), HostBuffer("outputs", "outputs", 1280)],
     )
 
 
@@ -223,12 +223,13 @@ def test_fifo_depth_blocks_the_producer():
     assert ints(emulator.buffer("out"))[:3].tolist() == [1, 1, 1]
     with pytest.raises(DeviceHang) as err:
         launch(Emulator(depth_plan(2)))
-    assert str(err.value).splitlines()[:3] == [
+    assert str(err.value) == "\n".join([
         "Plan 'depth' hangs in launch 1 (run 1): nothing can move, and the runtime sequence waits at "
         "op 1 (dma_wait @b).",
         "  core tile_0_2 (group g0) waits to acquire @a (Produce, 1)",
         "  dma op 0 (s2mm @b, bd 0 on shim_0_0): moved 0 of 1 words",
-    ]
+        HANG_FIX,
+    ])
 
 
 def test_split_and_join_links_on_the_mem_tile():
@@ -290,6 +291,22 @@ def test_a_strided_dma_reads_and_writes_columns():
     ints(emulator.buffer("x"))[:] = np.arange(16)
     launch(emulator)
     np.testing.assert_array_equal(ints(emulator.buffer("y")), np.arange(16).reshape(4, 4).T.reshape(-1))
+
+
+def test_objects_that_cut_the_rows_of_a_strided_dma():
+    """Rows of 6 words (stride 8) travel in objects of 4 words, both ways."""
+    copy = Function("copy", ("x", "y"), (KernelStep("copy_i32", (Ptr("x"), Ptr("y"), Imm(4))),), blocked=True)
+    body = stream("in", "Consume", stream("out", "Produce", (Invoke("copy", ("in", "out")),)))
+    rows = {"sizes": (1, 1, 2, 6), "strides": (0, 0, 8, 1)}
+    sequence = (Dma("mm2s", "in", "x", 1, **rows, bd_id=0, shim=SHIM),
+                Dma("s2mm", "out", "y", 0, **rows, bd_id=1, shim=SHIM), Wait("out"))
+    plan = plan_of("rows", [Fifo("in", SHIM, (CORE,), 2, 16), Fifo("out", CORE, (SHIM,), 2, 16)],
+                   [Core(CORE, "g0", (Loop(3, body),))], [copy], sequence,
+                   [HostBuffer("x", "inputs", 16), HostBuffer("y", "outputs", 16)])
+    emulator = Emulator(plan)
+    ints(emulator.buffer("x"))[:] = np.arange(16) + 1
+    launch(emulator)
+    assert ints(emulator.buffer("y")).tolist() == [2, 3, 4, 5, 6, 7, 0, 0, 10, 11, 12, 13, 14, 15, 0, 0]
 
 
 # ---- the scratchpad ------------------------------------------------------------------------------
@@ -444,6 +461,17 @@ def test_a_tile_over_its_memory_does_not_fit():
             "acc 32 bytes, count 4 bytes. Use smaller states, split the work over more kernel calls, "
             "or compile for a device with more tiles."
         )
+
+
+def test_words_without_a_words_buffer_big_enough():
+    plan = trail_plan()
+    small = tuple(HostBuffer("words", "words", 0) if b.role == "words" else b for b in plan.host_buffers)
+    with pytest.raises(PlanError) as err:
+        Emulator(Plan(**{**plan.__dict__, "host_buffers": small}), check=False)
+    assert str(err.value) == (
+        "Plan 'trail' defines 1 scratchpad word(s) but its words host buffer holds 0: give it a "
+        "'words' host buffer of at least 1 word(s)."
+    )
 
 
 def test_a_core_acquiring_at_another_tiles_end():

@@ -68,7 +68,7 @@ class Emulator:
         check_tile_memory(plan)
         self.plan, self.launches = plan, 0
         self._buffers = {b.name: np.zeros(b.nwords, np.uint32) for b in plan.host_buffers}
-        self._words = next((b.name for b in plan.host_buffers if b.role == "words"), None)
+        self._words = _words_buffer(plan)
         self._bounds = [(w.index, w.bound, w.what or w.name, w.name) for w in plan.words if w.bound is not None]
         self._ready: deque = deque()
         self._queue: deque = deque()
@@ -224,3 +224,15 @@ def _check_full_elf(plan):
             "for an Emit to write. Compile it for a full-ELF device (npu2), or without a device loop."
         )
 
+
+
+def _words_buffer(plan) -> str | None:
+    """The name of the scratchpad host buffer, checked to hold every word of the plan."""
+    words = next((b for b in plan.host_buffers if b.role == "words"), None)
+    count = 0 if words is None else words.nwords
+    if len(plan.words) > count:
+        raise PlanError(
+            f"Plan '{plan.name}' defines {len(plan.words)} scratchpad word(s) but its words host "
+            f"buffer holds {count}: give it a 'words' host buffer of at least {len(plan.words)} word(s)."
+        )
+    return None if words is None else words.name

@@ -1,0 +1,242 @@
+"""The `share_shim_channels` placement rule (iron/compiler/place.py, applied by lower.py): when
+a design needs more shim MM2S or S2MM channels than the device has, the `_in` FIFOs of several
+groups become one shim -> mem tile FIFO split to each group, and their `_host` FIFOs one mem-tile
+join into a mem -> shim FIFO; inputs that wait for another group's state write, and outputs a
+later group waits for, keep their own channels. Plans pinned, then run on the emulator against
+reference()."""
+import importlib.util
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import aie_utils
+import iron
+from aie_utils import from_name
+from iron.compiler.lower import lower_program
+from iron.compiler.mlir import print_mlir
+from iron.compiler.place import MemChannels, SharedChannel, ShimRequest, share_shim_channels
+from iron.compiler.plan import Dma, Link, Tile, Wait
+from iron.kernels import Add, Copy, Exp
+
+F32 = np.dtype(np.float32)
+I32 = np.dtype(np.int32)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+NPU1 = from_name("npu1")
+DECODER = Path(__file__).resolve().parents[2] / "programming_guide" / "section-8" / "decoder.py"
+
+
+@pytest.fixture(autouse=True)
+def emulator(monkeypatch):
+    monkeypatch.setenv("IRON_BACKEND", "emulator")
+    monkeypatch.setenv("IRON_QUIET", "1")
+
+
+def shares(plan) -> list[str]:
+    return [what for rule, what in plan.rules if rule == "share_shim_channels"]
+
+
+def route(plan, name: str) -> tuple[str, tuple[str, ...]]:
+    f = plan.fifo(name)
+    return f.producer.name, tuple(t.name for t in f.consumers)
+
+
+def moves(plan) -> list[tuple[str, str]]:
+    return [(op.direction, op.fifo) if isinstance(op, Dma) else ("wait", op.fifo) for op in plan.sequence]
+
+
+class Rows(iron.Graph):
+    """n independent groups: row i of the input x plus row i of a weight, each an output."""
+
+    def __init__(self, n: int):
+        self.w = iron.weight(np.arange(n * 8, dtype=np.int32).reshape(n, 8) * 7)
+
+    def body(self, x):
+        return tuple(Add.step(x[i], self.w[i]) for i in range(self.w.shape[0]))
+
+
+def run_rows(n: int, device: str):
+    graph = Rows(n)
+    compiled = graph.compile(device=device, x=((n, 8), I32))
+    x = np.arange(n * 8, dtype=np.int32).reshape(n, 8) - 5
+    return compiled, compiled(x), Rows(n).reference(x)
+
+
+def test_twelve_groups_share_channels_on_npu1_and_equal_the_reference():
+    compiled, got, want = run_rows(12, "npu1")
+    assert len(got) == 12 and all(np.array_equal(g, w) for g, w in zip(got, want))
+    plan = compiled.plan
+    assert shares(plan) == [
+        "shared_in0 (MM2S, 256 bytes) on mem_0_1 split into g0_in, g1_in, g2_in, g3_in at bytes 0, 64, 128, 192",
+        "shared_in1 (MM2S, 128 bytes) on mem_1_1 split into g4_in, g5_in at bytes 0, 64",
+        "12 MM2S FIFOs now take 8 of the 8 shim MM2S channels",
+        "shared_host0 (S2MM, 128 bytes) on mem_0_1 joined from g0_host, g1_host, g2_host, g3_host at bytes 0, 32, 64, 96",
+        "shared_host1 (S2MM, 64 bytes) on mem_1_1 joined from g4_host, g5_host at bytes 0, 32",
+        "12 S2MM FIFOs now take 8 of the 8 shim S2MM channels",
+    ]
+    mem0, mem1 = Tile(0, 1, "mem"), Tile(1, 1, "mem")
+    assert plan.links == (
+        Link(mem0, ("shared_in0",), ("g0_in", "g1_in", "g2_in", "g3_in"), destination_offsets=(0, 64, 128, 192)),
+        Link(mem1, ("shared_in1",), ("g4_in", "g5_in"), destination_offsets=(0, 64)),
+        Link(mem0, ("g0_host", "g1_host", "g2_host", "g3_host"), ("shared_host0",), source_offsets=(0, 32, 64, 96)),
+        Link(mem1, ("g4_host", "g5_host"), ("shared_host1",), source_offsets=(0, 32)),
+    )
+    assert route(plan, "shared_in0") == ("shim_0_0", ("mem_0_1",))
+    assert route(plan, "g2_in") == ("mem_0_1", ("tile_0_4",))
+    assert route(plan, "g2_host") == ("tile_0_4", ("mem_0_1",))
+    assert route(plan, "shared_host1") == ("mem_1_1", ("shim_1_0",))
+    assert route(plan, "g6_in") == ("shim_1_0", ("tile_1_3",))
+
+
+def test_shared_moves_fill_the_parts_in_order_inputs_first_outputs_last():
+    plan = run_rows(12, "npu1")[0].plan
+    shared = [(op.direction, op.fifo, op.buffer, op.offset, op.bd_id, op.shim.name)
+              for op in plan.sequence[:14]]
+    assert shared == [
+        ("mm2s", "shared_in0", "inputs", 0, 0, "shim_0_0"), ("mm2s", "shared_in0", "consts", 0, 1, "shim_0_0"),
+        ("mm2s", "shared_in0", "inputs", 8, 2, "shim_0_0"), ("mm2s", "shared_in0", "consts", 8, 3, "shim_0_0"),
+        ("mm2s", "shared_in0", "inputs", 16, 4, "shim_0_0"), ("mm2s", "shared_in0", "consts", 16, 5, "shim_0_0"),
+        ("mm2s", "shared_in0", "inputs", 24, 6, "shim_0_0"), ("mm2s", "shared_in0", "consts", 24, 7, "shim_0_0"),
+        ("s2mm", "shared_host0", "outputs", 0, 8, "shim_0_0"), ("s2mm", "shared_host0", "outputs", 8, 9, "shim_0_0"),
+        ("s2mm", "shared_host0", "outputs", 16, 10, "shim_0_0"), ("s2mm", "shared_host0", "outputs", 24, 11, "shim_0_0"),
+        ("mm2s", "shared_in1", "inputs", 32, 0, "shim_1_0"), ("mm2s", "shared_in1", "consts", 32, 1, "shim_1_0"),
+    ]
+    assert [op.fifo for op in plan.sequence if isinstance(op, Wait)] == [
+        "shared_host0", "shared_host1", "g6_host", "g7_host", "g8_host", "g9_host", "g10_host", "g11_host"]
+
+
+def test_a_design_that_fits_shares_nothing():
+    plan = run_rows(8, "npu1")[0].plan
+    assert shares(plan) == [] and plan.links == ()
+    assert [f.name for f in plan.fifos if f.name.startswith("shared")] == []
+
+
+class Three(iron.Graph):
+    def body(self, x, y, z):
+        return Exp.step(x), Exp.step(y), Exp.step(z)
+
+
+def test_members_of_different_element_sizes_are_linked_as_int32():
+    specs = {"x": ((16,), BF16), "y": ((8,), F32), "z": ((8,), F32)}
+    compiled = Three().compile(device="npu1_1col", **specs)
+    plan = compiled.plan
+    assert [(f.name, f.nbytes, f.dtype) for f in plan.fifos if f.name[:2] in ("sh", "g0", "g1")] == [
+        ("shared_in0", 64, I32), ("g0_in", 32, I32), ("shared_host0", 64, I32), ("g0_host", 32, I32),
+        ("g1_in", 32, I32), ("g1_host", 32, I32)]
+    assert (plan.fifo("g2_in").dtype, plan.fifo("g2_in").producer.name) == (F32, "shim_0_0")
+    mlir = print_mlir(plan)
+    assert "aie.objectfifo.link [@shared_in0] -> [@g0_in, @g1_in] ([] [0, 8])" in mlir
+    assert "aie.objectfifo.link [@g0_host, @g1_host] -> [@shared_host0] ([0, 8] [])" in mlir
+    args = (np.linspace(-1, 1, 16).astype(BF16), np.linspace(0, 1, 8).astype(F32), np.linspace(1, 2, 8).astype(F32))
+    for got, want in zip(compiled(*args), Three().reference(*args)):
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got.astype(F32), want.astype(F32), rtol=1e-6, atol=1e-6)
+
+
+class WriteThenRows(iron.Graph):
+    """g0 copies x[0] into state s, g1 adds s to w[0] (its input waits for g0's write), then
+    n - 1 independent groups x[i] + w[i]."""
+
+    def __init__(self, n: int):
+        self.s = iron.state((8,), np.int32, name="s")
+        self.w = iron.weight(np.arange(n * 8, dtype=np.int32).reshape(n, 8))
+
+    def body(self, x):
+        Copy.step(x[0], out=self.s)
+        first = Add.step(self.s, self.w[0])
+        return (first, *(Add.step(x[i], self.w[i]) for i in range(1, self.w.shape[0])))
+
+
+def test_inputs_that_wait_and_outputs_waited_for_keep_their_channels():
+    compiled = WriteThenRows(6).compile(device="npu1_2col", x=((6, 8), I32))
+    plan = compiled.plan
+    assert shares(plan) == [
+        "shared_in0 (MM2S, 160 bytes) on mem_0_1 split into g0_in, g2_in, g3_in at bytes 0, 32, 96",
+        "shared_in1 (MM2S, 128 bytes) on mem_1_1 split into g4_in, g5_in at bytes 0, 64",
+        "7 MM2S FIFOs now take 4 of the 4 shim MM2S channels",
+        "shared_host0 (S2MM, 96 bytes) on mem_0_1 joined from g1_host, g2_host, g3_host at bytes 0, 32, 64",
+        "shared_host1 (S2MM, 64 bytes) on mem_1_1 joined from g4_host, g5_host at bytes 0, 32",
+        "7 S2MM FIFOs now take 4 of the 4 shim S2MM channels",
+    ]
+    # g1_in (s, w[0]) waits for g0's write of s; g0_host is waited for, so neither is shared
+    assert moves(plan) == [
+        *[("mm2s", "shared_in0")] * 5, ("s2mm", "g0_host"), ("wait", "g0_host"), ("mm2s", "g1_in"),
+        ("mm2s", "g1_in"), *[("s2mm", "shared_host0")] * 3, *[("mm2s", "shared_in1")] * 4,
+        *[("s2mm", "shared_host1")] * 2, ("mm2s", "g6_in"), ("mm2s", "g6_in"), ("s2mm", "g6_host"),
+        ("wait", "shared_host0"), ("wait", "shared_host1"), ("wait", "g6_host")]
+    reference = WriteThenRows(6)
+    for step in range(2):   # twice: the state s persists
+        x = np.arange(48, dtype=np.int32).reshape(6, 8) * (step + 2)
+        got, want = compiled(x), reference.reference(x)
+        assert len(got) == 6 and all(np.array_equal(g, w) for g, w in zip(got, want))
+    assert np.array_equal(compiled.read("s"), reference.read("s"))
+
+
+def requests(*specs) -> list[ShimRequest]:
+    """ShimRequests ("name", col, shareable) of 64-byte MM2S FIFOs."""
+    return [ShimRequest(name, "mm2s", col, 64, shareable) for name, col, shareable in specs]
+
+
+def test_a_mem_tile_without_free_channels_passes_the_merge_to_the_nearest():
+    device = from_name("npu1_2col")    # 4 MM2S channels for 5 FIFOs
+    mem = MemChannels(device)
+    mem.take_on(Tile(0, 1, "mem"), 0, 5)   # mem_0_1 has one MM2S channel left: a split of 2 needs 2
+    wanted = requests(("a", 0, True), ("b", 0, True), ("c", 0, True), ("d", 1, False), ("e", 1, False))
+    found, _ = share_shim_channels(Rows(1).trace(x=((1, 8), I32)), wanted, device, mem, 2)
+    assert found == [SharedChannel("shared_in0", "mm2s", Tile(1, 1, "mem"), ("a", "b"), (0, 64), 128)]
+    assert (mem.used, mem.held) == ({0: [0, 5], 1: [1, 2]}, {0: 0, 1: 512})
+
+
+def test_a_mem_tile_without_memory_passes_the_merge_to_the_nearest():
+    device = from_name("npu1_2col")
+    mem = MemChannels(device)
+    mem.take_on(Tile(0, 1, "mem"), 0, 0, 512 * 1024 - 511)   # a merge of two 64-byte FIFOs holds 512 bytes
+    wanted = requests(("a", 0, True), ("b", 0, True), ("c", 0, True), ("d", 1, False), ("e", 1, False))
+    found, _ = share_shim_channels(Rows(1).trace(x=((1, 8), I32)), wanted, device, mem, 2)
+    assert [(s.mem.name, s.members) for s in found] == [("mem_1_1", ("a", "b"))]
+
+
+def test_single_shareable_fifos_of_neighbouring_columns_merge():
+    device = from_name("npu1_2col")
+    wanted = requests(("a", 0, True), ("b", 0, False), ("c", 1, True), ("d", 1, False), ("e", 1, False))
+    found, rules = share_shim_channels(Rows(1).trace(x=((1, 8), I32)), wanted, device, MemChannels(device), 2)
+    assert found == [SharedChannel("shared_in0", "mm2s", Tile(0, 1, "mem"), ("a", "c"), (0, 64), 128)]
+    assert rules == (
+        ("share_shim_channels", "shared_in0 (MM2S, 128 bytes) on mem_0_1 split into a, c at bytes 0, 64"),
+        ("share_shim_channels", "5 MM2S FIFOs now take 4 of the 4 shim MM2S channels"))
+
+
+def load_decoder():
+    spec = importlib.util.spec_from_file_location("decoder", DECODER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_decoder_shares_channels_on_npu1_and_generates_the_numpy_tokens(capsys):
+    decoder = load_decoder()
+    plan = lower_program(decoder.Decoder().trace(), NPU1)
+    assert shares(plan) == [
+        "shared_in0 (MM2S, 12672 bytes) on mem_0_1 split into g0_in, g1_in, g2_in, g3_in at bytes 0, 384, 4480, 8576",
+        "shared_in1 (MM2S, 16512 bytes) on mem_2_1 split into g8_in, g9_in, g10_in at bytes 0, 128, 8320",
+        "13 MM2S FIFOs now take 8 of the 8 shim MM2S channels",
+    ]
+    assert route(plan, "g4_in") == ("shim_1_0", ("tile_1_5",))   # reads kcache, which g2 writes first
+    assert route(plan, "g6_in") == ("shim_0_0", ("tile_1_3",))   # reads vcache, which g3 writes first
+    previous = aie_utils.get_current_device()
+    try:
+        assert decoder.main(["--device", "npu1", "--tokens", "5"]) == 0
+    finally:
+        aie_utils.set_current_device(previous)   # main() sets the device from --device
+    assert "host-driven (npu1): [36, 55, 18, 1, 36] -> matches numpy (token for token)" in capsys.readouterr().out
+
+
+def test_the_two_layer_decoder_fits_npu2():
+    decoder = load_decoder()
+    plan = lower_program(decoder.Decoder(layers=2).trace(), from_name("npu2"))
+    assert shares(plan)[-1] == "25 MM2S FIFOs now take 16 of the 16 shim MM2S channels"
+    assert [link.destinations for link in plan.links] == [
+        ("g0_in", "g1_in", "g2_in", "g3_in"), ("g8_in", "g9_in", "g10_in", "g11_in"),
+        ("g20_in", "g21_in", "g22_in", "g23_in")]
+    assert (len(plan.cores), plan.emit.tile.name) == (27, "tile_6_4")
