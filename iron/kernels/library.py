@@ -32,10 +32,7 @@ class Add(Kernel):
 
     keeps_dtype = True
     name, arity = "add", 2
-
-    @staticmethod
-    def compute(a, b):
-        return np.add(a, b)
+    compute = staticmethod(np.add)
 
 
 class Sub(Kernel):
@@ -43,10 +40,7 @@ class Sub(Kernel):
 
     keeps_dtype = True
     name, arity = "sub", 2
-
-    @staticmethod
-    def compute(a, b):
-        return np.subtract(a, b)
+    compute = staticmethod(np.subtract)
 
 
 class Mul(Kernel):
@@ -54,10 +48,7 @@ class Mul(Kernel):
 
     keeps_dtype = True
     name, arity = "mul", 2
-
-    @staticmethod
-    def compute(a, b):
-        return np.multiply(a, b)
+    compute = staticmethod(np.multiply)
 
 
 class Scale(Kernel):
@@ -101,9 +92,7 @@ class Exp(Kernel):
     name = "exp"
     dtypes = FLOATS
 
-    @staticmethod
-    def compute(x):
-        return np.exp(x)
+    compute = staticmethod(np.exp)
 
 
 class Accumulate(Kernel):

@@ -145,13 +145,15 @@ def test_run_all_finds_every_design_of_the_guide_in_section_order():
 
 
 def test_every_section_has_a_readme_and_a_makefile_running_its_designs():
+    shared = (GUIDE / "section.mk").read_text()
+    assert "PYTHON ?= python3" in shared and "DEVICE ?= npu2" in shared
+    assert "--device $(DEVICE)" in shared and "override DEVICE := npu2" in shared
     for number in range(1, 9):
         section = GUIDE / f"section-{number}"
         makefile = (section / "Makefile").read_text()
         designs = sorted(p.name for p in section.glob("*.py"))
         assert f"DESIGNS := {' '.join(designs)}" in makefile
-        assert "PYTHON ?= python3" in makefile and "DEVICE ?= npu2" in makefile
-        assert "--device $(DEVICE)" in makefile
+        assert "include ../section.mk" in makefile
         readme = (section / "README.md").read_text()
         assert readme.startswith(f"# Section {number} - ")
         assert "## Exercises" in readme
