@@ -249,6 +249,7 @@ class Elf(Handle):
         (path,) = self._require_path(args)
         if not Path(path).is_file():
             raise RuntimeError(f"{path} is not found or is not a valid ELF file")
+        self.path = str(path)
         self._made(f"elf({Path(path).name!r})")
 
 
