@@ -130,12 +130,19 @@ class XrtSession:
         plan = self.plan = compiled.plan
         self.full_elf = plan.full_elf
         artifacts = compiled.build()
-        self.design = XrtDesign(plan.name, artifacts, [HostBuffer(b.name, b.nwords * 4) for b in plan.host_buffers])
+        states = _index(plan, "states")
+        owners = compiled.graph._iron.setdefault("xrt_states", {})   # device name -> the design holding the states BO
+        owner = owners.get(plan.device.name)
+        shared = {states: owner.bo(states)} if owner is not None else {}
+        self.design = XrtDesign(plan.name, artifacts, [HostBuffer(b.name, b.nwords * 4) for b in plan.host_buffers],
+                                shared=shared)
         self.buffers = {b.name: np.zeros(b.nwords, np.uint32) for b in plan.host_buffers}
         self.states = self.buffers[plan.host_buffer("states").name] = shared_states(compiled)
         self.patches = _patch_table(plan, artifacts)
         _write_constants(self, compiled)
-        self.design.write(plan.host_buffer("states").name, self.states)
+        if owner is None:
+            owners[plan.device.name] = self.design
+            self.design.write(plan.host_buffer("states").name, self.states)
         self._held = None
 
     def read(self, p) -> np.ndarray:

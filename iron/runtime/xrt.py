@@ -121,8 +121,9 @@ class XrtDesign:
     After a DeviceTimeout the context is not reusable: make a new XrtDesign.
     """
 
-    def __init__(self, name: str, artifacts, host_buffers: Sequence, *, pyxrt=None):
+    def __init__(self, name: str, artifacts, host_buffers: Sequence, *, pyxrt=None, shared=None):
         self.name = name
+        self._shared = dict(shared or {})
         self.image = artifacts.image
         self.host_buffers = [HostBuffer(*buffer) for buffer in host_buffers]
         self._xrt = pyxrt if pyxrt is not None else load_pyxrt()
@@ -183,8 +184,8 @@ class XrtDesign:
         self._kernel = xrt.kernel(self._context, artifacts.kernel_name)
         self._insts_group = self._kernel.group_id(1)
         self._bos = [
-            xrt.bo(self._device, buffer.nbytes, xrt.bo.host_only,
-                   self._kernel.group_id(_FIXED_ARGS + index))
+            self._shared.get(index) or xrt.bo(self._device, buffer.nbytes, xrt.bo.host_only,
+                                              self._kernel.group_id(_FIXED_ARGS + index))
             for index, buffer in enumerate(self.host_buffers)
         ]
         self._xclbin = xclbin
@@ -216,11 +217,17 @@ class XrtDesign:
         # A full-ELF kernel has no memory groups (never call group_id() on it): group 0 is
         # what xrt::ext::bo uses by default.
         self._bos = [
-            xrt.bo(self._context, buffer.nbytes, xrt.bo.host_only, 0)
-            for buffer in self.host_buffers
+            self._shared.get(index) or xrt.bo(self._context, buffer.nbytes, xrt.bo.host_only, 0)
+            for index, buffer in enumerate(self.host_buffers)
         ]
 
     # -- host buffers ----------------------------------------------------------------------
+
+    def bo(self, index_or_name: int | str):
+        """The BO of a host buffer, to share with another design of the same graph
+        (`shared={index: bo}`): versions of one graph keep their states in one BO. This assumes
+        a host_only BO made on one hw_context of a device can be an argument of a run on another."""
+        return self._bos[self._resolve(index_or_name)]
 
     def write(self, index_or_name: int | str, array) -> None:
         """Copy `array` into a host buffer (from byte 0) and sync it to the device."""

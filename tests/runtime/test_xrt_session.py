@@ -70,3 +70,15 @@ def test_a_device_loop_through_xrt_rings_the_scratchpads(xrt, depth):
     assert list(loop.run(steps, node=7, steps=0)) == list(range(steps))
     np.testing.assert_array_equal(body.read("trail"), numpy_walk(succ, 7, steps + 1))
     assert dict(loop.carry) == {"node": int(numpy_walk(succ, 7, steps + 1)[-1]), "steps": steps + 1}
+
+
+def test_a_tensor_taking_first_version_feeds_the_body_through_xrt(xrt):
+    from test_carried_loop import Trail
+
+    succ, steps = np.random.default_rng(6).permutation(12).astype(np.int32), 5
+    trail = Trail(succ, steps + 1)
+    body = trail.compile(device="npu2")
+    first = trail.compile(start=((), np.int32), device="npu2", feeds=body)
+    loop = iron.CarriedLoop(first, body, depth=2)
+    assert list(loop.run(steps, np.array(4, np.int32), node=0, steps=0)) == list(range(steps))
+    np.testing.assert_array_equal(body.read("trail"), np.concatenate([[4], numpy_walk(succ, 4, steps)]))
