@@ -2,12 +2,16 @@
 (numpy and native kernels), persistence of cores and Buffers across launches, FIFO depth, split
 and join links, runs in order with at most 4 in flight, bad command state, the scratchpad and an
 Emit-like core on npu2 (refused on npu1), and every load and launch error text (DMA limits, BD
-reuse, waits without a token, word bounds, DeviceHang, DoesNotFit, bindings), and the numpy kernel
-calls against Kernel.emulate for every library kernel. Integers are exact.
+reuse, waits without a token, word bounds, DeviceHang, DoesNotFit, bindings), the numpy kernel
+calls against Kernel.emulate for every library kernel (float32 or int32, bfloat16, a Python int
+result), loops unrolled or not, and replay: once launches repeat, replayed ones leave every host
+buffer as launches run task by task do, fail alike, and launches that carry a transfer over or
+repeat too late are never replayed. Integers are exact.
 Real Plans from the compiler are tested in test_emulator_designs.py.
 """
 import shutil
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -47,11 +51,14 @@ from iron.errors import (
 )
 from iron.kernels import LIBRARY
 from iron.runtime.emulator import Emulator
+from iron.runtime.emulator.core import UNROLLED
 from iron.runtime.emulator.kernels import numpy_call
+from iron.runtime.emulator.machine import RECORDED
 
 SHIM, MEM = Tile(0, 0, "shim"), Tile(0, 1, "mem")
 CORE, CORE2 = Tile(0, 2, "compute"), Tile(0, 3, "compute")
 ROW = (0, 0, 256, 1)  # strides of 256-word rows
+BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 class PlusOne(iron.Kernel):
@@ -232,8 +239,9 @@ def test_fifo_depth_blocks_the_producer():
     ])
 
 
-def test_split_and_join_links_on_the_mem_tile():
-    """shim -> mem splits 512 words into halves for two cores; their results join swapped."""
+def links_plan(halves=(0, 1024)):
+    """shim -> mem splits 512 words at byte offsets `halves` for two cores; their results join
+    swapped."""
     plus = Function("plus", ("x", "y"), (KernelStep("plus_one_i32", (Ptr("x"), Ptr("y"), Imm(256))),))
     double = Function("double", ("x", "y"), (KernelStep("add_i32", (Ptr("x"), Ptr("x"), Ptr("y"), Imm(256))),))
 
@@ -244,21 +252,26 @@ def test_split_and_join_links_on_the_mem_tile():
     fifos = [Fifo("whole", SHIM, (MEM,), 2, 2048), Fifo("lo", MEM, (CORE,), 2, 1024),
              Fifo("hi", MEM, (CORE2,), 2, 1024), Fifo("r_lo", CORE, (MEM,), 2, 1024),
              Fifo("r_hi", CORE2, (MEM,), 2, 1024), Fifo("joined", MEM, (SHIM,), 2, 2048)]
-    links = (Link(MEM, ("whole",), ("lo", "hi"), destination_offsets=(0, 1024)),
+    links = (Link(MEM, ("whole",), ("lo", "hi"), destination_offsets=halves),
              Link(MEM, ("r_lo", "r_hi"), ("joined",), source_offsets=(1024, 0)))
     sequence = (Dma("mm2s", "whole", "x", 0, (1, 1, 2, 256), ROW, 0, SHIM),
                 Dma("s2mm", "joined", "y", 0, (1, 1, 2, 256), ROW, 1, SHIM), Wait("joined"))
-    plan = plan_of("links", fifos, [worker(CORE, plus, "lo", "r_lo"), worker(CORE2, double, "hi", "r_hi")],
+    return plan_of("links", fifos, [worker(CORE, plus, "lo", "r_lo"), worker(CORE2, double, "hi", "r_hi")],
                    [plus, double], sequence, [HostBuffer("x", "inputs", 512), HostBuffer("y", "outputs", 512)],
                    links=links)
-    emulator = Emulator(plan)
+
+
+def test_split_and_join_links_on_the_mem_tile():
+    """shim -> mem splits 512 words into halves for two cores; their results join swapped."""
+    emulator = Emulator(links_plan())
     x = np.arange(512, dtype=np.int32) * 5
     ints(emulator.buffer("x"))[:] = x
     launch(emulator)
     np.testing.assert_array_equal(ints(emulator.buffer("y")), np.concatenate([x[256:] * 2, x[:256] + 1]))
 
 
-def test_a_tile_to_tile_fifo_broadcasts_to_every_consumer():
+def fan_plan():
+    """A core relays 3 objects to two cores (a broadcast), each copies them to the host."""
     copy = Function("copy", ("x", "y"), (KernelStep("copy_i32", (Ptr("x"), Ptr("y"), Imm(4))),), blocked=True)
 
     def copier(tile, source, dest):
@@ -271,39 +284,50 @@ def test_a_tile_to_tile_fifo_broadcasts_to_every_consumer():
     sequence = (Dma("mm2s", "in", "x", 0, (1, 1, 3, 4), (0, 0, 4, 1), 0, SHIM),
                 Dma("s2mm", "o1", "y", 0, (1, 1, 3, 4), (0, 0, 4, 1), 1, SHIM),
                 Dma("s2mm", "o2", "y", 12, (1, 1, 3, 4), (0, 0, 4, 1), 2, SHIM), Wait("o1"), Wait("o2"))
-    plan = plan_of("fan", fifos, [relay, first, second], [copy], sequence,
+    return plan_of("fan", fifos, [relay, first, second], [copy], sequence,
                    [HostBuffer("x", "inputs", 12), HostBuffer("y", "outputs", 24)])
-    emulator = Emulator(plan)
+
+
+def test_a_tile_to_tile_fifo_broadcasts_to_every_consumer():
+    emulator = Emulator(fan_plan())
     ints(emulator.buffer("x"))[:] = np.arange(12) + 100
     launch(emulator)
     assert ints(emulator.buffer("y")).tolist() == list(range(100, 112)) * 2
 
 
-def test_a_strided_dma_reads_and_writes_columns():
+def transpose_plan():
     """mm2s reads column-major (stride 4), s2mm writes back row-major with a repeat count."""
     copy = Function("copy", ("x", "y"), (KernelStep("copy_i32", (Ptr("x"), Ptr("y"), Imm(16))),))
     core = Core(CORE, "g0", stream("in", "Consume", stream("out", "Produce", (Invoke("copy", ("in", "out")),))))
     sequence = (Dma("mm2s", "in", "x", 0, (1, 1, 4, 4), (0, 0, 1, 4), 0, SHIM),
                 Dma("s2mm", "out", "y", 0, (2, 1, 2, 4), (8, 0, 4, 1), 1, SHIM), Wait("out"))
-    plan = plan_of("transpose", [Fifo("in", SHIM, (CORE,), 1, 64), Fifo("out", CORE, (SHIM,), 1, 64)],
+    return plan_of("transpose", [Fifo("in", SHIM, (CORE,), 1, 64), Fifo("out", CORE, (SHIM,), 1, 64)],
                    [core], [copy], sequence, [HostBuffer("x", "inputs", 16), HostBuffer("y", "outputs", 16)])
-    emulator = Emulator(plan)
+
+
+def test_a_strided_dma_reads_and_writes_columns():
+    """mm2s reads column-major (stride 4), s2mm writes back row-major with a repeat count."""
+    emulator = Emulator(transpose_plan())
     ints(emulator.buffer("x"))[:] = np.arange(16)
     launch(emulator)
     np.testing.assert_array_equal(ints(emulator.buffer("y")), np.arange(16).reshape(4, 4).T.reshape(-1))
 
 
-def test_objects_that_cut_the_rows_of_a_strided_dma():
+def rows_plan():
     """Rows of 6 words (stride 8) travel in objects of 4 words, both ways."""
     copy = Function("copy", ("x", "y"), (KernelStep("copy_i32", (Ptr("x"), Ptr("y"), Imm(4))),), blocked=True)
     body = stream("in", "Consume", stream("out", "Produce", (Invoke("copy", ("in", "out")),)))
     rows = {"sizes": (1, 1, 2, 6), "strides": (0, 0, 8, 1)}
     sequence = (Dma("mm2s", "in", "x", 1, **rows, bd_id=0, shim=SHIM),
                 Dma("s2mm", "out", "y", 0, **rows, bd_id=1, shim=SHIM), Wait("out"))
-    plan = plan_of("rows", [Fifo("in", SHIM, (CORE,), 2, 16), Fifo("out", CORE, (SHIM,), 2, 16)],
+    return plan_of("rows", [Fifo("in", SHIM, (CORE,), 2, 16), Fifo("out", CORE, (SHIM,), 2, 16)],
                    [Core(CORE, "g0", (Loop(3, body),))], [copy], sequence,
                    [HostBuffer("x", "inputs", 16), HostBuffer("y", "outputs", 16)])
-    emulator = Emulator(plan)
+
+
+def test_objects_that_cut_the_rows_of_a_strided_dma():
+    """Rows of 6 words (stride 8) travel in objects of 4 words, both ways."""
+    emulator = Emulator(rows_plan())
     ints(emulator.buffer("x"))[:] = np.arange(16) + 1
     launch(emulator)
     assert ints(emulator.buffer("y")).tolist() == [2, 3, 4, 5, 6, 7, 0, 0, 10, 11, 12, 13, 14, 15, 0, 0]
@@ -557,6 +581,32 @@ ATTRS = {"factor": 1.5, "eps": 1e-5, "length": 4}
 def test_numpy_kernel_calls_do_what_kernel_emulate_does(kernel):
     """kernels.numpy_call prepares once what Kernel.emulate does per call: same bits out."""
     dtype = np.dtype(np.float32) if np.dtype(np.float32) in kernel.dtypes else np.dtype(np.int32)
+    assert_numpy_call_is_emulate(kernel, dtype)
+
+
+@pytest.mark.parametrize("kernel", [k for k in LIBRARY if BF16 in k.dtypes], ids=lambda k: k.name)
+def test_numpy_kernel_calls_in_bfloat16_do_what_kernel_emulate_does(kernel):
+    """bfloat16 computes in float32 and rounds once, through Kernel.reference_fn."""
+    assert_numpy_call_is_emulate(kernel, BF16)
+
+
+class Total(iron.Kernel):
+    """2**33 + the sum of x, as a Python int (a non-array result beyond int32, which the cast to
+    the output dtype wraps), written to every output element."""
+
+    name = "total"
+
+    @staticmethod
+    def compute(x):
+        return 2**33 + int(x.astype(np.int64).sum())
+
+
+def test_a_kernel_returning_a_python_int_wraps_as_kernel_emulate_does():
+    assert_numpy_call_is_emulate(Total, np.dtype(np.int32))
+
+
+def assert_numpy_call_is_emulate(kernel, dtype):
+    """numpy_call's call and Kernel.emulate write the same bits into one output."""
     sizes = SIZES.get(kernel.name, (6,))
     in_shapes, out_shape = kernel.abi_shapes(sizes)
     rng = np.random.default_rng(3)
@@ -602,3 +652,193 @@ def test_an_unknown_kernel_mode_is_refused(argument, monkeypatch):
         "The emulator has no kernel mode 'verilog': pass kernels='numpy' (numpy semantics) or "
         "kernels='native' (the kernels' C++ compiled for the host), or set IRON_EMULATOR_KERNELS to one of them."
     )
+
+
+# ---- replay --------------------------------------------------------------------------------------
+
+def randomize(emulators, plan, rng):
+    """The same random inputs, and scratchpad words in their bounds, in each emulator."""
+    for b in plan.host_buffers:
+        if b.role == "inputs":
+            values = rng.integers(-1000, 1000, b.nwords, dtype=np.int32)
+        elif b.role == "words" and plan.words:
+            values = np.array([rng.integers(*(w.bound or (0, 100))) for w in plan.words], np.int32)
+        else:
+            continue
+        for emulator in emulators:
+            ints(emulator.buffer(b.name))[: values.size] = values
+
+
+@pytest.mark.parametrize("build, replayed", [
+    (add_one_plan, 29),
+    (accumulate_plan, 28),
+    (links_plan, 18),
+    (lambda: links_plan((0, 512)), 26),
+    (fan_plan, 28),
+    (transpose_plan, 29),
+    (rows_plan, 28),
+    (trail_plan, 28),
+], ids=["add_one", "tally", "split_join", "overlapping_split", "broadcast", "transpose", "rows", "patched"])
+def test_replayed_launches_move_and_compute_what_launches_run_task_by_task_do(build, replayed):
+    """Once the launches repeat, the replayed ones leave every host buffer as the scheduler does."""
+    plan = build()
+    replaying, stepping = Emulator(plan), Emulator(plan, replay=False)
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        randomize((replaying, stepping), plan, rng)
+        launch(replaying)
+        launch(stepping)
+        for b in plan.host_buffers:
+            np.testing.assert_array_equal(replaying.buffer(b.name), stepping.buffer(b.name))
+    assert (replaying.launches, replaying.replayed, stepping.launches, stepping.replayed) == (30, replayed, 30, 0)
+
+
+def test_a_split_with_overlapping_parts_copies_them():
+    emulator = Emulator(links_plan((0, 512)))
+    for k in range(1, 20):
+        x = np.arange(512, dtype=np.int32) * k
+        ints(emulator.buffer("x"))[:] = x
+        launch(emulator)
+        np.testing.assert_array_equal(ints(emulator.buffer("y")), np.concatenate([x[128:384] * 2, x[:256] + 1]))
+    assert emulator.replayed == 15
+
+
+def test_an_emit_ring_replayed_feeds_each_run_the_next_scratchpad():
+    emulator = Emulator(emit_plan("npu2"))
+    ring = [np.zeros(2, np.uint32) for _ in range(3)]
+    runs = [emulator.run(words=ring[k], feedback=ring[(k + 1) % 3]) for k in range(3)]
+    ints(ring[0])[:] = [10, 3]
+    for run in runs:
+        emulator.start(run)
+    seen = []
+    for k in range(40):
+        emulator.wait(runs[k % 3])
+        seen.append(int(ints(runs[k % 3].buffers["feedback"])[0]))
+        emulator.start(runs[k % 3])
+    assert seen == [13 + 3 * k for k in range(40)] and emulator.launches == 40 and emulator.replayed == 38
+
+
+def divide_plan():
+    """out = 1000 // the per-call word d (delivered to the core from the scratchpad)."""
+    divide = Function("divide", ("d", "out"), (ScalarStep(Ptr("out"), "floordiv", Imm(1000), Load("d")),))
+    program = stream("d", "Consume", stream("out", "Produce", (Invoke("divide", ("d", "out")),)))
+    sequence = (Dma("mm2s", "d", "words", 0, (1, 1, 1, 1), ROW, 0, SHIM),
+                Dma("s2mm", "out", "outputs", 0, (1, 1, 1, 1), ROW, 1, SHIM), Wait("out"))
+    return plan_of("divide", [Fifo("d", SHIM, (CORE,), 2, 4), Fifo("out", CORE, (SHIM,), 2, 4)],
+                   [Core(CORE, "g0", program)], [divide], sequence, [HostBuffer("outputs", "outputs", 1)],
+                   words=(WordDef(0, "d", "scratchpad"),))
+
+
+@pytest.mark.parametrize("replay, replayed", [(True, 8), (False, 0)])
+def test_a_launch_failing_mid_way_fails_alike_replayed_or_not(replay, replayed):
+    emulator = Emulator(divide_plan(), replay=replay)
+    for d in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10):
+        ints(emulator.buffer("words"))[0] = d
+        launch(emulator)
+        assert int(ints(emulator.buffer("outputs"))[0]) == 1000 // d
+    assert emulator.replayed == replayed
+    ints(emulator.buffer("words"))[0] = 0
+    with pytest.raises(ArgumentError) as err:
+        launch(emulator)
+    why = ("Function 'divide' step 0 computes 1000 floordiv 0: a per-call value divides by zero. Give "
+           "values that keep the divisor non-zero.")
+    assert str(err.value) == why
+    with pytest.raises(PlanError) as again:
+        launch(emulator)
+    assert str(again.value) == (
+        f"an earlier launch of plan 'divide' failed ({why}); the device is left mid-launch. Load the "
+        "plan again (a new Emulator)."
+    )
+
+
+def loops_plan(inner):
+    """Per launch, Loop(2, (Loop(inner, count at the inner index), count at the outer index)),
+    then both counts to the host: `inner` counts, then 2."""
+    def count(into):
+        return Function(f"count_{into}", (into, "one"), (
+            ScalarStep(Ptr("one"), "copy", Imm(1)),
+            KernelStep("add_i32", (Ptr(into, 0, 4), Ptr("one"), Ptr(into, 0, 4), Imm(1))),
+        ), blocked=True)
+    report = Function("report", ("inner", "outer", "out"), (
+        KernelStep("copy_i32", (Ptr("inner"), Ptr("out"), Imm(inner))),
+        KernelStep("copy_i32", (Ptr("outer"), Ptr("out", 4 * inner), Imm(2))),
+    ))
+    program = (Loop(2, (Loop(inner, (Invoke("count_inner", ("inner", "one")),)), Invoke("count_outer", ("outer", "one")))),
+               *stream("out", "Produce", (Invoke("report", ("inner", "outer", "out")),)))
+    rows = (4, (inner + 2) // 4) if inner > 1000 else (1, inner + 2)
+    sequence = (Dma("s2mm", "out", "outputs", 0, (1, 1, *rows), (0, 0, rows[1], 1), 0, SHIM), Wait("out"))
+    buffers = (Buffer("inner", CORE, 4 * inner), Buffer("outer", CORE, 8), Buffer("one", CORE, 4))
+    return plan_of("loops", [Fifo("out", CORE, (SHIM,), 1, 4 * (inner + 2))], [Core(CORE, "g0", program)],
+                   [count("inner"), count("outer"), report], sequence,
+                   [HostBuffer("outputs", "outputs", inner + 2)], buffers=buffers)
+
+
+@pytest.mark.parametrize("inner", [3, 3070])
+def test_loops_unrolled_or_not_index_their_blocks(inner):
+    """An inner Loop unrolled (3 x 2 steps) or not (3070 x 2 > UNROLLED): after it, the outer
+    Loop's index is back."""
+    assert (inner * 2 > UNROLLED) == (inner > 3)
+    emulator = Emulator(loops_plan(inner), check=False)  # check_plan bounds a block by both Loops' counts
+    for k in range(1, 5):
+        launch(emulator)
+        assert ints(emulator.buffer("outputs")).tolist() == [2 * k] * inner + [k, k]
+    assert emulator.replayed == 3
+
+
+def test_launches_that_repeat_only_after_the_recorded_ones_all_run_task_by_task():
+    """One object per launch through a FIFO of depth RECORDED + 1: the machine's state repeats
+    every RECORDED + 1 launches, later than it looks, so no launch is replayed."""
+    plus = Function("plus", ("x", "y"), (KernelStep("plus_one_i32", (Ptr("x"), Ptr("y"), Imm(1))),))
+    program = stream("in", "Consume", stream("out", "Produce", (Invoke("plus", ("in", "out")),)))
+    sequence = (Dma("mm2s", "in", "inputs", 0, (1, 1, 1, 1), ROW, 0, SHIM),
+                Dma("s2mm", "out", "outputs", 0, (1, 1, 1, 1), ROW, 1, SHIM), Wait("out"))
+    plan = plan_of("deep", [Fifo("in", SHIM, (CORE,), RECORDED + 1, 4), Fifo("out", CORE, (SHIM,), 2, 4)],
+                   [Core(CORE, "g0", program)], [plus], sequence,
+                   [HostBuffer("inputs", "inputs", 1), HostBuffer("outputs", "outputs", 1)])
+    emulator = Emulator(plan)
+    for k in range(RECORDED + 10):
+        ints(emulator.buffer("inputs"))[0] = k
+        launch(emulator)
+        assert int(ints(emulator.buffer("outputs"))[0]) == k + 1
+    assert (emulator.launches, emulator.replayed) == (RECORDED + 10, 0)
+
+
+def test_a_core_halfway_through_its_program_is_part_of_the_state_that_repeats():
+    """The core's program takes two launches (x + 1, then 2 x); its rings look the same after each."""
+    plus = Function("plus", ("x", "y"), (KernelStep("plus_one_i32", (Ptr("x"), Ptr("y"), Imm(1))),))
+    double = Function("double", ("x", "y"), (KernelStep("add_i32", (Ptr("x"), Ptr("x"), Ptr("y"), Imm(1))),))
+    program = (*stream("in", "Consume", stream("out", "Produce", (Invoke("plus", ("in", "out")),))),
+               *stream("in", "Consume", stream("out", "Produce", (Invoke("double", ("in", "out")),))))
+    sequence = (Dma("mm2s", "in", "inputs", 0, (1, 1, 1, 1), ROW, 0, SHIM),
+                Dma("s2mm", "out", "outputs", 0, (1, 1, 1, 1), ROW, 1, SHIM), Wait("out"))
+    plan = plan_of("halves", [Fifo("in", SHIM, (CORE,), 1, 4), Fifo("out", CORE, (SHIM,), 1, 4)],
+                   [Core(CORE, "g0", program)], [plus, double], sequence,
+                   [HostBuffer("inputs", "inputs", 1), HostBuffer("outputs", "outputs", 1)])
+    emulator = Emulator(plan, check=False)  # check_plan wants each launch to run the whole program
+    seen = []
+    for k in range(10):
+        ints(emulator.buffer("inputs"))[0] = 10 + k
+        launch(emulator)
+        seen.append(int(ints(emulator.buffer("outputs"))[0]))
+    assert seen == [11, 22, 13, 26, 15, 30, 17, 34, 19, 38] and emulator.replayed == 8
+
+
+@pytest.mark.parametrize("replay", [True, False])
+def test_launches_carrying_a_transfer_over_are_never_replayed(replay):
+    """2 objects in per launch, 1 out: each launch leaves more of its MM2S for the next, and the
+    words it moves late are the ones the host wrote by then (inputs 10 k, 10 k + 5 at launch k)."""
+    plus = Function("plus", ("x", "y"), (KernelStep("plus_one_i32", (Ptr("x"), Ptr("y"), Imm(1))),))
+    program = stream("in", "Consume", stream("out", "Produce", (Invoke("plus", ("in", "out")),)))
+    sequence = (Dma("mm2s", "in", "inputs", 0, (1, 1, 1, 2), ROW, 0, SHIM),
+                Dma("s2mm", "out", "outputs", 0, (1, 1, 1, 1), ROW, 1, SHIM), Wait("out"))
+    plan = plan_of("backlog", [Fifo("in", SHIM, (CORE,), 2, 4), Fifo("out", CORE, (SHIM,), 2, 4)],
+                   [Core(CORE, "g0", program)], [plus], sequence,
+                   [HostBuffer("inputs", "inputs", 2), HostBuffer("outputs", "outputs", 1)])
+    emulator = Emulator(plan, check=False, replay=replay)  # check_plan refuses the unequal counts
+    seen = []
+    for k in range(12):
+        ints(emulator.buffer("inputs"))[:] = [10 * k, 10 * k + 5]
+        launch(emulator)
+        seen.append(int(ints(emulator.buffer("outputs"))[0]))
+    assert seen == [1, 6, 11, 16, 21, 26, 31, 36, 41, 56, 61, 76] and emulator.replayed == 0
+    assert [len(channel.queue) for channel in emulator.sequence.channels.values()] == [4, 0]

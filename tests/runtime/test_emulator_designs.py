@@ -5,7 +5,8 @@ into host buffers, outputs and states read back), compared with `graph.reference
 Integers are exact; float32 within rtol 1e-5 / atol 1e-6 (matrix rows are summed in blocks on the
 device, in another order than numpy's), bfloat16 within rtol 2e-2 (two bf16 ulps). Walk runs as a
 device loop on npu2 (each run's Emit writes the next run's scratchpad) and host-driven on npu1.
-The native kernel mode runs two designs through the kernels' C++ (skipped without g++).
+The native kernel mode runs two designs through the kernels' C++ (skipped without g++). Two
+designs run 24 calls each replayed and task by task, bit for bit alike.
 """
 import shutil
 
@@ -30,10 +31,10 @@ def view(words: np.ndarray, placement) -> np.ndarray:
     return words.view(np.uint8)[start: start + nbytes].view(placement.dtype).reshape(placement.shape)
 
 
-def load(graph, device="npu2", kernels="numpy"):
+def load(graph, device="npu2", kernels="numpy", replay=True):
     """The graph's Plan loaded on an Emulator, with its weights and params written."""
     plan = lower_program(designs.trace(graph), from_name(device))
-    emulator = Emulator(plan, kernels=kernels)
+    emulator = Emulator(plan, kernels=kernels, replay=replay)
     arrays = graph._arrays()
     for p in plan.placements:
         if p.kind in ("weight", "param"):
@@ -138,3 +139,18 @@ def test_native_kernels_run_real_plans():
     plan, emulator = load(graph, kernels="native")
     call(plan, emulator, {"x": np.arange(64, dtype=np.int32)}, pos=2)
     assert view(emulator.buffer("states"), plan.placement("acc"))[2].tolist() == list(range(64))
+
+
+@pytest.mark.parametrize("graph", [designs.mlp(), designs.big_matvec()], ids=["mlp", "big_matvec"])
+def test_replayed_calls_equal_calls_run_task_by_task(graph):
+    """Calls after the launches repeat are replayed: the same bits as launches run task by task,
+    and the reference's values."""
+    plan, replaying = load(graph)
+    _, stepping = load(graph, replay=False)
+    x = designs.example(graph)["x"]
+    for k in range(24):
+        given = (x * (1 + k / 8)).astype(x.dtype)
+        (y,) = call(plan, replaying, {"x": given})
+        np.testing.assert_array_equal(y, call(plan, stepping, {"x": given})[0])
+        np.testing.assert_allclose(y, graph.reference(given), **F32)
+    assert (replaying.launches, replaying.replayed, stepping.replayed) == (24, 12, 0)

@@ -7,12 +7,18 @@ of its size operands) and calls the kernel (numpy or the native library, kernels
 ScalarStep computes an i32 with wrap-around (floordiv and mod with Python's floor semantics).
 A core program is checked once at load (FIFO ends on the core's tile, acquire counts within the
 depth, objects held when invoked, every acquired object released by the end of an iteration) and
-compiled into steps; the core's generator yields `(signal, text)` whenever an Acquire cannot
-proceed. Invoke binds a FIFO parameter to the first object the core holds of it.
+compiled into a straight list of steps, each a call that returns None or, for an Acquire that
+cannot proceed, the `(signal, text)` the core's generator yields; a Loop is unrolled (its body's
+steps repeated after a step setting the loop index) unless that would make more than UNROLLED
+steps. Invoke binds a FIFO parameter to the first object the core holds of it; each Invoke keeps
+its bound function per loop index and held objects (typed views and prepared kernel calls made
+once), and puts each call on the Board's trace when the machine records.
 
 It does not move data between tiles (fifo.py, dma.py) or schedule (machine.py).
 """
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 
@@ -32,6 +38,7 @@ from iron.errors import ArgumentError, PlanError
 from iron.ir import SCALAR_BINARY, wrap_i32
 from iron.kernels.registry import lookup
 
+UNROLLED = 4096  # the most steps a Loop is unrolled into
 SCALAR_OPS = {**SCALAR_BINARY, "copy": lambda a, b: a}
 I32 = np.dtype(np.int32)
 ONE = (1,)
@@ -40,21 +47,21 @@ ONE = (1,)
 # ---- Functions ---------------------------------------------------------------------------------
 
 def compile_function(fn, make_call):
-    """`run(arrays, block)`: fn's steps on the uint8 arrays bound to its params, in order.
-
-    Each step is bound to its arrays once per (arrays, block): the arrays (FIFO slots, Buffers)
-    live as long as the Emulator, so the typed views of a binding stay valid and are reused."""
+    """`bind(arrays, block) -> run()`: fn's steps, in order, on the uint8 arrays bound to its
+    params at that block index. The invoking core keeps each binding: the arrays (FIFO objects,
+    Buffers) live as long as the Emulator, so a binding's typed views stay valid."""
     steps = [_compile_step(fn, k, step, make_call) for k, step in enumerate(fn.steps)]
-    bindings: dict[tuple, list] = {}
 
-    def run(arrays, block):
-        key = (block, *map(id, arrays))
-        calls = bindings.get(key)
-        if calls is None:
-            calls = bindings[key] = [bind(arrays, block) for bind in steps]
-        for call in calls:
-            call()
-    return run
+    def bind(arrays, block):
+        calls = [bind_step(arrays, block) for bind_step in steps]
+        if len(calls) == 1:
+            return calls[0]
+
+        def run():
+            for call in calls:
+                call()
+        return run
+    return bind
 
 
 def _compile_step(fn, k: int, step, make_call):
@@ -141,17 +148,23 @@ def _kernel_step(fn, where: str, step, make_call):
     sizes = _scalars(fn, where, step.args[pointers: pointers + nsizes], ["i32"] * nsizes)
     attrs = _scalars(fn, where, step.args[pointers + nsizes:], attr_types)
     call = make_call(kernel, dtype, attr_names, ["ptr"] * pointers + ["i32"] * nsizes + attr_types)
+    fixed = all(isinstance(arg, Imm) for arg in step.args[pointers:])
 
     def bind(arrays, block):
         read_sizes, read_attrs = sizes(arrays, block), attrs(arrays, block)
+
+        def resolve(size_values):
+            return [v(arrays, block, s) for v, s in zip(views, _abi_shapes(kernel, size_values))]
+        if fixed:
+            size_values = read_sizes()
+            return call.bind(resolve(size_values), size_values, read_attrs())
         by_sizes: dict[tuple, list] = {}
 
         def run():
             size_values = read_sizes()
             resolved = by_sizes.get(size_values)
             if resolved is None:
-                shapes = _abi_shapes(kernel, size_values)
-                resolved = by_sizes[size_values] = [v(arrays, block, s) for v, s in zip(views, shapes)]
+                resolved = by_sizes[size_values] = resolve(size_values)
             call(resolved, size_values, read_attrs())
         return run
     return bind
@@ -182,19 +195,43 @@ def _scalar_step(fn, where: str, step):
 class CoreProgram:
     """One core's program, checked and compiled; `task()` is the generator the core runs."""
 
-    def __init__(self, core, ends: dict, functions: dict, buffers: dict):
-        self.core = core
+    def __init__(self, core, ends: dict, functions: dict, buffers: dict, board):
+        self.core, self.board = core, board
         self.name = f"core {core.tile.name} (group {core.group})"
         self.ends, self.functions, self.buffers = ends, functions, buffers
         self.ports = self._ports(core.program, {})
         if not self.ports:
             raise PlanError(f"{self.name} acquires nothing, so it would spin forever: give its program an Acquire.")
         self._check_holds()
+        self.block = [0]  # the index of the innermost Loop running
+        self.outer: list[int] = []  # the indices of the Loops around it
+        self.at = None  # the step it last blocked on
         self.steps = self._compile(core.program, in_loop=False)
 
     def task(self):
         while True:
-            yield from _execute(self.steps, 0)
+            yield from self._execute(self.steps)
+
+    def state(self) -> tuple:
+        """Where it is: the step it blocks on and the Loop indices (machine.py compares these)."""
+        return id(self.at), self.block[0], *self.outer
+
+    def _execute(self, steps: list):
+        """Run compiled steps (a Loop not unrolled is `(count, body)`), yielding what each blocked
+        Acquire waits on."""
+        block, outer = self.block, self.outer
+        for step in steps:
+            if type(step) is tuple:
+                count, body = step
+                outer.append(block[0])
+                for index in range(count):
+                    block[0] = index
+                    yield from self._execute(body)
+                block[0] = outer.pop()
+            else:
+                while (wait := step()) is not None:
+                    self.at = step
+                    yield wait
 
     # ---- checks --------------------------------------------------------------------------------
     def _ports(self, program, found: dict) -> dict:
@@ -237,7 +274,7 @@ class CoreProgram:
         steps = []
         for op in program:
             if isinstance(op, Loop):
-                steps.append((op.count, self._compile(op.body, in_loop=True)))
+                steps += self._loop(op.count, self._compile(op.body, in_loop=True))
             elif isinstance(op, Acquire):
                 steps.append(self._acquire(op))
             elif isinstance(op, Release):
@@ -246,6 +283,19 @@ class CoreProgram:
                 steps.append(self._invoke(op, in_loop))
             else:
                 raise PlanError(f"{self.name} has a {type(op).__name__} in its program: use Acquire, Release, Invoke and Loop.")
+        return steps
+
+    def _loop(self, count: int, body: list) -> list:
+        """A Loop's steps: its body `count` times, each after a step setting the loop index (the
+        same steps repeated, so straight-line), between steps saving and restoring the index of
+        the enclosing Loop; or, when that would be more than UNROLLED steps, `(count, body)`."""
+        if count * (len(body) + 1) > UNROLLED:
+            return [(count, body)]
+        index, outer = self.block, self.outer
+        steps = [partial(_enter, index, outer)]
+        for k in range(count):
+            steps += [partial(index.__setitem__, 0, k), *body]
+        steps.append(partial(_leave, index, outer))
         return steps
 
     def _ring(self, fifo: str, port: str):
@@ -257,50 +307,60 @@ class CoreProgram:
         ring = self._ring(op.fifo, op.port)
         if not 1 <= op.count <= ring.depth:
             raise PlanError(f"{self.name} acquires {op.count} @{op.fifo} object(s), but the FIFO has depth {ring.depth}: acquire 1..{ring.depth}.")
-        wait, count = (ring.signal, f"waits to acquire @{op.fifo} ({op.port}, {op.count})"), op.count
-        take = ring.acquire_produce if op.port == "Produce" else ring.acquire_consume
-        return lambda block: None if take(count) else wait
+        wait = (ring.signal, f"waits to acquire @{op.fifo} ({op.port}, {op.count})")
+        return partial(ring.acquire_produce if op.port == "Produce" else ring.acquire_consume, op.count, wait)
 
     def _release(self, op):
-        ring, count = self._ring(op.fifo, op.port), op.count
-        give = ring.release_produce if op.port == "Produce" else ring.release_consume
-        return lambda block: give(count)
+        ring = self._ring(op.fifo, op.port)
+        return partial(ring.release_produce if op.port == "Produce" else ring.release_consume, op.count)
 
     def _invoke(self, op, in_loop: bool):
         if op.function not in self.functions:
             raise PlanError(f"{self.name} invokes '{op.function}', which the plan does not define: add the Function, or fix the name.")
-        fn, run = self.functions[op.function]
+        fn, bind = self.functions[op.function]
         if len(op.objects) != len(fn.params):
             raise PlanError(f"{self.name} invokes '{fn.name}' with {len(op.objects)} object(s) for its {len(fn.params)} parameter(s) ({', '.join(fn.params)}): bind one object per parameter.")
         if fn.blocked and not in_loop:
             raise PlanError(f"{self.name} invokes blocked function '{fn.name}' outside a Loop: invoke it inside the Loop whose index it takes.")
-        getters = [self._object(name) for name in op.objects]
+        bound = [self._object(name) for name in op.objects]
+        held = [target for target in bound if not isinstance(target, np.ndarray)]
+        bindings: dict[tuple, object] = {}
+        at, blocked, board = self.block, fn.blocked, self.board
 
-        def invoke(block):
-            run([get() for get in getters], block)
+        def arrays(objects):
+            objects = iter(objects)
+            return [target if isinstance(target, np.ndarray) else next(objects).data for target in bound]
+
+        def invoke():
+            objects = [ring.objects[getattr(ring, position)] for ring, position in held]
+            key = (at[0] if blocked else 0, *objects)
+            run = bindings.get(key)
+            if run is None:
+                run = bindings[key] = bind(arrays(objects), key[0])
+            run()
+            if board.trace is not None:
+                board.trace.append(run)
         return invoke
 
     def _object(self, name: str):
-        """A getter of the uint8 array a parameter is bound to (the held object, or a Buffer)."""
+        """What a parameter is bound to: (ring, the attribute naming the slot of the first object
+        the core holds) for a FIFO, or a Buffer's uint8 array."""
         if name in self.ports:
             ring = self._ring(name, self.ports[name])
-            return ring.producing if self.ports[name] == "Produce" else ring.consuming
+            return ring, "produce_at" if self.ports[name] == "Produce" else "consume_at"
         buffer = self.buffers.get(name)
         if buffer is None:
             raise PlanError(f"{self.name} binds '{name}', which is neither a FIFO it acquires nor a Buffer: acquire the FIFO, or add the Buffer.")
         tile, data = buffer
         if tile != self.core.tile:
             raise PlanError(f"{self.name} binds Buffer '{name}', which lives on {tile.name}: use Buffers of the core's own tile.")
-        return lambda: data
+        return data
 
 
-def _execute(steps: list, block: int):
-    """Run compiled steps (a Loop is `(count, body)`), yielding what each blocked Acquire waits on."""
-    for step in steps:
-        if type(step) is tuple:
-            count, body = step
-            for index in range(count):
-                yield from _execute(body, index)
-        else:
-            while (wait := step(block)) is not None:
-                yield wait
+def _enter(index: list, outer: list):
+    outer.append(index[0])
+
+
+def _leave(index: list, outer: list):
+    index[0] = outer.pop()
+

@@ -5,10 +5,13 @@ sizes, BD ids, the access pattern inside its host buffer, a BD id not reused bef
 covers the op holding it, a `Wait` that some op's completion token can satisfy) and compiled
 into the word indices it touches. Each FIFO with a shim end gets a `Channel`: the transfers
 issued on it, moved one after another by its task (MM2S appends host words into the consumer
-rings, an object completing at `nbytes`; S2MM drains filled objects into host memory). A launch
-resolves the run's host buffers and patched offsets (`Sequence.transfers`) and runs the sequence
-task, which issues the DMAs in order and blocks at each `Wait` until every S2MM op, and every
-MM2S op with `issue_token`, issued so far on that FIFO has completed.
+rings, an object completing at `nbytes`; S2MM drains filled objects into host memory), in pieces
+that are views of the host buffer (a `Window` of the op on one host buffer from one offset, kept
+across launches, so each piece's view is made once); each piece moved is a data action on the
+Board's trace, naming its transfer by index in the launch. A launch resolves the run's host
+buffers and patched offsets (`Sequence.transfers`) and runs the sequence task, which issues the
+DMAs in order and blocks at each `Wait` until every S2MM op, and every MM2S op with
+`issue_token`, issued so far on that FIFO has completed.
 
 It does not run cores or mem-tile links (core.py, fifo.py), nor schedule tasks (machine.py).
 """
@@ -20,14 +23,15 @@ import numpy as np
 
 from iron.compiler.plan import Dma, Wait
 from iron.errors import PlanError
-from iron.runtime.emulator.fifo import Signal
+from iron.runtime.emulator.fifo import Board, Signal
 
 
 class DmaOp:
     """One checked Dma of the sequence: the word indices (relative to its offset) it touches, in
-    order, or pattern None when they are simply 0 .. nwords-1."""
+    order, or pattern None when they are simply 0 .. nwords-1; and its windows on host buffers."""
 
-    __slots__ = ("dma", "text", "nwords", "pattern", "low", "high", "token", "shape", "strides", "pieces")
+    __slots__ = ("dma", "text", "nwords", "pattern", "low", "high", "token", "shape", "strides",
+                 "pieces", "windows")
 
     def __init__(self, index: int, dma: Dma):
         self.dma = dma
@@ -41,6 +45,18 @@ class DmaOp:
         self.pattern = None if np.array_equal(pattern, np.arange(self.nwords)) else pattern
         self.shape, self.strides = tuple(dma.sizes), tuple(4 * s for s in dma.strides)
         self.pieces: dict[tuple[int, int], tuple | None] = {}
+        self.windows: dict[tuple[int, int], Window] = {}
+
+    def window(self, host: np.ndarray, base: int) -> Window:
+        """The op's window on `host` from word `base` (kept for the next launches; a window holds
+        its host array, so the key's id stays that array's)."""
+        key = (id(host), base)
+        window = self.windows.get(key)
+        if window is None:
+            if len(self.windows) >= WINDOWS_KEPT:
+                del self.windows[next(iter(self.windows))]
+            window = self.windows[key] = Window(self, host, base)
+        return window
 
     def piece(self, start: int, count: int) -> tuple | None:
         """The index into the op's 4-D strided window that holds pattern words [start, start +
@@ -62,55 +78,112 @@ class DmaOp:
         return None
 
 
-class Transfer:
-    """One issued DMA op in one launch: its host buffer, patched offset and words moved so far.
+WINDOWS_KEPT = 16  # windows per op: the host buffers and patched offsets of recent launches
 
-    Strided words move as pieces of the op's 4-D window on the host buffer (one strided copy
-    each), or, when a chunk does not fall on whole rows, word by word through the pattern."""
 
-    __slots__ = ("op", "host", "base", "moved", "window")
+class Window:
+    """The words one DmaOp touches in one host buffer from one base: pieces of them as views
+    (a slice, or a piece of the op's 4-D strided window), kept for reuse."""
+
+    __slots__ = ("op", "host", "base", "strided", "pieces")
 
     def __init__(self, op: DmaOp, host: np.ndarray, base: int):
-        self.op, self.host, self.base, self.moved = op, host, base, 0
-        self.window = None
+        self.op, self.host, self.base = op, host, base
+        self.strided = None
+        self.pieces: dict[tuple[int, int], np.ndarray | None] = {}
 
-    def _piece(self, count: int) -> np.ndarray | None:
-        piece = self.op.piece(self.moved, count)
-        if piece is None:
+    def piece(self, start: int, count: int) -> np.ndarray | None:
+        """Pattern words [start, start + count) as a view, or None when no view holds them."""
+        key = (start, count)
+        if key not in self.pieces:
+            self.pieces[key] = self._piece(start, count)
+        return self.pieces[key]
+
+    def _piece(self, start: int, count: int) -> np.ndarray | None:
+        op = self.op
+        if op.pattern is None:
+            return self.host[self.base + start: self.base + start + count]
+        index = op.piece(start, count)
+        if index is None:
             return None
-        if self.window is None:
-            self.window = np.lib.stride_tricks.as_strided(self.host[self.base:], self.op.shape, self.op.strides)
-        return self.window[piece]
+        if self.strided is None:
+            self.strided = np.lib.stride_tricks.as_strided(self.host[self.base:], op.shape, op.strides)
+        return self.strided[index]
 
-    def read(self, count: int) -> np.ndarray:
-        """The next `count` words (an array of any shape holding them in order)."""
-        if self.op.pattern is None:
-            start = self.base + self.moved
-            return self.host[start: start + count]
-        piece = self._piece(count)
-        return piece if piece is not None else self.host[self.base + self.op.pattern[self.moved: self.moved + count]]
+    def indices(self, start: int, count: int) -> np.ndarray:
+        """The host word indices of pattern words [start, start + count), for a gather or scatter."""
+        return self.base + self.op.pattern[start: start + count]
 
-    def write(self, words: np.ndarray):
-        if self.op.pattern is None:
-            start = self.base + self.moved
-            self.host[start: start + words.size] = words
-            return
-        piece = self._piece(words.size)
-        if piece is not None:
-            piece[...] = words.reshape(piece.shape)
+    def read(self, moved: int, count: int) -> np.ndarray:
+        """Pattern words [moved, moved + count) (an array of any shape holding them in order):
+        a piece, or, when no piece holds them, gathered word by word through the pattern."""
+        piece = self.piece(moved, count)
+        return self.host[self.indices(moved, count)] if piece is None else piece
+
+    def write(self, moved: int, obj, start: int, count: int):
+        """Words [start, start + count) of object `obj` as pattern words [moved, moved + count)."""
+        piece = self.piece(moved, count)
+        if piece is None:
+            self.host[self.indices(moved, count)] = obj.words[start: start + count]
         else:
-            self.host[self.base + self.op.pattern[self.moved: self.moved + words.size]] = words
+            piece[...] = obj.shaped(start, piece.shape)
+
+
+class Transfer:
+    """One issued DMA op in one launch: its window on the run's host buffer, its `index` in the
+    launch's ops, and the words moved so far."""
+
+    __slots__ = ("op", "window", "index", "moved")
+
+    def __init__(self, op: DmaOp, window: Window, index: int):
+        self.op, self.window, self.index, self.moved = op, window, index, 0
+
+
+def fill(window: Window, moved: int, count: int, objects: tuple, start: int):
+    """Words [moved, moved + count) of `window` into words [start, ...) of each of `objects`."""
+    words = window.read(moved, count)
+    for obj in objects:
+        obj.shaped(start, words.shape)[...] = words
+
+
+def filler(board: Board, index: int, moved: int, count: int, objects: tuple, start: int):
+    """The data action of a `fill` by transfer `index` of the launch it runs in; the views it
+    copies between are made once per window of that transfer (host buffer and offset)."""
+    made: dict = {}
+
+    def act():
+        window = board.windows[index]
+        views = made.get(window)
+        if views is None:
+            if len(made) == WINDOWS_KEPT:
+                made.clear()
+            piece = window.piece(moved, count)
+            shape = (count,) if piece is None else piece.shape
+            views = made[window] = piece, tuple(obj.shaped(start, shape) for obj in objects)
+        piece, destinations = views
+        words = window.host[window.indices(moved, count)] if piece is None else piece
+        for destination in destinations:
+            destination[...] = words
+    return act
+
+
+def drainer(board: Board, index: int, moved: int, count: int, obj, start: int):
+    """The data action of an S2MM piece: words [start, start + count) of `obj` into pattern
+    words [moved, ...) of transfer `index` of the launch it runs in."""
+    return lambda: board.windows[index].write(moved, obj, start, count)
 
 
 class Channel:
-    """One FIFO's shim DMA channel: its issued transfers, moved in issue order."""
+    """One FIFO's shim DMA channel: its issued transfers, moved in issue order, and how many
+    words of the current object it has moved (`partial`)."""
 
-    __slots__ = ("queue", "tokens", "signal", "idle")
+    __slots__ = ("queue", "tokens", "partial", "signal", "idle")
 
-    def __init__(self, ready):
+    def __init__(self, board: Board):
         self.queue = deque()
         self.tokens = 0
-        self.signal = Signal(ready)
+        self.partial = 0
+        self.signal = Signal(board)
         self.idle = (self.signal, None)
 
     def issue(self, transfer: Transfer):
@@ -123,71 +196,77 @@ class Channel:
         self.signal.fire()
 
 
-def mm2s_task(channel: Channel, sinks: list, object_words: int):
+def mm2s_task(channel: Channel, sinks: list, object_words: int, board: Board):
     """Append the words of each transfer to the consumer rings, one object at a time."""
-    filled = 0
+    queue = channel.queue
     while True:
-        while not channel.queue:
+        while not queue:
             yield channel.idle
-        transfer = channel.queue[0]
+        transfer = queue[0]
         total = transfer.op.nwords
         while transfer.moved < total:
+            filled = channel.partial
             if filled == 0:
                 for ring in sinks:
-                    while ring.free == 0:
+                    while not ring.free:
                         yield ring.wait
                 for ring in sinks:
-                    ring.acquire_produce(1)
+                    ring.acquire_produce(1, None)
             count = min(object_words - filled, total - transfer.moved)
-            words = transfer.read(count)
-            for ring in sinks:
-                ring.producing_words()[filled: filled + count].reshape(words.shape)[...] = words
-            filled += count
+            args = (transfer.moved, count, tuple(r.objects[r.produce_at] for r in sinks), filled)
+            fill(transfer.window, *args)
+            if board.trace is not None:
+                board.trace.append(filler(board, transfer.index, *args))
             transfer.moved += count
+            channel.partial = filled = filled + count
             if filled == object_words:
+                channel.partial = 0
                 for ring in sinks:
                     ring.release_produce(1)
-                filled = 0
         channel.finish()
 
 
-def s2mm_task(channel: Channel, source, object_words: int):
+def s2mm_task(channel: Channel, source, object_words: int, board: Board):
     """Drain filled objects of the producer ring into each transfer's host words."""
-    drained = 0
+    queue = channel.queue
     while True:
-        while not channel.queue:
+        while not queue:
             yield channel.idle
-        transfer = channel.queue[0]
+        transfer = queue[0]
         total = transfer.op.nwords
         while transfer.moved < total:
+            drained = channel.partial
             if drained == 0:
-                while not source.acquire_consume(1):
-                    yield source.wait
+                while (wait := source.acquire_consume(1, source.wait)) is not None:
+                    yield wait
             count = min(object_words - drained, total - transfer.moved)
-            transfer.write(source.consuming_words()[drained: drained + count])
-            drained += count
+            obj = source.objects[source.consume_at]
+            transfer.window.write(transfer.moved, obj, drained, count)
+            if board.trace is not None:
+                board.trace.append(drainer(board, transfer.index, transfer.moved, count, obj, drained))
             transfer.moved += count
+            channel.partial = drained = drained + count
             if drained == object_words:
+                channel.partial = 0
                 source.release_consume(1)
-                drained = 0
         channel.finish()
 
 
 class Sequence:
     """The runtime sequence of a Plan, checked and compiled at load, and the shim channels."""
 
-    def __init__(self, plan, ends: dict, ready):
+    def __init__(self, plan, ends: dict, board: Board):
         self.plan = plan
         self.sizes = {b.name: b.nwords for b in plan.host_buffers}
         self.words = next((b.name for b in plan.host_buffers if b.role == "words"), None)
         self.channels: dict[str, Channel] = {}
         self.tasks = []
         for fifo in plan.fifos:
-            self._add_channel(fifo, ends[fifo.name], ready)
+            self._add_channel(fifo, ends[fifo.name], board)
         self.steps = [self._compile(index, op) for index, op in enumerate(plan.sequence)]
         self._check_bd_reuse()
 
-    def _add_channel(self, fifo, ends, ready):
+    def _add_channel(self, fifo, ends, board: Board):
         shims = [t for t in (fifo.producer, *fifo.consumers) if t.kind == "shim"]
         if not shims:
             return
@@ -196,13 +275,13 @@ class Sequence:
                 f"FIFO @{fifo.name} has {len(shims)} shim ends ({', '.join(t.name for t in shims)}): "
                 "give each shim transfer its own FIFO."
             )
-        channel = self.channels[fifo.name] = Channel(ready)
+        channel = self.channels[fifo.name] = Channel(board)
         words = fifo.nbytes // 4
         if fifo.producer.kind == "shim":
-            self.tasks.append((f"mm2s @{fifo.name}", mm2s_task(channel, ends.sinks(), words)))
+            self.tasks.append((f"mm2s @{fifo.name}", mm2s_task(channel, ends.sinks(), words, board)))
         else:
             source = ends.consumers[shims[0]] or ends.producer
-            self.tasks.append((f"s2mm @{fifo.name}", s2mm_task(channel, source, words)))
+            self.tasks.append((f"s2mm @{fifo.name}", s2mm_task(channel, source, words, board)))
 
     # ---- load-time checks ----------------------------------------------------------------------
     def _fail(self, text: str, why: str) -> PlanError:
@@ -268,8 +347,9 @@ class Sequence:
                 awaited.add(op.fifo)
 
     # ---- one launch ----------------------------------------------------------------------------
-    def transfers(self, buffers: dict, words: np.ndarray | None) -> list:
-        """This launch's transfers (None for a Wait), with the run's host buffers and patches."""
+    def windows(self, buffers: dict, words: np.ndarray | None) -> list:
+        """This launch's window of each op (None for a Wait), on the run's host buffers from its
+        patched offsets."""
         out = []
         for op, dma, _ in self.steps:
             if dma is None:
@@ -279,8 +359,12 @@ class Sequence:
             if op.patch_word is not None:
                 base += int(words.view(np.int32)[op.patch_word])
                 self._check_access(dma, base, host.size)
-            out.append(Transfer(dma, host, base))
+            out.append(dma.window(host, base))
         return out
+
+    def transfers(self, windows: list) -> list:
+        """This launch's transfers on its windows (None for a Wait)."""
+        return [None if window is None else Transfer(window.op, window, index) for index, window in enumerate(windows)]
 
     def task(self, transfers: list):
         """The sequence of one launch: issue each DMA on its channel, block at each Wait."""

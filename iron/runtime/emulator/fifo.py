@@ -4,22 +4,57 @@ the tile DMAs that move objects between the rings of different tiles, and mem-ti
 A FIFO end on a compute or mem tile is a `Ring` of `depth` objects. Its producer count (free
 objects) and consumer count (filled objects) are the locks of add-one.lowered.mlir: acquiring
 Produce takes free objects, releasing them fills them; acquiring Consume takes filled objects,
-releasing them frees them. A shared-memory FIFO is one ring both tiles use. A FIFO whose producer
-and consumers sit on different tiles gets a mover (the tile DMAs) that passes each filled object
-to every consumer ring (one consumer: by exchanging the slots' arrays, no copy; several: a copy
-each, in lockstep) and frees it. A shim end has no ring: the shim DMA (dma.py) writes into the
-consumer rings or reads the producer ring directly (a shim among several consumers gets a ring,
-standing for the stream between the broadcast and its DMA). A Link moves objects between the
-mem-tile rings of its FIFOs: forward (exchange), split or join (copies at byte offsets).
+releasing them frees them. A shared-memory FIFO is one ring both tiles use. A FIFO from one tile
+to one other compute or mem tile is also one ring, of 2 x depth objects, with each end still
+acquiring at most `depth`: its tile DMA moves every filled object on as soon as the consumer end
+has room, so whenever nothing else can move, both rings hold exactly what one ring of both
+capacities holds. A FIFO broadcast to several tiles gets a mover (the tile DMAs) that copies
+each filled object into every consumer ring, in lockstep, and frees it. A shim end has no ring:
+the shim DMA (dma.py) writes into the consumer rings or reads the producer ring directly (a shim
+among several consumers gets a ring, standing for the stream between the broadcast and its DMA).
 
-Everything here blocks by yielding `(signal, text)`: the scheduler (machine.py) parks the task on
-the signal until the ring changes. This module neither runs the shim DMA nor the cores.
+A Link moves objects between the mem-tile rings of its FIFOs: forward (exchanges the slots'
+objects), join (copies at byte offsets) or split. A split whose FIFOs no other link touches,
+whose parts do not overlap and whose destination rings are all one size hands out parts without
+copying: slot j of every destination ring holds a part of one whole object, and a move exchanges
+the source object with that whole, so each destination gets its part of the source object as a
+view. Any other split copies.
+
+Objects are `Obj`s: bytes (np.uint8) with a uint32 view, kept in ring slots and reused, so what
+is computed from an object (typed views, bound kernel calls) is computed once. Every task shares
+a `Board`: the queue of tasks ready to resume and, while the machine records a launch, its trace
+of data actions (the copies here and in dma.py, the kernel calls of core.py). Everything here
+blocks by yielding `(signal, text)`: the scheduler (machine.py) parks the task on the signal
+until the ring changes. This module neither runs the shim DMA nor the cores.
 """
 from __future__ import annotations
+
+from collections import deque
+from functools import partial
 
 import numpy as np
 
 from iron.errors import PlanError
+
+
+class Board:
+    """What every task of one Emulator shares: `ready` (tasks to resume, in order), `windows`
+    (the current launch's window of each DMA op on its host buffer, dma.py) and `trace` (the data
+    actions of the launch being recorded, in order, each a call without arguments; None when
+    not recording)."""
+
+    __slots__ = ("ready", "windows", "trace")
+
+    def __init__(self):
+        self.ready = deque()
+        self.windows: list = []
+        self.trace: list | None = None
+
+    def act(self, act, *args):
+        """Run a data action, `act(*args)`, and record it."""
+        act(*args)
+        if self.trace is not None:
+            self.trace.append(partial(act, *args))
 
 
 class Signal:
@@ -27,9 +62,9 @@ class Signal:
 
     __slots__ = ("waiters", "ready")
 
-    def __init__(self, ready):
+    def __init__(self, board: Board):
         self.waiters = []
-        self.ready = ready
+        self.ready = board.ready
 
     def fire(self):
         if self.waiters:
@@ -37,76 +72,126 @@ class Signal:
             self.waiters.clear()
 
 
+class Obj:
+    """One object: `data` (uint8) and its uint32 `words`; `parts`, when a split hands it out, its
+    parts as Objs viewing its bytes, each knowing its `whole`."""
+
+    __slots__ = ("data", "words", "parts", "whole", "views")
+
+    def __init__(self, data: np.ndarray, whole: Obj | None = None):
+        self.data, self.words = data, data.view(np.uint32)
+        self.parts: list[Obj] | None = None
+        self.whole = whole
+        self.views: dict = {}
+
+    def shaped(self, start: int, shape: tuple) -> np.ndarray:
+        """Words [start, start + size) as an array of `shape` (a view, kept for reuse)."""
+        key = (start, shape)
+        view = self.views.get(key)
+        if view is None:
+            view = self.views[key] = self.words[start: start + int(np.prod(shape, dtype=np.int64))].reshape(shape)
+        return view
+
+    def split(self, spans: list[tuple[int, int]]) -> list[Obj]:
+        """Its parts at (byte offset, size) `spans`, made once."""
+        if self.parts is None:
+            self.parts = [Obj(self.data[start: start + size], self) for start, size in spans]
+        return self.parts
+
+
+def owned(nbytes: int) -> Obj:
+    return Obj(np.zeros(nbytes, np.uint8))
+
+
 class Ring:
-    """One FIFO end's `depth` objects (uint8 arrays, with their uint32 word views for the DMA)
-    and its producer / consumer locks."""
+    """One FIFO end's objects (`depth` of them, or `slots` for the ring of a tile-to-tile FIFO)
+    and its producer / consumer locks; each end acquires at most `depth`.
 
-    __slots__ = ("depth", "objects", "words", "free", "full", "produce_at", "consume_at",
-                 "producer_holds", "consumer_holds", "signal", "wait")
+    `acquire_*(count, wait)` return None once the objects are held, else `wait` (what the caller
+    blocks on); every change fires the ring's signal."""
 
-    def __init__(self, depth: int, nbytes: int, ready):
+    __slots__ = ("depth", "size", "objects", "free", "full", "produce_at", "consume_at",
+                 "producer_holds", "consumer_holds", "signal", "waiters", "wait")
+
+    def __init__(self, depth: int, nbytes: int, board: Board, slots: int | None = None):
         self.depth = depth
-        self.objects = [np.zeros(nbytes, np.uint8) for _ in range(depth)]
-        self.words = [o.view(np.uint32) for o in self.objects]
-        self.free, self.full = depth, 0
+        self.size = slots or depth
+        self.objects = [owned(nbytes) for _ in range(self.size)]
+        self.free, self.full = self.size, 0
         self.produce_at = self.consume_at = 0
         self.producer_holds = self.consumer_holds = 0
-        self.signal = Signal(ready)
+        self.signal = Signal(board)
+        self.waiters = self.signal.waiters
         self.wait = (self.signal, None)
 
-    def acquire_produce(self, count: int) -> bool:
+    def acquire_produce(self, count: int, wait):
         """Hold `count` objects to write (MLIR semantics: only the ones not yet held are taken)."""
         need = count - self.producer_holds
         if need > self.free:
-            return False
+            return wait
         if need > 0:
             self.free -= need
             self.producer_holds += need
-        return True
+        return None
 
     def release_produce(self, count: int):
         self.producer_holds -= count
-        self.produce_at = (self.produce_at + count) % self.depth
+        self.produce_at = (self.produce_at + count) % self.size
         self.full += count
-        if self.signal.waiters:
+        if self.waiters:
             self.signal.fire()
 
-    def acquire_consume(self, count: int) -> bool:
+    def acquire_consume(self, count: int, wait):
         need = count - self.consumer_holds
         if need > self.full:
-            return False
+            return wait
         if need > 0:
             self.full -= need
             self.consumer_holds += need
-        return True
+        return None
 
     def release_consume(self, count: int):
         self.consumer_holds -= count
-        self.consume_at = (self.consume_at + count) % self.depth
+        self.consume_at = (self.consume_at + count) % self.size
         self.free += count
-        if self.signal.waiters:
+        if self.waiters:
             self.signal.fire()
 
-    def producing(self) -> np.ndarray:
-        """The bytes of the first object the producer side holds."""
+    def producing(self) -> Obj:
+        """The first object the producer side holds."""
         return self.objects[self.produce_at]
 
-    def consuming(self) -> np.ndarray:
-        """The bytes of the first object the consumer side holds."""
+    def consuming(self) -> Obj:
+        """The first object the consumer side holds."""
         return self.objects[self.consume_at]
 
-    def producing_words(self) -> np.ndarray:
-        return self.words[self.produce_at]
+    def pop(self):
+        """A mover consumed the next filled object: free it (acquire and release in one)."""
+        self.full -= 1
+        self.free += 1
+        self.consume_at = (self.consume_at + 1) % self.size
+        if self.waiters:
+            self.signal.fire()
 
-    def consuming_words(self) -> np.ndarray:
-        return self.words[self.consume_at]
+    def push(self):
+        """A mover filled the next free object: fill it (acquire and release in one)."""
+        self.free -= 1
+        self.full += 1
+        self.produce_at = (self.produce_at + 1) % self.size
+        if self.waiters:
+            self.signal.fire()
+
+    def state(self) -> tuple:
+        """Its locks, positions and which object is in which slot (machine.py compares these)."""
+        return (self.free, self.full, self.produce_at, self.consume_at, self.producer_holds,
+                self.consumer_holds, *map(id, self.objects))
 
 
 class FifoEnds:
     """The rings of one FIFO: `producer` (None on a shim) and one per consumer tile (None for a
     shim consumer that is the only consumer: its DMA reads the producer ring)."""
 
-    def __init__(self, fifo, ready):
+    def __init__(self, fifo, board: Board):
         self.fifo = fifo
         if fifo.nbytes <= 0 or fifo.nbytes % 4 or fifo.depth < 1:
             raise PlanError(
@@ -116,7 +201,7 @@ class FifoEnds:
         shims = [t for t in fifo.consumers if t.kind == "shim"]
         if fifo.shared_memory:
             self._check_shared(fifo)
-            ring = Ring(fifo.depth, fifo.nbytes, ready)
+            ring = Ring(fifo.depth, fifo.nbytes, board)
             self.producer, self.consumers = ring, {fifo.consumers[0]: ring}
             return
         if fifo.producer.kind == "shim" and shims:
@@ -124,10 +209,14 @@ class FifoEnds:
                 f"FIFO @{fifo.name} goes from {fifo.producer.name} to a shim tile: "
                 "a FIFO needs a compute or mem tile at one end."
             )
-        self.producer = None if fifo.producer.kind == "shim" else Ring(fifo.depth, fifo.nbytes, ready)
+        if fifo.producer.kind != "shim" and len(fifo.consumers) == 1 and not shims:
+            ring = Ring(fifo.depth, fifo.nbytes, board, slots=2 * fifo.depth)
+            self.producer, self.consumers = ring, {fifo.consumers[0]: ring}
+            return
+        self.producer = None if fifo.producer.kind == "shim" else Ring(fifo.depth, fifo.nbytes, board)
         alone = len(fifo.consumers) == 1 and shims
         self.consumers = {
-            tile: None if alone else Ring(fifo.depth, fifo.nbytes, ready) for tile in fifo.consumers
+            tile: None if alone else Ring(fifo.depth, fifo.nbytes, board) for tile in fifo.consumers
         }
 
     @staticmethod
@@ -154,8 +243,12 @@ class FifoEnds:
             )
         return ring
 
+    def rings(self) -> list[Ring]:
+        """Every ring of the FIFO, once."""
+        return ([] if self.producer is None else [self.producer]) + self.sinks()
+
     def sinks(self) -> list[Ring]:
-        """The consumer rings a mover or an MM2S DMA fills (not the shared ring itself)."""
+        """The consumer rings a mover or an MM2S DMA fills (not the producer's own ring)."""
         return [r for r in self.consumers.values() if r is not None and r is not self.producer]
 
 
@@ -164,66 +257,85 @@ def move_task(sources: list[Ring], sinks: list[Ring], move):
     data, free the sources' objects and fill the sinks'. Blocks (yields) otherwise."""
     while True:
         for ring in sources:
-            while ring.full == 0:
+            while not ring.full:
                 yield ring.wait
         for ring in sinks:
-            while ring.free == 0:
+            while not ring.free:
                 yield ring.wait
-        for ring in sources:
-            ring.acquire_consume(1)
-        for ring in sinks:
-            ring.acquire_produce(1)
         move(sources, sinks)
         for ring in sources:
-            ring.release_consume(1)
+            ring.pop()
         for ring in sinks:
-            ring.release_produce(1)
+            ring.push()
+
+
+def copy(source: np.ndarray, sinks: tuple):
+    """A data action: `source` bytes into each of `sinks` (arrays of its size)."""
+    for sink in sinks:
+        sink[...] = source
 
 
 def swap(sources: list[Ring], sinks: list[Ring]):
-    """Forward one whole object by exchanging the two slots' arrays (no copy)."""
+    """Forward one whole object by exchanging the two slots' objects (no copy)."""
     source, sink = sources[0], sinks[0]
     i, j = source.consume_at, sink.produce_at
     source.objects[i], sink.objects[j] = sink.objects[j], source.objects[i]
-    source.words[i], sink.words[j] = sink.words[j], source.words[i]
 
 
-def broadcast(sources: list[Ring], sinks: list[Ring]):
-    data = sources[0].consuming()
-    for sink in sinks:
-        sink.producing()[...] = data
-
-
-def split(offsets: tuple[int, ...]):
-    """Sink i gets bytes [offsets[i], ...) of every source object."""
+def broadcast(board: Board):
+    """Every sink gets a copy of the source object."""
     def move(sources, sinks):
-        data = sources[0].consuming()
-        for start, sink in zip(offsets, sinks):
-            out = sink.producing()
-            out[...] = data[start: start + out.size]
+        source = sources[0]
+        board.act(copy, source.objects[source.consume_at].data, tuple(s.objects[s.produce_at].data for s in sinks))
     return move
 
 
-def join(offsets: tuple[int, ...]):
+def split(board: Board, spans: list[tuple[int, int]], sinks: list[Ring], whole_nbytes: int, exclusive: bool):
+    """Sink i gets bytes [start, start + size) of every source object, (start, size) = spans[i]:
+    as views without copying (module docstring) when `exclusive` (no other link touches the
+    FIFOs) and the spans and sink sizes allow, else as copies."""
+    ordered = sorted(spans)
+    overlap = any(start + size > after for (start, size), (after, _) in zip(ordered, ordered[1:]))
+    if not exclusive or overlap or len({sink.size for sink in sinks}) != 1:
+        def move(sources, sinks):
+            data = sources[0].consuming().data
+            for (start, size), sink in zip(spans, sinks):
+                board.act(copy, data[start: start + size], (sink.objects[sink.produce_at].data,))
+        return move
+    for j in range(sinks[0].size):
+        for sink, part in zip(sinks, owned(whole_nbytes).split(spans)):
+            sink.objects[j] = part
+
+    def hand_out(sources, sinks):
+        source = sources[0]
+        i, j = source.consume_at, sinks[0].produce_at
+        whole, source.objects[i] = source.objects[i], sinks[0].objects[j].whole
+        for sink, part in zip(sinks, whole.split(spans)):
+            sink.objects[j] = part
+    return hand_out
+
+
+def join(board: Board, offsets: tuple[int, ...]):
     """Source i fills bytes [offsets[i], ...) of every sink object."""
     def move(sources, sinks):
-        out = sinks[0].producing()
+        out = sinks[0].producing().data
         for start, source in zip(offsets, sources):
-            data = source.consuming()
-            out[start: start + data.size] = data
+            data = source.consuming().data
+            board.act(copy, data, (out[start: start + data.size],))
     return move
 
 
-def fifo_movers(ends: FifoEnds) -> list:
-    """The tile DMA task of a FIFO whose producer ring feeds consumer rings on other tiles."""
+def fifo_movers(ends: FifoEnds, board: Board) -> list:
+    """The tile DMA task of a FIFO whose producer ring is broadcast to consumer rings."""
     sinks = ends.sinks()
     if ends.producer is None or not sinks:
         return []
-    return [move_task([ends.producer], sinks, swap if len(sinks) == 1 else broadcast)]
+    return [move_task([ends.producer], sinks, broadcast(board))]
 
 
-def link_task(link, fifos: dict, ends: dict):
-    """The mem-tile task of one Link: forward, split or join (plan.py's Link)."""
+def link_task(link, fifos: dict, ends: dict, board: Board, exclusive: bool):
+    """The mem-tile task of one Link: forward, split or join (plan.py's Link). `exclusive`: no
+    other link touches its FIFOs."""
     name = f"link on {link.tile.name} ({', '.join(link.sources)} -> {', '.join(link.destinations)})"
     if link.tile.kind != "mem":
         raise PlanError(f"The {name} is not on a mem tile: place links on a mem tile (row 1).")
@@ -239,9 +351,10 @@ def link_task(link, fifos: dict, ends: dict):
             raise PlanError(f"The {name} forwards {sizes_in[0]}-byte objects into {sizes_out[0]}-byte objects: give both FIFOs one object size.")
         return move_task(sources, sinks, swap)
     if len(sources) == 1:
-        return move_task(sources, sinks, split(_offsets(name, link.destination_offsets, sizes_out, sizes_in[0])))
+        offsets = _offsets(name, link.destination_offsets, sizes_out, sizes_in[0])
+        return move_task(sources, sinks, split(board, list(zip(offsets, sizes_out)), sinks, sizes_in[0], exclusive))
     if len(sinks) == 1:
-        return move_task(sources, sinks, join(_offsets(name, link.source_offsets, sizes_in, sizes_out[0])))
+        return move_task(sources, sinks, join(board, _offsets(name, link.source_offsets, sizes_in, sizes_out[0])))
     raise PlanError(f"The {name} has several sources and several destinations: a link splits or joins, not both.")
 
 

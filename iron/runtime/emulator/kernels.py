@@ -3,14 +3,20 @@
 (mode "native", via native.py).
 
 `kernel_calls(mode, plan)` returns `make_call(kernel, dtype, attr_names, types)`, which core.py
-uses once per KernelStep to get `call(pointers, sizes, attrs)`. The mode comes from the
-Emulator's `kernels=` argument, else `IRON_EMULATOR_KERNELS`, else "numpy". This module does not
-resolve operands (core.py) and does not compile C++ itself (native.py does).
+uses once per KernelStep to get a `KernelCall`: `call(pointers, sizes, attrs)` runs it once,
+`call.bind(pointers, sizes, attrs)` prepares `run()` on operands fixed per binding. The mode
+comes from the Emulator's `kernels=` argument, else `IRON_EMULATOR_KERNELS`, else "numpy". This
+module does not resolve operands (core.py) and does not compile C++ itself (native.py does).
 """
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
+from functools import partial
 
+import numpy as np
+
+from iron import dtypes
 from iron.compiler.plan import KernelStep
 from iron.errors import BackendUnavailable
 from iron.kernels.registry import lookup
@@ -39,26 +45,61 @@ def kernel_calls(mode: str, plan):
         name, text = kernel.source_text()
         sources[name] = text
     library = NativeLibrary.load(sources)
-
-    def native_call(kernel, dtype, attr_names, types):
-        symbol = kernel.symbol(dtype)
-
-        def call(pointers, sizes, attrs):
-            library.call(symbol, [*pointers, *sizes, *attrs], types)
-        return call
-    return native_call
+    return lambda kernel, dtype, attr_names, types: NativeCall(library, kernel.symbol(dtype), types)
 
 
-def numpy_call(kernel, dtype, attr_names, types):
+class KernelCall(ABC):
+    """One KernelStep's kernel: `bind(pointers, sizes, attrs)` prepares `run()`, a call on those
+    operands (for operands fixed per binding); calling it runs once."""
+
+    @abstractmethod
+    def bind(self, pointers: list, sizes: tuple, attrs: tuple):
+        """`run()`: the kernel on these operands."""
+
+    def __call__(self, pointers: list, sizes: tuple, attrs: tuple):
+        self.bind(pointers, sizes, attrs)()
+
+
+class NumpyCall(KernelCall):
     """What `Kernel.emulate` does, prepared once per KernelStep: the kernel's reference function
     in `dtype` on the pointers (shaped by its C ABI; an accumulating kernel also reads its
     destination), its result written into the output pointer in place."""
-    compute = kernel.reference_fn(dtype, {})
-    operands = kernel.arity + kernel.accumulates
 
-    def call(pointers, sizes, attrs):
-        pointers[-1][...] = compute(*pointers[:operands], **dict(zip(attr_names, attrs)))
-    return call
+    def __init__(self, kernel, dtype, attr_names):
+        # Kernel.reference_fn computes bfloat16 in float32; in any other dtype it only casts the
+        # result to the output dtype, which writing an array into the output pointer does alike,
+        # so there the kernel's compute is called directly (a non-array result is cast first).
+        dtype = np.dtype(dtype)
+        self.compute = kernel.compute if dtype != dtypes.bfloat16 else kernel.reference_fn(dtype, {})
+        self.out_dtype = np.dtype(kernel.out_dtype(dtype))
+        self.operands = kernel.arity + kernel.accumulates
+        self.attr_names = attr_names
+
+    def bind(self, pointers, sizes, attrs):
+        inputs, out, out_dtype = tuple(pointers[: self.operands]), pointers[-1], self.out_dtype
+        compute = partial(self.compute, **dict(zip(self.attr_names, attrs))) if attrs else self.compute
+        ndarray, asarray = np.ndarray, np.asarray
+
+        def run():
+            result = compute(*inputs)
+            out[...] = result if type(result) is ndarray else asarray(result).astype(out_dtype)
+        return run
+
+
+class NativeCall(KernelCall):
+    """The kernel's C++ symbol in the native library, on the pointers, sizes and attrs in order."""
+
+    def __init__(self, library, symbol: str, types):
+        self.library, self.symbol, self.types = library, symbol, types
+
+    def bind(self, pointers, sizes, attrs):
+        call, symbol, types, args = self.library.call, self.symbol, self.types, [*pointers, *sizes, *attrs]
+        return lambda: call(symbol, args, types)
+
+
+def numpy_call(kernel, dtype, attr_names, types) -> NumpyCall:
+    """The numpy `make_call`: a NumpyCall (the C types do not matter to numpy)."""
+    return NumpyCall(kernel, dtype, attr_names)
 
 
 def plan_kernels(plan) -> list[type]:

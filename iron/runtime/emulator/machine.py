@@ -17,12 +17,27 @@ it needs), until the sequence has finished and nothing else can move. If nothing
 the sequence finishes, it raises DeviceHang naming the blocked cores, the waiting sequence op and
 the unfinished DMA ops.
 
+Replay. What a launch does is decided by the machine's state when it starts (every ring's locks,
+positions and objects, where each core is in its program, each shim channel's partial object,
+which task waits on which signal, in order), never by data: words and host buffers change which
+host words a DMA op touches and what kernels compute, not what moves when. So the machine
+records its first launches (up to RECORDED, while their traces hold at most RECORDED_ACTIONS
+actions): each one's state at start and its trace, the data actions in the order they ran (each
+copy into or out of an object, each kernel call, each DMA piece naming its op by index). Once a
+launch ends in the state a recorded launch started from (and no transfer was carried from one
+launch to the next), the launches from there on repeat, and every later launch replays the next
+trace of that cycle on its own DMA windows (its run's host buffers and patched offsets, resolved
+and checked as before) instead of resuming the tasks: it moves and computes what they would,
+object by object in the same order, and it cannot hang, as the launch it repeats completed. The
+tasks stay where that launch left them, which is where each replayed launch leaves the machine.
+`replayed` counts the launches replayed; `replay=False` runs every launch task by task.
+
 It does not write inputs or read outputs (the host side does, through `buffer` and
 `Run.buffers`), compute the host's scratchpad words, or read a traced Program.
 """
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 
 import numpy as np
 
@@ -31,8 +46,11 @@ from iron.compiler.invariants import check_plan
 from iron.errors import ArgumentError, DeviceHang, IndexOutOfRange, PlanError
 from iron.runtime.emulator.core import CoreProgram, compile_function
 from iron.runtime.emulator.dma import Sequence
-from iron.runtime.emulator.fifo import FifoEnds, fifo_movers, link_task
+from iron.runtime.emulator.fifo import Board, FifoEnds, fifo_movers, link_task
 from iron.runtime.emulator.kernels import kernel_calls, kernel_mode
+
+RECORDED = 64  # launches recorded while looking for a cycle; after that, none
+RECORDED_ACTIONS = 1 << 18  # data actions kept in recorded traces; beyond that, none are recorded
 
 
 class Task:
@@ -58,39 +76,49 @@ class Run:
 class Emulator:
     """A Plan loaded on the emulated NPU. See the module docstring."""
 
-    def __init__(self, plan, kernels: str | None = "numpy", check: bool = True):
+    def __init__(self, plan, kernels: str | None = "numpy", check: bool = True, replay: bool = True):
         """`kernels`: "numpy" | "native" (None: $IRON_EMULATOR_KERNELS, else "numpy");
-        `check=False` skips check_plan, to run a plan it refuses (e.g. to see where it hangs)."""
+        `check=False` skips check_plan, to run a plan it refuses (e.g. to see where it hangs);
+        `replay=False` runs every launch task by task (see the module docstring)."""
         mode = kernel_mode(kernels)
         if check:
             check_plan(plan)
         _check_full_elf(plan)
         check_tile_memory(plan)
-        self.plan, self.launches = plan, 0
+        self.plan, self.launches, self.replayed = plan, 0, 0
         self._buffers = {b.name: np.zeros(b.nwords, np.uint32) for b in plan.host_buffers}
         self._words = _words_buffer(plan)
         self._bounds = [(w.index, w.bound, w.what or w.name, w.name) for w in plan.words if w.bound is not None]
-        self._ready: deque = deque()
+        self._board = Board()
         self._queue: deque = deque()
         self._runs = 0
         self._broken: str | None = None
         self._load(plan, kernel_calls(mode, plan))
         self._run_until_quiet()
+        self._recorded: list | None = [] if replay else None  # (state at start, trace) of launches so far
+        self._start = self._state() if replay else None        # the state the next launch starts from
+        self._cycle: list | None = None                        # the traces the launches repeat, once found
+        self._turn = 0                                         # the one the next launch replays
 
     def _load(self, plan, make_call):
-        ready = self._ready
-        ends = {f.name: FifoEnds(f, ready) for f in plan.fifos}
-        tasks = [(f"tile dma @{name}", mover) for name, e in ends.items() for mover in fifo_movers(e)]
+        board = self._board
+        ends = {f.name: FifoEnds(f, board) for f in plan.fifos}
+        tasks = [(f"tile dma @{name}", mover) for name, e in ends.items() for mover in fifo_movers(e, board)]
         fifos = {f.name: f for f in plan.fifos}
-        tasks += [(f"link on {link.tile.name}", link_task(link, fifos, ends)) for link in plan.links]
-        self.sequence = Sequence(plan, ends, ready)
+        linked = Counter(name for link in plan.links for name in (*link.sources, *link.destinations))
+        for link in plan.links:
+            exclusive = all(linked[name] == 1 for name in (*link.sources, *link.destinations))
+            tasks.append((f"link on {link.tile.name}", link_task(link, fifos, ends, board, exclusive)))
+        self.sequence = Sequence(plan, ends, board)
         tasks += self.sequence.tasks
         functions = {fn.name: (fn, compile_function(fn, make_call)) for fn in plan.functions}
         buffers = {b.name: (b.tile, np.zeros(b.nbytes, np.uint8)) for b in plan.buffers}
-        cores = [CoreProgram(core, ends, functions, buffers) for core in plan.cores]
-        self._cores = [Task(c.name, c.task()) for c in cores]
-        ready.extend(self._cores)
-        ready.extend(Task(name, generator) for name, generator in tasks)
+        self._programs = [CoreProgram(core, ends, functions, buffers, board) for core in plan.cores]
+        self._cores = [Task(c.name, c.task()) for c in self._programs]
+        board.ready.extend(self._cores)
+        board.ready.extend(Task(name, generator) for name, generator in tasks)
+        self._rings = [ring for e in ends.values() for ring in e.rings()]
+        self._signals = [r.signal for r in self._rings] + [c.signal for c in self.sequence.channels.values()]
 
     # ---- host buffers and runs -----------------------------------------------------------------
     def buffer(self, name: str) -> np.ndarray:
@@ -148,25 +176,76 @@ class Emulator:
         words = run.buffers[self._words] if self._words is not None else None
         try:
             self._check_words(words)
-            transfers = self.sequence.transfers(run.buffers, words)
+            self._board.windows = self.sequence.windows(run.buffers, words)
         finally:
             self._queue.popleft()
             run.queued = False
-        sequence = Task("sequence", self.sequence.task(transfers))
-        self._ready.append(sequence)
         try:
-            self._run_until_quiet()
+            if self._cycle is not None:
+                self._replay()
+            else:
+                self._execute(run)
+        except DeviceHang:
+            self._fail(f"plan '{self.plan.name}' hung in an earlier launch; its cores cannot continue. "
+                       "Load the plan again (a new Emulator) after fixing it.")
+            raise
         except Exception as exc:
             self._fail(f"an earlier launch of plan '{self.plan.name}' failed ({exc}); the device is "
                        "left mid-launch. Load the plan again (a new Emulator).")
             raise
-        if not sequence.done:
-            hang = self._hang(sequence, run)
-            self._fail(f"plan '{self.plan.name}' hung in an earlier launch; its cores cannot continue. "
-                       "Load the plan again (a new Emulator) after fixing it.")
-            raise hang
         self.launches += 1
         run.completed = True
+
+    def _execute(self, run: Run):
+        """Run the launch task by task; while looking for a cycle, record it."""
+        board, recording = self._board, self._recorded is not None
+        sequence = Task("sequence", self.sequence.task(self.sequence.transfers(board.windows)))
+        board.ready.append(sequence)
+        board.trace = [] if recording else None
+        try:
+            self._run_until_quiet()
+        finally:
+            trace, board.trace = board.trace, None
+        if not sequence.done:
+            raise self._hang(sequence, run)
+        if recording:
+            self._learn(trace)
+
+    def _learn(self, trace: list):
+        """Keep the recorded launch with the state it started from. Once the machine is back in
+        the state a recorded launch started from, and no launch since carried a transfer over,
+        the launches from there on repeat: replay their traces in turn from then on."""
+        recorded = self._recorded
+        recorded.append((self._start, trace))
+        self._start = end = self._state()
+        first = next((k for k, (state, _) in enumerate(recorded) if state is not None and state == end), None)
+        if first is not None and all(state is not None for state, _ in recorded[first:]):
+            self._cycle = [trace for _, trace in recorded[first:]]
+        kept = sum(len(trace) for _, trace in recorded)
+        if first is not None or len(recorded) == RECORDED or kept > RECORDED_ACTIONS:
+            self._recorded = self._start = None
+
+    def _replay(self):
+        """The data actions of the launch the cycle is at (on this launch's windows)."""
+        trace = self._cycle[self._turn]
+        self._turn = (self._turn + 1) % len(self._cycle)
+        for act in trace:
+            act()
+        self.replayed += 1
+
+    def _state(self) -> tuple | None:
+        """Everything that decides what the next launch does, for a quiet machine: every ring's
+        locks, positions and objects, every core's place in its program, every channel's partial
+        object, and which task waits on which signal, in order. None while a channel still holds
+        a transfer (its actions name an earlier launch's transfers)."""
+        if any(channel.queue for channel in self.sequence.channels.values()):
+            return None
+        return (
+            *(ring.state() for ring in self._rings),
+            *(program.state() for program in self._programs),
+            *(channel.partial for channel in self.sequence.channels.values()),
+            *(tuple(map(id, signal.waiters)) for signal in self._signals),
+        )
 
     def _fail(self, why: str):
         self._broken = why
@@ -184,7 +263,7 @@ class Emulator:
                 raise IndexOutOfRange.at(what, name, value, lo, hi)
 
     def _run_until_quiet(self):
-        ready = self._ready
+        ready = self._board.ready
         while ready:
             task = ready.popleft()
             try:
