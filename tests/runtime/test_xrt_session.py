@@ -4,10 +4,10 @@ stand-in's device runs each completed run's Plan on the emulator with the run's 
 control scratchpad. So the argument order, the scratchpad words, the feedback ring and the reads
 the session makes are checked by the results they give, not only by the calls they record.
 No NPU is involved: this is not a hardware test."""
+import fake_pyxrt
 import numpy as np
 import pytest
 
-import fake_pyxrt
 import iron
 from iron.compiler.build import Artifacts
 from iron.designs import Walk, numpy_walk
