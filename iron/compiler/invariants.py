@@ -185,19 +185,21 @@ def _check_cores(plan: Plan):
                             "number of times per launch")
 
 
-def _walk_program(plan, core, program, loop_count, counts, fifos, functions, in_loop=False):
+def _walk_program(plan, core, program, loop_count, counts, fifos, functions, blocks=0):
+    """Count each FIFO port's objects per launch and check each Invoke; `blocks` is the count of
+    the innermost enclosing Loop (0 outside any), whose index a blocked function takes."""
     for item in program:
         if isinstance(item, Loop):
             if item.count < 1:
                 _fail(plan, f"a Loop on {core.tile.name} runs {item.count} times")
-            _walk_program(plan, core, item.body, loop_count * item.count, counts, fifos, functions, True)
+            _walk_program(plan, core, item.body, loop_count * item.count, counts, fifos, functions, item.count)
         elif isinstance(item, (Acquire, Release)):
             _check_port(plan, core, item, fifos)
             sign = 1 if isinstance(item, Acquire) else -1
             key = (item.fifo, item.port)
             counts[key] = counts.get(key, 0) + sign * item.count * loop_count
         elif isinstance(item, Invoke):
-            _check_invoke(plan, core, item, fifos, functions, loop_count if in_loop else 1, in_loop)
+            _check_invoke(plan, core, item, fifos, functions, max(blocks, 1), blocks > 0)
         else:
             _fail(plan, f"the core on {core.tile.name} has a {type(item).__name__} in its program")
 

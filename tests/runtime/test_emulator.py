@@ -778,7 +778,7 @@ def test_loops_unrolled_or_not_index_their_blocks(inner):
     """An inner Loop unrolled (3 x 2 steps) or not (3070 x 2 > UNROLLED): after it, the outer
     Loop's index is back."""
     assert (inner * 2 > UNROLLED) == (inner > 3)
-    emulator = Emulator(loops_plan(inner), check=False)  # check_plan bounds a block by both Loops' counts
+    emulator = Emulator(loops_plan(inner))
     for k in range(1, 5):
         launch(emulator)
         assert ints(emulator.buffer("outputs")).tolist() == [2 * k] * inner + [k, k]
