@@ -68,6 +68,7 @@ class CompiledGraph:
         self._mlir = self._sources = self._session = None
         self._words = WordProgram(plan.words)
         self._inputs = [(n.arg[0], plan.placement(n.arg[0])) for n in program.inputs]
+        self._input_names = {name for name, _ in self._inputs}
         self._outputs = [p for p in plan.placements if p.kind == "output"]
 
     # ---- what the compiler made ----------------------------------------------------------------
@@ -146,7 +147,7 @@ class CompiledGraph:
             check_tensor(where, name, a, placement.shape, placement.dtype)
             inputs.append((placement, a))
         for name, a in arrays.items():
-            if a is not None and not any(name == n for n, _ in self._inputs):
+            if a is not None and name not in self._input_names:
                 raise ArgumentError(
                     f"{where} was compiled without tensor '{name}' (it traced the None branch): compile a version with it."
                 )

@@ -59,14 +59,21 @@ class EmulatorSession:
         self.states = shared_states(compiled)
         self.buffers = {b.name: self.emulator.buffer(b.name) for b in plan.host_buffers}
         self.buffers[plan.host_buffer("states").name] = self.states
+        self._views: dict = {}
         _write_constants(self, compiled)
         self._held = None
 
+    def _view(self, p) -> np.ndarray:
+        view = self._views.get(p)
+        if view is None:
+            view = self._views[p] = placement_view(self.buffers[p.buffer], p)
+        return view
+
     def read(self, p) -> np.ndarray:
-        return placement_view(self.buffers[p.buffer], p)
+        return self._view(p)
 
     def write(self, p, array):
-        placement_view(self.buffers[p.buffer], p)[...] = array
+        self._view(p)[...] = array
 
     def words_buffer(self) -> np.ndarray:
         return np.zeros(self.plan.host_buffer("words").nwords, np.uint32)
@@ -83,7 +90,8 @@ class EmulatorSession:
         run = self._run()
         target = self.words_of(run) if self.full_elf else self.buffers[self.plan.host_buffer("words").name]
         target[: len(words)] = words.view(np.uint32)
-        debug.say(f"emulator: call {self.plan.name} with words {words.tolist()}")
+        if debug.enabled():
+            debug.say(f"emulator: call {self.plan.name} with words {words.tolist()}")
         self.emulator.start(run)
         self.emulator.wait(run)
 
@@ -114,7 +122,8 @@ class EmulatorSession:
     def start(self, run, words=None):
         if words is not None:
             self.words_of(run)[: len(words)] = words.view(np.uint32)
-        debug.say(f"emulator: start {self.plan.name} (launch {self.emulator.launches + 1} or later)")
+        if debug.enabled():
+            debug.say(f"emulator: start {self.plan.name} (launch {self.emulator.launches + 1} or later)")
         self.emulator.start(run)
 
     def wait(self, run):
