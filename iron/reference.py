@@ -40,6 +40,7 @@ class Reference:
         self.template = [None] * len(self.slot)
         for slot, value in self.constants:
             self.template[slot] = value
+        self.run = self.runner()
 
     # ---- lowering ------------------------------------------------------------------------------
     def _slot(self, node: Node) -> int:
@@ -201,13 +202,18 @@ class Reference:
         return lambda env: {name: f(env) for name, f in steps}
 
     # ---- running -------------------------------------------------------------------------------
-    def run(self, inputs: list, values: dict[str, int]):
-        """One call: returns (outputs list, next carried values dict)."""
-        env = self.template.copy()
-        for slot, arr in zip(self.input_slots, inputs):
-            env[slot] = arr
-        for name, slot in self.value_slots:
-            env[slot] = values[name]
-        for step in self.steps:
-            step(env)
-        return [env[s] for s in self.output_slots], self.carry_of(env)
+    def runner(self):
+        """The call function: (inputs, per-call values) -> (outputs list, next carried values)."""
+        template, steps, carry_of = self.template, self.steps, self.carry_of
+        input_slots, value_slots, output_slots = self.input_slots, self.value_slots, self.output_slots
+
+        def run(inputs: list, values: dict):
+            env = template.copy()
+            for slot, arr in zip(input_slots, inputs):
+                env[slot] = arr
+            for name, slot in value_slots:
+                env[slot] = values[name]
+            for step in steps:
+                step(env)
+            return [env[s] for s in output_slots], carry_of(env)
+        return run
