@@ -181,6 +181,5 @@ def check_chain(chain, ops, x0, y0):
     want = x0.copy()
     for op in ops:
         want = (BINARY[op][1](want, y0) if op in BINARY else UNARY[op][1](want)).astype(np.float32)
-        want = np.clip(want, -1e30, 1e30)
     got = chain.reference(x0, y0)
-    np.testing.assert_allclose(np.clip(got, -1e30, 1e30), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)  # inf and nan where numpy has them
