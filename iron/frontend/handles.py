@@ -194,6 +194,9 @@ class Carry(dict):
 
     __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = __ior__ = _immutable
 
+    def __reduce__(self):
+        return (Carry, (dict(self),))
+
     def __repr__(self):
         return f"Carry({', '.join(f'{k}={v!r}' for k, v in self.items())})"
 

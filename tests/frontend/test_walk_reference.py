@@ -1,5 +1,8 @@
 """The seed chapter's Walk (iron.designs.Walk is the seed's class verbatim) on the reference path:
 its walk equals a plain numpy walk."""
+import copy
+import pickle
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -33,8 +36,10 @@ def test_a_call_returns_a_carry_mapping_that_feeds_the_next_call():
     assert int(nxt["node"]) == 2
     again = walk.reference(**nxt)
     assert dict(again) == {"node": 1, "steps": 2}
-    with pytest.raises(TypeError):
-        nxt["node"] = 5  # a Carry is immutable
+    with pytest.raises(TypeError) as e:
+        nxt["node"] = 5
+    assert str(e.value) == "a Carry is immutable: build a new one with iron.carry(...) or dict(carry)"
+    assert copy.deepcopy(nxt) == nxt and pickle.loads(pickle.dumps(nxt)) == nxt
     np.testing.assert_array_equal(walk.read("trail"), [2, 1, 0])
 
 
