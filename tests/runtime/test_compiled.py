@@ -78,3 +78,15 @@ def test_a_compiled_version_refuses_other_shapes_and_missing_tensors():
     with pytest.raises(ArgumentError) as e:
         c()
     assert str(e.value) == "MLP.body is missing tensor 'x': pass it positionally or as x=array."
+
+
+def test_iron_debug_prints_the_plan_and_each_emulator_call(monkeypatch, capsys):
+    monkeypatch.setenv("IRON_DEBUG", "1")
+    c = Walk(np.arange(4, dtype=np.int32), 5).compile()
+    c(node=1, steps=0)
+    err = capsys.readouterr().err
+    assert err.startswith("iron: compiled Walk for npu2:\nWalk on npu2: full ELF (image 'elf')\n")
+    assert err.endswith("iron: emulator: call Walk with words [1, 0, 1]\n")
+    monkeypatch.setenv("IRON_DEBUG", "0")
+    c(node=2, steps=1)
+    assert capsys.readouterr().err == ""
