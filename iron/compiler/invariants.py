@@ -8,8 +8,10 @@ them (by each kernel's C ABI); derived words refer to earlier words; DMA ops res
 size limits, their host buffers' bounds (patch words taken at their bounds), Waits name FIFOs
 with a shim end, and BD ids are never reused before a Wait covering the op that held them; per
 launch, every FIFO gets from its producer (the sequence's MM2S words, a core's produce acquires,
-a link) exactly the objects each consumer takes; the Emit and feedback exist exactly on full-ELF plans; every tile's memory fits
-(DoesNotFit, as the allocator says it). Breaks raise iron.errors.PlanError.
+a link) exactly the objects each consumer takes; no compute or mem tile uses more DMA channels
+in (S2MM) or out (MM2S) than it has (a shared-memory FIFO uses none); the Emit and feedback
+exist exactly on full-ELF plans; every tile's memory fits (DoesNotFit, as the allocator says
+it). Breaks raise iron.errors.PlanError.
 
 What it does not: simulate a launch (the emulator does) or judge performance.
 """
@@ -45,6 +47,7 @@ def check_plan(plan: Plan) -> None:
     _check_device(plan)
     _check_fifos(plan)
     _check_links(plan)
+    _check_dma_channels(plan)
     _check_functions(plan)
     _check_cores(plan)
     _check_words(plan)
@@ -141,6 +144,32 @@ def _check_link_offsets(plan: Plan, link, fifos):
     elif fifos[link.sources[0]].nbytes != fifos[link.destinations[0]].nbytes:
         _fail(plan, f"the forward link {link.sources[0]} -> {link.destinations[0]} joins objects of "
                     "different sizes")
+
+
+def dma_channels(fifos) -> dict[Tile, tuple[list[str], list[str]]]:
+    """Per compute or mem tile, the FIFOs it takes in and sends out through a DMA channel each
+    (a broadcast uses one channel of its producer; a shared-memory FIFO uses none)."""
+    used: dict[Tile, tuple[list[str], list[str]]] = {}
+    for f in fifos:
+        if f.shared_memory:
+            continue
+        if f.producer.kind != "shim":
+            used.setdefault(f.producer, ([], []))[1].append(f.name)
+        for tile in dict.fromkeys(f.consumers):
+            if tile.kind != "shim":
+                used.setdefault(tile, ([], []))[0].append(f.name)
+    return used
+
+
+def _check_dma_channels(plan: Plan):
+    for tile, (ins, outs) in sorted(dma_channels(plan.fifos).items(), key=lambda item: (item[0].col, item[0].row)):
+        kind = plan.device.compute if tile.kind == "compute" else plan.device.mem
+        for names, have, what in ((ins, kind.dma_in_channels, "in (S2MM)"), (outs, kind.dma_out_channels, "out (MM2S)")):
+            if len(names) > have:
+                _fail(plan, f"{tile.name} moves {len(names)} FIFOs {what} by DMA ({', '.join(names)}) but a "
+                            f"{tile.kind} tile has {have} such channels",
+                      "Route several operands through one FIFO (one packed object, or a mem-tile join), or "
+                      "make FIFOs between neighbouring compute tiles shared memory.")
 
 
 # ---- functions and cores ----------------------------------------------------------------------------

@@ -15,6 +15,10 @@ them, then builds per group (per row part of a split group):
 - the runtime sequence: per group, waits on earlier writers of the states it touches, MM2S Dmas
   filling its inputs, S2MM Dmas draining its outputs, then waits on every S2MM FIFO; DMA sizes
   within the shim's limits and BD ids recycled only after a covering wait;
+- only when a core would take more FIFOs by DMA than its tile has input channels, the forwards
+  `fit_compute_channels` (place.py) chooses: a carrier group copies into its `_out` what the
+  core would read from other FIFOs (objects it receives, or the core's whole `_in`, which it then
+  loads itself); the Program is lowered once to see the channels and again with the forwards;
 - only when the shim channels run out, the merges `share_shim_channels` (place.py) chooses:
   shareable `_in` FIFOs of several groups fed by one `shared_in<k>` FIFO through a mem-tile
   split (their moves issued together where the first one was), `_host` FIFOs drained through a
@@ -34,13 +38,16 @@ import numpy as np
 from iron import dtypes
 from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.fuse import Group, call_label, fuse, tensor_inputs
-from iron.compiler.invariants import check_plan
+from iron.compiler.invariants import check_plan, dma_channels
 from iron.compiler.place import (
+    CoreInputs,
     MemChannels,
+    Relay,
     SharedChannel,
     ShimRequest,
     Site,
     assign_shims,
+    fit_compute_channels,
     is_host_tensor,
     place,
     share_shim_channels,
@@ -85,10 +92,11 @@ def lower_program(program: Program, device, feeds: Plan | None = None) -> Plan:
     groups = fuse(program)
     users = outside_users(program, groups, with_emit)
     layout = place(program, groups, device, with_emit, users)
-    lowering = Lowering(program, device, users, layout)
-    for site in layout.sites:
-        lowering.lower_site(site)
-    plan = lowering.finish(groups, feeds)
+    lowering = Lowering(program, device, users, layout, feeds).lower_cores()
+    relays, channel_rules = fit_compute_channels(program, lowering.core_inputs(), device)
+    if relays:
+        lowering = Lowering(program, device, users, layout, feeds, relays).lower_cores()
+    plan = lowering.finish(groups, channel_rules)
     check_plan(plan)
     return plan
 
@@ -153,6 +161,11 @@ def forwarded_inputs(layout) -> dict[str, dict[int, tuple[Node, tuple[str, ...]]
                 loader[id(node)] = g
                 found.setdefault(g, {})[id(node)] = (node, [])
     return {g: {k: (n, tuple(r)) for k, (n, r) in nodes.items() if r} for g, nodes in found.items()}
+
+
+def forwarded_to(forwards) -> set[tuple[str, int]]:
+    """(reader group, id(node)) of every host tensor an earlier group forwards to a reader."""
+    return {(r, key) for nodes in forwards.values() for key, (_, readers) in nodes.items() for r in readers}
 
 
 def _host_reads(site: Site) -> list[Node]:
@@ -245,8 +258,9 @@ def copy_step(dtype, count: int, source: Ptr, dest: Ptr) -> KernelStep:
 class Lowering:
     """The pieces of a Plan while a Program is lowered, group by group."""
 
-    def __init__(self, program: Program, device, users, layout):
-        self.program, self.device, self.users, self.layout = program, device, users, layout
+    def __init__(self, program: Program, device, users, layout, feeds: Plan | None = None,
+                 relays: list[Relay] | tuple = ()):
+        self.program, self.device, self.users, self.layout, self.feeds = program, device, users, layout, feeds
         self.table = WordTable(program)
         self.placements = host_placements(program)
         self.results: dict[int, tuple[str, int]] = {}   # id(node) -> (FIFO, offset) other groups read
@@ -261,6 +275,11 @@ class Lowering:
         self.waited: set[str] = set()
         self.after_writes: set[str] = set()   # groups touching a state an earlier group writes
         self.forwards = forwarded_inputs(layout)
+        self.forwarded_to = forwarded_to(self.forwards)
+        self.relays = {r.reader: r for r in relays}    # reader group -> its `fit_compute_channels` Relay
+        self.relayed: dict[tuple[str, object], tuple[str, int]] = {}   # (reader, key) -> (carrier's _out, offset)
+        self.emit: Emit | None = None
+        self.host_values: tuple = ()
 
     # ---- host tensors ---------------------------------------------------------------------------
     def placement(self, name: str):
@@ -276,6 +295,33 @@ class Lowering:
     def fifo(self, name, producer, consumers, nbytes, dtype, what, shared=False):
         self.fifos.append(Fifo(name, producer, tuple(consumers), DEPTH, nbytes, np.dtype(dtype), shared))
         self.holds[name] = what
+
+    # ---- the cores ----------------------------------------------------------------------------------
+    def lower_cores(self) -> Lowering:
+        """Every group's FIFOs, Functions, cores and moves, then the Emit's."""
+        for site in self.layout.sites:
+            self.lower_site(site)
+        emit_values, self.host_values = self.carry_sources()
+        if self.layout.emit is not None:
+            target = self.feeds.words if self.feeds is not None else self.table.defs()
+            self.emit = self.lower_emit(self.layout.emit, emit_values, target)
+        return self
+
+    def core_inputs(self) -> list[CoreInputs]:
+        """What each core receives, in core order, for `fit_compute_channels`."""
+        by_dma = {tile: ins for tile, (ins, _) in dma_channels(self.fifos).items()}
+        sites = {s.group.name: s for s in self.layout.sites}
+        cores = []
+        for core in self.cores:
+            site = sites.get(core.group)
+            out, own_in = f"{core.group}_out", f"{core.group}_in"
+            carries = site is not None and len(site.tiles) == 1 and self._has_fifo(out)
+            loads = site is not None and self._has_fifo(own_in)
+            movable = loads and all(self._state(n) is None for n in _host_reads(site))
+            cores.append(CoreInputs(core.group, core.tile, tuple(by_dma.get(core.tile, ())),
+                                    tuple(f.name for f in self.fifos if core.tile in f.consumers),
+                                    out if carries else None, own_in if loads else None, movable))
+        return cores
 
     # ---- a group ----------------------------------------------------------------------------------
     def lower_site(self, site: Site):
@@ -296,22 +342,39 @@ class Lowering:
         count = g.calls[0].shape[0] // len(site.tiles)
         return [Part(f"{g.name}_p{p}", site, tile, p, p * count, count) for p, tile in enumerate(site.tiles)]
 
-    def _streamed(self, part: Part, node: Node) -> bool:
-        return part.stream is not None and node is part.stream.matrix
-
     def _layout_inputs(self, part: Part):
-        """The `_in` regions: host tensors read (but those an earlier group forwards), then
-        per-call words, in first-use order."""
-        for call in part.site.group.calls:
+        """The `_in` regions: the group's host items (but those a carrier forwards to it), then
+        those of the groups whose `_in` it carries."""
+        g = part.site.group.name
+        for key, size, dtype, what, move in self._host_items(part.site):
+            if (g, key) not in self.relayed:
+                part.ins.add(key, size, dtype, what, move)
+        for relay in self._carried_by(g):
+            if f"{relay.reader}_in" in relay.fifos:
+                for item in self._host_items(self._site(relay.reader)):
+                    part.ins.add(*item)
+
+    def _host_items(self, site: Site) -> list[tuple]:
+        """(key, bytes, dtype, what, move) of what a group loads from the host: the host tensors
+        it reads (but a streamed matrix and those an earlier group forwards to it), then per-call
+        words, in first-use order."""
+        g, items = site.group.name, []
+        for call in site.group.calls:
             for node in tensor_inputs(call):
-                forwarded = id(node) in self.results and id(node) not in part.homes
-                if is_host_tensor(node) and not self._streamed(part, node) and not forwarded:
+                streamed = site.stream is not None and node is site.stream.matrix
+                if is_host_tensor(node) and not streamed and (g, id(node)) not in self.forwarded_to:
                     move = self.host_access(node)
-                    part.ins.add(id(node), move[1].nwords * 4, node.dtype, describe(node), move)
+                    items.append((id(node), move[1].nwords * 4, node.dtype, describe(node), move))
             for name, expr in self._dynamic_attrs(call):
                 word = self._attr_word(call, name, expr)
-                part.ins.add(("word", word), 4, I32, self.table.words[word].name,
-                             ("words", Access(word, ((1, 1),))))
+                items.append((("word", word), 4, I32, self.table.words[word].name, ("words", Access(word, ((1, 1),)))))
+        return items
+
+    def _site(self, group: str) -> Site:
+        return next(s for s in self.layout.sites if s.group.name == group)
+
+    def _carried_by(self, group: str) -> list[Relay]:
+        return [r for r in self.relays.values() if r.carrier == group]
 
     def _dynamic_attrs(self, call: Node) -> list[tuple[str, Node]]:
         c = call.arg
@@ -330,7 +393,7 @@ class Lowering:
         for node, _ in self.forwards.get(part.site.group.name, {}).values():
             out = part.out.add(id(node), node.size * node.dtype.itemsize, node.dtype, describe(node))
             self.results[id(node)] = (f"{part.prefix}_out", out)
-            part.copies.append(copy_step(node.dtype, node.size, Ptr(part.in_fifo, part.ins.offsets[id(node)]),
+            part.copies.append(copy_step(node.dtype, node.size, self._read(part, node, False),
                                          Ptr(f"{part.prefix}_out", out)))
         for call in part.site.group.calls:
             if call.arg.writes:
@@ -341,6 +404,47 @@ class Lowering:
                 self._split_home(part, call)
             else:
                 self._home(part, call)
+        for relay in self._carried_by(part.site.group.name):
+            self._relay_out(part, relay)
+
+    def _relay_out(self, part: Part, relay: Relay):
+        """`fit_compute_channels`: copy into this carrier's `_out` what `relay.reader` would take
+        from `relay.fifos`, and note where the reader finds each."""
+        out = f"{part.prefix}_out"
+        for key, size, dtype, what, source in self._relay_items(part, relay):
+            fresh = key not in part.out.offsets
+            offset = part.out.add(key, size, dtype, what)
+            self.relayed[(relay.reader, key)] = (out, offset)
+            if fresh:
+                part.copies.append(copy_step(dtype, size // np.dtype(dtype).itemsize, source, Ptr(out, offset)))
+
+    def _relay_items(self, part: Part, relay: Relay) -> list[tuple]:
+        """(key, bytes, dtype, what, where the carrier has it) of what the reader would take from
+        the relayed FIFOs: its `_in`'s host items (loaded into the carrier's `_in`), and the
+        tensors it reads from FIFOs the carrier receives."""
+        items = []
+        if f"{relay.reader}_in" in relay.fifos:
+            items += [(key, size, dtype, what, Ptr(part.in_fifo, part.ins.offsets[key]))
+                      for key, size, dtype, what, _ in self._host_items(self._site(relay.reader))]
+        for node in self._reads(relay.reader):
+            if self.results.get(id(node), ("",))[0] in relay.fifos:
+                what = call_label(self.program, node) if node.op == Op.CALL else describe(node)
+                items.append((id(node), node.size * node.dtype.itemsize, node.dtype, what,
+                              self._read(part, node, False)))
+        return items
+
+    def _reads(self, reader: str) -> list[Node]:
+        """The tensors a group (or the Emit) reads that it does not compute, in first-use order."""
+        if reader == "emit":
+            return [v.src[0] for _, v in self.program.carry if v.op == Op.ELEM]
+        calls = self._site(reader).group.calls
+        made = {id(c) for c in calls}
+        return list({id(n): n for c in calls for n in tensor_inputs(c) if id(n) not in made}.values())
+
+    def _source(self, group: str, node: Node) -> tuple[str, int] | None:
+        """(FIFO, offset) where `group` finds a tensor another group sends: a carrier's `_out`
+        when `fit_compute_channels` relays it, else where it was put."""
+        return self.relayed.get((group, id(node))) or self.results.get(id(node))
 
     def _split_home(self, part: Part, call: Node):
         size = part.count * call.dtype.itemsize
@@ -402,6 +506,7 @@ class Lowering:
     def _consumer_tiles(self, group: Group, with_host: bool) -> list[Tile]:
         names = {u for c in group.calls for u in self.users.get(id(c), ()) if u != "host"}
         names |= {r for _, readers in self.forwards.get(group.name, {}).values() for r in readers}
+        names = {n for n in names if n not in self.relays or f"{group.name}_out" not in self.relays[n].fifos}
         tiles = [t for s in self.layout.sites if s.group.name in names for t in s.tiles]
         if "emit" in names:
             tiles.append(self.layout.emit)
@@ -413,9 +518,10 @@ class Lowering:
         self.fifo(name, tile, consumers, out.nbytes, out.dtype, ", ".join(out.what), shared)
 
     def _consumed(self, part: Part) -> list[str]:
+        g = part.site.group.name
         return list(dict.fromkeys(
-            self.results[id(n)][0] for c in part.site.group.calls for n in tensor_inputs(c)
-            if id(n) in self.results and id(n) not in part.homes and id(n) not in part.ins.offsets))
+            self._source(g, n)[0] for c in part.site.group.calls for n in tensor_inputs(c)
+            if self._source(g, n) is not None and id(n) not in part.homes and id(n) not in part.ins.offsets))
 
     def _stream_fifos(self, site: Site, parts: list[Part]):
         s, g = site.stream, site.group.name
@@ -497,7 +603,7 @@ class Lowering:
             return Ptr(*part.homes[id(node)])
         if id(node) in part.ins.offsets:
             return Ptr(part.in_fifo, part.ins.offsets[id(node)] + shift)
-        fifo, offset = self.results[id(node)]
+        fifo, offset = self._source(part.site.group.name, node)
         return Ptr(fifo, offset + shift)
 
     def _call_steps(self, part: Part, call: Node) -> list:
@@ -527,8 +633,9 @@ class Lowering:
         args = []
         for name, ctype in call.arg.kernel.c_attrs:
             if name in dynamic:
-                word = self._attr_word(call, name, dynamic[name])
-                args.append(Load(part.in_fifo, part.ins.offsets[("word", word)]))
+                key = ("word", self._attr_word(call, name, dynamic[name]))
+                where = self.relayed.get((part.site.group.name, key))
+                args.append(Load(*where) if where else Load(part.in_fifo, part.ins.offsets[key]))
             elif values.get(name) is None:
                 args.append(Imm(int(call.src[0].shape[0]), ctype))
             else:
@@ -607,7 +714,7 @@ class Lowering:
         emit, host = [], []
         for name, value in self.program.carry:
             if value.op == Op.ELEM:
-                fifo, offset = self.results.get(id(value.src[0]), ("", 0))
+                fifo, offset = self._source("emit", value.src[0]) or ("", 0)
                 emit.append((name, ("elem", fifo, offset)))
                 host.append((name, ("output", f"carry.{name}")))
             else:
@@ -661,12 +768,8 @@ class Lowering:
         return tuple(steps)
 
     # ---- the Plan ----------------------------------------------------------------------------------------
-    def finish(self, groups: tuple[Group, ...], feeds: Plan | None) -> Plan:
-        emit_values, host_values = self.carry_sources()
-        emit = None
-        if self.layout.emit is not None:
-            target = feeds.words if feeds is not None else self.table.defs()
-            emit = self.lower_emit(self.layout.emit, emit_values, target)
+    def finish(self, groups: tuple[Group, ...], channel_rules: tuple = ()) -> Plan:
+        emit = self.emit
         self.sequence += [("final",)]
         share_rules = self._share_shim_channels()
         shims, shim_rules = assign_shims(self._shim_requests(), self.device)
@@ -682,8 +785,9 @@ class Lowering:
             functions=tuple(self.functions), kernels=tuple(self._declaration(f, fifos) for f in self.functions),
             cores=tuple(self.cores), sequence=sequence, words=words, emit=emit,
             groups=tuple((g.name, tuple(call_label(self.program, c) for c in g.calls)) for g in groups),
-            rules=(*self._fuse_rules(groups), *self.layout.rules, *self._forward_rules(), *share_rules, *shim_rules),
-            carry=host_values,
+            rules=(*self._fuse_rules(groups), *self.layout.rules, *self._forward_rules(), *channel_rules,
+                   *share_rules, *shim_rules),
+            carry=self.host_values,
             notes={"holds": dict(self.holds), "closed_by": {g.name: g.closed_by for g in groups}},
         )
         return fit(plan)

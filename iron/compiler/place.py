@@ -16,10 +16,17 @@ What it does:
   same column first, within the mem tiles' DMA channels and memory.
 - `shim_channels` (`assign_shims`): FIFOs to/from the host go to the shim tile nearest their
   core with a free channel of their direction.
+- `fit_compute_channels`: only when a core would take more FIFOs by DMA than its tile has input
+  channels (2 S2MM; a shared-memory FIFO takes none), a group that already sends it an object
+  forwards, inside that object, what the core would read from the other FIFOs: objects that
+  group receives itself, or the core's whole `_in` (when it holds no state), which that group then
+  loads too. A core's outputs never exceed its channels: at most `_host` and `_out` (a split
+  part only its `_part`).
 Too many tiles or channels (even shared) -> PlacementError.
 
 What it does not: make FIFOs, Functions or the sequence (lower.py; it also decides which FIFOs
-may share a channel and applies the merges) or check memory (allocate.py).
+may share a channel or be forwarded, and applies the merges and forwards) or check memory
+(allocate.py).
 """
 from __future__ import annotations
 
@@ -364,3 +371,106 @@ def _shim_rules(requests, chosen) -> tuple:
     for req in requests:
         by_shim.setdefault(chosen[req.fifo].name, []).append(f"{req.fifo} ({req.direction})")
     return tuple(("shim_channels", f"{shim}: {', '.join(names)}") for shim, names in sorted(by_shim.items()))
+
+
+# ---- compute-tile channels -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CoreInputs:
+    """What one core receives, for `fit_compute_channels`: `dma` the FIFOs reaching its tile
+    through a DMA channel, `received` every FIFO it acquires (shared memory too), `carrier` its
+    group's `_out` when that group runs on one tile (so other groups' operands may be added to
+    its object), `own_in` its group's `_in` and `movable_in` whether everything in it (no state)
+    may come in another group's object instead."""
+
+    group: str
+    tile: Tile
+    dma: tuple[str, ...]
+    received: tuple[str, ...]
+    carrier: str | None = None
+    own_in: str | None = None
+    movable_in: bool = False
+
+
+@dataclass(frozen=True)
+class Relay:
+    """A `fit_compute_channels` decision: group `carrier` forwards in its `_out` everything group
+    `reader` would take from `fifos`, so `reader`'s cores no longer receive them."""
+
+    carrier: str
+    reader: str
+    fifos: tuple[str, ...]
+
+
+def fit_compute_channels(program: Program, cores: list[CoreInputs], device) -> tuple[list[Relay], tuple]:
+    """`fit_compute_channels`: for each group (in order) whose cores would take more FIFOs by DMA
+    than a compute tile has input channels, the first group sending it an `_out` (a carrier, on
+    one tile) that can forward enough of the others: FIFOs the carrier still receives itself, or
+    the group's movable `_in` (the carrier loads it in its own `_in`, which it must have or have
+    a channel left for). Designs that fit are left alone. Returns (the relays, rules);
+    PlacementError naming the group, its tile and FIFOs when no carrier can."""
+    limit = device.compute.dma_in_channels
+    state = ChannelState({c.group: c for c in cores})
+    relays, rules = [], []
+    for core in cores:
+        if len(core.dma) <= limit or core.group in state.readers:
+            continue
+        relay = _relay_for(core, cores, state, limit)
+        if relay is None:
+            _cannot_fit(program, core, limit)
+        state.take(relay, core)
+        relays.append(relay)
+        rules.append(("fit_compute_channels", _relay_text(relay, core, limit)))
+    return relays, tuple(rules)
+
+
+class ChannelState:
+    """The decisions so far: FIFOs each reader no longer receives, groups that gained an `_in`."""
+
+    def __init__(self, by_group: dict[str, CoreInputs]):
+        self.by_group = by_group
+        self.readers: dict[str, tuple[str, ...]] = {}
+        self.gained_in: set[str] = set()
+
+    def receives(self, group: str) -> set[str]:
+        core = self.by_group[group]
+        return (set(core.received) - set(self.readers.get(group, ()))) | (
+            {f"{group}_in"} if group in self.gained_in else set())
+
+    def dma_inputs(self, group: str) -> int:
+        core = self.by_group[group]
+        return len(core.dma) - len(self.readers.get(group, ())) + (group in self.gained_in)
+
+    def take(self, relay: Relay, reader: CoreInputs):
+        self.readers[relay.reader] = relay.fifos
+        if reader.own_in in relay.fifos and f"{relay.carrier}_in" not in self.receives(relay.carrier):
+            self.gained_in.add(relay.carrier)
+
+
+def _relay_for(core: CoreInputs, cores: list[CoreInputs], state: ChannelState, limit: int) -> Relay | None:
+    needed = len(core.dma) - limit
+    carriers = [c for c in cores if c.carrier in core.received and c.group != core.group]
+    for carrier in carriers:
+        has = state.receives(carrier.group)
+        can_load = f"{carrier.group}_in" in has or state.dma_inputs(carrier.group) < limit
+        movable = [f for f in core.dma if f == core.own_in and core.movable_in and can_load]
+        forwardable = [f for f in core.dma if f in has and f != carrier.carrier] + movable
+        if len(forwardable) >= needed:
+            return Relay(carrier.group, core.group, tuple(forwardable[:needed]))
+    return None
+
+
+def _relay_text(relay: Relay, core: CoreInputs, limit: int) -> str:
+    return (f"{core.group} on {core.tile.name} would take {len(core.dma)} FIFOs by DMA ({', '.join(core.dma)}) "
+            f"but a compute tile has {limit} input channels: {relay.carrier} forwards in {relay.carrier}_out "
+            f"what {core.group} would take from {', '.join(relay.fifos)}")
+
+
+def _cannot_fit(program: Program, core: CoreInputs, limit: int):
+    raise PlacementError(
+        f"{program.name}: group {core.group} on {core.tile.name} needs {len(core.dma)} FIFOs by DMA "
+        f"({', '.join(core.dma)}) but a compute tile has {limit} input channels, and no group that sends "
+        "it an object receives the others or can load them for it (a state is loaded only by its "
+        "reader): combine two of those tensors in an earlier kernel call, or make a state it reads a "
+        "param if it does not change."
+    )

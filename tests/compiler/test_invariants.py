@@ -10,7 +10,7 @@ import iron
 from aie_utils import from_name
 from iron.compiler.invariants import check_plan
 from iron.compiler.lower import lower_program
-from iron.compiler.plan import Dma, Imm, KernelStep, Tile, Wait, tile_memory
+from iron.compiler.plan import Dma, Fifo, Imm, KernelStep, Tile, Wait, tile_memory
 from iron.errors import DoesNotFit, PlanError
 from tests.compiler import designs
 
@@ -151,3 +151,45 @@ def test_a_tile_over_its_memory_does_not_fit():
         check_plan(dataclasses.replace(plan, fifos=fifos))
     assert str(err.value).startswith("AddOne does not fit tile_0_2: its buffers take 74752 bytes but a compute "
                                      "tile has 65536: g0_in@tile_0_2 65536 bytes (x, ones), ")
+
+
+CHANNEL_FIX = (" Route several operands through one FIFO (one packed object, or a mem-tile join), or make "
+               "FIFOs between neighbouring compute tiles shared memory.")
+
+
+def with_fifos(plan, *extra, **consumers):
+    """`plan` plus FIFOs `extra`, with the consumers of some FIFOs replaced (name=(tile, ...))."""
+    fifos = tuple(dataclasses.replace(f, consumers=consumers.get(f.name, f.consumers)) for f in plan.fifos)
+    return dataclasses.replace(plan, fifos=(*fifos, *extra))
+
+
+def test_a_compute_tile_taking_three_fifos_by_dma_is_refused():
+    plan = plan_of("mlp_4x256", "npu2")   # g2 forwards the residual: g3's parts take g2_out and a stream
+    again = tuple(Tile(c, r, "compute") for c, r in ((0, 5), (1, 5), (1, 4)))
+    broken(with_fifos(plan, g1_out=again),
+           "plan ExampleMLP on npu2: tile_1_4 moves 3 FIFOs in (S2MM) by DMA (g1_out, g2_out, g3_w1) but a "
+           "compute tile has 2 such channels." + CHANNEL_FIX)
+
+
+def test_a_compute_tile_sending_three_fifos_by_dma_is_refused():
+    plan = plan_of("walk", "npu1")
+    core, shim = Tile(0, 2, "compute"), Tile(0, 0, "shim")
+    extra = [Fifo(f"extra{i}", core, (shim,), 2, 4) for i in range(2)]
+    broken(with_fifos(plan, *extra),
+           "plan Walk on npu1: tile_0_2 moves 3 FIFOs out (MM2S) by DMA (g0_host, extra0, extra1) but a "
+           "compute tile has 2 such channels." + CHANNEL_FIX)
+
+
+def test_a_mem_tile_taking_seven_fifos_is_refused():
+    plan = plan_of("mlp_4x256", "npu2")
+    mem, shim = Tile(0, 1, "mem"), Tile(0, 0, "shim")
+    extra = [Fifo(f"extra{i}", shim, (mem,), 2, 64) for i in range(4)]
+    broken(with_fifos(plan, *extra),
+           "plan ExampleMLP on npu2: mem_0_1 moves 7 FIFOs in (S2MM) by DMA (g1_w_mem, g1_part0, g1_part1, "
+           "extra0, extra1, extra2, extra3) but a mem tile has 6 such channels." + CHANNEL_FIX)
+
+
+def test_shared_memory_fifos_take_no_channel():
+    plan = plan_of("walk", "npu2")   # g0_out: tile_0_2 -> tile_0_3 in shared memory, beside g0_host
+    core, shim = Tile(0, 2, "compute"), Tile(0, 0, "shim")
+    check_plan(with_fifos(plan, Fifo("extra", core, (shim,), 2, 4)))

@@ -1,0 +1,248 @@
+"""The `fit_compute_channels` placement rule (iron/compiler/place.py, applied by lower.py): a core
+that would take more FIFOs by DMA than its tile's 2 input channels gets the extra operands inside
+an object it already receives, from a group that receives them itself (the MLP's residual through
+the RMSNorm group) or loads them for it (a whole `_in`: tensors and per-call words), the Emit
+included; when no group can, a PlacementError. Plans pinned, then run on the emulator against
+reference()."""
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import iron
+from aie_utils import from_name
+from iron import Carried, Scratchpad
+from iron.compiler.lower import lower_program
+from iron.compiler.place import CoreInputs, Relay, fit_compute_channels
+from iron.compiler.plan import Imm, KernelStep, Load, Ptr, Tile
+from iron.errors import PlacementError
+from iron.kernels import Add, Copy, Exp, MatVec, RMSNorm, Softmax
+from tests.compiler import designs
+
+F32 = np.float32
+NPU1, NPU2 = from_name("npu1"), from_name("npu2")
+
+
+@pytest.fixture(autouse=True)
+def emulator(monkeypatch):
+    monkeypatch.setenv("IRON_BACKEND", "emulator")
+    monkeypatch.setenv("IRON_QUIET", "1")
+
+
+def over(plan) -> dict[str, tuple[int, int]]:
+    """Compute tiles moving more than 2 FIFOs in or out by DMA: name -> (in, out)."""
+    cin, cout = Counter(), Counter()
+    for f in plan.fifos:
+        if f.shared_memory:
+            continue
+        if f.producer.kind == "compute":
+            cout[f.producer.name] += 1
+        for c in f.consumers:
+            if c.kind == "compute":
+                cin[c.name] += 1
+    return {t: (cin[t], cout[t]) for t in set(cin) | set(cout) if cin[t] > 2 or cout[t] > 2}
+
+
+def fits(plan) -> list[str]:
+    return [what for rule, what in plan.rules if rule == "fit_compute_channels"]
+
+
+def consumers(plan, name: str) -> tuple[str, ...]:
+    return tuple(t.name for t in plan.fifo(name).consumers)
+
+
+# ---- the MLP: the residual comes with the normalized vector ------------------------------------------
+
+def test_the_mlp_parts_take_the_residual_from_the_norm_group():
+    plan = lower_program(designs.trace(designs.mlp(4, 256)), NPU2)
+    assert fits(plan) == [
+        f"g{g} on {tile} would take 3 FIFOs by DMA (g{g - 2}_out, g{g - 1}_out, g{g}_w0) but a compute tile "
+        f"has 2 input channels: g{g - 1} forwards in g{g - 1}_out what g{g} would take from g{g - 2}_out"
+        for g, tile in ((3, "tile_1_5"), (5, "tile_1_2"), (7, "tile_2_4"))]
+    assert consumers(plan, "g1_out") == ("tile_0_5",)
+    assert (consumers(plan, "g2_out"), plan.fifo("g2_out").nbytes) == (("tile_1_5", "tile_1_4"), 2048)
+    assert plan.notes["holds"]["g2_out"] == "RMSNorm#4, Add#3"
+    assert plan.function("g2").steps[1] == KernelStep("copy_f32", (Ptr("g1_out"), Ptr("g2_out", 1024), Imm(256)))
+    residual = [step.args[0] for name in ("g3_p0", "g3_p1") for step in plan.function(name).steps
+                if step.symbol == "add_f32"]
+    assert residual == [Ptr("g2_out", 1024), Ptr("g2_out", 1024 + 128 * 4)]
+
+
+@pytest.mark.parametrize("device", [NPU1, NPU2], ids=["npu1", "npu2"])
+@pytest.mark.parametrize("dtype", [F32, iron.bfloat16], ids=["f32", "bf16"])
+def test_the_mlp_keeps_every_compute_tile_within_its_channels(dtype, device):
+    plan = lower_program(designs.trace(designs.mlp(4, 256, dtype)), device)
+    assert over(plan) == {}
+    assert len(fits(plan)) == (3 if dtype is F32 else 0)   # bf16 streams on one tile: already fits
+
+
+# ---- a whole `_in` loaded by the group before ------------------------------------------------------
+
+class Bias(iron.Graph):
+    """RMSNorm, then a streamed MatVec plus a bias b; the normalized vector is also an output's input."""
+
+    def __init__(self):
+        rng = np.random.default_rng(3)
+        self.w = iron.param((rng.standard_normal((128, 64)) / 8).astype(F32))
+        self.g = iron.param(np.linspace(0.5, 1.5, 64).astype(F32))
+        self.b = iron.param(np.linspace(-1, 1, 128).astype(F32))
+
+    def body(self, x):
+        h = RMSNorm.step(x, self.g)
+        return Add.step(MatVec.step(self.w, h), self.b), Exp.step(h)
+
+
+def test_a_bias_after_a_streamed_matrix_comes_with_the_normalized_vector():
+    compiled = Bias().compile(device="npu2", x=((64,), F32))
+    plan = compiled.plan
+    assert fits(plan) == [
+        "g1 on tile_0_3 would take 3 FIFOs by DMA (g0_out, g1_in, g1_w) but a compute tile has 2 input "
+        "channels: g0 forwards in g0_out what g1 would take from g1_in"]
+    holds = plan.notes["holds"]
+    assert (holds["g0_in"], holds["g0_out"]) == ("x, g, b", "RMSNorm#0, b")
+    assert "g1_in" not in holds and over(plan) == {}
+    x = np.linspace(-2, 2, 64).astype(F32)
+    for got, want in zip(compiled(x), Bias().reference(x)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+class BiasTwice(Bias):
+    """Bias, and exp(b) in a later group: g1 loads b first, so it forwards b to that group."""
+
+    def body(self, x):
+        h = RMSNorm.step(x, self.g)
+        return Add.step(MatVec.step(self.w, h), self.b), Exp.step(h), Exp.step(self.b)
+
+
+def test_a_group_whose_in_is_carried_still_forwards_what_it_loads_first():
+    compiled = BiasTwice().compile(device="npu2", x=((64,), F32))
+    plan = compiled.plan
+    assert ("forward_shared_input", "g1 forwards b to g3") in plan.rules and len(fits(plan)) == 1
+    assert plan.function("g1").steps[-1] == KernelStep("copy_f32", (Ptr("g0_out", 256), Ptr("g1_out"), Imm(128)))
+    x = np.linspace(-2, 2, 64).astype(F32)
+    for got, want in zip(compiled(x), BiasTwice().reference(x)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+class NormedSoftmax(iron.Graph):
+    """Softmax(exp(x) + RMSNorm(exp(y)), length=n), and exp of the normalized vector."""
+
+    def __init__(self):
+        self.g = iron.param(np.linspace(0.5, 1.5, 16).astype(F32))
+
+    def body(self, x, y, *, n: Scratchpad[np.int32]):
+        a = Exp.step(x)
+        r = RMSNorm.step(Exp.step(y), self.g)
+        return Softmax.step(Add.step(a, r), length=n), Exp.step(r)
+
+
+def test_a_per_call_length_travels_in_the_carrier_object():
+    compiled = NormedSoftmax().compile(device="npu1", x=((16,), F32), y=((16,), F32))
+    plan = compiled.plan
+    assert fits(plan) == [
+        "g2 on tile_0_4 would take 3 FIFOs by DMA (g0_out, g1_out, g2_in) but a compute tile has 2 input "
+        "channels: g0 forwards in g0_out what g2 would take from g2_in"]
+    assert plan.notes["holds"]["g0_out"] == "Exp#0, n"
+    assert plan.function("g2").steps[-1].args[-1] == Load("g0_out", 64)   # Softmax's length
+    x, y = np.linspace(-1, 1, 16).astype(F32), np.linspace(0, 2, 16).astype(F32)
+    for n in (3, 16):
+        for got, want in zip(compiled(x, y, n=n), NormedSoftmax().reference(x, y, n=n)):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+# ---- the Emit ----------------------------------------------------------------------------------------
+
+class TwoTrails(iron.Graph):
+    """i -> a[i], j -> b[j] + a[i]: two carried elements of two groups, and c[i] as an output
+    (a holds 0..3 and b 0..4, so both stay within the 8 entries)."""
+
+    def __init__(self):
+        self.a = iron.weight(np.array([3, 0, 1, 2, 0, 1, 2, 3], np.int32))
+        self.b = iron.weight(np.array([1, 2, 3, 0, 4, 2, 1, 0], np.int32))
+        self.c = iron.weight(np.arange(8, dtype=np.int32) * 10)
+
+    def body(self, *, i: Carried[np.int32], j: Carried[np.int32]):
+        y = Copy.step(self.a[i], dtype=np.int32)
+        z = Add.step(Copy.step(self.b[j], dtype=np.int32), y)
+        return Copy.step(self.c[i], dtype=np.int32), iron.carry(i=y, j=z)
+
+
+def test_the_emit_takes_an_element_through_the_group_that_reads_it():
+    body = TwoTrails().compile(device="npu2")
+    plan = body.plan
+    assert fits(plan) == [
+        "emit on tile_0_5 would take 3 FIFOs by DMA (g0_out, g1_out, emit_in) but a compute tile has 2 "
+        "input channels: g1 forwards in g1_out what emit would take from g0_out"]
+    assert plan.emit.next_values == (("i", ("elem", "g1_out", 4)), ("j", ("elem", "g1_out", 0)))
+    assert consumers(plan, "g0_out") == ("tile_0_3",) and plan.fifo("g0_out").shared_memory
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(5, i=1, j=2)) == list(range(5))
+    reference, carry = TwoTrails(), {"i": 1, "j": 2}
+    for _ in range(6):   # the first run, then 5 body runs
+        carry = {k: int(v) for k, v in reference.reference(**carry)[-1].items()}
+    assert {k: int(v) for k, v in loop.carry.items()} == carry
+
+
+# ---- when no group can carry them ----------------------------------------------------------------
+
+class StateBias(Bias):
+    """Bias with a state s instead of the param b: only the group itself may load a state."""
+
+    def __init__(self):
+        super().__init__()
+        self.s = iron.state((128,), F32, name="s")
+
+    def body(self, x):
+        h = RMSNorm.step(x, self.g)
+        return Add.step(MatVec.step(self.w, h), self.s), Exp.step(h)
+
+
+def test_a_state_after_a_streamed_matrix_does_not_fit_the_channels():
+    with pytest.raises(PlacementError) as err:
+        lower_program(StateBias().trace(x=((64,), F32)), NPU2)
+    assert str(err.value) == (
+        "StateBias: group g1 on tile_0_3 needs 3 FIFOs by DMA (g0_out, g1_in, g1_w) but a compute tile has "
+        "2 input channels, and no group that sends it an object receives the others or can load them for "
+        "it (a state is loaded only by its reader): combine two of those tensors in an earlier kernel "
+        "call, or make a state it reads a param if it does not change.")
+
+
+# ---- the rule on its own -----------------------------------------------------------------------------
+
+def core(group, col, dma, received=(), carrier=None, own_in=None, movable=True) -> CoreInputs:
+    return CoreInputs(group, Tile(col, 2, "compute"), dma, (*dma, *received), carrier, own_in, movable)
+
+
+def test_a_carrier_with_a_spare_channel_gains_an_in_and_carries_two_readers():
+    program = Bias().trace(x=((64,), F32))
+    cores = [core("a", 0, ("x_out",), carrier="a_out"),    # one channel left: for the `_in` it gains
+             core("r", 1, ("a_out", "r_in", "r_w"), own_in="r_in"),
+             core("q", 2, ("a_out", "q_in", "q_w"), own_in="q_in")]
+    relays, rules = fit_compute_channels(program, cores, NPU2)
+    assert relays == [Relay("a", "r", ("r_in",)), Relay("a", "q", ("q_in",))]
+    assert rules[0] == ("fit_compute_channels", "r on tile_1_2 would take 3 FIFOs by DMA (a_out, r_in, r_w) but "
+                        "a compute tile has 2 input channels: a forwards in a_out what r would take from r_in")
+
+
+def test_a_carrier_without_a_free_channel_loads_nothing_and_the_next_one_is_tried():
+    program = Bias().trace(x=((64,), F32))
+    full = core("a", 0, ("x_out", "y_out"), carrier="a_out")
+    spare = core("b", 1, ("b_in",), received=("y_out",), carrier="b_out")
+    reader = core("r", 2, ("a_out", "b_out", "y_out", "r_in"), own_in="r_in")
+    relays, _ = fit_compute_channels(program, [full, spare, reader], NPU2)
+    assert relays == [Relay("b", "r", ("y_out", "r_in"))]
+    with pytest.raises(PlacementError) as err:
+        fit_compute_channels(program, [full, reader], NPU2)
+    assert str(err.value).startswith("Bias: group r on tile_2_2 needs 4 FIFOs by DMA (a_out, b_out, y_out, r_in)")
+
+
+def test_a_fifo_a_carrier_no_longer_receives_is_not_carried():
+    program = Bias().trace(x=((64,), F32))
+    cores = [core("a", 0, ("f_out",), carrier="a_out"),
+             core("b", 1, ("f_out", "a_out", "b_w"), carrier="b_out"),   # takes f_out through a
+             core("r", 2, ("f_out", "b_out", "r_w"))]
+    with pytest.raises(PlacementError):
+        fit_compute_channels(program, cores, NPU2)
+    keeps = core("b", 1, ("f_out", "b_w"), carrier="b_out")
+    relays, _ = fit_compute_channels(program, [keeps, cores[2]], NPU2)
+    assert relays == [Relay("b", "r", ("f_out",))]
