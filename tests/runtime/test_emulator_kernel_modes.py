@@ -10,7 +10,20 @@ import pytest
 import iron
 from iron import Scratchpad
 from iron.kernels import (
-    Accumulate, Add, Argmax, Copy, Exp, MatMul, MatVec, Mul, ReLU, RMSNorm, Scale, SiLU, Softmax, Sub,
+    Accumulate,
+    Add,
+    Argmax,
+    Copy,
+    Exp,
+    MatMul,
+    MatVec,
+    Mul,
+    ReLU,
+    RMSNorm,
+    Scale,
+    SiLU,
+    Softmax,
+    Sub,
 )
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
