@@ -37,6 +37,13 @@ EXPECTED = {
         "reference: out[:3] = [0.1329 1.4469 0.0653] -> matches numpy (rtol 1e-05, atol 1e-05)",
         "compiled (npu2): out[:3] = [0.1329 1.4469 0.0653] -> matches numpy (rtol 1e-05, atol 1e-05)",
     ],
+    "section-2/custom_kernel.py": [
+        "reference: out[:4] = [0.3918 0.     1.9037 1.3728] -> matches numpy (rtol 1e-6)",
+        "      axpy_f32(reinterpret_cast<const float*>(p0), reinterpret_cast<const float*>(p0 + 256), "
+        "reinterpret_cast<float*>(p2), 64, 0.5f);",
+        "compiled (npu2, numpy kernels): out[:4] = [0.3918 0.     1.9037 1.3728] -> matches numpy (rtol 1e-6)",
+        "compiled (npu2, the C++ built for the host): out[:4] = [0.3918 0.     1.9037 1.3728] -> matches numpy (rtol 1e-6)",
+    ],
     "section-3/per_call.py": [
         "reference: 4 calls and sums: matches numpy (exact)",
         "  compiled (npu2): pos=7 -> [224, 226, 228, 230]...",
