@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 import threading
-import typing
 
 import numpy as np
 
@@ -99,10 +98,17 @@ class Signature:
 
 
 def _hints(fn) -> dict:
-    try:
-        return typing.get_type_hints(fn)
-    except Exception:
-        return {}
+    """body()'s annotations, string ones (from __future__ import annotations) evaluated in its
+    module; typing.get_type_hints would refuse Carried[T] on Python 3.10, which is not a type."""
+    hints = {}
+    for name, annotation in getattr(fn, "__annotations__", {}).items():
+        if isinstance(annotation, str):
+            try:
+                annotation = eval(annotation, fn.__globals__)  # noqa: S307 - the user's own annotation
+            except Exception:
+                pass  # left as text: the signature check names it
+        hints[name] = annotation
+    return hints
 
 
 def _per_call_kind(name: str, ann, where: str) -> str:

@@ -374,7 +374,7 @@ def test_load_of_broken_source_reports_the_compiler_errors(fresh_cache):
     with pytest.raises(BuildError) as raised:
         NativeLibrary.load(broken)
     message = str(raised.value)
-    entry = next((fresh_cache / "native").glob("*/"))
+    entry = next(p for p in (fresh_cache / "native").iterdir() if p.is_dir())
     flags = "-std=c++20 -O2 -Wall -Werror -shared -fPIC"
     assert message.startswith(
         f"Compiling the native kernels broken.cc failed (exit 1) in {entry}:\n"
