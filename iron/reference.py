@@ -25,14 +25,13 @@ class Reference:
         self.checks: list = []
         self.constants: list[tuple[int, int]] = []
         self.call_steps: list = []
-        for v in program.scalars:
+        for v in program.scalars:      # per-call values take slots 0..n-1,
             self._slot(v)
-        for n in program.inputs:
+        for n in program.inputs:       # the input tensors the next ones
             self._slot(n)
         for call in program.calls:
             self.call_steps.append(self._lower_call(call))
-        self.input_slots = [self.slot[id(n)] for n in program.inputs]
-        self.value_slots = [(v.arg[0], self.slot[id(v)]) for v in program.scalars]
+        self.value_names = [v.arg[0] for v in program.scalars]
         self.output_slots = [self.slot[id(n)] for n in program.outputs]
         self.carry_steps = [(name, self._carry_value(node)) for name, node in program.carry]
         self.carry_of = self._carry_function()
@@ -204,15 +203,14 @@ class Reference:
     # ---- running -------------------------------------------------------------------------------
     def runner(self):
         """The call function: (inputs, per-call values) -> (outputs list, next carried values)."""
-        template, steps, carry_of = self.template, self.steps, self.carry_of
-        input_slots, value_slots, output_slots = self.input_slots, self.value_slots, self.output_slots
+        template, steps, carry_of, output_slots = self.template, self.steps, self.carry_of, self.output_slots
+        names = self.value_names
+        n, end = len(names), len(names) + len(self.program.inputs)
 
         def run(inputs: list, values: dict):
             env = template.copy()
-            for slot, arr in zip(input_slots, inputs):
-                env[slot] = arr
-            for name, slot in value_slots:
-                env[slot] = values[name]
+            env[:n] = map(values.__getitem__, names)
+            env[n:end] = inputs
             for step in steps:
                 step(env)
             return [env[s] for s in output_slots], carry_of(env)

@@ -101,7 +101,8 @@ class Graph:
     def reference(self, *tensors, **values):
         """Run one call with numpy; updates the host copy of the states. Returns outputs, a Carry,
         or (outputs..., Carry)."""
-        arrays, scalars = bind_call(self.signature(), self._where, tensors, values)
+        sig = self.signature()
+        arrays, scalars = bind_call(sig, sig.where, tensors, values)
         key = tuple(None if a is None else (a.shape, a.dtype) for a in arrays.values()) if arrays else ()
         ref = self._iron["references"].get(key)
         if ref is None:
