@@ -2,6 +2,7 @@
 
 Write a `Graph` whose `body()` calls kernels on handles, check it with `graph.reference()`,
 `compile()` it for the current device and run it one call at a time or as a `CarriedLoop`.
+This module only gathers the public names; each lives in its own layer.
 """
 from iron import errors
 from iron.dtypes import bfloat16

@@ -2,7 +2,8 @@
 
 Runs on any machine: the reference path, then the compiled designs on the current backend (the
 emulator where no NPU is attached): the Walk as a CarriedLoop device loop, the MLP as one call.
-The second half of `make demo` is the programming guide's decoder (section 8).
+The second half of `make demo` is the programming guide's decoder (section 8); this module
+does not run it.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Reference designs shipped with iron: the seed chapter's Walk and a residual MLP.
 
-They are what `make demo`, the benchmarks and the tests share. Each is a plain iron.Graph.
+They are what `make demo`, the benchmarks and the tests share. Each is a plain iron.Graph,
+with a hand-written numpy version beside it; nothing here compiles or runs them.
 """
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Kernels: the `Kernel` base class users subclass, and iron's kernel library."""
+"""Kernels: the `Kernel` base class users subclass, and iron's kernel library.
+
+Kernels describe and compute one call; they do not place, fuse or schedule themselves."""
 from iron.kernels.base import Kernel
 from iron.kernels.library import (
     LIBRARY,

@@ -2,7 +2,7 @@
 
 The emulator runs KernelSteps by symbol; this is how it gets back to the kernel's numpy
 semantics without the traced Program. It searches iron's library and every user subclass of
-`iron.Kernel` that has been defined.
+`iron.Kernel` that has been defined; it does not import or load kernels itself.
 """
 from __future__ import annotations
 

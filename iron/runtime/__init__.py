@@ -1,1 +1,3 @@
-"""The runtime: compiled graphs called on a backend (the emulator or XRT), and CarriedLoop."""
+"""The runtime: compiled graphs called on a backend (the emulator or XRT), and CarriedLoop.
+
+It runs Plans the compiler made; it does not trace or lower anything itself."""
