@@ -153,7 +153,8 @@ def test_run_all_finds_every_design_of_the_guide_in_section_order():
 
 def test_every_section_has_a_readme_and_a_makefile_running_its_designs():
     shared = (GUIDE / "section.mk").read_text()
-    assert "PYTHON ?= python3" in shared and "DEVICE ?= npu2" in shared
+    assert "PYTHON ?= $(if $(wildcard ../../.venv/bin/python),../../.venv/bin/python,python3)" in shared
+    assert "DEVICE ?= npu2" in shared
     assert "--device $(DEVICE)" in shared and "override DEVICE := npu2" in shared
     for number in range(1, 9):
         section = GUIDE / f"section-{number}"
