@@ -112,7 +112,8 @@ class Kernel:
     def emulate(cls, dtype, pointers: list[np.ndarray], sizes: tuple[int, ...], attrs: dict):
         """Run one C-ABI call with numpy: `pointers` are flat arrays (inputs, then the output or,
         for an accumulating kernel, the destination), `sizes` the i32 size operands, `attrs` the
-        c_attrs by name. Writes the output in place, as the C++ does."""
+        c_attrs by name. Writes the output in place, as the C++ does. This is the C ABI's meaning
+        in one place; the emulator's prepared kernel calls are tested bit for bit against it."""
         in_shapes, out_shape = cls.abi_shapes(sizes)
         ins = [p.reshape(s) for p, s in zip(pointers, in_shapes)]
         out = pointers[len(in_shapes)]
