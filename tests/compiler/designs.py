@@ -11,7 +11,22 @@ import numpy as np
 import iron
 from iron import Scratchpad
 from iron.designs import MLP, Walk
-from iron.kernels import Accumulate, Add, MatVec, RMSNorm, SiLU
+from iron.kernels import (
+    Accumulate,
+    Add,
+    Argmax,
+    Copy,
+    Exp,
+    MatMul,
+    MatVec,
+    Mul,
+    ReLU,
+    RMSNorm,
+    Scale,
+    SiLU,
+    Softmax,
+    Sub,
+)
 
 
 def walk(n: int = 8) -> Walk:
@@ -108,6 +123,21 @@ class BigMatVec(iron.Graph):
 def big_matvec(rows: int = 512, cols: int = 256, dtype=np.float32) -> BigMatVec:
     """A MatVec over a (rows, cols) param: 512 x 256 float32 (512 KiB) splits over 4 tiles."""
     return BigMatVec(rows, cols, dtype)
+
+
+class AllKernels(iron.Graph):
+    """Every float kernel of the library in one body: params m (M, K) and k (K, N), a state
+    `acc` of x's shape; x and y of shape (K,), Softmax over the first n + 1 elements."""
+
+    def __init__(self, m: np.ndarray, k: np.ndarray):
+        self.m, self.k = iron.param(m), iron.param(k)
+        self.acc = iron.state((m.shape[1],), m.dtype, name="acc")
+
+    def body(self, x, y, *, n: Scratchpad[np.int32]):
+        Accumulate.step(x, out=self.acc)
+        return (Copy.step(x), Add.step(x, y), Sub.step(x, y), Mul.step(x, y), Scale.step(x, factor=0.5),
+                ReLU.step(x), SiLU.step(x), Exp.step(x), MatVec.step(self.m, x), MatMul.step(self.m, self.k),
+                RMSNorm.step(x, y, eps=1e-6), Softmax.step(x, length=n + 1), Argmax.step(x))
 
 
 def example(graph) -> dict[str, np.ndarray]:

@@ -8,39 +8,24 @@ import numpy as np
 import pytest
 
 import iron
-from iron import Scratchpad
 from iron.kernels import (
     Accumulate,
     Add,
     Argmax,
     Copy,
-    Exp,
-    MatMul,
     MatVec,
     Mul,
     ReLU,
-    RMSNorm,
-    Scale,
-    SiLU,
-    Softmax,
     Sub,
 )
+from tests.compiler.designs import AllKernels
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="native kernels need the host C++ compiler g++")
 
 
-class Floats(iron.Graph):
-    def __init__(self, dtype, rng):
-        self.m = iron.param(rng.standard_normal((8, 16)).astype(dtype))
-        self.k = iron.param(rng.standard_normal((16, 4)).astype(dtype))
-        self.acc = iron.state((16,), dtype, name="acc")
-
-    def body(self, x, y, *, n: Scratchpad[np.int32]):
-        Accumulate.step(x, out=self.acc)
-        return (Copy.step(x), Add.step(x, y), Sub.step(x, y), Mul.step(x, y), Scale.step(x, factor=0.5),
-                ReLU.step(x), SiLU.step(x), Exp.step(x), MatVec.step(self.m, x), MatMul.step(self.m, self.k),
-                RMSNorm.step(x, y, eps=1e-6), Softmax.step(x, length=n + 1), Argmax.step(x))
+def floats(dtype, rng) -> AllKernels:
+    return AllKernels(rng.standard_normal((8, 16)).astype(dtype), rng.standard_normal((16, 4)).astype(dtype))
 
 
 class Integers(iron.Graph):
@@ -55,7 +40,7 @@ class Integers(iron.Graph):
 
 
 def inputs(graph_class, dtype, rng):
-    if graph_class is Floats:
+    if graph_class is floats:
         return [rng.standard_normal(16).astype(dtype) for _ in range(2)], {"n": 9}
     info = np.iinfo(dtype)
     return [rng.integers(info.min, info.max, 16, endpoint=True).astype(dtype) for _ in range(2)], {}
@@ -70,7 +55,7 @@ def close(a, b, dtype):
         np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), rtol=tol, atol=tol)
 
 
-CASES = [(Floats, np.dtype(np.float32)), (Floats, BF16)] + [
+CASES = [(floats, np.dtype(np.float32)), (floats, BF16)] + [
     (Integers, np.dtype(t)) for t in (np.int8, np.uint8, np.int16, np.int32)]
 
 
