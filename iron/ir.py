@@ -7,6 +7,7 @@ values. This module only describes; it runs nothing and imports nothing above nu
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,12 +27,12 @@ class Op:
     CALL = "call"        # a kernel call: src = (*tensor inputs, [dest view], *scalar attrs), arg = Call
 
 
-SCALAR_BINARY = {
-    Op.ADD: lambda a, b: a + b,
-    Op.SUB: lambda a, b: a - b,
-    Op.MUL: lambda a, b: a * b,
-    Op.FLOORDIV: lambda a, b: a // b,
-    Op.MOD: lambda a, b: a % b,
+SCALAR_BINARY = {  # Python's own: // and % round toward minus infinity
+    Op.ADD: operator.add,
+    Op.SUB: operator.sub,
+    Op.MUL: operator.mul,
+    Op.FLOORDIV: operator.floordiv,
+    Op.MOD: operator.mod,
     Op.MIN: min,
     Op.MAX: max,
 }

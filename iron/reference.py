@@ -8,6 +8,8 @@ nothing of tiles, FIFOs or devices.
 """
 from __future__ import annotations
 
+from operator import itemgetter
+
 import numpy as np
 
 from iron.errors import ArgumentError, IndexOutOfRange
@@ -22,7 +24,7 @@ class Reference:
         self.slot: dict[int, int] = {}
         self.arrays = arrays
         self.scalar_steps: list = []
-        self.checks: list = []
+        self.bounds: list[tuple] = []   # (slot, lo, hi, what, expr text) per checked value
         self.constants: list[tuple[int, int]] = []
         self.call_steps: list = []
         for v in program.scalars:      # per-call values take slots 0..n-1,
@@ -35,7 +37,7 @@ class Reference:
         self.output_slots = [self.slot[id(n)] for n in program.outputs]
         self.carry_steps = [(name, self._carry_value(node)) for name, node in program.carry]
         self.carry_of = self._carry_function()
-        self.steps = self.scalar_steps + self.checks + self.call_steps
+        self.steps = self.scalar_steps + self._check_bounds() + self.call_steps
         self.template = [None] * len(self.slot)
         for slot, value in self.constants:
             self.template[slot] = value
@@ -66,7 +68,8 @@ class Reference:
                 env[o] = wrap_i32(fn(env[a], env[b]))
         else:
             def step(env, a=a, b=b, o=out, fn=fn):
-                env[o] = wrap_i32(fn(env[a], env[b]))
+                v = fn(env[a], env[b])
+                env[o] = v if -0x80000000 <= v <= 0x7FFFFFFF else wrap_i32(v)
         self.scalar_steps.append(step)
         return out
 
@@ -129,13 +132,7 @@ class Reference:
         return parts, dyn
 
     def _add_range_check(self, view, axis, expr, slot):
-        bound, text, what = axis.stop - axis.start, describe(expr), describe(view)
-
-        def check(env):
-            v = env[slot]
-            if not 0 <= v < bound:
-                raise IndexOutOfRange.at(what, text, v, 0, bound)
-        self.checks.append(check)
+        self.bounds.append((slot, 0, axis.stop - axis.start, describe(view), describe(expr)))
 
     def _lower_call(self, call: Node):
         c = call.arg
@@ -154,12 +151,24 @@ class Reference:
                 ins = ins + [dest_get]
             return self._write_step(dest, dest_get, ins, run, dyn, kernel.copies)
         out = self._slot(call)
-        if dyn:
-            return lambda env: env.__setitem__(out, run(*(f(env) for f in ins), **{k: env[s] for k, s in dyn}))
-        if len(ins) == 1:
+        if kernel.copies and self._element_read(call):
+            read = ins[0]  # reading one element of a view already makes a fresh numpy scalar
+
+            def step(env):
+                env[out] = read(env)
+        elif len(ins) == 1 and not dyn:
             f0 = ins[0]
-            return lambda env: env.__setitem__(out, run(f0(env)))
-        return lambda env: env.__setitem__(out, run(*(f(env) for f in ins)))
+
+            def step(env):
+                env[out] = run(f0(env))
+        else:
+            def step(env):
+                env[out] = run(*(f(env) for f in ins), **{k: env[s] for k, s in dyn})
+        return step
+
+    def _element_read(self, call: Node) -> bool:
+        """Whether a call reads one element through a view and is not an output of the call."""
+        return call.src[0].op == Op.VIEW and not call.shape and all(call is not o for o in self.program.outputs)
 
     def _write_step(self, dest: Node, dest_get, ins, run, dyn, copies: bool):
         arr = self.arrays[(dest.src[0] if dest.op == Op.VIEW else dest).arg[1]]
@@ -168,8 +177,12 @@ class Reference:
             if len(ins) == 1:
                 f0 = ins[0]
                 if copies:  # assigning already copies
-                    return lambda env: arr.__setitem__(env[slot] + start, f0(env))
-                return lambda env: arr.__setitem__(env[slot] + start, run(f0(env)))
+                    def step(env):
+                        arr[env[slot] + start] = f0(env)
+                else:
+                    def step(env):
+                        arr[env[slot] + start] = run(f0(env))
+                return step
 
         def step(env):
             result = run(*(f(env) for f in ins), **{k: env[s] for k, s in dyn})
@@ -177,19 +190,27 @@ class Reference:
         return step
 
     def _add_attr_check(self, call, name, slot):
-        n, what = call.src[0].shape[0], f"{describe(call)} {name}"
-        text = describe(call.src[call.arg.n_inputs + call.arg.writes + call.arg.scalar_attrs.index(name)])
+        expr = call.src[call.arg.n_inputs + call.arg.writes + call.arg.scalar_attrs.index(name)]
+        self.bounds.append((slot, 1, call.src[0].shape[0] + 1, f"{describe(call)} {name}", describe(expr)))
+
+    def _check_bounds(self):
+        """One step checking every per-call index and length against its bounds, before anything
+        is written."""
+        bounds = tuple(self.bounds)
 
         def check(env):
-            v = env[slot]
-            if not 1 <= v <= n:
-                raise IndexOutOfRange.at(what, text, v, 1, n + 1)
-        self.checks.append(check)
+            for slot, lo, hi, what, text in bounds:
+                v = env[slot]
+                if not lo <= v < hi:
+                    raise IndexOutOfRange.at(what, text, v, lo, hi)
+        return [check] if bounds else []
 
     def _carry_value(self, node: Node):
         if node.op == Op.ELEM:
             slot = self.slot[id(node.src[0])]
-            return lambda env: env[slot].item()
+            if node.src[0].shape:
+                return lambda env: env[slot].item()
+            return lambda env: int(env[slot])  # a numpy scalar's .item() is several times slower
         slot = self._scalar(node)
         return lambda env: env[slot]
 
@@ -203,15 +224,23 @@ class Reference:
     # ---- running -------------------------------------------------------------------------------
     def runner(self):
         """The call function: (inputs, per-call values) -> (outputs list, next carried values)."""
-        template, steps, carry_of, output_slots = self.template, self.steps, self.carry_of, self.output_slots
-        names = self.value_names
-        n, end = len(names), len(names) + len(self.program.inputs)
+        steps, carry_of = self.steps, self.carry_of
+        rest = self.template[len(self.value_names) + len(self.program.inputs):]
+        values_of, outputs_of = getter(self.value_names), getter(self.output_slots)
 
         def run(inputs: list, values: dict):
-            env = template.copy()
-            env[:n] = map(values.__getitem__, names)
-            env[n:end] = inputs
+            env = [*values_of(values), *inputs, *rest]
             for step in steps:
                 step(env)
-            return [env[s] for s in output_slots], carry_of(env)
+            return outputs_of(env), carry_of(env)
         return run
+
+
+def getter(keys: list):
+    """A function container -> the tuple of its items at `keys` (itemgetter, also for 0 or 1 key)."""
+    if len(keys) > 1:
+        return itemgetter(*keys)
+    if keys:
+        key, = keys
+        return lambda container: (container[key],)
+    return lambda container: ()

@@ -101,6 +101,11 @@ class Graph:
     def reference(self, *tensors, **values):
         """Run one call with numpy; updates the host copy of the states. Returns outputs, a Carry,
         or (outputs..., Carry)."""
+        quick = self.__dict__.get("_iron_quick_reference")
+        if quick is not None and not tensors:
+            result = quick(values)
+            if result is not FULL_CHECK:
+                return result
         sig = self.signature()
         arrays, scalars = bind_call(sig, sig.where, tensors, values)
         key = tuple(None if a is None else (a.shape, a.dtype) for a in arrays.values()) if arrays else ()
@@ -109,6 +114,8 @@ class Graph:
             program = self.trace(**{n: None if a is None else (a.shape, a.dtype) for n, a in arrays.items()})
             self._states()
             ref = self._iron["references"][key] = Reference(program, self._arrays())
+            if not sig.tensors:
+                self.__dict__["_iron_quick_reference"] = quick_reference(sig, ref)
         outputs, nxt = ref.run([a for a in arrays.values() if a is not None] if arrays else [], scalars)
         return shape_result(ref.program.returns, outputs, nxt)
 
@@ -196,12 +203,8 @@ def _spec(where, name, spec):
 
 def bind_call(sig: Signature, where: str, tensors: tuple, values: dict) -> tuple[dict, dict]:
     """Check a call's arguments: (tensor name -> array or None, per-call name -> int)."""
-    if not tensors and not sig.tensors and values.keys() == sig.value_names:
-        for v in values.values():
-            if type(v) is not int or not I32_MIN <= v <= I32_MAX:
-                break
-        else:
-            return {}, values
+    if not tensors and not sig.tensors and plain_values(sig.value_names, values):
+        return {}, values
     names = [n for n, _ in sig.tensors]
     if len(tensors) > len(names):
         raise ArgumentError(
@@ -235,6 +238,32 @@ def bind_call(sig: Signature, where: str, tensors: tuple, values: dict) -> tuple
             raise ArgumentError(f"{where} is missing tensor '{name}': pass it positionally or as {name}=array.")
         arrays[name] = None if a is None else _tensor_value(where, name, a)
     return arrays, scalars
+
+
+def plain_values(names: set, values: dict) -> bool:
+    """Whether per-call values are exactly `names`, each a Python int in int32: nothing to convert."""
+    if values.keys() != names:
+        return False
+    for v in values.values():
+        if type(v) is not int or not I32_MIN <= v <= I32_MAX:
+            return False
+    return True
+
+
+def quick_reference(sig: Signature, ref: Reference):
+    """reference() of a body without tensors when its values are plain (what a loop passes back);
+    other values return FULL_CHECK, for bind_call to convert or explain."""
+    names, run, returns = sig.value_names, ref.run, ref.program.returns
+
+    def call(values: dict):
+        if not plain_values(names, values):
+            return FULL_CHECK
+        outputs, nxt = run((), values)
+        return shape_result(returns, outputs, nxt)
+    return call
+
+
+FULL_CHECK = object()
 
 
 def _scalar_value(where, name, v) -> int:
@@ -272,8 +301,8 @@ def shape_result(returns: str, outputs: list, nxt: dict):
     if returns == "one":
         return outputs[0]
     if returns == "carry":
-        return Carry.of(nxt)
-    return (*outputs, Carry.of(nxt)) if nxt else tuple(outputs)
+        return Carry(nxt)
+    return (*outputs, Carry(nxt)) if nxt else tuple(outputs)
 
 
 def state_name(g, state) -> str:

@@ -185,10 +185,6 @@ class Carry(dict):
 
     __slots__ = ()
 
-    @classmethod
-    def of(cls, values: dict) -> "Carry":
-        return cls(values)
-
     def _immutable(self, *args, **kwargs):
         raise TypeError("a Carry is immutable: build a new one with iron.carry(...) or dict(carry)")
 

@@ -9,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import iron
+from iron import Carried
 from iron.designs import Walk, numpy_walk
+from iron.kernels import Copy
 
 
 @settings(max_examples=25, deadline=None)
@@ -67,3 +69,48 @@ def test_reset_and_write_set_the_host_copy():
     np.testing.assert_array_equal(walk.read(walk.trail), [7, 9])
     walk.reset()
     np.testing.assert_array_equal(walk.read("trail"), [0, 0])
+
+
+def test_values_after_the_first_call_are_converted_or_refused_with_the_same_words():
+    walk = Walk(np.array([1, 2, 0], dtype=np.int32), 3)
+    assert dict(walk.reference(node=0, steps=0)) == {"node": 1, "steps": 1}
+    nxt = walk.reference(node=np.int64(1), steps=np.array(1, np.int32))
+    assert dict(nxt) == {"node": 2, "steps": 2}
+    assert type(nxt["node"]) is int and type(nxt["steps"]) is int
+    refused = [
+        ({"node": 1.5, "steps": 0}, "per-call value 'node' of Walk.body must be an int, got float 1.5."),
+        ({"node": True, "steps": 0}, "per-call value 'node' of Walk.body must be an int, got bool True."),
+        ({"node": 0, "steps": 2**31},
+         "per-call value 'steps' of Walk.body is 2147483648, outside int32: give a 32-bit integer."),
+        ({"node": 0}, "Walk.body is missing per-call value(s) steps: pass steps=<int> (Carried)."),
+        ({"node": 0, "steps": 0, "pos": 1},
+         "Walk.body got an unexpected value 'pos': its tensors are none and its per-call values are node, steps."),
+    ]
+    for values, text in refused:
+        with pytest.raises(iron.errors.ArgumentError) as e:
+            walk.reference(**values)
+        assert str(e.value) == text
+    np.testing.assert_array_equal(walk.read("trail"), [1, 2, 0])
+
+
+class Pick(iron.Graph):
+    """One element read that is the call's output, and one that only feeds the carry."""
+
+    def __init__(self):
+        self.table = iron.weight(np.array([[5, 0], [7, 1]], dtype=np.int32))
+
+    def body(self, *, row: Carried[np.int32]):
+        out = Copy.step(self.table[row, 0], dtype=np.int32)
+        nxt = Copy.step(self.table[1 - row, 1], dtype=np.int32)
+        return out, iron.carry(row=nxt)
+
+
+def test_an_element_read_returned_as_an_output_is_an_array_of_its_own():
+    g = Pick()
+    out, nxt = g.reference(row=0)
+    assert type(out) is np.ndarray and out.shape == () and out.dtype == np.int32 and int(out) == 5
+    assert dict(nxt) == {"row": 1} and type(nxt["row"]) is int
+    out[...] = 0
+    np.testing.assert_array_equal(g.table.array, [[5, 0], [7, 1]])
+    out, nxt = g.reference(row=1)
+    assert int(out) == 7 and dict(nxt) == {"row": 0}
