@@ -3,8 +3,9 @@ against.
 
 `Reference(program, arrays)` lowers the Program once into lists of closures over a slot array:
 per-call scalars, the range checks (all before anything is written, so a failed call leaves the
-states as they were), the kernel calls, and the outputs and next carried values. It knows
-nothing of tiles, FIFOs or devices.
+states as they were), the kernel calls, and the outputs and next carried values. Each closure is
+chosen for its case (a Copy of one element, a store at a per-call index) so that a small body
+costs a few microseconds. It knows nothing of tiles, FIFOs or devices.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ class Reference:
         self.bounds: list[tuple] = []   # (slot, lo, hi, what, expr text) per checked value
         self.constants: list[tuple[int, int]] = []
         self.call_steps: list = []
+        self.element_steps: list = []       # next carried values read out of computed elements
+        self.python_ints: set[int] = set()  # ids of element reads held as Python ints
         for v in program.scalars:      # per-call values take slots 0..n-1,
             self._slot(v)
         for n in program.inputs:       # the input tensors the next ones
@@ -35,9 +38,9 @@ class Reference:
             self.call_steps.append(self._lower_call(call))
         self.value_names = [v.arg[0] for v in program.scalars]
         self.output_slots = [self.slot[id(n)] for n in program.outputs]
-        self.carry_steps = [(name, self._carry_value(node)) for name, node in program.carry]
-        self.carry_of = self._carry_function()
-        self.steps = self.scalar_steps + self._check_bounds() + self.call_steps
+        carry_slots = [self._carry_value(node) for _, node in program.carry]
+        self.carry_of = carry_function([name for name, _ in program.carry], carry_slots)
+        self.steps = self.scalar_steps + self._check_bounds() + self.call_steps + self.element_steps
         self.template = [None] * len(self.slot)
         for slot, value in self.constants:
             self.template[slot] = value
@@ -92,8 +95,9 @@ class Reference:
         if not dyn:
             fixed = arr[tuple(parts)]
             return lambda env: fixed
-        if len(dyn) == 1 and len(parts) == 1:
-            (_, slot, start), = dyn
+        element = self._element(view)
+        if element:
+            _, slot, start = element
             return lambda env: arr[env[slot] + start]
 
         def view_of(env):
@@ -102,6 +106,13 @@ class Reference:
                 idx[pos] = env[slot] + start
             return arr[tuple(idx)]
         return view_of
+
+    def _element(self, view: Node):
+        """(array, slot, start) when a view of a memory picks one element by one per-call value
+        (`successor[node]`), which steps index directly; else None."""
+        if view.op == Op.VIEW and view.src[0].op == Op.MEMORY and len(view.arg) == 1 and view.arg[0].dynamic:
+            return self.arrays[view.src[0].arg[1]], self.slot[id(view.src[1])], view.arg[0].start
+        return None
 
     def _input_view(self, view: Node):
         slot = self.slot[id(view.src[0])]
@@ -149,14 +160,11 @@ class Reference:
             dest_get = self._tensor(dest)
             if kernel.accumulates:
                 ins = ins + [dest_get]
-            return self._write_step(dest, dest_get, ins, run, dyn, kernel.copies)
+            return self._write_step(call.src[0], dest, dest_get, ins, run, dyn, kernel.copies)
         out = self._slot(call)
         if kernel.copies and self._element_read(call):
-            read = ins[0]  # reading one element of a view already makes a fresh numpy scalar
-
-            def step(env):
-                env[out] = read(env)
-        elif len(ins) == 1 and not dyn:
+            return self._read_element(call, ins[0], out)
+        if len(ins) == 1 and not dyn:
             f0 = ins[0]
 
             def step(env):
@@ -170,19 +178,48 @@ class Reference:
         """Whether a call reads one element through a view and is not an output of the call."""
         return call.src[0].op == Op.VIEW and not call.shape and all(call is not o for o in self.program.outputs)
 
-    def _write_step(self, dest: Node, dest_get, ins, run, dyn, copies: bool):
-        arr = self.arrays[(dest.src[0] if dest.op == Op.VIEW else dest).arg[1]]
-        if dest.op == Op.VIEW and len(dest.arg) == 1 and dest.arg[0].dynamic is not None and not dyn:
-            slot, start = self.slot[id(dest.src[1])], dest.arg[0].start
-            if len(ins) == 1:
-                f0 = ins[0]
-                if copies:  # assigning already copies
-                    def step(env):
-                        arr[env[slot] + start] = f0(env)
-                else:
-                    def step(env):
-                        arr[env[slot] + start] = run(f0(env))
-                return step
+    def _read_element(self, call: Node, read, out: int):
+        """A Copy of one element: reading it already makes a fresh numpy scalar. An integer
+        element that is only stored and carried is read as a Python int, as the carry wants it."""
+        element = self._element(call.src[0])
+        if element is None:
+            def step(env):
+                env[out] = read(env)
+            return step
+        arr, slot, start = element
+        get = arr.__getitem__
+        if self._only_stored(call):
+            get = arr.item
+            self.python_ints.add(id(call))
+
+        def step(env):
+            env[out] = get(env[slot] + start)
+        return step
+
+    def _only_stored(self, call: Node) -> bool:
+        """Whether an integer value's only users are Copies that store it (and the carry)."""
+        return call.dtype.kind in "iu" and all(
+            user.arg.kernel.copies and user.arg.writes and user.src[0] is call and all(s is not call for s in user.src[1:])
+            for user in self.program.calls if any(s is call for s in user.src)
+        )
+
+    def _write_step(self, src: Node, dest: Node, dest_get, ins, run, dyn, copies: bool):
+        element = self._element(dest)
+        if element and len(ins) == 1 and not dyn:
+            arr, slot, start = element
+            f0 = ins[0]
+            if copies and id(src) in self.slot:  # assigning a computed value already copies it
+                value = self.slot[id(src)]
+
+                def step(env):
+                    arr[env[slot] + start] = env[value]
+            elif copies:
+                def step(env):
+                    arr[env[slot] + start] = f0(env)
+            else:
+                def step(env):
+                    arr[env[slot] + start] = run(f0(env))
+            return step
 
         def step(env):
             result = run(*(f(env) for f in ins), **{k: env[s] for k, s in dyn})
@@ -205,21 +242,22 @@ class Reference:
                     raise IndexOutOfRange.at(what, text, v, lo, hi)
         return [check] if bounds else []
 
-    def _carry_value(self, node: Node):
-        if node.op == Op.ELEM:
-            slot = self.slot[id(node.src[0])]
-            if node.src[0].shape:
-                return lambda env: env[slot].item()
-            return lambda env: int(env[slot])  # a numpy scalar's .item() is several times slower
-        slot = self._scalar(node)
-        return lambda env: env[slot]
-
-    def _carry_function(self):
-        steps = self.carry_steps
-        if len(steps) == 2:
-            (na, fa), (nb, fb) = steps
-            return lambda env: {na: fa(env), nb: fb(env)}
-        return lambda env: {name: f(env) for name, f in steps}
+    def _carry_value(self, node: Node) -> int:
+        """The slot of a next carried value; an element the call computed is made a Python int
+        after the kernel calls."""
+        if node.op != Op.ELEM:
+            return self._scalar(node)
+        if id(node.src[0]) in self.python_ints:
+            return self.slot[id(node.src[0])]
+        src, out = self.slot[id(node.src[0])], self._slot(node)
+        if node.src[0].shape:
+            def step(env):
+                env[out] = env[src].item()
+        else:
+            def step(env):
+                env[out] = int(env[src])  # a numpy scalar's .item() is several times slower
+        self.element_steps.append(step)
+        return out
 
     # ---- running -------------------------------------------------------------------------------
     def runner(self):
@@ -234,6 +272,15 @@ class Reference:
                 step(env)
             return outputs_of(env), carry_of(env)
         return run
+
+
+def carry_function(names: list[str], slots: list[int]):
+    """env -> the dict of next carried values, by name."""
+    if len(names) == 2:
+        (na, nb), (a, b) = names, slots
+        return lambda env: {na: env[a], nb: env[b]}
+    values_of = getter(slots)
+    return lambda env: dict(zip(names, values_of(env)))
 
 
 def getter(keys: list):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import iron
 from iron import Carried
 from iron.designs import Walk, numpy_walk
-from iron.kernels import Copy
+from iron.kernels import Add, Copy
 
 
 @settings(max_examples=25, deadline=None)
@@ -114,3 +114,20 @@ def test_an_element_read_returned_as_an_output_is_an_array_of_its_own():
     np.testing.assert_array_equal(g.table.array, [[5, 0], [7, 1]])
     out, nxt = g.reference(row=1)
     assert int(out) == 7 and dict(nxt) == {"row": 0}
+
+
+class Twice(iron.Graph):
+    """An element read that a kernel computes with, so it must stay an int32."""
+
+    def __init__(self):
+        self.table = iron.weight(np.array([2**30, 1], dtype=np.int32))
+
+    def body(self, *, i: Carried[np.int32]):
+        x = Copy.step(self.table[i], dtype=np.int32)
+        return Add.step(x, x), iron.carry(i=x)
+
+
+def test_an_element_read_that_a_kernel_uses_computes_in_its_dtype():
+    out, nxt = Twice().reference(i=0)
+    assert out.dtype == np.int32 and int(out) == -(2**31)
+    assert dict(nxt) == {"i": 2**30} and type(nxt["i"]) is int
