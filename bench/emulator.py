@@ -3,13 +3,13 @@
 Prints: emulator time per call / reference() time per call for Walk and the 4-layer 256-wide MLP
 (target <= 3x on the MLP); CarriedLoop steps per second for Walk at depth 1, 2 and 4; and the
 host time per step spent in CarriedLoop itself (the loop's own bookkeeping, with the emulator's
-start/wait time taken out).
+start/wait time taken out). Each ratio's two sides are timed in alternation (bench/_timing.py).
 """
 import os
 import time
-import timeit
 
 import numpy as np
+from _timing import race
 
 import iron
 from iron.designs import MLP, Walk
@@ -19,15 +19,11 @@ os.environ.setdefault("IRON_BACKEND", "emulator")
 os.environ.setdefault("IRON_QUIET", "1")
 
 
-def per_call(fn, number):
-    return min(timeit.repeat(fn, number=number, repeat=5)) / number
-
-
 def walk_ratio():
     successor = np.random.default_rng(0).permutation(64).astype(np.int32)
     a, b = Walk(successor, 64), Walk(successor, 64)
     c = a.compile()
-    return per_call(lambda: c(node=5, steps=3), 300), per_call(lambda: b.reference(node=5, steps=3), 3000)
+    return race(lambda: c(node=5, steps=3), lambda: b.reference(node=5, steps=3), 100, 50)
 
 
 def mlp_ratio():
@@ -35,7 +31,7 @@ def mlp_ratio():
     x = np.random.default_rng(1).standard_normal(256).astype(np.float32)
     c = a.compile(x=((256,), np.float32))
     np.testing.assert_allclose(c(x), b.reference(x), rtol=1e-5, atol=1e-5)
-    return per_call(lambda: c(x), 50), per_call(lambda: b.reference(x), 500)
+    return race(lambda: c(x), lambda: b.reference(x), 10, 40)
 
 
 class EmulatorClock:

@@ -1,24 +1,13 @@
 """Per-call time of graph.reference() against the same computation written by hand in numpy.
 
 Prints, for the seed chapter's Walk and one step of a 4-layer 256-wide residual MLP, both times
-and their ratio (targets: Walk <= 3x, MLP <= 1.2x). Measured in one process: the two sides are
-timed in alternation, many short repeats each, and each keeps its best, so a busy moment on a
-shared machine counts against neither.
+and their ratio (targets: Walk <= 3x, MLP <= 1.2x). Measured in one process, the two sides timed
+in alternation (bench/_timing.py).
 """
-import timeit
-
 import numpy as np
+from _timing import race
 
 from iron.designs import MLP, Walk, numpy_mlp
-
-
-def race(ours, theirs, number, repeat):
-    """Best per-call times of two functions, timed in alternation so a busy moment hits both."""
-    timers = timeit.Timer(ours), timeit.Timer(theirs)
-    best = [float("inf")] * 2
-    for _ in range(repeat):
-        best = [min(b, t.timeit(number)) for b, t in zip(best, timers)]
-    return best[0] / number, best[1] / number
 
 
 def walk_ratio():
