@@ -33,8 +33,16 @@ class Graph:
         try:
             return self.__dict__["_iron_state"]
         except KeyError:
-            d = self.__dict__["_iron_state"] = {"programs": {}, "references": {}, "states": None, "compiled": {}}
+            d = self.__dict__["_iron_state"] = fresh_iron_state(None)
             return d
+
+    def __getstate__(self) -> dict:
+        """What a copy or a pickle keeps: the declarations and the host copy of the states, not
+        the traced, lowered and compiled versions (they hold this graph's own arrays)."""
+        kept = {k: v for k, v in self.__dict__.items() if k not in ("_iron_state", "_iron_quick_reference")}
+        if "_iron_state" in self.__dict__:
+            kept["_iron_state"] = fresh_iron_state(self._iron["states"])
+        return kept
 
     @property
     def _where(self) -> str:
@@ -130,6 +138,12 @@ class Graph:
         from iron.runtime.compiled import compile_for_call
 
         return compile_for_call(self, tensors, values)(*tensors, **values)
+
+
+def fresh_iron_state(states: dict | None) -> dict:
+    """A graph's internal state before anything is traced: its caches and the host copy of its
+    states (made on first use when None)."""
+    return {"programs": {}, "references": {}, "states": states, "compiled": {}}
 
 
 class FunctionGraph(Graph):

@@ -131,3 +131,17 @@ def test_an_element_read_that_a_kernel_uses_computes_in_its_dtype():
     out, nxt = Twice().reference(i=0)
     assert out.dtype == np.int32 and int(out) == -(2**31)
     assert dict(nxt) == {"i": 2**30} and type(nxt["i"]) is int
+
+
+def test_a_copied_graph_keeps_the_host_states_and_runs_on_its_own():
+    walk = Walk(np.array([1, 2, 0], dtype=np.int32), 3)
+    walk.reference(node=0, steps=0)
+    twin = copy.deepcopy(walk)
+    np.testing.assert_array_equal(twin.read("trail"), [1, 0, 0])
+    assert dict(twin.reference(node=1, steps=1)) == {"node": 2, "steps": 2}
+    np.testing.assert_array_equal(twin.read("trail"), [1, 2, 0])
+    np.testing.assert_array_equal(walk.read("trail"), [1, 0, 0])
+    thawed = pickle.loads(pickle.dumps(twin))
+    thawed.reference(node=0, steps=2)
+    np.testing.assert_array_equal(thawed.read("trail"), [1, 2, 1])
+    np.testing.assert_array_equal(twin.read("trail"), [1, 2, 0])
