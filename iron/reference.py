@@ -160,9 +160,9 @@ class Reference:
             dest_get = self._tensor(dest)
             if kernel.accumulates:
                 ins = ins + [dest_get]
-            return self._write_step(call.src[0], dest, dest_get, ins, run, dyn, kernel.copies)
+            return self._write_step(dest, dest_get, ins, run, dyn, kernel.copies)
         out = self._slot(call)
-        if kernel.copies and self._element_read(call):
+        if kernel.copies and self._reads_one_element(call):
             return self._read_element(call, ins[0], out)
         if len(ins) == 1 and not dyn:
             f0 = ins[0]
@@ -174,7 +174,7 @@ class Reference:
                 env[out] = run(*(f(env) for f in ins), **{k: env[s] for k, s in dyn})
         return step
 
-    def _element_read(self, call: Node) -> bool:
+    def _reads_one_element(self, call: Node) -> bool:
         """Whether a call reads one element through a view and is not an output of the call."""
         return call.src[0].op == Op.VIEW and not call.shape and all(call is not o for o in self.program.outputs)
 
@@ -203,17 +203,12 @@ class Reference:
             for user in self.program.calls if any(s is call for s in user.src)
         )
 
-    def _write_step(self, src: Node, dest: Node, dest_get, ins, run, dyn, copies: bool):
+    def _write_step(self, dest: Node, dest_get, ins, run, dyn, copies: bool):
         element = self._element(dest)
         if element and len(ins) == 1 and not dyn:
             arr, slot, start = element
             f0 = ins[0]
-            if copies and id(src) in self.slot:  # assigning a computed value already copies it
-                value = self.slot[id(src)]
-
-                def step(env):
-                    arr[env[slot] + start] = env[value]
-            elif copies:
+            if copies:  # assigning already copies
                 def step(env):
                     arr[env[slot] + start] = f0(env)
             else:
