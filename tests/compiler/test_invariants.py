@@ -8,8 +8,8 @@ import pytest
 
 import iron
 from aie_utils import from_name
+from iron.compiler.compile import compile_program
 from iron.compiler.invariants import check_plan
-from iron.compiler.lower import lower_program
 from iron.compiler.plan import (
     Dma,
     Fifo,
@@ -37,7 +37,7 @@ FIX = " Rebuild the Plan with iron's compiler, or correct it by hand."
 
 
 def plan_of(name: str, device: str):
-    return lower_program(designs.trace(DESIGNS[name]()), from_name(device))
+    return compile_program(designs.trace(DESIGNS[name]()), from_name(device))
 
 
 def moved_and_taken(plan) -> tuple[dict, dict]:
