@@ -1,10 +1,11 @@
 """The emulator's native kernel mode (`IRON_EMULATOR_KERNELS=native`): kernel C++ run on the host.
 
 `NativeLibrary.load(sources)` writes a design's kernel sources into an entry of iron's build
-cache (`<cache_dir()>/native/<sha256 of the sources and flags>/`), compiles every `.cc` among
-them into one shared library with the host C++ compiler (`$CXX`, else `g++`), and loads it with
-ctypes. The cache (iron.compiler.cache) reuses a finished build and holds a file lock around
-building, so two processes never build one entry at once.
+cache (`<cache_dir()>/<sha256 of the sources and flags>/`), compiles every `.cc` among them into
+one shared library with the host C++ compiler (`$CXX`, else `g++`), and loads it with ctypes.
+The cache (iron.compiler.cache) serves a finished build only while it matches its manifest and
+builds each entry once across processes. Loading runs the library's code, so it is loaded only
+from a cache directory no other account can write (`Cache.require_private`).
 `lib.call(symbol, args, types)` calls one `extern "C"` kernel symbol on numpy arrays in place.
 `library_sources()` (from iron.kernels.base) is iron's own kernel library (iron/kernels/cc).
 
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from iron.compiler.cache import Cache, cache_dir, content_key
+from iron.compiler.cache import Cache, content_key
 from iron.errors import BuildError, KernelTypeError, ToolchainMissing
 from iron.kernels.base import library_sources  # noqa: F401 - re-exported for the emulator
 
@@ -34,11 +35,17 @@ LIBRARY_NAME = "kernels.so"
 BYTE = ctypes.c_char
 ARGUMENT_TYPES = {"ptr": ctypes.c_void_p, "i32": ctypes.c_int32, "f32": ctypes.c_float}
 
-
-
 def compiler_command() -> list[str]:
     """`$CXX` split like a shell word list (it may carry a launcher or flags), else `g++`."""
-    command = shlex.split(os.environ.get("CXX", "")) or ["g++"]
+    cxx = os.environ.get("CXX", "")
+    try:
+        command = shlex.split(cxx) or ["g++"]
+    except ValueError as exc:
+        raise ToolchainMissing(
+            f"CXX={cxx!r} cannot be split into a command as a shell would ({exc}), so the "
+            f"emulator's native kernel mode cannot run the host C++ compiler. Balance the quotes "
+            f"in $CXX (for example CXX=\"ccache g++\"), or unset it to use g++."
+        ) from None
     if shutil.which(command[0]) is None:
         raise ToolchainMissing(
             f"The host C++ compiler {command[0]!r} (from $CXX, else g++) is not installed or not "
@@ -91,10 +98,13 @@ class NativeLibrary:
     def load(cls, sources: Mapping[str, str]) -> NativeLibrary:
         """Build `sources` (file name -> C++ text) unless already cached, then load the library."""
         names = sorted(sources)
-        key = content_key(*COMPILE_FLAGS, *names, *(sources[name] for name in names))
-        cache = Cache(cache_dir() / "native")
-        entry = cache.get_or_build(key, lambda empty_entry: build(empty_entry, sources))
+        key = content_key("native", *COMPILE_FLAGS, *names, *(sources[name] for name in names))
+        cache = Cache()
+        cache.ensure_root()
+        cache.require_private()
+        entry = cache.get_or_build(key, lambda staging: build(staging, sources), kind="native")
         library = entry / LIBRARY_NAME
+        cache.require_private(entry, library)
         return cls(library, ctypes.CDLL(str(library)))
 
     def call(self, symbol: str, args: Sequence, types: Sequence[str]) -> None:
