@@ -35,6 +35,7 @@ LIBRARY_NAME = "kernels.so"
 BYTE = ctypes.c_char
 ARGUMENT_TYPES = {"ptr": ctypes.c_void_p, "i32": ctypes.c_int32, "f32": ctypes.c_float}
 
+
 def compiler_command() -> list[str]:
     """`$CXX` split like a shell word list (it may carry a launcher or flags), else `g++`."""
     cxx = os.environ.get("CXX", "")
@@ -46,21 +47,21 @@ def compiler_command() -> list[str]:
             f"emulator's native kernel mode cannot run the host C++ compiler. Balance the quotes "
             f"in $CXX (for example CXX=\"ccache g++\"), or unset it to use g++."
         ) from None
-    if shutil.which(command[0]) is None:
-        raise ToolchainMissing(
-            f"The host C++ compiler {command[0]!r} (from $CXX, else g++) is not installed or not "
-            f"on PATH, and the emulator's native kernel mode needs it to compile kernel sources. "
-            f"Install it with `apt-get install g++`, or set $CXX to an installed C++ compiler."
-        )
     return command
 
 
-def build(entry: Path, sources: Mapping[str, str]) -> dict[str, object]:
+def build(entry: Path, sources: Mapping[str, str], compiler: list[str]) -> dict[str, object]:
     """Write `sources` into the cache entry and compile their .cc files into its shared library."""
+    if shutil.which(compiler[0]) is None:
+        raise ToolchainMissing(
+            f"The host C++ compiler {compiler[0]!r} (from $CXX, else g++) is not installed or not "
+            f"on PATH, and the emulator's native kernel mode needs it to compile kernel sources. "
+            f"Install it with `apt-get install g++`, or set $CXX to an installed C++ compiler."
+        )
     for name, text in sources.items():
         (entry / name).write_text(text)
     units = sorted(name for name in sources if name.endswith(".cc"))
-    command = [*compiler_command(), *COMPILE_FLAGS, "-o", LIBRARY_NAME, *units]
+    command = [*compiler, *COMPILE_FLAGS, "-o", LIBRARY_NAME, *units]
     result = subprocess.run(command, cwd=entry, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BuildError(
@@ -69,6 +70,22 @@ def build(entry: Path, sources: Mapping[str, str]) -> dict[str, object]:
             f"Fix the C++ errors above in the kernel sources, then load them again."
         )
     return {"command": command}
+
+
+def library_entry(sources: Mapping[str, str]) -> Path:
+    """The verified cache entry of `sources` built with `compiler_command()`, built first if
+    needed; CacheError if another account could write it (loading it would run their code)."""
+    compiler = compiler_command()
+    names = sorted(sources)
+    key = content_key("native", *compiler, *COMPILE_FLAGS, *names, *(sources[n] for n in names))
+    cache = Cache()
+    cache.ensure_root()
+    cache.require_private()
+    entry = cache.get_or_build(
+        key, lambda staging: build(staging, sources, compiler), kind="native"
+    )
+    cache.require_private(entry, entry / LIBRARY_NAME)
+    return entry
 
 
 def pointer(symbol: str, position: int, array: np.ndarray) -> object:
@@ -97,14 +114,7 @@ class NativeLibrary:
     @classmethod
     def load(cls, sources: Mapping[str, str]) -> NativeLibrary:
         """Build `sources` (file name -> C++ text) unless already cached, then load the library."""
-        names = sorted(sources)
-        key = content_key("native", *COMPILE_FLAGS, *names, *(sources[name] for name in names))
-        cache = Cache()
-        cache.ensure_root()
-        cache.require_private()
-        entry = cache.get_or_build(key, lambda staging: build(staging, sources), kind="native")
-        library = entry / LIBRARY_NAME
-        cache.require_private(entry, library)
+        library = library_entry(sources) / LIBRARY_NAME
         return cls(library, ctypes.CDLL(str(library)))
 
     def call(self, symbol: str, args: Sequence, types: Sequence[str]) -> None:
