@@ -1,11 +1,26 @@
 """Fake mlir-aie and Peano tools for build tests: `aiecc` / `aiecc.py` and `clang++` shell
 scripts that log their argv (`--help` included) to $IRON_FAKE_LOG and write non-empty outputs, and
-a hermetic environment where no real tool can be found. Env switches: IRON_FAKE_AIECC_FAILS,
+a hermetic environment where no real tool can be found, and stand-in devices. Env switches: IRON_FAKE_AIECC_FAILS,
 IRON_FAKE_AIECC_WRITES_NOTHING, IRON_FAKE_AIECC_WRITES_EMPTY, IRON_FAKE_CLANG_FAILS."""
 import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
 
 from iron.compiler.build import FLAGS_AIE_GENERATE, FLAGS_GET
+
+
+@dataclass(frozen=True)
+class FakeDevice:
+    """Stand-in for aie_utils.Device with what a build reads."""
+
+    name: str
+    family: str
+    full_elf: bool
+    peano_target: str
+
+
+NPU1 = FakeDevice("npu1", "npu1", False, "aie2-none-unknown-elf")
+NPU2 = FakeDevice("npu2", "npu2", True, "aie2p-none-unknown-elf")
 
 HELP_TEXT = {
     FLAGS_GET: "  --get=<name> named artifacts also have shorthands (e.g. --get-xclbin)",

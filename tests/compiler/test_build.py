@@ -2,7 +2,6 @@
 through fake `aiecc` / `aiecc.py` / `clang++` executables that record their argv (including
 `--help`) and write non-empty outputs. The cache's own rules are tested in tests/reliability."""
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -23,25 +22,14 @@ from tests.fake_toolchain import (
     FAKE_AIECC,
     HELP_TEXT,
     LOG_ARGV,
+    NPU1,
+    NPU2,
+    FakeDevice,
     install_fakes,
     make_hermetic,
     recorded_argv,
     script,
 )
-
-
-@dataclass(frozen=True)
-class FakeDevice:
-    """Stand-in for aie_utils.Device with what a build reads."""
-
-    name: str
-    family: str
-    full_elf: bool
-    peano_target: str
-
-
-NPU1 = FakeDevice("npu1", "npu1", False, "aie2-none-unknown-elf")
-NPU2 = FakeDevice("npu2", "npu2", True, "aie2p-none-unknown-elf")
 
 AIECC = "/opt/mlir_aie/bin/aiecc"
 CLANG = "/opt/llvm-aie/bin/clang++"
@@ -357,33 +345,24 @@ def test_peano_failure_stops_before_aiecc(hermetic, monkeypatch):
     assert [argv[0] for argv in recorded_argv(tmp)] == [f"{bin_dir}/aiecc", f"{bin_dir}/clang++"]
 
 
-def test_missing_output_raises_build_error(hermetic, monkeypatch):
+@pytest.mark.parametrize("switch, image, fault", [
+    ("IRON_FAKE_AIECC_WRITES_NOTHING", "xclbin", "did not write final.xclbin, insts.bin"),
+    ("IRON_FAKE_AIECC_WRITES_EMPTY", "elf", "wrote aie.elf empty"),
+])
+def test_missing_or_empty_output_raises_build_error_and_is_not_cached(
+    hermetic, monkeypatch, switch, image, fault
+):
     tmp = hermetic
     install_fakes(monkeypatch, tmp, FLAGS_GET)
-    monkeypatch.setenv("IRON_FAKE_AIECC_WRITES_NOTHING", "1")
+    monkeypatch.setenv(switch, "1")
     cache = Cache(tmp / "cache")
     with pytest.raises(BuildError) as raised:
-        build(MLIR, {}, NPU2, "xclbin", cache=cache, progress=lambda *_: None)
+        build(MLIR, {}, NPU2, image, cache=cache, progress=lambda *_: None)
     (staged,) = [p for p in (tmp / "cache").iterdir()]
+    outputs = {"xclbin": "final.xclbin + insts.bin", "elf": "aie.elf"}[image]
     assert str(raised.value).startswith(
-        "aiecc exited 0 on design.mlir -> final.xclbin + insts.bin but did not write "
-        f"final.xclbin, insts.bin in {staged}.\ncommand: "
+        f"aiecc exited 0 on design.mlir -> {outputs} but {fault} in {staged}.\ncommand: "
     )
-    assert cache.entries() == []
-
-
-def test_empty_output_raises_build_error_and_is_not_cached(hermetic, monkeypatch):
-    tmp = hermetic
-    install_fakes(monkeypatch, tmp, FLAGS_GET)
-    monkeypatch.setenv("IRON_FAKE_AIECC_WRITES_EMPTY", "1")
-    cache = Cache(tmp / "cache")
-    with pytest.raises(BuildError) as raised:
-        build(MLIR, {}, NPU2, "elf", cache=cache, progress=lambda *_: None)
-    (staged,) = [p for p in (tmp / "cache").iterdir()]
-    assert str(raised.value).startswith(
-        f"aiecc exited 0 on design.mlir -> aie.elf but wrote aie.elf empty in {staged}.\ncommand: "
-    )
-    assert (staged / "aie.elf").stat().st_size == 0
     assert cache.entries() == []
 
 

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,7 @@ from iron.compiler.build import FLAGS_GET, build
 from iron.compiler.cache import Cache, content_key, entry_damage
 from iron.errors import BuildError, CacheError
 from iron.runtime.emulator.native import COMPILE_FLAGS, LIBRARY_NAME, NativeLibrary, library_entry
-from tests.fake_toolchain import install_fakes, make_hermetic, recorded_argv
+from tests.fake_toolchain import NPU2, install_fakes, make_hermetic, recorded_argv
 
 REPO = Path(__file__).resolve().parents[2]
 ADD = {
@@ -43,15 +42,6 @@ A = np.arange(16, dtype=np.int32) * 7
 B = np.arange(16, dtype=np.int32) + 100
 
 
-@dataclass(frozen=True)
-class FakeDevice:
-    name: str
-    family: str
-    full_elf: bool
-    peano_target: str
-
-
-NPU2 = FakeDevice("npu2", "npu2", True, "aie2p-none-unknown-elf")
 MLIR = "module {\n  aie.device(npu2) {\n  }\n}\n"
 SOURCES = {"add.cc": 'extern "C" void add() {}\n'}
 QUIET = {"progress": lambda *_: None}
@@ -281,41 +271,25 @@ def _refusal(path: Path, root: Path, mode: str) -> str:
     )
 
 
-def test_a_planted_kernels_so_in_a_group_writable_cache_dir_is_refused(
-    native_cache, tmp_path, monkeypatch
+@pytest.mark.parametrize("open_to_group", ["the cache dir", "the entry"])
+def test_a_planted_kernels_so_where_a_group_can_write_is_refused(
+    native_cache, tmp_path, monkeypatch, open_to_group
 ):
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o775)
-    planted, marker = _plant(native_cache, shared, tmp_path)
-    monkeypatch.setenv("IRON_CACHE_DIR", str(shared))
-    before = snapshot(shared)
+    root = tmp_path / "shared"
+    root.mkdir(mode=0o700)
+    planted, marker = _plant(native_cache, root, tmp_path)
+    exposed = root if open_to_group == "the cache dir" else planted
+    exposed.chmod(0o775)
+    monkeypatch.setenv("IRON_CACHE_DIR", str(root))
+    before = snapshot(root)
 
     with pytest.raises(CacheError) as raised:
         NativeLibrary.load(ADD)
 
-    assert str(raised.value) == _refusal(shared, shared, "0775")
+    assert str(raised.value) == _refusal(exposed, root, "0775")
     assert not marker.exists()
-    assert snapshot(shared) == before
-    assert sorted(p.name for p in shared.iterdir()) == [planted.name]
-
-
-def test_a_group_writable_entry_in_a_private_cache_dir_is_refused(
-    native_cache, tmp_path, monkeypatch
-):
-    private = tmp_path / "private"
-    private.mkdir(mode=0o700)
-    planted, marker = _plant(native_cache, private, tmp_path)
-    planted.chmod(0o775)
-    monkeypatch.setenv("IRON_CACHE_DIR", str(private))
-    before = snapshot(private)
-
-    with pytest.raises(CacheError) as raised:
-        NativeLibrary.load(ADD)
-
-    assert str(raised.value) == _refusal(planted, private, "0775")
-    assert not marker.exists()
-    assert snapshot(private) == before
+    assert snapshot(root) == before
+    assert sorted(p.name for p in root.iterdir()) == [planted.name]
 
 
 def test_a_cache_dir_inside_a_world_writable_dir_without_the_sticky_bit_is_refused(
