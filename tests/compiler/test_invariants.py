@@ -8,9 +8,10 @@ import pytest
 
 import iron
 from aie_utils import from_name
+from iron.compiler.allocate import tile_memory
 from iron.compiler.invariants import check_plan
 from iron.compiler.lower import lower_program
-from iron.compiler.plan import Dma, Fifo, Imm, KernelStep, Tile, Wait, tile_memory
+from iron.compiler.plan import Buffer, Dma, Fifo, Imm, KernelStep, Tile, Wait
 from iron.errors import DoesNotFit, PlanError
 from tests.compiler import designs
 
@@ -146,11 +147,11 @@ def test_a_word_computed_from_a_later_word_is_refused():
 
 def test_a_tile_over_its_memory_does_not_fit():
     plan = plan_of("add_one", "npu2")
-    fifos = (dataclasses.replace(plan.fifos[0], depth=8), *plan.fifos[1:])
+    big = Buffer("big", Tile(0, 2, "compute"), 49152)
     with pytest.raises(DoesNotFit) as err:
-        check_plan(dataclasses.replace(plan, fifos=fifos))
+        check_plan(dataclasses.replace(plan, buffers=(big,)))
     assert str(err.value).startswith("AddOne does not fit tile_0_2: its buffers take 74752 bytes but a compute "
-                                     "tile has 65536: g0_in@tile_0_2 65536 bytes (x, ones), ")
+                                     "tile has 65536: big 49152 bytes, g0_in@tile_0_2 16384 bytes (x, ones), ")
 
 
 CHANNEL_FIX = (" Route several operands through one FIFO (one packed object, or a mem-tile join), or make "
