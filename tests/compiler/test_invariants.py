@@ -194,3 +194,14 @@ def test_shared_memory_fifos_take_no_channel():
     plan = plan_of("walk", "npu2")   # g0_out: tile_0_2 -> tile_0_3 in shared memory, beside g0_host
     core, shim = Tile(0, 2, "compute"), Tile(0, 0, "shim")
     check_plan(with_fifos(plan, Fifo("extra", core, (shim,), 2, 4)))
+
+
+def test_a_fifo_is_shared_memory_exactly_when_mlir_aie_makes_it_so():
+    plan = plan_of("walk", "npu2")   # g0_out: tile_0_2 -> tile_0_3, neighbours
+    by_dma = tuple(dataclasses.replace(f, shared_memory=False) if f.name == "g0_out" else f for f in plan.fifos)
+    broken(dataclasses.replace(plan, fifos=by_dma),
+           "plan Walk on npu2: FIFO g0_out goes by DMA but mlir-aie makes tile_0_2 -> tile_0_3 (one neighbouring "
+           "compute tile) shared memory." + FIX)
+    broken(with_fifos(plan, g0_out=(Tile(0, 0, "shim"),)),
+           "plan Walk on npu2: FIFO g0_out is shared memory but tile_0_2 -> shim_0_0 is not one neighbouring "
+           "compute tile." + FIX)
