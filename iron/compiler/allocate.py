@@ -7,38 +7,51 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from iron.compiler.plan import Acquire, Fifo, HostBuffer, Loop, Placement, Plan, Tile
+from iron.compiler.plan import (
+    Acquire,
+    Fifo,
+    HostBuffer,
+    HostRole,
+    Loop,
+    Placement,
+    PlacementKind,
+    Plan,
+    Tile,
+    TileKind,
+)
 from iron.errors import DoesNotFit
 from iron.ir import Op, Program
-
-ROLES = ("consts", "states", "inputs", "outputs", "words", "feedback")
 
 
 def host_placements(program: Program) -> tuple[Placement, ...]:
     """Every host-visible tensor of `program`, packed per buffer in argument order."""
-    wanted = [("consts", d.kind, d.name, d.shape, d.dtype) for d in program.declarations if d.kind != "state"]
-    wanted += [("states", "state", d.name, d.shape, d.dtype) for d in program.declarations if d.kind == "state"]
-    wanted += [("inputs", "input", n.arg[0], n.shape, n.dtype) for n in program.inputs]
-    wanted += [("outputs", "output", f"out{i}", n.shape, n.dtype) for i, n in enumerate(program.outputs)]
-    wanted += [("outputs", "carry", f"carry.{name}", v.src[0].shape, v.src[0].dtype)
+    declared = [(PlacementKind(d.kind), d.name, d.shape, d.dtype) for d in program.declarations]
+    wanted = [(HostRole.CONSTS, *d) for d in declared if d[0] is not PlacementKind.STATE]
+    wanted += [(HostRole.STATES, *d) for d in declared if d[0] is PlacementKind.STATE]
+    wanted += [(HostRole.INPUTS, PlacementKind.INPUT, n.arg[0], n.shape, n.dtype) for n in program.inputs]
+    wanted += [(HostRole.OUTPUTS, PlacementKind.OUTPUT, f"out{i}", n.shape, n.dtype)
+               for i, n in enumerate(program.outputs)]
+    wanted += [(HostRole.OUTPUTS, PlacementKind.CARRY, f"carry.{name}", v.src[0].shape, v.src[0].dtype)
                for name, v in program.carry if v.op == Op.ELEM]
-    placements, used = [], dict.fromkeys(ROLES, 0)
-    for buffer, kind, name, shape, dtype in wanted:
-        placement = Placement(name, kind, buffer, used[buffer], tuple(shape), dtype)
-        used[buffer] += placement.nwords
+    placements, used = [], dict.fromkeys(HostRole, 0)
+    for role, kind, name, shape, dtype in wanted:
+        buffer = role.value
+        placement = Placement(name, kind, buffer, used[role], tuple(shape), dtype)
+        used[role] += placement.nwords
         placements.append(placement)
     return tuple(placements)
 
 
 def host_buffers(placements: tuple[Placement, ...], words: int, feedback: int | None) -> tuple[HostBuffer, ...]:
     """The runtime-sequence arguments, in order, each at least one word."""
-    size = dict.fromkeys(ROLES[:4], 0)
+    size = dict.fromkeys((HostRole.CONSTS, HostRole.STATES, HostRole.INPUTS, HostRole.OUTPUTS), 0)
     for p in placements:
-        size[p.buffer] = max(size[p.buffer], p.offset + p.nwords)
-    size["words"] = words
+        role = HostRole(p.buffer)
+        size[role] = max(size[role], p.offset + p.nwords)
+    size[HostRole.WORDS] = words
     if feedback is not None:
-        size["feedback"] = feedback
-    return tuple(HostBuffer(role, role, max(1, n)) for role, n in size.items())
+        size[HostRole.FEEDBACK] = feedback
+    return tuple(HostBuffer(role.value, role, max(1, n)) for role, n in size.items())
 
 
 # ---- tile memory (docs/platform.md section 4) ----------------------------------------------------
@@ -48,13 +61,13 @@ def reaches(core: Tile, memory: Tile) -> bool:
     AIE2P): its own tile's and its west, north and south neighbours' (south not when that is a
     mem tile)."""
     step = (memory.col - core.col, memory.row - core.row)
-    return step in ((0, 0), (-1, 0), (0, 1)) or (step == (0, -1) and memory.kind == "compute")
+    return step in ((0, 0), (-1, 0), (0, 1)) or (step == (0, -1) and memory.kind is TileKind.COMPUTE)
 
 
 def shares_memory(fifo: Fifo) -> bool:
     """Whether mlir-aie gives `fifo` no DMA but one set of objects both cores use: one consumer,
     and producer and consumer neighbouring compute tiles, one of which reaches the other's memory."""
-    if len(fifo.consumers) != 1 or not fifo.producer.kind == fifo.consumers[0].kind == "compute":
+    if len(fifo.consumers) != 1 or {fifo.producer.kind, fifo.consumers[0].kind} != {TileKind.COMPUTE}:
         return False
     return reaches(fifo.producer, fifo.consumers[0]) or reaches(fifo.consumers[0], fifo.producer)
 
@@ -70,7 +83,7 @@ def fifo_homes(plan: Plan, fifo: Fifo) -> tuple[tuple[Tile, int], ...]:
         return ((home, fifo.depth),)
     ends = dict.fromkeys((fifo.producer, *fifo.consumers))
     return tuple((tile, _objects_at(plan, fifo, tile)) for tile in ends
-                 if tile.kind == "compute" or (tile.kind == "mem" and _holds_on(plan, fifo, tile)))
+                 if tile.kind is TileKind.COMPUTE or (tile.kind is TileKind.MEM and _holds_on(plan, fifo, tile)))
 
 
 def _holds_on(plan: Plan, fifo: Fifo, mem: Tile) -> bool:
@@ -93,7 +106,7 @@ def _objects_at(plan: Plan, fifo: Fifo, tile: Tile) -> int:
     """How many objects a DMA end holds: on a compute tile one more than the most its core acquires
     at once (one for a depth-1 FIFO taken one at a time), elsewhere or when unused the depth."""
     most = max((_most_acquired(c.program, fifo.name) for c in plan.cores if c.tile == tile), default=0)
-    if tile.kind != "compute" or most == 0:
+    if tile.kind is not TileKind.COMPUTE or most == 0:
         return fifo.depth
     return 1 if most == fifo.depth == 1 else most + 1
 
@@ -120,7 +133,7 @@ def tile_memory(plan: Plan) -> dict[Tile, list[tuple[str, int]]]:
 
 
 def budget(plan: Plan, tile: Tile) -> int:
-    kind = plan.device.compute if tile.kind == "compute" else plan.device.mem
+    kind = plan.device.compute if tile.kind is TileKind.COMPUTE else plan.device.mem
     return kind.data_memory_bytes
 
 

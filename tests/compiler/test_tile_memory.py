@@ -17,7 +17,7 @@ from iron.compiler.allocate import fifo_homes, tile_memory
 from iron.compiler.describe import describe
 from iron.compiler.invariants import check_plan
 from iron.compiler.lower import lower_program
-from iron.compiler.plan import Acquire, Tile
+from iron.compiler.plan import Acquire, Tile, TileKind
 from iron.errors import DoesNotFit
 from iron.kernels import Add, Softmax
 from tests.compiler import designs
@@ -26,11 +26,11 @@ DECODER = Path(__file__).parents[2] / "programming_guide" / "section-8" / "decod
 
 
 def compute(col: int, row: int) -> Tile:
-    return Tile(col, row, "compute")
+    return Tile(col, row, TileKind.COMPUTE)
 
 
 def mem(col: int) -> Tile:
-    return Tile(col, 1, "mem")
+    return Tile(col, 1, TileKind.MEM)
 
 
 def plan_of(graph, device: str = "npu2"):
