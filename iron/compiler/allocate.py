@@ -14,44 +14,55 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from iron.compiler.plan import HostBuffer, Placement, Plan, Tile, tile_memory
+from iron.compiler.plan import (
+    HostBuffer,
+    HostRole,
+    Placement,
+    PlacementKind,
+    Plan,
+    Tile,
+    TileKind,
+    tile_memory,
+)
 from iron.errors import DoesNotFit
 from iron.ir import Op, Program
-
-ROLES = ("consts", "states", "inputs", "outputs", "words", "feedback")
 
 
 def host_placements(program: Program) -> tuple[Placement, ...]:
     """Every host-visible tensor of `program`, packed per buffer in argument order."""
-    wanted = [("consts", d.kind, d.name, d.shape, d.dtype) for d in program.declarations if d.kind != "state"]
-    wanted += [("states", "state", d.name, d.shape, d.dtype) for d in program.declarations if d.kind == "state"]
-    wanted += [("inputs", "input", n.arg[0], n.shape, n.dtype) for n in program.inputs]
-    wanted += [("outputs", "output", f"out{i}", n.shape, n.dtype) for i, n in enumerate(program.outputs)]
-    wanted += [("outputs", "carry", f"carry.{name}", v.src[0].shape, v.src[0].dtype)
+    declared = [(PlacementKind(d.kind), d.name, d.shape, d.dtype) for d in program.declarations]
+    wanted = [(HostRole.CONSTS, *d) for d in declared if d[0] is not PlacementKind.STATE]
+    wanted += [(HostRole.STATES, *d) for d in declared if d[0] is PlacementKind.STATE]
+    wanted += [(HostRole.INPUTS, PlacementKind.INPUT, n.arg[0], n.shape, n.dtype) for n in program.inputs]
+    wanted += [(HostRole.OUTPUTS, PlacementKind.OUTPUT, f"out{i}", n.shape, n.dtype)
+               for i, n in enumerate(program.outputs)]
+    wanted += [(HostRole.OUTPUTS, PlacementKind.CARRY, f"carry.{name}", v.src[0].shape, v.src[0].dtype)
                for name, v in program.carry if v.op == Op.ELEM]
-    placements, used = [], dict.fromkeys(ROLES, 0)
-    for buffer, kind, name, shape, dtype in wanted:
-        placement = Placement(name, kind, buffer, used[buffer], tuple(shape), dtype)
-        used[buffer] += placement.nwords
+    placements, used = [], dict.fromkeys(HostRole, 0)
+    for role, kind, name, shape, dtype in wanted:
+        buffer = role.value
+        placement = Placement(name, kind, buffer, used[role], tuple(shape), dtype)
+        used[role] += placement.nwords
         placements.append(placement)
     return tuple(placements)
 
 
 def host_buffers(placements: tuple[Placement, ...], words: int, feedback: int | None) -> tuple[HostBuffer, ...]:
     """The runtime-sequence arguments, in order, each at least one word."""
-    size = dict.fromkeys(ROLES[:4], 0)
+    size = dict.fromkeys((HostRole.CONSTS, HostRole.STATES, HostRole.INPUTS, HostRole.OUTPUTS), 0)
     for p in placements:
-        size[p.buffer] = max(size[p.buffer], p.offset + p.nwords)
-    size["words"] = words
+        role = HostRole(p.buffer)
+        size[role] = max(size[role], p.offset + p.nwords)
+    size[HostRole.WORDS] = words
     if feedback is not None:
-        size["feedback"] = feedback
-    return tuple(HostBuffer(role, role, max(1, n)) for role, n in size.items())
+        size[HostRole.FEEDBACK] = feedback
+    return tuple(HostBuffer(role.value, role, max(1, n)) for role, n in size.items())
 
 
 # ---- tile memory ---------------------------------------------------------------------------------
 
 def budget(plan: Plan, tile: Tile) -> int:
-    kind = plan.device.compute if tile.kind == "compute" else plan.device.mem
+    kind = plan.device.compute if tile.kind is TileKind.COMPUTE else plan.device.mem
     return kind.data_memory_bytes
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from iron.compiler.plan import WordKind
 from iron.errors import LoopError
 from iron.frontend.handles import Carry
 from iron.ir import describe
@@ -50,7 +51,7 @@ class CarriedLoop:
         if not self._completed:
             return None
         signed = self.body.session.words_of(self._ring[self._completed % self.depth]).view("int32")
-        return Carry({w.name: int(signed[w.index]) for w in self.body.plan.words if w.kind == "carried"})
+        return Carry({w.name: int(signed[w.index]) for w in self.body.plan.words if w.kind is WordKind.CARRIED})
 
     def run(self, steps: int, /, *tensors, **values):
         """start(*tensors, **values), then steps(steps): yields 0..steps-1."""

@@ -10,7 +10,17 @@ import iron
 from aie_utils import from_name
 from iron.compiler.invariants import check_plan
 from iron.compiler.lower import lower_program
-from iron.compiler.plan import Dma, Fifo, Imm, KernelStep, Tile, Wait, tile_memory
+from iron.compiler.plan import (
+    Dma,
+    Fifo,
+    Imm,
+    KernelStep,
+    Tile,
+    TileKind,
+    Wait,
+    WordRef,
+    tile_memory,
+)
 from iron.errors import DoesNotFit, PlanError
 from tests.compiler import designs
 
@@ -48,7 +58,7 @@ def test_every_design_keeps_the_device_rules(name, device):
     assert all(0 <= t.col < d.n_cols for t in plan.tiles)
     assert all(t in plan.tiles for f in plan.fifos for t in (f.producer, *f.consumers))
     for tile, held in tile_memory(plan).items():
-        budget = d.compute.data_memory_bytes if tile.kind == "compute" else d.mem.data_memory_bytes
+        budget = d.compute.data_memory_bytes if tile.kind is TileKind.COMPUTE else d.mem.data_memory_bytes
         assert sum(n for _, n in held) <= budget
     dmas = [op for op in plan.sequence if isinstance(op, Dma)]
     assert all(1 <= op.sizes[0] <= 64 and max(op.sizes[1:]) <= 1023 and 0 <= op.bd_id < 16 for op in dmas)
@@ -116,7 +126,7 @@ def test_a_sequence_moving_less_than_the_cores_take_is_refused():
 
 def test_a_tile_outside_the_device_is_refused():
     plan = plan_of("walk", "npu1")
-    plan = dataclasses.replace(plan, tiles=(*plan.tiles, Tile(4, 2, "compute")))
+    plan = dataclasses.replace(plan, tiles=(*plan.tiles, Tile(4, 2, TileKind.COMPUTE)))
     broken(plan, "plan Walk on npu1: tile tile_4_2 (compute) is not a compute tile of npu1 (4 columns, rows "
                  "(2, 3, 4, 5))." + FIX)
 
@@ -138,9 +148,9 @@ def test_an_emit_on_a_device_without_full_elf_is_refused():
 
 def test_a_word_computed_from_a_later_word_is_refused():
     plan = plan_of("walk", "npu1")
-    words = (*plan.words[:2], dataclasses.replace(plan.words[2], a=("word", 2)))
+    words = (*plan.words[:2], dataclasses.replace(plan.words[2], a=WordRef(2)))
     broken(dataclasses.replace(plan, words=words),
-           "plan Walk on npu1: word 2 ('steps + 1') computes add(('word', 2), ('const', 1)) bound None: "
+           "plan Walk on npu1: word 2 ('steps + 1') computes add(w2, 1) bound None: "
            "derived words apply an op to earlier words or constants." + FIX)
 
 
@@ -165,7 +175,7 @@ def with_fifos(plan, *extra, **consumers):
 
 def test_a_compute_tile_taking_three_fifos_by_dma_is_refused():
     plan = plan_of("mlp_4x256", "npu2")   # g2 forwards the residual: g3's parts take g2_out and a stream
-    again = tuple(Tile(c, r, "compute") for c, r in ((0, 5), (1, 5), (1, 4)))
+    again = tuple(Tile(c, r, TileKind.COMPUTE) for c, r in ((0, 5), (1, 5), (1, 4)))
     broken(with_fifos(plan, g1_out=again),
            "plan ExampleMLP on npu2: tile_1_4 moves 3 FIFOs in (S2MM) by DMA (g1_out, g2_out, g3_w1) but a "
            "compute tile has 2 such channels." + CHANNEL_FIX)
@@ -173,7 +183,7 @@ def test_a_compute_tile_taking_three_fifos_by_dma_is_refused():
 
 def test_a_compute_tile_sending_three_fifos_by_dma_is_refused():
     plan = plan_of("walk", "npu1")
-    core, shim = Tile(0, 2, "compute"), Tile(0, 0, "shim")
+    core, shim = Tile(0, 2, TileKind.COMPUTE), Tile(0, 0, TileKind.SHIM)
     extra = [Fifo(f"extra{i}", core, (shim,), 2, 4) for i in range(2)]
     broken(with_fifos(plan, *extra),
            "plan Walk on npu1: tile_0_2 moves 3 FIFOs out (MM2S) by DMA (g0_host, extra0, extra1) but a "
@@ -182,7 +192,7 @@ def test_a_compute_tile_sending_three_fifos_by_dma_is_refused():
 
 def test_a_mem_tile_taking_seven_fifos_is_refused():
     plan = plan_of("mlp_4x256", "npu2")
-    mem, shim = Tile(0, 1, "mem"), Tile(0, 0, "shim")
+    mem, shim = Tile(0, 1, TileKind.MEM), Tile(0, 0, TileKind.SHIM)
     extra = [Fifo(f"extra{i}", shim, (mem,), 2, 64) for i in range(4)]
     broken(with_fifos(plan, *extra),
            "plan ExampleMLP on npu2: mem_0_1 moves 7 FIFOs in (S2MM) by DMA (g1_w_mem, g1_part0, g1_part1, "
@@ -191,5 +201,5 @@ def test_a_mem_tile_taking_seven_fifos_is_refused():
 
 def test_shared_memory_fifos_take_no_channel():
     plan = plan_of("walk", "npu2")   # g0_out: tile_0_2 -> tile_0_3 in shared memory, beside g0_host
-    core, shim = Tile(0, 2, "compute"), Tile(0, 0, "shim")
+    core, shim = Tile(0, 2, TileKind.COMPUTE), Tile(0, 0, TileKind.SHIM)
     check_plan(with_fifos(plan, Fifo("extra", core, (shim,), 2, 4)))
