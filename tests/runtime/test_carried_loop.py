@@ -47,9 +47,7 @@ def test_walk_host_driven_on_npu1_and_no_device_loop_there():
         nxt = body(node=node, steps=count)
         node, count = int(nxt["node"]), int(nxt["steps"])
     np.testing.assert_array_equal(body.read("trail"), numpy_walk(succ, 2, steps + 1))
-    with pytest.raises(LoopError) as e:
-        iron.CarriedLoop(body, body, depth=2)
-    assert str(e.value) == (
+    assert refusal(iron.CarriedLoop, body, body, depth=2) == (
         "Walk is compiled for npu1, which has no full ELF: a carried graph has no device loop there. "
         "Only the host-driven path applies: call it and feed the returned Carry back."
     )
@@ -86,77 +84,81 @@ class Trail(iron.Graph):
         return iron.carry(node=nxt, steps=steps + 1)
 
 
-def test_a_tensor_taking_first_version_compiled_with_feeds_starts_the_loop():
-    succ, steps = successor(12, 7), 6
+def trail_loop(steps, depth):
+    """A Trail of `steps` + 1 entries, its body and tensor-taking first version, and their loop."""
+    succ = successor(12, 7)
     trail = Trail(succ, steps + 1)
     body = trail.compile()
     first = trail.compile(start=((), np.int32), feeds=body)
-    loop = iron.CarriedLoop(first, body, depth=2)
+    return succ, trail, first, body, iron.CarriedLoop(first, body, depth=depth)
+
+
+def test_a_tensor_taking_first_version_compiled_with_feeds_starts_the_loop():
+    steps = 6
+    succ, trail, first, body, loop = trail_loop(steps, depth=2)
     assert list(loop.run(steps, np.array(9, np.int32), node=0, steps=0)) == list(range(steps))
     expect = np.concatenate([[9], numpy_walk(succ, 9, steps)])
     np.testing.assert_array_equal(body.read("trail"), expect)
-    with pytest.raises(LoopError) as e:
-        iron.CarriedLoop(trail.compile(start=((), np.int32)), body)
-    assert str(e.value) == (
+    assert refusal(iron.CarriedLoop, trail.compile(start=((), np.int32)), body) == (
         "Trail's first version was not compiled with feeds= this body, so its Emit does not write the "
         "body's scratchpad: compile it as graph.compile(..., feeds=body)."
     )
+
+
+def refusal(make, *args, **kwargs) -> str:
+    """The text of the LoopError `make(*args, **kwargs)` raises."""
+    with pytest.raises(LoopError) as e:
+        make(*args, **kwargs)
+    return str(e.value)
+
+
+class Scratch(iron.Graph):
+    """A body reading a Scratchpad value."""
+
+    def __init__(self):
+        self.t = iron.weight(np.arange(4, dtype=np.int32))
+
+    def body(self, *, node: Carried[np.int32], k: Scratchpad[np.int32]):
+        return iron.carry(node=Copy.step(self.t[iron.min(node + k, 3)]))
+
+
+class Logged(Scratch):
+    """A body returning an output besides its carry."""
+
+    def body(self, *, node: Carried[np.int32]):
+        nxt = Copy.step(self.t[node])
+        return Add.step(nxt, nxt), iron.carry(node=nxt)
 
 
 def test_refusals_name_the_problem_and_the_fix():
     trail = Trail(successor(4), 4)
     body = trail.compile()
     with_tensor = trail.compile(start=((), np.int32))
-    with pytest.raises(LoopError) as e:
-        iron.CarriedLoop(with_tensor, with_tensor)
-    assert str(e.value) == (
+    assert refusal(iron.CarriedLoop, with_tensor, with_tensor) == (
         "the body of a CarriedLoop takes no tensor, but Trail takes start: nothing could write it between steps. "
         "Compile a version that takes the tensor as first (feeds=body) and a body without it."
     )
     for depth in (0, -1, 1.5, 5, 10**7):
-        with pytest.raises(LoopError) as e:
-            iron.CarriedLoop(body, body, depth=depth)
-        assert str(e.value) == (
+        assert refusal(iron.CarriedLoop, body, body, depth=depth) == (
             f"CarriedLoop depth={depth!r}: depth is how many runs are kept in flight, an int from 1 to 4: npu2's "
             "driver holds at most 4 runs in flight per hardware context, so a deeper ring would only wait."
         )
-
-    class Scratch(iron.Graph):
-        def __init__(self):
-            self.t = iron.weight(np.arange(4, dtype=np.int32))
-
-        def body(self, *, node: Carried[np.int32], k: Scratchpad[np.int32]):
-            return iron.carry(node=Copy.step(self.t[iron.min(node + k, 3)]))
-
     s = Scratch().compile()
-    with pytest.raises(LoopError) as e:
-        iron.CarriedLoop(s, s)
-    assert str(e.value) == (
+    assert refusal(iron.CarriedLoop, s, s) == (
         "the body of a CarriedLoop cannot read Scratchpad values (k): the host gives them per call, and between "
         "device steps there is no host call. Make them Carried, or read them only in first (compiled with "
         "feeds=body)."
     )
-
-    class Logged(iron.Graph):
-        def __init__(self):
-            self.t = iron.weight(np.arange(4, dtype=np.int32))
-
-        def body(self, *, node: Carried[np.int32]):
-            nxt = Copy.step(self.t[node])
-            return Add.step(nxt, nxt), iron.carry(node=nxt)
-
     logged = Logged().compile()
-    with pytest.raises(LoopError) as e:
-        iron.CarriedLoop(logged, logged)
-    assert str(e.value) == (
+    assert refusal(iron.CarriedLoop, logged, logged) == (
         "the first of a CarriedLoop returns Add(Copy(t[node]), Copy(t[node])), but no host call reads outputs "
         "between device steps: write what each step makes into a state (Copy.step(y, out=self.log[steps])) and "
         "read the state after the loop (body.read(...))."
     )
     for steps in (-1, 2.0, True):
-        with pytest.raises(LoopError) as e:
-            iron.CarriedLoop(body, body).run(steps, node=0, steps=0)
-        assert str(e.value) == f"CarriedLoop.run(steps={steps!r}): steps is how many body runs follow, an int >= 0."
+        assert refusal(iron.CarriedLoop(body, body).run, steps, node=0, steps=0) == (
+            f"CarriedLoop.run(steps={steps!r}): steps is how many body runs follow, an int >= 0."
+        )
 
 
 # ---- stopping and resuming -------------------------------------------------------------------------
@@ -202,13 +204,10 @@ def test_run_is_start_then_steps_and_a_second_start_runs_first_again():
 
 def test_steps_before_start_and_a_bad_count_are_refused():
     _, _, _, loop = walk_loop(depth=2)
-    with pytest.raises(LoopError) as e:
-        loop.steps(3)
-    assert str(e.value) == "CarriedLoop.steps(n) continues a started loop: call loop.start(...) (or loop.run(...)) first."
+    assert refusal(loop.steps, 3) == (
+        "CarriedLoop.steps(n) continues a started loop: call loop.start(...) (or loop.run(...)) first.")
     loop.start(node=1, steps=0)
-    with pytest.raises(LoopError) as e:
-        loop.steps(-2)
-    assert str(e.value) == "CarriedLoop.steps(steps=-2): steps is how many body runs follow, an int >= 0."
+    assert refusal(loop.steps, -2) == "CarriedLoop.steps(steps=-2): steps is how many body runs follow, an int >= 0."
     assert loop.transitions == 1
 
 
@@ -253,11 +252,8 @@ def test_a_write_while_runs_are_in_flight_waits_for_them_and_none_lands_after_it
 
 
 def test_a_host_call_of_another_version_waits_out_the_loop_first():
-    succ, steps = successor(12, 7), 8
-    trail = Trail(succ, steps + 1)
-    body = trail.compile()
-    first = trail.compile(start=((), np.int32), feeds=body)
-    loop = iron.CarriedLoop(first, body, depth=3)
+    steps = 8
+    succ, trail, first, body, loop = trail_loop(steps, depth=3)
     it = loop.run(steps, np.array(9, np.int32), node=0, steps=0)
     assert [next(it) for _ in range(2)] == [0, 1]   # transitions 3..5 in flight, writing trail[3..5]
     first(np.array(11, np.int32), node=0, steps=4)  # a host call writing trail[4]
