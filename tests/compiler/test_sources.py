@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from test_mlir import HAND_BUILT, design_plans, streamed_plan
 
-from iron import dtypes
 from iron.compiler.plan import Function, Imm, KernelStep, Load, Ptr, ScalarStep
 from iron.compiler.sources import kernel_sources
 from iron.errors import PlanError
