@@ -1,7 +1,7 @@
 """Write a Plan's kernel C++ sources: `kernel_sources(plan) -> dict[str, str]` (file name -> text).
 
 For every Function of the Plan, one glue file `<function>.cc` (built into the `<function>.o` its
-KernelDecl links with). It includes "iron_kernel.h" and the source of every kernel it calls, and
+declaration links with). It includes "iron_kernel.h" and the source of every kernel it calls, and
 defines `extern "C" void <function>(uint8_t* p0, ..., [int32_t block])`: parameter i is the
 object or buffer bound to Function.params[i], `block` the enclosing Loop's index (blocked
 functions only). The body runs the Function's steps in order:

@@ -14,6 +14,7 @@ import numpy as np
 
 import aie_utils
 from iron import debug
+from iron.compiler.plan import PlacementKind, WordRef
 from iron.errors import ArgumentError, LoopError, UnknownDevice
 from iron.frontend.graph import (
     bind_call,
@@ -69,7 +70,7 @@ class CompiledGraph:
         self._words = WordProgram(plan.words)
         self._inputs = [(n.arg[0], plan.placement(n.arg[0])) for n in program.inputs]
         self._input_names = {name for name, _ in self._inputs}
-        self._outputs = [p for p in plan.placements if p.kind == "output"]
+        self._outputs = [p for p in plan.placements if p.kind is PlacementKind.OUTPUT]
 
     # ---- what the compiler made ----------------------------------------------------------------
     @property
@@ -164,7 +165,6 @@ class CompiledGraph:
         return shape_result(self.program.returns, outputs, nxt)
 
     def _carried(self, source, words) -> int:
-        kind, where = source
-        if kind == "word":
-            return int(words[where])
-        return int(self.session.read(self.plan.placement(where)).reshape(-1)[0])
+        if isinstance(source, WordRef):
+            return int(words[source.index])
+        return int(self.session.read(self.plan.placement(source.placement)).reshape(-1)[0])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from iron.compiler.plan import WordKind
 from iron.errors import LoopError
 from iron.frontend.handles import Carry
 from iron.runtime.compiled import CompiledGraph
@@ -62,7 +63,7 @@ class CarriedLoop:
 
     def _carry(self, words) -> Carry:
         signed = words.view("int32")
-        return Carry({w.name: int(signed[w.index]) for w in self.body.plan.words if w.kind == "carried"})
+        return Carry({w.name: int(signed[w.index]) for w in self.body.plan.words if w.kind is WordKind.CARRIED})
 
 
 def check_loop(first, body, depth):

@@ -14,7 +14,7 @@ from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler.lower import lower_program
 from iron.compiler.place import CoreInputs, Relay, fit_compute_channels
-from iron.compiler.plan import Imm, KernelStep, Load, Ptr, Tile
+from iron.compiler.plan import Element, Imm, KernelStep, Load, Ptr, Tile, TileKind
 from iron.errors import PlacementError
 from iron.kernels import Add, Copy, Exp, MatVec, RMSNorm, Softmax
 from tests.compiler import designs
@@ -35,10 +35,10 @@ def over(plan) -> dict[str, tuple[int, int]]:
     for f in plan.fifos:
         if f.shared_memory:
             continue
-        if f.producer.kind == "compute":
+        if f.producer.kind is TileKind.COMPUTE:
             cout[f.producer.name] += 1
         for c in f.consumers:
-            if c.kind == "compute":
+            if c.kind is TileKind.COMPUTE:
                 cin[c.name] += 1
     return {t: (cin[t], cout[t]) for t in set(cin) | set(cout) if cin[t] > 2 or cout[t] > 2}
 
@@ -173,7 +173,7 @@ def test_the_emit_takes_an_element_through_the_group_that_reads_it():
     assert fits(plan) == [
         "emit on tile_0_5 would take 3 FIFOs by DMA (g0_out, g1_out, emit_in) but a compute tile has 2 "
         "input channels: g1 forwards in g1_out what emit would take from g0_out"]
-    assert plan.emit.next_values == (("i", ("elem", "g1_out", 4)), ("j", ("elem", "g1_out", 0)))
+    assert plan.emit.next_values == (("i", Element("g1_out", 4)), ("j", Element("g1_out", 0)))
     assert consumers(plan, "g0_out") == ("tile_0_3",) and plan.fifo("g0_out").shared_memory
     loop = iron.CarriedLoop(body, body, depth=2)
     assert list(loop.run(5, i=1, j=2)) == list(range(5))
@@ -210,7 +210,7 @@ def test_a_state_after_a_streamed_matrix_does_not_fit_the_channels():
 # ---- the rule on its own -----------------------------------------------------------------------------
 
 def core(group, col, dma, received=(), carrier=None, own_in=None, movable=True) -> CoreInputs:
-    return CoreInputs(group, Tile(col, 2, "compute"), dma, (*dma, *received), carrier, own_in, movable)
+    return CoreInputs(group, Tile(col, 2, TileKind.COMPUTE), dma, (*dma, *received), carrier, own_in, movable)
 
 
 def test_a_carrier_with_a_spare_channel_gains_an_in_and_carries_two_readers():

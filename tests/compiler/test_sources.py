@@ -25,7 +25,7 @@ INT_MIN, INT_MAX = -2**31, 2**31 - 1
 
 def with_functions(*functions):
     """The streamed Plan with these Functions instead of its own (sources read only those)."""
-    return dataclasses.replace(streamed_plan(), functions=functions, kernels=())
+    return dataclasses.replace(streamed_plan(), functions=functions)
 
 
 def write(sources: dict, directory) -> list[str]:
