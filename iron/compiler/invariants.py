@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from iron.compiler.allocate import check_tile_memory
+from iron.compiler.allocate import check_tile_memory, shares_memory
 from iron.compiler.plan import (
     Acquire,
     Const,
@@ -108,15 +108,11 @@ def _check_fifos(plan: Plan):
             _fail(plan, f"FIFO {f.name} has objects of {f.nbytes} bytes of {f.dtype}, depth {f.depth}, "
                         f"{len(f.consumers)} consumer(s): objects must be whole 4-byte words and whole "
                         "elements, depth at least 1, one consumer or more")
-        if f.shared_memory and not _shares(f):
-            _fail(plan, f"FIFO {f.name} is shared memory but {f.producer.name} -> "
-                        f"{', '.join(t.name for t in f.consumers)} is not one neighbouring compute tile")
-
-
-def _shares(f) -> bool:
-    (c,) = f.consumers if len(f.consumers) == 1 else (None,)
-    return (c is not None and c.kind is f.producer.kind is TileKind.COMPUTE
-            and abs(c.col - f.producer.col) + abs(c.row - f.producer.row) == 1)
+        if f.shared_memory != shares_memory(f):
+            route = f"{f.producer.name} -> {', '.join(t.name for t in f.consumers)}"
+            _fail(plan, f"FIFO {f.name} is shared memory but {route} is not one neighbouring compute tile"
+                  if f.shared_memory else f"FIFO {f.name} goes by DMA but mlir-aie makes {route} "
+                  "(one neighbouring compute tile) shared memory")
 
 
 def _check_links(plan: Plan):
@@ -279,12 +275,11 @@ def _extents(step) -> list[tuple]:
     """(Ptr or Load, bytes it touches) of each memory operand of a step."""
     if isinstance(step, ScalarStep):
         return [(a, 4) for a in (step.dest, step.a, step.b) if isinstance(a, (Ptr, Load))]
-    kernel, dtype = lookup(step.symbol)
+    kernel, dtype, out_dtype = lookup(step.symbol)
     pointers = [a for a in step.args if isinstance(a, Ptr)]
     count = len(step.args) - len(pointers) - len(kernel.c_attrs)
     sizes = tuple(int(a.value) for a in step.args[len(pointers): len(pointers) + count])
     in_shapes, out_shape = kernel.abi_shapes(sizes)
-    out_dtype = kernel.out_dtype(dtype)
     nbytes = [int(np.prod(s)) * dtype.itemsize for s in in_shapes] + [int(np.prod(out_shape)) * out_dtype.itemsize]
     loads = [(a, 4) for a in step.args if isinstance(a, Load)]
     return list(zip(pointers, nbytes)) + loads
