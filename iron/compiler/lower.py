@@ -644,7 +644,7 @@ class Lowering:
         kernel = call.arg.kernel
         sizes = kernel.sizes([tuple(s) for s in shapes], tuple(out_shape))
         attrs = self._attr_args(part, call)
-        return KernelStep(kernel.symbol(call.src[0].dtype), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs))
+        return KernelStep(kernel.symbol(call.src[0].dtype, call.dtype), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs))
 
     def _attr_args(self, part: Part, call: Node) -> list:
         dynamic = dict(self._dynamic_attrs(call))
