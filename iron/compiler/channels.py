@@ -102,8 +102,8 @@ def share_shim_channels(program: Program, requests: list[ShimRequest], device, m
     for inputs, a join for outputs), each merge saving all its channels but one, until they fit.
     A merge takes the column with the most shareable FIFOs left, its FIFOs in request order (the
     nearest columns' when it has only one), as many as still need saving, on the nearest mem tile
-    with the DMA channels (1 + one per member) and the memory (`depth` objects of the merged FIFO
-    and of each member) free; fewer when none has. Designs that fit are left alone.
+    with the DMA channels (1 + one per member) and the memory (`depth` objects of the merged FIFO,
+    docs/platform.md section 4) free; fewer when none has. Designs that fit are left alone.
     Returns (the merges, rules); PlacementError when merging cannot make them fit."""
     shares, rules = [], []
     for direction in Direction:
@@ -151,7 +151,7 @@ def _merge(members, direction, name, anchor, mem, depth) -> SharedChannel | None
     """`members` merged on the mem tile nearest `anchor` that has room (taken), or None."""
     offsets = [sum(-(-r.nbytes // 4) * 4 for r in members[:i]) for i in range(len(members) + 1)]
     channels = (1, len(members)) if direction is Direction.MM2S else (len(members), 1)
-    tile = mem.take_nearest(anchor, *channels, 2 * depth * offsets[-1])
+    tile = mem.take_nearest(anchor, *channels, depth * offsets[-1])   # the link keeps only the merged FIFO's objects
     if tile is None:
         return None
     return SharedChannel(name, direction, tile, tuple(r.fifo for r in members), tuple(offsets[:-1]), offsets[-1])

@@ -128,12 +128,11 @@ def _extents(step) -> list[tuple]:
     """(Ptr or Load, bytes it touches) of each memory operand of a step."""
     if isinstance(step, ScalarStep):
         return [(a, 4) for a in (step.dest, step.a, step.b) if isinstance(a, (Ptr, Load))]
-    kernel, dtype = lookup(step.symbol)
+    kernel, dtype, out_dtype = lookup(step.symbol)
     pointers = [a for a in step.args if isinstance(a, Ptr)]
     count = len(step.args) - len(pointers) - len(kernel.c_attrs)
     sizes = tuple(int(a.value) for a in step.args[len(pointers): len(pointers) + count])
     in_shapes, out_shape = kernel.abi_shapes(sizes)
-    out_dtype = kernel.out_dtype(dtype)
     nbytes = [int(np.prod(s)) * dtype.itemsize for s in in_shapes] + [int(np.prod(out_shape)) * out_dtype.itemsize]
     loads = [(a, 4) for a in step.args if isinstance(a, Load)]
     return list(zip(pointers, nbytes)) + loads

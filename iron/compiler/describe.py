@@ -10,8 +10,8 @@ What it does not: print MLIR (mlir.py) or check the Plan (invariants.py).
 """
 from __future__ import annotations
 
-from iron.compiler.allocate import budget
-from iron.compiler.plan import Const, Element, Plan, TileKind, WordDef, WordRef, tile_memory
+from iron.compiler.allocate import budget, tile_memory
+from iron.compiler.plan import Const, Element, Plan, TileKind, WordDef, WordRef
 
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
 

@@ -17,7 +17,7 @@ What it does not: simulate a launch (the emulator does) or judge performance.
 """
 from __future__ import annotations
 
-from iron.compiler.allocate import check_tile_memory
+from iron.compiler.allocate import check_tile_memory, shares_memory
 from iron.compiler.core_checks import check_cores, check_functions, fail
 from iron.compiler.plan import (
     Acquire,
@@ -93,15 +93,11 @@ def _check_fifos(plan: Plan):
             fail(plan, f"FIFO {f.name} has objects of {f.nbytes} bytes of {f.dtype}, depth {f.depth}, "
                         f"{len(f.consumers)} consumer(s): objects must be whole 4-byte words and whole "
                         "elements, depth at least 1, one consumer or more")
-        if f.shared_memory and not _shares(f):
-            fail(plan, f"FIFO {f.name} is shared memory but {f.producer.name} -> "
-                        f"{', '.join(t.name for t in f.consumers)} is not one neighbouring compute tile")
-
-
-def _shares(f) -> bool:
-    (c,) = f.consumers if len(f.consumers) == 1 else (None,)
-    return (c is not None and c.kind is f.producer.kind is TileKind.COMPUTE
-            and abs(c.col - f.producer.col) + abs(c.row - f.producer.row) == 1)
+        if f.shared_memory != shares_memory(f):
+            route = f"{f.producer.name} -> {', '.join(t.name for t in f.consumers)}"
+            fail(plan, f"FIFO {f.name} is shared memory but {route} is not one neighbouring compute tile"
+                 if f.shared_memory else f"FIFO {f.name} goes by DMA but mlir-aie makes {route} "
+                 "(one neighbouring compute tile) shared memory")
 
 
 def _check_links(plan: Plan):

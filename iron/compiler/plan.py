@@ -423,23 +423,3 @@ class Plan:
         """The per-call scratchpad words."""
         return self.words
 
-
-def tile_memory(plan: Plan) -> dict[Tile, list[tuple[str, int]]]:
-    """What each compute or mem tile holds, (name, bytes): FIFO buffers (depth x object at every
-    compute/mem endpoint; once, on the consumer, for a shared-memory FIFO), Buffers, and a
-    compute core's stack. The allocator and the emulator both bound tiles with this."""
-    held: dict[Tile, list[tuple[str, int]]] = {}
-
-    def add(tile: Tile, name: str, nbytes: int):
-        if tile.kind is not TileKind.SHIM:
-            held.setdefault(tile, []).append((name, nbytes))
-
-    for f in plan.fifos:
-        ends = f.consumers if f.shared_memory else (f.producer, *f.consumers)
-        for tile in ends:
-            add(tile, f"{f.name}" if len(ends) == 1 else f"{f.name}@{tile.name}", f.depth * f.nbytes)
-    for b in plan.buffers:
-        add(b.tile, b.name, b.nbytes)
-    for c in plan.cores:
-        add(c.tile, f"stack@{c.tile.name}", c.stack_bytes)
-    return held

@@ -14,8 +14,8 @@ tiles:
   tile_0_3  emit  computes the next call's words
   shim_0_0  shim
 memory (used / budget bytes):
-  tile_0_2  1048 / 65536  g0_in@tile_0_2 8, g0_host@tile_0_2 16, stack@tile_0_2 1024
-  tile_0_3  1080 / 65536  g0_out 8, emit_in@tile_0_3 24, feedback@tile_0_3 24, stack@tile_0_3 1024
+  tile_0_2  1056 / 65536  g0_in@tile_0_2 8, g0_host@tile_0_2 16, g0_out 8, stack@tile_0_2 1024
+  tile_0_3  1072 / 65536  emit_in@tile_0_3 24, feedback@tile_0_3 24, stack@tile_0_3 1024
 fifos:
   g0_in     shim_0_0 -> tile_0_2  depth 2  4 bytes   DMA            successor[node]
   g0_host   tile_0_2 -> shim_0_0  depth 2  8 bytes   DMA            carry.node, trail[steps]

@@ -8,9 +8,11 @@ import pytest
 
 import iron
 from aie_utils import from_name
+from iron.compiler.allocate import tile_memory
 from iron.compiler.compile import compile_program
 from iron.compiler.invariants import check_plan
 from iron.compiler.plan import (
+    Buffer,
     Dma,
     Fifo,
     Imm,
@@ -19,7 +21,6 @@ from iron.compiler.plan import (
     TileKind,
     Wait,
     WordRef,
-    tile_memory,
 )
 from iron.errors import DoesNotFit, PlanError
 from tests.compiler import designs
@@ -156,11 +157,11 @@ def test_a_word_computed_from_a_later_word_is_refused():
 
 def test_a_tile_over_its_memory_does_not_fit():
     plan = plan_of("add_one", "npu2")
-    fifos = (dataclasses.replace(plan.fifos[0], depth=8), *plan.fifos[1:])
+    big = Buffer("big", Tile(0, 2, TileKind.COMPUTE), 49152)
     with pytest.raises(DoesNotFit) as err:
-        check_plan(dataclasses.replace(plan, fifos=fifos))
+        check_plan(dataclasses.replace(plan, buffers=(big,)))
     assert str(err.value).startswith("AddOne does not fit tile_0_2: its buffers take 74752 bytes but a compute "
-                                     "tile has 65536: g0_in@tile_0_2 65536 bytes (x, ones), ")
+                                     "tile has 65536: big 49152 bytes, g0_in@tile_0_2 16384 bytes (x, ones), ")
 
 
 CHANNEL_FIX = (" Route several operands through one FIFO (one packed object, or a mem-tile join), or make "
@@ -203,3 +204,14 @@ def test_shared_memory_fifos_take_no_channel():
     plan = plan_of("walk", "npu2")   # g0_out: tile_0_2 -> tile_0_3 in shared memory, beside g0_host
     core, shim = Tile(0, 2, TileKind.COMPUTE), Tile(0, 0, TileKind.SHIM)
     check_plan(with_fifos(plan, Fifo("extra", core, (shim,), 2, 4)))
+
+
+def test_a_fifo_is_shared_memory_exactly_when_mlir_aie_makes_it_so():
+    plan = plan_of("walk", "npu2")   # g0_out: tile_0_2 -> tile_0_3, neighbours
+    by_dma = tuple(dataclasses.replace(f, shared_memory=False) if f.name == "g0_out" else f for f in plan.fifos)
+    broken(dataclasses.replace(plan, fifos=by_dma),
+           "plan Walk on npu2: FIFO g0_out goes by DMA but mlir-aie makes tile_0_2 -> tile_0_3 (one neighbouring "
+           "compute tile) shared memory." + FIX)
+    broken(with_fifos(plan, g0_out=(Tile(0, 0, TileKind.SHIM),)),
+           "plan Walk on npu2: FIFO g0_out is shared memory but tile_0_2 -> shim_0_0 is not one neighbouring "
+           "compute tile." + FIX)

@@ -185,13 +185,13 @@ def test_a_mem_tile_without_free_channels_passes_the_merge_to_the_nearest():
     wanted = requests(("a", 0, True), ("b", 0, True), ("c", 0, True), ("d", 1, False), ("e", 1, False))
     found, _ = share_shim_channels(Rows(1).trace(x=((1, 8), I32)), wanted, device, mem, 2)
     assert found == [SharedChannel("shared_in0", Direction.MM2S, Tile(1, 1, TileKind.MEM), ("a", "b"), (0, 64), 128)]
-    assert (mem.used, mem.held) == ({0: [0, 5], 1: [1, 2]}, {0: 0, 1: 512})
+    assert (mem.used, mem.held) == ({0: [0, 5], 1: [1, 2]}, {0: 0, 1: 256})
 
 
 def test_a_mem_tile_without_memory_passes_the_merge_to_the_nearest():
     device = from_name("npu1_2col")
     mem = MemChannels(device)
-    mem.take_on(Tile(0, 1, TileKind.MEM), 0, 0, 512 * 1024 - 511)   # a merge of two 64-byte FIFOs holds 512 bytes
+    mem.take_on(Tile(0, 1, TileKind.MEM), 0, 0, 512 * 1024 - 255)   # a merge of two 64-byte FIFOs holds 256 bytes
     wanted = requests(("a", 0, True), ("b", 0, True), ("c", 0, True), ("d", 1, False), ("e", 1, False))
     found, _ = share_shim_channels(Rows(1).trace(x=((1, 8), I32)), wanted, device, mem, 2)
     assert [(s.mem.name, s.members) for s in found] == [("mem_1_1", ("a", "b"))]

@@ -55,6 +55,7 @@ from iron.errors import (
     PlanError,
 )
 from iron.kernels import LIBRARY
+from iron.kernels.registry import lookup
 from iron.runtime.emulator import Emulator
 from iron.runtime.emulator.core import UNROLLED
 from iron.runtime.emulator.kernels import numpy_call
@@ -577,20 +578,16 @@ def test_a_sequence_waiting_before_it_sends_the_input_hangs():
 
 
 SIZES = {"matvec": (3, 4), "matmul": (2, 3, 4)}
-ATTRS = {"factor": 1.5, "eps": 1e-5, "length": 4}
+ATTRS = {"factor": 1.5, "eps": 1e-5, "length": 4, "scale": 3, "shift": 2}
+SIGNATURES = [(k, d, o) for k in LIBRARY for d, o in k.signatures()]
 
 
-@pytest.mark.parametrize("kernel", LIBRARY, ids=lambda k: k.name)
-def test_numpy_kernel_calls_do_what_kernel_emulate_does(kernel):
-    """kernels.numpy_call prepares once what Kernel.emulate does per call: same bits out."""
-    dtype = np.dtype(np.float32) if np.dtype(np.float32) in kernel.dtypes else np.dtype(np.int32)
-    assert_numpy_call_is_emulate(kernel, dtype)
-
-
-@pytest.mark.parametrize("kernel", [k for k in LIBRARY if BF16 in k.dtypes], ids=lambda k: k.name)
-def test_numpy_kernel_calls_in_bfloat16_do_what_kernel_emulate_does(kernel):
-    """bfloat16 computes in float32 and rounds once, through Kernel.reference_fn."""
-    assert_numpy_call_is_emulate(kernel, BF16)
+@pytest.mark.parametrize("kernel, dtype, out", SIGNATURES, ids=lambda v: getattr(v, "name", str(v)))
+def test_numpy_kernel_calls_do_what_kernel_emulate_does(kernel, dtype, out):
+    """kernels.numpy_call prepares once what Kernel.emulate does per call: same bits out, for
+    every dtype pair (bfloat16 computes in float32 and rounds once, a saturating kernel clamps,
+    both through Kernel.reference_fn)."""
+    assert_numpy_call_is_emulate(kernel, dtype, out)
 
 
 class Total(iron.Kernel):
@@ -608,18 +605,28 @@ def test_a_kernel_returning_a_python_int_wraps_as_kernel_emulate_does():
     assert_numpy_call_is_emulate(Total, np.dtype(np.int32))
 
 
-def assert_numpy_call_is_emulate(kernel, dtype):
+def random_values(rng, dtype, n):
+    """Integers over the dtype's whole range (so conversions saturate); floats normal * 4."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, n, endpoint=True).astype(dtype)
+    return (rng.standard_normal(n) * 4).astype(dtype)
+
+
+def assert_numpy_call_is_emulate(kernel, dtype, out=None):
     """numpy_call's call and Kernel.emulate write the same bits into one output."""
+    dtype = np.dtype(dtype)
+    out = kernel.out_dtype(dtype) if out is None else out
     sizes = SIZES.get(kernel.name, (6,))
     in_shapes, out_shape = kernel.abi_shapes(sizes)
     rng = np.random.default_rng(3)
-    inputs = [rng.standard_normal(int(np.prod(s))).astype(dtype) * 4 for s in in_shapes]
-    start = rng.standard_normal(int(np.prod(out_shape))).astype(kernel.out_dtype(dtype))
+    inputs = [random_values(rng, dtype, int(np.prod(s))) for s in in_shapes]
+    start = rng.standard_normal(int(np.prod(out_shape))).astype(out)
     names = [name for name, _ in kernel.c_attrs]
     attrs = [ATTRS[name] for name in names]
     expected, got = start.copy(), start.copy()
     kernel.emulate(dtype, [*inputs, expected], sizes, dict(zip(names, attrs)))
-    call = numpy_call(kernel, dtype, names, [])
+    call = numpy_call(lookup(kernel.symbol(dtype, out)), names, [])
     call([*(x.reshape(s) for x, s in zip(inputs, in_shapes)), got.reshape(out_shape)], sizes, attrs)
     np.testing.assert_array_equal(got, expected)
 

@@ -136,7 +136,8 @@ def _abi_shapes(kernel, sizes: tuple) -> list[tuple[int, ...]]:
 
 
 def _kernel_step(fn, where: str, step, make_call):
-    kernel, dtype = lookup(step.symbol)
+    found = lookup(step.symbol)
+    kernel = found.kernel
     where = f"{where} ({step.symbol})"
     pointers = kernel.arity + 1
     attr_names = [name for name, _ in kernel.c_attrs]
@@ -144,11 +145,11 @@ def _kernel_step(fn, where: str, step, make_call):
     nsizes = len(step.args) - pointers - len(attr_types)
     if nsizes < 1:
         raise PlanError(f"{where} has {len(step.args)} arguments, but its C ABI takes {pointers} pointers, at least one i32 size and {len(attr_types)} attribute(s): pass them in that order.")
-    dtypes = [dtype] * kernel.arity + [np.dtype(kernel.out_dtype(dtype))]
+    dtypes = [found.dtype] * kernel.arity + [found.out]
     views = [_pointer(fn, where, p, d) for p, d in zip(step.args[:pointers], dtypes)]
     sizes = _scalars(fn, where, step.args[pointers: pointers + nsizes], ["i32"] * nsizes)
     attrs = _scalars(fn, where, step.args[pointers + nsizes:], attr_types)
-    call = make_call(kernel, dtype, attr_names, ["ptr"] * pointers + ["i32"] * nsizes + attr_types)
+    call = make_call(found, attr_names, ["ptr"] * pointers + ["i32"] * nsizes + attr_types)
     fixed = all(isinstance(arg, Imm) for arg in step.args[pointers:])
 
     def bind(arrays, block):
