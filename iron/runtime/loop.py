@@ -84,14 +84,14 @@ class CarriedLoop:
     def _iterate(self, end: int, epoch: int):
         try:
             while self._epoch == epoch:
+                if self._done:   # while the host handles it, depth - 1 runs are in flight (depth 1: lockstep)
+                    yield self._done.popleft()
+                    continue
                 while self._launched < end and len(self._in_flight) < self.depth:
                     self._launch(self.body.session, self._ring[self._launched % self.depth])
-                if self._done:
-                    yield self._done.popleft()
-                elif self._in_flight:
-                    self._wait_oldest()
-                else:
+                if not self._in_flight:
                     return
+                self._wait_oldest()
         finally:
             if self._epoch == epoch:
                 self.settle()
