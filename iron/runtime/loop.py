@@ -138,7 +138,7 @@ def check_loop(first, body, depth):
     for role, c in (("first", first), ("body", body)):
         if not isinstance(c, CompiledGraph):
             raise LoopError(f"CarriedLoop's {role} must be a CompiledGraph (graph.compile(...)), not {type(c).__name__}.")
-    limit = body.device.max_in_flight
+    limit = body.device.max_in_flight   # commands in flight per hardware context (docs/platform.md section 9)
     if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= limit:
         raise LoopError(
             f"CarriedLoop depth={depth!r}: depth is how many runs are kept in flight, an int from 1 to {limit}: "
