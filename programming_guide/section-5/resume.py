@@ -15,10 +15,10 @@ import argparse
 import sys
 
 import numpy as np
+from carried_loop import Walk, numpy_walk
 
 import aie_utils
 import iron
-from carried_loop import Walk, numpy_walk
 
 START = 3
 SIZE = 24   # trail entries: more than any part below can reach
