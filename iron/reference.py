@@ -140,6 +140,7 @@ class Reference:
                 parts.append(None)
             else:
                 parts.append(slice(axis.start, axis.stop))
+        parts.append(Ellipsis)   # so a view picking one element is a 0-d view a write lands in, not a copy
         return parts, dyn
 
     def _add_range_check(self, view, axis, expr, slot):

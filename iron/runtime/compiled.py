@@ -20,6 +20,7 @@ from iron.frontend.graph import (
     bind_call,
     check_tensor,
     checked_state_value,
+    require_values,
     shape_result,
     state_name,
 )
@@ -138,6 +139,7 @@ class CompiledGraph:
         """Checked inputs and this call's words (raises before anything is written)."""
         where = self.graph._where
         arrays, scalars = bind_call(self.graph.signature(), where, tensors, values)
+        require_values(self.program, where, scalars)
         inputs = []
         for name, placement in self._inputs:
             a = arrays.get(name)
@@ -148,7 +150,7 @@ class CompiledGraph:
             check_tensor(where, name, a, placement.shape, placement.dtype)
             inputs.append((placement, a))
         for name, a in arrays.items():
-            if a is not None and name not in self._input_names:
+            if a is not None and name not in self._input_names and name not in self.program.unread:
                 raise ArgumentError(
                     f"{where} was compiled without tensor '{name}' (it traced the None branch): compile a version with it."
                 )

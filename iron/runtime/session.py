@@ -2,8 +2,9 @@
 
 `open_session(compiled)` picks the backend (iron.runtime.backend), loads the design once, writes
 the weights and params, and binds the graph's shared state memory. Both sessions offer the same
-few operations: read/write a placement, a host-driven `call(words)`, and held runs for
-CarriedLoop (`make_run`, `start`, `wait`, `words_of`). They move bytes; they do not decide what
+few operations: read/write a placement, a host-driven `call(words)` (each first waits out the
+device loops with runs in flight on the graph's states), and held runs for CarriedLoop
+(`make_ring`, `feeding_run`, `start`, `wait`, `words_of`). They move bytes; they do not decide what
 the words mean (the Plan does) or check arguments (CompiledGraph does).
 """
 from __future__ import annotations
@@ -32,19 +33,33 @@ def placement_view(words: np.ndarray, p) -> np.ndarray:
     return words.view(np.uint8)[start:start + nbytes].view(p.dtype).reshape(p.shape)
 
 
-def shared_states(compiled) -> np.ndarray:
-    """The device memory of the graph's states, one per graph and device, shared by every
-    version compiled from it (a first version and the body it feeds write the same trail)."""
+class DeviceStates:
+    """The device memory of a graph's states on one device, shared by every version compiled from
+    it (a first version and the body it feeds write the same trail), and the device loops with
+    runs in flight on it. A host call, read or write waits those runs out first (`settle`), so no
+    run started before it lands after it."""
+
+    def __init__(self, layout: tuple, nwords: int):
+        self.layout = layout
+        self.words = np.zeros(nwords, np.uint32)
+        self.loops: set = set()   # CarriedLoops with runs in flight
+
+    def settle(self):
+        for loop in list(self.loops):
+            loop.settle()
+
+
+def shared_states(compiled) -> DeviceStates:
+    """The DeviceStates of the compiled graph's graph on its device (made on first use)."""
     plan = compiled.plan
     layout = tuple((p.name, p.offset, p.shape, p.dtype.str) for p in plan.placements if p.kind is PlacementKind.STATE)
     memory = compiled.graph._iron.setdefault("device_states", {})
     key = plan.device.name
     if key not in memory:
-        memory[key] = (layout, np.zeros(plan.host_buffer(HostRole.STATES).nwords, np.uint32))
-    known, words = memory[key]
-    if known != layout:
+        memory[key] = DeviceStates(layout, plan.host_buffer(HostRole.STATES).nwords)
+    if memory[key].layout != layout:
         raise PlanError(f"two versions of {plan.name} place its states differently; compile them from the same graph.")
-    return words
+    return memory[key]
 
 
 class EmulatorSession:
@@ -57,7 +72,8 @@ class EmulatorSession:
         self.plan = plan
         self.full_elf = plan.full_elf
         self.emulator = Emulator(plan, kernels=os.environ.get("IRON_EMULATOR_KERNELS", "numpy"))
-        self.states = shared_states(compiled)
+        self.device_states = shared_states(compiled)
+        self.states = self.device_states.words
         self.buffers = {b.name: self.emulator.buffer(b.name) for b in plan.host_buffers}
         self.buffers[plan.host_buffer(HostRole.STATES).name] = self.states
         self._views: dict = {}
@@ -71,9 +87,11 @@ class EmulatorSession:
         return view
 
     def read(self, p) -> np.ndarray:
+        self.device_states.settle()
         return self._view(p)
 
     def write(self, p, array):
+        self.device_states.settle()
         self._view(p)[...] = array
 
     def words_buffer(self) -> np.ndarray:
@@ -88,6 +106,7 @@ class EmulatorSession:
         return self.emulator.run(**bindings)
 
     def call(self, words: np.ndarray):
+        self.device_states.settle()
         run = self._run()
         target = self.words_of(run) if self.full_elf else self.buffers[self.plan.host_buffer(HostRole.WORDS).name]
         target[: len(words)] = words.view(np.uint32)
@@ -147,7 +166,8 @@ class XrtSession:
         self.design = XrtDesign(plan.name, artifacts, [HostBuffer(b.name, b.nwords * 4) for b in plan.host_buffers],
                                 shared=shared)
         self.buffers = {b.name: np.zeros(b.nwords, np.uint32) for b in plan.host_buffers}
-        self.states = self.buffers[plan.host_buffer(HostRole.STATES).name] = shared_states(compiled)
+        self.device_states = shared_states(compiled)
+        self.states = self.buffers[plan.host_buffer(HostRole.STATES).name] = self.device_states.words
         self.patches = _patch_table(plan, artifacts)
         _write_constants(self, compiled)
         if owner is None:
@@ -156,14 +176,17 @@ class XrtSession:
         self._held = None
 
     def read(self, p) -> np.ndarray:
+        self.device_states.settle()
         self.buffers[p.buffer][...] = self.design.read(p.buffer, np.uint32, self.buffers[p.buffer].shape)
         return placement_view(self.buffers[p.buffer], p)
 
     def write(self, p, array):
+        self.device_states.settle()
         placement_view(self.buffers[p.buffer], p)[...] = array
         self.design.write(p.buffer, self.buffers[p.buffer])
 
     def call(self, words: np.ndarray):
+        self.device_states.settle()
         if self._held is None:
             self._held = self.design.make_run()
         if self.full_elf:

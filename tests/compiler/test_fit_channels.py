@@ -153,18 +153,20 @@ def test_a_per_call_length_travels_in_the_carrier_object():
 # ---- the Emit ----------------------------------------------------------------------------------------
 
 class TwoTrails(iron.Graph):
-    """i -> a[i], j -> b[j] + a[i]: two carried elements of two groups, and c[i] as an output
-    (a holds 0..3 and b 0..4, so both stay within the 8 entries)."""
+    """i -> a[i], j -> b[j] + a[i]: two carried elements of two groups, and c[i] written to the
+    state `seen` by a third (a holds 0..3 and b 0..4, so both stay within the 8 entries)."""
 
     def __init__(self):
         self.a = iron.weight(np.array([3, 0, 1, 2, 0, 1, 2, 3], np.int32))
         self.b = iron.weight(np.array([1, 2, 3, 0, 4, 2, 1, 0], np.int32))
         self.c = iron.weight(np.arange(8, dtype=np.int32) * 10)
+        self.seen = iron.state((1,), np.int32, name="seen")
 
     def body(self, *, i: Carried[np.int32], j: Carried[np.int32]):
         y = Copy.step(self.a[i], dtype=np.int32)
         z = Add.step(Copy.step(self.b[j], dtype=np.int32), y)
-        return Copy.step(self.c[i], dtype=np.int32), iron.carry(i=y, j=z)
+        Copy.step(self.c[i], out=self.seen[0])
+        return iron.carry(i=y, j=z)
 
 
 def test_the_emit_takes_an_element_through_the_group_that_reads_it():
@@ -179,8 +181,9 @@ def test_the_emit_takes_an_element_through_the_group_that_reads_it():
     assert list(loop.run(5, i=1, j=2)) == list(range(5))
     reference, carry = TwoTrails(), {"i": 1, "j": 2}
     for _ in range(6):   # the first run, then 5 body runs
-        carry = {k: int(v) for k, v in reference.reference(**carry)[-1].items()}
-    assert {k: int(v) for k, v in loop.carry.items()} == carry
+        carry = dict(reference.reference(**carry))
+    assert dict(loop.carry) == carry
+    np.testing.assert_array_equal(body.read("seen"), reference.read("seen"))
 
 
 # ---- when no group can carry them ----------------------------------------------------------------
