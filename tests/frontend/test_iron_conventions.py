@@ -13,10 +13,7 @@ from iron.kernels import Accumulate, Add, Copy, MatVec
 BF16 = np.dtype(iron.bfloat16)
 
 
-@pytest.fixture(autouse=True)
-def emulator(monkeypatch):
-    monkeypatch.setenv("IRON_BACKEND", "emulator")
-    monkeypatch.setenv("IRON_QUIET", "1")
+pytestmark = pytest.mark.usefixtures("on_emulator")
 
 
 class Double(iron.Graph):
