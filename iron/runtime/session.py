@@ -36,7 +36,7 @@ def shared_states(compiled) -> np.ndarray:
     version compiled from it (a first version and the body it feeds write the same trail)."""
     plan = compiled.plan
     layout = tuple((p.name, p.offset, p.shape, p.dtype.str) for p in plan.placements if p.kind == "state")
-    memory = compiled.graph._iron.setdefault("device_states", {})
+    memory = compiled.versions.states
     key = plan.device.name
     if key not in memory:
         memory[key] = (layout, np.zeros(plan.host_buffer("states").nwords, np.uint32))
@@ -140,7 +140,7 @@ class XrtSession:
         self.full_elf = plan.full_elf
         artifacts = compiled.build()
         states = _index(plan, "states")
-        owners = compiled.graph._iron.setdefault("xrt_states", {})   # device name -> the design holding the states BO
+        owners = compiled.versions.xrt_owners
         owner = owners.get(plan.device.name)
         shared = {states: owner.bo(states)} if owner is not None else {}
         self.design = XrtDesign(plan.name, artifacts, [HostBuffer(b.name, b.nwords * 4) for b in plan.host_buffers],
