@@ -46,7 +46,10 @@ def _device(device):
     if device is None:
         return aie_utils.get_current_device()
     if isinstance(device, str):
-        return aie_utils.from_name(device)
+        try:
+            return aie_utils.from_name(device)
+        except aie_utils.UnknownDevice as e:
+            raise UnknownDevice(str(e)) from None
     if isinstance(device, aie_utils.Device):
         return device
     raise UnknownDevice(f"compile(device=...) takes a Device or a device name, not {type(device).__name__}.")
