@@ -1,8 +1,8 @@
 """The NPU device catalog and the current device: every `aie.device(...)` target iron builds for
 (npu1 and its 1-3 column partitions, npu2 and its 1-7 column partitions) as a frozen `Device` with
 its tiles' resources, looked up by name and column count, and the device `compile()` builds for
-(npu2 until set). The figures are those of docs/platform.md; callers decide what fits. It imports
-nothing from iron, and raises its own `UnknownDevice`.
+(npu2 until set). The figures are those of docs/platform.md (sections 1, 2 and 5); callers decide
+what fits. It imports nothing from iron, and raises its own `UnknownDevice`.
 """
 
 from __future__ import annotations

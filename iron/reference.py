@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from iron.errors import ArgumentError, IndexOutOfRange
-from iron.ir import SCALAR_BINARY, Call, Node, Op, Program, describe, wrap_i32
+from iron.ir import SCALAR_BINARY, Node, Op, Program, describe, wrap_i32
 
 
 def run(program: Program, memories: dict[str, np.ndarray], inputs: list[np.ndarray],
@@ -103,7 +103,7 @@ def run_call(call: Node, env: dict):
     if dest is not None and c.kernel.accumulates:
         args.append(tensor(dest, env))
     per_call = {name: env[e] for name, e in zip(c.scalar_attrs, call.src[c.n_inputs + c.writes:])} if c.scalar_attrs else {}
-    result = kernel_fn(c, call.src[0].dtype)(*args, **per_call)
+    result = kernel_fn(call)(*args, **per_call)
     if dest is None:
         env[call] = result
     elif dest.op == Op.VIEW:
@@ -112,14 +112,16 @@ def run_call(call: Node, env: dict):
         env[dest][...] = result
 
 
-def kernel_fn(c: Call, dtype: np.dtype):
-    """The kernel's numpy function for a call's static attributes, made once for each."""
+def kernel_fn(call: Node):
+    """The kernel's numpy function for a call's input and output dtypes and static attributes,
+    made once for each."""
+    c = call.arg
     try:
-        return _kernel_fn(c.kernel, dtype, c.attrs)
+        return _kernel_fn(c.kernel, call.src[0].dtype, c.attrs, call.dtype)
     except TypeError:  # an attribute that cannot be a key: made afresh
-        return c.kernel.reference_fn(dtype, c.attr_dict)
+        return c.kernel.reference_fn(call.src[0].dtype, c.attr_dict, call.dtype)
 
 
 @functools.lru_cache(maxsize=1024)
-def _kernel_fn(kernel, dtype, attrs):
-    return kernel.reference_fn(dtype, dict(attrs))
+def _kernel_fn(kernel, dtype, attrs, out):
+    return kernel.reference_fn(dtype, dict(attrs), out)

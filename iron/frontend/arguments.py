@@ -11,6 +11,7 @@ from iron.errors import ArgumentError
 from iron.frontend.declarations import State
 from iron.frontend.handles import Carry
 from iron.frontend.trace import Signature, find_declarations
+from iron.ir import Program
 
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 
@@ -50,7 +51,8 @@ def _spec(where, name, spec):
 
 
 def bind_call(sig: Signature, tensors: tuple, values: dict) -> tuple[dict, dict]:
-    """Check a call's arguments: (tensor name -> array or None, per-call name -> int)."""
+    """Check a call's arguments: (tensor name -> array or None, per-call name -> int). Which
+    per-call values must be given depends on the traced version: see require_values."""
     if not tensors and not sig.tensors and plain_values(sig.value_names, values):
         return {}, values
     where, names = sig.where, [n for n, _ in sig.tensors]
@@ -72,13 +74,6 @@ def bind_call(sig: Signature, tensors: tuple, values: dict) -> tuple[dict, dict]
                 f"{where} got an unexpected value '{key}': its tensors are {', '.join(names) or 'none'} and "
                 f"its per-call values are {', '.join(value_names) or 'none'}."
             )
-    missing = [n for n in value_names if n not in scalars]
-    if missing:
-        kinds = dict(sig.values)
-        raise ArgumentError(
-            f"{where} is missing per-call value(s) {', '.join(missing)}: pass "
-            + ", ".join(f"{n}=<int> ({'Carried' if kinds[n] == 'carried' else 'Scratchpad'})" for n in missing) + "."
-        )
     arrays = {}
     for name, optional in sig.tensors:
         a = given.get(name)
@@ -86,6 +81,17 @@ def bind_call(sig: Signature, tensors: tuple, values: dict) -> tuple[dict, dict]
             raise ArgumentError(f"{where} is missing tensor '{name}': pass it positionally or as {name}=array.")
         arrays[name] = None if a is None else _tensor_value(where, name, a)
     return arrays, scalars
+
+
+def require_values(program: Program, where: str, scalars: dict):
+    """Refuse a call missing a per-call value its traced version reads (an unread one may be left out)."""
+    missing = [v.arg[0] for v in program.scalars if v.arg[0] not in scalars]
+    if missing:
+        kinds = {v.arg[0]: v.arg[1] for v in program.scalars}
+        raise ArgumentError(
+            f"{where} is missing per-call value(s) {', '.join(missing)}: pass "
+            + ", ".join(f"{n}=<int> ({'Carried' if kinds[n] == 'carried' else 'Scratchpad'})" for n in missing) + "."
+        )
 
 
 def plain_values(names: set, values: dict) -> bool:

@@ -15,6 +15,7 @@ from iron.frontend.arguments import (
     bind_call,
     bind_specs,
     checked_state_value,
+    require_values,
     shape_result,
     state_name,
 )
@@ -123,22 +124,19 @@ class Graph:
         """Run one call with numpy; updates the host copy of the states. Returns outputs, a Carry,
         or (outputs..., Carry)."""
         arrays, scalars = bind_call(self.signature(), tensors, values)
-        program, inputs = self._program_for(arrays)
+        program = self._program_for(arrays)
+        require_values(program, self._where, scalars)
+        inputs = [arrays[n.arg[0]] for n in program.inputs]
         outputs, nxt = run(program, self._arrays(), inputs, scalars)
         return shape_result(program.returns, outputs, nxt)
 
-    def _program_for(self, arrays: dict) -> tuple[Program, list[np.ndarray]]:
-        """The Program for a call's tensors (traced for their shapes and dtypes the first time), and
-        the tensors it takes."""
-        if not arrays:
-            shapes, inputs = (), []
-        else:
-            shapes = tuple([None if a is None else (a.shape, a.dtype) for a in arrays.values()])
-            inputs = [a for a in arrays.values() if a is not None]
+    def _program_for(self, arrays: dict) -> Program:
+        """The Program for a call's tensors, traced for their shapes and dtypes the first time."""
+        shapes = tuple([None if a is None else (a.shape, a.dtype) for a in arrays.values()]) if arrays else ()
         programs = self._iron.by_shapes
         if shapes not in programs:
             programs[shapes] = self.trace(**arrays)
-        return programs[shapes], inputs
+        return programs[shapes]
 
     def compile(self, *specs, device=None, feeds=None, **named_specs):
         """Compile for these tensor specs and the current (or given) device -> CompiledGraph."""

@@ -36,13 +36,13 @@ class Trace:
                 f"{kernel.__name__}.step takes {kernel.arity} input(s) (and optionally out=), got {len(args)}."
             )
         inputs = [self.operand(kernel, i, a) for i, a in enumerate(args)]
-        dtype = _kernel_dtype(kernel, inputs, dtype)
+        result = _result_dtype(kernel, inputs, dtype)
         static, dynamic = _split_attrs(kernel, attrs)
         shape = tuple(kernel.out_shape([n.shape for n in inputs], **static))
-        dest = _destination(kernel, self, out, shape, kernel.out_dtype(dtype))
+        dest = _destination(kernel, self, out, shape, result)
         src = (*inputs, *([dest] if dest is not None else []), *dynamic.values())
         call = Call(kernel, tuple(sorted(static.items())), len(inputs), dest is not None, tuple(dynamic))
-        node = Node(Op.CALL, src, shape, kernel.out_dtype(dtype), call)
+        node = Node(Op.CALL, src, shape, result, call)
         self.calls.append(node)
         return Tensor(dest if dest is not None else node)
 
@@ -67,21 +67,32 @@ class Trace:
         RECORDING.trace = None
 
 
-def _kernel_dtype(cls, inputs: list[Node], dtype) -> np.dtype:
-    want = np.dtype(dtype) if dtype is not None else inputs[0].dtype
-    if want not in cls.dtypes:
+def _result_dtype(cls, inputs: list[Node], dtype) -> np.dtype:
+    """The output dtype of a call: every input has the dtype of the first, which the kernel
+    computes in; `dtype=` names the output (default: the kernel's default for that input)."""
+    source = inputs[0].dtype
+    if source not in cls.dtypes:
         ok = ", ".join(dtypes.name(d) for d in dtypes.SUPPORTED if d in cls.dtypes)
         raise KernelTypeError(
-            f"{cls.__name__} does not support {dtypes.name(want)}: it supports {ok}. "
-            "Convert the data (or pick another kernel)."
+            f"{cls.__name__} does not support {dtypes.name(source)}: it supports {ok}. "
+            "Convert the data with Cast (or pick another kernel)."
         )
     for i, n in enumerate(inputs):
-        if n.dtype != want:
+        if n.dtype != source:
             raise KernelTypeError(
-                f"{cls.__name__} computes in {dtypes.name(want)} but input {i} ({describe(n)}) is "
-                f"{dtypes.name(n.dtype)}: give every input the dtype {dtypes.name(want)}."
+                f"{cls.__name__} computes in {dtypes.name(source)} but input {i} ({describe(n)}) is "
+                f"{dtypes.name(n.dtype)}: give every input the dtype {dtypes.name(source)} "
+                f"(Cast.step({describe(n)}, dtype={dtypes.spelling(source)}) converts it)."
             )
-    return want
+    result = np.dtype(cls.out_dtype(source) if dtype is None else dtype)
+    given = cls.out_dtypes(source)
+    if result not in given:
+        ok = ", ".join(dtypes.spelling(d) for d in dtypes.SUPPORTED if d in given)
+        asked = "" if dtype is None else f", not {dtypes.name(result)}"
+        raise KernelTypeError(
+            f"{cls.__name__} on {dtypes.name(source)} inputs gives {ok}{asked}: pass dtype= one of those."
+        )
+    return result
 
 
 def _split_attrs(cls, attrs: dict) -> tuple[dict, dict]:
@@ -274,8 +285,28 @@ def trace(graph, fn, where: str, specs: dict[str, tuple | None]) -> Program:
             mem.node = None
     calls = tuple(t.calls)
     check_hazards(calls, where)
-    return Program(where.split(".")[0], tuple(inputs), tuple(scalars), declarations, memories,
-                   calls, outputs, next_values, returns)
+    read = read_names(calls, next_values) | set(sig.carried)   # every carried value is a word the Emit writes
+    unread = tuple(n.arg[0] for n in (*inputs, *scalars) if n.arg[0] not in read)
+    return Program(where.split(".")[0], tuple(n for n in inputs if n.arg[0] in read),
+                   tuple(v for v in scalars if v.arg[0] in read), declarations, memories,
+                   calls, outputs, next_values, returns, unread)
+
+
+def read_names(calls: tuple[Node, ...], next_values: tuple[tuple[str, Node], ...]) -> set[str]:
+    """The tensors and per-call values a traced body reads. Only those are a version's inputs and
+    words: a version that ignores a Scratchpad (the body of a loop whose first version reads it)
+    has no word for it, and a call may give it or leave it out."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    stack = [*calls, *(node for _, node in next_values)]
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            if node.op in (Op.VAR, Op.INPUT):
+                names.add(node.arg[0])
+            stack.extend(node.src)
+    return names
 
 
 def _returned(t: Trace, value, sig: Signature, where: str):

@@ -1,10 +1,11 @@
 """`iron.Kernel`: what a kernel is to iron, and `K.step(...)`, which records a call while tracing.
 
-A kernel states its arity, the dtypes it supports, a shape rule, a numpy `compute` (the oracle
-the emulator and reference run), the C ABI of its AIE C++ source (`symbol`, `sizes`, `c_attrs`)
-and that source (a file of iron/kernels/cc for the library, C++ text for a user kernel).
-bfloat16 kernels compute in float32 and round the result once, as their C++ does. This module
-records calls; it neither runs them nor places them.
+A kernel states its arity, the dtypes it computes in and the dtypes it gives (`out_dtypes`), a
+shape rule, a numpy `compute` (the oracle the emulator and reference run), the C ABI of its AIE
+C++ source (`symbol`, `sizes`, `c_attrs`) and that source (a file of iron/kernels/cc for the
+library, C++ text for a user kernel). bfloat16 kernels compute in float32 and round the result
+once, as their C++ does; integer results wrap to the output dtype, or clamp to its range in a
+kernel that `saturates`. This module records calls; it neither runs them nor places them.
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ class Kernel:
 
     name: ClassVar[str] = ""                  # C symbol stem and source stem: add -> add_f32 in add.cc
     arity: ClassVar[int] = 1                  # tensor inputs (a further positional is `out`)
-    dtypes: ClassVar[frozenset] = frozenset(dtypes.SUPPORTED)
+    dtypes: ClassVar[frozenset] = frozenset(dtypes.SUPPORTED)  # what every input of a call shares
+    results: ClassVar[dict] = {}              # input dtype -> further output dtypes dtype= may ask for
     attrs: ClassVar[dict[str, Any]] = {}      # static attrs and their defaults (REQUIRED: no default)
     scalar_attrs: ClassVar[tuple[str, ...]] = ()  # attrs that may be per-call values
     c_attrs: ClassVar[tuple[tuple[str, str], ...]] = ()  # attrs passed to C, in order, with C type
@@ -39,6 +41,7 @@ class Kernel:
     needs_out: ClassVar[bool] = False         # only writes into a view (no output of its own)
     exact_in_dtype: ClassVar[bool] = False    # bf16 computes without the float32 round trip
     keeps_dtype: ClassVar[bool] = False       # compute() always returns an array of the output dtype
+    saturates: ClassVar[bool] = False         # integer results clamp to the output range, not wrap
     copies: ClassVar[bool] = False            # the output is the input (Copy): writing it needs no compute
     source: ClassVar[str | None] = None       # C++ text (user kernels); None: iron/kernels/cc/<name>.cc
 
@@ -54,7 +57,13 @@ class Kernel:
 
     @classmethod
     def out_dtype(cls, dtype: np.dtype) -> np.dtype:
+        """The output dtype of a call on inputs of `dtype` when the call names none."""
         return dtype
+
+    @classmethod
+    def out_dtypes(cls, dtype: np.dtype) -> frozenset:
+        """Every output dtype a call on inputs of `dtype` may give (dtype= picks one)."""
+        return frozenset({np.dtype(cls.out_dtype(dtype)), *cls.results.get(np.dtype(dtype), ())})
 
     @staticmethod
     def compute(*arrays, **attrs) -> np.ndarray:
@@ -73,8 +82,18 @@ class Kernel:
 
     # ---- derived -------------------------------------------------------------------------------
     @classmethod
-    def symbol(cls, dtype) -> str:
-        return f"{cls.name}_{dtypes.suffix(dtype)}"
+    def signatures(cls) -> list[tuple[np.dtype, np.dtype]]:
+        """Every (input dtype, output dtype) this kernel implements, in dtypes.SUPPORTED order."""
+        return [(d, o) for d in dtypes.SUPPORTED if d in cls.dtypes for o in dtypes.SUPPORTED if o in cls.out_dtypes(d)]
+
+    @classmethod
+    def symbol(cls, dtype, out=None) -> str:
+        """The C symbol of a call on inputs of `dtype` giving `out`: `matvec_i8`, and, when `out`
+        is not the default output dtype, `matvec_i8_i32` or `cast_f32_bf16`."""
+        stem = f"{cls.name}_{dtypes.suffix(dtype)}"
+        if out is None or np.dtype(out) == cls.out_dtype(np.dtype(dtype)):
+            return stem
+        return f"{stem}_{dtypes.suffix(out)}"
 
     @classmethod
     def source_text(cls) -> tuple[str, str]:
@@ -85,15 +104,19 @@ class Kernel:
 
     @classmethod
     def reference(cls, *arrays, dtype=None, **attrs) -> np.ndarray:
-        """The numpy result of one call (bfloat16 computed in float32 and rounded once)."""
-        dtype = np.dtype(dtype or arrays[0].dtype)
-        fn = cls.reference_fn(dtype, attrs)
-        return fn(*arrays)
+        """The numpy result of one call on `arrays` giving `dtype` (default: the default output
+        dtype; bfloat16 computed in float32 and rounded once)."""
+        source = arrays[0].dtype
+        return cls.reference_fn(source, attrs, dtype)(*arrays)
 
     @classmethod
-    def reference_fn(cls, dtype: np.dtype, attrs: dict):
-        """A closure computing one call of this kernel in `dtype` with static `attrs`."""
-        compute, out = cls.compute, cls.out_dtype(dtype)
+    def reference_fn(cls, dtype: np.dtype, attrs: dict, out=None):
+        """A closure computing one call of this kernel on inputs of `dtype` with static `attrs`,
+        giving `out` (default: the default output dtype)."""
+        compute = cls.compute
+        out = np.dtype(cls.out_dtype(dtype) if out is None else out)
+        if cls.saturates and out.kind in "iu":
+            return _saturating(compute, attrs, out)
         if dtype == dtypes.bfloat16 and not cls.exact_in_dtype:
             f32 = np.float32
 
@@ -111,16 +134,17 @@ class Kernel:
 
     @classmethod
     def emulate(cls, dtype, pointers: list[np.ndarray], sizes: tuple[int, ...], attrs: dict):
-        """Run one C-ABI call with numpy: `pointers` are flat arrays (inputs, then the output or,
-        for an accumulating kernel, the destination), `sizes` the i32 size operands, `attrs` the
-        c_attrs by name. Writes the output in place, as the C++ does. This is the C ABI's meaning
-        in one place; the emulator's prepared kernel calls are tested bit for bit against it."""
+        """Run one C-ABI call with numpy: `pointers` are flat arrays (inputs of `dtype`, then the
+        output, whose dtype is the call's output dtype, or, for an accumulating kernel, the
+        destination), `sizes` the i32 size operands, `attrs` the c_attrs by name. Writes the output
+        in place, as the C++ does. This is the C ABI's meaning in one place; the emulator's
+        prepared kernel calls are tested bit for bit against it."""
         in_shapes, out_shape = cls.abi_shapes(sizes)
         ins = [p.reshape(s) for p, s in zip(pointers, in_shapes)]
         out = pointers[len(in_shapes)]
         if cls.accumulates:
             ins.append(out.reshape(out_shape))
-        result = cls.reference_fn(np.dtype(dtype), {})(*ins, **attrs)
+        result = cls.reference_fn(np.dtype(dtype), {}, out.dtype)(*ins, **attrs)
         out[...] = np.asarray(result).reshape(-1)
 
     @classmethod
@@ -140,3 +164,12 @@ class Kernel:
                 "while iron traces it: call the graph (g(...), g.reference(...), g.compile(...))."
             )
         return recorder.call(cls, args, out, dtype, attrs)
+
+
+def _saturating(compute, attrs: dict, out: np.dtype):
+    """A closure computing in integers and clamping the result to `out`'s range."""
+    info = np.iinfo(out)
+
+    def run(*arrays, **dyn):
+        return np.clip(compute(*arrays, **attrs, **dyn), info.min, info.max).astype(out)
+    return run

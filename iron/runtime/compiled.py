@@ -13,11 +13,13 @@ import numpy as np
 
 import aie_utils
 from iron import debug
+from iron.compiler.plan import PlacementKind, WordRef
 from iron.errors import ArgumentError, LoopError, UnknownDevice
 from iron.frontend.arguments import (
     bind_call,
     check_tensor,
     checked_state_value,
+    require_values,
     shape_result,
     state_name,
 )
@@ -30,7 +32,7 @@ class Versions:
     its states that every version shares (a first version and the body it feeds write one trail)."""
 
     compiled: dict[tuple, CompiledGraph] = field(default_factory=dict)  # (program, device, feeds)
-    states: dict[str, tuple] = field(default_factory=dict)      # device name -> (layout, words)
+    states: dict[str, Any] = field(default_factory=dict)        # device name -> its DeviceStates
     xrt_owners: dict[str, Any] = field(default_factory=dict)    # device name -> the design holding the states BO
 
 
@@ -90,7 +92,7 @@ class CompiledGraph:
         self._words = WordProgram(plan.words)
         self._inputs = [(n.arg[0], plan.placement(n.arg[0])) for n in program.inputs]
         self._input_names = {name for name, _ in self._inputs}
-        self._outputs = [p for p in plan.placements if p.kind == "output"]
+        self._outputs = [p for p in plan.placements if p.kind is PlacementKind.OUTPUT]
 
     # ---- what the compiler made ----------------------------------------------------------------
     @property
@@ -158,6 +160,7 @@ class CompiledGraph:
         """Checked inputs and this call's words (raises before anything is written)."""
         where = self.graph._where
         arrays, scalars = bind_call(self.graph.signature(), tensors, values)
+        require_values(self.program, where, scalars)
         inputs = []
         for name, placement in self._inputs:
             a = arrays.get(name)
@@ -168,7 +171,7 @@ class CompiledGraph:
             check_tensor(where, name, a, placement.shape, placement.dtype)
             inputs.append((placement, a))
         for name, a in arrays.items():
-            if a is not None and name not in self._input_names:
+            if a is not None and name not in self._input_names and name not in self.program.unread:
                 raise ArgumentError(
                     f"{where} was compiled without tensor '{name}' (it traced the None branch): compile a version with it."
                 )
@@ -185,7 +188,6 @@ class CompiledGraph:
         return shape_result(self.program.returns, outputs, nxt)
 
     def _carried(self, source, words) -> int:
-        kind, where = source
-        if kind == "word":
-            return int(words[where])
-        return int(self.session.read(self.plan.placement(where)).reshape(-1)[0])
+        if isinstance(source, WordRef):
+            return int(words[source.index])
+        return int(self.session.read(self.plan.placement(source.placement)).reshape(-1)[0])

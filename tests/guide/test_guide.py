@@ -74,15 +74,27 @@ EXPECTED = {
         f"device loop (npu2, 8 + 1 transitions): trail {WALK_TRAIL} -> matches the numpy walk (exact)",
     ],
     "section-5/feeds.py": [
+        "first's words: node, steps, skip, steps + 1",
+        "body's words: node, steps, steps + 1",
         f"host-driven (npu2): trail {TRAIL} -> matches numpy (exact)",
         "device loop (depth 2): yielded [0, 1, 2, 3, 4, 5], last carry {'node': 6, 'steps': 7}",
         f"device loop (npu2): trail {TRAIL} -> matches numpy (exact)",
     ],
+    "section-5/resume.py": [
+        "start: yielded [], 1 transitions, carry {'node': 10, 'steps': 1} -> matches the numpy walk (exact)",
+        "steps(3): yielded [0, 1, 2], 4 transitions, carry {'node': 5, 'steps': 4} -> matches the numpy walk (exact)",
+        "steps(4): yielded [3, 4, 5, 6], 8 transitions, carry {'node': 3, 'steps': 8} -> matches the numpy walk "
+        "(exact)",
+        "steps(10), break at 8: yielded [7, 8], 11 transitions, carry {'node': 7, 'steps': 11} -> matches the "
+        "numpy walk (exact)",
+        "steps(2): yielded [10, 11], 13 transitions, carry {'node': 4, 'steps': 13} -> matches the numpy walk "
+        "(exact)",
+    ],
     "section-6/does_not_fit.py": [
-        "RunningSum: DoesNotFit: RunningSum does not fit tile_0_2: its buffers take 99328 bytes but a compute "
+        "RunningSum: DoesNotFit: RunningSum does not fit tile_0_2: its buffers take 132096 bytes but a compute "
         "tile has 65536: g0_in@tile_0_2 65536 bytes (history, x), g0_host@tile_0_2 32768 bytes (out0), "
-        "stack@tile_0_2 1024 bytes. Use smaller states, split the work over more kernel calls, or compile for "
-        "a device with more tiles.",
+        "g0_out 32768 bytes (Add#0), stack@tile_0_2 1024 bytes. Use smaller states, split the work over more "
+        "kernel calls, or compile for a device with more tiles.",
         "ChunkedRunningSum: 8 compute tiles, one per chunk of 1024",
         "ChunkedRunningSum (npu2), 3 calls: history[:3] = [ 1.6432 -0.8204  0.3386] -> matches numpy "
         "(rtol 1e-06, atol 1e-06)",
