@@ -26,12 +26,18 @@ def bind_specs(sig: Signature, specs: tuple, named: dict) -> dict:
         if k not in names:
             raise ArgumentError(f"{where} has no tensor parameter '{k}': its tensors are {', '.join(names) or 'none'}.")
         given[k] = v
+    return _each_tensor(sig, given, _spec, lambda n: f"{where} needs a spec for tensor '{n}': pass {n}=((shape...), dtype).")
+
+
+def _each_tensor(sig: Signature, given: dict, convert, missing) -> dict:
+    """Tensor name -> `convert(where, name, value)` of its given value, None for an omitted optional
+    tensor; a required one omitted is refused with the text `missing(name)`."""
     out = {}
     for name, optional in sig.tensors:
-        spec = given.get(name)
-        if spec is None and not optional:
-            raise ArgumentError(f"{where} needs a spec for tensor '{name}': pass {name}=((shape...), dtype).")
-        out[name] = None if spec is None else _spec(where, name, spec)
+        value = given.get(name)
+        if value is None and not optional:
+            raise ArgumentError(missing(name))
+        out[name] = None if value is None else convert(sig.where, name, value)
     return out
 
 
@@ -74,12 +80,8 @@ def bind_call(sig: Signature, tensors: tuple, values: dict) -> tuple[dict, dict]
                 f"{where} got an unexpected value '{key}': its tensors are {', '.join(names) or 'none'} and "
                 f"its per-call values are {', '.join(value_names) or 'none'}."
             )
-    arrays = {}
-    for name, optional in sig.tensors:
-        a = given.get(name)
-        if a is None and not optional:
-            raise ArgumentError(f"{where} is missing tensor '{name}': pass it positionally or as {name}=array.")
-        arrays[name] = None if a is None else _tensor_value(where, name, a)
+    arrays = _each_tensor(sig, given, _tensor_value,
+                          lambda n: f"{where} is missing tensor '{n}': pass it positionally or as {n}=array.")
     return arrays, scalars
 
 
