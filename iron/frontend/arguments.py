@@ -26,7 +26,7 @@ def bind_specs(sig: Signature, specs: tuple, named: dict) -> dict:
         if k not in names:
             raise ArgumentError(f"{where} has no tensor parameter '{k}': its tensors are {', '.join(names) or 'none'}.")
         given[k] = v
-    return _each_tensor(sig, given, _spec, lambda n: f"{where} needs a spec for tensor '{n}': pass {n}=((shape...), dtype).")
+    return _each_tensor(sig, given, _spec, lambda n: f"{where} needs a spec for tensor '{n}': pass {n}=((shape...), dtype), or the shape alone for bfloat16.")
 
 
 def _each_tensor(sig: Signature, given: dict, convert, missing) -> dict:
@@ -42,8 +42,12 @@ def _each_tensor(sig: Signature, given: dict, convert, missing) -> dict:
 
 
 def _spec(where, name, spec):
+    """(shape, dtype) of a tensor spec: an array, ((shape...), dtype), or a shape alone, which
+    means bfloat16 as in IRON (a dtype is never an int, so a tuple of ints is a shape)."""
     if isinstance(spec, np.ndarray):
         spec = (spec.shape, spec.dtype)
+    if _is_shape(spec):
+        spec = (spec, dtypes.bfloat16)
     try:
         shape, dtype = spec
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
@@ -54,6 +58,13 @@ def _spec(where, name, spec):
             f"tensor '{name}' of {where} has dtype {dtype}: supported dtypes are {dtypes.supported_text()}."
         )
     return shape, np.dtype(dtype)
+
+
+def _is_shape(spec) -> bool:
+    ints = (int, np.integer)
+    if isinstance(spec, ints):
+        return not isinstance(spec, bool)
+    return isinstance(spec, (tuple, list)) and all(isinstance(s, ints) and not isinstance(s, bool) for s in spec)
 
 
 def bind_call(sig: Signature, tensors: tuple, values: dict) -> tuple[dict, dict]:

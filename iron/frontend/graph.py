@@ -19,7 +19,7 @@ from iron.frontend.arguments import (
     shape_result,
     state_name,
 )
-from iron.frontend.declarations import Memory, State
+from iron.frontend.declarations import Constants, Memory, State
 from iron.frontend.trace import Signature, find_declarations, trace
 from iron.ir import Program
 from iron.reference import run
@@ -36,6 +36,7 @@ class GraphState:
     programs: dict[tuple, Program] = field(default_factory=dict)   # by tensor specs
     by_shapes: dict[tuple, Program] = field(default_factory=dict)  # by the (shape, dtype) of a call's tensors
     last_spec: dict | None = None
+    constants: Constants = field(default_factory=Constants)  # numpy arrays body() passes to kernels
     runtime: Any = None
 
 
@@ -86,7 +87,8 @@ class Graph:
         state.last_spec = spec
         key = tuple(sorted(spec.items(), key=lambda kv: kv[0]))
         if key not in state.programs:
-            state.programs[key] = trace(self, self._body(), self._where, spec)
+            state.programs[key] = trace(self, self._body(), self._where, spec, state.constants)
+            state.memories = None   # the trace may have captured new constants
         return state.programs[key]
 
     # ---- states --------------------------------------------------------------------------------
@@ -100,8 +102,8 @@ class Graph:
     def _arrays(self) -> dict[str, np.ndarray]:
         state = self._iron
         if state.memories is None:
-            arrays = {mem.given_name or path: mem.array for path, mem in find_declarations(self) if not isinstance(mem, State)}
-            state.memories = {**arrays, **self._states()}
+            declared = {mem.given_name or path: mem.array for path, mem in find_declarations(self) if not isinstance(mem, State)}
+            state.memories = {**declared, **state.constants.arrays(), **self._states()}
         return state.memories
 
     def read(self, state) -> np.ndarray:
