@@ -104,6 +104,7 @@ PASSES = ("compile", "fuse", "place", "route", "channels", "lower", "objects", "
 RULES = [
     ("iron.ir", {"iron"}, "the IR imports nothing above it"),
     ("iron.compiler", {"iron.runtime", "iron.frontend", "iron.reference"}, "the compiler never imports the runtime"),
+    ("iron.compiler", {"iron.kernels.library"}, "the compiler decides from kernel traits, never library classes"),
     ("iron.runtime.emulator", {"iron.frontend", "iron.reference", *(f"iron.compiler.{m}" for m in PASSES)},
      "the emulator knows only the Plan"),
 ]
