@@ -7,7 +7,7 @@ A BD names a span of a buffer, the lock it acquires before moving it and the loc
 after, and the next BD; a channel runs its chain forever. A Stream holds no words: a send
 completes once every destination channel has taken every word, so an MM2S channel whose
 destinations are not ready waits, as backpressure makes it on the device. Each piece a
-destination takes is one data action (a copy), recorded on the Board's trace for replay.
+destination takes is one data action (a Copy), recorded on the Board's trace for replay.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import numpy as np
 
 from iron.compiler.plan import Direction
 from iron.runtime.emulator.lock import Lock
+from iron.runtime.emulator.replay import Copy
 from iron.runtime.emulator.scheduler import Board, Signal
 from iron.runtime.emulator.tile import Buffer
 
@@ -35,7 +36,9 @@ class Span:
     def take(self, start: int, count: int, source, at: int, board: Board):
         """Write words [at, at + count) of `source` (a Span, or a host transfer) here at `start`."""
         if type(source) is Span:
-            board.act(np.copyto, self.view(start, (count,)), source.view(at, (count,)))
+            np.copyto(self.view(start, (count,)), source.view(at, (count,)))
+            if board.trace is not None:
+                board.trace.append(Copy(self.buffer, self.offset + start, source.buffer, source.offset + at, count))
         else:
             source.read_into(at, count, self, start, board)
 

@@ -23,7 +23,7 @@ from collections import deque
 
 import numpy as np
 
-from iron.compiler.plan import HostRole
+from iron.compiler.plan import HostRole, TileKind
 from iron.errors import ArgumentError, DeviceHang, IndexOutOfRange, PlanError
 from iron.runtime.emulator.core import CoreProgram, compile_function
 from iron.runtime.emulator.kernels import kernel_calls, kernel_mode
@@ -76,7 +76,9 @@ class Emulator:
         self._signals = [*self._locks, *(s for stream in streams for s in (stream.sent, stream.arrived)),
                          *(c.signal for c in self.sequence.channels.values())]
         run_until_quiet(board)
-        self._replay = Replay(self._state()) if replay else None
+        relays = {b for at, tile in self.tiles.items() if at.kind is TileKind.MEM for b in tile.buffers.values()}
+        hosts = [getattr(op, "buffer", None) for op in plan.sequence]
+        self._replay = Replay(self._state(), board, relays, hosts) if replay else None
 
     @property
     def replayed(self) -> int:

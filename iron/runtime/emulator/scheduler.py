@@ -7,13 +7,12 @@ actions.
 from __future__ import annotations
 
 from collections import deque
-from functools import partial
 
 
 class Board:
     """`ready` (tasks to resume, in order), `windows` (this launch's window of each runtime-sequence
     op on its host buffer, shim.py) and `trace` (the data actions of the launch being recorded, in
-    order, each a call without arguments; None when not recording)."""
+    order, replay.py; None when not recording)."""
 
     __slots__ = ("ready", "windows", "trace")
 
@@ -22,14 +21,8 @@ class Board:
         self.windows: list = []
         self.trace: list | None = None
 
-    def act(self, act, *args):
-        """Run a data action, `act(*args)`, and record it."""
-        act(*args)
-        if self.trace is not None:
-            self.trace.append(partial(act, *args))
-
     def record(self, act):
-        """Record a data action that has just run."""
+        """Record a data action that has just run (replay.py)."""
         if self.trace is not None:
             self.trace.append(act)
 

@@ -1,4 +1,4 @@
-"""The shim tiles' DMA and the runtime sequence (docs/platform.md section 6): each FIFO end on a
+"""The shim tiles' DMA and the runtime sequence (docs/platform.md sections 5 and 6): each FIFO end on a
 shim tile is a shim DMA channel whose BDs address host memory, and a launch runs the runtime
 sequence, which writes each dma_memcpy_nd op into a BD of its shim tile (by `bd_id`, with the
 op's sizes and strides), pushes it onto the channel's task queue, and at each dma_wait blocks
@@ -7,8 +7,8 @@ pushed since the last wait, as on the device).
 
 A BD moves the words of its op's access pattern in a host buffer; the pieces it moves are views
 of that buffer (a `Window` of the op on one host buffer from one offset, kept across launches,
-so each piece's view is made once). Each piece moved is a data action on the Board's trace,
-naming its op by index in the launch, so a replayed launch moves the same pieces of its own
+so each piece's view is made once). Each piece moved is a data action (a Fill or a Drain) on
+the Board's trace, naming its op by index in the launch, so a replayed launch moves the same pieces of its own
 windows (its run's host buffers and patched offsets).
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 from iron.compiler.plan import Direction, Dma, TileKind
 from iron.errors import PlanError
 from iron.runtime.emulator.dma import Span, Stream
+from iron.runtime.emulator.replay import WINDOWS_KEPT, Drain, Fill
 from iron.runtime.emulator.scheduler import Board, Signal
 
 
@@ -75,9 +76,6 @@ class DmaOp:
         return None
 
 
-WINDOWS_KEPT = 16  # windows per op: the host buffers and patched offsets of recent launches
-
-
 class Window:
     """The words one DmaOp touches in one host buffer from one base: pieces of them as views
     (a slice, or a piece of the op's 4-D strided window), kept for reuse."""
@@ -117,13 +115,13 @@ class Window:
         piece = self.piece(moved, count)
         return self.host[self.indices(moved, count)] if piece is None else piece
 
-    def write(self, moved: int, span, start: int, count: int):
-        """Words [start, start + count) of `span` as pattern words [moved, moved + count)."""
+    def write(self, moved: int, buffer, start: int, count: int):
+        """Words [start, start + count) of tile `buffer` as pattern words [moved, moved + count)."""
         piece = self.piece(moved, count)
         if piece is None:
-            self.host[self.indices(moved, count)] = span.view(start, (count,))
+            self.host[self.indices(moved, count)] = buffer.shaped(start, (count,))
         else:
-            piece[...] = span.view(start, piece.shape)
+            piece[...] = buffer.shaped(start, piece.shape)
 
 
 class Transfer:
@@ -139,31 +137,12 @@ class Transfer:
         """Pattern words [at, at + count) into words [start, ...) of `span`."""
         words = self.window.read(at, count)
         span.view(start, words.shape)[...] = words
-        board.record(filler(board, self.index, at, count, span, start))
+        board.record(Fill(self.index, at, count, span.buffer, span.offset + start))
 
     def take(self, start: int, count: int, source: Span, at: int, board: Board):
         """Words [at, at + count) of `source` as pattern words [start, ...)."""
-        self.window.write(start, source, at, count)
-        index = self.index
-        board.record(lambda: board.windows[index].write(start, source, at, count))
-
-
-def filler(board: Board, index: int, moved: int, count: int, span: Span, start: int):
-    """The data action of a `read_into` by transfer `index` of the launch it runs in; the views it
-    copies between are made once per window of that transfer (host buffer and offset)."""
-    made: dict = {}
-
-    def act():
-        window = board.windows[index]
-        views = made.get(window)
-        if views is None:
-            if len(made) == WINDOWS_KEPT:
-                made.clear()
-            piece = window.piece(moved, count)
-            views = made[window] = piece, span.view(start, (count,) if piece is None else piece.shape)
-        piece, destination = views
-        destination[...] = window.host[window.indices(moved, count)] if piece is None else piece
-    return act
+        self.window.write(start, source.buffer, source.offset + at, count)
+        board.record(Drain(self.index, start, count, source.buffer, source.offset + at))
 
 
 class ShimChannel:
