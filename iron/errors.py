@@ -19,8 +19,9 @@ class DeclarationError(IronError, ValueError):
     """A weight, param or state declaration is malformed."""
 
 
-class CarryError(IronError, ValueError):
-    """The body's iron.carry(...) is missing, misplaced, or does not match its Carried parameters."""
+class CarryError(IronError, TypeError, ValueError):
+    """The body's iron.carry(...) is missing, misplaced, or does not match its Carried parameters,
+    or a Carry is changed in place. A TypeError as in IRON (and a ValueError, as iron raised before)."""
 
 
 class TracedValueError(IronError, TypeError):
@@ -71,6 +72,11 @@ class ToolchainMissing(IronError, RuntimeError):
 
 class BuildError(IronError, RuntimeError):
     """A build tool ran and failed; the message carries its stderr."""
+
+
+class CacheError(IronError, RuntimeError):
+    """iron's cache directory cannot be used: not a directory, not writable, or (for native
+    kernels) writable by another account."""
 
 
 class BackendUnavailable(IronError, RuntimeError):
