@@ -17,6 +17,7 @@ import pytest
 
 import iron
 from aie_utils import from_name
+from iron.compiler.invariants import check_plan
 from iron.compiler.plan import (
     Acquire,
     Buffer,
@@ -53,7 +54,6 @@ from iron.errors import (
     IndexOutOfRange,
     PlanError,
 )
-from iron.compiler.invariants import check_plan
 from iron.kernels import LIBRARY
 from iron.kernels.registry import lookup
 from iron.runtime.emulator import Emulator

@@ -76,15 +76,16 @@ class ObjectFifos:
         self.streams: dict[str, Stream] = {}
         self.shim_ends: dict[tuple, tuple[Direction, int]] = {}
         fifos = {f.name: f for f in plan.fifos}
+        self.homes = fifo_homes(plan)
         linked = {(name, link.tile) for link in plan.links for name in (*link.sources, *link.destinations)}
         for fifo in plan.fifos:
-            self._lower(plan, fifo, linked)
+            self._lower(fifo, linked)
         for link in plan.links:
-            self._link(plan, link, fifos)
+            self._link(link, fifos)
 
-    def _lower(self, plan, fifo, linked):
+    def _lower(self, fifo, linked):
         if fifo.shared_memory:
-            ((home, _),) = fifo_homes(plan, fifo)
+            ((home, _),) = self.homes[fifo.name]
             end = FifoEnd(self.tiles[home], fifo.name, fifo.depth, fifo.nbytes)
             self.ends[(fifo.name, fifo.producer)] = self.ends[(fifo.name, fifo.consumers[0])] = end
             return
@@ -98,10 +99,10 @@ class ObjectFifos:
                 end = self.ends[(fifo.name, at)] = FifoEnd(self.tiles[at], name, fifo.depth, fifo.nbytes)
                 self._channel(at, direction, fifo.name, end.bds(direction, 0, fifo.nbytes, 1), stream, k)
 
-    def _link(self, plan, link, fifos):
+    def _link(self, link, fifos):
         """One set of buffers on the mem tile, of the member FIFO mlir-aie keeps there."""
         members = [fifos[name] for name in (*link.sources, *link.destinations)]
-        holder = next(f for f in members if link.tile in dict(fifo_homes(plan, f)))
+        holder = next(f for f in members if link.tile in dict(self.homes[f.name]))
         parts = max(len(link.sources), len(link.destinations))
         name = f"{holder.name}_cons" if holder.name in link.sources else holder.name
         end = FifoEnd(self.tiles[link.tile], name, holder.depth, holder.nbytes, parts)
