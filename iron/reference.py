@@ -154,7 +154,8 @@ class Reference:
         dyn = [(name, self._scalar(n)) for name, n in zip(c.scalar_attrs, scalar_nodes)]
         for name, slot in dyn:
             self._add_attr_check(call, name, slot)
-        run = kernel.reference_fn(call.src[0].dtype, {k: v for k, v in attrs.items() if k not in c.scalar_attrs})
+        run = kernel.reference_fn(call.src[0].dtype, {k: v for k, v in attrs.items() if k not in c.scalar_attrs},
+                                   call.shape)
         if c.writes:
             dest = call.src[n_in]
             dest_get = self._tensor(dest)

@@ -13,9 +13,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from iron import dtypes
-from iron.errors import KernelTypeError
+from iron import dtypes, names
+from iron.errors import DeclarationError, KernelTypeError
 from iron.ir import Call, Node, Op, describe
+from iron.kernels.registry import claim, is_library
 
 CC_DIR = Path(__file__).parent / "cc"
 
@@ -42,6 +43,18 @@ class Kernel:
     source: ClassVar[str | None] = None       # C++ text (user kernels); None: iron/kernels/cc/<name>.cc
 
     REQUIRED = object()
+
+    def __init_subclass__(cls, **kwargs):
+        """A named kernel claims its name when defined (an unnamed one is a base for others)."""
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__ and cls.name:
+            raise DeclarationError(
+                f"kernel {cls.__qualname__} inherits the name '{cls.name}': a kernel's name is its C symbol "
+                f"and source file, so each kernel needs its own. Set name = '...' in {cls.__qualname__}."
+            )
+        if cls.name:
+            names.kernel_name(cls.__qualname__, cls.name)
+            claim(cls)
 
     # ---- what a subclass defines ---------------------------------------------------------------
     @classmethod
@@ -73,14 +86,13 @@ class Kernel:
     # ---- derived -------------------------------------------------------------------------------
     @classmethod
     def symbol(cls, dtype) -> str:
-        return f"{cls.name}_{dtypes.suffix(dtype)}"
+        return names.symbol(cls.name, dtypes.suffix(dtype))
 
     @classmethod
     def source_text(cls) -> tuple[str, str]:
         """(file name, C++ text) of the kernel's source."""
-        if cls.source is not None:
-            return f"{cls.name}.cc", cls.source
-        return f"{cls.name}.cc", (CC_DIR / f"{cls.name}.cc").read_text()
+        file = names.source_file(cls.name)
+        return file, cls.source if cls.source is not None else (CC_DIR / file).read_text()
 
     @classmethod
     def reference(cls, *arrays, dtype=None, **attrs) -> np.ndarray:
@@ -90,10 +102,14 @@ class Kernel:
         return fn(*arrays)
 
     @classmethod
-    def reference_fn(cls, dtype: np.dtype, attrs: dict):
-        """A closure computing one call of this kernel in `dtype` with static `attrs`."""
+    def reference_fn(cls, dtype: np.dtype, attrs: dict, shape: tuple[int, ...] | None = None):
+        """A closure computing one call of this kernel in `dtype` with static `attrs`; given the
+        call's output `shape`, a user kernel's compute() results are checked against it."""
         compute, out = cls.compute, cls.out_dtype(dtype)
-        if dtype == dtypes.bfloat16 and not cls.exact_in_dtype:
+        widened = dtype == dtypes.bfloat16 and not cls.exact_in_dtype
+        if shape is not None and not is_library(cls):
+            compute = cls.checked_compute(tuple(shape), cls.out_dtype(np.dtype(np.float32)) if widened else out)
+        if widened:
             f32 = np.float32
 
             def run(*arrays, **dyn):
@@ -109,6 +125,25 @@ class Kernel:
         return run
 
     @classmethod
+    def checked_compute(cls, shape: tuple[int, ...], dtype: np.dtype):
+        """compute(), refusing a result of another shape or dtype than `shape` and `dtype`: a user
+        kernel's mistake is a KernelTypeError on every path, never an array of the wrong size."""
+        compute = cls.compute
+
+        def run(*arrays, **attrs):
+            result = compute(*arrays, **attrs)
+            got = getattr(result, "dtype", None)
+            if got != dtype or np.shape(result) != shape:
+                what = f"{np.shape(result)} {dtypes.name(got)}" if got is not None else type(result).__name__
+                raise KernelTypeError(
+                    f"{cls.__name__}.compute() returned {what} but this call's output is {shape} "
+                    f"{dtypes.name(dtype)}: return a numpy array of that shape and dtype "
+                    f"(e.g. result.astype(np.{dtypes.name(dtype)}))."
+                )
+            return result
+        return run
+
+    @classmethod
     def emulate(cls, dtype, pointers: list[np.ndarray], sizes: tuple[int, ...], attrs: dict):
         """Run one C-ABI call with numpy: `pointers` are flat arrays (inputs, then the output or,
         for an accumulating kernel, the destination), `sizes` the i32 size operands, `attrs` the
@@ -119,7 +154,7 @@ class Kernel:
         out = pointers[len(in_shapes)]
         if cls.accumulates:
             ins.append(out.reshape(out_shape))
-        result = cls.reference_fn(np.dtype(dtype), {})(*ins, **attrs)
+        result = cls.reference_fn(np.dtype(dtype), {}, out_shape)(*ins, **attrs)
         out[...] = np.asarray(result).reshape(-1)
 
     @classmethod
@@ -136,6 +171,10 @@ class Kernel:
         from iron.frontend.trace import current_trace
 
         trace = current_trace(cls)
+        if not cls.name:
+            raise KernelTypeError(
+                f"{cls.__name__} has no name: set name = '...' (its C symbol and source file) to call it."
+            )
         if len(args) == cls.arity + 1 and out is None:
             *args, out = args
         if len(args) != cls.arity:

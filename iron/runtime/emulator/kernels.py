@@ -19,7 +19,7 @@ import numpy as np
 from iron import dtypes
 from iron.compiler.plan import KernelStep
 from iron.errors import BackendUnavailable
-from iron.kernels.registry import lookup
+from iron.kernels.registry import is_library, lookup
 
 MODES = ("numpy", "native")
 
@@ -69,7 +69,10 @@ class NumpyCall(KernelCall):
         # Kernel.reference_fn computes bfloat16 in float32; in any other dtype it only casts the
         # result to the output dtype, which writing an array into the output pointer does alike,
         # so there the kernel's compute is called directly (a non-array result is cast first).
+        # A user kernel's compute() is checked against the output it writes (library kernels keep
+        # their shape rules), as the reference checks it.
         dtype = np.dtype(dtype)
+        self.kernel, self.dtype, self.checked = kernel, dtype, not is_library(kernel)
         self.compute = kernel.compute if dtype != dtypes.bfloat16 else kernel.reference_fn(dtype, {})
         self.out_dtype = np.dtype(kernel.out_dtype(dtype))
         self.operands = kernel.arity + kernel.accumulates
@@ -77,7 +80,8 @@ class NumpyCall(KernelCall):
 
     def bind(self, pointers, sizes, attrs):
         inputs, out, out_dtype = tuple(pointers[: self.operands]), pointers[-1], self.out_dtype
-        compute = partial(self.compute, **dict(zip(self.attr_names, attrs))) if attrs else self.compute
+        compute = self.kernel.reference_fn(self.dtype, {}, out.shape) if self.checked else self.compute
+        compute = partial(compute, **dict(zip(self.attr_names, attrs))) if attrs else compute
         ndarray, asarray = np.ndarray, np.asarray
 
         def run():
