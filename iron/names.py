@@ -45,10 +45,10 @@ def attribute_path(what: str, path: str) -> str:
 
 def kernel_name(cls_name: str, name) -> str:
     """A kernel's `name`: an identifier that is not a name iron gives its own generated functions."""
-    identifier(f"kernel {cls_name}'s name", name)
+    identifier(f"the name of kernel class {cls_name!r}", name)
     if GENERATED_FUNCTION.fullmatch(name):
         raise DeclarationError(
-            f"kernel {cls_name}'s name is '{name}', the name of a function iron generates (emit, g0, g0_p1, ...): "
+            f"the name of kernel class {cls_name!r} is '{name}', the name of a function iron generates (emit, g0, g0_p1, ...): "
             "give the kernel another name."
         )
     return name

@@ -12,10 +12,12 @@ import numpy as np
 
 from iron import dtypes
 from iron.errors import ArgumentError, DeclarationError
+from iron.frontend import shapes
 from iron.frontend.declarations import Memory, State
 from iron.frontend.handles import Carry
 from iron.frontend.trace import Signature, find_declarations, trace
 from iron.ir import Program
+from iron.names import identifier
 from iron.reference import Reference
 
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
@@ -23,6 +25,11 @@ I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 
 class Graph:
     """Subclass and write `__init__` (declarations) and `body()`. No super().__init__() needed."""
+
+    def __init_subclass__(cls, **kwargs):
+        """A graph's class name names its design (MLIR, C++ comments, the cache), so it is checked here."""
+        super().__init_subclass__(**kwargs)
+        identifier("a graph class's name", cls.__name__)
 
     def body(self, *args, **kwargs):  # pragma: no cover - replaced by every subclass
         raise DeclarationError(f"{type(self).__name__} defines no body(): write def body(self, ...).")
@@ -150,6 +157,7 @@ class FunctionGraph(Graph):
     """A graph made by `@iron.graph` from a function; its declarations are the closure's."""
 
     def __init__(self, fn):
+        identifier("@iron.graph function's name", getattr(fn, "__name__", None))
         self._fn = fn
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
@@ -205,13 +213,14 @@ def _spec(where, name, spec):
         spec = (spec.shape, spec.dtype)
     try:
         shape, dtype = spec
-        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
     except (TypeError, ValueError):
         raise ArgumentError(f"spec of '{name}' in {where} is {spec!r}: give ((shape...), dtype).") from None
+    shape = shapes.checked_shape(f"tensor '{name}' of {where}", shape, ArgumentError)
     if dtypes.as_dtype(dtype) is None:
         raise ArgumentError(
             f"tensor '{name}' of {where} has dtype {dtype}: supported dtypes are {dtypes.supported_text()}."
         )
+    shapes.fits_device(f"tensor '{name}' of {where}", shape, dtype, ArgumentError)
     return shape, np.dtype(dtype)
 
 

@@ -12,10 +12,12 @@ import threading
 import numpy as np
 
 from iron import dtypes
-from iron.errors import CarryError, KernelTypeError, SignatureError, WriteHazard
+from iron.errors import CarryError, DoesNotFit, KernelTypeError, SignatureError, WriteHazard
+from iron.frontend import shapes
 from iron.frontend.declarations import Memory
 from iron.frontend.handles import I32, Carry, Scalar, Tensor, _PerCall
 from iron.ir import Declaration, Node, Op, Program, describe, scalar_vars
+from iron.names import attribute_path
 
 _local = threading.local()
 
@@ -167,7 +169,7 @@ def find_declarations(root) -> list[tuple[str, Memory]]:
 def bind_declarations(found: list[tuple[str, Memory]], where: str) -> tuple[tuple[Declaration, ...], tuple[Node, ...]]:
     decls, nodes, names = [], [], {}
     for path, mem in found:
-        name = mem.given_name or path
+        name = mem.given_name or attribute_path(f"{mem!r} of {where}", path)
         if name in names:
             raise SignatureError(
                 f"{where}: two declarations are named '{name}' ({names[name]} and {path}): give the states different name=."
@@ -188,6 +190,7 @@ def trace(graph, fn, where: str, specs: dict[str, tuple | None]) -> Program:
     sig = Signature(fn, where)
     found = find_declarations(graph)
     declarations, memories = bind_declarations(found, where)
+    shapes.states_fit(where.split(".")[0], [(d.shape, d.dtype) for d in declarations if d.kind == "state"], DoesNotFit)
     inputs, args = [], []
     for position, (name, _optional) in enumerate(sig.tensors):
         spec = specs.get(name)
