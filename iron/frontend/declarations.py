@@ -26,6 +26,7 @@ class Memory:
         self.dtype = np.dtype(dtype)
         self.name = name
         self.given_name = name
+        self.graph: str | None = None     # the graph that traced it last, named in errors
         self.node: Node | None = None
 
     @property

@@ -13,7 +13,7 @@ import numpy as np
 from iron import dtypes
 from iron.errors import ArgumentError, DeclarationError
 from iron.frontend import shapes
-from iron.frontend.declarations import Memory, State
+from iron.frontend.declarations import Memory, Param, State, Weight, read_only_copy
 from iron.frontend.handles import Carry
 from iron.frontend.trace import Signature, find_declarations, trace
 from iron.ir import Program
@@ -106,6 +106,22 @@ class Graph:
         name = state_name(self, state)
         target = self._states()[name]
         target[...] = checked_state_value(name, target, value)
+
+    def update(self, memory, value):
+        """Replace the values of a weight or param (same shape and dtype) in the reference and in
+        every compiled version of this graph at once: the one way to change one after declaring it."""
+        if not isinstance(memory, (Weight, Param)):
+            raise ArgumentError(
+                f"update() takes a weight or param of {type(self).__name__}, not {type(memory).__name__}: "
+                "change a state with write()."
+            )
+        name = declared_name(self, memory)
+        snapshot = read_only_copy(checked_state_value(name, memory.array, value, memory.kind))
+        memory.array = snapshot
+        self._iron["references"].clear()
+        self.__dict__.pop("_iron_quick_reference", None)
+        for compiled in self._iron["compiled"].values():
+            compiled.update(name, snapshot)
 
     def reset(self):
         """Zero every state's host copy."""
@@ -330,12 +346,7 @@ def shape_result(returns: str, outputs: list, nxt: dict):
 
 def state_name(g, state) -> str:
     if isinstance(state, State):
-        if state.name is None:
-            for path, mem in find_declarations(g):
-                if mem is state:
-                    return mem.given_name or path
-            raise ArgumentError(f"{state!r} is not a state of {type(g).__name__}.")
-        return state.name
+        return declared_name(g, state)
     if isinstance(state, str):
         public = [mem.given_name for _, mem in find_declarations(g) if isinstance(mem, State) and mem.public]
         if state in public:
@@ -347,13 +358,26 @@ def state_name(g, state) -> str:
     raise ArgumentError(f"read/write take a State or a public state's name, not {type(state).__name__}.")
 
 
-def checked_state_value(name: str, target: np.ndarray, value) -> np.ndarray:
+def declared_name(g, memory: Memory) -> str:
+    """The name of `memory` in graph `g`; an ArgumentError naming both graphs when it is another's."""
+    for path, mem in find_declarations(g):
+        if mem is memory:
+            return mem.given_name or path
+    mine = type(g).__name__
+    owner = f"belongs to {memory.graph}, not to {mine}" if memory.graph else f"is not declared in {mine}"
+    raise ArgumentError(
+        f"{memory!r} {owner}: read, write or update it through the graph that declares it "
+        f"(as an attribute of that graph), not through {mine}."
+    )
+
+
+def checked_state_value(name: str, target: np.ndarray, value, kind: str = "state") -> np.ndarray:
     arr = np.asarray(value)
     if arr.shape != target.shape:
-        raise ArgumentError(f"state '{name}' is {target.shape}; the value written is {arr.shape}: give the same shape.")
+        raise ArgumentError(f"{kind} '{name}' is {target.shape}; the value written is {arr.shape}: give the same shape.")
     if arr.dtype != target.dtype:
         raise ArgumentError(
-            f"state '{name}' is {dtypes.name(target.dtype)}; the value written is {dtypes.name(arr.dtype)}: "
+            f"{kind} '{name}' is {dtypes.name(target.dtype)}; the value written is {dtypes.name(arr.dtype)}: "
             f"convert it with .astype(np.{dtypes.name(target.dtype)})."
         )
     return arr

@@ -175,7 +175,7 @@ def bind_declarations(found: list[tuple[str, Memory]], where: str) -> tuple[tupl
                 f"{where}: two declarations are named '{name}' ({names[name]} and {path}): give the states different name=."
             )
         names[name] = path
-        mem.name = name
+        mem.name, mem.graph = name, where.split(".")[0]
         decl = Declaration(mem.kind, name, mem.shape, mem.dtype, mem.public)
         mem.node = Node(Op.MEMORY, (), mem.shape, mem.dtype, (mem.kind, name))
         decls.append(decl)

@@ -132,6 +132,12 @@ class CompiledGraph:
         p = self.plan.placement(state_name(self.graph, state))
         self.session.write(p, checked_state_value(p.name, np.zeros(p.shape, p.dtype), value))
 
+    def update(self, name: str, array: np.ndarray):
+        """Write a weight's or param's new values (Graph.update) into this version's device memory."""
+        placement = next((p for p in self.plan.placements if p.name == name), None)
+        if placement is not None and self._session is not None:
+            self._session.write(placement, array)
+
     # ---- calls ---------------------------------------------------------------------------------
     def bind(self, tensors, values) -> tuple[list, np.ndarray]:
         """Checked inputs and this call's words (raises before anything is written)."""
