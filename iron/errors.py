@@ -24,7 +24,8 @@ class CarryError(IronError, ValueError):
 
 
 class TracedValueError(IronError, TypeError):
-    """A per-call value (known only on the device) was used as a Python bool, int or index."""
+    """A per-call value (known only on the device) was used as a Python bool, int or index, or a
+    handle was used outside the trace that made it."""
 
 
 class ArgumentError(IronError, TypeError):

@@ -209,6 +209,7 @@ def bind_specs(sig: Signature, where: str, specs: tuple, named: dict) -> dict:
     for k, v in named.items():
         if k not in names:
             raise ArgumentError(f"{where} has no tensor parameter '{k}': its tensors are {', '.join(names) or 'none'}.")
+        _given_once(where, k, given)
         given[k] = v
     out = {}
     for name, optional in sig.tensors:
@@ -255,6 +256,7 @@ def bind_call(sig: Signature, where: str, tensors: tuple, values: dict) -> tuple
     value_names = [n for n, _ in sig.values]
     for key, v in values.items():
         if key in names:
+            _given_once(where, key, given)
             given[key] = v
         elif key in value_names:
             scalars[key] = _scalar_value(where, key, v)
@@ -277,6 +279,13 @@ def bind_call(sig: Signature, where: str, tensors: tuple, values: dict) -> tuple
             raise ArgumentError(f"{where} is missing tensor '{name}': pass it positionally or as {name}=array.")
         arrays[name] = None if a is None else _tensor_value(where, name, a)
     return arrays, scalars
+
+
+def _given_once(where: str, name: str, given: dict):
+    if name in given:
+        raise ArgumentError(
+            f"{where} got tensor '{name}' twice, positionally and as {name}=: pass it one way."
+        )
 
 
 def plain_values(names: set, values: dict) -> bool:
@@ -306,8 +315,13 @@ FULL_CHECK = object()
 
 
 def _scalar_value(where, name, v) -> int:
+    if isinstance(v, np.ndarray) and v.ndim != 0:
+        raise ArgumentError(
+            f"per-call value '{name}' of {where} must be an int, got an array of shape {v.shape}: "
+            "pass one integer (e.g. int(v[0]))."
+        )
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) and not (
-        isinstance(v, np.ndarray) and v.size == 1 and v.dtype.kind in "iu"
+        isinstance(v, np.ndarray) and v.dtype.kind in "iu"
     ):
         raise ArgumentError(f"per-call value '{name}' of {where} must be an int, got {type(v).__name__} {v!r}.")
     v = int(v)

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 
 from iron import dtypes
-from iron.errors import CarryError, DoesNotFit, KernelTypeError, SignatureError, WriteHazard
+from iron.errors import CarryError, DoesNotFit, KernelTypeError, SignatureError, TracedValueError, WriteHazard
 from iron.frontend import shapes
 from iron.frontend.declarations import Memory
 from iron.frontend.handles import I32, Carry, Scalar, Tensor, _PerCall
@@ -35,16 +35,29 @@ def current_trace(kernel) -> Trace:
 class Trace:
     """The calls recorded so far while one body() runs."""
 
-    def __init__(self, where: str):
+    def __init__(self, where: str, roots: tuple[Node, ...] = ()):
         self.where = where
         self.calls: list[Node] = []
+        self.made = {id(n) for n in roots}    # the inputs and memories this trace bound, then its calls
 
     def record(self, node: Node):
         self.calls.append(node)
+        self.made.add(id(node))
+
+    def owned(self, node: Node) -> Node:
+        """`node`, when this trace made it (or a view of what it bound); a handle kept from
+        another trace would compute on that trace's inputs and memories."""
+        root = node.src[0] if node.op == Op.VIEW else node
+        if id(root) not in self.made:
+            raise TracedValueError(
+                f"tensor {describe(node)} was made while tracing another body(), not {self.where}: a handle "
+                "lives only in the trace that made it. Compute it again inside this body(), or pass it as a tensor."
+            )
+        return node
 
     def operand(self, kernel, position, value) -> Node:
         if isinstance(value, Tensor):
-            return value.node
+            return self.owned(value.node)
         if isinstance(value, Memory):
             return value._traced_node()
         what = f"per-call value {describe(value.node)}" if isinstance(value, Scalar) else type(value).__name__
@@ -203,7 +216,7 @@ def trace(graph, fn, where: str, specs: dict[str, tuple | None]) -> Program:
     scalars = [Node(Op.VAR, (), (), I32, (name, kind)) for name, kind in sig.values]
     kwargs = {v.arg[0]: Scalar(v) for v in scalars}
     try:
-        with Trace(where) as t:
+        with Trace(where, (*inputs, *memories)) as t:
             returned = fn(*args, **kwargs)
             outputs, next_values, returns = _returned(t, returned, sig, where)
     finally:
@@ -253,7 +266,7 @@ def _returned(t: Trace, value, sig: Signature, where: str):
 
 def _materialized(t: Trace, node: Node) -> Node:
     """A kernel output node for `node`: inputs and views become an implicit Copy."""
-    if node.op == Op.CALL and not node.arg.writes:
+    if t.owned(node).op == Op.CALL and not node.arg.writes:
         return node
     from iron.kernels.library import Copy
 

@@ -8,6 +8,7 @@ records calls; it neither runs them nor places them.
 """
 from __future__ import annotations
 
+import numbers
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -230,8 +231,25 @@ def _split_attrs(cls, attrs: dict) -> tuple[dict, dict]:
                 )
             dynamic[key] = value.node
         else:
-            static[key] = value
+            static[key] = _static_value(cls, key, value)
     return static, dynamic
+
+
+def _static_value(cls, key: str, value):
+    """A value of a C attribute fixed at compile time: a number of its C type (None when that is
+    the attribute's default)."""
+    ctype = dict(cls.c_attrs).get(key)
+    if ctype is None or (value is None and cls.attrs[key] is None):
+        return value
+    integral = ctype == "i32"
+    ok = isinstance(value, numbers.Integral if integral else numbers.Real) and not isinstance(value, (bool, np.bool_))
+    if not ok or (integral and not -(2**31) <= value < 2**31):
+        want = "an int in int32" if integral else "a number"
+        raise KernelTypeError(
+            f"{cls.__name__}'s {key} is {value!r} ({type(value).__name__}) but it is passed to C as {ctype}: "
+            f"give {want}, e.g. {cls.__name__}.step(..., {key}={2 if integral else 0.5})."
+        )
+    return value
 
 
 def _destination(cls, trace, out, shape, dtype) -> Node | None:
