@@ -55,6 +55,22 @@ class Trace:
             )
         return node
 
+    def check_per_call_values(self, nodes):
+        """Refuse a per-call value kept from another trace anywhere in `nodes` (the VAR node of a
+        parameter this body does not have)."""
+        todo, seen = list(nodes), set()
+        while todo:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.op == Op.VAR and id(node) not in self.made:
+                raise TracedValueError(
+                    f"per-call value '{node.arg[0]}' was made while tracing another body(), not {self.where}: a "
+                    "handle lives only in the trace that made it. Use this body()'s own parameters."
+                )
+            todo.extend(node.src)
+
     def operand(self, kernel, position, value) -> Node:
         if isinstance(value, Tensor):
             return self.owned(value.node)
@@ -216,9 +232,10 @@ def trace(graph, fn, where: str, specs: dict[str, tuple | None]) -> Program:
     scalars = [Node(Op.VAR, (), (), I32, (name, kind)) for name, kind in sig.values]
     kwargs = {v.arg[0]: Scalar(v) for v in scalars}
     try:
-        with Trace(where, (*inputs, *memories)) as t:
+        with Trace(where, (*inputs, *memories, *scalars)) as t:
             returned = fn(*args, **kwargs)
             outputs, next_values, returns = _returned(t, returned, sig, where)
+            t.check_per_call_values([*t.calls, *(node for _, node in next_values)])
     finally:
         for _, mem in found:
             mem.node = None
