@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 
+from iron.compiler.plan import TileKind
 from iron.designs import MLP, Walk, numpy_mlp, numpy_walk
 
 
@@ -47,7 +48,7 @@ def mlp_compiled() -> bool:
     c = mlp.compile(x=((256,), np.float32))
     out = c(x)
     ok = np.allclose(out, numpy_mlp(mlp, x), rtol=1e-4, atol=1e-4)
-    tiles = len([t for t in c.plan.tiles if t.kind == "compute"])
+    tiles = len([t for t in c.plan.tiles if t.kind is TileKind.COMPUTE])
     print(f"MLP 4 layers x 256 (compiled for {c.device.name}, {tiles} compute tiles): "
           f"{'matches' if ok else 'DIFFERS FROM'} numpy (rtol 1e-4)")
     return ok

@@ -47,5 +47,10 @@ def name(dtype) -> str:
     return np.dtype(dtype).name
 
 
+def spelling(dtype) -> str:
+    """How Python code names a dtype: `np.float32`, `iron.bfloat16` (numpy has no bfloat16)."""
+    return "iron.bfloat16" if np.dtype(dtype) == bfloat16 else f"np.{name(dtype)}"
+
+
 def supported_text() -> str:
     return ", ".join(name(d) for d in SUPPORTED)

@@ -112,14 +112,15 @@ class Program:
     """One traced call of a graph."""
 
     name: str
-    inputs: tuple[Node, ...]                 # INPUT nodes, in parameter order (absent optional ones left out)
-    scalars: tuple[Node, ...]                # VAR nodes, in parameter order
+    inputs: tuple[Node, ...]                 # INPUT nodes read, in parameter order (absent or unread ones left out)
+    scalars: tuple[Node, ...]                # VAR nodes, in parameter order: every Carried one, the Scratchpad ones read
     declarations: tuple[Declaration, ...]    # every weight / param / state of the graph
     memories: tuple[Node, ...]               # MEMORY nodes, one per declaration, same order
     calls: tuple[Node, ...]                  # CALL nodes in program order
     outputs: tuple[Node, ...]                # tensor outputs, in return order
     carry: tuple[tuple[str, Node], ...]      # next carried values, in parameter order
     returns: str = "none"                    # "none" | "one" | "carry" | "tuple" (outputs..., [carry])
+    unread: tuple[str, ...] = ()             # tensors and Scratchpad values given but not read: a call ignores them
     extra: dict = field(default_factory=dict, compare=False)
 
     @property

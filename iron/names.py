@@ -54,9 +54,9 @@ def kernel_name(cls_name: str, name) -> str:
     return name
 
 
-def symbol(name: str, dtype_suffix: str) -> str:
-    """A kernel's C symbol in one dtype: `add` and `f32` -> `add_f32`."""
-    return f"{name}_{dtype_suffix}"
+def symbol(name: str, *dtype_suffixes: str) -> str:
+    """A kernel's C symbol for its dtypes: `add`, `f32` -> `add_f32`; `matvec`, `i8`, `i32` -> `matvec_i8_i32`."""
+    return "_".join((name, *dtype_suffixes))
 
 
 def source_file(name: str) -> str:

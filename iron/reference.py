@@ -140,6 +140,7 @@ class Reference:
                 parts.append(None)
             else:
                 parts.append(slice(axis.start, axis.stop))
+        parts.append(Ellipsis)   # so a view picking one element is a 0-d view a write lands in, not a copy
         return parts, dyn
 
     def _add_range_check(self, view, axis, expr, slot):
@@ -155,7 +156,7 @@ class Reference:
         for name, slot in dyn:
             self._add_attr_check(call, name, slot)
         run = kernel.reference_fn(call.src[0].dtype, {k: v for k, v in attrs.items() if k not in c.scalar_attrs},
-                                   call.shape)
+                                   call.dtype, call.shape)
         if c.writes:
             dest = call.src[n_in]
             dest_get = self._tensor(dest)

@@ -1,57 +1,139 @@
-"""Allocation: host buffers packed word by word, and every tile's buffers within its memory.
-
-What it does: `host_placements` packs the host-visible tensors into the runtime-sequence
-buffers (consts: weights and params; states; inputs; outputs: outputs then carried elements),
-each at a word-aligned offset; `host_buffers` sizes every buffer (at least one word), adding the
-words buffer and, with an Emit, the feedback buffer. `fit` checks each compute and mem tile with
-`plan.tile_memory()` against the device's memory (the core's stack included), lowering FIFO
-depths from 2 to 1 (largest objects first) where a tile is tight, and raises DoesNotFit naming
-the tile, its budget and its buffers when even that is not enough.
-
-What it does not: decide what the buffers are (lower.py) or place tiles (place.py).
+"""Allocation: the host-visible tensors packed word by word into the runtime-sequence buffers,
+and every compute and mem tile's buffers counted where mlir-aie allocates them (`fifo_homes`,
+the rule of docs/platform.md section 4) and fitted within its memory, lowering FIFO depths where
+a tile is tight and raising DoesNotFit when even that is not enough.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
-from iron.compiler.plan import HostBuffer, Placement, Plan, Tile, tile_memory
+from iron.compiler.plan import (
+    Acquire,
+    Fifo,
+    HostBuffer,
+    HostRole,
+    Loop,
+    Placement,
+    PlacementKind,
+    Plan,
+    Tile,
+    TileKind,
+)
 from iron.errors import DoesNotFit
 from iron.ir import Op, Program
-
-ROLES = ("consts", "states", "inputs", "outputs", "words", "feedback")
 
 
 def host_placements(program: Program) -> tuple[Placement, ...]:
     """Every host-visible tensor of `program`, packed per buffer in argument order."""
-    wanted = [("consts", d.kind, d.name, d.shape, d.dtype) for d in program.declarations if d.kind != "state"]
-    wanted += [("states", "state", d.name, d.shape, d.dtype) for d in program.declarations if d.kind == "state"]
-    wanted += [("inputs", "input", n.arg[0], n.shape, n.dtype) for n in program.inputs]
-    wanted += [("outputs", "output", f"out{i}", n.shape, n.dtype) for i, n in enumerate(program.outputs)]
-    wanted += [("outputs", "carry", f"carry.{name}", v.src[0].shape, v.src[0].dtype)
+    declared = [(PlacementKind(d.kind), d.name, d.shape, d.dtype) for d in program.declarations]
+    wanted = [(HostRole.CONSTS, *d) for d in declared if d[0] is not PlacementKind.STATE]
+    wanted += [(HostRole.STATES, *d) for d in declared if d[0] is PlacementKind.STATE]
+    wanted += [(HostRole.INPUTS, PlacementKind.INPUT, n.arg[0], n.shape, n.dtype) for n in program.inputs]
+    wanted += [(HostRole.OUTPUTS, PlacementKind.OUTPUT, f"out{i}", n.shape, n.dtype)
+               for i, n in enumerate(program.outputs)]
+    wanted += [(HostRole.OUTPUTS, PlacementKind.CARRY, f"carry.{name}", v.src[0].shape, v.src[0].dtype)
                for name, v in program.carry if v.op == Op.ELEM]
-    placements, used = [], dict.fromkeys(ROLES, 0)
-    for buffer, kind, name, shape, dtype in wanted:
-        placement = Placement(name, kind, buffer, used[buffer], tuple(shape), dtype)
-        used[buffer] += placement.nwords
+    placements, used = [], dict.fromkeys(HostRole, 0)
+    for role, kind, name, shape, dtype in wanted:
+        buffer = role.value
+        placement = Placement(name, kind, buffer, used[role], tuple(shape), dtype)
+        used[role] += placement.nwords
         placements.append(placement)
     return tuple(placements)
 
 
 def host_buffers(placements: tuple[Placement, ...], words: int, feedback: int | None) -> tuple[HostBuffer, ...]:
     """The runtime-sequence arguments, in order, each at least one word."""
-    size = dict.fromkeys(ROLES[:4], 0)
+    size = dict.fromkeys((HostRole.CONSTS, HostRole.STATES, HostRole.INPUTS, HostRole.OUTPUTS), 0)
     for p in placements:
-        size[p.buffer] = max(size[p.buffer], p.offset + p.nwords)
-    size["words"] = words
+        role = HostRole(p.buffer)
+        size[role] = max(size[role], p.offset + p.nwords)
+    size[HostRole.WORDS] = words
     if feedback is not None:
-        size["feedback"] = feedback
-    return tuple(HostBuffer(role, role, max(1, n)) for role, n in size.items())
+        size[HostRole.FEEDBACK] = feedback
+    return tuple(HostBuffer(role.value, role, max(1, n)) for role, n in size.items())
 
 
-# ---- tile memory ---------------------------------------------------------------------------------
+# ---- tile memory (docs/platform.md section 4) ----------------------------------------------------
+
+def reaches(core: Tile, memory: Tile) -> bool:
+    """Whether the core of compute tile `core` addresses `memory`'s data memory directly (AIE2 and
+    AIE2P): its own tile's and its west, north and south neighbours' (south not when that is a
+    mem tile)."""
+    step = (memory.col - core.col, memory.row - core.row)
+    return step in ((0, 0), (-1, 0), (0, 1)) or (step == (0, -1) and memory.kind is TileKind.COMPUTE)
+
+
+def shares_memory(fifo: Fifo) -> bool:
+    """Whether mlir-aie gives `fifo` no DMA but one set of objects both cores use: one consumer,
+    and producer and consumer neighbouring compute tiles, one of which reaches the other's memory."""
+    if len(fifo.consumers) != 1 or {fifo.producer.kind, fifo.consumers[0].kind} != {TileKind.COMPUTE}:
+        return False
+    return reaches(fifo.producer, fifo.consumers[0]) or reaches(fifo.consumers[0], fifo.producer)
+
+
+def fifo_homes(plan: Plan, fifo: Fifo) -> tuple[tuple[Tile, int], ...]:
+    """(tile, objects) for every tile holding some of `fifo`'s objects, as mlir-aie allocates them:
+    a shared-memory FIFO's once, on the producer's tile unless the consumer's core cannot reach
+    it (then on the consumer's); a DMA FIFO's at each compute and mem end, except that a mem-tile
+    link keeps the objects of only one of its FIFOs (`_link_holder`)."""
+    if fifo.shared_memory:
+        (consumer,) = fifo.consumers
+        home = fifo.producer if reaches(consumer, fifo.producer) else consumer
+        return ((home, fifo.depth),)
+    ends = dict.fromkeys((fifo.producer, *fifo.consumers))
+    return tuple((tile, _objects_at(plan, fifo, tile)) for tile in ends
+                 if tile.kind is TileKind.COMPUTE or (tile.kind is TileKind.MEM and _holds_on(plan, fifo, tile)))
+
+
+def _holds_on(plan: Plan, fifo: Fifo, mem: Tile) -> bool:
+    links = [link for link in plan.links if link.tile == mem and fifo.name in (*link.sources, *link.destinations)]
+    return all(_link_holder(plan, link) == fifo.name for link in links)
+
+
+def _link_holder(plan: Plan, link) -> str:
+    """The FIFO whose objects a mem-tile link keeps: the joined one, the one split, or the larger
+    of a forward's two (its source when they are equal)."""
+    if len(link.sources) > 1:
+        return link.destinations[0]
+    if len(link.destinations) > 1:
+        return link.sources[0]
+    source, destination = (plan.fifo(n) for n in (link.sources[0], link.destinations[0]))
+    return destination.name if destination.nbytes > source.nbytes else source.name
+
+
+def _objects_at(plan: Plan, fifo: Fifo, tile: Tile) -> int:
+    """How many objects a DMA end holds: on a compute tile one more than the most its core acquires
+    at once (one for a depth-1 FIFO taken one at a time), elsewhere or when unused the depth."""
+    most = max((_most_acquired(c.program, fifo.name) for c in plan.cores if c.tile == tile), default=0)
+    if tile.kind is not TileKind.COMPUTE or most == 0:
+        return fifo.depth
+    return 1 if most == fifo.depth == 1 else most + 1
+
+
+def _most_acquired(program: tuple, fifo: str) -> int:
+    counts = [_most_acquired(s.body, fifo) if isinstance(s, Loop) else s.count
+              for s in program if isinstance(s, Loop) or (isinstance(s, Acquire) and s.fifo == fifo)]
+    return max(counts, default=0)
+
+
+def tile_memory(plan: Plan) -> dict[Tile, list[tuple[str, int]]]:
+    """What each compute or mem tile holds, (name, bytes): FIFO objects where `fifo_homes` puts
+    them (named FIFO@tile unless the FIFO is shared memory), Buffers, and each core's stack."""
+    held: dict[Tile, list[tuple[str, int]]] = {}
+    for f in plan.fifos:
+        for tile, objects in fifo_homes(plan, f):
+            name = f.name if f.shared_memory else f"{f.name}@{tile.name}"
+            held.setdefault(tile, []).append((name, objects * f.nbytes))
+    for b in plan.buffers:
+        held.setdefault(b.tile, []).append((b.name, b.nbytes))
+    for c in plan.cores:
+        held.setdefault(c.tile, []).append((f"stack@{c.tile.name}", c.stack_bytes))
+    return held
+
 
 def budget(plan: Plan, tile: Tile) -> int:
-    kind = plan.device.compute if tile.kind == "compute" else plan.device.mem
+    kind = plan.device.compute if tile.kind is TileKind.COMPUTE else plan.device.mem
     return kind.data_memory_bytes
 
 
@@ -68,7 +150,7 @@ def fit(plan: Plan) -> Plan:
     """`plan` with FIFO depths lowered to 1 where a tile is tight; DoesNotFit if still over."""
     while (over := over_budget(plan)) is not None:
         tile = over[0]
-        deep = [f for f in plan.fifos if f.depth > 1 and tile in _memory_ends(f)]
+        deep = [f for f in plan.fifos if f.depth > 1 and tile in dict(fifo_homes(plan, f))]
         if not deep:
             raise does_not_fit(plan, *over)
         largest = max(deep, key=lambda f: (f.nbytes, f.name))
@@ -81,10 +163,6 @@ def check_tile_memory(plan: Plan):
     over = over_budget(plan)
     if over is not None:
         raise does_not_fit(plan, *over)
-
-
-def _memory_ends(fifo) -> tuple[Tile, ...]:
-    return fifo.consumers if fifo.shared_memory else (fifo.producer, *fifo.consumers)
 
 
 def does_not_fit(plan: Plan, tile: Tile, held: list[tuple[str, int]]) -> DoesNotFit:

@@ -10,8 +10,8 @@ What it does not: print MLIR (mlir.py) or check the Plan (invariants.py).
 """
 from __future__ import annotations
 
-from iron.compiler.allocate import budget
-from iron.compiler.plan import Plan, WordDef, tile_memory
+from iron.compiler.allocate import budget, tile_memory
+from iron.compiler.plan import Const, Element, Plan, TileKind, WordDef, WordRef
 
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
 
@@ -49,7 +49,7 @@ def _tiles(plan: Plan) -> list[str]:
     calls = dict(plan.groups)
     rows = [(c.tile.name, c.group, ", ".join(calls.get(c.group, ())) or "computes the next call's words")
             for c in sorted(plan.cores, key=lambda c: (c.tile.col, c.tile.row))]
-    rows += [(t.name, t.kind, "") for t in plan.tiles if t.kind != "compute"]
+    rows += [(t.name, str(t.kind), "") for t in plan.tiles if t.kind is not TileKind.COMPUTE]
     return _columns(rows)
 
 
@@ -90,7 +90,7 @@ def word_text(w: WordDef) -> str:
     """How a word is computed: `given per call`, `= w1 + 1`, `= min(w0, 4)`."""
     if w.op is None:
         return "given per call"
-    a, b = (_operand(o) for o in (w.a, w.b))
+    a, b = ("" if o is None else str(o) for o in (w.a, w.b))
     if w.op == "copy":
         return f"= {a}"
     if w.op in SYMBOLS:
@@ -98,17 +98,11 @@ def word_text(w: WordDef) -> str:
     return f"= {w.op}({a}, {b})"
 
 
-def _operand(operand) -> str:
-    if operand is None:
-        return ""
-    return f"w{operand[1]}" if operand[0] == "word" else str(operand[1])
-
-
 def _words(words) -> list[str]:
     rows = []
     for w in words:
         bound = f"in [{w.bound[0]}, {w.bound[1]}) for {w.what}" if w.bound else ""
-        rows.append((f"w{w.index}", w.name, w.kind, word_text(w), bound))
+        rows.append((f"w{w.index}", w.name, str(w.kind), word_text(w), bound))
     return _columns(rows)
 
 
@@ -126,10 +120,12 @@ def _emit(plan: Plan) -> list[str]:
     return lines + [f"next {name} <- {_source(plan, source)}" for name, source in e.next_values]
 
 
-def _source(plan: Plan, source: tuple) -> str:
+def _source(plan: Plan, source) -> str:
     """Where a next carried value comes from, in words."""
-    if source[0] == "elem":
-        return f"element of {source[1]} at byte {source[2]}"
-    if source[0] == "word":
-        return f"w{source[1]} ({plan.words[source[1]].name})"
-    return f"{source[0]} {source[1]}"
+    if isinstance(source, Element):
+        return f"element of {source.fifo} at byte {source.offset}"
+    if isinstance(source, WordRef):
+        return f"w{source.index} ({plan.words[source.index].name})"
+    if isinstance(source, Const):
+        return f"const {source.value}"
+    return f"output {source.placement}"

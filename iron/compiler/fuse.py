@@ -68,13 +68,13 @@ def fuse(program: Program) -> tuple[Group, ...]:
 
 def live_calls(program: Program) -> list[Node]:
     """The calls whose effect is seen: state writes, outputs, carried elements, and what they use."""
-    needed = {id(n) for n in program.outputs}
-    needed |= {id(v.src[0]) for _, v in program.carry if v.op == Op.ELEM}
+    needed = set(program.outputs)
+    needed |= {v.src[0] for _, v in program.carry if v.op == Op.ELEM}
     live = []
     for call in reversed(program.calls):
-        if call.arg.writes or id(call) in needed:
+        if call.arg.writes or call in needed:
             live.append(call)
-            needed |= {id(s) for s in call.src}
+            needed |= set(call.src)
     return live[::-1]
 
 
@@ -102,13 +102,8 @@ def is_gather(node: Node) -> bool:
 
 def external_inputs(calls: list[Node]) -> list[Node]:
     """Distinct tensors the calls read that none of them computes, in first-use order."""
-    made = {id(c) for c in calls}
-    seen: dict[int, Node] = {}
-    for call in calls:
-        for node in tensor_inputs(call):
-            if id(node) not in made:
-                seen.setdefault(id(node), node)
-    return list(seen.values())
+    made = set(calls)
+    return list(dict.fromkeys(n for call in calls for n in tensor_inputs(call) if n not in made))
 
 
 def nbytes(node: Node) -> int:
@@ -118,8 +113,8 @@ def nbytes(node: Node) -> int:
 def held_bytes(calls: list[Node]) -> int:
     """What a group holds on its tile, estimated: every external input (a matrix operand at most
     one stream object) and every call's result."""
-    matrices = {id(c.src[0]) for c in calls if issubclass(c.arg.kernel, MATRIX_OPS)}
-    total = sum(min(nbytes(n), STREAM_OBJECT_BYTES) if id(n) in matrices else nbytes(n)
+    matrices = {c.src[0] for c in calls if issubclass(c.arg.kernel, MATRIX_OPS)}
+    total = sum(min(nbytes(n), STREAM_OBJECT_BYTES) if n in matrices else nbytes(n)
                 for n in external_inputs(calls))
     return total + sum(nbytes(c) for c in calls)
 
@@ -162,8 +157,8 @@ def size_limit(group: list[Node], call: Node) -> bool:
 
 def unrelated_starts_group(group: list[Node], call: Node) -> bool:
     """A call using none of the open group's results starts a new group (it can run beside it)."""
-    made = {id(c) for c in group}
-    return not any(id(n) in made for n in tensor_inputs(call))
+    made = set(group)
+    return not any(n in made for n in tensor_inputs(call))
 
 
 RULES = (

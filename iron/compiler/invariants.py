@@ -19,27 +19,35 @@ from __future__ import annotations
 
 import numpy as np
 
-from iron.compiler.allocate import check_tile_memory
+from iron.compiler.allocate import check_tile_memory, shares_memory
 from iron.compiler.plan import (
     Acquire,
+    Const,
+    Direction,
     Dma,
+    HostRole,
     Invoke,
     KernelStep,
     Load,
     Loop,
+    Output,
+    PlacementKind,
     Plan,
+    Port,
     Ptr,
     Release,
     ScalarStep,
     Tile,
+    TileKind,
     Wait,
     WordDef,
+    WordKind,
+    WordRef,
 )
 from iron.errors import PlanError
 from iron.kernels.registry import lookup
 
 FIX = "Rebuild the Plan with iron's compiler, or correct it by hand."
-WORD_KINDS = ("carried", "scratchpad", "dma", "core", "next")
 
 
 def check_plan(plan: Plan) -> None:
@@ -68,7 +76,7 @@ def _check_device(plan: Plan):
     if plan.full_elf != d.full_elf or plan.image != ("elf" if d.full_elf else "xclbin"):
         _fail(plan, f"full_elf={plan.full_elf} and image '{plan.image}' do not match the device "
                     f"(full ELF {'yes' if d.full_elf else 'no'})")
-    rows = {"shim": (d.shim_row,), "mem": (d.mem_row,), "compute": d.compute_rows}
+    rows = {TileKind.SHIM: (d.shim_row,), TileKind.MEM: (d.mem_row,), TileKind.COMPUTE: d.compute_rows}
     for t in plan.tiles:
         if not 0 <= t.col < d.n_cols or t.row not in rows.get(t.kind, ()):
             _fail(plan, f"tile {t.name} ({t.kind}) is not a {t.kind} tile of {d.name} "
@@ -100,21 +108,17 @@ def _check_fifos(plan: Plan):
             _fail(plan, f"FIFO {f.name} has objects of {f.nbytes} bytes of {f.dtype}, depth {f.depth}, "
                         f"{len(f.consumers)} consumer(s): objects must be whole 4-byte words and whole "
                         "elements, depth at least 1, one consumer or more")
-        if f.shared_memory and not _shares(f):
-            _fail(plan, f"FIFO {f.name} is shared memory but {f.producer.name} -> "
-                        f"{', '.join(t.name for t in f.consumers)} is not one neighbouring compute tile")
-
-
-def _shares(f) -> bool:
-    (c,) = f.consumers if len(f.consumers) == 1 else (None,)
-    return (c is not None and c.kind == f.producer.kind == "compute"
-            and abs(c.col - f.producer.col) + abs(c.row - f.producer.row) == 1)
+        if f.shared_memory != shares_memory(f):
+            route = f"{f.producer.name} -> {', '.join(t.name for t in f.consumers)}"
+            _fail(plan, f"FIFO {f.name} is shared memory but {route} is not one neighbouring compute tile"
+                  if f.shared_memory else f"FIFO {f.name} goes by DMA but mlir-aie makes {route} "
+                  "(one neighbouring compute tile) shared memory")
 
 
 def _check_links(plan: Plan):
     fifos = {f.name: f for f in plan.fifos}
     for link in plan.links:
-        if link.tile.kind != "mem":
+        if link.tile.kind is not TileKind.MEM:
             _fail(plan, f"a link sits on {link.tile.name}, not on a mem tile")
         for name in (*link.sources, *link.destinations):
             if name not in fifos:
@@ -153,17 +157,17 @@ def dma_channels(fifos) -> dict[Tile, tuple[list[str], list[str]]]:
     for f in fifos:
         if f.shared_memory:
             continue
-        if f.producer.kind != "shim":
+        if f.producer.kind is not TileKind.SHIM:
             used.setdefault(f.producer, ([], []))[1].append(f.name)
         for tile in dict.fromkeys(f.consumers):
-            if tile.kind != "shim":
+            if tile.kind is not TileKind.SHIM:
                 used.setdefault(tile, ([], []))[0].append(f.name)
     return used
 
 
 def _check_dma_channels(plan: Plan):
     for tile, (ins, outs) in sorted(dma_channels(plan.fifos).items(), key=lambda item: (item[0].col, item[0].row)):
-        kind = plan.device.compute if tile.kind == "compute" else plan.device.mem
+        kind = plan.device.compute if tile.kind is TileKind.COMPUTE else plan.device.mem
         for names, have, what in ((ins, kind.dma_in_channels, "in (S2MM)"), (outs, kind.dma_out_channels, "out (MM2S)")):
             if len(names) > have:
                 _fail(plan, f"{tile.name} moves {len(names)} FIFOs {what} by DMA ({', '.join(names)}) but a "
@@ -175,14 +179,10 @@ def _check_dma_channels(plan: Plan):
 # ---- functions and cores ----------------------------------------------------------------------------
 
 def _check_functions(plan: Plan):
-    declared = {k.symbol: k for k in plan.kernels}
-    if sorted(declared) != sorted(f.name for f in plan.functions):
-        _fail(plan, f"the kernel declarations {sorted(declared)} are not one per Function "
-                    f"{sorted(f.name for f in plan.functions)}")
+    names = [f.name for f in plan.functions]
+    if len(set(names)) != len(names):
+        _fail(plan, f"function names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
     for f in plan.functions:
-        if len(declared[f.name].arg_types) != len(f.params) + f.blocked:
-            _fail(plan, f"declaration of {f.name} has {len(declared[f.name].arg_types)} argument types for "
-                        f"{len(f.params)} parameter(s){' and the block index' if f.blocked else ''}")
         for step in f.steps:
             for arg in _step_args(step):
                 if isinstance(arg, (Ptr, Load)) and arg.source not in f.params:
@@ -204,9 +204,9 @@ def _check_cores(plan: Plan):
     fifos = {f.name: f for f in plan.fifos}
     functions = {f.name: f for f in plan.functions}
     for core in plan.cores:
-        if core.tile.kind != "compute":
+        if core.tile.kind is not TileKind.COMPUTE:
             _fail(plan, f"the core of {core.group} is on {core.tile.name}, not a compute tile")
-        counts: dict[tuple[str, str], int] = {}
+        counts: dict[tuple[str, Port], int] = {}
         _walk_program(plan, core, core.program, 1, counts, fifos, functions)
         for (fifo, port), n in counts.items():
             if n:
@@ -237,8 +237,8 @@ def _check_port(plan, core, item, fifos):
     f = fifos.get(item.fifo)
     if f is None:
         _fail(plan, f"the core on {core.tile.name} uses FIFO {item.fifo}, which the plan does not have")
-    end = f.producer == core.tile if item.port == "Produce" else core.tile in f.consumers
-    if item.port not in ("Produce", "Consume") or not end:
+    end = f.producer == core.tile if item.port is Port.PRODUCE else core.tile in f.consumers
+    if not isinstance(item.port, Port) or not end:
         _fail(plan, f"the core on {core.tile.name} uses {item.fifo} as {item.port} but is not that end of it")
     if not 1 <= item.count <= f.depth:
         _fail(plan, f"the core on {core.tile.name} takes {item.count} objects of {item.fifo} at once; its depth is {f.depth}")
@@ -275,12 +275,11 @@ def _extents(step) -> list[tuple]:
     """(Ptr or Load, bytes it touches) of each memory operand of a step."""
     if isinstance(step, ScalarStep):
         return [(a, 4) for a in (step.dest, step.a, step.b) if isinstance(a, (Ptr, Load))]
-    kernel, dtype = lookup(step.symbol)
+    kernel, dtype, out_dtype = lookup(step.symbol)
     pointers = [a for a in step.args if isinstance(a, Ptr)]
     count = len(step.args) - len(pointers) - len(kernel.c_attrs)
     sizes = tuple(int(a.value) for a in step.args[len(pointers): len(pointers) + count])
     in_shapes, out_shape = kernel.abi_shapes(sizes)
-    out_dtype = kernel.out_dtype(dtype)
     nbytes = [int(np.prod(s)) * dtype.itemsize for s in in_shapes] + [int(np.prod(out_shape)) * out_dtype.itemsize]
     loads = [(a, 4) for a in step.args if isinstance(a, Load)]
     return list(zip(pointers, nbytes)) + loads
@@ -291,36 +290,38 @@ def _extents(step) -> list[tuple]:
 def _check_words(plan: Plan):
     values = True
     for i, w in enumerate(plan.words):
-        if w.index != i or w.kind not in WORD_KINDS:
+        if w.index != i or not isinstance(w.kind, WordKind):
             _fail(plan, f"word {i} ('{w.name}') has index {w.index} and kind '{w.kind}'")
-        if (w.op is None) != (w.kind in ("carried", "scratchpad")) or (w.op is None and not values):
+        if (w.op is None) != w.kind.given or (w.op is None and not values):
             _fail(plan, f"word {i} ('{w.name}') of kind {w.kind}: per-call values come first, derived words after")
         values = w.op is None
         if w.op is not None:
             _check_derived(plan, w)
-    if plan.host_buffer("words").nwords != max(1, len(plan.words)):
-        _fail(plan, f"the words buffer holds {plan.host_buffer('words').nwords} words for {len(plan.words)}")
+    if plan.host_buffer(HostRole.WORDS).nwords != max(1, len(plan.words)):
+        _fail(plan, f"the words buffer holds {plan.host_buffer(HostRole.WORDS).nwords} words for {len(plan.words)}")
     _check_carry(plan)
 
 
 def _check_derived(plan: Plan, w: WordDef):
     operands = [o for o in (w.a, w.b) if o is not None]
     bad = w.op not in WordDef.OPS or (w.b is None) != (w.op == "copy") or any(
-        o[0] not in ("word", "const") or (o[0] == "word" and not 0 <= o[1] < w.index) for o in operands)
+        not isinstance(o, (WordRef, Const)) or (isinstance(o, WordRef) and not 0 <= o.index < w.index)
+        for o in operands)
     if bad or (w.bound is not None and w.bound[0] >= w.bound[1]):
         _fail(plan, f"word {w.index} ('{w.name}') computes {w.op}({w.a}, {w.b}) bound {w.bound}: derived words "
                     "apply an op to earlier words or constants")
 
 
 def _check_carry(plan: Plan):
-    carried = [w.name for w in plan.words if w.kind == "carried"]
+    carried = [w.name for w in plan.words if w.kind is WordKind.CARRIED]
     if [name for name, _ in plan.carry] != carried:
         _fail(plan, f"Plan.carry names {[n for n, _ in plan.carry]} but the carried words are {carried}")
-    for name, (kind, where) in plan.carry:
-        ok = (kind == "word" and 0 <= where < len(plan.words)) or (
-            kind == "output" and any(p.name == where and p.kind == "carry" for p in plan.placements))
+    for name, source in plan.carry:
+        ok = (isinstance(source, WordRef) and 0 <= source.index < len(plan.words)) or (
+            isinstance(source, Output) and any(p.name == source.placement and p.kind is PlacementKind.CARRY
+                                               for p in plan.placements))
         if not ok:
-            _fail(plan, f"the next value of '{name}' comes from ({kind}, {where}), which the plan does not have")
+            _fail(plan, f"the next value of '{name}' comes from {source}, which the plan does not have")
 
 
 def word_ranges(words) -> list[tuple[int, int] | None]:
@@ -330,7 +331,7 @@ def word_ranges(words) -> list[tuple[int, int] | None]:
     def of(operand):
         if operand is None:
             return None
-        return (operand[1], operand[1]) if operand[0] == "const" else ranges[operand[1]]
+        return (operand.value, operand.value) if isinstance(operand, Const) else ranges[operand.index]
 
     for w in words:
         if w.bound is not None:
@@ -358,11 +359,11 @@ def _check_sequence(plan: Plan):
         if isinstance(op, Wait):
             if op.fifo not in fifos:
                 _fail(plan, f"sequence op {index} waits on {op.fifo}, which the plan does not have")
-            if all(t.kind != "shim" for t in (fifos[op.fifo].producer, *fifos[op.fifo].consumers)):
+            if all(t.kind is not TileKind.SHIM for t in (fifos[op.fifo].producer, *fifos[op.fifo].consumers)):
                 _fail(plan, f"sequence op {index} waits on {op.fifo}, which has no shim end (no Dma moves it)")
             for key, holder in list(held.items()):
                 h = plan.sequence[holder]
-                if h.fifo == op.fifo and (h.direction == "s2mm" or h.issue_token):
+                if h.fifo == op.fifo and (h.direction is Direction.S2MM or h.issue_token):
                     del held[key]
         elif isinstance(op, Dma):
             _check_dma(plan, index, op, fifos, buffers, ranges)
@@ -378,8 +379,8 @@ def _check_sequence(plan: Plan):
 def _check_dma(plan: Plan, index: int, op: Dma, fifos, buffers, ranges):
     d = plan.device
     f = fifos.get(op.fifo)
-    end = f is not None and (f.producer == op.shim if op.direction == "mm2s" else op.shim in f.consumers)
-    if op.direction not in ("mm2s", "s2mm") or not end or op.shim.kind != "shim" or op.buffer not in buffers:
+    end = f is not None and (f.producer == op.shim if op.direction is Direction.MM2S else op.shim in f.consumers)
+    if not isinstance(op.direction, Direction) or not end or op.shim.kind is not TileKind.SHIM or op.buffer not in buffers:
         _fail(plan, f"sequence op {index} moves {op.direction} between buffer '{op.buffer}' and {op.fifo} on "
                     f"{op.shim.name}, which is not that FIFO's shim end or not a host buffer")
     limits = (d.dma_repeat_max, *(d.shim.max_bd_wrap,) * 3)
@@ -407,17 +408,18 @@ def _check_balance(plan: Plan):
     for f in plan.fifos:
         given = _produced(plan, f, fifos, moved, taken)
         for c in f.consumers:
-            if c.kind == "mem":
+            if c.kind is TileKind.MEM:
                 continue
-            got = moved.get((f.name, "s2mm"), 0) if c.kind == "shim" else taken.get((f.name, c, "Consume"), 0)
+            got = (moved.get((f.name, Direction.S2MM), 0) if c.kind is TileKind.SHIM
+                   else taken.get((f.name, c, Port.CONSUME), 0))
             if got != given:
                 _fail(plan, f"FIFO {f.name} gets {given} object(s) per launch from {f.producer.name} but "
                             f"{c.name} takes {got}: the launch would hang",
                       "Make the sequence move exactly the objects the cores acquire.")
 
 
-def _objects_moved(plan: Plan) -> dict[tuple[str, str], float]:
-    words: dict[tuple[str, str], int] = {}
+def _objects_moved(plan: Plan) -> dict[tuple[str, Direction], float]:
+    words: dict[tuple[str, Direction], int] = {}
     for op in plan.sequence:
         if isinstance(op, Dma):
             words[(op.fifo, op.direction)] = words.get((op.fifo, op.direction), 0) + op.nwords
@@ -425,8 +427,8 @@ def _objects_moved(plan: Plan) -> dict[tuple[str, str], float]:
     return {key: n / sizes[key[0]] if key[0] in sizes else 0 for key, n in words.items()}
 
 
-def _objects_taken(plan: Plan) -> dict[tuple[str, Tile, str], int]:
-    taken: dict[tuple[str, Tile, str], int] = {}
+def _objects_taken(plan: Plan) -> dict[tuple[str, Tile, Port], int]:
+    taken: dict[tuple[str, Tile, Port], int] = {}
 
     def walk(core, program, times):
         for item in program:
@@ -442,10 +444,10 @@ def _objects_taken(plan: Plan) -> dict[tuple[str, Tile, str], int]:
 
 
 def _produced(plan: Plan, f, fifos, moved, taken, depth: int = 0):
-    if f.producer.kind == "shim":
-        return moved.get((f.name, "mm2s"), 0)
-    if f.producer.kind == "compute":
-        return taken.get((f.name, f.producer, "Produce"), 0)
+    if f.producer.kind is TileKind.SHIM:
+        return moved.get((f.name, Direction.MM2S), 0)
+    if f.producer.kind is TileKind.COMPUTE:
+        return taken.get((f.name, f.producer, Port.PRODUCE), 0)
     link = next((link for link in plan.links if f.name in link.destinations), None)
     if link is None or depth > len(plan.fifos):
         _fail(plan, f"FIFO {f.name} starts on {f.producer.name} but no link there fills it")
@@ -459,7 +461,7 @@ def _produced(plan: Plan, f, fifos, moved, taken, depth: int = 0):
 # ---- the Emit ---------------------------------------------------------------------------------------------
 
 def _check_emit(plan: Plan):
-    has_feedback = any(b.role == "feedback" for b in plan.host_buffers)
+    has_feedback = any(b.role is HostRole.FEEDBACK for b in plan.host_buffers)
     if plan.emit is None:
         if has_feedback:
             _fail(plan, "it has a feedback buffer but no Emit")
@@ -468,12 +470,12 @@ def _check_emit(plan: Plan):
     if not plan.full_elf or not has_feedback:
         _fail(plan, f"it has an Emit but {'no feedback buffer' if plan.full_elf else 'the device runs no full ELF'}",
               "Only full-ELF plans have an Emit and a feedback buffer.")
-    carried = [w.name for w in plan.words if w.kind == "carried"]
+    carried = [w.name for w in plan.words if w.kind is WordKind.CARRIED]
     feedback = next((f for f in plan.fifos if f.name == e.feedback_fifo), None)
     core = next((c for c in plan.cores if c.tile == e.tile), None)
     if [n for n, _ in e.next_values] != carried or feedback is None or feedback.producer != e.tile or core is None:
         _fail(plan, f"the Emit on {e.tile.name} gives next values for {[n for n, _ in e.next_values]} (carried: "
                     f"{carried}) through '{e.feedback_fifo}' without a core and FIFO of its own")
-    if plan.host_buffer("feedback").nwords != max(1, len(e.target_words)):
-        _fail(plan, f"the feedback buffer holds {plan.host_buffer('feedback').nwords} words for the "
+    if plan.host_buffer(HostRole.FEEDBACK).nwords != max(1, len(e.target_words)):
+        _fail(plan, f"the feedback buffer holds {plan.host_buffer(HostRole.FEEDBACK).nwords} words for the "
                     f"{len(e.target_words)} target words")

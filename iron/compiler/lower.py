@@ -35,7 +35,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from iron import dtypes
 from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.fuse import Group, call_label, fuse, tensor_inputs
 from iron.compiler.invariants import check_plan, dma_channels
@@ -55,31 +54,39 @@ from iron.compiler.place import (
 from iron.compiler.plan import (
     Acquire,
     Buffer,
+    Const,
     Core,
+    Direction,
     Dma,
+    Element,
     Emit,
     Fifo,
+    FifoRole,
     Function,
     Imm,
     Invoke,
-    KernelDecl,
     KernelStep,
     Link,
     Load,
     Loop,
+    Output,
     Plan,
+    Port,
     Ptr,
     Release,
     ScalarStep,
     Tile,
+    TileKind,
     Wait,
+    WordKind,
+    WordRef,
 )
 from iron.compiler.words import Access, WordTable, base_name, view_access, whole_access
 from iron.errors import LoopError
 from iron.ir import Node, Op, Program, describe
 from iron.kernels.library import Copy, Softmax
 
-HOST = Tile(-1, 0, "shim")   # a FIFO end on the shim tile that `assign_shims` picks
+HOST = Tile(-1, 0, TileKind.SHIM)   # a FIFO end on the shim tile that `assign_shims` picks
 DEPTH = 2
 FORWARD_BYTES = 4096
 I32 = np.dtype(np.int32)
@@ -110,14 +117,14 @@ def check_feeds(program: Program, device, feeds: Plan | None):
             f"{program.name} is compiled for {device.name} but feeds {feeds.name}, compiled for "
             f"{feeds.device.name}: compile both versions for the same device."
         )
-    theirs = tuple(w.name for w in feeds.words if w.kind == "carried")
+    theirs = tuple(w.name for w in feeds.words if w.kind is WordKind.CARRIED)
     if theirs != program.carried_names:
         raise LoopError(
             f"{program.name} carries ({', '.join(program.carried_names)}) but feeds {feeds.name}, "
             f"which carries ({', '.join(theirs)}): give both bodies the same Carried parameters."
         )
     mine = {v.arg[0] for v in program.scalars}
-    missing = [w.name for w in feeds.words if w.kind == "scratchpad" and w.name not in mine]
+    missing = [w.name for w in feeds.words if w.kind is WordKind.SCRATCHPAD and w.name not in mine]
     if missing:
         raise LoopError(
             f"{feeds.name} takes Scratchpad value(s) {', '.join(missing)} that {program.name} does "
@@ -126,46 +133,46 @@ def check_feeds(program: Program, device, feeds: Plan | None):
         )
 
 
-def outside_users(program: Program, groups: tuple[Group, ...], with_emit: bool) -> dict[int, tuple[str, ...]]:
+def outside_users(program: Program, groups: tuple[Group, ...], with_emit: bool) -> dict[Node, tuple[str, ...]]:
     """Who uses each call's result outside its group: group names, "host" per output or carried
     element, "emit"."""
-    group_of = {id(c): g.name for g in groups for c in g.calls}
-    users: dict[int, list[str]] = {}
+    group_of = {c: g.name for g in groups for c in g.calls}
+    users: dict[Node, list[str]] = {}
     for g in groups:
         for call in g.calls:
             for node in tensor_inputs(call):
-                if group_of.get(id(node), g.name) != g.name and g.name not in users.get(id(node), []):
-                    users.setdefault(id(node), []).append(g.name)
+                if group_of.get(node, g.name) != g.name and g.name not in users.get(node, []):
+                    users.setdefault(node, []).append(g.name)
     for node in program.outputs:
-        users.setdefault(id(node), []).append("host")
+        users.setdefault(node, []).append("host")
     for _, value in program.carry:
         if value.op == Op.ELEM:
-            users.setdefault(id(value.src[0]), []).extend(["host", "emit"] if with_emit else ["host"])
+            users.setdefault(value.src[0], []).extend(["host", "emit"] if with_emit else ["host"])
     return {k: tuple(v) for k, v in users.items()}
 
 
-def forwarded_inputs(layout) -> dict[str, dict[int, tuple[Node, tuple[str, ...]]]]:
+def forwarded_inputs(layout) -> dict[str, dict[Node, tuple[str, ...]]]:
     """Small host tensors (at most FORWARD_BYTES: inputs, weights, params and views of them,
     not states) that several groups read: the first unsplit group loading one forwards it in
     its `_out` to the later readers, so the host moves it once per launch and each reader needs
-    no shim channel for it. Returns loader group -> {id(node): (node, reader groups)}."""
-    loader: dict[int, str] = {}
-    found: dict[str, dict[int, tuple[Node, list[str]]]] = {}
+    no shim channel for it. Returns loader group -> {node: reader groups}."""
+    loader: dict[Node, str] = {}
+    found: dict[str, dict[Node, list[str]]] = {}
     for site in layout.sites:
         g = site.group.name
         for node in _host_reads(site):
-            if loader.get(id(node), g) != g:
-                readers = found[loader[id(node)]][id(node)][1]
+            if loader.get(node, g) != g:
+                readers = found[loader[node]][node]
                 readers += [] if g in readers else [g]
-            elif id(node) not in loader and len(site.tiles) == 1 and _forwardable(node):
-                loader[id(node)] = g
-                found.setdefault(g, {})[id(node)] = (node, [])
-    return {g: {k: (n, tuple(r)) for k, (n, r) in nodes.items() if r} for g, nodes in found.items()}
+            elif node not in loader and len(site.tiles) == 1 and _forwardable(node):
+                loader[node] = g
+                found.setdefault(g, {})[node] = []
+    return {g: {n: tuple(r) for n, r in nodes.items() if r} for g, nodes in found.items()}
 
 
-def forwarded_to(forwards) -> set[tuple[str, int]]:
-    """(reader group, id(node)) of every host tensor an earlier group forwards to a reader."""
-    return {(r, key) for nodes in forwards.values() for key, (_, readers) in nodes.items() for r in readers}
+def forwarded_to(forwards) -> set[tuple[str, Node]]:
+    """(reader group, node) of every host tensor an earlier group forwards to a reader."""
+    return {(r, node) for nodes in forwards.values() for node, readers in nodes.items() for r in readers}
 
 
 def _host_reads(site: Site) -> list[Node]:
@@ -180,6 +187,23 @@ def _forwardable(node: Node) -> bool:
 
 
 # ---- objects ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StateWrite:
+    """The key of the `_host` region where a call writes a state (out=)."""
+
+    call: Node
+
+
+@dataclass(frozen=True)
+class Move:
+    """A lowered move of the runtime sequence: `access`'s words between host `buffer` and
+    `fifo`; `finish_sequence` cuts it into Dma ops within the shim's limits."""
+
+    direction: Direction
+    fifo: str
+    buffer: str
+    access: Access
 
 @dataclass
 class Packing:
@@ -224,7 +248,7 @@ class Part:
     ins: Packing = field(default_factory=Packing)
     host: Packing = field(default_factory=Packing)
     out: Packing = field(default_factory=Packing)
-    homes: dict = field(default_factory=dict)       # id(node) -> (source, byte offset)
+    homes: dict = field(default_factory=dict)       # node -> (source, byte offset)
     buffers: list = field(default_factory=list)
     consumed: list = field(default_factory=list)    # FIFOs of other groups it reads
     copies: list = field(default_factory=list)      # KernelSteps exporting results
@@ -243,10 +267,6 @@ class Part:
         return f"{self.site.group.name}_in"
 
 
-def memref(nbytes: int, dtype) -> str:
-    return f"memref<{nbytes // np.dtype(dtype).itemsize}x{dtypes.mlir_type(dtype)}>"
-
-
 def neighbours(a: Tile, b: Tile) -> bool:
     return abs(a.col - b.col) + abs(a.row - b.row) == 1
 
@@ -263,13 +283,13 @@ class Lowering:
         self.program, self.device, self.users, self.layout, self.feeds = program, device, users, layout, feeds
         self.table = WordTable(program)
         self.placements = host_placements(program)
-        self.results: dict[int, tuple[str, int]] = {}   # id(node) -> (FIFO, offset) other groups read
+        self.results: dict[Node, tuple[str, int]] = {}   # node -> (FIFO, offset) other groups read
         self.fifos: list[Fifo] = []
         self.links: list[Link] = []
         self.buffers: list[Buffer] = []
         self.functions: list[Function] = []
         self.cores: list[Core] = []
-        self.sequence: list[tuple] = []
+        self.sequence: list[Move | Wait] = []
         self.holds: dict[str, str] = {}
         self.state_writer: dict[str, str] = {}
         self.waited: set[str] = set()
@@ -292,8 +312,8 @@ class Lowering:
         access = view_access(node, self.table) if node.op == Op.VIEW else whole_access(node)
         return p.buffer, replace(access, offset=p.offset + access.offset)
 
-    def fifo(self, name, producer, consumers, nbytes, dtype, what, shared=False):
-        self.fifos.append(Fifo(name, producer, tuple(consumers), DEPTH, nbytes, np.dtype(dtype), shared))
+    def fifo(self, name, role, producer, consumers, nbytes, dtype, what, shared=False):
+        self.fifos.append(Fifo(name, producer, tuple(consumers), DEPTH, nbytes, np.dtype(dtype), shared, role))
         self.holds[name] = what
 
     # ---- the cores ----------------------------------------------------------------------------------
@@ -362,12 +382,12 @@ class Lowering:
         for call in site.group.calls:
             for node in tensor_inputs(call):
                 streamed = site.stream is not None and node is site.stream.matrix
-                if is_host_tensor(node) and not streamed and (g, id(node)) not in self.forwarded_to:
+                if is_host_tensor(node) and not streamed and (g, node) not in self.forwarded_to:
                     move = self.host_access(node)
-                    items.append((id(node), move[1].nwords * 4, node.dtype, describe(node), move))
+                    items.append((node, move[1].nwords * 4, node.dtype, describe(node), move))
             for name, expr in self._dynamic_attrs(call):
                 word = self._attr_word(call, name, expr)
-                items.append((("word", word), 4, I32, self.table.words[word].name, ("words", Access(word, ((1, 1),)))))
+                items.append((WordRef(word), 4, I32, self.table.words[word].name, ("words", Access(word, ((1, 1),)))))
         return items
 
     def _site(self, group: str) -> Site:
@@ -384,21 +404,21 @@ class Lowering:
         if issubclass(call.arg.kernel, Softmax) and name == "length":
             n = call.src[0].shape[0]
             what = f"{call.arg.kernel.__name__} {name}={describe(expr)}"
-            return self.table.bounded(expr, 1, n + 1, what, "core")
-        return self.table.word(expr, "core")
+            return self.table.bounded(expr, 1, n + 1, what, WordKind.CORE)
+        return self.table.word(expr, WordKind.CORE)
 
     def _layout_results(self, part: Part):
         """Where each call's result lives (its home) and where it is exported to, and the `_out`
         regions of the host tensors this group forwards."""
-        for node, _ in self.forwards.get(part.site.group.name, {}).values():
-            out = part.out.add(id(node), node.size * node.dtype.itemsize, node.dtype, describe(node))
-            self.results[id(node)] = (f"{part.prefix}_out", out)
+        for node in self.forwards.get(part.site.group.name, {}):
+            out = part.out.add(node, node.size * node.dtype.itemsize, node.dtype, describe(node))
+            self.results[node] = (f"{part.prefix}_out", out)
             part.copies.append(copy_step(node.dtype, node.size, self._read(part, node, False),
                                          Ptr(f"{part.prefix}_out", out)))
         for call in part.site.group.calls:
             if call.arg.writes:
                 buffer, access = self.host_access(call.src[call.arg.n_inputs])
-                part.host.add(("write", id(call)), access.nwords * 4, call.dtype,
+                part.host.add(StateWrite(call), access.nwords * 4, call.dtype,
                               describe(call.src[call.arg.n_inputs]), (buffer, access))
             elif part.split:
                 self._split_home(part, call)
@@ -427,9 +447,9 @@ class Lowering:
             items += [(key, size, dtype, what, Ptr(part.in_fifo, part.ins.offsets[key]))
                       for key, size, dtype, what, _ in self._host_items(self._site(relay.reader))]
         for node in self._reads(relay.reader):
-            if self.results.get(id(node), ("",))[0] in relay.fifos:
+            if self.results.get(node, ("",))[0] in relay.fifos:
                 what = call_label(self.program, node) if node.op == Op.CALL else describe(node)
-                items.append((id(node), node.size * node.dtype.itemsize, node.dtype, what,
+                items.append((node, node.size * node.dtype.itemsize, node.dtype, what,
                               self._read(part, node, False)))
         return items
 
@@ -438,40 +458,38 @@ class Lowering:
         if reader == "emit":
             return [v.src[0] for _, v in self.program.carry if v.op == Op.ELEM]
         calls = self._site(reader).group.calls
-        made = {id(c) for c in calls}
-        return list({id(n): n for c in calls for n in tensor_inputs(c) if id(n) not in made}.values())
+        return list(dict.fromkeys(n for c in calls for n in tensor_inputs(c) if n not in calls))
 
     def _source(self, group: str, node: Node) -> tuple[str, int] | None:
         """(FIFO, offset) where `group` finds a tensor another group sends: a carrier's `_out`
         when `fit_compute_channels` relays it, else where it was put."""
-        return self.relayed.get((group, id(node))) or self.results.get(id(node))
+        return self.relayed.get((group, node)) or self.results.get(node)
 
     def _split_home(self, part: Part, call: Node):
         size = part.count * call.dtype.itemsize
         if call is part.site.group.calls[-1]:
-            part.homes[id(call)] = (f"{part.site.group.name}_part{part.number}", 0)
+            part.homes[call] = (f"{part.site.group.name}_part{part.number}", 0)
         else:
-            part.homes[id(call)] = (self._buffer(part, call, size), 0)
+            part.homes[call] = (self._buffer(part, call, size), 0)
 
     def _home(self, part: Part, call: Node):
         places = [(f"{part.prefix}_host", part.host.add(key, *self._region(call, name)))
                   for key, name in self._host_uses(call)]
-        if any(u != "host" for u in self.users.get(id(call), ())):
-            out = part.out.add(id(call), call.size * call.dtype.itemsize, call.dtype,
+        if any(u != "host" for u in self.users.get(call, ())):
+            out = part.out.add(call, call.size * call.dtype.itemsize, call.dtype,
                                call_label(self.program, call))
             places.append((f"{part.prefix}_out", out))
-            self.results[id(call)] = (f"{part.prefix}_out", out)
+            self.results[call] = (f"{part.prefix}_out", out)
         if not places:
             places = [(self._buffer(part, call, call.size * call.dtype.itemsize), 0)]
-        part.homes[id(call)] = places[0]
+        part.homes[call] = places[0]
         for source, offset in places[1:]:
             part.copies.append(copy_step(call.dtype, call.size, Ptr(*places[0]), Ptr(source, offset)))
 
-    def _host_uses(self, call: Node) -> list[tuple[tuple, str]]:
-        uses = [(("out", i), f"out{i}") for i, n in enumerate(self.program.outputs) if n is call]
-        uses += [(("carry", name), f"carry.{name}") for name, v in self.program.carry
-                 if v.op == Op.ELEM and v.src[0] is call]
-        return uses
+    def _host_uses(self, call: Node) -> list[tuple[Output, str]]:
+        names = [f"out{i}" for i, n in enumerate(self.program.outputs) if n is call]
+        names += [f"carry.{name}" for name, v in self.program.carry if v.op == Op.ELEM and v.src[0] is call]
+        return [(Output(name), name) for name in names]
 
     def _region(self, call: Node, placement_name: str):
         p = self.placement(placement_name)
@@ -490,11 +508,11 @@ class Lowering:
     def _group_fifos(self, site: Site, parts: list[Part]):
         ins = parts[0].ins
         if ins.nbytes:
-            self.fifo(parts[0].in_fifo, HOST, [p.tile for p in parts], ins.nbytes, ins.dtype, ", ".join(ins.what))
+            self.fifo(parts[0].in_fifo, FifoRole.INPUT, HOST, [p.tile for p in parts], ins.nbytes, ins.dtype, ", ".join(ins.what))
         for part in parts:
             part.consumed = self._consumed(part)
             if part.host.nbytes:
-                self.fifo(f"{part.prefix}_host", part.tile, [HOST], part.host.nbytes, part.host.dtype,
+                self.fifo(f"{part.prefix}_host", FifoRole.HOST, part.tile, [HOST], part.host.nbytes, part.host.dtype,
                           ", ".join(part.host.what))
             if part.out.nbytes:
                 self._out_fifo(f"{part.prefix}_out", part.tile, site, part.out)
@@ -504,8 +522,8 @@ class Lowering:
             self._join_fifos(site, parts)
 
     def _consumer_tiles(self, group: Group, with_host: bool) -> list[Tile]:
-        names = {u for c in group.calls for u in self.users.get(id(c), ()) if u != "host"}
-        names |= {r for _, readers in self.forwards.get(group.name, {}).values() for r in readers}
+        names = {u for c in group.calls for u in self.users.get(c, ()) if u != "host"}
+        names |= {r for readers in self.forwards.get(group.name, {}).values() for r in readers}
         names = {n for n in names if n not in self.relays or f"{group.name}_out" not in self.relays[n].fifos}
         tiles = [t for s in self.layout.sites if s.group.name in names for t in s.tiles]
         if "emit" in names:
@@ -515,26 +533,26 @@ class Lowering:
     def _out_fifo(self, name: str, tile: Tile, site: Site, out: Packing):
         consumers = self._consumer_tiles(site.group, with_host=False)
         shared = len(consumers) == 1 and neighbours(tile, consumers[0])
-        self.fifo(name, tile, consumers, out.nbytes, out.dtype, ", ".join(out.what), shared)
+        self.fifo(name, FifoRole.OUTPUT, tile, consumers, out.nbytes, out.dtype, ", ".join(out.what), shared)
 
     def _consumed(self, part: Part) -> list[str]:
         g = part.site.group.name
         return list(dict.fromkeys(
             self._source(g, n)[0] for c in part.site.group.calls for n in tensor_inputs(c)
-            if self._source(g, n) is not None and id(n) not in part.homes and id(n) not in part.ins.offsets))
+            if self._source(g, n) is not None and n not in part.homes and n not in part.ins.offsets))
 
     def _stream_fifos(self, site: Site, parts: list[Part]):
         s, g = site.stream, site.group.name
         block = s.rows * (s.matrix.size // s.matrix.shape[0]) * s.matrix.dtype.itemsize
         what = f"rows of {describe(s.matrix)}"
-        self.fifo(f"{g}_w_mem", HOST, [s.mem], block * s.parts, s.matrix.dtype, what)
+        self.fifo(f"{g}_w_mem", FifoRole.WEIGHTS, HOST, [s.mem], block * s.parts, s.matrix.dtype, what)
         if not parts[0].split:
-            self.fifo(f"{g}_w", s.mem, [parts[0].tile], block, s.matrix.dtype, what)
+            self.fifo(f"{g}_w", FifoRole.WEIGHTS, s.mem, [parts[0].tile], block, s.matrix.dtype, what)
             self.links.append(Link(s.mem, (f"{g}_w_mem",), (f"{g}_w",)))
             return
         names = tuple(f"{g}_w{p.number}" for p in parts)
         for name, part in zip(names, parts):
-            self.fifo(name, s.mem, [part.tile], block, s.matrix.dtype, what)
+            self.fifo(name, FifoRole.WEIGHTS, s.mem, [part.tile], block, s.matrix.dtype, what)
         self.links.append(Link(s.mem, (f"{g}_w_mem",), names,
                                destination_offsets=tuple(p.number * block for p in parts)))
 
@@ -543,13 +561,14 @@ class Lowering:
         size = parts[0].count * last.dtype.itemsize
         names = tuple(f"{g}_part{p.number}" for p in parts)
         for name, part in zip(names, parts):
-            self.fifo(name, part.tile, [site.stream.mem], size, last.dtype, call_label(self.program, last))
-        host = "host" in self.users.get(id(last), ())
+            self.fifo(name, FifoRole.PART, part.tile, [site.stream.mem], size, last.dtype, call_label(self.program, last))
+        host = "host" in self.users.get(last, ())
         consumers = self._consumer_tiles(site.group, with_host=host)
-        joined = f"{g}_out" if any(t != HOST for t in consumers) else f"{g}_host"
-        self.fifo(joined, site.stream.mem, consumers, size * len(parts), last.dtype, call_label(self.program, last))
+        role = FifoRole.OUTPUT if any(t != HOST for t in consumers) else FifoRole.HOST
+        joined = f"{g}_{role.value}"
+        self.fifo(joined, role, site.stream.mem, consumers, size * len(parts), last.dtype, call_label(self.program, last))
         self.links.append(Link(site.stream.mem, names, (joined,), source_offsets=tuple(p.number * size for p in parts)))
-        self.results[id(last)] = (joined, 0)
+        self.results[last] = (joined, 0)
 
     # ---- a core's program ---------------------------------------------------------------------------
     def _program(self, part: Part):
@@ -560,18 +579,18 @@ class Lowering:
         if part.split:
             outs.append(f"{part.site.group.name}_part{part.number}")
         objects = [*ins, *outs, *(b.name for b in part.buffers)]
-        program = [*(Acquire(f, "Consume") for f in ins), *(Acquire(f, "Produce") for f in outs)]
+        program = [*(Acquire(f, Port.CONSUME) for f in ins), *(Acquire(f, Port.PRODUCE) for f in outs)]
         if block is not None:
             w = self._w_name(part)
             params = self._params(block.steps, [*objects, w])
             self.functions.append(replace(block, params=params))
-            program.append(Loop(part.stream.blocks, (Acquire(w, "Consume"), Invoke(block.name, params),
-                                                     Release(w, "Consume"))))
+            program.append(Loop(part.stream.blocks, (Acquire(w, Port.CONSUME), Invoke(block.name, params),
+                                                     Release(w, Port.CONSUME))))
         if main:
             params = self._params(main, objects)
             self.functions.append(Function(part.prefix, params, tuple(main)))
             program.append(Invoke(part.prefix, params))
-        program += [*(Release(f, "Consume") for f in ins), *(Release(f, "Produce") for f in outs)]
+        program += [*(Release(f, Port.CONSUME) for f in ins), *(Release(f, Port.PRODUCE) for f in outs)]
         self.cores.append(Core(part.tile, part.site.group.name, tuple(program), self.device.compute.default_stack_bytes))
 
     def _has_fifo(self, name: str) -> bool:
@@ -599,10 +618,10 @@ class Lowering:
 
     def _read(self, part: Part, node: Node, sliced: bool) -> Ptr:
         shift = part.start * node.dtype.itemsize if sliced else 0
-        if id(node) in part.homes:
-            return Ptr(*part.homes[id(node)])
-        if id(node) in part.ins.offsets:
-            return Ptr(part.in_fifo, part.ins.offsets[id(node)] + shift)
+        if node in part.homes:
+            return Ptr(*part.homes[node])
+        if node in part.ins.offsets:
+            return Ptr(part.in_fifo, part.ins.offsets[node] + shift)
         fifo, offset = self._source(part.site.group.name, node)
         return Ptr(fifo, offset + shift)
 
@@ -614,18 +633,18 @@ class Lowering:
         out_shape = (part.count,) if sliced else call.shape
         if c.writes:
             dest_view = call.src[c.n_inputs]
-            dest = Ptr(f"{part.prefix}_host", part.host.offsets[("write", id(call))])
+            dest = Ptr(f"{part.prefix}_host", part.host.offsets[StateWrite(call)])
             if c.kernel.accumulates:
                 steps.append(copy_step(dest_view.dtype, dest_view.size, self._read(part, dest_view, False), dest))
         else:
-            dest = Ptr(*part.homes[id(call)])
+            dest = Ptr(*part.homes[call])
         return [*steps, self._kernel_step(part, call, [*ins, dest], shapes, out_shape)]
 
     def _kernel_step(self, part: Part, call: Node, ptrs, shapes, out_shape) -> KernelStep:
         kernel = call.arg.kernel
         sizes = kernel.sizes([tuple(s) for s in shapes], tuple(out_shape))
         attrs = self._attr_args(part, call)
-        return KernelStep(kernel.symbol(call.src[0].dtype), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs))
+        return KernelStep(kernel.symbol(call.src[0].dtype, call.dtype), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs))
 
     def _attr_args(self, part: Part, call: Node) -> list:
         dynamic = dict(self._dynamic_attrs(call))
@@ -633,7 +652,7 @@ class Lowering:
         args = []
         for name, ctype in call.arg.kernel.c_attrs:
             if name in dynamic:
-                key = ("word", self._attr_word(call, name, dynamic[name]))
+                key = WordRef(self._attr_word(call, name, dynamic[name]))
                 where = self.relayed.get((part.site.group.name, key))
                 args.append(Load(*where) if where else Load(part.in_fifo, part.ins.offsets[key]))
             elif values.get(name) is None:
@@ -649,7 +668,7 @@ class Lowering:
         s, call = part.stream, part.site.group.calls[0]
         x = call.src[1]
         row_out = int(np.prod(call.shape[1:], dtype=np.int64)) * call.dtype.itemsize
-        home = part.homes[id(call)]
+        home = part.homes[call]
         ptrs = [Ptr(self._w_name(part), 0), self._read(part, x, False),
                 Ptr(home[0], home[1], block_stride=s.rows * row_out)]
         shapes = [(s.rows, *s.matrix.shape[1:]), x.shape]
@@ -657,12 +676,12 @@ class Lowering:
         return Function(f"{part.prefix}_block", (), (step,), blocked=True)
 
     # ---- the runtime sequence of a group ------------------------------------------------------------
-    def _state_waits(self, group: Group) -> list[tuple]:
+    def _state_waits(self, group: Group) -> list[Wait]:
         touched = {self._state(n) for c in group.calls for n in (*tensor_inputs(c), *c.src[: c.arg.n_inputs + c.arg.writes])}
         fifos = {self.state_writer[s] for s in touched if s in self.state_writer}
         if fifos:
             self.after_writes.add(group.name)
-        waits = [("wait", f) for f in sorted(fifos) if f not in self.waited]
+        waits = [Wait(f) for f in sorted(fifos) if f not in self.waited]
         self.waited |= fifos
         return waits
 
@@ -672,24 +691,24 @@ class Lowering:
         return memory.arg[1] if memory.op == Op.MEMORY and memory.arg[0] == "state" else None
 
     def _group_sequence(self, site: Site, parts: list[Part]):
-        self.sequence += [("dma", "mm2s", parts[0].in_fifo, *m) for m in parts[0].ins.moves]
+        self.sequence += [Move(Direction.MM2S, parts[0].in_fifo, *m) for m in parts[0].ins.moves]
         if site.stream is not None:
             self.sequence += self._stream_moves(site)
         for part in parts:
-            self.sequence += [("dma", "s2mm", f"{part.prefix}_host", *m) for m in part.host.moves]
-        if parts[0].split and "host" in self.users.get(id(site.group.calls[-1]), ()):
+            self.sequence += [Move(Direction.S2MM, f"{part.prefix}_host", *m) for m in part.host.moves]
+        if parts[0].split and "host" in self.users.get(site.group.calls[-1], ()):
             self.sequence += self._join_drain(site)
         for call in site.group.calls:
             if call.arg.writes:
                 self.state_writer[self._state(call.src[call.arg.n_inputs])] = f"{site.group.name}_host"
                 self.waited.discard(f"{site.group.name}_host")
 
-    def _stream_moves(self, site: Site) -> list[tuple]:
+    def _stream_moves(self, site: Site) -> list[Move]:
         s = site.stream
         buffer, access = self.host_access(s.matrix)
         if s.parts > 1:
             access = self._split_order(s, access)
-        return [("dma", "mm2s", f"{site.group.name}_w_mem", buffer, access)]
+        return [Move(Direction.MM2S, f"{site.group.name}_w_mem", buffer, access)]
 
     @staticmethod
     def _split_order(s, access: Access) -> Access:
@@ -700,14 +719,14 @@ class Lowering:
         dims = ((s.blocks, s.rows * stride), (s.parts, (m // s.parts) * stride), (s.rows, stride), (row, 1))
         return replace(access, dims=dims)
 
-    def _join_drain(self, site: Site) -> list[tuple]:
+    def _join_drain(self, site: Site) -> list[Move]:
         last = site.group.calls[-1]
         index = next(i for i, n in enumerate(self.program.outputs) if n is last)
         p = self.placement(f"out{index}")
-        return [("dma", "s2mm", self.results[id(last)][0], p.buffer, Access(p.offset, ((p.nwords, 1),)))]
+        return [Move(Direction.S2MM, self.results[last][0], p.buffer, Access(p.offset, ((p.nwords, 1),)))]
 
     # ---- the Emit ---------------------------------------------------------------------------------------
-    def carry_sources(self) -> tuple[tuple[tuple[str, tuple], ...], tuple[tuple[str, tuple], ...]]:
+    def carry_sources(self) -> tuple[tuple, tuple]:
         """(for the Emit, for Plan.carry): where each next carried value comes from: a word of
         this call (a value word or a "next" word), or an element a group computed (its `_out`
         region for the Emit, its "carry.<name>" output placement for the host)."""
@@ -715,54 +734,54 @@ class Lowering:
         for name, value in self.program.carry:
             if value.op == Op.ELEM:
                 fifo, offset = self._source("emit", value.src[0]) or ("", 0)
-                emit.append((name, ("elem", fifo, offset)))
-                host.append((name, ("output", f"carry.{name}")))
+                emit.append((name, Element(fifo, offset)))
+                host.append((name, Output(f"carry.{name}")))
             else:
-                source = ("word", self.table.next_value(value))
+                source = WordRef(self.table.next_value(value))
                 emit.append((name, source))
                 host.append((name, source))
         return tuple(emit), tuple(host)
 
     def lower_emit(self, tile: Tile, next_values, target) -> Emit:
         words = len(self.table.words)
-        self.fifo("emit_in", HOST, [tile], 4 * words, I32, "this call's words")
-        self.fifo("feedback", tile, [HOST], 4 * len(target), I32, "the next call's words")
-        elements = list(dict.fromkeys(src[1] for _, src in next_values if src[0] == "elem"))
+        self.fifo("emit_in", FifoRole.EMIT_IN, HOST, [tile], 4 * words, I32, "this call's words")
+        self.fifo("feedback", FifoRole.FEEDBACK, tile, [HOST], 4 * len(target), I32, "the next call's words")
+        elements = list(dict.fromkeys(src.fifo for _, src in next_values if isinstance(src, Element)))
         steps = self._emit_steps(dict(next_values), target)
         objects = ("emit_in", *elements, "feedback")
         self.functions.append(Function("emit", objects, steps))
-        program = (*(Acquire(f, "Consume") for f in objects[:-1]), Acquire("feedback", "Produce"),
+        program = (*(Acquire(f, Port.CONSUME) for f in objects[:-1]), Acquire("feedback", Port.PRODUCE),
                    Invoke("emit", objects),
-                   *(Release(f, "Consume") for f in objects[:-1]), Release("feedback", "Produce"))
+                   *(Release(f, Port.CONSUME) for f in objects[:-1]), Release("feedback", Port.PRODUCE))
         self.cores.append(Core(tile, "emit", program, self.device.compute.default_stack_bytes))
-        self.sequence += [("dma", "mm2s", "emit_in", "words", Access(0, ((words, 1),))),
-                          ("dma", "s2mm", "feedback", "feedback", Access(0, ((len(target), 1),)))]
+        self.sequence += [Move(Direction.MM2S, "emit_in", "words", Access(0, ((words, 1),))),
+                          Move(Direction.S2MM, "feedback", "feedback", Access(0, ((len(target), 1),)))]
         return Emit(tile, tuple(next_values), tuple(target), "feedback")
 
     def _emit_steps(self, next_values: dict, target) -> tuple:
-        mine = {w.name: w.index for w in self.table.words if w.kind in ("carried", "scratchpad")}
+        mine = {w.name: w.index for w in self.table.words if w.kind.given}
 
         def load(source):
             if source is None:
                 return None
-            if source[0] == "const":
-                return Imm(int(source[1]))
-            if source[0] == "elem":
-                return Load(source[1], source[2])
-            return Load("emit_in", 4 * source[1])
+            if isinstance(source, Const):
+                return Imm(int(source.value))
+            if isinstance(source, Element):
+                return Load(source.fifo, source.offset)
+            return Load("emit_in", 4 * source.index)
 
         def target_load(operand):
-            if operand is None or operand[0] == "const":
+            if not isinstance(operand, WordRef):
                 return load(operand)
-            return Load("feedback", 4 * operand[1])
+            return Load("feedback", 4 * operand.index)
 
         steps = []
         for w in target:
             dest = Ptr("feedback", 4 * w.index)
-            if w.kind == "carried":
+            if w.kind is WordKind.CARRIED:
                 steps.append(ScalarStep(dest, "copy", load(next_values[w.name])))
-            elif w.kind == "scratchpad":
-                steps.append(ScalarStep(dest, "copy", load(("word", mine[w.name]))))
+            elif w.kind is WordKind.SCRATCHPAD:
+                steps.append(ScalarStep(dest, "copy", load(WordRef(mine[w.name]))))
             else:
                 steps.append(ScalarStep(dest, w.op, target_load(w.a), target_load(w.b)))
         return tuple(steps)
@@ -770,7 +789,6 @@ class Lowering:
     # ---- the Plan ----------------------------------------------------------------------------------------
     def finish(self, groups: tuple[Group, ...], channel_rules: tuple = ()) -> Plan:
         emit = self.emit
-        self.sequence += [("final",)]
         share_rules = self._share_shim_channels()
         shims, shim_rules = assign_shims(self._shim_requests(), self.device)
         fifos = tuple(self._resolved(f, shims) for f in self.fifos)
@@ -782,7 +800,7 @@ class Lowering:
             tiles=self._tiles(fifos), host_buffers=host_buffers(
                 self.placements, len(words), None if emit is None else len(emit.target_words)),
             placements=self.placements, fifos=fifos, links=tuple(self.links), buffers=tuple(self.buffers),
-            functions=tuple(self.functions), kernels=tuple(self._declaration(f, fifos) for f in self.functions),
+            functions=tuple(self.functions),
             cores=tuple(self.cores), sequence=sequence, words=words, emit=emit,
             groups=tuple((g.name, tuple(call_label(self.program, c) for c in g.calls)) for g in groups),
             rules=(*self._fuse_rules(groups), *self.layout.rules, *self._forward_rules(), *channel_rules,
@@ -800,28 +818,28 @@ class Lowering:
 
     def _forward_rules(self) -> list[tuple[str, str]]:
         return [("forward_shared_input", f"{g} forwards {describe(node)} to {', '.join(readers)}")
-                for g, nodes in self.forwards.items() for node, readers in nodes.values()]
+                for g, nodes in self.forwards.items() for node, readers in nodes.items()]
 
     # ---- shim channels ---------------------------------------------------------------------------------
     def _shim_requests(self) -> list[ShimRequest]:
         requests = []
         for f in self.fifos:
             if f.producer == HOST:
-                requests.append(ShimRequest(f.name, "mm2s", f.consumers[0].col, f.nbytes, self._input_shares(f)))
+                requests.append(ShimRequest(f.name, Direction.MM2S, f.consumers[0].col, f.nbytes, self._input_shares(f)))
             elif HOST in f.consumers:
-                requests.append(ShimRequest(f.name, "s2mm", f.producer.col, f.nbytes, self._output_shares(f)))
+                requests.append(ShimRequest(f.name, Direction.S2MM, f.producer.col, f.nbytes, self._output_shares(f)))
         return requests
 
     def _input_shares(self, f: Fifo) -> bool:
         """A group's `_in` whose group touches no state an earlier group of the call writes: its
         Dmas need no Wait, so they may be issued with the other groups' inputs of a shared FIFO."""
         group = next((s.group.name for s in self.layout.sites if f.name == f"{s.group.name}_in"), None)
-        return group is not None and group not in self.after_writes
+        return f.role is FifoRole.INPUT and group not in self.after_writes
 
     def _output_shares(self, f: Fifo) -> bool:
         """A core's `_host` that no Wait of the sequence needs before its end."""
-        waited = {entry[1] for entry in self.sequence if entry[0] == "wait"}
-        return f.producer.kind == "compute" and f.name.endswith("_host") and f.name not in waited
+        waited = {entry.fifo for entry in self.sequence if isinstance(entry, Wait)}
+        return f.producer.kind is TileKind.COMPUTE and f.role is FifoRole.HOST and f.name not in waited
 
     def _share_shim_channels(self) -> tuple:
         """Apply `share_shim_channels`: its merged FIFOs, links and moves; returns its rules."""
@@ -830,7 +848,7 @@ class Lowering:
             mem.take_on(link.tile, len(link.sources), len(link.destinations))
         for f in self.fifos:
             for tile in {f.producer, *f.consumers}:
-                if tile.kind == "mem":
+                if tile.kind is TileKind.MEM:
                     mem.take_on(tile, 0, 0, f.depth * f.nbytes)
         shares, rules = share_shim_channels(self.program, self._shim_requests(), self.device, mem, DEPTH)
         for share in shares:
@@ -841,10 +859,11 @@ class Lowering:
         members = {f.name: f for f in self.fifos if f.name in share.members}
         retype = len({f.dtype.itemsize for f in members.values()}) > 1
         dtype = I32 if retype else members[share.members[0]].dtype
-        inputs = share.direction == "mm2s"
+        inputs = share.direction is Direction.MM2S
         ends = (HOST, (share.mem,)) if inputs else (share.mem, (HOST,))
         first = min(i for i, f in enumerate(self.fifos) if f.name in members)
-        self.fifos.insert(first, Fifo(share.name, ends[0], ends[1], DEPTH, share.nbytes, dtype))
+        role = FifoRole.SHARED_IN if inputs else FifoRole.SHARED_HOST
+        self.fifos.insert(first, Fifo(share.name, ends[0], ends[1], DEPTH, share.nbytes, dtype, role=role))
         self.fifos = [self._shared_end(f, share.mem, retype) if f.name in members else f for f in self.fifos]
         if inputs:
             self.links.append(Link(share.mem, (share.name,), share.members, destination_offsets=share.offsets))
@@ -872,23 +891,17 @@ class Lowering:
         tiles |= {t for f in fifos for t in (f.producer, *f.consumers)}
         return tuple(sorted(tiles, key=lambda t: (t.col, t.row)))
 
-    def _declaration(self, function: Function, fifos) -> KernelDecl:
-        kinds = {f.name: (f.nbytes, f.dtype) for f in fifos}
-        kinds |= {b.name: (b.nbytes, b.dtype) for b in self.buffers}
-        types = [memref(*kinds[p]) for p in function.params]
-        return KernelDecl(function.name, (*types, *(["i32"] if function.blocked else [])), f"{function.name}.o")
 
 
 # ---- DMA ops within the shim's limits ------------------------------------------------------------
 
-def moved_together(entries: list[tuple], share: SharedChannel) -> list[tuple]:
-    """The lowered moves with the members' Dma moves made moves of the shared FIFO, in member
+def moved_together(entries: list, share: SharedChannel) -> list:
+    """The lowered moves with the members' moves made moves of the shared FIFO, in member
     order, all at the first member move (inputs: issued before any member needs its object) or
     at the last (outputs: issued once every member has had its inputs)."""
-    at = [i for i, e in enumerate(entries) if e[0] == "dma" and e[2] in share.members]
-    moves = [("dma", entries[i][1], share.name, *entries[i][3:])
-             for member in share.members for i in at if entries[i][2] == member]
-    spot = at[0] if share.direction == "mm2s" else at[-1]
+    at = [i for i, e in enumerate(entries) if isinstance(e, Move) and e.fifo in share.members]
+    moves = [replace(entries[i], fifo=share.name) for member in share.members for i in at if entries[i].fifo == member]
+    spot = at[0] if share.direction is Direction.MM2S else at[-1]
     taken = set(at)
     together = []
     for i, entry in enumerate(entries):
@@ -899,7 +912,7 @@ def moved_together(entries: list[tuple], share: SharedChannel) -> list[tuple]:
     return together
 
 
-def finish_sequence(entries: list[tuple], fifos: dict[str, Fifo], device) -> tuple:
+def finish_sequence(entries: list, fifos: dict[str, Fifo], device) -> tuple:
     """Dma and Wait ops from the lowered moves: each move split into Dmas within the device's
     limits, BD ids per shim tile reused only after a Wait covering the op that held them (MM2S
     ops made waitable with issue_token), and a final Wait on every S2MM FIFO not yet waited."""
@@ -907,20 +920,20 @@ def finish_sequence(entries: list[tuple], fifos: dict[str, Fifo], device) -> tup
     held: dict[Tile, dict[int, int]] = {}
     unwaited: list[str] = []
     for entry in entries:
-        if entry[0] == "wait":
-            _wait(ops, held, unwaited, entry[1])
-        elif entry[0] == "final":
-            for fifo in list(unwaited):
-                _wait(ops, held, unwaited, fifo)
-        else:
-            _, direction, fifo, buffer, access = entry
-            shim = fifos[fifo].producer if direction == "mm2s" else next(t for t in fifos[fifo].consumers if t.kind == "shim")
-            for offset, sizes, strides in dma_patterns(access.offset, access.dims, device):
-                bd = _free_bd(ops, held, unwaited, shim, device)
-                ops.append(Dma(direction, fifo, buffer, offset, sizes, strides, bd, shim, access.patch_word))
-                held.setdefault(shim, {})[bd] = len(ops) - 1
-                if direction == "s2mm" and fifo not in unwaited:
-                    unwaited.append(fifo)
+        if isinstance(entry, Wait):
+            _wait(ops, held, unwaited, entry.fifo)
+            continue
+        fifo, access = fifos[entry.fifo], entry.access
+        shim = fifo.producer if entry.direction is Direction.MM2S else next(
+            t for t in fifo.consumers if t.kind is TileKind.SHIM)
+        for offset, sizes, strides in dma_patterns(access.offset, access.dims, device):
+            bd = _free_bd(ops, held, unwaited, shim, device)
+            ops.append(Dma(entry.direction, fifo.name, entry.buffer, offset, sizes, strides, bd, shim, access.patch_word))
+            held.setdefault(shim, {})[bd] = len(ops) - 1
+            if entry.direction is Direction.S2MM and fifo.name not in unwaited:
+                unwaited.append(fifo.name)
+    for name in list(unwaited):
+        _wait(ops, held, unwaited, name)
     return tuple(ops)
 
 
@@ -939,7 +952,7 @@ def _wait(ops: list, held, unwaited: list[str], fifo: str):
     for bds in held.values():
         for bd, index in list(bds.items()):
             if ops[index].fifo == fifo:
-                if ops[index].direction == "mm2s":
+                if ops[index].direction is Direction.MM2S:
                     ops[index] = replace(ops[index], issue_token=True)
                 del bds[bd]
     ops.append(Wait(fifo))

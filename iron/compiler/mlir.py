@@ -2,7 +2,7 @@
 
 The text is one `module { aie.device(<device>) { ... } }` holding, in this order: the tiles, the
 object FIFOs, their mem-tile links, the tile-local buffers, one `func.func private` per
-KernelDecl, one `aie.core` per Core (its program inside a loop that never ends) and the
+Function, one `aie.core` per Core (its program inside a loop that never ends) and the
 `aie.runtime_sequence @sequence` (one argument per HostBuffer, one `aiex.npu.dma_memcpy_nd` per
 Dma, one `aiex.npu.dma_wait` per Wait). It uses only the ops of npu-platform.md section 2 whose
 spelling is stable across the supported toolchains (`ALLOWED_OPS`). A Dma whose offset is patched
@@ -25,10 +25,12 @@ from iron.compiler.plan import (
     Core,
     Dma,
     Fifo,
+    Function,
     Invoke,
     Link,
     Loop,
     Plan,
+    Port,
     Release,
     Wait,
 )
@@ -44,6 +46,7 @@ FOREVER = 9223372036854775807   # the core loop's bound: cores start once and ne
 SEQUENCE = "sequence"           # the runtime sequence's symbol
 INDENT = "  "
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")
+PORTS = {Port.PRODUCE: "Produce", Port.CONSUME: "Consume"}
 
 
 def print_mlir(plan: Plan) -> str:
@@ -133,10 +136,24 @@ def buffer_lines(plan: Plan) -> list[str]:
 
 
 def declaration_lines(plan: Plan) -> list[str]:
+    """One `func.func private` per Function, linking with `<function>.o` (built from its glue source)."""
     return [
-        f"func.func private @{k.symbol}({_join(k.arg_types)}) attributes {{link_with = \"{k.link_with}\"}}"
-        for k in plan.kernels
+        f"func.func private @{f.name}({_join(arg_types(plan, f))}) attributes {{link_with = \"{f.name}.o\"}}"
+        for f in plan.functions
     ]
+
+
+def arg_types(plan: Plan, function: Function) -> list[str]:
+    """The memref of each object or buffer the function takes, then i32 for a Loop index."""
+    types = []
+    for name in function.params:
+        held = next((f for f in plan.fifos if f.name == name), None)
+        if held is not None:
+            types.append(fifo_memref(held))
+        else:
+            b = _find(plan.buffers, name, f"as a parameter of function '{function.name}' the FIFO or Buffer")
+            types.append(memref(b.nbytes // b.dtype.itemsize, b.dtype))
+    return types + (["i32"] if function.blocked else [])
 
 
 # ---- cores --------------------------------------------------------------------------------------
@@ -174,7 +191,7 @@ def program_lines(plan: Plan, core: Core, program: tuple, acquired: dict, taken:
         if isinstance(step, Acquire):
             lines += acquire_lines(plan, step, acquired, taken)
         elif isinstance(step, Release):
-            lines.append(f"aie.objectfifo.release @{step.fifo}({step.port}, {step.count})")
+            lines.append(f"aie.objectfifo.release @{step.fifo}({PORTS[step.port]}, {step.count})")
         elif isinstance(step, Invoke):
             lines.append(invoke_line(plan, core, step, acquired, depth))
         elif isinstance(step, Loop):
@@ -194,7 +211,7 @@ def acquire_lines(plan: Plan, step: Acquire, acquired: dict, taken: dict) -> lis
     shape = fifo_memref(_find(plan.fifos, step.fifo, "FIFO"))
     acquired[step.fifo] = obj
     return [
-        f"{view} = aie.objectfifo.acquire @{step.fifo}({step.port}, {step.count}) "
+        f"{view} = aie.objectfifo.acquire @{step.fifo}({PORTS[step.port]}, {step.count}) "
         f": !aie.objectfifosubview<{shape}>",
         f"{obj} = aie.objectfifo.subview.access {view}[0] : !aie.objectfifosubview<{shape}> -> {shape}",
     ]
@@ -212,22 +229,23 @@ def loop_lines(plan: Plan, core: Core, loop: Loop, acquired: dict, taken: dict, 
 
 
 def invoke_line(plan: Plan, core: Core, step: Invoke, acquired: dict, depth: int) -> str:
-    decl = _find(plan.kernels, step.function, "the KernelDecl of function", "symbol")
+    function = _find(plan.functions, step.function, "function")
+    types = arg_types(plan, function)
     values = [_object_value(plan, core, step, name, acquired) for name in step.objects]
-    if _find(plan.functions, step.function, "function").blocked:
+    if function.blocked:
         if depth == 0:
             raise PlanError(
                 f"Core {core.tile.name} invokes the blocked function '{step.function}' outside any "
                 "Loop, so it has no block index to pass: invoke it inside the Loop over its blocks."
             )
         values.append(f"%block{depth - 1}_i32")
-    if len(values) != len(decl.arg_types):
+    if len(values) != len(types):
         raise PlanError(
             f"Core {core.tile.name} invokes '{step.function}' with {len(values)} arguments "
-            f"({_join(values)}) but its declaration takes {len(decl.arg_types)} "
-            f"({_join(decl.arg_types)}): make Invoke.objects match the function's parameters."
+            f"({_join(values)}) but its declaration takes {len(types)} "
+            f"({_join(types)}): make Invoke.objects match the function's parameters."
         )
-    return f"func.call @{decl.symbol}({_join(values)}) : ({_join(decl.arg_types)}) -> ()"
+    return f"func.call @{function.name}({_join(values)}) : ({_join(types)}) -> ()"
 
 
 def _find(items: tuple, name: str, what: str, field: str = "name"):
@@ -290,7 +308,7 @@ def dma_lines(dma: Dma, index: int, args: dict) -> list[str]:
 
 def _check_names(plan: Plan) -> None:
     named = [("FIFO", f.name) for f in plan.fifos] + [("Buffer", b.name) for b in plan.buffers]
-    named += [("function", k.symbol) for k in plan.kernels]
+    named += [("function", f.name) for f in plan.functions]
     for what, name in named:
         if not _SYMBOL.fullmatch(name):
             raise PlanError(

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from iron.compiler.fuse import ELEMENTWISE, MATRIX_OPS, STREAM_OBJECT_BYTES, Group, nbytes
-from iron.compiler.plan import Tile
+from iron.compiler.plan import Direction, Tile, TileKind
 from iron.errors import PlacementError
 from iron.ir import Node, Op, Program, describe
 from iron.kernels.library import MatVec
@@ -75,13 +75,13 @@ def snake_order(device) -> list[Tile]:
     tiles = []
     for col in range(device.n_cols):
         rows = device.compute_rows if col % 2 == 0 else tuple(reversed(device.compute_rows))
-        tiles += [Tile(col, row, "compute") for row in rows]
+        tiles += [Tile(col, row, TileKind.COMPUTE) for row in rows]
     return tiles
 
 
 def place(program: Program, groups: tuple[Group, ...], device, with_emit: bool,
-          outside: dict[int, tuple[str, ...]]) -> Layout:
-    """Tiles for every group (and the Emit). `outside[id(call)]` lists the users of a call's
+          outside: dict[Node, tuple[str, ...]]) -> Layout:
+    """Tiles for every group (and the Emit). `outside[call]` lists the users of a call's
     result outside its group: group names, "host" per output or carried element, "emit"."""
     free = snake_order(device)
     needed = len(groups) + with_emit
@@ -148,7 +148,7 @@ def stream_large_matrix(group: Group, tiles, parts: int, channels, device) -> St
     return Stream(matrix, rows, rows_per_part // rows, parts, mem)
 
 
-def split_parts(group: Group, outside: dict[int, tuple[str, ...]], spare: int, channels, first: Tile) -> int:
+def split_parts(group: Group, outside: dict[Node, tuple[str, ...]], spare: int, channels, first: Tile) -> int:
     """How many tiles a group takes: k from SPLIT_COUNTS when `split_matrix_over_tiles` applies."""
     if not splittable(group, outside):
         return 1
@@ -162,7 +162,7 @@ def split_parts(group: Group, outside: dict[int, tuple[str, ...]], spare: int, c
     return 1
 
 
-def splittable(group: Group, outside: dict[int, tuple[str, ...]]) -> bool:
+def splittable(group: Group, outside: dict[Node, tuple[str, ...]]) -> bool:
     """A MatVec over a host matrix > 128 KiB whose rows are whole words along the memory's last
     axis, then only elementwise calls writing no state, with the last call's result its one use
     outside the group."""
@@ -177,9 +177,9 @@ def splittable(group: Group, outside: dict[int, tuple[str, ...]]) -> bool:
     epilogue = group.calls[1:]
     if any(not issubclass(c.arg.kernel, ELEMENTWISE) or c.arg.writes for c in epilogue):
         return False
-    if any(outside.get(id(c)) for c in group.calls[:-1]):
+    if any(outside.get(c) for c in group.calls[:-1]):
         return False
-    users = outside.get(id(last), ())
+    users = outside.get(last, ())
     return bool(users) and users.count("host") <= 1 and "emit" not in users
 
 
@@ -215,15 +215,15 @@ class MemChannels:
                 f"({self.device.n_cols} mem tiles x {self.device.mem.dma_in_channels} each way): "
                 "compile for a device with more columns."
             )
-        self.take_on(Tile(found, self.device.mem_row, "mem"), inputs, outputs)
-        return Tile(found, self.device.mem_row, "mem")
+        self.take_on(Tile(found, self.device.mem_row, TileKind.MEM), inputs, outputs)
+        return Tile(found, self.device.mem_row, TileKind.MEM)
 
     def take_nearest(self, col: int, inputs: int, outputs: int, nbytes: int) -> Tile | None:
         """The mem tile nearest `col` with the channels and `nbytes` of memory free, taken; or None."""
         found = self._nearest(col, inputs, outputs, nbytes)
         if found is None:
             return None
-        mem = Tile(found, self.device.mem_row, "mem")
+        mem = Tile(found, self.device.mem_row, TileKind.MEM)
         self.take_on(mem, inputs, outputs, nbytes)
         return mem
 
@@ -237,11 +237,11 @@ class MemChannels:
 
 @dataclass(frozen=True)
 class ShimRequest:
-    """A FIFO that needs a shim DMA channel: "mm2s" (host to device) or "s2mm", near `col`;
+    """A FIFO that needs a shim DMA channel: MM2S (host to device) or S2MM, near `col`;
     `nbytes` per object, and whether `share_shim_channels` may route it through a mem tile."""
 
     fifo: str
-    direction: str
+    direction: Direction
     col: int
     nbytes: int = 0
     shareable: bool = False
@@ -252,25 +252,25 @@ class SharedChannel:
     """A `share_shim_channels` decision: the FIFOs `members` (one object each per launch) move
     through one shim channel as the FIFO `name` between a shim tile and mem tile `mem`, member i
     at bytes [offsets[i], offsets[i] + its size) of `name`'s `nbytes`-byte objects: a mem-tile
-    split of `name` into the members ("mm2s"), or a join of the members into `name` ("s2mm")."""
+    split of `name` into the members (MM2S), or a join of the members into `name` (S2MM)."""
 
     name: str
-    direction: str
+    direction: Direction
     mem: Tile
     members: tuple[str, ...]
     offsets: tuple[int, ...]
     nbytes: int
 
 
-SHARED_NAMES = {"mm2s": "shared_in", "s2mm": "shared_host"}
+SHARED_NAMES = {Direction.MM2S: "shared_in", Direction.S2MM: "shared_host"}
 WHO_SHARES = {
-    "mm2s": "only the inputs of groups that read no state an earlier group of the call writes can share",
-    "s2mm": "only the outputs no later group of the call waits for can share",
+    Direction.MM2S: "only the inputs of groups that read no state an earlier group of the call writes can share",
+    Direction.S2MM: "only the outputs no later group of the call waits for can share",
 }
 
 
-def shim_channels_per_tile(device) -> dict[str, int]:
-    return {"mm2s": device.shim.dma_out_channels, "s2mm": device.shim.dma_in_channels}
+def shim_channels_per_tile(device) -> dict[Direction, int]:
+    return {Direction.MM2S: device.shim.dma_out_channels, Direction.S2MM: device.shim.dma_in_channels}
 
 
 def share_shim_channels(program: Program, requests: list[ShimRequest], device, mem: MemChannels,
@@ -280,11 +280,11 @@ def share_shim_channels(program: Program, requests: list[ShimRequest], device, m
     for inputs, a join for outputs), each merge saving all its channels but one, until they fit.
     A merge takes the column with the most shareable FIFOs left, its FIFOs in request order (the
     nearest columns' when it has only one), as many as still need saving, on the nearest mem tile
-    with the DMA channels (1 + one per member) and the memory (`depth` objects of the merged FIFO
-    and of each member) free; fewer when none has. Designs that fit are left alone.
+    with the DMA channels (1 + one per member) and the memory (`depth` objects of the merged FIFO,
+    docs/platform.md section 4) free; fewer when none has. Designs that fit are left alone.
     Returns (the merges, rules); PlacementError when merging cannot make them fit."""
     shares, rules = [], []
-    for direction in ("mm2s", "s2mm"):
+    for direction in Direction:
         wanted = [r for r in requests if r.direction == direction]
         capacity = shim_channels_per_tile(device)[direction] * device.n_cols
         found = _shares_of(program, wanted, capacity, direction, device, mem, depth)
@@ -292,8 +292,8 @@ def share_shim_channels(program: Program, requests: list[ShimRequest], device, m
         rules += [("share_shim_channels", _share_text(s)) for s in found]
         if found:
             after = len(wanted) - sum(len(s.members) - 1 for s in found)
-            rules.append(("share_shim_channels", f"{len(wanted)} {direction.upper()} FIFOs now take "
-                                                 f"{after} of the {capacity} shim {direction.upper()} channels"))
+            rules.append(("share_shim_channels", f"{len(wanted)} {direction.name} FIFOs now take "
+                                                 f"{after} of the {capacity} shim {direction.name} channels"))
     return shares, tuple(rules)
 
 
@@ -328,23 +328,23 @@ def _next_share(left, wanted, excess, direction, number, mem, depth) -> SharedCh
 def _merge(members, direction, name, anchor, mem, depth) -> SharedChannel | None:
     """`members` merged on the mem tile nearest `anchor` that has room (taken), or None."""
     offsets = [sum(-(-r.nbytes // 4) * 4 for r in members[:i]) for i in range(len(members) + 1)]
-    channels = (1, len(members)) if direction == "mm2s" else (len(members), 1)
-    tile = mem.take_nearest(anchor, *channels, 2 * depth * offsets[-1])
+    channels = (1, len(members)) if direction is Direction.MM2S else (len(members), 1)
+    tile = mem.take_nearest(anchor, *channels, depth * offsets[-1])   # the link keeps only the merged FIFO's objects
     if tile is None:
         return None
     return SharedChannel(name, direction, tile, tuple(r.fifo for r in members), tuple(offsets[:-1]), offsets[-1])
 
 
 def _share_text(s: SharedChannel) -> str:
-    how = "split into" if s.direction == "mm2s" else "joined from"
-    return (f"{s.name} ({s.direction.upper()}, {s.nbytes} bytes) on {s.mem.name} {how} "
+    how = "split into" if s.direction is Direction.MM2S else "joined from"
+    return (f"{s.name} ({s.direction.name}, {s.nbytes} bytes) on {s.mem.name} {how} "
             f"{', '.join(s.members)} at bytes {', '.join(map(str, s.offsets))}")
 
 
 def _cannot_share(program, wanted, capacity, direction, device, saved):
     per_shim = shim_channels_per_tile(device)[direction]
     raise PlacementError(
-        f"{program.name} needs {len(wanted)} shim {direction.upper()} channels but {device.name} has "
+        f"{program.name} needs {len(wanted)} shim {direction.name} channels but {device.name} has "
         f"{capacity} ({device.n_cols} shim tile{'s' if device.n_cols > 1 else ''} x {per_shim}), and "
         f"sharing them through mem tiles saves only {saved} ({WHO_SHARES[direction]}): compile for a "
         "device with more columns."
@@ -362,7 +362,7 @@ def assign_shims(requests: list[ShimRequest], device) -> tuple[dict[str, Tile], 
         col = next(c for c in sorted(range(device.n_cols), key=lambda c: (abs(c - req.col), c))
                    if used[(c, req.direction)] < per_shim[req.direction])
         used[(col, req.direction)] += 1
-        chosen[req.fifo] = Tile(col, device.shim_row, "shim")
+        chosen[req.fifo] = Tile(col, device.shim_row, TileKind.SHIM)
     return chosen, _shim_rules(requests, chosen)
 
 

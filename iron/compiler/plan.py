@@ -28,33 +28,103 @@ Units: host-buffer offsets, DMA sizes and strides are in 32-bit words; object of
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import Any, Union
 
 import numpy as np
+
+
+class Term(Enum):
+    """A Plan enum; a member reads as its value in messages ("shim", "mm2s")."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class TileKind(Term):
+    SHIM = "shim"
+    MEM = "mem"
+    COMPUTE = "compute"
+
+
+class Direction(Term):
+    """A DMA's direction: MM2S reads memory into a stream, S2MM writes a stream to memory."""
+
+    MM2S = "mm2s"
+    S2MM = "s2mm"
+
+
+class Port(Term):
+    """The end of a FIFO a core acquires: the producer's or a consumer's."""
+
+    PRODUCE = "Produce"
+    CONSUME = "Consume"
+
+
+class FifoRole(Term):
+    """What a FIFO carries for its group (its name ends in the value, after the group's name)."""
+
+    INPUT = "in"              # host tensors and per-call words into a group's cores (one packed object)
+    WEIGHTS = "w"             # blocks of a streamed matrix: shim -> mem tile ("w_mem"), mem tile -> core
+    OUTPUT = "out"            # results other groups or the Emit read
+    HOST = "host"             # outputs, state writes and carried elements back to the host
+    PART = "part"             # a split group's part of the result, into the mem-tile join
+    SHARED_IN = "shared_in"   # several groups' inputs through one shim channel (a mem-tile split)
+    SHARED_HOST = "shared_host"  # several groups' host results through one shim channel (a join)
+    EMIT_IN = "emit_in"       # this call's words into the Emit core
+    FEEDBACK = "feedback"     # the next call's words from the Emit core
+
+
+class HostRole(Term):
+    """What a runtime-sequence argument holds."""
+
+    CONSTS = "consts"      # weights and params, written when the design is loaded
+    STATES = "states"      # persist across calls
+    INPUTS = "inputs"      # per-call tensors
+    OUTPUTS = "outputs"    # outputs and carried elements
+    WORDS = "words"        # the per-call scratchpad
+    FEEDBACK = "feedback"  # where the Emit writes the next scratchpad
+
+
+class PlacementKind(Term):
+    WEIGHT = "weight"
+    PARAM = "param"
+    STATE = "state"
+    INPUT = "input"
+    OUTPUT = "output"
+    CARRY = "carry"
+
+
+class WordKind(Term):
+    CARRIED = "carried"        # given per call, carried from call to call
+    SCRATCHPAD = "scratchpad"  # given per call
+    DMA = "dma"                # an offset patched into DMA ops
+    CORE = "core"              # an operand a core reads
+    NEXT = "next"              # a carried value's next value, an expression of this call's values
+
+    @property
+    def given(self) -> bool:
+        return self in (WordKind.CARRIED, WordKind.SCRATCHPAD)
 
 
 @dataclass(frozen=True)
 class Tile:
     col: int
     row: int
-    kind: str  # "shim" | "mem" | "compute"
+    kind: TileKind
 
     @property
     def name(self) -> str:
-        prefix = {"shim": "shim", "mem": "mem", "compute": "tile"}[self.kind]
+        prefix = "tile" if self.kind is TileKind.COMPUTE else self.kind.value
         return f"{prefix}_{self.col}_{self.row}"
 
 
 @dataclass(frozen=True)
 class HostBuffer:
-    """A runtime-sequence argument (in argument order in Plan.host_buffers).
-
-    role: "consts" (weights and params, written when the design is loaded), "states" (persist
-    across calls), "inputs" (per-call tensors), "outputs" (outputs and carried elements),
-    "words" (the per-call scratchpad), "feedback" (where the Emit writes the next scratchpad)."""
+    """A runtime-sequence argument (in argument order in Plan.host_buffers)."""
 
     name: str
-    role: str
+    role: HostRole
     nwords: int
 
 
@@ -63,7 +133,7 @@ class Placement:
     """Where one host-visible tensor lives: `buffer` at word `offset`, C-contiguous."""
 
     name: str             # user's name: weight/param/state name, input name, "out0", "carry.node"
-    kind: str             # "weight" | "param" | "state" | "input" | "output" | "carry"
+    kind: PlacementKind
     buffer: str
     offset: int           # in words
     shape: tuple[int, ...]
@@ -83,8 +153,9 @@ class Fifo:
     consumers: tuple[Tile, ...]
     depth: int
     nbytes: int
-    dtype: np.dtype = np.dtype(np.int32)   # element type printed in the memref (nbytes // itemsize elements)
+    dtype: np.dtype = np.dtype(np.int32)   # the objects' element type (nbytes // itemsize elements)
     shared_memory: bool = False            # neighbouring tiles: no DMA channel used
+    role: FifoRole | None = None
 
     @property
     def elements(self) -> int:
@@ -133,6 +204,44 @@ class Load:
 
 
 @dataclass(frozen=True)
+class WordRef:
+    """A word operand: scratchpad word `index` of this call."""
+
+    index: int
+
+    def __str__(self) -> str:
+        return f"w{self.index}"
+
+
+@dataclass(frozen=True)
+class Const:
+    """A word operand: a constant int32 value."""
+
+    value: int
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True)
+class Element:
+    """Where a carried element a core computed lies: FIFO `fifo` at byte `offset` of its object."""
+
+    fifo: str
+    offset: int
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where the host reads a carried element: the output placement `placement`."""
+
+    placement: str
+
+
+Operand = Union[WordRef, Const]
+
+
+@dataclass(frozen=True)
 class Imm:
     """An immediate: value and C type "i32" | "f32"."""
 
@@ -172,14 +281,14 @@ class Function:
 @dataclass(frozen=True)
 class Acquire:
     fifo: str
-    port: str              # "Produce" | "Consume"
+    port: Port
     count: int = 1
 
 
 @dataclass(frozen=True)
 class Release:
     fifo: str
-    port: str
+    port: Port
     count: int = 1
 
 
@@ -211,13 +320,12 @@ class Core:
 
 @dataclass(frozen=True)
 class Dma:
-    """aiex.npu.dma_memcpy_nd: move words between host `buffer` and `fifo`.
-
-    direction "mm2s" (host -> FIFO) or "s2mm" (FIFO -> host). The access pattern is
+    """A shim DMA op: move words between host `buffer` and `fifo`, MM2S (host -> FIFO) or S2MM
+    (FIFO -> host). The access pattern is
     offset + patch + sum(i_d * strides[d]) for i_d < sizes[d], outermost first, in words;
     `patch_word` names a scratchpad word whose value is added to `offset` at launch."""
 
-    direction: str
+    direction: Direction
     fifo: str
     buffer: str
     offset: int
@@ -235,7 +343,7 @@ class Dma:
 
 @dataclass(frozen=True)
 class Wait:
-    """aiex.npu.dma_wait: wait for the completion tokens of `fifo`'s DMA ops issued so far."""
+    """Wait for the completion tokens of `fifo`'s DMA ops issued so far."""
 
     fifo: str
 
@@ -244,19 +352,17 @@ class Wait:
 
 @dataclass(frozen=True)
 class WordDef:
-    """One scratchpad word. kind: "carried" | "scratchpad" (given per call), "dma" (an offset
-    patched into DMA ops), "core" (an operand a core reads), "next" (a carried value's next value
-    when it is an expression of this call's values; Plan.carry points at it). Derived words are
-    op(a, b) over earlier words ("word", i) and constants ("const", v)."""
+    """One scratchpad word (Plan.carry points at a "next" word). Derived words are op(a, b)
+    over earlier words and constants."""
 
     OPS = ("add", "sub", "mul", "floordiv", "mod", "min", "max", "copy")
 
     index: int
     name: str
-    kind: str
+    kind: WordKind
     op: str | None = None
-    a: tuple | None = None
-    b: tuple | None = None
+    a: Operand | None = None
+    b: Operand | None = None
     bound: tuple[int, int] | None = None   # value must lie in [lo, hi) (a per-call index)
     what: str = ""                          # the user's text of the index, for the range error
 
@@ -265,26 +371,15 @@ class WordDef:
 class Emit:
     """The device-loop step (full ELF only): the core that computes the next call's words.
 
-    `next_values` says, per carried name, where its next value comes from: ("word", i) of this
-    call, ("const", v), or ("elem", fifo, byte offset) a carried element a core computed. The
-    emit core's Function computes them and the derived words of `target` into its `feedback`
-    object. `target_words` is the scratchpad layout of the version this one feeds."""
+    `next_values` says, per carried name, where its next value comes from: a word of this call,
+    a constant, or an Element a core computed. The emit core's Function computes them and the
+    derived words of `target` into its `feedback` object. `target_words` is the scratchpad
+    layout of the version this one feeds."""
 
     tile: Tile
-    next_values: tuple[tuple[str, tuple], ...]
+    next_values: tuple[tuple[str, Union[WordRef, Const, Element]], ...]
     target_words: tuple[WordDef, ...]
     feedback_fifo: str
-
-
-@dataclass(frozen=True)
-class KernelDecl:
-    """A `func.func private` declaration of a Function the cores invoke: its symbol, MLIR argument
-    types ("memref<256xi32>", ..., "i32" for a Loop index) and the object file it links with
-    (`<function>.o`, compiled from a glue source that includes the kernel sources it calls)."""
-
-    symbol: str
-    arg_types: tuple[str, ...]
-    link_with: str
 
 
 @dataclass(frozen=True)
@@ -300,13 +395,12 @@ class Plan:
     links: tuple[Link, ...]
     buffers: tuple[Buffer, ...]
     functions: tuple[Function, ...]
-    kernels: tuple[KernelDecl, ...]          # one declaration per Function
     cores: tuple[Core, ...]
     sequence: tuple                          # of Dma | Wait
     words: tuple[WordDef, ...]
     emit: Emit | None
-    carry: tuple[tuple[str, tuple], ...] = ()  # carried name -> ("word", i) a derived "next" word of
-                                               # this call, or ("output", placement name) an element
+    carry: tuple[tuple[str, Union[WordRef, Output]], ...] = ()  # carried name -> a word of this call
+                                                                # or the output holding an element
     groups: tuple[tuple[str, tuple[str, ...]], ...] = ()   # group name -> kernel calls fused in it (for describe())
     rules: tuple[tuple[str, str], ...] = ()                # (rule name, what it decided), for describe()
     notes: dict = field(default_factory=dict, compare=False)
@@ -318,7 +412,7 @@ class Plan:
     def placement(self, name: str) -> Placement:
         return next(p for p in self.placements if p.name == name)
 
-    def host_buffer(self, role: str) -> HostBuffer:
+    def host_buffer(self, role: HostRole) -> HostBuffer:
         return next(b for b in self.host_buffers if b.role == role)
 
     def function(self, name: str) -> Function:
@@ -329,23 +423,3 @@ class Plan:
         """The per-call scratchpad words."""
         return self.words
 
-
-def tile_memory(plan: Plan) -> dict[Tile, list[tuple[str, int]]]:
-    """What each compute or mem tile holds, (name, bytes): FIFO buffers (depth x object at every
-    compute/mem endpoint; once, on the consumer, for a shared-memory FIFO), Buffers, and a
-    compute core's stack. The allocator and the emulator both bound tiles with this."""
-    held: dict[Tile, list[tuple[str, int]]] = {}
-
-    def add(tile: Tile, name: str, nbytes: int):
-        if tile.kind != "shim":
-            held.setdefault(tile, []).append((name, nbytes))
-
-    for f in plan.fifos:
-        ends = f.consumers if f.shared_memory else (f.producer, *f.consumers)
-        for tile in ends:
-            add(tile, f"{f.name}" if len(ends) == 1 else f"{f.name}@{tile.name}", f.depth * f.nbytes)
-    for b in plan.buffers:
-        add(b.tile, b.name, b.nbytes)
-    for c in plan.cores:
-        add(c.tile, f"stack@{c.tile.name}", c.stack_bytes)
-    return held

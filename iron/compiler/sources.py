@@ -1,7 +1,7 @@
 """Write a Plan's kernel C++ sources: `kernel_sources(plan) -> dict[str, str]` (file name -> text).
 
 For every Function of the Plan, one glue file `<function>.cc` (built into the `<function>.o` its
-KernelDecl links with). It includes "iron_kernel.h" and the source of every kernel it calls, and
+declaration links with). It includes "iron_kernel.h" and the source of every kernel it calls, and
 defines `extern "C" void <function>(uint8_t* p0, ..., [int32_t block])`: parameter i is the
 object or buffer bound to Function.params[i], `block` the enclosing Loop's index (blocked
 functions only). The body runs the Function's steps in order:
@@ -68,7 +68,7 @@ def kernel_sources(plan: Plan) -> dict[str, str]:
     """Every C++ file the Plan's cores link: glue files, kernel sources, iron_kernel.h."""
     kernels = {symbol: lookup(symbol) for symbol in sorted(_called_symbols(plan))}
     files = {HEADER: library_sources()[HEADER]}
-    files.update(kernel.source_text() for kernel, _ in kernels.values())
+    files.update(found.kernel.source_text() for found in kernels.values())
     for function in plan.functions:
         name = f"{function.name}.cc"
         if not _C_IDENTIFIER.fullmatch(function.name) or name in files:
@@ -85,9 +85,9 @@ def _called_symbols(plan: Plan) -> set[str]:
 
 
 def glue_source(plan: Plan, function: Function, kernels: dict) -> str:
-    """The text of `<function>.cc`. `kernels` maps each called symbol to (Kernel class, dtype)."""
+    """The text of `<function>.cc`. `kernels` maps each called symbol to its KernelSymbol."""
     calls = [_step_line(function, step, kernels) for step in function.steps]
-    includes = sorted({kernels[s.symbol][0].source_text()[0] for s in function.steps if isinstance(s, KernelStep)})
+    includes = sorted({kernels[s.symbol].kernel.source_text()[0] for s in function.steps if isinstance(s, KernelStep)})
     used = _helpers_used(function)
     params = [f"uint8_t* p{i}" for i in range(len(function.params))]
     params += ["int32_t block"] if function.blocked else []
@@ -125,13 +125,13 @@ def _step_line(function: Function, step, kernels: dict) -> str:
     )
 
 
-def kernel_call(function: Function, step: KernelStep, kernel, dtype: np.dtype) -> str:
-    """`symbol(args);`: pointer i is an input (const, the kernel's dtype) below the kernel's
-    arity, else its output or destination (the kernel's output dtype)."""
+def kernel_call(function: Function, step: KernelStep, kernel, dtype: np.dtype, out: np.dtype) -> str:
+    """`symbol(args);`: pointer i is an input (const, `dtype`) below the kernel's arity, else its
+    output or destination (`out`)."""
     args, pointers = [], 0
     for arg in step.args:
         if isinstance(arg, Ptr):
-            const, element = ("const ", dtype) if pointers < kernel.arity else ("", kernel.out_dtype(dtype))
+            const, element = ("const ", dtype) if pointers < kernel.arity else ("", out)
             args.append(f"reinterpret_cast<{const}{C_TYPES[np.dtype(element)]}*>({_address(function, arg)})")
             pointers += 1
         else:

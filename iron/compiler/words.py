@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from iron import dtypes
-from iron.compiler.plan import WordDef
+from iron.compiler.plan import Const, Operand, WordDef, WordKind, WordRef
 from iron.errors import PlacementError
 from iron.ir import Node, Op, Program, describe
 
@@ -28,30 +28,30 @@ class WordTable:
 
     def __init__(self, program: Program):
         self.words: list[WordDef] = [
-            WordDef(i, v.arg[0], v.arg[1]) for i, v in enumerate(program.scalars)
+            WordDef(i, v.arg[0], WordKind(v.arg[1])) for i, v in enumerate(program.scalars)
         ]
         self._by_var = {v.arg[0]: i for i, v in enumerate(program.scalars)}
-        self._by_key: dict[tuple, int] = {}
+        self._by_key: dict[tuple, int] = {}   # (op, a, b, bound) -> the word computing it
 
     def defs(self) -> tuple[WordDef, ...]:
         return tuple(self.words)
 
-    def operand(self, node: Node, kind: str) -> tuple:
-        """("const", v) for a constant, else ("word", i) of the word computing `node`."""
+    def operand(self, node: Node, kind: WordKind) -> Operand:
+        """A constant, or the word computing `node`."""
         if node.op == Op.CONST:
-            return ("const", node.arg)
-        return ("word", self.word(node, kind))
+            return Const(node.arg)
+        return WordRef(self.word(node, kind))
 
-    def word(self, node: Node, kind: str) -> int:
+    def word(self, node: Node, kind: WordKind) -> int:
         """The word holding scalar expression `node` (a value word, or a derived one)."""
         if node.op == Op.VAR:
             return self._by_var[node.arg[0]]
         if node.op == Op.CONST:
-            return self._derived("copy", ("const", node.arg), None, kind, str(node.arg))
+            return self._derived("copy", Const(node.arg), None, kind, str(node.arg))
         a, b = (self.operand(s, kind) for s in node.src)
         return self._derived(node.op, a, b, kind, describe(node))
 
-    def bounded(self, node: Node, lo: int, hi: int, what: str, kind: str) -> int:
+    def bounded(self, node: Node, lo: int, hi: int, what: str, kind: WordKind) -> int:
         """The word holding `node`, which must lie in [lo, hi) (`what`: the user's text)."""
         index = self.word(node, kind)
         held = self.words[index]
@@ -60,42 +60,42 @@ class WordTable:
             return index
         if held.bound == (lo, hi):
             return index
-        copy = self._derived("copy", ("word", index), None, kind, held.name, key_extra=(lo, hi))
+        copy = self._derived("copy", WordRef(index), None, kind, held.name, key_extra=(lo, hi))
         if self.words[copy].bound is None:
             self.words[copy] = replace(self.words[copy], bound=(lo, hi), what=what)
         return copy
 
     def next_value(self, node: Node) -> int:
         """The word holding a carried value's next value (a value word, or a "next" word)."""
-        return self.word(node, "next")
+        return self.word(node, WordKind.NEXT)
 
     def offset(self, terms: list[tuple[int, int]]) -> int:
         """The "dma" word sum(word * stride) over `terms` of (word index, stride in words)."""
-        parts = [("word", w) if stride == 1 else ("word", self._scaled(w, stride)) for w, stride in terms]
+        parts = [WordRef(w) if stride == 1 else WordRef(self._scaled(w, stride)) for w, stride in terms]
         total = parts[0]
         for part in parts[1:]:
             text = f"{self._text(total)} + {self._text(part)}"
-            total = ("word", self._derived("add", total, part, "dma", text))
-        return total[1]
+            total = WordRef(self._derived("add", total, part, WordKind.DMA, text))
+        return total.index
 
     def _scaled(self, word: int, stride: int) -> int:
-        text = f"{self._text(('word', word))} * {stride}"
-        return self._derived("mul", ("word", word), ("const", stride), "dma", text)
+        text = f"{self._text(WordRef(word))} * {stride}"
+        return self._derived("mul", WordRef(word), Const(stride), WordKind.DMA, text)
 
-    def _text(self, operand: tuple) -> str:
-        if operand[0] == "const":
-            return str(operand[1])
-        name = self.words[operand[1]].name
+    def _text(self, operand: Operand) -> str:
+        if isinstance(operand, Const):
+            return str(operand.value)
+        name = self.words[operand.index].name
         return f"({name})" if " " in name else name
 
-    def _derived(self, op: str, a: tuple, b: tuple | None, kind: str, name: str, key_extra=None) -> int:
+    def _derived(self, op: str, a: Operand, b: Operand | None, kind: WordKind, name: str, key_extra=None) -> int:
         key = (op, a, b, key_extra)
         index = self._by_key.get(key)
         if index is None:
             index = self._by_key[key] = len(self.words)
             self.words.append(WordDef(index, name, kind, op, a, b))
-        elif kind == "core" and self.words[index].kind == "dma":
-            self.words[index] = replace(self.words[index], kind="core")
+        elif kind is WordKind.CORE and self.words[index].kind is WordKind.DMA:
+            self.words[index] = replace(self.words[index], kind=WordKind.CORE)
         return index
 
 
@@ -141,7 +141,7 @@ def view_access(view: Node, table: WordTable) -> Access:
         if axis.dynamic is not None:
             expr = view.src[axis.dynamic]
             _check_step(view, number, expr, strides[number])
-            word = table.bounded(expr, 0, axis.stop - axis.start, describe(view), "dma")
+            word = table.bounded(expr, 0, axis.stop - axis.start, describe(view), WordKind.DMA)
             terms.append((word, strides[number] // 4))
         elif axis.index is None and axis.stop - axis.start > 1:
             kept.append((number, axis.stop - axis.start, strides[number]))

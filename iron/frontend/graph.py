@@ -147,7 +147,8 @@ class Graph:
             ref = self._iron["references"][key] = Reference(program, self._arrays())
             if not sig.tensors:
                 self.__dict__["_iron_quick_reference"] = quick_reference(sig, ref)
-        outputs, nxt = ref.run([a for a in arrays.values() if a is not None] if arrays else [], scalars)
+        require_values(ref.program, sig.where, scalars)
+        outputs, nxt = ref.run([arrays[n.arg[0]] for n in ref.program.inputs], scalars)
         return shape_result(ref.program.returns, outputs, nxt)
 
     def compile(self, *specs, device=None, feeds=None, **named_specs):
@@ -242,7 +243,8 @@ def _spec(where, name, spec):
 
 
 def bind_call(sig: Signature, where: str, tensors: tuple, values: dict) -> tuple[dict, dict]:
-    """Check a call's arguments: (tensor name -> array or None, per-call name -> int)."""
+    """Check a call's arguments: (tensor name -> array or None, per-call name -> int). Which
+    per-call values must be given depends on the traced version: see require_values."""
     if not tensors and not sig.tensors and plain_values(sig.value_names, values):
         return {}, values
     names = [n for n, _ in sig.tensors]
@@ -265,13 +267,6 @@ def bind_call(sig: Signature, where: str, tensors: tuple, values: dict) -> tuple
                 f"{where} got an unexpected value '{key}': its tensors are {', '.join(names) or 'none'} and "
                 f"its per-call values are {', '.join(value_names) or 'none'}."
             )
-    missing = [n for n in value_names if n not in scalars]
-    if missing:
-        kinds = dict(sig.values)
-        raise ArgumentError(
-            f"{where} is missing per-call value(s) {', '.join(missing)}: pass "
-            + ", ".join(f"{n}=<int> ({'Carried' if kinds[n] == 'carried' else 'Scratchpad'})" for n in missing) + "."
-        )
     arrays = {}
     for name, optional in sig.tensors:
         a = given.get(name)
@@ -285,6 +280,17 @@ def _given_once(where: str, name: str, given: dict):
     if name in given:
         raise ArgumentError(
             f"{where} got tensor '{name}' twice, positionally and as {name}=: pass it one way."
+        )
+
+
+def require_values(program: Program, where: str, scalars: dict):
+    """Refuse a call missing a per-call value its traced version reads (an unread one may be left out)."""
+    missing = [v.arg[0] for v in program.scalars if v.arg[0] not in scalars]
+    if missing:
+        kinds = {v.arg[0]: v.arg[1] for v in program.scalars}
+        raise ArgumentError(
+            f"{where} is missing per-call value(s) {', '.join(missing)}: pass "
+            + ", ".join(f"{n}=<int> ({'Carried' if kinds[n] == 'carried' else 'Scratchpad'})" for n in missing) + "."
         )
 
 

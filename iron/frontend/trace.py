@@ -241,8 +241,28 @@ def trace(graph, fn, where: str, specs: dict[str, tuple | None]) -> Program:
             mem.node = None
     calls = tuple(t.calls)
     check_hazards(calls, where)
-    return Program(where.split(".")[0], tuple(inputs), tuple(scalars), declarations, memories,
-                   calls, outputs, next_values, returns)
+    read = read_names(calls, next_values) | set(sig.carried)   # every carried value is a word the Emit writes
+    unread = tuple(n.arg[0] for n in (*inputs, *scalars) if n.arg[0] not in read)
+    return Program(where.split(".")[0], tuple(n for n in inputs if n.arg[0] in read),
+                   tuple(v for v in scalars if v.arg[0] in read), declarations, memories,
+                   calls, outputs, next_values, returns, unread)
+
+
+def read_names(calls: tuple[Node, ...], next_values: tuple[tuple[str, Node], ...]) -> set[str]:
+    """The tensors and per-call values a traced body reads. Only those are a version's inputs and
+    words: a version that ignores a Scratchpad (the body of a loop whose first version reads it)
+    has no word for it, and a call may give it or leave it out."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    stack = [*calls, *(node for _, node in next_values)]
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            if node.op in (Op.VAR, Op.INPUT):
+                names.add(node.arg[0])
+            stack.extend(node.src)
+    return names
 
 
 def _returned(t: Trace, value, sig: Signature, where: str):

@@ -1,10 +1,11 @@
 """`iron.Kernel`: what a kernel is to iron, and `K.step(...)`, which records a call while tracing.
 
-A kernel states its arity, the dtypes it supports, a shape rule, a numpy `compute` (the oracle
-the emulator and reference run), the C ABI of its AIE C++ source (`symbol`, `sizes`, `c_attrs`)
-and that source (a file of iron/kernels/cc for the library, C++ text for a user kernel).
-bfloat16 kernels compute in float32 and round the result once, as their C++ does. This module
-records calls; it neither runs them nor places them.
+A kernel states its arity, the dtypes it computes in and the dtypes it gives (`out_dtypes`), a
+shape rule, a numpy `compute` (the oracle the emulator and reference run), the C ABI of its AIE
+C++ source (`symbol`, `sizes`, `c_attrs`) and that source (a file of iron/kernels/cc for the
+library, C++ text for a user kernel). bfloat16 kernels compute in float32 and round the result
+once, as their C++ does; integer results wrap to the output dtype, or clamp to its range in a
+kernel that `saturates`. This module records calls; it neither runs them nor places them.
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ class Kernel:
 
     name: ClassVar[str] = ""                  # C symbol stem and source stem: add -> add_f32 in add.cc
     arity: ClassVar[int] = 1                  # tensor inputs (a further positional is `out`)
-    dtypes: ClassVar[frozenset] = frozenset(dtypes.SUPPORTED)
+    dtypes: ClassVar[frozenset] = frozenset(dtypes.SUPPORTED)  # what every input of a call shares
+    results: ClassVar[dict] = {}              # input dtype -> further output dtypes dtype= may ask for
     attrs: ClassVar[dict[str, Any]] = {}      # static attrs and their defaults (REQUIRED: no default)
     scalar_attrs: ClassVar[tuple[str, ...]] = ()  # attrs that may be per-call values
     c_attrs: ClassVar[tuple[tuple[str, str], ...]] = ()  # attrs passed to C, in order, with C type
@@ -40,6 +42,7 @@ class Kernel:
     needs_out: ClassVar[bool] = False         # only writes into a view (no output of its own)
     exact_in_dtype: ClassVar[bool] = False    # bf16 computes without the float32 round trip
     keeps_dtype: ClassVar[bool] = False       # compute() always returns an array of the output dtype
+    saturates: ClassVar[bool] = False         # integer results clamp to the output range, not wrap
     copies: ClassVar[bool] = False            # the output is the input (Copy): writing it needs no compute
     source: ClassVar[str | None] = None       # C++ text (user kernels); None: iron/kernels/cc/<name>.cc
 
@@ -67,7 +70,13 @@ class Kernel:
 
     @classmethod
     def out_dtype(cls, dtype: np.dtype) -> np.dtype:
+        """The output dtype of a call on inputs of `dtype` when the call names none."""
         return dtype
+
+    @classmethod
+    def out_dtypes(cls, dtype: np.dtype) -> frozenset:
+        """Every output dtype a call on inputs of `dtype` may give (dtype= picks one)."""
+        return frozenset({np.dtype(cls.out_dtype(dtype)), *cls.results.get(np.dtype(dtype), ())})
 
     @staticmethod
     def compute(*arrays, **attrs) -> np.ndarray:
@@ -86,8 +95,17 @@ class Kernel:
 
     # ---- derived -------------------------------------------------------------------------------
     @classmethod
-    def symbol(cls, dtype) -> str:
-        return names.symbol(cls.name, dtypes.suffix(dtype))
+    def signatures(cls) -> list[tuple[np.dtype, np.dtype]]:
+        """Every (input dtype, output dtype) this kernel implements, in dtypes.SUPPORTED order."""
+        return [(d, o) for d in dtypes.SUPPORTED if d in cls.dtypes for o in dtypes.SUPPORTED if o in cls.out_dtypes(d)]
+
+    @classmethod
+    def symbol(cls, dtype, out=None) -> str:
+        """The C symbol of a call on inputs of `dtype` giving `out`: `matvec_i8`, and, when `out`
+        is not the default output dtype, `matvec_i8_i32` or `cast_f32_bf16`."""
+        if out is None or np.dtype(out) == cls.out_dtype(np.dtype(dtype)):
+            return names.symbol(cls.name, dtypes.suffix(dtype))
+        return names.symbol(cls.name, dtypes.suffix(dtype), dtypes.suffix(out))
 
     @classmethod
     def source_text(cls) -> tuple[str, str]:
@@ -97,19 +115,23 @@ class Kernel:
 
     @classmethod
     def reference(cls, *arrays, dtype=None, **attrs) -> np.ndarray:
-        """The numpy result of one call (bfloat16 computed in float32 and rounded once)."""
-        dtype = np.dtype(dtype or arrays[0].dtype)
-        fn = cls.reference_fn(dtype, attrs)
-        return fn(*arrays)
+        """The numpy result of one call on `arrays` giving `dtype` (default: the default output
+        dtype; bfloat16 computed in float32 and rounded once)."""
+        source = arrays[0].dtype
+        return cls.reference_fn(source, attrs, dtype)(*arrays)
 
     @classmethod
-    def reference_fn(cls, dtype: np.dtype, attrs: dict, shape: tuple[int, ...] | None = None):
-        """A closure computing one call of this kernel in `dtype` with static `attrs`; given the
-        call's output `shape`, a user kernel's compute() results are checked against it."""
-        compute, out = cls.compute, cls.out_dtype(dtype)
+    def reference_fn(cls, dtype: np.dtype, attrs: dict, out=None, shape: tuple[int, ...] | None = None):
+        """A closure computing one call of this kernel on inputs of `dtype` with static `attrs`,
+        giving `out` (default: the default output dtype); given the call's output `shape`, a user
+        kernel's compute() results are checked against it."""
+        compute = cls.compute
+        out = np.dtype(cls.out_dtype(dtype) if out is None else out)
         widened = dtype == dtypes.bfloat16 and not cls.exact_in_dtype
         if shape is not None and not is_library(cls):
-            compute = cls.checked_compute(tuple(shape), cls.out_dtype(np.dtype(np.float32)) if widened else out)
+            compute = cls.checked_compute(tuple(shape), out, widened)
+        if cls.saturates and out.kind in "iu":
+            return _saturating(compute, attrs, out)
         if widened:
             f32 = np.float32
 
@@ -126,36 +148,39 @@ class Kernel:
         return run
 
     @classmethod
-    def checked_compute(cls, shape: tuple[int, ...], dtype: np.dtype):
-        """compute(), refusing a result of another shape or dtype than `shape` and `dtype`: a user
+    def checked_compute(cls, shape: tuple[int, ...], out: np.dtype, widened: bool):
+        """compute(), refusing a result of another shape than `shape` or dtype than `out` (float32
+        too when bfloat16 is computed in float32, any integer when the kernel saturates): a user
         kernel's mistake is a KernelTypeError on every path, never an array of the wrong size."""
         compute = cls.compute
 
         def run(*arrays, **attrs):
             result = compute(*arrays, **attrs)
             got = getattr(result, "dtype", None)
-            if got != dtype or np.shape(result) != shape:
+            ok = got == out or (widened and got == np.float32) or (cls.saturates and got is not None and got.kind in "iu")
+            if not ok or np.shape(result) != shape:
                 what = f"{np.shape(result)} {dtypes.name(got)}" if got is not None else type(result).__name__
                 raise KernelTypeError(
                     f"{cls.__name__}.compute() returned {what} but this call's output is {shape} "
-                    f"{dtypes.name(dtype)}: return a numpy array of that shape and dtype "
-                    f"(e.g. result.astype(np.{dtypes.name(dtype)}))."
+                    f"{dtypes.name(out)}: return a numpy array of that shape and dtype "
+                    f"(e.g. result.astype(np.{dtypes.name(out)}))."
                 )
             return result
         return run
 
     @classmethod
     def emulate(cls, dtype, pointers: list[np.ndarray], sizes: tuple[int, ...], attrs: dict):
-        """Run one C-ABI call with numpy: `pointers` are flat arrays (inputs, then the output or,
-        for an accumulating kernel, the destination), `sizes` the i32 size operands, `attrs` the
-        c_attrs by name. Writes the output in place, as the C++ does. This is the C ABI's meaning
-        in one place; the emulator's prepared kernel calls are tested bit for bit against it."""
+        """Run one C-ABI call with numpy: `pointers` are flat arrays (inputs of `dtype`, then the
+        output, whose dtype is the call's output dtype, or, for an accumulating kernel, the
+        destination), `sizes` the i32 size operands, `attrs` the c_attrs by name. Writes the output
+        in place, as the C++ does. This is the C ABI's meaning in one place; the emulator's
+        prepared kernel calls are tested bit for bit against it."""
         in_shapes, out_shape = cls.abi_shapes(sizes)
         ins = [p.reshape(s) for p, s in zip(pointers, in_shapes)]
         out = pointers[len(in_shapes)]
         if cls.accumulates:
             ins.append(out.reshape(out_shape))
-        result = cls.reference_fn(np.dtype(dtype), {}, out_shape)(*ins, **attrs)
+        result = cls.reference_fn(np.dtype(dtype), {}, out.dtype, out_shape)(*ins, **attrs)
         out[...] = np.asarray(result).reshape(-1)
 
     @classmethod
@@ -183,32 +208,53 @@ class Kernel:
                 f"{cls.__name__}.step takes {cls.arity} input(s) (and optionally out=), got {len(args)}."
             )
         inputs = [trace.operand(cls, i, a) for i, a in enumerate(args)]
-        dtype = _kernel_dtype(cls, inputs, dtype)
+        result = _result_dtype(cls, inputs, dtype)
         static, dynamic = _split_attrs(cls, attrs)
         shape = tuple(cls.out_shape([n.shape for n in inputs], **static))
-        dest = _destination(cls, trace, out, shape, cls.out_dtype(dtype))
+        _fits_c(cls, static)
+        dest = _destination(cls, trace, out, shape, result)
         src = (*inputs, *([dest] if dest is not None else []), *dynamic.values())
         call = Call(cls, tuple(sorted(static.items())), len(inputs), dest is not None, tuple(dynamic))
-        node = Node(Op.CALL, src, shape, cls.out_dtype(dtype), call)
+        node = Node(Op.CALL, src, shape, result, call)
         trace.record(node)
         return Tensor(dest if dest is not None else node)
 
 
-def _kernel_dtype(cls, inputs: list[Node], dtype) -> np.dtype:
-    want = np.dtype(dtype) if dtype is not None else inputs[0].dtype
-    if want not in cls.dtypes:
+def _result_dtype(cls, inputs: list[Node], dtype) -> np.dtype:
+    """The output dtype of a call: every input has the dtype of the first, which the kernel
+    computes in; `dtype=` names the output (default: the kernel's default for that input)."""
+    source = inputs[0].dtype
+    if source not in cls.dtypes:
         ok = ", ".join(dtypes.name(d) for d in dtypes.SUPPORTED if d in cls.dtypes)
         raise KernelTypeError(
-            f"{cls.__name__} does not support {dtypes.name(want)}: it supports {ok}. "
-            "Convert the data (or pick another kernel)."
+            f"{cls.__name__} does not support {dtypes.name(source)}: it supports {ok}. "
+            "Convert the data with Cast (or pick another kernel)."
         )
     for i, n in enumerate(inputs):
-        if n.dtype != want:
+        if n.dtype != source:
             raise KernelTypeError(
-                f"{cls.__name__} computes in {dtypes.name(want)} but input {i} ({describe(n)}) is "
-                f"{dtypes.name(n.dtype)}: give every input the dtype {dtypes.name(want)}."
+                f"{cls.__name__} computes in {dtypes.name(source)} but input {i} ({describe(n)}) is "
+                f"{dtypes.name(n.dtype)}: give every input the dtype {dtypes.name(source)} "
+                f"(Cast.step({describe(n)}, dtype={dtypes.spelling(source)}) converts it)."
             )
-    return want
+    result = np.dtype(cls.out_dtype(source) if dtype is None else dtype)
+    given = cls.out_dtypes(source)
+    if result not in given:
+        ok = ", ".join(dtypes.spelling(d) for d in dtypes.SUPPORTED if d in given)
+        asked = "" if dtype is None else f", not {dtypes.name(result)}"
+        raise KernelTypeError(
+            f"{cls.__name__} on {dtypes.name(source)} inputs gives {ok}{asked}: pass dtype= one of those."
+        )
+    return result
+
+
+def _saturating(compute, attrs: dict, out: np.dtype):
+    """A closure computing in integers and clamping the result to `out`'s range."""
+    info = np.iinfo(out)
+
+    def run(*arrays, **dyn):
+        return np.clip(compute(*arrays, **attrs, **dyn), info.min, info.max).astype(out)
+    return run
 
 
 def _split_attrs(cls, attrs: dict) -> tuple[dict, dict]:
@@ -236,20 +282,32 @@ def _split_attrs(cls, attrs: dict) -> tuple[dict, dict]:
 
 
 def _static_value(cls, key: str, value):
-    """A value of a C attribute fixed at compile time: a number of its C type (None when that is
-    the attribute's default)."""
+    """A value of a C attribute fixed at compile time is a number (or None when that is the
+    attribute's default); the kernel's shape rule may then refuse it with its own reason."""
     ctype = dict(cls.c_attrs).get(key)
     if ctype is None or (value is None and cls.attrs[key] is None):
         return value
-    integral = ctype == "i32"
-    ok = isinstance(value, numbers.Integral if integral else numbers.Real) and not isinstance(value, (bool, np.bool_))
-    if not ok or (integral and not -(2**31) <= value < 2**31):
-        want = "an int in int32" if integral else "a number"
-        raise KernelTypeError(
-            f"{cls.__name__}'s {key} is {value!r} ({type(value).__name__}) but it is passed to C as {ctype}: "
-            f"give {want}, e.g. {cls.__name__}.step(..., {key}={2 if integral else 0.5})."
-        )
+    if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+        _refuse_attr(cls, key, value, ctype)
     return value
+
+
+def _fits_c(cls, static: dict):
+    """Every i32 C attribute is an int in int32 (checked after the kernel's own shape rule)."""
+    for key, ctype in cls.c_attrs:
+        value = static.get(key)
+        if ctype == "i32" and value is not None and (
+            not isinstance(value, numbers.Integral) or not -(2**31) <= value < 2**31
+        ):
+            _refuse_attr(cls, key, value, ctype)
+
+
+def _refuse_attr(cls, key: str, value, ctype: str):
+    want, example = ("an int in int32", 2) if ctype == "i32" else ("a number", 0.5)
+    raise KernelTypeError(
+        f"{cls.__name__}'s {key} is {value!r} ({type(value).__name__}) but it is passed to C as {ctype}: "
+        f"give {want}, e.g. {cls.__name__}.step(..., {key}={example})."
+    )
 
 
 def _destination(cls, trace, out, shape, dtype) -> Node | None:

@@ -1,9 +1,11 @@
 """iron's kernel library: Copy, elementwise Add/Sub/Mul/Scale/ReLU/SiLU/Exp, Accumulate, MatVec,
-MatMul, RMSNorm, Softmax (per-call valid length) and Argmax.
+MatMul, RMSNorm, Softmax (per-call valid length), Argmax, and the conversions Cast and Requantize.
 
 Each kernel is its shape rule, its numpy `compute` (the semantics the emulator, the C++ and the
-reference all share) and its C ABI. Integers wrap around; bfloat16 computes in float32 and rounds
-once. Placement, fusion and MLIR are the compiler's business, not this module's.
+reference all share) and its C ABI. Integers wrap around unless the kernel saturates (Cast,
+Requantize); bfloat16 computes in float32 and rounds once; MatVec and MatMul can give a wider
+result than their inputs (int8 -> int32). Placement, fusion and MLIR are the compiler's
+business, not this module's.
 """
 from __future__ import annotations
 
@@ -13,6 +15,10 @@ from iron import dtypes
 from iron.kernels.base import Kernel
 
 FLOATS = dtypes.FLOATS
+I8, U8, I16, I32 = (np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.int32))
+F32, BF16 = np.dtype(np.float32), dtypes.bfloat16
+# The wider results a dot product may give (dtype=): exact integer sums, float32 sums of bfloat16.
+WIDER_DOTS = {I8: frozenset({I32}), U8: frozenset({I32}), I16: frozenset({I32}), BF16: frozenset({F32})}
 
 
 class Copy(Kernel):
@@ -108,9 +114,12 @@ class Accumulate(Kernel):
 
 
 class MatVec(Kernel):
-    """out = W @ x for W (M, K) and x (K,)."""
+    """out = W @ x for W (M, K) and x (K,); `dtype=np.int32` sums int8, uint8 or int16 operands
+    into int32 (instead of wrapping to their width), `dtype=np.float32` keeps a bfloat16 sum in
+    float32."""
 
     name, arity = "matvec", 2
+    results = WIDER_DOTS
 
     @classmethod
     def out_shape(cls, shapes, **attrs):
@@ -136,9 +145,10 @@ class MatVec(Kernel):
 
 
 class MatMul(Kernel):
-    """out = A @ B for A (M, K) and B (K, N)."""
+    """out = A @ B for A (M, K) and B (K, N); `dtype=` widens the result as MatVec's does."""
 
     name, arity = "matmul", 2
+    results = WIDER_DOTS
 
     @classmethod
     def out_shape(cls, shapes, **attrs):
@@ -235,4 +245,72 @@ class Argmax(Kernel):
         return np.array(np.argmax(x), dtype=np.int32)
 
 
-LIBRARY = (Copy, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, MatVec, MatMul, RMSNorm, Softmax, Argmax)
+INTEGERS = (I8, U8, I16, I32)
+CASTS = {
+    **{i: frozenset({*(o for o in INTEGERS if o != i), F32}) for i in INTEGERS},
+    F32: frozenset({BF16}),
+    BF16: frozenset({F32}),
+}
+
+
+class Cast(Kernel):
+    """out = x converted to `dtype=`: between integer types saturating (out of range clamps to
+    the nearest end), integers to float32 and float32 to bfloat16 rounding to nearest even,
+    bfloat16 to float32 exactly. `Cast.step(x, dtype=iron.bfloat16)`."""
+
+    name = "cast"
+    saturates = True
+    dtypes = frozenset(CASTS)
+
+    @classmethod
+    def out_dtypes(cls, dtype):
+        return CASTS[np.dtype(dtype)]
+
+    @staticmethod
+    def compute(x):
+        return x.astype(np.int64) if x.dtype.kind in "iu" else x
+
+
+class Requantize(Kernel):
+    """int32 -> int8 (or `dtype=np.int16`): out = x * scale / 2**shift rounded to nearest even,
+    clamped to the output range. This is AIE's shift-round-saturate (`srs`) of an accumulator,
+    with an integer multiplier in front: the product is exact in int64, the shift keeps its
+    floor and the dropped bits decide the rounding (above half up, a tie to the even value)."""
+
+    name = "requantize"
+    saturates = True
+    dtypes = frozenset({I32})
+    results = {I32: frozenset({I16})}
+    attrs = {"shift": Kernel.REQUIRED, "scale": 1}
+    c_attrs = (("scale", "i32"), ("shift", "i32"))
+    MAX_SHIFT = 62   # the product of two int32 values needs 63 bits
+
+    @classmethod
+    def out_dtype(cls, dtype):
+        return I8
+
+    @classmethod
+    def out_shape(cls, shapes, shift, scale):
+        if not _is_int(shift) or not 0 <= shift <= cls.MAX_SHIFT:
+            cls.refuse(shapes, f"needs shift= an int in 0..{cls.MAX_SHIFT}, not {shift!r}")
+        if not _is_int(scale) or not -(2**31) <= scale < 2**31:
+            cls.refuse(shapes, f"needs scale= an int32 multiplier (fold a fraction into scale / 2**shift), not {scale!r}")
+        return super().out_shape(shapes)
+
+    @staticmethod
+    def compute(x, shift, scale=1):
+        product = x.astype(np.int64) * np.int64(scale)
+        if shift == 0:
+            return product
+        floor = product >> shift
+        dropped = product & ((1 << shift) - 1)
+        half = 1 << (shift - 1)
+        return floor + ((dropped > half) | ((dropped == half) & (floor & 1 == 1)))
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+LIBRARY = (Copy, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, MatVec, MatMul, RMSNorm, Softmax, Argmax,
+           Cast, Requantize)

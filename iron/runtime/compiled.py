@@ -14,11 +14,13 @@ import numpy as np
 
 import aie_utils
 from iron import debug
+from iron.compiler.plan import PlacementKind, WordRef
 from iron.errors import ArgumentError, LoopError, UnknownDevice
 from iron.frontend.graph import (
     bind_call,
     check_tensor,
     checked_state_value,
+    require_values,
     shape_result,
     state_name,
 )
@@ -69,7 +71,7 @@ class CompiledGraph:
         self._words = WordProgram(plan.words)
         self._inputs = [(n.arg[0], plan.placement(n.arg[0])) for n in program.inputs]
         self._input_names = {name for name, _ in self._inputs}
-        self._outputs = [p for p in plan.placements if p.kind == "output"]
+        self._outputs = [p for p in plan.placements if p.kind is PlacementKind.OUTPUT]
 
     # ---- what the compiler made ----------------------------------------------------------------
     @property
@@ -143,6 +145,7 @@ class CompiledGraph:
         """Checked inputs and this call's words (raises before anything is written)."""
         where = self.graph._where
         arrays, scalars = bind_call(self.graph.signature(), where, tensors, values)
+        require_values(self.program, where, scalars)
         inputs = []
         for name, placement in self._inputs:
             a = arrays.get(name)
@@ -153,7 +156,7 @@ class CompiledGraph:
             check_tensor(where, name, a, placement.shape, placement.dtype)
             inputs.append((placement, a))
         for name, a in arrays.items():
-            if a is not None and name not in self._input_names:
+            if a is not None and name not in self._input_names and name not in self.program.unread:
                 raise ArgumentError(
                     f"{where} was compiled without tensor '{name}' (it traced the None branch): compile a version with it."
                 )
@@ -170,7 +173,6 @@ class CompiledGraph:
         return shape_result(self.program.returns, outputs, nxt)
 
     def _carried(self, source, words) -> int:
-        kind, where = source
-        if kind == "word":
-            return int(words[where])
-        return int(self.session.read(self.plan.placement(where)).reshape(-1)[0])
+        if isinstance(source, WordRef):
+            return int(words[source.index])
+        return int(self.session.read(self.plan.placement(source.placement)).reshape(-1)[0])

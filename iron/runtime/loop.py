@@ -1,68 +1,136 @@
-"""`CarriedLoop`: run a carried graph as a device loop, `depth` runs in flight.
+"""`CarriedLoop`: run a carried graph as a device loop, `depth` runs in flight, stopped and resumed
+at will.
 
-`first` runs once with the host's values (and tensors); then `steps` runs of `body` follow, each
-starting from the scratchpad the previous run's Emit wrote. Runs are held in a ring of `depth`,
-each with its own scratchpad, so after `first` the host only restarts runs and counts
-completions. Only full-ELF devices (npu2) have an Emit; elsewhere the loop is refused and the
-host-driven path (call, feed the Carry back) applies. This module schedules runs; what a run
-does is the Plan's.
+`start` runs `first` once with the host's values (and tensors); each `steps(n)` then runs n more
+runs of `body`, each starting from the scratchpad the previous run's Emit wrote, so the host only
+restarts runs and counts completions. Runs are held in a ring of `depth`, each with its own
+scratchpad. Whatever stops the host's side early (leaving the iterator, reading `carry`, a host
+call, read or write of the graph's states) first waits out the runs in flight, so what the loop
+reports is exactly what ran and no run lands after the host's write. Only full-ELF devices (npu2)
+have an Emit; elsewhere the loop is refused and the host-driven path (call, feed the Carry back)
+applies. This module schedules runs; what a run does is the Plan's.
 """
 from __future__ import annotations
 
 from collections import deque
 
+from iron.compiler.plan import WordKind
 from iron.errors import LoopError
 from iron.frontend.handles import Carry
+from iron.ir import describe
 from iron.runtime.compiled import CompiledGraph
 
 
 class CarriedLoop:
-    """`CarriedLoop(first, body, depth=2).run(steps, *tensors, **values)` yields 0..steps-1 as
-    each body step completes on the device; `carry` is the Carry after the last one."""
+    """`CarriedLoop(first, body, depth=2)`: `start(*tensors, **values)` runs first; `steps(n)`
+    yields the index of each of n more body steps as it completes (counting on from the last
+    `steps`); `run(n, *tensors, **values)` is start then steps(n). `transitions` (first and every
+    body step run since start) and `carry` (the carried values after the last) wait out the runs in
+    flight before they answer."""
 
     def __init__(self, first: CompiledGraph, body: CompiledGraph, depth: int = 2):
         check_loop(first, body, depth)
         self.first, self.body, self.depth = first, body, depth
-        self.carry: Carry | None = None
+        self._ring: list | None = None        # body's held runs; transition t > 0 runs ring[t % depth]
+        self._head = None                      # first's held run, whose Emit writes ring[1 % depth]
+        self._in_flight: deque = deque()       # (transition, session, run), oldest first
+        self._launched = self._completed = 0   # transitions since start: first is transition 0
+        self._done: deque = deque()            # body steps completed and not yet yielded
+        self._epoch = 0                        # which start/steps the live iterator belongs to
+
+    @property
+    def transitions(self) -> int:
+        """How many runs completed since start: first, then each body step."""
+        self.settle()
+        return self._completed
+
+    @property
+    def carry(self) -> Carry | None:
+        """The carried values after the last run completed (None before start)."""
+        self.settle()
+        if not self._completed:
+            return None
+        signed = self.body.session.words_of(self._ring[self._completed % self.depth]).view("int32")
+        return Carry({w.name: int(signed[w.index]) for w in self.body.plan.words if w.kind is WordKind.CARRIED})
 
     def run(self, steps: int, /, *tensors, **values):
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise LoopError(f"CarriedLoop.run(steps={steps!r}): steps is how many body runs follow first, an int >= 0.")
-        inputs, words = self.first.bind(tensors, values)
-        return self._steps(steps, inputs, words)
+        """start(*tensors, **values), then steps(steps): yields 0..steps-1."""
+        check_steps("run", steps)
+        return self.start(*tensors, **values).steps(steps)
 
-    def _steps(self, steps, inputs, words):
-        first, body = self.first.session, self.body.session
+    def start(self, *tensors, **values) -> CarriedLoop:
+        """Run first with these tensors and values (checked before anything runs); returns the loop."""
+        inputs, words = self.first.bind(tensors, values)
+        self._leave()
+        first = self.first.session
         for placement, a in inputs:
             first.write(placement, a)
-        ring = body.make_ring(self.depth)
-        same = self.first is self.body
-        head = ring[0] if same else first.feeding_run(body, ring[1 % self.depth])
-        in_flight: deque = deque()
-        next_t = 0
-        try:
-            while next_t <= steps or in_flight:
-                while next_t <= steps and len(in_flight) < self.depth:
-                    if next_t == 0:
-                        first.start(head, words=words)
-                        in_flight.append((0, first, head))
-                    else:
-                        body.start(ring[next_t % self.depth])
-                        in_flight.append((next_t, body, ring[next_t % self.depth]))
-                    next_t += 1
-                t, session, run = in_flight.popleft()
-                session.wait(run)
-                if t:
-                    yield t - 1
-            self.carry = self._carry(body.words_of(ring[(steps + 1) % self.depth]))
-        finally:
-            while in_flight:
-                _, session, run = in_flight.popleft()
-                session.wait(run)
+        if self._ring is None:
+            self._ring = self.body.session.make_ring(self.depth)
+            self._head = self._ring[0] if self.first is self.body else first.feeding_run(self.body.session, self._ring[1 % self.depth])
+        self._launched = self._completed = 0
+        self._launch(first, self._head, words)
+        return self
 
-    def _carry(self, words) -> Carry:
-        signed = words.view("int32")
-        return Carry({w.name: int(signed[w.index]) for w in self.body.plan.words if w.kind == "carried"})
+    def steps(self, n: int):
+        """Run n more body steps from the device's last carry; yields each one's index as it
+        completes. Leaving the iterator early waits out the runs it has in flight."""
+        check_steps("steps", n)
+        if self._ring is None:
+            raise LoopError("CarriedLoop.steps(n) continues a started loop: call loop.start(...) (or loop.run(...)) first.")
+        self._leave()
+        return self._iterate(self._launched + n, self._epoch)
+
+    def _iterate(self, end: int, epoch: int):
+        try:
+            while self._epoch == epoch:
+                while self._launched < end and len(self._in_flight) < self.depth:
+                    self._launch(self.body.session, self._ring[self._launched % self.depth])
+                if self._done:
+                    yield self._done.popleft()
+                elif self._in_flight:
+                    self._wait_oldest()
+                else:
+                    return
+        finally:
+            if self._epoch == epoch:
+                self.settle()
+
+    def settle(self):
+        """Wait out the runs in flight (a host call, read or write of the graph does this first)."""
+        while self._in_flight:
+            self._wait_oldest()
+        for states in self._device_states():
+            states.loops.discard(self)
+
+    def _leave(self):
+        """End what the last start or steps left running: its runs complete, its iterator stops."""
+        self.settle()
+        self._epoch += 1
+        self._done.clear()
+
+    def _launch(self, session, run, words=None):
+        if not self._in_flight:
+            for states in self._device_states():
+                states.loops.add(self)
+        session.start(run, words=words)
+        self._in_flight.append((self._launched, session, run))
+        self._launched += 1
+
+    def _wait_oldest(self):
+        t, session, run = self._in_flight.popleft()
+        session.wait(run)
+        self._completed += 1
+        if t:
+            self._done.append(t - 1)
+
+    def _device_states(self):
+        return {id(s): s for s in (self.first.session.device_states, self.body.session.device_states)}.values()
+
+
+def check_steps(method: str, steps):
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise LoopError(f"CarriedLoop.{method}(steps={steps!r}): steps is how many body runs follow, an int >= 0.")
 
 
 def check_loop(first, body, depth):
@@ -70,8 +138,13 @@ def check_loop(first, body, depth):
     for role, c in (("first", first), ("body", body)):
         if not isinstance(c, CompiledGraph):
             raise LoopError(f"CarriedLoop's {role} must be a CompiledGraph (graph.compile(...)), not {type(c).__name__}.")
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise LoopError(f"CarriedLoop depth={depth!r}: depth is how many runs are kept in flight, an int >= 1.")
+    limit = body.device.max_in_flight
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= limit:
+        raise LoopError(
+            f"CarriedLoop depth={depth!r}: depth is how many runs are kept in flight, an int from 1 to {limit}: "
+            f"{body.device.name}'s driver holds at most {limit} runs in flight per hardware context, so a deeper "
+            "ring would only wait."
+        )
     name = body.plan.name
     if not body.plan.full_elf:
         raise LoopError(
@@ -88,9 +161,17 @@ def check_loop(first, body, depth):
         )
     if body.program.scratchpad_names:
         raise LoopError(
-            f"the body of a CarriedLoop cannot take Scratchpad values ({', '.join(body.program.scratchpad_names)}): "
-            "the host gives them per call, and between device steps there is no host call. Make them Carried."
+            f"the body of a CarriedLoop cannot read Scratchpad values ({', '.join(body.program.scratchpad_names)}): "
+            "the host gives them per call, and between device steps there is no host call. Make them Carried, "
+            "or read them only in first (compiled with feeds=body)."
         )
+    for role, c in (("first", first), ("body", body)):
+        if c.program.outputs:
+            raise LoopError(
+                f"the {role} of a CarriedLoop returns {', '.join(describe(n) for n in c.program.outputs)}, but no "
+                "host call reads outputs between device steps: write what each step makes into a state "
+                "(Copy.step(y, out=self.log[steps])) and read the state after the loop (body.read(...))."
+            )
     if first is not body and first.feeds is not body:
         raise LoopError(
             f"{first.plan.name}'s first version was not compiled with feeds= this body, so its Emit does not write "

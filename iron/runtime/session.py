@@ -2,8 +2,9 @@
 
 `open_session(compiled)` picks the backend (iron.runtime.backend), loads the design once, writes
 the weights and params, and binds the graph's shared state memory. Both sessions offer the same
-few operations: read/write a placement, a host-driven `call(words)`, and held runs for
-CarriedLoop (`make_run`, `start`, `wait`, `words_of`). They move bytes; they do not decide what
+few operations: read/write a placement, a host-driven `call(words)` (each first waits out the
+device loops with runs in flight on the graph's states), and held runs for CarriedLoop
+(`make_ring`, `feeding_run`, `start`, `wait`, `words_of`). They move bytes; they do not decide what
 the words mean (the Plan does) or check arguments (CompiledGraph does).
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import numpy as np
 
 from iron import debug
+from iron.compiler.plan import HostRole, PlacementKind
 from iron.errors import PlanError
 
 
@@ -31,19 +33,33 @@ def placement_view(words: np.ndarray, p) -> np.ndarray:
     return words.view(np.uint8)[start:start + nbytes].view(p.dtype).reshape(p.shape)
 
 
-def shared_states(compiled) -> np.ndarray:
-    """The device memory of the graph's states, one per graph and device, shared by every
-    version compiled from it (a first version and the body it feeds write the same trail)."""
+class DeviceStates:
+    """The device memory of a graph's states on one device, shared by every version compiled from
+    it (a first version and the body it feeds write the same trail), and the device loops with
+    runs in flight on it. A host call, read or write waits those runs out first (`settle`), so no
+    run started before it lands after it."""
+
+    def __init__(self, layout: tuple, nwords: int):
+        self.layout = layout
+        self.words = np.zeros(nwords, np.uint32)
+        self.loops: set = set()   # CarriedLoops with runs in flight
+
+    def settle(self):
+        for loop in list(self.loops):
+            loop.settle()
+
+
+def shared_states(compiled) -> DeviceStates:
+    """The DeviceStates of the compiled graph's graph on its device (made on first use)."""
     plan = compiled.plan
-    layout = tuple((p.name, p.offset, p.shape, p.dtype.str) for p in plan.placements if p.kind == "state")
+    layout = tuple((p.name, p.offset, p.shape, p.dtype.str) for p in plan.placements if p.kind is PlacementKind.STATE)
     memory = compiled.graph._iron.setdefault("device_states", {})
     key = plan.device.name
     if key not in memory:
-        memory[key] = (layout, np.zeros(plan.host_buffer("states").nwords, np.uint32))
-    known, words = memory[key]
-    if known != layout:
+        memory[key] = DeviceStates(layout, plan.host_buffer(HostRole.STATES).nwords)
+    if memory[key].layout != layout:
         raise PlanError(f"two versions of {plan.name} place its states differently; compile them from the same graph.")
-    return words
+    return memory[key]
 
 
 class EmulatorSession:
@@ -56,9 +72,10 @@ class EmulatorSession:
         self.plan = plan
         self.full_elf = plan.full_elf
         self.emulator = Emulator(plan, kernels=os.environ.get("IRON_EMULATOR_KERNELS", "numpy"))
-        self.states = shared_states(compiled)
+        self.device_states = shared_states(compiled)
+        self.states = self.device_states.words
         self.buffers = {b.name: self.emulator.buffer(b.name) for b in plan.host_buffers}
-        self.buffers[plan.host_buffer("states").name] = self.states
+        self.buffers[plan.host_buffer(HostRole.STATES).name] = self.states
         self._views: dict = {}
         _write_constants(self, compiled)
         self._held = None
@@ -70,25 +87,28 @@ class EmulatorSession:
         return view
 
     def read(self, p) -> np.ndarray:
+        self.device_states.settle()
         return self._view(p)
 
     def write(self, p, array):
+        self.device_states.settle()
         self._view(p)[...] = array
 
     def words_buffer(self) -> np.ndarray:
-        return np.zeros(self.plan.host_buffer("words").nwords, np.uint32)
+        return np.zeros(self.plan.host_buffer(HostRole.WORDS).nwords, np.uint32)
 
     def make_run(self, words=None, feedback=None):
-        bindings = {self.plan.host_buffer("states").name: self.states}
+        bindings = {self.plan.host_buffer(HostRole.STATES).name: self.states}
         if self.full_elf:
-            bindings[self.plan.host_buffer("words").name] = words if words is not None else self.words_buffer()
+            bindings[self.plan.host_buffer(HostRole.WORDS).name] = words if words is not None else self.words_buffer()
             if feedback is not None:
-                bindings[self.plan.host_buffer("feedback").name] = feedback
+                bindings[self.plan.host_buffer(HostRole.FEEDBACK).name] = feedback
         return self.emulator.run(**bindings)
 
     def call(self, words: np.ndarray):
+        self.device_states.settle()
         run = self._run()
-        target = self.words_of(run) if self.full_elf else self.buffers[self.plan.host_buffer("words").name]
+        target = self.words_of(run) if self.full_elf else self.buffers[self.plan.host_buffer(HostRole.WORDS).name]
         target[: len(words)] = words.view(np.uint32)
         if debug.enabled():
             debug.say(f"emulator: call {self.plan.name} with words {words.tolist()}")
@@ -104,11 +124,11 @@ class EmulatorSession:
         """A host-driven call on a full-ELF device still runs its Emit; its words go here."""
         if not self.full_elf or self.plan.emit is None:
             return None
-        return np.zeros(self.plan.host_buffer("feedback").nwords, np.uint32)
+        return np.zeros(self.plan.host_buffer(HostRole.FEEDBACK).nwords, np.uint32)
 
     def words_of(self, run) -> np.ndarray:
         """The scratchpad a held run starts from (what the previous run's Emit wrote)."""
-        return run.buffers[self.plan.host_buffer("words").name]
+        return run.buffers[self.plan.host_buffer(HostRole.WORDS).name]
 
     def make_ring(self, depth: int) -> list:
         """`depth` held runs, each with its own scratchpad; run k's Emit writes run k+1's."""
@@ -139,49 +159,53 @@ class XrtSession:
         plan = self.plan = compiled.plan
         self.full_elf = plan.full_elf
         artifacts = compiled.build()
-        states = _index(plan, "states")
+        states = _index(plan, HostRole.STATES)
         owners = compiled.graph._iron.setdefault("xrt_states", {})   # device name -> the design holding the states BO
         owner = owners.get(plan.device.name)
         shared = {states: owner.bo(states)} if owner is not None else {}
         self.design = XrtDesign(plan.name, artifacts, [HostBuffer(b.name, b.nwords * 4) for b in plan.host_buffers],
                                 shared=shared)
         self.buffers = {b.name: np.zeros(b.nwords, np.uint32) for b in plan.host_buffers}
-        self.states = self.buffers[plan.host_buffer("states").name] = shared_states(compiled)
+        self.device_states = shared_states(compiled)
+        self.states = self.buffers[plan.host_buffer(HostRole.STATES).name] = self.device_states.words
         self.patches = _patch_table(plan, artifacts)
         _write_constants(self, compiled)
         if owner is None:
             owners[plan.device.name] = self.design
-            self.design.write(plan.host_buffer("states").name, self.states)
+            self.design.write(plan.host_buffer(HostRole.STATES).name, self.states)
         self._held = None
 
     def read(self, p) -> np.ndarray:
+        self.device_states.settle()
         self.buffers[p.buffer][...] = self.design.read(p.buffer, np.uint32, self.buffers[p.buffer].shape)
         return placement_view(self.buffers[p.buffer], p)
 
     def write(self, p, array):
+        self.device_states.settle()
         placement_view(self.buffers[p.buffer], p)[...] = array
         self.design.write(p.buffer, self.buffers[p.buffer])
 
     def call(self, words: np.ndarray):
+        self.device_states.settle()
         if self._held is None:
             self._held = self.design.make_run()
         if self.full_elf:
             self.design.start(self._held, words=words)
         else:
-            name = self.plan.host_buffer("words").name
+            name = self.plan.host_buffer(HostRole.WORDS).name
             self.buffers[name][: len(words)] = words.view(np.uint32)
             self.design.write(name, self.buffers[name])
             self.design.start(self._held, patches=self.patches)
         self.design.wait(self._held)
 
     def make_ring(self, depth: int) -> list:
-        return self.design.make_ring(depth, _index(self.plan, "feedback"))
+        return self.design.make_ring(depth, _index(self.plan, HostRole.FEEDBACK))
 
     def feeding_run(self, target, run):
-        return self.design.make_run(feedback=(_index(self.plan, "feedback"), target.design.scratchpad_bo(run)))
+        return self.design.make_run(feedback=(_index(self.plan, HostRole.FEEDBACK), target.design.scratchpad_bo(run)))
 
     def words_of(self, run) -> np.ndarray:
-        return self.design.read_words(run, self.plan.host_buffer("words").nwords)
+        return self.design.read_words(run, self.plan.host_buffer(HostRole.WORDS).nwords)
 
     def start(self, run, words=None):
         self.design.start(run, words=words)
@@ -197,7 +221,7 @@ def _index(plan, role) -> int:
 def _write_constants(session, compiled):
     arrays = compiled.graph._arrays()
     for p in compiled.plan.placements:
-        if p.kind in ("weight", "param"):
+        if p.kind in (PlacementKind.WEIGHT, PlacementKind.PARAM):
             session.write(p, arrays[p.name])
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from iron.compiler.plan import Const, WordRef
 from iron.errors import ArgumentError, IndexOutOfRange
 from iron.ir import SCALAR_BINARY, wrap_i32
 
@@ -25,17 +26,18 @@ class WordProgram:
     @staticmethod
     def _step(w):
         fn, out = OPS[w.op], w.index
-        (ka, a), (kb, b) = w.a, w.b if w.b is not None else ("const", 0)
+        a, b = _operand(w.a), _operand(w.b if w.b is not None else Const(0))
+        ka, kb = isinstance(w.a, WordRef), isinstance(w.b, WordRef)
         if w.op in ("floordiv", "mod"):
             def step(words, a=a, b=b):
-                x, y = (words[a] if ka == "word" else a), (words[b] if kb == "word" else b)
+                x, y = (words[a] if ka else a), (words[b] if kb else b)
                 if y == 0:
                     raise ArgumentError(f"per-call value {w.name} divides by zero: give values that make the divisor non-zero.")
                 words[out] = wrap_i32(fn(x, y))
             return step
 
         def step(words, a=a, b=b):
-            words[out] = wrap_i32(fn(words[a] if ka == "word" else a, words[b] if kb == "word" else b))
+            words[out] = wrap_i32(fn(words[a] if ka else a, words[b] if kb else b))
         return step
 
     def __call__(self, values: dict[str, int]) -> np.ndarray:
@@ -48,3 +50,8 @@ class WordProgram:
             if not lo <= words[index] < hi:
                 raise IndexOutOfRange.at(what, name, words[index], lo, hi)
         return np.array(words, dtype=np.int64).astype(np.int32)
+
+
+def _operand(operand) -> int:
+    """A word operand's index (a WordRef) or value (a Const)."""
+    return operand.index if isinstance(operand, WordRef) else operand.value

@@ -31,7 +31,7 @@ def show_plan(body) -> None:
     device_line = next(line.strip() for line in body.mlir.splitlines() if "aie.device(" in line)
     print(f"{plan.device.name}: full_elf={plan.full_elf}, image={plan.image!r}, "
           f"emit={'on ' + plan.emit.tile.name if plan.emit else 'none'}, "
-          f"host buffers {[b.role for b in plan.host_buffers]}")
+          f"host buffers {[str(b.role) for b in plan.host_buffers]}")
     print(f"  MLIR: {device_line}")
 
 

@@ -9,7 +9,7 @@ from aie_utils import from_name
 from iron import Carried
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.lower import lower_program
-from iron.compiler.plan import HostBuffer, Placement
+from iron.compiler.plan import HostBuffer, HostRole, Placement, PlacementKind
 from iron.errors import DoesNotFit
 from iron.kernels import Add, Argmax, Copy
 
@@ -33,23 +33,23 @@ class Everything(iron.Graph):
 def test_host_tensors_are_packed_in_whole_words_in_argument_order():
     program = Everything().trace(x=((3,), BF16))
     assert host_placements(program) == (
-        Placement("table", "weight", "consts", 0, (5,), np.dtype(np.int8)),
-        Placement("bias", "param", "consts", 2, (3,), BF16),
-        Placement("seen", "state", "states", 0, (3,), BF16),
-        Placement("count", "state", "states", 2, (2,), I32),
-        Placement("x", "input", "inputs", 0, (3,), BF16),
-        Placement("out0", "output", "outputs", 0, (3,), BF16),
-        Placement("carry.i", "carry", "outputs", 2, (), I32),
+        Placement("table", PlacementKind.WEIGHT, "consts", 0, (5,), np.dtype(np.int8)),
+        Placement("bias", PlacementKind.PARAM, "consts", 2, (3,), BF16),
+        Placement("seen", PlacementKind.STATE, "states", 0, (3,), BF16),
+        Placement("count", PlacementKind.STATE, "states", 2, (2,), I32),
+        Placement("x", PlacementKind.INPUT, "inputs", 0, (3,), BF16),
+        Placement("out0", PlacementKind.OUTPUT, "outputs", 0, (3,), BF16),
+        Placement("carry.i", PlacementKind.CARRY, "outputs", 2, (), I32),
     )
 
 
 def test_every_host_buffer_has_a_word_and_feedback_comes_only_with_an_emit():
     program = Everything().trace(x=((3,), BF16))
     buffers = host_buffers(host_placements(program), 0, None)
-    assert buffers == (HostBuffer("consts", "consts", 4), HostBuffer("states", "states", 4),
-                       HostBuffer("inputs", "inputs", 2), HostBuffer("outputs", "outputs", 3),
-                       HostBuffer("words", "words", 1))
-    assert host_buffers(host_placements(program), 1, 1)[-1] == HostBuffer("feedback", "feedback", 1)
+    assert buffers == (HostBuffer("consts", HostRole.CONSTS, 4), HostBuffer("states", HostRole.STATES, 4),
+                       HostBuffer("inputs", HostRole.INPUTS, 2), HostBuffer("outputs", HostRole.OUTPUTS, 3),
+                       HostBuffer("words", HostRole.WORDS, 1))
+    assert host_buffers(host_placements(program), 1, 1)[-1] == HostBuffer("feedback", HostRole.FEEDBACK, 1)
 
 
 class Whole(iron.Graph):

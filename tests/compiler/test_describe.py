@@ -4,7 +4,7 @@ split MLP in its summary."""
 from aie_utils import from_name
 from iron.compiler.describe import describe, word_text
 from iron.compiler.lower import lower_program
-from iron.compiler.plan import WordDef
+from iron.compiler.plan import Const, WordDef, WordKind, WordRef
 from tests.compiler import designs
 
 WALK_NPU2 = """\
@@ -14,8 +14,8 @@ tiles:
   tile_0_3  emit  computes the next call's words
   shim_0_0  shim
 memory (used / budget bytes):
-  tile_0_2  1048 / 65536  g0_in@tile_0_2 8, g0_host@tile_0_2 16, stack@tile_0_2 1024
-  tile_0_3  1080 / 65536  g0_out 8, emit_in@tile_0_3 24, feedback@tile_0_3 24, stack@tile_0_3 1024
+  tile_0_2  1056 / 65536  g0_in@tile_0_2 8, g0_host@tile_0_2 16, g0_out 8, stack@tile_0_2 1024
+  tile_0_3  1072 / 65536  emit_in@tile_0_3 24, feedback@tile_0_3 24, stack@tile_0_3 1024
 fifos:
   g0_in     shim_0_0 -> tile_0_2  depth 2  4 bytes   DMA            successor[node]
   g0_host   tile_0_2 -> shim_0_0  depth 2  8 bytes   DMA            carry.node, trail[steps]
@@ -60,8 +60,8 @@ def test_a_description_is_deterministic():
 
 def test_word_text_shows_how_each_word_is_computed():
     assert [word_text(w) for w in (
-        WordDef(0, "pos", "scratchpad"),
-        WordDef(1, "pos * 64", "dma", "mul", ("word", 0), ("const", 64)),
-        WordDef(2, "min(pos, 3)", "core", "min", ("word", 0), ("const", 3)),
-        WordDef(3, "pos", "dma", "copy", ("word", 0)),
+        WordDef(0, "pos", WordKind.SCRATCHPAD),
+        WordDef(1, "pos * 64", WordKind.DMA, "mul", WordRef(0), Const(64)),
+        WordDef(2, "min(pos, 3)", "core", "min", WordRef(0), Const(3)),
+        WordDef(3, "pos", WordKind.DMA, "copy", WordRef(0)),
     )] == ["given per call", "= w0 * 64", "= min(w0, 3)", "= w0"]

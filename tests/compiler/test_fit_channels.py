@@ -14,7 +14,7 @@ from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler.lower import lower_program
 from iron.compiler.place import CoreInputs, Relay, fit_compute_channels
-from iron.compiler.plan import Imm, KernelStep, Load, Ptr, Tile
+from iron.compiler.plan import Element, Imm, KernelStep, Load, Ptr, Tile, TileKind
 from iron.errors import PlacementError
 from iron.kernels import Add, Copy, Exp, MatVec, RMSNorm, Softmax
 from tests.compiler import designs
@@ -35,10 +35,10 @@ def over(plan) -> dict[str, tuple[int, int]]:
     for f in plan.fifos:
         if f.shared_memory:
             continue
-        if f.producer.kind == "compute":
+        if f.producer.kind is TileKind.COMPUTE:
             cout[f.producer.name] += 1
         for c in f.consumers:
-            if c.kind == "compute":
+            if c.kind is TileKind.COMPUTE:
                 cin[c.name] += 1
     return {t: (cin[t], cout[t]) for t in set(cin) | set(cout) if cin[t] > 2 or cout[t] > 2}
 
@@ -153,18 +153,20 @@ def test_a_per_call_length_travels_in_the_carrier_object():
 # ---- the Emit ----------------------------------------------------------------------------------------
 
 class TwoTrails(iron.Graph):
-    """i -> a[i], j -> b[j] + a[i]: two carried elements of two groups, and c[i] as an output
-    (a holds 0..3 and b 0..4, so both stay within the 8 entries)."""
+    """i -> a[i], j -> b[j] + a[i]: two carried elements of two groups, and c[i] written to the
+    state `seen` by a third (a holds 0..3 and b 0..4, so both stay within the 8 entries)."""
 
     def __init__(self):
         self.a = iron.weight(np.array([3, 0, 1, 2, 0, 1, 2, 3], np.int32))
         self.b = iron.weight(np.array([1, 2, 3, 0, 4, 2, 1, 0], np.int32))
         self.c = iron.weight(np.arange(8, dtype=np.int32) * 10)
+        self.seen = iron.state((1,), np.int32, name="seen")
 
     def body(self, *, i: Carried[np.int32], j: Carried[np.int32]):
         y = Copy.step(self.a[i], dtype=np.int32)
         z = Add.step(Copy.step(self.b[j], dtype=np.int32), y)
-        return Copy.step(self.c[i], dtype=np.int32), iron.carry(i=y, j=z)
+        Copy.step(self.c[i], out=self.seen[0])
+        return iron.carry(i=y, j=z)
 
 
 def test_the_emit_takes_an_element_through_the_group_that_reads_it():
@@ -173,14 +175,15 @@ def test_the_emit_takes_an_element_through_the_group_that_reads_it():
     assert fits(plan) == [
         "emit on tile_0_5 would take 3 FIFOs by DMA (g0_out, g1_out, emit_in) but a compute tile has 2 "
         "input channels: g1 forwards in g1_out what emit would take from g0_out"]
-    assert plan.emit.next_values == (("i", ("elem", "g1_out", 4)), ("j", ("elem", "g1_out", 0)))
+    assert plan.emit.next_values == (("i", Element("g1_out", 4)), ("j", Element("g1_out", 0)))
     assert consumers(plan, "g0_out") == ("tile_0_3",) and plan.fifo("g0_out").shared_memory
     loop = iron.CarriedLoop(body, body, depth=2)
     assert list(loop.run(5, i=1, j=2)) == list(range(5))
     reference, carry = TwoTrails(), {"i": 1, "j": 2}
     for _ in range(6):   # the first run, then 5 body runs
-        carry = {k: int(v) for k, v in reference.reference(**carry)[-1].items()}
-    assert {k: int(v) for k, v in loop.carry.items()} == carry
+        carry = dict(reference.reference(**carry))
+    assert dict(loop.carry) == carry
+    np.testing.assert_array_equal(body.read("seen"), reference.read("seen"))
 
 
 # ---- when no group can carry them ----------------------------------------------------------------
@@ -210,7 +213,7 @@ def test_a_state_after_a_streamed_matrix_does_not_fit_the_channels():
 # ---- the rule on its own -----------------------------------------------------------------------------
 
 def core(group, col, dma, received=(), carrier=None, own_in=None, movable=True) -> CoreInputs:
-    return CoreInputs(group, Tile(col, 2, "compute"), dma, (*dma, *received), carrier, own_in, movable)
+    return CoreInputs(group, Tile(col, 2, TileKind.COMPUTE), dma, (*dma, *received), carrier, own_in, movable)
 
 
 def test_a_carrier_with_a_spare_channel_gains_an_in_and_carries_two_readers():

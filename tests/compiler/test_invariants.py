@@ -8,9 +8,20 @@ import pytest
 
 import iron
 from aie_utils import from_name
+from iron.compiler.allocate import tile_memory
 from iron.compiler.invariants import check_plan
 from iron.compiler.lower import lower_program
-from iron.compiler.plan import Dma, Fifo, Imm, KernelStep, Tile, Wait, tile_memory
+from iron.compiler.plan import (
+    Buffer,
+    Dma,
+    Fifo,
+    Imm,
+    KernelStep,
+    Tile,
+    TileKind,
+    Wait,
+    WordRef,
+)
 from iron.errors import DoesNotFit, PlanError
 from tests.compiler import designs
 
@@ -48,7 +59,7 @@ def test_every_design_keeps_the_device_rules(name, device):
     assert all(0 <= t.col < d.n_cols for t in plan.tiles)
     assert all(t in plan.tiles for f in plan.fifos for t in (f.producer, *f.consumers))
     for tile, held in tile_memory(plan).items():
-        budget = d.compute.data_memory_bytes if tile.kind == "compute" else d.mem.data_memory_bytes
+        budget = d.compute.data_memory_bytes if tile.kind is TileKind.COMPUTE else d.mem.data_memory_bytes
         assert sum(n for _, n in held) <= budget
     dmas = [op for op in plan.sequence if isinstance(op, Dma)]
     assert all(1 <= op.sizes[0] <= 64 and max(op.sizes[1:]) <= 1023 and 0 <= op.bd_id < 16 for op in dmas)
@@ -116,7 +127,7 @@ def test_a_sequence_moving_less_than_the_cores_take_is_refused():
 
 def test_a_tile_outside_the_device_is_refused():
     plan = plan_of("walk", "npu1")
-    plan = dataclasses.replace(plan, tiles=(*plan.tiles, Tile(4, 2, "compute")))
+    plan = dataclasses.replace(plan, tiles=(*plan.tiles, Tile(4, 2, TileKind.COMPUTE)))
     broken(plan, "plan Walk on npu1: tile tile_4_2 (compute) is not a compute tile of npu1 (4 columns, rows "
                  "(2, 3, 4, 5))." + FIX)
 
@@ -138,19 +149,19 @@ def test_an_emit_on_a_device_without_full_elf_is_refused():
 
 def test_a_word_computed_from_a_later_word_is_refused():
     plan = plan_of("walk", "npu1")
-    words = (*plan.words[:2], dataclasses.replace(plan.words[2], a=("word", 2)))
+    words = (*plan.words[:2], dataclasses.replace(plan.words[2], a=WordRef(2)))
     broken(dataclasses.replace(plan, words=words),
-           "plan Walk on npu1: word 2 ('steps + 1') computes add(('word', 2), ('const', 1)) bound None: "
+           "plan Walk on npu1: word 2 ('steps + 1') computes add(w2, 1) bound None: "
            "derived words apply an op to earlier words or constants." + FIX)
 
 
 def test_a_tile_over_its_memory_does_not_fit():
     plan = plan_of("add_one", "npu2")
-    fifos = (dataclasses.replace(plan.fifos[0], depth=8), *plan.fifos[1:])
+    big = Buffer("big", Tile(0, 2, TileKind.COMPUTE), 49152)
     with pytest.raises(DoesNotFit) as err:
-        check_plan(dataclasses.replace(plan, fifos=fifos))
+        check_plan(dataclasses.replace(plan, buffers=(big,)))
     assert str(err.value).startswith("AddOne does not fit tile_0_2: its buffers take 74752 bytes but a compute "
-                                     "tile has 65536: g0_in@tile_0_2 65536 bytes (x, ones), ")
+                                     "tile has 65536: big 49152 bytes, g0_in@tile_0_2 16384 bytes (x, ones), ")
 
 
 CHANNEL_FIX = (" Route several operands through one FIFO (one packed object, or a mem-tile join), or make "
@@ -165,7 +176,7 @@ def with_fifos(plan, *extra, **consumers):
 
 def test_a_compute_tile_taking_three_fifos_by_dma_is_refused():
     plan = plan_of("mlp_4x256", "npu2")   # g2 forwards the residual: g3's parts take g2_out and a stream
-    again = tuple(Tile(c, r, "compute") for c, r in ((0, 5), (1, 5), (1, 4)))
+    again = tuple(Tile(c, r, TileKind.COMPUTE) for c, r in ((0, 5), (1, 5), (1, 4)))
     broken(with_fifos(plan, g1_out=again),
            "plan ExampleMLP on npu2: tile_1_4 moves 3 FIFOs in (S2MM) by DMA (g1_out, g2_out, g3_w1) but a "
            "compute tile has 2 such channels." + CHANNEL_FIX)
@@ -173,7 +184,7 @@ def test_a_compute_tile_taking_three_fifos_by_dma_is_refused():
 
 def test_a_compute_tile_sending_three_fifos_by_dma_is_refused():
     plan = plan_of("walk", "npu1")
-    core, shim = Tile(0, 2, "compute"), Tile(0, 0, "shim")
+    core, shim = Tile(0, 2, TileKind.COMPUTE), Tile(0, 0, TileKind.SHIM)
     extra = [Fifo(f"extra{i}", core, (shim,), 2, 4) for i in range(2)]
     broken(with_fifos(plan, *extra),
            "plan Walk on npu1: tile_0_2 moves 3 FIFOs out (MM2S) by DMA (g0_host, extra0, extra1) but a "
@@ -182,7 +193,7 @@ def test_a_compute_tile_sending_three_fifos_by_dma_is_refused():
 
 def test_a_mem_tile_taking_seven_fifos_is_refused():
     plan = plan_of("mlp_4x256", "npu2")
-    mem, shim = Tile(0, 1, "mem"), Tile(0, 0, "shim")
+    mem, shim = Tile(0, 1, TileKind.MEM), Tile(0, 0, TileKind.SHIM)
     extra = [Fifo(f"extra{i}", shim, (mem,), 2, 64) for i in range(4)]
     broken(with_fifos(plan, *extra),
            "plan ExampleMLP on npu2: mem_0_1 moves 7 FIFOs in (S2MM) by DMA (g1_w_mem, g1_part0, g1_part1, "
@@ -191,5 +202,16 @@ def test_a_mem_tile_taking_seven_fifos_is_refused():
 
 def test_shared_memory_fifos_take_no_channel():
     plan = plan_of("walk", "npu2")   # g0_out: tile_0_2 -> tile_0_3 in shared memory, beside g0_host
-    core, shim = Tile(0, 2, "compute"), Tile(0, 0, "shim")
+    core, shim = Tile(0, 2, TileKind.COMPUTE), Tile(0, 0, TileKind.SHIM)
     check_plan(with_fifos(plan, Fifo("extra", core, (shim,), 2, 4)))
+
+
+def test_a_fifo_is_shared_memory_exactly_when_mlir_aie_makes_it_so():
+    plan = plan_of("walk", "npu2")   # g0_out: tile_0_2 -> tile_0_3, neighbours
+    by_dma = tuple(dataclasses.replace(f, shared_memory=False) if f.name == "g0_out" else f for f in plan.fifos)
+    broken(dataclasses.replace(plan, fifos=by_dma),
+           "plan Walk on npu2: FIFO g0_out goes by DMA but mlir-aie makes tile_0_2 -> tile_0_3 (one neighbouring "
+           "compute tile) shared memory." + FIX)
+    broken(with_fifos(plan, g0_out=(Tile(0, 0, TileKind.SHIM),)),
+           "plan Walk on npu2: FIFO g0_out is shared memory but tile_0_2 -> shim_0_0 is not one neighbouring "
+           "compute tile." + FIX)

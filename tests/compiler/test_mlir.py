@@ -24,27 +24,35 @@ from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import (
     Acquire,
     Buffer,
+    Const,
     Core,
+    Direction,
     Dma,
+    Element,
     Emit,
     Fifo,
     Function,
     HostBuffer,
+    HostRole,
     Imm,
     Invoke,
-    KernelDecl,
     KernelStep,
     Link,
     Load,
     Loop,
     Placement,
+    PlacementKind,
     Plan,
+    Port,
     Ptr,
     Release,
     ScalarStep,
     Tile,
+    TileKind,
     Wait,
     WordDef,
+    WordKind,
+    WordRef,
 )
 from iron.compiler.sources import kernel_sources
 from iron.errors import PlanError
@@ -53,7 +61,7 @@ from tests.compiler import designs
 GOLDEN = Path(__file__).parent / "golden"
 F32 = np.dtype(np.float32)
 I32 = np.dtype(np.int32)
-SHIM, MEM, CORE, CORE2 = Tile(0, 0, "shim"), Tile(0, 1, "mem"), Tile(0, 2, "compute"), Tile(0, 3, "compute")
+SHIM, MEM, CORE, CORE2 = Tile(0, 0, TileKind.SHIM), Tile(0, 1, TileKind.MEM), Tile(0, 2, TileKind.COMPUTE), Tile(0, 3, TileKind.COMPUTE)
 
 
 # ---- hand-built Plans ---------------------------------------------------------------------------
@@ -80,19 +88,18 @@ def add_one_plan() -> Plan:
     return plan(
         "npu2", "AddOne",
         tiles=(SHIM, CORE),
-        host_buffers=(HostBuffer("consts", "consts", 1024), HostBuffer("inputs", "inputs", 1024),
-                      HostBuffer("outputs", "outputs", 1024), HostBuffer("words", "words", 1)),
-        placements=(Placement("ones", "weight", "consts", 0, (1024,), I32),
-                    Placement("x", "input", "inputs", 0, (1024,), I32),
-                    Placement("out0", "output", "outputs", 0, (1024,), I32)),
+        host_buffers=(HostBuffer("consts", HostRole.CONSTS, 1024), HostBuffer("inputs", HostRole.INPUTS, 1024),
+                      HostBuffer("outputs", HostRole.OUTPUTS, 1024), HostBuffer("words", HostRole.WORDS, 1)),
+        placements=(Placement("ones", PlacementKind.WEIGHT, "consts", 0, (1024,), I32),
+                    Placement("x", PlacementKind.INPUT, "inputs", 0, (1024,), I32),
+                    Placement("out0", PlacementKind.OUTPUT, "outputs", 0, (1024,), I32)),
         fifos=(Fifo("g0_in", SHIM, (CORE,), 2, 8192), Fifo("g0_host", CORE, (SHIM,), 2, 4096)),
         functions=(Function("g0", ("g0_in", "g0_host"), (
             KernelStep("add_i32", (Ptr("g0_in", 4096), Ptr("g0_in"), Ptr("g0_host"), Imm(1024))),)),),
-        kernels=(KernelDecl("g0", ("memref<2048xi32>", "memref<1024xi32>"), "g0.o"),),
-        cores=(Core(CORE, "g0", hold(("g0_in", "Consume"), ("g0_host", "Produce"),
+        cores=(Core(CORE, "g0", hold(("g0_in", Port.CONSUME), ("g0_host", Port.PRODUCE),
                                      invoke=Invoke("g0", ("g0_in", "g0_host")))),),
-        sequence=(dma("mm2s", "g0_in", "consts", 0, 1024, 0), dma("mm2s", "g0_in", "inputs", 0, 1024, 1),
-                  dma("s2mm", "g0_host", "outputs", 0, 1024, 2), Wait("g0_host")),
+        sequence=(dma(Direction.MM2S, "g0_in", "consts", 0, 1024, 0), dma(Direction.MM2S, "g0_in", "inputs", 0, 1024, 1),
+                  dma(Direction.S2MM, "g0_host", "outputs", 0, 1024, 2), Wait("g0_host")),
     )
 
 
@@ -100,26 +107,25 @@ def walk_plan(device: str) -> Plan:
     """Walk: node = successor[node]; trail[steps] = node; steps += 1. On a full-ELF device an
     emit core computes the next call's words into `feedback`."""
     emit = aie_utils.from_name(device).full_elf
-    words = (WordDef(0, "node", "carried", bound=(0, 8), what="successor[node]"),
-             WordDef(1, "steps", "carried", bound=(0, 9), what="trail[steps]"),
-             WordDef(2, "steps + 1", "core", "add", ("word", 1), ("const", 1)))
-    host_buffers = (HostBuffer("consts", "consts", 8), HostBuffer("states", "states", 9),
-                    HostBuffer("inputs", "inputs", 1), HostBuffer("outputs", "outputs", 1),
-                    HostBuffer("words", "words", 3))
+    words = (WordDef(0, "node", WordKind.CARRIED, bound=(0, 8), what="successor[node]"),
+             WordDef(1, "steps", WordKind.CARRIED, bound=(0, 9), what="trail[steps]"),
+             WordDef(2, "steps + 1", WordKind.CORE, "add", WordRef(1), Const(1)))
+    host_buffers = (HostBuffer("consts", HostRole.CONSTS, 8), HostBuffer("states", HostRole.STATES, 9),
+                    HostBuffer("inputs", HostRole.INPUTS, 1), HostBuffer("outputs", HostRole.OUTPUTS, 1),
+                    HostBuffer("words", HostRole.WORDS, 3))
     g0_steps = (KernelStep("copy_i32", (Ptr("g0_in"), Ptr("g0_host"), Imm(1))),
                 KernelStep("copy_i32", (Ptr("g0_host"), Ptr("g0_host", 4), Imm(1))))
-    g0_fifos = (("g0_in", "Consume"), ("g0_host", "Produce"))
-    sequence = (dma("mm2s", "g0_in", "consts", 0, 1, 0, patch_word=0),
-                dma("s2mm", "g0_host", "outputs", 0, 1, 1),
-                dma("s2mm", "g0_host", "states", 0, 1, 2, patch_word=1), Wait("g0_host"))
+    g0_fifos = (("g0_in", Port.CONSUME), ("g0_host", Port.PRODUCE))
+    sequence = (dma(Direction.MM2S, "g0_in", "consts", 0, 1, 0, patch_word=0),
+                dma(Direction.S2MM, "g0_host", "outputs", 0, 1, 1),
+                dma(Direction.S2MM, "g0_host", "states", 0, 1, 2, patch_word=1), Wait("g0_host"))
     parts = dict(
         tiles=(SHIM, CORE), host_buffers=host_buffers, words=words[:2],
-        placements=(Placement("successor", "weight", "consts", 0, (8,), I32),
-                    Placement("trail", "state", "states", 0, (9,), I32),
-                    Placement("carry.node", "carry", "outputs", 0, (), I32)),
+        placements=(Placement("successor", PlacementKind.WEIGHT, "consts", 0, (8,), I32),
+                    Placement("trail", PlacementKind.STATE, "states", 0, (9,), I32),
+                    Placement("carry.node", PlacementKind.CARRY, "outputs", 0, (), I32)),
         fifos=(Fifo("g0_in", SHIM, (CORE,), 2, 4), Fifo("g0_host", CORE, (SHIM,), 2, 8)),
         functions=(Function("g0", ("g0_in", "g0_host"), g0_steps),),
-        kernels=(KernelDecl("g0", ("memref<1xi32>", "memref<2xi32>"), "g0.o"),),
         cores=(Core(CORE, "g0", hold(*g0_fifos, invoke=Invoke("g0", ("g0_in", "g0_host")))),),
         sequence=sequence,
     )
@@ -134,21 +140,19 @@ def _walk_emit(parts, words, host_buffers, g0_steps, g0_fifos, sequence) -> dict
     emit_steps = (ScalarStep(Ptr("feedback"), "copy", Load("g0_out")),
                   ScalarStep(Ptr("feedback", 4), "copy", Load("emit_in", 8)),
                   ScalarStep(Ptr("feedback", 8), "add", Load("feedback", 4), Imm(1)))
-    emit_fifos = (("emit_in", "Consume"), ("g0_out", "Consume"), ("feedback", "Produce"))
+    emit_fifos = (("emit_in", Port.CONSUME), ("g0_out", Port.CONSUME), ("feedback", Port.PRODUCE))
     return dict(
         tiles=(SHIM, CORE, CORE2), words=words,
-        host_buffers=(*host_buffers, HostBuffer("feedback", "feedback", 3)),
+        host_buffers=(*host_buffers, HostBuffer("feedback", HostRole.FEEDBACK, 3)),
         fifos=(*parts["fifos"], Fifo("g0_out", CORE, (CORE2,), 2, 4, shared_memory=True),
                Fifo("emit_in", SHIM, (CORE2,), 2, 12), Fifo("feedback", CORE2, (SHIM,), 2, 12)),
         functions=(Function("g0", g0_params, (*g0_steps, KernelStep("copy_i32", (Ptr("g0_host"), Ptr("g0_out"), Imm(1))))),
                    Function("emit", ("emit_in", "g0_out", "feedback"), emit_steps)),
-        kernels=(KernelDecl("g0", ("memref<1xi32>", "memref<1xi32>", "memref<2xi32>"), "g0.o"),
-                 KernelDecl("emit", ("memref<3xi32>", "memref<1xi32>", "memref<3xi32>"), "emit.o")),
-        cores=(Core(CORE, "g0", hold(g0_fifos[0], ("g0_out", "Produce"), g0_fifos[1], invoke=Invoke("g0", g0_params))),
+        cores=(Core(CORE, "g0", hold(g0_fifos[0], ("g0_out", Port.PRODUCE), g0_fifos[1], invoke=Invoke("g0", g0_params))),
                Core(CORE2, "emit", hold(*emit_fifos, invoke=Invoke("emit", tuple(f for f, _ in emit_fifos))))),
-        sequence=(sequence[0], dma("mm2s", "emit_in", "words", 0, 3, 3), *sequence[1:3],
-                  dma("s2mm", "feedback", "feedback", 0, 3, 4), Wait("g0_host"), Wait("feedback")),
-        emit=Emit(CORE2, (("node", ("elem", "g0_out", 0)), ("steps", ("word", 2))), words, "feedback"),
+        sequence=(sequence[0], dma(Direction.MM2S, "emit_in", "words", 0, 3, 3), *sequence[1:3],
+                  dma(Direction.S2MM, "feedback", "feedback", 0, 3, 4), Wait("g0_host"), Wait("feedback")),
+        emit=Emit(CORE2, (("node", Element("g0_out", 0)), ("steps", WordRef(2))), words, "feedback"),
     )
 
 
@@ -157,22 +161,21 @@ def accumulate_plan() -> Plan:
     return plan(
         "npu2", "Accumulate",
         tiles=(SHIM, CORE),
-        host_buffers=(HostBuffer("consts", "consts", 1), HostBuffer("states", "states", 32),
-                      HostBuffer("inputs", "inputs", 4), HostBuffer("outputs", "outputs", 1),
-                      HostBuffer("words", "words", 2)),
-        placements=(Placement("acc", "state", "states", 0, (8, 4), F32),
-                    Placement("x", "input", "inputs", 0, (4,), F32)),
-        words=(WordDef(0, "pos", "scratchpad", bound=(0, 8), what="acc[pos]"),
-               WordDef(1, "acc[pos] offset", "dma", "mul", ("word", 0), ("const", 4))),
+        host_buffers=(HostBuffer("consts", HostRole.CONSTS, 1), HostBuffer("states", HostRole.STATES, 32),
+                      HostBuffer("inputs", HostRole.INPUTS, 4), HostBuffer("outputs", HostRole.OUTPUTS, 1),
+                      HostBuffer("words", HostRole.WORDS, 2)),
+        placements=(Placement("acc", PlacementKind.STATE, "states", 0, (8, 4), F32),
+                    Placement("x", PlacementKind.INPUT, "inputs", 0, (4,), F32)),
+        words=(WordDef(0, "pos", WordKind.SCRATCHPAD, bound=(0, 8), what="acc[pos]"),
+               WordDef(1, "acc[pos] offset", WordKind.DMA, "mul", WordRef(0), Const(4))),
         fifos=(Fifo("g0_in", SHIM, (CORE,), 2, 32, F32), Fifo("g0_host", CORE, (SHIM,), 2, 16, F32)),
         functions=(Function("g0", ("g0_in", "g0_host"), (
             KernelStep("copy_f32", (Ptr("g0_in", 16), Ptr("g0_host"), Imm(4))),
             KernelStep("accumulate_f32", (Ptr("g0_in"), Ptr("g0_host"), Imm(4))))),),
-        kernels=(KernelDecl("g0", ("memref<8xf32>", "memref<4xf32>"), "g0.o"),),
-        cores=(Core(CORE, "g0", hold(("g0_in", "Consume"), ("g0_host", "Produce"),
+        cores=(Core(CORE, "g0", hold(("g0_in", Port.CONSUME), ("g0_host", Port.PRODUCE),
                                      invoke=Invoke("g0", ("g0_in", "g0_host")))),),
-        sequence=(dma("mm2s", "g0_in", "inputs", 0, 4, 0), dma("mm2s", "g0_in", "states", 0, 4, 1, patch_word=1),
-                  dma("s2mm", "g0_host", "states", 0, 4, 2, patch_word=1), Wait("g0_host")),
+        sequence=(dma(Direction.MM2S, "g0_in", "inputs", 0, 4, 0), dma(Direction.MM2S, "g0_in", "states", 0, 4, 1, patch_word=1),
+                  dma(Direction.S2MM, "g0_host", "states", 0, 4, 2, patch_word=1), Wait("g0_host")),
     )
 
 
@@ -182,8 +185,8 @@ def streamed_plan() -> Plan:
     return plan(
         "npu2", "Streamed",
         tiles=(CORE, MEM, SHIM),
-        host_buffers=(HostBuffer("consts", "consts", 1024), HostBuffer("inputs", "inputs", 16),
-                      HostBuffer("outputs", "outputs", 64), HostBuffer("words", "words", 1)),
+        host_buffers=(HostBuffer("consts", HostRole.CONSTS, 1024), HostBuffer("inputs", HostRole.INPUTS, 16),
+                      HostBuffer("outputs", HostRole.OUTPUTS, 64), HostBuffer("words", HostRole.WORDS, 1)),
         fifos=(Fifo("g0_in", SHIM, (CORE,), 2, 64, F32), Fifo("g0_w_mem", SHIM, (MEM,), 2, 1024, F32),
                Fifo("g0_w", MEM, (CORE,), 2, 1024, F32), Fifo("g0_host", CORE, (SHIM,), 1, 256, F32)),
         links=(Link(MEM, ("g0_w_mem",), ("g0_w",)),),
@@ -192,16 +195,14 @@ def streamed_plan() -> Plan:
                    Function("g0_block", ("g0_w", "g0_x", "g0_host"), (
                        KernelStep("matvec_f32", (Ptr("g0_w"), Ptr("g0_x"), Ptr("g0_host", 0, 64), Imm(16), Imm(16))),),
                        blocked=True)),
-        kernels=(KernelDecl("g0", ("memref<16xf32>", "memref<16xf32>"), "g0.o"),
-                 KernelDecl("g0_block", ("memref<256xf32>", "memref<16xf32>", "memref<64xf32>", "i32"), "g0_block.o")),
         cores=(Core(CORE, "g0", (
-            *hold(("g0_in", "Consume"), invoke=Invoke("g0", ("g0_in", "g0_x"))),
-            Acquire("g0_host", "Produce"),
-            Loop(4, hold(("g0_w", "Consume"), invoke=Invoke("g0_block", ("g0_w", "g0_x", "g0_host")))),
-            Release("g0_host", "Produce")), stack_bytes=2048),),
-        sequence=(dma("mm2s", "g0_in", "inputs", 0, 16, 0),
-                  Dma("mm2s", "g0_w_mem", "consts", 0, (1, 1, 4, 256), (0, 0, 256, 1), 1, SHIM),
-                  dma("s2mm", "g0_host", "outputs", 0, 64, 2), Wait("g0_host")),
+            *hold(("g0_in", Port.CONSUME), invoke=Invoke("g0", ("g0_in", "g0_x"))),
+            Acquire("g0_host", Port.PRODUCE),
+            Loop(4, hold(("g0_w", Port.CONSUME), invoke=Invoke("g0_block", ("g0_w", "g0_x", "g0_host")))),
+            Release("g0_host", Port.PRODUCE)), stack_bytes=2048),),
+        sequence=(dma(Direction.MM2S, "g0_in", "inputs", 0, 16, 0),
+                  Dma(Direction.MM2S, "g0_w_mem", "consts", 0, (1, 1, 4, 256), (0, 0, 256, 1), 1, SHIM),
+                  dma(Direction.S2MM, "g0_host", "outputs", 0, 64, 2), Wait("g0_host")),
     )
 
 
@@ -310,7 +311,7 @@ def test_split_and_join_offsets_are_in_elements_of_the_mem_tile_object():
              Fifo("joined", MEM, (SHIM,), 2, 128))
     links = (Link(MEM, ("rows",), ("top", "bottom"), destination_offsets=(0, 128)),
              Link(MEM, ("part0", "part1"), ("joined",), source_offsets=(0, 64)))
-    parts = dict(tiles=(SHIM, MEM, CORE, CORE2), fifos=fifos, links=links, cores=(), kernels=(), buffers=(), sequence=())
+    parts = dict(tiles=(SHIM, MEM, CORE, CORE2), fifos=fifos, links=links, cores=(), functions=(), buffers=(), sequence=())
     text = print_mlir(dataclasses.replace(base, **parts))
     assert "aie.objectfifo.link [@rows] -> [@top, @bottom] ([] [0, 64])\n" in text
     assert "aie.objectfifo.link [@part0, @part1] -> [@joined] ([0, 16] [])\n" in text
@@ -348,7 +349,7 @@ def test_static_offset_goes_in_the_innermost_offset():
 
 def test_invoke_of_an_object_not_acquired_is_refused():
     base = add_one_plan()
-    cores = (Core(CORE, "g0", (Acquire("g0_in", "Consume"), Invoke("g0", ("g0_in", "g0_host")))),)
+    cores = (Core(CORE, "g0", (Acquire("g0_in", Port.CONSUME), Invoke("g0", ("g0_in", "g0_host")))),)
     with pytest.raises(PlanError) as info:
         print_mlir(dataclasses.replace(base, cores=cores))
     assert str(info.value) == (
@@ -359,7 +360,7 @@ def test_invoke_of_an_object_not_acquired_is_refused():
 
 def test_blocked_function_outside_a_loop_is_refused():
     base = streamed_plan()
-    cores = (Core(CORE, "g0", (Acquire("g0_w", "Consume"), Acquire("g0_host", "Produce"),
+    cores = (Core(CORE, "g0", (Acquire("g0_w", Port.CONSUME), Acquire("g0_host", Port.PRODUCE),
                                Invoke("g0_block", ("g0_w", "g0_x", "g0_host")))),)
     with pytest.raises(PlanError) as info:
         print_mlir(dataclasses.replace(base, cores=cores))
@@ -372,21 +373,20 @@ def test_blocked_function_outside_a_loop_is_refused():
 def test_unknown_names_and_wrong_arity_are_refused():
     base = add_one_plan()
     with pytest.raises(PlanError) as info:
-        print_mlir(dataclasses.replace(base, kernels=()))
+        print_mlir(dataclasses.replace(base, functions=()))
     assert str(info.value) == (
-        "The plan uses the KernelDecl of function 'g0' but has none by that name (it has: none): "
-        "add it to the plan."
+        "The plan uses function 'g0' but has none by that name (it has: none): add it to the plan."
     )
-    cores = (Core(CORE, "g0", (Acquire("g0_inn", "Consume"),)),)
+    cores = (Core(CORE, "g0", (Acquire("g0_inn", Port.CONSUME),)),)
     with pytest.raises(PlanError) as info:
         print_mlir(dataclasses.replace(base, cores=cores))
     assert str(info.value) == (
         "The plan uses FIFO 'g0_inn' but has none by that name (it has: g0_in, g0_host): add it "
         "to the plan."
     )
-    short = (KernelDecl("g0", ("memref<2048xi32>",), "g0.o"),)
+    short = (dataclasses.replace(base.functions[0], params=("g0_in",)),)
     with pytest.raises(PlanError) as info:
-        print_mlir(dataclasses.replace(base, kernels=short))
+        print_mlir(dataclasses.replace(base, functions=short))
     assert str(info.value) == (
         "Core tile_0_2 invokes 'g0' with 2 arguments (%g0_in_obj0, %g0_host_obj0) but its "
         "declaration takes 1 (memref<2048xi32>): make Invoke.objects match the function's parameters."
@@ -426,7 +426,7 @@ def test_unprintable_sizes_offsets_and_names_are_refused():
 def test_dma_of_an_unknown_host_buffer_is_refused():
     base = add_one_plan()
     with pytest.raises(PlanError) as info:
-        print_mlir(dataclasses.replace(base, sequence=(dma("mm2s", "g0_in", "weights", 0, 4, 0),)))
+        print_mlir(dataclasses.replace(base, sequence=(dma(Direction.MM2S, "g0_in", "weights", 0, 4, 0),)))
     assert str(info.value) == (
         "DMA 0 (to FIFO 'g0_in') moves words of host buffer 'weights', which is not among the "
         "plan's host buffers (consts, inputs, outputs, words): name one of them."

@@ -17,7 +17,7 @@ from aie_utils import from_name
 from iron.compiler.lower import lower_program
 from iron.compiler.mlir import print_mlir
 from iron.compiler.place import MemChannels, SharedChannel, ShimRequest, share_shim_channels
-from iron.compiler.plan import Dma, Link, Tile, Wait
+from iron.compiler.plan import Direction, Dma, Link, Tile, TileKind, Wait
 from iron.kernels import Add, Copy, Exp
 
 F32 = np.dtype(np.float32)
@@ -75,7 +75,7 @@ def test_twelve_groups_share_channels_on_npu1_and_equal_the_reference():
         "shared_host1 (S2MM, 64 bytes) on mem_1_1 joined from g4_host, g5_host at bytes 0, 32",
         "12 S2MM FIFOs now take 8 of the 8 shim S2MM channels",
     ]
-    mem0, mem1 = Tile(0, 1, "mem"), Tile(1, 1, "mem")
+    mem0, mem1 = Tile(0, 1, TileKind.MEM), Tile(1, 1, TileKind.MEM)
     assert plan.links == (
         Link(mem0, ("shared_in0",), ("g0_in", "g1_in", "g2_in", "g3_in"), destination_offsets=(0, 64, 128, 192)),
         Link(mem1, ("shared_in1",), ("g4_in", "g5_in"), destination_offsets=(0, 64)),
@@ -94,13 +94,13 @@ def test_shared_moves_fill_the_parts_in_order_inputs_first_outputs_last():
     shared = [(op.direction, op.fifo, op.buffer, op.offset, op.bd_id, op.shim.name)
               for op in plan.sequence[:14]]
     assert shared == [
-        ("mm2s", "shared_in0", "inputs", 0, 0, "shim_0_0"), ("mm2s", "shared_in0", "consts", 0, 1, "shim_0_0"),
-        ("mm2s", "shared_in0", "inputs", 8, 2, "shim_0_0"), ("mm2s", "shared_in0", "consts", 8, 3, "shim_0_0"),
-        ("mm2s", "shared_in0", "inputs", 16, 4, "shim_0_0"), ("mm2s", "shared_in0", "consts", 16, 5, "shim_0_0"),
-        ("mm2s", "shared_in0", "inputs", 24, 6, "shim_0_0"), ("mm2s", "shared_in0", "consts", 24, 7, "shim_0_0"),
-        ("s2mm", "shared_host0", "outputs", 0, 8, "shim_0_0"), ("s2mm", "shared_host0", "outputs", 8, 9, "shim_0_0"),
-        ("s2mm", "shared_host0", "outputs", 16, 10, "shim_0_0"), ("s2mm", "shared_host0", "outputs", 24, 11, "shim_0_0"),
-        ("mm2s", "shared_in1", "inputs", 32, 0, "shim_1_0"), ("mm2s", "shared_in1", "consts", 32, 1, "shim_1_0"),
+        (Direction.MM2S, "shared_in0", "inputs", 0, 0, "shim_0_0"), (Direction.MM2S, "shared_in0", "consts", 0, 1, "shim_0_0"),
+        (Direction.MM2S, "shared_in0", "inputs", 8, 2, "shim_0_0"), (Direction.MM2S, "shared_in0", "consts", 8, 3, "shim_0_0"),
+        (Direction.MM2S, "shared_in0", "inputs", 16, 4, "shim_0_0"), (Direction.MM2S, "shared_in0", "consts", 16, 5, "shim_0_0"),
+        (Direction.MM2S, "shared_in0", "inputs", 24, 6, "shim_0_0"), (Direction.MM2S, "shared_in0", "consts", 24, 7, "shim_0_0"),
+        (Direction.S2MM, "shared_host0", "outputs", 0, 8, "shim_0_0"), (Direction.S2MM, "shared_host0", "outputs", 8, 9, "shim_0_0"),
+        (Direction.S2MM, "shared_host0", "outputs", 16, 10, "shim_0_0"), (Direction.S2MM, "shared_host0", "outputs", 24, 11, "shim_0_0"),
+        (Direction.MM2S, "shared_in1", "inputs", 32, 0, "shim_1_0"), (Direction.MM2S, "shared_in1", "consts", 32, 1, "shim_1_0"),
     ]
     assert [op.fifo for op in plan.sequence if isinstance(op, Wait)] == [
         "shared_host0", "shared_host1", "g6_host", "g7_host", "g8_host", "g9_host", "g10_host", "g11_host"]
@@ -161,9 +161,9 @@ def test_inputs_that_wait_and_outputs_waited_for_keep_their_channels():
     ]
     # g1_in (s, w[0]) waits for g0's write of s; g0_host is waited for, so neither is shared
     assert moves(plan) == [
-        *[("mm2s", "shared_in0")] * 5, ("s2mm", "g0_host"), ("wait", "g0_host"), ("mm2s", "g1_in"),
-        ("mm2s", "g1_in"), *[("s2mm", "shared_host0")] * 3, *[("mm2s", "shared_in1")] * 4,
-        *[("s2mm", "shared_host1")] * 2, ("mm2s", "g6_in"), ("mm2s", "g6_in"), ("s2mm", "g6_host"),
+        *[(Direction.MM2S, "shared_in0")] * 5, (Direction.S2MM, "g0_host"), ("wait", "g0_host"), (Direction.MM2S, "g1_in"),
+        (Direction.MM2S, "g1_in"), *[(Direction.S2MM, "shared_host0")] * 3, *[(Direction.MM2S, "shared_in1")] * 4,
+        *[(Direction.S2MM, "shared_host1")] * 2, (Direction.MM2S, "g6_in"), (Direction.MM2S, "g6_in"), (Direction.S2MM, "g6_host"),
         ("wait", "shared_host0"), ("wait", "shared_host1"), ("wait", "g6_host")]
     reference = WriteThenRows(6)
     for step in range(2):   # twice: the state s persists
@@ -175,23 +175,23 @@ def test_inputs_that_wait_and_outputs_waited_for_keep_their_channels():
 
 def requests(*specs) -> list[ShimRequest]:
     """ShimRequests ("name", col, shareable) of 64-byte MM2S FIFOs."""
-    return [ShimRequest(name, "mm2s", col, 64, shareable) for name, col, shareable in specs]
+    return [ShimRequest(name, Direction.MM2S, col, 64, shareable) for name, col, shareable in specs]
 
 
 def test_a_mem_tile_without_free_channels_passes_the_merge_to_the_nearest():
     device = from_name("npu1_2col")    # 4 MM2S channels for 5 FIFOs
     mem = MemChannels(device)
-    mem.take_on(Tile(0, 1, "mem"), 0, 5)   # mem_0_1 has one MM2S channel left: a split of 2 needs 2
+    mem.take_on(Tile(0, 1, TileKind.MEM), 0, 5)   # mem_0_1 has one MM2S channel left: a split of 2 needs 2
     wanted = requests(("a", 0, True), ("b", 0, True), ("c", 0, True), ("d", 1, False), ("e", 1, False))
     found, _ = share_shim_channels(Rows(1).trace(x=((1, 8), I32)), wanted, device, mem, 2)
-    assert found == [SharedChannel("shared_in0", "mm2s", Tile(1, 1, "mem"), ("a", "b"), (0, 64), 128)]
-    assert (mem.used, mem.held) == ({0: [0, 5], 1: [1, 2]}, {0: 0, 1: 512})
+    assert found == [SharedChannel("shared_in0", Direction.MM2S, Tile(1, 1, TileKind.MEM), ("a", "b"), (0, 64), 128)]
+    assert (mem.used, mem.held) == ({0: [0, 5], 1: [1, 2]}, {0: 0, 1: 256})
 
 
 def test_a_mem_tile_without_memory_passes_the_merge_to_the_nearest():
     device = from_name("npu1_2col")
     mem = MemChannels(device)
-    mem.take_on(Tile(0, 1, "mem"), 0, 0, 512 * 1024 - 511)   # a merge of two 64-byte FIFOs holds 512 bytes
+    mem.take_on(Tile(0, 1, TileKind.MEM), 0, 0, 512 * 1024 - 255)   # a merge of two 64-byte FIFOs holds 256 bytes
     wanted = requests(("a", 0, True), ("b", 0, True), ("c", 0, True), ("d", 1, False), ("e", 1, False))
     found, _ = share_shim_channels(Rows(1).trace(x=((1, 8), I32)), wanted, device, mem, 2)
     assert [(s.mem.name, s.members) for s in found] == [("mem_1_1", ("a", "b"))]
@@ -201,7 +201,7 @@ def test_single_shareable_fifos_of_neighbouring_columns_merge():
     device = from_name("npu1_2col")
     wanted = requests(("a", 0, True), ("b", 0, False), ("c", 1, True), ("d", 1, False), ("e", 1, False))
     found, rules = share_shim_channels(Rows(1).trace(x=((1, 8), I32)), wanted, device, MemChannels(device), 2)
-    assert found == [SharedChannel("shared_in0", "mm2s", Tile(0, 1, "mem"), ("a", "c"), (0, 64), 128)]
+    assert found == [SharedChannel("shared_in0", Direction.MM2S, Tile(0, 1, TileKind.MEM), ("a", "c"), (0, 64), 128)]
     assert rules == (
         ("share_shim_channels", "shared_in0 (MM2S, 128 bytes) on mem_0_1 split into a, c at bytes 0, 64"),
         ("share_shim_channels", "5 MM2S FIFOs now take 4 of the 4 shim MM2S channels"))

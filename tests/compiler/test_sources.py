@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from test_mlir import HAND_BUILT, design_plans, streamed_plan
 
-from iron import dtypes
 from iron.compiler.plan import Function, Imm, KernelStep, Load, Ptr, ScalarStep
 from iron.compiler.sources import kernel_sources
 from iron.errors import PlanError
@@ -26,7 +25,7 @@ INT_MIN, INT_MAX = -2**31, 2**31 - 1
 
 def with_functions(*functions):
     """The streamed Plan with these Functions instead of its own (sources read only those)."""
-    return dataclasses.replace(streamed_plan(), functions=functions, kernels=())
+    return dataclasses.replace(streamed_plan(), functions=functions)
 
 
 def write(sources: dict, directory) -> list[str]:
@@ -101,15 +100,16 @@ def test_float_immediates_keep_their_float32_value():
 # ---- compiling ----------------------------------------------------------------------------------
 
 def every_library_kernel() -> Function:
-    """One step per library kernel and dtype, with its C ABI: pointers, sizes, c_attrs."""
+    """One step per library kernel and (input, output) dtype pair, with its C ABI: pointers,
+    sizes, c_attrs."""
     size_operands = {"matvec": 2, "matmul": 3}
     steps = []
     for kernel in LIBRARY:
-        for dtype in sorted(kernel.dtypes, key=dtypes.suffix):
+        for dtype, out in kernel.signatures():
             pointers = tuple(Ptr("a", 64 * i) for i in range(kernel.arity + 1))
             sizes = (Imm(4),) * size_operands.get(kernel.name, 1)
             attrs = tuple(Imm(1.0, "f32") if ctype == "f32" else Load("b") for _, ctype in kernel.c_attrs)
-            steps.append(KernelStep(kernel.symbol(dtype), pointers + sizes + attrs))
+            steps.append(KernelStep(kernel.symbol(dtype, out), pointers + sizes + attrs))
     return Function("every_kernel", ("a", "b"), tuple(steps))
 
 

@@ -9,7 +9,7 @@ import iron
 from aie_utils import from_name
 from iron import Scratchpad
 from iron.compiler.lower import lower_program
-from iron.compiler.plan import Dma, WordDef
+from iron.compiler.plan import Const, Dma, Output, WordDef, WordKind, WordRef
 from iron.errors import PlacementError
 from iron.kernels import Copy, Softmax
 from tests.compiler import designs
@@ -28,20 +28,20 @@ def patches(plan) -> list[tuple[str, int | None]]:
 def test_walk_words_are_node_steps_and_the_next_steps():
     plan = lower_program(designs.trace(designs.walk(8)), NPU2)
     assert plan.words == (
-        WordDef(0, "node", "carried", bound=(0, 8), what="successor[node]"),
-        WordDef(1, "steps", "carried", bound=(0, 9), what="trail[steps]"),
-        WordDef(2, "steps + 1", "next", "add", ("word", 1), ("const", 1)),
+        WordDef(0, "node", WordKind.CARRIED, bound=(0, 8), what="successor[node]"),
+        WordDef(1, "steps", WordKind.CARRIED, bound=(0, 9), what="trail[steps]"),
+        WordDef(2, "steps + 1", WordKind.NEXT, "add", WordRef(1), Const(1)),
     )
     # int32 rows of one word: the DMA offset words fold into the index words themselves
     assert patches(plan) == [("consts", 0), ("outputs", None), ("states", 1), ("words", None), ("feedback", None)]
-    assert plan.carry == (("node", ("output", "carry.node")), ("steps", ("word", 2)))
+    assert plan.carry == (("node", Output("carry.node")), ("steps", WordRef(2)))
 
 
 def test_a_row_index_is_scaled_into_a_dma_word():
     plan = lower_program(designs.trace(designs.accumulate_at(n=64, rows=4)), NPU2)
     assert plan.words == (
-        WordDef(0, "pos", "scratchpad", bound=(0, 4), what="acc[pos]"),
-        WordDef(1, "pos * 64", "dma", "mul", ("word", 0), ("const", 64)),
+        WordDef(0, "pos", WordKind.SCRATCHPAD, bound=(0, 4), what="acc[pos]"),
+        WordDef(1, "pos * 64", WordKind.DMA, "mul", WordRef(0), Const(64)),
     )
     assert patches(plan) == [("inputs", None), ("states", 1), ("states", 1)]
 
@@ -57,9 +57,9 @@ class TwoAxes(iron.Graph):
 def test_two_dynamic_axes_sum_into_one_patch_word():
     plan = lower(TwoAxes())
     assert plan.words[2:] == (
-        WordDef(2, "i * 128", "dma", "mul", ("word", 0), ("const", 128)),
-        WordDef(3, "j * 16", "dma", "mul", ("word", 1), ("const", 16)),
-        WordDef(4, "(i * 128) + (j * 16)", "dma", "add", ("word", 2), ("word", 3)),
+        WordDef(2, "i * 128", WordKind.DMA, "mul", WordRef(0), Const(128)),
+        WordDef(3, "j * 16", WordKind.DMA, "mul", WordRef(1), Const(16)),
+        WordDef(4, "(i * 128) + (j * 16)", WordKind.DMA, "add", WordRef(2), WordRef(3)),
     )
     assert [w.bound for w in plan.words] == [(0, 4), (0, 8), None, None, None]
     assert patches(plan) == [("states", 4), ("outputs", None)]
@@ -81,10 +81,10 @@ class Shared(iron.Graph):
 def test_words_are_shared_and_a_second_bound_gets_a_copy():
     plan = lower(Shared())
     assert plan.words == (
-        WordDef(0, "node", "scratchpad", bound=(0, 8), what="w[node]"),
-        WordDef(1, "pos", "scratchpad"),
-        WordDef(2, "pos + 1", "dma", "add", ("word", 1), ("const", 1), bound=(0, 8), what="w[pos + 1]"),
-        WordDef(3, "node", "dma", "copy", ("word", 0), None, bound=(0, 4), what="t[node]"),
+        WordDef(0, "node", WordKind.SCRATCHPAD, bound=(0, 8), what="w[node]"),
+        WordDef(1, "pos", WordKind.SCRATCHPAD),
+        WordDef(2, "pos + 1", WordKind.DMA, "add", WordRef(1), Const(1), bound=(0, 8), what="w[pos + 1]"),
+        WordDef(3, "node", WordKind.DMA, "copy", WordRef(0), None, bound=(0, 4), what="t[node]"),
     )
 
 
@@ -95,7 +95,7 @@ class Soft(iron.Graph):
 
 def test_a_per_call_length_is_a_core_word_read_from_the_in_object():
     plan = lower(Soft(), x=((16,), np.float32))
-    assert plan.words == (WordDef(0, "n", "scratchpad", bound=(1, 17), what="Softmax length=n"),)
+    assert plan.words == (WordDef(0, "n", WordKind.SCRATCHPAD, bound=(1, 17), what="Softmax length=n"),)
     (step,) = plan.function("g0").steps
     assert step.args[-1] == iron.compiler.plan.Load("g0_in", 64)
     assert [(op.buffer, op.offset, op.nwords) for op in plan.sequence if isinstance(op, Dma)] == [
@@ -109,7 +109,7 @@ class InputView(iron.Graph):
 
 def test_a_view_of_an_input_is_patched_in_the_inputs_buffer():
     plan = lower(InputView(), x=((4, 16), np.int32))
-    assert plan.words[1] == WordDef(1, "i * 16", "dma", "mul", ("word", 0), ("const", 16))
+    assert plan.words[1] == WordDef(1, "i * 16", WordKind.DMA, "mul", WordRef(0), Const(16))
     assert plan.words[0].bound == (0, 4)
     assert patches(plan) == [("inputs", 1), ("outputs", None)]
 

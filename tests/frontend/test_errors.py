@@ -259,12 +259,13 @@ CASES = [
     (
         "KD().reference(np.ones(4, np.float32), np.ones(4, np.int32))",
         iron.errors.KernelTypeError,
-        "Add computes in float32 but input 1 (y) is int32: give every input the dtype float32.",
+        "Add computes in float32 but input 1 (y) is int32: give every input the dtype float32 "
+        "(Cast.step(y, dtype=np.float32) converts it).",
     ),
     (
         "KS().reference(np.ones(4, np.int32))",
         iron.errors.KernelTypeError,
-        "Softmax does not support int32: it supports bfloat16, float32. Convert the data (or pick another kernel).",
+        "Softmax does not support int32: it supports bfloat16, float32. Convert the data with Cast (or pick another kernel).",
     ),
 ]
 

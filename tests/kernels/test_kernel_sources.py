@@ -1,8 +1,9 @@
 """Tests of the kernel library's C++ sources (iron/kernels/cc) as source files.
 
 Every .cc compiles with the host g++ under `-std=c++20 -Wall -Werror -c`; each `<name>.o`
-defines exactly the `extern "C"` symbols of its kernel, one per supported element type (the
-ABI the compiler declares and links as `<name>.o`); and the sources include nothing Peano's libc
+defines exactly the `extern "C"` symbols of its kernel, one per supported element type and one
+per (input, output) pair of a kernel whose output type differs (`matvec_i8_i32`, `cast_f32_bf16`;
+the ABI the compiler declares and links as `<name>.o`); and the sources include nothing Peano's libc
 lacks. Running the kernels is tests/runtime/test_native_kernels.py's job.
 """
 
@@ -32,6 +33,15 @@ KERNEL_TYPES = {
     "rmsnorm": FLOATS,
     "softmax": FLOATS,
     "argmax": ALL,
+    "cast": (),
+    "requantize": ("i32", "i32_i16"),
+}
+INTEGERS = ("i8", "u8", "i16", "i32")
+WIDER = ("i8_i32", "u8_i32", "i16_i32", "bf16_f32")
+PAIRS = {
+    "matvec": WIDER,
+    "matmul": WIDER,
+    "cast": tuple(f"{a}_{b}" for a in INTEGERS for b in (*INTEGERS, "f32") if a != b) + ("f32_bf16", "bf16_f32"),
 }
 ALLOWED_INCLUDES = {"<cstdint>", "<cmath>", '"iron_kernel.h"'}
 
@@ -75,7 +85,7 @@ def test_each_kernel_has_its_own_source_file():
 
 @pytest.mark.parametrize("kernel", KERNEL_TYPES)
 def test_object_defines_exactly_the_kernel_symbols(objects, kernel):
-    expected = {f"{kernel}_{suffix}" for suffix in KERNEL_TYPES[kernel]}
+    expected = {f"{kernel}_{suffix}" for suffix in KERNEL_TYPES[kernel] + PAIRS.get(kernel, ())}
     assert defined_functions(objects / f"{kernel}.o") == expected
 
 

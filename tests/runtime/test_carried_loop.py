@@ -1,6 +1,7 @@
 """Compiled graphs on the emulator: the seed chapter's Walk as a device loop on npu2 (depth 1, 2,
 3) and host-driven on npu1, a tensor-taking first version compiled with feeds=, every refusal
-of CarriedLoop with its exact text, and early close."""
+of CarriedLoop with its exact text, and a loop stopped and resumed: start then steps, leaving the
+iterator early, a write or a host call while runs are in flight."""
 import numpy as np
 import pytest
 
@@ -46,9 +47,7 @@ def test_walk_host_driven_on_npu1_and_no_device_loop_there():
         nxt = body(node=node, steps=count)
         node, count = int(nxt["node"]), int(nxt["steps"])
     np.testing.assert_array_equal(body.read("trail"), numpy_walk(succ, 2, steps + 1))
-    with pytest.raises(LoopError) as e:
-        iron.CarriedLoop(body, body, depth=2)
-    assert str(e.value) == (
+    assert refusal(iron.CarriedLoop, body, body, depth=2) == (
         "Walk is compiled for npu1, which has no full ELF: a carried graph has no device loop there. "
         "Only the host-driven path applies: call it and feed the returned Carry back."
     )
@@ -85,68 +84,184 @@ class Trail(iron.Graph):
         return iron.carry(node=nxt, steps=steps + 1)
 
 
-def test_a_tensor_taking_first_version_compiled_with_feeds_starts_the_loop():
-    succ, steps = successor(12, 7), 6
+def trail_loop(steps, depth):
+    """A Trail of `steps` + 1 entries, its body and tensor-taking first version, and their loop."""
+    succ = successor(12, 7)
     trail = Trail(succ, steps + 1)
     body = trail.compile()
     first = trail.compile(start=((), np.int32), feeds=body)
-    loop = iron.CarriedLoop(first, body, depth=2)
+    return succ, trail, first, body, iron.CarriedLoop(first, body, depth=depth)
+
+
+def test_a_tensor_taking_first_version_compiled_with_feeds_starts_the_loop():
+    steps = 6
+    succ, trail, first, body, loop = trail_loop(steps, depth=2)
     assert list(loop.run(steps, np.array(9, np.int32), node=0, steps=0)) == list(range(steps))
     expect = np.concatenate([[9], numpy_walk(succ, 9, steps)])
     np.testing.assert_array_equal(body.read("trail"), expect)
-    with pytest.raises(LoopError) as e:
-        iron.CarriedLoop(trail.compile(start=((), np.int32)), body)
-    assert str(e.value) == (
+    assert refusal(iron.CarriedLoop, trail.compile(start=((), np.int32)), body) == (
         "Trail's first version was not compiled with feeds= this body, so its Emit does not write the "
         "body's scratchpad: compile it as graph.compile(..., feeds=body)."
     )
+
+
+def refusal(make, *args, **kwargs) -> str:
+    """The text of the LoopError `make(*args, **kwargs)` raises."""
+    with pytest.raises(LoopError) as e:
+        make(*args, **kwargs)
+    return str(e.value)
+
+
+class Scratch(iron.Graph):
+    """A body reading a Scratchpad value."""
+
+    def __init__(self):
+        self.t = iron.weight(np.arange(4, dtype=np.int32))
+
+    def body(self, *, node: Carried[np.int32], k: Scratchpad[np.int32]):
+        return iron.carry(node=Copy.step(self.t[iron.min(node + k, 3)]))
+
+
+class Logged(Scratch):
+    """A body returning an output besides its carry."""
+
+    def body(self, *, node: Carried[np.int32]):
+        nxt = Copy.step(self.t[node])
+        return Add.step(nxt, nxt), iron.carry(node=nxt)
 
 
 def test_refusals_name_the_problem_and_the_fix():
     trail = Trail(successor(4), 4)
     body = trail.compile()
     with_tensor = trail.compile(start=((), np.int32))
-    with pytest.raises(LoopError) as e:
-        iron.CarriedLoop(with_tensor, with_tensor)
-    assert str(e.value) == (
+    assert refusal(iron.CarriedLoop, with_tensor, with_tensor) == (
         "the body of a CarriedLoop takes no tensor, but Trail takes start: nothing could write it between steps. "
         "Compile a version that takes the tensor as first (feeds=body) and a body without it."
     )
-    for depth in (0, -1, 1.5):
-        with pytest.raises(LoopError) as e:
-            iron.CarriedLoop(body, body, depth=depth)
-        assert str(e.value) == f"CarriedLoop depth={depth!r}: depth is how many runs are kept in flight, an int >= 1."
-
-    class Scratch(iron.Graph):
-        def __init__(self):
-            self.t = iron.weight(np.arange(4, dtype=np.int32))
-
-        def body(self, *, node: Carried[np.int32], k: Scratchpad[np.int32]):
-            return iron.carry(node=Copy.step(self.t[iron.min(node + k, 3)]))
-
+    for depth in (0, -1, 1.5, 5, 10**7):
+        assert refusal(iron.CarriedLoop, body, body, depth=depth) == (
+            f"CarriedLoop depth={depth!r}: depth is how many runs are kept in flight, an int from 1 to 4: npu2's "
+            "driver holds at most 4 runs in flight per hardware context, so a deeper ring would only wait."
+        )
     s = Scratch().compile()
-    with pytest.raises(LoopError) as e:
-        iron.CarriedLoop(s, s)
-    assert str(e.value) == (
-        "the body of a CarriedLoop cannot take Scratchpad values (k): the host gives them per call, and between "
-        "device steps there is no host call. Make them Carried."
+    assert refusal(iron.CarriedLoop, s, s) == (
+        "the body of a CarriedLoop cannot read Scratchpad values (k): the host gives them per call, and between "
+        "device steps there is no host call. Make them Carried, or read them only in first (compiled with "
+        "feeds=body)."
     )
+    logged = Logged().compile()
+    assert refusal(iron.CarriedLoop, logged, logged) == (
+        "the first of a CarriedLoop returns Add(Copy(t[node]), Copy(t[node])), but no host call reads outputs "
+        "between device steps: write what each step makes into a state (Copy.step(y, out=self.log[steps])) and "
+        "read the state after the loop (body.read(...))."
+    )
+    for steps in (-1, 2.0, True):
+        assert refusal(iron.CarriedLoop(body, body).run, steps, node=0, steps=0) == (
+            f"CarriedLoop.run(steps={steps!r}): steps is how many body runs follow, an int >= 0."
+        )
 
 
-def test_closing_the_iterator_early_waits_out_the_runs_in_flight():
-    succ, steps = successor(), 12
+# ---- stopping and resuming -------------------------------------------------------------------------
+
+def walk_loop(depth, steps=12, start=1):
+    succ = successor()
     walk = Walk(succ, steps + 1)
     body = walk.compile()
-    loop = iron.CarriedLoop(body, body, depth=3)
-    it = loop.run(steps, node=1, steps=0)
-    assert [next(it) for _ in range(4)] == [0, 1, 2, 3]
-    it.close()
-    launched = body.session.emulator.launches
-    done = body.read("trail")
-    # first + 4 waited body steps + the runs kept in flight (depth - 1 more started) all completed
-    assert launched == 1 + 4 + 2
-    np.testing.assert_array_equal(done[: launched], numpy_walk(succ, 1, launched))
-    np.testing.assert_array_equal(done[launched:], 0)
+    return succ, walk, body, iron.CarriedLoop(body, body, depth=depth)
+
+
+def reference_carry(succ, start, transitions):
+    """The carry after `transitions` runs of the Walk from node `start`, by the reference."""
+    walk, carry = Walk(succ, transitions + 1), {"node": start, "steps": 0}
+    for _ in range(transitions):
+        carry = dict(walk.reference(**carry))
+    return carry
+
+
+def test_start_then_steps_any_number_of_times_continues_from_the_last_carry():
+    succ, walk, body, loop = walk_loop(depth=2)
+    assert loop.carry is None and loop.transitions == 0
+    assert loop.start(node=1, steps=0) is loop
+    assert list(loop.steps(3)) == [0, 1, 2]
+    assert loop.transitions == 4 and dict(loop.carry) == reference_carry(succ, 1, 4)
+    assert list(loop.steps(0)) == []
+    assert list(loop.steps(5)) == [3, 4, 5, 6, 7]
+    assert loop.transitions == 9 and dict(loop.carry) == reference_carry(succ, 1, 9)
+    assert body.session.emulator.launches == 9   # first ran once: 1 + 3 + 5 launches
+    np.testing.assert_array_equal(body.read("trail")[:9], numpy_walk(succ, 1, 9))
+    np.testing.assert_array_equal(body.read("trail")[9:], 0)
+
+
+def test_run_is_start_then_steps_and_a_second_start_runs_first_again():
+    succ, walk, body, loop = walk_loop(depth=3)
+    assert list(loop.run(4, node=1, steps=0)) == [0, 1, 2, 3]
+    assert list(loop.run(2, node=7, steps=6)) == [0, 1]
+    assert loop.transitions == 3 and dict(loop.carry) == {"node": int(numpy_walk(succ, 7, 3)[-1]), "steps": 9}
+    trail = body.read("trail")
+    np.testing.assert_array_equal(trail[:5], numpy_walk(succ, 1, 5))
+    np.testing.assert_array_equal(trail[6:9], numpy_walk(succ, 7, 3))
+
+
+def test_steps_before_start_and_a_bad_count_are_refused():
+    _, _, _, loop = walk_loop(depth=2)
+    assert refusal(loop.steps, 3) == (
+        "CarriedLoop.steps(n) continues a started loop: call loop.start(...) (or loop.run(...)) first.")
+    loop.start(node=1, steps=0)
+    assert refusal(loop.steps, -2) == "CarriedLoop.steps(steps=-2): steps is how many body runs follow, an int >= 0."
+    assert loop.transitions == 1
+
+
+@pytest.mark.parametrize("leave", ["break", "exception", "close"])
+def test_leaving_the_iterator_early_waits_out_the_runs_in_flight(leave):
+    succ, walk, body, loop = walk_loop(depth=4)
+
+    def consume():
+        it = loop.run(12, node=1, steps=0)
+        for index in it:
+            if index == 3:
+                if leave == "close":
+                    it.close()
+                elif leave == "exception":
+                    raise KeyError("stop")
+                break
+
+    if leave == "exception":
+        with pytest.raises(KeyError):
+            consume()
+    else:
+        consume()
+    # the runs in flight when index 3 was yielded (first and body steps 0..3 done, 4 more started)
+    # completed before the iterator let go, and nothing else started
+    assert body.session.emulator.launches == 1 + 4 + 4
+    assert loop.transitions == 9 and dict(loop.carry) == reference_carry(succ, 1, 9)
+    np.testing.assert_array_equal(body.read("trail")[:9], numpy_walk(succ, 1, 9))
+    np.testing.assert_array_equal(body.read("trail")[9:], 0)
+    assert list(loop.steps(2)) == [8, 9]   # and the loop resumes from there
+    assert dict(loop.carry) == reference_carry(succ, 1, 11)
+
+
+def test_a_write_while_runs_are_in_flight_waits_for_them_and_none_lands_after_it():
+    succ, walk, body, loop = walk_loop(depth=3)
+    it = loop.run(12, node=1, steps=0)
+    assert [next(it) for _ in range(2)] == [0, 1]   # first and steps 0, 1 done; steps 2..4 in flight
+    body.write(walk.trail, np.zeros(13, np.int32))
+    assert list(it) == list(range(2, 12))           # the steps that completed during the write still count
+    trail, expect = body.read("trail"), numpy_walk(succ, 1, 13)
+    np.testing.assert_array_equal(trail[:6], 0)     # first and steps 0..4 ran before the write
+    np.testing.assert_array_equal(trail[6:], expect[6:])
+
+
+def test_a_host_call_of_another_version_waits_out_the_loop_first():
+    steps = 8
+    succ, trail, first, body, loop = trail_loop(steps, depth=3)
+    it = loop.run(steps, np.array(9, np.int32), node=0, steps=0)
+    assert [next(it) for _ in range(2)] == [0, 1]   # transitions 3..5 in flight, writing trail[3..5]
+    first(np.array(11, np.int32), node=0, steps=4)  # a host call writing trail[4]
+    assert list(it) == list(range(2, steps))
+    expect = np.concatenate([[9], numpy_walk(succ, 9, steps)])
+    expect[4] = 11
+    np.testing.assert_array_equal(body.read("trail"), expect)
+    assert loop.transitions == steps + 1 and first.session.emulator.launches == 2
 
 
 def test_a_graph_called_directly_compiles_once_for_its_shapes():

@@ -4,6 +4,7 @@ import pytest
 
 import aie_utils
 import iron
+from iron.compiler.plan import WordKind
 from iron.designs import MLP, Walk
 from iron.errors import ArgumentError, ToolchainMissing
 from iron.kernels import MatVec
@@ -48,7 +49,7 @@ def test_what_compile_makes_before_any_build():
         c = walk.compile()
     assert c.artifacts is None
     assert c.plan.device.name == "npu2" and c.plan.full_elf is True and c.plan.image == "elf"
-    assert [(w.name, w.kind) for w in c.parameters] == [("node", "carried"), ("steps", "carried"), ("steps + 1", "next")]
+    assert [(w.name, w.kind) for w in c.parameters] == [("node", WordKind.CARRIED), ("steps", WordKind.CARRIED), ("steps + 1", WordKind.NEXT)]
     assert c.mlir.startswith("module {\n  aie.device(npu2) {")
     assert {"g0.cc", "emit.cc", "copy.cc", "iron_kernel.h"} <= set(c.sources)
     assert c.describe().splitlines()[0] == "Walk on npu2: full ELF (image 'elf')"

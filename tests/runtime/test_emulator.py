@@ -21,25 +21,30 @@ from iron.compiler.plan import (
     Acquire,
     Buffer,
     Core,
+    Direction,
     Dma,
     Emit,
     Fifo,
     Function,
     HostBuffer,
+    HostRole,
     Imm,
     Invoke,
-    KernelDecl,
     KernelStep,
     Link,
     Load,
     Loop,
     Plan,
+    Port,
     Ptr,
     Release,
     ScalarStep,
     Tile,
+    TileKind,
     Wait,
     WordDef,
+    WordKind,
+    WordRef,
 )
 from iron.errors import (
     ArgumentError,
@@ -51,13 +56,14 @@ from iron.errors import (
     PlanError,
 )
 from iron.kernels import LIBRARY
+from iron.kernels.registry import lookup
 from iron.runtime.emulator import Emulator
 from iron.runtime.emulator.core import UNROLLED
 from iron.runtime.emulator.kernels import numpy_call
 from iron.runtime.emulator.machine import RECORDED
 
-SHIM, MEM = Tile(0, 0, "shim"), Tile(0, 1, "mem")
-CORE, CORE2 = Tile(0, 2, "compute"), Tile(0, 3, "compute")
+SHIM, MEM = Tile(0, 0, TileKind.SHIM), Tile(0, 1, TileKind.MEM)
+CORE, CORE2 = Tile(0, 2, TileKind.COMPUTE), Tile(0, 3, TileKind.COMPUTE)
 ROW = (0, 0, 256, 1)  # strides of 256-word rows
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -78,20 +84,18 @@ class PlusOne(iron.Kernel):
 
 
 def plan_of(name, fifos, cores, functions, sequence, host_buffers, device="npu2", **parts):
-    """A Plan with tiles, kernel declarations and (unless given) a `words` buffer derived from
+    """A Plan with tiles and (unless given) a `words` buffer derived from
     its parts; `parts` are further Plan fields."""
     dev = from_name(device)
     ends = {t for f in fifos for t in (f.producer, *f.consumers)} | {c.tile for c in cores}
     words = parts.pop("words", ())
-    if not any(b.role == "words" for b in host_buffers):
-        host_buffers = [*host_buffers, HostBuffer("words", "words", max(1, len(words)))]
-    declarations = tuple(KernelDecl(f.name, ("memref",) * (len(f.params) + f.blocked), f"{f.name}.o")
-                         for f in functions)
+    if not any(b.role is HostRole.WORDS for b in host_buffers):
+        host_buffers = [*host_buffers, HostBuffer("words", HostRole.WORDS, max(1, len(words)))]
     return Plan(
         device=dev, name=name, full_elf=dev.full_elf, image="elf" if dev.full_elf else "xclbin",
         tiles=tuple(sorted(ends, key=lambda t: (t.col, t.row))), host_buffers=tuple(host_buffers),
         placements=(), fifos=tuple(fifos), links=parts.pop("links", ()), buffers=parts.pop("buffers", ()),
-        functions=tuple(functions), kernels=declarations, cores=tuple(cores), sequence=tuple(sequence),
+        functions=tuple(functions), cores=tuple(cores), sequence=tuple(sequence),
         words=words, emit=parts.pop("emit", None), **parts,
     )
 
@@ -104,17 +108,17 @@ def stream(fifo, port, body=()):
 def add_one_plan(objects_in=4, objects_out=4):
     """npu-platform.md section 2: 1024 int32, 4 objects of 256 per launch, x + 1."""
     g0 = Function("g0", ("in", "out"), (KernelStep("plus_one_i32", (Ptr("in"), Ptr("out"), Imm(256))),), blocked=True)
-    step = (Acquire("in", "Consume"), Acquire("out", "Produce"), Invoke("g0", ("in", "out")),
-            Release("in", "Consume"), Release("out", "Produce"))
+    step = (Acquire("in", Port.CONSUME), Acquire("out", Port.PRODUCE), Invoke("g0", ("in", "out")),
+            Release("in", Port.CONSUME), Release("out", Port.PRODUCE))
     sequence = (
-        Dma("s2mm", "out", "outputs", 0, (1, 1, objects_out, 256), ROW, 1, SHIM),
-        Dma("mm2s", "in", "inputs", 0, (1, 1, objects_in, 256), ROW, 0, SHIM),
+        Dma(Direction.S2MM, "out", "outputs", 0, (1, 1, objects_out, 256), ROW, 1, SHIM),
+        Dma(Direction.MM2S, "in", "inputs", 0, (1, 1, objects_in, 256), ROW, 0, SHIM),
         Wait("out"),
     )
     return plan_of(
         "add_one", [Fifo("in", SHIM, (CORE,), 2, 1024), Fifo("out", CORE, (SHIM,), 2, 1024)],
         [Core(CORE, "g0", (Loop(4, step),))], [g0], sequence,
-        [HostBuffer("inputs", "inputs", 1280), HostBuffer("outputs", "outputs", 1280)],
+        [HostBuffer("inputs", HostRole.INPUTS, 1280), HostBuffer("outputs", HostRole.OUTPUTS, 1280)],
     )
 
 
@@ -159,13 +163,13 @@ def accumulate_plan():
         ScalarStep(Ptr("count"), "add", Load("count"), Imm(1)),
         ScalarStep(Ptr("out", 32), "copy", Load("count")),
     ))
-    program = stream("in", "Consume", stream("out", "Produce", (Invoke("tally", ("in", "acc", "count", "out")),)))
-    sequence = (Dma("mm2s", "in", "inputs", 0, (1, 1, 1, 8), ROW, 0, SHIM),
-                Dma("s2mm", "out", "outputs", 0, (1, 1, 1, 9), ROW, 1, SHIM), Wait("out"))
+    program = stream("in", Port.CONSUME, stream("out", Port.PRODUCE, (Invoke("tally", ("in", "acc", "count", "out")),)))
+    sequence = (Dma(Direction.MM2S, "in", "inputs", 0, (1, 1, 1, 8), ROW, 0, SHIM),
+                Dma(Direction.S2MM, "out", "outputs", 0, (1, 1, 1, 9), ROW, 1, SHIM), Wait("out"))
     return plan_of(
         "tally", [Fifo("in", SHIM, (CORE,), 2, 32), Fifo("out", CORE, (SHIM,), 2, 36)],
         [Core(CORE, "g0", program)], [tally], sequence,
-        [HostBuffer("inputs", "inputs", 8), HostBuffer("outputs", "outputs", 9)],
+        [HostBuffer("inputs", HostRole.INPUTS, 8), HostBuffer("outputs", HostRole.OUTPUTS, 9)],
         buffers=(Buffer("acc", CORE, 32), Buffer("count", CORE, 4)),
     )
 
@@ -216,12 +220,12 @@ def test_restarting_a_run_in_flight_is_bad_command_state():
 def depth_plan(depth):
     """The core produces 3 objects of @a, then 1 of @b; the sequence drains @b before @a."""
     fill = Function("fill", ("o",), (ScalarStep(Ptr("o"), "add", Load("o"), Imm(1)),), blocked=True)
-    program = (Loop(3, stream("a", "Produce", (Invoke("fill", ("a",)),))), *stream("b", "Produce"))
-    sequence = (Dma("s2mm", "b", "out", 3, (1, 1, 1, 1), ROW, 0, SHIM), Wait("b"),
-                Dma("s2mm", "a", "out", 0, (1, 1, 1, 3), ROW, 1, SHIM), Wait("a"))
+    program = (Loop(3, stream("a", Port.PRODUCE, (Invoke("fill", ("a",)),))), *stream("b", Port.PRODUCE))
+    sequence = (Dma(Direction.S2MM, "b", "out", 3, (1, 1, 1, 1), ROW, 0, SHIM), Wait("b"),
+                Dma(Direction.S2MM, "a", "out", 0, (1, 1, 1, 3), ROW, 1, SHIM), Wait("a"))
     return plan_of(
         "depth", [Fifo("a", CORE, (SHIM,), depth, 4), Fifo("b", CORE, (SHIM,), 1, 4)],
-        [Core(CORE, "g0", program)], [fill], sequence, [HostBuffer("out", "outputs", 4)],
+        [Core(CORE, "g0", program)], [fill], sequence, [HostBuffer("out", HostRole.OUTPUTS, 4)],
     )
 
 
@@ -248,17 +252,17 @@ def links_plan(halves=(0, 1024)):
 
     def worker(tile, fn, source, dest):
         body = (Invoke(fn.name, (source, dest)),)
-        return Core(tile, fn.name, stream(source, "Consume", stream(dest, "Produce", body)))
+        return Core(tile, fn.name, stream(source, Port.CONSUME, stream(dest, Port.PRODUCE, body)))
 
     fifos = [Fifo("whole", SHIM, (MEM,), 2, 2048), Fifo("lo", MEM, (CORE,), 2, 1024),
              Fifo("hi", MEM, (CORE2,), 2, 1024), Fifo("r_lo", CORE, (MEM,), 2, 1024),
              Fifo("r_hi", CORE2, (MEM,), 2, 1024), Fifo("joined", MEM, (SHIM,), 2, 2048)]
     links = (Link(MEM, ("whole",), ("lo", "hi"), destination_offsets=halves),
              Link(MEM, ("r_lo", "r_hi"), ("joined",), source_offsets=(1024, 0)))
-    sequence = (Dma("mm2s", "whole", "x", 0, (1, 1, 2, 256), ROW, 0, SHIM),
-                Dma("s2mm", "joined", "y", 0, (1, 1, 2, 256), ROW, 1, SHIM), Wait("joined"))
+    sequence = (Dma(Direction.MM2S, "whole", "x", 0, (1, 1, 2, 256), ROW, 0, SHIM),
+                Dma(Direction.S2MM, "joined", "y", 0, (1, 1, 2, 256), ROW, 1, SHIM), Wait("joined"))
     return plan_of("links", fifos, [worker(CORE, plus, "lo", "r_lo"), worker(CORE2, double, "hi", "r_hi")],
-                   [plus, double], sequence, [HostBuffer("x", "inputs", 512), HostBuffer("y", "outputs", 512)],
+                   [plus, double], sequence, [HostBuffer("x", HostRole.INPUTS, 512), HostBuffer("y", HostRole.OUTPUTS, 512)],
                    links=links)
 
 
@@ -276,17 +280,17 @@ def fan_plan():
     copy = Function("copy", ("x", "y"), (KernelStep("copy_i32", (Ptr("x"), Ptr("y"), Imm(4))),), blocked=True)
 
     def copier(tile, source, dest):
-        return Core(tile, dest, (Loop(3, stream(source, "Consume", stream(dest, "Produce", (Invoke("copy", (source, dest)),)))),))
+        return Core(tile, dest, (Loop(3, stream(source, Port.CONSUME, stream(dest, Port.PRODUCE, (Invoke("copy", (source, dest)),)))),))
 
-    core3 = Tile(0, 4, "compute")
+    core3 = Tile(0, 4, TileKind.COMPUTE)
     relay, first, second = copier(CORE, "in", "mid"), copier(CORE2, "mid", "o1"), copier(core3, "mid", "o2")
     fifos = [Fifo("in", SHIM, (CORE,), 2, 16), Fifo("mid", CORE, (CORE2, core3), 2, 16),
              Fifo("o1", CORE2, (SHIM,), 2, 16), Fifo("o2", core3, (SHIM,), 2, 16)]
-    sequence = (Dma("mm2s", "in", "x", 0, (1, 1, 3, 4), (0, 0, 4, 1), 0, SHIM),
-                Dma("s2mm", "o1", "y", 0, (1, 1, 3, 4), (0, 0, 4, 1), 1, SHIM),
-                Dma("s2mm", "o2", "y", 12, (1, 1, 3, 4), (0, 0, 4, 1), 2, SHIM), Wait("o1"), Wait("o2"))
+    sequence = (Dma(Direction.MM2S, "in", "x", 0, (1, 1, 3, 4), (0, 0, 4, 1), 0, SHIM),
+                Dma(Direction.S2MM, "o1", "y", 0, (1, 1, 3, 4), (0, 0, 4, 1), 1, SHIM),
+                Dma(Direction.S2MM, "o2", "y", 12, (1, 1, 3, 4), (0, 0, 4, 1), 2, SHIM), Wait("o1"), Wait("o2"))
     return plan_of("fan", fifos, [relay, first, second], [copy], sequence,
-                   [HostBuffer("x", "inputs", 12), HostBuffer("y", "outputs", 24)])
+                   [HostBuffer("x", HostRole.INPUTS, 12), HostBuffer("y", HostRole.OUTPUTS, 24)])
 
 
 def test_a_tile_to_tile_fifo_broadcasts_to_every_consumer():
@@ -299,11 +303,11 @@ def test_a_tile_to_tile_fifo_broadcasts_to_every_consumer():
 def transpose_plan():
     """mm2s reads column-major (stride 4), s2mm writes back row-major with a repeat count."""
     copy = Function("copy", ("x", "y"), (KernelStep("copy_i32", (Ptr("x"), Ptr("y"), Imm(16))),))
-    core = Core(CORE, "g0", stream("in", "Consume", stream("out", "Produce", (Invoke("copy", ("in", "out")),))))
-    sequence = (Dma("mm2s", "in", "x", 0, (1, 1, 4, 4), (0, 0, 1, 4), 0, SHIM),
-                Dma("s2mm", "out", "y", 0, (2, 1, 2, 4), (8, 0, 4, 1), 1, SHIM), Wait("out"))
+    core = Core(CORE, "g0", stream("in", Port.CONSUME, stream("out", Port.PRODUCE, (Invoke("copy", ("in", "out")),))))
+    sequence = (Dma(Direction.MM2S, "in", "x", 0, (1, 1, 4, 4), (0, 0, 1, 4), 0, SHIM),
+                Dma(Direction.S2MM, "out", "y", 0, (2, 1, 2, 4), (8, 0, 4, 1), 1, SHIM), Wait("out"))
     return plan_of("transpose", [Fifo("in", SHIM, (CORE,), 1, 64), Fifo("out", CORE, (SHIM,), 1, 64)],
-                   [core], [copy], sequence, [HostBuffer("x", "inputs", 16), HostBuffer("y", "outputs", 16)])
+                   [core], [copy], sequence, [HostBuffer("x", HostRole.INPUTS, 16), HostBuffer("y", HostRole.OUTPUTS, 16)])
 
 
 def test_a_strided_dma_reads_and_writes_columns():
@@ -317,13 +321,13 @@ def test_a_strided_dma_reads_and_writes_columns():
 def rows_plan():
     """Rows of 6 words (stride 8) travel in objects of 4 words, both ways."""
     copy = Function("copy", ("x", "y"), (KernelStep("copy_i32", (Ptr("x"), Ptr("y"), Imm(4))),), blocked=True)
-    body = stream("in", "Consume", stream("out", "Produce", (Invoke("copy", ("in", "out")),)))
+    body = stream("in", Port.CONSUME, stream("out", Port.PRODUCE, (Invoke("copy", ("in", "out")),)))
     rows = {"sizes": (1, 1, 2, 6), "strides": (0, 0, 8, 1)}
-    sequence = (Dma("mm2s", "in", "x", 1, **rows, bd_id=0, shim=SHIM),
-                Dma("s2mm", "out", "y", 0, **rows, bd_id=1, shim=SHIM), Wait("out"))
+    sequence = (Dma(Direction.MM2S, "in", "x", 1, **rows, bd_id=0, shim=SHIM),
+                Dma(Direction.S2MM, "out", "y", 0, **rows, bd_id=1, shim=SHIM), Wait("out"))
     return plan_of("rows", [Fifo("in", SHIM, (CORE,), 2, 16), Fifo("out", CORE, (SHIM,), 2, 16)],
                    [Core(CORE, "g0", (Loop(3, body),))], [copy], sequence,
-                   [HostBuffer("x", "inputs", 16), HostBuffer("y", "outputs", 16)])
+                   [HostBuffer("x", HostRole.INPUTS, 16), HostBuffer("y", HostRole.OUTPUTS, 16)])
 
 
 def test_objects_that_cut_the_rows_of_a_strided_dma():
@@ -342,15 +346,15 @@ def emit_plan(device):
         ScalarStep(Ptr("fb"), "add", Load("words"), Load("words", 4)),
         ScalarStep(Ptr("fb", 4), "copy", Load("words", 4)),
     ))
-    program = stream("emit_in", "Consume", stream("feedback", "Produce", (Invoke("emit", ("emit_in", "feedback")),)))
-    sequence = (Dma("mm2s", "emit_in", "words", 0, (1, 1, 1, 2), ROW, 0, SHIM),
-                Dma("s2mm", "feedback", "feedback", 0, (1, 1, 1, 2), ROW, 1, SHIM), Wait("feedback"))
-    words = (WordDef(0, "n", "carried"), WordDef(1, "step", "carried"))
-    nexts = (("n", ("word", 0)), ("step", ("word", 1)))
+    program = stream("emit_in", Port.CONSUME, stream("feedback", Port.PRODUCE, (Invoke("emit", ("emit_in", "feedback")),)))
+    sequence = (Dma(Direction.MM2S, "emit_in", "words", 0, (1, 1, 1, 2), ROW, 0, SHIM),
+                Dma(Direction.S2MM, "feedback", "feedback", 0, (1, 1, 1, 2), ROW, 1, SHIM), Wait("feedback"))
+    words = (WordDef(0, "n", WordKind.CARRIED), WordDef(1, "step", WordKind.CARRIED))
+    nexts = (("n", WordRef(0)), ("step", WordRef(1)))
     return plan_of(
         "emit", [Fifo("emit_in", SHIM, (CORE,), 2, 8), Fifo("feedback", CORE, (SHIM,), 2, 8)],
         [Core(CORE, "emit", program)], [emit], sequence,
-        [HostBuffer("words", "words", 2), HostBuffer("feedback", "feedback", 2)], device, words=words,
+        [HostBuffer("words", HostRole.WORDS, 2), HostBuffer("feedback", HostRole.FEEDBACK, 2)], device, words=words,
         carry=nexts, emit=Emit(CORE, nexts, words, "feedback"),
     )
 
@@ -388,11 +392,11 @@ def trail_plan(device="npu2"):
     """Writes one word (1 + launches so far) into trail[steps]: a patched S2MM offset."""
     mark = Function("mark", ("o", "n"), (ScalarStep(Ptr("n"), "add", Load("n"), Imm(1)),
                                          ScalarStep(Ptr("o"), "copy", Load("n"))))
-    program = stream("out", "Produce", (Invoke("mark", ("out", "n")),))
-    sequence = (Dma("s2mm", "out", "states", 0, (1, 1, 1, 1), ROW, 0, SHIM, patch_word=0), Wait("out"))
-    words = (WordDef(0, "steps", "scratchpad", bound=(0, 8), what="trail[steps]"),)
+    program = stream("out", Port.PRODUCE, (Invoke("mark", ("out", "n")),))
+    sequence = (Dma(Direction.S2MM, "out", "states", 0, (1, 1, 1, 1), ROW, 0, SHIM, patch_word=0), Wait("out"))
+    words = (WordDef(0, "steps", WordKind.SCRATCHPAD, bound=(0, 8), what="trail[steps]"),)
     return plan_of("trail", [Fifo("out", CORE, (SHIM,), 2, 4)], [Core(CORE, "g0", program)], [mark],
-                   sequence, [HostBuffer("states", "states", 8), HostBuffer("words", "words", 1)], device,
+                   sequence, [HostBuffer("states", HostRole.STATES, 8), HostBuffer("words", HostRole.WORDS, 1)], device,
                    words=words, buffers=(Buffer("n", CORE, 4),))
 
 
@@ -490,7 +494,7 @@ def test_a_tile_over_its_memory_does_not_fit():
 
 def test_words_without_a_words_buffer_big_enough():
     plan = trail_plan()
-    small = tuple(HostBuffer("words", "words", 0) if b.role == "words" else b for b in plan.host_buffers)
+    small = tuple(HostBuffer("words", HostRole.WORDS, 0) if b.role is HostRole.WORDS else b for b in plan.host_buffers)
     with pytest.raises(PlanError) as err:
         Emulator(Plan(**{**plan.__dict__, "host_buffers": small}), check=False)
     assert str(err.value) == (
@@ -575,20 +579,16 @@ def test_a_sequence_waiting_before_it_sends_the_input_hangs():
 
 
 SIZES = {"matvec": (3, 4), "matmul": (2, 3, 4)}
-ATTRS = {"factor": 1.5, "eps": 1e-5, "length": 4}
+ATTRS = {"factor": 1.5, "eps": 1e-5, "length": 4, "scale": 3, "shift": 2}
+SIGNATURES = [(k, d, o) for k in LIBRARY for d, o in k.signatures()]
 
 
-@pytest.mark.parametrize("kernel", LIBRARY, ids=lambda k: k.name)
-def test_numpy_kernel_calls_do_what_kernel_emulate_does(kernel):
-    """kernels.numpy_call prepares once what Kernel.emulate does per call: same bits out."""
-    dtype = np.dtype(np.float32) if np.dtype(np.float32) in kernel.dtypes else np.dtype(np.int32)
-    assert_numpy_call_is_emulate(kernel, dtype)
-
-
-@pytest.mark.parametrize("kernel", [k for k in LIBRARY if BF16 in k.dtypes], ids=lambda k: k.name)
-def test_numpy_kernel_calls_in_bfloat16_do_what_kernel_emulate_does(kernel):
-    """bfloat16 computes in float32 and rounds once, through Kernel.reference_fn."""
-    assert_numpy_call_is_emulate(kernel, BF16)
+@pytest.mark.parametrize("kernel, dtype, out", SIGNATURES, ids=lambda v: getattr(v, "name", str(v)))
+def test_numpy_kernel_calls_do_what_kernel_emulate_does(kernel, dtype, out):
+    """kernels.numpy_call prepares once what Kernel.emulate does per call: same bits out, for
+    every dtype pair (bfloat16 computes in float32 and rounds once, a saturating kernel clamps,
+    both through Kernel.reference_fn)."""
+    assert_numpy_call_is_emulate(kernel, dtype, out)
 
 
 class Total(iron.Kernel):
@@ -605,25 +605,35 @@ def test_a_user_kernel_returning_a_python_int_is_refused_as_kernel_emulate_refus
     with pytest.raises(KernelTypeError) as emulated:
         Total.emulate(np.int32, [np.ones(6, np.int32), np.zeros(6, np.int32)], (6,), {})
     with pytest.raises(KernelTypeError) as called:
-        numpy_call(Total, np.dtype(np.int32), [], [])([np.ones(6, np.int32), np.zeros(6, np.int32)], (6,), ())
+        numpy_call(lookup("total_i32"), [], [])([np.ones(6, np.int32), np.zeros(6, np.int32)], (6,), ())
     assert str(emulated.value) == str(called.value) == (
         "Total.compute() returned int but this call's output is (6,) int32: return a numpy array of that "
         "shape and dtype (e.g. result.astype(np.int32))."
     )
 
 
-def assert_numpy_call_is_emulate(kernel, dtype):
+def random_values(rng, dtype, n):
+    """Integers over the dtype's whole range (so conversions saturate); floats normal * 4."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, n, endpoint=True).astype(dtype)
+    return (rng.standard_normal(n) * 4).astype(dtype)
+
+
+def assert_numpy_call_is_emulate(kernel, dtype, out=None):
     """numpy_call's call and Kernel.emulate write the same bits into one output."""
+    dtype = np.dtype(dtype)
+    out = kernel.out_dtype(dtype) if out is None else out
     sizes = SIZES.get(kernel.name, (6,))
     in_shapes, out_shape = kernel.abi_shapes(sizes)
     rng = np.random.default_rng(3)
-    inputs = [rng.standard_normal(int(np.prod(s))).astype(dtype) * 4 for s in in_shapes]
-    start = rng.standard_normal(int(np.prod(out_shape))).astype(kernel.out_dtype(dtype))
+    inputs = [random_values(rng, dtype, int(np.prod(s))) for s in in_shapes]
+    start = rng.standard_normal(int(np.prod(out_shape))).astype(out)
     names = [name for name, _ in kernel.c_attrs]
     attrs = [ATTRS[name] for name in names]
     expected, got = start.copy(), start.copy()
     kernel.emulate(dtype, [*inputs, expected], sizes, dict(zip(names, attrs)))
-    call = numpy_call(kernel, dtype, names, [])
+    call = numpy_call(lookup(kernel.symbol(dtype, out)), names, [])
     call([*(x.reshape(s) for x, s in zip(inputs, in_shapes)), got.reshape(out_shape)], sizes, attrs)
     np.testing.assert_array_equal(got, expected)
 
@@ -666,9 +676,9 @@ def test_an_unknown_kernel_mode_is_refused(argument, monkeypatch):
 def randomize(emulators, plan, rng):
     """The same random inputs, and scratchpad words in their bounds, in each emulator."""
     for b in plan.host_buffers:
-        if b.role == "inputs":
+        if b.role is HostRole.INPUTS:
             values = rng.integers(-1000, 1000, b.nwords, dtype=np.int32)
-        elif b.role == "words" and plan.words:
+        elif b.role is HostRole.WORDS and plan.words:
             values = np.array([rng.integers(*(w.bound or (0, 100))) for w in plan.words], np.int32)
         else:
             continue
@@ -728,12 +738,12 @@ def test_an_emit_ring_replayed_feeds_each_run_the_next_scratchpad():
 def divide_plan():
     """out = 1000 // the per-call word d (delivered to the core from the scratchpad)."""
     divide = Function("divide", ("d", "out"), (ScalarStep(Ptr("out"), "floordiv", Imm(1000), Load("d")),))
-    program = stream("d", "Consume", stream("out", "Produce", (Invoke("divide", ("d", "out")),)))
-    sequence = (Dma("mm2s", "d", "words", 0, (1, 1, 1, 1), ROW, 0, SHIM),
-                Dma("s2mm", "out", "outputs", 0, (1, 1, 1, 1), ROW, 1, SHIM), Wait("out"))
+    program = stream("d", Port.CONSUME, stream("out", Port.PRODUCE, (Invoke("divide", ("d", "out")),)))
+    sequence = (Dma(Direction.MM2S, "d", "words", 0, (1, 1, 1, 1), ROW, 0, SHIM),
+                Dma(Direction.S2MM, "out", "outputs", 0, (1, 1, 1, 1), ROW, 1, SHIM), Wait("out"))
     return plan_of("divide", [Fifo("d", SHIM, (CORE,), 2, 4), Fifo("out", CORE, (SHIM,), 2, 4)],
-                   [Core(CORE, "g0", program)], [divide], sequence, [HostBuffer("outputs", "outputs", 1)],
-                   words=(WordDef(0, "d", "scratchpad"),))
+                   [Core(CORE, "g0", program)], [divide], sequence, [HostBuffer("outputs", HostRole.OUTPUTS, 1)],
+                   words=(WordDef(0, "d", WordKind.SCRATCHPAD),))
 
 
 @pytest.mark.parametrize("replay, replayed", [(True, 8), (False, 0)])
@@ -771,13 +781,13 @@ def loops_plan(inner):
         KernelStep("copy_i32", (Ptr("outer"), Ptr("out", 4 * inner), Imm(2))),
     ))
     program = (Loop(2, (Loop(inner, (Invoke("count_inner", ("inner", "one")),)), Invoke("count_outer", ("outer", "one")))),
-               *stream("out", "Produce", (Invoke("report", ("inner", "outer", "out")),)))
+               *stream("out", Port.PRODUCE, (Invoke("report", ("inner", "outer", "out")),)))
     rows = (4, (inner + 2) // 4) if inner > 1000 else (1, inner + 2)
-    sequence = (Dma("s2mm", "out", "outputs", 0, (1, 1, *rows), (0, 0, rows[1], 1), 0, SHIM), Wait("out"))
+    sequence = (Dma(Direction.S2MM, "out", "outputs", 0, (1, 1, *rows), (0, 0, rows[1], 1), 0, SHIM), Wait("out"))
     buffers = (Buffer("inner", CORE, 4 * inner), Buffer("outer", CORE, 8), Buffer("one", CORE, 4))
     return plan_of("loops", [Fifo("out", CORE, (SHIM,), 1, 4 * (inner + 2))], [Core(CORE, "g0", program)],
                    [count("inner"), count("outer"), report], sequence,
-                   [HostBuffer("outputs", "outputs", inner + 2)], buffers=buffers)
+                   [HostBuffer("outputs", HostRole.OUTPUTS, inner + 2)], buffers=buffers)
 
 
 @pytest.mark.parametrize("inner", [3, 3070])
@@ -796,12 +806,12 @@ def test_launches_that_repeat_only_after_the_recorded_ones_all_run_task_by_task(
     """One object per launch through a FIFO of depth RECORDED + 1: the machine's state repeats
     every RECORDED + 1 launches, later than it looks, so no launch is replayed."""
     plus = Function("plus", ("x", "y"), (KernelStep("plus_one_i32", (Ptr("x"), Ptr("y"), Imm(1))),))
-    program = stream("in", "Consume", stream("out", "Produce", (Invoke("plus", ("in", "out")),)))
-    sequence = (Dma("mm2s", "in", "inputs", 0, (1, 1, 1, 1), ROW, 0, SHIM),
-                Dma("s2mm", "out", "outputs", 0, (1, 1, 1, 1), ROW, 1, SHIM), Wait("out"))
+    program = stream("in", Port.CONSUME, stream("out", Port.PRODUCE, (Invoke("plus", ("in", "out")),)))
+    sequence = (Dma(Direction.MM2S, "in", "inputs", 0, (1, 1, 1, 1), ROW, 0, SHIM),
+                Dma(Direction.S2MM, "out", "outputs", 0, (1, 1, 1, 1), ROW, 1, SHIM), Wait("out"))
     plan = plan_of("deep", [Fifo("in", SHIM, (CORE,), RECORDED + 1, 4), Fifo("out", CORE, (SHIM,), 2, 4)],
                    [Core(CORE, "g0", program)], [plus], sequence,
-                   [HostBuffer("inputs", "inputs", 1), HostBuffer("outputs", "outputs", 1)])
+                   [HostBuffer("inputs", HostRole.INPUTS, 1), HostBuffer("outputs", HostRole.OUTPUTS, 1)])
     emulator = Emulator(plan)
     for k in range(RECORDED + 10):
         ints(emulator.buffer("inputs"))[0] = k
@@ -814,13 +824,13 @@ def test_a_core_halfway_through_its_program_is_part_of_the_state_that_repeats():
     """The core's program takes two launches (x + 1, then 2 x); its rings look the same after each."""
     plus = Function("plus", ("x", "y"), (KernelStep("plus_one_i32", (Ptr("x"), Ptr("y"), Imm(1))),))
     double = Function("double", ("x", "y"), (KernelStep("add_i32", (Ptr("x"), Ptr("x"), Ptr("y"), Imm(1))),))
-    program = (*stream("in", "Consume", stream("out", "Produce", (Invoke("plus", ("in", "out")),))),
-               *stream("in", "Consume", stream("out", "Produce", (Invoke("double", ("in", "out")),))))
-    sequence = (Dma("mm2s", "in", "inputs", 0, (1, 1, 1, 1), ROW, 0, SHIM),
-                Dma("s2mm", "out", "outputs", 0, (1, 1, 1, 1), ROW, 1, SHIM), Wait("out"))
+    program = (*stream("in", Port.CONSUME, stream("out", Port.PRODUCE, (Invoke("plus", ("in", "out")),))),
+               *stream("in", Port.CONSUME, stream("out", Port.PRODUCE, (Invoke("double", ("in", "out")),))))
+    sequence = (Dma(Direction.MM2S, "in", "inputs", 0, (1, 1, 1, 1), ROW, 0, SHIM),
+                Dma(Direction.S2MM, "out", "outputs", 0, (1, 1, 1, 1), ROW, 1, SHIM), Wait("out"))
     plan = plan_of("halves", [Fifo("in", SHIM, (CORE,), 1, 4), Fifo("out", CORE, (SHIM,), 1, 4)],
                    [Core(CORE, "g0", program)], [plus, double], sequence,
-                   [HostBuffer("inputs", "inputs", 1), HostBuffer("outputs", "outputs", 1)])
+                   [HostBuffer("inputs", HostRole.INPUTS, 1), HostBuffer("outputs", HostRole.OUTPUTS, 1)])
     emulator = Emulator(plan, check=False)  # check_plan wants each launch to run the whole program
     seen = []
     for k in range(10):
@@ -835,12 +845,12 @@ def test_launches_carrying_a_transfer_over_are_never_replayed(replay):
     """2 objects in per launch, 1 out: each launch leaves more of its MM2S for the next, and the
     words it moves late are the ones the host wrote by then (inputs 10 k, 10 k + 5 at launch k)."""
     plus = Function("plus", ("x", "y"), (KernelStep("plus_one_i32", (Ptr("x"), Ptr("y"), Imm(1))),))
-    program = stream("in", "Consume", stream("out", "Produce", (Invoke("plus", ("in", "out")),)))
-    sequence = (Dma("mm2s", "in", "inputs", 0, (1, 1, 1, 2), ROW, 0, SHIM),
-                Dma("s2mm", "out", "outputs", 0, (1, 1, 1, 1), ROW, 1, SHIM), Wait("out"))
+    program = stream("in", Port.CONSUME, stream("out", Port.PRODUCE, (Invoke("plus", ("in", "out")),)))
+    sequence = (Dma(Direction.MM2S, "in", "inputs", 0, (1, 1, 1, 2), ROW, 0, SHIM),
+                Dma(Direction.S2MM, "out", "outputs", 0, (1, 1, 1, 1), ROW, 1, SHIM), Wait("out"))
     plan = plan_of("backlog", [Fifo("in", SHIM, (CORE,), 2, 4), Fifo("out", CORE, (SHIM,), 2, 4)],
                    [Core(CORE, "g0", program)], [plus], sequence,
-                   [HostBuffer("inputs", "inputs", 2), HostBuffer("outputs", "outputs", 1)])
+                   [HostBuffer("inputs", HostRole.INPUTS, 2), HostBuffer("outputs", HostRole.OUTPUTS, 1)])
     emulator = Emulator(plan, check=False, replay=replay)  # check_plan refuses the unequal counts
     seen = []
     for k in range(12):

@@ -16,6 +16,7 @@ import pytest
 
 from aie_utils import from_name
 from iron.compiler.lower import lower_program
+from iron.compiler.plan import HostRole, PlacementKind
 from iron.runtime.emulator import Emulator
 from iron.runtime.words import WordProgram
 from tests.compiler import designs
@@ -37,7 +38,7 @@ def load(graph, device="npu2", kernels="numpy", replay=True):
     emulator = Emulator(plan, kernels=kernels, replay=replay)
     arrays = graph._arrays()
     for p in plan.placements:
-        if p.kind in ("weight", "param"):
+        if p.kind in (PlacementKind.WEIGHT, PlacementKind.PARAM):
             view(emulator.buffer(p.buffer), p)[...] = arrays[p.name]
     return plan, emulator
 
@@ -47,15 +48,15 @@ def call(plan, emulator, tensors=None, **values):
     for name, array in (tensors or {}).items():
         view(emulator.buffer(plan.placement(name).buffer), plan.placement(name))[...] = array
     words = WordProgram(plan.words)(values).view(np.uint32)
-    bindings = {"words": np.resize(words, plan.host_buffer("words").nwords)}
+    bindings = {"words": np.resize(words, plan.host_buffer(HostRole.WORDS).nwords)}
     if not plan.full_elf:
         emulator.buffer("words")[:] = bindings.pop("words")
     if plan.emit is not None:
-        bindings["feedback"] = np.zeros(plan.host_buffer("feedback").nwords, np.uint32)
+        bindings["feedback"] = np.zeros(plan.host_buffer(HostRole.FEEDBACK).nwords, np.uint32)
     run = emulator.run(**bindings)
     emulator.start(run)
     emulator.wait(run)
-    return [view(emulator.buffer(p.buffer), p).copy() for p in plan.placements if p.kind == "output"]
+    return [view(emulator.buffer(p.buffer), p).copy() for p in plan.placements if p.kind is PlacementKind.OUTPUT]
 
 
 @pytest.mark.parametrize("device", ["npu2", "npu1"])
@@ -104,7 +105,7 @@ def numpy_trail(graph, steps: int) -> np.ndarray:
 def test_walk_runs_as_a_device_loop_on_npu2():
     graph = designs.walk()
     plan, emulator = load(graph, "npu2")
-    ring = [np.zeros(plan.host_buffer("words").nwords, np.uint32) for _ in range(2)]
+    ring = [np.zeros(plan.host_buffer(HostRole.WORDS).nwords, np.uint32) for _ in range(2)]
     ring[0][:] = WordProgram(plan.words)({"node": 0, "steps": 0}).view(np.uint32)
     runs = [emulator.run(words=ring[k], feedback=ring[(k + 1) % 2]) for k in range(2)]
     for k in range(9):

@@ -4,7 +4,9 @@ the kernel library's C++ (iron/kernels/cc) run on the host.
 Every kernel and supported element type runs on seeded random inputs and is compared with an
 independent numpy formula written here (exact integers wrapped to the element width, float64
 for floats) and with the library's own `Kernel.reference`: integers exactly; f32 with rtol 1e-5
-(elementwise) or 1e-4 (reductions) and atol 1e-6; bf16 within one bf16 ulp. Also: bf16 rounding
+(elementwise) or 1e-4 (reductions) and atol 1e-6; bf16 within one bf16 ulp. The conversions
+(Cast on every dtype pair, Requantize, int8 MatVec/MatMul into int32) equal both bit for bit,
+on random values and, with hypothesis, on any int32 or float32 bit pattern. Also: bf16 rounding
 (nearest even, NaN, overflow), integer wrap-around, the build cache (reuse, one build under
 concurrent loads, the cache location) and the error texts. The whole library is compiled once
 per module into a temporary cache. Does not test the emulator that calls these kernels.
@@ -12,10 +14,13 @@ per module into a temporary cache. Does not test the emulator that calls these k
 
 import shutil
 import threading
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from iron.compiler.cache import cache_dir
 from iron.errors import BuildError, KernelTypeError, ToolchainMissing
@@ -49,6 +54,8 @@ SUPPORTED = {
     "rmsnorm": FLOATS,
     "softmax": FLOATS,
     "argmax": ALL,
+    "cast": ALL,
+    "requantize": ("i32",),
 }
 KERNELS = {kernel.name: kernel for kernel in LIBRARY}
 N = 67
@@ -253,6 +260,119 @@ def test_argmax_picks_the_first_of_tied_maxima(library, dt):
     assert out[0] == 2
     call(library, f"argmax_{dt}", x[:1].copy(), out, 1)
     assert out[0] == 0
+
+
+WIDER = [("i8", "i32"), ("u8", "i32"), ("i16", "i32"), ("bf16", "f32")]
+
+
+@pytest.mark.parametrize("dt, out", WIDER)
+def test_matvec_and_matmul_into_a_wider_type(library, dt, out):
+    m, k, n = 5, 37, 3
+    w, x, b = random_array(dt, (m, k), seed=1), random_array(dt, k, seed=2), random_array(dt, (k, n), seed=3)
+    got = np.zeros(m, DTYPES[out])
+    call(library, f"matvec_{dt}_{out}", w, x, got, m, k)
+    expect(got, wide(w) @ wide(x), out, rtol=REDUCTION)
+    expect(got, KERNELS["matvec"].reference(w, x, dtype=DTYPES[out]), out, rtol=REDUCTION)
+    product = np.zeros((m, n), DTYPES[out])
+    call(library, f"matmul_{dt}_{out}", w, b, product, m, k, n)
+    expect(product, wide(w) @ wide(b), out, rtol=REDUCTION)
+    expect(product, KERNELS["matmul"].reference(w, b, dtype=DTYPES[out]), out, rtol=REDUCTION)
+
+
+def test_int8_matvec_into_int32_keeps_what_int8_wraps(library):
+    w, x = np.full((1, 12), 40, np.int8), np.full(12, 40, np.int8)  # 12 * 1600 = 19200
+    wrapped, exact = np.zeros(1, np.int8), np.zeros(1, np.int32)
+    call(library, "matvec_i8", w, x, wrapped, 1, 12)
+    call(library, "matvec_i8_i32", w, x, exact, 1, 12)
+    assert (int(wrapped[0]), int(exact[0])) == (0, 19200)
+
+
+CASTS = [(a, b) for a in INTEGERS for b in (*INTEGERS, "f32") if a != b] + [("f32", "bf16"), ("bf16", "f32")]
+
+
+def converted(x, dt, out):
+    """Independently: integers clamped to out's range as Python ints; to a float through float64
+    (exact for every int32) rounded once."""
+    if out in INTEGERS:
+        info = np.iinfo(DTYPES[out])
+        return np.array([min(max(int(v), info.min), info.max) for v in x], DTYPES[out])
+    return x.astype(np.float64).astype(DTYPES[out])
+
+
+def same_bits(a, b):
+    np.testing.assert_array_equal(a.view(f"u{a.itemsize}"), b.view(f"u{b.itemsize}"))
+
+
+@pytest.mark.parametrize("dt, out", CASTS)
+def test_cast_every_pair_bit_for_bit(library, dt, out):
+    x = random_array(dt, N)
+    x = x if dt in INTEGERS else (x.astype(np.float32) * 1e3).astype(DTYPES[dt])  # f32 -> bf16 rounds
+    got = np.zeros(N, DTYPES[out])
+    call(library, f"cast_{dt}_{out}", x, got, N)
+    same_bits(got, converted(x, dt, out))
+    same_bits(got, KERNELS["cast"].reference(x, dtype=DTYPES[out]))
+
+
+def cast_f32_bits(library, bits):
+    x = np.array(bits, np.uint32).view(np.float32)
+    got = np.zeros(len(x), DTYPES["bf16"])
+    call(library, "cast_f32_bf16", x, got, len(x))
+    return got
+
+
+def test_cast_to_bf16_rounds_ties_to_even_and_keeps_nan_signs(library):
+    got = cast_f32_bits(library, [0x3F808000, 0x3F818000, 0x3F808001, 0x7F7FFFFF, 0x7F800001, 0xFF800001, 0x00008000])
+    assert [hex(v) for v in got.view(np.uint16)] == ["0x3f80", "0x3f82", "0x3f81", "0x7f80", "0x7fc0", "0xffc0", "0x0"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=64))
+def test_cast_f32_to_bf16_matches_numpy_on_any_bit_pattern(library, bits):
+    with np.errstate(invalid="ignore"):
+        expected = np.array(bits, np.uint32).view(np.float32).astype(DTYPES["bf16"])
+    same_bits(cast_f32_bits(library, bits), expected)
+
+
+INT32 = st.integers(-(2**31), 2**31 - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(INT32, min_size=1, max_size=64), st.sampled_from([o for o in (*INTEGERS, "f32") if o != "i32"]))
+def test_cast_from_int32_matches_numpy_on_any_value(library, values, out):
+    x = np.array(values, np.int32)
+    got = np.zeros(len(x), DTYPES[out])
+    call(library, f"cast_i32_{out}", x, got, len(x))
+    same_bits(got, converted(x, "i32", out))
+    same_bits(got, KERNELS["cast"].reference(x, dtype=DTYPES[out]))
+
+
+def requantized(x, scale, shift, out):
+    """Independently: x * scale / 2**shift as an exact fraction, rounded half to even by Python's
+    round(), clamped to out's range."""
+    info = np.iinfo(DTYPES[out])
+    return np.array([min(max(round(Fraction(int(v) * scale, 2**shift)), info.min), info.max) for v in x], DTYPES[out])
+
+
+def requantize(library, x, scale, shift, out):
+    got = np.zeros(len(x), DTYPES[out])
+    call(library, "requantize_i32" if out == "i8" else f"requantize_i32_{out}", x, got, len(x), scale, shift)
+    return got
+
+
+def test_requantize_rounds_half_to_even_and_saturates(library):
+    x = np.array([5, 6, 7, -5, -6, -7, 2**31 - 1, -(2**31), 3, -3], np.int32)
+    got = requantize(library, x, 1, 1, "i8")  # 2.5 3 3.5 -2.5 -3 -3.5: ties go to the even value
+    np.testing.assert_array_equal(got, [2, 3, 4, -2, -3, -4, 127, -128, 2, -2])
+    np.testing.assert_array_equal(requantize(library, x, 1, 0, "i16")[:6], [5, 6, 7, -5, -6, -7])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(INT32, min_size=1, max_size=64), INT32, st.integers(0, 62), st.sampled_from(["i8", "i16"]))
+def test_requantize_matches_exact_rounding_on_any_value(library, values, scale, shift, out):
+    x = np.array(values, np.int32)
+    got = requantize(library, x, scale, shift, out)
+    np.testing.assert_array_equal(got, requantized(x, scale, shift, out))
+    np.testing.assert_array_equal(got, KERNELS["requantize"].reference(x, dtype=DTYPES[out], shift=shift, scale=scale))
 
 
 def test_bf16_results_round_to_nearest_even(library):

@@ -2,20 +2,20 @@
 import numpy as np
 import pytest
 
-from iron.compiler.plan import WordDef
+from iron.compiler.plan import Const, WordDef, WordKind, WordRef
 from iron.errors import ArgumentError, BackendUnavailable, IndexOutOfRange
 from iron.runtime import backend
 from iron.runtime.words import WordProgram
 
 WORDS = (
-    WordDef(0, "node", "carried", bound=(0, 10), what="successor[node]"),
-    WordDef(1, "steps", "carried", bound=(0, 6), what="trail[steps]"),
-    WordDef(2, "steps + 1", "next", "add", ("word", 1), ("const", 1)),
-    WordDef(3, "node * 4", "dma", "mul", ("word", 0), ("const", 4)),
-    WordDef(4, "min(node, 3)", "core", "min", ("word", 0), ("const", 3)),
-    WordDef(5, "-7 // node", "core", "floordiv", ("const", -7), ("word", 0)),
-    WordDef(6, "-7 % node", "core", "mod", ("const", -7), ("word", 0)),
-    WordDef(7, "steps * big", "core", "mul", ("word", 1), ("const", 2**31 - 1)),
+    WordDef(0, "node", WordKind.CARRIED, bound=(0, 10), what="successor[node]"),
+    WordDef(1, "steps", WordKind.CARRIED, bound=(0, 6), what="trail[steps]"),
+    WordDef(2, "steps + 1", WordKind.NEXT, "add", WordRef(1), Const(1)),
+    WordDef(3, "node * 4", WordKind.DMA, "mul", WordRef(0), Const(4)),
+    WordDef(4, "min(node, 3)", "core", "min", WordRef(0), Const(3)),
+    WordDef(5, "-7 // node", WordKind.CORE, "floordiv", Const(-7), WordRef(0)),
+    WordDef(6, "-7 % node", WordKind.CORE, "mod", Const(-7), WordRef(0)),
+    WordDef(7, "steps * big", WordKind.CORE, "mul", WordRef(1), Const(2**31 - 1)),
 )
 
 

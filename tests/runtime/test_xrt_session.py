@@ -10,6 +10,7 @@ import pytest
 
 import iron
 from iron.compiler.build import Artifacts
+from iron.compiler.plan import HostRole
 from iron.designs import Walk, numpy_walk
 from iron.runtime.emulator import Emulator
 
@@ -34,7 +35,7 @@ def xrt(monkeypatch, tmp_path):
         emulator = emulators.setdefault(path, Emulator(plan))
         words = lambda bo: np.frombuffer(bo.device_bytes, dtype=np.uint32)  # noqa: E731
         bindings = {b.name: words(run.args[i])[: b.nwords] for i, b in enumerate(plan.host_buffers)}
-        bindings["words"] = words(run.scratchpad)[: plan.host_buffer("words").nwords]
+        bindings["words"] = words(run.scratchpad)[: plan.host_buffer(HostRole.WORDS).nwords]
         launch = emulator.run(**bindings)
         emulator.start(launch)
         emulator.wait(launch)

@@ -9,12 +9,16 @@
 //
 // Element types (the suffix of every symbol) and how they compute:
 //   i8 u8 i16 i32  load into int64_t, so one add, sub or product never overflows; storing
-//                  truncates to the element width (two's complement wrap-around, C++20).
+//                  truncates to the element width (two's complement wrap-around, C++20), and
+//                  store_saturated clamps to the element's range instead.
 //                  Dot products accumulate in uint64_t, which wraps instead of overflowing and
 //                  keeps the low bits of the exact int64 sum.
 //   f32            computes in float.
 //   bf16           raw uint16_t bits of bfloat16: loads as float (bits << 16), computes in
-//                  float, stores rounded to nearest even (NaN stays NaN).
+//                  float, stores rounded to nearest even; a NaN stores as the quiet NaN 0x7fc0
+//                  with its sign, as numpy's bfloat16 (ml_dtypes) converts one.
+// A kernel whose output type differs from its inputs' names both: `matvec_i8_i32(const int8_t*
+// w, const int8_t* x, int32_t* out, ...)`, `cast_f32_bf16`.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +32,7 @@ inline float bf16_to_float(uint16_t bits) {
 inline uint16_t float_to_bf16(float value) {
   const uint32_t bits = __builtin_bit_cast(uint32_t, value);
   if ((bits & 0x7fffffffu) > 0x7f800000u) {
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN, sign kept
+    return static_cast<uint16_t>(((bits >> 16) & 0x8000u) | 0x7fc0u);  // quiet NaN, sign kept
   }
   const uint32_t round_to_nearest_even = 0x7fffu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>((bits + round_to_nearest_even) >> 16);
@@ -39,6 +43,10 @@ struct integer_type {
   using stored = Stored;
   using value = int64_t;
   using accumulator = uint64_t;
+  static constexpr bool is_integer = true;
+  static constexpr value lowest = Stored(-1) < 0 ? -(value(1) << (8 * sizeof(Stored) - 1)) : 0;
+  static constexpr value highest = Stored(-1) < 0 ? (value(1) << (8 * sizeof(Stored) - 1)) - 1
+                                                  : (value(1) << (8 * sizeof(Stored))) - 1;
   static value load(stored s) { return s; }
   static stored store(value v) { return static_cast<stored>(v); }
 };
@@ -52,6 +60,7 @@ struct f32 {
   using stored = float;
   using value = float;
   using accumulator = float;
+  static constexpr bool is_integer = false;
   static value load(stored s) { return s; }
   static stored store(value v) { return v; }
 };
@@ -60,6 +69,7 @@ struct bf16 {
   using stored = uint16_t;
   using value = float;
   using accumulator = float;
+  static constexpr bool is_integer = false;
   static value load(stored s) { return bf16_to_float(s); }
   static stored store(value v) { return float_to_bf16(v); }
 };
@@ -67,6 +77,9 @@ struct bf16 {
 // Expand X(dt) for every element type a kernel supports; X defines that type's entry point.
 #define IRON_ALL_TYPES(X) X(i8) X(u8) X(i16) X(i32) X(bf16) X(f32)
 #define IRON_FLOAT_TYPES(X) X(bf16) X(f32)
+// Expand X(in, out) for every wider result a dot product may give: exact integer sums in int32,
+// bfloat16 products summed and kept in float32.
+#define IRON_WIDER_DOTS(X) X(i8, i32) X(u8, i32) X(i16, i32) X(bf16, f32)
 
 template <typename T>
 using stored_t = typename T::stored;
@@ -85,15 +98,25 @@ void zip(const stored_t<T>* a, const stored_t<T>* b, stored_t<T>* out, int32_t n
   }
 }
 
-// sum_j a[j] * b[j * b_stride] over k terms, in T's accumulator, stored as T.
+// v stored as T: clamped to T's range when T is an integer type (a float rounds as it stores).
 template <typename T>
-stored_t<T> dot(const stored_t<T>* a, const stored_t<T>* b, int32_t b_stride, int32_t k) {
-  using accumulator = typename T::accumulator;
+stored_t<T> store_saturated(typename T::value v) {
+  if constexpr (T::is_integer) {
+    return T::store(v < T::lowest ? T::lowest : v > T::highest ? T::highest : v);
+  } else {
+    return T::store(v);
+  }
+}
+
+// sum_j a[j] * b[j * b_stride] over k terms of type In, in In's accumulator, stored as Out.
+template <typename In, typename Out = In>
+stored_t<Out> dot(const stored_t<In>* a, const stored_t<In>* b, int32_t b_stride, int32_t k) {
+  using accumulator = typename In::accumulator;
   accumulator sum = 0;
   for (int32_t j = 0; j < k; ++j) {
-    sum += static_cast<accumulator>(T::load(a[j]) * T::load(b[j * b_stride]));
+    sum += static_cast<accumulator>(In::load(a[j]) * In::load(b[j * b_stride]));
   }
-  return T::store(static_cast<typename T::value>(sum));
+  return Out::store(static_cast<typename Out::value>(sum));
 }
 
 }  // namespace iron

@@ -1,17 +1,31 @@
 // matmul: out = a @ b with a m x k, b k x n and out m x n, all row-major. Integers accumulate
-// exactly (mod 2**64) and wrap to the element type; floats accumulate in float.
+// exactly (mod 2**64) and wrap to the output type; floats accumulate in float.
+// matmul_<in>_<out> gives the wider output of IRON_WIDER_DOTS (int8 -> int32).
 #include "iron_kernel.h"
 
-#define IRON_MATMUL(T)                                                                   \
-  extern "C" void matmul_##T(const iron::stored_t<iron::T>* a,                           \
-                             const iron::stored_t<iron::T>* b,                           \
-                             iron::stored_t<iron::T>* out, int32_t m, int32_t k,         \
-                             int32_t n) {                                                \
-    for (int32_t i = 0; i < m; ++i) {                                                    \
-      for (int32_t c = 0; c < n; ++c) {                                                  \
-        out[i * n + c] = iron::dot<iron::T>(a + i * k, b + c, n, k);                     \
-      }                                                                                  \
-    }                                                                                    \
+namespace {
+
+template <typename In, typename Out>
+void matmul(const iron::stored_t<In>* a, const iron::stored_t<In>* b, iron::stored_t<Out>* out,
+            int32_t m, int32_t k, int32_t n) {
+  for (int32_t i = 0; i < m; ++i) {
+    for (int32_t c = 0; c < n; ++c) {
+      out[i * n + c] = iron::dot<In, Out>(a + i * k, b + c, n, k);
+    }
   }
+}
+
+}  // namespace
+
+#define IRON_MATMUL_TO(In, Out, symbol)                                                  \
+  extern "C" void symbol(const iron::stored_t<iron::In>* a,                              \
+                         const iron::stored_t<iron::In>* b,                              \
+                         iron::stored_t<iron::Out>* out, int32_t m, int32_t k,           \
+                         int32_t n) {                                                    \
+    matmul<iron::In, iron::Out>(a, b, out, m, k, n);                                     \
+  }
+#define IRON_MATMUL(T) IRON_MATMUL_TO(T, T, matmul_##T)
+#define IRON_MATMUL_WIDER(In, Out) IRON_MATMUL_TO(In, Out, matmul_##In##_##Out)
 
 IRON_ALL_TYPES(IRON_MATMUL)
+IRON_WIDER_DOTS(IRON_MATMUL_WIDER)

@@ -1,15 +1,28 @@
 // matvec: out[i] = sum_j w[i * k + j] * x[j] for i < m, with w an m x k row-major matrix.
-// Integers accumulate exactly (mod 2**64) and wrap to the element type; floats accumulate in
-// float.
+// Integers accumulate exactly (mod 2**64) and wrap to the output type; floats accumulate in
+// float. matvec_<in>_<out> gives the wider output of IRON_WIDER_DOTS (int8 -> int32).
 #include "iron_kernel.h"
 
-#define IRON_MATVEC(T)                                                                   \
-  extern "C" void matvec_##T(const iron::stored_t<iron::T>* w,                           \
-                             const iron::stored_t<iron::T>* x,                           \
-                             iron::stored_t<iron::T>* out, int32_t m, int32_t k) {       \
-    for (int32_t i = 0; i < m; ++i) {                                                    \
-      out[i] = iron::dot<iron::T>(w + i * k, x, 1, k);                                   \
-    }                                                                                    \
+namespace {
+
+template <typename In, typename Out>
+void matvec(const iron::stored_t<In>* w, const iron::stored_t<In>* x, iron::stored_t<Out>* out,
+            int32_t m, int32_t k) {
+  for (int32_t i = 0; i < m; ++i) {
+    out[i] = iron::dot<In, Out>(w + i * k, x, 1, k);
   }
+}
+
+}  // namespace
+
+#define IRON_MATVEC_TO(In, Out, symbol)                                                  \
+  extern "C" void symbol(const iron::stored_t<iron::In>* w,                              \
+                         const iron::stored_t<iron::In>* x,                              \
+                         iron::stored_t<iron::Out>* out, int32_t m, int32_t k) {         \
+    matvec<iron::In, iron::Out>(w, x, out, m, k);                                        \
+  }
+#define IRON_MATVEC(T) IRON_MATVEC_TO(T, T, matvec_##T)
+#define IRON_MATVEC_WIDER(In, Out) IRON_MATVEC_TO(In, Out, matvec_##In##_##Out)
 
 IRON_ALL_TYPES(IRON_MATVEC)
+IRON_WIDER_DOTS(IRON_MATVEC_WIDER)

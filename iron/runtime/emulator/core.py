@@ -29,6 +29,7 @@ from iron.compiler.plan import (
     KernelStep,
     Load,
     Loop,
+    Port,
     Ptr,
     Release,
     ScalarStep,
@@ -135,7 +136,8 @@ def _abi_shapes(kernel, sizes: tuple) -> list[tuple[int, ...]]:
 
 
 def _kernel_step(fn, where: str, step, make_call):
-    kernel, dtype = lookup(step.symbol)
+    found = lookup(step.symbol)
+    kernel = found.kernel
     where = f"{where} ({step.symbol})"
     pointers = kernel.arity + 1
     attr_names = [name for name, _ in kernel.c_attrs]
@@ -143,11 +145,11 @@ def _kernel_step(fn, where: str, step, make_call):
     nsizes = len(step.args) - pointers - len(attr_types)
     if nsizes < 1:
         raise PlanError(f"{where} has {len(step.args)} arguments, but its C ABI takes {pointers} pointers, at least one i32 size and {len(attr_types)} attribute(s): pass them in that order.")
-    dtypes = [dtype] * kernel.arity + [np.dtype(kernel.out_dtype(dtype))]
+    dtypes = [found.dtype] * kernel.arity + [found.out]
     views = [_pointer(fn, where, p, d) for p, d in zip(step.args[:pointers], dtypes)]
     sizes = _scalars(fn, where, step.args[pointers: pointers + nsizes], ["i32"] * nsizes)
     attrs = _scalars(fn, where, step.args[pointers + nsizes:], attr_types)
-    call = make_call(kernel, dtype, attr_names, ["ptr"] * pointers + ["i32"] * nsizes + attr_types)
+    call = make_call(found, attr_names, ["ptr"] * pointers + ["i32"] * nsizes + attr_types)
     fixed = all(isinstance(arg, Imm) for arg in step.args[pointers:])
 
     def bind(arrays, block):
@@ -240,8 +242,8 @@ class CoreProgram:
             if isinstance(op, Loop):
                 self._ports(op.body, found)
             elif isinstance(op, (Acquire, Release)):
-                if op.port not in ("Produce", "Consume"):
-                    raise PlanError(f"{self.name} uses @{op.fifo} on port {op.port!r}: use 'Produce' or 'Consume'.")
+                if not isinstance(op.port, Port):
+                    raise PlanError(f"{self.name} uses @{op.fifo} on port {op.port!r}: use Port.PRODUCE or Port.CONSUME.")
                 if found.setdefault(op.fifo, op.port) != op.port:
                     raise PlanError(f"{self.name} both produces and consumes @{op.fifo}: a core sits at one end of a FIFO.")
         return found
@@ -298,7 +300,7 @@ class CoreProgram:
         steps.append(partial(_leave, index, outer))
         return steps
 
-    def _ring(self, fifo: str, port: str):
+    def _ring(self, fifo: str, port: Port):
         if fifo not in self.ends:
             raise PlanError(f"{self.name} uses FIFO @{fifo}, which the plan does not define: add it, or fix the name.")
         return self.ends[fifo].ring(self.core.tile, port)
@@ -308,11 +310,11 @@ class CoreProgram:
         if not 1 <= op.count <= ring.depth:
             raise PlanError(f"{self.name} acquires {op.count} @{op.fifo} object(s), but the FIFO has depth {ring.depth}: acquire 1..{ring.depth}.")
         wait = (ring.signal, f"waits to acquire @{op.fifo} ({op.port}, {op.count})")
-        return partial(ring.acquire_produce if op.port == "Produce" else ring.acquire_consume, op.count, wait)
+        return partial(ring.acquire_produce if op.port is Port.PRODUCE else ring.acquire_consume, op.count, wait)
 
     def _release(self, op):
         ring = self._ring(op.fifo, op.port)
-        return partial(ring.release_produce if op.port == "Produce" else ring.release_consume, op.count)
+        return partial(ring.release_produce if op.port is Port.PRODUCE else ring.release_consume, op.count)
 
     def _invoke(self, op, in_loop: bool):
         if op.function not in self.functions:
@@ -347,7 +349,7 @@ class CoreProgram:
         the core holds) for a FIFO, or a Buffer's uint8 array."""
         if name in self.ports:
             ring = self._ring(name, self.ports[name])
-            return ring, "produce_at" if self.ports[name] == "Produce" else "consume_at"
+            return ring, "produce_at" if self.ports[name] is Port.PRODUCE else "consume_at"
         buffer = self.buffers.get(name)
         if buffer is None:
             raise PlanError(f"{self.name} binds '{name}', which is neither a FIFO it acquires nor a Buffer: acquire the FIFO, or add the Buffer.")

@@ -21,7 +21,7 @@ from collections import deque
 
 import numpy as np
 
-from iron.compiler.plan import Dma, Wait
+from iron.compiler.plan import Direction, Dma, HostRole, TileKind, Wait
 from iron.errors import PlanError
 from iron.runtime.emulator.fifo import Board, Signal
 
@@ -37,7 +37,7 @@ class DmaOp:
         self.dma = dma
         self.text = f"op {index} ({dma.direction} @{dma.fifo}, bd {dma.bd_id} on {dma.shim.name})"
         self.nwords = dma.nwords
-        self.token = dma.direction == "s2mm" or dma.issue_token
+        self.token = dma.direction is Direction.S2MM or dma.issue_token
         axes = [np.arange(size, dtype=np.int64) * stride for size, stride in zip(dma.sizes, dma.strides)]
         pattern = (axes[0][:, None, None, None] + axes[1][None, :, None, None]
                    + axes[2][None, None, :, None] + axes[3][None, None, None, :]).reshape(-1)
@@ -258,7 +258,7 @@ class Sequence:
     def __init__(self, plan, ends: dict, board: Board):
         self.plan = plan
         self.sizes = {b.name: b.nwords for b in plan.host_buffers}
-        self.words = next((b.name for b in plan.host_buffers if b.role == "words"), None)
+        self.words = next((b.name for b in plan.host_buffers if b.role is HostRole.WORDS), None)
         self.channels: dict[str, Channel] = {}
         self.tasks = []
         for fifo in plan.fifos:
@@ -267,7 +267,7 @@ class Sequence:
         self._check_bd_reuse()
 
     def _add_channel(self, fifo, ends, board: Board):
-        shims = [t for t in (fifo.producer, *fifo.consumers) if t.kind == "shim"]
+        shims = [t for t in (fifo.producer, *fifo.consumers) if t.kind is TileKind.SHIM]
         if not shims:
             return
         if len(shims) > 1:
@@ -277,7 +277,7 @@ class Sequence:
             )
         channel = self.channels[fifo.name] = Channel(board)
         words = fifo.nbytes // 4
-        if fifo.producer.kind == "shim":
+        if fifo.producer.kind is TileKind.SHIM:
             self.tasks.append((f"mm2s @{fifo.name}", mm2s_task(channel, ends.sinks(), words, board)))
         else:
             source = ends.consumers[shims[0]] or ends.producer
@@ -304,11 +304,11 @@ class Sequence:
     def _check_ends(self, dma: DmaOp):
         op = dma.dma
         fifo = next((f for f in self.plan.fifos if f.name == op.fifo), None)
-        if fifo is None or op.buffer not in self.sizes or op.direction not in ("mm2s", "s2mm"):
-            raise self._fail(dma.text, f"moves {op.direction!r} between FIFO @{op.fifo} and host buffer '{op.buffer}': name a FIFO and a host buffer of the plan, and direction 'mm2s' or 's2mm'.")
-        end = fifo.producer if op.direction == "mm2s" else next((t for t in fifo.consumers if t.kind == "shim"), None)
+        if fifo is None or op.buffer not in self.sizes or not isinstance(op.direction, Direction):
+            raise self._fail(dma.text, f"moves {op.direction!r} between FIFO @{op.fifo} and host buffer '{op.buffer}': name a FIFO and a host buffer of the plan, and a Direction.")
+        end = fifo.producer if op.direction is Direction.MM2S else next((t for t in fifo.consumers if t.kind is TileKind.SHIM), None)
         if end != op.shim:
-            role = "produce" if op.direction == "mm2s" else "consume"
+            role = "produce" if op.direction is Direction.MM2S else "consume"
             raise self._fail(dma.text, f"runs on {op.shim.name}, but @{op.fifo} goes from {fifo.producer.name} to {', '.join(t.name for t in fifo.consumers)}: an {op.direction} op runs on the shim tile that {role}s the FIFO.")
         if op.patch_word is not None and (self.words is None or not 0 <= op.patch_word < self.sizes[self.words]):
             count = 0 if self.words is None else self.sizes[self.words]

@@ -34,6 +34,7 @@ from functools import partial
 
 import numpy as np
 
+from iron.compiler.plan import Port, TileKind
 from iron.errors import PlanError
 
 
@@ -198,22 +199,22 @@ class FifoEnds:
                 f"FIFO @{fifo.name} has depth {fifo.depth} and objects of {fifo.nbytes} bytes: "
                 "give it a depth of at least 1 and objects of a positive multiple of 4 bytes."
             )
-        shims = [t for t in fifo.consumers if t.kind == "shim"]
+        shims = [t for t in fifo.consumers if t.kind is TileKind.SHIM]
         if fifo.shared_memory:
             self._check_shared(fifo)
             ring = Ring(fifo.depth, fifo.nbytes, board)
             self.producer, self.consumers = ring, {fifo.consumers[0]: ring}
             return
-        if fifo.producer.kind == "shim" and shims:
+        if fifo.producer.kind is TileKind.SHIM and shims:
             raise PlanError(
                 f"FIFO @{fifo.name} goes from {fifo.producer.name} to a shim tile: "
                 "a FIFO needs a compute or mem tile at one end."
             )
-        if fifo.producer.kind != "shim" and len(fifo.consumers) == 1 and not shims:
+        if fifo.producer.kind is not TileKind.SHIM and len(fifo.consumers) == 1 and not shims:
             ring = Ring(fifo.depth, fifo.nbytes, board, slots=2 * fifo.depth)
             self.producer, self.consumers = ring, {fifo.consumers[0]: ring}
             return
-        self.producer = None if fifo.producer.kind == "shim" else Ring(fifo.depth, fifo.nbytes, board)
+        self.producer = None if fifo.producer.kind is TileKind.SHIM else Ring(fifo.depth, fifo.nbytes, board)
         alone = len(fifo.consumers) == 1 and shims
         self.consumers = {
             tile: None if alone else Ring(fifo.depth, fifo.nbytes, board) for tile in fifo.consumers
@@ -221,21 +222,21 @@ class FifoEnds:
 
     @staticmethod
     def _check_shared(fifo):
-        if len(fifo.consumers) != 1 or "shim" in (fifo.producer.kind, fifo.consumers[0].kind):
+        if len(fifo.consumers) != 1 or TileKind.SHIM in (fifo.producer.kind, fifo.consumers[0].kind):
             ends = ", ".join(t.name for t in (fifo.producer, *fifo.consumers))
             raise PlanError(
                 f"FIFO @{fifo.name} is marked shared_memory but connects {ends}: shared memory "
                 "joins exactly two neighbouring compute or mem tiles; give it a DMA instead."
             )
 
-    def ring(self, tile, port: str) -> Ring:
-        """The ring a core on `tile` uses for `port` ("Produce" | "Consume")."""
-        if port == "Produce":
+    def ring(self, tile, port: Port) -> Ring:
+        """The ring a core on `tile` uses for `port`."""
+        if port is Port.PRODUCE:
             ring = self.producer if tile == self.fifo.producer else None
         else:
             ring = self.consumers.get(tile)
         if ring is None:
-            role = "produce into" if port == "Produce" else "consume from"
+            role = "produce into" if port is Port.PRODUCE else "consume from"
             raise PlanError(
                 f"{tile.name} cannot {role} FIFO @{self.fifo.name}, which goes from "
                 f"{self.fifo.producer.name} to {', '.join(t.name for t in self.fifo.consumers)}: "
@@ -337,13 +338,13 @@ def link_task(link, fifos: dict, ends: dict, board: Board, exclusive: bool):
     """The mem-tile task of one Link: forward, split or join (plan.py's Link). `exclusive`: no
     other link touches its FIFOs."""
     name = f"link on {link.tile.name} ({', '.join(link.sources)} -> {', '.join(link.destinations)})"
-    if link.tile.kind != "mem":
+    if link.tile.kind is not TileKind.MEM:
         raise PlanError(f"The {name} is not on a mem tile: place links on a mem tile (row 1).")
     for fifo_name in (*link.sources, *link.destinations):
         if fifo_name not in fifos:
             raise PlanError(f"The {name} names FIFO @{fifo_name}, which the plan does not define: add it or fix the link.")
-    sources = [ends[n].ring(link.tile, "Consume") for n in link.sources]
-    sinks = [ends[n].ring(link.tile, "Produce") for n in link.destinations]
+    sources = [ends[n].ring(link.tile, Port.CONSUME) for n in link.sources]
+    sinks = [ends[n].ring(link.tile, Port.PRODUCE) for n in link.destinations]
     sizes_in = [fifos[n].nbytes for n in link.sources]
     sizes_out = [fifos[n].nbytes for n in link.destinations]
     if len(sources) == 1 and len(sinks) == 1:

@@ -2,8 +2,8 @@
 `Kernel.emulate` does (mode "numpy", the default), or through its C++ compiled for the host
 (mode "native", via native.py).
 
-`kernel_calls(mode, plan)` returns `make_call(kernel, dtype, attr_names, types)`, which core.py
-uses once per KernelStep to get a `KernelCall`: `call(pointers, sizes, attrs)` runs it once,
+`kernel_calls(mode, plan)` returns `make_call(found, attr_names, types)` (`found` the step's
+KernelSymbol: kernel, input and output dtype), which core.py uses once per KernelStep to get a `KernelCall`: `call(pointers, sizes, attrs)` runs it once,
 `call.bind(pointers, sizes, attrs)` prepares `run()` on operands fixed per binding. The mode
 comes from the Emulator's `kernels=` argument, else `IRON_EMULATOR_KERNELS`, else "numpy". This
 module does not resolve operands (core.py) and does not compile C++ itself (native.py does).
@@ -45,7 +45,7 @@ def kernel_calls(mode: str, plan):
         name, text = kernel.source_text()
         sources[name] = text
     library = NativeLibrary.load(sources)
-    return lambda kernel, dtype, attr_names, types: NativeCall(library, kernel.symbol(dtype), types)
+    return lambda found, attr_names, types: NativeCall(library, found.kernel.symbol(found.dtype, found.out), types)
 
 
 class KernelCall(ABC):
@@ -62,25 +62,27 @@ class KernelCall(ABC):
 
 class NumpyCall(KernelCall):
     """What `Kernel.emulate` does, prepared once per KernelStep: the kernel's reference function
-    in `dtype` on the pointers (shaped by its C ABI; an accumulating kernel also reads its
-    destination), its result written into the output pointer in place."""
+    on inputs of `found.dtype` on the pointers (shaped by its C ABI; an accumulating kernel also
+    reads its destination), its result written into the output pointer in place."""
 
-    def __init__(self, kernel, dtype, attr_names):
-        # Kernel.reference_fn computes bfloat16 in float32; in any other dtype it only casts the
-        # result to the output dtype, which writing an array into the output pointer does alike,
-        # so there the kernel's compute is called directly (a non-array result is cast first).
-        # A user kernel's compute() is checked against the output it writes (library kernels keep
-        # their shape rules), as the reference checks it.
-        dtype = np.dtype(dtype)
-        self.kernel, self.dtype, self.checked = kernel, dtype, not is_library(kernel)
-        self.compute = kernel.compute if dtype != dtypes.bfloat16 else kernel.reference_fn(dtype, {})
-        self.out_dtype = np.dtype(kernel.out_dtype(dtype))
+    def __init__(self, found, attr_names):
+        # Kernel.reference_fn computes bfloat16 in float32 and clamps a saturating kernel's
+        # integers; otherwise it only casts the result to the output dtype, which writing an
+        # array into the output pointer does alike, so there the kernel's compute is called
+        # directly (a non-array result is cast first).
+        # A user kernel's compute() is checked against the output it writes, as the reference
+        # checks it (library kernels keep their shape rules).
+        kernel, dtype, self.out_dtype = found
+        self.found, self.checked = found, not is_library(kernel)
+        direct = dtype != dtypes.bfloat16 and not kernel.saturates
+        self.compute = kernel.compute if direct else kernel.reference_fn(dtype, {}, self.out_dtype)
         self.operands = kernel.arity + kernel.accumulates
         self.attr_names = attr_names
 
     def bind(self, pointers, sizes, attrs):
         inputs, out, out_dtype = tuple(pointers[: self.operands]), pointers[-1], self.out_dtype
-        compute = self.kernel.reference_fn(self.dtype, {}, out.shape) if self.checked else self.compute
+        kernel, dtype, _ = self.found
+        compute = kernel.reference_fn(dtype, {}, out_dtype, out.shape) if self.checked else self.compute
         compute = partial(compute, **dict(zip(self.attr_names, attrs))) if attrs else compute
         ndarray, asarray = np.ndarray, np.asarray
 
@@ -101,9 +103,9 @@ class NativeCall(KernelCall):
         return lambda: call(symbol, args, types)
 
 
-def numpy_call(kernel, dtype, attr_names, types) -> NumpyCall:
+def numpy_call(found, attr_names, types) -> NumpyCall:
     """The numpy `make_call`: a NumpyCall (the C types do not matter to numpy)."""
-    return NumpyCall(kernel, dtype, attr_names)
+    return NumpyCall(found, attr_names)
 
 
 def plan_kernels(plan) -> list[type]:
@@ -112,5 +114,5 @@ def plan_kernels(plan) -> list[type]:
     for fn in plan.functions:
         for step in fn.steps:
             if isinstance(step, KernelStep):
-                found.setdefault(lookup(step.symbol)[0])
+                found.setdefault(lookup(step.symbol).kernel)
     return list(found)

@@ -43,6 +43,7 @@ import numpy as np
 
 from iron.compiler.allocate import check_tile_memory
 from iron.compiler.invariants import check_plan
+from iron.compiler.plan import HostRole
 from iron.errors import ArgumentError, DeviceHang, IndexOutOfRange, PlanError
 from iron.runtime.emulator.core import CoreProgram, compile_function
 from iron.runtime.emulator.dma import Sequence
@@ -292,7 +293,7 @@ def _check_full_elf(plan):
     device = plan.device
     needs = [what for what, present in (
         ("an Emit step", plan.emit is not None),
-        ("a feedback buffer", any(b.role == "feedback" for b in plan.host_buffers)),
+        ("a feedback buffer", any(b.role is HostRole.FEEDBACK for b in plan.host_buffers)),
     ) if present]
     if plan.full_elf and not device.full_elf:
         needs.insert(0, "a full-ELF image")
@@ -307,7 +308,7 @@ def _check_full_elf(plan):
 
 def _words_buffer(plan) -> str | None:
     """The name of the scratchpad host buffer, checked to hold every word of the plan."""
-    words = next((b for b in plan.host_buffers if b.role == "words"), None)
+    words = next((b for b in plan.host_buffers if b.role is HostRole.WORDS), None)
     count = 0 if words is None else words.nwords
     if len(plan.words) > count:
         raise PlanError(

@@ -1,0 +1,193 @@
+"""Conversions as a user meets them: int8 MatVec/MatMul into int32, Requantize back to int8, Cast
+between dtypes (float32 activations meeting bfloat16 weights), reference() against the design
+compiled for npu2 and run on the emulator (integers exactly), and the exact texts of the errors a
+wrong dtype gets."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import iron
+from iron.errors import KernelTypeError
+from iron.kernels import Cast, MatMul, MatVec, Requantize, Scale
+
+I8, I32, F32 = np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.float32)
+
+
+@pytest.fixture(autouse=True)
+def emulator(monkeypatch):
+    monkeypatch.setenv("IRON_BACKEND", "emulator")
+    monkeypatch.setenv("IRON_QUIET", "1")
+
+
+def compiled_call(graph, *tensors):
+    """The graph's call compiled for npu2 and run on the emulator."""
+    return graph.compile(*tensors, device="npu2")(*tensors)
+
+
+class Dot(iron.Graph):
+    """W @ x in int8, and again into int32."""
+
+    def __init__(self, w):
+        self.w = iron.param(w)
+
+    def body(self, x):
+        return MatVec.step(self.w, x), MatVec.step(self.w, x, dtype=np.int32)
+
+
+def test_int8_matvec_into_int32_keeps_19200_where_int8_wraps_to_0():
+    g = Dot(np.full((2, 12), 40, np.int8))
+    x = np.full(12, 40, np.int8)
+    for wrapped, exact in (g.reference(x), compiled_call(g, x)):
+        assert (wrapped.dtype, exact.dtype) == (I8, I32)
+        np.testing.assert_array_equal(wrapped, [0, 0])
+        np.testing.assert_array_equal(exact, [19200, 19200])
+
+
+class Layer(iron.Graph):
+    """An int8 layer: int32 accumulation, requantized to int8, and the next layer's MatMul."""
+
+    def __init__(self, w, b, shift):
+        self.w, self.b, self.shift = iron.param(w), iron.param(b), shift
+
+    def body(self, x):
+        acc = MatVec.step(self.w, x, dtype=np.int32)
+        return acc, Requantize.step(acc, shift=self.shift), MatMul.step(self.w, self.b, dtype=np.int32)
+
+
+def test_an_int8_layer_compiled_equals_the_reference_and_numpy():
+    rng = np.random.default_rng(5)
+    w, b = rng.integers(-128, 128, (16, 32), dtype=np.int8), rng.integers(-128, 128, (32, 8), dtype=np.int8)
+    x = rng.integers(-128, 128, 32, dtype=np.int8)
+    g = Layer(w, b, shift=8)
+    want = g.reference(x)
+    acc = w.astype(np.int64) @ x.astype(np.int64)
+    np.testing.assert_array_equal(want[0], acc)
+    np.testing.assert_array_equal(want[1], np.clip(np.round(acc / 256), -128, 127))  # numpy rounds half to even
+    np.testing.assert_array_equal(want[2], w.astype(np.int64) @ b.astype(np.int64))
+    for got, expected in zip(compiled_call(g, x), want):
+        assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+
+
+class Mixed(iron.Graph):
+    """float32 activations meeting bfloat16 weights: Cast the activations, sum into float32."""
+
+    def __init__(self, w):
+        self.w = iron.param(w)
+
+    def body(self, x):
+        return MatVec.step(self.w, Cast.step(x, dtype=iron.bfloat16), dtype=np.float32)
+
+
+def test_float32_activations_meet_bfloat16_weights_through_cast():
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((8, 16)).astype(iron.bfloat16)
+    x = rng.standard_normal(16).astype(np.float32)
+    g = Mixed(w)
+    want = g.reference(x)
+    assert want.dtype == F32
+    np.testing.assert_allclose(want, w.astype(np.float32) @ x.astype(iron.bfloat16).astype(np.float32), rtol=1e-6)
+    got = compiled_call(g, x)
+    assert got.dtype == F32
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+class CastTo(iron.Graph):
+    def __init__(self, out):
+        self.out = out
+
+    def body(self, x):
+        return Cast.step(x, dtype=self.out)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(-(2**31), 2**31 - 1), min_size=8, max_size=8),
+       st.sampled_from([np.int8, np.uint8, np.int16, np.float32]))
+def test_cast_of_int32_saturates_like_numpy_clip_on_any_values(values, out):
+    x = np.array(values, np.int32)
+    out = np.dtype(out)
+    expected = x.astype(np.float32) if out == F32 else np.clip(x, np.iinfo(out).min, np.iinfo(out).max).astype(out)
+    got = CastTo(out).reference(x)
+    assert got.dtype == out
+    np.testing.assert_array_equal(got, expected)
+
+
+class Quantize(iron.Graph):
+    def __init__(self, shift):
+        self.shift = shift
+
+    def body(self, x):
+        return Requantize.step(x, shift=self.shift)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(-(2**31), 2**31 - 1), min_size=8, max_size=8), st.integers(0, 31))
+def test_requantize_is_round_half_even_then_clip_on_any_values(values, shift):
+    exact = [round(v / 2**shift) for v in values]  # exact in float64; Python's round() ties to even
+    got = Quantize(shift).reference(np.array(values, np.int32))
+    assert got.dtype == I8
+    np.testing.assert_array_equal(got, np.clip(exact, -128, 127))
+
+
+def test_every_cast_pair_compiled_equals_the_reference():
+    rng = np.random.default_rng(8)
+    for dtype, out in Cast.signatures():
+        x = (rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, 8, endpoint=True).astype(dtype)
+             if dtype.kind in "iu" else (rng.standard_normal(8) * 300).astype(dtype))
+        g = CastTo(out)
+        want, got = g.reference(x), compiled_call(g, x)
+        assert want.dtype == got.dtype == out
+        np.testing.assert_array_equal(got.view(f"u{out.itemsize}"), want.view(f"u{out.itemsize}"))
+
+
+# ---- errors --------------------------------------------------------------------------------------
+
+class Uses(iron.Graph):
+    """body() is the given function of the input tensors and the params w (8, 16) of `wdtype`."""
+
+    def __init__(self, fn, wdtype=np.int8):
+        self.fn, self.w = fn, iron.param(np.ones((8, 16), wdtype))
+
+    def body(self, x):
+        return self.fn(self, x)
+
+
+ERRORS = [
+    (lambda g, x: Cast.step(x), np.float32,
+     "Cast on float32 inputs gives iron.bfloat16: pass dtype= one of those."),
+    (lambda g, x: Cast.step(x, dtype=np.int8), np.float32,
+     "Cast on float32 inputs gives iron.bfloat16, not int8: pass dtype= one of those."),
+    (lambda g, x: Cast.step(x, dtype=np.int32), np.int32,
+     "Cast on int32 inputs gives np.int8, np.uint8, np.int16, np.float32, not int32: pass dtype= one of those."),
+    (lambda g, x: MatVec.step(g.w, x, dtype=np.int16), np.int8,
+     "MatVec on int8 inputs gives np.int8, np.int32, not int16: pass dtype= one of those."),
+    (lambda g, x: MatVec.step(g.w, x), np.float32,
+     "MatVec computes in int8 but input 1 (x) is float32: give every input the dtype int8 "
+     "(Cast.step(x, dtype=np.int8) converts it)."),
+    (lambda g, x: Scale.step(x, factor=2.0), np.int32,
+     "Scale does not support int32: it supports bfloat16, float32. Convert the data with Cast (or pick another kernel)."),
+    (lambda g, x: Requantize.step(x), np.int32, "Requantize needs shift=...: pass it to Requantize.step."),
+    (lambda g, x: Requantize.step(x, shift=63), np.int32,
+     "Requantize needs shift= an int in 0..62, not 63; got shapes (16,)."),
+    (lambda g, x: Requantize.step(x, shift=4, scale=0.5), np.int32,
+     "Requantize needs scale= an int32 multiplier (fold a fraction into scale / 2**shift), not 0.5; got shapes (16,)."),
+    (lambda g, x: Requantize.step(x, shift=4), np.int8,
+     "Requantize does not support int8: it supports int32. Convert the data with Cast (or pick another kernel)."),
+]
+
+
+@pytest.mark.parametrize("fn, dtype, text", ERRORS, ids=[e[2][:40] for e in ERRORS])
+def test_a_wrong_dtype_or_attribute_is_refused_with_the_fix(fn, dtype, text):
+    with pytest.raises(KernelTypeError) as raised:
+        Uses(fn).reference(np.ones(16, dtype))
+    assert str(raised.value) == text
+
+
+def test_bfloat16_weights_and_float32_activations_say_to_cast():
+    with pytest.raises(KernelTypeError) as raised:
+        Uses(lambda g, x: MatVec.step(g.w, x), iron.bfloat16).reference(np.ones(16, np.float32))
+    assert str(raised.value) == (
+        "MatVec computes in bfloat16 but input 1 (x) is float32: give every input the dtype bfloat16 "
+        "(Cast.step(x, dtype=iron.bfloat16) converts it)."
+    )
