@@ -11,8 +11,8 @@ import numpy as np
 
 from iron import dtypes
 from iron.errors import DeclarationError, IndexOutOfRange, TracedValueError
-from iron.ir import Axis, Node, Op, describe
 from iron.frontend import shapes
+from iron.ir import Axis, Node, Op, describe
 from iron.names import identifier
 
 

@@ -12,7 +12,14 @@ import threading
 import numpy as np
 
 from iron import dtypes
-from iron.errors import CarryError, DoesNotFit, KernelTypeError, SignatureError, TracedValueError, WriteHazard
+from iron.errors import (
+    CarryError,
+    DoesNotFit,
+    KernelTypeError,
+    SignatureError,
+    TracedValueError,
+    WriteHazard,
+)
 from iron.frontend import shapes
 from iron.frontend.declarations import Memory
 from iron.frontend.handles import I32, Carry, Scalar, Tensor, _PerCall
