@@ -53,11 +53,11 @@ class Kernel:
         super().__init_subclass__(**kwargs)
         if "name" not in cls.__dict__ and cls.name:
             raise DeclarationError(
-                f"kernel {cls.__qualname__} inherits the name '{cls.name}': a kernel's name is its C symbol "
-                f"and source file, so each kernel needs its own. Set name = '...' in {cls.__qualname__}."
+                f"kernel {cls.__name__} inherits the name '{cls.name}': a kernel's name is its C symbol "
+                f"and source file, so each kernel needs its own. Set name = '...' in {cls.__name__}."
             )
         if cls.name:
-            names.kernel_name(cls.__qualname__, cls.name)
+            names.kernel_name(cls.__name__, cls.name)
             claim(cls)
 
     # ---- what a subclass defines ---------------------------------------------------------------

@@ -35,7 +35,7 @@ def claim(kernel: type) -> None:
     if owner is not None and _origin(owner) != _origin(kernel):
         whose = "iron's library kernel" if is_library(owner) else "kernel"
         raise DeclarationError(
-            f"kernel {kernel.__qualname__} is named '{kernel.name}', which is already the name of {whose} "
+            f"kernel {kernel.__name__} is named '{kernel.name}', which is already the name of {whose} "
             f"{owner.__module__}.{owner.__qualname__}: a kernel's name is its C symbol and source file, so "
             "each kernel needs its own. Give it another name."
         )
