@@ -65,7 +65,7 @@ def within_budget(what: str, nbytes: int, error=DeclarationError) -> None:
     budget = state_budget()
     if nbytes > budget:
         raise error(
-            f"{what} need {nbytes} bytes, more than the {budget} bytes a graph's states may take on the host "
+            f"{what} would take {nbytes} bytes, more than the {budget} bytes a graph's states may take on the host "
             f"(iron holds them twice: the reference's copy and the device's buffer). Use smaller states, or "
             f"raise {STATE_BUDGET_VARIABLE}."
         )
