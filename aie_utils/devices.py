@@ -10,8 +10,8 @@ What it does not: it does not detect an attached NPU, talk to XRT, place tiles o
 design fits; callers read these figures and decide. It does not import iron at import time
 (iron imports aie_utils): `iron.errors` is imported only when an error is raised.
 
-Figures follow /work/shared/reference/npu-platform.md section 1 (the AIE2 target model; AIE2P
-differs only in arch, burst lengths and block formats, so both families share the tile kinds).
+Figures follow docs/platform.md sections 1, 2 and 5 (the AIE2 target model; AIE2P differs
+only in arch, burst lengths and block formats, so both families share the tile kinds).
 DMA sizes are in 32-bit words. The shim BDs have 3 dimensions plus a repeat count (the outermost
 `dma_memcpy_nd` size, at most `Device.dma_repeat_max`). The mem tile's 48 BDs are split: even
 channels use BDs 0-23, odd channels 24-47.

@@ -74,6 +74,11 @@ class BuildError(IronError, RuntimeError):
     """A build tool ran and failed; the message carries its stderr."""
 
 
+class CacheError(IronError, RuntimeError):
+    """iron's cache directory cannot be used: not a directory, not writable, or (for native
+    kernels) writable by another account."""
+
+
 class BackendUnavailable(IronError, RuntimeError):
     """The requested backend (XRT, an NPU) is not present on this machine."""
 

@@ -72,23 +72,23 @@ def shares_memory(fifo: Fifo) -> bool:
     return reaches(fifo.producer, fifo.consumers[0]) or reaches(fifo.consumers[0], fifo.producer)
 
 
-def fifo_homes(plan: Plan, fifo: Fifo) -> tuple[tuple[Tile, int], ...]:
-    """(tile, objects) for every tile holding some of `fifo`'s objects, as mlir-aie allocates them:
-    a shared-memory FIFO's once, on the producer's tile unless the consumer's core cannot reach
-    it (then on the consumer's); a DMA FIFO's at each compute and mem end, except that a mem-tile
-    link keeps the objects of only one of its FIFOs (`_link_holder`)."""
-    if fifo.shared_memory:
-        (consumer,) = fifo.consumers
-        home = fifo.producer if reaches(consumer, fifo.producer) else consumer
-        return ((home, fifo.depth),)
-    ends = dict.fromkeys((fifo.producer, *fifo.consumers))
-    return tuple((tile, _objects_at(plan, fifo, tile)) for tile in ends
-                 if tile.kind is TileKind.COMPUTE or (tile.kind is TileKind.MEM and _holds_on(plan, fifo, tile)))
-
-
-def _holds_on(plan: Plan, fifo: Fifo, mem: Tile) -> bool:
-    links = [link for link in plan.links if link.tile == mem and fifo.name in (*link.sources, *link.destinations)]
-    return all(_link_holder(plan, link) == fifo.name for link in links)
+def fifo_homes(plan: Plan) -> dict[str, tuple[tuple[Tile, int], ...]]:
+    """Per FIFO, (tile, objects) for every tile holding some of its objects, as mlir-aie allocates
+    them: a shared-memory FIFO's once, on the producer's tile unless the consumer's core cannot
+    reach it (then on the consumer's); a DMA FIFO's at each compute and mem end, except that a
+    mem-tile link keeps the objects of only one of its FIFOs (`_link_holder`)."""
+    acquired = _most_acquired(plan)
+    unkept = {(link.tile, name) for link in plan.links for name in (*link.sources, *link.destinations)
+              if name != _link_holder(plan, link)}
+    homes = {}
+    for f in plan.fifos:
+        if f.shared_memory:
+            (consumer,) = f.consumers
+            homes[f.name] = ((f.producer if reaches(consumer, f.producer) else consumer, f.depth),)
+        else:
+            homes[f.name] = tuple((t, _objects(f, acquired.get((t, f.name), 0))) for t in (f.producer, *f.consumers)
+                                  if t.kind is not TileKind.SHIM and (t, f.name) not in unkept)
+    return homes
 
 
 def _link_holder(plan: Plan, link) -> str:
@@ -102,27 +102,38 @@ def _link_holder(plan: Plan, link) -> str:
     return destination.name if destination.nbytes > source.nbytes else source.name
 
 
-def _objects_at(plan: Plan, fifo: Fifo, tile: Tile) -> int:
-    """How many objects a DMA end holds: on a compute tile one more than the most its core acquires
-    at once (one for a depth-1 FIFO taken one at a time), elsewhere or when unused the depth."""
-    most = max((_most_acquired(c.program, fifo.name) for c in plan.cores if c.tile == tile), default=0)
-    if tile.kind is not TileKind.COMPUTE or most == 0:
+def _objects(fifo: Fifo, most: int) -> int:
+    """How many objects a DMA end holds whose core acquires at most `most` at once: one more than
+    that (one for a depth-1 FIFO taken one at a time); the depth where no core acquires it (a
+    mem tile)."""
+    if most == 0:
         return fifo.depth
     return 1 if most == fifo.depth == 1 else most + 1
 
 
-def _most_acquired(program: tuple, fifo: str) -> int:
-    counts = [_most_acquired(s.body, fifo) if isinstance(s, Loop) else s.count
-              for s in program if isinstance(s, Loop) or (isinstance(s, Acquire) and s.fifo == fifo)]
-    return max(counts, default=0)
+def _most_acquired(plan: Plan) -> dict[tuple[Tile, str], int]:
+    """(tile, FIFO) -> the most objects of the FIFO the tile's core acquires at once."""
+    most: dict[tuple[Tile, str], int] = {}
+
+    def walk(tile: Tile, program: tuple):
+        for step in program:
+            if isinstance(step, Loop):
+                walk(tile, step.body)
+            elif isinstance(step, Acquire):
+                most[tile, step.fifo] = max(most.get((tile, step.fifo), 0), step.count)
+
+    for core in plan.cores:
+        walk(core.tile, core.program)
+    return most
 
 
 def tile_memory(plan: Plan) -> dict[Tile, list[tuple[str, int]]]:
     """What each compute or mem tile holds, (name, bytes): FIFO objects where `fifo_homes` puts
     them (named FIFO@tile unless the FIFO is shared memory), Buffers, and each core's stack."""
     held: dict[Tile, list[tuple[str, int]]] = {}
+    homes = fifo_homes(plan)
     for f in plan.fifos:
-        for tile, objects in fifo_homes(plan, f):
+        for tile, objects in homes[f.name]:
             name = f.name if f.shared_memory else f"{f.name}@{tile.name}"
             held.setdefault(tile, []).append((name, objects * f.nbytes))
     for b in plan.buffers:
@@ -150,7 +161,8 @@ def fit(plan: Plan) -> Plan:
     """`plan` with FIFO depths lowered to 1 where a tile is tight; DoesNotFit if still over."""
     while (over := over_budget(plan)) is not None:
         tile = over[0]
-        deep = [f for f in plan.fifos if f.depth > 1 and tile in dict(fifo_homes(plan, f))]
+        homes = fifo_homes(plan)
+        deep = [f for f in plan.fifos if f.depth > 1 and tile in dict(homes[f.name])]
         if not deep:
             raise does_not_fit(plan, *over)
         largest = max(deep, key=lambda f: (f.nbytes, f.name))

@@ -13,7 +13,8 @@ aiecc comes in two flag generations, detected from the tool's own `--help`:
 - "2026-08" (mlir-aie since 2026-07-21): `aiecc --get-xclbin --get-npu-insts --get-full-elf`,
   with the same `--*-name=` options; Peano is its default core compiler and host compilation
   happens only with `--get-host`, so the `--no-*` flags are neither needed nor accepted.
-Both accept `--peano=<Peano install dir>` and `--tmpdir=<dir>`.
+Both accept `--peano=<Peano install dir>` and `--tmpdir=<dir>`. The generation is read only when
+something is built, and recorded in the entry's manifest: a cached build runs no tool at all.
 
 This module does not emit MLIR or kernel sources (the compiler does), does not load or run the
 artifacts (the runtime does) and never installs anything: a missing tool raises
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import sysconfig
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -40,7 +41,7 @@ FLAGS_AIE_GENERATE = "2026-03"
 FLAGS_GET = "2026-08"
 
 # Bump when the command lines below change, so entries built by older recipes are not served.
-RECIPE = "1"
+RECIPE = "2"
 
 DESIGN_FILE = "design.mlir"
 XCLBIN_FILE = "final.xclbin"
@@ -89,14 +90,19 @@ class Toolchain:
     """The installed mlir-aie and Peano tools a build runs.
 
     `flags` is the aiecc flag generation, FLAGS_AIE_GENERATE ("2026-03") or FLAGS_GET
-    ("2026-08"). `versions` identifies each tool's installed copy (resolved path, size,
-    modification time), so reinstalling either one changes every cache key.
+    ("2026-08"), or None until `detected()` reads it. `versions` identifies each tool's installed
+    copy (resolved path, size, modification time), so reinstalling either one changes every
+    cache key (and with aiecc, its flags).
     """
 
     aiecc: Path
-    flags: str
+    flags: str | None
     peano_clang: Path
     versions: tuple[str, str]
+
+    def detected(self) -> Toolchain:
+        """This toolchain with its flag generation read from `aiecc --help` if not known yet."""
+        return self if self.flags else replace(self, flags=aiecc_flag_generation(self.aiecc))
 
     @property
     def peano_dir(self) -> Path:
@@ -116,7 +122,13 @@ class Step:
 
 
 def find_toolchain() -> Toolchain:
-    """Find aiecc and Peano's clang++, or raise ToolchainMissing naming each missing one.
+    """`locate_toolchain()` with its aiecc flag generation read (this runs `aiecc --help`)."""
+    return locate_toolchain().detected()
+
+
+def locate_toolchain() -> Toolchain:
+    """Find aiecc and Peano's clang++ without running either (flags None), or raise
+    ToolchainMissing naming each missing one.
 
     aiecc (preferred over aiecc.py) is looked up in `$MLIR_AIE_INSTALL_DIR/bin`, on PATH, then
     in this Python's scripts directory (where `pip install mlir_aie` puts it). Peano's clang++
@@ -140,7 +152,7 @@ def find_toolchain() -> Toolchain:
         )
     return Toolchain(
         aiecc=aiecc,
-        flags=aiecc_flag_generation(aiecc),
+        flags=None,
         peano_clang=clang,
         versions=(_tool_identity(aiecc), _tool_identity(clang)),
     )
@@ -214,6 +226,7 @@ def aiecc_command(
     to `<workdir>/design.prj`.
     """
     _check_image(device, image)
+    toolchain = toolchain.detected()
     if toolchain.flags == FLAGS_GET:
         leading = [str(toolchain.aiecc)]
         wanted = {
@@ -299,27 +312,31 @@ def build(
 
     `image` is "xclbin" (xclbin + insts.bin) or "elf" (full ELF). `progress(step, total, what)`
     hears of each tool run (default: `print_progress`); nothing runs for a cached design.
-    Raises ToolchainMissing when the tools are absent, BuildError when one fails.
+    The build happens in the cache's staging directory for the key (`Cache.staging`), where a
+    failed build stays. Raises ToolchainMissing when the tools are absent, BuildError when one
+    fails, CacheError when the cache directory is unusable.
     """
-    toolchain = toolchain or find_toolchain()
+    _check_image(device, image)
+    tools = toolchain or locate_toolchain()
     cache = cache or Cache()
     report = progress or print_progress
     key = content_key(
-        RECIPE, mlir, device.name, image, toolchain.flags, *toolchain.versions,
+        RECIPE, mlir, device.name, image, *tools.versions,
         *(part for name in sorted(sources) for part in (name, sources[name])),
     )
-    steps = build_steps(toolchain, device, image, sources, cache.entry(key))
 
     def run_build(workdir: Path) -> dict[str, object]:
+        detected = tools.detected()
+        steps = build_steps(detected, device, image, sources, workdir)
         (workdir / DESIGN_FILE).write_text(mlir)
         for name, text in sources.items():
             (workdir / name).write_text(text)
         for number, step in enumerate(steps, start=1):
             report(number, len(steps), f"{step.tool} {step.subject}")
             _run(step, workdir)
-        return {"image": image, "outputs": list(IMAGE_OUTPUTS[image])}
+        return {"device": device.name, "flags": detected.flags}
 
-    directory = cache.get_or_build(key, run_build)
+    directory = cache.get_or_build(key, run_build, kind=image)
     return _artifacts(directory, image, device_symbol, sequence_symbol)
 
 
@@ -332,10 +349,15 @@ def _run(step: Step, workdir: Path) -> None:
             f"command: {shlex.join(step.command)}\n"
             f"stderr (last {STDERR_TAIL_LINES} lines):\n{tail}\n{step.fix}"
         )
-    absent = [name for name in step.outputs if not (workdir / name).is_file()]
-    if absent:
+    # An empty output is as useless as a missing one, and must never be sealed into the cache.
+    missing = [name for name in step.outputs if not (workdir / name).is_file()]
+    empty = [name for name in step.outputs if name not in missing
+             and (workdir / name).stat().st_size == 0]
+    faults = ([f"did not write {', '.join(missing)}"] if missing else []) + (
+        [f"wrote {', '.join(empty)} empty"] if empty else [])
+    if faults:
         raise BuildError(
-            f"{step.tool} exited 0 on {step.subject} but did not write {', '.join(absent)} in "
+            f"{step.tool} exited 0 on {step.subject} but {' and '.join(faults)} in "
             f"{workdir}.\ncommand: {shlex.join(step.command)}\n{step.fix}"
         )
 

@@ -1,14 +1,16 @@
-"""The content-addressed build cache: one directory per key, built at most once.
+"""The content-addressed build cache: one verified directory per key, built at most once.
 
-A key is the sha256 of everything a build depends on (`content_key`). Its entry is a directory
-under `cache_dir()`. An entry is finished when its `done.json` exists; that file is written
-last, by an atomic rename, so a build that crashed half-way is never served: the next build of
-the key wipes the leftovers and starts again. Builds of one key are serialised across processes
-by a `filelock.FileLock` beside the entry, so two processes asking for the same key at once run
-the build once; the second waits, then finds the finished entry.
+A key is the sha256 of everything a build depends on (`content_key`); its entry is the directory
+`<root>/<key>`. An entry is built in a staging directory beside it (`<key>.building`), sealed
+with a manifest (`manifest.json`: the key, what was built, every file's size and sha256) and
+renamed into place, so no one ever sees a half-built entry. It is served only while every file
+still matches its manifest; a missing, truncated or altered file makes it a miss, rebuilt with a
+one-line notice on stderr. Builds of one key are serialised across processes by a lock file
+beside the entry, removed when the holder is done. The cache is bounded by
+`IRON_CACHE_MAX_BYTES`: after each build the least recently served entries go until it fits.
 
-This module does not know what is built (see `iron.compiler.build`) and never evicts entries:
-deleting the cache directory is always safe.
+This module does not know what is built (see `iron.compiler.build` and the emulator's native
+kernels). Deleting the cache directory, or `python -m iron cache clear`, is always safe.
 """
 
 from __future__ import annotations
@@ -16,15 +18,25 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
+import sys
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
-DONE_FILE = "done.json"
+from iron.errors import CacheError
+
+MANIFEST = "manifest.json"
+DEFAULT_MAX_BYTES = 2 * 1024**3
+KEY = re.compile(r"[0-9a-f]{64}")
+CHUNK = 1 << 20
+WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 
 
 def cache_dir() -> Path:
@@ -34,6 +46,19 @@ def cache_dir() -> Path:
         return Path(explicit)
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "iron"
+
+
+def max_bytes() -> int:
+    """`$IRON_CACHE_MAX_BYTES` (a whole number of bytes), else DEFAULT_MAX_BYTES (2 GiB)."""
+    text = os.environ.get("IRON_CACHE_MAX_BYTES", "").strip()
+    if not text:
+        return DEFAULT_MAX_BYTES
+    if not text.isdigit():
+        raise CacheError(
+            f"IRON_CACHE_MAX_BYTES={text!r} is not a number of bytes: set it to a whole number "
+            f"such as {DEFAULT_MAX_BYTES} (2 GiB, the default), or unset it."
+        )
+    return int(text)
 
 
 def content_key(*parts: str | bytes) -> str:
@@ -46,48 +71,264 @@ def content_key(*parts: str | bytes) -> str:
     return digest.hexdigest()
 
 
-class Cache:
-    """Build entries under `root` (default `cache_dir()`), each finished at most once."""
+@dataclass(frozen=True)
+class Entry:
+    """One entry as listed: what its manifest says was built, its bytes on disk, and when it was
+    last served (seconds since the epoch, the directory's mtime)."""
 
-    def __init__(self, root: Path | None = None):
+    key: str
+    path: Path
+    kind: str
+    nbytes: int
+    used: float
+
+
+class Cache:
+    """Verified build entries under `root` (default `cache_dir()`), at most `limit` bytes in all
+    (default `max_bytes()`)."""
+
+    def __init__(self, root: Path | None = None, limit: int | None = None):
         self.root = Path(root) if root is not None else cache_dir()
+        self.limit = limit if limit is not None else max_bytes()
 
     def entry(self, key: str) -> Path:
-        """The directory of `key` (it may not exist yet, or hold an unfinished build)."""
+        """The directory of `key` (it may not exist yet)."""
         return self.root / key
 
-    def is_done(self, key: str) -> bool:
-        """True when the entry of `key` finished building (its done.json exists)."""
-        return (self.entry(key) / DONE_FILE).is_file()
+    def staging(self, key: str) -> Path:
+        """Where `key` is built before it is sealed; a failed build stays here until the next."""
+        return self.root / f"{key}.building"
 
-    def record(self, key: str) -> dict[str, Any]:
-        """The contents of the finished entry's done.json."""
-        return json.loads((self.entry(key) / DONE_FILE).read_text())
+    def manifest(self, key: str) -> dict[str, Any]:
+        """The sealed entry's manifest: key, kind, what its build recorded, and `files`."""
+        return json.loads((self.entry(key) / MANIFEST).read_text())
 
-    @contextmanager
-    def locked(self, key: str) -> Iterator[Path]:
-        """Hold the inter-process lock of `key` and yield its entry directory."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.root / f"{key}.lock")):
-            yield self.entry(key)
-
-    def get_or_build(self, key: str, build: Callable[[Path], Mapping[str, Any]]) -> Path:
-        """The finished entry of `key`, running `build(entry)` first if no process has.
-
-        `build` fills the empty entry directory and returns what to record in done.json; if it
-        raises, the entry stays unfinished (kept for inspection, wiped by the next attempt).
-        """
-        if self.is_done(key):
-            return self.entry(key)
-        with self.locked(key) as entry:
-            if not self.is_done(key):
-                shutil.rmtree(entry, ignore_errors=True)
-                entry.mkdir(parents=True)
-                self._finish(entry, {"key": key, **build(entry)})
+    def get_or_build(
+        self, key: str, build: Callable[[Path], Mapping[str, Any]], *, kind: str
+    ) -> Path:
+        """The verified entry of `key`, running `build(staging)` first if it is missing or fails
+        verification. `build` fills the empty staging directory and returns what the manifest
+        records besides the files; if it raises, nothing is sealed."""
+        self.ensure_root()
+        entry = self.entry(key)
+        with self._locked(key):
+            damage = entry_damage(entry, key)
+            if damage is None:
+                os.utime(entry)
+                return entry
+            if entry.exists() or entry.is_symlink():
+                print(f"iron cache: rebuilding {entry}: {damage}.", file=sys.stderr, flush=True)
+            self._build(key, build, kind)
+        self.evict(keep=key)
         return entry
 
-    @staticmethod
-    def _finish(entry: Path, record: Mapping[str, Any]) -> None:
-        partial = entry / (DONE_FILE + ".partial")
-        partial.write_text(json.dumps(record, indent=1, sort_keys=True))
-        os.replace(partial, entry / DONE_FILE)
+    def ensure_root(self) -> Path:
+        """The root directory, made private (0700) if missing; CacheError when it is unusable."""
+        root = self.root
+        if not root.is_dir():
+            if root.exists() or root.is_symlink():
+                raise unusable(root, "it is a file, not a directory")
+            try:
+                root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError as exc:
+                raise unusable(root, _why_not_made(root, exc)) from None
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise unusable(root, "it is not writable by you")
+        return root
+
+    def require_private(self, *paths: Path) -> None:
+        """Raise CacheError unless no other account can write the root, its parents or `paths`:
+        the root and `paths` must be yours and not writable by group or others; a parent may also
+        be root's, and group- or world-writable only with the sticky bit (as /tmp)."""
+        root = self.root.resolve()
+        for path in (*reversed(root.parents), root, *paths):
+            problem = _exposure(path, strict=path == root or path in paths)
+            if problem is not None:
+                raise CacheError(
+                    f"iron will not load native kernels from the cache directory {self.root}: "
+                    f"{problem}, so another account could replace the library it loads. "
+                    f"{_privacy_fix(path)}"
+                )
+
+    def entries(self) -> list[Entry]:
+        """Every entry under the root, most recently served first."""
+        if not self.root.is_dir():
+            if self.root.exists():
+                raise unusable(self.root, "it is a file, not a directory")
+            return []
+        found = [
+            _listed(path) for path in self.root.iterdir()
+            if KEY.fullmatch(path.name) and path.is_dir() and not path.is_symlink()
+        ]
+        return sorted((e for e in found if e is not None), key=lambda e: e.used, reverse=True)
+
+    def evict(self, keep: str) -> list[Entry]:
+        """Remove the least recently served entries (never `keep`, never one being built) until
+        the cache holds at most `limit` bytes; the removed entries."""
+        listed = self.entries()
+        excess = sum(e.nbytes for e in listed) - self.limit
+        removed = []
+        for entry in reversed(listed):
+            if excess <= 0:
+                break
+            if entry.key != keep and self._remove(entry.key, wait=False):
+                excess -= entry.nbytes
+                removed.append(entry)
+        return removed
+
+    def clear(self) -> list[Entry]:
+        """Remove every entry and failed build (waiting for builds in progress); the entries."""
+        removed = self.entries()
+        for entry in removed:
+            self._remove(entry.key, wait=True)
+        if self.root.is_dir():
+            for staged in self.root.glob("*.building"):
+                self._remove(staged.name.removesuffix(".building"), wait=True)
+        return removed
+
+    @contextmanager
+    def _locked(self, key: str, wait: bool = True) -> Iterator[None]:
+        # The holder deletes the lock file before releasing it; filelock retries a lock taken on
+        # a deleted file, so a waiter never holds a lock no one else can see.
+        path = self.root / f"{key}.lock"
+        with FileLock(str(path), timeout=-1 if wait else 0):
+            try:
+                yield
+            finally:
+                path.unlink(missing_ok=True)
+
+    def _build(self, key: str, build: Callable[[Path], Mapping[str, Any]], kind: str) -> None:
+        staging = self.staging(key)
+        try:
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(mode=0o700)
+        except OSError as exc:
+            raise unusable(self.root, f"cannot make {staging} ({exc.strerror})") from None
+        record = build(staging)
+        try:
+            _seal(staging, {"key": key, "kind": kind, **record})
+            self._discard(key)
+            staging.rename(self.entry(key))
+        except OSError as exc:
+            raise unusable(self.root, f"cannot seal {staging} ({exc.strerror})") from None
+
+    def _remove(self, key: str, wait: bool) -> bool:
+        try:
+            with self._locked(key, wait=wait):
+                self._discard(key)
+                shutil.rmtree(self.staging(key), ignore_errors=True)
+        except Timeout:
+            return False
+        return True
+
+    def _discard(self, key: str) -> None:
+        # Renamed aside first, so no reader ever sees a half-deleted entry under its key.
+        doomed = self.root / f"{key}.removing"
+        with suppress(FileNotFoundError):
+            self.entry(key).rename(doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+
+def unusable(root: Path, why: str) -> CacheError:
+    """The one error for a cache directory iron cannot use."""
+    return CacheError(
+        f"iron cannot use its cache directory {root}: {why}. Set IRON_CACHE_DIR to a directory "
+        "you can write (iron creates it if missing)."
+    )
+
+
+def entry_damage(entry: Path, key: str) -> str | None:
+    """Why `entry` cannot be served as `key`, or None when every file matches its manifest."""
+    if entry.is_symlink() or not entry.is_dir():
+        return "it is missing" if not entry.exists() else "it is not a directory"
+    try:
+        manifest = json.loads((entry / MANIFEST).read_text())
+        files = manifest["files"]
+        if manifest["key"] != key:
+            return f"its manifest is for key {manifest['key']}"
+        expected = {name: (int(f["size"]), str(f["sha256"])) for name, f in files.items()}
+    except FileNotFoundError:
+        return "it has no manifest"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return "its manifest is unreadable"
+    for name, (size, sha256) in sorted(expected.items()):
+        damage = _file_damage(entry, name, size, sha256)
+        if damage is not None:
+            return damage
+    return None
+
+
+def _file_damage(entry: Path, name: str, size: int, sha256: str) -> str | None:
+    if Path(name).is_absolute() or ".." in Path(name).parts:
+        return f"its manifest names {name}, outside the entry"
+    try:
+        found = os.lstat(entry / name)
+    except FileNotFoundError:
+        return f"{name} is missing"
+    if not stat.S_ISREG(found.st_mode):
+        return f"{name} is not a regular file"
+    if found.st_size != size:
+        return f"{name} has {found.st_size} bytes where its manifest says {size}"
+    if _sha256(entry / name) != sha256:
+        return f"{name} does not match the sha256 in its manifest"
+    return None
+
+
+def _seal(staging: Path, record: Mapping[str, Any]) -> None:
+    """Write the manifest of every regular file in `staging`, none writable by group or others."""
+    files = {}
+    for path in sorted(p for p in staging.rglob("*") if p.is_file() and not p.is_symlink()):
+        path.chmod(path.stat().st_mode & ~WRITABLE_BY_OTHERS)
+        files[path.relative_to(staging).as_posix()] = {
+            "size": path.stat().st_size, "sha256": _sha256(path)
+        }
+    partial = staging / (MANIFEST + ".partial")
+    partial.write_text(json.dumps({**record, "files": files}, indent=1, sort_keys=True))
+    partial.chmod(0o644)
+    os.replace(partial, staging / MANIFEST)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _listed(path: Path) -> Entry | None:
+    try:
+        used = path.lstat().st_mtime
+        nbytes = sum(p.lstat().st_size for p in path.rglob("*") if p.is_file())
+    except OSError:
+        return None  # removed meanwhile
+    try:
+        kind = str(json.loads((path / MANIFEST).read_text())["kind"])
+    except (OSError, ValueError, KeyError, TypeError):
+        kind = "unsealed"
+    return Entry(path.name, path, kind, nbytes, used)
+
+
+def _why_not_made(root: Path, exc: OSError) -> str:
+    ancestor = next(p for p in root.parents if p.exists() or p.is_symlink())
+    if not ancestor.is_dir():
+        return f"it cannot be created, as {ancestor} is a file"
+    return f"it cannot be created in {ancestor} ({exc.strerror})"
+
+
+def _exposure(path: Path, strict: bool) -> str | None:
+    """How an account other than this one could write `path`, or None."""
+    found = path.lstat()
+    me = os.geteuid()
+    if found.st_uid != me and (strict or found.st_uid != 0):
+        return f"{path} is owned by uid {found.st_uid}, not by you (uid {me})"
+    open_to_others = found.st_mode & WRITABLE_BY_OTHERS
+    if open_to_others and (strict or not found.st_mode & stat.S_ISVTX):
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(found.st_mode):04o})"
+    return None
+
+
+def _privacy_fix(path: Path) -> str:
+    if path.lstat().st_uid != os.geteuid():
+        return "Set IRON_CACHE_DIR to a directory you own that only you can write."
+    return f"Run `chmod go-w {path}`, or set IRON_CACHE_DIR to a directory only you can write."

@@ -1,8 +1,9 @@
 """Which backend runs compiled graphs: the emulator, or XRT on an attached NPU.
 
-`IRON_BACKEND=emulator|xrt` forces one; otherwise XRT where an NPU and pyxrt are present, the
-emulator elsewhere. The choice is said once per process, with the reason, on stderr. This module
-decides; it runs nothing.
+`IRON_BACKEND=emulator|xrt` forces one (xrt only where an NPU and pyxrt are present: otherwise
+BackendUnavailable says which is missing, before anything is built); otherwise XRT where an NPU
+and pyxrt are present, the emulator elsewhere. The choice is said once per process, with the
+reason, on stderr. This module decides; it runs nothing.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def select_backend() -> str:
             raise BackendUnavailable(
                 f"IRON_BACKEND={forced!r} is not a backend: use IRON_BACKEND=emulator or IRON_BACKEND=xrt."
             )
+        if forced == "xrt":
+            _require_npu()
         _announce(forced, "IRON_BACKEND is set")
         return forced
     from iron.runtime.xrt import describe_npu, load_pyxrt
@@ -37,6 +40,20 @@ def select_backend() -> str:
         return "emulator"
     _announce("xrt", f"NPU {npu} with pyxrt")
     return "xrt"
+
+
+def _require_npu() -> None:
+    from iron.runtime.xrt import describe_npu, load_pyxrt
+
+    if describe_npu() is None:
+        raise BackendUnavailable(
+            "IRON_BACKEND=xrt asks for an NPU, but this machine shows none: no /dev/accel/accel* "
+            "node has a Ryzen AI NPU behind it (its /sys/class/accel/<node>/device/vbnv). The NPU "
+            "needs the amdxdna kernel driver: check with `ls /dev/accel` and `xrt-smi examine` "
+            "(which lists the NPU), load the driver with `sudo modprobe amdxdna`, or set "
+            "IRON_BACKEND=emulator to run on the emulator."
+        )
+    load_pyxrt()
 
 
 def _announce(backend: str, why: str):

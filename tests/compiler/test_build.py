@@ -1,8 +1,7 @@
 """Tests of iron.compiler.build: exact tool command lines, tool discovery, and builds driven
-through fake `aiecc` / `aiecc.py` / `clang++` executables that record their argv."""
+through fake `aiecc` / `aiecc.py` / `clang++` executables that record their argv (including
+`--help`) and write non-empty outputs. The cache's own rules are tested in tests/reliability."""
 
-import sysconfig
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,20 +18,18 @@ from iron.compiler.build import (
 )
 from iron.compiler.cache import Cache
 from iron.errors import BuildError, ToolchainMissing
-
-
-@dataclass(frozen=True)
-class FakeDevice:
-    """Stand-in for aie_utils.Device with what a build reads."""
-
-    name: str
-    family: str
-    full_elf: bool
-    peano_target: str
-
-
-NPU1 = FakeDevice("npu1", "npu1", False, "aie2-none-unknown-elf")
-NPU2 = FakeDevice("npu2", "npu2", True, "aie2p-none-unknown-elf")
+from tests.fake_toolchain import (
+    FAKE_AIECC,
+    HELP_TEXT,
+    LOG_ARGV,
+    NPU1,
+    NPU2,
+    FakeDevice,
+    install_fakes,
+    make_hermetic,
+    recorded_argv,
+    script,
+)
 
 AIECC = "/opt/mlir_aie/bin/aiecc"
 CLANG = "/opt/llvm-aie/bin/clang++"
@@ -126,71 +123,9 @@ def test_unknown_image_is_refused():
 
 # ---- fake tools --------------------------------------------------------------------------
 
-HELP_TEXT = {
-    FLAGS_GET: "  --get=<name> named artifacts also have shorthands (e.g. --get-xclbin)",
-    FLAGS_AIE_GENERATE: "  --aie-generate-xclbin  Generate xclbin",
-}
-
-LOG_ARGV = """{ printf '%s' "$0"; for a in "$@"; do printf '\\t%s' "$a"; done; printf '\\n'; } \
->> "$IRON_FAKE_LOG"
-"""
-
-FAKE_AIECC = """#!/bin/sh
-if [ "$1" = "--help" ]; then echo "{help}"; exit 0; fi
-{log}if [ -n "$IRON_FAKE_AIECC_FAILS" ]; then
-  echo "aiecc: compiling" >&2
-  echo "design.mlir:4:5: error: 'aie.objectfifo' op depth 0 is not positive" >&2
-  exit 3
-fi
-if [ -n "$IRON_FAKE_AIECC_WRITES_NOTHING" ]; then exit 0; fi
-for a in "$@"; do
-  case "$a" in --xclbin-name=*|--npu-insts-name=*|--full-elf-name=*) touch "${{a#*=}}";; esac
-done
-"""
-
-FAKE_CLANG = """#!/bin/sh
-{log}if [ -n "$IRON_FAKE_CLANG_FAILS" ]; then
-  echo "add.cc:2:1: error: unknown type name 'flot'" >&2
-  exit 1
-fi
-prev=""
-for a in "$@"; do
-  if [ "$prev" = "-o" ]; then touch "$a"; fi
-  prev="$a"
-done
-"""
-
-
-def _script(path: Path, text: str) -> None:
-    path.write_text(text)
-    path.chmod(0o755)
-
-
 @pytest.fixture
 def hermetic(monkeypatch, tmp_path):
-    """No tool reachable: empty PATH, no install env vars, a Python with nothing installed."""
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.delenv("MLIR_AIE_INSTALL_DIR", raising=False)
-    monkeypatch.delenv("PEANO_INSTALL_DIR", raising=False)
-    monkeypatch.setattr(sysconfig, "get_path", lambda name: str(tmp_path / "python" / name))
-    return tmp_path
-
-
-def install_fakes(monkeypatch, root: Path, flags: str, aiecc_name: str = "aiecc") -> Path:
-    """Put fake aiecc and Peano clang++ in root/bin, found through PATH and PEANO_INSTALL_DIR."""
-    bin_dir = root / "bin"
-    bin_dir.mkdir()
-    _script(bin_dir / aiecc_name, FAKE_AIECC.format(help=HELP_TEXT[flags], log=LOG_ARGV))
-    _script(bin_dir / "clang++", FAKE_CLANG.format(log=LOG_ARGV))
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    monkeypatch.setenv("PEANO_INSTALL_DIR", str(root))
-    monkeypatch.setenv("IRON_FAKE_LOG", str(root / "argv.log"))
-    return bin_dir
-
-
-def recorded_argv(root: Path) -> list[list[str]]:
-    log = root / "argv.log"
-    return [line.split("\t") for line in log.read_text().splitlines()] if log.exists() else []
+    return make_hermetic(monkeypatch, tmp_path)
 
 
 MLIR = "module {\n  aie.device(npu2) {\n  }\n}\n"
@@ -254,7 +189,7 @@ def test_find_toolchain_prefers_mlir_aie_install_dir(hermetic, monkeypatch):
     install_fakes(monkeypatch, hermetic, FLAGS_AIE_GENERATE)
     other = hermetic / "mlir_aie"
     (other / "bin").mkdir(parents=True)
-    _script(other / "bin" / "aiecc", FAKE_AIECC.format(help=HELP_TEXT[FLAGS_GET], log=LOG_ARGV))
+    script(other / "bin" / "aiecc", FAKE_AIECC.format(help=HELP_TEXT[FLAGS_GET], log=LOG_ARGV))
     monkeypatch.setenv("MLIR_AIE_INSTALL_DIR", str(other))
     found = find_toolchain()
     assert (found.aiecc, found.flags) == (other / "bin" / "aiecc", FLAGS_GET)
@@ -262,7 +197,7 @@ def test_find_toolchain_prefers_mlir_aie_install_dir(hermetic, monkeypatch):
 
 def test_unknown_aiecc_is_refused(hermetic, monkeypatch):
     bin_dir = install_fakes(monkeypatch, hermetic, FLAGS_GET)
-    _script(bin_dir / "aiecc", "#!/bin/sh\necho 'usage: aiecc [options]'\n")
+    script(bin_dir / "aiecc", "#!/bin/sh\necho 'usage: aiecc [options]'\n")
     with pytest.raises(ToolchainMissing) as raised:
         find_toolchain()
     assert str(raised.value) == (
@@ -291,15 +226,19 @@ def test_build_runs_peano_then_aiecc_and_caches(hermetic, monkeypatch):
     assert artifacts == Artifacts(
         entry, "xclbin", entry / "final.xclbin", entry / "insts.bin", None, "MLIR_AIE"
     )
+    staged = tmp / "cache" / f"{entry.name}.building"  # built there, then renamed to entry
+    assert not staged.exists()
     assert recorded_argv(tmp) == [
+        [f"{bin_dir}/aiecc", "--help"],
         [f"{bin_dir}/clang++", "-O2", "-std=c++20", "--target=aie2p-none-unknown-elf",
-         f"-I{entry}", "-c", f"{entry}/add.cc", "-o", f"{entry}/add.o"],
+         f"-I{staged}", "-c", f"{staged}/add.cc", "-o", f"{staged}/add.o"],
         [f"{bin_dir}/clang++", "-O2", "-std=c++20", "--target=aie2p-none-unknown-elf",
-         f"-I{entry}", "-c", f"{entry}/scale.cc", "-o", f"{entry}/scale.o"],
-        [f"{bin_dir}/aiecc", f"--peano={tmp}", f"--tmpdir={entry}/design.prj",
+         f"-I{staged}", "-c", f"{staged}/scale.cc", "-o", f"{staged}/scale.o"],
+        [f"{bin_dir}/aiecc", f"--peano={tmp}", f"--tmpdir={staged}/design.prj",
          "--get-xclbin", "--xclbin-name=final.xclbin", "--get-npu-insts",
-         "--npu-insts-name=insts.bin", f"{entry}/design.mlir"],
+         "--npu-insts-name=insts.bin", f"{staged}/design.mlir"],
     ]
+    assert Cache(tmp / "cache").manifest(entry.name)["flags"] == FLAGS_GET
     assert heard == [
         (1, 3, "peano add.cc"),
         (2, 3, "peano scale.cc"),
@@ -311,7 +250,7 @@ def test_build_runs_peano_then_aiecc_and_caches(hermetic, monkeypatch):
 
     again = build(MLIR, SOURCES, NPU2, "xclbin", cache=Cache(tmp / "cache"), progress=progress)
     assert again == artifacts
-    assert len(recorded_argv(tmp)) == 3
+    assert len(recorded_argv(tmp)) == 4  # nothing ran, not even aiecc --help
     assert len(heard) == 3
 
 
@@ -326,12 +265,14 @@ def test_build_full_elf_with_old_flags(hermetic, monkeypatch):
     )
 
     entry = artifacts.directory
+    staged = tmp / "cache" / f"{entry.name}.building"
     assert artifacts == Artifacts(entry, "elf", None, None, entry / "aie.elf", "dev:run")
-    assert recorded_argv(tmp)[1] == [
+    assert recorded_argv(tmp)[2] == [
         f"{bin_dir}/aiecc.py", "--no-compile-host", "--no-xchesscc", "--no-xbridge",
-        f"--peano={tmp}", f"--tmpdir={entry}/design.prj",
-        "--generate-full-elf", "--full-elf-name=aie.elf", f"{entry}/design.mlir",
+        f"--peano={tmp}", f"--tmpdir={staged}/design.prj",
+        "--generate-full-elf", "--full-elf-name=aie.elf", f"{staged}/design.mlir",
     ]
+    assert Cache(tmp / "cache").manifest(entry.name)["flags"] == FLAGS_AIE_GENERATE
     assert artifacts.elf.is_file()
 
 
@@ -344,7 +285,7 @@ def test_build_keys_on_device_and_image(hermetic, monkeypatch):
     as_elf = build(MLIR, SOURCES, NPU2, "elf", **quiet).directory
     edited = build(MLIR, {**SOURCES, "add.cc": "// changed\n"}, NPU2, "xclbin", **quiet).directory
     assert len({on_npu2, on_npu1, as_elf, edited}) == 4
-    assert len(recorded_argv(hermetic)) == 12
+    assert len(recorded_argv(hermetic)) == 16  # aiecc --help, 2 x Peano, aiecc: per build
 
 
 def test_default_progress_prints_one_line_per_step(hermetic, monkeypatch, capsys):
@@ -363,7 +304,8 @@ def test_aiecc_failure_raises_build_error_with_stderr(hermetic, monkeypatch):
     cache = Cache(tmp / "cache")
     with pytest.raises(BuildError) as raised:
         build(MLIR, {}, NPU2, "elf", cache=cache, progress=lambda *_: None)
-    (entry,) = [p for p in (tmp / "cache").iterdir() if p.is_dir()]
+    (entry,) = [p for p in (tmp / "cache").iterdir()]
+    assert entry.name.endswith(".building")
     assert str(raised.value) == (
         "aiecc failed with exit code 3 on design.mlir -> aie.elf.\n"
         f"command: {bin_dir}/aiecc --peano={tmp} --tmpdir={entry}/design.prj --get-full-elf "
@@ -374,12 +316,13 @@ def test_aiecc_failure_raises_build_error_with_stderr(hermetic, monkeypatch):
         f"The design and its objects stay in {entry}: rerun the command there to reproduce, "
         "and report it if the design came from iron unchanged."
     )
-    assert not cache.is_done(entry.name)
+    assert cache.entries() == []
 
     monkeypatch.delenv("IRON_FAKE_AIECC_FAILS")
     rebuilt = build(MLIR, {}, NPU2, "elf", cache=cache, progress=lambda *_: None)
-    assert rebuilt.directory == entry
-    assert cache.is_done(entry.name)
+    assert rebuilt.directory == tmp / "cache" / entry.name.removesuffix(".building")
+    assert [e.path for e in cache.entries()] == [rebuilt.directory]
+    assert sorted(p.name for p in (tmp / "cache").iterdir()) == [rebuilt.directory.name]
 
 
 def test_peano_failure_stops_before_aiecc(hermetic, monkeypatch):
@@ -389,7 +332,7 @@ def test_peano_failure_stops_before_aiecc(hermetic, monkeypatch):
     with pytest.raises(BuildError) as raised:
         build(MLIR, {"add.cc": "flot x;\n"}, NPU1, "xclbin", cache=Cache(tmp / "cache"),
               progress=lambda *_: None)
-    (entry,) = [p for p in (tmp / "cache").iterdir() if p.is_dir()]
+    (entry,) = [p for p in (tmp / "cache").iterdir()]
     assert str(raised.value) == (
         "peano failed with exit code 1 on add.cc.\n"
         f"command: {bin_dir}/clang++ -O2 -std=c++20 --target=aie2-none-unknown-elf -I{entry} "
@@ -399,20 +342,28 @@ def test_peano_failure_stops_before_aiecc(hermetic, monkeypatch):
         f"Fix the kernel source add.cc where the compiler points; the failed build stays in "
         f"{entry}."
     )
-    assert [argv[0] for argv in recorded_argv(tmp)] == [f"{bin_dir}/clang++"]
+    assert [argv[0] for argv in recorded_argv(tmp)] == [f"{bin_dir}/aiecc", f"{bin_dir}/clang++"]
 
 
-def test_missing_output_raises_build_error(hermetic, monkeypatch):
+@pytest.mark.parametrize("switch, image, fault", [
+    ("IRON_FAKE_AIECC_WRITES_NOTHING", "xclbin", "did not write final.xclbin, insts.bin"),
+    ("IRON_FAKE_AIECC_WRITES_EMPTY", "elf", "wrote aie.elf empty"),
+])
+def test_missing_or_empty_output_raises_build_error_and_is_not_cached(
+    hermetic, monkeypatch, switch, image, fault
+):
     tmp = hermetic
     install_fakes(monkeypatch, tmp, FLAGS_GET)
-    monkeypatch.setenv("IRON_FAKE_AIECC_WRITES_NOTHING", "1")
+    monkeypatch.setenv(switch, "1")
+    cache = Cache(tmp / "cache")
     with pytest.raises(BuildError) as raised:
-        build(MLIR, {}, NPU2, "xclbin", cache=Cache(tmp / "cache"), progress=lambda *_: None)
-    (entry,) = [p for p in (tmp / "cache").iterdir() if p.is_dir()]
+        build(MLIR, {}, NPU2, image, cache=cache, progress=lambda *_: None)
+    (staged,) = [p for p in (tmp / "cache").iterdir()]
+    outputs = {"xclbin": "final.xclbin + insts.bin", "elf": "aie.elf"}[image]
     assert str(raised.value).startswith(
-        "aiecc exited 0 on design.mlir -> final.xclbin + insts.bin but did not write "
-        f"final.xclbin, insts.bin in {entry}.\ncommand: "
+        f"aiecc exited 0 on design.mlir -> {outputs} but {fault} in {staged}.\ncommand: "
     )
+    assert cache.entries() == []
 
 
 # ---- the real toolchain ------------------------------------------------------------------

@@ -1,8 +1,10 @@
-"""Tests of iron.compiler.cache: where the cache lives, keys, and build-at-most-once entries."""
+"""Tests of iron.compiler.cache: where the cache lives, keys, sealed build-at-most-once entries.
+What it refuses to serve, its errors, eviction and `python -m iron cache` are in tests/reliability."""
 
 import hashlib
 import json
 import multiprocessing
+import os
 import time
 from pathlib import Path
 
@@ -46,62 +48,65 @@ def test_content_key_reads_str_as_utf8():
     assert content_key("é", b"x") == content_key("é".encode(), "x")
 
 
-def test_get_or_build_builds_once_and_records(tmp_path):
+def test_get_or_build_builds_once_and_seals_a_manifest(tmp_path):
     cache = Cache(tmp_path)
     calls = []
 
-    def make(entry: Path):
-        calls.append(entry)
-        (entry / "out.txt").write_text("made")
+    def make(staging: Path):
+        calls.append(staging)
+        (staging / "out.txt").write_text("made")
+        (staging / "sub").mkdir()
+        (staging / "sub" / "deep.bin").write_bytes(b"\x00\x01")
         return {"size": 4}
 
-    first = cache.get_or_build("k1", make)
-    second = cache.get_or_build("k1", make)
+    first = cache.get_or_build("k1", make, kind="test")
+    second = cache.get_or_build("k1", make, kind="test")
     assert first == second == tmp_path / "k1"
-    assert calls == [tmp_path / "k1"]
-    assert cache.is_done("k1")
-    assert cache.record("k1") == {"key": "k1", "size": 4}
-    assert json.loads((tmp_path / "k1" / "done.json").read_text()) == {"key": "k1", "size": 4}
-    assert sorted(p.name for p in (tmp_path / "k1").iterdir()) == ["done.json", "out.txt"]
+    assert calls == [tmp_path / "k1.building"]
+    assert cache.manifest("k1") == {
+        "key": "k1",
+        "kind": "test",
+        "size": 4,
+        "files": {
+            "out.txt": {"size": 4, "sha256": hashlib.sha256(b"made").hexdigest()},
+            "sub/deep.bin": {"size": 2, "sha256": hashlib.sha256(b"\x00\x01").hexdigest()},
+        },
+    }
+    assert json.loads((tmp_path / "k1" / "manifest.json").read_text()) == cache.manifest("k1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k1"]
+    assert sorted(p.name for p in (tmp_path / "k1").iterdir()) == ["manifest.json", "out.txt", "sub"]
 
 
-def test_unfinished_entry_is_rebuilt_from_empty(tmp_path):
-    cache = Cache(tmp_path)
-    stale = tmp_path / "k2"
-    stale.mkdir()
-    (stale / "half.o").write_text("crashed here")
-    seen = []
-
-    def make(entry: Path):
-        seen.append(sorted(p.name for p in entry.iterdir()))
-        return {}
-
-    assert not cache.is_done("k2")
-    cache.get_or_build("k2", make)
-    assert seen == [[]]
-    assert not (stale / "half.o").exists()
-
-
-def test_failed_build_is_not_served(tmp_path):
+def test_a_failed_build_stays_staged_and_the_next_starts_from_empty(tmp_path):
     cache = Cache(tmp_path)
 
-    def fail(entry: Path):
-        (entry / "partial").write_text("x")
+    def fail(staging: Path):
+        (staging / "partial").write_text("x")
         raise RuntimeError("tool broke")
 
     with pytest.raises(RuntimeError, match="^tool broke$"):
-        cache.get_or_build("k3", fail)
-    assert not cache.is_done("k3")
-    assert (tmp_path / "k3" / "partial").read_text() == "x"
-    cache.get_or_build("k3", lambda entry: {"second": True})
-    assert cache.record("k3") == {"key": "k3", "second": True}
+        cache.get_or_build("k3", fail, kind="test")
+    assert not (tmp_path / "k3").exists()
+    assert (tmp_path / "k3.building" / "partial").read_text() == "x"
+    seen = []
+
+    def make(staging: Path):
+        seen.append(sorted(p.name for p in staging.iterdir()))
+        return {"second": True}
+
+    cache.get_or_build("k3", make, kind="test")
+    assert seen == [[]]
+    assert cache.manifest("k3")["second"] is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k3"]
 
 
-def test_entry_and_locked_name_the_same_directory(tmp_path):
-    cache = Cache(tmp_path / "root")
-    with cache.locked("k4") as entry:
-        assert entry == cache.entry("k4") == tmp_path / "root" / "k4"
-        assert (tmp_path / "root" / "k4.lock").exists()
+def test_the_lock_file_exists_while_held_and_is_removed_after(tmp_path):
+    cache = Cache(tmp_path)
+    seen = []
+    cache.get_or_build("k4", lambda staging: seen.append((tmp_path / "k4.lock").exists()) or {},
+                       kind="test")
+    assert seen == [True]
+    assert not (tmp_path / "k4.lock").exists()
 
 
 def _build_in_process(root: str, log: str, barrier, results) -> None:
@@ -109,11 +114,11 @@ def _build_in_process(root: str, log: str, barrier, results) -> None:
         with open(log, "a") as f:
             f.write("build\n")
         time.sleep(0.3)
-        (entry / "result.txt").write_text(f"built in {entry.name}")
+        (entry / "result.txt").write_text(f"built in process {os.getpid()}")
         return {}
 
     barrier.wait()
-    entry = Cache(Path(root)).get_or_build("shared", make)
+    entry = Cache(Path(root)).get_or_build("shared", make, kind="test")
     results.put((entry / "result.txt").read_text())
 
 
@@ -133,4 +138,5 @@ def test_two_processes_build_the_same_key_once(tmp_path):
         worker.join(timeout=30)
         assert worker.exitcode == 0
     assert log.read_text() == "build\n"
-    assert got == ["built in shared", "built in shared"]
+    assert got[0] == got[1] and got[0].startswith("built in process ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["builds.log", "shared"]

@@ -43,6 +43,7 @@ def xrt(monkeypatch, tmp_path):
     fake.fake_state.on_complete = device
     monkeypatch.setattr("iron.runtime.compiled.CompiledGraph.build", build)
     monkeypatch.setattr("iron.runtime.xrt.load_pyxrt", lambda: fake)
+    monkeypatch.setattr("iron.runtime.xrt.describe_npu", lambda: "RyzenAI-npu4")
     monkeypatch.setenv("IRON_BACKEND", "xrt")
     monkeypatch.setenv("IRON_QUIET", "1")
     return fake

@@ -1,10 +1,11 @@
 """The emulator's native kernel mode (`IRON_EMULATOR_KERNELS=native`): kernel C++ run on the host.
 
 `NativeLibrary.load(sources)` writes a design's kernel sources into an entry of iron's build
-cache (`<cache_dir()>/native/<sha256 of the sources and flags>/`), compiles every `.cc` among
-them into one shared library with the host C++ compiler (`$CXX`, else `g++`), and loads it with
-ctypes. The cache (iron.compiler.cache) reuses a finished build and holds a file lock around
-building, so two processes never build one entry at once.
+cache (`<cache_dir()>/<sha256 of the sources and flags>/`), compiles every `.cc` among them into
+one shared library with the host C++ compiler (`$CXX`, else `g++`), and loads it with ctypes.
+The cache (iron.compiler.cache) serves a finished build only while it matches its manifest and
+builds each entry once across processes. Loading runs the library's code, so it is loaded only
+from a cache directory no other account can write (`Cache.require_private`).
 `lib.call(symbol, args, types)` calls one `extern "C"` kernel symbol on numpy arrays in place.
 `library_sources()` (from iron.kernels.base) is iron's own kernel library (iron/kernels/cc).
 
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from iron.compiler.cache import Cache, cache_dir, content_key
+from iron.compiler.cache import Cache, content_key
 from iron.errors import BuildError, KernelTypeError, ToolchainMissing
 from iron.kernels.base import library_sources  # noqa: F401 - re-exported for the emulator
 
@@ -35,25 +36,32 @@ BYTE = ctypes.c_char
 ARGUMENT_TYPES = {"ptr": ctypes.c_void_p, "i32": ctypes.c_int32, "f32": ctypes.c_float}
 
 
-
 def compiler_command() -> list[str]:
     """`$CXX` split like a shell word list (it may carry a launcher or flags), else `g++`."""
-    command = shlex.split(os.environ.get("CXX", "")) or ["g++"]
-    if shutil.which(command[0]) is None:
+    cxx = os.environ.get("CXX", "")
+    try:
+        command = shlex.split(cxx) or ["g++"]
+    except ValueError as exc:
         raise ToolchainMissing(
-            f"The host C++ compiler {command[0]!r} (from $CXX, else g++) is not installed or not "
-            f"on PATH, and the emulator's native kernel mode needs it to compile kernel sources. "
-            f"Install it with `apt-get install g++`, or set $CXX to an installed C++ compiler."
-        )
+            f"CXX={cxx!r} cannot be split into a command as a shell would ({exc}), so the "
+            f"emulator's native kernel mode cannot run the host C++ compiler. Balance the quotes "
+            f"in $CXX (for example CXX=\"ccache g++\"), or unset it to use g++."
+        ) from None
     return command
 
 
-def build(entry: Path, sources: Mapping[str, str]) -> dict[str, object]:
+def build(entry: Path, sources: Mapping[str, str], compiler: list[str]) -> dict[str, object]:
     """Write `sources` into the cache entry and compile their .cc files into its shared library."""
+    if shutil.which(compiler[0]) is None:
+        raise ToolchainMissing(
+            f"The host C++ compiler {compiler[0]!r} (from $CXX, else g++) is not installed or not "
+            f"on PATH, and the emulator's native kernel mode needs it to compile kernel sources. "
+            f"Install it with `apt-get install g++`, or set $CXX to an installed C++ compiler."
+        )
     for name, text in sources.items():
         (entry / name).write_text(text)
     units = sorted(name for name in sources if name.endswith(".cc"))
-    command = [*compiler_command(), *COMPILE_FLAGS, "-o", LIBRARY_NAME, *units]
+    command = [*compiler, *COMPILE_FLAGS, "-o", LIBRARY_NAME, *units]
     result = subprocess.run(command, cwd=entry, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BuildError(
@@ -62,6 +70,22 @@ def build(entry: Path, sources: Mapping[str, str]) -> dict[str, object]:
             f"Fix the C++ errors above in the kernel sources, then load them again."
         )
     return {"command": command}
+
+
+def library_entry(sources: Mapping[str, str]) -> Path:
+    """The verified cache entry of `sources` built with `compiler_command()`, built first if
+    needed; CacheError if another account could write it (loading it would run their code)."""
+    compiler = compiler_command()
+    names = sorted(sources)
+    key = content_key("native", *compiler, *COMPILE_FLAGS, *names, *(sources[n] for n in names))
+    cache = Cache()
+    cache.ensure_root()
+    cache.require_private()
+    entry = cache.get_or_build(
+        key, lambda staging: build(staging, sources, compiler), kind="native"
+    )
+    cache.require_private(entry, entry / LIBRARY_NAME)
+    return entry
 
 
 def pointer(symbol: str, position: int, array: np.ndarray) -> object:
@@ -90,11 +114,7 @@ class NativeLibrary:
     @classmethod
     def load(cls, sources: Mapping[str, str]) -> NativeLibrary:
         """Build `sources` (file name -> C++ text) unless already cached, then load the library."""
-        names = sorted(sources)
-        key = content_key(*COMPILE_FLAGS, *names, *(sources[name] for name in names))
-        cache = Cache(cache_dir() / "native")
-        entry = cache.get_or_build(key, lambda empty_entry: build(empty_entry, sources))
-        library = entry / LIBRARY_NAME
+        library = library_entry(sources) / LIBRARY_NAME
         return cls(library, ctypes.CDLL(str(library)))
 
     def call(self, symbol: str, args: Sequence, types: Sequence[str]) -> None:
