@@ -3,10 +3,13 @@ compares every state (the reference's host copy and each compiled version's devi
 weight and param of the given graphs, and the cache directory, before and after."""
 from contextlib import contextmanager
 
+import numpy as np
 import pytest
 
+import iron
 from iron.frontend.declarations import State
 from iron.frontend.trace import find_declarations
+from iron.kernels import Copy
 
 
 @pytest.fixture
@@ -39,3 +42,20 @@ def snapshot(graphs, compiled, cache_dir) -> dict:
     files = sorted((str(p.relative_to(cache_dir)), p.stat().st_size) for p in cache_dir.rglob("*")) if cache_dir.exists() else []
     seen["cache"] = files
     return seen
+
+
+class Trail(iron.Graph):
+    """A state a failing case elsewhere must leave as it was."""
+
+    def __init__(self):
+        self.trail = iron.state((4,), np.int32, name="trail")
+
+    def body(self, x):
+        return Copy.step(x, out=self.trail)
+
+
+@pytest.fixture
+def trail():
+    g = Trail()
+    g.reference(np.array([5, 6, 7, 8], np.int32))
+    return g

@@ -12,23 +12,6 @@ from iron.kernels.registry import lookup
 ALLOWED = "a C identifier (ASCII letters, digits and '_', not starting with a digit) of at most 64 characters"
 
 
-class Trail(iron.Graph):
-    """A state the failing cases must leave as it was."""
-
-    def __init__(self):
-        self.trail = iron.state((4,), np.int32, name="trail")
-
-    def body(self, x):
-        return Copy.step(x, out=self.trail)
-
-
-@pytest.fixture
-def trail():
-    g = Trail()
-    g.reference(np.array([5, 6, 7, 8], np.int32))
-    return g
-
-
 def kernel_named(name):
     return type("UserKernel", (iron.Kernel,), {"name": name, "compute": staticmethod(lambda x: x)})
 

@@ -122,9 +122,9 @@ def test_a_handle_kept_from_another_trace_is_refused(acc, unchanged):
              (ReturnsTensor, {"x": ((4,), np.int32)}, tensor.format("ReturnsTensor")),
              (UsesValue, {}, value)]
     for graph, specs, text in cases:
-        for attempt in (lambda: graph().compile(**specs), lambda: graph().trace(**specs)):
+        for way in ("compile", "trace"):
             with unchanged(g, compiled=[compiled]), pytest.raises(TracedValueError) as raised:
-                attempt()
+                getattr(graph(), way)(**specs)
             assert str(raised.value) == text
 
 

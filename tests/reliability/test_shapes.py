@@ -15,21 +15,6 @@ DEVICE = ("but the device addresses at most 2147483647 of each (int32 kernel siz
           "Split it into smaller tensors.")
 
 
-class Trail(iron.Graph):
-    def __init__(self):
-        self.trail = iron.state((4,), np.int32, name="trail")
-
-    def body(self, x):
-        return Copy.step(x, out=self.trail)
-
-
-@pytest.fixture
-def trail():
-    g = Trail()
-    g.reference(np.array([5, 6, 7, 8], np.int32))
-    return g
-
-
 @pytest.mark.parametrize("shape", [(0,), (4, -2), (2.5,), "x", (True,)])
 def test_a_state_axis_that_is_not_a_positive_int_is_refused(shape, trail, unchanged):
     with unchanged(trail), pytest.raises(DeclarationError) as raised:
