@@ -84,14 +84,14 @@ class CarriedLoop:
     def _iterate(self, end: int, epoch: int):
         try:
             while self._epoch == epoch:
+                if self._done:   # while the host handles it, depth - 1 runs are in flight (depth 1: lockstep)
+                    yield self._done.popleft()
+                    continue
                 while self._launched < end and len(self._in_flight) < self.depth:
                     self._launch(self.body.session, self._ring[self._launched % self.depth])
-                if self._done:
-                    yield self._done.popleft()
-                elif self._in_flight:
-                    self._wait_oldest()
-                else:
+                if not self._in_flight:
                     return
+                self._wait_oldest()
         finally:
             if self._epoch == epoch:
                 self.settle()
@@ -138,7 +138,7 @@ def check_loop(first, body, depth):
     for role, c in (("first", first), ("body", body)):
         if not isinstance(c, CompiledGraph):
             raise LoopError(f"CarriedLoop's {role} must be a CompiledGraph (graph.compile(...)), not {type(c).__name__}.")
-    limit = body.device.max_in_flight
+    limit = body.device.max_in_flight   # commands in flight per hardware context (docs/platform.md section 9)
     if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= limit:
         raise LoopError(
             f"CarriedLoop depth={depth!r}: depth is how many runs are kept in flight, an int from 1 to {limit}: "

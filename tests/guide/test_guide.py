@@ -74,9 +74,21 @@ EXPECTED = {
         f"device loop (npu2, 8 + 1 transitions): trail {WALK_TRAIL} -> matches the numpy walk (exact)",
     ],
     "section-5/feeds.py": [
+        "first's words: node, steps, skip, steps + 1",
+        "body's words: node, steps, steps + 1",
         f"host-driven (npu2): trail {TRAIL} -> matches numpy (exact)",
         "device loop (depth 2): yielded [0, 1, 2, 3, 4, 5], last carry {'node': 6, 'steps': 7}",
         f"device loop (npu2): trail {TRAIL} -> matches numpy (exact)",
+    ],
+    "section-5/resume.py": [
+        "start: yielded [], 1 transitions, carry {'node': 10, 'steps': 1} -> matches the numpy walk (exact)",
+        "steps(3): yielded [0, 1, 2], 4 transitions, carry {'node': 5, 'steps': 4} -> matches the numpy walk (exact)",
+        "steps(4): yielded [3, 4, 5, 6], 8 transitions, carry {'node': 3, 'steps': 8} -> matches the numpy walk "
+        "(exact)",
+        "steps(10), break at 8: yielded [7, 8], 11 transitions, carry {'node': 7, 'steps': 11} -> matches the "
+        "numpy walk (exact)",
+        "steps(2): yielded [10, 11], 13 transitions, carry {'node': 4, 'steps': 13} -> matches the numpy walk "
+        "(exact)",
     ],
     "section-6/does_not_fit.py": [
         "RunningSum: DoesNotFit: RunningSum does not fit tile_0_2: its buffers take 132096 bytes but a compute "

@@ -230,32 +230,32 @@ def test_leaving_the_iterator_early_waits_out_the_runs_in_flight(leave):
             consume()
     else:
         consume()
-    # the runs in flight when index 3 was yielded (first and body steps 0..3 done, 4 more started)
-    # completed before the iterator let go, and nothing else started
-    assert body.session.emulator.launches == 1 + 4 + 4
-    assert loop.transitions == 9 and dict(loop.carry) == reference_carry(succ, 1, 9)
-    np.testing.assert_array_equal(body.read("trail")[:9], numpy_walk(succ, 1, 9))
-    np.testing.assert_array_equal(body.read("trail")[9:], 0)
-    assert list(loop.steps(2)) == [8, 9]   # and the loop resumes from there
-    assert dict(loop.carry) == reference_carry(succ, 1, 11)
+    # the runs in flight when index 3 was yielded (first and body steps 0..3 done, depth - 1 = 3
+    # more started) completed before the iterator let go, and nothing else started
+    assert body.session.emulator.launches == 1 + 4 + 3
+    assert loop.transitions == 8 and dict(loop.carry) == reference_carry(succ, 1, 8)
+    np.testing.assert_array_equal(body.read("trail")[:8], numpy_walk(succ, 1, 8))
+    np.testing.assert_array_equal(body.read("trail")[8:], 0)
+    assert list(loop.steps(2)) == [7, 8]   # and the loop resumes from there
+    assert dict(loop.carry) == reference_carry(succ, 1, 10)
 
 
 def test_a_write_while_runs_are_in_flight_waits_for_them_and_none_lands_after_it():
     succ, walk, body, loop = walk_loop(depth=3)
     it = loop.run(12, node=1, steps=0)
-    assert [next(it) for _ in range(2)] == [0, 1]   # first and steps 0, 1 done; steps 2..4 in flight
+    assert [next(it) for _ in range(2)] == [0, 1]   # first and steps 0, 1 done; steps 2, 3 in flight
     body.write(walk.trail, np.zeros(13, np.int32))
     assert list(it) == list(range(2, 12))           # the steps that completed during the write still count
     trail, expect = body.read("trail"), numpy_walk(succ, 1, 13)
-    np.testing.assert_array_equal(trail[:6], 0)     # first and steps 0..4 ran before the write
-    np.testing.assert_array_equal(trail[6:], expect[6:])
+    np.testing.assert_array_equal(trail[:5], 0)     # first and steps 0..3 ran before the write
+    np.testing.assert_array_equal(trail[5:], expect[5:])
 
 
 def test_a_host_call_of_another_version_waits_out_the_loop_first():
     steps = 8
     succ, trail, first, body, loop = trail_loop(steps, depth=3)
     it = loop.run(steps, np.array(9, np.int32), node=0, steps=0)
-    assert [next(it) for _ in range(2)] == [0, 1]   # transitions 3..5 in flight, writing trail[3..5]
+    assert [next(it) for _ in range(2)] == [0, 1]   # transitions 3, 4 in flight, writing trail[3], trail[4]
     first(np.array(11, np.int32), node=0, steps=4)  # a host call writing trail[4]
     assert list(it) == list(range(2, steps))
     expect = np.concatenate([[9], numpy_walk(succ, 9, steps)])
