@@ -184,3 +184,51 @@ def scalar_vars(node: Node) -> set[str]:
         if s.is_scalar:
             out |= scalar_vars(s)
     return out
+
+
+# ---- what a kernel call reads and writes ---------------------------------------------------------
+
+def tensor_inputs(call: Node) -> tuple[Node, ...]:
+    """The tensors a call reads: its inputs, and its destination when it accumulates into it."""
+    c = call.arg
+    reads = call.src[: c.n_inputs]
+    if c.writes and c.kernel.accumulates:
+        reads = (*reads, call.src[c.n_inputs])
+    return reads
+
+
+def destination(call: Node) -> Node | None:
+    """The view of a state a call writes (out=), or None."""
+    return call.src[call.arg.n_inputs] if call.arg.writes else None
+
+
+def external_inputs(calls) -> list[Node]:
+    """Distinct tensors the calls read that none of them computes, in first-use order."""
+    made = set(calls)
+    return list(dict.fromkeys(n for call in calls for n in tensor_inputs(call) if n not in made))
+
+
+def is_host_tensor(node: Node) -> bool:
+    """An input, a declared memory or a view of one: a tensor the host holds."""
+    return node.op in (Op.INPUT, Op.MEMORY, Op.VIEW)
+
+
+def is_gather(node: Node) -> bool:
+    """A view picked through a per-call index."""
+    return node.op == Op.VIEW and any(a.dynamic is not None for a in node.arg)
+
+
+def state_of(node: Node) -> str | None:
+    """The name of the state a tensor is (or is a view of), or None."""
+    memory = node.src[0] if node.op == Op.VIEW else node
+    return memory.arg[1] if memory.op == Op.MEMORY and memory.arg[0] == "state" else None
+
+
+def nbytes(node: Node) -> int:
+    return node.size * node.dtype.itemsize
+
+
+def call_label(program: Program, call: Node) -> str:
+    """`Copy#1`: the kernel and the call's position in the body, as errors name calls."""
+    index = next(i for i, c in enumerate(program.calls) if c is call)
+    return f"{call.arg.kernel.__name__}#{index}"

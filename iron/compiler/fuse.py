@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from aie_utils.devices import COMPUTE_TILE
-from iron.ir import Node, Op, Program
+from iron.ir import Node, Op, Program, external_inputs, is_gather, nbytes, tensor_inputs
 from iron.kernels.library import (
     Accumulate,
     Add,
@@ -76,38 +74,6 @@ def live_calls(program: Program) -> list[Node]:
             live.append(call)
             needed |= set(call.src)
     return live[::-1]
-
-
-def call_label(program: Program, call: Node) -> str:
-    """`Copy#1`: the kernel and the call's position in the body, as errors name calls."""
-    index = next(i for i, c in enumerate(program.calls) if c is call)
-    return f"{call.arg.kernel.__name__}#{index}"
-
-
-# ---- what a call reads -------------------------------------------------------------------------
-
-def tensor_inputs(call: Node) -> tuple[Node, ...]:
-    """The tensors a call reads: its inputs, and its destination when it accumulates into it."""
-    c = call.arg
-    reads = call.src[: c.n_inputs]
-    if c.writes and c.kernel.accumulates:
-        reads = (*reads, call.src[c.n_inputs])
-    return reads
-
-
-def is_gather(node: Node) -> bool:
-    """A view picked through a per-call index."""
-    return node.op == Op.VIEW and any(a.dynamic is not None for a in node.arg)
-
-
-def external_inputs(calls: list[Node]) -> list[Node]:
-    """Distinct tensors the calls read that none of them computes, in first-use order."""
-    made = set(calls)
-    return list(dict.fromkeys(n for call in calls for n in tensor_inputs(call) if n not in made))
-
-
-def nbytes(node: Node) -> int:
-    return int(np.prod(node.shape, dtype=np.int64)) * node.dtype.itemsize
 
 
 def held_bytes(calls: list[Node]) -> int:

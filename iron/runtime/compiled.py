@@ -38,7 +38,7 @@ def _device(device):
 
 
 def compile_graph(graph, specs, named_specs, *, device=None, feeds=None) -> "CompiledGraph":
-    from iron.compiler.lower import lower_program
+    from iron.compiler.compile import compile_program
 
     device = _device(device)
     if feeds is not None and not isinstance(feeds, CompiledGraph):
@@ -47,7 +47,7 @@ def compile_graph(graph, specs, named_specs, *, device=None, feeds=None) -> "Com
     key = (id(program), device.name, id(feeds) if feeds is not None else None)
     cache = graph._iron["compiled"]
     if key not in cache:
-        plan = lower_program(program, device, feeds=feeds.plan if feeds is not None else None)
+        plan = compile_program(program, device, feeds=feeds.plan if feeds is not None else None)
         cache[key] = CompiledGraph(graph, program, plan, feeds)
         if debug.enabled():
             debug.say(f"compiled {plan.name} for {device.name}:\n{cache[key].describe()}")

@@ -2,8 +2,8 @@
 split MLP in its summary."""
 
 from aie_utils import from_name
+from iron.compiler.compile import compile_program
 from iron.compiler.describe import describe, word_text
-from iron.compiler.lower import lower_program
 from iron.compiler.plan import Const, WordDef, WordKind, WordRef
 from tests.compiler import designs
 
@@ -45,13 +45,13 @@ next carried values (host):
 
 
 def test_walk_on_npu2_is_described_exactly():
-    plan = lower_program(designs.trace(designs.walk(8)), from_name("npu2"))
+    plan = compile_program(designs.trace(designs.walk(8)), from_name("npu2"))
     assert describe(plan) == WALK_NPU2
 
 
 def test_a_description_is_deterministic():
-    first = describe(lower_program(designs.trace(designs.mlp(2, 256)), from_name("npu1")))
-    second = describe(lower_program(designs.trace(designs.mlp(2, 256)), from_name("npu1")))
+    first = describe(compile_program(designs.trace(designs.mlp(2, 256)), from_name("npu1")))
+    second = describe(compile_program(designs.trace(designs.mlp(2, 256)), from_name("npu1")))
     assert first == second
     assert "  mem_0_1: split g1_w_mem -> g1_w0, g1_w1 at bytes 0, 16384\n" in first
     assert "  split_matrix_over_tiles: g1: layers.0.w (256, 256) float32 (262144 bytes) split by rows over 2 tiles\n" in first

@@ -5,7 +5,8 @@ import numpy as np
 
 import iron
 from iron import Scratchpad
-from iron.compiler.fuse import RULES, call_label, fuse, live_calls
+from iron.compiler.fuse import RULES, fuse, live_calls
+from iron.ir import call_label
 from iron.kernels import Accumulate, Add, Copy, Exp, MatVec, RMSNorm, SiLU, Softmax
 from tests.compiler import designs
 

@@ -1,4 +1,4 @@
-"""lower_program (iron/compiler/lower.py): the exact Plan of Walk (what the host runtime wires),
+"""compile_program (iron/compiler/compile.py): the exact Plan of Walk (what the host runtime wires),
 npu1 against npu2, add-one and Accumulate objects, forwarding, waits on state writers, the
 Emit of a version feeding another, and the DMA splitting and BD recycling of the sequence."""
 
@@ -10,7 +10,7 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Carried, Scratchpad
-from iron.compiler.lower import Move, dma_patterns, finish_sequence, lower_program
+from iron.compiler.compile import compile_program
 from iron.compiler.plan import (
     Acquire,
     Core,
@@ -36,6 +36,7 @@ from iron.compiler.plan import (
     Wait,
     WordRef,
 )
+from iron.compiler.sequence import Move, dma_patterns, finish_sequence
 from iron.compiler.words import Access
 from iron.errors import LoopError
 from iron.kernels import Accumulate, Add, Copy, Exp, Softmax
@@ -48,7 +49,7 @@ F32 = np.float32
 
 
 def walk_plan(device):
-    return lower_program(designs.trace(designs.walk(8)), device)
+    return compile_program(designs.trace(designs.walk(8)), device)
 
 
 def copy(source: Ptr, dest: Ptr) -> KernelStep:
@@ -131,7 +132,7 @@ def test_walk_on_npu1_differs_from_npu2_only_by_the_emit():
 
 
 def test_add_one_moves_one_object_with_the_input_and_the_ones():
-    plan = lower_program(designs.trace(designs.add_one(1024)), NPU2)
+    plan = compile_program(designs.trace(designs.add_one(1024)), NPU2)
     assert [(f.name, f.nbytes) for f in plan.fifos] == [("g0_in", 8192), ("g0_host", 4096)]
     assert plan.function("g0").steps == (
         KernelStep("add_i32", (Ptr("g0_in"), Ptr("g0_in", 4096), Ptr("g0_host"), Imm(1024))),)
@@ -141,7 +142,7 @@ def test_add_one_moves_one_object_with_the_input_and_the_ones():
 
 
 def test_accumulate_copies_the_row_then_adds_into_it():
-    plan = lower_program(designs.trace(designs.accumulate_at(n=64, rows=4)), NPU2)
+    plan = compile_program(designs.trace(designs.accumulate_at(n=64, rows=4)), NPU2)
     assert plan.function("g0").steps == (
         KernelStep("copy_i32", (Ptr("g0_in", 256), Ptr("g0_host"), Imm(64))),
         KernelStep("accumulate_i32", (Ptr("g0_in"), Ptr("g0_host"), Imm(64))))
@@ -155,7 +156,7 @@ class Soft(iron.Graph):
 
 
 def test_softmax_without_a_length_passes_n_and_a_shared_input_is_forwarded():
-    plan = lower_program(Soft().trace(x=((16,), F32)), NPU2)
+    plan = compile_program(Soft().trace(x=((16,), F32)), NPU2)
     assert plan.function("g1").steps == (
         KernelStep("softmax_f32", (Ptr("g0_out"), Ptr("g1_host"), Imm(16), Imm(16))),)
     assert plan.function("g0").steps[-1] == KernelStep("copy_f32", (Ptr("g0_in"), Ptr("g0_out"), Imm(16)))
@@ -168,7 +169,7 @@ class TwiceInOneGroup(iron.Graph):
 
 
 def test_a_tensor_read_twice_by_one_group_is_loaded_once_and_not_forwarded():
-    plan = lower_program(TwiceInOneGroup().trace(x=((8,), np.int32), y=((8,), np.int32)), NPU2)
+    plan = compile_program(TwiceInOneGroup().trace(x=((8,), np.int32), y=((8,), np.int32)), NPU2)
     assert [(f.name, f.nbytes) for f in plan.fifos] == [("g0_in", 64), ("g0_host", 32)]
     assert not [rule for rule, _ in plan.rules if rule == "forward_shared_input"]
 
@@ -183,7 +184,7 @@ class WriteThenRead(iron.Graph):
 
 
 def test_a_reader_of_a_state_waits_for_its_writer():
-    plan = lower_program(WriteThenRead().trace(x=((8,), F32)), NPU2)
+    plan = compile_program(WriteThenRead().trace(x=((8,), F32)), NPU2)
     ops = [(type(op).__name__, op.fifo, getattr(op, "bd_id", None)) for op in plan.sequence]
     assert ops == [("Dma", "g0_in", 0), ("Dma", "g0_in", 1), ("Dma", "g0_host", 2), ("Wait", "g0_host", None),
                    ("Dma", "g1_in", 2), ("Dma", "g1_host", 3), ("Wait", "g1_host", None)]
@@ -202,8 +203,8 @@ class Seeded(iron.Graph):
 
 def test_the_emit_of_a_first_version_writes_the_words_of_the_body_it_feeds():
     graph = Seeded()
-    body = lower_program(graph.trace(), NPU2)
-    first = lower_program(graph.trace(x=((), np.int32)), NPU2, feeds=body)
+    body = compile_program(graph.trace(), NPU2)
+    first = compile_program(graph.trace(x=((), np.int32)), NPU2, feeds=body)
     assert [w.bound for w in first.words] == [None, (0, 8)]
     assert [w.bound for w in body.words] == [(0, 8), (0, 8)]
     assert first.emit.target_words == body.words
@@ -215,12 +216,12 @@ def test_the_emit_of_a_first_version_writes_the_words_of_the_body_it_feeds():
 def test_feeds_with_other_carried_values_or_device_are_refused():
     graph = Seeded()
     with pytest.raises(LoopError) as err:
-        lower_program(graph.trace(), NPU2, feeds=walk_plan(NPU2))
+        compile_program(graph.trace(), NPU2, feeds=walk_plan(NPU2))
     assert str(err.value) == (
         "Seeded carries (pos) but feeds Walk, which carries (node, steps): give both bodies the same "
         "Carried parameters.")
     with pytest.raises(LoopError) as err:
-        lower_program(graph.trace(), NPU2, feeds=lower_program(graph.trace(), from_name("npu2_1col")))
+        compile_program(graph.trace(), NPU2, feeds=compile_program(graph.trace(), from_name("npu2_1col")))
     assert str(err.value) == (
         "Seeded is compiled for npu2 but feeds Seeded, compiled for npu2_1col: compile both versions "
         "for the same device.")

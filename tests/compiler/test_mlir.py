@@ -2,15 +2,13 @@
 block loop with a buffer, split and join links, patched DMAs), the refusals, only allowed ops in
 every test design, determinism, and the goldens of add-one, Walk and an Accumulate at a
 Scratchpad position on npu2 and Walk on npu1: MLIR plus glue sources, regenerated from
-lower_program (tests/compiler/designs.py) and compared byte for byte; IRON_UPDATE_GOLDEN=1
-rewrites them. Without iron/compiler/lower.py the goldens come from the hand-built Plans.
+compile_program (tests/compiler/designs.py) and compared byte for byte; IRON_UPDATE_GOLDEN=1
+rewrites them.
 
 The hand-built Plans and `design_plans()` are also used by test_sources.py."""
 
 import dataclasses
 import functools
-import importlib
-import importlib.util
 import os
 import re
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 
 import aie_utils
 from iron import dtypes
+from iron.compiler.compile import compile_program
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import (
     Acquire,
@@ -464,14 +463,9 @@ TRACED = {   # design name -> (graph, device); the first four have goldens
 
 @functools.cache
 def design_plans() -> dict[str, Plan]:
-    """Every test design's Plan: lowered by lower_program when iron/compiler/lower.py exists
-    (else only the hand-built Plans of the golden designs), plus the hand-built streamed Plan."""
-    if importlib.util.find_spec("iron.compiler.lower") is None:
-        plans = {name: build() for name, build in HAND_BUILT.items()}
-    else:
-        lower_program = importlib.import_module("iron.compiler.lower").lower_program
-        plans = {name: lower_program(designs.trace(design()), aie_utils.from_name(device))
-                 for name, (design, device) in TRACED.items()}
+    """Every test design's compiled Plan, plus the hand-built streamed Plan."""
+    plans = {name: compile_program(designs.trace(design()), aie_utils.from_name(device))
+             for name, (design, device) in TRACED.items()}
     return plans | {"streamed_npu2": streamed_plan()}
 
 

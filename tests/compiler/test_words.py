@@ -1,4 +1,4 @@
-"""The per-call scratchpad layout (iron/compiler/words.py, as lower_program fills it): value
+"""The per-call scratchpad layout (iron/compiler/words.py, as compile_program fills it): value
 words, bounded index words, DMA offset words, core words, "next" words, dedupe, and the views
 the DMA cannot move in whole words."""
 
@@ -8,7 +8,7 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Scratchpad
-from iron.compiler.lower import lower_program
+from iron.compiler.compile import compile_program
 from iron.compiler.plan import Const, Dma, Output, WordDef, WordKind, WordRef
 from iron.errors import PlacementError
 from iron.kernels import Copy, Softmax
@@ -18,7 +18,7 @@ NPU2 = from_name("npu2")
 
 
 def lower(graph, **specs):
-    return lower_program(graph.trace(**specs), NPU2)
+    return compile_program(graph.trace(**specs), NPU2)
 
 
 def patches(plan) -> list[tuple[str, int | None]]:
@@ -26,7 +26,7 @@ def patches(plan) -> list[tuple[str, int | None]]:
 
 
 def test_walk_words_are_node_steps_and_the_next_steps():
-    plan = lower_program(designs.trace(designs.walk(8)), NPU2)
+    plan = compile_program(designs.trace(designs.walk(8)), NPU2)
     assert plan.words == (
         WordDef(0, "node", WordKind.CARRIED, bound=(0, 8), what="successor[node]"),
         WordDef(1, "steps", WordKind.CARRIED, bound=(0, 9), what="trail[steps]"),
@@ -38,7 +38,7 @@ def test_walk_words_are_node_steps_and_the_next_steps():
 
 
 def test_a_row_index_is_scaled_into_a_dma_word():
-    plan = lower_program(designs.trace(designs.accumulate_at(n=64, rows=4)), NPU2)
+    plan = compile_program(designs.trace(designs.accumulate_at(n=64, rows=4)), NPU2)
     assert plan.words == (
         WordDef(0, "pos", WordKind.SCRATCHPAD, bound=(0, 4), what="acc[pos]"),
         WordDef(1, "pos * 64", WordKind.DMA, "mul", WordRef(0), Const(64)),

@@ -1,4 +1,4 @@
-"""The emulator on real Plans: tests/compiler/designs.py lowered by iron.compiler.lower and run
+"""The emulator on real Plans: tests/compiler/designs.py compiled by iron.compiler.compile and run
 through the emulator, with the host's side written inline (constants, inputs and per-call words
 into host buffers, outputs and states read back), compared with `graph.reference(...)`.
 
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from aie_utils import from_name
-from iron.compiler.lower import lower_program
+from iron.compiler.compile import compile_program
 from iron.compiler.plan import HostRole, PlacementKind
 from iron.runtime.emulator import Emulator
 from iron.runtime.words import WordProgram
@@ -34,7 +34,7 @@ def view(words: np.ndarray, placement) -> np.ndarray:
 
 def load(graph, device="npu2", kernels="numpy", replay=True):
     """The graph's Plan loaded on an Emulator, with its weights and params written."""
-    plan = lower_program(designs.trace(graph), from_name(device))
+    plan = compile_program(designs.trace(graph), from_name(device))
     emulator = Emulator(plan, kernels=kernels, replay=replay)
     arrays = graph._arrays()
     for p in plan.placements:
