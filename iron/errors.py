@@ -19,8 +19,9 @@ class DeclarationError(IronError, ValueError):
     """A weight, param or state declaration is malformed."""
 
 
-class CarryError(IronError, ValueError):
-    """The body's iron.carry(...) is missing, misplaced, or does not match its Carried parameters."""
+class CarryError(IronError, TypeError, ValueError):
+    """The body's iron.carry(...) is missing, misplaced, or does not match its Carried parameters,
+    or a Carry is changed in place. A TypeError as in IRON (and a ValueError, as iron raised before)."""
 
 
 class TracedValueError(IronError, TypeError):

@@ -99,6 +99,29 @@ def read_only_copy(arr: np.ndarray) -> np.ndarray:
     return snapshot
 
 
+class Constants:
+    """The numpy arrays a graph's body() passes straight to kernels, as IRON designs do with
+    their weights: each is captured once, the first time a trace uses it, as a param holding a
+    copy of it (so the reference and the device see the values of that moment) and named
+    `const<i>`, a name no declaration of the graph takes."""
+
+    def __init__(self):
+        self._by_id: dict[int, tuple[np.ndarray, Param]] = {}   # keeps the array alive: ids stay unique
+
+    def param(self, array: np.ndarray, taken: set[str]) -> Param:
+        found = self._by_id.get(id(array))
+        if found is not None:
+            return found[1]
+        captured = Param(np.array(array, copy=True))
+        names = taken | {p.name for _, p in self._by_id.values()}
+        captured.name = next(f"const{i}" for i in range(len(names) + 1) if f"const{i}" not in names)
+        self._by_id[id(array)] = (array, captured)
+        return captured
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {p.name: p.array for _, p in self._by_id.values()}
+
+
 def weight(array) -> Weight:
     """Declare a constant table read through a per-call index (`self.emb[tok]`)."""
     return Weight(array)
@@ -109,8 +132,9 @@ def param(array) -> Param:
     return Param(array)
 
 
-def state(shape, dtype, name: str | None = None) -> State:
-    """Declare device-resident memory that persists across calls; `name=` makes it public."""
+def state(shape, dtype=dtypes.bfloat16, name: str | None = None) -> State:
+    """Declare device-resident memory that persists across calls (bfloat16 unless `dtype` says
+    otherwise, as in IRON); `name=` makes it public."""
     if name is not None:
         identifier("iron.state(name=...)", name)
     what = f"iron.state({shape!r}, ...)" if name is None else f"iron.state(name='{name}')"

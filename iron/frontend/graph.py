@@ -13,7 +13,7 @@ import numpy as np
 from iron import dtypes
 from iron.errors import ArgumentError, DeclarationError
 from iron.frontend import shapes
-from iron.frontend.declarations import Memory, Param, State, Weight, read_only_copy
+from iron.frontend.declarations import Constants, Memory, Param, State, Weight, read_only_copy
 from iron.frontend.handles import Carry
 from iron.frontend.trace import Signature, find_declarations, trace
 from iron.ir import Program
@@ -78,7 +78,7 @@ class Graph:
         key = tuple(sorted(spec.items(), key=lambda kv: kv[0]))
         programs = self._iron["programs"]
         if key not in programs:
-            programs[key] = trace(self, self._body(), self._where, spec)
+            programs[key] = trace(self, self._body(), self._where, spec, self._iron["constants"])
         return programs[key]
 
     # ---- states --------------------------------------------------------------------------------
@@ -95,6 +95,7 @@ class Graph:
         for path, mem in find_declarations(self):
             if not isinstance(mem, State):
                 arrays[path] = mem.array
+        arrays.update(self._iron["constants"].arrays())
         return arrays
 
     def read(self, state) -> np.ndarray:
@@ -167,7 +168,7 @@ class Graph:
 def fresh_iron_state(states: dict | None) -> dict:
     """A graph's internal state before anything is traced: its caches and the host copy of its
     states (made on first use when None)."""
-    return {"programs": {}, "references": {}, "states": states, "compiled": {}}
+    return {"programs": {}, "references": {}, "states": states, "compiled": {}, "constants": Constants()}
 
 
 class FunctionGraph(Graph):
@@ -218,7 +219,7 @@ def bind_specs(sig: Signature, where: str, specs: tuple, named: dict) -> dict:
         if spec is None:
             if not optional:
                 raise ArgumentError(
-                    f"{where} needs a spec for tensor '{name}': pass {name}=((shape...), dtype)."
+                    f"{where} needs a spec for tensor '{name}': pass {name}=((shape...), dtype), or the shape alone for bfloat16."
                 )
             out[name] = None
             continue
@@ -227,8 +228,12 @@ def bind_specs(sig: Signature, where: str, specs: tuple, named: dict) -> dict:
 
 
 def _spec(where, name, spec):
+    """(shape, dtype) of a tensor spec: an array, ((shape...), dtype), or a shape alone, which
+    means bfloat16 as in IRON (a dtype is never an int, so a tuple of ints is a shape)."""
     if isinstance(spec, np.ndarray):
         spec = (spec.shape, spec.dtype)
+    if _is_shape(spec):
+        spec = (spec, dtypes.bfloat16)
     try:
         shape, dtype = spec
     except (TypeError, ValueError):
@@ -240,6 +245,13 @@ def _spec(where, name, spec):
         )
     shapes.fits_device(f"tensor '{name}' of {where}", shape, dtype, ArgumentError)
     return shape, np.dtype(dtype)
+
+
+def _is_shape(spec) -> bool:
+    ints = (int, np.integer)
+    if isinstance(spec, ints):
+        return not isinstance(spec, bool)
+    return isinstance(spec, (tuple, list)) and all(isinstance(s, ints) and not isinstance(s, bool) for s in spec)
 
 
 def bind_call(sig: Signature, where: str, tensors: tuple, values: dict) -> tuple[dict, dict]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from iron import dtypes
-from iron.errors import TracedValueError
+from iron.errors import CarryError, TracedValueError
 from iron.ir import Node, Op, describe
 
 I32 = np.dtype(np.int32)
@@ -186,7 +186,7 @@ class Carry(dict):
     __slots__ = ()
 
     def _immutable(self, *args, **kwargs):
-        raise TypeError("a Carry is immutable: build a new one with iron.carry(...) or dict(carry)")
+        raise CarryError("a Carry is immutable: build a new one with iron.carry(...) or dict(carry)")
 
     __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = __ior__ = _immutable
 
@@ -197,6 +197,11 @@ class Carry(dict):
         return f"Carry({', '.join(f'{k}={v!r}' for k, v in self.items())})"
 
 
-def carry(**next_values) -> Carry:
+def carry(*values, **next_values) -> Carry:
     """Name the next value of every Carried parameter; return it last from body()."""
+    if values:
+        raise CarryError(
+            f"iron.carry got {len(values)} positional value(s): name each next value after its Carried "
+            "parameter, e.g. iron.carry(node=nxt, steps=steps + 1)."
+        )
     return Carry(next_values)

@@ -21,7 +21,7 @@ from iron.errors import (
     WriteHazard,
 )
 from iron.frontend import shapes
-from iron.frontend.declarations import Memory
+from iron.frontend.declarations import Constants, Memory
 from iron.frontend.handles import I32, Carry, Scalar, Tensor, _PerCall
 from iron.ir import Declaration, Node, Op, Program, describe, scalar_vars
 from iron.names import attribute_path
@@ -40,11 +40,14 @@ def current_trace(kernel) -> Trace:
 
 
 class Trace:
-    """The calls recorded so far while one body() runs."""
+    """The calls recorded so far while one body() runs, and the numpy arrays it used as operands
+    (captured as params of the graph's `constants`; `declared` are the names they may not take)."""
 
-    def __init__(self, where: str, roots: tuple[Node, ...] = ()):
+    def __init__(self, where: str, constants: Constants, declared: set[str], roots: tuple[Node, ...] = ()):
         self.where = where
         self.calls: list[Node] = []
+        self.constants, self.declared = constants, declared
+        self.captured: dict[str, Node] = {}   # name -> MEMORY node of each array used
         self.made = {id(n) for n in roots}    # the inputs and memories this trace bound, then its calls
 
     def record(self, node: Node):
@@ -83,11 +86,26 @@ class Trace:
             return self.owned(value.node)
         if isinstance(value, Memory):
             return value._traced_node()
+        if isinstance(value, np.ndarray):
+            return self._captured(kernel, position, value)
         what = f"per-call value {describe(value.node)}" if isinstance(value, Scalar) else type(value).__name__
         raise KernelTypeError(
             f"operand {position} of {kernel.__name__} in {self.where} is a {what}: kernel operands are "
             "tensors (inputs, kernel outputs, weights, params, states or views of them)."
         )
+
+    def _captured(self, kernel, position, array: np.ndarray) -> Node:
+        if dtypes.as_dtype(array.dtype) is None or array.ndim == 0:
+            raise KernelTypeError(
+                f"operand {position} of {kernel.__name__} in {self.where} is a numpy array of shape {array.shape} "
+                f"and dtype {array.dtype}: iron captures it as a constant, which needs at least one axis and one of "
+                f"the dtypes {dtypes.supported_text()}. Convert it first, e.g. array.astype(np.float32)."
+            )
+        param = self.constants.param(array, self.declared)
+        if param.name not in self.captured:
+            self.captured[param.name] = Node(Op.MEMORY, (), param.shape, param.dtype, (param.kind, param.name))
+            self.made.add(id(self.captured[param.name]))
+        return self.captured[param.name]
 
     def __enter__(self):
         if getattr(_local, "trace", None) is not None:
@@ -221,8 +239,9 @@ def bind_declarations(found: list[tuple[str, Memory]], where: str) -> tuple[tupl
 
 # ---- the trace ---------------------------------------------------------------------------------
 
-def trace(graph, fn, where: str, specs: dict[str, tuple | None]) -> Program:
-    """Trace `fn` (graph.body) for tensor `specs` (name -> (shape, dtype), None when omitted)."""
+def trace(graph, fn, where: str, specs: dict[str, tuple | None], constants: Constants) -> Program:
+    """Trace `fn` (graph.body) for tensor `specs` (name -> (shape, dtype), None when omitted);
+    numpy arrays it passes to kernels become params of `constants`."""
     sig = Signature(fn, where)
     found = find_declarations(graph)
     declarations, memories = bind_declarations(found, where)
@@ -239,13 +258,15 @@ def trace(graph, fn, where: str, specs: dict[str, tuple | None]) -> Program:
     scalars = [Node(Op.VAR, (), (), I32, (name, kind)) for name, kind in sig.values]
     kwargs = {v.arg[0]: Scalar(v) for v in scalars}
     try:
-        with Trace(where, (*inputs, *memories, *scalars)) as t:
+        with Trace(where, constants, {d.name for d in declarations}, (*inputs, *memories, *scalars)) as t:
             returned = fn(*args, **kwargs)
             outputs, next_values, returns = _returned(t, returned, sig, where)
             t.check_per_call_values([*t.calls, *(node for _, node in next_values)])
     finally:
         for _, mem in found:
             mem.node = None
+    declarations += tuple(Declaration(n.arg[0], name, n.shape, n.dtype) for name, n in t.captured.items())
+    memories += tuple(t.captured.values())
     calls = tuple(t.calls)
     check_hazards(calls, where)
     read = read_names(calls, next_values) | set(sig.carried)   # every carried value is a word the Emit writes
