@@ -47,6 +47,13 @@ def is_library(kernel: type) -> bool:
     return kernel.__module__ == LIBRARY_MODULE
 
 
+def copy_kernel() -> type:
+    """The library kernel that copies (Copy): how compiled designs move data between objects."""
+    from iron.kernels.library import LIBRARY
+
+    return next(k for k in LIBRARY if k.copies)
+
+
 def lookup(symbol: str) -> KernelSymbol:
     """The kernel `symbol` calls: `<name>_<in>` (the default output) or `<name>_<in>_<out>`."""
     for found in (_two_types(symbol), _one_type(symbol)):
