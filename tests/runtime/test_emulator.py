@@ -1,12 +1,11 @@
 """Tests of the emulator (iron.runtime.emulator) on hand-built Plans: add-one over 1024 int32
 (numpy and native kernels), persistence of cores and Buffers across launches, FIFO depth, split
-and join links, runs in order with at most 4 in flight, bad command state, the scratchpad and an
-Emit-like core on npu2 (refused on npu1), and every load and launch error text (DMA limits, BD
-reuse, waits without a token, word bounds, DeviceHang, DoesNotFit, bindings), the numpy kernel
-calls against Kernel.emulate for every library kernel (float32 or int32, bfloat16, a Python int
-result), loops unrolled or not, and replay: once launches repeat, replayed ones leave every host
-buffer as launches run task by task do, fail alike, and launches that carry a transfer over or
-repeat too late are never replayed. Integers are exact.
+and join links, broadcasts, strided DMAs, runs in order with at most 4 in flight, bad command
+state, the scratchpad and an Emit-like core, word bounds and patched offsets checked at launch,
+plan rules left to check_plan, DeviceHang texts, the numpy kernel calls against Kernel.emulate
+for every library kernel, loops unrolled or not, and replay: once launches repeat, replayed ones
+leave every host buffer as launches run task by task do, fail alike, and launches that carry a
+transfer over or repeat too late are never replayed. Integers are exact.
 Real Plans from the compiler are tested in test_emulator_designs.py.
 """
 import shutil
@@ -52,6 +51,7 @@ from iron.errors import (
     BackendUnavailable,
     DeviceHang,
     IndexOutOfRange,
+    KernelTypeError,
     PlanError,
 )
 from iron.kernels import LIBRARY
@@ -453,6 +453,17 @@ def test_a_wait_no_token_can_satisfy_waits_forever():
     assert ints(emulator.buffer("outputs"))[:1024].tolist() == [8] * 1024
 
 
+def test_a_core_that_acquires_nothing_is_refused_at_load():
+    """It would never wait, so the scheduler could never finish a launch."""
+    plan = accumulate_plan()
+    idle = Core(CORE, "g0", (Invoke("tally", ("in", "acc", "count", "out")),))
+    with pytest.raises(PlanError) as err:
+        Emulator(Plan(**{**plan.__dict__, "cores": (idle,)}))
+    assert str(err.value) == (
+        "core tile_0_2 (group g0) acquires nothing, so it would spin forever: give its program an Acquire."
+    )
+
+
 def test_a_patched_offset_out_of_its_host_buffer_is_refused_at_launch():
     plan = trail_plan()
     plan = Plan(**{**plan.__dict__, "words": (WordDef(0, "steps", WordKind.SCRATCHPAD),)})
@@ -533,8 +544,7 @@ def test_numpy_kernel_calls_do_what_kernel_emulate_does(kernel, dtype, out):
 
 
 class Total(iron.Kernel):
-    """2**33 + the sum of x, as a Python int (a non-array result beyond int32, which the cast to
-    the output dtype wraps), written to every output element."""
+    """2**33 + the sum of x, as a Python int: not an array of the output's shape and dtype."""
 
     name = "total"
 
@@ -543,8 +553,15 @@ class Total(iron.Kernel):
         return 2**33 + int(x.astype(np.int64).sum())
 
 
-def test_a_kernel_returning_a_python_int_wraps_as_kernel_emulate_does():
-    assert_numpy_call_is_emulate(Total, np.dtype(np.int32))
+def test_a_user_kernel_returning_a_python_int_is_refused_as_kernel_emulate_refuses_it():
+    with pytest.raises(KernelTypeError) as emulated:
+        Total.emulate(np.int32, [np.ones(6, np.int32), np.zeros(6, np.int32)], (6,), {})
+    with pytest.raises(KernelTypeError) as called:
+        numpy_call(lookup("total_i32"), [], [])([np.ones(6, np.int32), np.zeros(6, np.int32)], (6,), ())
+    assert str(emulated.value) == str(called.value) == (
+        "Total.compute() returned int but this call's output is (6,) int32: return a numpy array of that "
+        "shape and dtype (e.g. result.astype(np.int32))."
+    )
 
 
 def random_values(rng, dtype, n):
