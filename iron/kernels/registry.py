@@ -1,9 +1,7 @@
-"""Find a kernel class by its C symbol (`add_f32` -> Add on float32, `matvec_i8_i32` -> MatVec
-from int8 to int32).
-
-The emulator runs KernelSteps by symbol; this is how it gets back to the kernel's numpy
-semantics without the traced Program. It searches iron's library and every user subclass of
-`iron.Kernel` that has been defined; it does not import or load kernels itself.
+"""Finding a kernel class by its C symbol (`add_f32` -> Add on float32, `matvec_i8_i32` -> MatVec
+from int8 to int32), so the emulator gets from a Plan's kernel steps back to the numpy semantics
+without the traced Program; it searches iron's library and every user subclass of `iron.Kernel`
+defined so far.
 """
 from __future__ import annotations
 
