@@ -22,8 +22,8 @@ def test_a_state_axis_that_is_not_a_positive_int_is_refused(shape, trail, unchan
     assert str(raised.value) == f"iron.state({shape!r}, ...) has shape {shape!r}: every axis needs a positive int size."
 
 
-def test_a_state_without_axes_is_refused():
-    with pytest.raises(DeclarationError) as raised:
+def test_a_state_without_axes_is_refused(trail, unchanged):
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
         iron.state((), np.int32, name="s")
     assert str(raised.value) == "iron.state(name='s') has shape (): give a state at least one axis, e.g. (1,)."
 
@@ -53,18 +53,18 @@ def test_a_state_of_1e9_elements_is_past_the_default_host_budget(trail, unchange
     )
 
 
-def test_the_host_budget_is_configurable(monkeypatch):
+def test_the_host_budget_is_configurable(monkeypatch, trail, unchanged):
     monkeypatch.setenv("IRON_STATE_MAX_BYTES", "1000")
     assert iron.state((250,), np.int32).shape == (250,)
-    with pytest.raises(DeclarationError) as raised:
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
         iron.state((251,), np.int32)
     assert str(raised.value) == f"iron.state((251,), ...) would take 1004 bytes, more than the 1000 bytes {HOST}"
 
 
 @pytest.mark.parametrize("value", ["lots", "0", "-5"])
-def test_a_budget_that_is_not_a_positive_number_is_refused(value, monkeypatch):
+def test_a_budget_that_is_not_a_positive_number_is_refused(value, monkeypatch, trail, unchanged):
     monkeypatch.setenv("IRON_STATE_MAX_BYTES", value)
-    with pytest.raises(DeclarationError) as raised:
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
         iron.state((4,), np.int32)
     assert str(raised.value) == f"IRON_STATE_MAX_BYTES is {value!r}: set it to a positive number of bytes."
 
@@ -148,7 +148,7 @@ def test_a_tensor_spec_past_2_31_elements_is_refused_not_lowered(trail, unchange
     )
 
 
-def test_a_tensor_too_large_for_tile_memory_does_not_fit_with_the_numbers():
-    with pytest.raises(DoesNotFit) as raised:
+def test_a_tensor_too_large_for_tile_memory_does_not_fit_with_the_numbers(trail, unchanged):
+    with unchanged(trail), pytest.raises(DoesNotFit) as raised:
         Twice().compile(((10**9,), np.int8))
     assert str(raised.value).startswith("Twice does not fit tile_0_2: its buffers take 2000001024 bytes but a compute tile has 65536")
