@@ -1,8 +1,11 @@
 """Which kernel class owns each kernel name, and finding it by C symbol (`add_f32` -> Add on
-float32, `matvec_i8_i32` -> MatVec from int8 to int32), since a Plan names kernels by symbol.
-Each class claims its name once, when it is defined: a name another class (above all one of
-iron's library) already claimed is a DeclarationError, so no user kernel stands in for a library
-one; defining the same class again (a re-run notebook cell, a reloaded module) replaces it.
+float32, `matvec_i8_i32` -> MatVec from int8 to int32).
+
+A Plan names kernels by C symbol; the emulator, the sources printer and the invariants find
+the class back here. Each class claims its name once, when it is defined (`Kernel.__init_subclass__`
+calls `claim`): a name already claimed by another class, above all one of iron's library, is a
+DeclarationError, so no user kernel can stand in for a library one. Defining the same class again
+(same module and qualified name: a re-run notebook cell, a reloaded module) replaces it.
 """
 from __future__ import annotations
 
@@ -45,9 +48,8 @@ def is_library(kernel: type) -> bool:
 
 
 def copy_kernel() -> type:
-    """The library kernel that copies (Copy): how compiled designs move data between objects. The
-    library has claimed its names by now: importing this module imports iron.kernels first."""
-    return next(k for k in _OWNERS.values() if k.copies and is_library(k))
+    """The library kernel that copies (Copy): how compiled designs move data between objects."""
+    return next(k for k in _OWNERS.values() if is_library(k) and k.copies)
 
 
 def lookup(symbol: str) -> KernelSymbol:
