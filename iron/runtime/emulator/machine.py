@@ -89,7 +89,7 @@ class Emulator:
         self.plan, self.launches, self.replayed = plan, 0, 0
         self._buffers = {b.name: np.zeros(b.nwords, np.uint32) for b in plan.host_buffers}
         self._words = _words_buffer(plan)
-        self._bounds = [(w.index, w.bound, w.what or w.name, w.name) for w in plan.words if w.bound is not None]
+        self._bounds = [(w.index, w.bound, w.what or w.name, w.name, w.tensor) for w in plan.words if w.bound is not None]
         self._board = Board()
         self._queue: deque = deque()
         self._runs = 0
@@ -258,10 +258,10 @@ class Emulator:
         if not self._bounds:
             return
         values = words.view(np.int32)
-        for index, (lo, hi), what, name in self._bounds:
+        for index, (lo, hi), what, name, tensor in self._bounds:
             value = int(values[index])
             if not lo <= value < hi:
-                raise IndexOutOfRange.at(what, name, value, lo, hi)
+                raise IndexOutOfRange.at(what, name, value, lo, hi, tensor)
 
     def _run_until_quiet(self):
         ready = self._board.ready
