@@ -18,7 +18,7 @@ from iron.frontend.handles import (
     maximum,
     minimum,
 )
-from iron.kernels import Kernel, Role, Within
+from iron.kernels import Kernel, Role, Within, concat
 
 min = minimum
 max = maximum
@@ -39,6 +39,7 @@ __all__ = [
     "Within",
     "bfloat16",
     "carry",
+    "concat",
     "errors",
     "graph",
     "max",
