@@ -53,8 +53,8 @@ def scalar(node: Node, env: dict) -> int:
 
 def check_bounds(program: Program, env: dict):
     """Evaluate every per-call expression and every view's index, refusing a value out of its
-    range (a view's index, or an attribute its kernel declares bounded, as Softmax's length),
-    all before any kernel runs."""
+    range (a view's index, or an attribute its kernel bounds, such as Softmax's valid length), all
+    before any kernel runs."""
     for call in program.calls:
         c = call.arg
         for view in call.src[:c.n_inputs + c.writes]:
@@ -62,7 +62,7 @@ def check_bounds(program: Program, env: dict):
                 env[view] = index(view, env)
         for name, expr in zip(c.scalar_attrs, call.src[c.n_inputs + c.writes:]) if c.scalar_attrs else ():
             value = scalar(expr, env)
-            if name in c.kernel.bounds:   # only an attribute its kernel declares bounded (Within)
+            if name in c.kernel.bounds:
                 lo, hi = c.kernel.bounds[name].range([n.shape for n in call.src[:c.n_inputs]])
                 if not lo <= value < hi:
                     raise IndexOutOfRange.at(f"{c.kernel.__name__} {name}={describe(expr)}", describe(expr), value, lo, hi)
