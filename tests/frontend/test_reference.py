@@ -131,4 +131,4 @@ def test_a_user_kernels_bounded_attribute_is_checked_as_it_declares():
     with pytest.raises(IndexOutOfRange) as e:
         Keep().reference(x, c=9)
     assert str(e.value) == ("Prefix count=c with c = 9 is out of range: c must be in 0..8; nothing was written. "
-                            "Keep c in range, or keep it between 0 and 8.")
+                            "Keep c between 0 and 8.")
