@@ -15,6 +15,8 @@ import numpy as np
 class Term(Enum):
     """A Plan enum; a member reads as its value in messages ("shim", "mm2s")."""
 
+    __hash__ = object.__hash__   # members are singletons: hash them as such (Tiles key many dicts)
+
     def __str__(self) -> str:
         return self.value
 
@@ -343,6 +345,7 @@ class WordDef:
     b: Operand | None = None
     bound: tuple[int, int] | None = None   # value must lie in [lo, hi) (a per-call index)
     what: str = ""                          # the user's text of the index, for the range error
+    tensor: str = ""                        # the tensor an index picks from ("" for a bounded attribute)
 
 
 @dataclass(frozen=True)
