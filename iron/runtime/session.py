@@ -62,12 +62,12 @@ class EmulatorSession:
     """A design loaded on the emulator (iron.runtime.emulator)."""
 
     def __init__(self, compiled):
-        from iron.runtime.emulator import Emulator
+        from iron.runtime.emulator import load
 
         plan = compiled.plan
         self.plan = plan
         self.full_elf = plan.full_elf
-        self.emulator = Emulator(plan, kernels=os.environ.get("IRON_EMULATOR_KERNELS", "numpy"))
+        self.emulator = load(plan, kernels=os.environ.get("IRON_EMULATOR_KERNELS", "numpy"))
         self.device_states = shared_states(compiled)
         self.states = self.device_states.words
         self.buffers = {b.name: self.emulator.buffer(b.name) for b in plan.host_buffers}
