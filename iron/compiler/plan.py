@@ -365,6 +365,16 @@ class Emit:
 
 
 @dataclass(frozen=True)
+class Cut:
+    """Where one segment ends and the next begins: before group `before`, with `values` (call
+    labels) crossing through their DDR buffers, `nbytes` in all."""
+
+    before: str
+    nbytes: int
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Plan:
     device: Any                              # aie_utils.Device
     name: str
@@ -389,6 +399,7 @@ class Plan:
     closed_by: dict[str, str] = field(default_factory=dict, compare=False)  # group -> the rule that closed it
     segments: tuple[Plan, ...] = ()   # a design bigger than the array: its configurations, run in order
                                       # (iron/compiler/segment.py); this Plan holds their host side
+    cuts: tuple[Cut, ...] = ()        # between consecutive segments
 
     @property
     def configurations(self) -> tuple[Plan, ...]:

@@ -13,11 +13,12 @@ from typing import Callable
 
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.fuse import Group
-from iron.compiler.plan import HostRole, Placement, PlacementKind, Plan
+from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
 from iron.compiler.words import WordTable
 from iron.errors import DoesNotFit, PlacementError
 from iron.ir import Node, Op, Program, call_label, nbytes
 
+FEWEST_BYTES_CUT = "fewest_bytes_cut"
 CUT_WINDOW = 4   # a segment may end anywhere in the last 1/CUT_WINDOW of the groups that fit
 
 
@@ -32,7 +33,10 @@ class Segment:
 def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds: Plan | None,
                      compile_groups: Callable, refused: Exception) -> Plan:
     """The design as segments that each compile (`compile_groups(program, groups, device, feeds,
-    table, placements)` is the whole-design pass list); `refused`: why it does not fit whole."""
+    table, placements)` is the whole-design pass list); `refused`: why it does not fit whole,
+    raised as it is when there is nothing to cut (one group)."""
+    if len(groups) < 2:
+        raise refused
     flow = Flow(program, groups)
     tried = flow.placements(flow.read_later())   # any value may cross while the cuts are sought
 
@@ -53,16 +57,21 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
     emit = plans[-1].emit
     buffers = host_buffers(placements, len(words), None if emit is None else len(emit.target_words))
     plans = [replace(p, host_buffers=buffers, words=words) for p in plans]
+    cuts = tuple(flow.cut(s.stop) for s in segments[:-1])
     return Plan(
         device=device, name=program.name, full_elf=device.full_elf, image=plans[0].image, tiles=(),
         host_buffers=buffers, placements=placements, fifos=(), links=(), buffers=(), functions=(), cores=(),
         sequence=(), words=words, emit=emit, carry=plans[-1].carry,
         groups=tuple(g for p in plans for g in p.groups),
-        rules=(*flow.cut_rules(segments), *(r for p in plans for r in p.rules)),
+        rules=(*((FEWEST_BYTES_CUT, _cut_text(c)) for c in cuts), *(r for p in plans for r in p.rules)),
         holds={k: v for p in plans for k, v in p.holds.items()},
         closed_by={k: v for p in plans for k, v in p.closed_by.items()},
-        segments=tuple(plans),
+        segments=tuple(plans), cuts=cuts,
     )
+
+
+def _cut_text(cut: Cut) -> str:
+    return f"cut before {cut.before}: {cut.nbytes} bytes cross ({', '.join(cut.values) or 'nothing'})"
 
 
 def fewest_bytes_cut(flow: Flow, attempt: Callable, device, refused: Exception) -> list[Segment]:
@@ -215,14 +224,10 @@ class Flow:
         sub = replace(program, inputs=tuple(ordered), calls=calls, outputs=tuple(outputs), carry=carry)
         return sub, groups
 
-    def cut_rules(self, segments: list[Segment]) -> list[tuple[str, str]]:
-        rules = []
-        for s in segments[:-1]:
-            crossing = self.crossing(s.stop)
-            names = ", ".join(call_label(self.program, n) for n in crossing) or "nothing"
-            rules.append(("fewest_bytes_cut", f"cut before {self.groups[s.stop].name}: "
-                                              f"{self.crossing_bytes(s.stop)} bytes cross ({names})"))
-        return rules
+    def cut(self, before: int) -> Cut:
+        values = self.crossing(before)
+        return Cut(self.groups[before].name, sum(nbytes(n) for n in values),
+                   tuple(call_label(self.program, n) for n in values))
 
 
 def _calls_read(node: Node, include_self: bool = False) -> list[Node]:
