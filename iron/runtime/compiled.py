@@ -132,9 +132,15 @@ class CompiledGraph:
         return describe(self.plan)
 
     def build(self, progress=None):
-        """Build with aiecc and Peano into the cache (ToolchainMissing when they are absent)."""
+        """Build with aiecc and Peano into the cache (ToolchainMissing when they are absent). A
+        segmented xclbin design (npu1) builds one xclbin per segment: a tuple of Artifacts."""
         from iron.compiler.build import build
+        from iron.compiler.mlir import print_mlir
+        from iron.compiler.sources import kernel_sources
 
+        if self.artifacts is None and self.plan.segments and not self.plan.full_elf:
+            self.artifacts = tuple(build(print_mlir(s), kernel_sources(s), self.device, s.image, progress=progress)
+                                   for s in self.plan.segments)
         if self.artifacts is None:
             self.artifacts = build(self.mlir, self.sources, self.device, self.plan.image, progress=progress)
         return self.artifacts
