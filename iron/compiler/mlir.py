@@ -32,7 +32,7 @@ ALLOWED_OPS = frozenset({
     "aie.objectfifo.release", "aie.objectfifo.subview.access", "aie.core", "aie.end", "aie.buffer",
     "func.func", "func.call", "aie.runtime_sequence", "aiex.npu.dma_memcpy_nd", "aiex.npu.dma_wait",
     "arith.constant", "arith.index_cast", "scf.for",
-    "aiex.configure", "aiex.run",   # a segmented full ELF's @main (docs/platform.md section 8)
+    "aiex.configure", "aiex.run",   # a segmented full ELF's @main (docs/platform.md section 7)
 })
 FOREVER = 9223372036854775807   # the core loop's bound: cores start once and never return
 SEQUENCE = "sequence"           # the runtime sequence's symbol

@@ -1,5 +1,5 @@
 """Segments: a graph that needs more compute tiles, DMA channels or tile memory than the device
-has runs as a sequence of configurations within one call (docs/platform.md section 8). Its fused
+has runs as a sequence of configurations within one call (docs/platform.md section 7). Its fused
 groups are cut, in program order, into segments that each compile on the device (the rule
 `fewest_bytes_cut`); each segment is compiled by the same passes as a whole design, as a Program
 of its own calls. A value one segment computes and a later one reads crosses the cut through a

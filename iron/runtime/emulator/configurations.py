@@ -2,7 +2,8 @@
 segment, each loaded as an Emulator of its own, all sharing the design's host buffers (DDR). A
 launch does what a full ELF's `@main` sequence or the host's segment-by-segment runs do: load
 configuration k (its cores from the start of their programs, its FIFOs empty, its tile memory
-cleared: nothing survives a reconfiguration but DDR), run its sequence to the end, then the next.
+cleared: nothing survives a reconfiguration but DDR, docs/platform.md section 7), run its
+sequence to the end, then the next.
 `load(plan)` gives the Emulator or the Configurations a Plan needs; both take the same calls.
 """
 from __future__ import annotations
