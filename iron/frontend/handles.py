@@ -306,13 +306,33 @@ def _slice_start(base: Node, source: Node, item: slice) -> Node:
 
 
 def _slice_length(base: Node, item: slice) -> int:
-    """k of `[pos:pos + k]`: the stop must be the start plus a fixed int k >= 1."""
+    """k of `[pos:pos + k]` (or `[pos - k:pos]`): stop - start must come out a fixed int k >= 1."""
     start, stop = as_scalar_node(item.start), as_scalar_node(item.stop)
-    if stop is not None and stop.op == Op.ADD:
-        for first, second in (stop.src, stop.src[::-1]):
-            if first is start and second.op == Op.CONST and second.arg >= 1:
-                return second.arg
+    if stop is not None:
+        terms, k = _linear(stop, 1)
+        minus, k0 = _linear(start, -1)
+        for key, n in minus.items():
+            terms[key] = terms.get(key, 0) + n
+        if k + k0 >= 1 and not any(terms.values()):
+            return k + k0
     _refuse_slice(base, item)
+
+
+def _linear(node: Node, sign: int) -> tuple[dict, int]:
+    """`sign * node` as ({term: coefficient}, constant) over + and -, each other expression a term."""
+    if node.op == Op.CONST:
+        return {}, sign * node.arg
+    if node.op in (Op.ADD, Op.SUB):
+        (ta, ca), (tb, cb) = _linear(node.src[0], sign), _linear(node.src[1], sign if node.op == Op.ADD else -sign)
+        for key, n in tb.items():
+            ta[key] = ta.get(key, 0) + n
+        return ta, ca + cb
+    return {_term(node): sign}, 0
+
+
+def _term(node: Node):
+    """A key equal for equal scalar expressions (each tensor by identity)."""
+    return (node.op, node.arg, tuple(_term(s) if s.is_scalar else id(s) for s in node.src))
 
 
 def _refuse_slice(base: Node, item: slice):

@@ -67,6 +67,12 @@ EXPECTED = {
         "ParamIndexed: TracedValueError: param 'proj' is indexed by per-call value 'tok': a param is used whole. "
         "Declare it with iron.weight(...) to read it through a per-call index.",
     ],
+    "section-4/views.py": [
+        "reference: vcache rows 2..3 = [[1, 6, 12, -23], [0, 0, -32, 20]] -> matches numpy (exact)",
+        "compiled (npu2): vcache rows 2..3 = [[1, 6, 12, -23], [0, 0, -32, 20]] -> matches numpy (exact)",
+        "pos=4: kcache[pos] with pos = 4 is out of range: pos must be in 0..3; nothing was written. "
+        "Keep pos in range, or make 'kcache' larger.",
+    ],
     "section-5/carried_loop.py": [
         f"host-driven (npu2, 9 calls): trail {WALK_TRAIL} -> matches the numpy walk (exact)",
         re.compile(r"device loop \(depth 2\): first \+ 8 body steps, last carry \{'node': 10, 'steps': 9\}, "
