@@ -18,12 +18,14 @@ from iron.kernels.library import (
     Accumulate,
     Add,
     Argmax,
+    Cast,
     Copy,
     Exp,
     MatMul,
     MatVec,
     Mul,
     ReLU,
+    Requantize,
     RMSNorm,
     Scale,
     SiLU,
@@ -33,7 +35,7 @@ from iron.kernels.library import (
 
 MATRIX_OPS = (MatVec, MatMul)
 REDUCTIONS = (RMSNorm, Softmax, Argmax)
-ELEMENTWISE = (Copy, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate)
+ELEMENTWISE = (Copy, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, Cast, Requantize)
 MAX_INPUTS = 4
 SIZE_LIMIT = COMPUTE_TILE.data_memory_bytes // 2
 STREAM_OBJECT_BYTES = 16 * 1024   # a streamed matrix holds at most this much in L1 at a time

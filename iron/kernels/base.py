@@ -155,7 +155,8 @@ class Kernel:
     @classmethod
     def step(cls, *args, out=None, dtype=None, **attrs):
         """Record one call of this kernel in the body being traced; returns its output handle
-        (or the `out` view it wrote)."""
+        (or the `out` view it wrote). The inputs share one dtype, which the kernel computes in;
+        `dtype=` names the output's, one of `out_dtypes(<the inputs' dtype>)`."""
         from iron.frontend.handles import Tensor
         from iron.frontend.trace import current_trace
 
