@@ -24,7 +24,7 @@ def select_backend() -> str:
                 f"IRON_BACKEND={forced!r} is not a backend: use IRON_BACKEND=emulator or IRON_BACKEND=xrt."
             )
         if forced == "xrt":
-            _require_npu()
+            _require_xrt()
         _announce(forced, "IRON_BACKEND is set")
         return forced
     from iron.runtime.xrt import describe_npu, load_pyxrt
@@ -42,7 +42,7 @@ def select_backend() -> str:
     return "xrt"
 
 
-def _require_npu() -> None:
+def _require_xrt() -> None:
     from iron.runtime.xrt import describe_npu, load_pyxrt
 
     if describe_npu() is None:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from filelock import FileLock
 
-from iron.__main__ import main
+from iron.__main__ import main, show
 from iron.compiler.build import FLAGS_GET, build
 from iron.compiler.cache import Cache, content_key, entry_damage
 from iron.errors import BuildError, CacheError
@@ -378,11 +378,14 @@ def _as_an_account_that_cannot_write(action) -> str:
     if pid == 0:  # pragma: no cover - the child
         text = ""
         try:
+            os.setgroups([])
             os.setgid(65534)
             os.setuid(65534)
             action()
         except CacheError as error:
             text = str(error)
+        except BaseException as error:
+            text = f"unexpected {type(error).__name__}: {error}"
         finally:
             os.write(write, text.encode())
             os._exit(0)
@@ -507,6 +510,9 @@ def test_an_entry_larger_than_the_bound_is_kept_until_the_next(tmp_path):
     assert [e.key for e in cache.entries()] == [first]
     cache.get_or_build(second, _filled(4000, []), kind="test")
     assert [e.key for e in cache.entries()] == [second]
+    assert show(cache).splitlines()[0] == (
+        f"iron cache {root}: 1 entry, 4.1 KiB of at most 100 B (IRON_CACHE_MAX_BYTES)"
+    )
 
 
 # ---- python -m iron cache -----------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The emulator's native kernel mode (`IRON_EMULATOR_KERNELS=native`): kernel C++ run on the host.
 
 `NativeLibrary.load(sources)` writes a design's kernel sources into an entry of iron's build
-cache (`<cache_dir()>/<sha256 of the sources and flags>/`), compiles every `.cc` among them into
+cache (`<cache_dir()>/<sha256 of compiler, flags, sources>/`), compiles every `.cc` among them into
 one shared library with the host C++ compiler (`$CXX`, else `g++`), and loads it with ctypes.
 The cache (iron.compiler.cache) serves a finished build only while it matches its manifest and
 builds each entry once across processes. Loading runs the library's code, so it is loaded only
