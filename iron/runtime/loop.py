@@ -100,8 +100,6 @@ class CarriedLoop:
         """Wait out the runs in flight (a host call, read or write of the graph does this first)."""
         while self._in_flight:
             self._wait_oldest()
-        for states in self._device_states():
-            states.loops.discard(self)
 
     def _leave(self):
         """End what the last start or steps left running: its runs complete, its iterator stops."""
@@ -110,22 +108,25 @@ class CarriedLoop:
         self._done.clear()
 
     def _launch(self, session, run, words=None):
-        if not self._in_flight:
-            for states in self._device_states():
-                states.loops.add(self)
         session.start(run, words=words)
+        if not self._in_flight:
+            self._register(True)
         self._in_flight.append((self._launched, session, run))
         self._launched += 1
 
     def _wait_oldest(self):
         t, session, run = self._in_flight.popleft()
+        if not self._in_flight:
+            self._register(False)
         session.wait(run)
         self._completed += 1
         if t:
             self._done.append(t - 1)
 
-    def _device_states(self):
-        return {id(s): s for s in (self.first.session.device_states, self.body.session.device_states)}.values()
+    def _register(self, in_flight: bool):
+        """Be (or stop being) one of the loops the graph's host calls wait out."""
+        for states in {id(s): s for s in (self.first.session.device_states, self.body.session.device_states)}.values():
+            (states.loops.add if in_flight else states.loops.discard)(self)
 
 
 def check_steps(method: str, steps):

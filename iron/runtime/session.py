@@ -45,8 +45,8 @@ class DeviceStates:
         self.loops: set = set()   # CarriedLoops with runs in flight
 
     def settle(self):
-        for loop in list(self.loops):
-            loop.settle()
+        while self.loops:   # a loop leaves the set when its last run in flight completes
+            next(iter(self.loops)).settle()
 
 
 def shared_states(compiled) -> DeviceStates:
