@@ -18,7 +18,7 @@ from iron.frontend.handles import (
     maximum,
     minimum,
 )
-from iron.kernels import Kernel
+from iron.kernels import Kernel, Role, Within
 
 min = minimum
 max = maximum
@@ -30,11 +30,13 @@ __all__ = [
     "Graph",
     "Kernel",
     "Param",
+    "Role",
     "Scalar",
     "Scratchpad",
     "State",
     "Tensor",
     "Weight",
+    "Within",
     "bfloat16",
     "carry",
     "errors",

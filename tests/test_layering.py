@@ -24,6 +24,7 @@ PASSES = ("compile", "fuse", "place", "route", "channels", "lower", "objects", "
 RULES = [
     ("ir.py", {"iron"}, "the IR imports nothing above it"),
     ("compiler", {"iron.runtime", "iron.frontend", "iron.reference"}, "the compiler never imports the runtime"),
+    ("compiler", {"iron.kernels.library"}, "the compiler decides from kernel traits, never library classes"),
     ("runtime/emulator", {"iron.frontend", "iron.reference", *(f"iron.compiler.{m}" for m in PASSES)},
      "the emulator knows only the Plan"),
 ]

@@ -14,28 +14,8 @@ from dataclasses import dataclass
 
 from aie_utils.devices import COMPUTE_TILE
 from iron.ir import Node, Op, Program, external_inputs, is_gather, nbytes, tensor_inputs
-from iron.kernels.library import (
-    Accumulate,
-    Add,
-    Argmax,
-    Cast,
-    Copy,
-    Exp,
-    MatMul,
-    MatVec,
-    Mul,
-    ReLU,
-    Requantize,
-    RMSNorm,
-    Scale,
-    SiLU,
-    Softmax,
-    Sub,
-)
+from iron.kernels.base import Role
 
-MATRIX_OPS = (MatVec, MatMul)
-REDUCTIONS = (RMSNorm, Softmax, Argmax)
-ELEMENTWISE = (Copy, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, Cast, Requantize)
 MAX_INPUTS = 4
 SIZE_LIMIT = COMPUTE_TILE.data_memory_bytes // 2
 STREAM_OBJECT_BYTES = 16 * 1024   # a streamed matrix holds at most this much in L1 at a time
@@ -81,7 +61,7 @@ def live_calls(program: Program) -> list[Node]:
 def held_bytes(calls: list[Node]) -> int:
     """What a group holds on its tile, estimated: every external input (a matrix operand at most
     one stream object) and every call's result."""
-    matrices = {c.src[0] for c in calls if issubclass(c.arg.kernel, MATRIX_OPS)}
+    matrices = {c.src[0] for c in calls if role(c) is Role.MATRIX}
     total = sum(min(nbytes(n), STREAM_OBJECT_BYTES) if n in matrices else nbytes(n)
                 for n in external_inputs(calls))
     return total + sum(nbytes(c) for c in calls)
@@ -89,18 +69,23 @@ def held_bytes(calls: list[Node]) -> int:
 
 # ---- the rules ---------------------------------------------------------------------------------
 
+def role(call: Node) -> Role:
+    """The Role the called kernel declares."""
+    return call.arg.kernel.role
+
+
 def matrix_op_starts_group(group: list[Node], call: Node) -> bool:
-    """A MatVec/MatMul begins a new group; after one, only elementwise library calls (Add, SiLU,
-    Copy, ...) may join, as its epilogue."""
-    if issubclass(call.arg.kernel, MATRIX_OPS):
+    """A matrix call (MatVec, MatMul) begins a new group; after one, only elementwise calls
+    (Add, SiLU, Copy, ...) may join, as its epilogue."""
+    if role(call) is Role.MATRIX:
         return True
-    has_matrix = any(issubclass(c.arg.kernel, MATRIX_OPS) for c in group)
-    return has_matrix and not issubclass(call.arg.kernel, ELEMENTWISE)
+    has_matrix = any(role(c) is Role.MATRIX for c in group)
+    return has_matrix and role(call) is not Role.ELEMENTWISE
 
 
 def reduction_ends_group(group: list[Node], call: Node) -> bool:
-    """After an RMSNorm, Softmax or Argmax the group closes."""
-    return issubclass(group[-1].arg.kernel, REDUCTIONS)
+    """After a row reduction (RMSNorm, Softmax, Argmax) the group closes."""
+    return role(group[-1]) is Role.ROW_REDUCTION
 
 
 def state_write_ends_group(group: list[Node], call: Node) -> bool:

@@ -23,7 +23,7 @@ from iron.ir import (
     is_host_tensor,
     tensor_inputs,
 )
-from iron.kernels.library import Copy, Softmax
+from iron.kernels.registry import copy_kernel
 
 I32 = np.dtype(np.int32)
 
@@ -126,7 +126,7 @@ class Part:
 
 
 def copy_step(dtype, count: int, source: Ptr, dest: Ptr) -> KernelStep:
-    return KernelStep(Copy.symbol(dtype), (source, dest, Imm(max(1, count))))
+    return KernelStep(copy_kernel().symbol(dtype), (source, dest, Imm(max(1, count))))
 
 
 def pack(ctx: Context, site: Site) -> list[Part]:
@@ -179,10 +179,11 @@ def dynamic_attrs(call: Node) -> list[tuple[str, Node]]:
 
 
 def attr_word(ctx: Context, call: Node, name: str, expr: Node) -> int:
-    if issubclass(call.arg.kernel, Softmax) and name == "length":
-        n = call.src[0].shape[0]
-        what = f"{call.arg.kernel.__name__} {name}={describe(expr)}"
-        return ctx.table.bounded(expr, 1, n + 1, what, WordKind.CORE)
+    """The core word holding a per-call attribute, bounded as its kernel declares (`bounds`)."""
+    kernel = call.arg.kernel
+    if name in kernel.bounds:
+        lo, hi = kernel.bounds[name].range([n.shape for n in call.src[: call.arg.n_inputs]])
+        return ctx.table.bounded(expr, lo, hi, f"{kernel.__name__} {name}={describe(expr)}", WordKind.CORE)
     return ctx.table.word(expr, WordKind.CORE)
 
 

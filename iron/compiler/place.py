@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from iron.compiler.channels import MemChannels
-from iron.compiler.fuse import ELEMENTWISE, MATRIX_OPS, STREAM_OBJECT_BYTES, Group
+from iron.compiler.fuse import STREAM_OBJECT_BYTES, Group, role
 from iron.compiler.plan import Tile, TileKind
 from iron.errors import PlacementError
 from iron.ir import Node, Op, Program, describe, is_host_tensor, nbytes, tensor_inputs
-from iron.kernels.library import MatVec
+from iron.kernels.base import Role
 
 SPLIT_PART_BYTES = 128 * 1024
 SPLIT_COUNTS = (2, 4, 8)
@@ -131,9 +131,9 @@ def l1_share(device) -> int:
 
 
 def stream_large_matrix(group: Group, tiles, parts: int, channels, device) -> Stream | None:
-    """Stream the group's leading MatVec/MatMul matrix when it is larger than its L1 share."""
+    """Stream the group's leading matrix call's matrix when it is larger than its L1 share."""
     first = group.calls[0]
-    if not issubclass(first.arg.kernel, MATRIX_OPS):
+    if role(first) is not Role.MATRIX:
         return None
     matrix = first.src[0]
     if not is_host_tensor(matrix) or (parts == 1 and nbytes(matrix) <= l1_share(device)):
@@ -164,19 +164,19 @@ def split_parts(group: Group, outside: dict[Node, tuple[str, ...]], spare: int, 
 
 
 def splittable(group: Group, outside: dict[Node, tuple[str, ...]]) -> bool:
-    """A MatVec over a host matrix > 128 KiB whose rows are whole words along the memory's last
-    axis, then only elementwise calls writing no state, with the last call's result its one use
-    outside the group."""
+    """A matrix-vector call (a matrix call with a vector result, MatVec) over a host matrix
+    > 128 KiB whose rows are whole words along the memory's last axis, then only elementwise
+    calls writing no state, with the last call's result its one use outside the group."""
     first, last = group.calls[0], group.calls[-1]
     matrix = first.src[0]
-    if not issubclass(first.arg.kernel, MatVec) or not is_host_tensor(matrix):
+    if role(first) is not Role.MATRIX or len(first.shape) != 1 or not is_host_tensor(matrix):
         return False
     if nbytes(matrix) <= SPLIT_PART_BYTES or (nbytes(matrix) // matrix.shape[0]) % 4:
         return False
     if matrix.op == Op.VIEW and not matrix.arg[-1].keeps_axis:
         return False
     epilogue = group.calls[1:]
-    if any(not issubclass(c.arg.kernel, ELEMENTWISE) or c.arg.writes for c in epilogue):
+    if any(role(c) is not Role.ELEMENTWISE or c.arg.writes for c in epilogue):
         return False
     if any(outside.get(c) for c in group.calls[:-1]):
         return False

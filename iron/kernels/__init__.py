@@ -1,7 +1,7 @@
 """Kernels: the `Kernel` base class users subclass, and iron's kernel library.
 
 Kernels describe and compute one call; they do not place, fuse or schedule themselves."""
-from iron.kernels.base import Kernel
+from iron.kernels.base import Kernel, Role, Within
 from iron.kernels.library import (
     LIBRARY,
     Accumulate,
@@ -37,8 +37,10 @@ __all__ = [
     "RMSNorm",
     "ReLU",
     "Requantize",
+    "Role",
     "Scale",
     "SiLU",
     "Softmax",
     "Sub",
+    "Within",
 ]

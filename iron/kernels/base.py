@@ -9,6 +9,8 @@ kernel that `saturates`. This module records calls; it neither runs them nor pla
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,6 +26,29 @@ CC_DIR = Path(__file__).parent / "cc"
 def library_sources() -> dict[str, str]:
     """iron's kernel library: every .cc and .h file of iron/kernels/cc, file name -> text."""
     return {p.name: p.read_text() for p in sorted(CC_DIR.iterdir()) if p.suffix in (".cc", ".h")}
+
+
+class Role(Enum):
+    """What a kernel does with its data, as the compiler needs to know it to fuse and place calls."""
+
+    OTHER = "other"                  # nothing assumed: the call fuses by the general rules only
+    ELEMENTWISE = "elementwise"      # output element i depends only on element i of each input
+    MATRIX = "matrix"                # input 0 is a matrix (M, K); output row i depends on its row i
+    ROW_REDUCTION = "row reduction"  # reads its whole input before writing any output element
+
+
+@dataclass(frozen=True)
+class Within:
+    """How a per-call attribute is bounded: `lo` <= value <= the extent of axis `axis` of input
+    `input` (Softmax's valid length: `Within(1)`, "in 1..n")."""
+
+    lo: int = 0
+    input: int = 0
+    axis: int = 0
+
+    def range(self, shapes: list[tuple[int, ...]]) -> tuple[int, int]:
+        """[lo, hi) for a call on inputs of `shapes`."""
+        return self.lo, shapes[self.input][self.axis] + 1
 
 
 class Kernel:
@@ -42,6 +67,8 @@ class Kernel:
     keeps_dtype: ClassVar[bool] = False       # compute() always returns an array of the output dtype
     saturates: ClassVar[bool] = False         # integer results clamp to the output range, not wrap
     copies: ClassVar[bool] = False            # the output is the input (Copy): writing it needs no compute
+    role: ClassVar[Role] = Role.OTHER         # how fusion and placement may treat its calls
+    bounds: ClassVar[dict[str, Within]] = {}  # per-call attrs checked against a range before a call runs
     source: ClassVar[str | None] = None       # C++ text (user kernels); None: iron/kernels/cc/<name>.cc
 
     REQUIRED = object()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from iron import dtypes
-from iron.kernels.base import Kernel
+from iron.kernels.base import Kernel, Role, Within
 
 FLOATS = dtypes.FLOATS
 I8, U8, I16, I32 = (np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.int32))
@@ -24,6 +24,7 @@ WIDER_DOTS = {I8: frozenset({I32}), U8: frozenset({I32}), I16: frozenset({I32}),
 class Copy(Kernel):
     """out = x. With a view input it gathers (`w[node]`); with out= a view it scatters."""
 
+    role = Role.ELEMENTWISE
     keeps_dtype = copies = True
     name = "copy"
     exact_in_dtype = True
@@ -36,6 +37,7 @@ class Copy(Kernel):
 class Add(Kernel):
     """out = a + b, elementwise."""
 
+    role = Role.ELEMENTWISE
     keeps_dtype = True
     name, arity = "add", 2
     compute = staticmethod(np.add)
@@ -44,6 +46,7 @@ class Add(Kernel):
 class Sub(Kernel):
     """out = a - b, elementwise."""
 
+    role = Role.ELEMENTWISE
     keeps_dtype = True
     name, arity = "sub", 2
     compute = staticmethod(np.subtract)
@@ -52,6 +55,7 @@ class Sub(Kernel):
 class Mul(Kernel):
     """out = a * b, elementwise."""
 
+    role = Role.ELEMENTWISE
     keeps_dtype = True
     name, arity = "mul", 2
     compute = staticmethod(np.multiply)
@@ -60,6 +64,7 @@ class Mul(Kernel):
 class Scale(Kernel):
     """out = x * factor (factor fixed when the design compiles)."""
 
+    role = Role.ELEMENTWISE
     name = "scale"
     dtypes = FLOATS
     attrs = {"factor": Kernel.REQUIRED}
@@ -73,6 +78,7 @@ class Scale(Kernel):
 class ReLU(Kernel):
     """out = max(x, 0)."""
 
+    role = Role.ELEMENTWISE
     keeps_dtype = True
     name = "relu"
 
@@ -84,6 +90,7 @@ class ReLU(Kernel):
 class SiLU(Kernel):
     """out = x * sigmoid(x)."""
 
+    role = Role.ELEMENTWISE
     name = "silu"
     dtypes = FLOATS
 
@@ -95,6 +102,7 @@ class SiLU(Kernel):
 class Exp(Kernel):
     """out = exp(x)."""
 
+    role = Role.ELEMENTWISE
     name = "exp"
     dtypes = FLOATS
 
@@ -104,6 +112,7 @@ class Exp(Kernel):
 class Accumulate(Kernel):
     """state += x: `Accumulate.step(x, out=self.acc[pos])`."""
 
+    role = Role.ELEMENTWISE
     keeps_dtype = True
     name = "accumulate"
     accumulates = needs_out = True
@@ -118,6 +127,7 @@ class MatVec(Kernel):
     into int32 (instead of wrapping to their width), `dtype=np.float32` keeps a bfloat16 sum in
     float32."""
 
+    role = Role.MATRIX
     name, arity = "matvec", 2
     results = WIDER_DOTS
 
@@ -147,6 +157,7 @@ class MatVec(Kernel):
 class MatMul(Kernel):
     """out = A @ B for A (M, K) and B (K, N); `dtype=` widens the result as MatVec's does."""
 
+    role = Role.MATRIX
     name, arity = "matmul", 2
     results = WIDER_DOTS
 
@@ -172,6 +183,7 @@ class MatMul(Kernel):
 class RMSNorm(Kernel):
     """out = x / sqrt(mean(x^2) + eps) * w, for x and w of shape (n,)."""
 
+    role = Role.ROW_REDUCTION
     name, arity = "rmsnorm", 2
     dtypes = FLOATS
     attrs = {"eps": 1e-5}
@@ -192,6 +204,8 @@ class RMSNorm(Kernel):
 class Softmax(Kernel):
     """Softmax of x[:length] (length per call, default all of x); out[length:] is 0."""
 
+    role = Role.ROW_REDUCTION
+    bounds = {"length": Within(1)}   # a valid length in 1..n
     name = "softmax"
     dtypes = FLOATS
     attrs = {"length": None}
@@ -218,6 +232,7 @@ class Softmax(Kernel):
 class Argmax(Kernel):
     """The index of the first maximum of x (n,), as one int32 element."""
 
+    role = Role.ROW_REDUCTION
     keeps_dtype = True
     name = "argmax"
     exact_in_dtype = True
@@ -258,6 +273,7 @@ class Cast(Kernel):
     the nearest end), integers to float32 and float32 to bfloat16 rounding to nearest even,
     bfloat16 to float32 exactly. `Cast.step(x, dtype=iron.bfloat16)`."""
 
+    role = Role.ELEMENTWISE
     name = "cast"
     saturates = True
     dtypes = frozenset(CASTS)
@@ -277,6 +293,7 @@ class Requantize(Kernel):
     with an integer multiplier in front: the product is exact in int64, the shift keeps its
     floor and the dropped bits decide the rounding (above half up, a tie to the even value)."""
 
+    role = Role.ELEMENTWISE
     name = "requantize"
     saturates = True
     dtypes = frozenset({I32})

@@ -14,6 +14,7 @@ import numpy as np
 from iron import dtypes
 from iron.errors import PlanError
 from iron.kernels.base import Kernel
+from iron.kernels.library import LIBRARY
 
 _SUFFIX = {dtypes.suffix(d): d for d in dtypes.SUPPORTED}
 
@@ -24,6 +25,11 @@ class KernelSymbol(NamedTuple):
     kernel: type
     dtype: np.dtype
     out: np.dtype
+
+
+def copy_kernel() -> type:
+    """The library kernel that copies (Copy): how compiled designs move data between objects."""
+    return next(k for k in LIBRARY if k.copies)
 
 
 def all_kernels() -> list[type]:
