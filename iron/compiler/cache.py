@@ -35,6 +35,7 @@ from iron.errors import CacheError
 MANIFEST = "manifest.json"
 DEFAULT_MAX_BYTES = 2 * 1024**3
 KEY = re.compile(r"[0-9a-f]{64}")
+LEFTOVER = re.compile(r"([0-9a-f]{64})\.(building|removing)")  # a failed build, a cut-off removal
 CHUNK = 1 << 20
 WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 
@@ -177,13 +178,13 @@ class Cache:
         return removed
 
     def clear(self) -> list[Entry]:
-        """Remove every entry and failed build (waiting for builds in progress); the entries."""
+        """Remove every entry and leftover (waiting for builds in progress); the entries."""
         removed = self.entries()
-        for entry in removed:
-            self._remove(entry.key, wait=True)
-        if self.root.is_dir():
-            for staged in self.root.glob("*.building"):
-                self._remove(staged.name.removesuffix(".building"), wait=True)
+        if not self.root.is_dir():
+            return removed
+        leftovers = {m[1] for m in map(LEFTOVER.fullmatch, os.listdir(self.root)) if m}
+        for key in sorted({e.key for e in removed} | leftovers):
+            self._remove(key, wait=True)
         return removed
 
     @contextmanager
@@ -222,8 +223,10 @@ class Cache:
         return True
 
     def _discard(self, key: str) -> None:
-        # Renamed aside first, so no reader ever sees a half-deleted entry under its key.
+        # Renamed aside first, so no reader ever sees a half-deleted entry under its key; a
+        # removal cut off before (a crash, a kill) leaves `doomed`, which would block the rename.
         doomed = self.root / f"{key}.removing"
+        shutil.rmtree(doomed, ignore_errors=True)
         with suppress(FileNotFoundError):
             self.entry(key).rename(doomed)
         shutil.rmtree(doomed, ignore_errors=True)

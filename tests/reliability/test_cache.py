@@ -211,6 +211,23 @@ def test_a_damaged_build_entry_is_rebuilt_not_returned(fake_tools, capsys, damag
     assert sorted(p.name for p in (tmp / "cache").iterdir()) == [first.directory.name]
 
 
+def test_a_removal_cut_off_halfway_does_not_block_the_rebuild(fake_tools, capsys):
+    tmp = fake_tools
+    cache = Cache(tmp / "cache")
+    first = build(MLIR, SOURCES, NPU2, "elf", cache=cache, **QUIET)
+    leftover = tmp / "cache" / f"{first.directory.name}.removing"
+    shutil.copytree(first.directory, leftover)  # as a killed eviction leaves it
+    _zero_elf(first.directory)
+
+    again = build(MLIR, SOURCES, NPU2, "elf", cache=cache, **QUIET)
+
+    assert again.elf.read_bytes() == b"made by fake aiecc"
+    assert capsys.readouterr().err == (
+        f"iron cache: rebuilding {first.directory}: {DAMAGE['zero-byte aie.elf'][1]}.\n"
+    )
+    assert sorted(p.name for p in (tmp / "cache").iterdir()) == [first.directory.name]
+
+
 def test_an_entry_copied_under_another_key_is_not_served(fake_tools, capsys):
     tmp = fake_tools
     cache = Cache(tmp / "cache")
@@ -552,6 +569,7 @@ def test_python_m_iron_cache_clear_empties_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("IRON_CACHE_MAX_BYTES", "1048576")
     _two_entries(root)
     (root / f"{content_key('failed')}.building").mkdir()
+    (root / f"{content_key('cut off')}.removing" / "sub").mkdir(parents=True)
     (root / "notes.txt").write_text("not iron's\n")
 
     assert main(["cache", "clear"]) == 0
