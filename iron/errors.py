@@ -1,10 +1,8 @@
-"""The named exceptions iron raises.
-
-Every error a user can cause derives from `IronError`. Messages name the user's own
-parameters, states and kernels, give the values involved and end with one sentence on the
-fix. This module defines the classes only; it imports nothing from iron, so every layer
-(aie_utils included) can raise them.
+"""The named exceptions iron raises, one per kind of mistake, all deriving from `IronError`. Their
+messages name the user's own parameters, states and kernels, give the values involved and end
+with one sentence on the fix. This module imports nothing from iron, so every layer can raise them.
 """
+import aie_utils
 
 
 class IronError(Exception):
@@ -54,8 +52,9 @@ class KernelTypeError(IronError, TypeError):
     """A kernel was given operands of shapes or dtypes it does not accept."""
 
 
-class UnknownDevice(IronError, ValueError):
-    """A device name or column count that is not in the catalog."""
+class UnknownDevice(IronError, aie_utils.UnknownDevice):
+    """A device name or column count that is not in the catalog (the device catalog's own error,
+    as iron raises it)."""
 
 
 class DoesNotFit(IronError, MemoryError):

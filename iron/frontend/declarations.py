@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from iron import dtypes
-from iron.errors import DeclarationError, IndexOutOfRange, TracedValueError
-from iron.ir import Axis, Node, Op, describe
+from iron.errors import DeclarationError
+from iron.frontend.handles import Tensor, index_view
+from iron.ir import Node
 
 
 class Memory:
@@ -31,8 +32,6 @@ class Memory:
         return self.given_name is not None
 
     def __getitem__(self, index):
-        from iron.frontend.handles import Tensor
-
         return Tensor(index_view(self._traced_node(), index))
 
     def _traced_node(self) -> Node:
@@ -132,63 +131,3 @@ def state(shape, dtype=dtypes.bfloat16, name: str | None = None) -> State:
     if name is not None and (not isinstance(name, str) or not name.isidentifier()):
         raise DeclarationError(f"iron.state(name={name!r}): a state's name must be a Python identifier.")
     return State(shape, dtype, name)
-
-
-# ---- views -------------------------------------------------------------------------------------
-
-def index_view(base: Node, index) -> Node:
-    """A VIEW node: `base[index]` where base is a MEMORY, an INPUT, or a VIEW of one."""
-    from iron.frontend.handles import Scalar, Tensor
-
-    if base.op not in (Op.MEMORY, Op.INPUT, Op.VIEW):
-        raise TracedValueError(
-            f"{describe(base)} is a computed tensor and cannot be indexed inside the call that "
-            "computes it: index declared weights, params and states, or pass it whole to a kernel."
-        )
-    memory = base.src[0] if base.op == Op.VIEW else base
-    axes = list(base.arg) if base.op == Op.VIEW else [Axis(stop=n) for n in memory.shape]
-    dynamic = list(base.src[1:]) if base.op == Op.VIEW else []
-    index = index if isinstance(index, tuple) else (index,)
-    free = [i for i, a in enumerate(axes) if a.keeps_axis]
-    if len(index) > len(free):
-        raise IndexOutOfRange(
-            f"{describe(base)} has {len(free)} axes but was indexed with {len(index)} indices."
-        )
-    for pos, item in zip(free, index):
-        axis = axes[pos]
-        extent = axis.stop - axis.start
-        if isinstance(item, Scalar):
-            if memory.op == Op.MEMORY and memory.arg[0] == "param":
-                raise TracedValueError(
-                    f"param '{memory.arg[1]}' is indexed by per-call value '{describe(item.node)}': "
-                    "a param is used whole. Declare it with iron.weight(...) to read it through a per-call index."
-                )
-            dynamic.append(item.node)
-            axes[pos] = Axis(dynamic=len(dynamic), start=axis.start, stop=axis.stop)
-        elif isinstance(item, Tensor):
-            raise TracedValueError(
-                f"{describe(base)} is indexed by tensor {item.name}: indices are per-call values. "
-                "Carry the element to the next call (iron.carry) and index with the Carried value there."
-            )
-        elif isinstance(item, slice):
-            start, stop, step = item.indices(extent)
-            if step != 1 or stop <= start:
-                raise IndexOutOfRange(
-                    f"{describe(base)}[{item.start}:{item.stop}:{item.step}] selects nothing or uses a step: "
-                    "views take contiguous slices with step 1."
-                )
-            axes[pos] = Axis(start=axis.start + start, stop=axis.start + stop)
-        elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
-            i = int(item) + (extent if item < 0 else 0)
-            if not 0 <= i < extent:
-                raise IndexOutOfRange(
-                    f"index {int(item)} is out of range for axis {pos} of {describe(memory)} (size {extent})."
-                )
-            axes[pos] = Axis(index=axis.start + i)
-        else:
-            raise TracedValueError(
-                f"{describe(base)} was indexed with {item!r}: use ints, slices or per-call values."
-            )
-    shape = tuple(a.stop - a.start for a in axes if a.keeps_axis)
-    return Node(Op.VIEW, (memory, *dynamic), shape, memory.dtype, tuple(axes))
-

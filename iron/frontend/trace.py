@@ -7,32 +7,22 @@ the state hazards, and returns the immutable Program. It never runs a kernel.
 from __future__ import annotations
 
 import inspect
-import threading
 
 import numpy as np
 
 from iron import dtypes
 from iron.errors import CarryError, KernelTypeError, SignatureError, WriteHazard
 from iron.frontend.declarations import Constants, Memory
-from iron.frontend.handles import I32, Carry, Scalar, Tensor, _PerCall
-from iron.ir import Declaration, Node, Op, Program, describe, scalar_vars
-
-_local = threading.local()
-
-
-def current_trace(kernel) -> Trace:
-    trace = getattr(_local, "trace", None)
-    if trace is None:
-        raise KernelTypeError(
-            f"{kernel.__name__}.step() records a kernel call and works only inside a graph's body() "
-            "while iron traces it: call the graph (g(...), g.reference(...), g.compile(...))."
-        )
-    return trace
+from iron.frontend.handles import I32, Carry, Scalar, Tensor, _PerCall, as_scalar_node
+from iron.ir import Call, Declaration, Node, Op, Program, describe, scalar_vars
+from iron.kernels.base import RECORDING, Kernel
+from iron.kernels.library import Copy
 
 
 class Trace:
-    """The calls recorded so far while one body() runs, and the numpy arrays it used as operands
-    (captured as params of the graph's `constants`; `declared` are the names they may not take)."""
+    """The calls recorded so far while one body() runs (`Kernel.step` hands each call here), and
+    the numpy arrays it used as operands (captured as params of the graph's `constants`;
+    `declared` are the names they may not take)."""
 
     def __init__(self, where: str, constants: Constants, declared: set[str]):
         self.where = where
@@ -40,8 +30,25 @@ class Trace:
         self.constants, self.declared = constants, declared
         self.captured: dict[str, Node] = {}   # name -> MEMORY node of each array used
 
-    def record(self, node: Node):
+    def call(self, kernel, args: tuple, out, dtype, attrs: dict) -> Tensor:
+        """Record `kernel.step(*args, out=out, dtype=dtype, **attrs)`: its output handle, or the
+        `out` view it writes."""
+        if len(args) == kernel.arity + 1 and out is None:
+            *args, out = args
+        if len(args) != kernel.arity:
+            raise KernelTypeError(
+                f"{kernel.__name__}.step takes {kernel.arity} input(s) (and optionally out=), got {len(args)}."
+            )
+        inputs = [self.operand(kernel, i, a) for i, a in enumerate(args)]
+        result = _result_dtype(kernel, inputs, dtype)
+        static, dynamic = _split_attrs(kernel, attrs)
+        shape = tuple(kernel.out_shape([n.shape for n in inputs], **static))
+        dest = _destination(kernel, self, out, shape, result)
+        src = (*inputs, *([dest] if dest is not None else []), *dynamic.values())
+        call = Call(kernel, tuple(sorted(static.items())), len(inputs), dest is not None, tuple(dynamic))
+        node = Node(Op.CALL, src, shape, result, call)
         self.calls.append(node)
+        return Tensor(dest if dest is not None else node)
 
     def operand(self, kernel, position, value) -> Node:
         if isinstance(value, Tensor):
@@ -69,13 +76,84 @@ class Trace:
         return self.captured[param.name]
 
     def __enter__(self):
-        if getattr(_local, "trace", None) is not None:
+        if getattr(RECORDING, "trace", None) is not None:
             raise SignatureError(f"{self.where} was called while another body() is being traced: trace one graph at a time.")
-        _local.trace = self
+        RECORDING.trace = self
         return self
 
     def __exit__(self, *exc):
-        _local.trace = None
+        RECORDING.trace = None
+
+
+def _result_dtype(cls, inputs: list[Node], dtype) -> np.dtype:
+    """The output dtype of a call: every input has the dtype of the first, which the kernel
+    computes in; `dtype=` names the output (default: the kernel's default for that input)."""
+    source = inputs[0].dtype
+    if source not in cls.dtypes:
+        ok = ", ".join(dtypes.name(d) for d in dtypes.SUPPORTED if d in cls.dtypes)
+        raise KernelTypeError(
+            f"{cls.__name__} does not support {dtypes.name(source)}: it supports {ok}. "
+            "Convert the data with Cast (or pick another kernel)."
+        )
+    for i, n in enumerate(inputs):
+        if n.dtype != source:
+            raise KernelTypeError(
+                f"{cls.__name__} computes in {dtypes.name(source)} but input {i} ({describe(n)}) is "
+                f"{dtypes.name(n.dtype)}: give every input the dtype {dtypes.name(source)} "
+                f"(Cast.step({describe(n)}, dtype={dtypes.spelling(source)}) converts it)."
+            )
+    result = np.dtype(cls.out_dtype(source) if dtype is None else dtype)
+    given = cls.out_dtypes(source)
+    if result not in given:
+        ok = ", ".join(dtypes.spelling(d) for d in dtypes.SUPPORTED if d in given)
+        asked = "" if dtype is None else f", not {dtypes.name(result)}"
+        raise KernelTypeError(
+            f"{cls.__name__} on {dtypes.name(source)} inputs gives {ok}{asked}: pass dtype= one of those."
+        )
+    return result
+
+
+def _split_attrs(cls, attrs: dict) -> tuple[dict, dict]:
+    unknown = set(attrs) - set(cls.attrs)
+    if unknown:
+        known = ", ".join(cls.attrs) or "none"
+        raise KernelTypeError(f"{cls.__name__} has no attribute {', '.join(sorted(unknown))}: its attributes are {known}.")
+    static, dynamic = {}, {}
+    for key, default in cls.attrs.items():
+        value = attrs.get(key, default)
+        if value is Kernel.REQUIRED:
+            raise KernelTypeError(f"{cls.__name__} needs {key}=...: pass it to {cls.__name__}.step.")
+        if isinstance(value, Scalar):
+            if key not in cls.scalar_attrs:
+                raise KernelTypeError(
+                    f"{cls.__name__}'s {key} is fixed when the design compiles, but got per-call value "
+                    f"'{describe(value.node)}': pass a Python number."
+                )
+            dynamic[key] = value.node
+        else:
+            static[key] = value
+    return static, dynamic
+
+
+def _destination(cls, trace, out, shape, dtype) -> Node | None:
+    if out is None:
+        if cls.needs_out:
+            raise KernelTypeError(
+                f"{cls.__name__} writes into a state: pass out=self.<state>[...] (or the view as the last positional)."
+            )
+        return None
+    node = trace.operand(cls, "out", out)
+    if node.op not in (Op.VIEW, Op.MEMORY) or (node.src[0] if node.op == Op.VIEW else node).arg[0] != "state":
+        raise KernelTypeError(
+            f"{cls.__name__} can write only into a state, not into {describe(node)}: "
+            "declare the destination with iron.state(...) and pass a view of it as out=."
+        )
+    if tuple(node.shape) != tuple(shape) or node.dtype != dtype:
+        raise KernelTypeError(
+            f"{cls.__name__} computes {tuple(shape)} {dtypes.name(dtype)} but out={describe(node)} is "
+            f"{tuple(node.shape)} {dtypes.name(node.dtype)}: index the state so the view matches."
+        )
+    return node
 
 
 # ---- signature ---------------------------------------------------------------------------------
@@ -292,14 +370,10 @@ def _materialized(t: Trace, node: Node) -> Node:
     """A kernel output node for `node`: inputs and views become an implicit Copy."""
     if node.op == Op.CALL and not node.arg.writes:
         return node
-    from iron.kernels.library import Copy
-
     return Copy.step(Tensor(node)).node
 
 
 def _next_values(t: Trace, c: Carry, sig: Signature, where: str) -> tuple[tuple[str, Node], ...]:
-    from iron.frontend.handles import as_scalar_node
-
     carried = sig.carried
     for name in c:
         if name not in carried:

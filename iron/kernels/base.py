@@ -9,6 +9,7 @@ kernel that `saturates`. This module records calls; it neither runs them nor pla
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -18,9 +19,9 @@ import numpy as np
 
 from iron import dtypes
 from iron.errors import KernelTypeError
-from iron.ir import Call, Node, Op, describe
 
 CC_DIR = Path(__file__).parent / "cc"
+RECORDING = threading.local()  # .trace: the front end's Trace while a body() is traced, else unset
 
 
 def library_sources() -> dict[str, str]:
@@ -181,57 +182,17 @@ class Kernel:
     # ---- recording -----------------------------------------------------------------------------
     @classmethod
     def step(cls, *args, out=None, dtype=None, **attrs):
-        """Record one call of this kernel in the body being traced; returns its output handle
+        """Record one call of this kernel in the body() being traced; returns its output handle
         (or the `out` view it wrote). The inputs share one dtype, which the kernel computes in;
-        `dtype=` names the output's, one of `out_dtypes(<the inputs' dtype>)`."""
-        from iron.frontend.handles import Tensor
-        from iron.frontend.trace import current_trace
-
-        trace = current_trace(cls)
-        if len(args) == cls.arity + 1 and out is None:
-            *args, out = args
-        if len(args) != cls.arity:
+        `dtype=` names the output's, one of `out_dtypes(<the inputs' dtype>)`. The front end's
+        trace does the recording."""
+        recorder = getattr(RECORDING, "trace", None)
+        if recorder is None:
             raise KernelTypeError(
-                f"{cls.__name__}.step takes {cls.arity} input(s) (and optionally out=), got {len(args)}."
+                f"{cls.__name__}.step() records a kernel call and works only inside a graph's body() "
+                "while iron traces it: call the graph (g(...), g.reference(...), g.compile(...))."
             )
-        inputs = [trace.operand(cls, i, a) for i, a in enumerate(args)]
-        result = _result_dtype(cls, inputs, dtype)
-        static, dynamic = _split_attrs(cls, attrs)
-        shape = tuple(cls.out_shape([n.shape for n in inputs], **static))
-        dest = _destination(cls, trace, out, shape, result)
-        src = (*inputs, *([dest] if dest is not None else []), *dynamic.values())
-        call = Call(cls, tuple(sorted(static.items())), len(inputs), dest is not None, tuple(dynamic))
-        node = Node(Op.CALL, src, shape, result, call)
-        trace.record(node)
-        return Tensor(dest if dest is not None else node)
-
-
-def _result_dtype(cls, inputs: list[Node], dtype) -> np.dtype:
-    """The output dtype of a call: every input has the dtype of the first, which the kernel
-    computes in; `dtype=` names the output (default: the kernel's default for that input)."""
-    source = inputs[0].dtype
-    if source not in cls.dtypes:
-        ok = ", ".join(dtypes.name(d) for d in dtypes.SUPPORTED if d in cls.dtypes)
-        raise KernelTypeError(
-            f"{cls.__name__} does not support {dtypes.name(source)}: it supports {ok}. "
-            "Convert the data with Cast (or pick another kernel)."
-        )
-    for i, n in enumerate(inputs):
-        if n.dtype != source:
-            raise KernelTypeError(
-                f"{cls.__name__} computes in {dtypes.name(source)} but input {i} ({describe(n)}) is "
-                f"{dtypes.name(n.dtype)}: give every input the dtype {dtypes.name(source)} "
-                f"(Cast.step({describe(n)}, dtype={dtypes.spelling(source)}) converts it)."
-            )
-    result = np.dtype(cls.out_dtype(source) if dtype is None else dtype)
-    given = cls.out_dtypes(source)
-    if result not in given:
-        ok = ", ".join(dtypes.spelling(d) for d in dtypes.SUPPORTED if d in given)
-        asked = "" if dtype is None else f", not {dtypes.name(result)}"
-        raise KernelTypeError(
-            f"{cls.__name__} on {dtypes.name(source)} inputs gives {ok}{asked}: pass dtype= one of those."
-        )
-    return result
+        return recorder.call(cls, args, out, dtype, attrs)
 
 
 def _saturating(compute, attrs: dict, out: np.dtype):
@@ -241,48 +202,3 @@ def _saturating(compute, attrs: dict, out: np.dtype):
     def run(*arrays, **dyn):
         return np.clip(compute(*arrays, **attrs, **dyn), info.min, info.max).astype(out)
     return run
-
-
-def _split_attrs(cls, attrs: dict) -> tuple[dict, dict]:
-    from iron.frontend.handles import Scalar
-
-    unknown = set(attrs) - set(cls.attrs)
-    if unknown:
-        known = ", ".join(cls.attrs) or "none"
-        raise KernelTypeError(f"{cls.__name__} has no attribute {', '.join(sorted(unknown))}: its attributes are {known}.")
-    static, dynamic = {}, {}
-    for key, default in cls.attrs.items():
-        value = attrs.get(key, default)
-        if value is Kernel.REQUIRED:
-            raise KernelTypeError(f"{cls.__name__} needs {key}=...: pass it to {cls.__name__}.step.")
-        if isinstance(value, Scalar):
-            if key not in cls.scalar_attrs:
-                raise KernelTypeError(
-                    f"{cls.__name__}'s {key} is fixed when the design compiles, but got per-call value "
-                    f"'{describe(value.node)}': pass a Python number."
-                )
-            dynamic[key] = value.node
-        else:
-            static[key] = value
-    return static, dynamic
-
-
-def _destination(cls, trace, out, shape, dtype) -> Node | None:
-    if out is None:
-        if cls.needs_out:
-            raise KernelTypeError(
-                f"{cls.__name__} writes into a state: pass out=self.<state>[...] (or the view as the last positional)."
-            )
-        return None
-    node = trace.operand(cls, "out", out)
-    if node.op not in (Op.VIEW, Op.MEMORY) or (node.src[0] if node.op == Op.VIEW else node).arg[0] != "state":
-        raise KernelTypeError(
-            f"{cls.__name__} can write only into a state, not into {describe(node)}: "
-            "declare the destination with iron.state(...) and pass a view of it as out=."
-        )
-    if tuple(node.shape) != tuple(shape) or node.dtype != dtype:
-        raise KernelTypeError(
-            f"{cls.__name__} computes {tuple(shape)} {dtypes.name(dtype)} but out={describe(node)} is "
-            f"{tuple(node.shape)} {dtypes.name(node.dtype)}: index the state so the view matches."
-        )
-    return node

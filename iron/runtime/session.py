@@ -53,7 +53,7 @@ def shared_states(compiled) -> DeviceStates:
     """The DeviceStates of the compiled graph's graph on its device (made on first use)."""
     plan = compiled.plan
     layout = tuple((p.name, p.offset, p.shape, p.dtype.str) for p in plan.placements if p.kind is PlacementKind.STATE)
-    memory = compiled.graph._iron.setdefault("device_states", {})
+    memory = compiled.versions.states
     key = plan.device.name
     if key not in memory:
         memory[key] = DeviceStates(layout, plan.host_buffer(HostRole.STATES).nwords)
@@ -160,7 +160,7 @@ class XrtSession:
         self.full_elf = plan.full_elf
         artifacts = compiled.build()
         states = _index(plan, HostRole.STATES)
-        owners = compiled.graph._iron.setdefault("xrt_states", {})   # device name -> the design holding the states BO
+        owners = compiled.versions.xrt_owners
         owner = owners.get(plan.device.name)
         shared = {states: owner.bo(states)} if owner is not None else {}
         self.design = XrtDesign(plan.name, artifacts, [HostBuffer(b.name, b.nwords * 4) for b in plan.host_buffers],
