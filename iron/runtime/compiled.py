@@ -146,12 +146,14 @@ class CompiledGraph:
         return self._session
 
     def read(self, state) -> np.ndarray:
-        """A copy of `state` as the device holds it (shared by every version of this graph)."""
+        """A copy of `state` as the device holds it (shared by every version of this graph), after
+        the runs in flight of any CarriedLoop of the graph complete."""
         p = self.plan.placement(state_name(self.graph, state))
         return self.session.read(p).copy()
 
     def write(self, state, value):
-        """Set `state` on the device."""
+        """Set `state` on the device, after the runs in flight of any CarriedLoop of the graph
+        complete (none lands after the write)."""
         p = self.plan.placement(state_name(self.graph, state))
         self.session.write(p, checked_state_value(p.name, np.zeros(p.shape, p.dtype), value))
 
@@ -178,6 +180,7 @@ class CompiledGraph:
         return inputs, self._words(scalars)
 
     def __call__(self, *tensors, **values):
+        """One host-driven call (after the runs in flight of any CarriedLoop of the graph)."""
         inputs, words = self.bind(tensors, values)
         session = self.session
         for placement, a in inputs:
