@@ -1,13 +1,7 @@
-"""Fusion: group a Program's kernel calls into per-tile groups, by named rules.
-
-What it does: drops calls whose results nothing uses, then walks the rest in program order.
-A call joins the open group unless one of RULES says stop, in which case the open group closes
-(recording the rule) and the call opens the next one. Each rule is a plain function
-`rule(group, call) -> bool` ("True: `call` may not join `group`"), tried in RULES order.
-
-What it does not: place groups on tiles, size FIFOs or check memory (place.py, allocate.py);
-`size_limit` only estimates what a group holds.
-"""
+"""Fusion: a Program's live kernel calls, in program order, grouped into one group per core
+invocation. A call joins the open group unless one of RULES (plain functions `rule(group, call)
+-> bool`, tried in order) says stop; the group then closes, recording that rule. Rules read the
+kernels' declared Roles, never their classes."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,20 +1,9 @@
-"""`check_plan(plan)`: the device rules every Plan must keep, checked before it is printed or run.
-
-What it does: checks that tiles lie in the device and every FIFO, link, core, buffer and DMA
-names tiles of the plan; FIFO objects are whole words; links sit on mem tiles and fit their
-offsets; core programs acquire what they release, only from FIFOs their tile is an end of, and
-invoke declared Functions whose pointer and scalar operands stay inside the objects bound to
-them (by each kernel's C ABI); derived words refer to earlier words; DMA ops respect the shim's
-size limits, their host buffers' bounds (patch words taken at their bounds), Waits name FIFOs
-with a shim end, and BD ids are never reused before a Wait covering the op that held them; per
-launch, every FIFO gets from its producer (the sequence's MM2S words, a core's produce acquires,
-a link) exactly the objects each consumer takes; no compute or mem tile uses more DMA channels
-in (S2MM) or out (MM2S) than it has (a shared-memory FIFO uses none); the Emit and feedback
-exist exactly on full-ELF plans; every tile's memory fits (DoesNotFit, as the allocator says
-it). Breaks raise iron.errors.PlanError.
-
-What it does not: simulate a launch (the emulator does) or judge performance.
-"""
+"""`check_plan(plan)`: the device rules every Plan keeps, checked once before it is printed or
+run (PlanError, or DoesNotFit for tile memory): tiles within the device, FIFOs and links
+well-formed and on the right tiles, DMA channels per tile, cores and Functions (core_checks.py),
+words computed from earlier words, Dma ops within the shim's limits and their host buffers,
+buffer descriptor ids reused only after a covering Wait, every FIFO given per launch exactly
+the objects its consumers take, and the Emit exactly on full-ELF plans (docs/platform.md)."""
 from __future__ import annotations
 
 from iron.compiler.allocate import check_tile_memory, shares_memory

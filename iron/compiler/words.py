@@ -1,16 +1,8 @@
-"""The per-call scratchpad of a Program (its words) and where views lie in host memory, in words.
-
-What it does: `WordTable` numbers the per-call values (words 0..n-1, in body()'s parameter
-order) and derives the further words a call needs, each once: bounded index words (the value
-of a per-call index, with its range and the user's text), DMA offset words (the sum of each
-dynamic index times its axis stride in words, patched into Dma ops), core operand words (a
-per-call kernel attribute) and "next" words (the next value of a carried expression). `view_access` turns a
-tensor the host holds (an input, a declared memory, a view of one) into a word access pattern:
-static offset, dims and the patch word, refusing views the DMA cannot move in whole 32-bit words.
-
-What it does not: place host buffers (allocate.py), build Dma ops (lower.py) or compute word
-values (the host and the Emit do, from the WordDefs).
-"""
+"""The per-call scratchpad (a Program's words) and where host tensors lie, in words. `WordTable`
+numbers the per-call values (in body()'s parameter order) and derives, once each, the words a
+call needs: bounded indices, DMA offsets patched into Dma ops, core operands and carried values'
+next values. `view_access` turns a host tensor or a view of one into a word access pattern,
+refusing views the DMA cannot move in whole 32-bit words."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace

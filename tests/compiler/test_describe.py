@@ -62,6 +62,6 @@ def test_word_text_shows_how_each_word_is_computed():
     assert [word_text(w) for w in (
         WordDef(0, "pos", WordKind.SCRATCHPAD),
         WordDef(1, "pos * 64", WordKind.DMA, "mul", WordRef(0), Const(64)),
-        WordDef(2, "min(pos, 3)", "core", "min", WordRef(0), Const(3)),
+        WordDef(2, "min(pos, 3)", WordKind.CORE, "min", WordRef(0), Const(3)),
         WordDef(3, "pos", WordKind.DMA, "copy", WordRef(0)),
     )] == ["given per call", "= w0 * 64", "= min(w0, 3)", "= w0"]
