@@ -52,6 +52,7 @@ from iron.errors import (
     BackendUnavailable,
     DeviceHang,
     IndexOutOfRange,
+    KernelTypeError,
     PlanError,
 )
 from iron.kernels import LIBRARY
@@ -533,8 +534,7 @@ def test_numpy_kernel_calls_do_what_kernel_emulate_does(kernel, dtype, out):
 
 
 class Total(iron.Kernel):
-    """2**33 + the sum of x, as a Python int (a non-array result beyond int32, which the cast to
-    the output dtype wraps), written to every output element."""
+    """2**33 + the sum of x, as a Python int: not an array of the output's shape and dtype."""
 
     name = "total"
 
@@ -543,8 +543,15 @@ class Total(iron.Kernel):
         return 2**33 + int(x.astype(np.int64).sum())
 
 
-def test_a_kernel_returning_a_python_int_wraps_as_kernel_emulate_does():
-    assert_numpy_call_is_emulate(Total, np.dtype(np.int32))
+def test_a_user_kernel_returning_a_python_int_is_refused_as_kernel_emulate_refuses_it():
+    with pytest.raises(KernelTypeError) as emulated:
+        Total.emulate(np.int32, [np.ones(6, np.int32), np.zeros(6, np.int32)], (6,), {})
+    with pytest.raises(KernelTypeError) as called:
+        numpy_call(lookup("total_i32"), [], [])([np.ones(6, np.int32), np.zeros(6, np.int32)], (6,), ())
+    assert str(emulated.value) == str(called.value) == (
+        "Total.compute() returned int but this call's output is (6,) int32: return a numpy array of that "
+        "shape and dtype (e.g. result.astype(np.int32))."
+    )
 
 
 def random_values(rng, dtype, n):

@@ -19,7 +19,7 @@ import numpy as np
 from iron import dtypes
 from iron.compiler.plan import KernelStep
 from iron.errors import BackendUnavailable
-from iron.kernels.registry import lookup
+from iron.kernels.registry import is_library, lookup
 
 MODES = ("numpy", "native")
 
@@ -70,7 +70,10 @@ class NumpyCall(KernelCall):
         # integers; otherwise it only casts the result to the output dtype, which writing an
         # array into the output pointer does alike, so there the kernel's compute is called
         # directly (a non-array result is cast first).
+        # A user kernel's compute() is checked against the output it writes, as the reference
+        # checks it (library kernels keep their shape rules).
         kernel, dtype, self.out_dtype = found
+        self.found, self.checked = found, not is_library(kernel)
         direct = dtype != dtypes.bfloat16 and not kernel.saturates
         self.compute = kernel.compute if direct else kernel.reference_fn(dtype, {}, self.out_dtype)
         self.operands = kernel.arity + kernel.accumulates
@@ -78,7 +81,9 @@ class NumpyCall(KernelCall):
 
     def bind(self, pointers, sizes, attrs):
         inputs, out, out_dtype = tuple(pointers[: self.operands]), pointers[-1], self.out_dtype
-        compute = partial(self.compute, **dict(zip(self.attr_names, attrs))) if attrs else self.compute
+        kernel, dtype, _ = self.found
+        compute = kernel.reference_fn(dtype, {}, out_dtype, out.shape) if self.checked else self.compute
+        compute = partial(compute, **dict(zip(self.attr_names, attrs))) if attrs else compute
         ndarray, asarray = np.ndarray, np.asarray
 
         def run():
