@@ -60,8 +60,13 @@ def symbol(name: str, *dtype_suffixes: str) -> str:
 
 
 def source_file(name: str) -> str:
-    """The file a kernel's C++ source is written to and #included as: `add` -> `add.cc`."""
+    """The file a kernel's or glue function's C++ source is written to (and #included as): `add` -> `add.cc`."""
     return f"{name}.cc"
+
+
+def object_file(name: str) -> str:
+    """The object a glue function's source is built into, which the MLIR links with: `g0` -> `g0.o`."""
+    return f"{name}.o"
 
 
 def _shown(name: str) -> str:

@@ -1,8 +1,7 @@
-"""Tracing: run body() once on handles and record what it does as a `Program`.
-
-`trace(graph, specs)` checks body()'s signature, names the graph's declarations by attribute
-path, binds handles, runs body(), checks what it returned (outputs, `iron.carry(...)` last) and
-the state hazards, and returns the immutable Program. It never runs a kernel.
+"""Tracing: `trace` runs body() once on handles and records what it does as a `Program`. It checks
+body()'s signature, names the graph's declarations by attribute path, records each
+`Kernel.step` call, and checks what body() returned (outputs, then `iron.carry(...)`) and the
+state hazards; it never runs a kernel.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Kernels: the `Kernel` base class users subclass, and iron's kernel library.
-
-Kernels describe and compute one call; they do not place, fuse or schedule themselves."""
+"""Kernels: the `Kernel` base class users subclass, and iron's kernel library. A kernel describes
+and computes one call; where it runs is the compiler's decision.
+"""
 from iron.kernels.base import Kernel, Role, Within
 from iron.kernels.library import (
     LIBRARY,

@@ -1,11 +1,8 @@
-"""iron's kernel library: Copy, elementwise Add/Sub/Mul/Scale/ReLU/SiLU/Exp, Accumulate, MatVec,
-MatMul, RMSNorm, Softmax (per-call valid length), Argmax, and the conversions Cast and Requantize.
-
-Each kernel is its shape rule, its numpy `compute` (the semantics the emulator, the C++ and the
-reference all share) and its C ABI. Integers wrap around unless the kernel saturates (Cast,
-Requantize); bfloat16 computes in float32 and rounds once; MatVec and MatMul can give a wider
-result than their inputs (int8 -> int32). Placement, fusion and MLIR are the compiler's
-business, not this module's.
+"""iron's kernel library: Copy, the elementwise Add, Sub, Mul, Scale, ReLU, SiLU and Exp,
+Accumulate, MatVec, MatMul, RMSNorm, Softmax (with a per-call valid length), Argmax, and the
+conversions Cast and Requantize, each its shape rule, numpy `compute`, traits and C ABI. MatVec
+and MatMul can give a wider result than their inputs (int8 -> int32); Cast and Requantize
+saturate.
 """
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""The host's side of the per-call scratchpad: compute a call's words from its per-call values.
-
-`WordProgram(plan.words)` lowers the Plan's WordDefs once into closures; calling it with the
-per-call values returns the int32 words, after checking every bounded word (so a call with an
-index out of range is refused before anything is launched or written). The device computes the
-same words in the Emit; this module is only the host's copy.
+"""The host's copy of the per-call scratchpad: `WordProgram` computes a call's int32 words from its
+per-call values as the Plan's word definitions say (the device's Emit computes the same),
+checking every bounded word first, so a call with an index out of range is refused before
+anything is launched or written.
 """
 from __future__ import annotations
 

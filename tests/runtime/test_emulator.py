@@ -1,12 +1,11 @@
 """Tests of the emulator (iron.runtime.emulator) on hand-built Plans: add-one over 1024 int32
 (numpy and native kernels), persistence of cores and Buffers across launches, FIFO depth, split
-and join links, runs in order with at most 4 in flight, bad command state, the scratchpad and an
-Emit-like core on npu2 (refused on npu1), and every load and launch error text (DMA limits, BD
-reuse, waits without a token, word bounds, DeviceHang, DoesNotFit, bindings), the numpy kernel
-calls against Kernel.emulate for every library kernel (float32 or int32, bfloat16, a Python int
-result), loops unrolled or not, and replay: once launches repeat, replayed ones leave every host
-buffer as launches run task by task do, fail alike, and launches that carry a transfer over or
-repeat too late are never replayed. Integers are exact.
+and join links, broadcasts, strided DMAs, runs in order with at most 4 in flight, bad command
+state, the scratchpad and an Emit-like core, word bounds and patched offsets checked at launch,
+plan rules left to check_plan, DeviceHang texts, the numpy kernel calls against Kernel.emulate
+for every library kernel, loops unrolled or not, and replay: once launches repeat, replayed ones
+leave every host buffer as launches run task by task do, fail alike, and launches that carry a
+transfer over or repeat too late are never replayed. Integers are exact.
 Real Plans from the compiler are tested in test_emulator_designs.py.
 """
 import shutil
@@ -452,6 +451,17 @@ def test_a_wait_no_token_can_satisfy_waits_forever():
     ints((emulator := Emulator(tokened)).buffer("inputs"))[:1024] = 7
     launch(emulator)
     assert ints(emulator.buffer("outputs"))[:1024].tolist() == [8] * 1024
+
+
+def test_a_core_that_acquires_nothing_is_refused_at_load():
+    """It would never wait, so the scheduler could never finish a launch."""
+    plan = accumulate_plan()
+    idle = Core(CORE, "g0", (Invoke("tally", ("in", "acc", "count", "out")),))
+    with pytest.raises(PlanError) as err:
+        Emulator(Plan(**{**plan.__dict__, "cores": (idle,)}))
+    assert str(err.value) == (
+        "core tile_0_2 (group g0) acquires nothing, so it would spin forever: give its program an Acquire."
+    )
 
 
 def test_a_patched_offset_out_of_its_host_buffer_is_refused_at_launch():

@@ -1,14 +1,7 @@
-"""A compute tile's core: each Function compiled once into a closure, and the core's program
-into a list of steps the core runs forever, as the lowered core program does: an Acquire is a
-lock acquire (AcquireGreaterEqual of the objects not yet held) on its FIFO end, a Release a lock
-release, an Invoke a call of the Function on the buffers the core holds and the tile's Buffers.
-
-A KernelStep resolves its Ptrs into typed views shaped by the kernel's C ABI (`kernel.abi_shapes`
-of its size operands) and calls the kernel (numpy or the native library, kernels.py); a
-ScalarStep computes an i32 with wrap-around (floordiv and mod with Python's floor semantics). A
-Loop is unrolled (its body's steps repeated after a step setting the loop index) unless that
-would make more than UNROLLED steps. Each Invoke keeps its bound call per loop index and held
-buffers, and puts each call on the Board's trace when the machine records.
+"""A compute tile's core running its program forever as the lowered core program does: an Acquire
+is a lock acquire of the objects not yet held, a Release a lock release, an Invoke a call of a
+Function (each compiled once into a closure of kernel calls and i32 scalar steps) on the buffers
+the core holds and the tile's Buffers; Loops are unrolled up to UNROLLED steps.
 """
 from __future__ import annotations
 
@@ -17,7 +10,7 @@ from functools import partial
 import numpy as np
 
 from iron.compiler.plan import Acquire, Imm, Invoke, KernelStep, Loop, Ptr, Release
-from iron.errors import ArgumentError
+from iron.errors import ArgumentError, PlanError
 from iron.ir import SCALAR_BINARY, wrap_i32
 from iron.kernels.registry import lookup
 from iron.runtime.emulator.objectfifo import CorePort
@@ -158,6 +151,8 @@ class CoreProgram:
         self.core, self.tile, self.board, self.functions = core, tile, board, functions
         self.name = f"core {core.tile.name} (group {core.group})"
         self.ports = {fifo: fifos.port(fifo, core.tile, port) for fifo, port in _ports(core.program, {}).items()}
+        if not self.ports:  # it would never wait, so no launch could ever end
+            raise PlanError(f"{self.name} acquires nothing, so it would spin forever: give its program an Acquire.")
         self.block = [0]  # the index of the innermost Loop running
         self.outer: list[int] = []  # the indices of the Loops around it
         self.at = None  # the step it last blocked on

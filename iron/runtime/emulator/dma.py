@@ -1,13 +1,8 @@
-"""Tile DMAs as AIE2 has them (docs/platform.md section 2): buffer descriptors chained into a
-ring, the channels that run them (MM2S reads memory into a stream, S2MM writes a stream into
-memory), and the stream connections (aie.flow) between an MM2S channel and the S2MM channels it
-feeds.
-
-A BD names a span of a buffer, the lock it acquires before moving it and the lock it releases
-after, and the next BD; a channel runs its chain forever. A Stream holds no words: a send
-completes once every destination channel has taken every word, so an MM2S channel whose
-destinations are not ready waits, as backpressure makes it on the device. Each piece a
-destination takes is one data action (a Copy), recorded on the Board's trace for replay.
+"""Tile DMAs as AIE2 has them (docs/platform.md sections 2 and 4): buffer descriptors chained into
+a ring, each naming a buffer span, the lock it acquires before the move and the lock it releases
+after; the channels that run them forever (MM2S memory to stream, S2MM stream to memory); and
+the streams (aie.flow) from an MM2S channel to the S2MM channels it feeds, which hold no words,
+so a sender waits for every receiver as backpressure makes it on the device.
 """
 from __future__ import annotations
 
@@ -68,10 +63,9 @@ class Stream:
     """A flow from one MM2S channel to `receivers` S2MM channels (a broadcast when several).
     The sender offers `total` words of `source`; receiver k has taken `taken[k]` of them."""
 
-    __slots__ = ("name", "source", "total", "taken", "sent", "arrived")
+    __slots__ = ("source", "total", "taken", "sent", "arrived")
 
-    def __init__(self, name: str, receivers: int, board: Board):
-        self.name = name
+    def __init__(self, receivers: int, board: Board):
         self.source, self.total, self.taken = None, 0, [0] * receivers
         self.sent = Signal(board)     # the sender waits here for its receivers
         self.arrived = Signal(board)  # receivers wait here for words

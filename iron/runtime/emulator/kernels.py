@@ -1,12 +1,7 @@
 """How the emulator calls a kernel symbol: through the kernel's numpy reference function, as
 `Kernel.emulate` does (mode "numpy", the default), or through its C++ compiled for the host
-(mode "native", via native.py).
-
-`kernel_calls(mode, plan)` returns `make_call(found, attr_names, types)` (`found` the step's
-KernelSymbol: kernel, input and output dtype), which core.py uses once per KernelStep to get a `KernelCall`: `call(pointers, sizes, attrs)` runs it once,
-`call.bind(pointers, sizes, attrs)` prepares `run()` on operands fixed per binding. The mode
-comes from the Emulator's `kernels=` argument, else `IRON_EMULATOR_KERNELS`, else "numpy". This
-module does not resolve operands (core.py) and does not compile C++ itself (native.py does).
+(mode "native", native.py); `kernel_calls(mode, plan)` gives core.py one prepared call per
+KernelStep.
 """
 from __future__ import annotations
 

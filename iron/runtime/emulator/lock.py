@@ -1,7 +1,5 @@
-"""A tile lock as AIE2 has them (docs/platform.md section 2): a semaphore that a core or a DMA
-buffer descriptor acquires (AcquireGreaterEqual n: wait until the value is at least n, then take
-n) and releases (add n). The object FIFO lowering (objectfifo.py) gives each FIFO end a producer
-lock counting free buffers and a consumer lock counting filled ones.
+"""A tile lock (docs/platform.md section 2): a semaphore that a core or a BD acquires
+(AcquireGreaterEqual n: wait for a value of at least n, take n) and releases (add n).
 """
 from __future__ import annotations
 

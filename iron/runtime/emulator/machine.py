@@ -1,21 +1,10 @@
-"""The Emulator: a Plan loaded on an emulated NPU, and the host's side of it (runs, launches).
-
-Loading builds the array the Plan describes: its tiles (tile.py), each FIFO lowered onto them as
-mlir-aie lowers it (objectfifo.py: buffers, locks, BD rings, channels, streams), the shim DMA
-and runtime sequence (shim.py), the tiles' Buffers and the cores (core.py), then starts every
-core and DMA channel once: they run for as long as the Emulator lives, so core state, FIFO
-contents and Buffers persist across launches. The Plan is taken as check_plan left it (the
-compiler runs it on every Plan it makes); what the Emulator checks is what only a launch can
-know: a run's bounded scratchpad words and patched DMA offsets.
-
-Runs follow XRT: `run(**bindings)` makes a held run (a binding replaces a host buffer for that
-run, like set_arg: e.g. the scratchpad `words` and the Emit's `feedback` of a full-ELF run);
-`start` queues a launch (at most the device's 4 started and not executed: a 5th start executes
-the oldest); `wait` executes the queued launches in order up to that run. A launch runs the
-runtime sequence while the scheduler resumes every task that can move, until the sequence has
-finished and nothing else can; if nothing can move before the sequence finishes, it raises
-DeviceHang naming the blocked cores, the waiting sequence op and the unfinished DMA ops. Once
-launches repeat, they are replayed (replay.py; `replay=False` runs every launch task by task).
+"""The Emulator: a Plan loaded on an emulated NPU, and the host's side of it. Loading builds the
+array the Plan describes (tiles, FIFOs lowered onto them, the shim DMA, Buffers, cores) and
+starts every core and DMA channel once, so core state, FIFO contents and Buffers persist across
+launches; runs follow XRT (`run`, `start` with at most the device's 4 in flight, `wait` in
+order), and a launch that cannot finish raises DeviceHang naming the blocked cores, the waiting
+sequence op and the unfinished DMA ops. The Plan is taken as `check_plan` left it; the Emulator
+checks only what a launch alone knows (bounded scratchpad words, patched DMA offsets).
 """
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
-"""The Plan's object FIFOs and mem-tile links lowered onto tiles as mlir-aie's object FIFO
-lowering makes them (docs/platform.md section 4): each FIFO end on a compute or mem tile is a
-set of buffers with a producer lock (free buffers) and a consumer lock (filled buffers); the
-producer end's MM2S channel and each consumer end's S2MM channel run a ring of BDs over those
-buffers, joined by one stream (a broadcast when the FIFO has several consumers); a shim end is
-a shim DMA channel (shim.py). A shared-memory FIFO is one end both cores use, without a DMA. A
-link keeps one set of buffers on its mem tile, those of the joined, the split or the larger
-FIFO: each source's S2MM channel writes its part of them, each destination's MM2S channel
-reads its part, their locks counting parts.
+"""The Plan's object FIFOs and mem-tile links lowered onto tiles as mlir-aie lowers them
+(docs/platform.md section 4): each compute or mem end is buffers with a producer and a consumer
+lock and a channel running a BD ring over them, one stream per FIFO joins the ends (a broadcast
+for several consumers), a shim end is a shim DMA channel (shim.py), a shared-memory FIFO is one
+end both cores use, and a link keeps one set of buffers its channels write and read by parts.
 """
 from __future__ import annotations
 
@@ -21,7 +17,6 @@ class FifoEnd:
     the producer lock (free buffers, `parts` per buffer) and the consumer lock (filled ones)."""
 
     def __init__(self, tile, name: str, depth: int, nbytes: int, parts: int = 1):
-        self.name, self.tile = name, tile
         self.buffers = [tile.buffer(f"{name}_buff_{i}", nbytes) for i in range(depth)]
         self.prod = tile.lock(f"{name}_prod_lock", depth * parts)
         self.cons = tile.lock(f"{name}_cons_lock", 0)
@@ -89,7 +84,7 @@ class ObjectFifos:
             end = FifoEnd(self.tiles[home], fifo.name, fifo.depth, fifo.nbytes)
             self.ends[(fifo.name, fifo.producer)] = self.ends[(fifo.name, fifo.consumers[0])] = end
             return
-        stream = self.streams[fifo.name] = Stream(fifo.name, len(fifo.consumers), self.board)
+        stream = self.streams[fifo.name] = Stream(len(fifo.consumers), self.board)
         ends = [(fifo.producer, Direction.MM2S, fifo.name, 0)]
         ends += [(tile, Direction.S2MM, f"{fifo.name}_cons", k) for k, tile in enumerate(fifo.consumers)]
         for at, direction, name, k in ends:

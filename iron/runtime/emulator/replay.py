@@ -1,21 +1,9 @@
-"""Launch replay: what a launch does is decided by the machine's state when it starts (every lock,
-every channel's place in its BD chain and stream, every core's place in its program, which task
-waits on which signal), never by data: host buffers and words change which host words a DMA op
-touches and what kernels compute, not what moves when. So the machine records its first
-launches (at most RECORDED, while their traces hold at most RECORDED_ACTIONS data actions): the
-state each starts from and its trace, the data actions in the order they ran (a Copy between
-tiles, a Fill from or a Drain into a host window naming its runtime-sequence op, a core's call).
-Once a launch ends in the state a recorded launch started from, the launches from there on
-repeat, and each later launch replays the next trace of that cycle on its own host windows
-instead of resuming the tasks: it moves and computes what they would, in the same order, and it
-cannot hang, as the launch it repeats completed. A state is None while a shim channel still
-holds a task (its actions name an earlier launch's ops); such launches never start a cycle.
-
-One shortcut keeps replay as fast as the data allows: a mem-tile buffer that only relays host
-words (every write to it a Fill, every read a Copy, in the same launch, of words a Fill wrote
-there, with no Drain into that host buffer in between) is skipped: each Copy reads the host
-words directly. Nothing reads a mem-tile buffer but its DMA channels, so no host buffer, state
-or output can tell.
+"""Launch replay: what a launch moves and computes, and in which order, is decided by the
+machine's state when it starts (locks, BD and stream positions, where each core is, which task
+waits on what), never by data, so once a launch ends in a state a recorded launch started from,
+later launches replay that cycle's traces of data actions (Copy, Fill, Drain, a core's call) on
+their own host windows instead of resuming the tasks; a mem-tile buffer that only relays host
+words within a launch is skipped (its reads become Fills), which no host buffer can observe.
 """
 from __future__ import annotations
 

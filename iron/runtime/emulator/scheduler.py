@@ -1,8 +1,6 @@
-"""How the emulated array advances: every core and DMA channel is a task (a generator) that runs
-until it must wait, then yields `(signal, text)` and is parked on that signal (a lock, a stream,
-a channel's task queue) until it fires. The Board is what all tasks of one Emulator share: the
-queue of tasks ready to resume and, while a launch is recorded for replay, its trace of data
-actions.
+"""How the emulated array advances: every core and DMA channel is a task (a generator) resumed in
+turn until it must wait, when it yields `(signal, text)` and is parked on that signal (a lock,
+a stream, a channel's queue) until it fires; the Board is what all tasks of one Emulator share.
 """
 from __future__ import annotations
 

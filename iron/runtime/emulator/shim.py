@@ -1,15 +1,9 @@
-"""The shim tiles' DMA and the runtime sequence (docs/platform.md sections 5 and 6): each FIFO end on a
-shim tile is a shim DMA channel whose BDs address host memory, and a launch runs the runtime
-sequence, which writes each dma_memcpy_nd op into a BD of its shim tile (by `bd_id`, with the
-op's sizes and strides), pushes it onto the channel's task queue, and at each dma_wait blocks
-until the channel's tasks that issue a completion token have completed (forever when none was
-pushed since the last wait, as on the device).
-
-A BD moves the words of its op's access pattern in a host buffer; the pieces it moves are views
-of that buffer (a `Window` of the op on one host buffer from one offset, kept across launches,
-so each piece's view is made once). Each piece moved is a data action (a Fill or a Drain) on
-the Board's trace, naming its op by index in the launch, so a replayed launch moves the same pieces of its own
-windows (its run's host buffers and patched offsets).
+"""The shim tiles' DMA and the runtime sequence (docs/platform.md sections 5 and 6): each FIFO end
+on a shim tile is a shim DMA channel; a launch writes each dma_memcpy_nd op into a BD of its
+shim tile (sizes and strides over a host buffer), pushes it onto the channel's task queue, and
+at each dma_wait blocks until the channel's tokened tasks are done (forever when none was pushed
+since the last wait, as on the device). Host words move as views of the host buffers (windows
+kept across launches).
 """
 from __future__ import annotations
 
@@ -25,8 +19,9 @@ from iron.runtime.emulator.scheduler import Board, Signal
 
 
 class DmaOp:
-    """One Dma of the runtime sequence (a dma_memcpy_nd): the word indices (relative to its offset) it touches, in
-    order, or pattern None when they are simply 0 .. nwords-1; and its windows on host buffers."""
+    """One Dma of the runtime sequence (a dma_memcpy_nd): the word indices (relative to its
+    offset) it touches, in order, or pattern None when they are simply 0 .. nwords-1; and its
+    windows on host buffers."""
 
     __slots__ = ("index", "dma", "text", "nwords", "pattern", "low", "high", "token", "shape", "strides",
                  "pieces", "windows")
@@ -193,7 +188,7 @@ class RuntimeSequence:
     """The Plan's runtime sequence over the shim channels: `channels` by (FIFO, shim tile)."""
 
     def __init__(self, plan, fifos, tiles: dict, board: Board):
-        self.plan, self.board = plan, board
+        self.plan = plan
         registers = {at: [None] * plan.device.shim_bd_ids for at in tiles if at.kind is TileKind.SHIM}
         self.registers = registers
         self.channels: dict[tuple, ShimChannel] = {}
@@ -204,11 +199,11 @@ class RuntimeSequence:
         self.steps = [self._step(index, op) for index, op in enumerate(plan.sequence)]
 
     def _step(self, index: int, op):
-        """(op, DmaOp or None, its channel or the channels a Wait waits on, the Wait's block)."""
+        """(op, DmaOp or None, its channel or the channels a Wait waits on, the Wait's text)."""
         if isinstance(op, Dma):
             return op, DmaOp(index, op), self.channels[(op.fifo, op.shim)], None
         channels = [c for (fifo, _), c in self.channels.items() if fifo == op.fifo]
-        return op, None, channels, (channels[0].signal, f"op {index} (dma_wait @{op.fifo})")
+        return op, None, channels, f"op {index} (dma_wait @{op.fifo})"
 
     def tasks(self) -> list[tuple[str, object]]:
         return [(channel.name, channel.task()) for channel in self.channels.values()]
@@ -236,14 +231,14 @@ class RuntimeSequence:
     def task(self, windows: list):
         """The sequence of one launch: each op's BD written and pushed, each dma_wait blocking."""
         registers = self.registers
-        for (op, dma, channel, wait), window in zip(self.steps, windows):
+        for (op, dma, channel, text), window in zip(self.steps, windows):
             if dma is not None:
                 registers[op.shim][op.bd_id] = Transfer(dma, window, dma.index)
                 channel.push(op.bd_id, dma.token)
                 continue
             for waited in channel:
                 while waited.tokens or not waited.issued:
-                    yield wait
+                    yield waited.signal, text
                 waited.issued = 0
 
     def busy(self) -> bool:

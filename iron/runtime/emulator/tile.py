@@ -1,6 +1,5 @@
 """A tile of the emulated array (docs/platform.md section 2): its data memory holding named
-buffers, its locks, and the DMA channels of each direction it hands out, as many as the device
-gives a tile of its kind (a shim tile's buffers live in host memory, shim.py).
+buffers, its locks, and its DMA channels, as many per direction as the device gives its kind.
 """
 from __future__ import annotations
 
