@@ -1,9 +1,8 @@
-"""The traced Program: one immutable node type and the container that holds a traced call.
-
-A `Node` is either a per-call scalar expression (`VAR`, `CONST`, arithmetic, `ELEM`), or a tensor
-(`INPUT`, `MEMORY`, `VIEW`, `CALL`). `Program` lists what one call of a graph does: its inputs,
-per-call values, declared memories, kernel calls in program order, outputs and next carried
-values. This module only describes; it runs nothing and imports nothing above numpy.
+"""The traced Program, iron's IR: one immutable `Node` type, either a per-call scalar expression
+(`VAR`, `CONST`, arithmetic, `ELEM`) or a tensor (`INPUT`, `MEMORY`, `VIEW`, `CALL`), and the
+`Program` that lists what one call of a graph does (its inputs, per-call values, declared
+memories, kernel calls in program order, outputs and next carried values). It only describes,
+and imports nothing above numpy.
 """
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ import iron
 from iron import Carried, Scratchpad
 from iron.errors import ArgumentError, IndexOutOfRange
 from iron.kernels import Accumulate, Copy, Softmax
-from iron.kernels.base import Within
 
 
 class TwoWrites(iron.Graph):
@@ -111,7 +110,7 @@ class Prefix(iron.Kernel):
     name = "prefix"
     attrs = {"count": None}
     scalar_attrs = ("count",)
-    bounds = {"count": Within(0)}
+    bounds = {"count": iron.Within(0)}
 
     @staticmethod
     def compute(x, count=None):
