@@ -17,7 +17,7 @@ from iron.frontend.handles import (
     maximum,
     minimum,
 )
-from iron.kernels import Kernel, Role, Within
+from iron.kernels import Kernel, Role, Within, concat
 
 min = minimum
 max = maximum
@@ -38,6 +38,7 @@ __all__ = [
     "Within",
     "bfloat16",
     "carry",
+    "concat",
     "errors",
     "graph",
     "max",

@@ -83,7 +83,7 @@ def index(view: Node, env: dict) -> tuple:
             expr = view.src[axis.dynamic]
             value, hi = scalar(expr, env), axis.stop - axis.start
             if not 0 <= value < hi:
-                raise IndexOutOfRange.at(describe(view), describe(expr), value, 0, hi)
+                raise IndexOutOfRange.at(describe(view), describe(expr), value, 0, hi, describe(view.src[0]))
             parts.append(axis.start + value)
     return tuple(parts)
 

@@ -8,6 +8,7 @@ from iron.kernels.library import (
     Add,
     Argmax,
     Cast,
+    Concat,
     Copy,
     Exp,
     MatMul,
@@ -20,6 +21,7 @@ from iron.kernels.library import (
     SiLU,
     Softmax,
     Sub,
+    concat,
 )
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "Add",
     "Argmax",
     "Cast",
+    "Concat",
     "Copy",
     "Exp",
     "Kernel",
@@ -43,4 +46,5 @@ __all__ = [
     "Softmax",
     "Sub",
     "Within",
+    "concat",
 ]

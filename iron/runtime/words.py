@@ -19,7 +19,7 @@ class WordProgram:
         self.count = len(words)
         self.values = [(w.index, w.name) for w in words if w.op is None]
         self.steps = [self._step(w) for w in words if w.op is not None]
-        self.checks = [(w.index, w.bound, w.what, w.name) for w in words if w.bound is not None]
+        self.checks = [(w.index, w.bound, w.what, w.name, w.tensor) for w in words if w.bound is not None]
 
     @staticmethod
     def _step(w):
@@ -44,9 +44,9 @@ class WordProgram:
             words[index] = values[name]
         for step in self.steps:
             step(words)
-        for index, (lo, hi), what, name in self.checks:
+        for index, (lo, hi), what, name, tensor in self.checks:
             if not lo <= words[index] < hi:
-                raise IndexOutOfRange.at(what, name, words[index], lo, hi)
+                raise IndexOutOfRange.at(what, name, words[index], lo, hi, tensor)
         return np.array(words, dtype=np.int64).astype(np.int32)
 
 

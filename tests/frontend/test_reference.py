@@ -60,7 +60,7 @@ class Attend(iron.Graph):
 
 
 LENGTH_TEXT = ("Softmax length=n + 1 with n + 1 = 9 is out of range: n + 1 must be in 1..8; nothing was "
-               "written. Keep n + 1 in range, or keep it between 1 and 8.")
+               "written. Keep n + 1 between 1 and 8.")
 
 
 def test_a_valid_length_out_of_range_is_refused_with_the_device_paths_text(monkeypatch):
@@ -131,4 +131,4 @@ def test_a_user_kernels_bounded_attribute_is_checked_as_it_declares():
     with pytest.raises(IndexOutOfRange) as e:
         Keep().reference(x, c=9)
     assert str(e.value) == ("Prefix count=c with c = 9 is out of range: c must be in 0..8; nothing was written. "
-                            "Keep c in range, or keep it between 0 and 8.")
+                            "Keep c between 0 and 8.")
