@@ -52,6 +52,8 @@ def main(argv=None) -> int:
     compiled = add_one.compile(x=((N,), np.int32))
     print(f"\n{compiled!r}\n")
     print(compiled.describe())
+    compiled.svg(f"add_one-{args.device}.svg")
+    print(f"the placement, drawn: add_one-{args.device}.svg")
     print("\nThe MLIR, first 24 lines:")
     print("\n".join(compiled.mlir.splitlines()[:24]))
     print("...\n")

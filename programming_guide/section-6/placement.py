@@ -59,7 +59,8 @@ def main(argv=None) -> int:
     x = rng.standard_normal(WIDTH).astype(np.float32)
     compiled = Projection(w1, w2).compile(x=((WIDTH,), np.float32))
     print(compiled.describe())
-    print()
+    compiled.svg(f"placement-{args.device}.svg")
+    print(f"the placement, drawn: placement-{args.device}.svg\n")
     show_placement(compiled)
 
     y = compiled(x)

@@ -203,6 +203,8 @@ def run(model: Decoder, prompt, count: int, depth: int, describe: bool = False) 
           f"compute tiles, first on {len(first.plan.cores)}")
     if describe:
         print(body.describe())
+    body.svg(f"decoder-{device.name}.svg")
+    print(f"the body's placement, drawn: decoder-{device.name}.svg")
     backend = select_backend()
     tokens, host_rate = measured(model, first, prompt, lambda: host_driven(model, first, body, prompt, count))
     ok &= report(f"host-driven ({device.name})", tokens, expected)
