@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from iron.errors import ArgumentError, IndexOutOfRange
-from iron.ir import SCALAR_BINARY, Node, Op, Program, describe, wrap_i32
+from iron.ir import SCALAR_BINARY, Node, Op, Program, describe, frame, wrap_i32
 
 
 def run(program: Program, memories: dict[str, np.ndarray], inputs: list[np.ndarray],
@@ -31,8 +31,8 @@ def run(program: Program, memories: dict[str, np.ndarray], inputs: list[np.ndarr
         for call in program.calls:
             run_call(call, env, undo)
     except BaseException:
-        for state, index, before in reversed(undo):
-            state[index] = before
+        for state, at, before in reversed(undo):
+            state[at] = before
         raise
     outputs = [env[node] for node in program.outputs]
     carry = {}
@@ -64,10 +64,10 @@ def check_bounds(program: Program, env: dict):
     range (a view's index, or an attribute its kernel bounds, such as Softmax's valid length), all
     before any kernel runs."""
     for call in program.calls:
+        for node in call.src:  # tensors, then the per-call attributes
+            if node.op == Op.VIEW:
+                env[node] = index(node, env)
         c = call.arg
-        for view in call.src[:c.n_inputs + c.writes]:
-            if view.op == Op.VIEW:
-                env[view] = index(view, env)
         for name, expr in zip(c.scalar_attrs, call.src[c.n_inputs + c.writes:]) if c.scalar_attrs else ():
             value = scalar(expr, env)
             if name in c.kernel.bounds:
@@ -89,19 +89,28 @@ def index(view: Node, env: dict) -> tuple:
             parts.append(slice(axis.start, axis.stop))
         else:
             expr = view.src[axis.dynamic]
-            value, hi = scalar(expr, env), axis.stop - axis.start
+            value, hi = scalar(expr, env), axis.offsets
             if not 0 <= value < hi:
                 raise IndexOutOfRange.at(describe(view), describe(expr), value, 0, hi, describe(view.src[0]))
-            parts.append(axis.start + value)
+            start = axis.start + value
+            parts.append(start if axis.length is None else slice(start, start + axis.length))
     return tuple(parts)
 
 
 # ---- tensors and kernel calls --------------------------------------------------------------------
 
 def tensor(node: Node, env: dict) -> np.ndarray:
-    """The array a tensor node denotes; a view (whose value in env is its index) reads its memory
-    or input without a copy."""
-    return env[node.src[0]][env[node]] if node.op == Op.VIEW else env[node]
+    """The array a tensor node denotes; a view (whose value in env is its index) reads its memory,
+    input or computed tensor, seen in the view's frame, without a copy where numpy can."""
+    if node.op != Op.VIEW:
+        return env[node]
+    return framed(node, env)[env[node]].reshape(node.shape)
+
+
+def framed(view: Node, env: dict) -> np.ndarray:
+    """The array a view indexes, seen as the view's frame (a reshape of a contiguous array is a
+    view of it, so writes through it land)."""
+    return env[view.src[0]].reshape(frame(view))
 
 
 def run_call(call: Node, env: dict, undo: list):
@@ -113,14 +122,17 @@ def run_call(call: Node, env: dict, undo: list):
     if dest is not None and c.kernel.accumulates:
         args.append(tensor(dest, env))
     per_call = {name: env[e] for name, e in zip(c.scalar_attrs, call.src[c.n_inputs + c.writes:])} if c.scalar_attrs else {}
-    result = kernel_fn(call)(*args, **per_call)
+    if dest is not None and c.kernel.copies and args[0].dtype == call.dtype:
+        result = args[0]  # a copy into a state: assigning it copies already
+    else:
+        result = kernel_fn(call)(*args, **per_call)
     if dest is None:
         env[call] = result
         return
-    state, index = (env[dest.src[0]], env[dest]) if dest.op == Op.VIEW else (env[dest], ...)
-    before = state[index]  # one element reads as a numpy scalar, which nothing can change
-    undo.append((state, index, before.copy() if isinstance(before, np.ndarray) else before))
-    state[index] = result
+    state, at = (framed(dest, env), env[dest]) if dest.op == Op.VIEW else (env[dest], ...)
+    before = state[at]  # one element reads as a numpy scalar, which nothing can change
+    undo.append((state, at, before.copy() if isinstance(before, np.ndarray) else before))
+    state[at] = np.reshape(result, np.shape(before))
 
 
 def kernel_fn(call: Node):
