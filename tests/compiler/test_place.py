@@ -3,15 +3,13 @@ split matrices, shim channels, and the refusals when a device is too small. Shar
 channels through mem tiles has its own tests (test_share_channels.py)."""
 
 import numpy as np
-import pytest
 
 import iron
 from aie_utils import from_name
 from iron.compiler.compile import compile_program
 from iron.compiler.place import snake_order
 from iron.compiler.plan import Dma, Imm, KernelStep, Link, Loop, Ptr
-from iron.errors import PlacementError
-from iron.kernels import Copy, Exp, MatVec, Softmax
+from iron.kernels import Exp, MatVec, Softmax
 from tests.compiler import designs
 
 F32 = np.float32

@@ -164,7 +164,7 @@ def test_npu2_segments_are_one_module_whose_main_configures_and_runs_each():
     assert text.splitlines()[:9] == [
         "module {",
         "  aie.device(npu2_1col) @main {",
-        f"    aie.runtime_sequence @sequence(%arg0: memref<1xi32>, %arg1: memref<1xi32>, %arg2: memref<8xi32>, "
+        "    aie.runtime_sequence @sequence(%arg0: memref<1xi32>, %arg1: memref<1xi32>, %arg2: memref<8xi32>, "
         "%arg3: memref<40xi32>, %arg4: memref<1xi32>) {",
         "      aiex.configure @seg0 {",
         f"        aiex.run @seg0_sequence({args}) : ({types})",
