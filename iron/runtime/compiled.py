@@ -145,7 +145,7 @@ class CompiledGraph:
     @property
     def segments(self) -> tuple:
         """The Plans this design runs, one per configuration of the array, in order."""
-        return (self.plan,)
+        return self.plan.configurations
 
     def build(self, progress=None):
         """Build with aiecc and Peano into the cache (ToolchainMissing when they are absent). A

@@ -8,11 +8,8 @@ sequence to the end, then the next.
 """
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
-from iron.errors import PlanError
 from iron.runtime.emulator.machine import Emulator, Run
 
 
@@ -22,13 +19,12 @@ def load(plan, kernels: str | None = "numpy", replay: bool = True):
 
 
 class Configurations:
-    """A segmented Plan loaded on the emulator; runs, start and wait as Emulator's."""
+    """A segmented Plan loaded on the emulator: buffer, run, start and wait as an Emulator takes them."""
 
     def __init__(self, plan, kernels: str | None = "numpy", replay: bool = True):
         self.plan, self.launches, self._runs = plan, 0, 0
         self.segments = [Emulator(segment, kernels, replay) for segment in plan.segments]
         self._buffers = {b.name: np.zeros(b.nwords, np.uint32) for b in plan.host_buffers}
-        self._queue: deque = deque()
 
     @property
     def replayed(self) -> int:
@@ -44,23 +40,9 @@ class Configurations:
         return Run(self._runs, {**self._buffers, **{name: checked.buffers[name] for name in bindings}})
 
     def start(self, run: Run):
-        if run.queued:
-            raise PlanError(
-                f"bad command state: run {run.number} of plan '{self.plan.name}' was started again "
-                "before its launch completed. Wait for the run before starting it again."
-            )
-        if len(self._queue) >= self.plan.device.max_in_flight:
-            self._launch(self._queue[0])
-        run.completed, run.queued = False, True
-        self._queue.append(run)
-
-    def wait(self, run: Run):
-        while run.queued:
-            self._launch(self._queue[0])
-
-    def _launch(self, run: Run):
-        self._queue.popleft()
-        run.queued = False
+        """Launch `run` now: the device may run a launch as soon as it is started, and runs
+        execute in the order they start, which is all a caller may rely on."""
+        run.completed = False
         for segment in self.segments:
             _clear_tile_memory(segment)
             launch = segment.run(**run.buffers)
@@ -68,6 +50,9 @@ class Configurations:
             segment.wait(launch)
         self.launches += 1
         run.completed = True
+
+    def wait(self, run: Run):
+        """Nothing left to do: `start` ran the launch."""
 
 
 def _clear_tile_memory(segment: Emulator):
