@@ -1,11 +1,10 @@
-"""aie_utils: the NPU device catalog and the current device.
-
-Re-exports the public names of `aie_utils.devices`; see that module for what they do and do not.
-"""
+"""aie_utils: the NPU device catalog and the current device (the public names of
+`aie_utils.devices`)."""
 
 from aie_utils.devices import (
     Device,
     TileKind,
+    UnknownDevice,
     devices,
     from_name,
     get_current_device,
@@ -16,6 +15,7 @@ from aie_utils.devices import (
 __all__ = [
     "Device",
     "TileKind",
+    "UnknownDevice",
     "devices",
     "from_name",
     "get_current_device",

@@ -1,20 +1,8 @@
-"""The NPU device catalog and the current device.
-
-What it does: describes every `aie.device(...)` target iron can build for (npu1 and its 1-3
-column partitions, npu2 and its 1-7 column partitions) as frozen, hashable `Device` values:
-geometry, per-tile resources (`TileKind`), full-ELF support, Peano target, clock. It looks
-devices up by name and column count (`from_name`) and keeps the device `compile()` builds for
-(`get_current_device`, `set_current_device`, `using_device`; npu2 until set).
-
-What it does not: it does not detect an attached NPU, talk to XRT, place tiles or check that a
-design fits; callers read these figures and decide. It does not import iron at import time
-(iron imports aie_utils): `iron.errors` is imported only when an error is raised.
-
-Figures follow docs/platform.md sections 1, 2 and 5 (the AIE2 target model; AIE2P differs
-only in arch, burst lengths and block formats, so both families share the tile kinds).
-DMA sizes are in 32-bit words. The shim BDs have 3 dimensions plus a repeat count (the outermost
-`dma_memcpy_nd` size, at most `Device.dma_repeat_max`). The mem tile's 48 BDs are split: even
-channels use BDs 0-23, odd channels 24-47.
+"""The NPU device catalog and the current device: every `aie.device(...)` target iron builds for
+(npu1 and its 1-3 column partitions, npu2 and its 1-7 column partitions) as a frozen `Device` with
+its tiles' resources, looked up by name and column count, and the device `compile()` builds for
+(npu2 until set). The figures are those of docs/platform.md (sections 1, 2 and 5); callers decide
+what fits. It imports nothing from iron, and raises its own `UnknownDevice`.
 """
 
 from __future__ import annotations
@@ -25,6 +13,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 KIB = 1024
+
+
+class UnknownDevice(ValueError):
+    """A device name or column count that is not in the catalog (iron.errors.UnknownDevice, which
+    iron raises, derives from it)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +55,7 @@ MEM_TILE = TileKind(
     locks=64,
     dma_in_channels=6,
     dma_out_channels=6,
-    buffer_descriptors=48,
+    buffer_descriptors=48,  # even channels use BDs 0-23, odd channels 24-47
     bd_dims=4,
     max_bd_wrap=1023,
     default_stack_bytes=0,
@@ -181,17 +174,11 @@ def devices() -> tuple[Device, ...]:
     return tuple(_CATALOG.values())
 
 
-def _unknown_device(message: str) -> Exception:
-    from iron.errors import UnknownDevice  # here, not at the top: iron imports aie_utils
-
-    return UnknownDevice(message)
-
-
 def _lookup(name: object) -> Device:
     device = _CATALOG.get(name) if isinstance(name, str) else None
     if device is None:
         known = ", ".join(_CATALOG)
-        raise _unknown_device(
+        raise UnknownDevice(
             f"unknown device {name!r}: known devices are {known}. "
             "Pass one of these names to from_name()."
         )
@@ -200,7 +187,7 @@ def _lookup(name: object) -> Device:
 
 def _check_columns(whole: Device, n_cols: object) -> None:
     if type(n_cols) is not int or not 1 <= n_cols <= whole.n_cols:
-        raise _unknown_device(
+        raise UnknownDevice(
             f"{whole.name} has 1 to {whole.n_cols} columns, not {n_cols!r}: "
             f"pass n_cols between 1 and {whole.n_cols}."
         )
@@ -217,7 +204,7 @@ def from_name(name: str, n_cols: int | None = None) -> Device:
     whole = _CATALOG[device.family]
     _check_columns(whole, n_cols)
     if device is not whole and n_cols != device.n_cols:
-        raise _unknown_device(
+        raise UnknownDevice(
             f"{device.name} is the {device.n_cols}-column partition, not {n_cols} columns: "
             f"call from_name({device.family!r}, n_cols={n_cols}), or drop n_cols."
         )
@@ -231,7 +218,7 @@ def _as_device(device: Device | str) -> Device:
         return device
     if isinstance(device, str):
         return from_name(device)
-    raise _unknown_device(
+    raise UnknownDevice(
         f"set_current_device() takes a Device or a device name, "
         f"not {type(device).__name__} {device!r}: pass from_name('npu2') or a name like 'npu2'."
     )

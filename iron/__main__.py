@@ -1,6 +1,6 @@
 """`python -m iron cache` lists iron's build cache (where it is, its size against its bound, each
-entry); `python -m iron cache clear` empties it. Errors are iron's named ones, printed on one line
-with exit status 1. Nothing else is done here: the cache itself is iron.compiler.cache.
+entry) and `python -m iron cache clear` empties it; errors are iron's named ones, printed on one
+line with exit status 1.
 """
 
 from __future__ import annotations
@@ -23,15 +23,19 @@ def size(nbytes: int) -> str:
     return f"{nbytes} B" if unit == 0 else f"{nbytes / 1024**unit:.1f} {UNITS[unit]}"
 
 
+def count(n: int) -> str:
+    return f"{n} entry" if n == 1 else f"{n} entries"
+
+
 def show(cache: Cache) -> str:
     """The cache's location, total against its bound, then one line per entry, latest used first."""
-    entries = cache.entries()
-    total = sum(e.nbytes for e in entries)
+    listed = cache.entries()
+    total = sum(e.nbytes for e in listed)
     lines = [
-        f"iron cache {cache.root}: {len(entries)} entries, {size(total)} of at most "
+        f"iron cache {cache.root}: {count(len(listed))}, {size(total)} of at most "
         f"{size(cache.limit)} (IRON_CACHE_MAX_BYTES)"
     ]
-    lines += [_line(e) for e in entries]
+    lines += [_line(e) for e in listed]
     return "\n".join(lines)
 
 
@@ -43,11 +47,11 @@ def _line(entry: Entry) -> str:
 def clear(cache: Cache) -> str:
     removed = cache.clear()
     total = sum(e.nbytes for e in removed)
-    return f"iron cache {cache.root}: removed {len(removed)} entries, {size(total)}"
+    return f"iron cache {cache.root}: removed {count(len(removed))}, {size(total)}"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m iron", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m iron", description="iron's command line")
     commands = parser.add_subparsers(dest="command", required=True)
     cache_command = commands.add_parser("cache", help="show iron's build cache, or clear it")
     cache_command.add_argument("action", nargs="?", choices=["clear"], help="empty the cache")

@@ -1,10 +1,8 @@
-"""The named exceptions iron raises.
-
-Every error a user can cause derives from `IronError`. Messages name the user's own
-parameters, states and kernels, give the values involved and end with one sentence on the
-fix. This module defines the classes only; it imports nothing from iron, so every layer
-(aie_utils included) can raise them.
+"""The named exceptions iron raises, one per kind of mistake, all deriving from `IronError`. Their
+messages name the user's own parameters, states and kernels, give the values involved and end
+with one sentence on the fix. This module imports nothing from iron, so every layer can raise them.
 """
+import aie_utils
 
 
 class IronError(Exception):
@@ -19,12 +17,14 @@ class DeclarationError(IronError, ValueError):
     """A weight, param or state declaration is malformed."""
 
 
-class CarryError(IronError, ValueError):
-    """The body's iron.carry(...) is missing, misplaced, or does not match its Carried parameters."""
+class CarryError(IronError, TypeError, ValueError):
+    """The body's iron.carry(...) is missing, misplaced, or does not match its Carried parameters,
+    or a Carry is changed in place. A TypeError as in IRON (and a ValueError, as iron raised before)."""
 
 
 class TracedValueError(IronError, TypeError):
-    """A per-call value (known only on the device) was used as a Python bool, int or index."""
+    """A per-call value (known only on the device) was used as a Python bool, int or index, or a
+    handle was used outside the trace that made it."""
 
 
 class ArgumentError(IronError, TypeError):
@@ -35,13 +35,14 @@ class IndexOutOfRange(IronError, IndexError):
     """A per-call index fell outside the tensor it indexes (checked before anything is written)."""
 
     @classmethod
-    def at(cls, what: str, expr: str, value: int, lo: int, hi: int) -> "IndexOutOfRange":
-        """The one text every path uses: `what` is the user's view (`trail[steps]`) or operand,
-        `expr` the per-call expression, [lo, hi) the valid range."""
-        fix = (f"make '{what.split('[')[0]}' larger" if "[" in what else f"keep it between {lo} and {hi - 1}")
+    def at(cls, what: str, expr: str, value: int, lo: int, hi: int, tensor: str = "") -> "IndexOutOfRange":
+        """The one text every path uses: `what` is the user's view (`trail[steps]`) or bounded
+        attribute (`Softmax length=n`), `expr` the per-call expression, [lo, hi) the valid
+        range, `tensor` the name of the tensor a view indexes ('' for an attribute)."""
+        fix = f"Keep {expr} in range, or make '{tensor}' larger." if tensor else f"Keep {expr} between {lo} and {hi - 1}."
         return cls(
             f"{what} with {expr} = {value} is out of range: {expr} must be in {lo}..{hi - 1}; "
-            f"nothing was written. Keep {expr} in range, or {fix}."
+            f"nothing was written. {fix}"
         )
 
 
@@ -53,8 +54,9 @@ class KernelTypeError(IronError, TypeError):
     """A kernel was given operands of shapes or dtypes it does not accept."""
 
 
-class UnknownDevice(IronError, ValueError):
-    """A device name or column count that is not in the catalog."""
+class UnknownDevice(IronError, aie_utils.UnknownDevice):
+    """A device name or column count that is not in the catalog (the device catalog's own error,
+    as iron raises it)."""
 
 
 class DoesNotFit(IronError, MemoryError):

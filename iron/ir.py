@@ -1,9 +1,8 @@
-"""The traced Program: one immutable node type and the container that holds a traced call.
-
-A `Node` is either a per-call scalar expression (`VAR`, `CONST`, arithmetic, `ELEM`), or a tensor
-(`INPUT`, `MEMORY`, `VIEW`, `CALL`). `Program` lists what one call of a graph does: its inputs,
-per-call values, declared memories, kernel calls in program order, outputs and next carried
-values. This module only describes; it runs nothing and imports nothing above numpy.
+"""The traced Program, iron's IR: one immutable `Node` type, either a per-call scalar expression
+(`VAR`, `CONST`, arithmetic, `ELEM`) or a tensor (`INPUT`, `MEMORY`, `VIEW`, `CALL`), and the
+`Program` that lists what one call of a graph does (its inputs, per-call values, declared
+memories, kernel calls in program order, outputs and next carried values). It only describes,
+and imports nothing above numpy.
 """
 from __future__ import annotations
 
@@ -184,3 +183,69 @@ def scalar_vars(node: Node) -> set[str]:
         if s.is_scalar:
             out |= scalar_vars(s)
     return out
+
+
+# ---- what a kernel call reads and writes ---------------------------------------------------------
+
+def tensor_inputs(call: Node) -> tuple[Node, ...]:
+    """The tensors a call reads: its inputs, and its destination when it accumulates into it."""
+    c = call.arg
+    reads = call.src[: c.n_inputs]
+    if c.writes and c.kernel.accumulates:
+        reads = (*reads, call.src[c.n_inputs])
+    return reads
+
+
+def destination(call: Node) -> Node | None:
+    """The view of a state a call writes (out=), or None."""
+    return call.src[call.arg.n_inputs] if call.arg.writes else None
+
+
+def external_inputs(calls) -> list[Node]:
+    """Distinct tensors the calls read that none of them computes, in first-use order."""
+    made = set(calls)
+    return list(dict.fromkeys(n for call in calls for n in tensor_inputs(call) if n not in made))
+
+
+def is_host_tensor(node: Node) -> bool:
+    """An input, a declared memory or a view of one: a tensor the host holds."""
+    return node.op in (Op.INPUT, Op.MEMORY, Op.VIEW)
+
+
+def is_gather(node: Node) -> bool:
+    """A view picked through a per-call index."""
+    return node.op == Op.VIEW and any(a.dynamic is not None for a in node.arg)
+
+
+def storage(node: Node) -> Node:
+    """The tensor whose data `node` is: a view's base (a memory, an input, a call's result), else itself."""
+    return node.src[0] if node.op == Op.VIEW else node
+
+
+def state_of(node: Node) -> str | None:
+    """The name of the state a tensor is (or is a view of), or None."""
+    memory = storage(node)
+    return memory.arg[1] if memory.op == Op.MEMORY and memory.arg[0] == "state" else None
+
+
+def region(node: Node) -> tuple[tuple[int, int], ...]:
+    """Where a tensor may lie in its storage: [lo, hi) along each of the storage's axes. A per-call
+    index may pick anywhere in its range, so its axis spans the whole range."""
+    if node.op != Op.VIEW:
+        return tuple((0, n) for n in node.shape)
+    return tuple((a.index, a.index + 1) if a.index is not None else (a.start, a.stop) for a in node.arg)
+
+
+def overlap(a: Node, b: Node) -> bool:
+    """Whether two tensors of one storage may share an element: their regions meet on every axis."""
+    return all(lo < b_hi and b_lo < hi for (lo, hi), (b_lo, b_hi) in zip(region(a), region(b)))
+
+
+def nbytes(node: Node) -> int:
+    return node.size * node.dtype.itemsize
+
+
+def call_label(program: Program, call: Node) -> str:
+    """`Copy#1`: the kernel and the call's position in the body, as errors name calls."""
+    index = next(i for i, c in enumerate(program.calls) if c is call)
+    return f"{call.arg.kernel.__name__}#{index}"

@@ -14,13 +14,13 @@ import aie_utils
 from aie_utils import (
     Device,
     TileKind,
+    UnknownDevice,
     devices,
     from_name,
     get_current_device,
     set_current_device,
     using_device,
 )
-from iron.errors import UnknownDevice
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -372,6 +372,7 @@ def test_package_exports():
     assert aie_utils.__all__ == [
         "Device",
         "TileKind",
+        "UnknownDevice",
         "devices",
         "from_name",
         "get_current_device",

@@ -1,3 +1,3 @@
-"""The compiler: Program -> fuse -> place -> allocate -> lower -> Plan, then MLIR, kernel sources and the build.
-
-It never imports the runtime: what runs a Plan (the emulator, XRT) lives in iron.runtime."""
+"""The compiler: a traced Program to a checked Plan (`compile.compile_program`, a flat list of
+passes drawn in docs/architecture.md), then the Plan printed as MLIR (mlir.py) and kernel C++
+(sources.py) and built with the mlir-aie tools (build.py). It never imports the runtime."""

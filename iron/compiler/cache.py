@@ -1,17 +1,9 @@
-"""The content-addressed build cache: one verified directory per key, built at most once.
-
-A key is the sha256 of everything a build depends on (`content_key`); its entry is the directory
-`<root>/<key>`. An entry is built in a staging directory beside it (`<key>.building`), sealed
-with a manifest (`manifest.json`: the key, what was built, every file's size and sha256) and
-renamed into place, so no one ever sees a half-built entry. It is served only while every file
-still matches its manifest; a missing, truncated or altered file makes it a miss, rebuilt with a
-one-line notice on stderr. Builds of one key are serialised across processes by a lock file
-beside the entry, removed when the holder is done. The cache is bounded by
-`IRON_CACHE_MAX_BYTES`: after each build the least recently served entries go until it fits.
-
-This module does not know what is built (see `iron.compiler.build` and the emulator's native
-kernels). Deleting the cache directory, or `python -m iron cache clear`, is always safe.
-"""
+"""The content-addressed build cache: one verified directory per key (`content_key`, the sha256 of
+everything a build depends on), built at most once. An entry is built in a staging directory,
+sealed with a manifest (every file's size and sha256) and renamed into place; it is served only
+while every file matches its manifest, else rebuilt with a one-line notice. Builds of one key
+are serialised across processes by a lock file, and `IRON_CACHE_MAX_BYTES` bounds the cache
+(least recently served entries go first). Deleting it, or `python -m iron cache clear`, is safe."""
 
 from __future__ import annotations
 
@@ -35,6 +27,7 @@ from iron.errors import CacheError
 MANIFEST = "manifest.json"
 DEFAULT_MAX_BYTES = 2 * 1024**3
 KEY = re.compile(r"[0-9a-f]{64}")
+LEFTOVER = re.compile(r"([0-9a-f]{64})\.(building|removing)")  # a failed build, a cut-off removal
 CHUNK = 1 << 20
 WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 
@@ -177,13 +170,13 @@ class Cache:
         return removed
 
     def clear(self) -> list[Entry]:
-        """Remove every entry and failed build (waiting for builds in progress); the entries."""
+        """Remove every entry and leftover (waiting for builds in progress); the entries."""
         removed = self.entries()
-        for entry in removed:
-            self._remove(entry.key, wait=True)
-        if self.root.is_dir():
-            for staged in self.root.glob("*.building"):
-                self._remove(staged.name.removesuffix(".building"), wait=True)
+        if not self.root.is_dir():
+            return removed
+        leftovers = {m[1] for m in map(LEFTOVER.fullmatch, os.listdir(self.root)) if m}
+        for key in sorted({e.key for e in removed} | leftovers):
+            self._remove(key, wait=True)
         return removed
 
     @contextmanager
@@ -222,8 +215,10 @@ class Cache:
         return True
 
     def _discard(self, key: str) -> None:
-        # Renamed aside first, so no reader ever sees a half-deleted entry under its key.
+        # Renamed aside first, so no reader ever sees a half-deleted entry under its key; a
+        # removal cut off before (a crash, a kill) leaves `doomed`, which would block the rename.
         doomed = self.root / f"{key}.removing"
+        shutil.rmtree(doomed, ignore_errors=True)
         with suppress(FileNotFoundError):
             self.entry(key).rename(doomed)
         shutil.rmtree(doomed, ignore_errors=True)

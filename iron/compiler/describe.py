@@ -1,13 +1,6 @@
-"""`describe(plan)`: a readable, deterministic summary of a Plan.
-
-What it does: lists the device and image, which group runs on which tile, each tile's memory
-(used / budget), the FIFOs (producer -> consumers, depth, object bytes, shared memory or DMA,
-what they hold), the mem-tile links, the scratchpad words (index, name, kind, how each is
-computed and its bound), what fused with what and the rule that closed each group, every rule's
-decision, the Emit and where the host finds the next carried values.
-
-What it does not: print MLIR (mlir.py) or check the Plan (invariants.py).
-"""
+"""`describe(plan)`: a readable, deterministic summary of a Plan for people (IRON_DEBUG, the
+guide): which group runs on which tile, each tile's memory against its budget, the FIFOs and
+links, the scratchpad words, what fused with what, and every rule's decision."""
 from __future__ import annotations
 
 from iron.compiler.allocate import budget, tile_memory

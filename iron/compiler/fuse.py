@@ -1,41 +1,15 @@
-"""Fusion: group a Program's kernel calls into per-tile groups, by named rules.
-
-What it does: drops calls whose results nothing uses, then walks the rest in program order.
-A call joins the open group unless one of RULES says stop, in which case the open group closes
-(recording the rule) and the call opens the next one. Each rule is a plain function
-`rule(group, call) -> bool` ("True: `call` may not join `group`"), tried in RULES order.
-
-What it does not: place groups on tiles, size FIFOs or check memory (place.py, allocate.py);
-`size_limit` only estimates what a group holds.
-"""
+"""Fusion: a Program's live kernel calls, in program order, grouped into one group per core
+invocation. A call joins the open group unless one of RULES (plain functions `rule(group, call)
+-> bool`, tried in order) says stop; the group then closes, recording that rule. Rules read the
+kernels' declared Roles, never their classes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from aie_utils.devices import COMPUTE_TILE
-from iron.ir import Node, Op, Program
-from iron.kernels.library import (
-    Accumulate,
-    Add,
-    Argmax,
-    Copy,
-    Exp,
-    MatMul,
-    MatVec,
-    Mul,
-    ReLU,
-    RMSNorm,
-    Scale,
-    SiLU,
-    Softmax,
-    Sub,
-)
+from iron.ir import Node, Op, Program, external_inputs, is_gather, nbytes, tensor_inputs
+from iron.kernels.base import Role
 
-MATRIX_OPS = (MatVec, MatMul)
-REDUCTIONS = (RMSNorm, Softmax, Argmax)
-ELEMENTWISE = (Copy, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate)
 MAX_INPUTS = 4
 SIZE_LIMIT = COMPUTE_TILE.data_memory_bytes // 2
 STREAM_OBJECT_BYTES = 16 * 1024   # a streamed matrix holds at most this much in L1 at a time
@@ -78,42 +52,10 @@ def live_calls(program: Program) -> list[Node]:
     return live[::-1]
 
 
-def call_label(program: Program, call: Node) -> str:
-    """`Copy#1`: the kernel and the call's position in the body, as errors name calls."""
-    index = next(i for i, c in enumerate(program.calls) if c is call)
-    return f"{call.arg.kernel.__name__}#{index}"
-
-
-# ---- what a call reads -------------------------------------------------------------------------
-
-def tensor_inputs(call: Node) -> tuple[Node, ...]:
-    """The tensors a call reads: its inputs, and its destination when it accumulates into it."""
-    c = call.arg
-    reads = call.src[: c.n_inputs]
-    if c.writes and c.kernel.accumulates:
-        reads = (*reads, call.src[c.n_inputs])
-    return reads
-
-
-def is_gather(node: Node) -> bool:
-    """A view picked through a per-call index."""
-    return node.op == Op.VIEW and any(a.dynamic is not None for a in node.arg)
-
-
-def external_inputs(calls: list[Node]) -> list[Node]:
-    """Distinct tensors the calls read that none of them computes, in first-use order."""
-    made = set(calls)
-    return list(dict.fromkeys(n for call in calls for n in tensor_inputs(call) if n not in made))
-
-
-def nbytes(node: Node) -> int:
-    return int(np.prod(node.shape, dtype=np.int64)) * node.dtype.itemsize
-
-
 def held_bytes(calls: list[Node]) -> int:
     """What a group holds on its tile, estimated: every external input (a matrix operand at most
     one stream object) and every call's result."""
-    matrices = {c.src[0] for c in calls if issubclass(c.arg.kernel, MATRIX_OPS)}
+    matrices = {c.src[0] for c in calls if role(c) is Role.MATRIX}
     total = sum(min(nbytes(n), STREAM_OBJECT_BYTES) if n in matrices else nbytes(n)
                 for n in external_inputs(calls))
     return total + sum(nbytes(c) for c in calls)
@@ -121,18 +63,23 @@ def held_bytes(calls: list[Node]) -> int:
 
 # ---- the rules ---------------------------------------------------------------------------------
 
+def role(call: Node) -> Role:
+    """The Role the called kernel declares."""
+    return call.arg.kernel.role
+
+
 def matrix_op_starts_group(group: list[Node], call: Node) -> bool:
-    """A MatVec/MatMul begins a new group; after one, only elementwise library calls (Add, SiLU,
-    Copy, ...) may join, as its epilogue."""
-    if issubclass(call.arg.kernel, MATRIX_OPS):
+    """A matrix call (MatVec, MatMul) begins a new group; after one, only elementwise calls
+    (Add, SiLU, Copy, ...) may join, as its epilogue."""
+    if role(call) is Role.MATRIX:
         return True
-    has_matrix = any(issubclass(c.arg.kernel, MATRIX_OPS) for c in group)
-    return has_matrix and not issubclass(call.arg.kernel, ELEMENTWISE)
+    has_matrix = any(role(c) is Role.MATRIX for c in group)
+    return has_matrix and role(call) is not Role.ELEMENTWISE
 
 
 def reduction_ends_group(group: list[Node], call: Node) -> bool:
-    """After an RMSNorm, Softmax or Argmax the group closes."""
-    return issubclass(group[-1].arg.kernel, REDUCTIONS)
+    """After a row reduction (RMSNorm, Softmax, Argmax) the group closes."""
+    return role(group[-1]) is Role.ROW_REDUCTION
 
 
 def state_write_ends_group(group: list[Node], call: Node) -> bool:

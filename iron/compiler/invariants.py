@@ -1,42 +1,24 @@
-"""`check_plan(plan)`: the device rules every Plan must keep, checked before it is printed or run.
-
-What it does: checks that tiles lie in the device and every FIFO, link, core, buffer and DMA
-names tiles of the plan; FIFO objects are whole words; links sit on mem tiles and fit their
-offsets; core programs acquire what they release, only from FIFOs their tile is an end of, and
-invoke declared Functions whose pointer and scalar operands stay inside the objects bound to
-them (by each kernel's C ABI); derived words refer to earlier words; DMA ops respect the shim's
-size limits, their host buffers' bounds (patch words taken at their bounds), Waits name FIFOs
-with a shim end, and BD ids are never reused before a Wait covering the op that held them; per
-launch, every FIFO gets from its producer (the sequence's MM2S words, a core's produce acquires,
-a link) exactly the objects each consumer takes; no compute or mem tile uses more DMA channels
-in (S2MM) or out (MM2S) than it has (a shared-memory FIFO uses none); the Emit and feedback
-exist exactly on full-ELF plans; every tile's memory fits (DoesNotFit, as the allocator says
-it). Breaks raise iron.errors.PlanError.
-
-What it does not: simulate a launch (the emulator does) or judge performance.
-"""
+"""`check_plan(plan)`: the device rules every Plan keeps, checked once before it is printed or
+run (PlanError, or DoesNotFit for tile memory): tiles within the device, FIFOs and links
+well-formed and on the right tiles, DMA channels per tile, cores and Functions (core_checks.py),
+words computed from earlier words, Dma ops within the shim's limits and their host buffers,
+buffer descriptor ids reused only after a covering Wait, every FIFO given per launch exactly
+the objects its consumers take, and the Emit exactly on full-ELF plans (docs/platform.md)."""
 from __future__ import annotations
 
-import numpy as np
-
 from iron.compiler.allocate import check_tile_memory, shares_memory
+from iron.compiler.core_checks import check_cores, check_functions, fail
 from iron.compiler.plan import (
     Acquire,
     Const,
     Direction,
     Dma,
     HostRole,
-    Invoke,
-    KernelStep,
-    Load,
     Loop,
     Output,
     PlacementKind,
     Plan,
     Port,
-    Ptr,
-    Release,
-    ScalarStep,
     Tile,
     TileKind,
     Wait,
@@ -44,10 +26,6 @@ from iron.compiler.plan import (
     WordKind,
     WordRef,
 )
-from iron.errors import PlanError
-from iron.kernels.registry import lookup
-
-FIX = "Rebuild the Plan with iron's compiler, or correct it by hand."
 
 
 def check_plan(plan: Plan) -> None:
@@ -56,8 +34,8 @@ def check_plan(plan: Plan) -> None:
     _check_fifos(plan)
     _check_links(plan)
     _check_dma_channels(plan)
-    _check_functions(plan)
-    _check_cores(plan)
+    check_functions(plan)
+    check_cores(plan)
     _check_words(plan)
     _check_sequence(plan)
     _check_balance(plan)
@@ -65,25 +43,21 @@ def check_plan(plan: Plan) -> None:
     check_tile_memory(plan)
 
 
-def _fail(plan: Plan, problem: str, fix: str = FIX):
-    raise PlanError(f"plan {plan.name} on {plan.device.name}: {problem}. {fix}")
-
-
 # ---- device and tiles -------------------------------------------------------------------------------
 
 def _check_device(plan: Plan):
     d = plan.device
     if plan.full_elf != d.full_elf or plan.image != ("elf" if d.full_elf else "xclbin"):
-        _fail(plan, f"full_elf={plan.full_elf} and image '{plan.image}' do not match the device "
+        fail(plan, f"full_elf={plan.full_elf} and image '{plan.image}' do not match the device "
                     f"(full ELF {'yes' if d.full_elf else 'no'})")
     rows = {TileKind.SHIM: (d.shim_row,), TileKind.MEM: (d.mem_row,), TileKind.COMPUTE: d.compute_rows}
     for t in plan.tiles:
         if not 0 <= t.col < d.n_cols or t.row not in rows.get(t.kind, ()):
-            _fail(plan, f"tile {t.name} ({t.kind}) is not a {t.kind} tile of {d.name} "
+            fail(plan, f"tile {t.name} ({t.kind}) is not a {t.kind} tile of {d.name} "
                         f"({d.n_cols} columns, rows {rows.get(t.kind, ())})")
     for t, what in _referenced_tiles(plan):
         if t not in plan.tiles:
-            _fail(plan, f"{what} uses {t.name}, which is not among the plan's tiles")
+            fail(plan, f"{what} uses {t.name}, which is not among the plan's tiles")
 
 
 def _referenced_tiles(plan: Plan):
@@ -102,30 +76,30 @@ def _referenced_tiles(plan: Plan):
 def _check_fifos(plan: Plan):
     names = [f.name for f in plan.fifos]
     if len(set(names)) != len(names):
-        _fail(plan, f"FIFO names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
+        fail(plan, f"FIFO names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
     for f in plan.fifos:
         if f.nbytes <= 0 or f.nbytes % 4 or f.nbytes % f.dtype.itemsize or f.depth < 1 or not f.consumers:
-            _fail(plan, f"FIFO {f.name} has objects of {f.nbytes} bytes of {f.dtype}, depth {f.depth}, "
+            fail(plan, f"FIFO {f.name} has objects of {f.nbytes} bytes of {f.dtype}, depth {f.depth}, "
                         f"{len(f.consumers)} consumer(s): objects must be whole 4-byte words and whole "
                         "elements, depth at least 1, one consumer or more")
         if f.shared_memory != shares_memory(f):
             route = f"{f.producer.name} -> {', '.join(t.name for t in f.consumers)}"
-            _fail(plan, f"FIFO {f.name} is shared memory but {route} is not one neighbouring compute tile"
-                  if f.shared_memory else f"FIFO {f.name} goes by DMA but mlir-aie makes {route} "
-                  "(one neighbouring compute tile) shared memory")
+            fail(plan, f"FIFO {f.name} is shared memory but {route} is not one neighbouring compute tile"
+                 if f.shared_memory else f"FIFO {f.name} goes by DMA but mlir-aie makes {route} "
+                 "(one neighbouring compute tile) shared memory")
 
 
 def _check_links(plan: Plan):
     fifos = {f.name: f for f in plan.fifos}
     for link in plan.links:
         if link.tile.kind is not TileKind.MEM:
-            _fail(plan, f"a link sits on {link.tile.name}, not on a mem tile")
+            fail(plan, f"a link sits on {link.tile.name}, not on a mem tile")
         for name in (*link.sources, *link.destinations):
             if name not in fifos:
-                _fail(plan, f"a link on {link.tile.name} names FIFO {name}, which the plan does not have")
+                fail(plan, f"a link on {link.tile.name} names FIFO {name}, which the plan does not have")
         if any(link.tile not in fifos[s].consumers for s in link.sources) or any(
                 fifos[d].producer != link.tile for d in link.destinations):
-            _fail(plan, f"the link {link.sources} -> {link.destinations} on {link.tile.name} is not the "
+            fail(plan, f"the link {link.sources} -> {link.destinations} on {link.tile.name} is not the "
                         "consumer of its sources and the producer of its destinations")
         _check_link_offsets(plan, link, fifos)
 
@@ -136,17 +110,17 @@ def _check_link_offsets(plan: Plan, link, fifos):
         parts = zip(link.sources, link.source_offsets or [None] * len(link.sources))
         if len(link.destinations) != 1 or len(link.source_offsets) != len(link.sources) or any(
                 off + fifos[s].nbytes > dest.nbytes for s, off in parts):
-            _fail(plan, f"the join {link.sources} -> {dest.name} does not fit its source offsets "
+            fail(plan, f"the join {link.sources} -> {dest.name} does not fit its source offsets "
                         f"{link.source_offsets} into {dest.nbytes}-byte objects")
     elif len(link.destinations) > 1:
         source = fifos[link.sources[0]]
         parts = zip(link.destinations, link.destination_offsets or [None] * len(link.destinations))
         if len(link.destination_offsets) != len(link.destinations) or any(
                 off + fifos[d].nbytes > source.nbytes for d, off in parts):
-            _fail(plan, f"the split {source.name} -> {link.destinations} does not fit its destination "
+            fail(plan, f"the split {source.name} -> {link.destinations} does not fit its destination "
                         f"offsets {link.destination_offsets} into {source.nbytes}-byte objects")
     elif fifos[link.sources[0]].nbytes != fifos[link.destinations[0]].nbytes:
-        _fail(plan, f"the forward link {link.sources[0]} -> {link.destinations[0]} joins objects of "
+        fail(plan, f"the forward link {link.sources[0]} -> {link.destinations[0]} joins objects of "
                     "different sizes")
 
 
@@ -170,119 +144,10 @@ def _check_dma_channels(plan: Plan):
         kind = plan.device.compute if tile.kind is TileKind.COMPUTE else plan.device.mem
         for names, have, what in ((ins, kind.dma_in_channels, "in (S2MM)"), (outs, kind.dma_out_channels, "out (MM2S)")):
             if len(names) > have:
-                _fail(plan, f"{tile.name} moves {len(names)} FIFOs {what} by DMA ({', '.join(names)}) but a "
+                fail(plan, f"{tile.name} moves {len(names)} FIFOs {what} by DMA ({', '.join(names)}) but a "
                             f"{tile.kind} tile has {have} such channels",
                       "Route several operands through one FIFO (one packed object, or a mem-tile join), or "
                       "make FIFOs between neighbouring compute tiles shared memory.")
-
-
-# ---- functions and cores ----------------------------------------------------------------------------
-
-def _check_functions(plan: Plan):
-    names = [f.name for f in plan.functions]
-    if len(set(names)) != len(names):
-        _fail(plan, f"function names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
-    for f in plan.functions:
-        for step in f.steps:
-            for arg in _step_args(step):
-                if isinstance(arg, (Ptr, Load)) and arg.source not in f.params:
-                    _fail(plan, f"function {f.name} reads '{arg.source}', which is not one of its parameters {f.params}")
-            if isinstance(step, ScalarStep) and step.op not in WordDef.OPS:
-                _fail(plan, f"function {f.name} has scalar op '{step.op}'; the ops are {', '.join(WordDef.OPS)}")
-            if isinstance(step, KernelStep):
-                lookup(step.symbol)
-
-
-def _step_args(step) -> tuple:
-    return step.args if isinstance(step, KernelStep) else (step.dest, step.a, step.b)
-
-
-def _check_cores(plan: Plan):
-    tiles = [c.tile for c in plan.cores]
-    if len(set(tiles)) != len(tiles):
-        _fail(plan, "two cores run on one tile")
-    fifos = {f.name: f for f in plan.fifos}
-    functions = {f.name: f for f in plan.functions}
-    for core in plan.cores:
-        if core.tile.kind is not TileKind.COMPUTE:
-            _fail(plan, f"the core of {core.group} is on {core.tile.name}, not a compute tile")
-        counts: dict[tuple[str, Port], int] = {}
-        _walk_program(plan, core, core.program, 1, counts, fifos, functions)
-        for (fifo, port), n in counts.items():
-            if n:
-                _fail(plan, f"the core on {core.tile.name} acquires and releases {fifo} ({port}) a different "
-                            "number of times per launch")
-
-
-def _walk_program(plan, core, program, loop_count, counts, fifos, functions, blocks=0):
-    """Count each FIFO port's objects per launch and check each Invoke; `blocks` is the count of
-    the innermost enclosing Loop (0 outside any), whose index a blocked function takes."""
-    for item in program:
-        if isinstance(item, Loop):
-            if item.count < 1:
-                _fail(plan, f"a Loop on {core.tile.name} runs {item.count} times")
-            _walk_program(plan, core, item.body, loop_count * item.count, counts, fifos, functions, item.count)
-        elif isinstance(item, (Acquire, Release)):
-            _check_port(plan, core, item, fifos)
-            sign = 1 if isinstance(item, Acquire) else -1
-            key = (item.fifo, item.port)
-            counts[key] = counts.get(key, 0) + sign * item.count * loop_count
-        elif isinstance(item, Invoke):
-            _check_invoke(plan, core, item, fifos, functions, max(blocks, 1), blocks > 0)
-        else:
-            _fail(plan, f"the core on {core.tile.name} has a {type(item).__name__} in its program")
-
-
-def _check_port(plan, core, item, fifos):
-    f = fifos.get(item.fifo)
-    if f is None:
-        _fail(plan, f"the core on {core.tile.name} uses FIFO {item.fifo}, which the plan does not have")
-    end = f.producer == core.tile if item.port is Port.PRODUCE else core.tile in f.consumers
-    if not isinstance(item.port, Port) or not end:
-        _fail(plan, f"the core on {core.tile.name} uses {item.fifo} as {item.port} but is not that end of it")
-    if not 1 <= item.count <= f.depth:
-        _fail(plan, f"the core on {core.tile.name} takes {item.count} objects of {item.fifo} at once; its depth is {f.depth}")
-
-
-def _check_invoke(plan, core, invoke, fifos, functions, blocks, in_loop):
-    f = functions.get(invoke.function)
-    if f is None:
-        _fail(plan, f"the core on {core.tile.name} invokes {invoke.function}, which the plan does not define")
-    if len(invoke.objects) != len(f.params) or f.blocked != in_loop:
-        _fail(plan, f"the core on {core.tile.name} invokes {f.name} with {len(invoke.objects)} object(s) for "
-                    f"{len(f.params)} parameter(s){' outside a Loop' if f.blocked else ''}")
-    buffers = {b.name: b for b in plan.buffers if b.tile == core.tile}
-    sizes = {}
-    for param, obj in zip(f.params, invoke.objects):
-        held = fifos.get(obj) or buffers.get(obj)
-        if held is None or (obj in fifos and core.tile not in (held.producer, *held.consumers)):
-            _fail(plan, f"the core on {core.tile.name} binds '{obj}' to {f.name}, but it is neither a FIFO of "
-                        "that tile nor a buffer on it")
-        sizes[param] = held.nbytes
-    for step in f.steps:
-        _check_extents(plan, f, step, sizes, blocks)
-
-
-def _check_extents(plan, f, step, sizes, blocks):
-    for ptr, nbytes in _extents(step):
-        end = ptr.offset + nbytes + getattr(ptr, "block_stride", 0) * (blocks - 1)
-        if ptr.offset < 0 or end > sizes[ptr.source]:
-            _fail(plan, f"function {f.name} touches bytes {ptr.offset}..{end} of '{ptr.source}', which holds "
-                        f"{sizes[ptr.source]} bytes")
-
-
-def _extents(step) -> list[tuple]:
-    """(Ptr or Load, bytes it touches) of each memory operand of a step."""
-    if isinstance(step, ScalarStep):
-        return [(a, 4) for a in (step.dest, step.a, step.b) if isinstance(a, (Ptr, Load))]
-    kernel, dtype, out_dtype = lookup(step.symbol)
-    pointers = [a for a in step.args if isinstance(a, Ptr)]
-    count = len(step.args) - len(pointers) - len(kernel.c_attrs)
-    sizes = tuple(int(a.value) for a in step.args[len(pointers): len(pointers) + count])
-    in_shapes, out_shape = kernel.abi_shapes(sizes)
-    nbytes = [int(np.prod(s)) * dtype.itemsize for s in in_shapes] + [int(np.prod(out_shape)) * out_dtype.itemsize]
-    loads = [(a, 4) for a in step.args if isinstance(a, Load)]
-    return list(zip(pointers, nbytes)) + loads
 
 
 # ---- words ----------------------------------------------------------------------------------------------
@@ -291,14 +156,14 @@ def _check_words(plan: Plan):
     values = True
     for i, w in enumerate(plan.words):
         if w.index != i or not isinstance(w.kind, WordKind):
-            _fail(plan, f"word {i} ('{w.name}') has index {w.index} and kind '{w.kind}'")
+            fail(plan, f"word {i} ('{w.name}') has index {w.index} and kind '{w.kind}'")
         if (w.op is None) != w.kind.given or (w.op is None and not values):
-            _fail(plan, f"word {i} ('{w.name}') of kind {w.kind}: per-call values come first, derived words after")
+            fail(plan, f"word {i} ('{w.name}') of kind {w.kind}: per-call values come first, derived words after")
         values = w.op is None
         if w.op is not None:
             _check_derived(plan, w)
     if plan.host_buffer(HostRole.WORDS).nwords != max(1, len(plan.words)):
-        _fail(plan, f"the words buffer holds {plan.host_buffer(HostRole.WORDS).nwords} words for {len(plan.words)}")
+        fail(plan, f"the words buffer holds {plan.host_buffer(HostRole.WORDS).nwords} words for {len(plan.words)}")
     _check_carry(plan)
 
 
@@ -308,20 +173,20 @@ def _check_derived(plan: Plan, w: WordDef):
         not isinstance(o, (WordRef, Const)) or (isinstance(o, WordRef) and not 0 <= o.index < w.index)
         for o in operands)
     if bad or (w.bound is not None and w.bound[0] >= w.bound[1]):
-        _fail(plan, f"word {w.index} ('{w.name}') computes {w.op}({w.a}, {w.b}) bound {w.bound}: derived words "
+        fail(plan, f"word {w.index} ('{w.name}') computes {w.op}({w.a}, {w.b}) bound {w.bound}: derived words "
                     "apply an op to earlier words or constants")
 
 
 def _check_carry(plan: Plan):
     carried = [w.name for w in plan.words if w.kind is WordKind.CARRIED]
     if [name for name, _ in plan.carry] != carried:
-        _fail(plan, f"Plan.carry names {[n for n, _ in plan.carry]} but the carried words are {carried}")
+        fail(plan, f"Plan.carry names {[n for n, _ in plan.carry]} but the carried words are {carried}")
     for name, source in plan.carry:
         ok = (isinstance(source, WordRef) and 0 <= source.index < len(plan.words)) or (
             isinstance(source, Output) and any(p.name == source.placement and p.kind is PlacementKind.CARRY
                                                for p in plan.placements))
         if not ok:
-            _fail(plan, f"the next value of '{name}' comes from {source}, which the plan does not have")
+            fail(plan, f"the next value of '{name}' comes from {source}, which the plan does not have")
 
 
 def word_ranges(words) -> list[tuple[int, int] | None]:
@@ -358,9 +223,9 @@ def _check_sequence(plan: Plan):
     for index, op in enumerate(plan.sequence):
         if isinstance(op, Wait):
             if op.fifo not in fifos:
-                _fail(plan, f"sequence op {index} waits on {op.fifo}, which the plan does not have")
+                fail(plan, f"sequence op {index} waits on {op.fifo}, which the plan does not have")
             if all(t.kind is not TileKind.SHIM for t in (fifos[op.fifo].producer, *fifos[op.fifo].consumers)):
-                _fail(plan, f"sequence op {index} waits on {op.fifo}, which has no shim end (no Dma moves it)")
+                fail(plan, f"sequence op {index} waits on {op.fifo}, which has no shim end (no Dma moves it)")
             for key, holder in list(held.items()):
                 h = plan.sequence[holder]
                 if h.fifo == op.fifo and (h.direction is Direction.S2MM or h.issue_token):
@@ -368,12 +233,12 @@ def _check_sequence(plan: Plan):
         elif isinstance(op, Dma):
             _check_dma(plan, index, op, fifos, buffers, ranges)
             if (op.shim, op.bd_id) in held:
-                _fail(plan, f"sequence op {index} (Dma on {op.fifo}) reuses BD {op.bd_id} of {op.shim.name}, "
+                fail(plan, f"sequence op {index} (Dma on {op.fifo}) reuses BD {op.bd_id} of {op.shim.name}, "
                             f"held by op {held[(op.shim, op.bd_id)]} (Dma on {plan.sequence[held[(op.shim, op.bd_id)]].fifo}) "
                             "with no Wait covering it in between")
             held[(op.shim, op.bd_id)] = index
         else:
-            _fail(plan, f"sequence op {index} is a {type(op).__name__}, not a Dma or a Wait")
+            fail(plan, f"sequence op {index} is a {type(op).__name__}, not a Dma or a Wait")
 
 
 def _check_dma(plan: Plan, index: int, op: Dma, fifos, buffers, ranges):
@@ -381,21 +246,21 @@ def _check_dma(plan: Plan, index: int, op: Dma, fifos, buffers, ranges):
     f = fifos.get(op.fifo)
     end = f is not None and (f.producer == op.shim if op.direction is Direction.MM2S else op.shim in f.consumers)
     if not isinstance(op.direction, Direction) or not end or op.shim.kind is not TileKind.SHIM or op.buffer not in buffers:
-        _fail(plan, f"sequence op {index} moves {op.direction} between buffer '{op.buffer}' and {op.fifo} on "
+        fail(plan, f"sequence op {index} moves {op.direction} between buffer '{op.buffer}' and {op.fifo} on "
                     f"{op.shim.name}, which is not that FIFO's shim end or not a host buffer")
     limits = (d.dma_repeat_max, *(d.shim.max_bd_wrap,) * 3)
     if any(not 1 <= s <= lim for s, lim in zip(op.sizes, limits)) or min(op.strides) < 0 or not 0 <= op.bd_id < d.shim_bd_ids:
-        _fail(plan, f"sequence op {index} (Dma on {op.fifo}) has sizes {op.sizes}, strides {op.strides}, BD {op.bd_id}: "
+        fail(plan, f"sequence op {index} (Dma on {op.fifo}) has sizes {op.sizes}, strides {op.strides}, BD {op.bd_id}: "
                     f"sizes[0] must be 1..{d.dma_repeat_max}, the others 1..{d.shim.max_bd_wrap}, strides >= 0, "
                     f"BD ids 0..{d.shim_bd_ids - 1}")
     patch = (0, 0)
     if op.patch_word is not None:
         if not 0 <= op.patch_word < len(plan.words):
-            _fail(plan, f"sequence op {index} (Dma on {op.fifo}) is patched by word {op.patch_word}, which does not exist")
+            fail(plan, f"sequence op {index} (Dma on {op.fifo}) is patched by word {op.patch_word}, which does not exist")
         patch = ranges[op.patch_word] or (0, 0)
     last = op.offset + sum((s - 1) * st for s, st in zip(op.sizes, op.strides))
     if op.offset + patch[0] < 0 or last + patch[1] >= buffers[op.buffer].nwords:
-        _fail(plan, f"sequence op {index} (Dma on {op.fifo}) reaches words {op.offset + patch[0]}..{last + patch[1]} of "
+        fail(plan, f"sequence op {index} (Dma on {op.fifo}) reaches words {op.offset + patch[0]}..{last + patch[1]} of "
                     f"'{op.buffer}', which holds {buffers[op.buffer].nwords}")
 
 
@@ -413,7 +278,7 @@ def _check_balance(plan: Plan):
             got = (moved.get((f.name, Direction.S2MM), 0) if c.kind is TileKind.SHIM
                    else taken.get((f.name, c, Port.CONSUME), 0))
             if got != given:
-                _fail(plan, f"FIFO {f.name} gets {given} object(s) per launch from {f.producer.name} but "
+                fail(plan, f"FIFO {f.name} gets {given} object(s) per launch from {f.producer.name} but "
                             f"{c.name} takes {got}: the launch would hang",
                       "Make the sequence move exactly the objects the cores acquire.")
 
@@ -450,10 +315,10 @@ def _produced(plan: Plan, f, fifos, moved, taken, depth: int = 0):
         return taken.get((f.name, f.producer, Port.PRODUCE), 0)
     link = next((link for link in plan.links if f.name in link.destinations), None)
     if link is None or depth > len(plan.fifos):
-        _fail(plan, f"FIFO {f.name} starts on {f.producer.name} but no link there fills it")
+        fail(plan, f"FIFO {f.name} starts on {f.producer.name} but no link there fills it")
     counts = {_produced(plan, fifos[s], fifos, moved, taken, depth + 1) for s in link.sources}
     if len(counts) != 1:
-        _fail(plan, f"the join into {f.name} gets different numbers of objects from {link.sources}",
+        fail(plan, f"the join into {f.name} gets different numbers of objects from {link.sources}",
               "Make the sequence move exactly the objects the cores acquire.")
     return counts.pop()
 
@@ -464,18 +329,18 @@ def _check_emit(plan: Plan):
     has_feedback = any(b.role is HostRole.FEEDBACK for b in plan.host_buffers)
     if plan.emit is None:
         if has_feedback:
-            _fail(plan, "it has a feedback buffer but no Emit")
+            fail(plan, "it has a feedback buffer but no Emit")
         return
     e = plan.emit
     if not plan.full_elf or not has_feedback:
-        _fail(plan, f"it has an Emit but {'no feedback buffer' if plan.full_elf else 'the device runs no full ELF'}",
+        fail(plan, f"it has an Emit but {'no feedback buffer' if plan.full_elf else 'the device runs no full ELF'}",
               "Only full-ELF plans have an Emit and a feedback buffer.")
     carried = [w.name for w in plan.words if w.kind is WordKind.CARRIED]
     feedback = next((f for f in plan.fifos if f.name == e.feedback_fifo), None)
     core = next((c for c in plan.cores if c.tile == e.tile), None)
     if [n for n, _ in e.next_values] != carried or feedback is None or feedback.producer != e.tile or core is None:
-        _fail(plan, f"the Emit on {e.tile.name} gives next values for {[n for n, _ in e.next_values]} (carried: "
+        fail(plan, f"the Emit on {e.tile.name} gives next values for {[n for n, _ in e.next_values]} (carried: "
                     f"{carried}) through '{e.feedback_fifo}' without a core and FIFO of its own")
     if plan.host_buffer(HostRole.FEEDBACK).nwords != max(1, len(e.target_words)):
-        _fail(plan, f"the feedback buffer holds {plan.host_buffer(HostRole.FEEDBACK).nwords} words for the "
+        fail(plan, f"the feedback buffer holds {plan.host_buffer(HostRole.FEEDBACK).nwords} words for the "
                     f"{len(e.target_words)} target words")

@@ -1,18 +1,8 @@
-"""Print a Plan as MLIR-AIE text: `print_mlir(plan) -> str`.
-
-The text is one `module { aie.device(<device>) { ... } }` holding, in this order: the tiles, the
-object FIFOs, their mem-tile links, the tile-local buffers, one `func.func private` per
-Function, one `aie.core` per Core (its program inside a loop that never ends) and the
-`aie.runtime_sequence @sequence` (one argument per HostBuffer, one `aiex.npu.dma_memcpy_nd` per
-Dma, one `aiex.npu.dma_wait` per Wait). It uses only the ops of npu-platform.md section 2 whose
-spelling is stable across the supported toolchains (`ALLOWED_OPS`). A Dma whose offset is patched
-at launch is preceded by the comment `// iron.patch dma=<k> word=<w>` (k counts Dmas from 0).
-
-The printer is deterministic (same Plan, same bytes) and decides nothing: names, sizes, BD ids
-and offsets are the Plan's. It does not check the Plan's device rules (invariants.check_plan
-does); it raises PlanError only for what it cannot print. It does not write kernel sources
-(iron.compiler.sources does) and does not run any tool.
-"""
+"""`print_mlir(plan)`: a Plan as MLIR-AIE text, deterministic and deciding nothing: tiles, object
+FIFOs, links, buffers, one `func.func private` per Function, one `aie.core` per Core and the
+runtime sequence, in only the ops of docs/platform.md section 3 (`ALLOWED_OPS`). The MLIR
+spellings (memref types, port names) live here, not in the Plan; a Dma patched at launch is
+preceded by `// iron.patch dma=<k> word=<w>`. PlanError only for what it cannot print."""
 from __future__ import annotations
 
 import re
@@ -35,6 +25,7 @@ from iron.compiler.plan import (
     Wait,
 )
 from iron.errors import PlanError
+from iron.names import object_file
 
 ALLOWED_OPS = frozenset({
     "aie.device", "aie.tile", "aie.objectfifo", "aie.objectfifo.link", "aie.objectfifo.acquire",
@@ -138,7 +129,7 @@ def buffer_lines(plan: Plan) -> list[str]:
 def declaration_lines(plan: Plan) -> list[str]:
     """One `func.func private` per Function, linking with `<function>.o` (built from its glue source)."""
     return [
-        f"func.func private @{f.name}({_join(arg_types(plan, f))}) attributes {{link_with = \"{f.name}.o\"}}"
+        f"func.func private @{f.name}({_join(arg_types(plan, f))}) attributes {{link_with = \"{object_file(f.name)}\"}}"
         for f in plan.functions
     ]
 

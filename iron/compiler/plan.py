@@ -1,30 +1,8 @@
-"""The Plan: everything a compiled design is, one-to-one with the MLIR and kernel sources printed
-from it, and nothing else decides behaviour.
-
-The emulator executes a Plan, the MLIR printer prints it, the sources printer writes its C++
-glue, the XRT backend runs what was built from it. None of them reads the traced Program. This
-module only defines the data; `lower` (iron/compiler/lower.py) makes Plans.
-
-How a design runs (npu-platform.md sections 2-3):
-- Cores start once and loop forever. Each iteration of a core's `program` is one launch's work:
-  it acquires objects from FIFOs, invokes a C++ function on them, releases them.
-- A launch runs only the runtime `sequence`: DMA ops moving words between host buffers and the
-  FIFOs that touch a shim tile, and waits.
-- A FIFO carries objects of `nbytes` bytes (a multiple of 4). Seen from a shim DMA it is a
-  stream of 32-bit words: an MM2S op appends words, the consumer gets them `nbytes` at a time; an
-  S2MM op drains words into host memory. At most `depth` objects are held at each end.
-- A Link on a mem tile forwards (1 -> 1), splits (1 -> n: consumer i gets bytes
-  [offsets[i], offsets[i] + its nbytes) of every source object) or joins (n -> 1: source i fills
-  bytes [offsets[i], ...) of every destination object) objects.
-- Per-call values travel as 32-bit `words` (the scratchpad). Words 0..n-1 are the per-call values
-  in body()'s parameter order; the rest are derived (`WordDef`): DMA offsets,
-  patched into DMA ops (`Dma.patch_word`), and core operands, delivered to cores by DMA from
-  the `words` host buffer into their input objects. The host computes them for a host-driven
-  call; on a full-ELF device the `emit` core computes the next call's words and writes them
-  through `feedback`, the next run's scratchpad.
-
-Units: host-buffer offsets, DMA sizes and strides are in 32-bit words; object offsets in bytes.
-"""
+"""The Plan: everything a compiled design is, as typed data (enums and small frozen dataclasses),
+one-to-one with the MLIR and C++ printed from it. The emulator runs it, the printers print it,
+the XRT backend runs what was built from it; none of them reads the traced Program. Host
+offsets, DMA sizes and strides count 32-bit words; object offsets count bytes. How a design
+runs (cores looping forever, a launch running the sequence) is docs/platform.md section 6."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -365,6 +343,7 @@ class WordDef:
     b: Operand | None = None
     bound: tuple[int, int] | None = None   # value must lie in [lo, hi) (a per-call index)
     what: str = ""                          # the user's text of the index, for the range error
+    tensor: str = ""                        # the tensor an index picks from ("" for a bounded attribute)
 
 
 @dataclass(frozen=True)

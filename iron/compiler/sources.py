@@ -1,27 +1,10 @@
-"""Write a Plan's kernel C++ sources: `kernel_sources(plan) -> dict[str, str]` (file name -> text).
-
-For every Function of the Plan, one glue file `<function>.cc` (built into the `<function>.o` its
-declaration links with). It includes "iron_kernel.h" and the source of every kernel it calls, and
-defines `extern "C" void <function>(uint8_t* p0, ..., [int32_t block])`: parameter i is the
-object or buffer bound to Function.params[i], `block` the enclosing Loop's index (blocked
-functions only). The body runs the Function's steps in order:
-- a KernelStep calls the kernel's symbol with each Ptr cast to the kernel's element pointer type
-  (inputs `const`, then the output), at its byte offset (+ block_stride bytes per block), each
-  Load as the int32 word at its byte offset, each Imm as a literal;
-- a ScalarStep stores an int32 word computed with 32-bit wrap-around in 32-bit arithmetic only
-  (floordiv and mod round toward negative infinity, as Python's // and %; a zero divisor gives
-  0, as numpy's int32 does; INT32_MIN // -1 wraps to INT32_MIN).
-The result also holds the called kernels' own sources and iron_kernel.h, so the files compile
-on their own (host g++ -std=c++20 -Wall -Werror -c, or Peano for the AIE), each glue file into
-its own object: every glue file defines the kernels it includes, so two glue files are never
-linked into one binary.
-
-It decides nothing about what runs where (the Plan does), does not print MLIR
-(iron.compiler.mlir does) and compiles nothing.
-"""
+"""`kernel_sources(plan)`: the C++ a Plan's cores link, file name -> text: one glue file
+`<function>.cc` per Function (built into the `<function>.o` its declaration links with)
+defining `extern "C" void <function>(uint8_t* p0, ..., [int32_t block])`, which calls each
+kernel through its C ABI and computes scalar words with int32 wrap-around (floor division and
+modulo as Python's, a zero divisor giving 0); plus the kernels' sources and iron_kernel.h, so
+every file compiles on its own."""
 from __future__ import annotations
-
-import re
 
 import numpy as np
 
@@ -30,6 +13,7 @@ from iron.compiler.plan import Function, Imm, KernelStep, Load, Plan, Ptr, Scala
 from iron.errors import PlanError
 from iron.kernels.base import library_sources
 from iron.kernels.registry import lookup
+from iron.names import C_IDENTIFIER, source_file
 
 HEADER = "iron_kernel.h"
 C_TYPES = {
@@ -61,7 +45,6 @@ WORD_HELPERS = {
     "max": "int32_t word_max(int32_t a, int32_t b) { return a > b ? a : b; }",
 }
 FLOAT_SPECIALS = {"inf": "__builtin_inff()", "-inf": "-__builtin_inff()", "nan": "__builtin_nanf(\"\")"}
-_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def kernel_sources(plan: Plan) -> dict[str, str]:
@@ -70,8 +53,8 @@ def kernel_sources(plan: Plan) -> dict[str, str]:
     files = {HEADER: library_sources()[HEADER]}
     files.update(found.kernel.source_text() for found in kernels.values())
     for function in plan.functions:
-        name = f"{function.name}.cc"
-        if not _C_IDENTIFIER.fullmatch(function.name) or name in files:
+        name = source_file(function.name)
+        if not C_IDENTIFIER.fullmatch(function.name) or name in files:
             raise PlanError(
                 f"Function '{function.name}' cannot be written to {name}: its name must be a C identifier "
                 "and differ from the name of every kernel source it would overwrite; rename the function."

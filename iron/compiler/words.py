@@ -1,16 +1,8 @@
-"""The per-call scratchpad of a Program (its words) and where views lie in host memory, in words.
-
-What it does: `WordTable` numbers the per-call values (words 0..n-1, in body()'s parameter
-order) and derives the further words a call needs, each once: bounded index words (the value
-of a per-call index, with its range and the user's text), DMA offset words (the sum of each
-dynamic index times its axis stride in words, patched into Dma ops), core operand words (a
-per-call kernel attribute) and "next" words (the next value of a carried expression). `view_access` turns a
-tensor the host holds (an input, a declared memory, a view of one) into a word access pattern:
-static offset, dims and the patch word, refusing views the DMA cannot move in whole 32-bit words.
-
-What it does not: place host buffers (allocate.py), build Dma ops (lower.py) or compute word
-values (the host and the Emit do, from the WordDefs).
-"""
+"""The per-call scratchpad (a Program's words) and where host tensors lie, in words. `WordTable`
+numbers the per-call values (in body()'s parameter order) and derives, once each, the words a
+call needs: bounded indices, DMA offsets patched into Dma ops, core operands and carried values'
+next values. `view_access` turns a host tensor or a view of one into a word access pattern,
+refusing views the DMA cannot move in whole 32-bit words."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -51,18 +43,19 @@ class WordTable:
         a, b = (self.operand(s, kind) for s in node.src)
         return self._derived(node.op, a, b, kind, describe(node))
 
-    def bounded(self, node: Node, lo: int, hi: int, what: str, kind: WordKind) -> int:
-        """The word holding `node`, which must lie in [lo, hi) (`what`: the user's text)."""
+    def bounded(self, node: Node, lo: int, hi: int, what: str, kind: WordKind, tensor: str = "") -> int:
+        """The word holding `node`, which must lie in [lo, hi) (`what`: the user's text, `tensor`:
+        the tensor it indexes, '' for an attribute)."""
         index = self.word(node, kind)
         held = self.words[index]
         if held.bound is None:
-            self.words[index] = replace(held, bound=(lo, hi), what=what)
+            self.words[index] = replace(held, bound=(lo, hi), what=what, tensor=tensor)
             return index
         if held.bound == (lo, hi):
             return index
         copy = self._derived("copy", WordRef(index), None, kind, held.name, key_extra=(lo, hi))
         if self.words[copy].bound is None:
-            self.words[copy] = replace(self.words[copy], bound=(lo, hi), what=what)
+            self.words[copy] = replace(self.words[copy], bound=(lo, hi), what=what, tensor=tensor)
         return copy
 
     def next_value(self, node: Node) -> int:
@@ -141,7 +134,8 @@ def view_access(view: Node, table: WordTable) -> Access:
         if axis.dynamic is not None:
             expr = view.src[axis.dynamic]
             _check_step(view, number, expr, strides[number])
-            word = table.bounded(expr, 0, axis.stop - axis.start, describe(view), WordKind.DMA)
+            word = table.bounded(expr, 0, axis.stop - axis.start, describe(view), WordKind.DMA,
+                                 describe(memory))
             terms.append((word, strides[number] // 4))
         elif axis.index is None and axis.stop - axis.start > 1:
             kept.append((number, axis.stop - axis.start, strides[number]))

@@ -1,17 +1,19 @@
-"""Declared memories: `iron.weight`, `iron.param`, `iron.state`, and indexing them into views.
-
-A weight is a constant table read through a per-call index (`w[node]`), a param a constant
-tensor used whole as a kernel operand, a state device-resident memory that persists across calls.
-Declarations carry their data (weights, params) or their shape (states); names are given at trace
-time from the attribute path that reaches them. Indexing builds VIEW nodes; nothing is read here.
+"""Declared memories, `iron.weight`, `iron.param` and `iron.state`: a weight is a constant table
+read through a per-call index (`w[node]`), a param a constant tensor used whole as a kernel
+operand, a state device-resident memory that persists across calls. Each carries its data
+(weights, params) or its shape (states) and is named at trace time by the attribute path that
+reaches it; numpy arrays body() passes to kernels are captured as params (`Constants`).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from iron import dtypes
-from iron.errors import DeclarationError, IndexOutOfRange, TracedValueError
-from iron.ir import Axis, Node, Op, describe
+from iron.errors import DeclarationError
+from iron.frontend import shapes
+from iron.frontend.handles import Tensor, index_view
+from iron.ir import Node
+from iron.names import identifier
 
 
 class Memory:
@@ -24,6 +26,7 @@ class Memory:
         self.dtype = np.dtype(dtype)
         self.name = name
         self.given_name = name
+        self.graph: str | None = None     # the graph that traced it last, named in errors
         self.node: Node | None = None
 
     @property
@@ -31,8 +34,6 @@ class Memory:
         return self.given_name is not None
 
     def __getitem__(self, index):
-        from iron.frontend.handles import Tensor
-
         return Tensor(index_view(self._traced_node(), index))
 
     def _traced_node(self) -> Node:
@@ -40,7 +41,7 @@ class Memory:
             raise DeclarationError(
                 f"{self.kind} {self.name or '(unnamed)'} is used outside a traced body(): "
                 "index weights, params and states only inside body(), and declare them as attributes "
-                "of the graph (self.x = iron.{self.kind}(...)) so iron can find them."
+                f"of the graph (self.x = iron.{self.kind}(...)) so iron can find them."
             )
         return self.node
 
@@ -75,7 +76,9 @@ class State(Memory):
 
 
 def _checked_array(array, kind) -> np.ndarray:
-    arr = np.ascontiguousarray(array)
+    """A read-only copy of `array`, taken at declaration: later changes to the caller's array do
+    not reach the graph (Graph.update changes a weight or param, everywhere at once)."""
+    arr = np.asarray(array)
     if dtypes.as_dtype(arr.dtype) is None:
         raise DeclarationError(
             f"iron.{kind}() got an array of dtype {arr.dtype}: supported dtypes are "
@@ -83,7 +86,38 @@ def _checked_array(array, kind) -> np.ndarray:
         )
     if arr.ndim == 0:
         raise DeclarationError(f"iron.{kind}() got a 0-d array: give it at least one axis, e.g. np.array([x]).")
-    return arr
+    shapes.checked_shape(f"the array given to iron.{kind}()", arr.shape)
+    shapes.fits_device(f"the array given to iron.{kind}()", arr.shape, arr.dtype)
+    return read_only_copy(arr)
+
+
+def read_only_copy(arr: np.ndarray) -> np.ndarray:
+    snapshot = np.array(arr, order="C", copy=True)
+    snapshot.flags.writeable = False
+    return snapshot
+
+
+class Constants:
+    """The numpy arrays a graph's body() passes straight to kernels, as IRON designs do with
+    their weights: each is captured once, the first time a trace uses it, as a param holding a
+    copy of it (so the reference and the device see the values of that moment) and named
+    `const<i>`, a name no declaration of the graph takes."""
+
+    def __init__(self):
+        self._by_id: dict[int, tuple[np.ndarray, Param]] = {}   # keeps the array alive: ids stay unique
+
+    def param(self, array: np.ndarray, taken: set[str]) -> Param:
+        found = self._by_id.get(id(array))
+        if found is not None:
+            return found[1]
+        captured = Param(array)   # a read-only copy
+        names = taken | {p.name for _, p in self._by_id.values()}
+        captured.name = next(f"const{i}" for i in range(len(names) + 1) if f"const{i}" not in names)
+        self._by_id[id(array)] = (array, captured)
+        return captured
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {p.name: p.array for _, p in self._by_id.values()}
 
 
 def weight(array) -> Weight:
@@ -96,75 +130,18 @@ def param(array) -> Param:
     return Param(array)
 
 
-def state(shape, dtype, name: str | None = None) -> State:
-    """Declare device-resident memory that persists across calls; `name=` makes it public."""
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if not shape or any(int(s) <= 0 for s in shape):
-        raise DeclarationError(f"iron.state({shape!r}, ...): every axis needs a positive size.")
+def state(shape, dtype=dtypes.bfloat16, name: str | None = None) -> State:
+    """Declare device-resident memory that persists across calls (bfloat16 unless `dtype` says
+    otherwise, as in IRON); `name=` makes it public."""
+    if name is not None:
+        identifier("iron.state(name=...)", name)
+    what = f"iron.state({shape!r}, ...)" if name is None else f"iron.state(name='{name}')"
+    shape = shapes.checked_shape(what, shape)
+    if not shape:
+        raise DeclarationError(f"{what} has shape (): give a state at least one axis, e.g. (1,).")
     if dtypes.as_dtype(dtype) is None:
         raise DeclarationError(
             f"iron.state(..., {dtype!r}): supported dtypes are {dtypes.supported_text()}."
         )
-    if name is not None and (not isinstance(name, str) or not name.isidentifier()):
-        raise DeclarationError(f"iron.state(name={name!r}): a state's name must be a Python identifier.")
+    shapes.within_budget(what, shapes.fits_device(what, shape, dtype))
     return State(shape, dtype, name)
-
-
-# ---- views -------------------------------------------------------------------------------------
-
-def index_view(base: Node, index) -> Node:
-    """A VIEW node: `base[index]` where base is a MEMORY, an INPUT, or a VIEW of one."""
-    from iron.frontend.handles import Scalar, Tensor
-
-    if base.op not in (Op.MEMORY, Op.INPUT, Op.VIEW):
-        raise TracedValueError(
-            f"{describe(base)} is a computed tensor and cannot be indexed inside the call that "
-            "computes it: index declared weights, params and states, or pass it whole to a kernel."
-        )
-    memory = base.src[0] if base.op == Op.VIEW else base
-    axes = list(base.arg) if base.op == Op.VIEW else [Axis(stop=n) for n in memory.shape]
-    dynamic = list(base.src[1:]) if base.op == Op.VIEW else []
-    index = index if isinstance(index, tuple) else (index,)
-    free = [i for i, a in enumerate(axes) if a.keeps_axis]
-    if len(index) > len(free):
-        raise IndexOutOfRange(
-            f"{describe(base)} has {len(free)} axes but was indexed with {len(index)} indices."
-        )
-    for pos, item in zip(free, index):
-        axis = axes[pos]
-        extent = axis.stop - axis.start
-        if isinstance(item, Scalar):
-            if memory.op == Op.MEMORY and memory.arg[0] == "param":
-                raise TracedValueError(
-                    f"param '{memory.arg[1]}' is indexed by per-call value '{describe(item.node)}': "
-                    "a param is used whole. Declare it with iron.weight(...) to read it through a per-call index."
-                )
-            dynamic.append(item.node)
-            axes[pos] = Axis(dynamic=len(dynamic), start=axis.start, stop=axis.stop)
-        elif isinstance(item, Tensor):
-            raise TracedValueError(
-                f"{describe(base)} is indexed by tensor {item.name}: indices are per-call values. "
-                "Carry the element to the next call (iron.carry) and index with the Carried value there."
-            )
-        elif isinstance(item, slice):
-            start, stop, step = item.indices(extent)
-            if step != 1 or stop <= start:
-                raise IndexOutOfRange(
-                    f"{describe(base)}[{item.start}:{item.stop}:{item.step}] selects nothing or uses a step: "
-                    "views take contiguous slices with step 1."
-                )
-            axes[pos] = Axis(start=axis.start + start, stop=axis.start + stop)
-        elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
-            i = int(item) + (extent if item < 0 else 0)
-            if not 0 <= i < extent:
-                raise IndexOutOfRange(
-                    f"index {int(item)} is out of range for axis {pos} of {describe(memory)} (size {extent})."
-                )
-            axes[pos] = Axis(index=axis.start + i)
-        else:
-            raise TracedValueError(
-                f"{describe(base)} was indexed with {item!r}: use ints, slices or per-call values."
-            )
-    shape = tuple(a.stop - a.start for a in axes if a.keeps_axis)
-    return Node(Op.VIEW, (memory, *dynamic), shape, memory.dtype, tuple(axes))
-

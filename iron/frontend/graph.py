@@ -1,47 +1,73 @@
-"""`iron.Graph` and `@iron.graph`: what a user subclasses or decorates, and calling it.
-
-A Graph finds its weights, params and states by attribute path, traces body() once per set of
-tensor shapes (a Python value is decided once, at trace time), runs the numpy reference with its
-own host copy of the states, and compiles. Binding and checking a call's arguments lives here so
-the reference and compiled graphs refuse bad input with the same words. Compiling and running on
-a device are delegated to iron.compiler and iron.runtime.
+"""`iron.Graph` and `@iron.graph`: what a user subclasses or decorates, and calling it. A graph
+finds its weights, params and states by attribute path, traces body() once per set of tensor
+shapes, runs the numpy reference on its own host copy of the states, and hands compiling and
+device calls to the runtime through `iron.runtime.compiled`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 import numpy as np
 
-from iron import dtypes
 from iron.errors import ArgumentError, DeclarationError
-from iron.frontend.declarations import Memory, State
-from iron.frontend.handles import Carry
+from iron.frontend.arguments import (
+    bind_call,
+    bind_specs,
+    checked_state_value,
+    declared_name,
+    require_values,
+    shape_result,
+    state_name,
+)
+from iron.frontend.declarations import Constants, Memory, Param, State, Weight, read_only_copy
 from iron.frontend.trace import Signature, find_declarations, trace
 from iron.ir import Program
-from iron.reference import Reference
+from iron.names import identifier
+from iron.reference import run
 
-I32_MIN, I32_MAX = -(2**31), 2**31 - 1
+
+@dataclass
+class GraphState:
+    """What a graph keeps beside its declarations: the host copy of its states, what it traced,
+    and the runtime's own record of it (opaque here)."""
+
+    states: dict[str, np.ndarray] | None = None    # the host copy, made on first use
+    memories: dict[str, np.ndarray] | None = None  # every declaration's array by name, for reference()
+    signature: Signature | None = None
+    programs: dict[tuple, Program] = field(default_factory=dict)   # by tensor specs
+    by_shapes: dict[tuple, Program] = field(default_factory=dict)  # by the (shape, dtype) of a call's tensors
+    last_spec: dict | None = None
+    constants: Constants = field(default_factory=Constants)  # numpy arrays body() passes to kernels
+    runtime: Any = None
 
 
 class Graph:
     """Subclass and write `__init__` (declarations) and `body()`. No super().__init__() needed."""
 
+    def __init_subclass__(cls, **kwargs):
+        """A graph's class name names its design (MLIR, C++ comments, the cache), so it is checked here."""
+        super().__init_subclass__(**kwargs)
+        identifier("a graph class's name", cls.__name__)
+
     def body(self, *args, **kwargs):  # pragma: no cover - replaced by every subclass
         raise DeclarationError(f"{type(self).__name__} defines no body(): write def body(self, ...).")
 
-    # ---- internal state, made lazily (subclasses do not call super().__init__) -------------------
     @property
-    def _iron(self) -> dict:
+    def _iron(self) -> GraphState:
+        """Made on first use: subclasses do not call super().__init__()."""
         try:
             return self.__dict__["_iron_state"]
         except KeyError:
-            d = self.__dict__["_iron_state"] = fresh_iron_state(None)
-            return d
+            state = self.__dict__["_iron_state"] = GraphState()
+            return state
 
     def __getstate__(self) -> dict:
         """What a copy or a pickle keeps: the declarations and the host copy of the states, not
-        the traced, lowered and compiled versions (they hold this graph's own arrays)."""
-        kept = {k: v for k, v in self.__dict__.items() if k not in ("_iron_state", "_iron_quick_reference")}
-        if "_iron_state" in self.__dict__:
-            kept["_iron_state"] = fresh_iron_state(self._iron["states"])
+        what was traced or compiled (it holds this graph's own arrays)."""
+        kept = dict(self.__dict__)
+        if "_iron_state" in kept:
+            kept["_iron_state"] = GraphState(states=self._iron.states)
         return kept
 
     @property
@@ -52,43 +78,40 @@ class Graph:
         return self.body
 
     def signature(self) -> Signature:
-        try:
-            return self.__dict__["_iron_signature"]
-        except KeyError:
-            sig = self.__dict__["_iron_signature"] = Signature(self._body(), self._where)
-            return sig
+        if self._iron.signature is None:
+            self._iron.signature = Signature(self._body(), self._where)
+        return self._iron.signature
 
     # ---- tracing -------------------------------------------------------------------------------
     def trace(self, *specs, **named_specs) -> Program:
         """The Program of one call for tensor specs ((shape, dtype) per tensor parameter, or None);
         with no specs after a call, the shapes of the last call."""
-        sig = self.signature()
-        if not specs and not named_specs and "last_spec" in self._iron and any(not opt for _, opt in sig.tensors):
-            spec = self._iron["last_spec"]  # a required tensor and no spec: the shapes of the last call
+        sig, state = self.signature(), self._iron
+        if not specs and not named_specs and state.last_spec is not None and any(not opt for _, opt in sig.tensors):
+            spec = state.last_spec  # a required tensor and no spec: the shapes of the last call
         else:
-            spec = bind_specs(sig, self._where, specs, named_specs)
-        self._iron["last_spec"] = spec
+            spec = bind_specs(sig, specs, named_specs)
+        state.last_spec = spec
         key = tuple(sorted(spec.items(), key=lambda kv: kv[0]))
-        programs = self._iron["programs"]
-        if key not in programs:
-            programs[key] = trace(self, self._body(), self._where, spec)
-        return programs[key]
+        if key not in state.programs:
+            state.programs[key] = trace(self, self._body(), self._where, spec, state.constants)
+            state.memories = None   # the trace may have captured new constants
+        return state.programs[key]
 
     # ---- states --------------------------------------------------------------------------------
     def _states(self) -> dict[str, np.ndarray]:
-        if self._iron["states"] is None:
-            self._iron["states"] = {}
-            for path, mem in find_declarations(self):
-                if isinstance(mem, State):
-                    self._iron["states"][mem.given_name or path] = np.zeros(mem.shape, mem.dtype)
-        return self._iron["states"]
+        state = self._iron
+        if state.states is None:
+            state.states = {mem.given_name or path: np.zeros(mem.shape, mem.dtype)
+                            for path, mem in find_declarations(self) if isinstance(mem, State)}
+        return state.states
 
     def _arrays(self) -> dict[str, np.ndarray]:
-        arrays = dict(self._states())
-        for path, mem in find_declarations(self):
-            if not isinstance(mem, State):
-                arrays[path] = mem.array
-        return arrays
+        state = self._iron
+        if state.memories is None:
+            declared = {mem.given_name or path: mem.array for path, mem in find_declarations(self) if not isinstance(mem, State)}
+            state.memories = {**declared, **state.constants.arrays(), **self._states()}
+        return state.memories
 
     def read(self, state) -> np.ndarray:
         """A copy of the host copy of `state` (a State or a public state's name), after reference()."""
@@ -100,6 +123,22 @@ class Graph:
         target = self._states()[name]
         target[...] = checked_state_value(name, target, value)
 
+    def update(self, memory, value):
+        """Replace the values of a weight or param (same shape and dtype) in the reference and in
+        every compiled version of this graph at once: the one way to change one after declaring it."""
+        from iron.runtime.compiled import update_versions
+
+        if not isinstance(memory, (Weight, Param)):
+            raise ArgumentError(
+                f"update() takes a weight or param of {type(self).__name__}, not {type(memory).__name__}: "
+                "change a state with write()."
+            )
+        name = declared_name(self, memory)
+        snapshot = read_only_copy(checked_state_value(name, memory.array, value, memory.kind))
+        memory.array = snapshot
+        self._iron.memories = None
+        update_versions(self, name, snapshot)
+
     def reset(self):
         """Zero every state's host copy."""
         for arr in self._states().values():
@@ -109,24 +148,20 @@ class Graph:
     def reference(self, *tensors, **values):
         """Run one call with numpy; updates the host copy of the states. Returns outputs, a Carry,
         or (outputs..., Carry)."""
-        quick = self.__dict__.get("_iron_quick_reference")
-        if quick is not None and not tensors:
-            result = quick(values)
-            if result is not FULL_CHECK:
-                return result
-        sig = self.signature()
-        arrays, scalars = bind_call(sig, sig.where, tensors, values)
-        key = tuple(None if a is None else (a.shape, a.dtype) for a in arrays.values()) if arrays else ()
-        ref = self._iron["references"].get(key)
-        if ref is None:
-            program = self.trace(**{n: None if a is None else (a.shape, a.dtype) for n, a in arrays.items()})
-            self._states()
-            ref = self._iron["references"][key] = Reference(program, self._arrays())
-            if not sig.tensors:
-                self.__dict__["_iron_quick_reference"] = quick_reference(sig, ref)
-        require_values(ref.program, sig.where, scalars)
-        outputs, nxt = ref.run([arrays[n.arg[0]] for n in ref.program.inputs], scalars)
-        return shape_result(ref.program.returns, outputs, nxt)
+        arrays, scalars = bind_call(self.signature(), tensors, values)
+        program = self._program_for(arrays)
+        require_values(program, self._where, scalars)
+        inputs = [arrays[n.arg[0]] for n in program.inputs]
+        outputs, nxt = run(program, self._arrays(), inputs, scalars)
+        return shape_result(program.returns, outputs, nxt)
+
+    def _program_for(self, arrays: dict) -> Program:
+        """The Program for a call's tensors, traced for their shapes and dtypes the first time."""
+        shapes = tuple([None if a is None else (a.shape, a.dtype) for a in arrays.values()]) if arrays else ()
+        programs = self._iron.by_shapes
+        if shapes not in programs:
+            programs[shapes] = self.trace(**arrays)
+        return programs[shapes]
 
     def compile(self, *specs, device=None, feeds=None, **named_specs):
         """Compile for these tensor specs and the current (or given) device -> CompiledGraph."""
@@ -141,16 +176,11 @@ class Graph:
         return compile_for_call(self, tensors, values)(*tensors, **values)
 
 
-def fresh_iron_state(states: dict | None) -> dict:
-    """A graph's internal state before anything is traced: its caches and the host copy of its
-    states (made on first use when None)."""
-    return {"programs": {}, "references": {}, "states": states, "compiled": {}}
-
-
 class FunctionGraph(Graph):
     """A graph made by `@iron.graph` from a function; its declarations are the closure's."""
 
     def __init__(self, fn):
+        identifier("@iron.graph function's name", getattr(fn, "__name__", None))
         self._fn = fn
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
@@ -176,181 +206,3 @@ def graph(fn) -> FunctionGraph:
     return FunctionGraph(fn)
 
 
-# ---- argument binding (shared by reference and compiled calls) ---------------------------------
-
-def bind_specs(sig: Signature, where: str, specs: tuple, named: dict) -> dict:
-    names = [n for n, _ in sig.tensors]
-    if len(specs) > len(names):
-        raise ArgumentError(f"{where} takes {len(names)} tensor(s) ({', '.join(names) or 'none'}), got {len(specs)} specs.")
-    given = dict(zip(names, specs))
-    for k, v in named.items():
-        if k not in names:
-            raise ArgumentError(f"{where} has no tensor parameter '{k}': its tensors are {', '.join(names) or 'none'}.")
-        given[k] = v
-    out = {}
-    for name, optional in sig.tensors:
-        spec = given.get(name)
-        if spec is None:
-            if not optional:
-                raise ArgumentError(
-                    f"{where} needs a spec for tensor '{name}': pass {name}=((shape...), dtype)."
-                )
-            out[name] = None
-            continue
-        out[name] = _spec(where, name, spec)
-    return out
-
-
-def _spec(where, name, spec):
-    if isinstance(spec, np.ndarray):
-        spec = (spec.shape, spec.dtype)
-    try:
-        shape, dtype = spec
-        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
-        raise ArgumentError(f"spec of '{name}' in {where} is {spec!r}: give ((shape...), dtype).") from None
-    if dtypes.as_dtype(dtype) is None:
-        raise ArgumentError(
-            f"tensor '{name}' of {where} has dtype {dtype}: supported dtypes are {dtypes.supported_text()}."
-        )
-    return shape, np.dtype(dtype)
-
-
-def bind_call(sig: Signature, where: str, tensors: tuple, values: dict) -> tuple[dict, dict]:
-    """Check a call's arguments: (tensor name -> array or None, per-call name -> int). Which
-    per-call values must be given depends on the traced version: see require_values."""
-    if not tensors and not sig.tensors and plain_values(sig.value_names, values):
-        return {}, values
-    names = [n for n, _ in sig.tensors]
-    if len(tensors) > len(names):
-        raise ArgumentError(
-            f"{where} takes {len(names)} tensor(s) ({', '.join(names) or 'none'}) but got {len(tensors)} "
-            "positional arguments: pass per-call values by keyword (node=...)."
-        )
-    given = dict(zip(names, tensors))
-    scalars = {}
-    value_names = [n for n, _ in sig.values]
-    for key, v in values.items():
-        if key in names:
-            given[key] = v
-        elif key in value_names:
-            scalars[key] = _scalar_value(where, key, v)
-        else:
-            raise ArgumentError(
-                f"{where} got an unexpected value '{key}': its tensors are {', '.join(names) or 'none'} and "
-                f"its per-call values are {', '.join(value_names) or 'none'}."
-            )
-    arrays = {}
-    for name, optional in sig.tensors:
-        a = given.get(name)
-        if a is None and not optional:
-            raise ArgumentError(f"{where} is missing tensor '{name}': pass it positionally or as {name}=array.")
-        arrays[name] = None if a is None else _tensor_value(where, name, a)
-    return arrays, scalars
-
-
-def require_values(program: Program, where: str, scalars: dict):
-    """Refuse a call missing a per-call value its traced version reads (an unread one may be left out)."""
-    missing = [v.arg[0] for v in program.scalars if v.arg[0] not in scalars]
-    if missing:
-        kinds = {v.arg[0]: v.arg[1] for v in program.scalars}
-        raise ArgumentError(
-            f"{where} is missing per-call value(s) {', '.join(missing)}: pass "
-            + ", ".join(f"{n}=<int> ({'Carried' if kinds[n] == 'carried' else 'Scratchpad'})" for n in missing) + "."
-        )
-
-
-def plain_values(names: set, values: dict) -> bool:
-    """Whether per-call values are exactly `names`, each a Python int in int32: nothing to convert."""
-    if values.keys() != names:
-        return False
-    for v in values.values():
-        if type(v) is not int or not I32_MIN <= v <= I32_MAX:
-            return False
-    return True
-
-
-def quick_reference(sig: Signature, ref: Reference):
-    """reference() of a body without tensors when its values are plain (what a loop passes back);
-    other values return FULL_CHECK, for bind_call to convert or explain."""
-    names, run, returns = sig.value_names, ref.run, ref.program.returns
-
-    def call(values: dict):
-        if not plain_values(names, values):
-            return FULL_CHECK
-        outputs, nxt = run((), values)
-        return shape_result(returns, outputs, nxt)
-    return call
-
-
-FULL_CHECK = object()
-
-
-def _scalar_value(where, name, v) -> int:
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) and not (
-        isinstance(v, np.ndarray) and v.size == 1 and v.dtype.kind in "iu"
-    ):
-        raise ArgumentError(f"per-call value '{name}' of {where} must be an int, got {type(v).__name__} {v!r}.")
-    v = int(v)
-    if not I32_MIN <= v <= I32_MAX:
-        raise ArgumentError(f"per-call value '{name}' of {where} is {v}, outside int32: give a 32-bit integer.")
-    return v
-
-
-def _tensor_value(where, name, a) -> np.ndarray:
-    arr = np.asarray(a)
-    if dtypes.as_dtype(arr.dtype) is None:
-        raise ArgumentError(
-            f"tensor '{name}' of {where} has dtype {arr.dtype}: supported dtypes are {dtypes.supported_text()}."
-        )
-    return arr
-
-
-def check_tensor(where: str, name: str, arr: np.ndarray, shape, dtype):
-    """Refuse a tensor of another shape or dtype than the compiled one."""
-    if arr.shape != tuple(shape) or arr.dtype != dtype:
-        raise ArgumentError(
-            f"tensor '{name}' of {where} is {arr.shape} {dtypes.name(arr.dtype)} but this version was "
-            f"compiled for {tuple(shape)} {dtypes.name(dtype)}: pass that shape, or compile another version."
-        )
-
-
-def shape_result(returns: str, outputs: list, nxt: dict):
-    if returns == "none":
-        return None
-    if returns == "one":
-        return outputs[0]
-    if returns == "carry":
-        return Carry(nxt)
-    return (*outputs, Carry(nxt)) if nxt else tuple(outputs)
-
-
-def state_name(g, state) -> str:
-    if isinstance(state, State):
-        if state.name is None:
-            for path, mem in find_declarations(g):
-                if mem is state:
-                    return mem.given_name or path
-            raise ArgumentError(f"{state!r} is not a state of {type(g).__name__}.")
-        return state.name
-    if isinstance(state, str):
-        public = [mem.given_name for _, mem in find_declarations(g) if isinstance(mem, State) and mem.public]
-        if state in public:
-            return state
-        raise ArgumentError(
-            f"{type(g).__name__} has no public state '{state}': public states are {', '.join(public) or 'none'} "
-            "(give a state name= to make it public, or pass the State object)."
-        )
-    raise ArgumentError(f"read/write take a State or a public state's name, not {type(state).__name__}.")
-
-
-def checked_state_value(name: str, target: np.ndarray, value) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.shape != target.shape:
-        raise ArgumentError(f"state '{name}' is {target.shape}; the value written is {arr.shape}: give the same shape.")
-    if arr.dtype != target.dtype:
-        raise ArgumentError(
-            f"state '{name}' is {dtypes.name(target.dtype)}; the value written is {dtypes.name(arr.dtype)}: "
-            f"convert it with .astype(np.{dtypes.name(target.dtype)})."
-        )
-    return arr

@@ -1,17 +1,15 @@
-"""Handles a body() computes with: per-call scalars, tensors, and the carry it returns.
-
-`Scalar` is a per-call value (`Carried[T]` or `Scratchpad[T]` parameter, or an expression of
-them); arithmetic on it builds IR nodes the device computes. `Tensor` is a tensor handle (an
-input, a view of a declared memory, or a kernel's output). Using either as a Python bool, int or
-index raises: the device alone knows its value. This module builds nodes; it runs nothing.
+"""The handles a body() computes with: `Scalar`, a per-call value (a `Carried[T]` or
+`Scratchpad[T]` parameter, or an expression of them) whose arithmetic builds IR nodes; `Tensor`,
+a tensor handle whose indexing builds VIEW nodes; and the `Carry` body() returns. Using a handle
+as a Python bool, int or index raises, since only the device knows its value.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from iron import dtypes
-from iron.errors import TracedValueError
-from iron.ir import Node, Op, describe
+from iron.errors import CarryError, IndexOutOfRange, TracedValueError
+from iron.ir import SCALAR_BINARY, Axis, Node, Op, describe, wrap_i32
 
 I32 = np.dtype(np.int32)
 
@@ -109,8 +107,6 @@ class Scalar:
 
 def fold(op: str, a: Node, b: Node) -> Node:
     """A binary scalar node, folded to a constant when both sides are constants."""
-    from iron.ir import SCALAR_BINARY, wrap_i32
-
     if a.op == Op.CONST and b.op == Op.CONST:
         return Node(Op.CONST, arg=wrap_i32(SCALAR_BINARY[op](a.arg, b.arg)))
     return Node(op, (a, b))
@@ -163,8 +159,6 @@ class Tensor:
         return describe(self.node)
 
     def __getitem__(self, index):
-        from iron.frontend.declarations import index_view
-
         return Tensor(index_view(self.node, index))
 
     def __bool__(self):
@@ -186,7 +180,7 @@ class Carry(dict):
     __slots__ = ()
 
     def _immutable(self, *args, **kwargs):
-        raise TypeError("a Carry is immutable: build a new one with iron.carry(...) or dict(carry)")
+        raise CarryError("a Carry is immutable: build a new one with iron.carry(...) or dict(carry)")
 
     __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = __ior__ = _immutable
 
@@ -197,6 +191,69 @@ class Carry(dict):
         return f"Carry({', '.join(f'{k}={v!r}' for k, v in self.items())})"
 
 
-def carry(**next_values) -> Carry:
+def carry(*values, **next_values) -> Carry:
     """Name the next value of every Carried parameter; return it last from body()."""
+    if values:
+        raise CarryError(
+            f"iron.carry got {len(values)} positional value(s): name each next value after its Carried "
+            "parameter, e.g. iron.carry(node=nxt, steps=steps + 1)."
+        )
     return Carry(next_values)
+
+
+# ---- views -------------------------------------------------------------------------------------
+
+def index_view(base: Node, index) -> Node:
+    """A VIEW node: `base[index]` where base is a MEMORY, an INPUT, or a VIEW of one."""
+    if base.op not in (Op.MEMORY, Op.INPUT, Op.VIEW):
+        raise TracedValueError(
+            f"{describe(base)} is a computed tensor and cannot be indexed inside the call that "
+            "computes it: index declared weights, params and states, or pass it whole to a kernel."
+        )
+    memory = base.src[0] if base.op == Op.VIEW else base
+    axes = list(base.arg) if base.op == Op.VIEW else [Axis(stop=n) for n in memory.shape]
+    dynamic = list(base.src[1:]) if base.op == Op.VIEW else []
+    index = index if isinstance(index, tuple) else (index,)
+    free = [i for i, a in enumerate(axes) if a.keeps_axis]
+    if len(index) > len(free):
+        raise IndexOutOfRange(
+            f"{describe(base)} has {len(free)} axes but was indexed with {len(index)} indices."
+        )
+    for pos, item in zip(free, index):
+        axis = axes[pos]
+        extent = axis.stop - axis.start
+        if isinstance(item, Scalar):
+            if memory.op == Op.MEMORY and memory.arg[0] == "param":
+                raise TracedValueError(
+                    f"param '{memory.arg[1]}' is indexed by per-call value '{describe(item.node)}': "
+                    "a param is used whole. Declare it with iron.weight(...) to read it through a per-call index."
+                )
+            dynamic.append(item.node)
+            axes[pos] = Axis(dynamic=len(dynamic), start=axis.start, stop=axis.stop)
+        elif isinstance(item, Tensor):
+            raise TracedValueError(
+                f"{describe(base)} is indexed by tensor {item.name}: indices are per-call values. "
+                "Carry the element to the next call (iron.carry) and index with the Carried value there."
+            )
+        elif isinstance(item, slice):
+            start, stop, step = item.indices(extent)
+            if step != 1 or stop <= start:
+                raise IndexOutOfRange(
+                    f"{describe(base)}[{item.start}:{item.stop}:{item.step}] selects nothing or uses a step: "
+                    "views take contiguous slices with step 1."
+                )
+            axes[pos] = Axis(start=axis.start + start, stop=axis.start + stop)
+        elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+            i = int(item) + (extent if item < 0 else 0)
+            if not 0 <= i < extent:
+                raise IndexOutOfRange(
+                    f"index {int(item)} is out of range for axis {pos} of {describe(memory)} (size {extent})."
+                )
+            axes[pos] = Axis(index=axis.start + i)
+        else:
+            raise TracedValueError(
+                f"{describe(base)} was indexed with {item!r}: use ints, slices or per-call values."
+            )
+    shape = tuple(a.stop - a.start for a in axes if a.keeps_axis)
+    return Node(Op.VIEW, (memory, *dynamic), shape, memory.dtype, tuple(axes))
+

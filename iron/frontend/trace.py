@@ -1,64 +1,240 @@
-"""Tracing: run body() once on handles and record what it does as a `Program`.
-
-`trace(graph, specs)` checks body()'s signature, names the graph's declarations by attribute
-path, binds handles, runs body(), checks what it returned (outputs, `iron.carry(...)` last) and
-the state hazards, and returns the immutable Program. It never runs a kernel.
+"""Tracing: `trace` runs body() once on handles and records what it does as a `Program`. It checks
+body()'s signature, names the graph's declarations by attribute path, records each
+`Kernel.step` call, and checks what body() returned (outputs, then `iron.carry(...)`) and the
+state hazards; it never runs a kernel.
 """
 from __future__ import annotations
 
 import inspect
-import threading
+import numbers
 
 import numpy as np
 
 from iron import dtypes
-from iron.errors import CarryError, KernelTypeError, SignatureError, WriteHazard
-from iron.frontend.declarations import Memory
-from iron.frontend.handles import I32, Carry, Scalar, Tensor, _PerCall
-from iron.ir import Declaration, Node, Op, Program, describe, scalar_vars
-
-_local = threading.local()
-
-
-def current_trace(kernel) -> Trace:
-    trace = getattr(_local, "trace", None)
-    if trace is None:
-        raise KernelTypeError(
-            f"{kernel.__name__}.step() records a kernel call and works only inside a graph's body() "
-            "while iron traces it: call the graph (g(...), g.reference(...), g.compile(...))."
-        )
-    return trace
+from iron.errors import (
+    CarryError,
+    DoesNotFit,
+    KernelTypeError,
+    SignatureError,
+    TracedValueError,
+    WriteHazard,
+)
+from iron.frontend import shapes
+from iron.frontend.declarations import Constants, Memory
+from iron.frontend.handles import I32, Carry, Scalar, Tensor, _PerCall, as_scalar_node
+from iron.ir import (
+    Call,
+    Declaration,
+    Node,
+    Op,
+    Program,
+    describe,
+    destination,
+    overlap,
+    scalar_vars,
+    state_of,
+    storage,
+)
+from iron.kernels.base import RECORDING, Kernel
+from iron.kernels.library import Copy
+from iron.names import attribute_path
 
 
 class Trace:
-    """The calls recorded so far while one body() runs."""
+    """The calls recorded so far while one body() runs (`Kernel.step` hands each call here), and
+    the numpy arrays it used as operands (captured as params of the graph's `constants`;
+    `declared` are the names they may not take)."""
 
-    def __init__(self, where: str):
+    def __init__(self, where: str, constants: Constants, declared: set[str], roots: tuple[Node, ...] = ()):
         self.where = where
         self.calls: list[Node] = []
+        self.constants, self.declared = constants, declared
+        self.captured: dict[str, Node] = {}   # name -> MEMORY node of each array used
+        self.made = {id(n) for n in roots}    # the inputs, memories and per-call values it bound, then its calls
 
-    def record(self, node: Node):
+    def call(self, kernel, args: tuple, out, dtype, attrs: dict) -> Tensor:
+        """Record `kernel.step(*args, out=out, dtype=dtype, **attrs)`: its output handle, or the
+        `out` view it writes."""
+        if len(args) == kernel.arity + 1 and out is None:
+            *args, out = args
+        if len(args) != kernel.arity:
+            raise KernelTypeError(
+                f"{kernel.__name__}.step takes {kernel.arity} input(s) (and optionally out=), got {len(args)}."
+            )
+        inputs = [self.operand(kernel, i, a) for i, a in enumerate(args)]
+        result = _result_dtype(kernel, inputs, dtype)
+        static, dynamic = _split_attrs(kernel, attrs)
+        shape = tuple(kernel.out_shape([n.shape for n in inputs], **static))
+        _fits_c(kernel, static)
+        dest = _destination(kernel, self, out, shape, result)
+        src = (*inputs, *([dest] if dest is not None else []), *dynamic.values())
+        call = Call(kernel, tuple(sorted(static.items())), len(inputs), dest is not None, tuple(dynamic))
+        node = Node(Op.CALL, src, shape, result, call)
         self.calls.append(node)
+        self.made.add(id(node))
+        return Tensor(dest if dest is not None else node)
+
+    def owned(self, node: Node) -> Node:
+        """`node`, when this trace made it (or a view of what it bound); a handle kept from
+        another trace would compute on that trace's inputs and memories."""
+        root = node.src[0] if node.op == Op.VIEW else node
+        if id(root) not in self.made:
+            raise TracedValueError(
+                f"tensor {describe(node)} was made while tracing another body(), not {self.where}: a handle "
+                "lives only in the trace that made it. Compute it again inside this body(), or pass it as a tensor."
+            )
+        return node
+
+    def check_per_call_values(self, nodes):
+        """Refuse a per-call value kept from another trace anywhere in `nodes` (the VAR node of a
+        parameter this body does not have)."""
+        todo, seen = list(nodes), set()
+        while todo:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.op == Op.VAR and id(node) not in self.made:
+                raise TracedValueError(
+                    f"per-call value '{node.arg[0]}' was made while tracing another body(), not {self.where}: a "
+                    "handle lives only in the trace that made it. Use this body()'s own parameters."
+                )
+            todo.extend(node.src)
 
     def operand(self, kernel, position, value) -> Node:
         if isinstance(value, Tensor):
-            return value.node
+            return self.owned(value.node)
         if isinstance(value, Memory):
             return value._traced_node()
+        if isinstance(value, np.ndarray):
+            return self._captured(kernel, position, value)
         what = f"per-call value {describe(value.node)}" if isinstance(value, Scalar) else type(value).__name__
         raise KernelTypeError(
             f"operand {position} of {kernel.__name__} in {self.where} is a {what}: kernel operands are "
             "tensors (inputs, kernel outputs, weights, params, states or views of them)."
         )
 
+    def _captured(self, kernel, position, array: np.ndarray) -> Node:
+        if dtypes.as_dtype(array.dtype) is None or array.ndim == 0:
+            raise KernelTypeError(
+                f"operand {position} of {kernel.__name__} in {self.where} is a numpy array of shape {array.shape} "
+                f"and dtype {array.dtype}: iron captures it as a constant, which needs at least one axis and one of "
+                f"the dtypes {dtypes.supported_text()}. Convert it first, e.g. array.astype(np.float32)."
+            )
+        param = self.constants.param(array, self.declared)
+        if param.name not in self.captured:
+            self.captured[param.name] = Node(Op.MEMORY, (), param.shape, param.dtype, (param.kind, param.name))
+            self.made.add(id(self.captured[param.name]))
+        return self.captured[param.name]
+
     def __enter__(self):
-        if getattr(_local, "trace", None) is not None:
+        if getattr(RECORDING, "trace", None) is not None:
             raise SignatureError(f"{self.where} was called while another body() is being traced: trace one graph at a time.")
-        _local.trace = self
+        RECORDING.trace = self
         return self
 
     def __exit__(self, *exc):
-        _local.trace = None
+        RECORDING.trace = None
+
+
+def _result_dtype(cls, inputs: list[Node], dtype) -> np.dtype:
+    """The output dtype of a call: every input has the dtype of the first, which the kernel
+    computes in; `dtype=` names the output (default: the kernel's default for that input)."""
+    source = inputs[0].dtype
+    if source not in cls.dtypes:
+        ok = ", ".join(dtypes.name(d) for d in dtypes.SUPPORTED if d in cls.dtypes)
+        raise KernelTypeError(
+            f"{cls.__name__} does not support {dtypes.name(source)}: it supports {ok}. "
+            "Convert the data with Cast (or pick another kernel)."
+        )
+    for i, n in enumerate(inputs):
+        if n.dtype != source:
+            raise KernelTypeError(
+                f"{cls.__name__} computes in {dtypes.name(source)} but input {i} ({describe(n)}) is "
+                f"{dtypes.name(n.dtype)}: give every input the dtype {dtypes.name(source)} "
+                f"(Cast.step({describe(n)}, dtype={dtypes.spelling(source)}) converts it)."
+            )
+    result = np.dtype(cls.out_dtype(source) if dtype is None else dtype)
+    given = cls.out_dtypes(source)
+    if result not in given:
+        ok = ", ".join(dtypes.spelling(d) for d in dtypes.SUPPORTED if d in given)
+        asked = "" if dtype is None else f", not {dtypes.name(result)}"
+        raise KernelTypeError(
+            f"{cls.__name__} on {dtypes.name(source)} inputs gives {ok}{asked}: pass dtype= one of those."
+        )
+    return result
+
+
+def _split_attrs(cls, attrs: dict) -> tuple[dict, dict]:
+    unknown = set(attrs) - set(cls.attrs)
+    if unknown:
+        known = ", ".join(cls.attrs) or "none"
+        raise KernelTypeError(f"{cls.__name__} has no attribute {', '.join(sorted(unknown))}: its attributes are {known}.")
+    static, dynamic = {}, {}
+    for key, default in cls.attrs.items():
+        value = attrs.get(key, default)
+        if value is Kernel.REQUIRED:
+            raise KernelTypeError(f"{cls.__name__} needs {key}=...: pass it to {cls.__name__}.step.")
+        if isinstance(value, Scalar):
+            if key not in cls.scalar_attrs:
+                raise KernelTypeError(
+                    f"{cls.__name__}'s {key} is fixed when the design compiles, but got per-call value "
+                    f"'{describe(value.node)}': pass a Python number."
+                )
+            dynamic[key] = value.node
+        else:
+            static[key] = _static_value(cls, key, value)
+    return static, dynamic
+
+
+def _static_value(cls, key: str, value):
+    """A value of a C attribute fixed at compile time is a number (or None when that is the
+    attribute's default); the kernel's shape rule may then refuse it with its own reason."""
+    ctype = dict(cls.c_attrs).get(key)
+    if ctype is None or (value is None and cls.attrs[key] is None):
+        return value
+    if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+        _refuse_attr(cls, key, value, ctype)
+    return value
+
+
+def _fits_c(cls, static: dict):
+    """Every i32 C attribute is an int in int32 (checked after the kernel's own shape rule)."""
+    for key, ctype in cls.c_attrs:
+        value = static.get(key)
+        if ctype == "i32" and value is not None and (
+            not isinstance(value, numbers.Integral) or not -(2**31) <= value < 2**31
+        ):
+            _refuse_attr(cls, key, value, ctype)
+
+
+def _refuse_attr(cls, key: str, value, ctype: str):
+    want, example = ("an int in int32", 2) if ctype == "i32" else ("a number", 0.5)
+    raise KernelTypeError(
+        f"{cls.__name__}'s {key} is {value!r} ({type(value).__name__}) but it is passed to C as {ctype}: "
+        f"give {want}, e.g. {cls.__name__}.step(..., {key}={example})."
+    )
+
+
+def _destination(cls, trace, out, shape, dtype) -> Node | None:
+    if out is None:
+        if cls.needs_out:
+            raise KernelTypeError(
+                f"{cls.__name__} writes into a state: pass out=self.<state>[...] (or the view as the last positional)."
+            )
+        return None
+    node = trace.operand(cls, "out", out)
+    if node.op not in (Op.VIEW, Op.MEMORY) or (node.src[0] if node.op == Op.VIEW else node).arg[0] != "state":
+        raise KernelTypeError(
+            f"{cls.__name__} can write only into a state, not into {describe(node)}: "
+            "declare the destination with iron.state(...) and pass a view of it as out=."
+        )
+    if tuple(node.shape) != tuple(shape) or node.dtype != dtype:
+        raise KernelTypeError(
+            f"{cls.__name__} computes {tuple(shape)} {dtypes.name(dtype)} but out={describe(node)} is "
+            f"{tuple(node.shape)} {dtypes.name(node.dtype)}: index the state so the view matches."
+        )
+    return node
 
 
 # ---- signature ---------------------------------------------------------------------------------
@@ -167,13 +343,13 @@ def find_declarations(root) -> list[tuple[str, Memory]]:
 def bind_declarations(found: list[tuple[str, Memory]], where: str) -> tuple[tuple[Declaration, ...], tuple[Node, ...]]:
     decls, nodes, names = [], [], {}
     for path, mem in found:
-        name = mem.given_name or path
+        name = mem.given_name or attribute_path(f"{mem!r} of {where}", path)
         if name in names:
             raise SignatureError(
                 f"{where}: two declarations are named '{name}' ({names[name]} and {path}): give the states different name=."
             )
         names[name] = path
-        mem.name = name
+        mem.name, mem.graph = name, where.split(".")[0]
         decl = Declaration(mem.kind, name, mem.shape, mem.dtype, mem.public)
         mem.node = Node(Op.MEMORY, (), mem.shape, mem.dtype, (mem.kind, name))
         decls.append(decl)
@@ -183,11 +359,13 @@ def bind_declarations(found: list[tuple[str, Memory]], where: str) -> tuple[tupl
 
 # ---- the trace ---------------------------------------------------------------------------------
 
-def trace(graph, fn, where: str, specs: dict[str, tuple | None]) -> Program:
-    """Trace `fn` (graph.body) for tensor `specs` (name -> (shape, dtype), None when omitted)."""
+def trace(graph, fn, where: str, specs: dict[str, tuple | None], constants: Constants) -> Program:
+    """Trace `fn` (graph.body) for tensor `specs` (name -> (shape, dtype), None when omitted);
+    numpy arrays it passes to kernels become params of `constants`."""
     sig = Signature(fn, where)
     found = find_declarations(graph)
     declarations, memories = bind_declarations(found, where)
+    shapes.states_fit(where.split(".")[0], [(d.shape, d.dtype) for d in declarations if d.kind == "state"], DoesNotFit)
     inputs, args = [], []
     for position, (name, _optional) in enumerate(sig.tensors):
         spec = specs.get(name)
@@ -200,12 +378,15 @@ def trace(graph, fn, where: str, specs: dict[str, tuple | None]) -> Program:
     scalars = [Node(Op.VAR, (), (), I32, (name, kind)) for name, kind in sig.values]
     kwargs = {v.arg[0]: Scalar(v) for v in scalars}
     try:
-        with Trace(where) as t:
+        with Trace(where, constants, {d.name for d in declarations}, (*inputs, *memories, *scalars)) as t:
             returned = fn(*args, **kwargs)
             outputs, next_values, returns = _returned(t, returned, sig, where)
+            t.check_per_call_values([*t.calls, *(node for _, node in next_values)])
     finally:
         for _, mem in found:
             mem.node = None
+    declarations += tuple(Declaration(n.arg[0], name, n.shape, n.dtype) for name, n in t.captured.items())
+    memories += tuple(t.captured.values())
     calls = tuple(t.calls)
     check_hazards(calls, where)
     read = read_names(calls, next_values) | set(sig.carried)   # every carried value is a word the Emit writes
@@ -270,16 +451,12 @@ def _returned(t: Trace, value, sig: Signature, where: str):
 
 def _materialized(t: Trace, node: Node) -> Node:
     """A kernel output node for `node`: inputs and views become an implicit Copy."""
-    if node.op == Op.CALL and not node.arg.writes:
+    if t.owned(node).op == Op.CALL and not node.arg.writes:
         return node
-    from iron.kernels.library import Copy
-
     return Copy.step(Tensor(node)).node
 
 
 def _next_values(t: Trace, c: Carry, sig: Signature, where: str) -> tuple[tuple[str, Node], ...]:
-    from iron.frontend.handles import as_scalar_node
-
     carried = sig.carried
     for name in c:
         if name not in carried:
@@ -327,46 +504,45 @@ def _next_values(t: Trace, c: Carry, sig: Signature, where: str) -> tuple[tuple[
 
 # ---- hazards -----------------------------------------------------------------------------------
 
-def _state_of(node: Node) -> str | None:
-    mem = node.src[0] if node.op == Op.VIEW else node
-    return mem.arg[1] if mem.op == Op.MEMORY and mem.arg[0] == "state" else None
-
-
-def call_effects(call: Node) -> tuple[set[str], set[str]]:
-    """(states read, states written) by one CALL node."""
+def state_accesses(call: Node) -> tuple[list[Node], list[Node]]:
+    """(state tensors read, state tensors written) by one CALL node: whole states or views of them."""
     c = call.arg
-    tensors = call.src[: c.n_inputs + c.writes]
-    reads = {s for n in tensors[: c.n_inputs] if (s := _state_of(n))}
-    writes = {s for s in [_state_of(tensors[-1])] if s} if c.writes else set()
-    if c.writes and c.kernel.accumulates:
-        reads |= writes
+    reads = [n for n in call.src[: c.n_inputs] if state_of(n)]
+    writes = [n for n in [destination(call)] if n is not None and state_of(n)]
+    if c.kernel.accumulates:
+        reads += writes
     return reads, writes
 
 
+def _touches(a: Node, b: Node) -> bool:
+    """Whether two state tensors may share an element (`overlap` of the same state)."""
+    return state_of(a) == state_of(b) and overlap(a, b)
+
+
 def check_hazards(calls: tuple[Node, ...], where: str):
-    """Refuse two writes to one state, or a read then a later overwrite, with no edge ordering them."""
+    """Refuse two writes to one state, or a read then a later overwrite, that may touch a common
+    element (their regions overlap, or a per-call index may make them) with no edge ordering
+    them; writes to disjoint regions need no order. A read is ordered after every earlier
+    write it may touch."""
     index = {id(c): i for i, c in enumerate(calls)}
     before: list[set[int]] = []
-    last_write: dict[str, int] = {}
-    effects = [call_effects(c) for c in calls]
+    effects = [state_accesses(c) for c in calls]
     for i, call in enumerate(calls):
-        preds = {index[id(s)] for s in call.src if id(s) in index}
-        preds |= {last_write[s] for s in effects[i][0] if s in last_write}
+        preds = {index[id(s)] for s in map(storage, call.src) if id(s) in index}
+        preds |= {k for k in range(i) if any(_touches(r, w) for r in effects[i][0] for w in effects[k][1])}
         ancestors = set(preds)
         for p in preds:
             ancestors |= before[p]
         before.append(ancestors)
-        for s in effects[i][1]:
-            last_write[s] = i
     for j, (_, writes_j) in enumerate(effects):
-        for s in writes_j:
+        for w in writes_j:
             for i in range(j):
                 if i in before[j]:
                     continue
-                if s in effects[i][1]:
-                    _hazard(calls, i, j, s, where, "both write")
-                if s in effects[i][0]:
-                    _hazard(calls, i, j, s, where, "read then overwrite")
+                if any(_touches(w, other) for other in effects[i][1]):
+                    _hazard(calls, i, j, state_of(w), where, "both write")
+                if any(_touches(w, other) for other in effects[i][0]):
+                    _hazard(calls, i, j, state_of(w), where, "read then overwrite")
 
 
 def _hazard(calls, i, j, state, where, kind):

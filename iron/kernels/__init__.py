@@ -1,13 +1,14 @@
-"""Kernels: the `Kernel` base class users subclass, and iron's kernel library.
-
-Kernels describe and compute one call; they do not place, fuse or schedule themselves."""
-from iron.kernels.base import Kernel
+"""Kernels: the `Kernel` base class users subclass, and iron's kernel library. A kernel describes
+and computes one call; where it runs is the compiler's decision.
+"""
+from iron.kernels.base import Kernel, Role, Within
 from iron.kernels.library import (
     LIBRARY,
     Accumulate,
     Add,
     Argmax,
     Cast,
+    Concat,
     Copy,
     Exp,
     MatMul,
@@ -20,6 +21,7 @@ from iron.kernels.library import (
     SiLU,
     Softmax,
     Sub,
+    concat,
 )
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "Add",
     "Argmax",
     "Cast",
+    "Concat",
     "Copy",
     "Exp",
     "Kernel",
@@ -37,8 +40,11 @@ __all__ = [
     "RMSNorm",
     "ReLU",
     "Requantize",
+    "Role",
     "Scale",
     "SiLU",
     "Softmax",
     "Sub",
+    "Within",
+    "concat",
 ]

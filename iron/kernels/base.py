@@ -1,29 +1,54 @@
-"""`iron.Kernel`: what a kernel is to iron, and `K.step(...)`, which records a call while tracing.
-
-A kernel states its arity, the dtypes it computes in and the dtypes it gives (`out_dtypes`), a
-shape rule, a numpy `compute` (the oracle the emulator and reference run), the C ABI of its AIE
-C++ source (`symbol`, `sizes`, `c_attrs`) and that source (a file of iron/kernels/cc for the
-library, C++ text for a user kernel). bfloat16 kernels compute in float32 and round the result
-once, as their C++ does; integer results wrap to the output dtype, or clamp to its range in a
-kernel that `saturates`. This module records calls; it neither runs them nor places them.
+"""`iron.Kernel`: what a kernel is to iron. A kernel states its arity, its dtypes (what it computes
+in and what it gives), a shape rule, its traits for the compiler (`role`, `bounds`), a numpy
+`compute` (the semantics the reference and the emulator run), the C ABI of its AIE C++ source and
+that source; `K.step(...)` hands a call to the trace being recorded. bfloat16 kernels compute in
+float32 and round once, as their C++ does; integer results wrap to the output dtype, or clamp to
+its range in a kernel that `saturates`.
 """
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from iron import dtypes
-from iron.errors import KernelTypeError
-from iron.ir import Call, Node, Op, describe
+from iron import dtypes, names
+from iron.errors import DeclarationError, KernelTypeError
+from iron.kernels.registry import claim, is_library
 
 CC_DIR = Path(__file__).parent / "cc"
+RECORDING = threading.local()  # .trace: the front end's Trace while a body() is traced, else unset
 
 
 def library_sources() -> dict[str, str]:
     """iron's kernel library: every .cc and .h file of iron/kernels/cc, file name -> text."""
     return {p.name: p.read_text() for p in sorted(CC_DIR.iterdir()) if p.suffix in (".cc", ".h")}
+
+
+class Role(Enum):
+    """What a kernel does with its data, as the compiler needs to know it to fuse and place calls."""
+
+    OTHER = "other"                  # nothing assumed: the call fuses by the general rules only
+    ELEMENTWISE = "elementwise"      # output element i depends only on element i of each input
+    MATRIX = "matrix"                # input 0 is a matrix (M, K); output row i depends on its row i
+    ROW_REDUCTION = "row reduction"  # reads its whole input before writing any output element
+
+
+@dataclass(frozen=True)
+class Within:
+    """How a per-call attribute is bounded: `lo` <= value <= the extent of axis `axis` of input
+    `input` (Softmax's valid length: `Within(1)`, "in 1..n")."""
+
+    lo: int = 0
+    input: int = 0
+    axis: int = 0
+
+    def range(self, shapes: list[tuple[int, ...]]) -> tuple[int, int]:
+        """[lo, hi) for a call on inputs of `shapes`."""
+        return self.lo, shapes[self.input][self.axis] + 1
 
 
 class Kernel:
@@ -42,9 +67,23 @@ class Kernel:
     keeps_dtype: ClassVar[bool] = False       # compute() always returns an array of the output dtype
     saturates: ClassVar[bool] = False         # integer results clamp to the output range, not wrap
     copies: ClassVar[bool] = False            # the output is the input (Copy): writing it needs no compute
+    role: ClassVar[Role] = Role.OTHER         # how fusion and placement may treat its calls
+    bounds: ClassVar[dict[str, Within]] = {}  # per-call attrs checked against a range before a call runs
     source: ClassVar[str | None] = None       # C++ text (user kernels); None: iron/kernels/cc/<name>.cc
 
     REQUIRED = object()
+
+    def __init_subclass__(cls, **kwargs):
+        """A named kernel claims its name when defined (an unnamed one is a base for others)."""
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__ and cls.name:
+            raise DeclarationError(
+                f"kernel {cls.__name__} inherits the name '{cls.name}': a kernel's name is its C symbol "
+                f"and source file, so each kernel needs its own. Set name = '...' in {cls.__name__}."
+            )
+        if cls.name:
+            names.kernel_name(cls.__name__, cls.name)
+            claim(cls)
 
     # ---- what a subclass defines ---------------------------------------------------------------
     @classmethod
@@ -89,17 +128,15 @@ class Kernel:
     def symbol(cls, dtype, out=None) -> str:
         """The C symbol of a call on inputs of `dtype` giving `out`: `matvec_i8`, and, when `out`
         is not the default output dtype, `matvec_i8_i32` or `cast_f32_bf16`."""
-        stem = f"{cls.name}_{dtypes.suffix(dtype)}"
         if out is None or np.dtype(out) == cls.out_dtype(np.dtype(dtype)):
-            return stem
-        return f"{stem}_{dtypes.suffix(out)}"
+            return names.symbol(cls.name, dtypes.suffix(dtype))
+        return names.symbol(cls.name, dtypes.suffix(dtype), dtypes.suffix(out))
 
     @classmethod
     def source_text(cls) -> tuple[str, str]:
         """(file name, C++ text) of the kernel's source."""
-        if cls.source is not None:
-            return f"{cls.name}.cc", cls.source
-        return f"{cls.name}.cc", (CC_DIR / f"{cls.name}.cc").read_text()
+        file = names.source_file(cls.name)
+        return file, cls.source if cls.source is not None else (CC_DIR / file).read_text()
 
     @classmethod
     def reference(cls, *arrays, dtype=None, **attrs) -> np.ndarray:
@@ -109,14 +146,18 @@ class Kernel:
         return cls.reference_fn(source, attrs, dtype)(*arrays)
 
     @classmethod
-    def reference_fn(cls, dtype: np.dtype, attrs: dict, out=None):
+    def reference_fn(cls, dtype: np.dtype, attrs: dict, out=None, shape: tuple[int, ...] | None = None):
         """A closure computing one call of this kernel on inputs of `dtype` with static `attrs`,
-        giving `out` (default: the default output dtype)."""
+        giving `out` (default: the default output dtype); given the call's output `shape`, a user
+        kernel's compute() results are checked against it."""
         compute = cls.compute
         out = np.dtype(cls.out_dtype(dtype) if out is None else out)
+        widened = dtype == dtypes.bfloat16 and not cls.exact_in_dtype
+        if shape is not None and not is_library(cls):
+            compute = cls.checked_compute(tuple(shape), out, widened)
         if cls.saturates and out.kind in "iu":
             return _saturating(compute, attrs, out)
-        if dtype == dtypes.bfloat16 and not cls.exact_in_dtype:
+        if widened:
             f32 = np.float32
 
             def run(*arrays, **dyn):
@@ -132,6 +173,27 @@ class Kernel:
         return run
 
     @classmethod
+    def checked_compute(cls, shape: tuple[int, ...], out: np.dtype, widened: bool):
+        """compute(), refusing a result of another shape than `shape` or dtype than `out` (float32
+        too when bfloat16 is computed in float32, any integer when the kernel saturates): a user
+        kernel's mistake is a KernelTypeError on every path, never an array of the wrong size."""
+        compute = cls.compute
+
+        def run(*arrays, **attrs):
+            result = compute(*arrays, **attrs)
+            got = getattr(result, "dtype", None)
+            ok = got == out or (widened and got == np.float32) or (cls.saturates and got is not None and got.kind in "iu")
+            if not ok or np.shape(result) != shape:
+                what = f"{np.shape(result)} {dtypes.name(got)}" if got is not None else type(result).__name__
+                raise KernelTypeError(
+                    f"{cls.__name__}.compute() returned {what} but this call's output is {shape} "
+                    f"{dtypes.name(out)}: return a numpy array of that shape and dtype "
+                    f"(e.g. result.astype(np.{dtypes.name(out)}))."
+                )
+            return result
+        return run
+
+    @classmethod
     def emulate(cls, dtype, pointers: list[np.ndarray], sizes: tuple[int, ...], attrs: dict):
         """Run one C-ABI call with numpy: `pointers` are flat arrays (inputs of `dtype`, then the
         output, whose dtype is the call's output dtype, or, for an accumulating kernel, the
@@ -143,7 +205,7 @@ class Kernel:
         out = pointers[len(in_shapes)]
         if cls.accumulates:
             ins.append(out.reshape(out_shape))
-        result = cls.reference_fn(np.dtype(dtype), {}, out.dtype)(*ins, **attrs)
+        result = cls.reference_fn(np.dtype(dtype), {}, out.dtype, out_shape)(*ins, **attrs)
         out[...] = np.asarray(result).reshape(-1)
 
     @classmethod
@@ -154,56 +216,19 @@ class Kernel:
     # ---- recording -----------------------------------------------------------------------------
     @classmethod
     def step(cls, *args, out=None, dtype=None, **attrs):
-        """Record one call of this kernel in the body being traced; returns its output handle
-        (or the `out` view it wrote)."""
-        from iron.frontend.handles import Tensor
-        from iron.frontend.trace import current_trace
-
-        trace = current_trace(cls)
-        if len(args) == cls.arity + 1 and out is None:
-            *args, out = args
-        if len(args) != cls.arity:
+        """Record one call of this kernel in the body() being traced; returns its output handle
+        (or the `out` view it wrote). The front end's trace does the recording."""
+        recorder = getattr(RECORDING, "trace", None)
+        if recorder is None:
             raise KernelTypeError(
-                f"{cls.__name__}.step takes {cls.arity} input(s) (and optionally out=), got {len(args)}."
+                f"{cls.__name__}.step() records a kernel call and works only inside a graph's body() "
+                "while iron traces it: call the graph (g(...), g.reference(...), g.compile(...))."
             )
-        inputs = [trace.operand(cls, i, a) for i, a in enumerate(args)]
-        result = _result_dtype(cls, inputs, dtype)
-        static, dynamic = _split_attrs(cls, attrs)
-        shape = tuple(cls.out_shape([n.shape for n in inputs], **static))
-        dest = _destination(cls, trace, out, shape, result)
-        src = (*inputs, *([dest] if dest is not None else []), *dynamic.values())
-        call = Call(cls, tuple(sorted(static.items())), len(inputs), dest is not None, tuple(dynamic))
-        node = Node(Op.CALL, src, shape, result, call)
-        trace.record(node)
-        return Tensor(dest if dest is not None else node)
-
-
-def _result_dtype(cls, inputs: list[Node], dtype) -> np.dtype:
-    """The output dtype of a call: every input has the dtype of the first, which the kernel
-    computes in; `dtype=` names the output (default: the kernel's default for that input)."""
-    source = inputs[0].dtype
-    if source not in cls.dtypes:
-        ok = ", ".join(dtypes.name(d) for d in dtypes.SUPPORTED if d in cls.dtypes)
-        raise KernelTypeError(
-            f"{cls.__name__} does not support {dtypes.name(source)}: it supports {ok}. "
-            "Convert the data with Cast (or pick another kernel)."
-        )
-    for i, n in enumerate(inputs):
-        if n.dtype != source:
+        if not cls.name:
             raise KernelTypeError(
-                f"{cls.__name__} computes in {dtypes.name(source)} but input {i} ({describe(n)}) is "
-                f"{dtypes.name(n.dtype)}: give every input the dtype {dtypes.name(source)} "
-                f"(Cast.step({describe(n)}, dtype={dtypes.spelling(source)}) converts it)."
+                f"{cls.__name__} has no name: set name = '...' (its C symbol and source file) to call it."
             )
-    result = np.dtype(cls.out_dtype(source) if dtype is None else dtype)
-    given = cls.out_dtypes(source)
-    if result not in given:
-        ok = ", ".join(dtypes.spelling(d) for d in dtypes.SUPPORTED if d in given)
-        asked = "" if dtype is None else f", not {dtypes.name(result)}"
-        raise KernelTypeError(
-            f"{cls.__name__} on {dtypes.name(source)} inputs gives {ok}{asked}: pass dtype= one of those."
-        )
-    return result
+        return recorder.call(cls, args, out, dtype, attrs)
 
 
 def _saturating(compute, attrs: dict, out: np.dtype):
@@ -213,48 +238,3 @@ def _saturating(compute, attrs: dict, out: np.dtype):
     def run(*arrays, **dyn):
         return np.clip(compute(*arrays, **attrs, **dyn), info.min, info.max).astype(out)
     return run
-
-
-def _split_attrs(cls, attrs: dict) -> tuple[dict, dict]:
-    from iron.frontend.handles import Scalar
-
-    unknown = set(attrs) - set(cls.attrs)
-    if unknown:
-        known = ", ".join(cls.attrs) or "none"
-        raise KernelTypeError(f"{cls.__name__} has no attribute {', '.join(sorted(unknown))}: its attributes are {known}.")
-    static, dynamic = {}, {}
-    for key, default in cls.attrs.items():
-        value = attrs.get(key, default)
-        if value is Kernel.REQUIRED:
-            raise KernelTypeError(f"{cls.__name__} needs {key}=...: pass it to {cls.__name__}.step.")
-        if isinstance(value, Scalar):
-            if key not in cls.scalar_attrs:
-                raise KernelTypeError(
-                    f"{cls.__name__}'s {key} is fixed when the design compiles, but got per-call value "
-                    f"'{describe(value.node)}': pass a Python number."
-                )
-            dynamic[key] = value.node
-        else:
-            static[key] = value
-    return static, dynamic
-
-
-def _destination(cls, trace, out, shape, dtype) -> Node | None:
-    if out is None:
-        if cls.needs_out:
-            raise KernelTypeError(
-                f"{cls.__name__} writes into a state: pass out=self.<state>[...] (or the view as the last positional)."
-            )
-        return None
-    node = trace.operand(cls, "out", out)
-    if node.op not in (Op.VIEW, Op.MEMORY) or (node.src[0] if node.op == Op.VIEW else node).arg[0] != "state":
-        raise KernelTypeError(
-            f"{cls.__name__} can write only into a state, not into {describe(node)}: "
-            "declare the destination with iron.state(...) and pass a view of it as out=."
-        )
-    if tuple(node.shape) != tuple(shape) or node.dtype != dtype:
-        raise KernelTypeError(
-            f"{cls.__name__} computes {tuple(shape)} {dtypes.name(dtype)} but out={describe(node)} is "
-            f"{tuple(node.shape)} {dtypes.name(node.dtype)}: index the state so the view matches."
-        )
-    return node

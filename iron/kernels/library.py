@@ -1,18 +1,16 @@
-"""iron's kernel library: Copy, elementwise Add/Sub/Mul/Scale/ReLU/SiLU/Exp, Accumulate, MatVec,
-MatMul, RMSNorm, Softmax (per-call valid length), Argmax, and the conversions Cast and Requantize.
-
-Each kernel is its shape rule, its numpy `compute` (the semantics the emulator, the C++ and the
-reference all share) and its C ABI. Integers wrap around unless the kernel saturates (Cast,
-Requantize); bfloat16 computes in float32 and rounds once; MatVec and MatMul can give a wider
-result than their inputs (int8 -> int32). Placement, fusion and MLIR are the compiler's
-business, not this module's.
+"""iron's kernel library: Copy, the elementwise Add, Sub, Mul, Scale, ReLU, SiLU and Exp,
+Accumulate, MatVec, MatMul, RMSNorm, Softmax (with a per-call valid length), Argmax, the
+conversions Cast and Requantize, and Concat, each its shape rule, numpy `compute`, traits and C
+ABI. MatVec and MatMul can give a wider result than their inputs (int8 -> int32); Cast and
+Requantize saturate.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from iron import dtypes
-from iron.kernels.base import Kernel
+from iron.errors import KernelTypeError
+from iron.kernels.base import Kernel, Role, Within
 
 FLOATS = dtypes.FLOATS
 I8, U8, I16, I32 = (np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.int32))
@@ -24,6 +22,7 @@ WIDER_DOTS = {I8: frozenset({I32}), U8: frozenset({I32}), I16: frozenset({I32}),
 class Copy(Kernel):
     """out = x. With a view input it gathers (`w[node]`); with out= a view it scatters."""
 
+    role = Role.ELEMENTWISE
     keeps_dtype = copies = True
     name = "copy"
     exact_in_dtype = True
@@ -36,6 +35,7 @@ class Copy(Kernel):
 class Add(Kernel):
     """out = a + b, elementwise."""
 
+    role = Role.ELEMENTWISE
     keeps_dtype = True
     name, arity = "add", 2
     compute = staticmethod(np.add)
@@ -44,6 +44,7 @@ class Add(Kernel):
 class Sub(Kernel):
     """out = a - b, elementwise."""
 
+    role = Role.ELEMENTWISE
     keeps_dtype = True
     name, arity = "sub", 2
     compute = staticmethod(np.subtract)
@@ -52,6 +53,7 @@ class Sub(Kernel):
 class Mul(Kernel):
     """out = a * b, elementwise."""
 
+    role = Role.ELEMENTWISE
     keeps_dtype = True
     name, arity = "mul", 2
     compute = staticmethod(np.multiply)
@@ -60,6 +62,7 @@ class Mul(Kernel):
 class Scale(Kernel):
     """out = x * factor (factor fixed when the design compiles)."""
 
+    role = Role.ELEMENTWISE
     name = "scale"
     dtypes = FLOATS
     attrs = {"factor": Kernel.REQUIRED}
@@ -73,6 +76,7 @@ class Scale(Kernel):
 class ReLU(Kernel):
     """out = max(x, 0)."""
 
+    role = Role.ELEMENTWISE
     keeps_dtype = True
     name = "relu"
 
@@ -84,6 +88,7 @@ class ReLU(Kernel):
 class SiLU(Kernel):
     """out = x * sigmoid(x)."""
 
+    role = Role.ELEMENTWISE
     name = "silu"
     dtypes = FLOATS
 
@@ -95,6 +100,7 @@ class SiLU(Kernel):
 class Exp(Kernel):
     """out = exp(x)."""
 
+    role = Role.ELEMENTWISE
     name = "exp"
     dtypes = FLOATS
 
@@ -104,6 +110,7 @@ class Exp(Kernel):
 class Accumulate(Kernel):
     """state += x: `Accumulate.step(x, out=self.acc[pos])`."""
 
+    role = Role.ELEMENTWISE
     keeps_dtype = True
     name = "accumulate"
     accumulates = needs_out = True
@@ -118,6 +125,7 @@ class MatVec(Kernel):
     into int32 (instead of wrapping to their width), `dtype=np.float32` keeps a bfloat16 sum in
     float32."""
 
+    role = Role.MATRIX
     name, arity = "matvec", 2
     results = WIDER_DOTS
 
@@ -147,6 +155,7 @@ class MatVec(Kernel):
 class MatMul(Kernel):
     """out = A @ B for A (M, K) and B (K, N); `dtype=` widens the result as MatVec's does."""
 
+    role = Role.MATRIX
     name, arity = "matmul", 2
     results = WIDER_DOTS
 
@@ -172,6 +181,7 @@ class MatMul(Kernel):
 class RMSNorm(Kernel):
     """out = x / sqrt(mean(x^2) + eps) * w, for x and w of shape (n,)."""
 
+    role = Role.ROW_REDUCTION
     name, arity = "rmsnorm", 2
     dtypes = FLOATS
     attrs = {"eps": 1e-5}
@@ -192,6 +202,8 @@ class RMSNorm(Kernel):
 class Softmax(Kernel):
     """Softmax of x[:length] (length per call, default all of x); out[length:] is 0."""
 
+    role = Role.ROW_REDUCTION
+    bounds = {"length": Within(1)}   # a valid length in 1..n
     name = "softmax"
     dtypes = FLOATS
     attrs = {"length": None}
@@ -218,6 +230,7 @@ class Softmax(Kernel):
 class Argmax(Kernel):
     """The index of the first maximum of x (n,), as one int32 element."""
 
+    role = Role.ROW_REDUCTION
     keeps_dtype = True
     name = "argmax"
     exact_in_dtype = True
@@ -258,6 +271,7 @@ class Cast(Kernel):
     the nearest end), integers to float32 and float32 to bfloat16 rounding to nearest even,
     bfloat16 to float32 exactly. `Cast.step(x, dtype=iron.bfloat16)`."""
 
+    role = Role.ELEMENTWISE
     name = "cast"
     saturates = True
     dtypes = frozenset(CASTS)
@@ -277,6 +291,7 @@ class Requantize(Kernel):
     with an integer multiplier in front: the product is exact in int64, the shift keeps its
     floor and the dropped bits decide the rounding (above half up, a tie to the even value)."""
 
+    role = Role.ELEMENTWISE
     name = "requantize"
     saturates = True
     dtypes = frozenset({I32})
@@ -308,9 +323,55 @@ class Requantize(Kernel):
         return floor + ((dropped > half) | ((dropped == half) & (floor & 1 == 1)))
 
 
+class Concat(Kernel):
+    """out = a and b joined along `axis` (static; `iron.concat(a, b, c, axis=1)` joins more):
+    every other axis the same. Its C ABI sees the operands as rows: `outer` rows of `na`
+    elements of a, then `nb` of b, per output row."""
+
+    role = Role.OTHER   # joins along an axis: neither element-wise nor a matrix or row reduction
+    name, arity = "concat", 2
+    attrs = {"axis": 0}
+    keeps_dtype = exact_in_dtype = True
+
+    @classmethod
+    def out_shape(cls, shapes, axis=0):
+        a, b = shapes
+        if not _is_int(axis) or not a or len(a) != len(b) or not -len(a) <= axis < len(a):
+            cls.refuse(shapes, f"needs two tensors of one rank and axis= an int in {-len(a)}..{len(a) - 1}, not {axis!r}")
+        axis %= len(a)
+        if a[:axis] != b[:axis] or a[axis + 1:] != b[axis + 1:]:
+            cls.refuse(shapes, f"needs equal shapes but along axis {axis}")
+        return (*a[:axis], a[axis] + b[axis], *a[axis + 1:])
+
+    @classmethod
+    def sizes(cls, shapes, out_shape):
+        axis = next(d for d, (n, m) in enumerate(zip(shapes[0], out_shape)) if n != m)
+        outer = int(np.prod(out_shape[:axis], dtype=np.int64))
+        return (outer, *(int(np.prod(s[axis:], dtype=np.int64)) for s in shapes))
+
+    @classmethod
+    def abi_shapes(cls, sizes):
+        outer, na, nb = sizes
+        return [(outer, na), (outer, nb)], (outer, na + nb)
+
+    @staticmethod
+    def compute(a, b, axis=-1):
+        return np.concatenate([a, b], axis=axis)
+
+
+def concat(*tensors, axis: int = 0):
+    """`tensors` joined along `axis` in one body(): Concat calls, pairwise from the left."""
+    if len(tensors) < 2:
+        raise KernelTypeError(f"iron.concat joins two or more tensors, got {len(tensors)}: pass them all.")
+    joined = tensors[0]
+    for tensor in tensors[1:]:
+        joined = Concat.step(joined, tensor, axis=axis)
+    return joined
+
+
 def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 LIBRARY = (Copy, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, MatVec, MatMul, RMSNorm, Softmax, Argmax,
-           Cast, Requantize)
+           Cast, Requantize, Concat)

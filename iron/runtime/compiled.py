@@ -1,14 +1,13 @@
-"""`CompiledGraph`: a graph compiled for one device and set of tensor shapes, callable on the
-current backend.
-
-`compile_graph` traces, lowers to a Plan and caches the result per graph, shapes, device and
-`feeds`. A CompiledGraph prints its MLIR and kernel sources on demand, builds with aiecc when
-asked, and runs host-driven calls: it computes the call's words (refusing an index out of range
-before anything runs), writes the inputs, launches, and reads back outputs and the next carried
-values. Device memory for states is shared by every version compiled from one graph. It does not
-lower, print or emulate itself: iron.compiler and the backend sessions do.
+"""`CompiledGraph`: a graph compiled for one device and set of tensor shapes, and calling it.
+This is the runtime's entry for the front end (`compile_graph`, `compile_for_call`): it traces,
+compiles to a Plan once per graph, shapes, device and `feeds`, keeps what the runtime holds for a
+graph in its `Versions`, and runs host-driven calls: the call's words (an index out of range is
+refused before anything runs), the inputs written, a launch, the outputs and carry read back.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -16,7 +15,7 @@ import aie_utils
 from iron import debug
 from iron.compiler.plan import PlacementKind, WordRef
 from iron.errors import ArgumentError, LoopError, UnknownDevice
-from iron.frontend.graph import (
+from iron.frontend.arguments import (
     bind_call,
     check_tensor,
     checked_state_value,
@@ -27,27 +26,54 @@ from iron.frontend.graph import (
 from iron.runtime.words import WordProgram
 
 
+@dataclass
+class Versions:
+    """What the runtime holds for one graph: its compiled versions, and per device the memory of
+    its states that every version shares (a first version and the body it feeds write one trail)."""
+
+    compiled: dict[tuple, CompiledGraph] = field(default_factory=dict)  # (program, device, feeds)
+    states: dict[str, Any] = field(default_factory=dict)        # device name -> its DeviceStates
+    xrt_owners: dict[str, Any] = field(default_factory=dict)    # device name -> the design holding the states BO
+
+
+def versions(graph) -> Versions:
+    """The runtime's record of `graph`, kept in its GraphState and dropped by copies and pickles."""
+    state = graph._iron
+    if state.runtime is None:
+        state.runtime = Versions()
+    return state.runtime
+
+
+def update_versions(graph, name: str, array: np.ndarray):
+    """Write a weight's or param's new values (Graph.update) into every compiled version of `graph`."""
+    for compiled in versions(graph).compiled.values():
+        compiled.update(name, array)
+
+
 def _device(device):
     if device is None:
         return aie_utils.get_current_device()
     if isinstance(device, str):
-        return aie_utils.from_name(device)
+        try:
+            return aie_utils.from_name(device)
+        except aie_utils.UnknownDevice as e:
+            raise UnknownDevice(str(e)) from None
     if isinstance(device, aie_utils.Device):
         return device
     raise UnknownDevice(f"compile(device=...) takes a Device or a device name, not {type(device).__name__}.")
 
 
 def compile_graph(graph, specs, named_specs, *, device=None, feeds=None) -> "CompiledGraph":
-    from iron.compiler.lower import lower_program
+    from iron.compiler.compile import compile_program
 
     device = _device(device)
     if feeds is not None and not isinstance(feeds, CompiledGraph):
         raise LoopError(f"compile(feeds=...) takes the CompiledGraph this version starts, not {type(feeds).__name__}.")
     program = graph.trace(*specs, **named_specs)
     key = (id(program), device.name, id(feeds) if feeds is not None else None)
-    cache = graph._iron["compiled"]
+    cache = versions(graph).compiled
     if key not in cache:
-        plan = lower_program(program, device, feeds=feeds.plan if feeds is not None else None)
+        plan = compile_program(program, device, feeds=feeds.plan if feeds is not None else None)
         cache[key] = CompiledGraph(graph, program, plan, feeds)
         if debug.enabled():
             debug.say(f"compiled {plan.name} for {device.name}:\n{cache[key].describe()}")
@@ -55,7 +81,7 @@ def compile_graph(graph, specs, named_specs, *, device=None, feeds=None) -> "Com
 
 
 def compile_for_call(graph, tensors, values) -> "CompiledGraph":
-    arrays, _ = bind_call(graph.signature(), graph._where, tensors, values)
+    arrays, _ = bind_call(graph.signature(), tensors, values)
     spec = {n: None if a is None else (a.shape, a.dtype) for n, a in arrays.items()}
     return compile_graph(graph, (), spec)
 
@@ -66,6 +92,7 @@ class CompiledGraph:
 
     def __init__(self, graph, program, plan, feeds=None):
         self.graph, self.program, self.plan, self.feeds = graph, program, plan, feeds
+        self.versions = versions(graph)
         self.artifacts = None
         self._mlir = self._sources = self._session = None
         self._words = WordProgram(plan.words)
@@ -125,20 +152,28 @@ class CompiledGraph:
         return self._session
 
     def read(self, state) -> np.ndarray:
-        """A copy of `state` as the device holds it (shared by every version of this graph)."""
+        """A copy of `state` as the device holds it (shared by every version of this graph), after
+        the runs in flight of any CarriedLoop of the graph complete."""
         p = self.plan.placement(state_name(self.graph, state))
         return self.session.read(p).copy()
 
     def write(self, state, value):
-        """Set `state` on the device."""
+        """Set `state` on the device, after the runs in flight of any CarriedLoop of the graph
+        complete (none lands after the write)."""
         p = self.plan.placement(state_name(self.graph, state))
         self.session.write(p, checked_state_value(p.name, np.zeros(p.shape, p.dtype), value))
+
+    def update(self, name: str, array: np.ndarray):
+        """Write a weight's or param's new values (Graph.update) into this version's device memory."""
+        placement = next((p for p in self.plan.placements if p.name == name), None)
+        if placement is not None and self._session is not None:
+            self._session.write(placement, array)
 
     # ---- calls ---------------------------------------------------------------------------------
     def bind(self, tensors, values) -> tuple[list, np.ndarray]:
         """Checked inputs and this call's words (raises before anything is written)."""
         where = self.graph._where
-        arrays, scalars = bind_call(self.graph.signature(), where, tensors, values)
+        arrays, scalars = bind_call(self.graph.signature(), tensors, values)
         require_values(self.program, where, scalars)
         inputs = []
         for name, placement in self._inputs:
@@ -157,6 +192,7 @@ class CompiledGraph:
         return inputs, self._words(scalars)
 
     def __call__(self, *tensors, **values):
+        """One host-driven call (after the runs in flight of any CarriedLoop of the graph)."""
         inputs, words = self.bind(tensors, values)
         session = self.session
         for placement, a in inputs:

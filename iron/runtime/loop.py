@@ -1,14 +1,9 @@
-"""`CarriedLoop`: run a carried graph as a device loop, `depth` runs in flight, stopped and resumed
-at will.
-
-`start` runs `first` once with the host's values (and tensors); each `steps(n)` then runs n more
-runs of `body`, each starting from the scratchpad the previous run's Emit wrote, so the host only
-restarts runs and counts completions. Runs are held in a ring of `depth`, each with its own
-scratchpad. Whatever stops the host's side early (leaving the iterator, reading `carry`, a host
-call, read or write of the graph's states) first waits out the runs in flight, so what the loop
-reports is exactly what ran and no run lands after the host's write. Only full-ELF devices (npu2)
-have an Emit; elsewhere the loop is refused and the host-driven path (call, feed the Carry back)
-applies. This module schedules runs; what a run does is the Plan's.
+"""`CarriedLoop`: a carried graph as a device loop on a full-ELF device (npu2). `start` runs `first`
+once with the host's values; each `steps(n)` runs `body` n more times, each run starting from the
+scratchpad the previous run's Emit wrote, with `depth` runs held in a ring so the host only
+restarts runs and counts completions. Whatever stops the host's side early (leaving the
+iterator, reading `carry`, a host call, read or write of the graph's states) first waits out the
+runs in flight, so what the loop reports is exactly what ran.
 """
 from __future__ import annotations
 
@@ -100,8 +95,6 @@ class CarriedLoop:
         """Wait out the runs in flight (a host call, read or write of the graph does this first)."""
         while self._in_flight:
             self._wait_oldest()
-        for states in self._device_states():
-            states.loops.discard(self)
 
     def _leave(self):
         """End what the last start or steps left running: its runs complete, its iterator stops."""
@@ -110,22 +103,25 @@ class CarriedLoop:
         self._done.clear()
 
     def _launch(self, session, run, words=None):
-        if not self._in_flight:
-            for states in self._device_states():
-                states.loops.add(self)
         session.start(run, words=words)
+        if not self._in_flight:
+            self._register(True)
         self._in_flight.append((self._launched, session, run))
         self._launched += 1
 
     def _wait_oldest(self):
         t, session, run = self._in_flight.popleft()
+        if not self._in_flight:
+            self._register(False)
         session.wait(run)
         self._completed += 1
         if t:
             self._done.append(t - 1)
 
-    def _device_states(self):
-        return {id(s): s for s in (self.first.session.device_states, self.body.session.device_states)}.values()
+    def _register(self, in_flight: bool):
+        """Be (or stop being) one of the loops the graph's host calls wait out."""
+        for states in {id(s): s for s in (self.first.session.device_states, self.body.session.device_states)}.values():
+            (states.loops.add if in_flight else states.loops.discard)(self)
 
 
 def check_steps(method: str, steps):

@@ -1,11 +1,7 @@
-"""A compiled graph's hold on a backend: its host buffers and runs, on the emulator or on XRT.
-
-`open_session(compiled)` picks the backend (iron.runtime.backend), loads the design once, writes
-the weights and params, and binds the graph's shared state memory. Both sessions offer the same
-few operations: read/write a placement, a host-driven `call(words)` (each first waits out the
-device loops with runs in flight on the graph's states), and held runs for CarriedLoop
-(`make_ring`, `feeding_run`, `start`, `wait`, `words_of`). They move bytes; they do not decide what
-the words mean (the Plan does) or check arguments (CompiledGraph does).
+"""A compiled graph's hold on a backend, the emulator or XRT: `open_session` loads the design once,
+writes its weights and params and binds the graph's state memory (`DeviceStates`, shared by
+every version compiled from the graph); a session reads and writes placements, makes host-driven
+calls and holds runs for CarriedLoop, moving bytes whose meaning the Plan decides.
 """
 from __future__ import annotations
 
@@ -45,15 +41,15 @@ class DeviceStates:
         self.loops: set = set()   # CarriedLoops with runs in flight
 
     def settle(self):
-        for loop in list(self.loops):
-            loop.settle()
+        while self.loops:   # a loop leaves the set when its last run in flight completes
+            next(iter(self.loops)).settle()
 
 
 def shared_states(compiled) -> DeviceStates:
     """The DeviceStates of the compiled graph's graph on its device (made on first use)."""
     plan = compiled.plan
     layout = tuple((p.name, p.offset, p.shape, p.dtype.str) for p in plan.placements if p.kind is PlacementKind.STATE)
-    memory = compiled.graph._iron.setdefault("device_states", {})
+    memory = compiled.versions.states
     key = plan.device.name
     if key not in memory:
         memory[key] = DeviceStates(layout, plan.host_buffer(HostRole.STATES).nwords)
@@ -160,7 +156,7 @@ class XrtSession:
         self.full_elf = plan.full_elf
         artifacts = compiled.build()
         states = _index(plan, HostRole.STATES)
-        owners = compiled.graph._iron.setdefault("xrt_states", {})   # device name -> the design holding the states BO
+        owners = compiled.versions.xrt_owners
         owner = owners.get(plan.device.name)
         shared = {states: owner.bo(states)} if owner is not None else {}
         self.design = XrtDesign(plan.name, artifacts, [HostBuffer(b.name, b.nwords * 4) for b in plan.host_buffers],

@@ -32,6 +32,7 @@ class Axpy(iron.Kernel):
     dtypes = frozenset({np.dtype(np.float32)})   # the dtypes its C++ implements
     attrs = {"alpha": iron.Kernel.REQUIRED}      # static attributes, passed to C after the sizes
     c_attrs = (("alpha", "f32"),)
+    role = iron.Role.ELEMENTWISE                 # how fusion treats it: may follow a MatVec on its tile
     source = """
 #include <cstdint>
 extern "C" void axpy_f32(const float* x, const float* y, float* out, int32_t n, float alpha) {

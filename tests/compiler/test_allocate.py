@@ -8,7 +8,7 @@ import iron
 from aie_utils import from_name
 from iron import Carried
 from iron.compiler.allocate import host_buffers, host_placements
-from iron.compiler.lower import lower_program
+from iron.compiler.compile import compile_program
 from iron.compiler.plan import HostBuffer, HostRole, Placement, PlacementKind
 from iron.errors import DoesNotFit
 from iron.kernels import Add, Argmax, Copy
@@ -61,13 +61,13 @@ class Whole(iron.Graph):
 
 
 def test_a_tight_tile_gets_depth_one_fifos():
-    plan = lower_program(Whole(8192).trace(), from_name("npu2"))   # 32 KiB read whole
+    plan = compile_program(Whole(8192).trace(), from_name("npu2"))   # 32 KiB read whole
     assert [(f.name, f.depth) for f in plan.fifos] == [("g0_in", 1), ("g0_host", 2)]
 
 
 def test_a_state_too_large_for_a_tile_does_not_fit():
     with pytest.raises(DoesNotFit) as err:
-        lower_program(Whole(16384).trace(), from_name("npu2"))
+        compile_program(Whole(16384).trace(), from_name("npu2"))
     assert str(err.value) == (
         "Whole does not fit tile_0_2: its buffers take 66564 bytes but a compute tile has 65536: "
         "g0_in@tile_0_2 65536 bytes (big), stack@tile_0_2 1024 bytes, g0_host@tile_0_2 4 bytes "

@@ -2,8 +2,8 @@
 split MLP in its summary."""
 
 from aie_utils import from_name
+from iron.compiler.compile import compile_program
 from iron.compiler.describe import describe, word_text
-from iron.compiler.lower import lower_program
 from iron.compiler.plan import Const, WordDef, WordKind, WordRef
 from tests.compiler import designs
 
@@ -45,13 +45,13 @@ next carried values (host):
 
 
 def test_walk_on_npu2_is_described_exactly():
-    plan = lower_program(designs.trace(designs.walk(8)), from_name("npu2"))
+    plan = compile_program(designs.trace(designs.walk(8)), from_name("npu2"))
     assert describe(plan) == WALK_NPU2
 
 
 def test_a_description_is_deterministic():
-    first = describe(lower_program(designs.trace(designs.mlp(2, 256)), from_name("npu1")))
-    second = describe(lower_program(designs.trace(designs.mlp(2, 256)), from_name("npu1")))
+    first = describe(compile_program(designs.trace(designs.mlp(2, 256)), from_name("npu1")))
+    second = describe(compile_program(designs.trace(designs.mlp(2, 256)), from_name("npu1")))
     assert first == second
     assert "  mem_0_1: split g1_w_mem -> g1_w0, g1_w1 at bytes 0, 16384\n" in first
     assert "  split_matrix_over_tiles: g1: layers.0.w (256, 256) float32 (262144 bytes) split by rows over 2 tiles\n" in first
@@ -62,6 +62,6 @@ def test_word_text_shows_how_each_word_is_computed():
     assert [word_text(w) for w in (
         WordDef(0, "pos", WordKind.SCRATCHPAD),
         WordDef(1, "pos * 64", WordKind.DMA, "mul", WordRef(0), Const(64)),
-        WordDef(2, "min(pos, 3)", "core", "min", WordRef(0), Const(3)),
+        WordDef(2, "min(pos, 3)", WordKind.CORE, "min", WordRef(0), Const(3)),
         WordDef(3, "pos", WordKind.DMA, "copy", WordRef(0)),
     )] == ["given per call", "= w0 * 64", "= min(w0, 3)", "= w0"]

@@ -1,4 +1,4 @@
-"""The `fit_compute_channels` placement rule (iron/compiler/place.py, applied by lower.py): a core
+"""The `fit_compute_channels` routing rule (iron/compiler/route.py, applied before lowering): a core
 that would take more FIFOs by DMA than its tile's 2 input channels gets the extra operands inside
 an object it already receives, from a group that receives them itself (the MLP's residual through
 the RMSNorm group) or loads them for it (a whole `_in`: tensors and per-call words), the Emit
@@ -12,9 +12,11 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Carried, Scratchpad
-from iron.compiler.lower import lower_program
-from iron.compiler.place import CoreInputs, Relay, fit_compute_channels
+from iron.compiler import compile as compile_module
+from iron.compiler.compile import compile_program
+from iron.compiler.lower import lower
 from iron.compiler.plan import Element, Imm, KernelStep, Load, Ptr, Tile, TileKind
+from iron.compiler.route import CoreInputs, Relay, choose_relays
 from iron.errors import PlacementError
 from iron.kernels import Add, Copy, Exp, MatVec, RMSNorm, Softmax
 from tests.compiler import designs
@@ -53,8 +55,16 @@ def consumers(plan, name: str) -> tuple[str, ...]:
 
 # ---- the MLP: the residual comes with the normalized vector ------------------------------------------
 
+def test_relays_are_decided_before_the_one_lowering(monkeypatch):
+    lowered = []
+    monkeypatch.setattr(compile_module, "lower", lambda *args: lowered.append(args[3]) or lower(*args))
+    plan = compile_program(designs.trace(designs.mlp(4, 256)), NPU2)
+    assert len(lowered) == 1 and [r.reader for r in lowered[0].relays] == ["g3", "g5", "g7"]
+    assert len(fits(plan)) == 3
+
+
 def test_the_mlp_parts_take_the_residual_from_the_norm_group():
-    plan = lower_program(designs.trace(designs.mlp(4, 256)), NPU2)
+    plan = compile_program(designs.trace(designs.mlp(4, 256)), NPU2)
     assert fits(plan) == [
         f"g{g} on {tile} would take 3 FIFOs by DMA (g{g - 2}_out, g{g - 1}_out, g{g}_w0) but a compute tile "
         f"has 2 input channels: g{g - 1} forwards in g{g - 1}_out what g{g} would take from g{g - 2}_out"
@@ -71,7 +81,7 @@ def test_the_mlp_parts_take_the_residual_from_the_norm_group():
 @pytest.mark.parametrize("device", [NPU1, NPU2], ids=["npu1", "npu2"])
 @pytest.mark.parametrize("dtype", [F32, iron.bfloat16], ids=["f32", "bf16"])
 def test_the_mlp_keeps_every_compute_tile_within_its_channels(dtype, device):
-    plan = lower_program(designs.trace(designs.mlp(4, 256, dtype)), device)
+    plan = compile_program(designs.trace(designs.mlp(4, 256, dtype)), device)
     assert over(plan) == {}
     assert len(fits(plan)) == (3 if dtype is F32 else 0)   # bf16 streams on one tile: already fits
 
@@ -202,7 +212,7 @@ class StateBias(Bias):
 
 def test_a_state_after_a_streamed_matrix_does_not_fit_the_channels():
     with pytest.raises(PlacementError) as err:
-        lower_program(StateBias().trace(x=((64,), F32)), NPU2)
+        compile_program(StateBias().trace(x=((64,), F32)), NPU2)
     assert str(err.value) == (
         "StateBias: group g1 on tile_0_3 needs 3 FIFOs by DMA (g0_out, g1_in, g1_w) but a compute tile has "
         "2 input channels, and no group that sends it an object receives the others or can load them for "
@@ -221,7 +231,7 @@ def test_a_carrier_with_a_spare_channel_gains_an_in_and_carries_two_readers():
     cores = [core("a", 0, ("x_out",), carrier="a_out"),    # one channel left: for the `_in` it gains
              core("r", 1, ("a_out", "r_in", "r_w"), own_in="r_in"),
              core("q", 2, ("a_out", "q_in", "q_w"), own_in="q_in")]
-    relays, rules = fit_compute_channels(program, cores, NPU2)
+    relays, rules = choose_relays(program, cores, NPU2)
     assert relays == [Relay("a", "r", ("r_in",)), Relay("a", "q", ("q_in",))]
     assert rules[0] == ("fit_compute_channels", "r on tile_1_2 would take 3 FIFOs by DMA (a_out, r_in, r_w) but "
                         "a compute tile has 2 input channels: a forwards in a_out what r would take from r_in")
@@ -232,10 +242,10 @@ def test_a_carrier_without_a_free_channel_loads_nothing_and_the_next_one_is_trie
     full = core("a", 0, ("x_out", "y_out"), carrier="a_out")
     spare = core("b", 1, ("b_in",), received=("y_out",), carrier="b_out")
     reader = core("r", 2, ("a_out", "b_out", "y_out", "r_in"), own_in="r_in")
-    relays, _ = fit_compute_channels(program, [full, spare, reader], NPU2)
+    relays, _ = choose_relays(program, [full, spare, reader], NPU2)
     assert relays == [Relay("b", "r", ("y_out", "r_in"))]
     with pytest.raises(PlacementError) as err:
-        fit_compute_channels(program, [full, reader], NPU2)
+        choose_relays(program, [full, reader], NPU2)
     assert str(err.value).startswith("Bias: group r on tile_2_2 needs 4 FIFOs by DMA (a_out, b_out, y_out, r_in)")
 
 
@@ -245,7 +255,7 @@ def test_a_fifo_a_carrier_no_longer_receives_is_not_carried():
              core("b", 1, ("f_out", "a_out", "b_w"), carrier="b_out"),   # takes f_out through a
              core("r", 2, ("f_out", "b_out", "r_w"))]
     with pytest.raises(PlacementError):
-        fit_compute_channels(program, cores, NPU2)
+        choose_relays(program, cores, NPU2)
     keeps = core("b", 1, ("f_out", "b_w"), carrier="b_out")
-    relays, _ = fit_compute_channels(program, [keeps, cores[2]], NPU2)
+    relays, _ = choose_relays(program, [keeps, cores[2]], NPU2)
     assert relays == [Relay("b", "r", ("f_out",))]

@@ -5,7 +5,14 @@ import numpy as np
 
 import iron
 from iron import Scratchpad
-from iron.compiler.fuse import RULES, call_label, fuse, live_calls
+from iron.compiler.fuse import (
+    RULES,
+    fuse,
+    live_calls,
+    matrix_op_starts_group,
+    unrelated_starts_group,
+)
+from iron.ir import call_label
 from iron.kernels import Accumulate, Add, Copy, Exp, MatVec, RMSNorm, SiLU, Softmax
 from tests.compiler import designs
 
@@ -133,8 +140,20 @@ def test_the_mlp_fuses_one_norm_and_one_matrix_with_its_epilogue_per_layer():
     ]
 
 
-def test_rules_are_tried_in_this_order():
-    assert [r.__name__ for r in RULES] == [
-        "matrix_op_starts_group", "reduction_ends_group", "state_write_ends_group",
-        "gather_starts_group", "input_limit", "size_limit", "unrelated_starts_group",
-    ]
+class TwoBranches(iron.Graph):
+    """Exp of x, then `second` of y: a call using none of the open group's results."""
+
+    def __init__(self, second):
+        self.w = iron.param(np.ones((8, 8), F32))
+        self.second = second
+
+    def body(self, x, y):
+        return Exp.step(x), (MatVec.step(self.w, y) if self.second is MatVec else Exp.step(y))
+
+
+def test_the_first_rule_in_order_that_stops_a_call_is_recorded():
+    assert RULES.index(matrix_op_starts_group) < RULES.index(unrelated_starts_group)
+    both = TwoBranches(MatVec).trace(x=((8,), F32), y=((8,), F32))
+    assert grouping(both)[0] == ("g0", ["Exp#0"], "matrix_op_starts_group")
+    unrelated = TwoBranches(Exp).trace(x=((8,), F32), y=((8,), F32))
+    assert grouping(unrelated)[0] == ("g0", ["Exp#0"], "unrelated_starts_group")

@@ -9,8 +9,8 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler.allocate import tile_memory
+from iron.compiler.compile import compile_program
 from iron.compiler.invariants import check_plan
-from iron.compiler.lower import lower_program
 from iron.compiler.plan import (
     Buffer,
     Dma,
@@ -38,7 +38,7 @@ FIX = " Rebuild the Plan with iron's compiler, or correct it by hand."
 
 
 def plan_of(name: str, device: str):
-    return lower_program(designs.trace(DESIGNS[name]()), from_name(device))
+    return compile_program(designs.trace(DESIGNS[name]()), from_name(device))
 
 
 def moved_and_taken(plan) -> tuple[dict, dict]:

@@ -1,16 +1,14 @@
-"""Tests of iron.compiler.mlir.print_mlir: exact text for hand-built Plans (add-one, a streamed
-block loop with a buffer, split and join links, patched DMAs), the refusals, only allowed ops in
+"""Tests of iron.compiler.mlir.print_mlir: exact text for what the goldens do not show (a streamed
+block loop with a buffer, split and join links, patched DMAs with tokens), the refusals, only allowed ops in
 every test design, determinism, and the goldens of add-one, Walk and an Accumulate at a
 Scratchpad position on npu2 and Walk on npu1: MLIR plus glue sources, regenerated from
-lower_program (tests/compiler/designs.py) and compared byte for byte; IRON_UPDATE_GOLDEN=1
-rewrites them. Without iron/compiler/lower.py the goldens come from the hand-built Plans.
+compile_program (tests/compiler/designs.py) and compared byte for byte; IRON_UPDATE_GOLDEN=1
+rewrites them.
 
 The hand-built Plans and `design_plans()` are also used by test_sources.py."""
 
 import dataclasses
 import functools
-import importlib
-import importlib.util
 import os
 import re
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 
 import aie_utils
 from iron import dtypes
+from iron.compiler.compile import compile_program
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import (
     Acquire,
@@ -107,8 +106,8 @@ def walk_plan(device: str) -> Plan:
     """Walk: node = successor[node]; trail[steps] = node; steps += 1. On a full-ELF device an
     emit core computes the next call's words into `feedback`."""
     emit = aie_utils.from_name(device).full_elf
-    words = (WordDef(0, "node", WordKind.CARRIED, bound=(0, 8), what="successor[node]"),
-             WordDef(1, "steps", WordKind.CARRIED, bound=(0, 9), what="trail[steps]"),
+    words = (WordDef(0, "node", WordKind.CARRIED, bound=(0, 8), what="successor[node]", tensor="successor"),
+             WordDef(1, "steps", WordKind.CARRIED, bound=(0, 9), what="trail[steps]", tensor="trail"),
              WordDef(2, "steps + 1", WordKind.CORE, "add", WordRef(1), Const(1)))
     host_buffers = (HostBuffer("consts", HostRole.CONSTS, 8), HostBuffer("states", HostRole.STATES, 9),
                     HostBuffer("inputs", HostRole.INPUTS, 1), HostBuffer("outputs", HostRole.OUTPUTS, 1),
@@ -166,7 +165,7 @@ def accumulate_plan() -> Plan:
                       HostBuffer("words", HostRole.WORDS, 2)),
         placements=(Placement("acc", PlacementKind.STATE, "states", 0, (8, 4), F32),
                     Placement("x", PlacementKind.INPUT, "inputs", 0, (4,), F32)),
-        words=(WordDef(0, "pos", WordKind.SCRATCHPAD, bound=(0, 8), what="acc[pos]"),
+        words=(WordDef(0, "pos", WordKind.SCRATCHPAD, bound=(0, 8), what="acc[pos]", tensor="acc"),
                WordDef(1, "acc[pos] offset", WordKind.DMA, "mul", WordRef(0), Const(4))),
         fifos=(Fifo("g0_in", SHIM, (CORE,), 2, 32, F32), Fifo("g0_host", CORE, (SHIM,), 2, 16, F32)),
         functions=(Function("g0", ("g0_in", "g0_host"), (
@@ -215,44 +214,6 @@ HAND_BUILT = {
 
 
 # ---- exact text ---------------------------------------------------------------------------------
-
-ADD_ONE = """\
-module {
-  aie.device(npu2) {
-    %shim_0_0 = aie.tile(0, 0)
-    %tile_0_2 = aie.tile(0, 2)
-    aie.objectfifo @g0_in(%shim_0_0, {%tile_0_2}, 2 : i32) : !aie.objectfifo<memref<2048xi32>>
-    aie.objectfifo @g0_host(%tile_0_2, {%shim_0_0}, 2 : i32) : !aie.objectfifo<memref<1024xi32>>
-    func.func private @g0(memref<2048xi32>, memref<1024xi32>) attributes {link_with = "g0.o"}
-    %core_0_2 = aie.core(%tile_0_2) {
-      %c0 = arith.constant 0 : index
-      %c1 = arith.constant 1 : index
-      %cmax = arith.constant 9223372036854775807 : index
-      scf.for %launch = %c0 to %cmax step %c1 {
-        %g0_in_view0 = aie.objectfifo.acquire @g0_in(Consume, 1) : !aie.objectfifosubview<memref<2048xi32>>
-        %g0_in_obj0 = aie.objectfifo.subview.access %g0_in_view0[0] : !aie.objectfifosubview<memref<2048xi32>> -> memref<2048xi32>
-        %g0_host_view0 = aie.objectfifo.acquire @g0_host(Produce, 1) : !aie.objectfifosubview<memref<1024xi32>>
-        %g0_host_obj0 = aie.objectfifo.subview.access %g0_host_view0[0] : !aie.objectfifosubview<memref<1024xi32>> -> memref<1024xi32>
-        func.call @g0(%g0_in_obj0, %g0_host_obj0) : (memref<2048xi32>, memref<1024xi32>) -> ()
-        aie.objectfifo.release @g0_in(Consume, 1)
-        aie.objectfifo.release @g0_host(Produce, 1)
-      }
-      aie.end
-    } {stack_size = 1024 : i32}
-    aie.runtime_sequence @sequence(%arg0: memref<1024xi32>, %arg1: memref<1024xi32>, %arg2: memref<1024xi32>, %arg3: memref<1xi32>) {
-      aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 0][1, 1, 1, 1024][0, 0, 0, 1]) {id = 0 : i64, metadata = @g0_in} : memref<1024xi32>
-      aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, 0][1, 1, 1, 1024][0, 0, 0, 1]) {id = 1 : i64, metadata = @g0_in} : memref<1024xi32>
-      aiex.npu.dma_memcpy_nd(%arg2[0, 0, 0, 0][1, 1, 1, 1024][0, 0, 0, 1]) {id = 2 : i64, metadata = @g0_host} : memref<1024xi32>
-      aiex.npu.dma_wait {symbol = @g0_host}
-    }
-  }
-}
-"""
-
-
-def test_add_one_prints_exactly():
-    assert print_mlir(add_one_plan()) == ADD_ONE
-
 
 STREAMED_DEVICE = """\
     %shim_0_0 = aie.tile(0, 0)
@@ -464,14 +425,9 @@ TRACED = {   # design name -> (graph, device); the first four have goldens
 
 @functools.cache
 def design_plans() -> dict[str, Plan]:
-    """Every test design's Plan: lowered by lower_program when iron/compiler/lower.py exists
-    (else only the hand-built Plans of the golden designs), plus the hand-built streamed Plan."""
-    if importlib.util.find_spec("iron.compiler.lower") is None:
-        plans = {name: build() for name, build in HAND_BUILT.items()}
-    else:
-        lower_program = importlib.import_module("iron.compiler.lower").lower_program
-        plans = {name: lower_program(designs.trace(design()), aie_utils.from_name(device))
-                 for name, (design, device) in TRACED.items()}
+    """Every test design's compiled Plan, plus the hand-built streamed Plan."""
+    plans = {name: compile_program(designs.trace(design()), aie_utils.from_name(device))
+             for name, (design, device) in TRACED.items()}
     return plans | {"streamed_npu2": streamed_plan()}
 
 

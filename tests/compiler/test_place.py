@@ -1,4 +1,4 @@
-"""Placement rules (iron/compiler/place.py, through lower_program): snake order, streamed and
+"""Placement rules (iron/compiler/place.py, through compile_program): snake order, streamed and
 split matrices, shim channels, and the refusals when a device is too small. Sharing shim
 channels through mem tiles has its own tests (test_share_channels.py)."""
 
@@ -7,7 +7,7 @@ import pytest
 
 import iron
 from aie_utils import from_name
-from iron.compiler.lower import lower_program
+from iron.compiler.compile import compile_program
 from iron.compiler.place import snake_order
 from iron.compiler.plan import Dma, Imm, KernelStep, Link, Loop, Ptr
 from iron.errors import PlacementError
@@ -18,7 +18,7 @@ F32 = np.float32
 
 
 def plan_of(graph, device="npu2", **specs):
-    return lower_program(graph.trace(**specs) if specs else designs.trace(graph), from_name(device))
+    return compile_program(graph.trace(**specs) if specs else designs.trace(graph), from_name(device))
 
 
 def core_tiles(plan) -> list[tuple[str, str]]:

@@ -1,4 +1,4 @@
-"""The `share_shim_channels` placement rule (iron/compiler/place.py, applied by lower.py): when
+"""The `share_shim_channels` rule (iron/compiler/channels.py, applied by shims.py): when
 a design needs more shim MM2S or S2MM channels than the device has, the `_in` FIFOs of several
 groups become one shim -> mem tile FIFO split to each group, and their `_host` FIFOs one mem-tile
 join into a mem -> shim FIFO; inputs that wait for another group's state write, and outputs a
@@ -14,9 +14,9 @@ import pytest
 import aie_utils
 import iron
 from aie_utils import from_name
-from iron.compiler.lower import lower_program
+from iron.compiler.channels import MemChannels, SharedChannel, ShimRequest, share_shim_channels
+from iron.compiler.compile import compile_program
 from iron.compiler.mlir import print_mlir
-from iron.compiler.place import MemChannels, SharedChannel, ShimRequest, share_shim_channels
 from iron.compiler.plan import Direction, Dma, Link, Tile, TileKind, Wait
 from iron.kernels import Add, Copy, Exp
 
@@ -216,7 +216,7 @@ def load_decoder():
 
 def test_the_decoder_shares_channels_on_npu1_and_generates_the_numpy_tokens(capsys):
     decoder = load_decoder()
-    plan = lower_program(decoder.Decoder().trace(), NPU1)
+    plan = compile_program(decoder.Decoder().trace(), NPU1)
     assert shares(plan) == [
         "shared_in0 (MM2S, 12672 bytes) on mem_0_1 split into g0_in, g1_in, g2_in, g3_in at bytes 0, 384, 4480, 8576",
         "shared_in1 (MM2S, 16512 bytes) on mem_2_1 split into g8_in, g9_in, g10_in at bytes 0, 128, 8320",
@@ -234,7 +234,7 @@ def test_the_decoder_shares_channels_on_npu1_and_generates_the_numpy_tokens(caps
 
 def test_the_two_layer_decoder_fits_npu2():
     decoder = load_decoder()
-    plan = lower_program(decoder.Decoder(layers=2).trace(), from_name("npu2"))
+    plan = compile_program(decoder.Decoder(layers=2).trace(), from_name("npu2"))
     assert shares(plan)[-1] == "25 MM2S FIFOs now take 16 of the 16 shim MM2S channels"
     assert [link.destinations for link in plan.links] == [
         ("g0_in", "g1_in", "g2_in", "g3_in"), ("g8_in", "g9_in", "g10_in", "g11_in"),

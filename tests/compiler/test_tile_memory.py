@@ -14,9 +14,9 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler.allocate import fifo_homes, tile_memory
+from iron.compiler.compile import compile_program
 from iron.compiler.describe import describe
 from iron.compiler.invariants import check_plan
-from iron.compiler.lower import lower_program
 from iron.compiler.plan import Acquire, Tile, TileKind
 from iron.errors import DoesNotFit
 from iron.kernels import Add, Softmax
@@ -34,7 +34,7 @@ def mem(col: int) -> Tile:
 
 
 def plan_of(graph, device: str = "npu2"):
-    return lower_program(designs.trace(graph), from_name(device))
+    return compile_program(designs.trace(graph), from_name(device))
 
 
 def used(plan) -> dict[str, tuple[int, int]]:
@@ -106,7 +106,7 @@ def test_the_two_layer_decoder_counts_its_shared_fifos_on_their_producers():
     spec = importlib.util.spec_from_file_location("decoder", DECODER)
     decoder = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(decoder)
-    plan = lower_program(decoder.Decoder(2).trace(), from_name("npu2"))
+    plan = compile_program(decoder.Decoder(2).trace(), from_name("npu2"))
     held = fifo_bytes(plan)
     assert (held["tile_2_2"], held["tile_6_2"]) == (768, 16)
     assert fifo_homes(plan)["g8_out"] == ((compute(2, 2), 2),)    # north, to tile_2_3

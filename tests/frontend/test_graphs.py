@@ -122,7 +122,7 @@ def test_an_optional_tensor_traces_the_none_branch_once_per_presence():
     x = np.ones(4, np.float32)
     np.testing.assert_array_equal(g.reference(x), x)
     np.testing.assert_array_equal(g.reference(x, np.full(4, 2, np.float32)), np.full(4, 3, np.float32))
-    assert len(g._iron["programs"]) == 2
+    assert len(g._iron.programs) == 2
 
 
 def test_integer_kernels_wrap_around_like_the_device():

@@ -14,10 +14,7 @@ from iron.kernels import Cast, MatMul, MatVec, Requantize, Scale
 I8, I32, F32 = np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.float32)
 
 
-@pytest.fixture(autouse=True)
-def emulator(monkeypatch):
-    monkeypatch.setenv("IRON_BACKEND", "emulator")
-    monkeypatch.setenv("IRON_QUIET", "1")
+pytestmark = pytest.mark.usefixtures("on_emulator")
 
 
 def compiled_call(graph, *tensors):

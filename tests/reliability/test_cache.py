@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from filelock import FileLock
 
-from iron.__main__ import main
+from iron.__main__ import main, show
 from iron.compiler.build import FLAGS_GET, build
 from iron.compiler.cache import Cache, content_key, entry_damage
 from iron.errors import BuildError, CacheError
@@ -211,6 +211,23 @@ def test_a_damaged_build_entry_is_rebuilt_not_returned(fake_tools, capsys, damag
     assert sorted(p.name for p in (tmp / "cache").iterdir()) == [first.directory.name]
 
 
+def test_a_removal_cut_off_halfway_does_not_block_the_rebuild(fake_tools, capsys):
+    tmp = fake_tools
+    cache = Cache(tmp / "cache")
+    first = build(MLIR, SOURCES, NPU2, "elf", cache=cache, **QUIET)
+    leftover = tmp / "cache" / f"{first.directory.name}.removing"
+    shutil.copytree(first.directory, leftover)  # as a killed eviction leaves it
+    _zero_elf(first.directory)
+
+    again = build(MLIR, SOURCES, NPU2, "elf", cache=cache, **QUIET)
+
+    assert again.elf.read_bytes() == b"made by fake aiecc"
+    assert capsys.readouterr().err == (
+        f"iron cache: rebuilding {first.directory}: {DAMAGE['zero-byte aie.elf'][1]}.\n"
+    )
+    assert sorted(p.name for p in (tmp / "cache").iterdir()) == [first.directory.name]
+
+
 def test_an_entry_copied_under_another_key_is_not_served(fake_tools, capsys):
     tmp = fake_tools
     cache = Cache(tmp / "cache")
@@ -378,11 +395,14 @@ def _as_an_account_that_cannot_write(action) -> str:
     if pid == 0:  # pragma: no cover - the child
         text = ""
         try:
+            os.setgroups([])
             os.setgid(65534)
             os.setuid(65534)
             action()
         except CacheError as error:
             text = str(error)
+        except BaseException as error:
+            text = f"unexpected {type(error).__name__}: {error}"
         finally:
             os.write(write, text.encode())
             os._exit(0)
@@ -507,6 +527,9 @@ def test_an_entry_larger_than_the_bound_is_kept_until_the_next(tmp_path):
     assert [e.key for e in cache.entries()] == [first]
     cache.get_or_build(second, _filled(4000, []), kind="test")
     assert [e.key for e in cache.entries()] == [second]
+    assert show(cache).splitlines()[0] == (
+        f"iron cache {root}: 1 entry, 4.1 KiB of at most 100 B (IRON_CACHE_MAX_BYTES)"
+    )
 
 
 # ---- python -m iron cache -----------------------------------------------------------------------
@@ -546,6 +569,7 @@ def test_python_m_iron_cache_clear_empties_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("IRON_CACHE_MAX_BYTES", "1048576")
     _two_entries(root)
     (root / f"{content_key('failed')}.building").mkdir()
+    (root / f"{content_key('cut off')}.removing" / "sub").mkdir(parents=True)
     (root / "notes.txt").write_text("not iron's\n")
 
     assert main(["cache", "clear"]) == 0

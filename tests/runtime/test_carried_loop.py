@@ -11,6 +11,7 @@ from iron import Carried, Scratchpad
 from iron.designs import Walk, numpy_walk
 from iron.errors import IndexOutOfRange, LoopError
 from iron.kernels import Add, Copy
+from iron.runtime.compiled import versions
 
 
 @pytest.fixture(autouse=True)
@@ -276,4 +277,4 @@ def test_a_graph_called_directly_compiles_once_for_its_shapes():
     x = np.arange(8, dtype=np.int32)
     np.testing.assert_array_equal(g(x), x + 1)
     np.testing.assert_array_equal(g(x * 2), x * 2 + 1)
-    assert len(g._iron["compiled"]) == 1
+    assert len(versions(g).compiled) == 1

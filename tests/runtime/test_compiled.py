@@ -91,3 +91,15 @@ def test_iron_debug_prints_the_plan_and_each_emulator_call(monkeypatch, capsys):
     monkeypatch.setenv("IRON_DEBUG", "0")
     c(node=2, steps=1)
     assert capsys.readouterr().err == ""
+
+
+def test_an_unknown_device_is_the_catalogs_error_raised_as_irons_with_the_same_text():
+    walk = Walk(np.array([1, 0], np.int32), 2)
+    with pytest.raises(iron.errors.UnknownDevice) as caught:
+        walk.compile(device="npu3")
+    assert str(caught.value) == (
+        "unknown device 'npu3': known devices are npu1, npu1_1col, npu1_2col, npu1_3col, npu2, "
+        "npu2_1col, npu2_2col, npu2_3col, npu2_4col, npu2_5col, npu2_6col, npu2_7col. "
+        "Pass one of these names to from_name()."
+    )
+    assert isinstance(caught.value, aie_utils.UnknownDevice) and isinstance(caught.value, iron.errors.IronError)

@@ -84,3 +84,23 @@ def test_a_tensor_taking_first_version_feeds_the_body_through_xrt(xrt):
     loop = iron.CarriedLoop(first, body, depth=2)
     assert list(loop.run(steps, np.array(4, np.int32), node=0, steps=0)) == list(range(steps))
     np.testing.assert_array_equal(body.read("trail"), np.concatenate([[4], numpy_walk(succ, 4, steps)]))
+
+
+def test_a_loop_stopped_and_resumed_through_xrt_and_a_write_waiting_for_it(xrt):
+    succ = np.random.default_rng(8).permutation(16).astype(np.int32)
+    walk = Walk(succ, 16)
+    body = walk.compile(device="npu2")
+    loop = iron.CarriedLoop(body, body, depth=3).start(node=2, steps=0)
+    assert list(loop.steps(3)) == [0, 1, 2]
+    for index in loop.steps(8):
+        if index == 4:
+            break                                     # steps 5 and 6 in flight: they complete
+    assert loop.transitions == 8 and dict(loop.carry) == {"node": int(numpy_walk(succ, 2, 8)[-1]), "steps": 8}
+    it = loop.steps(4)
+    assert next(it) == 7                              # steps 8, 9 in flight (writing trail[9], trail[10])
+    body.write(walk.trail, np.zeros(16, np.int32))   # waits for them, then lands
+    assert list(it) == [8, 9, 10]
+    expect = numpy_walk(succ, 2, 12)
+    expect[:11] = 0
+    np.testing.assert_array_equal(body.read("trail")[:12], expect)
+    assert dict(loop.carry) == {"node": int(numpy_walk(succ, 2, 12)[-1]), "steps": 12}

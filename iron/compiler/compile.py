@@ -1,0 +1,94 @@
+"""`compile_program(program, device, feeds=None)`: a traced Program to a checked Plan, as a flat
+list of passes, each taking the value the one before made: fuse (groups), place (a Layout),
+route and fit_compute_channels (Routes), lower (a Lowered design), share and connect (shim
+channels), assemble and fit (a Plan, tile memory), check_plan. docs/architecture.md draws the
+pipeline. Plans are kept per Program, device and fed Plan, so compiling again costs a lookup."""
+from __future__ import annotations
+
+from weakref import WeakKeyDictionary
+
+from iron.compiler.allocate import fit, host_buffers
+from iron.compiler.fuse import Group, fuse
+from iron.compiler.invariants import check_plan
+from iron.compiler.lower import Lowered, lower
+from iron.compiler.place import Layout, place
+from iron.compiler.plan import Plan, Tile, WordKind
+from iron.compiler.route import Routes, fit_compute_channels, route
+from iron.compiler.shims import connect, share
+from iron.errors import LoopError
+from iron.ir import Program, call_label
+
+_PLANS: WeakKeyDictionary = WeakKeyDictionary()   # Program -> {(device, id(feeds)): (feeds, Plan)}
+
+
+def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan:
+    """The Plan of `program` on `device`; `feeds`: the Plan whose scratchpad the Emit writes."""
+    plans = _PLANS.setdefault(program, {})
+    kept = plans.get((device, id(feeds)))
+    if kept is not None and kept[0] is feeds:
+        return kept[1]
+    check_feeds(program, device, feeds)
+    groups = fuse(program)
+    layout = place(program, groups, device)
+    routes = route(program, layout)
+    routes = fit_compute_channels(program, routes, layout, device)
+    lowered = lower(program, device, layout, routes, feeds)
+    lowered = share(program, lowered, device)
+    lowered = connect(lowered, device)
+    plan = fit(assemble(program, device, groups, layout, routes, lowered))
+    check_plan(plan)
+    plans[(device, id(feeds))] = (feeds, plan)
+    return plan
+
+
+def check_feeds(program: Program, device, feeds: Plan | None):
+    """Refuse a `feeds` Plan built for another device or carrying other values."""
+    if feeds is None:
+        return
+    if feeds.device != device:
+        raise LoopError(
+            f"{program.name} is compiled for {device.name} but feeds {feeds.name}, compiled for "
+            f"{feeds.device.name}: compile both versions for the same device."
+        )
+    theirs = tuple(w.name for w in feeds.words if w.kind is WordKind.CARRIED)
+    if theirs != program.carried_names:
+        raise LoopError(
+            f"{program.name} carries ({', '.join(program.carried_names)}) but feeds {feeds.name}, "
+            f"which carries ({', '.join(theirs)}): give both bodies the same Carried parameters."
+        )
+    mine = {v.arg[0] for v in program.scalars}
+    missing = [w.name for w in feeds.words if w.kind is WordKind.SCRATCHPAD and w.name not in mine]
+    if missing:
+        raise LoopError(
+            f"{feeds.name} takes Scratchpad value(s) {', '.join(missing)} that {program.name} does "
+            f"not have, so {program.name}'s Emit cannot write them: make them Carried, or give "
+            f"{program.name} the same Scratchpad values."
+        )
+
+
+def assemble(program: Program, device, groups: tuple[Group, ...], layout: Layout, routes: Routes,
+             lowered: Lowered) -> Plan:
+    """The Plan: the lowered design, its tiles and host buffers, and every rule's decision."""
+    emit = lowered.emit
+    return Plan(
+        device=device, name=program.name, full_elf=device.full_elf, image="elf" if device.full_elf else "xclbin",
+        tiles=_tiles(lowered), host_buffers=host_buffers(
+            lowered.placements, len(lowered.words), None if emit is None else len(emit.target_words)),
+        placements=lowered.placements, fifos=lowered.fifos, links=lowered.links, buffers=lowered.buffers,
+        functions=lowered.functions, cores=lowered.cores, sequence=lowered.sequence, words=lowered.words,
+        emit=emit, carry=lowered.carry,
+        groups=tuple((g.name, tuple(call_label(program, c) for c in g.calls)) for g in groups),
+        rules=(*_fuse_rules(program, groups), *layout.rules, *routes.rules, *lowered.rules),
+        notes={"holds": dict(lowered.holds), "closed_by": {g.name: g.closed_by for g in groups}},
+    )
+
+
+def _fuse_rules(program: Program, groups: tuple[Group, ...]) -> list[tuple[str, str]]:
+    return [(g.closed_by, f"{g.name} closed before {call_label(program, nxt.calls[0])}")
+            for g, nxt in zip(groups, groups[1:])]
+
+
+def _tiles(lowered: Lowered) -> tuple[Tile, ...]:
+    tiles = {c.tile for c in lowered.cores} | {link.tile for link in lowered.links}
+    tiles |= {t for f in lowered.fifos for t in (f.producer, *f.consumers)}
+    return tuple(sorted(tiles, key=lambda t: (t.col, t.row)))

@@ -1,0 +1,136 @@
+"""What each core runs: one Function per part of a group (its kernel calls, following each
+kernel's C ABI, then copies exporting results), a `<part>_block` Function for a streamed matrix's
+leading call, and the core program that acquires the part's objects, loops over matrix blocks,
+invokes and releases."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from iron.compiler.objects import (
+    Context,
+    Part,
+    StateWrite,
+    attr_word,
+    consumed,
+    copy_step,
+    dynamic_attrs,
+    read,
+)
+from iron.compiler.plan import (
+    Acquire,
+    Core,
+    Function,
+    Imm,
+    Invoke,
+    KernelStep,
+    Load,
+    Loop,
+    Port,
+    Ptr,
+    Release,
+    WordRef,
+)
+from iron.ir import Node, destination
+
+
+def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:
+    """The part's Functions and its core's program."""
+    main = _main_steps(ctx, part)
+    block = _block_function(ctx, part)
+    ins = ([part.in_fifo] if ctx.routes.has(part.in_fifo) else []) + consumed(ctx, part)
+    outs = [f for f in (f"{part.prefix}_host", f"{part.prefix}_out") if ctx.routes.has(f)]
+    if part.split:
+        outs.append(f"{part.group}_part{part.number}")
+    objects = [*ins, *outs, *(b.name for b in part.buffers)]
+    program = [*(Acquire(f, Port.CONSUME) for f in ins), *(Acquire(f, Port.PRODUCE) for f in outs)]
+    functions = []
+    if block is not None:
+        w = _w_name(part)
+        params = _params(block.steps, [*objects, w])
+        functions.append(replace(block, params=params))
+        program.append(Loop(part.stream.blocks, (Acquire(w, Port.CONSUME), Invoke(block.name, params),
+                                                 Release(w, Port.CONSUME))))
+    if main:
+        params = _params(main, objects)
+        functions.append(Function(part.prefix, params, tuple(main)))
+        program.append(Invoke(part.prefix, params))
+    program += [*(Release(f, Port.CONSUME) for f in ins), *(Release(f, Port.PRODUCE) for f in outs)]
+    return functions, Core(part.tile, part.group, tuple(program), ctx.device.compute.default_stack_bytes)
+
+
+def _w_name(part: Part) -> str:
+    return f"{part.group}_w{part.number}" if part.split else f"{part.group}_w"
+
+
+def _params(steps, objects: list[str]) -> tuple[str, ...]:
+    """The objects the steps touch, in `objects` order."""
+    used = set()
+    for step in steps:
+        for arg in (*step.args,) if isinstance(step, KernelStep) else (step.dest, step.a, step.b):
+            if isinstance(arg, (Ptr, Load)):
+                used.add(arg.source)
+    return tuple(o for o in objects if o in used)
+
+
+def _main_steps(ctx: Context, part: Part) -> list:
+    steps = []
+    for call in part.site.group.calls:
+        if not (part.stream is not None and call is part.site.group.calls[0]):
+            steps += _call_steps(ctx, part, call)
+    return steps + part.copies
+
+
+def _call_steps(ctx: Context, part: Part, call: Node) -> list:
+    c, steps = call.arg, []
+    sliced = part.split
+    ins = [read(ctx, part, n, sliced) for n in call.src[: c.n_inputs]]
+    shapes = [(part.count,) if sliced else n.shape for n in call.src[: c.n_inputs]]
+    out_shape = (part.count,) if sliced else call.shape
+    if c.writes:
+        dest_view = destination(call)
+        dest = Ptr(f"{part.prefix}_host", part.host.offsets[StateWrite(call)])
+        if c.kernel.accumulates:
+            steps.append(copy_step(dest_view.dtype, dest_view.size, read(ctx, part, dest_view, False), dest))
+    else:
+        dest = Ptr(*part.homes[call])
+    return [*steps, _kernel_step(ctx, part, call, [*ins, dest], shapes, out_shape)]
+
+
+def _kernel_step(ctx: Context, part: Part, call: Node, ptrs, shapes, out_shape) -> KernelStep:
+    kernel = call.arg.kernel
+    sizes = kernel.sizes([tuple(s) for s in shapes], tuple(out_shape))
+    attrs = _attr_args(ctx, part, call)
+    return KernelStep(kernel.symbol(call.src[0].dtype, call.dtype), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs))
+
+
+def _attr_args(ctx: Context, part: Part, call: Node) -> list:
+    dynamic = dict(dynamic_attrs(call))
+    values = call.arg.attr_dict
+    args = []
+    for name, ctype in call.arg.kernel.c_attrs:
+        if name in dynamic:
+            key = WordRef(attr_word(ctx, call, name, dynamic[name]))
+            where = ctx.relayed.get((part.group, key))
+            args.append(Load(*where) if where else Load(part.in_fifo, part.ins.offsets[key]))
+        elif values.get(name) is None:
+            args.append(Imm(int(call.src[0].shape[0]), ctype))
+        else:
+            args.append(Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype))
+    return args
+
+
+def _block_function(ctx: Context, part: Part) -> Function | None:
+    """`<part>_block`: the leading matrix call on one streamed block of rows."""
+    if part.stream is None:
+        return None
+    s, call = part.stream, part.site.group.calls[0]
+    x = call.src[1]
+    row_out = int(np.prod(call.shape[1:], dtype=np.int64)) * call.dtype.itemsize
+    home = part.homes[call]
+    ptrs = [Ptr(_w_name(part), 0), read(ctx, part, x, False),
+            Ptr(home[0], home[1], block_stride=s.rows * row_out)]
+    shapes = [(s.rows, *s.matrix.shape[1:]), x.shape]
+    step = _kernel_step(ctx, part, call, ptrs, shapes, (s.rows, *call.shape[1:]))
+    return Function(f"{part.prefix}_block", (), (step,), blocked=True)

@@ -1,0 +1,320 @@
+"""What each FIFO object and tile Buffer of a group holds, packed byte by byte: a group's `_in`
+(host tensors and per-call words, in first-use order), its `_host` (outputs, carried elements,
+state writes), its `_out` (results other groups read, forwarded host tensors, relayed operands)
+and the Buffers keeping intermediates on the tile. `pack` lays out one group (each row part of a
+split group) and records in the Context where later groups find its results."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from iron.compiler.place import Layout, Site
+from iron.compiler.plan import Buffer, Imm, KernelStep, Output, Ptr, WordKind, WordRef
+from iron.compiler.route import Relay, Routes
+from iron.compiler.words import Access, WordTable, base_name, view_access, whole_access
+from iron.ir import (
+    Node,
+    Op,
+    Program,
+    call_label,
+    describe,
+    destination,
+    is_host_tensor,
+    tensor_inputs,
+)
+from iron.kernels.registry import copy_kernel
+
+I32 = np.dtype(np.int32)
+
+
+@dataclass(frozen=True)
+class StateWrite:
+    """The key of the `_host` region where a call writes a state (out=)."""
+
+    call: Node
+
+
+@dataclass
+class Context:
+    """What lowering a Program reads (the placement, routes, words, host placements) and where
+    each tensor other groups read lies, filled group by group in program order: `results` (node
+    -> FIFO, byte offset), `relayed` ((reader group, key) -> the carrier's `_out`, byte offset)."""
+
+    program: Program
+    device: object
+    layout: Layout
+    routes: Routes
+    table: WordTable
+    placements: tuple
+    results: dict = field(default_factory=dict)
+    relayed: dict = field(default_factory=dict)
+
+    def placement(self, name: str):
+        return next(p for p in self.placements if p.name == name)
+
+    def source(self, group: str, node: Node) -> tuple[str, int] | None:
+        """(FIFO, offset) where `group` finds a tensor another group sends: a carrier's `_out`
+        when `fit_compute_channels` relays it, else where it was put."""
+        return self.relayed.get((group, node)) or self.results.get(node)
+
+
+@dataclass
+class Packing:
+    """One FIFO object's regions: key -> byte offset, each a whole number of 4-byte words, with
+    where the host side of each region lies (buffer, Access) when the sequence moves it."""
+
+    offsets: dict = field(default_factory=dict)
+    moves: list = field(default_factory=list)     # (buffer, Access) per region, in object order
+    kinds: set = field(default_factory=set)
+    what: list = field(default_factory=list)
+    nbytes: int = 0
+
+    def add(self, key, size: int, dtype, what: str, move=None) -> int:
+        if key not in self.offsets:
+            self.offsets[key] = self.nbytes
+            self.nbytes += -(-size // 4) * 4
+            self.kinds.add(np.dtype(dtype))
+            self.what.append(what)
+            if move is not None:
+                self.moves.append(move)
+        return self.offsets[key]
+
+    @property
+    def dtype(self) -> np.dtype:
+        if len(self.kinds) == 1:
+            only = next(iter(self.kinds))
+            if self.nbytes % only.itemsize == 0:
+                return only
+        return I32
+
+
+@dataclass
+class Part:
+    """One core's share of a group: all of it, or `count` result rows from `start` (a split)."""
+
+    prefix: str
+    site: Site
+    tile: object
+    number: int
+    start: int = 0
+    count: int | None = None
+    ins: Packing = field(default_factory=Packing)
+    host: Packing = field(default_factory=Packing)
+    out: Packing = field(default_factory=Packing)
+    homes: dict = field(default_factory=dict)       # node -> (source, byte offset)
+    buffers: list = field(default_factory=list)
+    holds: dict = field(default_factory=dict)       # Buffer name -> the call whose result it keeps
+    copies: list = field(default_factory=list)      # KernelSteps exporting results
+
+    @property
+    def group(self) -> str:
+        return self.site.group.name
+
+    @property
+    def split(self) -> bool:
+        return self.count is not None
+
+    @property
+    def stream(self):
+        return self.site.stream
+
+    @property
+    def in_fifo(self) -> str:
+        """The group's `_in` FIFO: every row part gets the same object (a broadcast)."""
+        return f"{self.group}_in"
+
+
+def copy_step(dtype, count: int, source: Ptr, dest: Ptr) -> KernelStep:
+    return KernelStep(copy_kernel().symbol(dtype), (source, dest, Imm(max(1, count))))
+
+
+def pack(ctx: Context, site: Site) -> list[Part]:
+    """The parts of a group with their objects laid out, its results recorded in `ctx`."""
+    g = site.group
+    if len(site.tiles) == 1:
+        parts = [Part(g.name, site, site.tiles[0], 0)]
+    else:
+        count = g.calls[0].shape[0] // len(site.tiles)
+        parts = [Part(f"{g.name}_p{p}", site, tile, p, p * count, count) for p, tile in enumerate(site.tiles)]
+    for part in parts:
+        _pack_inputs(ctx, part)
+        _pack_results(ctx, part)
+    if len(parts) > 1:
+        joined = f"{g.name}_out" if ctx.routes.has(f"{g.name}_out") else f"{g.name}_host"
+        ctx.results[g.calls[-1]] = (joined, 0)
+    return parts
+
+
+# ---- host tensors and words -----------------------------------------------------------------------
+
+def host_access(ctx: Context, node: Node) -> tuple[str, Access]:
+    """(host buffer, Access) of an input, a declared memory or a view of one."""
+    base = node.src[0] if node.op == Op.VIEW else node
+    p = ctx.placement(base_name(base)[1])
+    access = view_access(node, ctx.table) if node.op == Op.VIEW else whole_access(node)
+    return p.buffer, replace(access, offset=p.offset + access.offset)
+
+
+def host_items(ctx: Context, site: Site) -> list[tuple]:
+    """(key, bytes, dtype, what, move) of what a group loads from the host: the host tensors
+    it reads (but a streamed matrix and those an earlier group forwards to it), then per-call
+    words, in first-use order."""
+    g, items = site.group.name, []
+    for call in site.group.calls:
+        for node in tensor_inputs(call):
+            streamed = site.stream is not None and node is site.stream.matrix
+            if is_host_tensor(node) and not streamed and not ctx.routes.forwarded_to(g, node):
+                move = host_access(ctx, node)
+                items.append((node, move[1].nwords * 4, node.dtype, describe(node), move))
+        for name, expr in dynamic_attrs(call):
+            word = attr_word(ctx, call, name, expr)
+            items.append((WordRef(word), 4, I32, ctx.table.words[word].name, ("words", Access(word, ((1, 1),)))))
+    return items
+
+
+def dynamic_attrs(call: Node) -> list[tuple[str, Node]]:
+    c = call.arg
+    return list(zip(c.scalar_attrs, call.src[c.n_inputs + c.writes:]))
+
+
+def attr_word(ctx: Context, call: Node, name: str, expr: Node) -> int:
+    """The core word holding a per-call attribute, bounded as its kernel declares (`bounds`)."""
+    kernel = call.arg.kernel
+    if name in kernel.bounds:
+        lo, hi = kernel.bounds[name].range([n.shape for n in call.src[: call.arg.n_inputs]])
+        return ctx.table.bounded(expr, lo, hi, f"{kernel.__name__} {name}={describe(expr)}", WordKind.CORE)
+    return ctx.table.word(expr, WordKind.CORE)
+
+
+def _pack_inputs(ctx: Context, part: Part):
+    """The `_in` regions: the group's host items (but those a carrier forwards to it), then
+    those of the groups whose `_in` it carries."""
+    for key, size, dtype, what, move in host_items(ctx, part.site):
+        if (part.group, key) not in ctx.relayed:
+            part.ins.add(key, size, dtype, what, move)
+    for relay in ctx.routes.carried_by(part.group):
+        if f"{relay.reader}_in" in relay.fifos:
+            for item in host_items(ctx, ctx.layout.site(relay.reader)):
+                part.ins.add(*item)
+
+
+# ---- results ----------------------------------------------------------------------------------------
+
+def _pack_results(ctx: Context, part: Part):
+    """Where each call's result lives (its home) and where it is exported to, and the `_out`
+    regions of the host tensors this group forwards."""
+    for node in ctx.routes.forwards.get(part.group, {}):
+        out = part.out.add(node, node.size * node.dtype.itemsize, node.dtype, describe(node))
+        ctx.results[node] = (f"{part.prefix}_out", out)
+        part.copies.append(copy_step(node.dtype, node.size, read(ctx, part, node, False),
+                                     Ptr(f"{part.prefix}_out", out)))
+    for call in part.site.group.calls:
+        if call.arg.writes:
+            buffer, access = host_access(ctx, destination(call))
+            part.host.add(StateWrite(call), access.nwords * 4, call.dtype, describe(destination(call)),
+                          (buffer, access))
+        elif part.split:
+            _split_home(ctx, part, call)
+        else:
+            _home(ctx, part, call)
+    for relay in ctx.routes.carried_by(part.group):
+        _relay_out(ctx, part, relay)
+
+
+def _relay_out(ctx: Context, part: Part, relay: Relay):
+    """`fit_compute_channels`: copy into this carrier's `_out` what `relay.reader` would take
+    from `relay.fifos`, and note where the reader finds each."""
+    out = f"{part.prefix}_out"
+    for key, size, dtype, what, source in _relay_items(ctx, part, relay):
+        fresh = key not in part.out.offsets
+        offset = part.out.add(key, size, dtype, what)
+        ctx.relayed[(relay.reader, key)] = (out, offset)
+        if fresh:
+            part.copies.append(copy_step(dtype, size // np.dtype(dtype).itemsize, source, Ptr(out, offset)))
+
+
+def _relay_items(ctx: Context, part: Part, relay: Relay) -> list[tuple]:
+    """(key, bytes, dtype, what, where the carrier has it) of what the reader would take from
+    the relayed FIFOs: its `_in`'s host items (loaded into the carrier's `_in`), and the
+    tensors it reads from FIFOs the carrier receives."""
+    items = []
+    if f"{relay.reader}_in" in relay.fifos:
+        items += [(key, size, dtype, what, Ptr(part.in_fifo, part.ins.offsets[key]))
+                  for key, size, dtype, what, _ in host_items(ctx, ctx.layout.site(relay.reader))]
+    for node in reads_of(ctx, relay.reader):
+        if ctx.results.get(node, ("",))[0] in relay.fifos:
+            what = call_label(ctx.program, node) if node.op == Op.CALL else describe(node)
+            items.append((node, node.size * node.dtype.itemsize, node.dtype, what, read(ctx, part, node, False)))
+    return items
+
+
+def reads_of(ctx: Context, reader: str) -> list[Node]:
+    """The tensors a group (or the Emit) reads that it does not compute, in first-use order."""
+    if reader == "emit":
+        return [v.src[0] for _, v in ctx.program.carry if v.op == Op.ELEM]
+    calls = ctx.layout.site(reader).group.calls
+    return list(dict.fromkeys(n for c in calls for n in tensor_inputs(c) if n not in calls))
+
+
+def _split_home(ctx: Context, part: Part, call: Node):
+    size = part.count * call.dtype.itemsize
+    if call is part.site.group.calls[-1]:
+        part.homes[call] = (f"{part.group}_part{part.number}", 0)
+    else:
+        part.homes[call] = (_buffer(ctx, part, call, size), 0)
+
+
+def _home(ctx: Context, part: Part, call: Node):
+    places = [(f"{part.prefix}_host", part.host.add(key, *_region(ctx, call, key.placement)))
+              for key in _host_uses(ctx.program, call)]
+    if any(u != "host" for u in ctx.layout.users.get(call, ())):
+        out = part.out.add(call, call.size * call.dtype.itemsize, call.dtype, call_label(ctx.program, call))
+        places.append((f"{part.prefix}_out", out))
+        ctx.results[call] = (f"{part.prefix}_out", out)
+    if not places:
+        places = [(_buffer(ctx, part, call, call.size * call.dtype.itemsize), 0)]
+    part.homes[call] = places[0]
+    for source, offset in places[1:]:
+        part.copies.append(copy_step(call.dtype, call.size, Ptr(*places[0]), Ptr(source, offset)))
+
+
+def _host_uses(program: Program, call: Node) -> list[Output]:
+    names = [f"out{i}" for i, n in enumerate(program.outputs) if n is call]
+    names += [f"carry.{name}" for name, v in program.carry if v.op == Op.ELEM and v.src[0] is call]
+    return [Output(name) for name in names]
+
+
+def _region(ctx: Context, call: Node, placement_name: str):
+    p = ctx.placement(placement_name)
+    move = (p.buffer, Access(p.offset, ((p.nwords, 1),)))
+    return p.nwords * 4, call.dtype, placement_name, move
+
+
+def _buffer(ctx: Context, part: Part, call: Node, size: int) -> str:
+    name = f"{part.prefix}_buf{len(part.buffers)}"
+    part.buffers.append(Buffer(name, part.tile, -(-size // 4) * 4, call.dtype))
+    part.holds[name] = call_label(ctx.program, call)
+    return name
+
+
+# ---- reading a tensor in a core -------------------------------------------------------------------
+
+def read(ctx: Context, part: Part, node: Node, sliced: bool) -> Ptr:
+    """Where a part's core finds `node`: its home, its `_in`, or another group's object (from
+    the part's first row when `sliced`)."""
+    shift = part.start * node.dtype.itemsize if sliced else 0
+    if node in part.homes:
+        return Ptr(*part.homes[node])
+    if node in part.ins.offsets:
+        return Ptr(part.in_fifo, part.ins.offsets[node] + shift)
+    fifo, offset = ctx.source(part.group, node)
+    return Ptr(fifo, offset + shift)
+
+
+def consumed(ctx: Context, part: Part) -> list[str]:
+    """The FIFOs of other groups a part's core reads, in first-use order."""
+    g = part.group
+    return list(dict.fromkeys(
+        ctx.source(g, n)[0] for c in part.site.group.calls for n in tensor_inputs(c)
+        if ctx.source(g, n) is not None and n not in part.homes and n not in part.ins.offsets))

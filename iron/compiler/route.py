@@ -1,0 +1,318 @@
+"""Channel routing: which FIFOs each group's cores send and receive, decided from the placement
+before any object is packed. `route` gives every FIFO its ends (its role, producer and
+consumers; shared memory between neighbouring compute tiles) and decides which small host
+tensors one group forwards to later readers (`forward_shared_input`); `fit_compute_channels`
+then keeps every compute tile within its input DMA channels by having a carrier group forward,
+inside the object it already sends, what a core would otherwise take from other FIFOs."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from iron.compiler.allocate import shares_memory
+from iron.compiler.place import Layout, Site
+from iron.compiler.plan import FifoRole, Tile, TileKind
+from iron.errors import PlacementError
+from iron.ir import Node, Op, Program, describe, is_host_tensor, state_of, tensor_inputs
+
+HOST = Tile(-1, 0, TileKind.SHIM)   # a FIFO end on the shim tile that `assign_shims` picks
+FORWARD_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class Route:
+    """A FIFO's ends, before what its objects hold is known; `group` is the group it belongs to
+    ("emit" for the Emit's)."""
+
+    name: str
+    role: FifoRole
+    group: str
+    producer: Tile
+    consumers: tuple[Tile, ...]
+    shared_memory: bool = False
+
+
+@dataclass(frozen=True)
+class Relay:
+    """A `fit_compute_channels` decision: group `carrier` forwards in its `_out` everything group
+    `reader` would take from `fifos`, so `reader`'s cores no longer receive them."""
+
+    carrier: str
+    reader: str
+    fifos: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Every FIFO's Route in Plan order, the forwarded host tensors (loader group -> {tensor:
+    reader groups}), the relays, and the rules' decisions."""
+
+    fifos: tuple[Route, ...]
+    forwards: dict[str, dict[Node, tuple[str, ...]]]
+    relays: tuple[Relay, ...] = ()
+    rules: tuple[tuple[str, str], ...] = ()
+
+    def has(self, name: str) -> bool:
+        return any(r.name == name for r in self.fifos)
+
+    def carried_by(self, group: str) -> list[Relay]:
+        return [r for r in self.relays if r.carrier == group]
+
+    def forwarded_to(self, group: str, node: Node) -> bool:
+        return forwarded_to(self.forwards, group, node)
+
+
+def route(program: Program, layout: Layout) -> Routes:
+    """The FIFOs of every group and of the Emit, in the order the Plan lists them."""
+    forwards = forwarded_inputs(layout)
+    fifos = [r for site in layout.sites for r in group_routes(layout, forwards, site)]
+    if layout.emit is not None:
+        fifos += [Route("emit_in", FifoRole.EMIT_IN, "emit", HOST, (layout.emit,)),
+                  Route("feedback", FifoRole.FEEDBACK, "emit", layout.emit, (HOST,))]
+    rules = tuple(("forward_shared_input", f"{g} forwards {describe(node)} to {', '.join(readers)}")
+                  for g, nodes in forwards.items() for node, readers in nodes.items())
+    return Routes(tuple(fifos), forwards, rules=rules)
+
+
+def group_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
+    """`<g>_in` when the group loads anything from the host; per core `<g>_host` (outputs, state
+    writes, carried elements) and `<g>_out` (results other groups or the Emit read); a streamed
+    matrix's `<g>_w_mem` and `<g>_w` (`<g>_w<p>` per part); a split group's `<g>_part<p>` and
+    the joined `<g>_out` (or `<g>_host` when only the host reads it)."""
+    g, calls, users = site.group.name, site.group.calls, layout.users
+    split = len(site.tiles) > 1
+    fifos = []
+    if loads_from_host(forwards, site):
+        fifos.append(Route(f"{g}_in", FifoRole.INPUT, g, HOST, site.tiles))
+    for number, tile in enumerate(site.tiles):
+        prefix = f"{g}_p{number}" if split else g
+        if any(c.arg.writes for c in calls) or (not split and any("host" in users.get(c, ()) for c in calls)):
+            fifos.append(Route(f"{prefix}_host", FifoRole.HOST, g, tile, (HOST,)))
+        exported = any(not c.arg.writes and any(u != "host" for u in users.get(c, ())) for c in calls)
+        if not split and (forwards.get(g) or exported):
+            fifos.append(out_route(f"{prefix}_out", g, tile, consumer_tiles(layout, forwards, site.group)))
+    if site.stream is not None:
+        fifos += stream_routes(site)
+    if split:
+        fifos += join_routes(layout, forwards, site)
+    return fifos
+
+
+def loads_from_host(forwards: dict, site: Site) -> bool:
+    """Whether a group loads anything from the host: a host tensor (not its streamed matrix, not
+    one an earlier group forwards to it) or a per-call kernel attribute."""
+    g = site.group.name
+    return any(c.arg.scalar_attrs for c in site.group.calls) or any(
+        not forwarded_to(forwards, g, n) for n in host_reads(site))
+
+
+def forwarded_to(forwards: dict, group: str, node: Node) -> bool:
+    """Whether an earlier group forwards host tensor `node` to `group`."""
+    return any(group in nodes.get(node, ()) for nodes in forwards.values())
+
+
+def host_reads(site: Site) -> list[Node]:
+    """The host tensors a group's calls read, but its streamed matrix."""
+    streamed = site.stream.matrix if site.stream is not None else None
+    return [n for c in site.group.calls for n in tensor_inputs(c) if is_host_tensor(n) and n is not streamed]
+
+
+def out_route(name: str, group: str, tile: Tile, consumers: tuple[Tile, ...]) -> Route:
+    """A core's `_out`: shared memory exactly when mlir-aie makes it so (`shares_memory`)."""
+    route = Route(name, FifoRole.OUTPUT, group, tile, consumers)
+    return replace(route, shared_memory=shares_memory(route))
+
+
+def consumer_tiles(layout: Layout, forwards: dict, group, with_host: bool = False) -> tuple[Tile, ...]:
+    """The tiles of the groups (and the Emit) reading a group's results or its forwards."""
+    names = {u for c in group.calls for u in layout.users.get(c, ()) if u != "host"}
+    names |= {r for readers in forwards.get(group.name, {}).values() for r in readers}
+    tiles = [t for s in layout.sites if s.group.name in names for t in s.tiles]
+    if "emit" in names:
+        tiles.append(layout.emit)
+    return tuple(tiles + ([HOST] if with_host else []))
+
+
+def stream_routes(site: Site) -> list[Route]:
+    s, g = site.stream, site.group.name
+    fifos = [Route(f"{g}_w_mem", FifoRole.WEIGHTS, g, HOST, (s.mem,))]
+    if len(site.tiles) == 1:
+        return [*fifos, Route(f"{g}_w", FifoRole.WEIGHTS, g, s.mem, site.tiles)]
+    return fifos + [Route(f"{g}_w{p}", FifoRole.WEIGHTS, g, s.mem, (t,)) for p, t in enumerate(site.tiles)]
+
+
+def join_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
+    g, mem = site.group.name, site.stream.mem
+    parts = [Route(f"{g}_part{p}", FifoRole.PART, g, t, (mem,)) for p, t in enumerate(site.tiles)]
+    with_host = "host" in layout.users.get(site.group.calls[-1], ())
+    consumers = consumer_tiles(layout, forwards, site.group, with_host)
+    role = FifoRole.OUTPUT if any(t != HOST for t in consumers) else FifoRole.HOST
+    return [*parts, Route(f"{g}_{role.value}", role, g, mem, consumers)]
+
+
+def forwarded_inputs(layout: Layout) -> dict[str, dict[Node, tuple[str, ...]]]:
+    """`forward_shared_input`: small host tensors (at most FORWARD_BYTES: inputs, weights, params
+    and views of them, not states) that several groups read: the first unsplit group loading one
+    forwards it in its `_out` to the later readers, so the host moves it once per launch and each
+    reader needs no shim channel for it. Returns loader group -> {tensor: reader groups}."""
+    loader: dict[Node, str] = {}
+    found: dict[str, dict[Node, list[str]]] = {}
+    for site in layout.sites:
+        g = site.group.name
+        for node in host_reads(site):
+            if loader.get(node, g) != g:
+                readers = found[loader[node]][node]
+                readers += [] if g in readers else [g]
+            elif node not in loader and len(site.tiles) == 1 and _forwardable(node):
+                loader[node] = g
+                found.setdefault(g, {})[node] = []
+    return {g: {n: tuple(r) for n, r in nodes.items() if r} for g, nodes in found.items()}
+
+
+def _forwardable(node: Node) -> bool:
+    base = node.src[0] if node.op == Op.VIEW else node
+    constant = base.op == Op.INPUT or base.arg[0] in ("weight", "param")
+    return constant and node.size * node.dtype.itemsize <= FORWARD_BYTES
+
+
+# ---- compute-tile channels -------------------------------------------------------------------------
+
+def fit_compute_channels(program: Program, routes: Routes, layout: Layout, device) -> Routes:
+    """`routes` with the relays `choose_relays` picks applied: each reader's cores no longer
+    receive the relayed FIFOs; a relayed `_in` goes, its contents loaded by the carrier, which
+    gains an `_in` if it had none."""
+    relays, rules = choose_relays(program, core_inputs(routes, layout), device)
+    fifos = list(routes.fifos)
+    moved_in = [r for r in relays if f"{r.reader}_in" in r.fifos]
+    for relay in relays:
+        reader, own_in = tiles_of(layout, relay.reader), f"{relay.reader}_in"
+        fifos = [_without(r, reader) if r.name in relay.fifos and r.name != own_in else r for r in fifos]
+        if relay in moved_in and not any(r.name == f"{relay.carrier}_in" for r in fifos):
+            first = next(i for i, r in enumerate(fifos) if r.group == relay.carrier)
+            site = layout.site(relay.carrier)
+            fifos.insert(first, Route(f"{relay.carrier}_in", FifoRole.INPUT, relay.carrier, HOST, site.tiles))
+    loaders = {r.carrier for r in moved_in}
+    dropped = {f"{r.reader}_in" for r in moved_in if r.reader not in loaders}
+    fifos = [r for r in fifos if r.name not in dropped]
+    return replace(routes, fifos=tuple(fifos), relays=tuple(relays), rules=routes.rules + rules)
+
+
+def _without(route: Route, reader: tuple[Tile, ...]) -> Route:
+    consumers = tuple(t for t in route.consumers if t not in reader)
+    if route.role is FifoRole.OUTPUT and route.producer.kind is TileKind.COMPUTE:
+        return out_route(route.name, route.group, route.producer, consumers)
+    return replace(route, consumers=consumers)
+
+
+def tiles_of(layout: Layout, group: str) -> tuple[Tile, ...]:
+    return (layout.emit,) if group == "emit" else layout.site(group).tiles
+
+
+def core_inputs(routes: Routes, layout: Layout) -> list[CoreInputs]:
+    """What each core receives, in core order (groups, then the Emit), for `choose_relays`."""
+    cores = []
+    for site in layout.sites:
+        g = site.group.name
+        own_in = f"{g}_in" if routes.has(f"{g}_in") else None
+        carrier = f"{g}_out" if len(site.tiles) == 1 and routes.has(f"{g}_out") else None
+        movable = own_in is not None and all(state_of(n) is None for n in host_reads(site))
+        cores += [_receives(routes, g, tile, carrier, own_in, movable) for tile in site.tiles]
+    if layout.emit is not None:
+        cores.append(_receives(routes, "emit", layout.emit))
+    return cores
+
+
+def _receives(routes: Routes, group: str, tile: Tile, *rest) -> CoreInputs:
+    received = tuple(r.name for r in routes.fifos if tile in r.consumers)
+    dma = tuple(r.name for r in routes.fifos if tile in r.consumers and not r.shared_memory)
+    return CoreInputs(group, tile, dma, received, *rest)
+
+
+@dataclass(frozen=True)
+class CoreInputs:
+    """What one core receives, for `fit_compute_channels`: `dma` the FIFOs reaching its tile
+    through a DMA channel, `received` every FIFO it acquires (shared memory too), `carrier` its
+    group's `_out` when that group runs on one tile (so other groups' operands may be added to
+    its object), `own_in` its group's `_in` and `movable_in` whether everything in it (no state)
+    may come in another group's object instead."""
+
+    group: str
+    tile: Tile
+    dma: tuple[str, ...]
+    received: tuple[str, ...]
+    carrier: str | None = None
+    own_in: str | None = None
+    movable_in: bool = False
+
+
+def choose_relays(program: Program, cores: list[CoreInputs], device) -> tuple[list[Relay], tuple]:
+    """`fit_compute_channels`' choice: for each group (in order) whose cores would take more FIFOs by DMA
+    than a compute tile has input channels, the first group sending it an `_out` (a carrier, on
+    one tile) that can forward enough of the others: FIFOs the carrier still receives itself, or
+    the group's movable `_in` (the carrier loads it in its own `_in`, which it must have or have
+    a channel left for). Designs that fit are left alone. Returns (the relays, rules);
+    PlacementError naming the group, its tile and FIFOs when no carrier can."""
+    limit = device.compute.dma_in_channels
+    state = ChannelState({c.group: c for c in cores})
+    relays, rules = [], []
+    for core in cores:
+        if len(core.dma) <= limit or core.group in state.readers:
+            continue
+        relay = _relay_for(core, cores, state, limit)
+        if relay is None:
+            _cannot_fit(program, core, limit)
+        state.take(relay, core)
+        relays.append(relay)
+        rules.append(("fit_compute_channels", _relay_text(relay, core, limit)))
+    return relays, tuple(rules)
+
+
+class ChannelState:
+    """The decisions so far: FIFOs each reader no longer receives, groups that gained an `_in`."""
+
+    def __init__(self, by_group: dict[str, CoreInputs]):
+        self.by_group = by_group
+        self.readers: dict[str, tuple[str, ...]] = {}
+        self.gained_in: set[str] = set()
+
+    def receives(self, group: str) -> set[str]:
+        core = self.by_group[group]
+        return (set(core.received) - set(self.readers.get(group, ()))) | (
+            {f"{group}_in"} if group in self.gained_in else set())
+
+    def dma_inputs(self, group: str) -> int:
+        core = self.by_group[group]
+        return len(core.dma) - len(self.readers.get(group, ())) + (group in self.gained_in)
+
+    def take(self, relay: Relay, reader: CoreInputs):
+        self.readers[relay.reader] = relay.fifos
+        if reader.own_in in relay.fifos and f"{relay.carrier}_in" not in self.receives(relay.carrier):
+            self.gained_in.add(relay.carrier)
+
+
+def _relay_for(core: CoreInputs, cores: list[CoreInputs], state: ChannelState, limit: int) -> Relay | None:
+    needed = len(core.dma) - limit
+    carriers = [c for c in cores if c.carrier in core.received and c.group != core.group]
+    for carrier in carriers:
+        has = state.receives(carrier.group)
+        can_load = f"{carrier.group}_in" in has or state.dma_inputs(carrier.group) < limit
+        movable = [f for f in core.dma if f == core.own_in and core.movable_in and can_load]
+        forwardable = [f for f in core.dma if f in has and f != carrier.carrier] + movable
+        if len(forwardable) >= needed:
+            return Relay(carrier.group, core.group, tuple(forwardable[:needed]))
+    return None
+
+
+def _relay_text(relay: Relay, core: CoreInputs, limit: int) -> str:
+    return (f"{core.group} on {core.tile.name} would take {len(core.dma)} FIFOs by DMA ({', '.join(core.dma)}) "
+            f"but a compute tile has {limit} input channels: {relay.carrier} forwards in {relay.carrier}_out "
+            f"what {core.group} would take from {', '.join(relay.fifos)}")
+
+
+def _cannot_fit(program: Program, core: CoreInputs, limit: int):
+    raise PlacementError(
+        f"{program.name}: group {core.group} on {core.tile.name} needs {len(core.dma)} FIFOs by DMA "
+        f"({', '.join(core.dma)}) but a compute tile has {limit} input channels, and no group that sends "
+        "it an object receives the others or can load them for it (a state is loaded only by its "
+        "reader): combine two of those tensors in an earlier kernel call, or make a state it reads a "
+        "param if it does not change."
+    )

@@ -1,0 +1,158 @@
+"""The runtime sequence: per group, Waits on the `_host` FIFOs of earlier groups that wrote a
+state it touches, Moves filling its inputs and draining its outputs; then `finish_sequence` cuts
+each Move into Dma ops within the shim's limits, recycles buffer descriptor ids only after a
+Wait covering the op that held them, and ends with a Wait on every S2MM FIFO (docs/platform.md)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from iron.compiler.objects import Context, Part, host_access
+from iron.compiler.place import Site
+from iron.compiler.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
+from iron.compiler.words import Access
+from iron.ir import destination, state_of, tensor_inputs
+
+
+@dataclass(frozen=True)
+class Move:
+    """A lowered move of the runtime sequence: `access`'s words between host `buffer` and
+    `fifo`; `finish_sequence` cuts it into Dma ops within the shim's limits."""
+
+    direction: Direction
+    fifo: str
+    buffer: str
+    access: Access
+
+
+def group_moves(ctx: Context, site: Site, parts: list[Part]) -> list[Move]:
+    """A group's moves: its `_in` regions, its streamed matrix, each part's `_host` regions, a
+    joined result the host reads."""
+    moves = [Move(Direction.MM2S, parts[0].in_fifo, *m) for m in parts[0].ins.moves]
+    if site.stream is not None:
+        buffer, access = host_access(ctx, site.stream.matrix)
+        if site.stream.parts > 1:
+            access = _split_order(site.stream, access)
+        moves.append(Move(Direction.MM2S, f"{site.group.name}_w_mem", buffer, access))
+    for part in parts:
+        moves += [Move(Direction.S2MM, f"{part.prefix}_host", *m) for m in part.host.moves]
+    last = site.group.calls[-1]
+    if parts[0].split and "host" in ctx.layout.users.get(last, ()):
+        index = next(i for i, n in enumerate(ctx.program.outputs) if n is last)
+        p = ctx.placement(f"out{index}")
+        moves.append(Move(Direction.S2MM, ctx.results[last][0], p.buffer, Access(p.offset, ((p.nwords, 1),))))
+    return moves
+
+
+def _split_order(s, access: Access) -> Access:
+    """The matrix words in split-link order: per block, each part's rows of that block."""
+    m = s.matrix.shape[0]
+    row = access.nwords // m
+    stride = access.dims[0][1] if len(access.dims) > 1 else row
+    dims = ((s.blocks, s.rows * stride), (s.parts, (m // s.parts) * stride), (s.rows, stride), (row, 1))
+    return replace(access, dims=dims)
+
+
+def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[str]]:
+    """The groups' moves in order, each group's after Waits on the `_host` FIFOs of earlier
+    groups that wrote a state it touches (once per write: every writer, as disjoint parts of a
+    state may be written by several groups); also the `_in` FIFOs of the groups that wait so."""
+    writers: dict[str, set[str]] = {}
+    waited: set[str] = set()
+    after: set[str] = set()
+    entries: list = []
+    for site, mine in zip(sites, moves):
+        calls = site.group.calls
+        touched = {state_of(n) for c in calls for n in (*tensor_inputs(c), *c.src[: c.arg.n_inputs + c.arg.writes])}
+        fifos = {f for s in touched for f in writers.get(s, ())}
+        if fifos:
+            after.add(f"{site.group.name}_in")
+        entries += [Wait(f) for f in sorted(fifos) if f not in waited]
+        waited |= fifos
+        entries += mine
+        for call in calls:
+            if call.arg.writes:
+                writers.setdefault(state_of(destination(call)), set()).add(f"{site.group.name}_host")
+                waited.discard(f"{site.group.name}_host")
+    return entries, frozenset(after)
+
+
+def finish_sequence(entries: list, fifos: dict[str, Fifo], device) -> tuple:
+    """Dma and Wait ops from the lowered moves: each move split into Dmas within the device's
+    limits, BD ids per shim tile reused only after a Wait covering the op that held them (MM2S
+    ops made waitable with issue_token), and a final Wait on every S2MM FIFO not yet waited."""
+    ops: list = []
+    held: dict[Tile, dict[int, int]] = {}
+    unwaited: list[str] = []
+    for entry in entries:
+        if isinstance(entry, Wait):
+            _wait(ops, held, unwaited, entry.fifo)
+            continue
+        fifo, access = fifos[entry.fifo], entry.access
+        shim = fifo.producer if entry.direction is Direction.MM2S else next(
+            t for t in fifo.consumers if t.kind is TileKind.SHIM)
+        for offset, sizes, strides in dma_patterns(access.offset, access.dims, device):
+            bd = _free_bd(ops, held, unwaited, shim, device)
+            ops.append(Dma(entry.direction, fifo.name, entry.buffer, offset, sizes, strides, bd, shim, access.patch_word))
+            held.setdefault(shim, {})[bd] = len(ops) - 1
+            if entry.direction is Direction.S2MM and fifo.name not in unwaited:
+                unwaited.append(fifo.name)
+    for name in list(unwaited):
+        _wait(ops, held, unwaited, name)
+    return tuple(ops)
+
+
+def _free_bd(ops, held, unwaited, shim: Tile, device) -> int:
+    mine = held.setdefault(shim, {})
+    free = [bd for bd in range(device.shim_bd_ids) if bd not in mine]
+    if free:
+        return free[0]
+    oldest = ops[min(mine.values())]
+    _wait(ops, held, unwaited, oldest.fifo)
+    return _free_bd(ops, held, unwaited, shim, device)
+
+
+def _wait(ops: list, held, unwaited: list[str], fifo: str):
+    """Append Wait(fifo), making its held MM2S ops waitable, and free the BDs it covers."""
+    for bds in held.values():
+        for bd, index in list(bds.items()):
+            if ops[index].fifo == fifo:
+                if ops[index].direction is Direction.MM2S:
+                    ops[index] = replace(ops[index], issue_token=True)
+                del bds[bd]
+    ops.append(Wait(fifo))
+    if fifo in unwaited:
+        unwaited.remove(fifo)
+
+
+def dma_patterns(offset: int, dims, device) -> list[tuple[int, tuple, tuple]]:
+    """(offset, sizes, strides) of Dmas moving `dims` (outermost first, in words) in order:
+    at most 4 dims, the outermost (repeat) <= device.dma_repeat_max, the others <= the shim's
+    wrap limit."""
+    wrap = device.shim.max_bd_wrap
+    dims = [d for d in dims if d[0] > 1] or [(1, 1)]
+    if len(dims) == 1 and dims[0][0] > wrap and dims[0][1] == 1:
+        return _long_run(offset, dims[0][0], device)
+    limits = ([device.dma_repeat_max] if len(dims) == 4 else []) + [wrap] * min(len(dims), 3)
+    if len(dims) <= 4 and all(size <= limit for (size, _), limit in zip(dims, limits)):
+        padded = [(1, 0)] * (4 - len(dims)) + dims
+        return [(offset, tuple(s for s, _ in padded), tuple(st for _, st in padded))]
+    (size, stride), rest = dims[0], dims[1:]
+    limit = limits[0]
+    if len(dims) <= 4 and size > limit and all(s <= lim for (s, _), lim in zip(rest, limits[1:])):
+        chunks = [(start, min(limit, size - start)) for start in range(0, size, limit)]
+        return [p for start, n in chunks for p in dma_patterns(offset + start * stride, [(n, stride), *rest], device)]
+    return [p for i in range(size) for p in dma_patterns(offset + i * stride, rest, device)]
+
+
+def _long_run(offset: int, n: int, device) -> list:
+    wrap = device.shim.max_bd_wrap
+    inner = max(d for d in range(1, wrap + 1) if n % d == 0)
+    if n // inner <= wrap and inner * 4 >= wrap:
+        return dma_patterns(offset, [(n // inner, inner), (inner, 1)], device)
+    piece = wrap * wrap
+    if n > piece:
+        return [*dma_patterns(offset, [(wrap, wrap), (wrap, 1)], device),
+                *dma_patterns(offset + piece, [(n - piece, 1)], device)]
+    rows, rest = divmod(n, wrap)
+    head = dma_patterns(offset, [(rows, wrap), (wrap, 1)], device)
+    return head + (dma_patterns(offset + rows * wrap, [(rest, 1)], device) if rest else [])

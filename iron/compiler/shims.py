@@ -1,0 +1,111 @@
+"""Host FIFOs meet shim tiles: `share` merges host FIFOs through mem-tile splits and joins when
+a direction needs more shim channels than the device has (`share_shim_channels` decides which);
+`connect` then gives every host end the shim tile `assign_shims` picks and cuts the moves into
+Dma ops (`finish_sequence`)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from iron.compiler.channels import (
+    MemChannels,
+    SharedChannel,
+    ShimRequest,
+    assign_shims,
+    share_shim_channels,
+)
+from iron.compiler.lower import DEPTH, Lowered
+from iron.compiler.objects import I32
+from iron.compiler.plan import Direction, Fifo, FifoRole, Link, Tile, TileKind, Wait
+from iron.compiler.route import HOST
+from iron.compiler.sequence import Move, finish_sequence
+from iron.ir import Program
+
+
+def share(program: Program, lowered: Lowered, device) -> Lowered:
+    """`lowered` with the merges `share_shim_channels` chooses: their FIFOs, links and moves."""
+    mem = MemChannels(device)
+    for link in lowered.links:
+        mem.take_on(link.tile, len(link.sources), len(link.destinations))
+    for f in lowered.fifos:
+        for tile in {f.producer, *f.consumers}:
+            if tile.kind is TileKind.MEM:
+                mem.take_on(tile, 0, 0, f.depth * f.nbytes)
+    shares, rules = share_shim_channels(program, shim_requests(lowered), device, mem, DEPTH)
+    for merge in shares:
+        lowered = _merged(lowered, merge)
+    return replace(lowered, rules=lowered.rules + rules)
+
+
+def shim_requests(lowered: Lowered) -> list[ShimRequest]:
+    """Every FIFO with a host end, in FIFO order, and whether it may share a shim channel: a
+    group's `_in` when its group touches no state an earlier group of the call writes (its Dmas
+    need no Wait, so they may be issued with the other groups' inputs), a core's `_host` when no
+    Wait of the sequence needs it before its end."""
+    waited = {entry.fifo for entry in lowered.sequence if isinstance(entry, Wait)}
+    requests = []
+    for f in lowered.fifos:
+        if f.producer == HOST:
+            shares = f.role is FifoRole.INPUT and f.name not in lowered.waiting_inputs
+            requests.append(ShimRequest(f.name, Direction.MM2S, f.consumers[0].col, f.nbytes, shares))
+        elif HOST in f.consumers:
+            shares = f.producer.kind is TileKind.COMPUTE and f.role is FifoRole.HOST and f.name not in waited
+            requests.append(ShimRequest(f.name, Direction.S2MM, f.producer.col, f.nbytes, shares))
+    return requests
+
+
+def _merged(lowered: Lowered, merge: SharedChannel) -> Lowered:
+    members = {f.name: f for f in lowered.fifos if f.name in merge.members}
+    retype = len({f.dtype.itemsize for f in members.values()}) > 1
+    dtype = I32 if retype else members[merge.members[0]].dtype
+    inputs = merge.direction is Direction.MM2S
+    ends = (HOST, (merge.mem,)) if inputs else (merge.mem, (HOST,))
+    role = FifoRole.SHARED_IN if inputs else FifoRole.SHARED_HOST
+    fifos = [_shared_end(f, merge.mem, retype) if f.name in members else f for f in lowered.fifos]
+    first = min(i for i, f in enumerate(fifos) if f.name in members)
+    fifos.insert(first, Fifo(merge.name, ends[0], ends[1], DEPTH, merge.nbytes, dtype, role=role))
+    if inputs:
+        link = Link(merge.mem, (merge.name,), merge.members, destination_offsets=merge.offsets)
+    else:
+        link = Link(merge.mem, merge.members, (merge.name,), source_offsets=merge.offsets)
+    return replace(lowered, fifos=tuple(fifos), links=(*lowered.links, link),
+                   holds=lowered.holds | {merge.name: ", ".join(merge.members)},
+                   sequence=tuple(moved_together(list(lowered.sequence), merge)))
+
+
+def _shared_end(f: Fifo, mem: Tile, retype: bool) -> Fifo:
+    """A member FIFO with its host end on the mem tile (as int32 when the members' element
+    sizes differ: a mem-tile link counts offsets in one element size)."""
+    producer = mem if f.producer == HOST else f.producer
+    consumers = tuple(mem if t == HOST else t for t in f.consumers)
+    return replace(f, producer=producer, consumers=consumers, dtype=I32 if retype else f.dtype)
+
+
+def moved_together(entries: list, share: SharedChannel) -> list:
+    """The lowered moves with the members' moves made moves of the shared FIFO, in member
+    order, all at the first member move (inputs: issued before any member needs its object) or
+    at the last (outputs: issued once every member has had its inputs)."""
+    at = [i for i, e in enumerate(entries) if isinstance(e, Move) and e.fifo in share.members]
+    moves = [replace(entries[i], fifo=share.name) for member in share.members for i in at if entries[i].fifo == member]
+    spot = at[0] if share.direction is Direction.MM2S else at[-1]
+    taken = set(at)
+    together = []
+    for i, entry in enumerate(entries):
+        if i == spot:
+            together += moves
+        elif i not in taken:
+            together.append(entry)
+    return together
+
+
+def connect(lowered: Lowered, device) -> Lowered:
+    """Host ends on the shim tiles `assign_shims` picks; the moves cut into Dma ops."""
+    shims, rules = assign_shims(shim_requests(lowered), device)
+    fifos = tuple(_resolved(f, shims) for f in lowered.fifos)
+    sequence = finish_sequence(lowered.sequence, {f.name: f for f in fifos}, device)
+    return replace(lowered, fifos=fifos, sequence=sequence, rules=lowered.rules + rules)
+
+
+def _resolved(f: Fifo, shims: dict[str, Tile]) -> Fifo:
+    producer = shims[f.name] if f.producer == HOST else f.producer
+    consumers = tuple(shims[f.name] if t == HOST else t for t in f.consumers)
+    return replace(f, producer=producer, consumers=consumers)
