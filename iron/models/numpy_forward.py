@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from iron.errors import ArgumentError, TokenError
 from iron.models.smollm2 import Config, SmolLM2, Weights
@@ -87,6 +88,9 @@ def step(weights: Weights, config: Config, cache: KVCache, token: int, pos: int)
     return weights.token_embd @ rms_norm(x, weights.output_norm, eps)
 
 
+# One token's products are matrix-vector products, bound by memory: a second BLAS thread adds
+# little, and on cores shared with other work it spins (8x the CPU time per token, measured).
+@threadpool_limits.wrap(limits=1, user_api="blas")
 def generate(model: SmolLM2, prompt: Sequence[int], steps: int, context: int = 256) -> list[int]:
     """The `steps` greedy tokens after `prompt` (token ids), fed one token per step."""
     config = model.config
