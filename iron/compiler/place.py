@@ -5,11 +5,12 @@ splits a very large MatVec by rows over 2, 4 or 8 tiles joined on a mem tile. Ti
 channel counts are the device's (docs/platform.md)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from iron.compiler.channels import MemChannels
 from iron.compiler.fuse import STREAM_OBJECT_BYTES, Group, role
 from iron.compiler.plan import Tile, TileKind
+from iron.compiler.tiling import Grid, choose_grid, wants_grid
 from iron.errors import PlacementError
 from iron.ir import Node, Op, Program, describe, is_host_tensor, nbytes, tensor_inputs
 from iron.kernels.base import Role
@@ -37,6 +38,7 @@ class Site:
     group: Group
     tiles: tuple[Tile, ...]
     stream: Stream | None = None
+    grid: Grid | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,12 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
     sites, rules = [], []
     for number, group in enumerate(groups):
         spare = len(free) - (len(groups) - number - 1) - with_emit
+        grid = tile_matmul_over_array(group, outside, free, spare, channels, device)
+        if grid is not None:
+            free = [t for t in free if t not in grid.tiles]
+            sites.append(Site(group, grid.tiles, grid=grid))
+            rules.append(("tile_matmul_over_array", f"{group.name}: {grid.text()}"))
+            continue
         parts = split_parts(group, outside, spare, channels, free[0])
         tiles, free = tuple(free[:parts]), free[parts:]
         stream = stream_large_matrix(group, tiles, parts, channels, device)
@@ -124,6 +132,23 @@ def _stream_rules(group: Group, stream: Stream | None) -> list[tuple[str, str]]:
 
 
 # ---- the matrix rules ----------------------------------------------------------------------------
+
+def tile_matmul_over_array(group: Group, outside, free: list[Tile], spare: int, channels, device) -> Grid | None:
+    """A group that is one large MatMul whose result only the host reads runs over a grid of
+    whole free columns of cores (iron/compiler/tiling.py chooses it), taking per grid column a
+    mem tile's channels for B's blocks and the C join, and per grid row one for A's blocks."""
+    call = group.calls[0]
+    if len(group.calls) != 1 or not wants_grid(call, outside.get(call, ())):
+        return None
+    full = [col for col in range(device.n_cols)
+            if all(Tile(col, row, TileKind.COMPUTE) in free for row in device.compute_rows)]
+    grid = choose_grid(call, full, spare, device)
+    if grid is None:
+        return None
+    c_mems = tuple(channels.take(col, 1 + len(grid.rows), 2) for col in grid.cols)
+    a_mems = tuple(channels.take(grid.cols[r % len(grid.cols)], 1, 1) for r in range(len(grid.rows)))
+    return replace(grid, a_mems=a_mems, c_mems=c_mems)
+
 
 def l1_share(device) -> int:
     """The most of a compute tile a matrix operand may hold whole: a quarter of its memory."""

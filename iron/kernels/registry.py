@@ -69,3 +69,15 @@ def _two_types(symbol: str, kernels: list[type]) -> KernelSymbol | None:
         if k.name == parts[0] and dtype in k.dtypes and out in k.out_dtypes(dtype) and k.symbol(dtype, out) == symbol:
             return KernelSymbol(k, dtype, out)
     return None
+
+
+def accumulate_kernel() -> type:
+    """The library kernel that adds its input into its destination (Accumulate): how a tiled
+    matrix call sums its k-blocks."""
+    return next(k for k in LIBRARY if k.accumulates and k.arity == 1)
+
+
+def convert_kernel() -> type:
+    """The library kernel that converts between dtypes (Cast): how a tiled bfloat16 matrix call
+    rounds its float32 sums once."""
+    return next(k for k in LIBRARY if k.saturates and dtypes.bfloat16 in k.out_dtypes(np.dtype(np.float32)))
