@@ -140,7 +140,7 @@ def _moves(ctx: Context, g: str, grid: Grid) -> list:
     b_buf, b_at = host_access(ctx, b)
     p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
     m, k, n = grid.m, grid.k, grid.n
-    moves, fifos = [], []
+    moves = []
     for t in range(grid.rounds):
         row0 = t * rows * m
         here = []
@@ -157,9 +157,8 @@ def _moves(ctx: Context, g: str, grid: Grid) -> list:
             here.append(Move(Direction.S2MM, f"{g}_host{c}", p.buffer,
                              Access(p.offset + int((row0 * big_n + c * n) * wc), dims)))
         moves += here
-        fifos = [mv.fifo for mv in here]
         if (t + 1) % rounds_between_waits(ctx.device, here) == 0 and t + 1 < grid.rounds:
-            moves += [Wait(f) for f in fifos]
+            moves += [Wait(mv.fifo) for mv in here]
     return moves
 
 
