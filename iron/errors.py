@@ -23,7 +23,8 @@ class CarryError(IronError, TypeError, ValueError):
 
 
 class TracedValueError(IronError, TypeError):
-    """A per-call value (known only on the device) was used as a Python bool, int or index."""
+    """A per-call value (known only on the device) was used as a Python bool, int or index, or a
+    handle was used outside the trace that made it."""
 
 
 class ArgumentError(IronError, TypeError):

@@ -113,15 +113,15 @@ def run_call(call: Node, env: dict):
 
 
 def kernel_fn(call: Node):
-    """The kernel's numpy function for a call's input and output dtypes and static attributes,
-    made once for each."""
+    """The kernel's numpy function for a call's input and output dtypes, static attributes and
+    output shape (a user kernel's results are checked against it), made once for each."""
     c = call.arg
     try:
-        return _kernel_fn(c.kernel, call.src[0].dtype, c.attrs, call.dtype)
+        return _kernel_fn(c.kernel, call.src[0].dtype, c.attrs, call.dtype, call.shape)
     except TypeError:  # an attribute that cannot be a key: made afresh
-        return c.kernel.reference_fn(call.src[0].dtype, c.attr_dict, call.dtype)
+        return c.kernel.reference_fn(call.src[0].dtype, c.attr_dict, call.dtype, call.shape)
 
 
 @functools.lru_cache(maxsize=1024)
-def _kernel_fn(kernel, dtype, attrs, out):
-    return kernel.reference_fn(dtype, dict(attrs), out)
+def _kernel_fn(kernel, dtype, attrs, out, shape):
+    return kernel.reference_fn(dtype, dict(attrs), out, shape)

@@ -1,25 +1,9 @@
-"""Build a compiled design with the real mlir-aie tools, into the content-addressed cache.
-
-Given the MLIR text of a design, its kernel C++ sources and a device, `build` compiles every
-`*.cc` with Peano (llvm-aie's clang++) into the `.o` the MLIR links with, then runs aiecc to make
-either an xclbin plus its instruction stream (`image="xclbin"`, npu1 and npu2) or one full ELF
-(`image="elf"`, full-ELF devices only). Results live in a cache entry keyed by everything that
-determines them, so an unchanged design is built once per machine.
-
-aiecc comes in two flag generations, detected from the tool's own `--help`:
-- "2026-03": `aiecc.py` (and the first C++ `aiecc`) take `--aie-generate-xclbin
-  --xclbin-name=... --aie-generate-npu-insts --npu-insts-name=... --no-compile-host --no-xchesscc
-  --no-xbridge`, and `--generate-full-elf --full-elf-name=...` for the full ELF;
-- "2026-08" (mlir-aie since 2026-07-21): `aiecc --get-xclbin --get-npu-insts --get-full-elf`,
-  with the same `--*-name=` options; Peano is its default core compiler and host compilation
-  happens only with `--get-host`, so the `--no-*` flags are neither needed nor accepted.
-Both accept `--peano=<Peano install dir>` and `--tmpdir=<dir>`. The generation is read only when
-something is built, and recorded in the entry's manifest: a cached build runs no tool at all.
-
-This module does not emit MLIR or kernel sources (the compiler does), does not load or run the
-artifacts (the runtime does) and never installs anything: a missing tool raises
-`ToolchainMissing` saying how to install it.
-"""
+"""`build`: a design's MLIR text and kernel C++ built with the real mlir-aie tools into the
+content-addressed cache: every `*.cc` compiled with Peano into the `.o` the MLIR links with,
+then aiecc making an xclbin plus its instruction stream (`image="xclbin"`) or one full ELF
+(`image="elf"`). aiecc's two flag generations are told apart from its `--help` when something
+is built and recorded in the entry's manifest, so a cached build runs no tool
+(docs/platform.md section 8). A missing tool raises `ToolchainMissing` saying how to install it."""
 
 from __future__ import annotations
 

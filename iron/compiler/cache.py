@@ -1,17 +1,9 @@
-"""The content-addressed build cache: one verified directory per key, built at most once.
-
-A key is the sha256 of everything a build depends on (`content_key`); its entry is the directory
-`<root>/<key>`. An entry is built in a staging directory beside it (`<key>.building`), sealed
-with a manifest (`manifest.json`: the key, what was built, every file's size and sha256) and
-renamed into place, so no one ever sees a half-built entry. It is served only while every file
-still matches its manifest; a missing, truncated or altered file makes it a miss, rebuilt with a
-one-line notice on stderr. Builds of one key are serialised across processes by a lock file
-beside the entry, removed when the holder is done. The cache is bounded by
-`IRON_CACHE_MAX_BYTES`: after each build the least recently served entries go until it fits.
-
-This module does not know what is built (see `iron.compiler.build` and the emulator's native
-kernels). Deleting the cache directory, or `python -m iron cache clear`, is always safe.
-"""
+"""The content-addressed build cache: one verified directory per key (`content_key`, the sha256 of
+everything a build depends on), built at most once. An entry is built in a staging directory,
+sealed with a manifest (every file's size and sha256) and renamed into place; it is served only
+while every file matches its manifest, else rebuilt with a one-line notice. Builds of one key
+are serialised across processes by a lock file, and `IRON_CACHE_MAX_BYTES` bounds the cache
+(least recently served entries go first). Deleting it, or `python -m iron cache clear`, is safe."""
 
 from __future__ import annotations
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from iron.compiler.objects import Context, host_access
 from iron.compiler.place import Site
 from iron.compiler.plan import (
@@ -133,7 +131,7 @@ def _moves(ctx: Context, g: str, grid: Grid) -> list:
     every `rounds_between_waits` rounds."""
     call = grid.call
     a, b = call.src[:2]
-    (big_m, big_k), big_n = a.shape, call.shape[1]
+    big_k, big_n = a.shape[1], call.shape[1]
     rows, cols = len(grid.rows), len(grid.cols)
     wa, wb, wc = (x.dtype.itemsize / 4 for x in (a, b, call))
     a_buf, a_at = host_access(ctx, a)

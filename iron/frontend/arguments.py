@@ -8,7 +8,8 @@ import numpy as np
 
 from iron import dtypes
 from iron.errors import ArgumentError
-from iron.frontend.declarations import State
+from iron.frontend import shapes
+from iron.frontend.declarations import Memory, State
 from iron.frontend.handles import Carry
 from iron.frontend.trace import Signature, find_declarations
 from iron.ir import Program
@@ -25,6 +26,7 @@ def bind_specs(sig: Signature, specs: tuple, named: dict) -> dict:
     for k, v in named.items():
         if k not in names:
             raise ArgumentError(f"{where} has no tensor parameter '{k}': its tensors are {', '.join(names) or 'none'}.")
+        _given_once(where, k, given)
         given[k] = v
     return _each_tensor(sig, given, _spec, lambda n: f"{where} needs a spec for tensor '{n}': pass {n}=((shape...), dtype), or the shape alone for bfloat16.")
 
@@ -50,13 +52,14 @@ def _spec(where, name, spec):
         spec = (spec, dtypes.bfloat16)
     try:
         shape, dtype = spec
-        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
     except (TypeError, ValueError):
         raise ArgumentError(f"spec of '{name}' in {where} is {spec!r}: give ((shape...), dtype).") from None
+    shape = shapes.checked_shape(f"tensor '{name}' of {where}", shape, ArgumentError)
     if dtypes.as_dtype(dtype) is None:
         raise ArgumentError(
             f"tensor '{name}' of {where} has dtype {dtype}: supported dtypes are {dtypes.supported_text()}."
         )
+    shapes.fits_device(f"tensor '{name}' of {where}", shape, dtype, ArgumentError)
     return shape, np.dtype(dtype)
 
 
@@ -83,6 +86,7 @@ def bind_call(sig: Signature, tensors: tuple, values: dict) -> tuple[dict, dict]
     value_names = [n for n, _ in sig.values]
     for key, v in values.items():
         if key in names:
+            _given_once(where, key, given)
             given[key] = v
         elif key in value_names:
             scalars[key] = _scalar_value(where, key, v)
@@ -94,6 +98,13 @@ def bind_call(sig: Signature, tensors: tuple, values: dict) -> tuple[dict, dict]
     arrays = _each_tensor(sig, given, _tensor_value,
                           lambda n: f"{where} is missing tensor '{n}': pass it positionally or as {n}=array.")
     return arrays, scalars
+
+
+def _given_once(where: str, name: str, given: dict):
+    if name in given:
+        raise ArgumentError(
+            f"{where} got tensor '{name}' twice, positionally and as {name}=: pass it one way."
+        )
 
 
 def require_values(program: Program, where: str, scalars: dict):
@@ -119,8 +130,13 @@ def plain_values(names: set, values: dict) -> bool:
 
 
 def _scalar_value(where, name, v) -> int:
+    if isinstance(v, np.ndarray) and v.ndim != 0:
+        raise ArgumentError(
+            f"per-call value '{name}' of {where} must be an int, got an array of shape {v.shape}: "
+            "pass one integer (e.g. int(v[0]))."
+        )
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) and not (
-        isinstance(v, np.ndarray) and v.size == 1 and v.dtype.kind in "iu"
+        isinstance(v, np.ndarray) and v.dtype.kind in "iu"
     ):
         raise ArgumentError(f"per-call value '{name}' of {where} must be an int, got {type(v).__name__} {v!r}.")
     v = int(v)
@@ -161,12 +177,7 @@ def shape_result(returns: str, outputs: list, nxt: dict):
 def state_name(graph, state) -> str:
     """The name of a state given as a State or as a public state's name."""
     if isinstance(state, State):
-        if state.name is None:
-            for path, mem in find_declarations(graph):
-                if mem is state:
-                    return mem.given_name or path
-            raise ArgumentError(f"{state!r} is not a state of {type(graph).__name__}.")
-        return state.name
+        return declared_name(graph, state)
     if isinstance(state, str):
         public = [mem.given_name for _, mem in find_declarations(graph) if isinstance(mem, State) and mem.public]
         if state in public:
@@ -178,14 +189,27 @@ def state_name(graph, state) -> str:
     raise ArgumentError(f"read/write take a State or a public state's name, not {type(state).__name__}.")
 
 
-def checked_state_value(name: str, target: np.ndarray, value) -> np.ndarray:
-    """`value` as an array to write into state `name`, refused unless of its shape and dtype."""
+def declared_name(graph, memory: Memory) -> str:
+    """The name of `memory` in `graph`; an ArgumentError naming both graphs when it is another's."""
+    for path, mem in find_declarations(graph):
+        if mem is memory:
+            return mem.given_name or path
+    mine = type(graph).__name__
+    owner = f"belongs to {memory.graph}, not to {mine}" if memory.graph else f"is not declared in {mine}"
+    raise ArgumentError(
+        f"{memory!r} {owner}: read, write or update it through the graph that declares it "
+        f"(as an attribute of that graph), not through {mine}."
+    )
+
+
+def checked_state_value(name: str, target: np.ndarray, value, kind: str = "state") -> np.ndarray:
+    """`value` as an array to write into `kind` `name`, refused unless of its shape and dtype."""
     arr = np.asarray(value)
     if arr.shape != target.shape:
-        raise ArgumentError(f"state '{name}' is {target.shape}; the value written is {arr.shape}: give the same shape.")
+        raise ArgumentError(f"{kind} '{name}' is {target.shape}; the value written is {arr.shape}: give the same shape.")
     if arr.dtype != target.dtype:
         raise ArgumentError(
-            f"state '{name}' is {dtypes.name(target.dtype)}; the value written is {dtypes.name(arr.dtype)}: "
+            f"{kind} '{name}' is {dtypes.name(target.dtype)}; the value written is {dtypes.name(arr.dtype)}: "
             f"convert it with .astype(np.{dtypes.name(target.dtype)})."
         )
     return arr

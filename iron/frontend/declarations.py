@@ -11,8 +11,10 @@ import numpy as np
 
 from iron import dtypes
 from iron.errors import DeclarationError
+from iron.frontend import shapes
 from iron.frontend.handles import Tensor, index_view
 from iron.ir import Node
+from iron.names import identifier
 
 
 class Memory:
@@ -25,6 +27,7 @@ class Memory:
         self.dtype = np.dtype(dtype)
         self.name = name
         self.given_name = name
+        self.graph: str | None = None     # the graph that traced it last, named in errors
         self.node: Node | None = None
 
     @property
@@ -39,7 +42,7 @@ class Memory:
             raise DeclarationError(
                 f"{self.kind} {self.name or '(unnamed)'} is used outside a traced body(): "
                 "index weights, params and states only inside body(), and declare them as attributes "
-                "of the graph (self.x = iron.{self.kind}(...)) so iron can find them."
+                f"of the graph (self.x = iron.{self.kind}(...)) so iron can find them."
             )
         return self.node
 
@@ -74,7 +77,9 @@ class State(Memory):
 
 
 def _checked_array(array, kind) -> np.ndarray:
-    arr = np.ascontiguousarray(array)
+    """A read-only copy of `array`, taken at declaration: later changes to the caller's array do
+    not reach the graph (Graph.update changes a weight or param, everywhere at once)."""
+    arr = np.asarray(array)
     if dtypes.as_dtype(arr.dtype) is None:
         raise DeclarationError(
             f"iron.{kind}() got an array of dtype {arr.dtype}: supported dtypes are "
@@ -82,7 +87,15 @@ def _checked_array(array, kind) -> np.ndarray:
         )
     if arr.ndim == 0:
         raise DeclarationError(f"iron.{kind}() got a 0-d array: give it at least one axis, e.g. np.array([x]).")
-    return arr
+    shapes.checked_shape(f"the array given to iron.{kind}()", arr.shape)
+    shapes.fits_device(f"the array given to iron.{kind}()", arr.shape, arr.dtype)
+    return read_only_copy(arr)
+
+
+def read_only_copy(arr: np.ndarray) -> np.ndarray:
+    snapshot = np.array(arr, order="C", copy=True)
+    snapshot.flags.writeable = False
+    return snapshot
 
 
 class Constants:
@@ -98,7 +111,7 @@ class Constants:
         found = self._by_id.get(id(array))
         if found is not None:
             return found[1]
-        captured = Param(np.array(array, copy=True))
+        captured = Param(array)   # a read-only copy
         names = taken | {p.name for _, p in self._by_id.values()}
         captured.name = next(f"const{i}" for i in range(len(names) + 1) if f"const{i}" not in names)
         self._by_id[id(array)] = (array, captured)
@@ -121,13 +134,15 @@ def param(array) -> Param:
 def state(shape, dtype=dtypes.bfloat16, name: str | None = None) -> State:
     """Declare device-resident memory that persists across calls (bfloat16 unless `dtype` says
     otherwise, as in IRON); `name=` makes it public."""
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if not shape or any(int(s) <= 0 for s in shape):
-        raise DeclarationError(f"iron.state({shape!r}, ...): every axis needs a positive size.")
+    if name is not None:
+        identifier("iron.state(name=...)", name)
+    what = f"iron.state({shape!r}, ...)" if name is None else f"iron.state(name='{name}')"
+    shape = shapes.checked_shape(what, shape)
+    if not shape:
+        raise DeclarationError(f"{what} has shape (): give a state at least one axis, e.g. (1,).")
     if dtypes.as_dtype(dtype) is None:
         raise DeclarationError(
             f"iron.state(..., {dtype!r}): supported dtypes are {dtypes.supported_text()}."
         )
-    if name is not None and (not isinstance(name, str) or not name.isidentifier()):
-        raise DeclarationError(f"iron.state(name={name!r}): a state's name must be a Python identifier.")
+    shapes.within_budget(what, shapes.fits_device(what, shape, dtype))
     return State(shape, dtype, name)

@@ -10,18 +10,20 @@ from typing import Any
 
 import numpy as np
 
-from iron.errors import DeclarationError
+from iron.errors import ArgumentError, DeclarationError
 from iron.frontend.arguments import (
     bind_call,
     bind_specs,
     checked_state_value,
+    declared_name,
     require_values,
     shape_result,
     state_name,
 )
-from iron.frontend.declarations import Constants, Memory, State
+from iron.frontend.declarations import Constants, Memory, Param, State, Weight, read_only_copy
 from iron.frontend.trace import Signature, find_declarations, trace
 from iron.ir import Program
+from iron.names import identifier
 from iron.reference import run
 
 
@@ -42,6 +44,11 @@ class GraphState:
 
 class Graph:
     """Subclass and write `__init__` (declarations) and `body()`. No super().__init__() needed."""
+
+    def __init_subclass__(cls, **kwargs):
+        """A graph's class name names its design (MLIR, C++ comments, the cache), so it is checked here."""
+        super().__init_subclass__(**kwargs)
+        identifier("a graph class's name", cls.__name__)
 
     def body(self, *args, **kwargs):  # pragma: no cover - replaced by every subclass
         raise DeclarationError(f"{type(self).__name__} defines no body(): write def body(self, ...).")
@@ -116,6 +123,22 @@ class Graph:
         target = self._states()[name]
         target[...] = checked_state_value(name, target, value)
 
+    def update(self, memory, value):
+        """Replace the values of a weight or param (same shape and dtype) in the reference and in
+        every compiled version of this graph at once: the one way to change one after declaring it."""
+        from iron.runtime.compiled import update_versions
+
+        if not isinstance(memory, (Weight, Param)):
+            raise ArgumentError(
+                f"update() takes a weight or param of {type(self).__name__}, not {type(memory).__name__}: "
+                "change a state with write()."
+            )
+        name = declared_name(self, memory)
+        snapshot = read_only_copy(checked_state_value(name, memory.array, value, memory.kind))
+        memory.array = snapshot
+        self._iron.memories = None
+        update_versions(self, name, snapshot)
+
     def reset(self):
         """Zero every state's host copy."""
         for arr in self._states().values():
@@ -157,6 +180,7 @@ class FunctionGraph(Graph):
     """A graph made by `@iron.graph` from a function; its declarations are the closure's."""
 
     def __init__(self, fn):
+        identifier("@iron.graph function's name", getattr(fn, "__name__", None))
         self._fn = fn
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__

@@ -7,16 +7,26 @@ the state hazards, and returns the immutable Program. It never runs a kernel.
 from __future__ import annotations
 
 import inspect
+import numbers
 
 import numpy as np
 
 from iron import dtypes
-from iron.errors import CarryError, KernelTypeError, SignatureError, WriteHazard
+from iron.errors import (
+    CarryError,
+    DoesNotFit,
+    KernelTypeError,
+    SignatureError,
+    TracedValueError,
+    WriteHazard,
+)
+from iron.frontend import shapes
 from iron.frontend.declarations import Constants, Memory
 from iron.frontend.handles import I32, Carry, Scalar, Tensor, _PerCall, as_scalar_node
 from iron.ir import Call, Declaration, Node, Op, Program, describe, scalar_vars
 from iron.kernels.base import RECORDING, Kernel
 from iron.kernels.library import Copy
+from iron.names import attribute_path
 
 
 class Trace:
@@ -24,11 +34,12 @@ class Trace:
     the numpy arrays it used as operands (captured as params of the graph's `constants`;
     `declared` are the names they may not take)."""
 
-    def __init__(self, where: str, constants: Constants, declared: set[str]):
+    def __init__(self, where: str, constants: Constants, declared: set[str], roots: tuple[Node, ...] = ()):
         self.where = where
         self.calls: list[Node] = []
         self.constants, self.declared = constants, declared
         self.captured: dict[str, Node] = {}   # name -> MEMORY node of each array used
+        self.made = {id(n) for n in roots}    # the inputs, memories and per-call values it bound, then its calls
 
     def call(self, kernel, args: tuple, out, dtype, attrs: dict) -> Tensor:
         """Record `kernel.step(*args, out=out, dtype=dtype, **attrs)`: its output handle, or the
@@ -43,16 +54,45 @@ class Trace:
         result = _result_dtype(kernel, inputs, dtype)
         static, dynamic = _split_attrs(kernel, attrs)
         shape = tuple(kernel.out_shape([n.shape for n in inputs], **static))
+        _fits_c(kernel, static)
         dest = _destination(kernel, self, out, shape, result)
         src = (*inputs, *([dest] if dest is not None else []), *dynamic.values())
         call = Call(kernel, tuple(sorted(static.items())), len(inputs), dest is not None, tuple(dynamic))
         node = Node(Op.CALL, src, shape, result, call)
         self.calls.append(node)
+        self.made.add(id(node))
         return Tensor(dest if dest is not None else node)
+
+    def owned(self, node: Node) -> Node:
+        """`node`, when this trace made it (or a view of what it bound); a handle kept from
+        another trace would compute on that trace's inputs and memories."""
+        root = node.src[0] if node.op == Op.VIEW else node
+        if id(root) not in self.made:
+            raise TracedValueError(
+                f"tensor {describe(node)} was made while tracing another body(), not {self.where}: a handle "
+                "lives only in the trace that made it. Compute it again inside this body(), or pass it as a tensor."
+            )
+        return node
+
+    def check_per_call_values(self, nodes):
+        """Refuse a per-call value kept from another trace anywhere in `nodes` (the VAR node of a
+        parameter this body does not have)."""
+        todo, seen = list(nodes), set()
+        while todo:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.op == Op.VAR and id(node) not in self.made:
+                raise TracedValueError(
+                    f"per-call value '{node.arg[0]}' was made while tracing another body(), not {self.where}: a "
+                    "handle lives only in the trace that made it. Use this body()'s own parameters."
+                )
+            todo.extend(node.src)
 
     def operand(self, kernel, position, value) -> Node:
         if isinstance(value, Tensor):
-            return value.node
+            return self.owned(value.node)
         if isinstance(value, Memory):
             return value._traced_node()
         if isinstance(value, np.ndarray):
@@ -73,6 +113,7 @@ class Trace:
         param = self.constants.param(array, self.declared)
         if param.name not in self.captured:
             self.captured[param.name] = Node(Op.MEMORY, (), param.shape, param.dtype, (param.kind, param.name))
+            self.made.add(id(self.captured[param.name]))
         return self.captured[param.name]
 
     def __enter__(self):
@@ -131,8 +172,37 @@ def _split_attrs(cls, attrs: dict) -> tuple[dict, dict]:
                 )
             dynamic[key] = value.node
         else:
-            static[key] = value
+            static[key] = _static_value(cls, key, value)
     return static, dynamic
+
+
+def _static_value(cls, key: str, value):
+    """A value of a C attribute fixed at compile time is a number (or None when that is the
+    attribute's default); the kernel's shape rule may then refuse it with its own reason."""
+    ctype = dict(cls.c_attrs).get(key)
+    if ctype is None or (value is None and cls.attrs[key] is None):
+        return value
+    if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+        _refuse_attr(cls, key, value, ctype)
+    return value
+
+
+def _fits_c(cls, static: dict):
+    """Every i32 C attribute is an int in int32 (checked after the kernel's own shape rule)."""
+    for key, ctype in cls.c_attrs:
+        value = static.get(key)
+        if ctype == "i32" and value is not None and (
+            not isinstance(value, numbers.Integral) or not -(2**31) <= value < 2**31
+        ):
+            _refuse_attr(cls, key, value, ctype)
+
+
+def _refuse_attr(cls, key: str, value, ctype: str):
+    want, example = ("an int in int32", 2) if ctype == "i32" else ("a number", 0.5)
+    raise KernelTypeError(
+        f"{cls.__name__}'s {key} is {value!r} ({type(value).__name__}) but it is passed to C as {ctype}: "
+        f"give {want}, e.g. {cls.__name__}.step(..., {key}={example})."
+    )
 
 
 def _destination(cls, trace, out, shape, dtype) -> Node | None:
@@ -262,13 +332,13 @@ def find_declarations(root) -> list[tuple[str, Memory]]:
 def bind_declarations(found: list[tuple[str, Memory]], where: str) -> tuple[tuple[Declaration, ...], tuple[Node, ...]]:
     decls, nodes, names = [], [], {}
     for path, mem in found:
-        name = mem.given_name or path
+        name = mem.given_name or attribute_path(f"{mem!r} of {where}", path)
         if name in names:
             raise SignatureError(
                 f"{where}: two declarations are named '{name}' ({names[name]} and {path}): give the states different name=."
             )
         names[name] = path
-        mem.name = name
+        mem.name, mem.graph = name, where.split(".")[0]
         decl = Declaration(mem.kind, name, mem.shape, mem.dtype, mem.public)
         mem.node = Node(Op.MEMORY, (), mem.shape, mem.dtype, (mem.kind, name))
         decls.append(decl)
@@ -284,6 +354,7 @@ def trace(graph, fn, where: str, specs: dict[str, tuple | None], constants: Cons
     sig = Signature(fn, where)
     found = find_declarations(graph)
     declarations, memories = bind_declarations(found, where)
+    shapes.states_fit(where.split(".")[0], [(d.shape, d.dtype) for d in declarations if d.kind == "state"], DoesNotFit)
     inputs, args = [], []
     for position, (name, _optional) in enumerate(sig.tensors):
         spec = specs.get(name)
@@ -296,9 +367,10 @@ def trace(graph, fn, where: str, specs: dict[str, tuple | None], constants: Cons
     scalars = [Node(Op.VAR, (), (), I32, (name, kind)) for name, kind in sig.values]
     kwargs = {v.arg[0]: Scalar(v) for v in scalars}
     try:
-        with Trace(where, constants, {d.name for d in declarations}) as t:
+        with Trace(where, constants, {d.name for d in declarations}, (*inputs, *memories, *scalars)) as t:
             returned = fn(*args, **kwargs)
             outputs, next_values, returns = _returned(t, returned, sig, where)
+            t.check_per_call_values([*t.calls, *(node for _, node in next_values)])
     finally:
         for _, mem in found:
             mem.node = None
@@ -368,7 +440,7 @@ def _returned(t: Trace, value, sig: Signature, where: str):
 
 def _materialized(t: Trace, node: Node) -> Node:
     """A kernel output node for `node`: inputs and views become an implicit Copy."""
-    if node.op == Op.CALL and not node.arg.writes:
+    if t.owned(node).op == Op.CALL and not node.arg.writes:
         return node
     return Copy.step(Tensor(node)).node
 

@@ -17,8 +17,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from iron import dtypes
-from iron.errors import KernelTypeError
+from iron import dtypes, names
+from iron.errors import DeclarationError, KernelTypeError
+from iron.kernels.registry import claim, is_library
 
 CC_DIR = Path(__file__).parent / "cc"
 RECORDING = threading.local()  # .trace: the front end's Trace while a body() is traced, else unset
@@ -74,6 +75,18 @@ class Kernel:
 
     REQUIRED = object()
 
+    def __init_subclass__(cls, **kwargs):
+        """A named kernel claims its name when defined (an unnamed one is a base for others)."""
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__ and cls.name:
+            raise DeclarationError(
+                f"kernel {cls.__name__} inherits the name '{cls.name}': a kernel's name is its C symbol "
+                f"and source file, so each kernel needs its own. Set name = '...' in {cls.__name__}."
+            )
+        if cls.name:
+            names.kernel_name(cls.__name__, cls.name)
+            claim(cls)
+
     # ---- what a subclass defines ---------------------------------------------------------------
     @classmethod
     def out_shape(cls, shapes: list[tuple[int, ...]], **attrs) -> tuple[int, ...]:
@@ -117,17 +130,15 @@ class Kernel:
     def symbol(cls, dtype, out=None) -> str:
         """The C symbol of a call on inputs of `dtype` giving `out`: `matvec_i8`, and, when `out`
         is not the default output dtype, `matvec_i8_i32` or `cast_f32_bf16`."""
-        stem = f"{cls.name}_{dtypes.suffix(dtype)}"
         if out is None or np.dtype(out) == cls.out_dtype(np.dtype(dtype)):
-            return stem
-        return f"{stem}_{dtypes.suffix(out)}"
+            return names.symbol(cls.name, dtypes.suffix(dtype))
+        return names.symbol(cls.name, dtypes.suffix(dtype), dtypes.suffix(out))
 
     @classmethod
     def source_text(cls) -> tuple[str, str]:
         """(file name, C++ text) of the kernel's source."""
-        if cls.source is not None:
-            return f"{cls.name}.cc", cls.source
-        return f"{cls.name}.cc", (CC_DIR / f"{cls.name}.cc").read_text()
+        file = names.source_file(cls.name)
+        return file, cls.source if cls.source is not None else (CC_DIR / file).read_text()
 
     @classmethod
     def reference(cls, *arrays, dtype=None, **attrs) -> np.ndarray:
@@ -137,14 +148,18 @@ class Kernel:
         return cls.reference_fn(source, attrs, dtype)(*arrays)
 
     @classmethod
-    def reference_fn(cls, dtype: np.dtype, attrs: dict, out=None):
+    def reference_fn(cls, dtype: np.dtype, attrs: dict, out=None, shape: tuple[int, ...] | None = None):
         """A closure computing one call of this kernel on inputs of `dtype` with static `attrs`,
-        giving `out` (default: the default output dtype)."""
+        giving `out` (default: the default output dtype); given the call's output `shape`, a user
+        kernel's compute() results are checked against it."""
         compute = cls.compute
         out = np.dtype(cls.out_dtype(dtype) if out is None else out)
+        widened = dtype == dtypes.bfloat16 and not cls.exact_in_dtype
+        if shape is not None and not is_library(cls):
+            compute = cls.checked_compute(tuple(shape), out, widened)
         if cls.saturates and out.kind in "iu":
             return _saturating(compute, attrs, out)
-        if dtype == dtypes.bfloat16 and not cls.exact_in_dtype:
+        if widened:
             f32 = np.float32
 
             def run(*arrays, **dyn):
@@ -160,6 +175,27 @@ class Kernel:
         return run
 
     @classmethod
+    def checked_compute(cls, shape: tuple[int, ...], out: np.dtype, widened: bool):
+        """compute(), refusing a result of another shape than `shape` or dtype than `out` (float32
+        too when bfloat16 is computed in float32, any integer when the kernel saturates): a user
+        kernel's mistake is a KernelTypeError on every path, never an array of the wrong size."""
+        compute = cls.compute
+
+        def run(*arrays, **attrs):
+            result = compute(*arrays, **attrs)
+            got = getattr(result, "dtype", None)
+            ok = got == out or (widened and got == np.float32) or (cls.saturates and got is not None and got.kind in "iu")
+            if not ok or np.shape(result) != shape:
+                what = f"{np.shape(result)} {dtypes.name(got)}" if got is not None else type(result).__name__
+                raise KernelTypeError(
+                    f"{cls.__name__}.compute() returned {what} but this call's output is {shape} "
+                    f"{dtypes.name(out)}: return a numpy array of that shape and dtype "
+                    f"(e.g. result.astype(np.{dtypes.name(out)}))."
+                )
+            return result
+        return run
+
+    @classmethod
     def emulate(cls, dtype, pointers: list[np.ndarray], sizes: tuple[int, ...], attrs: dict):
         """Run one C-ABI call with numpy: `pointers` are flat arrays (inputs of `dtype`, then the
         output, whose dtype is the call's output dtype, or, for an accumulating kernel, the
@@ -171,7 +207,7 @@ class Kernel:
         out = pointers[len(in_shapes)]
         if cls.accumulates:
             ins.append(out.reshape(out_shape))
-        result = cls.reference_fn(np.dtype(dtype), {}, out.dtype)(*ins, **attrs)
+        result = cls.reference_fn(np.dtype(dtype), {}, out.dtype, out_shape)(*ins, **attrs)
         out[...] = np.asarray(result).reshape(-1)
 
     @classmethod
@@ -189,6 +225,10 @@ class Kernel:
             raise KernelTypeError(
                 f"{cls.__name__}.step() records a kernel call and works only inside a graph's body() "
                 "while iron traces it: call the graph (g(...), g.reference(...), g.compile(...))."
+            )
+        if not cls.name:
+            raise KernelTypeError(
+                f"{cls.__name__} has no name: set name = '...' (its C symbol and source file) to call it."
             )
         return recorder.call(cls, args, out, dtype, attrs)
 

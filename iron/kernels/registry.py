@@ -1,9 +1,11 @@
-"""Find a kernel class by its C symbol (`add_f32` -> Add on float32, `matvec_i8_i32` -> MatVec
-from int8 to int32).
+"""Which kernel class owns each kernel name, and finding it by C symbol (`add_f32` -> Add on
+float32, `matvec_i8_i32` -> MatVec from int8 to int32).
 
-The emulator runs KernelSteps by symbol; this is how it gets back to the kernel's numpy
-semantics without the traced Program. It searches iron's library and every user subclass of
-`iron.Kernel` that has been defined; it does not import or load kernels itself.
+A Plan names kernels by C symbol; the emulator, the sources printer and the invariants find
+the class back here. Each class claims its name once, when it is defined (`Kernel.__init_subclass__`
+calls `claim`): a name already claimed by another class, above all one of iron's library, is a
+DeclarationError, so no user kernel can stand in for a library one. Defining the same class again
+(same module and qualified name: a re-run notebook cell, a reloaded module) replaces it.
 """
 from __future__ import annotations
 
@@ -12,11 +14,11 @@ from typing import NamedTuple
 import numpy as np
 
 from iron import dtypes
-from iron.errors import PlanError
-from iron.kernels.base import Kernel
-from iron.kernels.library import LIBRARY
+from iron.errors import DeclarationError, PlanError
 
+LIBRARY_MODULE = "iron.kernels.library"
 _SUFFIX = {dtypes.suffix(d): d for d in dtypes.SUPPORTED}
+_OWNERS: dict[str, type] = {}
 
 
 class KernelSymbol(NamedTuple):
@@ -27,57 +29,73 @@ class KernelSymbol(NamedTuple):
     out: np.dtype
 
 
+def claim(kernel: type) -> None:
+    """Record `kernel` as the owner of its name, or refuse a name another class owns."""
+    owner = _OWNERS.get(kernel.name)
+    if owner is not None and _origin(owner) != _origin(kernel):
+        whose = "iron's library kernel" if is_library(owner) else "kernel"
+        raise DeclarationError(
+            f"kernel {kernel.__name__} is named '{kernel.name}', which is already the name of {whose} "
+            f"{owner.__module__}.{owner.__qualname__}: a kernel's name is its C symbol and source file, so "
+            "each kernel needs its own. Give it another name."
+        )
+    _OWNERS[kernel.name] = kernel
+
+
+def is_library(kernel: type) -> bool:
+    """Whether `kernel` is one of iron's library kernels (trusted to keep its own shape rule)."""
+    return kernel.__module__ == LIBRARY_MODULE
+
+
 def copy_kernel() -> type:
     """The library kernel that copies (Copy): how compiled designs move data between objects."""
+    from iron.kernels.library import LIBRARY
+
     return next(k for k in LIBRARY if k.copies)
-
-
-def all_kernels() -> list[type]:
-    found, todo = [], list(Kernel.__subclasses__())
-    while todo:
-        k = todo.pop()
-        found.append(k)
-        todo.extend(k.__subclasses__())
-    return found
 
 
 def lookup(symbol: str) -> KernelSymbol:
     """The kernel `symbol` calls: `<name>_<in>` (the default output) or `<name>_<in>_<out>`."""
-    kernels = all_kernels()
-    for found in (_two_types(symbol, kernels), _one_type(symbol, kernels)):
+    for found in (_two_types(symbol), _one_type(symbol)):
         if found is not None:
             return found
     stem = symbol.rpartition("_")[0]
     raise PlanError(f"no kernel implements symbol '{symbol}': define an iron.Kernel with name = '{stem}'.")
 
 
-def _one_type(symbol: str, kernels: list[type]) -> KernelSymbol | None:
+def _one_type(symbol: str) -> KernelSymbol | None:
     stem, _, suffix = symbol.rpartition("_")
-    dtype = _SUFFIX.get(suffix)
-    for k in kernels:
-        if k.name == stem and dtype is not None:
-            return KernelSymbol(k, dtype, np.dtype(k.out_dtype(dtype)))
-    return None
+    kernel, dtype = _OWNERS.get(stem), _SUFFIX.get(suffix)
+    if kernel is None or dtype is None:
+        return None
+    return KernelSymbol(kernel, dtype, np.dtype(kernel.out_dtype(dtype)))
 
 
-def _two_types(symbol: str, kernels: list[type]) -> KernelSymbol | None:
+def _two_types(symbol: str) -> KernelSymbol | None:
     parts = symbol.rsplit("_", 2)
     if len(parts) != 3 or parts[1] not in _SUFFIX or parts[2] not in _SUFFIX:
         return None
-    dtype, out = _SUFFIX[parts[1]], _SUFFIX[parts[2]]
-    for k in kernels:
-        if k.name == parts[0] and dtype in k.dtypes and out in k.out_dtypes(dtype) and k.symbol(dtype, out) == symbol:
-            return KernelSymbol(k, dtype, out)
-    return None
+    kernel, dtype, out = _OWNERS.get(parts[0]), _SUFFIX[parts[1]], _SUFFIX[parts[2]]
+    if kernel is None or dtype not in kernel.dtypes or out not in kernel.out_dtypes(dtype):
+        return None
+    return KernelSymbol(kernel, dtype, out) if kernel.symbol(dtype, out) == symbol else None
+
+
+def _origin(kernel: type) -> tuple[str, str]:
+    return kernel.__module__, kernel.__qualname__
 
 
 def accumulate_kernel() -> type:
     """The library kernel that adds its input into its destination (Accumulate): how a tiled
     matrix call sums its k-blocks."""
+    from iron.kernels.library import LIBRARY
+
     return next(k for k in LIBRARY if k.accumulates and k.arity == 1)
 
 
 def convert_kernel() -> type:
     """The library kernel that converts between dtypes (Cast): how a tiled bfloat16 matrix call
     rounds its float32 sums once."""
+    from iron.kernels.library import LIBRARY
+
     return next(k for k in LIBRARY if k.saturates and dtypes.bfloat16 in k.out_dtypes(np.dtype(np.float32)))

@@ -44,6 +44,12 @@ def versions(graph) -> Versions:
     return state.runtime
 
 
+def update_versions(graph, name: str, array: np.ndarray):
+    """Write a weight's or param's new values (Graph.update) into every compiled version of `graph`."""
+    for compiled in versions(graph).compiled.values():
+        compiled.update(name, array)
+
+
 def _device(device):
     if device is None:
         return aie_utils.get_current_device()
@@ -156,6 +162,12 @@ class CompiledGraph:
         complete (none lands after the write)."""
         p = self.plan.placement(state_name(self.graph, state))
         self.session.write(p, checked_state_value(p.name, np.zeros(p.shape, p.dtype), value))
+
+    def update(self, name: str, array: np.ndarray):
+        """Write a weight's or param's new values (Graph.update) into this version's device memory."""
+        placement = next((p for p in self.plan.placements if p.name == name), None)
+        if placement is not None and self._session is not None:
+            self._session.write(placement, array)
 
     # ---- calls ---------------------------------------------------------------------------------
     def bind(self, tensors, values) -> tuple[list, np.ndarray]:

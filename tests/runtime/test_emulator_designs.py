@@ -6,7 +6,7 @@ Integers are exact; float32 within rtol 1e-5 / atol 1e-6 (matrix rows are summed
 device, in another order than numpy's), bfloat16 within rtol 2e-2 (two bf16 ulps). Walk runs as a
 device loop on npu2 (each run's Emit writes the next run's scratchpad) and host-driven on npu1.
 The native kernel mode runs two designs through the kernels' C++ (skipped without g++). Two
-designs run 24 calls each replayed and task by task, bit for bit alike.
+designs run 24 calls each replayed and task by task: every host buffer bit for bit alike.
 """
 import shutil
 
@@ -142,16 +142,32 @@ def test_native_kernels_run_real_plans():
     assert view(emulator.buffer("states"), plan.placement("acc"))[2].tolist() == list(range(64))
 
 
-@pytest.mark.parametrize("graph", [designs.mlp(), designs.big_matvec()], ids=["mlp", "big_matvec"])
-def test_replayed_calls_equal_calls_run_task_by_task(graph):
-    """Calls after the launches repeat are replayed: the same bits as launches run task by task,
-    and the reference's values."""
-    plan, replaying = load(graph)
-    _, stepping = load(graph, replay=False)
-    x = designs.example(graph)["x"]
+def walk_calls(plan, emulator, k):
+    """Walk host-driven: the next node from the carried output, steps counting up (mod its 9 trail rows)."""
+    node = int(view(emulator.buffer("outputs"), plan.placement("carry.node"))) if k else 0
+    return {}, {"node": node, "steps": k % 9}
+
+
+REPLAYED = [
+    (designs.mlp, "npu2", 21, lambda plan, emulator, k: ({"x": designs.example(designs.mlp())["x"] * (1 + k / 8)}, {})),
+    (designs.big_matvec, "npu2", 21, lambda plan, emulator, k: ({"x": designs.example(designs.big_matvec())["x"] - k}, {})),
+    (designs.accumulate_at, "npu2", 21, lambda plan, emulator, k: ({"x": np.arange(64, dtype=np.int32) * k}, {"pos": k % 4})),
+    (designs.walk, "npu1", 21, walk_calls),
+]
+
+
+@pytest.mark.parametrize("make, device, replayed, given", REPLAYED, ids=["mlp", "big_matvec", "accumulate_at", "walk"])
+def test_replayed_calls_equal_calls_run_task_by_task(make, device, replayed, given):
+    """Calls after the launches repeat are replayed: every host buffer (outputs, states, words)
+    bit for bit as launches run task by task leave it, call after call."""
+    graph = make()
+    plan, replaying = load(graph, device)
+    _, stepping = load(graph, device, replay=False)
     for k in range(24):
-        given = (x * (1 + k / 8)).astype(x.dtype)
-        (y,) = call(plan, replaying, {"x": given})
-        np.testing.assert_array_equal(y, call(plan, stepping, {"x": given})[0])
-        np.testing.assert_allclose(y, graph.reference(given), **F32)
-    assert (replaying.launches, replaying.replayed, stepping.replayed) == (24, 12, 0)
+        tensors, values = given(plan, stepping, k)
+        tensors = {name: array.astype(plan.placement(name).dtype) for name, array in tensors.items()}
+        call(plan, replaying, tensors, **values)
+        call(plan, stepping, tensors, **values)
+        for b in plan.host_buffers:
+            np.testing.assert_array_equal(replaying.buffer(b.name), stepping.buffer(b.name))
+    assert (replaying.launches, replaying.replayed, stepping.replayed) == (24, replayed, 0)

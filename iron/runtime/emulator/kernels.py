@@ -1,12 +1,7 @@
 """How the emulator calls a kernel symbol: through the kernel's numpy reference function, as
 `Kernel.emulate` does (mode "numpy", the default), or through its C++ compiled for the host
-(mode "native", via native.py).
-
-`kernel_calls(mode, plan)` returns `make_call(found, attr_names, types)` (`found` the step's
-KernelSymbol: kernel, input and output dtype), which core.py uses once per KernelStep to get a `KernelCall`: `call(pointers, sizes, attrs)` runs it once,
-`call.bind(pointers, sizes, attrs)` prepares `run()` on operands fixed per binding. The mode
-comes from the Emulator's `kernels=` argument, else `IRON_EMULATOR_KERNELS`, else "numpy". This
-module does not resolve operands (core.py) and does not compile C++ itself (native.py does).
+(mode "native", native.py); `kernel_calls(mode, plan)` gives core.py one prepared call per
+KernelStep.
 """
 from __future__ import annotations
 
@@ -19,7 +14,7 @@ import numpy as np
 from iron import dtypes
 from iron.compiler.plan import KernelStep
 from iron.errors import BackendUnavailable
-from iron.kernels.registry import lookup
+from iron.kernels.registry import is_library, lookup
 
 MODES = ("numpy", "native")
 
@@ -70,7 +65,10 @@ class NumpyCall(KernelCall):
         # integers; otherwise it only casts the result to the output dtype, which writing an
         # array into the output pointer does alike, so there the kernel's compute is called
         # directly (a non-array result is cast first).
+        # A user kernel's compute() is checked against the output it writes, as the reference
+        # checks it (library kernels keep their shape rules).
         kernel, dtype, self.out_dtype = found
+        self.found, self.checked = found, not is_library(kernel)
         direct = dtype != dtypes.bfloat16 and not kernel.saturates
         self.compute = kernel.compute if direct else kernel.reference_fn(dtype, {}, self.out_dtype)
         self.operands = kernel.arity + kernel.accumulates
@@ -78,7 +76,9 @@ class NumpyCall(KernelCall):
 
     def bind(self, pointers, sizes, attrs):
         inputs, out, out_dtype = tuple(pointers[: self.operands]), pointers[-1], self.out_dtype
-        compute = partial(self.compute, **dict(zip(self.attr_names, attrs))) if attrs else self.compute
+        kernel, dtype, _ = self.found
+        compute = kernel.reference_fn(dtype, {}, out_dtype, out.shape) if self.checked else self.compute
+        compute = partial(compute, **dict(zip(self.attr_names, attrs))) if attrs else compute
         ndarray, asarray = np.ndarray, np.asarray
 
         def run():

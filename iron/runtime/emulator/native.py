@@ -1,17 +1,7 @@
-"""The emulator's native kernel mode (`IRON_EMULATOR_KERNELS=native`): kernel C++ run on the host.
-
-`NativeLibrary.load(sources)` writes a design's kernel sources into an entry of iron's build
-cache (`<cache_dir()>/<sha256 of compiler, flags, sources>/`), compiles every `.cc` among them into
-one shared library with the host C++ compiler (`$CXX`, else `g++`), and loads it with ctypes.
-The cache (iron.compiler.cache) serves a finished build only while it matches its manifest and
-builds each entry once across processes. Loading runs the library's code, so it is loaded only
-from a cache directory no other account can write (`Cache.require_private`).
-`lib.call(symbol, args, types)` calls one `extern "C"` kernel symbol on numpy arrays in place.
-`library_sources()` (from iron.kernels.base) is iron's own kernel library (iron/kernels/cc).
-
-It does not decide which kernel a core calls or with which operands (the emulator reads that
-from the Plan), does not check operand shapes against the kernel's rule (the compiler did), and
-does not build for the AIE (that is Peano's job in the compiler's build step).
+"""The emulator's native kernel mode (`IRON_EMULATOR_KERNELS=native`): kernel C++ built for the
+host with `$CXX` (else g++) into one shared library in a verified entry of iron's build cache
+(loaded only from a cache directory no other account can write), and called through ctypes on
+numpy arrays in place (`NativeLibrary.load(sources)`, `lib.call(symbol, args, types)`).
 """
 
 from __future__ import annotations

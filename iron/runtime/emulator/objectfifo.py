@@ -1,0 +1,117 @@
+"""The Plan's object FIFOs and mem-tile links lowered onto tiles as mlir-aie lowers them
+(docs/platform.md section 4): each compute or mem end is buffers with a producer and a consumer
+lock and a channel running a BD ring over them, one stream per FIFO joins the ends (a broadcast
+for several consumers), a shim end is a shim DMA channel (shim.py), a shared-memory FIFO is one
+end both cores use, and a link keeps one set of buffers its channels write and read by parts.
+"""
+from __future__ import annotations
+
+from iron.compiler.allocate import fifo_homes
+from iron.compiler.plan import Direction, Port, TileKind
+from iron.runtime.emulator.dma import BufferDescriptor, Channel, Span, Stream, ring
+from iron.runtime.emulator.scheduler import Board
+
+
+class FifoEnd:
+    """One FIFO end on a tile: `buffers` <name>_buff_i (a consumer's end is named <fifo>_cons),
+    the producer lock (free buffers, `parts` per buffer) and the consumer lock (filled ones)."""
+
+    def __init__(self, tile, name: str, depth: int, nbytes: int, parts: int = 1):
+        self.buffers = [tile.buffer(f"{name}_buff_{i}", nbytes) for i in range(depth)]
+        self.prod = tile.lock(f"{name}_prod_lock", depth * parts)
+        self.cons = tile.lock(f"{name}_cons_lock", 0)
+
+    def bds(self, direction: Direction, offset: int, nbytes: int, value: int) -> BufferDescriptor:
+        """The ring of BDs a channel runs over bytes [offset, offset + nbytes) of every buffer:
+        an S2MM one fills a free buffer, an MM2S one drains a filled buffer, `value` parts each."""
+        take, give = (self.prod, self.cons) if direction is Direction.S2MM else (self.cons, self.prod)
+        return ring([BufferDescriptor(Span(b, offset // 4), nbytes // 4, take, value, give, value)
+                     for b in self.buffers])
+
+
+class CorePort:
+    """A core's use of a FIFO end on one port, as the lowered core program does it: an acquire of
+    n objects takes only those not yet held from the lock; a release gives them to the other
+    side's lock; `index` is the first held buffer."""
+
+    __slots__ = ("buffers", "size", "take", "give", "held", "index")
+
+    def __init__(self, end: FifoEnd, port: Port):
+        self.buffers, self.size = end.buffers, len(end.buffers)
+        self.take, self.give = (end.prod, end.cons) if port is Port.PRODUCE else (end.cons, end.prod)
+        self.held = self.index = 0
+
+    def acquire(self, count: int, wait):
+        """None once `count` objects are held, else `wait` (what the core blocks on)."""
+        need = count - self.held
+        if need > 0:
+            if not self.take.acquire(need):
+                return wait
+            self.held += need
+        return None
+
+    def release(self, count: int):
+        self.held -= count
+        self.index = (self.index + count) % self.size
+        self.give.release(count)
+
+    def state(self) -> tuple:
+        return self.held, self.index
+
+
+class ObjectFifos:
+    """Every FIFO of a Plan lowered onto `tiles` (plan tile -> Tile): `ends` ((fifo, plan tile)
+    -> FifoEnd), the tile DMA `channels`, the `streams` by FIFO, and `shim_ends` ((fifo, plan tile)
+    -> (direction, receiver index)) the shim DMA attaches to."""
+
+    def __init__(self, plan, tiles: dict, board: Board):
+        self.board, self.tiles = board, tiles
+        self.ends: dict[tuple, FifoEnd] = {}
+        self.channels: list[Channel] = []
+        self.streams: dict[str, Stream] = {}
+        self.shim_ends: dict[tuple, tuple[Direction, int]] = {}
+        fifos = {f.name: f for f in plan.fifos}
+        self.homes = fifo_homes(plan)
+        linked = {(name, link.tile) for link in plan.links for name in (*link.sources, *link.destinations)}
+        for fifo in plan.fifos:
+            self._lower(fifo, linked)
+        for link in plan.links:
+            self._link(link, fifos)
+
+    def _lower(self, fifo, linked):
+        if fifo.shared_memory:
+            ((home, _),) = self.homes[fifo.name]
+            end = FifoEnd(self.tiles[home], fifo.name, fifo.depth, fifo.nbytes)
+            self.ends[(fifo.name, fifo.producer)] = self.ends[(fifo.name, fifo.consumers[0])] = end
+            return
+        stream = self.streams[fifo.name] = Stream(len(fifo.consumers), self.board)
+        ends = [(fifo.producer, Direction.MM2S, fifo.name, 0)]
+        ends += [(tile, Direction.S2MM, f"{fifo.name}_cons", k) for k, tile in enumerate(fifo.consumers)]
+        for at, direction, name, k in ends:
+            if at.kind is TileKind.SHIM:
+                self.shim_ends[(fifo.name, at)] = (direction, k)
+            elif (fifo.name, at) not in linked:
+                end = self.ends[(fifo.name, at)] = FifoEnd(self.tiles[at], name, fifo.depth, fifo.nbytes)
+                self._channel(at, direction, fifo.name, end.bds(direction, 0, fifo.nbytes, 1), stream, k)
+
+    def _link(self, link, fifos):
+        """One set of buffers on the mem tile, of the member FIFO mlir-aie keeps there."""
+        members = [fifos[name] for name in (*link.sources, *link.destinations)]
+        holder = next(f for f in members if link.tile in dict(self.homes[f.name]))
+        parts = max(len(link.sources), len(link.destinations))
+        name = f"{holder.name}_cons" if holder.name in link.sources else holder.name
+        end = FifoEnd(self.tiles[link.tile], name, holder.depth, holder.nbytes, parts)
+        offsets = {**dict(zip(link.sources, link.source_offsets)), **dict(zip(link.destinations, link.destination_offsets))}
+        for fifo in members:
+            direction = Direction.S2MM if fifo.name in link.sources else Direction.MM2S
+            part = fifo.name in offsets  # a part of the held buffers, one lock count; else all of them
+            bds = end.bds(direction, offsets.get(fifo.name, 0), fifo.nbytes, 1 if part else parts)
+            k = fifo.consumers.index(link.tile) if direction is Direction.S2MM else 0
+            self._channel(link.tile, direction, fifo.name, bds, self.streams[fifo.name], k)
+
+    def _channel(self, at, direction: Direction, fifo: str, bds: BufferDescriptor, stream: Stream, k: int):
+        index = self.tiles[at].channel(direction, f"@{fifo}")
+        self.channels.append(Channel(f"{direction} {index} of {at.name} (@{fifo})", direction, bds, stream, k, self.board))
+
+    def port(self, fifo: str, at, port: Port) -> CorePort:
+        return CorePort(self.ends[(fifo, at)], port)

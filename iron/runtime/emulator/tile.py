@@ -1,0 +1,63 @@
+"""A tile of the emulated array (docs/platform.md section 2): its data memory holding named
+buffers, its locks, and its DMA channels, as many per direction as the device gives its kind.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from iron.compiler.plan import Direction, TileKind
+from iron.errors import PlanError
+from iron.runtime.emulator.lock import Lock
+from iron.runtime.emulator.scheduler import Board
+
+
+class Buffer:
+    """One buffer in a tile's memory (aie.buffer): `data` (bytes) and its 32-bit `words`; typed
+    and shaped views of it are made once (`shaped`) and kept, as the buffer lives as long as the
+    Emulator."""
+
+    __slots__ = ("name", "data", "words", "views")
+
+    def __init__(self, name: str, nbytes: int):
+        self.name = name
+        self.data = np.zeros(nbytes, np.uint8)
+        self.words = self.data[: nbytes - nbytes % 4].view(np.uint32)
+        self.views: dict = {}
+
+    def shaped(self, start: int, shape: tuple) -> np.ndarray:
+        """Words [start, start + size) as an array of `shape` (a view, kept for reuse)."""
+        key = (start, shape)
+        view = self.views.get(key)
+        if view is None:
+            view = self.views[key] = self.words[start: start + int(np.prod(shape, dtype=np.int64))].reshape(shape)
+        return view
+
+
+class Tile:
+    """A shim, mem or compute tile: `buffers` and `locks` by name, and its DMA channels handed out
+    in order (`channel`), at most the device's count per direction."""
+
+    def __init__(self, at, device, board: Board):
+        self.at, self.name, self.board = at, at.name, board
+        kind = {TileKind.SHIM: device.shim, TileKind.MEM: device.mem, TileKind.COMPUTE: device.compute}[at.kind]
+        self.channels = {Direction.MM2S: kind.dma_out_channels, Direction.S2MM: kind.dma_in_channels}
+        self.used = dict.fromkeys(Direction, 0)
+        self.buffers: dict[str, Buffer] = {}
+        self.locks: dict[str, Lock] = {}
+
+    def buffer(self, name: str, nbytes: int) -> Buffer:
+        buffer = self.buffers[name] = Buffer(name, nbytes)
+        return buffer
+
+    def lock(self, name: str, value: int) -> Lock:
+        lock = self.locks[name] = Lock(name, value, self.board)
+        return lock
+
+    def channel(self, direction: Direction, what: str) -> int:
+        """The index of the next free `direction` channel, now used for `what`."""
+        index = self.used[direction]
+        if index == self.channels[direction]:
+            raise PlanError(f"{self.name} has no {direction} DMA channel left for {what}: a {self.at.kind} "
+                            f"tile has {self.channels[direction]}. Route the plan through check_plan.")
+        self.used[direction] += 1
+        return index

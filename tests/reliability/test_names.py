@@ -1,0 +1,201 @@
+"""Names are identifiers: a kernel's, graph's, state's or attribute path's name that could reach a
+path, a C++ symbol or generated source is refused where it is declared, and no user kernel can
+take a library kernel's name."""
+import numpy as np
+import pytest
+
+import iron
+from iron.errors import DeclarationError
+from iron.kernels import Add, Copy
+from iron.kernels.registry import lookup
+
+ALLOWED = "a C identifier (ASCII letters, digits and '_', not starting with a digit) of at most 64 characters"
+
+
+def kernel_named(name):
+    return type("UserKernel", (iron.Kernel,), {"name": name, "compute": staticmethod(lambda x: x)})
+
+
+@pytest.mark.parametrize("name", ["../../../x", "/abs/x", 'x"\n#include "/etc/passwd', "add-one", "día", "9lives"])
+def test_a_kernel_name_that_is_not_a_c_identifier_is_refused_when_the_class_is_defined(name, trail, unchanged):
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
+        kernel_named(name)
+    assert str(raised.value) == (
+        f"the name of kernel class 'UserKernel' is {name!r}: a name must be {ALLOWED}. Rename it."
+    )
+
+
+def test_an_unnamed_kernel_is_a_base_for_others_and_cannot_be_called(unchanged, trail):
+    unnamed = kernel_named("")
+
+    class Uses(iron.Graph):
+        def body(self, x):
+            return unnamed.step(x)
+
+    with unchanged(trail), pytest.raises(iron.errors.KernelTypeError) as raised:
+        Uses().reference(np.ones(4, np.int32))
+    assert str(raised.value) == "UserKernel has no name: set name = '...' (its C symbol and source file) to call it."
+
+
+def test_a_300_character_kernel_name_is_refused_and_shown_short(trail, unchanged):
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
+        kernel_named("k" * 300)
+    assert str(raised.value) == (
+        f"the name of kernel class 'UserKernel' is {'k' * 60!r}... (300 characters): a name must be {ALLOWED}. Rename it."
+    )
+
+
+def test_a_kernel_name_that_is_not_a_string_is_refused(trail, unchanged):
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
+        kernel_named(3)
+    assert str(raised.value) == f"the name of kernel class 'UserKernel' is 3, a int: a name is a string, {ALLOWED}."
+
+
+@pytest.mark.parametrize("name", ["emit", "g0", "g12_p1", "g0_block"])
+def test_a_kernel_cannot_take_the_name_of_a_function_iron_generates(name, trail, unchanged):
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
+        kernel_named(name)
+    assert str(raised.value) == (
+        f"the name of kernel class 'UserKernel' is '{name}', the name of a function iron generates "
+        "(emit, g0, g0_p1, ...): give the kernel another name."
+    )
+
+
+def test_a_user_kernel_named_add_is_refused_and_the_library_add_still_runs(trail, unchanged):
+    class Doubles(iron.Graph):
+        def body(self, x):
+            return Add.step(x, x)
+
+    x = np.arange(4, dtype=np.int32)
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
+        class Minus(iron.Kernel):
+            name, arity = "add", 2
+
+            @staticmethod
+            def compute(a, b):
+                return a - b
+    assert str(raised.value) == (
+        "kernel Minus is named 'add', which is already the name of iron's library kernel iron.kernels.library.Add: "
+        "a kernel's name is its C symbol and source file, so each kernel needs its own. Give it another name."
+    )
+    assert lookup("add_i32").kernel is Add
+    np.testing.assert_array_equal(Doubles()(x), x + x)
+    np.testing.assert_array_equal(Doubles().reference(x), x + x)
+
+
+def test_a_subclass_of_a_library_kernel_needs_its_own_name(trail, unchanged):
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
+        class LoudAdd(Add):
+            pass
+    assert str(raised.value) == (
+        "kernel LoudAdd inherits the name 'add': a kernel's name is its C symbol and source file, so each "
+        "kernel needs its own. Set name = '...' in LoudAdd."
+    )
+
+
+def test_two_user_kernels_cannot_share_a_name(trail, unchanged):
+    first = type("First", (iron.Kernel,), {"name": "shared_name", "compute": staticmethod(lambda x: x)})
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
+        type("Second", (iron.Kernel,), {"name": "shared_name", "compute": staticmethod(lambda x: x)})
+    assert str(raised.value) == (
+        f"kernel Second is named 'shared_name', which is already the name of kernel {first.__module__}.First: "
+        "a kernel's name is its C symbol and source file, so each kernel needs its own. Give it another name."
+    )
+    assert lookup("shared_name_i32").kernel is first
+
+
+def defined_again(offset):
+    """The same class (module and qualified name) defined again, as a re-run notebook cell does."""
+    class PlusK(iron.Kernel):
+        name = "plus_k_again"
+
+        @staticmethod
+        def compute(x):
+            return x + np.int32(offset)
+    return PlusK
+
+
+def test_a_kernel_defined_again_replaces_itself_everywhere():
+    defined_again(1)
+    newest = defined_again(10)
+
+    class Plus(iron.Graph):
+        def body(self, x):
+            return newest.step(x)
+
+    x = np.arange(4, dtype=np.int32)
+    np.testing.assert_array_equal(Plus().reference(x), x + 10)
+    np.testing.assert_array_equal(Plus()(x), x + 10)
+
+
+def test_a_user_kernel_source_is_written_under_its_derived_file_name():
+    class Triple(iron.Kernel):
+        name = "triple_it"
+        source = 'extern "C" void triple_it_i32(const int32_t* x, int32_t* y, int32_t n) {}\n'
+
+        @staticmethod
+        def compute(x):
+            return x * np.int32(3)
+
+    class Uses(iron.Graph):
+        def body(self, x):
+            return Triple.step(x)
+
+    compiled = Uses().compile(((8,), np.int32))
+    assert sorted(compiled.sources) == ["g0.cc", "iron_kernel.h", "triple_it.cc"]
+    assert '#include "triple_it.cc"' in compiled.sources["g0.cc"].splitlines()
+    assert "triple_it_i32(" in compiled.sources["g0.cc"]
+
+
+def test_a_graph_class_name_with_a_newline_is_refused():
+    with pytest.raises(DeclarationError) as raised:
+        type("Walk\n#include <evil>", (iron.Graph,), {"body": lambda self, x: Copy.step(x)})
+    assert str(raised.value) == f"a graph class's name is 'Walk\\n#include <evil>': a name must be {ALLOWED}. Rename it."
+
+
+def test_a_graph_function_name_that_is_not_an_identifier_is_refused():
+    def body(x):
+        return Copy.step(x)
+    body.__name__ = "a b"
+    with pytest.raises(DeclarationError) as raised:
+        iron.graph(body)
+    assert str(raised.value) == f"@iron.graph function's name is 'a b': a name must be {ALLOWED}. Rename it."
+
+
+@pytest.mark.parametrize("name", ["trail\n", "trailé", "t" * 65, "1st"])
+def test_a_state_name_that_is_not_a_c_identifier_is_refused(name):
+    with pytest.raises(DeclarationError) as raised:
+        iron.state((4,), np.int32, name=name)
+    assert str(raised.value) == f"iron.state(name=...) is {name!r}: a name must be {ALLOWED}. Rename it."
+
+
+def test_a_declaration_reached_through_a_dict_key_that_is_not_an_identifier_is_refused_at_trace(trail, unchanged):
+    class Keyed(iron.Graph):
+        def __init__(self):
+            self.tables = {"a b": iron.weight(np.arange(4, dtype=np.int32))}
+
+        def body(self, *, i: iron.Scratchpad[np.int32]):
+            return Copy.step(self.tables["a b"][i])
+
+    g = Keyed()
+    with unchanged(trail, g), pytest.raises(DeclarationError) as raised:
+        g.reference(i=1)
+    assert str(raised.value) == (
+        "<iron.weight (unnamed): (4,) int32> of Keyed.body is reached through 'tables.a b': an unnamed weight, "
+        "param or state is named by its attribute path, which must be C identifiers and list indices joined by "
+        "'.' (at most 128 characters). Hold it in an attribute or list with such names (dict keys too), or give "
+        "a state name=."
+    )
+
+
+def test_attribute_paths_of_identifiers_and_indices_name_declarations():
+    class Layers(iron.Graph):
+        def __init__(self):
+            self.layers = [{"w": iron.weight(np.arange(4, dtype=np.int32) * k)} for k in (1, 2)]
+
+        def body(self, *, i: iron.Scratchpad[np.int32]):
+            return Add.step(self.layers[0]["w"][i], self.layers[1]["w"][i])
+
+    g = Layers()
+    assert g.reference(i=3) == 9
+    assert [d.name for d in g.trace().declarations] == ["layers.0.w", "layers.1.w"]

@@ -1,0 +1,134 @@
+"""Shapes are checked where they are declared: no zero or negative axis, no tensor whose elements
+or 32-bit words overflow an int32, no states past the host budget (IRON_STATE_MAX_BYTES), each
+a named error with the numbers, never a KeyError, a RecursionError, a MemoryError or a wrapped
+offset."""
+import numpy as np
+import pytest
+
+import iron
+from iron.errors import ArgumentError, DeclarationError, DoesNotFit
+from iron.kernels import Add, Copy
+
+HOST = ("a graph's states may take on the host (iron holds them twice: the reference's copy and the device's "
+        "buffer). Use smaller states, or raise IRON_STATE_MAX_BYTES.")
+DEVICE = ("but the device addresses at most 2147483647 of each (int32 kernel sizes and DMA word offsets). "
+          "Split it into smaller tensors.")
+
+
+@pytest.mark.parametrize("shape", [(0,), (4, -2), (2.5,), "x", (True,)])
+def test_a_state_axis_that_is_not_a_positive_int_is_refused(shape, trail, unchanged):
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
+        iron.state(shape, np.int32)
+    assert str(raised.value) == f"iron.state({shape!r}, ...) has shape {shape!r}: every axis needs a positive int size."
+
+
+def test_a_state_without_axes_is_refused():
+    with pytest.raises(DeclarationError) as raised:
+        iron.state((), np.int32, name="s")
+    assert str(raised.value) == "iron.state(name='s') has shape (): give a state at least one axis, e.g. (1,)."
+
+
+def test_a_state_of_1e12_elements_is_refused_before_any_memory_is_taken(trail, unchanged):
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
+        iron.state(10**12, np.int32, name="huge")
+    assert str(raised.value) == (
+        f"iron.state(name='huge') is (1000000000000,) int32: 1000000000000 elements in 1000000000000 32-bit words, {DEVICE}"
+    )
+
+
+def test_a_state_past_2_31_words_is_refused_not_wrapped(trail, unchanged, monkeypatch):
+    monkeypatch.setenv("IRON_STATE_MAX_BYTES", str(2**40))   # the device rule, not the host budget, refuses it
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
+        iron.state((2**31 + 2**29,), np.int8, name="wide")
+    assert str(raised.value) == (
+        f"iron.state(name='wide') is (2684354560,) int8: 2684354560 elements in 671088640 32-bit words, {DEVICE}"
+    )
+
+
+def test_a_state_of_1e9_elements_is_past_the_default_host_budget(trail, unchanged):
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
+        iron.state(10**9, np.int8, name="big")
+    assert str(raised.value) == (
+        f"iron.state(name='big') would take 1000000000 bytes, more than the 268435456 bytes {HOST}"
+    )
+
+
+def test_the_host_budget_is_configurable(monkeypatch):
+    monkeypatch.setenv("IRON_STATE_MAX_BYTES", "1000")
+    assert iron.state((250,), np.int32).shape == (250,)
+    with pytest.raises(DeclarationError) as raised:
+        iron.state((251,), np.int32)
+    assert str(raised.value) == f"iron.state((251,), ...) would take 1004 bytes, more than the 1000 bytes {HOST}"
+
+
+@pytest.mark.parametrize("value", ["lots", "0", "-5"])
+def test_a_budget_that_is_not_a_positive_number_is_refused(value, monkeypatch):
+    monkeypatch.setenv("IRON_STATE_MAX_BYTES", value)
+    with pytest.raises(DeclarationError) as raised:
+        iron.state((4,), np.int32)
+    assert str(raised.value) == f"IRON_STATE_MAX_BYTES is {value!r}: set it to a positive number of bytes."
+
+
+def test_a_graphs_states_together_past_the_budget_do_not_fit_when_traced(monkeypatch, unchanged):
+    monkeypatch.setenv("IRON_STATE_MAX_BYTES", "1000")
+
+    class Two(iron.Graph):
+        def __init__(self):
+            self.a = iron.state((200,), np.int32, name="a")
+            self.b = iron.state((200,), np.int32, name="b")
+
+        def body(self, x):
+            return Copy.step(x, out=self.a[0:4])
+
+    g = Two()
+    for attempt in (lambda: g.reference(np.ones(4, np.int32)), lambda: g.compile(((4,), np.int32))):
+        with unchanged(g), pytest.raises(DoesNotFit) as raised:
+            attempt()
+        assert str(raised.value) == f"the states of Two would take 1600 bytes, more than the 1000 bytes {HOST}"
+
+
+@pytest.mark.parametrize("kind", ["weight", "param"])
+def test_a_zero_size_weight_or_param_is_refused(kind, trail, unchanged):
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
+        getattr(iron, kind)(np.zeros((0, 4), np.float32))
+    assert str(raised.value) == f"the array given to iron.{kind}() has shape (0, 4): every axis needs a positive int size."
+
+
+def test_a_weight_past_2_31_elements_is_refused_before_it_is_copied(trail, unchanged):
+    table = np.broadcast_to(np.int8(1), (2**31,))   # a view of one byte: nothing large is allocated
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
+        iron.weight(table)
+    assert str(raised.value) == (
+        f"the array given to iron.weight() is (2147483648,) int8: 2147483648 elements in 536870912 32-bit words, {DEVICE}"
+    )
+
+
+class Twice(iron.Graph):
+    def body(self, x):
+        return Add.step(x, x)
+
+
+@pytest.mark.parametrize("shape", [(0,), (4, 0), (-8,)])
+def test_a_tensor_with_an_empty_or_negative_axis_is_refused_on_every_path(shape, trail, unchanged):
+    g = Twice()
+    calls = [lambda: g.compile((shape, np.int32))]
+    if min(shape) == 0:
+        calls += [lambda: g.reference(np.zeros(shape, np.int32)), lambda: g(np.zeros(shape, np.int32))]
+    for call in calls:
+        with unchanged(trail), pytest.raises(ArgumentError) as raised:
+            call()
+        assert str(raised.value) == f"tensor 'x' of Twice.body has shape {shape}: every axis needs a positive int size."
+
+
+def test_a_tensor_spec_past_2_31_elements_is_refused_not_lowered(trail, unchanged):
+    with unchanged(trail), pytest.raises(ArgumentError) as raised:
+        Twice().compile(((2**16, 2**15), np.int8))
+    assert str(raised.value) == (
+        f"tensor 'x' of Twice.body is (65536, 32768) int8: 2147483648 elements in 536870912 32-bit words, {DEVICE}"
+    )
+
+
+def test_a_tensor_too_large_for_tile_memory_does_not_fit_with_the_numbers():
+    with pytest.raises(DoesNotFit) as raised:
+        Twice().compile(((10**9,), np.int8))
+    assert str(raised.value).startswith("Twice does not fit tile_0_2: its buffers take 2000001024 bytes but a compute tile has 65536")
