@@ -1,8 +1,9 @@
 """Placement: fused groups onto the device's compute tiles, by named rules. `snake_order` gives
 consecutive groups neighbouring tiles; `stream_large_matrix` streams a matrix operand larger than
 its share of a compute tile through a mem tile in blocks of rows; `split_matrix_over_tiles`
-splits a very large MatVec by rows over 2, 4 or 8 tiles joined on a mem tile. Tile sizes and
-channel counts are the device's (docs/platform.md)."""
+splits a MatVec over 128 KiB by rows over 2, 4 or 8 tiles (the fewest bringing parts to 128
+KiB, else the most that fit), joined on a mem tile; `tile_matmul_over_array` spreads a large
+MatMul over whole columns of cores (iron/compiler/tiling.py). Tile sizes and channel counts are the device's (docs/platform.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -15,7 +16,7 @@ from iron.errors import PlacementError
 from iron.ir import Node, Op, Program, describe, is_host_tensor, nbytes, tensor_inputs
 from iron.kernels.base import Role
 
-SPLIT_PART_BYTES = 128 * 1024
+SPLIT_PART_BYTES = 128 * 1024   # a MatVec's matrix larger than this is split over tiles
 SPLIT_COUNTS = (2, 4, 8)
 
 
@@ -82,12 +83,14 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
             sites.append(Site(group, grid.tiles, grid=grid))
             rules.append(("tile_matmul_over_array", f"{group.name}: {grid.text()}"))
             continue
-        parts = split_parts(group, outside, spare, channels, free[0])
+        parts, why = split_parts(group, outside, spare, channels, free[0])
         tiles, free = tuple(free[:parts]), free[parts:]
         stream = stream_large_matrix(group, tiles, parts, channels, device)
         sites.append(Site(group, tiles, stream))
         rules.append(("snake_order", f"{group.name} on {', '.join(t.name for t in tiles)}"))
         rules += _stream_rules(group, stream)
+        if why:
+            rules.append(("split_matrix_over_tiles", f"{group.name}: on {parts} tile{'s' * (parts > 1)}, not more: {why}"))
     emit = free[0] if with_emit else None
     if emit is not None:
         rules.append(("snake_order", f"emit on {emit.name}"))
@@ -174,18 +177,29 @@ def stream_large_matrix(group: Group, tiles, parts: int, channels, device) -> St
     return Stream(matrix, rows, rows_per_part // rows, parts, mem)
 
 
-def split_parts(group: Group, outside: dict[Node, tuple[str, ...]], spare: int, channels, first: Tile) -> int:
-    """How many tiles a group takes: k from SPLIT_COUNTS when `split_matrix_over_tiles` applies."""
+def split_parts(group: Group, outside: dict[Node, tuple[str, ...]], spare: int, channels,
+                first: Tile) -> tuple[int, str]:
+    """`split_matrix_over_tiles`: how many tiles a group takes: the fewest of SPLIT_COUNTS that
+    bring each part to SPLIT_PART_BYTES or less, or, when that many do not fit, the most that
+    do. A count fits when it divides the matrix's rows, that many tiles are spare, and one mem
+    tile can split and join the parts (a DMA channel each way per part, one for the stream and
+    one for the joined result). Returns (tiles, why not the count wanted; "" when it fits)."""
     if not splittable(group, outside):
-        return 1
+        return 1, ""
     matrix = group.calls[0].src[0]
-    for k in SPLIT_COUNTS:
-        if matrix.shape[0] % k or nbytes(matrix) // k > SPLIT_PART_BYTES:
-            continue
-        if k <= spare and channels.can_take(first.col, inputs=k + 1, outputs=k + 1):
-            return k
-        return 1
-    return 1
+    wanted = next((k for k in SPLIT_COUNTS if nbytes(matrix) // k <= SPLIT_PART_BYTES), SPLIT_COUNTS[-1])
+    why = []
+    for k in sorted((k for k in SPLIT_COUNTS if k <= wanted), reverse=True):
+        if matrix.shape[0] % k:
+            why.append(f"{k} does not divide its {matrix.shape[0]} rows")
+        elif k > spare:
+            why.append(f"{k} would leave too few tiles for the other groups ({spare} spare)")
+        elif not channels.can_take(first.col, inputs=k + 1, outputs=k + 1):
+            why.append(f"{k} would take {k + 1} DMA channels each way on one mem tile "
+                       f"(a mem tile has {channels.device.mem.dma_in_channels}, less what earlier groups use)")
+        else:
+            return k, "; ".join(why)
+    return 1, "; ".join(why)
 
 
 def splittable(group: Group, outside: dict[Node, tuple[str, ...]]) -> bool:
