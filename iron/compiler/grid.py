@@ -53,8 +53,9 @@ def lower_grid(ctx: Context, site: Site) -> GridLowered:
             functions += made
             buffers += held
             cores.append(core)
+    moves = _vector_moves(ctx, g, grid) if grid.vector else _moves(ctx, g, grid)
     return GridLowered(_sizes(ctx, g, grid), _links(g, grid), tuple(buffers), tuple(functions), tuple(cores),
-                       tuple(_moves(ctx, g, grid)))
+                       tuple(moves))
 
 
 def _sizes(ctx: Context, g: str, grid: Grid) -> dict:
@@ -62,6 +63,15 @@ def _sizes(ctx: Context, g: str, grid: Grid) -> dict:
     out, label = grid.call.dtype, call_label(ctx.program, grid.call)
     m, k, n = grid.m, grid.k, grid.n
     sizes = {}
+    if grid.vector:
+        rows, block = len(grid.rows), m * k * a.dtype.itemsize
+        sizes[f"{g}_b"] = (k * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
+        for c in range(len(grid.cols)):
+            sizes[f"{g}_a{c}_mem"] = (rows * block, a.dtype, f"rows of {describe(a)}")
+            sizes |= {f"{g}_a{r}_{c}": (block, a.dtype, f"rows of {describe(a)}") for r in range(rows)}
+            sizes |= {f"{g}_part{r}_{c}": (m * out.itemsize, out, label) for r in range(rows)}
+            sizes[f"{g}_host{c}"] = (rows * m * out.itemsize, out, label)
+        return sizes
     for r in range(len(grid.rows)):
         sizes[f"{g}_a{r}_mem"] = sizes[f"{g}_a{r}"] = (m * k * a.dtype.itemsize, a.dtype, f"blocks of {describe(a)}")
     for c in range(len(grid.cols)):
@@ -76,6 +86,13 @@ def _links(g: str, grid: Grid) -> tuple[Link, ...]:
     at r blocks in (so the joined object is len(rows) * m consecutive rows of C)."""
     part = grid.m * grid.n * grid.call.dtype.itemsize
     rows = range(len(grid.rows))
+    if grid.vector:
+        block = grid.m * grid.k * grid.call.src[0].dtype.itemsize
+        return tuple(link for c, mem in enumerate(grid.c_mems) for link in (
+            Link(mem, (f"{g}_a{c}_mem",), tuple(f"{g}_a{r}_{c}" for r in rows),
+                 destination_offsets=tuple(r * block for r in rows)),
+            Link(mem, tuple(f"{g}_part{r}_{c}" for r in rows), (f"{g}_host{c}",),
+                 source_offsets=tuple(r * part for r in rows))))
     links = [Link(mem, (f"{g}_a{r}_mem",), (f"{g}_a{r}",)) for r, mem in enumerate(grid.a_mems)]
     for c, mem in enumerate(grid.c_mems):
         links += [Link(mem, (f"{g}_b{c}_mem",), (f"{g}_b{c}",)),
@@ -91,7 +108,10 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     a, b, part = f"{g}_a{r}", f"{g}_b{c}", f"{g}_part{r}_{c}"
     m, k, n = grid.m, grid.k, grid.n
     kernel, in_dtype = call.arg.kernel, call.src[0].dtype
-    sizes = tuple(Imm(int(s)) for s in kernel.sizes([(m, k), (k, n)], (m, n)))
+    shapes = [(m, k), (k, n)], (m, n)
+    if grid.vector:
+        a, b, shapes = f"{g}_a{r}_{c}", f"{g}_b", ([(m, k), (k,)], (m,))
+    sizes = tuple(Imm(int(s)) for s in kernel.sizes(*shapes))
     wide = grid.acc != call.dtype
     product = Buffer(f"{prefix}_product", tile, m * n * grid.acc.itemsize, grid.acc)
     buffers = [product]
@@ -125,6 +145,36 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
 
 # ---- the moves ------------------------------------------------------------------------------------
 
+def _vector_moves(ctx: Context, g: str, grid: Grid) -> list:
+    """Round by round (a round: m rows of every core), each column's rows (per k-block, its
+    cores' m rows each), the vector, and each column's joined results."""
+    call = grid.call
+    a, x = call.src[:2]
+    big_k, rows, cols = a.shape[1], len(grid.rows), len(grid.cols)
+    wa, wx, wc = (v.dtype.itemsize / 4 for v in (a, x, call))
+    a_buf, a_at = host_access(ctx, a)
+    x_buf, x_at = host_access(ctx, x)
+    p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
+    moves = []
+    for t in range(grid.rounds):
+        here = [Move(Direction.MM2S, f"{g}_b", x_buf, x_at)]
+        for c in range(cols):
+            first = (t * cols + c) * rows * grid.m
+            dims = ((grid.k_blocks, int(grid.k * wa)), (rows * grid.m, int(big_k * wa)), (int(grid.k * wa), 1))
+            here.append(Move(Direction.MM2S, f"{g}_a{c}_mem", a_buf, Access(a_at.offset + int(first * big_k * wa), dims)))
+            here.append(Move(Direction.S2MM, f"{g}_host{c}", p.buffer,
+                             Access(p.offset + int(first * wc), ((int(rows * grid.m * wc), 1),))))
+        moves += _with_waits(ctx, grid, t, here)
+    return moves
+
+
+def _with_waits(ctx: Context, grid: Grid, t: int, here: list[Move]) -> list:
+    """Round `t`'s moves, then a Wait on each of their FIFOs every `rounds_between_waits` rounds."""
+    if (t + 1) % rounds_between_waits(ctx.device, here) == 0 and t + 1 < grid.rounds:
+        return [*here, *(Wait(mv.fifo) for mv in here)]
+    return here
+
+
 def _moves(ctx: Context, g: str, grid: Grid) -> list:
     """Round by round (a round: each core's output blocks in one block row), every grid row's A
     blocks, every column's B blocks, every column's joined C blocks; a Wait on all of them after
@@ -154,9 +204,7 @@ def _moves(ctx: Context, g: str, grid: Grid) -> list:
             dims = ((grid.per_round, int(cols * n * wc)), (rows * m, int(big_n * wc)), (int(n * wc), 1))
             here.append(Move(Direction.S2MM, f"{g}_host{c}", p.buffer,
                              Access(p.offset + int((row0 * big_n + c * n) * wc), dims)))
-        moves += here
-        if (t + 1) % rounds_between_waits(ctx.device, here) == 0 and t + 1 < grid.rounds:
-            moves += [Wait(mv.fifo) for mv in here]
+        moves += _with_waits(ctx, grid, t, here)
     return moves
 
 

@@ -137,9 +137,10 @@ def _stream_rules(group: Group, stream: Stream | None) -> list[tuple[str, str]]:
 # ---- the matrix rules ----------------------------------------------------------------------------
 
 def tile_matmul_over_array(group: Group, outside, free: list[Tile], spare: int, channels, device) -> Grid | None:
-    """A group that is one large MatMul whose result only the host reads runs over a grid of
-    whole free columns of cores (iron/compiler/tiling.py chooses it), taking per grid column a
-    mem tile's channels for B's blocks and the C join, and per grid row one for A's blocks."""
+    """A group that is one large MatMul or MatVec whose result only the host reads runs over a
+    grid of whole free columns of cores (iron/compiler/tiling.py chooses it), taking per grid
+    column a mem tile's channels for B's blocks (a MatVec: the split of its rows) and the C
+    join, and per grid row one for A's blocks."""
     call = group.calls[0]
     if len(group.calls) != 1 or not wants_grid(call, outside.get(call, ())):
         return None
@@ -148,8 +149,11 @@ def tile_matmul_over_array(group: Group, outside, free: list[Tile], spare: int, 
     grid = choose_grid(call, full, spare, device)
     if grid is None:
         return None
-    c_mems = tuple(channels.take(col, 1 + len(grid.rows), 2) for col in grid.cols)
-    a_mems = tuple(channels.take(grid.cols[r % len(grid.cols)], 1, 1) for r in range(len(grid.rows)))
+    rows = len(grid.rows)
+    if grid.vector:   # per column: the matrix rows split between its cores, their results joined
+        return replace(grid, c_mems=tuple(channels.take(col, 1 + rows, rows + 1) for col in grid.cols))
+    c_mems = tuple(channels.take(col, 1 + rows, 2) for col in grid.cols)
+    a_mems = tuple(channels.take(grid.cols[r % len(grid.cols)], 1, 1) for r in range(rows))
     return replace(grid, a_mems=a_mems, c_mems=c_mems)
 
 

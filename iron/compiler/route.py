@@ -153,6 +153,8 @@ def grid_routes(site: Site) -> list[Route]:
     mem tile and the joined `<g>_host<c>` to the host."""
     g, grid = site.group.name, site.grid
     rows, cols = range(len(grid.rows)), range(len(grid.cols))
+    if grid.vector:
+        return vector_grid_routes(g, grid)
     fifos = []
     for r, mem in zip(rows, grid.a_mems):
         fifos += [Route(f"{g}_a{r}_mem", FifoRole.WEIGHTS, g, HOST, (mem,)),
@@ -160,6 +162,20 @@ def grid_routes(site: Site) -> list[Route]:
     for c, mem in zip(cols, grid.c_mems):
         fifos += [Route(f"{g}_b{c}_mem", FifoRole.WEIGHTS, g, HOST, (mem,)),
                   Route(f"{g}_b{c}", FifoRole.WEIGHTS, g, mem, tuple(grid.tile(r, c) for r in rows))]
+        fifos += [Route(f"{g}_part{r}_{c}", FifoRole.PART, g, grid.tile(r, c), (mem,)) for r in rows]
+        fifos.append(Route(f"{g}_host{c}", FifoRole.HOST, g, mem, (HOST,)))
+    return fifos
+
+
+def vector_grid_routes(g: str, grid) -> list[Route]:
+    """A tiled MatVec's FIFOs: the vector's `<g>_b` to every core; per grid column the matrix
+    rows `<g>_a<c>_mem` into its mem tile, split into each core's `<g>_a<r>_<c>`, and each core's
+    `<g>_part<r>_<c>` joined into `<g>_host<c>`."""
+    rows, cols = range(len(grid.rows)), range(len(grid.cols))
+    fifos = [Route(f"{g}_b", FifoRole.WEIGHTS, g, HOST, grid.tiles)]
+    for c, mem in zip(cols, grid.c_mems):
+        fifos.append(Route(f"{g}_a{c}_mem", FifoRole.WEIGHTS, g, HOST, (mem,)))
+        fifos += [Route(f"{g}_a{r}_{c}", FifoRole.WEIGHTS, g, mem, (grid.tile(r, c),)) for r in rows]
         fifos += [Route(f"{g}_part{r}_{c}", FifoRole.PART, g, grid.tile(r, c), (mem,)) for r in rows]
         fifos.append(Route(f"{g}_host{c}", FifoRole.HOST, g, mem, (HOST,)))
     return fifos

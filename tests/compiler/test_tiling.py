@@ -1,6 +1,7 @@
 """Tiling rules, shown by what describe() says each chose and by the emulator agreeing with
-reference(): `tile_matmul_over_array` (a large MatMul over a grid of cores, A and B streamed in
-k-blocks through mem tiles, C joined per column).
+reference(): `tile_matmul_over_array` (a large MatMul or MatVec over a grid of cores, its
+operands streamed in k-blocks through mem tiles, its result joined per column) and
+`split_matrix_over_tiles` keeping the MatVecs one mem tile's split handles.
 
 Integers are exact; float32 within rtol 1e-4 / atol 1e-4 (k-blocks are summed in another order
 than numpy's), bfloat16 within two bf16 ulps."""
@@ -11,7 +12,7 @@ import iron
 from aie_utils import from_name
 from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import TileKind
-from iron.kernels import MatMul
+from iron.kernels import MatMul, MatVec
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}
 BF16 = {"rtol": 2e-2, "atol": 2e-2}
@@ -122,3 +123,42 @@ def test_small_matmul_stays_on_one_tile():
     _, body, _ = compiled(16, 16, 16, np.float32)
     assert rule(body.plan, "tile_matmul_over_array") == []
     assert len(compute_tiles(body.plan)) == 1
+
+
+class Projection(iron.Graph):
+    """y = W @ x for a weight W; `out` names the result's dtype."""
+
+    def __init__(self, w, out=None):
+        self.w = iron.weight(w)
+        self.out = out
+
+    def body(self, x):
+        return MatVec.step(self.w, x, dtype=self.out)
+
+
+def test_matvec_4096_over_32_tiles_equals_reference():
+    rng = np.random.default_rng(1)
+    w, x = rng.standard_normal((4096, 4096)).astype(np.float32), rng.standard_normal(4096).astype(np.float32)
+    graph = Projection(w)
+    body = graph.compile(x=x, device=from_name("npu2"))
+    assert rule(body.plan, "tile_matmul_over_array") == [
+        "g0: MatVec (4096, 4096) x (4096,) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): "
+        "blocks m=64 k=64 n=1 (each divides its side: no padding), 2 output blocks per core, 64 k-blocks each "
+        "(128 kernel calls per core), summed in float32"]
+    np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
+
+
+def test_matvec_int8_into_int32_over_the_array_is_exact():
+    w, x = operands(1024, 1024, 1, np.int8)
+    graph = Projection(w, np.int32)
+    body = graph.compile(x=x[:, 0], device=from_name("npu2"))
+    assert len(compute_tiles(body.plan)) == 32
+    np.testing.assert_array_equal(body(x=x[:, 0]), graph.reference(x=x[:, 0]))
+
+
+def test_a_matvec_a_mem_tile_split_handles_keeps_that_rule():
+    w, x = operands(256, 512, 1, np.float32)   # 512 KiB: four parts of 128 KiB on one mem tile
+    body = Projection(w).compile(x=x[:, 0], device=from_name("npu2"))
+    assert rule(body.plan, "tile_matmul_over_array") == []
+    assert rule(body.plan, "split_matrix_over_tiles") == [
+        "g0: w (256, 512) float32 (524288 bytes) split by rows over 4 tiles"]
