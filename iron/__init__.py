@@ -1,8 +1,7 @@
-"""iron: a Python DSL, compiler and runtime for dataflow designs on AMD Ryzen AI NPUs.
-
-Write a `Graph` whose `body()` calls kernels on handles, check it with `graph.reference()`,
-`compile()` it for the current device and run it one call at a time or as a `CarriedLoop`.
-This module only gathers the public names; each lives in its own layer.
+"""iron: a Python DSL, compiler and runtime for dataflow designs on AMD Ryzen AI NPUs. Write a
+`Graph` whose `body()` calls kernels on handles, check it with `graph.reference()`, `compile()`
+it for the current device and run it one call at a time or as a `CarriedLoop`; this module
+gathers those public names from the layers that define them.
 """
 from iron import errors
 from iron.dtypes import bfloat16
@@ -18,7 +17,7 @@ from iron.frontend.handles import (
     maximum,
     minimum,
 )
-from iron.kernels import Kernel, Role, Within
+from iron.kernels import Kernel, Role, Within, concat
 
 min = minimum
 max = maximum
@@ -39,6 +38,7 @@ __all__ = [
     "Within",
     "bfloat16",
     "carry",
+    "concat",
     "errors",
     "graph",
     "max",

@@ -1,6 +1,6 @@
 """`python -m iron cache` lists iron's build cache (where it is, its size against its bound, each
-entry); `python -m iron cache clear` empties it. Errors are iron's named ones, printed on one line
-with exit status 1. Nothing else is done here: the cache itself is iron.compiler.cache.
+entry) and `python -m iron cache clear` empties it; errors are iron's named ones, printed on one
+line with exit status 1.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""`make demo` (first half): the seed chapter's Walk and a residual MLP, checked against numpy.
-
-Runs on any machine: the reference path, then the compiled designs on the current backend (the
-emulator where no NPU is attached): the Walk as a CarriedLoop device loop, the MLP as one call.
-The second half of `make demo` is the programming guide's decoder (section 8); this module
-does not run it.
+"""`make demo` (its first half): the seed chapter's Walk and a residual MLP on the reference path,
+then compiled on the current backend (the Walk as a CarriedLoop device loop, the MLP as one
+call), each checked against numpy.
 """
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Reference designs shipped with iron: the seed chapter's Walk and a residual MLP.
-
-They are what `make demo`, the benchmarks and the tests share. Each is a plain iron.Graph,
-with a hand-written numpy version beside it; nothing here compiles or runs them.
+"""The designs `make demo`, the benchmarks and the tests share: the seed chapter's Walk and a
+residual MLP, each a plain iron.Graph beside a hand-written numpy version.
 """
 from __future__ import annotations
 

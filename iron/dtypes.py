@@ -1,6 +1,5 @@
-"""The tensor dtypes iron supports and their names in kernels (suffixes) and MLIR (element types).
-
-Only describes dtypes; conversions of data happen where the data is.
+"""The tensor dtypes iron supports, and their names in kernel symbols (suffixes), in MLIR (element
+types) and in messages.
 """
 from __future__ import annotations
 

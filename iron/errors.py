@@ -35,13 +35,14 @@ class IndexOutOfRange(IronError, IndexError):
     """A per-call index fell outside the tensor it indexes (checked before anything is written)."""
 
     @classmethod
-    def at(cls, what: str, expr: str, value: int, lo: int, hi: int) -> "IndexOutOfRange":
-        """The one text every path uses: `what` is the user's view (`trail[steps]`) or operand,
-        `expr` the per-call expression, [lo, hi) the valid range."""
-        fix = (f"make '{what.split('[')[0]}' larger" if "[" in what else f"keep it between {lo} and {hi - 1}")
+    def at(cls, what: str, expr: str, value: int, lo: int, hi: int, tensor: str = "") -> "IndexOutOfRange":
+        """The one text every path uses: `what` is the user's view (`trail[steps]`) or bounded
+        attribute (`Softmax length=n`), `expr` the per-call expression, [lo, hi) the valid
+        range, `tensor` the name of the tensor a view indexes ('' for an attribute)."""
+        fix = f"Keep {expr} in range, or make '{tensor}' larger." if tensor else f"Keep {expr} between {lo} and {hi - 1}."
         return cls(
             f"{what} with {expr} = {value} is out of range: {expr} must be in {lo}..{hi - 1}; "
-            f"nothing was written. Keep {expr} in range, or {fix}."
+            f"nothing was written. {fix}"
         )
 
 

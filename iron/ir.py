@@ -1,9 +1,8 @@
-"""The traced Program: one immutable node type and the container that holds a traced call.
-
-A `Node` is either a per-call scalar expression (`VAR`, `CONST`, arithmetic, `ELEM`), or a tensor
-(`INPUT`, `MEMORY`, `VIEW`, `CALL`). `Program` lists what one call of a graph does: its inputs,
-per-call values, declared memories, kernel calls in program order, outputs and next carried
-values. This module only describes; it runs nothing and imports nothing above numpy.
+"""The traced Program, iron's IR: one immutable `Node` type, either a per-call scalar expression
+(`VAR`, `CONST`, arithmetic, `ELEM`) or a tensor (`INPUT`, `MEMORY`, `VIEW`, `CALL`), and the
+`Program` that lists what one call of a graph does (its inputs, per-call values, declared
+memories, kernel calls in program order, outputs and next carried values). It only describes,
+and imports nothing above numpy.
 """
 from __future__ import annotations
 
@@ -218,10 +217,28 @@ def is_gather(node: Node) -> bool:
     return node.op == Op.VIEW and any(a.dynamic is not None for a in node.arg)
 
 
+def storage(node: Node) -> Node:
+    """The tensor whose data `node` is: a view's base (a memory, an input, a call's result), else itself."""
+    return node.src[0] if node.op == Op.VIEW else node
+
+
 def state_of(node: Node) -> str | None:
     """The name of the state a tensor is (or is a view of), or None."""
-    memory = node.src[0] if node.op == Op.VIEW else node
+    memory = storage(node)
     return memory.arg[1] if memory.op == Op.MEMORY and memory.arg[0] == "state" else None
+
+
+def region(node: Node) -> tuple[tuple[int, int], ...]:
+    """Where a tensor may lie in its storage: [lo, hi) along each of the storage's axes. A per-call
+    index may pick anywhere in its range, so its axis spans the whole range."""
+    if node.op != Op.VIEW:
+        return tuple((0, n) for n in node.shape)
+    return tuple((a.index, a.index + 1) if a.index is not None else (a.start, a.stop) for a in node.arg)
+
+
+def overlap(a: Node, b: Node) -> bool:
+    """Whether two tensors of one storage may share an element: their regions meet on every axis."""
+    return all(lo < b_hi and b_lo < hi for (lo, hi), (b_lo, b_hi) in zip(region(a), region(b)))
 
 
 def nbytes(node: Node) -> int:

@@ -16,7 +16,7 @@ MAX_NAME = 64        # characters: well inside a file name (255 bytes) with its 
 MAX_PATH = 128       # characters of a declaration's attribute path
 C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ATTRIBUTE_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|[0-9]+))*")
-# The glue functions iron writes (lower.py: `emit`, groups `g0`, parts `g0_p1`, `g0_block`) are
+# The glue functions iron writes (cores.py and emit.py: `emit`, groups `g0`, parts `g0_p1`, `g0_block`) are
 # files `<function>.cc` beside the kernels' sources, so no kernel may take their names.
 GENERATED_FUNCTION = re.compile(r"emit|g[0-9]+(_[A-Za-z0-9_]*)?")
 ALLOWED = f"a C identifier (ASCII letters, digits and '_', not starting with a digit) of at most {MAX_NAME} characters"
@@ -60,8 +60,13 @@ def symbol(name: str, *dtype_suffixes: str) -> str:
 
 
 def source_file(name: str) -> str:
-    """The file a kernel's C++ source is written to and #included as: `add` -> `add.cc`."""
+    """The file a kernel's or glue function's C++ source is written to (and #included as): `add` -> `add.cc`."""
     return f"{name}.cc"
+
+
+def object_file(name: str) -> str:
+    """The object a glue function's source is built into, which the MLIR links with: `g0` -> `g0.o`."""
+    return f"{name}.o"
 
 
 def _shown(name: str) -> str:

@@ -53,18 +53,19 @@ def scalar(node: Node, env: dict) -> int:
 
 def check_bounds(program: Program, env: dict):
     """Evaluate every per-call expression and every view's index, refusing a value out of its
-    range (a view's index, or a bounded attribute: a valid length in 1..n of the first input),
-    all before any kernel runs."""
+    range (a view's index, or an attribute its kernel bounds, such as Softmax's valid length), all
+    before any kernel runs."""
     for call in program.calls:
         c = call.arg
         for view in call.src[:c.n_inputs + c.writes]:
             if view.op == Op.VIEW:
                 env[view] = index(view, env)
         for name, expr in zip(c.scalar_attrs, call.src[c.n_inputs + c.writes:]) if c.scalar_attrs else ():
-            value, hi = scalar(expr, env), call.src[0].shape[0] + 1
-            if not 1 <= value < hi:
-                what = f"{c.kernel.__name__} {name}={describe(expr)}"
-                raise IndexOutOfRange.at(what, describe(expr), value, 1, hi)
+            value = scalar(expr, env)
+            if name in c.kernel.bounds:
+                lo, hi = c.kernel.bounds[name].range([n.shape for n in call.src[:c.n_inputs]])
+                if not lo <= value < hi:
+                    raise IndexOutOfRange.at(f"{c.kernel.__name__} {name}={describe(expr)}", describe(expr), value, lo, hi)
     for _, node in program.carry:
         if node.op != Op.ELEM:
             scalar(node, env)
@@ -82,7 +83,7 @@ def index(view: Node, env: dict) -> tuple:
             expr = view.src[axis.dynamic]
             value, hi = scalar(expr, env), axis.stop - axis.start
             if not 0 <= value < hi:
-                raise IndexOutOfRange.at(describe(view), describe(expr), value, 0, hi)
+                raise IndexOutOfRange.at(describe(view), describe(expr), value, 0, hi, describe(view.src[0]))
             parts.append(axis.start + value)
     return tuple(parts)
 

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS = [  # lowest first
     ("aie_utils", ("aie_utils",)),
-    ("base", ("iron.errors", "iron.dtypes", "iron.debug")),
+    ("base", ("iron.errors", "iron.dtypes", "iron.debug", "iron.names")),
     ("ir", ("iron.ir",)),
     ("kernels", ("iron.kernels",)),
     ("frontend", ("iron.frontend", "iron.reference")),

@@ -25,6 +25,7 @@ from iron.compiler.plan import (
     Wait,
 )
 from iron.errors import PlanError
+from iron.names import object_file
 
 ALLOWED_OPS = frozenset({
     "aie.device", "aie.tile", "aie.objectfifo", "aie.objectfifo.link", "aie.objectfifo.acquire",
@@ -128,7 +129,7 @@ def buffer_lines(plan: Plan) -> list[str]:
 def declaration_lines(plan: Plan) -> list[str]:
     """One `func.func private` per Function, linking with `<function>.o` (built from its glue source)."""
     return [
-        f"func.func private @{f.name}({_join(arg_types(plan, f))}) attributes {{link_with = \"{f.name}.o\"}}"
+        f"func.func private @{f.name}({_join(arg_types(plan, f))}) attributes {{link_with = \"{object_file(f.name)}\"}}"
         for f in plan.functions
     ]
 

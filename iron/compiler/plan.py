@@ -343,6 +343,7 @@ class WordDef:
     b: Operand | None = None
     bound: tuple[int, int] | None = None   # value must lie in [lo, hi) (a per-call index)
     what: str = ""                          # the user's text of the index, for the range error
+    tensor: str = ""                        # the tensor an index picks from ("" for a bounded attribute)
 
 
 @dataclass(frozen=True)

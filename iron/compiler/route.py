@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from iron.compiler.allocate import shares_memory
 from iron.compiler.place import Layout, Site
 from iron.compiler.plan import FifoRole, Tile, TileKind
 from iron.errors import PlacementError
@@ -53,24 +54,17 @@ class Routes:
     def has(self, name: str) -> bool:
         return any(r.name == name for r in self.fifos)
 
-    def of_group(self, group: str) -> list[Route]:
-        return [r for r in self.fifos if r.group == group]
-
-    def relay_of(self, reader: str) -> Relay | None:
-        return next((r for r in self.relays if r.reader == reader), None)
-
     def carried_by(self, group: str) -> list[Relay]:
         return [r for r in self.relays if r.carrier == group]
 
     def forwarded_to(self, group: str, node: Node) -> bool:
-        return any(group in nodes.get(node, ()) for nodes in self.forwards.values())
+        return forwarded_to(self.forwards, group, node)
 
 
 def route(program: Program, layout: Layout) -> Routes:
     """The FIFOs of every group and of the Emit, in the order the Plan lists them."""
     forwards = forwarded_inputs(layout)
-    partial = Routes((), forwards)
-    fifos = [r for site in layout.sites for r in group_routes(layout, partial, site)]
+    fifos = [r for site in layout.sites for r in group_routes(layout, forwards, site)]
     if layout.emit is not None:
         fifos += [Route("emit_in", FifoRole.EMIT_IN, "emit", HOST, (layout.emit,)),
                   Route("feedback", FifoRole.FEEDBACK, "emit", layout.emit, (HOST,))]
@@ -79,7 +73,7 @@ def route(program: Program, layout: Layout) -> Routes:
     return Routes(tuple(fifos), forwards, rules=rules)
 
 
-def group_routes(layout: Layout, routes: Routes, site: Site) -> list[Route]:
+def group_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
     """`<g>_in` when the group loads anything from the host; per core `<g>_host` (outputs, state
     writes, carried elements) and `<g>_out` (results other groups or the Emit read); a streamed
     matrix's `<g>_w_mem` and `<g>_w` (`<g>_w<p>` per part); a split group's `<g>_part<p>` and
@@ -89,28 +83,33 @@ def group_routes(layout: Layout, routes: Routes, site: Site) -> list[Route]:
     g, calls, users = site.group.name, site.group.calls, layout.users
     split = len(site.tiles) > 1
     fifos = []
-    if host_items_of(routes, site):
+    if loads_from_host(forwards, site):
         fifos.append(Route(f"{g}_in", FifoRole.INPUT, g, HOST, site.tiles))
     for number, tile in enumerate(site.tiles):
         prefix = f"{g}_p{number}" if split else g
         if any(c.arg.writes for c in calls) or (not split and any("host" in users.get(c, ()) for c in calls)):
             fifos.append(Route(f"{prefix}_host", FifoRole.HOST, g, tile, (HOST,)))
         exported = any(not c.arg.writes and any(u != "host" for u in users.get(c, ())) for c in calls)
-        if not split and (routes.forwards.get(g) or exported):
-            fifos.append(out_route(f"{prefix}_out", g, tile, consumer_tiles(layout, routes, site.group)))
+        if not split and (forwards.get(g) or exported):
+            fifos.append(out_route(f"{prefix}_out", g, tile, consumer_tiles(layout, forwards, site.group)))
     if site.stream is not None:
         fifos += stream_routes(site)
     if split:
-        fifos += join_routes(layout, routes, site)
+        fifos += join_routes(layout, forwards, site)
     return fifos
 
 
-def host_items_of(routes: Routes, site: Site) -> bool:
+def loads_from_host(forwards: dict, site: Site) -> bool:
     """Whether a group loads anything from the host: a host tensor (not its streamed matrix, not
     one an earlier group forwards to it) or a per-call kernel attribute."""
     g = site.group.name
     return any(c.arg.scalar_attrs for c in site.group.calls) or any(
-        not routes.forwarded_to(g, n) for n in host_reads(site))
+        not forwarded_to(forwards, g, n) for n in host_reads(site))
+
+
+def forwarded_to(forwards: dict, group: str, node: Node) -> bool:
+    """Whether an earlier group forwards host tensor `node` to `group`."""
+    return any(group in nodes.get(node, ()) for nodes in forwards.values())
 
 
 def host_reads(site: Site) -> list[Node]:
@@ -123,15 +122,15 @@ def host_reads(site: Site) -> list[Node]:
 
 
 def out_route(name: str, group: str, tile: Tile, consumers: tuple[Tile, ...]) -> Route:
-    """A core's `_out`: shared memory when its one consumer is a neighbouring tile."""
-    shared = len(consumers) == 1 and abs(tile.col - consumers[0].col) + abs(tile.row - consumers[0].row) == 1
-    return Route(name, FifoRole.OUTPUT, group, tile, consumers, shared)
+    """A core's `_out`: shared memory exactly when mlir-aie makes it so (`shares_memory`)."""
+    route = Route(name, FifoRole.OUTPUT, group, tile, consumers)
+    return replace(route, shared_memory=shares_memory(route))
 
 
-def consumer_tiles(layout: Layout, routes: Routes, group, with_host: bool = False) -> tuple[Tile, ...]:
+def consumer_tiles(layout: Layout, forwards: dict, group, with_host: bool = False) -> tuple[Tile, ...]:
     """The tiles of the groups (and the Emit) reading a group's results or its forwards."""
     names = {u for c in group.calls for u in layout.users.get(c, ()) if u != "host"}
-    names |= {r for readers in routes.forwards.get(group.name, {}).values() for r in readers}
+    names |= {r for readers in forwards.get(group.name, {}).values() for r in readers}
     tiles = [t for s in layout.sites if s.group.name in names for t in s.tiles]
     if "emit" in names:
         tiles.append(layout.emit)
@@ -181,11 +180,11 @@ def vector_grid_routes(g: str, grid) -> list[Route]:
     return fifos
 
 
-def join_routes(layout: Layout, routes: Routes, site: Site) -> list[Route]:
+def join_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
     g, mem = site.group.name, site.stream.mem
     parts = [Route(f"{g}_part{p}", FifoRole.PART, g, t, (mem,)) for p, t in enumerate(site.tiles)]
     with_host = "host" in layout.users.get(site.group.calls[-1], ())
-    consumers = consumer_tiles(layout, routes, site.group, with_host)
+    consumers = consumer_tiles(layout, forwards, site.group, with_host)
     role = FifoRole.OUTPUT if any(t != HOST for t in consumers) else FifoRole.HOST
     return [*parts, Route(f"{g}_{role.value}", role, g, mem, consumers)]
 

@@ -54,16 +54,16 @@ def _split_order(s, access: Access) -> Access:
 
 def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[str]]:
     """The groups' moves in order, each group's after Waits on the `_host` FIFOs of earlier
-    groups that wrote a state it touches (once per write); also the `_in` FIFOs of the groups
-    that wait so."""
-    writer: dict[str, str] = {}
+    groups that wrote a state it touches (once per write: every writer, as disjoint parts of a
+    state may be written by several groups); also the `_in` FIFOs of the groups that wait so."""
+    writers: dict[str, set[str]] = {}
     waited: set[str] = set()
     after: set[str] = set()
     entries: list = []
     for site, mine in zip(sites, moves):
         calls = site.group.calls
         touched = {state_of(n) for c in calls for n in (*tensor_inputs(c), *c.src[: c.arg.n_inputs + c.arg.writes])}
-        fifos = {writer[s] for s in touched if s in writer}
+        fifos = {f for s in touched for f in writers.get(s, ())}
         if fifos:
             after.add(f"{site.group.name}_in")
         entries += [Wait(f) for f in sorted(fifos) if f not in waited]
@@ -71,7 +71,7 @@ def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[st
         entries += mine
         for call in calls:
             if call.arg.writes:
-                writer[state_of(destination(call))] = f"{site.group.name}_host"
+                writers.setdefault(state_of(destination(call)), set()).add(f"{site.group.name}_host")
                 waited.discard(f"{site.group.name}_host")
     return entries, frozenset(after)
 

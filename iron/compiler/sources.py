@@ -6,8 +6,6 @@ modulo as Python's, a zero divisor giving 0); plus the kernels' sources and iron
 every file compiles on its own."""
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from iron import dtypes
@@ -15,6 +13,7 @@ from iron.compiler.plan import Function, Imm, KernelStep, Load, Plan, Ptr, Scala
 from iron.errors import PlanError
 from iron.kernels.base import library_sources
 from iron.kernels.registry import lookup
+from iron.names import C_IDENTIFIER, source_file
 
 HEADER = "iron_kernel.h"
 C_TYPES = {
@@ -46,7 +45,6 @@ WORD_HELPERS = {
     "max": "int32_t word_max(int32_t a, int32_t b) { return a > b ? a : b; }",
 }
 FLOAT_SPECIALS = {"inf": "__builtin_inff()", "-inf": "-__builtin_inff()", "nan": "__builtin_nanf(\"\")"}
-_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def kernel_sources(plan: Plan) -> dict[str, str]:
@@ -55,8 +53,8 @@ def kernel_sources(plan: Plan) -> dict[str, str]:
     files = {HEADER: library_sources()[HEADER]}
     files.update(found.kernel.source_text() for found in kernels.values())
     for function in plan.functions:
-        name = f"{function.name}.cc"
-        if not _C_IDENTIFIER.fullmatch(function.name) or name in files:
+        name = source_file(function.name)
+        if not C_IDENTIFIER.fullmatch(function.name) or name in files:
             raise PlanError(
                 f"Function '{function.name}' cannot be written to {name}: its name must be a C identifier "
                 "and differ from the name of every kernel source it would overwrite; rename the function."

@@ -43,18 +43,19 @@ class WordTable:
         a, b = (self.operand(s, kind) for s in node.src)
         return self._derived(node.op, a, b, kind, describe(node))
 
-    def bounded(self, node: Node, lo: int, hi: int, what: str, kind: WordKind) -> int:
-        """The word holding `node`, which must lie in [lo, hi) (`what`: the user's text)."""
+    def bounded(self, node: Node, lo: int, hi: int, what: str, kind: WordKind, tensor: str = "") -> int:
+        """The word holding `node`, which must lie in [lo, hi) (`what`: the user's text, `tensor`:
+        the tensor it indexes, '' for an attribute)."""
         index = self.word(node, kind)
         held = self.words[index]
         if held.bound is None:
-            self.words[index] = replace(held, bound=(lo, hi), what=what)
+            self.words[index] = replace(held, bound=(lo, hi), what=what, tensor=tensor)
             return index
         if held.bound == (lo, hi):
             return index
         copy = self._derived("copy", WordRef(index), None, kind, held.name, key_extra=(lo, hi))
         if self.words[copy].bound is None:
-            self.words[copy] = replace(self.words[copy], bound=(lo, hi), what=what)
+            self.words[copy] = replace(self.words[copy], bound=(lo, hi), what=what, tensor=tensor)
         return copy
 
     def next_value(self, node: Node) -> int:
@@ -133,7 +134,8 @@ def view_access(view: Node, table: WordTable) -> Access:
         if axis.dynamic is not None:
             expr = view.src[axis.dynamic]
             _check_step(view, number, expr, strides[number])
-            word = table.bounded(expr, 0, axis.stop - axis.start, describe(view), WordKind.DMA)
+            word = table.bounded(expr, 0, axis.stop - axis.start, describe(view), WordKind.DMA,
+                                 describe(memory))
             terms.append((word, strides[number] // 4))
         elif axis.index is None and axis.stop - axis.start > 1:
             kept.append((number, axis.stop - axis.start, strides[number]))

@@ -1,9 +1,8 @@
-"""Declared memories: `iron.weight`, `iron.param`, `iron.state`, and indexing them into views.
-
-A weight is a constant table read through a per-call index (`w[node]`), a param a constant
-tensor used whole as a kernel operand, a state device-resident memory that persists across calls.
-Declarations carry their data (weights, params) or their shape (states); names are given at trace
-time from the attribute path that reaches them. Indexing builds VIEW nodes; nothing is read here.
+"""Declared memories, `iron.weight`, `iron.param` and `iron.state`: a weight is a constant table
+read through a per-call index (`w[node]`), a param a constant tensor used whole as a kernel
+operand, a state device-resident memory that persists across calls. Each carries its data
+(weights, params) or its shape (states) and is named at trace time by the attribute path that
+reaches it; numpy arrays body() passes to kernels are captured as params (`Constants`).
 """
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""Handles a body() computes with: per-call scalars, tensors, and the carry it returns.
-
-`Scalar` is a per-call value (`Carried[T]` or `Scratchpad[T]` parameter, or an expression of
-them); arithmetic on it builds IR nodes the device computes. `Tensor` is a tensor handle (an
-input, a view of a declared memory, or a kernel's output). Using either as a Python bool, int or
-index raises: the device alone knows its value. This module builds nodes; it runs nothing.
+"""The handles a body() computes with: `Scalar`, a per-call value (a `Carried[T]` or
+`Scratchpad[T]` parameter, or an expression of them) whose arithmetic builds IR nodes; `Tensor`,
+a tensor handle whose indexing builds VIEW nodes; and the `Carry` body() returns. Using a handle
+as a Python bool, int or index raises, since only the device knows its value.
 """
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """The size rules a declared or per-call tensor meets before anything is traced or allocated.
 
-Every axis is a positive int; a tensor's elements and 32-bit words each fit an int32 (kernels
-take their sizes as i32 operands, DMAs address host buffers in 32-bit words); and a graph's
-states, which iron holds twice on the host (the reference's copy and the device's buffer), stay
-within a budget: `IRON_STATE_MAX_BYTES`, 256 MiB by default.
+Every axis is a positive int; a tensor's bytes fit a signed 32-bit word, so every byte offset
+into it does too (DMA offsets are 32-bit words: patched into an xclbin's instructions as a byte
+offset, computed by the Emit in int32 words; kernel sizes are i32 operands; docs/platform.md
+sections 3, 5 and 9); and a graph's states, one host buffer which iron also holds as the
+reference's copy, stay within that and a host budget: `IRON_STATE_MAX_BYTES`, 256 MiB by default.
 Each rule raises the error class its caller names, with the numbers.
 """
 from __future__ import annotations
@@ -33,15 +34,12 @@ def checked_shape(what: str, shape, error=DeclarationError) -> tuple[int, ...]:
 
 
 def fits_device(what: str, shape: tuple[int, ...], dtype, error=DeclarationError) -> int:
-    """The tensor's bytes, when its elements and 32-bit words each fit an int32."""
-    elements = int(np.prod(shape, dtype=object))
-    nbytes = elements * np.dtype(dtype).itemsize
-    words = -(-nbytes // 4)
-    if elements > I32_LIMIT or words > I32_LIMIT:
+    """The tensor's bytes, when every byte offset into it fits a signed 32-bit word."""
+    nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+    if nbytes > I32_LIMIT:
         raise error(
-            f"{what} is {shape} {dtypes.name(dtype)}: {elements} elements in {words} 32-bit words, but the "
-            f"device addresses at most {I32_LIMIT} of each (int32 kernel sizes and DMA word offsets). "
-            "Split it into smaller tensors."
+            f"{what} is {shape} {dtypes.name(dtype)}: {nbytes} bytes, but the device's DMA offsets are "
+            f"32-bit words, so a tensor may hold at most {I32_LIMIT} bytes. Split it into smaller tensors."
         )
     return nbytes
 
@@ -72,11 +70,12 @@ def within_budget(what: str, nbytes: int, error=DeclarationError) -> None:
 
 
 def states_fit(where: str, states: list[tuple[tuple[int, ...], np.dtype]], error) -> None:
-    """A graph's states together: one host buffer of whole 32-bit words, within the budget."""
-    words = sum(-(-int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize // 4) for shape, dtype in states)
-    if words > I32_LIMIT:
+    """A graph's states together: one host buffer of whole 32-bit words, addressable and within
+    the budget."""
+    nbytes = sum(-(-int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize // 4) * 4 for shape, dtype in states)
+    if nbytes > I32_LIMIT:
         raise error(
-            f"the states of {where} need {words} 32-bit words in one buffer, but the device's DMAs address at "
-            f"most {I32_LIMIT}: use smaller states."
+            f"the states of {where} need {nbytes} bytes in one host buffer, but the device's DMA offsets "
+            f"are 32-bit words, so it may hold at most {I32_LIMIT} bytes: use smaller states."
         )
-    within_budget(f"the states of {where}", words * 4, error)
+    within_budget(f"the states of {where}", nbytes, error)

@@ -1,8 +1,7 @@
-"""Tracing: run body() once on handles and record what it does as a `Program`.
-
-`trace(graph, specs)` checks body()'s signature, names the graph's declarations by attribute
-path, binds handles, runs body(), checks what it returned (outputs, `iron.carry(...)` last) and
-the state hazards, and returns the immutable Program. It never runs a kernel.
+"""Tracing: `trace` runs body() once on handles and records what it does as a `Program`. It checks
+body()'s signature, names the graph's declarations by attribute path, records each
+`Kernel.step` call, and checks what body() returned (outputs, then `iron.carry(...)`) and the
+state hazards; it never runs a kernel.
 """
 from __future__ import annotations
 
@@ -23,7 +22,19 @@ from iron.errors import (
 from iron.frontend import shapes
 from iron.frontend.declarations import Constants, Memory
 from iron.frontend.handles import I32, Carry, Scalar, Tensor, _PerCall, as_scalar_node
-from iron.ir import Call, Declaration, Node, Op, Program, describe, scalar_vars
+from iron.ir import (
+    Call,
+    Declaration,
+    Node,
+    Op,
+    Program,
+    describe,
+    destination,
+    overlap,
+    scalar_vars,
+    state_of,
+    storage,
+)
 from iron.kernels.base import RECORDING, Kernel
 from iron.kernels.library import Copy
 from iron.names import attribute_path
@@ -493,46 +504,45 @@ def _next_values(t: Trace, c: Carry, sig: Signature, where: str) -> tuple[tuple[
 
 # ---- hazards -----------------------------------------------------------------------------------
 
-def _state_of(node: Node) -> str | None:
-    mem = node.src[0] if node.op == Op.VIEW else node
-    return mem.arg[1] if mem.op == Op.MEMORY and mem.arg[0] == "state" else None
-
-
-def call_effects(call: Node) -> tuple[set[str], set[str]]:
-    """(states read, states written) by one CALL node."""
+def state_accesses(call: Node) -> tuple[list[Node], list[Node]]:
+    """(state tensors read, state tensors written) by one CALL node: whole states or views of them."""
     c = call.arg
-    tensors = call.src[: c.n_inputs + c.writes]
-    reads = {s for n in tensors[: c.n_inputs] if (s := _state_of(n))}
-    writes = {s for s in [_state_of(tensors[-1])] if s} if c.writes else set()
-    if c.writes and c.kernel.accumulates:
-        reads |= writes
+    reads = [n for n in call.src[: c.n_inputs] if state_of(n)]
+    writes = [n for n in [destination(call)] if n is not None and state_of(n)]
+    if c.kernel.accumulates:
+        reads += writes
     return reads, writes
 
 
+def _touches(a: Node, b: Node) -> bool:
+    """Whether two state tensors may share an element (`overlap` of the same state)."""
+    return state_of(a) == state_of(b) and overlap(a, b)
+
+
 def check_hazards(calls: tuple[Node, ...], where: str):
-    """Refuse two writes to one state, or a read then a later overwrite, with no edge ordering them."""
+    """Refuse two writes to one state, or a read then a later overwrite, that may touch a common
+    element (their regions overlap, or a per-call index may make them) with no edge ordering
+    them; writes to disjoint regions need no order. A read is ordered after every earlier
+    write it may touch."""
     index = {id(c): i for i, c in enumerate(calls)}
     before: list[set[int]] = []
-    last_write: dict[str, int] = {}
-    effects = [call_effects(c) for c in calls]
+    effects = [state_accesses(c) for c in calls]
     for i, call in enumerate(calls):
-        preds = {index[id(s)] for s in call.src if id(s) in index}
-        preds |= {last_write[s] for s in effects[i][0] if s in last_write}
+        preds = {index[id(s)] for s in map(storage, call.src) if id(s) in index}
+        preds |= {k for k in range(i) if any(_touches(r, w) for r in effects[i][0] for w in effects[k][1])}
         ancestors = set(preds)
         for p in preds:
             ancestors |= before[p]
         before.append(ancestors)
-        for s in effects[i][1]:
-            last_write[s] = i
     for j, (_, writes_j) in enumerate(effects):
-        for s in writes_j:
+        for w in writes_j:
             for i in range(j):
                 if i in before[j]:
                     continue
-                if s in effects[i][1]:
-                    _hazard(calls, i, j, s, where, "both write")
-                if s in effects[i][0]:
-                    _hazard(calls, i, j, s, where, "read then overwrite")
+                if any(_touches(w, other) for other in effects[i][1]):
+                    _hazard(calls, i, j, state_of(w), where, "both write")
+                if any(_touches(w, other) for other in effects[i][0]):
+                    _hazard(calls, i, j, state_of(w), where, "read then overwrite")
 
 
 def _hazard(calls, i, j, state, where, kind):

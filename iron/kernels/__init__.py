@@ -1,6 +1,6 @@
-"""Kernels: the `Kernel` base class users subclass, and iron's kernel library.
-
-Kernels describe and compute one call; they do not place, fuse or schedule themselves."""
+"""Kernels: the `Kernel` base class users subclass, and iron's kernel library. A kernel describes
+and computes one call; where it runs is the compiler's decision.
+"""
 from iron.kernels.base import Kernel, Role, Within
 from iron.kernels.library import (
     LIBRARY,
@@ -8,6 +8,7 @@ from iron.kernels.library import (
     Add,
     Argmax,
     Cast,
+    Concat,
     Copy,
     Exp,
     MatMul,
@@ -20,6 +21,7 @@ from iron.kernels.library import (
     SiLU,
     Softmax,
     Sub,
+    concat,
 )
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "Add",
     "Argmax",
     "Cast",
+    "Concat",
     "Copy",
     "Exp",
     "Kernel",
@@ -43,4 +46,5 @@ __all__ = [
     "Softmax",
     "Sub",
     "Within",
+    "concat",
 ]

@@ -1,11 +1,9 @@
-"""`iron.Kernel`: what a kernel is to iron, and `K.step(...)`, which records a call while tracing.
-
-A kernel states its arity, the dtypes it computes in and the dtypes it gives (`out_dtypes`), a
-shape rule, a numpy `compute` (the oracle the emulator and reference run), the C ABI of its AIE
-C++ source (`symbol`, `sizes`, `c_attrs`) and that source (a file of iron/kernels/cc for the
-library, C++ text for a user kernel). bfloat16 kernels compute in float32 and round the result
-once, as their C++ does; integer results wrap to the output dtype, or clamp to its range in a
-kernel that `saturates`. This module records calls; it neither runs them nor places them.
+"""`iron.Kernel`: what a kernel is to iron. A kernel states its arity, its dtypes (what it computes
+in and what it gives), a shape rule, its traits for the compiler (`role`, `bounds`), a numpy
+`compute` (the semantics the reference and the emulator run), the C ABI of its AIE C++ source and
+that source; `K.step(...)` hands a call to the trace being recorded. bfloat16 kernels compute in
+float32 and round once, as their C++ does; integer results wrap to the output dtype, or clamp to
+its range in a kernel that `saturates`.
 """
 from __future__ import annotations
 

@@ -1,17 +1,15 @@
-"""iron's kernel library: Copy, elementwise Add/Sub/Mul/Scale/ReLU/SiLU/Exp, Accumulate, MatVec,
-MatMul, RMSNorm, Softmax (per-call valid length), Argmax, and the conversions Cast and Requantize.
-
-Each kernel is its shape rule, its numpy `compute` (the semantics the emulator, the C++ and the
-reference all share) and its C ABI. Integers wrap around unless the kernel saturates (Cast,
-Requantize); bfloat16 computes in float32 and rounds once; MatVec and MatMul can give a wider
-result than their inputs (int8 -> int32). Placement, fusion and MLIR are the compiler's
-business, not this module's.
+"""iron's kernel library: Copy, the elementwise Add, Sub, Mul, Scale, ReLU, SiLU and Exp,
+Accumulate, MatVec, MatMul, RMSNorm, Softmax (with a per-call valid length), Argmax, the
+conversions Cast and Requantize, and Concat, each its shape rule, numpy `compute`, traits and C
+ABI. MatVec and MatMul can give a wider result than their inputs (int8 -> int32); Cast and
+Requantize saturate.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from iron import dtypes
+from iron.errors import KernelTypeError
 from iron.kernels.base import Kernel, Role, Within
 
 FLOATS = dtypes.FLOATS
@@ -325,9 +323,55 @@ class Requantize(Kernel):
         return floor + ((dropped > half) | ((dropped == half) & (floor & 1 == 1)))
 
 
+class Concat(Kernel):
+    """out = a and b joined along `axis` (static; `iron.concat(a, b, c, axis=1)` joins more):
+    every other axis the same. Its C ABI sees the operands as rows: `outer` rows of `na`
+    elements of a, then `nb` of b, per output row."""
+
+    role = Role.OTHER   # joins along an axis: neither element-wise nor a matrix or row reduction
+    name, arity = "concat", 2
+    attrs = {"axis": 0}
+    keeps_dtype = exact_in_dtype = True
+
+    @classmethod
+    def out_shape(cls, shapes, axis=0):
+        a, b = shapes
+        if not _is_int(axis) or not a or len(a) != len(b) or not -len(a) <= axis < len(a):
+            cls.refuse(shapes, f"needs two tensors of one rank and axis= an int in {-len(a)}..{len(a) - 1}, not {axis!r}")
+        axis %= len(a)
+        if a[:axis] != b[:axis] or a[axis + 1:] != b[axis + 1:]:
+            cls.refuse(shapes, f"needs equal shapes but along axis {axis}")
+        return (*a[:axis], a[axis] + b[axis], *a[axis + 1:])
+
+    @classmethod
+    def sizes(cls, shapes, out_shape):
+        axis = next(d for d, (n, m) in enumerate(zip(shapes[0], out_shape)) if n != m)
+        outer = int(np.prod(out_shape[:axis], dtype=np.int64))
+        return (outer, *(int(np.prod(s[axis:], dtype=np.int64)) for s in shapes))
+
+    @classmethod
+    def abi_shapes(cls, sizes):
+        outer, na, nb = sizes
+        return [(outer, na), (outer, nb)], (outer, na + nb)
+
+    @staticmethod
+    def compute(a, b, axis=-1):
+        return np.concatenate([a, b], axis=axis)
+
+
+def concat(*tensors, axis: int = 0):
+    """`tensors` joined along `axis` in one body(): Concat calls, pairwise from the left."""
+    if len(tensors) < 2:
+        raise KernelTypeError(f"iron.concat joins two or more tensors, got {len(tensors)}: pass them all.")
+    joined = tensors[0]
+    for tensor in tensors[1:]:
+        joined = Concat.step(joined, tensor, axis=axis)
+    return joined
+
+
 def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 LIBRARY = (Copy, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, MatVec, MatMul, RMSNorm, Softmax, Argmax,
-           Cast, Requantize)
+           Cast, Requantize, Concat)

@@ -49,9 +49,7 @@ def is_library(kernel: type) -> bool:
 
 def copy_kernel() -> type:
     """The library kernel that copies (Copy): how compiled designs move data between objects."""
-    from iron.kernels.library import LIBRARY
-
-    return next(k for k in LIBRARY if k.copies)
+    return next(k for k in _OWNERS.values() if is_library(k) and k.copies)
 
 
 def lookup(symbol: str) -> KernelSymbol:
@@ -88,14 +86,12 @@ def _origin(kernel: type) -> tuple[str, str]:
 def accumulate_kernel() -> type:
     """The library kernel that adds its input into its destination (Accumulate): how a tiled
     matrix call sums its k-blocks."""
-    from iron.kernels.library import LIBRARY
-
-    return next(k for k in LIBRARY if k.accumulates and k.arity == 1)
+    return next(k for k in _OWNERS.values() if is_library(k) and k.accumulates and k.arity == 1)
 
 
 def convert_kernel() -> type:
     """The library kernel that converts between dtypes (Cast): how a tiled bfloat16 matrix call
     rounds its float32 sums once."""
-    from iron.kernels.library import LIBRARY
-
-    return next(k for k in LIBRARY if k.saturates and dtypes.bfloat16 in k.out_dtypes(np.dtype(np.float32)))
+    f32 = np.dtype(np.float32)
+    return next(k for k in _OWNERS.values()
+                if is_library(k) and k.saturates and f32 in k.dtypes and dtypes.bfloat16 in k.out_dtypes(f32))

@@ -1,3 +1,3 @@
-"""The runtime: compiled graphs called on a backend (the emulator or XRT), and CarriedLoop.
-
-It runs Plans the compiler made; it does not trace or lower anything itself."""
+"""The runtime: compiled graphs called on a backend (the emulator or XRT), one call at a time or as
+a CarriedLoop, from the Plans the compiler made.
+"""

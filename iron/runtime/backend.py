@@ -1,9 +1,7 @@
-"""Which backend runs compiled graphs: the emulator, or XRT on an attached NPU.
-
-`IRON_BACKEND=emulator|xrt` forces one (xrt only where an NPU and pyxrt are present: otherwise
-BackendUnavailable says which is missing, before anything is built); otherwise XRT where an NPU
-and pyxrt are present, the emulator elsewhere. The choice is said once per process, with the
-reason, on stderr. This module decides; it runs nothing.
+"""Which backend runs compiled graphs: `IRON_BACKEND=emulator|xrt` forces one (xrt only where an
+NPU and pyxrt are present, else BackendUnavailable names what is missing, before anything is
+built); otherwise XRT where both are present and the emulator elsewhere, said once per process
+on stderr with the reason.
 """
 from __future__ import annotations
 

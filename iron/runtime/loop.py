@@ -1,14 +1,9 @@
-"""`CarriedLoop`: run a carried graph as a device loop, `depth` runs in flight, stopped and resumed
-at will.
-
-`start` runs `first` once with the host's values (and tensors); each `steps(n)` then runs n more
-runs of `body`, each starting from the scratchpad the previous run's Emit wrote, so the host only
-restarts runs and counts completions. Runs are held in a ring of `depth`, each with its own
-scratchpad. Whatever stops the host's side early (leaving the iterator, reading `carry`, a host
-call, read or write of the graph's states) first waits out the runs in flight, so what the loop
-reports is exactly what ran and no run lands after the host's write. Only full-ELF devices (npu2)
-have an Emit; elsewhere the loop is refused and the host-driven path (call, feed the Carry back)
-applies. This module schedules runs; what a run does is the Plan's.
+"""`CarriedLoop`: a carried graph as a device loop on a full-ELF device (npu2). `start` runs `first`
+once with the host's values; each `steps(n)` runs `body` n more times, each run starting from the
+scratchpad the previous run's Emit wrote, with `depth` runs held in a ring so the host only
+restarts runs and counts completions. Whatever stops the host's side early (leaving the
+iterator, reading `carry`, a host call, read or write of the graph's states) first waits out the
+runs in flight, so what the loop reports is exactly what ran.
 """
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""A compiled graph's hold on a backend: its host buffers and runs, on the emulator or on XRT.
-
-`open_session(compiled)` picks the backend (iron.runtime.backend), loads the design once, writes
-the weights and params, and binds the graph's shared state memory. Both sessions offer the same
-few operations: read/write a placement, a host-driven `call(words)` (each first waits out the
-device loops with runs in flight on the graph's states), and held runs for CarriedLoop
-(`make_ring`, `feeding_run`, `start`, `wait`, `words_of`). They move bytes; they do not decide what
-the words mean (the Plan does) or check arguments (CompiledGraph does).
+"""A compiled graph's hold on a backend, the emulator or XRT: `open_session` loads the design once,
+writes its weights and params and binds the graph's state memory (`DeviceStates`, shared by
+every version compiled from the graph); a session reads and writes placements, makes host-driven
+calls and holds runs for CarriedLoop, moving bytes whose meaning the Plan decides.
 """
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""The host's side of the per-call scratchpad: compute a call's words from its per-call values.
-
-`WordProgram(plan.words)` lowers the Plan's WordDefs once into closures; calling it with the
-per-call values returns the int32 words, after checking every bounded word (so a call with an
-index out of range is refused before anything is launched or written). The device computes the
-same words in the Emit; this module is only the host's copy.
+"""The host's copy of the per-call scratchpad: `WordProgram` computes a call's int32 words from its
+per-call values as the Plan's word definitions say (the device's Emit computes the same),
+checking every bounded word first, so a call with an index out of range is refused before
+anything is launched or written.
 """
 from __future__ import annotations
 
@@ -21,7 +19,7 @@ class WordProgram:
         self.count = len(words)
         self.values = [(w.index, w.name) for w in words if w.op is None]
         self.steps = [self._step(w) for w in words if w.op is not None]
-        self.checks = [(w.index, w.bound, w.what, w.name) for w in words if w.bound is not None]
+        self.checks = [(w.index, w.bound, w.what, w.name, w.tensor) for w in words if w.bound is not None]
 
     @staticmethod
     def _step(w):
@@ -46,9 +44,9 @@ class WordProgram:
             words[index] = values[name]
         for step in self.steps:
             step(words)
-        for index, (lo, hi), what, name in self.checks:
+        for index, (lo, hi), what, name, tensor in self.checks:
             if not lo <= words[index] < hi:
-                raise IndexOutOfRange.at(what, name, words[index], lo, hi)
+                raise IndexOutOfRange.at(what, name, words[index], lo, hi, tensor)
         return np.array(words, dtype=np.int64).astype(np.int32)
 
 

@@ -1,19 +1,10 @@
-"""The XRT backend: runs a built design on a Ryzen AI NPU through pyxrt (XRT 2.25).
-
-What it does: detects an NPU from /dev/accel and /sys/class/accel; imports pyxrt lazily and says
-what to install when it is missing; for one compiled design opens device 0 and builds the
-hardware context, kernel and host buffers once, exactly as npu-platform.md section 5 gives for
-an xclbin + instruction stream or a full ELF; makes runs with every argument set explicitly,
-holds and restarts them (never before their completion, at most 4 in flight per context);
-patches per-call DMA offsets into a run's own copy of the instruction stream (xclbin) or writes
-the per-call words into the run's control scratchpad (full ELF); checks each run's final state;
-and binds rings of runs for device loops.
-
-What it does not: build artifacts (the compiler's build step does), decide what the per-call
-words mean (the Plan gives the words and the patch table), convert user tensors (CompiledGraph
-does), or fall back to the emulator (the caller picks the backend). It never constructs an empty
-pyxrt handle, never uses an unqualified enum name and never calls `kernel(*args)`. Its tests
-drive it through the stand-in tests/runtime/fake_pyxrt.py, injected with `pyxrt=`.
+"""The XRT backend: a built design run on a Ryzen AI NPU through pyxrt (XRT 2.25), as
+docs/platform.md section 9 describes. It detects an NPU, imports pyxrt lazily (saying what to
+install when it is missing), opens the device, hardware context, kernel and host buffers once
+per design, makes runs with every argument set explicitly, holds and restarts them (at most 4 in
+flight per context), patches per-call DMA offsets (xclbin) or writes the per-call words into the
+control scratchpad (full ELF), checks each run's final state, and binds rings of runs for device
+loops.
 """
 from __future__ import annotations
 

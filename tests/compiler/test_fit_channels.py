@@ -1,4 +1,4 @@
-"""The `fit_compute_channels` placement rule (iron/compiler/place.py, applied by lower.py): a core
+"""The `fit_compute_channels` routing rule (iron/compiler/route.py, applied before lowering): a core
 that would take more FIFOs by DMA than its tile's 2 input channels gets the extra operands inside
 an object it already receives, from a group that receives them itself (the MLP's residual through
 the RMSNorm group) or loads them for it (a whole `_in`: tensors and per-call words), the Emit
@@ -12,7 +12,9 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Carried, Scratchpad
+from iron.compiler import compile as compile_module
 from iron.compiler.compile import compile_program
+from iron.compiler.lower import lower
 from iron.compiler.plan import Element, Imm, KernelStep, Load, Ptr, Tile, TileKind
 from iron.compiler.route import CoreInputs, Relay, choose_relays
 from iron.errors import PlacementError
@@ -52,6 +54,14 @@ def consumers(plan, name: str) -> tuple[str, ...]:
 
 
 # ---- the MLP: the residual comes with the normalized vector ------------------------------------------
+
+def test_relays_are_decided_before_the_one_lowering(monkeypatch):
+    lowered = []
+    monkeypatch.setattr(compile_module, "lower", lambda *args: lowered.append(args[3]) or lower(*args))
+    plan = compile_program(designs.trace(designs.mlp(4, 256)), NPU2)
+    assert len(lowered) == 1 and [r.reader for r in lowered[0].relays] == ["g3", "g5", "g7"]
+    assert len(fits(plan)) == 3
+
 
 def test_the_mlp_parts_take_the_residual_from_the_norm_group():
     plan = compile_program(designs.trace(designs.mlp(4, 256)), NPU2)

@@ -106,8 +106,8 @@ def walk_plan(device: str) -> Plan:
     """Walk: node = successor[node]; trail[steps] = node; steps += 1. On a full-ELF device an
     emit core computes the next call's words into `feedback`."""
     emit = aie_utils.from_name(device).full_elf
-    words = (WordDef(0, "node", WordKind.CARRIED, bound=(0, 8), what="successor[node]"),
-             WordDef(1, "steps", WordKind.CARRIED, bound=(0, 9), what="trail[steps]"),
+    words = (WordDef(0, "node", WordKind.CARRIED, bound=(0, 8), what="successor[node]", tensor="successor"),
+             WordDef(1, "steps", WordKind.CARRIED, bound=(0, 9), what="trail[steps]", tensor="trail"),
              WordDef(2, "steps + 1", WordKind.CORE, "add", WordRef(1), Const(1)))
     host_buffers = (HostBuffer("consts", HostRole.CONSTS, 8), HostBuffer("states", HostRole.STATES, 9),
                     HostBuffer("inputs", HostRole.INPUTS, 1), HostBuffer("outputs", HostRole.OUTPUTS, 1),
@@ -165,7 +165,7 @@ def accumulate_plan() -> Plan:
                       HostBuffer("words", HostRole.WORDS, 2)),
         placements=(Placement("acc", PlacementKind.STATE, "states", 0, (8, 4), F32),
                     Placement("x", PlacementKind.INPUT, "inputs", 0, (4,), F32)),
-        words=(WordDef(0, "pos", WordKind.SCRATCHPAD, bound=(0, 8), what="acc[pos]"),
+        words=(WordDef(0, "pos", WordKind.SCRATCHPAD, bound=(0, 8), what="acc[pos]", tensor="acc"),
                WordDef(1, "acc[pos] offset", WordKind.DMA, "mul", WordRef(0), Const(4))),
         fifos=(Fifo("g0_in", SHIM, (CORE,), 2, 32, F32), Fifo("g0_host", CORE, (SHIM,), 2, 16, F32)),
         functions=(Function("g0", ("g0_in", "g0_host"), (

@@ -1,4 +1,4 @@
-"""The `share_shim_channels` placement rule (iron/compiler/place.py, applied by lower.py): when
+"""The `share_shim_channels` rule (iron/compiler/channels.py, applied by shims.py): when
 a design needs more shim MM2S or S2MM channels than the device has, the `_in` FIFOs of several
 groups become one shim -> mem tile FIFO split to each group, and their `_host` FIFOs one mem-tile
 join into a mem -> shim FIFO; inputs that wait for another group's state write, and outputs a

@@ -28,8 +28,8 @@ def patches(plan) -> list[tuple[str, int | None]]:
 def test_walk_words_are_node_steps_and_the_next_steps():
     plan = compile_program(designs.trace(designs.walk(8)), NPU2)
     assert plan.words == (
-        WordDef(0, "node", WordKind.CARRIED, bound=(0, 8), what="successor[node]"),
-        WordDef(1, "steps", WordKind.CARRIED, bound=(0, 9), what="trail[steps]"),
+        WordDef(0, "node", WordKind.CARRIED, bound=(0, 8), what="successor[node]", tensor="successor"),
+        WordDef(1, "steps", WordKind.CARRIED, bound=(0, 9), what="trail[steps]", tensor="trail"),
         WordDef(2, "steps + 1", WordKind.NEXT, "add", WordRef(1), Const(1)),
     )
     # int32 rows of one word: the DMA offset words fold into the index words themselves
@@ -40,7 +40,7 @@ def test_walk_words_are_node_steps_and_the_next_steps():
 def test_a_row_index_is_scaled_into_a_dma_word():
     plan = compile_program(designs.trace(designs.accumulate_at(n=64, rows=4)), NPU2)
     assert plan.words == (
-        WordDef(0, "pos", WordKind.SCRATCHPAD, bound=(0, 4), what="acc[pos]"),
+        WordDef(0, "pos", WordKind.SCRATCHPAD, bound=(0, 4), what="acc[pos]", tensor="acc"),
         WordDef(1, "pos * 64", WordKind.DMA, "mul", WordRef(0), Const(64)),
     )
     assert patches(plan) == [("inputs", None), ("states", 1), ("states", 1)]
@@ -81,10 +81,10 @@ class Shared(iron.Graph):
 def test_words_are_shared_and_a_second_bound_gets_a_copy():
     plan = lower(Shared())
     assert plan.words == (
-        WordDef(0, "node", WordKind.SCRATCHPAD, bound=(0, 8), what="w[node]"),
+        WordDef(0, "node", WordKind.SCRATCHPAD, bound=(0, 8), what="w[node]", tensor="w"),
         WordDef(1, "pos", WordKind.SCRATCHPAD),
-        WordDef(2, "pos + 1", WordKind.DMA, "add", WordRef(1), Const(1), bound=(0, 8), what="w[pos + 1]"),
-        WordDef(3, "node", WordKind.DMA, "copy", WordRef(0), None, bound=(0, 4), what="t[node]"),
+        WordDef(2, "pos + 1", WordKind.DMA, "add", WordRef(1), Const(1), bound=(0, 8), what="w[pos + 1]", tensor="w"),
+        WordDef(3, "node", WordKind.DMA, "copy", WordRef(0), None, bound=(0, 4), what="t[node]", tensor="t"),
     )
 
 

@@ -60,7 +60,7 @@ class Attend(iron.Graph):
 
 
 LENGTH_TEXT = ("Softmax length=n + 1 with n + 1 = 9 is out of range: n + 1 must be in 1..8; nothing was "
-               "written. Keep n + 1 in range, or keep it between 1 and 8.")
+               "written. Keep n + 1 between 1 and 8.")
 
 
 def test_a_valid_length_out_of_range_is_refused_with_the_device_paths_text(monkeypatch):
@@ -102,3 +102,33 @@ def test_a_write_to_a_whole_state():
     g = Fill()
     assert g.reference(np.array([1, -2, 3], np.int16)) is None
     np.testing.assert_array_equal(g.read("s"), [1, -2, 3])
+
+
+class Prefix(iron.Kernel):
+    """x with the elements from `count` on zeroed; `count` may be 0..n (declared by its bounds)."""
+
+    name = "prefix"
+    attrs = {"count": None}
+    scalar_attrs = ("count",)
+    bounds = {"count": iron.Within(0)}
+
+    @staticmethod
+    def compute(x, count=None):
+        out = x.copy()
+        out[count:] = 0
+        return out
+
+
+class Keep(iron.Graph):
+    def body(self, x, *, c: Scratchpad[np.int32]):
+        return Prefix.step(x, count=c)
+
+
+def test_a_user_kernels_bounded_attribute_is_checked_as_it_declares():
+    x = np.arange(1, 9, dtype=np.int32)
+    np.testing.assert_array_equal(Keep().reference(x, c=0), np.zeros(8, np.int32))
+    np.testing.assert_array_equal(Keep().reference(x, c=8), x)
+    with pytest.raises(IndexOutOfRange) as e:
+        Keep().reference(x, c=9)
+    assert str(e.value) == ("Prefix count=c with c = 9 is out of range: c must be in 0..8; nothing was written. "
+                            "Keep c between 0 and 8.")

@@ -147,24 +147,24 @@ def test_a_user_kernel_source_is_written_under_its_derived_file_name():
     assert "triple_it_i32(" in compiled.sources["g0.cc"]
 
 
-def test_a_graph_class_name_with_a_newline_is_refused():
-    with pytest.raises(DeclarationError) as raised:
+def test_a_graph_class_name_with_a_newline_is_refused(trail, unchanged):
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
         type("Walk\n#include <evil>", (iron.Graph,), {"body": lambda self, x: Copy.step(x)})
     assert str(raised.value) == f"a graph class's name is 'Walk\\n#include <evil>': a name must be {ALLOWED}. Rename it."
 
 
-def test_a_graph_function_name_that_is_not_an_identifier_is_refused():
+def test_a_graph_function_name_that_is_not_an_identifier_is_refused(trail, unchanged):
     def body(x):
         return Copy.step(x)
     body.__name__ = "a b"
-    with pytest.raises(DeclarationError) as raised:
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
         iron.graph(body)
     assert str(raised.value) == f"@iron.graph function's name is 'a b': a name must be {ALLOWED}. Rename it."
 
 
 @pytest.mark.parametrize("name", ["trail\n", "trailé", "t" * 65, "1st"])
-def test_a_state_name_that_is_not_a_c_identifier_is_refused(name):
-    with pytest.raises(DeclarationError) as raised:
+def test_a_state_name_that_is_not_a_c_identifier_is_refused(name, trail, unchanged):
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
         iron.state((4,), np.int32, name=name)
     assert str(raised.value) == f"iron.state(name=...) is {name!r}: a name must be {ALLOWED}. Rename it."
 

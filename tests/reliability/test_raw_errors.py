@@ -161,7 +161,7 @@ def test_a_user_compute_of_the_wrong_shape_or_dtype_is_a_kernel_type_error_on_ev
         assert str(raised.value) == text
 
 
-def test_a_weight_used_outside_a_traced_body_names_the_declaration_to_write():
+def test_a_weight_used_outside_a_traced_body_names_the_declaration_to_write(trail, unchanged):
     class Table(iron.Graph):
         def __init__(self):
             self.table = iron.weight(np.arange(4, dtype=np.int32))
@@ -169,7 +169,7 @@ def test_a_weight_used_outside_a_traced_body_names_the_declaration_to_write():
         def body(self, *, i: Scratchpad[np.int32]):
             return Copy.step(self.table[i])
 
-    with pytest.raises(DeclarationError) as raised:
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
         Table().table[0]
     assert str(raised.value) == (
         "weight (unnamed) is used outside a traced body(): index weights, params and states only inside body(), "

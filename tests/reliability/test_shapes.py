@@ -1,7 +1,7 @@
-"""Shapes are checked where they are declared: no zero or negative axis, no tensor whose elements
-or 32-bit words overflow an int32, no states past the host budget (IRON_STATE_MAX_BYTES), each
-a named error with the numbers, never a KeyError, a RecursionError, a MemoryError or a wrapped
-offset."""
+"""Shapes are checked where they are declared: no zero or negative axis, no tensor or states
+buffer whose byte offsets overflow a signed 32-bit word, no states past the host budget
+(IRON_STATE_MAX_BYTES), each a named error with the numbers, never a KeyError, a
+RecursionError, a MemoryError or a wrapped offset."""
 import numpy as np
 import pytest
 
@@ -11,7 +11,7 @@ from iron.kernels import Add, Copy
 
 HOST = ("a graph's states may take on the host (iron holds them twice: the reference's copy and the device's "
         "buffer). Use smaller states, or raise IRON_STATE_MAX_BYTES.")
-DEVICE = ("but the device addresses at most 2147483647 of each (int32 kernel sizes and DMA word offsets). "
+DEVICE = ("but the device's DMA offsets are 32-bit words, so a tensor may hold at most 2147483647 bytes. "
           "Split it into smaller tensors.")
 
 
@@ -22,8 +22,8 @@ def test_a_state_axis_that_is_not_a_positive_int_is_refused(shape, trail, unchan
     assert str(raised.value) == f"iron.state({shape!r}, ...) has shape {shape!r}: every axis needs a positive int size."
 
 
-def test_a_state_without_axes_is_refused():
-    with pytest.raises(DeclarationError) as raised:
+def test_a_state_without_axes_is_refused(trail, unchanged):
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
         iron.state((), np.int32, name="s")
     assert str(raised.value) == "iron.state(name='s') has shape (): give a state at least one axis, e.g. (1,)."
 
@@ -32,16 +32,16 @@ def test_a_state_of_1e12_elements_is_refused_before_any_memory_is_taken(trail, u
     with unchanged(trail), pytest.raises(DeclarationError) as raised:
         iron.state(10**12, np.int32, name="huge")
     assert str(raised.value) == (
-        f"iron.state(name='huge') is (1000000000000,) int32: 1000000000000 elements in 1000000000000 32-bit words, {DEVICE}"
+        f"iron.state(name='huge') is (1000000000000,) int32: 4000000000000 bytes, {DEVICE}"
     )
 
 
-def test_a_state_past_2_31_words_is_refused_not_wrapped(trail, unchanged, monkeypatch):
+def test_a_state_past_2_31_bytes_is_refused_not_wrapped(trail, unchanged, monkeypatch):
     monkeypatch.setenv("IRON_STATE_MAX_BYTES", str(2**40))   # the device rule, not the host budget, refuses it
     with unchanged(trail), pytest.raises(DeclarationError) as raised:
         iron.state((2**31 + 2**29,), np.int8, name="wide")
     assert str(raised.value) == (
-        f"iron.state(name='wide') is (2684354560,) int8: 2684354560 elements in 671088640 32-bit words, {DEVICE}"
+        f"iron.state(name='wide') is (2684354560,) int8: 2684354560 bytes, {DEVICE}"
     )
 
 
@@ -53,18 +53,18 @@ def test_a_state_of_1e9_elements_is_past_the_default_host_budget(trail, unchange
     )
 
 
-def test_the_host_budget_is_configurable(monkeypatch):
+def test_the_host_budget_is_configurable(monkeypatch, trail, unchanged):
     monkeypatch.setenv("IRON_STATE_MAX_BYTES", "1000")
     assert iron.state((250,), np.int32).shape == (250,)
-    with pytest.raises(DeclarationError) as raised:
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
         iron.state((251,), np.int32)
     assert str(raised.value) == f"iron.state((251,), ...) would take 1004 bytes, more than the 1000 bytes {HOST}"
 
 
 @pytest.mark.parametrize("value", ["lots", "0", "-5"])
-def test_a_budget_that_is_not_a_positive_number_is_refused(value, monkeypatch):
+def test_a_budget_that_is_not_a_positive_number_is_refused(value, monkeypatch, trail, unchanged):
     monkeypatch.setenv("IRON_STATE_MAX_BYTES", value)
-    with pytest.raises(DeclarationError) as raised:
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
         iron.state((4,), np.int32)
     assert str(raised.value) == f"IRON_STATE_MAX_BYTES is {value!r}: set it to a positive number of bytes."
 
@@ -87,6 +87,26 @@ def test_a_graphs_states_together_past_the_budget_do_not_fit_when_traced(monkeyp
         assert str(raised.value) == f"the states of Two would take 1600 bytes, more than the 1000 bytes {HOST}"
 
 
+def test_states_whose_one_buffer_passes_2_31_bytes_do_not_fit_when_traced(monkeypatch, unchanged):
+    monkeypatch.setenv("IRON_STATE_MAX_BYTES", str(2**40))   # nothing is allocated: the trace refuses first
+
+    class Halves(iron.Graph):
+        def __init__(self):
+            self.a = iron.state((2**30,), np.int8, name="a")
+            self.b = iron.state((2**30,), np.int8, name="b")
+
+        def body(self, x):
+            return Copy.step(x, out=self.a[0:4])
+
+    g = Halves()
+    with unchanged(), pytest.raises(DoesNotFit) as raised:
+        g.compile(((4,), np.int8))
+    assert str(raised.value) == (
+        "the states of Halves need 2147483648 bytes in one host buffer, but the device's DMA offsets are 32-bit "
+        "words, so it may hold at most 2147483647 bytes: use smaller states."
+    )
+
+
 @pytest.mark.parametrize("kind", ["weight", "param"])
 def test_a_zero_size_weight_or_param_is_refused(kind, trail, unchanged):
     with unchanged(trail), pytest.raises(DeclarationError) as raised:
@@ -99,7 +119,7 @@ def test_a_weight_past_2_31_elements_is_refused_before_it_is_copied(trail, uncha
     with unchanged(trail), pytest.raises(DeclarationError) as raised:
         iron.weight(table)
     assert str(raised.value) == (
-        f"the array given to iron.weight() is (2147483648,) int8: 2147483648 elements in 536870912 32-bit words, {DEVICE}"
+        f"the array given to iron.weight() is (2147483648,) int8: 2147483648 bytes, {DEVICE}"
     )
 
 
@@ -124,11 +144,11 @@ def test_a_tensor_spec_past_2_31_elements_is_refused_not_lowered(trail, unchange
     with unchanged(trail), pytest.raises(ArgumentError) as raised:
         Twice().compile(((2**16, 2**15), np.int8))
     assert str(raised.value) == (
-        f"tensor 'x' of Twice.body is (65536, 32768) int8: 2147483648 elements in 536870912 32-bit words, {DEVICE}"
+        f"tensor 'x' of Twice.body is (65536, 32768) int8: 2147483648 bytes, {DEVICE}"
     )
 
 
-def test_a_tensor_too_large_for_tile_memory_does_not_fit_with_the_numbers():
-    with pytest.raises(DoesNotFit) as raised:
+def test_a_tensor_too_large_for_tile_memory_does_not_fit_with_the_numbers(trail, unchanged):
+    with unchanged(trail), pytest.raises(DoesNotFit) as raised:
         Twice().compile(((10**9,), np.int8))
     assert str(raised.value).startswith("Twice does not fit tile_0_2: its buffers take 2000001024 bytes but a compute tile has 65536")

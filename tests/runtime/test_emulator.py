@@ -381,7 +381,7 @@ def trail_plan(device="npu2"):
                                          ScalarStep(Ptr("o"), "copy", Load("n"))))
     program = stream("out", Port.PRODUCE, (Invoke("mark", ("out", "n")),))
     sequence = (Dma(Direction.S2MM, "out", "states", 0, (1, 1, 1, 1), ROW, 0, SHIM, patch_word=0), Wait("out"))
-    words = (WordDef(0, "steps", WordKind.SCRATCHPAD, bound=(0, 8), what="trail[steps]"),)
+    words = (WordDef(0, "steps", WordKind.SCRATCHPAD, bound=(0, 8), what="trail[steps]", tensor="trail"),)
     return plan_of("trail", [Fifo("out", CORE, (SHIM,), 2, 4)], [Core(CORE, "g0", program)], [mark],
                    sequence, [HostBuffer("states", HostRole.STATES, 8), HostBuffer("words", HostRole.WORDS, 1)], device,
                    words=words, buffers=(Buffer("n", CORE, 4),))
@@ -530,7 +530,7 @@ def test_a_sequence_waiting_before_it_sends_the_input_hangs():
     ])
 
 
-SIZES = {"matvec": (3, 4), "matmul": (2, 3, 4)}
+SIZES = {"matvec": (3, 4), "matmul": (2, 3, 4), "concat": (2, 3, 4)}
 ATTRS = {"factor": 1.5, "eps": 1e-5, "length": 4, "scale": 3, "shift": 2}
 SIGNATURES = [(k, d, o) for k in LIBRARY for d, o in k.signatures()]
 

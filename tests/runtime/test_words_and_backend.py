@@ -8,8 +8,8 @@ from iron.runtime import backend
 from iron.runtime.words import WordProgram
 
 WORDS = (
-    WordDef(0, "node", WordKind.CARRIED, bound=(0, 10), what="successor[node]"),
-    WordDef(1, "steps", WordKind.CARRIED, bound=(0, 6), what="trail[steps]"),
+    WordDef(0, "node", WordKind.CARRIED, bound=(0, 10), what="successor[node]", tensor="successor"),
+    WordDef(1, "steps", WordKind.CARRIED, bound=(0, 6), what="trail[steps]", tensor="trail"),
     WordDef(2, "steps + 1", WordKind.NEXT, "add", WordRef(1), Const(1)),
     WordDef(3, "node * 4", WordKind.DMA, "mul", WordRef(0), Const(4)),
     WordDef(4, "min(node, 3)", WordKind.CORE, "min", WordRef(0), Const(3)),

@@ -43,7 +43,7 @@ class Emulator:
         self.plan, self.launches = plan, 0
         self._buffers = {b.name: np.zeros(b.nwords, np.uint32) for b in plan.host_buffers}
         self._words = next((b.name for b in plan.host_buffers if b.role is HostRole.WORDS), None)
-        self._bounds = [(w.index, w.bound, w.what or w.name, w.name) for w in plan.words if w.bound is not None]
+        self._bounds = [(w.index, w.bound, w.what or w.name, w.name, w.tensor) for w in plan.words if w.bound is not None]
         self._queue: deque = deque()
         self._runs = 0
         self._broken: str | None = None
@@ -192,10 +192,10 @@ class Emulator:
         if not self._bounds:
             return
         values = words.view(np.int32)
-        for index, (lo, hi), what, name in self._bounds:
+        for index, (lo, hi), what, name, tensor in self._bounds:
             value = int(values[index])
             if not lo <= value < hi:
-                raise IndexOutOfRange.at(what, name, value, lo, hi)
+                raise IndexOutOfRange.at(what, name, value, lo, hi, tensor)
 
     def _hang(self, sequence: Task, run: Run) -> DeviceHang:
         lines = [
