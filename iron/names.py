@@ -16,9 +16,10 @@ MAX_NAME = 64        # characters: well inside a file name (255 bytes) with its 
 MAX_PATH = 128       # characters of a declaration's attribute path
 C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ATTRIBUTE_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|[0-9]+))*")
-# The glue functions iron writes (cores.py and emit.py: `emit`, groups `g0`, parts `g0_p1`, `g0_block`) are
-# files `<function>.cc` beside the kernels' sources, so no kernel may take their names.
-GENERATED_FUNCTION = re.compile(r"emit|g[0-9]+(_[A-Za-z0-9_]*)?")
+# The glue functions iron writes (cores.py and emit.py: `emit`, groups `g0`, parts `g0_p1`,
+# blocks `g0_block`, `g0_p1_block`) are files `<function>.cc` beside the kernels' sources, so no
+# kernel may take their names.
+GENERATED_FUNCTION = re.compile(r"emit|g[0-9]+(_p[0-9]+)?(_block)?")
 ALLOWED = f"a C identifier (ASCII letters, digits and '_', not starting with a digit) of at most {MAX_NAME} characters"
 
 

@@ -1,7 +1,9 @@
 """The numpy reference, the oracle every other path is checked against: `run` interprets one call
 of a Program the way JAX's eval_jaxpr interprets a jaxpr. It evaluates every per-call expression
-and checks every bound first, so a call that fails writes nothing; then it runs the kernel calls in
-program order with their numpy semantics, and reads out the outputs and the next carried values.
+and checks every bound first, then runs the kernel calls in program order with their numpy
+semantics, and reads out the outputs and the next carried values. A call that fails leaves the
+states as they were: a bound is refused before anything is written, a failing kernel puts back
+what the calls before it wrote.
 """
 from __future__ import annotations
 
@@ -24,8 +26,14 @@ def run(program: Program, memories: dict[str, np.ndarray], inputs: list[np.ndarr
     for var in program.scalars:
         env[var] = values[var.arg[0]]
     check_bounds(program, env)
-    for call in program.calls:
-        run_call(call, env)
+    undo: list[tuple] = []  # (state, index, its values before) of each write, put back if a call fails
+    try:
+        for call in program.calls:
+            run_call(call, env, undo)
+    except BaseException:
+        for state, index, before in reversed(undo):
+            state[index] = before
+        raise
     outputs = [env[node] for node in program.outputs]
     carry = {}
     for name, node in program.carry:  # an element a call computed, or a per-call expression
@@ -96,8 +104,9 @@ def tensor(node: Node, env: dict) -> np.ndarray:
     return env[node.src[0]][env[node]] if node.op == Op.VIEW else env[node]
 
 
-def run_call(call: Node, env: dict):
-    """One kernel call: its result goes into env, or into the state (or view of one) it writes."""
+def run_call(call: Node, env: dict, undo: list):
+    """One kernel call: its result goes into env, or into the state (or view of one) it writes,
+    whose values before go into `undo`."""
     c = call.arg
     args = [tensor(node, env) for node in call.src[:c.n_inputs]]
     dest = call.src[c.n_inputs] if c.writes else None
@@ -107,10 +116,11 @@ def run_call(call: Node, env: dict):
     result = kernel_fn(call)(*args, **per_call)
     if dest is None:
         env[call] = result
-    elif dest.op == Op.VIEW:
-        env[dest.src[0]][env[dest]] = result
-    else:
-        env[dest][...] = result
+        return
+    state, index = (env[dest.src[0]], env[dest]) if dest.op == Op.VIEW else (env[dest], ...)
+    before = state[index]  # one element reads as a numpy scalar, which nothing can change
+    undo.append((state, index, before.copy() if isinstance(before, np.ndarray) else before))
+    state[index] = result
 
 
 def kernel_fn(call: Node):

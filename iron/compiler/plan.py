@@ -15,6 +15,8 @@ import numpy as np
 class Term(Enum):
     """A Plan enum; a member reads as its value in messages ("shim", "mm2s")."""
 
+    __hash__ = object.__hash__   # members are singletons: hash them as such (Tiles key many dicts)
+
     def __str__(self) -> str:
         return self.value
 

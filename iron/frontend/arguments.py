@@ -186,6 +186,8 @@ def state_name(graph, state) -> str:
             f"{type(graph).__name__} has no public state '{state}': public states are {', '.join(public) or 'none'} "
             "(give a state name= to make it public, or pass the State object)."
         )
+    if isinstance(state, Memory):
+        declared_name(graph, state)   # another graph's weight or param: named as such first
     raise ArgumentError(f"read/write take a State or a public state's name, not {type(state).__name__}.")
 
 

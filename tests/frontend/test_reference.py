@@ -132,3 +132,38 @@ def test_a_user_kernels_bounded_attribute_is_checked_as_it_declares():
         Keep().reference(x, c=9)
     assert str(e.value) == ("Prefix count=c with c = 9 is out of range: c must be in 0..8; nothing was written. "
                             "Keep c between 0 and 8.")
+
+
+class Halves(iron.Kernel):
+    """A user kernel whose compute() returns half as many elements as its call gives."""
+
+    name = "halves"
+
+    @staticmethod
+    def compute(x):
+        return x[: x.shape[0] // 2]
+
+
+class WriteThenFail(iron.Graph):
+    def __init__(self):
+        self.seen = iron.state((2, 4), np.int32, name="seen")
+        self.last = iron.state((4,), np.int32, name="last")
+
+    def body(self, x, *, row: Scratchpad[np.int32]):
+        Copy.step(x, out=self.seen[row])
+        Copy.step(x, out=self.last)
+        return Halves.step(x)
+
+
+def test_a_kernel_failing_after_writes_puts_back_what_the_call_wrote():
+    g = WriteThenFail()
+    g.write("seen", np.array([[1, 2, 3, 4], [5, 6, 7, 8]], np.int32))
+    g.write("last", np.array([9, 9, 9, 9], np.int32))
+    with pytest.raises(iron.errors.KernelTypeError) as e:
+        g.reference(np.zeros(4, np.int32), row=0)
+    assert str(e.value) == (
+        "Halves.compute() returned (2,) int32 but this call's output is (4,) int32: return a numpy array of that "
+        "shape and dtype (e.g. result.astype(np.int32))."
+    )
+    np.testing.assert_array_equal(g.read("seen"), [[1, 2, 3, 4], [5, 6, 7, 8]])
+    np.testing.assert_array_equal(g.read("last"), [9, 9, 9, 9])

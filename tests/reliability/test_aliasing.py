@@ -113,14 +113,24 @@ def test_reading_or_writing_another_graphs_state_names_both_graphs(unchanged):
     np.testing.assert_array_equal(other.read(other.trail), X + 100)
 
 
-def test_updating_another_graphs_weight_names_both_graphs(unchanged):
+def test_reading_writing_or_updating_another_graphs_weight_names_both_graphs(unchanged):
     mine, other, compiled = traced_pair()
-    with unchanged(mine, other, compiled=[compiled]), pytest.raises(ArgumentError) as raised:
-        mine.update(other.table, TABLE)
-    assert str(raised.value) == (
-        "<iron.weight table: (2, 4) int32> belongs to Other, not to Lookup: read, write or update it through the "
-        "graph that declares it (as an attribute of that graph), not through Lookup."
-    )
+    attempts = [lambda: mine.update(other.table, TABLE), lambda: compiled.read(other.table),
+                lambda: mine.write(other.table, TABLE)]
+    for attempt in attempts:
+        with unchanged(mine, other, compiled=[compiled]), pytest.raises(ArgumentError) as raised:
+            attempt()
+        assert str(raised.value) == (
+            "<iron.weight table: (2, 4) int32> belongs to Other, not to Lookup: read, write or update it through the "
+            "graph that declares it (as an attribute of that graph), not through Lookup."
+        )
+
+
+def test_reading_this_graphs_own_weight_says_what_read_takes(unchanged):
+    mine, other, compiled = traced_pair()
+    with unchanged(mine, compiled=[compiled]), pytest.raises(ArgumentError) as raised:
+        compiled.read(mine.table)
+    assert str(raised.value) == "read/write take a State or a public state's name, not Weight."
 
 
 def test_a_state_no_graph_declares_is_named_as_such(unchanged):

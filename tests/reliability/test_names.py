@@ -25,6 +25,12 @@ def test_a_kernel_name_that_is_not_a_c_identifier_is_refused_when_the_class_is_d
     )
 
 
+@pytest.mark.parametrize("name", ["g2_norm", "emitter", "gelu"])
+def test_names_near_the_generated_ones_are_free(name):
+    kernel = kernel_named(name)
+    assert lookup(f"{name}_i32").kernel is kernel
+
+
 def test_an_unnamed_kernel_is_a_base_for_others_and_cannot_be_called(unchanged, trail):
     unnamed = kernel_named("")
 
@@ -51,7 +57,7 @@ def test_a_kernel_name_that_is_not_a_string_is_refused(trail, unchanged):
     assert str(raised.value) == f"the name of kernel class 'UserKernel' is 3, a int: a name is a string, {ALLOWED}."
 
 
-@pytest.mark.parametrize("name", ["emit", "g0", "g12_p1", "g0_block"])
+@pytest.mark.parametrize("name", ["emit", "g0", "g12_p1", "g0_block", "g3_p2_block"])
 def test_a_kernel_cannot_take_the_name_of_a_function_iron_generates(name, trail, unchanged):
     with unchanged(trail), pytest.raises(DeclarationError) as raised:
         kernel_named(name)
