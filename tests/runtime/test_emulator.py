@@ -274,6 +274,27 @@ def test_split_and_join_links_on_the_mem_tile():
     np.testing.assert_array_equal(ints(emulator.buffer("y")), np.concatenate([x[256:] * 2, x[:256] + 1]))
 
 
+def test_links_lower_as_mlir_aie_lowers_them():
+    """One set of buffers on the mem tile per link (the split one's, the joined one's), locks
+    counting parts; each S2MM channel has acquired a free buffer and waits for words."""
+    emulator = Emulator(links_plan())
+    mem, core = emulator.tiles[MEM], emulator.tiles[CORE]
+    assert {n: b.data.size for n, b in mem.buffers.items()} == {
+        "whole_cons_buff_0": 2048, "whole_cons_buff_1": 2048, "joined_buff_0": 2048, "joined_buff_1": 2048}
+    assert {n: lock.value for n, lock in mem.locks.items()} == {  # from 2 x 2 parts each
+        "whole_cons_prod_lock": 2, "whole_cons_cons_lock": 0, "joined_prod_lock": 2, "joined_cons_lock": 0}
+    assert {n: lock.value for n, lock in core.locks.items()} == {
+        "lo_cons_prod_lock": 1, "lo_cons_cons_lock": 0, "r_lo_prod_lock": 2, "r_lo_cons_lock": 0}
+    assert [c.name for c in emulator.fifos.channels if "mem_0_1" in c.name] == [
+        "s2mm 0 of mem_0_1 (@whole)", "mm2s 0 of mem_0_1 (@lo)", "mm2s 1 of mem_0_1 (@hi)",
+        "s2mm 1 of mem_0_1 (@r_lo)", "s2mm 2 of mem_0_1 (@r_hi)", "mm2s 2 of mem_0_1 (@joined)"]
+    assert [c.name for c in emulator.sequence.channels.values()] == [
+        "mm2s 0 of shim_0_0 (@whole)", "s2mm 0 of shim_0_0 (@joined)"]
+    launch(emulator)
+    assert {n: lock.value for n, lock in mem.locks.items()} == {
+        "whole_cons_prod_lock": 2, "whole_cons_cons_lock": 0, "joined_prod_lock": 2, "joined_cons_lock": 0}
+
+
 def fan_plan():
     """A core relays 3 objects to two cores (a broadcast), each copies them to the host."""
     copy = Function("copy", ("x", "y"), (KernelStep("copy_i32", (Ptr("x"), Ptr("y"), Imm(4))),), blocked=True)

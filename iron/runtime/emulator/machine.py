@@ -47,7 +47,16 @@ class Emulator:
         self._queue: deque = deque()
         self._runs = 0
         self._broken: str | None = None
-        board = self._board = Board()
+        self._board = Board()
+        self._build(plan, make_call)
+        run_until_quiet(self._board)
+        relays = {b for at, tile in self.tiles.items() if at.kind is TileKind.MEM for b in tile.buffers.values()}
+        hosts = [getattr(op, "buffer", None) for op in plan.sequence]
+        self._replay = Replay(self._state(), self._board, relays, hosts) if replay else None
+
+    def _build(self, plan, make_call):
+        """The array the Plan describes, with every core and DMA channel ready to start."""
+        board = self._board
         self.tiles = {at: Tile(at, plan.device, board) for at in plan.tiles}
         for b in plan.buffers:
             self.tiles[b.tile].buffer(b.name, b.nbytes)
@@ -60,14 +69,9 @@ class Emulator:
         board.ready.extend(Task(c.name, c.task()) for c in self.fifos.channels)
         board.ready.extend(Task(name, task) for name, task in self.sequence.tasks())
         self._locks = [lock for tile in self.tiles.values() for lock in tile.locks.values()]
-        streams = list(self.fifos.streams.values())
-        self._streams = streams
-        self._signals = [*self._locks, *(s for stream in streams for s in (stream.sent, stream.arrived)),
+        self._streams = list(self.fifos.streams.values())
+        self._signals = [*self._locks, *(s for stream in self._streams for s in (stream.sent, stream.arrived)),
                          *(c.signal for c in self.sequence.channels.values())]
-        run_until_quiet(board)
-        relays = {b for at, tile in self.tiles.items() if at.kind is TileKind.MEM for b in tile.buffers.values()}
-        hosts = [getattr(op, "buffer", None) for op in plan.sequence]
-        self._replay = Replay(self._state(), board, relays, hosts) if replay else None
 
     @property
     def replayed(self) -> int:
