@@ -178,7 +178,7 @@ def check_tile_memory(plan: Plan):
 
 
 def does_not_fit(plan: Plan, tile: Tile, held: list[tuple[str, int]]) -> DoesNotFit:
-    holds = plan.notes.get("holds", {})
+    holds = plan.holds
     items = []
     for name, n in sorted(held, key=lambda item: (-item[1], item[0])):
         what = holds.get(name.split("@")[0])

@@ -79,7 +79,7 @@ def assemble(program: Program, device, groups: tuple[Group, ...], layout: Layout
         emit=emit, carry=lowered.carry,
         groups=tuple((g.name, tuple(call_label(program, c) for c in g.calls)) for g in groups),
         rules=(*_fuse_rules(program, groups), *layout.rules, *routes.rules, *lowered.rules),
-        notes={"holds": dict(lowered.holds), "closed_by": {g.name: g.closed_by for g in groups}},
+        holds=dict(lowered.holds), closed_by={g.name: g.closed_by for g in groups},
     )
 
 

@@ -56,7 +56,7 @@ def _memory(plan: Plan) -> list[str]:
 
 
 def _fifos(plan: Plan) -> list[str]:
-    holds = plan.notes.get("holds", {})
+    holds = plan.holds
     rows = []
     for f in plan.fifos:
         route = f"{f.producer.name} -> {', '.join(t.name for t in f.consumers)}"
@@ -100,7 +100,7 @@ def _words(words) -> list[str]:
 
 
 def _groups(plan: Plan) -> list[str]:
-    closed = plan.notes.get("closed_by", {})
+    closed = plan.closed_by
     return [f"{name}: {', '.join(calls)}" + (f" (closed by {closed[name]})" if name in closed else "")
             for name, calls in plan.groups]
 

@@ -384,7 +384,8 @@ class Plan:
                                                                 # or the output holding an element
     groups: tuple[tuple[str, tuple[str, ...]], ...] = ()   # group name -> kernel calls fused in it (for describe())
     rules: tuple[tuple[str, str], ...] = ()                # (rule name, what it decided), for describe()
-    notes: dict = field(default_factory=dict, compare=False)
+    holds: dict[str, str] = field(default_factory=dict, compare=False)      # FIFO or Buffer -> what it holds
+    closed_by: dict[str, str] = field(default_factory=dict, compare=False)  # group -> the rule that closed it
 
     # lookups used by every consumer of a Plan
     def fifo(self, name: str) -> Fifo:

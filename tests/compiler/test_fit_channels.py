@@ -71,7 +71,7 @@ def test_the_mlp_parts_take_the_residual_from_the_norm_group():
         for g, tile in ((3, "tile_1_5"), (5, "tile_1_2"), (7, "tile_2_4"))]
     assert consumers(plan, "g1_out") == ("tile_0_5",)
     assert (consumers(plan, "g2_out"), plan.fifo("g2_out").nbytes) == (("tile_1_5", "tile_1_4"), 2048)
-    assert plan.notes["holds"]["g2_out"] == "RMSNorm#4, Add#3"
+    assert plan.holds["g2_out"] == "RMSNorm#4, Add#3"
     assert plan.function("g2").steps[1] == KernelStep("copy_f32", (Ptr("g1_out"), Ptr("g2_out", 1024), Imm(256)))
     residual = [step.args[0] for name in ("g3_p0", "g3_p1") for step in plan.function(name).steps
                 if step.symbol == "add_f32"]
@@ -108,7 +108,7 @@ def test_a_bias_after_a_streamed_matrix_comes_with_the_normalized_vector():
     assert fits(plan) == [
         "g1 on tile_0_3 would take 3 FIFOs by DMA (g0_out, g1_in, g1_w) but a compute tile has 2 input "
         "channels: g0 forwards in g0_out what g1 would take from g1_in"]
-    holds = plan.notes["holds"]
+    holds = plan.holds
     assert (holds["g0_in"], holds["g0_out"]) == ("x, g, b", "RMSNorm#0, b")
     assert "g1_in" not in holds and over(plan) == {}
     x = np.linspace(-2, 2, 64).astype(F32)
@@ -152,7 +152,7 @@ def test_a_per_call_length_travels_in_the_carrier_object():
     assert fits(plan) == [
         "g2 on tile_0_4 would take 3 FIFOs by DMA (g0_out, g1_out, g2_in) but a compute tile has 2 input "
         "channels: g0 forwards in g0_out what g2 would take from g2_in"]
-    assert plan.notes["holds"]["g0_out"] == "Exp#0, n"
+    assert plan.holds["g0_out"] == "Exp#0, n"
     assert plan.function("g2").steps[-1].args[-1] == Load("g0_out", 64)   # Softmax's length
     x, y = np.linspace(-1, 1, 16).astype(F32), np.linspace(0, 2, 16).astype(F32)
     for n in (3, 16):

@@ -82,7 +82,7 @@ def without_emit(plan):
     core = dataclasses.replace(core, program=tuple(
         Invoke("g0", ("g0_in", "g0_host")) if isinstance(i, Invoke) else i for i in kept(core.program)))
     return dataclasses.replace(
-        plan, device=None, full_elf=None, image=None, emit=None, rules=(), notes={},
+        plan, device=None, full_elf=None, image=None, emit=None, rules=(), holds={}, closed_by={},
         tiles=tuple(t for t in plan.tiles if t != T03),
         host_buffers=tuple(b for b in plan.host_buffers if b.role is not HostRole.FEEDBACK),
         fifos=tuple(f for f in plan.fifos if f.name not in emit_fifos),
@@ -94,7 +94,7 @@ def test_walk_on_npu1_differs_from_npu2_only_by_the_emit():
     on1, on2 = walk_plan(NPU1), walk_plan(NPU2)
     assert (on1.device.name, on1.full_elf, on1.image, on1.emit) == ("npu1", False, "xclbin", None)
     assert [b.role for b in on1.host_buffers] == list(HostRole)[:5]
-    bare = dataclasses.replace(on1, device=None, full_elf=None, image=None, rules=(), notes={})
+    bare = dataclasses.replace(on1, device=None, full_elf=None, image=None, rules=(), holds={}, closed_by={})
     assert bare == without_emit(on2)
 
 
