@@ -64,10 +64,10 @@ def check_bounds(program: Program, env: dict):
     range (a view's index, or an attribute its kernel bounds, such as Softmax's valid length), all
     before any kernel runs."""
     for call in program.calls:
+        for node in call.src:  # tensors, then the per-call attributes
+            if node.op == Op.VIEW:
+                env[node] = index(node, env)
         c = call.arg
-        for view in call.src[:c.n_inputs + c.writes]:
-            if view.op == Op.VIEW:
-                env[view] = index(view, env)
         for name, expr in zip(c.scalar_attrs, call.src[c.n_inputs + c.writes:]) if c.scalar_attrs else ():
             value = scalar(expr, env)
             if name in c.kernel.bounds:
@@ -113,7 +113,10 @@ def run_call(call: Node, env: dict, undo: list):
     if dest is not None and c.kernel.accumulates:
         args.append(tensor(dest, env))
     per_call = {name: env[e] for name, e in zip(c.scalar_attrs, call.src[c.n_inputs + c.writes:])} if c.scalar_attrs else {}
-    result = kernel_fn(call)(*args, **per_call)
+    if dest is not None and c.kernel.copies and args[0].dtype == call.dtype:
+        result = args[0]  # a copy into a state: assigning it copies already
+    else:
+        result = kernel_fn(call)(*args, **per_call)
     if dest is None:
         env[call] = result
         return

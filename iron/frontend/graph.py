@@ -148,9 +148,10 @@ class Graph:
     def reference(self, *tensors, **values):
         """Run one call with numpy; updates the host copy of the states. Returns outputs, a Carry,
         or (outputs..., Carry)."""
-        arrays, scalars = bind_call(self.signature(), tensors, values)
+        sig = self.signature()
+        arrays, scalars = bind_call(sig, tensors, values)
         program = self._program_for(arrays)
-        require_values(program, self._where, scalars)
+        require_values(program, sig.where, scalars)
         inputs = [arrays[n.arg[0]] for n in program.inputs]
         outputs, nxt = run(program, self._arrays(), inputs, scalars)
         return shape_result(program.returns, outputs, nxt)
