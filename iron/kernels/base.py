@@ -217,7 +217,9 @@ class Kernel:
     @classmethod
     def step(cls, *args, out=None, dtype=None, **attrs):
         """Record one call of this kernel in the body() being traced; returns its output handle
-        (or the `out` view it wrote). The front end's trace does the recording."""
+        (or the `out` view it wrote). The inputs share one dtype, which the kernel computes in;
+        `dtype=` names the output's, one of `out_dtypes(<the inputs' dtype>)`. The front end's
+        trace does the recording."""
         recorder = getattr(RECORDING, "trace", None)
         if recorder is None:
             raise KernelTypeError(

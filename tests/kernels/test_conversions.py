@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import iron
 from iron.errors import KernelTypeError
-from iron.kernels import Cast, MatMul, MatVec, Requantize, Scale
+from iron.kernels import Add, Cast, MatMul, MatVec, Requantize, Scale
 
 I8, I32, F32 = np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.float32)
 
@@ -188,3 +188,32 @@ def test_bfloat16_weights_and_float32_activations_say_to_cast():
         "MatVec computes in bfloat16 but input 1 (x) is float32: give every input the dtype bfloat16 "
         "(Cast.step(x, dtype=iron.bfloat16) converts it)."
     )
+
+
+class QuantizedLayer(iron.Graph):
+    """int8 W (m, k) @ x into int32, plus an int32 bias, requantized to int8: one group."""
+
+    def __init__(self, m, k):
+        rng = np.random.default_rng(9)
+        self.w = iron.param(rng.integers(-128, 128, (m, k), dtype=np.int8))
+        self.b = iron.param(rng.integers(-1000, 1000, m, dtype=np.int32))
+
+    def body(self, x):
+        return Requantize.step(Add.step(MatVec.step(self.w, x, dtype=np.int32), self.b), shift=9)
+
+
+@pytest.mark.parametrize("m, k, split", [(64, 64, False), (512, 512, True)])
+def test_a_quantized_layer_is_one_group_its_epilogue_split_with_the_matrix(monkeypatch, m, k, split):
+    """Cast and Requantize are elementwise: they join a MatVec's epilogue, and when the matrix is
+    split over tiles, the int32 and int8 parts split with it, in both kernel modes."""
+    g = QuantizedLayer(m, k)
+    x = np.random.default_rng(10).integers(-128, 128, k, dtype=np.int8)
+    want = g.reference(x)
+    exact = g.w.array.astype(np.int64) @ x.astype(np.int64) + g.b.array
+    np.testing.assert_array_equal(want, np.clip(np.round(exact / 512), -128, 127))
+    compiled = g.compile(x=x, device="npu2")
+    assert compiled.plan.groups == (("g0", ("MatVec#0", "Add#1", "Requantize#2")),)
+    assert ("split_matrix_over_tiles" in compiled.describe()) == split
+    for mode in ("numpy", "native"):
+        monkeypatch.setenv("IRON_EMULATOR_KERNELS", mode)
+        np.testing.assert_array_equal(compiled(x), want)
