@@ -67,16 +67,34 @@ class Node:
 class Axis:
     """How a VIEW picks along one axis of its memory: a fixed index, a slice [start, stop), or a
     per-call index (`dynamic` is the position of its scalar in the view's src, from 1) whose value
-    v in [0, stop - start) picks element start + v."""
+    v picks element start + v (v in [0, stop - start)), or, with a `length` k, the slice
+    [start + v, start + v + k) (a per-call slice `cache[pos:pos + k]`, v in [0, stop - start - k])."""
 
     index: int | None = None
     dynamic: int | None = None
     start: int = 0
     stop: int | None = None
+    length: int | None = None
+    extent: int | None = None   # the axis's size in the frame the view indexes (None: its tensor's own)
 
     @property
     def keeps_axis(self) -> bool:
-        return self.index is None and self.dynamic is None
+        return self.index is None and (self.dynamic is None or self.length is not None)
+
+    @property
+    def size(self) -> int:
+        """How many elements a kept axis keeps."""
+        return self.length if self.length is not None else self.stop - self.start
+
+    @property
+    def count(self) -> int:
+        """How many elements of this axis the view picks: 1 for an index, else `size`."""
+        return 1 if self.index is not None or not self.keeps_axis else self.size
+
+    @property
+    def offsets(self) -> int:
+        """How many values a per-call index or slice start may take: it must lie in [0, offsets)."""
+        return self.stop - self.start - (self.length or 1) + 1
 
 
 @dataclass(frozen=True)
@@ -151,10 +169,7 @@ def describe(node: Node) -> str:
     if node.op == Op.MEMORY:
         return node.arg[1]
     if node.op == Op.VIEW:
-        parts = [_axis_text(a, node, n) for a, n in zip(node.arg, node.src[0].shape)]
-        while parts and parts[-1] == ":":
-            parts.pop()
-        return f"{describe(node.src[0])}[{', '.join(parts) or ':'}]"
+        return _view_text(node)
     c = node.arg
     return f"{c.kernel.__name__}({', '.join(describe(s) for s in node.src[:c.n_inputs])})"
 
@@ -164,12 +179,28 @@ def _operand(node: Node) -> str:
     return f"({text})" if node.op in SCALAR_SYMBOL else text
 
 
+def _view_text(view: Node) -> str:
+    """`y[2:6]`, `cache[pos:pos + 4]`, `y.reshape(2, 4)[1]`, `x[0, 2:4].reshape(2, 1)`."""
+    source, shape = view.src[0], frame(view)
+    text = describe(source) if shape == source.shape else f"{describe(source)}.reshape{shape}"
+    parts = [_axis_text(a, view, n) for a, n in zip(view.arg, shape)]
+    while parts and parts[-1] == ":":
+        parts.pop()
+    if parts:
+        text += f"[{', '.join(parts)}]"
+    elif shape == source.shape:
+        text += "[:]"
+    kept = tuple(a.size for a in view.arg if a.keeps_axis)
+    return text if view.shape == kept else f"{text}.reshape{view.shape}"
+
+
 def _axis_text(axis: Axis, view: Node, extent: int) -> str:
     if axis.index is not None:
         return str(axis.index)
     if axis.dynamic is not None:
         text = describe(view.src[axis.dynamic])
-        return text if axis.start == 0 else f"{axis.start} + {text}"
+        text = text if axis.start == 0 else f"{axis.start} + {text}"
+        return text if axis.length is None else f"{text}:{text} + {axis.length}"
     start = "" if axis.start == 0 else str(axis.start)
     return f"{start}:{'' if axis.stop == extent else axis.stop}"
 
@@ -188,9 +219,10 @@ def scalar_vars(node: Node) -> set[str]:
 # ---- what a kernel call reads and writes ---------------------------------------------------------
 
 def tensor_inputs(call: Node) -> tuple[Node, ...]:
-    """The tensors a call reads: its inputs, and its destination when it accumulates into it."""
+    """The tensors a call reads: its inputs (for a view of a computed tensor, the call computing
+    it), and its destination when it accumulates into it."""
     c = call.arg
-    reads = call.src[: c.n_inputs]
+    reads = tuple(storage(n) if is_computed_view(n) else n for n in call.src[: c.n_inputs])
     if c.writes and c.kernel.accumulates:
         reads = (*reads, call.src[c.n_inputs])
     return reads
@@ -209,7 +241,17 @@ def external_inputs(calls) -> list[Node]:
 
 def is_host_tensor(node: Node) -> bool:
     """An input, a declared memory or a view of one: a tensor the host holds."""
-    return node.op in (Op.INPUT, Op.MEMORY, Op.VIEW)
+    return storage(node).op in (Op.INPUT, Op.MEMORY)
+
+
+def is_computed_view(node: Node) -> bool:
+    """A view of a tensor a kernel call of the same body computes (`y[4:]`, `y.reshape(2, 4)`)."""
+    return node.op == Op.VIEW and node.src[0].op == Op.CALL
+
+
+def static_index(view: Node) -> tuple:
+    """The numpy index a VIEW without per-call indices takes of its tensor seen as its frame."""
+    return tuple(a.index if a.index is not None else slice(a.start, a.stop) for a in view.arg)
 
 
 def is_gather(node: Node) -> bool:
@@ -228,17 +270,45 @@ def state_of(node: Node) -> str | None:
     return memory.arg[1] if memory.op == Op.MEMORY and memory.arg[0] == "state" else None
 
 
-def region(node: Node) -> tuple[tuple[int, int], ...]:
-    """Where a tensor may lie in its storage: [lo, hi) along each of the storage's axes. A per-call
-    index may pick anywhere in its range, so its axis spans the whole range."""
+def frame(view: Node) -> tuple[int, ...]:
+    """The shape a VIEW's axes index: its tensor's, or another of the same size (a reshape)."""
+    if any(a.extent is None for a in view.arg):
+        return view.src[0].shape
+    return tuple(a.extent for a in view.arg)
+
+
+def region(node: Node) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+    """(frame, where a tensor may lie in its storage seen as that frame: [lo, hi) per axis). A
+    per-call index may pick anywhere in its range, so its axis spans the whole range."""
     if node.op != Op.VIEW:
-        return tuple((0, n) for n in node.shape)
-    return tuple((a.index, a.index + 1) if a.index is not None else (a.start, a.stop) for a in node.arg)
+        return node.shape, tuple((0, n) for n in node.shape)
+    spans = tuple((a.index, a.index + 1) if a.index is not None else (a.start, a.stop) for a in node.arg)
+    return frame(node), spans
 
 
 def overlap(a: Node, b: Node) -> bool:
-    """Whether two tensors of one storage may share an element: their regions meet on every axis."""
-    return all(lo < b_hi and b_lo < hi for (lo, hi), (b_lo, b_hi) in zip(region(a), region(b)))
+    """Whether two tensors of one storage may share an element: their regions meet on every axis
+    (seen in different frames, they are assumed to)."""
+    (frame_a, spans_a), (frame_b, spans_b) = region(a), region(b)
+    if frame_a != frame_b and storage(a).size > 1:
+        return True
+    return all(lo < b_hi and b_lo < hi for (lo, hi), (b_lo, b_hi) in zip(spans_a, spans_b))
+
+
+def contiguous_span(view: Node) -> tuple[int, int] | None:
+    """(first element, count) when a VIEW without per-call indices picks one contiguous run of its
+    tensor (row-major), else None: past the first axis picking more than one element, every
+    axis is whole."""
+    if len(view.src) > 1:
+        return None
+    shape = frame(view)
+    counts = [a.count for a in view.arg]
+    first = next((i for i, n in enumerate(counts) if n > 1), len(counts))
+    if any(n != extent for n, extent in zip(counts[first + 1:], shape[first + 1:])):
+        return None
+    strides = [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
+    start = sum((a.index if a.index is not None else a.start) * st for a, st in zip(view.arg, strides))
+    return start, int(np.prod(counts, dtype=np.int64))
 
 
 def nbytes(node: Node) -> int:

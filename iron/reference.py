@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from iron.errors import ArgumentError, IndexOutOfRange
-from iron.ir import SCALAR_BINARY, Node, Op, Program, describe, wrap_i32
+from iron.ir import SCALAR_BINARY, Node, Op, Program, describe, frame, wrap_i32
 
 
 def run(program: Program, memories: dict[str, np.ndarray], inputs: list[np.ndarray],
@@ -89,19 +89,28 @@ def index(view: Node, env: dict) -> tuple:
             parts.append(slice(axis.start, axis.stop))
         else:
             expr = view.src[axis.dynamic]
-            value, hi = scalar(expr, env), axis.stop - axis.start
+            value, hi = scalar(expr, env), axis.offsets
             if not 0 <= value < hi:
                 raise IndexOutOfRange.at(describe(view), describe(expr), value, 0, hi, describe(view.src[0]))
-            parts.append(axis.start + value)
+            start = axis.start + value
+            parts.append(start if axis.length is None else slice(start, start + axis.length))
     return tuple(parts)
 
 
 # ---- tensors and kernel calls --------------------------------------------------------------------
 
 def tensor(node: Node, env: dict) -> np.ndarray:
-    """The array a tensor node denotes; a view (whose value in env is its index) reads its memory
-    or input without a copy."""
-    return env[node.src[0]][env[node]] if node.op == Op.VIEW else env[node]
+    """The array a tensor node denotes; a view (whose value in env is its index) reads its memory,
+    input or computed tensor, seen in the view's frame, without a copy where numpy can."""
+    if node.op != Op.VIEW:
+        return env[node]
+    return framed(node, env)[env[node]].reshape(node.shape)
+
+
+def framed(view: Node, env: dict) -> np.ndarray:
+    """The array a view indexes, seen as the view's frame (a reshape of a contiguous array is a
+    view of it, so writes through it land)."""
+    return env[view.src[0]].reshape(frame(view))
 
 
 def run_call(call: Node, env: dict, undo: list):
@@ -120,10 +129,10 @@ def run_call(call: Node, env: dict, undo: list):
     if dest is None:
         env[call] = result
         return
-    state, index = (env[dest.src[0]], env[dest]) if dest.op == Op.VIEW else (env[dest], ...)
+    state, index = (framed(dest, env), env[dest]) if dest.op == Op.VIEW else (env[dest], ...)
     before = state[index]  # one element reads as a numpy scalar, which nothing can change
     undo.append((state, index, before.copy() if isinstance(before, np.ndarray) else before))
-    state[index] = result
+    state[index] = np.reshape(result, np.shape(before))
 
 
 def kernel_fn(call: Node):

@@ -16,6 +16,7 @@ from iron.compiler.objects import (
     consumed,
     copy_step,
     dynamic_attrs,
+    gather,
     read,
 )
 from iron.compiler.plan import (
@@ -32,7 +33,7 @@ from iron.compiler.plan import (
     Release,
     WordRef,
 )
-from iron.ir import Node, destination
+from iron.ir import Node, destination, is_computed_view
 
 
 def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:
@@ -85,6 +86,8 @@ def _main_steps(ctx: Context, part: Part) -> list:
 def _call_steps(ctx: Context, part: Part, call: Node) -> list:
     c, steps = call.arg, []
     sliced = part.split
+    for n in call.src[: c.n_inputs]:
+        steps += gather(ctx, part, n) if is_computed_view(n) else []
     ins = [read(ctx, part, n, sliced) for n in call.src[: c.n_inputs]]
     shapes = [(part.count,) if sliced else n.shape for n in call.src[: c.n_inputs]]
     out_shape = (part.count,) if sliced else call.shape
@@ -129,8 +132,9 @@ def _block_function(ctx: Context, part: Part) -> Function | None:
     x = call.src[1]
     row_out = int(np.prod(call.shape[1:], dtype=np.int64)) * call.dtype.itemsize
     home = part.homes[call]
+    gathered = gather(ctx, part, x) if is_computed_view(x) else []
     ptrs = [Ptr(_w_name(part), 0), read(ctx, part, x, False),
             Ptr(home[0], home[1], block_stride=s.rows * row_out)]
     shapes = [(s.rows, *s.matrix.shape[1:]), x.shape]
     step = _kernel_step(ctx, part, call, ptrs, shapes, (s.rows, *call.shape[1:]))
-    return Function(f"{part.prefix}_block", (), (step,), blocked=True)
+    return Function(f"{part.prefix}_block", (), (*gathered, step), blocked=True)

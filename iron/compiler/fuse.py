@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aie_utils.devices import COMPUTE_TILE
-from iron.ir import Node, Op, Program, external_inputs, is_gather, nbytes, tensor_inputs
+from iron.ir import Node, Op, Program, external_inputs, is_gather, nbytes, storage, tensor_inputs
 from iron.kernels.base import Role
 
 MAX_INPUTS = 4
@@ -48,7 +48,7 @@ def live_calls(program: Program) -> list[Node]:
     for call in reversed(program.calls):
         if call.arg.writes or call in needed:
             live.append(call)
-            needed |= set(call.src)
+            needed |= {storage(n) for n in call.src}
     return live[::-1]
 
 

@@ -13,14 +13,20 @@ from iron.compiler.place import Layout, Site
 from iron.compiler.plan import Buffer, Imm, KernelStep, Output, Ptr, WordKind, WordRef
 from iron.compiler.route import Relay, Routes
 from iron.compiler.words import Access, WordTable, base_name, view_access, whole_access
+from iron.errors import PlacementError
 from iron.ir import (
     Node,
     Op,
     Program,
     call_label,
+    contiguous_span,
     describe,
     destination,
+    frame,
+    is_computed_view,
     is_host_tensor,
+    nbytes,
+    static_index,
     tensor_inputs,
 )
 from iron.kernels.registry import copy_kernel
@@ -302,14 +308,50 @@ def _buffer(ctx: Context, part: Part, call: Node, size: int) -> str:
 
 def read(ctx: Context, part: Part, node: Node, sliced: bool) -> Ptr:
     """Where a part's core finds `node`: its home, its `_in`, or another group's object (from
-    the part's first row when `sliced`)."""
+    the part's first row when `sliced`); a contiguous view of a computed tensor is a pointer
+    into the tensor's object (`gather` copies any other into a Buffer first)."""
     shift = part.start * node.dtype.itemsize if sliced else 0
     if node in part.homes:
         return Ptr(*part.homes[node])
+    if is_computed_view(node):
+        first, _ = contiguous_span(node)
+        whole = read(ctx, part, node.src[0], sliced)
+        return replace(whole, offset=whole.offset + first * node.dtype.itemsize)
     if node in part.ins.offsets:
         return Ptr(part.in_fifo, part.ins.offsets[node] + shift)
     fifo, offset = ctx.source(part.group, node)
     return Ptr(fifo, offset + shift)
+
+
+MAX_GATHER_RUNS = 256
+
+
+def gather(ctx: Context, part: Part, view: Node) -> list[KernelStep]:
+    """`free_or_gathered`: a view of a computed tensor that is one contiguous run is read in
+    place (a pointer offset, `read`); any other is copied, run by run, into a Buffer of the
+    part's tile before its first use, which then reads it there. Returns the copies (none when
+    free or already gathered)."""
+    if view in part.homes or contiguous_span(view) is not None:
+        return []
+    flat = np.arange(view.src[0].size).reshape(frame(view))[static_index(view)].ravel()
+    runs = np.split(flat, np.flatnonzero(np.diff(flat) != 1) + 1)
+    if len(runs) > MAX_GATHER_RUNS:
+        raise PlacementError(
+            f"{describe(view)} picks {len(runs)} separate runs of {call_label(ctx.program, view.src[0])}'s "
+            f"result, and iron copies at most {MAX_GATHER_RUNS} runs into a view: lay the result out so the "
+            "view takes longer runs (e.g. transpose it in the kernel), or pick fewer rows."
+        )
+    name = f"{part.prefix}_buf{len(part.buffers)}"
+    part.buffers.append(Buffer(name, part.tile, -(-nbytes(view) // 4) * 4, view.dtype))
+    part.holds[name] = describe(view)
+    source, itemsize = read(ctx, part, view.src[0], False), view.dtype.itemsize
+    steps, done = [], 0
+    for run in runs:
+        at = replace(source, offset=source.offset + int(run[0]) * itemsize)
+        steps.append(copy_step(view.dtype, len(run), at, Ptr(name, done * itemsize)))
+        done += len(run)
+    part.homes[view] = (name, 0)
+    return steps
 
 
 def consumed(ctx: Context, part: Part) -> list[str]:

@@ -13,7 +13,16 @@ from iron.compiler.fuse import STREAM_OBJECT_BYTES, Group, role
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.tiling import Grid, choose_grid, wants_grid
 from iron.errors import PlacementError
-from iron.ir import Node, Op, Program, describe, is_host_tensor, nbytes, tensor_inputs
+from iron.ir import (
+    Node,
+    Op,
+    Program,
+    describe,
+    is_computed_view,
+    is_host_tensor,
+    nbytes,
+    tensor_inputs,
+)
 from iron.kernels.base import Role
 
 SPLIT_PART_BYTES = 128 * 1024   # a MatVec's matrix larger than this is split over tiles
@@ -220,6 +229,8 @@ def splittable(group: Group, outside: dict[Node, tuple[str, ...]]) -> bool:
         return False
     epilogue = group.calls[1:]
     if any(role(c) is not Role.ELEMENTWISE or c.arg.writes for c in epilogue):
+        return False
+    if any(is_computed_view(n) for c in epilogue for n in c.src):   # a view crosses the row parts
         return False
     if any(outside.get(c) for c in group.calls[:-1]):
         return False

@@ -12,7 +12,7 @@ import numpy as np
 from iron import dtypes
 from iron.compiler.plan import Const, Operand, WordDef, WordKind, WordRef
 from iron.errors import PlacementError
-from iron.ir import Node, Op, Program, describe
+from iron.ir import Node, Op, Program, describe, frame
 
 
 class WordTable:
@@ -125,20 +125,19 @@ def base_name(node: Node) -> tuple[str, str]:
 def view_access(view: Node, table: WordTable) -> Access:
     """The words of VIEW `view` within its base's placement (a declared memory or an input);
     its dynamic indices become bounded "dma" words summed into one patch word."""
-    memory = view.src[0]
+    memory, shape = view.src[0], frame(view)
     itemsize = memory.dtype.itemsize
-    strides = [itemsize * int(np.prod(memory.shape[i + 1:], dtype=np.int64)) for i in range(len(memory.shape))]
+    strides = [itemsize * int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
     static, kept, terms = 0, [], []
     for number, axis in enumerate(view.arg):
         static += (axis.index if axis.index is not None else axis.start) * strides[number]
         if axis.dynamic is not None:
             expr = view.src[axis.dynamic]
             _check_step(view, number, expr, strides[number])
-            word = table.bounded(expr, 0, axis.stop - axis.start, describe(view), WordKind.DMA,
-                                 describe(memory))
+            word = table.bounded(expr, 0, axis.offsets, describe(view), WordKind.DMA, describe(memory))
             terms.append((word, strides[number] // 4))
-        elif axis.index is None and axis.stop - axis.start > 1:
-            kept.append((number, axis.stop - axis.start, strides[number]))
+        if axis.keeps_axis and axis.size > 1:
+            kept.append((number, axis.size, strides[number]))
     dims = _word_dims(view, static, _merged(kept), itemsize)
     patch = table.offset(terms) if terms else None
     return Access(static // 4, dims, patch)

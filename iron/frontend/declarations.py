@@ -36,6 +36,10 @@ class Memory:
     def __getitem__(self, index):
         return Tensor(index_view(self._traced_node(), index))
 
+    def reshape(self, *shape) -> Tensor:
+        """The whole memory read as `shape` (row-major), inside body()."""
+        return Tensor(self._traced_node()).reshape(*shape)
+
     def _traced_node(self) -> Node:
         if self.node is None:
             raise DeclarationError(

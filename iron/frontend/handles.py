@@ -5,11 +5,13 @@ as a Python bool, int or index raises, since only the device knows its value.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from iron import dtypes
-from iron.errors import CarryError, IndexOutOfRange, TracedValueError
-from iron.ir import SCALAR_BINARY, Axis, Node, Op, describe, wrap_i32
+from iron.errors import CarryError, IndexOutOfRange, KernelTypeError, TracedValueError
+from iron.ir import SCALAR_BINARY, Axis, Node, Op, contiguous_span, describe, wrap_i32
 
 I32 = np.dtype(np.int32)
 
@@ -161,6 +163,11 @@ class Tensor:
     def __getitem__(self, index):
         return Tensor(index_view(self.node, index))
 
+    def reshape(self, *shape) -> Tensor:
+        """The same elements, row-major, as `shape` (one -1 is worked out): free where they lie
+        whole in rows of their tensor, else the compiler moves them."""
+        return Tensor(reshape_view(self.node, shape))
+
     def __bool__(self):
         _refuse(self.name, "bool", "Tensors are computed on the device; compare them with a kernel.")
 
@@ -204,15 +211,9 @@ def carry(*values, **next_values) -> Carry:
 # ---- views -------------------------------------------------------------------------------------
 
 def index_view(base: Node, index) -> Node:
-    """A VIEW node: `base[index]` where base is a MEMORY, an INPUT, or a VIEW of one."""
-    if base.op not in (Op.MEMORY, Op.INPUT, Op.VIEW):
-        raise TracedValueError(
-            f"{describe(base)} is a computed tensor and cannot be indexed inside the call that "
-            "computes it: index declared weights, params and states, or pass it whole to a kernel."
-        )
-    memory = base.src[0] if base.op == Op.VIEW else base
-    axes = list(base.arg) if base.op == Op.VIEW else [Axis(stop=n) for n in memory.shape]
-    dynamic = list(base.src[1:]) if base.op == Op.VIEW else []
+    """A VIEW node: `base[index]` where base is an input, a declared memory, a kernel call's
+    result (a computed tensor: static ints and slices only), or a VIEW of one."""
+    source, axes, dynamic = _frame_of(base)
     index = index if isinstance(index, tuple) else (index,)
     free = [i for i, a in enumerate(axes) if a.keeps_axis]
     if len(index) > len(free):
@@ -221,39 +222,167 @@ def index_view(base: Node, index) -> Node:
         )
     for pos, item in zip(free, index):
         axis = axes[pos]
-        extent = axis.stop - axis.start
-        if isinstance(item, Scalar):
-            if memory.op == Op.MEMORY and memory.arg[0] == "param":
-                raise TracedValueError(
-                    f"param '{memory.arg[1]}' is indexed by per-call value '{describe(item.node)}': "
-                    "a param is used whole. Declare it with iron.weight(...) to read it through a per-call index."
+        if axis.dynamic is not None:
+            raise TracedValueError(
+                f"{describe(base)} is already sliced at a per-call offset along axis {pos}: index the "
+                "memory once, with every index in one [...]."
+            )
+        if isinstance(item, slice) and _per_call(item.start, item.stop):
+            dynamic.append(_slice_start(base, source, item))
+            axes[pos] = replace(axis, dynamic=len(dynamic), length=_slice_length(base, item))
+            if axes[pos].offsets < 1:
+                raise IndexOutOfRange(
+                    f"{describe(base)}[{describe(dynamic[-1])}:...] takes {axes[pos].length} elements along axis "
+                    f"{pos} but it has {axis.size}: take fewer."
                 )
-            dynamic.append(item.node)
-            axes[pos] = Axis(dynamic=len(dynamic), start=axis.start, stop=axis.stop)
+        elif isinstance(item, Scalar):
+            dynamic.append(_per_call_index(base, source, item))
+            axes[pos] = replace(axis, dynamic=len(dynamic))
         elif isinstance(item, Tensor):
             raise TracedValueError(
                 f"{describe(base)} is indexed by tensor {item.name}: indices are per-call values. "
                 "Carry the element to the next call (iron.carry) and index with the Carried value there."
             )
         elif isinstance(item, slice):
-            start, stop, step = item.indices(extent)
+            start, stop, step = item.indices(axis.size)
             if step != 1 or stop <= start:
                 raise IndexOutOfRange(
                     f"{describe(base)}[{item.start}:{item.stop}:{item.step}] selects nothing or uses a step: "
                     "views take contiguous slices with step 1."
                 )
-            axes[pos] = Axis(start=axis.start + start, stop=axis.start + stop)
+            axes[pos] = replace(axis, start=axis.start + start, stop=axis.start + stop)
         elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
-            i = int(item) + (extent if item < 0 else 0)
-            if not 0 <= i < extent:
+            i = int(item) + (axis.size if item < 0 else 0)
+            if not 0 <= i < axis.size:
                 raise IndexOutOfRange(
-                    f"index {int(item)} is out of range for axis {pos} of {describe(memory)} (size {extent})."
+                    f"index {int(item)} is out of range for axis {pos} of {describe(source)} (size {axis.size})."
                 )
-            axes[pos] = Axis(index=axis.start + i)
+            axes[pos] = replace(axis, index=axis.start + i)
         else:
             raise TracedValueError(
                 f"{describe(base)} was indexed with {item!r}: use ints, slices or per-call values."
             )
-    shape = tuple(a.stop - a.start for a in axes if a.keeps_axis)
-    return Node(Op.VIEW, (memory, *dynamic), shape, memory.dtype, tuple(axes))
+    shape = tuple(a.size for a in axes if a.keeps_axis)
+    return Node(Op.VIEW, (source, *dynamic), shape, source.dtype, tuple(axes))
 
+
+def _frame_of(base: Node) -> tuple[Node, list[Axis], list[Node]]:
+    """(the tensor a view of `base` picks from, its axes so far, its per-call indices so far)."""
+    if base.op != Op.VIEW:
+        return base, [Axis(stop=n, extent=n) for n in base.shape], []
+    if base.shape != tuple(a.size for a in base.arg if a.keeps_axis):
+        raise TracedValueError(
+            f"{describe(base)} is a reshaped view that does not lie whole in its tensor's rows, so it cannot be "
+            "indexed again: index before reshaping, or Copy it first (Copy.step(view).reshape(...))."
+        )
+    return base.src[0], list(base.arg), list(base.src[1:])
+
+
+def _per_call(*bounds) -> bool:
+    return any(isinstance(b, Scalar) for b in bounds)
+
+
+def _per_call_index(base: Node, source: Node, item: Scalar) -> Node:
+    """The node of a per-call index (or slice start) into `source`, which must be a host tensor."""
+    if source.op == Op.MEMORY and source.arg[0] == "param":
+        raise TracedValueError(
+            f"param '{source.arg[1]}' is indexed by per-call value '{describe(item.node)}': "
+            "a param is used whole. Declare it with iron.weight(...) to read it through a per-call index."
+        )
+    if source.op == Op.CALL:
+        raise TracedValueError(
+            f"{describe(base)} is a computed tensor and is indexed by per-call value '{describe(item.node)}': "
+            "a tensor the call computes is viewed with ints and slices only. Write it into a state "
+            "(out=self.s) and index the state in the next call, or pick with a kernel."
+        )
+    return item.node
+
+
+def _slice_start(base: Node, source: Node, item: slice) -> Node:
+    start = item.start if isinstance(item.start, Scalar) else None
+    if start is None or item.step not in (None, 1):
+        _refuse_slice(base, item)
+    return _per_call_index(base, source, start)
+
+
+def _slice_length(base: Node, item: slice) -> int:
+    """k of `[pos:pos + k]` (or `[pos - k:pos]`): stop - start must come out a fixed int k >= 1."""
+    start, stop = as_scalar_node(item.start), as_scalar_node(item.stop)
+    if stop is not None:
+        terms, k = _linear(stop, 1)
+        minus, k0 = _linear(start, -1)
+        for key, n in minus.items():
+            terms[key] = terms.get(key, 0) + n
+        if k + k0 >= 1 and not any(terms.values()):
+            return k + k0
+    _refuse_slice(base, item)
+
+
+def _linear(node: Node, sign: int) -> tuple[dict, int]:
+    """`sign * node` as ({term: coefficient}, constant) over + and -, each other expression a term."""
+    if node.op == Op.CONST:
+        return {}, sign * node.arg
+    if node.op in (Op.ADD, Op.SUB):
+        (ta, ca), (tb, cb) = _linear(node.src[0], sign), _linear(node.src[1], sign if node.op == Op.ADD else -sign)
+        for key, n in tb.items():
+            ta[key] = ta.get(key, 0) + n
+        return ta, ca + cb
+    return {_term(node): sign}, 0
+
+
+def _term(node: Node):
+    """A key equal for equal scalar expressions (each tensor by identity)."""
+    return (node.op, node.arg, tuple(_term(s) if s.is_scalar else id(s) for s in node.src))
+
+
+def _refuse_slice(base: Node, item: slice):
+    def text(b):
+        return "" if b is None else describe(b.node) if isinstance(b, Scalar) else str(b)
+
+    raise TracedValueError(
+        f"{describe(base)}[{text(item.start)}:{text(item.stop)}] is a slice at a per-call offset whose length "
+        "is not fixed: write it as [pos:pos + k] with a per-call pos and an int k (step 1)."
+    )
+
+
+def reshape_view(node: Node, shape: tuple[int, ...]) -> Node:
+    """`node` read as `shape` (row-major, one -1 allowed). A whole tensor, or a static view lying
+    whole in rows of its tensor, is re-framed: a VIEW over its tensor seen as `shape`'s rows,
+    which can be indexed again. Any other view keeps its axes and only takes the new shape."""
+    shape = _reshaped(node, shape)
+    source = node.src[0] if node.op == Op.VIEW else node
+    span = _row_span(node, shape) if node.op == Op.VIEW else (0, shape[0] if shape else 1)
+    if span is None or not shape:
+        view = node if node.op == Op.VIEW else index_view(node, ())
+        return Node(Op.VIEW, view.src, shape, source.dtype, view.arg)
+    (first, rows), height = span, source.size // int(np.prod(shape[1:], dtype=np.int64))
+    axes = (Axis(start=first, stop=first + rows, extent=height), *(Axis(stop=n, extent=n) for n in shape[1:]))
+    return Node(Op.VIEW, (source,), shape, source.dtype, axes)
+
+
+def _reshaped(node: Node, shape) -> tuple[int, ...]:
+    shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+    if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in shape):
+        raise TracedValueError(f"{describe(node)}.reshape{shape}: a shape is made of ints, known when body() is traced.")
+    if shape.count(-1) == 1:
+        rest = int(np.prod([n for n in shape if n != -1], dtype=np.int64))
+        if rest and node.size % rest == 0:
+            shape = tuple(node.size // rest if n == -1 else int(n) for n in shape)
+    if any(n < 1 for n in shape) or int(np.prod(shape, dtype=np.int64)) != node.size:
+        raise KernelTypeError(
+            f"{describe(node)} of shape {node.shape} ({node.size} elements) cannot be reshaped to {shape}: "
+            "give a shape with as many elements (one -1 is worked out)."
+        )
+    return tuple(int(n) for n in shape)
+
+
+def _row_span(view: Node, shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """(first row, rows) when a static view is the contiguous elements [first * P, (first + rows)
+    * P) of its tensor, P the size of one row of `shape`, and P divides the tensor; else None."""
+    span = contiguous_span(view)
+    if span is None or view.shape != tuple(a.size for a in view.arg if a.keeps_axis):
+        return None
+    row = int(np.prod(shape[1:], dtype=np.int64)) if shape else 1
+    if span[0] % row or view.src[0].size % row:
+        return None
+    return span[0] // row, span[1] // row

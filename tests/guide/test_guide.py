@@ -59,6 +59,12 @@ EXPECTED = {
         "Clamped(pos=6) -> [15, 16, 17, 18, 19]",
         "Clamped (npu2): matches numpy (exact)",
     ],
+    "section-4/views.py": [
+        "reference: vcache rows 2..3 = [[1, 6, 12, -23], [0, 0, -32, 20]] -> matches numpy (exact)",
+        "compiled (npu2): vcache rows 2..3 = [[1, 6, 12, -23], [0, 0, -32, 20]] -> matches numpy (exact)",
+        "pos=4: kcache[pos] with pos = 4 is out of range: pos must be in 0..3; nothing was written. "
+        "Keep pos in range, or make 'kcache' larger.",
+    ],
     "section-4/weights_params_state.py": [
         "reference: acc after 5 calls = [[-10, 178, 92, 46], [51, -12, 151, 143], [127, 72, 110, 106]] -> "
         "matches numpy (exact)",

@@ -1,0 +1,202 @@
+"""Views of computed tensors and slices at a per-call offset (issue 11 items 2 and 4): a kernel's
+result sliced along any axis, indexed by row and reshaped inside the call that computes it, used
+as a later operand and written into a state (a KV cache row from a projection's slice);
+`cache[pos:pos + k]` read and written with a per-call or carried `pos`, bounds-checked alike by
+the reference, the host-driven compiled call (npu2, npu1) and the device loop (npu2). Compiled
+results equal the reference and numpy."""
+import numpy as np
+import pytest
+
+import aie_utils
+import iron
+from iron import Carried, Scratchpad
+from iron.errors import IndexOutOfRange, KernelTypeError, TracedValueError
+from iron.kernels import Add, Copy, MatVec, ReLU
+
+DEVICES = ["npu2", "npu1"]
+W = (np.arange(64, dtype=np.float32).reshape(16, 4) - 30) / 8
+
+
+def compiled(graph, device, **specs):
+    with aie_utils.using_device(aie_utils.from_name(device)):
+        return graph.compile(**specs)
+
+
+class Projection(iron.Graph):
+    """A (16,) projection viewed every way: halves, a row of its (4, 4) reshape, a column block
+    (not contiguous: the compiler copies it), a KV cache row from its slice."""
+
+    def __init__(self):
+        self.w = iron.param(W)
+        self.kcache = iron.state((6, 8), np.float32, name="kcache")
+
+    def body(self, x, *, pos: Scratchpad[np.int32]):
+        y = MatVec.step(self.w, x)
+        m = y.reshape(4, 4)
+        Copy.step(y[8:], out=self.kcache[pos])
+        return (Add.step(y[:8], y[8:]), ReLU.step(m), Copy.step(m[2]), Copy.step(m[:, 1:3]),
+                Add.step(m[1:3].reshape(8), y[0:8]))
+
+
+def projection_numpy(x):
+    y = W @ x
+    m = y.reshape(4, 4)
+    return [y[:8] + y[8:], np.maximum(m, 0), m[2], m[:, 1:3], m[1:3].reshape(8) + y[0:8]], y[8:]
+
+
+X = np.array([1, -2, 3, -4], np.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_views_of_a_kernels_result_equal_numpy_and_the_reference(on_emulator, device):
+    want, row = projection_numpy(X)
+    g = Projection()
+    got_ref = g.reference(X, pos=2)
+    c = compiled(Projection(), device, x=((4,), np.float32))
+    got = c(X, pos=2)
+    for r, d, w in zip(got_ref, got, want):
+        np.testing.assert_allclose(r, w, rtol=1e-6)
+        np.testing.assert_array_equal(d, r)
+    kcache = np.zeros((6, 8), np.float32)
+    kcache[2] = row
+    np.testing.assert_allclose(g.read("kcache"), kcache, rtol=1e-6)
+    np.testing.assert_array_equal(c.read("kcache"), g.read("kcache"))
+
+
+def test_a_contiguous_view_is_free_and_a_strided_one_is_copied_run_by_run(on_emulator):
+    plan = Projection().compile(x=((4,), np.float32)).plan
+    held = {name: what for name, what in plan.holds.items() if "_buf" in name}
+    assert sorted(held.values()) == ["MatVec(w, x).reshape(4, 4)[:, 1:3]"]
+    copies = [s for f in plan.functions for s in f.steps if s.symbol == "copy_f32"]
+    buffer = next(iter(held))
+    assert [(s.args[0].offset, s.args[1], s.args[2].value) for s in copies if s.args[1].source == buffer] == [
+        (4 * (4 * r + 1), iron.compiler.plan.Ptr(buffer, 8 * r), 2) for r in range(4)]
+
+
+def test_views_are_described_in_the_users_words():
+    class Named(iron.Graph):
+        def body(self, x):
+            y = Copy.step(x)
+            names.extend(t.name for t in (y[4:], y.reshape(2, 4), y.reshape(2, 4)[1], y.reshape(2, 4)[:, 1:3]))
+            return y
+
+    names: list[str] = []
+    Named().reference(np.zeros(8, np.float32))
+    assert names == ["Copy(x)[4:]", "Copy(x).reshape(2, 4)", "Copy(x).reshape(2, 4)[1]", "Copy(x).reshape(2, 4)[:, 1:3]"]
+
+
+def test_a_computed_tensor_indexed_per_call_or_reshaped_wrongly_is_refused():
+    class PerCall(iron.Graph):
+        def body(self, x, *, i: Scratchpad[np.int32]):
+            return Copy.step(Copy.step(x)[i])
+
+    with pytest.raises(TracedValueError) as e:
+        PerCall().reference(np.zeros(4, np.float32), i=0)
+    assert str(e.value) == (
+        "Copy(x) is a computed tensor and is indexed by per-call value 'i': a tensor the call computes is "
+        "viewed with ints and slices only. Write it into a state (out=self.s) and index the state in the "
+        "next call, or pick with a kernel.")
+
+    class Reshape(iron.Graph):
+        def body(self, x):
+            return Copy.step(Copy.step(x).reshape(3, 3))
+
+    with pytest.raises(KernelTypeError) as e:
+        Reshape().reference(np.zeros(8, np.float32))
+    assert str(e.value) == (
+        "Copy(x) of shape (8,) (8 elements) cannot be reshaped to (3, 3): give a shape with as many "
+        "elements (one -1 is worked out).")
+
+
+# ---- slices at a per-call offset ------------------------------------------------------------------
+
+class Window(iron.Graph):
+    """Writes x into cache[pos:pos + 4] and returns the window before it, cache[pos - 4:pos]."""
+
+    def __init__(self):
+        self.cache = iron.state((12,), np.int32, name="cache")
+
+    def body(self, x, *, pos: Scratchpad[np.int32]):
+        before = Copy.step(self.cache[pos - 4:pos])
+        Copy.step(Add.step(x, before), out=self.cache[pos:pos + 4])
+        return before
+
+
+WINDOW_TEXT = ("cache[pos:pos + 4] with pos = 9 is out of range: pos must be in 0..8; nothing was written. "
+               "Keep pos in range, or make 'cache' larger.")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_per_call_slice_reads_and_writes_and_is_bounds_checked(on_emulator, device):
+    x = np.arange(1, 5, dtype=np.int32)
+    g, c = Window(), compiled(Window(), device, x=((4,), np.int32))
+    cache = np.zeros(12, np.int32)
+    for pos in (4, 8):
+        want = cache[pos - 4:pos].copy()
+        cache[pos:pos + 4] = x + want
+        np.testing.assert_array_equal(g.reference(x, pos=pos), want)
+        np.testing.assert_array_equal(c(x, pos=pos), want)
+        np.testing.assert_array_equal(g.read("cache"), cache)
+        np.testing.assert_array_equal(c.read("cache"), cache)
+    for call in (g.reference, c):
+        with pytest.raises(IndexOutOfRange) as e:
+            call(x, pos=9)
+        assert str(e.value) == WINDOW_TEXT
+    np.testing.assert_array_equal(c.read("cache"), cache)
+
+
+def test_a_slice_whose_length_is_not_fixed_is_refused():
+    class Loose(iron.Graph):
+        def __init__(self):
+            self.cache = iron.state((12,), np.int32, name="cache")
+
+        def body(self, *, a: Scratchpad[np.int32], b: Scratchpad[np.int32]):
+            return Copy.step(self.cache[a:b])
+
+    with pytest.raises(TracedValueError) as e:
+        Loose().reference(a=0, b=2)
+    assert str(e.value) == (
+        "cache[a:b] is a slice at a per-call offset whose length is not fixed: write it as [pos:pos + k] "
+        "with a per-call pos and an int k (step 1).")
+
+
+class Rows(iron.Graph):
+    """A device loop writing row blocks of a state at a carried offset: rows[2 * step:2 * step + 2]
+    gets table[step % 3] (two rows) each step."""
+
+    def __init__(self, steps):
+        self.table = iron.weight(np.arange(3 * 2 * 4, dtype=np.int32).reshape(3, 2, 4))
+        self.rows = iron.state((2 * steps, 4), np.int32, name="rows")
+
+    def body(self, *, step: Carried[np.int32]):
+        Copy.step(self.table[step % 3], out=self.rows[2 * step:2 * step + 2])
+        return iron.carry(step=step + 1)
+
+
+def test_a_carried_offset_slice_in_a_device_loop_equals_the_reference(on_emulator):
+    steps = 5
+    g = Rows(steps + 1)   # room for the words of the run after the last, which the Emit computes
+    carry = {"step": 0}
+    for _ in range(steps):
+        carry = g.reference(**carry)
+    with aie_utils.using_device(aie_utils.from_name("npu2")):
+        body = Rows(steps + 1).compile()
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(steps, step=0)) == list(range(steps))
+    want = np.concatenate([np.arange(24, dtype=np.int32).reshape(3, 2, 4)[s % 3] for s in range(steps)])
+    np.testing.assert_array_equal(g.read("rows")[:2 * steps], want)
+    np.testing.assert_array_equal(body.read("rows")[:2 * steps], want)
+
+
+def test_a_carried_offset_slice_past_the_end_stops_the_device_loop_with_the_reference_text(on_emulator):
+    text = ("rows[2 * step:2 * step + 2] with 2 * step = 10 is out of range: 2 * step must be in 0..8; "
+            "nothing was written. Keep 2 * step in range, or make 'rows' larger.")
+    g = Rows(5)
+    with pytest.raises(IndexOutOfRange) as e:
+        g.reference(step=5)
+    assert str(e.value) == text
+    with aie_utils.using_device(aie_utils.from_name("npu2")):
+        body = Rows(5).compile()
+    with pytest.raises(IndexOutOfRange) as e:
+        list(iron.CarriedLoop(body, body, depth=2).run(6, step=0))
+    assert str(e.value) == text
