@@ -56,10 +56,10 @@ from iron.errors import (
 )
 from iron.kernels import LIBRARY
 from iron.kernels.registry import lookup
-from iron.runtime.emulator import Emulator
+from iron.runtime.emulator import Emulator, tile
 from iron.runtime.emulator.core import UNROLLED
 from iron.runtime.emulator.kernels import numpy_call
-from iron.runtime.emulator.replay import RECORDED
+from iron.runtime.emulator.replay import RECORDED, Copy, Drain, Fill, relayed
 
 SHIM, MEM = Tile(0, 0, TileKind.SHIM), Tile(0, 1, TileKind.MEM)
 CORE, CORE2 = Tile(0, 2, TileKind.COMPUTE), Tile(0, 3, TileKind.COMPUTE)
@@ -832,3 +832,20 @@ def test_launches_carrying_a_transfer_over_are_never_replayed(replay):
         seen.append(int(ints(emulator.buffer("outputs"))[0]))
     assert seen == [1, 6, 11, 16, 21, 26, 31, 36, 41, 56, 61, 76] and emulator.replayed == 0
     assert [len(channel.queue) for channel in emulator.sequence.channels.values()] == [4, 0]
+
+
+def test_a_mem_tile_buffer_that_only_relays_host_words_is_skipped_in_replay():
+    """Copies out of a relay read the host words the Fill put there, unless a Drain into that
+    host buffer came in between, the words came from an earlier launch, or a tile wrote it."""
+    relay, core = tile.Buffer("w_cons_buff_0", 64), tile.Buffer("w0_cons_buff_0", 32)
+    hosts = ["consts", "states", "consts"]
+    fill = Fill(0, 16, 16, relay, 0)
+    skipped = relayed([[fill, Copy(core, 0, relay, 8, 8), Drain(1, 0, 8, core, 0)]], {relay}, hosts)
+    assert [(type(a).__name__, getattr(a, "op", None), getattr(a, "moved", None), getattr(a, "into", None))
+            for a in skipped[0]] == [("Fill", 0, 24, core), ("Drain", 1, 0, None)]
+    drained_between = [[fill, Drain(2, 0, 8, core, 0), Copy(core, 0, relay, 8, 8)]]
+    assert relayed(drained_between, {relay}, hosts) == drained_between
+    next_launch = [[fill], [Copy(core, 0, relay, 8, 8)]]
+    assert relayed(next_launch, {relay}, hosts) == next_launch
+    tile_written = [[Copy(relay, 0, core, 0, 8), Copy(core, 0, relay, 0, 8)]]
+    assert relayed(tile_written, {relay}, hosts) == tile_written
