@@ -84,7 +84,7 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
                        r.shared_memory, r.role) for r in routes.fifos)
     holds |= {name: what for name, (_, _, what) in sizes.items()}
     return Lowered(fifos, tuple(links), tuple(buffers), tuple(functions), tuple(cores), tuple(sequence),
-                   ctx.table.defs(), ctx.placements, emit, carry, holds, waiting_inputs)
+                   ctx.table.defs(), ctx.placements, emit, carry, holds, waiting_inputs, tuple(ctx.rules))
 
 
 def object_sizes(ctx: Context, site: Site, parts: list[Part]) -> dict[str, tuple[int, np.dtype, str]]:
