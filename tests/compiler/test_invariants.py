@@ -109,7 +109,33 @@ def test_a_wait_on_a_fifo_without_a_shim_end_is_refused():
 def test_dma_sizes_over_the_limits_are_refused():
     plan = with_op(plan_of("add_one", "npu2"), 0, sizes=(1, 1, 1, 1024), strides=(0, 0, 0, 1))
     broken(plan, "plan AddOne on npu2: sequence op 0 (Dma on g0_in) has sizes (1, 1, 1, 1024), strides "
-                 "(0, 0, 0, 1), BD 0: sizes[0] must be 1..64, the others 1..1023, strides >= 0, BD ids 0..15." + FIX)
+                 "(0, 0, 0, 1), BD 0: sizes[0] must be 1..64, the others 1..1023, strides 0..1048576, BD ids 0..15." + FIX)
+
+
+def test_a_dma_stride_over_the_shims_20_bit_field_is_refused():
+    """docs/platform.md section 5: a shim BD stride is at most 2^20 words."""
+    plan = with_op(plan_of("add_one", "npu2"), 0, sizes=(1, 1, 2, 512), strides=(0, 0, 2**20 + 1, 1))
+    broken(plan, "plan AddOne on npu2: sequence op 0 (Dma on g0_in) has sizes (1, 1, 2, 512), strides "
+                 "(0, 0, 1048577, 1), BD 0: sizes[0] must be 1..64, the others 1..1023, strides 0..1048576, "
+                 "BD ids 0..15." + FIX)
+    at_limit = with_op(plan_of("add_one", "npu2"), 0, sizes=(1, 1, 2, 512), strides=(0, 0, 2**20, 1))
+    broken(at_limit, "plan AddOne on npu2: sequence op 0 (Dma on g0_in) reaches words 0..1049087 of 'inputs', "
+                     "which holds 1024." + FIX)
+
+
+def test_a_wait_no_completion_token_can_satisfy_is_refused():
+    """An MM2S Dma without issue_token raises no token: a Wait after only such ops never returns."""
+    plan = plan_of("walk", "npu1")
+    plan = dataclasses.replace(plan, sequence=(plan.sequence[0], Wait("g0_in"), *plan.sequence[1:]))
+    broken(plan, "plan Walk on npu1: sequence op 1 waits on g0_in, but no Dma on g0_in since its last Wait "
+                 "issues a completion token, so the device would wait forever. Wait after an S2MM Dma, or "
+                 "give the MM2S Dma issue_token.")
+    twice = with_op(plan, 0, issue_token=True)
+    twice = dataclasses.replace(twice, sequence=(*twice.sequence[:2], Wait("g0_in"), *twice.sequence[2:]))
+    broken(twice, "plan Walk on npu1: sequence op 2 waits on g0_in, but no Dma on g0_in since its last Wait "
+                  "issues a completion token, so the device would wait forever. Wait after an S2MM Dma, or "
+                  "give the MM2S Dma issue_token.")
+    check_plan(with_op(plan, 0, issue_token=True))
 
 
 def test_a_dma_reaching_past_its_buffer_is_refused():
