@@ -83,6 +83,11 @@ def _check_fifos(plan: Plan):
             fail(plan, f"FIFO {f.name} has objects of {f.nbytes} bytes of {f.dtype}, depth {f.depth}, "
                         f"{len(f.consumers)} consumer(s): objects must be whole 4-byte words and whole "
                         "elements, depth at least 1, one consumer or more")
+        shim_to_shim = f.producer.kind is TileKind.SHIM and any(t.kind is TileKind.SHIM for t in f.consumers)
+        if shim_to_shim or f.producer in f.consumers:
+            fail(plan, f"FIFO {f.name} goes from {f.producer.name} to {', '.join(t.name for t in f.consumers)}: "
+                        "a tile sits at one end of a FIFO, and a shim tile's FIFO has a compute or mem tile at "
+                        "its other end")
         if f.shared_memory != shares_memory(f):
             route = f"{f.producer.name} -> {', '.join(t.name for t in f.consumers)}"
             fail(plan, f"FIFO {f.name} is shared memory but {route} is not one neighbouring compute tile"
@@ -110,19 +115,24 @@ def _check_link_offsets(plan: Plan, link, fifos):
         dest = fifos[link.destinations[0]]
         parts = zip(link.sources, link.source_offsets or [None] * len(link.sources))
         if len(link.destinations) != 1 or len(link.source_offsets) != len(link.sources) or any(
-                off + fifos[s].nbytes > dest.nbytes for s, off in parts):
+                not _fits(off, fifos[s].nbytes, dest.nbytes) for s, off in parts):
             fail(plan, f"the join {link.sources} -> {dest.name} does not fit its source offsets "
-                        f"{link.source_offsets} into {dest.nbytes}-byte objects")
+                        f"{link.source_offsets} into {dest.nbytes}-byte objects at whole 4-byte words")
     elif len(link.destinations) > 1:
         source = fifos[link.sources[0]]
         parts = zip(link.destinations, link.destination_offsets or [None] * len(link.destinations))
         if len(link.destination_offsets) != len(link.destinations) or any(
-                off + fifos[d].nbytes > source.nbytes for d, off in parts):
+                not _fits(off, fifos[d].nbytes, source.nbytes) for d, off in parts):
             fail(plan, f"the split {source.name} -> {link.destinations} does not fit its destination "
-                        f"offsets {link.destination_offsets} into {source.nbytes}-byte objects")
+                        f"offsets {link.destination_offsets} into {source.nbytes}-byte objects at whole 4-byte words")
     elif fifos[link.sources[0]].nbytes != fifos[link.destinations[0]].nbytes:
         fail(plan, f"the forward link {link.sources[0]} -> {link.destinations[0]} joins objects of "
                     "different sizes")
+
+
+def _fits(offset: int, part: int, whole: int) -> bool:
+    """Whether a `part`-byte piece at byte `offset` lies inside a `whole`-byte object, on a word."""
+    return offset >= 0 and offset % 4 == 0 and offset + part <= whole
 
 
 def dma_channels(fifos) -> dict[Tile, tuple[list[str], list[str]]]:
