@@ -16,6 +16,7 @@ from iron.compiler.plan import Function, KernelStep
 from iron.kernels.base import Role
 from iron.kernels.registry import lookup
 
+
 @dataclass(frozen=True)
 class Generation:
     """One NPU generation's figures (docs/platform.md section 11)."""
