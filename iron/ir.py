@@ -287,12 +287,21 @@ def region(node: Node) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
 
 
 def overlap(a: Node, b: Node) -> bool:
-    """Whether two tensors of one storage may share an element: their regions meet on every axis
-    (seen in different frames, they are assumed to)."""
+    """Whether two tensors of one storage may share an element: their regions meet on every axis.
+    Seen in different frames (a reshape), static views share an element when their element sets
+    do; with a per-call index they are assumed to."""
     (frame_a, spans_a), (frame_b, spans_b) = region(a), region(b)
-    if frame_a != frame_b and storage(a).size > 1:
+    if frame_a == frame_b:
+        return all(lo < b_hi and b_lo < hi for (lo, hi), (b_lo, b_hi) in zip(spans_a, spans_b))
+    if is_gather(a) or is_gather(b):
         return True
-    return all(lo < b_hi and b_lo < hi for (lo, hi), (b_lo, b_hi) in zip(spans_a, spans_b))
+    return bool(np.intersect1d(elements(a), elements(b)).size)
+
+
+def elements(node: Node) -> np.ndarray:
+    """The row-major positions in its storage of a tensor's elements (a static view's, or all)."""
+    every = np.arange(storage(node).size)
+    return every if node.op != Op.VIEW else every.reshape(frame(node))[static_index(node)].ravel()
 
 
 def contiguous_span(view: Node) -> tuple[int, int] | None:
