@@ -22,7 +22,7 @@ class Op:
     ELEM = "elem"        # the single element of a one-element tensor: src = (tensor,)
     INPUT = "input"      # a per-call tensor from the host: arg = (name, position)
     MEMORY = "memory"    # a declared weight / param / state: arg = (kind, name)
-    VIEW = "view"        # part of a MEMORY: src = (memory, *dynamic indices), arg = Index
+    VIEW = "view"        # part of an INPUT, MEMORY or CALL result: src = (tensor, *per-call indices), arg = tuple[Axis]
     CALL = "call"        # a kernel call: src = (*tensor inputs, [dest view], *scalar attrs), arg = Call
 
 
@@ -65,10 +65,11 @@ class Node:
 
 @dataclass(frozen=True)
 class Axis:
-    """How a VIEW picks along one axis of its memory: a fixed index, a slice [start, stop), or a
-    per-call index (`dynamic` is the position of its scalar in the view's src, from 1) whose value
-    v picks element start + v (v in [0, stop - start)), or, with a `length` k, the slice
-    [start + v, start + v + k) (a per-call slice `cache[pos:pos + k]`, v in [0, stop - start - k])."""
+    """How a VIEW picks along one axis of its tensor (seen as its frame, `extent` per axis, when
+    the view reshapes it): a fixed index, a slice [start, stop), or a per-call index (`dynamic`
+    is the position of its scalar in the view's src, from 1) whose value v picks element
+    start + v (v in [0, stop - start)), or, with a `length` k, the slice [start + v, start + v + k)
+    (a per-call slice `cache[pos:pos + k]`, v in [0, stop - start - k])."""
 
     index: int | None = None
     dynamic: int | None = None

@@ -243,3 +243,26 @@ def test_a_carried_offset_slice_past_the_end_stops_the_device_loop_with_the_refe
     with pytest.raises(IndexOutOfRange) as e:
         list(iron.CarriedLoop(body, body, depth=2).run(6, step=0))
     assert str(e.value) == text
+
+
+@pytest.mark.parametrize("pick, error, text", [
+    (lambda s, pos: s[pos:pos + 4][1], TracedValueError,
+     "cache[pos:pos + 4] is already sliced at a per-call offset along axis 0: index the memory once, with "
+     "every index in one [...]."),
+    (lambda s, pos: s[pos:pos + 13], IndexOutOfRange,
+     "cache[pos:...] takes 13 elements along axis 0 but it has 12: take fewer."),
+    (lambda s, pos: s[pos:pos + 4].reshape(2, 2)[0], TracedValueError,
+     "cache[pos:pos + 4].reshape(2, 2) is a reshaped view that does not lie whole in its tensor's rows, so "
+     "it cannot be indexed again: index before reshaping, or Copy it first (Copy.step(view).reshape(...))."),
+], ids=["index-a-per-call-slice", "longer-than-the-axis", "index-a-reshaped-per-call-slice"])
+def test_per_call_slices_used_wrongly_are_refused_when_traced(pick, error, text):
+    class Picks(iron.Graph):
+        def __init__(self):
+            self.cache = iron.state((12,), np.int32, name="cache")
+
+        def body(self, *, pos: Scratchpad[np.int32]):
+            return Copy.step(pick(self.cache, pos))
+
+    with pytest.raises(error) as e:
+        Picks().reference(pos=0)
+    assert str(e.value) == text
