@@ -224,3 +224,13 @@ def test_concat_refuses_shapes_that_differ_off_its_axis():
     with pytest.raises(KernelTypeError) as e:
         Bad().reference(x, y)
     assert str(e.value) == "Concat needs equal shapes but along axis 1; got shapes (2, 3), (3, 3)."
+
+
+def test_iron_concat_needs_two_tensors():
+    class One(iron.Graph):
+        def body(self, a):
+            return iron.concat(a)
+
+    with pytest.raises(KernelTypeError) as e:
+        One().reference(np.zeros(4, np.float32))
+    assert str(e.value) == "iron.concat joins two or more tensors, got 1: pass them all."

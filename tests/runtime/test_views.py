@@ -12,7 +12,7 @@ import pytest
 import aie_utils
 import iron
 from iron import Carried, Scratchpad
-from iron.errors import IndexOutOfRange, KernelTypeError, TracedValueError
+from iron.errors import IndexOutOfRange, KernelTypeError, PlacementError, TracedValueError
 from iron.kernels import Add, Copy, MatMul, MatVec, ReLU, Softmax
 
 DEVICES = ["npu2", "npu1"]
@@ -266,3 +266,18 @@ def test_per_call_slices_used_wrongly_are_refused_when_traced(pick, error, text)
     with pytest.raises(error) as e:
         Picks().reference(pos=0)
     assert str(e.value) == text
+
+
+def test_a_view_of_too_many_separate_runs_is_refused_when_compiled():
+    class Column(iron.Graph):
+        def body(self, x):
+            return Copy.step(Copy.step(x)[:, 0])
+
+    x = np.zeros((300, 2), np.float32)
+    np.testing.assert_array_equal(Column().reference(x), x[:, 0])
+    with pytest.raises(PlacementError) as e:
+        Column().compile(x=((300, 2), np.float32))
+    assert str(e.value) == (
+        "Copy(x)[:, 0] picks 300 separate runs of Copy#0's result, and iron copies at most 256 runs into a "
+        "view: lay the result out so the view takes longer runs (e.g. transpose it in the kernel), or pick "
+        "fewer rows.")
