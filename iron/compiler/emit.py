@@ -1,7 +1,9 @@
 """The Emit (full-ELF devices only): the core that computes the next call's scratchpad on the
 device, so a CarriedLoop runs without the host between calls. It reads this call's words
 (`emit_in`) and any carried element a group computed, and writes the target version's words
-into `feedback`. `carry_sources` also says where the host finds each next carried value."""
+into `feedback`, each bounded word clamped into its range before any DMA or core reads it, and
+after them a flag word counting the words that were not in range (the host reads it after each
+run). `carry_sources` also says where the host finds each next carried value."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -113,15 +115,20 @@ def clamp_steps(w: WordDef, emit: Emit) -> tuple[ScalarStep, ...]:
     in min/max/sub/mul/add on i32 (no new MLIR or C++ op): s = min(max(w, lo - 1), hi) lies in
     [lo - 1, hi] whatever w is, so s - clamp(s) is -1, 0 or 1 and its square cannot wrap."""
     lo, hi = w.bound
-    word, s, flag = (Ptr("feedback", 4 * i) for i in (w.index, emit.scratch, emit.flag))
-    at = lambda ptr: Load(ptr.source, ptr.offset)  # noqa: E731
-    return (
-        ScalarStep(s, "max", at(word), Imm(lo - 1)),
-        ScalarStep(s, "min", at(s), Imm(hi)),
-        ScalarStep(word, "max", at(s), Imm(lo)),
-        ScalarStep(word, "min", at(word), Imm(hi - 1)),
-        ScalarStep(s, "sub", at(s), at(word)),
-        ScalarStep(s, "mul", at(s), at(s)),
-        ScalarStep(flag, "add", at(flag), at(s)),
-    )
+    word, s, flag = (4 * i for i in (w.index, emit.scratch, emit.flag))
 
+    def step(dest: int, op: str, a, b) -> ScalarStep:
+        return ScalarStep(Ptr("feedback", dest), op, a, b)
+
+    def at(offset: int) -> Load:
+        return Load("feedback", offset)
+
+    return (
+        step(s, "max", at(word), Imm(lo - 1)),
+        step(s, "min", at(s), Imm(hi)),
+        step(word, "max", at(s), Imm(lo)),
+        step(word, "min", at(word), Imm(hi - 1)),
+        step(s, "sub", at(s), at(word)),
+        step(s, "mul", at(s), at(s)),
+        step(flag, "add", at(flag), at(s)),
+    )

@@ -9,9 +9,9 @@ from __future__ import annotations
 from iron.compiler.allocate import check_tile_memory, shares_memory
 from iron.compiler.core_checks import check_cores, check_functions, fail
 from iron.compiler.plan import (
+    FLAG_WORDS,
     Acquire,
     Const,
-    FLAG_WORDS,
     Direction,
     Dma,
     HostRole,

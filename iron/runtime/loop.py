@@ -151,9 +151,11 @@ class CarriedLoop:
         drained = len(self._in_flight)
         self._stop(f"step {t} indexed out of range")
         if wrong is None:
+            values = ", ".join(f"{name} = {value}" for name, value in carried.items())
             raise PlanError(
-                f"the device's Emit flagged an index of {self.body.plan.name} step {t} ({carried}) that the host "
-                "finds in range: the Emit and the Plan's words disagree. Report it with the Plan (iron.debug)."
+                f"CarriedLoop step {t}: the device's Emit flagged an index of {self.body.plan.name} out of range, "
+                f"but with {values} the host finds every index in range: the Emit and the Plan's words "
+                "disagree, so the loop stopped. Report it with the Plan (IRON_DEBUG=1 prints it)."
             )
         raise IndexOutOfRange.in_loop(t, drained, *wrong)
 
@@ -165,7 +167,7 @@ class CarriedLoop:
             _, session, run = self._in_flight.popleft()
             try:
                 session.wait(run)
-            except Exception:  # noqa: BLE001, S110 -- the first failure is the one raised
+            except Exception:   # the first failure is the one the loop raises
                 pass
         self._register(False)
         self._epoch += 1

@@ -12,9 +12,10 @@ import pytest
 
 import iron
 from iron import Carried
+from iron.compiler.plan import HostRole
 from iron.compiler.sources import HEADER, kernel_sources, source_file
 from iron.designs import numpy_walk
-from iron.errors import DeviceTimeout, IndexOutOfRange, LoopError
+from iron.errors import DeviceTimeout, IndexOutOfRange, LoopError, PlanError
 from iron.ir import wrap_i32
 from iron.kernels import Copy
 from iron.runtime.emulator.core import compile_function
@@ -269,3 +270,27 @@ def test_through_xrt_a_run_that_fails_mid_loop_stops_it_and_the_carry_is_what_ra
         loop.steps(1)
     assert str(e.value) == ("CarriedLoop.steps(n) cannot continue a loop that stopped (step 3 failed: DeviceTimeout): "
                             "call loop.start(...) again.")
+
+
+def test_a_flag_the_host_cannot_explain_is_a_plan_error(xrt):
+    """A flag raised while the host finds every index in range (the Emit and the Plan's words
+    disagree) stops the loop with PlanError, not a made-up range error."""
+    graph, body = guarded()
+    feedback = [b.role for b in body.plan.host_buffers].index(HostRole.FEEDBACK)
+    device, completed = xrt.fake_state.on_complete, []
+
+    def flag_the_third(run):
+        device(run)
+        completed.append(run)
+        if len(completed) == 3:
+            np.frombuffer(run.args[feedback].device_bytes, np.int32)[body.plan.emit.flag] = 1
+
+    xrt.fake_state.on_complete = flag_the_third
+    loop = iron.CarriedLoop(body, body, depth=1)
+    with pytest.raises(PlanError) as e:
+        list(loop.run(4, node=3, steps=0))
+    assert str(e.value) == (
+        "CarriedLoop step 2: the device's Emit flagged an index of Guarded out of range, but with node = "
+        f"{numpy_walk(SUCC, 3, 3)[-1]}, steps = 3 the host finds every index in range: the Emit and the Plan's "
+        "words disagree, so the loop stopped. Report it with the Plan (IRON_DEBUG=1 prints it).")
+    assert loop.transitions == 3

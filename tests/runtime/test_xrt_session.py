@@ -9,10 +9,7 @@ import numpy as np
 import pytest
 
 import iron
-from iron.compiler.build import Artifacts
-from iron.compiler.plan import HostRole
 from iron.designs import Walk, numpy_walk
-from iron.runtime.emulator import Emulator
 
 
 def test_host_driven_calls_through_xrt_give_the_reference_walk(xrt):
