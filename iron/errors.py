@@ -120,3 +120,11 @@ class LoopError(IronError, ValueError):
 
 class PlanError(IronError, RuntimeError):
     """A Plan breaks a device rule (DMA limits, a BD id reused too early, a malformed program)."""
+
+
+class ModelFileError(IronError, RuntimeError):
+    """A model file (GGUF) is missing, cannot be fetched or read, or is not the model expected."""
+
+
+class TokenError(IronError, ValueError):
+    """A token id outside the model's vocabulary, or more tokens than the model's context holds."""

@@ -31,8 +31,8 @@ def run(program: Program, memories: dict[str, np.ndarray], inputs: list[np.ndarr
         for call in program.calls:
             run_call(call, env, undo)
     except BaseException:
-        for state, index, before in reversed(undo):
-            state[index] = before
+        for state, at, before in reversed(undo):
+            state[at] = before
         raise
     outputs = [env[node] for node in program.outputs]
     carry = {}
@@ -129,10 +129,10 @@ def run_call(call: Node, env: dict, undo: list):
     if dest is None:
         env[call] = result
         return
-    state, index = (framed(dest, env), env[dest]) if dest.op == Op.VIEW else (env[dest], ...)
-    before = state[index]  # one element reads as a numpy scalar, which nothing can change
-    undo.append((state, index, before.copy() if isinstance(before, np.ndarray) else before))
-    state[index] = np.reshape(result, np.shape(before))
+    state, at = (framed(dest, env), env[dest]) if dest.op == Op.VIEW else (env[dest], ...)
+    before = state[at]  # one element reads as a numpy scalar, which nothing can change
+    undo.append((state, at, before.copy() if isinstance(before, np.ndarray) else before))
+    state[at] = np.reshape(result, np.shape(before))
 
 
 def kernel_fn(call: Node):

@@ -12,6 +12,7 @@ import numpy as np
 from iron.compiler.allocate import host_placements
 from iron.compiler.cores import core_of
 from iron.compiler.emit import carry_sources, lower_emit
+from iron.compiler.grid import lower_grid
 from iron.compiler.objects import I32, Context, Part, pack
 from iron.compiler.place import Layout, Site
 from iron.compiler.plan import Buffer, Core, Emit, Fifo, Function, Link, Plan, WordDef
@@ -48,6 +49,16 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
     ctx = Context(program, device, layout, routes, WordTable(program), host_placements(program))
     sizes, links, buffers, functions, cores, moves, holds = {}, [], [], [], [], [], {}
     for site in layout.sites:
+        if site.grid is not None:
+            made = lower_grid(ctx, site)
+            sizes |= made.sizes
+            links += made.links
+            buffers += made.buffers
+            functions += made.functions
+            cores += made.cores
+            moves.append(list(made.moves))
+            holds |= {b.name: "a k-block's product or sum" for b in made.buffers}
+            continue
         parts = pack(ctx, site)
         sizes |= object_sizes(ctx, site, parts)
         links += site_links(site, parts, sizes)
@@ -73,7 +84,7 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
                        r.shared_memory, r.role) for r in routes.fifos)
     holds |= {name: what for name, (_, _, what) in sizes.items()}
     return Lowered(fifos, tuple(links), tuple(buffers), tuple(functions), tuple(cores), tuple(sequence),
-                   ctx.table.defs(), ctx.placements, emit, carry, holds, waiting_inputs)
+                   ctx.table.defs(), ctx.placements, emit, carry, holds, waiting_inputs, tuple(ctx.rules))
 
 
 def object_sizes(ctx: Context, site: Site, parts: list[Part]) -> dict[str, tuple[int, np.dtype, str]]:

@@ -55,6 +55,7 @@ class Context:
     placements: tuple
     results: dict = field(default_factory=dict)
     relayed: dict = field(default_factory=dict)
+    rules: list = field(default_factory=list)      # (rule, decision) made while packing (`gather_strided_view`)
 
     def placement(self, name: str):
         return next(p for p in self.placements if p.name == name)
@@ -327,7 +328,7 @@ MAX_GATHER_RUNS = 256
 
 
 def gather(ctx: Context, part: Part, view: Node) -> list[KernelStep]:
-    """`free_or_gathered`: a view of a computed tensor that is one contiguous run is read in
+    """`gather_strided_view`: a view of a computed tensor that is one contiguous run is read in
     place (a pointer offset, `read`); any other is copied, run by run, into a Buffer of the
     part's tile before its first use, which then reads it there. Returns the copies (none when
     free or already gathered)."""
@@ -351,6 +352,7 @@ def gather(ctx: Context, part: Part, view: Node) -> list[KernelStep]:
         steps.append(copy_step(view.dtype, len(run), at, Ptr(name, done * itemsize)))
         done += len(run)
     part.homes[view] = (name, 0)
+    ctx.rules.append(("gather_strided_view", f"{part.prefix} copies {describe(view)} into {name} in {len(runs)} runs"))
     return steps
 
 

@@ -1,15 +1,17 @@
 """Placement: fused groups onto the device's compute tiles, by named rules. `snake_order` gives
 consecutive groups neighbouring tiles; `stream_large_matrix` streams a matrix operand larger than
 its share of a compute tile through a mem tile in blocks of rows; `split_matrix_over_tiles`
-splits a very large MatVec by rows over 2, 4 or 8 tiles joined on a mem tile. Tile sizes and
-channel counts are the device's (docs/platform.md)."""
+splits a MatVec over 128 KiB by rows over 2, 4 or 8 tiles (the fewest bringing parts to 128
+KiB, else the most that fit), joined on a mem tile; `tile_matmul_over_array` spreads a large
+MatMul over whole columns of cores (iron/compiler/tiling.py). Tile sizes and channel counts are the device's (docs/platform.md)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from iron.compiler.channels import MemChannels
 from iron.compiler.fuse import STREAM_OBJECT_BYTES, Group, role
 from iron.compiler.plan import Tile, TileKind
+from iron.compiler.tiling import Grid, choose_grid, wants_grid
 from iron.errors import PlacementError
 from iron.ir import (
     Node,
@@ -23,7 +25,7 @@ from iron.ir import (
 )
 from iron.kernels.base import Role
 
-SPLIT_PART_BYTES = 128 * 1024
+SPLIT_PART_BYTES = 128 * 1024   # a MatVec's matrix larger than this is split over tiles
 SPLIT_COUNTS = (2, 4, 8)
 
 
@@ -46,6 +48,7 @@ class Site:
     group: Group
     tiles: tuple[Tile, ...]
     stream: Stream | None = None
+    grid: Grid | None = None
 
 
 @dataclass(frozen=True)
@@ -83,12 +86,20 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
     sites, rules = [], []
     for number, group in enumerate(groups):
         spare = len(free) - (len(groups) - number - 1) - with_emit
-        parts = split_parts(group, outside, spare, channels, free[0])
+        grid = tile_matmul_over_array(group, outside, free, spare, channels, device)
+        if grid is not None:
+            free = [t for t in free if t not in grid.tiles]
+            sites.append(Site(group, grid.tiles, grid=grid))
+            rules.append(("tile_matmul_over_array", f"{group.name}: {grid.text()}"))
+            continue
+        parts, why = split_parts(group, outside, spare, channels, free[0])
         tiles, free = tuple(free[:parts]), free[parts:]
         stream = stream_large_matrix(group, tiles, parts, channels, device)
         sites.append(Site(group, tiles, stream))
         rules.append(("snake_order", f"{group.name} on {', '.join(t.name for t in tiles)}"))
         rules += _stream_rules(group, stream)
+        if why:
+            rules.append(("split_matrix_over_tiles", f"{group.name}: on {parts} tile{'s' * (parts > 1)}, not more: {why}"))
     emit = free[0] if with_emit else None
     if emit is not None:
         rules.append(("snake_order", f"emit on {emit.name}"))
@@ -134,6 +145,27 @@ def _stream_rules(group: Group, stream: Stream | None) -> list[tuple[str, str]]:
 
 # ---- the matrix rules ----------------------------------------------------------------------------
 
+def tile_matmul_over_array(group: Group, outside, free: list[Tile], spare: int, channels, device) -> Grid | None:
+    """A group that is one large MatMul or MatVec whose result only the host reads runs over a
+    grid of whole free columns of cores (iron/compiler/tiling.py chooses it), taking per grid
+    column a mem tile's channels for B's blocks (a MatVec: the split of its rows) and the C
+    join, and per grid row one for A's blocks."""
+    call = group.calls[0]
+    if len(group.calls) != 1 or not wants_grid(call, outside.get(call, ())):
+        return None
+    full = [col for col in range(device.n_cols)
+            if all(Tile(col, row, TileKind.COMPUTE) in free for row in device.compute_rows)]
+    grid = choose_grid(call, full, spare, device)
+    if grid is None:
+        return None
+    rows = len(grid.rows)
+    if grid.vector:   # per column: the matrix rows split between its cores, their results joined
+        return replace(grid, c_mems=tuple(channels.take(col, 1 + rows, rows + 1) for col in grid.cols))
+    c_mems = tuple(channels.take(col, 1 + rows, 2) for col in grid.cols)
+    a_mems = tuple(channels.take(grid.cols[r % len(grid.cols)], 1, 1) for r in range(rows))
+    return replace(grid, a_mems=a_mems, c_mems=c_mems)
+
+
 def l1_share(device) -> int:
     """The most of a compute tile a matrix operand may hold whole: a quarter of its memory."""
     return device.compute.data_memory_bytes // 4
@@ -158,18 +190,29 @@ def stream_large_matrix(group: Group, tiles, parts: int, channels, device) -> St
     return Stream(matrix, rows, rows_per_part // rows, parts, mem)
 
 
-def split_parts(group: Group, outside: dict[Node, tuple[str, ...]], spare: int, channels, first: Tile) -> int:
-    """How many tiles a group takes: k from SPLIT_COUNTS when `split_matrix_over_tiles` applies."""
+def split_parts(group: Group, outside: dict[Node, tuple[str, ...]], spare: int, channels,
+                first: Tile) -> tuple[int, str]:
+    """`split_matrix_over_tiles`: how many tiles a group takes: the fewest of SPLIT_COUNTS that
+    bring each part to SPLIT_PART_BYTES or less, or, when that many do not fit, the most that
+    do. A count fits when it divides the matrix's rows, that many tiles are spare, and one mem
+    tile can split and join the parts (a DMA channel each way per part, one for the stream and
+    one for the joined result). Returns (tiles, why not the count wanted; "" when it fits)."""
     if not splittable(group, outside):
-        return 1
+        return 1, ""
     matrix = group.calls[0].src[0]
-    for k in SPLIT_COUNTS:
-        if matrix.shape[0] % k or nbytes(matrix) // k > SPLIT_PART_BYTES:
-            continue
-        if k <= spare and channels.can_take(first.col, inputs=k + 1, outputs=k + 1):
-            return k
-        return 1
-    return 1
+    wanted = next((k for k in SPLIT_COUNTS if nbytes(matrix) // k <= SPLIT_PART_BYTES), SPLIT_COUNTS[-1])
+    why = []
+    for k in sorted((k for k in SPLIT_COUNTS if k <= wanted), reverse=True):
+        if matrix.shape[0] % k:
+            why.append(f"{k} does not divide its {matrix.shape[0]} rows")
+        elif k > spare:
+            why.append(f"{k} would leave too few tiles for the other groups ({spare} spare)")
+        elif not channels.can_take(first.col, inputs=k + 1, outputs=k + 1):
+            why.append(f"{k} would take {k + 1} DMA channels each way on one mem tile "
+                       f"(a mem tile has {channels.device.mem.dma_in_channels}, less what earlier groups use)")
+        else:
+            return k, "; ".join(why)
+    return 1, "; ".join(why)
 
 
 def splittable(group: Group, outside: dict[Node, tuple[str, ...]]) -> bool:

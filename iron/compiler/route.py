@@ -78,6 +78,8 @@ def group_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
     writes, carried elements) and `<g>_out` (results other groups or the Emit read); a streamed
     matrix's `<g>_w_mem` and `<g>_w` (`<g>_w<p>` per part); a split group's `<g>_part<p>` and
     the joined `<g>_out` (or `<g>_host` when only the host reads it)."""
+    if site.grid is not None:
+        return grid_routes(site)
     g, calls, users = site.group.name, site.group.calls, layout.users
     split = len(site.tiles) > 1
     fifos = []
@@ -111,7 +113,10 @@ def forwarded_to(forwards: dict, group: str, node: Node) -> bool:
 
 
 def host_reads(site: Site) -> list[Node]:
-    """The host tensors a group's calls read, but its streamed matrix."""
+    """The host tensors a group's calls read, but its streamed matrix (none for a grid: its
+    operands stream in blocks)."""
+    if site.grid is not None:
+        return []
     streamed = site.stream.matrix if site.stream is not None else None
     return [n for c in site.group.calls for n in tensor_inputs(c) if is_host_tensor(n) and n is not streamed]
 
@@ -138,6 +143,41 @@ def stream_routes(site: Site) -> list[Route]:
     if len(site.tiles) == 1:
         return [*fifos, Route(f"{g}_w", FifoRole.WEIGHTS, g, s.mem, site.tiles)]
     return fifos + [Route(f"{g}_w{p}", FifoRole.WEIGHTS, g, s.mem, (t,)) for p, t in enumerate(site.tiles)]
+
+
+def grid_routes(site: Site) -> list[Route]:
+    """A tiled MatMul's FIFOs (`tile_matmul_over_array`): per grid row `<g>_a<r>_mem` into its
+    mem tile and `<g>_a<r>` from there to the row's cores; per grid column `<g>_b<c>_mem` and
+    `<g>_b<c>` likewise to the column's cores, each core's `<g>_part<r>_<c>` into the column's
+    mem tile and the joined `<g>_host<c>` to the host."""
+    g, grid = site.group.name, site.grid
+    rows, cols = range(len(grid.rows)), range(len(grid.cols))
+    if grid.vector:
+        return vector_grid_routes(g, grid)
+    fifos = []
+    for r, mem in zip(rows, grid.a_mems):
+        fifos += [Route(f"{g}_a{r}_mem", FifoRole.WEIGHTS, g, HOST, (mem,)),
+                  Route(f"{g}_a{r}", FifoRole.WEIGHTS, g, mem, tuple(grid.tile(r, c) for c in cols))]
+    for c, mem in zip(cols, grid.c_mems):
+        fifos += [Route(f"{g}_b{c}_mem", FifoRole.WEIGHTS, g, HOST, (mem,)),
+                  Route(f"{g}_b{c}", FifoRole.WEIGHTS, g, mem, tuple(grid.tile(r, c) for r in rows))]
+        fifos += [Route(f"{g}_part{r}_{c}", FifoRole.PART, g, grid.tile(r, c), (mem,)) for r in rows]
+        fifos.append(Route(f"{g}_host{c}", FifoRole.HOST, g, mem, (HOST,)))
+    return fifos
+
+
+def vector_grid_routes(g: str, grid) -> list[Route]:
+    """A tiled MatVec's FIFOs: the vector's `<g>_b` to every core; per grid column the matrix
+    rows `<g>_a<c>_mem` into its mem tile, split into each core's `<g>_a<r>_<c>`, and each core's
+    `<g>_part<r>_<c>` joined into `<g>_host<c>`."""
+    rows, cols = range(len(grid.rows)), range(len(grid.cols))
+    fifos = [Route(f"{g}_b", FifoRole.WEIGHTS, g, HOST, grid.tiles)]
+    for c, mem in zip(cols, grid.c_mems):
+        fifos.append(Route(f"{g}_a{c}_mem", FifoRole.WEIGHTS, g, HOST, (mem,)))
+        fifos += [Route(f"{g}_a{r}_{c}", FifoRole.WEIGHTS, g, mem, (grid.tile(r, c),)) for r in rows]
+        fifos += [Route(f"{g}_part{r}_{c}", FifoRole.PART, g, grid.tile(r, c), (mem,)) for r in rows]
+        fifos.append(Route(f"{g}_host{c}", FifoRole.HOST, g, mem, (HOST,)))
+    return fifos
 
 
 def join_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:

@@ -81,3 +81,17 @@ def _two_types(symbol: str) -> KernelSymbol | None:
 
 def _origin(kernel: type) -> tuple[str, str]:
     return kernel.__module__, kernel.__qualname__
+
+
+def accumulate_kernel() -> type:
+    """The library kernel that adds its input into its destination (Accumulate): how a tiled
+    matrix call sums its k-blocks."""
+    return next(k for k in _OWNERS.values() if is_library(k) and k.accumulates and k.arity == 1)
+
+
+def convert_kernel() -> type:
+    """The library kernel that converts between dtypes (Cast): how a tiled bfloat16 matrix call
+    rounds its float32 sums once."""
+    f32 = np.dtype(np.float32)
+    return next(k for k in _OWNERS.values()
+                if is_library(k) and k.saturates and f32 in k.dtypes and dtypes.bfloat16 in k.out_dtypes(f32))

@@ -131,6 +131,22 @@ class CompiledGraph:
 
         return describe(self.plan)
 
+    def svg(self, path=None) -> str:
+        """An SVG picture of where the design landed on the device (iron/compiler/picture.py), one
+        panel per segment; also written to `path` when one is given."""
+        from iron.compiler.picture import picture
+
+        text = picture(self.segments)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        return text
+
+    @property
+    def segments(self) -> tuple:
+        """The Plans this design runs, one per configuration of the array, in order."""
+        return (self.plan,)
+
     def build(self, progress=None):
         """Build with aiecc and Peano into the cache (ToolchainMissing when they are absent)."""
         from iron.compiler.build import build

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -52,6 +53,8 @@ def main(argv=None) -> int:
     compiled = add_one.compile(x=((N,), np.int32))
     print(f"\n{compiled!r}\n")
     print(compiled.describe())
+    compiled.svg(Path(__file__).with_name(f"add_one-{args.device}.svg"))
+    print(f"the placement, drawn: add_one-{args.device}.svg")
     print("\nThe MLIR, first 24 lines:")
     print("\n".join(compiled.mlir.splitlines()[:24]))
     print("...\n")

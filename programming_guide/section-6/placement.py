@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -59,7 +60,8 @@ def main(argv=None) -> int:
     x = rng.standard_normal(WIDTH).astype(np.float32)
     compiled = Projection(w1, w2).compile(x=((WIDTH,), np.float32))
     print(compiled.describe())
-    print()
+    compiled.svg(Path(__file__).with_name(f"placement-{args.device}.svg"))
+    print(f"the placement, drawn: placement-{args.device}.svg\n")
     show_placement(compiled)
 
     y = compiled(x)

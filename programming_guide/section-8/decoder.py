@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -203,6 +204,8 @@ def run(model: Decoder, prompt, count: int, depth: int, describe: bool = False) 
           f"compute tiles, first on {len(first.plan.cores)}")
     if describe:
         print(body.describe())
+    body.svg(Path(__file__).with_name(f"decoder-{device.name}.svg"))   # beside this file, wherever it runs from
+    print(f"the body's placement, drawn: decoder-{device.name}.svg")
     backend = select_backend()
     tokens, host_rate = measured(model, first, prompt, lambda: host_driven(model, first, body, prompt, count))
     ok &= report(f"host-driven ({device.name})", tokens, expected)

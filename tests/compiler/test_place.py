@@ -90,13 +90,20 @@ class BigThenFive(iron.Graph):
         return y
 
 
-def test_a_matrix_is_not_split_when_the_device_lacks_tiles():
-    # 6 groups on 8 tiles leave 3 for the MatVec: too few for 4 parts of 128 KiB
+def test_a_matrix_takes_the_most_tiles_that_fit_and_says_why_not_more():
+    # 6 groups on 8 tiles leave 3 for the MatVec: too few for 4 parts of 128 KiB, enough for 2
     plan = plan_of(BigThenFive(), "npu2_2col", x=((256,), F32))
-    assert [r for r, _ in plan.rules if r in ("stream_large_matrix", "split_matrix_over_tiles")] == [
-        "stream_large_matrix"]
+    assert [what for r, what in plan.rules if r == "split_matrix_over_tiles"] == [
+        "g0: w (512, 256) float32 (524288 bytes) split by rows over 2 tiles",
+        "g0: on 2 tiles, not more: 4 would leave too few tiles for the other groups (3 spare)"]
     assert [name for _, name in core_tiles(plan)] == [
-        "tile_0_2", "tile_0_3", "tile_0_4", "tile_0_5", "tile_1_5", "tile_1_4"]
+        "tile_0_2", "tile_0_3", "tile_0_4", "tile_0_5", "tile_1_5", "tile_1_4", "tile_1_3"]
+
+
+def test_a_matrix_left_on_one_tile_says_why():
+    plan = plan_of(designs.big_matvec(255, 512))   # 510 KiB: 4 parts wanted, 255 rows split by none
+    assert [what for r, what in plan.rules if r == "split_matrix_over_tiles"] == [
+        "g0: on 1 tile, not more: 4 does not divide its 255 rows; 2 does not divide its 255 rows"]
 
 
 class Three(iron.Graph):

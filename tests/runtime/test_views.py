@@ -4,6 +4,8 @@ as a later operand and written into a state (a KV cache row from a projection's 
 `cache[pos:pos + k]` read and written with a per-call or carried `pos`, bounds-checked alike by
 the reference, the host-driven compiled call (npu2, npu1) and the device loop (npu2). Compiled
 results equal the reference and numpy."""
+import shutil
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,7 @@ import aie_utils
 import iron
 from iron import Carried, Scratchpad
 from iron.errors import IndexOutOfRange, KernelTypeError, TracedValueError
-from iron.kernels import Add, Copy, MatVec, ReLU
+from iron.kernels import Add, Copy, MatMul, MatVec, ReLU, Softmax
 
 DEVICES = ["npu2", "npu1"]
 W = (np.arange(64, dtype=np.float32).reshape(16, 4) - 30) / 8
@@ -71,6 +73,47 @@ def test_a_contiguous_view_is_free_and_a_strided_one_is_copied_run_by_run(on_emu
     buffer = next(iter(held))
     assert [(s.args[0].offset, s.args[1], s.args[2].value) for s in copies if s.args[1].source == buffer] == [
         (4 * (4 * r + 1), iron.compiler.plan.Ptr(buffer, 8 * r), 2) for r in range(4)]
+    assert [text for rule, text in plan.rules if rule == "gather_strided_view"] == [
+        f"{buffer.split('_buf')[0]} copies MatVec(w, x).reshape(4, 4)[:, 1:3] into {buffer} in 4 runs"]
+
+
+class Heads(iron.Graph):
+    """A (2, 128) MatMul result: its left column block written into a KV cache row (copied: not
+    contiguous), a row and a reshaped slice read by later groups (Softmax), rows' halves added."""
+
+    def __init__(self):
+        self.w = iron.param(np.arange(4 * 128, dtype=np.float32).reshape(4, 128) / 500)
+        self.kcache = iron.state((5, 2, 64), np.float32, name="kcache")
+
+    def body(self, x, *, pos: Scratchpad[np.int32]):
+        k = MatMul.step(x, self.w)
+        Copy.step(k[:, 0:64], self.kcache[pos])
+        return Softmax.step(k[1]), Softmax.step(k.reshape(256)[64:192]), Add.step(k[0, 64:], k[1, :64])
+
+
+def heads_numpy(x, w):
+    k = x @ w
+    e1, e2 = np.exp(k[1] - k[1].max()), np.exp(k.reshape(256)[64:192] - k.reshape(256)[64:192].max())
+    return [e1 / e1.sum(), e2 / e2.sum(), k[0, 64:] + k[1, :64]], k[:, :64]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="native kernels need the host C++ compiler g++")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["numpy", "native"])
+def test_views_read_by_later_groups_in_both_kernel_modes(on_emulator, monkeypatch, device, mode):
+    monkeypatch.setenv("IRON_EMULATOR_KERNELS", mode)
+    x = (np.arange(8, dtype=np.float32).reshape(2, 4) - 3) / 2
+    g = Heads()
+    want, block = heads_numpy(x, np.arange(4 * 128, dtype=np.float32).reshape(4, 128) / 500)
+    ref = g.reference(x, pos=3)
+    c = compiled(Heads(), device, x=((2, 4), np.float32))
+    got = c(x, pos=3)
+    assert len(c.plan.groups) > 1
+    for r, d, w in zip(ref, got, want):
+        np.testing.assert_allclose(r, w, rtol=1e-5)
+        np.testing.assert_allclose(d, r, rtol=1e-6)
+    np.testing.assert_allclose(g.read("kcache")[3], block, rtol=1e-6)
+    np.testing.assert_allclose(c.read("kcache"), g.read("kcache"), rtol=1e-6)
 
 
 def test_views_are_described_in_the_users_words():

@@ -1,0 +1,216 @@
+"""Lowering a tiled MatMul (a Site with a Grid, iron/compiler/tiling.py): its FIFO objects and
+mem-tile links, each core's Functions and program (per output block: the first k-block's product
+into the block, every further one's product added to it, a bfloat16 result rounded once from its
+float32 sum) and the moves streaming A and B in block order and reading C back, round by round,
+with Waits every few rounds so no shim runs out of buffer descriptors."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from iron.compiler.objects import Context, host_access
+from iron.compiler.place import Site
+from iron.compiler.plan import (
+    Acquire,
+    Buffer,
+    Core,
+    Direction,
+    Function,
+    Imm,
+    Invoke,
+    KernelStep,
+    Link,
+    Loop,
+    Port,
+    Ptr,
+    Release,
+    Wait,
+)
+from iron.compiler.sequence import Move, dma_patterns
+from iron.compiler.tiling import Grid
+from iron.compiler.words import Access
+from iron.ir import call_label, describe
+from iron.kernels.registry import accumulate_kernel, convert_kernel
+
+
+@dataclass(frozen=True)
+class GridLowered:
+    """A tiled MatMul's share of the Lowered design; `sizes`: FIFO -> (bytes, dtype, what)."""
+
+    sizes: dict
+    links: tuple[Link, ...]
+    buffers: tuple[Buffer, ...]
+    functions: tuple[Function, ...]
+    cores: tuple[Core, ...]
+    moves: tuple
+
+
+def lower_grid(ctx: Context, site: Site) -> GridLowered:
+    g, grid = site.group.name, site.grid
+    functions, buffers, cores = [], [], []
+    for c in range(len(grid.cols)):
+        for r in range(len(grid.rows)):
+            made, held, core = _core(ctx, g, grid, r, c)
+            functions += made
+            buffers += held
+            cores.append(core)
+    moves = _vector_moves(ctx, g, grid) if grid.vector else _moves(ctx, g, grid)
+    return GridLowered(_sizes(ctx, g, grid), _links(g, grid), tuple(buffers), tuple(functions), tuple(cores),
+                       tuple(moves))
+
+
+def _sizes(ctx: Context, g: str, grid: Grid) -> dict:
+    a, b = grid.call.src[:2]
+    out, label = grid.call.dtype, call_label(ctx.program, grid.call)
+    m, k, n = grid.m, grid.k, grid.n
+    sizes = {}
+    if grid.vector:
+        rows, block = len(grid.rows), m * k * a.dtype.itemsize
+        sizes[f"{g}_b"] = (k * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
+        for c in range(len(grid.cols)):
+            sizes[f"{g}_a{c}_mem"] = (rows * block, a.dtype, f"rows of {describe(a)}")
+            sizes |= {f"{g}_a{r}_{c}": (block, a.dtype, f"rows of {describe(a)}") for r in range(rows)}
+            sizes |= {f"{g}_part{r}_{c}": (m * out.itemsize, out, label) for r in range(rows)}
+            sizes[f"{g}_host{c}"] = (rows * m * out.itemsize, out, label)
+        return sizes
+    for r in range(len(grid.rows)):
+        sizes[f"{g}_a{r}_mem"] = sizes[f"{g}_a{r}"] = (m * k * a.dtype.itemsize, a.dtype, f"blocks of {describe(a)}")
+    for c in range(len(grid.cols)):
+        sizes[f"{g}_b{c}_mem"] = sizes[f"{g}_b{c}"] = (k * n * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
+        sizes |= {f"{g}_part{r}_{c}": (m * n * out.itemsize, out, label) for r in range(len(grid.rows))}
+        sizes[f"{g}_host{c}"] = (len(grid.rows) * m * n * out.itemsize, out, label)
+    return sizes
+
+
+def _links(g: str, grid: Grid) -> tuple[Link, ...]:
+    """A's and B's blocks forwarded by their mem tiles; each column's C blocks joined, grid row r
+    at r blocks in (so the joined object is len(rows) * m consecutive rows of C)."""
+    part = grid.m * grid.n * grid.call.dtype.itemsize
+    rows = range(len(grid.rows))
+    if grid.vector:
+        block = grid.m * grid.k * grid.call.src[0].dtype.itemsize
+        return tuple(link for c, mem in enumerate(grid.c_mems) for link in (
+            Link(mem, (f"{g}_a{c}_mem",), tuple(f"{g}_a{r}_{c}" for r in rows),
+                 destination_offsets=tuple(r * block for r in rows)),
+            Link(mem, tuple(f"{g}_part{r}_{c}" for r in rows), (f"{g}_host{c}",),
+                 source_offsets=tuple(r * part for r in rows))))
+    links = [Link(mem, (f"{g}_a{r}_mem",), (f"{g}_a{r}",)) for r, mem in enumerate(grid.a_mems)]
+    for c, mem in enumerate(grid.c_mems):
+        links += [Link(mem, (f"{g}_b{c}_mem",), (f"{g}_b{c}",)),
+                  Link(mem, tuple(f"{g}_part{r}_{c}" for r in rows), (f"{g}_host{c}",),
+                       source_offsets=tuple(r * part for r in rows))]
+    return tuple(links)
+
+
+def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
+    """Core (r, c)'s Functions, Buffers and program: a Loop over its output blocks, each summing
+    its k-blocks."""
+    call, tile, prefix = grid.call, grid.tile(r, c), f"{g}_r{r}c{c}"
+    a, b, part = f"{g}_a{r}", f"{g}_b{c}", f"{g}_part{r}_{c}"
+    m, k, n = grid.m, grid.k, grid.n
+    kernel, in_dtype = call.arg.kernel, call.src[0].dtype
+    shapes = [(m, k), (k, n)], (m, n)
+    if grid.vector:
+        a, b, shapes = f"{g}_a{r}_{c}", f"{g}_b", ([(m, k), (k,)], (m,))
+    sizes = tuple(Imm(int(s)) for s in kernel.sizes(*shapes))
+    wide = grid.acc != call.dtype
+    product = Buffer(f"{prefix}_product", tile, m * n * grid.acc.itemsize, grid.acc)
+    buffers = [product]
+    total = part
+    if wide:
+        total = f"{prefix}_sum"
+        buffers.append(Buffer(total, tile, m * n * grid.acc.itemsize, grid.acc))
+
+    def product_into(dest: str) -> KernelStep:
+        return KernelStep(kernel.symbol(in_dtype, grid.acc), (Ptr(a), Ptr(b), Ptr(dest), *sizes))
+
+    add = KernelStep(accumulate_kernel().symbol(grid.acc), (Ptr(product.name), Ptr(total), Imm(m * n)))
+    first = Function(f"{prefix}_first", (a, b, total), (product_into(total),), blocked=True)
+    more = Function(f"{prefix}_more", (a, b, product.name, total), (product_into(product.name), add), blocked=True)
+    functions = [first, more]
+    take = (Acquire(a, Port.CONSUME), Acquire(b, Port.CONSUME))
+    give = (Release(a, Port.CONSUME), Release(b, Port.CONSUME))
+    body = [Acquire(part, Port.PRODUCE), *take, Invoke(first.name, first.params), *give]
+    if grid.k_blocks > 1:
+        body.append(Loop(grid.k_blocks - 1, (*take, Invoke(more.name, more.params), *give)))
+    else:
+        functions.remove(more)
+    if wide:
+        cast = KernelStep(convert_kernel().symbol(grid.acc, call.dtype), (Ptr(total), Ptr(part), Imm(m * n)))
+        functions.append(Function(f"{prefix}_round", (total, part), (cast,), blocked=True))
+        body.append(Invoke(f"{prefix}_round", (total, part)))
+    body.append(Release(part, Port.PRODUCE))
+    program = (Loop(grid.rounds * grid.per_round, tuple(body)),)
+    return functions, buffers, Core(tile, g, program, ctx.device.compute.default_stack_bytes)
+
+
+# ---- the moves ------------------------------------------------------------------------------------
+
+def _vector_moves(ctx: Context, g: str, grid: Grid) -> list:
+    """Round by round (a round: m rows of every core), each column's rows (per k-block, its
+    cores' m rows each), the vector, and each column's joined results."""
+    call = grid.call
+    a, x = call.src[:2]
+    big_k, rows, cols = a.shape[1], len(grid.rows), len(grid.cols)
+    wa, wx, wc = (v.dtype.itemsize / 4 for v in (a, x, call))
+    a_buf, a_at = host_access(ctx, a)
+    x_buf, x_at = host_access(ctx, x)
+    p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
+    moves = []
+    for t in range(grid.rounds):
+        here = [Move(Direction.MM2S, f"{g}_b", x_buf, x_at)]
+        for c in range(cols):
+            first = (t * cols + c) * rows * grid.m
+            dims = ((grid.k_blocks, int(grid.k * wa)), (rows * grid.m, int(big_k * wa)), (int(grid.k * wa), 1))
+            here.append(Move(Direction.MM2S, f"{g}_a{c}_mem", a_buf, Access(a_at.offset + int(first * big_k * wa), dims)))
+            here.append(Move(Direction.S2MM, f"{g}_host{c}", p.buffer,
+                             Access(p.offset + int(first * wc), ((int(rows * grid.m * wc), 1),))))
+        moves += _with_waits(ctx, grid, t, here)
+    return moves
+
+
+def _with_waits(ctx: Context, grid: Grid, t: int, here: list[Move]) -> list:
+    """Round `t`'s moves, then a Wait on each of their FIFOs every `rounds_between_waits` rounds."""
+    if (t + 1) % rounds_between_waits(ctx.device, here) == 0 and t + 1 < grid.rounds:
+        return [*here, *(Wait(mv.fifo) for mv in here)]
+    return here
+
+
+def _moves(ctx: Context, g: str, grid: Grid) -> list:
+    """Round by round (a round: each core's output blocks in one block row), every grid row's A
+    blocks, every column's B blocks, every column's joined C blocks; a Wait on all of them after
+    every `rounds_between_waits` rounds."""
+    call = grid.call
+    a, b = call.src[:2]
+    big_k, big_n = a.shape[1], call.shape[1]
+    rows, cols = len(grid.rows), len(grid.cols)
+    wa, wb, wc = (x.dtype.itemsize / 4 for x in (a, b, call))
+    a_buf, a_at = host_access(ctx, a)
+    b_buf, b_at = host_access(ctx, b)
+    p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
+    m, k, n = grid.m, grid.k, grid.n
+    moves = []
+    for t in range(grid.rounds):
+        row0 = t * rows * m
+        here = []
+        for r in range(rows):
+            dims = ((grid.per_round, 0), (grid.k_blocks, int(k * wa)), (m, int(big_k * wa)), (int(k * wa), 1))
+            here.append(Move(Direction.MM2S, f"{g}_a{r}_mem", a_buf,
+                             Access(a_at.offset + int((row0 + r * m) * big_k * wa), dims)))
+        for c in range(cols):
+            dims = ((grid.per_round, int(cols * n * wb)), (grid.k_blocks, int(k * big_n * wb)),
+                    (k, int(big_n * wb)), (int(n * wb), 1))
+            here.append(Move(Direction.MM2S, f"{g}_b{c}_mem", b_buf, Access(b_at.offset + int(c * n * wb), dims)))
+        for c in range(cols):
+            dims = ((grid.per_round, int(cols * n * wc)), (rows * m, int(big_n * wc)), (int(n * wc), 1))
+            here.append(Move(Direction.S2MM, f"{g}_host{c}", p.buffer,
+                             Access(p.offset + int((row0 * big_n + c * n) * wc), dims)))
+        moves += _with_waits(ctx, grid, t, here)
+    return moves
+
+
+def rounds_between_waits(device, moves: list[Move]) -> int:
+    """How many rounds may be issued before waiting: a shim tile moves at most its channels'
+    FIFOs (2 each way), each taking the Dma ops its round cuts into, within its BD ids."""
+    ops = max(len(dma_patterns(mv.access.offset, mv.access.dims, device)) for mv in moves)
+    per_shim = device.shim.dma_out_channels + device.shim.dma_in_channels
+    return max(1, device.shim_bd_ids // (per_shim * ops))

@@ -1,0 +1,168 @@
+"""Tiling rules: how one large matrix call spreads over many compute tiles. `tile_matmul_over_array`
+cuts a MatMul (M, K) x (K, N) into output blocks of m x n over a grid of cores (rows of the
+array x columns), each core summing its blocks over K in k-blocks, as whole-array GEMMs on these
+devices do: A's row-blocks are shared along a row of cores, B's column-blocks along a column,
+both streamed from the host through mem tiles, and each column's C blocks joined on its mem
+tile. A MatVec (M, K) x (K,) is the same grid with n = 1: every core owns its own m rows of the
+matrix (each column's mem tile splits one stream of rows between its cores), the vector's
+k-blocks go to every core, and each column's results are joined on its mem tile
+(docs/platform.md sections 2 and 4 for the channels and memories this counts)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from iron import dtypes
+from iron.compiler.plan import Tile, TileKind
+from iron.ir import Node, Op, is_host_tensor, nbytes
+from iron.kernels.base import Role
+
+MAX_BLOCK = 256          # a block side, in elements: within a BD dimension's 1023 words either way
+TILED_BYTES = 32 * 1024  # a MatMul whose operands and result take more than this is tiled
+VECTOR_TILED_BYTES = 512 * 1024  # a MatVec matrix larger than a one-mem-tile split's 4 x 128 KiB
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A MatMul over `rows` x `cols` cores (compute rows, array columns): core (r, c) computes
+    the output blocks (i * len(rows) + r, j * len(cols) + c) of m x n elements, summing over
+    K in k-blocks into `acc` (float32 for a bfloat16 result, rounded once at the end). A's
+    row-blocks for grid row r pass through mem tile `a_mems[r]`, B's column-blocks and the
+    joined C blocks of grid column c through `c_mems[c]`."""
+
+    call: Node
+    rows: tuple[int, ...]
+    cols: tuple[int, ...]
+    m: int
+    k: int
+    n: int
+    acc: np.dtype
+    a_mems: tuple[Tile, ...] = ()
+    c_mems: tuple[Tile, ...] = ()
+
+    def tile(self, r: int, c: int) -> Tile:
+        return Tile(self.cols[c], self.rows[r], TileKind.COMPUTE)
+
+    @property
+    def tiles(self) -> tuple[Tile, ...]:
+        return tuple(self.tile(r, c) for c in range(len(self.cols)) for r in range(len(self.rows)))
+
+    @property
+    def vector(self) -> bool:
+        """A MatVec: every core owns its own rows; there are no column blocks."""
+        return len(self.call.shape) == 1
+
+    @property
+    def cores(self) -> int:
+        return len(self.rows) * len(self.cols)
+
+    @property
+    def rounds(self) -> int:
+        """Row-block rounds: how many output block rows each core computes."""
+        return self.call.shape[0] // (self.m * (self.cores if self.vector else len(self.rows)))
+
+    @property
+    def per_round(self) -> int:
+        """Output blocks each core computes per round (one per column block it owns)."""
+        return 1 if self.vector else self.call.shape[1] // (self.n * len(self.cols))
+
+    @property
+    def k_blocks(self) -> int:
+        return self.call.src[0].shape[1] // self.k
+
+    def text(self) -> str:
+        (big_m, big_k) = self.call.src[0].shape
+        shape = f"MatVec ({big_m}, {big_k}) x ({big_k},)" if self.vector else \
+            f"MatMul ({big_m}, {big_k}) x ({big_k}, {self.call.shape[1]})"
+        calls = self.rounds * self.per_round * self.k_blocks
+        return (f"{shape} {self.call.src[0].dtype.name} -> "
+                f"{self.call.dtype.name} over {len(self.tiles)} tiles ({len(self.rows)} rows x {len(self.cols)} "
+                f"columns of cores): blocks m={self.m} k={self.k} n={self.n} (each divides its side: no padding), "
+                f"{self.rounds * self.per_round} output blocks per core, {self.k_blocks} k-blocks each "
+                f"({calls} kernel calls per core), summed in {self.acc.name}")
+
+
+def block_bytes(call: Node, m: int, k: int, n: int, acc: np.dtype) -> int:
+    """A core's tile memory for blocks m x k x n (n = 1 for a MatVec): two objects each of A, B
+    and C, the product of one k-block, and a float32 sum when the result is rounded at the end."""
+    it, out = call.src[0].dtype.itemsize, call.dtype.itemsize
+    held = 2 * (m * k + k * n) * it + 2 * m * n * out + m * n * acc.itemsize
+    return held + (m * n * acc.itemsize if acc != call.dtype else 0)
+
+
+def accumulates_in(call: Node) -> np.dtype:
+    """What the k-block sums are kept in: the result's dtype, float32 for a bfloat16 result."""
+    return np.dtype(np.float32) if call.dtype == dtypes.bfloat16 else call.dtype
+
+
+def wants_grid(call: Node, users: tuple[str, ...]) -> bool:
+    """A matrix call of two whole host tensors whose result only the host reads: a MatMul (a
+    matrix result) whose operands and result take more than TILED_BYTES, a MatVec (a vector
+    result) whose matrix takes more than VECTOR_TILED_BYTES."""
+    if call.arg.kernel.role is not Role.MATRIX or call.arg.writes or users != ("host",):
+        return False
+    a, b = call.src[:2]
+    if not all(is_host_tensor(x) and x.op != Op.VIEW for x in (a, b)):
+        return False
+    if len(call.shape) == 1:
+        return nbytes(a) > VECTOR_TILED_BYTES
+    return nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
+
+
+def divisors(n: int, word_elements: int) -> list[int]:
+    """Block sides for an extent n: divisors up to MAX_BLOCK holding whole 32-bit words."""
+    return [d for d in range(1, min(n, MAX_BLOCK) + 1) if n % d == 0 and d % word_elements == 0]
+
+
+def choose_grid(call: Node, full_columns: list[int], spare: int, device) -> Grid | None:
+    """`tile_matmul_over_array`: the grid using the most rows of cores that divide M and the
+    most free whole columns that divide N (a MatVec: whose cores divide M), within `spare`
+    tiles, with, among blocks dividing their sides and holding whole words (B's and C's rows,
+    A's k-block; a MatVec's m results) whose objects fit a core's memory (block_bytes) and whose
+    moves are one Dma op per round (`_one_dma_per_move`), those of the fewest kernel calls per
+    core (then the largest m x n). None when no block holds whole words (say an odd N in
+    bfloat16)."""
+    (big_m, big_k), vector = call.src[0].shape, len(call.shape) == 1
+    big_n = 1 if vector else call.shape[1]
+    acc = accumulates_in(call)
+    room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
+    in_words, out_words = 4 // min(4, call.src[0].dtype.itemsize), 4 // min(4, call.dtype.itemsize)
+    rows_of = [r for r in range(len(device.compute_rows), 0, -1) if big_m % r == 0]
+    for rows in rows_of:
+        cols = [c for c in range(min(len(full_columns), spare // rows), 0, -1)
+                if (big_m % (rows * c) == 0 if vector else big_n % c == 0)]
+        for ncols in cols:
+            one_op = _one_dma_per_move(device, rows, ncols, vector, big_k, big_n)
+            if vector:
+                best = _best_blocks(call, big_m // (rows * ncols), big_k, 1, in_words, 1, acc, room, one_op, out_words)
+            else:
+                best = _best_blocks(call, big_m // rows, big_k, big_n // ncols, in_words,
+                                    max(in_words, out_words), acc, room, one_op)
+            if best is not None:
+                m, k, n = best
+                return Grid(call, tuple(device.compute_rows[:rows]), tuple(full_columns[:ncols]), m, k, n, acc)
+    return None
+
+
+def _one_dma_per_move(device, rows: int, cols: int, vector: bool, big_k: int, big_n: int):
+    """Whether blocks m x k x n keep each round's moves one Dma op each (docs/platform.md
+    section 5: a repeat of at most 64, other sizes at most 1023 words), so a round never waits
+    for buffer descriptors its own moves hold: the rows of C (a MatVec: of the matrix) a column
+    moves per round, and the repeat of A's and B's blocks (a MatVec: the k-blocks)."""
+    repeat, wrap = device.dma_repeat_max, device.shim.max_bd_wrap
+
+    def fits(m: int, k: int, n: int) -> bool:
+        if vector:
+            return rows * m <= wrap and big_k // k <= repeat
+        return rows * m <= wrap and big_n // (n * cols) <= repeat
+    return fits
+
+
+def _best_blocks(call, per_row, big_k, per_col, k_words, n_words, acc, room, one_op, m_words=1):
+    ms, ks, ns = divisors(per_row, m_words), divisors(big_k, k_words), divisors(per_col, n_words)
+    fits = [(m, k, n) for m in ms for n in ns for k in ks
+            if block_bytes(call, m, k, n, acc) <= room and one_op(m, k, n)]
+    if not fits:
+        return None
+    return min(fits, key=lambda b: ((per_row // b[0]) * (per_col // b[2]) * (big_k // b[1]), -b[0] * b[2]))

@@ -1,0 +1,164 @@
+"""Tiling rules, shown by what describe() says each chose and by the emulator agreeing with
+reference(): `tile_matmul_over_array` (a large MatMul or MatVec over a grid of cores, its
+operands streamed in k-blocks through mem tiles, its result joined per column) and
+`split_matrix_over_tiles` keeping the MatVecs one mem tile's split handles.
+
+Integers are exact; float32 within rtol 1e-4 / atol 1e-4 (k-blocks are summed in another order
+than numpy's), bfloat16 within two bf16 ulps."""
+import numpy as np
+import pytest
+
+import iron
+from aie_utils import from_name
+from iron.compiler.mlir import print_mlir
+from iron.compiler.plan import TileKind
+from iron.kernels import MatMul, MatVec
+
+F32 = {"rtol": 1e-4, "atol": 1e-4}
+BF16 = {"rtol": 2e-2, "atol": 2e-2}
+
+
+class Product(iron.Graph):
+    """C = A @ B for an input A and a weight B; `out` names the result's dtype."""
+
+    def __init__(self, b, out=None):
+        self.b = iron.weight(b)
+        self.out = out
+
+    def body(self, a):
+        return MatMul.step(a, self.b, dtype=self.out)
+
+
+def operands(m, k, n, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind in "iu":
+        return (rng.integers(-128, 128, (m, k)).astype(dtype), rng.integers(-128, 128, (k, n)).astype(dtype))
+    return rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+
+
+def compiled(m, k, n, dtype, out=None, device="npu2"):
+    a, b = operands(m, k, n, dtype)
+    graph = Product(b, out)
+    return graph, graph.compile(a=a, device=from_name(device)), a
+
+
+def rule(plan, name):
+    return [what for rule, what in plan.rules if rule == name]
+
+
+def compute_tiles(plan):
+    return sorted({c.tile for c in plan.cores if c.tile.kind is TileKind.COMPUTE}, key=lambda t: (t.col, t.row))
+
+
+pytestmark = pytest.mark.usefixtures("on_emulator")
+
+
+def test_matmul_512_float32_over_32_tiles_equals_reference():
+    graph, body, a = compiled(512, 512, 512, np.float32)
+    assert rule(body.plan, "tile_matmul_over_array") == [
+        "g0: MatMul (512, 512) x (512, 512) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): "
+        "blocks m=32 k=32 n=64 (each divides its side: no padding), 4 output blocks per core, 16 k-blocks "
+        "each (64 kernel calls per core), summed in float32"]
+    assert len(compute_tiles(body.plan)) == 32
+    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+
+
+def test_matmul_512_int8_into_int32_is_exact():
+    graph, body, a = compiled(512, 512, 512, np.int8, np.int32)
+    assert rule(body.plan, "tile_matmul_over_array") == [
+        "g0: MatMul (512, 512) x (512, 512) int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): "
+        "blocks m=32 k=128 n=64 (each divides its side: no padding), 4 output blocks per core, 4 k-blocks "
+        "each (16 kernel calls per core), summed in int32"]
+    got = body(a=a)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, graph.reference(a=a))
+
+
+def test_matmul_int16_wraps_as_the_reference_does():
+    graph, body, a = compiled(128, 256, 128, np.int16)
+    assert "summed in int16" in rule(body.plan, "tile_matmul_over_array")[0]
+    np.testing.assert_array_equal(body(a=a), graph.reference(a=a))
+
+
+def test_matmul_bfloat16_sums_in_float32_and_rounds_once():
+    graph, body, a = compiled(128, 256, 128, iron.bfloat16)
+    assert rule(body.plan, "tile_matmul_over_array")[0].endswith("summed in float32")
+    assert {b.dtype for b in body.plan.buffers} == {np.dtype(np.float32)}
+    got = body(a=a)
+    assert got.dtype == iron.bfloat16
+    np.testing.assert_allclose(got.astype(np.float32), graph.reference(a=a).astype(np.float32), **BF16)
+
+
+def test_matmul_2048_bfloat16_compiles_to_plan_and_mlir():
+    _, body, _ = compiled(2048, 2048, 2048, iron.bfloat16)
+    assert rule(body.plan, "tile_matmul_over_array") == [
+        "g0: MatMul (2048, 2048) x (2048, 2048) bfloat16 -> bfloat16 over 32 tiles (4 rows x 8 columns of "
+        "cores): blocks m=16 k=64 n=128 (each divides its side: no padding), 64 output blocks per core, 32 "
+        "k-blocks each (2048 kernel calls per core), summed in float32"]
+    mlir = print_mlir(body.plan)
+    assert mlir.count("aie.core(") == 32
+    assert "aie.objectfifo @g0_a0(%mem_0_1, {%tile_0_2, %tile_1_2, %tile_2_2, %tile_3_2, %tile_4_2, " \
+           "%tile_5_2, %tile_6_2, %tile_7_2}, 2 : i32) : !aie.objectfifo<memref<1024xbf16>>" in mlir
+    assert "aie.objectfifo.link [@g0_part0_0, @g0_part1_0, @g0_part2_0, @g0_part3_0] -> [@g0_host0] " \
+           "([0, 2048, 4096, 6144] [])" in mlir
+
+
+def test_sizes_not_multiples_of_a_power_of_two_take_dividing_blocks():
+    graph, body, a = compiled(100, 60, 72, np.float32)
+    assert rule(body.plan, "tile_matmul_over_array") == [
+        "g0: MatMul (100, 60) x (60, 72) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): "
+        "blocks m=25 k=60 n=9 (each divides its side: no padding), 1 output blocks per core, 1 k-blocks "
+        "each (1 kernel calls per core), summed in float32"]
+    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+
+
+def test_matmul_on_npu1_uses_its_16_tiles():
+    graph, body, a = compiled(256, 256, 256, np.float32, device="npu1")
+    assert len(compute_tiles(body.plan)) == 16
+    assert "over 16 tiles (4 rows x 4 columns of cores)" in rule(body.plan, "tile_matmul_over_array")[0]
+    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+
+
+def test_small_matmul_stays_on_one_tile():
+    _, body, _ = compiled(16, 16, 16, np.float32)
+    assert rule(body.plan, "tile_matmul_over_array") == []
+    assert len(compute_tiles(body.plan)) == 1
+
+
+class Projection(iron.Graph):
+    """y = W @ x for a weight W; `out` names the result's dtype."""
+
+    def __init__(self, w, out=None):
+        self.w = iron.weight(w)
+        self.out = out
+
+    def body(self, x):
+        return MatVec.step(self.w, x, dtype=self.out)
+
+
+def test_matvec_4096_over_32_tiles_equals_reference():
+    rng = np.random.default_rng(1)
+    w, x = rng.standard_normal((4096, 4096)).astype(np.float32), rng.standard_normal(4096).astype(np.float32)
+    graph = Projection(w)
+    body = graph.compile(x=x, device=from_name("npu2"))
+    assert rule(body.plan, "tile_matmul_over_array") == [
+        "g0: MatVec (4096, 4096) x (4096,) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): "
+        "blocks m=64 k=64 n=1 (each divides its side: no padding), 2 output blocks per core, 64 k-blocks each "
+        "(128 kernel calls per core), summed in float32"]
+    np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
+
+
+def test_matvec_int8_into_int32_over_the_array_is_exact():
+    w, x = operands(1024, 1024, 1, np.int8)
+    graph = Projection(w, np.int32)
+    body = graph.compile(x=x[:, 0], device=from_name("npu2"))
+    assert len(compute_tiles(body.plan)) == 32
+    np.testing.assert_array_equal(body(x=x[:, 0]), graph.reference(x=x[:, 0]))
+
+
+def test_a_matvec_a_mem_tile_split_handles_keeps_that_rule():
+    w, x = operands(256, 512, 1, np.float32)   # 512 KiB: four parts of 128 KiB on one mem tile
+    body = Projection(w).compile(x=x[:, 0], device=from_name("npu2"))
+    assert rule(body.plan, "tile_matmul_over_array") == []
+    assert rule(body.plan, "split_matrix_over_tiles") == [
+        "g0: w (256, 512) float32 (524288 bytes) split by rows over 4 tiles"]
