@@ -272,9 +272,12 @@ def state_of(node: Node) -> str | None:
 
 def frame(view: Node) -> tuple[int, ...]:
     """The shape a VIEW's axes index: its tensor's, or another of the same size (a reshape)."""
-    if any(a.extent is None for a in view.arg):
-        return view.src[0].shape
-    return tuple(a.extent for a in view.arg)
+    extents = []
+    for axis in view.arg:  # a loop, not any(): reference() asks for every view of every call
+        if axis.extent is None:
+            return view.src[0].shape
+        extents.append(axis.extent)
+    return tuple(extents)
 
 
 def region(node: Node) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
