@@ -13,7 +13,7 @@ from iron.compiler.fuse import Group, fuse
 from iron.compiler.invariants import check_plan
 from iron.compiler.lower import Lowered, lower
 from iron.compiler.place import Layout, place
-from iron.compiler.plan import FLAG_WORDS, Plan, Tile, WordKind
+from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.segment import compile_segments
 from iron.compiler.shims import connect, share
@@ -85,9 +85,7 @@ def assemble(program: Program, device, groups: tuple[Group, ...], layout: Layout
     emit = lowered.emit
     return Plan(
         device=device, name=program.name, full_elf=device.full_elf, image="elf" if device.full_elf else "xclbin",
-        tiles=_tiles(lowered), host_buffers=host_buffers(
-            lowered.placements, len(lowered.words) + (0 if emit is None else FLAG_WORDS),
-            None if emit is None else emit.nwords),
+        tiles=_tiles(lowered), host_buffers=host_buffers(lowered.placements, len(lowered.words), emit),
         placements=lowered.placements, fifos=lowered.fifos, links=lowered.links, buffers=lowered.buffers,
         functions=lowered.functions, cores=lowered.cores, sequence=lowered.sequence, words=lowered.words,
         emit=emit, carry=lowered.carry,

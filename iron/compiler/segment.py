@@ -55,7 +55,7 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
              for s in segments]
     words = table.defs()
     emit = plans[-1].emit
-    buffers = host_buffers(placements, len(words), None if emit is None else len(emit.target_words))
+    buffers = host_buffers(placements, len(words), emit)
     plans = [replace(p, host_buffers=buffers, words=words) for p in plans]
     cuts = tuple(flow.cut(s.stop) for s in segments[:-1])
     return Plan(
