@@ -9,7 +9,17 @@ from aie_utils import from_name
 from iron import Carried
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.compile import compile_program
-from iron.compiler.plan import Emit, HostBuffer, HostRole, Placement, PlacementKind, Tile, TileKind, WordDef, WordKind
+from iron.compiler.plan import (
+    Emit,
+    HostBuffer,
+    HostRole,
+    Placement,
+    PlacementKind,
+    Tile,
+    TileKind,
+    WordDef,
+    WordKind,
+)
 from iron.errors import DoesNotFit
 from iron.kernels import Add, Argmax, Copy
 
