@@ -80,8 +80,8 @@ EXPECTED = {
         f"device loop (npu2, 8 + 1 transitions): trail {WALK_TRAIL} -> matches the numpy walk (exact)",
     ],
     "section-5/feeds.py": [
-        "first's words: node, steps, skip, steps + 1",
-        "body's words: node, steps, steps + 1",
+        "first's words: node (carried), steps (carried), skip (scratchpad), steps (dma), steps + 1 (next)",
+        "body's words: node (carried), steps (carried), node (dma), steps (dma), steps + 1 (next)",
         f"host-driven (npu2): trail {TRAIL} -> matches numpy (exact)",
         "device loop (depth 2): yielded [0, 1, 2, 3, 4, 5], last carry {'node': 6, 'steps': 7}",
         f"device loop (npu2): trail {TRAIL} -> matches numpy (exact)",
