@@ -22,7 +22,7 @@ class Op:
     ELEM = "elem"        # the single element of a one-element tensor: src = (tensor,)
     INPUT = "input"      # a per-call tensor from the host: arg = (name, position)
     MEMORY = "memory"    # a declared weight / param / state: arg = (kind, name)
-    VIEW = "view"        # part of a MEMORY: src = (memory, *dynamic indices), arg = Index
+    VIEW = "view"        # part of an INPUT, MEMORY or CALL result: src = (tensor, *per-call indices), arg = tuple[Axis]
     CALL = "call"        # a kernel call: src = (*tensor inputs, [dest view], *scalar attrs), arg = Call
 
 
@@ -65,10 +65,11 @@ class Node:
 
 @dataclass(frozen=True)
 class Axis:
-    """How a VIEW picks along one axis of its memory: a fixed index, a slice [start, stop), or a
-    per-call index (`dynamic` is the position of its scalar in the view's src, from 1) whose value
-    v picks element start + v (v in [0, stop - start)), or, with a `length` k, the slice
-    [start + v, start + v + k) (a per-call slice `cache[pos:pos + k]`, v in [0, stop - start - k])."""
+    """How a VIEW picks along one axis of its tensor (seen as its frame, `extent` per axis, when
+    the view reshapes it): a fixed index, a slice [start, stop), or a per-call index (`dynamic`
+    is the position of its scalar in the view's src, from 1) whose value v picks element
+    start + v (v in [0, stop - start)), or, with a `length` k, the slice [start + v, start + v + k)
+    (a per-call slice `cache[pos:pos + k]`, v in [0, stop - start - k])."""
 
     index: int | None = None
     dynamic: int | None = None
@@ -272,9 +273,12 @@ def state_of(node: Node) -> str | None:
 
 def frame(view: Node) -> tuple[int, ...]:
     """The shape a VIEW's axes index: its tensor's, or another of the same size (a reshape)."""
-    if any(a.extent is None for a in view.arg):
-        return view.src[0].shape
-    return tuple(a.extent for a in view.arg)
+    extents = []
+    for axis in view.arg:  # a loop, not any(): reference() asks for every view of every call
+        if axis.extent is None:
+            return view.src[0].shape
+        extents.append(axis.extent)
+    return tuple(extents)
 
 
 def region(node: Node) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
@@ -287,12 +291,21 @@ def region(node: Node) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
 
 
 def overlap(a: Node, b: Node) -> bool:
-    """Whether two tensors of one storage may share an element: their regions meet on every axis
-    (seen in different frames, they are assumed to)."""
+    """Whether two tensors of one storage may share an element: their regions meet on every axis.
+    Seen in different frames (a reshape), static views share an element when their element sets
+    do; with a per-call index they are assumed to."""
     (frame_a, spans_a), (frame_b, spans_b) = region(a), region(b)
-    if frame_a != frame_b and storage(a).size > 1:
+    if frame_a == frame_b:
+        return all(lo < b_hi and b_lo < hi for (lo, hi), (b_lo, b_hi) in zip(spans_a, spans_b))
+    if is_gather(a) or is_gather(b):
         return True
-    return all(lo < b_hi and b_lo < hi for (lo, hi), (b_lo, b_hi) in zip(spans_a, spans_b))
+    return bool(np.intersect1d(elements(a), elements(b)).size)
+
+
+def elements(node: Node) -> np.ndarray:
+    """The row-major positions in its storage of a tensor's elements (a static view's, or all)."""
+    every = np.arange(storage(node).size)
+    return every if node.op != Op.VIEW else every.reshape(frame(node))[static_index(node)].ravel()
 
 
 def contiguous_span(view: Node) -> tuple[int, int] | None:

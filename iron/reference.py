@@ -104,13 +104,15 @@ def tensor(node: Node, env: dict) -> np.ndarray:
     input or computed tensor, seen in the view's frame, without a copy where numpy can."""
     if node.op != Op.VIEW:
         return env[node]
-    return framed(node, env)[env[node]].reshape(node.shape)
+    picked = framed(node, env)[env[node]]
+    return picked if picked.shape == node.shape else picked.reshape(node.shape)
 
 
 def framed(view: Node, env: dict) -> np.ndarray:
     """The array a view indexes, seen as the view's frame (a reshape of a contiguous array is a
     view of it, so writes through it land)."""
-    return env[view.src[0]].reshape(frame(view))
+    array, shape = env[view.src[0]], frame(view)
+    return array if array.shape == shape else array.reshape(shape)
 
 
 def run_call(call: Node, env: dict, undo: list):
@@ -132,7 +134,7 @@ def run_call(call: Node, env: dict, undo: list):
     state, at = (framed(dest, env), env[dest]) if dest.op == Op.VIEW else (env[dest], ...)
     before = state[at]  # one element reads as a numpy scalar, which nothing can change
     undo.append((state, at, before.copy() if isinstance(before, np.ndarray) else before))
-    state[at] = np.reshape(result, np.shape(before))
+    state[at] = result if np.shape(result) == before.shape else np.reshape(result, before.shape)
 
 
 def kernel_fn(call: Node):

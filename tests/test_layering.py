@@ -107,6 +107,8 @@ RULES = [
     ("iron.compiler", {"iron.kernels.library"}, "the compiler decides from kernel traits, never library classes"),
     ("iron.runtime.emulator", {"iron.frontend", "iron.reference", *(f"iron.compiler.{m}" for m in PASSES)},
      "the emulator knows only the Plan"),
+    ("iron.models", {"iron.frontend", "iron.compiler", "iron.runtime", "iron.reference", "iron.kernels"},
+     "a model's numpy forward is the oracle of iron's designs, so it uses none of iron's machinery"),
 ]
 
 

@@ -1,8 +1,9 @@
 """`compile_program(program, device, feeds=None)`: a traced Program to a checked Plan, as a flat
 list of passes, each taking the value the one before made: fuse (groups), place (a Layout),
 route and fit_compute_channels (Routes), lower (a Lowered design), share and connect (shim
-channels), assemble and fit (a Plan, tile memory), check_plan. docs/architecture.md draws the
-pipeline. Plans are kept per Program, device and fed Plan, so compiling again costs a lookup."""
+channels), assemble and fit (a Plan, tile memory), check_plan; a design too big for the array at
+once is cut into segments, each compiled by the same passes (segment.py). docs/architecture.md
+draws the pipeline. Plans are kept per Program, device and fed Plan, so compiling again costs a lookup."""
 from __future__ import annotations
 
 from weakref import WeakKeyDictionary
@@ -14,8 +15,10 @@ from iron.compiler.lower import Lowered, lower
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
+from iron.compiler.segment import compile_segments
 from iron.compiler.shims import connect, share
-from iron.errors import LoopError
+from iron.compiler.words import WordTable
+from iron.errors import DoesNotFit, LoopError, PlacementError
 from iron.ir import Program, call_label
 
 _PLANS: WeakKeyDictionary = WeakKeyDictionary()   # Program -> {(device, id(feeds)): (feeds, Plan)}
@@ -29,15 +32,25 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
         return kept[1]
     check_feeds(program, device, feeds)
     groups = fuse(program)
+    try:
+        plan = compile_groups(program, groups, device, feeds)
+    except (PlacementError, DoesNotFit) as refused:   # too big for the array at once: segments
+        plan = compile_segments(program, device, groups, feeds, compile_groups, refused)
+    plans[(device, id(feeds))] = (feeds, plan)
+    return plan
+
+
+def compile_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan | None,
+                   table: WordTable | None = None, placements: tuple | None = None) -> Plan:
+    """The passes from placement on, for a whole design or one segment of it (segment.py)."""
     layout = place(program, groups, device)
     routes = route(program, layout)
     routes = fit_compute_channels(program, routes, layout, device)
-    lowered = lower(program, device, layout, routes, feeds)
+    lowered = lower(program, device, layout, routes, feeds, table, placements)
     lowered = share(program, lowered, device)
     lowered = connect(lowered, device)
     plan = fit(assemble(program, device, groups, layout, routes, lowered))
     check_plan(plan)
-    plans[(device, id(feeds))] = (feeds, plan)
     return plan
 
 

@@ -10,6 +10,8 @@ SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
 
 
 def describe(plan: Plan) -> str:
+    if plan.segments:
+        return _segmented(plan)
     image = "full ELF" if plan.full_elf else "xclbin + instructions"
     sections = [
         [f"{plan.name} on {plan.device.name}: {image} (image '{plan.image}')"],
@@ -24,6 +26,31 @@ def describe(plan: Plan) -> str:
         _section("next carried values (host)", [f"{name} <- {_source(plan, src)}" for name, src in plan.carry]),
     ]
     return "\n".join(line for section in sections for line in section) + "\n"
+
+
+def _segmented(plan: Plan) -> str:
+    """The segments and the bytes crossing each cut, the design's words and rules, then each
+    segment as a Plan of its own."""
+    image = "one full ELF" if plan.full_elf else "one xclbin + instructions per segment"
+    rows = []
+    for k, segment in enumerate(plan.segments):
+        tiles = sorted({c.tile for c in segment.cores}, key=lambda t: (t.col, t.row))
+        groups = [name for name, _ in segment.groups]
+        crossing = f"then {plan.cuts[k].nbytes} bytes cross" if k < len(plan.cuts) else "last"
+        rows.append((f"segment {k}", f"{groups[0]}..{groups[-1]}", f"{len(tiles)} compute tiles",
+                     f"{tiles[0].name}..{tiles[-1].name}", crossing))
+    sections = [
+        [f"{plan.name} on {plan.device.name}: {len(plan.segments)} segments run in order, {image}"],
+        _section("segments", _columns(rows)),
+        _section("cuts", [f"before {c.before}: {c.nbytes} bytes ({', '.join(c.values) or 'nothing'})"
+                          for c in plan.cuts]),
+        _section("words", _words(plan.words)),
+        _section("rules", [f"{rule}: {what}" for rule, what in plan.rules]),
+    ]
+    text = "\n".join(line for section in sections for line in section) + "\n"
+    for k, segment in enumerate(plan.segments):
+        text += f"segment {k}:\n" + "".join(f"  {line}\n" for line in describe(segment).splitlines())
+    return text
 
 
 def _section(title: str, lines: list[str]) -> list[str]:

@@ -44,9 +44,12 @@ class Lowered:
     rules: tuple[tuple[str, str], ...] = ()
 
 
-def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan | None = None) -> Lowered:
-    """Every group's objects, Functions, cores and moves, then the Emit's."""
-    ctx = Context(program, device, layout, routes, WordTable(program), host_placements(program))
+def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan | None = None,
+          table: WordTable | None = None, placements: tuple | None = None) -> Lowered:
+    """Every group's objects, Functions, cores and moves, then the Emit's. A segment passes the
+    whole design's `table` and its host `placements` (segment.py)."""
+    ctx = Context(program, device, layout, routes, table or WordTable(program),
+                  host_placements(program) if placements is None else placements)
     sizes, links, buffers, functions, cores, moves, holds = {}, [], [], [], [], [], {}
     for site in layout.sites:
         if site.grid is not None or site.flow is not None:

@@ -32,6 +32,7 @@ ALLOWED_OPS = frozenset({
     "aie.objectfifo.release", "aie.objectfifo.subview.access", "aie.core", "aie.end", "aie.buffer",
     "func.func", "func.call", "aie.runtime_sequence", "aiex.npu.dma_memcpy_nd", "aiex.npu.dma_wait",
     "arith.constant", "arith.index_cast", "scf.for",
+    "aiex.configure", "aiex.run",   # a segmented full ELF's @main (docs/platform.md section 7)
 })
 FOREVER = 9223372036854775807   # the core loop's bound: cores start once and never return
 SEQUENCE = "sequence"           # the runtime sequence's symbol
@@ -41,7 +42,38 @@ PORTS = {Port.PRODUCE: "Produce", Port.CONSUME: "Consume"}
 
 
 def print_mlir(plan: Plan) -> str:
-    """The MLIR-AIE text of `plan`, ending with a newline."""
+    """The MLIR-AIE text of `plan`, ending with a newline. A segmented full ELF is one module: a
+    device per segment and a `@main` whose sequence configures and runs them in order. A
+    segmented xclbin design is one module per segment (`segment_modules`), built one by one."""
+    if plan.segments:
+        return "".join(segment_modules(plan))
+    return "\n".join(["module {", *_device_lines(plan, f"{plan.device.name})", SEQUENCE), "}"]) + "\n"
+
+
+def segment_modules(plan: Plan) -> list[str]:
+    """The modules a segmented design is built from: one (full ELF) or one per segment."""
+    if not plan.full_elf:
+        return [print_mlir(segment) for segment in plan.segments]
+    names = [f"seg{k}" for k in range(len(plan.segments))]
+    lines = ["module {", *_indented(main_lines(plan, names), 1)]
+    for name, segment in zip(names, plan.segments):
+        lines += _device_lines(segment, f"{segment.device.name}) @{name}", f"{name}_{SEQUENCE}")
+    return ["\n".join([*lines, "}"]) + "\n"]
+
+
+def main_lines(plan: Plan, names: list[str]) -> list[str]:
+    """`@main`: its sequence takes the host buffers and loads and runs each segment in turn."""
+    args = {b.name: (f"%arg{i}", memref(b.nwords, np.int32)) for i, b in enumerate(plan.host_buffers)}
+    params = _join(f"{arg}: {shape}" for arg, shape in args.values())
+    values, types = _join(arg for arg, _ in args.values()), _join(shape for _, shape in args.values())
+    runs = [line for name in names for line in (
+        f"aiex.configure @{name} {{", f"{INDENT}aiex.run @{name}_{SEQUENCE}({values}) : ({types})", "}")]
+    return [f"aie.device({plan.device.name}) @main {{",
+            *_indented([f"aie.runtime_sequence @{SEQUENCE}({params}) {{", *_indented(runs, 1), "}"], 1), "}"]
+
+
+def _device_lines(plan: Plan, device: str, sequence: str) -> list[str]:
+    """`aie.device(<device>) { ... }` (device may carry a symbol), indented one level."""
     _check_names(plan)
     body = [
         *tile_lines(plan),
@@ -50,10 +82,9 @@ def print_mlir(plan: Plan) -> str:
         *buffer_lines(plan),
         *declaration_lines(plan),
         *(line for core in plan.cores for line in core_lines(plan, core)),
-        *sequence_lines(plan),
+        *sequence_lines(plan, sequence),
     ]
-    lines = ["module {", f"{INDENT}aie.device({plan.device.name}) {{", *_indented(body, 2), f"{INDENT}}}", "}"]
-    return "\n".join(lines) + "\n"
+    return [f"{INDENT}aie.device({device} {{", *_indented(body, 2), f"{INDENT}}}"]
 
 
 def memref(elements: int, dtype) -> str:
@@ -261,7 +292,7 @@ def _object_value(plan: Plan, core: Core, step: Invoke, name: str, acquired: dic
 
 # ---- runtime sequence ---------------------------------------------------------------------------
 
-def sequence_lines(plan: Plan) -> list[str]:
+def sequence_lines(plan: Plan, symbol: str = SEQUENCE) -> list[str]:
     args = {b.name: (f"%arg{i}", memref(b.nwords, np.int32)) for i, b in enumerate(plan.host_buffers)}
     ops, dma_index = [], 0
     for op in plan.sequence:
@@ -276,7 +307,7 @@ def sequence_lines(plan: Plan) -> list[str]:
                 "sequence from those two ops only."
             )
     params = _join(f"{arg}: {shape}" for arg, shape in args.values())
-    return [f"aie.runtime_sequence @{SEQUENCE}({params}) {{", *_indented(ops, 1), "}"]
+    return [f"aie.runtime_sequence @{symbol}({params}) {{", *_indented(ops, 1), "}"]
 
 
 def dma_lines(dma: Dma, index: int, args: dict) -> list[str]:

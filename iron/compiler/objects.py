@@ -22,11 +22,10 @@ from iron.ir import (
     contiguous_span,
     describe,
     destination,
-    frame,
+    elements,
     is_computed_view,
     is_host_tensor,
     nbytes,
-    static_index,
     tensor_inputs,
 )
 from iron.kernels.registry import copy_kernel
@@ -334,7 +333,7 @@ def gather(ctx: Context, part: Part, view: Node) -> list[KernelStep]:
     free or already gathered)."""
     if view in part.homes or contiguous_span(view) is not None:
         return []
-    flat = np.arange(view.src[0].size).reshape(frame(view))[static_index(view)].ravel()
+    flat = elements(view)
     runs = np.split(flat, np.flatnonzero(np.diff(flat) != 1) + 1)
     if len(runs) > MAX_GATHER_RUNS:
         raise PlacementError(

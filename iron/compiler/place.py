@@ -78,7 +78,7 @@ def snake_order(device) -> list[Tile]:
 
 def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
     """Tiles for every group, and for the Emit on a full-ELF device when values are carried."""
-    with_emit = bool(device.full_elf and program.carried_names)
+    with_emit = bool(device.full_elf and program.carry)   # a segment but the last has no carry
     outside = outside_users(program, groups, with_emit)
     free = snake_order(device)
     needed = len(groups) + with_emit

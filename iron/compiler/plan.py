@@ -73,6 +73,7 @@ class PlacementKind(Term):
     INPUT = "input"
     OUTPUT = "output"
     CARRY = "carry"
+    CUT = "cut"          # a value crossing a cut between segments: the compiler's DDR buffer for it
 
 
 class WordKind(Term):
@@ -364,6 +365,16 @@ class Emit:
 
 
 @dataclass(frozen=True)
+class Cut:
+    """Where one segment ends and the next begins: before group `before`, with `values` (call
+    labels) crossing through their DDR buffers, `nbytes` in all."""
+
+    before: str
+    nbytes: int
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Plan:
     device: Any                              # aie_utils.Device
     name: str
@@ -386,6 +397,14 @@ class Plan:
     rules: tuple[tuple[str, str], ...] = ()                # (rule name, what it decided), for describe()
     holds: dict[str, str] = field(default_factory=dict, compare=False)      # FIFO or Buffer -> what it holds
     closed_by: dict[str, str] = field(default_factory=dict, compare=False)  # group -> the rule that closed it
+    segments: tuple[Plan, ...] = ()   # a design bigger than the array: its configurations, run in order
+                                      # (iron/compiler/segment.py); this Plan holds their host side
+    cuts: tuple[Cut, ...] = ()        # between consecutive segments
+
+    @property
+    def configurations(self) -> tuple[Plan, ...]:
+        """The Plans loaded one after another in a call: the segments, or the Plan itself."""
+        return self.segments or (self,)
 
     # lookups used by every consumer of a Plan
     def fifo(self, name: str) -> Fifo:

@@ -48,7 +48,10 @@ FLOAT_SPECIALS = {"inf": "__builtin_inff()", "-inf": "-__builtin_inff()", "nan":
 
 
 def kernel_sources(plan: Plan) -> dict[str, str]:
-    """Every C++ file the Plan's cores link: glue files, kernel sources, iron_kernel.h."""
+    """Every C++ file the Plan's cores link: glue files, kernel sources, iron_kernel.h (of every
+    segment, whose Functions have distinct names)."""
+    if plan.segments:
+        return dict(sorted(item for segment in plan.segments for item in kernel_sources(segment).items()))
     kernels = {symbol: lookup(symbol) for symbol in sorted(_called_symbols(plan))}
     files = {HEADER: library_sources()[HEADER]}
     files.update(found.kernel.source_text() for found in kernels.values())

@@ -221,49 +221,53 @@ def index_view(base: Node, index) -> Node:
             f"{describe(base)} has {len(free)} axes but was indexed with {len(index)} indices."
         )
     for pos, item in zip(free, index):
-        axis = axes[pos]
-        if axis.dynamic is not None:
-            raise TracedValueError(
-                f"{describe(base)} is already sliced at a per-call offset along axis {pos}: index the "
-                "memory once, with every index in one [...]."
-            )
-        if isinstance(item, slice) and _per_call(item.start, item.stop):
-            dynamic.append(_slice_start(base, source, item))
-            axes[pos] = replace(axis, dynamic=len(dynamic), length=_slice_length(base, item))
-            if axes[pos].offsets < 1:
-                raise IndexOutOfRange(
-                    f"{describe(base)}[{describe(dynamic[-1])}:...] takes {axes[pos].length} elements along axis "
-                    f"{pos} but it has {axis.size}: take fewer."
-                )
-        elif isinstance(item, Scalar):
-            dynamic.append(_per_call_index(base, source, item))
-            axes[pos] = replace(axis, dynamic=len(dynamic))
-        elif isinstance(item, Tensor):
-            raise TracedValueError(
-                f"{describe(base)} is indexed by tensor {item.name}: indices are per-call values. "
-                "Carry the element to the next call (iron.carry) and index with the Carried value there."
-            )
-        elif isinstance(item, slice):
-            start, stop, step = item.indices(axis.size)
-            if step != 1 or stop <= start:
-                raise IndexOutOfRange(
-                    f"{describe(base)}[{item.start}:{item.stop}:{item.step}] selects nothing or uses a step: "
-                    "views take contiguous slices with step 1."
-                )
-            axes[pos] = replace(axis, start=axis.start + start, stop=axis.start + stop)
-        elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
-            i = int(item) + (axis.size if item < 0 else 0)
-            if not 0 <= i < axis.size:
-                raise IndexOutOfRange(
-                    f"index {int(item)} is out of range for axis {pos} of {describe(source)} (size {axis.size})."
-                )
-            axes[pos] = replace(axis, index=axis.start + i)
-        else:
-            raise TracedValueError(
-                f"{describe(base)} was indexed with {item!r}: use ints, slices or per-call values."
-            )
+        axes[pos] = _picked(base, source, pos, axes[pos], item, dynamic)
     shape = tuple(a.size for a in axes if a.keeps_axis)
     return Node(Op.VIEW, (source, *dynamic), shape, source.dtype, tuple(axes))
+
+
+def _picked(base: Node, source: Node, pos: int, axis: Axis, item, dynamic: list[Node]) -> Axis:
+    """`axis` (number `pos`) after indexing it with `item`; a per-call index joins `dynamic`."""
+    if axis.dynamic is not None:
+        raise TracedValueError(
+            f"{describe(base)} is already sliced at a per-call offset along axis {pos}: index the "
+            "memory once, with every index in one [...]."
+        )
+    if isinstance(item, slice) and _per_call(item.start, item.stop):
+        dynamic.append(_slice_start(base, source, item))
+        picked = replace(axis, dynamic=len(dynamic), length=_slice_length(base, item))
+        if picked.offsets < 1:
+            raise IndexOutOfRange(
+                f"{describe(base)}[{describe(dynamic[-1])}:...] takes {picked.length} elements along axis "
+                f"{pos} but it has {axis.size}: take fewer."
+            )
+        return picked
+    if isinstance(item, Scalar):
+        dynamic.append(_per_call_index(base, source, item))
+        return replace(axis, dynamic=len(dynamic))
+    if isinstance(item, Tensor):
+        raise TracedValueError(
+            f"{describe(base)} is indexed by tensor {item.name}: indices are per-call values. "
+            "Carry the element to the next call (iron.carry) and index with the Carried value there."
+        )
+    if isinstance(item, slice):
+        start, stop, step = item.indices(axis.size)
+        if step != 1 or stop <= start:
+            raise IndexOutOfRange(
+                f"{describe(base)}[{item.start}:{item.stop}:{item.step}] selects nothing or uses a step: "
+                "views take contiguous slices with step 1."
+            )
+        return replace(axis, start=axis.start + start, stop=axis.start + stop)
+    if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+        i = int(item) + (axis.size if item < 0 else 0)
+        if not 0 <= i < axis.size:
+            raise IndexOutOfRange(
+                f"index {int(item)} is out of range for axis {pos} of {describe(source)} (size {axis.size})."
+            )
+        return replace(axis, index=axis.start + i)
+    raise TracedValueError(
+        f"{describe(base)} was indexed with {item!r}: use ints, slices or per-call values."
+    )
 
 
 def _frame_of(base: Node) -> tuple[Node, list[Axis], list[Node]]:

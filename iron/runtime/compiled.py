@@ -145,12 +145,18 @@ class CompiledGraph:
     @property
     def segments(self) -> tuple:
         """The Plans this design runs, one per configuration of the array, in order."""
-        return (self.plan,)
+        return self.plan.configurations
 
     def build(self, progress=None):
-        """Build with aiecc and Peano into the cache (ToolchainMissing when they are absent)."""
+        """Build with aiecc and Peano into the cache (ToolchainMissing when they are absent). A
+        segmented xclbin design (npu1) builds one xclbin per segment: a tuple of Artifacts."""
         from iron.compiler.build import build
+        from iron.compiler.mlir import print_mlir
+        from iron.compiler.sources import kernel_sources
 
+        if self.artifacts is None and self.plan.segments and not self.plan.full_elf:
+            self.artifacts = tuple(build(print_mlir(s), kernel_sources(s), self.device, s.image, progress=progress)
+                                   for s in self.plan.segments)
         if self.artifacts is None:
             self.artifacts = build(self.mlir, self.sources, self.device, self.plan.image, progress=progress)
         return self.artifacts

@@ -62,12 +62,12 @@ class EmulatorSession:
     """A design loaded on the emulator (iron.runtime.emulator)."""
 
     def __init__(self, compiled):
-        from iron.runtime.emulator import Emulator
+        from iron.runtime.emulator import load
 
         plan = compiled.plan
         self.plan = plan
         self.full_elf = plan.full_elf
-        self.emulator = Emulator(plan, kernels=os.environ.get("IRON_EMULATOR_KERNELS", "numpy"))
+        self.emulator = load(plan, kernels=os.environ.get("IRON_EMULATOR_KERNELS", "numpy"))
         self.device_states = shared_states(compiled)
         self.states = self.device_states.words
         self.buffers = {b.name: self.emulator.buffer(b.name) for b in plan.host_buffers}
@@ -147,7 +147,8 @@ class EmulatorSession:
 
 
 class XrtSession:
-    """A built design on an NPU through XRT (iron.runtime.xrt)."""
+    """A built design on an NPU through XRT (iron.runtime.xrt). A segmented xclbin design (npu1)
+    is one XrtDesign per segment, sharing the first one's host buffers, run in order per call."""
 
     def __init__(self, compiled):
         from iron.runtime.xrt import HostBuffer, XrtDesign
@@ -155,16 +156,19 @@ class XrtSession:
         plan = self.plan = compiled.plan
         self.full_elf = plan.full_elf
         artifacts = compiled.build()
+        built = artifacts if isinstance(artifacts, tuple) else (artifacts,)
         states = _index(plan, HostRole.STATES)
         owners = compiled.versions.xrt_owners
         owner = owners.get(plan.device.name)
         shared = {states: owner.bo(states)} if owner is not None else {}
-        self.design = XrtDesign(plan.name, artifacts, [HostBuffer(b.name, b.nwords * 4) for b in plan.host_buffers],
-                                shared=shared)
+        host = [HostBuffer(b.name, b.nwords * 4) for b in plan.host_buffers]
+        self.design = XrtDesign(plan.name, built[0], host, shared=shared)
+        every = {**{i: self.design.bo(i) for i in range(len(host))}, **shared}
+        self.designs = [self.design, *(XrtDesign(plan.name, a, host, shared=every) for a in built[1:])]
         self.buffers = {b.name: np.zeros(b.nwords, np.uint32) for b in plan.host_buffers}
         self.device_states = shared_states(compiled)
         self.states = self.buffers[plan.host_buffer(HostRole.STATES).name] = self.device_states.words
-        self.patches = _patch_table(plan, artifacts)
+        self.patches = [_patch_table(p, a) for p, a in zip(plan.configurations, built)]
         _write_constants(self, compiled)
         if owner is None:
             owners[plan.device.name] = self.design
@@ -184,15 +188,17 @@ class XrtSession:
     def call(self, words: np.ndarray):
         self.device_states.settle()
         if self._held is None:
-            self._held = self.design.make_run()
+            self._held = [design.make_run() for design in self.designs]
         if self.full_elf:
-            self.design.start(self._held, words=words)
-        else:
-            name = self.plan.host_buffer(HostRole.WORDS).name
-            self.buffers[name][: len(words)] = words.view(np.uint32)
-            self.design.write(name, self.buffers[name])
-            self.design.start(self._held, patches=self.patches)
-        self.design.wait(self._held)
+            self.design.start(self._held[0], words=words)
+            self.design.wait(self._held[0])
+            return
+        name = self.plan.host_buffer(HostRole.WORDS).name
+        self.buffers[name][: len(words)] = words.view(np.uint32)
+        self.design.write(name, self.buffers[name])
+        for design, run, patches in zip(self.designs, self._held, self.patches):   # segments in order
+            design.start(run, patches=patches)
+            design.wait(run)
 
     def make_ring(self, depth: int) -> list:
         return self.design.make_ring(depth, _index(self.plan, HostRole.FEEDBACK))

@@ -15,6 +15,9 @@ host-driven (feeding each Carry back), and `iron.CarriedLoop(first, body, depth=
 the last prompt token starts the loop (full-ELF devices only). It prints the tokens and the
 tokens per second host-driven vs device loop, measured in this run on the current backend.
 Exit 1 on any disagreement. It does no sampling other than greedy and loads no real model.
+`--width`, `--hidden`, `--context` and `--vocab` size the model; a decoder that needs more of the
+array than the device has compiles as segments run one after another within each call (section 9),
+and the compile line counts the compute tiles of each segment.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ import numpy as np
 import aie_utils
 import iron
 from iron import Carried
-from iron.errors import PlacementError
+from iron.errors import DoesNotFit, PlacementError
 from iron.kernels import Add, Argmax, Copy, MatVec, RMSNorm, Scale, SiLU, Softmax
 from iron.runtime.backend import select_backend
 
@@ -184,6 +187,14 @@ def compile_versions(model: Decoder):
     return first, body
 
 
+def tiles_text(compiled) -> str:
+    """`on 27` or `in 3 segments on 30 + 30 + 8`: the compute tiles of each configuration."""
+    counts = [len(plan.cores) for plan in compiled.plan.configurations]
+    if len(counts) == 1:
+        return f"on {counts[0]}"
+    return f"in {len(counts)} segments on {' + '.join(map(str, counts))}"
+
+
 def report(label: str, tokens: list[int], expected: list[int]) -> bool:
     ok = tokens == expected
     print(f"{label}: {tokens} -> {'matches' if ok else 'DIFFERS from'} numpy (token for token)")
@@ -200,8 +211,8 @@ def run(model: Decoder, prompt, count: int, depth: int, describe: bool = False) 
 
     first, body = compile_versions(model)
     device = body.device
-    print(f"compiled for {device.name}: body on {len(body.plan.cores)} of {len(device.compute_tiles)} "
-          f"compute tiles, first on {len(first.plan.cores)}")
+    print(f"compiled for {device.name}: body {tiles_text(body)} of {len(device.compute_tiles)} compute tiles, "
+          f"first {tiles_text(first)}")
     if describe:
         print(body.describe())
     body.svg(Path(__file__).with_name(f"decoder-{device.name}.svg"))   # beside this file, wherever it runs from
@@ -225,6 +236,10 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="npu2", help="npu1, npu2 or a partition such as npu2_4col")
     parser.add_argument("--tokens", type=int, default=24, help="how many tokens to generate")
     parser.add_argument("--layers", type=int, default=1, help="transformer blocks")
+    parser.add_argument("--width", type=int, default=WIDTH, help="the model width (embedding size)")
+    parser.add_argument("--hidden", type=int, default=HIDDEN, help="the MLP's hidden size")
+    parser.add_argument("--context", type=int, default=CONTEXT, help="positions the KV cache holds")
+    parser.add_argument("--vocab", type=int, default=VOCAB, help="tokens in the vocabulary")
     parser.add_argument("--depth", type=int, default=2, help="runs kept in flight by the device loop")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     parser.add_argument("--prompt", default=",".join(map(str, PROMPT)), help="comma-separated token ids")
@@ -232,13 +247,16 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     aie_utils.set_current_device(aie_utils.from_name(args.device))
     prompt = tuple(int(t) for t in args.prompt.split(","))
-    if len(prompt) + args.tokens - 1 > CONTEXT:
-        parser.error(f"the prompt ({len(prompt)} tokens) + --tokens ({args.tokens}) - 1 must be at most {CONTEXT}, "
-                     "the decoder's context: generate fewer tokens")
+    if len(prompt) + args.tokens - 1 > args.context:
+        parser.error(f"the prompt ({len(prompt)} tokens) + --tokens ({args.tokens}) - 1 must be at most "
+                     f"{args.context}, the decoder's context: generate fewer tokens")
+    if max(prompt) >= args.vocab:
+        parser.error(f"the prompt's tokens must be below --vocab ({args.vocab})")
+    model = Decoder(args.layers, args.seed, args.vocab, args.width, args.hidden, args.context)
     try:
-        return run(Decoder(args.layers, args.seed), prompt, args.tokens, args.depth, args.describe)
-    except PlacementError as refused:
-        print(f"the decoder does not fit {args.device}: PlacementError: {refused}")
+        return run(model, prompt, args.tokens, args.depth, args.describe)
+    except (PlacementError, DoesNotFit) as refused:
+        print(f"the decoder does not fit {args.device}: {type(refused).__name__}: {refused}")
         return 1
 
 

@@ -97,10 +97,11 @@ EXPECTED = {
         "(exact)",
     ],
     "section-6/does_not_fit.py": [
-        "RunningSum: DoesNotFit: RunningSum does not fit tile_0_2: its buffers take 132096 bytes but a compute "
-        "tile has 65536: g0_in@tile_0_2 65536 bytes (history, x), g0_host@tile_0_2 32768 bytes (out0), "
-        "g0_out 32768 bytes (Add#0), stack@tile_0_2 1024 bytes. Use smaller states, split the work over more "
-        "kernel calls, or compile for a device with more tiles.",
+        "RunningSum: DoesNotFit: RunningSum does not fit npu2 even cut into segments: Add#0 (group g0) alone "
+        "is too large for one configuration. RunningSum does not fit tile_0_2: its buffers take 132096 bytes "
+        "but a compute tile has 65536: g0_host@tile_0_2 65536 bytes (out0, out1), g0_in@tile_0_2 65536 bytes "
+        "(history, x), stack@tile_0_2 1024 bytes. Use smaller states, split the work over more kernel calls, "
+        "or compile for a device with more tiles.",
         "ChunkedRunningSum: 8 compute tiles, one per chunk of 1024",
         "ChunkedRunningSum (npu2), 3 calls: history[:3] = [ 1.6432 -0.8204  0.3386] -> matches numpy "
         "(rtol 1e-06, atol 1e-06)",
@@ -211,3 +212,25 @@ def test_the_decoder_is_importable_and_main_takes_argv(monkeypatch, capsys):
     assert "device loop (npu2, depth 2): [36, 55, 18] -> matches numpy (token for token)" in lines
     model = decoder.Decoder()
     assert decoder.numpy_generate(model, (5, 17, 42, 8), 3)[0] == [36, 55, 18]
+
+
+@pytest.mark.parametrize("device, tiles, loop", [
+    ("npu2", "body in 2 segments on 30 + 8 of 32 compute tiles, first in 2 segments on 30 + 8", True),
+    ("npu1", "body in 3 segments on 16 + 14 + 7 of 16 compute tiles, first in 3 segments on 16 + 14 + 7",
+     False),
+])
+def test_the_decoder_grows_past_the_array_as_segments(monkeypatch, capsys, device, tiles, loop):
+    # 3 layers need 38 compute tiles at once; as segments they run host-driven and as a device loop
+    monkeypatch.setenv("IRON_BACKEND", "emulator")
+    monkeypatch.setattr("iron.runtime.compiled.CompiledGraph.svg", lambda self, path=None: "")  # keep the guide's pictures
+    decoder = load("section-8/decoder.py")
+    previous = aie_utils.get_current_device()
+    try:
+        assert decoder.main(["--device", device, "--layers", "3", "--tokens", "4"]) == 0
+    finally:
+        aie_utils.set_current_device(previous)
+    lines = capsys.readouterr().out.splitlines()
+    expected = decoder.numpy_generate(decoder.Decoder(3), decoder.PROMPT, 4)[0]
+    assert f"compiled for {device}: {tiles}" in lines
+    assert f"host-driven ({device}): {expected} -> matches numpy (token for token)" in lines
+    assert (f"device loop ({device}, depth 2): {expected} -> matches numpy (token for token)" in lines) == loop

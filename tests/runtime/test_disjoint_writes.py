@@ -118,6 +118,24 @@ def test_a_read_then_a_disjoint_overwrite_is_accepted_an_overlapping_one_refused
         "or write a different state.")
 
 
+def test_writes_through_different_reshapes_are_compared_element_by_element():
+    class Reframed(iron.Graph):
+        def __init__(self, second):
+            self.st = iron.state((8,), np.int32, name="st")
+            self.second = second
+
+        def body(self, a):
+            Copy.step(a, out=self.st.reshape(2, 4)[0])
+            Copy.step(a, out=self.second(self.st))
+
+    a = np.arange(1, 5, dtype=np.int32)
+    g = Reframed(lambda s: s[4:8])
+    g.reference(a)
+    np.testing.assert_array_equal(g.read("st"), np.concatenate([a, a]))
+    with pytest.raises(WriteHazard):
+        Reframed(lambda s: s.reshape(4, 2)[1:3].reshape(4)).reference(a)
+
+
 # ---- the region rule on random slices -------------------------------------------------------------
 
 SHAPE = (4, 8)
@@ -206,3 +224,13 @@ def test_concat_refuses_shapes_that_differ_off_its_axis():
     with pytest.raises(KernelTypeError) as e:
         Bad().reference(x, y)
     assert str(e.value) == "Concat needs equal shapes but along axis 1; got shapes (2, 3), (3, 3)."
+
+
+def test_iron_concat_needs_two_tensors():
+    class One(iron.Graph):
+        def body(self, a):
+            return iron.concat(a)
+
+    with pytest.raises(KernelTypeError) as e:
+        One().reference(np.zeros(4, np.float32))
+    assert str(e.value) == "iron.concat joins two or more tensors, got 1: pass them all."

@@ -12,7 +12,7 @@ import pytest
 import aie_utils
 import iron
 from iron import Carried, Scratchpad
-from iron.errors import IndexOutOfRange, KernelTypeError, TracedValueError
+from iron.errors import IndexOutOfRange, KernelTypeError, PlacementError, TracedValueError
 from iron.kernels import Add, Copy, MatMul, MatVec, ReLU, Softmax
 
 DEVICES = ["npu2", "npu1"]
@@ -243,3 +243,41 @@ def test_a_carried_offset_slice_past_the_end_stops_the_device_loop_with_the_refe
     with pytest.raises(IndexOutOfRange) as e:
         list(iron.CarriedLoop(body, body, depth=2).run(6, step=0))
     assert str(e.value) == text
+
+
+@pytest.mark.parametrize("pick, error, text", [
+    (lambda s, pos: s[pos:pos + 4][1], TracedValueError,
+     "cache[pos:pos + 4] is already sliced at a per-call offset along axis 0: index the memory once, with "
+     "every index in one [...]."),
+    (lambda s, pos: s[pos:pos + 13], IndexOutOfRange,
+     "cache[pos:...] takes 13 elements along axis 0 but it has 12: take fewer."),
+    (lambda s, pos: s[pos:pos + 4].reshape(2, 2)[0], TracedValueError,
+     "cache[pos:pos + 4].reshape(2, 2) is a reshaped view that does not lie whole in its tensor's rows, so "
+     "it cannot be indexed again: index before reshaping, or Copy it first (Copy.step(view).reshape(...))."),
+], ids=["index-a-per-call-slice", "longer-than-the-axis", "index-a-reshaped-per-call-slice"])
+def test_per_call_slices_used_wrongly_are_refused_when_traced(pick, error, text):
+    class Picks(iron.Graph):
+        def __init__(self):
+            self.cache = iron.state((12,), np.int32, name="cache")
+
+        def body(self, *, pos: Scratchpad[np.int32]):
+            return Copy.step(pick(self.cache, pos))
+
+    with pytest.raises(error) as e:
+        Picks().reference(pos=0)
+    assert str(e.value) == text
+
+
+def test_a_view_of_too_many_separate_runs_is_refused_when_compiled():
+    class Column(iron.Graph):
+        def body(self, x):
+            return Copy.step(Copy.step(x)[:, 0])
+
+    x = np.zeros((300, 2), np.float32)
+    np.testing.assert_array_equal(Column().reference(x), x[:, 0])
+    with pytest.raises(PlacementError) as e:
+        Column().compile(x=((300, 2), np.float32))
+    assert str(e.value) == (
+        "Copy(x)[:, 0] picks 300 separate runs of Copy#0's result, and iron copies at most 256 runs into a "
+        "view: lay the result out so the view takes longer runs (e.g. transpose it in the kernel), or pick "
+        "fewer rows.")

@@ -1,0 +1,246 @@
+"""Segments: a graph that needs more compute tiles, DMA channels or tile memory than the device
+has runs as a sequence of configurations within one call (docs/platform.md section 7). Its fused
+groups are cut, in program order, into segments that each compile on the device (the rule
+`fewest_bytes_cut`); each segment is compiled by the same passes as a whole design, as a Program
+of its own calls. A value one segment computes and a later one reads crosses the cut through a
+DDR buffer the compiler allocates (a CUT placement after the outputs); weights, params and
+states stay in their host buffers. Every segment addresses the design's host buffers and one
+scratchpad of words; only the last has the Emit, so a CarriedLoop runs a segmented body as any."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from iron.compiler.allocate import host_buffers, host_placements
+from iron.compiler.fuse import Group
+from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
+from iron.compiler.words import WordTable
+from iron.errors import DoesNotFit, PlacementError
+from iron.ir import Node, Op, Program, call_label, nbytes
+
+FEWEST_BYTES_CUT = "fewest_bytes_cut"
+CUT_WINDOW = 4   # a segment may end anywhere in the last 1/CUT_WINDOW of the groups that fit
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Groups [start, stop) of the design, run as one configuration."""
+
+    start: int
+    stop: int
+
+
+def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds: Plan | None,
+                     compile_groups: Callable, refused: Exception) -> Plan:
+    """The design as segments that each compile (`compile_groups(program, groups, device, feeds,
+    table, placements)` is the whole-design pass list); `refused`: why it does not fit whole,
+    raised as it is when there is nothing to cut (one group)."""
+    if len(groups) < 2:
+        raise refused
+    flow = Flow(program, groups)
+    tried = flow.placements(flow.read_later())   # any value may cross while the cuts are sought
+
+    def attempt(segment: Segment) -> Exception | None:
+        try:
+            compile_groups(*flow.segment_program(segment), device, feeds, WordTable(program),
+                           flow.segment_placements(segment, tried))
+        except (PlacementError, DoesNotFit) as error:
+            return error
+        return None
+
+    segments = fewest_bytes_cut(flow, attempt, device, refused)
+    placements = flow.placements([n for n in flow.read_later() if any(n in flow.crossing(s.stop) for s in segments)])
+    table = WordTable(program)
+    plans = [compile_groups(*flow.segment_program(s), device, feeds, table, flow.segment_placements(s, placements))
+             for s in segments]
+    words = table.defs()
+    emit = plans[-1].emit
+    buffers = host_buffers(placements, len(words), None if emit is None else len(emit.target_words))
+    plans = [replace(p, host_buffers=buffers, words=words) for p in plans]
+    cuts = tuple(flow.cut(s.stop) for s in segments[:-1])
+    return Plan(
+        device=device, name=program.name, full_elf=device.full_elf, image=plans[0].image, tiles=(),
+        host_buffers=buffers, placements=placements, fifos=(), links=(), buffers=(), functions=(), cores=(),
+        sequence=(), words=words, emit=emit, carry=plans[-1].carry,
+        groups=tuple(g for p in plans for g in p.groups),
+        rules=(*((FEWEST_BYTES_CUT, _cut_text(c)) for c in cuts), *(r for p in plans for r in p.rules)),
+        holds={k: v for p in plans for k, v in p.holds.items()},
+        closed_by={k: v for p in plans for k, v in p.closed_by.items()},
+        segments=tuple(plans), cuts=cuts,
+    )
+
+
+def _cut_text(cut: Cut) -> str:
+    return f"cut before {cut.before}: {cut.nbytes} bytes cross ({', '.join(cut.values) or 'nothing'})"
+
+
+def fewest_bytes_cut(flow: Flow, attempt: Callable, device, refused: Exception) -> list[Segment]:
+    """The rule: greedily in program order, a segment takes the most groups that compile on the
+    device, then ends at the cut among the last 1/CUT_WINDOW of them with the fewest bytes
+    crossing (the latest on a tie); the last segment takes all that is left when it fits.
+    `attempt(segment)`: why the segment does not compile, or None."""
+    segments, start, count = [], 0, len(flow.groups)
+    while start < count:
+        most = _most_that_fit(start, count, lambda s: attempt(s) is None)
+        if most == start:
+            raise _unfit(flow, start, attempt(Segment(start, start + 1)), device, refused)
+        stop = most
+        if most < count:
+            window = range(most - (most - start) // CUT_WINDOW, most + 1)
+            stop = min(window, key=lambda c: (flow.crossing_bytes(c), -c))
+        segments.append(Segment(start, stop))
+        start = stop
+    return segments
+
+
+def _most_that_fit(start: int, count: int, fits: Callable[[Segment], bool]) -> int:
+    """The largest stop in (start, count] with groups [start, stop) fitting (start if none):
+    binary search, a segment shorter than one that fits fitting too."""
+    if fits(Segment(start, count)):
+        return count
+    lo, hi = start, count   # [start, lo) fits (or lo == start), [start, hi) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(Segment(start, mid)):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _unfit(flow: Flow, start: int, alone: Exception, device, refused: Exception) -> Exception:
+    """Group `start` alone does not compile: DoesNotFit naming its kernels and what its tile
+    holds against its budget, or the whole design's refusal when that is not about size."""
+    if not isinstance(alone, DoesNotFit):
+        return refused
+    group = flow.groups[start]
+    labels = ", ".join(call_label(flow.program, c) for c in group.calls)
+    return DoesNotFit(
+        f"{flow.program.name} does not fit {device.name} even cut into segments: {labels} (group "
+        f"{group.name}) alone is too large for one configuration. {alone}"
+    )
+
+
+class Flow:
+    """Where each call's result is made and read, by group index: what crosses each cut."""
+
+    def __init__(self, program: Program, groups: tuple[Group, ...]):
+        self.program, self.groups = program, groups
+        self.made = {c: i for i, g in enumerate(groups) for c in g.calls}
+        self.last_read: dict[Node, int] = {}
+        for i, g in enumerate(groups):
+            for call in g.calls:
+                for node in _calls_read(call):
+                    self.last_read[node] = max(self.last_read.get(node, -1), i)
+        for _, value in program.carry:
+            for node in _calls_read(value, include_self=True):
+                self.last_read[node] = len(groups)
+
+    def crossing(self, cut: int) -> list[Node]:
+        """Results made before group `cut` and read from it on, in program order."""
+        return [n for n, i in self.made.items() if i < cut <= self.last_read.get(n, -1)]
+
+    def crossing_bytes(self, cut: int) -> int:
+        return sum(nbytes(n) for n in self.crossing(cut))
+
+    def cut_name(self, node: Node) -> str:
+        return f"cut.{call_label(self.program, node)}"
+
+    def read_later(self) -> list[Node]:
+        """Results read by a later group than their own: the values a cut may cross."""
+        return [n for n, i in self.made.items() if self.last_read.get(n, -1) > i]
+
+    def placements(self, crossing: list[Node]) -> tuple[Placement, ...]:
+        """The design's host placements, then a CUT placement per value in `crossing`."""
+        host = host_placements(self.program)
+        used = max((p.offset + p.nwords for p in host if p.buffer == HostRole.OUTPUTS.value), default=0)
+        cuts = []
+        for node in crossing:
+            cut = Placement(self.cut_name(node), PlacementKind.CUT, HostRole.OUTPUTS.value, used, node.shape, node.dtype)
+            used += cut.nwords
+            cuts.append(cut)
+        return (*host, *cuts)
+
+    def last(self, segment: Segment) -> bool:
+        return segment.stop == len(self.groups)
+
+    def segment_placements(self, segment: Segment, every: tuple[Placement, ...]) -> tuple[Placement, ...]:
+        """What a segment's passes see: host tensors, the CUT placements (read as inputs), its
+        outputs renamed `out<i>` in its own output order, and the carried elements (last only)."""
+        by_name = {p.name: p for p in every}
+        kept = [p for p in every if p.kind in (PlacementKind.WEIGHT, PlacementKind.PARAM, PlacementKind.STATE,
+                                                PlacementKind.INPUT, PlacementKind.CUT)]
+        if self.last(segment):
+            kept += [p for p in every if p.kind is PlacementKind.CARRY]
+        outputs = [by_name[name] for name in self._output_names(segment)]
+        kept += [replace(p, name=f"out{i}", kind=PlacementKind.OUTPUT) for i, p in enumerate(outputs)]
+        return tuple(kept)
+
+    def _output_names(self, segment: Segment) -> list[str]:
+        """The host placements a segment writes, in its outputs' order: the design's outputs it
+        makes, then the values a later segment reads."""
+        mine, last = self._mine(segment), self.last(segment)
+        names = [f"out{i}" for i, n in enumerate(self.program.outputs)
+                 if n in mine or (last and n not in self.made)]
+        return names + [self.cut_name(n) for n in self.crossing(segment.stop) if n in mine]
+
+    def _mine(self, segment: Segment) -> set[Node]:
+        return {c for g in self.groups[segment.start:segment.stop] for c in g.calls}
+
+    def segment_program(self, segment: Segment) -> tuple[Program, tuple[Group, ...]]:
+        """The segment as a Program of its own (values made earlier read as inputs) and its groups.
+        The Program keeps every call at its position, so call labels name the body's calls."""
+        program, mine, last = self.program, self._mine(segment), self.last(segment)
+        inputs: dict[Node, None] = {}
+        memo: dict[Node, Node] = {}
+
+        def rebuilt(node: Node) -> Node:
+            if node in memo:
+                return memo[node]
+            if node.op == Op.CALL and node not in mine:
+                new = Node(Op.INPUT, (), node.shape, node.dtype, (self.cut_name(node), -1))
+            else:
+                src = tuple(rebuilt(s) for s in node.src)
+                same = all(a is b for a, b in zip(src, node.src))
+                new = node if same else Node(node.op, src, node.shape, node.dtype, node.arg)
+            if new.op == Op.INPUT:
+                inputs[new] = None
+            memo[node] = new
+            return new
+
+        calls = tuple(rebuilt(c) if c in mine else c for c in program.calls)
+        outputs = [rebuilt(n) for n in program.outputs if n in mine or (last and n not in self.made)]
+        outputs += [rebuilt(n) for n in self.crossing(segment.stop) if n in mine]
+        carry = tuple((name, rebuilt(v)) for name, v in program.carry) if last else ()
+        for name, value in carry:
+            if value.op == Op.ELEM and value.src[0].op == Op.INPUT and value.src[0].arg[0].startswith("cut."):
+                raise PlacementError(
+                    f"{program.name} carries {name}, an element computed in an earlier segment than the "
+                    "last, where the Emit runs: compute the carried value in the last kernel calls of body()."
+                )
+        groups = tuple(Group(g.name, tuple(memo[c] for c in g.calls), g.closed_by)
+                       for g in self.groups[segment.start:segment.stop])
+        ordered = [n for n in program.inputs if n in inputs] + [n for n in inputs if n not in program.inputs]
+        sub = replace(program, inputs=tuple(ordered), calls=calls, outputs=tuple(outputs), carry=carry)
+        return sub, groups
+
+    def cut(self, before: int) -> Cut:
+        values = self.crossing(before)
+        return Cut(self.groups[before].name, sum(nbytes(n) for n in values),
+                   tuple(call_label(self.program, n) for n in values))
+
+
+def _calls_read(node: Node, include_self: bool = False) -> list[Node]:
+    """The CALL nodes `node` reads (through views, element reads and scalar expressions)."""
+    found, seen = [], set()
+    stack = [node] if include_self else list(node.src)
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op == Op.CALL:
+            found.append(n)
+        else:
+            stack.extend(n.src)
+    return found

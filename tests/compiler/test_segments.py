@@ -1,0 +1,256 @@
+"""Segments (iron/compiler/segment.py): a design that needs more compute tiles, DMA channels or
+tile memory than the device has is cut in program order by `fewest_bytes_cut`; values crossing a
+cut go through the compiler's DDR buffers (CUT placements), weights, params and states stay in
+their host buffers. Plan facts pinned; every design run on the emulator (each segment loaded
+afresh) against reference(); the npu2 full ELF's @main, the npu1 builds and XRT runs checked
+against the fake toolchain and the pyxrt stand-in; and what cannot fit even as segments."""
+import re
+
+import numpy as np
+import pytest
+
+import iron
+from aie_utils import from_name
+from iron import Carried
+from iron.compiler.build import Artifacts
+from iron.compiler.compile import compile_program
+from iron.compiler.mlir import ALLOWED_OPS, segment_modules
+from iron.compiler.plan import Cut, PlacementKind
+from iron.errors import DoesNotFit
+from iron.kernels import Add, Copy, Exp, MatVec
+from iron.runtime.emulator import Configurations, Emulator
+from tests.compiler.test_mlir import op_names
+from tests.fake_toolchain import FLAGS_GET, install_fakes, make_hermetic, recorded_argv
+from tests.runtime import fake_pyxrt
+
+F32 = np.float32
+N = 16
+
+
+@pytest.fixture(autouse=True)
+def emulator(monkeypatch):
+    monkeypatch.setenv("IRON_BACKEND", "emulator")
+
+
+class Five(iron.Graph):
+    """Five Exp calls of x: five groups, nothing crossing."""
+
+    def body(self, x):
+        return tuple(Exp.step(x) for _ in range(5))
+
+
+class Ladder(iron.Graph):
+    """a -> b -> c -> d (twice as long) -> MatVec(d) + a: cutting before g3 sends a and c across
+    (128 bytes), before g4 a and d (192 bytes)."""
+
+    def __init__(self):
+        rng = np.random.default_rng(1)
+        shapes = [(N, N), (N, N), (N, N), (2 * N, N), (N, 2 * N)]
+        self.w = [iron.param(rng.standard_normal(s).astype(F32)) for s in shapes]
+
+    def body(self, x):
+        a = MatVec.step(self.w[0], x)
+        d = MatVec.step(self.w[3], MatVec.step(self.w[2], MatVec.step(self.w[1], a)))
+        return Add.step(MatVec.step(self.w[4], d), a)
+
+
+class Relay(iron.Graph):
+    """x copied into state a, a into b, b into c: each group reads the state the one before wrote."""
+
+    def __init__(self):
+        self.a, self.b, self.c = (iron.state((8,), F32, name=name) for name in "abc")
+
+    def body(self, x):
+        Copy.step(x, out=self.a)
+        Copy.step(self.a, out=self.b)
+        Copy.step(self.b, out=self.c)
+
+
+class Hops(iron.Graph):
+    """i -> succ[i], writing c[(i + k) % 8] into seen[k] for k < 5: six groups, the carried
+    element in the last."""
+
+    def __init__(self):
+        self.succ = iron.weight(np.array([3, 0, 1, 2, 7, 4, 5, 6], np.int32))
+        self.c = iron.weight((np.arange(8, dtype=np.int32) + 1) * 10)
+        self.seen = iron.state((5,), np.int32, name="seen")
+
+    def body(self, *, i: Carried[np.int32]):
+        for k in range(5):
+            Copy.step(self.c[(i + k) % 8], out=self.seen[k])
+        return iron.carry(i=Copy.step(self.succ[i], dtype=np.int32))
+
+
+def segments_of(plan) -> list[list[str]]:
+    return [[name for name, _ in s.groups] for s in plan.segments]
+
+
+def test_more_groups_than_tiles_run_as_segments():
+    plan = compile_program(Five().trace(x=((8,), F32)), from_name("npu1_1col"))
+    assert segments_of(plan) == [["g0", "g1", "g2", "g3"], ["g4"]]
+    assert [len(s.cores) for s in plan.segments] == [4, 1]
+    assert plan.cuts == (Cut("g4", 0, ()),)
+    assert plan.rules[0] == ("fewest_bytes_cut", "cut before g4: 0 bytes cross (nothing)")
+    x = np.linspace(-1, 1, 8, dtype=F32)
+    compiled = Five().compile(x=((8,), F32), device="npu1_1col")
+    for got, expected in zip(compiled(x), Five().reference(x)):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_the_cut_with_fewer_bytes_crossing_wins_and_crossing_values_go_through_ddr():
+    graph = Ladder()
+    compiled = graph.compile(x=((N,), F32), device="npu1_1col")
+    plan = compiled.plan
+    assert segments_of(plan) == [["g0", "g1", "g2"], ["g3", "g4"]]
+    assert plan.cuts == (Cut("g3", 128, ("MatVec#0", "MatVec#2")),)
+    cuts = [(p.name, p.buffer, p.offset, p.shape) for p in plan.placements if p.kind is PlacementKind.CUT]
+    assert cuts == [("cut.MatVec#0", "outputs", 16, (16,)), ("cut.MatVec#2", "outputs", 32, (16,))]
+    x = np.linspace(-1, 1, N, dtype=F32)
+    np.testing.assert_allclose(compiled(x), graph.reference(x), rtol=1e-6, atol=1e-5)
+
+
+def test_states_written_in_one_segment_are_read_from_ddr_in_the_next():
+    graph = Relay()
+    compiled = graph.compile(x=((8,), F32), device="npu1_1col")
+    assert segments_of(compiled.plan) == [["g0", "g1"], ["g2"]]
+    x = np.arange(8, dtype=F32)
+    compiled(x)
+    graph.reference(x)
+    for name in "abc":
+        np.testing.assert_array_equal(compiled.read(name), graph.read(name))
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_a_carried_loop_over_a_segmented_body_follows_the_reference(depth):
+    body = Hops().compile(device="npu2_1col")
+    assert segments_of(body.plan) == [["g0", "g1"], ["g2", "g3"], ["g4", "g5"]]
+    assert body.plan.segments[-1].emit is not None and all(s.emit is None for s in body.plan.segments[:-1])
+    loop = iron.CarriedLoop(body, body, depth=depth)
+    assert list(loop.run(5, i=1)) == list(range(5))
+    reference, carry = Hops(), {"i": 1}
+    for _ in range(6):
+        carry = dict(reference.reference(**carry))
+    assert dict(loop.carry) == carry == {"i": 3}
+    np.testing.assert_array_equal(body.read("seen"), reference.read("seen"))
+    np.testing.assert_array_equal(body.read("seen"), [10, 20, 30, 40, 50])
+
+
+def test_each_configuration_starts_with_its_tile_memory_cleared(monkeypatch):
+    plan = Ladder().compile(x=((N,), F32), device="npu1_1col").plan
+    loaded = Configurations(plan)
+    seen = []
+    start = Emulator.start
+
+    def record(self, run):
+        seen.append(all(not b.data.any() for t in self.tiles.values() for b in t.buffers.values()))
+        start(self, run)
+
+    monkeypatch.setattr(Emulator, "start", record)
+    for _ in range(2):
+        run = loaded.run()
+        loaded.buffer("consts")[:] = 0x3F800000   # weights of 1.0: every tile computes non-zero values
+        loaded.start(run)
+        loaded.wait(run)
+    assert seen == [True, True, True, True]
+    assert loaded.launches == 2
+    assert any(b.data.any() for s in loaded.segments for t in s.tiles.values() for b in t.buffers.values())
+
+
+def test_npu2_segments_are_one_module_whose_main_configures_and_runs_each():
+    plan = compile_program(Five().trace(x=((8,), F32)), from_name("npu2_1col"))
+    (text,) = segment_modules(plan)
+    args = "%arg0, %arg1, %arg2, %arg3, %arg4"
+    types = "memref<1xi32>, memref<1xi32>, memref<8xi32>, memref<40xi32>, memref<1xi32>"
+    assert text.splitlines()[:9] == [
+        "module {",
+        "  aie.device(npu2_1col) @main {",
+        "    aie.runtime_sequence @sequence(%arg0: memref<1xi32>, %arg1: memref<1xi32>, %arg2: memref<8xi32>, "
+        "%arg3: memref<40xi32>, %arg4: memref<1xi32>) {",
+        "      aiex.configure @seg0 {",
+        f"        aiex.run @seg0_sequence({args}) : ({types})",
+        "      }",
+        "      aiex.configure @seg1 {",
+        f"        aiex.run @seg1_sequence({args}) : ({types})",
+        "      }",
+    ]
+    assert re.findall(r"aie\.device\(npu2_1col\) @(\w+)", text) == ["main", "seg0", "seg1"]
+    assert re.findall(r"aie\.runtime_sequence @(\w+)", text) == ["sequence", "seg0_sequence", "seg1_sequence"]
+    assert set(op_names(text)) <= ALLOWED_OPS, sorted(set(op_names(text)) - ALLOWED_OPS)
+
+
+def test_npu1_builds_one_xclbin_per_segment(tmp_path, monkeypatch):
+    make_hermetic(monkeypatch, tmp_path)
+    bin_dir = install_fakes(monkeypatch, tmp_path, FLAGS_GET)
+    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
+    compiled = Five().compile(x=((8,), F32), device="npu1_1col")
+    built = compiled.build(progress=lambda *_: None)
+    assert [a.image for a in built] == ["xclbin", "xclbin"]
+    assert built[0].directory != built[1].directory
+    aiecc = [argv for argv in recorded_argv(tmp_path) if argv[0] == f"{bin_dir}/aiecc" and argv[1] != "--help"]
+    assert [argv[-1].rsplit("/", 1)[1] for argv in aiecc] == ["design.mlir", "design.mlir"]
+    for artifacts, segment in zip(built, compiled.plan.segments):
+        assert (artifacts.directory / "design.mlir").read_text() == segment_modules(compiled.plan)[
+            compiled.plan.segments.index(segment)]
+
+
+def test_npu1_segments_run_in_order_through_xrt_within_one_call(tmp_path, monkeypatch):
+    fake = fake_pyxrt.new_pyxrt()
+    graph = Ladder()
+    compiled = graph.compile(x=((N,), F32), device="npu1_1col")
+    segments = compiled.plan.segments
+    order, emulators = [], [Emulator(s) for s in segments]
+
+    def build(self, progress=None):
+        made = []
+        for k, segment in enumerate(segments):
+            dmas = sum(1 for op in segment.sequence if hasattr(op, "patch_word"))
+            insts = np.array([k, *([0x81, 24, 0, 0, 0, 0] * dmas)], np.uint32)
+            insts.tofile(tmp_path / f"insts{k}.bin")
+            (tmp_path / f"final{k}.xclbin").write_bytes(b"xclbin")
+            made.append(Artifacts(tmp_path, "xclbin", tmp_path / f"final{k}.xclbin", tmp_path / f"insts{k}.bin",
+                                  None, "MLIR_AIE"))
+        self.artifacts = tuple(made)
+        return self.artifacts
+
+    def device(run):
+        k = int(np.frombuffer(run.args[1].device_bytes, np.uint32)[0])
+        order.append(k)
+        words = lambda bo: np.frombuffer(bo.device_bytes, dtype=np.uint32)  # noqa: E731
+        bindings = {b.name: words(run.args[3 + i])[: b.nwords] for i, b in enumerate(segments[k].host_buffers)}
+        launch = emulators[k].run(**bindings)
+        emulators[k].start(launch)
+        emulators[k].wait(launch)
+
+    fake.fake_state.on_complete = device
+    monkeypatch.setattr("iron.runtime.compiled.CompiledGraph.build", build)
+    monkeypatch.setattr("iron.runtime.xrt.load_pyxrt", lambda: fake)
+    monkeypatch.setattr("iron.runtime.xrt.describe_npu", lambda: "RyzenAI-npu1")
+    monkeypatch.setenv("IRON_BACKEND", "xrt")
+    monkeypatch.setenv("IRON_QUIET", "1")
+    x = np.linspace(-1, 1, N, dtype=F32)
+    for _ in range(2):
+        np.testing.assert_allclose(compiled(x), graph.reference(x), rtol=1e-6, atol=1e-5)
+    assert order == [0, 1, 0, 1]
+    contexts = [c for c in fake.fake_state.calls if c.startswith("hw_context(")]
+    assert len(contexts) == 2
+
+
+class Swollen(iron.Graph):
+    """A small Exp, then an Add of two 32 KiB vectors: the Add alone is more than a tile holds."""
+
+    def body(self, x, y, z):
+        return Exp.step(x), Add.step(y, z)
+
+
+def test_a_group_too_large_even_alone_does_not_fit_and_nothing_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
+    big = ((8192,), F32)
+    with pytest.raises(DoesNotFit) as err:
+        Swollen().compile(x=((8,), F32), y=big, z=big)
+    assert str(err.value) == (
+        "Swollen does not fit npu2 even cut into segments: Add#1 (group g1) alone is too large for one "
+        "configuration. Swollen does not fit tile_0_2: its buffers take 99328 bytes but a compute tile has "
+        "65536: g1_in@tile_0_2 65536 bytes (y, z), g1_host@tile_0_2 32768 bytes (out0), stack@tile_0_2 "
+        "1024 bytes. Use smaller states, split the work over more kernel calls, or compile for a device "
+        "with more tiles.")
+    assert not (tmp_path / "cache").exists()
