@@ -8,7 +8,7 @@ matrix (each column's mem tile splits one stream of rows between its cores), the
 k-blocks go to every core, and each column's results are joined on its mem tile.
 `stream_elementwise` runs elementwise calls over tensors larger than a tile in blocks, spread
 over whole columns of cores the same way (docs/platform.md sections 2 and 4 for the channels
-and memories this counts)."""
+and memories this counts, section 5 for the DMA limits)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
