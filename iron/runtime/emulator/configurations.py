@@ -55,8 +55,9 @@ class Configurations:
         for segment in self.segments:
             _clear_tile_memory(segment)
             launch = segment.run(**run.buffers)
-            segment.start(launch, issued)
+            segment.start(launch)
             if self.timeline is not None:
+                launch.issued = launch.submitted if issued is None else issued
                 self._reconfigure(segment, launch)
             segment.wait(launch)
         self.launches += 1
