@@ -5,6 +5,7 @@ offsets, DMA sizes and strides count 32-bit words; object offsets count bytes. H
 runs (cores looping forever, a launch running the sequence) is docs/platform.md section 6."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Union
@@ -122,7 +123,7 @@ class Placement:
 
     @property
     def nwords(self) -> int:
-        return -(-int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize // 4)
+        return -(-math.prod(self.shape) * self.dtype.itemsize // 4)   # math.prod: called for every DMA planned
 
 
 @dataclass(frozen=True)
@@ -319,7 +320,7 @@ class Dma:
 
     @property
     def nwords(self) -> int:
-        return int(np.prod(self.sizes, dtype=np.int64))
+        return math.prod(self.sizes)
 
 
 @dataclass(frozen=True)
