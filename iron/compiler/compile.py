@@ -87,8 +87,7 @@ def assemble(program: Program, device, groups: tuple[Group, ...], layout: Layout
     emit = lowered.emit
     return Plan(
         device=device, name=program.name, full_elf=device.full_elf, image="elf" if device.full_elf else "xclbin",
-        tiles=_tiles(lowered), host_buffers=host_buffers(
-            lowered.placements, len(lowered.words), None if emit is None else len(emit.target_words)),
+        tiles=_tiles(lowered), host_buffers=host_buffers(lowered.placements, len(lowered.words), emit),
         placements=lowered.placements, fifos=lowered.fifos, links=lowered.links, buffers=lowered.buffers,
         functions=lowered.functions, cores=lowered.cores, sequence=lowered.sequence, words=lowered.words,
         emit=emit, carry=lowered.carry,

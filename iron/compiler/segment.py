@@ -59,7 +59,7 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
         stops.append(stop)
     stops = stops[1:]
     placements, words, emit = flow.placements(crossing), table.defs(), plans[-1].emit
-    buffers = host_buffers(placements, len(words), None if emit is None else len(emit.target_words))
+    buffers = host_buffers(placements, len(words), emit)
     plans = [replace(p, host_buffers=buffers, words=words) for p in plans]
     cuts = tuple(flow.cut(stop) for stop in stops[:-1])
     return Plan(
