@@ -109,6 +109,29 @@ def test_the_cut_with_fewer_bytes_crossing_wins_and_crossing_values_go_through_d
     np.testing.assert_allclose(compiled(x), graph.reference(x), rtol=1e-6, atol=1e-5)
 
 
+class Viewed(iron.Graph):
+    """y = Exp(x), four MatVecs of x, then y[8:] + y[:8] + h[:8]: views of results made before the cut."""
+
+    def __init__(self):
+        rng = np.random.default_rng(2)
+        self.w = [iron.param((rng.standard_normal((N, N)) / 4).astype(F32)) for _ in range(4)]
+
+    def body(self, x):
+        y, h = Exp.step(x), x
+        for w in self.w:
+            h = MatVec.step(w, h)
+        return Add.step(Add.step(y[8:], y[:8]), h[:8])
+
+
+def test_views_of_results_made_before_a_cut_read_their_ddr_buffer():
+    graph = Viewed()
+    compiled = graph.compile(x=((N,), F32), device="npu1_1col")
+    assert segments_of(compiled.plan) == [["g0", "g1", "g2", "g3"], ["g4", "g5"]]
+    assert compiled.plan.cuts == (Cut("g4", 128, ("Exp#0", "MatVec#3")),)
+    x = np.linspace(-1, 1, N, dtype=F32)
+    np.testing.assert_array_equal(compiled(x), graph.reference(x))
+
+
 def test_states_written_in_one_segment_are_read_from_ddr_in_the_next():
     graph = Relay()
     compiled = graph.compile(x=((8,), F32), device="npu1_1col")
