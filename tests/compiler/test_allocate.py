@@ -9,7 +9,17 @@ from aie_utils import from_name
 from iron import Carried
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.compile import compile_program
-from iron.compiler.plan import HostBuffer, HostRole, Placement, PlacementKind
+from iron.compiler.plan import (
+    Emit,
+    HostBuffer,
+    HostRole,
+    Placement,
+    PlacementKind,
+    Tile,
+    TileKind,
+    WordDef,
+    WordKind,
+)
 from iron.errors import DoesNotFit
 from iron.kernels import Add, Argmax, Copy
 
@@ -49,7 +59,9 @@ def test_every_host_buffer_has_a_word_and_feedback_comes_only_with_an_emit():
     assert buffers == (HostBuffer("consts", HostRole.CONSTS, 4), HostBuffer("states", HostRole.STATES, 4),
                        HostBuffer("inputs", HostRole.INPUTS, 2), HostBuffer("outputs", HostRole.OUTPUTS, 3),
                        HostBuffer("words", HostRole.WORDS, 1))
-    assert host_buffers(host_placements(program), 1, 1)[-1] == HostBuffer("feedback", HostRole.FEEDBACK, 1)
+    emit = Emit(Tile(0, 3, TileKind.COMPUTE), (), (WordDef(0, "n", WordKind.CARRIED),), "feedback")
+    assert host_buffers(host_placements(program), 1, emit)[-2:] == (   # the word, the flag and scratch words
+        HostBuffer("words", HostRole.WORDS, 3), HostBuffer("feedback", HostRole.FEEDBACK, 3))
 
 
 class Whole(iron.Graph):

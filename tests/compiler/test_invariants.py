@@ -149,9 +149,9 @@ def test_an_emit_on_a_device_without_full_elf_is_refused():
 
 def test_a_word_computed_from_a_later_word_is_refused():
     plan = plan_of("walk", "npu1")
-    words = (*plan.words[:2], dataclasses.replace(plan.words[2], a=WordRef(2)))
+    words = (*plan.words[:4], dataclasses.replace(plan.words[4], a=WordRef(4)))
     broken(dataclasses.replace(plan, words=words),
-           "plan Walk on npu1: word 2 ('steps + 1') computes add(w2, 1) bound None: "
+           "plan Walk on npu1: word 4 ('steps + 1') computes add(w4, 1) bound None: "
            "derived words apply an op to earlier words or constants." + FIX)
 
 
