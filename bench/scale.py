@@ -3,7 +3,9 @@
 Each row of COMPILE_ROWS is a series of (label, make) of growing size: a fresh graph and the
 spec it compiles with. For each size it prints the cold compile time (trace, every pass, MLIR
 and kernel sources), the kernel calls per launch and the compute tiles, and the ratios to the
-series' first size: the time must grow no faster than calls x tiles (`time/work` <= 1).
+series' first size: the time must grow no faster than calls x tiles (`time/work` <= 1). Series:
+MatMul 256^3 to 2048^3 (bfloat16), MatVec 1024^2 to 4096^2 and Add over 2^16 to 2^20 (float32),
+the decoder at 1 to 8 layers.
 Targets: MatMul 2048^3 and the 8-layer decoder (section 8's, at width 256, hidden 1024,
 context 128, vocab 512: segmented) compile in under 2 s; the emulator runs MatMul 512^3 float32
 within 3x of reference() per call. A segmented design counts the calls and tiles of every
@@ -23,7 +25,7 @@ from aie_utils import from_name
 from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import Invoke, Loop, TileKind
 from iron.compiler.sources import kernel_sources
-from iron.kernels import MatMul
+from iron.kernels import Add, MatMul, MatVec
 
 
 class Product(iron.Graph):
@@ -42,6 +44,33 @@ def matmul(size: int, dtype=iron.bfloat16):
     return f"MatMul {size}^3 {np.dtype(dtype).name}", make
 
 
+class Projection(iron.Graph):
+    """y = W @ x, W a weight."""
+
+    def __init__(self, w):
+        self.w = iron.weight(w)
+
+    def body(self, x):
+        return MatVec.step(self.w, x)
+
+
+class Sum(iron.Graph):
+    def body(self, x, y):
+        return Add.step(x, y)
+
+
+def matvec(size: int):
+    def make():
+        return Projection(np.zeros((size, size), np.float32)), {"x": ((size,), np.float32)}
+    return f"MatVec {size}^2 float32", make
+
+
+def add(size: int):
+    def make():
+        return Sum(), {"x": ((size,), np.float32), "y": ((size,), np.float32)}
+    return f"Add 2^{size.bit_length() - 1} float32", make
+
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "programming_guide" / "section-8"))
 import decoder  # noqa: E402  (the guide's decoder, not a package)
 
@@ -56,6 +85,8 @@ def decoder_layers(layers: int):
 
 COMPILE_ROWS = {
     "MatMul": [matmul(s) for s in (256, 512, 1024, 2048)],
+    "MatVec": [matvec(s) for s in (1024, 2048, 4096)],
+    "Add": [add(1 << e) for e in (16, 18, 20)],
     "decoder": [decoder_layers(n) for n in (1, 2, 4, 8)],
 }
 

@@ -60,14 +60,6 @@ class IndexOutOfRange(IronError, IndexError):
         )
 
 
-def _range(what: str, expr: str, value: int, lo: int, hi: int) -> str:
-    return f"{what} with {expr} = {value} is out of range: {expr} must be in {lo}..{hi - 1}"
-
-
-def _fix(expr: str, lo: int, hi: int, tensor: str) -> str:
-    return f"Keep {expr} in range, or make '{tensor}' larger." if tensor else f"Keep {expr} between {lo} and {hi - 1}."
-
-
 class WriteHazard(IronError, ValueError):
     """Two nodes of one call touch the same state memory in an order the device cannot keep."""
 
@@ -128,3 +120,11 @@ class ModelFileError(IronError, RuntimeError):
 
 class TokenError(IronError, ValueError):
     """A token id outside the model's vocabulary, or more tokens than the model's context holds."""
+
+
+def _range(what: str, expr: str, value: int, lo: int, hi: int) -> str:
+    return f"{what} with {expr} = {value} is out of range: {expr} must be in {lo}..{hi - 1}"
+
+
+def _fix(expr: str, lo: int, hi: int, tensor: str) -> str:
+    return f"Keep {expr} in range, or make '{tensor}' larger." if tensor else f"Keep {expr} between {lo} and {hi - 1}."

@@ -163,6 +163,9 @@ def _check_words(plan: Plan):
         values = w.op is None
         if w.op is not None:
             _check_derived(plan, w)
+        if w.kind is WordKind.CARRIED and w.bound is not None:
+            fail(plan, f"word {i} ('{w.name}') is a carried value with a bound: the Emit clamps bounded words in "
+                       "place, which would change the value the next call carries; bound a copy of it")
     expect = len(plan.words) + (0 if plan.emit is None else FLAG_WORDS)   # a fed version's flag words
     if plan.host_buffer(HostRole.WORDS).nwords != max(1, expect):
         fail(plan, f"the words buffer holds {plan.host_buffer(HostRole.WORDS).nwords} words for {expect}")

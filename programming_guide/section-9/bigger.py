@@ -8,7 +8,8 @@ decision and checks C against numpy (rtol 1e-4, atol 1e-4: the blocks sum in ano
 group, so 40 layers need 40 compute tiles at once. The compiler cuts it into segments run one
 after another within each call; the script prints the segments and the bytes crossing each cut
 from `describe()` and checks the result against numpy (rtol 1e-4, atol 1e-4). `Swollen` cannot
-fit even as segments (one Add of two 32 KiB vectors is more than a tile holds): its DoesNotFit
+fit even as segments (one Softmax of a 64 KiB row is more than a tile holds, and a row is not cut
+into blocks as an elementwise call's tensors are): its DoesNotFit
 is printed. Exit 1 on a mismatch or if Swollen compiles.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 import aie_utils
 import iron
 from iron.errors import DoesNotFit
-from iron.kernels import Add, Exp, MatMul, MatVec, ReLU
+from iron.kernels import Add, Exp, MatMul, MatVec, ReLU, Softmax
 
 SIZE, WIDTH = 256, 64
 RTOL = ATOL = 1e-4
@@ -60,10 +61,10 @@ def numpy_tower(tower: Tower, x: np.ndarray) -> np.ndarray:
 
 
 class Swollen(iron.Graph):
-    """A small Exp, then an Add of two 32 KiB vectors: more than a compute tile holds at once."""
+    """A small Exp, then a Softmax of a 64 KiB row: more than a compute tile holds at once."""
 
-    def body(self, x, y, z):
-        return Exp.step(x), Add.step(y, z)
+    def body(self, x, y):
+        return Exp.step(x), Softmax.step(y)
 
 
 def section(text: str, title: str) -> list[str]:
@@ -103,9 +104,9 @@ def main(argv=None) -> int:
     print(f"Tower ({args.device}): {'matches' if matches else 'DIFFERS from'} numpy (rtol {RTOL}, atol {ATOL})")
     ok &= matches
 
-    big = ((8192,), np.float32)
+    big = ((16384,), np.float32)
     try:
-        Swollen().compile(x=((8,), np.float32), y=big, z=big)
+        Swollen().compile(x=((8,), np.float32), y=big)
         print("Swollen compiled: expected DoesNotFit")
         return 1
     except DoesNotFit as refused:

@@ -80,8 +80,8 @@ def test_a_tight_tile_gets_depth_one_fifos():
 def test_a_state_too_large_for_a_tile_does_not_fit():
     with pytest.raises(DoesNotFit) as err:
         compile_program(Whole(16384).trace(), from_name("npu2"))
-    assert str(err.value) == (
-        "Whole does not fit tile_0_2: its buffers take 66564 bytes but a compute tile has 65536: "
-        "g0_in@tile_0_2 65536 bytes (big), stack@tile_0_2 1024 bytes, g0_host@tile_0_2 4 bytes "
-        "(out0). Use smaller states, split the work over more kernel calls, or compile for a device "
-        "with more tiles.")
+    assert str(err.value) == (   # refused by placement, before any buffer is counted
+        "Whole: Argmax#0 reduces a row of 16384 int32 elements, whose inputs and result take 65540 bytes, "
+        "but a compute tile has 64512 (65536 less the core's 1024-byte stack), and a row reduction reads its "
+        "whole row at once, so it is not cut into blocks: make the row at most 16127 elements, or reduce it "
+        "in pieces.")

@@ -17,7 +17,7 @@ from iron.compiler.sources import HEADER, kernel_sources, source_file
 from iron.designs import numpy_walk
 from iron.errors import DeviceTimeout, IndexOutOfRange, LoopError, PlanError
 from iron.ir import wrap_i32
-from iron.kernels import Copy
+from iron.kernels import Copy, Softmax
 from iron.runtime.emulator.core import compile_function
 from iron.runtime.emulator.kernels import numpy_call
 from iron.runtime.emulator.native import NativeLibrary
@@ -294,3 +294,33 @@ def test_a_flag_the_host_cannot_explain_is_a_plan_error(xrt):
         f"{numpy_walk(SUCC, 3, 3)[-1]}, steps = 3 the host finds every index in range: the Emit and the Plan's "
         "words disagree, so the loop stopped. Report it with the Plan (IRON_DEBUG=1 prints it).")
     assert loop.transitions == 3
+
+
+class Lengths(iron.Graph):
+    """A bounded kernel attribute from a carried value: Softmax's valid length n, in 1..8."""
+
+    def __init__(self):
+        self.x = iron.weight(np.linspace(0, 1, 8).astype(np.float32))
+        self.out = iron.state((8,), np.float32, name="out")
+
+    def body(self, *, n: Carried[np.int32]):
+        Copy.step(Softmax.step(self.x, length=n), out=self.out)
+        return iron.carry(n=n + 3)
+
+
+def test_a_bounded_attribute_the_emit_computes_is_clamped_and_flagged_too(on_emulator):
+    graph = Lengths()
+    body = graph.compile(device="npu2")
+    assert [(w.name, str(w.kind), w.bound) for w in body.plan.words] == [
+        ("n", "carried", None), ("n", "core", (1, 9)), ("n + 3", "next", None)]
+    loop = iron.CarriedLoop(body, body, depth=2)
+    with pytest.raises(IndexOutOfRange) as e:
+        list(loop.run(5, n=1))
+    assert str(e.value) == (
+        "CarriedLoop step 2: Softmax length=n with n = 10 is out of range: n must be in 1..8. The device's Emit "
+        "flagged it and clamped it to 8, and the loop stopped: step 2, already in flight, ran with its indices "
+        "clamped into range, and loop.transitions and loop.carry describe the runs before step 2. Keep n "
+        "between 1 and 8.")
+    assert loop.transitions == 3 and dict(loop.carry) == {"n": 10}
+    x = np.linspace(0, 1, 8)
+    np.testing.assert_allclose(body.read(graph.out), np.exp(x) / np.exp(x).sum(), rtol=1e-6)  # length 8 ran
