@@ -112,6 +112,20 @@ def wants_grid(call: Node, users: tuple[str, ...]) -> bool:
     return nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
 
 
+def unaligned(call: Node) -> str | None:
+    """Why no block of a MatMul holds whole 32-bit words, which is all a DMA moves: its K (A's
+    rows) or its N (B's and C's rows) is not a multiple of the elements in a word; else None."""
+    (_, big_k), big_n = call.src[0].shape, call.shape[1]
+    a, out = call.src[0].dtype, call.dtype
+    need_k, need_n = 4 // min(4, a.itemsize), 4 // min(4, min(a.itemsize, out.itemsize))
+    if big_k % need_k:
+        return f"K = {big_k} {a.name} elements of a row of A are not whole 32-bit words: make K a multiple of {need_k}"
+    if big_n % need_n:
+        return (f"N = {big_n} elements of a row of B and C are not whole 32-bit words: make N a multiple of "
+                f"{need_n}")
+    return None
+
+
 def divisors(n: int, word_elements: int) -> list[int]:
     """Block sides for an extent n: divisors up to MAX_BLOCK holding whole 32-bit words."""
     return [d for d in range(1, min(n, MAX_BLOCK) + 1) if n % d == 0 and d % word_elements == 0]
