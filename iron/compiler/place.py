@@ -167,20 +167,31 @@ def _stream_rules(group: Group, stream: Stream | None) -> list[tuple[str, str]]:
 
 def check_rows_fit(program: Program, groups: tuple[Group, ...], device):
     """A row reduction (RMSNorm, Softmax, Argmax) reads its whole row before it writes anything,
-    so it cannot be cut into blocks: DoesNotFit, naming the call, when its inputs and result
-    alone take more than a compute tile's memory less the core's stack."""
+    so a row cannot be cut into blocks: DoesNotFit, naming the call, when one row's input and
+    result and what every row shares (RMSNorm's w) take more than a compute tile's memory less
+    the core's stack, or, for a batch of rows (rows, n), when the whole batch does."""
     room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
+    stack = f"{room} ({device.compute.data_memory_bytes} less the core's {device.compute.default_stack_bytes}-byte stack)"
     for call in (c for g in groups for c in g.calls if role(c) is Role.ROW_REDUCTION):
+        x = call.src[0]
+        rows, width = (1, *x.shape) if len(x.shape) == 1 else x.shape
         needed = held_bytes([call])
-        if needed > room:
-            row = call.src[0]
-            per_element = needed / row.size
+        per_row = (nbytes(x) + nbytes(call)) // rows
+        shared = needed - per_row * rows
+        if shared + per_row > room:
+            per_element = (shared + per_row) / width
             raise DoesNotFit(
-                f"{program.name}: {call_label(program, call)} reduces a row of {row.size} {row.dtype.name} "
-                f"elements, whose inputs and result take {needed} bytes, but a compute tile has {room} "
-                f"({device.compute.data_memory_bytes} less the core's {device.compute.default_stack_bytes}-byte "
-                f"stack), and a row reduction reads its whole row at once, so it is not cut into blocks: "
+                f"{program.name}: {call_label(program, call)} reduces a row of {width} {x.dtype.name} "
+                f"elements, whose inputs and result take {shared + per_row} bytes, but a compute tile has {stack}, "
+                f"and a row reduction reads its whole row at once, so it is not cut into blocks: "
                 f"make the row at most {int(room // per_element)} elements, or reduce it in pieces."
+            )
+        if needed > room:
+            raise DoesNotFit(
+                f"{program.name}: {call_label(program, call)} reduces a batch of {rows} rows of {width} "
+                f"{x.dtype.name} elements, whose inputs and results take {needed} bytes, but a compute tile has "
+                f"{stack}, and a batch of rows is not streamed over tiles in row-blocks: make the batch at "
+                f"most {(room - shared) // per_row} rows per call (one call per block of rows)."
             )
 
 
