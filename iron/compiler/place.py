@@ -18,6 +18,7 @@ from iron.compiler.tiling import (
     Grid,
     choose_flow,
     choose_grid,
+    row_streamable,
     streamable,
     unaligned,
     wants_grid,
@@ -112,6 +113,12 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
             sites.append(Site(group, flow.tiles, flow=flow))
             rules.append(("stream_elementwise", f"{group.name}: {flow.text()}"))
             continue
+        flow = stream_row_blocks(group, outside, free, (spare, shim_in), channels, device)
+        if flow is not None:
+            free = [t for t in free if t not in flow.tiles]
+            sites.append(Site(group, flow.tiles, flow=flow))
+            rules.append(("stream_row_blocks", f"{group.name}: {flow.text()}"))
+            continue
         parts, why = split_parts(group, outside, spare, channels, free[0])
         tiles, free = tuple(free[:parts]), free[parts:]
         stream = stream_large_matrix(group, tiles, parts, channels, device)
@@ -169,10 +176,16 @@ def check_rows_fit(program: Program, groups: tuple[Group, ...], device):
     """A row reduction (RMSNorm, Softmax, Argmax) reads its whole row before it writes anything,
     so a row cannot be cut into blocks: DoesNotFit, naming the call, when one row's input and
     result and what every row shares (RMSNorm's w) take more than a compute tile's memory less
-    the core's stack, or, for a batch of rows (rows, n), when the whole batch does."""
+    the core's stack, or, for a batch of rows (rows, n) that `stream_row_blocks` cannot take,
+    when the whole batch does."""
     room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
     stack = f"{room} ({device.compute.data_memory_bytes} less the core's {device.compute.default_stack_bytes}-byte stack)"
-    for call in (c for g in groups for c in g.calls if role(c) is Role.ROW_REDUCTION):
+    for group in groups:
+        _check_rows_fit(program, group, room, stack)
+
+
+def _check_rows_fit(program: Program, group: Group, room: int, stack: str):
+    for call in (c for c in group.calls if role(c) is Role.ROW_REDUCTION):
         x = call.src[0]
         rows, width = (1, *x.shape) if len(x.shape) == 1 else x.shape
         needed = held_bytes([call])
@@ -186,12 +199,13 @@ def check_rows_fit(program: Program, groups: tuple[Group, ...], device):
                 f"and a row reduction reads its whole row at once, so it is not cut into blocks: "
                 f"make the row at most {int(room // per_element)} elements, or reduce it in pieces."
             )
-        if needed > room:
+        if needed > room and not row_streamable(group.calls):
             raise DoesNotFit(
                 f"{program.name}: {call_label(program, call)} reduces a batch of {rows} rows of {width} "
                 f"{x.dtype.name} elements, whose inputs and results take {needed} bytes, but a compute tile has "
-                f"{stack}, and a batch of rows is not streamed over tiles in row-blocks: make the batch at "
-                f"most {(room - shared) // per_row} rows per call (one call per block of rows)."
+                f"{stack}, and a batch of rows streams in row-blocks only for a row reduction of one input "
+                f"without a per-call attribute: make the batch at most {(room - shared) // per_row} rows per call "
+                f"(one call per block of rows)."
             )
 
 
@@ -218,6 +232,21 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
         return None
     rows, inputs = len(flow.rows), len(flow.inputs)
     return replace(flow, mems=tuple(channels.take(col, inputs + rows, inputs * rows + 1) for col in flow.cols))
+
+
+def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int, int], channels,
+                      device) -> Flow | None:
+    """A row reduction over a batch of rows larger than SIZE_LIMIT whose result only the host
+    reads is streamed in blocks of whole rows over whole free columns of cores, as
+    `stream_elementwise` streams elementwise calls (iron/compiler/tiling.py chooses how)."""
+    calls = group.calls
+    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or outside.get(calls[0], ()) != ("host",):
+        return None
+    spare, shim_in = limits
+    flow = choose_flow(calls, free_columns(free, device), spare, device, shim_in, width=calls[0].src[0].shape[1])
+    if flow is None:
+        return None
+    return replace(flow, mems=tuple(channels.take(col, 1 + len(flow.rows), len(flow.rows) + 1) for col in flow.cols))
 
 
 def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], limits: tuple[int, int],

@@ -262,8 +262,8 @@ def test_a_batch_of_rows_larger_than_a_tile_says_how_many_rows_fit():
     assert str(err.value) == (
         "Norm: RMSNorm#0 reduces a batch of 64 rows of 1024 float32 elements, whose inputs and results take "
         "528384 bytes, but a compute tile has 64512 (65536 less the core's 1024-byte stack), and a batch of "
-        "rows is not streamed over tiles in row-blocks: make the batch at most 7 rows per call (one call per "
-        "block of rows).")
+        "rows streams in row-blocks only for a row reduction of one input without a per-call attribute: make the "
+        "batch at most 7 rows per call (one call per block of rows).")
     Norm(1024).compile(x=((7, 1024), np.float32), device=from_name("npu2"))   # the batch it names fits
 
 

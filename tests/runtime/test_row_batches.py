@@ -78,3 +78,47 @@ def test_shapes_a_row_kernel_refuses():
     with pytest.raises(iron.errors.KernelTypeError) as refused:
         Wrong().reference(np.zeros((2, 4), np.float32), np.zeros(3, np.float32))
     assert str(refused.value) == "RMSNorm needs x (n,) or (rows, n) and w (n,); got shapes (2, 4), (3,)."
+
+
+# ---- stream_row_blocks: a batch larger than a tile -------------------------------------------------
+
+class Soft(iron.Graph):
+    def body(self, x):
+        return Softmax.step(x)
+
+
+class Max(iron.Graph):
+    def body(self, x):
+        return Argmax.step(x)
+
+
+STREAMED = [
+    (Soft, (512, 256), np.dtype(np.float32),
+     "g0: Softmax over 512 rows of 256 elements streamed in row-blocks of 8 rows over 32 tiles (4 rows x 8 "
+     "columns of cores), 2 blocks per core"),
+    (Soft, (256, 256), BF16,
+     "g0: Softmax over 256 rows of 256 elements streamed in row-blocks of 8 rows over 32 tiles (4 rows x 8 "
+     "columns of cores), 1 blocks per core"),
+    (Max, (1024, 128), np.dtype(np.int32),
+     "g0: Argmax over 1024 rows of 128 elements streamed in row-blocks of 32 rows over 32 tiles (4 rows x 8 "
+     "columns of cores), 1 blocks per core"),
+    (Max, (3000, 40), np.dtype(np.int8),
+     "g0: Argmax over 3000 rows of 40 elements streamed in row-blocks of 100 rows over 6 tiles (1 rows x 6 "
+     "columns of cores), 5 blocks per core"),
+]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="native kernels need the host C++ compiler g++")
+@pytest.mark.parametrize("graph, shape, dtype, rule", STREAMED, ids=[f"{g.__name__}-{d}" for g, _, d, _ in STREAMED])
+def test_a_batch_larger_than_a_tile_streams_row_blocks_and_equals_the_reference(monkeypatch, graph, shape, dtype, rule):
+    monkeypatch.setenv("IRON_BACKEND", "emulator")
+    monkeypatch.setenv("IRON_QUIET", "1")
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(shape) * 50).astype(dtype)
+    want = graph().reference(x)
+    for mode in ("numpy", "native"):
+        monkeypatch.setenv("IRON_EMULATOR_KERNELS", mode)
+        compiled = graph().compile(x, device="npu2")
+        assert [text for name, text in compiled.plan.rules if name == "stream_row_blocks"] == [rule]
+        assert rule in compiled.describe()
+        close(compiled(x), want)
