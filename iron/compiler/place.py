@@ -107,17 +107,13 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
             sites.append(Site(group, grid.tiles, grid=grid))
             rules.append(("tile_matmul_over_array", f"{group.name}: {grid.text()}"))
             continue
-        flow = stream_elementwise(group, outside, free, (spare, shim_in), channels, device)
+        rule, flow = next(((rule.__name__, flow) for rule in (stream_elementwise, stream_row_blocks)
+                           if (flow := rule(group, outside, free, (spare, shim_in), channels, device)) is not None),
+                          (None, None))
         if flow is not None:
             free = [t for t in free if t not in flow.tiles]
             sites.append(Site(group, flow.tiles, flow=flow))
-            rules.append(("stream_elementwise", f"{group.name}: {flow.text()}"))
-            continue
-        flow = stream_row_blocks(group, outside, free, (spare, shim_in), channels, device)
-        if flow is not None:
-            free = [t for t in free if t not in flow.tiles]
-            sites.append(Site(group, flow.tiles, flow=flow))
-            rules.append(("stream_row_blocks", f"{group.name}: {flow.text()}"))
+            rules.append((rule, f"{group.name}: {flow.text()}"))
             continue
         parts, why = split_parts(group, outside, spare, channels, free[0])
         tiles, free = tuple(free[:parts]), free[parts:]
