@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import iron
-from iron import Scratchpad
 from aie_utils import from_name
+from iron import Scratchpad
 from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import TileKind
 from iron.errors import DoesNotFit
