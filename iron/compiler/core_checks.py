@@ -23,7 +23,6 @@ from iron.compiler.plan import (
     WordDef,
 )
 from iron.errors import PlanError
-from iron.kernels.registry import lookup
 
 FIX = "Rebuild the Plan with iron's compiler, or correct it by hand."
 
@@ -54,7 +53,7 @@ def _check_abi(plan: Plan, f, step):
     output) are Ptrs, its sizes (one or more) i32 values, its attributes values of their C type; a
     scalar step writes through a Ptr from i32 values. An i32 value is an Imm or a Load."""
     if isinstance(step, KernelStep):
-        kernel = lookup(step.symbol).kernel
+        kernel = step.kernel
         pointers, attrs = kernel.arity + 1, [ctype for _, ctype in kernel.c_attrs]
         nsizes = len(step.args) - pointers - len(attrs)
         wanted = ["ptr"] * pointers + ["i32"] * nsizes + attrs
@@ -193,7 +192,7 @@ def _extents(step) -> list[tuple]:
     loads = [(a, 4) for a in _step_args(step) if isinstance(a, Load) or isinstance(step, ScalarStep) and isinstance(a, Ptr)]
     if isinstance(step, ScalarStep):
         return loads
-    kernel, dtype, out_dtype = lookup(step.symbol)
+    kernel, dtype, out_dtype = step.kernel, step.dtype, step.out
     pointers = step.args[:kernel.arity + 1]
     sizes = step.args[kernel.arity + 1: len(step.args) - len(kernel.c_attrs)]
     if not all(isinstance(a, Imm) for a in sizes):

@@ -105,7 +105,7 @@ def _kernel_step(ctx: Context, part: Part, call: Node, ptrs, shapes, out_shape) 
     kernel = call.arg.kernel
     sizes = kernel.sizes([tuple(s) for s in shapes], tuple(out_shape))
     attrs = _attr_args(ctx, part, call)
-    return KernelStep(kernel.symbol(call.src[0].dtype, call.dtype), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs))
+    return KernelStep.of(kernel, call.src[0].dtype, (*ptrs, *(Imm(int(s)) for s in sizes), *attrs), call.dtype)
 
 
 def _attr_args(ctx: Context, part: Part, call: Node) -> list:

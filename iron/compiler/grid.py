@@ -128,9 +128,9 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
         buffers.append(Buffer(total, tile, m * n * grid.acc.itemsize, grid.acc))
 
     def product_into(dest: str) -> KernelStep:
-        return KernelStep(kernel.symbol(in_dtype, grid.acc), (Ptr(a), Ptr(b), Ptr(dest), *sizes))
+        return KernelStep.of(kernel, in_dtype, (Ptr(a), Ptr(b), Ptr(dest), *sizes), grid.acc)
 
-    add = KernelStep(accumulate_kernel().symbol(grid.acc), (Ptr(product.name), Ptr(total), Imm(m * n)))
+    add = KernelStep.of(accumulate_kernel(), grid.acc, (Ptr(product.name), Ptr(total), Imm(m * n)))
     first = Function(f"{prefix}_first", (a, b, total), (product_into(total),), blocked=True)
     more = Function(f"{prefix}_more", (a, b, product.name, total), (product_into(product.name), add), blocked=True)
     functions = [first, more]
@@ -142,7 +142,7 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     else:
         functions.remove(more)
     if wide:
-        cast = KernelStep(convert_kernel().symbol(grid.acc, call.dtype), (Ptr(total), Ptr(part), Imm(m * n)))
+        cast = KernelStep.of(convert_kernel(), grid.acc, (Ptr(total), Ptr(part), Imm(m * n)), call.dtype)
         functions.append(Function(f"{prefix}_round", (total, part), (cast,), blocked=True))
         body.append(Invoke(f"{prefix}_round", (total, part)))
     body.append(Release(part, Port.PRODUCE))
@@ -277,8 +277,8 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
         values = {name: flow.width if v is None else v for name, v in call.arg.attr_dict.items()}
         attrs = [Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype) for name, ctype in kernel.c_attrs]
         ptrs = [Ptr(where[n]) for n in call.src[:arity]] + [Ptr(where[call])]
-        steps.append(KernelStep(kernel.symbol(call.src[0].dtype, call.dtype), (*ptrs, *(Imm(int(s)) for s in sizes),
-                                                                              *attrs)))
+        steps.append(KernelStep.of(kernel, call.src[0].dtype, (*ptrs, *(Imm(int(s)) for s in sizes), *attrs),
+                                   call.dtype))
     params = (*ins, *shared, *(buf.name for buf in buffers), part)
     function = Function(f"{prefix}_block", params, tuple(steps), blocked=True)
     body = (*(Acquire(f, Port.CONSUME) for f in ins), Acquire(part, Port.PRODUCE), Invoke(function.name, params),

@@ -132,7 +132,7 @@ class Part:
 
 
 def copy_step(dtype, count: int, source: Ptr, dest: Ptr) -> KernelStep:
-    return KernelStep(copy_kernel().symbol(dtype), (source, dest, Imm(max(1, count))))
+    return KernelStep.of(copy_kernel(), dtype, (source, dest, Imm(max(1, count))))
 
 
 def pack(ctx: Context, site: Site) -> list[Part]:

@@ -233,10 +233,24 @@ class Imm:
 
 @dataclass(frozen=True)
 class KernelStep:
-    """Call a library or user kernel symbol with pointer and scalar arguments."""
+    """Call a library or user kernel class on inputs of `dtype` giving `out`, with pointer and
+    scalar arguments. The Plan holds the class itself, so running a step never looks a kernel up
+    by name; its C symbol is spelled from the class and dtypes."""
 
-    symbol: str
+    kernel: type
+    dtype: np.dtype
+    out: np.dtype
     args: tuple            # of Ptr | Load | Imm
+
+    @classmethod
+    def of(cls, kernel: type, dtype, args, out=None) -> KernelStep:
+        """The step calling `kernel` on `dtype` inputs giving `out` (default: its default output)."""
+        dtype = np.dtype(dtype)
+        return cls(kernel, dtype, np.dtype(kernel.out_dtype(dtype) if out is None else out), tuple(args))
+
+    @property
+    def symbol(self) -> str:
+        return self.kernel.symbol(self.dtype, self.out)
 
 
 @dataclass(frozen=True)

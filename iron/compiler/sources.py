@@ -12,7 +12,6 @@ from iron import dtypes
 from iron.compiler.plan import Function, Imm, KernelStep, Load, Plan, Ptr, ScalarStep, WordDef
 from iron.errors import PlanError
 from iron.kernels.base import library_sources
-from iron.kernels.registry import lookup
 from iron.names import C_IDENTIFIER, source_file
 
 HEADER = "iron_kernel.h"
@@ -52,9 +51,8 @@ def kernel_sources(plan: Plan) -> dict[str, str]:
     segment, whose Functions have distinct names)."""
     if plan.segments:
         return dict(sorted(item for segment in plan.segments for item in kernel_sources(segment).items()))
-    kernels = {symbol: lookup(symbol) for symbol in sorted(_called_symbols(plan))}
     files = {HEADER: library_sources()[HEADER]}
-    files.update(found.kernel.source_text() for found in kernels.values())
+    files.update(kernel.source_text() for kernel in _called_kernels(plan))
     for function in plan.functions:
         name = source_file(function.name)
         if not C_IDENTIFIER.fullmatch(function.name) or name in files:
@@ -62,18 +60,18 @@ def kernel_sources(plan: Plan) -> dict[str, str]:
                 f"Function '{function.name}' cannot be written to {name}: its name must be a C identifier "
                 "and differ from the name of every kernel source it would overwrite; rename the function."
             )
-        files[name] = glue_source(plan, function, kernels)
+        files[name] = glue_source(plan, function)
     return dict(sorted(files.items()))
 
 
-def _called_symbols(plan: Plan) -> set[str]:
-    return {s.symbol for f in plan.functions for s in f.steps if isinstance(s, KernelStep)}
+def _called_kernels(plan: Plan) -> set[type]:
+    return {s.kernel for f in plan.functions for s in f.steps if isinstance(s, KernelStep)}
 
 
-def glue_source(plan: Plan, function: Function, kernels: dict) -> str:
-    """The text of `<function>.cc`. `kernels` maps each called symbol to its KernelSymbol."""
-    calls = [_step_line(function, step, kernels) for step in function.steps]
-    includes = sorted({kernels[s.symbol].kernel.source_text()[0] for s in function.steps if isinstance(s, KernelStep)})
+def glue_source(plan: Plan, function: Function) -> str:
+    """The text of `<function>.cc`."""
+    calls = [_step_line(function, step) for step in function.steps]
+    includes = sorted({s.kernel.source_text()[0] for s in function.steps if isinstance(s, KernelStep)})
     used = _helpers_used(function)
     params = [f"uint8_t* p{i}" for i in range(len(function.params))]
     params += ["int32_t block"] if function.blocked else []
@@ -100,9 +98,9 @@ def _helpers_used(function: Function) -> list[str]:
     return [name for name in WORD_HELPERS if name in used]
 
 
-def _step_line(function: Function, step, kernels: dict) -> str:
+def _step_line(function: Function, step) -> str:
     if isinstance(step, KernelStep):
-        return kernel_call(function, step, *kernels[step.symbol])
+        return kernel_call(function, step)
     if isinstance(step, ScalarStep):
         return scalar_statement(function, step)
     raise PlanError(
@@ -111,9 +109,10 @@ def _step_line(function: Function, step, kernels: dict) -> str:
     )
 
 
-def kernel_call(function: Function, step: KernelStep, kernel, dtype: np.dtype, out: np.dtype) -> str:
-    """`symbol(args);`: pointer i is an input (const, `dtype`) below the kernel's arity, else its
-    output or destination (`out`)."""
+def kernel_call(function: Function, step: KernelStep) -> str:
+    """`symbol(args);`: pointer i is an input (const, the step's `dtype`) below the kernel's arity,
+    else its output or destination (`out`)."""
+    kernel, dtype, out = step.kernel, step.dtype, step.out
     args, pointers = [], 0
     for arg in step.args:
         if isinstance(arg, Ptr):

@@ -14,7 +14,6 @@ import numpy as np
 
 from iron.compiler.plan import Function, KernelStep
 from iron.kernels.base import Role
-from iron.kernels.registry import lookup
 
 
 @dataclass(frozen=True)
@@ -87,12 +86,11 @@ def step_cycles(gen: Generation, step) -> float:
     """Cycles of one step of a Function: a kernel call (its sizes are immediates) or a scalar step."""
     if not isinstance(step, KernelStep):
         return gen.scalar_cycles
-    found = lookup(step.symbol)
-    kernel = found.kernel
+    kernel = step.kernel
     pointers = kernel.arity + 1
     sizes = tuple(int(arg.value) for arg in step.args[pointers: len(step.args) - len(kernel.c_attrs)])
     in_shapes, out_shape = kernel.abi_shapes(sizes)
-    return kernel_cycles(gen, kernel.role, found.dtype, list(in_shapes), tuple(out_shape), found.out)
+    return kernel_cycles(gen, kernel.role, step.dtype, list(in_shapes), tuple(out_shape), step.out)
 
 
 def function_cycles(gen: Generation, function: Function) -> float:

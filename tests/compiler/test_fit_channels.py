@@ -72,7 +72,7 @@ def test_the_mlp_parts_take_the_residual_from_the_norm_group():
     assert consumers(plan, "g1_out") == ("tile_0_5",)
     assert (consumers(plan, "g2_out"), plan.fifo("g2_out").nbytes) == (("tile_1_5", "tile_1_4"), 2048)
     assert plan.holds["g2_out"] == "RMSNorm#4, Add#3"
-    assert plan.function("g2").steps[1] == KernelStep("copy_f32", (Ptr("g1_out"), Ptr("g2_out", 1024), Imm(256)))
+    assert plan.function("g2").steps[1] == KernelStep.of(Copy, np.float32, (Ptr("g1_out"), Ptr("g2_out", 1024), Imm(256)))
     residual = [step.args[0] for name in ("g3_p0", "g3_p1") for step in plan.function(name).steps
                 if step.symbol == "add_f32"]
     assert residual == [Ptr("g2_out", 1024), Ptr("g2_out", 1024 + 128 * 4)]
@@ -128,7 +128,7 @@ def test_a_group_whose_in_is_carried_still_forwards_what_it_loads_first():
     compiled = BiasTwice().compile(device="npu2", x=((64,), F32))
     plan = compiled.plan
     assert ("forward_shared_input", "g1 forwards b to g3") in plan.rules and len(fits(plan)) == 1
-    assert plan.function("g1").steps[-1] == KernelStep("copy_f32", (Ptr("g0_out", 256), Ptr("g1_out"), Imm(128)))
+    assert plan.function("g1").steps[-1] == KernelStep.of(Copy, np.float32, (Ptr("g0_out", 256), Ptr("g1_out"), Imm(128)))
     x = np.linspace(-2, 2, 64).astype(F32)
     for got, want in zip(compiled(x), BiasTwice().reference(x)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

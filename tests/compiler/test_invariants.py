@@ -27,6 +27,7 @@ from iron.compiler.plan import (
     WordRef,
 )
 from iron.errors import DoesNotFit, PlanError
+from iron.kernels import Copy, Scale
 from tests.compiler import designs
 
 DESIGNS = {
@@ -165,7 +166,7 @@ def test_a_tile_outside_the_device_is_refused():
 def test_a_kernel_reading_past_its_object_is_refused():
     plan = plan_of("walk", "npu1")
     g0 = plan.functions[0]
-    step = KernelStep("copy_i32", (*g0.steps[0].args[:2], Imm(2)))
+    step = KernelStep.of(Copy, np.int32, (*g0.steps[0].args[:2], Imm(2)))
     plan = dataclasses.replace(plan, functions=(dataclasses.replace(g0, steps=(step, *g0.steps[1:])),))
     broken(plan, "plan Walk on npu1: function g0 touches bytes 0..8 of 'g0_in', which holds 4 bytes." + FIX)
 
@@ -264,23 +265,23 @@ def test_a_kernel_call_not_in_its_c_abi_shape_is_refused():
     plan = plan_of("walk", "npu1")
     src, dst = Ptr("g0_in"), Ptr("g0_host")
     abi = "its C ABI takes 2 Ptr(s), one i32 size or more and 0 attribute(s)."
-    broken(with_g0_steps(plan, KernelStep("copy_i32", (src, Imm(1), Imm(1)))),
+    broken(with_g0_steps(plan, KernelStep.of(Copy, np.int32, (src, Imm(1), Imm(1)))),
            f"plan Walk on npu1: function g0 calls copy_i32 with (Ptr, Imm i32, Imm i32); {abi}" + FIX)
-    broken(with_g0_steps(plan, KernelStep("copy_i32", (src, dst))),
+    broken(with_g0_steps(plan, KernelStep.of(Copy, np.int32, (src, dst))),
            f"plan Walk on npu1: function g0 calls copy_i32 with (Ptr, Ptr); {abi}" + FIX)
-    broken(with_g0_steps(plan, KernelStep("copy_i32", (src, dst, Ptr("g0_in")))),
+    broken(with_g0_steps(plan, KernelStep.of(Copy, np.int32, (src, dst, Ptr("g0_in")))),
            f"plan Walk on npu1: function g0 calls copy_i32 with (Ptr, Ptr, Ptr); {abi}" + FIX)
-    broken(with_g0_steps(plan, KernelStep("scale_f32", (src, dst, Imm(1), Imm(2)))),
+    broken(with_g0_steps(plan, KernelStep.of(Scale, np.float32, (src, dst, Imm(1), Imm(2)))),
            "plan Walk on npu1: function g0 calls scale_f32 with (Ptr, Ptr, Imm i32, Imm i32); its C ABI takes "
            "2 Ptr(s), one i32 size or more and 1 attribute(s) (f32)." + FIX)
     broken(with_g0_steps(plan, ScalarStep(Load("g0_in"), "add", Imm(1), Imm(2))),
            "plan Walk on npu1: function g0 has a step ScalarStep(Load, Imm i32, Imm i32): a step is a KernelStep, "
            "or a ScalarStep writing through a Ptr from i32 values (Imm or Load)." + FIX)
-    check_plan(with_g0_steps(plan, KernelStep("copy_i32", (src, dst, Load("g0_in")))))
+    check_plan(with_g0_steps(plan, KernelStep.of(Copy, np.int32, (src, dst, Load("g0_in")))))
 
 
 def test_a_block_stride_in_a_function_without_blocks_is_refused():
-    plan = with_g0_steps(plan_of("walk", "npu1"), KernelStep("copy_i32", (Ptr("g0_in", 0, 4), Ptr("g0_host"), Imm(1))))
+    plan = with_g0_steps(plan_of("walk", "npu1"), KernelStep.of(Copy, np.int32, (Ptr("g0_in", 0, 4), Ptr("g0_host"), Imm(1))))
     broken(plan, "plan Walk on npu1: function g0 strides 'g0_in' by 4 bytes per block but takes no block index "
                  "(it is not blocked)." + FIX)
 

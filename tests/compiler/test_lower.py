@@ -35,7 +35,7 @@ from iron.compiler.plan import (
 from iron.compiler.sequence import Move, dma_patterns, finish_sequence
 from iron.compiler.words import Access
 from iron.errors import LoopError
-from iron.kernels import Add, Copy, Softmax
+from iron.kernels import Accumulate, Add, Copy, Softmax
 from tests.compiler import designs
 
 NPU1, NPU2 = from_name("npu1"), from_name("npu2")
@@ -49,7 +49,7 @@ def walk_plan(device):
 
 
 def copy(source: Ptr, dest: Ptr) -> KernelStep:
-    return KernelStep("copy_i32", (source, dest, Imm(1)))
+    return KernelStep.of(Copy, np.int32, (source, dest, Imm(1)))
 
 
 def test_walk_on_npu2_beyond_its_golden():
@@ -105,7 +105,7 @@ def test_add_one_moves_one_object_with_the_input_and_the_ones():
     plan = compile_program(designs.trace(designs.add_one(1024)), NPU2)
     assert [(f.name, f.nbytes) for f in plan.fifos] == [("g0_in", 8192), ("g0_host", 4096)]
     assert plan.function("g0").steps == (
-        KernelStep("add_i32", (Ptr("g0_in"), Ptr("g0_in", 4096), Ptr("g0_host"), Imm(1024))),)
+        KernelStep.of(Add, np.int32, (Ptr("g0_in"), Ptr("g0_in", 4096), Ptr("g0_host"), Imm(1024))),)
     assert [(op.buffer, op.sizes, op.strides) for op in plan.sequence if isinstance(op, Dma)] == [
         ("inputs", (1, 1, 2, 512), (0, 0, 512, 1)), ("consts", (1, 1, 2, 512), (0, 0, 512, 1)),
         ("outputs", (1, 1, 2, 512), (0, 0, 512, 1))]
@@ -114,8 +114,8 @@ def test_add_one_moves_one_object_with_the_input_and_the_ones():
 def test_accumulate_copies_the_row_then_adds_into_it():
     plan = compile_program(designs.trace(designs.accumulate_at(n=64, rows=4)), NPU2)
     assert plan.function("g0").steps == (
-        KernelStep("copy_i32", (Ptr("g0_in", 256), Ptr("g0_host"), Imm(64))),
-        KernelStep("accumulate_i32", (Ptr("g0_in"), Ptr("g0_host"), Imm(64))))
+        KernelStep.of(Copy, np.int32, (Ptr("g0_in", 256), Ptr("g0_host"), Imm(64))),
+        KernelStep.of(Accumulate, np.int32, (Ptr("g0_in"), Ptr("g0_host"), Imm(64))))
     assert [(op.direction, op.buffer, op.patch_word) for op in plan.sequence if isinstance(op, Dma)] == [
         (Direction.MM2S, "inputs", None), (Direction.MM2S, "states", 1), (Direction.S2MM, "states", 1)]
 
@@ -128,8 +128,8 @@ class Soft(iron.Graph):
 def test_softmax_without_a_length_passes_n_and_a_shared_input_is_forwarded():
     plan = compile_program(Soft().trace(x=((16,), F32)), NPU2)
     assert plan.function("g1").steps == (
-        KernelStep("softmax_f32", (Ptr("g0_out"), Ptr("g1_host"), Imm(1), Imm(16), Imm(16))),)
-    assert plan.function("g0").steps[-1] == KernelStep("copy_f32", (Ptr("g0_in"), Ptr("g0_out"), Imm(16)))
+        KernelStep.of(Softmax, np.float32, (Ptr("g0_out"), Ptr("g1_host"), Imm(1), Imm(16), Imm(16))),)
+    assert plan.function("g0").steps[-1] == KernelStep.of(Copy, np.float32, (Ptr("g0_in"), Ptr("g0_out"), Imm(16)))
     assert ("forward_shared_input", "g0 forwards x to g1") in plan.rules
 
 

@@ -55,6 +55,7 @@ from iron.compiler.plan import (
 )
 from iron.compiler.sources import kernel_sources
 from iron.errors import PlanError
+from iron.kernels import Accumulate, Add, Copy, MatVec
 from tests.compiler import designs
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -94,7 +95,7 @@ def add_one_plan() -> Plan:
                     Placement("out0", PlacementKind.OUTPUT, "outputs", 0, (1024,), I32)),
         fifos=(Fifo("g0_in", SHIM, (CORE,), 2, 8192), Fifo("g0_host", CORE, (SHIM,), 2, 4096)),
         functions=(Function("g0", ("g0_in", "g0_host"), (
-            KernelStep("add_i32", (Ptr("g0_in", 4096), Ptr("g0_in"), Ptr("g0_host"), Imm(1024))),)),),
+            KernelStep.of(Add, np.int32, (Ptr("g0_in", 4096), Ptr("g0_in"), Ptr("g0_host"), Imm(1024))),)),),
         cores=(Core(CORE, "g0", hold(("g0_in", Port.CONSUME), ("g0_host", Port.PRODUCE),
                                      invoke=Invoke("g0", ("g0_in", "g0_host")))),),
         sequence=(dma(Direction.MM2S, "g0_in", "consts", 0, 1024, 0), dma(Direction.MM2S, "g0_in", "inputs", 0, 1024, 1),
@@ -112,8 +113,8 @@ def walk_plan(device: str) -> Plan:
     host_buffers = (HostBuffer("consts", HostRole.CONSTS, 8), HostBuffer("states", HostRole.STATES, 9),
                     HostBuffer("inputs", HostRole.INPUTS, 1), HostBuffer("outputs", HostRole.OUTPUTS, 1),
                     HostBuffer("words", HostRole.WORDS, 3))
-    g0_steps = (KernelStep("copy_i32", (Ptr("g0_in"), Ptr("g0_host"), Imm(1))),
-                KernelStep("copy_i32", (Ptr("g0_host"), Ptr("g0_host", 4), Imm(1))))
+    g0_steps = (KernelStep.of(Copy, np.int32, (Ptr("g0_in"), Ptr("g0_host"), Imm(1))),
+                KernelStep.of(Copy, np.int32, (Ptr("g0_host"), Ptr("g0_host", 4), Imm(1))))
     g0_fifos = (("g0_in", Port.CONSUME), ("g0_host", Port.PRODUCE))
     sequence = (dma(Direction.MM2S, "g0_in", "consts", 0, 1, 0, patch_word=0),
                 dma(Direction.S2MM, "g0_host", "outputs", 0, 1, 1),
@@ -145,7 +146,7 @@ def _walk_emit(parts, words, host_buffers, g0_steps, g0_fifos, sequence) -> dict
         host_buffers=(*host_buffers, HostBuffer("feedback", HostRole.FEEDBACK, 3)),
         fifos=(*parts["fifos"], Fifo("g0_out", CORE, (CORE2,), 2, 4, shared_memory=True),
                Fifo("emit_in", SHIM, (CORE2,), 2, 12), Fifo("feedback", CORE2, (SHIM,), 2, 12)),
-        functions=(Function("g0", g0_params, (*g0_steps, KernelStep("copy_i32", (Ptr("g0_host"), Ptr("g0_out"), Imm(1))))),
+        functions=(Function("g0", g0_params, (*g0_steps, KernelStep.of(Copy, np.int32, (Ptr("g0_host"), Ptr("g0_out"), Imm(1))))),
                    Function("emit", ("emit_in", "g0_out", "feedback"), emit_steps)),
         cores=(Core(CORE, "g0", hold(g0_fifos[0], ("g0_out", Port.PRODUCE), g0_fifos[1], invoke=Invoke("g0", g0_params))),
                Core(CORE2, "emit", hold(*emit_fifos, invoke=Invoke("emit", tuple(f for f, _ in emit_fifos))))),
@@ -169,8 +170,8 @@ def accumulate_plan() -> Plan:
                WordDef(1, "acc[pos] offset", WordKind.DMA, "mul", WordRef(0), Const(4))),
         fifos=(Fifo("g0_in", SHIM, (CORE,), 2, 32, F32), Fifo("g0_host", CORE, (SHIM,), 2, 16, F32)),
         functions=(Function("g0", ("g0_in", "g0_host"), (
-            KernelStep("copy_f32", (Ptr("g0_in", 16), Ptr("g0_host"), Imm(4))),
-            KernelStep("accumulate_f32", (Ptr("g0_in"), Ptr("g0_host"), Imm(4))))),),
+            KernelStep.of(Copy, np.float32, (Ptr("g0_in", 16), Ptr("g0_host"), Imm(4))),
+            KernelStep.of(Accumulate, np.float32, (Ptr("g0_in"), Ptr("g0_host"), Imm(4))))),),
         cores=(Core(CORE, "g0", hold(("g0_in", Port.CONSUME), ("g0_host", Port.PRODUCE),
                                      invoke=Invoke("g0", ("g0_in", "g0_host")))),),
         sequence=(dma(Direction.MM2S, "g0_in", "inputs", 0, 4, 0), dma(Direction.MM2S, "g0_in", "states", 0, 4, 1, patch_word=1),
@@ -190,9 +191,9 @@ def streamed_plan() -> Plan:
                Fifo("g0_w", MEM, (CORE,), 2, 1024, F32), Fifo("g0_host", CORE, (SHIM,), 1, 256, F32)),
         links=(Link(MEM, ("g0_w_mem",), ("g0_w",)),),
         buffers=(Buffer("g0_x", CORE, 64, F32),),
-        functions=(Function("g0", ("g0_in", "g0_x"), (KernelStep("copy_f32", (Ptr("g0_in"), Ptr("g0_x"), Imm(16))),)),
+        functions=(Function("g0", ("g0_in", "g0_x"), (KernelStep.of(Copy, np.float32, (Ptr("g0_in"), Ptr("g0_x"), Imm(16))),)),
                    Function("g0_block", ("g0_w", "g0_x", "g0_host"), (
-                       KernelStep("matvec_f32", (Ptr("g0_w"), Ptr("g0_x"), Ptr("g0_host", 0, 64), Imm(16), Imm(16))),),
+                       KernelStep.of(MatVec, np.float32, (Ptr("g0_w"), Ptr("g0_x"), Ptr("g0_host", 0, 64), Imm(16), Imm(16))),),
                        blocked=True)),
         cores=(Core(CORE, "g0", (
             *hold(("g0_in", Port.CONSUME), invoke=Invoke("g0", ("g0_in", "g0_x"))),

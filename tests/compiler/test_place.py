@@ -55,7 +55,7 @@ def test_stream_large_matrix_streams_row_blocks_through_the_mem_tile():
     assert plan.links == (Link(w_mem.consumers[0], ("g1_w_mem",), ("g1_w",)),)
     loop = next(item for item in plan.cores[1].program if isinstance(item, Loop))
     assert loop.count == 4
-    assert plan.function("g1_block").steps == (KernelStep("matvec_f32", (
+    assert plan.function("g1_block").steps == (KernelStep.of(MatVec, np.float32, (
         Ptr("g1_w"), Ptr("g0_out", 512), Ptr("g1_buf0", 0, block_stride=128), Imm(32), Imm(128))),)
     stream = [(op.offset, op.sizes, op.strides) for op in plan.sequence if isinstance(op, Dma) and op.fifo == "g1_w_mem"]
     assert stream == [(0, (1, 1, 32, 512), (0, 0, 512, 1))]

@@ -14,10 +14,11 @@ from test_mlir import HAND_BUILT, design_plans, streamed_plan
 
 from iron.compiler.plan import Function, Imm, KernelStep, Load, Ptr, ScalarStep
 from iron.compiler.sources import kernel_sources
+from iron.dtypes import bfloat16
 from iron.errors import PlanError
 from iron.ir import wrap_i32
 from iron.kernels.base import Kernel, library_sources
-from iron.kernels.library import LIBRARY
+from iron.kernels.library import LIBRARY, Argmax, Copy, RMSNorm, Scale, Softmax
 
 FLAGS = ["-std=c++20", "-Wall", "-Werror"]
 INT_MIN, INT_MAX = -2**31, 2**31 - 1
@@ -72,9 +73,9 @@ def test_blocked_glue_text():
 
 
 def test_pointer_types_follow_the_kernel_dtype_and_output_dtype():
-    steps = (KernelStep("argmax_bf16", (Ptr("x", 8), Ptr("y", 4), Imm(1), Imm(16))),
-             KernelStep("rmsnorm_f32", (Ptr("x"), Ptr("x", 64), Ptr("y"), Imm(2), Imm(16), Imm(1e-5, "f32"))),
-             KernelStep("softmax_f32", (Ptr("x"), Ptr("y"), Imm(2), Imm(16), Load("y", 12))))
+    steps = (KernelStep.of(Argmax, bfloat16, (Ptr("x", 8), Ptr("y", 4), Imm(1), Imm(16))),
+             KernelStep.of(RMSNorm, np.float32, (Ptr("x"), Ptr("x", 64), Ptr("y"), Imm(2), Imm(16), Imm(1e-5, "f32"))),
+             KernelStep.of(Softmax, np.float32, (Ptr("x"), Ptr("y"), Imm(2), Imm(16), Load("y", 12))))
     text = kernel_sources(with_functions(Function("f", ("x", "y"), steps)))["f.cc"]
     body = text[text.index('extern "C"'):]
     assert body == (
@@ -89,7 +90,7 @@ def test_pointer_types_follow_the_kernel_dtype_and_output_dtype():
 
 
 def test_float_immediates_keep_their_float32_value():
-    steps = tuple(KernelStep("scale_f32", (Ptr("x"), Ptr("x"), Imm(1), Imm(v, "f32")))
+    steps = tuple(KernelStep.of(Scale, np.float32, (Ptr("x"), Ptr("x"), Imm(1), Imm(v, "f32")))
                   for v in (0.1, -3.0, 1e30, float("inf"), float("-inf"), float("nan")))
     text = kernel_sources(with_functions(Function("f", ("x",), steps)))["f.cc"]
     factors = [line.rsplit(", ", 1)[1] for line in text.splitlines() if line.startswith("  scale_f32")]
@@ -109,7 +110,7 @@ def every_library_kernel() -> Function:
             pointers = tuple(Ptr("a", 64 * i) for i in range(kernel.arity + 1))
             sizes = (Imm(4),) * size_operands.get(kernel.name, 1)
             attrs = tuple(Imm(1.0, "f32") if ctype == "f32" else Load("b") for _, ctype in kernel.c_attrs)
-            steps.append(KernelStep(kernel.symbol(dtype, out), pointers + sizes + attrs))
+            steps.append(KernelStep.of(kernel, dtype, pointers + sizes + attrs, out))
     return Function("every_kernel", ("a", "b"), tuple(steps))
 
 
@@ -127,7 +128,7 @@ class Doubler(Kernel):
 
 
 def test_user_kernel_source_is_included():
-    plan = with_functions(Function("g1", ("x",), (KernelStep("doubler_test_i32", (Ptr("x"), Ptr("x", 4), Imm(1))),)))
+    plan = with_functions(Function("g1", ("x",), (KernelStep.of(Doubler, np.int32, (Ptr("x"), Ptr("x", 4), Imm(1))),)))
     sources = kernel_sources(plan)
     assert sources["doubler_test.cc"] == Doubler.source
     assert '#include "doubler_test.cc"\n' in sources["g1.cc"]
@@ -138,7 +139,7 @@ def test_every_glue_file_compiles_with_host_gxx(tmp_path):
     plans = {name: plan for name, plan in design_plans().items() if name != "mlp_npu2"}  # 22 files like mlp_layer's
     plans["every_kernel"] = with_functions(every_library_kernel())
     plans["user_kernel"] = with_functions(
-        Function("g1", ("x",), (KernelStep("doubler_test_i32", (Ptr("x"), Ptr("x", 4), Imm(1))),)))
+        Function("g1", ("x",), (KernelStep.of(Doubler, np.int32, (Ptr("x"), Ptr("x", 4), Imm(1))),)))
     jobs = []
     for name, plan in plans.items():
         directory = tmp_path / name
@@ -174,9 +175,9 @@ def probe_function() -> Function:
     steps = [ScalarStep(Ptr("dst", 4 * k), op, Load("src", 4 * i), Load("src", 4 * j)) for k, (op, i, j) in enumerate(pairs)]
     steps += [ScalarStep(Ptr("dst", 4 * len(pairs)), "copy", Load("src", 4)),
               ScalarStep(Ptr("dst", 4 * len(pairs) + 4), "sub", Imm(INT_MIN), Imm(1)),
-              KernelStep("copy_i32", (Ptr("src", 0, 16), Ptr("dst", 1600, 4), Imm(2))),
-              KernelStep("scale_f32", (Ptr("floats"), Ptr("floats", 16), Imm(4), Imm(0.5, "f32"))),
-              KernelStep("softmax_f32", (Ptr("floats"), Ptr("floats", 32), Imm(1), Imm(4), Load("src", 40)))]
+              KernelStep.of(Copy, np.int32, (Ptr("src", 0, 16), Ptr("dst", 1600, 4), Imm(2))),
+              KernelStep.of(Scale, np.float32, (Ptr("floats"), Ptr("floats", 16), Imm(4), Imm(0.5, "f32"))),
+              KernelStep.of(Softmax, np.float32, (Ptr("floats"), Ptr("floats", 32), Imm(1), Imm(4), Load("src", 40)))]
     return Function("probe", ("src", "dst", "floats"), tuple(steps), blocked=True)
 
 
@@ -213,7 +214,7 @@ def refusal(*functions) -> str:
 
 
 def test_pointer_into_something_not_a_parameter_is_refused():
-    step = KernelStep("copy_i32", (Ptr("x"), Ptr("z"), Imm(1)))
+    step = KernelStep.of(Copy, np.int32, (Ptr("x"), Ptr("z"), Imm(1)))
     assert refusal(Function("f", ("x", "y"), (step,))) == (
         "Function 'f' reads 'z', which is not one of its parameters (x, y): add it to "
         "Function.params (and to the Invoke's objects)."
@@ -221,7 +222,7 @@ def test_pointer_into_something_not_a_parameter_is_refused():
 
 
 def test_block_stride_in_an_unblocked_function_is_refused():
-    step = KernelStep("copy_i32", (Ptr("x"), Ptr("y", 0, 16), Imm(1)))
+    step = KernelStep.of(Copy, np.int32, (Ptr("x"), Ptr("y", 0, 16), Imm(1)))
     assert refusal(Function("f", ("x", "y"), (step,))) == (
         "Function 'f' is not blocked but a pointer into 'y' moves 16 bytes per block: mark the "
         "function blocked or drop the block stride."
@@ -241,16 +242,8 @@ def test_unknown_scalar_op_and_bad_immediates_are_refused():
 
 
 def test_function_named_like_a_kernel_source_is_refused():
-    step = KernelStep("copy_i32", (Ptr("x"), Ptr("x", 4), Imm(1)))
+    step = KernelStep.of(Copy, np.int32, (Ptr("x"), Ptr("x", 4), Imm(1)))
     assert refusal(Function("copy", ("x",), (step,))) == (
         "Function 'copy' cannot be written to copy.cc: its name must be a C identifier and differ "
         "from the name of every kernel source it would overwrite; rename the function."
     )
-
-
-def test_unknown_kernel_symbol_is_refused():
-    step = KernelStep("nosuch_f32", (Ptr("x"), Ptr("x", 4), Imm(1)))
-    assert refusal(Function("f", ("x",), (step,))) == (
-        "no kernel implements symbol 'nosuch_f32': define an iron.Kernel with name = 'nosuch'."
-    )
-

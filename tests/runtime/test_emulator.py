@@ -54,8 +54,7 @@ from iron.errors import (
     KernelTypeError,
     PlanError,
 )
-from iron.kernels import LIBRARY
-from iron.kernels.registry import lookup
+from iron.kernels import LIBRARY, Accumulate, Add, registry
 from iron.runtime.emulator import Emulator, tile
 from iron.runtime.emulator.core import UNROLLED
 from iron.runtime.emulator.kernels import numpy_call
@@ -106,7 +105,7 @@ def stream(fifo, port, body=()):
 
 def add_one_plan(objects_in=4, objects_out=4):
     """Section 1's add_one by hand: 1024 int32, 4 objects of 256 per launch, x + 1."""
-    g0 = Function("g0", ("in", "out"), (KernelStep("plus_one_i32", (Ptr("in"), Ptr("out"), Imm(256))),), blocked=True)
+    g0 = Function("g0", ("in", "out"), (KernelStep.of(PlusOne, np.int32, (Ptr("in"), Ptr("out"), Imm(256))),), blocked=True)
     step = (Acquire("in", Port.CONSUME), Acquire("out", Port.PRODUCE), Invoke("g0", ("in", "out")),
             Release("in", Port.CONSUME), Release("out", Port.PRODUCE))
     sequence = (
@@ -157,8 +156,8 @@ def test_add_one_with_native_kernels():
 def accumulate_plan():
     """Each launch: acc += in (a Buffer), out = acc, out[8] = number of launches so far."""
     tally = Function("tally", ("in", "acc", "count", "out"), (
-        KernelStep("accumulate_i32", (Ptr("in"), Ptr("acc"), Imm(8))),
-        KernelStep("copy_i32", (Ptr("acc"), Ptr("out"), Imm(8))),
+        KernelStep.of(Accumulate, np.int32, (Ptr("in"), Ptr("acc"), Imm(8))),
+        KernelStep.of(iron.kernels.Copy, np.int32, (Ptr("acc"), Ptr("out"), Imm(8))),
         ScalarStep(Ptr("count"), "add", Load("count"), Imm(1)),
         ScalarStep(Ptr("out", 32), "copy", Load("count")),
     ))
@@ -246,8 +245,8 @@ def test_fifo_depth_blocks_the_producer():
 def links_plan(halves=(0, 1024)):
     """shim -> mem splits 512 words at byte offsets `halves` for two cores; their results join
     swapped."""
-    plus = Function("plus", ("x", "y"), (KernelStep("plus_one_i32", (Ptr("x"), Ptr("y"), Imm(256))),))
-    double = Function("double", ("x", "y"), (KernelStep("add_i32", (Ptr("x"), Ptr("x"), Ptr("y"), Imm(256))),))
+    plus = Function("plus", ("x", "y"), (KernelStep.of(PlusOne, np.int32, (Ptr("x"), Ptr("y"), Imm(256))),))
+    double = Function("double", ("x", "y"), (KernelStep.of(Add, np.int32, (Ptr("x"), Ptr("x"), Ptr("y"), Imm(256))),))
 
     def worker(tile, fn, source, dest):
         body = (Invoke(fn.name, (source, dest)),)
@@ -268,6 +267,19 @@ def links_plan(halves=(0, 1024)):
 def test_split_and_join_links_on_the_mem_tile():
     """shim -> mem splits 512 words into halves for two cores; their results join swapped."""
     emulator = Emulator(links_plan())
+    x = np.arange(512, dtype=np.int32) * 5
+    ints(emulator.buffer("x"))[:] = x
+    launch(emulator)
+    np.testing.assert_array_equal(ints(emulator.buffer("y")), np.concatenate([x[256:] * 2, x[:256] + 1]))
+
+
+def test_a_step_calls_the_kernel_class_it_holds_whatever_the_name_table_says(monkeypatch):
+    """The Plan carries the kernel class: pointing the name 'add' at Sub in the write-once table
+    (which no class definition can do) changes neither what the emulator runs nor the symbol."""
+    monkeypatch.setitem(registry._OWNERS, "add", iron.kernels.Sub)
+    plan = links_plan()
+    assert plan.function("double").steps[0].symbol == "add_i32"
+    emulator = Emulator(plan)
     x = np.arange(512, dtype=np.int32) * 5
     ints(emulator.buffer("x"))[:] = x
     launch(emulator)
@@ -297,7 +309,7 @@ def test_links_lower_as_mlir_aie_lowers_them():
 
 def fan_plan():
     """A core relays 3 objects to two cores (a broadcast), each copies them to the host."""
-    copy = Function("copy", ("x", "y"), (KernelStep("copy_i32", (Ptr("x"), Ptr("y"), Imm(4))),), blocked=True)
+    copy = Function("copy", ("x", "y"), (KernelStep.of(iron.kernels.Copy, np.int32, (Ptr("x"), Ptr("y"), Imm(4))),), blocked=True)
 
     def copier(tile, source, dest):
         return Core(tile, dest, (Loop(3, stream(source, Port.CONSUME, stream(dest, Port.PRODUCE, (Invoke("copy", (source, dest)),)))),))
@@ -322,7 +334,7 @@ def test_a_tile_to_tile_fifo_broadcasts_to_every_consumer():
 
 def transpose_plan():
     """mm2s reads column-major (stride 4), s2mm writes back row-major with a repeat count."""
-    copy = Function("copy", ("x", "y"), (KernelStep("copy_i32", (Ptr("x"), Ptr("y"), Imm(16))),))
+    copy = Function("copy", ("x", "y"), (KernelStep.of(iron.kernels.Copy, np.int32, (Ptr("x"), Ptr("y"), Imm(16))),))
     core = Core(CORE, "g0", stream("in", Port.CONSUME, stream("out", Port.PRODUCE, (Invoke("copy", ("in", "out")),))))
     sequence = (Dma(Direction.MM2S, "in", "x", 0, (1, 1, 4, 4), (0, 0, 1, 4), 0, SHIM),
                 Dma(Direction.S2MM, "out", "y", 0, (2, 1, 2, 4), (8, 0, 4, 1), 1, SHIM), Wait("out"))
@@ -340,7 +352,7 @@ def test_a_strided_dma_reads_and_writes_columns():
 
 def rows_plan():
     """Rows of 6 words (stride 8) travel in objects of 4 words, both ways."""
-    copy = Function("copy", ("x", "y"), (KernelStep("copy_i32", (Ptr("x"), Ptr("y"), Imm(4))),), blocked=True)
+    copy = Function("copy", ("x", "y"), (KernelStep.of(iron.kernels.Copy, np.int32, (Ptr("x"), Ptr("y"), Imm(4))),), blocked=True)
     body = stream("in", Port.CONSUME, stream("out", Port.PRODUCE, (Invoke("copy", ("in", "out")),)))
     rows = {"sizes": (1, 1, 2, 6), "strides": (0, 0, 8, 1)}
     sequence = (Dma(Direction.MM2S, "in", "x", 1, **rows, bd_id=0, shim=SHIM),
@@ -579,7 +591,7 @@ def test_a_user_kernel_returning_a_python_int_is_refused_as_kernel_emulate_refus
     with pytest.raises(KernelTypeError) as emulated:
         Total.emulate(np.int32, [np.ones(6, np.int32), np.zeros(6, np.int32)], (6,), {})
     with pytest.raises(KernelTypeError) as called:
-        numpy_call(lookup("total_i32"), [], [])([np.ones(6, np.int32), np.zeros(6, np.int32)], (6,), ())
+        numpy_call(KernelStep.of(Total, np.int32, ()), [], [])([np.ones(6, np.int32), np.zeros(6, np.int32)], (6,), ())
     assert str(emulated.value) == str(called.value) == (
         "Total.compute() returned int but this call's output is (6,) int32: return a numpy array of that "
         "shape and dtype (e.g. result.astype(np.int32))."
@@ -607,7 +619,7 @@ def assert_numpy_call_is_emulate(kernel, dtype, out=None):
     attrs = [ATTRS[name] for name in names]
     expected, got = start.copy(), start.copy()
     kernel.emulate(dtype, [*inputs, expected], sizes, dict(zip(names, attrs)))
-    call = numpy_call(lookup(kernel.symbol(dtype, out)), names, [])
+    call = numpy_call(KernelStep.of(kernel, dtype, (), out), names, [])
     call([*(x.reshape(s) for x, s in zip(inputs, in_shapes)), got.reshape(out_shape)], sizes, attrs)
     np.testing.assert_array_equal(got, expected)
 
@@ -748,11 +760,11 @@ def loops_plan(inner):
     def count(into):
         return Function(f"count_{into}", (into, "one"), (
             ScalarStep(Ptr("one"), "copy", Imm(1)),
-            KernelStep("add_i32", (Ptr(into, 0, 4), Ptr("one"), Ptr(into, 0, 4), Imm(1))),
+            KernelStep.of(Add, np.int32, (Ptr(into, 0, 4), Ptr("one"), Ptr(into, 0, 4), Imm(1))),
         ), blocked=True)
     report = Function("report", ("inner", "outer", "out"), (
-        KernelStep("copy_i32", (Ptr("inner"), Ptr("out"), Imm(inner))),
-        KernelStep("copy_i32", (Ptr("outer"), Ptr("out", 4 * inner), Imm(2))),
+        KernelStep.of(iron.kernels.Copy, np.int32, (Ptr("inner"), Ptr("out"), Imm(inner))),
+        KernelStep.of(iron.kernels.Copy, np.int32, (Ptr("outer"), Ptr("out", 4 * inner), Imm(2))),
     ))
     program = (Loop(2, (Loop(inner, (Invoke("count_inner", ("inner", "one")),)), Invoke("count_outer", ("outer", "one")))),
                *stream("out", Port.PRODUCE, (Invoke("report", ("inner", "outer", "out")),)))
@@ -779,7 +791,7 @@ def test_loops_unrolled_or_not_index_their_blocks(inner):
 def test_launches_that_repeat_only_after_the_recorded_ones_all_run_task_by_task():
     """One object per launch through a FIFO of depth RECORDED + 1: the machine's state repeats
     every RECORDED + 1 launches, later than it looks, so no launch is replayed."""
-    plus = Function("plus", ("x", "y"), (KernelStep("plus_one_i32", (Ptr("x"), Ptr("y"), Imm(1))),))
+    plus = Function("plus", ("x", "y"), (KernelStep.of(PlusOne, np.int32, (Ptr("x"), Ptr("y"), Imm(1))),))
     program = stream("in", Port.CONSUME, stream("out", Port.PRODUCE, (Invoke("plus", ("in", "out")),)))
     sequence = (Dma(Direction.MM2S, "in", "inputs", 0, (1, 1, 1, 1), ROW, 0, SHIM),
                 Dma(Direction.S2MM, "out", "outputs", 0, (1, 1, 1, 1), ROW, 1, SHIM), Wait("out"))
@@ -796,8 +808,8 @@ def test_launches_that_repeat_only_after_the_recorded_ones_all_run_task_by_task(
 
 def test_a_core_halfway_through_its_program_is_part_of_the_state_that_repeats():
     """The core's program takes two launches (x + 1, then 2 x); its rings look the same after each."""
-    plus = Function("plus", ("x", "y"), (KernelStep("plus_one_i32", (Ptr("x"), Ptr("y"), Imm(1))),))
-    double = Function("double", ("x", "y"), (KernelStep("add_i32", (Ptr("x"), Ptr("x"), Ptr("y"), Imm(1))),))
+    plus = Function("plus", ("x", "y"), (KernelStep.of(PlusOne, np.int32, (Ptr("x"), Ptr("y"), Imm(1))),))
+    double = Function("double", ("x", "y"), (KernelStep.of(Add, np.int32, (Ptr("x"), Ptr("x"), Ptr("y"), Imm(1))),))
     program = (*stream("in", Port.CONSUME, stream("out", Port.PRODUCE, (Invoke("plus", ("in", "out")),))),
                *stream("in", Port.CONSUME, stream("out", Port.PRODUCE, (Invoke("double", ("in", "out")),))))
     sequence = (Dma(Direction.MM2S, "in", "inputs", 0, (1, 1, 1, 1), ROW, 0, SHIM),
@@ -818,7 +830,7 @@ def test_a_core_halfway_through_its_program_is_part_of_the_state_that_repeats():
 def test_launches_carrying_a_transfer_over_are_never_replayed(replay):
     """2 objects in per launch, 1 out: each launch leaves more of its MM2S for the next, and the
     words it moves late are the ones the host wrote by then (inputs 10 k, 10 k + 5 at launch k)."""
-    plus = Function("plus", ("x", "y"), (KernelStep("plus_one_i32", (Ptr("x"), Ptr("y"), Imm(1))),))
+    plus = Function("plus", ("x", "y"), (KernelStep.of(PlusOne, np.int32, (Ptr("x"), Ptr("y"), Imm(1))),))
     program = stream("in", Port.CONSUME, stream("out", Port.PRODUCE, (Invoke("plus", ("in", "out")),)))
     sequence = (Dma(Direction.MM2S, "in", "inputs", 0, (1, 1, 1, 2), ROW, 0, SHIM),
                 Dma(Direction.S2MM, "out", "outputs", 0, (1, 1, 1, 1), ROW, 1, SHIM), Wait("out"))

@@ -12,7 +12,6 @@ import numpy as np
 from iron.compiler.plan import Acquire, Imm, Invoke, KernelStep, Loop, Ptr, Release
 from iron.errors import ArgumentError, PlanError
 from iron.ir import SCALAR_BINARY, wrap_i32
-from iron.kernels.registry import lookup
 from iron.runtime.emulator.objectfifo import CorePort
 
 UNROLLED = 4096  # the most steps a Loop is unrolled into
@@ -91,17 +90,16 @@ def _abi_shapes(kernel, sizes: tuple) -> list[tuple[int, ...]]:
 
 
 def _kernel_step(fn, step, make_call):
-    found = lookup(step.symbol)
-    kernel = found.kernel
+    kernel = step.kernel
     pointers = kernel.arity + 1
     attr_names = [name for name, _ in kernel.c_attrs]
     attr_types = [ctype for _, ctype in kernel.c_attrs]
     nsizes = len(step.args) - pointers - len(attr_types)
-    dtypes = [found.dtype] * kernel.arity + [found.out]
+    dtypes = [step.dtype] * kernel.arity + [step.out]
     views = [_pointer(fn, p, d) for p, d in zip(step.args[:pointers], dtypes)]
     sizes = _scalars(fn, step.args[pointers: pointers + nsizes], ["i32"] * nsizes)
     attrs = _scalars(fn, step.args[pointers + nsizes:], attr_types)
-    call = make_call(found, attr_names, ["ptr"] * pointers + ["i32"] * nsizes + attr_types)
+    call = make_call(step, attr_names, ["ptr"] * pointers + ["i32"] * nsizes + attr_types)
     fixed = all(isinstance(arg, Imm) for arg in step.args[pointers:])
 
     def bind(arrays, block):

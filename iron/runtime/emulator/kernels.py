@@ -1,7 +1,7 @@
-"""How the emulator calls a kernel symbol: through the kernel's numpy reference function, as
-`Kernel.emulate` does (mode "numpy", the default), or through its C++ compiled for the host
-(mode "native", native.py); `kernel_calls(mode, plan)` gives core.py one prepared call per
-KernelStep.
+"""How the emulator calls a KernelStep's kernel (the class the Plan holds, never looked up by
+name): through the kernel's numpy reference function, as `Kernel.emulate` does (mode "numpy", the
+default), or through its C++ compiled for the host (mode "native", native.py);
+`kernel_calls(mode, plan)` gives core.py one prepared call per KernelStep.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 from iron import dtypes
 from iron.compiler.plan import KernelStep
 from iron.errors import BackendUnavailable
-from iron.kernels.registry import is_library, lookup
+from iron.kernels.registry import is_library
 
 MODES = ("numpy", "native")
 
@@ -40,7 +40,7 @@ def kernel_calls(mode: str, plan):
         name, text = kernel.source_text()
         sources[name] = text
     library = NativeLibrary.load(sources)
-    return lambda found, attr_names, types: NativeCall(library, found.kernel.symbol(found.dtype, found.out), types)
+    return lambda step, attr_names, types: NativeCall(library, step.symbol, types)
 
 
 class KernelCall(ABC):
@@ -56,19 +56,19 @@ class KernelCall(ABC):
 
 
 class NumpyCall(KernelCall):
-    """What `Kernel.emulate` does, prepared once per KernelStep: the kernel's reference function
-    on inputs of `found.dtype` on the pointers (shaped by its C ABI; an accumulating kernel also
+    """What `Kernel.emulate` does, prepared once per KernelStep: the step's kernel's reference function
+    on inputs of `step.dtype` on the pointers (shaped by its C ABI; an accumulating kernel also
     reads its destination), its result written into the output pointer in place."""
 
-    def __init__(self, found, attr_names):
+    def __init__(self, step: KernelStep, attr_names):
         # Kernel.reference_fn computes bfloat16 in float32 and clamps a saturating kernel's
         # integers; otherwise it only casts the result to the output dtype, which writing an
         # array into the output pointer does alike, so there the kernel's compute is called
         # directly (a non-array result is cast first).
         # A user kernel's compute() is checked against the output it writes, as the reference
         # checks it (library kernels keep their shape rules).
-        kernel, dtype, self.out_dtype = found
-        self.found, self.checked = found, not is_library(kernel)
+        kernel, dtype, self.out_dtype = step.kernel, step.dtype, step.out
+        self.step, self.checked = step, not is_library(kernel)
         direct = dtype != dtypes.bfloat16 and not kernel.saturates
         self.compute = kernel.compute if direct else kernel.reference_fn(dtype, {}, self.out_dtype)
         self.operands = kernel.arity + kernel.accumulates
@@ -76,7 +76,7 @@ class NumpyCall(KernelCall):
 
     def bind(self, pointers, sizes, attrs):
         inputs, out, out_dtype = tuple(pointers[: self.operands]), pointers[-1], self.out_dtype
-        kernel, dtype, _ = self.found
+        kernel, dtype = self.step.kernel, self.step.dtype
         compute = kernel.reference_fn(dtype, {}, out_dtype, out.shape) if self.checked else self.compute
         compute = partial(compute, **dict(zip(self.attr_names, attrs))) if attrs else compute
         ndarray, asarray = np.ndarray, np.asarray
@@ -98,9 +98,9 @@ class NativeCall(KernelCall):
         return lambda: call(symbol, args, types)
 
 
-def numpy_call(found, attr_names, types) -> NumpyCall:
+def numpy_call(step: KernelStep, attr_names, types) -> NumpyCall:
     """The numpy `make_call`: a NumpyCall (the C types do not matter to numpy)."""
-    return NumpyCall(found, attr_names)
+    return NumpyCall(step, attr_names)
 
 
 def plan_kernels(plan) -> list[type]:
@@ -109,5 +109,5 @@ def plan_kernels(plan) -> list[type]:
     for fn in plan.functions:
         for step in fn.steps:
             if isinstance(step, KernelStep):
-                found.setdefault(lookup(step.symbol).kernel)
+                found.setdefault(step.kernel)
     return list(found)
