@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo bench lint guide model clean
+.PHONY: install test test-full demo bench lint guide model clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The tests marked full_model (all 30 layers of SmolLM2), which `make test` leaves out.
+test-full: $(STAMP)
+	$(PY) -m pytest -q -m full_model
 
 demo: $(STAMP)
 	$(PY) -m iron.demo

@@ -258,6 +258,47 @@ class Argmax(Kernel):
         return np.array(np.argmax(x), dtype=np.int32)
 
 
+class Max(Kernel):
+    """The largest element of x (n,), as one element of x's dtype."""
+
+    role = Role.ROW_REDUCTION
+    keeps_dtype = exact_in_dtype = True
+    name = "max"
+    dtypes = FLOATS
+    out_shape, sizes, abi_shapes = Argmax.out_shape, Argmax.sizes, Argmax.abi_shapes
+
+    @staticmethod
+    def compute(x):
+        return np.array(x.max(), dtype=x.dtype)
+
+
+class ArgmaxBlocks(Kernel):
+    """A row's argmax from its blocks: `indices[b]` (a row index held exactly as a float) for b
+    the first maximum of `values`, where values[b] is block b's Max and indices[b] the row index
+    of its first maximum. Argmax of a row wider than a tile: Argmax and Max per block, then this."""
+
+    role = Role.ROW_REDUCTION
+    name, arity = "argmax_blocks", 2
+    dtypes = FLOATS
+    exact_in_dtype = True
+    out_dtype = Argmax.out_dtype
+    sizes = Argmax.sizes
+
+    @classmethod
+    def abi_shapes(cls, sizes):
+        return [(sizes[0],)] * 2, (1,)
+
+    @classmethod
+    def out_shape(cls, shapes, **attrs):
+        if len(shapes[0]) != 1 or shapes[0] != shapes[1]:
+            cls.refuse(shapes, "needs values (n,) and indices (n,)")
+        return ()
+
+    @staticmethod
+    def compute(values, indices):
+        return np.array(indices[np.argmax(values)], dtype=np.int32)
+
+
 INTEGERS = (I8, U8, I16, I32)
 CASTS = {
     **{i: frozenset({*(o for o in INTEGERS if o != i), F32}) for i in INTEGERS},
@@ -359,6 +400,38 @@ class Concat(Kernel):
         return np.concatenate([a, b], axis=axis)
 
 
+class RoPE(Kernel):
+    """Rotary position embedding of x (n,), heads of `head_dim` side by side, at the per-call
+    position `pos`: each head's adjacent pairs (x[2i], x[2i+1]) turn by pos * base^(-2i/head_dim)
+    (the pair layout GGUF files keep Q and K rows in). The angle is computed in float64 and its
+    cos and sin rounded to float32, the rotation in float32."""
+
+    role = Role.OTHER   # out[2i] and out[2i+1] each read both elements of their pair
+    name = "rope"
+    dtypes = FLOATS
+    attrs = {"pos": Kernel.REQUIRED, "head_dim": Kernel.REQUIRED, "base": 10000.0}
+    scalar_attrs = ("pos",)
+    c_attrs = (("pos", "i32"), ("head_dim", "i32"), ("base", "f32"))
+
+    @classmethod
+    def out_shape(cls, shapes, pos=None, head_dim=None, base=None):
+        if len(shapes[0]) != 1 or not _is_int(head_dim) or head_dim < 2 or head_dim % 2 or shapes[0][0] % head_dim:
+            cls.refuse(shapes, f"needs x (n,) and head_dim= an even int dividing n, not {head_dim!r}")
+        return shapes[0]
+
+    @staticmethod
+    def compute(x, pos, head_dim, base=10000.0):
+        half = head_dim // 2
+        angle = int(pos) * np.float64(np.float32(base)) ** (-np.arange(half) / half)
+        cos, sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+        pairs = x.reshape(-1, half, 2)
+        even, odd = pairs[..., 0], pairs[..., 1]
+        out = np.empty_like(pairs)
+        out[..., 0] = even * cos - odd * sin
+        out[..., 1] = even * sin + odd * cos
+        return out.reshape(x.shape)
+
+
 def concat(*tensors, axis: int = 0):
     """`tensors` joined along `axis` in one body(): Concat calls, pairwise from the left."""
     if len(tensors) < 2:
@@ -374,4 +447,4 @@ def _is_int(value) -> bool:
 
 
 LIBRARY = (Copy, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, MatVec, MatMul, RMSNorm, Softmax, Argmax,
-           Cast, Requantize, Concat)
+           Cast, Requantize, Concat, RoPE, Max, ArgmaxBlocks)
