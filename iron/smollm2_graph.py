@@ -18,8 +18,22 @@ import numpy as np
 import iron
 from iron import Carried
 from iron.errors import ArgumentError, TokenError
-from iron.kernels import (Add, Argmax, ArgmaxBlocks, Cast, Copy, MatVec, Max, Mul, RMSNorm, RoPE, Scale, SiLU,
-                          Softmax, concat)
+from iron.kernels import (
+    Add,
+    Argmax,
+    ArgmaxBlocks,
+    Cast,
+    Copy,
+    MatVec,
+    Max,
+    Mul,
+    RMSNorm,
+    RoPE,
+    Scale,
+    SiLU,
+    Softmax,
+    concat,
+)
 from iron.models.smollm2 import Block, Config, SmolLM2
 from iron.models.tokenizer import check_tokens
 

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from iron.compiler.cache import cache_dir
 from iron.errors import BuildError, KernelTypeError, ToolchainMissing
 from iron.kernels import LIBRARY
-from iron.models.numpy_forward import rope as oracle_rope
 from iron.kernels.base import CC_DIR, library_sources
+from iron.models.numpy_forward import rope as oracle_rope
 from iron.runtime.emulator.native import NativeLibrary
 
 DTYPES = {
