@@ -3,11 +3,18 @@
 Each row of COMPILE_ROWS is a series of (label, make) of growing size: a fresh graph and the
 spec it compiles with. For each size it prints the cold compile time (trace, every pass, MLIR
 and kernel sources), the kernel calls per launch and the compute tiles, and the ratios to the
-series' first size: the time must grow no faster than calls x tiles (`time/work` <= 1).
-Targets: MatMul 2048^3 compiles in under 2 s; the emulator runs MatMul 512^3 float32 within
-3x of reference() per call. Add a series by appending to COMPILE_ROWS.
+series' first size: the time must grow no faster than calls x tiles (`time/work` <= 1). Series:
+MatMul 256^3 to 2048^3 (bfloat16), MatVec 1024^2 to 4096^2 and Add over 2^16 to 2^20 (float32),
+the decoder at 1 to 8 layers.
+Targets: MatMul 2048^3 and the 8-layer decoder (section 8's, at width 256, hidden 1024,
+context 128, vocab 512: segmented) compile in under 2 s; the emulator runs MatMul 512^3 float32
+within 3x of reference() per call. A segmented design counts the calls and tiles of every
+segment. Then the 8-layer decoder's tiles, segments and tokens per second on the emulator. Add a
+series by appending to COMPILE_ROWS.
 """
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from _timing import race
@@ -18,7 +25,7 @@ from aie_utils import from_name
 from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import Invoke, Loop, TileKind
 from iron.compiler.sources import kernel_sources
-from iron.kernels import MatMul
+from iron.kernels import Add, MatMul, MatVec
 
 
 class Product(iron.Graph):
@@ -37,8 +44,50 @@ def matmul(size: int, dtype=iron.bfloat16):
     return f"MatMul {size}^3 {np.dtype(dtype).name}", make
 
 
+class Projection(iron.Graph):
+    """y = W @ x, W a weight."""
+
+    def __init__(self, w):
+        self.w = iron.weight(w)
+
+    def body(self, x):
+        return MatVec.step(self.w, x)
+
+
+class Sum(iron.Graph):
+    def body(self, x, y):
+        return Add.step(x, y)
+
+
+def matvec(size: int):
+    def make():
+        return Projection(np.zeros((size, size), np.float32)), {"x": ((size,), np.float32)}
+    return f"MatVec {size}^2 float32", make
+
+
+def add(size: int):
+    def make():
+        return Sum(), {"x": ((size,), np.float32), "y": ((size,), np.float32)}
+    return f"Add 2^{size.bit_length() - 1} float32", make
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "programming_guide" / "section-8"))
+import decoder  # noqa: E402  (the guide's decoder, not a package)
+
+DECODER_SIZE = {"vocab": 512, "width": 256, "hidden": 1024, "context": 128}
+
+
+def decoder_layers(layers: int):
+    def make():
+        return decoder.Decoder(layers, 0, **DECODER_SIZE), {}
+    return f"decoder {layers} layers", make
+
+
 COMPILE_ROWS = {
     "MatMul": [matmul(s) for s in (256, 512, 1024, 2048)],
+    "MatVec": [matvec(s) for s in (1024, 2048, 4096)],
+    "Add": [add(1 << e) for e in (16, 18, 20)],
+    "decoder": [decoder_layers(n) for n in (1, 2, 4, 8)],
 }
 
 
@@ -62,9 +111,10 @@ def kernel_calls(plan) -> int:
 
 
 def work(plan) -> tuple[int, int]:
-    """(kernel calls per launch, compute tiles) of a Plan."""
-    tiles = len({c.tile for c in plan.cores if c.tile.kind is TileKind.COMPUTE})
-    return kernel_calls(plan), tiles
+    """(kernel calls per launch, compute tiles) of a Plan, summed over its segments."""
+    configurations = plan.configurations
+    tiles = sum(len({c.tile for c in p.cores if c.tile.kind is TileKind.COMPUTE}) for p in configurations)
+    return sum(kernel_calls(p) for p in configurations), tiles
 
 
 def compile_series(name: str, rows):
@@ -90,11 +140,31 @@ def emulator_against_reference(size: int = 512):
           f"ratio {ours / theirs:5.1f}x (target <= 3x)")
 
 
+def decoder_on_the_emulator(layers: int = 8, tokens: int = 8):
+    """The decoder's segments and tiles, and its tokens per second host-driven and as a device loop."""
+    model = decoder.Decoder(layers, 0, **DECODER_SIZE)
+    first, body = decoder.compile_versions(model)
+    counts = [len(p.cores) for p in body.plan.configurations]
+    crossing = [c.nbytes for c in body.plan.cuts]
+    print(f"decoder {layers} layers on npu2: {len(counts)} segments on {' + '.join(map(str, counts))} compute tiles "
+          f"(of 32), bytes crossing each cut {crossing}")
+    prompt = decoder.PROMPT
+    expected = decoder.numpy_generate(model, prompt, tokens)[0]
+    rates = {}
+    for label, generate in (("host-driven", lambda: decoder.host_driven(model, first, body, prompt, tokens)),
+                            ("device loop", lambda: decoder.device_loop(model, first, body, prompt, tokens, 2))):
+        got, rates[label] = decoder.measured(model, first, prompt, generate)
+        assert got == expected, (label, got, expected)
+    print(f"  tokens per second on the emulator: host-driven {rates['host-driven']:.1f}, device loop "
+          f"{rates['device loop']:.1f} ({tokens} tokens, equal to numpy token for token)")
+
+
 def main():
     aie_utils.set_current_device(from_name("npu2"))
     for name, rows in COMPILE_ROWS.items():
         compile_series(name, rows)
     emulator_against_reference()
+    decoder_on_the_emulator()
 
 
 if __name__ == "__main__":

@@ -32,17 +32,31 @@ class ArgumentError(IronError, TypeError):
 
 
 class IndexOutOfRange(IronError, IndexError):
-    """A per-call index fell outside the tensor it indexes (checked before anything is written)."""
+    """A per-call index fell outside the tensor it indexes: checked before anything is written, or in
+    a device loop flagged by the Emit, which clamps it into range on the device."""
 
     @classmethod
     def at(cls, what: str, expr: str, value: int, lo: int, hi: int, tensor: str = "") -> "IndexOutOfRange":
         """The one text every path uses: `what` is the user's view (`trail[steps]`) or bounded
         attribute (`Softmax length=n`), `expr` the per-call expression, [lo, hi) the valid
         range, `tensor` the name of the tensor a view indexes ('' for an attribute)."""
-        fix = f"Keep {expr} in range, or make '{tensor}' larger." if tensor else f"Keep {expr} between {lo} and {hi - 1}."
+        return cls(f"{_range(what, expr, value, lo, hi)}; nothing was written. {_fix(expr, lo, hi, tensor)}")
+
+    @classmethod
+    def in_loop(cls, step: int, drained: int, what: str, expr: str, value: int, lo: int, hi: int,
+                tensor: str = "") -> "IndexOutOfRange":
+        """The device's Emit flagged body step `step`'s index; `drained` runs were already in
+        flight (from that step on) and ran with their indices clamped into range."""
+        flagged = f"{_range(what, expr, value, lo, hi)}. The device's Emit flagged it"
+        if not drained:
+            ran = f"{flagged} before step {step} ran, and the loop stopped: nothing was written by step {step}, and"
+        else:
+            steps = f"step {step}" if drained == 1 else f"steps {step}..{step + drained - 1}"
+            ran = (f"{flagged} and clamped it to {min(max(value, lo), hi - 1)}, and the loop stopped: {steps}, already "
+                   f"in flight, ran with {'its' if drained == 1 else 'their'} indices clamped into range, and")
         return cls(
-            f"{what} with {expr} = {value} is out of range: {expr} must be in {lo}..{hi - 1}; "
-            f"nothing was written. {fix}"
+            f"CarriedLoop step {step}: {ran} loop.transitions and loop.carry describe the runs before step {step}. "
+            f"{_fix(expr, lo, hi, tensor)}"
         )
 
 
@@ -106,3 +120,11 @@ class ModelFileError(IronError, RuntimeError):
 
 class TokenError(IronError, ValueError):
     """A token id outside the model's vocabulary, or more tokens than the model's context holds."""
+
+
+def _range(what: str, expr: str, value: int, lo: int, hi: int) -> str:
+    return f"{what} with {expr} = {value} is out of range: {expr} must be in {lo}..{hi - 1}"
+
+
+def _fix(expr: str, lo: int, hi: int, tensor: str) -> str:
+    return f"Keep {expr} in range, or make '{tensor}' larger." if tensor else f"Keep {expr} between {lo} and {hi - 1}."

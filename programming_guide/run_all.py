@@ -18,7 +18,7 @@ TIMEOUT_SECONDS = 300
 
 
 def design_files() -> list[Path]:
-    """Every design file of sections 1-8, in section order."""
+    """Every design file of every section, in section order."""
     sections = sorted(GUIDE.glob("section-*"), key=lambda p: int(p.name.split("-")[1]))
     return [f for section in sections for f in sorted(section.glob("*.py"))]
 

@@ -1,10 +1,17 @@
 """Test-wide settings: under CI (CI=true) hypothesis draws the same examples every run, so a
 failure there is reproducible; on a developer's machine it explores new ones each run. The
-`on_emulator` fixture runs compiled graphs on the emulator, quietly."""
+`on_emulator` fixture runs compiled graphs on the emulator, quietly; `xrt` runs them through the
+XRT backend on the pyxrt stand-in, whose device is the emulator."""
 import os
 
+import numpy as np
 import pytest
 from hypothesis import settings
+
+from iron.compiler.build import Artifacts
+from iron.compiler.plan import HostRole
+from iron.runtime.emulator import Emulator
+from tests.runtime import fake_pyxrt
 
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 if os.environ.get("CI"):
@@ -16,3 +23,37 @@ def on_emulator(monkeypatch):
     """Compiled graphs run on the emulator, without the backend notice."""
     monkeypatch.setenv("IRON_BACKEND", "emulator")
     monkeypatch.setenv("IRON_QUIET", "1")
+
+
+@pytest.fixture
+def xrt(monkeypatch, tmp_path):
+    """IRON_BACKEND=xrt with the stand-in pyxrt; each built design's ELF maps to its Plan, which
+    the stand-in device runs on an emulator made once per design (cores persist)."""
+    fake = fake_pyxrt.new_pyxrt(scratchpad_bytes=64)
+    plans, emulators = {}, {}
+
+    def build(compiled, progress=None):
+        elf = tmp_path / f"{compiled.plan.name}_{len(plans)}.elf"
+        elf.write_bytes(b"\x7fELF")
+        plans[str(elf)] = compiled.plan
+        compiled.artifacts = Artifacts(tmp_path, "elf", None, None, elf, "main:sequence")
+        return compiled.artifacts
+
+    def device(run):
+        path = run.kernel.ctx.elf.path
+        plan = plans[path]
+        emulator = emulators.setdefault(path, Emulator(plan))
+        words = lambda bo: np.frombuffer(bo.device_bytes, dtype=np.uint32)  # noqa: E731
+        bindings = {b.name: words(run.args[i])[: b.nwords] for i, b in enumerate(plan.host_buffers)}
+        bindings["words"] = words(run.scratchpad)[: plan.host_buffer(HostRole.WORDS).nwords]
+        launch = emulator.run(**bindings)
+        emulator.start(launch)
+        emulator.wait(launch)
+
+    fake.fake_state.on_complete = device
+    monkeypatch.setattr("iron.runtime.compiled.CompiledGraph.build", build)
+    monkeypatch.setattr("iron.runtime.xrt.load_pyxrt", lambda: fake)
+    monkeypatch.setattr("iron.runtime.xrt.describe_npu", lambda: "RyzenAI-npu4")
+    monkeypatch.setenv("IRON_BACKEND", "xrt")
+    monkeypatch.setenv("IRON_QUIET", "1")
+    return fake

@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from iron.compiler.plan import (
+    FLAG_WORDS,
     Acquire,
+    Emit,
     Fifo,
     HostBuffer,
     HostRole,
@@ -42,15 +44,17 @@ def host_placements(program: Program) -> tuple[Placement, ...]:
     return tuple(placements)
 
 
-def host_buffers(placements: tuple[Placement, ...], words: int, feedback: int | None) -> tuple[HostBuffer, ...]:
-    """The runtime-sequence arguments, in order, each at least one word."""
+def host_buffers(placements: tuple[Placement, ...], words: int, emit: Emit | None) -> tuple[HostBuffer, ...]:
+    """The runtime-sequence arguments, in order, each at least one word. With an Emit, the
+    scratchpad holds the flag words after the `words` (a version with an Emit is the one a
+    feeding Emit writes) and the feedback buffer all the Emit writes."""
     size = dict.fromkeys((HostRole.CONSTS, HostRole.STATES, HostRole.INPUTS, HostRole.OUTPUTS), 0)
     for p in placements:
         role = HostRole(p.buffer)
         size[role] = max(size[role], p.offset + p.nwords)
-    size[HostRole.WORDS] = words
-    if feedback is not None:
-        size[HostRole.FEEDBACK] = feedback
+    size[HostRole.WORDS] = words + (0 if emit is None else FLAG_WORDS)
+    if emit is not None:
+        size[HostRole.FEEDBACK] = emit.nwords
     return tuple(HostBuffer(role.value, role, max(1, n)) for role, n in size.items())
 
 

@@ -136,7 +136,8 @@ def _emit(plan: Plan) -> list[str]:
     e = plan.emit
     if e is None:
         return []
-    lines = [f"on {e.tile.name}, writing {len(e.target_words)} words through {e.feedback_fifo}"]
+    lines = [f"on {e.tile.name}, writing {len(e.target_words)} words through {e.feedback_fifo}, bounded ones "
+             f"clamped into range, and in word {e.flag} how many were not"]
     return lines + [f"next {name} <- {_source(plan, source)}" for name, source in e.next_values]
 
 

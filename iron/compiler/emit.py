@@ -1,7 +1,9 @@
 """The Emit (full-ELF devices only): the core that computes the next call's scratchpad on the
 device, so a CarriedLoop runs without the host between calls. It reads this call's words
 (`emit_in`) and any carried element a group computed, and writes the target version's words
-into `feedback`. `carry_sources` also says where the host finds each next carried value."""
+into `feedback`, each bounded word clamped into its range before any DMA or core reads it, and
+after them a flag word counting the words that were not in range (the host reads it after each
+run). `carry_sources` also says where the host finds each next carried value."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from iron.compiler.plan import (
     Ptr,
     Release,
     ScalarStep,
+    WordDef,
     WordKind,
     WordRef,
 )
@@ -64,18 +67,19 @@ def lower_emit(ctx: Context, next_values: tuple, target) -> EmitCore:
     tile, words = ctx.layout.emit, len(ctx.table.words)
     elements = list(dict.fromkeys(src.fifo for _, src in next_values if isinstance(src, Element)))
     objects = ("emit_in", *elements, "feedback")
-    function = Function("emit", objects, _emit_steps(ctx, dict(next_values), target))
     program = (*(Acquire(f, Port.CONSUME) for f in objects[:-1]), Acquire("feedback", Port.PRODUCE),
                Invoke("emit", objects),
                *(Release(f, Port.CONSUME) for f in objects[:-1]), Release("feedback", Port.PRODUCE))
     core = Core(tile, "emit", program, ctx.device.compute.default_stack_bytes)
+    emit = Emit(tile, tuple(next_values), tuple(target), "feedback")
     moves = (Move(Direction.MM2S, "emit_in", "words", Access(0, ((words, 1),))),
-             Move(Direction.S2MM, "feedback", "feedback", Access(0, ((len(target), 1),))))
-    sizes = {"emit_in": 4 * words, "feedback": 4 * len(target)}
-    return EmitCore(Emit(tile, tuple(next_values), tuple(target), "feedback"), function, core, sizes, moves)
+             Move(Direction.S2MM, "feedback", "feedback", Access(0, ((emit.nwords, 1),))))
+    sizes = {"emit_in": 4 * words, "feedback": 4 * emit.nwords}
+    function = Function("emit", objects, _emit_steps(ctx, dict(next_values), emit))
+    return EmitCore(emit, function, core, sizes, moves)
 
 
-def _emit_steps(ctx: Context, next_values: dict, target) -> tuple:
+def _emit_steps(ctx: Context, next_values: dict, emit: Emit) -> tuple:
     mine = {w.name: w.index for w in ctx.table.words if w.kind.given}
 
     def load(source):
@@ -92,8 +96,8 @@ def _emit_steps(ctx: Context, next_values: dict, target) -> tuple:
             return load(operand)
         return Load("feedback", 4 * operand.index)
 
-    steps = []
-    for w in target:
+    steps = [ScalarStep(Ptr("feedback", 4 * emit.flag), "copy", Imm(0))]
+    for w in emit.target_words:
         dest = Ptr("feedback", 4 * w.index)
         if w.kind is WordKind.CARRIED:
             steps.append(ScalarStep(dest, "copy", load(next_values[w.name])))
@@ -101,5 +105,30 @@ def _emit_steps(ctx: Context, next_values: dict, target) -> tuple:
             steps.append(ScalarStep(dest, "copy", load(WordRef(mine[w.name]))))
         else:
             steps.append(ScalarStep(dest, w.op, target_load(w.a), target_load(w.b)))
+        if w.bound is not None:
+            steps.extend(clamp_steps(w, emit))
     return tuple(steps)
 
+
+def clamp_steps(w: WordDef, emit: Emit) -> tuple[ScalarStep, ...]:
+    """Clamp bounded word `w` into [lo, hi) in place and add 1 to the flag if it was not in range,
+    in min/max/sub/mul/add on i32 (no new MLIR or C++ op): s = min(max(w, lo - 1), hi) lies in
+    [lo - 1, hi] whatever w is, so s - clamp(s) is -1, 0 or 1 and its square cannot wrap."""
+    lo, hi = w.bound
+    word, s, flag = (4 * i for i in (w.index, emit.scratch, emit.flag))
+
+    def step(dest: int, op: str, a, b) -> ScalarStep:
+        return ScalarStep(Ptr("feedback", dest), op, a, b)
+
+    def at(offset: int) -> Load:
+        return Load("feedback", offset)
+
+    return (
+        step(s, "max", at(word), Imm(lo - 1)),
+        step(s, "min", at(s), Imm(hi)),
+        step(word, "max", at(s), Imm(lo)),
+        step(word, "min", at(word), Imm(hi - 1)),
+        step(s, "sub", at(s), at(word)),
+        step(s, "mul", at(s), at(s)),
+        step(flag, "add", at(flag), at(s)),
+    )

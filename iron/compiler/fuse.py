@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aie_utils.devices import COMPUTE_TILE
+from iron.compiler.tiling import streamable
 from iron.ir import Node, Op, Program, external_inputs, is_gather, nbytes, storage, tensor_inputs
 from iron.kernels.base import Role
 
@@ -98,7 +99,11 @@ def input_limit(group: list[Node], call: Node) -> bool:
 
 
 def size_limit(group: list[Node], call: Node) -> bool:
-    """A group holds at most half a compute tile's memory (inputs and results, see held_bytes)."""
+    """A group holds at most half a compute tile's memory (inputs and results, see held_bytes),
+    but a group already larger than that which `stream_elementwise` can stream in blocks
+    takes further elementwise calls it can stream with it."""
+    if held_bytes(group) > SIZE_LIMIT and streamable([*group, call]):
+        return False
     return held_bytes([*group, call]) > SIZE_LIMIT
 
 

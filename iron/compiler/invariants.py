@@ -9,6 +9,7 @@ from __future__ import annotations
 from iron.compiler.allocate import check_tile_memory, shares_memory
 from iron.compiler.core_checks import check_cores, check_functions, fail
 from iron.compiler.plan import (
+    FLAG_WORDS,
     Acquire,
     Const,
     Direction,
@@ -162,8 +163,12 @@ def _check_words(plan: Plan):
         values = w.op is None
         if w.op is not None:
             _check_derived(plan, w)
-    if plan.host_buffer(HostRole.WORDS).nwords != max(1, len(plan.words)):
-        fail(plan, f"the words buffer holds {plan.host_buffer(HostRole.WORDS).nwords} words for {len(plan.words)}")
+        if w.kind is WordKind.CARRIED and w.bound is not None:
+            fail(plan, f"word {i} ('{w.name}') is a carried value with a bound: the Emit clamps bounded words in "
+                       "place, which would change the value the next call carries; bound a copy of it")
+    expect = len(plan.words) + (0 if plan.emit is None else FLAG_WORDS)   # a fed version's flag words
+    if plan.host_buffer(HostRole.WORDS).nwords != max(1, expect):
+        fail(plan, f"the words buffer holds {plan.host_buffer(HostRole.WORDS).nwords} words for {expect}")
     _check_carry(plan)
 
 
@@ -342,6 +347,6 @@ def _check_emit(plan: Plan):
     if [n for n, _ in e.next_values] != carried or feedback is None or feedback.producer != e.tile or core is None:
         fail(plan, f"the Emit on {e.tile.name} gives next values for {[n for n, _ in e.next_values]} (carried: "
                     f"{carried}) through '{e.feedback_fifo}' without a core and FIFO of its own")
-    if plan.host_buffer(HostRole.FEEDBACK).nwords != max(1, len(e.target_words)):
+    if plan.host_buffer(HostRole.FEEDBACK).nwords != e.nwords:
         fail(plan, f"the feedback buffer holds {plan.host_buffer(HostRole.FEEDBACK).nwords} words for the "
-                    f"{len(e.target_words)} target words")
+                    f"{len(e.target_words)} target words and {FLAG_WORDS} flag words")

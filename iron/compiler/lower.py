@@ -12,7 +12,7 @@ import numpy as np
 from iron.compiler.allocate import host_placements
 from iron.compiler.cores import core_of
 from iron.compiler.emit import carry_sources, lower_emit
-from iron.compiler.grid import lower_grid
+from iron.compiler.grid import lower_flow, lower_grid
 from iron.compiler.objects import I32, Context, Part, pack
 from iron.compiler.place import Layout, Site
 from iron.compiler.plan import Buffer, Core, Emit, Fifo, Function, Link, Plan, WordDef
@@ -52,15 +52,15 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
                   host_placements(program) if placements is None else placements)
     sizes, links, buffers, functions, cores, moves, holds = {}, [], [], [], [], [], {}
     for site in layout.sites:
-        if site.grid is not None:
-            made = lower_grid(ctx, site)
+        if site.grid is not None or site.flow is not None:
+            made = lower_grid(ctx, site) if site.grid is not None else lower_flow(ctx, site)
             sizes |= made.sizes
             links += made.links
             buffers += made.buffers
             functions += made.functions
             cores += made.cores
             moves.append(list(made.moves))
-            holds |= {b.name: "a k-block's product or sum" for b in made.buffers}
+            holds |= {b.name: "a block's intermediate" for b in made.buffers}
             continue
         parts = pack(ctx, site)
         sizes |= object_sizes(ctx, site, parts)

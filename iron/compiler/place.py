@@ -9,14 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from iron.compiler.channels import MemChannels
-from iron.compiler.fuse import STREAM_OBJECT_BYTES, Group, role
+from iron.compiler.fuse import SIZE_LIMIT, STREAM_OBJECT_BYTES, Group, held_bytes, role
 from iron.compiler.plan import Tile, TileKind
-from iron.compiler.tiling import Grid, choose_grid, wants_grid
-from iron.errors import PlacementError
+from iron.compiler.tiling import Flow, Grid, choose_flow, choose_grid, streamable, wants_grid
+from iron.errors import DoesNotFit, PlacementError
 from iron.ir import (
     Node,
     Op,
     Program,
+    call_label,
     describe,
     is_computed_view,
     is_host_tensor,
@@ -49,6 +50,7 @@ class Site:
     tiles: tuple[Tile, ...]
     stream: Stream | None = None
     grid: Grid | None = None
+    flow: Flow | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
     needed = len(groups) + with_emit
     if needed > len(free):
         _too_many_tiles(program, device, needed, len(free))
+    check_rows_fit(program, groups, device)
     channels = MemChannels(device)
     sites, rules = [], []
     for number, group in enumerate(groups):
@@ -91,6 +94,12 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
             free = [t for t in free if t not in grid.tiles]
             sites.append(Site(group, grid.tiles, grid=grid))
             rules.append(("tile_matmul_over_array", f"{group.name}: {grid.text()}"))
+            continue
+        flow = stream_elementwise(group, outside, free, spare, channels, device)
+        if flow is not None:
+            free = [t for t in free if t not in flow.tiles]
+            sites.append(Site(group, flow.tiles, flow=flow))
+            rules.append(("stream_elementwise", f"{group.name}: {flow.text()}"))
             continue
         parts, why = split_parts(group, outside, spare, channels, free[0])
         tiles, free = tuple(free[:parts]), free[parts:]
@@ -143,7 +152,49 @@ def _stream_rules(group: Group, stream: Stream | None) -> list[tuple[str, str]]:
     return rules
 
 
-# ---- the matrix rules ----------------------------------------------------------------------------
+# ---- the tiling rules ------------------------------------------------------------------------------
+
+def check_rows_fit(program: Program, groups: tuple[Group, ...], device):
+    """A row reduction (RMSNorm, Softmax, Argmax) reads its whole row before it writes anything,
+    so it cannot be cut into blocks: DoesNotFit, naming the call, when its inputs and result
+    alone take more than a compute tile's memory less the core's stack."""
+    room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
+    for call in (c for g in groups for c in g.calls if role(c) is Role.ROW_REDUCTION):
+        needed = held_bytes([call])
+        if needed > room:
+            row = call.src[0]
+            per_element = needed / row.size
+            raise DoesNotFit(
+                f"{program.name}: {call_label(program, call)} reduces a row of {row.size} {row.dtype.name} "
+                f"elements, whose inputs and result take {needed} bytes, but a compute tile has {room} "
+                f"({device.compute.data_memory_bytes} less the core's {device.compute.default_stack_bytes}-byte "
+                f"stack), and a row reduction reads its whole row at once, so it is not cut into blocks: "
+                f"make the row at most {int(room // per_element)} elements, or reduce it in pieces."
+            )
+
+
+def free_columns(free: list[Tile], device) -> list[int]:
+    """The columns all of whose compute tiles are free."""
+    return [col for col in range(device.n_cols)
+            if all(Tile(col, row, TileKind.COMPUTE) in free for row in device.compute_rows)]
+
+
+def stream_elementwise(group: Group, outside, free: list[Tile], spare: int, channels, device) -> Flow | None:
+    """A group of elementwise calls larger than SIZE_LIMIT whose last result only the host reads
+    (and no other result anyone outside) is streamed in blocks over whole free columns of cores
+    (iron/compiler/tiling.py chooses how), taking on each column's mem tile a channel in per
+    input and per core and out per input and core, plus the joined result's."""
+    calls = group.calls
+    if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT:
+        return None
+    if outside.get(calls[-1], ()) != ("host",) or any(outside.get(c) for c in calls[:-1]):
+        return None
+    flow = choose_flow(calls, free_columns(free, device), spare, device)
+    if flow is None:
+        return None
+    rows, inputs = len(flow.rows), len(flow.inputs)
+    return replace(flow, mems=tuple(channels.take(col, inputs + rows, inputs * rows + 1) for col in flow.cols))
+
 
 def tile_matmul_over_array(group: Group, outside, free: list[Tile], spare: int, channels, device) -> Grid | None:
     """A group that is one large MatMul or MatVec whose result only the host reads runs over a
@@ -153,9 +204,7 @@ def tile_matmul_over_array(group: Group, outside, free: list[Tile], spare: int, 
     call = group.calls[0]
     if len(group.calls) != 1 or not wants_grid(call, outside.get(call, ())):
         return None
-    full = [col for col in range(device.n_cols)
-            if all(Tile(col, row, TileKind.COMPUTE) in free for row in device.compute_rows)]
-    grid = choose_grid(call, full, spare, device)
+    grid = choose_grid(call, free_columns(free, device), spare, device)
     if grid is None:
         return None
     rows = len(grid.rows)

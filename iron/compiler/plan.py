@@ -5,6 +5,7 @@ offsets, DMA sizes and strides count 32-bit words; object offsets count bytes. H
 runs (cores looping forever, a launch running the sequence) is docs/platform.md section 6."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Union
@@ -122,7 +123,7 @@ class Placement:
 
     @property
     def nwords(self) -> int:
-        return -(-int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize // 4)
+        return -(-math.prod(self.shape) * self.dtype.itemsize // 4)   # math.prod: called for every DMA planned
 
 
 @dataclass(frozen=True)
@@ -319,7 +320,7 @@ class Dma:
 
     @property
     def nwords(self) -> int:
-        return int(np.prod(self.sizes, dtype=np.int64))
+        return math.prod(self.sizes)
 
 
 @dataclass(frozen=True)
@@ -349,6 +350,9 @@ class WordDef:
     tensor: str = ""                        # the tensor an index picks from ("" for a bounded attribute)
 
 
+FLAG_WORDS = 2   # after a fed version's words: the Emit's flag and scratch word
+
+
 @dataclass(frozen=True)
 class Emit:
     """The device-loop step (full ELF only): the core that computes the next call's words.
@@ -356,12 +360,27 @@ class Emit:
     `next_values` says, per carried name, where its next value comes from: a word of this call,
     a constant, or an Element a core computed. The emit core's Function computes them and the
     derived words of `target` into its `feedback` object. `target_words` is the scratchpad
-    layout of the version this one feeds."""
+    layout of the version this one feeds. Every bounded target word is clamped into its range
+    before it is written, and the `flag` word after the target's words counts the words that
+    were not in range (0: all were); `scratch` is the word the clamping computes in."""
 
     tile: Tile
     next_values: tuple[tuple[str, Union[WordRef, Const, Element]], ...]
     target_words: tuple[WordDef, ...]
     feedback_fifo: str
+
+    @property
+    def flag(self) -> int:
+        return len(self.target_words)
+
+    @property
+    def scratch(self) -> int:
+        return len(self.target_words) + 1
+
+    @property
+    def nwords(self) -> int:
+        """The words the Emit writes: the target's, the flag and the scratch word."""
+        return len(self.target_words) + FLAG_WORDS
 
 
 @dataclass(frozen=True)

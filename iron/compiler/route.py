@@ -80,6 +80,8 @@ def group_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
     the joined `<g>_out` (or `<g>_host` when only the host reads it)."""
     if site.grid is not None:
         return grid_routes(site)
+    if site.flow is not None:
+        return flow_routes(site)
     g, calls, users = site.group.name, site.group.calls, layout.users
     split = len(site.tiles) > 1
     fifos = []
@@ -113,9 +115,9 @@ def forwarded_to(forwards: dict, group: str, node: Node) -> bool:
 
 
 def host_reads(site: Site) -> list[Node]:
-    """The host tensors a group's calls read, but its streamed matrix (none for a grid: its
-    operands stream in blocks)."""
-    if site.grid is not None:
+    """The host tensors a group's calls read, but its streamed matrix (none for a grid or a
+    flow: their operands stream in blocks)."""
+    if site.grid is not None or site.flow is not None:
         return []
     streamed = site.stream.matrix if site.stream is not None else None
     return [n for c in site.group.calls for n in tensor_inputs(c) if is_host_tensor(n) and n is not streamed]
@@ -176,6 +178,21 @@ def vector_grid_routes(g: str, grid) -> list[Route]:
         fifos.append(Route(f"{g}_a{c}_mem", FifoRole.WEIGHTS, g, HOST, (mem,)))
         fifos += [Route(f"{g}_a{r}_{c}", FifoRole.WEIGHTS, g, mem, (grid.tile(r, c),)) for r in rows]
         fifos += [Route(f"{g}_part{r}_{c}", FifoRole.PART, g, grid.tile(r, c), (mem,)) for r in rows]
+        fifos.append(Route(f"{g}_host{c}", FifoRole.HOST, g, mem, (HOST,)))
+    return fifos
+
+
+def flow_routes(site: Site) -> list[Route]:
+    """Streamed elementwise calls' FIFOs (`stream_elementwise`): per grid column and input i,
+    `<g>_x<i>_<c>_mem` into its mem tile, split into each core's `<g>_x<i>_<r>_<c>`; each core's
+    `<g>_part<r>_<c>` joined into `<g>_host<c>`."""
+    g, flow = site.group.name, site.flow
+    rows, fifos = range(len(flow.rows)), []
+    for c, mem in enumerate(flow.mems):
+        for i in range(len(flow.inputs)):
+            fifos.append(Route(f"{g}_x{i}_{c}_mem", FifoRole.WEIGHTS, g, HOST, (mem,)))
+            fifos += [Route(f"{g}_x{i}_{r}_{c}", FifoRole.WEIGHTS, g, mem, (flow.tile(r, c),)) for r in rows]
+        fifos += [Route(f"{g}_part{r}_{c}", FifoRole.PART, g, flow.tile(r, c), (mem,)) for r in rows]
         fifos.append(Route(f"{g}_host{c}", FifoRole.HOST, g, mem, (HOST,)))
     return fifos
 

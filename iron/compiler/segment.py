@@ -8,11 +8,13 @@ states stay in their host buffers. Every segment addresses the design's host buf
 scratchpad of words; only the last has the Emit, so a CarriedLoop runs a segmented body as any."""
 from __future__ import annotations
 
+from copy import deepcopy
 from dataclasses import dataclass, replace
 from typing import Callable
 
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.fuse import Group
+from iron.compiler.invariants import check_plan
 from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
 from iron.compiler.words import WordTable
 from iron.errors import DoesNotFit, PlacementError
@@ -33,31 +35,33 @@ class Segment:
 def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds: Plan | None,
                      compile_groups: Callable, refused: Exception) -> Plan:
     """The design as segments that each compile (`compile_groups(program, groups, device, feeds,
-    table, placements)` is the whole-design pass list); `refused`: why it does not fit whole,
-    raised as it is when there is nothing to cut (one group)."""
+    table, placements, check)` is the whole-design pass list); `refused`: why it does not fit
+    whole, raised as it is when there is nothing to cut (one group). Each segment is compiled as
+    it is sought, against the words and DDR buffers of the segments before it, and the one the
+    rule keeps is checked and kept as it is."""
     if len(groups) < 2:
         raise refused
     flow = Flow(program, groups)
-    tried = flow.placements(flow.read_later())   # any value may cross while the cuts are sought
+    table, crossing, plans, stops = WordTable(program), [], [], [0]
 
-    def attempt(segment: Segment) -> Exception | None:
-        try:
-            compile_groups(*flow.segment_program(segment), device, feeds, WordTable(program),
-                           flow.segment_placements(segment, tried))
-        except (PlacementError, DoesNotFit) as error:
-            return error
-        return None
+    def compile_one(segment: Segment, words: WordTable, placements) -> Plan:
+        return compile_groups(*flow.segment_program(segment), device, feeds, words,
+                              flow.segment_placements(segment, placements), check=False)
 
-    segments = fewest_bytes_cut(flow, attempt, device, refused)
-    placements = flow.placements([n for n in flow.read_later() if any(n in flow.crossing(s.stop) for s in segments)])
-    table = WordTable(program)
-    plans = [compile_groups(*flow.segment_program(s), device, feeds, table, flow.segment_placements(s, placements))
-             for s in segments]
-    words = table.defs()
-    emit = plans[-1].emit
-    buffers = host_buffers(placements, len(words), None if emit is None else len(emit.target_words))
+    while stops[-1] < len(groups):
+        guess = stops[-1] - stops[-2] if len(stops) > 1 else 1
+        found = _next_segment(flow, stops[-1], guess, table, crossing, compile_one)
+        if isinstance(found, Exception):
+            raise _unfit(flow, stops[-1], found, device, refused)
+        stop, plan, table, crossing = found
+        check_plan(plan)
+        plans.append(plan)
+        stops.append(stop)
+    stops = stops[1:]
+    placements, words, emit = flow.placements(crossing), table.defs(), plans[-1].emit
+    buffers = host_buffers(placements, len(words), emit)
     plans = [replace(p, host_buffers=buffers, words=words) for p in plans]
-    cuts = tuple(flow.cut(s.stop) for s in segments[:-1])
+    cuts = tuple(flow.cut(stop) for stop in stops[:-1])
     return Plan(
         device=device, name=program.name, full_elf=device.full_elf, image=plans[0].image, tiles=(),
         host_buffers=buffers, placements=placements, fifos=(), links=(), buffers=(), functions=(), cores=(),
@@ -70,42 +74,69 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
     )
 
 
+def _next_segment(flow: Flow, start: int, guess: int, table: WordTable, crossing: list[Node], compile_one):
+    """(stop, its Plan, the words and the crossing values after it) of the segment `fewest_bytes_cut`
+    picks from group `start`, or why group `start` alone does not compile. Each probe compiles
+    against a copy of the words and the DDR buffers so far, so the one kept is final as it is."""
+    tried: dict[int, tuple] = {}
+
+    def attempt(stop: int) -> Exception | None:
+        words = deepcopy(table)
+        values = crossing + [n for n in flow.crossing(stop) if n not in crossing]
+        try:
+            plan = compile_one(Segment(start, stop), words, flow.placements(values))
+        except (PlacementError, DoesNotFit) as error:
+            return error
+        tried[stop] = (stop, plan, words, values)
+        return None
+
+    stop = fewest_bytes_cut(flow, start, lambda stop: attempt(stop) is None, guess)
+    if stop is None:
+        return attempt(start + 1)
+    if stop not in tried:   # the rule ended the segment at a cut no probe compiled
+        failed = attempt(stop)
+        if failed is not None:
+            return failed
+    return tried[stop]
+
+
 def _cut_text(cut: Cut) -> str:
     return f"cut before {cut.before}: {cut.nbytes} bytes cross ({', '.join(cut.values) or 'nothing'})"
 
 
-def fewest_bytes_cut(flow: Flow, attempt: Callable, device, refused: Exception) -> list[Segment]:
-    """The rule: greedily in program order, a segment takes the most groups that compile on the
-    device, then ends at the cut among the last 1/CUT_WINDOW of them with the fewest bytes
-    crossing (the latest on a tie); the last segment takes all that is left when it fits.
-    `attempt(segment)`: why the segment does not compile, or None."""
-    segments, start, count = [], 0, len(flow.groups)
-    while start < count:
-        most = _most_that_fit(start, count, lambda s: attempt(s) is None)
-        if most == start:
-            raise _unfit(flow, start, attempt(Segment(start, start + 1)), device, refused)
-        stop = most
-        if most < count:
-            window = range(most - (most - start) // CUT_WINDOW, most + 1)
-            stop = min(window, key=lambda c: (flow.crossing_bytes(c), -c))
-        segments.append(Segment(start, stop))
-        start = stop
-    return segments
-
-
-def _most_that_fit(start: int, count: int, fits: Callable[[Segment], bool]) -> int:
-    """The largest stop in (start, count] with groups [start, stop) fitting (start if none):
-    binary search, a segment shorter than one that fits fitting too."""
-    if fits(Segment(start, count)):
+def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess: int = 1) -> int | None:
+    """The rule: greedily in program order, the segment from group `start` takes the most groups
+    that compile on the device, then ends at the cut among the last 1/CUT_WINDOW of them with the
+    fewest bytes crossing (the latest on a tie); the last segment takes all that is left when it
+    fits. None when group `start` alone does not fit. (`guess`: where to start looking.)"""
+    count = len(flow.groups)
+    most = _most_that_fit(start, count, fits, guess)
+    if most == start:
+        return None
+    if most == count:
         return count
-    lo, hi = start, count   # [start, lo) fits (or lo == start), [start, hi) does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(Segment(start, mid)):
-            lo = mid
+    window = range(most - (most - start) // CUT_WINDOW, most + 1)
+    return min(window, key=lambda c: (flow.crossing_bytes(c), -c))
+
+
+def _most_that_fit(start: int, count: int, fits: Callable[[int], bool], guess: int) -> int:
+    """The largest stop in (start, count] with groups [start, stop) fitting (start if none): from
+    `guess` groups (the previous segment's), doubling while it fits, then halving the gap, a
+    segment shorter than one that fits fitting too. A probe that does not fit fails early in
+    the passes; one that fits is kept for when the rule ends the segment there."""
+    good, bad, stop = start, count + 1, min(count, start + guess)
+    while good < stop:
+        if not fits(stop):
+            bad = stop
+            break
+        good, stop = stop, min(count, start + 2 * (stop - start))
+    while bad - good > 1 and good < count:
+        mid = (good + bad) // 2
+        if fits(mid):
+            good = mid
         else:
-            hi = mid
-    return lo
+            bad = mid
+    return good
 
 
 def _unfit(flow: Flow, start: int, alone: Exception, device, refused: Exception) -> Exception:
@@ -126,6 +157,7 @@ class Flow:
 
     def __init__(self, program: Program, groups: tuple[Group, ...]):
         self.program, self.groups = program, groups
+        self.host = host_placements(program)
         self.made = {c: i for i, g in enumerate(groups) for c in g.calls}
         self.last_read: dict[Node, int] = {}
         for i, g in enumerate(groups):
@@ -146,13 +178,9 @@ class Flow:
     def cut_name(self, node: Node) -> str:
         return f"cut.{call_label(self.program, node)}"
 
-    def read_later(self) -> list[Node]:
-        """Results read by a later group than their own: the values a cut may cross."""
-        return [n for n, i in self.made.items() if self.last_read.get(n, -1) > i]
-
     def placements(self, crossing: list[Node]) -> tuple[Placement, ...]:
         """The design's host placements, then a CUT placement per value in `crossing`."""
-        host = host_placements(self.program)
+        host = self.host
         used = max((p.offset + p.nwords for p in host if p.buffer == HostRole.OUTPUTS.value), default=0)
         cuts = []
         for node in crossing:

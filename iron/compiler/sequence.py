@@ -5,6 +5,7 @@ Wait covering the op that held them, and ends with a Wait on every S2MM FIFO (do
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cache
 
 from iron.compiler.objects import Context, Part, host_access
 from iron.compiler.place import Site
@@ -146,7 +147,7 @@ def dma_patterns(offset: int, dims, device) -> list[tuple[int, tuple, tuple]]:
 
 def _long_run(offset: int, n: int, device) -> list:
     wrap = device.shim.max_bd_wrap
-    inner = max(d for d in range(1, wrap + 1) if n % d == 0)
+    inner = _largest_divisor(n, wrap)
     if n // inner <= wrap and inner * 4 >= wrap:
         return dma_patterns(offset, [(n // inner, inner), (inner, 1)], device)
     piece = wrap * wrap
@@ -156,3 +157,8 @@ def _long_run(offset: int, n: int, device) -> list:
     rows, rest = divmod(n, wrap)
     head = dma_patterns(offset, [(rows, wrap), (wrap, 1)], device)
     return head + (dma_patterns(offset + rows * wrap, [(rest, 1)], device) if rest else [])
+
+
+@cache   # the same few lengths recur in every group of a large design
+def _largest_divisor(n: int, limit: int) -> int:
+    return max(d for d in range(1, limit + 1) if n % d == 0)

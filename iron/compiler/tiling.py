@@ -1,12 +1,14 @@
-"""Tiling rules: how one large matrix call spreads over many compute tiles. `tile_matmul_over_array`
+"""Tiling rules: how a large kernel call spreads over many compute tiles. `tile_matmul_over_array`
 cuts a MatMul (M, K) x (K, N) into output blocks of m x n over a grid of cores (rows of the
 array x columns), each core summing its blocks over K in k-blocks, as whole-array GEMMs on these
 devices do: A's row-blocks are shared along a row of cores, B's column-blocks along a column,
 both streamed from the host through mem tiles, and each column's C blocks joined on its mem
 tile. A MatVec (M, K) x (K,) is the same grid with n = 1: every core owns its own m rows of the
 matrix (each column's mem tile splits one stream of rows between its cores), the vector's
-k-blocks go to every core, and each column's results are joined on its mem tile
-(docs/platform.md sections 2 and 4 for the channels and memories this counts)."""
+k-blocks go to every core, and each column's results are joined on its mem tile.
+`stream_elementwise` runs elementwise calls over tensors larger than a tile in blocks, spread
+over whole columns of cores the same way (docs/platform.md sections 2 and 4 for the channels
+and memories this counts)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,7 +17,7 @@ import numpy as np
 
 from iron import dtypes
 from iron.compiler.plan import Tile, TileKind
-from iron.ir import Node, Op, is_host_tensor, nbytes
+from iron.ir import Node, Op, external_inputs, is_host_tensor, nbytes, tensor_inputs
 from iron.kernels.base import Role
 
 MAX_BLOCK = 256          # a block side, in elements: within a BD dimension's 1023 words either way
@@ -166,3 +168,86 @@ def _best_blocks(call, per_row, big_k, per_col, k_words, n_words, acc, room, one
     if not fits:
         return None
     return min(fits, key=lambda b: ((per_row // b[0]) * (per_col // b[2]) * (big_k // b[1]), -b[0] * b[2]))
+
+
+# ---- elementwise calls streamed in blocks ---------------------------------------------------------
+
+FLOW_BLOCK = 4096   # the most elements of one block
+MAX_FLOW_INPUTS = 2  # a compute tile's input DMA channels: one FIFO per input
+
+
+@dataclass(frozen=True)
+class Flow:
+    """Elementwise calls streamed in blocks of `block` elements over `rows` x `cols` cores:
+    core (r, c) runs the calls on blocks (t * len(cols) + c) * len(rows) + r for t < `rounds`;
+    each column's mem tile `mems[c]` splits each input's stream between its cores and joins
+    their results."""
+
+    calls: tuple[Node, ...]
+    inputs: tuple[Node, ...]
+    rows: tuple[int, ...]
+    cols: tuple[int, ...]
+    block: int
+    mems: tuple[Tile, ...] = ()
+
+    def tile(self, r: int, c: int) -> Tile:
+        return Tile(self.cols[c], self.rows[r], TileKind.COMPUTE)
+
+    @property
+    def tiles(self) -> tuple[Tile, ...]:
+        return tuple(self.tile(r, c) for c in range(len(self.cols)) for r in range(len(self.rows)))
+
+    @property
+    def rounds(self) -> int:
+        return self.calls[-1].size // (self.block * len(self.tiles))
+
+    def text(self) -> str:
+        names = ", ".join(c.arg.kernel.__name__ for c in self.calls)
+        return (f"{names} over {self.calls[-1].size} elements streamed in blocks of {self.block} over "
+                f"{len(self.tiles)} tiles ({len(self.rows)} rows x {len(self.cols)} columns of cores), "
+                f"{self.rounds} blocks per core")
+
+
+def streamable(calls) -> bool:
+    """Elementwise calls (by Role) over tensors of one element count, writing no state and
+    taking no per-call attribute, reading at most MAX_FLOW_INPUTS whole host tensors."""
+    size = calls[-1].size
+    if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
+        return False
+    outside = external_inputs(calls)
+    if len(outside) > MAX_FLOW_INPUTS or any(not is_host_tensor(n) or n.op == Op.VIEW for n in outside):
+        return False
+    return all(n.size == size for c in calls for n in (c, *tensor_inputs(c)))
+
+
+def flow_bytes(calls, block: int) -> int:
+    """A core's tile memory for blocks of `block` elements: two objects of each input and of the
+    result, and one block of every other call's result."""
+    inputs = external_inputs(calls)
+    held = 2 * block * (sum(n.dtype.itemsize for n in inputs) + calls[-1].dtype.itemsize)
+    return held + block * sum(c.dtype.itemsize for c in calls[:-1])
+
+
+def choose_flow(calls, full_columns: list[int], spare: int, device) -> Flow | None:
+    """`stream_elementwise`: on the most free whole columns (within `spare` tiles) and the most
+    of their rows whose mem tile can split every input and join the results (an input DMA
+    channel per input and core, an output one per input and core plus the result's), blocks of
+    the most elements (at most FLOW_BLOCK) that divide each core's share, hold whole 32-bit
+    words and fit a core's memory (flow_bytes). None when no block does."""
+    size, inputs = calls[-1].size, external_inputs(calls)
+    mem = device.mem
+    words = max(4 // min(4, n.dtype.itemsize) for n in (*calls, *inputs))
+    room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
+    most_rows = min(len(device.compute_rows), (mem.dma_out_channels - 1) // len(inputs),
+                    mem.dma_in_channels - len(inputs))
+    for ncols in range(min(len(full_columns), spare), 0, -1):
+        for rows in range(min(most_rows, spare // ncols), 0, -1):
+            share = size // (rows * ncols)
+            if size % (rows * ncols):
+                continue
+            blocks = [b for b in range(min(share, FLOW_BLOCK), 0, -1)
+                      if share % b == 0 and b % words == 0 and flow_bytes(calls, b) <= room]
+            if blocks:
+                return Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]),
+                            tuple(full_columns[:ncols]), blocks[0])
+    return None

@@ -45,10 +45,12 @@ class WordTable:
 
     def bounded(self, node: Node, lo: int, hi: int, what: str, kind: WordKind, tensor: str = "") -> int:
         """The word holding `node`, which must lie in [lo, hi) (`what`: the user's text, `tensor`:
-        the tensor it indexes, '' for an attribute)."""
+        the tensor it indexes, '' for an attribute). A carried value is bounded through a copy:
+        the Emit clamps bounded words in place, and a carried value must reach the next call as
+        it is."""
         index = self.word(node, kind)
         held = self.words[index]
-        if held.bound is None:
+        if held.bound is None and held.kind is not WordKind.CARRIED:
             self.words[index] = replace(held, bound=(lo, hi), what=what, tensor=tensor)
             return index
         if held.bound == (lo, hi):

@@ -3,17 +3,22 @@ once with the host's values; each `steps(n)` runs `body` n more times, each run 
 scratchpad the previous run's Emit wrote, with `depth` runs held in a ring so the host only
 restarts runs and counts completions. Whatever stops the host's side early (leaving the
 iterator, reading `carry`, a host call, read or write of the graph's states) first waits out the
-runs in flight, so what the loop reports is exactly what ran.
+runs in flight, so what the loop reports is exactly what ran. After each run the host reads the
+flag its Emit wrote beside the next run's words (docs/architecture.md, "Device-side bounds"): a
+next index out of range, clamped on the device, stops the loop with IndexOutOfRange, as a failed
+run stops it with its error; the runs in flight are drained and not counted, so `transitions` and
+`carry` describe the runs before the failure.
 """
 from __future__ import annotations
 
 from collections import deque
 
 from iron.compiler.plan import WordKind
-from iron.errors import LoopError
+from iron.errors import IndexOutOfRange, LoopError, PlanError
 from iron.frontend.handles import Carry
 from iron.ir import describe
 from iron.runtime.compiled import CompiledGraph
+from iron.runtime.words import WordProgram
 
 
 class CarriedLoop:
@@ -32,6 +37,10 @@ class CarriedLoop:
         self._launched = self._completed = 0   # transitions since start: first is transition 0
         self._done: deque = deque()            # body steps completed and not yet yielded
         self._epoch = 0                        # which start/steps the live iterator belongs to
+        self._end = 0                          # transitions the current start or steps asks for
+        self._stopped: str | None = None       # why the loop stopped (a failed or flagged run)
+        self._words = WordProgram(body.plan.words)
+        self._flag = len(body.plan.words)      # where the Emit feeding body counts indices out of range
 
     @property
     def transitions(self) -> int:
@@ -64,6 +73,7 @@ class CarriedLoop:
             self._ring = self.body.session.make_ring(self.depth)
             self._head = self._ring[0] if self.first is self.body else first.feeding_run(self.body.session, self._ring[1 % self.depth])
         self._launched = self._completed = 0
+        self._end, self._stopped = 1, None
         self._launch(first, self._head, words)
         return self
 
@@ -73,10 +83,15 @@ class CarriedLoop:
         check_steps("steps", n)
         if self._ring is None:
             raise LoopError("CarriedLoop.steps(n) continues a started loop: call loop.start(...) (or loop.run(...)) first.")
+        if self._stopped is not None:
+            raise LoopError(f"CarriedLoop.steps(n) cannot continue a loop that stopped ({self._stopped}): "
+                            "call loop.start(...) again.")
         self._leave()
         return self._iterate(self._launched + n, self._epoch)
 
     def _iterate(self, end: int, epoch: int):
+        self._end = end
+        self._check_flag(self._launched - 1)   # the last run's Emit wrote the words the next starts from
         try:
             while self._epoch == epoch:
                 if self._done:   # while the host handles it, depth - 1 runs are in flight (depth 1: lockstep)
@@ -113,10 +128,50 @@ class CarriedLoop:
         t, session, run = self._in_flight.popleft()
         if not self._in_flight:
             self._register(False)
-        session.wait(run)
+        try:
+            session.wait(run)
+        except Exception as error:
+            self._stop(f"step {t - 1} failed: {type(error).__name__}" if t else f"first failed: {type(error).__name__}")
+            raise
         self._completed += 1
         if t:
             self._done.append(t - 1)
+        self._check_flag(t)
+
+    def _check_flag(self, t: int):
+        """Raise IndexOutOfRange if run t's Emit flagged an index of body step t (the next run),
+        once that step is asked for."""
+        if t + 1 >= self._end:
+            return
+        words = self.body.session.words_of(self._ring[(t + 1) % self.depth]).view("int32")
+        if not words[self._flag]:
+            return
+        carried = {w.name: int(words[w.index]) for w in self.body.plan.words if w.kind is WordKind.CARRIED}
+        wrong = self._words.violation(carried)
+        drained = len(self._in_flight)
+        self._stop(f"step {t} indexed out of range")
+        if wrong is None:
+            values = ", ".join(f"{name} = {value}" for name, value in carried.items())
+            raise PlanError(
+                f"CarriedLoop step {t}: the device's Emit flagged an index of {self.body.plan.name} out of range, "
+                f"but with {values} the host finds every index in range: the Emit and the Plan's words "
+                "disagree, so the loop stopped. Report it with the Plan (IRON_DEBUG=1 prints it)."
+            )
+        raise IndexOutOfRange.in_loop(t, drained, *wrong)
+
+    def _stop(self, why: str):
+        """Stop the loop: the runs in flight complete (they cannot be called back) but are not
+        counted, and steps() refuses until the next start."""
+        self._stopped = why
+        while self._in_flight:
+            _, session, run = self._in_flight.popleft()
+            try:
+                session.wait(run)
+            except Exception:   # the first failure is the one the loop raises
+                pass
+        self._register(False)
+        self._epoch += 1
+        self._done.clear()
 
     def _register(self, in_flight: bool):
         """Be (or stop being) one of the loops the graph's host calls wait out."""

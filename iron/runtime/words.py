@@ -39,15 +39,29 @@ class WordProgram:
         return step
 
     def __call__(self, values: dict[str, int]) -> np.ndarray:
+        words = self._computed(values)
+        wrong = self._violation(words)
+        if wrong is not None:
+            raise IndexOutOfRange.at(*wrong)
+        return np.array(words, dtype=np.int64).astype(np.int32)
+
+    def violation(self, values: dict[str, int]) -> tuple | None:
+        """The first bounded word out of its range as (what, name, value, lo, hi, tensor), or None."""
+        return self._violation(self._computed(values))
+
+    def _computed(self, values: dict[str, int]) -> list[int]:
         words = [0] * self.count
         for index, name in self.values:
             words[index] = values[name]
         for step in self.steps:
             step(words)
+        return words
+
+    def _violation(self, words: list[int]) -> tuple | None:
         for index, (lo, hi), what, name, tensor in self.checks:
             if not lo <= words[index] < hi:
-                raise IndexOutOfRange.at(what, name, words[index], lo, hi, tensor)
-        return np.array(words, dtype=np.int64).astype(np.int32)
+                return what, name, words[index], lo, hi, tensor
+        return None
 
 
 def _operand(operand) -> int:

@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     body = trail.compile()
     first = trail.compile(jump=((NODES,), np.int32), feeds=body)
     for name, version in (("first", first), ("body", body)):
-        print(f"{name}'s words: {', '.join(w.name for w in version.parameters)}")
+        print(f"{name}'s words: {', '.join(f'{w.name} ({w.kind})' for w in version.parameters)}")
     ok = report(f"host-driven ({args.device})", host_driven(trail, first, body, jump, args.skip, args.steps), expected)
     if body.plan.full_elf:
         ok &= report(f"device loop ({args.device})",

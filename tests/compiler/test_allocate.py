@@ -9,7 +9,17 @@ from aie_utils import from_name
 from iron import Carried
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.compile import compile_program
-from iron.compiler.plan import HostBuffer, HostRole, Placement, PlacementKind
+from iron.compiler.plan import (
+    Emit,
+    HostBuffer,
+    HostRole,
+    Placement,
+    PlacementKind,
+    Tile,
+    TileKind,
+    WordDef,
+    WordKind,
+)
 from iron.errors import DoesNotFit
 from iron.kernels import Add, Argmax, Copy
 
@@ -49,7 +59,9 @@ def test_every_host_buffer_has_a_word_and_feedback_comes_only_with_an_emit():
     assert buffers == (HostBuffer("consts", HostRole.CONSTS, 4), HostBuffer("states", HostRole.STATES, 4),
                        HostBuffer("inputs", HostRole.INPUTS, 2), HostBuffer("outputs", HostRole.OUTPUTS, 3),
                        HostBuffer("words", HostRole.WORDS, 1))
-    assert host_buffers(host_placements(program), 1, 1)[-1] == HostBuffer("feedback", HostRole.FEEDBACK, 1)
+    emit = Emit(Tile(0, 3, TileKind.COMPUTE), (), (WordDef(0, "n", WordKind.CARRIED),), "feedback")
+    assert host_buffers(host_placements(program), 1, emit)[-2:] == (   # the word, the flag and scratch words
+        HostBuffer("words", HostRole.WORDS, 3), HostBuffer("feedback", HostRole.FEEDBACK, 3))
 
 
 class Whole(iron.Graph):
@@ -68,8 +80,8 @@ def test_a_tight_tile_gets_depth_one_fifos():
 def test_a_state_too_large_for_a_tile_does_not_fit():
     with pytest.raises(DoesNotFit) as err:
         compile_program(Whole(16384).trace(), from_name("npu2"))
-    assert str(err.value) == (
-        "Whole does not fit tile_0_2: its buffers take 66564 bytes but a compute tile has 65536: "
-        "g0_in@tile_0_2 65536 bytes (big), stack@tile_0_2 1024 bytes, g0_host@tile_0_2 4 bytes "
-        "(out0). Use smaller states, split the work over more kernel calls, or compile for a device "
-        "with more tiles.")
+    assert str(err.value) == (   # refused by placement, before any buffer is counted
+        "Whole: Argmax#0 reduces a row of 16384 int32 elements, whose inputs and result take 65540 bytes, "
+        "but a compute tile has 64512 (65536 less the core's 1024-byte stack), and a row reduction reads its "
+        "whole row at once, so it is not cut into blocks: make the row at most 16127 elements, or reduce it "
+        "in pieces.")

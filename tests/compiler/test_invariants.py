@@ -147,11 +147,19 @@ def test_an_emit_on_a_device_without_full_elf_is_refused():
                  "have an Emit and a feedback buffer.")
 
 
+def test_a_bounded_carried_word_is_refused():
+    plan = plan_of("walk", "npu2")
+    words = (dataclasses.replace(plan.words[0], bound=(0, 8), what="successor[node]"), *plan.words[1:])
+    broken(dataclasses.replace(plan, words=words),
+           "plan Walk on npu2: word 0 ('node') is a carried value with a bound: the Emit clamps bounded words in "
+           "place, which would change the value the next call carries; bound a copy of it." + FIX)
+
+
 def test_a_word_computed_from_a_later_word_is_refused():
     plan = plan_of("walk", "npu1")
-    words = (*plan.words[:2], dataclasses.replace(plan.words[2], a=WordRef(2)))
+    words = (*plan.words[:4], dataclasses.replace(plan.words[4], a=WordRef(4)))
     broken(dataclasses.replace(plan, words=words),
-           "plan Walk on npu1: word 2 ('steps + 1') computes add(w2, 1) bound None: "
+           "plan Walk on npu1: word 4 ('steps + 1') computes add(w4, 1) bound None: "
            "derived words apply an op to earlier words or constants." + FIX)
 
 

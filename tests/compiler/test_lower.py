@@ -12,6 +12,7 @@ from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler.compile import compile_program
 from iron.compiler.plan import (
+    FLAG_WORDS,
     Direction,
     Dma,
     Element,
@@ -58,18 +59,19 @@ def test_walk_on_npu2_beyond_its_golden():
     assert (plan.image, plan.full_elf) == ("elf", True)
     assert [(b.name, b.role, b.nwords) for b in plan.host_buffers] == [
         ("consts", HostRole.CONSTS, 8), ("states", HostRole.STATES, 9), ("inputs", HostRole.INPUTS, 1),
-        ("outputs", HostRole.OUTPUTS, 1), ("words", HostRole.WORDS, 3), ("feedback", HostRole.FEEDBACK, 3)]
+        ("outputs", HostRole.OUTPUTS, 1), ("words", HostRole.WORDS, 7), ("feedback", HostRole.FEEDBACK, 7)]
     assert [(p.name, p.buffer, p.offset) for p in plan.placements] == [
         ("successor", "consts", 0), ("trail", "states", 0), ("carry.node", "outputs", 0)]
     assert [(f.name, f.role) for f in plan.fifos] == [
         ("g0_in", FifoRole.INPUT), ("g0_host", FifoRole.HOST), ("g0_out", FifoRole.OUTPUT),
         ("emit_in", FifoRole.EMIT_IN), ("feedback", FifoRole.FEEDBACK)]
-    assert plan.emit == Emit(T03, (("node", Element("g0_out", 0)), ("steps", WordRef(2))), plan.words, "feedback")
-    assert plan.carry == (("node", Output("carry.node")), ("steps", WordRef(2)))
+    assert plan.emit == Emit(T03, (("node", Element("g0_out", 0)), ("steps", WordRef(4))), plan.words, "feedback")
+    assert (plan.emit.flag, plan.emit.scratch, plan.emit.nwords) == (5, 6, 7)
+    assert plan.carry == (("node", Output("carry.node")), ("steps", WordRef(4)))
 
 
 def without_emit(plan):
-    """`plan` without its Emit: the Emit's tile, FIFOs, function, feedback buffer and DMAs, and
+    """`plan` without its Emit: the Emit's tile, FIFOs, function, feedback buffer, flag words and DMAs, and
     the copy of the carried element into g0_out."""
     emit_fifos = {"g0_out", "emit_in", "feedback"}
     g0 = plan.function("g0")
@@ -84,7 +86,8 @@ def without_emit(plan):
     return dataclasses.replace(
         plan, device=None, full_elf=None, image=None, emit=None, rules=(), holds={}, closed_by={},
         tiles=tuple(t for t in plan.tiles if t != T03),
-        host_buffers=tuple(b for b in plan.host_buffers if b.role is not HostRole.FEEDBACK),
+        host_buffers=tuple(dataclasses.replace(b, nwords=b.nwords - FLAG_WORDS) if b.role is HostRole.WORDS else b
+                           for b in plan.host_buffers if b.role is not HostRole.FEEDBACK),
         fifos=tuple(f for f in plan.fifos if f.name not in emit_fifos),
         functions=(g0,),
         cores=(core,), sequence=kept(plan.sequence))
@@ -173,11 +176,26 @@ def test_the_emit_of_a_first_version_writes_the_words_of_the_body_it_feeds():
     body = compile_program(graph.trace(), NPU2)
     first = compile_program(graph.trace(x=((), np.int32)), NPU2, feeds=body)
     assert [w.bound for w in first.words] == [None, (0, 8)]
-    assert [w.bound for w in body.words] == [(0, 8), (0, 8)]
+    assert [w.bound for w in body.words] == [None, (0, 8), (0, 8)]
     assert first.emit.target_words == body.words
     assert first.function("emit").steps == (
+        ScalarStep(Ptr("feedback", 12), "copy", Imm(0)),
         ScalarStep(Ptr("feedback"), "copy", Load("emit_in", 4)),
-        ScalarStep(Ptr("feedback", 4), "add", Load("feedback"), Imm(1)))
+        ScalarStep(Ptr("feedback", 4), "copy", Load("feedback")),
+        *clamped(Ptr("feedback", 4)),
+        ScalarStep(Ptr("feedback", 8), "add", Load("feedback"), Imm(1)),
+        *clamped(Ptr("feedback", 8)))
+
+
+def clamped(word):
+    """The Emit's steps clamping `word` into 0..7 and counting a violation in the flag word."""
+    def at(ptr):
+        return Load(ptr.source, ptr.offset)
+    flag, s = Ptr("feedback", 12), Ptr("feedback", 16)
+    return (ScalarStep(s, "max", at(word), Imm(-1)), ScalarStep(s, "min", at(s), Imm(8)),
+            ScalarStep(word, "max", at(s), Imm(0)), ScalarStep(word, "min", at(word), Imm(7)),
+            ScalarStep(s, "sub", at(s), at(word)), ScalarStep(s, "mul", at(s), at(s)),
+            ScalarStep(flag, "add", at(flag), at(s)))
 
 
 def test_feeds_with_other_carried_values_or_device_are_refused():

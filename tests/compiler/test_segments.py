@@ -17,7 +17,7 @@ from iron.compiler.compile import compile_program
 from iron.compiler.mlir import ALLOWED_OPS, segment_modules
 from iron.compiler.plan import Cut, PlacementKind
 from iron.errors import DoesNotFit
-from iron.kernels import Add, Copy, Exp, MatVec
+from iron.kernels import Add, Copy, Exp, MatVec, Softmax
 from iron.runtime.emulator import Configurations, Emulator
 from tests.compiler.test_mlir import op_names
 from tests.fake_toolchain import FLAGS_GET, install_fakes, make_hermetic, recorded_argv
@@ -236,21 +236,21 @@ def test_npu1_segments_run_in_order_through_xrt_within_one_call(tmp_path, monkey
 
 
 class Swollen(iron.Graph):
-    """A small Exp, then an Add of two 32 KiB vectors: the Add alone is more than a tile holds."""
+    """A small Exp, then a Softmax of a 64 KiB row: the Softmax alone is more than a tile holds
+    (an Add that large would stream in blocks: tests/compiler/test_tiling.py)."""
 
-    def body(self, x, y, z):
-        return Exp.step(x), Add.step(y, z)
+    def body(self, x, y):
+        return Exp.step(x), Softmax.step(y)
 
 
 def test_a_group_too_large_even_alone_does_not_fit_and_nothing_is_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
-    big = ((8192,), F32)
     with pytest.raises(DoesNotFit) as err:
-        Swollen().compile(x=((8,), F32), y=big, z=big)
+        Swollen().compile(x=((8,), F32), y=((16384,), F32))
     assert str(err.value) == (
-        "Swollen does not fit npu2 even cut into segments: Add#1 (group g1) alone is too large for one "
-        "configuration. Swollen does not fit tile_0_2: its buffers take 99328 bytes but a compute tile has "
-        "65536: g1_in@tile_0_2 65536 bytes (y, z), g1_host@tile_0_2 32768 bytes (out0), stack@tile_0_2 "
-        "1024 bytes. Use smaller states, split the work over more kernel calls, or compile for a device "
-        "with more tiles.")
+        "Swollen does not fit npu2 even cut into segments: Softmax#1 (group g1) alone is too large for one "
+        "configuration. Swollen: Softmax#1 reduces a row of 16384 float32 elements, whose inputs and result "
+        "take 131072 bytes, but a compute tile has 64512 (65536 less the core's 1024-byte stack), and a row "
+        "reduction reads its whole row at once, so it is not cut into blocks: make the row at most 8064 "
+        "elements, or reduce it in pieces.")
     assert not (tmp_path / "cache").exists()

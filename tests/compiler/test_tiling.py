@@ -1,7 +1,9 @@
 """Tiling rules, shown by what describe() says each chose and by the emulator agreeing with
 reference(): `tile_matmul_over_array` (a large MatMul or MatVec over a grid of cores, its
 operands streamed in k-blocks through mem tiles, its result joined per column) and
-`split_matrix_over_tiles` keeping the MatVecs one mem tile's split handles.
+`split_matrix_over_tiles` keeping the MatVecs one mem tile's split handles; `stream_elementwise`
+(elementwise calls over tensors larger than a tile, in blocks over many tiles); a row reduction
+too wide for a tile refused with the numbers.
 
 Integers are exact; float32 within rtol 1e-4 / atol 1e-4 (k-blocks are summed in another order
 than numpy's), bfloat16 within two bf16 ulps."""
@@ -12,7 +14,8 @@ import iron
 from aie_utils import from_name
 from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import TileKind
-from iron.kernels import MatMul, MatVec
+from iron.errors import DoesNotFit
+from iron.kernels import Add, MatMul, MatVec, RMSNorm, Scale, SiLU
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}
 BF16 = {"rtol": 2e-2, "atol": 2e-2}
@@ -162,3 +165,81 @@ def test_a_matvec_a_mem_tile_split_handles_keeps_that_rule():
     assert rule(body.plan, "tile_matmul_over_array") == []
     assert rule(body.plan, "split_matrix_over_tiles") == [
         "g0: w (256, 512) float32 (524288 bytes) split by rows over 4 tiles"]
+
+
+# ---- stream_elementwise and rows too wide ----------------------------------------------------------
+
+class Sum(iron.Graph):
+    def body(self, x, y):
+        return Add.step(x, y)
+
+
+class Swish(iron.Graph):
+    def body(self, x):
+        return SiLU.step(x)
+
+
+class Gate(iron.Graph):
+    """0.5 * SiLU(x + w) for a weight w: three elementwise calls streamed as one group."""
+
+    def __init__(self, n):
+        self.w = iron.weight(np.linspace(-1, 1, n, dtype=np.float32))
+
+    def body(self, x):
+        return Scale.step(SiLU.step(Add.step(x, self.w)), factor=0.5)
+
+
+def test_add_over_a_million_float32_streams_over_16_tiles():
+    rng = np.random.default_rng(2)
+    x, y = (rng.standard_normal(1 << 20).astype(np.float32) for _ in range(2))
+    graph = Sum()
+    body = graph.compile(x=x, y=y, device=from_name("npu2"))
+    assert rule(body.plan, "stream_elementwise") == [
+        "g0: Add over 1048576 elements streamed in blocks of 2048 over 16 tiles (2 rows x 8 columns of cores), "
+        "32 blocks per core"]
+    np.testing.assert_array_equal(body(x=x, y=y), graph.reference(x=x, y=y))
+
+
+def test_elementwise_calls_stream_together_two_inputs_on_two_rows():
+    graph, x = Gate(1 << 18), np.linspace(-4, 4, 1 << 18, dtype=np.float32)
+    body = graph.compile(x=x, device=from_name("npu2"))
+    assert body.plan.groups == (("g0", ("Add#0", "SiLU#1", "Scale#2")),)
+    assert rule(body.plan, "stream_elementwise") == [
+        "g0: Add, SiLU, Scale over 262144 elements streamed in blocks of 1024 over 16 tiles (2 rows x 8 columns "
+        "of cores), 16 blocks per core"]   # a mem tile splits 2 inputs to 2 cores: 5 of its 6 outputs
+    np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
+
+
+def test_one_input_streams_over_every_tile():
+    x = np.linspace(-4, 4, 1 << 18, dtype=np.float32)
+    body = Swish().compile(x=x, device=from_name("npu2"))
+    assert rule(body.plan, "stream_elementwise") == [
+        "g0: SiLU over 262144 elements streamed in blocks of 2048 over 32 tiles (4 rows x 8 columns of cores), "
+        "4 blocks per core"]
+    np.testing.assert_allclose(body(x=x), Swish().reference(x=x), **F32)
+
+
+def test_a_small_elementwise_call_is_not_streamed():
+    body = Sum().compile(x=((1024,), np.float32), y=((1024,), np.float32), device=from_name("npu2"))
+    assert rule(body.plan, "stream_elementwise") == []
+
+
+class Norm(iron.Graph):
+    def __init__(self, n):
+        self.g = iron.weight(np.ones(n, np.float32))
+
+    def body(self, x):
+        return RMSNorm.step(x, self.g)
+
+
+def test_a_row_too_wide_for_a_tile_does_not_fit_and_says_what_to_change(tmp_path, monkeypatch):
+    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(DoesNotFit) as err:
+        Norm(1 << 16).compile(x=((1 << 16,), np.float32), device=from_name("npu2"))
+    assert str(err.value) == (
+        "Norm: RMSNorm#0 reduces a row of 65536 float32 elements, whose inputs and result take 786432 bytes, "
+        "but a compute tile has 64512 (65536 less the core's 1024-byte stack), and a row reduction reads its "
+        "whole row at once, so it is not cut into blocks: make the row at most 5376 elements, or reduce it in "
+        "pieces.")
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+    Norm(5376).compile(x=((5376,), np.float32), device=from_name("npu2"))   # the width it names fits

@@ -28,13 +28,16 @@ def patches(plan) -> list[tuple[str, int | None]]:
 def test_walk_words_are_node_steps_and_the_next_steps():
     plan = compile_program(designs.trace(designs.walk(8)), NPU2)
     assert plan.words == (
-        WordDef(0, "node", WordKind.CARRIED, bound=(0, 8), what="successor[node]", tensor="successor"),
-        WordDef(1, "steps", WordKind.CARRIED, bound=(0, 9), what="trail[steps]", tensor="trail"),
-        WordDef(2, "steps + 1", WordKind.NEXT, "add", WordRef(1), Const(1)),
+        WordDef(0, "node", WordKind.CARRIED),
+        WordDef(1, "steps", WordKind.CARRIED),
+        WordDef(2, "node", WordKind.DMA, "copy", WordRef(0), bound=(0, 8), what="successor[node]", tensor="successor"),
+        WordDef(3, "steps", WordKind.DMA, "copy", WordRef(1), bound=(0, 9), what="trail[steps]", tensor="trail"),
+        WordDef(4, "steps + 1", WordKind.NEXT, "add", WordRef(1), Const(1)),
     )
-    # int32 rows of one word: the DMA offset words fold into the index words themselves
-    assert patches(plan) == [("consts", 0), ("outputs", None), ("states", 1), ("words", None), ("feedback", None)]
-    assert plan.carry == (("node", Output("carry.node")), ("steps", WordRef(2)))
+    # int32 rows of one word: the DMA offset words are the bounded copies of the carried indices
+    # (a carried value is never bounded itself: the Emit clamps bounded words in place)
+    assert patches(plan) == [("consts", 2), ("outputs", None), ("states", 3), ("words", None), ("feedback", None)]
+    assert plan.carry == (("node", Output("carry.node")), ("steps", WordRef(4)))
 
 
 def test_a_row_index_is_scaled_into_a_dma_word():

@@ -80,8 +80,8 @@ EXPECTED = {
         f"device loop (npu2, 8 + 1 transitions): trail {WALK_TRAIL} -> matches the numpy walk (exact)",
     ],
     "section-5/feeds.py": [
-        "first's words: node, steps, skip, steps + 1",
-        "body's words: node, steps, steps + 1",
+        "first's words: node (carried), steps (carried), skip (scratchpad), steps (dma), steps + 1 (next)",
+        "body's words: node (carried), steps (carried), node (dma), steps (dma), steps + 1 (next)",
         f"host-driven (npu2): trail {TRAIL} -> matches numpy (exact)",
         "device loop (depth 2): yielded [0, 1, 2, 3, 4, 5], last carry {'node': 6, 'steps': 7}",
         f"device loop (npu2): trail {TRAIL} -> matches numpy (exact)",
@@ -133,6 +133,22 @@ EXPECTED = {
         f"device loop (npu2, depth 2): {TOKENS} -> matches numpy (token for token)",
         re.compile(r"tokens per second on the emulator: host-driven \d+, device loop \d+ \(\d+\.\d\dx\)"),
     ],
+    "section-9/bigger.py": [
+        "tile_matmul_over_array: g0: MatMul (256, 256) x (256, 256) float32 -> float32 over 32 tiles (4 rows x 8 "
+        "columns of cores): blocks m=64 k=32 n=32 (each divides its side: no padding), 1 output blocks per core, "
+        "8 k-blocks each (8 kernel calls per core), summed in float32",
+        "Product 256^3 float32 (npu2): matches numpy",
+        "Tower (40 layers) on npu2: 2 segments on 32 + 8 compute tiles",
+        "  segment 0  g0..g31   32 compute tiles  tile_0_2..tile_7_5  then 256 bytes cross",
+        "  segment 1  g32..g39  8 compute tiles   tile_0_2..tile_1_5  last",
+        "  before g32: 256 bytes (Add#95)",
+        "Tower (npu2): matches numpy (rtol 0.0001, atol 0.0001)",
+        "Swollen: DoesNotFit: Swollen does not fit npu2 even cut into segments: Softmax#1 (group g1) alone is too "
+        "large for one configuration. Swollen: Softmax#1 reduces a row of 16384 float32 elements, whose inputs and "
+        "result take 131072 bytes, but a compute tile has 64512 (65536 less the core's 1024-byte stack), and a row "
+        "reduction reads its whole row at once, so it is not cut into blocks: make the row at most 8064 elements, "
+        "or reduce it in pieces.",
+    ],
 }
 
 
@@ -175,7 +191,7 @@ def test_every_section_has_a_readme_and_a_makefile_running_its_designs():
     assert "PYTHON ?= $(if $(wildcard ../../.venv/bin/python),../../.venv/bin/python,python3)" in shared
     assert "DEVICE ?= npu2" in shared
     assert "--device $(DEVICE)" in shared and "override DEVICE := npu2" in shared
-    for number in range(1, 9):
+    for number in range(1, 10):
         section = GUIDE / f"section-{number}"
         makefile = (section / "Makefile").read_text()
         designs = sorted(p.name for p in section.glob("*.py"))

@@ -7,7 +7,7 @@ import pytest
 
 import iron
 from iron.errors import ArgumentError, DeclarationError, DoesNotFit
-from iron.kernels import Add, Copy
+from iron.kernels import Add, Argmax, Copy
 
 HOST = ("a graph's states may take on the host (iron holds them twice: the reference's copy and the device's "
         "buffer). Use smaller states, or raise IRON_STATE_MAX_BYTES.")
@@ -148,7 +148,15 @@ def test_a_tensor_spec_past_2_31_elements_is_refused_not_lowered(trail, unchange
     )
 
 
+class Widest(iron.Graph):
+    def body(self, x):
+        return Argmax.step(x)
+
+
 def test_a_tensor_too_large_for_tile_memory_does_not_fit_with_the_numbers(trail, unchanged):
+    # an elementwise call streams in blocks (tests/compiler/test_tiling.py); a row reduction cannot
     with unchanged(trail), pytest.raises(DoesNotFit) as raised:
-        Twice().compile(((10**9,), np.int8))
-    assert str(raised.value).startswith("Twice does not fit tile_0_2: its buffers take 2000001024 bytes but a compute tile has 65536")
+        Widest().compile(((10**9,), np.int8))
+    assert str(raised.value).startswith(
+        "Widest: Argmax#0 reduces a row of 1000000000 int8 elements, whose inputs and result take 1000000004 "
+        "bytes, but a compute tile has 64512")

@@ -106,7 +106,7 @@ def test_walk_runs_as_a_device_loop_on_npu2():
     graph = designs.walk()
     plan, emulator = load(graph, "npu2")
     ring = [np.zeros(plan.host_buffer(HostRole.WORDS).nwords, np.uint32) for _ in range(2)]
-    ring[0][:] = WordProgram(plan.words)({"node": 0, "steps": 0}).view(np.uint32)
+    ring[0][:len(plan.words)] = WordProgram(plan.words)({"node": 0, "steps": 0}).view(np.uint32)
     runs = [emulator.run(words=ring[k], feedback=ring[(k + 1) % 2]) for k in range(2)]
     for k in range(9):
         emulator.wait(runs[k % 2])

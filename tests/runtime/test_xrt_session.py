@@ -2,51 +2,14 @@
 stand-in (tests/runtime/fake_pyxrt.py, which enforces pyxrt's documented rules), and the
 stand-in's device runs each completed run's Plan on the emulator with the run's own buffers and
 control scratchpad. So the argument order, the scratchpad words, the feedback ring and the reads
-the session makes are checked by the results they give, not only by the calls they record.
+the session makes are checked by the results they give, not only by the calls they record
+(the `xrt` fixture is in tests/conftest.py).
 No NPU is involved: this is not a hardware test."""
-import fake_pyxrt
 import numpy as np
 import pytest
 
 import iron
-from iron.compiler.build import Artifacts
-from iron.compiler.plan import HostRole
 from iron.designs import Walk, numpy_walk
-from iron.runtime.emulator import Emulator
-
-
-@pytest.fixture
-def xrt(monkeypatch, tmp_path):
-    """IRON_BACKEND=xrt with the stand-in pyxrt; each built design's ELF maps to its Plan, which
-    the stand-in device runs on an emulator made once per design (cores persist)."""
-    fake = fake_pyxrt.new_pyxrt(scratchpad_bytes=64)
-    plans, emulators = {}, {}
-
-    def build(compiled, progress=None):
-        elf = tmp_path / f"{compiled.plan.name}_{len(plans)}.elf"
-        elf.write_bytes(b"\x7fELF")
-        plans[str(elf)] = compiled.plan
-        compiled.artifacts = Artifacts(tmp_path, "elf", None, None, elf, "main:sequence")
-        return compiled.artifacts
-
-    def device(run):
-        path = run.kernel.ctx.elf.path
-        plan = plans[path]
-        emulator = emulators.setdefault(path, Emulator(plan))
-        words = lambda bo: np.frombuffer(bo.device_bytes, dtype=np.uint32)  # noqa: E731
-        bindings = {b.name: words(run.args[i])[: b.nwords] for i, b in enumerate(plan.host_buffers)}
-        bindings["words"] = words(run.scratchpad)[: plan.host_buffer(HostRole.WORDS).nwords]
-        launch = emulator.run(**bindings)
-        emulator.start(launch)
-        emulator.wait(launch)
-
-    fake.fake_state.on_complete = device
-    monkeypatch.setattr("iron.runtime.compiled.CompiledGraph.build", build)
-    monkeypatch.setattr("iron.runtime.xrt.load_pyxrt", lambda: fake)
-    monkeypatch.setattr("iron.runtime.xrt.describe_npu", lambda: "RyzenAI-npu4")
-    monkeypatch.setenv("IRON_BACKEND", "xrt")
-    monkeypatch.setenv("IRON_QUIET", "1")
-    return fake
 
 
 def test_host_driven_calls_through_xrt_give_the_reference_walk(xrt):

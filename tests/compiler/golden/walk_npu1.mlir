@@ -20,11 +20,11 @@ module {
       }
       aie.end
     } {stack_size = 1024 : i32}
-    aie.runtime_sequence @sequence(%arg0: memref<8xi32>, %arg1: memref<9xi32>, %arg2: memref<1xi32>, %arg3: memref<1xi32>, %arg4: memref<3xi32>) {
-      // iron.patch dma=0 word=0
+    aie.runtime_sequence @sequence(%arg0: memref<8xi32>, %arg1: memref<9xi32>, %arg2: memref<1xi32>, %arg3: memref<1xi32>, %arg4: memref<5xi32>) {
+      // iron.patch dma=0 word=2
       aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 0][1, 1, 1, 1][0, 0, 0, 1]) {id = 0 : i64, metadata = @g0_in} : memref<8xi32>
       aiex.npu.dma_memcpy_nd(%arg3[0, 0, 0, 0][1, 1, 1, 1][0, 0, 0, 1]) {id = 1 : i64, metadata = @g0_host} : memref<1xi32>
-      // iron.patch dma=2 word=1
+      // iron.patch dma=2 word=3
       aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, 0][1, 1, 1, 1][0, 0, 0, 1]) {id = 2 : i64, metadata = @g0_host} : memref<9xi32>
       aiex.npu.dma_wait {symbol = @g0_host}
     }

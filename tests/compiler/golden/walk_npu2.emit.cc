@@ -16,10 +16,35 @@ void store_word(uint8_t* at, int32_t value) { __builtin_memcpy(at, &value, sizeo
 
 int32_t word_add(int32_t a, int32_t b) { return static_cast<int32_t>(uint32_t(a) + uint32_t(b)); }
 
+int32_t word_sub(int32_t a, int32_t b) { return static_cast<int32_t>(uint32_t(a) - uint32_t(b)); }
+
+int32_t word_mul(int32_t a, int32_t b) { return static_cast<int32_t>(uint32_t(a) * uint32_t(b)); }
+
+int32_t word_min(int32_t a, int32_t b) { return a < b ? a : b; }
+
+int32_t word_max(int32_t a, int32_t b) { return a > b ? a : b; }
+
 }  // namespace
 
 extern "C" void emit(uint8_t* p0, uint8_t* p1, uint8_t* p2) {
+  store_word(p2 + 20, 0);
   store_word(p2, load_word(p1));
-  store_word(p2 + 4, load_word(p0 + 8));
-  store_word(p2 + 8, word_add(load_word(p2 + 4), 1));
+  store_word(p2 + 4, load_word(p0 + 16));
+  store_word(p2 + 8, load_word(p2));
+  store_word(p2 + 24, word_max(load_word(p2 + 8), -1));
+  store_word(p2 + 24, word_min(load_word(p2 + 24), 8));
+  store_word(p2 + 8, word_max(load_word(p2 + 24), 0));
+  store_word(p2 + 8, word_min(load_word(p2 + 8), 7));
+  store_word(p2 + 24, word_sub(load_word(p2 + 24), load_word(p2 + 8)));
+  store_word(p2 + 24, word_mul(load_word(p2 + 24), load_word(p2 + 24)));
+  store_word(p2 + 20, word_add(load_word(p2 + 20), load_word(p2 + 24)));
+  store_word(p2 + 12, load_word(p2 + 4));
+  store_word(p2 + 24, word_max(load_word(p2 + 12), -1));
+  store_word(p2 + 24, word_min(load_word(p2 + 24), 9));
+  store_word(p2 + 12, word_max(load_word(p2 + 24), 0));
+  store_word(p2 + 12, word_min(load_word(p2 + 12), 8));
+  store_word(p2 + 24, word_sub(load_word(p2 + 24), load_word(p2 + 12)));
+  store_word(p2 + 24, word_mul(load_word(p2 + 24), load_word(p2 + 24)));
+  store_word(p2 + 20, word_add(load_word(p2 + 20), load_word(p2 + 24)));
+  store_word(p2 + 16, word_add(load_word(p2 + 4), 1));
 }

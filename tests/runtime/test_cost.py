@@ -1,0 +1,63 @@
+"""The cost model (iron/runtime/cost.py) against values worked out by hand from the table in
+docs/platform.md section 11, for small kernels of each role, a Function, DMA and the clock."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from aie_utils import from_name
+from iron.compiler.plan import Function, Imm, KernelStep, Load, Ptr, ScalarStep
+from iron.kernels.base import Role
+from iron.runtime import cost
+
+NPU1, NPU2 = cost.GENERATIONS["npu1"], cost.GENERATIONS["npu2"]
+I8, I32, F32, BF16 = np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)
+
+
+def test_the_generation_follows_the_device_family():
+    assert cost.generation(from_name("npu1")) is NPU1
+    assert cost.generation(from_name("npu2_4col")) is NPU2
+
+
+@pytest.mark.parametrize("gen, role, dtype, in_shapes, out_shape, out_dtype, cycles", [
+    # int8 MatVec 64x64 on npu2: 4096 MACs / 512 = 8 cycles, but 4096 matrix bytes / 64 = 64 to load
+    (NPU2, Role.MATRIX, I8, [(64, 64), (64,)], (64,), I32, 64 + 64),
+    # float32 MatVec 16x32 on npu1: 512 MACs / (128 / 3) = 12; 2048 bytes / 64 = 32 to load
+    (NPU1, Role.MATRIX, F32, [(16, 32), (32,)], (16,), F32, 64 + 32),
+    # bfloat16 MatMul 64x64x64 on npu1: 262144 MACs / 128 = 2048 (loads: 8192 / 64 = 128)
+    (NPU1, Role.MATRIX, BF16, [(64, 64), (64, 64)], (64, 64), BF16, 64 + 2048),
+    # ... on npu2, twice the MACs per cycle
+    (NPU2, Role.MATRIX, BF16, [(64, 64), (64, 64)], (64, 64), BF16, 64 + 1024),
+    # float32 Add of 256: 2048 input bytes / 64 = 32 cycles, 1024 output bytes / 32 = 32
+    (NPU1, Role.ELEMENTWISE, F32, [(256,), (256,)], (256,), F32, 64 + 32),
+    # int8 ReLU of 1024: 1024 / 64 = 16 to load, 1024 / 32 = 32 to store
+    (NPU2, Role.ELEMENTWISE, I8, [(1024,)], (1024,), I8, 64 + 32),
+    # float32 RMSNorm of 64 (x and the gain): 512 bytes read twice / 64 = 16, 256 / 32 = 8 written
+    (NPU1, Role.ROW_REDUCTION, F32, [(64,), (64,)], (64,), F32, 64 + 24),
+    # float32 Argmax of 64: 256 bytes read twice / 64 = 8, 4 bytes written / 32 = 0.125
+    (NPU2, Role.ROW_REDUCTION, F32, [(64,)], (1,), I32, 64 + 8.125),
+])
+def test_kernel_cycles_by_role(gen, role, dtype, in_shapes, out_shape, out_dtype, cycles):
+    assert cost.kernel_cycles(gen, role, dtype, in_shapes, out_shape, out_dtype) == pytest.approx(cycles)
+
+
+def test_a_function_costs_its_kernel_calls_and_scalar_steps_in_turn():
+    fn = Function("g0", ("a", "b"), (
+        KernelStep("matvec_f32", (Ptr("a"), Ptr("a", 2048), Ptr("b"), Imm(16), Imm(32))),
+        KernelStep("rmsnorm_f32", (Ptr("b"), Ptr("a"), Ptr("b"), Imm(64), Imm(1e-5, "f32"))),
+        ScalarStep(Ptr("b"), "add", Load("a"), Imm(1)),
+    ))
+    assert cost.function_cycles(NPU1, fn) == pytest.approx((64 + 32) + (64 + 24) + 4)
+
+
+def test_dma_and_time_follow_the_stream_width_and_clock():
+    assert cost.dma_cycles(NPU1, 4096) == 1024         # 4 bytes per cycle
+    assert cost.dma_cycles(NPU2, 4096) == 512          # 8 bytes per cycle
+    assert cost.ns(from_name("npu1"), 1024) == pytest.approx(640.0)    # at 1.6 GHz
+    assert cost.ns(from_name("npu2"), 1800) == pytest.approx(1000.0)   # at 1.8 GHz
+
+
+def test_the_launch_and_reconfiguration_figures_are_the_published_ones():
+    assert (NPU1.host_call_ns, NPU2.host_call_ns) == (45_000, 64_000)
+    assert NPU1.host_restart_ns == NPU2.host_restart_ns == pytest.approx(1e9 / 23_400, rel=1e-3)
+    assert NPU1.queued_run_ns == NPU2.queued_run_ns == 27_700
+    assert (NPU1.reconfigure_ns, NPU2.reconfigure_ns) == (20_000_000, 100_000)
