@@ -299,6 +299,53 @@ class ArgmaxBlocks(Kernel):
         return np.array(indices[np.argmax(values)], dtype=np.int32)
 
 
+class Dequant(Kernel):
+    """GGUF weight blocks (rows, row bytes) uint8 -> the weights (rows, columns) float32, each
+    row holding blocks of 32 weights of `block_bytes` bytes: 20 is Q4_1 (float16 scale d and
+    minimum m, 16 bytes of 4-bit codes, low nibbles first: w = d * code + m), 34 is Q8_0 (float16
+    scale d, 32 int8 codes: w = code * d). Bit-exact with gguf.quants.dequantize."""
+
+    role = Role.MATRIX   # output row i is input row i expanded
+    name = "dequant"
+    dtypes = frozenset({U8})
+    attrs = {"block_bytes": Kernel.REQUIRED}
+    c_attrs = (("block_bytes", "i32"),)
+    FORMATS = {20: "Q4_1", 34: "Q8_0"}
+
+    @classmethod
+    def out_dtype(cls, dtype):
+        return F32
+
+    @classmethod
+    def out_shape(cls, shapes, block_bytes):
+        if block_bytes not in cls.FORMATS:
+            cls.refuse(shapes, f"needs block_bytes= 20 (Q4_1) or 34 (Q8_0), not {block_bytes!r}")
+        if len(shapes[0]) != 2 or shapes[0][1] % block_bytes:
+            cls.refuse(shapes, f"needs blocks (rows, a multiple of {block_bytes} bytes)")
+        return (shapes[0][0], shapes[0][1] // block_bytes * 32)
+
+    @classmethod
+    def sizes(cls, shapes, out_shape):
+        return (*shapes[0], out_shape[1])
+
+    @classmethod
+    def abi_shapes(cls, sizes):
+        rows, row_bytes, cols = sizes
+        return [(rows, row_bytes)], (rows, cols)
+
+    @staticmethod
+    def compute(blocks, block_bytes):
+        rows = blocks.shape[0]
+        b = np.ascontiguousarray(blocks).reshape(-1, block_bytes)
+        scale = b[:, 0:2].view(np.float16).astype(np.float32)
+        if block_bytes == 34:
+            weights = b[:, 2:].view(np.int8).astype(np.float32) * scale
+        else:
+            codes = np.concatenate([b[:, 4:] & np.uint8(0x0F), b[:, 4:] >> np.uint8(4)], axis=1)
+            weights = scale * codes.astype(np.float32) + b[:, 2:4].view(np.float16).astype(np.float32)
+        return weights.reshape(rows, -1)
+
+
 INTEGERS = (I8, U8, I16, I32)
 CASTS = {
     **{i: frozenset({*(o for o in INTEGERS if o != i), F32}) for i in INTEGERS},
@@ -447,4 +494,4 @@ def _is_int(value) -> bool:
 
 
 LIBRARY = (Copy, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, MatVec, MatMul, RMSNorm, Softmax, Argmax,
-           Cast, Requantize, Concat, RoPE, Max, ArgmaxBlocks)
+           Cast, Requantize, Concat, RoPE, Max, ArgmaxBlocks, Dequant)

@@ -19,6 +19,8 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType as GGML
+from gguf.quants import dequantize
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -254,6 +256,25 @@ def test_max_and_argmax_blocks_give_the_argmax_of_a_row_cut_into_blocks(library,
     out = np.full(1, -1, np.int32)
     call(library, f"argmax_blocks_{dt}", maxima, found, out, 4)
     assert out[0] == int(KERNELS["argmax_blocks"].reference(maxima, found)) == int(np.argmax(wide(x))) == 37
+
+
+@pytest.mark.parametrize("block_bytes, kind", [(20, GGML.Q4_1), (34, GGML.Q8_0)])
+def test_dequant_expands_gguf_blocks_bit_for_bit(library, block_bytes, kind):
+    """On random blocks whose float16 scales (and Q4_1 minima) take every kind of value: the C++,
+    the kernel's numpy compute and gguf.quants.dequantize give the same float32 bits."""
+    rows = np.random.default_rng(15).integers(0, 256, (16, 4 * block_bytes), dtype=np.uint8)
+    blocks = rows.reshape(-1, block_bytes)
+    special = np.array([0.0, -0.0, 6e-8, -65504, np.inf, -np.inf, np.nan], np.float16)
+    blocks[:7, 0:2] = special.view(np.uint8).reshape(7, 2)
+    blocks[7:14, 2:4] = special.view(np.uint8).reshape(7, 2)   # Q4_1's minimum, Q8_0's first codes
+    out = np.zeros((16, 4 * 32), np.float32)
+    call(library, "dequant_u8", rows, out, 16, 4 * block_bytes, 4 * 32, block_bytes)
+    with np.errstate(invalid="ignore", over="ignore"):
+        theirs = dequantize(rows, kind)
+        ours = KERNELS["dequant"].reference(rows, block_bytes=block_bytes)
+    assert np.isnan(out).any() and np.isinf(out).any()
+    assert np.array_equal(out.view(np.uint32), theirs.view(np.uint32))
+    assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32))
 
 
 @pytest.mark.parametrize("dt", SUPPORTED["argmax"])
