@@ -24,6 +24,7 @@ from iron.kernels import (
     ArgmaxBlocks,
     Cast,
     Copy,
+    Dequant,
     MatVec,
     Max,
     Mul,
@@ -34,23 +35,45 @@ from iron.kernels import (
     Softmax,
     concat,
 )
-from iron.models.smollm2 import Block, Config, SmolLM2
+from iron.models.smollm2 import SmolLM2
 from iron.models.tokenizer import check_tokens
 
 CONTEXT = 256
 BLOCK = 4096   # logits per Argmax: a 49152-wide row does not fit one tile's 64 KiB
 
 
+class Matrix:
+    """A weight matrix (out, in) as a param: float32, or (quantized) the GGUF blocks of its rows,
+    uint8 (out, row bytes), expanded on the tile by Dequant just before the MatVec that uses it."""
+
+    def __init__(self, model: SmolLM2, names: Sequence[str], quantized: bool):
+        tensors = [model.tensors[name] for name in names]
+        self.block_bytes = tensors[0].format.nbytes if quantized else None
+        self.param = iron.param(np.concatenate([t.data if quantized else t.dequantize() for t in tensors]))
+
+    def weights(self):
+        """The float32 matrix inside body(): the param itself, or its blocks expanded."""
+        if self.block_bytes is None:
+            return self.param
+        return Dequant.step(self.param, block_bytes=self.block_bytes)
+
+    def times(self, x):
+        return MatVec.step(self.weights(), x)
+
+
 class Layer:
     """One block's params and KV caches, and the kernel calls of one position."""
 
-    def __init__(self, block: Block, config: Config, context: int):
+    def __init__(self, model: SmolLM2, index: int, context: int, quantized: bool):
+        config, block = model.config, model.weights.blocks[index]
         self.config = config
         self.attn_norm, self.ffn_norm = iron.param(block.attn_norm), iron.param(block.ffn_norm)
+
+        def matrix(*fields):
+            return Matrix(model, [f"blk.{index}.{field}.weight" for field in fields], quantized)
         # Q, K and V (and gate and up) are one MatVec each: one pass over h, one FIFO out.
-        self.wqkv = iron.param(np.concatenate([block.attn_q, block.attn_k, block.attn_v]))
-        self.wo = iron.param(block.attn_output)
-        self.gate_up, self.down = iron.param(np.concatenate([block.ffn_gate, block.ffn_up])), iron.param(block.ffn_down)
+        self.wqkv, self.wo = matrix("attn_q", "attn_k", "attn_v"), matrix("attn_output")
+        self.gate_up, self.down = matrix("ffn_gate", "ffn_up"), matrix("ffn_down")
         d = config.head_dim
         self.keys = [iron.state((context, d), np.float32) for _ in range(config.kv_heads)]
         self.values = [iron.state((d, context), np.float32) for _ in range(config.kv_heads)]
@@ -58,7 +81,7 @@ class Layer:
     def step(self, x, pos):
         c = self.config
         d, eps, group = c.head_dim, c.rms_eps, c.heads // c.kv_heads
-        qkv = MatVec.step(self.wqkv, RMSNorm.step(x, self.attn_norm, eps=eps))
+        qkv = self.wqkv.times(RMSNorm.step(x, self.attn_norm, eps=eps))
         q_end, k_end = c.heads * d, (c.heads + c.kv_heads) * d
         q = RoPE.step(qkv[:q_end], pos=pos, head_dim=d, base=c.rope_base)
         k = RoPE.step(qkv[q_end:k_end], pos=pos, head_dim=d, base=c.rope_base)
@@ -67,11 +90,11 @@ class Layer:
             Copy.step(k[j * d:(j + 1) * d], out=self.keys[j][pos])
             Copy.step(v[j * d:(j + 1) * d], out=self.values[j][:, pos])
         heads = [self.attend(q[i * d:(i + 1) * d], i // group, pos) for i in range(c.heads)]
-        x = Add.step(x, MatVec.step(self.wo, concat(*heads)))
+        x = Add.step(x, self.wo.times(concat(*heads)))
         h = RMSNorm.step(x, self.ffn_norm, eps=eps)
-        gate_up = MatVec.step(self.gate_up, h)
+        gate_up = self.gate_up.times(h)
         u = Mul.step(SiLU.step(gate_up[:c.ffn]), gate_up[c.ffn:])
-        return Add.step(x, MatVec.step(self.down, u))
+        return Add.step(x, self.down.times(u))
 
     def attend(self, q, kv: int, pos):
         """One query head over key/value head `kv`: softmax(K q / sqrt(d)) over rows 0..pos, then V p."""
@@ -80,26 +103,33 @@ class Layer:
 
 
 class SmolLM2Graph(iron.Graph):
-    """One decoding step of `model` (all its loaded layers) with a KV cache of `context` positions."""
+    """One decoding step of `model` (all its loaded layers) with a KV cache of `context` positions;
+    `quantized=True` keeps the matrices and the embedding table as the GGUF file ships them
+    (Q4_1 / Q8_0 blocks, about 6x fewer bytes) and expands them on the tile with Dequant."""
 
-    def __init__(self, model: SmolLM2, context: int = CONTEXT):
+    def __init__(self, model: SmolLM2, context: int = CONTEXT, quantized: bool = False):
         config = model.config
         if not 1 <= context <= config.context:
             raise ArgumentError(f"context={context}: the model was trained for contexts up to "
                                 f"{config.context} tokens; pass a context in 1..{config.context}.")
         self.config, self.context = config, context
-        self.embedding = iron.weight(model.weights.token_embd)
-        self.layers = [Layer(block, config, context) for block in model.weights.blocks]
+        table = model.tensors["token_embd.weight"]
+        self.embedding_bytes = table.format.nbytes if quantized else None
+        self.embedding = iron.weight(table.data if quantized else model.weights.token_embd)
+        self.layers = [Layer(model, i, context, quantized) for i in range(config.layers)]
         self.output_norm = iron.param(model.weights.output_norm)
-        self.lm_head = iron.param(model.weights.token_embd)
+        self.lm_head = Matrix(model, ["token_embd.weight"], quantized)   # tied: the embedding table
         self.tokens = iron.state((context,), np.int32, name="tokens")
         self.block_starts = iron.param(np.arange(0, config.vocab, BLOCK, dtype=np.float32))
 
     def body(self, *, pos: Carried[np.int32], tok: Carried[np.int32]):
-        x = Copy.step(self.embedding[tok])
+        if self.embedding_bytes is None:
+            x = Copy.step(self.embedding[tok])
+        else:
+            x = Dequant.step(self.embedding[tok].reshape(1, -1), block_bytes=self.embedding_bytes).reshape(-1)
         for layer in self.layers:
             x = layer.step(x, pos)
-        logits = MatVec.step(self.lm_head, RMSNorm.step(x, self.output_norm, eps=self.config.rms_eps))
+        logits = self.lm_head.times(RMSNorm.step(x, self.output_norm, eps=self.config.rms_eps))
         nxt = self.argmax(logits)
         Copy.step(nxt, out=self.tokens[pos])
         return iron.carry(pos=pos + 1, tok=nxt)

@@ -305,7 +305,7 @@ class Dequant(Kernel):
     minimum m, 16 bytes of 4-bit codes, low nibbles first: w = d * code + m), 34 is Q8_0 (float16
     scale d, 32 int8 codes: w = code * d). Bit-exact with gguf.quants.dequantize."""
 
-    role = Role.MATRIX   # output row i is input row i expanded
+    role = Role.OTHER   # one input, wider output rows: not a matrix product (MATRIX means two operands)
     name = "dequant"
     dtypes = frozenset({U8})
     attrs = {"block_bytes": Kernel.REQUIRED}
