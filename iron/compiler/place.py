@@ -3,7 +3,9 @@ consecutive groups neighbouring tiles; `stream_large_matrix` streams a matrix op
 its share of a compute tile through a mem tile in blocks of rows; `split_matrix_over_tiles`
 splits a MatVec over 128 KiB by rows over 2, 4 or 8 tiles (the fewest bringing parts to 128
 KiB, else the most that fit), joined on a mem tile; `tile_matmul_over_array` spreads a large
-MatMul over whole columns of cores (iron/compiler/tiling.py). Tile sizes and channel counts are the device's (docs/platform.md)."""
+MatMul or MatVec, and `stream_elementwise` elementwise calls over large tensors, over whole
+columns of cores (iron/compiler/tiling.py); `check_rows_fit` refuses a row reduction wider than
+a tile. Tile sizes and channel counts are the device's (docs/platform.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -11,7 +13,15 @@ from dataclasses import dataclass, replace
 from iron.compiler.channels import MemChannels
 from iron.compiler.fuse import SIZE_LIMIT, STREAM_OBJECT_BYTES, Group, held_bytes, role
 from iron.compiler.plan import Tile, TileKind
-from iron.compiler.tiling import Flow, Grid, choose_flow, choose_grid, streamable, wants_grid
+from iron.compiler.tiling import (
+    Flow,
+    Grid,
+    choose_flow,
+    choose_grid,
+    streamable,
+    unaligned,
+    wants_grid,
+)
 from iron.errors import DoesNotFit, PlacementError
 from iron.ir import (
     Node,
@@ -89,7 +99,7 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
     sites, rules = [], []
     for number, group in enumerate(groups):
         spare = len(free) - (len(groups) - number - 1) - with_emit
-        grid = tile_matmul_over_array(group, outside, free, spare, channels, device)
+        grid = tile_matmul_over_array(program, group, outside, free, spare, channels, device)
         if grid is not None:
             free = [t for t in free if t not in grid.tiles]
             sites.append(Site(group, grid.tiles, grid=grid))
@@ -196,14 +206,22 @@ def stream_elementwise(group: Group, outside, free: list[Tile], spare: int, chan
     return replace(flow, mems=tuple(channels.take(col, inputs + rows, inputs * rows + 1) for col in flow.cols))
 
 
-def tile_matmul_over_array(group: Group, outside, free: list[Tile], spare: int, channels, device) -> Grid | None:
+def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], spare: int, channels,
+                           device) -> Grid | None:
     """A group that is one large MatMul or MatVec whose result only the host reads runs over a
     grid of whole free columns of cores (iron/compiler/tiling.py chooses it), taking per grid
     column a mem tile's channels for B's blocks (a MatVec: the split of its rows) and the C
-    join, and per grid row one for A's blocks."""
+    join, and per grid row one for A's blocks. A MatMul whose rows are not whole 32-bit words
+    is DoesNotFit when its operands and result exceed a tile: no DMA can move its blocks."""
     call = group.calls[0]
     if len(group.calls) != 1 or not wants_grid(call, outside.get(call, ())):
         return None
+    why = None if len(call.shape) == 1 else unaligned(call)
+    if why is not None and sum(map(nbytes, (*call.src[:2], call))) <= device.compute.data_memory_bytes:
+        return None   # one tile may still hold it whole
+    if why is not None:
+        raise DoesNotFit(f"{program.name}: {call_label(program, call)} {call.src[0].shape} x {call.src[1].shape} "
+                         f"is too large for one tile and cannot be cut into blocks: its {why} (pad it with zeros).")
     grid = choose_grid(call, free_columns(free, device), spare, device)
     if grid is None:
         return None

@@ -8,7 +8,6 @@ states stay in their host buffers. Every segment addresses the design's host buf
 scratchpad of words; only the last has the Emit, so a CarriedLoop runs a segmented body as any."""
 from __future__ import annotations
 
-from copy import deepcopy
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -81,7 +80,7 @@ def _next_segment(flow: Flow, start: int, guess: int, table: WordTable, crossing
     tried: dict[int, tuple] = {}
 
     def attempt(stop: int) -> Exception | None:
-        words = deepcopy(table)
+        words = table.copy()
         values = crossing + [n for n in flow.crossing(stop) if n not in crossing]
         try:
             plan = compile_one(Segment(start, stop), words, flow.placements(values))

@@ -8,7 +8,7 @@ matrix (each column's mem tile splits one stream of rows between its cores), the
 k-blocks go to every core, and each column's results are joined on its mem tile.
 `stream_elementwise` runs elementwise calls over tensors larger than a tile in blocks, spread
 over whole columns of cores the same way (docs/platform.md sections 2 and 4 for the channels
-and memories this counts)."""
+and memories this counts, section 5 for the DMA limits)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,8 +25,23 @@ TILED_BYTES = 32 * 1024  # a MatMul whose operands and result take more than thi
 VECTOR_TILED_BYTES = 512 * 1024  # a MatVec matrix larger than a one-mem-tile split's 4 x 128 KiB
 
 
+class OnCores:
+    """A rule's rectangle of cores: compute rows `rows` of array columns `cols`."""
+
+    rows: tuple[int, ...]
+    cols: tuple[int, ...]
+
+    def tile(self, r: int, c: int) -> Tile:
+        return Tile(self.cols[c], self.rows[r], TileKind.COMPUTE)
+
+    @property
+    def tiles(self) -> tuple[Tile, ...]:
+        """Column by column, rows up."""
+        return tuple(self.tile(r, c) for c in range(len(self.cols)) for r in range(len(self.rows)))
+
+
 @dataclass(frozen=True)
-class Grid:
+class Grid(OnCores):
     """A MatMul over `rows` x `cols` cores (compute rows, array columns): core (r, c) computes
     the output blocks (i * len(rows) + r, j * len(cols) + c) of m x n elements, summing over
     K in k-blocks into `acc` (float32 for a bfloat16 result, rounded once at the end). A's
@@ -42,13 +57,6 @@ class Grid:
     acc: np.dtype
     a_mems: tuple[Tile, ...] = ()
     c_mems: tuple[Tile, ...] = ()
-
-    def tile(self, r: int, c: int) -> Tile:
-        return Tile(self.cols[c], self.rows[r], TileKind.COMPUTE)
-
-    @property
-    def tiles(self) -> tuple[Tile, ...]:
-        return tuple(self.tile(r, c) for c in range(len(self.cols)) for r in range(len(self.rows)))
 
     @property
     def vector(self) -> bool:
@@ -110,6 +118,20 @@ def wants_grid(call: Node, users: tuple[str, ...]) -> bool:
     if len(call.shape) == 1:
         return nbytes(a) > VECTOR_TILED_BYTES
     return nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
+
+
+def unaligned(call: Node) -> str | None:
+    """Why no block of a MatMul holds whole 32-bit words, which is all a DMA moves: its K (A's
+    rows) or its N (B's and C's rows) is not a multiple of the elements in a word; else None."""
+    (_, big_k), big_n = call.src[0].shape, call.shape[1]
+    a, out = call.src[0].dtype, call.dtype
+    need_k, need_n = 4 // min(4, a.itemsize), 4 // min(4, min(a.itemsize, out.itemsize))
+    if big_k % need_k:
+        return f"K = {big_k} {a.name} elements of a row of A are not whole 32-bit words: make K a multiple of {need_k}"
+    if big_n % need_n:
+        return (f"N = {big_n} elements of a row of B and C are not whole 32-bit words: make N a multiple of "
+                f"{need_n}")
+    return None
 
 
 def divisors(n: int, word_elements: int) -> list[int]:
@@ -177,7 +199,7 @@ MAX_FLOW_INPUTS = 2  # a compute tile's input DMA channels: one FIFO per input
 
 
 @dataclass(frozen=True)
-class Flow:
+class Flow(OnCores):
     """Elementwise calls streamed in blocks of `block` elements over `rows` x `cols` cores:
     core (r, c) runs the calls on blocks (t * len(cols) + c) * len(rows) + r for t < `rounds`;
     each column's mem tile `mems[c]` splits each input's stream between its cores and joins
@@ -189,13 +211,6 @@ class Flow:
     cols: tuple[int, ...]
     block: int
     mems: tuple[Tile, ...] = ()
-
-    def tile(self, r: int, c: int) -> Tile:
-        return Tile(self.cols[c], self.rows[r], TileKind.COMPUTE)
-
-    @property
-    def tiles(self) -> tuple[Tile, ...]:
-        return tuple(self.tile(r, c) for c in range(len(self.cols)) for r in range(len(self.rows)))
 
     @property
     def rounds(self) -> int:

@@ -5,6 +5,7 @@ next values. `view_access` turns a host tensor or a view of one into a word acce
 refusing views the DMA cannot move in whole 32-bit words."""
 from __future__ import annotations
 
+from copy import copy
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -27,6 +28,12 @@ class WordTable:
 
     def defs(self) -> tuple[WordDef, ...]:
         return tuple(self.words)
+
+    def copy(self) -> WordTable:
+        """A table that grows apart from this one (a segment compiled on trial, segment.py)."""
+        twin = copy(self)
+        twin.words, twin._by_key = list(self.words), dict(self._by_key)
+        return twin
 
     def operand(self, node: Node, kind: WordKind) -> Operand:
         """A constant, or the word computing `node`."""

@@ -14,8 +14,10 @@ from aie_utils import from_name
 from iron import Carried
 from iron.compiler.build import Artifacts
 from iron.compiler.compile import compile_program
+from iron.compiler.fuse import fuse
 from iron.compiler.mlir import ALLOWED_OPS, segment_modules
 from iron.compiler.plan import Cut, PlacementKind
+from iron.compiler.segment import Flow, fewest_bytes_cut
 from iron.errors import DoesNotFit
 from iron.kernels import Add, Copy, Exp, MatVec, Softmax
 from iron.runtime.emulator import Configurations, Emulator
@@ -107,6 +109,40 @@ def test_the_cut_with_fewer_bytes_crossing_wins_and_crossing_values_go_through_d
     assert cuts == [("cut.MatVec#0", "outputs", 16, (16,)), ("cut.MatVec#2", "outputs", 32, (16,))]
     x = np.linspace(-1, 1, N, dtype=F32)
     np.testing.assert_allclose(compiled(x), graph.reference(x), rtol=1e-6, atol=1e-5)
+
+
+class Viewed(iron.Graph):
+    """y = Exp(x), four MatVecs of x, then y[8:] + y[:8] + h[:8]: views of results made before the cut."""
+
+    def __init__(self):
+        rng = np.random.default_rng(2)
+        self.w = [iron.param((rng.standard_normal((N, N)) / 4).astype(F32)) for _ in range(4)]
+
+    def body(self, x):
+        y, h = Exp.step(x), x
+        for w in self.w:
+            h = MatVec.step(w, h)
+        return Add.step(Add.step(y[8:], y[:8]), h[:8])
+
+
+def test_views_of_results_made_before_a_cut_read_their_ddr_buffer():
+    graph = Viewed()
+    compiled = graph.compile(x=((N,), F32), device="npu1_1col")
+    assert segments_of(compiled.plan) == [["g0", "g1", "g2", "g3"], ["g4", "g5"]]
+    assert compiled.plan.cuts == (Cut("g4", 128, ("Exp#0", "MatVec#3")),)
+    x = np.linspace(-1, 1, N, dtype=F32)
+    np.testing.assert_array_equal(compiled(x), graph.reference(x))
+
+
+def test_the_rule_on_its_own_ends_a_segment_at_the_fewest_bytes_in_its_last_quarter():
+    program = Ladder().trace(x=((N,), F32))
+    flow = Flow(program, fuse(program))
+    assert [flow.crossing_bytes(cut) for cut in range(1, 5)] == [64, 128, 128, 192]
+    assert fewest_bytes_cut(flow, 0, lambda stop: stop <= 4) == 3     # 4 fit; 3 sends 128 bytes, 4 sends 192
+    assert fewest_bytes_cut(flow, 0, lambda stop: stop <= 2) == 2     # a window of one: the most that fit
+    assert fewest_bytes_cut(flow, 0, lambda stop: True) == 5          # the rest fits: one segment
+    assert fewest_bytes_cut(flow, 1, lambda stop: stop <= 4, guess=3) == 4   # 3 groups fit: their last quarter is the last
+    assert fewest_bytes_cut(flow, 0, lambda stop: False) is None      # group 0 alone does not fit
 
 
 def test_states_written_in_one_segment_are_read_from_ddr_in_the_next():

@@ -243,3 +243,12 @@ def test_a_row_too_wide_for_a_tile_does_not_fit_and_says_what_to_change(tmp_path
         "pieces.")
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
     Norm(5376).compile(x=((5376,), np.float32), device=from_name("npu2"))   # the width it names fits
+
+
+def test_a_matmul_whose_rows_are_not_whole_words_is_refused_with_the_fix():
+    with pytest.raises(DoesNotFit) as err:
+        compiled(128, 127, 128, np.int8, np.int32)
+    assert str(err.value) == (
+        "Product: MatMul#0 (128, 127) x (127, 128) is too large for one tile and cannot be cut into blocks: its "
+        "K = 127 int8 elements of a row of A are not whole 32-bit words: make K a multiple of 4 (pad it with "
+        "zeros).")
