@@ -58,6 +58,22 @@ def test_the_kv_cache_holds_the_keys_of_the_positions_fed(two_layers, graph):
         assert not stored[len(ids):].any()
 
 
+def test_weights_as_they_ship_generate_the_same_tokens(two_layers, graph):
+    """quantized=True keeps the matrices as Q4_1 blocks and the embedding as Q8_0 blocks, about 6x
+    fewer bytes over all 30 layers, and expands them with Dequant, bit-exact with the float32
+    the loader made."""
+    quantized = SmolLM2Graph(two_layers, quantized=True)
+    assert layer_bytes(graph) / layer_bytes(quantized) == 128 / 20   # 32 float32s vs a 20-byte Q4_1 block
+    assert graph.lm_head.param.array.nbytes / quantized.lm_head.param.array.nbytes == 128 / 34   # Q8_0
+    ids = two_layers.tokenizer.encode("Hi there")
+    assert generate(quantized, quantized.reference, ids, 3) == generate(graph, graph.reference, ids, 3)
+
+
+def layer_bytes(graph):
+    """The bytes of every block's matrices."""
+    return sum(m.param.array.nbytes for layer in graph.layers for m in (layer.wqkv, layer.wo, layer.gate_up, layer.down))
+
+
 def test_bad_prompts_are_refused_before_anything_runs(two_layers, graph):
     with pytest.raises(TokenError) as e:
         generate(graph, graph.reference, [504] * 250, 10)
