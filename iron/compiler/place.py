@@ -99,13 +99,14 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
     sites, rules = [], []
     for number, group in enumerate(groups):
         spare = len(free) - (len(groups) - number - 1) - with_emit
-        grid = tile_matmul_over_array(program, group, outside, free, spare, channels, device)
+        shim_in = device.n_cols * device.shim.dma_out_channels - (len(groups) - 1)   # one per other group
+        grid = tile_matmul_over_array(program, group, outside, free, (spare, shim_in), channels, device)
         if grid is not None:
             free = [t for t in free if t not in grid.tiles]
             sites.append(Site(group, grid.tiles, grid=grid))
             rules.append(("tile_matmul_over_array", f"{group.name}: {grid.text()}"))
             continue
-        flow = stream_elementwise(group, outside, free, spare, channels, device)
+        flow = stream_elementwise(group, outside, free, (spare, shim_in), channels, device)
         if flow is not None:
             free = [t for t in free if t not in flow.tiles]
             sites.append(Site(group, flow.tiles, flow=flow))
@@ -189,7 +190,8 @@ def free_columns(free: list[Tile], device) -> list[int]:
             if all(Tile(col, row, TileKind.COMPUTE) in free for row in device.compute_rows)]
 
 
-def stream_elementwise(group: Group, outside, free: list[Tile], spare: int, channels, device) -> Flow | None:
+def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[int, int], channels,
+                       device) -> Flow | None:
     """A group of elementwise calls larger than SIZE_LIMIT whose last result only the host reads
     (and no other result anyone outside) is streamed in blocks over whole free columns of cores
     (iron/compiler/tiling.py chooses how), taking on each column's mem tile a channel in per
@@ -199,15 +201,16 @@ def stream_elementwise(group: Group, outside, free: list[Tile], spare: int, chan
         return None
     if outside.get(calls[-1], ()) != ("host",) or any(outside.get(c) for c in calls[:-1]):
         return None
-    flow = choose_flow(calls, free_columns(free, device), spare, device)
+    spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
+    flow = choose_flow(calls, free_columns(free, device), spare, device, shim_in)
     if flow is None:
         return None
     rows, inputs = len(flow.rows), len(flow.inputs)
     return replace(flow, mems=tuple(channels.take(col, inputs + rows, inputs * rows + 1) for col in flow.cols))
 
 
-def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], spare: int, channels,
-                           device) -> Grid | None:
+def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], limits: tuple[int, int],
+                           channels, device) -> Grid | None:
     """A group that is one large MatMul or MatVec whose result only the host reads runs over a
     grid of whole free columns of cores (iron/compiler/tiling.py chooses it), taking per grid
     column a mem tile's channels for B's blocks (a MatVec: the split of its rows) and the C
@@ -222,7 +225,8 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
     if why is not None:
         raise DoesNotFit(f"{program.name}: {call_label(program, call)} {call.src[0].shape} x {call.src[1].shape} "
                          f"is too large for one tile and cannot be cut into blocks: its {why} (pad it with zeros).")
-    grid = choose_grid(call, free_columns(free, device), spare, device)
+    spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
+    grid = choose_grid(call, free_columns(free, device), spare, device, shim_in)
     if grid is None:
         return None
     rows = len(grid.rows)

@@ -139,10 +139,11 @@ def divisors(n: int, word_elements: int) -> list[int]:
     return [d for d in range(1, min(n, MAX_BLOCK) + 1) if n % d == 0 and d % word_elements == 0]
 
 
-def choose_grid(call: Node, full_columns: list[int], spare: int, device) -> Grid | None:
+def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in: int) -> Grid | None:
     """`tile_matmul_over_array`: the grid using the most rows of cores that divide M and the
     most free whole columns that divide N (a MatVec: whose cores divide M), within `spare`
-    tiles, with, among blocks dividing their sides and holding whole words (B's and C's rows,
+    tiles and `shim_in` shim MM2S channels (one per grid row and column; a MatVec one per column
+    and one for the vector), with, among blocks dividing their sides and holding whole words (B's and C's rows,
     A's k-block; a MatVec's m results) whose objects fit a core's memory (block_bytes) and whose
     moves are one Dma op per round (`_one_dma_per_move`), those of the fewest kernel calls per
     core (then the largest m x n). None when no block holds whole words (say an odd N in
@@ -155,7 +156,8 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device) -> Grid
     rows_of = [r for r in range(len(device.compute_rows), 0, -1) if big_m % r == 0]
     for rows in rows_of:
         cols = [c for c in range(min(len(full_columns), spare // rows), 0, -1)
-                if (big_m % (rows * c) == 0 if vector else big_n % c == 0)]
+                if (big_m % (rows * c) == 0 if vector else big_n % c == 0)
+                and (c + 1 if vector else rows + c) <= shim_in]
         for ncols in cols:
             one_op = _one_dma_per_move(device, rows, ncols, vector, big_k, big_n)
             if vector:
@@ -243,8 +245,9 @@ def flow_bytes(calls, block: int) -> int:
     return held + block * sum(c.dtype.itemsize for c in calls[:-1])
 
 
-def choose_flow(calls, full_columns: list[int], spare: int, device) -> Flow | None:
-    """`stream_elementwise`: on the most free whole columns (within `spare` tiles) and the most
+def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int) -> Flow | None:
+    """`stream_elementwise`: on the most free whole columns (within `spare` tiles and `shim_in`
+    shim MM2S channels, one per input and column) and the most
     of their rows whose mem tile can split every input and join the results (an input DMA
     channel per input and core, an output one per input and core plus the result's), blocks of
     the most elements (at most FLOW_BLOCK) that divide each core's share, hold whole 32-bit
@@ -255,7 +258,7 @@ def choose_flow(calls, full_columns: list[int], spare: int, device) -> Flow | No
     room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
     most_rows = min(len(device.compute_rows), (mem.dma_out_channels - 1) // len(inputs),
                     mem.dma_in_channels - len(inputs))
-    for ncols in range(min(len(full_columns), spare), 0, -1):
+    for ncols in range(min(len(full_columns), spare, shim_in // len(inputs)), 0, -1):
         for rows in range(min(most_rows, spare // ncols), 0, -1):
             share = size // (rows * ncols)
             if size % (rows * ncols):

@@ -14,7 +14,7 @@ import numpy as np
 import aie_utils
 from iron import debug
 from iron.compiler.plan import PlacementKind, WordRef
-from iron.errors import ArgumentError, LoopError, UnknownDevice
+from iron.errors import ArgumentError, BackendUnavailable, LoopError, UnknownDevice
 from iron.frontend.arguments import (
     bind_call,
     check_tensor,
@@ -23,6 +23,8 @@ from iron.frontend.arguments import (
     shape_result,
     state_name,
 )
+from iron.runtime.timeline import Estimate, estimate
+from iron.runtime.timeline import write as write_trace
 from iron.runtime.words import WordProgram
 
 
@@ -213,8 +215,15 @@ class CompiledGraph:
                 )
         return inputs, self._words(scalars)
 
-    def __call__(self, *tensors, **values):
-        """One host-driven call (after the runs in flight of any CarriedLoop of the graph)."""
+    def __call__(self, *tensors, trace=None, **values):
+        """One host-driven call (after the runs in flight of any CarriedLoop of the graph);
+        `trace=path` also writes the call's timeline there (iron/runtime/timeline.py)."""
+        if trace is not None:
+            timeline = self.timed()
+            mark = timeline.mark()
+            result = self(*tensors, **values)
+            write_trace(timeline.since(mark), trace)
+            return result
         inputs, words = self.bind(tensors, values)
         session = self.session
         for placement, a in inputs:
@@ -223,6 +232,23 @@ class CompiledGraph:
         outputs = [session.read(p).copy() for p in self._outputs]
         nxt = {name: self._carried(source, words) for name, source in self.plan.carry}
         return shape_result(self.program.returns, outputs, nxt)
+
+    def timed(self):
+        """Run this version on the cost model's clock from now on; the process's Timeline."""
+        timed = getattr(self.session, "timed", None)
+        if timed is None:
+            raise BackendUnavailable(
+                f"{self.plan.name} runs on an NPU (IRON_BACKEND=xrt): timing with the cost model needs the "
+                "emulator. Set IRON_BACKEND=emulator to estimate and trace.")
+        return timed()
+
+    def estimate(self, *tensors, **values) -> Estimate:
+        """Make one host-driven call (as a call would: states change) on the timed emulator and
+        return its estimated time on the NPU: per call, on the device, and the busiest tile."""
+        timeline = self.timed()
+        mark, began = timeline.mark(), timeline.host
+        self(*tensors, **values)
+        return estimate(timeline.since(mark), timeline.host - began)
 
     def _carried(self, source, words) -> int:
         if isinstance(source, WordRef):

@@ -18,6 +18,8 @@ from iron.errors import IndexOutOfRange, LoopError, PlanError
 from iron.frontend.handles import Carry
 from iron.ir import describe
 from iron.runtime.compiled import CompiledGraph
+from iron.runtime.timeline import Estimate, estimate
+from iron.runtime.timeline import write as write_trace
 from iron.runtime.words import WordProgram
 
 
@@ -37,6 +39,8 @@ class CarriedLoop:
         self._launched = self._completed = 0   # transitions since start: first is transition 0
         self._done: deque = deque()            # body steps completed and not yet yielded
         self._epoch = 0                        # which start/steps the live iterator belongs to
+        self._timeline = None                  # when timed: the Timeline, and the host's clock
+        self._completions: list[float] = []    # at each completion since start
         self._end = 0                          # transitions the current start or steps asks for
         self._stopped: str | None = None       # why the loop stopped (a failed or flagged run)
         self._words = WordProgram(body.plan.words)
@@ -57,10 +61,35 @@ class CarriedLoop:
         signed = self.body.session.words_of(self._ring[self._completed % self.depth]).view("int32")
         return Carry({w.name: int(signed[w.index]) for w in self.body.plan.words if w.kind is WordKind.CARRIED})
 
-    def run(self, steps: int, /, *tensors, **values):
-        """start(*tensors, **values), then steps(steps): yields 0..steps-1."""
+    def run(self, steps: int, /, *tensors, trace=None, **values):
+        """start(*tensors, **values), then steps(steps): yields 0..steps-1. `trace=path` writes
+        the runs' timeline there when the iteration ends (iron/runtime/timeline.py)."""
         check_steps("run", steps)
-        return self.start(*tensors, **values).steps(steps)
+        if trace is None:
+            return self.start(*tensors, **values).steps(steps)
+        timeline = self.timed()
+        mark = timeline.mark()
+        return _written(self.start(*tensors, **values).steps(steps), timeline, mark, trace)
+
+    def timed(self):
+        """Run first and body on the cost model's clock from now on; the process's Timeline."""
+        self.first.timed()
+        self._timeline = self.body.timed()
+        return self._timeline
+
+    def estimate(self, steps: int, /, *tensors, **values) -> Estimate:
+        """Run start(...) and `steps` body steps (as run would: states change) on the timed
+        emulator; the estimated time per body step on the NPU at this loop's depth, from the
+        first run's completion to the last's, with the busiest tile."""
+        check_steps("estimate", steps)
+        if not steps:
+            raise LoopError("CarriedLoop.estimate(steps=0): estimate over at least one body step.")
+        timeline = self.timed()
+        mark = timeline.mark()
+        for _ in self.run(steps, *tensors, **values):
+            pass
+        per_step = (self._completions[-1] - self._completions[0]) / steps
+        return estimate(timeline.since(mark), per_step, runs=steps + 1)
 
     def start(self, *tensors, **values) -> CarriedLoop:
         """Run first with these tensors and values (checked before anything runs); returns the loop."""
@@ -73,6 +102,7 @@ class CarriedLoop:
             self._ring = self.body.session.make_ring(self.depth)
             self._head = self._ring[0] if self.first is self.body else first.feeding_run(self.body.session, self._ring[1 % self.depth])
         self._launched = self._completed = 0
+        self._completions.clear()
         self._end, self._stopped = 1, None
         self._launch(first, self._head, words)
         return self
@@ -134,6 +164,8 @@ class CarriedLoop:
             self._stop(f"step {t - 1} failed: {type(error).__name__}" if t else f"first failed: {type(error).__name__}")
             raise
         self._completed += 1
+        if self._timeline is not None:
+            self._completions.append(self._timeline.host)
         if t:
             self._done.append(t - 1)
         self._check_flag(t)
@@ -177,6 +209,14 @@ class CarriedLoop:
         """Be (or stop being) one of the loops the graph's host calls wait out."""
         for states in {id(s): s for s in (self.first.session.device_states, self.body.session.device_states)}.values():
             (states.loops.add if in_flight else states.loops.discard)(self)
+
+
+def _written(iterator, timeline, mark: int, path):
+    """`iterator`, then the timeline's spans since `mark` written to `path` (also when left early)."""
+    try:
+        yield from iterator
+    finally:
+        write_trace(timeline.since(mark), path)
 
 
 def check_steps(method: str, steps):

@@ -12,6 +12,8 @@ import numpy as np
 from iron import debug
 from iron.compiler.plan import HostRole, PlacementKind
 from iron.errors import PlanError
+from iron.runtime.cost import generation
+from iron.runtime.timeline import HOST, SpanKind, traced
 
 
 def open_session(compiled):
@@ -75,6 +77,15 @@ class EmulatorSession:
         self._views: dict = {}
         _write_constants(self, compiled)
         self._held = None
+        if traced():
+            self.timed()
+
+    def timed(self):
+        """Run on the cost model's clock from now on (iron/runtime/timeline.py); the Timeline."""
+        from iron.runtime.timeline import TIMELINE
+
+        self.emulator.timed(TIMELINE)
+        return TIMELINE
 
     def _view(self, p) -> np.ndarray:
         view = self._views.get(p)
@@ -108,8 +119,18 @@ class EmulatorSession:
         target[: len(words)] = words.view(np.uint32)
         if debug.enabled():
             debug.say(f"emulator: call {self.plan.name} with words {words.tolist()}")
-        self.emulator.start(run)
+        timeline = self.emulator.timeline
+        if timeline is None:
+            self.emulator.start(run)
+            self.emulator.wait(run)
+            return
+        # a host-driven call's launch costs, half before the run and half after (docs/platform.md section 11)
+        began, half = timeline.host, generation(self.plan.device).host_call_ns / 2
+        timeline.host_work("submit", half)
+        self.emulator.start(run, began)
         self.emulator.wait(run)
+        timeline.host_work("complete", half)
+        timeline.span(HOST, f"call {self.plan.name}", began, timeline.host - began, SpanKind.HOST)
 
     def _run(self):
         if self._held is None:
@@ -140,7 +161,13 @@ class EmulatorSession:
             self.words_of(run)[: len(words)] = words.view(np.uint32)
         if debug.enabled():
             debug.say(f"emulator: start {self.plan.name} (launch {self.emulator.launches + 1} or later)")
-        self.emulator.start(run)
+        timeline = self.emulator.timeline
+        if timeline is None:
+            self.emulator.start(run)
+            return
+        began = timeline.host
+        timeline.host_work(f"restart {self.plan.name}", generation(self.plan.device).host_restart_ns)
+        self.emulator.start(run, began)
 
     def wait(self, run):
         self.emulator.wait(run)

@@ -15,7 +15,7 @@ from aie_utils import from_name
 from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import TileKind
 from iron.errors import DoesNotFit
-from iron.kernels import Add, MatMul, MatVec, RMSNorm, Scale, SiLU
+from iron.kernels import Add, MatMul, MatVec, RMSNorm, Scale, SiLU, Softmax
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}
 BF16 = {"rtol": 2e-2, "atol": 2e-2}
@@ -252,3 +252,24 @@ def test_a_matmul_whose_rows_are_not_whole_words_is_refused_with_the_fix():
         "Product: MatMul#0 (128, 127) x (127, 128) is too large for one tile and cannot be cut into blocks: its "
         "K = 127 int8 elements of a row of A are not whole 32-bit words: make K a multiple of 4 (pad it with "
         "zeros).")
+
+
+class Beside(iron.Graph):
+    """A MatMul beside two small groups, each needing a shim channel of its own."""
+
+    def __init__(self, b):
+        self.b = iron.weight(b)
+
+    def body(self, a, x):
+        return Softmax.step(Add.step(x, x)), MatMul.step(a, self.b), Add.step(x, x)
+
+
+@pytest.mark.parametrize("device, grid", [("npu2", "16 tiles (4 rows x 4 columns"), ("npu2_2col", "1 tiles (1 rows x 1 columns")])
+def test_a_matmul_beside_other_groups_leaves_them_tiles_and_shim_channels(device, grid):
+    a, b = operands(256, 256, 256, np.float32)
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    graph = Beside(b)
+    body = graph.compile(a=a, x=x, device=from_name(device))
+    assert f"over {grid} of cores)" in rule(body.plan, "tile_matmul_over_array")[0]
+    for got, want in zip(body(a=a, x=x), graph.reference(a=a, x=x)):
+        np.testing.assert_allclose(got, want, **F32)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from iron.runtime import cost
 from iron.runtime.emulator.machine import Emulator, Run
+from iron.runtime.timeline import DEVICE, SpanKind
 
 
 def load(plan, kernels: str | None = "numpy", replay: bool = True):
@@ -25,6 +27,13 @@ class Configurations:
         self.plan, self.launches, self._runs = plan, 0, 0
         self.segments = [Emulator(segment, kernels, replay) for segment in plan.segments]
         self._buffers = {b.name: np.zeros(b.nwords, np.uint32) for b in plan.host_buffers}
+        self.timeline = None
+
+    def timed(self, timeline):
+        """Every segment on the cost model's clock, each preceded by its reconfiguration."""
+        for segment in self.segments:
+            segment.timed(timeline)
+        self.timeline = timeline
 
     @property
     def replayed(self) -> int:
@@ -39,7 +48,7 @@ class Configurations:
         self._runs += 1
         return Run(self._runs, {**self._buffers, **{name: checked.buffers[name] for name in bindings}})
 
-    def start(self, run: Run):
+    def start(self, run: Run, issued: float | None = None):
         """Launch `run` now: the device may run a launch as soon as it is started, and runs
         execute in the order they start, which is all a caller may rely on."""
         run.completed = False
@@ -47,12 +56,23 @@ class Configurations:
             _clear_tile_memory(segment)
             launch = segment.run(**run.buffers)
             segment.start(launch)
+            if self.timeline is not None:
+                launch.issued = launch.submitted if issued is None else issued
+                self._reconfigure(segment, launch)
             segment.wait(launch)
         self.launches += 1
         run.completed = True
+        run.ended = self.timeline.device_end if self.timeline is not None else 0.0
+
+    def _reconfigure(self, segment: Emulator, launch: Run):
+        """Loading the segment's configuration delays its launch (docs/platform.md section 11)."""
+        took = cost.generation(self.plan.device).reconfigure_ns
+        begins = max(launch.submitted, self.timeline.device_end)
+        self.timeline.span(DEVICE, f"load {segment.plan.name}", begins, took, SpanKind.RECONFIGURE)
+        launch.submitted = begins + took
 
     def wait(self, run: Run):
-        """Nothing left to do: `start` ran the launch."""
+        """Nothing left to do: `start` ran the launch (and the host waited for it)."""
 
 
 def _clear_tile_memory(segment: Emulator):

@@ -230,6 +230,8 @@ class CoreProgram:
             run()
             if board.trace is not None:
                 board.trace.append(run)
+            if board.clock is not None:
+                board.clock.compute(board, fn, self.core.tile.name)
         return invoke
 
 

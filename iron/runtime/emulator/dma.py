@@ -89,6 +89,8 @@ class Stream:
             at = taken[k]
             count = min(length - channel.got, self.total - at)
             sink.take(channel.got, count, self.source, at, board)
+            if board.clock is not None:
+                board.clock.move(board, count)
             taken[k] = at + count
             channel.got += count
             if taken[k] == self.total:

@@ -21,6 +21,7 @@ from iron.runtime.emulator.replay import Replay
 from iron.runtime.emulator.scheduler import Board, Task, run_until_quiet
 from iron.runtime.emulator.shim import RuntimeSequence
 from iron.runtime.emulator.tile import Tile
+from iron.runtime.timeline import DEVICE, Clock, SpanKind
 
 
 class Run:
@@ -31,6 +32,8 @@ class Run:
         self.number, self.buffers = number, buffers
         self.completed = False
         self.queued = False
+        self.issued = self.submitted = self.ended = 0.0   # on the timeline, when timed: the host
+        # began submitting it, the device had it, the device finished it
 
 
 class Emulator:
@@ -73,6 +76,17 @@ class Emulator:
         self._signals = [*self._locks, *(s for stream in self._streams for s in (stream.sent, stream.arrived)),
                          *(c.signal for c in self.sequence.channels.values())]
 
+    def timed(self, timeline):
+        """Run every later launch on the cost model's clock as a discrete-event simulation
+        (scheduler.run_timed), adding its spans to `timeline`; launches are no longer replayed."""
+        if self._board.clock is None:
+            self._board.clock = Clock(self.plan, timeline)
+            self._replay = None
+
+    @property
+    def timeline(self):
+        return None if self._board.clock is None else self._board.clock.timeline
+
     @property
     def replayed(self) -> int:
         """How many launches were replayed (replay.py)."""
@@ -107,9 +121,9 @@ class Emulator:
             )
         return array.view(np.uint32)
 
-    def start(self, run: Run):
+    def start(self, run: Run, issued: float | None = None):
         """Queue a launch of `run`; with 4 (the device's max_in_flight) launches queued, the
-        oldest executes first."""
+        oldest executes first. When timed, the host began submitting it at `issued`."""
         if self._broken is not None:
             raise PlanError(self._broken)
         if run.queued:
@@ -120,12 +134,21 @@ class Emulator:
         if len(self._queue) >= self.plan.device.max_in_flight:
             self._launch(self._queue[0])
         run.completed, run.queued = False, True
+        if self._board.clock is not None:
+            run.submitted = self._board.clock.timeline.host
+            run.issued = run.submitted if issued is None else issued
         self._queue.append(run)
 
     def wait(self, run: Run):
         """Execute the queued launches in order up to `run` (nothing if it is not queued)."""
         while run.queued:
             self._launch(self._queue[0])
+        if self._board.clock is not None:
+            timeline = self._board.clock.timeline
+            timeline.host_waits(run.ended)
+            # in flight, as XRT counts it: from the host starting to submit it until its wait returns
+            timeline.span(f"{self.plan.name}: run {run.number} in flight", "in flight", run.issued,
+                          timeline.host - run.issued, SpanKind.RUN)
 
     # ---- one launch ----------------------------------------------------------------------------
     def _launch(self, run: Run):
@@ -158,7 +181,7 @@ class Emulator:
         """Run the launch task by task; while looking for a cycle, record it."""
         board, replay = self._board, self._replay
         recording = replay is not None and replay.recording
-        sequence = Task("sequence", self.sequence.task(board.windows))
+        sequence = Task("sequence", self.sequence.task(board.windows), self._begins(run))
         board.ready.append(sequence)
         board.trace = [] if recording else None
         try:
@@ -167,8 +190,23 @@ class Emulator:
             trace, board.trace = board.trace, None
         if not sequence.done:
             raise self._hang(sequence, run)
+        if board.clock is not None:
+            self._ends(run, sequence.time)
         if recording:
             replay.learn(trace, self._state())
+
+    def _begins(self, run: Run) -> float:
+        """When the launch starts on the timeline: when it was submitted, or after the run
+        before it with the device's gap between queued runs (docs/platform.md section 11)."""
+        clock = self._board.clock
+        if clock is None:
+            return 0.0
+        return clock.timeline.run_starts(run.submitted, clock.gen.queued_run_ns)
+
+    def _ends(self, run: Run, end: float):
+        timeline, start = self._board.clock.timeline, self._begins(run)
+        timeline.span(DEVICE, f"{self.plan.name} run {run.number}", start, end - start, SpanKind.RUN)
+        timeline.device_end = run.ended = end
 
     def _state(self) -> tuple | None:
         """Everything that decides what the next launch does, for a quiet machine: every lock,

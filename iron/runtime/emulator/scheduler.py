@@ -5,19 +5,24 @@ a stream, a channel's queue) until it fires; the Board is what all tasks of one 
 from __future__ import annotations
 
 from collections import deque
+from heapq import heappop, heappush
+from itertools import count
 
 
 class Board:
     """`ready` (tasks to resume, in order), `windows` (this launch's window of each runtime-sequence
     op on its host buffer, shim.py) and `trace` (the data actions of the launch being recorded, in
-    order, replay.py; None when not recording)."""
+    order, replay.py; None when not recording); when timed, `clock` (iron/runtime/timeline.py)
+    and `now`, the clock of the task running, in nanoseconds."""
 
-    __slots__ = ("ready", "windows", "trace")
+    __slots__ = ("ready", "windows", "trace", "clock", "now")
 
     def __init__(self):
         self.ready = deque()
         self.windows: list = []
         self.trace: list | None = None
+        self.clock = None
+        self.now = 0.0
 
     def record(self, act):
         """Record a data action that has just run (replay.py)."""
@@ -45,15 +50,18 @@ class Signal:
 class Task:
     """One generator the scheduler resumes; `waiting` is the (signal, text) it last blocked on."""
 
-    __slots__ = ("name", "resume", "waiting", "done")
+    __slots__ = ("name", "resume", "waiting", "done", "time")
 
-    def __init__(self, name: str, generator):
+    def __init__(self, name: str, generator, time: float = 0.0):
         self.name, self.resume = name, generator.__next__
         self.waiting, self.done = None, False
+        self.time = time   # its own clock, when timed
 
 
 def run_until_quiet(board: Board):
     """Resume ready tasks, in turn, until none is ready."""
+    if board.clock is not None:
+        return run_timed(board)
     ready = board.ready
     while ready:
         task = ready.popleft()
@@ -62,5 +70,34 @@ def run_until_quiet(board: Board):
         except StopIteration:
             task.done = True
             continue
+        task.waiting = wait
+        wait[0].waiters.append(task)
+
+
+def run_timed(board: Board):
+    """The same, as a discrete-event simulation: each task has its own clock; the task resumed
+    next is the one whose clock is earliest; a task made ready by a signal cannot resume before
+    the clock of the task that fired it (a core blocked on a FIFO waits for its producer's
+    time); kernel calls and DMA transfers advance the running task's clock (Clock)."""
+    ready, clock, waiting, order = board.ready, board.clock, [], count()
+    board.now = 0.0   # what was made ready from outside keeps its own clock
+    while True:
+        while ready:
+            task = ready.popleft()
+            since, task.time = task.time, max(task.time, board.now)
+            if task.waiting is not None:
+                clock.waited(task, since, task.time)
+            heappush(waiting, (task.time, next(order), task))
+        if not waiting:
+            return
+        task = heappop(waiting)[2]
+        board.now, clock.current = task.time, task
+        try:
+            wait = task.resume()
+        except StopIteration:
+            task.done = True
+            task.time = board.now
+            continue
+        task.time = board.now
         task.waiting = wait
         wait[0].waiters.append(task)

@@ -1,0 +1,181 @@
+"""The timed emulator and its timeline (iron/runtime/timeline.py): timed runs compute exactly the
+values untimed ones do on every design of tests/compiler/designs.py and the guide's decoder;
+estimate() on hand-checked designs; CarriedLoop estimates per depth; and the Chrome trace-event
+JSON of a call and of a depth-2 Walk loop checked against the format (required fields, spans
+well nested per track, times monotonic), showing two runs in flight at once and a host-driven
+call's launch gap."""
+import json
+
+import numpy as np
+import pytest
+
+import iron
+from iron.runtime import cost
+from iron.runtime.timeline import DEVICE, HOST
+from tests.compiler import designs
+
+pytestmark = pytest.mark.usefixtures("on_emulator")
+
+DESIGNS = {
+    "walk": lambda: designs.walk(8),
+    "add_one": lambda: designs.add_one(256),
+    "accumulate_at": lambda: designs.accumulate_at(64, 4),
+    "mlp_layer": lambda: designs.mlp_layer(64),
+    "mlp": lambda: designs.mlp(2, 256),
+    "big_matvec": lambda: designs.big_matvec(512, 256),
+    "all_kernels": lambda: all_kernels(),
+}
+
+
+def all_kernels():
+    rng = np.random.default_rng(0)
+    graph = designs.AllKernels(rng.standard_normal((8, 16)).astype(np.float32),
+                               rng.standard_normal((16, 4)).astype(np.float32))
+    graph.example = lambda: {"x": rng.standard_normal(16).astype(np.float32),
+                             "y": rng.standard_normal(16).astype(np.float32)}
+    return graph
+
+
+VALUES = {"walk": {"node": 3, "steps": 0}, "accumulate_at": {"pos": 2}, "all_kernels": {"n": 5}}
+
+
+def calls(name: str, device: str, timed: bool) -> list:
+    """Three calls of a fresh instance of design `name` (carried values fed back), and its states."""
+    graph = DESIGNS[name]()
+    tensors = designs.example(graph)
+    compiled = graph.compile(**{k: (a.shape, a.dtype) for k, a in tensors.items()}, device=device)
+    if timed:
+        compiled.timed()
+    values, results = dict(VALUES.get(name, {})), []
+    for _ in range(3):
+        out = compiled(**tensors, **values)
+        results.append(out)
+        if isinstance(out, iron.Carry):
+            values = dict(out)
+    states = [compiled.read(p.name) for p in compiled.plan.placements if p.kind.value == "state"]
+    return results + states
+
+
+def same(a, b) -> bool:
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, iron.Carry):
+        return dict(a) == dict(b)
+    return np.array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+@pytest.mark.parametrize("name", sorted(DESIGNS))
+def test_the_timed_emulator_computes_what_the_untimed_one_does(name, device):
+    assert same(calls(name, device, timed=True), calls(name, device, timed=False))
+
+
+def test_the_timed_decoder_generates_the_same_tokens(capsys):
+    from tests.compiler.test_share_channels import load_decoder
+
+    decoder = load_decoder()
+    model = decoder.Decoder()
+    first, body = decoder.compile_versions(model)
+    untimed = decoder.device_loop(model, first, body, decoder.PROMPT, 6, 2)
+    model = decoder.Decoder()
+    first, body = decoder.compile_versions(model)
+    iron.CarriedLoop(first, body).timed()
+    assert decoder.device_loop(model, first, body, decoder.PROMPT, 6, 2) == untimed
+
+
+def test_estimate_of_add_one_on_npu2_is_its_launch_cost_and_its_dma_and_kernel_times():
+    compiled = designs.add_one(1024).compile(x=((1024,), np.int32), device="npu2")
+    x = np.arange(1024, dtype=np.int32)
+    e = compiled.estimate(x)
+    assert np.array_equal(compiled(x), x + 1)
+    gen = cost.GENERATIONS["npu2"]
+    # in: x and the ones, 8192 bytes through one channel at 8 bytes per cycle; the Add of 1024
+    # int32 (8192 bytes read at 64 per cycle, 4096 written at 32, plus the call); out: 4096 bytes
+    cycles = 8192 / 8 + (64 + 128) + 4096 / 8
+    assert e.device_ns == pytest.approx(cycles / 1.8)
+    assert e.call_ns == pytest.approx(gen.host_call_ns + cycles / 1.8)
+    assert e.busiest == "tile_0_2"
+    assert e.share == pytest.approx((64 + 128) / cycles)
+    assert str(e) == f"estimated {e.call_ns / 1000:.1f} us per call ({e.device_ns / 1000:.1f} us on the device; " \
+                     f"busiest tile tile_0_2, busy {100 * e.share:.0f}% of the run)"
+
+
+def test_a_device_loop_step_costs_a_restart_where_a_host_call_costs_the_whole_launch():
+    body = designs.walk(8).compile(device="npu2")
+    host = body.estimate(node=3, steps=0)
+    gen = cost.GENERATIONS["npu2"]
+    per_depth = {d: iron.CarriedLoop(body, body, depth=d).estimate(7, node=3, steps=0) for d in (1, 2, 4)}
+    assert host.call_ns == pytest.approx(gen.host_call_ns + host.device_ns)
+    # depth 1: restart, then the run, then the host notices; depth 2 and 4: the restarts alone, as
+    # each run (about 0.1 us) ends long before the next restart does, plus the last run over 7 steps
+    assert per_depth[1].call_ns == pytest.approx(gen.host_restart_ns + per_depth[1].device_ns)
+    assert per_depth[2].call_ns == pytest.approx(gen.host_restart_ns + per_depth[2].device_ns / 7)
+    assert per_depth[4].call_ns == pytest.approx(gen.host_restart_ns + per_depth[4].device_ns / 7)
+    assert all(e.busiest == "tile_0_2" for e in per_depth.values())
+
+
+def events(path) -> tuple[dict, list]:
+    data = json.loads(path.read_text())
+    names = {e["tid"]: e["args"]["name"] for e in data["traceEvents"] if e["name"] == "thread_name"}
+    return names, [e for e in data["traceEvents"] if e["ph"] == "X"]
+
+
+def check_trace_format(path):
+    """Required fields; per track, spans start in order and nest (each inside or after the last open one)."""
+    names, spans = events(path)
+    data = json.loads(path.read_text())
+    for e in data["traceEvents"]:
+        assert {"name", "ph", "pid", "tid"} <= set(e)
+        assert e["ph"] in ("X", "M")
+    for e in spans:
+        assert {"ts", "dur", "cat"} <= set(e) and e["dur"] >= 0 and e["ts"] >= 0
+        assert e["tid"] in names
+    for tid in names:
+        mine = [e for e in spans if e["tid"] == tid]
+        assert [e["ts"] for e in mine] == sorted(e["ts"] for e in mine), names[tid]
+        open_ends: list[float] = []
+        for e in mine:
+            while open_ends and e["ts"] >= open_ends[-1] - 1e-6:
+                open_ends.pop()
+            end = e["ts"] + e["dur"]
+            assert not open_ends or end <= open_ends[-1] + 1e-6, f"{names[tid]}: {e} crosses its parent"
+            open_ends.append(end)
+    return names, spans
+
+
+def test_a_host_driven_call_traces_its_launch_gap(tmp_path):
+    compiled = designs.add_one(1024).compile(x=((1024,), np.int32), device="npu2")
+    x = np.arange(1024, dtype=np.int32)
+    path = tmp_path / "call.json"
+    assert np.array_equal(compiled(x, trace=path), x + 1)
+    names, spans = check_trace_format(path)
+    tracks = set(names.values())
+    assert {HOST, DEVICE, "AddOne: core tile_0_2 (group g0)", "AddOne: s2mm 0 of tile_0_2 (@g0_in)",
+            "AddOne: s2mm 0 of shim_0_0 (@g0_host)"} <= tracks
+    host = [e for e in spans if names[e["tid"]] == HOST]
+    assert [e["name"] for e in host] == ["call AddOne", "submit", "wait", "complete"]
+    run = next(e for e in spans if names[e["tid"]] == DEVICE)
+    submit, complete = host[1], host[3]
+    assert run["ts"] == pytest.approx(submit["ts"] + 32.0)   # the launch gap: half of 64 us before the run
+    assert complete["ts"] == pytest.approx(run["ts"] + run["dur"]) and complete["dur"] == pytest.approx(32.0)
+    kernel = [e for e in spans if names[e["tid"]] == "AddOne: core tile_0_2 (group g0)" and e["name"] == "g0"]
+    assert len(kernel) == 1 and run["ts"] <= kernel[0]["ts"] <= run["ts"] + run["dur"]
+
+
+def test_a_depth_2_walk_loop_has_two_runs_in_flight_at_once(tmp_path):
+    walk = designs.walk(8)
+    body = walk.compile(device="npu2")
+    path = tmp_path / "walk.json"
+    for _ in iron.CarriedLoop(body, body, depth=2).run(6, node=3, steps=0, trace=path):
+        pass
+    assert body.read("trail").tolist() == [4, 3, 4, 3, 4, 3, 4, 0, 0]   # successor i -> 7 - i, from node 3
+    names, spans = check_trace_format(path)
+    flights = sorted((e["ts"], e["ts"] + e["dur"]) for e in spans if names[e["tid"]].endswith("in flight"))
+    assert len(flights) == 7
+    overlapping = [(a, b) for a, b in zip(flights, flights[1:]) if b[0] < a[1]]
+    assert len(overlapping) >= 5
+    runs = [e for e in spans if names[e["tid"]] == DEVICE]
+    assert len(runs) == 7
+    assert all(b["ts"] >= a["ts"] + a["dur"] for a, b in zip(runs, runs[1:]))   # the device runs one at a time
+    restarts = [e for e in spans if names[e["tid"]] == HOST and e["name"] == "restart Walk"]
+    assert len(restarts) == 7 and all(e["dur"] == pytest.approx(42.7) for e in restarts)
