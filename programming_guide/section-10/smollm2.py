@@ -6,7 +6,8 @@ and generates `--tokens` tokens after `--prompt` four ways, checked token for to
 numpy forward (iron.models.numpy_forward, the oracle), the graph's reference() host-driven, the
 compiled graph on the current backend host-driven, and as a CarriedLoop of `--depth` runs in
 flight (full-ELF devices only). Prints the continuation as text and the tokens per second
-host-driven vs device loop, measured in this run. Exit 1 on any disagreement.
+host-driven vs device loop, measured in this run, and (on the emulator) as the cost model
+estimates them on the NPU. Exit 1 on any disagreement.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import sys
 import time
 
 import aie_utils
+import iron
 from iron.models import numpy_forward, smollm2
 from iron.runtime.backend import select_backend
 from iron.smollm2_graph import SmolLM2Graph, generate, generate_in_loop
@@ -32,6 +34,15 @@ def report(label: str, tokens: list[int], expected: list[int], seconds: float | 
     rate = f" ({len(tokens) / seconds:.2f} tokens/s, prompt included in the time)" if seconds else ""
     print(f"{label}: {tokens} -> {'matches' if ok else 'DIFFERS from'} numpy{rate}")
     return ok
+
+
+def estimated(body, pos: int, tok: int, depth: int) -> str:
+    """Tokens per second the cost model estimates on the NPU, host-driven and as a device loop,
+    from one more call and a loop of one step at `pos` (the emulator runs on its clock after)."""
+    call = body.estimate(pos=pos, tok=tok)
+    step = iron.CarriedLoop(body, body, depth=depth).estimate(1, pos=pos, tok=tok)
+    return (f"estimated on the NPU (cost model): host-driven {1e9 / call.call_ns:.1f} tokens/s, "
+            f"device loop {1e9 / step.call_ns:.1f} tokens/s")
 
 
 def run(layers: int, prompt: str, count: int, depth: int) -> int:
@@ -56,6 +67,8 @@ def run(layers: int, prompt: str, count: int, depth: int) -> int:
         tokens, loop = timed(lambda: generate_in_loop(graph, body, ids, count, depth=depth))
         ok &= report(f"device loop ({body.device.name}, depth {depth})", tokens, expected, loop)
         print(f"device loop / host-driven speed on the {backend}: {host / loop:.2f}x")
+        if backend == "emulator":
+            print(estimated(body, len(ids) + count, tokens[-1], depth))
     else:
         print(f"{body.device.name} has no full ELF: no device loop, generation stays host-driven")
     print(f"text: {prompt}{model.tokenizer.decode(tokens)}")

@@ -156,6 +156,7 @@ EXPECTED = {
         re.compile(r"compiled for npu2 in \d+\.\d s: \d+ segments run in order within each call"),
         re.compile(r"host-driven \(npu2, emulator\): \[30, 216, 216\] -> matches numpy \(.* tokens/s, .*\)"),
         re.compile(r"device loop \(npu2, depth 2\): \[30, 216, 216\] -> matches numpy \(.* tokens/s, .*\)"),
+        re.compile(r"estimated on the NPU \(cost model\): host-driven \d+\.\d tokens/s, device loop \d+\.\d tokens/s"),
     ],
 }
 
