@@ -2,8 +2,9 @@
 run (PlanError, or DoesNotFit for tile memory): tiles within the device, FIFOs and links
 well-formed and on the right tiles, DMA channels per tile, cores and Functions (core_checks.py),
 words computed from earlier words, Dma ops within the shim's limits and their host buffers,
-buffer descriptor ids reused only after a covering Wait, every FIFO given per launch exactly
-the objects its consumers take, and the Emit exactly on full-ELF plans (docs/platform.md)."""
+buffer descriptor ids reused only after a covering Wait, every Wait met by a completion token,
+every FIFO given per launch exactly the objects its consumers take, and the Emit exactly on
+full-ELF plans (docs/platform.md)."""
 from __future__ import annotations
 
 from iron.compiler.allocate import check_tile_memory, shares_memory
@@ -83,6 +84,11 @@ def _check_fifos(plan: Plan):
             fail(plan, f"FIFO {f.name} has objects of {f.nbytes} bytes of {f.dtype}, depth {f.depth}, "
                         f"{len(f.consumers)} consumer(s): objects must be whole 4-byte words and whole "
                         "elements, depth at least 1, one consumer or more")
+        shim_to_shim = f.producer.kind is TileKind.SHIM and any(t.kind is TileKind.SHIM for t in f.consumers)
+        if shim_to_shim or f.producer in f.consumers:
+            fail(plan, f"FIFO {f.name} goes from {f.producer.name} to {', '.join(t.name for t in f.consumers)}: "
+                        "a tile sits at one end of a FIFO, and a shim tile's FIFO has a compute or mem tile at "
+                        "its other end")
         if f.shared_memory != shares_memory(f):
             route = f"{f.producer.name} -> {', '.join(t.name for t in f.consumers)}"
             fail(plan, f"FIFO {f.name} is shared memory but {route} is not one neighbouring compute tile"
@@ -110,19 +116,24 @@ def _check_link_offsets(plan: Plan, link, fifos):
         dest = fifos[link.destinations[0]]
         parts = zip(link.sources, link.source_offsets or [None] * len(link.sources))
         if len(link.destinations) != 1 or len(link.source_offsets) != len(link.sources) or any(
-                off + fifos[s].nbytes > dest.nbytes for s, off in parts):
+                not _fits(off, fifos[s].nbytes, dest.nbytes) for s, off in parts):
             fail(plan, f"the join {link.sources} -> {dest.name} does not fit its source offsets "
-                        f"{link.source_offsets} into {dest.nbytes}-byte objects")
+                        f"{link.source_offsets} into {dest.nbytes}-byte objects at whole 4-byte words")
     elif len(link.destinations) > 1:
         source = fifos[link.sources[0]]
         parts = zip(link.destinations, link.destination_offsets or [None] * len(link.destinations))
         if len(link.destination_offsets) != len(link.destinations) or any(
-                off + fifos[d].nbytes > source.nbytes for d, off in parts):
+                not _fits(off, fifos[d].nbytes, source.nbytes) for d, off in parts):
             fail(plan, f"the split {source.name} -> {link.destinations} does not fit its destination "
-                        f"offsets {link.destination_offsets} into {source.nbytes}-byte objects")
+                        f"offsets {link.destination_offsets} into {source.nbytes}-byte objects at whole 4-byte words")
     elif fifos[link.sources[0]].nbytes != fifos[link.destinations[0]].nbytes:
         fail(plan, f"the forward link {link.sources[0]} -> {link.destinations[0]} joins objects of "
                     "different sizes")
+
+
+def _fits(offset: int, part: int, whole: int) -> bool:
+    """Whether a `part`-byte piece at byte `offset` lies inside a `whole`-byte object, on a word."""
+    return offset >= 0 and offset % 4 == 0 and offset + part <= whole
 
 
 def dma_channels(fifos) -> dict[Tile, tuple[list[str], list[str]]]:
@@ -226,12 +237,18 @@ def _check_sequence(plan: Plan):
     buffers = {b.name: b for b in plan.host_buffers}
     ranges = word_ranges(plan.words)
     held: dict[tuple[Tile, int], int] = {}
+    tokened: set[str] = set()   # FIFOs with a completion token to come since their last Wait
     for index, op in enumerate(plan.sequence):
         if isinstance(op, Wait):
             if op.fifo not in fifos:
                 fail(plan, f"sequence op {index} waits on {op.fifo}, which the plan does not have")
             if all(t.kind is not TileKind.SHIM for t in (fifos[op.fifo].producer, *fifos[op.fifo].consumers)):
                 fail(plan, f"sequence op {index} waits on {op.fifo}, which has no shim end (no Dma moves it)")
+            if op.fifo not in tokened:
+                fail(plan, f"sequence op {index} waits on {op.fifo}, but no Dma on {op.fifo} since its last Wait "
+                            "issues a completion token, so the device would wait forever",
+                      "Wait after an S2MM Dma, or give the MM2S Dma issue_token.")
+            tokened.discard(op.fifo)
             for key, holder in list(held.items()):
                 h = plan.sequence[holder]
                 if h.fifo == op.fifo and (h.direction is Direction.S2MM or h.issue_token):
@@ -243,6 +260,8 @@ def _check_sequence(plan: Plan):
                             f"held by op {held[(op.shim, op.bd_id)]} (Dma on {plan.sequence[held[(op.shim, op.bd_id)]].fifo}) "
                             "with no Wait covering it in between")
             held[(op.shim, op.bd_id)] = index
+            if op.direction is Direction.S2MM or op.issue_token:
+                tokened.add(op.fifo)
         else:
             fail(plan, f"sequence op {index} is a {type(op).__name__}, not a Dma or a Wait")
 
@@ -255,10 +274,11 @@ def _check_dma(plan: Plan, index: int, op: Dma, fifos, buffers, ranges):
         fail(plan, f"sequence op {index} moves {op.direction} between buffer '{op.buffer}' and {op.fifo} on "
                     f"{op.shim.name}, which is not that FIFO's shim end or not a host buffer")
     limits = (d.dma_repeat_max, *(d.shim.max_bd_wrap,) * 3)
-    if any(not 1 <= s <= lim for s, lim in zip(op.sizes, limits)) or min(op.strides) < 0 or not 0 <= op.bd_id < d.shim_bd_ids:
+    strides_fit = all(0 <= st <= d.shim.max_bd_stride for st in op.strides)   # docs/platform.md section 5
+    if any(not 1 <= s <= lim for s, lim in zip(op.sizes, limits)) or not strides_fit or not 0 <= op.bd_id < d.shim_bd_ids:
         fail(plan, f"sequence op {index} (Dma on {op.fifo}) has sizes {op.sizes}, strides {op.strides}, BD {op.bd_id}: "
-                    f"sizes[0] must be 1..{d.dma_repeat_max}, the others 1..{d.shim.max_bd_wrap}, strides >= 0, "
-                    f"BD ids 0..{d.shim_bd_ids - 1}")
+                    f"sizes[0] must be 1..{d.dma_repeat_max}, the others 1..{d.shim.max_bd_wrap}, strides "
+                    f"0..{d.shim.max_bd_stride}, BD ids 0..{d.shim_bd_ids - 1}")
     patch = (0, 0)
     if op.patch_word is not None:
         if not 0 <= op.patch_word < len(plan.words):

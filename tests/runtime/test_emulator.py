@@ -105,7 +105,7 @@ def stream(fifo, port, body=()):
 
 
 def add_one_plan(objects_in=4, objects_out=4):
-    """npu-platform.md section 2: 1024 int32, 4 objects of 256 per launch, x + 1."""
+    """Section 1's add_one by hand: 1024 int32, 4 objects of 256 per launch, x + 1."""
     g0 = Function("g0", ("in", "out"), (KernelStep("plus_one_i32", (Ptr("in"), Ptr("out"), Imm(256))),), blocked=True)
     step = (Acquire("in", Port.CONSUME), Acquire("out", Port.PRODUCE), Invoke("g0", ("in", "out")),
             Release("in", Port.CONSUME), Release("out", Port.PRODUCE))
