@@ -240,7 +240,7 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
             sizes |= {f"{g}_x{i}_{r}_{c}": (size, node.dtype, f"blocks of {describe(node)}") for r in range(rows)}
             links.append(Link(mem, (f"{g}_x{i}_{c}_mem",), tuple(f"{g}_x{i}_{r}_{c}" for r in range(rows)),
                               destination_offsets=tuple(r * size for r in range(rows))))
-        size = b * flow.calls[-1].dtype.itemsize
+        size = flow.result_block * flow.calls[-1].dtype.itemsize
         sizes |= {f"{g}_part{r}_{c}": (size, flow.calls[-1].dtype, label) for r in range(rows)}
         sizes[f"{g}_host{c}"] = (rows * size, flow.calls[-1].dtype, label)
         links.append(Link(mem, tuple(f"{g}_part{r}_{c}" for r in range(rows)), (f"{g}_host{c}",),
@@ -270,9 +270,10 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
             where[call] = buffers[-1].name
         kernel = call.arg.kernel
         arity = call.arg.n_inputs
-        sizes = kernel.sizes([(b,)] * arity, (b,))
-        attrs = [Imm(float(call.arg.attr_dict[name]) if ctype == "f32" else int(call.arg.attr_dict[name]), ctype)
-                 for name, ctype in kernel.c_attrs]
+        sizes = kernel.sizes(*flow.shapes())
+        # an attribute left None (Softmax's length) is the whole row
+        values = {name: flow.width if v is None else v for name, v in call.arg.attr_dict.items()}
+        attrs = [Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype) for name, ctype in kernel.c_attrs]
         ptrs = [Ptr(where[n]) for n in call.src[:arity]] + [Ptr(where[call])]
         steps.append(KernelStep(kernel.symbol(call.src[0].dtype, call.dtype), (*ptrs, *(Imm(int(s)) for s in sizes),
                                                                               *attrs)))
@@ -295,10 +296,11 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     for number, (t, run) in enumerate(runs):
         here = []
         for c in range(cols):
-            first = (t * cols + c) * rows * b
             for fifo, direction, node, buffer, at in ends:
+                block = flow.result_block if node is result else b
                 w = node.dtype.itemsize / 4
-                dims = ((run, int(cols * rows * b * w)), *_words(int(rows * b * w), ctx.device))
+                first = (t * cols + c) * rows * block
+                dims = ((run, int(cols * rows * block * w)), *_words(int(rows * block * w), ctx.device))
                 here.append(Move(direction, fifo.format(c=c), buffer, Access(at.offset + int(first * w), dims)))
         moves += here if number + 1 == len(runs) else [*here, *(Wait(mv.fifo) for mv in here)]
     return moves
