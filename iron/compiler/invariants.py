@@ -6,6 +6,8 @@ buffer descriptor ids reused only after a covering Wait, every FIFO given per la
 the objects its consumers take, and the Emit exactly on full-ELF plans (docs/platform.md)."""
 from __future__ import annotations
 
+from itertools import accumulate
+
 from iron.compiler.allocate import check_tile_memory, shares_memory
 from iron.compiler.core_checks import check_cores, check_functions, fail
 from iron.compiler.plan import (
@@ -106,23 +108,24 @@ def _check_links(plan: Plan):
 
 
 def _check_link_offsets(plan: Plan, link, fifos):
-    if len(link.sources) > 1:
-        dest = fifos[link.destinations[0]]
-        parts = zip(link.sources, link.source_offsets or [None] * len(link.sources))
-        if len(link.destinations) != 1 or len(link.source_offsets) != len(link.sources) or any(
-                off + fifos[s].nbytes > dest.nbytes for s, off in parts):
-            fail(plan, f"the join {link.sources} -> {dest.name} does not fit its source offsets "
-                        f"{link.source_offsets} into {dest.nbytes}-byte objects")
-    elif len(link.destinations) > 1:
-        source = fifos[link.sources[0]]
-        parts = zip(link.destinations, link.destination_offsets or [None] * len(link.destinations))
-        if len(link.destination_offsets) != len(link.destinations) or any(
-                off + fifos[d].nbytes > source.nbytes for d, off in parts):
-            fail(plan, f"the split {source.name} -> {link.destinations} does not fit its destination "
-                        f"offsets {link.destination_offsets} into {source.nbytes}-byte objects")
-    elif fifos[link.sources[0]].nbytes != fifos[link.destinations[0]].nbytes:
-        fail(plan, f"the forward link {link.sources[0]} -> {link.destinations[0]} joins objects of "
-                    "different sizes")
+    """A split's or join's parts lie back to back in link order and fill the object, as mlir-aie
+    moves part i: the bytes from its offset up to the next part's, the last up to the object's
+    end (docs/platform.md section 4); a forward joins objects of one size."""
+    if len(link.sources) == len(link.destinations) == 1:
+        if fifos[link.sources[0]].nbytes != fifos[link.destinations[0]].nbytes:
+            fail(plan, f"the forward link {link.sources[0]} -> {link.destinations[0]} joins objects of "
+                        "different sizes")
+        return
+    join = len(link.sources) > 1
+    kind, whole, parts, offsets = (("join", link.destinations, link.sources, link.source_offsets) if join else
+                                   ("split", link.sources, link.destinations, link.destination_offsets))
+    ends = list(accumulate((fifos[p].nbytes for p in parts), initial=0))
+    if len(whole) != 1 or list(offsets) != ends[:-1] or ends[-1] != fifos[whole[0]].nbytes:
+        fail(plan, f"the {kind} {link.sources} -> {link.destinations} puts parts of "
+                    f"{[fifos[p].nbytes for p in parts]} bytes at byte offsets {list(offsets)} of "
+                    f"{', '.join(str(fifos[w].nbytes) for w in whole)}-byte objects, but mlir-aie moves each part "
+                    "from its offset up to the next one's (the last up to the object's end): lay the parts "
+                    "back to back in link order, filling the object")
 
 
 def dma_channels(fifos) -> dict[Tile, tuple[list[str], list[str]]]:
