@@ -33,6 +33,7 @@ class TileKind:
     buffer_descriptors: int
     bd_dims: int
     max_bd_wrap: int  # largest size of one BD dimension, in 32-bit words
+    max_bd_stride: int  # largest stride of one BD dimension, in 32-bit words
     default_stack_bytes: int
 
 
@@ -46,6 +47,7 @@ COMPUTE_TILE = TileKind(
     buffer_descriptors=16,
     bd_dims=3,
     max_bd_wrap=255,
+    max_bd_stride=2**13,
     default_stack_bytes=1 * KIB,
 )
 MEM_TILE = TileKind(
@@ -58,6 +60,7 @@ MEM_TILE = TileKind(
     buffer_descriptors=48,  # even channels use BDs 0-23, odd channels 24-47
     bd_dims=4,
     max_bd_wrap=1023,
+    max_bd_stride=2**17,
     default_stack_bytes=0,
 )
 SHIM_TILE = TileKind(
@@ -70,6 +73,7 @@ SHIM_TILE = TileKind(
     buffer_descriptors=16,
     bd_dims=3,
     max_bd_wrap=1023,
+    max_bd_stride=2**20,
     default_stack_bytes=0,
 )
 

@@ -10,7 +10,7 @@ from hypothesis import settings
 
 from iron.compiler.build import Artifacts
 from iron.compiler.plan import HostRole
-from iron.runtime.emulator import Emulator
+from iron.runtime.emulator import load
 from tests.runtime import fake_pyxrt
 
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
@@ -42,7 +42,7 @@ def xrt(monkeypatch, tmp_path):
     def device(run):
         path = run.kernel.ctx.elf.path
         plan = plans[path]
-        emulator = emulators.setdefault(path, Emulator(plan))
+        emulator = emulators.setdefault(path, load(plan))   # a segmented full ELF: each configuration in turn
         words = lambda bo: np.frombuffer(bo.device_bytes, dtype=np.uint32)  # noqa: E731
         bindings = {b.name: words(run.args[i])[: b.nwords] for i, b in enumerate(plan.host_buffers)}
         bindings["words"] = words(run.scratchpad)[: plan.host_buffer(HostRole.WORDS).nwords]

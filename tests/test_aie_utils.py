@@ -72,6 +72,7 @@ def test_compute_tile_figures(name):
         buffer_descriptors=16,
         bd_dims=3,
         max_bd_wrap=255,
+        max_bd_stride=8192,
         default_stack_bytes=1024,
     )
 
@@ -88,6 +89,7 @@ def test_mem_tile_figures(name):
         buffer_descriptors=48,
         bd_dims=4,
         max_bd_wrap=1023,
+        max_bd_stride=131072,
         default_stack_bytes=0,
     )
 
@@ -104,6 +106,7 @@ def test_shim_tile_figures(name):
         buffer_descriptors=16,
         bd_dims=3,
         max_bd_wrap=1023,
+        max_bd_stride=1048576,
         default_stack_bytes=0,
     )
 

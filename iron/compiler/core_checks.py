@@ -9,6 +9,7 @@ import numpy as np
 
 from iron.compiler.plan import (
     Acquire,
+    Imm,
     Invoke,
     KernelStep,
     Load,
@@ -37,13 +38,46 @@ def check_functions(plan: Plan):
         fail(plan, f"function names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
     for f in plan.functions:
         for step in f.steps:
+            _check_abi(plan, f, step)
             for arg in _step_args(step):
                 if isinstance(arg, (Ptr, Load)) and arg.source not in f.params:
                     fail(plan, f"function {f.name} reads '{arg.source}', which is not one of its parameters {f.params}")
+                if isinstance(arg, Ptr) and arg.block_stride and not f.blocked:
+                    fail(plan, f"function {f.name} strides '{arg.source}' by {arg.block_stride} bytes per block "
+                                "but takes no block index (it is not blocked)")
             if isinstance(step, ScalarStep) and step.op not in WordDef.OPS:
                 fail(plan, f"function {f.name} has scalar op '{step.op}'; the ops are {', '.join(WordDef.OPS)}")
-            if isinstance(step, KernelStep):
-                lookup(step.symbol)
+
+
+def _check_abi(plan: Plan, f, step):
+    """Each argument of the kind its C ABI takes: a kernel call's pointers (one per input and the
+    output) are Ptrs, its sizes (one or more) i32 values, its attributes values of their C type; a
+    scalar step writes through a Ptr from i32 values. An i32 value is an Imm or a Load."""
+    if isinstance(step, KernelStep):
+        kernel = lookup(step.symbol).kernel
+        pointers, attrs = kernel.arity + 1, [ctype for _, ctype in kernel.c_attrs]
+        nsizes = len(step.args) - pointers - len(attrs)
+        wanted = ["ptr"] * pointers + ["i32"] * nsizes + attrs
+        what = f"calls {step.symbol} with ({_kinds(step.args)}); its C ABI takes {pointers} Ptr(s), one i32 " \
+               f"size or more and {len(attrs)} attribute(s){' (' + ', '.join(attrs) + ')' if attrs else ''}"
+        if nsizes < 1 or not all(map(_takes, wanted, step.args)):
+            fail(plan, f"function {f.name} {what}")
+        return
+    args = (step.dest, step.a, Imm(0) if step.b is None else step.b) if isinstance(step, ScalarStep) else ()
+    if not args or not all(map(_takes, ("ptr", "i32", "i32"), args)):
+        fail(plan, f"function {f.name} has a step {type(step).__name__}({_kinds(args)}): a step is a KernelStep, "
+                    "or a ScalarStep writing through a Ptr from i32 values (Imm or Load)")
+
+
+def _takes(ctype: str, arg) -> bool:
+    """Whether `arg` is a value of C type `ctype` ("ptr", "i32" or "f32")."""
+    if ctype == "ptr":
+        return isinstance(arg, Ptr)
+    return (isinstance(arg, Imm) and arg.ctype == ctype) or (isinstance(arg, Load) and ctype == "i32")
+
+
+def _kinds(args) -> str:
+    return ", ".join(f"Imm {a.ctype}" if isinstance(a, Imm) else type(a).__name__ for a in args)
 
 
 def _step_args(step) -> tuple:
@@ -61,6 +95,7 @@ def check_cores(plan: Plan):
             fail(plan, f"the core of {core.group} is on {core.tile.name}, not a compute tile")
         counts: dict[tuple[str, Port], int] = {}
         _walk_program(plan, core, core.program, 1, counts, fifos, functions)
+        _held_after(plan, core, core.program, {}, fifos)
         for (fifo, port), n in counts.items():
             if n:
                 fail(plan, f"the core on {core.tile.name} acquires and releases {fifo} ({port}) a different "
@@ -84,6 +119,34 @@ def _walk_program(plan, core, program, loop_count, counts, fifos, functions, blo
             _check_invoke(plan, core, item, fifos, functions, max(blocks, 1), blocks > 0)
         else:
             fail(plan, f"the core on {core.tile.name} has a {type(item).__name__} in its program")
+
+
+def _held_after(plan, core, program, held: dict, fifos) -> dict:
+    """The objects the core holds per FIFO port after `program`, starting from `held`: a Release
+    of more than it holds, or an Invoke binding a FIFO of which it holds no object, is refused.
+    A Loop changes the holdings by the same amount every iteration, so its first and last
+    iterations are the ones that can go lowest."""
+    for item in program:
+        if isinstance(item, Loop):
+            once = _held_after(plan, core, item.body, dict(held), fifos)
+            step = {key: n - held.get(key, 0) for key, n in once.items()}
+            last = {key: held.get(key, 0) + (item.count - 1) * n for key, n in step.items()}
+            _held_after(plan, core, item.body, last, fifos)
+            held = {key: held.get(key, 0) + item.count * n for key, n in step.items()}
+        elif isinstance(item, Acquire):
+            held[(item.fifo, item.port)] = held.get((item.fifo, item.port), 0) + item.count
+        elif isinstance(item, Release):
+            have = held.get((item.fifo, item.port), 0)
+            if item.count > have:
+                fail(plan, f"the core on {core.tile.name} releases {item.count} object(s) of {item.fifo} "
+                            f"({item.port}) while holding {have}")
+            held[(item.fifo, item.port)] = have - item.count
+        else:
+            empty = [o for o in item.objects if o in fifos and not any(held.get((o, p), 0) for p in Port)]
+            if empty:
+                fail(plan, f"the core on {core.tile.name} invokes {item.function} on {empty[0]} without "
+                            "holding an object of it")
+    return held
 
 
 def _check_port(plan, core, item, fifos):
@@ -125,14 +188,16 @@ def _check_extents(plan, f, step, sizes, blocks):
 
 
 def _extents(step) -> list[tuple]:
-    """(Ptr or Load, bytes it touches) of each memory operand of a step."""
+    """(Ptr or Load, bytes it touches) of each memory operand of a step; a kernel's pointers only
+    when its sizes are Imms (a size Loaded per call is known at run time only)."""
+    loads = [(a, 4) for a in _step_args(step) if isinstance(a, Load) or isinstance(step, ScalarStep) and isinstance(a, Ptr)]
     if isinstance(step, ScalarStep):
-        return [(a, 4) for a in (step.dest, step.a, step.b) if isinstance(a, (Ptr, Load))]
+        return loads
     kernel, dtype, out_dtype = lookup(step.symbol)
-    pointers = [a for a in step.args if isinstance(a, Ptr)]
-    count = len(step.args) - len(pointers) - len(kernel.c_attrs)
-    sizes = tuple(int(a.value) for a in step.args[len(pointers): len(pointers) + count])
-    in_shapes, out_shape = kernel.abi_shapes(sizes)
+    pointers = step.args[:kernel.arity + 1]
+    sizes = step.args[kernel.arity + 1: len(step.args) - len(kernel.c_attrs)]
+    if not all(isinstance(a, Imm) for a in sizes):
+        return loads
+    in_shapes, out_shape = kernel.abi_shapes(tuple(int(a.value) for a in sizes))
     nbytes = [int(np.prod(s)) * dtype.itemsize for s in in_shapes] + [int(np.prod(out_shape)) * out_dtype.itemsize]
-    loads = [(a, 4) for a in step.args if isinstance(a, Load)]
     return list(zip(pointers, nbytes)) + loads

@@ -2,8 +2,9 @@
 run (PlanError, or DoesNotFit for tile memory): tiles within the device, FIFOs and links
 well-formed and on the right tiles, DMA channels per tile, cores and Functions (core_checks.py),
 words computed from earlier words, Dma ops within the shim's limits and their host buffers,
-buffer descriptor ids reused only after a covering Wait, every FIFO given per launch exactly
-the objects its consumers take, and the Emit exactly on full-ELF plans (docs/platform.md)."""
+buffer descriptor ids reused only after a covering Wait, every Wait met by a completion token,
+every FIFO given per launch exactly the objects its consumers take, and the Emit exactly on
+full-ELF plans (docs/platform.md)."""
 from __future__ import annotations
 
 from itertools import accumulate
@@ -85,6 +86,11 @@ def _check_fifos(plan: Plan):
             fail(plan, f"FIFO {f.name} has objects of {f.nbytes} bytes of {f.dtype}, depth {f.depth}, "
                         f"{len(f.consumers)} consumer(s): objects must be whole 4-byte words and whole "
                         "elements, depth at least 1, one consumer or more")
+        shim_to_shim = f.producer.kind is TileKind.SHIM and any(t.kind is TileKind.SHIM for t in f.consumers)
+        if shim_to_shim or f.producer in f.consumers:
+            fail(plan, f"FIFO {f.name} goes from {f.producer.name} to {', '.join(t.name for t in f.consumers)}: "
+                        "a tile sits at one end of a FIFO, and a shim tile's FIFO has a compute or mem tile at "
+                        "its other end")
         if f.shared_memory != shares_memory(f):
             route = f"{f.producer.name} -> {', '.join(t.name for t in f.consumers)}"
             fail(plan, f"FIFO {f.name} is shared memory but {route} is not one neighbouring compute tile"
@@ -116,15 +122,20 @@ def _check_link_offsets(plan: Plan, link, fifos):
             fail(plan, f"the forward link {link.sources[0]} -> {link.destinations[0]} joins objects of "
                         "different sizes")
         return
-    join = len(link.sources) > 1
-    kind, whole, parts, offsets = (("join", link.destinations, link.sources, link.source_offsets) if join else
-                                   ("split", link.sources, link.destinations, link.destination_offsets))
+    if len(link.sources) > 1 and len(link.destinations) > 1:
+        fail(plan, f"the link {link.sources} -> {link.destinations} has several sources and several "
+                    "destinations; a link is a split (one source), a join (one destination) or a forward")
+    if len(link.sources) > 1:
+        kind, (whole,), parts, offsets = "join", link.destinations, link.sources, link.source_offsets
+        shown = f"{link.sources} -> {whole}"
+    else:
+        kind, (whole,), parts, offsets = "split", link.sources, link.destinations, link.destination_offsets
+        shown = f"{whole} -> {link.destinations}"
     ends = list(accumulate((fifos[p].nbytes for p in parts), initial=0))
-    if len(whole) != 1 or list(offsets) != ends[:-1] or ends[-1] != fifos[whole[0]].nbytes:
-        fail(plan, f"the {kind} {link.sources} -> {link.destinations} puts parts of "
-                    f"{[fifos[p].nbytes for p in parts]} bytes at byte offsets {list(offsets)} of "
-                    f"{', '.join(str(fifos[w].nbytes) for w in whole)}-byte objects, but mlir-aie moves each part "
-                    "from its offset up to the next one's (the last up to the object's end): lay the parts "
+    if list(offsets) != ends[:-1] or ends[-1] != fifos[whole].nbytes:
+        fail(plan, f"the {kind} {shown} puts parts of {[fifos[p].nbytes for p in parts]} bytes at "
+                    f"byte offsets {list(offsets)} of {fifos[whole].nbytes}-byte objects, but mlir-aie moves each "
+                    "part from its offset up to the next one's (the last up to the object's end): lay the parts "
                     "back to back in link order, filling the object")
 
 
@@ -229,12 +240,18 @@ def _check_sequence(plan: Plan):
     buffers = {b.name: b for b in plan.host_buffers}
     ranges = word_ranges(plan.words)
     held: dict[tuple[Tile, int], int] = {}
+    tokened: set[str] = set()   # FIFOs with a completion token to come since their last Wait
     for index, op in enumerate(plan.sequence):
         if isinstance(op, Wait):
             if op.fifo not in fifos:
                 fail(plan, f"sequence op {index} waits on {op.fifo}, which the plan does not have")
             if all(t.kind is not TileKind.SHIM for t in (fifos[op.fifo].producer, *fifos[op.fifo].consumers)):
                 fail(plan, f"sequence op {index} waits on {op.fifo}, which has no shim end (no Dma moves it)")
+            if op.fifo not in tokened:
+                fail(plan, f"sequence op {index} waits on {op.fifo}, but no Dma on {op.fifo} since its last Wait "
+                            "issues a completion token, so the device would wait forever",
+                      "Wait after an S2MM Dma, or give the MM2S Dma issue_token.")
+            tokened.discard(op.fifo)
             for key, holder in list(held.items()):
                 h = plan.sequence[holder]
                 if h.fifo == op.fifo and (h.direction is Direction.S2MM or h.issue_token):
@@ -246,6 +263,8 @@ def _check_sequence(plan: Plan):
                             f"held by op {held[(op.shim, op.bd_id)]} (Dma on {plan.sequence[held[(op.shim, op.bd_id)]].fifo}) "
                             "with no Wait covering it in between")
             held[(op.shim, op.bd_id)] = index
+            if op.direction is Direction.S2MM or op.issue_token:
+                tokened.add(op.fifo)
         else:
             fail(plan, f"sequence op {index} is a {type(op).__name__}, not a Dma or a Wait")
 
@@ -258,10 +277,11 @@ def _check_dma(plan: Plan, index: int, op: Dma, fifos, buffers, ranges):
         fail(plan, f"sequence op {index} moves {op.direction} between buffer '{op.buffer}' and {op.fifo} on "
                     f"{op.shim.name}, which is not that FIFO's shim end or not a host buffer")
     limits = (d.dma_repeat_max, *(d.shim.max_bd_wrap,) * 3)
-    if any(not 1 <= s <= lim for s, lim in zip(op.sizes, limits)) or min(op.strides) < 0 or not 0 <= op.bd_id < d.shim_bd_ids:
+    strides_fit = all(0 <= st <= d.shim.max_bd_stride for st in op.strides)   # docs/platform.md section 5
+    if any(not 1 <= s <= lim for s, lim in zip(op.sizes, limits)) or not strides_fit or not 0 <= op.bd_id < d.shim_bd_ids:
         fail(plan, f"sequence op {index} (Dma on {op.fifo}) has sizes {op.sizes}, strides {op.strides}, BD {op.bd_id}: "
-                    f"sizes[0] must be 1..{d.dma_repeat_max}, the others 1..{d.shim.max_bd_wrap}, strides >= 0, "
-                    f"BD ids 0..{d.shim_bd_ids - 1}")
+                    f"sizes[0] must be 1..{d.dma_repeat_max}, the others 1..{d.shim.max_bd_wrap}, strides "
+                    f"0..{d.shim.max_bd_stride}, BD ids 0..{d.shim_bd_ids - 1}")
     patch = (0, 0)
     if op.patch_word is not None:
         if not 0 <= op.patch_word < len(plan.words):

@@ -197,7 +197,12 @@ def declared_name(graph, memory: Memory) -> str:
         if mem is memory:
             return mem.given_name or path
     mine = type(graph).__name__
-    owner = f"belongs to {memory.graph}, not to {mine}" if memory.graph else f"is not declared in {mine}"
+    if memory.graph is None:
+        owner = f"is not declared in {mine}"
+    elif memory.graph == mine:   # two instances of one class: the class name alone tells them not apart
+        owner = f"belongs to another {mine} graph, not to this one"
+    else:
+        owner = f"belongs to {memory.graph}, not to {mine}"
     raise ArgumentError(
         f"{memory!r} {owner}: read, write or update it through the graph that declares it "
         f"(as an attribute of that graph), not through {mine}."

@@ -82,7 +82,13 @@ class State(Memory):
 def _checked_array(array, kind) -> np.ndarray:
     """A read-only copy of `array`, taken at declaration: later changes to the caller's array do
     not reach the graph (Graph.update changes a weight or param, everywhere at once)."""
-    arr = np.asarray(array)
+    try:
+        arr = np.asarray(array)
+    except ValueError:   # nested lists of unequal lengths: numpy makes no array of them
+        raise DeclarationError(
+            f"iron.{kind}() got a {type(array).__name__} that is not one rectangular array: give a numpy "
+            "array, or nested lists whose rows all have the same length."
+        ) from None
     if dtypes.as_dtype(arr.dtype) is None:
         raise DeclarationError(
             f"iron.{kind}() got an array of dtype {arr.dtype}: supported dtypes are "

@@ -6,6 +6,9 @@ the class back here. Each class claims its name once, when it is defined (`Kerne
 calls `claim`): a name already claimed by another class, above all one of iron's library, is a
 DeclarationError, so no user kernel can stand in for a library one. Defining the same class again
 (same module and qualified name: a re-run notebook cell, a reloaded module) replaces it.
+Since each name has one owning class and a symbol is spelled from the class's name and dtypes
+(`Kernel.symbol`), a Plan's symbol stands for exactly one class: the table is written only by
+class definitions and read back, so it cannot point a symbol at a kernel the design did not use.
 """
 from __future__ import annotations
 

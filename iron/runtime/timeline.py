@@ -87,9 +87,9 @@ class Clock:
 
     __slots__ = ("timeline", "device", "gen", "prefix", "current", "cycles")
 
-    def __init__(self, plan, timeline: Timeline):
+    def __init__(self, plan, timeline: Timeline, prefix: str):
         self.timeline, self.device, self.gen = timeline, plan.device, cost.generation(plan.device)
-        self.prefix = plan.name
+        self.prefix = prefix   # what its tracks and runs are named by
         self.current = None
         self.cycles: dict[str, float] = {}
 

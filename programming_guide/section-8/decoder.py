@@ -228,7 +228,27 @@ def run(model: Decoder, prompt, count: int, depth: int, describe: bool = False) 
     ok &= report(f"device loop ({device.name}, depth {depth})", tokens, expected)
     print(f"tokens per second on the {backend}: host-driven {host_rate:.0f}, device loop {loop_rate:.0f} "
           f"({loop_rate / host_rate:.2f}x)")
+    if backend == "emulator":
+        print(estimated(model, first, body, prompt, count))
     return 0 if ok else 1
+
+
+def estimated(model: Decoder, first, body, prompt, count: int) -> str:
+    """Estimated NPU tokens per second from iron's cost model (the timed emulator): one
+    host-driven generation step, and the device loop per step at depth 1, 2 and 4."""
+    start = len(prompt) - 1
+    feed_prompt(model, first, prompt[:-1])
+    host = body.estimate(pos=start, tok=prompt[-1])
+    rates = {}
+    for depth in (1, 2, 4):
+        feed_prompt(model, first, prompt[:-1])
+        loop = iron.CarriedLoop(first, body, depth=depth)
+        rates[depth] = loop.estimate(count - 1, model.embed(prompt[-1]), pos=start, tok=prompt[-1])
+    loops = ", ".join(f"depth {d} {1e9 / e.call_ns:.0f}" for d, e in rates.items())
+    best = max(rates.values(), key=lambda e: 1e9 / e.call_ns)
+    return (f"estimated NPU tokens per second (cost model, not measured): host-driven {1e9 / host.call_ns:.0f}, "
+            f"device loop {loops} ({host.call_ns / best.call_ns:.2f}x); a step takes {host.device_ns / 1000:.1f} us "
+            f"on the device, bottleneck {host.busiest} busy {100 * host.share:.0f}% of it")
 
 
 def main(argv=None) -> int:

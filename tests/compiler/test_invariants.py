@@ -17,6 +17,10 @@ from iron.compiler.plan import (
     Fifo,
     Imm,
     KernelStep,
+    Load,
+    Loop,
+    Ptr,
+    ScalarStep,
     Tile,
     TileKind,
     Wait,
@@ -109,7 +113,33 @@ def test_a_wait_on_a_fifo_without_a_shim_end_is_refused():
 def test_dma_sizes_over_the_limits_are_refused():
     plan = with_op(plan_of("add_one", "npu2"), 0, sizes=(1, 1, 1, 1024), strides=(0, 0, 0, 1))
     broken(plan, "plan AddOne on npu2: sequence op 0 (Dma on g0_in) has sizes (1, 1, 1, 1024), strides "
-                 "(0, 0, 0, 1), BD 0: sizes[0] must be 1..64, the others 1..1023, strides >= 0, BD ids 0..15." + FIX)
+                 "(0, 0, 0, 1), BD 0: sizes[0] must be 1..64, the others 1..1023, strides 0..1048576, BD ids 0..15." + FIX)
+
+
+def test_a_dma_stride_over_the_shims_20_bit_field_is_refused():
+    """docs/platform.md section 5: a shim BD stride is at most 2^20 words."""
+    plan = with_op(plan_of("add_one", "npu2"), 0, sizes=(1, 1, 2, 512), strides=(0, 0, 2**20 + 1, 1))
+    broken(plan, "plan AddOne on npu2: sequence op 0 (Dma on g0_in) has sizes (1, 1, 2, 512), strides "
+                 "(0, 0, 1048577, 1), BD 0: sizes[0] must be 1..64, the others 1..1023, strides 0..1048576, "
+                 "BD ids 0..15." + FIX)
+    at_limit = with_op(plan_of("add_one", "npu2"), 0, sizes=(1, 1, 2, 512), strides=(0, 0, 2**20, 1))
+    broken(at_limit, "plan AddOne on npu2: sequence op 0 (Dma on g0_in) reaches words 0..1049087 of 'inputs', "
+                     "which holds 1024." + FIX)
+
+
+def test_a_wait_no_completion_token_can_satisfy_is_refused():
+    """An MM2S Dma without issue_token raises no token: a Wait after only such ops never returns."""
+    plan = plan_of("walk", "npu1")
+    plan = dataclasses.replace(plan, sequence=(plan.sequence[0], Wait("g0_in"), *plan.sequence[1:]))
+    broken(plan, "plan Walk on npu1: sequence op 1 waits on g0_in, but no Dma on g0_in since its last Wait "
+                 "issues a completion token, so the device would wait forever. Wait after an S2MM Dma, or "
+                 "give the MM2S Dma issue_token.")
+    twice = with_op(plan, 0, issue_token=True)
+    twice = dataclasses.replace(twice, sequence=(*twice.sequence[:2], Wait("g0_in"), *twice.sequence[2:]))
+    broken(twice, "plan Walk on npu1: sequence op 2 waits on g0_in, but no Dma on g0_in since its last Wait "
+                  "issues a completion token, so the device would wait forever. Wait after an S2MM Dma, or "
+                  "give the MM2S Dma issue_token.")
+    check_plan(with_op(plan, 0, issue_token=True))
 
 
 def test_a_dma_reaching_past_its_buffer_is_refused():
@@ -223,3 +253,89 @@ def test_a_fifo_is_shared_memory_exactly_when_mlir_aie_makes_it_so():
     broken(with_fifos(plan, g0_out=(Tile(0, 0, TileKind.SHIM),)),
            "plan Walk on npu2: FIFO g0_out is shared memory but tile_0_2 -> shim_0_0 is not one neighbouring "
            "compute tile." + FIX)
+
+
+def with_g0_steps(plan, *steps, **changes):
+    g0 = dataclasses.replace(plan.functions[0], steps=steps, **changes)
+    return dataclasses.replace(plan, functions=(g0, *plan.functions[1:]))
+
+
+def test_a_kernel_call_not_in_its_c_abi_shape_is_refused():
+    plan = plan_of("walk", "npu1")
+    src, dst = Ptr("g0_in"), Ptr("g0_host")
+    abi = "its C ABI takes 2 Ptr(s), one i32 size or more and 0 attribute(s)."
+    broken(with_g0_steps(plan, KernelStep("copy_i32", (src, Imm(1), Imm(1)))),
+           f"plan Walk on npu1: function g0 calls copy_i32 with (Ptr, Imm i32, Imm i32); {abi}" + FIX)
+    broken(with_g0_steps(plan, KernelStep("copy_i32", (src, dst))),
+           f"plan Walk on npu1: function g0 calls copy_i32 with (Ptr, Ptr); {abi}" + FIX)
+    broken(with_g0_steps(plan, KernelStep("copy_i32", (src, dst, Ptr("g0_in")))),
+           f"plan Walk on npu1: function g0 calls copy_i32 with (Ptr, Ptr, Ptr); {abi}" + FIX)
+    broken(with_g0_steps(plan, KernelStep("scale_f32", (src, dst, Imm(1), Imm(2)))),
+           "plan Walk on npu1: function g0 calls scale_f32 with (Ptr, Ptr, Imm i32, Imm i32); its C ABI takes "
+           "2 Ptr(s), one i32 size or more and 1 attribute(s) (f32)." + FIX)
+    broken(with_g0_steps(plan, ScalarStep(Load("g0_in"), "add", Imm(1), Imm(2))),
+           "plan Walk on npu1: function g0 has a step ScalarStep(Load, Imm i32, Imm i32): a step is a KernelStep, "
+           "or a ScalarStep writing through a Ptr from i32 values (Imm or Load)." + FIX)
+    check_plan(with_g0_steps(plan, KernelStep("copy_i32", (src, dst, Load("g0_in")))))
+
+
+def test_a_block_stride_in_a_function_without_blocks_is_refused():
+    plan = with_g0_steps(plan_of("walk", "npu1"), KernelStep("copy_i32", (Ptr("g0_in", 0, 4), Ptr("g0_host"), Imm(1))))
+    broken(plan, "plan Walk on npu1: function g0 strides 'g0_in' by 4 bytes per block but takes no block index "
+                 "(it is not blocked)." + FIX)
+
+
+def with_program(plan, *program):
+    return dataclasses.replace(plan, cores=(dataclasses.replace(plan.cores[0], program=program),))
+
+
+def test_a_release_before_its_acquire_is_refused():
+    plan = plan_of("walk", "npu1")
+    take_in, take_host, invoke, give_in, give_host = plan.cores[0].program
+    broken(with_program(plan, give_in, take_in, take_host, invoke, give_host),
+           "plan Walk on npu1: the core on tile_0_2 releases 1 object(s) of g0_in (Consume) while holding 0." + FIX)
+    late = (take_in, take_in, Loop(3, (give_in,)), take_in, take_host, invoke, give_host)   # its 3rd iteration
+    broken(with_program(plan, *late),
+           "plan Walk on npu1: the core on tile_0_2 releases 1 object(s) of g0_in (Consume) while holding 0." + FIX)
+
+
+def test_an_invoke_on_a_fifo_not_held_is_refused():
+    plan = plan_of("walk", "npu1")
+    take_in, take_host, invoke, give_in, give_host = plan.cores[0].program
+    broken(with_program(plan, take_host, invoke, take_in, give_in, give_host),
+           "plan Walk on npu1: the core on tile_0_2 invokes g0 on g0_in without holding an object of it." + FIX)
+
+
+def test_a_fifo_from_a_shim_to_a_shim_or_to_its_own_producer_is_refused():
+    plan = plan_of("walk", "npu1")
+    shim, core = plan.fifos[0].producer, plan.fifos[0].consumers[0]
+    to_shim = dataclasses.replace(plan.fifos[0], consumers=(shim,))
+    broken(dataclasses.replace(plan, fifos=(to_shim, *plan.fifos[1:])),
+           "plan Walk on npu1: FIFO g0_in goes from shim_0_0 to shim_0_0: a tile sits at one end of a FIFO, and "
+           "a shim tile's FIFO has a compute or mem tile at its other end." + FIX)
+    to_self = dataclasses.replace(plan.fifos[1], consumers=(core,))
+    broken(dataclasses.replace(plan, fifos=(plan.fifos[0], to_self)),
+           "plan Walk on npu1: FIFO g0_host goes from tile_0_2 to tile_0_2: a tile sits at one end of a FIFO, and "
+           "a shim tile's FIFO has a compute or mem tile at its other end." + FIX)
+
+
+def test_link_parts_not_back_to_back_are_refused():
+    """mlir-aie moves part i of a split or join from its offset up to the next part's (the last up
+    to the object's end): an offset off a word, a gap or a negative offset would move other bytes."""
+    plan = plan_of("big_matvec", "npu2")
+    split, join = plan.links
+    odd_split = dataclasses.replace(split, destination_offsets=(0, 16384, 32768, 49150))
+    fix = ("but mlir-aie moves each part from its offset up to the next one's (the last up to the object's end): "
+           "lay the parts back to back in link order, filling the object." + FIX)
+    broken(dataclasses.replace(plan, links=(odd_split, join)),
+           "plan BigMatVec on npu2: the split g0_w_mem -> ('g0_w0', 'g0_w1', 'g0_w2', 'g0_w3') puts parts of "
+           "[16384, 16384, 16384, 16384] bytes at byte offsets [0, 16384, 32768, 49150] of 65536-byte objects, " + fix)
+    odd_join = dataclasses.replace(join, source_offsets=(-4, 512, 1024, 1536))
+    broken(dataclasses.replace(plan, links=(split, odd_join)),
+           "plan BigMatVec on npu2: the join ('g0_part0', 'g0_part1', 'g0_part2', 'g0_part3') -> g0_host puts parts "
+           "of [512, 512, 512, 512] bytes at byte offsets [-4, 512, 1024, 1536] of 2048-byte objects, " + fix)
+    both = dataclasses.replace(join, destinations=("g0_host", "g0_host"))
+    broken(dataclasses.replace(plan, links=(split, both)),
+           "plan BigMatVec on npu2: the link ('g0_part0', 'g0_part1', 'g0_part2', 'g0_part3') -> ('g0_host', "
+           "'g0_host') has several sources and several destinations; a link is a split (one source), a join (one "
+           "destination) or a forward." + FIX)

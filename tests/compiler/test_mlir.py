@@ -256,6 +256,13 @@ STREAMED_CORE = """\
 """
 
 
+def printing_refused(plan: Plan) -> str:
+    """The PlanError text print_mlir raises for `plan`."""
+    with pytest.raises(PlanError) as info:
+        print_mlir(plan)
+    return str(info.value)
+
+
 def test_streamed_blocks_print_link_buffer_loop_and_block_index():
     text = print_mlir(streamed_plan())
     assert STREAMED_DEVICE + STREAMED_CORE in text
@@ -311,9 +318,7 @@ def test_static_offset_goes_in_the_innermost_offset():
 def test_invoke_of_an_object_not_acquired_is_refused():
     base = add_one_plan()
     cores = (Core(CORE, "g0", (Acquire("g0_in", Port.CONSUME), Invoke("g0", ("g0_in", "g0_host")))),)
-    with pytest.raises(PlanError) as info:
-        print_mlir(dataclasses.replace(base, cores=cores))
-    assert str(info.value) == (
+    assert printing_refused(dataclasses.replace(base, cores=cores)) == (
         "Core tile_0_2 invokes 'g0' on 'g0_host', which it has not acquired and which is no Buffer: "
         "acquire the FIFO before the Invoke (or declare the Buffer)."
     )
@@ -323,9 +328,7 @@ def test_blocked_function_outside_a_loop_is_refused():
     base = streamed_plan()
     cores = (Core(CORE, "g0", (Acquire("g0_w", Port.CONSUME), Acquire("g0_host", Port.PRODUCE),
                                Invoke("g0_block", ("g0_w", "g0_x", "g0_host")))),)
-    with pytest.raises(PlanError) as info:
-        print_mlir(dataclasses.replace(base, cores=cores))
-    assert str(info.value) == (
+    assert printing_refused(dataclasses.replace(base, cores=cores)) == (
         "Core tile_0_2 invokes the blocked function 'g0_block' outside any Loop, so it has no block "
         "index to pass: invoke it inside the Loop over its blocks."
     )
@@ -333,22 +336,16 @@ def test_blocked_function_outside_a_loop_is_refused():
 
 def test_unknown_names_and_wrong_arity_are_refused():
     base = add_one_plan()
-    with pytest.raises(PlanError) as info:
-        print_mlir(dataclasses.replace(base, functions=()))
-    assert str(info.value) == (
+    assert printing_refused(dataclasses.replace(base, functions=())) == (
         "The plan uses function 'g0' but has none by that name (it has: none): add it to the plan."
     )
     cores = (Core(CORE, "g0", (Acquire("g0_inn", Port.CONSUME),)),)
-    with pytest.raises(PlanError) as info:
-        print_mlir(dataclasses.replace(base, cores=cores))
-    assert str(info.value) == (
+    assert printing_refused(dataclasses.replace(base, cores=cores)) == (
         "The plan uses FIFO 'g0_inn' but has none by that name (it has: g0_in, g0_host): add it "
         "to the plan."
     )
     short = (dataclasses.replace(base.functions[0], params=("g0_in",)),)
-    with pytest.raises(PlanError) as info:
-        print_mlir(dataclasses.replace(base, functions=short))
-    assert str(info.value) == (
+    assert printing_refused(dataclasses.replace(base, functions=short)) == (
         "Core tile_0_2 invokes 'g0' with 2 arguments (%g0_in_obj0, %g0_host_obj0) but its "
         "declaration takes 1 (memref<2048xi32>): make Invoke.objects match the function's parameters."
     )
@@ -357,28 +354,20 @@ def test_unknown_names_and_wrong_arity_are_refused():
 def test_unprintable_sizes_offsets_and_names_are_refused():
     base = add_one_plan()
     odd = (Fifo("g0_in", SHIM, (CORE,), 2, 6), base.fifos[1])
-    with pytest.raises(PlanError) as info:
-        print_mlir(dataclasses.replace(base, fifos=odd))
-    assert str(info.value) == (
+    assert printing_refused(dataclasses.replace(base, fifos=odd)) == (
         "FIFO 'g0_in' carries objects of 6 bytes, not a whole number of int32 elements (4 bytes "
         "each): make its nbytes a multiple of the element size."
     )
     split = (Link(MEM, ("g0_in",), ("g0_host", "g0_host"), destination_offsets=(0, 6)),)
-    with pytest.raises(PlanError) as info:
-        print_mlir(dataclasses.replace(base, links=split))
-    assert str(info.value) == (
+    assert printing_refused(dataclasses.replace(base, links=split)) == (
         "The link on mem_0_1 from g0_in to g0_host, g0_host has byte offsets [0, 6], which "
         "mlir-aie counts in 4-byte elements of 'g0_in': give every linked FIFO that element size "
         "and make every offset a multiple of it."
     )
     mixed = (*base.fifos, Fifo("half", MEM, (CORE,), 2, 64, np.dtype(np.int16)))
-    with pytest.raises(PlanError) as info:
-        print_mlir(dataclasses.replace(base, fifos=mixed, links=(Link(MEM, ("g0_in",), ("half", "g0_host"), (), (0, 64)),)))
-    assert "counts in 4-byte elements of 'g0_in': give every linked FIFO" in str(info.value)
+    assert "counts in 4-byte elements of 'g0_in': give every linked FIFO" in printing_refused(dataclasses.replace(base, fifos=mixed, links=(Link(MEM, ("g0_in",), ("half", "g0_host"), (), (0, 64)),)))
     renamed = (Fifo("g0 in", SHIM, (CORE,), 2, 8192), base.fifos[1])
-    with pytest.raises(PlanError) as info:
-        print_mlir(dataclasses.replace(base, fifos=renamed))
-    assert str(info.value) == (
+    assert printing_refused(dataclasses.replace(base, fifos=renamed)) == (
         "The FIFO name 'g0 in' is not a valid MLIR symbol: use letters, digits, '_', '$' and '.', "
         "starting with a letter or '_'."
     )
@@ -386,9 +375,7 @@ def test_unprintable_sizes_offsets_and_names_are_refused():
 
 def test_dma_of_an_unknown_host_buffer_is_refused():
     base = add_one_plan()
-    with pytest.raises(PlanError) as info:
-        print_mlir(dataclasses.replace(base, sequence=(dma(Direction.MM2S, "g0_in", "weights", 0, 4, 0),)))
-    assert str(info.value) == (
+    assert printing_refused(dataclasses.replace(base, sequence=(dma(Direction.MM2S, "g0_in", "weights", 0, 4, 0),))) == (
         "DMA 0 (to FIFO 'g0_in') moves words of host buffer 'weights', which is not among the "
         "plan's host buffers (consts, inputs, outputs, words): name one of them."
     )

@@ -156,7 +156,7 @@ def test_states_written_in_one_segment_are_read_from_ddr_in_the_next():
         np.testing.assert_array_equal(compiled.read(name), graph.read(name))
 
 
-@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
 def test_a_carried_loop_over_a_segmented_body_follows_the_reference(depth):
     body = Hops().compile(device="npu2_1col")
     assert segments_of(body.plan) == [["g0", "g1"], ["g2", "g3"], ["g4", "g5"]]
@@ -169,6 +169,21 @@ def test_a_carried_loop_over_a_segmented_body_follows_the_reference(depth):
     assert dict(loop.carry) == carry == {"i": 3}
     np.testing.assert_array_equal(body.read("seen"), reference.read("seen"))
     np.testing.assert_array_equal(body.read("seen"), [10, 20, 30, 40, 50])
+
+
+def test_a_segmented_full_elf_runs_through_xrt_host_driven_and_as_a_device_loop(xrt):
+    body = Hops().compile(device="npu2_1col")
+    nxt = iron.Carry(i=1)
+    for _ in range(3):
+        nxt = body(**nxt)
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(3, **nxt)) == [0, 1, 2]
+    reference, carry = Hops(), {"i": 1}
+    for _ in range(7):
+        carry = dict(reference.reference(**carry))
+    assert dict(loop.carry) == carry
+    np.testing.assert_array_equal(body.read("seen"), reference.read("seen"))
+    assert sum(c.startswith("hw_context(") for c in xrt.fake_state.calls) == 1   # one ELF, one context
 
 
 def test_each_configuration_starts_with_its_tile_memory_cleared(monkeypatch):

@@ -1,7 +1,7 @@
 """Conversions as a user meets them: int8 MatVec/MatMul into int32, Requantize back to int8, Cast
 between dtypes (float32 activations meeting bfloat16 weights), reference() against the design
-compiled for npu2 and run on the emulator (integers exactly), and the exact texts of the errors a
-wrong dtype gets."""
+compiled for npu2 and for npu1 (the host-driven path) and run on the emulator (integers exactly),
+and the exact texts of the errors a wrong dtype gets."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -17,9 +17,14 @@ I8, I32, F32 = np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.float32)
 pytestmark = pytest.mark.usefixtures("on_emulator")
 
 
-def compiled_call(graph, *tensors):
-    """The graph's call compiled for npu2 and run on the emulator."""
-    return graph.compile(*tensors, device="npu2")(*tensors)
+@pytest.fixture(params=["npu2", "npu1"])
+def device(request):
+    return request.param
+
+
+def compiled_call(graph, device, *tensors):
+    """The graph's call compiled for `device` and run on the emulator."""
+    return graph.compile(*tensors, device=device)(*tensors)
 
 
 class Dot(iron.Graph):
@@ -32,10 +37,10 @@ class Dot(iron.Graph):
         return MatVec.step(self.w, x), MatVec.step(self.w, x, dtype=np.int32)
 
 
-def test_int8_matvec_into_int32_keeps_19200_where_int8_wraps_to_0():
+def test_int8_matvec_into_int32_keeps_19200_where_int8_wraps_to_0(device):
     g = Dot(np.full((2, 12), 40, np.int8))
     x = np.full(12, 40, np.int8)
-    for wrapped, exact in (g.reference(x), compiled_call(g, x)):
+    for wrapped, exact in (g.reference(x), compiled_call(g, device, x)):
         assert (wrapped.dtype, exact.dtype) == (I8, I32)
         np.testing.assert_array_equal(wrapped, [0, 0])
         np.testing.assert_array_equal(exact, [19200, 19200])
@@ -52,7 +57,7 @@ class Layer(iron.Graph):
         return acc, Requantize.step(acc, shift=self.shift), MatMul.step(self.w, self.b, dtype=np.int32)
 
 
-def test_an_int8_layer_compiled_equals_the_reference_and_numpy():
+def test_an_int8_layer_compiled_equals_the_reference_and_numpy(device):
     rng = np.random.default_rng(5)
     w, b = rng.integers(-128, 128, (16, 32), dtype=np.int8), rng.integers(-128, 128, (32, 8), dtype=np.int8)
     x = rng.integers(-128, 128, 32, dtype=np.int8)
@@ -62,7 +67,7 @@ def test_an_int8_layer_compiled_equals_the_reference_and_numpy():
     np.testing.assert_array_equal(want[0], acc)
     np.testing.assert_array_equal(want[1], np.clip(np.round(acc / 256), -128, 127))  # numpy rounds half to even
     np.testing.assert_array_equal(want[2], w.astype(np.int64) @ b.astype(np.int64))
-    for got, expected in zip(compiled_call(g, x), want):
+    for got, expected in zip(compiled_call(g, device, x), want):
         assert got.dtype == expected.dtype
         np.testing.assert_array_equal(got, expected)
 
@@ -77,7 +82,7 @@ class Mixed(iron.Graph):
         return MatVec.step(self.w, Cast.step(x, dtype=iron.bfloat16), dtype=np.float32)
 
 
-def test_float32_activations_meet_bfloat16_weights_through_cast():
+def test_float32_activations_meet_bfloat16_weights_through_cast(device):
     rng = np.random.default_rng(6)
     w = rng.standard_normal((8, 16)).astype(iron.bfloat16)
     x = rng.standard_normal(16).astype(np.float32)
@@ -85,7 +90,7 @@ def test_float32_activations_meet_bfloat16_weights_through_cast():
     want = g.reference(x)
     assert want.dtype == F32
     np.testing.assert_allclose(want, w.astype(np.float32) @ x.astype(iron.bfloat16).astype(np.float32), rtol=1e-6)
-    got = compiled_call(g, x)
+    got = compiled_call(g, device, x)
     assert got.dtype == F32
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
@@ -127,13 +132,13 @@ def test_requantize_is_round_half_even_then_clip_on_any_values(values, shift):
     np.testing.assert_array_equal(got, np.clip(exact, -128, 127))
 
 
-def test_every_cast_pair_compiled_equals_the_reference():
+def test_every_cast_pair_compiled_equals_the_reference(device):
     rng = np.random.default_rng(8)
     for dtype, out in Cast.signatures():
         x = (rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, 8, endpoint=True).astype(dtype)
              if dtype.kind in "iu" else (rng.standard_normal(8) * 300).astype(dtype))
         g = CastTo(out)
-        want, got = g.reference(x), compiled_call(g, x)
+        want, got = g.reference(x), compiled_call(g, device, x)
         assert want.dtype == got.dtype == out
         np.testing.assert_array_equal(got.view(f"u{out.itemsize}"), want.view(f"u{out.itemsize}"))
 
@@ -203,7 +208,7 @@ class QuantizedLayer(iron.Graph):
 
 
 @pytest.mark.parametrize("m, k, split", [(64, 64, False), (512, 512, True)])
-def test_a_quantized_layer_is_one_group_its_epilogue_split_with_the_matrix(monkeypatch, m, k, split):
+def test_a_quantized_layer_is_one_group_its_epilogue_split_with_the_matrix(monkeypatch, device, m, k, split):
     """Cast and Requantize are elementwise: they join a MatVec's epilogue, and when the matrix is
     split over tiles, the int32 and int8 parts split with it, in both kernel modes."""
     g = QuantizedLayer(m, k)
@@ -211,7 +216,7 @@ def test_a_quantized_layer_is_one_group_its_epilogue_split_with_the_matrix(monke
     want = g.reference(x)
     exact = g.w.array.astype(np.int64) @ x.astype(np.int64) + g.b.array
     np.testing.assert_array_equal(want, np.clip(np.round(exact / 512), -128, 127))
-    compiled = g.compile(x=x, device="npu2")
+    compiled = g.compile(x=x, device=device)
     assert compiled.plan.groups == (("g0", ("MatVec#0", "Add#1", "Requantize#2")),)
     assert ("split_matrix_over_tiles" in compiled.describe()) == split
     for mode in ("numpy", "native"):

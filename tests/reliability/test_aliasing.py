@@ -113,6 +113,19 @@ def test_reading_or_writing_another_graphs_state_names_both_graphs(unchanged):
     np.testing.assert_array_equal(other.read(other.trail), X + 100)
 
 
+def test_a_state_of_another_instance_of_the_same_class_is_named_as_such(unchanged):
+    mine = Other()
+    compiled = mine.compile(((4,), np.float32))
+    theirs = Other()
+    theirs(X + 100)
+    with unchanged(mine, theirs, compiled=[compiled]), pytest.raises(ArgumentError) as raised:
+        compiled.read(theirs.trail)
+    assert str(raised.value) == (
+        "<iron.state trail: (4,) float32> belongs to another Other graph, not to this one: read, write or update "
+        "it through the graph that declares it (as an attribute of that graph), not through Other."
+    )
+
+
 def test_reading_writing_or_updating_another_graphs_weight_names_both_graphs(unchanged):
     mine, other, compiled = traced_pair()
     attempts = [lambda: mine.update(other.table, TABLE), lambda: compiled.read(other.table),

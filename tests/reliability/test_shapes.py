@@ -114,6 +114,16 @@ def test_a_zero_size_weight_or_param_is_refused(kind, trail, unchanged):
     assert str(raised.value) == f"the array given to iron.{kind}() has shape (0, 4): every axis needs a positive int size."
 
 
+@pytest.mark.parametrize("kind", ["weight", "param"])
+def test_a_ragged_nest_of_lists_is_refused_as_a_declaration(kind, trail, unchanged):
+    with unchanged(trail), pytest.raises(DeclarationError) as raised:
+        getattr(iron, kind)([[1, 2], [3]])
+    assert str(raised.value) == (
+        f"iron.{kind}() got a list that is not one rectangular array: give a numpy array, or nested lists "
+        "whose rows all have the same length."
+    )
+
+
 def test_a_weight_past_2_31_elements_is_refused_before_it_is_copied(trail, unchanged):
     table = np.broadcast_to(np.int8(1), (2**31,))   # a view of one byte: nothing large is allocated
     with unchanged(trail), pytest.raises(DeclarationError) as raised:

@@ -2,8 +2,8 @@
 
 What it does: `new_pyxrt(...)` returns a fresh module object with the pyxrt names the XRT
 backend uses (device, xclbin, uuid, elf, hw_context, kernel, ext.kernel, bo, run,
-xclBOSyncDirection, ert_cmd_state, enumerate_devices), written against
-/work/shared/reference/pyxrt-2.25-surface.txt. Each call that makes a handle, changes state or
+xclBOSyncDirection, ert_cmd_state, enumerate_devices), written against the pyxrt calls of
+docs/platform.md section 9 (XRT's pyxrt.cpp). Each call that makes a handle, changes state or
 moves data is appended to `module.fake_state.calls` as text such as "run1.set_arg(3, bo1)".
 Every BO keeps a host copy and a device copy of its bytes (`host_bytes`, `device_bytes`); sync
 moves them, and `fake_state.on_complete(run)`, if set, stands for the device when a run

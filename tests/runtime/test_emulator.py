@@ -105,7 +105,7 @@ def stream(fifo, port, body=()):
 
 
 def add_one_plan(objects_in=4, objects_out=4):
-    """npu-platform.md section 2: 1024 int32, 4 objects of 256 per launch, x + 1."""
+    """Section 1's add_one by hand: 1024 int32, 4 objects of 256 per launch, x + 1."""
     g0 = Function("g0", ("in", "out"), (KernelStep("plus_one_i32", (Ptr("in"), Ptr("out"), Imm(256))),), blocked=True)
     step = (Acquire("in", Port.CONSUME), Acquire("out", Port.PRODUCE), Invoke("g0", ("in", "out")),
             Release("in", Port.CONSUME), Release("out", Port.PRODUCE))
@@ -319,9 +319,9 @@ def test_links_lower_as_mlir_aie_lowers_them():
 
 
 @pytest.mark.parametrize("split, join, text", [
-    ((0, 512), (0, 1024), "the split ('whole',) -> ('lo', 'hi') puts parts of [1024, 1024] bytes at byte offsets "
+    ((0, 512), (0, 1024), "the split whole -> ('lo', 'hi') puts parts of [1024, 1024] bytes at byte offsets "
                           "[0, 512] of 2048-byte objects"),
-    ((0, 1024), (1024, 0), "the join ('r_lo', 'r_hi') -> ('joined',) puts parts of [1024, 1024] bytes at byte "
+    ((0, 1024), (1024, 0), "the join ('r_lo', 'r_hi') -> joined puts parts of [1024, 1024] bytes at byte "
                            "offsets [1024, 0] of 2048-byte objects"),
 ], ids=["overlapping", "out_of_order"])
 def test_split_or_join_parts_not_back_to_back_are_refused(split, join, text):

@@ -179,3 +179,42 @@ def test_a_depth_2_walk_loop_has_two_runs_in_flight_at_once(tmp_path):
     assert all(b["ts"] >= a["ts"] + a["dur"] for a, b in zip(runs, runs[1:]))   # the device runs one at a time
     restarts = [e for e in spans if names[e["tid"]] == HOST and e["name"] == "restart Walk"]
     assert len(restarts) == 7 and all(e["dur"] == pytest.approx(42.7) for e in restarts)
+
+
+def test_a_segmented_design_is_timed_with_a_reconfiguration_before_each_segment(tmp_path):
+    from tests.compiler.test_segments import Ladder
+
+    x = np.linspace(-1, 1, 16, dtype=np.float32)
+    untimed = Ladder().compile(x=((16,), np.float32), device="npu2_1col")
+    compiled = Ladder().compile(x=((16,), np.float32), device="npu2_1col")
+    assert len(compiled.segments) == 2
+    path = tmp_path / "ladder.json"
+    assert np.array_equal(compiled(x, trace=path), untimed(x))
+    names, spans = check_trace_format(path)
+    device = [e["name"] for e in spans if names[e["tid"]] == DEVICE]
+    assert [name.rsplit(" run ", 1)[0] for name in device] == [
+        "load Ladder segment 1", "Ladder segment 1", "load Ladder segment 2", "Ladder segment 2"]
+    loads = [e for e in spans if e["name"].startswith("load ")]
+    assert all(e["dur"] == pytest.approx(100.0) for e in loads)   # 100 us per npu2 reconfiguration
+    # the picture has one panel per segment
+    from tests.compiler.test_picture import parsed
+
+    root = parsed(compiled.svg())
+    assert root.get("data-segments") == "2"
+
+
+def test_iron_trace_writes_the_process_timeline_at_exit(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "process.json"
+    script = ("import numpy as np; from tests.compiler import designs; "
+              "c = designs.add_one(64).compile(x=((64,), np.int32), device='npu2'); "
+              "[c(np.arange(64, dtype=np.int32)) for _ in range(3)]")
+    env = {**os.environ, "IRON_TRACE": str(path), "IRON_BACKEND": "emulator", "IRON_QUIET": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    names, spans = check_trace_format(path)
+    assert [e["name"] for e in spans if names[e["tid"]] == DEVICE] == ["AddOne run 1"] * 3
+    assert [e["name"] for e in spans if names[e["tid"]] == HOST and e["name"].startswith("call")] == ["call AddOne"] * 3

@@ -1,7 +1,7 @@
 """Contract tests of the XRT backend (iron/runtime/xrt.py).
 
 These check the call sequence the backend makes against the documented pyxrt 2.25 contract
-(npu-platform.md section 5 and pyxrt-2.25-surface.txt), through the stand-in fake_pyxrt that
+(docs/platform.md section 9, from XRT's pyxrt.cpp), through the stand-in fake_pyxrt that
 enforces its rules and records every call; they do not touch hardware. The one test marked
 `npu` opens a real NPU and is skipped where there is none.
 """

@@ -31,8 +31,8 @@ class Configurations:
 
     def timed(self, timeline):
         """Every segment on the cost model's clock, each preceded by its reconfiguration."""
-        for segment in self.segments:
-            segment.timed(timeline)
+        for k, segment in enumerate(self.segments):
+            segment.timed(timeline, f"{self.plan.name} segment {k + 1}")
         self.timeline = timeline
 
     @property
@@ -68,7 +68,7 @@ class Configurations:
         """Loading the segment's configuration delays its launch (docs/platform.md section 11)."""
         took = cost.generation(self.plan.device).reconfigure_ns
         begins = max(launch.submitted, self.timeline.device_end)
-        self.timeline.span(DEVICE, f"load {segment.plan.name}", begins, took, SpanKind.RECONFIGURE)
+        self.timeline.span(DEVICE, f"load {segment.timeline_name}", begins, took, SpanKind.RECONFIGURE)
         launch.submitted = begins + took
 
     def wait(self, run: Run):

@@ -76,16 +76,22 @@ class Emulator:
         self._signals = [*self._locks, *(s for stream in self._streams for s in (stream.sent, stream.arrived)),
                          *(c.signal for c in self.sequence.channels.values())]
 
-    def timed(self, timeline):
+    def timed(self, timeline, name: str | None = None):
         """Run every later launch on the cost model's clock as a discrete-event simulation
-        (scheduler.run_timed), adding its spans to `timeline`; launches are no longer replayed."""
+        (scheduler.run_timed), adding its spans to `timeline` under `name` (the plan's by
+        default); launches are no longer replayed."""
         if self._board.clock is None:
-            self._board.clock = Clock(self.plan, timeline)
+            self._board.clock = Clock(self.plan, timeline, name or self.plan.name)
             self._replay = None
 
     @property
     def timeline(self):
         return None if self._board.clock is None else self._board.clock.timeline
+
+    @property
+    def timeline_name(self) -> str:
+        """What its tracks are named by on the timeline, when timed."""
+        return self._board.clock.prefix
 
     @property
     def replayed(self) -> int:
@@ -147,7 +153,7 @@ class Emulator:
             timeline = self._board.clock.timeline
             timeline.host_waits(run.ended)
             # in flight, as XRT counts it: from the host starting to submit it until its wait returns
-            timeline.span(f"{self.plan.name}: run {run.number} in flight", "in flight", run.issued,
+            timeline.span(f"{self._board.clock.prefix}: run {run.number} in flight", "in flight", run.issued,
                           timeline.host - run.issued, SpanKind.RUN)
 
     # ---- one launch ----------------------------------------------------------------------------
@@ -205,7 +211,7 @@ class Emulator:
 
     def _ends(self, run: Run, end: float):
         timeline, start = self._board.clock.timeline, self._begins(run)
-        timeline.span(DEVICE, f"{self.plan.name} run {run.number}", start, end - start, SpanKind.RUN)
+        timeline.span(DEVICE, f"{self._board.clock.prefix} run {run.number}", start, end - start, SpanKind.RUN)
         timeline.device_end = run.ended = end
 
     def _state(self) -> tuple | None:
