@@ -236,7 +236,7 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
             sizes |= {f"{g}_x{i}_{r}_{c}": (size, node.dtype, f"blocks of {describe(node)}") for r in range(rows)}
             links.append(Link(mem, (f"{g}_x{i}_{c}_mem",), tuple(f"{g}_x{i}_{r}_{c}" for r in range(rows)),
                               destination_offsets=tuple(r * size for r in range(rows))))
-        size = b * flow.calls[-1].dtype.itemsize
+        size = flow.result_block * flow.calls[-1].dtype.itemsize
         sizes |= {f"{g}_part{r}_{c}": (size, flow.calls[-1].dtype, label) for r in range(rows)}
         sizes[f"{g}_host{c}"] = (rows * size, flow.calls[-1].dtype, label)
         links.append(Link(mem, tuple(f"{g}_part{r}_{c}" for r in range(rows)), (f"{g}_host{c}",),
@@ -266,9 +266,10 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
             where[call] = buffers[-1].name
         kernel = call.arg.kernel
         arity = call.arg.n_inputs
-        sizes = kernel.sizes([(b,)] * arity, (b,))
-        attrs = [Imm(float(call.arg.attr_dict[name]) if ctype == "f32" else int(call.arg.attr_dict[name]), ctype)
-                 for name, ctype in kernel.c_attrs]
+        sizes = kernel.sizes(*flow.shapes())
+        # an attribute left None (Softmax's length) is the whole row
+        values = {name: flow.width if v is None else v for name, v in call.arg.attr_dict.items()}
+        attrs = [Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype) for name, ctype in kernel.c_attrs]
         ptrs = [Ptr(where[n]) for n in call.src[:arity]] + [Ptr(where[call])]
         steps.append(KernelStep(kernel.symbol(call.src[0].dtype, call.dtype), (*ptrs, *(Imm(int(s)) for s in sizes),
                                                                               *attrs)))
@@ -280,30 +281,30 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
 
 
 def _flow_moves(ctx: Context, g: str, flow) -> list:
-    """Per run of at most `rounds_per_op` rounds, each column's blocks of every input and of the result,
-    one Dma op each (`run` strides over the column's rows x block elements); a Wait on them
-    every `rounds_between_waits` runs."""
-    rows, cols, b = len(flow.rows), len(flow.cols), flow.block
+    """Per run of at most `rounds_per_op` rounds, each column's blocks of every input and of the
+    result, one Dma op each (`run` strides over the column's rows x block elements); a Wait on
+    them every `rounds_between_waits` runs."""
+    rows, cols = len(flow.rows), len(flow.cols)
     result = flow.calls[-1]
     p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is result))
     ends = [(f"{g}_x{i}_{{c}}_mem", Direction.MM2S, node, *host_access(ctx, node)) for i, node in enumerate(flow.inputs)]
     ends.append((f"{g}_host{{c}}", Direction.S2MM, result, p.buffer, Access(p.offset, ())))
 
+    def words(node) -> int:
+        """One core's block of `node` in words (a fraction for a narrow dtype's offsets)."""
+        return (flow.result_block if node is result else flow.block) * node.dtype.itemsize / 4
+
     def dims(node, run: int) -> tuple:
-        w = node.dtype.itemsize / 4
-        return ((run, int(cols * rows * b * w)), *_words(int(rows * b * w), ctx.device))
+        return ((run, int(cols * rows * words(node))), *_words(int(rows * words(node)), ctx.device))
 
     most = min(rounds_per_op(ctx.device, dims(node, flow.rounds)) for _, _, node, _, _ in ends)
     even = -(-flow.rounds // -(-flow.rounds // most))   # runs of even length, as few as `most` allows
     runs = [(t, min(even, flow.rounds - t)) for t in range(0, flow.rounds, even)]
     moves = []
     for number, (t, run) in enumerate(runs):
-        here = []
-        for c in range(cols):
-            first = (t * cols + c) * rows * b
-            for fifo, direction, node, buffer, at in ends:
-                w = node.dtype.itemsize / 4
-                here.append(Move(direction, fifo.format(c=c), buffer, Access(at.offset + int(first * w), dims(node, run))))
+        here = [Move(direction, fifo.format(c=c), buffer,
+                     Access(at.offset + int((t * cols + c) * rows * words(node)), dims(node, run)))
+                for c in range(cols) for fifo, direction, node, buffer, at in ends]
         moves += _with_waits(ctx, len(runs), number, here)
     return moves
 

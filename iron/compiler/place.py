@@ -18,6 +18,7 @@ from iron.compiler.tiling import (
     Grid,
     choose_flow,
     choose_grid,
+    row_streamable,
     streamable,
     unaligned,
     wants_grid,
@@ -106,11 +107,13 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
             sites.append(Site(group, grid.tiles, grid=grid))
             rules.append(("tile_matmul_over_array", f"{group.name}: {grid.text()}"))
             continue
-        flow = stream_elementwise(group, outside, free, (spare, shim_in), channels, device)
+        rule, flow = next(((rule.__name__, flow) for rule in (stream_elementwise, stream_row_blocks)
+                           if (flow := rule(group, outside, free, (spare, shim_in), channels, device)) is not None),
+                          (None, None))
         if flow is not None:
             free = [t for t in free if t not in flow.tiles]
             sites.append(Site(group, flow.tiles, flow=flow))
-            rules.append(("stream_elementwise", f"{group.name}: {flow.text()}"))
+            rules.append((rule, f"{group.name}: {flow.text()}"))
             continue
         parts, why = split_parts(group, outside, spare, channels, free[0])
         tiles, free = tuple(free[:parts]), free[parts:]
@@ -167,20 +170,38 @@ def _stream_rules(group: Group, stream: Stream | None) -> list[tuple[str, str]]:
 
 def check_rows_fit(program: Program, groups: tuple[Group, ...], device):
     """A row reduction (RMSNorm, Softmax, Argmax) reads its whole row before it writes anything,
-    so it cannot be cut into blocks: DoesNotFit, naming the call, when its inputs and result
-    alone take more than a compute tile's memory less the core's stack."""
+    so a row cannot be cut into blocks: DoesNotFit, naming the call, when one row's input and
+    result and what every row shares (RMSNorm's w) take more than a compute tile's memory less
+    the core's stack, or, for a batch of rows (rows, n) that `stream_row_blocks` cannot take,
+    when the whole batch does."""
     room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
-    for call in (c for g in groups for c in g.calls if role(c) is Role.ROW_REDUCTION):
+    stack = f"{room} ({device.compute.data_memory_bytes} less the core's {device.compute.default_stack_bytes}-byte stack)"
+    for group in groups:
+        _check_rows_fit(program, group, room, stack)
+
+
+def _check_rows_fit(program: Program, group: Group, room: int, stack: str):
+    for call in (c for c in group.calls if role(c) is Role.ROW_REDUCTION):
+        x = call.src[0]
+        rows, width = (1, *x.shape) if len(x.shape) == 1 else x.shape
         needed = held_bytes([call])
-        if needed > room:
-            row = call.src[0]
-            per_element = needed / row.size
+        per_row = (nbytes(x) + nbytes(call)) // rows
+        shared = needed - per_row * rows
+        if shared + per_row > room:
+            per_element = (shared + per_row) / width
             raise DoesNotFit(
-                f"{program.name}: {call_label(program, call)} reduces a row of {row.size} {row.dtype.name} "
-                f"elements, whose inputs and result take {needed} bytes, but a compute tile has {room} "
-                f"({device.compute.data_memory_bytes} less the core's {device.compute.default_stack_bytes}-byte "
-                f"stack), and a row reduction reads its whole row at once, so it is not cut into blocks: "
+                f"{program.name}: {call_label(program, call)} reduces a row of {width} {x.dtype.name} "
+                f"elements, whose inputs and result take {shared + per_row} bytes, but a compute tile has {stack}, "
+                f"and a row reduction reads its whole row at once, so it is not cut into blocks: "
                 f"make the row at most {int(room // per_element)} elements, or reduce it in pieces."
+            )
+        if needed > room and not row_streamable(group.calls):
+            raise DoesNotFit(
+                f"{program.name}: {call_label(program, call)} reduces a batch of {rows} rows of {width} "
+                f"{x.dtype.name} elements, whose inputs and results take {needed} bytes, but a compute tile has "
+                f"{stack}, and a batch of rows streams in row-blocks only for a row reduction of one input "
+                f"without a per-call attribute: make the batch at most {(room - shared) // per_row} rows per call "
+                f"(one call per block of rows)."
             )
 
 
@@ -207,6 +228,21 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
         return None
     rows, inputs = len(flow.rows), len(flow.inputs)
     return replace(flow, mems=tuple(channels.take(col, inputs + rows, inputs * rows + 1) for col in flow.cols))
+
+
+def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int, int], channels,
+                      device) -> Flow | None:
+    """A row reduction over a batch of rows larger than SIZE_LIMIT whose result only the host
+    reads is streamed in blocks of whole rows over whole free columns of cores, as
+    `stream_elementwise` streams elementwise calls (iron/compiler/tiling.py chooses how)."""
+    calls = group.calls
+    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or outside.get(calls[0], ()) != ("host",):
+        return None
+    spare, shim_in = limits
+    flow = choose_flow(calls, free_columns(free, device), spare, device, shim_in, width=calls[0].src[0].shape[1])
+    if flow is None:
+        return None
+    return replace(flow, mems=tuple(channels.take(col, 1 + len(flow.rows), len(flow.rows) + 1) for col in flow.cols))
 
 
 def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], limits: tuple[int, int],

@@ -205,7 +205,8 @@ class Flow(OnCores):
     """Elementwise calls streamed in blocks of `block` elements over `rows` x `cols` cores:
     core (r, c) runs the calls on blocks (t * len(cols) + c) * len(rows) + r for t < `rounds`;
     each column's mem tile `mems[c]` splits each input's stream between its cores and joins
-    their results."""
+    their results. A row reduction over a batch of rows of `width` elements streams the same
+    way in blocks of whole rows (`stream_row_blocks`): a block of `block // width` rows."""
 
     calls: tuple[Node, ...]
     inputs: tuple[Node, ...]
@@ -213,16 +214,33 @@ class Flow(OnCores):
     cols: tuple[int, ...]
     block: int
     mems: tuple[Tile, ...] = ()
+    width: int = 1
 
     @property
     def rounds(self) -> int:
-        return self.calls[-1].size // (self.block * len(self.tiles))
+        return self.inputs[0].size // (self.block * len(self.tiles))
+
+    @property
+    def result_block(self) -> int:
+        """The result's elements per block: `block`, or one per row for Argmax."""
+        return self.block * self.calls[-1].size // self.inputs[0].size
+
+    def shapes(self) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
+        """A block call's input shapes and result shape."""
+        call = self.calls[-1]
+        if self.width == 1:
+            return [(self.block,)] * call.arg.n_inputs, (self.block,)
+        shape = (self.block // self.width, self.width)
+        return [shape], call.arg.kernel.out_shape([shape], **call.arg.attr_dict)
 
     def text(self) -> str:
         names = ", ".join(c.arg.kernel.__name__ for c in self.calls)
-        return (f"{names} over {self.calls[-1].size} elements streamed in blocks of {self.block} over "
-                f"{len(self.tiles)} tiles ({len(self.rows)} rows x {len(self.cols)} columns of cores), "
-                f"{self.rounds} blocks per core")
+        where = (f"over {len(self.tiles)} tiles ({len(self.rows)} rows x {len(self.cols)} columns of cores), "
+                 f"{self.rounds} blocks per core")
+        if self.width > 1:
+            return (f"{names} over {self.inputs[0].size // self.width} rows of {self.width} elements streamed in "
+                    f"row-blocks of {self.block // self.width} rows {where}")
+        return f"{names} over {self.calls[-1].size} elements streamed in blocks of {self.block} {where}"
 
 
 def streamable(calls) -> bool:
@@ -237,22 +255,37 @@ def streamable(calls) -> bool:
     return all(n.size == size for c in calls for n in (c, *tensor_inputs(c)))
 
 
+def row_streamable(calls) -> bool:
+    """One row reduction (by Role) of one whole host tensor, a batch of rows (rows, n), taking
+    no per-call attribute and writing no state."""
+    if len(calls) != 1:
+        return False
+    call = calls[0]
+    x = call.src[0]
+    return (call.arg.kernel.role is Role.ROW_REDUCTION and call.arg.n_inputs == 1 and not call.arg.writes
+            and not call.arg.scalar_attrs and len(x.shape) == 2 and is_host_tensor(x) and x.op != Op.VIEW)
+
+
 def flow_bytes(calls, block: int) -> int:
     """A core's tile memory for blocks of `block` elements: two objects of each input and of the
-    result, and one block of every other call's result."""
+    result (a row reduction's: its share of the block), and one block of every other call's
+    result."""
     inputs = external_inputs(calls)
-    held = 2 * block * (sum(n.dtype.itemsize for n in inputs) + calls[-1].dtype.itemsize)
+    result = block * calls[-1].size // inputs[0].size
+    held = 2 * (block * sum(n.dtype.itemsize for n in inputs) + result * calls[-1].dtype.itemsize)
     return held + block * sum(c.dtype.itemsize for c in calls[:-1])
 
 
-def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int) -> Flow | None:
-    """`stream_elementwise`: on the most free whole columns (within `spare` tiles and `shim_in`
+def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int, width: int = 1) -> Flow | None:
+    """`stream_elementwise` (and `stream_row_blocks`, in blocks of whole rows of `width`
+    elements): on the most free whole columns (within `spare` tiles and `shim_in`
     shim MM2S channels, one per input and column) and the most
     of their rows whose mem tile can split every input and join the results (an input DMA
     channel per input and core, an output one per input and core plus the result's), blocks of
     the most elements (at most FLOW_BLOCK) that divide each core's share, hold whole 32-bit
     words and fit a core's memory (flow_bytes). None when no block does."""
-    size, inputs = calls[-1].size, external_inputs(calls)
+    inputs = external_inputs(calls)
+    size, per_result = inputs[0].size, calls[-1].size / inputs[0].size
     mem = device.mem
     words = max(4 // min(4, n.dtype.itemsize) for n in (*calls, *inputs))
     room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
@@ -263,9 +296,10 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
             share = size // (rows * ncols)
             if size % (rows * ncols):
                 continue
-            blocks = [b for b in range(min(share, FLOW_BLOCK), 0, -1)
-                      if share % b == 0 and b % words == 0 and flow_bytes(calls, b) <= room]
+            blocks = [b for b in range(min(share, max(FLOW_BLOCK, width)), 0, -1)
+                      if share % b == 0 and b % width == 0 and b % words == 0
+                      and (b * per_result) % words == 0 and flow_bytes(calls, b) <= room]
             if blocks:
                 return Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]),
-                            tuple(full_columns[:ncols]), blocks[0])
+                            tuple(full_columns[:ncols]), blocks[0], width=width)
     return None

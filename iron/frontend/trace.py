@@ -239,6 +239,10 @@ def _destination(cls, trace, out, shape, dtype) -> Node | None:
 
 # ---- signature ---------------------------------------------------------------------------------
 
+# Keywords that compiled calls and `CarriedLoop.run` take themselves, so no body parameter may use them.
+CALL_KEYWORDS = {"trace": "`trace=path` writes the call's timeline"}
+
+
 class Signature:
     """body()'s parameters: positional tensors (optional when defaulting to None) and keyword-only
     per-call values with their kind."""
@@ -251,6 +255,11 @@ class Signature:
         self.values: list[tuple[str, str]] = []       # (name, kind)
         for p in params:
             ann = hints.get(p.name, p.annotation)
+            if p.name in CALL_KEYWORDS:
+                raise SignatureError(
+                    f"parameter '{p.name}' of {where} has a name iron's calls take for themselves "
+                    f"({CALL_KEYWORDS[p.name]}): rename the parameter."
+                )
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise SignatureError(
                     f"parameter '{p.name}' of {where} is *{p.name}/**{p.name}: iron needs every tensor "

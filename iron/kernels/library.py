@@ -179,7 +179,8 @@ class MatMul(Kernel):
 
 
 class RMSNorm(Kernel):
-    """out = x / sqrt(mean(x^2) + eps) * w, for x and w of shape (n,)."""
+    """out = x / sqrt(mean(x^2) + eps) * w per row, for x (n,) or a batch of rows (rows, n) and
+    w (n,)."""
 
     role = Role.ROW_REDUCTION
     name, arity = "rmsnorm", 2
@@ -189,21 +190,32 @@ class RMSNorm(Kernel):
 
     @classmethod
     def out_shape(cls, shapes, **attrs):
-        if len(shapes[0]) != 1 or shapes[0] != shapes[1]:
-            cls.refuse(shapes, "needs x (n,) and w (n,)")
-        return shapes[0]
+        x, w = shapes
+        if len(x) not in (1, 2) or w != x[-1:]:
+            cls.refuse(shapes, "needs x (n,) or (rows, n) and w (n,)")
+        return x
+
+    @classmethod
+    def sizes(cls, shapes, out_shape):
+        return rows_and_width(shapes[0])
+
+    @classmethod
+    def abi_shapes(cls, sizes):
+        rows, n = sizes
+        return [(rows, n), (n,)], (rows, n)
 
     @staticmethod
     def compute(x, w, eps):
-        scale = np.float32(1) / np.sqrt(np.mean(x * x, dtype=np.float32) + np.float32(eps))
-        return x * scale * w
+        mean = np.mean(x * x, axis=-1, keepdims=True, dtype=np.float32)
+        return x * (np.float32(1) / np.sqrt(mean + np.float32(eps))) * w
 
 
 class Softmax(Kernel):
-    """Softmax of x[:length] (length per call, default all of x); out[length:] is 0."""
+    """Softmax of each row's first `length` elements (length per call, default the whole row),
+    for x (n,) or a batch of rows (rows, n); the rest of each row is 0."""
 
     role = Role.ROW_REDUCTION
-    bounds = {"length": Within(1)}   # a valid length in 1..n
+    bounds = {"length": Within(1, axis=-1)}   # a valid length in 1..n
     name = "softmax"
     dtypes = FLOATS
     attrs = {"length": None}
@@ -212,23 +224,32 @@ class Softmax(Kernel):
 
     @classmethod
     def out_shape(cls, shapes, length=None):
-        if len(shapes[0]) != 1:
-            cls.refuse(shapes, "needs x (n,)")
-        if length is not None and not 1 <= int(length) <= shapes[0][0]:
-            cls.refuse(shapes, f"needs 1 <= length <= {shapes[0][0]}, not {length}")
+        if len(shapes[0]) not in (1, 2):
+            cls.refuse(shapes, "needs x (n,) or (rows, n)")
+        if length is not None and not 1 <= int(length) <= shapes[0][-1]:
+            cls.refuse(shapes, f"needs 1 <= length <= {shapes[0][-1]}, not {length}")
         return shapes[0]
+
+    @classmethod
+    def sizes(cls, shapes, out_shape):
+        return rows_and_width(shapes[0])
+
+    @classmethod
+    def abi_shapes(cls, sizes):
+        return [sizes], sizes
 
     @staticmethod
     def compute(x, length=None):
-        n = x.shape[0] if length is None else int(length)
+        n = x.shape[-1] if length is None else int(length)
         out = np.zeros_like(x)
-        e = np.exp(x[:n] - x[:n].max())
-        out[:n] = e / e.sum(dtype=np.float32)
+        e = np.exp(x[..., :n] - x[..., :n].max(axis=-1, keepdims=True))
+        out[..., :n] = e / e.sum(axis=-1, keepdims=True, dtype=np.float32)
         return out
 
 
 class Argmax(Kernel):
-    """The index of the first maximum of x (n,), as one int32 element."""
+    """The index of the first maximum of x (n,), as one int32 element; of each row of a batch
+    (rows, n), as (rows,) int32."""
 
     role = Role.ROW_REDUCTION
     keeps_dtype = True
@@ -237,9 +258,9 @@ class Argmax(Kernel):
 
     @classmethod
     def out_shape(cls, shapes, **attrs):
-        if len(shapes[0]) != 1:
-            cls.refuse(shapes, "needs x (n,)")
-        return ()
+        if len(shapes[0]) not in (1, 2):
+            cls.refuse(shapes, "needs x (n,) or (rows, n)")
+        return shapes[0][:-1]
 
     @classmethod
     def out_dtype(cls, dtype):
@@ -247,15 +268,20 @@ class Argmax(Kernel):
 
     @classmethod
     def sizes(cls, shapes, out_shape):
-        return (shapes[0][0],)
+        return rows_and_width(shapes[0])
 
     @classmethod
     def abi_shapes(cls, sizes):
-        return [(sizes[0],)], (1,)
+        return [sizes], (sizes[0],)
 
     @staticmethod
     def compute(x):
-        return np.array(np.argmax(x), dtype=np.int32)
+        return np.asarray(np.argmax(x, axis=-1), dtype=np.int32)
+
+
+def rows_and_width(shape: tuple[int, ...]) -> tuple[int, int]:
+    """A row kernel's (rows, n) size operands: one row for x (n,)."""
+    return (1, *shape) if len(shape) == 1 else tuple(shape)
 
 
 INTEGERS = (I8, U8, I16, I32)

@@ -128,7 +128,7 @@ class Soft(iron.Graph):
 def test_softmax_without_a_length_passes_n_and_a_shared_input_is_forwarded():
     plan = compile_program(Soft().trace(x=((16,), F32)), NPU2)
     assert plan.function("g1").steps == (
-        KernelStep("softmax_f32", (Ptr("g0_out"), Ptr("g1_host"), Imm(16), Imm(16))),)
+        KernelStep("softmax_f32", (Ptr("g0_out"), Ptr("g1_host"), Imm(1), Imm(16), Imm(16))),)
     assert plan.function("g0").steps[-1] == KernelStep("copy_f32", (Ptr("g0_in"), Ptr("g0_out"), Imm(16)))
     assert ("forward_shared_input", "g0 forwards x to g1") in plan.rules
 

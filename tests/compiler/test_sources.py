@@ -72,17 +72,17 @@ def test_blocked_glue_text():
 
 
 def test_pointer_types_follow_the_kernel_dtype_and_output_dtype():
-    steps = (KernelStep("argmax_bf16", (Ptr("x", 8), Ptr("y", 4), Imm(16))),
-             KernelStep("rmsnorm_f32", (Ptr("x"), Ptr("x", 64), Ptr("y"), Imm(16), Imm(1e-5, "f32"))),
-             KernelStep("softmax_f32", (Ptr("x"), Ptr("y"), Imm(16), Load("y", 12))))
+    steps = (KernelStep("argmax_bf16", (Ptr("x", 8), Ptr("y", 4), Imm(1), Imm(16))),
+             KernelStep("rmsnorm_f32", (Ptr("x"), Ptr("x", 64), Ptr("y"), Imm(2), Imm(16), Imm(1e-5, "f32"))),
+             KernelStep("softmax_f32", (Ptr("x"), Ptr("y"), Imm(2), Imm(16), Load("y", 12))))
     text = kernel_sources(with_functions(Function("f", ("x", "y"), steps)))["f.cc"]
     body = text[text.index('extern "C"'):]
     assert body == (
         'extern "C" void f(uint8_t* p0, uint8_t* p1) {\n'
-        "  argmax_bf16(reinterpret_cast<const uint16_t*>(p0 + 8), reinterpret_cast<int32_t*>(p1 + 4), 16);\n"
+        "  argmax_bf16(reinterpret_cast<const uint16_t*>(p0 + 8), reinterpret_cast<int32_t*>(p1 + 4), 1, 16);\n"
         "  rmsnorm_f32(reinterpret_cast<const float*>(p0), reinterpret_cast<const float*>(p0 + 64), "
-        "reinterpret_cast<float*>(p1), 16, 1e-05f);\n"
-        "  softmax_f32(reinterpret_cast<const float*>(p0), reinterpret_cast<float*>(p1), 16, load_word(p1 + 12));\n"
+        "reinterpret_cast<float*>(p1), 2, 16, 1e-05f);\n"
+        "  softmax_f32(reinterpret_cast<const float*>(p0), reinterpret_cast<float*>(p1), 2, 16, load_word(p1 + 12));\n"
         "}\n"
     )
     assert '#include "argmax.cc"\n#include "rmsnorm.cc"\n#include "softmax.cc"\n' in text
@@ -102,7 +102,7 @@ def test_float_immediates_keep_their_float32_value():
 def every_library_kernel() -> Function:
     """One step per library kernel and (input, output) dtype pair, with its C ABI: pointers,
     sizes, c_attrs."""
-    size_operands = {"matvec": 2, "matmul": 3, "concat": 3}
+    size_operands = {"matvec": 2, "matmul": 3, "concat": 3, "rmsnorm": 2, "softmax": 2, "argmax": 2}
     steps = []
     for kernel in LIBRARY:
         for dtype, out in kernel.signatures():
@@ -176,7 +176,7 @@ def probe_function() -> Function:
               ScalarStep(Ptr("dst", 4 * len(pairs) + 4), "sub", Imm(INT_MIN), Imm(1)),
               KernelStep("copy_i32", (Ptr("src", 0, 16), Ptr("dst", 1600, 4), Imm(2))),
               KernelStep("scale_f32", (Ptr("floats"), Ptr("floats", 16), Imm(4), Imm(0.5, "f32"))),
-              KernelStep("softmax_f32", (Ptr("floats"), Ptr("floats", 32), Imm(4), Load("src", 40)))]
+              KernelStep("softmax_f32", (Ptr("floats"), Ptr("floats", 32), Imm(1), Imm(4), Load("src", 40)))]
     return Function("probe", ("src", "dst", "floats"), tuple(steps), blocked=True)
 
 

@@ -266,6 +266,28 @@ def test_a_row_too_wide_for_a_tile_does_not_fit_and_says_what_to_change(tmp_path
     Norm(5376).compile(x=((5376,), np.float32), device=from_name("npu2"))   # the width it names fits
 
 
+def test_a_batch_of_rows_whose_row_is_too_wide_names_the_row_and_one_that_fits_compiles():
+    with pytest.raises(DoesNotFit) as err:
+        Norm(1 << 14).compile(x=((2, 1 << 14), np.float32), device=from_name("npu2"))
+    assert str(err.value) == (
+        "Norm: RMSNorm#0 reduces a row of 16384 float32 elements, whose inputs and result take 196608 bytes, "
+        "but a compute tile has 64512 (65536 less the core's 1024-byte stack), and a row reduction reads its "
+        "whole row at once, so it is not cut into blocks: make the row at most 5376 elements, or reduce it in "
+        "pieces.")
+    Norm(1024).compile(x=((4, 1024), np.float32), device=from_name("npu2"))
+
+
+def test_a_batch_of_rows_larger_than_a_tile_says_how_many_rows_fit():
+    with pytest.raises(DoesNotFit) as err:
+        Norm(1024).compile(x=((64, 1024), np.float32), device=from_name("npu2"))
+    assert str(err.value) == (
+        "Norm: RMSNorm#0 reduces a batch of 64 rows of 1024 float32 elements, whose inputs and results take "
+        "528384 bytes, but a compute tile has 64512 (65536 less the core's 1024-byte stack), and a batch of "
+        "rows streams in row-blocks only for a row reduction of one input without a per-call attribute: make the "
+        "batch at most 7 rows per call (one call per block of rows).")
+    Norm(1024).compile(x=((7, 1024), np.float32), device=from_name("npu2"))   # the batch it names fits
+
+
 def test_a_matmul_whose_rows_are_not_whole_words_is_refused_with_the_fix():
     with pytest.raises(DoesNotFit) as err:
         compiled(128, 127, 128, np.int8, np.int32)

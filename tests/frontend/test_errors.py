@@ -145,7 +145,17 @@ class KS(iron.Graph):
         return Softmax.step(x)
 
 
+class TraceNamed(iron.Graph):
+    def body(self, x, *, trace: Scratchpad[np.int32]):
+        return Copy.step(x)
+
+
 CASES = [
+    (
+        "TraceNamed().reference(np.ones(4, np.float32), trace=1)",
+        iron.errors.SignatureError,
+        "parameter 'trace' of TraceNamed.body has a name iron's calls take for themselves (`trace=path` writes the call's timeline): rename the parameter.",
+    ),
     (
         "Pos().reference(node=1)",
         iron.errors.SignatureError,

@@ -81,7 +81,7 @@ def test_a_declared_bound_is_checked_alike_by_reference_and_device(on_emulator, 
 
 
 def test_softmax_declares_its_length_bounded():
-    assert Softmax.bounds == {"length": Within(1)}
+    assert Softmax.bounds == {"length": Within(1, axis=-1)}
     assert ShiftBy.bounds == {}
 
 

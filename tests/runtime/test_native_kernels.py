@@ -201,43 +201,49 @@ def test_matmul(library, dt):
     expect(out, KERNELS["matmul"].reference(a, b), dt, rtol=REDUCTION)
 
 
+ROWS = 3  # the row kernels run on a batch of rows of N (Softmax: 16) elements
+
+
 @pytest.mark.parametrize("dt", SUPPORTED["rmsnorm"])
-def test_rmsnorm(library, dt):
-    x, w = random_array(dt, N, seed=1), random_array(dt, N, seed=2)
+def test_rmsnorm_of_each_row(library, dt):
+    x, w = random_array(dt, (ROWS, N), seed=1), random_array(dt, N, seed=2)
     out = np.zeros_like(x)
-    call(library, f"rmsnorm_{dt}", x, w, out, N, 1e-5)
+    call(library, f"rmsnorm_{dt}", x, w, out, ROWS, N, 1e-5)
     exact_x, exact_w = wide(x), wide(w)
-    expect(out, exact_x / np.sqrt(np.mean(exact_x**2) + 1e-5) * exact_w, dt, rtol=REDUCTION)
+    expect(out, exact_x / np.sqrt(np.mean(exact_x**2, axis=1, keepdims=True) + 1e-5) * exact_w, dt, rtol=REDUCTION)
     expect(out, KERNELS["rmsnorm"].reference(x, w, eps=1e-5), dt, rtol=REDUCTION)
+    expect(out[1], KERNELS["rmsnorm"].reference(x[1], w, eps=1e-5), dt, rtol=REDUCTION)
 
 
 @pytest.mark.parametrize("length", [1, 11, 16])
 @pytest.mark.parametrize("dt", SUPPORTED["softmax"])
-def test_softmax_of_the_first_length_elements(library, dt, length):
-    x = random_array(dt, 16) * 3
+def test_softmax_of_the_first_length_elements_of_each_row(library, dt, length):
+    x = random_array(dt, (ROWS, 16)) * 3
     out = np.full_like(x, 9)
-    call(library, f"softmax_{dt}", x, out, 16, length)
-    valid = np.exp(wide(x[:length]) - wide(x[:length]).max())
-    expect(out, np.concatenate([valid / valid.sum(), np.zeros(16 - length)]), dt, rtol=REDUCTION)
+    call(library, f"softmax_{dt}", x, out, ROWS, 16, length)
+    valid = np.exp(wide(x[:, :length]) - wide(x[:, :length]).max(axis=1, keepdims=True))
+    expected = np.concatenate([valid / valid.sum(axis=1, keepdims=True), np.zeros((ROWS, 16 - length))], axis=1)
+    expect(out, expected, dt, rtol=REDUCTION)
     expect(out, KERNELS["softmax"].reference(x, length=length), dt, rtol=REDUCTION)
-    assert (out[length:] == 0).all()
+    assert (out[:, length:] == 0).all()
 
 
 @pytest.mark.parametrize("dt", SUPPORTED["argmax"])
-def test_argmax(library, dt):
-    x = random_array(dt, N)
-    out = np.full(1, -1, np.int32)
-    call(library, f"argmax_{dt}", x, out, N)
-    assert out[0] == int(np.argmax(wide(x))) == int(KERNELS["argmax"].reference(x))
+def test_argmax_of_each_row(library, dt):
+    x = random_array(dt, (ROWS, N))
+    out = np.full(ROWS, -1, np.int32)
+    call(library, f"argmax_{dt}", x, out, ROWS, N)
+    assert out.tolist() == np.argmax(wide(x), axis=1).tolist() == KERNELS["argmax"].reference(x).tolist()
+    assert int(KERNELS["argmax"].reference(x[2])) == out[2]
 
 
 @pytest.mark.parametrize("dt", SUPPORTED["argmax"])
 def test_argmax_picks_the_first_of_tied_maxima(library, dt):
     x = np.array([3, 1, 5, 2, 5, 5, 0], DTYPES[dt])
     out = np.full(1, -1, np.int32)
-    call(library, f"argmax_{dt}", x, out, 7)
+    call(library, f"argmax_{dt}", x, out, 1, 7)
     assert out[0] == 2
-    call(library, f"argmax_{dt}", x[:1].copy(), out, 1)
+    call(library, f"argmax_{dt}", x[:1].copy(), out, 1, 1)
     assert out[0] == 0
 
 

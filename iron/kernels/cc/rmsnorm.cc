@@ -1,5 +1,5 @@
-// rmsnorm: out[i] = x[i] * (1 / sqrt(mean(x**2) + eps)) * w[i] for i < n, in float (bf16
-// rounds to nearest even).
+// rmsnorm: for each of `rows` rows of n elements, out[i] = x[i] * (1 / sqrt(mean(x**2) + eps)) *
+// w[i] for i < n, in float (bf16 rounds to nearest even); w is shared by every row.
 #include <cmath>
 
 #include "iron_kernel.h"
@@ -7,8 +7,8 @@
 namespace {
 
 template <typename T>
-void rmsnorm(const iron::stored_t<T>* x, const iron::stored_t<T>* w, iron::stored_t<T>* out,
-             int32_t n, float eps) {
+void rmsnorm_row(const iron::stored_t<T>* x, const iron::stored_t<T>* w, iron::stored_t<T>* out,
+                 int32_t n, float eps) {
   float sum_of_squares = 0.0f;
   for (int32_t i = 0; i < n; ++i) {
     const float v = T::load(x[i]);
@@ -25,8 +25,11 @@ void rmsnorm(const iron::stored_t<T>* x, const iron::stored_t<T>* w, iron::store
 #define IRON_RMSNORM(T)                                                                  \
   extern "C" void rmsnorm_##T(const iron::stored_t<iron::T>* x,                          \
                               const iron::stored_t<iron::T>* w,                          \
-                              iron::stored_t<iron::T>* out, int32_t n, float eps) {      \
-    rmsnorm<iron::T>(x, w, out, n, eps);                                                 \
+                              iron::stored_t<iron::T>* out, int32_t rows, int32_t n,     \
+                              float eps) {                                               \
+    for (int32_t r = 0; r < rows; ++r) {                                                 \
+      rmsnorm_row<iron::T>(x + r * n, w, out + r * n, n, eps);                           \
+    }                                                                                    \
   }
 
 IRON_FLOAT_TYPES(IRON_RMSNORM)

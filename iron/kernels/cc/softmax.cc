@@ -1,5 +1,6 @@
-// softmax: out[0:length] = exp(x - max) / sum(exp(x - max)) over x[0:length], in float (bf16
-// rounds to nearest even); out[length:n] = 0. The caller guarantees 1 <= length <= n.
+// softmax: for each of `rows` rows of n elements, out[0:length] = exp(x - max) / sum(exp(x - max))
+// over x[0:length], in float (bf16 rounds to nearest even); out[length:n] = 0. The caller
+// guarantees 1 <= length <= n; one length holds for every row.
 #include <cmath>
 
 #include "iron_kernel.h"
@@ -7,7 +8,7 @@
 namespace {
 
 template <typename T>
-void softmax(const iron::stored_t<T>* x, iron::stored_t<T>* out, int32_t n, int32_t length) {
+void softmax_row(const iron::stored_t<T>* x, iron::stored_t<T>* out, int32_t n, int32_t length) {
   float largest = T::load(x[0]);
   for (int32_t i = 1; i < length; ++i) {
     const float v = T::load(x[i]);
@@ -29,8 +30,11 @@ void softmax(const iron::stored_t<T>* x, iron::stored_t<T>* out, int32_t n, int3
 
 #define IRON_SOFTMAX(T)                                                                  \
   extern "C" void softmax_##T(const iron::stored_t<iron::T>* x,                          \
-                              iron::stored_t<iron::T>* out, int32_t n, int32_t length) { \
-    softmax<iron::T>(x, out, n, length);                                                 \
+                              iron::stored_t<iron::T>* out, int32_t rows, int32_t n,     \
+                              int32_t length) {                                          \
+    for (int32_t r = 0; r < rows; ++r) {                                                 \
+      softmax_row<iron::T>(x + r * n, out + r * n, n, length);                           \
+    }                                                                                    \
   }
 
 IRON_FLOAT_TYPES(IRON_SOFTMAX)
