@@ -30,7 +30,7 @@ from iron.compiler.plan import (
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.tiling import Grid
 from iron.compiler.words import Access
-from iron.ir import call_label, describe
+from iron.ir import call_label, describe, nbytes
 from iron.kernels.registry import accumulate_kernel, convert_kernel
 
 
@@ -229,6 +229,7 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
     label = call_label(ctx.program, flow.calls[-1])
     rows, b = len(flow.rows), flow.block
     sizes, links, functions, buffers, cores = {}, [], [], [], []
+    sizes |= {f"{g}_w{i}": (nbytes(node), node.dtype, describe(node)) for i, node in enumerate(flow.shared)}
     for c, mem in enumerate(flow.mems):
         for i, node in enumerate(flow.inputs):
             size = b * node.dtype.itemsize
@@ -252,11 +253,12 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
 
 def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
     """Core (r, c): per block, every call on its inputs' blocks, intermediates in Buffers, the
-    last call's into the part it sends."""
+    last call's into the part it sends; the shared rows acquired once, around the Loop."""
     tile, prefix, b = flow.tile(r, c), f"{g}_r{r}c{c}", flow.block
     ins = [f"{g}_x{i}_{r}_{c}" for i in range(len(flow.inputs))]
+    shared = [f"{g}_w{i}" for i in range(len(flow.shared))]
     part = f"{g}_part{r}_{c}"
-    where = dict(zip(flow.inputs, ins))
+    where = dict(zip((*flow.inputs, *flow.shared), (*ins, *shared)))
     buffers, steps = [], []
     for j, call in enumerate(flow.calls):
         if call is flow.calls[-1]:
@@ -273,11 +275,13 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
         ptrs = [Ptr(where[n]) for n in call.src[:arity]] + [Ptr(where[call])]
         steps.append(KernelStep(kernel.symbol(call.src[0].dtype, call.dtype), (*ptrs, *(Imm(int(s)) for s in sizes),
                                                                               *attrs)))
-    params = (*ins, *(buf.name for buf in buffers), part)
+    params = (*ins, *shared, *(buf.name for buf in buffers), part)
     function = Function(f"{prefix}_block", params, tuple(steps), blocked=True)
     body = (*(Acquire(f, Port.CONSUME) for f in ins), Acquire(part, Port.PRODUCE), Invoke(function.name, params),
             *(Release(f, Port.CONSUME) for f in ins), Release(part, Port.PRODUCE))
-    return function, buffers, Core(tile, g, (Loop(flow.rounds, body),), ctx.device.compute.default_stack_bytes)
+    program = (*(Acquire(f, Port.CONSUME) for f in shared), Loop(flow.rounds, body),
+               *(Release(f, Port.CONSUME) for f in shared))
+    return function, buffers, Core(tile, g, program, ctx.device.compute.default_stack_bytes)
 
 
 def _flow_moves(ctx: Context, g: str, flow) -> list:
@@ -302,9 +306,11 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     runs = [(t, min(even, flow.rounds - t)) for t in range(0, flow.rounds, even)]
     moves = []
     for number, (t, run) in enumerate(runs):
-        here = [Move(direction, fifo.format(c=c), buffer,
-                     Access(at.offset + int((t * cols + c) * rows * words(node)), dims(node, run)))
-                for c in range(cols) for fifo, direction, node, buffer, at in ends]
+        here = [] if t else [Move(Direction.MM2S, f"{g}_w{i}", *host_access(ctx, node))
+                             for i, node in enumerate(flow.shared)]
+        here += [Move(direction, fifo.format(c=c), buffer,
+                      Access(at.offset + int((t * cols + c) * rows * words(node)), dims(node, run)))
+                 for c in range(cols) for fifo, direction, node, buffer, at in ends]
         moves += _with_waits(ctx, len(runs), number, here)
     return moves
 

@@ -199,8 +199,8 @@ def _check_rows_fit(program: Program, group: Group, room: int, stack: str):
             raise DoesNotFit(
                 f"{program.name}: {call_label(program, call)} reduces a batch of {rows} rows of {width} "
                 f"{x.dtype.name} elements, whose inputs and results take {needed} bytes, but a compute tile has "
-                f"{stack}, and a batch of rows streams in row-blocks only for a row reduction of one input "
-                f"without a per-call attribute: make the batch at most {(room - shared) // per_row} rows per call "
+                f"{stack}, and a batch of rows streams in row-blocks only through a row reduction of host "
+                f"tensors without a per-call attribute: make the batch at most {(room - shared) // per_row} rows per call "
                 f"(one call per block of rows)."
             )
 

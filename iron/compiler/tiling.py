@@ -206,7 +206,8 @@ class Flow(OnCores):
     core (r, c) runs the calls on blocks (t * len(cols) + c) * len(rows) + r for t < `rounds`;
     each column's mem tile `mems[c]` splits each input's stream between its cores and joins
     their results. A row reduction over a batch of rows of `width` elements streams the same
-    way in blocks of whole rows (`stream_row_blocks`): a block of `block // width` rows."""
+    way in blocks of whole rows (`stream_row_blocks`): a block of `block // width` rows; an
+    input every row shares (RMSNorm's w, in `shared`) goes whole to every core once."""
 
     calls: tuple[Node, ...]
     inputs: tuple[Node, ...]
@@ -215,6 +216,7 @@ class Flow(OnCores):
     block: int
     mems: tuple[Tile, ...] = ()
     width: int = 1
+    shared: tuple[Node, ...] = ()
 
     @property
     def rounds(self) -> int:
@@ -230,8 +232,8 @@ class Flow(OnCores):
         call = self.calls[-1]
         if self.width == 1:
             return [(self.block,)] * call.arg.n_inputs, (self.block,)
-        shape = (self.block // self.width, self.width)
-        return [shape], call.arg.kernel.out_shape([shape], **call.arg.attr_dict)
+        shapes = [(self.block // self.width, self.width), *(n.shape for n in self.shared)]
+        return shapes, call.arg.kernel.out_shape(shapes, **call.arg.attr_dict)
 
     def text(self) -> str:
         names = ", ".join(c.arg.kernel.__name__ for c in self.calls)
@@ -256,24 +258,31 @@ def streamable(calls) -> bool:
 
 
 def row_streamable(calls) -> bool:
-    """One row reduction (by Role) of one whole host tensor, a batch of rows (rows, n), taking
-    no per-call attribute and writing no state."""
+    """One row reduction (by Role) of whole host tensors: a batch of rows (rows, n) and any row
+    (n,) every row shares (RMSNorm's w), taking no per-call attribute and writing no state."""
     if len(calls) != 1:
         return False
     call = calls[0]
-    x = call.src[0]
-    return (call.arg.kernel.role is Role.ROW_REDUCTION and call.arg.n_inputs == 1 and not call.arg.writes
-            and not call.arg.scalar_attrs and len(x.shape) == 2 and is_host_tensor(x) and x.op != Op.VIEW)
+    x, *shared = call.src[:call.arg.n_inputs]
+    whole = all(is_host_tensor(n) and n.op != Op.VIEW for n in (x, *shared))
+    return (call.arg.kernel.role is Role.ROW_REDUCTION and not call.arg.writes and not call.arg.scalar_attrs
+            and len(x.shape) == 2 and all(n.shape == x.shape[1:] for n in shared) and whole)
 
 
 def flow_bytes(calls, block: int) -> int:
     """A core's tile memory for blocks of `block` elements: two objects of each input and of the
     result (a row reduction's: its share of the block), and one block of every other call's
     result."""
-    inputs = external_inputs(calls)
+    inputs, shared = streamed_inputs(calls)
     result = block * calls[-1].size // inputs[0].size
     held = 2 * (block * sum(n.dtype.itemsize for n in inputs) + result * calls[-1].dtype.itemsize)
-    return held + block * sum(c.dtype.itemsize for c in calls[:-1])
+    return held + block * sum(c.dtype.itemsize for c in calls[:-1]) + 2 * sum(map(nbytes, shared))
+
+
+def streamed_inputs(calls) -> tuple[list[Node], list[Node]]:
+    """(the inputs streamed in blocks, the rows every row shares) of a Flow's calls."""
+    inputs = external_inputs(calls)
+    return [n for n in inputs if n.size == inputs[0].size], [n for n in inputs if n.size != inputs[0].size]
 
 
 def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int, width: int = 1) -> Flow | None:
@@ -284,8 +293,9 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     channel per input and core, an output one per input and core plus the result's), blocks of
     the most elements (at most FLOW_BLOCK) that divide each core's share, hold whole 32-bit
     words and fit a core's memory (flow_bytes). None when no block does."""
-    inputs = external_inputs(calls)
+    inputs, shared = streamed_inputs(calls)
     size, per_result = inputs[0].size, calls[-1].size / inputs[0].size
+    shim_in -= len(shared)   # each shared row goes from the shim to every core
     mem = device.mem
     words = max(4 // min(4, n.dtype.itemsize) for n in (*calls, *inputs))
     room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
@@ -301,5 +311,5 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
                       and (b * per_result) % words == 0 and flow_bytes(calls, b) <= room]
             if blocks:
                 return Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]),
-                            tuple(full_columns[:ncols]), blocks[0], width=width)
+                            tuple(full_columns[:ncols]), blocks[0], width=width, shared=tuple(shared))
     return None

@@ -14,6 +14,7 @@ import pytest
 
 import iron
 from aie_utils import from_name
+from iron import Scratchpad
 from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import Dma, TileKind, Wait
 from iron.errors import DoesNotFit
@@ -277,15 +278,20 @@ def test_a_batch_of_rows_whose_row_is_too_wide_names_the_row_and_one_that_fits_c
     Norm(1024).compile(x=((4, 1024), np.float32), device=from_name("npu2"))
 
 
-def test_a_batch_of_rows_larger_than_a_tile_says_how_many_rows_fit():
+class Attend(iron.Graph):
+    def body(self, x, *, n: Scratchpad[np.int32]):
+        return Softmax.step(x, length=n + 1)
+
+
+def test_a_batch_of_rows_larger_than_a_tile_that_does_not_stream_says_how_many_rows_fit():
     with pytest.raises(DoesNotFit) as err:
-        Norm(1024).compile(x=((64, 1024), np.float32), device=from_name("npu2"))
+        Attend().compile(x=((64, 1024), np.float32), device=from_name("npu2"))
     assert str(err.value) == (
-        "Norm: RMSNorm#0 reduces a batch of 64 rows of 1024 float32 elements, whose inputs and results take "
-        "528384 bytes, but a compute tile has 64512 (65536 less the core's 1024-byte stack), and a batch of "
-        "rows streams in row-blocks only for a row reduction of one input without a per-call attribute: make the "
-        "batch at most 7 rows per call (one call per block of rows).")
-    Norm(1024).compile(x=((7, 1024), np.float32), device=from_name("npu2"))   # the batch it names fits
+        "Attend: Softmax#0 reduces a batch of 64 rows of 1024 float32 elements, whose inputs and results take "
+        "524288 bytes, but a compute tile has 64512 (65536 less the core's 1024-byte stack), and a batch of "
+        "rows streams in row-blocks only through a row reduction of host tensors without a per-call attribute: "
+        "make the batch at most 7 rows per call (one call per block of rows).")
+    Attend().compile(x=((7, 1024), np.float32), device=from_name("npu2"))   # the batch it names fits
 
 
 def test_a_matmul_whose_rows_are_not_whole_words_is_refused_with_the_fix():

@@ -83,13 +83,26 @@ def test_shapes_a_row_kernel_refuses():
 # ---- stream_row_blocks: a batch larger than a tile -------------------------------------------------
 
 class Soft(iron.Graph):
+    def __init__(self, dtype, width):
+        pass
+
     def body(self, x):
         return Softmax.step(x)
 
 
-class Max(iron.Graph):
+class Max(Soft):
     def body(self, x):
         return Argmax.step(x)
+
+
+class Norm(iron.Graph):
+    """Each row normalised with one w (a weight every core receives whole)."""
+
+    def __init__(self, dtype, width):
+        self.w = iron.weight(np.random.default_rng(2).standard_normal(width).astype(dtype))
+
+    def body(self, x):
+        return RMSNorm.step(x, self.w)
 
 
 STREAMED = [
@@ -101,6 +114,12 @@ STREAMED = [
      "columns of cores), 1 blocks per core"),
     (Max, (1024, 128), np.dtype(np.int32),
      "g0: Argmax over 1024 rows of 128 elements streamed in row-blocks of 32 rows over 32 tiles (4 rows x 8 "
+     "columns of cores), 1 blocks per core"),
+    (Norm, (256, 512), np.dtype(np.float32),
+     "g0: RMSNorm over 256 rows of 512 elements streamed in row-blocks of 4 rows over 32 tiles (4 rows x 8 "
+     "columns of cores), 2 blocks per core"),
+    (Norm, (64, 1024), BF16,
+     "g0: RMSNorm over 64 rows of 1024 elements streamed in row-blocks of 2 rows over 32 tiles (4 rows x 8 "
      "columns of cores), 1 blocks per core"),
     (Max, (3000, 40), np.dtype(np.int8),
      "g0: Argmax over 3000 rows of 40 elements streamed in row-blocks of 100 rows over 6 tiles (1 rows x 6 "
@@ -115,10 +134,10 @@ def test_a_batch_larger_than_a_tile_streams_row_blocks_and_equals_the_reference(
     monkeypatch.setenv("IRON_QUIET", "1")
     rng = np.random.default_rng(5)
     x = (rng.standard_normal(shape) * 50).astype(dtype)
-    want = graph().reference(x)
+    want = graph(dtype, shape[1]).reference(x)
     for mode in ("numpy", "native"):
         monkeypatch.setenv("IRON_EMULATOR_KERNELS", mode)
-        compiled = graph().compile(x, device="npu2")
+        compiled = graph(dtype, shape[1]).compile(x, device="npu2")
         assert [text for name, text in compiled.plan.rules if name == "stream_row_blocks"] == [rule]
         assert rule in compiled.describe()
         close(compiled(x), want)
