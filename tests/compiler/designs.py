@@ -140,6 +140,17 @@ class AllKernels(iron.Graph):
                 RMSNorm.step(x, y, eps=1e-6), Softmax.step(x, length=n + 1), Argmax.step(x))
 
 
+class WriteThenRead(iron.Graph):
+    """A state written (Accumulate) and then read (Exp) in one body: the read waits for the write."""
+
+    def __init__(self):
+        self.s = iron.state((8,), np.float32, name="s")
+
+    def body(self, x):
+        Accumulate.step(x, out=self.s)
+        return Exp.step(self.s)
+
+
 def example(graph) -> dict[str, np.ndarray]:
     """The tensors of a design's example call (none for Walk)."""
     return graph.example() if hasattr(graph, "example") else {}

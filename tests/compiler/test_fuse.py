@@ -13,7 +13,7 @@ from iron.compiler.fuse import (
     unrelated_starts_group,
 )
 from iron.ir import call_label
-from iron.kernels import Accumulate, Add, Copy, Exp, MatVec, RMSNorm, SiLU, Softmax
+from iron.kernels import Add, Copy, Exp, MatVec, RMSNorm, SiLU, Softmax
 from tests.compiler import designs
 
 F32 = np.float32
@@ -55,17 +55,8 @@ def test_reduction_ends_group():
     assert grouping(program) == [("g0", ["RMSNorm#0"], "reduction_ends_group"), ("g1", ["Add#1"], "end of body")]
 
 
-class WriteThenRead(iron.Graph):
-    def __init__(self):
-        self.s = iron.state((8,), F32, name="s")
-
-    def body(self, x):
-        Accumulate.step(x, out=self.s)
-        return Exp.step(self.s)
-
-
 def test_state_write_ends_group():
-    program = WriteThenRead().trace(x=((8,), F32))
+    program = designs.WriteThenRead().trace(x=((8,), F32))
     assert grouping(program) == [("g0", ["Accumulate#0"], "state_write_ends_group"), ("g1", ["Exp#1"], "end of body")]
 
 

@@ -35,7 +35,7 @@ from iron.compiler.plan import (
 from iron.compiler.sequence import Move, dma_patterns, finish_sequence
 from iron.compiler.words import Access
 from iron.errors import LoopError
-from iron.kernels import Accumulate, Add, Copy, Exp, Softmax
+from iron.kernels import Add, Copy, Softmax
 from tests.compiler import designs
 
 NPU1, NPU2 = from_name("npu1"), from_name("npu2")
@@ -144,17 +144,8 @@ def test_a_tensor_read_twice_by_one_group_is_loaded_once_and_not_forwarded():
     assert not [rule for rule, _ in plan.rules if rule == "forward_shared_input"]
 
 
-class WriteThenRead(iron.Graph):
-    def __init__(self):
-        self.s = iron.state((8,), F32, name="s")
-
-    def body(self, x):
-        Accumulate.step(x, out=self.s)
-        return Exp.step(self.s)
-
-
 def test_a_reader_of_a_state_waits_for_its_writer():
-    plan = compile_program(WriteThenRead().trace(x=((8,), F32)), NPU2)
+    plan = compile_program(designs.WriteThenRead().trace(x=((8,), F32)), NPU2)
     ops = [(type(op).__name__, op.fifo, getattr(op, "bd_id", None)) for op in plan.sequence]
     assert ops == [("Dma", "g0_in", 0), ("Dma", "g0_in", 1), ("Dma", "g0_host", 2), ("Wait", "g0_host", None),
                    ("Dma", "g1_in", 2), ("Dma", "g1_host", 3), ("Wait", "g1_host", None)]
