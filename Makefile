@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo bench lint guide model clean
+.PHONY: install test test-full demo bench lint guide model clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -17,9 +17,14 @@ install: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# The tests marked full_model (all 30 layers of SmolLM2), which `make test` leaves out.
+test-full: $(STAMP)
+	$(PY) -m pytest -q -m full_model
+
 demo: $(STAMP)
 	$(PY) -m iron.demo
 	$(PY) programming_guide/section-8/decoder.py
+	$(PY) programming_guide/section-10/smollm2.py --layers 30 --tokens 2
 
 bench: $(STAMP)
 	@for f in bench/[!_]*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

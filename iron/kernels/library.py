@@ -284,6 +284,97 @@ def rows_and_width(shape: tuple[int, ...]) -> tuple[int, int]:
     return (1, *shape) if len(shape) == 1 else tuple(shape)
 
 
+class Max(Kernel):
+    """The largest element of x (n,), as one element of x's dtype; of each row of a batch
+    (rows, n), as (rows,)."""
+
+    role = Role.ROW_REDUCTION
+    keeps_dtype = exact_in_dtype = True
+    name = "max"
+    dtypes = FLOATS
+    out_shape, sizes, abi_shapes = Argmax.out_shape, Argmax.sizes, Argmax.abi_shapes
+
+    @staticmethod
+    def compute(x):
+        return np.asarray(x.max(axis=-1), dtype=x.dtype)
+
+
+class ArgmaxBlocks(Kernel):
+    """A row's argmax from its blocks: `indices[b]` (a row index held exactly as a float) for b
+    the first maximum of `values`, where values[b] is block b's Max and indices[b] the row index
+    of its first maximum. Argmax of a row wider than a tile: Argmax and Max per block, then this."""
+
+    role = Role.ROW_REDUCTION
+    name, arity = "argmax_blocks", 2
+    dtypes = FLOATS
+    exact_in_dtype = True
+    out_dtype = Argmax.out_dtype
+    @classmethod
+    def sizes(cls, shapes, out_shape):
+        return (shapes[0][0],)
+
+    @classmethod
+    def abi_shapes(cls, sizes):
+        return [(sizes[0],)] * 2, (1,)
+
+    @classmethod
+    def out_shape(cls, shapes, **attrs):
+        if len(shapes[0]) != 1 or shapes[0] != shapes[1]:
+            cls.refuse(shapes, "needs values (n,) and indices (n,)")
+        return ()
+
+    @staticmethod
+    def compute(values, indices):
+        return np.array(indices[np.argmax(values)], dtype=np.int32)
+
+
+class Dequant(Kernel):
+    """GGUF weight blocks (rows, row bytes) uint8 -> the weights (rows, columns) float32, each
+    row holding blocks of 32 weights of `block_bytes` bytes: 20 is Q4_1 (float16 scale d and
+    minimum m, 16 bytes of 4-bit codes, low nibbles first: w = d * code + m), 34 is Q8_0 (float16
+    scale d, 32 int8 codes: w = code * d). Bit-exact with gguf.quants.dequantize."""
+
+    role = Role.OTHER   # one input, wider output rows: not a matrix product (MATRIX means two operands)
+    name = "dequant"
+    dtypes = frozenset({U8})
+    attrs = {"block_bytes": Kernel.REQUIRED}
+    c_attrs = (("block_bytes", "i32"),)
+    FORMATS = {20: "Q4_1", 34: "Q8_0"}
+
+    @classmethod
+    def out_dtype(cls, dtype):
+        return F32
+
+    @classmethod
+    def out_shape(cls, shapes, block_bytes):
+        if block_bytes not in cls.FORMATS:
+            cls.refuse(shapes, f"needs block_bytes= 20 (Q4_1) or 34 (Q8_0), not {block_bytes!r}")
+        if len(shapes[0]) != 2 or shapes[0][1] % block_bytes:
+            cls.refuse(shapes, f"needs blocks (rows, a multiple of {block_bytes} bytes)")
+        return (shapes[0][0], shapes[0][1] // block_bytes * 32)
+
+    @classmethod
+    def sizes(cls, shapes, out_shape):
+        return (*shapes[0], out_shape[1])
+
+    @classmethod
+    def abi_shapes(cls, sizes):
+        rows, row_bytes, cols = sizes
+        return [(rows, row_bytes)], (rows, cols)
+
+    @staticmethod
+    def compute(blocks, block_bytes):
+        rows = blocks.shape[0]
+        b = np.ascontiguousarray(blocks).reshape(-1, block_bytes)
+        scale = b[:, 0:2].view(np.float16).astype(np.float32)
+        if block_bytes == 34:
+            weights = b[:, 2:].view(np.int8).astype(np.float32) * scale
+        else:
+            codes = np.concatenate([b[:, 4:] & np.uint8(0x0F), b[:, 4:] >> np.uint8(4)], axis=1)
+            weights = scale * codes.astype(np.float32) + b[:, 2:4].view(np.float16).astype(np.float32)
+        return weights.reshape(rows, -1)
+
+
 INTEGERS = (I8, U8, I16, I32)
 CASTS = {
     **{i: frozenset({*(o for o in INTEGERS if o != i), F32}) for i in INTEGERS},
@@ -385,6 +476,38 @@ class Concat(Kernel):
         return np.concatenate([a, b], axis=axis)
 
 
+class RoPE(Kernel):
+    """Rotary position embedding of x (n,), heads of `head_dim` side by side, at the per-call
+    position `pos`: each head's adjacent pairs (x[2i], x[2i+1]) turn by pos * base^(-2i/head_dim)
+    (the pair layout GGUF files keep Q and K rows in). The angle is computed in float64 and its
+    cos and sin rounded to float32, the rotation in float32."""
+
+    role = Role.OTHER   # out[2i] and out[2i+1] each read both elements of their pair
+    name = "rope"
+    dtypes = FLOATS
+    attrs = {"pos": Kernel.REQUIRED, "head_dim": Kernel.REQUIRED, "base": 10000.0}
+    scalar_attrs = ("pos",)
+    c_attrs = (("pos", "i32"), ("head_dim", "i32"), ("base", "f32"))
+
+    @classmethod
+    def out_shape(cls, shapes, pos=None, head_dim=None, base=None):
+        if len(shapes[0]) != 1 or not _is_int(head_dim) or head_dim < 2 or head_dim % 2 or shapes[0][0] % head_dim:
+            cls.refuse(shapes, f"needs x (n,) and head_dim= an even int dividing n, not {head_dim!r}")
+        return shapes[0]
+
+    @staticmethod
+    def compute(x, pos, head_dim, base=10000.0):
+        half = head_dim // 2
+        angle = int(pos) * np.float64(np.float32(base)) ** (-np.arange(half) / half)
+        cos, sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+        pairs = x.reshape(-1, half, 2)
+        even, odd = pairs[..., 0], pairs[..., 1]
+        out = np.empty_like(pairs)
+        out[..., 0] = even * cos - odd * sin
+        out[..., 1] = even * sin + odd * cos
+        return out.reshape(x.shape)
+
+
 def concat(*tensors, axis: int = 0):
     """`tensors` joined along `axis` in one body(): Concat calls, pairwise from the left."""
     if len(tensors) < 2:
@@ -400,4 +523,4 @@ def _is_int(value) -> bool:
 
 
 LIBRARY = (Copy, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, MatVec, MatMul, RMSNorm, Softmax, Argmax,
-           Cast, Requantize, Concat)
+           Cast, Requantize, Concat, RoPE, Max, ArgmaxBlocks, Dequant)

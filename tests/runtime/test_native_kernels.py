@@ -19,6 +19,8 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType as GGML
+from gguf.quants import dequantize
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +28,7 @@ from iron.compiler.cache import cache_dir
 from iron.errors import BuildError, KernelTypeError, ToolchainMissing
 from iron.kernels import LIBRARY
 from iron.kernels.base import CC_DIR, library_sources
+from iron.models.numpy_forward import rope as oracle_rope
 from iron.runtime.emulator.native import NativeLibrary
 
 DTYPES = {
@@ -226,6 +229,57 @@ def test_softmax_of_the_first_length_elements_of_each_row(library, dt, length):
     expect(out, expected, dt, rtol=REDUCTION)
     expect(out, KERNELS["softmax"].reference(x, length=length), dt, rtol=REDUCTION)
     assert (out[:, length:] == 0).all()
+
+
+@pytest.mark.parametrize("pos", [0, 1, 37, 255])
+@pytest.mark.parametrize("dt", SUPPORTED["rope"])
+def test_rope_turns_adjacent_pairs_as_the_smollm2_oracle_does(library, dt, pos):
+    """float32: bit for bit with the numpy forward's rope (iron.models.numpy_forward); bfloat16:
+    within one ulp of the reference rounded once."""
+    x = random_array(dt, 3 * 64, seed=4)
+    out = np.zeros_like(x)
+    call(library, f"rope_{dt}", x, out, 3 * 64, pos, 64, 100000.0)
+    reference = KERNELS["rope"].reference(x, pos=pos, head_dim=64, base=100000.0)
+    if dt == "f32":
+        np.testing.assert_array_equal(out, reference)
+        np.testing.assert_array_equal(out, oracle_rope(x.reshape(3, 64), pos, 100000.0).reshape(-1))
+    else:
+        expect(out, reference.astype(np.float32), dt)
+
+
+@pytest.mark.parametrize("dt", SUPPORTED["max"])
+def test_max_and_argmax_blocks_give_the_argmax_of_a_row_cut_into_blocks(library, dt):
+    x = random_array(dt, 4 * 16, seed=5)
+    x[37] = x[53] = x.max() + 1   # a tie across blocks: the first wins, as np.argmax picks
+    maxima, found = np.zeros(4, x.dtype), np.zeros(4, x.dtype)
+    for b in range(4):
+        one, index = np.zeros(1, x.dtype), np.zeros(1, np.int32)
+        call(library, f"max_{dt}", x[b * 16:(b + 1) * 16].copy(), one, 1, 16)
+        call(library, f"argmax_{dt}", x[b * 16:(b + 1) * 16].copy(), index, 1, 16)
+        maxima[b], found[b] = one[0], b * 16 + index[0]
+        assert one[0] == KERNELS["max"].reference(x[b * 16:(b + 1) * 16])
+    out = np.full(1, -1, np.int32)
+    call(library, f"argmax_blocks_{dt}", maxima, found, out, 4)
+    assert out[0] == int(KERNELS["argmax_blocks"].reference(maxima, found)) == int(np.argmax(wide(x))) == 37
+
+
+@pytest.mark.parametrize("block_bytes, kind", [(20, GGML.Q4_1), (34, GGML.Q8_0)])
+def test_dequant_expands_gguf_blocks_bit_for_bit(library, block_bytes, kind):
+    """On random blocks whose float16 scales (and Q4_1 minima) take every kind of value: the C++,
+    the kernel's numpy compute and gguf.quants.dequantize give the same float32 bits."""
+    rows = np.random.default_rng(15).integers(0, 256, (16, 4 * block_bytes), dtype=np.uint8)
+    blocks = rows.reshape(-1, block_bytes)
+    special = np.array([0.0, -0.0, 6e-8, -65504, np.inf, -np.inf, np.nan], np.float16)
+    blocks[:7, 0:2] = special.view(np.uint8).reshape(7, 2)
+    blocks[7:14, 2:4] = special.view(np.uint8).reshape(7, 2)   # Q4_1's minimum, Q8_0's first codes
+    out = np.zeros((16, 4 * 32), np.float32)
+    call(library, "dequant_u8", rows, out, 16, 4 * block_bytes, 4 * 32, block_bytes)
+    with np.errstate(invalid="ignore", over="ignore"):
+        theirs = dequantize(rows, kind)
+        ours = KERNELS["dequant"].reference(rows, block_bytes=block_bytes)
+    assert np.isnan(out).any() and np.isinf(out).any()
+    assert np.array_equal(out.view(np.uint32), theirs.view(np.uint32))
+    assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32))
 
 
 @pytest.mark.parametrize("dt", SUPPORTED["argmax"])

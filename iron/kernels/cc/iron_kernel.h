@@ -119,6 +119,18 @@ stored_t<Out> dot(const stored_t<In>* a, const stored_t<In>* b, int32_t b_stride
   return Out::store(static_cast<typename Out::value>(sum));
 }
 
+// The index of the first maximum of x[0:n] (0 when n <= 1): Argmax, Max and ArgmaxBlocks.
+template <typename T>
+int32_t first_maximum(const stored_t<T>* x, int32_t n) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; ++i) {
+    if (T::load(x[i]) > T::load(x[best])) {
+      best = i;
+    }
+  }
+  return best;
+}
+
 }  // namespace iron
 
 // The entry point `<name>_<T>(const T* a, const T* b, T* out, int32_t n)` of an elementwise

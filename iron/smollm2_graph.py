@@ -1,0 +1,187 @@
+"""SmolLM2-135M as an iron.Graph: one decoding step of the real model, the token at the carried
+`pos` in and the greedy next token out (carried as `tok` and recorded in the `tokens` state).
+
+Each block is RMSNorm, the Q/K/V projections, RoPE at `pos`, K and V written into per-layer KV
+caches held in iron.state at `pos` (keys as rows, values transposed, one cache per key/value
+head), per-head attention over the first pos + 1 cache rows (query head h reads key/value head
+h // 3), the output projection and residual, then RMSNorm, SwiGLU and residual. The token's
+embedding is gathered from the table by `tok`; the same table is the tied LM head. The prompt
+is fed host-driven, one call per token; generation continues host-driven or as a CarriedLoop.
+iron.models.numpy_forward is the oracle it is checked against.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+import iron
+from iron import Carried
+from iron.errors import ArgumentError, TokenError
+from iron.kernels import (
+    Add,
+    Argmax,
+    ArgmaxBlocks,
+    Cast,
+    Copy,
+    Dequant,
+    MatVec,
+    Max,
+    Mul,
+    RMSNorm,
+    RoPE,
+    Scale,
+    SiLU,
+    Softmax,
+    concat,
+)
+from iron.models.smollm2 import SmolLM2
+from iron.models.tokenizer import check_tokens
+
+CONTEXT = 256
+BLOCK = 4096   # logits per Argmax: a 49152-wide row does not fit one tile's 64 KiB
+
+
+class Matrix:
+    """A weight matrix (out, in) as a param: float32, or (quantized) the GGUF blocks of its rows,
+    uint8 (out, row bytes), expanded on the tile by Dequant just before the MatVec that uses it."""
+
+    def __init__(self, model: SmolLM2, names: Sequence[str], quantized: bool):
+        tensors = [model.tensors[name] for name in names]
+        self.block_bytes = tensors[0].format.nbytes if quantized else None
+        self.param = iron.param(np.concatenate([t.data if quantized else t.dequantize() for t in tensors]))
+
+    def weights(self):
+        """The float32 matrix inside body(): the param itself, or its blocks expanded."""
+        if self.block_bytes is None:
+            return self.param
+        return Dequant.step(self.param, block_bytes=self.block_bytes)
+
+    def times(self, x):
+        return MatVec.step(self.weights(), x)
+
+
+class Layer:
+    """One block's params and KV caches, and the kernel calls of one position."""
+
+    def __init__(self, model: SmolLM2, index: int, context: int, quantized: bool):
+        config, block = model.config, model.weights.blocks[index]
+        self.config = config
+        self.attn_norm, self.ffn_norm = iron.param(block.attn_norm), iron.param(block.ffn_norm)
+
+        def matrix(*fields):
+            return Matrix(model, [f"blk.{index}.{field}.weight" for field in fields], quantized)
+        # Q, K and V (and gate and up) are one MatVec each: one pass over h, one FIFO out.
+        self.wqkv, self.wo = matrix("attn_q", "attn_k", "attn_v"), matrix("attn_output")
+        self.gate_up, self.down = matrix("ffn_gate", "ffn_up"), matrix("ffn_down")
+        d = config.head_dim
+        self.keys = [iron.state((context, d), np.float32) for _ in range(config.kv_heads)]
+        self.values = [iron.state((d, context), np.float32) for _ in range(config.kv_heads)]
+
+    def step(self, x, pos):
+        c = self.config
+        d, eps, group = c.head_dim, c.rms_eps, c.heads // c.kv_heads
+        qkv = self.wqkv.times(RMSNorm.step(x, self.attn_norm, eps=eps))
+        q_end, k_end = c.heads * d, (c.heads + c.kv_heads) * d
+        q = RoPE.step(qkv[:q_end], pos=pos, head_dim=d, base=c.rope_base)
+        k = RoPE.step(qkv[q_end:k_end], pos=pos, head_dim=d, base=c.rope_base)
+        v = qkv[k_end:]
+        for j in range(c.kv_heads):
+            Copy.step(k[j * d:(j + 1) * d], out=self.keys[j][pos])
+            Copy.step(v[j * d:(j + 1) * d], out=self.values[j][:, pos])
+        heads = [self.attend(q[i * d:(i + 1) * d], i // group, pos) for i in range(c.heads)]
+        x = Add.step(x, self.wo.times(concat(*heads)))
+        h = RMSNorm.step(x, self.ffn_norm, eps=eps)
+        gate_up = self.gate_up.times(h)
+        u = Mul.step(SiLU.step(gate_up[:c.ffn]), gate_up[c.ffn:])
+        return Add.step(x, self.down.times(u))
+
+    def attend(self, q, kv: int, pos):
+        """One query head over key/value head `kv`: softmax(K q / sqrt(d)) over rows 0..pos, then V p."""
+        scores = Scale.step(MatVec.step(self.keys[kv], q), factor=1 / np.sqrt(self.config.head_dim))
+        return MatVec.step(self.values[kv], Softmax.step(scores, length=pos + 1))
+
+
+class SmolLM2Graph(iron.Graph):
+    """One decoding step of `model` (all its loaded layers) with a KV cache of `context` positions;
+    `quantized=True` keeps the matrices and the embedding table as the GGUF file ships them
+    (Q4_1 / Q8_0 blocks, about 6x fewer bytes) and expands them on the tile with Dequant."""
+
+    def __init__(self, model: SmolLM2, context: int = CONTEXT, quantized: bool = False):
+        config = model.config
+        if not 1 <= context <= config.context:
+            raise ArgumentError(f"context={context}: the model was trained for contexts up to "
+                                f"{config.context} tokens; pass a context in 1..{config.context}.")
+        self.config, self.context = config, context
+        table = model.tensors["token_embd.weight"]
+        self.embedding_bytes = table.format.nbytes if quantized else None
+        self.embedding = iron.weight(table.data if quantized else model.weights.token_embd)
+        self.layers = [Layer(model, i, context, quantized) for i in range(config.layers)]
+        self.output_norm = iron.param(model.weights.output_norm)
+        self.lm_head = Matrix(model, ["token_embd.weight"], quantized)   # tied: the embedding table
+        self.tokens = iron.state((context,), np.int32, name="tokens")
+        self.block_starts = iron.param(np.arange(0, config.vocab, BLOCK, dtype=np.float32))
+
+    def body(self, *, pos: Carried[np.int32], tok: Carried[np.int32]):
+        if self.embedding_bytes is None:
+            x = Copy.step(self.embedding[tok])
+        else:
+            x = Dequant.step(self.embedding[tok].reshape(1, -1), block_bytes=self.embedding_bytes).reshape(-1)
+        for layer in self.layers:
+            x = layer.step(x, pos)
+        logits = self.lm_head.times(RMSNorm.step(x, self.output_norm, eps=self.config.rms_eps))
+        nxt = self.argmax(logits)
+        Copy.step(nxt, out=self.tokens[pos])
+        return iron.carry(pos=pos + 1, tok=nxt)
+
+    def argmax(self, logits):
+        """The first maximum of the logits, a row wider than a tile: Max and Argmax per block of
+        BLOCK logits, then the block whose maximum is first largest gives its row index."""
+        blocks = [logits[b:b + BLOCK] for b in range(0, self.config.vocab, BLOCK)]
+        maxima = iron.concat(*(Max.step(block).reshape(1) for block in blocks))
+        found = iron.concat(*(Cast.step(Argmax.step(block).reshape(1), dtype=np.float32) for block in blocks))
+        return ArgmaxBlocks.step(maxima, Add.step(found, self.block_starts))
+
+    def check_prompt(self, prompt: Sequence[int], steps: int) -> None:
+        """Refuse a prompt that is empty, has an id outside the vocabulary, or does not leave
+        room in the context for `steps` more tokens, before anything runs."""
+        if not prompt:
+            raise TokenError("the prompt is empty; pass at least one token id.")
+        check_tokens(prompt, self.config.vocab)
+        if len(prompt) + steps > self.context:
+            raise TokenError(f"a prompt of {len(prompt)} tokens and {steps} more to generate need "
+                             f"{len(prompt) + steps} positions; the context holds {self.context}. Shorten "
+                             f"the prompt, generate fewer tokens, or build SmolLM2Graph(model, context=...) larger.")
+
+
+def feed(step, prompt: Sequence[int]):
+    """Run every prompt token through `step` (a graph's reference or a compiled graph) at its
+    position, host-driven; the Carry after the last one (its `tok` is the first generated token)."""
+    nxt = None
+    for pos, token in enumerate(prompt):
+        nxt = step(pos=pos, tok=token)
+    return nxt
+
+
+def generate(graph: SmolLM2Graph, step, prompt: Sequence[int], steps: int, eos: int | None = None) -> list[int]:
+    """`steps` greedy tokens after `prompt`, every call host-driven through `step`, stopping after
+    an `eos` token."""
+    graph.check_prompt(prompt, steps)
+    nxt = feed(step, prompt)
+    out = [int(nxt["tok"])]
+    while len(out) < steps and out[-1] != eos:
+        nxt = step(**nxt)
+        out.append(int(nxt["tok"]))
+    return out
+
+
+def generate_in_loop(graph: SmolLM2Graph, body, prompt: Sequence[int], steps: int, depth: int = 2) -> list[int]:
+    """`steps` greedy tokens after `prompt`: all but the last prompt token fed host-driven, the
+    last one starting a CarriedLoop of `body` (the token at each position read back from `tokens`)."""
+    graph.check_prompt(prompt, steps)
+    feed(body, prompt[:-1])
+    start = len(prompt) - 1
+    loop = iron.CarriedLoop(body, body, depth=depth)
+    for _ in loop.run(steps - 1, pos=start, tok=prompt[-1]):
+        pass
+    return body.read(graph.tokens)[start:start + steps].tolist()
