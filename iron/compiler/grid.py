@@ -33,11 +33,6 @@ from iron.compiler.words import Access
 from iron.ir import call_label, describe, nbytes
 from iron.kernels.registry import accumulate_kernel, convert_kernel
 
-# Rounds of a streamed elementwise group one Dma op moves, each run waited for before the next: 1,
-# as ops of several objects through a mem-tile split and join hang or repeat objects on the
-# emulator (a 2-input Add over 2^19 float32, a Copy over 2^18) and are not yet understood.
-RUN_ROUNDS = 1
-
 
 @dataclass(frozen=True)
 class GridLowered:
@@ -175,9 +170,10 @@ def _vector_moves(ctx: Context, g: str, grid: Grid) -> list:
     return moves
 
 
-def _with_waits(ctx: Context, rounds: int, t: int, here: list[Move]) -> list:
-    """Round `t`'s moves, then a Wait on each of their FIFOs every `rounds_between_waits` rounds."""
-    if (t + 1) % rounds_between_waits(ctx.device, here) == 0 and t + 1 < rounds:
+def _with_waits(ctx: Context, steps: int, t: int, here: list[Move]) -> list:
+    """Step `t`'s moves (a round, or a run of rounds), then a Wait on each of their FIFOs every
+    `rounds_between_waits` steps."""
+    if (t + 1) % rounds_between_waits(ctx.device, here) == 0 and t + 1 < steps:
         return [*here, *(Wait(mv.fifo) for mv in here)]
     return here
 
@@ -313,31 +309,44 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
 
 
 def _flow_moves(ctx: Context, g: str, flow) -> list:
-    """Per run of RUN_ROUNDS rounds, each column's blocks of every input and of the result, one
-    Dma op each (`run` strides over the column's rows x block elements), then a Wait on them."""
-    rows, cols, b = len(flow.rows), len(flow.cols), flow.block
+    """Per run of at most `rounds_per_op` rounds, each column's blocks of every input and of the
+    result, one Dma op each (`run` strides over the column's rows x block elements); a Wait on
+    them every `rounds_between_waits` runs."""
+    rows, cols = len(flow.rows), len(flow.cols)
     result = flow.calls[-1]
     p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is result))
     ends = [(f"{g}_x{i}_{{c}}_mem", Direction.MM2S, node, *host_access(ctx, node)) for i, node in enumerate(flow.inputs)]
     ends.append((f"{g}_host{{c}}", Direction.S2MM, result, p.buffer, Access(p.offset, ())))
-    moves, runs = [], _runs(flow.rounds, RUN_ROUNDS)
+
+    def words(node) -> int:
+        """One core's block of `node` in words (a fraction for a narrow dtype's offsets)."""
+        return (flow.result_block if node is result else flow.block) * node.dtype.itemsize / 4
+
+    def dims(node, run: int) -> tuple:
+        return ((run, int(cols * rows * words(node))), *_words(int(rows * words(node)), ctx.device))
+
+    most = min(rounds_per_op(ctx.device, dims(node, flow.rounds)) for _, _, node, _, _ in ends)
+    even = -(-flow.rounds // -(-flow.rounds // most))   # runs of even length, as few as `most` allows
+    runs = [(t, min(even, flow.rounds - t)) for t in range(0, flow.rounds, even)]
+    moves = []
     for number, (t, run) in enumerate(runs):
         here = [] if t else [Move(Direction.MM2S, f"{g}_w{i}", *host_access(ctx, node))
                              for i, node in enumerate(flow.shared)]
-        for c in range(cols):
-            for fifo, direction, node, buffer, at in ends:
-                block = flow.result_block if node is result else b
-                w = node.dtype.itemsize / 4
-                first = (t * cols + c) * rows * block
-                dims = ((run, int(cols * rows * block * w)), *_words(int(rows * block * w), ctx.device))
-                here.append(Move(direction, fifo.format(c=c), buffer, Access(at.offset + int(first * w), dims)))
-        moves += here if number + 1 == len(runs) else [*here, *(Wait(mv.fifo) for mv in here)]
+        here += [Move(direction, fifo.format(c=c), buffer,
+                      Access(at.offset + int((t * cols + c) * rows * words(node)), dims(node, run)))
+                 for c in range(cols) for fifo, direction, node, buffer, at in ends]
+        moves += _with_waits(ctx, len(runs), number, here)
     return moves
 
 
-def _runs(rounds: int, most: int) -> list[tuple[int, int]]:
-    """(first round, rounds) of the runs of at most `most` rounds that one Dma op each moves."""
-    return [(t, min(most, rounds - t)) for t in range(0, rounds, most)]
+def rounds_per_op(device, dims: tuple) -> int:
+    """The most rounds (the outermost of `dims`) one Dma op moves: as many as its outermost
+    dimension holds, or 1 when one round alone takes more than one op."""
+    (rounds, stride), block = dims[0], dims[1:]
+    for run in (device.shim.max_bd_wrap, device.dma_repeat_max):
+        if len(dma_patterns(0, ((min(run, rounds), stride), *block), device)) == 1:
+            return min(run, rounds)
+    return 1
 
 
 def _words(n: int, device) -> tuple[tuple[int, int], ...]:

@@ -7,6 +7,8 @@ every FIFO given per launch exactly the objects its consumers take, and the Emit
 full-ELF plans (docs/platform.md)."""
 from __future__ import annotations
 
+from itertools import accumulate
+
 from iron.compiler.allocate import check_tile_memory, shares_memory
 from iron.compiler.core_checks import check_cores, check_functions, fail
 from iron.compiler.plan import (
@@ -112,28 +114,29 @@ def _check_links(plan: Plan):
 
 
 def _check_link_offsets(plan: Plan, link, fifos):
+    """A split's or join's parts lie back to back in link order and fill the object, as mlir-aie
+    moves part i: the bytes from its offset up to the next part's, the last up to the object's
+    end (docs/platform.md section 4); a forward joins objects of one size."""
+    if len(link.sources) == len(link.destinations) == 1:
+        if fifos[link.sources[0]].nbytes != fifos[link.destinations[0]].nbytes:
+            fail(plan, f"the forward link {link.sources[0]} -> {link.destinations[0]} joins objects of "
+                        "different sizes")
+        return
+    if len(link.sources) > 1 and len(link.destinations) > 1:
+        fail(plan, f"the link {link.sources} -> {link.destinations} has several sources and several "
+                    "destinations; a link is a split (one source), a join (one destination) or a forward")
     if len(link.sources) > 1:
-        dest = fifos[link.destinations[0]]
-        parts = zip(link.sources, link.source_offsets or [None] * len(link.sources))
-        if len(link.destinations) != 1 or len(link.source_offsets) != len(link.sources) or any(
-                not _fits(off, fifos[s].nbytes, dest.nbytes) for s, off in parts):
-            fail(plan, f"the join {link.sources} -> {dest.name} does not fit its source offsets "
-                        f"{link.source_offsets} into {dest.nbytes}-byte objects at whole 4-byte words")
-    elif len(link.destinations) > 1:
-        source = fifos[link.sources[0]]
-        parts = zip(link.destinations, link.destination_offsets or [None] * len(link.destinations))
-        if len(link.destination_offsets) != len(link.destinations) or any(
-                not _fits(off, fifos[d].nbytes, source.nbytes) for d, off in parts):
-            fail(plan, f"the split {source.name} -> {link.destinations} does not fit its destination "
-                        f"offsets {link.destination_offsets} into {source.nbytes}-byte objects at whole 4-byte words")
-    elif fifos[link.sources[0]].nbytes != fifos[link.destinations[0]].nbytes:
-        fail(plan, f"the forward link {link.sources[0]} -> {link.destinations[0]} joins objects of "
-                    "different sizes")
-
-
-def _fits(offset: int, part: int, whole: int) -> bool:
-    """Whether a `part`-byte piece at byte `offset` lies inside a `whole`-byte object, on a word."""
-    return offset >= 0 and offset % 4 == 0 and offset + part <= whole
+        kind, (whole,), parts, offsets = "join", link.destinations, link.sources, link.source_offsets
+        shown = f"{link.sources} -> {whole}"
+    else:
+        kind, (whole,), parts, offsets = "split", link.sources, link.destinations, link.destination_offsets
+        shown = f"{whole} -> {link.destinations}"
+    ends = list(accumulate((fifos[p].nbytes for p in parts), initial=0))
+    if list(offsets) != ends[:-1] or ends[-1] != fifos[whole].nbytes:
+        fail(plan, f"the {kind} {shown} puts parts of {[fifos[p].nbytes for p in parts]} bytes at "
+                    f"byte offsets {list(offsets)} of {fifos[whole].nbytes}-byte objects, but mlir-aie moves each "
+                    "part from its offset up to the next one's (the last up to the object's end): lay the parts "
+                    "back to back in link order, filling the object")
 
 
 def dma_channels(fifos) -> dict[Tile, tuple[list[str], list[str]]]:

@@ -319,14 +319,23 @@ def test_a_fifo_from_a_shim_to_a_shim_or_to_its_own_producer_is_refused():
            "a shim tile's FIFO has a compute or mem tile at its other end." + FIX)
 
 
-def test_a_link_offset_off_a_word_is_refused():
+def test_link_parts_not_back_to_back_are_refused():
+    """mlir-aie moves part i of a split or join from its offset up to the next part's (the last up
+    to the object's end): an offset off a word, a gap or a negative offset would move other bytes."""
     plan = plan_of("big_matvec", "npu2")
     split, join = plan.links
     odd_split = dataclasses.replace(split, destination_offsets=(0, 16384, 32768, 49150))
+    fix = ("but mlir-aie moves each part from its offset up to the next one's (the last up to the object's end): "
+           "lay the parts back to back in link order, filling the object." + FIX)
     broken(dataclasses.replace(plan, links=(odd_split, join)),
-           "plan BigMatVec on npu2: the split g0_w_mem -> ('g0_w0', 'g0_w1', 'g0_w2', 'g0_w3') does not fit its "
-           "destination offsets (0, 16384, 32768, 49150) into 65536-byte objects at whole 4-byte words." + FIX)
+           "plan BigMatVec on npu2: the split g0_w_mem -> ('g0_w0', 'g0_w1', 'g0_w2', 'g0_w3') puts parts of "
+           "[16384, 16384, 16384, 16384] bytes at byte offsets [0, 16384, 32768, 49150] of 65536-byte objects, " + fix)
     odd_join = dataclasses.replace(join, source_offsets=(-4, 512, 1024, 1536))
     broken(dataclasses.replace(plan, links=(split, odd_join)),
-           "plan BigMatVec on npu2: the join ('g0_part0', 'g0_part1', 'g0_part2', 'g0_part3') -> g0_host does not "
-           "fit its source offsets (-4, 512, 1024, 1536) into 2048-byte objects at whole 4-byte words." + FIX)
+           "plan BigMatVec on npu2: the join ('g0_part0', 'g0_part1', 'g0_part2', 'g0_part3') -> g0_host puts parts "
+           "of [512, 512, 512, 512] bytes at byte offsets [-4, 512, 1024, 1536] of 2048-byte objects, " + fix)
+    both = dataclasses.replace(join, destinations=("g0_host", "g0_host"))
+    broken(dataclasses.replace(plan, links=(split, both)),
+           "plan BigMatVec on npu2: the link ('g0_part0', 'g0_part1', 'g0_part2', 'g0_part3') -> ('g0_host', "
+           "'g0_host') has several sources and several destinations; a link is a split (one source), a join (one "
+           "destination) or a forward." + FIX)

@@ -7,6 +7,8 @@ too wide for a tile refused with the numbers.
 
 Integers are exact; float32 within rtol 1e-4 / atol 1e-4 (k-blocks are summed in another order
 than numpy's), bfloat16 within two bf16 ulps."""
+from itertools import groupby
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,7 @@ import iron
 from aie_utils import from_name
 from iron import Scratchpad
 from iron.compiler.mlir import print_mlir
-from iron.compiler.plan import TileKind
+from iron.compiler.plan import Dma, TileKind, Wait
 from iron.errors import DoesNotFit
 from iron.kernels import Add, MatMul, MatVec, RMSNorm, Scale, SiLU, Softmax
 
@@ -219,6 +221,25 @@ def test_one_input_streams_over_every_tile():
         "g0: SiLU over 262144 elements streamed in blocks of 2048 over 32 tiles (4 rows x 8 columns of cores), "
         "4 blocks per core"]
     np.testing.assert_allclose(body(x=x), Swish().reference(x=x), **F32)
+
+
+def test_a_huge_stream_moves_runs_of_rounds_per_dma_op_waiting_every_four_runs():
+    """1e9 int8: 15625 rounds per column in 16 runs of at most 977 (a shim BD dimension holds
+    1023), one Dma op per column, input or result and run; a Wait on all of them after every 4th
+    run keeps each shim within its 16 BD ids (3 ops per run); the last Waits are the results'."""
+    n = 10 ** 9
+    body = Sum().compile(x=((n,), np.int8), y=((n,), np.int8), device=from_name("npu2"))
+    ops = body.plan.sequence
+    assert rule(body.plan, "stream_elementwise") == [
+        "g0: Add over 1000000000 elements streamed in blocks of 4000 over 16 tiles (2 rows x 8 columns of cores), "
+        "15625 blocks per core"]
+    runs = [(o.offset, o.sizes, o.strides) for o in ops if isinstance(o, Dma) and o.fifo == "g0_x0_1_mem"]
+    assert runs == [(2000 + t * 977 * 16000, (1, 977 if t < 15 else 970, 2, 1000), (0, 16000, 1000, 1))
+                    for t in range(16)]
+    kinds = ["wait" if isinstance(o, Wait) else "dma" for o in ops]
+    assert [(kind, len(list(run))) for kind, run in groupby(kinds)] == [
+        ("dma", 96), ("wait", 24), ("dma", 96), ("wait", 24), ("dma", 96), ("wait", 24), ("dma", 96), ("wait", 8)]
+    assert [o.fifo for o in ops[-8:]] == [f"g0_host{c}" for c in range(8)]
 
 
 def test_a_small_elementwise_call_is_not_streamed():

@@ -40,15 +40,13 @@ class Span:
 
 @dataclass(eq=False)
 class BufferDescriptor:
-    """aie.dma_bd with its use_lock ops: acquire `acquire` by `acquire_value`, move `length` words
-    of `span`, release `release` by `release_value`, go on with `next`."""
+    """aie.dma_bd with its use_lock ops: acquire `acquire` by 1, move `length` words of `span`,
+    release `release` by 1, go on with `next` (the object FIFO lowering's BDs all count 1)."""
 
     span: Span
     length: int
     acquire: Lock
-    acquire_value: int
     release: Lock
-    release_value: int
     next: BufferDescriptor | None = None
 
 
@@ -115,13 +113,13 @@ class Channel:
         stream, sending = self.stream, self.direction is Direction.MM2S
         while True:
             bd = self.bd
-            while not bd.acquire.acquire(bd.acquire_value):
+            while not bd.acquire.acquire(1):
                 yield bd.acquire.wait
             if sending:
                 yield from stream.send(bd.span, bd.length)
             else:
                 yield from stream.receive(self, self.k, bd.span, bd.length, self.board)
-            bd.release.release(bd.release_value)
+            bd.release.release(1)
             self.bd = bd.next
 
     def state(self) -> tuple:

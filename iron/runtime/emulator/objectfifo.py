@@ -13,20 +13,26 @@ from iron.runtime.emulator.scheduler import Board
 
 
 class FifoEnd:
-    """One FIFO end on a tile: `buffers` <name>_buff_i (a consumer's end is named <fifo>_cons),
-    the producer lock (free buffers, `parts` per buffer) and the consumer lock (filled ones)."""
+    """One FIFO end on a tile: `buffers` <name>_buff_i (a consumer's end is named <fifo>_cons) and
+    `locks`, per part of an object, a producer lock (free buffers) and a consumer lock (filled
+    ones); an object has one part unless a link splits or joins it."""
 
     def __init__(self, tile, name: str, depth: int, nbytes: int, parts: int = 1):
         self.buffers = [tile.buffer(f"{name}_buff_{i}", nbytes) for i in range(depth)]
-        self.prod = tile.lock(f"{name}_prod_lock", depth * parts)
-        self.cons = tile.lock(f"{name}_cons_lock", 0)
+        self.locks = [(tile.lock(f"{name}_prod_lock_{i}", depth), tile.lock(f"{name}_cons_lock_{i}", 0))
+                      for i in range(parts)]
 
-    def bds(self, direction: Direction, offset: int, nbytes: int, value: int) -> BufferDescriptor:
-        """The ring of BDs a channel runs over bytes [offset, offset + nbytes) of every buffer:
-        an S2MM one fills a free buffer, an MM2S one drains a filled buffer, `value` parts each."""
-        take, give = (self.prod, self.cons) if direction is Direction.S2MM else (self.cons, self.prod)
-        return ring([BufferDescriptor(Span(b, offset // 4), nbytes // 4, take, value, give, value)
-                     for b in self.buffers])
+    def bds(self, direction: Direction, pieces: list[tuple[int, int, int]]) -> BufferDescriptor:
+        """The ring of BDs a channel runs, for each buffer one per piece (part, byte offset,
+        bytes) with that part's locks: an S2MM one fills the piece of a free buffer, an MM2S one
+        drains the piece of a filled buffer."""
+        bds = []
+        for buffer in self.buffers:
+            for part, offset, nbytes in pieces:
+                free, filled = self.locks[part]
+                take, give = (free, filled) if direction is Direction.S2MM else (filled, free)
+                bds.append(BufferDescriptor(Span(buffer, offset // 4), nbytes // 4, take, give))
+        return ring(bds)
 
 
 class CorePort:
@@ -38,7 +44,8 @@ class CorePort:
 
     def __init__(self, end: FifoEnd, port: Port):
         self.buffers, self.size = end.buffers, len(end.buffers)
-        self.take, self.give = (end.prod, end.cons) if port is Port.PRODUCE else (end.cons, end.prod)
+        ((free, filled),) = end.locks
+        self.take, self.give = (free, filled) if port is Port.PRODUCE else (filled, free)
         self.held = self.index = 0
 
     def acquire(self, count: int, wait):
@@ -92,20 +99,24 @@ class ObjectFifos:
                 self.shim_ends[(fifo.name, at)] = (direction, k)
             elif (fifo.name, at) not in linked:
                 end = self.ends[(fifo.name, at)] = FifoEnd(self.tiles[at], name, fifo.depth, fifo.nbytes)
-                self._channel(at, direction, fifo.name, end.bds(direction, 0, fifo.nbytes, 1), stream, k)
+                self._channel(at, direction, fifo.name, end.bds(direction, [(0, 0, fifo.nbytes)]), stream, k)
 
     def _link(self, link, fifos):
-        """One set of buffers on the mem tile, of the member FIFO mlir-aie keeps there."""
+        """One set of buffers on the mem tile, of the member FIFO mlir-aie keeps there (the
+        holder); a split or join has a lock pair per part, the holder's channel a BD per part of
+        each buffer, in link order, and each other member's channel a BD per buffer over its part
+        (check_plan keeps the parts back to back, as mlir-aie moves them)."""
         members = [fifos[name] for name in (*link.sources, *link.destinations)]
         holder = next(f for f in members if link.tile in dict(self.homes[f.name]))
-        parts = max(len(link.sources), len(link.destinations))
+        parted = [f for f in members if f is not holder]
+        offsets = link.source_offsets or link.destination_offsets or (0,)   # (0,): a forward
+        pieces = {f.name: (i, offset, f.nbytes) for i, (f, offset) in enumerate(zip(parted, offsets))}
+        whole = [pieces[f.name] for f in parted] if len(parted) > 1 else [(0, 0, holder.nbytes)]
         name = f"{holder.name}_cons" if holder.name in link.sources else holder.name
-        end = FifoEnd(self.tiles[link.tile], name, holder.depth, holder.nbytes, parts)
-        offsets = {**dict(zip(link.sources, link.source_offsets)), **dict(zip(link.destinations, link.destination_offsets))}
+        end = FifoEnd(self.tiles[link.tile], name, holder.depth, holder.nbytes, len(parted))
         for fifo in members:
             direction = Direction.S2MM if fifo.name in link.sources else Direction.MM2S
-            part = fifo.name in offsets  # a part of the held buffers, one lock count; else all of them
-            bds = end.bds(direction, offsets.get(fifo.name, 0), fifo.nbytes, 1 if part else parts)
+            bds = end.bds(direction, whole if fifo is holder else [pieces[fifo.name]])
             k = fifo.consumers.index(link.tile) if direction is Direction.S2MM else 0
             self._channel(link.tile, direction, fifo.name, bds, self.streams[fifo.name], k)
 
