@@ -196,19 +196,43 @@ def _moves(ctx: Context, g: str, grid: Grid) -> list:
         row0 = t * rows * m
         here = []
         for r in range(rows):
-            dims = ((grid.per_round, 0), (grid.k_blocks, int(k * wa)), (m, int(big_k * wa)), (int(k * wa), 1))
-            here.append(Move(Direction.MM2S, f"{g}_a{r}_mem", a_buf,
-                             Access(a_at.offset + int((row0 + r * m) * big_k * wa), dims)))
+            dims = ((grid.per_round, 0), (grid.k_blocks, k), (m, big_k), (k, 1))
+            here.append(Move(Direction.MM2S, f"{g}_a{r}_mem", a_buf, in_words(a_at, (row0 + r * m) * big_k, dims, wa)))
         for c in range(cols):
-            dims = ((grid.per_round, int(cols * n * wb)), (grid.k_blocks, int(k * big_n * wb)),
-                    (k, int(big_n * wb)), (int(n * wb), 1))
-            here.append(Move(Direction.MM2S, f"{g}_b{c}_mem", b_buf, Access(b_at.offset + int(c * n * wb), dims)))
+            dims = ((grid.per_round, cols * n), (grid.k_blocks, k * big_n), (k, big_n), (n, 1))
+            here.append(Move(Direction.MM2S, f"{g}_b{c}_mem", b_buf, in_words(b_at, c * n, dims, wb)))
         for c in range(cols):
-            dims = ((grid.per_round, int(cols * n * wc)), (rows * m, int(big_n * wc)), (int(n * wc), 1))
-            here.append(Move(Direction.S2MM, f"{g}_host{c}", p.buffer,
-                             Access(p.offset + int((row0 * big_n + c * n) * wc), dims)))
+            dims = ((grid.per_round, cols * n), (rows * m, big_n), (n, 1))
+            here.append(Move(Direction.S2MM, f"{g}_host{c}", p.buffer, in_words(p, row0 * big_n + c * n, dims, wc)))
         moves += _with_waits(ctx, grid.rounds, t, here)
     return moves
+
+
+def in_words(at, first: int, dims: tuple[tuple[int, int], ...], words_per_element: float) -> Access:
+    """The words of elements `first` + `dims` (in elements) past `at`. Where a side is not whole
+    words (`whole_rows_when_not_words`), its contiguous dims are joined into one run and the
+    dims of size 1 dropped first, so every size and stride is whole words."""
+    def words(x):
+        return x * words_per_element
+
+    if any(not float(words(s)).is_integer() for _, s in dims) or not float(words(dims[-1][0])).is_integer():
+        dims = _contiguous(dims)
+    inner = dims[-1][0]
+    return Access(at.offset + int(words(first)),
+                  (*((size, int(words(stride))) for size, stride in dims[:-1]), (int(words(inner)), 1)))
+
+
+def _contiguous(dims: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """`dims` with size-1 dims dropped and each dim whose stride spans the dim inside it
+    joined to it."""
+    joined = [(1, 1)]
+    for size, stride in reversed([d for d in dims if d[0] > 1] or [dims[-1]]):
+        inner_size, inner_stride = joined[-1]
+        if stride == inner_size * inner_stride and inner_stride == 1:
+            joined[-1] = (size * inner_size, 1)
+        else:
+            joined.append((size, stride))
+    return tuple(reversed(joined))
 
 
 def rounds_between_waits(device, moves: list[Move]) -> int:

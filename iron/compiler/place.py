@@ -20,7 +20,6 @@ from iron.compiler.tiling import (
     choose_grid,
     row_streamable,
     streamable,
-    unaligned,
     wants_grid,
 )
 from iron.errors import DoesNotFit, PlacementError
@@ -251,16 +250,10 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
     grid of whole free columns of cores (iron/compiler/tiling.py chooses it), taking per grid
     column a mem tile's channels for B's blocks (a MatVec: the split of its rows) and the C
     join, and per grid row one for A's blocks. A MatMul whose rows are not whole 32-bit words
-    is DoesNotFit when its operands and result exceed a tile: no DMA can move its blocks."""
+    takes blocks of whole rows (`whole_rows_when_not_words`)."""
     call = group.calls[0]
     if len(group.calls) != 1 or not wants_grid(call, outside.get(call, ())):
         return None
-    why = None if len(call.shape) == 1 else unaligned(call)
-    if why is not None and sum(map(nbytes, (*call.src[:2], call))) <= device.compute.data_memory_bytes:
-        return None   # one tile may still hold it whole
-    if why is not None:
-        raise DoesNotFit(f"{program.name}: {call_label(program, call)} {call.src[0].shape} x {call.src[1].shape} "
-                         f"is too large for one tile and cannot be cut into blocks: its {why} (pad it with zeros).")
     spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
     grid = choose_grid(call, free_columns(free, device), spare, device, shim_in)
     if grid is None:

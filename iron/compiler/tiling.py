@@ -88,9 +88,17 @@ class Grid(OnCores):
         calls = self.rounds * self.per_round * self.k_blocks
         return (f"{shape} {self.call.src[0].dtype.name} -> "
                 f"{self.call.dtype.name} over {len(self.tiles)} tiles ({len(self.rows)} rows x {len(self.cols)} "
-                f"columns of cores): blocks m={self.m} k={self.k} n={self.n} (each divides its side: no padding), "
+                f"columns of cores): blocks m={self.m} k={self.k} n={self.n} ({self.padding()}), "
                 f"{self.rounds * self.per_round} output blocks per core, {self.k_blocks} k-blocks each "
                 f"({calls} kernel calls per core), summed in {self.acc.name}")
+
+
+    def padding(self) -> str:
+        """The stated rule for sides that are not whole words."""
+        if self.vector or unaligned(self.call) is None:
+            return "each divides its side: no padding"
+        return (f"{unaligned(self.call).split(':')[0]}: blocks take whole rows, contiguous and whole words, "
+                "no padding")
 
 
 def block_bytes(call: Node, m: int, k: int, n: int, acc: np.dtype) -> int:
@@ -162,6 +170,8 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
             one_op = _one_dma_per_move(device, rows, ncols, vector, big_k, big_n)
             if vector:
                 best = _best_blocks(call, big_m // (rows * ncols), big_k, 1, in_words, 1, acc, room, one_op, out_words)
+            elif unaligned(call) is not None:
+                best = _whole_row_blocks(call, big_m // rows, ncols, acc, room, one_op)
             else:
                 best = _best_blocks(call, big_m // rows, big_k, big_n // ncols, in_words,
                                     max(in_words, out_words), acc, room, one_op)
@@ -185,8 +195,31 @@ def _one_dma_per_move(device, rows: int, cols: int, vector: bool, big_k: int, bi
     return fits
 
 
+def _whole_row_blocks(call, per_row, cols, acc, room, one_op):
+    """`whole_rows_when_not_words`: a MatMul whose K (A's rows) or N (B's and C's rows) is not
+    whole 32-bit words is not cut along that side: its blocks take whole rows, k = K or n = N
+    (on one column of cores), and enough of them (m, or k for B) that each block is whole words
+    and contiguous, which a DMA moves as one run of words. No padding, and the host layout
+    unchanged."""
+    (_, big_k), big_n = call.src[0].shape, call.shape[1]
+    a, b, out = (x.dtype.itemsize for x in (call.src[0], call.src[1], call))
+    whole_k, whole_n = big_k * a % 4 != 0, big_n * min(b, out) % 4 != 0
+    if whole_n and cols != 1 or max(big_k if whole_k else 0, big_n if whole_n else 0) > MAX_BLOCK:
+        return None
+    ks = [big_k] if whole_k else divisors(big_k, 4 // min(4, a))
+    ns = [big_n] if whole_n else divisors(big_n // cols, 4 // min(4, min(b, out)))
+    ms = [m for m in divisors(per_row, 1) if (m * big_k * a) % 4 == 0 or not whole_k]
+    ms = [m for m in ms if (m * big_n * out) % 4 == 0 or not whole_n]
+    ks = [k for k in ks if (k * big_n * b) % 4 == 0 or not whole_n]
+    return _fewest_calls(call, ms, ks, ns, per_row, big_k, big_n // cols, acc, room, one_op)
+
+
 def _best_blocks(call, per_row, big_k, per_col, k_words, n_words, acc, room, one_op, m_words=1):
     ms, ks, ns = divisors(per_row, m_words), divisors(big_k, k_words), divisors(per_col, n_words)
+    return _fewest_calls(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op)
+
+
+def _fewest_calls(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op):
     fits = [(m, k, n) for m in ms for n in ns for k in ks
             if block_bytes(call, m, k, n, acc) <= room and one_op(m, k, n)]
     if not fits:

@@ -22,6 +22,7 @@ from iron.kernels import Add, MatMul, MatVec, RMSNorm, Scale, SiLU, Softmax
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}
 BF16 = {"rtol": 2e-2, "atol": 2e-2}
+BF16_DTYPE = iron.bfloat16
 
 
 class Product(iron.Graph):
@@ -294,13 +295,34 @@ def test_a_batch_of_rows_larger_than_a_tile_that_does_not_stream_says_how_many_r
     Attend().compile(x=((7, 1024), np.float32), device=from_name("npu2"))   # the batch it names fits
 
 
-def test_a_matmul_whose_rows_are_not_whole_words_is_refused_with_the_fix():
-    with pytest.raises(DoesNotFit) as err:
-        compiled(128, 127, 128, np.int8, np.int32)
-    assert str(err.value) == (
-        "Product: MatMul#0 (128, 127) x (127, 128) is too large for one tile and cannot be cut into blocks: its "
-        "K = 127 int8 elements of a row of A are not whole 32-bit words: make K a multiple of 4 (pad it with "
-        "zeros).")
+NOT_WORDS = [
+    (128, 127, 128, np.int8, np.int32,
+     "g0: MatMul (128, 127) x (127, 128) int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): blocks m=32 "
+     "k=127 n=16 (K = 127 int8 elements of a row of A are not whole 32-bit words: blocks take whole rows, "
+     "contiguous and whole words, no padding), 1 output blocks per core, 1 k-blocks each (1 kernel calls per "
+     "core), summed in int32"),
+    (128, 6, 256, np.int8, np.int32,
+     "g0: MatMul (128, 6) x (6, 256) int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): blocks m=32 k=6 "
+     "n=32 (K = 6 int8 elements of a row of A are not whole 32-bit words: blocks take whole rows, contiguous "
+     "and whole words, no padding), 1 output blocks per core, 1 k-blocks each (1 kernel calls per core), "
+     "summed in int32"),
+    (128, 64, 127, BF16_DTYPE, None,
+     "g0: MatMul (128, 64) x (64, 127) bfloat16 -> bfloat16 over 4 tiles (4 rows x 1 columns of cores): blocks "
+     "m=16 k=64 n=127 (N = 127 elements of a row of B and C are not whole 32-bit words: blocks take whole rows, "
+     "contiguous and whole words, no padding), 2 output blocks per core, 1 k-blocks each (2 kernel calls per "
+     "core), summed in float32"),
+]
+
+
+@pytest.mark.parametrize("m, k, n, dtype, out, text", NOT_WORDS, ids=["int8-K127", "int8-K6", "bf16-N127"])
+def test_a_matmul_whose_rows_are_not_whole_words_takes_whole_rows_and_equals_the_reference(m, k, n, dtype, out, text):
+    graph, c, a = compiled(m, k, n, np.dtype(dtype), out)
+    assert rule(c.plan, "tile_matmul_over_array") == [text]
+    want = graph.reference(a)
+    if want.dtype.kind in "iu":
+        np.testing.assert_array_equal(c(a), want)
+    else:
+        np.testing.assert_allclose(c(a).astype(np.float32), want.astype(np.float32), **BF16)
 
 
 class Beside(iron.Graph):
