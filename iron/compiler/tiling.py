@@ -118,7 +118,7 @@ def wants_grid(call: Node, users: tuple[str, ...]) -> bool:
     """A matrix call of two whole host tensors whose result only the host reads: a MatMul (a
     matrix result) whose operands and result take more than TILED_BYTES, a MatVec (a vector
     result) whose matrix takes more than VECTOR_TILED_BYTES."""
-    if call.arg.kernel.role is not Role.MATRIX or call.arg.writes or users != ("host",):
+    if call.arg.kernel.role is not Role.MATRIX or call.arg.writes or call.arg.n_inputs != 2 or users != ("host",):
         return False
     a, b = call.src[:2]
     if not all(is_host_tensor(x) and x.op != Op.VIEW for x in (a, b)):

@@ -52,6 +52,30 @@ class Plain(iron.Kernel):
     compute = staticmethod(SiLU.compute)
 
 
+class RowSums(iron.Kernel):
+    """A one-input matrix kernel: the sum of each row of M (M, K)."""
+
+    name = "row_sums"
+    role = Role.MATRIX
+    dtypes = (np.dtype(np.float32),)
+
+    @classmethod
+    def out_shape(cls, shapes, **attrs):
+        return (shapes[0][0],)
+
+    @classmethod
+    def sizes(cls, shapes, out_shape):
+        return tuple(shapes[0])
+
+    @classmethod
+    def abi_shapes(cls, sizes):
+        return [sizes], (sizes[0],)
+
+    @staticmethod
+    def compute(m):
+        return m.sum(axis=1)
+
+
 def head(matrix, act, norm, rows=512, cols=256):
     """norm(act(W @ x), length=n + 1) for a (rows, cols) float32 param W: 512 KiB, split over 4 tiles."""
 
@@ -98,3 +122,19 @@ def test_every_library_kernel_declares_a_role_and_a_new_kernel_declares_none():
     # Concat joins along an axis, RoPE turns pairs, Dequant widens rows: no element-wise, matrix or row-reduction shape
     assert [k.__name__ for k in LIBRARY if k.role is Role.OTHER] == ["Concat", "RoPE", "Dequant"]
     assert Plain.role is Role.OTHER and Plain.bounds == {}
+
+
+def test_a_matrix_kernel_of_one_input_compiles_and_runs(on_emulator):
+    """The whole-array tiling rules take matrix calls of two operands; one of one operand is placed
+    like any group (it used to crash the rule that picks the grid)."""
+
+    class Sums(iron.Graph):
+        def body(self, m):
+            return RowSums.step(m)
+
+    m = np.arange(24, dtype=np.float32).reshape(4, 6)
+    graph = Sums()
+    compiled = graph.compile(m=((4, 6), np.float32), device=NPU2)
+    assert compiled.plan.groups == (("g0", ("RowSums#0",)),)
+    np.testing.assert_array_equal(compiled(m), m.sum(axis=1))
+    np.testing.assert_array_equal(graph.reference(m), m.sum(axis=1))
