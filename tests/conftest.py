@@ -46,14 +46,25 @@ def xrt(monkeypatch, tmp_path):
         words = lambda bo: np.frombuffer(bo.device_bytes, dtype=np.uint32)  # noqa: E731
         bindings = {b.name: words(run.args[i])[: b.nwords] for i, b in enumerate(plan.host_buffers)}
         bindings["words"] = words(run.scratchpad)[: plan.host_buffer(HostRole.WORDS).nwords]
-        launch = emulator.run(**bindings)
-        emulator.start(launch)
-        emulator.wait(launch)
+        run_launch(emulator, bindings)
 
+    return use_fake_xrt(monkeypatch, fake, build, device, "RyzenAI-npu4")
+
+
+def run_launch(emulator, bindings: dict):
+    """One launch of `emulator` with these host buffers, to its end: what the stand-in's device does per run."""
+    launch = emulator.run(**bindings)
+    emulator.start(launch)
+    emulator.wait(launch)
+
+
+def use_fake_xrt(monkeypatch, fake, build, device, npu: str):
+    """IRON_BACKEND=xrt on the pyxrt stand-in `fake`: `build` makes a CompiledGraph's artifacts,
+    `device(run)` executes each completed run, and `npu` is the NPU the machine reports."""
     fake.fake_state.on_complete = device
     monkeypatch.setattr("iron.runtime.compiled.CompiledGraph.build", build)
     monkeypatch.setattr("iron.runtime.xrt.load_pyxrt", lambda: fake)
-    monkeypatch.setattr("iron.runtime.xrt.describe_npu", lambda: "RyzenAI-npu4")
+    monkeypatch.setattr("iron.runtime.xrt.describe_npu", lambda: npu)
     monkeypatch.setenv("IRON_BACKEND", "xrt")
     monkeypatch.setenv("IRON_QUIET", "1")
     return fake

@@ -22,6 +22,7 @@ from iron.errors import DoesNotFit
 from iron.kernels import Add, Copy, Exp, MatVec, Softmax
 from iron.runtime.emulator import Configurations, Emulator
 from tests.compiler.test_mlir import op_names
+from tests.conftest import run_launch, use_fake_xrt
 from tests.fake_toolchain import FLAGS_GET, install_fakes, make_hermetic, recorded_argv
 from tests.runtime import fake_pyxrt
 
@@ -268,16 +269,9 @@ def test_npu1_segments_run_in_order_through_xrt_within_one_call(tmp_path, monkey
         order.append(k)
         words = lambda bo: np.frombuffer(bo.device_bytes, dtype=np.uint32)  # noqa: E731
         bindings = {b.name: words(run.args[3 + i])[: b.nwords] for i, b in enumerate(segments[k].host_buffers)}
-        launch = emulators[k].run(**bindings)
-        emulators[k].start(launch)
-        emulators[k].wait(launch)
+        run_launch(emulators[k], bindings)
 
-    fake.fake_state.on_complete = device
-    monkeypatch.setattr("iron.runtime.compiled.CompiledGraph.build", build)
-    monkeypatch.setattr("iron.runtime.xrt.load_pyxrt", lambda: fake)
-    monkeypatch.setattr("iron.runtime.xrt.describe_npu", lambda: "RyzenAI-npu1")
-    monkeypatch.setenv("IRON_BACKEND", "xrt")
-    monkeypatch.setenv("IRON_QUIET", "1")
+    use_fake_xrt(monkeypatch, fake, build, device, "RyzenAI-npu1")
     x = np.linspace(-1, 1, N, dtype=F32)
     for _ in range(2):
         np.testing.assert_allclose(compiled(x), graph.reference(x), rtol=1e-6, atol=1e-5)
