@@ -5,9 +5,12 @@ Each block is RMSNorm, the Q/K/V projections, RoPE at `pos`, K and V written int
 caches held in iron.state at `pos` (keys as rows, values transposed, one cache per key/value
 head), per-head attention over the first pos + 1 cache rows (query head h reads key/value head
 h // 3), the output projection and residual, then RMSNorm, SwiGLU and residual. The token's
-embedding is gathered from the table by `tok`; the same table is the tied LM head. The prompt
-is fed host-driven, one call per token; generation continues host-driven or as a CarriedLoop.
-iron.models.numpy_forward is the oracle it is checked against.
+embedding is gathered from the table by `tok`; the same table is the tied LM head. `tokens`
+holds the text by position: the next token is read from it, so a prompt written there by the
+first version (the graph given the prompt's ids, compiled with feeds= the body) is fed by the
+body itself up to the carried `end`, after which each step's argmax is written and read. The
+prompt is thus fed host-driven, one call per token, or loaded, and a whole generation is one
+CarriedLoop. iron.models.numpy_forward is the oracle it is checked against.
 """
 from __future__ import annotations
 
@@ -36,8 +39,8 @@ from iron.kernels import (
     concat,
 )
 from iron.models.smollm2 import SmolLM2
-from iron.runtime.compiled import CompiledGraph
 from iron.models.tokenizer import check_tokens
+from iron.runtime.compiled import CompiledGraph
 
 CONTEXT = 256
 BLOCK = 4096   # logits per Argmax: a 49152-wide row does not fit one tile's 64 KiB

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import aie_utils
-from iron.errors import ArgumentError, TokenError
+from iron.errors import ArgumentError, LoopError, TokenError
 from iron.models import numpy_forward as nf
 from iron.smollm2_graph import SmolLM2Graph, feed, first_version, generate, generate_in_loop
 
@@ -140,3 +140,21 @@ def test_all_30_layers_generate_the_numpy_forwards_32_tokens(model, prompt):
     graph = SmolLM2Graph(model)
     ids = model.tokenizer.encode(prompt)
     assert generate(graph, graph.reference, ids, 32) == nf.generate(model, ids, 32)
+
+
+def test_on_npu1_each_segment_is_an_xclbin_and_generation_is_host_driven(two_layers, graph, on_emulator):
+    """npu1 has no full ELF: the body compiles into xclbin segments, run in order within each
+    call, and generates reference()'s tokens host-driven, with the prompt fed by the host or
+    loaded by the first version; a device loop is refused, saying why."""
+    ids = two_layers.tokenizer.encode("Photosynthesis is the process")
+    with aie_utils.using_device(aie_utils.from_name("npu1")):
+        body = graph.compile()
+    assert (body.plan.full_elf, body.plan.image, len(body.plan.configurations)) == (False, "xclbin", 16)
+    assert {segment.image for segment in body.plan.segments} == {"xclbin"}
+    expected = generate(graph, graph.reference, ids, 2)
+    assert generate(graph, body, ids, 2) == expected
+    assert generate(graph, body, ids, 2, loaded=True) == expected
+    with pytest.raises(LoopError) as e:
+        generate_in_loop(graph, body, ids, 2)
+    assert str(e.value) == ("SmolLM2Graph is compiled for npu1, which has no full ELF: a carried graph has no device "
+                            "loop there. Only the host-driven path applies: call it and feed the returned Carry back.")
