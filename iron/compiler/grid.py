@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from iron.compiler.objects import Context, host_access
+import numpy as np
+
+from iron.compiler.objects import Context, attr_word, host_access
 from iron.compiler.place import Site
 from iron.compiler.plan import (
     Acquire,
@@ -21,6 +23,7 @@ from iron.compiler.plan import (
     Invoke,
     KernelStep,
     Link,
+    Load,
     Loop,
     Port,
     Ptr,
@@ -254,6 +257,9 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
     rows, b = len(flow.rows), flow.block
     sizes, links, functions, buffers, cores = {}, [], [], [], []
     sizes |= {f"{g}_w{i}": (nbytes(node), node.dtype, describe(node)) for i, node in enumerate(flow.shared)}
+    if flow.per_call:
+        words = [ctx.table.words[w].name for w in _flow_words(ctx, flow)]
+        sizes[f"{g}_in"] = (4 * len(words), np.dtype(np.int32), ", ".join(words))
     for c, mem in enumerate(flow.mems):
         for i, node in enumerate(flow.inputs):
             size = b * node.dtype.itemsize
@@ -275,12 +281,20 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
                        tuple(_flow_moves(ctx, g, flow)))
 
 
+def _flow_words(ctx: Context, flow) -> list[int]:
+    """The words of the Flow's per-call attributes (`flow.per_call`), bounded as their kernels
+    declare, in the order `<g>_in` holds them."""
+    return [attr_word(ctx, call, name, value) for call, name, value in flow.per_call]
+
+
 def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
     """Core (r, c): per block, every call on its inputs' blocks, intermediates in Buffers, the
-    last call's into the part it sends; the shared rows acquired once, around the Loop."""
+    last call's into the part it sends; the shared rows and the per-call words acquired once,
+    around the Loop."""
     tile, prefix, b = flow.tile(r, c), f"{g}_r{r}c{c}", flow.block
     ins = [f"{g}_x{i}_{r}_{c}" for i in range(len(flow.inputs))]
-    shared = [f"{g}_w{i}" for i in range(len(flow.shared))]
+    shared = [f"{g}_w{i}" for i in range(len(flow.shared))] + [f"{g}_in"] * bool(flow.per_call)
+    loads = {(call, name): Load(f"{g}_in", 4 * j) for j, (call, name, _) in enumerate(flow.per_call)}
     part = f"{g}_part{r}_{c}"
     where = dict(zip((*flow.inputs, *flow.shared), (*ins, *shared)))
     buffers, steps = [], []
@@ -295,7 +309,8 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
         sizes = kernel.sizes(*flow.shapes())
         # an attribute left None (Softmax's length) is the whole row
         values = {name: flow.width if v is None else v for name, v in call.arg.attr_dict.items()}
-        attrs = [Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype) for name, ctype in kernel.c_attrs]
+        attrs = [loads.get((call, name)) or Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype)
+                 for name, ctype in kernel.c_attrs]
         ptrs = [Ptr(where[n]) for n in call.src[:arity]] + [Ptr(where[call])]
         steps.append(KernelStep.of(kernel, call.src[0].dtype, (*ptrs, *(Imm(int(s)) for s in sizes), *attrs),
                                    call.dtype))
@@ -329,9 +344,10 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     even = -(-flow.rounds // -(-flow.rounds // most))   # runs of even length, as few as `most` allows
     runs = [(t, min(even, flow.rounds - t)) for t in range(0, flow.rounds, even)]
     moves = []
+    once = [Move(Direction.MM2S, f"{g}_w{i}", *host_access(ctx, node)) for i, node in enumerate(flow.shared)]
+    once += [Move(Direction.MM2S, f"{g}_in", "words", Access(w, ((1, 1),))) for w in _flow_words(ctx, flow)]
     for number, (t, run) in enumerate(runs):
-        here = [] if t else [Move(Direction.MM2S, f"{g}_w{i}", *host_access(ctx, node))
-                             for i, node in enumerate(flow.shared)]
+        here = [] if t else list(once)
         here += [Move(direction, fifo.format(c=c), buffer,
                       Access(at.offset + int((t * cols + c) * rows * words(node)), dims(node, run)))
                  for c in range(cols) for fifo, direction, node, buffer, at in ends]

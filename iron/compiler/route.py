@@ -185,11 +185,13 @@ def vector_grid_routes(g: str, grid) -> list[Route]:
 def flow_routes(site: Site) -> list[Route]:
     """Streamed elementwise calls' FIFOs (`stream_elementwise`): per grid column and input i,
     `<g>_x<i>_<c>_mem` into its mem tile, split into each core's `<g>_x<i>_<r>_<c>`; each core's
-    `<g>_part<r>_<c>` joined into `<g>_host<c>`; a row every row shares, `<g>_w<i>`, to every
-    core."""
+    `<g>_part<r>_<c>` joined into `<g>_host<c>`; a row every row shares, `<g>_w<i>`, and the
+    per-call words, `<g>_in`, to every core."""
     g, flow = site.group.name, site.flow
     rows = range(len(flow.rows))
     fifos = [Route(f"{g}_w{i}", FifoRole.WEIGHTS, g, HOST, flow.tiles) for i in range(len(flow.shared))]
+    if flow.per_call:
+        fifos.append(Route(f"{g}_in", FifoRole.INPUT, g, HOST, flow.tiles))
     for c, mem in enumerate(flow.mems):
         for i in range(len(flow.inputs)):
             fifos.append(Route(f"{g}_x{i}_{c}_mem", FifoRole.WEIGHTS, g, HOST, (mem,)))

@@ -17,7 +17,7 @@ import numpy as np
 
 from iron import dtypes
 from iron.compiler.plan import Tile, TileKind
-from iron.ir import Node, Op, external_inputs, is_host_tensor, nbytes, tensor_inputs
+from iron.ir import Node, Op, describe, dynamic_attrs, external_inputs, is_host_tensor, nbytes, tensor_inputs
 from iron.kernels.base import Role
 
 MAX_BLOCK = 256          # a block side, in elements: within a BD dimension's 1023 words either way
@@ -240,7 +240,8 @@ class Flow(OnCores):
     each column's mem tile `mems[c]` splits each input's stream between its cores and joins
     their results. A row reduction over a batch of rows of `width` elements streams the same
     way in blocks of whole rows (`stream_row_blocks`): a block of `block // width` rows; an
-    input every row shares (RMSNorm's w, in `shared`) goes whole to every core once."""
+    input every row shares (RMSNorm's w, in `shared`) goes whole to every core once, and so
+    does one object of the call's per-call attributes (Softmax's length), when it takes any."""
 
     calls: tuple[Node, ...]
     inputs: tuple[Node, ...]
@@ -250,10 +251,17 @@ class Flow(OnCores):
     mems: tuple[Tile, ...] = ()
     width: int = 1
     shared: tuple[Node, ...] = ()
+    objects: int = 2   # of each FIFO on a core: 1 when one row fills the tile (single_buffered_rows)
 
     @property
     def rounds(self) -> int:
         return self.inputs[0].size // (self.block * len(self.tiles))
+
+    @property
+    def per_call(self) -> tuple[tuple[Node, str, Node], ...]:
+        """(call, attribute, value) of the calls' per-call attributes, in the order of their
+        words in the object every core receives."""
+        return tuple((c, name, value) for c in self.calls for name, value in dynamic_attrs(c))
 
     @property
     def result_block(self) -> int:
@@ -273,8 +281,11 @@ class Flow(OnCores):
         where = (f"over {len(self.tiles)} tiles ({len(self.rows)} rows x {len(self.cols)} columns of cores), "
                  f"{self.rounds} blocks per core")
         if self.width > 1:
+            words = "".join(f", {name}={describe(value)} a per-call word every core receives"
+                            for _, name, value in self.per_call)
+            single = ", one object of each FIFO (a row fills the tile: no overlap)" * (self.objects == 1)
             return (f"{names} over {self.inputs[0].size // self.width} rows of {self.width} elements streamed in "
-                    f"row-blocks of {self.block // self.width} rows {where}")
+                    f"row-blocks of {self.block // self.width} rows {where}{words}{single}")
         return f"{names} over {self.calls[-1].size} elements streamed in blocks of {self.block} {where}"
 
 
@@ -291,25 +302,46 @@ def streamable(calls) -> bool:
 
 
 def row_streamable(calls) -> bool:
-    """One row reduction (by Role) of whole host tensors: a batch of rows (rows, n) and any row
-    (n,) every row shares (RMSNorm's w), taking no per-call attribute and writing no state."""
-    if len(calls) != 1:
-        return False
-    call = calls[0]
+    """One row reduction (by Role) over a batch of rows that `rows_do_not_stream` finds nothing
+    against."""
+    return (len(calls) == 1 and calls[0].arg.kernel.role is Role.ROW_REDUCTION and len(calls[0].src[0].shape) == 2
+            and rows_do_not_stream(calls, describe) is None)
+
+
+def rows_do_not_stream(calls, label) -> str | None:
+    """Why a group holding a row reduction over a batch of rows (rows, n) does not stream in
+    row-blocks, naming calls by `label`; None when it does: the reduction alone in its group,
+    writing no state, reading whole host tensors (the rows, and any row (n,) every row shares,
+    RMSNorm's w), each core taking at most MAX_FLOW_INPUTS FIFOs: its row-blocks, each shared
+    row, and one object of the per-call attributes (Softmax's length) when it takes any."""
+    call = next(c for c in calls if c.arg.kernel.role is Role.ROW_REDUCTION)
     x, *shared = call.src[:call.arg.n_inputs]
-    whole = all(is_host_tensor(n) and n.op != Op.VIEW for n in (x, *shared))
-    return (call.arg.kernel.role is Role.ROW_REDUCTION and not call.arg.writes and not call.arg.scalar_attrs
-            and len(x.shape) == 2 and all(n.shape == x.shape[1:] for n in shared) and whole)
+    if len(calls) != 1:
+        others = ", ".join(label(c) for c in calls if c is not call)
+        return f"it is fused with {others}, and a row reduction streams alone, reading host tensors"
+    if call.arg.writes:
+        return "it writes a state (out=), and a streamed result goes to the host"
+    for n in (x, *shared):
+        if not is_host_tensor(n) or n.op == Op.VIEW:
+            return f"it reads {describe(n)}, and a streamed row reduction reads whole host tensors"
+        if n is not x and n.shape != x.shape[1:]:
+            return f"it reads {describe(n)} of shape {n.shape}, and every row shares only rows {x.shape[1:]}"
+    fifos = 1 + len(shared) + bool(dynamic_attrs(call))
+    if fifos > MAX_FLOW_INPUTS:
+        return (f"each core would take {fifos} FIFOs (its row-blocks, {len(shared)} shared rows, "
+                f"{len(dynamic_attrs(call))} per-call words) but has {MAX_FLOW_INPUTS} input channels")
+    return None
 
 
-def flow_bytes(calls, block: int) -> int:
-    """A core's tile memory for blocks of `block` elements: two objects of each input and of the
-    result (a row reduction's: its share of the block), and one block of every other call's
-    result."""
+def flow_bytes(calls, block: int, objects: int = 2) -> int:
+    """A core's tile memory for blocks of `block` elements: `objects` of each input and of the
+    result (a row reduction's: its share of the block), of each shared row and of the per-call
+    words, and one block of every other call's result."""
     inputs, shared = streamed_inputs(calls)
     result = block * calls[-1].size // inputs[0].size
-    held = 2 * (block * sum(n.dtype.itemsize for n in inputs) + result * calls[-1].dtype.itemsize)
-    return held + block * sum(c.dtype.itemsize for c in calls[:-1]) + 2 * sum(map(nbytes, shared))
+    held = block * sum(n.dtype.itemsize for n in inputs) + result * calls[-1].dtype.itemsize
+    held += sum(map(nbytes, shared)) + 4 * sum(len(dynamic_attrs(c)) for c in calls)
+    return objects * held + block * sum(c.dtype.itemsize for c in calls[:-1])
 
 
 def streamed_inputs(calls) -> tuple[list[Node], list[Node]]:
@@ -325,13 +357,19 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     of their rows whose mem tile can split every input and join the results (an input DMA
     channel per input and core, an output one per input and core plus the result's), blocks of
     the most elements (at most FLOW_BLOCK) that divide each core's share, hold whole 32-bit
-    words and fit a core's memory (flow_bytes). None when no block does."""
+    words and fit a core's memory (flow_bytes) with two objects of each FIFO, or one object
+    each (`single_buffered_rows`) when a row-block of one row fits only so. None when no block
+    does."""
     inputs, shared = streamed_inputs(calls)
     size, per_result = inputs[0].size, calls[-1].size / inputs[0].size
-    shim_in -= len(shared)   # each shared row goes from the shim to every core
+    shim_in -= len(shared) + any(dynamic_attrs(c) for c in calls)   # each shared row, the words: to every core
     mem = device.mem
-    words = max(4 // min(4, n.dtype.itemsize) for n in (*calls, *inputs))
+
+    def whole_words(b: int) -> bool:   # each input's block, each call's result for it (a row reduction's: a share)
+        return all(b * n.dtype.itemsize % 4 == 0 for n in (*inputs, *calls[:-1])) and \
+            b * per_result * calls[-1].dtype.itemsize % 4 == 0
     room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
+    objects = 2 if width == 1 or flow_bytes(calls, width) <= room else 1
     most_rows = min(len(device.compute_rows), (mem.dma_out_channels - 1) // len(inputs),
                     mem.dma_in_channels - len(inputs))
     for ncols in range(min(len(full_columns), spare, shim_in // len(inputs)), 0, -1):
@@ -340,9 +378,9 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
             if size % (rows * ncols):
                 continue
             blocks = [b for b in range(min(share, max(FLOW_BLOCK, width)), 0, -1)
-                      if share % b == 0 and b % width == 0 and b % words == 0
-                      and (b * per_result) % words == 0 and flow_bytes(calls, b) <= room]
+                      if share % b == 0 and b % width == 0 and whole_words(b) and flow_bytes(calls, b, objects) <= room]
             if blocks:
                 return Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]),
-                            tuple(full_columns[:ncols]), blocks[0], width=width, shared=tuple(shared))
+                            tuple(full_columns[:ncols]), blocks[0], width=width, shared=tuple(shared),
+                            objects=objects)
     return None
