@@ -264,7 +264,7 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
     if grid is None:
         return None
     rows = len(grid.rows)
-    if grid.vector:   # per column: the matrix rows split between its cores, their results joined
+    if grid.own_rows:   # per column: the rows of A split between its cores, their results joined
         return replace(grid, c_mems=tuple(channels.take(col, 1 + rows, rows + 1) for col in grid.cols))
     c_mems = tuple(channels.take(col, 1 + rows, 2) for col in grid.cols)
     a_mems = tuple(channels.take(grid.cols[r % len(grid.cols)], 1, 1) for r in range(rows))

@@ -5,8 +5,8 @@ devices do: A's row-blocks are shared along a row of cores, B's column-blocks al
 both streamed from the host through mem tiles, and each column's C blocks joined on its mem
 tile. A MatVec (M, K) x (K,) is the same grid with n = 1: every core owns its own m rows of the
 matrix (each column's mem tile splits one stream of rows between its cores), the vector's
-k-blocks go to every core, and each column's results are joined on its mem tile.
-`stream_elementwise` runs elementwise calls over tensors larger than a tile in blocks, spread
+k-blocks go to every core, and each column's results are joined on its mem tile; so is a
+MatMul whose N is not whole words, with n = N. `stream_elementwise` runs elementwise calls over tensors larger than a tile in blocks, spread
 over whole columns of cores the same way (docs/platform.md sections 2 and 4 for the channels
 and memories this counts, section 5 for the DMA limits)."""
 from __future__ import annotations
@@ -60,8 +60,15 @@ class Grid(OnCores):
 
     @property
     def vector(self) -> bool:
-        """A MatVec: every core owns its own rows; there are no column blocks."""
+        """A MatVec: a vector result."""
         return len(self.call.shape) == 1
+
+    @property
+    def own_rows(self) -> bool:
+        """Every core owns its own rows of A and C, B's k-blocks (a MatVec's vector) going to
+        every core and no column blocks: a MatVec, or a MatMul whose N is not whole words
+        (`whole_rows_when_not_words`)."""
+        return self.vector or n_not_words(self.call)
 
     @property
     def cores(self) -> int:
@@ -70,12 +77,12 @@ class Grid(OnCores):
     @property
     def rounds(self) -> int:
         """Row-block rounds: how many output block rows each core computes."""
-        return self.call.shape[0] // (self.m * (self.cores if self.vector else len(self.rows)))
+        return self.call.shape[0] // (self.m * (self.cores if self.own_rows else len(self.rows)))
 
     @property
     def per_round(self) -> int:
         """Output blocks each core computes per round (one per column block it owns)."""
-        return 1 if self.vector else self.call.shape[1] // (self.n * len(self.cols))
+        return 1 if self.own_rows else self.call.shape[1] // (self.n * len(self.cols))
 
     @property
     def k_blocks(self) -> int:
@@ -97,7 +104,8 @@ class Grid(OnCores):
         """The stated rule for sides that are not whole words."""
         if self.vector or unaligned(self.call) is None:
             return "each divides its side: no padding"
-        return (f"{unaligned(self.call).split(':')[0]}: blocks take whole rows, contiguous and whole words, "
+        owned = ", each core its own rows of A and C, B's k-blocks to every core" * self.own_rows
+        return (f"{unaligned(self.call).split(':')[0]}: blocks take whole rows, contiguous and whole words{owned}, "
                 "no padding")
 
 
@@ -142,6 +150,11 @@ def unaligned(call: Node) -> str | None:
     return None
 
 
+def n_not_words(call: Node) -> bool:
+    """Whether a MatMul's rows of B or C are not whole 32-bit words."""
+    return len(call.shape) == 2 and call.shape[1] * min(call.src[1].dtype.itemsize, call.dtype.itemsize) % 4 != 0
+
+
 def divisors(n: int, word_elements: int) -> list[int]:
     """Block sides for an extent n: divisors up to MAX_BLOCK holding whole 32-bit words."""
     return [d for d in range(1, min(n, MAX_BLOCK) + 1) if n % d == 0 and d % word_elements == 0]
@@ -157,21 +170,21 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
     core (then the largest m x n). None when no block holds whole words (say an odd N in
     bfloat16)."""
     (big_m, big_k), vector = call.src[0].shape, len(call.shape) == 1
-    big_n = 1 if vector else call.shape[1]
+    big_n, own = 1 if vector else call.shape[1], vector or n_not_words(call)
     acc = accumulates_in(call)
     room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
     in_words, out_words = 4 // min(4, call.src[0].dtype.itemsize), 4 // min(4, call.dtype.itemsize)
     rows_of = [r for r in range(len(device.compute_rows), 0, -1) if big_m % r == 0]
     for rows in rows_of:
         cols = [c for c in range(min(len(full_columns), spare // rows), 0, -1)
-                if (big_m % (rows * c) == 0 if vector else big_n % c == 0)
-                and (c + 1 if vector else rows + c) <= shim_in]
+                if (big_m % (rows * c) == 0 if own else big_n % c == 0)
+                and (c + 1 if own else rows + c) <= shim_in]
         for ncols in cols:
-            one_op = _one_dma_per_move(device, rows, ncols, vector, big_k, big_n)
+            one_op = _one_dma_per_move(device, rows, ncols, own, big_k, big_n)
             if vector:
                 best = _best_blocks(call, big_m // (rows * ncols), big_k, 1, in_words, 1, acc, room, one_op, out_words)
             elif unaligned(call) is not None:
-                best = _whole_row_blocks(call, big_m // rows, ncols, acc, room, one_op)
+                best = _whole_row_blocks(call, big_m // (rows * ncols if own else rows), ncols, acc, room, one_op)
             else:
                 best = _best_blocks(call, big_m // rows, big_k, big_n // ncols, in_words,
                                     max(in_words, out_words), acc, room, one_op)
@@ -181,15 +194,16 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
     return None
 
 
-def _one_dma_per_move(device, rows: int, cols: int, vector: bool, big_k: int, big_n: int):
+def _one_dma_per_move(device, rows: int, cols: int, own_rows: bool, big_k: int, big_n: int):
     """Whether blocks m x k x n keep each round's moves one Dma op each (docs/platform.md
     section 5: a repeat of at most 64, other sizes at most 1023 words), so a round never waits
-    for buffer descriptors its own moves hold: the rows of C (a MatVec: of the matrix) a column
-    moves per round, and the repeat of A's and B's blocks (a MatVec: the k-blocks)."""
+    for buffer descriptors its own moves hold: the rows of C (where cores own their rows: of A)
+    a column moves per round, and the repeat of A's and B's blocks (where cores own their rows:
+    the k-blocks)."""
     repeat, wrap = device.dma_repeat_max, device.shim.max_bd_wrap
 
     def fits(m: int, k: int, n: int) -> bool:
-        if vector:
+        if own_rows:
             return rows * m <= wrap and big_k // k <= repeat
         return rows * m <= wrap and big_n // (n * cols) <= repeat
     return fits
@@ -197,21 +211,24 @@ def _one_dma_per_move(device, rows: int, cols: int, vector: bool, big_k: int, bi
 
 def _whole_row_blocks(call, per_row, cols, acc, room, one_op):
     """`whole_rows_when_not_words`: a MatMul whose K (A's rows) or N (B's and C's rows) is not
-    whole 32-bit words is not cut along that side: its blocks take whole rows, k = K or n = N
-    (on one column of cores), and enough of them (m, or k for B) that each block is whole words
-    and contiguous, which a DMA moves as one run of words. No padding, and the host layout
+    whole 32-bit words is not cut along that side: its blocks take whole rows, k = K or n = N,
+    and enough of them (m, or k for B) that each block is whole words and contiguous, which a
+    DMA moves as one run of words. With n = N there are no column blocks: every core of every
+    column owns its own rows of A and C (`per_row` each) and B's k-blocks go to every core, so
+    any N whose blocks fit a core takes the whole grid. No padding, and the host layout
     unchanged."""
     (_, big_k), big_n = call.src[0].shape, call.shape[1]
     a, b, out = (x.dtype.itemsize for x in (call.src[0], call.src[1], call))
     whole_k, whole_n = big_k * a % 4 != 0, big_n * min(b, out) % 4 != 0
-    if whole_n and cols != 1 or max(big_k if whole_k else 0, big_n if whole_n else 0) > MAX_BLOCK:
+    if whole_k and big_k > MAX_BLOCK:
         return None
     ks = [big_k] if whole_k else divisors(big_k, 4 // min(4, a))
     ns = [big_n] if whole_n else divisors(big_n // cols, 4 // min(4, min(b, out)))
+    per_col = big_n if whole_n else big_n // cols
     ms = [m for m in divisors(per_row, 1) if (m * big_k * a) % 4 == 0 or not whole_k]
     ms = [m for m in ms if (m * big_n * out) % 4 == 0 or not whole_n]
     ks = [k for k in ks if (k * big_n * b) % 4 == 0 or not whole_n]
-    return _fewest_calls(call, ms, ks, ns, per_row, big_k, big_n // cols, acc, room, one_op)
+    return _fewest_calls(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op)
 
 
 def _best_blocks(call, per_row, big_k, per_col, k_words, n_words, acc, room, one_op, m_words=1):
@@ -251,7 +268,7 @@ class Flow(OnCores):
     mems: tuple[Tile, ...] = ()
     width: int = 1
     shared: tuple[Node, ...] = ()
-    objects: int = 2   # of each FIFO on a core: 1 when one row fills the tile (single_buffered_rows)
+    objects: int = 2   # of each FIFO on a core: 1 when one row fills the tile
 
     @property
     def rounds(self) -> int:
@@ -358,7 +375,7 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     channel per input and core, an output one per input and core plus the result's), blocks of
     the most elements (at most FLOW_BLOCK) that divide each core's share, hold whole 32-bit
     words and fit a core's memory (flow_bytes) with two objects of each FIFO, or one object
-    each (`single_buffered_rows`) when a row-block of one row fits only so. None when no block
+    each (no overlap of moves and work) when a block of one row fits only so. None when no block
     does."""
     inputs, shared = streamed_inputs(calls)
     size, per_result = inputs[0].size, calls[-1].size / inputs[0].size

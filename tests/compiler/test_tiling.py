@@ -332,14 +332,24 @@ NOT_WORDS = [
      "and whole words, no padding), 1 output blocks per core, 1 k-blocks each (1 kernel calls per core), "
      "summed in int32"),
     (128, 64, 127, BF16_DTYPE, None,
-     "g0: MatMul (128, 64) x (64, 127) bfloat16 -> bfloat16 over 4 tiles (4 rows x 1 columns of cores): blocks "
-     "m=16 k=64 n=127 (N = 127 elements of a row of B and C are not whole 32-bit words: blocks take whole rows, "
-     "contiguous and whole words, no padding), 2 output blocks per core, 1 k-blocks each (2 kernel calls per "
-     "core), summed in float32"),
+     "g0: MatMul (128, 64) x (64, 127) bfloat16 -> bfloat16 over 32 tiles (4 rows x 8 columns of cores): blocks "
+     "m=4 k=64 n=127 (N = 127 elements of a row of B and C are not whole 32-bit words: blocks take whole rows, "
+     "contiguous and whole words, each core its own rows of A and C, B's k-blocks to every core, no padding), "
+     "1 output blocks per core, 1 k-blocks each (1 kernel calls per core), summed in float32"),
+    (128, 64, 511, BF16_DTYPE, None,   # N over a block side (256) and over one column
+     "g0: MatMul (128, 64) x (64, 511) bfloat16 -> bfloat16 over 32 tiles (4 rows x 8 columns of cores): blocks "
+     "m=4 k=16 n=511 (N = 511 elements of a row of B and C are not whole 32-bit words: blocks take whole rows, "
+     "contiguous and whole words, each core its own rows of A and C, B's k-blocks to every core, no padding), "
+     "1 output blocks per core, 4 k-blocks each (4 kernel calls per core), summed in float32"),
+    (64, 32, 1001, np.int8, np.int32,
+     "g0: MatMul (64, 32) x (32, 1001) int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): blocks m=2 "
+     "k=16 n=1001 (N = 1001 elements of a row of B and C are not whole 32-bit words: blocks take whole rows, "
+     "contiguous and whole words, each core its own rows of A and C, B's k-blocks to every core, no padding), "
+     "1 output blocks per core, 2 k-blocks each (2 kernel calls per core), summed in int32"),
 ]
 
 
-@pytest.mark.parametrize("m, k, n, dtype, out, text", NOT_WORDS, ids=["int8-K127", "int8-K6", "bf16-N127"])
+@pytest.mark.parametrize("m, k, n, dtype, out, text", NOT_WORDS, ids=["int8-K127", "int8-K6", "bf16-N127", "bf16-N511", "int8-N1001"])
 def test_a_matmul_whose_rows_are_not_whole_words_takes_whole_rows_and_equals_the_reference(m, k, n, dtype, out, text):
     graph, c, a = compiled(m, k, n, np.dtype(dtype), out)
     assert rule(c.plan, "tile_matmul_over_array") == [text]
