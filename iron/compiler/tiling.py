@@ -17,7 +17,16 @@ import numpy as np
 
 from iron import dtypes
 from iron.compiler.plan import Tile, TileKind
-from iron.ir import Node, Op, describe, dynamic_attrs, external_inputs, is_host_tensor, nbytes, tensor_inputs
+from iron.ir import (
+    Node,
+    Op,
+    describe,
+    dynamic_attrs,
+    external_inputs,
+    is_host_tensor,
+    nbytes,
+    tensor_inputs,
+)
 from iron.kernels.base import Role
 
 MAX_BLOCK = 256          # a block side, in elements: within a BD dimension's 1023 words either way
