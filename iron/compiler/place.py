@@ -114,12 +114,15 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
             sites.append(Site(group, flow.tiles, flow=flow))
             rules.append((rule, f"{group.name}: {flow.text()}"))
             continue
-        parts, why = split_parts(group, outside, spare, channels, free[0])
+        crowded = unsplit_beside_producer(group, outside, senders(groups, group), device)
+        parts, why = (1, "") if crowded else split_parts(group, outside, spare, channels, free[0])
         tiles, free = tuple(free[:parts]), free[parts:]
         stream = stream_large_matrix(group, tiles, parts, channels, device)
         sites.append(Site(group, tiles, stream))
         rules.append(("snake_order", f"{group.name} on {', '.join(t.name for t in tiles)}"))
         rules += _stream_rules(group, stream)
+        if crowded:
+            rules.append(("unsplit_beside_producer", f"{group.name}: {crowded}"))
         if why:
             rules.append(("split_matrix_over_tiles", f"{group.name}: on {parts} tile{'s' * (parts > 1)}, not more: {why}"))
     emit = free[0] if with_emit else None
@@ -313,6 +316,28 @@ def split_parts(group: Group, outside: dict[Node, tuple[str, ...]], spare: int, 
         else:
             return k, "; ".join(why)
     return 1, "; ".join(why)
+
+
+def unsplit_beside_producer(group: Group, outside, sending: tuple[str, ...], device) -> str:
+    """`unsplit_beside_producer`: a part of a split group receives by DMA the result of every
+    other group it reads (a FIFO to several tiles is never shared memory) besides its rows, so a
+    group `split_matrix_over_tiles` could split is not split when it reads the results of more
+    groups (`sending`) than a compute tile has input channels less one: on one tile, placed by
+    `snake_order` right after the group before it, it reads that group's result through shared
+    memory (docs/platform.md section 4). Returns why, or ""."""
+    limit = device.compute.dma_in_channels
+    if len(sending) + 1 <= limit or not splittable(group, outside):
+        return ""
+    return (f"not split: each part would take {len(sending) + 1} FIFOs by DMA (the results of "
+            f"{', '.join(sending)} and its rows) but a compute tile has {limit} input channels; on one "
+            "tile beside the group before it, it reads that group's result through shared memory")
+
+
+def senders(groups: tuple[Group, ...], group: Group) -> tuple[str, ...]:
+    """The other groups whose results `group`'s calls read, in program order."""
+    group_of = {c: g.name for g in groups for c in g.calls}
+    names = {group_of[n] for c in group.calls for n in tensor_inputs(c) if group_of.get(n, group.name) != group.name}
+    return tuple(g.name for g in groups if g.name in names)
 
 
 def splittable(group: Group, outside: dict[Node, tuple[str, ...]]) -> bool:
