@@ -2,7 +2,8 @@
 consecutive groups neighbouring tiles; `stream_large_matrix` streams a matrix operand larger than
 its share of a compute tile through a mem tile in blocks of rows; `split_matrix_over_tiles`
 splits a MatVec over 128 KiB by rows over 2, 4 or 8 tiles (the fewest bringing parts to 128
-KiB, else the most that fit), joined on a mem tile; `tile_matmul_over_array` spreads a large
+KiB, else the most that fit), joined on a mem tile, unless `unsplit_beside_producer` keeps it on
+one tile; `tile_matmul_over_array` spreads a large
 MatMul or MatVec, and `stream_elementwise` elementwise calls over large tensors, over whole
 columns of cores (iron/compiler/tiling.py); `check_rows_fit` refuses a row reduction wider than
 a tile. Tile sizes and channel counts are the device's (docs/platform.md)."""
@@ -114,7 +115,7 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
             sites.append(Site(group, flow.tiles, flow=flow))
             rules.append((rule, f"{group.name}: {flow.text()}"))
             continue
-        crowded = unsplit_beside_producer(group, outside, senders(groups, group), device)
+        crowded = unsplit_beside_producer(group, outside, unrelayed(groups, group, sites), device)
         parts, why = (1, "") if crowded else split_parts(group, outside, spare, channels, free[0])
         tiles, free = tuple(free[:parts]), free[parts:]
         stream = stream_large_matrix(group, tiles, parts, channels, device)
@@ -331,6 +332,16 @@ def unsplit_beside_producer(group: Group, outside, sending: tuple[str, ...], dev
     return (f"not split: each part would take {len(sending) + 1} FIFOs by DMA (the results of "
             f"{', '.join(sending)} and its rows) but a compute tile has {limit} input channels; on one "
             "tile beside the group before it, it reads that group's result through shared memory")
+
+
+def unrelayed(groups: tuple[Group, ...], group: Group, sites: list[Site]) -> tuple[str, ...]:
+    """The other groups whose results `group` reads, less those whose result another of them,
+    on one tile, reads too and so can forward (`fit_compute_channels`), in program order."""
+    sending = senders(groups, group)
+    one_tile = {s.group.name for s in sites if len(s.tiles) == 1}
+    by_name = {g.name: g for g in groups}
+    relayed = {s for t in sending if t in one_tile for s in senders(groups, by_name[t])}
+    return tuple(s for s in sending if s not in relayed)
 
 
 def senders(groups: tuple[Group, ...], group: Group) -> tuple[str, ...]:
