@@ -115,7 +115,7 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
             sites.append(Site(group, flow.tiles, flow=flow))
             rules.append((rule, f"{group.name}: {flow.text()}"))
             continue
-        crowded = unsplit_beside_producer(group, outside, unrelayed(groups, group, sites), device)
+        crowded = unsplit_beside_producer(groups, number, outside, sites, device)
         parts, why = (1, "") if crowded else split_parts(group, outside, spare, channels, free[0])
         tiles, free = tuple(free[:parts]), free[parts:]
         stream = stream_large_matrix(group, tiles, parts, channels, device)
@@ -319,19 +319,42 @@ def split_parts(group: Group, outside: dict[Node, tuple[str, ...]], spare: int, 
     return 1, "; ".join(why)
 
 
-def unsplit_beside_producer(group: Group, outside, sending: tuple[str, ...], device) -> str:
+def unsplit_beside_producer(groups: tuple[Group, ...], number: int, outside, sites: list[Site], device) -> str:
     """`unsplit_beside_producer`: a part of a split group receives by DMA the result of every
-    other group it reads (a FIFO to several tiles is never shared memory) besides its rows, so a
-    group `split_matrix_over_tiles` could split is not split when it reads the results of more
-    groups (`sending`) than a compute tile has input channels less one: on one tile, placed by
-    `snake_order` right after the group before it, it reads that group's result through shared
-    memory (docs/platform.md section 4). Returns why, or ""."""
-    limit = device.compute.dma_in_channels
-    if len(sending) + 1 <= limit or not splittable(group, outside):
+    other group it reads (a FIFO to several tiles is never shared memory) besides its rows. So a
+    group `split_matrix_over_tiles` could split stays on one tile when it reads the results of
+    more groups than a compute tile has input channels less one, counting only those no other of
+    them forwards (`unrelayed`); and also when the one group reading its result, the next one,
+    would take one FIFO by DMA too many: on one tile, `snake_order` puts the next group right
+    beside it, and the next group then reads its result through shared memory (docs/platform.md
+    section 4). Returns why, or ""."""
+    group, limit = groups[number], device.compute.dma_in_channels
+    if not splittable(group, outside):
         return ""
-    return (f"not split: each part would take {len(sending) + 1} FIFOs by DMA (the results of "
-            f"{', '.join(sending)} and its rows) but a compute tile has {limit} input channels; on one "
-            "tile beside the group before it, it reads that group's result through shared memory")
+    sending = unrelayed(groups, group, sites)
+    if len(sending) + 1 > limit:
+        return (f"not split: each part would take {len(sending) + 1} FIFOs by DMA ({_fifos(sending, {'rows'})}) "
+                f"but a compute tile has {limit} input channels; on one tile beside the group before it, it "
+                "reads that group's result through shared memory")
+    reader = groups[number + 1] if number + 1 < len(groups) else None
+    readers = {u for c in group.calls for u in outside.get(c, ())}
+    if reader is None or readers != {reader.name}:
+        return ""
+    theirs = unrelayed(groups, reader, sites)
+    matrix = reader.calls[0].src[0] if role(reader.calls[0]) is Role.MATRIX else None
+    host = {"rows" if n is matrix else "in" for c in reader.calls for n in tensor_inputs(c) if is_host_tensor(n)}
+    takes = len(theirs) + len(host)
+    if takes <= limit or takes - 1 > limit:
+        return ""
+    return (f"not split: {reader.name}, the one group reading its result, would take {takes} FIFOs by DMA "
+            f"({_fifos(theirs, host)}) but a compute tile has {limit} input channels; on one tile, with "
+            f"{reader.name} beside it, its result goes through shared memory")
+
+
+def _fifos(sending: tuple[str, ...], host: set[str]) -> str:
+    """The FIFOs a core would take: other groups' results, its rows, its other host tensors."""
+    return ", ".join([f"{g}'s result" for g in sending] + ["its rows"] * ("rows" in host)
+                     + ["its host tensors"] * ("in" in host))
 
 
 def unrelayed(groups: tuple[Group, ...], group: Group, sites: list[Site]) -> tuple[str, ...]:

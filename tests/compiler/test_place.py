@@ -140,9 +140,39 @@ def test_a_group_reading_two_groups_results_runs_unsplit_beside_its_producer(on_
     plan = plan_of(graph, x=((512,), F32))
     assert plan.segments == ()
     assert [what for r, what in plan.rules if r == "unsplit_beside_producer"] == [
-        "g2: not split: each part would take 3 FIFOs by DMA (the results of g0, g1 and its rows) but a "
+        "g2: not split: each part would take 3 FIFOs by DMA (g0's result, g1's result, its rows) but a "
         "compute tile has 2 input channels; on one tile beside the group before it, it reads that group's "
         "result through shared memory"]
     assert core_tiles(plan) == [("g0", "tile_0_2"), ("g1", "tile_0_3"), ("g2", "tile_0_4")]
     assert plan.fifo("g1_out").shared_memory and not plan.fifo("g0_out").shared_memory
     np.testing.assert_allclose(graph.compile(x=((512,), F32))(x), graph.reference(x), rtol=1e-4, atol=1e-4)
+
+
+class ResidualOfSplit(iron.Graph):
+    """y = exp(x) + W @ (V @ x) with V large enough to split: the group of W @ . reads V's result
+    and exp(x)'s, so V's group stays on one tile for W's to read its result through shared memory."""
+
+    def __init__(self):
+        rng = np.random.default_rng(6)
+        self.v = iron.param(rng.standard_normal((512, 256)).astype(F32) / 16)
+        self.w = iron.param(rng.standard_normal((256, 512)).astype(F32) / 16)
+
+    def body(self, x):
+        return Add.step(Exp.step(x), MatVec.step(self.w, MatVec.step(self.v, x)))
+
+
+def test_a_group_whose_one_reader_would_be_crowded_stays_on_one_tile_beside_it(on_emulator):
+    graph = ResidualOfSplit()
+    x = np.linspace(-1, 1, 256).astype(F32)
+    plan = plan_of(graph, x=((256,), F32))
+    assert plan.segments == ()
+    assert [what for r, what in plan.rules if r == "unsplit_beside_producer"] == [
+        "g1: not split: g2, the one group reading its result, would take 3 FIFOs by DMA (g0's result, g1's "
+        "result, its rows) but a compute tile has 2 input channels; on one tile, with g2 beside it, its result "
+        "goes through shared memory",
+        "g2: not split: each part would take 3 FIFOs by DMA (g0's result, g1's result, its rows) but a "
+        "compute tile has 2 input channels; on one tile beside the group before it, it reads that group's "
+        "result through shared memory"]
+    assert core_tiles(plan) == [("g0", "tile_0_2"), ("g1", "tile_0_3"), ("g2", "tile_0_4")]
+    assert plan.fifo("g1_out").shared_memory and not plan.fifo("g0_out").shared_memory
+    np.testing.assert_allclose(graph.compile(x=((256,), F32))(x), graph.reference(x), rtol=1e-4, atol=1e-4)
