@@ -3,6 +3,7 @@ split matrices, shim channels, and the refusals when a device is too small. Shar
 channels through mem tiles has its own tests (test_share_channels.py)."""
 
 import numpy as np
+import pytest
 
 import iron
 from aie_utils import from_name
@@ -134,20 +135,6 @@ class Residual(iron.Graph):
         return Add.step(Exp.step(x[:512].reshape(512)), MatVec.step(self.w, MatVec.step(self.v, x[:128])))
 
 
-def test_a_group_reading_two_groups_results_runs_unsplit_beside_its_producer(on_emulator):
-    graph = Residual()
-    x = np.linspace(-1, 1, 512).astype(F32)
-    plan = plan_of(graph, x=((512,), F32))
-    assert plan.segments == ()
-    assert [what for r, what in plan.rules if r == "unsplit_beside_producer"] == [
-        "g2: not split: each part would take 3 FIFOs by DMA (g0's result, g1's result, its rows) but a "
-        "compute tile has 2 input channels; on one tile beside the group before it, it reads that group's "
-        "result through shared memory"]
-    assert core_tiles(plan) == [("g0", "tile_0_2"), ("g1", "tile_0_3"), ("g2", "tile_0_4")]
-    assert plan.fifo("g1_out").shared_memory and not plan.fifo("g0_out").shared_memory
-    np.testing.assert_allclose(graph.compile(x=((512,), F32))(x), graph.reference(x), rtol=1e-4, atol=1e-4)
-
-
 class ResidualOfSplit(iron.Graph):
     """y = exp(x) + W @ (V @ x) with V large enough to split: the group of W @ . reads V's result
     and exp(x)'s, so V's group stays on one tile for W's to read its result through shared memory."""
@@ -161,18 +148,23 @@ class ResidualOfSplit(iron.Graph):
         return Add.step(Exp.step(x), MatVec.step(self.w, MatVec.step(self.v, x)))
 
 
-def test_a_group_whose_one_reader_would_be_crowded_stays_on_one_tile_beside_it(on_emulator):
-    graph = ResidualOfSplit()
-    x = np.linspace(-1, 1, 256).astype(F32)
-    plan = plan_of(graph, x=((256,), F32))
+UNSPLIT_OWN = ("g2: not split: each part would take 3 FIFOs by DMA (g0's result, g1's result, its rows) but a "
+               "compute tile has 2 input channels; on one tile beside the group before it, it reads that group's "
+               "result through shared memory")
+UNSPLIT_FOR_READER = ("g1: not split: g2, the one group reading its result, would take 3 FIFOs by DMA (g0's "
+                      "result, g1's result, its rows) but a compute tile has 2 input channels; on one tile, with g2 "
+                      "beside it, its result goes through shared memory")
+
+
+@pytest.mark.parametrize("graph, n, unsplit", [
+    (Residual(), 512, [UNSPLIT_OWN]),                            # the big MatVec reads two groups' results
+    (ResidualOfSplit(), 256, [UNSPLIT_FOR_READER, UNSPLIT_OWN]),  # and one of them would split too
+])
+def test_a_group_reading_two_groups_results_runs_unsplit_beside_its_producer(on_emulator, graph, n, unsplit):
+    x = np.linspace(-1, 1, n).astype(F32)
+    plan = plan_of(graph, x=((n,), F32))
     assert plan.segments == ()
-    assert [what for r, what in plan.rules if r == "unsplit_beside_producer"] == [
-        "g1: not split: g2, the one group reading its result, would take 3 FIFOs by DMA (g0's result, g1's "
-        "result, its rows) but a compute tile has 2 input channels; on one tile, with g2 beside it, its result "
-        "goes through shared memory",
-        "g2: not split: each part would take 3 FIFOs by DMA (g0's result, g1's result, its rows) but a "
-        "compute tile has 2 input channels; on one tile beside the group before it, it reads that group's "
-        "result through shared memory"]
+    assert [what for r, what in plan.rules if r == "unsplit_beside_producer"] == unsplit
     assert core_tiles(plan) == [("g0", "tile_0_2"), ("g1", "tile_0_3"), ("g2", "tile_0_4")]
     assert plan.fifo("g1_out").shared_memory and not plan.fifo("g0_out").shared_memory
-    np.testing.assert_allclose(graph.compile(x=((256,), F32))(x), graph.reference(x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(graph.compile(x=((n,), F32))(x), graph.reference(x), rtol=1e-4, atol=1e-4)
