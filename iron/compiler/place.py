@@ -30,6 +30,7 @@ from iron.ir import (
     Program,
     call_label,
     describe,
+    external_inputs,
     is_computed_view,
     is_host_tensor,
     nbytes,
@@ -39,6 +40,7 @@ from iron.kernels.base import Role
 
 SPLIT_PART_BYTES = 128 * 1024   # a MatVec's matrix larger than this is split over tiles
 SPLIT_COUNTS = (2, 4, 8)
+FORWARD_BYTES = 4096   # the largest host tensor one group forwards to later readers
 
 
 @dataclass(frozen=True)
@@ -321,40 +323,54 @@ def split_parts(group: Group, outside: dict[Node, tuple[str, ...]], spare: int, 
 
 def unsplit_beside_producer(groups: tuple[Group, ...], number: int, outside, sites: list[Site], device) -> str:
     """`unsplit_beside_producer`: a part of a split group receives by DMA the result of every
-    other group it reads (a FIFO to several tiles is never shared memory) besides its rows. So a
-    group `split_matrix_over_tiles` could split stays on one tile when it reads the results of
-    more groups than a compute tile has input channels less one, counting only those no other of
-    them forwards (`unrelayed`); and also when the one group reading its result, the next one,
-    would take one FIFO by DMA too many: on one tile, `snake_order` puts the next group right
-    beside it, and the next group then reads its result through shared memory (docs/platform.md
-    section 4). Returns why, or ""."""
+    other group it reads (a FIFO to several tiles is never shared memory), its rows, and its
+    other host tensors. So a group `split_matrix_over_tiles` could split stays on one tile when
+    its parts would take more FIFOs by DMA than a compute tile has input channels (`takes`); and
+    also when the one group reading its result, the next one, would take one FIFO too many: on
+    one tile, `snake_order` puts the next group right beside it, and the next group then reads
+    its result through shared memory (docs/platform.md section 4). Returns why, or ""."""
     group, limit = groups[number], device.compute.dma_in_channels
     if not splittable(group, outside):
         return ""
-    sending = unrelayed(groups, group, sites)
-    if len(sending) + 1 > limit:
-        return (f"not split: each part would take {len(sending) + 1} FIFOs by DMA ({_fifos(sending, {'rows'})}) "
-                f"but a compute tile has {limit} input channels; on one tile beside the group before it, it "
-                "reads that group's result through shared memory")
+    mine = takes(groups, group, sites)
+    if len(mine) > limit:
+        return (f"not split: each part would take {len(mine)} FIFOs by DMA ({', '.join(mine)}) but a compute "
+                f"tile has {limit} input channels; on one tile beside the group before it, it reads that "
+                "group's result through shared memory")
     reader = groups[number + 1] if number + 1 < len(groups) else None
     readers = {u for c in group.calls for u in outside.get(c, ())}
     if reader is None or readers != {reader.name}:
         return ""
-    theirs = unrelayed(groups, reader, sites)
-    matrix = reader.calls[0].src[0] if role(reader.calls[0]) is Role.MATRIX else None
-    host = {"rows" if n is matrix else "in" for c in reader.calls for n in tensor_inputs(c) if is_host_tensor(n)}
-    takes = len(theirs) + len(host)
-    if takes <= limit or takes - 1 > limit:
+    theirs = takes(groups, reader, sites)
+    if not limit < len(theirs) <= limit + 1:
         return ""
-    return (f"not split: {reader.name}, the one group reading its result, would take {takes} FIFOs by DMA "
-            f"({_fifos(theirs, host)}) but a compute tile has {limit} input channels; on one tile, with "
+    return (f"not split: {reader.name}, the one group reading its result, would take {len(theirs)} FIFOs by "
+            f"DMA ({', '.join(theirs)}) but a compute tile has {limit} input channels; on one tile, with "
             f"{reader.name} beside it, its result goes through shared memory")
 
 
-def _fifos(sending: tuple[str, ...], host: set[str]) -> str:
-    """The FIFOs a core would take: other groups' results, its rows, its other host tensors."""
-    return ", ".join([f"{g}'s result" for g in sending] + ["its rows"] * ("rows" in host)
-                     + ["its host tensors"] * ("in" in host))
+def takes(groups: tuple[Group, ...], group: Group, sites: list[Site]) -> list[str]:
+    """The FIFOs a core of `group` takes by DMA unless shared memory spares one: each other
+    group's result no other of them forwards (`unrelayed`), with the groups on one tile that
+    load a small host tensor it reads and forward it (`forward_shared_input`); its rows (a host
+    matrix its leading matrix call reads); its `_in` for any other host tensor."""
+    first = group.calls[0]
+    matrix = first.src[0] if role(first) is Role.MATRIX else None
+    host = [n for n in external_inputs(group.calls) if is_host_tensor(n) and n is not matrix]
+    loaders = [next((s.group.name for s in sites if len(s.tiles) == 1 and forwardable(n)
+                     and any(n in tensor_inputs(c) for c in s.group.calls)), None) for n in host]
+    sending = unrelayed(groups, group, sites)
+    sending += tuple(g for g in dict.fromkeys(loaders) if g is not None and g not in sending)
+    return ([f"{g}'s result" for g in sending] + ["its rows"] * (matrix is not None and is_host_tensor(matrix))
+            + ["its host tensors"] * (None in loaders))
+
+
+def forwardable(node: Node) -> bool:
+    """A host tensor one group may forward to others: an input, weight or param (or a view of
+    one), not a state, of at most FORWARD_BYTES."""
+    base = node.src[0] if node.op == Op.VIEW else node
+    constant = base.op == Op.INPUT or base.arg[0] in ("weight", "param")
+    return constant and node.size * node.dtype.itemsize <= FORWARD_BYTES
 
 
 def unrelayed(groups: tuple[Group, ...], group: Group, sites: list[Site]) -> tuple[str, ...]:
