@@ -12,7 +12,7 @@ from iron.compiler.allocate import shares_memory
 from iron.compiler.place import Layout, Site, forwardable
 from iron.compiler.plan import FifoRole, Tile, TileKind
 from iron.errors import PlacementError
-from iron.ir import Node, Op, Program, describe, is_host_tensor, state_of, tensor_inputs
+from iron.ir import Node, Program, describe, is_host_tensor, state_of, tensor_inputs
 
 HOST = Tile(-1, 0, TileKind.SHIM)   # a FIFO end on the shim tile that `assign_shims` picks
 
