@@ -177,15 +177,29 @@ class Flow:
         for _, value in program.carry:
             for node in _calls_read(value, include_self=True):
                 self.last_read[node] = len(groups)
-        self._crossing: dict[int, list[Node]] = {}
+        self._crossing = self._sweep()
         self.where = {c: (i, k) for i, g in enumerate(groups) for k, c in enumerate(g.calls)}
         self.structures = _group_structures(groups, self.where)
 
     def crossing(self, cut: int) -> list[Node]:
         """Results made before group `cut` and read from it on, in program order."""
-        if cut not in self._crossing:
-            self._crossing[cut] = [n for n, i in self.made.items() if i < cut <= self.last_read.get(n, -1)]
         return self._crossing[cut]
+
+    def _sweep(self) -> list[list[Node]]:
+        """`crossing` of every cut in one pass: a result crosses from the cut after the group
+        making it to the group last reading it."""
+        opening: dict[int, list[Node]] = {}
+        for node, i in self.made.items():
+            if self.last_read.get(node, -1) > i:
+                opening.setdefault(i + 1, []).append(node)
+        live: dict[Node, None] = {}   # in program order: opened cut by cut, each cut's in order
+        found = [[]]
+        for cut in range(1, len(self.groups) + 1):
+            live.update(dict.fromkeys(opening.get(cut, ())))
+            for node in [n for n in live if self.last_read[n] < cut]:
+                del live[node]
+            found.append(list(live))
+        return found
 
     def crossing_bytes(self, cut: int) -> int:
         return sum(nbytes(n) for n in self.crossing(cut))
