@@ -2,7 +2,7 @@
 has runs as a sequence of configurations within one call (docs/platform.md section 7). Its fused
 groups are cut, in program order, into segments that each compile on the device (the rule
 `fewest_bytes_cut`); each segment is compiled by the same passes as a whole design, as a Program
-of its own calls. A value one segment computes and a later one reads crosses the cut through a
+of its own calls, and a probe alike an earlier one is answered by it (`same_structure_same_fit`). A value one segment computes and a later one reads crosses the cut through a
 DDR buffer the compiler allocates (a CUT placement after the outputs); weights, params and
 states stay in their host buffers. Every segment addresses the design's host buffers and one
 scratchpad of words; only the last has the Emit, so a CarriedLoop runs a segmented body as any."""
@@ -308,35 +308,42 @@ def _group_structures(groups: tuple[Group, ...], where: dict[Node, tuple[int, in
     touched: dict[Node, tuple[int, int]] = {}
     found = []
     for i, group in enumerate(groups):
-        entries: list[tuple] = []
-        seen: dict[Node, int] = {}
-        memories: list[Node] = []
-
-        def visit(node: Node) -> int:
-            if node in seen:
-                return seen[node]
-            if node.op == Op.CALL and where[node][0] != i:
-                j, k = where[node]
-                entry = ("made", i - j, k, node.shape, node.dtype)
-            elif node.op == Op.MEMORY:
-                last = touched.get(node)
-                entry = ("memory", node.arg[0], node.shape, node.dtype, last and (i - last[0], last[1]))
-                memories.append(node)
-            else:
-                entry = (node.op, node.shape, node.dtype, node.arg, tuple(visit(s) for s in node.src))
-            seen[node] = len(entries)
-            entries.append(entry)
-            return seen[node]
-
-        for call in group.calls:
-            visit(call)
+        entries, memories = _group_entries(i, group, where, touched)
         touched.update((m, (i, k)) for k, m in enumerate(memories))
-        key = (group.closed_by, tuple(entries))
         try:
-            found.append(numbers.setdefault(key, len(numbers)))
+            found.append(numbers.setdefault((group.closed_by, entries), len(numbers)))
         except TypeError:   # an attr that does not hash: a structure of its own
             found.append(-1 - i)
     return tuple(found)
+
+
+def _group_entries(i: int, group: Group, where: dict[Node, tuple[int, int]],
+                   touched: dict[Node, tuple[int, int]]) -> tuple[tuple, list[Node]]:
+    """Group `i`'s nodes as entries naming their sources by position (`_group_structures`), and
+    the memories it touches in the order of their entries."""
+    entries: list[tuple] = []
+    seen: dict[Node, int] = {}
+    memories: list[Node] = []
+
+    def visit(node: Node) -> int:
+        if node in seen:
+            return seen[node]
+        if node.op == Op.CALL and where[node][0] != i:
+            j, k = where[node]
+            entry = ("made", i - j, k, node.shape, node.dtype)
+        elif node.op == Op.MEMORY:
+            last = touched.get(node)
+            entry = ("memory", node.arg[0], node.shape, node.dtype, last and (i - last[0], last[1]))
+            memories.append(node)
+        else:
+            entry = (node.op, node.shape, node.dtype, node.arg, tuple(visit(s) for s in node.src))
+        seen[node] = len(entries)
+        entries.append(entry)
+        return seen[node]
+
+    for call in group.calls:
+        visit(call)
+    return tuple(entries), memories
 
 
 def _calls_read(node: Node, include_self: bool = False) -> list[Node]:
