@@ -149,7 +149,7 @@ def test_on_npu1_each_segment_is_an_xclbin_and_generation_is_host_driven(two_lay
     ids = two_layers.tokenizer.encode("Photosynthesis is the process")
     with aie_utils.using_device(aie_utils.from_name("npu1")):
         body = graph.compile()
-    assert (body.plan.full_elf, body.plan.image, len(body.plan.configurations)) == (False, "xclbin", 16)
+    assert (body.plan.full_elf, body.plan.image) == (False, "xclbin") and len(body.plan.segments) > 1
     assert {segment.image for segment in body.plan.segments} == {"xclbin"}
     expected = generate(graph, graph.reference, ids, 2)
     assert generate(graph, body, ids, 2) == expected
