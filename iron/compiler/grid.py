@@ -66,7 +66,7 @@ def _sizes(ctx: Context, g: str, grid: Grid) -> dict:
     m, k, n = grid.m, grid.k, grid.n
     sizes = {}
     if grid.vector:
-        rows, block = len(grid.rows), m * k * a.dtype.itemsize
+        rows, block, a = len(grid.rows), grid.a_block_bytes, grid.matrix
         sizes[f"{g}_b"] = (k * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
         for c in range(len(grid.cols)):
             sizes[f"{g}_a{c}_mem"] = (rows * block, a.dtype, f"rows of {describe(a)}")
@@ -89,7 +89,7 @@ def _links(g: str, grid: Grid) -> tuple[Link, ...]:
     part = grid.m * grid.n * grid.call.dtype.itemsize
     rows = range(len(grid.rows))
     if grid.vector:
-        block = grid.m * grid.k * grid.call.src[0].dtype.itemsize
+        block = grid.a_block_bytes
         return tuple(link for c, mem in enumerate(grid.c_mems) for link in (
             Link(mem, (f"{g}_a{c}_mem",), tuple(f"{g}_a{r}_{c}" for r in rows),
                  destination_offsets=tuple(r * block for r in rows)),
@@ -122,12 +122,20 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
         total = f"{prefix}_sum"
         buffers.append(Buffer(total, tile, m * n * grid.acc.itemsize, grid.acc))
 
-    def product_into(dest: str) -> KernelStep:
-        return KernelStep.of(kernel, in_dtype, (Ptr(a), Ptr(b), Ptr(dest), *sizes), grid.acc)
+    matrix, expanded = a, ()
+    if grid.expand is not None:   # `dequant_before_matvec`: A's block expanded into a Buffer first
+        buffers.append(Buffer(f"{prefix}_expanded", tile, m * k * in_dtype.itemsize, in_dtype))
+        matrix = buffers[-1].name
+        expanded = (_expansion_step(grid, a, matrix),)
+    held = (matrix,) if expanded else ()
+
+    def product_into(dest: str) -> tuple[KernelStep, ...]:
+        return (*expanded, KernelStep.of(kernel, in_dtype, (Ptr(matrix), Ptr(b), Ptr(dest), *sizes), grid.acc))
 
     add = KernelStep.of(accumulate_kernel(), grid.acc, (Ptr(product.name), Ptr(total), Imm(m * n)))
-    first = Function(f"{prefix}_first", (a, b, total), (product_into(total),), blocked=True)
-    more = Function(f"{prefix}_more", (a, b, product.name, total), (product_into(product.name), add), blocked=True)
+    first = Function(f"{prefix}_first", (a, b, *held, total), product_into(total), blocked=True)
+    more = Function(f"{prefix}_more", (a, b, *held, product.name, total), (*product_into(product.name), add),
+                    blocked=True)
     functions = [first, more]
     take = (Acquire(a, Port.CONSUME), Acquire(b, Port.CONSUME))
     give = (Release(a, Port.CONSUME), Release(b, Port.CONSUME))
@@ -145,15 +153,27 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     return functions, buffers, Core(tile, g, program, ctx.device.compute.default_stack_bytes)
 
 
+def _expansion_step(grid: Grid, blocks: str, dest: str) -> KernelStep:
+    """The fused expansion of one core's block of A (m rows of the blocks as stored) into `dest`."""
+    expand, stored = grid.expand, grid.matrix
+    kernel, m = expand.arg.kernel, grid.m
+    sizes = kernel.sizes([(m, grid.a_block_bytes // m)], (m, grid.k))
+    attrs = expand.arg.attr_dict
+    return KernelStep.of(kernel, stored.dtype, (Ptr(blocks), Ptr(dest), *(Imm(int(s)) for s in sizes),
+                                                *(Imm(int(attrs[name]), ctype) for name, ctype in kernel.c_attrs)),
+                         expand.dtype)
+
+
 # ---- the moves ------------------------------------------------------------------------------------
 
 def _vector_moves(ctx: Context, g: str, grid: Grid) -> list:
     """Round by round (a round: m rows of every core), each column's rows (per k-block, its
     cores' m rows each), the vector, and each column's joined results."""
     call = grid.call
-    a, x = call.src[:2]
-    big_k, rows, cols = a.shape[1], len(grid.rows), len(grid.cols)
-    wa, wx, wc = (v.dtype.itemsize / 4 for v in (a, x, call))
+    a, x = grid.matrix, call.src[1]
+    big_k, rows, cols = x.shape[0], len(grid.rows), len(grid.cols)
+    wa = nbytes(a) / call.src[0].size / 4   # words per element of A, as moved
+    wc = call.dtype.itemsize / 4
     a_buf, a_at = host_access(ctx, a)
     x_buf, x_at = host_access(ctx, x)
     p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
