@@ -304,19 +304,20 @@ def l1_share(device) -> int:
 
 
 def stream_large_matrix(group: Group, tiles, parts: int, channels, device) -> Stream | None:
-    """Stream the group's leading matrix call's matrix when it (expanded, when
-    `dequant_before_matvec` fused its expansion) is larger than its L1 share, in blocks of the
-    most rows whose object (with its expansion) takes at most STREAM_OBJECT_BYTES."""
+    """Stream the group's leading matrix call's matrix when it (with the blocks it is expanded
+    from, when `dequant_before_matvec` fused its expansion) is larger than its L1 share, in
+    blocks of the most rows whose object (with its expansion) takes at most STREAM_OBJECT_BYTES."""
     first = leading_call(group.calls)
     if role(first) is not Role.MATRIX:
         return None
     matrix, expand = stored_matrix(group.calls), expansion(group.calls)
-    if not is_host_tensor(matrix) or (parts == 1 and nbytes(first.src[0]) <= l1_share(device)):
+    held = nbytes(first.src[0]) + (nbytes(matrix) if expand is not None else 0)   # with the blocks expanded
+    if not is_host_tensor(matrix) or (parts == 1 and held <= l1_share(device)):
         return None
     rows_per_part = matrix.shape[0] // parts
-    held = row_bytes(matrix) + (row_bytes(expand) if expand is not None else 0)   # per row on the tile
+    per_row = row_bytes(matrix) + (row_bytes(expand) if expand is not None else 0)
     rows = max((r for r in range(1, rows_per_part + 1) if rows_per_part % r == 0
-                and r * held <= STREAM_OBJECT_BYTES and r * row_bytes(matrix) % 4 == 0), default=None)
+                and r * per_row <= STREAM_OBJECT_BYTES and r * row_bytes(matrix) % 4 == 0), default=None)
     if rows is None:
         return None
     links = (1, 1) if parts == 1 else (parts + 1, parts + 1)
