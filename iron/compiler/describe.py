@@ -6,7 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from iron.compiler.allocate import budget, tile_memory
-from iron.compiler.plan import Const, Direction, Dma, Element, HostRole, Plan, TileKind, WordDef, WordRef
+from iron.compiler.plan import (
+    Const,
+    Direction,
+    Dma,
+    Element,
+    HostRole,
+    Plan,
+    TileKind,
+    WordDef,
+    WordRef,
+)
 
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
 

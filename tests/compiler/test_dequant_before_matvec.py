@@ -14,7 +14,13 @@ import iron
 from aie_utils import from_name
 from iron import Role
 from iron.compiler.describe import ddr_traffic
-from iron.compiler.fuse import RULES, dequant_before_matvec, fuse, held_bytes, matrix_op_starts_group
+from iron.compiler.fuse import (
+    RULES,
+    dequant_before_matvec,
+    fuse,
+    held_bytes,
+    matrix_op_starts_group,
+)
 from iron.ir import call_label
 from iron.kernels import Dequant, MatVec, RMSNorm, SiLU
 from iron.models.blocks import Q4_1, Q8_0
