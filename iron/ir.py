@@ -234,6 +234,12 @@ def destination(call: Node) -> Node | None:
     return call.src[call.arg.n_inputs] if call.arg.writes else None
 
 
+def dynamic_attrs(call: Node) -> list[tuple[str, Node]]:
+    """(attribute, per-call value) of each attribute a call takes per call (Softmax's length)."""
+    c = call.arg
+    return list(zip(c.scalar_attrs, call.src[c.n_inputs + c.writes:]))
+
+
 def external_inputs(calls) -> list[Node]:
     """Distinct tensors the calls read that none of them computes, in first-use order."""
     made = set(calls)

@@ -16,7 +16,6 @@ from iron.compiler.objects import (
     attr_word,
     consumed,
     copy_step,
-    dynamic_attrs,
     gather,
     read,
 )
@@ -34,7 +33,7 @@ from iron.compiler.plan import (
     Release,
     WordRef,
 )
-from iron.ir import Node, destination, is_computed_view
+from iron.ir import Node, destination, dynamic_attrs, is_computed_view
 
 
 def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:

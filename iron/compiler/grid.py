@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from iron.compiler.objects import Context, host_access
+import numpy as np
+
+from iron.compiler.objects import Context, attr_word, host_access
 from iron.compiler.place import Site
 from iron.compiler.plan import (
     Acquire,
@@ -21,6 +23,7 @@ from iron.compiler.plan import (
     Invoke,
     KernelStep,
     Link,
+    Load,
     Loop,
     Port,
     Ptr,
@@ -55,7 +58,7 @@ def lower_grid(ctx: Context, site: Site) -> GridLowered:
             functions += made
             buffers += held
             cores.append(core)
-    moves = _vector_moves(ctx, g, grid) if grid.vector else _moves(ctx, g, grid)
+    moves = _own_rows_moves(ctx, g, grid) if grid.own_rows else _moves(ctx, g, grid)
     return GridLowered(_sizes(ctx, g, grid), _links(g, grid), tuple(buffers), tuple(functions), tuple(cores),
                        tuple(moves))
 
@@ -65,14 +68,14 @@ def _sizes(ctx: Context, g: str, grid: Grid) -> dict:
     out, label = grid.call.dtype, call_label(ctx.program, grid.call)
     m, k, n = grid.m, grid.k, grid.n
     sizes = {}
-    if grid.vector:
+    if grid.own_rows:
         rows, block, a = len(grid.rows), grid.a_block_bytes, grid.matrix
-        sizes[f"{g}_b"] = (k * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
+        sizes[f"{g}_b"] = (k * n * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
         for c in range(len(grid.cols)):
             sizes[f"{g}_a{c}_mem"] = (rows * block, a.dtype, f"rows of {describe(a)}")
             sizes |= {f"{g}_a{r}_{c}": (block, a.dtype, f"rows of {describe(a)}") for r in range(rows)}
-            sizes |= {f"{g}_part{r}_{c}": (m * out.itemsize, out, label) for r in range(rows)}
-            sizes[f"{g}_host{c}"] = (rows * m * out.itemsize, out, label)
+            sizes |= {f"{g}_part{r}_{c}": (m * n * out.itemsize, out, label) for r in range(rows)}
+            sizes[f"{g}_host{c}"] = (rows * m * n * out.itemsize, out, label)
         return sizes
     for r in range(len(grid.rows)):
         sizes[f"{g}_a{r}_mem"] = sizes[f"{g}_a{r}"] = (m * k * a.dtype.itemsize, a.dtype, f"blocks of {describe(a)}")
@@ -88,7 +91,7 @@ def _links(g: str, grid: Grid) -> tuple[Link, ...]:
     at r blocks in (so the joined object is len(rows) * m consecutive rows of C)."""
     part = grid.m * grid.n * grid.call.dtype.itemsize
     rows = range(len(grid.rows))
-    if grid.vector:
+    if grid.own_rows:
         block = grid.a_block_bytes
         return tuple(link for c, mem in enumerate(grid.c_mems) for link in (
             Link(mem, (f"{g}_a{c}_mem",), tuple(f"{g}_a{r}_{c}" for r in rows),
@@ -111,8 +114,10 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     m, k, n = grid.m, grid.k, grid.n
     kernel, in_dtype = call.arg.kernel, call.src[0].dtype
     shapes = [(m, k), (k, n)], (m, n)
+    if grid.own_rows:
+        a, b = f"{g}_a{r}_{c}", f"{g}_b"
     if grid.vector:
-        a, b, shapes = f"{g}_a{r}_{c}", f"{g}_b", ([(m, k), (k,)], (m,))
+        shapes = [(m, k), (k,)], (m,)
     sizes = tuple(Imm(int(s)) for s in kernel.sizes(*shapes))
     wide = grid.acc != call.dtype
     product = Buffer(f"{prefix}_product", tile, m * n * grid.acc.itemsize, grid.acc)
@@ -166,26 +171,25 @@ def _expansion_step(grid: Grid, blocks: str, dest: str) -> KernelStep:
 
 # ---- the moves ------------------------------------------------------------------------------------
 
-def _vector_moves(ctx: Context, g: str, grid: Grid) -> list:
-    """Round by round (a round: m rows of every core), each column's rows (per k-block, its
-    cores' m rows each), the vector, and each column's joined results."""
+def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
+    """Round by round (a round: m rows of every core), each column's rows of A (per k-block,
+    its cores' m rows each), the whole of B (the vector) in k-blocks, and each column's joined
+    rows of C."""
     call = grid.call
-    a, x = grid.matrix, call.src[1]
-    big_k, rows, cols = x.shape[0], len(grid.rows), len(grid.cols)
-    wa = nbytes(a) / call.src[0].size / 4   # words per element of A, as moved
+    a, b = grid.matrix, call.src[1]
+    big_k, rows, cols, m, n = call.src[0].shape[1], len(grid.rows), len(grid.cols), grid.m, grid.n
+    wa = nbytes(a) / call.src[0].size / 4   # bytes per element of A as moved (its blocks, when expanded), in words
     wc = call.dtype.itemsize / 4
     a_buf, a_at = host_access(ctx, a)
-    x_buf, x_at = host_access(ctx, x)
     p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
     moves = []
     for t in range(grid.rounds):
-        here = [Move(Direction.MM2S, f"{g}_b", x_buf, x_at)]
+        here = [Move(Direction.MM2S, f"{g}_b", *host_access(ctx, b))]
         for c in range(cols):
-            first = (t * cols + c) * rows * grid.m
-            dims = ((grid.k_blocks, int(grid.k * wa)), (rows * grid.m, int(big_k * wa)), (int(grid.k * wa), 1))
-            here.append(Move(Direction.MM2S, f"{g}_a{c}_mem", a_buf, Access(a_at.offset + int(first * big_k * wa), dims)))
-            here.append(Move(Direction.S2MM, f"{g}_host{c}", p.buffer,
-                             Access(p.offset + int(first * wc), ((int(rows * grid.m * wc), 1),))))
+            first = (t * cols + c) * rows * m
+            dims = ((grid.k_blocks, grid.k), (rows * m, big_k), (grid.k, 1))
+            here.append(Move(Direction.MM2S, f"{g}_a{c}_mem", a_buf, in_words(a_at, first * big_k, dims, wa)))
+            here.append(Move(Direction.S2MM, f"{g}_host{c}", p.buffer, in_words(p, first * n, ((rows * m * n, 1),), wc)))
         moves += _with_waits(ctx, grid.rounds, t, here)
     return moves
 
@@ -274,6 +278,9 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
     rows, b = len(flow.rows), flow.block
     sizes, links, functions, buffers, cores = {}, [], [], [], []
     sizes |= {f"{g}_w{i}": (nbytes(node), node.dtype, describe(node)) for i, node in enumerate(flow.shared)}
+    if flow.per_call:
+        words = [ctx.table.words[w].name for w in _flow_words(ctx, flow)]
+        sizes[f"{g}_in"] = (4 * len(words), np.dtype(np.int32), ", ".join(words))
     for c, mem in enumerate(flow.mems):
         for i, node in enumerate(flow.inputs):
             size = b * node.dtype.itemsize
@@ -295,12 +302,20 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
                        tuple(_flow_moves(ctx, g, flow)))
 
 
+def _flow_words(ctx: Context, flow) -> list[int]:
+    """The words of the Flow's per-call attributes (`flow.per_call`), bounded as their kernels
+    declare, in the order `<g>_in` holds them."""
+    return [attr_word(ctx, call, name, value) for call, name, value in flow.per_call]
+
+
 def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
     """Core (r, c): per block, every call on its inputs' blocks, intermediates in Buffers, the
-    last call's into the part it sends; the shared rows acquired once, around the Loop."""
+    last call's into the part it sends; the shared rows and the per-call words acquired once,
+    around the Loop."""
     tile, prefix, b = flow.tile(r, c), f"{g}_r{r}c{c}", flow.block
     ins = [f"{g}_x{i}_{r}_{c}" for i in range(len(flow.inputs))]
-    shared = [f"{g}_w{i}" for i in range(len(flow.shared))]
+    shared = [f"{g}_w{i}" for i in range(len(flow.shared))] + [f"{g}_in"] * bool(flow.per_call)
+    loads = {(call, name): Load(f"{g}_in", 4 * j) for j, (call, name, _) in enumerate(flow.per_call)}
     part = f"{g}_part{r}_{c}"
     where = dict(zip((*flow.inputs, *flow.shared), (*ins, *shared)))
     buffers, steps = [], []
@@ -315,7 +330,8 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
         sizes = kernel.sizes(*flow.shapes())
         # an attribute left None (Softmax's length) is the whole row
         values = {name: flow.width if v is None else v for name, v in call.arg.attr_dict.items()}
-        attrs = [Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype) for name, ctype in kernel.c_attrs]
+        attrs = [loads.get((call, name)) or Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype)
+                 for name, ctype in kernel.c_attrs]
         ptrs = [Ptr(where[n]) for n in call.src[:arity]] + [Ptr(where[call])]
         steps.append(KernelStep.of(kernel, call.src[0].dtype, (*ptrs, *(Imm(int(s)) for s in sizes), *attrs),
                                    call.dtype))
@@ -349,9 +365,10 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     even = -(-flow.rounds // -(-flow.rounds // most))   # runs of even length, as few as `most` allows
     runs = [(t, min(even, flow.rounds - t)) for t in range(0, flow.rounds, even)]
     moves = []
+    once = [Move(Direction.MM2S, f"{g}_w{i}", *host_access(ctx, node)) for i, node in enumerate(flow.shared)]
+    once += [Move(Direction.MM2S, f"{g}_in", "words", Access(w, ((1, 1),))) for w in _flow_words(ctx, flow)]
     for number, (t, run) in enumerate(runs):
-        here = [] if t else [Move(Direction.MM2S, f"{g}_w{i}", *host_access(ctx, node))
-                             for i, node in enumerate(flow.shared)]
+        here = [] if t else list(once)
         here += [Move(direction, fifo.format(c=c), buffer,
                       Access(at.offset + int((t * cols + c) * rows * words(node)), dims(node, run)))
                  for c in range(cols) for fifo, direction, node, buffer, at in ends]

@@ -23,6 +23,7 @@ from iron.ir import (
     contiguous_span,
     describe,
     destination,
+    dynamic_attrs,
     elements,
     is_computed_view,
     is_host_tensor,
@@ -178,11 +179,6 @@ def host_items(ctx: Context, site: Site) -> list[tuple]:
             word = attr_word(ctx, call, name, expr)
             items.append((WordRef(word), 4, I32, ctx.table.words[word].name, ("words", Access(word, ((1, 1),)))))
     return items
-
-
-def dynamic_attrs(call: Node) -> list[tuple[str, Node]]:
-    c = call.arg
-    return list(zip(c.scalar_attrs, call.src[c.n_inputs + c.writes:]))
 
 
 def attr_word(ctx: Context, call: Node, name: str, expr: Node) -> int:

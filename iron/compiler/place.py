@@ -28,6 +28,7 @@ from iron.compiler.tiling import (
     choose_flow,
     choose_grid,
     row_streamable,
+    rows_do_not_stream,
     streamable,
     wants_grid,
 )
@@ -38,6 +39,7 @@ from iron.ir import (
     Program,
     call_label,
     describe,
+    dynamic_attrs,
     is_computed_view,
     is_host_tensor,
     nbytes,
@@ -213,24 +215,27 @@ def _check_rows_fit(program: Program, group: Group, room: int, stack: str):
     for call in (c for c in group.calls if role(c) is Role.ROW_REDUCTION):
         x = call.src[0]
         rows, width = (1, *x.shape) if len(x.shape) == 1 else x.shape
-        needed = held_bytes([call])
+        words = 4 * len(dynamic_attrs(call))   # its per-call attributes travel with its rows
+        needed = held_bytes([call]) + words
         per_row = (nbytes(x) + nbytes(call)) // rows
         shared = needed - per_row * rows
         if shared + per_row > room:
-            per_element = (shared + per_row) / width
+            # every (n,) operand and a result of x's shape grow with the row; a per-row result does not
+            per_element = sum(n.dtype.itemsize for n in call.src[:call.arg.n_inputs])
+            per_element += call.dtype.itemsize if call.shape == x.shape else 0
+            fixed = words + (0 if call.shape == x.shape else per_row - x.dtype.itemsize * width)
             raise DoesNotFit(
                 f"{program.name}: {call_label(program, call)} reduces a row of {width} {x.dtype.name} "
                 f"elements, whose inputs and result take {shared + per_row} bytes, but a compute tile has {stack}, "
                 f"and a row reduction reads its whole row at once, so it is not cut into blocks: "
-                f"make the row at most {int(room // per_element)} elements, or reduce it in pieces."
+                f"make the row at most {(room - fixed) // per_element} elements, or reduce it in pieces."
             )
-        if needed > room and not row_streamable(group.calls):
+        if needed > room and (why := rows_do_not_stream(group.calls, lambda c: call_label(program, c))):
             raise DoesNotFit(
                 f"{program.name}: {call_label(program, call)} reduces a batch of {rows} rows of {width} "
                 f"{x.dtype.name} elements, whose inputs and results take {needed} bytes, but a compute tile has "
-                f"{stack}, and a batch of rows streams in row-blocks only through a row reduction of host "
-                f"tensors without a per-call attribute: make the batch at most {(room - shared) // per_row} rows per call "
-                f"(one call per block of rows)."
+                f"{stack}, and the batch does not stream in row-blocks: {why}. Make the batch at most "
+                f"{(room - shared) // per_row} rows per call (one call per block of rows)."
             )
 
 
@@ -291,7 +296,7 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
     if grid is None:
         return None
     rows = len(grid.rows)
-    if grid.vector:   # per column: the matrix rows split between its cores, their results joined
+    if grid.own_rows:   # per column: the rows of A split between its cores, their results joined
         return replace(grid, c_mems=tuple(channels.take(col, 1 + rows, rows + 1) for col in grid.cols))
     c_mems = tuple(channels.take(col, 1 + rows, 2) for col in grid.cols)
     a_mems = tuple(channels.take(grid.cols[r % len(grid.cols)], 1, 1) for r in range(rows))

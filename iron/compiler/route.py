@@ -154,8 +154,8 @@ def grid_routes(site: Site) -> list[Route]:
     mem tile and the joined `<g>_host<c>` to the host."""
     g, grid = site.group.name, site.grid
     rows, cols = range(len(grid.rows)), range(len(grid.cols))
-    if grid.vector:
-        return vector_grid_routes(g, grid)
+    if grid.own_rows:
+        return own_rows_routes(g, grid)
     fifos = []
     for r, mem in zip(rows, grid.a_mems):
         fifos += [Route(f"{g}_a{r}_mem", FifoRole.WEIGHTS, g, HOST, (mem,)),
@@ -168,9 +168,10 @@ def grid_routes(site: Site) -> list[Route]:
     return fifos
 
 
-def vector_grid_routes(g: str, grid) -> list[Route]:
-    """A tiled MatVec's FIFOs: the vector's `<g>_b` to every core; per grid column the matrix
-    rows `<g>_a<c>_mem` into its mem tile, split into each core's `<g>_a<r>_<c>`, and each core's
+def own_rows_routes(g: str, grid) -> list[Route]:
+    """The FIFOs of a grid whose cores own their rows (a MatVec, a MatMul whose N is not whole
+    words): B's k-blocks (the vector's) `<g>_b` to every core; per grid column the rows of A
+    `<g>_a<c>_mem` into its mem tile, split into each core's `<g>_a<r>_<c>`, and each core's
     `<g>_part<r>_<c>` joined into `<g>_host<c>`."""
     rows, cols = range(len(grid.rows)), range(len(grid.cols))
     fifos = [Route(f"{g}_b", FifoRole.WEIGHTS, g, HOST, grid.tiles)]
@@ -185,11 +186,13 @@ def vector_grid_routes(g: str, grid) -> list[Route]:
 def flow_routes(site: Site) -> list[Route]:
     """Streamed elementwise calls' FIFOs (`stream_elementwise`): per grid column and input i,
     `<g>_x<i>_<c>_mem` into its mem tile, split into each core's `<g>_x<i>_<r>_<c>`; each core's
-    `<g>_part<r>_<c>` joined into `<g>_host<c>`; a row every row shares, `<g>_w<i>`, to every
-    core."""
+    `<g>_part<r>_<c>` joined into `<g>_host<c>`; a row every row shares, `<g>_w<i>`, and the
+    per-call words, `<g>_in`, to every core."""
     g, flow = site.group.name, site.flow
     rows = range(len(flow.rows))
     fifos = [Route(f"{g}_w{i}", FifoRole.WEIGHTS, g, HOST, flow.tiles) for i in range(len(flow.shared))]
+    if flow.per_call:
+        fifos.append(Route(f"{g}_in", FifoRole.INPUT, g, HOST, flow.tiles))
     for c, mem in enumerate(flow.mems):
         for i in range(len(flow.inputs)):
             fifos.append(Route(f"{g}_x{i}_{c}_mem", FifoRole.WEIGHTS, g, HOST, (mem,)))

@@ -5,8 +5,8 @@ devices do: A's row-blocks are shared along a row of cores, B's column-blocks al
 both streamed from the host through mem tiles, and each column's C blocks joined on its mem
 tile. A MatVec (M, K) x (K,) is the same grid with n = 1: every core owns its own m rows of the
 matrix (each column's mem tile splits one stream of rows between its cores), the vector's
-k-blocks go to every core, and each column's results are joined on its mem tile.
-`stream_elementwise` runs elementwise calls over tensors larger than a tile in blocks, spread
+k-blocks go to every core, and each column's results are joined on its mem tile; so is a
+MatMul whose N is not whole words, with n = N. `stream_elementwise` runs elementwise calls over tensors larger than a tile in blocks, spread
 over whole columns of cores the same way (docs/platform.md sections 2 and 4 for the channels
 and memories this counts, section 5 for the DMA limits)."""
 from __future__ import annotations
@@ -17,7 +17,16 @@ import numpy as np
 
 from iron import dtypes
 from iron.compiler.plan import Tile, TileKind
-from iron.ir import Node, Op, external_inputs, is_host_tensor, nbytes, tensor_inputs
+from iron.ir import (
+    Node,
+    Op,
+    describe,
+    dynamic_attrs,
+    external_inputs,
+    is_host_tensor,
+    nbytes,
+    tensor_inputs,
+)
 from iron.kernels.base import Role
 
 MAX_BLOCK = 256          # a block side, in elements: within a BD dimension's 1023 words either way
@@ -72,8 +81,15 @@ class Grid(OnCores):
 
     @property
     def vector(self) -> bool:
-        """A MatVec: every core owns its own rows; there are no column blocks."""
+        """A MatVec: a vector result."""
         return len(self.call.shape) == 1
+
+    @property
+    def own_rows(self) -> bool:
+        """Every core owns its own rows of A and C, B's k-blocks (a MatVec's vector) going to
+        every core and no column blocks: a MatVec, or a MatMul whose N is not whole words
+        (`whole_rows_when_not_words`)."""
+        return self.vector or n_not_words(self.call)
 
     @property
     def cores(self) -> int:
@@ -82,12 +98,12 @@ class Grid(OnCores):
     @property
     def rounds(self) -> int:
         """Row-block rounds: how many output block rows each core computes."""
-        return self.call.shape[0] // (self.m * (self.cores if self.vector else len(self.rows)))
+        return self.call.shape[0] // (self.m * (self.cores if self.own_rows else len(self.rows)))
 
     @property
     def per_round(self) -> int:
         """Output blocks each core computes per round (one per column block it owns)."""
-        return 1 if self.vector else self.call.shape[1] // (self.n * len(self.cols))
+        return 1 if self.own_rows else self.call.shape[1] // (self.n * len(self.cols))
 
     @property
     def k_blocks(self) -> int:
@@ -111,7 +127,8 @@ class Grid(OnCores):
         """The stated rule for sides that are not whole words."""
         if self.vector or unaligned(self.call) is None:
             return "each divides its side: no padding"
-        return (f"{unaligned(self.call).split(':')[0]}: blocks take whole rows, contiguous and whole words, "
+        owned = ", each core its own rows of A and C, B's k-blocks to every core" * self.own_rows
+        return (f"{unaligned(self.call).split(':')[0]}: blocks take whole rows, contiguous and whole words{owned}, "
                 "no padding")
 
 
@@ -167,6 +184,11 @@ def unaligned(call: Node) -> str | None:
     return None
 
 
+def n_not_words(call: Node) -> bool:
+    """Whether a MatMul's rows of B or C are not whole 32-bit words."""
+    return len(call.shape) == 2 and call.shape[1] * min(call.src[1].dtype.itemsize, call.dtype.itemsize) % 4 != 0
+
+
 def divisors(n: int, word_elements: int) -> list[int]:
     """Block sides for an extent n: divisors up to MAX_BLOCK holding whole 32-bit words."""
     return [d for d in range(1, min(n, MAX_BLOCK) + 1) if n % d == 0 and d % word_elements == 0]
@@ -184,17 +206,17 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
     rows (k = K): an expansion's row is not cut. None when no block holds whole words (say an
     odd N in bfloat16)."""
     (big_m, big_k), vector = call.src[0].shape, len(call.shape) == 1
-    big_n = 1 if vector else call.shape[1]
+    big_n, own = 1 if vector else call.shape[1], vector or n_not_words(call)
     acc = accumulates_in(call)
     room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
     in_words, out_words = 4 // min(4, call.src[0].dtype.itemsize), 4 // min(4, call.dtype.itemsize)
     rows_of = [r for r in range(len(device.compute_rows), 0, -1) if big_m % r == 0]
     for rows in rows_of:
         cols = [c for c in range(min(len(full_columns), spare // rows), 0, -1)
-                if (big_m % (rows * c) == 0 if vector else big_n % c == 0)
-                and (c + 1 if vector else rows + c) <= shim_in]
+                if (big_m % (rows * c) == 0 if own else big_n % c == 0)
+                and (c + 1 if own else rows + c) <= shim_in]
         for ncols in cols:
-            one_op = _one_dma_per_move(device, rows, ncols, vector, big_k, big_n)
+            one_op = _one_dma_per_move(device, rows, ncols, own, big_k, big_n)
             if vector and expand is not None:
                 row = nbytes(expand.src[0]) // big_m   # an expanded row's blocks, in bytes
                 ms = [m for m in divisors(big_m // (rows * ncols), out_words) if m * row % 4 == 0]
@@ -203,7 +225,7 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
             elif vector:
                 best = _best_blocks(call, big_m // (rows * ncols), big_k, 1, in_words, 1, acc, room, one_op, out_words)
             elif unaligned(call) is not None:
-                best = _whole_row_blocks(call, big_m // rows, ncols, acc, room, one_op)
+                best = _whole_row_blocks(call, big_m // (rows * ncols if own else rows), ncols, acc, room, one_op)
             else:
                 best = _best_blocks(call, big_m // rows, big_k, big_n // ncols, in_words,
                                     max(in_words, out_words), acc, room, one_op)
@@ -214,15 +236,16 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
     return None
 
 
-def _one_dma_per_move(device, rows: int, cols: int, vector: bool, big_k: int, big_n: int):
+def _one_dma_per_move(device, rows: int, cols: int, own_rows: bool, big_k: int, big_n: int):
     """Whether blocks m x k x n keep each round's moves one Dma op each (docs/platform.md
     section 5: a repeat of at most 64, other sizes at most 1023 words), so a round never waits
-    for buffer descriptors its own moves hold: the rows of C (a MatVec: of the matrix) a column
-    moves per round, and the repeat of A's and B's blocks (a MatVec: the k-blocks)."""
+    for buffer descriptors its own moves hold: the rows of C (where cores own their rows: of A)
+    a column moves per round, and the repeat of A's and B's blocks (where cores own their rows:
+    the k-blocks)."""
     repeat, wrap = device.dma_repeat_max, device.shim.max_bd_wrap
 
     def fits(m: int, k: int, n: int) -> bool:
-        if vector:
+        if own_rows:
             return rows * m <= wrap and big_k // k <= repeat
         return rows * m <= wrap and big_n // (n * cols) <= repeat
     return fits
@@ -230,21 +253,24 @@ def _one_dma_per_move(device, rows: int, cols: int, vector: bool, big_k: int, bi
 
 def _whole_row_blocks(call, per_row, cols, acc, room, one_op):
     """`whole_rows_when_not_words`: a MatMul whose K (A's rows) or N (B's and C's rows) is not
-    whole 32-bit words is not cut along that side: its blocks take whole rows, k = K or n = N
-    (on one column of cores), and enough of them (m, or k for B) that each block is whole words
-    and contiguous, which a DMA moves as one run of words. No padding, and the host layout
+    whole 32-bit words is not cut along that side: its blocks take whole rows, k = K or n = N,
+    and enough of them (m, or k for B) that each block is whole words and contiguous, which a
+    DMA moves as one run of words. With n = N there are no column blocks: every core of every
+    column owns its own rows of A and C (`per_row` each) and B's k-blocks go to every core, so
+    any N whose blocks fit a core takes the whole grid. No padding, and the host layout
     unchanged."""
     (_, big_k), big_n = call.src[0].shape, call.shape[1]
     a, b, out = (x.dtype.itemsize for x in (call.src[0], call.src[1], call))
     whole_k, whole_n = big_k * a % 4 != 0, big_n * min(b, out) % 4 != 0
-    if whole_n and cols != 1 or max(big_k if whole_k else 0, big_n if whole_n else 0) > MAX_BLOCK:
+    if whole_k and big_k > MAX_BLOCK:
         return None
     ks = [big_k] if whole_k else divisors(big_k, 4 // min(4, a))
     ns = [big_n] if whole_n else divisors(big_n // cols, 4 // min(4, min(b, out)))
+    per_col = big_n if whole_n else big_n // cols
     ms = [m for m in divisors(per_row, 1) if (m * big_k * a) % 4 == 0 or not whole_k]
     ms = [m for m in ms if (m * big_n * out) % 4 == 0 or not whole_n]
     ks = [k for k in ks if (k * big_n * b) % 4 == 0 or not whole_n]
-    return _fewest_calls(call, ms, ks, ns, per_row, big_k, big_n // cols, acc, room, one_op)
+    return _fewest_calls(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op)
 
 
 def _best_blocks(call, per_row, big_k, per_col, k_words, n_words, acc, room, one_op, m_words=1):
@@ -273,7 +299,8 @@ class Flow(OnCores):
     each column's mem tile `mems[c]` splits each input's stream between its cores and joins
     their results. A row reduction over a batch of rows of `width` elements streams the same
     way in blocks of whole rows (`stream_row_blocks`): a block of `block // width` rows; an
-    input every row shares (RMSNorm's w, in `shared`) goes whole to every core once."""
+    input every row shares (RMSNorm's w, in `shared`) goes whole to every core once, and so
+    does one object of the call's per-call attributes (Softmax's length), when it takes any."""
 
     calls: tuple[Node, ...]
     inputs: tuple[Node, ...]
@@ -283,10 +310,17 @@ class Flow(OnCores):
     mems: tuple[Tile, ...] = ()
     width: int = 1
     shared: tuple[Node, ...] = ()
+    objects: int = 2   # of each FIFO on a core: 1 when one row fills the tile
 
     @property
     def rounds(self) -> int:
         return self.inputs[0].size // (self.block * len(self.tiles))
+
+    @property
+    def per_call(self) -> tuple[tuple[Node, str, Node], ...]:
+        """(call, attribute, value) of the calls' per-call attributes, in the order of their
+        words in the object every core receives."""
+        return tuple((c, name, value) for c in self.calls for name, value in dynamic_attrs(c))
 
     @property
     def result_block(self) -> int:
@@ -306,8 +340,11 @@ class Flow(OnCores):
         where = (f"over {len(self.tiles)} tiles ({len(self.rows)} rows x {len(self.cols)} columns of cores), "
                  f"{self.rounds} blocks per core")
         if self.width > 1:
+            words = "".join(f", {name}={describe(value)} a per-call word every core receives"
+                            for _, name, value in self.per_call)
+            single = ", one object of each FIFO (a row fills the tile: no overlap)" * (self.objects == 1)
             return (f"{names} over {self.inputs[0].size // self.width} rows of {self.width} elements streamed in "
-                    f"row-blocks of {self.block // self.width} rows {where}")
+                    f"row-blocks of {self.block // self.width} rows {where}{words}{single}")
         return f"{names} over {self.calls[-1].size} elements streamed in blocks of {self.block} {where}"
 
 
@@ -324,25 +361,46 @@ def streamable(calls) -> bool:
 
 
 def row_streamable(calls) -> bool:
-    """One row reduction (by Role) of whole host tensors: a batch of rows (rows, n) and any row
-    (n,) every row shares (RMSNorm's w), taking no per-call attribute and writing no state."""
-    if len(calls) != 1:
-        return False
-    call = calls[0]
+    """One row reduction (by Role) over a batch of rows that `rows_do_not_stream` finds nothing
+    against."""
+    return (len(calls) == 1 and calls[0].arg.kernel.role is Role.ROW_REDUCTION and len(calls[0].src[0].shape) == 2
+            and rows_do_not_stream(calls, describe) is None)
+
+
+def rows_do_not_stream(calls, label) -> str | None:
+    """Why a group holding a row reduction over a batch of rows (rows, n) does not stream in
+    row-blocks, naming calls by `label`; None when it does: the reduction alone in its group,
+    writing no state, reading whole host tensors (the rows, and any row (n,) every row shares,
+    RMSNorm's w), each core taking at most MAX_FLOW_INPUTS FIFOs: its row-blocks, each shared
+    row, and one object of the per-call attributes (Softmax's length) when it takes any."""
+    call = next(c for c in calls if c.arg.kernel.role is Role.ROW_REDUCTION)
     x, *shared = call.src[:call.arg.n_inputs]
-    whole = all(is_host_tensor(n) and n.op != Op.VIEW for n in (x, *shared))
-    return (call.arg.kernel.role is Role.ROW_REDUCTION and not call.arg.writes and not call.arg.scalar_attrs
-            and len(x.shape) == 2 and all(n.shape == x.shape[1:] for n in shared) and whole)
+    if len(calls) != 1:
+        others = ", ".join(label(c) for c in calls if c is not call)
+        return f"it is fused with {others}, and a row reduction streams alone, reading host tensors"
+    if call.arg.writes:
+        return "it writes a state (out=), and a streamed result goes to the host"
+    for n in (x, *shared):
+        if not is_host_tensor(n) or n.op == Op.VIEW:
+            return f"it reads {describe(n)}, and a streamed row reduction reads whole host tensors"
+        if n is not x and n.shape != x.shape[1:]:
+            return f"it reads {describe(n)} of shape {n.shape}, and every row shares only rows {x.shape[1:]}"
+    fifos = 1 + len(shared) + bool(dynamic_attrs(call))
+    if fifos > MAX_FLOW_INPUTS:
+        return (f"each core would take {fifos} FIFOs (its row-blocks, {len(shared)} shared rows, "
+                f"{len(dynamic_attrs(call))} per-call words) but has {MAX_FLOW_INPUTS} input channels")
+    return None
 
 
-def flow_bytes(calls, block: int) -> int:
-    """A core's tile memory for blocks of `block` elements: two objects of each input and of the
-    result (a row reduction's: its share of the block), and one block of every other call's
-    result."""
+def flow_bytes(calls, block: int, objects: int = 2) -> int:
+    """A core's tile memory for blocks of `block` elements: `objects` of each input and of the
+    result (a row reduction's: its share of the block), of each shared row and of the per-call
+    words, and one block of every other call's result."""
     inputs, shared = streamed_inputs(calls)
     result = block * calls[-1].size // inputs[0].size
-    held = 2 * (block * sum(n.dtype.itemsize for n in inputs) + result * calls[-1].dtype.itemsize)
-    return held + block * sum(c.dtype.itemsize for c in calls[:-1]) + 2 * sum(map(nbytes, shared))
+    held = block * sum(n.dtype.itemsize for n in inputs) + result * calls[-1].dtype.itemsize
+    held += sum(map(nbytes, shared)) + 4 * sum(len(dynamic_attrs(c)) for c in calls)
+    return objects * held + block * sum(c.dtype.itemsize for c in calls[:-1])
 
 
 def streamed_inputs(calls) -> tuple[list[Node], list[Node]]:
@@ -358,13 +416,19 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     of their rows whose mem tile can split every input and join the results (an input DMA
     channel per input and core, an output one per input and core plus the result's), blocks of
     the most elements (at most FLOW_BLOCK) that divide each core's share, hold whole 32-bit
-    words and fit a core's memory (flow_bytes). None when no block does."""
+    words and fit a core's memory (flow_bytes) with two objects of each FIFO, or one object
+    each (no overlap of moves and work) when a block of one row fits only so. None when no block
+    does."""
     inputs, shared = streamed_inputs(calls)
     size, per_result = inputs[0].size, calls[-1].size / inputs[0].size
-    shim_in -= len(shared)   # each shared row goes from the shim to every core
+    shim_in -= len(shared) + any(dynamic_attrs(c) for c in calls)   # each shared row, the words: to every core
     mem = device.mem
-    words = max(4 // min(4, n.dtype.itemsize) for n in (*calls, *inputs))
+
+    def whole_words(b: int) -> bool:   # each input's block, each call's result for it (a row reduction's: a share)
+        return all(b * n.dtype.itemsize % 4 == 0 for n in (*inputs, *calls[:-1])) and \
+            b * per_result * calls[-1].dtype.itemsize % 4 == 0
     room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
+    objects = 2 if width == 1 or flow_bytes(calls, width) <= room else 1
     most_rows = min(len(device.compute_rows), (mem.dma_out_channels - 1) // len(inputs),
                     mem.dma_in_channels - len(inputs))
     for ncols in range(min(len(full_columns), spare, shim_in // len(inputs)), 0, -1):
@@ -373,9 +437,9 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
             if size % (rows * ncols):
                 continue
             blocks = [b for b in range(min(share, max(FLOW_BLOCK, width)), 0, -1)
-                      if share % b == 0 and b % width == 0 and b % words == 0
-                      and (b * per_result) % words == 0 and flow_bytes(calls, b) <= room]
+                      if share % b == 0 and b % width == 0 and whole_words(b) and flow_bytes(calls, b, objects) <= room]
             if blocks:
                 return Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]),
-                            tuple(full_columns[:ncols]), blocks[0], width=width, shared=tuple(shared))
+                            tuple(full_columns[:ncols]), blocks[0], width=width, shared=tuple(shared),
+                            objects=objects)
     return None

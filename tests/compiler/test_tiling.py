@@ -280,19 +280,44 @@ def test_a_batch_of_rows_whose_row_is_too_wide_names_the_row_and_one_that_fits_c
 
 
 class Attend(iron.Graph):
+    """Softmax over the first 64 rows of x: a view, which does not stream."""
+
     def body(self, x, *, n: Scratchpad[np.int32]):
-        return Softmax.step(x, length=n + 1)
+        return Softmax.step(x[:64], length=n + 1)
 
 
-def test_a_batch_of_rows_larger_than_a_tile_that_does_not_stream_says_how_many_rows_fit():
+class Logged(iron.Graph):
+    """Softmax into a state: a result the host does not read, which does not stream."""
+
+    def __init__(self):
+        self.log = iron.state((64, 1024), np.float32, name="log")
+
+    def body(self, x, *, n: Scratchpad[np.int32]):
+        Softmax.step(x, out=self.log, length=n + 1)
+
+
+TOO_MANY_ROWS = (
+    "Softmax#0 reduces a batch of 64 rows of 1024 float32 elements, whose inputs and results take 524292 bytes, "
+    "but a compute tile has 64512 (65536 less the core's 1024-byte stack), and the batch does not stream in "
+    "row-blocks: {why}. Make the batch at most 7 rows per call (one call per block of rows).")
+
+
+@pytest.mark.parametrize("graph, rows, why", [
+    (Attend, 80, "it reads x[:64], and a streamed row reduction reads whole host tensors"),
+    (Logged, 64, "it writes a state (out=), and a streamed result goes to the host"),
+], ids=["view", "state"])
+def test_a_batch_of_rows_larger_than_a_tile_that_does_not_stream_says_why_and_how_many_rows_fit(graph, rows, why):
     with pytest.raises(DoesNotFit) as err:
-        Attend().compile(x=((64, 1024), np.float32), device=from_name("npu2"))
-    assert str(err.value) == (
-        "Attend: Softmax#0 reduces a batch of 64 rows of 1024 float32 elements, whose inputs and results take "
-        "524288 bytes, but a compute tile has 64512 (65536 less the core's 1024-byte stack), and a batch of "
-        "rows streams in row-blocks only through a row reduction of host tensors without a per-call attribute: "
-        "make the batch at most 7 rows per call (one call per block of rows).")
-    Attend().compile(x=((7, 1024), np.float32), device=from_name("npu2"))   # the batch it names fits
+        graph().compile(x=((rows, 1024), np.float32), device=from_name("npu2"))
+    assert str(err.value) == f"{graph.__name__}: " + TOO_MANY_ROWS.format(why=why)
+
+
+def test_the_batch_a_refusal_names_fits():
+    class Seven(Logged):
+        def __init__(self):
+            self.log = iron.state((7, 1024), np.float32, name="log")
+
+    Seven().compile(x=((7, 1024), np.float32), device=from_name("npu2"))
 
 
 NOT_WORDS = [
@@ -307,14 +332,24 @@ NOT_WORDS = [
      "and whole words, no padding), 1 output blocks per core, 1 k-blocks each (1 kernel calls per core), "
      "summed in int32"),
     (128, 64, 127, BF16_DTYPE, None,
-     "g0: MatMul (128, 64) x (64, 127) bfloat16 -> bfloat16 over 4 tiles (4 rows x 1 columns of cores): blocks "
-     "m=16 k=64 n=127 (N = 127 elements of a row of B and C are not whole 32-bit words: blocks take whole rows, "
-     "contiguous and whole words, no padding), 2 output blocks per core, 1 k-blocks each (2 kernel calls per "
-     "core), summed in float32"),
+     "g0: MatMul (128, 64) x (64, 127) bfloat16 -> bfloat16 over 32 tiles (4 rows x 8 columns of cores): blocks "
+     "m=4 k=64 n=127 (N = 127 elements of a row of B and C are not whole 32-bit words: blocks take whole rows, "
+     "contiguous and whole words, each core its own rows of A and C, B's k-blocks to every core, no padding), "
+     "1 output blocks per core, 1 k-blocks each (1 kernel calls per core), summed in float32"),
+    (128, 64, 511, BF16_DTYPE, None,   # N over a block side (256) and over one column
+     "g0: MatMul (128, 64) x (64, 511) bfloat16 -> bfloat16 over 32 tiles (4 rows x 8 columns of cores): blocks "
+     "m=4 k=16 n=511 (N = 511 elements of a row of B and C are not whole 32-bit words: blocks take whole rows, "
+     "contiguous and whole words, each core its own rows of A and C, B's k-blocks to every core, no padding), "
+     "1 output blocks per core, 4 k-blocks each (4 kernel calls per core), summed in float32"),
+    (64, 32, 1001, np.int8, np.int32,
+     "g0: MatMul (64, 32) x (32, 1001) int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): blocks m=2 "
+     "k=16 n=1001 (N = 1001 elements of a row of B and C are not whole 32-bit words: blocks take whole rows, "
+     "contiguous and whole words, each core its own rows of A and C, B's k-blocks to every core, no padding), "
+     "1 output blocks per core, 2 k-blocks each (2 kernel calls per core), summed in int32"),
 ]
 
 
-@pytest.mark.parametrize("m, k, n, dtype, out, text", NOT_WORDS, ids=["int8-K127", "int8-K6", "bf16-N127"])
+@pytest.mark.parametrize("m, k, n, dtype, out, text", NOT_WORDS, ids=["int8-K127", "int8-K6", "bf16-N127", "bf16-N511", "int8-N1001"])
 def test_a_matmul_whose_rows_are_not_whole_words_takes_whole_rows_and_equals_the_reference(m, k, n, dtype, out, text):
     graph, c, a = compiled(m, k, n, np.dtype(dtype), out)
     assert rule(c.plan, "tile_matmul_over_array") == [text]

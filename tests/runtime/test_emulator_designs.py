@@ -117,6 +117,24 @@ def test_walk_runs_as_a_device_loop_on_npu2():
     np.testing.assert_array_equal(view(emulator.buffer("states"), plan.placement("trail")), numpy_trail(graph, 9))
 
 
+def test_runs_binding_the_same_arrays_reuse_their_dma_windows():
+    """A bound uint32 array is used as it is (not a new view per run), so each DMA op keeps one
+    window per array and offset it was launched on: two for the ring's two scratchpads, one for
+    the others (those whose offset is patched per launch aside), after 9 launches."""
+    graph = designs.walk()
+    plan, emulator = load(graph, "npu2")
+    ring = [np.zeros(plan.host_buffer(HostRole.WORDS).nwords, np.uint32) for _ in range(2)]
+    runs = [emulator.run(words=ring[k], feedback=ring[(k + 1) % 2]) for k in range(2)]
+    assert runs[0].buffers["words"] is ring[0] and runs[1].buffers["feedback"] is ring[0]
+    for k in range(9):
+        emulator.start(runs[k % 2])
+        emulator.wait(runs[k % 2])
+    ops = [dma for _, dma, _, _ in emulator.sequence.steps if dma is not None and dma.dma.patch_word is None]
+    on_words = [dma for dma in ops if dma.dma.buffer in ("words", "feedback")]
+    assert on_words and {len(dma.windows) for dma in on_words} == {2}
+    assert {len(dma.windows) for dma in ops if dma not in on_words} == {1}
+
+
 def test_walk_runs_host_driven_on_npu1():
     graph = designs.walk()
     plan, emulator = load(graph, "npu1")

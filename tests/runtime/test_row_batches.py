@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import iron
-from iron import Scratchpad
+from iron import Carried, Scratchpad
 from iron.kernels import Argmax, RMSNorm, Softmax
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -122,7 +122,7 @@ STREAMED = [
      "g0: RMSNorm over 64 rows of 1024 elements streamed in row-blocks of 2 rows over 32 tiles (4 rows x 8 "
      "columns of cores), 1 blocks per core"),
     (Max, (3000, 40), np.dtype(np.int8),
-     "g0: Argmax over 3000 rows of 40 elements streamed in row-blocks of 100 rows over 6 tiles (1 rows x 6 "
+     "g0: Argmax over 3000 rows of 40 elements streamed in row-blocks of 25 rows over 24 tiles (3 rows x 8 "
      "columns of cores), 5 blocks per core"),
 ]
 
@@ -141,3 +141,110 @@ def test_a_batch_larger_than_a_tile_streams_row_blocks_and_equals_the_reference(
         assert [text for name, text in compiled.plan.rules if name == "stream_row_blocks"] == [rule]
         assert rule in compiled.describe()
         close(compiled(x), want)
+
+
+# ---- a per-call length over a streamed batch: one word every core receives -------------------------
+
+class Attend(iron.Graph):
+    """Softmax of each row over its first pos + 1 elements, pos given per call."""
+
+    def body(self, x, *, pos: Scratchpad[np.int32]):
+        return Softmax.step(x, length=pos + 1)
+
+
+class Decode(iron.Graph):
+    """The same over rows held as a param, pos carried from call to call."""
+
+    def __init__(self, x):
+        self.x = iron.param(x)
+
+    def body(self, *, pos: Carried[np.int32]):
+        return Softmax.step(self.x, length=pos + 1), iron.carry(pos=pos + 100)
+
+
+LENGTHS = [
+    ("npu2", np.dtype(np.float32),
+     "g0: Softmax over 512 rows of 256 elements streamed in row-blocks of 8 rows over 32 tiles (4 rows x 8 "
+     "columns of cores), 2 blocks per core, length=pos + 1 a per-call word every core receives"),
+    ("npu2", BF16,
+     "g0: Softmax over 512 rows of 256 elements streamed in row-blocks of 16 rows over 32 tiles (4 rows x 8 "
+     "columns of cores), 1 blocks per core, length=pos + 1 a per-call word every core receives"),
+    ("npu1", np.dtype(np.float32),
+     "g0: Softmax over 512 rows of 256 elements streamed in row-blocks of 8 rows over 16 tiles (4 rows x 4 "
+     "columns of cores), 4 blocks per core, length=pos + 1 a per-call word every core receives"),
+]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="native kernels need the host C++ compiler g++")
+@pytest.mark.parametrize("device, dtype, rule", LENGTHS, ids=[f"{d}-{t}" for d, t, _ in LENGTHS])
+def test_a_per_call_length_reaches_every_core_of_a_streamed_batch(monkeypatch, device, dtype, rule):
+    monkeypatch.setenv("IRON_BACKEND", "emulator")
+    monkeypatch.setenv("IRON_QUIET", "1")
+    x = (np.random.default_rng(8).standard_normal((512, 256)) * 4).astype(dtype)
+    for mode in ("numpy", "native"):
+        monkeypatch.setenv("IRON_EMULATOR_KERNELS", mode)
+        compiled = Attend().compile(x, device=device)
+        assert [text for name, text in compiled.plan.rules if name == "stream_row_blocks"] == [rule]
+        assert compiled.plan.fifo("g0_in").consumers == tuple(core.tile for core in compiled.plan.cores)
+        for pos in (0, 130, 255):
+            got = compiled(x, pos=pos)
+            close(got, Attend().reference(x, pos=pos))
+            assert (got[:, pos + 1:] == 0).all() and (got[:, :pos + 1] > 0).all()
+
+
+def test_a_carried_length_reaches_every_core_call_after_call(monkeypatch):
+    monkeypatch.setenv("IRON_BACKEND", "emulator")
+    monkeypatch.setenv("IRON_QUIET", "1")
+    x = np.random.default_rng(9).standard_normal((256, 256)).astype(np.float32)
+    compiled, graph = Decode(x).compile(device="npu2"), Decode(x)
+    assert [name for name, _ in compiled.plan.rules if name == "stream_row_blocks"] == ["stream_row_blocks"]
+    pos = 5
+    for _ in range(3):
+        got, carry = compiled(pos=pos)
+        want, next_values = graph.reference(pos=pos)
+        close(got, want)
+        assert carry["pos"] == next_values["pos"] == pos + 100
+        pos = carry["pos"]
+
+
+# ---- a row just too wide for a tile; the widest row streams one object at a time ---------------------
+
+class Sized(Attend):
+    def __init__(self, dtype, width):
+        pass
+
+
+WIDEST = [   # (graph, dtype, the widest row a tile holds, the bytes one element more takes)
+    (Norm, np.dtype(np.float32), 5376, 64524),
+    (Soft, np.dtype(np.float32), 8064, 64520),
+    (Sized, np.dtype(np.float32), 8063, 64516),    # and its per-call length word
+    (Max, BF16, 32254, 64514),                     # and its int32 index
+    (Max, np.dtype(np.int8), 64508, 64513),
+]
+WIDEST_IDS = [f"{g.__name__}-{d}" for g, d, _, _ in WIDEST]
+
+
+@pytest.mark.parametrize("graph, dtype, widest, over", WIDEST, ids=WIDEST_IDS)
+def test_a_row_one_element_too_wide_does_not_fit_naming_the_kernel_and_the_bytes(graph, dtype, widest, over):
+    kernel = {Norm: "RMSNorm", Soft: "Softmax", Sized: "Softmax", Max: "Argmax"}[graph]
+    with pytest.raises(iron.errors.DoesNotFit) as refused:
+        graph(dtype, widest + 1).compile(x=((widest + 1,), dtype), device="npu2")
+    assert str(refused.value) == (
+        f"{graph.__name__}: {kernel}#0 reduces a row of {widest + 1} {dtype.name} elements, whose inputs and result "
+        f"take {over} bytes, but a compute tile has 64512 (65536 less the core's 1024-byte stack), and a row "
+        f"reduction reads its whole row at once, so it is not cut into blocks: make the row at most {widest} "
+        "elements, or reduce it in pieces.")
+
+
+@pytest.mark.parametrize("graph, dtype, widest, over", WIDEST, ids=WIDEST_IDS)
+def test_a_batch_of_the_widest_rows_streams_one_object_at_a_time_and_equals_the_reference(
+        monkeypatch, graph, dtype, widest, over):
+    monkeypatch.setenv("IRON_BACKEND", "emulator")
+    monkeypatch.setenv("IRON_QUIET", "1")
+    x = (np.random.default_rng(6).standard_normal((6, widest)) * 30).astype(dtype)
+    values = {"pos": widest - 7} if graph is Sized else {}
+    compiled = graph(dtype, widest).compile(x, device="npu2")
+    [rule] = [text for name, text in compiled.plan.rules if name == "stream_row_blocks"]
+    assert rule.startswith(f"g0: {rule.split()[1]} over 6 rows of {widest} elements streamed in row-blocks of 1 rows")
+    assert rule.endswith(", one object of each FIFO (a row fills the tile: no overlap)")
+    close(compiled(x, **values), graph(dtype, widest).reference(x, **values))
