@@ -311,7 +311,9 @@ def l1_share(device) -> int:
 def stream_large_matrix(group: Group, tiles, parts: int, channels, device) -> Stream | None:
     """Stream the group's leading matrix call's matrix when it (with the blocks it is expanded
     from, when `dequant_before_matvec` fused its expansion) is larger than its L1 share, in
-    blocks of the most rows whose object (with its expansion) takes at most STREAM_OBJECT_BYTES."""
+    blocks of the most rows whose object takes at most STREAM_OBJECT_BYTES; with an expansion,
+    whose two objects of blocks and the Buffer they are expanded into take at most the two
+    objects of a float32 stream."""
     first = leading_call(group.calls)
     if role(first) is not Role.MATRIX:
         return None
@@ -320,9 +322,11 @@ def stream_large_matrix(group: Group, tiles, parts: int, channels, device) -> St
     if not is_host_tensor(matrix) or (parts == 1 and held <= l1_share(device)):
         return None
     rows_per_part = matrix.shape[0] // parts
-    per_row = row_bytes(matrix) + (row_bytes(expand) if expand is not None else 0)
+    budget, per_row = STREAM_OBJECT_BYTES, row_bytes(matrix)
+    if expand is not None:   # two objects of blocks and their expansion: a float32 stream's two objects
+        budget, per_row = 2 * STREAM_OBJECT_BYTES, 2 * row_bytes(matrix) + row_bytes(expand)
     rows = max((r for r in range(1, rows_per_part + 1) if rows_per_part % r == 0
-                and r * per_row <= STREAM_OBJECT_BYTES and r * row_bytes(matrix) % 4 == 0), default=None)
+                and r * per_row <= budget and r * row_bytes(matrix) % 4 == 0), default=None)
     if rows is None:
         return None
     links = (1, 1) if parts == 1 else (parts + 1, parts + 1)

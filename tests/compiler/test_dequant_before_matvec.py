@@ -84,7 +84,7 @@ def test_a_large_matrix_and_its_blocks_share_one_stream_object_on_the_tile():
 
 
 @pytest.mark.parametrize("device, fmt, parts, rows, blocks", [
-    ("npu2", Q4_1, 2, 6, 44), ("npu2", Q8_0, 4, 6, 22), ("npu1", Q8_0, 4, 6, 22)])
+    ("npu2", Q4_1, 2, 12, 22), ("npu2", Q8_0, 4, 6, 22), ("npu1", Q8_0, 4, 6, 22)])
 def test_a_quantized_layer_streams_its_blocks_split_by_rows(on_emulator, device, fmt, parts, rows, blocks):
     rng = np.random.default_rng(1)
     graph = Layer(random_blocks(rng, 528, 512, fmt), fmt)
