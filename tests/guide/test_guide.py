@@ -158,6 +158,7 @@ EXPECTED = {
         "reference(), prompt loaded by the first version: [30, 216, 216] -> matches numpy",
         re.compile(r"compiled for npu2 in \d+\.\d s: the body in \d+ segments run in order within each call, "
                    r"the first version \(loads the prompt\) in 1"),
+        re.compile(r"float32 weights: a token reads \d+\.\d MB of weights and params from DDR"),
         re.compile(r"host-driven \(npu2, emulator\), prompt fed by the host: \[30, 216, 216\] -> matches reference\(\) "
                    r"\(7 calls, one per position, in \d+\.\d s: \d+\.\d\d tokens/s\)"),
         re.compile(r"device loop \(npu2, emulator, depth 2\), prompt loaded by the first version: \[30, 216, 216\] -> "
