@@ -80,10 +80,10 @@ def fifo_homes(plan: Plan) -> dict[str, tuple[tuple[Tile, int], ...]]:
     """Per FIFO, (tile, objects) for every tile holding some of its objects, as mlir-aie allocates
     them: a shared-memory FIFO's once, on the producer's tile unless the consumer's core cannot
     reach it (then on the consumer's); a DMA FIFO's at each compute and mem end, except that a
-    mem-tile link keeps the objects of only one of its FIFOs (`_link_holder`)."""
+    mem-tile link keeps the objects of only one of its FIFOs (`link_holder`)."""
     acquired = _most_acquired(plan)
     unkept = {(link.tile, name) for link in plan.links for name in (*link.sources, *link.destinations)
-              if name != _link_holder(plan, link)}
+              if name != link_holder(plan, link)}
     homes = {}
     for f in plan.fifos:
         if f.shared_memory:
@@ -95,7 +95,7 @@ def fifo_homes(plan: Plan) -> dict[str, tuple[tuple[Tile, int], ...]]:
     return homes
 
 
-def _link_holder(plan: Plan, link) -> str:
+def link_holder(plan: Plan, link) -> str:
     """The FIFO whose objects a mem-tile link keeps: the joined one, the one split, or the larger
     of a forward's two (its source when they are equal)."""
     if len(link.sources) > 1:

@@ -1,6 +1,6 @@
 """`check_plan(plan)`: the device rules every Plan keeps, checked once before it is printed or
 run (PlanError, or DoesNotFit for tile memory): tiles within the device, FIFOs and links
-well-formed and on the right tiles, DMA channels per tile, cores and Functions (core_checks.py),
+well-formed and on the right tiles, DMA channels and locks per tile, cores and Functions (core_checks.py),
 words computed from earlier words, Dma ops within the shim's limits and their host buffers,
 buffer descriptor ids reused only after a covering Wait, every Wait met by a completion token,
 every FIFO given per launch exactly the objects its consumers take, and the Emit exactly on
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from itertools import accumulate
 
-from iron.compiler.allocate import check_tile_memory, shares_memory
+from iron.compiler.allocate import check_tile_memory, fifo_homes, link_holder, shares_memory
 from iron.compiler.core_checks import check_cores, check_functions, fail
 from iron.compiler.plan import (
     FLAG_WORDS,
@@ -38,6 +38,7 @@ def check_plan(plan: Plan) -> None:
     _check_fifos(plan)
     _check_links(plan)
     _check_dma_channels(plan)
+    _check_locks(plan)
     check_functions(plan)
     check_cores(plan)
     _check_words(plan)
@@ -163,6 +164,31 @@ def _check_dma_channels(plan: Plan):
                             f"{tile.kind} tile has {have} such channels",
                       "Route several operands through one FIFO (one packed object, or a mem-tile join), or "
                       "make FIFOs between neighbouring compute tiles shared memory.")
+
+
+def tile_locks(plan: Plan) -> dict[Tile, list[tuple[str, int]]]:
+    """Per compute or mem tile, (FIFO, locks) as the object FIFO lowering spends them: a producer
+    and a consumer lock wherever a FIFO's objects live (`fifo_homes`), one such pair per part of
+    a mem-tile split or join (docs/platform.md section 4)."""
+    parts = {(link.tile, link_holder(plan, link)): max(len(link.sources), len(link.destinations))
+             for link in plan.links}
+    used: dict[Tile, list[tuple[str, int]]] = {}
+    for name, homes in fifo_homes(plan).items():
+        for tile, _ in homes:
+            used.setdefault(tile, []).append((name, 2 * parts.get((tile, name), 1)))
+    return used
+
+
+def _check_locks(plan: Plan):
+    """Each tile within its locks (docs/platform.md section 2). A shim tile's ends take at most
+    a pair per DMA channel, within its 16, so they are not counted."""
+    for tile, locks in sorted(tile_locks(plan).items(), key=lambda item: (item[0].col, item[0].row)):
+        have = (plan.device.compute if tile.kind is TileKind.COMPUTE else plan.device.mem).locks
+        if sum(n for _, n in locks) > have:
+            fail(plan, f"{tile.name} needs {sum(n for _, n in locks)} locks "
+                        f"({', '.join(f'{name} {n}' for name, n in locks)}) but a {tile.kind} tile has {have}",
+                 "Put fewer FIFO ends (or fewer parts of mem-tile splits and joins) on this tile: place the "
+                 "groups on more tiles.")
 
 
 # ---- words ----------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 consecutive groups neighbouring tiles; `stream_large_matrix` streams a matrix operand larger than
 its share of a compute tile through a mem tile in blocks of rows; `split_matrix_over_tiles`
 splits a MatVec over 128 KiB by rows over 2, 4 or 8 tiles (the fewest bringing parts to 128
-KiB, else the most that fit), joined on a mem tile; `tile_matmul_over_array` spreads a large
+KiB, else the most that fit), joined on a mem tile, unless `unsplit_beside_producer` keeps it on
+one tile; `tile_matmul_over_array` spreads a large
 MatMul or MatVec, and `stream_elementwise` elementwise calls over large tensors, over whole
 columns of cores (iron/compiler/tiling.py); `check_rows_fit` refuses a row reduction wider than
 a tile. Tile sizes and channel counts are the device's (docs/platform.md)."""
@@ -31,6 +32,7 @@ from iron.ir import (
     call_label,
     describe,
     dynamic_attrs,
+    external_inputs,
     is_computed_view,
     is_host_tensor,
     nbytes,
@@ -40,6 +42,7 @@ from iron.kernels.base import Role
 
 SPLIT_PART_BYTES = 128 * 1024   # a MatVec's matrix larger than this is split over tiles
 SPLIT_COUNTS = (2, 4, 8)
+FORWARD_BYTES = 4096   # the largest host tensor one group forwards to later readers
 
 
 @dataclass(frozen=True)
@@ -116,12 +119,15 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
             sites.append(Site(group, flow.tiles, flow=flow))
             rules.append((rule, f"{group.name}: {flow.text()}"))
             continue
-        parts, why = split_parts(group, outside, spare, channels, free[0])
+        crowded = unsplit_beside_producer(groups, number, outside, sites, device)
+        parts, why = (1, "") if crowded else split_parts(group, outside, spare, channels, free[0])
         tiles, free = tuple(free[:parts]), free[parts:]
         stream = stream_large_matrix(group, tiles, parts, channels, device)
         sites.append(Site(group, tiles, stream))
         rules.append(("snake_order", f"{group.name} on {', '.join(t.name for t in tiles)}"))
         rules += _stream_rules(group, stream)
+        if crowded:
+            rules.append(("unsplit_beside_producer", f"{group.name}: {crowded}"))
         if why:
             rules.append(("split_matrix_over_tiles", f"{group.name}: on {parts} tile{'s' * (parts > 1)}, not more: {why}"))
     emit = free[0] if with_emit else None
@@ -318,6 +324,75 @@ def split_parts(group: Group, outside: dict[Node, tuple[str, ...]], spare: int, 
         else:
             return k, "; ".join(why)
     return 1, "; ".join(why)
+
+
+def unsplit_beside_producer(groups: tuple[Group, ...], number: int, outside, sites: list[Site], device) -> str:
+    """`unsplit_beside_producer`: a part of a split group receives by DMA the result of every
+    other group it reads (a FIFO to several tiles is never shared memory), its rows, and its
+    other host tensors. So a group `split_matrix_over_tiles` could split stays on one tile when
+    its parts would take more FIFOs by DMA than a compute tile has input channels (`takes`); and
+    also when the one group reading its result, the next one, would take one FIFO too many: on
+    one tile, `snake_order` puts the next group right beside it, and the next group then reads
+    its result through shared memory (docs/platform.md section 4). Returns why, or ""."""
+    group, limit = groups[number], device.compute.dma_in_channels
+    if not splittable(group, outside):
+        return ""
+    mine = takes(groups, group, sites)
+    if len(mine) > limit:
+        return (f"not split: each part would take {len(mine)} FIFOs by DMA ({', '.join(mine)}) but a compute "
+                f"tile has {limit} input channels; on one tile beside the group before it, it reads that "
+                "group's result through shared memory")
+    reader = groups[number + 1] if number + 1 < len(groups) else None
+    readers = {u for c in group.calls for u in outside.get(c, ())}
+    if reader is None or readers != {reader.name}:
+        return ""
+    theirs = takes(groups, reader, sites)
+    if not limit < len(theirs) <= limit + 1:
+        return ""
+    return (f"not split: {reader.name}, the one group reading its result, would take {len(theirs)} FIFOs by "
+            f"DMA ({', '.join(theirs)}) but a compute tile has {limit} input channels; on one tile, with "
+            f"{reader.name} beside it, its result goes through shared memory")
+
+
+def takes(groups: tuple[Group, ...], group: Group, sites: list[Site]) -> list[str]:
+    """The FIFOs a core of `group` takes by DMA unless shared memory spares one: each other
+    group's result no other of them forwards (`unrelayed`), with the groups on one tile that
+    load a small host tensor it reads and forward it (`forward_shared_input`); its rows (a host
+    matrix its leading matrix call reads); its `_in` for any other host tensor."""
+    first = group.calls[0]
+    matrix = first.src[0] if role(first) is Role.MATRIX else None
+    host = [n for n in external_inputs(group.calls) if is_host_tensor(n) and n is not matrix]
+    loaders = [next((s.group.name for s in sites if len(s.tiles) == 1 and forwardable(n)
+                     and any(n in tensor_inputs(c) for c in s.group.calls)), None) for n in host]
+    sending = unrelayed(groups, group, sites)
+    sending += tuple(g for g in dict.fromkeys(loaders) if g is not None and g not in sending)
+    return ([f"{g}'s result" for g in sending] + ["its rows"] * (matrix is not None and is_host_tensor(matrix))
+            + ["its host tensors"] * (None in loaders))
+
+
+def forwardable(node: Node) -> bool:
+    """A host tensor one group may forward to others: an input, weight or param (or a view of
+    one), not a state, of at most FORWARD_BYTES."""
+    base = node.src[0] if node.op == Op.VIEW else node
+    constant = base.op == Op.INPUT or base.arg[0] in ("weight", "param")
+    return constant and node.size * node.dtype.itemsize <= FORWARD_BYTES
+
+
+def unrelayed(groups: tuple[Group, ...], group: Group, sites: list[Site]) -> tuple[str, ...]:
+    """The other groups whose results `group` reads, less those whose result another of them,
+    on one tile, reads too and so can forward (`fit_compute_channels`), in program order."""
+    sending = senders(groups, group)
+    one_tile = {s.group.name for s in sites if len(s.tiles) == 1}
+    by_name = {g.name: g for g in groups}
+    relayed = {s for t in sending if t in one_tile for s in senders(groups, by_name[t])}
+    return tuple(s for s in sending if s not in relayed)
+
+
+def senders(groups: tuple[Group, ...], group: Group) -> tuple[str, ...]:
+    """The other groups whose results `group`'s calls read, in program order."""
+    group_of = {c: g.name for g in groups for c in g.calls}
+    names = {group_of[n] for c in group.calls for n in tensor_inputs(c) if group_of.get(n, group.name) != group.name}
+    return tuple(g.name for g in groups if g.name in names)
 
 
 def splittable(group: Group, outside: dict[Node, tuple[str, ...]]) -> bool:

@@ -9,13 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from iron.compiler.allocate import shares_memory
-from iron.compiler.place import Layout, Site
+from iron.compiler.place import Layout, Site, forwardable
 from iron.compiler.plan import FifoRole, Tile, TileKind
 from iron.errors import PlacementError
-from iron.ir import Node, Op, Program, describe, is_host_tensor, state_of, tensor_inputs
+from iron.ir import Node, Program, describe, is_host_tensor, state_of, tensor_inputs
 
 HOST = Tile(-1, 0, TileKind.SHIM)   # a FIFO end on the shim tile that `assign_shims` picks
-FORWARD_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -212,8 +211,8 @@ def join_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
 
 
 def forwarded_inputs(layout: Layout) -> dict[str, dict[Node, tuple[str, ...]]]:
-    """`forward_shared_input`: small host tensors (at most FORWARD_BYTES: inputs, weights, params
-    and views of them, not states) that several groups read: the first unsplit group loading one
+    """`forward_shared_input`: small host tensors (`forwardable`: inputs, weights, params and
+    views of them, not states) that several groups read: the first unsplit group loading one
     forwards it in its `_out` to the later readers, so the host moves it once per launch and each
     reader needs no shim channel for it. Returns loader group -> {tensor: reader groups}."""
     loader: dict[Node, str] = {}
@@ -224,16 +223,10 @@ def forwarded_inputs(layout: Layout) -> dict[str, dict[Node, tuple[str, ...]]]:
             if loader.get(node, g) != g:
                 readers = found[loader[node]][node]
                 readers += [] if g in readers else [g]
-            elif node not in loader and len(site.tiles) == 1 and _forwardable(node):
+            elif node not in loader and len(site.tiles) == 1 and forwardable(node):
                 loader[node] = g
                 found.setdefault(g, {})[node] = []
     return {g: {n: tuple(r) for n, r in nodes.items() if r} for g, nodes in found.items()}
-
-
-def _forwardable(node: Node) -> bool:
-    base = node.src[0] if node.op == Op.VIEW else node
-    constant = base.op == Op.INPUT or base.arg[0] in ("weight", "param")
-    return constant and node.size * node.dtype.itemsize <= FORWARD_BYTES
 
 
 # ---- compute-tile channels -------------------------------------------------------------------------

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -201,8 +200,9 @@ def report(label: str, tokens: list[int], expected: list[int]) -> bool:
     return ok
 
 
-def run(model: Decoder, prompt, count: int, depth: int, describe: bool = False) -> int:
-    """Generate with every path, check them against numpy, print tokens and tokens/s; exit code."""
+def run(model: Decoder, prompt, count: int, depth: int, describe: bool = False, svg: str | None = None) -> int:
+    """Generate with every path, check them against numpy, print tokens and tokens/s (and draw the
+    body's placement into `svg`, when given); exit code."""
     expected, margin = numpy_generate(model, prompt, count)
     print(f"prompt {list(prompt)}; numpy generates {expected} (smallest top-2 logit gap {margin:.3g})")
     feed_prompt(model, model.reference, prompt[:-1])
@@ -215,8 +215,9 @@ def run(model: Decoder, prompt, count: int, depth: int, describe: bool = False) 
           f"first {tiles_text(first)}")
     if describe:
         print(body.describe())
-    body.svg(Path(__file__).with_name(f"decoder-{device.name}.svg"))   # beside this file, wherever it runs from
-    print(f"the body's placement, drawn: decoder-{device.name}.svg")
+    if svg is not None:
+        body.svg(svg)
+        print(f"the body's placement, drawn: {svg}")
     backend = select_backend()
     tokens, host_rate = measured(model, first, prompt, lambda: host_driven(model, first, body, prompt, count))
     ok &= report(f"host-driven ({device.name})", tokens, expected)
@@ -264,6 +265,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     parser.add_argument("--prompt", default=",".join(map(str, PROMPT)), help="comma-separated token ids")
     parser.add_argument("--describe", action="store_true", help="print compiled.describe() of the body")
+    parser.add_argument("--svg", metavar="PATH", help="draw the body's placement into this SVG file")
     args = parser.parse_args(argv)
     aie_utils.set_current_device(aie_utils.from_name(args.device))
     prompt = tuple(int(t) for t in args.prompt.split(","))
@@ -274,7 +276,7 @@ def main(argv=None) -> int:
         parser.error(f"the prompt's tokens must be below --vocab ({args.vocab})")
     model = Decoder(args.layers, args.seed, args.vocab, args.width, args.hidden, args.context)
     try:
-        return run(model, prompt, args.tokens, args.depth, args.describe)
+        return run(model, prompt, args.tokens, args.depth, args.describe, args.svg)
     except (PlacementError, DoesNotFit) as refused:
         print(f"the decoder does not fit {args.device}: {type(refused).__name__}: {refused}")
         return 1

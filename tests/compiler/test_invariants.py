@@ -10,7 +10,7 @@ import iron
 from aie_utils import from_name
 from iron.compiler.allocate import tile_memory
 from iron.compiler.compile import compile_program
-from iron.compiler.invariants import check_plan
+from iron.compiler.invariants import check_plan, tile_locks
 from iron.compiler.plan import (
     Buffer,
     Dma,
@@ -243,6 +243,31 @@ def test_shared_memory_fifos_take_no_channel():
     plan = plan_of("walk", "npu2")   # g0_out: tile_0_2 -> tile_0_3 in shared memory, beside g0_host
     core, shim = Tile(0, 2, TileKind.COMPUTE), Tile(0, 0, TileKind.SHIM)
     check_plan(with_fifos(plan, Fifo("extra", core, (shim,), 2, 4)))
+
+
+LOCK_FIX = (" Put fewer FIFO ends (or fewer parts of mem-tile splits and joins) on this tile: place the groups on "
+            "more tiles.")
+
+
+def test_a_compute_tile_over_its_16_locks_is_refused():
+    plan = plan_of("walk", "npu2")   # tile_0_2 holds g0_host's and g0_out's objects: 2 locks each
+    core, above = Tile(0, 2, TileKind.COMPUTE), Tile(0, 3, TileKind.COMPUTE)
+    assert tile_locks(plan)[core] == [("g0_in", 2), ("g0_host", 2), ("g0_out", 2)]
+    fits = [Fifo(f"extra{i}", core, (above,), 2, 4, shared_memory=True) for i in range(5)]
+    check_plan(with_fifos(plan, *fits))   # 16 locks: no DMA channel, but a lock pair each
+    broken(with_fifos(plan, *fits, Fifo("extra5", core, (above,), 2, 4, shared_memory=True)),
+           "plan Walk on npu2: tile_0_2 needs 18 locks (g0_in 2, g0_host 2, g0_out 2, extra0 2, extra1 2, extra2 2, "
+           "extra3 2, extra4 2, extra5 2) but a compute tile has 16." + LOCK_FIX)
+
+
+def test_a_mem_tile_counts_a_lock_pair_per_part_of_a_split_or_join():
+    plan = plan_of("big_matvec", "npu2")   # mem_0_1 splits g0_w_mem into 4 parts and joins 4 into g0_host
+    mem = Tile(0, 1, TileKind.MEM)
+    assert tile_locks(plan)[mem] == [("g0_w_mem", 8), ("g0_host", 8)]
+    # no mem tile of npu1 or npu2 can reach its 64 locks within its 6 + 6 DMA channels: a device with fewer
+    few = dataclasses.replace(plan.device, mem=dataclasses.replace(plan.device.mem, locks=15))
+    broken(dataclasses.replace(plan, device=few),
+           "plan BigMatVec on npu2: mem_0_1 needs 16 locks (g0_w_mem 8, g0_host 8) but a mem tile has 15." + LOCK_FIX)
 
 
 def test_a_fifo_is_shared_memory_exactly_when_mlir_aie_makes_it_so():

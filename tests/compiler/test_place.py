@@ -3,13 +3,14 @@ split matrices, shim channels, and the refusals when a device is too small. Shar
 channels through mem tiles has its own tests (test_share_channels.py)."""
 
 import numpy as np
+import pytest
 
 import iron
 from aie_utils import from_name
 from iron.compiler.compile import compile_program
 from iron.compiler.place import snake_order
 from iron.compiler.plan import Dma, Imm, KernelStep, Link, Loop, Ptr
-from iron.kernels import Exp, MatVec, Softmax
+from iron.kernels import Add, Exp, MatVec, Softmax
 from tests.compiler import designs
 
 F32 = np.float32
@@ -119,3 +120,51 @@ def test_shim_channels_spread_over_columns():
 
 # More groups than tiles, or more shim channels than the device has, no longer refuse: the design
 # runs as segments (tests/compiler/test_segments.py).
+
+
+class Residual(iron.Graph):
+    """y = exp(x) + W @ (V @ x): the large MatVec's group reads the results of two groups, neither
+    of which reads the other's (so neither can forward it)."""
+
+    def __init__(self):
+        rng = np.random.default_rng(5)
+        self.v = iron.param(rng.standard_normal((256, 128)).astype(F32) / 16)
+        self.w = iron.param(rng.standard_normal((512, 256)).astype(F32) / 16)
+
+    def body(self, x):
+        return Add.step(Exp.step(x[:512].reshape(512)), MatVec.step(self.w, MatVec.step(self.v, x[:128])))
+
+
+class ResidualOfSplit(iron.Graph):
+    """y = exp(x) + W @ (V @ x) with V large enough to split: the group of W @ . reads V's result
+    and exp(x)'s, so V's group stays on one tile for W's to read its result through shared memory."""
+
+    def __init__(self):
+        rng = np.random.default_rng(6)
+        self.v = iron.param(rng.standard_normal((512, 256)).astype(F32) / 16)
+        self.w = iron.param(rng.standard_normal((256, 512)).astype(F32) / 16)
+
+    def body(self, x):
+        return Add.step(Exp.step(x), MatVec.step(self.w, MatVec.step(self.v, x)))
+
+
+UNSPLIT_OWN = ("g2: not split: each part would take 3 FIFOs by DMA (g0's result, g1's result, its rows) but a "
+               "compute tile has 2 input channels; on one tile beside the group before it, it reads that group's "
+               "result through shared memory")
+UNSPLIT_FOR_READER = ("g1: not split: g2, the one group reading its result, would take 3 FIFOs by DMA (g0's "
+                      "result, g1's result, its rows) but a compute tile has 2 input channels; on one tile, with g2 "
+                      "beside it, its result goes through shared memory")
+
+
+@pytest.mark.parametrize("graph, n, unsplit", [
+    (Residual(), 512, [UNSPLIT_OWN]),                            # the big MatVec reads two groups' results
+    (ResidualOfSplit(), 256, [UNSPLIT_FOR_READER, UNSPLIT_OWN]),  # and one of them would split too
+])
+def test_a_group_reading_two_groups_results_runs_unsplit_beside_its_producer(on_emulator, graph, n, unsplit):
+    x = np.linspace(-1, 1, n).astype(F32)
+    plan = plan_of(graph, x=((n,), F32))
+    assert plan.segments == ()
+    assert [what for r, what in plan.rules if r == "unsplit_beside_producer"] == unsplit
+    assert core_tiles(plan) == [("g0", "tile_0_2"), ("g1", "tile_0_3"), ("g2", "tile_0_4")]
+    assert plan.fifo("g1_out").shared_memory and not plan.fifo("g0_out").shared_memory
+    np.testing.assert_allclose(graph.compile(x=((n,), F32))(x), graph.reference(x), rtol=1e-4, atol=1e-4)

@@ -227,16 +227,20 @@ def test_design_runs_on_the_emulator_and_matches_numpy(runs, name):
             assert expected in lines, f"{name}: missing line {expected!r}\n{out}"
 
 
-def test_the_decoder_is_importable_and_main_takes_argv(monkeypatch, capsys):
+def test_the_decoder_is_importable_and_main_takes_argv(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("IRON_BACKEND", "emulator")
     decoder = load("section-8/decoder.py")
     previous = aie_utils.get_current_device()
+    drawn = tmp_path / "body.svg"
     try:
-        assert decoder.main(["--tokens", "3", "--prompt", "5,17,42,8"]) == 0
+        assert decoder.main(["--tokens", "3", "--prompt", "5,17,42,8", "--svg", str(drawn)]) == 0
     finally:
         aie_utils.set_current_device(previous)   # main() sets the device from --device
     lines = capsys.readouterr().out.splitlines()
     assert "device loop (npu2, depth 2): [36, 55, 18] -> matches numpy (token for token)" in lines
+    assert f"the body's placement, drawn: {drawn}" in lines
+    # the picture the guide shows is the one the script draws now
+    assert drawn.read_text() == (GUIDE / "section-8" / "decoder-npu2.svg").read_text()
     model = decoder.Decoder()
     assert decoder.numpy_generate(model, (5, 17, 42, 8), 3)[0] == [36, 55, 18]
 
@@ -249,13 +253,14 @@ def test_the_decoder_is_importable_and_main_takes_argv(monkeypatch, capsys):
 def test_the_decoder_grows_past_the_array_as_segments(monkeypatch, capsys, device, tiles, loop):
     # 3 layers need 38 compute tiles at once; as segments they run host-driven and as a device loop
     monkeypatch.setenv("IRON_BACKEND", "emulator")
-    monkeypatch.setattr("iron.runtime.compiled.CompiledGraph.svg", lambda self, path=None: "")  # keep the guide's pictures
     decoder = load("section-8/decoder.py")
     previous = aie_utils.get_current_device()
+    beside = {p.name: p.stat().st_mtime_ns for p in (GUIDE / "section-8").iterdir()}
     try:
         assert decoder.main(["--device", device, "--layers", "3", "--tokens", "4"]) == 0
     finally:
         aie_utils.set_current_device(previous)
+    assert {p.name: p.stat().st_mtime_ns for p in (GUIDE / "section-8").iterdir()} == beside   # no --svg: no file
     lines = capsys.readouterr().out.splitlines()
     expected = decoder.numpy_generate(decoder.Decoder(3), decoder.PROMPT, 4)[0]
     assert f"compiled for {device}: {tiles}" in lines
