@@ -1,9 +1,9 @@
 """Lowering the tiling rules' Sites (iron/compiler/tiling.py). A tiled MatMul or MatVec (a Grid):
 its FIFO objects and mem-tile links, each core's Functions and program (per output block: the
 first k-block's product into the block, every further one's product added to it by one
-MatMulAccumulate call, a bfloat16 result rounded once from its float32 sum) and the moves streaming A and B in block order and
-reading C back, round by round, with Waits every few rounds so no shim runs out of buffer
-descriptors (docs/platform.md section 5). Streamed elementwise calls (a Flow): each core's block
+MatMulAccumulate call, a bfloat16 result rounded once from its float32 sum) and the moves
+streaming A and B in block order and reading C back, round by round, with Waits every few
+rounds so no shim runs out of buffer descriptors (docs/platform.md section 5). Streamed elementwise calls (a Flow): each core's block
 Function over its inputs' blocks, each column's splits and join, and the moves."""
 from __future__ import annotations
 
