@@ -25,16 +25,9 @@ void matmul_accumulate(const iron::stored_t<In>* a, const iron::stored_t<In>* b,
 
 }  // namespace
 
-#define IRON_MATMUL_ACCUMULATE_TO(In, Out, symbol)                                       \
-  extern "C" void symbol(const iron::stored_t<iron::In>* a,                              \
-                         const iron::stored_t<iron::In>* b,                              \
-                         iron::stored_t<iron::Out>* acc, int32_t m, int32_t k,           \
-                         int32_t n) {                                                    \
-    matmul_accumulate<iron::In, iron::Out>(a, b, acc, m, k, n);                          \
-  }
-#define IRON_MATMUL_ACCUMULATE(T) IRON_MATMUL_ACCUMULATE_TO(T, T, matmul_accumulate_##T)
+#define IRON_MATMUL_ACCUMULATE(T) IRON_MATRIX_KERNEL(matmul_accumulate, T, T, matmul_accumulate_##T)
 #define IRON_MATMUL_ACCUMULATE_WIDER(In, Out) \
-  IRON_MATMUL_ACCUMULATE_TO(In, Out, matmul_accumulate_##In##_##Out)
+  IRON_MATRIX_KERNEL(matmul_accumulate, In, Out, matmul_accumulate_##In##_##Out)
 
 IRON_ALL_TYPES(IRON_MATMUL_ACCUMULATE)
 IRON_WIDER_DOTS(IRON_MATMUL_ACCUMULATE_WIDER)
