@@ -69,7 +69,7 @@ def _sizes(ctx: Context, g: str, grid: Grid) -> dict:
     m, k, n = grid.m, grid.k, grid.n
     sizes = {}
     if grid.own_rows:
-        rows, block = len(grid.rows), m * k * a.dtype.itemsize
+        rows, block, a = len(grid.rows), grid.a_block_bytes, grid.matrix
         sizes[f"{g}_b"] = (k * n * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
         for c in range(len(grid.cols)):
             sizes[f"{g}_a{c}_mem"] = (rows * block, a.dtype, f"rows of {describe(a)}")
@@ -92,7 +92,7 @@ def _links(g: str, grid: Grid) -> tuple[Link, ...]:
     part = grid.m * grid.n * grid.call.dtype.itemsize
     rows = range(len(grid.rows))
     if grid.own_rows:
-        block = grid.m * grid.k * grid.call.src[0].dtype.itemsize
+        block = grid.a_block_bytes
         return tuple(link for c, mem in enumerate(grid.c_mems) for link in (
             Link(mem, (f"{g}_a{c}_mem",), tuple(f"{g}_a{r}_{c}" for r in rows),
                  destination_offsets=tuple(r * block for r in rows)),
@@ -125,14 +125,20 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     if wide:
         total = f"{prefix}_sum"
         buffers.append(Buffer(total, tile, m * n * grid.acc.itemsize, grid.acc))
-    first = Function(f"{prefix}_first", (a, b, total),
-                     (KernelStep.of(kernel, in_dtype, (Ptr(a), Ptr(b), Ptr(total), *sizes), grid.acc),), blocked=True)
+    matrix, expanded = a, ()
+    if grid.expand is not None:   # `dequant_before_matvec`: A's block expanded into a Buffer first
+        buffers.append(Buffer(f"{prefix}_expanded", tile, m * k * in_dtype.itemsize, in_dtype))
+        matrix = buffers[-1].name
+        expanded = (_expansion_step(grid, a, matrix),)
+    params = (a, b, *((matrix,) if expanded else ()), total)
+    product = KernelStep.of(kernel, in_dtype, (Ptr(matrix), Ptr(b), Ptr(total), *sizes), grid.acc)
+    first = Function(f"{prefix}_first", params, (*expanded, product), blocked=True)
     functions = [first]
     take = (Acquire(a, Port.CONSUME), Acquire(b, Port.CONSUME))
     give = (Release(a, Port.CONSUME), Release(b, Port.CONSUME))
     body = [Acquire(part, Port.PRODUCE), *take, Invoke(first.name, first.params), *give]
     if grid.k_blocks > 1:
-        more, held = _more(f"{prefix}_more", call, grid, (a, b, total), tile, sizes)
+        more, held = _more(f"{prefix}_more", grid, tile, params, expanded, product)
         functions.append(more)
         buffers += held
         body.append(Loop(grid.k_blocks - 1, (*take, Invoke(more.name, more.params), *give)))
@@ -145,21 +151,33 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     return functions, buffers, Core(tile, g, program, ctx.device.compute.default_stack_bytes)
 
 
-def _more(name: str, call, grid: Grid, params: tuple[str, str, str], tile, sizes: tuple) -> tuple[Function, list]:
-    """The Function adding a further k-block's product to the block's sum `total`: one call of
-    the kernel that sums the call's kernel (MatMulAccumulate: a MatVec's x as B of one column),
-    else the product into a Buffer of its own and an Accumulate of it."""
-    a, b, total = params
-    kernel, in_dtype, (m, k, n) = call.arg.kernel, call.src[0].dtype, (grid.m, grid.k, grid.n)
+def _more(name: str, grid: Grid, tile, params: tuple[str, ...], expanded: tuple, first: KernelStep) -> tuple[Function, list]:
+    """The Function adding a further k-block's product to the block's sum (the destination of
+    `first`, the first k-block's product step): after the block's expansion, one call of the kernel
+    that sums the call's kernel (MatMulAccumulate: a MatVec's x as B of one column), else the
+    product into a Buffer of its own and an Accumulate of it."""
+    kernel, (matrix, b, total) = first.kernel, (p.source for p in first.args[:3])
+    m, k, n = grid.m, grid.k, grid.n
     summed_by = kernel.summed_by if is_library(kernel) else None
     if summed_by is not None:
         dims = (Imm(m), Imm(k), Imm(1 if grid.vector else n))
-        step = KernelStep.of(summed_by, in_dtype, (Ptr(a), Ptr(b), Ptr(total), *dims), grid.acc)
-        return Function(name, params, (step,), blocked=True), []
+        step = KernelStep.of(summed_by, first.dtype, (Ptr(matrix), Ptr(b), Ptr(total), *dims), grid.acc)
+        return Function(name, params, (*expanded, step), blocked=True), []
     product = Buffer(f"{name.removesuffix('_more')}_product", tile, m * n * grid.acc.itemsize, grid.acc)
-    steps = (KernelStep.of(kernel, in_dtype, (Ptr(a), Ptr(b), Ptr(product.name), *sizes), grid.acc),
-             KernelStep.of(accumulate_kernel(), grid.acc, (Ptr(product.name), Ptr(total), Imm(m * n))))
-    return Function(name, (a, b, product.name, total), steps, blocked=True), [product]
+    into_product = KernelStep.of(kernel, first.dtype, (*first.args[:2], Ptr(product.name), *first.args[3:]), grid.acc)
+    add = KernelStep.of(accumulate_kernel(), grid.acc, (Ptr(product.name), Ptr(total), Imm(m * n)))
+    return Function(name, (*params[:-1], product.name, total), (*expanded, into_product, add), blocked=True), [product]
+
+
+def _expansion_step(grid: Grid, blocks: str, dest: str) -> KernelStep:
+    """The fused expansion of one core's block of A (m rows of the blocks as stored) into `dest`."""
+    expand, stored = grid.expand, grid.matrix
+    kernel, m = expand.arg.kernel, grid.m
+    sizes = kernel.sizes([(m, grid.a_block_bytes // m)], (m, grid.k))
+    attrs = expand.arg.attr_dict
+    return KernelStep.of(kernel, stored.dtype, (Ptr(blocks), Ptr(dest), *(Imm(int(s)) for s in sizes),
+                                                *(Imm(int(attrs[name]), ctype) for name, ctype in kernel.c_attrs)),
+                         expand.dtype)
 
 
 # ---- the moves ------------------------------------------------------------------------------------
@@ -169,9 +187,10 @@ def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
     its cores' m rows each), the whole of B (the vector) in k-blocks, and each column's joined
     rows of C."""
     call = grid.call
-    a, b = call.src[:2]
-    big_k, rows, cols, m, n = a.shape[1], len(grid.rows), len(grid.cols), grid.m, grid.n
-    wa, wc = a.dtype.itemsize / 4, call.dtype.itemsize / 4
+    a, b = grid.matrix, call.src[1]
+    big_k, rows, cols, m, n = call.src[0].shape[1], len(grid.rows), len(grid.cols), grid.m, grid.n
+    wa = nbytes(a) / call.src[0].size / 4   # bytes per element of A as moved (its blocks, when expanded), in words
+    wc = call.dtype.itemsize / 4
     a_buf, a_at = host_access(ctx, a)
     p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
     moves = []
