@@ -312,6 +312,37 @@ def test_a_batch_of_rows_larger_than_a_tile_that_does_not_stream_says_why_and_ho
     assert str(err.value) == f"{graph.__name__}: " + TOO_MANY_ROWS.format(why=why)
 
 
+class GatedNorm(RMSNorm):
+    """RMSNorm of each row's first `gate` elements: rows, a shared w and a per-call word."""
+
+    name = "gated_norm"
+    attrs = {"eps": 1e-5, "gate": None}
+    scalar_attrs = ("gate",)
+    bounds = {"gate": iron.Within(1, axis=-1)}
+
+    @staticmethod
+    def compute(x, w, eps, gate=None):
+        return RMSNorm.compute(x[..., :gate], w[:gate], eps)
+
+
+class Gated(iron.Graph):
+    def __init__(self):
+        self.w = iron.weight(np.ones(1024, np.float32))
+
+    def body(self, x, *, n: Scratchpad[np.int32]):
+        return GatedNorm.step(x, self.w, gate=n + 1)
+
+
+def test_a_batch_needing_more_fifos_than_a_core_has_does_not_stream_and_says_so():
+    with pytest.raises(DoesNotFit) as err:
+        Gated().compile(x=((64, 1024), np.float32), device=from_name("npu2"))
+    assert str(err.value) == (
+        "Gated: GatedNorm#0 reduces a batch of 64 rows of 1024 float32 elements, whose inputs and results take "
+        "528388 bytes, but a compute tile has 64512 (65536 less the core's 1024-byte stack), and the batch does "
+        "not stream in row-blocks: each core would take 3 FIFOs (its row-blocks, w, the per-call words) but has 2 "
+        "input DMA channels. Make the batch at most 7 rows per call (one call per block of rows).")
+
+
 def test_the_batch_a_refusal_names_fits():
     class Seven(Logged):
         def __init__(self):
