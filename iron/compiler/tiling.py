@@ -256,14 +256,12 @@ def _whole_row_blocks(call, per_row, cols, acc, room, one_op):
     whole 32-bit words is not cut along that side: its blocks take whole rows, k = K or n = N,
     and enough of them (m, or k for B) that each block is whole words and contiguous, which a
     DMA moves as one run of words. With n = N there are no column blocks: every core of every
-    column owns its own rows of A and C (`per_row` each) and B's k-blocks go to every core, so
-    any N whose blocks fit a core takes the whole grid. No padding, and the host layout
-    unchanged."""
+    column owns its own rows of A and C (`per_row` each) and B's k-blocks go to every core. Any
+    K or N whose blocks fit a core's memory takes the whole grid (a run longer than a BD
+    dimension is cut into several Dma ops). No padding, and the host layout unchanged."""
     (_, big_k), big_n = call.src[0].shape, call.shape[1]
     a, b, out = (x.dtype.itemsize for x in (call.src[0], call.src[1], call))
     whole_k, whole_n = big_k * a % 4 != 0, big_n * min(b, out) % 4 != 0
-    if whole_k and big_k > MAX_BLOCK:
-        return None
     ks = [big_k] if whole_k else divisors(big_k, 4 // min(4, a))
     ns = [big_n] if whole_n else divisors(big_n // cols, 4 // min(4, min(b, out)))
     per_col = big_n if whole_n else big_n // cols
