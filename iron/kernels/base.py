@@ -3,7 +3,7 @@ in and what it gives), a shape rule, its traits for the compiler (`role`, `bound
 `compute` (the semantics the reference and the emulator run), the C ABI of its AIE C++ source and
 that source; `K.step(...)` hands a call to the trace being recorded. bfloat16 kernels compute in
 float32 and round once, as their C++ does; integer results wrap to the output dtype, or clamp to
-its range in a kernel that `saturates`.
+its range in a kernel that `saturates` (a float rounded to nearest even first).
 """
 from __future__ import annotations
 
@@ -234,9 +234,13 @@ class Kernel:
 
 
 def _saturating(compute, attrs: dict, out: np.dtype):
-    """A closure computing in integers and clamping the result to `out`'s range."""
+    """A closure computing in integers and clamping the result to `out`'s range; a float result
+    (Cast of a float) is first rounded to nearest, ties to even, NaN to 0."""
     info = np.iinfo(out)
 
     def run(*arrays, **dyn):
-        return np.clip(compute(*arrays, **attrs, **dyn), info.min, info.max).astype(out)
+        result = np.asarray(compute(*arrays, **attrs, **dyn))
+        if result.dtype.kind not in "iu":   # float32 or bfloat16 (whose kind numpy does not call "f")
+            result = np.nan_to_num(np.rint(result.astype(np.float64)), nan=0.0)
+        return np.clip(result, info.min, info.max).astype(out)
     return run

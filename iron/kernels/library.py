@@ -377,16 +377,18 @@ class Dequant(Kernel):
 
 INTEGERS = (I8, U8, I16, I32)
 CASTS = {
-    **{i: frozenset({*(o for o in INTEGERS if o != i), F32}) for i in INTEGERS},
-    F32: frozenset({BF16}),
-    BF16: frozenset({F32}),
+    **{i: frozenset({*(o for o in INTEGERS if o != i), F32, BF16}) for i in INTEGERS},
+    F32: frozenset({BF16, *INTEGERS}),
+    BF16: frozenset({F32, *INTEGERS}),
 }
 
 
 class Cast(Kernel):
     """out = x converted to `dtype=`: between integer types saturating (out of range clamps to
-    the nearest end), integers to float32 and float32 to bfloat16 rounding to nearest even,
-    bfloat16 to float32 exactly. `Cast.step(x, dtype=iron.bfloat16)`."""
+    the nearest end); floats to integers rounding to nearest, ties to even, then saturating
+    (`np.clip(np.rint(x), lo, hi)`; NaN gives 0); integers to float32 and bfloat16, and float32
+    to bfloat16, rounding to nearest even as numpy's `astype` does (to bfloat16 through float32,
+    as ml_dtypes converts); bfloat16 to float32 exactly. `Cast.step(x, dtype=iron.bfloat16)`."""
 
     role = Role.ELEMENTWISE
     name = "cast"

@@ -105,11 +105,24 @@ class CastTo(iron.Graph):
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.integers(-(2**31), 2**31 - 1), min_size=8, max_size=8),
-       st.sampled_from([np.int8, np.uint8, np.int16, np.float32]))
+       st.sampled_from([np.int8, np.uint8, np.int16, np.float32, iron.bfloat16]))
 def test_cast_of_int32_saturates_like_numpy_clip_on_any_values(values, out):
     x = np.array(values, np.int32)
     out = np.dtype(out)
-    expected = x.astype(np.float32) if out == F32 else np.clip(x, np.iinfo(out).min, np.iinfo(out).max).astype(out)
+    expected = x.astype(out) if out.kind not in "iu" else np.clip(x, np.iinfo(out).min, np.iinfo(out).max).astype(out)
+    got = CastTo(out).reference(x)
+    assert got.dtype == out
+    np.testing.assert_array_equal(got, expected)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(width=32), min_size=8, max_size=8), st.sampled_from([np.float32, iron.bfloat16]),
+       st.sampled_from([np.int8, np.uint8, np.int16, np.int32]))
+def test_cast_of_floats_to_integers_is_numpy_rint_then_clip_on_any_values(values, dtype, out):
+    x, out = np.array(values, np.float32).astype(dtype), np.dtype(out)
+    info = np.iinfo(out)
+    rounded = np.rint(x.astype(np.float64))
+    expected = np.where(np.isnan(rounded), 0, np.clip(rounded, info.min, info.max)).astype(out)   # NaN: 0
     got = CastTo(out).reference(x)
     assert got.dtype == out
     np.testing.assert_array_equal(got, expected)
@@ -157,11 +170,13 @@ class Uses(iron.Graph):
 
 ERRORS = [
     (lambda g, x: Cast.step(x), np.float32,
-     "Cast on float32 inputs gives iron.bfloat16: pass dtype= one of those."),
-    (lambda g, x: Cast.step(x, dtype=np.int8), np.float32,
-     "Cast on float32 inputs gives iron.bfloat16, not int8: pass dtype= one of those."),
+     "Cast on float32 inputs gives np.int8, np.uint8, np.int16, np.int32, iron.bfloat16: pass dtype= one of those."),
+    (lambda g, x: Cast.step(x, dtype=np.float32), np.float32,
+     "Cast on float32 inputs gives np.int8, np.uint8, np.int16, np.int32, iron.bfloat16, not float32: pass dtype= "
+     "one of those."),
     (lambda g, x: Cast.step(x, dtype=np.int32), np.int32,
-     "Cast on int32 inputs gives np.int8, np.uint8, np.int16, np.float32, not int32: pass dtype= one of those."),
+     "Cast on int32 inputs gives np.int8, np.uint8, np.int16, iron.bfloat16, np.float32, not int32: pass dtype= "
+     "one of those."),
     (lambda g, x: MatVec.step(g.w, x, dtype=np.int16), np.int8,
      "MatVec on int8 inputs gives np.int8, np.int32, not int16: pass dtype= one of those."),
     (lambda g, x: MatVec.step(g.w, x), np.float32,

@@ -326,15 +326,22 @@ def test_int8_matvec_into_int32_keeps_what_int8_wraps(library):
     assert (int(wrapped[0]), int(exact[0])) == (0, 19200)
 
 
-CASTS = [(a, b) for a in INTEGERS for b in (*INTEGERS, "f32") if a != b] + [("f32", "bf16"), ("bf16", "f32")]
+CASTS = [(a, b) for a in INTEGERS for b in (*INTEGERS, *FLOATS) if a != b] + [("f32", "bf16"), ("bf16", "f32")]
+CASTS += [(a, b) for a in FLOATS for b in INTEGERS]
 
 
 def converted(x, dt, out):
-    """Independently: integers clamped to out's range as Python ints; to a float through float64
-    (exact for every int32) rounded once."""
+    """Independently: to integers, Python ints (a float rounded by Python's round(), ties to
+    even; NaN 0) clamped to out's range; an integer to float32 through float64 (exact for every
+    int32) rounded once, to bfloat16 through that float32 (as ml_dtypes converts); float32 to
+    bfloat16 rounded once."""
     if out in INTEGERS:
         info = np.iinfo(DTYPES[out])
-        return np.array([min(max(int(v), info.min), info.max) for v in x], DTYPES[out])
+        whole = [int(v) if dt in INTEGERS else 0 if np.isnan(v) else info.min if v < info.min else
+                 info.max if v > info.max else round(float(v)) for v in x]
+        return np.array([min(max(v, info.min), info.max) for v in whole], DTYPES[out])
+    if dt in INTEGERS:
+        return x.astype(np.float64).astype(np.float32).astype(DTYPES[out])
     return x.astype(np.float64).astype(DTYPES[out])
 
 
@@ -375,8 +382,32 @@ def test_cast_f32_to_bf16_matches_numpy_on_any_bit_pattern(library, bits):
 INT32 = st.integers(-(2**31), 2**31 - 1)
 
 
+def test_cast_of_floats_to_integers_rounds_ties_to_even_saturates_and_takes_nan_to_zero(library):
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2.4999998, 126.5, 127.5, -128.5, -129.0, 3e9, -3e9,
+                  2147483520.0, np.inf, -np.inf, np.nan, -np.nan], np.float32)
+    want = {"i8": [0, 2, 2, 0, -2, -2, 2, 126, 127, -128, -128, 127, -128, 127, 127, -128, 0, 0],
+            "i32": [0, 2, 2, 0, -2, -2, 2, 126, 128, -128, -129, 2147483647, -2147483648, 2147483520,
+                    2147483647, -2147483648, 0, 0]}
+    for out, values in want.items():
+        got = np.zeros(len(x), DTYPES[out])
+        call(library, f"cast_f32_{out}", x, got, len(x))
+        assert got.tolist() == values
+        with np.errstate(invalid="ignore"):
+            assert KERNELS["cast"].reference(x, dtype=DTYPES[out]).tolist() == values
+
+
+def test_cast_of_integers_to_bfloat16_rounds_through_float32_as_numpy(library):
+    # 2**24 + 2**16 + 1 is nearer 2**24 + 2**17, but float32 first rounds it to the tie 2**24 + 2**16
+    x = np.array([1, -3, 255, 257, 2**24 + 2**16 + 1, 2**31 - 1, -(2**31)], np.int32)
+    got = np.zeros(len(x), DTYPES["bf16"])
+    call(library, "cast_i32_bf16", x, got, len(x))
+    assert got.astype(np.float64).tolist() == [1, -3, 255, 256, 2**24, 2**31, -(2**31)]
+    same_bits(got, x.astype(DTYPES["bf16"]))
+    same_bits(got, KERNELS["cast"].reference(x, dtype=DTYPES["bf16"]))
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.lists(INT32, min_size=1, max_size=64), st.sampled_from([o for o in (*INTEGERS, "f32") if o != "i32"]))
+@given(st.lists(INT32, min_size=1, max_size=64), st.sampled_from([o for o in (*INTEGERS, *FLOATS) if o != "i32"]))
 def test_cast_from_int32_matches_numpy_on_any_value(library, values, out):
     x = np.array(values, np.int32)
     got = np.zeros(len(x), DTYPES[out])

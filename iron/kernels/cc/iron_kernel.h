@@ -108,6 +108,24 @@ stored_t<T> store_saturated(typename T::value v) {
   }
 }
 
+// v stored as the integer type T: rounded to nearest, ties to even, and clamped to T's range
+// (clamping first gives the same: the ends are integers); NaN stores 0.
+template <typename T>
+stored_t<T> store_rounded(double v) {
+  if (v != v) {
+    return T::store(0);
+  }
+  v = v < T::lowest ? T::lowest : v > T::highest ? T::highest : v;
+  int64_t whole = static_cast<int64_t>(v);  // toward zero, exact within T's range
+  const double part = v - static_cast<double>(whole);
+  if (part > 0.5 || (part == 0.5 && (whole & 1))) {
+    ++whole;
+  } else if (part < -0.5 || (part == -0.5 && (whole & 1))) {
+    --whole;
+  }
+  return T::store(whole);
+}
+
 // sum_j a[j] * b[j * b_stride] over k terms of type In, in In's accumulator, stored as Out.
 template <typename In, typename Out = In>
 stored_t<Out> dot(const stored_t<In>* a, const stored_t<In>* b, int32_t b_stride, int32_t k) {
