@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -151,6 +152,11 @@ class Program:
 
     def declaration(self, name: str) -> Declaration:
         return next(d for d in self.declarations if d.name == name)
+
+    @cached_property
+    def call_index(self) -> dict[Node, int]:
+        """Each call's position in the body (looked up by every error and rule text naming a call)."""
+        return {c: i for i, c in enumerate(self.calls)}
 
 
 def describe(node: Node) -> str:
@@ -336,5 +342,4 @@ def nbytes(node: Node) -> int:
 
 def call_label(program: Program, call: Node) -> str:
     """`Copy#1`: the kernel and the call's position in the body, as errors name calls."""
-    index = next(i for i, c in enumerate(program.calls) if c is call)
-    return f"{call.arg.kernel.__name__}#{index}"
+    return f"{call.arg.kernel.__name__}#{program.call_index[call]}"

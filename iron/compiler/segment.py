@@ -2,7 +2,7 @@
 has runs as a sequence of configurations within one call (docs/platform.md section 7). Its fused
 groups are cut, in program order, into segments that each compile on the device (the rule
 `fewest_bytes_cut`); each segment is compiled by the same passes as a whole design, as a Program
-of its own calls. A value one segment computes and a later one reads crosses the cut through a
+of its own calls, and a probe alike an earlier one is answered by it (`same_structure_same_fit`). A value one segment computes and a later one reads crosses the cut through a
 DDR buffer the compiler allocates (a CUT placement after the outputs); weights, params and
 states stay in their host buffers. Every segment addresses the design's host buffers and one
 scratchpad of words; only the last has the Emit, so a CarriedLoop runs a segmented body as any."""
@@ -47,9 +47,10 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
         return compile_groups(*flow.segment_program(segment), device, feeds, words,
                               flow.segment_placements(segment, placements), check=False)
 
+    known: dict[tuple, bool] = {}   # same_structure_same_fit: a structure's probe outcome
     while stops[-1] < len(groups):
         guess = stops[-1] - stops[-2] if len(stops) > 1 else 1
-        found = _next_segment(flow, stops[-1], guess, table, crossing, compile_one)
+        found = _next_segment(flow, stops[-1], guess, table, crossing, compile_one, known)
         if isinstance(found, Exception):
             raise _unfit(flow, stops[-1], found, device, refused)
         stop, plan, table, crossing = found
@@ -73,10 +74,12 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
     )
 
 
-def _next_segment(flow: Flow, start: int, guess: int, table: WordTable, crossing: list[Node], compile_one):
+def _next_segment(flow: Flow, start: int, guess: int, table: WordTable, crossing: list[Node], compile_one,
+                  known: dict[tuple, bool]):
     """(stop, its Plan, the words and the crossing values after it) of the segment `fewest_bytes_cut`
     picks from group `start`, or why group `start` alone does not compile. Each probe compiles
-    against a copy of the words and the DDR buffers so far, so the one kept is final as it is."""
+    against a copy of the words and the DDR buffers so far, so the one kept is final as it is;
+    a probe whose structure an earlier one had (`known`) is answered without compiling."""
     tried: dict[int, tuple] = {}
 
     def attempt(stop: int) -> Exception | None:
@@ -89,7 +92,15 @@ def _next_segment(flow: Flow, start: int, guess: int, table: WordTable, crossing
         tried[stop] = (stop, plan, words, values)
         return None
 
-    stop = fewest_bytes_cut(flow, start, lambda stop: attempt(stop) is None, guess)
+    def fits(stop: int) -> bool:
+        key = flow.structure(Segment(start, stop))
+        if key is None:
+            return attempt(stop) is None
+        if key not in known:
+            known[key] = attempt(stop) is None
+        return known[key]
+
+    stop = fewest_bytes_cut(flow, start, fits, guess)
     if stop is None:
         return attempt(start + 1)
     if stop not in tried:   # the rule ended the segment at a cut no probe compiled
@@ -166,13 +177,43 @@ class Flow:
         for _, value in program.carry:
             for node in _calls_read(value, include_self=True):
                 self.last_read[node] = len(groups)
+        self._crossing = self._sweep()
+        self.where = {c: (i, k) for i, g in enumerate(groups) for k, c in enumerate(g.calls)}
+        self.structures = _group_structures(groups, self.where)
 
     def crossing(self, cut: int) -> list[Node]:
         """Results made before group `cut` and read from it on, in program order."""
-        return [n for n, i in self.made.items() if i < cut <= self.last_read.get(n, -1)]
+        return self._crossing[cut]
+
+    def _sweep(self) -> list[list[Node]]:
+        """`crossing` of every cut in one pass: a result crosses from the cut after the group
+        making it to the group last reading it."""
+        opening: dict[int, list[Node]] = {}
+        for node, i in self.made.items():
+            if self.last_read.get(node, -1) > i:
+                opening.setdefault(i + 1, []).append(node)
+        live: dict[Node, None] = {}   # in program order: opened cut by cut, each cut's in order
+        found = [[]]
+        for cut in range(1, len(self.groups) + 1):
+            live.update(dict.fromkeys(opening.get(cut, ())))
+            for node in [n for n in live if self.last_read[n] < cut]:
+                del live[node]
+            found.append(list(live))
+        return found
 
     def crossing_bytes(self, cut: int) -> int:
         return sum(nbytes(n) for n in self.crossing(cut))
+
+    def structure(self, segment: Segment) -> tuple | None:
+        """The rule `same_structure_same_fit`: two segments (not the last) compile alike when their
+        groups have the same structures (`_group_structures`) and they send out the results at
+        the same places, so one probe answers for both. None for the last segment (it carries)."""
+        if self.last(segment):
+            return None
+        mine = self._mine(segment)
+        sent = [n for n in self.program.outputs if n in mine] + [n for n in self.crossing(segment.stop) if n in mine]
+        places = tuple((self.where[n][0] - segment.start, self.where[n][1]) for n in sent)
+        return self.structures[segment.start:segment.stop], places
 
     def cut_name(self, node: Node) -> str:
         return f"cut.{call_label(self.program, node)}"
@@ -255,6 +296,54 @@ class Flow:
         values = self.crossing(before)
         return Cut(self.groups[before].name, sum(nbytes(n) for n in values),
                    tuple(call_label(self.program, n) for n in values))
+
+
+def _group_structures(groups: tuple[Group, ...], where: dict[Node, tuple[int, int]]) -> tuple[int, ...]:
+    """Per group, a number equal for two groups whose calls are alike node for node (kernel,
+    attrs, shapes, dtypes, views, scalars, inputs by name) and read alike: a result of another
+    group by its shape and place (groups back, call in it), a weight, param or state by its
+    kind, shape and the place (groups back, which of its memories) of the last group touching
+    it before, so that two runs of groups with equal numbers are the same segment up to names."""
+    numbers: dict[tuple, int] = {}
+    touched: dict[Node, tuple[int, int]] = {}
+    found = []
+    for i, group in enumerate(groups):
+        entries, memories = _group_entries(i, group, where, touched)
+        touched.update((m, (i, k)) for k, m in enumerate(memories))
+        try:
+            found.append(numbers.setdefault((group.closed_by, entries), len(numbers)))
+        except TypeError:   # an attr that does not hash: a structure of its own
+            found.append(-1 - i)
+    return tuple(found)
+
+
+def _group_entries(i: int, group: Group, where: dict[Node, tuple[int, int]],
+                   touched: dict[Node, tuple[int, int]]) -> tuple[tuple, list[Node]]:
+    """Group `i`'s nodes as entries naming their sources by position (`_group_structures`), and
+    the memories it touches in the order of their entries."""
+    entries: list[tuple] = []
+    seen: dict[Node, int] = {}
+    memories: list[Node] = []
+
+    def visit(node: Node) -> int:
+        if node in seen:
+            return seen[node]
+        if node.op == Op.CALL and where[node][0] != i:
+            j, k = where[node]
+            entry = ("made", i - j, k, node.shape, node.dtype)
+        elif node.op == Op.MEMORY:
+            last = touched.get(node)
+            entry = ("memory", node.arg[0], node.shape, node.dtype, last and (i - last[0], last[1]))
+            memories.append(node)
+        else:
+            entry = (node.op, node.shape, node.dtype, node.arg, tuple(visit(s) for s in node.src))
+        seen[node] = len(entries)
+        entries.append(entry)
+        return seen[node]
+
+    for call in group.calls:
+        visit(call)
+    return tuple(entries), memories
 
 
 def _calls_read(node: Node, include_self: bool = False) -> list[Node]:

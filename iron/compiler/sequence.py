@@ -129,34 +129,40 @@ def dma_patterns(offset: int, dims, device) -> list[tuple[int, tuple, tuple]]:
     """(offset, sizes, strides) of Dmas moving `dims` (outermost first, in words) in order:
     at most 4 dims, the outermost (repeat) <= device.dma_repeat_max, the others <= the shim's
     wrap limit."""
+    return [(offset + start, sizes, strides) for start, sizes, strides in _patterns(tuple(dims), device)]
+
+
+@cache   # the same moves recur at other offsets in every group and segment of a large design
+def _patterns(dims: tuple, device) -> tuple[tuple[int, tuple, tuple], ...]:
+    """`dma_patterns` at offset 0."""
     wrap = device.shim.max_bd_wrap
     dims = [d for d in dims if d[0] > 1] or [(1, 1)]
     if len(dims) == 1 and dims[0][0] > wrap and dims[0][1] == 1:
-        return _long_run(offset, dims[0][0], device)
+        return tuple(_long_run(dims[0][0], device))
     limits = ([device.dma_repeat_max] if len(dims) == 4 else []) + [wrap] * min(len(dims), 3)
     if len(dims) <= 4 and all(size <= limit for (size, _), limit in zip(dims, limits)):
         padded = [(1, 0)] * (4 - len(dims)) + dims
-        return [(offset, tuple(s for s, _ in padded), tuple(st for _, st in padded))]
+        return ((0, tuple(s for s, _ in padded), tuple(st for _, st in padded)),)
     (size, stride), rest = dims[0], dims[1:]
     limit = limits[0]
     if len(dims) <= 4 and size > limit and all(s <= lim for (s, _), lim in zip(rest, limits[1:])):
         chunks = [(start, min(limit, size - start)) for start in range(0, size, limit)]
-        return [p for start, n in chunks for p in dma_patterns(offset + start * stride, [(n, stride), *rest], device)]
-    return [p for i in range(size) for p in dma_patterns(offset + i * stride, rest, device)]
+        return tuple(p for start, n in chunks for p in dma_patterns(start * stride, [(n, stride), *rest], device))
+    return tuple(p for i in range(size) for p in dma_patterns(i * stride, rest, device))
 
 
-def _long_run(offset: int, n: int, device) -> list:
+def _long_run(n: int, device) -> list:
     wrap = device.shim.max_bd_wrap
     inner = _largest_divisor(n, wrap)
     if n // inner <= wrap and inner * 4 >= wrap:
-        return dma_patterns(offset, [(n // inner, inner), (inner, 1)], device)
+        return dma_patterns(0, [(n // inner, inner), (inner, 1)], device)
     piece = wrap * wrap
     if n > piece:
-        return [*dma_patterns(offset, [(wrap, wrap), (wrap, 1)], device),
-                *dma_patterns(offset + piece, [(n - piece, 1)], device)]
+        return [*dma_patterns(0, [(wrap, wrap), (wrap, 1)], device),
+                *dma_patterns(piece, [(n - piece, 1)], device)]
     rows, rest = divmod(n, wrap)
-    head = dma_patterns(offset, [(rows, wrap), (wrap, 1)], device)
-    return head + (dma_patterns(offset + rows * wrap, [(rest, 1)], device) if rest else [])
+    head = dma_patterns(0, [(rows, wrap), (wrap, 1)], device)
+    return head + (dma_patterns(rows * wrap, [(rest, 1)], device) if rest else [])
 
 
 @cache   # the same few lengths recur in every group of a large design

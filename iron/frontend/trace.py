@@ -536,16 +536,26 @@ def check_hazards(calls: tuple[Node, ...], where: str):
     index = {id(c): i for i, c in enumerate(calls)}
     before: list[set[int]] = []
     effects = [state_accesses(c) for c in calls]
+    writers: dict[str, list[int]] = {}    # per state, the calls writing it (only they can touch a read)
+    touching: dict[str, list[int]] = {}   # per state, the calls reading or writing it
     for i, call in enumerate(calls):
+        reads, writes = effects[i]
         preds = {index[id(s)] for s in map(storage, call.src) if id(s) in index}
-        preds |= {k for k in range(i) if any(_touches(r, w) for r in effects[i][0] for w in effects[k][1])}
+        preds |= {k for r in reads for k in writers.get(state_of(r), ())
+                  if any(_touches(r, w) for w in effects[k][1])}
         ancestors = set(preds)
         for p in preds:
             ancestors |= before[p]
         before.append(ancestors)
+        for state in dict.fromkeys(state_of(n) for n in writes):
+            writers.setdefault(state, []).append(i)
+        for state in dict.fromkeys(state_of(n) for n in (*reads, *writes)):
+            touching.setdefault(state, []).append(i)
     for j, (_, writes_j) in enumerate(effects):
         for w in writes_j:
-            for i in range(j):
+            for i in touching[state_of(w)]:
+                if i >= j:
+                    break
                 if i in before[j]:
                     continue
                 if any(_touches(w, other) for other in effects[i][1]):

@@ -4,7 +4,9 @@ cut go through the compiler's DDR buffers (CUT placements), weights, params and 
 their host buffers. Plan facts pinned; every design run on the emulator (each segment loaded
 afresh) against reference(); the npu2 full ELF's @main, the npu1 builds and XRT runs checked
 against the fake toolchain and the pyxrt stand-in; and what cannot fit even as segments."""
+import importlib.util
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +18,8 @@ from iron.compiler.build import Artifacts
 from iron.compiler.compile import compile_program
 from iron.compiler.fuse import fuse
 from iron.compiler.mlir import ALLOWED_OPS, segment_modules
-from iron.compiler.plan import Cut, PlacementKind
-from iron.compiler.segment import Flow, fewest_bytes_cut
+from iron.compiler.plan import Cut, PlacementKind, TileKind
+from iron.compiler.segment import Flow, Segment, fewest_bytes_cut
 from iron.errors import DoesNotFit
 from iron.kernels import Add, Copy, Exp, MatVec, Softmax
 from iron.runtime.emulator import Configurations, Emulator
@@ -299,3 +301,49 @@ def test_a_group_too_large_even_alone_does_not_fit_and_nothing_is_cached(tmp_pat
         "reduction reads its whole row at once, so it is not cut into blocks: make the row at most 8064 "
         "elements, or reduce it in pieces.")
     assert not (tmp_path / "cache").exists()
+
+
+def guide_decoder():
+    """Section 8's decoder module (guide folders are not packages)."""
+    path = Path(__file__).resolve().parents[2] / "programming_guide" / "section-8" / "decoder.py"
+    spec = importlib.util.spec_from_file_location("decoder", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+DECODER_SIZE = {"vocab": 512, "width": 256, "hidden": 1024, "context": 128}   # bench/scale.py's
+
+
+def test_the_8_layer_decoder_is_cut_every_layer_and_a_half():
+    plan = compile_program(guide_decoder().Decoder(8, **DECODER_SIZE).trace(), from_name("npu2"))
+    assert [s.groups[0][0] for s in plan.segments] == ["g0", "g19", "g33", "g52", "g66", "g85"]
+    computes = [len({c.tile for c in s.cores if c.tile.kind is TileKind.COMPUTE}) for s in plan.segments]
+    assert computes == [21, 15, 21, 15, 21, 11]
+    assert [(c.nbytes, len(c.values)) for c in plan.cuts] == [(1024, 1)] * 5   # the residual, 256 float32
+    assert plan.cuts[:2] == (Cut("g19", 1024, ("Add#29",)), Cut("g33", 1024, ("Add#51",)))
+
+
+def test_segments_of_the_same_structure_answer_for_each_other_and_leave_the_plan_as_it_was(monkeypatch):
+    program = guide_decoder().Decoder(8, **DECODER_SIZE).trace()
+    flow = Flow(program, fuse(program))
+    # layer 0 reads the embedding's Add (group 0), a later layer the one before's last group
+    assert flow.structures[15:26] == flow.structures[26:37] != flow.structures[4:15]
+    assert flow.structures[26:37] == (4, 5, 6, 14, 8, 9, 10, 8, 11, 12, 13)
+    # groups 17-19 of layer 1 (MatVec, MatVec + Add, RMSNorm) send Add#29 and RMSNorm#30 on
+    assert flow.structure(Segment(17, 20)) == flow.structure(Segment(39, 42)) == ((6, 14, 8), ((1, 1), (2, 0)))
+    assert flow.structure(Segment(17, 21)) == ((6, 14, 8, 9), ((1, 1), (3, 1)))   # Add#29 and SiLU#32
+    assert flow.structure(Segment(6, 9)) == ((6, 7, 8), ((1, 1), (2, 0)))
+    assert flow.structure(Segment(len(flow.groups) - 1, len(flow.groups))) is None   # the last carries
+
+    compiled = []
+    compile_groups = iron.compiler.compile.compile_groups
+    monkeypatch.setattr(iron.compiler.compile, "compile_groups",
+                        lambda *a, **k: compiled.append(1) or compile_groups(*a, **k))
+    remembered = compile_program(program, from_name("npu2"))
+    probes = len(compiled)
+    monkeypatch.setattr(Flow, "structure", lambda self, segment: None)   # every probe compiled
+    compiled.clear()
+    every = compile_program(guide_decoder().Decoder(8, **DECODER_SIZE).trace(), from_name("npu2"))
+    assert repr(remembered) == repr(every)
+    assert (probes, len(compiled)) == (30, 38)   # whole design + probes + the kept segments
