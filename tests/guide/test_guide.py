@@ -156,6 +156,7 @@ EXPECTED = {
         "numpy generates [30, 216, 216]: '.  '",
         "reference (host-driven): [30, 216, 216] -> matches numpy",
         re.compile(r"compiled for npu2 in \d+\.\d s: \d+ segments run in order within each call"),
+        re.compile(r"float32 weights: a token reads \d+\.\d MB of weights and params from DDR"),
         re.compile(r"host-driven \(npu2, emulator\): \[30, 216, 216\] -> matches numpy \(.* tokens/s, .*\)"),
         re.compile(r"device loop \(npu2, depth 2\): \[30, 216, 216\] -> matches numpy \(.* tokens/s, .*\)"),
         re.compile(r"estimated on the NPU \(cost model\): host-driven \d+\.\d tokens/s, device loop \d+\.\d tokens/s"),
