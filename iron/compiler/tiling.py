@@ -256,14 +256,12 @@ def _whole_row_blocks(call, per_row, cols, acc, room, one_op):
     whole 32-bit words is not cut along that side: its blocks take whole rows, k = K or n = N,
     and enough of them (m, or k for B) that each block is whole words and contiguous, which a
     DMA moves as one run of words. With n = N there are no column blocks: every core of every
-    column owns its own rows of A and C (`per_row` each) and B's k-blocks go to every core, so
-    any N whose blocks fit a core takes the whole grid. No padding, and the host layout
-    unchanged."""
+    column owns its own rows of A and C (`per_row` each) and B's k-blocks go to every core. Any
+    K or N whose blocks fit a core's memory takes the whole grid (a run longer than a BD
+    dimension is cut into several Dma ops). No padding, and the host layout unchanged."""
     (_, big_k), big_n = call.src[0].shape, call.shape[1]
     a, b, out = (x.dtype.itemsize for x in (call.src[0], call.src[1], call))
     whole_k, whole_n = big_k * a % 4 != 0, big_n * min(b, out) % 4 != 0
-    if whole_k and big_k > MAX_BLOCK:
-        return None
     ks = [big_k] if whole_k else divisors(big_k, 4 // min(4, a))
     ns = [big_n] if whole_n else divisors(big_n // cols, 4 // min(4, min(b, out)))
     per_col = big_n if whole_n else big_n // cols
@@ -385,10 +383,10 @@ def rows_do_not_stream(calls, label) -> str | None:
             return f"it reads {describe(n)}, and a streamed row reduction reads whole host tensors"
         if n is not x and n.shape != x.shape[1:]:
             return f"it reads {describe(n)} of shape {n.shape}, and every row shares only rows {x.shape[1:]}"
-    fifos = 1 + len(shared) + bool(dynamic_attrs(call))
-    if fifos > MAX_FLOW_INPUTS:
-        return (f"each core would take {fifos} FIFOs (its row-blocks, {len(shared)} shared rows, "
-                f"{len(dynamic_attrs(call))} per-call words) but has {MAX_FLOW_INPUTS} input channels")
+    fifos = ["its row-blocks", *map(describe, shared)] + ["the per-call words"] * bool(dynamic_attrs(call))
+    if len(fifos) > MAX_FLOW_INPUTS:
+        return (f"each core would take {len(fifos)} FIFOs ({', '.join(fifos)}) but has {MAX_FLOW_INPUTS} "
+                "input DMA channels")
     return None
 
 

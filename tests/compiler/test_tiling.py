@@ -312,6 +312,37 @@ def test_a_batch_of_rows_larger_than_a_tile_that_does_not_stream_says_why_and_ho
     assert str(err.value) == f"{graph.__name__}: " + TOO_MANY_ROWS.format(why=why)
 
 
+class GatedNorm(RMSNorm):
+    """RMSNorm of each row's first `gate` elements: rows, a shared w and a per-call word."""
+
+    name = "gated_norm"
+    attrs = {"eps": 1e-5, "gate": None}
+    scalar_attrs = ("gate",)
+    bounds = {"gate": iron.Within(1, axis=-1)}
+
+    @staticmethod
+    def compute(x, w, eps, gate=None):
+        return RMSNorm.compute(x[..., :gate], w[:gate], eps)
+
+
+class Gated(iron.Graph):
+    def __init__(self):
+        self.w = iron.weight(np.ones(1024, np.float32))
+
+    def body(self, x, *, n: Scratchpad[np.int32]):
+        return GatedNorm.step(x, self.w, gate=n + 1)
+
+
+def test_a_batch_needing_more_fifos_than_a_core_has_does_not_stream_and_says_so():
+    with pytest.raises(DoesNotFit) as err:
+        Gated().compile(x=((64, 1024), np.float32), device=from_name("npu2"))
+    assert str(err.value) == (
+        "Gated: GatedNorm#0 reduces a batch of 64 rows of 1024 float32 elements, whose inputs and results take "
+        "528388 bytes, but a compute tile has 64512 (65536 less the core's 1024-byte stack), and the batch does "
+        "not stream in row-blocks: each core would take 3 FIFOs (its row-blocks, w, the per-call words) but has 2 "
+        "input DMA channels. Make the batch at most 7 rows per call (one call per block of rows).")
+
+
 def test_the_batch_a_refusal_names_fits():
     class Seven(Logged):
         def __init__(self):
@@ -331,6 +362,11 @@ NOT_WORDS = [
      "n=32 (K = 6 int8 elements of a row of A are not whole 32-bit words: blocks take whole rows, contiguous "
      "and whole words, no padding), 1 output blocks per core, 1 k-blocks each (1 kernel calls per core), "
      "summed in int32"),
+    (64, 2001, 64, np.int8, np.int32,   # K over a block side and over a BD dimension's 1023
+     "g0: MatMul (64, 2001) x (2001, 64) int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): blocks m=4 "
+     "k=2001 n=8 (K = 2001 int8 elements of a row of A are not whole 32-bit words: blocks take whole rows, "
+     "contiguous and whole words, no padding), 4 output blocks per core, 1 k-blocks each (4 kernel calls per "
+     "core), summed in int32"),
     (128, 64, 127, BF16_DTYPE, None,
      "g0: MatMul (128, 64) x (64, 127) bfloat16 -> bfloat16 over 32 tiles (4 rows x 8 columns of cores): blocks "
      "m=4 k=64 n=127 (N = 127 elements of a row of B and C are not whole 32-bit words: blocks take whole rows, "
@@ -349,7 +385,7 @@ NOT_WORDS = [
 ]
 
 
-@pytest.mark.parametrize("m, k, n, dtype, out, text", NOT_WORDS, ids=["int8-K127", "int8-K6", "bf16-N127", "bf16-N511", "int8-N1001"])
+@pytest.mark.parametrize("m, k, n, dtype, out, text", NOT_WORDS, ids=["int8-K127", "int8-K6", "int8-K2001", "bf16-N127", "bf16-N511", "int8-N1001"])
 def test_a_matmul_whose_rows_are_not_whole_words_takes_whole_rows_and_equals_the_reference(m, k, n, dtype, out, text):
     graph, c, a = compiled(m, k, n, np.dtype(dtype), out)
     assert rule(c.plan, "tile_matmul_over_array") == [text]

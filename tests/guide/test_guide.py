@@ -246,6 +246,24 @@ def test_the_decoder_is_importable_and_main_takes_argv(monkeypatch, capsys, tmp_
     assert decoder.numpy_generate(model, (5, 17, 42, 8), 3)[0] == [36, 55, 18]
 
 
+@pytest.mark.parametrize("script, picture", [("section-1/add_one.py", "add_one-npu2.svg"),
+                                             ("section-6/placement.py", "placement-npu2.svg")])
+def test_a_guide_script_draws_its_picture_only_when_asked(monkeypatch, capsys, tmp_path, script, picture):
+    monkeypatch.setenv("IRON_BACKEND", "emulator")
+    design, folder = load(script), (GUIDE / script).parent
+    beside = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    drawn = tmp_path / picture
+    previous = aie_utils.get_current_device()
+    try:
+        assert design.main([]) == 0
+        assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == beside   # no --svg: no file
+        assert design.main(["--svg", str(drawn)]) == 0
+    finally:
+        aie_utils.set_current_device(previous)
+    assert f"the placement, drawn: {drawn}" in capsys.readouterr().out.splitlines()
+    assert drawn.read_text() == (folder / picture).read_text()   # the picture the guide shows is the one drawn now
+
+
 @pytest.mark.parametrize("device, tiles, loop", [
     ("npu2", "body in 2 segments on 30 + 8 of 32 compute tiles, first in 2 segments on 30 + 8", True),
     ("npu1", "body in 3 segments on 16 + 14 + 7 of 16 compute tiles, first in 3 segments on 16 + 14 + 7",
