@@ -66,6 +66,9 @@ def route(program: Program, layout: Layout) -> Routes:
     """The FIFOs of every group and of the Emit, in the order the Plan lists them."""
     forwards = forwarded_inputs(layout)
     fifos = [r for site in layout.sites for r in group_routes(layout, forwards, site)]
+    for site in layout.sites:   # a shared stream's blocks reach the cores of every group reading them
+        if site.stream is not None and site.stream.owner is not None:
+            fifos = [_with(r, site.tiles) if r.name == site.stream.fifo else r for r in fifos]
     if layout.emit is not None:
         fifos += [Route("emit_in", FifoRole.EMIT_IN, "emit", HOST, (layout.emit,)),
                   Route("feedback", FifoRole.FEEDBACK, "emit", layout.emit, (HOST,))]
@@ -142,6 +145,8 @@ def consumer_tiles(layout: Layout, forwards: dict, group, with_host: bool = Fals
 
 def stream_routes(site: Site) -> list[Route]:
     s, g = site.stream, site.group.name
+    if s.owner is not None:   # read from the owner's `_w` (`share_streamed_matrix`)
+        return []
     fifos = [Route(f"{g}_w_mem", FifoRole.WEIGHTS, g, HOST, (s.mem,))]
     if len(site.tiles) == 1:
         return [*fifos, Route(f"{g}_w", FifoRole.WEIGHTS, g, s.mem, site.tiles)]
