@@ -286,11 +286,21 @@ def core_inputs(routes: Routes, layout: Layout) -> list[CoreInputs]:
         own_in = f"{g}_in" if routes.has(f"{g}_in") else None
         carrier = f"{g}_out" if len(site.tiles) == 1 and routes.has(f"{g}_out") else None
         movable = own_in is not None and all(state_of(n) is None for n in host_reads(site))
-        cores += [_receives(routes, g, tile, carrier, own_in, movable, tuple(made)) for tile in site.tiles]
+        earlier = () if streams_in_step(layout, site) else tuple(made)
+        cores += [_receives(routes, g, tile, carrier, own_in, movable, earlier) for tile in site.tiles]
         made += [r.name for r in routes.fifos if r.group == g and r.role is FifoRole.OUTPUT]
     if layout.emit is not None:
         cores.append(_receives(routes, "emit", layout.emit))
     return cores
+
+
+def streams_in_step(layout: Layout, site: Site) -> bool:
+    """Whether a group takes streamed blocks in step with another group's core
+    (`share_streamed_matrix`): it must not wait for an earlier group's result it does not read,
+    which may depend on the other core taking its blocks."""
+    g = site.group.name
+    return site.stream is not None and (site.stream.owner is not None or any(
+        s.stream is not None and s.stream.owner == g for s in layout.sites))
 
 
 def _receives(routes: Routes, group: str, tile: Tile, *rest) -> CoreInputs:
