@@ -66,6 +66,9 @@ def route(program: Program, layout: Layout) -> Routes:
     """The FIFOs of every group and of the Emit, in the order the Plan lists them."""
     forwards = forwarded_inputs(layout)
     fifos = [r for site in layout.sites for r in group_routes(layout, forwards, site)]
+    for site in layout.sites:   # a shared stream's blocks reach the cores of every group reading them
+        if site.stream is not None and site.stream.owner is not None:
+            fifos = [_with(r, site.tiles) if r.name == site.stream.fifo else r for r in fifos]
     if layout.emit is not None:
         fifos += [Route("emit_in", FifoRole.EMIT_IN, "emit", HOST, (layout.emit,)),
                   Route("feedback", FifoRole.FEEDBACK, "emit", layout.emit, (HOST,))]
@@ -142,6 +145,8 @@ def consumer_tiles(layout: Layout, forwards: dict, group, with_host: bool = Fals
 
 def stream_routes(site: Site) -> list[Route]:
     s, g = site.stream, site.group.name
+    if s.owner is not None:   # read from the owner's `_w` (`share_streamed_matrix`)
+        return []
     fifos = [Route(f"{g}_w_mem", FifoRole.WEIGHTS, g, HOST, (s.mem,))]
     if len(site.tiles) == 1:
         return [*fifos, Route(f"{g}_w", FifoRole.WEIGHTS, g, s.mem, site.tiles)]
@@ -281,11 +286,21 @@ def core_inputs(routes: Routes, layout: Layout) -> list[CoreInputs]:
         own_in = f"{g}_in" if routes.has(f"{g}_in") else None
         carrier = f"{g}_out" if len(site.tiles) == 1 and routes.has(f"{g}_out") else None
         movable = own_in is not None and all(state_of(n) is None for n in host_reads(site))
-        cores += [_receives(routes, g, tile, carrier, own_in, movable, tuple(made)) for tile in site.tiles]
+        earlier = () if streams_in_step(layout, site) else tuple(made)
+        cores += [_receives(routes, g, tile, carrier, own_in, movable, earlier) for tile in site.tiles]
         made += [r.name for r in routes.fifos if r.group == g and r.role is FifoRole.OUTPUT]
     if layout.emit is not None:
         cores.append(_receives(routes, "emit", layout.emit))
     return cores
+
+
+def streams_in_step(layout: Layout, site: Site) -> bool:
+    """Whether a group takes streamed blocks in step with another group's core
+    (`share_streamed_matrix`): it must not wait for an earlier group's result it does not read,
+    which may depend on the other core taking its blocks."""
+    g = site.group.name
+    return site.stream is not None and (site.stream.owner is not None or any(
+        s.stream is not None and s.stream.owner == g for s in layout.sites))
 
 
 def _receives(routes: Routes, group: str, tile: Tile, *rest) -> CoreInputs:

@@ -15,9 +15,11 @@ from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler import compile as compile_module
 from iron.compiler.compile import compile_program
+from iron.compiler.fuse import fuse
 from iron.compiler.lower import lower
+from iron.compiler.place import place
 from iron.compiler.plan import Cut, Element, Imm, KernelStep, Load, Ptr, Tile, TileKind
-from iron.compiler.route import CoreInputs, Relay, choose_relays
+from iron.compiler.route import CoreInputs, Relay, choose_relays, core_inputs, route
 from iron.errors import PlacementError
 from iron.kernels import Add, Copy, Exp, MatVec, RMSNorm, Softmax
 from tests.compiler import designs
@@ -304,3 +306,38 @@ def test_a_carrier_gains_only_results_made_before_it_and_only_on_spare_channels(
     spare = core("b", 1, ("b_in",), carrier="b_out", earlier=("a_out",))
     relays, _ = choose_relays(program, [spare, reader], NPU2)
     assert relays == [Relay("b", "r", ("a_out",), gained=("a_out",))]
+
+
+class HeadsAndTwo(iron.Graph):
+    """p + q + r + s: p and q two MatVecs of one streamed param (their cores take its 8 blocks in
+    step), r and s two of params small enough to load whole; the sum's group would take three
+    results by DMA."""
+
+    def __init__(self):
+        rng = np.random.default_rng(9)
+        self.k = iron.param(rng.standard_normal((1024, 32)).astype(F32) / 32)
+        self.m, self.n = (iron.param(rng.standard_normal((1024, 4)).astype(F32) / 4) for _ in range(2))
+
+    def body(self, a, b, c, d):
+        p, q = MatVec.step(self.k, a), MatVec.step(self.k, b)
+        r, s = MatVec.step(self.m, c), MatVec.step(self.n, d)
+        return Add.step(Add.step(Add.step(p, q), r), s)
+
+
+def test_a_core_taking_blocks_in_step_with_another_gains_nothing_to_forward():
+    # g0 and g1 take k's blocks in step: waiting for an earlier result could stop both, so neither
+    # may start receiving one; g2 and g3 may
+    graph, small, wide = HeadsAndTwo(), ((4,), F32), ((32,), F32)
+    program = graph.trace(a=wide, b=wide, c=small, d=small)
+    layout = place(program, fuse(program), NPU2)
+    assert [s.stream.owner for s in layout.sites[:2]] == [None, "g0"]
+    earlier = {c.group: c.earlier for c in core_inputs(route(program, layout), layout)}
+    assert earlier == {"g0": (), "g1": (), "g2": ("g0_out", "g1_out"), "g3": ("g0_out", "g1_out", "g2_out"),
+                       "g4": ("g0_out", "g1_out", "g2_out", "g3_out")}
+    plan = compile_program(program, NPU2)
+    assert fits(plan) == [
+        "g4 on tile_1_5 would take 3 FIFOs by DMA (g0_out, g1_out, g2_out) but a compute tile has 2 input "
+        "channels: g2 forwards in g2_out what g4 would take from g0_out (it now receives g0_out)"]
+    xs = [np.linspace(-1, 1, n).astype(F32) for n in (32, 32, 4, 4)]
+    np.testing.assert_allclose(graph.compile(a=wide, b=wide, c=small, d=small)(*xs), graph.reference(*xs),
+                               rtol=1e-5, atol=1e-5)
