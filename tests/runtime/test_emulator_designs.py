@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import iron
-
 from aie_utils import from_name
 from iron.compiler.compile import compile_program
 from iron.compiler.plan import HostRole, PlacementKind

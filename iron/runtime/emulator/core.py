@@ -15,7 +15,7 @@ from iron.compiler.plan import Acquire, Imm, Invoke, KernelStep, Loop, Ptr, Rele
 from iron.errors import ArgumentError, PlanError
 from iron.ir import SCALAR_BINARY, wrap_i32
 from iron.runtime.emulator.objectfifo import CorePort
-from iron.runtime.emulator.replay import Invoked
+from iron.runtime.emulator.replay import Invoked, in_order
 
 UNROLLED = 4096  # the most steps a Loop is unrolled into
 SCALAR_OPS = {**SCALAR_BINARY, "copy": lambda a, b: a}
@@ -57,17 +57,6 @@ def compile_function(fn, make_call):
         steps = tuple(bind_step(arrays, block) for bind_step in compiled)
         return Bound(in_order([step.run for step in steps]), steps)
     return bind
-
-
-def in_order(calls: list) -> Callable:
-    """One callable running `calls` in order."""
-    if len(calls) == 1:
-        return calls[0]
-
-    def run():
-        for call in calls:
-            call()
-    return run
 
 
 def _compile_step(fn, k: int, step, make_call):
