@@ -4,9 +4,10 @@
 Prints the load time, the greedy continuation of a prompt, the seconds per token of all 30
 layers (generate() over a 5-token prompt and 32 new tokens, best of 3 runs, per token fed), the
 weight bytes one token reads as float32 and as the file's Q4_1 / Q8_0 blocks; then, for all 30
-layers, the cold compile time of the design for npu2, and seconds per token (one call, best of
-CALLS after a first call that writes the weights) of reference() with float32 and with quantized
-weights and of the compiled design on the emulator (float32 weights: the quantized design does
+layers, the cold compile time of the design for npu2 (wall and CPU seconds, against the target
+of 5 s, and its segments), and seconds per token (one call, best of CALLS after a first call
+that writes the weights) of reference() with float32 and with quantized weights and of the
+compiled design on the emulator (float32 weights: the quantized design does
 not compile yet, its Dequant of a whole matrix does not fit a tile), each / the numpy forward.
 """
 import math
@@ -21,6 +22,7 @@ from iron.models import smollm2
 from iron.smollm2_graph import SmolLM2Graph
 
 CALLS = 3
+COMPILE_TARGET = 5.0   # seconds, cold (issue 14)
 
 PROMPT, STEPS = "Once upon a time,", 32
 
@@ -63,10 +65,12 @@ def iron_design(model, prompt, numpy_per_token: float):
     graph, quantized = SmolLM2Graph(model), SmolLM2Graph(model, quantized=True)
     with tempfile.TemporaryDirectory() as cold:
         os.environ["IRON_CACHE_DIR"] = cold
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         body = graph.compile()
-        print(f"compile the 30-layer design for npu2, cold: {time.perf_counter() - t:6.2f} s "
-              f"({len(body.plan.configurations)} segments; target under 5 s)")
+        seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
+        print(f"compile the 30-layer design for npu2, cold: {seconds:6.2f} s ({cpu:.2f} s of CPU), "
+              f"{seconds / COMPILE_TARGET:4.2f}x the target of {COMPILE_TARGET:.0f} s; "
+              f"{len(body.plan.configurations)} segments")
         rows = [("reference(), float32 weights", graph.reference), ("reference(), quantized weights", quantized.reference),
                 ("emulator, float32 weights", body)]
         for label, step in rows:

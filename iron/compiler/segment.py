@@ -93,6 +93,8 @@ def _next_segment(flow: Flow, start: int, guess: int, table: WordTable, crossing
         return None
 
     def fits(stop: int) -> bool:
+        if start == 0 and flow.last(Segment(start, stop)):
+            return False   # the whole design, refused before it was cut
         key = flow.structure(Segment(start, stop))
         if key is None:
             return attempt(stop) is None
