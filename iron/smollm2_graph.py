@@ -44,7 +44,9 @@ BLOCK = 4096   # logits per Argmax: a 49152-wide row does not fit one tile's 64 
 
 class Matrix:
     """A weight matrix (out, in) as a param: float32, or (quantized) the GGUF blocks of its rows,
-    uint8 (out, row bytes), expanded on the tile by Dequant just before the MatVec that uses it."""
+    uint8 (out, row bytes), expanded by Dequant just before the MatVec that uses it: compiled,
+    the blocks stream to the tiles as stored and each tile expands its rows
+    (`dequant_before_matvec`), so the float32 matrix never exists in DDR."""
 
     def __init__(self, model: SmolLM2, names: Sequence[str], quantized: bool):
         tensors = [model.tensors[name] for name in names]
@@ -105,7 +107,8 @@ class Layer:
 class SmolLM2Graph(iron.Graph):
     """One decoding step of `model` (all its loaded layers) with a KV cache of `context` positions;
     `quantized=True` keeps the matrices and the embedding table as the GGUF file ships them
-    (Q4_1 / Q8_0 blocks, about 6x fewer bytes) and expands them on the tile with Dequant."""
+    (Q4_1 / Q8_0 blocks, about 6x fewer bytes to move per token) and expands them on the tiles
+    with Dequant."""
 
     def __init__(self, model: SmolLM2, context: int = CONTEXT, quantized: bool = False):
         config = model.config

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from iron.compiler.fuse import leading_call
 from iron.compiler.objects import (
     Context,
     Part,
@@ -75,9 +76,13 @@ def _params(steps, objects: list[str]) -> tuple[str, ...]:
 
 
 def _main_steps(ctx: Context, part: Part) -> list:
+    """The group's calls but the streamed leading call and its expansion (`<part>_block` runs
+    them), then the copies exporting results."""
+    calls = part.site.group.calls
+    streamed = (part.stream.expand, leading_call(calls)) if part.stream is not None else ()
     steps = []
-    for call in part.site.group.calls:
-        if not (part.stream is not None and call is part.site.group.calls[0]):
+    for call in calls:
+        if call not in streamed:
             steps += _call_steps(ctx, part, call)
     return steps + part.copies
 
@@ -124,16 +129,22 @@ def _attr_args(ctx: Context, part: Part, call: Node) -> list:
 
 
 def _block_function(ctx: Context, part: Part) -> Function | None:
-    """`<part>_block`: the leading matrix call on one streamed block of rows."""
+    """`<part>_block`: the leading matrix call on one streamed block of rows, after the fused
+    expansion of the block (`dequant_before_matvec`) into its Buffer."""
     if part.stream is None:
         return None
-    s, call = part.stream, part.site.group.calls[0]
+    s, call = part.stream, leading_call(part.site.group.calls)
     x = call.src[1]
     row_out = int(np.prod(call.shape[1:], dtype=np.int64)) * call.dtype.itemsize
     home = part.homes[call]
-    gathered = gather(ctx, part, x) if is_computed_view(x) else []
-    ptrs = [Ptr(_w_name(part), 0), read(ctx, part, x, False),
-            Ptr(home[0], home[1], block_stride=s.rows * row_out)]
-    shapes = [(s.rows, *s.matrix.shape[1:]), x.shape]
-    step = _kernel_step(ctx, part, call, ptrs, shapes, (s.rows, *call.shape[1:]))
-    return Function(f"{part.prefix}_block", (), (*gathered, step), blocked=True)
+    steps = gather(ctx, part, x) if is_computed_view(x) else []
+    block = Ptr(_w_name(part), 0)
+    if s.expand is not None:
+        expanded = Ptr(*part.homes[s.expand])
+        steps.append(_kernel_step(ctx, part, s.expand, [block, expanded], [(s.rows, *s.matrix.shape[1:])],
+                                  (s.rows, *s.expand.shape[1:])))
+        block = expanded
+    ptrs = [block, read(ctx, part, x, False), Ptr(home[0], home[1], block_stride=s.rows * row_out)]
+    shapes = [(s.rows, *call.src[0].shape[1:]), x.shape]
+    steps.append(_kernel_step(ctx, part, call, ptrs, shapes, (s.rows, *call.shape[1:])))
+    return Function(f"{part.prefix}_block", (), tuple(steps), blocked=True)

@@ -3,8 +3,20 @@ guide): which group runs on which tile, each tile's memory against its budget, t
 links, the scratchpad words, what fused with what, and every rule's decision."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from iron.compiler.allocate import budget, tile_memory
-from iron.compiler.plan import Const, Element, Plan, TileKind, WordDef, WordRef
+from iron.compiler.plan import (
+    Const,
+    Direction,
+    Dma,
+    Element,
+    HostRole,
+    Plan,
+    TileKind,
+    WordDef,
+    WordRef,
+)
 
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
 
@@ -22,6 +34,7 @@ def describe(plan: Plan) -> str:
         _section("words", _words(plan.words)),
         _section("groups", _groups(plan)),
         _section("rules", [f"{rule}: {what}" for rule, what in plan.rules]),
+        _section("DDR per call", [ddr_traffic(plan).text()]),
         _section("emit", _emit(plan)),
         _section("next carried values (host)", [f"{name} <- {_source(plan, src)}" for name, src in plan.carry]),
     ]
@@ -46,11 +59,39 @@ def _segmented(plan: Plan) -> str:
                           for c in plan.cuts]),
         _section("words", _words(plan.words)),
         _section("rules", [f"{rule}: {what}" for rule, what in plan.rules]),
+        _section("DDR per call", [ddr_traffic(plan).text()]),
     ]
     text = "\n".join(line for section in sections for line in section) + "\n"
     for k, segment in enumerate(plan.segments):
         text += f"segment {k}:\n" + "".join(f"  {line}\n" for line in describe(segment).splitlines())
     return text
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """The bytes one call's runtime sequences (every segment's) move between DDR and the array:
+    `read` (of them `consts` from the weights and params) and `written`."""
+
+    read: int
+    consts: int
+    written: int
+
+    def text(self) -> str:
+        return f"reads {self.read} bytes ({self.consts} of weights and params), writes {self.written} bytes"
+
+
+def ddr_traffic(plan: Plan) -> Traffic:
+    """What one call moves, counted from its Dma ops (a repeated move counts each time)."""
+    read = consts = written = 0
+    for segment in plan.configurations:
+        roles = {b.name: b.role for b in segment.host_buffers}
+        for op in (op for op in segment.sequence if isinstance(op, Dma)):
+            if op.direction is Direction.S2MM:
+                written += 4 * op.nwords
+            else:
+                read += 4 * op.nwords
+                consts += 4 * op.nwords if roles[op.buffer] is HostRole.CONSTS else 0
+    return Traffic(read, consts, written)
 
 
 def _section(title: str, lines: list[str]) -> list[str]:

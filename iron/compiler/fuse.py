@@ -55,11 +55,40 @@ def live_calls(program: Program) -> list[Node]:
 
 def held_bytes(calls: list[Node]) -> int:
     """What a group holds on its tile, estimated: every external input (a matrix operand at most
-    one stream object) and every call's result."""
+    one stream object) and every call's result; a fused expansion's blocks and the matrix it
+    makes of them share one stream object, in proportion to their sizes."""
     matrices = {c.src[0] for c in calls if role(c) is Role.MATRIX}
-    total = sum(min(nbytes(n), STREAM_OBJECT_BYTES) if n in matrices else nbytes(n)
-                for n in external_inputs(calls))
-    return total + sum(nbytes(c) for c in calls)
+    held = {m: min(nbytes(m), STREAM_OBJECT_BYTES) for m in matrices}
+    for m in (m for m in matrices if m in calls and role(m) is Role.EXPANSION):
+        both = nbytes(m) + nbytes(m.src[0])
+        held |= {n: min(nbytes(n), STREAM_OBJECT_BYTES * nbytes(n) // both) for n in (m, m.src[0])}
+    return sum(held.get(n, nbytes(n)) for n in (*external_inputs(calls), *calls))
+
+
+def expansion(calls) -> Node | None:
+    """The call expanding the matrix of a group's leading matrix call (`dequant_before_matvec`):
+    its first call when that is an expansion (Role.EXPANSION) the second, a matrix call, reads
+    as its matrix; else None."""
+    if len(calls) > 1 and role(calls[0]) is Role.EXPANSION and feeds_matrix(calls[0], calls[1]):
+        return calls[0]
+    return None
+
+
+def feeds_matrix(expanded: Node, call: Node) -> bool:
+    """Whether `call` is a matrix call reading the result of `expanded` as its matrix."""
+    return role(call) is Role.MATRIX and call.src[0] is expanded
+
+
+def leading_call(calls) -> Node:
+    """A group's leading call: the matrix call after its expansion, else its first call."""
+    return calls[1] if expansion(calls) is not None else calls[0]
+
+
+def stored_matrix(calls) -> Node:
+    """The matrix of a group's leading call as it is read from outside the group: the blocks
+    its fused expansion reads, or the matrix itself."""
+    expanded = expansion(calls)
+    return expanded.src[0] if expanded is not None else leading_call(calls).src[0]
 
 
 # ---- the rules ---------------------------------------------------------------------------------
@@ -69,11 +98,25 @@ def role(call: Node) -> Role:
     return call.arg.kernel.role
 
 
+def dequant_before_matvec(group: list[Node], call: Node) -> bool:
+    """An expansion (Role.EXPANSION: Dequant's weight blocks to weights) begins a new group, which
+    the matrix call reading its result as its matrix (MatVec) then joins
+    (`matrix_op_starts_group`): the blocks stream to the tile as stored and each is expanded
+    just before the matrix call uses it."""
+    return role(call) is Role.EXPANSION
+
+
+def joins_expansion(group: list[Node], call: Node) -> bool:
+    """Whether `call` is the matrix call reading as its matrix what the group, one expansion, makes."""
+    return len(group) == 1 and feeds_matrix(group[0], call)
+
+
 def matrix_op_starts_group(group: list[Node], call: Node) -> bool:
-    """A matrix call (MatVec, MatMul) begins a new group; after one, only elementwise calls
-    (Add, SiLU, Copy, ...) may join, as its epilogue."""
+    """A matrix call (MatVec, MatMul) begins a new group, but joins the expansion of its matrix
+    (`dequant_before_matvec`); after one, only elementwise calls (Add, SiLU, Copy, ...) may
+    join, as its epilogue."""
     if role(call) is Role.MATRIX:
-        return True
+        return not joins_expansion(group, call)
     has_matrix = any(role(c) is Role.MATRIX for c in group)
     return has_matrix and role(call) is not Role.ELEMENTWISE
 
@@ -101,8 +144,9 @@ def input_limit(group: list[Node], call: Node) -> bool:
 def size_limit(group: list[Node], call: Node) -> bool:
     """A group holds at most half a compute tile's memory (inputs and results, see held_bytes),
     but a group already larger than that which `stream_elementwise` can stream in blocks
-    takes further elementwise calls it can stream with it."""
-    if held_bytes(group) > SIZE_LIMIT and streamable([*group, call]):
+    takes further elementwise calls it can stream with it, and a matrix call joins the expansion
+    of its matrix (`dequant_before_matvec`) whatever its size, as it would start a group alone."""
+    if joins_expansion(group, call) or held_bytes(group) > SIZE_LIMIT and streamable([*group, call]):
         return False
     return held_bytes([*group, call]) > SIZE_LIMIT
 
@@ -114,6 +158,7 @@ def unrelated_starts_group(group: list[Node], call: Node) -> bool:
 
 
 RULES = (
+    dequant_before_matvec,
     matrix_op_starts_group,
     reduction_ends_group,
     state_write_ends_group,

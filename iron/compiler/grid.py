@@ -69,7 +69,7 @@ def _sizes(ctx: Context, g: str, grid: Grid) -> dict:
     m, k, n = grid.m, grid.k, grid.n
     sizes = {}
     if grid.own_rows:
-        rows, block = len(grid.rows), m * k * a.dtype.itemsize
+        rows, block, a = len(grid.rows), grid.a_block_bytes, grid.matrix
         sizes[f"{g}_b"] = (k * n * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
         for c in range(len(grid.cols)):
             sizes[f"{g}_a{c}_mem"] = (rows * block, a.dtype, f"rows of {describe(a)}")
@@ -92,7 +92,7 @@ def _links(g: str, grid: Grid) -> tuple[Link, ...]:
     part = grid.m * grid.n * grid.call.dtype.itemsize
     rows = range(len(grid.rows))
     if grid.own_rows:
-        block = grid.m * grid.k * grid.call.src[0].dtype.itemsize
+        block = grid.a_block_bytes
         return tuple(link for c, mem in enumerate(grid.c_mems) for link in (
             Link(mem, (f"{g}_a{c}_mem",), tuple(f"{g}_a{r}_{c}" for r in rows),
                  destination_offsets=tuple(r * block for r in rows)),
@@ -127,12 +127,20 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
         total = f"{prefix}_sum"
         buffers.append(Buffer(total, tile, m * n * grid.acc.itemsize, grid.acc))
 
-    def product_into(dest: str) -> KernelStep:
-        return KernelStep.of(kernel, in_dtype, (Ptr(a), Ptr(b), Ptr(dest), *sizes), grid.acc)
+    matrix, expanded = a, ()
+    if grid.expand is not None:   # `dequant_before_matvec`: A's block expanded into a Buffer first
+        buffers.append(Buffer(f"{prefix}_expanded", tile, m * k * in_dtype.itemsize, in_dtype))
+        matrix = buffers[-1].name
+        expanded = (_expansion_step(grid, a, matrix),)
+    held = (matrix,) if expanded else ()
+
+    def product_into(dest: str) -> tuple[KernelStep, ...]:
+        return (*expanded, KernelStep.of(kernel, in_dtype, (Ptr(matrix), Ptr(b), Ptr(dest), *sizes), grid.acc))
 
     add = KernelStep.of(accumulate_kernel(), grid.acc, (Ptr(product.name), Ptr(total), Imm(m * n)))
-    first = Function(f"{prefix}_first", (a, b, total), (product_into(total),), blocked=True)
-    more = Function(f"{prefix}_more", (a, b, product.name, total), (product_into(product.name), add), blocked=True)
+    first = Function(f"{prefix}_first", (a, b, *held, total), product_into(total), blocked=True)
+    more = Function(f"{prefix}_more", (a, b, *held, product.name, total), (*product_into(product.name), add),
+                    blocked=True)
     functions = [first, more]
     take = (Acquire(a, Port.CONSUME), Acquire(b, Port.CONSUME))
     give = (Release(a, Port.CONSUME), Release(b, Port.CONSUME))
@@ -150,6 +158,17 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     return functions, buffers, Core(tile, g, program, ctx.device.compute.default_stack_bytes)
 
 
+def _expansion_step(grid: Grid, blocks: str, dest: str) -> KernelStep:
+    """The fused expansion of one core's block of A (m rows of the blocks as stored) into `dest`."""
+    expand, stored = grid.expand, grid.matrix
+    kernel, m = expand.arg.kernel, grid.m
+    sizes = kernel.sizes([(m, grid.a_block_bytes // m)], (m, grid.k))
+    attrs = expand.arg.attr_dict
+    return KernelStep.of(kernel, stored.dtype, (Ptr(blocks), Ptr(dest), *(Imm(int(s)) for s in sizes),
+                                                *(Imm(int(attrs[name]), ctype) for name, ctype in kernel.c_attrs)),
+                         expand.dtype)
+
+
 # ---- the moves ------------------------------------------------------------------------------------
 
 def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
@@ -157,9 +176,10 @@ def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
     its cores' m rows each), the whole of B (the vector) in k-blocks, and each column's joined
     rows of C."""
     call = grid.call
-    a, b = call.src[:2]
-    big_k, rows, cols, m, n = a.shape[1], len(grid.rows), len(grid.cols), grid.m, grid.n
-    wa, wc = a.dtype.itemsize / 4, call.dtype.itemsize / 4
+    a, b = grid.matrix, call.src[1]
+    big_k, rows, cols, m, n = call.src[0].shape[1], len(grid.rows), len(grid.cols), grid.m, grid.n
+    wa = nbytes(a) / call.src[0].size / 4   # bytes per element of A as moved (its blocks, when expanded), in words
+    wc = call.dtype.itemsize / 4
     a_buf, a_at = host_access(ctx, a)
     p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
     moves = []

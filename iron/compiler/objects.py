@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from iron.compiler.fuse import leading_call
 from iron.compiler.place import Layout, Site
 from iron.compiler.plan import Buffer, Imm, KernelStep, Output, Ptr, WordKind, WordRef
 from iron.compiler.route import Relay, Routes
@@ -142,7 +143,7 @@ def pack(ctx: Context, site: Site) -> list[Part]:
     if len(site.tiles) == 1:
         parts = [Part(g.name, site, site.tiles[0], 0)]
     else:
-        count = g.calls[0].shape[0] // len(site.tiles)
+        count = leading_call(g.calls).shape[0] // len(site.tiles)
         parts = [Part(f"{g.name}_p{p}", site, tile, p, p * count, count) for p, tile in enumerate(site.tiles)]
     for part in parts:
         _pack_inputs(ctx, part)
@@ -212,7 +213,9 @@ def _pack_results(ctx: Context, part: Part):
         part.copies.append(copy_step(node.dtype, node.size, read(ctx, part, node, False),
                                      Ptr(f"{part.prefix}_out", out)))
     for call in part.site.group.calls:
-        if call.arg.writes:
+        if part.stream is not None and call is part.stream.expand:   # one block's rows, expanded
+            part.homes[call] = (_buffer(ctx, part, call, part.stream.rows * nbytes(call) // call.shape[0]), 0)
+        elif call.arg.writes:
             buffer, access = host_access(ctx, destination(call))
             part.host.add(StateWrite(call), access.nwords * 4, call.dtype, describe(destination(call)),
                           (buffer, access))

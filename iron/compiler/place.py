@@ -12,7 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from iron.compiler.channels import MemChannels
-from iron.compiler.fuse import SIZE_LIMIT, STREAM_OBJECT_BYTES, Group, held_bytes, role
+from iron.compiler.fuse import (
+    SIZE_LIMIT,
+    STREAM_OBJECT_BYTES,
+    Group,
+    expansion,
+    held_bytes,
+    leading_call,
+    role,
+    stored_matrix,
+)
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.tiling import (
     Flow,
@@ -48,14 +57,16 @@ FORWARD_BYTES = 4096   # the largest host tensor one group forwards to later rea
 @dataclass(frozen=True)
 class Stream:
     """A matrix operand streamed through mem tile `mem`: `blocks` objects of `rows` rows each
-    per part per launch, split over `parts` tiles (1: a forward link)."""
+    per part per launch, split over `parts` tiles (1: a forward link). `matrix` is the tensor as
+    host memory holds it: with `expand` (`dequant_before_matvec`), the blocks that call expands
+    on the tile, object by object, into the matrix the leading call reads."""
 
     matrix: Node
     rows: int
     blocks: int
     parts: int
     mem: Tile
-
+    expand: Node | None = None
 
 @dataclass(frozen=True)
 class Site:
@@ -110,6 +121,8 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
             free = [t for t in free if t not in grid.tiles]
             sites.append(Site(group, grid.tiles, grid=grid))
             rules.append(("tile_matmul_over_array", f"{group.name}: {grid.text()}"))
+            if grid.expand is not None:
+                rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m))
             continue
         rule, flow = next(((rule.__name__, flow) for rule in (stream_elementwise, stream_row_blocks)
                            if (flow := rule(group, outside, free, (spare, shim_in), channels, device)) is not None),
@@ -168,9 +181,26 @@ def _stream_rules(group: Group, stream: Stream | None) -> list[tuple[str, str]]:
     what = f"{group.name}: {describe(m)} {m.shape} {m.dtype.name} ({nbytes(m)} bytes)"
     rules = [("stream_large_matrix",
               f"{what} streamed as {stream.blocks} blocks of {stream.rows} rows per part via {stream.mem.name}")]
+    if stream.expand is not None:
+        rules.append(expansion_rule(group, stream.expand, m, stream.rows))
     if stream.parts > 1:
         rules.append(("split_matrix_over_tiles", f"{what} split by rows over {stream.parts} tiles"))
     return rules
+
+
+def expansion_rule(group: Group, expand: Node, blocks: Node, rows: int) -> tuple[str, str]:
+    """`dequant_before_matvec`'s decision as `describe()` shows it: what moves and what each
+    tile expands, in bytes."""
+    return ("dequant_before_matvec",
+            f"{group.name}: {describe(blocks)} moves as stored, {nbytes(blocks)} bytes; each block of {rows} rows "
+            f"({rows * row_bytes(blocks)} bytes) is expanded on its tile by {expand.arg.kernel.__name__} to "
+            f"{rows} x {expand.shape[1]} {expand.dtype.name} ({rows * row_bytes(expand)} bytes) just before "
+            f"{leading_call(group.calls).arg.kernel.__name__}; the {expand.shape} {expand.dtype.name} matrix "
+            f"({nbytes(expand)} bytes) is never in DDR")
+
+
+def row_bytes(matrix: Node) -> int:
+    return nbytes(matrix) // matrix.shape[0]
 
 
 # ---- the tiling rules ------------------------------------------------------------------------------
@@ -262,11 +292,13 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
     column a mem tile's channels for B's blocks (a MatVec: the split of its rows) and the C
     join, and per grid row one for A's blocks. A MatMul whose rows are not whole 32-bit words
     takes blocks of whole rows (`whole_rows_when_not_words`)."""
-    call = group.calls[0]
-    if len(group.calls) != 1 or not wants_grid(call, outside.get(call, ())):
+    call, expand = leading_call(group.calls), expansion(group.calls)
+    if group.calls[-1] is not call or not wants_grid(call, outside.get(call, ()), expand):
+        return None
+    if expand is not None and outside.get(expand):
         return None
     spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
-    grid = choose_grid(call, free_columns(free, device), spare, device, shim_in)
+    grid = choose_grid(call, free_columns(free, device), spare, device, shim_in, expand)
     if grid is None:
         return None
     rows = len(grid.rows)
@@ -283,22 +315,29 @@ def l1_share(device) -> int:
 
 
 def stream_large_matrix(group: Group, tiles, parts: int, channels, device) -> Stream | None:
-    """Stream the group's leading matrix call's matrix when it is larger than its L1 share."""
-    first = group.calls[0]
+    """Stream the group's leading matrix call's matrix when it (with the blocks it is expanded
+    from, when `dequant_before_matvec` fused its expansion) is larger than its L1 share, in
+    blocks of the most rows whose object takes at most STREAM_OBJECT_BYTES; with an expansion,
+    whose two objects of blocks and the Buffer they are expanded into take at most the two
+    objects of a float32 stream."""
+    first = leading_call(group.calls)
     if role(first) is not Role.MATRIX:
         return None
-    matrix = first.src[0]
-    if not is_host_tensor(matrix) or (parts == 1 and nbytes(matrix) <= l1_share(device)):
+    matrix, expand = stored_matrix(group.calls), expansion(group.calls)
+    held = nbytes(first.src[0]) + (nbytes(matrix) if expand is not None else 0)   # with the blocks expanded
+    if not is_host_tensor(matrix) or (parts == 1 and held <= l1_share(device)):
         return None
     rows_per_part = matrix.shape[0] // parts
-    row_bytes = nbytes(matrix) // matrix.shape[0]
+    budget, per_row = STREAM_OBJECT_BYTES, row_bytes(matrix)
+    if expand is not None:   # two objects of blocks and their expansion: a float32 stream's two objects
+        budget, per_row = 2 * STREAM_OBJECT_BYTES, 2 * row_bytes(matrix) + row_bytes(expand)
     rows = max((r for r in range(1, rows_per_part + 1) if rows_per_part % r == 0
-                and r * row_bytes <= STREAM_OBJECT_BYTES and r * row_bytes % 4 == 0), default=None)
+                and r * per_row <= budget and r * row_bytes(matrix) % 4 == 0), default=None)
     if rows is None:
         return None
     links = (1, 1) if parts == 1 else (parts + 1, parts + 1)
     mem = channels.take(tiles[0].col, *links)
-    return Stream(matrix, rows, rows_per_part // rows, parts, mem)
+    return Stream(matrix, rows, rows_per_part // rows, parts, mem, expand)
 
 
 def split_parts(group: Group, outside: dict[Node, tuple[str, ...]], spare: int, channels,
@@ -307,15 +346,19 @@ def split_parts(group: Group, outside: dict[Node, tuple[str, ...]], spare: int, 
     bring each part to SPLIT_PART_BYTES or less, or, when that many do not fit, the most that
     do. A count fits when it divides the matrix's rows, that many tiles are spare, and one mem
     tile can split and join the parts (a DMA channel each way per part, one for the stream and
-    one for the joined result). Returns (tiles, why not the count wanted; "" when it fits)."""
+    one for the joined result) and one buffer descriptor's stride spans a part (docs/platform.md
+    section 5). Returns (tiles, why not the count wanted; "" when it fits)."""
     if not splittable(group, outside):
         return 1, ""
-    matrix = group.calls[0].src[0]
+    matrix = stored_matrix(group.calls)
     wanted = next((k for k in SPLIT_COUNTS if nbytes(matrix) // k <= SPLIT_PART_BYTES), SPLIT_COUNTS[-1])
     why = []
     for k in sorted((k for k in SPLIT_COUNTS if k <= wanted), reverse=True):
         if matrix.shape[0] % k:
             why.append(f"{k} does not divide its {matrix.shape[0]} rows")
+        elif nbytes(matrix) // k // 4 > channels.device.shim.max_bd_stride:
+            why.append(f"{k} parts lie {nbytes(matrix) // k // 4} words apart, more than a buffer descriptor's "
+                       f"largest stride ({channels.device.shim.max_bd_stride} words)")
         elif k > spare:
             why.append(f"{k} would leave too few tiles for the other groups ({spare} spare)")
         elif not channels.can_take(first.col, inputs=k + 1, outputs=k + 1):
@@ -358,9 +401,9 @@ def takes(groups: tuple[Group, ...], group: Group, sites: list[Site]) -> list[st
     """The FIFOs a core of `group` takes by DMA unless shared memory spares one: each other
     group's result no other of them forwards (`unrelayed`), with the groups on one tile that
     load a small host tensor it reads and forward it (`forward_shared_input`); its rows (a host
-    matrix its leading matrix call reads); its `_in` for any other host tensor."""
-    first = group.calls[0]
-    matrix = first.src[0] if role(first) is Role.MATRIX else None
+    matrix its leading matrix call reads, or the blocks of one its expansion reads); its `_in`
+    for any other host tensor."""
+    matrix = stored_matrix(group.calls) if role(leading_call(group.calls)) is Role.MATRIX else None
     host = [n for n in external_inputs(group.calls) if is_host_tensor(n) and n is not matrix]
     loaders = [next((s.group.name for s in sites if len(s.tiles) == 1 and forwardable(n)
                      and any(n in tensor_inputs(c) for c in s.group.calls)), None) for n in host]
@@ -397,17 +440,18 @@ def senders(groups: tuple[Group, ...], group: Group) -> tuple[str, ...]:
 
 def splittable(group: Group, outside: dict[Node, tuple[str, ...]]) -> bool:
     """A matrix-vector call (a matrix call with a vector result, MatVec) over a host matrix
-    > 128 KiB whose rows are whole words along the memory's last axis, then only elementwise
-    calls writing no state, with the last call's result its one use outside the group."""
-    first, last = group.calls[0], group.calls[-1]
-    matrix = first.src[0]
+    (or the blocks of one its fused expansion reads) > 128 KiB whose rows are whole words along
+    the memory's last axis, then only elementwise calls writing no state, with the last call's
+    result its one use outside the group."""
+    first, last = leading_call(group.calls), group.calls[-1]
+    matrix = stored_matrix(group.calls)
     if role(first) is not Role.MATRIX or len(first.shape) != 1 or not is_host_tensor(matrix):
         return False
-    if nbytes(matrix) <= SPLIT_PART_BYTES or (nbytes(matrix) // matrix.shape[0]) % 4:
+    if nbytes(matrix) <= SPLIT_PART_BYTES or row_bytes(matrix) % 4:
         return False
     if matrix.op == Op.VIEW and not matrix.arg[-1].keeps_axis:
         return False
-    epilogue = group.calls[1:]
+    epilogue = group.calls[group.calls.index(first) + 1:]
     if any(role(c) is not Role.ELEMENTWISE or c.arg.writes for c in epilogue):
         return False
     if any(is_computed_view(n) for c in epilogue for n in c.src):   # a view crosses the row parts

@@ -66,6 +66,18 @@ class Grid(OnCores):
     acc: np.dtype
     a_mems: tuple[Tile, ...] = ()
     c_mems: tuple[Tile, ...] = ()
+    expand: Node | None = None
+
+    @property
+    def matrix(self) -> Node:
+        """A as the host holds it: the blocks a fused expansion (`dequant_before_matvec`) expands
+        on each core, or A itself."""
+        return stored(self.call, self.expand)
+
+    @property
+    def a_block_bytes(self) -> int:
+        """The bytes of one core's block of A (m rows of a k-block) as it is moved."""
+        return self.m * self.k * nbytes(self.matrix) // self.call.src[0].size
 
     @property
     def vector(self) -> bool:
@@ -102,8 +114,10 @@ class Grid(OnCores):
         shape = f"MatVec ({big_m}, {big_k}) x ({big_k},)" if self.vector else \
             f"MatMul ({big_m}, {big_k}) x ({big_k}, {self.call.shape[1]})"
         calls = self.rounds * self.per_round * self.k_blocks
+        expanded = "" if self.expand is None else \
+            f" (its matrix expanded on each core by {self.expand.arg.kernel.__name__} from {self.matrix.dtype.name} blocks)"
         return (f"{shape} {self.call.src[0].dtype.name} -> "
-                f"{self.call.dtype.name} over {len(self.tiles)} tiles ({len(self.rows)} rows x {len(self.cols)} "
+                f"{self.call.dtype.name}{expanded} over {len(self.tiles)} tiles ({len(self.rows)} rows x {len(self.cols)} "
                 f"columns of cores): blocks m={self.m} k={self.k} n={self.n} ({self.padding()}), "
                 f"{self.rounds * self.per_round} output blocks per core, {self.k_blocks} k-blocks each "
                 f"({calls} kernel calls per core), summed in {self.acc.name}")
@@ -118,12 +132,20 @@ class Grid(OnCores):
                 "no padding")
 
 
-def block_bytes(call: Node, m: int, k: int, n: int, acc: np.dtype) -> int:
-    """A core's tile memory for blocks m x k x n (n = 1 for a MatVec): two objects each of A, B
-    and C, the product of one k-block, and a float32 sum when the result is rounded at the end."""
+def block_bytes(call: Node, m: int, k: int, n: int, acc: np.dtype, expand: Node | None = None) -> int:
+    """A core's tile memory for blocks m x k x n (n = 1 for a MatVec): two objects each of A (as
+    moved: a fused expansion's blocks), B and C, A's block expanded, the product of one k-block,
+    and a float32 sum when the result is rounded at the end."""
     it, out = call.src[0].dtype.itemsize, call.dtype.itemsize
-    held = 2 * (m * k + k * n) * it + 2 * m * n * out + m * n * acc.itemsize
+    a_block = m * k * nbytes(stored(call, expand)) // call.src[0].size
+    held = 2 * (a_block + k * n * it) + 2 * m * n * out + m * n * acc.itemsize
+    held += m * k * it if expand is not None else 0
     return held + (m * n * acc.itemsize if acc != call.dtype else 0)
+
+
+def stored(call: Node, expand: Node | None) -> Node:
+    """A matrix call's matrix as the host holds it: the blocks `expand` reads, or the matrix."""
+    return expand.src[0] if expand is not None else call.src[0]
 
 
 def accumulates_in(call: Node) -> np.dtype:
@@ -131,17 +153,20 @@ def accumulates_in(call: Node) -> np.dtype:
     return np.dtype(np.float32) if call.dtype == dtypes.bfloat16 else call.dtype
 
 
-def wants_grid(call: Node, users: tuple[str, ...]) -> bool:
+def wants_grid(call: Node, users: tuple[str, ...], expand: Node | None = None) -> bool:
     """A matrix call of two whole host tensors whose result only the host reads: a MatMul (a
     matrix result) whose operands and result take more than TILED_BYTES, a MatVec (a vector
-    result) whose matrix takes more than VECTOR_TILED_BYTES."""
+    result) whose matrix takes more than VECTOR_TILED_BYTES, or a MatVec whose matrix a fused
+    expansion makes of a whole host tensor (its blocks then taking more than that)."""
     if call.arg.kernel.role is not Role.MATRIX or call.arg.writes or call.arg.n_inputs != 2 or users != ("host",):
         return False
-    a, b = call.src[:2]
+    a, b = stored(call, expand), call.src[1]
     if not all(is_host_tensor(x) and x.op != Op.VIEW for x in (a, b)):
         return False
     if len(call.shape) == 1:
         return nbytes(a) > VECTOR_TILED_BYTES
+    if expand is not None:
+        return False
     return nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
 
 
@@ -169,15 +194,17 @@ def divisors(n: int, word_elements: int) -> list[int]:
     return [d for d in range(1, min(n, MAX_BLOCK) + 1) if n % d == 0 and d % word_elements == 0]
 
 
-def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in: int) -> Grid | None:
+def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in: int,
+                expand: Node | None = None) -> Grid | None:
     """`tile_matmul_over_array`: the grid using the most rows of cores that divide M and the
     most free whole columns that divide N (a MatVec: whose cores divide M), within `spare`
     tiles and `shim_in` shim MM2S channels (one per grid row and column; a MatVec one per column
     and one for the vector), with, among blocks dividing their sides and holding whole words (B's and C's rows,
     A's k-block; a MatVec's m results) whose objects fit a core's memory (block_bytes) and whose
     moves are one Dma op per round (`_one_dma_per_move`), those of the fewest kernel calls per
-    core (then the largest m x n). None when no block holds whole words (say an odd N in
-    bfloat16)."""
+    core (then the largest m x n). A MatVec whose matrix a fused expansion makes takes whole
+    rows (k = K): an expansion's row is not cut. None when no block holds whole words (say an
+    odd N in bfloat16)."""
     (big_m, big_k), vector = call.src[0].shape, len(call.shape) == 1
     big_n, own = 1 if vector else call.shape[1], vector or n_not_words(call)
     acc = accumulates_in(call)
@@ -190,7 +217,12 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
                 and (c + 1 if own else rows + c) <= shim_in]
         for ncols in cols:
             one_op = _one_dma_per_move(device, rows, ncols, own, big_k, big_n)
-            if vector:
+            if vector and expand is not None:
+                row = nbytes(expand.src[0]) // big_m   # an expanded row's blocks, in bytes
+                ms = [m for m in divisors(big_m // (rows * ncols), out_words) if m * row % 4 == 0]
+                best = _fewest_calls(call, ms, [big_k], [1],
+                                     big_m // (rows * ncols), big_k, 1, acc, room, one_op, expand)
+            elif vector:
                 best = _best_blocks(call, big_m // (rows * ncols), big_k, 1, in_words, 1, acc, room, one_op, out_words)
             elif unaligned(call) is not None:
                 best = _whole_row_blocks(call, big_m // (rows * ncols if own else rows), ncols, acc, room, one_op)
@@ -199,7 +231,8 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
                                     max(in_words, out_words), acc, room, one_op)
             if best is not None:
                 m, k, n = best
-                return Grid(call, tuple(device.compute_rows[:rows]), tuple(full_columns[:ncols]), m, k, n, acc)
+                return Grid(call, tuple(device.compute_rows[:rows]), tuple(full_columns[:ncols]), m, k, n, acc,
+                            expand=expand)
     return None
 
 
@@ -223,14 +256,12 @@ def _whole_row_blocks(call, per_row, cols, acc, room, one_op):
     whole 32-bit words is not cut along that side: its blocks take whole rows, k = K or n = N,
     and enough of them (m, or k for B) that each block is whole words and contiguous, which a
     DMA moves as one run of words. With n = N there are no column blocks: every core of every
-    column owns its own rows of A and C (`per_row` each) and B's k-blocks go to every core, so
-    any N whose blocks fit a core takes the whole grid. No padding, and the host layout
-    unchanged."""
+    column owns its own rows of A and C (`per_row` each) and B's k-blocks go to every core. Any
+    K or N whose blocks fit a core's memory takes the whole grid (a run longer than a BD
+    dimension is cut into several Dma ops). No padding, and the host layout unchanged."""
     (_, big_k), big_n = call.src[0].shape, call.shape[1]
     a, b, out = (x.dtype.itemsize for x in (call.src[0], call.src[1], call))
     whole_k, whole_n = big_k * a % 4 != 0, big_n * min(b, out) % 4 != 0
-    if whole_k and big_k > MAX_BLOCK:
-        return None
     ks = [big_k] if whole_k else divisors(big_k, 4 // min(4, a))
     ns = [big_n] if whole_n else divisors(big_n // cols, 4 // min(4, min(b, out)))
     per_col = big_n if whole_n else big_n // cols
@@ -245,9 +276,9 @@ def _best_blocks(call, per_row, big_k, per_col, k_words, n_words, acc, room, one
     return _fewest_calls(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op)
 
 
-def _fewest_calls(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op):
+def _fewest_calls(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op, expand=None):
     fits = [(m, k, n) for m in ms for n in ns for k in ks
-            if block_bytes(call, m, k, n, acc) <= room and one_op(m, k, n)]
+            if block_bytes(call, m, k, n, acc, expand) <= room and one_op(m, k, n)]
     if not fits:
         return None
     return min(fits, key=lambda b: ((per_row // b[0]) * (per_col // b[2]) * (big_k // b[1]), -b[0] * b[2]))

@@ -35,6 +35,7 @@ class Role(Enum):
     ELEMENTWISE = "elementwise"      # output element i depends only on element i of each input
     MATRIX = "matrix"                # input 0 is a matrix (M, K); output row i depends on its row i
     ROW_REDUCTION = "row reduction"  # reads its whole input before writing any output element
+    EXPANSION = "row expansion"      # output row i is input row i expanded (Dequant: weight blocks to weights)
 
 
 @dataclass(frozen=True)

@@ -334,7 +334,7 @@ class Dequant(Kernel):
     minimum m, 16 bytes of 4-bit codes, low nibbles first: w = d * code + m), 34 is Q8_0 (float16
     scale d, 32 int8 codes: w = code * d). Bit-exact with gguf.quants.dequantize."""
 
-    role = Role.OTHER   # one input, wider output rows: not a matrix product (MATRIX means two operands)
+    role = Role.EXPANSION   # row i of the weights is row i of the blocks expanded
     name = "dequant"
     dtypes = frozenset({U8})
     attrs = {"block_bytes": Kernel.REQUIRED}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -42,6 +41,7 @@ def report(label: str, got: np.ndarray, expected: np.ndarray) -> bool:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="npu2", help="npu1, npu2 or a partition such as npu2_4col")
+    parser.add_argument("--svg", metavar="PATH", help="draw the placement into this SVG file")
     args = parser.parse_args(argv)
     aie_utils.set_current_device(aie_utils.from_name(args.device))
 
@@ -53,8 +53,9 @@ def main(argv=None) -> int:
     compiled = add_one.compile(x=((N,), np.int32))
     print(f"\n{compiled!r}\n")
     print(compiled.describe())
-    compiled.svg(Path(__file__).with_name(f"add_one-{args.device}.svg"))
-    print(f"the placement, drawn: add_one-{args.device}.svg")
+    if args.svg is not None:
+        compiled.svg(args.svg)
+        print(f"the placement, drawn: {args.svg}")
     print("\nThe MLIR, first 24 lines:")
     print("\n".join(compiled.mlir.splitlines()[:24]))
     print("...\n")

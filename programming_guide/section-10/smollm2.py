@@ -5,7 +5,8 @@ its first `--layers` blocks (all 30 with `--layers 30`), builds `iron.smollm2_gr
 and generates `--tokens` tokens after `--prompt` four ways, checked token for token: the plain
 numpy forward (iron.models.numpy_forward, the oracle), the graph's reference() host-driven, the
 compiled graph on the current backend host-driven, and as a CarriedLoop of `--depth` runs in
-flight (full-ELF devices only). Prints the continuation as text and the tokens per second
+flight (full-ELF devices only); `--quantized` keeps the weights as the file's blocks. Prints the
+weight bytes a token reads from DDR, the continuation as text and the tokens per second
 host-driven vs device loop, measured in this run, and (on the emulator) as the cost model
 estimates them on the NPU. Exit 1 on any disagreement.
 """
@@ -17,6 +18,7 @@ import time
 
 import aie_utils
 import iron
+from iron.compiler.describe import ddr_traffic
 from iron.models import numpy_forward, smollm2
 from iron.runtime.backend import select_backend
 from iron.smollm2_graph import SmolLM2Graph, generate, generate_in_loop
@@ -45,10 +47,10 @@ def estimated(body, pos: int, tok: int, depth: int) -> str:
             f"device loop {1e9 / step.call_ns:.1f} tokens/s")
 
 
-def run(layers: int, prompt: str, count: int, depth: int) -> int:
+def run(layers: int, prompt: str, count: int, depth: int, quantized: bool = False) -> int:
     model = smollm2.load(layers=layers)
     ids = model.tokenizer.encode(prompt)
-    graph = SmolLM2Graph(model)
+    graph = SmolLM2Graph(model, quantized=quantized)
     graph.check_prompt(ids, count)
     expected = numpy_forward.generate(model, ids, count)
     print(f"SmolLM2-135M, its first {model.config.layers} layers; prompt {prompt!r} = {ids}")
@@ -59,6 +61,9 @@ def run(layers: int, prompt: str, count: int, depth: int) -> int:
     body = graph.compile()
     print(f"compiled for {body.device.name} in {time.perf_counter() - began:.1f} s: "
           f"{len(body.plan.configurations)} segments run in order within each call")
+    traffic = ddr_traffic(body.plan)
+    print(f"{'quantized' if quantized else 'float32'} weights: a token reads {traffic.consts / 1e6:.1f} MB of "
+          f"weights and params from DDR")
     backend = select_backend()
     body(pos=0, tok=ids[0])   # the first call writes the weights to the device: not part of the timings
     tokens, host = timed(lambda: generate(graph, body, ids, count))
@@ -82,9 +87,10 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, default=3, help="how many tokens to generate")
     parser.add_argument("--prompt", default="The capital of France is", help="the text to continue")
     parser.add_argument("--depth", type=int, default=2, help="runs kept in flight by the device loop")
+    parser.add_argument("--quantized", action="store_true", help="keep the weights as the file's Q4_1 / Q8_0 blocks")
     args = parser.parse_args(argv)
     aie_utils.set_current_device(aie_utils.from_name(args.device))
-    return run(args.layers, args.prompt, args.tokens, args.depth)
+    return run(args.layers, args.prompt, args.tokens, args.depth, args.quantized)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -51,6 +50,7 @@ def show_placement(compiled) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="npu2", help="npu1, npu2 or a partition such as npu2_4col")
+    parser.add_argument("--svg", metavar="PATH", help="draw the placement into this SVG file")
     args = parser.parse_args(argv)
     aie_utils.set_current_device(aie_utils.from_name(args.device))
 
@@ -60,8 +60,10 @@ def main(argv=None) -> int:
     x = rng.standard_normal(WIDTH).astype(np.float32)
     compiled = Projection(w1, w2).compile(x=((WIDTH,), np.float32))
     print(compiled.describe())
-    compiled.svg(Path(__file__).with_name(f"placement-{args.device}.svg"))
-    print(f"the placement, drawn: placement-{args.device}.svg\n")
+    if args.svg is not None:
+        compiled.svg(args.svg)
+        print(f"the placement, drawn: {args.svg}")
+    print()
     show_placement(compiled)
 
     y = compiled(x)

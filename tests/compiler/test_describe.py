@@ -1,5 +1,6 @@
-"""describe(plan) (iron/compiler/describe.py): Walk's summary on npu2, pinned, and the rules of a
-split MLP in its summary."""
+"""describe(plan) (iron/compiler/describe.py): Walk's summary on npu2, pinned (its DDR traffic:
+successor[node] and this call's 5 words read, the 2 outputs and the next 7 words written), and
+the rules of a split MLP in its summary."""
 
 from aie_utils import from_name
 from iron.compiler.compile import compile_program
@@ -36,6 +37,8 @@ rules:
   snake_order: g0 on tile_0_2
   snake_order: emit on tile_0_3
   shim_channels: shim_0_0: g0_in (mm2s), g0_host (s2mm), emit_in (mm2s), feedback (s2mm)
+DDR per call:
+  reads 24 bytes (4 of weights and params), writes 36 bytes
 emit:
   on tile_0_3, writing 5 words through feedback, bounded ones clamped into range, and in word 5 how many were not
   next node <- element of g0_out at byte 0

@@ -168,3 +168,24 @@ def test_a_group_reading_two_groups_results_runs_unsplit_beside_its_producer(on_
     assert core_tiles(plan) == [("g0", "tile_0_2"), ("g1", "tile_0_3"), ("g2", "tile_0_4")]
     assert plan.fifo("g1_out").shared_memory and not plan.fifo("g0_out").shared_memory
     np.testing.assert_allclose(graph.compile(x=((n,), F32))(x), graph.reference(x), rtol=1e-4, atol=1e-4)
+
+
+class FarApartParts(iron.Graph):
+    """A 4096 x 1152 float32 matrix (18 MiB) times a computed vector: split over 8 tiles it needs
+    more mem-tile channels than there are, over 4 or 2 its parts lie further apart than one
+    buffer descriptor's stride reaches."""
+
+    def __init__(self):
+        self.w = iron.param(np.zeros((4096, 1152), F32))
+
+    def body(self, x):
+        return MatVec.step(self.w, Exp.step(x))
+
+
+def test_a_split_whose_parts_lie_beyond_one_stride_is_refused_with_the_words():
+    plan = plan_of(FarApartParts(), x=((1152,), F32))
+    assert [what for r, what in plan.rules if r == "split_matrix_over_tiles"] == [
+        "g1: on 1 tile, not more: 8 would take 9 DMA channels each way on one mem tile (a mem tile has 6, less "
+        "what earlier groups use); 4 parts lie 1179648 words apart, more than a buffer descriptor's largest stride "
+        "(1048576 words); 2 parts lie 2359296 words apart, more than a buffer descriptor's largest stride (1048576 "
+        "words)"]

@@ -331,6 +331,11 @@ NOT_WORDS = [
      "n=32 (K = 6 int8 elements of a row of A are not whole 32-bit words: blocks take whole rows, contiguous "
      "and whole words, no padding), 1 output blocks per core, 1 k-blocks each (1 kernel calls per core), "
      "summed in int32"),
+    (64, 2001, 64, np.int8, np.int32,   # K over a block side and over a BD dimension's 1023
+     "g0: MatMul (64, 2001) x (2001, 64) int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): blocks m=4 "
+     "k=2001 n=8 (K = 2001 int8 elements of a row of A are not whole 32-bit words: blocks take whole rows, "
+     "contiguous and whole words, no padding), 4 output blocks per core, 1 k-blocks each (4 kernel calls per "
+     "core), summed in int32"),
     (128, 64, 127, BF16_DTYPE, None,
      "g0: MatMul (128, 64) x (64, 127) bfloat16 -> bfloat16 over 32 tiles (4 rows x 8 columns of cores): blocks "
      "m=4 k=64 n=127 (N = 127 elements of a row of B and C are not whole 32-bit words: blocks take whole rows, "
@@ -349,7 +354,7 @@ NOT_WORDS = [
 ]
 
 
-@pytest.mark.parametrize("m, k, n, dtype, out, text", NOT_WORDS, ids=["int8-K127", "int8-K6", "bf16-N127", "bf16-N511", "int8-N1001"])
+@pytest.mark.parametrize("m, k, n, dtype, out, text", NOT_WORDS, ids=["int8-K127", "int8-K6", "int8-K2001", "bf16-N127", "bf16-N511", "int8-N1001"])
 def test_a_matmul_whose_rows_are_not_whole_words_takes_whole_rows_and_equals_the_reference(m, k, n, dtype, out, text):
     graph, c, a = compiled(m, k, n, np.dtype(dtype), out)
     assert rule(c.plan, "tile_matmul_over_array") == [text]

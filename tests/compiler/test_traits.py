@@ -119,8 +119,9 @@ def test_a_kernel_without_a_role_does_not_join_a_matrix_group():
 
 
 def test_every_library_kernel_declares_a_role_and_a_new_kernel_declares_none():
-    # Concat joins along an axis, RoPE turns pairs, Dequant widens rows: no element-wise, matrix or row-reduction shape
-    assert [k.__name__ for k in LIBRARY if k.role is Role.OTHER] == ["Concat", "RoPE", "Dequant"]
+    # Concat joins along an axis, RoPE turns pairs: no element-wise, matrix, row-reduction or expansion shape
+    assert [k.__name__ for k in LIBRARY if k.role is Role.OTHER] == ["Concat", "RoPE"]
+    assert [k.__name__ for k in LIBRARY if k.role is Role.EXPANSION] == ["Dequant"]
     assert Plain.role is Role.OTHER and Plain.bounds == {}
 
 

@@ -156,6 +156,7 @@ EXPECTED = {
         "numpy generates [30, 216, 216]: '.  '",
         "reference (host-driven): [30, 216, 216] -> matches numpy",
         re.compile(r"compiled for npu2 in \d+\.\d s: \d+ segments run in order within each call"),
+        re.compile(r"float32 weights: a token reads \d+\.\d MB of weights and params from DDR"),
         re.compile(r"host-driven \(npu2, emulator\): \[30, 216, 216\] -> matches numpy \(.* tokens/s, .*\)"),
         re.compile(r"device loop \(npu2, depth 2\): \[30, 216, 216\] -> matches numpy \(.* tokens/s, .*\)"),
         re.compile(r"estimated on the NPU \(cost model\): host-driven \d+\.\d tokens/s, device loop \d+\.\d tokens/s"),
@@ -243,6 +244,24 @@ def test_the_decoder_is_importable_and_main_takes_argv(monkeypatch, capsys, tmp_
     assert drawn.read_text() == (GUIDE / "section-8" / "decoder-npu2.svg").read_text()
     model = decoder.Decoder()
     assert decoder.numpy_generate(model, (5, 17, 42, 8), 3)[0] == [36, 55, 18]
+
+
+@pytest.mark.parametrize("script, picture", [("section-1/add_one.py", "add_one-npu2.svg"),
+                                             ("section-6/placement.py", "placement-npu2.svg")])
+def test_a_guide_script_draws_its_picture_only_when_asked(monkeypatch, capsys, tmp_path, script, picture):
+    monkeypatch.setenv("IRON_BACKEND", "emulator")
+    design, folder = load(script), (GUIDE / script).parent
+    beside = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    drawn = tmp_path / picture
+    previous = aie_utils.get_current_device()
+    try:
+        assert design.main([]) == 0
+        assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == beside   # no --svg: no file
+        assert design.main(["--svg", str(drawn)]) == 0
+    finally:
+        aie_utils.set_current_device(previous)
+    assert f"the placement, drawn: {drawn}" in capsys.readouterr().out.splitlines()
+    assert drawn.read_text() == (folder / picture).read_text()   # the picture the guide shows is the one drawn now
 
 
 @pytest.mark.parametrize("device, tiles, loop", [

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import aie_utils
+from iron.compiler.describe import ddr_traffic
 from iron.errors import ArgumentError, TokenError
 from iron.models import numpy_forward as nf
 from iron.smollm2_graph import SmolLM2Graph, generate, generate_in_loop
@@ -58,15 +59,29 @@ def test_the_kv_cache_holds_the_keys_of_the_positions_fed(two_layers, graph):
         assert not stored[len(ids):].any()
 
 
-def test_weights_as_they_ship_generate_the_same_tokens(two_layers, graph):
-    """quantized=True keeps the matrices as Q4_1 blocks and the embedding as Q8_0 blocks, about 6x
-    fewer bytes over all 30 layers, and expands them with Dequant, bit-exact with the float32
-    the loader made."""
+def test_weights_as_they_ship_compile_stream_as_blocks_and_generate_references_tokens(
+        two_layers, graph, compiled, on_emulator):
+    """Compiled, the quantized graph moves each matrix's blocks as the file ships them, expands
+    them on the tiles (`dequant_before_matvec`), and generates reference()'s tokens, which are
+    the float32 graph's, host-driven and as a device loop at depth 1 and 2. The matrices are Q4_1
+    blocks and the embedding Q8_0, about 6x fewer bytes over all 30 layers."""
     quantized = SmolLM2Graph(two_layers, quantized=True)
     assert layer_bytes(graph) / layer_bytes(quantized) == 128 / 20   # 32 float32s vs a 20-byte Q4_1 block
     assert graph.lm_head.param.array.nbytes / quantized.lm_head.param.array.nbytes == 128 / 34   # Q8_0
+    with aie_utils.using_device(aie_utils.from_name("npu2")):
+        body = quantized.compile()
+    expanded = [what for rule, what in body.plan.rules if rule == "dequant_before_matvec" and "expanded" in what]
+    assert len(expanded) == 2 * 4 + 1   # every block's four matrices and the LM head
+    assert expanded[-1].startswith("g89: lm_head.param moves as stored, 30081024 bytes; each block of ")
+    f32, q = ddr_traffic(compiled.plan), ddr_traffic(body.plan)
+    # weight bytes a token reads: between the LM head's ratio (Q8_0: 128 / 34) and the blocks' (Q4_1: 128 / 20)
+    assert 128 / 34 < f32.consts / q.consts < 128 / 20
     ids = two_layers.tokenizer.encode("Hi there")
-    assert generate(quantized, quantized.reference, ids, 3) == generate(graph, graph.reference, ids, 3)
+    expected = generate(graph, graph.reference, ids, 3)
+    assert generate(quantized, quantized.reference, ids, 3) == expected
+    assert generate(quantized, body, ids, 3) == expected
+    for depth in (1, 2):
+        assert generate_in_loop(quantized, body, ids, 3, depth=depth) == expected
 
 
 def layer_bytes(graph):

@@ -10,7 +10,7 @@ import pytest
 
 import iron
 from iron import Carried, Scratchpad
-from iron.kernels import Argmax, RMSNorm, Softmax
+from iron.kernels import Argmax, MatMul, RMSNorm, Softmax
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -248,3 +248,29 @@ def test_a_batch_of_the_widest_rows_streams_one_object_at_a_time_and_equals_the_
     assert rule.startswith(f"g0: {rule.split()[1]} over 6 rows of {widest} elements streamed in row-blocks of 1 rows")
     assert rule.endswith(", one object of each FIFO (a row fills the tile: no overlap)")
     close(compiled(x, **values), graph(dtype, widest).reference(x, **values))
+
+
+class Attention(iron.Graph):
+    """softmax(q k) v over the first pos + 1 keys: the scores streamed between two tiled MatMuls."""
+
+    def __init__(self, k, v):
+        self.k, self.v = iron.weight(k), iron.weight(v)
+
+    def body(self, q, *, pos: Scratchpad[np.int32]):
+        return MatMul.step(Softmax.step(MatMul.step(q, self.k), length=pos + 1), self.v)
+
+
+def test_attention_over_the_array_streams_its_scores_with_the_per_call_length(monkeypatch):
+    monkeypatch.setenv("IRON_BACKEND", "emulator")
+    monkeypatch.setenv("IRON_QUIET", "1")
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((64, 64), (64, 512), (512, 64)))
+    compiled = Attention(k, v).compile(q, device="npu2")
+    assert [(name, text.split(":")[0]) for name, text in compiled.plan.rules if name in (
+        "tile_matmul_over_array", "stream_row_blocks")] == [
+        ("tile_matmul_over_array", "g0"), ("stream_row_blocks", "g1"), ("tile_matmul_over_array", "g2")]
+    assert "g1: Softmax over 64 rows of 512 elements streamed in row-blocks of 2 rows over 32 tiles (4 rows x 8 " \
+           "columns of cores), 1 blocks per core, length=pos + 1 a per-call word every core receives" in compiled.describe()
+    assert len(compiled.segments) == 3
+    for pos in (0, 200, 511):
+        close(compiled(q, pos=pos), Attention(k, v).reference(q, pos=pos))

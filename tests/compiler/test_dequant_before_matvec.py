@@ -1,0 +1,161 @@
+"""`dequant_before_matvec` (iron/compiler/fuse.py, place.py, tiling.py): a MatVec whose matrix is
+Dequant of a param keeps the param's GGUF blocks in DDR; the blocks stream to the tiles as
+stored (split by rows, or over the whole-array grid in whole rows) and each block is expanded on
+its tile just before the MatVec uses it. Checked on random but valid Q4_1 and Q8_0 blocks: the
+fused groups, the rule's numbers in describe(), that no host buffer or FIFO holds the float32
+matrix, and the emulator against reference(). The MatVec sums each row in float32 over blocks of
+rows, so results agree with reference() to 1e-5 of their largest magnitude; the expansion itself
+is bit-exact (tests/models/test_blocks.py, tests/runtime/test_native_kernels.py)."""
+
+import numpy as np
+import pytest
+
+import iron
+from aie_utils import from_name
+from iron import Role
+from iron.compiler.describe import ddr_traffic
+from iron.compiler.fuse import (
+    RULES,
+    dequant_before_matvec,
+    fuse,
+    held_bytes,
+    matrix_op_starts_group,
+)
+from iron.ir import call_label
+from iron.kernels import Dequant, MatVec, RMSNorm, SiLU
+from iron.models.blocks import Q4_1, Q8_0
+
+F32 = np.float32
+
+
+def random_blocks(rng, rows: int, cols: int, fmt) -> np.ndarray:
+    """(rows, row bytes) uint8 blocks of `fmt`: random codes, finite float16 scale (and minimum)."""
+    blocks = rng.integers(0, 256, (rows * cols // 32, fmt.nbytes), dtype=np.uint8)
+    halves = 2 if fmt is Q4_1 else 1
+    blocks[:, :2 * halves] = (rng.standard_normal((len(blocks), halves)) * 0.002).astype(np.float16).view(np.uint8)
+    return blocks.reshape(rows, -1)
+
+
+class Layer(iron.Graph):
+    """RMSNorm, then SiLU of the quantized matrix times the normed vector."""
+
+    def __init__(self, blocks, fmt):
+        self.w, self.block_bytes = iron.param(blocks), fmt.nbytes
+        self.norm = iron.param(np.linspace(0.5, 1.5, blocks.shape[1] // fmt.nbytes * 32, dtype=F32))
+
+    def body(self, x):
+        h = RMSNorm.step(x, self.norm, eps=1e-5)
+        return SiLU.step(MatVec.step(Dequant.step(self.w, block_bytes=self.block_bytes), h))
+
+
+class Head(iron.Graph):
+    """The quantized matrix times a host vector, the result only the host reads (an LM head)."""
+
+    def __init__(self, blocks, fmt):
+        self.w, self.block_bytes = iron.param(blocks), fmt.nbytes
+
+    def body(self, x):
+        return MatVec.step(Dequant.step(self.w, block_bytes=self.block_bytes), x)
+
+
+def agree(got, want):
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+def grouping(program):
+    return [(g.name, [call_label(program, c) for c in g.calls], g.closed_by) for g in fuse(program)]
+
+
+def test_the_expansion_starts_a_group_the_matvec_and_its_epilogue_join():
+    program = Layer(random_blocks(np.random.default_rng(0), 32, 64, Q8_0), Q8_0).trace(x=((64,), F32))
+    assert grouping(program) == [("g0", ["RMSNorm#0"], "dequant_before_matvec"),
+                                 ("g1", ["Dequant#1", "MatVec#2", "SiLU#3"], "end of body")]
+    assert RULES.index(dequant_before_matvec) < RULES.index(matrix_op_starts_group)
+    # the blocks (32 x 68 bytes) and the expanded matrix (32 x 64 float32) are on the tile whole, with x (the
+    # RMSNorm's result, 256 bytes), the MatVec's and the SiLU's (128 bytes each)
+    assert held_bytes(list(fuse(program)[1].calls)) == 2176 + 8192 + 256 + 2 * 128
+
+
+def test_a_large_matrix_and_its_blocks_share_one_stream_object_on_the_tile():
+    program = Layer(random_blocks(np.random.default_rng(0), 512, 512, Q8_0), Q8_0).trace(x=((512,), F32))
+    calls = list(fuse(program)[1].calls)
+    # 16384 bytes in proportion: blocks 278528 of 278528 + 1048576 bytes, the float32 matrix the rest
+    assert held_bytes(calls) == 16384 * 278528 // (278528 + 1048576) + 16384 * 1048576 // (278528 + 1048576) + 3 * 2048
+
+
+@pytest.mark.parametrize("device, fmt, parts, rows, blocks", [
+    ("npu2", Q4_1, 2, 12, 22), ("npu2", Q8_0, 4, 6, 22), ("npu1", Q8_0, 4, 6, 22)])
+def test_a_quantized_layer_streams_its_blocks_split_by_rows(on_emulator, device, fmt, parts, rows, blocks):
+    rng = np.random.default_rng(1)
+    graph = Layer(random_blocks(rng, 528, 512, fmt), fmt)
+    compiled = graph.compile(x=((512,), F32), device=from_name(device))
+    plan, row = compiled.plan, 512 // 32 * fmt.nbytes
+    assert plan.groups == (("g0", ("RMSNorm#0",)), ("g1", ("Dequant#1", "MatVec#2", "SiLU#3")))
+    assert ("dequant_before_matvec",
+            f"g1: w moves as stored, {528 * row} bytes; each block of {rows} rows ({rows * row} bytes) is expanded on "
+            f"its tile by Dequant to {rows} x 512 float32 ({rows * 2048} bytes) just before MatVec; the (528, 512) "
+            "float32 matrix (1081344 bytes) is never in DDR") in plan.rules
+    assert ("stream_large_matrix", f"g1: w (528, {row}) uint8 ({528 * row} bytes) streamed as {blocks} blocks of "
+            f"{rows} rows per part via mem_0_1") in plan.rules
+    assert ("split_matrix_over_tiles", f"g1: w (528, {row}) uint8 ({528 * row} bytes) split by rows over {parts} tiles") \
+        in plan.rules
+    assert plan.fifo("g1_w_mem").dtype == np.uint8 and plan.fifo("g1_w0").nbytes == rows * row
+    never_in_ddr(plan, 528 * 2048)
+    assert ddr_traffic(plan).consts == 528 * row + 512 * 4   # the blocks once, and the RMSNorm's weights
+    for seed in range(2):
+        x = np.random.default_rng(seed).standard_normal(512).astype(F32)
+        agree(compiled(x), graph.reference(x))
+
+
+@pytest.mark.parametrize("fmt, rows", [(Q4_1, 4096), (Q8_0, 2048)])
+def test_a_quantized_head_spreads_over_the_array_in_whole_rows(on_emulator, fmt, rows):
+    rng = np.random.default_rng(2)
+    graph = Head(random_blocks(rng, rows, 256, fmt), fmt)
+    compiled = graph.compile(x=((256,), F32), device=from_name("npu2"))
+    plan, row = compiled.plan, 256 // 32 * fmt.nbytes
+    grid = dict(plan.rules)["tile_matmul_over_array"]
+    m = rows // 32 // int(grid.split(" output blocks per core")[0].rsplit(" ", 1)[1])
+    assert grid.startswith(f"g0: MatVec ({rows}, 256) x (256,) float32 -> float32 (its matrix expanded on each core "
+                           f"by Dequant from uint8 blocks) over 32 tiles (4 rows x 8 columns of cores): blocks m={m} "
+                           "k=256 n=1")
+    assert dict(plan.rules)["dequant_before_matvec"] == (
+        f"g0: w moves as stored, {rows * row} bytes; each block of {m} rows ({m * row} bytes) is expanded on its tile "
+        f"by Dequant to {m} x 256 float32 ({m * 1024} bytes) just before MatVec; the ({rows}, 256) float32 matrix "
+        f"({rows * 1024} bytes) is never in DDR")
+    never_in_ddr(plan, rows * 1024)
+    assert ddr_traffic(plan).consts == rows * row
+    x = rng.standard_normal(256).astype(F32)
+    agree(compiled(x), graph.reference(x))
+
+
+def never_in_ddr(plan, expanded: int):
+    """No host buffer, FIFO object or tile Buffer is as large as the float32 matrix."""
+    assert all(b.nwords * 4 < expanded for b in plan.host_buffers)
+    assert all(f.nbytes < expanded for f in plan.fifos) and all(b.nbytes < expanded for b in plan.buffers)
+
+
+class Unpack(iron.Kernel):
+    """Dequant's shape rule, C ABI and numpy under another name: a user expansion kernel."""
+
+    name = "unpack"
+    role = Role.EXPANSION
+    dtypes, attrs, c_attrs = Dequant.dtypes, Dequant.attrs, Dequant.c_attrs
+    out_dtype, out_shape, sizes, abi_shapes = Dequant.out_dtype, Dequant.out_shape, Dequant.sizes, Dequant.abi_shapes
+    FORMATS = Dequant.FORMATS
+    compute = staticmethod(Dequant.compute)
+
+
+def test_a_user_kernel_declaring_the_expansion_role_fuses_and_runs_as_dequant(on_emulator):
+    class UserHead(Head):
+        def body(self, x):
+            return MatVec.step(Unpack.step(self.w, block_bytes=self.block_bytes), x)
+
+    blocks = random_blocks(np.random.default_rng(3), 528, 512, Q4_1)
+    library, user = Head(blocks, Q4_1), UserHead(blocks, Q4_1)
+    compiled = [g.compile(x=((512,), F32), device=from_name("npu2")) for g in (library, user)]
+    assert "dequant_before_matvec" in dict(compiled[1].plan.rules)
+    assert list(compiled[0].plan.rules) == [(rule, what.replace("Unpack", "Dequant"))
+                                            for rule, what in compiled[1].plan.rules]
+    x = np.random.default_rng(4).standard_normal(512).astype(F32)
+    np.testing.assert_array_equal(compiled[1](x), compiled[0](x))
+    agree(compiled[1](x), library.reference(x))
