@@ -383,10 +383,10 @@ def rows_do_not_stream(calls, label) -> str | None:
             return f"it reads {describe(n)}, and a streamed row reduction reads whole host tensors"
         if n is not x and n.shape != x.shape[1:]:
             return f"it reads {describe(n)} of shape {n.shape}, and every row shares only rows {x.shape[1:]}"
-    fifos = 1 + len(shared) + bool(dynamic_attrs(call))
-    if fifos > MAX_FLOW_INPUTS:
-        return (f"each core would take {fifos} FIFOs (its row-blocks, {len(shared)} shared rows, "
-                f"{len(dynamic_attrs(call))} per-call words) but has {MAX_FLOW_INPUTS} input channels")
+    fifos = ["its row-blocks", *map(describe, shared)] + ["the per-call words"] * bool(dynamic_attrs(call))
+    if len(fifos) > MAX_FLOW_INPUTS:
+        return (f"each core would take {len(fifos)} FIFOs ({', '.join(fifos)}) but has {MAX_FLOW_INPUTS} "
+                "input DMA channels")
     return None
 
 
