@@ -1,9 +1,9 @@
 """Lowering the tiling rules' Sites (iron/compiler/tiling.py). A tiled MatMul or MatVec (a Grid):
 its FIFO objects and mem-tile links, each core's Functions and program (per output block: the
-first k-block's product into the block, every further one's product added to it, a bfloat16
-result rounded once from its float32 sum) and the moves streaming A and B in block order and
-reading C back, round by round, with Waits every few rounds so no shim runs out of buffer
-descriptors (docs/platform.md section 5). Streamed elementwise calls (a Flow): each core's block
+first k-block's product into the block, every further one's product added to it by one
+MatMulAccumulate call, a bfloat16 result rounded once from its float32 sum) and the moves
+streaming A and B in block order and reading C back, round by round, with Waits every few
+rounds so no shim runs out of buffer descriptors (docs/platform.md section 5). Streamed elementwise calls (a Flow): each core's block
 Function over its inputs' blocks, each column's splits and join, and the moves."""
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.tiling import Grid
 from iron.compiler.words import Access
 from iron.ir import call_label, describe, nbytes
-from iron.kernels.registry import accumulate_kernel, convert_kernel
+from iron.kernels.registry import accumulate_kernel, convert_kernel, is_library
 
 
 @dataclass(frozen=True)
@@ -120,35 +120,28 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
         shapes = [(m, k), (k,)], (m,)
     sizes = tuple(Imm(int(s)) for s in kernel.sizes(*shapes))
     wide = grid.acc != call.dtype
-    product = Buffer(f"{prefix}_product", tile, m * n * grid.acc.itemsize, grid.acc)
-    buffers = [product]
     total = part
+    buffers = []
     if wide:
         total = f"{prefix}_sum"
         buffers.append(Buffer(total, tile, m * n * grid.acc.itemsize, grid.acc))
-
     matrix, expanded = a, ()
     if grid.expand is not None:   # `dequant_before_matvec`: A's block expanded into a Buffer first
         buffers.append(Buffer(f"{prefix}_expanded", tile, m * k * in_dtype.itemsize, in_dtype))
         matrix = buffers[-1].name
         expanded = (_expansion_step(grid, a, matrix),)
-    held = (matrix,) if expanded else ()
-
-    def product_into(dest: str) -> tuple[KernelStep, ...]:
-        return (*expanded, KernelStep.of(kernel, in_dtype, (Ptr(matrix), Ptr(b), Ptr(dest), *sizes), grid.acc))
-
-    add = KernelStep.of(accumulate_kernel(), grid.acc, (Ptr(product.name), Ptr(total), Imm(m * n)))
-    first = Function(f"{prefix}_first", (a, b, *held, total), product_into(total), blocked=True)
-    more = Function(f"{prefix}_more", (a, b, *held, product.name, total), (*product_into(product.name), add),
-                    blocked=True)
-    functions = [first, more]
+    params = (a, b, *((matrix,) if expanded else ()), total)
+    product = KernelStep.of(kernel, in_dtype, (Ptr(matrix), Ptr(b), Ptr(total), *sizes), grid.acc)
+    first = Function(f"{prefix}_first", params, (*expanded, product), blocked=True)
+    functions = [first]
     take = (Acquire(a, Port.CONSUME), Acquire(b, Port.CONSUME))
     give = (Release(a, Port.CONSUME), Release(b, Port.CONSUME))
     body = [Acquire(part, Port.PRODUCE), *take, Invoke(first.name, first.params), *give]
     if grid.k_blocks > 1:
+        more, held = _more(f"{prefix}_more", grid, tile, params, expanded, product)
+        functions.append(more)
+        buffers += held
         body.append(Loop(grid.k_blocks - 1, (*take, Invoke(more.name, more.params), *give)))
-    else:
-        functions.remove(more)
     if wide:
         cast = KernelStep.of(convert_kernel(), grid.acc, (Ptr(total), Ptr(part), Imm(m * n)), call.dtype)
         functions.append(Function(f"{prefix}_round", (total, part), (cast,), blocked=True))
@@ -156,6 +149,24 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     body.append(Release(part, Port.PRODUCE))
     program = (Loop(grid.rounds * grid.per_round, tuple(body)),)
     return functions, buffers, Core(tile, g, program, ctx.device.compute.default_stack_bytes)
+
+
+def _more(name: str, grid: Grid, tile, params: tuple[str, ...], expanded: tuple, first: KernelStep) -> tuple[Function, list]:
+    """The Function adding a further k-block's product to the block's sum (the destination of
+    `first`, the first k-block's product step): after the block's expansion, one call of the kernel
+    that sums the call's kernel (MatMulAccumulate: a MatVec's x as B of one column), else the
+    product into a Buffer of its own and an Accumulate of it."""
+    kernel, (matrix, b, total) = first.kernel, (p.source for p in first.args[:3])
+    m, k, n = grid.m, grid.k, grid.n
+    summed_by = kernel.summed_by if is_library(kernel) else None
+    if summed_by is not None:
+        dims = (Imm(m), Imm(k), Imm(1 if grid.vector else n))
+        step = KernelStep.of(summed_by, first.dtype, (Ptr(matrix), Ptr(b), Ptr(total), *dims), grid.acc)
+        return Function(name, params, (*expanded, step), blocked=True), []
+    product = Buffer(f"{name.removesuffix('_more')}_product", tile, m * n * grid.acc.itemsize, grid.acc)
+    into_product = KernelStep.of(kernel, first.dtype, (*first.args[:2], Ptr(product.name), *first.args[3:]), grid.acc)
+    add = KernelStep.of(accumulate_kernel(), grid.acc, (Ptr(product.name), Ptr(total), Imm(m * n)))
+    return Function(name, (*params[:-1], product.name, total), (*expanded, into_product, add), blocked=True), [product]
 
 
 def _expansion_step(grid: Grid, blocks: str, dest: str) -> KernelStep:

@@ -68,6 +68,7 @@ class Kernel:
     keeps_dtype: ClassVar[bool] = False       # compute() always returns an array of the output dtype
     saturates: ClassVar[bool] = False         # integer results clamp to the output range, not wrap
     copies: ClassVar[bool] = False            # the output is the input (Copy): writing it needs no compute
+    summed_by: ClassVar[type | None] = None   # the kernel adding this one's result into its destination
     role: ClassVar[Role] = Role.OTHER         # how fusion and placement may treat its calls
     bounds: ClassVar[dict[str, Within]] = {}  # per-call attrs checked against a range before a call runs
     source: ClassVar[str | None] = None       # C++ text (user kernels); None: iron/kernels/cc/<name>.cc

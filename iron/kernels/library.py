@@ -1,5 +1,5 @@
 """iron's kernel library: Copy, the elementwise Add, Sub, Mul, Scale, ReLU, SiLU and Exp,
-Accumulate, MatVec, MatMul, RMSNorm, Softmax (with a per-call valid length), Argmax, the
+Accumulate, MatVec, MatMul, MatMulAccumulate (acc += A @ B), RMSNorm, Softmax (with a per-call valid length), Argmax, the
 conversions Cast and Requantize, and Concat, each its shape rule, numpy `compute`, traits and C
 ABI. MatVec and MatMul can give a wider result than their inputs (int8 -> int32); Cast and
 Requantize saturate.
@@ -177,6 +177,27 @@ class MatMul(Kernel):
 
     compute = MatVec.compute
 
+
+class MatMulAccumulate(Kernel):
+    """acc += A @ B for A (M, K), B (K, N) and acc (M, N) of the product's dtype (`dtype=` widens
+    it as MatMul's does): how a tiled MatMul or MatVec (N = 1) adds each further k-block's
+    product to its block's sum in one call. An integer product wraps to acc's dtype before the
+    add, so integers equal MatMul then Accumulate bit for bit; a float product is added in
+    float32 and the sum rounded once (float32 sums equal that pair's in numpy)."""
+
+    role = Role.MATRIX
+    name, arity = "matmul_accumulate", 2
+    results = WIDER_DOTS
+    accumulates = needs_out = True
+    out_shape, sizes, abi_shapes = MatMul.out_shape, MatMul.sizes, MatMul.abi_shapes
+
+    @staticmethod
+    def compute(a, b, acc):
+        product = MatVec.compute(a, b)
+        return np.add(acc, product.astype(acc.dtype, copy=False))
+
+
+MatVec.summed_by = MatMul.summed_by = MatMulAccumulate   # a MatVec's x is B of N = 1 column
 
 class RMSNorm(Kernel):
     """out = x / sqrt(mean(x^2) + eps) * w per row, for x (n,) or a batch of rows (rows, n) and
@@ -524,5 +545,5 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-LIBRARY = (Copy, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, MatVec, MatMul, RMSNorm, Softmax, Argmax,
-           Cast, Requantize, Concat, RoPE, Max, ArgmaxBlocks, Dequant)
+LIBRARY = (Copy, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, MatVec, MatMul, MatMulAccumulate, RMSNorm,
+           Softmax, Argmax, Cast, Requantize, Concat, RoPE, Max, ArgmaxBlocks, Dequant)

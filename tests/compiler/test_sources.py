@@ -103,7 +103,7 @@ def test_float_immediates_keep_their_float32_value():
 def every_library_kernel() -> Function:
     """One step per library kernel and (input, output) dtype pair, with its C ABI: pointers,
     sizes, c_attrs."""
-    size_operands = {"matvec": 2, "matmul": 3, "concat": 3, "rmsnorm": 2, "softmax": 2, "argmax": 2, "max": 2,
+    size_operands = {"matvec": 2, "matmul": 3, "matmul_accumulate": 3, "concat": 3, "rmsnorm": 2, "softmax": 2, "argmax": 2, "max": 2,
                      "dequant": 3}
     steps = []
     for kernel in LIBRARY:

@@ -155,6 +155,42 @@ def test_matvec_4096_over_32_tiles_equals_reference():
     np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
 
 
+class Rows(iron.Kernel):
+    """A user matrix kernel of MatVec's shapes: out = W @ x, its own (numpy) compute."""
+
+    role = iron.Role.MATRIX
+    name, arity = "rows_test", 2
+    out_shape, sizes, abi_shapes = MatVec.out_shape, MatVec.sizes, MatVec.abi_shapes
+    compute = staticmethod(np.matmul)
+
+
+class UserProjection(Projection):
+    def body(self, x):
+        return Rows.step(self.w, x)
+
+
+def more_steps(plan):
+    """(kernel, sizes) of each step of core (0, 0)'s Function adding a further k-block."""
+    (more,) = [f for f in plan.functions if f.name == "g0_r0c0_more"]
+    return [(step.kernel.__name__, tuple(arg.value for arg in step.args[3:])) for step in more.steps]
+
+
+def test_each_further_k_block_is_one_matmul_accumulate_call():
+    """A library MatMul or MatVec adds each further k-block's product to its sum in one call (a
+    MatVec's x as B of one column), with no product buffer; a user matrix kernel computes the
+    product into a buffer and an Accumulate adds it."""
+    _, body, _ = compiled(512, 512, 512, np.int8, np.int32)
+    assert more_steps(body.plan) == [("MatMulAccumulate", (32, 128, 64))]
+    assert not [b for b in body.plan.buffers if b.name.endswith("_product")]
+    w = np.ones((1024, 1024), np.float32)
+    vector = Projection(w).compile(x=((1024,), np.float32), device=from_name("npu2"))
+    assert more_steps(vector.plan) == [("MatMulAccumulate", (32, 128, 1))]
+    user = UserProjection(w).compile(x=((1024,), np.float32), device=from_name("npu2"))
+    assert more_steps(user.plan) == [("Rows", (32, 128)), ("Accumulate", ())]
+    x = np.arange(1024, dtype=np.float32) / 1024
+    np.testing.assert_allclose(user(x=x), w @ x, **F32)
+
+
 def test_matvec_int8_into_int32_over_the_array_is_exact():
     w, x = operands(1024, 1024, 1, np.int8)
     graph = Projection(w, np.int32)

@@ -45,6 +45,7 @@ ALL = INTEGERS + FLOATS
 KERNELS = {kernel.name: kernel for kernel in LIBRARY}
 SUPPORTED = {name: tuple(dt for dt in ALL if DTYPES[dt] in k.dtypes) for name, k in KERNELS.items()}  # as declared
 N = 67
+WIDER = [("i8", "i32"), ("u8", "i32"), ("i16", "i32"), ("bf16", "f32")]  # dtype= results of a dot product
 ELEMENTWISE, REDUCTION = 1e-5, 1e-4  # f32 rtol
 TINY = {"tiny.cc": 'extern "C" void tiny(int* out, int value) { *out = value + 1; }\n'}
 
@@ -204,6 +205,34 @@ def test_matmul(library, dt):
     expect(out, KERNELS["matmul"].reference(a, b), dt, rtol=REDUCTION)
 
 
+@pytest.mark.parametrize("dt, out", [(dt, dt) for dt in SUPPORTED["matmul_accumulate"]] + WIDER)
+def test_matmul_accumulate_adds_the_product_to_its_destination(library, dt, out):
+    m, k, n = 4, 9, 6
+    a, b, before = random_array(dt, (m, k), seed=1), random_array(dt, (k, n), seed=2), random_array(out, (m, n), seed=3)
+    symbol = "matmul_accumulate_" + (dt if out == dt else f"{dt}_{out}")
+    acc = before.copy()
+    call(library, symbol, a, b, acc, m, k, n)
+    expect(acc, wide(before) + wide(a) @ wide(b), out, rtol=REDUCTION)
+    expect(acc, KERNELS["matmul_accumulate"].reference(a, b, before, dtype=DTYPES[out]), out, rtol=REDUCTION)
+
+
+@pytest.mark.parametrize("dt, out", [(dt, dt) for dt in INTEGERS + ("f32",)] + WIDER)
+def test_matmul_accumulate_equals_matmul_then_accumulate_bit_for_bit(library, dt, out):
+    """What a tiled matrix call did before it had MatMulAccumulate, in C++ and in numpy (a
+    bfloat16 sum rounds once instead, so bf16 -> bf16 is left out)."""
+    m, k, n = 5, 37, 3
+    a, b, before = random_array(dt, (m, k), seed=4), random_array(dt, (k, n), seed=5), random_array(out, (m, n), seed=6)
+    pair = "" if out == dt else f"_{out}"
+    fused, product, summed = before.copy(), np.zeros((m, n), DTYPES[out]), before.copy()
+    call(library, f"matmul_accumulate_{dt}{pair}", a, b, fused, m, k, n)
+    call(library, f"matmul_{dt}{pair}", a, b, product, m, k, n)
+    call(library, f"accumulate_{out}", product, summed, m * n)
+    same_bits(fused, summed)
+    numpy_fused = KERNELS["matmul_accumulate"].reference(a, b, before, dtype=DTYPES[out])
+    numpy_pair = KERNELS["accumulate"].reference(KERNELS["matmul"].reference(a, b, dtype=DTYPES[out]), before)
+    same_bits(numpy_fused, numpy_pair)
+
+
 ROWS = 3  # the row kernels run on a batch of rows of N (Softmax: 16) elements
 
 
@@ -299,9 +328,6 @@ def test_argmax_picks_the_first_of_tied_maxima(library, dt):
     assert out[0] == 2
     call(library, f"argmax_{dt}", x[:1].copy(), out, 1, 1)
     assert out[0] == 0
-
-
-WIDER = [("i8", "i32"), ("u8", "i32"), ("i16", "i32"), ("bf16", "f32")]
 
 
 @pytest.mark.parametrize("dt, out", WIDER)

@@ -159,3 +159,13 @@ int32_t first_maximum(const stored_t<T>* x, int32_t n) {
                              iron::stored_t<iron::T>* out, int32_t n) {                 \
     iron::zip<iron::T>(a, b, out, n, [](auto x, auto y) { return x op y; });            \
   }
+
+// The entry point `symbol(const In* a, const In* b, Out* out, int32_t m, int32_t k, int32_t n)`
+// of a kernel on an m x k and a k x n matrix, calling `fn<In, Out>` (matmul, matmul_accumulate).
+#define IRON_MATRIX_KERNEL(fn, In, Out, symbol)                                          \
+  extern "C" void symbol(const iron::stored_t<iron::In>* a,                              \
+                         const iron::stored_t<iron::In>* b,                              \
+                         iron::stored_t<iron::Out>* out, int32_t m, int32_t k,           \
+                         int32_t n) {                                                    \
+    fn<iron::In, iron::Out>(a, b, out, m, k, n);                                         \
+  }

@@ -17,15 +17,8 @@ void matmul(const iron::stored_t<In>* a, const iron::stored_t<In>* b, iron::stor
 
 }  // namespace
 
-#define IRON_MATMUL_TO(In, Out, symbol)                                                  \
-  extern "C" void symbol(const iron::stored_t<iron::In>* a,                              \
-                         const iron::stored_t<iron::In>* b,                              \
-                         iron::stored_t<iron::Out>* out, int32_t m, int32_t k,           \
-                         int32_t n) {                                                    \
-    matmul<iron::In, iron::Out>(a, b, out, m, k, n);                                     \
-  }
-#define IRON_MATMUL(T) IRON_MATMUL_TO(T, T, matmul_##T)
-#define IRON_MATMUL_WIDER(In, Out) IRON_MATMUL_TO(In, Out, matmul_##In##_##Out)
+#define IRON_MATMUL(T) IRON_MATRIX_KERNEL(matmul, T, T, matmul_##T)
+#define IRON_MATMUL_WIDER(In, Out) IRON_MATRIX_KERNEL(matmul, In, Out, matmul_##In##_##Out)
 
 IRON_ALL_TYPES(IRON_MATMUL)
 IRON_WIDER_DOTS(IRON_MATMUL_WIDER)

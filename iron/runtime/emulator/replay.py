@@ -14,7 +14,12 @@ import numpy as np
 
 RECORDED = 64  # launches recorded while looking for a cycle; after that, none
 RECORDED_ACTIONS = 1 << 18  # data actions kept in recorded traces; beyond that, none are recorded
-WINDOWS_KEPT = 16  # windows kept per op (shim.py) and per Fill: the host buffers and offsets of recent launches
+WINDOWS_KEPT = 16  # windows kept per op (shim.py): the host buffers and offsets of recent launches
+
+
+def copy(into: np.ndarray, source: np.ndarray):
+    """`into[...] = source` as a callable (a bound __setitem__ runs faster than np.copyto)."""
+    return partial(into.__setitem__, Ellipsis, source)
 
 
 @dataclass(frozen=True, eq=False)
@@ -27,8 +32,8 @@ class Copy:
     at: int
     count: int
 
-    def compile(self, board):
-        return partial(np.copyto, self.into.shaped(self.start, (self.count,)), self.source.shaped(self.at, (self.count,)))
+    def compile(self):
+        return copy(self.into.shaped(self.start, (self.count,)), self.source.shaped(self.at, (self.count,)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,22 +47,13 @@ class Fill:
     into: object
     start: int
 
-    def compile(self, board):
-        """The copy, with its views made once per window of the op (host buffer and offset)."""
-        made: dict = {}
-        op, moved, count, into, start = self.op, self.moved, self.count, self.into, self.start
-
-        def act():
-            window = board.windows[op]
-            views = made.get(window)
-            if views is None:
-                if len(made) == WINDOWS_KEPT:
-                    made.clear()
-                piece = window.piece(moved, count)
-                views = made[window] = piece, into.shaped(start, (count,) if piece is None else piece.shape)
-            piece, destination = views
-            destination[...] = window.host[window.indices(moved, count)] if piece is None else piece
-        return act
+    def bind(self, window):
+        """The copy out of `window` (the op's window in a launch), views made once."""
+        piece = window.piece(self.moved, self.count)
+        if piece is not None:
+            return copy(self.into.shaped(self.start, piece.shape), piece)
+        host, indices, into = window.host, window.indices(self.moved, self.count), self.into.shaped(self.start, (self.count,))
+        return partial(np.take, host, indices, out=into)
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,12 +66,38 @@ class Drain:
     source: object
     at: int
 
-    def compile(self, board):
-        op, moved, count, source, at = self.op, self.moved, self.count, self.source, self.at
-        return lambda: board.windows[op].write(moved, source, at, count)
+    def bind(self, window):
+        """The copy into `window` (the op's window in a launch), views made once."""
+        piece = window.piece(self.moved, self.count)
+        if piece is not None:
+            return copy(piece, self.source.shaped(self.at, piece.shape))
+        indices, words = window.indices(self.moved, self.count), self.source.shaped(self.at, (self.count,))
+        return partial(np.put, window.host, indices, words)
 
 
-MOVES = (Copy, Fill, Drain)
+class Compiled:
+    """One launch of the cycle as callables, in order: a Copy's and a core's call fixed, a Fill's
+    and a Drain's bound to the window of its op in the launch replayed last, and bound again for
+    the ops whose window (host buffer, patched offset) the next launch changes."""
+
+    def __init__(self, trace: list):
+        self.acts = [act.compile() if type(act) is Copy else act for act in trace]
+        self.moves: dict[int, list] = {}   # op -> [(position, Fill or Drain)]
+        for position, act in enumerate(trace):
+            if type(act) in (Fill, Drain):
+                self.moves.setdefault(act.op, []).append((position, act))
+        self.bound: dict[int, object] = dict.fromkeys(self.moves)   # op -> its window bound
+
+    def run(self, windows: list):
+        acts, bound = self.acts, self.bound
+        for op, moves in self.moves.items():
+            window = windows[op]
+            if bound[op] is not window:
+                bound[op] = window
+                for position, move in moves:
+                    acts[position] = move.bind(window)
+        for act in acts:
+            act()
 
 
 class Replay:
@@ -103,17 +125,16 @@ class Replay:
         first = next((k for k, (state, _) in enumerate(recorded) if state is not None and state == end), None)
         if first is not None and all(state is not None for state, _ in recorded[first:]):
             cycle = relayed([trace for _, trace in recorded[first:]], self.relays, self.hosts)
-            self.cycle = [[act.compile(self.board) if isinstance(act, MOVES) else act for act in t] for t in cycle]
+            self.cycle = [Compiled(trace) for trace in cycle]
         kept = sum(len(trace) for _, trace in recorded)
         if first is not None or len(recorded) == RECORDED or kept > RECORDED_ACTIONS:
             self.recorded = self.start = None
 
     def replay(self):
         """Run the data actions of the launch the cycle is at (on this launch's windows)."""
-        trace = self.cycle[self.turn]
+        launch = self.cycle[self.turn]
         self.turn = (self.turn + 1) % len(self.cycle)
-        for act in trace:
-            act()
+        launch.run(self.board.windows)
         self.replayed += 1
 
 
