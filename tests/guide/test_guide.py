@@ -153,13 +153,18 @@ EXPECTED = {
     ],
     "section-10/smollm2.py": [
         "SmolLM2-135M, its first 2 layers; prompt 'The capital of France is' = [504, 3575, 282, 4649, 314]",
-        "numpy generates [30, 216, 216]: '.  '",
-        "reference (host-driven): [30, 216, 216] -> matches numpy",
-        re.compile(r"compiled for npu2 in \d+\.\d s: \d+ segments run in order within each call"),
+        "numpy forward (the oracle) generates [30, 216, 216]: '.  '",
+        "reference(), prompt fed by the host: [30, 216, 216] -> matches numpy",
+        "reference(), prompt loaded by the first version: [30, 216, 216] -> matches numpy",
+        re.compile(r"compiled for npu2 in \d+\.\d s: the body in \d+ segments run in order within each call, "
+                   r"the first version \(loads the prompt\) in 1"),
         re.compile(r"float32 weights: a token reads \d+\.\d MB of weights and params from DDR"),
-        re.compile(r"host-driven \(npu2, emulator\): \[30, 216, 216\] -> matches numpy \(.* tokens/s, .*\)"),
-        re.compile(r"device loop \(npu2, depth 2\): \[30, 216, 216\] -> matches numpy \(.* tokens/s, .*\)"),
+        re.compile(r"host-driven \(npu2, emulator\), prompt fed by the host: \[30, 216, 216\] -> matches reference\(\) "
+                   r"\(7 calls, one per position, in \d+\.\d s: \d+\.\d\d tokens/s\)"),
+        re.compile(r"device loop \(npu2, emulator, depth 2\), prompt loaded by the first version: \[30, 216, 216\] -> "
+                   r"matches reference\(\) \(7 calls, one per position, in \d+\.\d s: \d+\.\d\d tokens/s\)"),
         re.compile(r"estimated on the NPU \(cost model\): host-driven \d+\.\d tokens/s, device loop \d+\.\d tokens/s"),
+        "text: The capital of France is.  ",
     ],
 }
 

@@ -7,9 +7,9 @@ import pytest
 
 import aie_utils
 from iron.compiler.describe import ddr_traffic
-from iron.errors import ArgumentError, TokenError
+from iron.errors import ArgumentError, LoopError, TokenError
 from iron.models import numpy_forward as nf
-from iron.smollm2_graph import SmolLM2Graph, generate, generate_in_loop
+from iron.smollm2_graph import SmolLM2Graph, feed, first_version, generate, generate_in_loop
 
 PROMPTS = ("Once upon a time,", "def fibonacci(n):", "Photosynthesis is the process")
 
@@ -33,14 +33,56 @@ def test_reference_generates_the_numpy_forwards_tokens(two_layers, graph, prompt
 
 def test_the_compiled_graph_generates_references_tokens_host_driven_and_as_a_device_loop(
         two_layers, graph, compiled, on_emulator):
-    ids = two_layers.tokenizer.encode("Hi there")
+    ids = two_layers.tokenizer.encode("Photosynthesis is the process")
     expected = generate(graph, graph.reference, ids, 3)
-    assert expected == nf.generate(two_layers, ids, 3)
+    assert expected == nf.generate(two_layers, ids, 3) == [28, 216, 216]
     assert compiled.plan.full_elf and len(compiled.plan.configurations) > 1   # segmented
     assert generate(graph, compiled, ids, 3) == expected
     for depth in (1, 2):
         assert generate_in_loop(graph, compiled, ids, 3, depth=depth) == expected
-    assert compiled.read(graph.tokens)[len(ids) - 1:len(ids) + 2].tolist() == expected
+    assert compiled.read(graph.tokens)[len(ids):len(ids) + 3].tolist() == expected
+
+
+def test_the_prompt_loaded_by_a_first_version_generates_references_tokens(two_layers, graph, compiled, on_emulator):
+    """The prompt's ids as the first version's tensor (compiled with feeds= the body): it writes
+    them into `tokens`, and the body reads each next prompt token from there until `end`, then
+    its argmax; so prompt and generation are one CarriedLoop, and `tokens` ends up the text."""
+    ids = two_layers.tokenizer.encode("Photosynthesis is the process")
+    expected = nf.generate(two_layers, ids, 4)
+    assert generate(graph, graph.reference, ids, 4, loaded=True) == expected
+    assert graph.read(graph.tokens)[:len(ids) + 4].tolist() == ids + expected
+    first = first_version(graph, compiled, ids)
+    assert first.feeds is compiled and len(first.plan.configurations) == 1   # a Copy: no layer runs
+    assert [(w.name, w.kind.value) for w in first.parameters] == [
+        ("pos", "carried"), ("tok", "carried"), ("end", "carried"), ("pos", "dma"), ("pos + 5", "next")]
+    assert ("max(pos + 1, end)", "dma") in [(w.name, w.kind.value) for w in compiled.parameters]
+    assert generate(graph, compiled, ids, 4, loaded=True) == expected
+    for depth in (1, 2):
+        compiled.write(graph.tokens, np.zeros(graph.tokens.shape, np.int32))
+        assert generate_in_loop(graph, compiled, ids, 4, depth=depth) == expected
+        assert compiled.read(graph.tokens)[:len(ids) + 5].tolist() == ids + expected + [0]
+
+
+def test_a_loop_stopped_at_an_end_of_text_token_leaves_the_cache_of_the_tokens_it_ran(two_layers, on_emulator):
+    """Stopped after `eos` (here 284, the 4th token generated), the loop's runs already in flight
+    complete (at most depth - 1 after the one that made `eos`): `tokens` holds the prompt and a
+    token per position run, and every layer's cache holds a row for each position run, as
+    reference() fed the same tokens holds them; no row after them."""
+    ids = two_layers.tokenizer.encode("Photosynthesis is the process")
+    device, host = SmolLM2Graph(two_layers, context=16), SmolLM2Graph(two_layers, context=16)
+    with aie_utils.using_device(aie_utils.from_name("npu2")):
+        body = device.compile()
+    depth = 2
+    assert generate_in_loop(device, body, ids, 8, depth=depth, eos=284) == [28, 216, 216, 284]
+    ran = int(body.read(device.layers[0].keys[0]).any(axis=1).sum())   # positions run: key rows written
+    assert len(ids) + 3 <= ran <= len(ids) + 2 + depth
+    text = body.read(device.tokens)
+    assert text[:ran + 1].tolist() == ids + nf.generate(two_layers, ids, ran + 1 - len(ids))
+    assert not text[ran + 1:].any()
+    feed(host.reference, text[:ran].tolist())
+    for mine, theirs in zip(device.layers, host.layers):
+        for state, oracle in zip(mine.keys + mine.values, theirs.keys + theirs.values):
+            np.testing.assert_allclose(body.read(state), host.read(oracle), rtol=1e-5, atol=1e-5)
 
 
 def test_the_kv_cache_holds_the_keys_of_the_positions_fed(two_layers, graph):
@@ -113,3 +155,21 @@ def test_all_30_layers_generate_the_numpy_forwards_32_tokens(model, prompt):
     graph = SmolLM2Graph(model)
     ids = model.tokenizer.encode(prompt)
     assert generate(graph, graph.reference, ids, 32) == nf.generate(model, ids, 32)
+
+
+def test_on_npu1_each_segment_is_an_xclbin_and_generation_is_host_driven(two_layers, graph, on_emulator):
+    """npu1 has no full ELF: the body compiles into xclbin segments, run in order within each
+    call, and generates reference()'s tokens host-driven, with the prompt fed by the host or
+    loaded by the first version; a device loop is refused, saying why."""
+    ids = two_layers.tokenizer.encode("Photosynthesis is the process")
+    with aie_utils.using_device(aie_utils.from_name("npu1")):
+        body = graph.compile()
+    assert (body.plan.full_elf, body.plan.image) == (False, "xclbin") and len(body.plan.segments) > 1
+    assert {segment.image for segment in body.plan.segments} == {"xclbin"}
+    expected = generate(graph, graph.reference, ids, 2)
+    assert generate(graph, body, ids, 2) == expected
+    assert generate(graph, body, ids, 2, loaded=True) == expected
+    with pytest.raises(LoopError) as e:
+        generate_in_loop(graph, body, ids, 2)
+    assert str(e.value) == ("SmolLM2Graph is compiled for npu1, which has no full ELF: a carried graph has no device "
+                            "loop there. Only the host-driven path applies: call it and feed the returned Carry back.")
