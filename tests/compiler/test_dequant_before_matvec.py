@@ -7,6 +7,8 @@ matrix, and the emulator against reference(). The MatVec sums each row in float3
 rows, so results agree with reference() to 1e-5 of their largest magnitude; the expansion itself
 is bit-exact (tests/models/test_blocks.py, tests/runtime/test_native_kernels.py)."""
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -132,6 +134,19 @@ def never_in_ddr(plan, expanded: int):
     """No host buffer, FIFO object or tile Buffer is as large as the float32 matrix."""
     assert all(b.nwords * 4 < expanded for b in plan.host_buffers)
     assert all(f.nbytes < expanded for f in plan.fifos) and all(b.nbytes < expanded for b in plan.buffers)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="native kernels need the host C++ compiler g++")
+@pytest.mark.parametrize("design, fmt, rows", [(Layer, Q4_1, 528), (Head, Q8_0, 2048)])
+def test_the_fused_designs_run_dequant_cc_on_the_emulator(on_emulator, monkeypatch, design, fmt, rows):
+    """The block Functions call the kernels' C++ (IRON_EMULATOR_KERNELS=native): Dequant's
+    dequant_u8 on each block of rows as moved, then the MatVec on its expansion."""
+    monkeypatch.setenv("IRON_EMULATOR_KERNELS", "native")
+    rng = np.random.default_rng(5)
+    k = 512 if design is Layer else 256
+    graph = design(random_blocks(rng, rows, k, fmt), fmt)
+    x = rng.standard_normal(k).astype(F32)
+    agree(graph.compile(x=((k,), F32), device=from_name("npu2"))(x), graph.reference(x))
 
 
 class Unpack(iron.Kernel):
