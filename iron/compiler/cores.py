@@ -62,7 +62,7 @@ def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:
 
 
 def _w_name(part: Part) -> str:
-    return f"{part.group}_w{part.number}" if part.split else f"{part.group}_w"
+    return f"{part.group}_w{part.number}" if part.split else part.stream.fifo or f"{part.group}_w"
 
 
 def _params(steps, objects: list[str]) -> tuple[str, ...]:

@@ -121,8 +121,9 @@ def _w_names(site: Site, parts: list[Part]) -> list[str]:
 
 
 def site_links(site: Site, parts: list[Part], sizes: dict) -> list[Link]:
-    """A streamed matrix's forward (or split) link and a split group's join, on their mem tile."""
-    if site.stream is None:
+    """A streamed matrix's forward (or split) link and a split group's join, on their mem tile
+    (none for a stream another group's link carries)."""
+    if site.stream is None or site.stream.owner is not None:
         return []
     g, mem = site.group.name, site.stream.mem
     names = tuple(_w_names(site, parts))

@@ -355,8 +355,9 @@ def gather(ctx: Context, part: Part, view: Node) -> list[KernelStep]:
 
 
 def consumed(ctx: Context, part: Part) -> list[str]:
-    """The FIFOs of other groups a part's core reads, in first-use order."""
+    """The FIFOs of other groups a part's core reads, in first-use order, then those it receives
+    only to forward them (`Relay.gained`)."""
     g = part.group
-    return list(dict.fromkeys(
-        ctx.source(g, n)[0] for c in part.site.group.calls for n in tensor_inputs(c)
-        if ctx.source(g, n) is not None and n not in part.homes and n not in part.ins.offsets))
+    reads = [ctx.source(g, n)[0] for c in part.site.group.calls for n in tensor_inputs(c)
+             if ctx.source(g, n) is not None and n not in part.homes and n not in part.ins.offsets]
+    return list(dict.fromkeys(reads + [f for r in ctx.routes.carried_by(g) for f in r.gained]))

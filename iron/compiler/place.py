@@ -1,12 +1,13 @@
 """Placement: fused groups onto the device's compute tiles, by named rules. `snake_order` gives
 consecutive groups neighbouring tiles; `stream_large_matrix` streams a matrix operand larger than
-its share of a compute tile through a mem tile in blocks of rows; `split_matrix_over_tiles`
-splits a MatVec over 128 KiB by rows over 2, 4 or 8 tiles (the fewest bringing parts to 128
-KiB, else the most that fit), joined on a mem tile, unless `unsplit_beside_producer` keeps it on
-one tile; `tile_matmul_over_array` spreads a large
-MatMul or MatVec, and `stream_elementwise` elementwise calls over large tensors, over whole
-columns of cores (iron/compiler/tiling.py); `check_rows_fit` refuses a row reduction wider than
-a tile. Tile sizes and channel counts are the device's (docs/platform.md)."""
+its share of a compute tile through a mem tile in blocks of rows, once for every unsplit group
+reading it (`share_streamed_matrix`); `split_matrix_over_tiles` splits a MatVec over 128 KiB by
+rows over 2, 4 or 8 tiles (the fewest bringing parts to 128 KiB, else the most that fit), joined
+on a mem tile, unless `unsplit_beside_producer` keeps it on one tile beside the group it reads;
+`tile_matmul_over_array` spreads a large MatMul or MatVec, and `stream_elementwise` elementwise
+calls over large tensors, over whole columns of cores (iron/compiler/tiling.py); `check_rows_fit`
+refuses a row reduction wider than a tile. Tile sizes and channel counts are the device's
+(docs/platform.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -59,7 +60,8 @@ class Stream:
     """A matrix operand streamed through mem tile `mem`: `blocks` objects of `rows` rows each
     per part per launch, split over `parts` tiles (1: a forward link). `matrix` is the tensor as
     host memory holds it: with `expand` (`dequant_before_matvec`), the blocks that call expands
-    on the tile, object by object, into the matrix the leading call reads."""
+    on the tile, object by object, into the matrix the leading call reads. `owner`: the earlier
+    group whose stream of the same matrix this group's core reads too (`share_streamed_matrix`)."""
 
     matrix: Node
     rows: int
@@ -67,6 +69,13 @@ class Stream:
     parts: int
     mem: Tile
     expand: Node | None = None
+    owner: str | None = None
+
+    @property
+    def fifo(self) -> str | None:
+        """The FIFO an unsplit group's core reads the blocks from when another group streams them."""
+        return None if self.owner is None else f"{self.owner}_w"
+
 
 @dataclass(frozen=True)
 class Site:
@@ -135,7 +144,8 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
         crowded = unsplit_beside_producer(groups, number, outside, sites, device)
         parts, why = (1, "") if crowded else split_parts(group, outside, spare, channels, free[0])
         tiles, free = tuple(free[:parts]), free[parts:]
-        stream = stream_large_matrix(group, tiles, parts, channels, device)
+        stream = share_streamed_matrix(groups, group, parts, sites) or stream_large_matrix(
+            group, tiles, parts, channels, device)
         sites.append(Site(group, tiles, stream))
         rules.append(("snake_order", f"{group.name} on {', '.join(t.name for t in tiles)}"))
         rules += _stream_rules(group, stream)
@@ -179,6 +189,9 @@ def _stream_rules(group: Group, stream: Stream | None) -> list[tuple[str, str]]:
         return []
     m = stream.matrix
     what = f"{group.name}: {describe(m)} {m.shape} {m.dtype.name} ({nbytes(m)} bytes)"
+    if stream.owner is not None:
+        return [("share_streamed_matrix", f"{what} read from {stream.fifo}, the blocks {stream.owner} streams, "
+                                          f"broadcast by {stream.mem.name}")]
     rules = [("stream_large_matrix",
               f"{what} streamed as {stream.blocks} blocks of {stream.rows} rows per part via {stream.mem.name}")]
     if stream.expand is not None:
@@ -338,6 +351,26 @@ def stream_large_matrix(group: Group, tiles, parts: int, channels, device) -> St
     links = (1, 1) if parts == 1 else (parts + 1, parts + 1)
     mem = channels.take(tiles[0].col, *links)
     return Stream(matrix, rows, rows_per_part // rows, parts, mem, expand)
+
+
+def share_streamed_matrix(groups: tuple[Group, ...], group: Group, parts: int, sites: list[Site]) -> Stream | None:
+    """`share_streamed_matrix`: an unsplit group whose leading matrix call reads the matrix an
+    earlier unsplit group streams (one KV cache read by several attention heads) reads the same
+    blocks: the earlier group's mem tile broadcasts them to both cores, so the host moves them
+    once and the group takes no shim or mem-tile channel for them. Only when every group whose
+    result it reads comes before that earlier group, so neither core waits for the other while
+    both take the blocks in step."""
+    first = group.calls[0]
+    if parts != 1 or role(first) is not Role.MATRIX:
+        return None
+    order = [g.name for g in groups]
+    sending = senders(groups, group)
+    for site in sites:
+        s = site.stream
+        if (s is not None and s.owner is None and s.expand is None and s.parts == 1 and s.matrix is first.src[0]
+                and all(order.index(g) < order.index(site.group.name) for g in sending)):
+            return replace(s, owner=site.group.name)
+    return None
 
 
 def split_parts(group: Group, outside: dict[Node, tuple[str, ...]], spare: int, channels,

@@ -33,11 +33,13 @@ class Route:
 @dataclass(frozen=True)
 class Relay:
     """A `fit_compute_channels` decision: group `carrier` forwards in its `_out` everything group
-    `reader` would take from `fifos`, so `reader`'s cores no longer receive them."""
+    `reader` would take from `fifos`, so `reader`'s cores no longer receive them; `gained`: those
+    of `fifos` the carrier starts receiving for it."""
 
     carrier: str
     reader: str
     fifos: tuple[str, ...]
+    gained: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ def route(program: Program, layout: Layout) -> Routes:
     """The FIFOs of every group and of the Emit, in the order the Plan lists them."""
     forwards = forwarded_inputs(layout)
     fifos = [r for site in layout.sites for r in group_routes(layout, forwards, site)]
+    for site in layout.sites:   # a shared stream's blocks reach the cores of every group reading them
+        if site.stream is not None and site.stream.owner is not None:
+            fifos = [_with(r, site.tiles) if r.name == site.stream.fifo else r for r in fifos]
     if layout.emit is not None:
         fifos += [Route("emit_in", FifoRole.EMIT_IN, "emit", HOST, (layout.emit,)),
                   Route("feedback", FifoRole.FEEDBACK, "emit", layout.emit, (HOST,))]
@@ -140,6 +145,8 @@ def consumer_tiles(layout: Layout, forwards: dict, group, with_host: bool = Fals
 
 def stream_routes(site: Site) -> list[Route]:
     s, g = site.stream, site.group.name
+    if s.owner is not None:   # read from the owner's `_w` (`share_streamed_matrix`)
+        return []
     fifos = [Route(f"{g}_w_mem", FifoRole.WEIGHTS, g, HOST, (s.mem,))]
     if len(site.tiles) == 1:
         return [*fifos, Route(f"{g}_w", FifoRole.WEIGHTS, g, s.mem, site.tiles)]
@@ -241,6 +248,8 @@ def fit_compute_channels(program: Program, routes: Routes, layout: Layout, devic
     for relay in relays:
         reader, own_in = tiles_of(layout, relay.reader), f"{relay.reader}_in"
         fifos = [_without(r, reader) if r.name in relay.fifos and r.name != own_in else r for r in fifos]
+        carrier = tiles_of(layout, relay.carrier)
+        fifos = [_with(r, carrier) if r.name in relay.gained else r for r in fifos]
         if relay in moved_in and not any(r.name == f"{relay.carrier}_in" for r in fifos):
             first = next(i for i, r in enumerate(fifos) if r.group == relay.carrier)
             site = layout.site(relay.carrier)
@@ -252,7 +261,14 @@ def fit_compute_channels(program: Program, routes: Routes, layout: Layout, devic
 
 
 def _without(route: Route, reader: tuple[Tile, ...]) -> Route:
-    consumers = tuple(t for t in route.consumers if t not in reader)
+    return _to(route, tuple(t for t in route.consumers if t not in reader))
+
+
+def _with(route: Route, carrier: tuple[Tile, ...]) -> Route:
+    return _to(route, (*route.consumers, *(t for t in carrier if t not in route.consumers)))
+
+
+def _to(route: Route, consumers: tuple[Tile, ...]) -> Route:
     if route.role is FifoRole.OUTPUT and route.producer.kind is TileKind.COMPUTE:
         return out_route(route.name, route.group, route.producer, consumers)
     return replace(route, consumers=consumers)
@@ -264,16 +280,27 @@ def tiles_of(layout: Layout, group: str) -> tuple[Tile, ...]:
 
 def core_inputs(routes: Routes, layout: Layout) -> list[CoreInputs]:
     """What each core receives, in core order (groups, then the Emit), for `choose_relays`."""
-    cores = []
+    cores, made = [], []
     for site in layout.sites:
         g = site.group.name
         own_in = f"{g}_in" if routes.has(f"{g}_in") else None
         carrier = f"{g}_out" if len(site.tiles) == 1 and routes.has(f"{g}_out") else None
         movable = own_in is not None and all(state_of(n) is None for n in host_reads(site))
-        cores += [_receives(routes, g, tile, carrier, own_in, movable) for tile in site.tiles]
+        earlier = () if streams_in_step(layout, site) else tuple(made)
+        cores += [_receives(routes, g, tile, carrier, own_in, movable, earlier) for tile in site.tiles]
+        made += [r.name for r in routes.fifos if r.group == g and r.role is FifoRole.OUTPUT]
     if layout.emit is not None:
         cores.append(_receives(routes, "emit", layout.emit))
     return cores
+
+
+def streams_in_step(layout: Layout, site: Site) -> bool:
+    """Whether a group takes streamed blocks in step with another group's core
+    (`share_streamed_matrix`): it must not wait for an earlier group's result it does not read,
+    which may depend on the other core taking its blocks."""
+    g = site.group.name
+    return site.stream is not None and (site.stream.owner is not None or any(
+        s.stream is not None and s.stream.owner == g for s in layout.sites))
 
 
 def _receives(routes: Routes, group: str, tile: Tile, *rest) -> CoreInputs:
@@ -288,7 +315,8 @@ class CoreInputs:
     through a DMA channel, `received` every FIFO it acquires (shared memory too), `carrier` its
     group's `_out` when that group runs on one tile (so other groups' operands may be added to
     its object), `own_in` its group's `_in` and `movable_in` whether everything in it (no state)
-    may come in another group's object instead."""
+    may come in another group's object instead; `earlier` the `_out`s of the groups before it,
+    which it may start receiving to forward them (their groups never wait for its own)."""
 
     group: str
     tile: Tile
@@ -297,6 +325,7 @@ class CoreInputs:
     carrier: str | None = None
     own_in: str | None = None
     movable_in: bool = False
+    earlier: tuple[str, ...] = ()
 
 
 def choose_relays(program: Program, cores: list[CoreInputs], device) -> tuple[list[Relay], tuple]:
@@ -304,7 +333,8 @@ def choose_relays(program: Program, cores: list[CoreInputs], device) -> tuple[li
     than a compute tile has input channels, the first group sending it an `_out` (a carrier, on
     one tile) that can forward enough of the others: FIFOs the carrier still receives itself, or
     the group's movable `_in` (the carrier loads it in its own `_in`, which it must have or have
-    a channel left for). Designs that fit are left alone. Returns (the relays, rules);
+    a channel left for); failing those, `_out`s of groups before the carrier that it starts
+    receiving on the input channels it has left (`_gaining_relay`). Designs that fit are left alone. Returns (the relays, rules);
     PlacementError naming the group, its tile and FIFOs when no carrier can."""
     limit = device.compute.dma_in_channels
     state = ChannelState({c.group: c for c in cores})
@@ -322,24 +352,28 @@ def choose_relays(program: Program, cores: list[CoreInputs], device) -> tuple[li
 
 
 class ChannelState:
-    """The decisions so far: FIFOs each reader no longer receives, groups that gained an `_in`."""
+    """The decisions so far: FIFOs each reader no longer receives, groups that gained an `_in`,
+    FIFOs each carrier started receiving."""
 
     def __init__(self, by_group: dict[str, CoreInputs]):
         self.by_group = by_group
         self.readers: dict[str, tuple[str, ...]] = {}
         self.gained_in: set[str] = set()
+        self.gained: dict[str, tuple[str, ...]] = {}
 
     def receives(self, group: str) -> set[str]:
         core = self.by_group[group]
-        return (set(core.received) - set(self.readers.get(group, ()))) | (
+        return (set(core.received) - set(self.readers.get(group, ()))) | set(self.gained.get(group, ())) | (
             {f"{group}_in"} if group in self.gained_in else set())
 
     def dma_inputs(self, group: str) -> int:
         core = self.by_group[group]
-        return len(core.dma) - len(self.readers.get(group, ())) + (group in self.gained_in)
+        return (len(core.dma) - len(self.readers.get(group, ())) + len(self.gained.get(group, ()))
+                + (group in self.gained_in))
 
     def take(self, relay: Relay, reader: CoreInputs):
         self.readers[relay.reader] = relay.fifos
+        self.gained[relay.carrier] = (*self.gained.get(relay.carrier, ()), *relay.gained)
         if reader.own_in in relay.fifos and f"{relay.carrier}_in" not in self.receives(relay.carrier):
             self.gained_in.add(relay.carrier)
 
@@ -354,13 +388,30 @@ def _relay_for(core: CoreInputs, cores: list[CoreInputs], state: ChannelState, l
         forwardable = [f for f in core.dma if f in has and f != carrier.carrier] + movable
         if len(forwardable) >= needed:
             return Relay(carrier.group, core.group, tuple(forwardable[:needed]))
+    return _gaining_relay(core, carriers, state, limit, needed)
+
+
+def _gaining_relay(core: CoreInputs, carriers: list[CoreInputs], state: ChannelState, limit: int,
+                   needed: int) -> Relay | None:
+    """The first carrier that forwards enough when it also starts receiving, on the input
+    channels it has left, `_out`s of groups before it (which never wait for it, so it may hold
+    its own object until theirs come)."""
+    for carrier in carriers:
+        has = state.receives(carrier.group)
+        spare = limit - state.dma_inputs(carrier.group)
+        kept = [f for f in core.dma if f in has and f != carrier.carrier]
+        gained = [f for f in core.dma if f in carrier.earlier and f not in has][:max(0, spare)]
+        if gained and len(kept) + len(gained) >= needed:
+            taken = (kept + gained)[:needed]
+            return Relay(carrier.group, core.group, tuple(taken), tuple(f for f in taken if f in gained))
     return None
 
 
 def _relay_text(relay: Relay, core: CoreInputs, limit: int) -> str:
+    gains = f" (it now receives {', '.join(relay.gained)})" if relay.gained else ""
     return (f"{core.group} on {core.tile.name} would take {len(core.dma)} FIFOs by DMA ({', '.join(core.dma)}) "
             f"but a compute tile has {limit} input channels: {relay.carrier} forwards in {relay.carrier}_out "
-            f"what {core.group} would take from {', '.join(relay.fifos)}")
+            f"what {core.group} would take from {', '.join(relay.fifos)}{gains}")
 
 
 def _cannot_fit(program: Program, core: CoreInputs, limit: int):

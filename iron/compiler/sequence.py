@@ -29,7 +29,7 @@ def group_moves(ctx: Context, site: Site, parts: list[Part]) -> list[Move]:
     """A group's moves: its `_in` regions, its streamed matrix, each part's `_host` regions, a
     joined result the host reads."""
     moves = [Move(Direction.MM2S, parts[0].in_fifo, *m) for m in parts[0].ins.moves]
-    if site.stream is not None:
+    if site.stream is not None and site.stream.owner is None:
         buffer, access = host_access(ctx, site.stream.matrix)
         if site.stream.parts > 1:
             access = _split_order(site.stream, access)

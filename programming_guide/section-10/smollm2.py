@@ -86,6 +86,9 @@ def run(layers: int, prompt: str, count: int, depth: int, quantized: bool = Fals
         if backend == "emulator":
             print(estimated(body, len(ids) + count, tokens[-1], depth))
     else:
+        tokens, host = timed(lambda: generate(graph, body, ids, count, loaded=True))
+        ok &= report(f"host-driven ({body.device.name}, {backend}), prompt loaded by the first version", tokens,
+                     expected, "reference()", calls, host)
         print(f"{body.device.name} has no full ELF: no device loop, generation stays host-driven")
     print(f"text: {prompt}{model.tokenizer.decode(tokens)}")
     return 0 if ok else 1

@@ -2,7 +2,8 @@
 that would take more FIFOs by DMA than its tile's 2 input channels gets the extra operands inside
 an object it already receives, from a group that receives them itself (the MLP's residual through
 the RMSNorm group) or loads them for it (a whole `_in`: tensors and per-call words), the Emit
-included; when no group can, a PlacementError. Plans pinned, then run on the emulator against
+included, or starts receiving an earlier group's result on a channel it has left; when no group
+can, a PlacementError. Plans pinned, then run on the emulator against
 reference()."""
 from collections import Counter
 
@@ -14,9 +15,11 @@ from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler import compile as compile_module
 from iron.compiler.compile import compile_program
+from iron.compiler.fuse import fuse
 from iron.compiler.lower import lower
+from iron.compiler.place import place
 from iron.compiler.plan import Cut, Element, Imm, KernelStep, Load, Ptr, Tile, TileKind
-from iron.compiler.route import CoreInputs, Relay, choose_relays
+from iron.compiler.route import CoreInputs, Relay, choose_relays, core_inputs, route
 from iron.errors import PlacementError
 from iron.kernels import Add, Copy, Exp, MatVec, RMSNorm, Softmax
 from tests.compiler import designs
@@ -223,8 +226,9 @@ def test_a_state_after_a_streamed_matrix_that_does_not_fit_the_channels_runs_as_
 
 # ---- the rule on its own -----------------------------------------------------------------------------
 
-def core(group, col, dma, received=(), carrier=None, own_in=None, movable=True) -> CoreInputs:
-    return CoreInputs(group, Tile(col, 2, TileKind.COMPUTE), dma, (*dma, *received), carrier, own_in, movable)
+def core(group, col, dma, received=(), carrier=None, own_in=None, movable=True, earlier=()) -> CoreInputs:
+    return CoreInputs(group, Tile(col, 2, TileKind.COMPUTE), dma, (*dma, *received), carrier, own_in, movable,
+                      earlier)
 
 
 def test_a_carrier_with_a_spare_channel_gains_an_in_and_carries_two_readers():
@@ -260,3 +264,80 @@ def test_a_fifo_a_carrier_no_longer_receives_is_not_carried():
     keeps = core("b", 1, ("f_out", "b_w"), carrier="b_out")
     relays, _ = choose_relays(program, [keeps, cores[2]], NPU2)
     assert relays == [Relay("b", "r", ("f_out",))]
+
+
+# ---- a carrier with a spare channel starts receiving an earlier group's result ------------------------
+
+class FourProducts(iron.Graph):
+    """p + q + r + s for four MatVecs of four inputs: the sum's group reads four groups' results,
+    three of them by DMA, and none of its senders receives another's."""
+
+    def __init__(self):
+        rng = np.random.default_rng(7)
+        self.m = [iron.param(rng.standard_normal((16, 16)).astype(F32)) for _ in range(4)]
+
+    def body(self, a, b, c, d):
+        p, q, r, s = (MatVec.step(m, v) for m, v in zip(self.m, (a, b, c, d)))
+        return Add.step(Add.step(Add.step(p, q), r), s)
+
+
+def test_a_carrier_with_a_spare_channel_starts_receiving_an_earlier_result_to_forward_it():
+    graph, spec = FourProducts(), ((16,), F32)
+    plan = compile_program(graph.trace(a=spec, b=spec, c=spec, d=spec), NPU2)
+    assert plan.segments == ()
+    assert fits(plan) == [
+        "g4 on tile_1_5 would take 3 FIFOs by DMA (g0_out, g1_out, g2_out) but a compute tile has 2 input "
+        "channels: g1 forwards in g1_out what g4 would take from g0_out (it now receives g0_out)"]
+    assert consumers(plan, "g0_out") == ("tile_0_3",) and plan.fifo("g0_out").shared_memory
+    assert plan.holds["g1_out"] == "MatVec#1, MatVec#0"
+    assert over(plan) == {}
+    xs = [np.linspace(-1, 1, 16).astype(F32) * (i + 1) for i in range(4)]
+    np.testing.assert_allclose(graph.compile(a=spec, b=spec, c=spec, d=spec)(*xs), graph.reference(*xs),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_a_carrier_gains_only_results_made_before_it_and_only_on_spare_channels():
+    program = Bias().trace(x=((64,), F32))
+    reader = core("r", 2, ("a_out", "b_out", "c_out"))
+    later = core("b", 1, ("b_in",), carrier="b_out")                       # a_out is not made before b
+    assert pytest.raises(PlacementError, choose_relays, program, [later, reader], NPU2)
+    full = core("b", 1, ("b_in", "b_w"), carrier="b_out", earlier=("a_out",))   # no channel left
+    assert pytest.raises(PlacementError, choose_relays, program, [full, reader], NPU2)
+    spare = core("b", 1, ("b_in",), carrier="b_out", earlier=("a_out",))
+    relays, _ = choose_relays(program, [spare, reader], NPU2)
+    assert relays == [Relay("b", "r", ("a_out",), gained=("a_out",))]
+
+
+class HeadsAndTwo(iron.Graph):
+    """p + q + r + s: p and q two MatVecs of one streamed param (their cores take its 8 blocks in
+    step), r and s two of params small enough to load whole; the sum's group would take three
+    results by DMA."""
+
+    def __init__(self):
+        rng = np.random.default_rng(9)
+        self.k = iron.param(rng.standard_normal((1024, 32)).astype(F32) / 32)
+        self.m, self.n = (iron.param(rng.standard_normal((1024, 4)).astype(F32) / 4) for _ in range(2))
+
+    def body(self, a, b, c, d):
+        p, q = MatVec.step(self.k, a), MatVec.step(self.k, b)
+        r, s = MatVec.step(self.m, c), MatVec.step(self.n, d)
+        return Add.step(Add.step(Add.step(p, q), r), s)
+
+
+def test_a_core_taking_blocks_in_step_with_another_gains_nothing_to_forward():
+    # g0 and g1 take k's blocks in step: waiting for an earlier result could stop both, so neither
+    # may start receiving one; g2 and g3 may
+    graph, small, wide = HeadsAndTwo(), ((4,), F32), ((32,), F32)
+    program = graph.trace(a=wide, b=wide, c=small, d=small)
+    layout = place(program, fuse(program), NPU2)
+    assert [s.stream.owner for s in layout.sites[:2]] == [None, "g0"]
+    earlier = {c.group: c.earlier for c in core_inputs(route(program, layout), layout)}
+    assert earlier == {"g0": (), "g1": (), "g2": ("g0_out", "g1_out"), "g3": ("g0_out", "g1_out", "g2_out"),
+                       "g4": ("g0_out", "g1_out", "g2_out", "g3_out")}
+    plan = compile_program(program, NPU2)
+    assert fits(plan) == [
+        "g4 on tile_1_5 would take 3 FIFOs by DMA (g0_out, g1_out, g2_out) but a compute tile has 2 input "
+        "channels: g2 forwards in g2_out what g4 would take from g0_out (it now receives g0_out)"]
+    xs = [np.linspace(-1, 1, n).astype(F32) for n in (32, 32, 4, 4)]
+    np.testing.assert_allclose(graph.compile(a=wide, b=wide, c=small, d=small)(*xs), graph.reference(*xs),
+                               rtol=1e-5, atol=1e-5)

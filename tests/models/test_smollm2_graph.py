@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import aie_utils
+import iron
 from iron.compiler.describe import ddr_traffic
 from iron.errors import ArgumentError, LoopError, TokenError
 from iron.models import numpy_forward as nf
@@ -61,6 +62,14 @@ def test_the_prompt_loaded_by_a_first_version_generates_references_tokens(two_la
         compiled.write(graph.tokens, np.zeros(graph.tokens.shape, np.int32))
         assert generate_in_loop(graph, compiled, ids, 4, depth=depth) == expected
         assert compiled.read(graph.tokens)[:len(ids) + 5].tolist() == ids + expected + [0]
+    # A second turn: the first version loads the last token, not yet run, and the new text at the
+    # position the loop stopped at, and the body runs on from the cache it left.
+    turn, at = [expected[-1], *two_layers.tokenizer.encode(" of light")], len(ids) + 3
+    loop = iron.CarriedLoop(first_version(graph, compiled, turn), compiled, depth=2)
+    for _ in loop.run(len(turn) + 2, np.asarray(turn, np.int32), pos=at, tok=0, end=0):
+        pass
+    text = compiled.read(graph.tokens)[:at + len(turn) + 3].tolist()
+    assert text == ids + expected[:-1] + turn + nf.generate(two_layers, ids + expected[:-1] + turn, 3)
 
 
 def test_a_loop_stopped_at_an_end_of_text_token_leaves_the_cache_of_the_tokens_it_ran(two_layers, on_emulator):
@@ -139,7 +148,8 @@ def test_bad_prompts_are_refused_before_anything_runs(two_layers, graph):
                             "SmolLM2Graph(model, context=...) larger.")
     with pytest.raises(TokenError) as e:
         generate(graph, graph.reference, [504, 60000], 1)
-    assert str(e.value).startswith("token id 60000 (at index 1) is outside the vocabulary: ids must be in 0..49151.")
+    assert str(e.value) == ("token id 60000 (at index 1) is outside the vocabulary: ids must be in 0..49151. Use "
+                            "the ids the model's tokenizer gives (model.tokenizer.encode(text)).")
     with pytest.raises(TokenError) as e:
         generate(graph, graph.reference, [], 1)
     assert str(e.value) == "the prompt is empty; pass at least one token id."
