@@ -1,7 +1,9 @@
 """SmolLM2 as an iron.Graph (iron.smollm2_graph) on the real weights: reference() generates the
 numpy forward's tokens, and the compiled graph on the emulator generates reference()'s,
-host-driven and as a device loop at depth 1 and 2. CI runs the first 2 layers and a few tokens;
-the full 30 layers and 32 tokens on three prompts are marked `full_model` (make test-full)."""
+host-driven and as a device loop at depth 1 and 2, with float32 weights and with the weights as
+the file ships them. CI runs the first 2 layers and a few tokens; the full 30 layers (32 tokens
+on three prompts; 8 tokens compiled with the shipped weights) are marked `full_model` (make
+test-full)."""
 import numpy as np
 import pytest
 
@@ -114,7 +116,8 @@ def test_weights_as_they_ship_compile_stream_as_blocks_and_generate_references_t
         two_layers, graph, compiled, on_emulator):
     """Compiled, the quantized graph moves each matrix's blocks as the file ships them, expands
     them on the tiles (`dequant_before_matvec`), and generates reference()'s tokens, which are
-    the float32 graph's, host-driven and as a device loop at depth 1 and 2. The matrices are Q4_1
+    the float32 graph's, host-driven and as a device loop at depth 1 and 2 on npu2, host-driven
+    on npu1. The matrices are Q4_1
     blocks and the embedding Q8_0, about 6x fewer bytes over all 30 layers."""
     quantized = SmolLM2Graph(two_layers, quantized=True)
     assert layer_bytes(graph) / layer_bytes(quantized) == 128 / 20   # 32 float32s vs a 20-byte Q4_1 block
@@ -133,6 +136,8 @@ def test_weights_as_they_ship_compile_stream_as_blocks_and_generate_references_t
     assert generate(quantized, body, ids, 3) == expected
     for depth in (1, 2):
         assert generate_in_loop(quantized, body, ids, 3, depth=depth) == expected
+    on_npu1 = quantized.compile(device=aie_utils.from_name("npu1"))   # xclbin segments, host-driven
+    assert not on_npu1.plan.full_elf and generate(quantized, on_npu1, ids, 3) == expected
 
 
 def layer_bytes(graph):
@@ -165,6 +170,17 @@ def test_all_30_layers_generate_the_numpy_forwards_32_tokens(model, prompt):
     graph = SmolLM2Graph(model)
     ids = model.tokenizer.encode(prompt)
     assert generate(graph, graph.reference, ids, 32) == nf.generate(model, ids, 32)
+
+
+@pytest.mark.full_model
+def test_all_30_layers_as_shipped_generate_the_numpy_forwards_tokens_on_the_emulator(model, on_emulator):
+    """The whole model with its weights as the file ships them, compiled for npu2, as a device
+    loop: the float32 numpy forward's 8 tokens."""
+    graph = SmolLM2Graph(model, quantized=True)
+    ids = model.tokenizer.encode(PROMPTS[0])
+    with aie_utils.using_device(aie_utils.from_name("npu2")):
+        body = graph.compile()
+    assert generate_in_loop(graph, body, ids, 8) == nf.generate(model, ids, 8)
 
 
 def test_on_npu1_each_segment_is_an_xclbin_and_generation_is_host_driven(two_layers, graph, on_emulator):
