@@ -193,8 +193,9 @@ class MatMulAccumulate(Kernel):
 
     @staticmethod
     def compute(a, b, acc):
-        product = MatVec.compute(a, b)
-        return np.add(acc, product.astype(acc.dtype, copy=False))
+        if a.dtype.kind in "iu":
+            return acc + (a.astype(np.int64) @ b.astype(np.int64)).astype(acc.dtype)
+        return acc + np.dot(a, b)
 
 
 MatVec.summed_by = MatMul.summed_by = MatMulAccumulate   # a MatVec's x is B of N = 1 column

@@ -178,7 +178,7 @@ def test_the_emit_clamps_and_flags_exactly_at_the_ends_of_int32_on_the_emulator(
     assert emit.params == ("emit_in", "g0_out", "feedback")
     bind = compile_function(emit, numpy_call)
     for node, steps in CASES:
-        feedback = run_emit(lambda arrays: bind(arrays, 0)(), plan, node, steps)
+        feedback = run_emit(lambda arrays: bind(arrays, 0).run(), plan, node, steps)
         assert feedback[:plan.emit.scratch].tolist() == expected_feedback(node, steps), (node, steps)
 
 

@@ -56,9 +56,18 @@ from iron.errors import (
 )
 from iron.kernels import LIBRARY, Accumulate, Add, registry
 from iron.runtime.emulator import Emulator, tile
-from iron.runtime.emulator.core import UNROLLED
+from iron.runtime.emulator.core import UNROLLED, Step
 from iron.runtime.emulator.kernels import numpy_call
-from iron.runtime.emulator.replay import RECORDED, Copy, Drain, Fill, relayed
+from iron.runtime.emulator.replay import (
+    RECORDED,
+    Copy,
+    Drain,
+    Fill,
+    Forwarded,
+    Invoked,
+    forwarded,
+    relayed,
+)
 
 SHIM, MEM = Tile(0, 0, TileKind.SHIM), Tile(0, 1, TileKind.MEM)
 CORE, CORE2 = Tile(0, 2, TileKind.COMPUTE), Tile(0, 3, TileKind.COMPUTE)
@@ -892,3 +901,36 @@ def test_a_mem_tile_buffer_that_only_relays_host_words_is_skipped_in_replay():
     assert relayed(next_launch, {relay}, hosts) == next_launch
     tile_written = [[Copy(relay, 0, core, 0, 8), Copy(core, 0, relay, 0, 8)]]
     assert relayed(tile_written, {relay}, hosts) == tile_written
+
+
+class Reads:
+    """A kernel call standing in for a real one: it takes strided inputs."""
+
+    strided_inputs = True
+
+
+def invoked(source, out, reads_out=False):
+    """A call reading words 0..8 of tile buffer `source` into words 0..8 of `out`."""
+    step = Step(lambda: None, Reads(), (source.shaped(0, (8,)), out.shaped(0, (8,))), (8,), (), reads_out)
+    return Invoked(step.run, (step,), (source, out))
+
+
+def test_a_core_buffer_only_read_by_kernels_from_host_words_is_not_filled_in_replay():
+    """A kernel input whose words a Fill of the same launch put there reads the host words in
+    place and the Fill goes; not when the buffer is also read otherwise (a Copy, a Drain, as an
+    accumulating kernel's destination), when a Drain into that host buffer came in between, or
+    when the words came from an earlier launch."""
+    x, y = tile.Buffer("x_cons_buff_0", 32), tile.Buffer("y_buff_0", 32)
+    hosts = ["consts", "outputs"]
+    fill, call = Fill(0, 0, 8, x, 0), invoked(x, y)
+    ((kept,),) = forwarded([[fill, call]], hosts)
+    assert type(kept) is Forwarded and kept.invoked is call and kept.reads == {(0, 0): fill}
+    unchanged = [
+        [[fill, call, Copy(y, 0, x, 0, 8)]],
+        [[fill, call, Drain(1, 0, 8, x, 0)]],
+        [[fill, invoked(y, x, reads_out=True), call]],
+        [[fill, Drain(0, 0, 8, y, 0), call]],
+        [[fill], [call]],
+    ]
+    for cycle in unchanged:
+        assert forwarded(cycle, ["consts", "consts"]) == cycle

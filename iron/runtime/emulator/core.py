@@ -5,6 +5,8 @@ the core holds and the tile's Buffers; Loops are unrolled up to UNROLLED steps.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -13,6 +15,7 @@ from iron.compiler.plan import Acquire, Imm, Invoke, KernelStep, Loop, Ptr, Rele
 from iron.errors import ArgumentError, PlanError
 from iron.ir import SCALAR_BINARY, wrap_i32
 from iron.runtime.emulator.objectfifo import CorePort
+from iron.runtime.emulator.replay import Invoked, in_order
 
 UNROLLED = 4096  # the most steps a Loop is unrolled into
 SCALAR_OPS = {**SCALAR_BINARY, "copy": lambda a, b: a}
@@ -22,26 +25,42 @@ ONE = (1,)
 
 # ---- Functions ---------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Step:
+    """One step of a Function bound to its arrays: `run()`; for a kernel call whose operands are
+    fixed per binding, also the KernelCall and its operands, so replay may bind it again on
+    other arrays (replay.py)."""
+
+    run: Callable
+    call: object = None
+    pointers: tuple = ()
+    sizes: tuple = ()
+    attrs: tuple = ()
+    reads_out: bool = False   # an accumulating kernel reads its destination
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A Function bound to its arrays: `run()` runs its `steps` in order."""
+
+    run: Callable
+    steps: tuple[Step, ...]
+
+
 def compile_function(fn, make_call):
-    """`bind(arrays, block) -> run()`: fn's steps, in order, on the uint8 arrays bound to its
+    """`bind(arrays, block) -> Bound`: fn's steps, in order, on the uint8 arrays bound to its
     params at that block index. The invoking core keeps each binding: the arrays (FIFO objects,
     Buffers) live as long as the Emulator, so a binding's typed views stay valid."""
-    steps = [_compile_step(fn, k, step, make_call) for k, step in enumerate(fn.steps)]
+    compiled = [_compile_step(fn, k, step, make_call) for k, step in enumerate(fn.steps)]
 
     def bind(arrays, block):
-        calls = [bind_step(arrays, block) for bind_step in steps]
-        if len(calls) == 1:
-            return calls[0]
-
-        def run():
-            for call in calls:
-                call()
-        return run
+        steps = tuple(bind_step(arrays, block) for bind_step in compiled)
+        return Bound(in_order([step.run for step in steps]), steps)
     return bind
 
 
 def _compile_step(fn, k: int, step, make_call):
-    """`bind(arrays, block) -> call()` of one step."""
+    """`bind(arrays, block) -> Step` of one step."""
     if isinstance(step, KernelStep):
         return _kernel_step(fn, step, make_call)
     return _scalar_step(fn, f"Function '{fn.name}' step {k}", step)
@@ -108,8 +127,9 @@ def _kernel_step(fn, step, make_call):
         def resolve(size_values):
             return [v(arrays, block, s) for v, s in zip(views, _abi_shapes(kernel, size_values))]
         if fixed:
-            size_values = read_sizes()
-            return call.bind(resolve(size_values), size_values, read_attrs())
+            size_values, pointers, attr_values = read_sizes(), resolve(read_sizes()), read_attrs()
+            return Step(call.bind(pointers, size_values, attr_values), call, tuple(pointers), size_values, attr_values,
+                        kernel.accumulates)
         by_sizes: dict[tuple, list] = {}
 
         def run():
@@ -118,7 +138,7 @@ def _kernel_step(fn, step, make_call):
             if resolved is None:
                 resolved = by_sizes[size_values] = resolve(size_values)
             call(resolved, size_values, read_attrs())
-        return run
+        return Step(run)
     return bind
 
 
@@ -136,7 +156,7 @@ def _scalar_step(fn, where: str, step):
             if divides and y == 0:
                 raise ArgumentError(f"{where} computes {x} {step.op} 0: a per-call value divides by zero. Give values that keep the divisor non-zero.")
             out[0] = wrap_i32(op(x, y))
-        return run
+        return Step(run)
     return bind
 
 
@@ -212,22 +232,24 @@ class CoreProgram:
         """Call the Function on the first buffer the core holds of each FIFO parameter and on the
         tile's Buffers; a binding is made once per loop index and held buffers."""
         fn, bind = self.functions[op.function]
-        targets = [self.ports[name] if name in self.ports else self.tile.buffers[name].data for name in op.objects]
+        targets = [self.ports[name] if name in self.ports else self.tile.buffers[name] for name in op.objects]
         held = [t for t in targets if type(t) is CorePort]
         bindings: dict[tuple, object] = {}
         at, blocked, board = self.block, fn.blocked, self.board
 
-        def arrays():
-            return [t.buffers[t.index].data if type(t) is CorePort else t for t in targets]
+        def buffers():
+            return [t.buffers[t.index] if type(t) is CorePort else t for t in targets]
 
         def invoke():
             key = (at[0] if blocked else 0, *[port.index for port in held])
-            run = bindings.get(key)
-            if run is None:
-                run = bindings[key] = bind(arrays(), key[0])
-            run()
+            bound = bindings.get(key)
+            if bound is None:
+                objects = buffers()
+                made = bind([b.data for b in objects], key[0])
+                bound = bindings[key] = Invoked(made.run, made.steps, tuple(objects))
+            bound.run()
             if board.trace is not None:
-                board.trace.append(run)
+                board.trace.append(bound)
             if board.clock is not None:
                 board.clock.compute(board, fn, self.core.tile.name)
         return invoke

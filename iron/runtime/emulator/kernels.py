@@ -45,7 +45,10 @@ def kernel_calls(mode: str, plan):
 
 class KernelCall(ABC):
     """One KernelStep's kernel: `bind(pointers, sizes, attrs)` prepares `run()`, a call on those
-    operands (for operands fixed per binding); calling it runs once."""
+    operands (for operands fixed per binding); calling it runs once. `strided_inputs`: whether
+    an input may be a strided view (rows apart in memory) rather than contiguous."""
+
+    strided_inputs = False
 
     @abstractmethod
     def bind(self, pointers: list, sizes: tuple, attrs: tuple):
@@ -69,6 +72,7 @@ class NumpyCall(KernelCall):
         # checks it (library kernels keep their shape rules).
         kernel, dtype, self.out_dtype = step.kernel, step.dtype, step.out
         self.step, self.checked = step, not is_library(kernel)
+        self.strided_inputs = is_library(kernel)   # a user's compute() may assume contiguous inputs
         direct = dtype != dtypes.bfloat16 and not kernel.saturates
         self.compute = kernel.compute if direct else kernel.reference_fn(dtype, {}, self.out_dtype)
         self.operands = kernel.arity + kernel.accumulates

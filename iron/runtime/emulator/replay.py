@@ -3,7 +3,9 @@ machine's state when it starts (locks, BD and stream positions, where each core 
 waits on what), never by data, so once a launch ends in a state a recorded launch started from,
 later launches replay that cycle's traces of data actions (Copy, Fill, Drain, a core's call) on
 their own host windows instead of resuming the tasks; a mem-tile buffer that only relays host
-words within a launch is skipped (its reads become Fills), which no host buffer can observe.
+words within a launch is skipped (its reads become Fills), and a core's buffer whose words are
+only ever kernel inputs filled from the host in the same launch is not filled, the kernels reading
+those host words in place (`forwarded`): no host buffer can observe either.
 """
 from __future__ import annotations
 
@@ -47,8 +49,9 @@ class Fill:
     into: object
     start: int
 
-    def bind(self, window):
-        """The copy out of `window` (the op's window in a launch), views made once."""
+    def bind(self, windows: list):
+        """The copy out of the op's window in a launch, views made once."""
+        window = windows[self.op]
         piece = window.piece(self.moved, self.count)
         if piece is not None:
             return copy(self.into.shaped(self.start, piece.shape), piece)
@@ -66,8 +69,9 @@ class Drain:
     source: object
     at: int
 
-    def bind(self, window):
-        """The copy into `window` (the op's window in a launch), views made once."""
+    def bind(self, windows: list):
+        """The copy into the op's window in a launch, views made once."""
+        window = windows[self.op]
         piece = window.piece(self.moved, self.count)
         if piece is not None:
             return copy(piece, self.source.shaped(self.at, piece.shape))
@@ -75,17 +79,81 @@ class Drain:
         return partial(np.put, window.host, indices, words)
 
 
+@dataclass(frozen=True, eq=False)
+class Invoked:
+    """A core's call of a Function bound to its params' tile `buffers`: `run()`, and its bound
+    `steps` (core.Step)."""
+
+    run: object
+    steps: tuple
+    buffers: tuple
+
+
+@dataclass(frozen=True, eq=False)
+class Forwarded:
+    """An Invoked whose kernel inputs `reads` ((step, pointer) -> the Fill that put its words in
+    the tile buffer) read those host words in place instead; a piece of a window that is not
+    one view of the pointer's shape is copied in first, as the Fill would have."""
+
+    invoked: Invoked
+    reads: dict
+
+    @property
+    def ops(self) -> set[int]:
+        return {fill.op for fill in self.reads.values()}
+
+    def bind(self, windows: list):
+        pointers = [list(step.pointers) for step in self.invoked.steps]
+        before = []
+        for (k, j), fill in self.reads.items():
+            strided = self.invoked.steps[k].call.strided_inputs
+            view = in_place(windows[fill.op].piece(fill.moved, fill.count), pointers[k][j], strided)
+            if view is None:
+                before.append(fill.bind(windows))
+            else:
+                pointers[k][j] = view
+        runs = [step.call.bind(ptrs, step.sizes, step.attrs) if any(k == i for k, _ in self.reads) else step.run
+                for i, (step, ptrs) in enumerate(zip(self.invoked.steps, pointers))]
+        return in_order([*before, *runs])
+
+
+def in_place(piece, pointer: np.ndarray, strided: bool) -> np.ndarray | None:
+    """The host words `piece` as an array of `pointer`'s dtype and shape without a copy, its rows
+    contiguous as in the tile buffer (and the whole contiguous unless the call takes `strided`
+    arrays), else None."""
+    if piece is None:
+        return None
+    try:
+        view = np.reshape(piece.view(pointer.dtype), pointer.shape, copy=False)
+    except ValueError:
+        return None
+    rows = view.ndim == 0 or view.strides[-1] == view.itemsize
+    return view if rows and (strided or view.flags.c_contiguous) else None
+
+
+def in_order(calls: list):
+    """One callable running `calls` in order."""
+    if len(calls) == 1:
+        return calls[0]
+
+    def run():
+        for call in calls:
+            call()
+    return run
+
+
 class Compiled:
-    """One launch of the cycle as callables, in order: a Copy's and a core's call fixed, a Fill's
-    and a Drain's bound to the window of its op in the launch replayed last, and bound again for
-    the ops whose window (host buffer, patched offset) the next launch changes."""
+    """One launch of the cycle as callables, in order: a Copy's and a core's call fixed, a Fill's,
+    a Drain's and a Forwarded call's bound to the windows of its ops in the launch replayed last,
+    and bound again when the next launch changes one (host buffer, patched offset)."""
 
     def __init__(self, trace: list):
-        self.acts = [act.compile() if type(act) is Copy else act for act in trace]
-        self.moves: dict[int, list] = {}   # op -> [(position, Fill or Drain)]
+        self.acts = [act.compile() if type(act) is Copy else act.run if type(act) is Invoked else act
+                     for act in trace]
+        self.moves: dict[int, list] = {}   # op -> [(position, Fill, Drain or Forwarded)]
         for position, act in enumerate(trace):
-            if type(act) in (Fill, Drain):
-                self.moves.setdefault(act.op, []).append((position, act))
+            for op in (act.ops if type(act) is Forwarded else (act.op,) if type(act) in (Fill, Drain) else ()):
+                self.moves.setdefault(op, []).append((position, act))
         self.bound: dict[int, object] = dict.fromkeys(self.moves)   # op -> its window bound
 
     def run(self, windows: list):
@@ -95,7 +163,7 @@ class Compiled:
             if bound[op] is not window:
                 bound[op] = window
                 for position, move in moves:
-                    acts[position] = move.bind(window)
+                    acts[position] = move.bind(windows)
         for act in acts:
             act()
 
@@ -124,7 +192,7 @@ class Replay:
         self.start = end
         first = next((k for k, (state, _) in enumerate(recorded) if state is not None and state == end), None)
         if first is not None and all(state is not None for state, _ in recorded[first:]):
-            cycle = relayed([trace for _, trace in recorded[first:]], self.relays, self.hosts)
+            cycle = forwarded(relayed([trace for _, trace in recorded[first:]], self.relays, self.hosts), self.hosts)
             self.cycle = [Compiled(trace) for trace in cycle]
         kept = sum(len(trace) for _, trace in recorded)
         if first is not None or len(recorded) == RECORDED or kept > RECORDED_ACTIONS:
@@ -175,3 +243,86 @@ def _skip(trace: list, skipped: set, hosts: list[str]) -> list | set:
                     held[b] = [f for f in fills if hosts[f.op] != hosts[act.op]]
             out.append(act)
     return failed or out
+
+
+def forwarded(cycle: list[list], hosts: list[str]) -> list[list]:
+    """The cycle's traces with every core buffer whose words are only ever read as kernel inputs
+    filled from the host in the same launch no longer filled: its Fills dropped, each of those
+    reads a Forwarded one of the Fill's host words (module docstring)."""
+    filled = {act.into for trace in cycle for act in trace if type(act) is Fill}
+    reads = [_reads(trace, filled, hosts) for trace in cycle]
+    kept = filled - {b for _, failed in reads for b in failed}
+    if not kept:
+        return cycle
+    out = []
+    for trace, (found, _) in zip(cycle, reads):
+        acts = []
+        for position, act in enumerate(trace):
+            if type(act) is Fill and act.into in kept:
+                continue
+            mine = {key: fill for key, fill in found.get(position, {}).items() if fill.into in kept}
+            acts.append(Forwarded(act, mine) if mine else act)
+        out.append(acts)
+    return out
+
+
+def _reads(trace: list, filled: set, hosts: list[str]) -> tuple[dict, set]:
+    """Per Invoked (by position), its kernel inputs in `filled` buffers that read exactly the words
+    a Fill of this launch put there ((step, pointer) -> Fill); and the buffers read any other way."""
+    held: dict = {b: [] for b in filled}   # per buffer, the Fills whose words it holds
+    found, failed = {}, set()
+
+    def written(buffer, start: int, end: int):
+        if buffer in held:
+            held[buffer] = [f for f in held[buffer] if f.start + f.count <= start or end <= f.start]
+
+    for position, act in enumerate(trace):
+        kind = type(act)
+        if kind is Fill and act.into in held:
+            written(act.into, act.start, act.start + act.count)
+            held[act.into].append(act)
+        elif kind is Copy:
+            failed.add(act.source)
+            written(act.into, act.start, act.start + act.count)
+        elif kind is Drain:
+            failed.add(act.source)
+            for b, fills in held.items():   # the host words Fills read may change from here on
+                held[b] = [f for f in fills if hosts[f.op] != hosts[act.op]]
+        elif kind is Invoked:
+            found[position] = _invoked_reads(act, held, failed, written)
+    return found, failed
+
+
+def _invoked_reads(act: Invoked, held: dict, failed: set, written) -> dict:
+    """(step, pointer) -> Fill for the call's inputs read from held Fills; every other buffer the
+    call may read is failed, and what it writes no longer holds the Fills' words."""
+    reads = {}
+    for k, step in enumerate(act.steps):
+        places = [_where(pointer, act.buffers) for pointer in step.pointers]
+        if step.call is None or None in places:   # a scalar step, a kernel of per-call sizes: any
+            failed.update(act.buffers)
+            for b in act.buffers:
+                written(b, 0, b.words.size)
+            continue
+        *inputs, (out, start, nbytes) = places
+        for j, (buffer, start_in, nbytes_in) in enumerate(inputs):
+            fill = next((f for f in held.get(buffer, ()) if (4 * f.start, 4 * f.count) == (start_in, nbytes_in)), None)
+            if fill is None:
+                failed.add(buffer)
+            else:
+                reads[(k, j)] = fill
+        if step.reads_out:
+            failed.add(out)
+        written(out, start // 4, -(-(start + nbytes) // 4))
+    return reads
+
+
+def _where(pointer: np.ndarray, buffers: tuple) -> tuple | None:
+    """(tile buffer, byte offset, bytes) of what `pointer` views, or None when no buffer of the
+    call holds it."""
+    address = pointer.__array_interface__["data"][0]
+    for buffer in buffers:
+        base = buffer.data.__array_interface__["data"][0]
+        if base <= address and address + pointer.nbytes <= base + buffer.data.nbytes:
+            return buffer, address - base, pointer.nbytes
+    return None
