@@ -189,7 +189,7 @@ def first_version(graph: SmolLM2Graph, step, prompt: Sequence[int]):
     return graph.compile(prompt=((len(prompt),), np.int32), device=step.device, feeds=step)
 
 
-def load(graph: SmolLM2Graph, step, prompt: Sequence[int]):
+def load_and_feed(graph: SmolLM2Graph, step, prompt: Sequence[int]):
     """One call of the first version writes the prompt into `tokens`, then `step` feeds it to
     itself, the host only passing each Carry back; the Carry after the last prompt token."""
     nxt = first_version(graph, step, prompt)(np.asarray(prompt, np.int32), pos=0, tok=0, end=0)
@@ -204,7 +204,7 @@ def generate(graph: SmolLM2Graph, step, prompt: Sequence[int], steps: int, eos: 
     an `eos` token; the prompt given one token per call by the host, or (`loaded`) written into
     `tokens` by the first version and read back by the body."""
     graph.check_prompt(prompt, steps)
-    nxt = load(graph, step, prompt) if loaded else feed(step, prompt)
+    nxt = load_and_feed(graph, step, prompt) if loaded else feed(step, prompt)
     out = [int(nxt["tok"])]
     while len(out) < steps and out[-1] != eos:
         nxt = step(**nxt)
