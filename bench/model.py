@@ -6,10 +6,10 @@ layers (generate() over a 5-token prompt and 32 new tokens, best of 3 runs, per 
 weight bytes of the file as float32 and as its Q4_1 / Q8_0 blocks; then, for the first 2 and
 all 30 layers, the bytes one token moves from DDR (describe()'s "DDR per call") with float32
 and with quantized weights (the blocks expanded on the tiles: `dequant_before_matvec`); then,
-for all 30 layers, the cold compile time of each design for npu2, and seconds per token (one
-call, best of CALLS after a first call that writes the weights) of reference() and of the
-compiled design on the emulator, float32 and quantized, each / the numpy forward (the target
-with quantized weights: at most 10x).
+for all 30 layers, the cold compile time of each design for npu2 (wall and CPU seconds against
+the target of 5 s, and its segments), and seconds per token (one call, best of CALLS after a
+first call that writes the weights) of reference() and of the compiled design on the emulator,
+float32 and quantized, each / the numpy forward (the target with quantized weights: at most 10x).
 """
 import math
 import os
@@ -23,6 +23,7 @@ from iron.models import smollm2
 from iron.smollm2_graph import SmolLM2Graph
 
 CALLS = 3
+COMPILE_TARGET = 5.0   # seconds, cold (issue 14)
 
 PROMPT, STEPS = "Once upon a time,", 32
 
@@ -72,10 +73,12 @@ def iron_design(model, prompt, numpy_per_token: float):
     with tempfile.TemporaryDirectory() as cold:
         os.environ["IRON_CACHE_DIR"] = cold
         for label, design in (("float32", graph), ("quantized", quantized)):
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             body = design.compile()
-            print(f"compile the 30-layer design ({label} weights) for npu2, cold: {time.perf_counter() - t:6.2f} s "
-                  f"({len(body.plan.configurations)} segments; target under 5 s)")
+            seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
+            print(f"compile the 30-layer design ({label} weights) for npu2, cold: {seconds:6.2f} s ({cpu:.2f} s "
+                  f"of CPU) = {seconds / COMPILE_TARGET:4.2f}x the target of {COMPILE_TARGET:.0f} s; "
+                  f"{len(body.plan.configurations)} segments")
             rows.append((f"emulator, {label} weights", body))
     for label, step in rows:
         seconds = per_call(step, prompt[0])

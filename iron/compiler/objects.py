@@ -293,7 +293,7 @@ def _host_uses(program: Program, call: Node) -> list[Output]:
 def _region(ctx: Context, call: Node, placement_name: str):
     p = ctx.placement(placement_name)
     move = (p.buffer, Access(p.offset, ((p.nwords, 1),)))
-    return p.nwords * 4, call.dtype, placement_name, move
+    return p.nwords * 4, call.dtype, p.shown or placement_name, move
 
 
 def _buffer(ctx: Context, part: Part, call: Node, size: int) -> str:

@@ -120,6 +120,7 @@ class Placement:
     offset: int           # in words
     shape: tuple[int, ...]
     dtype: np.dtype
+    shown: str | None = None   # what texts call it, when not `name`: what a segment's output stands for
 
     @property
     def nwords(self) -> int:

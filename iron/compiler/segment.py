@@ -16,8 +16,8 @@ from iron.compiler.fuse import Group
 from iron.compiler.invariants import check_plan
 from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
 from iron.compiler.words import WordTable
-from iron.errors import DoesNotFit, PlacementError
-from iron.ir import Node, Op, Program, call_label, nbytes
+from iron.errors import CarryError, DoesNotFit, PlacementError
+from iron.ir import Node, Op, Program, call_label, nbytes, storage
 
 FEWEST_BYTES_CUT = "fewest_bytes_cut"
 CUT_WINDOW = 4   # a segment may end anywhere in the last 1/CUT_WINDOW of the groups that fit
@@ -93,6 +93,8 @@ def _next_segment(flow: Flow, start: int, guess: int, table: WordTable, crossing
         return None
 
     def fits(stop: int) -> bool:
+        if start == 0 and flow.last(Segment(start, stop)):
+            return False   # the whole design, refused before it was cut
         key = flow.structure(Segment(start, stop))
         if key is None:
             return attempt(stop) is None
@@ -234,14 +236,15 @@ class Flow:
 
     def segment_placements(self, segment: Segment, every: tuple[Placement, ...]) -> tuple[Placement, ...]:
         """What a segment's passes see: host tensors, the CUT placements (read as inputs), its
-        outputs renamed `out<i>` in its own output order, and the carried elements (last only)."""
+        outputs renamed `out<i>` in its own output order (shown in texts by the names they had),
+        and the carried elements (last only)."""
         by_name = {p.name: p for p in every}
         kept = [p for p in every if p.kind in (PlacementKind.WEIGHT, PlacementKind.PARAM, PlacementKind.STATE,
                                                 PlacementKind.INPUT, PlacementKind.CUT)]
         if self.last(segment):
             kept += [p for p in every if p.kind is PlacementKind.CARRY]
         outputs = [by_name[name] for name in self._output_names(segment)]
-        kept += [replace(p, name=f"out{i}", kind=PlacementKind.OUTPUT) for i, p in enumerate(outputs)]
+        kept += [replace(p, name=f"out{i}", kind=PlacementKind.OUTPUT, shown=p.name) for i, p in enumerate(outputs)]
         return tuple(kept)
 
     def _output_names(self, segment: Segment) -> list[str]:
@@ -279,18 +282,29 @@ class Flow:
         calls = tuple(rebuilt(c) if c in mine else c for c in program.calls)
         outputs = [rebuilt(n) for n in program.outputs if n in mine or (last and n not in self.made)]
         outputs += [rebuilt(n) for n in self.crossing(segment.stop) if n in mine]
+        if last:
+            self._check_carry(mine)
         carry = tuple((name, rebuilt(v)) for name, v in program.carry) if last else ()
-        for name, value in carry:
-            if value.op == Op.ELEM and value.src[0].op == Op.INPUT and value.src[0].arg[0].startswith("cut."):
-                raise PlacementError(
-                    f"{program.name} carries {name}, an element computed in an earlier segment than the "
-                    "last, where the Emit runs: compute the carried value in the last kernel calls of body()."
-                )
         groups = tuple(Group(g.name, tuple(memo[c] for c in g.calls), g.closed_by)
                        for g in self.groups[segment.start:segment.stop])
         ordered = [n for n in program.inputs if n in inputs] + [n for n in inputs if n not in program.inputs]
         sub = replace(program, inputs=tuple(ordered), calls=calls, outputs=tuple(outputs), carry=carry)
         return sub, groups
+
+    def _check_carry(self, last: set[Node]):
+        """Refuse a carried element computed before the last segment (calls `last`): the next
+        carried values are taken in the last segment (by its Emit, or the host from its outputs),
+        so any segmentation of this design fails the same way."""
+        for name, value in self.program.carry:
+            made = storage(value.src[0]) if value.op == Op.ELEM else None
+            if made is not None and made.op == Op.CALL and made not in last:
+                label = call_label(self.program, made)
+                raise CarryError(
+                    f"{self.program.name} is cut into segments and carries {name}, the element {label} "
+                    f"computes, but {label} runs in an earlier segment than the last one, where the next "
+                    f"carried values are taken: carry a copy made by the last call of body() "
+                    f"(iron.carry({name}=Copy.step(...)))."
+                )
 
     def cut(self, before: int) -> Cut:
         values = self.crossing(before)

@@ -20,7 +20,7 @@ from iron.compiler.fuse import fuse
 from iron.compiler.mlir import ALLOWED_OPS, segment_modules
 from iron.compiler.plan import Cut, PlacementKind, TileKind
 from iron.compiler.segment import Flow, Segment, fewest_bytes_cut
-from iron.errors import DoesNotFit
+from iron.errors import CarryError, DoesNotFit
 from iron.kernels import Add, Copy, Exp, MatVec, Softmax
 from iron.runtime.emulator import Configurations, Emulator
 from tests.compiler.test_mlir import op_names
@@ -137,6 +137,15 @@ def test_views_of_results_made_before_a_cut_read_their_ddr_buffer():
     np.testing.assert_array_equal(compiled(x), graph.reference(x))
 
 
+def test_what_a_segment_sends_on_is_shown_by_its_ddr_buffer_and_the_design_outputs_by_their_own_names():
+    ladder = Ladder().compile(x=((N,), F32), device="npu1_1col").plan
+    assert [(s.holds["g0_host"], s.holds["g2_host"]) for s in ladder.segments[:1]] == [("cut.MatVec#0", "cut.MatVec#2")]
+    assert ladder.segments[1].holds["g3_in"] == "w.3, cut.MatVec#2"   # read from the buffer it was written to
+    assert ladder.segments[1].holds["g4_host"] == "out0"
+    five = compile_program(Five().trace(x=((8,), F32)), from_name("npu1_1col"))
+    assert five.segments[1].holds["g4_host"] == "out4"   # the segment's only output is the design's out4
+
+
 def test_the_rule_on_its_own_ends_a_segment_at_the_fewest_bytes_in_its_last_quarter():
     program = Ladder().trace(x=((N,), F32))
     flow = Flow(program, fuse(program))
@@ -172,6 +181,42 @@ def test_a_carried_loop_over_a_segmented_body_follows_the_reference(depth):
     assert dict(loop.carry) == carry == {"i": 3}
     np.testing.assert_array_equal(body.read("seen"), reference.read("seen"))
     np.testing.assert_array_equal(body.read("seen"), [10, 20, 30, 40, 50])
+
+
+class Early(iron.Graph):
+    """Hops with the carried i computed first: five Copy calls into `seen` after it."""
+
+    def __init__(self, copied: bool):
+        self.copied = copied
+        self.succ = iron.weight(np.array([3, 0, 1, 2, 7, 4, 5, 6], np.int32))
+        self.c = iron.weight((np.arange(8, dtype=np.int32) + 1) * 10)
+        self.seen = iron.state((5,), np.int32, name="seen")
+
+    def body(self, *, i: Carried[np.int32]):
+        nxt = Copy.step(self.succ[i], dtype=np.int32)
+        for k in range(5):
+            Copy.step(self.c[(i + k) % 8], out=self.seen[k])
+        return iron.carry(i=Copy.step(nxt) if self.copied else nxt)
+
+
+def test_a_carried_element_computed_before_the_last_segment_is_refused_with_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(CarryError) as err:
+        Early(copied=False).compile(device="npu2_1col")
+    assert str(err.value) == (
+        "Early is cut into segments and carries i, the element Copy#0 computes, but Copy#0 runs in an earlier "
+        "segment than the last one, where the next carried values are taken: carry a copy made by the last "
+        "call of body() (iron.carry(i=Copy.step(...))).")
+    assert not (tmp_path / "cache").exists()
+    body = Early(copied=True).compile(device="npu2_1col")   # the fix: the last segment copies it
+    assert segments_of(body.plan) == [["g0", "g1", "g2"], ["g3", "g4"], ["g5", "g6"]]
+    loop = iron.CarriedLoop(body, body, depth=2)
+    list(loop.run(5, i=1))
+    reference, carry = Early(copied=True), {"i": 1}
+    for _ in range(6):
+        carry = dict(reference.reference(**carry))
+    assert dict(loop.carry) == carry == {"i": 3}
+    np.testing.assert_array_equal(body.read("seen"), reference.read("seen"))
 
 
 def test_a_segmented_full_elf_runs_through_xrt_host_driven_and_as_a_device_loop(xrt):
