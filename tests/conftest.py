@@ -3,6 +3,7 @@ failure there is reproducible; on a developer's machine it explores new ones eac
 `on_emulator` fixture runs compiled graphs on the emulator, quietly; `xrt` runs them through the
 XRT backend on the pyxrt stand-in, whose device is the emulator."""
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import settings
 
 from iron.compiler.build import Artifacts
 from iron.compiler.plan import HostRole
-from iron.runtime.emulator import load
+from iron.runtime.emulator import Emulator, load
 from tests.runtime import fake_pyxrt
 
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
@@ -49,6 +50,48 @@ def xrt(monkeypatch, tmp_path):
         run_launch(emulator, bindings)
 
     return use_fake_xrt(monkeypatch, fake, build, device, "RyzenAI-npu4")
+
+
+@pytest.fixture
+def xrt_npu1(monkeypatch, tmp_path):
+    """IRON_BACKEND=xrt on the stand-in pyxrt of an npu1 machine: each configuration of a design
+    (each segment) is built as its own xclbin and instruction stream, whose first word numbers it
+    in build order, and runs on its own emulator (cores persist). Returns the stand-in and the
+    configuration numbers its device ran, in order."""
+    fake = fake_pyxrt.new_pyxrt()
+    configurations, emulators = [], []
+
+    def build(compiled, progress=None):
+        made = []
+        for configuration in compiled.plan.configurations:
+            k = len(configurations)
+            configurations.append(configuration)
+            emulators.append(Emulator(configuration))
+            patches = sum(1 for op in configuration.sequence if hasattr(op, "patch_word"))
+            np.array([k, *([0x81, 24, 0, 0, 0, 0] * patches)], np.uint32).tofile(tmp_path / f"insts{k}.bin")
+            (tmp_path / f"final{k}.xclbin").write_bytes(b"xclbin")
+            made.append(Artifacts(tmp_path, "xclbin", tmp_path / f"final{k}.xclbin", tmp_path / f"insts{k}.bin",
+                                  None, "MLIR_AIE"))
+        compiled.artifacts = tuple(made)
+        return compiled.artifacts
+
+    def device(run):
+        k = int(np.frombuffer(run.args[1].device_bytes, np.uint32)[0])
+        ran.append(k)
+        words = lambda bo: np.frombuffer(bo.device_bytes, dtype=np.uint32)  # noqa: E731
+        bindings = {b.name: words(run.args[3 + i])[: b.nwords] for i, b in enumerate(configurations[k].host_buffers)}
+        run_launch(emulators[k], bindings)
+
+    ran: list[int] = []
+    return StandIn(use_fake_xrt(monkeypatch, fake, build, device, "RyzenAI-npu1"), ran)
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """The pyxrt stand-in, and the configuration numbers its device ran, in order."""
+
+    fake: object
+    ran: list
 
 
 def run_launch(emulator, bindings: dict):

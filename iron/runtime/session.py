@@ -224,7 +224,7 @@ class XrtSession:
         self.buffers[name][: len(words)] = words.view(np.uint32)
         self.design.write(name, self.buffers[name])
         for design, run, patches in zip(self.designs, self._held, self.patches):   # segments in order
-            design.start(run, patches=patches)
+            design.start(run, words=words, patches=patches)
             design.wait(run)
 
     def make_ring(self, depth: int) -> list:

@@ -14,7 +14,6 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Carried
-from iron.compiler.build import Artifacts
 from iron.compiler.compile import compile_program
 from iron.compiler.fuse import fuse
 from iron.compiler.mlir import ALLOWED_OPS, segment_modules
@@ -24,9 +23,7 @@ from iron.errors import CarryError, DoesNotFit
 from iron.kernels import Add, Copy, Exp, MatVec, Softmax
 from iron.runtime.emulator import Configurations, Emulator
 from tests.compiler.test_mlir import op_names
-from tests.conftest import run_launch, use_fake_xrt
 from tests.fake_toolchain import FLAGS_GET, install_fakes, make_hermetic, recorded_argv
-from tests.runtime import fake_pyxrt
 
 F32 = np.float32
 N = 16
@@ -292,39 +289,27 @@ def test_npu1_builds_one_xclbin_per_segment(tmp_path, monkeypatch):
             compiled.plan.segments.index(segment)]
 
 
-def test_npu1_segments_run_in_order_through_xrt_within_one_call(tmp_path, monkeypatch):
-    fake = fake_pyxrt.new_pyxrt()
+def test_npu1_segments_run_in_order_through_xrt_within_one_call(xrt_npu1):
     graph = Ladder()
     compiled = graph.compile(x=((N,), F32), device="npu1_1col")
-    segments = compiled.plan.segments
-    order, emulators = [], [Emulator(s) for s in segments]
-
-    def build(self, progress=None):
-        made = []
-        for k, segment in enumerate(segments):
-            dmas = sum(1 for op in segment.sequence if hasattr(op, "patch_word"))
-            insts = np.array([k, *([0x81, 24, 0, 0, 0, 0] * dmas)], np.uint32)
-            insts.tofile(tmp_path / f"insts{k}.bin")
-            (tmp_path / f"final{k}.xclbin").write_bytes(b"xclbin")
-            made.append(Artifacts(tmp_path, "xclbin", tmp_path / f"final{k}.xclbin", tmp_path / f"insts{k}.bin",
-                                  None, "MLIR_AIE"))
-        self.artifacts = tuple(made)
-        return self.artifacts
-
-    def device(run):
-        k = int(np.frombuffer(run.args[1].device_bytes, np.uint32)[0])
-        order.append(k)
-        words = lambda bo: np.frombuffer(bo.device_bytes, dtype=np.uint32)  # noqa: E731
-        bindings = {b.name: words(run.args[3 + i])[: b.nwords] for i, b in enumerate(segments[k].host_buffers)}
-        run_launch(emulators[k], bindings)
-
-    use_fake_xrt(monkeypatch, fake, build, device, "RyzenAI-npu1")
     x = np.linspace(-1, 1, N, dtype=F32)
     for _ in range(2):
         np.testing.assert_allclose(compiled(x), graph.reference(x), rtol=1e-6, atol=1e-5)
-    assert order == [0, 1, 0, 1]
-    contexts = [c for c in fake.fake_state.calls if c.startswith("hw_context(")]
+    assert xrt_npu1.ran == [0, 1, 0, 1]
+    contexts = [c for c in xrt_npu1.fake.fake_state.calls if c.startswith("hw_context(")]
     assert len(contexts) == 2
+
+
+def test_npu1_segments_patch_their_per_call_offsets_through_xrt(xrt_npu1):
+    """Each segment's instruction stream gets this call's DMA offsets (c[(i + k) % 8], succ[i])
+    patched in from the call's words."""
+    body = Hops().compile(device="npu1_1col")
+    nxt, reference, carry = iron.Carry(i=1), Hops(), {"i": 1}
+    for _ in range(3):
+        nxt, carry = body(**nxt), dict(reference.reference(**carry))
+        assert dict(nxt) == carry
+    np.testing.assert_array_equal(body.read("seen"), reference.read("seen"))
+    assert xrt_npu1.ran == list(range(len(body.plan.segments))) * 3
 
 
 class Swollen(iron.Graph):

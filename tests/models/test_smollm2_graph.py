@@ -183,19 +183,26 @@ def test_all_30_layers_as_shipped_generate_the_numpy_forwards_tokens_on_the_emul
     assert generate_in_loop(graph, body, ids, 8) == nf.generate(model, ids, 8)
 
 
-def test_on_npu1_each_segment_is_an_xclbin_and_generation_is_host_driven(two_layers, graph, on_emulator):
-    """npu1 has no full ELF: the body compiles into xclbin segments, run in order within each
-    call, and generates reference()'s tokens host-driven, with the prompt fed by the host or
-    loaded by the first version; a device loop is refused, saying why."""
+def test_on_npu1_each_segment_is_an_xclbin_and_generation_is_host_driven(two_layers, graph, xrt_npu1):
+    """npu1 has no full ELF: the body compiles into segments, each built as its own xclbin and
+    instruction stream, which the host runs in order within each call (here through XRT on the
+    pyxrt stand-in, each segment on its own emulator); it generates reference()'s tokens
+    host-driven, with the prompt fed by the host or loaded by the first version (an xclbin of its
+    own); a device loop is refused, saying why."""
     ids = two_layers.tokenizer.encode("Photosynthesis is the process")
+    fresh = SmolLM2Graph(two_layers)   # its own compiled versions, so they run through XRT
     with aie_utils.using_device(aie_utils.from_name("npu1")):
-        body = graph.compile()
-    assert (body.plan.full_elf, body.plan.image) == (False, "xclbin") and len(body.plan.segments) > 1
+        body = fresh.compile()
+    segments = len(body.plan.segments)
+    assert (body.plan.full_elf, body.plan.image) == (False, "xclbin") and segments > 1
     assert {segment.image for segment in body.plan.segments} == {"xclbin"}
     expected = generate(graph, graph.reference, ids, 2)
-    assert generate(graph, body, ids, 2) == expected
-    assert generate(graph, body, ids, 2, loaded=True) == expected
+    assert generate(fresh, body, ids, 2) == expected
+    calls = len(ids) + 1
+    assert xrt_npu1.ran == list(range(segments)) * calls
+    assert generate(fresh, body, ids, 2, loaded=True) == expected
+    assert xrt_npu1.ran[segments * calls:] == [segments] + list(range(segments)) * calls   # first, then body
     with pytest.raises(LoopError) as e:
-        generate_in_loop(graph, body, ids, 2)
+        generate_in_loop(fresh, body, ids, 2)
     assert str(e.value) == ("SmolLM2Graph is compiled for npu1, which has no full ELF: a carried graph has no device "
                             "loop there. Only the host-driven path applies: call it and feed the returned Carry back.")
