@@ -451,3 +451,30 @@ def test_a_matmul_beside_other_groups_leaves_them_tiles_and_shim_channels(device
     assert f"over {grid} of cores)" in rule(body.plan, "tile_matmul_over_array")[0]
     for got, want in zip(body(a=a, x=x), graph.reference(a=a, x=x)):
         np.testing.assert_allclose(got, want, **F32)
+
+
+class NormedProduct(iron.Graph):
+    """RMSNorm(W @ x) with W 1024 x 1024 float32 (4 MiB): large enough for the grid, but a group
+    of the same configuration reads its result."""
+
+    def __init__(self):
+        rng = np.random.default_rng(11)
+        self.w = iron.param(rng.standard_normal((1024, 1024)).astype(np.float32) / 32)
+        self.g = iron.param((1 + 0.1 * rng.standard_normal(1024)).astype(np.float32))
+
+    def body(self, x):
+        return RMSNorm.step(MatVec.step(self.w, x), self.g)
+
+
+def test_a_matvec_read_on_the_device_says_why_it_is_not_over_the_array():
+    graph, spec = NormedProduct(), ((1024,), np.float32)
+    body = graph.compile(x=spec)
+    assert body.plan.segments == ()
+    assert rule(body.plan, "tile_matmul_over_array") == [
+        "g0: not over the array: g1 reads its result in this configuration, and a grid's results leave each "
+        "column for DDR; it runs as split_matrix_over_tiles says, or over the array when a cut puts its readers "
+        "in a later configuration"]
+    assert rule(body.plan, "split_matrix_over_tiles")[0] == \
+        "g0: w (1024, 1024) float32 (4194304 bytes) split by rows over 4 tiles"
+    x = np.linspace(-1, 1, 1024).astype(np.float32)
+    np.testing.assert_allclose(body(x), graph.reference(x), **F32)
