@@ -240,6 +240,29 @@ def test_add_over_a_million_float32_streams_over_16_tiles():
     np.testing.assert_array_equal(body(x=x, y=y), graph.reference(x=x, y=y))
 
 
+class SumThenProject(iron.Graph):
+    """A streamed Add whose result another group (a MatVec over its first 1024 elements) reads."""
+
+    def __init__(self):
+        self.w = iron.param(np.linspace(-1, 1, 64 * 1024, dtype=np.float32).reshape(64, 1024))
+
+    def body(self, x, y):
+        return MatVec.step(self.w, Add.step(x, y)[:1024])
+
+
+def test_a_streamed_batch_another_group_reads_is_cut_after_and_streams_through_ddr():
+    rng = np.random.default_rng(3)
+    x, y = (rng.standard_normal(1 << 20).astype(np.float32) for _ in range(2))
+    graph = SumThenProject()
+    body = graph.compile(x=x, y=y, device=from_name("npu2"))
+    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 4194304 bytes cross (Add#0)"]
+    assert rule(body.plan, "stream_elementwise") == [
+        "g0: Add over 1048576 elements streamed in blocks of 2048 over 16 tiles (2 rows x 8 columns of cores), "
+        "32 blocks per core"]
+    assert len(body.plan.configurations) == 2
+    np.testing.assert_allclose(body(x=x, y=y), graph.reference(x=x, y=y), **F32)
+
+
 def test_elementwise_calls_stream_together_two_inputs_on_two_rows():
     graph, x = Gate(1 << 18), np.linspace(-4, 4, 1 << 18, dtype=np.float32)
     body = graph.compile(x=x, device=from_name("npu2"))
