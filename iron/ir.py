@@ -6,6 +6,7 @@ and imports nothing above numpy.
 """
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -61,7 +62,7 @@ class Node:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(math.prod(self.shape))   # math.prod: asked for every tensor of every pass
 
 
 @dataclass(frozen=True)

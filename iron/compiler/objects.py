@@ -6,6 +6,7 @@ split group) and records in the Context where later groups find its results."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -59,7 +60,12 @@ class Context:
     rules: list = field(default_factory=list)      # (rule, decision) made while packing (`gather_strided_view`)
 
     def placement(self, name: str):
-        return next(p for p in self.placements if p.name == name)
+        return self.named[name]
+
+    @cached_property
+    def named(self) -> dict:
+        """The placements by name (a large design has hundreds, looked up per tensor)."""
+        return {p.name: p for p in reversed(self.placements)}   # the first of a name, as a search finds
 
     def source(self, group: str, node: Node) -> tuple[str, int] | None:
         """(FIFO, offset) where `group` finds a tensor another group sends: a carrier's `_out`

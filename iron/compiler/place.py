@@ -133,6 +133,9 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
             if grid.expand is not None:
                 rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m))
             continue
+        on_device = read_on_device(group, outside)
+        if on_device:
+            rules.append(("tile_matmul_over_array", f"{group.name}: {on_device}"))
         rule, flow = next(((rule.__name__, flow) for rule in (stream_elementwise, stream_row_blocks)
                            if (flow := rule(group, outside, free, (spare, shim_in), channels, device)) is not None),
                           (None, None))
@@ -320,6 +323,19 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
     c_mems = tuple(channels.take(col, 1 + rows, 2) for col in grid.cols)
     a_mems = tuple(channels.take(grid.cols[r % len(grid.cols)], 1, 1) for r in range(rows))
     return replace(grid, a_mems=a_mems, c_mems=c_mems)
+
+
+def read_on_device(group: Group, outside) -> str:
+    """Why a MatMul or MatVec the grid would take were its result the host's alone is not
+    spread over the array: groups of the same configuration read it, and a grid's results leave
+    each column for DDR, a column's share at a time (iron/compiler/grid.py); "" otherwise."""
+    call, expand = leading_call(group.calls), expansion(group.calls)
+    readers = [u for u in outside.get(call, ()) if u != "host"]
+    if group.calls[-1] is not call or not readers or not wants_grid(call, ("host",), expand):
+        return ""
+    return (f"not over the array: {', '.join(readers)} read{'s' * (len(readers) == 1)} its result in this "
+            "configuration, and a grid's results leave each column for DDR; it runs as split_matrix_over_tiles "
+            "says, or over the array when a cut puts its readers in a later configuration")
 
 
 def l1_share(device) -> int:

@@ -252,6 +252,40 @@ def test_each_configuration_starts_with_its_tile_memory_cleared(monkeypatch):
     assert any(b.data.any() for s in loaded.segments for t in s.tiles.values() for b in t.buffers.values())
 
 
+def test_replayed_configurations_equal_configurations_run_task_by_task(monkeypatch):
+    """Once a segmented design's launches replay, each segment clears only the tile buffers its
+    replayed actions touch (not a mem-tile buffer that only relays host words), and every host
+    buffer stays bit for bit what launches run task by task (clearing all) leave, call after call."""
+    plan = Ladder().compile(x=((N,), F32), device="npu1_1col").plan
+    replaying, stepping = Configurations(plan), Configurations(plan, replay=False)
+    cleared = []
+    start = Emulator.start
+
+    def record(self, run):
+        replayed = self._replay is not None and self._replay.cycle is not None
+        buffers = self._replay.touched if replayed else self._tile_buffers
+        cleared.append((replayed, len(buffers), all(not b.data.any() for b in buffers)))
+        start(self, run)
+
+    monkeypatch.setattr(Emulator, "start", record)
+    rng = np.random.default_rng(5)
+    consts = rng.standard_normal(replaying.buffer("consts").size).astype(F32).view(np.uint32)
+    for _ in range(8):
+        inputs = rng.standard_normal(replaying.buffer("inputs").size).astype(F32).view(np.uint32)
+        for loaded in (replaying, stepping):
+            loaded.buffer("consts")[:], loaded.buffer("inputs")[:] = consts, inputs
+            run = loaded.run()
+            loaded.start(run)
+            loaded.wait(run)
+        for b in plan.host_buffers:
+            np.testing.assert_array_equal(replaying.buffer(b.name), stepping.buffer(b.name))
+    assert (len(plan.segments), replaying.replayed, stepping.replayed) == (2, 2 * 5, 0)
+    # (replayed, buffers cleared, all zero when the launch starts): the replayed launches leave
+    # out the buffers whose words the kernels read from the host in place
+    assert sorted(set(cleared)) == [(False, 9, True), (False, 16, True), (True, 5, True), (True, 14, True)]
+    assert sum(replayed for replayed, _, _ in cleared) == 10
+
+
 def test_npu2_segments_are_one_module_whose_main_configures_and_runs_each():
     plan = compile_program(Five().trace(x=((8,), F32)), from_name("npu2_1col"))
     (text,) = segment_modules(plan)

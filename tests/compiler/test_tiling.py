@@ -259,6 +259,29 @@ def test_add_over_a_million_float32_streams_over_16_tiles():
     np.testing.assert_array_equal(body(x=x, y=y), graph.reference(x=x, y=y))
 
 
+class SumThenProject(iron.Graph):
+    """A streamed Add whose result another group (a MatVec over its first 1024 elements) reads."""
+
+    def __init__(self):
+        self.w = iron.param(np.linspace(-1, 1, 64 * 1024, dtype=np.float32).reshape(64, 1024))
+
+    def body(self, x, y):
+        return MatVec.step(self.w, Add.step(x, y)[:1024])
+
+
+def test_a_streamed_batch_another_group_reads_is_cut_after_and_streams_through_ddr():
+    rng = np.random.default_rng(3)
+    x, y = (rng.standard_normal(1 << 20).astype(np.float32) for _ in range(2))
+    graph = SumThenProject()
+    body = graph.compile(x=x, y=y, device=from_name("npu2"))
+    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 4194304 bytes cross (Add#0)"]
+    assert rule(body.plan, "stream_elementwise") == [
+        "g0: Add over 1048576 elements streamed in blocks of 2048 over 16 tiles (2 rows x 8 columns of cores), "
+        "32 blocks per core"]
+    assert len(body.plan.configurations) == 2
+    np.testing.assert_allclose(body(x=x, y=y), graph.reference(x=x, y=y), **F32)
+
+
 def test_elementwise_calls_stream_together_two_inputs_on_two_rows():
     graph, x = Gate(1 << 18), np.linspace(-4, 4, 1 << 18, dtype=np.float32)
     body = graph.compile(x=x, device=from_name("npu2"))
@@ -477,3 +500,30 @@ def test_a_matmul_beside_other_groups_leaves_them_tiles_and_shim_channels_and_sa
     assert f"over {grid} of cores)" in what and what.endswith(f"summed in float32; not more cores: {why}")
     for got, want in zip(body(a=a, x=x), graph.reference(a=a, x=x)):
         np.testing.assert_allclose(got, want, **F32)
+
+
+class NormedProduct(iron.Graph):
+    """RMSNorm(W @ x) with W 1024 x 1024 float32 (4 MiB): large enough for the grid, but a group
+    of the same configuration reads its result."""
+
+    def __init__(self):
+        rng = np.random.default_rng(11)
+        self.w = iron.param(rng.standard_normal((1024, 1024)).astype(np.float32) / 32)
+        self.g = iron.param((1 + 0.1 * rng.standard_normal(1024)).astype(np.float32))
+
+    def body(self, x):
+        return RMSNorm.step(MatVec.step(self.w, x), self.g)
+
+
+def test_a_matvec_read_on_the_device_says_why_it_is_not_over_the_array():
+    graph, spec = NormedProduct(), ((1024,), np.float32)
+    body = graph.compile(x=spec)
+    assert body.plan.segments == ()
+    assert rule(body.plan, "tile_matmul_over_array") == [
+        "g0: not over the array: g1 reads its result in this configuration, and a grid's results leave each "
+        "column for DDR; it runs as split_matrix_over_tiles says, or over the array when a cut puts its readers "
+        "in a later configuration"]
+    assert rule(body.plan, "split_matrix_over_tiles")[0] == \
+        "g0: w (1024, 1024) float32 (4194304 bytes) split by rows over 4 tiles"
+    x = np.linspace(-1, 1, 1024).astype(np.float32)
+    np.testing.assert_allclose(body(x), graph.reference(x), **F32)

@@ -53,7 +53,7 @@ class Configurations:
         execute in the order they start, which is all a caller may rely on."""
         run.completed = False
         for segment in self.segments:
-            _clear_tile_memory(segment)
+            segment.clear_tile_memory()
             launch = segment.run(**run.buffers)
             segment.start(launch)
             if self.timeline is not None:
@@ -74,9 +74,3 @@ class Configurations:
     def wait(self, run: Run):
         """Nothing left to do: `start` ran the launch (and the host waited for it)."""
 
-
-def _clear_tile_memory(segment: Emulator):
-    """Loading a configuration leaves nothing of what its tiles held before."""
-    for tile in segment.tiles.values():
-        for buffer in tile.buffers.values():
-            buffer.data[:] = 0

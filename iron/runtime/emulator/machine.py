@@ -72,6 +72,7 @@ class Emulator:
         board.ready.extend(Task(c.name, c.task()) for c in self.fifos.channels)
         board.ready.extend(Task(name, task) for name, task in self.sequence.tasks())
         self._locks = [lock for tile in self.tiles.values() for lock in tile.locks.values()]
+        self._tile_buffers = [b for tile in self.tiles.values() for b in tile.buffers.values()]
         self._streams = list(self.fifos.streams.values())
         self._signals = [*self._locks, *(s for stream in self._streams for s in (stream.sent, stream.arrived)),
                          *(c.signal for c in self.sequence.channels.values())]
@@ -97,6 +98,14 @@ class Emulator:
     def replayed(self) -> int:
         """How many launches were replayed (replay.py)."""
         return 0 if self._replay is None else self._replay.replayed
+
+    def clear_tile_memory(self):
+        """Zero what the tiles hold, as loading the configuration again does; while launches
+        replay, only the buffers the replayed actions touch: no other is read before a launch
+        runs task by task again (and that clears them all first)."""
+        replaying = self._replay is not None and self._replay.cycle is not None
+        for buffer in self._replay.touched if replaying else self._tile_buffers:
+            buffer.data.fill(0)
 
     # ---- host buffers and runs -----------------------------------------------------------------
     def buffer(self, name: str) -> np.ndarray:

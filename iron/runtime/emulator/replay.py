@@ -178,6 +178,8 @@ class Replay:
         self.start = start                # the state the next launch starts from
         self.cycle: list | None = None    # the compiled traces the launches repeat, once found
         self.turn = 0                     # the one the next launch replays
+        self.touched: set = set()         # the tile buffers the cycle's actions read or write (but
+        # those only read in place: forwarded)
         self.replayed = 0
 
     @property
@@ -194,6 +196,8 @@ class Replay:
         if first is not None and all(state is not None for state, _ in recorded[first:]):
             cycle = forwarded(relayed([trace for _, trace in recorded[first:]], self.relays, self.hosts), self.hosts)
             self.cycle = [Compiled(trace) for trace in cycle]
+            forwarded_only = {f.into for trace in cycle for act in trace if type(act) is Forwarded for f in act.reads.values()}
+            self.touched = {b for trace in cycle for act in trace for b in _buffers(act)} - forwarded_only
         kept = sum(len(trace) for _, trace in recorded)
         if first is not None or len(recorded) == RECORDED or kept > RECORDED_ACTIONS:
             self.recorded = self.start = None
@@ -243,6 +247,18 @@ def _skip(trace: list, skipped: set, hosts: list[str]) -> list | set:
                     held[b] = [f for f in fills if hosts[f.op] != hosts[act.op]]
             out.append(act)
     return failed or out
+
+
+def _buffers(act) -> tuple:
+    """The tile buffers a data action reads or writes."""
+    kind = type(act)
+    if kind is Fill:
+        return (act.into,)
+    if kind is Copy:
+        return act.into, act.source
+    if kind is Drain:
+        return (act.source,)
+    return act.invoked.buffers if kind is Forwarded else act.buffers
 
 
 def forwarded(cycle: list[list], hosts: list[str]) -> list[list]:
