@@ -25,7 +25,6 @@ from iron.models import numpy_forward, smollm2
 from iron.runtime.backend import select_backend
 from iron.smollm2_graph import SmolLM2Graph, first_version, generate, generate_in_loop
 
-
 REPEATS = 2   # each path is timed as the best of this many runs: the first also pays for writing the
               # weights and for the emulator recording its launches for replay, costs of neither path
 
