@@ -25,10 +25,12 @@ from iron.compiler.fuse import (
 )
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.tiling import (
+    MAX_BLOCK,
     Flow,
     Grid,
     choose_flow,
     choose_grid,
+    divisors,
     row_streamable,
     rows_do_not_stream,
     streamable,
@@ -316,6 +318,7 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
     spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
     grid = choose_grid(call, free_columns(free, device), spare, device, shim_in, expand)
     if grid is None:
+        check_some_grid(program, call, device)
         return None
     rows = len(grid.rows)
     if grid.own_rows:   # per column: the rows of A split between its cores, their results joined
@@ -336,6 +339,33 @@ def read_on_device(group: Group, outside) -> str:
     return (f"not over the array: {', '.join(readers)} read{'s' * (len(readers) == 1)} its result in this "
             "configuration, and a grid's results leave each column for DDR; it runs as split_matrix_over_tiles "
             "says, or over the array when a cut puts its readers in a later configuration")
+
+
+def check_some_grid(program: Program, call: Node, device) -> None:
+    """A MatMul whose B and result do not fit a tile and for which `tile_matmul_over_array` finds
+    no grid even with the whole device to itself is DoesNotFit here, naming the call and why,
+    instead of failing later as one tile's buffers: its blocks divide its sides (no padding or
+    remainder block), so a side with no divisor but small ones (a prime) has none that moves."""
+    room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
+    held = nbytes(call.src[1]) + nbytes(call)
+    if len(call.shape) != 2 or held <= room:
+        return
+    columns = list(range(device.n_cols))
+    if choose_grid(call, columns, device.n_cols * len(device.compute_rows), device,
+                   device.n_cols * device.shim.dma_out_channels) is not None:
+        return
+    (big_m, big_k), big_n = call.src[0].shape, call.shape[1]
+    sides = (("M", big_m), ("K", big_k), ("N", big_n))
+    largest = ", ".join(f"{name} = {side}: {max(divisors(side, 1))}" for name, side in sides)
+    padded = ", ".join(f"{name} = {-(-side // 32) * 32}" for name, side in sides)
+    raise DoesNotFit(
+        f"{program.name}: {call_label(program, call)} ({big_m}, {big_k}) x ({big_k}, {big_n}) {call.dtype.name}: B "
+        f"and the result take {held} bytes, more than a compute tile's {room}, and tile_matmul_over_array finds "
+        f"no grid of cores for it even on the whole {device.name}: its blocks divide their sides (at most "
+        f"{MAX_BLOCK} elements, no padding or remainder block) and must fit a core and move in one DMA op "
+        f"each, and the largest dividing blocks are {largest}. Pad the matrices with zeros to sides with "
+        f"larger divisors ({padded}), or cut the call into several."
+    )
 
 
 def l1_share(device) -> int:

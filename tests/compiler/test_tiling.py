@@ -145,6 +145,25 @@ def test_a_grid_short_of_the_free_cores_says_why_no_larger_grid_divides():
         "or remainder block)"]
 
 
+@pytest.mark.parametrize("device", ["npu2", "npu1"])
+def test_a_matmul_with_no_dividing_blocks_does_not_fit_naming_the_call_and_the_padding(device, tmp_path, monkeypatch):
+    """509 is prime: no block of it but 1 divides it, which cannot move in one DMA op per round,
+    and B and C do not fit one tile: DoesNotFit before any tile's buffers are counted, nothing
+    cached; padded to 512 the same product tiles over the array."""
+    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(DoesNotFit) as err:
+        compiled(509, 509, 509, np.float32, device=device)
+    assert str(err.value) == (
+        "Product: MatMul#0 (509, 509) x (509, 509) float32: B and the result take 2072648 bytes, more than a "
+        f"compute tile's 64512, and tile_matmul_over_array finds no grid of cores for it even on the whole {device}: "
+        "its blocks divide their sides (at most 256 elements, no padding or remainder block) and must fit a core "
+        "and move in one DMA op each, and the largest dividing blocks are M = 509: 1, K = 509: 1, N = 509: 1. Pad "
+        "the matrices with zeros to sides with larger divisors (M = 512, K = 512, N = 512), or cut the call into "
+        "several.")
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+    assert rule(compiled(512, 512, 512, np.float32, device=device)[1].plan, "tile_matmul_over_array")
+
+
 def test_small_matmul_stays_on_one_tile():
     _, body, _ = compiled(16, 16, 16, np.float32)
     assert rule(body.plan, "tile_matmul_over_array") == []
