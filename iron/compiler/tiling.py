@@ -11,7 +11,7 @@ over whole columns of cores the same way (docs/platform.md sections 2 and 4 for 
 and memories this counts, section 5 for the DMA limits)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -67,6 +67,7 @@ class Grid(OnCores):
     a_mems: tuple[Tile, ...] = ()
     c_mems: tuple[Tile, ...] = ()
     expand: Node | None = None
+    fewer: str = ""   # why not more cores, when fewer than were free (`why_not_more`)
 
     @property
     def matrix(self) -> Node:
@@ -120,7 +121,8 @@ class Grid(OnCores):
                 f"{self.call.dtype.name}{expanded} over {len(self.tiles)} tiles ({len(self.rows)} rows x {len(self.cols)} "
                 f"columns of cores): blocks m={self.m} k={self.k} n={self.n} ({self.padding()}), "
                 f"{self.rounds * self.per_round} output blocks per core, {self.k_blocks} k-blocks each "
-                f"({calls} kernel calls per core), summed in {self.acc.name}")
+                f"({calls} kernel calls per core), summed in {self.acc.name}"
+                + (f"; not more cores: {self.fewer}" if self.fewer else ""))
 
 
     def padding(self) -> str:
@@ -204,7 +206,7 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
     moves are one Dma op per round (`_one_dma_per_move`), those of the fewest kernel calls per
     core (then the largest m x n). A MatVec whose matrix a fused expansion makes takes whole
     rows (k = K): an expansion's row is not cut. None when no block holds whole words (say an
-    odd N in bfloat16)."""
+    odd N in bfloat16). A grid of fewer cores than were free says why (`why_not_more`)."""
     (big_m, big_k), vector = call.src[0].shape, len(call.shape) == 1
     big_n, own = 1 if vector else call.shape[1], vector or n_not_words(call)
     acc = accumulates_in(call)
@@ -231,9 +233,46 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
                                     max(in_words, out_words), acc, room, one_op)
             if best is not None:
                 m, k, n = best
-                return Grid(call, tuple(device.compute_rows[:rows]), tuple(full_columns[:ncols]), m, k, n, acc,
+                grid = Grid(call, tuple(device.compute_rows[:rows]), tuple(full_columns[:ncols]), m, k, n, acc,
                             expand=expand)
+                return replace(grid, fewer=why_not_more(grid, len(device.compute_rows), len(full_columns),
+                                                        spare, shim_in))
     return None
+
+
+def why_not_more(grid: Grid, most_rows: int, most_cols: int, spare: int, shim_in: int) -> str:
+    """Why a grid has fewer cores than were free, so the rule never takes fewer silently: no
+    larger grid divides the sides (blocks divide their sides: there is no padding or remainder
+    block), or what stops each larger one that does (`_what_stops`). "" when the grid took every
+    free core."""
+    call, cores, free = grid.call, grid.cores, min(most_rows * most_cols, spare)
+    if cores >= free:
+        return ""
+    big_m = call.src[0].shape[0]
+    big_n = 1 if grid.vector else call.shape[1]
+    if grid.own_rows:
+        side = f"cores dividing M = {big_m} (each core its own rows)"
+        larger = [(r, c) for r in range(1, most_rows + 1) for c in range(1, most_cols + 1)
+                  if r * c > cores and big_m % (r * c) == 0]
+    else:
+        side = f"rows of cores dividing M = {big_m} and columns dividing N = {big_n}"
+        larger = [(r, c) for r in range(1, most_rows + 1) for c in range(1, most_cols + 1)
+                  if r * c > cores and big_m % r == 0 and big_n % c == 0]
+    if not larger:
+        return (f"no grid of more than {cores} of the {free} free cores has {side}, and blocks divide their "
+                "sides (there is no padding or remainder block)")
+    return f"the larger grids with {side} do not fit: " + "; ".join(
+        f"{r} x {c} {_what_stops(r, c, grid.own_rows, spare, shim_in)}" for r, c in larger)
+
+
+def _what_stops(rows: int, cols: int, own_rows: bool, spare: int, shim_in: int) -> str:
+    """What keeps `choose_grid` from a grid of rows x cols cores whose sides divide."""
+    channels = cols + 1 if own_rows else rows + cols
+    if rows * cols > spare:
+        return f"needs {rows * cols} tiles, the other groups leave {spare}"
+    if channels > shim_in:
+        return f"needs {channels} shim MM2S channels, the other groups leave {shim_in}"
+    return "has no block that fits a core in one DMA op per move"
 
 
 def _one_dma_per_move(device, rows: int, cols: int, own_rows: bool, big_k: int, big_n: int):

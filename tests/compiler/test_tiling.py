@@ -126,6 +126,25 @@ def test_matmul_on_npu1_uses_its_16_tiles():
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
 
+def test_a_grid_short_of_the_free_cores_says_why_no_larger_grid_divides():
+    """Blocks divide their sides (no padding), so 300 x 300 takes 4 x 6 cores and a prime M takes
+    one core; describe() says so rather than taking fewer silently."""
+    graph, body, a = compiled(300, 300, 300, np.float32)
+    assert rule(body.plan, "tile_matmul_over_array")[0].endswith(
+        "summed in float32; not more cores: no grid of more than 24 of the 32 free cores has rows of cores "
+        "dividing M = 300 and columns dividing N = 300, and blocks divide their sides (there is no padding "
+        "or remainder block)")
+    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+    w = np.random.default_rng(2).standard_normal((4099, 40)).astype(np.float32)
+    assert rule(Projection(w).compile(x=((40,), np.float32), device=from_name("npu1")).plan,
+                "tile_matmul_over_array") == [
+        "g0: MatVec (4099, 40) x (40,) float32 -> float32 over 1 tiles (1 rows x 1 columns of cores): blocks m=1 "
+        "k=40 n=1 (each divides its side: no padding), 4099 output blocks per core, 1 k-blocks each (4099 kernel "
+        "calls per core), summed in float32; not more cores: no grid of more than 1 of the 16 free cores has "
+        "cores dividing M = 4099 (each core its own rows), and blocks divide their sides (there is no padding "
+        "or remainder block)"]
+
+
 def test_small_matmul_stays_on_one_tile():
     _, body, _ = compiled(16, 16, 16, np.float32)
     assert rule(body.plan, "tile_matmul_over_array") == []
@@ -465,13 +484,20 @@ class Beside(iron.Graph):
         return Softmax.step(Add.step(x, x)), MatMul.step(a, self.b), Add.step(x, x)
 
 
-@pytest.mark.parametrize("device, grid", [("npu2", "16 tiles (4 rows x 4 columns"), ("npu2_2col", "1 tiles (1 rows x 1 columns")])
-def test_a_matmul_beside_other_groups_leaves_them_tiles_and_shim_channels(device, grid):
+@pytest.mark.parametrize("device, grid, why", [
+    ("npu2", "16 tiles (4 rows x 4 columns",
+     "no grid of more than 16 of the 28 free cores has rows of cores dividing M = 256 and columns dividing N = 256, "
+     "and blocks divide their sides (there is no padding or remainder block)"),
+    ("npu2_2col", "1 tiles (1 rows x 1 columns",
+     "the larger grids with rows of cores dividing M = 256 and columns dividing N = 256 do not fit: 2 x 1 needs "
+     "3 shim MM2S channels, the other groups leave 2; 4 x 1 needs 5 shim MM2S channels, the other groups leave 2")])
+def test_a_matmul_beside_other_groups_leaves_them_tiles_and_shim_channels_and_says_so(device, grid, why):
     a, b = operands(256, 256, 256, np.float32)
     x = np.linspace(-1, 1, 64, dtype=np.float32)
     graph = Beside(b)
     body = graph.compile(a=a, x=x, device=from_name(device))
-    assert f"over {grid} of cores)" in rule(body.plan, "tile_matmul_over_array")[0]
+    what = rule(body.plan, "tile_matmul_over_array")[0]
+    assert f"over {grid} of cores)" in what and what.endswith(f"summed in float32; not more cores: {why}")
     for got, want in zip(body(a=a, x=x), graph.reference(a=a, x=x)):
         np.testing.assert_allclose(got, want, **F32)
 
