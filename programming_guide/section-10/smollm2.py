@@ -25,12 +25,20 @@ from iron.models import numpy_forward, smollm2
 from iron.runtime.backend import select_backend
 from iron.smollm2_graph import SmolLM2Graph, first_version, generate, generate_in_loop
 
+REPEATS = 2   # each path is timed as the best of this many runs: the first also pays for writing the
+              # weights and for the emulator recording its launches for replay, costs of neither path
+
 
 def timed(run) -> tuple[list[int], float]:
-    """(the tokens `run()` generates, seconds it took)."""
-    began = time.perf_counter()
-    tokens = run()
-    return tokens, time.perf_counter() - began
+    """(the tokens `run()` generates, the best seconds of REPEATS runs); a run whose tokens differ
+    from the first's is the one returned, so the check sees it."""
+    results = []
+    for _ in range(REPEATS):
+        began = time.perf_counter()
+        tokens = run()
+        results.append((tokens, time.perf_counter() - began))
+    differing = [r for r in results if r[0] != results[0][0]]
+    return differing[0] if differing else min(results, key=lambda r: r[1])
 
 
 def report(label: str, tokens: list[int], expected: list[int], oracle: str, calls: int = 0, seconds: float = 0) -> bool:
@@ -74,7 +82,6 @@ def run(layers: int, prompt: str, count: int, depth: int, quantized: bool = Fals
     print(f"{'quantized' if quantized else 'float32'} weights: a token reads {traffic.consts / 1e6:.1f} MB of "
           f"weights and params from DDR")
     backend = select_backend()
-    body(pos=0, tok=ids[0], end=0)   # the first call writes the weights to the device: not part of the timings
     tokens, host = timed(lambda: generate(graph, body, ids, count))
     ok &= report(f"host-driven ({body.device.name}, {backend}), prompt fed by the host", tokens, expected,
                  "reference()", calls, host)
