@@ -146,6 +146,7 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
             sites.append(Site(group, flow.tiles, flow=flow))
             rules.append((rule, f"{group.name}: {flow.text()}"))
             continue
+        check_whole_words(program, group.calls, device)
         crowded = unsplit_beside_producer(groups, number, outside, sites, device)
         parts, why = (1, "") if crowded else split_parts(group, outside, spare, channels, free[0])
         tiles, free = tuple(free[:parts]), free[parts:]
@@ -365,6 +366,25 @@ def check_some_grid(program: Program, call: Node, device) -> None:
         f"{MAX_BLOCK} elements, no padding or remainder block) and must fit a core and move in one DMA op "
         f"each, and the largest dividing blocks are {largest}. Pad the matrices with zeros to sides with "
         f"larger divisors ({padded}), or cut the call into several."
+    )
+
+
+def check_whole_words(program: Program, calls, device) -> None:
+    """Elementwise calls too large for a tile whose element count no block of whole 32-bit words
+    divides (an odd count of 16-bit elements, say), so `stream_elementwise` has no block for them
+    even on the whole device, are DoesNotFit here, naming the call and the padding, instead of
+    failing later as one tile's buffers."""
+    room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
+    size = external_inputs(calls)[0].size
+    per_word = max(4 // min(4, n.dtype.itemsize) for n in (*external_inputs(calls), *calls))
+    if not streamable(calls) or held_bytes(list(calls)) <= room or size % per_word == 0:
+        return
+    raise DoesNotFit(
+        f"{program.name}: {', '.join(call_label(program, c) for c in calls)} over {size} "
+        f"{calls[-1].dtype.name} elements take {held_bytes(list(calls))} bytes, more than a compute tile's {room}, "
+        f"and stream_elementwise cuts them into blocks that divide {size} and hold whole 32-bit words ({per_word} "
+        f"elements each), of which {size} has none. Pad the tensors to {-(-size // per_word) * per_word} "
+        "elements, or cut the calls in two."
     )
 
 

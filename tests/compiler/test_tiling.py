@@ -339,6 +339,26 @@ def test_a_huge_stream_moves_runs_of_rounds_per_dma_op_waiting_every_four_runs()
     assert [o.fifo for o in ops[-8:]] == [f"g0_host{c}" for c in range(8)]
 
 
+@pytest.mark.parametrize("dtype, per_word, padded", [(BF16_DTYPE, 2, 100002), (np.int8, 4, 100004)])
+def test_elementwise_calls_whose_size_has_no_block_of_whole_words_do_not_fit_naming_the_padding(
+        dtype, per_word, padded, tmp_path, monkeypatch):
+    """A DMA moves whole 32-bit words, so 100001 bfloat16 or int8 elements have no block to stream
+    in: DoesNotFit naming the call and the padding, nothing cached; padded, the same call streams."""
+    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
+    spec = ((100001,), dtype)
+    with pytest.raises(DoesNotFit) as err:
+        Sum().compile(x=spec, y=spec, device=from_name("npu2"))
+    size = np.dtype(dtype).itemsize
+    assert str(err.value) == (
+        f"Sum: Add#0 over 100001 {np.dtype(dtype).name} elements take {3 * 100001 * size} bytes, more than a "
+        "compute tile's 64512, and stream_elementwise cuts them into blocks that divide 100001 and hold whole "
+        f"32-bit words ({per_word} elements each), of which 100001 has none. Pad the tensors to {padded} "
+        "elements, or cut the calls in two.")
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+    spec = ((padded,), dtype)
+    assert rule(Sum().compile(x=spec, y=spec, device=from_name("npu2")).plan, "stream_elementwise")
+
+
 def test_a_small_elementwise_call_is_not_streamed():
     body = Sum().compile(x=((1024,), np.float32), y=((1024,), np.float32), device=from_name("npu2"))
     assert rule(body.plan, "stream_elementwise") == []
