@@ -30,6 +30,7 @@ from iron.compiler.tiling import (
     Grid,
     choose_flow,
     choose_grid,
+    core_room,
     divisors,
     row_streamable,
     rows_do_not_stream,
@@ -230,7 +231,7 @@ def check_rows_fit(program: Program, groups: tuple[Group, ...], device):
     result and what every row shares (RMSNorm's w) take more than a compute tile's memory less
     the core's stack, or, for a batch of rows (rows, n) that `stream_row_blocks` cannot take,
     when the whole batch does."""
-    room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
+    room = core_room(device)
     stack = f"{room} ({device.compute.data_memory_bytes} less the core's {device.compute.default_stack_bytes}-byte stack)"
     for group in groups:
         _check_rows_fit(program, group, room, stack)
@@ -347,7 +348,7 @@ def check_some_grid(program: Program, call: Node, device) -> None:
     no grid even with the whole device to itself is DoesNotFit here, naming the call and why,
     instead of failing later as one tile's buffers: its blocks divide its sides (no padding or
     remainder block), so a side with no divisor but small ones (a prime) has none that moves."""
-    room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
+    room = core_room(device)
     held = nbytes(call.src[1]) + nbytes(call)
     if len(call.shape) != 2 or held <= room:
         return
@@ -374,7 +375,7 @@ def check_whole_words(program: Program, calls, device) -> None:
     divides (an odd count of 16-bit elements, say), so `stream_elementwise` has no block for them
     even on the whole device, are DoesNotFit here, naming the call and the padding, instead of
     failing later as one tile's buffers."""
-    room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
+    room = core_room(device)
     size = external_inputs(calls)[0].size
     per_word = max(4 // min(4, n.dtype.itemsize) for n in (*external_inputs(calls), *calls))
     if not streamable(calls) or held_bytes(list(calls)) <= room or size % per_word == 0:

@@ -134,6 +134,11 @@ class Grid(OnCores):
                 "no padding")
 
 
+def core_room(device) -> int:
+    """What a compute tile's data memory holds for buffers: all of it but the core's stack."""
+    return device.compute.data_memory_bytes - device.compute.default_stack_bytes
+
+
 def block_bytes(call: Node, m: int, k: int, n: int, acc: np.dtype, expand: Node | None = None) -> int:
     """A core's tile memory for blocks m x k x n (n = 1 for a MatVec): two objects each of A (as
     moved: a fused expansion's blocks), B and C, A's block expanded, the product of one k-block,
@@ -210,7 +215,7 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
     (big_m, big_k), vector = call.src[0].shape, len(call.shape) == 1
     big_n, own = 1 if vector else call.shape[1], vector or n_not_words(call)
     acc = accumulates_in(call)
-    room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
+    room = core_room(device)
     in_words, out_words = 4 // min(4, call.src[0].dtype.itemsize), 4 // min(4, call.dtype.itemsize)
     rows_of = [r for r in range(len(device.compute_rows), 0, -1) if big_m % r == 0]
     for rows in rows_of:
@@ -464,7 +469,7 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     def whole_words(b: int) -> bool:   # each input's block, each call's result for it (a row reduction's: a share)
         return all(b * n.dtype.itemsize % 4 == 0 for n in (*inputs, *calls[:-1])) and \
             b * per_result * calls[-1].dtype.itemsize % 4 == 0
-    room = device.compute.data_memory_bytes - device.compute.default_stack_bytes
+    room = core_room(device)
     objects = 2 if width == 1 or flow_bytes(calls, width) <= room else 1
     most_rows = min(len(device.compute_rows), (mem.dma_out_channels - 1) // len(inputs),
                     mem.dma_in_channels - len(inputs))
