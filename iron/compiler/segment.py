@@ -2,8 +2,9 @@
 has runs as a sequence of configurations within one call (docs/platform.md section 7). Its fused
 groups are cut, in program order, into segments that each compile on the device (the rule
 `fewest_bytes_cut`); each segment is compiled by the same passes as a whole design, as a Program
-of its own calls, and a probe alike an earlier one is answered by it (`same_structure_same_fit`). A value one segment computes and a later one reads crosses the cut through a
-DDR buffer the compiler allocates (a CUT placement after the outputs); weights, params and
+of its own calls, and a probe alike an earlier one is answered by it (`same_structure_same_fit`).
+A value one segment computes and a later one reads crosses the cut through a DDR buffer the
+compiler allocates (a CUT placement after the outputs); weights, params and
 states stay in their host buffers. Every segment addresses the design's host buffers and one
 scratchpad of words; only the last has the Emit, so a CarriedLoop runs a segmented body as any."""
 from __future__ import annotations
