@@ -15,13 +15,14 @@ core: tile.allocate) are stacked as one strided view, others are copied into a s
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from iron.runtime.emulator.replay import Forwarded, Invoked, in_order, in_place, where
+from iron.runtime.emulator.replay import Copy, Drain, Fill, Forwarded, Invoked, in_order, in_place, where
 
 
 @dataclass(frozen=True, eq=False)
@@ -36,16 +37,32 @@ class Batch:
         return {op for act in self.members if type(act) is Forwarded for op in act.ops}
 
     def bind(self, windows: list):
+        """Its steps on this launch's windows: on every member at once, or, when that copies
+        operands which the members reading alike parts of their DMA ops (`_moved`: cores at other
+        places in their programs) would each see as one view, on those parts one after another."""
         before: list = []
         pointers = [_pointers(act, windows, before) for act in self.members]
-        steps = []
+        steps, copied = self._steps(pointers)
+        parts: dict = {}
+        for act, p in zip(self.members, pointers):
+            parts.setdefault(_moved(act), []).append(p)
+        if copied and len(parts) > 1:
+            split = [self._steps(part) for part in parts.values()]
+            if sum(n for _, n in split) < copied:
+                steps = [step for part, _ in split for step in part]
+        return in_order([*before, *steps])
+
+    def _steps(self, pointers: list) -> tuple[list, int]:
+        """The steps on these members' arrays, and how many member operands they copy."""
+        steps, copied = [], 0
         for k, step in enumerate(_invoked(self.members[0]).steps):
             arrays = [[p[k][j] for p in pointers] for j in (*range(step.call.operands), -1)]
             rows = _rows(arrays)
-            *operands, out = [strided(a, rows) for a in arrays]
-            operands = [a if view is None else view for a, view in zip(arrays, operands)]
-            steps.append(partial(_run, step.call.batched(step.attrs), operands, rows, out, arrays))
-        return in_order([*before, *steps])
+            views = [strided(a, rows) for a in arrays]
+            copied += sum(len(a) for a, view in zip(arrays, views) if view is None)
+            operands = [a if view is None else view for a, view in zip(arrays[:-1], views)]
+            steps.append(partial(_run, step.call.batched(step.attrs), operands, rows, views[-1], arrays))
+        return steps, copied
 
 
 def _invoked(act) -> Invoked:
@@ -116,35 +133,22 @@ def _address(array: np.ndarray) -> int:
     return array.__array_interface__["data"][0]
 
 
-def batched(trace: list) -> list:
-    """The trace with each run of consecutive kernel acts in waves, and the acts of one wave and
-    signature a Batch (module docstring)."""
-    out, run = [], []
-    for act in [*trace, None]:
-        if type(act) in (Invoked, Forwarded):
-            run.append(act)
-            continue
-        if run:
-            out += _in_waves(run)
-            run = []
-        if act is not None:
-            out.append(act)
-    return out
-
-
-def _in_waves(run: list) -> list:
+def batched(trace: list, host_words: list) -> list:
+    """The trace in waves, the kernel acts of one wave and signature a Batch (module docstring).
+    `host_words`: per runtime-sequence op, the host words its windows may touch (shim.py)."""
     waves: list[dict] = []   # per wave, signature -> its acts
-    for act, wave, signature in zip(run, waves_of(run), map(signature_of, run)):
+    for act, wave in zip(trace, waves_of(trace, host_words)):
         if wave == len(waves):
             waves.append({})
-        waves[wave].setdefault((signature, _moved(act)) if signature is not None else act, []).append(act)
+        signature = signature_of(act) if type(act) in (Invoked, Forwarded) else None
+        waves[wave].setdefault(signature if signature is not None else act, []).append(act)
     return [Batch(tuple(sorted(acts, key=_output))) if len(acts) > 1 else acts[0]
             for wave in waves for acts in wave.values()]
 
 
 def _moved(act) -> tuple:
     """Where in their DMA ops' patterns a Forwarded act's inputs lie: acts alike in this read
-    blocks a fixed stride apart (one view), where cores at other places in their programs do not."""
+    blocks a fixed stride apart (one view), where cores at other places in their programs may not."""
     return tuple(sorted((k, j, fill.moved) for (k, j), fill in act.reads.items())) if type(act) is Forwarded else ()
 
 
@@ -154,40 +158,90 @@ def _output(act) -> int:
     return _address(_invoked(act).steps[-1].pointers[-1])
 
 
-def waves_of(run: list) -> list[int]:
+def waves_of(trace: list, host_words: list) -> list[int]:
     """Each act's wave: one more than that of the latest earlier act it conflicts with, or of the
     core's call before it (so wave k holds the k-th call of each core running the same program:
     calls at the same place in it, whose operands lie alike)."""
-    seen: dict = {}   # tile buffer -> [(start, end, wave, writes)]
-    last: dict = {}   # core -> the wave of its latest call
+    memory: dict = {}   # tile buffer or host buffer name -> its Painted bytes
+    last: dict = {}     # core -> the wave of its latest call
     waves = []
-    for act in run:
-        touched, core = accesses(act), _invoked(act).core
-        wave = max((w + 1 for buffer, start, end, writes in touched for s, e, w, wrote in seen.get(buffer, ())
-                    if s < end and start < e and (writes or wrote)), default=0)
-        wave = max(wave, last.get(core, -1) + 1)
-        for buffer, start, end, writes in touched:
-            seen.setdefault(buffer, []).append((start, end, wave, writes))
+    for act in trace:
+        touched = accesses(act, host_words)
+        core = _invoked(act).core if type(act) in (Invoked, Forwarded) else None
+        wave = max((memory[place].earliest(start, end, writes) for place, start, end, writes in touched
+                    if place in memory), default=0)
+        if core is not None:
+            wave = max(wave, last.get(core, -1) + 1)
+            last[core] = wave
+        for place, start, end, writes in touched:
+            memory.setdefault(place, Painted()).record(start, end, wave, writes)
         waves.append(wave)
-        last[core] = wave
     return waves
 
 
-def accesses(act) -> list[tuple]:
-    """(tile buffer, first byte, end byte, writes) of what a kernel act reads and writes: its
-    pointers' bytes (a Forwarded input as written too: its copy goes there when the host words
-    are no view), or every byte of its buffers for a step that is not a kernel call on fixed
-    pointers."""
+class Painted:
+    """The bytes of a tile buffer or host buffer as disjoint runs [points[i], points[i+1]), each
+    with (the wave that last wrote it, the latest wave that read it since), or None when nothing
+    touched it yet."""
+
+    def __init__(self):
+        self.points: list[int] = []
+        self.states: list[tuple | None] = []
+
+    def earliest(self, start: int, end: int, writes: bool) -> int:
+        """The first wave an access of [start, end) may run in: after the last write of any of
+        those bytes and, for a write, after every read of them since."""
+        points, states = self.points, self.states
+        wave = 0
+        for i in range(max(bisect_right(points, start) - 1, 0), bisect_left(points, end)):
+            if states[i] is not None:
+                wrote, read = states[i]
+                wave = max(wave, wrote + 1, read + 1 if writes else 0)
+        return wave
+
+    def record(self, start: int, end: int, wave: int, writes: bool):
+        first, last = self._split(start), self._split(end)
+        if writes:   # one run now
+            del self.points[first + 1: last], self.states[first + 1: last]
+            self.states[first] = (wave, -1)
+            return
+        for i in range(first, last):
+            wrote, read = self.states[i] or (-1, -1)
+            self.states[i] = (wrote, max(read, wave))
+
+    def _split(self, at: int) -> int:
+        """The index of the run starting at `at`, splitting the run holding it."""
+        i = bisect_left(self.points, at)
+        if i == len(self.points) or self.points[i] != at:
+            self.points.insert(i, at)
+            self.states.insert(i, self.states[i - 1] if i > 0 else None)
+        return i
+
+
+def accesses(act, host_words: list) -> list[tuple]:
+    """(tile buffer or host buffer name, first byte, end byte, writes) of what an act reads and
+    writes. A DMA act moves words between a tile buffer and its op's host words; a kernel act
+    touches its pointers' bytes (a Forwarded input also as written: its copy goes there when the
+    host words are no view) and reads its ops' host words, or every byte of its buffers for a
+    step that is not a kernel call on fixed pointers."""
+    kind = type(act)
+    if kind is Copy:
+        return [(act.source, 4 * act.at, 4 * (act.at + act.count), False),
+                (act.into, 4 * act.start, 4 * (act.start + act.count), True)]
+    if kind is Fill:
+        return [(*host_words[act.op], False), (act.into, 4 * act.start, 4 * (act.start + act.count), True)]
+    if kind is Drain:
+        return [(act.source, 4 * act.at, 4 * (act.at + act.count), False), (*host_words[act.op], True)]
     invoked = _invoked(act)
-    forwarded = act.reads if type(act) is Forwarded else {}
-    found = []
+    forwarded = act.reads if kind is Forwarded else {}
+    found = [(*host_words[fill.op], False) for fill in forwarded.values()]
     for k, step in enumerate(invoked.steps):
         if step.call is None:
-            return [(b, 0, b.data.nbytes, True) for b in invoked.buffers]
+            return [*found, *((b, 0, b.data.nbytes, True) for b in invoked.buffers)]
         for j, pointer in enumerate(step.pointers):
             place = where(pointer, invoked.buffers)
             if place is None:
-                return [(b, 0, b.data.nbytes, True) for b in invoked.buffers]
+                return [*found, *((b, 0, b.data.nbytes, True) for b in invoked.buffers)]
             buffer, start, _ = place
             writes = j == len(step.pointers) - 1 or (k, j) in forwarded
             found.append((buffer, start, start + pointer.nbytes, writes))

@@ -9,6 +9,7 @@ checks only what a launch alone knows (bounded scratchpad words, patched DMA off
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
 
 import numpy as np
 
@@ -57,7 +58,8 @@ class Emulator:
         run_until_quiet(self._board)
         relays = {b for at, tile in self.tiles.items() if at.kind is TileKind.MEM for b in tile.buffers.values()}
         hosts = [getattr(op, "buffer", None) for op in plan.sequence]
-        self._replay = Replay(self._state(), self._board, relays, hosts, batched if batch else list) if replay else None
+        arrange = partial(batched, host_words=self.sequence.host_words()) if batch else list
+        self._replay = Replay(self._state(), self._board, relays, hosts, arrange) if replay else None
 
     def _build(self, plan, make_call):
         """The array the Plan describes, with every core and DMA channel ready to start."""
