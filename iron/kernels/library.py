@@ -435,6 +435,7 @@ class Cast(Kernel):
     as ml_dtypes converts); bfloat16 to float32 exactly. `Cast.step(x, dtype=iron.bfloat16)`."""
 
     role = Role.ELEMENTWISE
+    batches = True
     name = "cast"
     saturates = True
     dtypes = frozenset(CASTS)

@@ -22,7 +22,16 @@ from functools import partial
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from iron.runtime.emulator.replay import Copy, Drain, Fill, Forwarded, Invoked, in_order, in_place, where
+from iron.runtime.emulator.replay import (
+    Copy,
+    Drain,
+    Fill,
+    Forwarded,
+    Invoked,
+    in_order,
+    in_place,
+    where,
+)
 
 
 @dataclass(frozen=True, eq=False)

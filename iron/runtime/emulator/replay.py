@@ -161,7 +161,6 @@ class Compiled:
     and bound again when the next launch changes one (host buffer, patched offset)."""
 
     def __init__(self, trace: list):
-        self.trace = trace
         self.acts = [_fixed(act) for act in trace]
         self.moves: dict[int, list] = {}   # op -> [(position, Fill, Drain, Forwarded or Batch)]
         for position, act in enumerate(trace):

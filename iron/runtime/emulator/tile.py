@@ -10,7 +10,6 @@ from iron.errors import PlanError
 from iron.runtime.emulator.lock import Lock
 from iron.runtime.emulator.scheduler import Board
 
-
 ALIGN = 64  # bytes: where each buffer starts in its arena, as a vector register is wide
 
 
