@@ -11,12 +11,13 @@ from iron.compiler.channels import (
     SharedChannel,
     ShimRequest,
     assign_shims,
+    shim_channels_per_tile,
     share_shim_channels,
 )
 from iron.compiler.lower import DEPTH, Lowered
 from iron.compiler.objects import I32
 from iron.compiler.plan import Direction, Fifo, FifoRole, Link, Tile, TileKind, Wait
-from iron.compiler.route import HOST
+from iron.compiler.route import HOST, Routes
 from iron.compiler.sequence import Move, finish_sequence
 from iron.ir import Program
 
@@ -51,6 +52,22 @@ def shim_requests(lowered: Lowered) -> list[ShimRequest]:
             shares = f.producer.kind is TileKind.COMPUTE and f.role is FifoRole.HOST and f.name not in waited
             requests.append(ShimRequest(f.name, Direction.S2MM, f.producer.col, f.nbytes, shares))
     return requests
+
+
+def exceeds_shim_channels(routes: Routes, device) -> bool:
+    """The rule `shim_channels_bound`: whether the host FIFOs of one direction certainly need more
+    shim channels than the device has, known from the routes alone: a merge of k FIFOs saves k - 1
+    channels and only FIFOs that may share merge (`shim_requests`: inputs, and outputs a
+    compute tile sends the host), so `share_shim_channels` saves at most all of those but one."""
+    capacity = shim_channels_per_tile(device)
+    mm2s = [r for r in routes.fifos if r.producer == HOST]
+    s2mm = [r for r in routes.fifos if HOST in r.consumers]
+    may_share = {
+        Direction.MM2S: sum(r.role is FifoRole.INPUT for r in mm2s),
+        Direction.S2MM: sum(r.role is FifoRole.HOST and r.producer.kind is TileKind.COMPUTE for r in s2mm),
+    }
+    return any(len(fifos) - max(may_share[d] - 1, 0) > capacity[d] * device.n_cols
+               for d, fifos in ((Direction.MM2S, mm2s), (Direction.S2MM, s2mm)))
 
 
 def _merged(lowered: Lowered, merge: SharedChannel) -> Lowered:
