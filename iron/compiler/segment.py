@@ -16,6 +16,7 @@ from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.fuse import Group
 from iron.compiler.invariants import check_plan
 from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
+from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
 from iron.errors import CarryError, DoesNotFit, PlacementError
 from iron.ir import Node, Op, Program, call_label, nbytes, storage
@@ -33,13 +34,17 @@ class Segment:
 
 
 def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds: Plan | None,
-                     try_groups: Callable, refused: Callable[[], Exception]) -> Plan:
+                     try_groups: Callable, whole: Exception | ShimShortfall) -> Plan:
     """The design as segments that each compile (`try_groups(program, groups, device, feeds,
-    table, placements, bound=...)` runs the whole-design passes: a Plan, or the error or None
-    that refuses it); `refused()`: why the design does not fit whole, raised as it is when there
-    is nothing to cut (one group). Each segment is compiled as it is sought, against the words
-    and DDR buffers of the segments before it, and the one the rule keeps is checked and kept
-    as it is."""
+    table, placements, bound=...)` runs the whole-design passes: a Plan, or the error or
+    shortfall refusing it); `whole`: what refused the whole design, its error raised as it is
+    when there is nothing to cut (one group). Each segment is compiled as it is sought, against
+    the words and DDR buffers of the segments before it, and the one the rule keeps is checked
+    and kept as it is."""
+
+    def refused() -> Exception:   # why the whole design does not fit, found again only when shown
+        return whole if isinstance(whole, Exception) else try_groups(program, groups, device, feeds, bound=False)
+
     if len(groups) < 2:
         raise refused()
     flow = Flow(program, groups)
@@ -50,9 +55,11 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
                           flow.segment_placements(segment, placements), bound=bound)
 
     known: dict[tuple, bool] = {}   # same_structure_same_fit: a structure's probe outcome
+    whole_fits = {len(groups): whole.groups} if isinstance(whole, ShimShortfall) else {}
     while stops[-1] < len(groups):
         guess = stops[-1] - stops[-2] if len(stops) > 1 else None
-        found = _next_segment(flow, stops[-1], guess, table, crossing, compile_one, known, device)
+        likely = dict(whole_fits) if len(stops) == 1 else {}
+        found = _next_segment(flow, stops[-1], guess, table, crossing, compile_one, known, likely, device)
         if isinstance(found, Exception):
             raise _unfit(flow, stops[-1], found, device, refused)
         stop, plan, table, crossing = found
@@ -77,20 +84,23 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
 
 
 def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, crossing: list[Node],
-                  compile_one, known: dict[tuple, bool], device):
+                  compile_one, known: dict[tuple, bool], likely: dict[int, int], device):
     """(stop, its Plan, the words and the crossing values after it) of the segment `fewest_bytes_cut`
     picks from group `start`, or why group `start` alone does not compile. Each probe compiles
     against a copy of the words and the DDR buffers so far, so the one kept is final as it is;
-    a probe whose structure an earlier one had (`known`) is answered without compiling."""
+    a probe whose structure an earlier one had (`known`) is answered without compiling; `likely`
+    gets, by stop, the stop a probe `shim_channels_bound` refuses says likely fits."""
     tried: dict[int, tuple] = {}
 
     def attempt(stop: int, bound: bool = True):
         words = table.copy()
         values = crossing + [n for n in flow.crossing(stop) if n not in crossing]
-        plan = compile_one(Segment(start, stop), words, flow.placements(values), bound)
-        if isinstance(plan, Plan):
-            tried[stop] = (stop, plan, words, values)
-        return plan
+        outcome = compile_one(Segment(start, stop), words, flow.placements(values), bound)
+        if isinstance(outcome, Plan):
+            tried[stop] = (stop, outcome, words, values)
+        elif isinstance(outcome, ShimShortfall):
+            likely[stop] = start + outcome.groups
+        return outcome
 
     def fits(stop: int) -> bool:
         if start == 0 and flow.last(Segment(start, stop)):
@@ -102,7 +112,7 @@ def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, c
             known[key] = isinstance(attempt(stop), Plan)
         return known[key]
 
-    stop = fewest_bytes_cut(flow, start, fits, guess, compute_tiles(device))
+    stop = fewest_bytes_cut(flow, start, fits, guess, compute_tiles(device), likely)
     if stop is None:
         return attempt(start + 1, bound=False)   # the error, as the passes raise it
     if stop not in tried:   # a probe of the same structure answered for this one
@@ -121,15 +131,17 @@ def _cut_text(cut: Cut) -> str:
 
 
 def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess: int | None = None,
-                     tiles: int | None = None) -> int | None:
+                     tiles: int | None = None, likely: dict[int, int] | None = None) -> int | None:
     """The rule: greedily in program order, the segment from group `start` takes the most groups
     that compile on the device, then ends at the cut among the last 1/CUT_WINDOW of them with the
     fewest bytes crossing (the latest on a tie); the last segment takes all that is left when it
-    fits. None when group `start` alone does not fit. A segment shorter than one that fits fits
-    too, so the search (`settle_the_cut`) probes only until the cut is the same for every most
-    that may fit. (`guess`: the previous segment's length; `tiles`: the device's compute tiles,
-    one per group at least.)"""
-    count = len(flow.groups)
+    fits. None when group `start` alone does not fit.
+    The search (`settle_the_cut`): a segment shorter than one that fits fits too, so it probes
+    only until the cut is the same for every most that may fit: the stop after the most that
+    likely fit, when the refused stop says so (`likely`, by refused stop) or when the previous
+    segment took `guess` groups; else the cut for the most that may fit. At most `tiles` groups
+    fit: each takes a compute tile."""
+    count, likely = len(flow.groups), likely if likely is not None else {}
     good, bad = start, count + 1 if tiles is None else min(count + 1, start + tiles + 1)
 
     def cut(most: int) -> int:
@@ -146,12 +158,13 @@ def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess:
             bad = stop
 
     if guess is not None and good < start + guess + 1 < bad:
-        probe(start + guess + 1)   # the previous segment's length and one more: likely too many
+        probe(start + guess + 1)
     while bad - good > 1:
         cuts = {cut(most) for most in range(good, bad)} if good > start else ()
         if len(cuts) == 1:
             return cuts.pop()
-        chosen = cut(bad - 1)
+        most = likely.get(bad, bad - 1)
+        chosen = most + 1 if good < most < bad - 1 else cut(bad - 1)
         probe(chosen if chosen > good else (good + bad) // 2)
     return cut(good) if good > start else None
 
