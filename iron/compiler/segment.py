@@ -2,7 +2,8 @@
 has runs as a sequence of configurations within one call (docs/platform.md section 7). Its fused
 groups are cut, in program order, into segments that each compile on the device (the rule
 `fewest_bytes_cut`); each segment is compiled by the same passes as a whole design, as a Program
-of its own calls, and a probe alike an earlier one is answered by it (`same_structure_same_fit`).
+of its own calls; a probe alike an earlier one is answered by it (`same_structure_same_fit`), and
+the search probes only until the rule's cut is settled (`settle_the_cut`).
 A value one segment computes and a later one reads crosses the cut through a DDR buffer the
 compiler allocates (a CUT placement after the outputs); weights, params and
 states stay in their host buffers. Every segment addresses the design's host buffers and one
@@ -18,7 +19,7 @@ from iron.compiler.invariants import check_plan
 from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
-from iron.errors import CarryError, DoesNotFit, PlacementError
+from iron.errors import CarryError, DoesNotFit
 from iron.ir import Node, Op, Program, call_label, nbytes, storage
 
 FEWEST_BYTES_CUT = "fewest_bytes_cut"
@@ -112,7 +113,7 @@ def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, c
             known[key] = isinstance(attempt(stop), Plan)
         return known[key]
 
-    stop = fewest_bytes_cut(flow, start, fits, guess, compute_tiles(device), likely)
+    stop = fewest_bytes_cut(flow, start, fits, guess, len(device.compute_tiles), likely)
     if stop is None:
         return attempt(start + 1, bound=False)   # the error, as the passes raise it
     if stop not in tried:   # a probe of the same structure answered for this one
@@ -120,10 +121,6 @@ def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, c
         if not isinstance(kept, Plan):
             return kept
     return tried[stop]
-
-
-def compute_tiles(device) -> int:
-    return len(device.compute_rows) * device.n_cols
 
 
 def _cut_text(cut: Cut) -> str:

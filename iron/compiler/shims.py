@@ -11,8 +11,8 @@ from iron.compiler.channels import (
     SharedChannel,
     ShimRequest,
     assign_shims,
-    shim_channels_per_tile,
     share_shim_channels,
+    shim_channels_per_tile,
 )
 from iron.compiler.lower import DEPTH, Lowered
 from iron.compiler.objects import I32
