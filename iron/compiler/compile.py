@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from weakref import WeakKeyDictionary
 
-from iron.compiler.allocate import fit, host_buffers
+from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.fuse import Group, fuse
 from iron.compiler.invariants import check_plan
 from iron.compiler.lower import Lowered, lower
+from iron.compiler.pad import pad_to_block
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
@@ -44,7 +45,9 @@ def compile_groups(program: Program, groups: tuple[Group, ...], device, feeds: P
                    table: WordTable | None = None, placements: tuple | None = None, check: bool = True) -> Plan:
     """The passes from placement on, for a whole design or one segment of it (segment.py, which
     checks only the segments it keeps: `check=False`)."""
-    layout = place(program, groups, device)
+    if placements is None:
+        placements = host_placements(program, pad_to_block(program, groups, device))
+    layout = place(program, groups, device, placements)
     routes = route(program, layout)
     routes = fit_compute_channels(program, routes, layout, device)
     lowered = lower(program, device, layout, routes, feeds, table, placements)
