@@ -9,48 +9,12 @@ import iron
 from aie_utils import from_name
 from iron.compiler.plan import HostRole, PlacementKind, TileKind
 from iron.errors import DoesNotFit
-from iron.kernels import Add, MatMul, MatVec
+from iron.kernels import Add
+from tests.compiler.test_tiling import Product, Projection, Sum, operands, rule
 
-F32 = {"rtol": 1e-4, "atol": 1e-4}
+F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order than numpy
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
-
-
-class Product(iron.Graph):
-    """C = A @ B for an input A and a weight B; `out` names the result's dtype."""
-
-    def __init__(self, b, out=None):
-        self.b = iron.weight(b)
-        self.out = out
-
-    def body(self, a):
-        return MatMul.step(a, self.b, dtype=self.out)
-
-
-class Projection(iron.Graph):
-    """y = W @ x for a weight W."""
-
-    def __init__(self, w):
-        self.w = iron.weight(w)
-
-    def body(self, x):
-        return MatVec.step(self.w, x)
-
-
-class Sum(iron.Graph):
-    def body(self, x, y):
-        return Add.step(x, y)
-
-
-def operands(m, k, n, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    if np.dtype(dtype).kind in "iu":
-        return rng.integers(-128, 128, (m, k)).astype(dtype), rng.integers(-128, 128, (k, n)).astype(dtype)
-    return rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
-
-
-def rule(plan, name):
-    return [what for rule, what in plan.rules if rule == name]
 
 
 def tiles(plan):
