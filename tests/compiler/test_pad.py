@@ -10,11 +10,15 @@ from aie_utils import from_name
 from iron.compiler.plan import HostRole, PlacementKind, TileKind
 from iron.errors import DoesNotFit
 from iron.kernels import Add
-from tests.compiler.test_tiling import Product, Projection, Sum, operands, rule
+from tests.compiler.designs import Product, Projection, Sum, operands
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order than numpy
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
+
+
+def rule(plan, name):
+    return [what for rule, what in plan.rules if rule == name]
 
 
 def tiles(plan):

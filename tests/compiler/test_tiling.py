@@ -19,28 +19,11 @@ from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import Dma, TileKind, Wait
 from iron.errors import DoesNotFit
 from iron.kernels import Add, MatMul, MatVec, RMSNorm, Scale, SiLU, Softmax
+from tests.compiler.designs import Product, Projection, Sum, operands
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}
 BF16 = {"rtol": 2e-2, "atol": 2e-2}
 BF16_DTYPE = iron.bfloat16
-
-
-class Product(iron.Graph):
-    """C = A @ B for an input A and a weight B; `out` names the result's dtype."""
-
-    def __init__(self, b, out=None):
-        self.b = iron.weight(b)
-        self.out = out
-
-    def body(self, a):
-        return MatMul.step(a, self.b, dtype=self.out)
-
-
-def operands(m, k, n, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    if np.dtype(dtype).kind in "iu":
-        return (rng.integers(-128, 128, (m, k)).astype(dtype), rng.integers(-128, 128, (k, n)).astype(dtype))
-    return rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
 
 
 def compiled(m, k, n, dtype, out=None, device="npu2"):
@@ -172,17 +155,6 @@ def test_small_matmul_stays_on_one_tile():
     assert len(compute_tiles(body.plan)) == 1
 
 
-class Projection(iron.Graph):
-    """y = W @ x for a weight W; `out` names the result's dtype."""
-
-    def __init__(self, w, out=None):
-        self.w = iron.weight(w)
-        self.out = out
-
-    def body(self, x):
-        return MatVec.step(self.w, x, dtype=self.out)
-
-
 def test_matvec_4096_over_32_tiles_equals_reference():
     rng = np.random.default_rng(1)
     w, x = rng.standard_normal((4096, 4096)).astype(np.float32), rng.standard_normal(4096).astype(np.float32)
@@ -249,9 +221,7 @@ def test_a_matvec_a_mem_tile_split_handles_keeps_that_rule():
 
 # ---- stream_elementwise and rows too wide ----------------------------------------------------------
 
-class Sum(iron.Graph):
-    def body(self, x, y):
-        return Add.step(x, y)
+
 
 
 class Swish(iron.Graph):
