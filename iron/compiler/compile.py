@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from weakref import WeakKeyDictionary
 
-from iron.compiler.allocate import fit, host_buffers
+from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.fuse import Group, fuse
 from iron.compiler.invariants import check_plan
 from iron.compiler.lower import Lowered, lower
+from iron.compiler.pad import pad_to_block
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
@@ -49,7 +50,9 @@ def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan 
     the rule `shim_channels_bound` (`bound`) refuses it right after routing, before lowering, the
     costly part of a probe that does not fit."""
     try:
-        layout = place(program, groups, device)
+        if placements is None:
+            placements = host_placements(program, pad_to_block(program, groups, device))
+        layout = place(program, groups, device, placements)
         routes = route(program, layout)
         shortfall = shim_shortfall(routes, device) if bound else None
         if shortfall is not None:

@@ -16,6 +16,7 @@ from typing import Callable
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.fuse import Group
 from iron.compiler.invariants import check_plan
+from iron.compiler.pad import pad_to_block
 from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
@@ -48,7 +49,7 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
 
     if len(groups) < 2:
         raise refused()
-    flow = Flow(program, groups)
+    flow = Flow(program, groups, pad_to_block(program, groups, device))
     table, crossing, plans, stops = WordTable(program), [], [], [0]
 
     def compile_one(segment: Segment, words: WordTable, placements, bound: bool):
@@ -182,9 +183,9 @@ def _unfit(flow: Flow, start: int, alone: Exception, device, refused: Callable[[
 class Flow:
     """Where each call's result is made and read, by group index: what crosses each cut."""
 
-    def __init__(self, program: Program, groups: tuple[Group, ...]):
-        self.program, self.groups = program, groups
-        self.host = host_placements(program)
+    def __init__(self, program: Program, groups: tuple[Group, ...], padded: dict | None = None):
+        self.program, self.groups, self.padded = program, groups, padded or {}
+        self.host = host_placements(program, self.padded)
         self.made = {c: i for i, g in enumerate(groups) for c in g.calls}
         self.last_read: dict[Node, int] = {}
         for i, g in enumerate(groups):
@@ -241,7 +242,8 @@ class Flow:
         used = max((p.offset + p.nwords for p in host if p.buffer == HostRole.OUTPUTS.value), default=0)
         cuts = []
         for node in crossing:
-            cut = Placement(self.cut_name(node), PlacementKind.CUT, HostRole.OUTPUTS.value, used, node.shape, node.dtype)
+            cut = Placement(self.cut_name(node), PlacementKind.CUT, HostRole.OUTPUTS.value, used, node.shape, node.dtype,
+                            padded=self.padded.get(node))
             used += cut.nwords
             cuts.append(cut)
         return (*host, *cuts)

@@ -117,9 +117,21 @@ class Access:
         return int(np.prod([size for size, _ in self.dims], dtype=np.int64))
 
 
-def whole_access(node: Node) -> Access:
-    """An input or a whole declared memory: its words, contiguous from its placement."""
-    return Access(0, ((nwords(node.size, node.dtype), 1),))
+def placement_access(p) -> Access:
+    """The words of placement `p`'s tensor, from its offset: contiguous, or, where `pad_to_block`
+    widened its rows, each row at the padded row's stride (a reader or writer other than the
+    padded grid or flow never touches the padding, so it stays zeros)."""
+    whole = Access(p.offset, ((nwords(int(np.prod(p.shape)), p.dtype), 1),))
+    if p.padded is None or p.padded[1:] == p.shape[1:]:
+        return whole
+    (rows, width), stride = p.shape, p.padded[1] * p.dtype.itemsize
+    if width * p.dtype.itemsize % 4:
+        raise PlacementError(
+            f"{p.shown or p.name} lies padded to {p.padded} and its rows of {width} {dtypes.name(p.dtype)} "
+            "elements are not whole 32-bit words, so only the grid it was padded for can move it: keep it for "
+            "that one call, or give it rows of whole words."
+        )
+    return Access(p.offset, ((rows, stride // 4), (width * p.dtype.itemsize // 4, 1)))
 
 
 def nwords(elements: int, dtype: np.dtype) -> int:
