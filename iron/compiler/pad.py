@@ -6,8 +6,9 @@ columns (allocate.py, segment.py); the runtime writes and reads only that region
 padding is the zeros the buffer is made with. A MatMul's K padding is zeros in both operands
 (0 times anything else could be NaN); its M and N padding give results the host never sees.
 Only tensors no kernel writes and only the padded call reads are padded (inputs, weights,
-params, values crossing a segment cut into the compiler's DDR), and results only the host
-reads, so no padding a kernel writes is ever read as padding. Decided once per design, before
+params, values crossing a segment cut into the compiler's DDR), and results read only as the
+user's region (by the host, or across a segment cut), so no padding a kernel writes is ever
+read as padding. Decided once per design, before
 placement, from the Program and its groups, so every segment sees the same layout."""
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a mul
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
 PADS_ONLY = ("it pads only inputs, weights, params and values crossing a segment cut that the padded calls alone "
-             "read, and a result only the host reads")
+             "read, and results read only as the user's region")
 FEW_CALLS = 64      # kernel calls per core a grid's own sides may take before fewer are worth padding for
 
 
@@ -76,16 +77,25 @@ def paddable(node: Node, calls: tuple[Node, ...], readers: dict) -> bool:
     return node.op == Op.INPUT or (node.op == Op.MEMORY and node.arg[0] in ("weight", "param"))
 
 
+def shown(call: Node, readers: dict) -> bool:
+    """Whether a padded result's padding, which its kernel writes, is never read as padding: the
+    host reads it at most once (its region), and any other reader is a later group's call, which
+    reads it in DDR only across a segment cut, its region (words.placement_access), never as an
+    operand padded in its own right (`paddable` takes no matrix call's result)."""
+    users = readers.get(call, [])
+    return bool(users) and users.count("host") <= 1 and "carry" not in users
+
+
 def pad_matrix(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:
     """A MatMul or MatVec alone in its group, large enough to tile, over paddable operands, whose
-    result only the host reads: its sides padded, each to a multiple of ROW_QUANTUM per row of
+    result is `shown`: its sides padded, each to a multiple of ROW_QUANTUM per row of
     cores (M; a MatVec's: per core), K_QUANTUM (K) and ROW_QUANTUM per column (N), when some of
     them padded (`_best_sides`) gives a better grid; A, B and the result padded to them."""
     (call,) = group.calls if len(group.calls) == 1 else (None,)
     if call is None or call.arg.kernel.role is not Role.MATRIX or call.arg.writes or call.arg.n_inputs != 2:
         return {}
     a, b = call.src[:2]
-    if a is b or not (paddable(a, (call,), readers) and paddable(b, (call,), readers)) or readers.get(call) != ["host"]:
+    if a is b or not (paddable(a, (call,), readers) and paddable(b, (call,), readers)) or not shown(call, readers):
         return {}
     vector = len(call.shape) == 1
     large = nbytes(a) > VECTOR_TILED_BYTES if vector else nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES

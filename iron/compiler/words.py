@@ -143,10 +143,13 @@ def base_name(node: Node) -> tuple[str, str]:
     return ("input", node.arg[0]) if node.op == Op.INPUT else node.arg
 
 
-def view_access(view: Node, table: WordTable) -> Access:
-    """The words of VIEW `view` within its base's placement (a declared memory or an input);
-    its dynamic indices become bounded "dma" words summed into one patch word."""
+def view_access(view: Node, table: WordTable, padded: tuple[int, ...] | None = None) -> Access:
+    """The words of VIEW `view` within its base's placement (a declared memory or an input),
+    which lies in shape `padded` when `pad_to_block` padded it; its dynamic indices become
+    bounded "dma" words summed into one patch word."""
     memory, shape = view.src[0], frame(view)
+    if padded is not None:
+        shape = _padded_frame(view, padded)
     itemsize = memory.dtype.itemsize
     strides = [itemsize * int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
     static, kept, terms = 0, [], []
@@ -162,6 +165,17 @@ def view_access(view: Node, table: WordTable) -> Access:
     dims = _word_dims(view, static, _merged(kept), itemsize)
     patch = table.offset(terms) if terms else None
     return Access(static // 4, dims, patch)
+
+
+def _padded_frame(view: Node, padded: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape a view of a padded tensor indexes: the padded one, the view's axes its own."""
+    if frame(view) != view.src[0].shape:
+        kind, name = base_name(view.src[0])
+        raise PlacementError(
+            f"{describe(view)} reshapes {kind} '{name}', which lies padded to {padded} in host memory "
+            "(pad_to_block): index it in its own shape, or reshape a copy of it."
+        )
+    return padded
 
 
 def _merged(kept: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:

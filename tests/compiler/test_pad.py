@@ -1,15 +1,16 @@
 """`pad_to_block` on the emulator: a MatMul, MatVec or stream of elementwise calls whose sides have
 no good whole blocks computes on sides padded with zeros, over many tiles, and equals reference();
-the padded tensors lie in larger host buffers whose padding stays zeros, and describe() names the
-sizes it chose."""
+the padded tensors lie in larger host buffers whose padding stays zeros, a padded result crosses
+a segment cut (also in a CarriedLoop's body), and describe() names the sizes it chose."""
 import numpy as np
 import pytest
 
 import iron
 from aie_utils import from_name
+from iron import Carried
 from iron.compiler.plan import HostRole, PlacementKind, TileKind
 from iron.errors import DoesNotFit
-from iron.kernels import Add
+from iron.kernels import Add, Copy, MatMul
 from tests.compiler.designs import Product, Projection, Sum, operands
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order than numpy
@@ -169,7 +170,7 @@ def test_elementwise_calls_pad_to_block_may_not_pad_do_not_fit_naming_the_paddin
         "compute tile's 64512, and stream_elementwise cuts them into blocks that divide 100001 and hold whole "
         f"32-bit words ({per_word} elements each), of which 100001 has none, and pad_to_block did not pad them (it "
         "pads only inputs, weights, params and values crossing a segment cut that the padded calls alone read, "
-        f"and a result only the host reads). Pad the tensors to {padded_to} elements, or cut the calls in two.")
+        f"and results read only as the user's region). Pad the tensors to {padded_to} elements, or cut the calls in two.")
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
 
 
@@ -177,3 +178,57 @@ def test_sizes_that_divide_are_not_padded():
     a, b = operands(512, 512, 512, np.float32)
     body = Product(b).compile(a=a, device=from_name("npu2"))
     assert rule(body.plan, "pad_to_block") == [] and padded(body.plan) == {}
+
+
+class ProductThenRows(iron.Graph):
+    """C = A @ B, then row 0 + row 1 of C: C's readers put it across a segment cut."""
+
+    def __init__(self, b):
+        self.b = iron.weight(b)
+
+    def body(self, a):
+        c = MatMul.step(a, self.b)
+        return Add.step(c[0], c[1])
+
+
+def test_a_padded_result_crosses_a_segment_cut_and_the_next_segment_reads_its_region():
+    """The padded grid's result goes to its CUT placement padded (its padding written by the grid,
+    never read); the next segment reads rows of the user's region through views."""
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((509, 251)).astype(np.float32), rng.standard_normal((251, 509)).astype(np.float32)
+    graph = ProductThenRows(b)
+    body = graph.compile(a=a, device=from_name("npu2"))
+    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 1036324 bytes cross (MatMul#0)"]
+    assert "padded with zeros to M = 512, K = 256, N = 512" in rule(body.plan, "tile_matmul_over_array")[0]
+    assert padded(body.plan) == {"b": ((251, 509), (256, 512)), "a": ((509, 251), (512, 256)),
+                                 "cut.MatMul#0": ((509, 509), (512, 512))}
+    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+
+
+class LoggedProduct(iron.Graph):
+    """Each step logs the last row of C = A @ B (A a param, B a weight) at the carried step."""
+
+    def __init__(self, a, b, steps):
+        self.a, self.b = iron.param(a), iron.weight(b)
+        self.log = iron.state((steps, b.shape[1]), np.float32, name="log")
+
+    def body(self, *, step: Carried[np.int32]):
+        c = MatMul.step(self.a, self.b)
+        Copy.step(c[250], self.log[step])
+        return iron.carry(step=step + 1)
+
+
+def test_a_carried_loop_runs_a_padded_body_at_depth_2():
+    a, b = operands(251, 127, 191, np.float32, seed=7)
+    steps = 6
+    graph = LoggedProduct(a, b, steps)
+    body = graph.compile(device=from_name("npu2"))
+    assert rule(body.plan, "pad_to_block") == [
+        "g0: MatMul#0 padded with zeros (M 251 -> 256, K 127 -> 128, N 191 -> 192) over 32 tiles: A, B and the "
+        "result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both "
+        "operands; the result's padding is never read"]
+    assert len(body.plan.configurations) == 2
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(steps - 1, step=0)) == list(range(steps - 1))
+    assert dict(loop.carry) == {"step": steps}
+    np.testing.assert_allclose(body.read("log"), np.tile((a @ b)[250], (steps, 1)), **F32)

@@ -144,8 +144,8 @@ def test_a_matmul_with_no_dividing_blocks_pad_to_block_does_not_pad_does_not_fit
         "its blocks divide their sides (at most 256 elements, no padding or remainder block) and must fit a core "
         "and move in one DMA op each, and the largest dividing blocks are M = 509: 1, K = 509: 1, N = 509: 1; "
         "pad_to_block did not pad it (it pads only inputs, weights, params and values crossing a segment cut "
-        "that the padded calls alone read, and a result only the host reads). Pad the matrices with zeros to "
-        "sides with larger divisors (M = 512, K = 512, N = 512), or cut the call into several.")
+        "that the padded calls alone read, and results read only as the user's region). Pad the matrices with "
+        "zeros to sides with larger divisors (M = 512, K = 512, N = 512), or cut the call into several.")
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
 
 
