@@ -25,8 +25,13 @@ from iron.errors import DoesNotFit
 from iron.ir import Op, Program
 
 
-def host_placements(program: Program) -> tuple[Placement, ...]:
-    """Every host-visible tensor of `program`, packed per buffer in argument order."""
+def host_placements(program: Program, padded: dict | None = None) -> tuple[Placement, ...]:
+    """Every host-visible tensor of `program`, packed per buffer in argument order, each in the
+    shape `pad_to_block` padded it to (`padded`: tensor -> shape), if any."""
+    padded = padded or {}
+    by_name = {n.arg[0] if n.op == Op.INPUT else n.arg[1]: shape for n, shape in padded.items()
+               if n.op in (Op.INPUT, Op.MEMORY)}
+    by_name |= {f"out{i}": padded[n] for i, n in enumerate(program.outputs) if n in padded}
     declared = [(PlacementKind(d.kind), d.name, d.shape, d.dtype) for d in program.declarations]
     wanted = [(HostRole.CONSTS, *d) for d in declared if d[0] is not PlacementKind.STATE]
     wanted += [(HostRole.STATES, *d) for d in declared if d[0] is PlacementKind.STATE]
@@ -38,7 +43,7 @@ def host_placements(program: Program) -> tuple[Placement, ...]:
     placements, used = [], dict.fromkeys(HostRole, 0)
     for role, kind, name, shape, dtype in wanted:
         buffer = role.value
-        placement = Placement(name, kind, buffer, used[role], tuple(shape), dtype)
+        placement = Placement(name, kind, buffer, used[role], tuple(shape), dtype, padded=by_name.get(name))
         used[role] += placement.nwords
         placements.append(placement)
     return tuple(placements)

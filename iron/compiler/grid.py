@@ -32,7 +32,7 @@ from iron.compiler.plan import (
 )
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.tiling import Grid
-from iron.compiler.words import Access
+from iron.compiler.words import Access, base_name
 from iron.ir import call_label, describe, nbytes
 from iron.kernels.registry import accumulate_kernel, convert_kernel, is_library
 
@@ -188,14 +188,14 @@ def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
     rows of C."""
     call = grid.call
     a, b = grid.matrix, call.src[1]
-    big_k, rows, cols, m, n = call.src[0].shape[1], len(grid.rows), len(grid.cols), grid.m, grid.n
+    big_k, rows, cols, m, n = grid.sides[1], len(grid.rows), len(grid.cols), grid.m, grid.n
     wa = nbytes(a) / call.src[0].size / 4   # bytes per element of A as moved (its blocks, when expanded), in words
     wc = call.dtype.itemsize / 4
-    a_buf, a_at = host_access(ctx, a)
+    a_buf, a_at = stored_access(ctx, a)
     p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
     moves = []
     for t in range(grid.rounds):
-        here = [Move(Direction.MM2S, f"{g}_b", *host_access(ctx, b))]
+        here = [Move(Direction.MM2S, f"{g}_b", *stored_access(ctx, b))]
         for c in range(cols):
             first = (t * cols + c) * rows * m
             dims = ((grid.k_blocks, grid.k), (rows * m, big_k), (grid.k, 1))
@@ -203,6 +203,12 @@ def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
             here.append(Move(Direction.S2MM, f"{g}_host{c}", p.buffer, in_words(p, first * n, ((rows * m * n, 1),), wc)))
         moves += _with_waits(ctx, grid.rounds, t, here)
     return moves
+
+
+def stored_access(ctx: Context, node) -> tuple[str, Access]:
+    """(host buffer, Access) of every word a host tensor lies in, its padding (`pad_to_block`) too."""
+    p = ctx.placement(base_name(node)[1])
+    return p.buffer, Access(p.offset, ((p.nwords, 1),))
 
 
 def _with_waits(ctx: Context, steps: int, t: int, here: list[Move]) -> list:
@@ -219,11 +225,11 @@ def _moves(ctx: Context, g: str, grid: Grid) -> list:
     every `rounds_between_waits` rounds."""
     call = grid.call
     a, b = call.src[:2]
-    big_k, big_n = a.shape[1], call.shape[1]
+    _, big_k, big_n = grid.sides   # padded (`pad_to_block`): the strides of A, B and C as they lie
     rows, cols = len(grid.rows), len(grid.cols)
     wa, wb, wc = (x.dtype.itemsize / 4 for x in (a, b, call))
-    a_buf, a_at = host_access(ctx, a)
-    b_buf, b_at = host_access(ctx, b)
+    a_buf, a_at = stored_access(ctx, a)
+    b_buf, b_at = stored_access(ctx, b)
     p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
     m, k, n = grid.m, grid.k, grid.n
     moves = []
@@ -362,7 +368,7 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     rows, cols = len(flow.rows), len(flow.cols)
     result = flow.calls[-1]
     p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is result))
-    ends = [(f"{g}_x{i}_{{c}}_mem", Direction.MM2S, node, *host_access(ctx, node)) for i, node in enumerate(flow.inputs)]
+    ends = [(f"{g}_x{i}_{{c}}_mem", Direction.MM2S, node, *stored_access(ctx, node)) for i, node in enumerate(flow.inputs)]
     ends.append((f"{g}_host{{c}}", Direction.S2MM, result, p.buffer, Access(p.offset, ())))
 
     def words(node) -> int:

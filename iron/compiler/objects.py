@@ -14,7 +14,7 @@ from iron.compiler.fuse import leading_call
 from iron.compiler.place import Layout, Site
 from iron.compiler.plan import Buffer, Imm, KernelStep, Output, Ptr, WordKind, WordRef
 from iron.compiler.route import Relay, Routes
-from iron.compiler.words import Access, WordTable, base_name, view_access, whole_access
+from iron.compiler.words import Access, WordTable, base_name, placement_access, view_access
 from iron.errors import PlacementError
 from iron.ir import (
     Node,
@@ -166,7 +166,9 @@ def host_access(ctx: Context, node: Node) -> tuple[str, Access]:
     """(host buffer, Access) of an input, a declared memory or a view of one."""
     base = node.src[0] if node.op == Op.VIEW else node
     p = ctx.placement(base_name(base)[1])
-    access = view_access(node, ctx.table) if node.op == Op.VIEW else whole_access(node)
+    if node.op != Op.VIEW:
+        return p.buffer, placement_access(p)
+    access = view_access(node, ctx.table, p.padded)
     return p.buffer, replace(access, offset=p.offset + access.offset)
 
 
@@ -298,8 +300,8 @@ def _host_uses(program: Program, call: Node) -> list[Output]:
 
 def _region(ctx: Context, call: Node, placement_name: str):
     p = ctx.placement(placement_name)
-    move = (p.buffer, Access(p.offset, ((p.nwords, 1),)))
-    return p.nwords * 4, call.dtype, p.shown or placement_name, move
+    move = (p.buffer, placement_access(p))
+    return move[1].nwords * 4, call.dtype, p.shown or placement_name, move
 
 
 def _buffer(ctx: Context, part: Part, call: Node, size: int) -> str:

@@ -23,11 +23,13 @@ from iron.compiler.fuse import (
     role,
     stored_matrix,
 )
+from iron.compiler.pad import PADS_ONLY, grid_sides, padded_nodes, stream_length
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.tiling import (
     MAX_BLOCK,
     Flow,
     Grid,
+    call_sides,
     choose_flow,
     choose_grid,
     core_room,
@@ -35,6 +37,7 @@ from iron.compiler.tiling import (
     row_streamable,
     rows_do_not_stream,
     streamable,
+    streamed_inputs,
     wants_grid,
 )
 from iron.errors import DoesNotFit, PlacementError
@@ -114,8 +117,10 @@ def snake_order(device) -> list[Tile]:
     return tiles
 
 
-def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
-    """Tiles for every group, and for the Emit on a full-ELF device when values are carried."""
+def place(program: Program, groups: tuple[Group, ...], device, placements: tuple = ()) -> Layout:
+    """Tiles for every group, and for the Emit on a full-ELF device when values are carried;
+    `placements`: the host placements, some padded by `pad_to_block`."""
+    padded = padded_nodes(program, placements)
     with_emit = bool(device.full_elf and program.carry)   # a segment but the last has no carry
     outside = outside_users(program, groups, with_emit)
     free = snake_order(device)
@@ -128,10 +133,11 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
     for number, group in enumerate(groups):
         spare = len(free) - (len(groups) - number - 1) - with_emit
         shim_in = device.n_cols * device.shim.dma_out_channels - (len(groups) - 1)   # one per other group
-        grid = tile_matmul_over_array(program, group, outside, free, (spare, shim_in), channels, device)
+        grid = tile_matmul_over_array(program, group, outside, free, (spare, shim_in), channels, device, padded)
         if grid is not None:
             free = [t for t in free if t not in grid.tiles]
             sites.append(Site(group, grid.tiles, grid=grid))
+            rules += padding_rule(program, group, grid.call, grid.padded, grid.tiles)
             rules.append(("tile_matmul_over_array", f"{group.name}: {grid.text()}"))
             if grid.expand is not None:
                 rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m))
@@ -140,11 +146,12 @@ def place(program: Program, groups: tuple[Group, ...], device) -> Layout:
         if on_device:
             rules.append(("tile_matmul_over_array", f"{group.name}: {on_device}"))
         rule, flow = next(((rule.__name__, flow) for rule in (stream_elementwise, stream_row_blocks)
-                           if (flow := rule(group, outside, free, (spare, shim_in), channels, device)) is not None),
-                          (None, None))
+                           if (flow := rule(group, outside, free, (spare, shim_in), channels, device, padded))
+                           is not None), (None, None))
         if flow is not None:
             free = [t for t in free if t not in flow.tiles]
             sites.append(Site(group, flow.tiles, flow=flow))
+            rules += padding_rule(program, group, flow.calls[-1], flow.padded and (flow.padded,), flow.tiles)
             rules.append((rule, f"{group.name}: {flow.text()}"))
             continue
         check_whole_words(program, group.calls, device)
@@ -272,7 +279,7 @@ def free_columns(free: list[Tile], device) -> list[int]:
 
 
 def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[int, int], channels,
-                       device) -> Flow | None:
+                       device, padded: dict) -> Flow | None:
     """A group of elementwise calls larger than SIZE_LIMIT whose last result only the host reads
     (and no other result anyone outside) is streamed in blocks over whole free columns of cores
     (iron/compiler/tiling.py chooses how), taking on each column's mem tile a channel in per
@@ -283,7 +290,11 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
     if outside.get(calls[-1], ()) != ("host",) or any(outside.get(c) for c in calls[:-1]):
         return None
     spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
-    flow = choose_flow(calls, free_columns(free, device), spare, device, shim_in)
+    length = stream_length(calls, streamed_inputs(calls)[0], padded)
+    if length is None:
+        return None
+    flow = choose_flow(calls, free_columns(free, device), spare, device, shim_in,
+                       padded=None if length == calls[-1].size else length)
     if flow is None:
         return None
     rows, inputs = len(flow.rows), len(flow.inputs)
@@ -291,12 +302,14 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
 
 
 def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int, int], channels,
-                      device) -> Flow | None:
+                      device, padded: dict) -> Flow | None:
     """A row reduction over a batch of rows larger than SIZE_LIMIT whose result only the host
     reads is streamed in blocks of whole rows over whole free columns of cores, as
     `stream_elementwise` streams elementwise calls (iron/compiler/tiling.py chooses how)."""
     calls = group.calls
     if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or outside.get(calls[0], ()) != ("host",):
+        return None
+    if any(n in padded for n in (*external_inputs(calls), calls[0])):
         return None
     spare, shim_in = limits
     flow = choose_flow(calls, free_columns(free, device), spare, device, shim_in, width=calls[0].src[0].shape[1])
@@ -306,7 +319,7 @@ def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int
 
 
 def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], limits: tuple[int, int],
-                           channels, device) -> Grid | None:
+                           channels, device, padded: dict) -> Grid | None:
     """A group that is one large MatMul or MatVec whose result only the host reads runs over a
     grid of whole free columns of cores (iron/compiler/tiling.py chooses it), taking per grid
     column a mem tile's channels for B's blocks (a MatVec: the split of its rows) and the C
@@ -317,8 +330,12 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
         return None
     if expand is not None and outside.get(expand):
         return None
+    sides = grid_sides(call, padded)
+    if sides is None:
+        return None
     spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
-    grid = choose_grid(call, free_columns(free, device), spare, device, shim_in, expand)
+    grid = choose_grid(call, free_columns(free, device), spare, device, shim_in, expand,
+                       None if sides == call_sides(call) else sides)
     if grid is None:
         check_some_grid(program, call, device)
         return None
@@ -328,6 +345,24 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
     c_mems = tuple(channels.take(col, 1 + rows, 2) for col in grid.cols)
     a_mems = tuple(channels.take(grid.cols[r % len(grid.cols)], 1, 1) for r in range(rows))
     return replace(grid, a_mems=a_mems, c_mems=c_mems)
+
+
+def padding_rule(program: Program, group: Group, call: Node, padded: tuple | None, tiles) -> list[tuple[str, str]]:
+    """`pad_to_block`'s decision as describe() shows it, when it padded the group's tensors."""
+    if not padded:
+        return []
+    label = call_label(program, call)
+    if len(padded) == 1:
+        return [("pad_to_block", f"{group.name}: {label} over {call.size} elements streams padded with zeros to "
+                                 f"{padded[0]} elements (the inputs and the result lie so in DDR, the host writes and "
+                                 f"reads the first {call.size}) over {len(tiles)} tiles")]
+    names = ("M", "K") if len(call.shape) == 1 else ("M", "K", "N")
+    sides = ", ".join(f"{name} {side} -> {to}" for name, side, to in zip(names, call_sides(call), padded) if side != to)
+    k_padded = call_sides(call)[1] != padded[1]
+    return [("pad_to_block", f"{group.name}: {label} padded with zeros ({sides}) over {len(tiles)} tiles: A, B and "
+                             "the result lie so in DDR, the host writes and reads the user's region"
+                             + "; K's padding is zeros in both operands" * k_padded
+                             + "; the result's padding is never read")]
 
 
 def read_on_device(group: Group, outside) -> str:
@@ -365,8 +400,8 @@ def check_some_grid(program: Program, call: Node, device) -> None:
         f"and the result take {held} bytes, more than a compute tile's {room}, and tile_matmul_over_array finds "
         f"no grid of cores for it even on the whole {device.name}: its blocks divide their sides (at most "
         f"{MAX_BLOCK} elements, no padding or remainder block) and must fit a core and move in one DMA op "
-        f"each, and the largest dividing blocks are {largest}. Pad the matrices with zeros to sides with "
-        f"larger divisors ({padded}), or cut the call into several."
+        f"each, and the largest dividing blocks are {largest}; pad_to_block did not pad it ({PADS_ONLY}). Pad the "
+        f"matrices with zeros to sides with larger divisors ({padded}), or cut the call into several."
     )
 
 
@@ -384,8 +419,8 @@ def check_whole_words(program: Program, calls, device) -> None:
         f"{program.name}: {', '.join(call_label(program, c) for c in calls)} over {size} "
         f"{calls[-1].dtype.name} elements take {held_bytes(list(calls))} bytes, more than a compute tile's {room}, "
         f"and stream_elementwise cuts them into blocks that divide {size} and hold whole 32-bit words ({per_word} "
-        f"elements each), of which {size} has none. Pad the tensors to {-(-size // per_word) * per_word} "
-        "elements, or cut the calls in two."
+        f"elements each), of which {size} has none, and pad_to_block did not pad them ({PADS_ONLY}). Pad the "
+        f"tensors to {-(-size // per_word) * per_word} elements, or cut the calls in two."
     )
 
 

@@ -112,7 +112,9 @@ class HostBuffer:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where one host-visible tensor lives: `buffer` at word `offset`, C-contiguous."""
+    """Where one host-visible tensor lives: `buffer` at word `offset`, C-contiguous; `padded`:
+    the larger shape it lies in when `pad_to_block` pads it (the user's region its first rows
+    and columns, the rest zeros the device reads and the host never sees)."""
 
     name: str             # user's name: weight/param/state name, input name, "out0", "carry.node"
     kind: PlacementKind
@@ -121,10 +123,16 @@ class Placement:
     shape: tuple[int, ...]
     dtype: np.dtype
     shown: str | None = None   # what texts call it, when not `name`: what a segment's output stands for
+    padded: tuple[int, ...] | None = None
+
+    @property
+    def stored(self) -> tuple[int, ...]:
+        """The shape it lies in: `padded`, or its own."""
+        return self.padded or self.shape
 
     @property
     def nwords(self) -> int:
-        return -(-math.prod(self.shape) * self.dtype.itemsize // 4)   # math.prod: called for every DMA planned
+        return -(-math.prod(self.stored) * self.dtype.itemsize // 4)   # math.prod: called for every DMA planned
 
 
 @dataclass(frozen=True)

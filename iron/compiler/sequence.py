@@ -10,7 +10,7 @@ from functools import cache
 from iron.compiler.objects import Context, Part, host_access
 from iron.compiler.place import Site
 from iron.compiler.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
-from iron.compiler.words import Access
+from iron.compiler.words import Access, placement_access
 from iron.ir import destination, state_of, tensor_inputs
 
 
@@ -40,7 +40,7 @@ def group_moves(ctx: Context, site: Site, parts: list[Part]) -> list[Move]:
     if parts[0].split and "host" in ctx.layout.users.get(last, ()):
         index = next(i for i, n in enumerate(ctx.program.outputs) if n is last)
         p = ctx.placement(f"out{index}")
-        moves.append(Move(Direction.S2MM, ctx.results[last][0], p.buffer, Access(p.offset, ((p.nwords, 1),))))
+        moves.append(Move(Direction.S2MM, ctx.results[last][0], p.buffer, placement_access(p)))
     return moves
 
 

@@ -68,6 +68,12 @@ class Grid(OnCores):
     c_mems: tuple[Tile, ...] = ()
     expand: Node | None = None
     fewer: str = ""   # why not more cores, when fewer than were free (`why_not_more`)
+    padded: tuple[int, int, int] | None = None   # (M, K, N) as `pad_to_block` padded them
+
+    @property
+    def sides(self) -> tuple[int, int, int]:
+        """(M, K, N) as the grid computes them (N = 1 for a MatVec): padded, or the call's."""
+        return self.padded or call_sides(self.call)
 
     @property
     def matrix(self) -> Node:
@@ -90,7 +96,7 @@ class Grid(OnCores):
         """Every core owns its own rows of A and C, B's k-blocks (a MatVec's vector) going to
         every core and no column blocks: a MatVec, or a MatMul whose N is not whole words
         (`whole_rows_when_not_words`)."""
-        return self.vector or n_not_words(self.call)
+        return self.vector or n_not_words(self.call, self.sides[2])
 
     @property
     def cores(self) -> int:
@@ -99,16 +105,16 @@ class Grid(OnCores):
     @property
     def rounds(self) -> int:
         """Row-block rounds: how many output block rows each core computes."""
-        return self.call.shape[0] // (self.m * (self.cores if self.own_rows else len(self.rows)))
+        return self.sides[0] // (self.m * (self.cores if self.own_rows else len(self.rows)))
 
     @property
     def per_round(self) -> int:
         """Output blocks each core computes per round (one per column block it owns)."""
-        return 1 if self.own_rows else self.call.shape[1] // (self.n * len(self.cols))
+        return 1 if self.own_rows else self.sides[2] // (self.n * len(self.cols))
 
     @property
     def k_blocks(self) -> int:
-        return self.call.src[0].shape[1] // self.k
+        return self.sides[1] // self.k
 
     def text(self) -> str:
         (big_m, big_k) = self.call.src[0].shape
@@ -124,14 +130,16 @@ class Grid(OnCores):
                 f"({calls} kernel calls per core), summed in {self.acc.name}"
                 + (f"; not more cores: {self.fewer}" if self.fewer else ""))
 
-
     def padding(self) -> str:
         """The stated rule for sides that are not whole words."""
-        if self.vector or unaligned(self.call) is None:
+        if self.padded is not None:
+            pm, pk, pn = self.padded
+            return f"pad_to_block: padded with zeros to M = {pm}, K = {pk}" + f", N = {pn}" * (not self.vector)
+        why = unaligned(self.call, self.sides)
+        if self.vector or why is None:
             return "each divides its side: no padding"
         owned = ", each core its own rows of A and C, B's k-blocks to every core" * self.own_rows
-        return (f"{unaligned(self.call).split(':')[0]}: blocks take whole rows, contiguous and whole words{owned}, "
-                "no padding")
+        return f"{why.split(':')[0]}: blocks take whole rows, contiguous and whole words{owned}, no padding"
 
 
 def core_room(device) -> int:
@@ -177,10 +185,16 @@ def wants_grid(call: Node, users: tuple[str, ...], expand: Node | None = None) -
     return nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
 
 
-def unaligned(call: Node) -> str | None:
-    """Why no block of a MatMul holds whole 32-bit words, which is all a DMA moves: its K (A's
+def call_sides(call: Node) -> tuple[int, int, int]:
+    """(M, K, N) of a MatMul (M, K) x (K, N), or of a MatVec (M, K) x (K,) with N = 1."""
+    (big_m, big_k), vector = call.src[0].shape, len(call.shape) == 1
+    return big_m, big_k, 1 if vector else call.shape[1]
+
+
+def unaligned(call: Node, sides: tuple[int, int, int]) -> str | None:
+    """Why no block of a MatMul of `sides` holds whole 32-bit words, which is all a DMA moves: its K (A's
     rows) or its N (B's and C's rows) is not a multiple of the elements in a word; else None."""
-    (_, big_k), big_n = call.src[0].shape, call.shape[1]
+    _, big_k, big_n = sides
     a, out = call.src[0].dtype, call.dtype
     need_k, need_n = 4 // min(4, a.itemsize), 4 // min(4, min(a.itemsize, out.itemsize))
     if big_k % need_k:
@@ -191,9 +205,9 @@ def unaligned(call: Node) -> str | None:
     return None
 
 
-def n_not_words(call: Node) -> bool:
-    """Whether a MatMul's rows of B or C are not whole 32-bit words."""
-    return len(call.shape) == 2 and call.shape[1] * min(call.src[1].dtype.itemsize, call.dtype.itemsize) % 4 != 0
+def n_not_words(call: Node, big_n: int) -> bool:
+    """Whether a MatMul's rows of B or C, `big_n` elements, are not whole 32-bit words."""
+    return len(call.shape) == 2 and big_n * min(call.src[1].dtype.itemsize, call.dtype.itemsize) % 4 != 0
 
 
 def divisors(n: int, word_elements: int) -> list[int]:
@@ -202,7 +216,7 @@ def divisors(n: int, word_elements: int) -> list[int]:
 
 
 def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in: int,
-                expand: Node | None = None) -> Grid | None:
+                expand: Node | None = None, padded: tuple[int, int, int] | None = None) -> Grid | None:
     """`tile_matmul_over_array`: the grid using the most rows of cores that divide M and the
     most free whole columns that divide N (a MatVec: whose cores divide M), within `spare`
     tiles and `shim_in` shim MM2S channels (one per grid row and column; a MatVec one per column
@@ -211,9 +225,11 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
     moves are one Dma op per round (`_one_dma_per_move`), those of the fewest kernel calls per
     core (then the largest m x n). A MatVec whose matrix a fused expansion makes takes whole
     rows (k = K): an expansion's row is not cut. None when no block holds whole words (say an
-    odd N in bfloat16). A grid of fewer cores than were free says why (`why_not_more`)."""
-    (big_m, big_k), vector = call.src[0].shape, len(call.shape) == 1
-    big_n, own = 1 if vector else call.shape[1], vector or n_not_words(call)
+    odd N in bfloat16). A grid of fewer cores than were free says why (`why_not_more`). `padded`:
+    the sides `pad_to_block` padded the call to, which the grid computes instead of its own."""
+    big_m, big_k, big_n = sides = padded or call_sides(call)
+    vector = len(call.shape) == 1
+    own = vector or n_not_words(call, big_n)
     acc = accumulates_in(call)
     room = core_room(device)
     in_words, out_words = 4 // min(4, call.src[0].dtype.itemsize), 4 // min(4, call.dtype.itemsize)
@@ -231,15 +247,15 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
                                      big_m // (rows * ncols), big_k, 1, acc, room, one_op, expand)
             elif vector:
                 best = _best_blocks(call, big_m // (rows * ncols), big_k, 1, in_words, 1, acc, room, one_op, out_words)
-            elif unaligned(call) is not None:
-                best = _whole_row_blocks(call, big_m // (rows * ncols if own else rows), ncols, acc, room, one_op)
+            elif unaligned(call, sides) is not None:
+                best = _whole_row_blocks(call, sides, big_m // (rows * ncols if own else rows), ncols, acc, room, one_op)
             else:
                 best = _best_blocks(call, big_m // rows, big_k, big_n // ncols, in_words,
                                     max(in_words, out_words), acc, room, one_op)
             if best is not None:
                 m, k, n = best
                 grid = Grid(call, tuple(device.compute_rows[:rows]), tuple(full_columns[:ncols]), m, k, n, acc,
-                            expand=expand)
+                            expand=expand, padded=padded)
                 return replace(grid, fewer=why_not_more(grid, len(device.compute_rows), len(full_columns),
                                                         spare, shim_in))
     return None
@@ -247,14 +263,13 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
 
 def why_not_more(grid: Grid, most_rows: int, most_cols: int, spare: int, shim_in: int) -> str:
     """Why a grid has fewer cores than were free, so the rule never takes fewer silently: no
-    larger grid divides the sides (blocks divide their sides: there is no padding or remainder
-    block), or what stops each larger one that does (`_what_stops`). "" when the grid took every
+    larger grid divides the sides (blocks divide their sides, padded or not: there is no
+    remainder block), or what stops each larger one that does (`_what_stops`). "" when the grid took every
     free core."""
-    call, cores, free = grid.call, grid.cores, min(most_rows * most_cols, spare)
+    cores, free = grid.cores, min(most_rows * most_cols, spare)
     if cores >= free:
         return ""
-    big_m = call.src[0].shape[0]
-    big_n = 1 if grid.vector else call.shape[1]
+    big_m, _, big_n = grid.sides
     if grid.own_rows:
         side = f"cores dividing M = {big_m} (each core its own rows)"
         larger = [(r, c) for r in range(1, most_rows + 1) for c in range(1, most_cols + 1)
@@ -265,7 +280,7 @@ def why_not_more(grid: Grid, most_rows: int, most_cols: int, spare: int, shim_in
                   if r * c > cores and big_m % r == 0 and big_n % c == 0]
     if not larger:
         return (f"no grid of more than {cores} of the {free} free cores has {side}, and blocks divide their "
-                "sides (there is no padding or remainder block)")
+                "sides (no remainder block; padded only as pad_to_block says)")
     return f"the larger grids with {side} do not fit: " + "; ".join(
         f"{r} x {c} {_what_stops(r, c, grid.own_rows, spare, shim_in)}" for r, c in larger)
 
@@ -295,7 +310,7 @@ def _one_dma_per_move(device, rows: int, cols: int, own_rows: bool, big_k: int, 
     return fits
 
 
-def _whole_row_blocks(call, per_row, cols, acc, room, one_op):
+def _whole_row_blocks(call, sides, per_row, cols, acc, room, one_op):
     """`whole_rows_when_not_words`: a MatMul whose K (A's rows) or N (B's and C's rows) is not
     whole 32-bit words is not cut along that side: its blocks take whole rows, k = K or n = N,
     and enough of them (m, or k for B) that each block is whole words and contiguous, which a
@@ -303,7 +318,7 @@ def _whole_row_blocks(call, per_row, cols, acc, room, one_op):
     column owns its own rows of A and C (`per_row` each) and B's k-blocks go to every core. Any
     K or N whose blocks fit a core's memory takes the whole grid (a run longer than a BD
     dimension is cut into several Dma ops). No padding, and the host layout unchanged."""
-    (_, big_k), big_n = call.src[0].shape, call.shape[1]
+    _, big_k, big_n = sides
     a, b, out = (x.dtype.itemsize for x in (call.src[0], call.src[1], call))
     whole_k, whole_n = big_k * a % 4 != 0, big_n * min(b, out) % 4 != 0
     ks = [big_k] if whole_k else divisors(big_k, 4 // min(4, a))
@@ -353,10 +368,16 @@ class Flow(OnCores):
     width: int = 1
     shared: tuple[Node, ...] = ()
     objects: int = 2   # of each FIFO on a core: 1 when one row fills the tile
+    padded: int | None = None   # the elements `pad_to_block` padded the tensors to
+
+    @property
+    def size(self) -> int:
+        """The elements each input streams: padded, or its own."""
+        return self.padded or self.inputs[0].size
 
     @property
     def rounds(self) -> int:
-        return self.inputs[0].size // (self.block * len(self.tiles))
+        return self.size // (self.block * len(self.tiles))
 
     @property
     def per_call(self) -> tuple[tuple[Node, str, Node], ...]:
@@ -387,7 +408,8 @@ class Flow(OnCores):
             single = ", one object of each FIFO (a row fills the tile: no overlap)" * (self.objects == 1)
             return (f"{names} over {self.inputs[0].size // self.width} rows of {self.width} elements streamed in "
                     f"row-blocks of {self.block // self.width} rows {where}{words}{single}")
-        return f"{names} over {self.calls[-1].size} elements streamed in blocks of {self.block} {where}"
+        padding = f" (pad_to_block: padded with zeros to {self.padded})" * (self.padded is not None)
+        return f"{names} over {self.calls[-1].size} elements{padding} streamed in blocks of {self.block} {where}"
 
 
 def streamable(calls) -> bool:
@@ -451,7 +473,8 @@ def streamed_inputs(calls) -> tuple[list[Node], list[Node]]:
     return [n for n in inputs if n.size == inputs[0].size], [n for n in inputs if n.size != inputs[0].size]
 
 
-def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int, width: int = 1) -> Flow | None:
+def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int, width: int = 1,
+                padded: int | None = None) -> Flow | None:
     """`stream_elementwise` (and `stream_row_blocks`, in blocks of whole rows of `width`
     elements): on the most free whole columns (within `spare` tiles and `shim_in`
     shim MM2S channels, one per input and column) and the most
@@ -460,9 +483,9 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     the most elements (at most FLOW_BLOCK) that divide each core's share, hold whole 32-bit
     words and fit a core's memory (flow_bytes) with two objects of each FIFO, or one object
     each (no overlap of moves and work) when a block of one row fits only so. None when no block
-    does."""
+    does. `padded`: the elements `pad_to_block` padded the tensors to, streamed instead of theirs."""
     inputs, shared = streamed_inputs(calls)
-    size, per_result = inputs[0].size, calls[-1].size / inputs[0].size
+    size, per_result = padded or inputs[0].size, calls[-1].size / inputs[0].size
     shim_in -= len(shared) + any(dynamic_attrs(c) for c in calls)   # each shared row, the words: to every core
     mem = device.mem
 
@@ -483,5 +506,5 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
             if blocks:
                 return Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]),
                             tuple(full_columns[:ncols]), blocks[0], width=width, shared=tuple(shared),
-                            objects=objects)
+                            objects=objects, padded=padded)
     return None

@@ -117,9 +117,21 @@ class Access:
         return int(np.prod([size for size, _ in self.dims], dtype=np.int64))
 
 
-def whole_access(node: Node) -> Access:
-    """An input or a whole declared memory: its words, contiguous from its placement."""
-    return Access(0, ((nwords(node.size, node.dtype), 1),))
+def placement_access(p) -> Access:
+    """The words of placement `p`'s tensor, from its offset: contiguous, or, where `pad_to_block`
+    widened its rows, each row at the padded row's stride (a reader or writer other than the
+    padded grid or flow never touches the padding, so it stays zeros)."""
+    whole = Access(p.offset, ((nwords(int(np.prod(p.shape)), p.dtype), 1),))
+    if p.padded is None or p.padded[1:] == p.shape[1:]:
+        return whole
+    (rows, width), stride = p.shape, p.padded[1] * p.dtype.itemsize
+    if width * p.dtype.itemsize % 4:
+        raise PlacementError(
+            f"{p.shown or p.name} lies padded to {p.padded} and its rows of {width} {dtypes.name(p.dtype)} "
+            "elements are not whole 32-bit words, so only the grid it was padded for can move it: keep it for "
+            "that one call, or give it rows of whole words."
+        )
+    return Access(p.offset, ((rows, stride // 4), (width * p.dtype.itemsize // 4, 1)))
 
 
 def nwords(elements: int, dtype: np.dtype) -> int:
@@ -131,10 +143,13 @@ def base_name(node: Node) -> tuple[str, str]:
     return ("input", node.arg[0]) if node.op == Op.INPUT else node.arg
 
 
-def view_access(view: Node, table: WordTable) -> Access:
-    """The words of VIEW `view` within its base's placement (a declared memory or an input);
-    its dynamic indices become bounded "dma" words summed into one patch word."""
+def view_access(view: Node, table: WordTable, padded: tuple[int, ...] | None = None) -> Access:
+    """The words of VIEW `view` within its base's placement (a declared memory or an input),
+    which lies in shape `padded` when `pad_to_block` padded it; its dynamic indices become
+    bounded "dma" words summed into one patch word."""
     memory, shape = view.src[0], frame(view)
+    if padded is not None:
+        shape = _padded_frame(view, padded)
     itemsize = memory.dtype.itemsize
     strides = [itemsize * int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
     static, kept, terms = 0, [], []
@@ -150,6 +165,17 @@ def view_access(view: Node, table: WordTable) -> Access:
     dims = _word_dims(view, static, _merged(kept), itemsize)
     patch = table.offset(terms) if terms else None
     return Access(static // 4, dims, patch)
+
+
+def _padded_frame(view: Node, padded: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape a view of a padded tensor indexes: the padded one, the view's axes its own."""
+    if frame(view) != view.src[0].shape:
+        kind, name = base_name(view.src[0])
+        raise PlacementError(
+            f"{describe(view)} reshapes {kind} '{name}', which lies padded to {padded} in host memory "
+            "(pad_to_block): index it in its own shape, or reshape a copy of it."
+        )
+    return padded
 
 
 def _merged(kept: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:

@@ -159,3 +159,40 @@ def example(graph) -> dict[str, np.ndarray]:
 def trace(graph):
     """The Program of a design's example call."""
     return graph.trace(**{name: (a.shape, a.dtype) for name, a in example(graph).items()})
+
+
+# ---- large calls over the array (tests/compiler/test_tiling.py, test_pad.py) ----------------------
+
+class Product(iron.Graph):
+    """C = A @ B for an input A and a weight B; `out` names the result's dtype."""
+
+    def __init__(self, b, out=None):
+        self.b = iron.weight(b)
+        self.out = out
+
+    def body(self, a):
+        return MatMul.step(a, self.b, dtype=self.out)
+
+
+def operands(m, k, n, dtype, seed=0):
+    """A (m, k) and B (k, n) of `dtype`: int8-range integers, or standard normal floats."""
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind in "iu":
+        return (rng.integers(-128, 128, (m, k)).astype(dtype), rng.integers(-128, 128, (k, n)).astype(dtype))
+    return rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+
+
+class Projection(iron.Graph):
+    """y = W @ x for a weight W; `out` names the result's dtype."""
+
+    def __init__(self, w, out=None):
+        self.w = iron.weight(w)
+        self.out = out
+
+    def body(self, x):
+        return MatVec.step(self.w, x, dtype=self.out)
+
+
+class Sum(iron.Graph):
+    def body(self, x, y):
+        return Add.step(x, y)

@@ -19,28 +19,11 @@ from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import Dma, TileKind, Wait
 from iron.errors import DoesNotFit
 from iron.kernels import Add, MatMul, MatVec, RMSNorm, Scale, SiLU, Softmax
+from tests.compiler.designs import Product, Projection, Sum, operands
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}
 BF16 = {"rtol": 2e-2, "atol": 2e-2}
 BF16_DTYPE = iron.bfloat16
-
-
-class Product(iron.Graph):
-    """C = A @ B for an input A and a weight B; `out` names the result's dtype."""
-
-    def __init__(self, b, out=None):
-        self.b = iron.weight(b)
-        self.out = out
-
-    def body(self, a):
-        return MatMul.step(a, self.b, dtype=self.out)
-
-
-def operands(m, k, n, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    if np.dtype(dtype).kind in "iu":
-        return (rng.integers(-128, 128, (m, k)).astype(dtype), rng.integers(-128, 128, (k, n)).astype(dtype))
-    return rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
 
 
 def compiled(m, k, n, dtype, out=None, device="npu2"):
@@ -126,59 +109,50 @@ def test_matmul_on_npu1_uses_its_16_tiles():
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
 
+class Square(iron.Graph):
+    """C = A @ A: A read twice, so `pad_to_block` does not pad it."""
+
+    def body(self, a):
+        return MatMul.step(a, a)
+
+
 def test_a_grid_short_of_the_free_cores_says_why_no_larger_grid_divides():
-    """Blocks divide their sides (no padding), so 300 x 300 takes 4 x 6 cores and a prime M takes
-    one core; describe() says so rather than taking fewer silently."""
-    graph, body, a = compiled(300, 300, 300, np.float32)
+    """Blocks divide their sides, so an unpadded 300 x 300 takes 4 x 6 cores; describe() says so
+    rather than taking fewer silently."""
+    a = operands(300, 300, 300, np.float32)[0]
+    graph = Square()
+    body = graph.compile(a=a, device=from_name("npu2"))
+    assert rule(body.plan, "pad_to_block") == []
     assert rule(body.plan, "tile_matmul_over_array")[0].endswith(
         "summed in float32; not more cores: no grid of more than 24 of the 32 free cores has rows of cores "
-        "dividing M = 300 and columns dividing N = 300, and blocks divide their sides (there is no padding "
-        "or remainder block)")
+        "dividing M = 300 and columns dividing N = 300, and blocks divide their sides (no remainder block; "
+        "padded only as pad_to_block says)")
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
-    w = np.random.default_rng(2).standard_normal((4099, 40)).astype(np.float32)
-    assert rule(Projection(w).compile(x=((40,), np.float32), device=from_name("npu1")).plan,
-                "tile_matmul_over_array") == [
-        "g0: MatVec (4099, 40) x (40,) float32 -> float32 over 1 tiles (1 rows x 1 columns of cores): blocks m=1 "
-        "k=40 n=1 (each divides its side: no padding), 4099 output blocks per core, 1 k-blocks each (4099 kernel "
-        "calls per core), summed in float32; not more cores: no grid of more than 1 of the 16 free cores has "
-        "cores dividing M = 4099 (each core its own rows), and blocks divide their sides (there is no padding "
-        "or remainder block)"]
 
 
 @pytest.mark.parametrize("device", ["npu2", "npu1"])
-def test_a_matmul_with_no_dividing_blocks_does_not_fit_naming_the_call_and_the_padding(device, tmp_path, monkeypatch):
+def test_a_matmul_with_no_dividing_blocks_pad_to_block_does_not_pad_does_not_fit(device, tmp_path, monkeypatch):
     """509 is prime: no block of it but 1 divides it, which cannot move in one DMA op per round,
-    and B and C do not fit one tile: DoesNotFit before any tile's buffers are counted, nothing
-    cached; padded to 512 the same product tiles over the array."""
+    and B and C do not fit one tile; A read twice is not padded: DoesNotFit before any tile's
+    buffers are counted, naming the call and the padding, nothing cached."""
     monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(DoesNotFit) as err:
-        compiled(509, 509, 509, np.float32, device=device)
+        Square().compile(a=((509, 509), np.float32), device=from_name(device))
     assert str(err.value) == (
-        "Product: MatMul#0 (509, 509) x (509, 509) float32: B and the result take 2072648 bytes, more than a "
+        "Square: MatMul#0 (509, 509) x (509, 509) float32: B and the result take 2072648 bytes, more than a "
         f"compute tile's 64512, and tile_matmul_over_array finds no grid of cores for it even on the whole {device}: "
         "its blocks divide their sides (at most 256 elements, no padding or remainder block) and must fit a core "
-        "and move in one DMA op each, and the largest dividing blocks are M = 509: 1, K = 509: 1, N = 509: 1. Pad "
-        "the matrices with zeros to sides with larger divisors (M = 512, K = 512, N = 512), or cut the call into "
-        "several.")
+        "and move in one DMA op each, and the largest dividing blocks are M = 509: 1, K = 509: 1, N = 509: 1; "
+        "pad_to_block did not pad it (it pads only inputs, weights, params and values crossing a segment cut "
+        "that the padded calls alone read, and results read only as the user's region). Pad the matrices with "
+        "zeros to sides with larger divisors (M = 512, K = 512, N = 512), or cut the call into several.")
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
-    assert rule(compiled(512, 512, 512, np.float32, device=device)[1].plan, "tile_matmul_over_array")
 
 
 def test_small_matmul_stays_on_one_tile():
     _, body, _ = compiled(16, 16, 16, np.float32)
     assert rule(body.plan, "tile_matmul_over_array") == []
     assert len(compute_tiles(body.plan)) == 1
-
-
-class Projection(iron.Graph):
-    """y = W @ x for a weight W; `out` names the result's dtype."""
-
-    def __init__(self, w, out=None):
-        self.w = iron.weight(w)
-        self.out = out
-
-    def body(self, x):
-        return MatVec.step(self.w, x, dtype=self.out)
 
 
 def test_matvec_4096_over_32_tiles_equals_reference():
@@ -247,9 +221,7 @@ def test_a_matvec_a_mem_tile_split_handles_keeps_that_rule():
 
 # ---- stream_elementwise and rows too wide ----------------------------------------------------------
 
-class Sum(iron.Graph):
-    def body(self, x, y):
-        return Add.step(x, y)
+
 
 
 class Swish(iron.Graph):
@@ -337,26 +309,6 @@ def test_a_huge_stream_moves_runs_of_rounds_per_dma_op_waiting_every_four_runs()
     assert [(kind, len(list(run))) for kind, run in groupby(kinds)] == [
         ("dma", 96), ("wait", 24), ("dma", 96), ("wait", 24), ("dma", 96), ("wait", 24), ("dma", 96), ("wait", 8)]
     assert [o.fifo for o in ops[-8:]] == [f"g0_host{c}" for c in range(8)]
-
-
-@pytest.mark.parametrize("dtype, per_word, padded", [(BF16_DTYPE, 2, 100002), (np.int8, 4, 100004)])
-def test_elementwise_calls_whose_size_has_no_block_of_whole_words_do_not_fit_naming_the_padding(
-        dtype, per_word, padded, tmp_path, monkeypatch):
-    """A DMA moves whole 32-bit words, so 100001 bfloat16 or int8 elements have no block to stream
-    in: DoesNotFit naming the call and the padding, nothing cached; padded, the same call streams."""
-    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
-    spec = ((100001,), dtype)
-    with pytest.raises(DoesNotFit) as err:
-        Sum().compile(x=spec, y=spec, device=from_name("npu2"))
-    size = np.dtype(dtype).itemsize
-    assert str(err.value) == (
-        f"Sum: Add#0 over 100001 {np.dtype(dtype).name} elements take {3 * 100001 * size} bytes, more than a "
-        "compute tile's 64512, and stream_elementwise cuts them into blocks that divide 100001 and hold whole "
-        f"32-bit words ({per_word} elements each), of which 100001 has none. Pad the tensors to {padded} "
-        "elements, or cut the calls in two.")
-    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
-    spec = ((padded,), dtype)
-    assert rule(Sum().compile(x=spec, y=spec, device=from_name("npu2")).plan, "stream_elementwise")
 
 
 def test_a_small_elementwise_call_is_not_streamed():
@@ -526,7 +478,7 @@ class Beside(iron.Graph):
 @pytest.mark.parametrize("device, grid, why", [
     ("npu2", "16 tiles (4 rows x 4 columns",
      "no grid of more than 16 of the 28 free cores has rows of cores dividing M = 256 and columns dividing N = 256, "
-     "and blocks divide their sides (there is no padding or remainder block)"),
+     "and blocks divide their sides (no remainder block; padded only as pad_to_block says)"),
     ("npu2_2col", "1 tiles (1 rows x 1 columns",
      "the larger grids with rows of cores dividing M = 256 and columns dividing N = 256 do not fit: 2 x 1 needs "
      "3 shim MM2S channels, the other groups leave 2; 4 x 1 needs 5 shim MM2S channels, the other groups leave 2")])

@@ -1,0 +1,209 @@
+"""`pad_to_block`: a large MatMul or MatVec whose sides have no good whole blocks, or elementwise
+calls streamed over a length with none, compute on sides padded with zeros, so the tiling rules
+(tiling.py) find a grid of many cores and whole blocks. The compiler owns the padded layout: a
+padded tensor's Placement lies in the larger shape, the user's region in its first rows and
+columns (allocate.py, segment.py); the runtime writes and reads only that region, and the
+padding is the zeros the buffer is made with. A MatMul's K padding is zeros in both operands
+(0 times anything else could be NaN); its M and N padding give results the host never sees.
+Only tensors no kernel writes and only the padded call reads are padded (inputs, weights,
+params, values crossing a segment cut into the compiler's DDR), and results read only as the
+user's region (by the host, or across a segment cut), so no padding a kernel writes is ever
+read as padding. Decided once per design, before
+placement, from the Program and its groups, so every segment sees the same layout."""
+from __future__ import annotations
+
+from itertools import product
+
+from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
+from iron.compiler.tiling import (
+    TILED_BYTES,
+    VECTOR_TILED_BYTES,
+    call_sides,
+    choose_flow,
+    choose_grid,
+    streamable,
+)
+from iron.ir import Node, Op, Program, nbytes
+from iron.kernels.base import Role
+
+ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
+K_QUANTUM = 32      # K is padded to a multiple of this many elements
+FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
+PADS_ONLY = ("it pads only inputs, weights, params and values crossing a segment cut that the padded calls alone "
+             "read, and results read only as the user's region")
+FEW_CALLS = 64      # kernel calls per core a grid's own sides may take before fewer are worth padding for
+
+
+def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[Node, tuple[int, ...]]:
+    """The shape each tensor `pad_to_block` pads lies in: for each group that is one MatMul or
+    MatVec (`pad_matrix`) or elementwise calls that stream (`pad_stream`), the padding that gives
+    its grid on the whole device more cores than its own sides, or as many with fewer kernel
+    calls per core where its own take more than FEW_CALLS (a few calls more are not worth the
+    larger buffers); a tensor another padding took already is not padded again."""
+    readers = _readers(program, groups)
+    padded: dict[Node, tuple[int, ...]] = {}
+    for group in groups:
+        chosen = pad_matrix(group, readers, device) or pad_stream(group, readers, device)
+        if not any(n in padded for n in chosen):
+            padded |= chosen
+    return padded
+
+
+def _readers(program: Program, groups: tuple[Group, ...]) -> dict[Node, list]:
+    """Who reads each tensor: calls, "view" (a view of it is read), "host" (an output), "carry"."""
+    found: dict[Node, list] = {}
+    for group in groups:
+        for call in group.calls:
+            for node in call.src:
+                if node.op == Op.VIEW:
+                    found.setdefault(node.src[0], []).append("view")
+                found.setdefault(node, []).append(call)
+    for node in program.outputs:
+        found.setdefault(node, []).append("host")
+    for _, value in program.carry:
+        for node in value.src:
+            found.setdefault(node, []).append("carry")
+    return found
+
+
+def paddable(node: Node, calls: tuple[Node, ...], readers: dict) -> bool:
+    """A tensor only `calls` read that no kernel writes: an input, a weight, a param, or another
+    group's result (in DDR only when a segment cut lies between them) but a matrix call's, with
+    rows of whole words (its producer writes the user's region row by row)."""
+    if not readers.get(node) or any(r not in calls for r in readers[node]):
+        return False
+    if node.op == Op.CALL:
+        return node.arg.kernel.role is not Role.MATRIX and node.shape[-1] * node.dtype.itemsize % 4 == 0
+    return node.op == Op.INPUT or (node.op == Op.MEMORY and node.arg[0] in ("weight", "param"))
+
+
+def shown(call: Node, readers: dict) -> bool:
+    """Whether a padded result's padding, which its kernel writes, is never read as padding: the
+    host reads it at most once (its region), and any other reader is a later group's call, which
+    reads it in DDR only across a segment cut, its region (words.placement_access), never as an
+    operand padded in its own right (`paddable` takes no matrix call's result)."""
+    users = readers.get(call, [])
+    return bool(users) and users.count("host") <= 1 and "carry" not in users
+
+
+def pad_matrix(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:
+    """A MatMul or MatVec alone in its group, large enough to tile, over paddable operands, whose
+    result is `shown`: its sides padded, each to a multiple of ROW_QUANTUM per row of
+    cores (M; a MatVec's: per core), K_QUANTUM (K) and ROW_QUANTUM per column (N), when some of
+    them padded (`_best_sides`) gives a better grid; A, B and the result padded to them."""
+    (call,) = group.calls if len(group.calls) == 1 else (None,)
+    if call is None or call.arg.kernel.role is not Role.MATRIX or call.arg.writes or call.arg.n_inputs != 2:
+        return {}
+    a, b = call.src[:2]
+    if a is b or not (paddable(a, (call,), readers) and paddable(b, (call,), readers)) or not shown(call, readers):
+        return {}
+    vector = len(call.shape) == 1
+    large = nbytes(a) > VECTOR_TILED_BYTES if vector else nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
+    if not large:
+        return {}
+    sides = _best_sides(call, device)
+    if sides is None:
+        return {}
+    big_m, big_k, big_n = sides
+    if vector:
+        return {a: (big_m, big_k), b: (big_k,), call: (big_m,)}
+    return {a: (big_m, big_k), b: (big_k, big_n), call: (big_m, big_n)}
+
+
+def whole_device_grid(call: Node, device, padded=None):
+    """The grid `choose_grid` gives `call` (on `padded` sides) with the whole device to itself."""
+    return choose_grid(call, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
+                       device.n_cols * device.shim.dma_out_channels, padded=padded)
+
+
+def _best_sides(call: Node, device) -> tuple[int, int, int] | None:
+    """The padded sides of the best grid (most cores, then fewest kernel calls per core, then
+    the fewest elements moved), when it is better than the call's own sides' grid as
+    `pad_to_block` says; else None."""
+    own = call_sides(call)
+    vector = len(call.shape) == 1
+    rows, cols = len(device.compute_rows), device.n_cols
+    quanta = (ROW_QUANTUM * (rows * cols if vector else rows), K_QUANTUM, 1 if vector else ROW_QUANTUM * cols)
+    up = tuple(-(-side // q) * q for side, q in zip(own, quanta))
+    tried = {tuple(u if pick else s for s, u, pick in zip(own, up, picks)) for picks in product((0, 1), repeat=3)}
+    scored = [(score, sides) for sides in sorted(tried - {own})
+              if (score := _grid_score(whole_device_grid(call, device, sides))) is not None]
+    if not scored:
+        return None
+    best_score, best = min(scored, key=lambda s: (s[0], s[1][0] * s[1][1] + s[1][1] * s[1][2] + s[1][0] * s[1][2]))
+    return best if better(best_score, _grid_score(whole_device_grid(call, device))) else None
+
+
+def better(padded: tuple[int, int], mine: tuple[int, int] | None) -> bool:
+    """Whether a padded grid or stream scoring `padded` (-cores, kernel calls per core) is worth
+    it over the call's own, `mine`: none, fewer cores, or more than FEW_CALLS calls per core and
+    more than padded."""
+    return mine is None or padded[0] < mine[0] or (padded[0] == mine[0] and FEW_CALLS < mine[1] > padded[1])
+
+
+def _grid_score(grid) -> tuple[int, int] | None:
+    if grid is None:
+        return None
+    return -grid.cores, grid.rounds * grid.per_round * grid.k_blocks
+
+
+def pad_stream(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:
+    """Elementwise calls that stream (`stream_elementwise`) over one-dimensional paddable
+    tensors, whose last result only the host reads: their length padded to a multiple of
+    FLOW_QUANTUM per core of the device, when that streams `better` (blocks count as kernel
+    calls) than their own length."""
+    calls = group.calls
+    if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or readers.get(calls[-1]) != ["host"]:
+        return {}
+    inputs = [n for n in dict.fromkeys(n for c in calls for n in c.src[:c.arg.n_inputs]) if n not in calls]
+    if len(calls[-1].shape) != 1 or not all(paddable(n, calls, readers) for n in inputs):
+        return {}
+    size, cores = calls[-1].size, device.n_cols * len(device.compute_rows)
+    quantum = FLOW_QUANTUM * cores
+    length = -(-size // quantum) * quantum
+    padded = _flow_score(calls, device, length)
+    if length == size or padded is None or not better(padded, _flow_score(calls, device, None)):
+        return {}
+    return {n: (length,) for n in (*inputs, calls[-1])}
+
+
+def _flow_score(calls, device, padded) -> tuple[int, int] | None:
+    flow = choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
+                       device.n_cols * device.shim.dma_out_channels, padded=padded)
+    return None if flow is None else (-len(flow.tiles), flow.rounds)
+
+
+# ---- what placement reads back --------------------------------------------------------------------
+
+def padded_nodes(program: Program, placements) -> dict[Node, tuple[int, ...]]:
+    """The padded shape of each of `program`'s host tensors and outputs whose placement is padded
+    (a segment's Program sees the design's placements: its cut values are inputs)."""
+    by_name = {p.name: p.padded for p in placements if p.padded is not None}
+    found = {n: by_name[f"out{i}"] for i, n in enumerate(program.outputs) if f"out{i}" in by_name}
+    for call in program.calls:
+        for node in (s.src[0] if s.op == Op.VIEW else s for s in call.src):
+            name = node.arg[0] if node.op == Op.INPUT else node.arg[1] if node.op == Op.MEMORY else None
+            if name in by_name:
+                found[node] = by_name[name]
+    return found
+
+
+def grid_sides(call: Node, padded: dict) -> tuple[int, int, int] | None:
+    """(M, K, N) of a matrix call as its operands and result lie (N = 1 for a MatVec), None when
+    they lie inconsistently (one padded for another rule): then it takes no grid."""
+    a, b = (padded.get(n, n.shape) for n in call.src[:2])
+    out = padded.get(call, call.shape)
+    n = 1 if len(call.shape) == 1 else b[1]
+    if a[0] != out[0] or a[1] != b[0] or (len(call.shape) == 2 and n != out[1]):
+        return None
+    return a[0], a[1], n
+
+
+def stream_length(calls, inputs, padded: dict) -> int | None:
+    """The elements streamed calls' tensors lie in: padded, or their own; None when some lie
+    padded and others not (or otherwise)."""
+    tensors = (*inputs, calls[-1])
+    if not any(n in padded for n in tensors):
+        return calls[-1].size
+    lengths = {padded.get(n) for n in tensors}
+    return lengths.pop()[0] if len(lengths) == 1 and None not in lengths else None

@@ -1,0 +1,234 @@
+"""`pad_to_block` on the emulator: a MatMul, MatVec or stream of elementwise calls whose sides have
+no good whole blocks computes on sides padded with zeros, over many tiles, and equals reference();
+the padded tensors lie in larger host buffers whose padding stays zeros, a padded result crosses
+a segment cut (also in a CarriedLoop's body), and describe() names the sizes it chose."""
+import numpy as np
+import pytest
+
+import iron
+from aie_utils import from_name
+from iron import Carried
+from iron.compiler.plan import HostRole, PlacementKind, TileKind
+from iron.errors import DoesNotFit
+from iron.kernels import Add, Copy, MatMul
+from tests.compiler.designs import Product, Projection, Sum, operands
+
+F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order than numpy
+
+pytestmark = pytest.mark.usefixtures("on_emulator")
+
+
+def rule(plan, name):
+    return [what for rule, what in plan.rules if rule == name]
+
+
+def tiles(plan):
+    return len({c.tile for c in plan.cores if c.tile.kind is TileKind.COMPUTE})
+
+
+def padded(plan):
+    return {p.name: (p.shape, p.padded) for p in plan.placements if p.padded is not None}
+
+
+ODD = [
+    ("npu2", np.float32, None, 32,
+     "g0: MatMul (509, 509) x (509, 509) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): blocks "
+     "m=32 k=32 n=64 (pad_to_block: padded with zeros to M = 512, K = 512, N = 512), 4 output blocks per core, 16 "
+     "k-blocks each (64 kernel calls per core), summed in float32"),
+    ("npu1", np.float32, None, 16,
+     "g0: MatMul (509, 509) x (509, 509) float32 -> float32 over 16 tiles (4 rows x 4 columns of cores): blocks "
+     "m=16 k=32 n=128 (pad_to_block: padded with zeros to M = 512, K = 512, N = 512), 8 output blocks per core, 16 "
+     "k-blocks each (128 kernel calls per core), summed in float32"),
+    ("npu2", np.int8, np.int32, 32,
+     "g0: MatMul (509, 509) x (509, 509) int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): blocks m=16 "
+     "k=509 n=32 (pad_to_block: padded with zeros to M = 512, K = 509, N = 512), 16 output blocks per core, 1 "
+     "k-blocks each (16 kernel calls per core), summed in int32"),
+    ("npu1", np.int8, np.int32, 16,
+     "g0: MatMul (509, 509) x (509, 509) int8 -> int32 over 16 tiles (4 rows x 4 columns of cores): blocks m=16 "
+     "k=509 n=32 (pad_to_block: padded with zeros to M = 512, K = 509, N = 512), 32 output blocks per core, 1 "
+     "k-blocks each (32 kernel calls per core), summed in int32"),
+]
+
+
+@pytest.mark.parametrize("device, dtype, out, cores, text", ODD, ids=["f32-npu2", "f32-npu1", "int8-npu2", "int8-npu1"])
+def test_a_matmul_of_prime_sides_is_padded_to_whole_blocks_over_the_array(device, dtype, out, cores, text):
+    """509 is prime: padded with zeros to 512 (int8's K of 509 takes whole rows instead, fewer
+    calls), the product takes every core and equals reference() (int8 into int32 exactly)."""
+    a, b = operands(509, 509, 509, dtype)
+    graph = Product(b, out)
+    body = graph.compile(a=a, device=from_name(device))
+    assert rule(body.plan, "tile_matmul_over_array") == [text]
+    assert tiles(body.plan) == cores
+    got, want = body(a=a), graph.reference(a=a)
+    assert got.shape == (509, 509) and got.dtype == want.dtype
+    if out is None:
+        np.testing.assert_allclose(got, want, **F32)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_small_odd_matmul_takes_few_calls_and_its_padding_stays_zeros():
+    """(251, 127) x (127, 191) took 31877 one-element kernel calls per core on blocks dividing its
+    sides; padded to (256, 128) x (128, 192) it takes 2 per core on 32 tiles. The host buffers
+    are the padded sizes, the user's region is written and read, and the padding (K's in both
+    operands) stays zeros after a call."""
+    a, b = operands(251, 127, 191, np.float32)
+    graph = Product(b)
+    body = graph.compile(a=a, device=from_name("npu2"))
+    assert rule(body.plan, "pad_to_block") == [
+        "g0: MatMul#0 padded with zeros (M 251 -> 256, K 127 -> 128, N 191 -> 192) over 32 tiles: A, B and the "
+        "result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both "
+        "operands; the result's padding is never read"]
+    assert rule(body.plan, "tile_matmul_over_array") == [
+        "g0: MatMul (251, 127) x (127, 191) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): blocks "
+        "m=64 k=64 n=24 (pad_to_block: padded with zeros to M = 256, K = 128, N = 192), 1 output blocks per core, "
+        "2 k-blocks each (2 kernel calls per core), summed in float32"]
+    assert padded(body.plan) == {"b": ((127, 191), (128, 192)), "a": ((251, 127), (256, 128)),
+                                 "out0": ((251, 191), (256, 192))}
+    inputs = body.plan.host_buffer(HostRole.INPUTS)
+    assert inputs.nwords == 256 * 128
+    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+    a2 = operands(251, 127, 191, np.float32, seed=5)[0]
+    np.testing.assert_allclose(body(a=a2), graph.reference(a=a2), **F32)
+    session = body.session
+    for p in body.plan.placements:
+        if p.padded is not None and p.kind is not PlacementKind.OUTPUT:
+            whole = session.buffers[p.buffer].view(np.float32)[p.offset:p.offset + p.nwords].reshape(p.padded)
+            assert not whole[p.shape[0]:].any() and not whole[:, p.shape[1]:].any()
+
+
+def test_a_matvec_of_4099_rows_is_padded_over_every_core():
+    """4099 rows (prime) took one core; padded to 4352 (32 cores x 136 rows) it takes 32 on npu2,
+    and 4224 (16 x 264) 16 on npu1, and equals reference()."""
+    rng = np.random.default_rng(1)
+    w, x = rng.standard_normal((4099, 1000)).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
+    graph = Projection(w)
+    body = graph.compile(x=x, device=from_name("npu2"))
+    assert rule(body.plan, "pad_to_block") == [
+        "g0: MatVec#0 padded with zeros (M 4099 -> 4352) over 32 tiles: A, B and the result lie so in DDR, the "
+        "host writes and reads the user's region; the result's padding is never read"]
+    assert rule(body.plan, "tile_matmul_over_array") == [
+        "g0: MatVec (4099, 1000) x (1000,) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): blocks "
+        "m=136 k=50 n=1 (pad_to_block: padded with zeros to M = 4352, K = 1000), 1 output blocks per core, 20 "
+        "k-blocks each (20 kernel calls per core), summed in float32"]
+    np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
+    on_npu1 = Projection(w).compile(x=x, device=from_name("npu1"))
+    assert tiles(on_npu1.plan) == 16
+    assert "padded with zeros to M = 4224, K = 1000" in rule(on_npu1.plan, "tile_matmul_over_array")[0]
+    np.testing.assert_allclose(on_npu1(x=x), graph.reference(x=x), **F32)
+
+
+@pytest.mark.parametrize("dtype, blocks", [(iron.bfloat16, "blocks of 3136 over 16 tiles (2 rows x 8 columns of "
+                                                            "cores), 2 blocks per core"),
+                                           (np.int8, "blocks of 3136 over 16 tiles (2 rows x 8 columns of cores), "
+                                                     "2 blocks per core")])
+def test_elementwise_calls_over_a_length_with_no_block_of_whole_words_stream_padded(dtype, blocks):
+    """100001 bfloat16 or int8 elements have no block of whole 32-bit words: padded to 100352 they
+    stream over 16 tiles and equal reference() exactly."""
+    rng = np.random.default_rng(4)
+    x, y = (rng.integers(-60, 60, 100001).astype(dtype) for _ in range(2))
+    body = Sum().compile(x=x, y=y, device=from_name("npu2"))
+    assert rule(body.plan, "pad_to_block") == [
+        "g0: Add#0 over 100001 elements streams padded with zeros to 100352 elements (the inputs and the result "
+        "lie so in DDR, the host writes and reads the first 100001) over 16 tiles"]
+    assert rule(body.plan, "stream_elementwise") == [
+        f"g0: Add over 100001 elements (pad_to_block: padded with zeros to 100352) streamed in {blocks}"]
+    np.testing.assert_array_equal(body(x=x, y=y), Sum().reference(x=x, y=y))
+
+
+def test_a_prime_float32_length_streams_padded_instead_of_one_element_blocks_on_one_tile():
+    rng = np.random.default_rng(5)
+    x, y = (rng.standard_normal(100003).astype(np.float32) for _ in range(2))
+    body = Sum().compile(x=x, y=y, device=from_name("npu2"))
+    assert rule(body.plan, "stream_elementwise") == [
+        "g0: Add over 100003 elements (pad_to_block: padded with zeros to 100352) streamed in blocks of 1568 over "
+        "16 tiles (2 rows x 8 columns of cores), 4 blocks per core"]
+    np.testing.assert_array_equal(body(x=x, y=y), Sum().reference(x=x, y=y))
+
+
+class StateSum(iron.Graph):
+    """x + s for a state s: a kernel may write s, so `pad_to_block` does not pad it."""
+
+    def __init__(self, dtype):
+        self.s = iron.state((100001,), dtype, name="s")
+
+    def body(self, x):
+        return Add.step(x, self.s)
+
+
+@pytest.mark.parametrize("dtype, per_word, padded_to", [(iron.bfloat16, 2, 100002), (np.int8, 4, 100004)])
+def test_elementwise_calls_pad_to_block_may_not_pad_do_not_fit_naming_the_padding(
+        dtype, per_word, padded_to, tmp_path, monkeypatch):
+    """A state is not padded; 100001 bfloat16 or int8 elements then have no block to stream in:
+    DoesNotFit naming the call and the padding, nothing cached."""
+    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(DoesNotFit) as err:
+        StateSum(dtype).compile(x=((100001,), dtype), device=from_name("npu2"))
+    size = np.dtype(dtype).itemsize
+    assert str(err.value) == (
+        f"StateSum: Add#0 over 100001 {np.dtype(dtype).name} elements take {3 * 100001 * size} bytes, more than a "
+        "compute tile's 64512, and stream_elementwise cuts them into blocks that divide 100001 and hold whole "
+        f"32-bit words ({per_word} elements each), of which 100001 has none, and pad_to_block did not pad them (it "
+        "pads only inputs, weights, params and values crossing a segment cut that the padded calls alone read, "
+        f"and results read only as the user's region). Pad the tensors to {padded_to} elements, or cut the calls in two.")
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
+def test_sizes_that_divide_are_not_padded():
+    a, b = operands(512, 512, 512, np.float32)
+    body = Product(b).compile(a=a, device=from_name("npu2"))
+    assert rule(body.plan, "pad_to_block") == [] and padded(body.plan) == {}
+
+
+class ProductThenRows(iron.Graph):
+    """C = A @ B, then row 0 + row 1 of C: C's readers put it across a segment cut."""
+
+    def __init__(self, b):
+        self.b = iron.weight(b)
+
+    def body(self, a):
+        c = MatMul.step(a, self.b)
+        return Add.step(c[0], c[1])
+
+
+def test_a_padded_result_crosses_a_segment_cut_and_the_next_segment_reads_its_region():
+    """The padded grid's result goes to its CUT placement padded (its padding written by the grid,
+    never read); the next segment reads rows of the user's region through views."""
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((509, 251)).astype(np.float32), rng.standard_normal((251, 509)).astype(np.float32)
+    graph = ProductThenRows(b)
+    body = graph.compile(a=a, device=from_name("npu2"))
+    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 1036324 bytes cross (MatMul#0)"]
+    assert "padded with zeros to M = 512, K = 256, N = 512" in rule(body.plan, "tile_matmul_over_array")[0]
+    assert padded(body.plan) == {"b": ((251, 509), (256, 512)), "a": ((509, 251), (512, 256)),
+                                 "cut.MatMul#0": ((509, 509), (512, 512))}
+    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+
+
+class LoggedProduct(iron.Graph):
+    """Each step logs the last row of C = A @ B (A a param, B a weight) at the carried step."""
+
+    def __init__(self, a, b, steps):
+        self.a, self.b = iron.param(a), iron.weight(b)
+        self.log = iron.state((steps, b.shape[1]), np.float32, name="log")
+
+    def body(self, *, step: Carried[np.int32]):
+        c = MatMul.step(self.a, self.b)
+        Copy.step(c[250], self.log[step])
+        return iron.carry(step=step + 1)
+
+
+def test_a_carried_loop_runs_a_padded_body_at_depth_2():
+    a, b = operands(251, 127, 191, np.float32, seed=7)
+    steps = 6
+    graph = LoggedProduct(a, b, steps)
+    body = graph.compile(device=from_name("npu2"))
+    assert rule(body.plan, "pad_to_block") == [
+        "g0: MatMul#0 padded with zeros (M 251 -> 256, K 127 -> 128, N 191 -> 192) over 32 tiles: A, B and the "
+        "result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both "
+        "operands; the result's padding is never read"]
+    assert len(body.plan.configurations) == 2
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(steps - 1, step=0)) == list(range(steps - 1))
+    assert dict(loop.carry) == {"step": steps}
+    np.testing.assert_allclose(body.read("log"), np.tile((a @ b)[250], (steps, 1)), **F32)
