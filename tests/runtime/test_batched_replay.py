@@ -36,7 +36,7 @@ from iron.runtime.emulator.core import Step
 from iron.runtime.emulator.replay import Copy as CopyAct
 from iron.runtime.emulator.replay import Drain, Fill, Forwarded, Invoked
 from iron.runtime.emulator.tile import ALIGN, Buffer
-from tests.compiler.test_dequant_before_matvec import Head, Layer, random_blocks
+from tests.compiler.designs import Head, Layer, random_blocks
 from tests.compiler.test_segments import Hops
 from tests.runtime.test_emulator import Reads
 from tests.runtime.test_emulator_designs import call, load
