@@ -203,14 +203,16 @@ def test_a_buffer_each_call_writes_before_reading_is_scratch_and_no_conflict():
 def test_operands_on_a_grid_are_one_strided_view_and_others_none():
     memory = np.arange(4096, dtype=np.float32)
     blocks = [memory[start: start + 16].reshape(4, 4) for start in (0, 64, 128, 1000, 1064, 1128)]
-    view = strided(blocks, 3)
+    view = strided(blocks, (2, 3))
     assert view.shape == (2, 3, 4, 4) and view.strides == (4000, 256, 16, 4)
     np.testing.assert_array_equal(view.reshape(6, 4, 4), np.stack(blocks))
-    assert strided(blocks, 6) is None and strided(blocks, 2) is None
-    same = strided([blocks[0]] * 4, 4)
-    assert same.strides[:2] == (0, 0)
+    assert strided(blocks, (6,)) is None and strided(blocks, (3, 2)) is None
+    assert strided([blocks[0]] * 4, (4,)).strides[0] == 0
+    cube = [memory[start: start + 16].reshape(4, 4) for i in range(2) for j in range(3) for k in range(2)
+            for start in (i * 1000 + j * 10 + k * 100,)]
+    assert strided(cube, (2, 3, 2)).strides[:3] == (4000, 40, 400) and strided(cube, (2, 6)) is None
     transposed = [memory[:16].reshape(4, 4), memory[64:80].reshape(4, 4).T]
-    assert strided(transposed, 2) is None
+    assert strided(transposed, (2,)) is None
 
 
 def test_the_buffers_of_one_role_lie_a_fixed_stride_apart_on_every_core(batched):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -77,19 +77,19 @@ class Batch:
         steps = _invoked(self.members[0]).steps
         arrays = [[[p[k][j] for p in pointers] for j in (*range(step.call.operands), -1)]
                   for k, step in enumerate(steps)]
-        rows = _rows([a for step in arrays for a in step])
+        dims = _grid([a for step in arrays for a in step])
         planned, copied = [], 0
         for k, (step, (*inputs, outs)) in enumerate(zip(steps, arrays)):
             operands = []
             for a in inputs:
                 earlier = next((i for i in range(k) if _same(a, arrays[i][-1])), None)
-                view = strided(a, rows) if earlier is None else None
+                view = strided(a, dims) if earlier is None else None
                 copied += len(a) if earlier is None and view is None else 0
                 operands.append(earlier if earlier is not None else a if view is None else view)
-            out = None if self.unread[k] else strided(outs, rows)
+            out = None if self.unread[k] else strided(outs, dims)
             copied += len(outs) if out is None and not self.unread[k] else 0
-            shape = (len(outs) // rows, rows, *outs[0].shape)
-            planned.append((step.call.batched(step.attrs), operands, rows, out, outs, shape, self.unread[k]))
+            shape = (*dims, *outs[0].shape)
+            planned.append((step.call.batched(step.attrs), operands, dims, out, outs, shape, self.unread[k]))
         return partial(_run, planned), copied
 
 
@@ -110,11 +110,11 @@ def _pointers(act, windows: list, before: list) -> list[list]:
 
 def _run(planned: list):
     """A Batch's steps: each one call on its operands (views, the result of an earlier step as
-    its output holds it, or member arrays stacked now) on two leading axes, its result written
+    its output holds it, or member arrays stacked now) on the grid's leading axes, its result written
     to each member's output unless no one reads that."""
     results: list = []
-    for compute, operands, rows, out, outs, shape, unread in planned:
-        result = compute(*[results[a] if type(a) is int else a if type(a) is np.ndarray else _stack(a, rows)
+    for compute, operands, dims, out, outs, shape, unread in planned:
+        result = compute(*[results[a] if type(a) is int else a if type(a) is np.ndarray else _stack(a, dims)
                            for a in operands])
         if type(result) is not np.ndarray or result.shape != shape or result.dtype != outs[0].dtype:
             held = np.empty(shape, outs[0].dtype)   # what the output buffers hold: cast as they cast
@@ -126,7 +126,7 @@ def _run(planned: list):
         if out is not None:
             out[...] = result
         else:
-            for into, member in zip(outs, result.reshape(len(outs), *shape[2:])):
+            for into, member in zip(outs, result.reshape(len(outs), *outs[0].shape)):
                 into[...] = member
 
 
@@ -136,37 +136,46 @@ def _same(arrays: list, others: list) -> bool:
                for a, b in zip(arrays, others))
 
 
-def _stack(arrays: list, rows: int) -> np.ndarray:
-    stacked = np.empty((len(arrays) // rows, rows, *arrays[0].shape), arrays[0].dtype)
+def _stack(arrays: list, dims: tuple[int, ...]) -> np.ndarray:
+    stacked = np.empty((*dims, *arrays[0].shape), arrays[0].dtype)
     flat = stacked.reshape(len(arrays), *arrays[0].shape)
     for k, array in enumerate(arrays):
         flat[k] = array
     return stacked
 
 
-def _rows(operands: list[list]) -> int:
-    """How many members make a row of the grid the Batch lays its members out in: the divisor of
-    their count under which the most operands are one strided view each."""
-    count = len(operands[0])
-    divisors = [n for n in range(count, 0, -1) if count % n == 0]
-    return max(divisors, key=lambda n: sum(strided(arrays, n) is not None for arrays in operands))
+def _grid(operands: list[list]) -> tuple[int, ...]:
+    """The grid the Batch lays its members out on (their count as up to three factors, the last
+    varying fastest): the one under which the most operands are one strided view each."""
+    return max(_factors(len(operands[0])), key=lambda dims: sum(strided(a, dims) is not None for a in operands))
 
 
-def strided(arrays: list, rows: int) -> np.ndarray | None:
-    """`arrays` (one shape and dtype) as one view of shape (len // rows, rows, *shape), when they
-    have one layout and lie on a grid: a fixed number of bytes between members of a row, another
-    between rows; else None. Every element of the view is an element of one of the arrays, which
-    the Batch's steps keep alive."""
+@cache
+def _factors(count: int, most: int = 3) -> list[tuple[int, ...]]:
+    """`count` as a product of at most `most` factors above 1 (or (1,)), in every order."""
+    found = [(count,)]
+    if most > 1:
+        found += [(n, *rest) for n in range(2, count) if count % n == 0 for rest in _factors(count // n, most - 1)
+                  if rest != (1,)]
+    return found
+
+
+def strided(arrays: list, dims: tuple[int, ...]) -> np.ndarray | None:
+    """`arrays` (one shape and dtype) as one view of shape (*dims, *shape), when they have one
+    layout and lie on that grid: along each of its axes, a fixed number of bytes from one to the
+    next; else None. Every element of the view is an element of one of the arrays, which the
+    Batch's steps keep alive."""
     first = arrays[0]
     if any(a.strides != first.strides for a in arrays):
         return None
-    addresses = np.array([_address(a) for a in arrays], np.int64).reshape(-1, rows) - _address(first)
-    across = int(addresses[0, 1]) if rows > 1 else 0
-    down = int(addresses[1, 0]) if len(addresses) > 1 else 0
-    grid = np.arange(len(addresses))[:, None] * down + np.arange(rows)[None, :] * across
-    if not np.array_equal(addresses, grid):
+    addresses = (np.array([_address(a) for a in arrays], np.int64) - _address(first)).reshape(dims)
+    steps = [int(addresses[tuple(int(d == axis) for d in range(len(dims)))]) if n > 1 else 0
+             for axis, n in enumerate(dims)]
+    grid = sum(np.arange(n).reshape([n if d == axis else 1 for d in range(len(dims))]) * step
+               for axis, (n, step) in enumerate(zip(dims, steps)))
+    if not np.array_equal(addresses, np.broadcast_to(grid, dims)):
         return None
-    return as_strided(first, (*addresses.shape, *first.shape), (down, across, *first.strides))
+    return as_strided(first, (*dims, *first.shape), (*steps, *first.strides))
 
 
 def _address(array: np.ndarray) -> int:
