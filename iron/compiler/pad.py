@@ -40,10 +40,9 @@ FEW_CALLS = 64      # kernel calls per core a grid's own sides may take before f
 def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[Node, tuple[int, ...]]:
     """The shape each tensor `pad_to_block` pads lies in: for each group that is one MatMul or
     MatVec (`pad_matrix`), elementwise calls that stream (`pad_stream`) or a row reduction over a
-    batch of rows that streams (`pad_rows`: only the number of rows), the padding that gives
-    its grid on the whole device more cores than its own sides, or as many with fewer kernel
-    calls per core where its own take more than FEW_CALLS (a few calls more are not worth the
-    larger buffers); a tensor another padding took already is not padded again."""
+    batch of rows that streams (`pad_rows`: only the number of rows), the padding whose grid or
+    stream on the whole device is `better` than its own sides'; a tensor another padding took
+    already is not padded again."""
     readers = _readers(program, groups)
     padded: dict[Node, tuple[int, ...]] = {}
     for group in groups:
@@ -122,34 +121,37 @@ def whole_device_grid(call: Node, device, padded=None):
 
 
 def _best_sides(call: Node, device) -> tuple[int, int, int] | None:
-    """The padded sides of the best grid (most cores, then fewest kernel calls per core, then
-    the fewest elements moved), when it is better than the call's own sides' grid as
-    `pad_to_block` says; else None."""
+    """Of the padded sides whose grid is `better` than the call's own sides', those of the
+    fewest kernel calls per core, then the least work per core, then the fewest elements moved;
+    None when none is better."""
     own = call_sides(call)
     vector = len(call.shape) == 1
     rows, cols = len(device.compute_rows), device.n_cols
     quanta = (ROW_QUANTUM * (rows * cols if vector else rows), K_QUANTUM, 1 if vector else ROW_QUANTUM * cols)
     up = tuple(-(-side // q) * q for side, q in zip(own, quanta))
     tried = {tuple(u if pick else s for s, u, pick in zip(own, up, picks)) for picks in product((0, 1), repeat=3)}
-    scored = [(score, sides) for sides in sorted(tried - {own})
-              if (score := _grid_score(whole_device_grid(call, device, sides))) is not None]
-    if not scored:
-        return None
-    best_score, best = min(scored, key=lambda s: (s[0], s[1][0] * s[1][1] + s[1][1] * s[1][2] + s[1][0] * s[1][2]))
-    return best if better(best_score, _grid_score(whole_device_grid(call, device))) else None
+    mine = _grid_score(whole_device_grid(call, device))
+    scored = []
+    for sides in tried - {own}:
+        score = _grid_score(whole_device_grid(call, device, sides))
+        if score is not None and better(score, mine):
+            (work, calls), (a, k, b) = score, sides
+            scored.append(((calls, work, a * k + k * b + a * b), sides))
+    return min(scored)[1] if scored else None
 
 
-def better(padded: tuple[int, int], mine: tuple[int, int] | None) -> bool:
-    """Whether a padded grid or stream scoring `padded` (-cores, kernel calls per core) is worth
-    it over the call's own, `mine`: none, fewer cores, or more than FEW_CALLS calls per core and
-    more than padded."""
-    return mine is None or padded[0] < mine[0] or (padded[0] == mine[0] and FEW_CALLS < mine[1] > padded[1])
+def better(padded: tuple[float, int], mine: tuple[float, int] | None) -> bool:
+    """Whether a padded grid or stream scoring `padded` (elements of work per core, padding
+    included; kernel calls per core) is worth it over the call's own sides, `mine`: they have
+    none, or more work per core (the padded one takes more cores than its padding costs), or
+    more than FEW_CALLS kernel calls per core, at least twice the padded one's."""
+    return mine is None or padded[0] < mine[0] or FEW_CALLS < mine[1] >= 2 * padded[1]
 
 
-def _grid_score(grid) -> tuple[int, int] | None:
+def _grid_score(grid) -> tuple[float, int] | None:
     if grid is None:
         return None
-    return -grid.cores, grid.rounds * grid.per_round * grid.k_blocks
+    return math.prod(grid.sides) / grid.cores, grid.rounds * grid.per_round * grid.k_blocks
 
 
 def pad_stream(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:
@@ -196,7 +198,7 @@ def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]
 def _flow_score(calls, device, padded, width: int = 1) -> tuple[int, int] | None:
     flow = choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
                        device.n_cols * device.shim.dma_out_channels, width=width, padded=padded)
-    return None if flow is None else (-len(flow.tiles), flow.rounds)
+    return None if flow is None else (flow.size / len(flow.tiles), flow.rounds)
 
 
 # ---- what placement reads back --------------------------------------------------------------------
