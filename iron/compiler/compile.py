@@ -17,7 +17,7 @@ from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.segment import compile_segments
-from iron.compiler.shims import connect, share
+from iron.compiler.shims import ShimShortfall, connect, share, shim_shortfall
 from iron.compiler.words import WordTable
 from iron.errors import DoesNotFit, LoopError, PlacementError
 from iron.ir import Program, call_label
@@ -33,29 +33,39 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
         return kept[1]
     check_feeds(program, device, feeds)
     groups = fuse(program)
-    try:
-        plan = compile_groups(program, groups, device, feeds)
-    except (PlacementError, DoesNotFit) as refused:   # too big for the array at once: segments
-        plan = compile_segments(program, device, groups, feeds, compile_groups, refused)
+    whole = try_groups(program, groups, device, feeds, check=True)
+    if isinstance(whole, Plan):
+        plan = whole
+    else:   # too big for the array at once: segments
+        plan = compile_segments(program, device, groups, feeds, try_groups, whole)
     plans[(device, id(feeds))] = (feeds, plan)
     return plan
 
 
-def compile_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan | None,
-                   table: WordTable | None = None, placements: tuple | None = None, check: bool = True) -> Plan:
+def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan | None,
+               table: WordTable | None = None, placements: tuple | None = None, check: bool = False,
+               bound: bool = True) -> Plan | PlacementError | DoesNotFit | ShimShortfall:
     """The passes from placement on, for a whole design or one segment of it (segment.py, which
-    checks only the segments it keeps: `check=False`)."""
-    if placements is None:
-        placements = host_placements(program, pad_to_block(program, groups, device))
-    layout = place(program, groups, device, placements)
-    routes = route(program, layout)
-    routes = fit_compute_channels(program, routes, layout, device)
-    lowered = lower(program, device, layout, routes, feeds, table, placements)
-    lowered = share(program, lowered, device)
-    lowered = connect(lowered, device)
-    plan = fit(assemble(program, device, groups, layout, routes, lowered))
-    if check:
-        check_plan(plan)
+    checks only the segments it keeps): the Plan, or the error refusing it, or the shortfall when
+    the rule `shim_channels_bound` (`bound`) refuses it right after routing, before lowering, the
+    costly part of a probe that does not fit."""
+    try:
+        if placements is None:
+            placements = host_placements(program, pad_to_block(program, groups, device))
+        layout = place(program, groups, device, placements)
+        routes = route(program, layout)
+        shortfall = shim_shortfall(routes, device) if bound else None
+        if shortfall is not None:
+            return shortfall
+        routes = fit_compute_channels(program, routes, layout, device)
+        lowered = lower(program, device, layout, routes, feeds, table, placements)
+        lowered = share(program, lowered, device)
+        lowered = connect(lowered, device)
+        plan = fit(assemble(program, device, groups, layout, routes, lowered))
+        if check:
+            check_plan(plan)
+    except (PlacementError, DoesNotFit) as refused:
+        return refused
     return plan
 
 

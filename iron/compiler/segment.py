@@ -2,7 +2,8 @@
 has runs as a sequence of configurations within one call (docs/platform.md section 7). Its fused
 groups are cut, in program order, into segments that each compile on the device (the rule
 `fewest_bytes_cut`); each segment is compiled by the same passes as a whole design, as a Program
-of its own calls, and a probe alike an earlier one is answered by it (`same_structure_same_fit`).
+of its own calls; a probe alike an earlier one is answered by it (`same_structure_same_fit`), and
+the search probes only until the rule's cut is settled (`settle_the_cut`).
 A value one segment computes and a later one reads crosses the cut through a DDR buffer the
 compiler allocates (a CUT placement after the outputs); weights, params and
 states stay in their host buffers. Every segment addresses the design's host buffers and one
@@ -17,8 +18,9 @@ from iron.compiler.fuse import Group
 from iron.compiler.invariants import check_plan
 from iron.compiler.pad import pad_to_block
 from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
+from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
-from iron.errors import CarryError, DoesNotFit, PlacementError
+from iron.errors import CarryError, DoesNotFit
 from iron.ir import Node, Op, Program, call_label, nbytes, storage
 
 FEWEST_BYTES_CUT = "fewest_bytes_cut"
@@ -34,25 +36,32 @@ class Segment:
 
 
 def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds: Plan | None,
-                     compile_groups: Callable, refused: Exception) -> Plan:
-    """The design as segments that each compile (`compile_groups(program, groups, device, feeds,
-    table, placements, check)` is the whole-design pass list); `refused`: why it does not fit
-    whole, raised as it is when there is nothing to cut (one group). Each segment is compiled as
-    it is sought, against the words and DDR buffers of the segments before it, and the one the
-    rule keeps is checked and kept as it is."""
+                     try_groups: Callable, whole: Exception | ShimShortfall) -> Plan:
+    """The design as segments that each compile (`try_groups(program, groups, device, feeds,
+    table, placements, bound=...)` runs the whole-design passes: a Plan, or the error or
+    shortfall refusing it); `whole`: what refused the whole design, its error raised as it is
+    when there is nothing to cut (one group). Each segment is compiled as it is sought, against
+    the words and DDR buffers of the segments before it, and the one the rule keeps is checked
+    and kept as it is."""
+
+    def refused() -> Exception:   # why the whole design does not fit, found again only when shown
+        return whole if isinstance(whole, Exception) else try_groups(program, groups, device, feeds, bound=False)
+
     if len(groups) < 2:
-        raise refused
+        raise refused()
     flow = Flow(program, groups, pad_to_block(program, groups, device))
     table, crossing, plans, stops = WordTable(program), [], [], [0]
 
-    def compile_one(segment: Segment, words: WordTable, placements) -> Plan:
-        return compile_groups(*flow.segment_program(segment), device, feeds, words,
-                              flow.segment_placements(segment, placements), check=False)
+    def compile_one(segment: Segment, words: WordTable, placements, bound: bool):
+        return try_groups(*flow.segment_program(segment), device, feeds, words,
+                          flow.segment_placements(segment, placements), bound=bound)
 
     known: dict[tuple, bool] = {}   # same_structure_same_fit: a structure's probe outcome
+    whole_fits = {len(groups): whole.groups} if isinstance(whole, ShimShortfall) else {}
     while stops[-1] < len(groups):
-        guess = stops[-1] - stops[-2] if len(stops) > 1 else 1
-        found = _next_segment(flow, stops[-1], guess, table, crossing, compile_one, known)
+        guess = stops[-1] - stops[-2] if len(stops) > 1 else None
+        likely = dict(whole_fits) if len(stops) == 1 else {}
+        found = _next_segment(flow, stops[-1], guess, table, crossing, compile_one, known, likely, device)
         if isinstance(found, Exception):
             raise _unfit(flow, stops[-1], found, device, refused)
         stop, plan, table, crossing = found
@@ -76,41 +85,42 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
     )
 
 
-def _next_segment(flow: Flow, start: int, guess: int, table: WordTable, crossing: list[Node], compile_one,
-                  known: dict[tuple, bool]):
+def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, crossing: list[Node],
+                  compile_one, known: dict[tuple, bool], likely: dict[int, int], device):
     """(stop, its Plan, the words and the crossing values after it) of the segment `fewest_bytes_cut`
     picks from group `start`, or why group `start` alone does not compile. Each probe compiles
     against a copy of the words and the DDR buffers so far, so the one kept is final as it is;
-    a probe whose structure an earlier one had (`known`) is answered without compiling."""
+    a probe whose structure an earlier one had (`known`) is answered without compiling; `likely`
+    gets, by stop, the stop a probe `shim_channels_bound` refuses says likely fits."""
     tried: dict[int, tuple] = {}
 
-    def attempt(stop: int) -> Exception | None:
+    def attempt(stop: int, bound: bool = True):
         words = table.copy()
         values = crossing + [n for n in flow.crossing(stop) if n not in crossing]
-        try:
-            plan = compile_one(Segment(start, stop), words, flow.placements(values))
-        except (PlacementError, DoesNotFit) as error:
-            return error
-        tried[stop] = (stop, plan, words, values)
-        return None
+        outcome = compile_one(Segment(start, stop), words, flow.placements(values), bound)
+        if isinstance(outcome, Plan):
+            tried[stop] = (stop, outcome, words, values)
+        elif isinstance(outcome, ShimShortfall):
+            likely[stop] = start + outcome.groups
+        return outcome
 
     def fits(stop: int) -> bool:
         if start == 0 and flow.last(Segment(start, stop)):
             return False   # the whole design, refused before it was cut
         key = flow.structure(Segment(start, stop))
         if key is None:
-            return attempt(stop) is None
+            return isinstance(attempt(stop), Plan)
         if key not in known:
-            known[key] = attempt(stop) is None
+            known[key] = isinstance(attempt(stop), Plan)
         return known[key]
 
-    stop = fewest_bytes_cut(flow, start, fits, guess)
+    stop = fewest_bytes_cut(flow, start, fits, guess, len(device.compute_tiles), likely)
     if stop is None:
-        return attempt(start + 1)
-    if stop not in tried:   # the rule ended the segment at a cut no probe compiled
-        failed = attempt(stop)
-        if failed is not None:
-            return failed
+        return attempt(start + 1, bound=False)   # the error, as the passes raise it
+    if stop not in tried:   # a probe of the same structure answered for this one
+        kept = attempt(stop, bound=False)
+        if not isinstance(kept, Plan):
+            return kept
     return tried[stop]
 
 
@@ -118,46 +128,50 @@ def _cut_text(cut: Cut) -> str:
     return f"cut before {cut.before}: {cut.nbytes} bytes cross ({', '.join(cut.values) or 'nothing'})"
 
 
-def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess: int = 1) -> int | None:
+def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess: int | None = None,
+                     tiles: int | None = None, likely: dict[int, int] | None = None) -> int | None:
     """The rule: greedily in program order, the segment from group `start` takes the most groups
     that compile on the device, then ends at the cut among the last 1/CUT_WINDOW of them with the
     fewest bytes crossing (the latest on a tie); the last segment takes all that is left when it
-    fits. None when group `start` alone does not fit. (`guess`: where to start looking.)"""
-    count = len(flow.groups)
-    most = _most_that_fit(start, count, fits, guess)
-    if most == start:
-        return None
-    if most == count:
-        return count
-    window = range(most - (most - start) // CUT_WINDOW, most + 1)
-    return min(window, key=lambda c: (flow.crossing_bytes(c), -c))
+    fits. None when group `start` alone does not fit.
+    The search (`settle_the_cut`): a segment shorter than one that fits fits too, so it probes
+    only until the cut is the same for every most that may fit: the stop after the most that
+    likely fit, when the refused stop says so (`likely`, by refused stop) or when the previous
+    segment took `guess` groups; else the cut for the most that may fit. At most `tiles` groups
+    fit: each takes a compute tile."""
+    count, likely = len(flow.groups), likely if likely is not None else {}
+    good, bad = start, count + 1 if tiles is None else min(count + 1, start + tiles + 1)
 
+    def cut(most: int) -> int:
+        if most == count:
+            return count
+        window = range(most - (most - start) // CUT_WINDOW, most + 1)
+        return min(window, key=lambda c: (flow.crossing_bytes(c), -c))
 
-def _most_that_fit(start: int, count: int, fits: Callable[[int], bool], guess: int) -> int:
-    """The largest stop in (start, count] with groups [start, stop) fitting (start if none): from
-    `guess` groups (the previous segment's), doubling while it fits, then halving the gap, a
-    segment shorter than one that fits fitting too. A probe that does not fit fails early in
-    the passes; one that fits is kept for when the rule ends the segment there."""
-    good, bad, stop = start, count + 1, min(count, start + guess)
-    while good < stop:
-        if not fits(stop):
-            bad = stop
-            break
-        good, stop = stop, min(count, start + 2 * (stop - start))
-    while bad - good > 1 and good < count:
-        mid = (good + bad) // 2
-        if fits(mid):
-            good = mid
+    def probe(stop: int):
+        nonlocal good, bad
+        if fits(stop):
+            good = stop
         else:
-            bad = mid
-    return good
+            bad = stop
+
+    if guess is not None and good < start + guess + 1 < bad:
+        probe(start + guess + 1)
+    while bad - good > 1:
+        cuts = {cut(most) for most in range(good, bad)} if good > start else ()
+        if len(cuts) == 1:
+            return cuts.pop()
+        most = likely.get(bad, bad - 1)
+        chosen = most + 1 if good < most < bad - 1 else cut(bad - 1)
+        probe(chosen if chosen > good else (good + bad) // 2)
+    return cut(good) if good > start else None
 
 
-def _unfit(flow: Flow, start: int, alone: Exception, device, refused: Exception) -> Exception:
+def _unfit(flow: Flow, start: int, alone: Exception, device, refused: Callable[[], Exception]) -> Exception:
     """Group `start` alone does not compile: DoesNotFit naming its kernels and what its tile
     holds against its budget, or the whole design's refusal when that is not about size."""
     if not isinstance(alone, DoesNotFit):
-        return refused
+        return refused()
     group = flow.groups[start]
     labels = ", ".join(call_label(flow.program, c) for c in group.calls)
     return DoesNotFit(

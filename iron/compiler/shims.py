@@ -4,7 +4,7 @@ a direction needs more shim channels than the device has (`share_shim_channels` 
 Dma ops (`finish_sequence`)."""
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from iron.compiler.channels import (
     MemChannels,
@@ -12,11 +12,12 @@ from iron.compiler.channels import (
     ShimRequest,
     assign_shims,
     share_shim_channels,
+    shim_channels_per_tile,
 )
 from iron.compiler.lower import DEPTH, Lowered
 from iron.compiler.objects import I32
 from iron.compiler.plan import Direction, Fifo, FifoRole, Link, Tile, TileKind, Wait
-from iron.compiler.route import HOST
+from iron.compiler.route import HOST, Routes
 from iron.compiler.sequence import Move, finish_sequence
 from iron.ir import Program
 
@@ -51,6 +52,45 @@ def shim_requests(lowered: Lowered) -> list[ShimRequest]:
             shares = f.producer.kind is TileKind.COMPUTE and f.role is FifoRole.HOST and f.name not in waited
             requests.append(ShimRequest(f.name, Direction.S2MM, f.producer.col, f.nbytes, shares))
     return requests
+
+
+@dataclass(frozen=True)
+class ShimShortfall:
+    """The rule `shim_channels_bound`'s refusal: the host FIFOs of one direction need more shim
+    channels than the device has, however `share_shim_channels` merges; `groups`: how many of
+    the leading groups their own host FIFOs leave within the channels (so, likely, the most
+    groups a segment from the same start fits)."""
+
+    groups: int
+
+
+def shim_shortfall(routes: Routes, device) -> ShimShortfall | None:
+    """The rule `shim_channels_bound`: whether the host FIFOs of one direction certainly need
+    more shim channels than the device has, known from the routes alone: a merge of k FIFOs saves
+    k - 1 channels and only FIFOs that may share merge (`shim_requests`: inputs, and outputs a
+    compute tile sends the host), so `share_shim_channels` saves at most all of those but one.
+    The same before `fit_compute_channels`: it only moves `_in` FIFOs (a reader's goes when its
+    carrier has or gains one), which changes neither the other FIFOs nor whether some input is left."""
+    capacity = {d: n * device.n_cols for d, n in shim_channels_per_tile(device).items()}
+    taken = {d: [0, 0] for d in Direction}   # host FIFOs that may not share, that may
+    groups: list[str] = []   # routes come group by group, in program order
+    for r in routes.fifos:
+        groups += [] if groups and groups[-1] == r.group else [r.group]
+        direction = Direction.MM2S if r.producer == HOST else Direction.S2MM if HOST in r.consumers else None
+        if direction is None:
+            continue
+        taken[direction][_may_share(r, direction)] += 1
+        fixed, may = taken[direction]
+        if fixed + min(may, 1) > capacity[direction]:
+            return ShimShortfall(len(groups) - 1)
+    return None
+
+
+def _may_share(route, direction: Direction) -> bool:
+    """Whether `shim_requests` may let a host FIFO share a channel, but for the Waits lowering adds."""
+    if direction is Direction.MM2S:
+        return route.role is FifoRole.INPUT
+    return route.role is FifoRole.HOST and route.producer.kind is TileKind.COMPUTE
 
 
 def _merged(lowered: Lowered, merge: SharedChannel) -> Lowered:
