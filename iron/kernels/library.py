@@ -23,6 +23,7 @@ class Copy(Kernel):
     """out = x. With a view input it gathers (`w[node]`); with out= a view it scatters."""
 
     role = Role.ELEMENTWISE
+    batches = True
     keeps_dtype = copies = True
     name = "copy"
     exact_in_dtype = True
@@ -36,6 +37,7 @@ class Add(Kernel):
     """out = a + b, elementwise."""
 
     role = Role.ELEMENTWISE
+    batches = True
     keeps_dtype = True
     name, arity = "add", 2
     compute = staticmethod(np.add)
@@ -45,6 +47,7 @@ class Sub(Kernel):
     """out = a - b, elementwise."""
 
     role = Role.ELEMENTWISE
+    batches = True
     keeps_dtype = True
     name, arity = "sub", 2
     compute = staticmethod(np.subtract)
@@ -54,6 +57,7 @@ class Mul(Kernel):
     """out = a * b, elementwise."""
 
     role = Role.ELEMENTWISE
+    batches = True
     keeps_dtype = True
     name, arity = "mul", 2
     compute = staticmethod(np.multiply)
@@ -63,6 +67,7 @@ class Scale(Kernel):
     """out = x * factor (factor fixed when the design compiles)."""
 
     role = Role.ELEMENTWISE
+    batches = True
     name = "scale"
     dtypes = FLOATS
     attrs = {"factor": Kernel.REQUIRED}
@@ -77,6 +82,7 @@ class ReLU(Kernel):
     """out = max(x, 0)."""
 
     role = Role.ELEMENTWISE
+    batches = True
     keeps_dtype = True
     name = "relu"
 
@@ -111,6 +117,7 @@ class Accumulate(Kernel):
     """state += x: `Accumulate.step(x, out=self.acc[pos])`."""
 
     role = Role.ELEMENTWISE
+    batches = True
     keeps_dtype = True
     name = "accumulate"
     accumulates = needs_out = True
@@ -126,6 +133,7 @@ class MatVec(Kernel):
     float32."""
 
     role = Role.MATRIX
+    batches = True
     name, arity = "matvec", 2
     results = WIDER_DOTS
 
@@ -147,15 +155,18 @@ class MatVec(Kernel):
 
     @staticmethod
     def compute(w, x):
+        # x as a column, so a stack of calls (w (B, M, K), x (B, K)) is one matmul of the same
+        # matrix-vector product per call
         if w.dtype.kind in "iu":
-            return w.astype(np.int64) @ x.astype(np.int64)
-        return w @ x
+            w, x = w.astype(np.int64), x.astype(np.int64)
+        return np.matmul(w, x[..., None])[..., 0]
 
 
 class MatMul(Kernel):
     """out = A @ B for A (M, K) and B (K, N); `dtype=` widens the result as MatVec's does."""
 
     role = Role.MATRIX
+    batches = True
     name, arity = "matmul", 2
     results = WIDER_DOTS
 
@@ -175,7 +186,11 @@ class MatMul(Kernel):
         m, k, n = sizes
         return [(m, k), (k, n)], (m, n)
 
-    compute = MatVec.compute
+    @staticmethod
+    def compute(a, b):
+        if a.dtype.kind in "iu":
+            return a.astype(np.int64) @ b.astype(np.int64)
+        return a @ b
 
 
 class MatMulAccumulate(Kernel):
@@ -186,6 +201,7 @@ class MatMulAccumulate(Kernel):
     float32 and the sum rounded once (float32 sums equal that pair's in numpy)."""
 
     role = Role.MATRIX
+    batches = True
     name, arity = "matmul_accumulate", 2
     results = WIDER_DOTS
     accumulates = needs_out = True
@@ -195,7 +211,7 @@ class MatMulAccumulate(Kernel):
     def compute(a, b, acc):
         if a.dtype.kind in "iu":
             return acc + (a.astype(np.int64) @ b.astype(np.int64)).astype(acc.dtype)
-        return acc + np.dot(a, b)
+        return acc + a @ b
 
 
 MatVec.summed_by = MatMul.summed_by = MatMulAccumulate   # a MatVec's x is B of N = 1 column
@@ -357,6 +373,7 @@ class Dequant(Kernel):
     scale d, 32 int8 codes: w = code * d). Bit-exact with gguf.quants.dequantize."""
 
     role = Role.EXPANSION   # row i of the weights is row i of the blocks expanded
+    batches = True
     name = "dequant"
     dtypes = frozenset({U8})
     attrs = {"block_bytes": Kernel.REQUIRED}
@@ -399,7 +416,7 @@ class Dequant(Kernel):
             np.right_shift(codes, np.uint8(4), out=out[:, 16:], casting="unsafe")
             out *= scale_min[:, :1]
             out += scale_min[:, 1:]
-        return out.reshape(blocks.shape[0], -1)
+        return out.reshape(*blocks.shape[:-1], -1)
 
 
 INTEGERS = (I8, U8, I16, I32)
@@ -418,6 +435,7 @@ class Cast(Kernel):
     as ml_dtypes converts); bfloat16 to float32 exactly. `Cast.step(x, dtype=iron.bfloat16)`."""
 
     role = Role.ELEMENTWISE
+    batches = True
     name = "cast"
     saturates = True
     dtypes = frozenset(CASTS)

@@ -16,6 +16,7 @@ from iron.kernels import (
     Add,
     Argmax,
     Copy,
+    Dequant,
     Exp,
     MatMul,
     MatVec,
@@ -27,6 +28,7 @@ from iron.kernels import (
     Softmax,
     Sub,
 )
+from iron.models.blocks import Q4_1
 
 
 def walk(n: int = 8) -> Walk:
@@ -196,3 +198,35 @@ class Projection(iron.Graph):
 class Sum(iron.Graph):
     def body(self, x, y):
         return Add.step(x, y)
+
+
+# ---- quantized weights (dequant_before_matvec) -------------------------------------------------
+
+def random_blocks(rng, rows: int, cols: int, fmt) -> np.ndarray:
+    """(rows, row bytes) uint8 blocks of `fmt`: random codes, finite float16 scale (and minimum)."""
+    blocks = rng.integers(0, 256, (rows * cols // 32, fmt.nbytes), dtype=np.uint8)
+    halves = 2 if fmt is Q4_1 else 1
+    blocks[:, :2 * halves] = (rng.standard_normal((len(blocks), halves)) * 0.002).astype(np.float16).view(np.uint8)
+    return blocks.reshape(rows, -1)
+
+
+class Layer(iron.Graph):
+    """RMSNorm, then SiLU of the quantized matrix times the normed vector."""
+
+    def __init__(self, blocks, fmt):
+        self.w, self.block_bytes = iron.param(blocks), fmt.nbytes
+        self.norm = iron.param(np.linspace(0.5, 1.5, blocks.shape[1] // fmt.nbytes * 32, dtype=np.float32))
+
+    def body(self, x):
+        h = RMSNorm.step(x, self.norm, eps=1e-5)
+        return SiLU.step(MatVec.step(Dequant.step(self.w, block_bytes=self.block_bytes), h))
+
+
+class Head(iron.Graph):
+    """The quantized matrix times a host vector, the result only the host reads (an LM head)."""
+
+    def __init__(self, blocks, fmt):
+        self.w, self.block_bytes = iron.param(blocks), fmt.nbytes
+
+    def body(self, x):
+        return MatVec.step(Dequant.step(self.w, block_bytes=self.block_bytes), x)

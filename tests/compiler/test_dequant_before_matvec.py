@@ -24,40 +24,11 @@ from iron.compiler.fuse import (
     matrix_op_starts_group,
 )
 from iron.ir import call_label
-from iron.kernels import Dequant, MatVec, RMSNorm, SiLU
+from iron.kernels import Dequant, MatVec
 from iron.models.blocks import Q4_1, Q8_0
+from tests.compiler.designs import Head, Layer, random_blocks
 
 F32 = np.float32
-
-
-def random_blocks(rng, rows: int, cols: int, fmt) -> np.ndarray:
-    """(rows, row bytes) uint8 blocks of `fmt`: random codes, finite float16 scale (and minimum)."""
-    blocks = rng.integers(0, 256, (rows * cols // 32, fmt.nbytes), dtype=np.uint8)
-    halves = 2 if fmt is Q4_1 else 1
-    blocks[:, :2 * halves] = (rng.standard_normal((len(blocks), halves)) * 0.002).astype(np.float16).view(np.uint8)
-    return blocks.reshape(rows, -1)
-
-
-class Layer(iron.Graph):
-    """RMSNorm, then SiLU of the quantized matrix times the normed vector."""
-
-    def __init__(self, blocks, fmt):
-        self.w, self.block_bytes = iron.param(blocks), fmt.nbytes
-        self.norm = iron.param(np.linspace(0.5, 1.5, blocks.shape[1] // fmt.nbytes * 32, dtype=F32))
-
-    def body(self, x):
-        h = RMSNorm.step(x, self.norm, eps=1e-5)
-        return SiLU.step(MatVec.step(Dequant.step(self.w, block_bytes=self.block_bytes), h))
-
-
-class Head(iron.Graph):
-    """The quantized matrix times a host vector, the result only the host reads (an LM head)."""
-
-    def __init__(self, blocks, fmt):
-        self.w, self.block_bytes = iron.param(blocks), fmt.nbytes
-
-    def body(self, x):
-        return MatVec.step(Dequant.step(self.w, block_bytes=self.block_bytes), x)
 
 
 def agree(got, want):

@@ -20,6 +20,7 @@ from aie_utils import from_name
 from iron.compiler.compile import compile_program
 from iron.compiler.plan import HostRole, PlacementKind
 from iron.runtime.emulator import Emulator
+from iron.runtime.emulator.batch import Batch
 from iron.runtime.words import WordProgram
 from tests.compiler import designs
 
@@ -231,6 +232,9 @@ def test_replay_reads_the_host_words_of_kernel_inputs_in_place():
     # sums of 256 products of up to ~100 in another order than numpy's: within 1e-2
     np.testing.assert_allclose(c, graph.reference(**tensors), rtol=1e-5, atol=1e-2)
     moves = {id(a): a for launch in emulator._replay.cycle for moves in launch.moves.values() for _, a in moves}
-    kinds = Counter(type(a).__name__ for a in moves.values())
-    # a cycle of two launches, each 32 cores x 2 k-blocks calls reading in place, 32 Drains of C
-    assert emulator.replayed == 1 and kinds == {"Forwarded": 128, "Drain": 64}
+    batches = [a for a in moves.values() if type(a) is Batch]
+    kinds = Counter(type(a).__name__ for a in [*moves.values(), *(m for b in batches for m in b.members)])
+    # a cycle of two launches, each 32 cores x 2 k-blocks calls reading in place, 32 Drains of C;
+    # the 32 cores' calls of one k-block run as one Batch (batch.py)
+    assert emulator.replayed == 1 and kinds == {"Forwarded": 128, "Drain": 64, "Batch": 4}
+    assert [len(b.members) for b in batches] == [32] * 4

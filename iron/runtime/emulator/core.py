@@ -246,7 +246,7 @@ class CoreProgram:
             if bound is None:
                 objects = buffers()
                 made = bind([b.data for b in objects], key[0])
-                bound = bindings[key] = Invoked(made.run, made.steps, tuple(objects))
+                bound = bindings[key] = Invoked(made.run, made.steps, tuple(objects), self.core.tile.name)
             bound.run()
             if board.trace is not None:
                 board.trace.append(bound)

@@ -57,6 +57,11 @@ class KernelCall(ABC):
     def __call__(self, pointers: list, sizes: tuple, attrs: tuple):
         self.bind(pointers, sizes, attrs)()
 
+    def batched(self, attrs: tuple):
+        """The kernel's compute on operands stacked along a leading axis (batch.py), or None
+        when it has none."""
+        return None
+
 
 class NumpyCall(KernelCall):
     """What `Kernel.emulate` does, prepared once per KernelStep: the step's kernel's reference function
@@ -77,6 +82,13 @@ class NumpyCall(KernelCall):
         self.compute = kernel.compute if direct else kernel.reference_fn(dtype, {}, self.out_dtype)
         self.operands = kernel.arity + kernel.accumulates
         self.attr_names = attr_names
+
+    def batched(self, attrs: tuple):
+        """`Kernel.batches`: a library kernel's compute works on a leading batch axis (a user
+        kernel's compute() is checked per call, so it is not batched)."""
+        if not self.step.kernel.batches or self.checked:
+            return None
+        return partial(self.compute, **dict(zip(self.attr_names, attrs))) if attrs else self.compute
 
     def bind(self, pointers, sizes, attrs):
         inputs, out, out_dtype = tuple(pointers[: self.operands]), pointers[-1], self.out_dtype

@@ -9,18 +9,20 @@ checks only what a launch alone knows (bounded scratchpad words, patched DMA off
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
 
 import numpy as np
 
 from iron.compiler.plan import HostRole, TileKind
 from iron.errors import ArgumentError, DeviceHang, IndexOutOfRange, PlanError
+from iron.runtime.emulator.batch import batched
 from iron.runtime.emulator.core import CoreProgram, compile_function
 from iron.runtime.emulator.kernels import kernel_calls, kernel_mode
 from iron.runtime.emulator.objectfifo import ObjectFifos
 from iron.runtime.emulator.replay import Replay
 from iron.runtime.emulator.scheduler import Board, Task, run_until_quiet
 from iron.runtime.emulator.shim import RuntimeSequence
-from iron.runtime.emulator.tile import Tile
+from iron.runtime.emulator.tile import Tile, allocate
 from iron.runtime.timeline import DEVICE, Clock, SpanKind
 
 
@@ -39,9 +41,10 @@ class Run:
 class Emulator:
     """A Plan loaded on the emulated NPU. See the module docstring."""
 
-    def __init__(self, plan, kernels: str | None = "numpy", replay: bool = True):
+    def __init__(self, plan, kernels: str | None = "numpy", replay: bool = True, batch: bool = True):
         """`kernels`: "numpy" | "native" (None: $IRON_EMULATOR_KERNELS, else "numpy");
-        `replay=False` runs every launch task by task (replay.py)."""
+        `replay=False` runs every launch task by task (replay.py); `batch=False` replays each
+        kernel call on its own (batch.py)."""
         make_call = kernel_calls(kernel_mode(kernels), plan)
         self.plan, self.launches = plan, 0
         self._buffers = {b.name: np.zeros(b.nwords, np.uint32) for b in plan.host_buffers}
@@ -55,7 +58,8 @@ class Emulator:
         run_until_quiet(self._board)
         relays = {b for at, tile in self.tiles.items() if at.kind is TileKind.MEM for b in tile.buffers.values()}
         hosts = [getattr(op, "buffer", None) for op in plan.sequence]
-        self._replay = Replay(self._state(), self._board, relays, hosts) if replay else None
+        arrange = partial(batched, host_words=self.sequence.host_words()) if batch else list
+        self._replay = Replay(self._state(), self._board, relays, hosts, arrange) if replay else None
 
     def _build(self, plan, make_call):
         """The array the Plan describes, with every core and DMA channel ready to start."""
@@ -73,6 +77,7 @@ class Emulator:
         board.ready.extend(Task(name, task) for name, task in self.sequence.tasks())
         self._locks = [lock for tile in self.tiles.values() for lock in tile.locks.values()]
         self._tile_buffers = [b for tile in self.tiles.values() for b in tile.buffers.values()]
+        allocate(list(self.tiles.values()))
         self._streams = list(self.fifos.streams.values())
         self._signals = [*self._locks, *(s for stream in self._streams for s in (stream.sent, stream.arrived)),
                          *(c.signal for c in self.sequence.channels.values())]

@@ -49,13 +49,15 @@ class Fill:
     into: object
     start: int
 
-    def bind(self, windows: list):
-        """The copy out of the op's window in a launch, views made once."""
+    def bind(self, windows: list, into: np.ndarray | None = None):
+        """The copy out of the op's window in a launch, views made once; into the words `into`
+        instead of the tile buffer when given (batch.py)."""
         window = windows[self.op]
         piece = window.piece(self.moved, self.count)
         if piece is not None:
-            return copy(self.into.shaped(self.start, piece.shape), piece)
-        host, indices, into = window.host, window.indices(self.moved, self.count), self.into.shaped(self.start, (self.count,))
+            return copy(self.into.shaped(self.start, piece.shape) if into is None else into.reshape(piece.shape), piece)
+        host, indices = window.host, window.indices(self.moved, self.count)
+        into = self.into.shaped(self.start, (self.count,)) if into is None else into
         return partial(np.take, host, indices, out=into)
 
 
@@ -82,11 +84,12 @@ class Drain:
 @dataclass(frozen=True, eq=False)
 class Invoked:
     """A core's call of a Function bound to its params' tile `buffers`: `run()`, and its bound
-    `steps` (core.Step)."""
+    `steps` (core.Step); `core` names the core (its tile)."""
 
     run: object
     steps: tuple
     buffers: tuple
+    core: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,38 +145,50 @@ def in_order(calls: list):
     return run
 
 
+def _fixed(act):
+    """The act as a callable when it reads no window (a Copy, a core's call, a Batch of those);
+    else the act, bound to the windows when a launch runs."""
+    if type(act) is Copy:
+        return act.compile()
+    if type(act) is Invoked:
+        return act.run
+    return act if getattr(act, "ops", True) else act.bind([])
+
+
 class Compiled:
     """One launch of the cycle as callables, in order: a Copy's and a core's call fixed, a Fill's,
     a Drain's and a Forwarded call's bound to the windows of its ops in the launch replayed last,
     and bound again when the next launch changes one (host buffer, patched offset)."""
 
     def __init__(self, trace: list):
-        self.acts = [act.compile() if type(act) is Copy else act.run if type(act) is Invoked else act
-                     for act in trace]
-        self.moves: dict[int, list] = {}   # op -> [(position, Fill, Drain or Forwarded)]
+        self.acts = [_fixed(act) for act in trace]
+        self.moves: dict[int, list] = {}   # op -> [(position, Fill, Drain, Forwarded or Batch)]
         for position, act in enumerate(trace):
-            for op in (act.ops if type(act) is Forwarded else (act.op,) if type(act) in (Fill, Drain) else ()):
+            for op in (act.op,) if type(act) in (Fill, Drain) else getattr(act, "ops", ()):
                 self.moves.setdefault(op, []).append((position, act))
         self.bound: dict[int, object] = dict.fromkeys(self.moves)   # op -> its window bound
 
     def run(self, windows: list):
         acts, bound = self.acts, self.bound
+        stale = {}   # position -> act, each bound once though it reads the windows of several ops
         for op, moves in self.moves.items():
             window = windows[op]
             if bound[op] is not window:
                 bound[op] = window
-                for position, move in moves:
-                    acts[position] = move.bind(windows)
+                stale.update(moves)
+        for position, move in stale.items():
+            acts[position] = move.bind(windows)
         for act in acts:
             act()
 
 
 class Replay:
     """The launches recorded so far, then, once found, the cycle of compiled traces they repeat.
-    `relays` are the buffers the shortcut may skip (mem-tile ones), `hosts` each op's host buffer."""
+    `relays` are the buffers the shortcut may skip (mem-tile ones), `hosts` each op's host buffer;
+    `arrange` orders each compiled trace's acts (batch.batched runs its kernel calls in batches)."""
 
-    def __init__(self, start: tuple | None, board, relays: set, hosts: list[str]):
-        self.board, self.relays, self.hosts = board, relays, hosts
+    def __init__(self, start: tuple | None, board, relays: set, hosts: list[str], arrange=list):
+        self.board, self.relays, self.hosts, self.arrange = board, relays, hosts, arrange
         self.recorded: list | None = []  # (state at start, trace) of launches so far
         self.start = start                # the state the next launch starts from
         self.cycle: list | None = None    # the compiled traces the launches repeat, once found
@@ -195,7 +210,7 @@ class Replay:
         first = next((k for k, (state, _) in enumerate(recorded) if state is not None and state == end), None)
         if first is not None and all(state is not None for state, _ in recorded[first:]):
             cycle = forwarded(relayed([trace for _, trace in recorded[first:]], self.relays, self.hosts), self.hosts)
-            self.cycle = [Compiled(trace) for trace in cycle]
+            self.cycle = [Compiled(self.arrange(trace)) for trace in cycle]
             forwarded_only = {f.into for trace in cycle for act in trace if type(act) is Forwarded for f in act.reads.values()}
             self.touched = {b for trace in cycle for act in trace for b in _buffers(act)} - forwarded_only
         kept = sum(len(trace) for _, trace in recorded)
@@ -314,7 +329,7 @@ def _invoked_reads(act: Invoked, held: dict, failed: set, written) -> dict:
     call may read is failed, and what it writes no longer holds the Fills' words."""
     reads = {}
     for k, step in enumerate(act.steps):
-        places = [_where(pointer, act.buffers) for pointer in step.pointers]
+        places = [where(pointer, act.buffers) for pointer in step.pointers]
         if step.call is None or None in places:   # a scalar step, a kernel of per-call sizes: any
             failed.update(act.buffers)
             for b in act.buffers:
@@ -333,7 +348,7 @@ def _invoked_reads(act: Invoked, held: dict, failed: set, written) -> dict:
     return reads
 
 
-def _where(pointer: np.ndarray, buffers: tuple) -> tuple | None:
+def where(pointer: np.ndarray, buffers: tuple) -> tuple | None:
     """(tile buffer, byte offset, bytes) of what `pointer` views, or None when no buffer of the
     call holds it."""
     address = pointer.__array_interface__["data"][0]

@@ -17,6 +17,8 @@ from iron.runtime.emulator.dma import Span, Stream
 from iron.runtime.emulator.replay import WINDOWS_KEPT, Drain, Fill
 from iron.runtime.emulator.scheduler import Board, Signal
 
+EVERY = 1 << 62  # words: beyond either end of any host buffer
+
 
 class DmaOp:
     """One Dma of the runtime sequence (a dma_memcpy_nd): the word indices (relative to its
@@ -204,6 +206,12 @@ class RuntimeSequence:
             return op, DmaOp(index, op), self.channels[(op.fifo, op.shim)], None
         channels = [c for (fifo, _), c in self.channels.items() if fifo == op.fifo]
         return op, None, channels, f"op {index} (dma_wait @{op.fifo})"
+
+    def host_words(self) -> list[tuple | None]:
+        """Per op, (host buffer, first word, end word) its windows may touch in any launch: all
+        of the buffer when a scratchpad word patches its offset; None for a Wait."""
+        return [None if dma is None else (op.buffer, -EVERY, EVERY) if op.patch_word is not None
+                else (op.buffer, op.offset + dma.low, op.offset + dma.high + 1) for op, dma, _, _ in self.steps]
 
     def tasks(self) -> list[tuple[str, object]]:
         return [(channel.name, channel.task()) for channel in self.channels.values()]

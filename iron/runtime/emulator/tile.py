@@ -10,19 +10,25 @@ from iron.errors import PlanError
 from iron.runtime.emulator.lock import Lock
 from iron.runtime.emulator.scheduler import Board
 
+ALIGN = 64  # bytes: where each buffer starts in its arena, as a vector register is wide
+
 
 class Buffer:
-    """One buffer in a tile's memory (aie.buffer): `data` (bytes) and its 32-bit `words`; typed
-    and shaped views of it are made once (`shaped`) and kept, as the buffer lives as long as the
-    Emulator."""
+    """One buffer in a tile's memory (aie.buffer): `data` (bytes) and its 32-bit `words` (its own
+    array, or its place in an arena once `allocate` moved it there before the array starts);
+    typed and shaped views of it are made once (`shaped`) and kept, as the buffer lives as long
+    as the Emulator."""
 
-    __slots__ = ("name", "data", "words", "views")
+    __slots__ = ("name", "nbytes", "data", "words", "views")
 
     def __init__(self, name: str, nbytes: int):
-        self.name = name
-        self.data = np.zeros(nbytes, np.uint8)
-        self.words = self.data[: nbytes - nbytes % 4].view(np.uint32)
+        self.name, self.nbytes = name, nbytes
         self.views: dict = {}
+        self.place(np.zeros(nbytes, np.uint8))
+
+    def place(self, data: np.ndarray):
+        self.data = data
+        self.words = data[: self.nbytes - self.nbytes % 4].view(np.uint32)
 
     def shaped(self, start: int, shape: tuple) -> np.ndarray:
         """Words [start, start + size) as an array of `shape` (a view, kept for reuse)."""
@@ -31,6 +37,22 @@ class Buffer:
         if view is None:
             view = self.views[key] = self.words[start: start + int(np.prod(shape, dtype=np.int64))].reshape(shape)
         return view
+
+
+def allocate(tiles: list[Tile]):
+    """Give every buffer its bytes: the buffers of one size on tiles of one kind in one array, tile
+    after tile, each at a multiple of ALIGN. Every core of a grid holds the same buffers, so the
+    buffer of one role lies a fixed stride from the next core's: a batch of their kernel calls
+    (batch.py) reads and writes them as one strided view instead of copying."""
+    sizes: dict[tuple, list[Buffer]] = {}
+    for tile in tiles:
+        for buffer in tile.buffers.values():
+            sizes.setdefault((tile.at.kind, buffer.nbytes), []).append(buffer)
+    for (_, nbytes), same in sizes.items():
+        step = -(-nbytes // ALIGN) * ALIGN
+        arena = np.zeros(step * len(same), np.uint8)
+        for k, buffer in enumerate(same):
+            buffer.place(arena[k * step: k * step + nbytes])
 
 
 class Tile:
