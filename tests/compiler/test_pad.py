@@ -10,7 +10,7 @@ from aie_utils import from_name
 from iron import Carried
 from iron.compiler.plan import HostRole, PlacementKind, TileKind
 from iron.errors import DoesNotFit
-from iron.kernels import Add, Copy, MatMul
+from iron.kernels import Add, Argmax, Copy, MatMul, RMSNorm, Softmax
 from tests.compiler.designs import Product, Projection, Sum, operands
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order than numpy
@@ -232,3 +232,44 @@ def test_a_carried_loop_runs_a_padded_body_at_depth_2():
     assert list(loop.run(steps - 1, step=0)) == list(range(steps - 1))
     assert dict(loop.carry) == {"step": steps}
     np.testing.assert_allclose(body.read("log"), np.tile((a @ b)[250], (steps, 1)), **F32)
+
+
+class Norm(iron.Graph):
+    def __init__(self, w):
+        self.w = iron.weight(w)
+
+    def body(self, x):
+        return RMSNorm.step(x, self.w)
+
+
+class Softmaxed(iron.Graph):
+    def body(self, x):
+        return Softmax.step(x)
+
+
+class Picked(iron.Graph):
+    def body(self, x):
+        return Argmax.step(x)
+
+
+@pytest.mark.parametrize("graph", [Norm(np.linspace(0.5, 1.5, 64, dtype=np.float32)), Softmaxed(), Picked()],
+                         ids=["RMSNorm", "Softmax", "Argmax"])
+def test_a_row_reduction_pads_only_its_number_of_rows(graph):
+    """4099 rows (prime) streamed in row-blocks on one core; padded to 4352 rows (136 per core)
+    they stream over 32 tiles; a row's width (64) is never padded, the results equal reference()."""
+    x = np.random.default_rng(8).standard_normal((4099, 64)).astype(np.float32)
+    body = graph.compile(x=x, device=from_name("npu2"))
+    name = {Norm: "RMSNorm", Softmaxed: "Softmax", Picked: "Argmax"}[type(graph)]
+    assert rule(body.plan, "pad_to_block") == [
+        f"g0: {name}#0 over 4099 rows of 64 elements streams padded with zeros to 4352 rows (the rows and the "
+        "result lie so in DDR, the host writes and reads the first 4099; a row's width is never padded) over 32 "
+        "tiles"]
+    assert rule(body.plan, "stream_row_blocks") == [
+        f"g0: {name} over 4099 rows of 64 elements (pad_to_block: padded with zeros to 4352 rows) streamed in "
+        "row-blocks of 34 rows over 32 tiles (4 rows x 8 columns of cores), 4 blocks per core"]
+    assert padded(body.plan)["x"] == ((4099, 64), (4352, 64))
+    got, want = body(x=x), graph.reference(x=x)
+    if want.dtype.kind in "iu":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, **F32)
