@@ -1,17 +1,19 @@
-"""`pad_to_block`: a large MatMul or MatVec whose sides have no good whole blocks, or elementwise
-calls streamed over a length with none, compute on sides padded with zeros, so the tiling rules
-(tiling.py) find a grid of many cores and whole blocks. The compiler owns the padded layout: a
-padded tensor's Placement lies in the larger shape, the user's region in its first rows and
-columns (allocate.py, segment.py); the runtime writes and reads only that region, and the
-padding is the zeros the buffer is made with. A MatMul's K padding is zeros in both operands
-(0 times anything else could be NaN); its M and N padding give results the host never sees.
-Only tensors no kernel writes and only the padded call reads are padded (inputs, weights,
-params, values crossing a segment cut into the compiler's DDR), and results read only as the
-user's region (by the host, or across a segment cut), so no padding a kernel writes is ever
-read as padding. Decided once per design, before
-placement, from the Program and its groups, so every segment sees the same layout."""
+"""`pad_to_block`: a large MatMul or MatVec whose sides have no good whole blocks, elementwise
+calls streamed over a length with none, or a row reduction over a batch of rows (its number of
+rows only) compute on sides padded with zeros, so the tiling rules (tiling.py) find a grid of
+many cores and whole blocks. The compiler owns the padded layout: a padded tensor's Placement
+lies in the larger shape, the user's region in its first rows and columns (allocate.py,
+segment.py); the runtime writes and reads only that region, and the padding is the zeros the
+buffer is made with. A MatMul's K padding is zeros in both operands (0 times anything else
+could be NaN); its M and N padding give results the host never sees. Only tensors no kernel
+writes and only the padded call reads are padded (inputs, weights, params, values crossing a
+segment cut into the compiler's DDR), and results read only as the user's region (by the host,
+or across a segment cut), so no padding a kernel writes is ever read as padding. Decided once
+per design, before placement, from the Program and its groups, so every segment sees the same
+layout."""
 from __future__ import annotations
 
+import math
 from itertools import product
 
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
@@ -21,6 +23,7 @@ from iron.compiler.tiling import (
     call_sides,
     choose_flow,
     choose_grid,
+    row_streamable,
     streamable,
 )
 from iron.ir import Node, Op, Program, nbytes
@@ -36,14 +39,15 @@ FEW_CALLS = 64      # kernel calls per core a grid's own sides may take before f
 
 def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[Node, tuple[int, ...]]:
     """The shape each tensor `pad_to_block` pads lies in: for each group that is one MatMul or
-    MatVec (`pad_matrix`) or elementwise calls that stream (`pad_stream`), the padding that gives
-    its grid on the whole device more cores than its own sides, or as many with fewer kernel
-    calls per core where its own take more than FEW_CALLS (a few calls more are not worth the
-    larger buffers); a tensor another padding took already is not padded again."""
+    MatVec (`pad_matrix`), elementwise calls that stream (`pad_stream`) or a row reduction over a
+    batch of rows that streams (`pad_rows`: only the number of rows), the padding whose grid or
+    stream on the whole device is `better` than its own sides'; a tensor another padding took
+    already is not padded again."""
     readers = _readers(program, groups)
     padded: dict[Node, tuple[int, ...]] = {}
     for group in groups:
-        chosen = pad_matrix(group, readers, device) or pad_stream(group, readers, device)
+        chosen = pad_matrix(group, readers, device) or pad_stream(group, readers, device) or \
+            pad_rows(group, readers, device)
         if not any(n in padded for n in chosen):
             padded |= chosen
     return padded
@@ -117,34 +121,37 @@ def whole_device_grid(call: Node, device, padded=None):
 
 
 def _best_sides(call: Node, device) -> tuple[int, int, int] | None:
-    """The padded sides of the best grid (most cores, then fewest kernel calls per core, then
-    the fewest elements moved), when it is better than the call's own sides' grid as
-    `pad_to_block` says; else None."""
+    """Of the padded sides whose grid is `better` than the call's own sides', those of the
+    fewest kernel calls per core, then the least work per core, then the fewest elements moved;
+    None when none is better."""
     own = call_sides(call)
     vector = len(call.shape) == 1
     rows, cols = len(device.compute_rows), device.n_cols
     quanta = (ROW_QUANTUM * (rows * cols if vector else rows), K_QUANTUM, 1 if vector else ROW_QUANTUM * cols)
     up = tuple(-(-side // q) * q for side, q in zip(own, quanta))
     tried = {tuple(u if pick else s for s, u, pick in zip(own, up, picks)) for picks in product((0, 1), repeat=3)}
-    scored = [(score, sides) for sides in sorted(tried - {own})
-              if (score := _grid_score(whole_device_grid(call, device, sides))) is not None]
-    if not scored:
-        return None
-    best_score, best = min(scored, key=lambda s: (s[0], s[1][0] * s[1][1] + s[1][1] * s[1][2] + s[1][0] * s[1][2]))
-    return best if better(best_score, _grid_score(whole_device_grid(call, device))) else None
+    mine = _grid_score(whole_device_grid(call, device))
+    scored = []
+    for sides in tried - {own}:
+        score = _grid_score(whole_device_grid(call, device, sides))
+        if score is not None and better(score, mine):
+            (work, calls), (a, k, b) = score, sides
+            scored.append(((calls, work, a * k + k * b + a * b), sides))
+    return min(scored)[1] if scored else None
 
 
-def better(padded: tuple[int, int], mine: tuple[int, int] | None) -> bool:
-    """Whether a padded grid or stream scoring `padded` (-cores, kernel calls per core) is worth
-    it over the call's own, `mine`: none, fewer cores, or more than FEW_CALLS calls per core and
-    more than padded."""
-    return mine is None or padded[0] < mine[0] or (padded[0] == mine[0] and FEW_CALLS < mine[1] > padded[1])
+def better(padded: tuple[float, int], mine: tuple[float, int] | None) -> bool:
+    """Whether a padded grid or stream scoring `padded` (elements of work per core, padding
+    included; kernel calls per core) is worth it over the call's own sides, `mine`: they have
+    none, or more work per core (the padded one takes more cores than its padding costs), or
+    more than FEW_CALLS kernel calls per core, at least twice the padded one's."""
+    return mine is None or padded[0] < mine[0] or FEW_CALLS < mine[1] >= 2 * padded[1]
 
 
-def _grid_score(grid) -> tuple[int, int] | None:
+def _grid_score(grid) -> tuple[float, int] | None:
     if grid is None:
         return None
-    return -grid.cores, grid.rounds * grid.per_round * grid.k_blocks
+    return math.prod(grid.sides) / grid.cores, grid.rounds * grid.per_round * grid.k_blocks
 
 
 def pad_stream(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:
@@ -167,10 +174,31 @@ def pad_stream(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...
     return {n: (length,) for n in (*inputs, calls[-1])}
 
 
-def _flow_score(calls, device, padded) -> tuple[int, int] | None:
+def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:
+    """A row reduction (RMSNorm, Softmax, Argmax) over a batch of rows (rows, n) that streams in
+    row-blocks (`stream_row_blocks`), over a paddable batch, whose result only the host reads:
+    its number of rows padded to a multiple of ROW_QUANTUM per core of the device, when that
+    streams `better`; never a row's width (a row is reduced whole: padding it would change the
+    result), nor the row every row shares (RMSNorm's w)."""
+    calls = group.calls
+    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or readers.get(calls[0]) != ["host"]:
+        return {}
+    (call,), x = calls, calls[0].src[0]
+    if not paddable(x, calls, readers):
+        return {}
+    (rows, width), cores = x.shape, device.n_cols * len(device.compute_rows)
+    quantum = ROW_QUANTUM * cores
+    padded_rows = -(-rows // quantum) * quantum
+    padded = _flow_score(calls, device, padded_rows * width, width)
+    if padded_rows == rows or padded is None or not better(padded, _flow_score(calls, device, None, width)):
+        return {}
+    return {x: (padded_rows, width), call: (padded_rows, *call.shape[1:])}
+
+
+def _flow_score(calls, device, padded, width: int = 1) -> tuple[int, int] | None:
     flow = choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
-                       device.n_cols * device.shim.dma_out_channels, padded=padded)
-    return None if flow is None else (-len(flow.tiles), flow.rounds)
+                       device.n_cols * device.shim.dma_out_channels, width=width, padded=padded)
+    return None if flow is None else (flow.size / len(flow.tiles), flow.rounds)
 
 
 # ---- what placement reads back --------------------------------------------------------------------
@@ -200,10 +228,11 @@ def grid_sides(call: Node, padded: dict) -> tuple[int, int, int] | None:
 
 
 def stream_length(calls, inputs, padded: dict) -> int | None:
-    """The elements streamed calls' tensors lie in: padded, or their own; None when some lie
-    padded and others not (or otherwise)."""
+    """The elements the streamed inputs of elementwise calls or a row reduction lie in: padded
+    (all of them and the result, to as many rows), or their own; None when they lie otherwise."""
     tensors = (*inputs, calls[-1])
     if not any(n in padded for n in tensors):
-        return calls[-1].size
-    lengths = {padded.get(n) for n in tensors}
-    return lengths.pop()[0] if len(lengths) == 1 and None not in lengths else None
+        return inputs[0].size
+    if not all(n in padded for n in tensors) or len({padded[n][0] for n in tensors}) != 1:
+        return None
+    return math.prod(padded[inputs[0]])

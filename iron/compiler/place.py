@@ -137,7 +137,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if grid is not None:
             free = [t for t in free if t not in grid.tiles]
             sites.append(Site(group, grid.tiles, grid=grid))
-            rules += padding_rule(program, group, grid.call, grid.padded, grid.tiles)
+            rules += grid_padding_rule(program, group, grid)
             rules.append(("tile_matmul_over_array", f"{group.name}: {grid.text()}"))
             if grid.expand is not None:
                 rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m))
@@ -151,7 +151,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if flow is not None:
             free = [t for t in free if t not in flow.tiles]
             sites.append(Site(group, flow.tiles, flow=flow))
-            rules += padding_rule(program, group, flow.calls[-1], flow.padded and (flow.padded,), flow.tiles)
+            rules += flow_padding_rule(program, group, flow)
             rules.append((rule, f"{group.name}: {flow.text()}"))
             continue
         check_whole_words(program, group.calls, device)
@@ -290,11 +290,7 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
     if outside.get(calls[-1], ()) != ("host",) or any(outside.get(c) for c in calls[:-1]):
         return None
     spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
-    length = stream_length(calls, streamed_inputs(calls)[0], padded)
-    if length is None:
-        return None
-    flow = choose_flow(calls, free_columns(free, device), spare, device, shim_in,
-                       padded=None if length == calls[-1].size else length)
+    flow = _choose_flow(calls, free, spare, device, shim_in, padded)
     if flow is None:
         return None
     rows, inputs = len(flow.rows), len(flow.inputs)
@@ -309,13 +305,22 @@ def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int
     calls = group.calls
     if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or outside.get(calls[0], ()) != ("host",):
         return None
-    if any(n in padded for n in (*external_inputs(calls), calls[0])):
-        return None
     spare, shim_in = limits
-    flow = choose_flow(calls, free_columns(free, device), spare, device, shim_in, width=calls[0].src[0].shape[1])
+    flow = _choose_flow(calls, free, spare, device, shim_in, padded, width=calls[0].src[0].shape[1])
     if flow is None:
         return None
     return replace(flow, mems=tuple(channels.take(col, 1 + len(flow.rows), len(flow.rows) + 1) for col in flow.cols))
+
+
+def _choose_flow(calls, free: list[Tile], spare: int, device, shim_in: int, padded: dict, width: int = 1):
+    """`choose_flow` on the free columns over the length the streamed tensors lie in (padded by
+    `pad_to_block`, or their own); None when they lie inconsistently."""
+    inputs = streamed_inputs(calls)[0]
+    length = stream_length(calls, inputs, padded)
+    if length is None:
+        return None
+    return choose_flow(calls, free_columns(free, device), spare, device, shim_in, width=width,
+                       padded=None if length == inputs[0].size else length)
 
 
 def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], limits: tuple[int, int],
@@ -347,22 +352,35 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
     return replace(grid, a_mems=a_mems, c_mems=c_mems)
 
 
-def padding_rule(program: Program, group: Group, call: Node, padded: tuple | None, tiles) -> list[tuple[str, str]]:
-    """`pad_to_block`'s decision as describe() shows it, when it padded the group's tensors."""
-    if not padded:
+def grid_padding_rule(program: Program, group: Group, grid: Grid) -> list[tuple[str, str]]:
+    """`pad_to_block`'s decision for a grid as describe() shows it, when it padded the sides."""
+    if grid.padded is None:
         return []
-    label = call_label(program, call)
-    if len(padded) == 1:
-        return [("pad_to_block", f"{group.name}: {label} over {call.size} elements streams padded with zeros to "
-                                 f"{padded[0]} elements (the inputs and the result lie so in DDR, the host writes and "
-                                 f"reads the first {call.size}) over {len(tiles)} tiles")]
-    names = ("M", "K") if len(call.shape) == 1 else ("M", "K", "N")
-    sides = ", ".join(f"{name} {side} -> {to}" for name, side, to in zip(names, call_sides(call), padded) if side != to)
-    k_padded = call_sides(call)[1] != padded[1]
-    return [("pad_to_block", f"{group.name}: {label} padded with zeros ({sides}) over {len(tiles)} tiles: A, B and "
-                             "the result lie so in DDR, the host writes and reads the user's region"
-                             + "; K's padding is zeros in both operands" * k_padded
+    call = grid.call
+    names = ("M", "K") if grid.vector else ("M", "K", "N")
+    sides = ", ".join(f"{name} {side} -> {to}" for name, side, to in zip(names, call_sides(call), grid.padded)
+                      if side != to)
+    k_padded = call_sides(call)[1] != grid.padded[1]
+    return [("pad_to_block", f"{group.name}: {call_label(program, call)} padded with zeros ({sides}) over "
+                             f"{len(grid.tiles)} tiles: A, B and the result lie so in DDR, the host writes and reads "
+                             "the user's region" + "; K's padding is zeros in both operands" * k_padded
                              + "; the result's padding is never read")]
+
+
+def flow_padding_rule(program: Program, group: Group, flow: Flow) -> list[tuple[str, str]]:
+    """`pad_to_block`'s decision for a stream as describe() shows it, when it padded the length
+    (a row reduction's: the number of rows, never a row's width)."""
+    if flow.padded is None:
+        return []
+    call, rows = flow.calls[-1], flow.inputs[0].size // flow.width
+    if flow.width > 1:
+        what = (f"over {rows} rows of {flow.width} elements streams padded with zeros to {flow.size // flow.width} "
+                f"rows (the rows and the result lie so in DDR, the host writes and reads the first {rows}; a row's "
+                "width is never padded)")
+    else:
+        what = (f"over {call.size} elements streams padded with zeros to {flow.size} elements (the inputs and the "
+                f"result lie so in DDR, the host writes and reads the first {call.size})")
+    return [("pad_to_block", f"{group.name}: {call_label(program, call)} {what} over {len(flow.tiles)} tiles")]
 
 
 def read_on_device(group: Group, outside) -> str:

@@ -87,7 +87,8 @@ def shim_shortfall(routes: Routes, device) -> ShimShortfall | None:
 
 
 def _may_share(route, direction: Direction) -> bool:
-    """Whether `shim_requests` may let a host FIFO share a channel, but for the Waits lowering adds."""
+    """Whether `shim_requests` may let a host FIFO share a channel: its role and producer say so,
+    though a Wait of the lowered sequence may still keep it apart (so this counts no fewer)."""
     if direction is Direction.MM2S:
         return route.role is FifoRole.INPUT
     return route.role is FifoRole.HOST and route.producer.kind is TileKind.COMPUTE

@@ -406,8 +406,9 @@ class Flow(OnCores):
             words = "".join(f", {name}={describe(value)} a per-call word every core receives"
                             for _, name, value in self.per_call)
             single = ", one object of each FIFO (a row fills the tile: no overlap)" * (self.objects == 1)
-            return (f"{names} over {self.inputs[0].size // self.width} rows of {self.width} elements streamed in "
-                    f"row-blocks of {self.block // self.width} rows {where}{words}{single}")
+            padding = f" (pad_to_block: padded with zeros to {self.size // self.width} rows)" * (self.padded is not None)
+            return (f"{names} over {self.inputs[0].size // self.width} rows of {self.width} elements{padding} streamed "
+                    f"in row-blocks of {self.block // self.width} rows {where}{words}{single}")
         padding = f" (pad_to_block: padded with zeros to {self.padded})" * (self.padded is not None)
         return f"{names} over {self.calls[-1].size} elements{padding} streamed in blocks of {self.block} {where}"
 

@@ -8,9 +8,10 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Carried
+from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import HostRole, PlacementKind, TileKind
 from iron.errors import DoesNotFit
-from iron.kernels import Add, Copy, MatMul
+from iron.kernels import Add, Argmax, Copy, MatMul, RMSNorm, Softmax
 from tests.compiler.designs import Product, Projection, Sum, operands
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order than numpy
@@ -70,8 +71,8 @@ def test_a_matmul_of_prime_sides_is_padded_to_whole_blocks_over_the_array(device
 def test_a_small_odd_matmul_takes_few_calls_and_its_padding_stays_zeros():
     """(251, 127) x (127, 191) took 31877 one-element kernel calls per core on blocks dividing its
     sides; padded to (256, 128) x (128, 192) it takes 2 per core on 32 tiles. The host buffers
-    are the padded sizes, the user's region is written and read, and the padding (K's in both
-    operands) stays zeros after a call."""
+    are the padded sizes (the MLIR's runtime sequence takes them), the user's region is written
+    and read (a weight's update too), and the padding (K's in both operands) stays zeros."""
     a, b = operands(251, 127, 191, np.float32)
     graph = Product(b)
     body = graph.compile(a=a, device=from_name("npu2"))
@@ -87,8 +88,12 @@ def test_a_small_odd_matmul_takes_few_calls_and_its_padding_stays_zeros():
                                  "out0": ((251, 191), (256, 192))}
     inputs = body.plan.host_buffer(HostRole.INPUTS)
     assert inputs.nwords == 256 * 128
+    mlir = print_mlir(body.plan)   # the padding is in buffer sizes and DMA patterns only, no pad attribute
+    assert "aie.runtime_sequence @sequence(%arg0: memref<24576xi32>, %arg1: memref<1xi32>, %arg2: " \
+           "memref<32768xi32>, %arg3: memref<49152xi32>" in mlir and "pad" not in mlir
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
-    a2 = operands(251, 127, 191, np.float32, seed=5)[0]
+    a2, b2 = operands(251, 127, 191, np.float32, seed=5)
+    graph.update(graph.b, b2)   # a padded weight's new values: its region written, its padding kept
     np.testing.assert_allclose(body(a=a2), graph.reference(a=a2), **F32)
     session = body.session
     for p in body.plan.placements:
@@ -232,3 +237,44 @@ def test_a_carried_loop_runs_a_padded_body_at_depth_2():
     assert list(loop.run(steps - 1, step=0)) == list(range(steps - 1))
     assert dict(loop.carry) == {"step": steps}
     np.testing.assert_allclose(body.read("log"), np.tile((a @ b)[250], (steps, 1)), **F32)
+
+
+class Norm(iron.Graph):
+    def __init__(self, w):
+        self.w = iron.weight(w)
+
+    def body(self, x):
+        return RMSNorm.step(x, self.w)
+
+
+class Softmaxed(iron.Graph):
+    def body(self, x):
+        return Softmax.step(x)
+
+
+class Picked(iron.Graph):
+    def body(self, x):
+        return Argmax.step(x)
+
+
+@pytest.mark.parametrize("graph", [Norm(np.linspace(0.5, 1.5, 64, dtype=np.float32)), Softmaxed(), Picked()],
+                         ids=["RMSNorm", "Softmax", "Argmax"])
+def test_a_row_reduction_pads_only_its_number_of_rows(graph):
+    """4099 rows (prime) streamed in row-blocks on one core; padded to 4352 rows (136 per core)
+    they stream over 32 tiles; a row's width (64) is never padded, the results equal reference()."""
+    x = np.random.default_rng(8).standard_normal((4099, 64)).astype(np.float32)
+    body = graph.compile(x=x, device=from_name("npu2"))
+    name = {Norm: "RMSNorm", Softmaxed: "Softmax", Picked: "Argmax"}[type(graph)]
+    assert rule(body.plan, "pad_to_block") == [
+        f"g0: {name}#0 over 4099 rows of 64 elements streams padded with zeros to 4352 rows (the rows and the "
+        "result lie so in DDR, the host writes and reads the first 4099; a row's width is never padded) over 32 "
+        "tiles"]
+    assert rule(body.plan, "stream_row_blocks") == [
+        f"g0: {name} over 4099 rows of 64 elements (pad_to_block: padded with zeros to 4352 rows) streamed in "
+        "row-blocks of 34 rows over 32 tiles (4 rows x 8 columns of cores), 4 blocks per core"]
+    assert padded(body.plan)["x"] == ((4099, 64), (4352, 64))
+    got, want = body(x=x), graph.reference(x=x)
+    if want.dtype.kind in "iu":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, **F32)
