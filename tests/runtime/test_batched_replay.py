@@ -31,7 +31,7 @@ from iron.kernels import (
 from iron.kernels.library import Accumulate
 from iron.models.blocks import Q4_1, Q8_0
 from iron.runtime.emulator import Emulator
-from iron.runtime.emulator.batch import Batch, Painted, strided, waves_of
+from iron.runtime.emulator.batch import Batch, Painted, scratch, strided, waves_of
 from iron.runtime.emulator.core import Step
 from iron.runtime.emulator.replay import Copy as CopyAct
 from iron.runtime.emulator.replay import Drain, Fill, Forwarded, Invoked
@@ -51,12 +51,12 @@ def batched(monkeypatch):
         members = calls = 0
         on = True
 
-        def __call__(self, trace, host_words):
-            self.calls += sum(type(act) in (Invoked, Forwarded) for act in trace)
+        def __call__(self, cycle, host_words):
+            self.calls += sum(type(act) in (Invoked, Forwarded) for trace in cycle for act in trace)
             if not self.on:
-                return list(trace)
-            out = real(trace, host_words)
-            self.members += sum(len(act.members) for act in out if type(act) is Batch)
+                return list(cycle)
+            out = real(cycle, host_words)
+            self.members += sum(len(act.members) for trace in out for act in trace if type(act) is Batch)
             return out
 
         def off(self):
@@ -165,34 +165,54 @@ def invoked(source, out, core: str):
     return Invoked(step.run, (step,), (source, out), core)
 
 
-def test_calls_share_a_wave_unless_they_conflict_or_one_core_makes_both():
+def test_acts_share_a_wave_unless_they_conflict():
     a, b, c = (Buffer(name, 256) for name in "abc")
     calls = [invoked(a, b, "tile_0_2"), invoked(a, c, "tile_0_3"),   # both read a: wave 0
              invoked(b, a, "tile_0_4"),       # reads b the first wrote, writes a both read: 1
              invoked(c, b, "tile_0_3")]       # reads c the second wrote, writes b the third read: 2
     assert waves_of(calls, []) == [0, 0, 1, 2]
     calls[3] = invoked(Buffer("e", 256), Buffer("f", 256), "tile_0_3")
-    assert waves_of(calls, []) == [0, 0, 1, 1]   # nothing shared: after its core's call only
+    assert waves_of(calls, []) == [0, 0, 1, 0]   # nothing shared: wave 0, though its core made the second
     # the Fill writes b, which the third call read (1); the Drain reads c the second call wrote
     # (0) into host words a Fill of that host buffer reads (2); the Copy reads words of a the
     # third call wrote (1) and writes words of c the Drain reads (2)
     fill, drain, copy = Fill(0, 0, 4, b, 0), Drain(1, 0, 4, c, 0), CopyAct(c, 0, a, 0, 4)
     hosts = [("x", 0, 64), ("x", 32, 36)]
-    assert waves_of([*calls, fill, drain, copy], hosts) == [0, 0, 1, 1, 2, 3, 4]
+    assert waves_of([*calls, fill, drain, copy], hosts) == [0, 0, 1, 0, 2, 3, 4]
     assert waves_of([*calls, fill, Drain(1, 0, 4, c, 0), copy], [("x", 0, 32), ("x", 32, 36)])[4:] == [2, 1, 2]
+
+
+def expands(blocks, scratch, out, core: str):
+    """`core`'s call of two steps: words 0..8 of `blocks` into `scratch`, then `scratch` into `out`."""
+    steps = [Step(lambda: None, object(), (source.shaped(0, (8,)), into.shaped(0, (8,))), (8,), ())
+             for source, into in ((blocks, scratch), (scratch, out))]
+    return Invoked(lambda: None, tuple(steps), (blocks, scratch, out), core)
+
+
+def test_a_buffer_each_call_writes_before_reading_is_scratch_and_no_conflict():
+    blocks, out, other = (Buffer(name, 256) for name in ("blocks", "out", "other"))
+    expanded = Buffer("expanded", 256)
+    calls = [expands(blocks, expanded, out, "tile_0_2"), expands(blocks, expanded, other, "tile_0_2")]
+    assert scratch([calls]) == {expanded, out, other}   # out and other: never read at all
+    assert waves_of(calls, [], scratch([calls])) == [0, 0]   # one wave though both write expanded
+    assert waves_of(calls, []) == [0, 1]
+    assert scratch([calls, [CopyAct(out, 0, expanded, 0, 4)]]) == {other}   # read by a Copy in another launch
+    assert scratch([[*calls, invoked(expanded, other, "tile_0_3")]]) == {out, other}   # read before written
 
 
 def test_operands_on_a_grid_are_one_strided_view_and_others_none():
     memory = np.arange(4096, dtype=np.float32)
     blocks = [memory[start: start + 16].reshape(4, 4) for start in (0, 64, 128, 1000, 1064, 1128)]
-    view = strided(blocks, 3)
+    view = strided(blocks, (2, 3))
     assert view.shape == (2, 3, 4, 4) and view.strides == (4000, 256, 16, 4)
     np.testing.assert_array_equal(view.reshape(6, 4, 4), np.stack(blocks))
-    assert strided(blocks, 6) is None and strided(blocks, 2) is None
-    same = strided([blocks[0]] * 4, 4)
-    assert same.strides[:2] == (0, 0)
+    assert strided(blocks, (6,)) is None and strided(blocks, (3, 2)) is None
+    assert strided([blocks[0]] * 4, (4,)).strides[0] == 0
+    cube = [memory[start: start + 16].reshape(4, 4) for i in range(2) for j in range(3) for k in range(2)
+            for start in (i * 1000 + j * 10 + k * 100,)]
+    assert strided(cube, (2, 3, 2)).strides[:3] == (4000, 40, 400) and strided(cube, (2, 6)) is None
     transposed = [memory[:16].reshape(4, 4), memory[64:80].reshape(4, 4).T]
-    assert strided(transposed, 2) is None
+    assert strided(transposed, (2,)) is None
 
 
 def test_the_buffers_of_one_role_lie_a_fixed_stride_apart_on_every_core(batched):

@@ -1,23 +1,25 @@
-"""Batched replay: a launch's consecutive kernel calls (a replayed trace's Invoked and Forwarded
-acts with no DMA action between them) run in waves, and the calls of one wave that call the same
-kernel on operands of the same shapes run as ONE numpy call on their operands stacked along a
-leading axis, when the kernel declares that its compute works on one (`Kernel.batches`).
+"""Batched replay: the acts of a replayed trace run in waves, and the kernel calls of one wave
+that call the same kernel on operands of the same shapes run as ONE numpy call on their operands
+stacked along leading axes, when the kernel declares that its compute works on them
+(`Kernel.batches`).
 
-Why it is exact: a call reads only its pointers and writes only its output pointer (byte ranges
-of tile buffers; a Forwarded input reads host words, which no kernel writes), so two calls
-conflict when one writes bytes the other reads or writes. A call's wave is one more than the
-latest wave of an earlier call it conflicts with (`waves`): running the waves in order runs every
-pair of conflicting calls in their recorded order, and every buffer ends as it would. A batched
-kernel computes each member as its own call would (numpy elementwise ops, and the same BLAS
-routine on each member's matrices), and its results are written to each member's output.
-Operands lying a fixed stride apart in one allocation (tile buffers of the same role on every
-core: tile.allocate) are stacked as one strided view, others are copied into a stacked array.
+Why it is exact: an act reads and writes byte ranges of tile buffers and host words it names (a
+kernel call its pointers; a Forwarded input reads host words, which no kernel writes), so two
+acts conflict when one writes bytes the other reads or writes. An act's wave is one more than
+the latest wave of an earlier act it conflicts with (`waves_of`): running the waves in order
+runs every pair of conflicting acts in their recorded order, and every buffer ends as it would.
+A batched kernel computes each member as its own call would (numpy elementwise ops, and the same
+BLAS routine on each member's matrices), and its results are written to each member's output,
+but to a scratch buffer (`scratch`), which no one reads before writing it again: the steps after
+take the result itself. Operands lying a fixed stride apart (tile buffers of one role on every
+core: tile.allocate; consecutive blocks of host words) are one strided view, others are copied
+into a stacked array.
 """
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -28,18 +30,25 @@ from iron.runtime.emulator.replay import (
     Fill,
     Forwarded,
     Invoked,
+    host_operand,
     in_order,
-    in_place,
+    tile_buffers,
     where,
 )
+
+CALL_COST = 8   # a numpy call of a batch costs about as much as copying 8 members' operands
+BATCH_BYTES = 1 << 21   # the most bytes a Batch's members' operands take, so its arrays stay in cache
 
 
 @dataclass(frozen=True, eq=False)
 class Batch:
     """Independent kernel acts (Invoked or Forwarded) of one signature: `bind(windows)` runs each
-    step of theirs as one call on their stacked operands."""
+    step of theirs as one call on their stacked operands. `unread`: per step, whether its output
+    is a scratch buffer, which only the later steps read: they take the step's result itself,
+    and the buffer is not written."""
 
     members: tuple
+    unread: tuple
 
     @property
     def ops(self) -> set[int]:
@@ -48,30 +57,40 @@ class Batch:
     def bind(self, windows: list):
         """Its steps on this launch's windows: on every member at once, or, when that copies
         operands which the members reading alike parts of their DMA ops (`_moved`: cores at other
-        places in their programs) would each see as one view, on those parts one after another."""
+        places in their programs) would see as one view each, on those parts one after another
+        when that costs less (CALL_COST)."""
         before: list = []
         pointers = [_pointers(act, windows, before) for act in self.members]
-        steps, copied = self._steps(pointers)
+        run, copied = self._steps(pointers)
+        runs = [run]
         parts: dict = {}
         for act, p in zip(self.members, pointers):
             parts.setdefault(_moved(act), []).append(p)
         if copied and len(parts) > 1:
             split = [self._steps(part) for part in parts.values()]
-            if sum(n for _, n in split) < copied:
-                steps = [step for part, _ in split for step in part]
-        return in_order([*before, *steps])
+            if CALL_COST * len(split) + sum(n for _, n in split) < CALL_COST + copied:
+                runs = [run for run, _ in split]
+        return in_order([*before, *runs])
 
-    def _steps(self, pointers: list) -> tuple[list, int]:
-        """The steps on these members' arrays, and how many member operands they copy."""
-        steps, copied = [], 0
-        for k, step in enumerate(_invoked(self.members[0]).steps):
-            arrays = [[p[k][j] for p in pointers] for j in (*range(step.call.operands), -1)]
-            rows = _rows(arrays)
-            views = [strided(a, rows) for a in arrays]
-            copied += sum(len(a) for a, view in zip(arrays, views) if view is None)
-            operands = [a if view is None else view for a, view in zip(arrays[:-1], views)]
-            steps.append(partial(_run, step.call.batched(step.attrs), operands, rows, views[-1], arrays))
-        return steps, copied
+    def _steps(self, pointers: list) -> tuple:
+        """`run()` of the steps on these members' arrays, and how many member operands it copies."""
+        steps = _invoked(self.members[0]).steps
+        arrays = [[[p[k][j] for p in pointers] for j in (*range(step.call.operands), -1)]
+                  for k, step in enumerate(steps)]
+        dims = _grid([a for step in arrays for a in step])
+        planned, copied = [], 0
+        for k, (step, (*inputs, outs)) in enumerate(zip(steps, arrays)):
+            operands = []
+            for a in inputs:
+                earlier = next((i for i in range(k) if _same(a, arrays[i][-1])), None)
+                view = strided(a, dims) if earlier is None else None
+                copied += len(a) if earlier is None and view is None else 0
+                operands.append(earlier if earlier is not None else a if view is None else view)
+            out = None if self.unread[k] else strided(outs, dims)
+            copied += len(outs) if out is None and not self.unread[k] else 0
+            shape = (*dims, *outs[0].shape)
+            planned.append((step.call.batched(step.attrs), operands, dims, out, outs, shape, self.unread[k]))
+        return partial(_run, planned), copied
 
 
 def _invoked(act) -> Invoked:
@@ -85,74 +104,109 @@ def _pointers(act, windows: list, before: list) -> list[list]:
     pointers = [list(step.pointers) for step in invoked.steps]
     if type(act) is Forwarded:
         for (k, j), fill in act.reads.items():
-            pointer = pointers[k][j]
-            view = in_place(windows[fill.op].piece(fill.moved, fill.count), pointer, invoked.steps[k].call.strided_inputs)
-            if view is None:
-                view = np.empty(pointer.shape, pointer.dtype)
-                before.append(fill.bind(windows, view.reshape(-1).view(np.uint32)))
-            pointers[k][j] = view
+            pointers[k][j] = host_operand(fill, windows, pointers[k][j], invoked.steps[k].call.strided_inputs, before)
     return pointers
 
 
-def _run(compute, operands: list, rows: int, out: np.ndarray | None, arrays: list):
-    """One step of a Batch: its operands (views, or `arrays` stacked now) on two leading axes."""
-    result = compute(*[a if type(a) is np.ndarray else _stack(a, rows) for a in operands])
-    if out is not None:
-        out[...] = result
-    else:
-        outs = arrays[-1]
-        for into, member in zip(outs, result.reshape(len(outs), *result.shape[2:])):
-            into[...] = member
+def _run(planned: list):
+    """A Batch's steps: each one call on its operands (views, the result of an earlier step as
+    its output holds it, or member arrays stacked now) on the grid's leading axes, its result written
+    to each member's output unless no one reads that."""
+    results: list = []
+    for compute, operands, dims, out, outs, shape, unread in planned:
+        result = compute(*[results[a] if type(a) is int else a if type(a) is np.ndarray else _stack(a, dims)
+                           for a in operands])
+        if type(result) is not np.ndarray or result.shape != shape or result.dtype != outs[0].dtype:
+            held = np.empty(shape, outs[0].dtype)   # what the output buffers hold: cast as they cast
+            held[...] = result
+            result = held
+        results.append(result)
+        if unread:
+            continue
+        if out is not None:
+            out[...] = result
+        else:
+            for into, member in zip(outs, result.reshape(len(outs), *outs[0].shape)):
+                into[...] = member
 
 
-def _stack(arrays: list, rows: int) -> np.ndarray:
-    stacked = np.empty((len(arrays) // rows, rows, *arrays[0].shape), arrays[0].dtype)
+def _same(arrays: list, others: list) -> bool:
+    """Whether each array views just what the other does."""
+    return all(_address(a) == _address(b) and a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+               for a, b in zip(arrays, others))
+
+
+def _stack(arrays: list, dims: tuple[int, ...]) -> np.ndarray:
+    stacked = np.empty((*dims, *arrays[0].shape), arrays[0].dtype)
     flat = stacked.reshape(len(arrays), *arrays[0].shape)
     for k, array in enumerate(arrays):
         flat[k] = array
     return stacked
 
 
-def _rows(operands: list[list]) -> int:
-    """How many members make a row of the grid the Batch lays its members out in: the divisor of
-    their count under which the most operands are one strided view each."""
-    count = len(operands[0])
-    divisors = [n for n in range(count, 0, -1) if count % n == 0]
-    return max(divisors, key=lambda n: sum(strided(arrays, n) is not None for arrays in operands))
+def _grid(operands: list[list]) -> tuple[int, ...]:
+    """The grid the Batch lays its members out on (their count as up to three factors, the last
+    varying fastest): the one under which the most operands are one strided view each."""
+    return max(_factors(len(operands[0])), key=lambda dims: sum(strided(a, dims) is not None for a in operands))
 
 
-def strided(arrays: list, rows: int) -> np.ndarray | None:
-    """`arrays` (one shape and dtype) as one view of shape (len // rows, rows, *shape), when they
-    have one layout and lie on a grid: a fixed number of bytes between members of a row, another
-    between rows; else None. Every element of the view is an element of one of the arrays, which
-    the Batch's steps keep alive."""
+@cache
+def _factors(count: int, most: int = 3) -> list[tuple[int, ...]]:
+    """`count` as a product of at most `most` factors above 1 (or (1,)), in every order."""
+    found = [(count,)]
+    if most > 1:
+        found += [(n, *rest) for n in range(2, count) if count % n == 0 for rest in _factors(count // n, most - 1)
+                  if rest != (1,)]
+    return found
+
+
+def strided(arrays: list, dims: tuple[int, ...]) -> np.ndarray | None:
+    """`arrays` (one shape and dtype) as one view of shape (*dims, *shape), when they have one
+    layout and lie on that grid: along each of its axes, a fixed number of bytes from one to the
+    next; else None. Every element of the view is an element of one of the arrays, which the
+    Batch's steps keep alive."""
     first = arrays[0]
     if any(a.strides != first.strides for a in arrays):
         return None
-    addresses = np.array([_address(a) for a in arrays], np.int64).reshape(-1, rows) - _address(first)
-    across = int(addresses[0, 1]) if rows > 1 else 0
-    down = int(addresses[1, 0]) if len(addresses) > 1 else 0
-    grid = np.arange(len(addresses))[:, None] * down + np.arange(rows)[None, :] * across
-    if not np.array_equal(addresses, grid):
+    addresses = (np.array([_address(a) for a in arrays], np.int64) - _address(first)).reshape(dims)
+    steps = [int(addresses[tuple(int(d == axis) for d in range(len(dims)))]) if n > 1 else 0
+             for axis, n in enumerate(dims)]
+    grid = sum(np.arange(n).reshape([n if d == axis else 1 for d in range(len(dims))]) * step
+               for axis, (n, step) in enumerate(zip(dims, steps)))
+    if not np.array_equal(addresses, np.broadcast_to(grid, dims)):
         return None
-    return as_strided(first, (*addresses.shape, *first.shape), (down, across, *first.strides))
+    return as_strided(first, (*dims, *first.shape), (*steps, *first.strides))
 
 
 def _address(array: np.ndarray) -> int:
     return array.__array_interface__["data"][0]
 
 
-def batched(trace: list, host_words: list) -> list:
-    """The trace in waves, the kernel acts of one wave and signature a Batch (module docstring).
-    `host_words`: per runtime-sequence op, the host words its windows may touch (shim.py)."""
+def batched(cycle: list[list], host_words: list) -> list[list]:
+    """Each trace of the cycle in waves, the kernel acts of one wave and signature in Batches of
+    at most BATCH_BYTES of operands (module docstring). `host_words`: per runtime-sequence op,
+    the host words its windows may touch (shim.py)."""
+    unread = scratch(cycle)
+    return [_in_waves(trace, host_words, unread) for trace in cycle]
+
+
+def _in_waves(trace: list, host_words: list, unread: set) -> list:
     waves: list[dict] = []   # per wave, signature -> its acts
-    for act, wave in zip(trace, waves_of(trace, host_words)):
+    for act, wave in zip(trace, waves_of(trace, host_words, unread)):
         if wave == len(waves):
             waves.append({})
         signature = signature_of(act) if type(act) in (Invoked, Forwarded) else None
         waves[wave].setdefault(signature if signature is not None else act, []).append(act)
-    return [Batch(tuple(sorted(acts, key=_output))) if len(acts) > 1 else acts[0]
-            for wave in waves for acts in wave.values()]
+    out = []
+    for acts in (acts for wave in waves for acts in wave.values()):
+        if len(acts) == 1:
+            out += acts
+            continue
+        acts = sorted(acts, key=_output)
+        size = max(2, BATCH_BYTES // sum(p.nbytes for step in _invoked(acts[0]).steps for p in step.pointers))
+        for part in (acts[k: k + size] for k in range(0, len(acts), size)):
+            out.append(Batch(tuple(part), _unread(part, unread)) if len(part) > 1 else part[0])
+    return out
 
 
 def _moved(act) -> tuple:
@@ -167,21 +221,34 @@ def _output(act) -> int:
     return _address(_invoked(act).steps[-1].pointers[-1])
 
 
-def waves_of(trace: list, host_words: list) -> list[int]:
-    """Each act's wave: one more than that of the latest earlier act it conflicts with, or of the
-    core's call before it (so wave k holds the k-th call of each core running the same program:
-    calls at the same place in it, whose operands lie alike)."""
+def _unread(acts: list, unread: set) -> tuple:
+    """Per step of the acts' calls, whether its output is a scratch buffer in each of them."""
+    places = [[where(step.pointers[-1], _invoked(act).buffers)[0] for step in _invoked(act).steps] for act in acts]
+    return tuple(all(buffer in unread for buffer in step) for step in zip(*places))
+
+
+def scratch(cycle: list[list]) -> set:
+    """The tile buffers only kernel calls touch, each read only where an earlier step of the same
+    call wrote it: what they hold between calls is never read."""
+    written, read = set(), set()
+    for act in (act for trace in cycle for act in trace):
+        if type(act) in (Invoked, Forwarded):
+            for place, _, _, writes in _tile_accesses(act):
+                (written if writes else read).add(place)
+        else:
+            read.update(tile_buffers(act))
+    return written - read
+
+
+def waves_of(trace: list, host_words: list, unread: set = frozenset()) -> list[int]:
+    """Each act's wave: one more than that of the latest earlier act it conflicts with (scratch
+    buffers aside: a call writes what it reads of them)."""
     memory: dict = {}   # tile buffer or host buffer name -> its Painted bytes
-    last: dict = {}     # core -> the wave of its latest call
     waves = []
     for act in trace:
-        touched = accesses(act, host_words)
-        core = _invoked(act).core if type(act) in (Invoked, Forwarded) else None
+        touched = [access for access in accesses(act, host_words) if access[0] not in unread]
         wave = max((memory[place].earliest(start, end, writes) for place, start, end, writes in touched
                     if place in memory), default=0)
-        if core is not None:
-            wave = max(wave, last.get(core, -1) + 1)
-            last[core] = wave
         for place, start, end, writes in touched:
             memory.setdefault(place, Painted()).record(start, end, wave, writes)
         waves.append(wave)
@@ -229,10 +296,8 @@ class Painted:
 
 def accesses(act, host_words: list) -> list[tuple]:
     """(tile buffer or host buffer name, first byte, end byte, writes) of what an act reads and
-    writes. A DMA act moves words between a tile buffer and its op's host words; a kernel act
-    touches its pointers' bytes (a Forwarded input also as written: its copy goes there when the
-    host words are no view) and reads its ops' host words, or every byte of its buffers for a
-    step that is not a kernel call on fixed pointers."""
+    writes: a DMA act moves words between a tile buffer and its op's host words; a kernel act
+    reads its ops' host words (`_tile_accesses` for the rest)."""
     kind = type(act)
     if kind is Copy:
         return [(act.source, 4 * act.at, 4 * (act.at + act.count), False),
@@ -241,19 +306,27 @@ def accesses(act, host_words: list) -> list[tuple]:
         return [(*host_words[act.op], False), (act.into, 4 * act.start, 4 * (act.start + act.count), True)]
     if kind is Drain:
         return [(act.source, 4 * act.at, 4 * (act.at + act.count), False), (*host_words[act.op], True)]
+    forwarded = act.reads.values() if kind is Forwarded else ()
+    return [*((*host_words[fill.op], False) for fill in forwarded), *_tile_accesses(act)]
+
+
+def _tile_accesses(act) -> list[tuple]:
+    """What a kernel act reads and writes of tile buffers: its pointers' bytes (but inputs it
+    reads from host words instead), or every byte of its buffers for a step that is not a kernel
+    call on fixed pointers. Bytes an earlier step of the act wrote are not read from the buffer."""
     invoked = _invoked(act)
-    forwarded = act.reads if kind is Forwarded else {}
-    found = [(*host_words[fill.op], False) for fill in forwarded.values()]
+    forwarded = act.reads if type(act) is Forwarded else {}
+    found: list[tuple] = []
     for k, step in enumerate(invoked.steps):
-        if step.call is None:
-            return [*found, *((b, 0, b.data.nbytes, True) for b in invoked.buffers)]
-        for j, pointer in enumerate(step.pointers):
-            place = where(pointer, invoked.buffers)
-            if place is None:
-                return [*found, *((b, 0, b.data.nbytes, True) for b in invoked.buffers)]
-            buffer, start, _ = place
-            writes = j == len(step.pointers) - 1 or (k, j) in forwarded
-            found.append((buffer, start, start + pointer.nbytes, writes))
+        places = [where(pointer, invoked.buffers) for pointer in step.pointers]
+        if step.call is None or None in places:
+            return [(b, 0, b.data.nbytes, writes) for b in invoked.buffers for writes in (False, True)]
+        *inputs, (out, start, nbytes) = places
+        for j, (buffer, first, n) in enumerate(inputs):
+            wrote = any(w and b is buffer and s <= first and first + n <= e for b, s, e, w in found)
+            if (k, j) not in forwarded and not wrote:
+                found.append((buffer, first, first + n, False))
+        found.append((out, start, start + nbytes, True))
     return found
 
 

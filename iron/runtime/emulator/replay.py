@@ -96,7 +96,8 @@ class Invoked:
 class Forwarded:
     """An Invoked whose kernel inputs `reads` ((step, pointer) -> the Fill that put its words in
     the tile buffer) read those host words in place instead; a piece of a window that is not
-    one view of the pointer's shape is copied in first, as the Fill would have."""
+    one view of the pointer's shape is copied first, into an array of its own (the tile buffer
+    is never written: nothing reads it)."""
 
     invoked: Invoked
     reads: dict
@@ -109,15 +110,20 @@ class Forwarded:
         pointers = [list(step.pointers) for step in self.invoked.steps]
         before = []
         for (k, j), fill in self.reads.items():
-            strided = self.invoked.steps[k].call.strided_inputs
-            view = in_place(windows[fill.op].piece(fill.moved, fill.count), pointers[k][j], strided)
-            if view is None:
-                before.append(fill.bind(windows))
-            else:
-                pointers[k][j] = view
+            pointers[k][j] = host_operand(fill, windows, pointers[k][j], self.invoked.steps[k].call.strided_inputs, before)
         runs = [step.call.bind(ptrs, step.sizes, step.attrs) if any(k == i for k, _ in self.reads) else step.run
                 for i, (step, ptrs) in enumerate(zip(self.invoked.steps, pointers))]
         return in_order([*before, *runs])
+
+
+def host_operand(fill: Fill, windows: list, pointer: np.ndarray, strided: bool, before: list) -> np.ndarray:
+    """The host words `fill` would put where `pointer` views, as an array like it: in place, or
+    an array of its own that a copy appended to `before` fills."""
+    view = in_place(windows[fill.op].piece(fill.moved, fill.count), pointer, strided)
+    if view is None:
+        view = np.empty(pointer.shape, pointer.dtype)
+        before.append(fill.bind(windows, view.reshape(-1).view(np.uint32)))
+    return view
 
 
 def in_place(piece, pointer: np.ndarray, strided: bool) -> np.ndarray | None:
@@ -185,7 +191,7 @@ class Compiled:
 class Replay:
     """The launches recorded so far, then, once found, the cycle of compiled traces they repeat.
     `relays` are the buffers the shortcut may skip (mem-tile ones), `hosts` each op's host buffer;
-    `arrange` orders each compiled trace's acts (batch.batched runs its kernel calls in batches)."""
+    `arrange` orders the cycle's traces' acts (batch.batched runs their kernel calls in batches)."""
 
     def __init__(self, start: tuple | None, board, relays: set, hosts: list[str], arrange=list):
         self.board, self.relays, self.hosts, self.arrange = board, relays, hosts, arrange
@@ -210,9 +216,9 @@ class Replay:
         first = next((k for k, (state, _) in enumerate(recorded) if state is not None and state == end), None)
         if first is not None and all(state is not None for state, _ in recorded[first:]):
             cycle = forwarded(relayed([trace for _, trace in recorded[first:]], self.relays, self.hosts), self.hosts)
-            self.cycle = [Compiled(self.arrange(trace)) for trace in cycle]
+            self.cycle = [Compiled(trace) for trace in self.arrange(cycle)]
             forwarded_only = {f.into for trace in cycle for act in trace if type(act) is Forwarded for f in act.reads.values()}
-            self.touched = {b for trace in cycle for act in trace for b in _buffers(act)} - forwarded_only
+            self.touched = {b for trace in cycle for act in trace for b in tile_buffers(act)} - forwarded_only
         kept = sum(len(trace) for _, trace in recorded)
         if first is not None or len(recorded) == RECORDED or kept > RECORDED_ACTIONS:
             self.recorded = self.start = None
@@ -264,7 +270,7 @@ def _skip(trace: list, skipped: set, hosts: list[str]) -> list | set:
     return failed or out
 
 
-def _buffers(act) -> tuple:
+def tile_buffers(act) -> tuple:
     """The tile buffers a data action reads or writes."""
     kind = type(act)
     if kind is Fill:
