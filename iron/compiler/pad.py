@@ -26,14 +26,12 @@ from iron.compiler.tiling import (
     row_streamable,
     streamable,
 )
-from iron.ir import Node, Op, Program, nbytes
+from iron.ir import Node, Op, Program, describe, external_inputs, nbytes
 from iron.kernels.base import Role
 
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
-PADS_ONLY = ("it pads only inputs, weights, params and values crossing a segment cut that the padded calls alone "
-             "read, and results read only as the user's region")
 FEW_CALLS = 64      # kernel calls per core a grid's own sides may take before fewer are worth padding for
 
 
@@ -43,7 +41,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[No
     batch of rows that streams (`pad_rows`: only the number of rows), the padding whose grid or
     stream on the whole device is `better` than its own sides'; a tensor another padding took
     already is not padded again."""
-    readers = _readers(program, groups)
+    readers = readers_of(program, groups)
     padded: dict[Node, tuple[int, ...]] = {}
     for group in groups:
         chosen = pad_matrix(group, readers, device) or pad_stream(group, readers, device) or \
@@ -53,7 +51,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[No
     return padded
 
 
-def _readers(program: Program, groups: tuple[Group, ...]) -> dict[Node, list]:
+def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list]:
     """Who reads each tensor: calls, "view" (a view of it is read), "host" (an output), "carry"."""
     found: dict[Node, list] = {}
     for group in groups:
@@ -71,14 +69,36 @@ def _readers(program: Program, groups: tuple[Group, ...]) -> dict[Node, list]:
 
 
 def paddable(node: Node, calls: tuple[Node, ...], readers: dict) -> bool:
-    """A tensor only `calls` read that no kernel writes: an input, a weight, a param, or another
-    group's result (in DDR only when a segment cut lies between them) but a matrix call's, with
-    rows of whole words (its producer writes the user's region row by row)."""
-    if not readers.get(node) or any(r not in calls for r in readers[node]):
-        return False
-    if node.op == Op.CALL:
-        return node.arg.kernel.role is not Role.MATRIX and node.shape[-1] * node.dtype.itemsize % 4 == 0
-    return node.op == Op.INPUT or (node.op == Op.MEMORY and node.arg[0] in ("weight", "param"))
+    return not unpaddable(node, calls, readers)
+
+
+def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict) -> str:
+    """Why `pad_to_block` may not pad a tensor `calls` read, "" when it may: a tensor only they
+    read that no kernel writes, an input, a weight, a param, or another group's result (in DDR
+    only when a segment cut lies between them) but a matrix call's, with rows of whole words
+    (its producer writes the user's region row by row)."""
+    what = describe(node)
+    if node.op == Op.VIEW:
+        return f"{what} is a view"
+    others = [r for r in readers.get(node, []) if r not in calls]
+    if others:
+        return f"{what} is read {'through a view' if 'view' in others else 'elsewhere'} too"
+    if node.op == Op.MEMORY and node.arg[0] == "state":
+        return f"{what} is a state, which a kernel may write"
+    if node.op == Op.CALL and node.arg.kernel.role is Role.MATRIX:
+        return f"{what} is a matrix call's result, whose padding that call writes"
+    if node.op == Op.CALL and node.shape[-1] * node.dtype.itemsize % 4:
+        return f"{what} has rows that are not whole 32-bit words"
+    return ""
+
+
+def matrix_unpadded(call: Node, readers: dict) -> str:
+    """Why `pad_matrix` may not pad a MatMul's or MatVec's tensors, "" when it may."""
+    a, b = call.src[:2]
+    if a is b:
+        return f"it reads {describe(a)} as both operands"
+    why = unpaddable(a, (call,), readers) or unpaddable(b, (call,), readers)
+    return why or ("" if shown(call, readers) else "its result is carried, or read by the host twice")
 
 
 def shown(call: Node, readers: dict) -> bool:
@@ -99,13 +119,13 @@ def pad_matrix(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...
     if call is None or call.arg.kernel.role is not Role.MATRIX or call.arg.writes or call.arg.n_inputs != 2:
         return {}
     a, b = call.src[:2]
-    if a is b or not (paddable(a, (call,), readers) and paddable(b, (call,), readers)) or not shown(call, readers):
+    if matrix_unpadded(call, readers):
         return {}
     vector = len(call.shape) == 1
     large = nbytes(a) > VECTOR_TILED_BYTES if vector else nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
     if not large:
         return {}
-    sides = _best_sides(call, device)
+    sides = best_sides(call, device)
     if sides is None:
         return {}
     big_m, big_k, big_n = sides
@@ -120,7 +140,7 @@ def whole_device_grid(call: Node, device, padded=None):
                        device.n_cols * device.shim.dma_out_channels, padded=padded)
 
 
-def _best_sides(call: Node, device) -> tuple[int, int, int] | None:
+def best_sides(call: Node, device) -> tuple[int, int, int] | None:
     """Of the padded sides whose grid is `better` than the call's own sides', those of the
     fewest kernel calls per core, then the least work per core, then the fewest elements moved;
     None when none is better."""
@@ -160,10 +180,7 @@ def pad_stream(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...
     FLOW_QUANTUM per core of the device, when that streams `better` (blocks count as kernel
     calls) than their own length."""
     calls = group.calls
-    if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or readers.get(calls[-1]) != ["host"]:
-        return {}
-    inputs = [n for n in dict.fromkeys(n for c in calls for n in c.src[:c.arg.n_inputs]) if n not in calls]
-    if len(calls[-1].shape) != 1 or not all(paddable(n, calls, readers) for n in inputs):
+    if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or stream_unpadded(calls, readers):
         return {}
     size, cores = calls[-1].size, device.n_cols * len(device.compute_rows)
     quantum = FLOW_QUANTUM * cores
@@ -171,7 +188,16 @@ def pad_stream(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...
     padded = _flow_score(calls, device, length)
     if length == size or padded is None or not better(padded, _flow_score(calls, device, None)):
         return {}
-    return {n: (length,) for n in (*inputs, calls[-1])}
+    return {n: (length,) for n in (*external_inputs(calls), calls[-1])}
+
+
+def stream_unpadded(calls, readers: dict) -> str:
+    """Why `pad_stream` may not pad elementwise calls' tensors, "" when it may."""
+    if len(calls[-1].shape) != 1:
+        return "their tensors are not one-dimensional"
+    if readers.get(calls[-1]) != ["host"]:
+        return f"{describe(calls[-1])} is read by more than the host"
+    return next((why for n in external_inputs(calls) if (why := unpaddable(n, calls, readers))), "")
 
 
 def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:

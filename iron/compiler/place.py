@@ -23,7 +23,15 @@ from iron.compiler.fuse import (
     role,
     stored_matrix,
 )
-from iron.compiler.pad import PADS_ONLY, grid_sides, padded_nodes, stream_length
+from iron.compiler.pad import (
+    best_sides,
+    grid_sides,
+    matrix_unpadded,
+    padded_nodes,
+    readers_of,
+    stream_length,
+    stream_unpadded,
+)
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.tiling import (
     MAX_BLOCK,
@@ -120,7 +128,7 @@ def snake_order(device) -> list[Tile]:
 def place(program: Program, groups: tuple[Group, ...], device, placements: tuple = ()) -> Layout:
     """Tiles for every group, and for the Emit on a full-ELF device when values are carried;
     `placements`: the host placements, some padded by `pad_to_block`."""
-    padded = padded_nodes(program, placements)
+    padded, readers = padded_nodes(program, placements), readers_of(program, groups)
     with_emit = bool(device.full_elf and program.carry)   # a segment but the last has no carry
     outside = outside_users(program, groups, with_emit)
     free = snake_order(device)
@@ -133,11 +141,12 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     for number, group in enumerate(groups):
         spare = len(free) - (len(groups) - number - 1) - with_emit
         shim_in = device.n_cols * device.shim.dma_out_channels - (len(groups) - 1)   # one per other group
-        grid = tile_matmul_over_array(program, group, outside, free, (spare, shim_in), channels, device, padded)
+        grid = tile_matmul_over_array(program, group, outside, free, (spare, shim_in), channels, device,
+                                      (padded, readers))
         if grid is not None:
             free = [t for t in free if t not in grid.tiles]
             sites.append(Site(group, grid.tiles, grid=grid))
-            rules += grid_padding_rule(program, group, grid)
+            rules += grid_padding_rule(program, group, grid, readers, device)
             rules.append(("tile_matmul_over_array", f"{group.name}: {grid.text()}"))
             if grid.expand is not None:
                 rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m))
@@ -154,7 +163,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
             rules += flow_padding_rule(program, group, flow)
             rules.append((rule, f"{group.name}: {flow.text()}"))
             continue
-        check_whole_words(program, group.calls, device)
+        check_whole_words(program, group.calls, device, readers)
         crowded = unsplit_beside_producer(groups, number, outside, sites, device)
         parts, why = (1, "") if crowded else split_parts(group, outside, spare, channels, free[0])
         tiles, free = tuple(free[:parts]), free[parts:]
@@ -324,7 +333,7 @@ def _choose_flow(calls, free: list[Tile], spare: int, device, shim_in: int, padd
 
 
 def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], limits: tuple[int, int],
-                           channels, device, padded: dict) -> Grid | None:
+                           channels, device, padding: tuple[dict, dict]) -> Grid | None:
     """A group that is one large MatMul or MatVec whose result only the host reads runs over a
     grid of whole free columns of cores (iron/compiler/tiling.py chooses it), taking per grid
     column a mem tile's channels for B's blocks (a MatVec: the split of its rows) and the C
@@ -335,6 +344,7 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
         return None
     if expand is not None and outside.get(expand):
         return None
+    padded, readers = padding   # the padded tensors' shapes (`padded_nodes`), the readers (`readers_of`)
     sides = grid_sides(call, padded)
     if sides is None:
         return None
@@ -342,7 +352,7 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
     grid = choose_grid(call, free_columns(free, device), spare, device, shim_in, expand,
                        None if sides == call_sides(call) else sides)
     if grid is None:
-        check_some_grid(program, call, device)
+        check_some_grid(program, call, device, matrix_unpadded(call, readers))
         return None
     rows = len(grid.rows)
     if grid.own_rows:   # per column: the rows of A split between its cores, their results joined
@@ -352,11 +362,17 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
     return replace(grid, a_mems=a_mems, c_mems=c_mems)
 
 
-def grid_padding_rule(program: Program, group: Group, grid: Grid) -> list[tuple[str, str]]:
-    """`pad_to_block`'s decision for a grid as describe() shows it, when it padded the sides."""
-    if grid.padded is None:
-        return []
+def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict, device) -> list[tuple[str, str]]:
+    """`pad_to_block`'s decision for a grid as describe() shows it: the sides it padded, or, for
+    a grid short of the free cores whose padded sides would be better, why it may not pad them."""
     call = grid.call
+    if grid.padded is None:
+        why = matrix_unpadded(call, readers) if grid.fewer else ""
+        sides = best_sides(call, device) if why else None
+        if sides is None:
+            return []
+        return [("pad_to_block", f"{group.name}: {call_label(program, call)} is not padded, though padded to "
+                                 f"(M, K, N) = {sides} it would take a better grid: {why}")]
     names = ("M", "K") if grid.vector else ("M", "K", "N")
     sides = ", ".join(f"{name} {side} -> {to}" for name, side, to in zip(names, call_sides(call), grid.padded)
                       if side != to)
@@ -396,7 +412,7 @@ def read_on_device(group: Group, outside) -> str:
             "says, or over the array when a cut puts its readers in a later configuration")
 
 
-def check_some_grid(program: Program, call: Node, device) -> None:
+def check_some_grid(program: Program, call: Node, device, unpadded: str) -> None:
     """A MatMul whose B and result do not fit a tile and for which `tile_matmul_over_array` finds
     no grid even with the whole device to itself is DoesNotFit here, naming the call and why,
     instead of failing later as one tile's buffers: its blocks divide its sides (no padding or
@@ -418,12 +434,13 @@ def check_some_grid(program: Program, call: Node, device) -> None:
         f"and the result take {held} bytes, more than a compute tile's {room}, and tile_matmul_over_array finds "
         f"no grid of cores for it even on the whole {device.name}: its blocks divide their sides (at most "
         f"{MAX_BLOCK} elements, no padding or remainder block) and must fit a core and move in one DMA op "
-        f"each, and the largest dividing blocks are {largest}; pad_to_block did not pad it ({PADS_ONLY}). Pad the "
+        f"each, and the largest dividing blocks are {largest}; pad_to_block did not pad it: "
+        f"{unpadded or 'no padded sides have a grid either'}. Pad the "
         f"matrices with zeros to sides with larger divisors ({padded}), or cut the call into several."
     )
 
 
-def check_whole_words(program: Program, calls, device) -> None:
+def check_whole_words(program: Program, calls, device, readers: dict) -> None:
     """Elementwise calls too large for a tile whose element count no block of whole 32-bit words
     divides (an odd count of 16-bit elements, say), so `stream_elementwise` has no block for them
     even on the whole device, are DoesNotFit here, naming the call and the padding, instead of
@@ -437,7 +454,8 @@ def check_whole_words(program: Program, calls, device) -> None:
         f"{program.name}: {', '.join(call_label(program, c) for c in calls)} over {size} "
         f"{calls[-1].dtype.name} elements take {held_bytes(list(calls))} bytes, more than a compute tile's {room}, "
         f"and stream_elementwise cuts them into blocks that divide {size} and hold whole 32-bit words ({per_word} "
-        f"elements each), of which {size} has none, and pad_to_block did not pad them ({PADS_ONLY}). Pad the "
+        f"elements each), of which {size} has none, and pad_to_block did not pad them: "
+        f"{stream_unpadded(calls, readers) or 'no padded length streams either'}. Pad the "
         f"tensors to {-(-size // per_word) * per_word} elements, or cut the calls in two."
     )
 

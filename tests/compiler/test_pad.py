@@ -173,9 +173,8 @@ def test_elementwise_calls_pad_to_block_may_not_pad_do_not_fit_naming_the_paddin
     assert str(err.value) == (
         f"StateSum: Add#0 over 100001 {np.dtype(dtype).name} elements take {3 * 100001 * size} bytes, more than a "
         "compute tile's 64512, and stream_elementwise cuts them into blocks that divide 100001 and hold whole "
-        f"32-bit words ({per_word} elements each), of which 100001 has none, and pad_to_block did not pad them (it "
-        "pads only inputs, weights, params and values crossing a segment cut that the padded calls alone read, "
-        f"and results read only as the user's region). Pad the tensors to {padded_to} elements, or cut the calls in two.")
+        f"32-bit words ({per_word} elements each), of which 100001 has none, and pad_to_block did not pad them: s "
+        f"is a state, which a kernel may write. Pad the tensors to {padded_to} elements, or cut the calls in two.")
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
 
 

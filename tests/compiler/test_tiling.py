@@ -122,7 +122,9 @@ def test_a_grid_short_of_the_free_cores_says_why_no_larger_grid_divides():
     a = operands(300, 300, 300, np.float32)[0]
     graph = Square()
     body = graph.compile(a=a, device=from_name("npu2"))
-    assert rule(body.plan, "pad_to_block") == []
+    assert rule(body.plan, "pad_to_block") == [
+        "g0: MatMul#0 is not padded, though padded to (M, K, N) = (300, 300, 320) it would take a better grid: it "
+        "reads a as both operands"]
     assert rule(body.plan, "tile_matmul_over_array")[0].endswith(
         "summed in float32; not more cores: no grid of more than 24 of the 32 free cores has rows of cores "
         "dividing M = 300 and columns dividing N = 300, and blocks divide their sides (no remainder block; "
@@ -143,9 +145,8 @@ def test_a_matmul_with_no_dividing_blocks_pad_to_block_does_not_pad_does_not_fit
         f"compute tile's 64512, and tile_matmul_over_array finds no grid of cores for it even on the whole {device}: "
         "its blocks divide their sides (at most 256 elements, no padding or remainder block) and must fit a core "
         "and move in one DMA op each, and the largest dividing blocks are M = 509: 1, K = 509: 1, N = 509: 1; "
-        "pad_to_block did not pad it (it pads only inputs, weights, params and values crossing a segment cut "
-        "that the padded calls alone read, and results read only as the user's region). Pad the matrices with "
-        "zeros to sides with larger divisors (M = 512, K = 512, N = 512), or cut the call into several.")
+        "pad_to_block did not pad it: it reads a as both operands. Pad the matrices with zeros to sides with larger "
+        "divisors (M = 512, K = 512, N = 512), or cut the call into several.")
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
 
 
