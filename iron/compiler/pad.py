@@ -6,11 +6,10 @@ lies in the larger shape, the user's region in its first rows and columns (alloc
 segment.py); the runtime writes and reads only that region, and the padding is the zeros the
 buffer is made with. A MatMul's K padding is zeros in both operands (0 times anything else
 could be NaN); its M and N padding give results the host never sees. Only tensors no kernel
-writes and only the padded call reads are padded (inputs, weights, params, values crossing a
-segment cut into the compiler's DDR), and results read only as the user's region (by the host,
-or across a segment cut), so no padding a kernel writes is ever read as padding. Decided once
-per design, before placement, from the Program and its groups, so every segment sees the same
-layout."""
+writes and only the padded call reads are padded (inputs, weights, params), and results read
+only as the user's region (by the host, or across a segment cut into the compiler's DDR), so no
+padding a kernel writes is ever read as padding. Decided once per design, before placement,
+from the Program and its groups, so every segment sees the same layout."""
 from __future__ import annotations
 
 import math
@@ -73,10 +72,9 @@ def paddable(node: Node, calls: tuple[Node, ...], readers: dict) -> bool:
 
 
 def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict) -> str:
-    """Why `pad_to_block` may not pad a tensor `calls` read, "" when it may: a tensor only they
-    read that no kernel writes, an input, a weight, a param, or another group's result (in DDR
-    only when a segment cut lies between them) but a matrix call's, with rows of whole words
-    (its producer writes the user's region row by row)."""
+    """Why `pad_to_block` may not pad a tensor `calls` read, "" when it may: an input, a weight
+    or a param only they read (a kernel may write a state; another group's result is written by
+    a group that may stream it, in blocks that know no padding)."""
     what = describe(node)
     if node.op == Op.VIEW:
         return f"{what} is a view"
@@ -85,10 +83,8 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict) -> str:
         return f"{what} is read {'through a view' if 'view' in others else 'elsewhere'} too"
     if node.op == Op.MEMORY and node.arg[0] == "state":
         return f"{what} is a state, which a kernel may write"
-    if node.op == Op.CALL and node.arg.kernel.role is Role.MATRIX:
-        return f"{what} is a matrix call's result, whose padding that call writes"
-    if node.op == Op.CALL and node.shape[-1] * node.dtype.itemsize % 4:
-        return f"{what} has rows that are not whole 32-bit words"
+    if node.op == Op.CALL or (node.op == Op.INPUT and node.arg[1] == -1):   # -1: a cut value (segment.py)
+        return f"{what} is another group's result"
     return ""
 
 
@@ -98,16 +94,20 @@ def matrix_unpadded(call: Node, readers: dict) -> str:
     if a is b:
         return f"it reads {describe(a)} as both operands"
     why = unpaddable(a, (call,), readers) or unpaddable(b, (call,), readers)
-    return why or ("" if shown(call, readers) else "its result is carried, or read by the host twice")
+    return why or ("" if shown(call, readers) else "its result is read by more than the host, views and calls "
+                                                  "that neither tile nor stream")
 
 
 def shown(call: Node, readers: dict) -> bool:
-    """Whether a padded result's padding, which its kernel writes, is never read as padding: the
-    host reads it at most once (its region), and any other reader is a later group's call, which
-    reads it in DDR only across a segment cut, its region (words.placement_access), never as an
-    operand padded in its own right (`paddable` takes no matrix call's result)."""
+    """Whether a padded result is read only as the user's region, so the padding its kernel
+    writes is never read: by the host at most once, and otherwise (in DDR only across a segment
+    cut) through views (words.view_access: no grid or stream takes a view) or by calls that
+    neither tile nor stream (an elementwise, matrix or row-reduction reader might take it in
+    blocks that know no padding)."""
     users = readers.get(call, [])
-    return bool(users) and users.count("host") <= 1 and "carry" not in users
+    plain = (Role.OTHER, Role.EXPANSION)
+    return bool(users) and users.count("host") <= 1 and all(
+        u in ("host", "view") or (isinstance(u, Node) and u.arg.kernel.role in plain) for u in users)
 
 
 def pad_matrix(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:

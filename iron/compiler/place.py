@@ -435,9 +435,18 @@ def check_some_grid(program: Program, call: Node, device, unpadded: str) -> None
         f"no grid of cores for it even on the whole {device.name}: its blocks divide their sides (at most "
         f"{MAX_BLOCK} elements, no padding or remainder block) and must fit a core and move in one DMA op "
         f"each, and the largest dividing blocks are {largest}; pad_to_block did not pad it: "
-        f"{unpadded or 'no padded sides have a grid either'}. Pad the "
+        f"{unpadded or why_no_padded_grid(call, device)}. Pad the "
         f"matrices with zeros to sides with larger divisors ({padded}), or cut the call into several."
     )
+
+
+def why_no_padded_grid(call: Node, device) -> str:
+    """Why a call `pad_to_block` may pad here has no padded grid: none of its padded sides has one,
+    or the design reads or makes its tensors elsewhere (the rule decides for the whole design, a
+    segment's Program sees its cut values as host tensors)."""
+    if best_sides(call, device) is None:
+        return "no padded sides have a grid either"
+    return "the design reads its result or makes its operands elsewhere (another segment)"
 
 
 def check_whole_words(program: Program, calls, device, readers: dict) -> None:

@@ -11,7 +11,7 @@ from iron import Carried
 from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import HostRole, PlacementKind, TileKind
 from iron.errors import DoesNotFit
-from iron.kernels import Add, Argmax, Copy, MatMul, RMSNorm, Softmax
+from iron.kernels import Add, Argmax, Copy, MatMul, RMSNorm, SiLU, Softmax
 from tests.compiler.designs import Product, Projection, Sum, operands
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order than numpy
@@ -277,3 +277,48 @@ def test_a_row_reduction_pads_only_its_number_of_rows(graph):
         np.testing.assert_array_equal(got, want)
     else:
         np.testing.assert_allclose(got, want, **F32)
+
+
+class NormThenProduct(iron.Graph):
+    """RMSNorm's result, another group's, is the MatMul's A: a cut lies between them."""
+
+    def __init__(self, w, b):
+        self.w, self.b = iron.weight(w), iron.weight(b)
+
+    def body(self, x):
+        return MatMul.step(RMSNorm.step(x, self.w), self.b)
+
+
+def test_another_groups_result_is_not_padded_and_describe_says_why():
+    """RMSNorm streams its result to the cut in blocks that know no padding, so the MatMul reading
+    it keeps its own sides (one core) and describe() says why it is not padded."""
+    rng = np.random.default_rng(9)
+    x, b = rng.standard_normal((251, 128)).astype(np.float32), rng.standard_normal((128, 191)).astype(np.float32)
+    graph = NormThenProduct(np.linspace(0.5, 1.5, 128, dtype=np.float32), b)
+    body = graph.compile(x=x, device=from_name("npu2"))
+    assert rule(body.plan, "pad_to_block") == [
+        "g1: MatMul#1 is not padded, though padded to (M, K, N) = (256, 128, 192) it would take a better grid: "
+        "cut.RMSNorm#0 is another group's result"]
+    assert padded(body.plan) == {}
+    np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
+
+
+class ProductThenAct(iron.Graph):
+    """SiLU of C = A @ B: an elementwise reader may stream C in blocks that know no padding."""
+
+    def __init__(self, b):
+        self.b = iron.weight(b)
+
+    def body(self, a):
+        return SiLU.step(MatMul.step(a, self.b))
+
+
+def test_a_result_a_stream_may_read_is_not_padded_and_does_not_fit_saying_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(DoesNotFit) as err:
+        ProductThenAct(np.ones((251, 509), np.float32)).compile(a=((509, 251), np.float32), device=from_name("npu2"))
+    assert str(err.value).endswith(
+        "the largest dividing blocks are M = 509: 1, K = 251: 251, N = 509: 1; pad_to_block did not pad it: the "
+        "design reads its result or makes its operands elsewhere (another segment). Pad the matrices with zeros "
+        "to sides with larger divisors (M = 512, K = 256, N = 512), or cut the call into several.")
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
