@@ -114,12 +114,16 @@ def pad_matrix(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...
     """A MatMul or MatVec alone in its group, large enough to tile, over paddable operands, whose
     result is `shown`: its sides padded, each to a multiple of ROW_QUANTUM per row of
     cores (M; a MatVec's: per core), K_QUANTUM (K) and ROW_QUANTUM per column (N), when some of
-    them padded (`_best_sides`) gives a better grid; A, B and the result padded to them."""
+    them padded (`best_sides`) gives a better grid; A, B and the result padded to them. While
+    another group reads the result (through views, across a cut) the call may run off the grid,
+    reading its operands row by row (words.placement_access): then their rows must be whole words."""
     (call,) = group.calls if len(group.calls) == 1 else (None,)
     if call is None or call.arg.kernel.role is not Role.MATRIX or call.arg.writes or call.arg.n_inputs != 2:
         return {}
     a, b = call.src[:2]
     if matrix_unpadded(call, readers):
+        return {}
+    if readers[call] != ["host"] and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
         return {}
     vector = len(call.shape) == 1
     large = nbytes(a) > VECTOR_TILED_BYTES if vector else nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
@@ -150,6 +154,8 @@ def best_sides(call: Node, device) -> tuple[int, int, int] | None:
     quanta = (ROW_QUANTUM * (rows * cols if vector else rows), K_QUANTUM, 1 if vector else ROW_QUANTUM * cols)
     up = tuple(-(-side // q) * q for side, q in zip(own, quanta))
     tried = {tuple(u if pick else s for s, u, pick in zip(own, up, picks)) for picks in product((0, 1), repeat=3)}
+    if tried == {own}:
+        return None
     mine = _grid_score(whole_device_grid(call, device))
     scored = []
     for sides in tried - {own}:
