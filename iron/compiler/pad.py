@@ -38,15 +38,13 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[No
     """The shape each tensor `pad_to_block` pads lies in: for each group that is one MatMul or
     MatVec (`pad_matrix`), elementwise calls that stream (`pad_stream`) or a row reduction over a
     batch of rows that streams (`pad_rows`: only the number of rows), the padding whose grid or
-    stream on the whole device is `better` than its own sides'; a tensor another padding took
-    already is not padded again."""
+    stream on the whole device is `better` than its own sides'. A padded tensor is read by its
+    group alone (`unpaddable`), so no two groups pad one tensor."""
     readers = readers_of(program, groups)
     padded: dict[Node, tuple[int, ...]] = {}
     for group in groups:
-        chosen = pad_matrix(group, readers, device) or pad_stream(group, readers, device) or \
+        padded |= pad_matrix(group, readers, device) or pad_stream(group, readers, device) or \
             pad_rows(group, readers, device)
-        if not any(n in padded for n in chosen):
-            padded |= chosen
     return padded
 
 
@@ -65,10 +63,6 @@ def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list]:
         for node in value.src:
             found.setdefault(node, []).append("carry")
     return found
-
-
-def paddable(node: Node, calls: tuple[Node, ...], readers: dict) -> bool:
-    return not unpaddable(node, calls, readers)
 
 
 def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict) -> str:
@@ -216,7 +210,7 @@ def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]
     if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or readers.get(calls[0]) != ["host"]:
         return {}
     (call,), x = calls, calls[0].src[0]
-    if not paddable(x, calls, readers):
+    if unpaddable(x, calls, readers):
         return {}
     (rows, width), cores = x.shape, device.n_cols * len(device.compute_rows)
     quantum = ROW_QUANTUM * cores
