@@ -5,6 +5,7 @@ carried value) must agree bit for bit, call after call; the batches must have ha
 parts: which calls share a wave, the byte runs behind it, the strided views, the arenas, and
 each batching kernel's compute on stacked operands against its calls one by one."""
 import re
+from types import SimpleNamespace
 
 import ml_dtypes
 import numpy as np
@@ -31,7 +32,7 @@ from iron.kernels import (
 from iron.kernels.library import Accumulate
 from iron.models.blocks import Q4_1, Q8_0
 from iron.runtime.emulator import Emulator
-from iron.runtime.emulator.batch import Batch, Painted, scratch, strided, waves_of
+from iron.runtime.emulator.batch import Batch, Painted, scratch, strided, unread_outputs, waves_of
 from iron.runtime.emulator.core import Step
 from iron.runtime.emulator.replay import Copy as CopyAct
 from iron.runtime.emulator.replay import Drain, Fill, Forwarded, Invoked
@@ -198,6 +199,20 @@ def test_a_buffer_each_call_writes_before_reading_is_scratch_and_no_conflict():
     assert waves_of(calls, []) == [0, 1]
     assert scratch([calls, [CopyAct(out, 0, expanded, 0, 4)]]) == {other}   # read by a Copy in another launch
     assert scratch([[*calls, invoked(expanded, other, "tile_0_3")]]) == {out, other}   # read before written
+
+
+def test_a_batch_leaves_a_scratch_output_unwritten_only_when_later_steps_read_just_that_view():
+    blocks, expanded, out = (Buffer(name, 256) for name in ("blocks", "expanded", "out"))
+    call = SimpleNamespace(operands=1)   # a stand-in kernel call of one input
+
+    def two_steps(read: int):
+        """words 0..8 of blocks into expanded, then `read` words of expanded into out."""
+        steps = (Step(lambda: None, call, (blocks.shaped(0, (8,)), expanded.shaped(0, (8,))), (8,), ()),
+                 Step(lambda: None, call, (expanded.shaped(0, (read,)), out.shaped(0, (read,))), (read,), ()))
+        return Invoked(lambda: None, steps, (blocks, expanded, out), "tile_0_2")
+    assert unread_outputs([two_steps(8)], {expanded}) == (True, False)
+    assert unread_outputs([two_steps(4)], {expanded}) == (False, False)   # a part of it: read from the buffer
+    assert unread_outputs([two_steps(8)], set()) == (False, False)
 
 
 def test_operands_on_a_grid_are_one_strided_view_and_others_none():

@@ -212,7 +212,7 @@ def _in_waves(trace: list, host_words: list, unread: set) -> list:
         acts = sorted(acts, key=_output)
         size = max(2, BATCH_BYTES // sum(p.nbytes for step in _invoked(acts[0]).steps for p in step.pointers))
         for part in (acts[k: k + size] for k in range(0, len(acts), size)):
-            out.append(Batch(tuple(part), _unread(part, unread)) if len(part) > 1 else part[0])
+            out.append(Batch(tuple(part), unread_outputs(part, unread)) if len(part) > 1 else part[0])
     return out
 
 
@@ -228,7 +228,7 @@ def _output(act) -> int:
     return _address(_invoked(act).steps[-1].pointers[-1])
 
 
-def _unread(acts: list, unread: set) -> tuple:
+def unread_outputs(acts: list, unread: set) -> tuple:
     """Per step of the acts' calls, whether its output is a scratch buffer in each of them that
     the later steps read only as just that output (so they may take the result itself)."""
     return tuple(all(_unread_output(_invoked(act), k, unread) for act in acts)
