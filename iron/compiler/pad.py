@@ -7,8 +7,9 @@ segment.py); the runtime writes and reads only that region, and the padding is t
 buffer is made with. A MatMul's K padding is zeros in both operands (0 times anything else
 could be NaN); its M and N padding give results the host never sees. Only tensors no kernel
 writes and only the padded call reads are padded (inputs, weights, params), and results read
-only as the user's region (by the host, or across a segment cut into the compiler's DDR), so no
-padding a kernel writes is ever read as padding. Decided once per design, before placement,
+only as the user's region (by the host, or across a segment cut into the compiler's DDR), or by
+elementwise calls that compute over the whole padded layout (`pad_through_elementwise`), so no
+padding a kernel writes is read as the user's data. Decided once per design, before placement,
 from the Program and its groups, so every segment sees the same layout."""
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from itertools import product
 
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
 from iron.compiler.tiling import (
+    MAX_FLOW_INPUTS,
     TILED_BYTES,
     VECTOR_TILED_BYTES,
     call_sides,
@@ -25,7 +27,7 @@ from iron.compiler.tiling import (
     row_streamable,
     streamable,
 )
-from iron.ir import Node, Op, Program, describe, external_inputs, nbytes
+from iron.ir import Node, Op, Program, describe, external_inputs, nbytes, tensor_inputs
 from iron.kernels.base import Role
 
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
@@ -38,13 +40,15 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[No
     """The shape each tensor `pad_to_block` pads lies in: for each group that is one MatMul or
     MatVec (`pad_matrix`), elementwise calls that stream (`pad_stream`) or a row reduction over a
     batch of rows that streams (`pad_rows`: only the number of rows), the padding whose grid or
-    stream on the whole device is `better` than its own sides'. A padded tensor is read by its
-    group alone (`unpaddable`), so no two groups pad one tensor."""
+    stream on the whole device is `better` than its own sides'; for elementwise calls reading a
+    padded MatMul's result, that result's padded layout (`pad_through_elementwise`). A padded
+    tensor is read by its group alone (`unpaddable`), so no two groups pad one tensor."""
     readers = readers_of(program, groups)
+    group_of = {call: group for group in groups for call in group.calls}
     padded: dict[Node, tuple[int, ...]] = {}
     for group in groups:
-        padded |= pad_matrix(group, readers, device) or pad_stream(group, readers, device) or \
-            pad_rows(group, readers, device)
+        padded |= pad_matrix(group, readers, group_of, device) or pad_through_elementwise(group, padded) or \
+            pad_stream(group, readers, device) or pad_rows(group, readers, device)
     return padded
 
 
@@ -82,14 +86,40 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict) -> str:
     return ""
 
 
-def matrix_unpadded(call: Node, readers: dict) -> str:
-    """Why `pad_matrix` may not pad a MatMul's or MatVec's tensors, "" when it may."""
+def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> str:
+    """Why `pad_matrix` may not pad a MatMul's or MatVec's tensors, "" when it may (`group_of`:
+    each call's group, when the design's, to find the elementwise readers that share the layout)."""
     a, b = call.src[:2]
     if a is b:
         return f"it reads {describe(a)} as both operands"
     why = unpaddable(a, (call,), readers) or unpaddable(b, (call,), readers)
-    return why or ("" if shown(call, readers) else "its result is read by more than the host, views and calls "
-                                                  "that neither tile nor stream")
+    if why or shown(call, readers):
+        return why
+    users = readers.get(call, [])
+    if group_of and all(isinstance(u, Node) for u in users):
+        return next((f"its result is read by {describe(u)}, which {why}" for u in users
+                     if (why := layout_unshared(group_of[u].calls, call, readers))), "")
+    return "its result is read by more than the host, views and calls that neither tile nor stream"
+
+
+def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
+    """The rule `pad_through_elementwise`: why elementwise `calls` may not compute over the padded
+    layout of `result` (a padded MatMul's), "" when they may: they stream (elementwise, large
+    enough, at most MAX_FLOW_INPUTS inputs) over tensors all of `result`'s shape, their other
+    inputs are paddable and their last result only the host reads, so each element of the padding
+    is computed from padding and the host reads only the user's region. Reading the padding as
+    data (a row reduction's row, a MatMul's K) stays refused: the padding of an elementwise
+    function of a product need not be zeros (Exp(0) = 1)."""
+    outside = external_inputs(calls)
+    if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
+        return "is not an elementwise call, and a row reduction's row or a MatMul's K holds no padding"
+    if any(n.shape != result.shape for c in calls for n in (c, *tensor_inputs(c))):
+        return f"reads or makes tensors of other shapes than {result.shape}, which cannot lie in its padding"
+    if len(outside) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
+        return f"does not stream (its group fits a tile or reads more than {MAX_FLOW_INPUTS} tensors)"
+    if readers.get(calls[-1]) != ["host"]:
+        return f"makes {describe(calls[-1])}, read by more than the host"
+    return next((why for n in outside if n is not result and (why := unpaddable(n, calls, readers))), "")
 
 
 def shown(call: Node, readers: dict) -> bool:
@@ -104,9 +134,9 @@ def shown(call: Node, readers: dict) -> bool:
         u in ("host", "view") or (isinstance(u, Node) and u.arg.kernel.role in plain) for u in users)
 
 
-def pad_matrix(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:
+def pad_matrix(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
     """A MatMul or MatVec alone in its group, large enough to tile, over paddable operands, whose
-    result is `shown`: its sides padded, each to a multiple of ROW_QUANTUM per row of
+    result is `shown` or read by elementwise calls that share its layout (`layout_unshared`): its sides padded, each to a multiple of ROW_QUANTUM per row of
     cores (M; a MatVec's: per core), K_QUANTUM (K) and ROW_QUANTUM per column (N), when some of
     them padded (`best_sides`) gives a better grid; A, B and the result padded to them. While
     another group reads the result (through views, across a cut) the call may run off the grid,
@@ -115,7 +145,7 @@ def pad_matrix(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...
     if call is None or call.arg.kernel.role is not Role.MATRIX or call.arg.writes or call.arg.n_inputs != 2:
         return {}
     a, b = call.src[:2]
-    if matrix_unpadded(call, readers):
+    if matrix_unpadded(call, readers, group_of):
         return {}
     if readers[call] != ["host"] and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
         return {}
@@ -130,6 +160,17 @@ def pad_matrix(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...
     if vector:
         return {a: (big_m, big_k), b: (big_k,), call: (big_m,)}
     return {a: (big_m, big_k), b: (big_k, big_n), call: (big_m, big_n)}
+
+
+def pad_through_elementwise(group: Group, padded: dict) -> dict[Node, tuple[int, ...]]:
+    """Elementwise calls reading a padded MatMul's result (`pad_matrix` pads it only when they
+    may, `layout_unshared`): their other inputs and their last result padded to its layout, so
+    they stream over it whole, each element of the padding computed from padding."""
+    calls = group.calls
+    fed = [n for n in external_inputs(calls) if n.op == Op.CALL and n in padded]
+    if not fed or calls[0].arg.kernel.role is not Role.ELEMENTWISE:
+        return {}
+    return {n: padded[fed[0]] for n in (*external_inputs(calls), calls[-1]) if n not in fed}
 
 
 def whole_device_grid(call: Node, device, padded=None):
