@@ -27,7 +27,7 @@ from iron.compiler.tiling import (
     row_streamable,
     streamable,
 )
-from iron.ir import Node, Op, Program, describe, external_inputs, nbytes, tensor_inputs
+from iron.ir import Node, Op, Program, call_label, describe, external_inputs, nbytes, tensor_inputs
 from iron.kernels.base import Role
 
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
@@ -102,6 +102,16 @@ def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> 
     return "its result is read by more than the host, views and calls that neither tile nor stream"
 
 
+def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group) -> str:
+    """Why `pad_to_block` did not pad the MatMul or MatVec `group` is, as the whole design reads
+    it ("" for other groups or when it may): a segment sees its cut values as host tensors."""
+    (call,) = group.calls if len(group.calls) == 1 else (None,)
+    if call is None or call.arg.kernel.role is not Role.MATRIX:
+        return ""
+    why = matrix_unpadded(call, readers_of(program, groups), {c: g for g in groups for c in g.calls})
+    return why and f"{call_label(program, call)} is not padded: {why}"
+
+
 def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
     """The rule `pad_through_elementwise`: why elementwise `calls` may not compute over the padded
     layout of `result` (a padded MatMul's), "" when they may: they stream (elementwise, large
@@ -112,7 +122,7 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str
     function of a product need not be zeros (Exp(0) = 1)."""
     outside = external_inputs(calls)
     if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
-        return "is not an elementwise call, and a row reduction's row or a MatMul's K holds no padding"
+        return "is not elementwise: a row reduction's rows or a MatMul's K would read the padding as data"
     if any(n.shape != result.shape for c in calls for n in (c, *tensor_inputs(c))):
         return f"reads or makes tensors of other shapes than {result.shape}, which cannot lie in its padding"
     if len(outside) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
@@ -147,7 +157,7 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device) -> dict[Node
     a, b = call.src[:2]
     if matrix_unpadded(call, readers, group_of):
         return {}
-    if readers[call] != ["host"] and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
+    if not all(u == "host" or isinstance(u, Node) for u in readers[call]) and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
         return {}
     vector = len(call.shape) == 1
     large = nbytes(a) > VECTOR_TILED_BYTES if vector else nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES

@@ -79,7 +79,7 @@ def test_a_small_odd_matmul_takes_few_calls_and_its_padding_stays_zeros():
     assert rule(body.plan, "pad_to_block") == [
         "g0: MatMul#0 padded with zeros (M 251 -> 256, K 127 -> 128, N 191 -> 192) over 32 tiles: A, B and the "
         "result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both "
-        "operands; the result's padding is never read"]
+        "operands; the result's padding is computed from zeros, never read as the user's region"]
     assert rule(body.plan, "tile_matmul_over_array") == [
         "g0: MatMul (251, 127) x (127, 191) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): blocks "
         "m=64 k=64 n=24 (pad_to_block: padded with zeros to M = 256, K = 128, N = 192), 1 output blocks per core, "
@@ -111,7 +111,8 @@ def test_a_matvec_of_4099_rows_is_padded_over_every_core():
     body = graph.compile(x=x, device=from_name("npu2"))
     assert rule(body.plan, "pad_to_block") == [
         "g0: MatVec#0 padded with zeros (M 4099 -> 4352) over 32 tiles: A, B and the result lie so in DDR, the "
-        "host writes and reads the user's region; the result's padding is never read"]
+        "host writes and reads the user's region; the result's padding is computed from zeros, never read as the "
+        "user's region"]
     assert rule(body.plan, "tile_matmul_over_array") == [
         "g0: MatVec (4099, 1000) x (1000,) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): blocks "
         "m=136 k=50 n=1 (pad_to_block: padded with zeros to M = 4352, K = 1000), 1 output blocks per core, 20 "
@@ -230,7 +231,7 @@ def test_a_carried_loop_runs_a_padded_body_at_depth_2():
     assert rule(body.plan, "pad_to_block") == [
         "g0: MatMul#0 padded with zeros (M 251 -> 256, K 127 -> 128, N 191 -> 192) over 32 tiles: A, B and the "
         "result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both "
-        "operands; the result's padding is never read"]
+        "operands; the result's padding is computed from zeros, never read as the user's region"]
     assert len(body.plan.configurations) == 2
     loop = iron.CarriedLoop(body, body, depth=2)
     assert list(loop.run(steps - 1, step=0)) == list(range(steps - 1))
