@@ -47,7 +47,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[No
     group_of = {call: group for group in groups for call in group.calls}
     padded: dict[Node, tuple[int, ...]] = {}
     for group in groups:
-        padded |= pad_matrix(group, readers, group_of, device) or pad_through_elementwise(group, padded) or \
+        padded |= pad_matrix(group, readers, group_of, device) or pad_through_elementwise(group, padded, readers) or \
             pad_stream(group, readers, device) or pad_rows(group, readers, device)
     return padded
 
@@ -116,8 +116,8 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str
     """The rule `pad_through_elementwise`: why elementwise `calls` may not compute over the padded
     layout of `result` (a padded MatMul's), "" when they may: they stream (elementwise, large
     enough, at most MAX_FLOW_INPUTS inputs) over tensors all of `result`'s shape, their other
-    inputs are paddable and their last result only the host reads, so each element of the padding
-    is computed from padding and the host reads only the user's region. Reading the padding as
+    inputs are paddable and their last result is `shown` (rows of whole words when a call reads
+    it), so each element of the padding is computed from padding and only the user's region is read. Reading the padding as
     data (a row reduction's row, a MatMul's K) stays refused: the padding of an elementwise
     function of a product need not be zeros (Exp(0) = 1)."""
     outside = external_inputs(calls)
@@ -127,9 +127,12 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str
         return f"reads or makes tensors of other shapes than {result.shape}, which cannot lie in its padding"
     if len(outside) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
         return f"does not stream (its group fits a tile or reads more than {MAX_FLOW_INPUTS} tensors)"
-    if readers.get(calls[-1]) != ["host"]:
-        return f"makes {describe(calls[-1])}, read by more than the host"
-    return next((why for n in outside if n is not result and (why := unpaddable(n, calls, readers))), "")
+    if not shown(calls[-1], readers):
+        return f"makes {describe(calls[-1])}, read by more than the host, views and calls that neither tile nor stream"
+    if readers[calls[-1]] != ["host"] and result.shape[-1] * calls[-1].dtype.itemsize % 4:
+        return f"makes {describe(calls[-1])}, whose rows other calls read are not whole 32-bit words"
+    why = next((why for n in outside if n is not result and (why := unpaddable(n, calls, readers))), "")
+    return why and f"also reads a tensor that may not be padded: {why}"
 
 
 def shown(call: Node, readers: dict) -> bool:
@@ -172,13 +175,13 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device) -> dict[Node
     return {a: (big_m, big_k), b: (big_k, big_n), call: (big_m, big_n)}
 
 
-def pad_through_elementwise(group: Group, padded: dict) -> dict[Node, tuple[int, ...]]:
-    """Elementwise calls reading a padded MatMul's result (`pad_matrix` pads it only when they
-    may, `layout_unshared`): their other inputs and their last result padded to its layout, so
-    they stream over it whole, each element of the padding computed from padding."""
+def pad_through_elementwise(group: Group, padded: dict, readers: dict) -> dict[Node, tuple[int, ...]]:
+    """Elementwise calls reading a padded MatMul's result whole (`pad_matrix` pads it then only
+    when they may, `layout_unshared`): their other inputs and their last result padded to its
+    layout, so they stream over it whole, each element of the padding computed from padding."""
     calls = group.calls
     fed = [n for n in external_inputs(calls) if n.op == Op.CALL and n in padded]
-    if not fed or calls[0].arg.kernel.role is not Role.ELEMENTWISE:
+    if not fed or any(layout_unshared(calls, n, readers) for n in fed):
         return {}
     return {n: padded[fed[0]] for n in (*external_inputs(calls), calls[-1]) if n not in fed}
 

@@ -393,7 +393,7 @@ def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict) 
     if flow.width == 1 and len(call.shape) == 2:
         what = (f"over {call.shape} elements streams over them as they lie padded to {padded[call]} "
                 "(pad_through_elementwise: a padded MatMul's result, the other inputs padded with zeros and the "
-                "result lie so in DDR; the padding's results are never read, the host reads the user's region)")
+                "result lie so in DDR; only the user's region of the result is read)")
     elif flow.width > 1:
         what = (f"over {rows} rows of {flow.width} elements streams padded with zeros to {flow.size // flow.width} "
                 f"rows (the rows and the result lie so in DDR, the host writes and reads the first {rows}; a row's "

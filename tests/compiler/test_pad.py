@@ -11,7 +11,7 @@ from iron import Carried
 from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import HostRole, PlacementKind, TileKind
 from iron.errors import DoesNotFit
-from iron.kernels import Add, Argmax, Copy, MatMul, RMSNorm, SiLU, Softmax
+from iron.kernels import Add, Argmax, Copy, MatMul, Mul, RMSNorm, SiLU, Softmax
 from tests.compiler.designs import Product, Projection, Sum, operands
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order than numpy
@@ -305,7 +305,7 @@ def test_another_groups_result_is_not_padded_and_describe_says_why():
 
 
 class ProductThenAct(iron.Graph):
-    """SiLU of C = A @ B: an elementwise reader may stream C in blocks that know no padding."""
+    """SiLU of C = A @ B (a projection then an activation)."""
 
     def __init__(self, b):
         self.b = iron.weight(b)
@@ -314,10 +314,141 @@ class ProductThenAct(iron.Graph):
         return SiLU.step(MatMul.step(a, self.b))
 
 
-def test_a_result_a_stream_may_read_is_not_padded_and_does_not_fit_saying_why(tmp_path, monkeypatch):
+class ProductPlus(iron.Graph):
+    """(A @ B) + C for an input C; `out` names the product's dtype."""
+
+    def __init__(self, b, out=None):
+        self.b, self.out = iron.weight(b), out
+
+    def body(self, a, c):
+        return Add.step(MatMul.step(a, self.b, dtype=self.out), c)
+
+
+class ScaledProduct(iron.Graph):
+    """x * (A @ B) for an input x."""
+
+    def __init__(self, b):
+        self.b = iron.weight(b)
+
+    def body(self, a, c):
+        return Mul.step(c, MatMul.step(a, self.b))
+
+
+def through(label, tiles):
+    return (f"g1: {label} over (509, 509) elements streams over them as they lie padded to (512, 512) "
+            "(pad_through_elementwise: a padded MatMul's result, the other inputs padded with zeros and the result lie "
+            f"so in DDR; only the user's region of the result is read) over {tiles} tiles")
+
+
+FED = [
+    ("npu2", ProductThenAct, None, "SiLU#1", 32, 32),
+    ("npu2", ProductPlus, None, "Add#1", 32, 16),
+    ("npu2", ScaledProduct, None, "Mul#1", 32, 16),
+    ("npu2", ProductPlus, np.int32, "Add#1", 32, 16),
+    ("npu1", ProductThenAct, None, "SiLU#1", 16, 16),
+    ("npu1", ProductPlus, None, "Add#1", 16, 8),
+    ("npu1", ProductPlus, np.int32, "Add#1", 16, 8),
+]
+
+
+@pytest.mark.parametrize("device, design, out, label, grid, stream", FED,
+                         ids=["silu-npu2", "add-npu2", "mul-npu2", "int8-add-npu2", "silu-npu1", "add-npu1",
+                              "int8-add-npu1"])
+def test_elementwise_calls_reading_a_padded_product_compute_over_its_padded_layout(
+        device, design, out, label, grid, stream):
+    """pad_through_elementwise: SiLU(A @ B), (A @ B) + C and C * (A @ B) at 509^3 (a prime) pad
+    the product over the whole array, and the elementwise call streams over its padded layout,
+    its other input and its result padded alike; the host reads the user's region, equal to
+    reference() (float32 within F32, int8 -> int32 exactly)."""
+    dtype = np.float32 if out is None else np.int8
+    a, b = operands(509, 509, 509, dtype)
+    a = a / 8 if out is None else a   # SiLU of a product of 509 normal terms stays in exp's range
+    rng = np.random.default_rng(11)
+    c = rng.standard_normal((509, 509)).astype(np.float32) if out is None else rng.integers(-50, 50, (509, 509)).astype(out)
+    graph = design(b, out) if design is ProductPlus else design(b)
+    given = {"a": a} if design is ProductThenAct else {"a": a, "c": c}
+    body = graph.compile(**given, device=from_name(device))
+    k = "" if out else ", K 509 -> 512"
+    assert rule(body.plan, "pad_to_block") == [
+        f"g0: MatMul#0 padded with zeros (M 509 -> 512{k}, N 509 -> 512) over {grid} tiles: A, B and the result lie "
+        "so in DDR, the host writes and reads the user's region" + "; K's padding is zeros in both operands" * (not out)
+        + "; the result's padding is computed from zeros, never read as the user's region",
+        through(label, stream)]
+    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 1036324 bytes cross (MatMul#0)"]
+    assert padded(body.plan)["cut.MatMul#0"] == ((509, 509), (512, 512))
+    assert padded(body.plan)["out0"] == ((509, 509), (512, 512))
+    got, want = body(**given), graph.reference(**given)
+    assert got.shape == (509, 509) and got.dtype == want.dtype
+    if out is None:
+        np.testing.assert_allclose(got, want, **F32)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+class LoggedAct(iron.Graph):
+    """Each step logs row 508 of SiLU(A @ B) (A a param, B a weight) at the carried step."""
+
+    def __init__(self, a, b, steps):
+        self.a, self.b = iron.param(a), iron.weight(b)
+        self.log = iron.state((steps, b.shape[1]), np.float32, name="log")
+
+    def body(self, *, step: Carried[np.int32]):
+        c = SiLU.step(MatMul.step(self.a, self.b))
+        Copy.step(c[508], self.log[step])
+        return iron.carry(step=step + 1)
+
+
+def test_a_carried_loop_runs_a_padded_product_and_activation_at_depth_2():
+    """The activation's padded result crosses a second cut; the Copy reads row 508 of its
+    user's region through a view."""
+    a, b = operands(509, 509, 509, np.float32, seed=7)
+    a, steps = a / 8, 4
+    graph = LoggedAct(a, b, steps)
+    body = graph.compile(device=from_name("npu2"))
+    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 1036324 bytes cross (MatMul#0)",
+                                                   "cut before g2: 1036324 bytes cross (SiLU#1)"]
+    assert rule(body.plan, "pad_to_block")[1] == through("SiLU#1", 32)
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(steps - 1, step=0)) == list(range(steps - 1))
+    assert dict(loop.carry) == {"step": steps}
+    np.testing.assert_allclose(body.read("log"), np.tile(SiLU.compute(a @ b)[508], (steps, 1)), **F32)
+
+
+class ProductThenSoftmax(iron.Graph):
+    def __init__(self, b):
+        self.b = iron.weight(b)
+
+    def body(self, a):
+        return Softmax.step(MatMul.step(a, self.b))
+
+
+class ProductPlusState(iron.Graph):
+    def __init__(self, b):
+        self.b, self.s = iron.weight(b), iron.state((509, 509), np.float32, name="s")
+
+    def body(self, a):
+        return Add.step(MatMul.step(a, self.b), self.s)
+
+
+UNPADDED = [
+    (ProductThenSoftmax, "its result is read by Softmax(MatMul(a, b)), which is not elementwise: a row reduction's "
+                         "rows or a MatMul's K would read the padding as data"),
+    (ProductPlusState, "its result is read by Add(MatMul(a, b), s), which also reads a tensor that may not be padded: "
+                       "s is a state, which a kernel may write"),
+]
+
+
+@pytest.mark.parametrize("design, why", UNPADDED, ids=["softmax", "state"])
+def test_a_product_whose_reader_cannot_share_its_padding_does_not_fit_saying_why(design, why, tmp_path, monkeypatch):
+    """Softmax over rows of N = 509 would reduce the 3 columns of N's padding too, and a state
+    (which a kernel may write) is never padded: the product is not padded, and DoesNotFit names
+    the reader, why, and the padding to give."""
     monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(DoesNotFit) as err:
-        ProductThenAct(np.ones((251, 509), np.float32)).compile(a=((509, 251), np.float32), device=from_name("npu2"))
+        design(np.ones((251, 509), np.float32)).compile(a=((509, 251), np.float32), device=from_name("npu2"))
+    assert str(err.value).startswith(
+        f"{design.__name__} does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large for one "
+        f"configuration (pad_to_block: MatMul#0 is not padded: {why}). ")
     assert str(err.value).endswith(
         "the largest dividing blocks are M = 509: 1, K = 251: 251, N = 509: 1; pad_to_block did not pad it: the "
         "design reads its result or makes its operands elsewhere (another segment). Pad the matrices with zeros "
