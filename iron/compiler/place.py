@@ -394,6 +394,10 @@ def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict) 
         what = (f"over {call.shape} elements streams over them as they lie padded to {padded[call]} "
                 "(pad_through_elementwise: a padded MatMul's result, the other inputs padded with zeros and the "
                 "result lie so in DDR; only the user's region of the result is read)")
+    elif flow.width > 1 and flow.inputs[0].op == Op.INPUT and flow.inputs[0].arg[1] == -1:   # a cut value
+        what = (f"over {rows} rows of {flow.width} elements streams over them as they lie padded to "
+                f"{flow.size // flow.width} rows (pad_through_rows: a padded MatMul's result and the result lie so in "
+                f"DDR; only the first {rows} rows of the result are read; a row's width is never padded)")
     elif flow.width > 1:
         what = (f"over {rows} rows of {flow.width} elements streams padded with zeros to {flow.size // flow.width} "
                 f"rows (the rows and the result lie so in DDR, the host writes and reads the first {rows}; a row's "

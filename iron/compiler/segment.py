@@ -174,7 +174,7 @@ def _unfit(flow: Flow, start: int, alone: Exception, device, refused: Callable[[
         return refused()
     group = flow.groups[start]
     labels = ", ".join(call_label(flow.program, c) for c in group.calls)
-    why = design_unpadded(flow.program, flow.groups, group)
+    why = design_unpadded(flow.program, flow.groups, group, device)
     return DoesNotFit(
         f"{flow.program.name} does not fit {device.name} even cut into segments: {labels} (group "
         f"{group.name}) alone is too large for one configuration{f' (pad_to_block: {why})' * bool(why)}. {alone}"

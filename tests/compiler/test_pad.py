@@ -414,6 +414,54 @@ def test_a_carried_loop_runs_a_padded_product_and_activation_at_depth_2():
     np.testing.assert_allclose(body.read("log"), np.tile(SiLU.compute(a @ b)[508], (steps, 1)), **F32)
 
 
+class ProductThenRows2(iron.Graph):
+    """A row reduction (RMSNorm, Softmax or Argmax) over the rows of C = A @ B."""
+
+    def __init__(self, b, kernel):
+        self.b, self.kernel = iron.weight(b), kernel
+        self.w = iron.weight(np.linspace(0.5, 1.5, b.shape[1], dtype=np.float32)) if kernel is RMSNorm else None
+
+    def body(self, a):
+        c = MatMul.step(a, self.b)
+        return RMSNorm.step(c, self.w) if self.w is not None else self.kernel.step(c)
+
+
+ROWS = [("npu2", RMSNorm, 32, 32, "m=32 k=32 n=64", 4, 4), ("npu2", Softmax, 32, 32, "m=32 k=32 n=64", 4, 4),
+        ("npu2", Argmax, 32, 32, "m=32 k=32 n=64", 8, 2), ("npu1", Softmax, 16, 16, "m=16 k=32 n=128", 4, 8)]
+
+
+@pytest.mark.parametrize("device, kernel, grid, stream, blocks, rows, per_core", ROWS,
+                         ids=["rmsnorm-npu2", "softmax-npu2", "argmax-npu2", "softmax-npu1"])
+def test_a_row_reduction_of_a_padded_product_reduces_its_padded_rows_never_a_padded_width(
+        device, kernel, grid, stream, blocks, rows, per_core):
+    """pad_through_rows: (509, 256) x (256, 512) took one row of cores (M = 509, a prime) and the
+    reduction one tile; M alone is padded (N keeps 512: a row is reduced whole), the product
+    takes the whole array and the reduction streams the 512 rows as they lie, equal to reference()."""
+    a, b = operands(509, 256, 512, np.float32, seed=12)
+    graph = ProductThenRows2(b, kernel)
+    body = graph.compile(a=a, device=from_name(device))
+    name = kernel.__name__
+    assert rule(body.plan, "pad_to_block") == [
+        f"g0: MatMul#0 padded with zeros (M 509 -> 512) over {grid} tiles: A, B and the result lie so in DDR, the host "
+        "writes and reads the user's region; the result's padding is computed from zeros, never read as the user's "
+        "region",
+        f"g1: {name}#1 over 509 rows of 512 elements streams over them as they lie padded to 512 rows "
+        "(pad_through_rows: a padded MatMul's result and the result lie so in DDR; only the first 509 rows of the "
+        f"result are read; a row's width is never padded) over {stream} tiles"]
+    assert f"blocks {blocks} (pad_to_block: padded with zeros to M = 512, K = 256, N = 512)" in \
+        rule(body.plan, "tile_matmul_over_array")[0]
+    assert rule(body.plan, "stream_row_blocks") == [
+        f"g1: {name} over 509 rows of 512 elements (pad_to_block: padded with zeros to 512 rows) streamed in "
+        f"row-blocks of {rows} rows over {stream} tiles (4 rows x {stream // 4} columns of cores), {per_core} blocks "
+        "per core"]
+    assert padded(body.plan)["cut.MatMul#0"] == ((509, 512), (512, 512)) and "w" not in padded(body.plan)
+    got, want = body(a=a), graph.reference(a=a)
+    if want.dtype.kind in "iu":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, **F32)
+
+
 class ProductThenSoftmax(iron.Graph):
     def __init__(self, b):
         self.b = iron.weight(b)
@@ -431,8 +479,8 @@ class ProductPlusState(iron.Graph):
 
 
 UNPADDED = [
-    (ProductThenSoftmax, "its result is read by Softmax(MatMul(a, b)), which is not elementwise: a row reduction's "
-                         "rows or a MatMul's K would read the padding as data"),
+    (ProductThenSoftmax, "Softmax#1 reduces its rows whole, so N keeps its 509 (pad_through_rows), and no padding of "
+                         "M and K alone takes a better grid"),
     (ProductPlusState, "its result is read by Add(MatMul(a, b), s), which also reads a tensor that may not be padded: "
                        "s is a state, which a kernel may write"),
 ]
@@ -440,9 +488,9 @@ UNPADDED = [
 
 @pytest.mark.parametrize("design, why", UNPADDED, ids=["softmax", "state"])
 def test_a_product_whose_reader_cannot_share_its_padding_does_not_fit_saying_why(design, why, tmp_path, monkeypatch):
-    """Softmax over rows of N = 509 would reduce the 3 columns of N's padding too, and a state
-    (which a kernel may write) is never padded: the product is not padded, and DoesNotFit names
-    the reader, why, and the padding to give."""
+    """Softmax over rows of N = 509 would reduce the 3 columns of N's padding too (and M and K
+    padded alone give no grid), and a state (which a kernel may write) is never padded: the
+    product is not padded, and DoesNotFit names the reader, why, and the padding to give."""
     monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(DoesNotFit) as err:
         design(np.ones((251, 509), np.float32)).compile(a=((509, 251), np.float32), device=from_name("npu2"))
