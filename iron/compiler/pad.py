@@ -57,7 +57,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[No
     group_of = {call: group for group in groups for call in group.calls}
     padded: dict[Node, tuple[int, ...]] = {}
     for group in groups:
-        padded |= pad_matrix(group, readers, group_of, device) or pad_through(group, padded, readers) or \
+        padded |= pad_matrix(group, readers, group_of, device) or pad_through(group, padded, readers, device) or \
             pad_stream(group, readers, device) or pad_rows(group, readers, device)
     return padded
 
@@ -91,9 +91,14 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict) -> str:
         return f"{what} is read {'through a view' if 'view' in others else 'elsewhere'} too"
     if node.op == Op.MEMORY and node.arg[0] == "state":
         return f"{what} is a state, which a kernel may write"
-    if node.op == Op.CALL or (node.op == Op.INPUT and node.arg[1] == -1):   # -1: a cut value (segment.py)
+    if node.op == Op.CALL or is_cut_value(node):
         return f"{what} is another group's result"
     return ""
+
+
+def is_cut_value(node: Node) -> bool:
+    """Whether a segment's input is a value an earlier segment computed (segment.py numbers it -1)."""
+    return node.op == Op.INPUT and node.arg[1] == -1
 
 
 def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> str:
@@ -129,14 +134,16 @@ def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, d
 
 def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
     """Why `calls` may not read `result` (a padded MatMul's) in its padded layout, "" when they
-    may: elementwise calls by `pad_through_elementwise`, a row reduction by `pad_through_rows`.
-    No other reader may: a MatMul reading it as K would sum its padding as data, and the padding
-    of a function of a product need not be zeros (Exp(0) = 1)."""
+    may: elementwise calls by `pad_through_elementwise`, a row reduction by `pad_through_rows`,
+    a MatMul reading it as its A by `pad_through_matmul`. No other reader may: the padding of
+    a function of a product need not be zeros (Exp(0) = 1)."""
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
         return rows_unshared(calls, result, readers)
+    if calls[0].arg.kernel.role is Role.MATRIX:
+        return k_unshared(calls, result, readers)
     outside = external_inputs(calls)
     if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
-        return "is neither elementwise nor a row reduction, and a MatMul's K would read the padding as data"
+        return "is neither elementwise, a row reduction nor a MatMul, and would read the padding as data"
     if any(n.shape != result.shape for c in calls for n in (c, *tensor_inputs(c))):
         return f"reads or makes tensors of other shapes than {result.shape}, which cannot lie in its padding"
     if len(outside) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
@@ -163,6 +170,22 @@ def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
     shared = call.src[1:call.arg.n_inputs]
     return next((f"also reads {describe(n)}, which another call makes" for n in shared if not is_host_tensor(n)
                  or n.op == Op.VIEW), "")
+
+
+def k_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
+    """The rule `pad_through_matmul`: why a MatMul may not read `result` as its A as it lies
+    padded, "" when it may: alone in its group, reading it as A only, its B paddable, its result
+    `shown`. Then `result`'s N padding is its K padding, which must be zeros in both operands:
+    it is, the sum of A's zero rows or B's zero columns times the other (finite) operand."""
+    call = calls[0]
+    if len(calls) != 1 or call.arg.writes or len(call.shape) != 2 or call.src[0] is not result \
+            or call.src[1] is result:
+        return f"reads {describe(result)} other than as the A of a MatMul alone in its group"
+    why = unpaddable(call.src[1], calls, readers)
+    if why:
+        return f"also reads a tensor that may not be padded: {why}"
+    return "" if shown(call, readers) else \
+        f"makes {describe(call)}, read by more than the host, views and calls that neither tile nor stream"
 
 
 def shown(call: Node, readers: dict) -> bool:
@@ -197,7 +220,8 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device) -> dict[Node
     if not large:
         return {}
     sides = best_sides(call, device, keeps_n(call, readers))
-    if sides is None:
+    if sides is None or any(chained_n(u, sides[::2], device) is None for u in readers[call]
+                            if isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX):
         return {}
     big_m, big_k, big_n = sides
     if vector:
@@ -205,17 +229,23 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device) -> dict[Node
     return {a: (big_m, big_k), b: (big_k, big_n), call: (big_m, big_n)}
 
 
-def pad_through(group: Group, padded: dict, readers: dict) -> dict[Node, tuple[int, ...]]:
+def pad_through(group: Group, padded: dict, readers: dict, device) -> dict[Node, tuple[int, ...]]:
     """Calls reading a padded MatMul's result whole (`pad_matrix` pads it only when they may,
     `layout_unshared`): elementwise calls' other inputs and last result padded to its layout
     (`pad_through_elementwise`), so they stream over it, each element of the padding computed
-    from padding; a row reduction's result padded to as many rows (`pad_through_rows`)."""
+    from padding; a row reduction's result padded to as many rows (`pad_through_rows`); a
+    MatMul reading it as A computes on its padded M and K (its N as `chained_n` picks), B and
+    the result padded to them (`pad_through_matmul`)."""
     calls = group.calls
     fed = [n for n in external_inputs(calls) if n.op == Op.CALL and n in padded]
     if not fed or any(layout_unshared(calls, n, readers) for n in fed):
         return {}
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
         return {calls[0]: (padded[fed[0]][0], *calls[0].shape[1:])}
+    if calls[0].arg.kernel.role is Role.MATRIX:
+        (big_m, big_k), call = padded[fed[0]], calls[0]
+        big_n = chained_n(call, (big_m, big_k), device)
+        return {call.src[1]: (big_k, big_n), call: (big_m, big_n)}
     return {n: padded[fed[0]] for n in (*external_inputs(calls), calls[-1]) if n not in fed}
 
 
@@ -228,6 +258,27 @@ def whole_device_grid(call: Node, device, padded=None):
 def keeps_n(call: Node, readers: dict) -> bool:
     """Whether a row reduction reads the call's result (`pad_through_rows`), so N stays its own."""
     return any(isinstance(u, Node) and u.arg.kernel.role is Role.ROW_REDUCTION for u in readers.get(call, []))
+
+
+def chained_n(call: Node, fed: tuple[int, int], device) -> int | None:
+    """The N of a MatMul whose A lies padded to `fed` (M, K): its own or padded to a multiple of
+    ROW_QUANTUM per column, whichever grid `ranked` puts first; None when neither has a grid."""
+    own, cols = call.shape[1], device.n_cols
+    ranked = _ranked(call, device, {(*fed, own), (*fed, -(-own // (ROW_QUANTUM * cols)) * ROW_QUANTUM * cols)})
+    return min(ranked)[1][2] if ranked else None
+
+
+def _ranked(call: Node, device, tried, mine=None) -> list[tuple[tuple, tuple[int, int, int]]]:
+    """(rank, sides) of each of the `tried` sides with a grid `better` than `mine` (the call's own
+    sides' score; None: any grid): the fewest kernel calls per core, the least work per core,
+    the fewest elements moved."""
+    scored = []
+    for sides in tried:
+        score = _grid_score(whole_device_grid(call, device, sides))
+        if score is not None and better(score, mine):
+            (work, calls), (a, k, b) = score, sides
+            scored.append(((calls, work, a * k + k * b + a * b), sides))
+    return scored
 
 
 def best_sides(call: Node, device, keep_n: bool = False) -> tuple[int, int, int] | None:
@@ -243,13 +294,7 @@ def best_sides(call: Node, device, keep_n: bool = False) -> tuple[int, int, int]
              if not (keep_n and picks[2])}
     if tried == {own}:
         return None
-    mine = _grid_score(whole_device_grid(call, device))
-    scored = []
-    for sides in tried - {own}:
-        score = _grid_score(whole_device_grid(call, device, sides))
-        if score is not None and better(score, mine):
-            (work, calls), (a, k, b) = score, sides
-            scored.append(((calls, work, a * k + k * b + a * b), sides))
+    scored = _ranked(call, device, tried - {own}, _grid_score(whole_device_grid(call, device)))
     return min(scored)[1] if scored else None
 
 

@@ -26,6 +26,7 @@ from iron.compiler.fuse import (
 from iron.compiler.pad import (
     best_sides,
     grid_sides,
+    is_cut_value,
     matrix_unpadded,
     padded_nodes,
     readers_of,
@@ -380,6 +381,7 @@ def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict,
     return [("pad_to_block", f"{group.name}: {call_label(program, call)} padded with zeros ({sides}) over "
                              f"{len(grid.tiles)} tiles: A, B and the result lie so in DDR, the host writes and reads "
                              "the user's region" + "; K's padding is zeros in both operands" * k_padded
+                             + " (A's computed from zeros: pad_through_matmul)" * (k_padded and is_cut_value(call.src[0]))
                              + "; the result's padding is computed from zeros, never read as the user's region")]
 
 
@@ -394,7 +396,7 @@ def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict) 
         what = (f"over {call.shape} elements streams over them as they lie padded to {padded[call]} "
                 "(pad_through_elementwise: a padded MatMul's result, the other inputs padded with zeros and the "
                 "result lie so in DDR; only the user's region of the result is read)")
-    elif flow.width > 1 and flow.inputs[0].op == Op.INPUT and flow.inputs[0].arg[1] == -1:   # a cut value
+    elif flow.width > 1 and is_cut_value(flow.inputs[0]):
         what = (f"over {rows} rows of {flow.width} elements streams over them as they lie padded to "
                 f"{flow.size // flow.width} rows (pad_through_rows: a padded MatMul's result and the result lie so in "
                 f"DDR; only the first {rows} rows of the result are read; a row's width is never padded)")

@@ -462,6 +462,40 @@ def test_a_row_reduction_of_a_padded_product_reduces_its_padded_rows_never_a_pad
         np.testing.assert_allclose(got, want, **F32)
 
 
+class ProductOfProduct(iron.Graph):
+    """(A @ B) @ D: the first product is the second's A."""
+
+    def __init__(self, b, d):
+        self.b, self.d = iron.weight(b), iron.weight(d)
+
+    def body(self, a):
+        return MatMul.step(MatMul.step(a, self.b), self.d)
+
+
+def chained(g, label, tiles, a_computed=False):
+    return (f"{g}: {label} padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512) over {tiles} tiles: A, B and "
+            "the result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both "
+            "operands" + " (A's computed from zeros: pad_through_matmul)" * a_computed + "; the result's padding is "
+            "computed from zeros, never read as the user's region")
+
+
+@pytest.mark.parametrize("device, tiles", [("npu2", 32), ("npu1", 16)])
+def test_a_padded_product_read_as_the_next_products_a_keeps_its_k_padding_zeros(device, tiles):
+    """pad_through_matmul: A @ B's N padding is the next product's K padding; it is zeros (A's
+    and B's padding are), as K's padding must be in both operands, so (A @ B) @ D at 509^3 runs
+    both products padded over the whole array and equals reference()."""
+    a, b = operands(509, 509, 509, np.float32)
+    d = operands(509, 509, 509, np.float32, seed=3)[1]
+    a, d = a / 22, d / 22   # each product of 509 normal terms back to about unit size
+    graph = ProductOfProduct(b, d)
+    body = graph.compile(a=a, device=from_name(device))
+    assert rule(body.plan, "pad_to_block") == [chained("g0", "MatMul#0", tiles), chained("g1", "MatMul#1", tiles, True)]
+    assert padded(body.plan) == {"a": ((509, 509), (512, 512)), "b": ((509, 509), (512, 512)),
+                                 "d": ((509, 509), (512, 512)), "cut.MatMul#0": ((509, 509), (512, 512)),
+                                 "out0": ((509, 509), (512, 512))}
+    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+
+
 class ProductThenSoftmax(iron.Graph):
     def __init__(self, b):
         self.b = iron.weight(b)
