@@ -69,8 +69,8 @@ class Kernel:
     saturates: ClassVar[bool] = False         # integer results clamp to the output range, not wrap
     copies: ClassVar[bool] = False            # the output is the input (Copy): writing it needs no compute
     summed_by: ClassVar[type | None] = None   # the kernel adding this one's result into its destination
-    batches: ClassVar[bool] = False           # compute() of inputs stacked on a leading axis is, bit for
-    # bit, the stack of each call's compute() (the emulator then runs independent calls as one)
+    batches: ClassVar[bool] = False           # compute() of inputs stacked on leading axes is, bit for bit,
+    # the stack of each call's compute(): the emulator runs a library kernel's independent calls as one
     role: ClassVar[Role] = Role.OTHER         # how fusion and placement may treat its calls
     bounds: ClassVar[dict[str, Within]] = {}  # per-call attrs checked against a range before a call runs
     source: ClassVar[str | None] = None       # C++ text (user kernels); None: iron/kernels/cc/<name>.cc

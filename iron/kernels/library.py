@@ -211,7 +211,8 @@ class MatMulAccumulate(Kernel):
     def compute(a, b, acc):
         if a.dtype.kind in "iu":
             return acc + (a.astype(np.int64) @ b.astype(np.int64)).astype(acc.dtype)
-        return acc + a @ b
+        product = a @ b
+        return np.add(acc, product, out=product) if product.dtype == np.result_type(acc, product) else acc + product
 
 
 MatVec.summed_by = MatMul.summed_by = MatMulAccumulate   # a MatVec's x is B of N = 1 column

@@ -82,7 +82,8 @@ class Batch:
         for k, (step, (*inputs, outs)) in enumerate(zip(steps, arrays)):
             operands = []
             for a in inputs:
-                earlier = next((i for i in range(k) if _same(a, arrays[i][-1])), None)
+                earlier = next((i for i in reversed(range(k)) if _overlap(a, arrays[i][-1])), None)
+                earlier = earlier if earlier is not None and _same(a, arrays[earlier][-1]) else None
                 view = strided(a, dims) if earlier is None else None
                 copied += len(a) if earlier is None and view is None else 0
                 operands.append(earlier if earlier is not None else a if view is None else view)
@@ -128,6 +129,12 @@ def _run(planned: list):
         else:
             for into, member in zip(outs, result.reshape(len(outs), *outs[0].shape)):
                 into[...] = member
+
+
+def _overlap(arrays: list, others: list) -> bool:
+    """Whether any array's bytes meet the other's (their spans, first byte to last)."""
+    return any(_address(a) < _address(b) + b.nbytes and _address(b) < _address(a) + a.nbytes
+               for a, b in zip(arrays, others))
 
 
 def _same(arrays: list, others: list) -> bool:
@@ -222,9 +229,16 @@ def _output(act) -> int:
 
 
 def _unread(acts: list, unread: set) -> tuple:
-    """Per step of the acts' calls, whether its output is a scratch buffer in each of them."""
-    places = [[where(step.pointers[-1], _invoked(act).buffers)[0] for step in _invoked(act).steps] for act in acts]
-    return tuple(all(buffer in unread for buffer in step) for step in zip(*places))
+    """Per step of the acts' calls, whether its output is a scratch buffer in each of them that
+    the later steps read only as just that output (so they may take the result itself)."""
+    return tuple(all(_unread_output(_invoked(act), k, unread) for act in acts)
+                 for k in range(len(_invoked(acts[0]).steps)))
+
+
+def _unread_output(invoked: Invoked, k: int, unread: set) -> bool:
+    out = invoked.steps[k].pointers[-1]
+    later = [p for step in invoked.steps[k + 1:] for p in step.pointers[:step.call.operands]]
+    return where(out, invoked.buffers)[0] in unread and all(_same([p], [out]) for p in later if _overlap([p], [out]))
 
 
 def scratch(cycle: list[list]) -> set:
