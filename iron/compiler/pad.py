@@ -43,6 +43,7 @@ from iron.kernels.base import Role
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
+PLAIN = (Role.OTHER, Role.EXPANSION)   # roles of calls that neither tile nor stream
 FEW_CALLS = 64      # kernel calls per core a grid's own sides may take before fewer are worth padding for
 
 
@@ -195,25 +196,27 @@ def shown(call: Node, readers: dict) -> bool:
     neither tile nor stream (an elementwise, matrix or row-reduction reader might take it in
     blocks that know no padding)."""
     users = readers.get(call, [])
-    plain = (Role.OTHER, Role.EXPANSION)
     return bool(users) and users.count("host") <= 1 and all(
-        u in ("host", "view") or (isinstance(u, Node) and u.arg.kernel.role in plain) for u in users)
+        u in ("host", "view") or (isinstance(u, Node) and u.arg.kernel.role in PLAIN) for u in users)
 
 
 def pad_matrix(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
     """A MatMul or MatVec alone in its group, large enough to tile, over paddable operands, whose
-    result is `shown` or read by elementwise calls that share its layout (`layout_unshared`): its sides padded, each to a multiple of ROW_QUANTUM per row of
-    cores (M; a MatVec's: per core), K_QUANTUM (K) and ROW_QUANTUM per column (N), when some of
-    them padded (`best_sides`) gives a better grid; A, B and the result padded to them. While
-    another group reads the result (through views, across a cut) the call may run off the grid,
-    reading its operands row by row (words.placement_access): then their rows must be whole words."""
+    result is `shown` or read by calls that share its layout (`layout_unshared`): its sides
+    padded, each to a multiple of ROW_QUANTUM per row of cores (M; a MatVec's: per core),
+    K_QUANTUM (K) and ROW_QUANTUM per column (N), when some of them padded (`best_sides`; N its
+    own for a row reduction, with a grid for a MatMul reading it, `chained_n`) gives a better
+    grid; A, B and the result padded to them. While a view or a plain call reads the result
+    (across a cut) the call may run off the grid, reading its operands row by row
+    (words.placement_access): then their rows must be whole words."""
     (call,) = group.calls if len(group.calls) == 1 else (None,)
     if call is None or call.arg.kernel.role is not Role.MATRIX or call.arg.writes or call.arg.n_inputs != 2:
         return {}
     a, b = call.src[:2]
     if matrix_unpadded(call, readers, group_of):
         return {}
-    if not all(u == "host" or isinstance(u, Node) for u in readers[call]) and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
+    plain_reader = any(u == "view" or isinstance(u, Node) and u.arg.kernel.role in PLAIN for u in readers[call])
+    if plain_reader and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
         return {}
     vector = len(call.shape) == 1
     large = nbytes(a) > VECTOR_TILED_BYTES if vector else nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
