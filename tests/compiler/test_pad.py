@@ -494,6 +494,9 @@ def test_a_padded_product_read_as_the_next_products_a_keeps_its_k_padding_zeros(
                                  "d": ((509, 509), (512, 512)), "cut.MatMul#0": ((509, 509), (512, 512)),
                                  "out0": ((509, 509), (512, 512))}
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+    cut = next(p for p in body.plan.placements if p.name == "cut.MatMul#0")
+    product = body.session.buffers[cut.buffer].view(np.float32)[cut.offset:cut.offset + cut.nwords].reshape(cut.padded)
+    assert product[:509, :509].any() and not product[509:].any() and not product[:, 509:].any()   # K padding: zeros
 
 
 class ProductThenSoftmax(iron.Graph):
