@@ -1,5 +1,7 @@
 """Test-wide settings: under CI (CI=true) hypothesis draws the same examples every run, so a
-failure there is reproducible; on a developer's machine it explores new ones each run. The
+failure there is reproducible; on a developer's machine it explores new ones each run. Neither
+times an example (no deadline, no too-slow health check): on cores shared by several test runs
+the scheduler may stall any example past hypothesis's default 200 ms and fail a correct test. The
 `on_emulator` fixture runs compiled graphs on the emulator, quietly; `xrt` runs them through the
 XRT backend on the pyxrt stand-in, whose device is the emulator."""
 import os
@@ -7,16 +9,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from iron.compiler.build import Artifacts
 from iron.compiler.plan import HostRole
 from iron.runtime.emulator import Emulator, load
 from tests.runtime import fake_pyxrt
 
-settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
-if os.environ.get("CI"):
-    settings.load_profile("ci")
+settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", parent=settings.get_profile("dev"), derandomize=True, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 @pytest.fixture

@@ -108,7 +108,7 @@ def dequant_before_matvec(group: list[Node], call: Node) -> bool:
 
 def joins_expansion(group: list[Node], call: Node) -> bool:
     """Whether `call` is the matrix call reading as its matrix what the group, one expansion, makes."""
-    return len(group) == 1 and feeds_matrix(group[0], call)
+    return len(group) == 1 and role(group[0]) is Role.EXPANSION and feeds_matrix(group[0], call)
 
 
 def matrix_op_starts_group(group: list[Node], call: Node) -> bool:

@@ -7,8 +7,9 @@ segment.py); the runtime writes and reads only that region, and the padding is t
 buffer is made with. A MatMul's K padding is zeros in both operands (0 times anything else
 could be NaN); its M and N padding give results the host never sees. Only tensors no kernel
 writes and only the padded call reads are padded (inputs, weights, params), and results read
-only as the user's region (by the host, or across a segment cut into the compiler's DDR), so no
-padding a kernel writes is ever read as padding. Decided once per design, before placement,
+only as the user's region (by the host, or across a segment cut into the compiler's DDR), or by
+elementwise calls or a row reduction that compute over the padded layout (`pad_through`), so no
+padding a kernel writes is read as the user's data. Decided once per design, before placement,
 from the Program and its groups, so every segment sees the same layout."""
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from itertools import product
 
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
 from iron.compiler.tiling import (
+    MAX_FLOW_INPUTS,
     TILED_BYTES,
     VECTOR_TILED_BYTES,
     call_sides,
@@ -25,12 +27,23 @@ from iron.compiler.tiling import (
     row_streamable,
     streamable,
 )
-from iron.ir import Node, Op, Program, describe, external_inputs, nbytes
+from iron.ir import (
+    Node,
+    Op,
+    Program,
+    call_label,
+    describe,
+    external_inputs,
+    is_host_tensor,
+    nbytes,
+    tensor_inputs,
+)
 from iron.kernels.base import Role
 
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
+PLAIN = (Role.OTHER, Role.EXPANSION)   # roles of calls that neither tile nor stream
 FEW_CALLS = 64      # kernel calls per core a grid's own sides may take before fewer are worth padding for
 
 
@@ -38,13 +51,15 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[No
     """The shape each tensor `pad_to_block` pads lies in: for each group that is one MatMul or
     MatVec (`pad_matrix`), elementwise calls that stream (`pad_stream`) or a row reduction over a
     batch of rows that streams (`pad_rows`: only the number of rows), the padding whose grid or
-    stream on the whole device is `better` than its own sides'. A padded tensor is read by its
-    group alone (`unpaddable`), so no two groups pad one tensor."""
+    stream on the whole device is `better` than its own sides'; for elementwise calls or a row
+    reduction reading a padded MatMul's result, that result's padded layout (`pad_through`). A padded
+    tensor is read by its group alone (`unpaddable`), so no two groups pad one tensor."""
     readers = readers_of(program, groups)
+    group_of = {call: group for group in groups for call in group.calls}
     padded: dict[Node, tuple[int, ...]] = {}
     for group in groups:
-        padded |= pad_matrix(group, readers, device) or pad_stream(group, readers, device) or \
-            pad_rows(group, readers, device)
+        padded |= pad_matrix(group, readers, group_of, device) or pad_through(group, padded, readers, device) or \
+            pad_stream(group, readers, device) or pad_rows(group, readers, device)
     return padded
 
 
@@ -77,19 +92,101 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict) -> str:
         return f"{what} is read {'through a view' if 'view' in others else 'elsewhere'} too"
     if node.op == Op.MEMORY and node.arg[0] == "state":
         return f"{what} is a state, which a kernel may write"
-    if node.op == Op.CALL or (node.op == Op.INPUT and node.arg[1] == -1):   # -1: a cut value (segment.py)
+    if node.op == Op.CALL or is_cut_value(node):
         return f"{what} is another group's result"
     return ""
 
 
-def matrix_unpadded(call: Node, readers: dict) -> str:
-    """Why `pad_matrix` may not pad a MatMul's or MatVec's tensors, "" when it may."""
+def is_cut_value(node: Node) -> bool:
+    """Whether a segment's input is a value an earlier segment computed (segment.py numbers it -1)."""
+    return node.op == Op.INPUT and node.arg[1] == -1
+
+
+def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> str:
+    """Why `pad_matrix` may not pad a MatMul's or MatVec's tensors, "" when it may (`group_of`:
+    each call's group, when the design's, to find the elementwise readers that share the layout)."""
     a, b = call.src[:2]
     if a is b:
         return f"it reads {describe(a)} as both operands"
     why = unpaddable(a, (call,), readers) or unpaddable(b, (call,), readers)
-    return why or ("" if shown(call, readers) else "its result is read by more than the host, views and calls "
-                                                  "that neither tile nor stream")
+    if why or shown(call, readers):
+        return why
+    users = readers.get(call, [])
+    if group_of and all(isinstance(u, Node) for u in users):
+        return next((f"its result is read by {describe(u)}, which {why}" for u in users
+                     if (why := layout_unshared(group_of[u].calls, call, readers))), "")
+    return "its result is read by more than the host, views and calls that neither tile nor stream"
+
+
+def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, device) -> str:
+    """Why `pad_to_block` did not pad the MatMul or MatVec `group` is, as the whole design reads
+    it ("" for other groups or when it may): a segment sees its cut values as host tensors."""
+    (call,) = group.calls if len(group.calls) == 1 else (None,)
+    if call is None or call.arg.kernel.role is not Role.MATRIX:
+        return ""
+    readers = readers_of(program, groups)
+    why = matrix_unpadded(call, readers, {c: g for g in groups for c in g.calls})
+    if not why and keeps_n(call, readers) and best_sides(call, device, keep_n=True) is None:
+        row = next(u for u in readers[call] if isinstance(u, Node) and u.arg.kernel.role is Role.ROW_REDUCTION)
+        why = (f"{call_label(program, row)} reduces its rows whole, so N keeps its {call.shape[-1]} "
+               "(pad_through_rows), and no padding of M and K alone takes a better grid")
+    return why and f"{call_label(program, call)} is not padded: {why}"
+
+
+def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
+    """Why `calls` may not read `result` (a padded MatMul's) in its padded layout, "" when they
+    may: elementwise calls by `pad_through_elementwise`, a row reduction by `pad_through_rows`,
+    a MatMul reading it as its A by `pad_through_matmul`. No other reader may: the padding of
+    a function of a product need not be zeros (Exp(0) = 1)."""
+    if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
+        return rows_unshared(calls, result, readers)
+    if calls[0].arg.kernel.role is Role.MATRIX:
+        return k_unshared(calls, result, readers)
+    outside = external_inputs(calls)
+    if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
+        return "is neither elementwise, a row reduction nor a MatMul, and would read the padding as data"
+    if any(n.shape != result.shape for c in calls for n in (c, *tensor_inputs(c))):
+        return f"reads or makes tensors of other shapes than {result.shape}, which cannot lie in its padding"
+    if len(outside) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
+        return f"does not stream (its group fits a tile or reads more than {MAX_FLOW_INPUTS} tensors)"
+    if not shown(calls[-1], readers):
+        return f"makes {describe(calls[-1])}, read by more than the host, views and calls that neither tile nor stream"
+    if readers[calls[-1]] != ["host"] and result.shape[-1] * calls[-1].dtype.itemsize % 4:
+        return f"makes {describe(calls[-1])}, whose rows other calls read are not whole 32-bit words"
+    why = next((why for n in outside if n is not result and (why := unpaddable(n, calls, readers))), "")
+    return why and f"also reads a tensor that may not be padded: {why}"
+
+
+def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
+    """The rule `pad_through_rows`: why a row reduction may not reduce the rows of `result` as
+    they lie padded, "" when it may: alone in its group, over `result` as its batch of rows, large
+    enough to stream, writing no state, reading no other computed tensor or view, its result only
+    the host's. Only the number of rows is padded then (`pad_matrix` keeps N): a row is reduced
+    whole, and N's padding in it would change the result."""
+    call = calls[0]
+    if len(calls) != 1 or call.src[0] is not result or call.arg.writes or held_bytes(list(calls)) <= SIZE_LIMIT:
+        return f"does not stream the rows of {describe(result)} alone in its group"
+    if readers.get(call) != ["host"]:
+        return f"makes {describe(call)}, read by more than the host"
+    shared = call.src[1:call.arg.n_inputs]
+    return next((f"also reads {describe(n)}, which another call makes" for n in shared if not is_host_tensor(n)
+                 or n.op == Op.VIEW), "")
+
+
+def k_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
+    """The rule `pad_through_matmul`: why a MatMul may not read `result` as its A as it lies
+    padded, "" when it may: alone in its group, reading it as A only, its B paddable, its result
+    `shown`. Then `result`'s N padding is its K padding, which must be zeros in both operands:
+    it is, the sum of A's zero rows or B's zero columns times the other (finite) operand."""
+    call = calls[0]
+    if len(calls) != 1 or call.arg.writes or len(call.shape) != 2 or call.src[0] is not result \
+            or call.src[1] is result:
+        return f"reads {describe(result)} other than as the A of a MatMul alone in its group"
+    why = unpaddable(call.src[1], calls, readers)
+    if why:
+        return f"also reads a tensor that may not be padded: {why}"
+    return "" if shown(call, readers) else \
+        f"makes {describe(call)}, read by more than the host, views and calls that neither tile nor stream"
 
 
 def shown(call: Node, readers: dict) -> bool:
@@ -99,37 +196,60 @@ def shown(call: Node, readers: dict) -> bool:
     neither tile nor stream (an elementwise, matrix or row-reduction reader might take it in
     blocks that know no padding)."""
     users = readers.get(call, [])
-    plain = (Role.OTHER, Role.EXPANSION)
     return bool(users) and users.count("host") <= 1 and all(
-        u in ("host", "view") or (isinstance(u, Node) and u.arg.kernel.role in plain) for u in users)
+        u in ("host", "view") or (isinstance(u, Node) and u.arg.kernel.role in PLAIN) for u in users)
 
 
-def pad_matrix(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:
+def pad_matrix(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
     """A MatMul or MatVec alone in its group, large enough to tile, over paddable operands, whose
-    result is `shown`: its sides padded, each to a multiple of ROW_QUANTUM per row of
-    cores (M; a MatVec's: per core), K_QUANTUM (K) and ROW_QUANTUM per column (N), when some of
-    them padded (`best_sides`) gives a better grid; A, B and the result padded to them. While
-    another group reads the result (through views, across a cut) the call may run off the grid,
-    reading its operands row by row (words.placement_access): then their rows must be whole words."""
+    result is `shown` or read by calls that share its layout (`layout_unshared`): its sides
+    padded, each to a multiple of ROW_QUANTUM per row of cores (M; a MatVec's: per core),
+    K_QUANTUM (K) and ROW_QUANTUM per column (N), when some of them padded (`best_sides`; N its
+    own for a row reduction, with a grid for a MatMul reading it, `chained_n`) gives a better
+    grid; A, B and the result padded to them. While a view or a plain call reads the result
+    (across a cut) the call may run off the grid, reading its operands row by row
+    (words.placement_access): then their rows must be whole words."""
     (call,) = group.calls if len(group.calls) == 1 else (None,)
     if call is None or call.arg.kernel.role is not Role.MATRIX or call.arg.writes or call.arg.n_inputs != 2:
         return {}
     a, b = call.src[:2]
-    if matrix_unpadded(call, readers):
+    if matrix_unpadded(call, readers, group_of):
         return {}
-    if readers[call] != ["host"] and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
+    plain_reader = any(u == "view" or isinstance(u, Node) and u.arg.kernel.role in PLAIN for u in readers[call])
+    if plain_reader and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
         return {}
     vector = len(call.shape) == 1
     large = nbytes(a) > VECTOR_TILED_BYTES if vector else nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
     if not large:
         return {}
-    sides = best_sides(call, device)
-    if sides is None:
+    sides = best_sides(call, device, keeps_n(call, readers))
+    if sides is None or any(chained_n(u, sides[::2], device) is None for u in readers[call]
+                            if isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX):
         return {}
     big_m, big_k, big_n = sides
     if vector:
         return {a: (big_m, big_k), b: (big_k,), call: (big_m,)}
     return {a: (big_m, big_k), b: (big_k, big_n), call: (big_m, big_n)}
+
+
+def pad_through(group: Group, padded: dict, readers: dict, device) -> dict[Node, tuple[int, ...]]:
+    """Calls reading a padded MatMul's result whole (`pad_matrix` pads it only when they may,
+    `layout_unshared`): elementwise calls' other inputs and last result padded to its layout
+    (`pad_through_elementwise`), so they stream over it, each element of the padding computed
+    from padding; a row reduction's result padded to as many rows (`pad_through_rows`); a
+    MatMul reading it as A computes on its padded M and K (its N as `chained_n` picks), B and
+    the result padded to them (`pad_through_matmul`)."""
+    calls = group.calls
+    fed = [n for n in external_inputs(calls) if n.op == Op.CALL and n in padded]
+    if not fed or any(layout_unshared(calls, n, readers) for n in fed):
+        return {}
+    if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
+        return {calls[0]: (padded[fed[0]][0], *calls[0].shape[1:])}
+    if calls[0].arg.kernel.role is Role.MATRIX:
+        (big_m, big_k), call = padded[fed[0]], calls[0]
+        big_n = chained_n(call, (big_m, big_k), device)
+        return {call.src[1]: (big_k, big_n), call: (big_m, big_n)}
+    return {n: padded[fed[0]] for n in (*external_inputs(calls), calls[-1]) if n not in fed}
 
 
 def whole_device_grid(call: Node, device, padded=None):
@@ -138,25 +258,46 @@ def whole_device_grid(call: Node, device, padded=None):
                        device.n_cols * device.shim.dma_out_channels, padded=padded)
 
 
-def best_sides(call: Node, device) -> tuple[int, int, int] | None:
-    """Of the padded sides whose grid is `better` than the call's own sides', those of the
-    fewest kernel calls per core, then the least work per core, then the fewest elements moved;
-    None when none is better."""
+def keeps_n(call: Node, readers: dict) -> bool:
+    """Whether a row reduction reads the call's result (`pad_through_rows`), so N stays its own."""
+    return any(isinstance(u, Node) and u.arg.kernel.role is Role.ROW_REDUCTION for u in readers.get(call, []))
+
+
+def chained_n(call: Node, fed: tuple[int, int], device) -> int | None:
+    """The N of a MatMul whose A lies padded to `fed` (M, K): its own or padded to a multiple of
+    ROW_QUANTUM per column, whichever grid `ranked` puts first; None when neither has a grid."""
+    own, cols = call.shape[1], device.n_cols
+    ranked = _ranked(call, device, {(*fed, own), (*fed, -(-own // (ROW_QUANTUM * cols)) * ROW_QUANTUM * cols)})
+    return min(ranked)[1][2] if ranked else None
+
+
+def _ranked(call: Node, device, tried, mine=None) -> list[tuple[tuple, tuple[int, int, int]]]:
+    """(rank, sides) of each of the `tried` sides with a grid `better` than `mine` (the call's own
+    sides' score; None: any grid): the fewest kernel calls per core, the least work per core,
+    the fewest elements moved."""
+    scored = []
+    for sides in tried:
+        score = _grid_score(whole_device_grid(call, device, sides))
+        if score is not None and better(score, mine):
+            (work, calls), (a, k, b) = score, sides
+            scored.append(((calls, work, a * k + k * b + a * b), sides))
+    return scored
+
+
+def best_sides(call: Node, device, keep_n: bool = False) -> tuple[int, int, int] | None:
+    """Of the padded sides (N its own when `keep_n`) whose grid is `better` than the call's own
+    sides', those of the fewest kernel calls per core, then the least work per core, then the
+    fewest elements moved; None when none is better."""
     own = call_sides(call)
     vector = len(call.shape) == 1
     rows, cols = len(device.compute_rows), device.n_cols
     quanta = (ROW_QUANTUM * (rows * cols if vector else rows), K_QUANTUM, 1 if vector else ROW_QUANTUM * cols)
     up = tuple(-(-side // q) * q for side, q in zip(own, quanta))
-    tried = {tuple(u if pick else s for s, u, pick in zip(own, up, picks)) for picks in product((0, 1), repeat=3)}
+    tried = {tuple(u if pick else s for s, u, pick in zip(own, up, picks)) for picks in product((0, 1), repeat=3)
+             if not (keep_n and picks[2])}
     if tried == {own}:
         return None
-    mine = _grid_score(whole_device_grid(call, device))
-    scored = []
-    for sides in tried - {own}:
-        score = _grid_score(whole_device_grid(call, device, sides))
-        if score is not None and better(score, mine):
-            (work, calls), (a, k, b) = score, sides
-            scored.append(((calls, work, a * k + k * b + a * b), sides))
+    scored = _ranked(call, device, tried - {own}, _grid_score(whole_device_grid(call, device)))
     return min(scored)[1] if scored else None
 
 

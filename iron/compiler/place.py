@@ -26,6 +26,7 @@ from iron.compiler.fuse import (
 from iron.compiler.pad import (
     best_sides,
     grid_sides,
+    is_cut_value,
     matrix_unpadded,
     padded_nodes,
     readers_of,
@@ -160,7 +161,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if flow is not None:
             free = [t for t in free if t not in flow.tiles]
             sites.append(Site(group, flow.tiles, flow=flow))
-            rules += flow_padding_rule(program, group, flow)
+            rules += flow_padding_rule(program, group, flow, padded)
             rules.append((rule, f"{group.name}: {flow.text()}"))
             continue
         check_whole_words(program, group.calls, device, readers)
@@ -377,19 +378,30 @@ def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict,
     sides = ", ".join(f"{name} {side} -> {to}" for name, side, to in zip(names, call_sides(call), grid.padded)
                       if side != to)
     k_padded = call_sides(call)[1] != grid.padded[1]
+    computed = k_padded and is_cut_value(call.src[0])
     return [("pad_to_block", f"{group.name}: {call_label(program, call)} padded with zeros ({sides}) over "
                              f"{len(grid.tiles)} tiles: A, B and the result lie so in DDR, the host writes and reads "
                              "the user's region" + "; K's padding is zeros in both operands" * k_padded
-                             + "; the result's padding is never read")]
+                             + " (A's computed from zeros: pad_through_matmul)" * computed
+                             + "; the result's padding is computed from zeros, never read as the user's region")]
 
 
-def flow_padding_rule(program: Program, group: Group, flow: Flow) -> list[tuple[str, str]]:
+def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict) -> list[tuple[str, str]]:
     """`pad_to_block`'s decision for a stream as describe() shows it, when it padded the length
-    (a row reduction's: the number of rows, never a row's width)."""
+    (a row reduction's: the number of rows, never a row's width; elementwise calls over a matrix:
+    the layout of the padded MatMul result they read, `pad_through_elementwise`)."""
     if flow.padded is None:
         return []
     call, rows = flow.calls[-1], flow.inputs[0].size // flow.width
-    if flow.width > 1:
+    if flow.width == 1 and len(call.shape) == 2:
+        what = (f"over {call.shape} elements streams over them as they lie padded to {padded[call]} "
+                "(pad_through_elementwise: a padded MatMul's result, the other inputs padded with zeros and the "
+                "result lie so in DDR; only the user's region of the result is read)")
+    elif flow.width > 1 and is_cut_value(flow.inputs[0]):
+        what = (f"over {rows} rows of {flow.width} elements streams over them as they lie padded to "
+                f"{flow.size // flow.width} rows (pad_through_rows: a padded MatMul's result and the result lie so in "
+                f"DDR; only the first {rows} rows of the result are read; a row's width is never padded)")
+    elif flow.width > 1:
         what = (f"over {rows} rows of {flow.width} elements streams padded with zeros to {flow.size // flow.width} "
                 f"rows (the rows and the result lie so in DDR, the host writes and reads the first {rows}; a row's "
                 "width is never padded)")

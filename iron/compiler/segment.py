@@ -16,7 +16,7 @@ from typing import Callable
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.fuse import Group
 from iron.compiler.invariants import check_plan
-from iron.compiler.pad import pad_to_block
+from iron.compiler.pad import design_unpadded, pad_to_block
 from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
@@ -174,9 +174,10 @@ def _unfit(flow: Flow, start: int, alone: Exception, device, refused: Callable[[
         return refused()
     group = flow.groups[start]
     labels = ", ".join(call_label(flow.program, c) for c in group.calls)
+    why = design_unpadded(flow.program, flow.groups, group, device)
     return DoesNotFit(
         f"{flow.program.name} does not fit {device.name} even cut into segments: {labels} (group "
-        f"{group.name}) alone is too large for one configuration. {alone}"
+        f"{group.name}) alone is too large for one configuration{f' (pad_to_block: {why})' * bool(why)}. {alone}"
     )
 
 

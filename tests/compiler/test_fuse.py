@@ -13,7 +13,7 @@ from iron.compiler.fuse import (
     unrelated_starts_group,
 )
 from iron.ir import call_label
-from iron.kernels import Add, Copy, Exp, MatVec, RMSNorm, SiLU, Softmax
+from iron.kernels import Add, Copy, Exp, MatMul, MatVec, RMSNorm, SiLU, Softmax
 from tests.compiler import designs
 
 F32 = np.float32
@@ -40,6 +40,21 @@ def test_matrix_op_starts_group_and_takes_only_elementwise_calls():
         ("g1", ["MatVec#1", "SiLU#2"], "matrix_op_starts_group"),
         ("g2", ["Softmax#3"], "end of body"),
     ]
+
+
+class ProductOfProduct(iron.Graph):
+    def __init__(self):
+        self.b, self.d = iron.param(np.ones((8, 8), F32)), iron.param(np.ones((8, 8), F32))
+
+    def body(self, a):
+        return MatMul.step(MatMul.step(a, self.b), self.d)
+
+
+def test_a_matrix_op_reading_a_matrix_ops_result_starts_its_own_group():
+    """Only an expansion's result joins the matrix call reading it (dequant_before_matvec);
+    (A @ B) @ D is two groups."""
+    program = ProductOfProduct().trace(a=((8, 8), F32))
+    assert grouping(program) == [("g0", ["MatMul#0"], "matrix_op_starts_group"), ("g1", ["MatMul#1"], "end of body")]
 
 
 class NormThenAdd(iron.Graph):

@@ -11,7 +11,7 @@ from iron import Carried
 from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import HostRole, PlacementKind, TileKind
 from iron.errors import DoesNotFit
-from iron.kernels import Add, Argmax, Copy, MatMul, RMSNorm, SiLU, Softmax
+from iron.kernels import Add, Argmax, Copy, MatMul, Mul, RMSNorm, SiLU, Softmax
 from tests.compiler.designs import Product, Projection, Sum, operands
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order than numpy
@@ -79,7 +79,7 @@ def test_a_small_odd_matmul_takes_few_calls_and_its_padding_stays_zeros():
     assert rule(body.plan, "pad_to_block") == [
         "g0: MatMul#0 padded with zeros (M 251 -> 256, K 127 -> 128, N 191 -> 192) over 32 tiles: A, B and the "
         "result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both "
-        "operands; the result's padding is never read"]
+        "operands; the result's padding is computed from zeros, never read as the user's region"]
     assert rule(body.plan, "tile_matmul_over_array") == [
         "g0: MatMul (251, 127) x (127, 191) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): blocks "
         "m=64 k=64 n=24 (pad_to_block: padded with zeros to M = 256, K = 128, N = 192), 1 output blocks per core, "
@@ -111,7 +111,8 @@ def test_a_matvec_of_4099_rows_is_padded_over_every_core():
     body = graph.compile(x=x, device=from_name("npu2"))
     assert rule(body.plan, "pad_to_block") == [
         "g0: MatVec#0 padded with zeros (M 4099 -> 4352) over 32 tiles: A, B and the result lie so in DDR, the "
-        "host writes and reads the user's region; the result's padding is never read"]
+        "host writes and reads the user's region; the result's padding is computed from zeros, never read as the "
+        "user's region"]
     assert rule(body.plan, "tile_matmul_over_array") == [
         "g0: MatVec (4099, 1000) x (1000,) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): blocks "
         "m=136 k=50 n=1 (pad_to_block: padded with zeros to M = 4352, K = 1000), 1 output blocks per core, 20 "
@@ -230,7 +231,7 @@ def test_a_carried_loop_runs_a_padded_body_at_depth_2():
     assert rule(body.plan, "pad_to_block") == [
         "g0: MatMul#0 padded with zeros (M 251 -> 256, K 127 -> 128, N 191 -> 192) over 32 tiles: A, B and the "
         "result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both "
-        "operands; the result's padding is never read"]
+        "operands; the result's padding is computed from zeros, never read as the user's region"]
     assert len(body.plan.configurations) == 2
     loop = iron.CarriedLoop(body, body, depth=2)
     assert list(loop.run(steps - 1, step=0)) == list(range(steps - 1))
@@ -304,7 +305,7 @@ def test_another_groups_result_is_not_padded_and_describe_says_why():
 
 
 class ProductThenAct(iron.Graph):
-    """SiLU of C = A @ B: an elementwise reader may stream C in blocks that know no padding."""
+    """SiLU of C = A @ B (a projection then an activation)."""
 
     def __init__(self, b):
         self.b = iron.weight(b)
@@ -313,10 +314,226 @@ class ProductThenAct(iron.Graph):
         return SiLU.step(MatMul.step(a, self.b))
 
 
-def test_a_result_a_stream_may_read_is_not_padded_and_does_not_fit_saying_why(tmp_path, monkeypatch):
+class ProductPlus(iron.Graph):
+    """(A @ B) + C for an input C; `out` names the product's dtype."""
+
+    def __init__(self, b, out=None):
+        self.b, self.out = iron.weight(b), out
+
+    def body(self, a, c):
+        return Add.step(MatMul.step(a, self.b, dtype=self.out), c)
+
+
+class ScaledProduct(iron.Graph):
+    """x * (A @ B) for an input x."""
+
+    def __init__(self, b):
+        self.b = iron.weight(b)
+
+    def body(self, a, c):
+        return Mul.step(c, MatMul.step(a, self.b))
+
+
+def through(label, tiles):
+    return (f"g1: {label} over (509, 509) elements streams over them as they lie padded to (512, 512) "
+            "(pad_through_elementwise: a padded MatMul's result, the other inputs padded with zeros and the result lie "
+            f"so in DDR; only the user's region of the result is read) over {tiles} tiles")
+
+
+FED = [
+    ("npu2", ProductThenAct, None, "SiLU#1", 32, 32),
+    ("npu2", ProductPlus, None, "Add#1", 32, 16),
+    ("npu2", ScaledProduct, None, "Mul#1", 32, 16),
+    ("npu2", ProductPlus, np.int32, "Add#1", 32, 16),
+    ("npu1", ProductThenAct, None, "SiLU#1", 16, 16),
+    ("npu1", ProductPlus, None, "Add#1", 16, 8),
+    ("npu1", ProductPlus, np.int32, "Add#1", 16, 8),
+]
+
+
+@pytest.mark.parametrize("device, design, out, label, grid, stream", FED,
+                         ids=["silu-npu2", "add-npu2", "mul-npu2", "int8-add-npu2", "silu-npu1", "add-npu1",
+                              "int8-add-npu1"])
+def test_elementwise_calls_reading_a_padded_product_compute_over_its_padded_layout(
+        device, design, out, label, grid, stream):
+    """pad_through_elementwise: SiLU(A @ B), (A @ B) + C and C * (A @ B) at 509^3 (a prime) pad
+    the product over the whole array, and the elementwise call streams over its padded layout,
+    its other input and its result padded alike; the host reads the user's region, equal to
+    reference() (float32 within F32, int8 -> int32 exactly)."""
+    dtype = np.float32 if out is None else np.int8
+    a, b = operands(509, 509, 509, dtype)
+    a = a / 8 if out is None else a   # SiLU of a product of 509 normal terms stays in exp's range
+    rng = np.random.default_rng(11)
+    c = rng.standard_normal((509, 509)).astype(np.float32) if out is None else rng.integers(-50, 50, (509, 509)).astype(out)
+    graph = design(b, out) if design is ProductPlus else design(b)
+    given = {"a": a} if design is ProductThenAct else {"a": a, "c": c}
+    body = graph.compile(**given, device=from_name(device))
+    k = "" if out else ", K 509 -> 512"
+    assert rule(body.plan, "pad_to_block") == [
+        f"g0: MatMul#0 padded with zeros (M 509 -> 512{k}, N 509 -> 512) over {grid} tiles: A, B and the result lie "
+        "so in DDR, the host writes and reads the user's region" + "; K's padding is zeros in both operands" * (not out)
+        + "; the result's padding is computed from zeros, never read as the user's region",
+        through(label, stream)]
+    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 1036324 bytes cross (MatMul#0)"]
+    assert padded(body.plan)["cut.MatMul#0"] == ((509, 509), (512, 512))
+    assert padded(body.plan)["out0"] == ((509, 509), (512, 512))
+    got, want = body(**given), graph.reference(**given)
+    assert got.shape == (509, 509) and got.dtype == want.dtype
+    if out is None:
+        np.testing.assert_allclose(got, want, **F32)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+class LoggedAct(iron.Graph):
+    """Each step logs row 508 of SiLU(A @ B) (A a param, B a weight) at the carried step."""
+
+    def __init__(self, a, b, steps):
+        self.a, self.b = iron.param(a), iron.weight(b)
+        self.log = iron.state((steps, b.shape[1]), np.float32, name="log")
+
+    def body(self, *, step: Carried[np.int32]):
+        c = SiLU.step(MatMul.step(self.a, self.b))
+        Copy.step(c[508], self.log[step])
+        return iron.carry(step=step + 1)
+
+
+def test_a_carried_loop_runs_a_padded_product_and_activation_at_depth_2():
+    """The activation's padded result crosses a second cut; the Copy reads row 508 of its
+    user's region through a view."""
+    a, b = operands(509, 509, 509, np.float32, seed=7)
+    a, steps = a / 8, 4
+    graph = LoggedAct(a, b, steps)
+    body = graph.compile(device=from_name("npu2"))
+    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 1036324 bytes cross (MatMul#0)",
+                                                   "cut before g2: 1036324 bytes cross (SiLU#1)"]
+    assert rule(body.plan, "pad_to_block")[1] == through("SiLU#1", 32)
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(steps - 1, step=0)) == list(range(steps - 1))
+    assert dict(loop.carry) == {"step": steps}
+    np.testing.assert_allclose(body.read("log"), np.tile(SiLU.compute(a @ b)[508], (steps, 1)), **F32)
+
+
+class ProductThenRows2(iron.Graph):
+    """A row reduction (RMSNorm, Softmax or Argmax) over the rows of C = A @ B."""
+
+    def __init__(self, b, kernel):
+        self.b, self.kernel = iron.weight(b), kernel
+        self.w = iron.weight(np.linspace(0.5, 1.5, b.shape[1], dtype=np.float32)) if kernel is RMSNorm else None
+
+    def body(self, a):
+        c = MatMul.step(a, self.b)
+        return RMSNorm.step(c, self.w) if self.w is not None else self.kernel.step(c)
+
+
+ROWS = [("npu2", RMSNorm, 32, 32, "m=32 k=32 n=64", 4, 4), ("npu2", Softmax, 32, 32, "m=32 k=32 n=64", 4, 4),
+        ("npu2", Argmax, 32, 32, "m=32 k=32 n=64", 8, 2), ("npu1", Softmax, 16, 16, "m=16 k=32 n=128", 4, 8)]
+
+
+@pytest.mark.parametrize("device, kernel, grid, stream, blocks, rows, per_core", ROWS,
+                         ids=["rmsnorm-npu2", "softmax-npu2", "argmax-npu2", "softmax-npu1"])
+def test_a_row_reduction_of_a_padded_product_reduces_its_padded_rows_never_a_padded_width(
+        device, kernel, grid, stream, blocks, rows, per_core):
+    """pad_through_rows: (509, 256) x (256, 512) took one row of cores (M = 509, a prime) and the
+    reduction one tile; M alone is padded (N keeps 512: a row is reduced whole), the product
+    takes the whole array and the reduction streams the 512 rows as they lie, equal to reference()."""
+    a, b = operands(509, 256, 512, np.float32, seed=12)
+    graph = ProductThenRows2(b, kernel)
+    body = graph.compile(a=a, device=from_name(device))
+    name = kernel.__name__
+    assert rule(body.plan, "pad_to_block") == [
+        f"g0: MatMul#0 padded with zeros (M 509 -> 512) over {grid} tiles: A, B and the result lie so in DDR, the host "
+        "writes and reads the user's region; the result's padding is computed from zeros, never read as the user's "
+        "region",
+        f"g1: {name}#1 over 509 rows of 512 elements streams over them as they lie padded to 512 rows "
+        "(pad_through_rows: a padded MatMul's result and the result lie so in DDR; only the first 509 rows of the "
+        f"result are read; a row's width is never padded) over {stream} tiles"]
+    assert f"blocks {blocks} (pad_to_block: padded with zeros to M = 512, K = 256, N = 512)" in \
+        rule(body.plan, "tile_matmul_over_array")[0]
+    assert rule(body.plan, "stream_row_blocks") == [
+        f"g1: {name} over 509 rows of 512 elements (pad_to_block: padded with zeros to 512 rows) streamed in "
+        f"row-blocks of {rows} rows over {stream} tiles (4 rows x {stream // 4} columns of cores), {per_core} blocks "
+        "per core"]
+    assert padded(body.plan)["cut.MatMul#0"] == ((509, 512), (512, 512)) and "w" not in padded(body.plan)
+    got, want = body(a=a), graph.reference(a=a)
+    if want.dtype.kind in "iu":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, **F32)
+
+
+class ProductOfProduct(iron.Graph):
+    """(A @ B) @ D: the first product is the second's A."""
+
+    def __init__(self, b, d):
+        self.b, self.d = iron.weight(b), iron.weight(d)
+
+    def body(self, a):
+        return MatMul.step(MatMul.step(a, self.b), self.d)
+
+
+def chained(g, label, tiles, a_computed=False):
+    return (f"{g}: {label} padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512) over {tiles} tiles: A, B and "
+            "the result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both "
+            "operands" + " (A's computed from zeros: pad_through_matmul)" * a_computed + "; the result's padding is "
+            "computed from zeros, never read as the user's region")
+
+
+@pytest.mark.parametrize("device, tiles", [("npu2", 32), ("npu1", 16)])
+def test_a_padded_product_read_as_the_next_products_a_keeps_its_k_padding_zeros(device, tiles):
+    """pad_through_matmul: A @ B's N padding is the next product's K padding; it is zeros (A's
+    and B's padding are), as K's padding must be in both operands, so (A @ B) @ D at 509^3 runs
+    both products padded over the whole array and equals reference()."""
+    a, b = operands(509, 509, 509, np.float32)
+    d = operands(509, 509, 509, np.float32, seed=3)[1]
+    a, d = a / 22, d / 22   # each product of 509 normal terms back to about unit size
+    graph = ProductOfProduct(b, d)
+    body = graph.compile(a=a, device=from_name(device))
+    assert rule(body.plan, "pad_to_block") == [chained("g0", "MatMul#0", tiles), chained("g1", "MatMul#1", tiles, True)]
+    assert padded(body.plan) == {"a": ((509, 509), (512, 512)), "b": ((509, 509), (512, 512)),
+                                 "d": ((509, 509), (512, 512)), "cut.MatMul#0": ((509, 509), (512, 512)),
+                                 "out0": ((509, 509), (512, 512))}
+    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+    cut = next(p for p in body.plan.placements if p.name == "cut.MatMul#0")
+    product = body.session.buffers[cut.buffer].view(np.float32)[cut.offset:cut.offset + cut.nwords].reshape(cut.padded)
+    assert product[:509, :509].any() and not product[509:].any() and not product[:, 509:].any()   # K padding: zeros
+
+
+class ProductThenSoftmax(iron.Graph):
+    def __init__(self, b):
+        self.b = iron.weight(b)
+
+    def body(self, a):
+        return Softmax.step(MatMul.step(a, self.b))
+
+
+class ProductPlusState(iron.Graph):
+    def __init__(self, b):
+        self.b, self.s = iron.weight(b), iron.state((509, 509), np.float32, name="s")
+
+    def body(self, a):
+        return Add.step(MatMul.step(a, self.b), self.s)
+
+
+UNPADDED = [
+    (ProductThenSoftmax, "Softmax#1 reduces its rows whole, so N keeps its 509 (pad_through_rows), and no padding of "
+                         "M and K alone takes a better grid"),
+    (ProductPlusState, "its result is read by Add(MatMul(a, b), s), which also reads a tensor that may not be padded: "
+                       "s is a state, which a kernel may write"),
+]
+
+
+@pytest.mark.parametrize("design, why", UNPADDED, ids=["softmax", "state"])
+def test_a_product_whose_reader_cannot_share_its_padding_does_not_fit_saying_why(design, why, tmp_path, monkeypatch):
+    """Softmax over rows of N = 509 would reduce the 3 columns of N's padding too (and M and K
+    padded alone give no grid), and a state (which a kernel may write) is never padded: the
+    product is not padded, and DoesNotFit names the reader, why, and the padding to give."""
     monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(DoesNotFit) as err:
-        ProductThenAct(np.ones((251, 509), np.float32)).compile(a=((509, 251), np.float32), device=from_name("npu2"))
+        design(np.ones((251, 509), np.float32)).compile(a=((509, 251), np.float32), device=from_name("npu2"))
+    assert str(err.value).startswith(
+        f"{design.__name__} does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large for one "
+        f"configuration (pad_to_block: MatMul#0 is not padded: {why}). ")
     assert str(err.value).endswith(
         "the largest dividing blocks are M = 509: 1, K = 251: 251, N = 509: 1; pad_to_block did not pad it: the "
         "design reads its result or makes its operands elsewhere (another segment). Pad the matrices with zeros "

@@ -141,7 +141,7 @@ UNARY = {"relu": (ReLU, lambda x: np.maximum(x, 0)), "silu": (SiLU, lambda x: x 
 BINARY = {"add": (Add, np.add), "sub": (Sub, np.subtract), "mul": (Mul, np.multiply)}
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(ops=st.lists(st.sampled_from(sorted(UNARY) + sorted(BINARY)), min_size=1, max_size=6),
        n=st.integers(1, 33), seed=st.integers(0, 2**31))
 def test_random_elementwise_chains_match_numpy(ops, n, seed):

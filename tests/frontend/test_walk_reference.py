@@ -14,7 +14,7 @@ from iron.designs import Walk, numpy_walk
 from iron.kernels import Add, Copy
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(n=st.integers(2, 40), steps=st.integers(1, 12), seed=st.integers(0, 2**32 - 1))
 def test_reference_walk_matches_numpy_on_random_permutations(n, steps, seed):
     rng = np.random.default_rng(seed)

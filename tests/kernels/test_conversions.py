@@ -103,7 +103,7 @@ class CastTo(iron.Graph):
         return Cast.step(x, dtype=self.out)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(st.lists(st.integers(-(2**31), 2**31 - 1), min_size=8, max_size=8),
        st.sampled_from([np.int8, np.uint8, np.int16, np.float32, iron.bfloat16]))
 def test_cast_of_int32_saturates_like_numpy_clip_on_any_values(values, out):
@@ -115,7 +115,7 @@ def test_cast_of_int32_saturates_like_numpy_clip_on_any_values(values, out):
     np.testing.assert_array_equal(got, expected)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(st.lists(st.floats(width=32), min_size=8, max_size=8), st.sampled_from([np.float32, iron.bfloat16]),
        st.sampled_from([np.int8, np.uint8, np.int16, np.int32]))
 def test_cast_of_floats_to_integers_is_numpy_rint_then_clip_on_any_values(values, dtype, out):
@@ -136,7 +136,7 @@ class Quantize(iron.Graph):
         return Requantize.step(x, shift=self.shift)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(st.lists(st.integers(-(2**31), 2**31 - 1), min_size=8, max_size=8), st.integers(0, 31))
 def test_requantize_is_round_half_even_then_clip_on_any_values(values, shift):
     exact = [round(v / 2**shift) for v in values]  # exact in float64; Python's round() ties to even

@@ -167,7 +167,7 @@ class TwoParts(iron.Graph):
         Copy.step(b, out=self.st[self.second])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(part(), part())
 def test_random_writes_are_accepted_exactly_when_disjoint_and_then_equal_numpy(first, second):
     want = np.zeros(SHAPE, np.int32)

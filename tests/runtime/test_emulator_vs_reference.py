@@ -4,7 +4,7 @@ small graphs (hypothesis) agree too."""
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import iron
@@ -60,7 +60,7 @@ def test_design_equals_reference(name, make, values, device):
 OPS = ["add", "sub", "mul", "relu", "copy"]
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15)
 @given(ops=st.lists(st.sampled_from(OPS), min_size=1, max_size=5), n=st.sampled_from([4, 16, 64]),
        matvec=st.booleans(), seed=st.integers(0, 2**31))
 def test_random_small_graphs_agree_with_reference(ops, n, matvec, seed):

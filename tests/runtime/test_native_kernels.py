@@ -397,7 +397,7 @@ def test_cast_to_bf16_rounds_ties_to_even_and_keeps_nan_signs(library):
     assert [hex(v) for v in got.view(np.uint16)] == ["0x3f80", "0x3f82", "0x3f81", "0x7f80", "0x7fc0", "0xffc0", "0x0"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=64))
 def test_cast_f32_to_bf16_matches_numpy_on_any_bit_pattern(library, bits):
     with np.errstate(invalid="ignore"):
@@ -432,7 +432,7 @@ def test_cast_of_integers_to_bfloat16_rounds_through_float32_as_numpy(library):
     same_bits(got, KERNELS["cast"].reference(x, dtype=DTYPES["bf16"]))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.lists(INT32, min_size=1, max_size=64), st.sampled_from([o for o in (*INTEGERS, *FLOATS) if o != "i32"]))
 def test_cast_from_int32_matches_numpy_on_any_value(library, values, out):
     x = np.array(values, np.int32)
@@ -462,7 +462,7 @@ def test_requantize_rounds_half_to_even_and_saturates(library):
     np.testing.assert_array_equal(requantize(library, x, 1, 0, "i16")[:6], [5, 6, 7, -5, -6, -7])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.lists(INT32, min_size=1, max_size=64), INT32, st.integers(0, 62), st.sampled_from(["i8", "i16"]))
 def test_requantize_matches_exact_rounding_on_any_value(library, values, scale, shift, out):
     x = np.array(values, np.int32)
