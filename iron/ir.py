@@ -160,37 +160,43 @@ class Program:
         return {c: i for i, c in enumerate(self.calls)}
 
 
-def describe(node: Node) -> str:
+CALL_DEPTH = 3   # calls nested deeper are `Kernel(...)`: a layer's value printed whole would repeat its DAG
+
+
+def describe(node: Node, depth: int = CALL_DEPTH) -> str:
     """The user-facing text of a scalar expression or tensor (`steps + 1`, `trail[steps]`)."""
     if node.op == Op.VAR:
         return node.arg[0]
     if node.op == Op.CONST:
         return str(node.arg)
     if node.op in SCALAR_SYMBOL:
-        return f"{_operand(node.src[0])} {SCALAR_SYMBOL[node.op]} {_operand(node.src[1])}"
+        return f"{_operand(node.src[0], depth)} {SCALAR_SYMBOL[node.op]} {_operand(node.src[1], depth)}"
     if node.op in (Op.MIN, Op.MAX):
-        return f"{node.op}({describe(node.src[0])}, {describe(node.src[1])})"
+        return f"{node.op}({describe(node.src[0], depth)}, {describe(node.src[1], depth)})"
     if node.op == Op.ELEM:
-        return describe(node.src[0])
+        return describe(node.src[0], depth)
     if node.op == Op.INPUT:
         return node.arg[0]
     if node.op == Op.MEMORY:
         return node.arg[1]
     if node.op == Op.VIEW:
-        return _view_text(node)
+        return _view_text(node, depth)
     c = node.arg
-    return f"{c.kernel.__name__}({', '.join(describe(s) for s in node.src[:c.n_inputs])})"
+    if depth == 0:
+        return f"{c.kernel.__name__}(...)"
+    return f"{c.kernel.__name__}({', '.join(describe(s, depth - 1) for s in node.src[:c.n_inputs])})"
 
 
-def _operand(node: Node) -> str:
-    text = describe(node)
+def _operand(node: Node, depth: int) -> str:
+    text = describe(node, depth)
     return f"({text})" if node.op in SCALAR_SYMBOL else text
 
 
-def _view_text(view: Node) -> str:
+def _view_text(view: Node, depth: int) -> str:
     """`y[2:6]`, `cache[pos:pos + 4]`, `y.reshape(2, 4)[1]`, `x[0, 2:4].reshape(2, 1)`."""
     source, shape = view.src[0], frame(view)
-    text = describe(source) if shape == source.shape else f"{describe(source)}.reshape{shape}"
+    text = describe(source, depth)
+    text = text if shape == source.shape else f"{text}.reshape{shape}"
     parts = [_axis_text(a, view, n) for a, n in zip(view.arg, shape)]
     while parts and parts[-1] == ":":
         parts.pop()

@@ -131,6 +131,27 @@ class Logged(Scratch):
         return Add.step(nxt, nxt), iron.carry(node=nxt)
 
 
+class Doubled(Scratch):
+    """A body returning a value of 40 nested Adds: printed whole it would be 2**40 names long."""
+
+    def body(self, *, node: Carried[np.int32]):
+        nxt = Copy.step(self.t[node])
+        value = nxt
+        for _ in range(40):
+            value = Add.step(value, value)
+        return value, iron.carry(node=nxt)
+
+
+def test_a_deep_value_is_named_to_three_calls_deep():
+    doubled = Doubled().compile()
+    assert refusal(iron.CarriedLoop, doubled, doubled) == (
+        "the first of a CarriedLoop returns Add(Add(Add(Add(...), Add(...)), Add(Add(...), Add(...))), "
+        "Add(Add(Add(...), Add(...)), Add(Add(...), Add(...)))), but no host call reads outputs between device "
+        "steps: write what each step makes into a state (Copy.step(y, out=self.log[steps])) and read the state "
+        "after the loop (body.read(...))."
+    )
+
+
 def test_refusals_name_the_problem_and_the_fix():
     trail = Trail(successor(4), 4)
     body = trail.compile()
