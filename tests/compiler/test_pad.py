@@ -19,6 +19,14 @@ F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order 
 pytestmark = pytest.mark.usefixtures("on_emulator")
 
 
+def assert_matches(got, want):
+    """Integers exactly, floats within F32."""
+    if want.dtype.kind in "iu":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, **F32)
+
+
 def rule(plan, name):
     return [what for rule, what in plan.rules if rule == name]
 
@@ -62,10 +70,7 @@ def test_a_matmul_of_prime_sides_is_padded_to_whole_blocks_over_the_array(device
     assert tiles(body.plan) == cores
     got, want = body(a=a), graph.reference(a=a)
     assert got.shape == (509, 509) and got.dtype == want.dtype
-    if out is None:
-        np.testing.assert_allclose(got, want, **F32)
-    else:
-        np.testing.assert_array_equal(got, want)
+    assert_matches(got, want)
 
 
 def test_a_small_odd_matmul_takes_few_calls_and_its_padding_stays_zeros():
@@ -274,10 +279,7 @@ def test_a_row_reduction_pads_only_its_number_of_rows(graph):
         "row-blocks of 34 rows over 32 tiles (4 rows x 8 columns of cores), 4 blocks per core"]
     assert padded(body.plan)["x"] == ((4099, 64), (4352, 64))
     got, want = body(x=x), graph.reference(x=x)
-    if want.dtype.kind in "iu":
-        np.testing.assert_array_equal(got, want)
-    else:
-        np.testing.assert_allclose(got, want, **F32)
+    assert_matches(got, want)
 
 
 class NormThenProduct(iron.Graph):
@@ -379,10 +381,7 @@ def test_elementwise_calls_reading_a_padded_product_compute_over_its_padded_layo
     assert padded(body.plan)["out0"] == ((509, 509), (512, 512))
     got, want = body(**given), graph.reference(**given)
     assert got.shape == (509, 509) and got.dtype == want.dtype
-    if out is None:
-        np.testing.assert_allclose(got, want, **F32)
-    else:
-        np.testing.assert_array_equal(got, want)
+    assert_matches(got, want)
 
 
 class LoggedAct(iron.Graph):
@@ -456,10 +455,7 @@ def test_a_row_reduction_of_a_padded_product_reduces_its_padded_rows_never_a_pad
         "per core"]
     assert padded(body.plan)["cut.MatMul#0"] == ((509, 512), (512, 512)) and "w" not in padded(body.plan)
     got, want = body(a=a), graph.reference(a=a)
-    if want.dtype.kind in "iu":
-        np.testing.assert_array_equal(got, want)
-    else:
-        np.testing.assert_allclose(got, want, **F32)
+    assert_matches(got, want)
 
 
 class ProductOfProduct(iron.Graph):
