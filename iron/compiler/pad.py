@@ -374,6 +374,8 @@ def padded_nodes(program: Program, placements) -> dict[Node, tuple[int, ...]]:
     """The padded shape of each of `program`'s host tensors and outputs whose placement is padded
     (a segment's Program sees the design's placements: its cut values are inputs)."""
     by_name = {p.name: p.padded for p in placements if p.padded is not None}
+    if not by_name:   # most designs: nothing to look up in each probe's calls
+        return {}
     found = {n: by_name[f"out{i}"] for i, n in enumerate(program.outputs) if f"out{i}" in by_name}
     for call in program.calls:
         for node in (s.src[0] if s.op == Op.VIEW else s for s in call.src):
