@@ -83,22 +83,39 @@ class Product(iron.Graph):
         return {"a": np.ones((128, 512), self.b.dtype)}
 
 
+@pytest.fixture
+def written_into(monkeypatch):
+    """Per call of MatMul's or MatMulAccumulate's compute from now on, whether it was given an
+    array to write its result into (a batch's `Stacked.into`)."""
+    given = []
+    for kernel in (MatMul, MatMulAccumulate):
+        def spy(*arrays, out=None, compute=kernel.compute):
+            given.append(out is not None)
+            return compute(*arrays, out=out)
+        monkeypatch.setattr(kernel, "compute", staticmethod(spy))
+    return given
+
+
 @pytest.mark.parametrize("dtype, out", [(np.float32, None), (np.int8, np.int32), (ml_dtypes.bfloat16, None)],
                          ids=["f32", "i8_i32", "bf16"])
-def test_a_tiled_matmul_leaves_every_host_buffer_as_each_call_on_its_own_does(batched, dtype, out):
+def test_a_tiled_matmul_leaves_every_host_buffer_as_each_call_on_its_own_does(batched, written_into, dtype, out):
     graph = Product(dtype, out)
     plan, batching = load(graph)
     unbatched = Emulator(plan, replay=True, batch=False)
+    tasks = Emulator(plan, replay=False)
     for name in batching._buffers:
-        unbatched.buffer(name)[:] = batching.buffer(name)
+        unbatched.buffer(name)[:] = tasks.buffer(name)[:] = batching.buffer(name)
     for k in range(8):
         rng = np.random.default_rng(k)
         a = (rng.standard_normal((128, 512)) * 9).astype(dtype)
-        call(plan, batching, {"a": a})
-        call(plan, unbatched, {"a": a})
+        for emulator in (batching, unbatched, tasks):
+            call(plan, emulator, {"a": a})
         for b in plan.host_buffers:
             np.testing.assert_array_equal(batching.buffer(b.name), unbatched.buffer(b.name))
+            np.testing.assert_array_equal(batching.buffer(b.name), tasks.buffer(b.name))
     assert batching.replayed == unbatched.replayed == 5
+    # float32 and integer batches write their sums in place; bfloat16 computes in float32 and casts
+    assert any(written_into) == (dtype is not ml_dtypes.bfloat16)
     # each k-block's calls on the 32 cores are one Batch: every call of the launches the replay
     # repeats is in one
     per_core = int(re.search(r"(\d+) kernel calls per core", dict(plan.rules)["tile_matmul_over_array"])[1])
@@ -279,3 +296,23 @@ def test_each_batching_kernel_computes_a_stack_as_its_calls_one_by_one(factor, s
         assert together.shape == (3, 4, 64)
         for i in range(3):
             np.testing.assert_array_equal(together[i], Dequant.compute(blocks[i], block_bytes=fmt.nbytes))
+
+
+@given(st.integers(0, 2 ** 31))
+def test_a_kernel_computing_into_an_array_writes_there_what_it_returns_otherwise(seed):
+    """`Kernel.computes_into`: the result written into a strided view of blocks (every other one
+    of an array, as a batch's output view may be), an accumulating kernel's destination being that view."""
+    rng = np.random.default_rng(seed)
+    for kernel, shapes, dtype, out in ((MatMul, [(6, 40), (40, 3)], np.float32, np.float32),
+                                       (MatMul, [(6, 40), (40, 3)], np.int8, np.int32),
+                                       (MatMulAccumulate, [(6, 40), (40, 3), (6, 3)], np.float32, np.float32),
+                                       (MatMulAccumulate, [(6, 40), (40, 3), (6, 3)], np.int8, np.int32)):
+        assert kernel.computes_into
+        stacks = [(rng.standard_normal((2, 3, *s)) * 50).astype(d) for s, d in zip(shapes, (dtype, dtype, out))]
+        want = np.asarray(kernel.compute(*stacks)).astype(out)
+        view = np.full((2, 6, *shapes[0][:1], shapes[1][1]), 7, out)[:, ::2]
+        if kernel.accumulates:
+            view[...], stacks[-1] = stacks[-1], view
+        assert kernel.compute(*stacks, out=view) is view
+        np.testing.assert_array_equal(view, want)
+

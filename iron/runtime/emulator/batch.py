@@ -89,9 +89,25 @@ class Batch:
                 operands.append(earlier if earlier is not None else a if view is None else view)
             out = None if self.unread[k] else strided(outs, dims)
             copied += len(outs) if out is None and not self.unread[k] else 0
-            shape = (*dims, *outs[0].shape)
-            planned.append((step.call.batched(step.attrs), operands, dims, out, outs, shape, self.unread[k]))
+            planned.append(Stacked(step.call.batched(step.attrs), tuple(operands), dims, out, outs, self.unread[k],
+                                   out is not None and step.call.computes_into))
         return partial(_run, planned), copied
+
+
+@dataclass(frozen=True)
+class Stacked:
+    """One step of a Batch as one call: `compute` on `operands` (each a view, the index of an
+    earlier step whose result it takes, or the member arrays to stack now) laid out on the grid
+    `dims`; its result written into `out` (one view of the members' outputs), else into each of
+    `outs`, unless `unread`. `into`: compute writes its result into `out` itself."""
+
+    compute: object
+    operands: tuple
+    dims: tuple[int, ...]
+    out: np.ndarray | None
+    outs: list
+    unread: bool
+    into: bool
 
 
 def _invoked(act) -> Invoked:
@@ -109,20 +125,26 @@ def _pointers(act, windows: list, before: list) -> list[list]:
     return pointers
 
 
-def _run(planned: list):
+def _run(planned: list[Stacked]):
     """A Batch's steps: each one call on its operands (views, the result of an earlier step as
     its output holds it, or member arrays stacked now) on the grid's leading axes, its result written
     to each member's output unless no one reads that."""
     results: list = []
-    for compute, operands, dims, out, outs, shape, unread in planned:
-        result = compute(*[results[a] if type(a) is int else a if type(a) is np.ndarray else _stack(a, dims)
-                           for a in operands])
+    for step in planned:
+        dims, out, outs = step.dims, step.out, step.outs
+        operands = [results[a] if type(a) is int else a if type(a) is np.ndarray else _stack(a, dims)
+                    for a in step.operands]
+        if step.into:
+            results.append(step.compute(*operands, out=out))
+            continue
+        result = step.compute(*operands)
+        shape = (*dims, *outs[0].shape)
         if type(result) is not np.ndarray or result.shape != shape or result.dtype != outs[0].dtype:
             held = np.empty(shape, outs[0].dtype)   # what the output buffers hold: cast as they cast
             held[...] = result
             result = held
         results.append(result)
-        if unread:
+        if step.unread:
             continue
         if out is not None:
             out[...] = result
