@@ -183,7 +183,8 @@ def width_unshared(reader, readers: dict) -> str:
     padded with zeros as wide."""
     if not isinstance(reader, Node) or reader.arg.kernel.role is not Role.ROW_REDUCTION:
         return ""
-    if not reader.arg.kernel.row_length:
+    kernel = reader.arg.kernel
+    if not kernel.row_length or ("length", "i32") not in kernel.c_attrs:
         return "reduces each row whole (its kernel takes no length)"
     why = next((why for n in reader.src[1:reader.arg.n_inputs] if (why := unpaddable(n, (reader,), readers))), "")
     return why and f"also reads a row that may not be padded: {why}"
