@@ -136,16 +136,30 @@ def in_lanes(planned: list[Stacked], nbytes: int):
 
 
 def _run_parts(parts: list[list[Stacked]]):
-    """Each part's steps on a thread of the pool, the first on this one (the parts' members are
-    independent: no part reads or writes what another writes)."""
-    pool = _pool(os.getpid())
-    others = [pool.submit(_run, part) for part in parts[1:]]
+    """The parts' steps, each part taken by this thread or one of the pool's, whichever comes
+    first: on a busy machine a thread that has not started yet is not waited for (the parts'
+    members are independent: no part reads or writes what another writes)."""
+    pending = parts[::-1]
+    others = [_pool(os.getpid()).submit(_take, pending) for _ in parts[1:]]
     try:
-        _run(parts[0])
+        _take(pending)
     finally:
+        for other in others:
+            other.cancel()
         wait(others)
     for other in others:
-        other.result()
+        if not other.cancelled():
+            other.result()
+
+
+def _take(pending: list):
+    """Run parts taken off `pending` until none is left (list.pop is atomic under the GIL)."""
+    while pending:
+        try:
+            part = pending.pop()
+        except IndexError:   # another thread took the last one
+            return
+        _run(part)
 
 
 @cache
