@@ -5,12 +5,14 @@ many cores and whole blocks. The compiler owns the padded layout: a padded tenso
 lies in the larger shape, the user's region in its first rows and columns (allocate.py,
 segment.py); the runtime writes and reads only that region, and the padding is the zeros the
 buffer is made with. A MatMul's K padding is zeros in both operands (0 times anything else
-could be NaN); its M and N padding give results the host never sees. Only tensors no kernel
-writes and only the padded call reads are padded (inputs, weights, params), and results read
-only as the user's region (by the host, or across a segment cut into the compiler's DDR), or by
-elementwise calls or a row reduction that compute over the padded layout (`pad_through`), so no
-padding a kernel writes is read as the user's data. Decided once per design, before placement,
-from the Program and its groups, so every segment sees the same layout."""
+could be NaN); its M and N padding give results the host never sees. Only tensors the padded
+call alone reads are padded: inputs, weights, params; states and other groups' results that
+every call writing them writes in the user's region only, row by row at the padded stride
+(`pad_written_by_producer`); and results read only as the user's region (by the host, or
+across a segment cut into the compiler's DDR), or by calls that compute over the padded layout
+(`pad_through`), so no padding a kernel writes is read as the user's data. Decided once per
+design, before placement, from the Program and its groups, so every segment sees the same
+layout."""
 from __future__ import annotations
 
 import math
@@ -121,7 +123,8 @@ def state_unpadded(state: Node, calls: tuple[Node, ...], readers: dict) -> str:
         if len(state.shape) == 2 and state.shape[1] * state.dtype.itemsize % 4:
             return f"{what} is a state {describe(user)} writes whole, in rows that are not whole 32-bit words"
     reshaped = [v for v in readers if v.op == Op.VIEW and v.src[0] is state and frame(v) != state.shape]
-    return f"{what} is a state that {describe(reshaped[0])} indexes in another shape" if reshaped else ""
+    return f"{what} is a state {describe(reshaped[0])} indexes in another shape, whose strides know no padding" \
+        if reshaped else ""
 
 
 def producer_unpadded(node: Node, calls: tuple[Node, ...]) -> str:
@@ -442,7 +445,7 @@ def padded_nodes(program: Program, placements) -> dict[Node, tuple[int, ...]]:
     return found
 
 
-def producer_written(program: Program, placements) -> frozenset[Node]:
+def producer_written_nodes(program: Program, placements) -> frozenset[Node]:
     """The values crossing into `program` (a segment's) or out of it whose producer writes them
     where they lie padded (`pad_written_by_producer`, Placement.producer_writes)."""
     names = {p.name for p in placements if p.producer_writes}

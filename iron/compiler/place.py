@@ -24,13 +24,13 @@ from iron.compiler.fuse import (
     stored_matrix,
 )
 from iron.compiler.pad import (
+    PAD_WRITTEN_BY_PRODUCER,
     best_sides,
     grid_sides,
     is_cut_value,
     matrix_unpadded,
-    PAD_WRITTEN_BY_PRODUCER,
     padded_nodes,
-    producer_written,
+    producer_written_nodes,
     readers_of,
     stream_length,
     stream_unpadded,
@@ -133,7 +133,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     """Tiles for every group, and for the Emit on a full-ELF device when values are carried;
     `placements`: the host placements, some padded by `pad_to_block`."""
     padded, readers = padded_nodes(program, placements), readers_of(program, groups)
-    written = producer_written(program, placements)
+    written = producer_written_nodes(program, placements)
     with_emit = bool(device.full_elf and program.carry)   # a segment but the last has no carry
     outside = outside_users(program, groups, with_emit)
     free = snake_order(device)
