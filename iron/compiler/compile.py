@@ -33,25 +33,24 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
         return kept[1]
     check_feeds(program, device, feeds)
     groups = fuse(program)
-    whole = try_groups(program, groups, device, feeds, check=True)
+    padded = pad_to_block(program, groups, device)   # once: every segment sees the same layout
+    whole = try_groups(program, groups, device, feeds, None, host_placements(program, padded), check=True)
     if isinstance(whole, Plan):
         plan = whole
     else:   # too big for the array at once: segments
-        plan = compile_segments(program, device, groups, feeds, try_groups, whole)
+        plan = compile_segments(program, device, groups, feeds, try_groups, whole, padded)
     plans[(device, id(feeds))] = (feeds, plan)
     return plan
 
 
 def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan | None,
-               table: WordTable | None = None, placements: tuple | None = None, check: bool = False,
+               table: WordTable | None, placements: tuple, check: bool = False,
                bound: bool = True) -> Plan | PlacementError | DoesNotFit | ShimShortfall:
     """The passes from placement on, for a whole design or one segment of it (segment.py, which
     checks only the segments it keeps): the Plan, or the error refusing it, or the shortfall when
     the rule `shim_channels_bound` (`bound`) refuses it right after routing, before lowering, the
     costly part of a probe that does not fit."""
     try:
-        if placements is None:
-            placements = host_placements(program, pad_to_block(program, groups, device))
         layout = place(program, groups, device, placements)
         routes = route(program, layout)
         shortfall = shim_shortfall(routes, device) if bound else None

@@ -63,7 +63,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[No
     group_of = {call: group for group in groups for call in group.calls}
     padded: dict[Node, tuple[int, ...]] = {}
     for group in groups:
-        padded |= pad_matrix(group, readers, group_of, device) or pad_through(group, padded, readers, device) or \
+        padded |= pad_matrix(group, readers, group_of, device) or pad_through(group, padded, readers, group_of, device) or \
             pad_stream(group, readers, device) or pad_rows(group, readers, device)
     return padded
 
@@ -169,12 +169,18 @@ def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> 
     if a is b:
         return f"it reads {describe(a)} as both operands"
     why = unpaddable(a, (call,), readers, group_of) or unpaddable(b, (call,), readers, group_of)
-    if why or shown(call, readers):
-        return why
+    return why or readers_unshared(call, readers, group_of)
+
+
+def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
+    """Why the readers of a padded product's result may not read it as it lies, "" when they
+    may: it is `shown`, or every reader is a call whose group shares its layout (`layout_unshared`)."""
     users = readers.get(call, [])
+    if shown(call, readers):
+        return ""
     if group_of and all(isinstance(u, Node) for u in users):
         return next((f"its result is read by {describe(u)}, which {why}" for u in users
-                     if (why := layout_unshared(group_of[u].calls, call, readers))), "")
+                     if (why := layout_unshared(group_of[u].calls, call, readers, group_of))), "")
     return "its result is read by more than the host, views and calls that neither tile nor stream"
 
 
@@ -193,7 +199,7 @@ def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, d
     return why and f"{call_label(program, call)} is not padded: {why}"
 
 
-def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
+def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
     """Why `calls` may not read `result` (a padded MatMul's) in its padded layout, "" when they
     may: elementwise calls by `pad_through_elementwise`, a row reduction by `pad_through_rows`,
     a MatMul reading it as its A by `pad_through_matmul`. No other reader may: the padding of
@@ -201,7 +207,7 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
         return rows_unshared(calls, result, readers)
     if calls[0].arg.kernel.role is Role.MATRIX:
-        return k_unshared(calls, result, readers)
+        return matmul_unshared(calls, result, readers, group_of)
     outside = external_inputs(calls)
     if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
         return "is neither elementwise, a row reduction nor a MatMul, and would read the padding as data"
@@ -213,7 +219,7 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str
         return f"makes {describe(calls[-1])}, read by more than the host, views and calls that neither tile nor stream"
     if readers[calls[-1]] != ["host"] and result.shape[-1] * calls[-1].dtype.itemsize % 4:
         return f"makes {describe(calls[-1])}, whose rows other calls read are not whole 32-bit words"
-    why = next((why for n in outside if n is not result and (why := unpaddable(n, calls, readers))), "")
+    why = next((why for n in outside if n is not result and (why := unpaddable(n, calls, readers, group_of))), "")
     return why and f"also reads a tensor that may not be padded: {why}"
 
 
@@ -233,20 +239,22 @@ def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
                  or n.op == Op.VIEW), "")
 
 
-def k_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
-    """The rule `pad_through_matmul`: why a MatMul may not read `result` as its A as it lies
-    padded, "" when it may: alone in its group, reading it as A only, its B paddable, its result
-    `shown`. Then `result`'s N padding is its K padding, which must be zeros in both operands:
-    it is, the sum of A's zero rows or B's zero columns times the other (finite) operand."""
+def matmul_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
+    """The rules `pad_through_matmul` (`result` read as A) and `pad_through_matmul_b` (as B): why a
+    MatMul may not read `result` as it lies padded, "" when it may: alone in its group, reading it
+    once, as A or as B, its other operand paddable, its result's readers sharing its layout
+    (`readers_unshared`). Then the side of `result` the MatMul sums over (A's N, B's M) has its K
+    padding, which must be zeros in both operands: it is, the sum of A's zero rows or B's zero
+    columns times the other (finite) operand."""
     call = calls[0]
-    if len(calls) != 1 or call.arg.writes or len(call.shape) != 2 or call.src[0] is not result \
-            or call.src[1] is result:
-        return f"reads {describe(result)} other than as the A of a MatMul alone in its group"
-    why = unpaddable(call.src[1], calls, readers)
+    if len(calls) != 1 or call.arg.writes or len(call.shape) != 2 or call.src[:2].count(result) != 1:
+        return f"reads {describe(result)} other than as the A or the B of a MatMul alone in its group"
+    other = call.src[1] if call.src[0] is result else call.src[0]
+    why = unpaddable(other, calls, readers, group_of)
     if why:
         return f"also reads a tensor that may not be padded: {why}"
-    return "" if shown(call, readers) else \
-        f"makes {describe(call)}, read by more than the host, views and calls that neither tile nor stream"
+    why = readers_unshared(call, readers, group_of)
+    return why and f"makes {describe(call)}: {why}"
 
 
 def shown(call: Node, readers: dict) -> bool:
@@ -265,7 +273,7 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device) -> dict[Node
     result is `shown` or read by calls that share its layout (`layout_unshared`): its sides
     padded, each to a multiple of ROW_QUANTUM per row of cores (M; a MatVec's: per core),
     K_QUANTUM (K) and ROW_QUANTUM per column (N), when some of them padded (`best_sides`; N its
-    own for a row reduction, with a grid for a MatMul reading it, `chained_n`) gives a better
+    own for a row reduction, with a grid for a MatMul reading it, `chained`) gives a better
     grid; A, B and the result padded to them. While a view or a plain call reads the result
     (across a cut) the call may run off the grid, reading its operands row by row
     (words.placement_access): then their rows must be whole words."""
@@ -283,7 +291,7 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device) -> dict[Node
     if not large:
         return {}
     sides = best_sides(call, device, keeps_n(call, readers))
-    if sides is None or any(chained_n(u, sides[::2], device) is None for u in readers[call]
+    if sides is None or any(chained(u, sides[::2], u.src[1] is call, device) is None for u in readers[call]
                             if isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX):
         return {}
     big_m, big_k, big_n = sides
@@ -292,23 +300,28 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device) -> dict[Node
     return {a: (big_m, big_k), b: (big_k, big_n), call: (big_m, big_n)}
 
 
-def pad_through(group: Group, padded: dict, readers: dict, device) -> dict[Node, tuple[int, ...]]:
+def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
     """Calls reading a padded MatMul's result whole (`pad_matrix` pads it only when they may,
     `layout_unshared`): elementwise calls' other inputs and last result padded to its layout
     (`pad_through_elementwise`), so they stream over it, each element of the padding computed
     from padding; a row reduction's result padded to as many rows (`pad_through_rows`); a
-    MatMul reading it as A computes on its padded M and K (its N as `chained_n` picks), B and
-    the result padded to them (`pad_through_matmul`)."""
+    MatMul reading it as A computes on its padded M and K (`pad_through_matmul`), as B on its
+    padded K and N (`pad_through_matmul_b`), its other side as `chained` picks, its other
+    operand and its result padded to them."""
     calls = group.calls
     fed = [n for n in external_inputs(calls) if n.op == Op.CALL and n in padded]
-    if not fed or any(layout_unshared(calls, n, readers) for n in fed):
+    if not fed or any(layout_unshared(calls, n, readers, group_of) for n in fed):
         return {}
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
         return {calls[0]: (padded[fed[0]][0], *calls[0].shape[1:])}
     if calls[0].arg.kernel.role is Role.MATRIX:
-        (big_m, big_k), call = padded[fed[0]], calls[0]
-        big_n = chained_n(call, (big_m, big_k), device)
-        return {call.src[1]: (big_k, big_n), call: (big_m, big_n)}
+        (a, b), call = calls[0].src[:2], calls[0]
+        sides = chained(call, padded[fed[0]], b is fed[0], device)
+        if sides is None:   # a product read by a product read by a product: `pad_matrix` checked the first only
+            return {}
+        big_m, big_k, big_n = sides
+        return {n: side for n, side in ((a, (big_m, big_k)), (b, (big_k, big_n)), (call, (big_m, big_n)))
+                if n is not fed[0]}
     return {n: padded[fed[0]] for n in (*external_inputs(calls), calls[-1]) if n not in fed}
 
 
@@ -323,12 +336,17 @@ def keeps_n(call: Node, readers: dict) -> bool:
     return any(isinstance(u, Node) and u.arg.kernel.role is Role.ROW_REDUCTION for u in readers.get(call, []))
 
 
-def chained_n(call: Node, fed: tuple[int, int], device) -> int | None:
-    """The N of a MatMul whose A lies padded to `fed` (M, K): its own or padded to a multiple of
-    ROW_QUANTUM per column, whichever grid `ranked` puts first; None when neither has a grid."""
-    own, cols = call.shape[1], device.n_cols
-    ranked = _ranked(call, device, {(*fed, own), (*fed, -(-own // (ROW_QUANTUM * cols)) * ROW_QUANTUM * cols)})
-    return min(ranked)[1][2] if ranked else None
+def chained(call: Node, fed: tuple[int, int], as_b: bool, device) -> tuple[int, int, int] | None:
+    """The sides (M, K, N) of a MatMul reading a padded result that lies in `fed` as its A (M, K)
+    or its B (K, N): its other side its own or padded to a multiple of ROW_QUANTUM per row (M) or
+    column (N) of cores, whichever grid `ranked` puts first; None when neither has a grid."""
+    (own_m, own_n), rows, cols = call.shape, len(device.compute_rows), device.n_cols
+    if as_b:
+        tried = {(m, *fed) for m in (own_m, -(-own_m // (ROW_QUANTUM * rows)) * ROW_QUANTUM * rows)}
+    else:
+        tried = {(*fed, n) for n in (own_n, -(-own_n // (ROW_QUANTUM * cols)) * ROW_QUANTUM * cols)}
+    ranked = _ranked(call, device, tried)
+    return min(ranked)[1] if ranked else None
 
 
 def _ranked(call: Node, device, tried, mine=None) -> list[tuple[tuple, tuple[int, int, int]]]:

@@ -387,11 +387,13 @@ def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict,
     sides = ", ".join(f"{name} {side} -> {to}" for name, side, to in zip(names, call_sides(call), grid.padded)
                       if side != to)
     k_padded = call_sides(call)[1] != grid.padded[1]
-    computed = k_padded and is_cut_value(call.src[0]) and call.src[0] not in written
+    computed = "".join(f" ({operand}'s computed from zeros: {rule})" for operand, rule, n in (
+        ("A", "pad_through_matmul", call.src[0]), ("B", "pad_through_matmul_b", call.src[1]))
+        if is_cut_value(n) and n not in written)
     return [("pad_to_block", f"{group.name}: {call_label(program, call)} padded with zeros ({sides}) over "
                              f"{len(grid.tiles)} tiles: A, B and the result lie so in DDR, the host writes and reads "
                              "the user's region" + "; K's padding is zeros in both operands" * k_padded
-                             + " (A's computed from zeros: pad_through_matmul)" * computed
+                             + computed * k_padded
                              + "; the result's padding is computed from zeros, never read as the user's region")]
 
 

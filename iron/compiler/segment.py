@@ -17,7 +17,7 @@ from typing import Callable
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.fuse import Group
 from iron.compiler.invariants import check_plan
-from iron.compiler.pad import design_unpadded, pad_to_block, written_by_producer
+from iron.compiler.pad import design_unpadded, written_by_producer
 from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
@@ -37,20 +37,22 @@ class Segment:
 
 
 def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds: Plan | None,
-                     try_groups: Callable, whole: Exception | ShimShortfall) -> Plan:
+                     try_groups: Callable, whole: Exception | ShimShortfall, padded: dict) -> Plan:
     """The design as segments that each compile (`try_groups(program, groups, device, feeds,
     table, placements, bound=...)` runs the whole-design passes: a Plan, or the error or
     shortfall refusing it); `whole`: what refused the whole design, its error raised as it is
-    when there is nothing to cut (one group). Each segment is compiled as it is sought, against
-    the words and DDR buffers of the segments before it, and the one the rule keeps is checked
-    and kept as it is."""
+    when there is nothing to cut (one group); `padded`: `pad_to_block`'s layout of the design.
+    Each segment is compiled as it is sought, against the words and DDR buffers of the segments
+    before it, and the one the rule keeps is checked and kept as it is."""
+
+    flow = Flow(program, groups, padded)
 
     def refused() -> Exception:   # why the whole design does not fit, found again only when shown
-        return whole if isinstance(whole, Exception) else try_groups(program, groups, device, feeds, bound=False)
+        return whole if isinstance(whole, Exception) else \
+            try_groups(program, groups, device, feeds, None, flow.host, bound=False)
 
     if len(groups) < 2:
         raise refused()
-    flow = Flow(program, groups, pad_to_block(program, groups, device))
     table, crossing, plans, stops = WordTable(program), [], [], [0]
 
     def compile_one(segment: Segment, words: WordTable, placements, bound: bool):

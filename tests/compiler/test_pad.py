@@ -40,6 +40,12 @@ def padded(plan):
     return {p.name: (p.shape, p.padded) for p in plan.placements if p.padded is not None}
 
 
+def cut_padding(body, name):
+    """The padded DDR buffer of a cut value, as it lies."""
+    cut = next(p for p in body.plan.placements if p.name == name)
+    return body.session.buffers[cut.buffer].view(cut.dtype)[cut.offset:cut.offset + cut.nwords].reshape(cut.padded)
+
+
 ODD = [
     ("npu2", np.float32, None, 32,
      "g0: MatMul (509, 509) x (509, 509) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): blocks "
@@ -457,11 +463,13 @@ class ProductOfProduct(iron.Graph):
         return MatMul.step(MatMul.step(a, self.b), self.d)
 
 
-def chained(g, label, tiles, a_computed=False):
-    return (f"{g}: {label} padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512) over {tiles} tiles: A, B and "
-            "the result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both "
-            "operands" + " (A's computed from zeros: pad_through_matmul)" * a_computed + "; the result's padding is "
-            "computed from zeros, never read as the user's region")
+def chained(g, label, tiles, computed="", sides="M 509 -> 512, K 509 -> 512, N 509 -> 512"):
+    """The pad_to_block line of a padded product; `computed`: the operand another product computed ("A", "B")."""
+    rule = {"": "", "A": " (A's computed from zeros: pad_through_matmul)",
+            "B": " (B's computed from zeros: pad_through_matmul_b)"}[computed]
+    return (f"{g}: {label} padded with zeros ({sides}) over {tiles} tiles: A, B and the result lie so in DDR, the host "
+            "writes and reads the user's region" + "; K's padding is zeros in both operands" * ("K" in sides) + rule
+            + "; the result's padding is computed from zeros, never read as the user's region")
 
 
 @pytest.mark.parametrize("device, tiles", [("npu2", 32), ("npu1", 16)])
@@ -474,13 +482,12 @@ def test_a_padded_product_read_as_the_next_products_a_keeps_its_k_padding_zeros(
     a, d = a / 22, d / 22   # each product of 509 normal terms back to about unit size
     graph = ProductOfProduct(b, d)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, "pad_to_block") == [chained("g0", "MatMul#0", tiles), chained("g1", "MatMul#1", tiles, True)]
+    assert rule(body.plan, "pad_to_block") == [chained("g0", "MatMul#0", tiles), chained("g1", "MatMul#1", tiles, "A")]
     assert padded(body.plan) == {"a": ((509, 509), (512, 512)), "b": ((509, 509), (512, 512)),
                                  "d": ((509, 509), (512, 512)), "cut.MatMul#0": ((509, 509), (512, 512)),
                                  "out0": ((509, 509), (512, 512))}
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
-    cut = next(p for p in body.plan.placements if p.name == "cut.MatMul#0")
-    product = body.session.buffers[cut.buffer].view(np.float32)[cut.offset:cut.offset + cut.nwords].reshape(cut.padded)
+    product = cut_padding(body, "cut.MatMul#0")
     assert product[:509, :509].any() and not product[509:].any() and not product[:, 509:].any()   # K padding: zeros
 
 
@@ -514,6 +521,75 @@ def test_a_product_whose_reader_cannot_share_its_padding_does_not_fit_saying_why
         "design reads its result or makes its operands elsewhere (another segment). Pad the matrices with zeros "
         "to sides with larger divisors (M = 512, K = 256, N = 512), or cut the call into several.")
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
+# ---- products whose results other products read (padjoin) -------------------------------------------
+
+class ProductAsB(iron.Graph):
+    """X @ (A @ B): the first product is the second's B; `out` widens the first product (int8 -> int32)."""
+
+    def __init__(self, b, x, out=None):
+        self.b, self.x, self.out = iron.weight(b), iron.weight(x), out
+
+    def body(self, a):
+        return MatMul.step(self.x, MatMul.step(a, self.b, dtype=self.out))
+
+
+AS_B = [("npu2", np.float32, None, 32), ("npu1", np.float32, None, 16),
+        ("npu2", np.int8, np.int32, 32), ("npu1", np.int8, np.int32, 16)]
+
+
+@pytest.mark.parametrize("device, dtype, out, tiles", AS_B, ids=["f32-npu2", "f32-npu1", "int8-npu2", "int8-npu1"])
+def test_a_padded_product_read_as_the_next_products_b_keeps_its_k_padding_zeros(device, dtype, out, tiles):
+    """pad_through_matmul_b: A @ B's M padding (zero rows of A times B) is X @ (A @ B)'s K
+    padding, zeros in both operands, and its N padding the second product's; at 509^3 both
+    products run padded over the whole array and equal reference() (int8 -> int32, then int32
+    times an int32 X: exactly)."""
+    a, b = operands(509, 509, 509, dtype)
+    x = operands(509, 509, 509, dtype, seed=3)[1]
+    a, x = (a / 22, x / 22) if out is None else (a, x.astype(out))
+    graph = ProductAsB(b, x, out)
+    body = graph.compile(a=a, device=from_name(device))
+    first = "M 509 -> 512, N 509 -> 512" if out else "M 509 -> 512, K 509 -> 512, N 509 -> 512"
+    assert rule(body.plan, "pad_to_block") == [chained("g0", "MatMul#0", tiles, sides=first),
+                                               chained("g1", "MatMul#1", tiles, "B")]
+    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 1048576 bytes cross (MatMul#0)"]
+    assert padded(body.plan) == {"a": ((509, 509), (512, 509 if out else 512)), "b": ((509, 509), (509 if out else 512, 512)),
+                                 "x": ((509, 509), (512, 512)), "cut.MatMul#0": ((509, 509), (512, 512)),
+                                 "out0": ((509, 509), (512, 512))}
+    got, want = body(a=a), graph.reference(a=a)
+    assert got.dtype == want.dtype
+    assert_matches(got, want)
+    product = cut_padding(body, "cut.MatMul#0")
+    assert product[:509, :509].any() and not product[509:].any() and not product[:, 509:].any()
+
+
+class ChainThenAct(iron.Graph):
+    """SiLU((A @ B) @ D): the second product of a chain read by an activation."""
+
+    def __init__(self, b, d):
+        self.b, self.d = iron.weight(b), iron.weight(d)
+
+    def body(self, a):
+        return SiLU.step(MatMul.step(MatMul.step(a, self.b), self.d))
+
+
+@pytest.mark.parametrize("device, tiles", [("npu2", 32), ("npu1", 16)])
+def test_the_second_product_of_a_chain_read_by_an_activation_shares_its_padded_layout(device, tiles):
+    """pad_through_matmul then pad_through_elementwise: the chain's second product is read by SiLU
+    (not only by the host), which streams over its padded layout; both products and SiLU take
+    the whole array at 509^3 and the result equals reference(). (SiLU takes floats only.)"""
+    a, b = operands(509, 509, 509, np.float32)
+    d = operands(509, 509, 509, np.float32, seed=3)[1]
+    a, d = a / 22, d / 22
+    graph = ChainThenAct(b, d)
+    body = graph.compile(a=a, device=from_name(device))
+    assert rule(body.plan, "pad_to_block") == [chained("g0", "MatMul#0", tiles), chained("g1", "MatMul#1", tiles, "A"),
+                                               through("SiLU#2", tiles).replace("g1:", "g2:")]
+    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 1048576 bytes cross (MatMul#0)",
+                                                   "cut before g2: 1048576 bytes cross (MatMul#1)"]
+    assert padded(body.plan)["cut.MatMul#1"] == ((509, 509), (512, 512))
+    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
 
 # ---- pad_written_by_producer: a padded call reads a tensor another call writes ------------------
@@ -699,3 +775,39 @@ def test_a_tensor_written_in_a_layout_that_knows_no_padding_is_not_padded_saying
     assert str(err.value).startswith(
         f"{design.__name__} does not fit npu2 even cut into segments: MatMul#1 (group g1) alone is too large for one "
         f"configuration (pad_to_block: {why}). ")
+
+
+class ProductPlusNorm(iron.Graph):
+    """(A @ B) + RMSNorm(C, w): the Add's other input is another group's result."""
+
+    def __init__(self, b, w):
+        self.b, self.w = iron.weight(b), iron.weight(w)
+
+    def body(self, a, c):
+        return Add.step(MatMul.step(a, self.b), RMSNorm.step(c, self.w))
+
+
+class ProductOfNorm(iron.Graph):
+    """(A @ B) @ RMSNorm(C, w): the second product's B is another group's result."""
+
+    def __init__(self, b, w):
+        self.b, self.w = iron.weight(b), iron.weight(w)
+
+    def body(self, a, c):
+        return MatMul.step(MatMul.step(a, self.b), RMSNorm.step(c, self.w))
+
+
+@pytest.mark.parametrize("design, reader", [(ProductPlusNorm, "Add#2"), (ProductOfNorm, "MatMul#2")],
+                         ids=["add", "product"])
+def test_a_padded_products_reader_reads_another_groups_result_its_producer_wrote_padded(design, reader):
+    """pad_written_by_producer with pad_through: the Add streaming over a padded product's layout,
+    or the product reading it as A, reads RMSNorm's result as RMSNorm wrote it into the same
+    padded layout; both equal reference()."""
+    a, b = operands(509, 509, 509, np.float32)
+    c = np.random.default_rng(16).standard_normal((509, 509)).astype(np.float32)
+    graph = design(b / 22, np.linspace(0.5, 1.5, 509, dtype=np.float32))
+    body = graph.compile(a=a / 22, c=c, device=from_name("npu2"))
+    assert rule(body.plan, "pad_written_by_producer") == [
+        producer_wrote("g1", "RMSNorm#1", (512, 512)), read_padded("g2", "cut.RMSNorm#1", (512, 512), reader)]
+    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g2: 2097152 bytes cross (MatMul#0, RMSNorm#1)"]
+    np.testing.assert_allclose(body(a=a / 22, c=c), graph.reference(a=a / 22, c=c), **F32)
