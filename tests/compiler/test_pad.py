@@ -7,12 +7,12 @@ import pytest
 
 import iron
 from aie_utils import from_name
-from iron import Carried
+from iron import Carried, Scratchpad
 from iron.compiler.describe import describe
 from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import HostRole, PlacementKind, TileKind
-from iron.errors import DoesNotFit
-from iron.kernels import Add, Argmax, Copy, MatMul, Mul, RMSNorm, SiLU, Softmax
+from iron.errors import DoesNotFit, IndexOutOfRange
+from iron.kernels import Add, Argmax, Copy, MatMul, Max, Mul, RMSNorm, SiLU, Softmax
 from tests.compiler.designs import Product, Projection, Sum, operands
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order than numpy
@@ -41,7 +41,7 @@ def padded(plan):
 
 
 def cut_padding(body, name):
-    """The padded DDR buffer of a cut value, as it lies."""
+    """The padded DDR buffer of a cut value (or any padded placement), as it lies."""
     cut = next(p for p in body.plan.placements if p.name == name)
     return body.session.buffers[cut.buffer].view(cut.dtype)[cut.offset:cut.offset + cut.nwords].reshape(cut.padded)
 
@@ -426,11 +426,11 @@ ROWS = [("npu2", RMSNorm, 32, 32, "m=32 k=32 n=64", 4, 4), ("npu2", Softmax, 32,
 
 @pytest.mark.parametrize("device, kernel, grid, stream, blocks, rows, per_core", ROWS,
                          ids=["rmsnorm-npu2", "softmax-npu2", "argmax-npu2", "softmax-npu1"])
-def test_a_row_reduction_of_a_padded_product_reduces_its_padded_rows_never_a_padded_width(
+def test_a_row_reduction_of_a_padded_product_reduces_its_padded_rows_of_their_own_width(
         device, kernel, grid, stream, blocks, rows, per_core):
     """pad_through_rows: (509, 256) x (256, 512) took one row of cores (M = 509, a prime) and the
-    reduction one tile; M alone is padded (N keeps 512: a row is reduced whole), the product
-    takes the whole array and the reduction streams the 512 rows as they lie, equal to reference()."""
+    reduction one tile; M alone is padded (N = 512 needs no padding), the product takes the whole
+    array and the reduction streams the 512 rows as they lie, equal to reference()."""
     a, b = operands(509, 256, 512, np.float32, seed=12)
     graph = ProductThenRows2(b, kernel)
     body = graph.compile(a=a, device=from_name(device))
@@ -441,7 +441,7 @@ def test_a_row_reduction_of_a_padded_product_reduces_its_padded_rows_never_a_pad
         "region",
         f"g1: {name}#1 over 509 rows of 512 elements streams over them as they lie padded to 512 rows "
         "(pad_through_rows: a padded MatMul's result and the result lie so in DDR; only the first 509 rows of the "
-        f"result are read; a row's width is never padded) over {stream} tiles"]
+        f"result are read; its rows keep their width) over {stream} tiles"]
     assert f"blocks {blocks} (pad_to_block: padded with zeros to M = 512, K = 256, N = 512)" in \
         rule(body.plan, "tile_matmul_over_array")[0]
     assert rule(body.plan, "stream_row_blocks") == [
@@ -491,25 +491,25 @@ def test_a_padded_product_read_as_the_next_products_a_keeps_its_k_padding_zeros(
     assert product[:509, :509].any() and not product[509:].any() and not product[:, 509:].any()   # K padding: zeros
 
 
-class ProductThenSoftmax(iron.Graph):
+class ProductThenMax(iron.Graph):
     def __init__(self, b):
         self.b = iron.weight(b)
 
     def body(self, a):
-        return Softmax.step(MatMul.step(a, self.b))
+        return Max.step(MatMul.step(a, self.b))
 
 
 UNPADDED = [
-    (ProductThenSoftmax, "Softmax#1 reduces its rows whole, so N keeps its 509 (pad_through_rows), and no padding of "
-                         "M and K alone takes a better grid"),
+    (ProductThenMax, "Max#1 reduces each row whole (its kernel takes no length), so N keeps its 509 "
+                     "(pad_through_row_width), and no padding of M and K alone takes a better grid"),
 ]
 
 
-@pytest.mark.parametrize("design, why", UNPADDED, ids=["softmax"])
+@pytest.mark.parametrize("design, why", UNPADDED, ids=["max"])
 def test_a_product_whose_reader_cannot_share_its_padding_does_not_fit_saying_why(design, why, tmp_path, monkeypatch):
-    """Softmax over rows of N = 509 would reduce the 3 columns of N's padding too (and M and K
-    padded alone give no grid): the product is not padded, and DoesNotFit names the reader, why,
-    and the padding to give."""
+    """Max over rows of N = 509 would reduce the 3 columns of N's padding too (it takes no
+    length; and M and K padded alone give no grid): the product is not padded, and DoesNotFit
+    names the reader, why, and the padding to give."""
     monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(DoesNotFit) as err:
         design(np.ones((251, 509), np.float32)).compile(a=((509, 251), np.float32), device=from_name("npu2"))
@@ -592,14 +592,107 @@ def test_the_second_product_of_a_chain_read_by_an_activation_shares_its_padded_l
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
 
+# ---- pad_through_row_width: a row reduction over a product whose N is padded -----------------------
+
+class ProductThenSoftmax(iron.Graph):
+    def __init__(self, b):
+        self.b = iron.weight(b)
+
+    def body(self, a):
+        return Softmax.step(MatMul.step(a, self.b))
+
+
+def test_softmax_of_a_product_of_n_509_reduces_its_padded_width():
+    """Softmax(A @ B) of N = 509 kept N (a row is reduced whole) and did not fit; now N is padded
+    to 512 and Softmax is told the user's width (length=509), so the 3 columns of padding are
+    never reduced: it compiles over the whole array and equals reference()."""
+    rng = np.random.default_rng(13)
+    a, b = rng.standard_normal((509, 251)).astype(np.float32), rng.standard_normal((251, 509)).astype(np.float32)
+    graph = ProductThenSoftmax(b / 64)   # rows of values near 0: the padding exp(0 - max) would count
+    body = graph.compile(a=a, device=from_name("npu2"))
+    assert "over 32 tiles (4 rows x 8 columns of cores): blocks m=32 k=32 n=64 (pad_to_block: padded with zeros to " \
+        "M = 512, K = 256, N = 512)" in rule(body.plan, "tile_matmul_over_array")[0]
+    assert "Softmax#1 over 509 rows of 509 elements streams over them as they lie padded to 512 rows of 512 elements " \
+        "(pad_through_row_width" in rule(body.plan, "pad_to_block")[1]
+    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+
+
+WIDE = [("npu2", Softmax, 32, 4, 4), ("npu2", RMSNorm, 32, 4, 4), ("npu2", Argmax, 32, 8, 2),
+        ("npu1", Softmax, 16, 4, 8), ("npu1", RMSNorm, 16, 4, 8), ("npu1", Argmax, 16, 8, 4)]
+
+
+@pytest.mark.parametrize("device, kernel, tiles_used, rows, per_core", WIDE,
+                         ids=["softmax-npu2", "rmsnorm-npu2", "argmax-npu2", "softmax-npu1", "rmsnorm-npu1",
+                              "argmax-npu1"])
+def test_a_row_reduction_of_a_padded_product_reduces_its_padded_width_told_the_users_width(
+        device, kernel, tiles_used, rows, per_core):
+    """pad_through_row_width: at 509^3 the product is padded to 512 on every side and the row
+    reduction streams its 512 rows of 512 as they lie, its kernel reducing each row's first 509
+    elements (RMSNorm's w padded with zeros to 512). The first 100 rows of the product are all
+    negative, so a reduction that took the padding's zeros in would differ (Argmax would pick
+    509, Softmax's sum and RMSNorm's mean would change): equal to reference(), Argmax exactly."""
+    a, b = operands(509, 509, 509, np.float32)
+    a, b = a / 8, np.abs(b)
+    a[:100] = -np.abs(a[:100])
+    graph = ProductThenRows2(b, kernel)
+    body = graph.compile(a=a, device=from_name(device))
+    name, shared = kernel.__name__, ", w padded with zeros" * (kernel is RMSNorm)
+    assert rule(body.plan, "pad_to_block") == [
+        chained("g0", "MatMul#0", tiles_used),
+        f"g1: {name}#1 over 509 rows of 509 elements streams over them as they lie padded to 512 rows of 512 "
+        f"elements (pad_through_row_width: a padded MatMul's result{shared} and the result lie so in DDR; the kernel "
+        "reduces each row's first elements only (length=509, the user's width), never the padding; only the user's "
+        f"region of the result is read) over {tiles_used} tiles"]
+    assert rule(body.plan, "stream_row_blocks") == [
+        f"g1: {name} over 509 rows of 509 elements (pad_to_block: padded with zeros to 512 rows of 512 elements) "
+        f"streamed in row-blocks of {rows} rows over {tiles_used} tiles (4 rows x {tiles_used // 4} columns of "
+        f"cores), {per_core} blocks per core"]
+    result = ((509,), (512,)) if kernel is Argmax else ((509, 509), (512, 512))
+    assert padded(body.plan) == {"a": ((509, 509), (512, 512)), "b": ((509, 509), (512, 512)),
+                                 "cut.MatMul#0": ((509, 509), (512, 512)), "out0": result,
+                                 **({"w": ((509,), (512,))} if kernel is RMSNorm else {})}
+    got, want = body(a=a), graph.reference(a=a)
+    assert ((a @ b)[:100] < 0).all()
+    assert got.shape == want.shape == result[0] and got.dtype == want.dtype
+    assert_matches(got, want)
+    for p in body.plan.placements:   # the padded inputs' padding (w's too) stays zeros
+        if p.name in ("a", "b", "w"):
+            whole = cut_padding(body, p.name)
+            assert not whole[p.shape[0]:].any() and (len(p.shape) == 1 or not whole[:, p.shape[1]:].any())
+
+
+class ProductThenSoftmaxUpTo(iron.Graph):
+    """Softmax of each row's first n elements of A @ B, n per call (as attention's valid length)."""
+
+    def __init__(self, b):
+        self.b = iron.weight(b)
+
+    def body(self, a, *, n: Scratchpad[np.int32]):
+        return Softmax.step(MatMul.step(a, self.b), length=n)
+
+
+def test_a_per_call_length_reduces_a_padded_width_within_the_users_width():
+    """The length a call is given per call stays the kernel's (a word every core receives): it
+    is bounded by the user's width, 509, not the padded 512."""
+    a, b = operands(509, 509, 509, np.float32)
+    graph = ProductThenSoftmaxUpTo(b)
+    a = a / 8
+    body = graph.compile(a=a, device=from_name("npu2"))
+    assert "(pad_through_row_width: a padded MatMul's result and the result lie so in DDR; the kernel reduces each " \
+           "row's first elements only (the length it was given), never the padding" in rule(body.plan, "pad_to_block")[1]
+    assert rule(body.plan, "stream_row_blocks") == [
+        "g1: Softmax over 509 rows of 509 elements (pad_to_block: padded with zeros to 512 rows of 512 elements) "
+        "streamed in row-blocks of 4 rows over 32 tiles (4 rows x 8 columns of cores), 4 blocks per core, length=n a "
+        "per-call word every core receives"]
+    for n in (509, 300, 1):
+        np.testing.assert_allclose(body(a=a, n=n), graph.reference(a=a, n=n), **F32)
+    with pytest.raises(IndexOutOfRange) as err:
+        body(a=a, n=510)
+    assert str(err.value) == ("Softmax length=n with n = 510 is out of range: n must be in 1..509; nothing was written. "
+                              "Keep n between 1 and 509.")
+
+
 # ---- pad_written_by_producer: a padded call reads a tensor another call writes ------------------
-
-def stored(body, name):
-    """The whole of the tensor placement `name` lies in, its padding too, as the device left it."""
-    p = next(p for p in body.plan.placements if p.name == name)
-    return body.session.buffers[p.buffer].view(p.dtype)[p.offset * 4 // p.dtype.itemsize:][:int(np.prod(p.stored))] \
-        .reshape(p.stored)
-
 
 def producer_wrote(g, label, shape):
     return (f"{g}: {label} writes its result row by row into the user's region of {shape}, the padded layout a later "
@@ -639,7 +732,7 @@ def test_a_product_reads_another_groups_result_its_producer_wrote_padded(device,
     assert padded(body.plan) == {"b": ((k, n), (big_k, big_n)), "out0": ((m, n), (big_m, big_n)),
                                  "cut.RMSNorm#0": ((m, k), (big_m, big_k))}
     np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
-    normed = stored(body, "cut.RMSNorm#0")
+    normed = cut_padding(body, "cut.RMSNorm#0")
     np.testing.assert_allclose(normed[:m, :k], RMSNorm.compute(x, w, 1e-5), **F32)
     assert not normed[m:].any() and not normed[:, k:].any()
 
@@ -678,7 +771,7 @@ def test_a_state_written_only_in_its_users_region_lies_padded_for_a_padded_call(
     assert rule(body.plan, "pad_written_by_producer") == [read_padded("g1", "s", (512, 512), "Add#1", state=True)]
     assert padded(body.plan)["s"] == ((509, 509), (512, 512))
     assert_matches(body(a=a), graph.reference(a=a))
-    whole = stored(body, "s")
+    whole = cut_padding(body, "s")
     np.testing.assert_array_equal(whole[:509, :509], s)
     assert not whole[509:].any() and not whole[:, 509:].any()
 
@@ -713,7 +806,7 @@ def test_a_carried_loop_writes_a_padded_state_in_its_users_region_at_depth_2():
     for step in range(steps):
         want[step] = (product + want)[2]
     np.testing.assert_allclose(body.read("s"), want, **F32)
-    whole = stored(body, "s")
+    whole = cut_padding(body, "s")
     assert not whole[509:].any() and not whole[:, 509:].any()
 
 
