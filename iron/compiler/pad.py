@@ -340,8 +340,9 @@ def keeps_n(call: Node, readers: dict) -> bool:
 
 def chained(call: Node, result: Node, shape: tuple[int, int], device) -> tuple[int, int, int] | None:
     """The sides (M, K, N) of a MatMul reading `result`, which lies padded to `shape`, as its A
-    (M, K) or its B (K, N): its other side as `best_sides` picks; None when none has a grid."""
-    return best_sides(call, device, dict(zip((1, 2) if call.src[1] is result else (0, 1), shape)))
+    (M, K) or its B (K, N): its other side its own or padded, whichever grid `best_sides` puts
+    first; None when neither has a grid."""
+    return best_sides(call, device, dict(zip((1, 2) if call.src[1] is result else (0, 1), shape)), any_grid=True)
 
 
 def _ranked(call: Node, device, tried, mine=None) -> list[tuple[tuple, tuple[int, int, int]]]:
@@ -357,15 +358,20 @@ def _ranked(call: Node, device, tried, mine=None) -> list[tuple[tuple, tuple[int
     return scored
 
 
-def best_sides(call: Node, device, fixed: dict[int, int] | None = None) -> tuple[int, int, int] | None:
+def best_sides(call: Node, device, fixed: dict[int, int] | None = None,
+               any_grid: bool = False) -> tuple[int, int, int] | None:
     """Of the sides (M, K, N) tried, each its own or padded to its quantum (`padded_sides`) but
     those `fixed` gives (index: size), the ones whose grid is `better` than the call's own
-    sides' (any grid, when a fixed side is not its own), of the fewest kernel calls per core,
-    then the least work per core, then the fewest elements moved; None when none is."""
+    sides' (`any_grid`, or a fixed side not its own: any grid, its own sides too), of the fewest
+    kernel calls per core, then the least work per core, then the fewest elements moved; None
+    when none is."""
     own, up, fixed = call_sides(call), padded_sides(call, device), fixed or {}
     tried = set(product(*({fixed[i]} if i in fixed else {side, u} for i, (side, u) in enumerate(zip(own, up)))))
-    forced = any(own[i] != side for i, side in fixed.items())
-    scored = _ranked(call, device, tried - {own}, None if forced else _grid_score(whole_device_grid(call, device)))
+    if any_grid or any(own[i] != side for i, side in fixed.items()):
+        scored = _ranked(call, device, tried)
+    else:
+        scored = _ranked(call, device, tried - {own}, _grid_score(whole_device_grid(call, device))) \
+            if tried != {own} else []
     return min(scored)[1] if scored else None
 
 

@@ -647,7 +647,7 @@ def test_two_products_one_elementwise_call_reads_are_padded_alike(device, dtype,
         f"g2: Add#2 over (509, 509) elements streams over them as they lie padded to (512, 512) "
         "(pad_through_elementwise: pad_joined: 2 padded MatMul results lying alike, the other inputs padded with "
         f"zeros and the result lie so in DDR; only the user's region of the result is read) over {stream} tiles"]
-    assert [len(c.cores) for c in body.plan.configurations] == cores
+    assert [len(conf.cores) for conf in body.plan.configurations] == cores
     k = 509 if out else 512
     assert padded(body.plan) == {name: ((509, 509), side) for name, side in (
         ("a", (512, k)), ("b", (k, 512)), ("c", (512, k)), ("d", (k, 512)), ("cut.MatMul#0", (512, 512)),
