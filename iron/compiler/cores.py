@@ -122,7 +122,7 @@ def _attr_args(ctx: Context, part: Part, call: Node) -> list:
             where = ctx.relayed.get((part.group, key))
             args.append(Load(*where) if where else Load(part.in_fifo, part.ins.offsets[key]))
         elif values.get(name) is None:
-            args.append(Imm(int(call.src[0].shape[-1]), ctype))   # Softmax without a length: the whole row
+            args.append(Imm(int(call.src[0].shape[-1]), ctype))   # a row kernel's length left None: the whole row
         else:
             args.append(Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype))
     return args

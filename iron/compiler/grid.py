@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from iron.compiler.objects import Context, attr_word, host_access
+from iron.compiler.objects import Context, attr_word
 from iron.compiler.place import Site
 from iron.compiler.plan import (
     Acquire,
@@ -294,7 +294,8 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
     label = call_label(ctx.program, flow.calls[-1])
     rows, b = len(flow.rows), flow.block
     sizes, links, functions, buffers, cores = {}, [], [], [], []
-    sizes |= {f"{g}_w{i}": (nbytes(node), node.dtype, describe(node)) for i, node in enumerate(flow.shared)}
+    sizes |= {f"{g}_w{i}": (flow.width * node.dtype.itemsize, node.dtype, describe(node))   # as wide as a row
+              for i, node in enumerate(flow.shared)}
     if flow.per_call:
         words = [ctx.table.words[w].name for w in _flow_words(ctx, flow)]
         sizes[f"{g}_in"] = (4 * len(words), np.dtype(np.int32), ", ".join(words))
@@ -345,8 +346,9 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
         kernel = call.arg.kernel
         arity = call.arg.n_inputs
         sizes = kernel.sizes(*flow.shapes())
-        # an attribute left None (Softmax's length) is the whole row
-        values = {name: flow.width if v is None else v for name, v in call.arg.attr_dict.items()}
+        # a row's length left None is the user's whole row, also where it lies padded wider
+        # (pad_through_row_width): the kernel reduces that much of each row
+        values = {name: call.src[0].shape[-1] if v is None else v for name, v in call.arg.attr_dict.items()}
         attrs = [loads.get((call, name)) or Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype)
                  for name, ctype in kernel.c_attrs]
         ptrs = [Ptr(where[n]) for n in call.src[:arity]] + [Ptr(where[call])]
@@ -382,7 +384,7 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     even = -(-flow.rounds // -(-flow.rounds // most))   # runs of even length, as few as `most` allows
     runs = [(t, min(even, flow.rounds - t)) for t in range(0, flow.rounds, even)]
     moves = []
-    once = [Move(Direction.MM2S, f"{g}_w{i}", *host_access(ctx, node)) for i, node in enumerate(flow.shared)]
+    once = [Move(Direction.MM2S, f"{g}_w{i}", *stored_access(ctx, node)) for i, node in enumerate(flow.shared)]
     once += [Move(Direction.MM2S, f"{g}_in", "words", Access(w, ((1, 1),))) for w in _flow_words(ctx, flow)]
     for number, (t, run) in enumerate(runs):
         here = [] if t else list(once)

@@ -9,8 +9,9 @@ could be NaN); its M and N padding give results the host never sees. Only tensor
 writes and only the padded call reads are padded (inputs, weights, params), and results read
 only as the user's region (by the host, or across a segment cut into the compiler's DDR), or by
 elementwise calls, a row reduction or a MatMul that compute over the padded layout
-(`pad_through`; products an elementwise group reads together are padded alike, `pad_joined`),
-so no padding a kernel writes is read as the user's data. Decided once per design, before placement,
+(`pad_through`; a row reduction over padded N is told the user's width; products an elementwise
+group reads together are padded alike, `pad_joined`), so no padding a kernel writes is read as
+the user's data. Decided once per design, before placement,
 from the Program and its groups, so every segment sees the same layout."""
 from __future__ import annotations
 
@@ -138,9 +139,9 @@ def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, d
     readers = readers_of(program, groups)
     why = matrix_unpadded(call, readers, {c: g for g in groups for c in g.calls})
     if not why and keeps_n(call, readers) and best_sides(call, device, {2: call.shape[-1]}) is None:
-        row = next(u for u in readers[call] if isinstance(u, Node) and u.arg.kernel.role is Role.ROW_REDUCTION)
-        why = (f"{call_label(program, row)} reduces its rows whole, so N keeps its {call.shape[-1]} "
-               "(pad_through_rows), and no padding of M and K alone takes a better grid")
+        row, whole = next((u, why) for u in readers[call] if (why := width_unshared(u, readers)))
+        why = (f"{call_label(program, row)} {whole}, so N keeps its {call.shape[-1]} (pad_through_row_width), and "
+               "no padding of M and K alone takes a better grid")
     return why and f"{call_label(program, call)} is not padded: {why}"
 
 
@@ -186,8 +187,8 @@ def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
     """The rule `pad_through_rows`: why a row reduction may not reduce the rows of `result` as
     they lie padded, "" when it may: alone in its group, over `result` as its batch of rows, large
     enough to stream, writing no state, reading no other computed tensor or view, its result only
-    the host's. Only the number of rows is padded then (`pad_matrix` keeps N): a row is reduced
-    whole, and N's padding in it would change the result."""
+    the host's. Its rows may lie padded wider too only when `width_unshared` finds nothing
+    against it (else `pad_matrix` keeps N: N's padding in a row reduced whole would change it)."""
     call = calls[0]
     if len(calls) != 1 or call.src[0] is not result or call.arg.writes or held_bytes(list(calls)) <= SIZE_LIMIT:
         return f"does not stream the rows of {describe(result)} alone in its group"
@@ -196,6 +197,22 @@ def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
     shared = call.src[1:call.arg.n_inputs]
     return next((f"also reads {describe(n)}, which another call makes" for n in shared if not is_host_tensor(n)
                  or n.op == Op.VIEW), "")
+
+
+def width_unshared(reader, readers: dict) -> str:
+    """The rule `pad_through_row_width`: why a row reduction reading a padded MatMul's result
+    may not reduce its rows as they lie padded wider (N padded), "" when it may (and for any
+    other reader): its kernel reduces each row's first `length` elements only (`row_length`:
+    Softmax, RMSNorm, Argmax; the compiler passes the user's width when the call gives no
+    length), so the padding is never reduced, and the row every row shares (RMSNorm's w) may be
+    padded with zeros as wide."""
+    if not isinstance(reader, Node) or reader.arg.kernel.role is not Role.ROW_REDUCTION:
+        return ""
+    kernel = reader.arg.kernel
+    if not kernel.row_length or ("length", "i32") not in kernel.c_attrs:
+        return "reduces each row whole (its kernel takes no length)"
+    why = next((why for n in reader.src[1:reader.arg.n_inputs] if (why := unpaddable(n, (reader,), readers))), "")
+    return why and f"also reads a row that may not be padded: {why}"
 
 
 def matmul_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
@@ -231,7 +248,7 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device) -> dict[Node
     """A MatMul or MatVec alone in its group, large enough to tile, over paddable operands, whose
     result is `shown` or read by calls that share its layout (`layout_unshared`): its sides
     padded (`padded_sides`), when some of them padded (`best_sides`; N its own for a row
-    reduction; M and N agreed with the products an elementwise group reads with it,
+    reduction that `keeps_n`; M and N agreed with the products an elementwise group reads with it,
     `joined_sides`; with a grid for a MatMul reading it, `chained`) gives a better grid; A, B and
     the result padded to them. While a view or a plain call reads the result (across a cut) the
     call may run off the grid, reading its operands row by row (words.placement_access): then
@@ -306,7 +323,8 @@ def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, devic
     """Calls reading a padded MatMul's result whole (`pad_matrix` pads it only when they may,
     `layout_unshared`): elementwise calls' other inputs and last result padded to its layout
     (`pad_through_elementwise`), so they stream over it, each element of the padding computed
-    from padding; a row reduction's result padded to as many rows (`pad_through_rows`); a
+    from padding; a row reduction's result padded to as many rows (`pad_through_rows`), and as
+    wide with its shared row when N is padded (`pad_through_row_width`, `rows_through`); a
     MatMul reading it as A computes on its padded M and K (`pad_through_matmul`), as B on its
     padded K and N (`pad_through_matmul_b`), its other side as `chained` picks, its other
     operand and its result padded to them."""
@@ -315,7 +333,7 @@ def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, devic
     if not fed or any(layout_unshared(calls, n, readers, group_of) for n in fed):
         return {}
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
-        return {calls[0]: (padded[fed[0]][0], *calls[0].shape[1:])}
+        return rows_through(calls[0], padded[fed[0]])
     if calls[0].arg.kernel.role is Role.MATRIX:
         (a, b), call = calls[0].src[:2], calls[0]
         sides = chained(call, fed[0], padded[fed[0]], device)
@@ -327,6 +345,16 @@ def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, devic
     return {n: padded[fed[0]] for n in (*external_inputs(calls), calls[-1]) if n not in fed}
 
 
+def rows_through(call: Node, lies: tuple[int, int]) -> dict[Node, tuple[int, ...]]:
+    """A row reduction over rows that lie padded to `lies`: its result padded to as many rows
+    (`pad_through_rows`) and, where they lie wider, as wide (one element per row for Argmax),
+    the row every row shares (RMSNorm's w) padded with zeros as wide (`pad_through_row_width`)."""
+    found = {call: lies[:len(call.shape)]}
+    if lies[1] != call.src[0].shape[1]:
+        found |= {n: lies[1:] for n in call.src[1:call.arg.n_inputs]}
+    return found
+
+
 def whole_device_grid(call: Node, device, padded=None):
     """The grid `choose_grid` gives `call` (on `padded` sides) with the whole device to itself."""
     return choose_grid(call, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
@@ -334,8 +362,9 @@ def whole_device_grid(call: Node, device, padded=None):
 
 
 def keeps_n(call: Node, readers: dict) -> bool:
-    """Whether a row reduction reads the call's result (`pad_through_rows`), so N stays its own."""
-    return any(isinstance(u, Node) and u.arg.kernel.role is Role.ROW_REDUCTION for u in readers.get(call, []))
+    """Whether a row reduction reads the call's result that may not reduce its rows padded wider
+    (`pad_through_row_width`), so N stays its own."""
+    return any(width_unshared(u, readers) for u in readers.get(call, []))
 
 
 def chained(call: Node, result: Node, shape: tuple[int, int], device) -> tuple[int, int, int] | None:

@@ -310,13 +310,15 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
 def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int, int], channels,
                       device, padded: dict) -> Flow | None:
     """A row reduction over a batch of rows larger than SIZE_LIMIT whose result only the host
-    reads is streamed in blocks of whole rows over whole free columns of cores, as
-    `stream_elementwise` streams elementwise calls (iron/compiler/tiling.py chooses how)."""
+    reads is streamed in blocks of whole rows (as wide as they lie: `pad_through_row_width`)
+    over whole free columns of cores, as `stream_elementwise` streams elementwise calls
+    (iron/compiler/tiling.py chooses how)."""
     calls = group.calls
     if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or outside.get(calls[0], ()) != ("host",):
         return None
     spare, shim_in = limits
-    flow = _choose_flow(calls, free, spare, device, shim_in, padded, width=calls[0].src[0].shape[1])
+    x = calls[0].src[0]
+    flow = _choose_flow(calls, free, spare, device, shim_in, padded, width=padded.get(x, x.shape)[1])
     if flow is None:
         return None
     return replace(flow, mems=tuple(channels.take(col, 1 + len(flow.rows), len(flow.rows) + 1) for col in flow.cols))
@@ -389,12 +391,15 @@ def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict,
 
 def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict) -> list[tuple[str, str]]:
     """`pad_to_block`'s decision for a stream as describe() shows it, when it padded the length
-    (a row reduction's: the number of rows, never a row's width; elementwise calls over a matrix:
-    the layout of the padded MatMul result they read, `pad_through_elementwise`)."""
+    (a row reduction's: the number of rows, and a padded MatMul result's width it reads,
+    `pad_through_row_width`; elementwise calls over a matrix: the layout of the padded MatMul
+    result they read, `pad_through_elementwise`)."""
     if flow.padded is None:
         return []
     call, rows = flow.calls[-1], flow.inputs[0].size // flow.width
-    if flow.width == 1 and len(call.shape) == 2:
+    if flow.width > 1 and flow.width != flow.inputs[0].shape[1]:
+        what = row_width_text(call, flow)
+    elif flow.width == 1 and len(call.shape) == 2:
         products = sum(map(is_cut_value, flow.inputs))
         read = "a padded MatMul's result" if products == 1 else \
             f"pad_joined: {products} padded MatMul results lying alike"
@@ -404,7 +409,7 @@ def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict) 
     elif flow.width > 1 and is_cut_value(flow.inputs[0]):
         what = (f"over {rows} rows of {flow.width} elements streams over them as they lie padded to "
                 f"{flow.size // flow.width} rows (pad_through_rows: a padded MatMul's result and the result lie so in "
-                f"DDR; only the first {rows} rows of the result are read; a row's width is never padded)")
+                f"DDR; only the first {rows} rows of the result are read; its rows keep their width)")
     elif flow.width > 1:
         what = (f"over {rows} rows of {flow.width} elements streams padded with zeros to {flow.size // flow.width} "
                 f"rows (the rows and the result lie so in DDR, the host writes and reads the first {rows}; a row's "
@@ -413,6 +418,19 @@ def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict) 
         what = (f"over {call.size} elements streams padded with zeros to {flow.size} elements (the inputs and the "
                 f"result lie so in DDR, the host writes and reads the first {call.size})")
     return [("pad_to_block", f"{group.name}: {call_label(program, call)} {what} over {len(flow.tiles)} tiles")]
+
+
+def row_width_text(call, flow: Flow) -> str:
+    """`pad_through_row_width`'s decision as describe() shows it: the rows a row reduction
+    streams lie padded wider, and its kernel reduces each row's first (the user's) elements."""
+    (rows, width), wide = flow.inputs[0].shape, flow.width
+    shared = "".join(f", {describe(n)} padded with zeros" for n in flow.shared)
+    given = call.arg.attr_dict.get("length") is not None or "length" in call.arg.scalar_attrs
+    told = "the length it was given" if given else f"length={width}, the user's width"
+    return (f"over {rows} rows of {width} elements streams over them as they lie padded to {flow.size // wide} rows "
+            f"of {wide} elements (pad_through_row_width: a padded MatMul's result{shared} and the result lie so in "
+            f"DDR; the kernel reduces each row's first elements only ({told}), never the padding; only the user's "
+            "region of the result is read)")
 
 
 def read_on_device(group: Group, outside) -> str:

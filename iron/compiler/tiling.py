@@ -355,9 +355,10 @@ class Flow(OnCores):
     core (r, c) runs the calls on blocks (t * len(cols) + c) * len(rows) + r for t < `rounds`;
     each column's mem tile `mems[c]` splits each input's stream between its cores and joins
     their results. A row reduction over a batch of rows of `width` elements streams the same
-    way in blocks of whole rows (`stream_row_blocks`): a block of `block // width` rows; an
-    input every row shares (RMSNorm's w, in `shared`) goes whole to every core once, and so
-    does one object of the call's per-call attributes (Softmax's length), when it takes any."""
+    way in blocks of whole rows (`stream_row_blocks`): a block of `block // width` rows (`width`:
+    as they lie, padded by `pad_through_row_width` or their own); an input every row shares
+    (RMSNorm's w, in `shared`, as wide) goes whole to every core once, and so does one object of
+    the call's per-call attributes (Softmax's length), when it takes any."""
 
     calls: tuple[Node, ...]
     inputs: tuple[Node, ...]
@@ -388,14 +389,14 @@ class Flow(OnCores):
     @property
     def result_block(self) -> int:
         """The result's elements per block: `block`, or one per row for Argmax."""
-        return self.block * self.calls[-1].size // self.inputs[0].size
+        return result_share(self.calls, self.block, self.width)
 
     def shapes(self) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
         """A block call's input shapes and result shape."""
         call = self.calls[-1]
         if self.width == 1:
             return [(self.block,)] * call.arg.n_inputs, (self.block,)
-        shapes = [(self.block // self.width, self.width), *(n.shape for n in self.shared)]
+        shapes = [(self.block // self.width, self.width), *((self.width,) for _ in self.shared)]
         return shapes, call.arg.kernel.out_shape(shapes, **call.arg.attr_dict)
 
     def text(self) -> str:
@@ -406,8 +407,9 @@ class Flow(OnCores):
             words = "".join(f", {name}={describe(value)} a per-call word every core receives"
                             for _, name, value in self.per_call)
             single = ", one object of each FIFO (a row fills the tile: no overlap)" * (self.objects == 1)
-            padding = f" (pad_to_block: padded with zeros to {self.size // self.width} rows)" * (self.padded is not None)
-            return (f"{names} over {self.inputs[0].size // self.width} rows of {self.width} elements{padding} streamed "
+            (rows, width), wider = self.inputs[0].shape, f" of {self.width} elements" * (self.width != self.inputs[0].shape[1])
+            padding = f" (pad_to_block: padded with zeros to {self.size // self.width} rows{wider})" * (self.padded is not None)
+            return (f"{names} over {rows} rows of {width} elements{padding} streamed "
                     f"in row-blocks of {self.block // self.width} rows {where}{words}{single}")
         padding = f" (pad_to_block: padded with zeros to {self.padded})" * (self.padded is not None)
         return f"{names} over {self.calls[-1].size} elements{padding} streamed in blocks of {self.block} {where}"
@@ -457,15 +459,21 @@ def rows_do_not_stream(calls, label) -> str | None:
     return None
 
 
-def flow_bytes(calls, block: int, objects: int = 2) -> int:
-    """A core's tile memory for blocks of `block` elements: `objects` of each input and of the
-    result (a row reduction's: its share of the block), of each shared row and of the per-call
-    words, and one block of every other call's result."""
+def flow_bytes(calls, block: int, width: int, objects: int = 2) -> int:
+    """A core's tile memory for blocks of `block` elements (rows of `width`): `objects` of each
+    input and of the result (a row reduction's: its share of the block), of each shared row and
+    of the per-call words, and one block of every other call's result."""
     inputs, shared = streamed_inputs(calls)
-    result = block * calls[-1].size // inputs[0].size
+    result = result_share(calls, block, width)
     held = block * sum(n.dtype.itemsize for n in inputs) + result * calls[-1].dtype.itemsize
-    held += sum(map(nbytes, shared)) + 4 * sum(len(dynamic_attrs(c)) for c in calls)
+    held += width * sum(n.dtype.itemsize for n in shared) + 4 * sum(len(dynamic_attrs(c)) for c in calls)
     return objects * held + block * sum(c.dtype.itemsize for c in calls[:-1])
+
+
+def result_share(calls, block: int, width: int) -> int:
+    """The elements of the last call's result a block of `block` elements (rows of `width`)
+    makes: as many, or one per row (Argmax)."""
+    return block if len(calls[-1].shape) == len(streamed_inputs(calls)[0][0].shape) else block // width
 
 
 def streamed_inputs(calls) -> tuple[list[Node], list[Node]]:
@@ -486,15 +494,15 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     each (no overlap of moves and work) when a block of one row fits only so. None when no block
     does. `padded`: the elements `pad_to_block` padded the tensors to, streamed instead of theirs."""
     inputs, shared = streamed_inputs(calls)
-    size, per_result = padded or inputs[0].size, calls[-1].size / inputs[0].size
+    size = padded or inputs[0].size
     shim_in -= len(shared) + any(dynamic_attrs(c) for c in calls)   # each shared row, the words: to every core
     mem = device.mem
 
     def whole_words(b: int) -> bool:   # each input's block, each call's result for it (a row reduction's: a share)
         return all(b * n.dtype.itemsize % 4 == 0 for n in (*inputs, *calls[:-1])) and \
-            b * per_result * calls[-1].dtype.itemsize % 4 == 0
+            result_share(calls, b, width) * calls[-1].dtype.itemsize % 4 == 0
     room = core_room(device)
-    objects = 2 if width == 1 or flow_bytes(calls, width) <= room else 1
+    objects = 2 if width == 1 or flow_bytes(calls, width, width) <= room else 1
     most_rows = min(len(device.compute_rows), (mem.dma_out_channels - 1) // len(inputs),
                     mem.dma_in_channels - len(inputs))
     for ncols in range(min(len(full_columns), spare, shim_in // len(inputs)), 0, -1):
@@ -503,7 +511,7 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
             if size % (rows * ncols):
                 continue
             blocks = [b for b in range(min(share, max(FLOW_BLOCK, width)), 0, -1)
-                      if share % b == 0 and b % width == 0 and whole_words(b) and flow_bytes(calls, b, objects) <= room]
+                      if share % b == 0 and b % width == 0 and whole_words(b) and flow_bytes(calls, b, width, objects) <= room]
             if blocks:
                 return Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]),
                             tuple(full_columns[:ncols]), blocks[0], width=width, shared=tuple(shared),

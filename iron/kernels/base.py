@@ -72,6 +72,8 @@ class Kernel:
     batches: ClassVar[bool] = False           # compute() of inputs stacked on leading axes is, bit for bit,
     # the stack of each call's compute(): the emulator runs a library kernel's independent calls as one
     role: ClassVar[Role] = Role.OTHER         # how fusion and placement may treat its calls
+    row_length: ClassVar[bool] = False        # a row reduction of each row's first `length` (an i32 C attr;
+    # None: n) elements only, so a row laid out wider (pad_through_row_width) reduces as the row itself
     bounds: ClassVar[dict[str, Within]] = {}  # per-call attrs checked against a range before a call runs
     source: ClassVar[str | None] = None       # C++ text (user kernels); None: iron/kernels/cc/<name>.cc
 

@@ -218,20 +218,22 @@ class MatMulAccumulate(Kernel):
 MatVec.summed_by = MatMul.summed_by = MatMulAccumulate   # a MatVec's x is B of N = 1 column
 
 class RMSNorm(Kernel):
-    """out = x / sqrt(mean(x^2) + eps) * w per row, for x (n,) or a batch of rows (rows, n) and
-    w (n,)."""
+    """out = x / sqrt(mean(x^2) + eps) * w over each row's first `length` elements (default the
+    whole row; the rest of each row is 0), for x (n,) or a batch of rows (rows, n) and w (n,)."""
 
     role = Role.ROW_REDUCTION
+    row_length = True
     name, arity = "rmsnorm", 2
     dtypes = FLOATS
-    attrs = {"eps": 1e-5}
-    c_attrs = (("eps", "f32"),)
+    attrs = {"eps": 1e-5, "length": None}
+    c_attrs = (("eps", "f32"), ("length", "i32"))
 
     @classmethod
-    def out_shape(cls, shapes, **attrs):
+    def out_shape(cls, shapes, eps=None, length=None):
         x, w = shapes
         if len(x) not in (1, 2) or w != x[-1:]:
             cls.refuse(shapes, "needs x (n,) or (rows, n) and w (n,)")
+        check_length(cls, shapes, length)
         return x
 
     @classmethod
@@ -244,7 +246,10 @@ class RMSNorm(Kernel):
         return [(rows, n), (n,)], (rows, n)
 
     @staticmethod
-    def compute(x, w, eps):
+    def compute(x, w, eps, length=None):
+        n = x.shape[-1] if length is None else int(length)
+        if n < x.shape[-1]:
+            return np.concatenate([RMSNorm.compute(x[..., :n], w[:n], eps), np.zeros_like(x[..., n:])], axis=-1)
         mean = np.mean(x * x, axis=-1, keepdims=True, dtype=np.float32)
         return x * (np.float32(1) / np.sqrt(mean + np.float32(eps))) * w
 
@@ -254,6 +259,7 @@ class Softmax(Kernel):
     for x (n,) or a batch of rows (rows, n); the rest of each row is 0."""
 
     role = Role.ROW_REDUCTION
+    row_length = True
     bounds = {"length": Within(1, axis=-1)}   # a valid length in 1..n
     name = "softmax"
     dtypes = FLOATS
@@ -265,8 +271,7 @@ class Softmax(Kernel):
     def out_shape(cls, shapes, length=None):
         if len(shapes[0]) not in (1, 2):
             cls.refuse(shapes, "needs x (n,) or (rows, n)")
-        if length is not None and not 1 <= int(length) <= shapes[0][-1]:
-            cls.refuse(shapes, f"needs 1 <= length <= {shapes[0][-1]}, not {length}")
+        check_length(cls, shapes, length)
         return shapes[0]
 
     @classmethod
@@ -287,18 +292,22 @@ class Softmax(Kernel):
 
 
 class Argmax(Kernel):
-    """The index of the first maximum of x (n,), as one int32 element; of each row of a batch
-    (rows, n), as (rows,) int32."""
+    """The index of the first maximum of x (n,)'s first `length` elements (default all of them),
+    as one int32 element; of each row of a batch (rows, n), as (rows,) int32."""
 
     role = Role.ROW_REDUCTION
+    row_length = True
     keeps_dtype = True
     name = "argmax"
     exact_in_dtype = True
+    attrs = {"length": None}
+    c_attrs = (("length", "i32"),)
 
     @classmethod
-    def out_shape(cls, shapes, **attrs):
+    def out_shape(cls, shapes, length=None):
         if len(shapes[0]) not in (1, 2):
             cls.refuse(shapes, "needs x (n,) or (rows, n)")
+        check_length(cls, shapes, length)
         return shapes[0][:-1]
 
     @classmethod
@@ -314,8 +323,14 @@ class Argmax(Kernel):
         return [sizes], (sizes[0],)
 
     @staticmethod
-    def compute(x):
-        return np.asarray(np.argmax(x, axis=-1), dtype=np.int32)
+    def compute(x, length=None):
+        return np.asarray(np.argmax(x[..., :length], axis=-1), dtype=np.int32)
+
+
+def check_length(kernel, shapes, length) -> None:
+    """A row kernel's static `length` (None: the whole row) is in 1..n."""
+    if length is not None and not 1 <= int(length) <= shapes[0][-1]:
+        kernel.refuse(shapes, f"needs 1 <= length <= {shapes[0][-1]}, not {length}")
 
 
 def rows_and_width(shape: tuple[int, ...]) -> tuple[int, int]:

@@ -7,11 +7,11 @@ import pytest
 
 import iron
 from aie_utils import from_name
-from iron import Carried
+from iron import Carried, Scratchpad
 from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import HostRole, PlacementKind, TileKind
-from iron.errors import DoesNotFit
-from iron.kernels import Add, Argmax, Copy, MatMul, Mul, RMSNorm, SiLU, Softmax
+from iron.errors import DoesNotFit, IndexOutOfRange
+from iron.kernels import Add, Argmax, Copy, MatMul, Max, Mul, RMSNorm, SiLU, Softmax
 from tests.compiler.designs import Product, Projection, Sum, operands
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order than numpy
@@ -40,7 +40,7 @@ def padded(plan):
 
 
 def cut_padding(body, name):
-    """The padded DDR buffer of a cut value, as it lies."""
+    """The padded DDR buffer of a cut value (or any padded placement), as it lies."""
     cut = next(p for p in body.plan.placements if p.name == name)
     return body.session.buffers[cut.buffer].view(cut.dtype)[cut.offset:cut.offset + cut.nwords].reshape(cut.padded)
 
@@ -437,11 +437,11 @@ ROWS = [("npu2", RMSNorm, 32, 32, "m=32 k=32 n=64", 4, 4), ("npu2", Softmax, 32,
 
 @pytest.mark.parametrize("device, kernel, grid, stream, blocks, rows, per_core", ROWS,
                          ids=["rmsnorm-npu2", "softmax-npu2", "argmax-npu2", "softmax-npu1"])
-def test_a_row_reduction_of_a_padded_product_reduces_its_padded_rows_never_a_padded_width(
+def test_a_row_reduction_of_a_padded_product_reduces_its_padded_rows_of_their_own_width(
         device, kernel, grid, stream, blocks, rows, per_core):
     """pad_through_rows: (509, 256) x (256, 512) took one row of cores (M = 509, a prime) and the
-    reduction one tile; M alone is padded (N keeps 512: a row is reduced whole), the product
-    takes the whole array and the reduction streams the 512 rows as they lie, equal to reference()."""
+    reduction one tile; M alone is padded (N = 512 needs no padding), the product takes the whole
+    array and the reduction streams the 512 rows as they lie, equal to reference()."""
     a, b = operands(509, 256, 512, np.float32, seed=12)
     graph = ProductThenRows2(b, kernel)
     body = graph.compile(a=a, device=from_name(device))
@@ -452,7 +452,7 @@ def test_a_row_reduction_of_a_padded_product_reduces_its_padded_rows_never_a_pad
         "region",
         f"g1: {name}#1 over 509 rows of 512 elements streams over them as they lie padded to 512 rows "
         "(pad_through_rows: a padded MatMul's result and the result lie so in DDR; only the first 509 rows of the "
-        f"result are read; a row's width is never padded) over {stream} tiles"]
+        f"result are read; its rows keep their width) over {stream} tiles"]
     assert f"blocks {blocks} (pad_to_block: padded with zeros to M = 512, K = 256, N = 512)" in \
         rule(body.plan, "tile_matmul_over_array")[0]
     assert rule(body.plan, "stream_row_blocks") == [
@@ -502,12 +502,12 @@ def test_a_padded_product_read_as_the_next_products_a_keeps_its_k_padding_zeros(
     assert product[:509, :509].any() and not product[509:].any() and not product[:, 509:].any()   # K padding: zeros
 
 
-class ProductThenSoftmax(iron.Graph):
+class ProductThenMax(iron.Graph):
     def __init__(self, b):
         self.b = iron.weight(b)
 
     def body(self, a):
-        return Softmax.step(MatMul.step(a, self.b))
+        return Max.step(MatMul.step(a, self.b))
 
 
 class ProductPlusState(iron.Graph):
@@ -519,18 +519,19 @@ class ProductPlusState(iron.Graph):
 
 
 UNPADDED = [
-    (ProductThenSoftmax, "Softmax#1 reduces its rows whole, so N keeps its 509 (pad_through_rows), and no padding of "
-                         "M and K alone takes a better grid"),
+    (ProductThenMax, "Max#1 reduces each row whole (its kernel takes no length), so N keeps its 509 "
+                     "(pad_through_row_width), and no padding of M and K alone takes a better grid"),
     (ProductPlusState, "its result is read by Add(MatMul(a, b), s), which also reads a tensor that may not be padded: "
                        "s is a state, which a kernel may write"),
 ]
 
 
-@pytest.mark.parametrize("design, why", UNPADDED, ids=["softmax", "state"])
+@pytest.mark.parametrize("design, why", UNPADDED, ids=["max", "state"])
 def test_a_product_whose_reader_cannot_share_its_padding_does_not_fit_saying_why(design, why, tmp_path, monkeypatch):
-    """Softmax over rows of N = 509 would reduce the 3 columns of N's padding too (and M and K
-    padded alone give no grid), and a state (which a kernel may write) is never padded: the
-    product is not padded, and DoesNotFit names the reader, why, and the padding to give."""
+    """Max over rows of N = 509 would reduce the 3 columns of N's padding too (it takes no
+    length; and M and K padded alone give no grid), and a state (which a kernel may write) is
+    never padded: the product is not padded, and DoesNotFit names the reader, why, and the
+    padding to give."""
     monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(DoesNotFit) as err:
         design(np.ones((251, 509), np.float32)).compile(a=((509, 251), np.float32), device=from_name("npu2"))
@@ -668,3 +669,103 @@ def test_products_read_together_are_not_joined_when_one_is_read_elsewhere_too(tm
         "SumOfProducts does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large for one "
         "configuration (pad_to_block: MatMul#0 is not padded: its result is read by Add(MatMul(a, b), MatMul(c, d)), "
         "which also reads MatMul(c, d), which must lie padded alike (pad_joined), but it is read elsewhere too). ")
+
+
+# ---- pad_through_row_width: a row reduction over a product whose N is padded -----------------------
+
+class ProductThenSoftmax(iron.Graph):
+    def __init__(self, b):
+        self.b = iron.weight(b)
+
+    def body(self, a):
+        return Softmax.step(MatMul.step(a, self.b))
+
+
+def test_softmax_of_a_product_of_n_509_reduces_its_padded_width():
+    """Softmax(A @ B) of N = 509 kept N (a row is reduced whole) and did not fit; now N is padded
+    to 512 and Softmax is told the user's width (length=509), so the 3 columns of padding are
+    never reduced: it compiles over the whole array and equals reference()."""
+    rng = np.random.default_rng(13)
+    a, b = rng.standard_normal((509, 251)).astype(np.float32), rng.standard_normal((251, 509)).astype(np.float32)
+    graph = ProductThenSoftmax(b / 64)   # rows of values near 0: the padding exp(0 - max) would count
+    body = graph.compile(a=a, device=from_name("npu2"))
+    assert "over 32 tiles (4 rows x 8 columns of cores): blocks m=32 k=32 n=64 (pad_to_block: padded with zeros to " \
+        "M = 512, K = 256, N = 512)" in rule(body.plan, "tile_matmul_over_array")[0]
+    assert "Softmax#1 over 509 rows of 509 elements streams over them as they lie padded to 512 rows of 512 elements " \
+        "(pad_through_row_width" in rule(body.plan, "pad_to_block")[1]
+    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+
+
+WIDE = [("npu2", Softmax, 32, 4, 4), ("npu2", RMSNorm, 32, 4, 4), ("npu2", Argmax, 32, 8, 2),
+        ("npu1", Softmax, 16, 4, 8), ("npu1", RMSNorm, 16, 4, 8), ("npu1", Argmax, 16, 8, 4)]
+
+
+@pytest.mark.parametrize("device, kernel, tiles_used, rows, per_core", WIDE,
+                         ids=["softmax-npu2", "rmsnorm-npu2", "argmax-npu2", "softmax-npu1", "rmsnorm-npu1",
+                              "argmax-npu1"])
+def test_a_row_reduction_of_a_padded_product_reduces_its_padded_width_told_the_users_width(
+        device, kernel, tiles_used, rows, per_core):
+    """pad_through_row_width: at 509^3 the product is padded to 512 on every side and the row
+    reduction streams its 512 rows of 512 as they lie, its kernel reducing each row's first 509
+    elements (RMSNorm's w padded with zeros to 512). The first 100 rows of the product are all
+    negative, so a reduction that took the padding's zeros in would differ (Argmax would pick
+    509, Softmax's sum and RMSNorm's mean would change): equal to reference(), Argmax exactly."""
+    a, b = operands(509, 509, 509, np.float32)
+    a, b = a / 8, np.abs(b)
+    a[:100] = -np.abs(a[:100])
+    graph = ProductThenRows2(b, kernel)
+    body = graph.compile(a=a, device=from_name(device))
+    name, shared = kernel.__name__, ", w padded with zeros" * (kernel is RMSNorm)
+    assert rule(body.plan, "pad_to_block") == [
+        chained("g0", "MatMul#0", tiles_used),
+        f"g1: {name}#1 over 509 rows of 509 elements streams over them as they lie padded to 512 rows of 512 "
+        f"elements (pad_through_row_width: a padded MatMul's result{shared} and the result lie so in DDR; the kernel "
+        "reduces each row's first elements only (length=509, the user's width), never the padding; only the user's "
+        f"region of the result is read) over {tiles_used} tiles"]
+    assert rule(body.plan, "stream_row_blocks") == [
+        f"g1: {name} over 509 rows of 509 elements (pad_to_block: padded with zeros to 512 rows of 512 elements) "
+        f"streamed in row-blocks of {rows} rows over {tiles_used} tiles (4 rows x {tiles_used // 4} columns of "
+        f"cores), {per_core} blocks per core"]
+    result = ((509,), (512,)) if kernel is Argmax else ((509, 509), (512, 512))
+    assert padded(body.plan) == {"a": ((509, 509), (512, 512)), "b": ((509, 509), (512, 512)),
+                                 "cut.MatMul#0": ((509, 509), (512, 512)), "out0": result,
+                                 **({"w": ((509,), (512,))} if kernel is RMSNorm else {})}
+    got, want = body(a=a), graph.reference(a=a)
+    assert ((a @ b)[:100] < 0).all()
+    assert got.shape == want.shape == result[0] and got.dtype == want.dtype
+    assert_matches(got, want)
+    for p in body.plan.placements:   # the padded inputs' padding (w's too) stays zeros
+        if p.name in ("a", "b", "w"):
+            whole = cut_padding(body, p.name)
+            assert not whole[p.shape[0]:].any() and (len(p.shape) == 1 or not whole[:, p.shape[1]:].any())
+
+
+class ProductThenSoftmaxUpTo(iron.Graph):
+    """Softmax of each row's first n elements of A @ B, n per call (as attention's valid length)."""
+
+    def __init__(self, b):
+        self.b = iron.weight(b)
+
+    def body(self, a, *, n: Scratchpad[np.int32]):
+        return Softmax.step(MatMul.step(a, self.b), length=n)
+
+
+def test_a_per_call_length_reduces_a_padded_width_within_the_users_width():
+    """The length a call is given per call stays the kernel's (a word every core receives): it
+    is bounded by the user's width, 509, not the padded 512."""
+    a, b = operands(509, 509, 509, np.float32)
+    graph = ProductThenSoftmaxUpTo(b)
+    a = a / 8
+    body = graph.compile(a=a, device=from_name("npu2"))
+    assert "(pad_through_row_width: a padded MatMul's result and the result lie so in DDR; the kernel reduces each " \
+           "row's first elements only (the length it was given), never the padding" in rule(body.plan, "pad_to_block")[1]
+    assert rule(body.plan, "stream_row_blocks") == [
+        "g1: Softmax over 509 rows of 509 elements (pad_to_block: padded with zeros to 512 rows of 512 elements) "
+        "streamed in row-blocks of 4 rows over 32 tiles (4 rows x 8 columns of cores), 4 blocks per core, length=n a "
+        "per-call word every core receives"]
+    for n in (509, 300, 1):
+        np.testing.assert_allclose(body(a=a, n=n), graph.reference(a=a, n=n), **F32)
+    with pytest.raises(IndexOutOfRange) as err:
+        body(a=a, n=510)
+    assert str(err.value) == ("Softmax length=n with n = 510 is out of range: n must be in 1..509; nothing was written. "
+                              "Keep n between 1 and 509.")

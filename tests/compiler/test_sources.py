@@ -73,16 +73,17 @@ def test_blocked_glue_text():
 
 
 def test_pointer_types_follow_the_kernel_dtype_and_output_dtype():
-    steps = (KernelStep.of(Argmax, bfloat16, (Ptr("x", 8), Ptr("y", 4), Imm(1), Imm(16))),
-             KernelStep.of(RMSNorm, np.float32, (Ptr("x"), Ptr("x", 64), Ptr("y"), Imm(2), Imm(16), Imm(1e-5, "f32"))),
+    steps = (KernelStep.of(Argmax, bfloat16, (Ptr("x", 8), Ptr("y", 4), Imm(1), Imm(16), Imm(16))),
+             KernelStep.of(RMSNorm, np.float32, (Ptr("x"), Ptr("x", 64), Ptr("y"), Imm(2), Imm(16), Imm(1e-5, "f32"),
+                                                 Imm(13))),
              KernelStep.of(Softmax, np.float32, (Ptr("x"), Ptr("y"), Imm(2), Imm(16), Load("y", 12))))
     text = kernel_sources(with_functions(Function("f", ("x", "y"), steps)))["f.cc"]
     body = text[text.index('extern "C"'):]
     assert body == (
         'extern "C" void f(uint8_t* p0, uint8_t* p1) {\n'
-        "  argmax_bf16(reinterpret_cast<const uint16_t*>(p0 + 8), reinterpret_cast<int32_t*>(p1 + 4), 1, 16);\n"
+        "  argmax_bf16(reinterpret_cast<const uint16_t*>(p0 + 8), reinterpret_cast<int32_t*>(p1 + 4), 1, 16, 16);\n"
         "  rmsnorm_f32(reinterpret_cast<const float*>(p0), reinterpret_cast<const float*>(p0 + 64), "
-        "reinterpret_cast<float*>(p1), 2, 16, 1e-05f);\n"
+        "reinterpret_cast<float*>(p1), 2, 16, 1e-05f, 13);\n"
         "  softmax_f32(reinterpret_cast<const float*>(p0), reinterpret_cast<float*>(p1), 2, 16, load_word(p1 + 12));\n"
         "}\n"
     )

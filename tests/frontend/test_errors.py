@@ -5,7 +5,7 @@ import pytest
 
 import iron
 from iron import Carried, Scratchpad
-from iron.kernels import Accumulate, Add, Copy, MatVec, Softmax
+from iron.kernels import Accumulate, Add, Argmax, Copy, MatVec, RMSNorm, Softmax
 
 
 class Pos(iron.Graph):
@@ -292,3 +292,28 @@ def test_an_ordered_read_modify_write_of_a_state_is_allowed():
     np.testing.assert_array_equal(g.reference(np.ones(4, np.float32)), np.zeros(4, np.float32))
     np.testing.assert_array_equal(g.reference(np.ones(4, np.float32)), np.ones(4, np.float32))
     np.testing.assert_array_equal(g.read("s"), np.full(4, 2, np.float32))
+
+
+class UpTo(iron.Graph):
+    """A row kernel over rows of 8, reducing each row's first `length` elements."""
+
+    def __init__(self, kernel, length):
+        self.kernel, self.length, self.w = kernel, length, iron.weight(np.linspace(1, 2, 8, dtype=np.float32))
+
+    def body(self, x):
+        rows = (x, self.w) if self.kernel is RMSNorm else (x,)
+        return self.kernel.step(*rows, length=self.length)
+
+
+@pytest.mark.parametrize("kernel, shapes", [(RMSNorm, "(2, 8), (8,)"), (Softmax, "(2, 8)"), (Argmax, "(2, 8)")])
+def test_a_row_kernels_length_reduces_each_rows_first_elements_and_past_the_row_is_refused(kernel, shapes):
+    x = np.array([[3, -1, 2, 0, 1, 9, 9, 9], [-2, -5, -1, -3, -4, 0, 0, 0]], np.float32)
+    got = UpTo(kernel, 5).reference(x)
+    first, e = x[:, :5], np.exp(x[:, :5] - x[:, :5].max(axis=1, keepdims=True))
+    want = {Argmax: np.array([0, 2]), Softmax: e / e.sum(axis=1, keepdims=True),
+            RMSNorm: first / np.sqrt(np.mean(first**2, axis=1, keepdims=True) + 1e-5) * np.linspace(1, 2, 8)[:5]}
+    np.testing.assert_allclose(got[..., :5] if kernel is not Argmax else got, want[kernel], rtol=1e-6)
+    assert kernel is Argmax or not got[:, 5:].any()
+    with pytest.raises(iron.errors.KernelTypeError) as e:
+        UpTo(kernel, 9).reference(x)
+    assert str(e.value) == f"{kernel.__name__} needs 1 <= length <= 8, not 9; got shapes {shapes}."

@@ -44,7 +44,7 @@ def test_kernel_cycles_by_role(gen, role, dtype, in_shapes, out_shape, out_dtype
 def test_a_function_costs_its_kernel_calls_and_scalar_steps_in_turn():
     fn = Function("g0", ("a", "b"), (
         KernelStep.of(MatVec, np.float32, (Ptr("a"), Ptr("a", 2048), Ptr("b"), Imm(16), Imm(32))),
-        KernelStep.of(RMSNorm, np.float32, (Ptr("b"), Ptr("a"), Ptr("b"), Imm(1), Imm(64), Imm(1e-5, "f32"))),
+        KernelStep.of(RMSNorm, np.float32, (Ptr("b"), Ptr("a"), Ptr("b"), Imm(1), Imm(64), Imm(1e-5, "f32"), Imm(64))),
         ScalarStep(Ptr("b"), "add", Load("a"), Imm(1)),
     ))
     assert cost.function_cycles(NPU1, fn) == pytest.approx((64 + 32) + (64 + 24) + 4)

@@ -240,11 +240,25 @@ ROWS = 3  # the row kernels run on a batch of rows of N (Softmax: 16) elements
 def test_rmsnorm_of_each_row(library, dt):
     x, w = random_array(dt, (ROWS, N), seed=1), random_array(dt, N, seed=2)
     out = np.zeros_like(x)
-    call(library, f"rmsnorm_{dt}", x, w, out, ROWS, N, 1e-5)
+    call(library, f"rmsnorm_{dt}", x, w, out, ROWS, N, 1e-5, N)
     exact_x, exact_w = wide(x), wide(w)
     expect(out, exact_x / np.sqrt(np.mean(exact_x**2, axis=1, keepdims=True) + 1e-5) * exact_w, dt, rtol=REDUCTION)
     expect(out, KERNELS["rmsnorm"].reference(x, w, eps=1e-5), dt, rtol=REDUCTION)
     expect(out[1], KERNELS["rmsnorm"].reference(x[1], w, eps=1e-5), dt, rtol=REDUCTION)
+
+
+@pytest.mark.parametrize("dt", SUPPORTED["rmsnorm"])
+def test_rmsnorm_of_the_first_length_elements_of_each_row(library, dt):
+    """The mean of squares over the first `length` elements only, the rest of each row 0: rows
+    laid out padded wider (pad_through_row_width) normalise as the user's rows."""
+    x, w = random_array(dt, (ROWS, N), seed=1), random_array(dt, N, seed=2)
+    out = np.full_like(x, 9)
+    call(library, f"rmsnorm_{dt}", x, w, out, ROWS, N, 1e-5, 61)
+    exact_x, exact_w = wide(x)[:, :61], wide(w)[:61]
+    expected = exact_x / np.sqrt(np.mean(exact_x**2, axis=1, keepdims=True) + 1e-5) * exact_w
+    expect(out[:, :61], expected, dt, rtol=REDUCTION)
+    expect(out, KERNELS["rmsnorm"].reference(x, w, eps=1e-5, length=61), dt, rtol=REDUCTION)
+    assert (out[:, 61:] == 0).all()
 
 
 @pytest.mark.parametrize("length", [1, 11, 16])
@@ -284,7 +298,7 @@ def test_max_and_argmax_blocks_give_the_argmax_of_a_row_cut_into_blocks(library,
     for b in range(4):
         one, index = np.zeros(1, x.dtype), np.zeros(1, np.int32)
         call(library, f"max_{dt}", x[b * 16:(b + 1) * 16].copy(), one, 1, 16)
-        call(library, f"argmax_{dt}", x[b * 16:(b + 1) * 16].copy(), index, 1, 16)
+        call(library, f"argmax_{dt}", x[b * 16:(b + 1) * 16].copy(), index, 1, 16, 16)
         maxima[b], found[b] = one[0], b * 16 + index[0]
         assert one[0] == KERNELS["max"].reference(x[b * 16:(b + 1) * 16])
     out = np.full(1, -1, np.int32)
@@ -315,18 +329,30 @@ def test_dequant_expands_gguf_blocks_bit_for_bit(library, block_bytes, kind):
 def test_argmax_of_each_row(library, dt):
     x = random_array(dt, (ROWS, N))
     out = np.full(ROWS, -1, np.int32)
-    call(library, f"argmax_{dt}", x, out, ROWS, N)
+    call(library, f"argmax_{dt}", x, out, ROWS, N, N)
     assert out.tolist() == np.argmax(wide(x), axis=1).tolist() == KERNELS["argmax"].reference(x).tolist()
     assert int(KERNELS["argmax"].reference(x[2])) == out[2]
+
+
+@pytest.mark.parametrize("dt", SUPPORTED["argmax"])
+def test_argmax_of_the_first_length_elements_of_each_row(library, dt):
+    """Larger elements past `length` (a row's padding) are never picked."""
+    x = random_array(dt, (ROWS, N))
+    x[:, 50:] = x.max()
+    out = np.full(ROWS, -1, np.int32)
+    call(library, f"argmax_{dt}", x, out, ROWS, N, 50)
+    assert out.tolist() == np.argmax(wide(x[:, :50]), axis=1).tolist() == \
+        KERNELS["argmax"].reference(x, length=50).tolist()
+    assert (out < 50).all()
 
 
 @pytest.mark.parametrize("dt", SUPPORTED["argmax"])
 def test_argmax_picks_the_first_of_tied_maxima(library, dt):
     x = np.array([3, 1, 5, 2, 5, 5, 0], DTYPES[dt])
     out = np.full(1, -1, np.int32)
-    call(library, f"argmax_{dt}", x, out, 1, 7)
+    call(library, f"argmax_{dt}", x, out, 1, 7, 7)
     assert out[0] == 2
-    call(library, f"argmax_{dt}", x[:1].copy(), out, 1, 1)
+    call(library, f"argmax_{dt}", x[:1].copy(), out, 1, 1, 1)
     assert out[0] == 0
 
 
