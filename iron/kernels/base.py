@@ -71,6 +71,8 @@ class Kernel:
     summed_by: ClassVar[type | None] = None   # the kernel adding this one's result into its destination
     batches: ClassVar[bool] = False           # compute() of inputs stacked on leading axes is, bit for bit,
     # the stack of each call's compute(): the emulator runs a library kernel's independent calls as one
+    computes_into: ClassVar[bool] = False     # compute(..., out=array) writes its result into that array
+    # (which may be an input, as an accumulating kernel's destination is) and returns it: a batch writes in place
     role: ClassVar[Role] = Role.OTHER         # how fusion and placement may treat its calls
     row_length: ClassVar[bool] = False        # a row reduction of each row's first `length` (an i32 C attr;
     # None: n) elements only, so a row laid out wider (pad_through_row_width) reduces as the row itself

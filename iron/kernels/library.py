@@ -166,7 +166,7 @@ class MatMul(Kernel):
     """out = A @ B for A (M, K) and B (K, N); `dtype=` widens the result as MatVec's does."""
 
     role = Role.MATRIX
-    batches = True
+    batches = computes_into = True
     name, arity = "matmul", 2
     results = WIDER_DOTS
 
@@ -187,10 +187,10 @@ class MatMul(Kernel):
         return [(m, k), (k, n)], (m, n)
 
     @staticmethod
-    def compute(a, b):
+    def compute(a, b, out=None):
         if a.dtype.kind in "iu":
-            return a.astype(np.int64) @ b.astype(np.int64)
-        return a @ b
+            a, b = a.astype(np.int64), b.astype(np.int64)
+        return np.matmul(a, b, out=out)
 
 
 class MatMulAccumulate(Kernel):
@@ -201,18 +201,21 @@ class MatMulAccumulate(Kernel):
     float32 and the sum rounded once (float32 sums equal that pair's in numpy)."""
 
     role = Role.MATRIX
-    batches = True
+    batches = computes_into = True
     name, arity = "matmul_accumulate", 2
     results = WIDER_DOTS
     accumulates = needs_out = True
     out_shape, sizes, abi_shapes = MatMul.out_shape, MatMul.sizes, MatMul.abi_shapes
 
     @staticmethod
-    def compute(a, b, acc):
+    def compute(a, b, acc, out=None):
         if a.dtype.kind in "iu":
-            return acc + (a.astype(np.int64) @ b.astype(np.int64)).astype(acc.dtype)
-        product = a @ b
-        return np.add(acc, product, out=product) if product.dtype == np.result_type(acc, product) else acc + product
+            return np.add(acc, (a.astype(np.int64) @ b.astype(np.int64)).astype(acc.dtype), out=out)
+        # the product laid out as acc: numpy lays out a product of broadcast stacks (a batch's
+        # operands) in broadcast order, and the add would walk one of the two out of order
+        product = np.matmul(a, b, out=np.empty_like(acc, np.result_type(a, b)))
+        into = product if out is None and product.dtype == np.result_type(acc, product) else out
+        return np.add(acc, product, out=into)
 
 
 MatVec.summed_by = MatMul.summed_by = MatMulAccumulate   # a MatVec's x is B of N = 1 column

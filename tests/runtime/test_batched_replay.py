@@ -31,7 +31,7 @@ from iron.kernels import (
 )
 from iron.kernels.library import Accumulate
 from iron.models.blocks import Q4_1, Q8_0
-from iron.runtime.emulator import Emulator
+from iron.runtime.emulator import Emulator, batch
 from iron.runtime.emulator.batch import Batch, Painted, scratch, strided, unread_outputs, waves_of
 from iron.runtime.emulator.core import Step
 from iron.runtime.emulator.replay import Copy as CopyAct
@@ -83,22 +83,55 @@ class Product(iron.Graph):
         return {"a": np.ones((128, 512), self.b.dtype)}
 
 
+@pytest.fixture
+def written_into(monkeypatch):
+    """Per call of MatMul's or MatMulAccumulate's compute from now on, whether it was given an
+    array to write its result into (a batch's `Stacked.into`)."""
+    given = []
+    for kernel in (MatMul, MatMulAccumulate):
+        def spy(*arrays, out=None, compute=kernel.compute):
+            given.append(out is not None)
+            return compute(*arrays, out=out)
+        monkeypatch.setattr(kernel, "compute", staticmethod(spy))
+    return given
+
+
+@pytest.fixture(params=[1, 3], ids=["one_lane", "three_lanes"])
+def lanes(request, monkeypatch):
+    """Batches cut into up to `lanes.most` parts run at once however few bytes they take
+    (batch.in_lanes); `lanes.cut`: the launches of cut Batches run so far."""
+    monkeypatch.setattr(batch, "LANES", request.param)
+    monkeypatch.setattr(batch, "LANE_BYTES", 1)
+    real, spy = batch._run_parts, SimpleNamespace(most=request.param, cut=0)
+
+    def counted(parts):
+        spy.cut += 1
+        real(parts)
+    monkeypatch.setattr(batch, "_run_parts", counted)
+    return spy
+
+
 @pytest.mark.parametrize("dtype, out", [(np.float32, None), (np.int8, np.int32), (ml_dtypes.bfloat16, None)],
                          ids=["f32", "i8_i32", "bf16"])
-def test_a_tiled_matmul_leaves_every_host_buffer_as_each_call_on_its_own_does(batched, dtype, out):
+def test_a_tiled_matmul_leaves_every_host_buffer_as_each_call_on_its_own_does(batched, written_into, lanes, dtype, out):
     graph = Product(dtype, out)
     plan, batching = load(graph)
     unbatched = Emulator(plan, replay=True, batch=False)
+    tasks = Emulator(plan, replay=False)
     for name in batching._buffers:
-        unbatched.buffer(name)[:] = batching.buffer(name)
+        unbatched.buffer(name)[:] = tasks.buffer(name)[:] = batching.buffer(name)
     for k in range(8):
         rng = np.random.default_rng(k)
         a = (rng.standard_normal((128, 512)) * 9).astype(dtype)
-        call(plan, batching, {"a": a})
-        call(plan, unbatched, {"a": a})
+        for emulator in (batching, unbatched, tasks):
+            call(plan, emulator, {"a": a})
         for b in plan.host_buffers:
             np.testing.assert_array_equal(batching.buffer(b.name), unbatched.buffer(b.name))
+            np.testing.assert_array_equal(batching.buffer(b.name), tasks.buffer(b.name))
     assert batching.replayed == unbatched.replayed == 5
+    # float32 and integer batches write their sums in place; bfloat16 computes in float32 and casts
+    assert any(written_into) == (dtype is not ml_dtypes.bfloat16)
+    assert (lanes.cut > 0) == (lanes.most > 1)
     # each k-block's calls on the 32 cores are one Batch: every call of the launches the replay
     # repeats is in one
     per_core = int(re.search(r"(\d+) kernel calls per core", dict(plan.rules)["tile_matmul_over_array"])[1])
@@ -115,7 +148,7 @@ def runs(make, calls, batched) -> list:
 
 @pytest.mark.parametrize("design, fmt, rows, cols", [(Head, Q4_1, 1024, 256), (Head, Q8_0, 512, 256),
                                                      (Layer, Q4_1, 528, 512), (Layer, Q8_0, 528, 512)])
-def test_quantized_matvecs_give_the_results_of_each_call_on_its_own(on_emulator, batched, design, fmt, rows, cols):
+def test_quantized_matvecs_give_the_results_of_each_call_on_its_own(on_emulator, batched, lanes, design, fmt, rows, cols):
     def make():
         return design(random_blocks(np.random.default_rng(2), rows, cols, fmt), fmt), {"x": ((cols,), np.float32)}
     calls = [(np.random.default_rng(k).standard_normal(cols).astype(np.float32),) for k in range(7)]
@@ -126,6 +159,7 @@ def test_quantized_matvecs_give_the_results_of_each_call_on_its_own(on_emulator,
     for got, want in zip(on, off):
         np.testing.assert_array_equal(got, want)
     assert members > 0 and batched.members == members
+    assert (lanes.cut > 0) == (lanes.most > 1)
 
 
 def test_a_carried_loop_at_depth_two_over_a_segmented_body_gives_the_carry_of_each_call_on_its_own(
@@ -279,3 +313,44 @@ def test_each_batching_kernel_computes_a_stack_as_its_calls_one_by_one(factor, s
         assert together.shape == (3, 4, 64)
         for i in range(3):
             np.testing.assert_array_equal(together[i], Dequant.compute(blocks[i], block_bytes=fmt.nbytes))
+
+
+@given(st.integers(0, 2 ** 31))
+def test_a_kernel_computing_into_an_array_writes_there_what_it_returns_otherwise(seed):
+    """`Kernel.computes_into`: the result written into a strided view of blocks (every other one
+    of an array, as a batch's output view may be), an accumulating kernel's destination being that view."""
+    rng = np.random.default_rng(seed)
+    for kernel, shapes, dtype, out in ((MatMul, [(6, 40), (40, 3)], np.float32, np.float32),
+                                       (MatMul, [(6, 40), (40, 3)], np.int8, np.int32),
+                                       (MatMulAccumulate, [(6, 40), (40, 3), (6, 3)], np.float32, np.float32),
+                                       (MatMulAccumulate, [(6, 40), (40, 3), (6, 3)], np.int8, np.int32)):
+        assert kernel.computes_into
+        stacks = [(rng.standard_normal((2, 3, *s)) * 50).astype(d) for s, d in zip(shapes, (dtype, dtype, out))]
+        want = np.asarray(kernel.compute(*stacks)).astype(out)
+        view = np.full((2, 6, *shapes[0][:1], shapes[1][1]), 7, out)[:, ::2]
+        if kernel.accumulates:
+            view[...], stacks[-1] = stacks[-1], view
+        assert kernel.compute(*stacks, out=view) is view
+        np.testing.assert_array_equal(view, want)
+
+
+
+def test_a_batch_cut_into_parts_computes_and_writes_what_it_does_whole():
+    """Stacked.part: a view operand, member arrays stacked when run, an earlier step's result,
+    outputs written member by member and into one view, on a grid cut along its first axis."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 2, 4, 5)).astype(np.float32)
+    b = [rng.standard_normal((5, 3)).astype(np.float32) for _ in range(6)]
+
+    def run(parts):
+        products = [np.zeros((4, 3), np.float32) for _ in range(6)]
+        sums = np.zeros((3, 2, 4, 3), np.float32)
+        steps = [batch.Stacked(MatMul.compute, (a, b), (3, 2), None, products, False, False),
+                 batch.Stacked(Add.compute, (0, 0), (3, 2), sums, list(sums.reshape(6, 4, 3)), False, False)]
+        for start, end in parts:
+            batch._run([step.part(start, end) for step in steps])
+        return products, sums
+    whole, cut = run([(0, 3)]), run([(0, 1), (1, 3)])
+    for got, want in zip([*cut[0], cut[1]], [*whole[0], whole[1]]):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(whole[1], 2 * (a @ np.stack(b).reshape(3, 2, 5, 3)))

@@ -17,7 +17,9 @@ into a stacked array.
 """
 from __future__ import annotations
 
+import os
 from bisect import bisect_left, bisect_right
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import cache, partial
 
@@ -38,6 +40,8 @@ from iron.runtime.emulator.replay import (
 
 CALL_COST = 8   # a numpy call of a batch costs about as much as copying 8 members' operands
 BATCH_BYTES = 1 << 21   # the most bytes a Batch's members' operands take, so its arrays stay in cache
+LANES = os.cpu_count() or 1   # the threads a large Batch's members are split over
+LANE_BYTES = 1 << 19   # the fewest bytes of operands that pay for handing a part to a thread
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,9 +93,65 @@ class Batch:
                 operands.append(earlier if earlier is not None else a if view is None else view)
             out = None if self.unread[k] else strided(outs, dims)
             copied += len(outs) if out is None and not self.unread[k] else 0
-            shape = (*dims, *outs[0].shape)
-            planned.append((step.call.batched(step.attrs), operands, dims, out, outs, shape, self.unread[k]))
-        return partial(_run, planned), copied
+            planned.append(Stacked(step.call.batched(step.attrs), tuple(operands), dims, out, outs, self.unread[k],
+                                   out is not None and step.call.computes_into))
+        return in_lanes(planned, sum(a.nbytes for step in arrays for members in step for a in members)), copied
+
+
+@dataclass(frozen=True)
+class Stacked:
+    """One step of a Batch as one call: `compute` on `operands` (each a view, the index of an
+    earlier step whose result it takes, or the member arrays to stack now) laid out on the grid
+    `dims`; its result written into `out` (one view of the members' outputs), else into each of
+    `outs`, unless `unread`. `into`: compute writes its result into `out` itself."""
+
+    compute: object
+    operands: tuple
+    dims: tuple[int, ...]
+    out: np.ndarray | None
+    outs: list
+    unread: bool
+    into: bool
+
+    def part(self, start: int, end: int) -> Stacked:
+        """The step on the members at [start, end) of the grid's first axis."""
+        per = len(self.outs) // self.dims[0]   # members per index of that axis
+        return Stacked(self.compute, tuple(a if type(a) is int else a[start:end] if type(a) is np.ndarray
+                                           else a[start * per: end * per] for a in self.operands),
+                       (end - start, *self.dims[1:]), None if self.out is None else self.out[start:end],
+                       self.outs[start * per: end * per], self.unread, self.into)
+
+
+def in_lanes(planned: list[Stacked], nbytes: int):
+    """`run()` of a Batch's steps: its members cut along the grid's first axis into up to LANES
+    parts of at least LANE_BYTES of operands each, run at once on threads as the array's cores
+    run at once (numpy lets go of the GIL in its loops; each member is computed as before), or
+    all in one part."""
+    lanes = min(LANES, planned[0].dims[0], nbytes // LANE_BYTES)
+    if lanes < 2:
+        return partial(_run, planned)
+    first = planned[0].dims[0]
+    cuts = [first * lane // lanes for lane in range(lanes + 1)]
+    return partial(_run_parts, [[step.part(start, end) for step in planned] for start, end in zip(cuts, cuts[1:])])
+
+
+def _run_parts(parts: list[list[Stacked]]):
+    """Each part's steps on a thread of the pool, the first on this one (the parts' members are
+    independent: no part reads or writes what another writes)."""
+    pool = _pool(os.getpid())
+    others = [pool.submit(_run, part) for part in parts[1:]]
+    try:
+        _run(parts[0])
+    finally:
+        wait(others)
+    for other in others:
+        other.result()
+
+
+@cache
+def _pool(pid: int) -> ThreadPoolExecutor:
+    """The process's threads for Batch parts (a forked child makes its own: it has none of its parent's)."""
+    return ThreadPoolExecutor(LANES - 1, thread_name_prefix="iron-batch")
 
 
 def _invoked(act) -> Invoked:
@@ -109,20 +169,26 @@ def _pointers(act, windows: list, before: list) -> list[list]:
     return pointers
 
 
-def _run(planned: list):
+def _run(planned: list[Stacked]):
     """A Batch's steps: each one call on its operands (views, the result of an earlier step as
     its output holds it, or member arrays stacked now) on the grid's leading axes, its result written
     to each member's output unless no one reads that."""
     results: list = []
-    for compute, operands, dims, out, outs, shape, unread in planned:
-        result = compute(*[results[a] if type(a) is int else a if type(a) is np.ndarray else _stack(a, dims)
-                           for a in operands])
+    for step in planned:
+        dims, out, outs = step.dims, step.out, step.outs
+        operands = [results[a] if type(a) is int else a if type(a) is np.ndarray else _stack(a, dims)
+                    for a in step.operands]
+        if step.into:
+            results.append(step.compute(*operands, out=out))
+            continue
+        result = step.compute(*operands)
+        shape = (*dims, *outs[0].shape)
         if type(result) is not np.ndarray or result.shape != shape or result.dtype != outs[0].dtype:
             held = np.empty(shape, outs[0].dtype)   # what the output buffers hold: cast as they cast
             held[...] = result
             result = held
         results.append(result)
-        if unread:
+        if step.unread:
             continue
         if out is not None:
             out[...] = result

@@ -46,9 +46,10 @@ def kernel_calls(mode: str, plan):
 class KernelCall(ABC):
     """One KernelStep's kernel: `bind(pointers, sizes, attrs)` prepares `run()`, a call on those
     operands (for operands fixed per binding); calling it runs once. `strided_inputs`: whether
-    an input may be a strided view (rows apart in memory) rather than contiguous."""
+    an input may be a strided view (rows apart in memory) rather than contiguous; `computes_into`:
+    whether `batched(attrs)` takes `out=`, an array it writes its result into (`Kernel.computes_into`)."""
 
-    strided_inputs = False
+    strided_inputs = computes_into = False
 
     @abstractmethod
     def bind(self, pointers: list, sizes: tuple, attrs: tuple):
@@ -80,6 +81,7 @@ class NumpyCall(KernelCall):
         self.strided_inputs = is_library(kernel)   # a user's compute() may assume contiguous inputs
         direct = dtype != dtypes.bfloat16 and not kernel.saturates
         self.compute = kernel.compute if direct else kernel.reference_fn(dtype, {}, self.out_dtype)
+        self.computes_into = direct and kernel.computes_into
         self.operands = kernel.arity + kernel.accumulates
         self.attr_names = attr_names
 
