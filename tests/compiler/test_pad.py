@@ -11,7 +11,7 @@ from iron import Carried, Scratchpad
 from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import HostRole, PlacementKind, TileKind
 from iron.errors import DoesNotFit, IndexOutOfRange
-from iron.kernels import Add, Argmax, Copy, MatMul, Max, Mul, RMSNorm, SiLU, Softmax
+from iron.kernels import Add, Argmax, Copy, MatMul, Max, Mul, RMSNorm, Scale, SiLU, Softmax
 from tests.compiler.designs import Product, Projection, Sum, operands
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order than numpy
@@ -518,20 +518,32 @@ class ProductPlusState(iron.Graph):
         return Add.step(MatMul.step(a, self.b), self.s)
 
 
+class ProductThenNormTwice(iron.Graph):
+    """RMSNorm(A @ B, w) and w scaled, in one body: w is read by two calls."""
+
+    def __init__(self, b):
+        self.b, self.w = iron.weight(b), iron.weight(np.linspace(0.5, 1.5, b.shape[1], dtype=np.float32))
+
+    def body(self, a):
+        return RMSNorm.step(MatMul.step(a, self.b), self.w), Scale.step(self.w, factor=2.0)
+
+
 UNPADDED = [
     (ProductThenMax, "Max#1 reduces each row whole (its kernel takes no length), so N keeps its 509 "
                      "(pad_through_row_width), and no padding of M and K alone takes a better grid"),
     (ProductPlusState, "its result is read by Add(MatMul(a, b), s), which also reads a tensor that may not be padded: "
                        "s is a state, which a kernel may write"),
+    (ProductThenNormTwice, "RMSNorm#1 also reads a row that may not be padded: w is read elsewhere too, so N keeps its "
+                           "509 (pad_through_row_width), and no padding of M and K alone takes a better grid"),
 ]
 
 
-@pytest.mark.parametrize("design, why", UNPADDED, ids=["max", "state"])
+@pytest.mark.parametrize("design, why", UNPADDED, ids=["max", "state", "shared-row"])
 def test_a_product_whose_reader_cannot_share_its_padding_does_not_fit_saying_why(design, why, tmp_path, monkeypatch):
     """Max over rows of N = 509 would reduce the 3 columns of N's padding too (it takes no
-    length; and M and K padded alone give no grid), and a state (which a kernel may write) is
-    never padded: the product is not padded, and DoesNotFit names the reader, why, and the
-    padding to give."""
+    length; and M and K padded alone give no grid), a state (which a kernel may write) is never
+    padded, nor is RMSNorm's w when another call reads it too (so the rows keep N): the product
+    is not padded, and DoesNotFit names the reader, why, and the padding to give."""
     monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(DoesNotFit) as err:
         design(np.ones((251, 509), np.float32)).compile(a=((509, 251), np.float32), device=from_name("npu2"))
