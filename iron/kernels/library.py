@@ -190,7 +190,7 @@ class MatMul(Kernel):
     def compute(a, b, out=None):
         if a.dtype.kind in "iu":
             a, b = a.astype(np.int64), b.astype(np.int64)
-        return np.matmul(a, b, out=out)
+        return np.matmul(a, b, out=out, casting="unsafe")   # an integer product wraps to out's dtype
 
 
 class MatMulAccumulate(Kernel):

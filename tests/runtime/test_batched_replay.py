@@ -322,6 +322,7 @@ def test_a_kernel_computing_into_an_array_writes_there_what_it_returns_otherwise
     rng = np.random.default_rng(seed)
     for kernel, shapes, dtype, out in ((MatMul, [(6, 40), (40, 3)], np.float32, np.float32),
                                        (MatMul, [(6, 40), (40, 3)], np.int8, np.int32),
+                                       (MatMul, [(6, 40), (40, 3)], np.uint8, np.uint8),
                                        (MatMulAccumulate, [(6, 40), (40, 3), (6, 3)], np.float32, np.float32),
                                        (MatMulAccumulate, [(6, 40), (40, 3), (6, 3)], np.int8, np.int32)):
         assert kernel.computes_into
