@@ -377,8 +377,19 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
         """One core's block of `node` in words (a fraction for a narrow dtype's offsets)."""
         return (flow.result_block if node is result else flow.block) * node.dtype.itemsize / 4
 
+    def column(node) -> tuple[float, tuple]:
+        """(the words a column's joined blocks of `node` span in DDR, their dims there): contiguous,
+        or, for a result lying in wider rows the flow does not stream over (`pad_written_by_producer`),
+        row by row at their stride."""
+        if node is result and flow.padded is None and p.stored[1:] != p.shape[1:]:
+            row, stride = (result.shape[1] * result.dtype.itemsize // 4, p.stored[1] * result.dtype.itemsize // 4)
+            count = int(rows * words(node)) // row
+            return count * stride, ((count, stride), (row, 1))
+        return rows * words(node), _words(int(rows * words(node)), ctx.device)
+
     def dims(node, run: int) -> tuple:
-        return ((run, int(cols * rows * words(node))), *_words(int(rows * words(node)), ctx.device))
+        span, inner = column(node)
+        return ((run, int(cols * span)), *inner)
 
     most = min(rounds_per_op(ctx.device, dims(node, flow.rounds)) for _, _, node, _, _ in ends)
     even = -(-flow.rounds // -(-flow.rounds // most))   # runs of even length, as few as `most` allows
@@ -389,7 +400,7 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     for number, (t, run) in enumerate(runs):
         here = [] if t else list(once)
         here += [Move(direction, fifo.format(c=c), buffer,
-                      Access(at.offset + int((t * cols + c) * rows * words(node)), dims(node, run)))
+                      Access(at.offset + int((t * cols + c) * column(node)[0]), dims(node, run)))
                  for c in range(cols) for fifo, direction, node, buffer, at in ends]
         moves += _with_waits(ctx, len(runs), number, here)
     return moves

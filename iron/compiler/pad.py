@@ -5,14 +5,15 @@ many cores and whole blocks. The compiler owns the padded layout: a padded tenso
 lies in the larger shape, the user's region in its first rows and columns (allocate.py,
 segment.py); the runtime writes and reads only that region, and the padding is the zeros the
 buffer is made with. A MatMul's K padding is zeros in both operands (0 times anything else
-could be NaN); its M and N padding give results the host never sees. Only tensors no kernel
-writes and only the padded call reads are padded (inputs, weights, params), and results read
-only as the user's region (by the host, or across a segment cut into the compiler's DDR), or by
-elementwise calls, a row reduction or a MatMul that compute over the padded layout
-(`pad_through`; a row reduction over padded N is told the user's width; products an elementwise
-group reads together are padded alike, `pad_joined`), so no padding a kernel writes is read as
-the user's data. Decided once per design, before placement,
-from the Program and its groups, so every segment sees the same layout."""
+could be NaN); its M and N padding give results the host never sees. Only tensors the padded
+call alone reads are padded: inputs, weights, params; states and other groups' results that
+every call writing them writes in the user's region only, row by row at the padded stride
+(`pad_written_by_producer`); and results read only as the user's region (by the host, or
+across a segment cut into the compiler's DDR), or by calls that compute over the padded layout
+(`pad_through`; a row reduction over padded N is told the user's width; products an
+elementwise group reads together padded alike, `pad_joined`), so no padding a kernel writes is
+read as the user's data. Decided once per design, before placement, from the Program and its
+groups, so every segment sees the same layout."""
 from __future__ import annotations
 
 import math
@@ -35,13 +36,16 @@ from iron.ir import (
     Program,
     call_label,
     describe,
+    destination,
     external_inputs,
+    frame,
     is_host_tensor,
     nbytes,
     tensor_inputs,
 )
 from iron.kernels.base import Role
 
+PAD_WRITTEN_BY_PRODUCER = "pad_written_by_producer"
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
@@ -82,21 +86,76 @@ def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list]:
     return found
 
 
-def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict) -> str:
+def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dict | None = None) -> str:
     """Why `pad_to_block` may not pad a tensor `calls` read, "" when it may: an input, a weight
-    or a param only they read (a kernel may write a state; another group's result is written by
-    a group that may stream it, in blocks that know no padding)."""
+    or a param only they read; a state only they read but through views that write or read its
+    user's region (`state_unpadded`); another group's result only they read, when that group
+    writes it row by row at the padded stride (`producer_unpadded`, given `group_of`: each
+    call's group; a segment sees a cut value with no group, decided for the whole design)."""
     what = describe(node)
     if node.op == Op.VIEW:
         return f"{what} is a view"
+    if node.op == Op.MEMORY and node.arg[0] == "state":
+        return state_unpadded(node, calls, readers)
     others = [r for r in readers.get(node, []) if r not in calls]
     if others:
         return f"{what} is read {'through a view' if 'view' in others else 'elsewhere'} too"
-    if node.op == Op.MEMORY and node.arg[0] == "state":
-        return f"{what} is a state, which a kernel may write"
+    if node.op == Op.CALL and group_of is not None:
+        why = producer_unpadded(node, group_of[node].calls)
+        return why and f"{what} is another group's result, {why}"
     if node.op == Op.CALL or is_cut_value(node):
         return f"{what} is another group's result"
     return ""
+
+
+def state_unpadded(state: Node, calls: tuple[Node, ...], readers: dict) -> str:
+    """The rule `pad_written_by_producer` for a state: why it may not lie padded for `calls`,
+    "" when it may: every other call reads or writes it through views indexing it in its own
+    shape (words.view_access strides them over the padded rows: the user's region only, so the
+    padding stays the zeros the buffer is made with, as the host writes its region only), or
+    writes it whole row by row (words.placement_access); nothing else reads it (a call reading
+    it whole would take it in blocks that know no padding, the Emit a word of it unpadded)."""
+    what = describe(state)
+    for user in readers.get(state, []):
+        if user in calls or user == "view":
+            continue
+        if not (isinstance(user, Node) and destination(user) is state):
+            return f"{what} is a state read {'elsewhere' if isinstance(user, str) else f'whole by {describe(user)}'} too"
+        if len(state.shape) == 2 and state.shape[1] * state.dtype.itemsize % 4:
+            return f"{what} is a state {describe(user)} writes whole, in rows that are not whole 32-bit words"
+    reshaped = [v for v in readers if v.op == Op.VIEW and v.src[0] is state and frame(v) != state.shape]
+    return f"{what} is a state {describe(reshaped[0])} indexes in another shape, whose strides know no padding" \
+        if reshaped else ""
+
+
+def producer_unpadded(node: Node, calls: tuple[Node, ...]) -> str:
+    """The rule `pad_written_by_producer`: why the group making `node` (its `calls`) may not
+    write it where it lies padded, "" when it may: its result goes to DDR across a cut (a grid
+    or stream reads host tensors only), written row by row at the padded row's stride (a
+    call that neither tiles nor streams: words.placement_access; a row reduction streamed in
+    row-blocks: grid.py), so the padding is never written and stays the zeros the buffer is
+    made with. A MatMul's grid writes its blocks at its own row stride (a padded product's
+    result is `pad_through`'s), and elementwise calls stream blocks of elements that know no
+    rows; a row at a padded stride starts on a 32-bit word."""
+    if any(c.arg.kernel.role is Role.MATRIX for c in calls):
+        return "made by a MatMul or MatVec, whose grid writes its blocks at its own row stride"
+    if len(node.shape) == 1:
+        return ""
+    if streamable(calls) and held_bytes(list(calls)) > SIZE_LIMIT:
+        return "streamed by elementwise calls in blocks of elements that know no rows, so none skips a padded row's end"
+    if node.shape[1] * node.dtype.itemsize % 4:
+        return f"whose rows of {node.shape[1]} {node.dtype.name} elements are not whole 32-bit words, so no DMA " \
+               "writes them at a padded row's stride"
+    return ""
+
+
+def written_by_producer(padded: dict, groups: tuple[Group, ...]) -> set[Node]:
+    """The computed tensors `pad_written_by_producer` padded: those whose group reads no padded
+    tensor (a padded grid or stream reads its padded operands and computes its result's padding),
+    so it computes on its own sides and writes the user's region only."""
+    group_of = {call: group for group in groups for call in group.calls}
+    return {n for n in padded if n.op == Op.CALL
+            and not any(i in padded for i in external_inputs(group_of[n].calls))}
 
 
 def is_cut_value(node: Node) -> bool:
@@ -107,15 +166,15 @@ def is_cut_value(node: Node) -> bool:
 def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> str:
     """Why `pad_matrix` may not pad a MatMul's or MatVec's tensors, "" when it may (`group_of`:
     each call's group, when the design's, to find the elementwise readers that share the layout)."""
-    return operands_unpadded(call, readers) or readers_unshared(call, readers, group_of)
+    return operands_unpadded(call, readers, group_of) or readers_unshared(call, readers, group_of)
 
 
-def operands_unpadded(call: Node, readers: dict) -> str:
+def operands_unpadded(call: Node, readers: dict, group_of: dict | None) -> str:
     """Why a MatMul's or MatVec's operands may not be padded, "" when they may."""
     a, b = call.src[:2]
     if a is b:
         return f"it reads {describe(a)} as both operands"
-    return unpaddable(a, (call,), readers) or unpaddable(b, (call,), readers)
+    return unpaddable(a, (call,), readers, group_of) or unpaddable(b, (call,), readers, group_of)
 
 
 def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
@@ -168,16 +227,16 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
         return f"makes {describe(calls[-1])}, whose rows other calls read are not whole 32-bit words"
     products = joined(calls, result, group_of)
     why = next((why for n in outside if n is not result and n not in products
-                and (why := unpaddable(n, calls, readers))), "")
-    return (why and f"also reads a tensor that may not be padded: {why}") or join_unshared(products, calls, readers)
+                and (why := unpaddable(n, calls, readers, group_of))), "")
+    return (why and f"also reads a tensor that may not be padded: {why}") or join_unshared(products, calls, readers, group_of)
 
 
-def join_unshared(products: tuple[Node, ...], calls: tuple[Node, ...], readers: dict) -> str:
+def join_unshared(products: tuple[Node, ...], calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
     """The rule `pad_joined`: why the products elementwise `calls` read may not lie padded alike
     (`joined_sides`), "" when they may: each read by `calls` alone, over paddable operands."""
     for other in products if len(products) > 1 else ():
         why = "it is read elsewhere too" if any(r not in calls for r in readers[other]) \
-            else operands_unpadded(other, readers)
+            else operands_unpadded(other, readers, group_of)
         if why:
             return f"also reads {describe(other)}, which must lie padded alike (pad_joined), but {why}"
     return ""
@@ -226,7 +285,7 @@ def matmul_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
     if len(calls) != 1 or call.arg.writes or len(call.shape) != 2 or call.src[:2].count(result) != 1:
         return f"reads {describe(result)} other than as the A or the B of a MatMul alone in its group"
     other = call.src[1] if call.src[0] is result else call.src[0]
-    why = unpaddable(other, calls, readers)
+    why = unpaddable(other, calls, readers, group_of)
     if why:
         return f"also reads a tensor that may not be padded: {why}"
     why = readers_unshared(call, readers, group_of)
@@ -497,6 +556,16 @@ def padded_nodes(program: Program, placements) -> dict[Node, tuple[int, ...]]:
     return found
 
 
+def producer_written_nodes(program: Program, placements) -> frozenset[Node]:
+    """The values crossing into `program` (a segment's) or out of it whose producer writes them
+    where they lie padded (`pad_written_by_producer`, Placement.producer_writes)."""
+    names = {p.name for p in placements if p.producer_writes}
+    if not names:
+        return frozenset()
+    outputs = {n for i, n in enumerate(program.outputs) if f"out{i}" in names}
+    return frozenset(outputs | {n for n in program.inputs if n.arg[0] in names})
+
+
 def grid_sides(call: Node, padded: dict) -> tuple[int, int, int] | None:
     """(M, K, N) of a matrix call as its operands and result lie (N = 1 for a MatVec), None when
     they lie inconsistently (one padded for another rule): then it takes no grid."""
@@ -510,9 +579,10 @@ def grid_sides(call: Node, padded: dict) -> tuple[int, int, int] | None:
 
 def stream_length(calls, inputs, padded: dict) -> int | None:
     """The elements the streamed inputs of elementwise calls or a row reduction lie in: padded
-    (all of them and the result, to as many rows), or their own; None when they lie otherwise."""
+    (all of them and the result, to as many rows), or their own (the result may lie padded
+    alone: `pad_written_by_producer`); None when they lie otherwise."""
     tensors = (*inputs, calls[-1])
-    if not any(n in padded for n in tensors):
+    if not any(n in padded for n in inputs):
         return inputs[0].size
     if not all(n in padded for n in tensors) or len({padded[n][0] for n in tensors}) != 1:
         return None

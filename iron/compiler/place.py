@@ -24,11 +24,13 @@ from iron.compiler.fuse import (
     stored_matrix,
 )
 from iron.compiler.pad import (
+    PAD_WRITTEN_BY_PRODUCER,
     best_sides,
     grid_sides,
     is_cut_value,
     matrix_unpadded,
     padded_nodes,
+    producer_written_nodes,
     readers_of,
     stream_length,
     stream_unpadded,
@@ -61,6 +63,7 @@ from iron.ir import (
     is_computed_view,
     is_host_tensor,
     nbytes,
+    state_of,
     tensor_inputs,
 )
 from iron.kernels.base import Role
@@ -130,6 +133,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     """Tiles for every group, and for the Emit on a full-ELF device when values are carried;
     `placements`: the host placements, some padded by `pad_to_block`."""
     padded, readers = padded_nodes(program, placements), readers_of(program, groups)
+    written = producer_written_nodes(program, placements)
     with_emit = bool(device.full_elf and program.carry)   # a segment but the last has no carry
     outside = outside_users(program, groups, with_emit)
     free = snake_order(device)
@@ -147,7 +151,8 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if grid is not None:
             free = [t for t in free if t not in grid.tiles]
             sites.append(Site(group, grid.tiles, grid=grid))
-            rules += grid_padding_rule(program, group, grid, readers, device)
+            rules += grid_padding_rule(program, group, grid, readers, device, written)
+            rules += written_padding_rule(program, group, (grid.call,), padded, written)
             rules.append(("tile_matmul_over_array", f"{group.name}: {grid.text()}"))
             if grid.expand is not None:
                 rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m))
@@ -162,6 +167,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
             free = [t for t in free if t not in flow.tiles]
             sites.append(Site(group, flow.tiles, flow=flow))
             rules += flow_padding_rule(program, group, flow, padded)
+            rules += written_padding_rule(program, group, flow.calls, padded, written)
             rules.append((rule, f"{group.name}: {flow.text()}"))
             continue
         check_whole_words(program, group.calls, device, readers)
@@ -172,6 +178,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
             group, tiles, parts, channels, device)
         sites.append(Site(group, tiles, stream))
         rules.append(("snake_order", f"{group.name} on {', '.join(t.name for t in tiles)}"))
+        rules += written_padding_rule(program, group, group.calls, padded, written)
         rules += _stream_rules(group, stream)
         if crowded:
             rules.append(("unsplit_beside_producer", f"{group.name}: {crowded}"))
@@ -365,9 +372,11 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
     return replace(grid, a_mems=a_mems, c_mems=c_mems)
 
 
-def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict, device) -> list[tuple[str, str]]:
+def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict, device,
+                      written: frozenset[Node] = frozenset()) -> list[tuple[str, str]]:
     """`pad_to_block`'s decision for a grid as describe() shows it: the sides it padded, or, for
-    a grid short of the free cores whose padded sides would be better, why it may not pad them."""
+    a grid short of the free cores whose padded sides would be better, why it may not pad them
+    (`written`: the operands whose producer writes them padded, not a padded grid)."""
     call = grid.call
     if grid.padded is None:
         why = matrix_unpadded(call, readers) if grid.fewer else ""
@@ -381,7 +390,8 @@ def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict,
                       if side != to)
     k_padded = call_sides(call)[1] != grid.padded[1]
     computed = "".join(f" ({operand}'s computed from zeros: {rule})" for operand, rule, n in (
-        ("A", "pad_through_matmul", call.src[0]), ("B", "pad_through_matmul_b", call.src[1])) if is_cut_value(n))
+        ("A", "pad_through_matmul", call.src[0]), ("B", "pad_through_matmul_b", call.src[1]))
+        if is_cut_value(n) and n not in written)
     return [("pad_to_block", f"{group.name}: {call_label(program, call)} padded with zeros ({sides}) over "
                              f"{len(grid.tiles)} tiles: A, B and the result lie so in DDR, the host writes and reads "
                              "the user's region" + "; K's padding is zeros in both operands" * k_padded
@@ -418,6 +428,23 @@ def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict) 
         what = (f"over {call.size} elements streams padded with zeros to {flow.size} elements (the inputs and the "
                 f"result lie so in DDR, the host writes and reads the first {call.size})")
     return [("pad_to_block", f"{group.name}: {call_label(program, call)} {what} over {len(flow.tiles)} tiles")]
+
+
+def written_padding_rule(program: Program, group: Group, calls, padded: dict,
+                         written: frozenset[Node]) -> list[tuple[str, str]]:
+    """`pad_written_by_producer` as describe() shows it: where a group writes a result lying
+    padded for a later padded call, and where a padded grid or stream reads a tensor another
+    call writes (another group's result, or a state) in its user's region only."""
+    made = [(n, padded[n]) for i, n in enumerate(program.outputs) if n in calls and n in written]
+    read = [(n, padded[n]) for n in external_inputs(calls) if n in padded and (n in written or state_of(n))]
+    lines = [f"{group.name}: {call_label(program, n)} writes its result row by row into the user's region of "
+             f"{shape}, the padded layout a later padded call reads it in; the padding, never written, stays the "
+             "zeros the buffer is made with" for n, shape in made]
+    writers = {True: "a state every call writing it writes", False: "another group's result, which that group writes"}
+    lines += [f"{group.name}: {describe(n)} lies padded to {shape} for {', '.join(call_label(program, c) for c in calls)}: "
+              f"{writers[bool(state_of(n))]} in its user's region only, so its padding stays the zeros the buffer is "
+              "made with" for n, shape in read]
+    return [(PAD_WRITTEN_BY_PRODUCER, line) for line in lines]
 
 
 def row_width_text(call, flow: Flow) -> str:

@@ -124,6 +124,7 @@ class Placement:
     dtype: np.dtype
     shown: str | None = None   # what texts call it, when not `name`: what a segment's output stands for
     padded: tuple[int, ...] | None = None
+    producer_writes: bool = False   # padded for its reader, its producer writes the user's region only
 
     @property
     def stored(self) -> tuple[int, ...]:

@@ -10,13 +10,14 @@ states stay in their host buffers. Every segment addresses the design's host buf
 scratchpad of words; only the last has the Emit, so a CarriedLoop runs a segmented body as any."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.fuse import Group
 from iron.compiler.invariants import check_plan
-from iron.compiler.pad import design_unpadded
+from iron.compiler.pad import design_unpadded, written_by_producer
 from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
@@ -188,6 +189,7 @@ class Flow:
 
     def __init__(self, program: Program, groups: tuple[Group, ...], padded: dict | None = None):
         self.program, self.groups, self.padded = program, groups, padded or {}
+        self.written = written_by_producer(self.padded, groups)
         self.host = host_placements(program, self.padded)
         self.made = {c: i for i, g in enumerate(groups) for c in g.calls}
         self.last_read: dict[Node, int] = {}
@@ -223,7 +225,12 @@ class Flow:
         return found
 
     def crossing_bytes(self, cut: int) -> int:
-        return sum(nbytes(n) for n in self.crossing(cut))
+        return sum(map(self.lies_in_bytes, self.crossing(cut)))
+
+    def lies_in_bytes(self, node: Node) -> int:
+        """The bytes of a crossing value's DDR buffer: its own, or padded (`pad_to_block`)."""
+        shape = self.padded.get(node)
+        return nbytes(node) if shape is None else math.prod(shape) * node.dtype.itemsize
 
     def structure(self, segment: Segment) -> tuple | None:
         """The rule `same_structure_same_fit`: two segments (not the last) compile alike when their
@@ -246,7 +253,7 @@ class Flow:
         cuts = []
         for node in crossing:
             cut = Placement(self.cut_name(node), PlacementKind.CUT, HostRole.OUTPUTS.value, used, node.shape, node.dtype,
-                            padded=self.padded.get(node))
+                            padded=self.padded.get(node), producer_writes=node in self.written)
             used += cut.nwords
             cuts.append(cut)
         return (*host, *cuts)
@@ -328,7 +335,7 @@ class Flow:
 
     def cut(self, before: int) -> Cut:
         values = self.crossing(before)
-        return Cut(self.groups[before].name, sum(nbytes(n) for n in values),
+        return Cut(self.groups[before].name, sum(map(self.lies_in_bytes, values)),
                    tuple(call_label(self.program, n) for n in values))
 
 

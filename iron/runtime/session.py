@@ -52,7 +52,7 @@ class DeviceStates:
 def shared_states(compiled) -> DeviceStates:
     """The DeviceStates of the compiled graph's graph on its device (made on first use)."""
     plan = compiled.plan
-    layout = tuple((p.name, p.offset, p.shape, p.dtype.str) for p in plan.placements if p.kind is PlacementKind.STATE)
+    layout = tuple((p.name, p.offset, p.stored, p.dtype.str) for p in plan.placements if p.kind is PlacementKind.STATE)
     memory = compiled.versions.states
     key = plan.device.name
     if key not in memory:
