@@ -5,6 +5,7 @@ calls and holds runs for CarriedLoop, moving bytes whose meaning the Plan decide
 """
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -58,8 +59,23 @@ def shared_states(compiled) -> DeviceStates:
     if key not in memory:
         memory[key] = DeviceStates(layout, plan.host_buffer(HostRole.STATES).nwords)
     if memory[key].layout != layout:
-        raise PlanError(f"two versions of {plan.name} place its states differently; compile them from the same graph.")
+        raise PlanError(states_differ(plan.name, memory[key].layout, layout))
     return memory[key]
+
+
+def states_differ(name: str, kept: tuple, mine: tuple) -> str:
+    """Why a version's states cannot share the memory of the versions before it: a state one
+    of them lays out padded (`pad_written_by_producer` pads a state for the version whose padded
+    call reads it), or another layout altogether."""
+    theirs = {entry[0]: entry[2] for entry in kept}
+    state, stored = next(((n, s) for n, _, s, _ in mine if theirs.get(n, s) != s), (None, None))
+    if state is None:
+        return f"two versions of {name} place its states differently; compile them from the same graph."
+    padded = max(theirs[state], stored, key=math.prod)
+    return (f"two versions of {name} lay state '{state}' out differently: in {theirs[state]} in one and {stored} "
+            "in the other (pad_to_block pads a state for a version whose padded call reads it, "
+            f"pad_written_by_producer), and the versions share its memory: declare it as {padded} and use its "
+            "first rows and columns, or read it alike in every version.")
 
 
 class EmulatorSession:

@@ -10,8 +10,8 @@ from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
-from iron.compiler.plan import HostRole, PlacementKind, TileKind
-from iron.errors import DoesNotFit, IndexOutOfRange
+from iron.compiler.plan import Direction, Dma, HostRole, PlacementKind, TileKind
+from iron.errors import DoesNotFit, IndexOutOfRange, PlanError
 from iron.kernels import Add, Argmax, Copy, MatMul, Max, Mul, RMSNorm, Scale, SiLU, Softmax
 from tests.compiler.designs import Product, Projection, Sum, operands
 from tests.compiler.test_mlir import op_names
@@ -804,6 +804,11 @@ def test_a_product_reads_another_groups_result_its_producer_wrote_padded(device,
     assert tiles(body.plan.segments[1]) == cores
     assert padded(body.plan) == {"b": ((k, n), (big_k, big_n)), "out0": ((m, n), (big_m, big_n)),
                                  "cut.RMSNorm#0": ((m, k), (big_m, big_k))}
+    writes = {(op.sizes[2:], op.strides[2:]) for op in body.plan.segments[0].sequence
+              if isinstance(op, Dma) and op.direction is Direction.S2MM}
+    assert writes == {((m, k), (big_k, 1))}   # each row of the user's k words at the padded row's stride
+    names = set(op_names(print_mlir(body.plan)))   # the padding is in sizes and patterns only
+    assert names <= ALLOWED_OPS and "pad" not in print_mlir(body.plan)
     np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
     normed = cut_padding(body, "cut.RMSNorm#0")
     np.testing.assert_allclose(normed[:m, :k], RMSNorm.compute(x, w, 1e-5), **F32)
@@ -977,3 +982,32 @@ def test_a_padded_products_reader_reads_another_groups_result_its_producer_wrote
         producer_wrote("g1", "RMSNorm#1", (512, 512)), read_padded("g2", "cut.RMSNorm#1", (512, 512), reader)]
     assert rule(body.plan, "fewest_bytes_cut") == ["cut before g2: 2097152 bytes cross (MatMul#0, RMSNorm#1)"]
     np.testing.assert_allclose(body(a=a / 22, c=c), graph.reference(a=a / 22, c=c), **F32)
+
+
+class TwoWays(iron.Graph):
+    """(A @ B) + s for a (509, 509) A; A + the first rows of s for fewer rows."""
+
+    def __init__(self, b):
+        self.b, self.s = iron.weight(b), iron.state((509, 509), np.float32, name="s")
+
+    def body(self, a):
+        if a.shape[0] == 509:
+            return Add.step(MatMul.step(a, self.b), self.s)
+        return Add.step(a, self.s[:a.shape[0]])
+
+
+def test_versions_sharing_a_state_one_of_them_pads_say_so_instead_of_misreading_it():
+    """The versions of a graph share its states' memory: one whose padded call reads s lays it
+    out padded, one reading a view of it does not, so the second refuses to run, naming s."""
+    graph = TwoWays(np.ones((509, 509), np.float32))
+    padded_version = graph.compile(a=((509, 509), np.float32), device=from_name("npu2"))
+    plain_version = graph.compile(a=((8, 509), np.float32), device=from_name("npu2"))
+    assert padded_version.plan.placement("s").padded == (512, 512) and plain_version.plan.placement("s").padded is None
+    np.testing.assert_array_equal(padded_version(a=np.zeros((509, 509), np.float32)), np.zeros((509, 509)))
+    with pytest.raises(PlanError) as err:
+        plain_version(a=np.ones((8, 509), np.float32))
+    assert str(err.value) == (
+        "two versions of TwoWays lay state 's' out differently: in (512, 512) in one and (509, 509) in the other "
+        "(pad_to_block pads a state for a version whose padded call reads it, pad_written_by_producer), and the "
+        "versions share its memory: declare it as (512, 512) and use its first rows and columns, or read it alike in "
+        "every version.")
