@@ -34,6 +34,7 @@ from iron.models.blocks import Q4_1, Q8_0
 from iron.runtime.emulator import Emulator, batch
 from iron.runtime.emulator.batch import Batch, Painted, scratch, strided, unread_outputs, waves_of
 from iron.runtime.emulator.core import Step
+from iron.runtime.emulator.lanes import Laned, laned
 from iron.runtime.emulator.replay import Copy as CopyAct
 from iron.runtime.emulator.replay import Drain, Fill, Forwarded, Invoked
 from iron.runtime.emulator.tile import ALIGN, Buffer
@@ -98,16 +99,17 @@ def written_into(monkeypatch):
 
 @pytest.fixture(params=[1, 3], ids=["one_lane", "three_lanes"])
 def lanes(request, monkeypatch):
-    """Batches cut into up to `lanes.most` parts run at once however few bytes they take
-    (batch.in_lanes); `lanes.cut`: the launches of cut Batches run so far."""
+    """Batches cut over up to `lanes.most` lanes however few bytes they take (batch._cut);
+    `lanes.handed`: the Batches handed to lanes' threads in the cycles found so far (lanes.py)."""
     monkeypatch.setattr(batch, "LANES", request.param)
     monkeypatch.setattr(batch, "LANE_BYTES", 1)
-    real, spy = batch._run_parts, SimpleNamespace(most=request.param, cut=0)
+    spy = SimpleNamespace(most=request.param, handed=0)
 
-    def counted(parts):
-        spy.cut += 1
-        real(parts)
-    monkeypatch.setattr(batch, "_run_parts", counted)
+    def counted(cycle, host_words):
+        out = laned(cycle, host_words)
+        spy.handed += sum(type(act) is Laned for trace in out for act in trace)
+        return out
+    monkeypatch.setattr(machine, "laned", counted)
     return spy
 
 
@@ -131,7 +133,7 @@ def test_a_tiled_matmul_leaves_every_host_buffer_as_each_call_on_its_own_does(ba
     assert batching.replayed == unbatched.replayed == 5
     # float32 and integer batches write their sums in place; bfloat16 computes in float32 and casts
     assert any(written_into) == (dtype is not ml_dtypes.bfloat16)
-    assert (lanes.cut > 0) == (lanes.most > 1)
+    assert (lanes.handed > 0) == (lanes.most > 1)
     # each k-block's calls on the 32 cores are one Batch: every call of the launches the replay
     # repeats is in one
     per_core = int(re.search(r"(\d+) kernel calls per core", dict(plan.rules)["tile_matmul_over_array"])[1])
@@ -159,7 +161,7 @@ def test_quantized_matvecs_give_the_results_of_each_call_on_its_own(on_emulator,
     for got, want in zip(on, off):
         np.testing.assert_array_equal(got, want)
     assert members > 0 and batched.members == members
-    assert (lanes.cut > 0) == (lanes.most > 1)
+    assert (lanes.handed > 0) == (lanes.most > 1)
 
 
 def test_a_carried_loop_at_depth_two_over_a_segmented_body_gives_the_carry_of_each_call_on_its_own(
@@ -333,25 +335,3 @@ def test_a_kernel_computing_into_an_array_writes_there_what_it_returns_otherwise
             view[...], stacks[-1] = stacks[-1], view
         assert kernel.compute(*stacks, out=view) is view
         np.testing.assert_array_equal(view, want)
-
-
-
-def test_a_batch_cut_into_parts_computes_and_writes_what_it_does_whole():
-    """Stacked.part: a view operand, member arrays stacked when run, an earlier step's result,
-    outputs written member by member and into one view, on a grid cut along its first axis."""
-    rng = np.random.default_rng(5)
-    a = rng.standard_normal((3, 2, 4, 5)).astype(np.float32)
-    b = [rng.standard_normal((5, 3)).astype(np.float32) for _ in range(6)]
-
-    def run(parts):
-        products = [np.zeros((4, 3), np.float32) for _ in range(6)]
-        sums = np.zeros((3, 2, 4, 3), np.float32)
-        steps = [batch.Stacked(MatMul.compute, (a, b), (3, 2), None, products, False, False),
-                 batch.Stacked(Add.compute, (0, 0), (3, 2), sums, list(sums.reshape(6, 4, 3)), False, False)]
-        for start, end in parts:
-            batch._run([step.part(start, end) for step in steps])
-        return products, sums
-    whole, cut = run([(0, 3)]), run([(0, 1), (1, 3)])
-    for got, want in zip([*cut[0], cut[1]], [*whole[0], whole[1]]):
-        np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(whole[1], 2 * (a @ np.stack(b).reshape(3, 2, 5, 3)))

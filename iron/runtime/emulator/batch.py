@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left, bisect_right
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import cache, partial
 
@@ -40,7 +39,7 @@ from iron.runtime.emulator.replay import (
 
 CALL_COST = 8   # a numpy call of a batch costs about as much as copying 8 members' operands
 BATCH_BYTES = 1 << 21   # the most bytes a Batch's members' operands take, so its arrays stay in cache
-LANES = os.cpu_count() or 1   # the threads a large Batch's members are split over
+LANES = os.cpu_count() or 1   # the threads a launch's large Batches are cut over (lanes.py)
 LANE_BYTES = 1 << 19   # the fewest bytes of operands that pay for handing a part to a thread
 
 
@@ -49,10 +48,11 @@ class Batch:
     """Independent kernel acts (Invoked or Forwarded) of one signature: `bind(windows)` runs each
     step of theirs as one call on their stacked operands. `unread`: per step, whether its output
     is a scratch buffer, which only the later steps read: they take the step's result itself,
-    and the buffer is not written."""
+    and the buffer is not written. `lane`: the thread that runs it (lanes.py; 0: the launch's)."""
 
     members: tuple
     unread: tuple
+    lane: int = 0
 
     @property
     def ops(self) -> set[int]:
@@ -95,7 +95,7 @@ class Batch:
             copied += len(outs) if out is None and not self.unread[k] else 0
             planned.append(Stacked(step.call.batched(step.attrs), tuple(operands), dims, out, outs, self.unread[k],
                                    out is not None and step.call.computes_into))
-        return in_lanes(planned, sum(a.nbytes for step in arrays for members in step for a in members)), copied
+        return partial(_run, planned), copied
 
 
 @dataclass(frozen=True)
@@ -112,46 +112,6 @@ class Stacked:
     outs: list
     unread: bool
     into: bool
-
-    def part(self, start: int, end: int) -> Stacked:
-        """The step on the members at [start, end) of the grid's first axis."""
-        per = len(self.outs) // self.dims[0]   # members per index of that axis
-        return Stacked(self.compute, tuple(a if type(a) is int else a[start:end] if type(a) is np.ndarray
-                                           else a[start * per: end * per] for a in self.operands),
-                       (end - start, *self.dims[1:]), None if self.out is None else self.out[start:end],
-                       self.outs[start * per: end * per], self.unread, self.into)
-
-
-def in_lanes(planned: list[Stacked], nbytes: int):
-    """`run()` of a Batch's steps: its members cut along the grid's first axis into up to LANES
-    parts of at least LANE_BYTES of operands each, run at once on threads as the array's cores
-    run at once (numpy lets go of the GIL in its loops; each member is computed as before), or
-    all in one part."""
-    lanes = min(LANES, planned[0].dims[0], nbytes // LANE_BYTES)
-    if lanes < 2:
-        return partial(_run, planned)
-    first = planned[0].dims[0]
-    cuts = [first * lane // lanes for lane in range(lanes + 1)]
-    return partial(_run_parts, [[step.part(start, end) for step in planned] for start, end in zip(cuts, cuts[1:])])
-
-
-def _run_parts(parts: list[list[Stacked]]):
-    """Each part's steps on a thread of the pool, the first on this one (the parts' members are
-    independent: no part reads or writes what another writes)."""
-    pool = _pool(os.getpid())
-    others = [pool.submit(_run, part) for part in parts[1:]]
-    try:
-        _run(parts[0])
-    finally:
-        wait(others)
-    for other in others:
-        other.result()
-
-
-@cache
-def _pool(pid: int) -> ThreadPoolExecutor:
-    """The process's threads for Batch parts (a forked child makes its own: it has none of its parent's)."""
-    return ThreadPoolExecutor(LANES - 1, thread_name_prefix="iron-batch")
 
 
 def _invoked(act) -> Invoked:
@@ -276,10 +236,19 @@ def _in_waves(trace: list, host_words: list, unread: set) -> list:
             out += acts
             continue
         acts = sorted(acts, key=_output)
-        size = max(2, BATCH_BYTES // sum(p.nbytes for step in _invoked(acts[0]).steps for p in step.pointers))
+        nbytes = sum(p.nbytes for step in _invoked(acts[0]).steps for p in step.pointers)
+        size = max(2, BATCH_BYTES // nbytes)
         for part in (acts[k: k + size] for k in range(0, len(acts), size)):
-            out.append(Batch(tuple(part), unread_outputs(part, unread)) if len(part) > 1 else part[0])
+            out += _cut(part, nbytes, unread_outputs(part, unread)) if len(part) > 1 else part
     return out
+
+
+def _cut(acts: list, nbytes: int, unread: tuple) -> list:
+    """The acts as one Batch, or cut into up to LANES Batches of at least LANE_BYTES of operands,
+    one per lane: their members in order, so each one's outputs still lie a fixed stride apart."""
+    lanes = max(1, min(LANES, len(acts) // 2, len(acts) * nbytes // LANE_BYTES))
+    cuts = [len(acts) * lane // lanes for lane in range(lanes + 1)]
+    return [Batch(tuple(acts[start:end]), unread, lane) for lane, (start, end) in enumerate(zip(cuts, cuts[1:]))]
 
 
 def _moved(act) -> tuple:

@@ -18,6 +18,7 @@ from iron.errors import ArgumentError, DeviceHang, IndexOutOfRange, PlanError
 from iron.runtime.emulator.batch import batched
 from iron.runtime.emulator.core import CoreProgram, compile_function
 from iron.runtime.emulator.kernels import kernel_calls, kernel_mode
+from iron.runtime.emulator.lanes import laned, settle
 from iron.runtime.emulator.objectfifo import ObjectFifos
 from iron.runtime.emulator.replay import Replay
 from iron.runtime.emulator.scheduler import Board, Task, run_until_quiet
@@ -36,6 +37,12 @@ class Run:
         self.queued = False
         self.issued = self.submitted = self.ended = 0.0   # on the timeline, when timed: the host
         # began submitting it, the device had it, the device finished it
+
+
+def _arranged(cycle: list[list], host_words: list) -> list[list]:
+    """The cycle's traces with their kernel calls in Batches, those of lanes other than 0 run
+    on their lanes' threads."""
+    return laned(batched(cycle, host_words), host_words)
 
 
 class Emulator:
@@ -58,7 +65,7 @@ class Emulator:
         run_until_quiet(self._board)
         relays = {b for at, tile in self.tiles.items() if at.kind is TileKind.MEM for b in tile.buffers.values()}
         hosts = [getattr(op, "buffer", None) for op in plan.sequence]
-        arrange = partial(batched, host_words=self.sequence.host_words()) if batch else list
+        arrange = partial(_arranged, host_words=self.sequence.host_words()) if batch else list
         self._replay = Replay(self._state(), self._board, relays, hosts, arrange) if replay else None
 
     def _build(self, plan, make_call):
@@ -192,6 +199,7 @@ class Emulator:
                        "Load the plan again (a new Emulator) after fixing it.")
             raise
         except Exception as exc:
+            settle()
             self._fail(f"an earlier launch of plan '{self.plan.name}' failed ({exc}); the device is "
                        "left mid-launch. Load the plan again (a new Emulator).")
             raise

@@ -1,0 +1,147 @@
+"""Lanes: the Batches batch.py cut over lanes (`Batch.lane`) run on worker threads while the
+launch's thread goes on, as the array's cores run at once (numpy lets go of the GIL in its loops).
+Which acts may overlap is decided once per cycle from the bytes each reads and writes
+(batch.accesses): an act waits for a lane (`Join`) only when that lane has been handed an act
+it conflicts with since it was last joined, and every lane is joined at the end of a launch, so
+each pair of conflicting acts still runs in its recorded order.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from queue import SimpleQueue
+
+from iron.runtime.emulator.batch import Batch, accesses
+
+
+@dataclass(frozen=True, eq=False)
+class Laned:
+    """A Batch handed to its lane's thread when the launch reaches it."""
+
+    batch: Batch
+
+    @property
+    def ops(self) -> set[int]:
+        return self.batch.ops
+
+    def bind(self, windows: list):
+        return lane_thread(self.batch.lane).hand(self.batch.bind(windows))
+
+
+@dataclass(frozen=True, eq=False)
+class Join:
+    """Wait until the lanes' threads have run every act handed to them."""
+
+    lanes: tuple[int, ...]
+    ops = frozenset()
+
+    def bind(self, windows: list):
+        threads = [lane_thread(lane) for lane in self.lanes]
+
+        def join():
+            for thread in threads:
+                thread.join()
+        return join
+
+
+def laned(cycle: list[list], host_words: list) -> list[list]:
+    """Each trace with its Batches of lanes other than 0 handed to their threads, and a Join
+    before each act that conflicts with one handed over since (module docstring)."""
+    return [_laned(trace, host_words) for trace in cycle]
+
+
+def _laned(trace: list, host_words: list) -> list:
+    handed: dict[int, dict] = {}   # lane -> place -> (start, end, writes) of what it was handed since joined
+    out = []
+    for act in trace:
+        lane = act.lane if type(act) is Batch else 0
+        touched = _touched(act, host_words)
+        waits = tuple(k for k, places in handed.items() if k != lane and _conflict(touched, places))
+        if waits:
+            out.append(Join(waits))
+            for k in waits:
+                del handed[k]
+        if lane == 0:
+            out.append(act)
+            continue
+        out.append(Laned(act))
+        places = handed.setdefault(lane, {})
+        for place, runs in touched.items():
+            places.setdefault(place, []).extend(runs)
+    if handed:
+        out.append(Join(tuple(handed)))
+    return out
+
+
+def _touched(act, host_words: list) -> dict:
+    """place -> (start, end, writes) of the bytes the act reads and writes."""
+    found: dict = {}
+    for member in act.members if type(act) is Batch else (act,):
+        for place, start, end, writes in accesses(member, host_words):
+            found.setdefault(place, []).append((start, end, writes))
+    return found
+
+
+def _conflict(touched: dict, places: dict) -> bool:
+    """Whether any run of one writes bytes the other reads or writes."""
+    return any(s < e2 and s2 < e and (w or w2)
+               for place, runs in touched.items() if place in places
+               for s, e, w in runs for s2, e2, w2 in places[place])
+
+
+class LaneThread:
+    """A daemon thread running the callables handed to it in order; `join()` waits for them all
+    and raises the first error one of them raised."""
+
+    def __init__(self):
+        self.queue: SimpleQueue = SimpleQueue()
+        self.error: BaseException | None = None
+        threading.Thread(target=self._serve, daemon=True, name="iron-lane").start()
+
+    def hand(self, run):
+        """A callable handing `run` to the thread."""
+        put = self.queue.put
+        return lambda: put(run)
+
+    def join(self):
+        error = self.wait()
+        if error is not None:
+            raise error
+
+    def wait(self) -> BaseException | None:
+        """Wait for what was handed so far; the first error it raised, no longer kept."""
+        done = threading.Lock()
+        done.acquire()
+        self.queue.put(done.release)
+        done.acquire()
+        error, self.error = self.error, None
+        return error
+
+    def _serve(self):
+        while True:
+            run = self.queue.get()
+            try:
+                run()
+            except BaseException as error:   # noqa: BLE001 - raised again by join()
+                self.error = self.error or error
+
+
+THREADS: dict[tuple[int, int], LaneThread] = {}   # (process id, lane) -> the process's thread of that lane
+
+
+def lane_thread(lane: int) -> LaneThread:
+    """This process's thread of a lane (a forked child starts its own: it has none of its parent's)."""
+    key = (os.getpid(), lane)
+    if key not in THREADS:
+        THREADS[key] = LaneThread()
+    return THREADS[key]
+
+
+def settle():
+    """Wait for every lane's thread of this process to finish what it was handed, dropping its
+    errors: a launch failed on the launch's thread before joining them, and that error is the
+    one raised (the device is left mid-launch)."""
+    for (pid, _), thread in list(THREADS.items()):
+        if pid == os.getpid():
+            thread.wait()
