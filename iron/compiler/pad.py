@@ -10,9 +10,10 @@ call alone reads are padded: inputs, weights, params; states and other groups' r
 every call writing them writes in the user's region only, row by row at the padded stride
 (`pad_written_by_producer`); and results read only as the user's region (by the host, or
 across a segment cut into the compiler's DDR), or by calls that compute over the padded layout
-(`pad_through`; a row reduction over padded N is told the user's width), so no padding a
-kernel writes is read as the user's data. Decided once per design, before placement, from the
-Program and its groups, so every segment sees the same layout."""
+(`pad_through`; a row reduction over padded N is told the user's width; products an
+elementwise group reads together padded alike, `pad_joined`), so no padding a kernel writes is
+read as the user's data. Decided once per design, before placement, from the Program and its
+groups, so every segment sees the same layout."""
 from __future__ import annotations
 
 import math
@@ -168,11 +169,15 @@ def is_cut_value(node: Node) -> bool:
 def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> str:
     """Why `pad_matrix` may not pad a MatMul's or MatVec's tensors, "" when it may (`group_of`:
     each call's group, when the design's, to find the elementwise readers that share the layout)."""
+    return operands_unpadded(call, readers, group_of) or readers_unshared(call, readers, group_of)
+
+
+def operands_unpadded(call: Node, readers: dict, group_of: dict | None) -> str:
+    """Why a MatMul's or MatVec's operands may not be padded, "" when they may."""
     a, b = call.src[:2]
     if a is b:
         return f"it reads {describe(a)} as both operands"
-    why = unpaddable(a, (call,), readers, group_of) or unpaddable(b, (call,), readers, group_of)
-    return why or readers_unshared(call, readers, group_of)
+    return unpaddable(a, (call,), readers, group_of) or unpaddable(b, (call,), readers, group_of)
 
 
 def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
@@ -195,7 +200,7 @@ def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, d
         return ""
     readers = readers_of(program, groups)
     why = matrix_unpadded(call, readers, {c: g for g in groups for c in g.calls})
-    if not why and keeps_n(call, readers) and best_sides(call, device, keep_n=True) is None:
+    if not why and keeps_n(call, readers) and best_sides(call, device, {2: call.shape[-1]}) is None:
         row, whole = next((u, why) for u in readers[call] if (why := width_unshared(u, readers)))
         why = (f"{call_label(program, row)} {whole}, so N keeps its {call.shape[-1]} (pad_through_row_width), and "
                "no padding of M and K alone takes a better grid")
@@ -204,9 +209,10 @@ def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, d
 
 def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
     """Why `calls` may not read `result` (a padded MatMul's) in its padded layout, "" when they
-    may: elementwise calls by `pad_through_elementwise`, a row reduction by `pad_through_rows`,
-    a MatMul reading it as its A by `pad_through_matmul`. No other reader may: the padding of
-    a function of a product need not be zeros (Exp(0) = 1)."""
+    may: elementwise calls by `pad_through_elementwise` (other products with it by `pad_joined`),
+    a row reduction by `pad_through_rows`, a MatMul reading it as its A or B by
+    `pad_through_matmul`, `pad_through_matmul_b`. No other reader may: the padding of a function
+    of a product need not be zeros (Exp(0) = 1)."""
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
         return rows_unshared(calls, result, readers)
     if calls[0].arg.kernel.role is Role.MATRIX:
@@ -222,8 +228,21 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
         return f"makes {describe(calls[-1])}, read by more than the host, views and calls that neither tile nor stream"
     if readers[calls[-1]] != ["host"] and result.shape[-1] * calls[-1].dtype.itemsize % 4:
         return f"makes {describe(calls[-1])}, whose rows other calls read are not whole 32-bit words"
-    why = next((why for n in outside if n is not result and (why := unpaddable(n, calls, readers, group_of))), "")
-    return why and f"also reads a tensor that may not be padded: {why}"
+    products = joined(calls, result, group_of)
+    why = next((why for n in outside if n is not result and n not in products
+                and (why := unpaddable(n, calls, readers, group_of))), "")
+    return (why and f"also reads a tensor that may not be padded: {why}") or join_unshared(products, calls, readers, group_of)
+
+
+def join_unshared(products: tuple[Node, ...], calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
+    """The rule `pad_joined`: why the products elementwise `calls` read may not lie padded alike
+    (`joined_sides`), "" when they may: each read by `calls` alone, over paddable operands."""
+    for other in products if len(products) > 1 else ():
+        why = "it is read elsewhere too" if any(r not in calls for r in readers[other]) \
+            else operands_unpadded(other, readers, group_of)
+        if why:
+            return f"also reads {describe(other)}, which must lie padded alike (pad_joined), but {why}"
+    return ""
 
 
 def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
@@ -290,33 +309,76 @@ def shown(call: Node, readers: dict) -> bool:
 def pad_matrix(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
     """A MatMul or MatVec alone in its group, large enough to tile, over paddable operands, whose
     result is `shown` or read by calls that share its layout (`layout_unshared`): its sides
-    padded, each to a multiple of ROW_QUANTUM per row of cores (M; a MatVec's: per core),
-    K_QUANTUM (K) and ROW_QUANTUM per column (N), when some of them padded (`best_sides`; N its
-    own for a row reduction that `keeps_n`, with a grid for a MatMul reading it, `chained`) gives a better
-    grid; A, B and the result padded to them. While a view or a plain call reads the result
-    (across a cut) the call may run off the grid, reading its operands row by row
-    (words.placement_access): then their rows must be whole words."""
-    (call,) = group.calls if len(group.calls) == 1 else (None,)
-    if call is None or call.arg.kernel.role is not Role.MATRIX or call.arg.writes or call.arg.n_inputs != 2:
+    padded (`padded_sides`), when some of them padded (`best_sides`; N its own for a row
+    reduction that `keeps_n`; M and N agreed with the products an elementwise group reads with it,
+    `joined_sides`; with a grid for a MatMul reading it, `chained`) gives a better grid; A, B and
+    the result padded to them. While a view or a plain call reads the result (across a cut) the
+    call may run off the grid, reading its operands row by row (words.placement_access): then
+    their rows must be whole words."""
+    call = lone_product(group)
+    if call is None or matrix_unpadded(call, readers, group_of):
         return {}
     a, b = call.src[:2]
-    if matrix_unpadded(call, readers, group_of):
-        return {}
     plain_reader = any(u == "view" or isinstance(u, Node) and u.arg.kernel.role in PLAIN for u in readers[call])
     if plain_reader and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
         return {}
-    vector = len(call.shape) == 1
-    large = nbytes(a) > VECTOR_TILED_BYTES if vector else nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
-    if not large:
+    members = joined_with(call, readers, group_of)
+    if not all(map(large, members)):
         return {}
-    sides = best_sides(call, device, keeps_n(call, readers))
-    if sides is None or any(chained(u, sides[::2], u.src[1] is call, device) is None for u in readers[call]
+    if len(members) > 1:
+        sides = (joined_sides(members, device) or {}).get(call)
+    else:
+        sides = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None)
+    if sides is None or any(chained(u, call, sides[::2], device) is None for u in readers[call]
                             if isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX):
         return {}
     big_m, big_k, big_n = sides
-    if vector:
+    if len(call.shape) == 1:
         return {a: (big_m, big_k), b: (big_k,), call: (big_m,)}
     return {a: (big_m, big_k), b: (big_k, big_n), call: (big_m, big_n)}
+
+
+def lone_product(group: Group) -> Node | None:
+    """The MatMul or MatVec of two operands, writing no state, that `group` is alone, if it is one."""
+    (call,) = group.calls if len(group.calls) == 1 else (None,)
+    if call is None or call.arg.kernel.role is not Role.MATRIX or call.arg.writes or call.arg.n_inputs != 2:
+        return None
+    return call
+
+
+def large(call: Node) -> bool:
+    """Whether a MatMul's or MatVec's tensors are too large for one tile, so it tiles."""
+    a, b = call.src[:2]
+    return nbytes(a) > VECTOR_TILED_BYTES if len(call.shape) == 1 else \
+        nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
+
+
+def joined(calls: tuple[Node, ...], result: Node, group_of: dict) -> tuple[Node, ...]:
+    """The products (MatMuls alone in their groups) elementwise `calls` read, `result` one of
+    them, in the order they read them (`pad_joined` pads them alike); () when `result` is not."""
+    products = tuple(n for n in external_inputs(calls) if n.op == Op.CALL and len(n.shape) == 2
+                     and lone_product(group_of[n]) is n)
+    return products if result in products else ()
+
+
+def joined_with(call: Node, readers: dict, group_of: dict) -> tuple[Node, ...]:
+    """The products `pad_joined` pads alike with `call` (itself among them): those its
+    elementwise readers read (`layout_unshared` lets only one group read a product joined)."""
+    users = [u for u in readers[call] if isinstance(u, Node) and u.arg.kernel.role is Role.ELEMENTWISE]
+    return (users and joined(group_of[users[0]].calls, call, group_of)) or (call,)
+
+
+def joined_sides(products: tuple[Node, ...], device) -> dict[Node, tuple[int, int, int] | None] | None:
+    """The rule `pad_joined`: each of the products one elementwise group reads, on the M and N
+    `best_sides` picks for the first (or its own), so that their results lie alike, and on its
+    own K or a padded one (`best_sides`; None: its own sides); None when some product has no
+    grid on those M and N."""
+    first = products[0]
+    big_m, _, big_n = best_sides(first, device) or call_sides(first)
+    sides = {p: best_sides(p, device, {0: big_m, 2: big_n}) for p in products}
+    if any(s is None and p.shape != (big_m, big_n) for p, s in sides.items()):
+        return None
+    return sides
 
 
 def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
@@ -336,7 +398,7 @@ def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, devic
         return rows_through(calls[0], padded[fed[0]])
     if calls[0].arg.kernel.role is Role.MATRIX:
         (a, b), call = calls[0].src[:2], calls[0]
-        sides = chained(call, padded[fed[0]], b is fed[0], device)
+        sides = chained(call, fed[0], padded[fed[0]], device)
         if sides is None:   # a product read by a product read by a product: `pad_matrix` checked the first only
             return {}
         big_m, big_k, big_n = sides
@@ -367,17 +429,11 @@ def keeps_n(call: Node, readers: dict) -> bool:
     return any(width_unshared(u, readers) for u in readers.get(call, []))
 
 
-def chained(call: Node, fed: tuple[int, int], as_b: bool, device) -> tuple[int, int, int] | None:
-    """The sides (M, K, N) of a MatMul reading a padded result that lies in `fed` as its A (M, K)
-    or its B (K, N): its other side its own or padded to a multiple of ROW_QUANTUM per row (M) or
-    column (N) of cores, whichever grid `ranked` puts first; None when neither has a grid."""
-    (own_m, own_n), rows, cols = call.shape, len(device.compute_rows), device.n_cols
-    if as_b:
-        tried = {(m, *fed) for m in (own_m, -(-own_m // (ROW_QUANTUM * rows)) * ROW_QUANTUM * rows)}
-    else:
-        tried = {(*fed, n) for n in (own_n, -(-own_n // (ROW_QUANTUM * cols)) * ROW_QUANTUM * cols)}
-    ranked = _ranked(call, device, tried)
-    return min(ranked)[1] if ranked else None
+def chained(call: Node, result: Node, shape: tuple[int, int], device) -> tuple[int, int, int] | None:
+    """The sides (M, K, N) of a MatMul reading `result`, which lies padded to `shape`, as its A
+    (M, K) or its B (K, N): its other side its own or padded, whichever grid `best_sides` puts
+    first; None when neither has a grid."""
+    return best_sides(call, device, dict(zip((1, 2) if call.src[1] is result else (0, 1), shape)), any_grid=True)
 
 
 def _ranked(call: Node, device, tried, mine=None) -> list[tuple[tuple, tuple[int, int, int]]]:
@@ -393,21 +449,30 @@ def _ranked(call: Node, device, tried, mine=None) -> list[tuple[tuple, tuple[int
     return scored
 
 
-def best_sides(call: Node, device, keep_n: bool = False) -> tuple[int, int, int] | None:
-    """Of the padded sides (N its own when `keep_n`) whose grid is `better` than the call's own
-    sides', those of the fewest kernel calls per core, then the least work per core, then the
-    fewest elements moved; None when none is better."""
-    own = call_sides(call)
-    vector = len(call.shape) == 1
-    rows, cols = len(device.compute_rows), device.n_cols
-    quanta = (ROW_QUANTUM * (rows * cols if vector else rows), K_QUANTUM, 1 if vector else ROW_QUANTUM * cols)
-    up = tuple(-(-side // q) * q for side, q in zip(own, quanta))
-    tried = {tuple(u if pick else s for s, u, pick in zip(own, up, picks)) for picks in product((0, 1), repeat=3)
-             if not (keep_n and picks[2])}
-    if tried == {own}:
-        return None
-    scored = _ranked(call, device, tried - {own}, _grid_score(whole_device_grid(call, device)))
+def best_sides(call: Node, device, fixed: dict[int, int] | None = None,
+               any_grid: bool = False) -> tuple[int, int, int] | None:
+    """Of the sides (M, K, N) tried, each its own or padded to its quantum (`padded_sides`) but
+    those `fixed` gives (index: size), the ones whose grid is `better` than the call's own
+    sides' (`any_grid`, or a fixed side not its own: any grid, its own sides too), of the fewest
+    kernel calls per core, then the least work per core, then the fewest elements moved; None
+    when none is."""
+    own, up, fixed = call_sides(call), padded_sides(call, device), fixed or {}
+    tried = set(product(*({fixed[i]} if i in fixed else {side, u} for i, (side, u) in enumerate(zip(own, up)))))
+    if any_grid or any(own[i] != side for i, side in fixed.items()):
+        scored = _ranked(call, device, tried)
+    else:
+        scored = _ranked(call, device, tried - {own}, _grid_score(whole_device_grid(call, device))) \
+            if tried != {own} else []
     return min(scored)[1] if scored else None
+
+
+def padded_sides(call: Node, device) -> tuple[int, int, int]:
+    """The call's sides padded to a multiple of ROW_QUANTUM per row of cores (M; a MatVec's: per
+    core), of K_QUANTUM (K) and of ROW_QUANTUM per column (N)."""
+    rows, cols = len(device.compute_rows), device.n_cols
+    vector = len(call.shape) == 1
+    quanta = (ROW_QUANTUM * (rows * cols if vector else rows), K_QUANTUM, 1 if vector else ROW_QUANTUM * cols)
+    return tuple(-(-side // q) * q for side, q in zip(call_sides(call), quanta))
 
 
 def better(padded: tuple[float, int], mine: tuple[float, int] | None) -> bool:

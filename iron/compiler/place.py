@@ -413,9 +413,12 @@ def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict) 
     if flow.width > 1 and flow.width != flow.inputs[0].shape[1]:
         what = row_width_text(call, flow)
     elif flow.width == 1 and len(call.shape) == 2:
+        products = sum(map(is_cut_value, flow.inputs))
+        read = "a padded MatMul's result" if products == 1 else \
+            f"pad_joined: {products} padded MatMul results lying alike"
         what = (f"over {call.shape} elements streams over them as they lie padded to {padded[call]} "
-                "(pad_through_elementwise: a padded MatMul's result, the other inputs padded with zeros and the "
-                "result lie so in DDR; only the user's region of the result is read)")
+                f"(pad_through_elementwise: {read}, the other inputs padded with zeros and the result lie so in "
+                "DDR; only the user's region of the result is read)")
     elif flow.width > 1 and is_cut_value(flow.inputs[0]):
         what = (f"over {rows} rows of {flow.width} elements streams over them as they lie padded to "
                 f"{flow.size // flow.width} rows (pad_through_rows: a padded MatMul's result and the result lie so in "

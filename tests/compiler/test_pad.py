@@ -607,6 +607,63 @@ def test_the_second_product_of_a_chain_read_by_an_activation_shares_its_padded_l
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
 
+class SumOfProducts(iron.Graph):
+    """(A @ B) + (C @ D); `out` widens both products (int8 -> int32); `shown` also returns C @ D."""
+
+    def __init__(self, b, d, out=None, shown=False):
+        self.b, self.d, self.out, self.shown = iron.weight(b), iron.weight(d), out, shown
+
+    def body(self, a, c):
+        first, second = MatMul.step(a, self.b, dtype=self.out), MatMul.step(c, self.d, dtype=self.out)
+        total = Add.step(first, second)
+        return (total, second) if self.shown else total
+
+
+JOINED = [("npu2", np.float32, None, 16, [32, 16]), ("npu1", np.float32, None, 8, [16, 16, 8]),
+          ("npu2", np.int8, np.int32, 16, [32, 16]), ("npu1", np.int8, np.int32, 8, [16, 16, 8])]
+
+
+@pytest.mark.parametrize("device, dtype, out, stream, cores", JOINED, ids=["f32-npu2", "f32-npu1", "int8-npu2",
+                                                                          "int8-npu1"])
+def test_two_products_one_elementwise_call_reads_are_padded_alike(device, dtype, out, stream, cores):
+    """pad_joined: (A @ B) + (C @ D) at 509^3 reads two products, which must lie in one padded
+    layout: both are padded to the M and N the first one's padding picks (each its own K: int8's
+    stays 509), each over 16 tiles, and Add streams over the 512 x 512 layout; the result equals
+    reference() (float32 within F32, int8 -> int32 exactly)."""
+    a, b = operands(509, 509, 509, dtype)
+    c, d = operands(509, 509, 509, dtype, seed=3)
+    a, c = (a / 22, c / 22) if out is None else (a, c)
+    graph = SumOfProducts(b, d, out)
+    body = graph.compile(a=a, c=c, device=from_name(device))
+    sides = "M 509 -> 512, N 509 -> 512" if out else "M 509 -> 512, K 509 -> 512, N 509 -> 512"
+    assert rule(body.plan, "pad_to_block") == [
+        chained("g0", "MatMul#0", 16, sides=sides), chained("g1", "MatMul#1", 16, sides=sides),
+        f"g2: Add#2 over (509, 509) elements streams over them as they lie padded to (512, 512) "
+        "(pad_through_elementwise: pad_joined: 2 padded MatMul results lying alike, the other inputs padded with "
+        f"zeros and the result lie so in DDR; only the user's region of the result is read) over {stream} tiles"]
+    assert [len(conf.cores) for conf in body.plan.configurations] == cores
+    k = 509 if out else 512
+    assert padded(body.plan) == {name: ((509, 509), side) for name, side in (
+        ("a", (512, k)), ("b", (k, 512)), ("c", (512, k)), ("d", (k, 512)), ("cut.MatMul#0", (512, 512)),
+        ("cut.MatMul#1", (512, 512)), ("out0", (512, 512)))}
+    got, want = body(a=a, c=c), graph.reference(a=a, c=c)
+    assert got.dtype == want.dtype
+    assert_matches(got, want)
+
+
+def test_products_read_together_are_not_joined_when_one_is_read_elsewhere_too(tmp_path, monkeypatch):
+    """The host also reads C @ D, so it would need its own layout: neither product is padded, and
+    DoesNotFit says why for the first."""
+    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
+    ones = np.ones((509, 509), np.float32)
+    with pytest.raises(DoesNotFit) as err:
+        SumOfProducts(ones, ones, shown=True).compile(a=ones, c=ones, device=from_name("npu2"))
+    assert str(err.value).startswith(
+        "SumOfProducts does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large for one "
+        "configuration (pad_to_block: MatMul#0 is not padded: its result is read by Add(MatMul(a, b), MatMul(c, d)), "
+        "which also reads MatMul(c, d), which must lie padded alike (pad_joined), but it is read elsewhere too). ")
+
+
 # ---- pad_through_row_width: a row reduction over a product whose N is padded -----------------------
 
 class ProductThenSoftmax(iron.Graph):
