@@ -1,7 +1,7 @@
 """Batched replay: the acts of a replayed trace run in waves, and the kernel calls of one wave
 that call the same kernel on operands of the same shapes run as ONE numpy call on their operands
 stacked along leading axes, when the kernel declares that its compute works on them
-(`Kernel.batches`).
+(`Kernel.batches`); a large one is cut into one Batch per lane (lanes.py runs them at once).
 
 Why it is exact: an act reads and writes byte ranges of tile buffers and host words it names (a
 kernel call its pointers; a Forwarded input reads host words, which no kernel writes), so two
@@ -9,8 +9,8 @@ acts conflict when one writes bytes the other reads or writes. An act's wave is 
 the latest wave of an earlier act it conflicts with (`waves_of`): running the waves in order
 runs every pair of conflicting acts in their recorded order, and every buffer ends as it would.
 A batched kernel computes each member as its own call would (numpy elementwise ops, and the same
-BLAS routine on each member's matrices), and its results are written to each member's output,
-but to a scratch buffer (`scratch`), which no one reads before writing it again: the steps after
+BLAS routine on each member's matrices), and its results are written to each member's output
+(by the kernel itself when it `computes_into` one view of them), but to a scratch buffer (`scratch`), which no one reads before writing it again: the steps after
 take the result itself. Operands lying a fixed stride apart (tile buffers of one role on every
 core: tile.allocate; consecutive blocks of host words) are one strided view, others are copied
 into a stacked array.
@@ -245,10 +245,12 @@ def _in_waves(trace: list, host_words: list, unread: set) -> list:
 
 def _cut(acts: list, nbytes: int, unread: tuple) -> list:
     """The acts as one Batch, or cut into up to LANES Batches of at least LANE_BYTES of operands,
-    one per lane: their members in order, so each one's outputs still lie a fixed stride apart."""
+    one per lane: their members in order, so each one's outputs still lie a fixed stride apart;
+    lane 0's last, so the others are handed to their threads before it runs (lanes.py)."""
     lanes = max(1, min(LANES, len(acts) // 2, len(acts) * nbytes // LANE_BYTES))
     cuts = [len(acts) * lane // lanes for lane in range(lanes + 1)]
-    return [Batch(tuple(acts[start:end]), unread, lane) for lane, (start, end) in enumerate(zip(cuts, cuts[1:]))]
+    cut = [Batch(tuple(acts[start:end]), unread, lane) for lane, (start, end) in enumerate(zip(cuts, cuts[1:]))]
+    return cut[1:] + cut[:1]
 
 
 def _moved(act) -> tuple:
