@@ -615,13 +615,15 @@ def test_the_second_product_of_a_chain_read_by_an_activation_shares_its_padded_l
 
 
 class SumOfProducts(iron.Graph):
-    """(A @ B) + (C @ D); `out` widens both products (int8 -> int32); `shown` also returns C @ D."""
+    """(A @ B) + (C @ D); `out` widens both products (int8 -> int32); `shown` also returns C @ D;
+    `shared`: (A @ B) + (A @ D), C unread."""
 
-    def __init__(self, b, d, out=None, shown=False):
-        self.b, self.d, self.out, self.shown = iron.weight(b), iron.weight(d), out, shown
+    def __init__(self, b, d, out=None, shown=False, shared=False):
+        self.b, self.d, self.out, self.shown, self.shared = iron.weight(b), iron.weight(d), out, shown, shared
 
     def body(self, a, c):
-        first, second = MatMul.step(a, self.b, dtype=self.out), MatMul.step(c, self.d, dtype=self.out)
+        first = MatMul.step(a, self.b, dtype=self.out)
+        second = MatMul.step(a if self.shared else c, self.d, dtype=self.out)
         total = Add.step(first, second)
         return (total, second) if self.shown else total
 
@@ -657,6 +659,24 @@ def test_two_products_one_elementwise_call_reads_are_padded_alike(device, dtype,
     got, want = body(a=a, c=c), graph.reference(a=a, c=c)
     assert got.dtype == want.dtype
     assert_matches(got, want)
+
+
+@pytest.mark.parametrize("device, dtype, out", [("npu2", np.float32, None), ("npu1", np.int8, np.int32)],
+                         ids=["f32-npu2", "int8-npu1"])
+def test_two_joined_products_of_one_input_pad_it_once(device, dtype, out):
+    """pad_joined: (A @ B) + (A @ D) reads A in both products (as a gate and an up projection
+    read x): it lies padded once, on the M and K both products take, and equals reference()."""
+    a, b = operands(509, 509, 509, dtype)
+    d = operands(509, 509, 509, dtype, seed=3)[1]
+    a = a / 22 if out is None else a
+    graph = SumOfProducts(b, d, out, shared=True)
+    body = graph.compile(a=a, c=a, device=from_name(device))
+    k = 509 if out else 512
+    assert padded(body.plan) == {name: ((509, 509), side) for name, side in (
+        ("a", (512, k)), ("b", (k, 512)), ("d", (k, 512)), ("cut.MatMul#0", (512, 512)),
+        ("cut.MatMul#1", (512, 512)), ("out0", (512, 512)))}
+    assert "pad_joined: 2 padded MatMul results lying alike" in rule(body.plan, "pad_to_block")[2]
+    assert_matches(body(a=a, c=a), graph.reference(a=a, c=a))
 
 
 def test_products_read_together_are_not_joined_when_one_is_read_elsewhere_too(tmp_path, monkeypatch):
