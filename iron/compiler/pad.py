@@ -27,6 +27,7 @@ from iron.compiler.tiling import (
     call_sides,
     choose_flow,
     choose_grid,
+    flow_bytes,
     row_streamable,
     streamable,
 )
@@ -134,15 +135,17 @@ def producer_unpadded(node: Node, calls: tuple[Node, ...]) -> str:
     or stream reads host tensors only), written row by row at the padded row's stride (a
     call that neither tiles nor streams: words.placement_access; a row reduction streamed in
     row-blocks: grid.py), so the padding is never written and stays the zeros the buffer is
-    made with. A MatMul's grid writes its blocks at its own row stride (a padded product's
-    result is `pad_through`'s), and elementwise calls stream blocks of elements that know no
-    rows; a row at a padded stride starts on a 32-bit word."""
+    made with; elementwise calls streamed (`stream_elementwise`) take blocks of whole rows then,
+    one row's block taking at most SIZE_LIMIT. A MatMul's grid writes its blocks at its own row
+    stride (a padded product's result is `pad_through`'s); a row at a padded stride starts on a
+    32-bit word."""
     if any(c.arg.kernel.role is Role.MATRIX for c in calls):
         return "made by a MatMul or MatVec, whose grid writes its blocks at its own row stride"
     if len(node.shape) == 1:
         return ""
-    if streamable(calls) and held_bytes(list(calls)) > SIZE_LIMIT:
-        return "streamed by elementwise calls in blocks of elements that know no rows, so none skips a padded row's end"
+    if streamable(calls) and held_bytes(list(calls)) > SIZE_LIMIT and flow_bytes(calls, node.shape[1], 1) > SIZE_LIMIT:
+        return (f"streamed by elementwise calls in blocks of whole rows when it lies padded, and a block of one row of "
+                f"{node.shape[1]} elements takes {flow_bytes(calls, node.shape[1], 1)} bytes, more than {SIZE_LIMIT}")
     if node.shape[1] * node.dtype.itemsize % 4:
         return f"whose rows of {node.shape[1]} {node.dtype.name} elements are not whole 32-bit words, so no DMA " \
                "writes them at a padded row's stride"

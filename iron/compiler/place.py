@@ -333,13 +333,16 @@ def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int
 
 def _choose_flow(calls, free: list[Tile], spare: int, device, shim_in: int, padded: dict, width: int = 1):
     """`choose_flow` on the free columns over the length the streamed tensors lie in (padded by
-    `pad_to_block`, or their own); None when they lie inconsistently."""
+    `pad_to_block`, or their own); None when they lie inconsistently. Elementwise calls over
+    their own length whose result lies in wider rows (`pad_written_by_producer`) stream whole rows."""
     inputs = streamed_inputs(calls)[0]
     length = stream_length(calls, inputs, padded)
     if length is None:
         return None
+    result = calls[-1]
+    wider = width == 1 and length == inputs[0].size and padded.get(result, result.shape)[1:] != result.shape[1:]
     return choose_flow(calls, free_columns(free, device), spare, device, shim_in, width=width,
-                       padded=None if length == inputs[0].size else length)
+                       padded=None if length == inputs[0].size else length, row=result.shape[-1] if wider else 1)
 
 
 def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], limits: tuple[int, int],

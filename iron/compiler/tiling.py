@@ -483,7 +483,7 @@ def streamed_inputs(calls) -> tuple[list[Node], list[Node]]:
 
 
 def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int, width: int = 1,
-                padded: int | None = None) -> Flow | None:
+                padded: int | None = None, row: int = 1) -> Flow | None:
     """`stream_elementwise` (and `stream_row_blocks`, in blocks of whole rows of `width`
     elements): on the most free whole columns (within `spare` tiles and `shim_in`
     shim MM2S channels, one per input and column) and the most
@@ -492,7 +492,9 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     the most elements (at most FLOW_BLOCK) that divide each core's share, hold whole 32-bit
     words and fit a core's memory (flow_bytes) with two objects of each FIFO, or one object
     each (no overlap of moves and work) when a block of one row fits only so. None when no block
-    does. `padded`: the elements `pad_to_block` padded the tensors to, streamed instead of theirs."""
+    does. `padded`: the elements `pad_to_block` padded the tensors to, streamed instead of theirs.
+    `row`: elementwise calls whose result lies in wider rows (`pad_written_by_producer`) take
+    blocks of whole rows of that many elements, which each core writes row by row."""
     inputs, shared = streamed_inputs(calls)
     size = padded or inputs[0].size
     shim_in -= len(shared) + any(dynamic_attrs(c) for c in calls)   # each shared row, the words: to every core
@@ -511,7 +513,8 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
             if size % (rows * ncols):
                 continue
             blocks = [b for b in range(min(share, max(FLOW_BLOCK, width)), 0, -1)
-                      if share % b == 0 and b % width == 0 and whole_words(b) and flow_bytes(calls, b, width, objects) <= room]
+                      if share % b == 0 and b % (width * row) == 0 and whole_words(b)
+                      and flow_bytes(calls, b, width, objects) <= room]
             if blocks:
                 return Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]),
                             tuple(full_columns[:ncols]), blocks[0], width=width, shared=tuple(shared),

@@ -50,7 +50,8 @@ def same_kind_of_mlir(plan) -> bool:
 def cut_padding(body, name):
     """The padded DDR buffer of a cut value (or any padded placement), as it lies."""
     cut = next(p for p in body.plan.placements if p.name == name)
-    return body.session.buffers[cut.buffer].view(cut.dtype)[cut.offset:cut.offset + cut.nwords].reshape(cut.padded)
+    words = body.session.buffers[cut.buffer][cut.offset:cut.offset + cut.nwords]   # uint32: offsets count words
+    return words.view(np.uint8)[:np.prod(cut.padded) * cut.dtype.itemsize].view(cut.dtype).reshape(cut.padded)
 
 
 ODD = [
@@ -944,7 +945,7 @@ class ReshapedState(iron.Graph):
 
 
 class ActThenProduct(iron.Graph):
-    """SiLU(A) @ B: SiLU's result, another group's, streamed in blocks of elements."""
+    """SiLU(A) @ B: SiLU's result, another group's, streamed by `stream_elementwise`."""
 
     def __init__(self, b):
         self.b = iron.weight(b)
@@ -953,23 +954,62 @@ class ActThenProduct(iron.Graph):
         return MatMul.step(SiLU.step(a), self.b)
 
 
+class SumThenProduct(iron.Graph):
+    """(A + C) @ B, the product in `out` (int32 for int8 operands)."""
+
+    def __init__(self, b, out=None):
+        self.b, self.out = iron.weight(b), out
+
+    def body(self, a, c):
+        return MatMul.step(Add.step(a, c), self.b, dtype=self.out)
+
+
+STREAMED = [(ActThenProduct, "npu2", np.float32, 509, 32), (ActThenProduct, "npu1", np.float32, 509, 16),
+            (SumThenProduct, "npu2", np.int8, 508, 32), (SumThenProduct, "npu1", np.int8, 508, 16)]
+
+
+@pytest.mark.parametrize("design, device, dtype, k, cores", STREAMED, ids=["silu-npu2", "silu-npu1", "int8-add-npu2",
+                                                                           "int8-add-npu1"])
+def test_elementwise_calls_stream_whole_rows_into_the_padded_layout_a_product_reads(design, device, dtype, k, cores):
+    """pad_written_by_producer: elementwise calls whose result a padded product reads stream it in
+    blocks of whole rows, each written at the padded row's stride (509 float32 or 508 int8
+    elements of 512); the product takes the whole array and equals reference() (int8 -> int32
+    exactly)."""
+    a, b = operands(509, k, 509, dtype)
+    rng = np.random.default_rng(17)
+    c = rng.integers(-50, 50, (509, k)).astype(dtype) if dtype == np.int8 else None
+    graph = design(b, np.int32) if c is not None else design(b)
+    given = {"a": a} | ({"c": c} if c is not None else {})
+    body = graph.compile(**given, device=from_name(device))
+    label = "Add#0" if c is not None else "SiLU#0"
+    assert rule(body.plan, "pad_written_by_producer") == [
+        producer_wrote("g0", label, (512, 512)), read_padded("g1", f"cut.{label}", (512, 512), "MatMul#1")]
+    assert rule(body.plan, "stream_elementwise")[0].endswith(f"streamed in blocks of {k} over 1 tiles (1 rows x 1 "
+                                                             "columns of cores), 509 blocks per core")
+    assert tiles(body.plan.segments[1]) == cores
+    assert_matches(body(**given), graph.reference(**given))
+    written = cut_padding(body, f"cut.{label}")
+    assert written[:509, :k].any() and not written[509:].any() and not written[:, k:].any()
+
+
 WRITTEN_UNPADDED = [
-    (ReshapedState, "MatMul#1 is not padded: its result is read by Add(MatMul(a, b), s), which also reads a tensor "
-                    "that may not be padded: s is a state s.reshape(259081,)[:8] indexes in another shape, whose "
-                    "strides know no padding"),
-    (ActThenProduct, "MatMul#1 is not padded: SiLU(a) is another group's result, streamed by elementwise calls in "
-                     "blocks of elements that know no rows, so none skips a padded row's end"),
+    (ReshapedState, (509, 509), "MatMul#1 is not padded: its result is read by Add(MatMul(a, b), s), which also reads "
+                                "a tensor that may not be padded: s is a state s.reshape(259081,)[:8] indexes in another "
+                                "shape, whose strides know no padding"),
+    (ActThenProduct, (509, 2053), "MatMul#1 is not padded: SiLU(a) is another group's result, streamed by elementwise "
+                                  "calls in blocks of whole rows when it lies padded, and a block of one row of 2053 "
+                                  "elements takes 32848 bytes, more than 32768"),
 ]
 
 
-@pytest.mark.parametrize("design, why", WRITTEN_UNPADDED, ids=["reshaped-state", "streamed-producer"])
-def test_a_tensor_written_in_a_layout_that_knows_no_padding_is_not_padded_saying_why(design, why):
-    """A state written through a view of another shape, or a result elementwise calls stream in
-    blocks of elements, cannot lie padded: the product keeps its 509 sides, and DoesNotFit says
-    why it is not padded."""
-    given = {"a": ((509, 509), np.float32)} | ({"c": ((8,), np.float32)} if design is ReshapedState else {})
+@pytest.mark.parametrize("design, a, why", WRITTEN_UNPADDED, ids=["reshaped-state", "wide-streamed-rows"])
+def test_a_tensor_written_in_a_layout_that_knows_no_padding_is_not_padded_saying_why(design, a, why):
+    """A state written through a view of another shape, or a result elementwise calls would
+    stream in blocks of one row too large for half a tile, cannot lie padded: the product keeps
+    its prime sides, and DoesNotFit says why it is not padded."""
+    given = {"a": (a, np.float32)} | ({"c": ((8,), np.float32)} if design is ReshapedState else {})
     with pytest.raises(DoesNotFit) as err:
-        design(np.ones((509, 509), np.float32)).compile(**given, device=from_name("npu2"))
+        design(np.ones(a[::-1], np.float32)).compile(**given, device=from_name("npu2"))
     assert str(err.value).startswith(
         f"{design.__name__} does not fit npu2 even cut into segments: MatMul#1 (group g1) alone is too large for one "
         f"configuration (pad_to_block: {why}). ")
