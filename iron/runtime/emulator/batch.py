@@ -245,10 +245,12 @@ def _in_waves(trace: list, host_words: list, unread: set) -> list:
 
 def _cut(acts: list, nbytes: int, unread: tuple) -> list:
     """The acts as one Batch, or cut into up to LANES Batches of at least LANE_BYTES of operands,
-    one per lane: their members in order, so each one's outputs still lie a fixed stride apart."""
+    one per lane: their members in order, so each one's outputs still lie a fixed stride apart;
+    lane 0's last, so the others are handed to their threads before it runs (lanes.py)."""
     lanes = max(1, min(LANES, len(acts) // 2, len(acts) * nbytes // LANE_BYTES))
     cuts = [len(acts) * lane // lanes for lane in range(lanes + 1)]
-    return [Batch(tuple(acts[start:end]), unread, lane) for lane, (start, end) in enumerate(zip(cuts, cuts[1:]))]
+    cut = [Batch(tuple(acts[start:end]), unread, lane) for lane, (start, end) in enumerate(zip(cuts, cuts[1:]))]
+    return cut[1:] + cut[:1]
 
 
 def _moved(act) -> tuple:

@@ -56,6 +56,9 @@ def _laned(trace: list, host_words: list) -> list:
     out = []
     for act in trace:
         lane = act.lane if type(act) is Batch else 0
+        if lane == 0 and not handed:   # nothing runs meanwhile
+            out.append(act)
+            continue
         touched = _touched(act, host_words)
         waits = tuple(k for k, places in handed.items() if k != lane and _conflict(touched, places))
         if waits:
