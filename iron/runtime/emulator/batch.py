@@ -1,7 +1,7 @@
 """Batched replay: the acts of a replayed trace run in waves, and the kernel calls of one wave
 that call the same kernel on operands of the same shapes run as ONE numpy call on their operands
 stacked along leading axes, when the kernel declares that its compute works on them
-(`Kernel.batches`).
+(`Kernel.batches`); a large one is cut into one Batch per lane (lanes.py runs them at once).
 
 Why it is exact: an act reads and writes byte ranges of tile buffers and host words it names (a
 kernel call its pointers; a Forwarded input reads host words, which no kernel writes), so two
@@ -9,8 +9,8 @@ acts conflict when one writes bytes the other reads or writes. An act's wave is 
 the latest wave of an earlier act it conflicts with (`waves_of`): running the waves in order
 runs every pair of conflicting acts in their recorded order, and every buffer ends as it would.
 A batched kernel computes each member as its own call would (numpy elementwise ops, and the same
-BLAS routine on each member's matrices), and its results are written to each member's output,
-but to a scratch buffer (`scratch`), which no one reads before writing it again: the steps after
+BLAS routine on each member's matrices), and its results are written to each member's output
+(by the kernel itself when it `computes_into` one view of them), but to a scratch buffer (`scratch`), which no one reads before writing it again: the steps after
 take the result itself. Operands lying a fixed stride apart (tile buffers of one role on every
 core: tile.allocate; consecutive blocks of host words) are one strided view, others are copied
 into a stacked array.
