@@ -266,10 +266,14 @@ def _index(plan, role) -> int:
 
 
 def _write_constants(session, compiled):
+    """Weights and params, and a padded cut buffer's zeros: its producer writes only the user's
+    region (`pad_written_by_producer`), and XRT promises nothing of a new BO's bytes."""
     arrays = compiled.graph._arrays()
     for p in compiled.plan.placements:
         if p.kind in (PlacementKind.WEIGHT, PlacementKind.PARAM):
             session.write(p, arrays[p.name])
+        elif p.kind is PlacementKind.CUT and p.padded is not None:
+            session.write(p, np.zeros(p.shape, p.dtype))
 
 
 def _patch_table(plan, artifacts):

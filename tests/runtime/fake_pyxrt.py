@@ -319,7 +319,9 @@ class Bo(Handle):
 
     def _setup(self, size: int, flags) -> None:
         self._size, self.flags = size, flags
-        self.host_bytes, self.device_bytes = bytearray(size), bytearray(size)
+        # XRT does not promise a new BO's bytes: the stand-in's are not zeros, so a design must
+        # write every byte it relies on (a padded cut buffer's padding included)
+        self.host_bytes, self.device_bytes = bytearray(b"\xff" * size), bytearray(b"\xff" * size)
         self.host_dirty = self.device_newer = False
 
     def size(self) -> int:

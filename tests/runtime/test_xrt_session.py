@@ -10,6 +10,7 @@ import pytest
 
 import iron
 from iron.designs import Walk, numpy_walk
+from iron.kernels import MatMul, RMSNorm
 
 
 def test_host_driven_calls_through_xrt_give_the_reference_walk(xrt):
@@ -67,3 +68,26 @@ def test_a_loop_stopped_and_resumed_through_xrt_and_a_write_waiting_for_it(xrt):
     expect[:11] = 0
     np.testing.assert_array_equal(body.read("trail")[:12], expect)
     assert dict(loop.carry) == {"node": int(numpy_walk(succ, 2, 12)[-1]), "steps": 12}
+
+
+class NormThenProduct(iron.Graph):
+    """RMSNorm's result crosses a segment cut padded to K = 512 for the MatMul reading it
+    (`pad_written_by_producer`): the norm writes only its user's region of the cut buffer."""
+
+    def __init__(self, w, b):
+        self.w, self.b = iron.weight(w), iron.weight(b)
+
+    def body(self, x):
+        return MatMul.step(RMSNorm.step(x, self.w), self.b)
+
+
+def test_a_padded_cut_buffers_padding_is_written_zeros_since_a_new_bo_holds_any_bytes(xrt):
+    """The stand-in's new BOs hold 0xff bytes (NaN as float32), as XRT promises nothing of them:
+    the session writes the padding no kernel writes, so the K padding is zeros, not NaN."""
+    rng = np.random.default_rng(3)
+    x, b = rng.standard_normal((64, 509)).astype(np.float32), rng.standard_normal((509, 64)).astype(np.float32)
+    graph = NormThenProduct(np.linspace(0.5, 1.5, 509, dtype=np.float32), b)
+    body = graph.compile(x=x, device="npu2")
+    cut = [(p.name, p.shape, p.padded) for p in body.plan.placements if p.producer_writes]
+    assert cut == [("cut.RMSNorm#0", (64, 509), (64, 512))]
+    np.testing.assert_allclose(body(x=x), graph.reference(x=x), rtol=1e-4, atol=1e-4)
