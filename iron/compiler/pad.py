@@ -333,10 +333,14 @@ def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
 
 def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, device) -> str:
     """Why `pad_to_block` did not pad the MatMul or MatVec `group` is, as the whole design reads
-    it ("" for other groups or when it may): a segment sees its cut values as host tensors."""
+    it ("" for other groups or when it may): a segment sees its cut values as host tensors. A
+    call of a `pad_shared_input` family that may not share its tensors says why, naming them all."""
     (call,) = group.calls if len(group.calls) == 1 else (None,)
     if call is None or call.arg.kernel.role is not Role.MATRIX:
         return ""
+    refused = next((s for s in shared_layouts(program, groups, device) if s.why and call in s.calls), None)
+    if refused:
+        return f"{call_label(program, call)} is not padded: {PAD_SHARED_INPUT}: {refused.text(program)}"
     readers = readers_of(program, groups)
     why = matrix_unpadded(call, readers, {c: g for g in groups for c in g.calls})
     if not why and keeps_n(call, readers) and best_sides(call, device, {2: call.shape[-1]}) is None:
