@@ -6,13 +6,14 @@ once is cut into segments, each compiled by the same passes (segment.py). docs/a
 draws the pipeline. Plans are kept per Program, device and fed Plan, so compiling again costs a lookup."""
 from __future__ import annotations
 
+from dataclasses import replace
 from weakref import WeakKeyDictionary
 
 from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.fuse import Group, fuse
 from iron.compiler.invariants import check_plan
 from iron.compiler.lower import Lowered, lower
-from iron.compiler.pad import pad_to_block
+from iron.compiler.pad import pad_to_block, zeros_rules
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
@@ -39,6 +40,9 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
         plan = whole
     else:   # too big for the array at once: segments
         plan = compile_segments(program, device, groups, feeds, try_groups, whole, padded)
+    kept_zeros = zeros_rules(program, groups, padded)
+    if kept_zeros:
+        plan = replace(plan, rules=(*plan.rules, *kept_zeros))
     plans[(device, id(feeds))] = (feeds, plan)
     return plan
 

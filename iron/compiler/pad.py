@@ -47,6 +47,7 @@ from iron.ir import (
 from iron.kernels.base import Role
 
 PAD_WRITTEN_BY_PRODUCER = "pad_written_by_producer"
+PAD_THROUGH_ZEROS = "pad_through_zeros"
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
@@ -225,13 +226,45 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
     if len(outside) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
         return f"does not stream (its group fits a tile or reads more than {MAX_FLOW_INPUTS} tensors)"
     if not shown(calls[-1], readers):
-        return f"makes {describe(calls[-1])}, read by more than the host, views and calls that neither tile nor stream"
-    if readers[calls[-1]] != ["host"] and result.shape[-1] * calls[-1].dtype.itemsize % 4:
+        why = zeros_unkept(calls, readers, group_of)
+        if why:
+            return why
+    elif readers[calls[-1]] != ["host"] and result.shape[-1] * calls[-1].dtype.itemsize % 4:
         return f"makes {describe(calls[-1])}, whose rows other calls read are not whole 32-bit words"
     products = joined(calls, result, group_of)
     why = next((why for n in outside if n is not result and n not in products
                 and (why := unpaddable(n, calls, readers, group_of))), "")
     return (why and f"also reads a tensor that may not be padded: {why}") or join_unshared(products, calls, readers, group_of)
+
+
+def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
+    """The rule `pad_through_zeros`: why a MatMul may not read the last result of elementwise
+    `calls` over a padded product's layout as its padded A or B, "" when it may: every call keeps
+    zeros (`Kernel.keeps_zeros`), so the padding they compute from padding (the product's is
+    zeros, `pad_through_matmul`; their other inputs' too) is zeros, as K's padding must be; the
+    host reads the result at most once, and every other reader is a MatMul sharing its layout."""
+    last = calls[-1]
+    users = readers.get(last, [])
+    unkept = next((c for c in calls if not c.arg.kernel.keeps_zeros), None)
+    if unkept is not None or users.count("host") > 1 or any(
+            u != "host" and not (isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX) for u in users):
+        why = f" ({describe(unkept)} maps zeros to other values)" if unkept is not None else ""
+        return f"makes {describe(last)}, read by more than the host, views and calls that neither tile nor stream{why}"
+    return next((f"makes {describe(last)}, read by {describe(u)}, which {why}" for u in users if isinstance(u, Node)
+                 and (why := matmul_unshared(group_of[u].calls, last, readers, group_of))), "")
+
+
+def matrix_readers(call: Node, readers: dict, group_of: dict) -> list[tuple[Node, Node]]:
+    """(MatMul, the tensor it reads) for each MatMul reading `call`'s result, directly or as
+    the last result of an elementwise group reading it (`pad_through_zeros`)."""
+    found = []
+    for user in (u for u in readers.get(call, []) if isinstance(u, Node)):
+        if user.arg.kernel.role is Role.MATRIX:
+            found.append((user, call))
+        elif user.arg.kernel.role is Role.ELEMENTWISE:
+            last = group_of[user].calls[-1]
+            found += [(r, last) for r in readers.get(last, []) if isinstance(r, Node) and r.arg.kernel.role is Role.MATRIX]
+    return found
 
 
 def join_unshared(products: tuple[Node, ...], calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
@@ -329,8 +362,8 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device) -> dict[Node
         sides = (joined_sides(members, device) or {}).get(call)
     else:
         sides = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None)
-    if sides is None or any(chained(u, call, sides[::2], device) is None for u in readers[call]
-                            if isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX):
+    if sides is None or any(chained(u, read, sides[::2], device) is None
+                            for u, read in matrix_readers(call, readers, group_of)):
         return {}
     big_m, big_k, big_n = sides
     if len(call.shape) == 1:
@@ -540,6 +573,25 @@ def _flow_score(calls, device, padded, width: int = 1) -> tuple[int, int] | None
     flow = choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
                        device.n_cols * device.shim.dma_out_channels, width=width, padded=padded)
     return None if flow is None else (flow.size / len(flow.tiles), flow.rounds)
+
+
+def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> list[tuple[str, str]]:
+    """`pad_through_zeros` as describe() shows it, once for the design: each elementwise group
+    over a padded layout whose result a MatMul reads padded, its padding zeros its kernels kept."""
+    readers, written = readers_of(program, groups), written_by_producer(padded, groups)
+    lines = []
+    for group in groups:
+        last = group.calls[-1]
+        users = [u for u in readers.get(last, []) if isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX]
+        if last not in padded or last in written or not users or group.calls[0].arg.kernel.role is not Role.ELEMENTWISE:
+            continue
+        sums = ", ".join(f"{call_label(program, u)} sums over it as its {'A' if u.src[0] is last else 'B'}'s"
+                         for u in users)
+        labels = ", ".join(call_label(program, c) for c in group.calls)
+        lines.append((PAD_THROUGH_ZEROS, f"{group.name}: {labels} keeps zeros, so the padding of "
+                      f"{describe(last)} as it lies padded to {padded[last]} is zeros, computed from zeros; "
+                      f"{sums} K padding"))
+    return lines
 
 
 # ---- what placement reads back --------------------------------------------------------------------

@@ -12,11 +12,25 @@ from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Direction, Dma, HostRole, PlacementKind, TileKind
 from iron.errors import DoesNotFit, IndexOutOfRange, PlanError
-from iron.kernels import Add, Argmax, Copy, MatMul, Max, Mul, RMSNorm, Scale, SiLU, Softmax
+from iron.kernels import (
+    Add,
+    Argmax,
+    Copy,
+    Exp,
+    MatMul,
+    Max,
+    Mul,
+    ReLU,
+    RMSNorm,
+    Scale,
+    SiLU,
+    Softmax,
+)
 from tests.compiler.designs import Product, Projection, Sum, operands
 from tests.compiler.test_mlir import op_names
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order than numpy
+BF16 = iron.bfloat16
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
 
@@ -1051,3 +1065,60 @@ def test_versions_sharing_a_state_one_of_them_pads_say_so_instead_of_misreading_
         "(pad_to_block pads a state for a version whose padded call reads it, pad_written_by_producer), and the "
         "versions share its memory: declare it as (512, 512) and use its first rows and columns, or read it alike in "
         "every version.")
+
+
+# ---- pad_through_zeros, pad_upstream_zeros: elementwise calls that keep zeros (Kernel.keeps_zeros) -------------
+
+class ProductOfAct(iron.Graph):
+    """act(A @ B) @ D: the activation's result is the second product's A."""
+
+    def __init__(self, act, b, d, **attrs):
+        self.act, self.attrs, self.b, self.d = act, attrs, iron.weight(b), iron.weight(d)
+
+    def body(self, a):
+        return MatMul.step(self.act.step(MatMul.step(a, self.b), **self.attrs), self.d)
+
+
+def kept_zeros(g, labels, shape, reader="MatMul#2 sums over it as its A's"):
+    return (f"{g}: {labels} keeps zeros, so the padding of {{}} as it lies padded to {shape} is zeros, computed from "
+            f"zeros; {reader} K padding")
+
+
+ACTS = [("npu2", SiLU, {}, (509, 509, 509), np.float32, (512, 512), 32),
+        ("npu1", SiLU, {}, (509, 509, 509), np.float32, (512, 512), 16),
+        ("npu2", ReLU, {}, (1000, 257, 509), np.float32, (1024, 512), 32),
+        ("npu1", Scale, {"factor": 0.5}, (96, 509, 1021), np.float32, (96, 1024), 16),
+        ("npu2", SiLU, {}, (96, 509, 1021), BF16, (96, 1024), 32)]
+
+
+@pytest.mark.parametrize("device, act, attrs, sides, dtype, lies, cores", ACTS,
+                         ids=["silu-npu2", "silu-npu1", "relu-1000x257x509", "scale-96x509x1021", "silu-bf16"])
+def test_a_product_of_an_activation_that_keeps_zeros_reads_it_padded(device, act, attrs, sides, dtype, lies, cores):
+    """pad_through_zeros: act(A @ B) @ D, act keeping zeros (act(0) = 0): the activation's padding,
+    computed from A @ B's zero padding, is zeros, so the second product reads it padded as its A
+    (its N padding the second's K padding); all three groups take the whole array and the result
+    equals reference()."""
+    (m, k, n), label = sides, f"{act.__name__}#1"
+    a, b = operands(m, k, n, np.float32)
+    d = operands(n, n, k, np.float32, seed=3)[1]
+    graph = ProductOfAct(act, (b / 8).astype(dtype), (d / 8).astype(dtype), **attrs)
+    a = a.astype(dtype)
+    body = graph.compile(a=a, device=from_name(device))
+    what = f"{act.__name__}(MatMul(a, b))"
+    assert rule(body.plan, "pad_through_zeros") == [kept_zeros("g1", label, lies).format(what)]
+    assert [tiles(s) for s in body.plan.segments] == [cores] * 3
+    assert padded(body.plan)[f"cut.{label}"] == ((m, n), lies)
+    got, want = body(a=a), graph.reference(a=a)
+    tolerance = F32 if dtype == np.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    np.testing.assert_allclose(np.float32(got), np.float32(want), **tolerance)
+
+
+def test_a_product_of_an_activation_that_does_not_keep_zeros_is_refused_with_the_kernel():
+    """Exp(0) = 1: Exp(A @ B)'s padding is ones, which a product would sum as data, so A @ B
+    keeps its sides and DoesNotFit says which call maps zeros to other values."""
+    a, b = operands(509, 509, 509, np.float32)
+    with pytest.raises(DoesNotFit) as err:
+        ProductOfAct(Exp, b, b).compile(a=a, device=from_name("npu2"))
+    assert ("(pad_to_block: MatMul#0 is not padded: its result is read by Exp(MatMul(a, b)), which makes "
+            "Exp(MatMul(a, b)), read by more than the host, views and calls that neither tile nor stream "
+            "(Exp(MatMul(a, b)) maps zeros to other values))") in str(err.value)
