@@ -170,15 +170,17 @@ def is_cut_value(node: Node) -> bool:
 def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> str:
     """Why `pad_matrix` may not pad a MatMul's or MatVec's tensors, "" when it may (`group_of`:
     each call's group, when the design's, to find the elementwise readers that share the layout)."""
-    return operands_unpadded(call, readers, group_of) or readers_unshared(call, readers, group_of)
+    joined = joined_with(call, readers, group_of) if group_of else (call,)
+    return operands_unpadded(call, joined, readers, group_of) or readers_unshared(call, readers, group_of)
 
 
-def operands_unpadded(call: Node, readers: dict, group_of: dict | None) -> str:
-    """Why a MatMul's or MatVec's operands may not be padded, "" when they may."""
+def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dict | None) -> str:
+    """Why a MatMul's or MatVec's operands may not be padded, "" when they may; the products
+    `joined` with it (`pad_joined`, itself among them) may read them too, padded alike."""
     a, b = call.src[:2]
     if a is b:
         return f"it reads {describe(a)} as both operands"
-    return unpaddable(a, (call,), readers, group_of) or unpaddable(b, (call,), readers, group_of)
+    return unpaddable(a, joined, readers, group_of) or unpaddable(b, joined, readers, group_of)
 
 
 def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
@@ -272,7 +274,7 @@ def join_unshared(products: tuple[Node, ...], calls: tuple[Node, ...], readers: 
     (`joined_sides`), "" when they may: each read by `calls` alone, over paddable operands."""
     for other in products if len(products) > 1 else ():
         why = "it is read elsewhere too" if any(r not in calls for r in readers[other]) \
-            else operands_unpadded(other, readers, group_of)
+            else operands_unpadded(other, products, readers, group_of)
         if why:
             return f"also reads {describe(other)}, which must lie padded alike (pad_joined), but {why}"
     return ""
@@ -397,18 +399,20 @@ def joined(calls: tuple[Node, ...], result: Node, group_of: dict) -> tuple[Node,
 def joined_with(call: Node, readers: dict, group_of: dict) -> tuple[Node, ...]:
     """The products `pad_joined` pads alike with `call` (itself among them): those its
     elementwise readers read (`layout_unshared` lets only one group read a product joined)."""
-    users = [u for u in readers[call] if isinstance(u, Node) and u.arg.kernel.role is Role.ELEMENTWISE]
+    users = [u for u in readers.get(call, []) if isinstance(u, Node) and u.arg.kernel.role is Role.ELEMENTWISE]
     return (users and joined(group_of[users[0]].calls, call, group_of)) or (call,)
 
 
 def joined_sides(products: tuple[Node, ...], device) -> dict[Node, tuple[int, int, int] | None] | None:
     """The rule `pad_joined`: each of the products one elementwise group reads, on the M and N
     `best_sides` picks for the first (or its own), so that their results lie alike, and on its
-    own K or a padded one (`best_sides`; None: its own sides); None when some product has no
-    grid on those M and N."""
+    own K or a padded one (`best_sides`; None: its own sides), the first's K too when two of
+    them read one operand, which lies padded once; None when some product has no grid so."""
     first = products[0]
-    big_m, _, big_n = best_sides(first, device) or call_sides(first)
-    sides = {p: best_sides(p, device, {0: big_m, 2: big_n}) for p in products}
+    big_m, big_k, big_n = best_sides(first, device) or call_sides(first)
+    shared = len({n for p in products for n in p.src[:2]}) < 2 * len(products)   # an operand lies padded alike too
+    sides = {p: best_sides(p, device, {0: big_m, 1: big_k, 2: big_n} if shared else {0: big_m, 2: big_n})
+             for p in products}
     if any(s is None and p.shape != (big_m, big_n) for p, s in sides.items()):
         return None
     return sides

@@ -55,6 +55,12 @@ def padded(plan):
     return {p.name: (p.shape, p.padded) for p in plan.placements if p.padded is not None}
 
 
+def same_kind_of_mlir(plan) -> bool:
+    """The MLIR holds only allowed ops and names no padding: it lies in buffer sizes and DMA patterns."""
+    text = print_mlir(plan)
+    return set(op_names(text)) <= ALLOWED_OPS and "pad" not in text
+
+
 def cut_padding(body, name):
     """The padded DDR buffer of a cut value (or any padded placement), as it lies."""
     cut = next(p for p in body.plan.placements if p.name == name)
@@ -591,6 +597,7 @@ def test_a_padded_product_read_as_the_next_products_b_keeps_its_k_padding_zeros(
     assert_matches(got, want)
     product = cut_padding(body, "cut.MatMul#0")
     assert product[:509, :509].any() and not product[509:].any() and not product[:, 509:].any()
+    assert same_kind_of_mlir(body.plan)
 
 
 class ChainThenAct(iron.Graph):
@@ -618,17 +625,20 @@ def test_the_second_product_of_a_chain_read_by_an_activation_shares_its_padded_l
     assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 1048576 bytes cross (MatMul#0)",
                                                    "cut before g2: 1048576 bytes cross (MatMul#1)"]
     assert padded(body.plan)["cut.MatMul#1"] == ((509, 509), (512, 512))
+    assert same_kind_of_mlir(body.plan)
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
 
 class SumOfProducts(iron.Graph):
-    """(A @ B) + (C @ D); `out` widens both products (int8 -> int32); `shown` also returns C @ D."""
+    """(A @ B) + (C @ D); `out` widens both products (int8 -> int32); `shown` also returns C @ D;
+    `shared`: (A @ B) + (A @ D), C unread."""
 
-    def __init__(self, b, d, out=None, shown=False):
-        self.b, self.d, self.out, self.shown = iron.weight(b), iron.weight(d), out, shown
+    def __init__(self, b, d, out=None, shown=False, shared=False):
+        self.b, self.d, self.out, self.shown, self.shared = iron.weight(b), iron.weight(d), out, shown, shared
 
     def body(self, a, c):
-        first, second = MatMul.step(a, self.b, dtype=self.out), MatMul.step(c, self.d, dtype=self.out)
+        first = MatMul.step(a, self.b, dtype=self.out)
+        second = MatMul.step(a if self.shared else c, self.d, dtype=self.out)
         total = Add.step(first, second)
         return (total, second) if self.shown else total
 
@@ -660,9 +670,28 @@ def test_two_products_one_elementwise_call_reads_are_padded_alike(device, dtype,
     assert padded(body.plan) == {name: ((509, 509), side) for name, side in (
         ("a", (512, k)), ("b", (k, 512)), ("c", (512, k)), ("d", (k, 512)), ("cut.MatMul#0", (512, 512)),
         ("cut.MatMul#1", (512, 512)), ("out0", (512, 512)))}
+    assert same_kind_of_mlir(body.plan)
     got, want = body(a=a, c=c), graph.reference(a=a, c=c)
     assert got.dtype == want.dtype
     assert_matches(got, want)
+
+
+@pytest.mark.parametrize("device, dtype, out", [("npu2", np.float32, None), ("npu1", np.int8, np.int32)],
+                         ids=["f32-npu2", "int8-npu1"])
+def test_two_joined_products_of_one_input_pad_it_once(device, dtype, out):
+    """pad_joined: (A @ B) + (A @ D) reads A in both products (as a gate and an up projection
+    read x): it lies padded once, on the M and K both products take, and equals reference()."""
+    a, b = operands(509, 509, 509, dtype)
+    d = operands(509, 509, 509, dtype, seed=3)[1]
+    a = a / 22 if out is None else a
+    graph = SumOfProducts(b, d, out, shared=True)
+    body = graph.compile(a=a, c=a, device=from_name(device))
+    k = 509 if out else 512
+    assert padded(body.plan) == {name: ((509, 509), side) for name, side in (
+        ("a", (512, k)), ("b", (k, 512)), ("d", (k, 512)), ("cut.MatMul#0", (512, 512)),
+        ("cut.MatMul#1", (512, 512)), ("out0", (512, 512)))}
+    assert "pad_joined: 2 padded MatMul results lying alike" in rule(body.plan, "pad_to_block")[2]
+    assert_matches(body(a=a, c=a), graph.reference(a=a, c=a))
 
 
 def test_products_read_together_are_not_joined_when_one_is_read_elsewhere_too(tmp_path, monkeypatch):
@@ -737,8 +766,7 @@ def test_a_row_reduction_of_a_padded_product_reduces_its_padded_width_told_the_u
     assert padded(body.plan) == {"a": ((509, 509), (512, 512)), "b": ((509, 509), (512, 512)),
                                  "cut.MatMul#0": ((509, 509), (512, 512)), "out0": result,
                                  **({"w": ((509,), (512,))} if kernel is RMSNorm else {})}
-    names = set(op_names(print_mlir(body.plan)))   # the padding is in sizes and patterns, the length an operand
-    assert names <= ALLOWED_OPS and "pad" not in print_mlir(body.plan)
+    assert same_kind_of_mlir(body.plan)   # the padding is in sizes and patterns only
     got, want = body(a=a), graph.reference(a=a)
     assert ((a @ b)[:100] < 0).all()
     assert got.shape == want.shape == result[0] and got.dtype == want.dtype
@@ -822,8 +850,7 @@ def test_a_product_reads_another_groups_result_its_producer_wrote_padded(device,
     writes = {(op.sizes[2:], op.strides[2:]) for op in body.plan.segments[0].sequence
               if isinstance(op, Dma) and op.direction is Direction.S2MM}
     assert writes == {((m, k), (big_k, 1))}   # each row of the user's k words at the padded row's stride
-    names = set(op_names(print_mlir(body.plan)))   # the padding is in sizes and patterns only
-    assert names <= ALLOWED_OPS and "pad" not in print_mlir(body.plan)
+    assert same_kind_of_mlir(body.plan)   # the padding is in sizes and patterns only
     np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
     normed = cut_padding(body, "cut.RMSNorm#0")
     np.testing.assert_allclose(normed[:m, :k], RMSNorm.compute(x, w, 1e-5), **F32)
