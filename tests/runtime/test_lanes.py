@@ -1,6 +1,8 @@
 """Lanes (iron/runtime/emulator/lanes.py): which acts of a replayed launch wait for which lane's
 thread, and the threads themselves. That designs on lanes give what each call on its own does
 is tests/runtime/test_batched_replay.py's (`lanes` fixture)."""
+import threading
+
 import pytest
 
 from iron.runtime.emulator.batch import Batch
@@ -60,3 +62,13 @@ def test_settling_after_a_failed_launch_leaves_no_lane_error_for_the_next():
     lane_thread(1).hand(fails)()
     settle()
     lane_thread(1).join()
+
+
+def test_joining_runs_on_the_joining_thread_what_the_lane_thread_has_not_started(monkeypatch):
+    """On a busy machine the lane's thread may not have had a CPU yet: join does not wait for it."""
+    monkeypatch.setattr(threading.Thread, "start", lambda self: None)   # a thread that never runs
+    thread, ran = LaneThread(), []
+    for k in range(3):
+        thread.hand(lambda k=k: ran.append((k, threading.get_ident())))()
+    thread.join()
+    assert ran == [(k, threading.get_ident()) for k in range(3)]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from dataclasses import dataclass
-from queue import SimpleQueue
 
 from iron.runtime.emulator.batch import Batch, accesses
 
@@ -94,18 +94,26 @@ def _conflict(touched: dict, places: dict) -> bool:
 
 
 class LaneThread:
-    """A daemon thread running the callables handed to it in order; `join()` waits for them all
-    and raises the first error one of them raised."""
+    """A daemon thread running the callables handed to it in order, one at a time; `join()`
+    runs on the joining thread those it has not started (on a busy machine the lane's thread may
+    not have had a CPU yet), waits for the one it is running, and raises the first error one of
+    them raised."""
 
     def __init__(self):
-        self.queue: SimpleQueue = SimpleQueue()
+        self.handed: deque = deque()   # append and popleft are atomic under the GIL
+        self.count = threading.Semaphore(0)   # one release per callable handed
+        self.turn = threading.Lock()   # held by whichever thread runs the lane's callables
         self.error: BaseException | None = None
         threading.Thread(target=self._serve, daemon=True, name="iron-lane").start()
 
     def hand(self, run):
         """A callable handing `run` to the thread."""
-        put = self.queue.put
-        return lambda: put(run)
+        handed, count = self.handed, self.count
+
+        def hand():
+            handed.append(run)
+            count.release()
+        return hand
 
     def join(self):
         error = self.wait()
@@ -113,21 +121,29 @@ class LaneThread:
             raise error
 
     def wait(self) -> BaseException | None:
-        """Wait for what was handed so far; the first error it raised, no longer kept."""
-        done = threading.Lock()
-        done.acquire()
-        self.queue.put(done.release)
-        done.acquire()
+        """Run or wait for what was handed so far; the first error it raised, no longer kept."""
+        with self.turn:
+            while self.handed:
+                self._next()
         error, self.error = self.error, None
         return error
 
     def _serve(self):
         while True:
-            run = self.queue.get()
-            try:
-                run()
-            except BaseException as error:   # noqa: BLE001 - raised again by join()
-                self.error = self.error or error
+            self.count.acquire()
+            with self.turn:
+                self._next()
+
+    def _next(self):
+        """Run the first callable not yet run, if any (the joining thread may have run it)."""
+        try:
+            run = self.handed.popleft()
+        except IndexError:
+            return
+        try:
+            run()
+        except BaseException as error:   # noqa: BLE001 - raised again by join()
+            self.error = self.error or error
 
 
 THREADS: dict[tuple[int, int], LaneThread] = {}   # (process id, lane) -> the process's thread of that lane
