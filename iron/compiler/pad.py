@@ -17,6 +17,7 @@ groups, so every segment sees the same layout."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from itertools import product
 
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
@@ -48,6 +49,7 @@ from iron.kernels.base import Role
 
 PAD_WRITTEN_BY_PRODUCER = "pad_written_by_producer"
 PAD_THROUGH_ZEROS = "pad_through_zeros"
+PAD_SHARED_INPUT = "pad_shared_input"
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
@@ -64,9 +66,13 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[No
     tensor is read by its group alone (`unpaddable`), so no two groups pad one tensor."""
     readers = readers_of(program, groups)
     group_of = {call: group for group in groups for call in group.calls}
+    layouts = [s for s in shared_layouts(program, groups, device) if not s.why]
+    agreed = {call: sides for s in layouts for call, sides in zip(s.calls, s.sides)}
+    readers = answered(readers, layouts)
     padded: dict[Node, tuple[int, ...]] = {}
     for group in groups:
-        padded |= pad_matrix(group, readers, group_of, device) or pad_through(group, padded, readers, group_of, device) or \
+        padded |= pad_matrix(group, readers, group_of, device, agreed) or \
+            pad_through(group, padded, readers, group_of, device) or \
             pad_stream(group, readers, device) or pad_rows(group, readers, device)
     return padded
 
@@ -86,6 +92,139 @@ def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list]:
         for node in value.src:
             found.setdefault(node, []).append("carry")
     return found
+
+
+# ---- pad_shared_input: a tensor several padded products read --------------------------------------
+
+@dataclass(frozen=True)
+class SharedLayout:
+    """`pad_shared_input`'s decision for products linked by the tensors they share (and by
+    `pad_joined`): each call's sides (M, K, N), in `calls`' order, or why they stay their own."""
+    tensors: tuple[Node, ...]   # the tensors several of `calls` read
+    calls: tuple[Node, ...]     # in program order
+    sides: tuple[tuple[int, int, int], ...]
+    why: str = ""               # "" when they lie padded to `sides`
+
+    def text(self, program: Program) -> str:
+        """The describe() line of this decision."""
+        names = ", ".join(describe(t) for t in self.tensors)
+        labels = ", ".join(call_label(program, c) for c in self.calls)
+        if self.why:
+            return f"{names} read by {labels} stay unpadded: {self.why}"
+        lies = "; ".join(f"{call_label(program, c)} on (M, K, N) = {s}" for c, s in zip(self.calls, self.sides))
+        return (f"{names} read by {labels} padded once, to the largest sides they ask for, each with a grid on "
+                f"them: {lies}")
+
+
+def shared_layouts(program: Program, groups: tuple[Group, ...], device) -> list[SharedLayout]:
+    """The rule `pad_shared_input`: a tensor several MatMuls or MatVecs read (each alone in its
+    group, once, as A or B) that may be padded for them all (`unpaddable`) lies padded once for
+    them all. The sides its readers share (and those `pad_joined` joins, M and N of products one
+    elementwise group reads) are unified; each takes the largest of the sides its calls ask for on
+    their own (`best_sides`, or their own); every call must then pad on them (`pad_matrix`: its
+    grid exists there, its readers share its layout), else none does and the tensors stay unpadded."""
+    readers = readers_of(program, groups)
+    group_of = {call: group for group in groups for call in group.calls}
+    tensors = [t for t, users in readers.items() if len(users) > 1 and all(
+        isinstance(u, Node) and lone_product(group_of[u]) is u and large(u) and u.src[:2].count(t) == 1
+        for u in users)
+        and not unpaddable(t, tuple(users), readers, group_of)]
+    order = {call: i for i, call in enumerate(group_of)}
+    found = []
+    for calls in families(tensors, readers, group_of):
+        mine = tuple(t for t in tensors if readers[t][0] in calls)
+        layout = agree(program, mine, tuple(sorted(calls, key=order.get)), readers, group_of, device)
+        if layout.sides != tuple(map(call_sides, layout.calls)):   # none asks for padding: nothing to share
+            found.append(layout)
+    return found
+
+
+def families(tensors: list[Node], readers: dict, group_of: dict) -> list[set[Node]]:
+    """The products linked by the `tensors` they share or by `pad_joined`, one set per family."""
+    links: dict[Node, set[Node]] = {}
+    for t in tensors:
+        for call in readers[t]:
+            links.setdefault(call, set()).update(readers[t])
+    for call in list(links):
+        for other in joined_with(call, readers, group_of):
+            links.setdefault(call, set()).add(other)
+            links.setdefault(other, set()).add(call)
+    found: list[set[Node]] = []
+    for call in links:
+        if any(call in f for f in found):
+            continue
+        family, todo = set(), [call]
+        while todo:
+            node = todo.pop()
+            if node not in family:
+                family.add(node)
+                todo.extend(links[node])
+        found.append(family)
+    return found
+
+
+def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], readers: dict, group_of: dict,
+          device) -> SharedLayout:
+    """One family's `SharedLayout`: each unified side the largest its calls ask for."""
+    root: dict[tuple[Node, int], tuple[Node, int]] = {}
+
+    def find(key):
+        while root.get(key, key) != key:
+            key = root[key]
+        return key
+
+    for t in tensors:
+        for same in zip(*(side_indices(call, t) for call in readers[t])):
+            for key in same[1:]:
+                root[find(key)] = find(same[0])
+    for call in calls:
+        for other in joined_with(call, readers, group_of):
+            for i in (0, 2):
+                root[find((other, i))] = find((call, i))
+    largest: dict[tuple[Node, int], int] = {}
+    for call in calls:
+        asks = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None) or call_sides(call)
+        for i, side in enumerate(asks):
+            largest[find((call, i))] = max(side, largest.get(find((call, i)), 0))
+    sides = tuple(tuple(largest[find((call, i))] for i in range(3)) for call in calls)
+    free = answered(readers, [SharedLayout(tensors, calls, sides)])
+    agreed = dict(zip(calls, sides))
+    why = next((f"{call_label(program, c)} {why}" for c in calls
+                if (why := shared_unpadded(c, agreed, free, group_of, device))), "")
+    return SharedLayout(tensors, calls, sides, why)
+
+
+def side_indices(call: Node, tensor: Node) -> tuple[int, ...]:
+    """Which of a product's sides (M, K, N) `tensor`'s dimensions are: A's (M, K), B's (K, N), a vector's K."""
+    if call.src[0] is tensor:
+        return 0, 1
+    return (1,) if len(tensor.shape) == 1 else (1, 2)
+
+
+def shared_unpadded(call: Node, agreed: dict, readers: dict, group_of: dict, device) -> str:
+    """Why a product of a `pad_shared_input` family may not pad on the `agreed` sides, "" when it may."""
+    sides = agreed[call]
+    why = matrix_unpadded(call, readers, group_of)
+    if why:
+        return f"is not padded: {why}"
+    if keeps_n(call, readers) and sides[2] != call.shape[-1]:
+        return f"keeps its N of {call.shape[-1]} (pad_through_row_width), not {sides[2]}"
+    if whole_device_grid(call, device, sides) is None:
+        return f"has no grid on (M, K, N) = {sides}"
+    if not pad_matrix(group_of[call], readers, group_of, device, agreed):
+        return f"may not be padded to (M, K, N) = {sides} (a MatMul reading its result has no grid on them)"
+    return ""
+
+
+def answered(readers: dict, layouts: list[SharedLayout]) -> dict:
+    """The readers a padding answers to: a tensor `pad_shared_input` lays out for all its
+    readers answers to none of them alone."""
+    return readers | {t: [] for s in layouts for t in s.tensors}
+
+
+def shared_rules(program: Program, groups: tuple[Group, ...], device) -> list[tuple[str, str]]:
+    """`pad_shared_input`'s decisions as describe() shows them."""
+    return [(PAD_SHARED_INPUT, s.text(program)) for s in shared_layouts(program, groups, device)]
 
 
 def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dict | None = None) -> str:
@@ -197,10 +336,14 @@ def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
 
 def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, device) -> str:
     """Why `pad_to_block` did not pad the MatMul or MatVec `group` is, as the whole design reads
-    it ("" for other groups or when it may): a segment sees its cut values as host tensors."""
+    it ("" for other groups or when it may): a segment sees its cut values as host tensors. A
+    call of a `pad_shared_input` family that may not share its tensors says why, naming them all."""
     (call,) = group.calls if len(group.calls) == 1 else (None,)
     if call is None or call.arg.kernel.role is not Role.MATRIX:
         return ""
+    refused = next((s for s in shared_layouts(program, groups, device) if s.why and call in s.calls), None)
+    if refused:
+        return f"{call_label(program, call)} is not padded: {PAD_SHARED_INPUT}: {refused.text(program)}"
     readers = readers_of(program, groups)
     why = matrix_unpadded(call, readers, {c: g for g in groups for c in g.calls})
     if not why and keeps_n(call, readers) and best_sides(call, device, {2: call.shape[-1]}) is None:
@@ -341,7 +484,8 @@ def shown(call: Node, readers: dict) -> bool:
         u in ("host", "view") or (isinstance(u, Node) and u.arg.kernel.role in PLAIN) for u in users)
 
 
-def pad_matrix(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
+def pad_matrix(group: Group, readers: dict, group_of: dict, device,
+               agreed: dict | None = None) -> dict[Node, tuple[int, ...]]:
     """A MatMul or MatVec alone in its group, large enough to tile, over paddable operands, whose
     result is `shown` or read by calls that share its layout (`layout_unshared`): its sides
     padded (`padded_sides`), when some of them padded (`best_sides`; N its own for a row
@@ -349,7 +493,8 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device) -> dict[Node
     `joined_sides`; with a grid for a MatMul reading it, `chained`) gives a better grid; A, B and
     the result padded to them. While a view or a plain call reads the result (across a cut) the
     call may run off the grid, reading its operands row by row (words.placement_access): then
-    their rows must be whole words."""
+    their rows must be whole words. `agreed`: the sides `pad_shared_input` agreed for the products
+    sharing a tensor, taken instead."""
     call = lone_product(group)
     if call is None or matrix_unpadded(call, readers, group_of):
         return {}
@@ -360,7 +505,9 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device) -> dict[Node
     members = joined_with(call, readers, group_of)
     if not all(map(large, members)):
         return {}
-    if len(members) > 1:
+    if call in (agreed or {}):
+        sides = agreed[call]
+    elif len(members) > 1:
         sides = (joined_sides(members, device) or {}).get(call)
     else:
         sides = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None)

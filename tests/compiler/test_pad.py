@@ -12,20 +12,7 @@ from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Direction, Dma, HostRole, PlacementKind, TileKind
 from iron.errors import DoesNotFit, IndexOutOfRange, PlanError
-from iron.kernels import (
-    Add,
-    Argmax,
-    Copy,
-    Exp,
-    MatMul,
-    Max,
-    Mul,
-    ReLU,
-    RMSNorm,
-    Scale,
-    SiLU,
-    Softmax,
-)
+from iron.kernels import Add, Argmax, Copy, Exp, MatMul, Max, Mul, ReLU, RMSNorm, Scale, SiLU, Softmax
 from tests.compiler.designs import Product, Projection, Sum, operands
 from tests.compiler.test_mlir import op_names
 
@@ -1092,6 +1079,90 @@ def test_versions_sharing_a_state_one_of_them_pads_say_so_instead_of_misreading_
         "(pad_to_block pads a state for a version whose padded call reads it, pad_written_by_producer), and the "
         "versions share its memory: declare it as (512, 512) and use its first rows and columns, or read it alike in "
         "every version.")
+
+
+# ---- pad_shared_input: a tensor several padded products read (padshare) ----------------------------
+
+class SharedInput(iron.Graph):
+    """Products of one a: (a @ b) + (a @ d) (`joined`), or a @ b, a @ d, a @ e to the host (Q/K/V)."""
+
+    def __init__(self, weights, out=None, joined=True):
+        self.names, self.out, self.joined = tuple(weights), out, joined
+        for name, w in weights.items():
+            setattr(self, name, iron.weight(w))
+
+    def body(self, a):
+        products = [MatMul.step(a, getattr(self, name), dtype=self.out) for name in self.names]
+        return Add.step(*products) if self.joined else tuple(products)
+
+
+def small_operand(shape, dtype, seed):
+    """Integers in [-3, 3] (int16 sums of 509 stay exact), or normal floats scaled so sums stay near 1."""
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind in "iu":
+        return rng.integers(-3, 4, shape).astype(dtype)
+    return (rng.standard_normal(shape) / 22).astype(dtype)
+
+
+SHARED = [("joined", "npu2", np.float32, None, (509, 509, 509), (512, 512, 512), [32, 16]),
+          ("joined", "npu1", np.int8, np.int32, (1000, 257, 509), (1000, 288, 512), [16, 16, 8]),
+          ("qkv", "npu2", iron.bfloat16, None, (96, 509, 1021), (96, 512, 1024), [32, 32]),
+          ("qkv", "npu1", np.int16, None, (509, 509, 509), (512, 512, 512), [16, 16, 16])]
+
+
+@pytest.mark.parametrize("design, device, dtype, out, sides, lies, cores", SHARED,
+                         ids=["sum-f32-npu2", "sum-int8-npu1", "qkv-bf16-npu2", "qkv-int16-npu1"])
+def test_an_input_several_products_read_is_padded_once_to_the_sides_they_all_take(
+        design, device, dtype, out, sides, lies, cores):
+    """pad_shared_input: a read by two products an Add joins, or by three Q/K/V projections to the
+    host, lies padded once on the largest sides the products ask for (int8's K pads to 288 here,
+    as float32's would), each product over a grid of many tiles on them; the results equal
+    reference() (integers exactly, float32 within F32, bfloat16 within 2e-2)."""
+    (m, k, n), (big_m, big_k, big_n) = sides, lies
+    names = ("b", "d") if design == "joined" else ("b", "d", "e")
+    graph = SharedInput({name: small_operand((k, n), dtype, seed) for seed, name in enumerate(names, 1)}, out,
+                        joined=design == "joined")
+    a = small_operand((m, k), dtype, 0)
+    body = graph.compile(a=a, device=from_name(device))
+    labels = [f"MatMul#{i}" for i in range(len(names))]
+    assert rule(body.plan, "pad_shared_input") == [
+        f"a read by {', '.join(labels)} padded once, to the largest sides they ask for, each with a grid on them: "
+        + "; ".join(f"{label} on (M, K, N) = {lies}" for label in labels)]
+    assert padded(body.plan)["a"] == ((m, k), (big_m, big_k))
+    assert {name: padded(body.plan)[name] for name in names} == {name: ((k, n), (big_k, big_n)) for name in names}
+    assert [len(conf.cores) for conf in body.plan.configurations] == cores
+    got, want = body(a=a), graph.reference(a=a)
+    for got_one, want_one in zip(*((r,) if design == "joined" else r for r in (got, want)), strict=True):
+        assert got_one.dtype == want_one.dtype
+        if dtype is iron.bfloat16:
+            np.testing.assert_allclose(np.float32(got_one), np.float32(want_one), rtol=2e-2, atol=2e-2)
+        else:
+            assert_matches(got_one, want_one)
+
+
+class ActivatedAndPlain(iron.Graph):
+    """ReLU(a @ b) + a @ b: two calls of one product, one read through an activation."""
+
+    def __init__(self, b):
+        self.b = iron.weight(b)
+
+    def body(self, a):
+        return Add.step(ReLU.step(MatMul.step(a, self.b)), MatMul.step(a, self.b))
+
+
+def test_products_sharing_an_input_one_of_which_cannot_pad_keep_it_unpadded_naming_them(tmp_path, monkeypatch):
+    """ReLU's result (read by Add, which streams) cannot lie padded, so MatMul#0 cannot take the
+    padded layout a and b would share with MatMul#2: neither is padded and DoesNotFit names both
+    products and why."""
+    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
+    ones = np.ones((509, 509), np.float32)
+    with pytest.raises(DoesNotFit) as err:
+        ActivatedAndPlain(ones).compile(a=ones, device=from_name("npu2"))
+    assert str(err.value).startswith(
+        "ActivatedAndPlain does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large for one "
+        "configuration (pad_to_block: MatMul#0 is not padded: pad_shared_input: a, b read by MatMul#0, MatMul#2 stay "
+        "unpadded: MatMul#0 is not padded: its result is read by ReLU(MatMul(a, b)), which makes ReLU(MatMul(a, b)), "
+        "read by more than the host, views and calls that neither tile nor stream). ")
 
 
 # ---- pad_through_zeros, pad_upstream_zeros: elementwise calls that keep zeros (Kernel.keeps_zeros) -------------
