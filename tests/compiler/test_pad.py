@@ -12,7 +12,20 @@ from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Direction, Dma, HostRole, PlacementKind, TileKind
 from iron.errors import DoesNotFit, IndexOutOfRange, PlanError
-from iron.kernels import Add, Argmax, Copy, Exp, MatMul, Max, Mul, ReLU, RMSNorm, Scale, SiLU, Softmax
+from iron.kernels import (
+    Add,
+    Argmax,
+    Copy,
+    Exp,
+    MatMul,
+    Max,
+    Mul,
+    ReLU,
+    RMSNorm,
+    Scale,
+    SiLU,
+    Softmax,
+)
 from tests.compiler.designs import Product, Projection, Sum, operands
 from tests.compiler.test_mlir import op_names
 
