@@ -324,13 +324,15 @@ def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group
 
 def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
     """Why the readers of a padded product's result may not read it as it lies, "" when they
-    may: it is `shown`, or every reader is a call whose group shares its layout (`layout_unshared`)."""
+    may: it is `shown`, or every reader is a call whose group shares its layout (`layout_unshared`)
+    or the host, once (it reads the user's region of the output, which a later segment reads
+    whole: segment.Flow.placements)."""
     users = readers.get(call, [])
     if shown(call, readers):
         return ""
-    if group_of and all(isinstance(u, Node) for u in users):
-        return next((f"its result is read by {describe(u)}, which {why}" for u in users
-                     if (why := layout_unshared(group_of[u].calls, call, readers, group_of))), "")
+    if group_of and users.count("host") <= 1 and all(u == "host" or isinstance(u, Node) for u in users):
+        return next((f"its result is read by {describe(u)}, which {why}" for u in users if u != "host"
+                     and (why := layout_unshared(group_of[u].calls, call, readers, group_of))), "")
     return "its result is read by more than the host, views and calls that neither tile nor stream"
 
 

@@ -239,7 +239,7 @@ class Flow:
         if self.last(segment):
             return None
         mine = self._mine(segment)
-        sent = [n for n in self.program.outputs if n in mine] + [n for n in self.crossing(segment.stop) if n in mine]
+        sent = [n for n in self.program.outputs if n in mine] + self._cut_sent(segment)
         places = tuple((self.where[n][0] - segment.start, self.where[n][1]) for n in sent)
         return self.structures[segment.start:segment.stop], places
 
@@ -247,11 +247,18 @@ class Flow:
         return f"cut.{call_label(self.program, node)}"
 
     def placements(self, crossing: list[Node]) -> tuple[Placement, ...]:
-        """The design's host placements, then a CUT placement per value in `crossing`."""
+        """The design's host placements, then a CUT placement per value in `crossing`: a design
+        output's lies on its output's bytes (the later segment reads what the host will), so
+        the segment making it writes it once."""
         host = self.host
+        by_name = {p.name: p for p in host}
         used = max((p.offset + p.nwords for p in host if p.buffer == HostRole.OUTPUTS.value), default=0)
         cuts = []
         for node in crossing:
+            if node in self.program.outputs:
+                output = by_name[f"out{self.program.outputs.index(node)}"]
+                cuts.append(replace(output, name=self.cut_name(node), kind=PlacementKind.CUT))
+                continue
             cut = Placement(self.cut_name(node), PlacementKind.CUT, HostRole.OUTPUTS.value, used, node.shape, node.dtype,
                             padded=self.padded.get(node), producer_writes=node in self.written)
             used += cut.nwords
@@ -280,7 +287,13 @@ class Flow:
         mine, last = self._mine(segment), self.last(segment)
         names = [f"out{i}" for i, n in enumerate(self.program.outputs)
                  if n in mine or (last and n not in self.made)]
-        return names + [self.cut_name(n) for n in self.crossing(segment.stop) if n in mine]
+        return names + [self.cut_name(n) for n in self._cut_sent(segment)]
+
+    def _cut_sent(self, segment: Segment) -> list[Node]:
+        """The values the segment makes that a later one reads and the host does not: written
+        to their CUT placements (a design output's CUT placement is the output's own bytes)."""
+        mine = self._mine(segment)
+        return [n for n in self.crossing(segment.stop) if n in mine and n not in self.program.outputs]
 
     def _mine(self, segment: Segment) -> set[Node]:
         return {c for g in self.groups[segment.start:segment.stop] for c in g.calls}
@@ -308,7 +321,7 @@ class Flow:
 
         calls = tuple(rebuilt(c) if c in mine else c for c in program.calls)
         outputs = [rebuilt(n) for n in program.outputs if n in mine or (last and n not in self.made)]
-        outputs += [rebuilt(n) for n in self.crossing(segment.stop) if n in mine]
+        outputs += [rebuilt(n) for n in self._cut_sent(segment)]
         if last:
             self._check_carry(mine)
         carry = tuple((name, rebuilt(v)) for name, v in program.carry) if last else ()

@@ -18,6 +18,7 @@ from iron.kernels import (
     Copy,
     Exp,
     MatMul,
+    MatVec,
     Max,
     Mul,
     ReLU,
@@ -1176,6 +1177,62 @@ def test_products_sharing_an_input_one_of_which_cannot_pad_keep_it_unpadded_nami
         "configuration (pad_to_block: MatMul#0 is not padded: pad_shared_input: a, b read by MatMul#0, MatMul#2 stay "
         "unpadded: MatMul#0 is not padded: its result is read by ReLU(MatMul(a, b)), which makes ReLU(MatMul(a, b)), "
         "read by more than the host, views and calls that neither tile nor stream). ")
+
+
+class Reads(iron.Graph):
+    """Designs whose products share a tensor: `how` picks the body."""
+
+    def __init__(self, how, **weights):
+        self.how = how
+        for name, w in weights.items():
+            setattr(self, name, iron.weight(w))
+
+    def body(self, a):
+        if self.how == "same product":   # (a @ b) + (a @ b): a and b both shared
+            return Add.step(MatMul.step(a, self.b), MatMul.step(a, self.b))
+        if self.how == "normed":         # RMSNorm(a) read by two products (pad_written_by_producer)
+            x = RMSNorm.step(a, self.w)
+            return MatMul.step(x, self.b), MatMul.step(x, self.d)
+        if self.how == "as A and as B":  # a @ b and c @ a: a's M and K are the second product's K and N
+            return MatMul.step(a, self.b), MatMul.step(self.c, a)
+        return Add.step(MatVec.step(self.m, a[0]), MatVec.step(self.m, a[1]))   # "vectors"
+
+
+READS = [("same product", "a, b", "MatMul#0, MatMul#1", [32, 16]),
+         ("normed", "RMSNorm(a, w)", "MatMul#1, MatMul#2", [1, 32]),
+         ("as A and as B", "a", "MatMul#0, MatMul#1", [32])]
+
+
+@pytest.mark.parametrize("how, shared, labels, cores", READS, ids=["same", "normed", "a-and-b"])
+def test_a_tensor_shared_twice_by_one_product_by_a_producers_result_or_as_a_and_b_is_padded_once(
+        how, shared, labels, cores):
+    """pad_shared_input at 509^3 float32 on npu2: two calls of one product share a and b; two
+    products share RMSNorm's result, which its group writes in the user's region of the padded
+    layout; a product reads a as A and another as B, unifying A's M and K with the second's K
+    and N. Each lies padded once to 512 x 512, every product over a grid, results within F32."""
+    ws = {"b": (509, 509), "d": (509, 509), "c": (509, 509), "w": (509,)}
+    graph = Reads(how, **{name: small_operand(shape, np.float32, seed) for seed, (name, shape) in enumerate(ws.items(), 1)})
+    a = small_operand((509, 509), np.float32, 0)
+    body = graph.compile(a=a, device=from_name("npu2"))
+    on = "; ".join(f"{label} on (M, K, N) = (512, 512, 512)" for label in labels.split(", "))
+    assert rule(body.plan, "pad_shared_input") == [
+        f"{shared} read by {labels} padded once, to the largest sides they ask for, each with a grid on them: {on}"]
+    assert [len(conf.cores) for conf in body.plan.configurations] == cores
+    got, want = body(a=a), graph.reference(a=a)
+    for got_one, want_one in zip(*((r,) if how == "same product" else r for r in (got, want)), strict=True):
+        assert_matches(got_one, want_one)
+
+
+def test_a_matrix_two_matvecs_read_stays_unpadded_when_one_reads_a_view_and_describe_says_why():
+    """Two MatVecs of one m over rows of a (views): a view may not be padded, so m keeps its
+    4099 rows for both, describe() names them and why, and the design still equals reference()."""
+    graph = Reads("vectors", m=small_operand((4099, 509), np.float32, 1))
+    a = small_operand((2, 509), np.float32, 0)
+    body = graph.compile(a=a, device=from_name("npu2"))
+    assert rule(body.plan, "pad_shared_input") == [
+        "m read by MatVec#0, MatVec#1 stay unpadded: MatVec#0 is not padded: a[0] is a view"]
+    assert "m" not in padded(body.plan)
+    assert_matches(body(a=a), graph.reference(a=a))
 
 
 # ---- pad_through_zeros, pad_upstream_zeros: elementwise calls that keep zeros (Kernel.keeps_zeros) -------------

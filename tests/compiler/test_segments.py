@@ -24,7 +24,7 @@ from iron.compiler.segment import CUT_WINDOW, Flow, Segment, fewest_bytes_cut
 from iron.compiler.shims import ShimShortfall, shim_shortfall
 from iron.compiler.words import WordTable
 from iron.errors import CarryError, DoesNotFit, PlacementError
-from iron.kernels import Add, Copy, Exp, MatVec, Softmax
+from iron.kernels import Add, Copy, Exp, MatMul, MatVec, SiLU, Softmax
 from iron.runtime.emulator import Configurations, Emulator
 from tests.compiler.test_mlir import op_names
 from tests.fake_toolchain import FLAGS_GET, install_fakes, make_hermetic, recorded_argv
@@ -481,3 +481,31 @@ def test_shim_channels_bound_refuses_only_what_the_passes_refuse_for_lack_of_shi
         else:
             assert repr(bound) == repr(passes)
     assert refused == [22, 23, 24, 25]   # the passes refuse these too; 19 to 21 fit
+
+
+class ProductAndActivation(iron.Graph):
+    """Returns SiLU(A @ B) and A @ B: the product is a design output and a later group reads it."""
+
+    def __init__(self, b):
+        self.b = iron.weight(b)
+
+    def body(self, a):
+        product = MatMul.step(a, self.b)
+        return SiLU.step(product), product
+
+
+@pytest.mark.parametrize("device, side, tiles, padded", [
+    ("npu2", 64, [32, 1], None), ("npu2", 509, [32, 32], (512, 512)), ("npu1", 509, [16, 16], (512, 512))])
+def test_a_product_the_host_and_a_later_segment_read_is_written_once_to_its_outputs_bytes(device, side, tiles, padded):
+    """The grid writes the product to out1 once; the next segment reads the cut from those same
+    bytes (its CUT placement lies on out1's), so a tiled product may be an output and be read on
+    (at 509 padded by pad_to_block: the host reads out1's user region, SiLU its padded layout)."""
+    rng = np.random.default_rng(12)
+    a, b = (rng.standard_normal((side, side)).astype(F32) / 8 for _ in range(2))
+    graph = ProductAndActivation(b)
+    body = graph.compile(a=a, device=from_name(device))
+    assert [len(p.cores) for p in body.plan.configurations] == tiles
+    out1, cut = (next(p for p in body.plan.placements if p.name == name) for name in ("out1", "cut.MatMul#0"))
+    assert (cut.kind, cut.buffer, cut.offset, cut.padded) == (PlacementKind.CUT, out1.buffer, out1.offset, padded)
+    for got, want in zip(body(a=a), graph.reference(a=a)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

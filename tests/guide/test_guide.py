@@ -97,10 +97,10 @@ EXPECTED = {
         "(exact)",
     ],
     "section-6/does_not_fit.py": [
-        "RunningSum: DoesNotFit: RunningSum does not fit npu2 even cut into segments: Add#0 (group g0) alone "
-        "is too large for one configuration. RunningSum does not fit tile_0_2: its buffers take 132096 bytes "
-        "but a compute tile has 65536: g0_host@tile_0_2 65536 bytes (out0, cut.Add#0), g0_in@tile_0_2 65536 bytes "
-        "(history, x), stack@tile_0_2 1024 bytes. Use smaller states, split the work over more kernel calls, "
+        "RunningSum: DoesNotFit: RunningSum does not fit npu2 even cut into segments: Copy#1 (group g1) alone "
+        "is too large for one configuration. RunningSum does not fit tile_0_2: its buffers take 66560 bytes "
+        "but a compute tile has 65536: g1_host@tile_0_2 32768 bytes (history), g1_in@tile_0_2 32768 bytes "
+        "(cut.Add#0), stack@tile_0_2 1024 bytes. Use smaller states, split the work over more kernel calls, "
         "or compile for a device with more tiles.",
         "ChunkedRunningSum: 8 compute tiles, one per chunk of 1024",
         "ChunkedRunningSum (npu2), 3 calls: history[:3] = [ 1.6432 -0.8204  0.3386] -> matches numpy "
