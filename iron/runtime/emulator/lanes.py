@@ -31,7 +31,7 @@ class Laned:
 
 @dataclass(frozen=True, eq=False)
 class Join:
-    """Wait until the lanes' threads have run every act handed to them."""
+    """Until every act handed to these lanes has run (LaneThread.join)."""
 
     lanes: tuple[int, ...]
     ops = frozenset()
