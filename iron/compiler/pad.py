@@ -319,7 +319,37 @@ def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group
     a, b = call.src[:2]
     if a is b:
         return f"it reads {describe(a)} as both operands"
-    return unpaddable(a, joined, readers, group_of) or unpaddable(b, joined, readers, group_of)
+    return operand_unpadded(a, call, joined, readers, group_of) or operand_unpadded(b, call, joined, readers, group_of)
+
+
+def operand_unpadded(node: Node, call: Node, joined: tuple[Node, ...], readers: dict,
+                     group_of: dict | None) -> str:
+    """Why a MatMul's or MatVec's operand may not be padded (`unpaddable`), "" when it may: also
+    when elementwise calls that keep zeros make it over the padded layout (`zeros_upstream`)."""
+    why = unpaddable(node, joined, readers, group_of)
+    if why and node.op == Op.CALL and group_of is not None and not zeros_upstream(node, call, readers, group_of):
+        return ""
+    return why
+
+
+def zeros_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> str:
+    """The rule `pad_upstream_zeros`: why the elementwise group making `node`, which the padded
+    MatMul or MatVec `call` alone reads, may not stream over the padded layout itself, its
+    inputs padded with zeros, "" when it may: every call keeps zeros (`Kernel.keeps_zeros`), so
+    the padding of `node` is zeros, as K's padding must be; it writes no state and reads
+    paddable tensors all of `node`'s shape (2-D), its other results read within the group."""
+    calls = group_of[node].calls
+    if calls[-1] is not node or any(c.arg.kernel.role is not Role.ELEMENTWISE or not c.arg.kernel.keeps_zeros
+                                    or c.arg.writes or c.arg.scalar_attrs for c in calls):
+        return f"{describe(node)} is not made by elementwise calls keeping zeros alone"
+    if readers.get(node) != [call] or any(r not in calls for c in calls[:-1] for r in readers.get(c, [])):
+        return f"{describe(node)} or its group's other results are read elsewhere"
+    if len(node.shape) != 2 or any(n.shape != node.shape for c in calls for n in (c, *tensor_inputs(c))):
+        return f"{describe(node)}'s group reads or makes tensors of other shapes"
+    outside = external_inputs(calls)
+    if len(outside) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
+        return f"{describe(node)}'s group does not stream"
+    return next((why for n in outside if (why := unpaddable(n, calls, readers, group_of))), "")
 
 
 def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
@@ -518,8 +548,13 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
         return {}
     big_m, big_k, big_n = sides
     if len(call.shape) == 1:
-        return {a: (big_m, big_k), b: (big_k,), call: (big_m,)}
-    return {a: (big_m, big_k), b: (big_k, big_n), call: (big_m, big_n)}
+        found = {a: (big_m, big_k), b: (big_k,), call: (big_m,)}
+    else:
+        found = {a: (big_m, big_k), b: (big_k, big_n), call: (big_m, big_n)}
+    for operand in (a, b):   # made over the padded layout by calls keeping zeros: `zeros_upstream`
+        if unpaddable(operand, members, readers, group_of):
+            found |= {n: found[operand] for n in external_inputs(group_of[operand].calls)}
+    return found
 
 
 def lone_product(group: Group) -> Node | None:
@@ -738,12 +773,12 @@ def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> li
         users = [u for u in readers.get(last, []) if isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX]
         if last not in padded or last in written or not users or group.calls[0].arg.kernel.role is not Role.ELEMENTWISE:
             continue
-        sums = ", ".join(f"{call_label(program, u)} sums over it as its {'A' if u.src[0] is last else 'B'}'s"
+        sums = ", ".join(f"{call_label(program, u)} reads it as its padded {'A' if u.src[0] is last else 'B'}"
                          for u in users)
         labels = ", ".join(call_label(program, c) for c in group.calls)
         lines.append((PAD_THROUGH_ZEROS, f"{group.name}: {labels} keeps zeros, so the padding of "
-                      f"{describe(last)} as it lies padded to {padded[last]} is zeros, computed from zeros; "
-                      f"{sums} K padding"))
+                      f"{describe(last)} as it lies padded to {padded[last]} is zeros, computed from zeros: "
+                      f"{sums}"))
     return lines
 
 
