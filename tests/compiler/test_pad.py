@@ -1276,7 +1276,7 @@ def test_a_product_of_an_activation_that_keeps_zeros_reads_it_padded(device, act
     """pad_through_zeros: act(A @ B) @ D, act keeping zeros (act(0) = 0): the activation's padding,
     computed from A @ B's zero padding, is zeros, so the second product reads it padded as its A
     (its N padding the second's K padding); all three groups take the whole array and the result
-    equals reference()."""
+    equals reference(); the padding of the activation's result, as it crosses the cut, is zeros."""
     (m, k, n), label = sides, f"{act.__name__}#1"
     a, b = operands(m, k, n, np.float32)
     d = operands(n, n, k, np.float32, seed=3)[1]
@@ -1286,8 +1286,11 @@ def test_a_product_of_an_activation_that_keeps_zeros_reads_it_padded(device, act
     what = f"{act.__name__}(MatMul(a, b))"
     assert rule(body.plan, "pad_through_zeros") == [kept_zeros("g1", label, lies).format(what)]
     assert [tiles(s) for s in body.plan.segments] == [cores] * 3
+    assert same_kind_of_mlir(body.plan)
     assert padded(body.plan)[f"cut.{label}"] == ((m, n), lies)
     assert_matches(body(a=a), graph.reference(a=a))
+    kept = cut_padding(body, f"cut.{label}")
+    assert kept[:m, :n].any() and not kept[m:].any() and not kept[:, n:].any()
 
 
 def test_a_product_of_an_activation_that_does_not_keep_zeros_is_refused_with_the_kernel():
@@ -1317,7 +1320,7 @@ def test_an_activation_that_keeps_zeros_of_a_padded_products_input_streams_over_
     """pad_upstream_zeros: act(A) @ B, A's rows not whole words (509 bfloat16), its length no
     whole blocks (509^2 int8), or a row too large to stream whole rows (2053 float32): act keeps
     zeros, so it streams over A padded with zeros as the product reads it, its result's padding
-    zeros; both take the whole array and equal reference() (integers exactly)."""
+    zeros (as it crosses the cut); both take the whole array and equal reference() (integers exactly)."""
     (m, k, n), label = sides, f"{act.__name__}#0"
     a, b = operands(m, k, n, dtype)
     graph = ActThenProduct(b, out, act)
@@ -1329,9 +1332,11 @@ def test_an_activation_that_keeps_zeros_of_a_padded_products_input_streams_over_
     assert rule(body.plan, "pad_through_zeros") == [kept_zeros("g0", label, lies, "MatMul#1 reads it as its padded A")
                                                     .format(f"{act.__name__}(a)")]
     assert [tiles(s) for s in body.plan.segments] == [cores, cores]
+    assert same_kind_of_mlir(body.plan)
     assert padded(body.plan)["a"] == ((m, k), lies)
-    got, want = body(a=a), graph.reference(a=a)
-    assert_matches(got, want)
+    assert_matches(body(a=a), graph.reference(a=a))
+    kept = cut_padding(body, f"cut.{label}")
+    assert kept[:m, :k].any() and not kept[m:].any() and not kept[:, k:].any()
 
 
 def test_an_activation_of_a_padded_products_input_that_does_not_keep_zeros_is_refused():
