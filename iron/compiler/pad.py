@@ -71,8 +71,9 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[No
     readers = answered(readers, layouts)
     padded: dict[Node, tuple[int, ...]] = {}
     for group in groups:
-        padded |= pad_matrix(group, readers, group_of, device, agreed) or \
-            pad_through(group, padded, readers, group_of, device) or \
+        # pad_through first: a MatMul reading a result already padded takes its layout, not sides of its own
+        padded |= pad_through(group, padded, readers, group_of, device) or \
+            pad_matrix(group, readers, group_of, device, agreed) or \
             pad_stream(group, readers, device) or pad_rows(group, readers, device)
     return padded
 

@@ -1267,11 +1267,13 @@ ACTS = [("npu2", SiLU, {}, (509, 509, 509), np.float32, (512, 512), 32),
         ("npu1", SiLU, {}, (509, 509, 509), np.float32, (512, 512), 16),
         ("npu2", ReLU, {}, (1000, 257, 509), np.float32, (1024, 512), 32),
         ("npu1", Scale, {"factor": 0.5}, (96, 509, 1021), np.float32, (96, 1024), 16),
-        ("npu2", SiLU, {}, (96, 509, 1021), BF16, (96, 1024), 32)]
+        ("npu2", SiLU, {}, (96, 509, 1021), BF16, (96, 1024), 32),
+        ("npu2", SiLU, {}, (257, 1000, 300), np.float32, (288, 320), 32)]
 
 
 @pytest.mark.parametrize("device, act, attrs, sides, dtype, lies, cores", ACTS,
-                         ids=["silu-npu2", "silu-npu1", "relu-1000x257x509", "scale-96x509x1021", "silu-bf16"])
+                         ids=["silu-npu2", "silu-npu1", "relu-1000x257x509", "scale-96x509x1021", "silu-bf16",
+                              "silu-257x1000x300"])
 def test_a_product_of_an_activation_that_keeps_zeros_reads_it_padded(device, act, attrs, sides, dtype, lies, cores):
     """pad_through_zeros: act(A @ B) @ D, act keeping zeros (act(0) = 0): the activation's padding,
     computed from A @ B's zero padding, is zeros, so the second product reads it padded as its A
