@@ -13,7 +13,7 @@ from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.fuse import Group, fuse
 from iron.compiler.invariants import check_plan
 from iron.compiler.lower import Lowered, lower
-from iron.compiler.pad import pad_to_block, shared_rules
+from iron.compiler.pad import pad_to_block, shared_rules, zeros_rules
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
@@ -40,9 +40,9 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
         plan = whole
     else:   # too big for the array at once: segments
         plan = compile_segments(program, device, groups, feeds, try_groups, whole, padded)
-    shared = shared_rules(program, groups, device)
-    if shared:
-        plan = replace(plan, rules=(*shared, *plan.rules))
+    rules = (*shared_rules(program, groups, device), *plan.rules, *zeros_rules(program, groups, padded))
+    if len(rules) > len(plan.rules):   # the design-wide padding rules
+        plan = replace(plan, rules=rules)
     plans[(device, id(feeds))] = (feeds, plan)
     return plan
 

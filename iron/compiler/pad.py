@@ -48,6 +48,7 @@ from iron.ir import (
 from iron.kernels.base import Role
 
 PAD_WRITTEN_BY_PRODUCER = "pad_written_by_producer"
+PAD_THROUGH_ZEROS = "pad_through_zeros"
 PAD_SHARED_INPUT = "pad_shared_input"
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
@@ -70,8 +71,9 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[No
     readers = answered(readers, layouts)
     padded: dict[Node, tuple[int, ...]] = {}
     for group in groups:
-        padded |= pad_matrix(group, readers, group_of, device, agreed) or \
-            pad_through(group, padded, readers, group_of, device) or \
+        # pad_through first: a MatMul reading a result already padded takes its layout, not sides of its own
+        padded |= pad_through(group, padded, readers, group_of, device) or \
+            pad_matrix(group, readers, group_of, device, agreed) or \
             pad_stream(group, readers, device) or pad_rows(group, readers, device)
     return padded
 
@@ -318,7 +320,37 @@ def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group
     a, b = call.src[:2]
     if a is b:
         return f"it reads {describe(a)} as both operands"
-    return unpaddable(a, joined, readers, group_of) or unpaddable(b, joined, readers, group_of)
+    return operand_unpadded(a, call, joined, readers, group_of) or operand_unpadded(b, call, joined, readers, group_of)
+
+
+def operand_unpadded(node: Node, call: Node, joined: tuple[Node, ...], readers: dict,
+                     group_of: dict | None) -> str:
+    """Why a MatMul's or MatVec's operand may not be padded (`unpaddable`), "" when it may: also
+    when elementwise calls that keep zeros make it over the padded layout (`zeros_upstream`)."""
+    why = unpaddable(node, joined, readers, group_of)
+    if why and node.op == Op.CALL and group_of is not None and not zeros_upstream(node, call, readers, group_of):
+        return ""
+    return why
+
+
+def zeros_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> str:
+    """The rule `pad_upstream_zeros`: why the elementwise group making `node`, which the padded
+    MatMul or MatVec `call` alone reads, may not stream over the padded layout itself, its
+    inputs padded with zeros, "" when it may: every call keeps zeros (`Kernel.keeps_zeros`), so
+    the padding of `node` is zeros, as K's padding must be; it writes no state and reads
+    paddable tensors all of `node`'s shape (2-D), its other results read within the group."""
+    calls = group_of[node].calls
+    if calls[-1] is not node or any(c.arg.kernel.role is not Role.ELEMENTWISE or not c.arg.kernel.keeps_zeros
+                                    or c.arg.writes or c.arg.scalar_attrs for c in calls):
+        return f"{describe(node)} is not made by elementwise calls keeping zeros alone"
+    if readers.get(node) != [call] or any(r not in calls for c in calls[:-1] for r in readers.get(c, [])):
+        return f"{describe(node)} or its group's other results are read elsewhere"
+    if len(node.shape) != 2 or any(n.shape != node.shape for c in calls for n in (c, *tensor_inputs(c))):
+        return f"{describe(node)}'s group reads or makes tensors of other shapes"
+    outside = external_inputs(calls)
+    if len(outside) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
+        return f"{describe(node)}'s group does not stream"
+    return next((why for n in outside if (why := unpaddable(n, calls, readers, group_of))), "")
 
 
 def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
@@ -372,13 +404,45 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
     if len(outside) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
         return f"does not stream (its group fits a tile or reads more than {MAX_FLOW_INPUTS} tensors)"
     if not shown(calls[-1], readers):
-        return f"makes {describe(calls[-1])}, read by more than the host, views and calls that neither tile nor stream"
-    if readers[calls[-1]] != ["host"] and result.shape[-1] * calls[-1].dtype.itemsize % 4:
+        why = zeros_unkept(calls, readers, group_of)
+        if why:
+            return why
+    elif readers[calls[-1]] != ["host"] and result.shape[-1] * calls[-1].dtype.itemsize % 4:
         return f"makes {describe(calls[-1])}, whose rows other calls read are not whole 32-bit words"
     products = joined(calls, result, group_of)
     why = next((why for n in outside if n is not result and n not in products
                 and (why := unpaddable(n, calls, readers, group_of))), "")
     return (why and f"also reads a tensor that may not be padded: {why}") or join_unshared(products, calls, readers, group_of)
+
+
+def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
+    """The rule `pad_through_zeros`: why a MatMul may not read the last result of elementwise
+    `calls` over a padded product's layout as its padded A or B, "" when it may: every call keeps
+    zeros (`Kernel.keeps_zeros`), so the padding they compute from padding (the product's is
+    zeros, `pad_through_matmul`; their other inputs' too) is zeros, as K's padding must be; the
+    host reads the result at most once, and every other reader is a MatMul sharing its layout."""
+    last = calls[-1]
+    users = readers.get(last, [])
+    unkept = next((c for c in calls if not c.arg.kernel.keeps_zeros), None)
+    if unkept is not None or users.count("host") > 1 or any(
+            u != "host" and not (isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX) for u in users):
+        why = f" ({describe(unkept)} maps zeros to other values)" if unkept is not None else ""
+        return f"makes {describe(last)}, read by more than the host, views and calls that neither tile nor stream{why}"
+    return next((f"makes {describe(last)}, read by {describe(u)}, which {why}" for u in users if isinstance(u, Node)
+                 and (why := matmul_unshared(group_of[u].calls, last, readers, group_of))), "")
+
+
+def matrix_readers(call: Node, readers: dict, group_of: dict) -> list[tuple[Node, Node]]:
+    """(MatMul, the tensor it reads) for each MatMul reading `call`'s result, directly or as
+    the last result of an elementwise group reading it (`pad_through_zeros`)."""
+    found = []
+    for user in (u for u in readers.get(call, []) if isinstance(u, Node)):
+        if user.arg.kernel.role is Role.MATRIX:
+            found.append((user, call))
+        elif user.arg.kernel.role is Role.ELEMENTWISE:
+            last = group_of[user].calls[-1]
+            found += [(r, last) for r in readers.get(last, []) if isinstance(r, Node) and r.arg.kernel.role is Role.MATRIX]
+    return found
 
 
 def join_unshared(products: tuple[Node, ...], calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
@@ -480,13 +544,18 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
         sides = (joined_sides(members, device) or {}).get(call)
     else:
         sides = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None)
-    if sides is None or any(chained(u, call, sides[::2], device) is None for u in readers[call]
-                            if isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX):
+    if sides is None or any(chained(u, read, sides[::2], device) is None
+                            for u, read in matrix_readers(call, readers, group_of)):
         return {}
     big_m, big_k, big_n = sides
     if len(call.shape) == 1:
-        return {a: (big_m, big_k), b: (big_k,), call: (big_m,)}
-    return {a: (big_m, big_k), b: (big_k, big_n), call: (big_m, big_n)}
+        found = {a: (big_m, big_k), b: (big_k,), call: (big_m,)}
+    else:
+        found = {a: (big_m, big_k), b: (big_k, big_n), call: (big_m, big_n)}
+    for operand in (a, b):   # made over the padded layout by calls keeping zeros: `zeros_upstream`
+        if unpaddable(operand, members, readers, group_of):
+            found |= {n: found[operand] for n in external_inputs(group_of[operand].calls)}
+    return found
 
 
 def lone_product(group: Group) -> Node | None:
@@ -693,6 +762,25 @@ def _flow_score(calls, device, padded, width: int = 1) -> tuple[int, int] | None
     flow = choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
                        device.n_cols * device.shim.dma_out_channels, width=width, padded=padded)
     return None if flow is None else (flow.size / len(flow.tiles), flow.rounds)
+
+
+def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> list[tuple[str, str]]:
+    """`pad_through_zeros` as describe() shows it, once for the design: each elementwise group
+    over a padded layout whose result a MatMul reads padded, its padding zeros its kernels kept."""
+    readers, written = readers_of(program, groups), written_by_producer(padded, groups)
+    lines = []
+    for group in groups:
+        last = group.calls[-1]
+        users = [u for u in readers.get(last, []) if isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX]
+        if last not in padded or last in written or not users or group.calls[0].arg.kernel.role is not Role.ELEMENTWISE:
+            continue
+        sums = ", ".join(f"{call_label(program, u)} reads it as its padded {'A' if u.src[0] is last else 'B'}"
+                         for u in users)
+        labels = ", ".join(call_label(program, c) for c in group.calls)
+        lines.append((PAD_THROUGH_ZEROS, f"{group.name}: {labels} keeps zeros, so the padding of "
+                      f"{describe(last)} as it lies padded to {padded[last]} is zeros, computed from zeros: "
+                      f"{sums}"))
+    return lines
 
 
 # ---- what placement reads back --------------------------------------------------------------------

@@ -412,6 +412,10 @@ def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict) 
     call, rows = flow.calls[-1], flow.inputs[0].size // flow.width
     if flow.width > 1 and flow.width != flow.inputs[0].shape[1]:
         what = row_width_text(call, flow)
+    elif flow.width == 1 and len(call.shape) == 2 and not any(n.op == Op.CALL or is_cut_value(n) for n in flow.inputs):
+        what = (f"over {call.shape} elements streams over them padded with zeros to {padded[call]} "
+                "(pad_upstream_zeros: its kernels keep zeros, so the padding of the result a padded MatMul reads is "
+                "zeros; the inputs and the result lie so in DDR)")
     elif flow.width == 1 and len(call.shape) == 2:
         products = sum(map(is_cut_value, flow.inputs))
         read = "a padded MatMul's result" if products == 1 else \

@@ -3,7 +3,8 @@ in and what it gives), a shape rule, its traits for the compiler (`role`, `bound
 `compute` (the semantics the reference and the emulator run), the C ABI of its AIE C++ source and
 that source; `K.step(...)` hands a call to the trace being recorded. bfloat16 kernels compute in
 float32 and round once, as their C++ does; integer results wrap to the output dtype, or clamp to
-its range in a kernel that `saturates` (a float rounded to nearest even first).
+its range in a kernel that `saturates` (a float rounded to nearest even first). An elementwise
+kernel that `keeps_zeros` maps zeros to zeros, whatever its attrs.
 """
 from __future__ import annotations
 
@@ -74,6 +75,8 @@ class Kernel:
     computes_into: ClassVar[bool] = False     # compute(..., out=array) writes its result into that array
     # (which may be an input, as an accumulating kernel's destination is) and returns it: a batch writes in place
     role: ClassVar[Role] = Role.OTHER         # how fusion and placement may treat its calls
+    keeps_zeros: ClassVar[bool] = False       # elementwise with f(0, 0, ...) = 0 (not Exp: exp(0) = 1), so its
+    # calls over a padded product's layout compute zeros into the padding a MatMul may sum over (pad.py)
     row_length: ClassVar[bool] = False        # a row reduction of each row's first `length` (an i32 C attr;
     # None: n) elements only, so a row laid out wider (pad_through_row_width) reduces as the row itself
     bounds: ClassVar[dict[str, Within]] = {}  # per-call attrs checked against a range before a call runs

@@ -23,6 +23,7 @@ class Copy(Kernel):
     """out = x. With a view input it gathers (`w[node]`); with out= a view it scatters."""
 
     role = Role.ELEMENTWISE
+    keeps_zeros = True
     batches = True
     keeps_dtype = copies = True
     name = "copy"
@@ -37,6 +38,7 @@ class Add(Kernel):
     """out = a + b, elementwise."""
 
     role = Role.ELEMENTWISE
+    keeps_zeros = True
     batches = True
     keeps_dtype = True
     name, arity = "add", 2
@@ -47,6 +49,7 @@ class Sub(Kernel):
     """out = a - b, elementwise."""
 
     role = Role.ELEMENTWISE
+    keeps_zeros = True
     batches = True
     keeps_dtype = True
     name, arity = "sub", 2
@@ -57,6 +60,7 @@ class Mul(Kernel):
     """out = a * b, elementwise."""
 
     role = Role.ELEMENTWISE
+    keeps_zeros = True
     batches = True
     keeps_dtype = True
     name, arity = "mul", 2
@@ -67,6 +71,7 @@ class Scale(Kernel):
     """out = x * factor (factor fixed when the design compiles)."""
 
     role = Role.ELEMENTWISE
+    keeps_zeros = True
     batches = True
     name = "scale"
     dtypes = FLOATS
@@ -82,6 +87,7 @@ class ReLU(Kernel):
     """out = max(x, 0)."""
 
     role = Role.ELEMENTWISE
+    keeps_zeros = True
     batches = True
     keeps_dtype = True
     name = "relu"
@@ -95,6 +101,7 @@ class SiLU(Kernel):
     """out = x * sigmoid(x)."""
 
     role = Role.ELEMENTWISE
+    keeps_zeros = True
     name = "silu"
     dtypes = FLOATS
 
@@ -117,6 +124,7 @@ class Accumulate(Kernel):
     """state += x: `Accumulate.step(x, out=self.acc[pos])`."""
 
     role = Role.ELEMENTWISE
+    keeps_zeros = True
     batches = True
     keeps_dtype = True
     name = "accumulate"
@@ -454,6 +462,7 @@ class Cast(Kernel):
     as ml_dtypes converts); bfloat16 to float32 exactly. `Cast.step(x, dtype=iron.bfloat16)`."""
 
     role = Role.ELEMENTWISE
+    keeps_zeros = True
     batches = True
     name = "cast"
     saturates = True
@@ -475,6 +484,7 @@ class Requantize(Kernel):
     floor and the dropped bits decide the rounding (above half up, a tie to the even value)."""
 
     role = Role.ELEMENTWISE
+    keeps_zeros = True
     name = "requantize"
     saturates = True
     dtypes = frozenset({I32})

@@ -16,6 +16,7 @@ from iron.kernels import (
     Add,
     Argmax,
     Copy,
+    Exp,
     MatMul,
     MatVec,
     Max,
@@ -30,14 +31,18 @@ from tests.compiler.designs import Product, Projection, Sum, operands
 from tests.compiler.test_mlir import op_names
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order than numpy
+BF16 = iron.bfloat16
+BF16_CLOSE = {"rtol": 2e-2, "atol": 2e-2}
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
 
 
 def assert_matches(got, want):
-    """Integers exactly, floats within F32."""
+    """Integers exactly, float32 within F32, bfloat16 within BF16_CLOSE (one rounding of each sum)."""
     if want.dtype.kind in "iu":
         np.testing.assert_array_equal(got, want)
+    elif want.dtype == BF16:
+        np.testing.assert_allclose(np.float32(got), np.float32(want), **BF16_CLOSE)
     else:
         np.testing.assert_allclose(got, want, **F32)
 
@@ -958,13 +963,21 @@ class ReshapedState(iron.Graph):
 
 
 class ActThenProduct(iron.Graph):
-    """SiLU(A) @ B: SiLU's result, another group's, streamed by `stream_elementwise`."""
+    """act(A) @ B (SiLU unless given): act's result, another group's, streamed by `stream_elementwise`."""
 
-    def __init__(self, b):
-        self.b = iron.weight(b)
+    act = SiLU
+
+    def __init__(self, b, out=None, act=None):
+        self.b, self.out, self.act = iron.weight(b), out, act or self.act
 
     def body(self, a):
-        return MatMul.step(SiLU.step(a), self.b)
+        return MatMul.step(self.act.step(a), self.b, dtype=self.out)
+
+
+class ExpThenProduct(ActThenProduct):
+    """Exp(A) @ B: Exp(0) = 1, so Exp may not stream over A padded (`pad_upstream_zeros`)."""
+
+    act = Exp
 
 
 class SumThenProduct(iron.Graph):
@@ -1009,7 +1022,7 @@ WRITTEN_UNPADDED = [
     (ReshapedState, (509, 509), "MatMul#1 is not padded: its result is read by Add(MatMul(a, b), s), which also reads "
                                 "a tensor that may not be padded: s is a state s.reshape(259081,)[:8] indexes in another "
                                 "shape, whose strides know no padding"),
-    (ActThenProduct, (509, 2053), "MatMul#1 is not padded: SiLU(a) is another group's result, streamed by elementwise "
+    (ExpThenProduct, (509, 2053), "MatMul#1 is not padded: Exp(a) is another group's result, streamed by elementwise "
                                   "calls in blocks of whole rows when it lies padded, and a block of one row of 2053 "
                                   "elements takes 32848 bytes, more than 32768"),
 ]
@@ -1231,3 +1244,112 @@ def test_a_matrix_two_matvecs_read_stays_unpadded_when_one_reads_a_view_and_desc
         "m read by MatVec#0, MatVec#1 stay unpadded: MatVec#0 is not padded: a[0] is a view"]
     assert "m" not in padded(body.plan)
     assert_matches(body(a=a), graph.reference(a=a))
+
+
+# ---- pad_through_zeros, pad_upstream_zeros: elementwise calls that keep zeros (Kernel.keeps_zeros) -------------
+
+class ProductOfAct(iron.Graph):
+    """act(A @ B) @ D: the activation's result is the second product's A."""
+
+    def __init__(self, act, b, d, **attrs):
+        self.act, self.attrs, self.b, self.d = act, attrs, iron.weight(b), iron.weight(d)
+
+    def body(self, a):
+        return MatMul.step(self.act.step(MatMul.step(a, self.b), **self.attrs), self.d)
+
+
+def kept_zeros(g, labels, shape, reader="MatMul#2 reads it as its padded A"):
+    return (f"{g}: {labels} keeps zeros, so the padding of {{}} as it lies padded to {shape} is zeros, computed from "
+            f"zeros: {reader}")
+
+
+ACTS = [("npu2", SiLU, {}, (509, 509, 509), np.float32, (512, 512), 32),
+        ("npu1", SiLU, {}, (509, 509, 509), np.float32, (512, 512), 16),
+        ("npu2", ReLU, {}, (1000, 257, 509), np.float32, (1024, 512), 32),
+        ("npu1", Scale, {"factor": 0.5}, (96, 509, 1021), np.float32, (96, 1024), 16),
+        ("npu2", SiLU, {}, (96, 509, 1021), BF16, (96, 1024), 32),
+        ("npu2", SiLU, {}, (257, 1000, 300), np.float32, (288, 320), 32)]
+
+
+@pytest.mark.parametrize("device, act, attrs, sides, dtype, lies, cores", ACTS,
+                         ids=["silu-npu2", "silu-npu1", "relu-1000x257x509", "scale-96x509x1021", "silu-bf16",
+                              "silu-257x1000x300"])
+def test_a_product_of_an_activation_that_keeps_zeros_reads_it_padded(device, act, attrs, sides, dtype, lies, cores):
+    """pad_through_zeros: act(A @ B) @ D, act keeping zeros (act(0) = 0): the activation's padding,
+    computed from A @ B's zero padding, is zeros, so the second product reads it padded as its A
+    (its N padding the second's K padding); all three groups take the whole array and the result
+    equals reference(); the padding of the activation's result, as it crosses the cut, is zeros."""
+    (m, k, n), label = sides, f"{act.__name__}#1"
+    a, b = operands(m, k, n, np.float32)
+    d = operands(n, n, k, np.float32, seed=3)[1]
+    graph = ProductOfAct(act, (b / 8).astype(dtype), (d / 8).astype(dtype), **attrs)
+    a = a.astype(dtype)
+    body = graph.compile(a=a, device=from_name(device))
+    what = f"{act.__name__}(MatMul(a, b))"
+    assert rule(body.plan, "pad_through_zeros") == [kept_zeros("g1", label, lies).format(what)]
+    assert [tiles(s) for s in body.plan.segments] == [cores] * 3
+    assert same_kind_of_mlir(body.plan)
+    assert padded(body.plan)[f"cut.{label}"] == ((m, n), lies)
+    assert_matches(body(a=a), graph.reference(a=a))
+    kept = cut_padding(body, f"cut.{label}")
+    assert kept[:m, :n].any() and not kept[m:].any() and not kept[:, n:].any()
+
+
+def test_a_product_of_an_activation_that_does_not_keep_zeros_is_refused_with_the_kernel():
+    """Exp(0) = 1: Exp(A @ B)'s padding is ones, which a product would sum as data, so A @ B
+    keeps its sides and DoesNotFit says which call maps zeros to other values."""
+    a, b = operands(509, 509, 509, np.float32)
+    with pytest.raises(DoesNotFit) as err:
+        ProductOfAct(Exp, b, b).compile(a=a, device=from_name("npu2"))
+    assert ("(pad_to_block: MatMul#0 is not padded: its result is read by Exp(MatMul(a, b)), which makes "
+            "Exp(MatMul(a, b)), read by more than the host, views and calls that neither tile nor stream "
+            "(Exp(MatMul(a, b)) maps zeros to other values))") in str(err.value)
+
+
+UPSTREAM = [("npu2", ReLU, BF16, None, (509, 509, 509), (512, 512), 32),
+            ("npu1", ReLU, np.int8, np.int32, (509, 509, 509), (512, 509), 16),
+            ("npu2", ReLU, np.int16, None, (1000, 257, 509), (1000, 288), 32),
+            ("npu1", ReLU, BF16, None, (96, 509, 1021), (96, 512), 16),
+            ("npu2", ReLU, np.int8, np.int32, (96, 509, 1021), (96, 512), 32),
+            ("npu2", SiLU, np.float32, None, (509, 2053, 509), (512, 2080), 32)]
+
+
+@pytest.mark.parametrize("device, act, dtype, out, sides, lies, cores", UPSTREAM,
+                         ids=["bf16-npu2", "int8-npu1", "int16-1000x257x509", "bf16-96x509x1021", "int8-96x509x1021",
+                              "silu-wide-rows"])
+def test_an_activation_that_keeps_zeros_of_a_padded_products_input_streams_over_its_padded_layout(
+        device, act, dtype, out, sides, lies, cores):
+    """pad_upstream_zeros: act(A) @ B, A's rows not whole words (509 bfloat16), its length no
+    whole blocks (509^2 int8), or a row too large to stream whole rows (2053 float32): act keeps
+    zeros, so it streams over A padded with zeros as the product reads it, its result's padding
+    zeros (as it crosses the cut); both take the whole array and equal reference() (integers exactly)."""
+    (m, k, n), label = sides, f"{act.__name__}#0"
+    a, b = operands(m, k, n, dtype)
+    graph = ActThenProduct(b, out, act)
+    body = graph.compile(a=a, device=from_name(device))
+    assert rule(body.plan, "pad_to_block")[0] == (
+        f"g0: {label} over {(m, k)} elements streams over them padded with zeros to {lies} (pad_upstream_zeros: its "
+        f"kernels keep zeros, so the padding of the result a padded MatMul reads is zeros; the inputs and the result "
+        f"lie so in DDR) over {cores} tiles")
+    assert rule(body.plan, "pad_through_zeros") == [kept_zeros("g0", label, lies, "MatMul#1 reads it as its padded A")
+                                                    .format(f"{act.__name__}(a)")]
+    assert [tiles(s) for s in body.plan.segments] == [cores, cores]
+    assert same_kind_of_mlir(body.plan)
+    assert padded(body.plan)["a"] == ((m, k), lies)
+    assert_matches(body(a=a), graph.reference(a=a))
+    kept = cut_padding(body, f"cut.{label}")
+    assert kept[:m, :k].any() and not kept[m:].any() and not kept[:, k:].any()
+
+
+def test_an_activation_of_a_padded_products_input_that_does_not_keep_zeros_is_refused():
+    """Exp(0) = 1 would be summed as K's padding: Exp(A) does not stream over A padded (509 bfloat16
+    elements a row, 259081 in all, have no whole blocks), and DoesNotFit says so."""
+    a, b = operands(509, 509, 509, BF16)
+    with pytest.raises(DoesNotFit) as err:
+        ExpThenProduct(b).compile(a=a, device=from_name("npu2"))
+    assert str(err.value) == (
+        "ExpThenProduct does not fit npu2 even cut into segments: Exp#0 (group g0) alone is too large for one "
+        "configuration. ExpThenProduct: Exp#0 over 259081 bfloat16 elements take 1036324 bytes, more than a compute "
+        "tile's 64512, and stream_elementwise cuts them into blocks that divide 259081 and hold whole 32-bit words (2 "
+        "elements each), of which 259081 has none, and pad_to_block did not pad them: their tensors are not "
+        "one-dimensional. Pad the tensors to 259082 elements, or cut the calls in two.")
