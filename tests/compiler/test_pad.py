@@ -327,14 +327,19 @@ class NormThenProduct(iron.Graph):
         return MatMul.step(RMSNorm.step(x, self.w), self.b)
 
 
-class ProductThenAct(iron.Graph):
-    """SiLU of C = A @ B (a projection then an activation)."""
+class ProductThen(iron.Graph):
+    """`kernel` of C = A @ B (a projection, then an activation or a row reduction), as the
+    subclass names it."""
 
     def __init__(self, b):
         self.b = iron.weight(b)
 
     def body(self, a):
-        return SiLU.step(MatMul.step(a, self.b))
+        return self.kernel.step(MatMul.step(a, self.b))
+
+
+class ProductThenAct(ProductThen):
+    kernel = SiLU
 
 
 class ProductPlus(iron.Graph):
@@ -517,12 +522,8 @@ def test_a_padded_product_read_as_the_next_products_a_keeps_its_k_padding_zeros(
     assert product[:509, :509].any() and not product[509:].any() and not product[:, 509:].any()   # K padding: zeros
 
 
-class ProductThenMax(iron.Graph):
-    def __init__(self, b):
-        self.b = iron.weight(b)
-
-    def body(self, a):
-        return Max.step(MatMul.step(a, self.b))
+class ProductThenMax(ProductThen):
+    kernel = Max
 
 
 class ProductThenNormTwice(iron.Graph):
@@ -713,12 +714,8 @@ def test_products_read_together_are_not_joined_when_one_is_read_elsewhere_too(tm
 
 # ---- pad_through_row_width: a row reduction over a product whose N is padded -----------------------
 
-class ProductThenSoftmax(iron.Graph):
-    def __init__(self, b):
-        self.b = iron.weight(b)
-
-    def body(self, a):
-        return Softmax.step(MatMul.step(a, self.b))
+class ProductThenSoftmax(ProductThen):
+    kernel = Softmax
 
 
 def test_softmax_of_a_product_of_n_509_reduces_its_padded_width():
