@@ -119,10 +119,10 @@ class Cache:
         """The root directory, made private (0700) if missing; CacheError when it is unusable."""
         root = self.root
         if not root.is_dir():
-            if root.exists() or root.is_symlink():
-                raise unusable(root, "it is a file, not a directory")
-            try:
+            try:   # made by whichever thread or process comes first; exist_ok refuses only a file
                 root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except FileExistsError:
+                raise unusable(root, "it is a file, not a directory") from None
             except OSError as exc:
                 raise unusable(root, _why_not_made(root, exc)) from None
         if not os.access(root, os.W_OK | os.X_OK):
