@@ -140,7 +140,8 @@ def emulator_against_reference(size: int = 512):
     graph = Product(b)
     body = graph.compile(a=a)
     body(a=a)
-    ours, theirs = race(lambda: body(a=a), lambda: graph.reference(a=a), number=5, repeat=20)
+    ours, theirs = race(lambda: body(a=a), lambda: graph.reference(a=a), number=5, repeat=20,
+                        warm=0.15)
     calls, tiles = work(body.plan)
     padded = " (padded by pad_to_block)" * any(p.padded for p in body.plan.placements)
     print(f"emulator MatMul {size}^3 float32{padded}: {tiles} tiles, {calls} kernel calls, {ours * 1e3:8.2f} ms per "
