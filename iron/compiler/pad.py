@@ -536,9 +536,11 @@ def matmul_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
 
 def pair(call: Node, group_of: dict) -> tuple[Node, Node] | None:
     """A and B of a MatMul reading two products (MatMuls alone in their groups), None for any other call."""
+    if call.arg.kernel.role is not Role.MATRIX or len(call.shape) != 2:
+        return None
     a, b = call.src[:2]
     products = [n for n in (a, b) if n.op == Op.CALL and lone_product(group_of[n]) is n]
-    return (a, b) if len(call.shape) == 2 and a is not b and len(products) == 2 else None
+    return (a, b) if a is not b and len(products) == 2 else None
 
 
 def paired_unshared(result: Node, other: Node, call: Node, readers: dict, group_of: dict) -> str:
