@@ -50,6 +50,7 @@ from iron.kernels.base import Role
 PAD_WRITTEN_BY_PRODUCER = "pad_written_by_producer"
 PAD_THROUGH_ZEROS = "pad_through_zeros"
 PAD_SHARED_INPUT = "pad_shared_input"
+PAD_PASSED_ON = "pad_passed_on"
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
@@ -175,7 +176,7 @@ def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], 
         return key
 
     for t in tensors:
-        for same in zip(*(side_indices(call, t) for call in readers[t])):
+        for same in zip(*([(call, i) for i in side_indices(call, t)] for call in readers[t])):
             for key in same[1:]:
                 root[find(key)] = find(same[0])
     for call in calls:
@@ -859,8 +860,11 @@ def _flow_score(calls, device, padded, width: int = 1) -> tuple[int, int] | None
 
 def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> list[tuple[str, str]]:
     """`pad_through_zeros` as describe() shows it, once for the design: each elementwise group
-    over a padded layout whose result a MatMul reads padded, its padding zeros its kernels kept."""
+    over a padded layout whose result a MatMul reads padded, its padding zeros its kernels kept
+    (and those of the elementwise calls that passed the layout on to it, `upstream`)."""
     readers, written = readers_of(program, groups), written_by_producer(padded, groups)
+    group_of = {call: group for group in groups for call in group.calls}
+    order = {call: i for i, call in enumerate(group_of)}
     lines = []
     for group in groups:
         last = group.calls[-1]
@@ -869,10 +873,35 @@ def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> li
             continue
         sums = ", ".join(f"{call_label(program, u)} reads it as its padded {'A' if u.src[0] is last else 'B'}"
                          for u in users)
-        labels = ", ".join(call_label(program, c) for c in group.calls)
+        made = (*(c for g in upstream(external_inputs(group.calls), group_of)[1] for c in g.calls), *group.calls)
+        labels = ", ".join(call_label(program, c) for c in sorted(made, key=order.get))
         lines.append((PAD_THROUGH_ZEROS, f"{group.name}: {labels} keeps zeros, so the padding of "
                       f"{describe(last)} as it lies padded to {padded[last]} is zeros, computed from zeros: "
                       f"{sums}"))
+    return lines
+
+
+def passed_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> list[tuple[str, str]]:
+    """`pad_passed_on` as describe() shows it, once for the design: each elementwise group that
+    streams over the result of elementwise calls which streamed over a padded product's layout
+    (`pad_through_elementwise`), so it lies in that layout too, and the products it is theirs."""
+    group_of = {call: group for group in groups for call in group.calls}
+    lines = []
+    for group in groups:
+        calls = group.calls
+        passed = [n for n in external_inputs(calls) if n in padded and n.op == Op.CALL
+                  and lone_product(group_of[n]) is None and carried(n, group_of)]
+        if not passed or calls[0].arg.kernel.role is not Role.ELEMENTWISE:
+            continue
+        labels = ", ".join(call_label(program, c) for c in calls)
+        makers = ", ".join(call_label(program, c) for n in passed for c in group_of[n].calls)
+        products = upstream(external_inputs(calls), group_of)[0]
+        joined_text = " (pad_joined: they lie alike)" * (len(products) > 1)
+        lines.append((PAD_PASSED_ON, f"{group.name}: {labels} streams over {', '.join(map(describe, passed))} as "
+                      f"{makers} left it, padded to {padded[passed[0]]} in the layout of "
+                      f"{', '.join(call_label(program, p) for p in products)}{joined_text}: the padded layout "
+                      "passes on from elementwise calls to the next, each element of the padding computed from "
+                      "padding"))
     return lines
 
 
