@@ -13,6 +13,7 @@ import numpy as np
 from iron.compiler.fuse import leading_call
 from iron.compiler.place import Layout, Site
 from iron.compiler.plan import Buffer, Imm, KernelStep, Output, Ptr, WordKind, WordRef
+from iron.compiler.readers import Reader
 from iron.compiler.route import Relay, Routes
 from iron.compiler.words import Access, WordTable, base_name, placement_access, view_access
 from iron.errors import PlacementError
@@ -281,7 +282,7 @@ def _split_home(ctx: Context, part: Part, call: Node):
 def _home(ctx: Context, part: Part, call: Node):
     places = [(f"{part.prefix}_host", part.host.add(key, *_region(ctx, call, key.placement)))
               for key in _host_uses(ctx.program, call)]
-    if any(u != "host" for u in ctx.layout.users.get(call, ())):
+    if any(u is not Reader.HOST for u in ctx.layout.users.get(call, ())):
         out = part.out.add(call, call.size * call.dtype.itemsize, call.dtype, call_label(ctx.program, call))
         places.append((f"{part.prefix}_out", out))
         ctx.results[call] = (f"{part.prefix}_out", out)

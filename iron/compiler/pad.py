@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from itertools import product
 
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
+from iron.compiler.readers import Reader
 from iron.compiler.tiling import (
     MAX_FLOW_INPUTS,
     TILED_BYTES,
@@ -78,20 +79,20 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[No
     return padded
 
 
-def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list]:
-    """Who reads each tensor: calls, "view" (a view of it is read), "host" (an output), "carry"."""
+def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list[Node | Reader]]:
+    """Who reads each tensor: calls, VIEW (a view of it is read), HOST (an output), CARRY."""
     found: dict[Node, list] = {}
     for group in groups:
         for call in group.calls:
             for node in call.src:
                 if node.op == Op.VIEW:
-                    found.setdefault(node.src[0], []).append("view")
+                    found.setdefault(node.src[0], []).append(Reader.VIEW)
                 found.setdefault(node, []).append(call)
     for node in program.outputs:
-        found.setdefault(node, []).append("host")
+        found.setdefault(node, []).append(Reader.HOST)
     for _, value in program.carry:
         for node in value.src:
-            found.setdefault(node, []).append("carry")
+            found.setdefault(node, []).append(Reader.CARRY)
     return found
 
 
@@ -241,7 +242,7 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dic
         return state_unpadded(node, calls, readers)
     others = [r for r in readers.get(node, []) if r not in calls]
     if others:
-        return f"{what} is read {'through a view' if 'view' in others else 'elsewhere'} too"
+        return f"{what} is read {'through a view' if Reader.VIEW in others else 'elsewhere'} too"
     if node.op == Op.CALL and group_of is not None:
         why = producer_unpadded(node, group_of[node].calls)
         return why and f"{what} is another group's result, {why}"
@@ -259,10 +260,10 @@ def state_unpadded(state: Node, calls: tuple[Node, ...], readers: dict) -> str:
     it whole would take it in blocks that know no padding, the Emit a word of it unpadded)."""
     what = describe(state)
     for user in readers.get(state, []):
-        if user in calls or user == "view":
+        if user in calls or user is Reader.VIEW:
             continue
         if not (isinstance(user, Node) and destination(user) is state):
-            return f"{what} is a state read {'elsewhere' if isinstance(user, str) else f'whole by {describe(user)}'} too"
+            return f"{what} is a state read {'elsewhere' if isinstance(user, Reader) else f'whole by {describe(user)}'} too"
         if len(state.shape) == 2 and state.shape[1] * state.dtype.itemsize % 4:
             return f"{what} is a state {describe(user)} writes whole, in rows that are not whole 32-bit words"
     reshaped = [v for v in readers if v.op == Op.VIEW and v.src[0] is state and frame(v) != state.shape]
@@ -361,8 +362,8 @@ def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
     users = readers.get(call, [])
     if shown(call, readers):
         return ""
-    if group_of and users.count("host") <= 1 and all(u == "host" or isinstance(u, Node) for u in users):
-        return next((f"its result is read by {describe(u)}, which {why}" for u in users if u != "host"
+    if group_of and users.count(Reader.HOST) <= 1 and all(u is Reader.HOST or isinstance(u, Node) for u in users):
+        return next((f"its result is read by {describe(u)}, which {why}" for u in users if u is not Reader.HOST
                      and (why := layout_unshared(group_of[u].calls, call, readers, group_of))), "")
     return "its result is read by more than the host, views and calls that neither tile nor stream"
 
@@ -407,7 +408,7 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
         why = zeros_unkept(calls, readers, group_of)
         if why:
             return why
-    elif readers[calls[-1]] != ["host"] and result.shape[-1] * calls[-1].dtype.itemsize % 4:
+    elif readers[calls[-1]] != [Reader.HOST] and result.shape[-1] * calls[-1].dtype.itemsize % 4:
         return f"makes {describe(calls[-1])}, whose rows other calls read are not whole 32-bit words"
     products = joined(calls, result, group_of)
     why = next((why for n in outside if n is not result and n not in products
@@ -424,8 +425,8 @@ def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
     last = calls[-1]
     users = readers.get(last, [])
     unkept = next((c for c in calls if not c.arg.kernel.keeps_zeros), None)
-    if unkept is not None or users.count("host") > 1 or any(
-            u != "host" and not (isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX) for u in users):
+    if unkept is not None or users.count(Reader.HOST) > 1 or any(
+            u is not Reader.HOST and not (isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX) for u in users):
         why = f" ({describe(unkept)} maps zeros to other values)" if unkept is not None else ""
         return f"makes {describe(last)}, read by more than the host, views and calls that neither tile nor stream{why}"
     return next((f"makes {describe(last)}, read by {describe(u)}, which {why}" for u in users if isinstance(u, Node)
@@ -465,7 +466,7 @@ def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
     call = calls[0]
     if len(calls) != 1 or call.src[0] is not result or call.arg.writes or held_bytes(list(calls)) <= SIZE_LIMIT:
         return f"does not stream the rows of {describe(result)} alone in its group"
-    if readers.get(call) != ["host"]:
+    if readers.get(call) != [Reader.HOST]:
         return f"makes {describe(call)}, read by more than the host"
     shared = call.src[1:call.arg.n_inputs]
     return next((f"also reads {describe(n)}, which another call makes" for n in shared if not is_host_tensor(n)
@@ -513,8 +514,8 @@ def shown(call: Node, readers: dict) -> bool:
     neither tile nor stream (an elementwise, matrix or row-reduction reader might take it in
     blocks that know no padding)."""
     users = readers.get(call, [])
-    return bool(users) and users.count("host") <= 1 and all(
-        u in ("host", "view") or (isinstance(u, Node) and u.arg.kernel.role in PLAIN) for u in users)
+    return bool(users) and users.count(Reader.HOST) <= 1 and all(
+        u in (Reader.HOST, Reader.VIEW) or (isinstance(u, Node) and u.arg.kernel.role in PLAIN) for u in users)
 
 
 def pad_matrix(group: Group, readers: dict, group_of: dict, device,
@@ -532,7 +533,7 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
     if call is None or matrix_unpadded(call, readers, group_of):
         return {}
     a, b = call.src[:2]
-    plain_reader = any(u == "view" or isinstance(u, Node) and u.arg.kernel.role in PLAIN for u in readers[call])
+    plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and u.arg.kernel.role in PLAIN for u in readers[call])
     if plain_reader and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
         return {}
     members = joined_with(call, readers, group_of)
@@ -732,7 +733,7 @@ def stream_unpadded(calls, readers: dict) -> str:
     """Why `pad_stream` may not pad elementwise calls' tensors, "" when it may."""
     if len(calls[-1].shape) != 1:
         return "their tensors are not one-dimensional"
-    if readers.get(calls[-1]) != ["host"]:
+    if readers.get(calls[-1]) != [Reader.HOST]:
         return f"{describe(calls[-1])} is read by more than the host"
     return next((why for n in external_inputs(calls) if (why := unpaddable(n, calls, readers))), "")
 
@@ -744,7 +745,7 @@ def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]
     streams `better`; never a row's width (a row is reduced whole: padding it would change the
     result), nor the row every row shares (RMSNorm's w)."""
     calls = group.calls
-    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or readers.get(calls[0]) != ["host"]:
+    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or readers.get(calls[0]) != [Reader.HOST]:
         return {}
     (call,), x = calls, calls[0].src[0]
     if unpaddable(x, calls, readers):

@@ -36,6 +36,7 @@ from iron.compiler.pad import (
     stream_unpadded,
 )
 from iron.compiler.plan import Tile, TileKind
+from iron.compiler.readers import Reader
 from iron.compiler.tiling import (
     MAX_BLOCK,
     Flow,
@@ -114,7 +115,7 @@ class Layout:
     sites: tuple[Site, ...]
     emit: Tile | None
     rules: tuple[tuple[str, str], ...]
-    users: dict[Node, tuple[str, ...]]
+    users: dict[Node, tuple[str | Reader, ...]]
 
     def site(self, group: str) -> Site:
         return next(s for s in self.sites if s.group.name == group)
@@ -190,21 +191,21 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     return Layout(tuple(sites), emit, tuple(rules), outside)
 
 
-def outside_users(program: Program, groups: tuple[Group, ...], with_emit: bool) -> dict[Node, tuple[str, ...]]:
-    """Who uses each call's result outside its group: group names, "host" per output or carried
-    element, "emit"."""
+def outside_users(program: Program, groups: tuple[Group, ...], with_emit: bool) -> dict[Node, tuple[str | Reader, ...]]:
+    """Who uses each call's result outside its group: group names, HOST per output or carried
+    element, EMIT."""
     group_of = {c: g.name for g in groups for c in g.calls}
-    users: dict[Node, list[str]] = {}
+    users: dict[Node, list[str | Reader]] = {}
     for g in groups:
         for call in g.calls:
             for node in tensor_inputs(call):
                 if group_of.get(node, g.name) != g.name and g.name not in users.get(node, []):
                     users.setdefault(node, []).append(g.name)
     for node in program.outputs:
-        users.setdefault(node, []).append("host")
+        users.setdefault(node, []).append(Reader.HOST)
     for _, value in program.carry:
         if value.op == Op.ELEM:
-            users.setdefault(value.src[0], []).extend(["host", "emit"] if with_emit else ["host"])
+            users.setdefault(value.src[0], []).extend([Reader.HOST, Reader.EMIT] if with_emit else [Reader.HOST])
     return {k: tuple(v) for k, v in users.items()}
 
 
@@ -304,7 +305,7 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
     calls = group.calls
     if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT:
         return None
-    if outside.get(calls[-1], ()) != ("host",) or any(outside.get(c) for c in calls[:-1]):
+    if outside.get(calls[-1], ()) != (Reader.HOST,) or any(outside.get(c) for c in calls[:-1]):
         return None
     spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
     flow = _choose_flow(calls, free, spare, device, shim_in, padded)
@@ -321,7 +322,7 @@ def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int
     over whole free columns of cores, as `stream_elementwise` streams elementwise calls
     (iron/compiler/tiling.py chooses how)."""
     calls = group.calls
-    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or outside.get(calls[0], ()) != ("host",):
+    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or outside.get(calls[0], ()) != (Reader.HOST,):
         return None
     spare, shim_in = limits
     x = calls[0].src[0]
@@ -472,10 +473,10 @@ def read_on_device(group: Group, outside) -> str:
     spread over the array: groups of the same configuration read it, and a grid's results leave
     each column for DDR, a column's share at a time (iron/compiler/grid.py); "" otherwise."""
     call, expand = leading_call(group.calls), expansion(group.calls)
-    readers = [u for u in outside.get(call, ()) if u != "host"]
-    if group.calls[-1] is not call or not readers or not wants_grid(call, ("host",), expand):
+    readers = [u for u in outside.get(call, ()) if u is not Reader.HOST]
+    if group.calls[-1] is not call or not readers or not wants_grid(call, (Reader.HOST,), expand):
         return ""
-    return (f"not over the array: {', '.join(readers)} read{'s' * (len(readers) == 1)} its result in this "
+    return (f"not over the array: {', '.join(map(str, readers))} read{'s' * (len(readers) == 1)} its result in this "
             "configuration, and a grid's results leave each column for DDR; it runs as split_matrix_over_tiles "
             "says, or over the array when a cut puts its readers in a later configuration")
 
@@ -600,7 +601,7 @@ def share_streamed_matrix(groups: tuple[Group, ...], group: Group, parts: int, s
     return None
 
 
-def split_parts(group: Group, outside: dict[Node, tuple[str, ...]], spare: int, channels,
+def split_parts(group: Group, outside: dict[Node, tuple[str | Reader, ...]], spare: int, channels,
                 first: Tile) -> tuple[int, str]:
     """`split_matrix_over_tiles`: how many tiles a group takes: the fewest of SPLIT_COUNTS that
     bring each part to SPLIT_PART_BYTES or less, or, when that many do not fit, the most that
@@ -704,7 +705,7 @@ def senders(groups: tuple[Group, ...], group: Group) -> tuple[str, ...]:
     return tuple(g.name for g in groups if g.name in names)
 
 
-def splittable(group: Group, outside: dict[Node, tuple[str, ...]]) -> bool:
+def splittable(group: Group, outside: dict[Node, tuple[str | Reader, ...]]) -> bool:
     """A matrix-vector call (a matrix call with a vector result, MatVec) over a host matrix
     (or the blocks of one its fused expansion reads) > 128 KiB whose rows are whole words along
     the memory's last axis, then only elementwise calls writing no state, with the last call's
@@ -725,4 +726,4 @@ def splittable(group: Group, outside: dict[Node, tuple[str, ...]]) -> bool:
     if any(outside.get(c) for c in group.calls[:-1]):
         return False
     users = outside.get(last, ())
-    return bool(users) and users.count("host") <= 1 and "emit" not in users
+    return bool(users) and users.count(Reader.HOST) <= 1 and Reader.EMIT not in users

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from iron.compiler.allocate import shares_memory
 from iron.compiler.place import Layout, Site, forwardable
 from iron.compiler.plan import FifoRole, Tile, TileKind
+from iron.compiler.readers import Reader
 from iron.errors import PlacementError
 from iron.ir import Node, Program, describe, is_host_tensor, state_of, tensor_inputs
 
@@ -93,9 +94,9 @@ def group_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
         fifos.append(Route(f"{g}_in", FifoRole.INPUT, g, HOST, site.tiles))
     for number, tile in enumerate(site.tiles):
         prefix = f"{g}_p{number}" if split else g
-        if any(c.arg.writes for c in calls) or (not split and any("host" in users.get(c, ()) for c in calls)):
+        if any(c.arg.writes for c in calls) or (not split and any(Reader.HOST in users.get(c, ()) for c in calls)):
             fifos.append(Route(f"{prefix}_host", FifoRole.HOST, g, tile, (HOST,)))
-        exported = any(not c.arg.writes and any(u != "host" for u in users.get(c, ())) for c in calls)
+        exported = any(not c.arg.writes and any(u is not Reader.HOST for u in users.get(c, ())) for c in calls)
         if not split and (forwards.get(g) or exported):
             fifos.append(out_route(f"{prefix}_out", g, tile, consumer_tiles(layout, forwards, site.group)))
     if site.stream is not None:
@@ -135,10 +136,10 @@ def out_route(name: str, group: str, tile: Tile, consumers: tuple[Tile, ...]) ->
 
 def consumer_tiles(layout: Layout, forwards: dict, group, with_host: bool = False) -> tuple[Tile, ...]:
     """The tiles of the groups (and the Emit) reading a group's results or its forwards."""
-    names = {u for c in group.calls for u in layout.users.get(c, ()) if u != "host"}
+    names = {u for c in group.calls for u in layout.users.get(c, ()) if u is not Reader.HOST}
     names |= {r for readers in forwards.get(group.name, {}).values() for r in readers}
     tiles = [t for s in layout.sites if s.group.name in names for t in s.tiles]
-    if "emit" in names:
+    if Reader.EMIT in names:
         tiles.append(layout.emit)
     return tuple(tiles + ([HOST] if with_host else []))
 
@@ -211,7 +212,7 @@ def flow_routes(site: Site) -> list[Route]:
 def join_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
     g, mem = site.group.name, site.stream.mem
     parts = [Route(f"{g}_part{p}", FifoRole.PART, g, t, (mem,)) for p, t in enumerate(site.tiles)]
-    with_host = "host" in layout.users.get(site.group.calls[-1], ())
+    with_host = Reader.HOST in layout.users.get(site.group.calls[-1], ())
     consumers = consumer_tiles(layout, forwards, site.group, with_host)
     role = FifoRole.OUTPUT if any(t != HOST for t in consumers) else FifoRole.HOST
     return [*parts, Route(f"{g}_{role.value}", role, g, mem, consumers)]

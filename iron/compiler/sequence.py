@@ -10,6 +10,7 @@ from functools import cache
 from iron.compiler.objects import Context, Part, host_access
 from iron.compiler.place import Site
 from iron.compiler.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
+from iron.compiler.readers import Reader
 from iron.compiler.words import Access, placement_access
 from iron.ir import destination, state_of, tensor_inputs
 
@@ -37,7 +38,7 @@ def group_moves(ctx: Context, site: Site, parts: list[Part]) -> list[Move]:
     for part in parts:
         moves += [Move(Direction.S2MM, f"{part.prefix}_host", *m) for m in part.host.moves]
     last = site.group.calls[-1]
-    if parts[0].split and "host" in ctx.layout.users.get(last, ()):
+    if parts[0].split and Reader.HOST in ctx.layout.users.get(last, ()):
         index = next(i for i, n in enumerate(ctx.program.outputs) if n is last)
         p = ctx.placement(f"out{index}")
         moves.append(Move(Direction.S2MM, ctx.results[last][0], p.buffer, placement_access(p)))

@@ -17,6 +17,7 @@ import numpy as np
 
 from iron import dtypes
 from iron.compiler.plan import Tile, TileKind
+from iron.compiler.readers import Reader
 from iron.ir import (
     Node,
     Op,
@@ -168,12 +169,12 @@ def accumulates_in(call: Node) -> np.dtype:
     return np.dtype(np.float32) if call.dtype == dtypes.bfloat16 else call.dtype
 
 
-def wants_grid(call: Node, users: tuple[str, ...], expand: Node | None = None) -> bool:
+def wants_grid(call: Node, users: tuple[str | Reader, ...], expand: Node | None = None) -> bool:
     """A matrix call of two whole host tensors whose result only the host reads: a MatMul (a
     matrix result) whose operands and result take more than TILED_BYTES, a MatVec (a vector
     result) whose matrix takes more than VECTOR_TILED_BYTES, or a MatVec whose matrix a fused
     expansion makes of a whole host tensor (its blocks then taking more than that)."""
-    if call.arg.kernel.role is not Role.MATRIX or call.arg.writes or call.arg.n_inputs != 2 or users != ("host",):
+    if call.arg.kernel.role is not Role.MATRIX or call.arg.writes or call.arg.n_inputs != 2 or users != (Reader.HOST,):
         return False
     a, b = stored(call, expand), call.src[1]
     if not all(is_host_tensor(x) and x.op != Op.VIEW for x in (a, b)):
