@@ -51,6 +51,7 @@ from iron.kernels.base import Role
 PAD_WRITTEN_BY_PRODUCER = "pad_written_by_producer"
 PAD_THROUGH_ZEROS = "pad_through_zeros"
 PAD_SHARED_INPUT = "pad_shared_input"
+PAD_PASSED_ON = "pad_passed_on"
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
@@ -176,13 +177,15 @@ def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], 
         return key
 
     for t in tensors:
-        for same in zip(*(side_indices(call, t) for call in readers[t])):
+        for same in zip(*([(call, i) for i in side_indices(call, t)] for call in readers[t])):
             for key in same[1:]:
                 root[find(key)] = find(same[0])
     for call in calls:
         for other in joined_with(call, readers, group_of):
             for i in (0, 2):
                 root[find((other, i))] = find((call, i))
+        for a, b in (p for u in readers.get(call, []) if isinstance(u, Node) and (p := pair(u, group_of))):
+            root[find((b, 0))] = find((a, 2))   # A's N and B's M: the K of the MatMul reading both
     largest: dict[tuple[Node, int], int] = {}
     for call in calls:
         asks = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None) or call_sides(call)
@@ -388,15 +391,31 @@ def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, d
 
 
 def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
-    """Why `calls` may not read `result` (a padded MatMul's) in its padded layout, "" when they
-    may: elementwise calls by `pad_through_elementwise` (other products with it by `pad_joined`),
-    a row reduction by `pad_through_rows`, a MatMul reading it as its A or B by
-    `pad_through_matmul`, `pad_through_matmul_b`. No other reader may: the padding of a function
-    of a product need not be zeros (Exp(0) = 1)."""
+    """Why `calls` may not read `result` (a padded MatMul's, or elementwise calls' over its
+    layout) in its padded layout, "" when they may: elementwise calls by `pad_through_elementwise`
+    (other products with it by `pad_joined`), a row reduction by `pad_through_rows`, a MatMul
+    reading it as its A or B by `pad_through_matmul`, `pad_through_matmul_b`. No other reader
+    may: the padding of a function of a product need not be zeros (Exp(0) = 1)."""
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
         return rows_unshared(calls, result, readers)
     if calls[0].arg.kernel.role is Role.MATRIX:
         return matmul_unshared(calls, result, readers, group_of)
+    why = stream_unshared(calls, result, readers, group_of)
+    if why:
+        return why
+    if not shown(calls[-1], readers):
+        why = zeros_unkept(calls, readers, group_of)
+        if why:
+            return why
+    elif readers[calls[-1]] != [Reader.HOST] and result.shape[-1] * calls[-1].dtype.itemsize % 4:
+        return f"makes {describe(calls[-1])}, whose rows other calls read are not whole 32-bit words"
+    return join_unshared(joined(calls, result, group_of), calls, readers, group_of)
+
+
+def stream_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
+    """Why elementwise `calls` may not stream over the padded layout `result` lies in, "" when
+    they may: elementwise, writing no state, over tensors of its shape, streamed, reading other
+    tensors that may be padded (those lying in a padded product's layout too: `join_unshared`)."""
     outside = external_inputs(calls)
     if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
         return "is neither elementwise, a row reduction nor a MatMul, and would read the padding as data"
@@ -404,57 +423,66 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
         return f"reads or makes tensors of other shapes than {result.shape}, which cannot lie in its padding"
     if len(outside) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
         return f"does not stream (its group fits a tile or reads more than {MAX_FLOW_INPUTS} tensors)"
-    if not shown(calls[-1], readers):
-        why = zeros_unkept(calls, readers, group_of)
-        if why:
-            return why
-    elif readers[calls[-1]] != [Reader.HOST] and result.shape[-1] * calls[-1].dtype.itemsize % 4:
-        return f"makes {describe(calls[-1])}, whose rows other calls read are not whole 32-bit words"
-    products = joined(calls, result, group_of)
-    why = next((why for n in outside if n is not result and n not in products
+    why = next((why for n in outside if not carried(n, group_of)
                 and (why := unpaddable(n, calls, readers, group_of))), "")
-    return (why and f"also reads a tensor that may not be padded: {why}") or join_unshared(products, calls, readers, group_of)
+    return why and f"also reads a tensor that may not be padded: {why}"
 
 
 def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
-    """The rule `pad_through_zeros`: why a MatMul may not read the last result of elementwise
-    `calls` over a padded product's layout as its padded A or B, "" when it may: every call keeps
-    zeros (`Kernel.keeps_zeros`), so the padding they compute from padding (the product's is
-    zeros, `pad_through_matmul`; their other inputs' too) is zeros, as K's padding must be; the
-    host reads the result at most once, and every other reader is a MatMul sharing its layout."""
+    """Why the readers of the last result of elementwise `calls` over a padded product's layout
+    may not read it as it lies, "" when they may: the host at most once, elementwise calls
+    sharing the layout (`pad_through_elementwise` passed on), and, by the rule `pad_through_zeros`,
+    a MatMul as its padded A or B when every call keeps zeros (`Kernel.keeps_zeros`), these and
+    those making the tensors they read over the layout (`upstream`), so the padding they compute
+    from padding (the product's is zeros, `pad_through_matmul`; their other inputs' too) is
+    zeros, as K's padding must be."""
     last = calls[-1]
     users = readers.get(last, [])
-    unkept = next((c for c in calls if not c.arg.kernel.keeps_zeros), None)
-    if unkept is not None or users.count(Reader.HOST) > 1 or any(
-            u is not Reader.HOST and not (isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX) for u in users):
+    summed = any(isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX for u in users)
+    made = (*calls, *(c for g in upstream(external_inputs(calls), group_of)[1] for c in g.calls))
+    unkept = next((c for c in made if not c.arg.kernel.keeps_zeros), None) if summed else None
+    if unkept is not None or users.count(Reader.HOST) > 1 or any(u is not Reader.HOST and not (
+            isinstance(u, Node) and u.arg.kernel.role in (Role.MATRIX, Role.ELEMENTWISE)) for u in users):
         why = f" ({describe(unkept)} maps zeros to other values)" if unkept is not None else ""
         return f"makes {describe(last)}, read by more than the host, views and calls that neither tile nor stream{why}"
     return next((f"makes {describe(last)}, read by {describe(u)}, which {why}" for u in users if isinstance(u, Node)
-                 and (why := matmul_unshared(group_of[u].calls, last, readers, group_of))), "")
+                 and (why := layout_unshared(group_of[u].calls, last, readers, group_of))), "")
 
 
 def matrix_readers(call: Node, readers: dict, group_of: dict) -> list[tuple[Node, Node]]:
     """(MatMul, the tensor it reads) for each MatMul reading `call`'s result, directly or as
-    the last result of an elementwise group reading it (`pad_through_zeros`)."""
+    the last result of elementwise groups reading it one after another (`pad_through_zeros`)."""
     found = []
     for user in (u for u in readers.get(call, []) if isinstance(u, Node)):
         if user.arg.kernel.role is Role.MATRIX:
             found.append((user, call))
         elif user.arg.kernel.role is Role.ELEMENTWISE:
-            last = group_of[user].calls[-1]
-            found += [(r, last) for r in readers.get(last, []) if isinstance(r, Node) and r.arg.kernel.role is Role.MATRIX]
+            found += matrix_readers(group_of[user].calls[-1], readers, group_of)
     return found
 
 
 def join_unshared(products: tuple[Node, ...], calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
-    """The rule `pad_joined`: why the products elementwise `calls` read may not lie padded alike
-    (`joined_sides`), "" when they may: each read by `calls` alone, over paddable operands."""
-    for other in products if len(products) > 1 else ():
+    """The rule `pad_joined`: why the products whose layouts elementwise `calls` read may not lie
+    padded alike (`joined_sides`), "" when they may: each tensor `calls` read in those layouts read
+    by `calls` alone, a product over paddable operands, the result of elementwise calls that
+    may stream over the layouts they read (checked back to the products)."""
+    for other in external_inputs(calls) if len(products) > 1 else ():
+        if not carried(other, group_of):
+            continue
         why = "it is read elsewhere too" if any(r not in calls for r in readers[other]) \
-            else operands_unpadded(other, products, readers, group_of)
+            else source_unshared(other, products, readers, group_of)
         if why:
             return f"also reads {describe(other)}, which must lie padded alike (pad_joined), but {why}"
     return ""
+
+
+def source_unshared(node: Node, products: tuple[Node, ...], readers: dict, group_of: dict) -> str:
+    """Why `node`, lying in the layout of one of the joined `products`, may not lie so, "" when it
+    may: a product over paddable operands, or elementwise calls' result they may stream over."""
+    calls = group_of[node].calls
+    if lone_product(group_of[node]) is node:
+        return operands_unpadded(node, products, readers, group_of)
+    return stream_unshared(calls, node, readers, group_of) or join_unshared(products, calls, readers, group_of)
 
 
 def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
@@ -500,11 +528,35 @@ def matmul_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
     if len(calls) != 1 or call.arg.writes or len(call.shape) != 2 or call.src[:2].count(result) != 1:
         return f"reads {describe(result)} other than as the A or the B of a MatMul alone in its group"
     other = call.src[1] if call.src[0] is result else call.src[0]
-    why = unpaddable(other, calls, readers, group_of)
+    why = paired_unshared(result, other, call, readers, group_of) if pair(call, group_of) else \
+        unpaddable(other, calls, readers, group_of)
     if why:
         return f"also reads a tensor that may not be padded: {why}"
     why = readers_unshared(call, readers, group_of)
     return why and f"makes {describe(call)}: {why}"
+
+
+def pair(call: Node, group_of: dict) -> tuple[Node, Node] | None:
+    """A and B of a MatMul reading two products (MatMuls alone in their groups), None for any other call."""
+    if call.arg.kernel.role is not Role.MATRIX or len(call.shape) != 2:
+        return None
+    a, b = call.src[:2]
+    products = [n for n in (a, b) if n.op == Op.CALL and lone_product(group_of[n]) is n]
+    return (a, b) if a is not b and len(products) == 2 else None
+
+
+def paired_unshared(result: Node, other: Node, call: Node, readers: dict, group_of: dict) -> str:
+    """The rule `pad_through_matmul` of both operands: why a MatMul may not read the product
+    `other` padded beside `result`, "" when it may: read by the MatMul alone, over paddable
+    operands, one of which `result` reads too, so `pad_shared_input` lays both out at once
+    (`agree`: A's N is B's M, the MatMul's K)."""
+    what = describe(other)
+    if readers[other] != [call]:
+        return f"{what} is a padded product read elsewhere too"
+    if not {n for n in result.src[:2] if n.op != Op.VIEW} & set(other.src[:2]):
+        return (f"{what} is a padded product reading no tensor {describe(result)} reads, so pad_shared_input does "
+                "not lay them out alike")
+    return operands_unpadded(other, (other,), readers, group_of)
 
 
 def shown(call: Node, readers: dict) -> bool:
@@ -545,7 +597,7 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
         sides = (joined_sides(members, device) or {}).get(call)
     else:
         sides = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None)
-    if sides is None or any(chained(u, read, sides[::2], device) is None
+    if sides is None or any(chained(u, {read: sides[::2]} | beside(u, read, agreed), device) is None
                             for u, read in matrix_readers(call, readers, group_of)):
         return {}
     big_m, big_k, big_n = sides
@@ -557,6 +609,12 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
         if unpaddable(operand, members, readers, group_of):
             found |= {n: found[operand] for n in external_inputs(group_of[operand].calls)}
     return found
+
+
+def beside(call: Node, read: Node, agreed: dict | None) -> dict[Node, tuple[int, int]]:
+    """The other operand of a MatMul reading `read` and the layout `pad_shared_input` agreed for it, if it did."""
+    other = call.src[1] if call.src[0] is read else call.src[0]
+    return {other: agreed[other][::2]} if other in (agreed or {}) else {}
 
 
 def lone_product(group: Group) -> Node | None:
@@ -574,19 +632,50 @@ def large(call: Node) -> bool:
         nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
 
 
+def upstream(nodes, group_of: dict) -> tuple[tuple[Node, ...], tuple[Group, ...]]:
+    """The padded products whose layout `nodes` lie in when read over it, in the order they are
+    read, and the elementwise groups between them: a MatMul alone in its group lies in its own;
+    the last result of elementwise calls reading such a layout in theirs (`pad_through_elementwise`,
+    passed on to the next reader)."""
+    products, groups, seen, todo = [], [], set(), list(reversed(nodes))
+    while todo:
+        node = todo.pop()
+        if node in seen or node.op != Op.CALL or len(node.shape) != 2:
+            continue
+        seen.add(node)
+        group = group_of[node]
+        if lone_product(group) is node:
+            products.append(node)
+        elif group.calls[-1] is node and group.calls[0].arg.kernel.role is Role.ELEMENTWISE:
+            groups.append(group)
+            todo.extend(reversed(external_inputs(group.calls)))
+    return tuple(products), tuple(groups)
+
+
+def carried(node: Node, group_of: dict) -> bool:
+    """Whether `node` lies in a padded product's layout when read over it (`upstream`)."""
+    return bool(upstream((node,), group_of)[0])
+
+
 def joined(calls: tuple[Node, ...], result: Node, group_of: dict) -> tuple[Node, ...]:
-    """The products (MatMuls alone in their groups) elementwise `calls` read, `result` one of
-    them, in the order they read them (`pad_joined` pads them alike); () when `result` is not."""
-    products = tuple(n for n in external_inputs(calls) if n.op == Op.CALL and len(n.shape) == 2
-                     and lone_product(group_of[n]) is n)
-    return products if result in products else ()
+    """The products whose layout elementwise `calls` read (`upstream`: directly or through
+    elementwise calls over it), `result` lying in one of them, in the order they read them
+    (`pad_joined` pads them alike); () when `result` lies in none."""
+    products = upstream(external_inputs(calls), group_of)[0]
+    return products if set(upstream((result,), group_of)[0]) & set(products) else ()
 
 
 def joined_with(call: Node, readers: dict, group_of: dict) -> tuple[Node, ...]:
-    """The products `pad_joined` pads alike with `call` (itself among them): those its
-    elementwise readers read (`layout_unshared` lets only one group read a product joined)."""
-    users = [u for u in readers.get(call, []) if isinstance(u, Node) and u.arg.kernel.role is Role.ELEMENTWISE]
-    return (users and joined(group_of[users[0]].calls, call, group_of)) or (call,)
+    """The products `pad_joined` pads alike with `call` (itself among them): those the last of
+    the elementwise groups reading its layout, one after another, reads (`layout_unshared` lets
+    only one group read each of them)."""
+    node, found = call, (call,)
+    while users := [u for u in readers.get(node, []) if isinstance(u, Node) and u.arg.kernel.role is Role.ELEMENTWISE]:
+        calls = group_of[users[0]].calls
+        if not (products := joined(calls, node, group_of)):
+            break
+        node, found = calls[-1], products
+    return found if call in found else (call,)
 
 
 def joined_sides(products: tuple[Node, ...], device) -> dict[Node, tuple[int, int, int] | None] | None:
@@ -621,12 +710,12 @@ def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, devic
         return rows_through(calls[0], padded[fed[0]])
     if calls[0].arg.kernel.role is Role.MATRIX:
         (a, b), call = calls[0].src[:2], calls[0]
-        sides = chained(call, fed[0], padded[fed[0]], device)
+        sides = chained(call, {n: padded[n] for n in fed}, device)
         if sides is None:   # a product read by a product read by a product: `pad_matrix` checked the first only
             return {}
         big_m, big_k, big_n = sides
         return {n: side for n, side in ((a, (big_m, big_k)), (b, (big_k, big_n)), (call, (big_m, big_n)))
-                if n is not fed[0]}
+                if n not in fed}
     return {n: padded[fed[0]] for n in (*external_inputs(calls), calls[-1]) if n not in fed}
 
 
@@ -652,11 +741,16 @@ def keeps_n(call: Node, readers: dict) -> bool:
     return any(width_unshared(u, readers) for u in readers.get(call, []))
 
 
-def chained(call: Node, result: Node, shape: tuple[int, int], device) -> tuple[int, int, int] | None:
-    """The sides (M, K, N) of a MatMul reading `result`, which lies padded to `shape`, as its A
-    (M, K) or its B (K, N): its other side its own or padded, whichever grid `best_sides` puts
-    first; None when neither has a grid."""
-    return best_sides(call, device, dict(zip((1, 2) if call.src[1] is result else (0, 1), shape)), any_grid=True)
+def chained(call: Node, lies: dict[Node, tuple[int, int]], device) -> tuple[int, int, int] | None:
+    """The sides (M, K, N) of a MatMul reading tensors that lie padded (`lies`: tensor -> shape)
+    as its A (M, K) or its B (K, N): its other side its own or padded, whichever grid
+    `best_sides` puts first; None when none has a grid (or A's and B's K differ)."""
+    fixed: dict[int, int] = {}
+    for node, shape in lies.items():
+        for i, side in zip((1, 2) if call.src[1] is node else (0, 1), shape):
+            if fixed.setdefault(i, side) != side:
+                return None
+    return best_sides(call, device, fixed, any_grid=True)
 
 
 def _ranked(call: Node, device, tried, mine=None) -> list[tuple[tuple, tuple[int, int, int]]]:
@@ -767,8 +861,11 @@ def _flow_score(calls, device, padded, width: int = 1) -> tuple[int, int] | None
 
 def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> list[tuple[str, str]]:
     """`pad_through_zeros` as describe() shows it, once for the design: each elementwise group
-    over a padded layout whose result a MatMul reads padded, its padding zeros its kernels kept."""
+    over a padded layout whose result a MatMul reads padded, its padding zeros its kernels kept
+    (and those of the elementwise calls that passed the layout on to it, `upstream`)."""
     readers, written = readers_of(program, groups), written_by_producer(padded, groups)
+    group_of = {call: group for group in groups for call in group.calls}
+    order = {call: i for i, call in enumerate(group_of)}
     lines = []
     for group in groups:
         last = group.calls[-1]
@@ -777,10 +874,35 @@ def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> li
             continue
         sums = ", ".join(f"{call_label(program, u)} reads it as its padded {'A' if u.src[0] is last else 'B'}"
                          for u in users)
-        labels = ", ".join(call_label(program, c) for c in group.calls)
+        made = (*(c for g in upstream(external_inputs(group.calls), group_of)[1] for c in g.calls), *group.calls)
+        labels = ", ".join(call_label(program, c) for c in sorted(made, key=order.get))
         lines.append((PAD_THROUGH_ZEROS, f"{group.name}: {labels} keeps zeros, so the padding of "
                       f"{describe(last)} as it lies padded to {padded[last]} is zeros, computed from zeros: "
                       f"{sums}"))
+    return lines
+
+
+def passed_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> list[tuple[str, str]]:
+    """`pad_passed_on` as describe() shows it, once for the design: each elementwise group that
+    streams over the result of elementwise calls which streamed over a padded product's layout
+    (`pad_through_elementwise`), so it lies in that layout too, and the products it is theirs."""
+    group_of = {call: group for group in groups for call in group.calls}
+    lines = []
+    for group in groups:
+        calls = group.calls
+        passed = [n for n in external_inputs(calls) if n in padded and n.op == Op.CALL
+                  and lone_product(group_of[n]) is None and carried(n, group_of)]
+        if not passed or calls[0].arg.kernel.role is not Role.ELEMENTWISE:
+            continue
+        labels = ", ".join(call_label(program, c) for c in calls)
+        makers = ", ".join(call_label(program, c) for n in passed for c in group_of[n].calls)
+        products = upstream(external_inputs(calls), group_of)[0]
+        joined_text = " (pad_joined: they lie alike)" * (len(products) > 1)
+        lines.append((PAD_PASSED_ON, f"{group.name}: {labels} streams over {', '.join(map(describe, passed))} as "
+                      f"{makers} left it, padded to {padded[passed[0]]} in the layout of "
+                      f"{', '.join(call_label(program, p) for p in products)}{joined_text}: the padded layout "
+                      "passes on from elementwise calls to the next, each element of the padding computed from "
+                      "padding"))
     return lines
 
 

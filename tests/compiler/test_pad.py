@@ -1162,29 +1162,146 @@ def test_an_input_several_products_read_is_padded_once_to_the_sides_they_all_tak
             assert_matches(got_one, want_one)
 
 
-class ActivatedAndPlain(iron.Graph):
-    """ReLU(a @ b) + a @ b: two calls of one product, one read through an activation."""
+class ExpPlusProduct(iron.Graph):
+    """(Exp(a @ b) + a @ b) @ b: three calls of one product, a MatMul reading what Exp made of one."""
 
     def __init__(self, b):
         self.b = iron.weight(b)
 
     def body(self, a):
-        return Add.step(ReLU.step(MatMul.step(a, self.b)), MatMul.step(a, self.b))
+        return MatMul.step(Add.step(Exp.step(MatMul.step(a, self.b)), MatMul.step(a, self.b)), self.b)
 
 
 def test_products_sharing_an_input_one_of_which_cannot_pad_keep_it_unpadded_naming_them(tmp_path, monkeypatch):
-    """ReLU's result (read by Add, which streams) cannot lie padded, so MatMul#0 cannot take the
-    padded layout a and b would share with MatMul#2: neither is padded and DoesNotFit names both
-    products and why."""
+    """Exp(0) = 1, so the padding of Exp(a @ b) + a @ b is not zeros and the last MatMul may not
+    sum it: MatMul#0 cannot take the padded layout a and b would share with MatMul#2 and
+    MatMul#4, so none is padded and DoesNotFit names the products and why, along the calls the
+    layout would pass on through."""
     monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
     ones = np.ones((509, 509), np.float32)
     with pytest.raises(DoesNotFit) as err:
-        ActivatedAndPlain(ones).compile(a=ones, device=from_name("npu2"))
+        ExpPlusProduct(ones).compile(a=ones, device=from_name("npu2"))
     assert str(err.value).startswith(
-        "ActivatedAndPlain does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large for one "
-        "configuration (pad_to_block: MatMul#0 is not padded: pad_shared_input: a, b read by MatMul#0, MatMul#2 stay "
-        "unpadded: MatMul#0 is not padded: its result is read by ReLU(MatMul(a, b)), which makes ReLU(MatMul(a, b)), "
-        "read by more than the host, views and calls that neither tile nor stream). ")
+        "ExpPlusProduct does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large for one "
+        "configuration (pad_to_block: MatMul#0 is not padded: pad_shared_input: a, b read by MatMul#0, MatMul#2, "
+        "MatMul#4 stay unpadded: MatMul#0 is not padded: its result is read by Exp(MatMul(a, b)), which makes "
+        "Exp(MatMul(a, b)), read by Add(Exp(MatMul(a, b)), MatMul(a, b)), which makes Add(Exp(MatMul(a, b)), "
+        "MatMul(a, b)), read by more than the host, views and calls that neither tile nor stream (Exp(MatMul(a, b)) "
+        "maps zeros to other values)). ")
+
+
+# ---- pad_passed_on: a padded layout passed on from elementwise calls to the next ------------------------------
+
+class ActivatedAndPlain(iron.Graph):
+    """ReLU(a @ b) + a @ b: two calls of one product, one read through an activation; `out`
+    widens the products (int8 -> int32)."""
+
+    def __init__(self, b, out=None):
+        self.b, self.out = iron.weight(b), out
+
+    def body(self, a):
+        return Add.step(ReLU.step(MatMul.step(a, self.b, dtype=self.out)), MatMul.step(a, self.b, dtype=self.out))
+
+
+PASSED_ON = ("g3: Add#3 streams over ReLU(MatMul(a, b)) as ReLU#1 left it, padded to (512, 512) in the layout of "
+             "MatMul#0, MatMul#2 (pad_joined: they lie alike): the padded layout passes on from elementwise calls to "
+             "the next, each element of the padding computed from padding")
+
+
+@pytest.mark.parametrize("device, dtype, out", [("npu2", np.float32, None), ("npu1", np.float32, None),
+                                                ("npu2", np.int8, np.int32), ("npu1", np.int8, np.int32)],
+                         ids=["f32-npu2", "f32-npu1", "int8-npu2", "int8-npu1"])
+def test_an_activations_padded_result_passes_its_layout_on_to_the_next_elementwise_group(device, dtype, out):
+    """pad_passed_on: ReLU(a @ b) + a @ b at 509^3 (a prime): ReLU streams over the first
+    product's padded layout, and Add over ReLU's result as it lies, joined with the second
+    product (pad_joined); a and b lie padded once for both (pad_shared_input). The result equals
+    reference() (float32 within F32, int8 -> int32 exactly)."""
+    a, b = operands(509, 509, 509, dtype)
+    graph = ActivatedAndPlain(b / 22 if out is None else b, out)
+    body = graph.compile(a=a, device=from_name(device))
+    assert rule(body.plan, "pad_passed_on") == [PASSED_ON]
+    k = 509 if out else 512
+    assert {name: padded(body.plan)[name] for name in ("a", "b", "cut.ReLU#1", "cut.MatMul#2", "out0")} == {
+        "a": ((509, 509), (512, k)), "b": ((509, 509), (k, 512)), "cut.ReLU#1": ((509, 509), (512, 512)),
+        "cut.MatMul#2": ((509, 509), (512, 512)), "out0": ((509, 509), (512, 512))}
+    assert same_kind_of_mlir(body.plan)
+    got, want = body(a=a), graph.reference(a=a)
+    assert got.dtype == want.dtype
+    assert_matches(got, want)
+
+
+class GatedMLP(iron.Graph):
+    """(SiLU(x @ g) * (x @ u)) @ d: a transformer's gated MLP."""
+
+    def __init__(self, g, u, d):
+        self.g, self.u, self.d = iron.weight(g), iron.weight(u), iron.weight(d)
+
+    def body(self, x):
+        return MatMul.step(Mul.step(SiLU.step(MatMul.step(x, self.g)), MatMul.step(x, self.u)), self.d)
+
+
+GATED = [("npu2", (509, 509, 509), (512, 512)), ("npu1", (509, 509, 509), (512, 512)),
+         ("npu2", (257, 1000, 300), (288, 320))]
+
+
+@pytest.mark.parametrize("device, sides, lies", GATED, ids=["509-npu2", "509-npu1", "257x1000x300-npu2"])
+def test_a_gated_mlp_at_prime_sides_passes_the_padded_layout_on_to_the_last_product(device, sides, lies):
+    """pad_passed_on, then pad_through_zeros: SiLU streams over x @ g's padded layout, Mul over
+    SiLU's result as it lies, joined with x @ u, and the last product reads Mul's result as its
+    padded A, whose padding is zeros as SiLU and Mul keep zeros; equal to reference()."""
+    m, k, n = sides
+    x, g = operands(m, k, n, np.float32)
+    u, d = operands(k, n, k, np.float32, seed=3)[0], operands(n, n, k, np.float32, seed=4)[1]
+    graph = GatedMLP(g / 22, u / 22, d / 22)
+    body = graph.compile(x=x, device=from_name(device))
+    assert rule(body.plan, "pad_passed_on") == [
+        f"g3: Mul#3 streams over SiLU(MatMul(x, g)) as SiLU#1 left it, padded to {lies} in the layout of MatMul#0, "
+        "MatMul#2 (pad_joined: they lie alike): the padded layout passes on from elementwise calls to the next, each "
+        "element of the padding computed from padding"]
+    assert rule(body.plan, "pad_through_zeros") == [
+        f"g3: SiLU#1, Mul#3 keeps zeros, so the padding of Mul(SiLU(MatMul(x, g)), MatMul(x, u)) as it lies padded to "
+        f"{lies} is zeros, computed from zeros: MatMul#4 reads it as its padded A"]
+    assert padded(body.plan)["cut.Mul#3"] == ((m, n), lies)
+    assert same_kind_of_mlir(body.plan)
+    np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
+    kept = cut_padding(body, "cut.Mul#3")
+    assert kept[:m, :n].any() and not kept[m:].any() and not kept[:, n:].any()
+
+
+class ProductOfProducts(iron.Graph):
+    """(a @ b) @ (a @ d): a MatMul reading two products of one input."""
+
+    def __init__(self, b, d):
+        self.b, self.d = iron.weight(b), iron.weight(d)
+
+    def body(self, a):
+        return MatMul.step(MatMul.step(a, self.b), MatMul.step(a, self.d))
+
+
+@pytest.mark.parametrize("device, dtype, tiles", [("npu2", np.float32, 32), ("npu1", np.float32, 16),
+                                                  ("npu2", np.int16, 32)], ids=["f32-npu2", "f32-npu1", "int16-npu2"])
+def test_a_product_of_two_padded_products_of_one_input_reads_both_as_they_lie(device, dtype, tiles):
+    """pad_through_matmul of both operands: (a @ b) @ (a @ d) at 509^3. a lies padded once for
+    both products (pad_shared_input), which agree A's N with B's M, the last product's K; it reads
+    both as they lie, their padding zeros in both operands, and equals reference()."""
+    a, b = operands(509, 509, 509, dtype)
+    d = operands(509, 509, 509, dtype, seed=3)[1]
+    if dtype == np.int16:
+        a, b, d = a % 3 - 1, b % 3 - 1, d % 3 - 1   # int16 sums of sums stay in range
+    else:
+        a, b, d = a / 22, b / 22, d / 22
+    graph = ProductOfProducts(b, d)
+    body = graph.compile(a=a, device=from_name(device))
+    assert rule(body.plan, "pad_to_block")[2] == (
+        f"g2: MatMul#2 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512) over {tiles} tiles: A, B and the "
+        "result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both operands "
+        "(A's computed from zeros: pad_through_matmul) (B's computed from zeros: pad_through_matmul_b); the result's "
+        "padding is computed from zeros, never read as the user's region")
+    assert {name: padded(body.plan)[name] for name in ("cut.MatMul#0", "cut.MatMul#1", "out0")} == {
+        "cut.MatMul#0": ((509, 509), (512, 512)), "cut.MatMul#1": ((509, 509), (512, 512)),
+        "out0": ((509, 509), (512, 512))}
+    assert same_kind_of_mlir(body.plan)
+    assert_matches(body(a=a), graph.reference(a=a))
 
 
 class Reads(iron.Graph):
