@@ -557,16 +557,28 @@ def stream_large_matrix(group: Group, tiles, parts: int, channels, device) -> St
     if not is_host_tensor(matrix) or (parts == 1 and held <= l1_share(device)):
         return None
     rows_per_part = matrix.shape[0] // parts
-    budget, per_row = STREAM_OBJECT_BYTES, row_bytes(matrix)
-    if expand is not None:   # two objects of blocks and their expansion: a float32 stream's two objects
-        budget, per_row = 2 * STREAM_OBJECT_BYTES, 2 * row_bytes(matrix) + row_bytes(expand)
-    rows = max((r for r in range(1, rows_per_part + 1) if rows_per_part % r == 0
-                and r * per_row <= budget and r * row_bytes(matrix) % 4 == 0), default=None)
+    rows = stream_rows(group, rows_per_part)
     if rows is None:
         return None
     links = (1, 1) if parts == 1 else (parts + 1, parts + 1)
     mem = channels.take(tiles[0].col, *links)
     return Stream(matrix, rows, rows_per_part // rows, parts, mem, expand)
+
+
+def stream_rows(group: Group, rows_per_part: int) -> int | None:
+    """The rows of one streamed block of a part of `rows_per_part` rows: the most that divide it,
+    hold whole 32-bit words and take at most STREAM_OBJECT_BYTES (with an expansion, whose two
+    objects of blocks and the Buffer they are expanded into take at most the two objects of a
+    float32 stream); when a single row takes more, one row, as long as its two objects hold no
+    more than the part does whole (tile memory then decides). None: no block streams."""
+    matrix, expand = stored_matrix(group.calls), expansion(group.calls)
+    budget, per_row = STREAM_OBJECT_BYTES, row_bytes(matrix)
+    if expand is not None:
+        budget, per_row = 2 * STREAM_OBJECT_BYTES, 2 * row_bytes(matrix) + row_bytes(expand)
+    whole = [r for r in range(1, rows_per_part + 1) if rows_per_part % r == 0 and r * row_bytes(matrix) % 4 == 0]
+    if whole and whole[0] * per_row > budget:   # a row wider than a block: one row at a time beats the whole part
+        return whole[0] if 2 * whole[0] <= rows_per_part else None
+    return max((r for r in whole if r * per_row <= budget), default=None)
 
 
 def share_streamed_matrix(groups: tuple[Group, ...], group: Group, parts: int, sites: list[Site]) -> Stream | None:
@@ -608,6 +620,12 @@ def split_parts(group: Group, outside: dict[Node, tuple[str | Reader, ...]], spa
         elif nbytes(matrix) // k // 4 > channels.device.shim.max_bd_stride:
             why.append(f"{k} parts lie {nbytes(matrix) // k // 4} words apart, more than a buffer descriptor's "
                        f"largest stride ({channels.device.shim.max_bd_stride} words)")
+        elif matrix.shape[0] // k * group.calls[-1].dtype.itemsize % 4:
+            why.append(f"{k} parts of {matrix.shape[0] // k} rows give results of "
+                       f"{matrix.shape[0] // k * group.calls[-1].dtype.itemsize} bytes, not whole 32-bit words")
+        elif stream_rows(group, matrix.shape[0] // k) is None:
+            why.append(f"{k} parts of {matrix.shape[0] // k} rows stream in no block: a row takes "
+                       f"{row_bytes(matrix)} bytes, more than a streamed block's {STREAM_OBJECT_BYTES}")
         elif k > spare:
             why.append(f"{k} would leave too few tiles for the other groups ({spare} spare)")
         elif not channels.can_take(first.col, inputs=k + 1, outputs=k + 1):

@@ -49,7 +49,7 @@ def versions(graph) -> Versions:
 def update_versions(graph, name: str, array: np.ndarray):
     """Write a weight's or param's new values (Graph.update) into every compiled version of `graph`."""
     for compiled in versions(graph).compiled.values():
-        compiled.update(name, array)
+        compiled._load(name, array)
 
 
 def _device(device):
@@ -187,8 +187,13 @@ class CompiledGraph:
         p = self.plan.placement(state_name(self.graph, state))
         self.session.write(p, checked_state_value(p.name, np.zeros(p.shape, p.dtype), value))
 
-    def update(self, name: str, array: np.ndarray):
-        """Write a weight's or param's new values (Graph.update) into this version's device memory."""
+    def update(self, memory, value):
+        """`graph.update(memory, value)`: a weight's or param's new values (same shape and dtype), in
+        the reference and every compiled version of the graph, this one included."""
+        self.graph.update(memory, value)
+
+    def _load(self, name: str, array: np.ndarray):
+        """Write a weight's or param's checked new values (Graph.update) into this version's device memory."""
         placement = next((p for p in self.plan.placements if p.name == name), None)
         if placement is not None and self._session is not None:
             self._session.write(placement, array)

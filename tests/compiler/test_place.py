@@ -105,6 +105,29 @@ def test_a_matrix_left_on_one_tile_says_why():
         "g0: on 1 tile, not more: 4 does not divide its 255 rows; 2 does not divide its 255 rows"]
 
 
+def test_a_row_wider_than_a_streamed_block_streams_one_row_at_a_time(on_emulator):
+    # a 4097-float32 row takes 16388 bytes, 4 more than a streamed block: split parts once had no
+    # stream at all and routing failed with an AttributeError
+    graph = designs.big_matvec(16, 4097)
+    plan = plan_of(graph, x=((4097,), F32))
+    assert [what for r, what in plan.rules if r in ("stream_large_matrix", "split_matrix_over_tiles")] == [
+        "g0: w (16, 4097) float32 (262208 bytes) streamed as 4 blocks of 1 rows per part via mem_0_1",
+        "g0: w (16, 4097) float32 (262208 bytes) split by rows over 4 tiles"]
+    x = graph.example()["x"]
+    np.testing.assert_allclose(graph.compile(x=x)(x), graph.reference(x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_split_whose_parts_give_results_of_part_words_takes_fewer_parts(on_emulator):
+    # 4 parts of 250 int8 results each once made a 250-byte FIFO object, refused as a PlanError
+    graph = designs.big_matvec(1000, 300, np.int8)
+    plan = plan_of(graph, x=((300,), np.int8))
+    assert [what for r, what in plan.rules if r == "split_matrix_over_tiles"] == [
+        "g0: w (1000, 300) int8 (300000 bytes) split by rows over 2 tiles",
+        "g0: on 2 tiles, not more: 4 parts of 250 rows give results of 250 bytes, not whole 32-bit words"]
+    x = np.arange(300).astype(np.int8)
+    np.testing.assert_array_equal(graph.compile(x=x)(x), graph.reference(x))
+
+
 class Three(iron.Graph):
     def body(self, x, y, z):
         return Exp.step(x), Exp.step(y), Exp.step(z)

@@ -72,6 +72,22 @@ def test_an_update_of_another_shape_or_dtype_is_refused_and_changes_nothing(unch
     assert_results(both(g, compiled, row=1), [4, 5, 6, 7], X)
 
 
+def test_a_compiled_versions_update_is_the_graphs(unchanged):
+    # CompiledGraph.update once took a placement's name: given the Param, as read and write take a
+    # State, it silently changed nothing; given a name it wrote any shape or dtype unchecked
+    g = Lookup(TABLE, MATRIX)
+    compiled, other = g.compile(((4,), np.float32)), g.compile(((4,), np.float32), device="npu1")
+    compiled.update(g.matrix, MATRIX * 2)
+    assert_results([*both(g, compiled, row=1), other(X, row=1)], [4, 5, 6, 7], 2 * X)
+    for memory, value, text in [
+        (g.matrix, np.zeros((4, 3), np.float32), "param 'matrix' is (4, 4); the value written is (4, 3): give the same shape."),
+        ("table", TABLE, "update() takes a weight or param of Lookup, not str: change a state with write()."),
+    ]:
+        with unchanged(g, compiled=[compiled]), pytest.raises(ArgumentError) as raised:
+            compiled.update(memory, value)
+        assert str(raised.value) == text
+
+
 def test_update_takes_weights_and_params_only(unchanged):
     g = Lookup(TABLE, MATRIX)
     with unchanged(g), pytest.raises(ArgumentError) as raised:
