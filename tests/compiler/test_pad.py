@@ -1282,8 +1282,8 @@ class ProductOfProducts(iron.Graph):
                                                   ("npu2", np.int16, 32)], ids=["f32-npu2", "f32-npu1", "int16-npu2"])
 def test_a_product_of_two_padded_products_of_one_input_reads_both_as_they_lie(device, dtype, tiles):
     """pad_through_matmul of both operands: (a @ b) @ (a @ d) at 509^3. a lies padded once for
-    both products (pad_shared_input), which agree A's N with B's M, the last product's K; it reads
-    both as they lie, their padding zeros in both operands, and equals reference()."""
+    both products (pad_shared_input); the last product reads both as they lie, their padding
+    zeros in both operands, and equals reference()."""
     a, b = operands(509, 509, 509, dtype)
     d = operands(509, 509, 509, dtype, seed=3)[1]
     if dtype == np.int16:
@@ -1302,6 +1302,49 @@ def test_a_product_of_two_padded_products_of_one_input_reads_both_as_they_lie(de
         "out0": ((509, 509), (512, 512))}
     assert same_kind_of_mlir(body.plan)
     assert_matches(body(a=a), graph.reference(a=a))
+
+
+def test_two_products_a_product_reads_agree_its_k_as_the_first_ones_n_and_the_seconds_m():
+    """At 300^3 each product on its own pads N alone (to 320); the last product's K is the first
+    one's N and the second one's M, so pad_shared_input unifies them and pads M to 320 for both
+    (through a, whose M both read): every layout agrees and the result equals reference()."""
+    a, b = operands(300, 300, 300, np.float32)
+    d = operands(300, 300, 300, np.float32, seed=3)[1]
+    a, b, d = a / 17, b / 17, d / 17
+    graph = ProductOfProducts(b, d)
+    body = graph.compile(a=a, device=from_name("npu2"))
+    assert rule(body.plan, "pad_shared_input") == [
+        "a read by MatMul#0, MatMul#1 padded once, to the largest sides they ask for, each with a grid on them: "
+        "MatMul#0 on (M, K, N) = (320, 300, 320); MatMul#1 on (M, K, N) = (320, 300, 320)"]
+    assert padded(body.plan) == {"a": ((300, 300), (320, 300)), "b": ((300, 300), (300, 320)),
+                                 "d": ((300, 300), (300, 320)), "cut.MatMul#0": ((300, 300), (320, 320)),
+                                 "cut.MatMul#1": ((300, 300), (320, 320)), "out0": ((300, 300), (320, 320))}
+    assert [tiles(s) for s in body.plan.segments] == [28, 32]
+    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+
+
+class ProductOfUnrelatedProducts(iron.Graph):
+    """(a @ b) @ (c @ d): two products reading no tensor in common."""
+
+    def __init__(self, b, d):
+        self.b, self.d = iron.weight(b), iron.weight(d)
+
+    def body(self, a, c):
+        return MatMul.step(MatMul.step(a, self.b), MatMul.step(c, self.d))
+
+
+def test_a_product_of_two_products_reading_nothing_in_common_is_refused_saying_why(tmp_path, monkeypatch):
+    """Nothing lays out two products reading no tensor in common alike, so the MatMul reading both
+    may not read them padded: neither is, and DoesNotFit says why."""
+    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
+    ones = np.ones((509, 509), np.float32)
+    with pytest.raises(DoesNotFit) as err:
+        ProductOfUnrelatedProducts(ones, ones).compile(a=ones, c=ones, device=from_name("npu2"))
+    assert str(err.value).startswith(
+        "ProductOfUnrelatedProducts does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large "
+        "for one configuration (pad_to_block: MatMul#0 is not padded: its result is read by MatMul(MatMul(a, b), "
+        "MatMul(c, d)), which also reads a tensor that may not be padded: MatMul(c, d) is a padded product reading no "
+        "tensor MatMul(a, b) reads, so pad_shared_input does not lay them out alike). ")
 
 
 class Reads(iron.Graph):
