@@ -322,8 +322,6 @@ def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group
     """Why a MatMul's or MatVec's operands may not be padded, "" when they may; the products
     `joined` with it (`pad_joined`, itself among them) may read them too, padded alike."""
     a, b = call.src[:2]
-    if a is b:
-        return f"it reads {describe(a)} as both operands"
     return operand_unpadded(a, call, joined, readers, group_of) or operand_unpadded(b, call, joined, readers, group_of)
 
 
@@ -525,11 +523,11 @@ def matmul_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
     padding, which must be zeros in both operands: it is, the sum of A's zero rows or B's zero
     columns times the other (finite) operand."""
     call = calls[0]
-    if len(calls) != 1 or call.arg.writes or len(call.shape) != 2 or call.src[:2].count(result) != 1:
+    if len(calls) != 1 or call.arg.writes or len(call.shape) != 2 or result not in call.src[:2]:
         return f"reads {describe(result)} other than as the A or the B of a MatMul alone in its group"
     other = call.src[1] if call.src[0] is result else call.src[0]
-    why = paired_unshared(result, other, call, readers, group_of) if pair(call, group_of) else \
-        unpaddable(other, calls, readers, group_of)
+    why = "" if other is result else paired_unshared(result, other, call, readers, group_of) \
+        if pair(call, group_of) else unpaddable(other, calls, readers, group_of)
     if why:
         return f"also reads a tensor that may not be padded: {why}"
     why = readers_unshared(call, readers, group_of)
@@ -597,6 +595,7 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
         sides = (joined_sides(members, device) or {}).get(call)
     else:
         sides = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None)
+    sides = sides and squared(call, sides, readers, group_of, device)
     if sides is None or any(chained(u, {read: sides[::2]} | beside(u, read, agreed), device) is None
                             for u, read in matrix_readers(call, readers, group_of)):
         return {}
@@ -609,6 +608,25 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
         if unpaddable(operand, members, readers, group_of):
             found |= {n: found[operand] for n in external_inputs(group_of[operand].calls)}
     return found
+
+
+def squared(call: Node, sides: tuple[int, int, int], readers: dict, group_of: dict, device):
+    """The rule `pad_square`: `sides` with those one tensor read as both operands makes one (A @ A:
+    M, K and N; a result C that a MatMul reads as both, C @ C: its M and N) each the largest of
+    them, so that tensor lies in one padded layout for both; None when no grid takes them (or N
+    must stay its own, `keeps_n`)."""
+    tied = {0, 1, 2} if call.src[0] is call.src[1] else set()
+    if any(u.src[0] is u.src[1] for u, _ in matrix_readers(call, readers, group_of)):
+        tied |= {0, 2}
+    if not tied:
+        return sides
+    side = max(sides[i] for i in tied)
+    square = tuple(side if i in tied else s for i, s in enumerate(sides))
+    if square == sides:
+        return sides
+    if (keeps_n(call, readers) and square[2] != call.shape[-1]) or whole_device_grid(call, device, square) is None:
+        return None
+    return square
 
 
 def beside(call: Node, read: Node, agreed: dict | None) -> dict[Node, tuple[int, int]]:
@@ -747,9 +765,10 @@ def chained(call: Node, lies: dict[Node, tuple[int, int]], device) -> tuple[int,
     `best_sides` puts first; None when none has a grid (or A's and B's K differ)."""
     fixed: dict[int, int] = {}
     for node, shape in lies.items():
-        for i, side in zip((1, 2) if call.src[1] is node else (0, 1), shape):
-            if fixed.setdefault(i, side) != side:
-                return None
+        for at in [at for at, n in zip(((0, 1), (1, 2)), call.src[:2]) if n is node]:   # as A, as B, or both
+            for i, side in zip(at, shape):
+                if fixed.setdefault(i, side) != side:
+                    return None
     return best_sides(call, device, fixed, any_grid=True)
 
 

@@ -176,6 +176,16 @@ class Product(iron.Graph):
         return MatMul.step(a, self.b, dtype=self.out)
 
 
+class ProductOfProducts(iron.Graph):
+    """(a @ b) @ (c @ d): a MatMul reading two products; c is a when not given (one input both read)."""
+
+    def __init__(self, b, d):
+        self.b, self.d = iron.weight(b), iron.weight(d)
+
+    def body(self, a, c=None):
+        return MatMul.step(MatMul.step(a, self.b), MatMul.step(a if c is None else c, self.d))
+
+
 def operands(m, k, n, dtype, seed=0):
     """A (m, k) and B (k, n) of `dtype`: int8-range integers, or standard normal floats."""
     rng = np.random.default_rng(seed)

@@ -27,7 +27,7 @@ from iron.kernels import (
     SiLU,
     Softmax,
 )
-from tests.compiler.designs import Product, Projection, Sum, operands
+from tests.compiler.designs import Product, ProductOfProducts, Projection, Sum, operands
 from tests.compiler.test_mlir import op_names
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order than numpy
@@ -1192,6 +1192,48 @@ def test_products_sharing_an_input_one_of_which_cannot_pad_keep_it_unpadded_nami
 
 # ---- pad_passed_on: a padded layout passed on from elementwise calls to the next ------------------------------
 
+class Squared(iron.Graph):
+    """c @ c for c = a, or for c = a @ b when given b: one tensor read as both operands."""
+
+    def __init__(self, b=None):
+        self.b = None if b is None else iron.weight(b)
+
+    def body(self, a):
+        c = a if self.b is None else MatMul.step(a, self.b)
+        return MatMul.step(c, c)
+
+
+SQUARED = [("npu2", False, 509, 32, ["g0: MatMul#0 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)"]),
+           ("npu1", False, 509, 16, ["g0: MatMul#0 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)"]),
+           ("npu2", False, 300, 32, ["g0: MatMul#0 padded with zeros (M 300 -> 320, K 300 -> 320, N 300 -> 320)"]),
+           ("npu2", True, 509, 32, ["g0: MatMul#0 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)",
+                                    "g1: MatMul#1 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)"]),
+           ("npu1", True, 509, 16, ["g0: MatMul#0 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)",
+                                    "g1: MatMul#1 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)"]),
+           ("npu2", True, 300, 32, ["g0: MatMul#0 padded with zeros (M 300 -> 320, N 300 -> 320)",
+                                    "g1: MatMul#1 padded with zeros (M 300 -> 320, K 300 -> 320, N 300 -> 320)"])]
+
+
+@pytest.mark.parametrize("device, product, n, cores, lines", SQUARED,
+                         ids=["a-509-npu2", "a-509-npu1", "a-300-npu2", "c-509-npu2", "c-509-npu1", "c-300-npu2"])
+def test_a_tensor_read_as_both_operands_lies_in_one_square_padded_layout(device, product, n, cores, lines):
+    """pad_square: a @ a reads a as A (M, K) and as B (K, N), so M, K and N are padded alike, each
+    to the largest of the sides the product asks for (at 300, (300, 300, 320) on its own: all 320);
+    c @ c for c = a @ b pads c's M and N alike (at 300: M to 320 as well), so the next product
+    reads it as both operands as it lies. Each grid takes the whole device; equal to reference()."""
+    a, b = operands(n, n, n, np.float32)
+    a, b = a / 17, b / 17
+    graph = Squared(b if product else None)
+    body = graph.compile(a=a, device=from_name(device))
+    assert [line.split(" over ")[0] for line in rule(body.plan, "pad_to_block")] == lines
+    assert [tiles(s) for s in body.plan.configurations] == [cores] * len(lines)
+    side = -(-n // 32) * 32 if n == 300 else 512
+    assert padded(body.plan)["out0"] == ((n, n), (side, side))
+    assert padded(body.plan)["a"][1][0] == side
+    assert same_kind_of_mlir(body.plan)
+    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+
+
 class ActivatedAndPlain(iron.Graph):
     """ReLU(a @ b) + a @ b: two calls of one product, one read through an activation; `out`
     widens the products (int8 -> int32)."""
@@ -1268,16 +1310,6 @@ def test_a_gated_mlp_at_prime_sides_passes_the_padded_layout_on_to_the_last_prod
     assert kept[:m, :n].any() and not kept[m:].any() and not kept[:, n:].any()
 
 
-class ProductOfProducts(iron.Graph):
-    """(a @ b) @ (a @ d): a MatMul reading two products of one input."""
-
-    def __init__(self, b, d):
-        self.b, self.d = iron.weight(b), iron.weight(d)
-
-    def body(self, a):
-        return MatMul.step(MatMul.step(a, self.b), MatMul.step(a, self.d))
-
-
 @pytest.mark.parametrize("device, dtype, tiles", [("npu2", np.float32, 32), ("npu1", np.float32, 16),
                                                   ("npu2", np.int16, 32)], ids=["f32-npu2", "f32-npu1", "int16-npu2"])
 def test_a_product_of_two_padded_products_of_one_input_reads_both_as_they_lie(device, dtype, tiles):
@@ -1323,26 +1355,16 @@ def test_two_products_a_product_reads_agree_its_k_as_the_first_ones_n_and_the_se
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
 
-class ProductOfUnrelatedProducts(iron.Graph):
-    """(a @ b) @ (c @ d): two products reading no tensor in common."""
-
-    def __init__(self, b, d):
-        self.b, self.d = iron.weight(b), iron.weight(d)
-
-    def body(self, a, c):
-        return MatMul.step(MatMul.step(a, self.b), MatMul.step(c, self.d))
-
-
 def test_a_product_of_two_products_reading_nothing_in_common_is_refused_saying_why(tmp_path, monkeypatch):
     """Nothing lays out two products reading no tensor in common alike, so the MatMul reading both
     may not read them padded: neither is, and DoesNotFit says why."""
     monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
     ones = np.ones((509, 509), np.float32)
     with pytest.raises(DoesNotFit) as err:
-        ProductOfUnrelatedProducts(ones, ones).compile(a=ones, c=ones, device=from_name("npu2"))
+        ProductOfProducts(ones, ones).compile(a=ones, c=ones, device=from_name("npu2"))
     assert str(err.value).startswith(
-        "ProductOfUnrelatedProducts does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large "
-        "for one configuration (pad_to_block: MatMul#0 is not padded: its result is read by MatMul(MatMul(a, b), "
+        "ProductOfProducts does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large for one "
+        "configuration (pad_to_block: MatMul#0 is not padded: its result is read by MatMul(MatMul(a, b), "
         "MatMul(c, d)), which also reads a tensor that may not be padded: MatMul(c, d) is a padded product reading no "
         "tensor MatMul(a, b) reads, so pad_shared_input does not lay them out alike). ")
 

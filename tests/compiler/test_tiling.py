@@ -19,7 +19,7 @@ from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import Dma, TileKind, Wait
 from iron.errors import DoesNotFit
 from iron.kernels import Add, MatMul, MatVec, RMSNorm, Scale, SiLU, Softmax
-from tests.compiler.designs import Product, Projection, Sum, operands
+from tests.compiler.designs import Product, ProductOfProducts, Projection, Sum, operands
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}
 BF16 = {"rtol": 2e-2, "atol": 2e-2}
@@ -109,44 +109,44 @@ def test_matmul_on_npu1_uses_its_16_tiles():
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
 
-class Square(iron.Graph):
-    """C = A @ A: A read twice, so `pad_to_block` does not pad it."""
-
-    def body(self, a):
-        return MatMul.step(a, a)
-
-
 def test_a_grid_short_of_the_free_cores_says_why_no_larger_grid_divides():
     """Blocks divide their sides, so an unpadded 300 x 300 takes 4 x 6 cores; describe() says so
-    rather than taking fewer silently."""
-    a = operands(300, 300, 300, np.float32)[0]
-    graph = Square()
-    body = graph.compile(a=a, device=from_name("npu2"))
+    rather than taking fewer silently. (a @ b) @ (c @ d): the products read nothing in common, so
+    the last one reads them unpadded (pad_to_block says why it is not padded though it could be)."""
+    a, b = operands(300, 300, 300, np.float32)
+    c, d = operands(300, 300, 300, np.float32, seed=3)
+    a, b, c, d = a / 17, b / 17, c / 17, d / 17
+    graph = ProductOfProducts(b, d)
+    body = graph.compile(a=a, c=c, device=from_name("npu2"))
     assert rule(body.plan, "pad_to_block") == [
-        "g0: MatMul#0 is not padded, though padded to (M, K, N) = (300, 300, 320) it would take a better grid: it "
-        "reads a as both operands"]
-    assert rule(body.plan, "tile_matmul_over_array")[0].endswith(
+        "g2: MatMul#2 is not padded, though padded to (M, K, N) = (300, 300, 320) it would take a better grid: "
+        "cut.MatMul#0 is another group's result"]
+    assert rule(body.plan, "tile_matmul_over_array")[2].endswith(
         "summed in float32; not more cores: no grid of more than 24 of the 32 free cores has rows of cores "
         "dividing M = 300 and columns dividing N = 300, and blocks divide their sides (no remainder block; "
         "padded only as pad_to_block says)")
-    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+    np.testing.assert_allclose(body(a=a, c=c), graph.reference(a=a, c=c), **F32)
 
 
 @pytest.mark.parametrize("device", ["npu2", "npu1"])
 def test_a_matmul_with_no_dividing_blocks_pad_to_block_does_not_pad_does_not_fit(device, tmp_path, monkeypatch):
     """509 is prime: no block of it but 1 divides it, which cannot move in one DMA op per round,
-    and B and C do not fit one tile; A read twice is not padded: DoesNotFit before any tile's
-    buffers are counted, naming the call and the padding, nothing cached."""
+    and B and C do not fit one tile; products a MatMul reads that read nothing in common are not
+    padded: DoesNotFit before any tile's buffers are counted, naming the call and the padding,
+    nothing cached."""
     monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
+    spec = ((509, 509), np.float32)
     with pytest.raises(DoesNotFit) as err:
-        Square().compile(a=((509, 509), np.float32), device=from_name(device))
-    assert str(err.value) == (
-        "Square: MatMul#0 (509, 509) x (509, 509) float32: B and the result take 2072648 bytes, more than a "
+        ProductOfProducts(np.ones((509, 509), np.float32), np.ones((509, 509), np.float32)).compile(
+            a=spec, c=spec, device=from_name(device))
+    assert str(err.value).endswith(
+        "ProductOfProducts: MatMul#0 (509, 509) x (509, 509) float32: B and the result take 2072648 bytes, more than a "
         f"compute tile's 64512, and tile_matmul_over_array finds no grid of cores for it even on the whole {device}: "
         "its blocks divide their sides (at most 256 elements, no padding or remainder block) and must fit a core "
         "and move in one DMA op each, and the largest dividing blocks are M = 509: 1, K = 509: 1, N = 509: 1; "
-        "pad_to_block did not pad it: it reads a as both operands. Pad the matrices with zeros to sides with larger "
-        "divisors (M = 512, K = 512, N = 512), or cut the call into several.")
+        "pad_to_block did not pad it: the design reads its result or makes its operands elsewhere (another "
+        "segment). Pad the matrices with zeros to sides with larger divisors (M = 512, K = 512, N = 512), or cut the "
+        "call into several.")
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
 
 
