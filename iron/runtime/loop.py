@@ -134,6 +134,7 @@ class CarriedLoop:
                 self._wait_oldest()
         finally:
             if self._epoch == epoch:
+                self._end = self._launched   # left early: a step never launched is not asked for
                 self.settle()
 
     def settle(self):

@@ -262,6 +262,21 @@ def test_leaving_the_iterator_early_waits_out_the_runs_in_flight(leave):
     assert dict(loop.carry) == reference_carry(succ, 1, 10)
 
 
+def test_leaving_early_does_not_ask_for_a_step_never_launched():
+    # a trail of 6 holds first and steps 0..4: left at index 3 with step 4 in flight, step 5 (whose
+    # trail index is out of range) was never launched; the loop once stopped on its flag anyway
+    succ, walk, body, loop = walk_loop(depth=2, steps=5)
+    for index in loop.run(10, node=1, steps=0):
+        if index == 3:
+            break
+    assert loop.transitions == 6 and dict(loop.carry) == reference_carry(succ, 1, 6)
+    np.testing.assert_array_equal(body.read("trail"), numpy_walk(succ, 1, 6))
+    assert list(loop.steps(0)) == []
+    with pytest.raises(IndexOutOfRange) as e:
+        list(loop.steps(1))
+    assert str(e.value).startswith("CarriedLoop step 5: trail[steps] with steps = 6 is out of range: steps must be in 0..5.")
+
+
 def test_a_write_while_runs_are_in_flight_waits_for_them_and_none_lands_after_it():
     succ, walk, body, loop = walk_loop(depth=3)
     it = loop.run(12, node=1, steps=0)

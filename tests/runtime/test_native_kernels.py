@@ -356,6 +356,21 @@ def test_argmax_picks_the_first_of_tied_maxima(library, dt):
     assert out[0] == 0
 
 
+@pytest.mark.parametrize("dt", FLOATS)
+def test_argmax_and_max_take_the_first_nan_as_numpy_does(library, dt):
+    # the C++ once skipped NaN (no comparison with it holds): Argmax gave 4, Max inf
+    x = np.array([1, 2, 3, np.nan, np.inf, np.nan, 0], np.float32).astype(DTYPES[dt])
+    index, largest, picked = np.full(2, -1, np.int32), np.zeros(2, x.dtype), np.full(1, -1, np.int32)
+    rows = np.stack([x, np.roll(x, 4)])   # the second row starts with its NaN
+    call(library, f"argmax_{dt}", rows, index, 2, 7, 7)
+    call(library, f"max_{dt}", rows, largest, 2, 7)
+    call(library, f"argmax_blocks_{dt}", x, np.arange(7).astype(x.dtype), picked, 7)
+    assert index.tolist() == np.argmax(rows, axis=1).tolist() == KERNELS["argmax"].reference(rows).tolist() == [3, 0]
+    with np.errstate(invalid="ignore"):   # numpy's bfloat16 max warns of the NaN it returns
+        assert np.isnan(largest.astype(np.float32)).all() and np.isnan(KERNELS["max"].reference(rows).astype(np.float32)).all()
+    assert picked[0] == int(KERNELS["argmax_blocks"].reference(x, np.arange(7).astype(x.dtype))) == 3
+
+
 @pytest.mark.parametrize("dt, out", WIDER)
 def test_matvec_and_matmul_into_a_wider_type(library, dt, out):
     m, k, n = 5, 37, 3

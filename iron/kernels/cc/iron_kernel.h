@@ -137,12 +137,17 @@ stored_t<Out> dot(const stored_t<In>* a, const stored_t<In>* b, int32_t b_stride
   return Out::store(static_cast<typename Out::value>(sum));
 }
 
-// The index of the first maximum of x[0:n] (0 when n <= 1): Argmax, Max and ArgmaxBlocks.
+// The index of the first maximum of x[0:n] (0 when n <= 1): Argmax, Max and ArgmaxBlocks. As
+// numpy's argmax and max, a NaN is larger than any number: the first NaN is the maximum.
 template <typename T>
 int32_t first_maximum(const stored_t<T>* x, int32_t n) {
   int32_t best = 0;
   for (int32_t i = 1; i < n; ++i) {
-    if (T::load(x[i]) > T::load(x[best])) {
+    const auto value = T::load(x[i]), top = T::load(x[best]);
+    if (top != top) {
+      break;
+    }
+    if (value > top || value != value) {
       best = i;
     }
   }
