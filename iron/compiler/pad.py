@@ -11,8 +11,10 @@ every call writing them writes in the user's region only, row by row at the padd
 (`pad_written_by_producer`); and results read only as the user's region (by the host, or
 across a segment cut into the compiler's DDR), or by calls that compute over the padded layout
 (`pad_through`; a row reduction over padded N is told the user's width; products an
-elementwise group reads together padded alike, `pad_joined`), so no padding a kernel writes is
-read as the user's data. Decided once per design, before placement, from the Program and its
+elementwise group reads together padded alike, `pad_joined`; an elementwise result over a
+padded layout passes it on to the next elementwise group or MatMul, `pad_passed_on`; a tensor
+read as both operands lies square, `pad_square`), so no padding a kernel writes is read as the
+user's data. Decided once per design, before placement, from the Program and its
 groups, so every segment sees the same layout."""
 from __future__ import annotations
 
@@ -345,9 +347,10 @@ def operand_unpadded(node: Node, call: Node, joined: tuple[Node, ...], readers: 
 
 
 def zeros_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> str:
-    """The rule `pad_upstream_zeros`: why the elementwise group making `node`, which the padded
-    MatMul or MatVec `call` alone reads, may not stream over the padded layout itself, its
-    inputs padded with zeros, "" when it may: every call keeps zeros (`Kernel.keeps_zeros`), so
+    """The rule `pad_upstream_zeros` (taken before `pad_written_by_producer`, whose rows at the
+    padded stride stream on the group's own length): why the elementwise group making `node`,
+    which the padded MatMul or MatVec `call` alone reads, may not stream over the padded layout
+    itself, its inputs padded with zeros, "" when it may: every call keeps zeros (`Kernel.keeps_zeros`), so
     the padding of `node` is zeros, as K's padding must be; it writes no state and reads
     paddable tensors all of `node`'s shape (2-D), its other results read within the group."""
     calls = group_of[node].calls
@@ -614,7 +617,7 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
     else:
         found = {a: (big_m, big_k), b: (big_k, big_n), call: (big_m, big_n)}
     for operand in (a, b):   # made over the padded layout by calls keeping zeros: `zeros_upstream`
-        if unpaddable(operand, members, readers, group_of):
+        if operand.op == Op.CALL and not zeros_upstream(operand, call, readers, group_of):
             found |= {n: found[operand] for n in external_inputs(group_of[operand].calls)}
     return found
 

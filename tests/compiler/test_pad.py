@@ -977,42 +977,23 @@ class ExpThenProduct(ActThenProduct):
     act = Exp
 
 
-class SumThenProduct(iron.Graph):
-    """(A + C) @ B, the product in `out` (int32 for int8 operands)."""
-
-    def __init__(self, b, out=None):
-        self.b, self.out = iron.weight(b), out
-
-    def body(self, a, c):
-        return MatMul.step(Add.step(a, c), self.b, dtype=self.out)
-
-
-STREAMED = [(ActThenProduct, "npu2", np.float32, 509, 32), (ActThenProduct, "npu1", np.float32, 509, 16),
-            (SumThenProduct, "npu2", np.int8, 508, 32), (SumThenProduct, "npu1", np.int8, 508, 16)]
-
-
-@pytest.mark.parametrize("design, device, dtype, k, cores", STREAMED, ids=["silu-npu2", "silu-npu1", "int8-add-npu2",
-                                                                           "int8-add-npu1"])
-def test_elementwise_calls_stream_whole_rows_into_the_padded_layout_a_product_reads(design, device, dtype, k, cores):
-    """pad_written_by_producer: elementwise calls whose result a padded product reads stream it in
-    blocks of whole rows, each written at the padded row's stride (509 float32 or 508 int8
-    elements of 512); the product takes the whole array and equals reference() (int8 -> int32
-    exactly)."""
-    a, b = operands(509, k, 509, dtype)
-    rng = np.random.default_rng(17)
-    c = rng.integers(-50, 50, (509, k)).astype(dtype) if dtype == np.int8 else None
-    graph = design(b, np.int32) if c is not None else design(b)
-    given = {"a": a} | ({"c": c} if c is not None else {})
-    body = graph.compile(**given, device=from_name(device))
-    label = "Add#0" if c is not None else "SiLU#0"
+@pytest.mark.parametrize("device, cores", [("npu2", 32), ("npu1", 16)])
+def test_elementwise_calls_stream_whole_rows_into_the_padded_layout_a_product_reads(device, cores):
+    """pad_written_by_producer: Exp(A) @ B at 509^3. Exp(0) = 1, so Exp may not stream over A
+    padded (`pad_upstream_zeros`); it streams its result in blocks of whole rows instead, each
+    written at the padded row's stride (509 float32 elements of 512), the padding never written;
+    the product takes the whole array and equals reference()."""
+    a, b = operands(509, 509, 509, np.float32)
+    graph = ExpThenProduct(b / 22)
+    body = graph.compile(a=a / 4, device=from_name(device))
     assert rule(body.plan, "pad_written_by_producer") == [
-        producer_wrote("g0", label, (512, 512)), read_padded("g1", f"cut.{label}", (512, 512), "MatMul#1")]
-    assert rule(body.plan, "stream_elementwise")[0].endswith(f"streamed in blocks of {k} over 1 tiles (1 rows x 1 "
+        producer_wrote("g0", "Exp#0", (512, 512)), read_padded("g1", "cut.Exp#0", (512, 512), "MatMul#1")]
+    assert rule(body.plan, "stream_elementwise")[0].endswith("streamed in blocks of 509 over 1 tiles (1 rows x 1 "
                                                              "columns of cores), 509 blocks per core")
     assert tiles(body.plan.segments[1]) == cores
-    assert_matches(body(**given), graph.reference(**given))
-    written = cut_padding(body, f"cut.{label}")
-    assert written[:509, :k].any() and not written[509:].any() and not written[:, k:].any()
+    assert_matches(body(a=a / 4), graph.reference(a=a / 4))
+    written = cut_padding(body, "cut.Exp#0")
+    assert written[:509, :509].any() and not written[509:].any() and not written[:, 509:].any()
 
 
 WRITTEN_UNPADDED = [
@@ -1489,7 +1470,9 @@ def test_a_product_of_an_activation_that_does_not_keep_zeros_is_refused_with_the
             "(Exp(MatMul(a, b)) maps zeros to other values))") in str(err.value)
 
 
-UPSTREAM = [("npu2", ReLU, BF16, None, (509, 509, 509), (512, 512), 32),
+UPSTREAM = [("npu2", ReLU, np.float32, None, (509, 509, 509), (512, 512), 32),
+            ("npu1", SiLU, np.float32, None, (509, 509, 509), (512, 512), 16),
+            ("npu2", ReLU, BF16, None, (509, 509, 509), (512, 512), 32),
             ("npu1", ReLU, np.int8, np.int32, (509, 509, 509), (512, 509), 16),
             ("npu2", ReLU, np.int16, None, (1000, 257, 509), (1000, 288), 32),
             ("npu1", ReLU, BF16, None, (96, 509, 1021), (96, 512), 16),
@@ -1498,14 +1481,16 @@ UPSTREAM = [("npu2", ReLU, BF16, None, (509, 509, 509), (512, 512), 32),
 
 
 @pytest.mark.parametrize("device, act, dtype, out, sides, lies, cores", UPSTREAM,
-                         ids=["bf16-npu2", "int8-npu1", "int16-1000x257x509", "bf16-96x509x1021", "int8-96x509x1021",
-                              "silu-wide-rows"])
+                         ids=["f32-npu2", "silu-f32-npu1", "bf16-npu2", "int8-npu1", "int16-1000x257x509",
+                              "bf16-96x509x1021", "int8-96x509x1021", "silu-wide-rows"])
 def test_an_activation_that_keeps_zeros_of_a_padded_products_input_streams_over_its_padded_layout(
         device, act, dtype, out, sides, lies, cores):
-    """pad_upstream_zeros: act(A) @ B, A's rows not whole words (509 bfloat16), its length no
-    whole blocks (509^2 int8), or a row too large to stream whole rows (2053 float32): act keeps
-    zeros, so it streams over A padded with zeros as the product reads it, its result's padding
-    zeros (as it crosses the cut); both take the whole array and equal reference() (integers exactly)."""
+    """pad_upstream_zeros: act(A) @ B, act keeping zeros, streams over A padded with zeros as the
+    product reads it, its result's padding zeros (as it crosses the cut), rather than writing its
+    result row by row into that layout (pad_written_by_producer: 509 float32 rows of a prime
+    count took one tile), and where it could not: A's rows not whole words (509 bfloat16), its
+    length no whole blocks (509^2 int8), or a row too large to stream whole rows (2053 float32);
+    both take the whole array and equal reference() (integers exactly)."""
     (m, k, n), label = sides, f"{act.__name__}#0"
     a, b = operands(m, k, n, dtype)
     graph = ActThenProduct(b, out, act)
