@@ -306,6 +306,15 @@ def written_by_producer(padded: dict, groups: tuple[Group, ...]) -> set[Node]:
             and not any(i in padded for i in external_inputs(group_of[n].calls))}
 
 
+def kept_by_elementwise(padded: dict, groups: tuple[Group, ...]) -> set[Node]:
+    """The computed tensors elementwise calls made over a padded layout (`pad_through_elementwise`,
+    `pad_upstream_zeros`), not written row by row: a MatMul reads their padding as the zeros
+    the calls kept (`pad_through_zeros`)."""
+    written = written_by_producer(padded, groups)
+    return {g.calls[-1] for g in groups if g.calls[-1] in padded and g.calls[-1] not in written
+            and g.calls[0].arg.kernel.role is Role.ELEMENTWISE}
+
+
 def is_cut_value(node: Node) -> bool:
     """Whether a segment's input is a value an earlier segment computed (segment.py numbers it -1)."""
     return node.op == Op.INPUT and node.arg[1] == -1
@@ -945,7 +954,17 @@ def padded_nodes(program: Program, placements) -> dict[Node, tuple[int, ...]]:
 def producer_written_nodes(program: Program, placements) -> frozenset[Node]:
     """The values crossing into `program` (a segment's) or out of it whose producer writes them
     where they lie padded (`pad_written_by_producer`, Placement.producer_writes)."""
-    names = {p.name for p in placements if p.producer_writes}
+    return crossing_nodes(program, {p.name for p in placements if p.producer_writes})
+
+
+def zeros_kept_nodes(program: Program, placements) -> frozenset[Node]:
+    """The values crossing into `program` (a segment's) that elementwise calls made over a padded
+    layout, their padding the zeros they kept (`pad_through_zeros`, Placement.zeros_kept)."""
+    return crossing_nodes(program, {p.name for p in placements if p.zeros_kept})
+
+
+def crossing_nodes(program: Program, names: set[str]) -> frozenset[Node]:
+    """`program`'s outputs and inputs placed under `names`."""
     if not names:
         return frozenset()
     outputs = {n for i, n in enumerate(program.outputs) if f"out{i}" in names}

@@ -34,6 +34,7 @@ from iron.compiler.pad import (
     readers_of,
     stream_length,
     stream_unpadded,
+    zeros_kept_nodes,
 )
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.readers import Reader
@@ -135,6 +136,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     `placements`: the host placements, some padded by `pad_to_block`."""
     padded, readers = padded_nodes(program, placements), readers_of(program, groups)
     written = producer_written_nodes(program, placements)
+    kept = zeros_kept_nodes(program, placements)
     with_emit = bool(device.full_elf and program.carry)   # a segment but the last has no carry
     outside = outside_users(program, groups, with_emit)
     free = snake_order(device)
@@ -152,7 +154,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if grid is not None:
             free = [t for t in free if t not in grid.tiles]
             sites.append(Site(group, grid.tiles, grid=grid))
-            rules += grid_padding_rule(program, group, grid, readers, device, written)
+            rules += grid_padding_rule(program, group, grid, readers, device, written, kept)
             rules += written_padding_rule(program, group, (grid.call,), padded, written)
             rules.append(("tile_matmul_over_array", f"{group.name}: {grid.text()}"))
             if grid.expand is not None:
@@ -377,10 +379,12 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
 
 
 def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict, device,
-                      written: frozenset[Node] = frozenset()) -> list[tuple[str, str]]:
+                      written: frozenset[Node] = frozenset(), kept: frozenset[Node] = frozenset()
+                      ) -> list[tuple[str, str]]:
     """`pad_to_block`'s decision for a grid as describe() shows it: the sides it padded, or, for
     a grid short of the free cores whose padded sides would be better, why it may not pad them
-    (`written`: the operands whose producer writes them padded, not a padded grid)."""
+    (`written`: the operands whose producer writes them padded, not a padded grid; `kept`: those
+    elementwise calls made over a padded layout, their padding the zeros they kept)."""
     call = grid.call
     if grid.padded is None:
         why = matrix_unpadded(call, readers) if grid.fewer else ""
@@ -393,9 +397,10 @@ def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict,
     sides = ", ".join(f"{name} {side} -> {to}" for name, side, to in zip(names, call_sides(call), grid.padded)
                       if side != to)
     k_padded = call_sides(call)[1] != grid.padded[1]
-    computed = "".join(f" ({operand}'s computed from zeros: {rule})" for operand, rule, n in (
-        ("A", "pad_through_matmul", call.src[0]), ("B", "pad_through_matmul_b", call.src[1]))
-        if is_cut_value(n) and n not in written)
+    computed = "".join(f" ({operand}'s computed from zeros: {'pad_through_zeros' if n in kept else rule})"
+                       for operand, rule, n in (("A", "pad_through_matmul", call.src[0]),
+                                                ("B", "pad_through_matmul_b", call.src[1]))
+                       if is_cut_value(n) and n not in written)
     return [("pad_to_block", f"{group.name}: {call_label(program, call)} padded with zeros ({sides}) over "
                              f"{len(grid.tiles)} tiles: A, B and the result lie so in DDR, the host writes and reads "
                              "the user's region" + "; K's padding is zeros in both operands" * k_padded

@@ -1303,6 +1303,9 @@ def test_a_gated_mlp_at_prime_sides_passes_the_padded_layout_on_to_the_last_prod
     assert rule(body.plan, "pad_through_zeros") == [
         f"g3: SiLU#1, Mul#3 keeps zeros, so the padding of Mul(SiLU(MatMul(x, g)), MatMul(x, u)) as it lies padded to "
         f"{lies} is zeros, computed from zeros: MatMul#4 reads it as its padded A"]
+    assert rule(body.plan, "pad_to_block")[-1].endswith(
+        "K's padding is zeros in both operands (A's computed from zeros: pad_through_zeros); the result's padding is "
+        "computed from zeros, never read as the user's region")
     assert padded(body.plan)["cut.Mul#3"] == ((m, n), lies)
     assert same_kind_of_mlir(body.plan)
     np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
@@ -1466,6 +1469,7 @@ def test_a_product_of_an_activation_that_keeps_zeros_reads_it_padded(device, act
     body = graph.compile(a=a, device=from_name(device))
     what = f"{act.__name__}(MatMul(a, b))"
     assert rule(body.plan, "pad_through_zeros") == [kept_zeros("g1", label, lies).format(what)]
+    assert "(A's computed from zeros: pad_through_zeros)" in rule(body.plan, "pad_to_block")[-1]
     assert [tiles(s) for s in body.plan.segments] == [cores] * 3
     assert same_kind_of_mlir(body.plan)
     assert padded(body.plan)[f"cut.{label}"] == ((m, n), lies)
