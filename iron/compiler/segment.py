@@ -66,7 +66,7 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
         likely = dict(whole_fits) if len(stops) == 1 else {}
         found = _next_segment(flow, stops[-1], guess, table, crossing, compile_one, known, likely, device)
         if isinstance(found, Exception):
-            raise _unfit(flow, stops[-1], found, device, refused)
+            raise _unfit(flow, stops[-1], found, device)
         stop, plan, table, crossing = found
         check_plan(plan)
         plans.append(plan)
@@ -170,11 +170,12 @@ def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess:
     return cut(good) if good > start else None
 
 
-def _unfit(flow: Flow, start: int, alone: Exception, device, refused: Callable[[], Exception]) -> Exception:
+def _unfit(flow: Flow, start: int, alone: Exception, device) -> Exception:
     """Group `start` alone does not compile: DoesNotFit naming its kernels and what its tile
-    holds against its budget, or the whole design's refusal when that is not about size."""
+    holds against its budget, or, when that is not about size, the group's own refusal (a
+    misaligned index, say), which no cut mends: the whole design's would only count its tiles."""
     if not isinstance(alone, DoesNotFit):
-        return refused()
+        return alone
     group = flow.groups[start]
     labels = ", ".join(call_label(flow.program, c) for c in group.calls)
     why = design_unpadded(flow.program, flow.groups, group, device)

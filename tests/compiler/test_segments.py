@@ -371,6 +371,28 @@ def test_a_group_too_large_even_alone_does_not_fit_and_nothing_is_cached(tmp_pat
     assert not (tmp_path / "cache").exists()
 
 
+class OddRows(iron.Graph):
+    """Five Exp calls, then a gather of a 6-byte bfloat16 row at a per-call index: the gather's
+    group alone is refused for the index, whatever the cuts."""
+
+    def __init__(self):
+        self.table = iron.weight(np.ones((4, 3), iron.bfloat16))
+
+    def body(self, x, *, row: iron.Scratchpad[np.int32]):
+        return (*(Exp.step(x) for _ in range(5)), Copy.step(self.table[row]))
+
+
+def test_a_group_refused_alone_for_its_index_is_refused_for_that_not_for_the_tile_count():
+    # the segmented search once raised the whole design's refusal: "needs 6 compute tiles but
+    # npu2_1col has 4", though no device has tiles enough to mend a misaligned index
+    with pytest.raises(PlacementError) as err:
+        OddRows().compile(x=((8,), F32), device=from_name("npu2_1col"))
+    assert str(err.value) == (
+        "table[row] indexes axis 0 of weight 'table' with per-call value 'row', but one step along that axis is "
+        "6 bytes and the device's DMA offsets count whole 4-byte words. Pad 'table' so each entry of axis 0 "
+        "spans a multiple of 4 bytes.")
+
+
 def guide_decoder():
     """Section 8's decoder module (guide folders are not packages)."""
     path = Path(__file__).resolve().parents[2] / "programming_guide" / "section-8" / "decoder.py"
