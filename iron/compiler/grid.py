@@ -31,9 +31,9 @@ from iron.compiler.plan import (
     Wait,
 )
 from iron.compiler.sequence import Move, dma_patterns
-from iron.compiler.tiling import Grid
+from iron.compiler.tiling import Grid, word_run
 from iron.compiler.words import Access, base_name
-from iron.ir import call_label, describe, nbytes
+from iron.ir import Op, call_label, describe, nbytes
 from iron.kernels.registry import accumulate_kernel, convert_kernel, is_library
 
 
@@ -211,6 +211,15 @@ def stored_access(ctx: Context, node) -> tuple[str, Access]:
     return p.buffer, Access(p.offset, ((p.nwords, 1),))
 
 
+def run_access(ctx: Context, node) -> tuple[str, Access]:
+    """(host buffer, Access) of the words a streamed input lies in: a whole host tensor's, or
+    those of the one run a view picks (`stream_contiguous_views`), from its first word."""
+    if node.op != Op.VIEW:
+        return stored_access(ctx, node)
+    buffer, at = stored_access(ctx, node.src[0])
+    return buffer, Access(at.offset + word_run(node) * node.dtype.itemsize // 4, ((nbytes(node) // 4, 1),))
+
+
 def _with_waits(ctx: Context, steps: int, t: int, here: list[Move]) -> list:
     """Step `t`'s moves (a round, or a run of rounds), then a Wait on each of their FIFOs every
     `rounds_between_waits` steps."""
@@ -370,7 +379,7 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     rows, cols = len(flow.rows), len(flow.cols)
     result = flow.calls[-1]
     p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is result))
-    ends = [(f"{g}_x{i}_{{c}}_mem", Direction.MM2S, node, *stored_access(ctx, node)) for i, node in enumerate(flow.inputs)]
+    ends = [(f"{g}_x{i}_{{c}}_mem", Direction.MM2S, node, *run_access(ctx, node)) for i, node in enumerate(flow.inputs)]
     ends.append((f"{g}_host{{c}}", Direction.S2MM, result, p.buffer, Access(p.offset, ())))
 
     def words(node) -> int:

@@ -21,6 +21,7 @@ from iron.compiler.readers import Reader
 from iron.ir import (
     Node,
     Op,
+    contiguous_span,
     describe,
     dynamic_attrs,
     external_inputs,
@@ -413,19 +414,36 @@ class Flow(OnCores):
             return (f"{names} over {rows} rows of {width} elements{padding} streamed "
                     f"in row-blocks of {self.block // self.width} rows {where}{words}{single}")
         padding = f" (pad_to_block: padded with zeros to {self.padded})" * (self.padded is not None)
-        return f"{names} over {self.calls[-1].size} elements{padding} streamed in blocks of {self.block} {where}"
+        views = "".join(f"; {describe(n)} streamed as one run of words from element {word_run(n)} of "
+                        f"{describe(n.src[0])} (stream_contiguous_views)" for n in self.inputs if n.op == Op.VIEW)
+        return f"{names} over {self.calls[-1].size} elements{padding} streamed in blocks of {self.block} {where}{views}"
 
 
 def streamable(calls) -> bool:
     """Elementwise calls (by Role) over tensors of one element count, writing no state and
-    taking no per-call attribute, reading at most MAX_FLOW_INPUTS whole host tensors."""
+    taking no per-call attribute, reading at most MAX_FLOW_INPUTS host tensors that each lie in
+    one run of whole words (`stream_contiguous_views`)."""
     size = calls[-1].size
     if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
         return False
     outside = external_inputs(calls)
-    if len(outside) > MAX_FLOW_INPUTS or any(not is_host_tensor(n) or n.op == Op.VIEW for n in outside):
+    if len(outside) > MAX_FLOW_INPUTS or any(not is_host_tensor(n) or word_run(n) is None for n in outside):
         return False
     return all(n.size == size for c in calls for n in (c, *tensor_inputs(c)))
+
+
+def word_run(node: Node) -> int | None:
+    """`stream_contiguous_views`: the element a host tensor's words start at in its storage
+    when they are one run beginning on a word (a whole tensor: 0; a view without per-call
+    indices picking one contiguous run, `x[1:]` of float32 or a reshape), which a DMA streams
+    in blocks as it streams a whole tensor; else None (a strided view, or a 16-bit `x[1:]`
+    starting mid-word)."""
+    if node.op != Op.VIEW:
+        return 0
+    span = contiguous_span(node)
+    if span is None or span[0] * node.dtype.itemsize % 4:
+        return None
+    return span[0]
 
 
 def row_streamable(calls) -> bool:
