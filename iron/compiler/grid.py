@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from iron.compiler.objects import Context, attr_word
+from iron.compiler.objects import Context, attr_word, copy_step
 from iron.compiler.place import Site
 from iron.compiler.plan import (
     Acquire,
@@ -25,6 +25,7 @@ from iron.compiler.plan import (
     Link,
     Load,
     Loop,
+    Placement,
     Port,
     Ptr,
     Release,
@@ -33,7 +34,7 @@ from iron.compiler.plan import (
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.tiling import Grid, word_run
 from iron.compiler.words import Access, base_name
-from iron.ir import Op, call_label, describe, nbytes
+from iron.ir import Node, Op, call_label, describe, destination, nbytes, storage
 from iron.kernels.registry import accumulate_kernel, convert_kernel, is_library
 
 
@@ -211,6 +212,22 @@ def stored_access(ctx: Context, node) -> tuple[str, Access]:
     return p.buffer, Access(p.offset, ((p.nwords, 1),))
 
 
+def result_placement(ctx: Context, result: Node) -> Placement:
+    """The placement a streamed result lies in: its output's, or the state it writes."""
+    if result.arg.writes:
+        return ctx.placement(base_name(storage(destination(result)))[1])
+    return ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is result))
+
+
+def result_access(ctx: Context, result: Node) -> tuple[str, Access]:
+    """(host buffer, Access) of the first word a streamed result goes to: its output's, or those
+    of the run of a state it writes (`stream_into_state`)."""
+    if result.arg.writes:
+        return run_access(ctx, destination(result))
+    p = result_placement(ctx, result)
+    return p.buffer, Access(p.offset, ())
+
+
 def run_access(ctx: Context, node) -> tuple[str, Access]:
     """(host buffer, Access) of the words a streamed input lies in: a whole host tensor's, or
     those of the one run a view picks (`stream_contiguous_views`), from its first word."""
@@ -352,6 +369,8 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
         else:
             buffers.append(Buffer(f"{prefix}_t{j}", tile, -(-b * call.dtype.itemsize // 4) * 4, call.dtype))
             where[call] = buffers[-1].name
+        if call.arg.writes and call.arg.kernel.accumulates:   # the state's block, summed into in place
+            steps.append(copy_step(call.dtype, b, Ptr(where[destination(call)]), Ptr(part)))
         kernel = call.arg.kernel
         arity = call.arg.n_inputs
         sizes = kernel.sizes(*flow.shapes())
@@ -378,9 +397,9 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     them every `rounds_between_waits` runs."""
     rows, cols = len(flow.rows), len(flow.cols)
     result = flow.calls[-1]
-    p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is result))
+    p = result_placement(ctx, result)
     ends = [(f"{g}_x{i}_{{c}}_mem", Direction.MM2S, node, *run_access(ctx, node)) for i, node in enumerate(flow.inputs)]
-    ends.append((f"{g}_host{{c}}", Direction.S2MM, result, p.buffer, Access(p.offset, ())))
+    ends.append((f"{g}_host{{c}}", Direction.S2MM, result, *result_access(ctx, result)))
 
     def words(node) -> int:
         """One core's block of `node` in words (a fraction for a narrow dtype's offsets)."""

@@ -60,12 +60,14 @@ from iron.ir import (
     Program,
     call_label,
     describe,
+    destination,
     dynamic_attrs,
     external_inputs,
     is_computed_view,
     is_host_tensor,
     nbytes,
     state_of,
+    storage,
     tensor_inputs,
 )
 from iron.kernels.base import Role
@@ -148,7 +150,8 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     sites, rules = [], []
     for number, group in enumerate(groups):
         spare = len(free) - (len(groups) - number - 1) - with_emit
-        shim_in = device.n_cols * device.shim.dma_out_channels - (len(groups) - 1)   # one per other group
+        # one per other group, and the Emit's words
+        shim_in = device.n_cols * device.shim.dma_out_channels - (len(groups) - 1) - with_emit
         grid = tile_matmul_over_array(program, group, outside, free, (spare, shim_in), channels, device,
                                       (padded, readers))
         if grid is not None:
@@ -305,10 +308,14 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
     (iron/compiler/tiling.py chooses how), taking on each column's mem tile a channel in per
     input and per core and out per input and core, plus the joined result's."""
     calls = group.calls
-    if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT:
+    if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or any(outside.get(c) for c in calls[:-1]):
         return None
-    if outside.get(calls[-1], ()) != (Reader.HOST,) or any(outside.get(c) for c in calls[:-1]):
+    if outside.get(calls[-1], ()) != (() if calls[-1].arg.writes else (Reader.HOST,)):
         return None
+    dest = destination(calls[-1])
+    if dest is not None and storage(dest) in padded or any(n.op == Op.VIEW and storage(n) in padded
+                                                            for n in external_inputs(calls)):
+        return None   # a view's run of words is its own shape's (`stream_contiguous_views`), not a padded one's
     spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
     flow = _choose_flow(calls, free, spare, device, shim_in, padded)
     if flow is None:

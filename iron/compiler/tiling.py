@@ -23,10 +23,12 @@ from iron.ir import (
     Op,
     contiguous_span,
     describe,
+    destination,
     dynamic_attrs,
     external_inputs,
     is_host_tensor,
     nbytes,
+    storage,
     tensor_inputs,
 )
 from iron.kernels.base import Role
@@ -416,20 +418,38 @@ class Flow(OnCores):
         padding = f" (pad_to_block: padded with zeros to {self.padded})" * (self.padded is not None)
         views = "".join(f"; {describe(n)} streamed as one run of words from element {word_run(n)} of "
                         f"{describe(n.src[0])} (stream_contiguous_views)" for n in self.inputs if n.op == Op.VIEW)
-        return f"{names} over {self.calls[-1].size} elements{padding} streamed in blocks of {self.block} {where}{views}"
+        dest = destination(self.calls[-1])
+        into = "" if dest is None else f"; into {describe(dest)} (stream_into_state: each block back where it was read)"
+        return f"{names} over {self.calls[-1].size} elements{padding} streamed in blocks of {self.block} {where}{views}{into}"
 
 
 def streamable(calls) -> bool:
-    """Elementwise calls (by Role) over tensors of one element count, writing no state and
-    taking no per-call attribute, reading at most MAX_FLOW_INPUTS host tensors that each lie in
-    one run of whole words (`stream_contiguous_views`)."""
+    """Elementwise calls (by Role) over tensors of one element count, taking no per-call
+    attribute, reading at most MAX_FLOW_INPUTS host tensors that each lie in one run of whole
+    words (`stream_contiguous_views`), none writing a state but the last, as `stream_into_state`
+    allows."""
     size = calls[-1].size
-    if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
+    if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.scalar_attrs for c in calls):
+        return False
+    if any(c.arg.writes for c in calls[:-1]) or not stream_into_state(calls):
         return False
     outside = external_inputs(calls)
     if len(outside) > MAX_FLOW_INPUTS or any(not is_host_tensor(n) or word_run(n) is None for n in outside):
         return False
-    return all(n.size == size for c in calls for n in (c, *tensor_inputs(c)))
+    return all(n.size == size for c in calls for n in (c, *tensor_inputs(c), *filter(None, [destination(c)])))
+
+
+def stream_into_state(calls) -> bool:
+    """`stream_into_state`: a last call writing a state (out=) streams its result blocks back into
+    the state's words when they are one run of whole words the calls read, if at all, only as
+    that same view (Accumulate's own destination): each block then goes back where it came from,
+    and no core reads words another core writes. True too when the calls write no state."""
+    dest = destination(calls[-1])
+    if dest is None:
+        return True
+    if word_run(dest) is None:
+        return False
+    return all(n is dest or storage(n) is not storage(dest) for n in external_inputs(calls))
 
 
 def word_run(node: Node) -> int | None:

@@ -1,12 +1,14 @@
 """Elementwise work larger than a tile is streamed in blocks, not refused (issue 10): calls over
-views lying in one run of words (`stream_contiguous_views`), shown by what describe() says and by
-the emulator agreeing with reference() on npu2 and npu1. Floats within 1e-3."""
+views lying in one run of words (`stream_contiguous_views`), a last call writing a state
+(`stream_into_state`, also as a CarriedLoop), shown by what describe() says and by the emulator
+agreeing with reference() on npu2 and npu1. Floats within 1e-3."""
 import numpy as np
 import pytest
 
 import iron
 from aie_utils import from_name
-from iron.kernels import Exp, ReLU
+from iron import Carried
+from iron.kernels import Accumulate, Exp, ReLU
 
 F32 = {"rtol": 1e-3, "atol": 1e-3}
 
@@ -47,3 +49,55 @@ def test_elementwise_over_a_reshape_streams(device, cores):
         f"g0: ReLU over 293184 elements streamed in blocks of 3054 over {cores} blocks per core; "
         "x.reshape(293184,) streamed as one run of words from element 0 of x (stream_contiguous_views)"]
     np.testing.assert_array_equal(body(x=x), ReluOfFlat().reference(x=x))
+
+
+class AccumulateLarge(iron.Graph):
+    def __init__(self):
+        self.acc = iron.state((20000,), np.float32, name="acc")
+
+    def body(self, x):
+        Accumulate.step(x, out=self.acc)
+
+
+class AccumulateSteps(iron.Graph):
+    def __init__(self, x):
+        self.x = iron.param(x)
+        self.acc = iron.state(x.shape, x.dtype, name="acc")
+
+    def body(self, *, step: Carried[np.int32]):
+        Accumulate.step(self.x, out=self.acc)
+        return iron.carry(step=step + 1)
+
+
+STATE_LINES = {
+    "npu2": "g0: Accumulate over 20000 elements streamed in blocks of 1250 over 16 tiles (2 rows x 8 columns of cores), "
+            "1 blocks per core; into acc (stream_into_state: each block back where it was read)",
+    "npu1": "g0: Accumulate over 20000 elements streamed in blocks of 2500 over 8 tiles (2 rows x 4 columns of cores), "
+            "1 blocks per core; into acc (stream_into_state: each block back where it was read)",
+}
+
+
+@pytest.mark.parametrize("device", ["npu2", "npu1"])
+def test_accumulating_into_a_state_larger_than_a_tile_streams_back_into_it(device):
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(20000).astype(np.float32) for _ in range(3)]
+    graph = AccumulateLarge()
+    body = graph.compile(x=xs[0], device=from_name(device))
+    assert rule(body.plan, "stream_elementwise") == [STATE_LINES[device]]
+    for x in xs:
+        body(x=x)
+        graph.reference(x=x)
+    np.testing.assert_allclose(body.read("acc"), graph.read("acc"), **F32)
+    np.testing.assert_allclose(graph.read("acc"), xs[0] + xs[1] + xs[2], **F32)
+
+
+def test_accumulating_into_a_large_state_runs_as_a_carried_loop_at_depth_two():
+    x = np.random.default_rng(4).standard_normal(20000).astype(np.float32)
+    body = AccumulateSteps(x).compile(device=from_name("npu2"))
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(5, step=0)) == list(range(5))
+    assert dict(loop.carry) == {"step": 6} and loop.transitions == 6   # the first call and 5 more
+    assert rule(body.plan, "stream_elementwise") == [   # the Emit's words take a shim channel: 7 columns at most
+        "g0: Accumulate over 20000 elements streamed in blocks of 2000 over 10 tiles (2 rows x 5 columns of cores), "
+        "1 blocks per core; into acc (stream_into_state: each block back where it was read)"]
+    np.testing.assert_allclose(body.read("acc"), 6 * x, **F32)
