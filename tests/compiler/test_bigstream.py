@@ -1,14 +1,17 @@
 """Elementwise work larger than a tile is streamed in blocks, not refused (issue 10): calls over
 views lying in one run of words (`stream_contiguous_views`), a last call writing a state
-(`stream_into_state`, also as a CarriedLoop), shown by what describe() says and by the emulator
-agreeing with reference() on npu2 and npu1. Floats within 1e-3."""
+(`stream_into_state`, also as a CarriedLoop), an earlier result the host reads too
+(`stream_every_result`), shown by what describe() says and by the emulator agreeing with
+reference() on npu2 and npu1 (floats within 1e-3); a group that cannot stream refused naming its
+calls, why, and a fix that applies (`fix_for_tile`)."""
 import numpy as np
 import pytest
 
 import iron
 from aie_utils import from_name
 from iron import Carried
-from iron.kernels import Accumulate, Exp, ReLU
+from iron.errors import DoesNotFit
+from iron.kernels import Accumulate, Add, Concat, Exp, ReLU
 
 F32 = {"rtol": 1e-3, "atol": 1e-3}
 
@@ -101,3 +104,51 @@ def test_accumulating_into_a_large_state_runs_as_a_carried_loop_at_depth_two():
         "g0: Accumulate over 20000 elements streamed in blocks of 2000 over 10 tiles (2 rows x 5 columns of cores), "
         "1 blocks per core; into acc (stream_into_state: each block back where it was read)"]
     np.testing.assert_allclose(body.read("acc"), 6 * x, **F32)
+
+
+class SumAndExp(iron.Graph):
+    def body(self, x, y):
+        s = Add.step(x, y)
+        return s, Exp.step(s)
+
+
+@pytest.mark.parametrize("device, cores", [("npu2", "16 tiles (2 rows x 8 columns of cores), 1"),
+                                           ("npu1", "8 tiles (2 rows x 4 columns of cores), 2")])
+def test_a_result_returned_and_read_again_in_its_group_streams_both_results(device, cores):
+    rng = np.random.default_rng(5)
+    x, y = (rng.standard_normal(20000).astype(np.float32) for _ in range(2))
+    body = SumAndExp().compile(x=x, y=y, device=from_name(device))
+    assert rule(body.plan, "stream_elementwise") == [
+        f"g0: Add, Exp over 20000 elements streamed in blocks of 1250 over {cores} blocks per core; "
+        "Add(x, y) joined for the host too (stream_every_result)"]
+    for got, want in zip(body(x=x, y=y), SumAndExp().reference(x=x, y=y)):
+        np.testing.assert_allclose(got, want, **F32)
+
+
+class Joined(iron.Graph):
+    def body(self, x, y):
+        return Concat.step(x, y)
+
+
+class JoinedIntoState(iron.Graph):
+    def __init__(self):
+        self.seen = iron.state((8194,), np.float32, name="seen")
+
+    def body(self, x, y):
+        return Concat.step(x, y)
+
+
+NOT_STREAMED = ("(stream_elementwise: g0: not streamed: Concat#0 is not elementwise (other): its result's blocks "
+                "are not those of its inputs). Split Concat#0 into at least 2 calls over parts of the tensors, each "
+                "call's buffers at most 64512 bytes")
+
+
+@pytest.mark.parametrize("graph, fix", [(Joined, "."), (JoinedIntoState, ", or use smaller states.")])
+def test_a_group_that_cannot_stream_is_refused_naming_its_calls_why_and_a_fix_that_applies(graph, fix):
+    spec = ((4097,), np.float32)
+    with pytest.raises(DoesNotFit) as refused:
+        graph().compile(x=spec, y=spec, device=from_name("npu2"))
+    assert str(refused.value) == (
+        f"{graph.__name__} does not fit tile_0_2, where Concat#0 runs: its buffers take 66576 bytes but a compute "
+        "tile has 65536: g0_host@tile_0_2 32776 bytes (out0), g0_in@tile_0_2 32776 bytes (x, y), stack@tile_0_2 "
+        f"1024 bytes {NOT_STREAMED}{fix}")
