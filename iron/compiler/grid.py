@@ -363,7 +363,7 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
     shared = [f"{g}_w{i}" for i in range(len(flow.shared))] + [f"{g}_in"] * bool(flow.per_call)
     loads = {(call, name): Load(f"{g}_in", 4 * j) for j, (call, name, _) in enumerate(flow.per_call)}
     parts = [part_fifo(g, k, r, c) for k in range(len(flow.results))]
-    where = dict(zip((*flow.inputs, *flow.shared, *flow.results), (*ins, *shared, *parts)))
+    where = dict(zip((*flow.inputs, *flow.shared), (*ins, *shared))) | dict(zip(flow.results, parts))
     buffers, steps = [], []
     for j, call in enumerate(flow.calls):
         if call not in where:

@@ -10,8 +10,10 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Carried
+from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.errors import DoesNotFit
 from iron.kernels import Accumulate, Add, Concat, Exp, ReLU
+from tests.compiler.test_mlir import op_names
 
 F32 = {"rtol": 1e-3, "atol": 1e-3}
 
@@ -152,3 +154,12 @@ def test_a_group_that_cannot_stream_is_refused_naming_its_calls_why_and_a_fix_th
         f"{graph.__name__} does not fit tile_0_2, where Concat#0 runs: its buffers take 66576 bytes but a compute "
         "tile has 65536: g0_host@tile_0_2 32776 bytes (out0), g0_in@tile_0_2 32776 bytes (x, y), stack@tile_0_2 "
         f"1024 bytes {NOT_STREAMED}{fix}")
+
+
+def test_the_new_streams_print_only_allowed_mlir_ops():
+    x = ((20000,), np.float32)
+    plans = [ExpOfTail().compile(x=((65537,), np.float32), device=from_name("npu2")).plan,
+             AccumulateLarge().compile(x=x, device=from_name("npu2")).plan,
+             SumAndExp().compile(x=x, y=x, device=from_name("npu1")).plan]
+    for plan in plans:
+        assert set(op_names(print_mlir(plan))) <= ALLOWED_OPS, plan.name
