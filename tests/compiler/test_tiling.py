@@ -163,7 +163,7 @@ def test_matvec_4096_over_32_tiles_equals_reference():
     body = graph.compile(x=x, device=from_name("npu2"))
     assert rule(body.plan, "tile_matmul_over_array") == [
         "g0: MatVec (4096, 4096) x (4096,) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): "
-        "blocks m=64 k=64 n=1 (each divides its side: no padding), 2 output blocks per core, 64 k-blocks each "
+        "blocks m=128 k=32 n=1 (each divides its side: no padding), 1 output blocks per core, 128 k-blocks each "
         "(128 kernel calls per core), summed in float32"]
     np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
 
