@@ -54,6 +54,7 @@ PAD_WRITTEN_BY_PRODUCER = "pad_written_by_producer"
 PAD_THROUGH_ZEROS = "pad_through_zeros"
 PAD_SHARED_INPUT = "pad_shared_input"
 PAD_PASSED_ON = "pad_passed_on"
+PAD_UPSTREAM_ROWS = "pad_upstream_rows"
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
@@ -308,13 +309,15 @@ def written_by_producer(padded: dict, groups: tuple[Group, ...]) -> set[Node]:
             and not any(i in padded for i in external_inputs(group_of[n].calls))}
 
 
-def kept_by_elementwise(padded: dict, groups: tuple[Group, ...]) -> set[Node]:
-    """The computed tensors elementwise calls made over a padded layout (`pad_through_elementwise`,
-    `pad_upstream_zeros`), not written row by row: a MatMul reads their padding as the zeros
-    the calls kept (`pad_through_zeros`)."""
+def zeros_made(padded: dict, groups: tuple[Group, ...]) -> dict[Node, str]:
+    """The computed tensors made over a padded layout, not written row by row, that a MatMul
+    may read padded, and the rule computing their padding's zeros: elementwise calls' (over a
+    product's layout or their inputs padded: `pad_through_zeros`), a row reduction's over its
+    rows padded (`pad_upstream_rows`)."""
     written = written_by_producer(padded, groups)
-    return {g.calls[-1] for g in groups if g.calls[-1] in padded and g.calls[-1] not in written
-            and g.calls[0].arg.kernel.role is Role.ELEMENTWISE}
+    rules = {Role.ELEMENTWISE: PAD_THROUGH_ZEROS, Role.ROW_REDUCTION: PAD_UPSTREAM_ROWS}
+    return {g.calls[-1]: rules[g.calls[0].arg.kernel.role] for g in groups
+            if g.calls[-1] in padded and g.calls[-1] not in written and g.calls[0].arg.kernel.role in rules}
 
 
 def is_cut_value(node: Node) -> bool:
@@ -365,6 +368,23 @@ def zeros_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> str
     if len(outside) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
         return f"{describe(node)}'s group does not stream"
     return next((why for n in outside if (why := unpaddable(n, calls, readers, group_of))), "")
+
+
+def rows_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> str:
+    """The rule `pad_upstream_rows` (taken before `pad_written_by_producer`, whose rows at the
+    padded stride stream on the reduction's own rows): why the row reduction making `node`, the
+    padded MatMul `call`'s A and read by it alone, may not stream over its batch of rows padded
+    with zeros to A's layout itself, "" when it may: alone in its group, writing no state,
+    streamed, reducing each row's first `length` elements and writing 0 past them
+    (`width_unshared`), so the padded columns are K's zeros (a padded row of zeros reduces to a
+    finite row of M's padding), over a paddable batch of rows."""
+    what = describe(node)
+    if group_of[node].calls != (node,) or node.arg.kernel.role is not Role.ROW_REDUCTION or node.arg.writes \
+            or len(node.shape) != 2 or node.src[0].shape != node.shape:
+        return f"{what} is not a row reduction alone in its group, of rows as wide as it makes"
+    if readers.get(node) != [call] or held_bytes([node]) <= SIZE_LIMIT:
+        return f"{what} is read elsewhere or does not stream"
+    return width_unshared(node, readers) or unpaddable(node.src[0], (node,), readers, group_of)
 
 
 def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
@@ -616,9 +636,13 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
         found = {a: (big_m, big_k), b: (big_k,), call: (big_m,)}
     else:
         found = {a: (big_m, big_k), b: (big_k, big_n), call: (big_m, big_n)}
-    for operand in (a, b):   # made over the padded layout by calls keeping zeros: `zeros_upstream`
-        if operand.op == Op.CALL and not zeros_upstream(operand, call, readers, group_of):
+    for operand in (a, b):   # made over the padded layout: `zeros_upstream`, `rows_upstream`
+        if operand.op != Op.CALL:
+            continue
+        if not zeros_upstream(operand, call, readers, group_of):
             found |= {n: found[operand] for n in external_inputs(group_of[operand].calls)}
+        elif operand is a and not rows_upstream(operand, call, readers, group_of):
+            found |= {operand.src[0]: found[a]} | rows_through(operand, found[a])
     return found
 
 
@@ -957,21 +981,22 @@ def padded_nodes(program: Program, placements) -> dict[Node, tuple[int, ...]]:
 def producer_written_nodes(program: Program, placements) -> frozenset[Node]:
     """The values crossing into `program` (a segment's) or out of it whose producer writes them
     where they lie padded (`pad_written_by_producer`, Placement.producer_writes)."""
-    return crossing_nodes(program, {p.name for p in placements if p.producer_writes})
+    return frozenset(placed(program, {p.name for p in placements if p.producer_writes}))
 
 
-def zeros_kept_nodes(program: Program, placements) -> frozenset[Node]:
-    """The values crossing into `program` (a segment's) that elementwise calls made over a padded
-    layout, their padding the zeros they kept (`pad_through_zeros`, Placement.zeros_kept)."""
-    return crossing_nodes(program, {p.name for p in placements if p.zeros_kept})
+def zeros_made_nodes(program: Program, placements) -> dict[Node, str]:
+    """The values crossing into or out of `program` (a segment's) that calls made over a padded
+    layout, and the rule computing their padding's zeros (Placement.zeros_rule)."""
+    rules = {p.name: p.zeros_rule for p in placements if p.zeros_rule}
+    return {n: rules[name] for n, name in placed(program, set(rules)).items()}
 
 
-def crossing_nodes(program: Program, names: set[str]) -> frozenset[Node]:
-    """`program`'s outputs and inputs placed under `names`."""
+def placed(program: Program, names: set[str]) -> dict[Node, str]:
+    """`program`'s outputs and inputs placed under `names`, with their placement's name."""
     if not names:
-        return frozenset()
-    outputs = {n for i, n in enumerate(program.outputs) if f"out{i}" in names}
-    return frozenset(outputs | {n for n in program.inputs if n.arg[0] in names})
+        return {}
+    found = {n: f"out{i}" for i, n in enumerate(program.outputs) if f"out{i}" in names}
+    return found | {n: n.arg[0] for n in program.inputs if n.arg[0] in names}
 
 
 def grid_sides(call: Node, padded: dict) -> tuple[int, int, int] | None:

@@ -24,6 +24,7 @@ from iron.compiler.fuse import (
     stored_matrix,
 )
 from iron.compiler.pad import (
+    PAD_UPSTREAM_ROWS,
     PAD_WRITTEN_BY_PRODUCER,
     best_sides,
     grid_sides,
@@ -34,7 +35,7 @@ from iron.compiler.pad import (
     readers_of,
     stream_length,
     stream_unpadded,
-    zeros_kept_nodes,
+    zeros_made_nodes,
 )
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.readers import Reader
@@ -136,7 +137,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     `placements`: the host placements, some padded by `pad_to_block`."""
     padded, readers = padded_nodes(program, placements), readers_of(program, groups)
     written = producer_written_nodes(program, placements)
-    kept = zeros_kept_nodes(program, placements)
+    zeros = zeros_made_nodes(program, placements)
     with_emit = bool(device.full_elf and program.carry)   # a segment but the last has no carry
     outside = outside_users(program, groups, with_emit)
     free = snake_order(device)
@@ -154,7 +155,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if grid is not None:
             free = [t for t in free if t not in grid.tiles]
             sites.append(Site(group, grid.tiles, grid=grid))
-            rules += grid_padding_rule(program, group, grid, readers, device, written, kept)
+            rules += grid_padding_rule(program, group, grid, readers, device, written, zeros)
             rules += written_padding_rule(program, group, (grid.call,), padded, written)
             rules.append(("tile_matmul_over_array", f"{group.name}: {grid.text()}"))
             if grid.expand is not None:
@@ -169,7 +170,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if flow is not None:
             free = [t for t in free if t not in flow.tiles]
             sites.append(Site(group, flow.tiles, flow=flow))
-            rules += flow_padding_rule(program, group, flow, padded)
+            rules += flow_padding_rule(program, group, flow, padded, zeros)
             rules += written_padding_rule(program, group, flow.calls, padded, written)
             rules.append((rule, f"{group.name}: {flow.text()}"))
             continue
@@ -379,12 +380,11 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
 
 
 def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict, device,
-                      written: frozenset[Node] = frozenset(), kept: frozenset[Node] = frozenset()
-                      ) -> list[tuple[str, str]]:
+                      written: frozenset[Node] = frozenset(), zeros: dict | None = None) -> list[tuple[str, str]]:
     """`pad_to_block`'s decision for a grid as describe() shows it: the sides it padded, or, for
     a grid short of the free cores whose padded sides would be better, why it may not pad them
-    (`written`: the operands whose producer writes them padded, not a padded grid; `kept`: those
-    elementwise calls made over a padded layout, their padding the zeros they kept)."""
+    (`written`: the operands whose producer writes them padded, not a padded grid; `zeros`: those
+    made over a padded layout, and the rule computing their padding's zeros)."""
     call = grid.call
     if grid.padded is None:
         why = matrix_unpadded(call, readers) if grid.fewer else ""
@@ -397,7 +397,7 @@ def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict,
     sides = ", ".join(f"{name} {side} -> {to}" for name, side, to in zip(names, call_sides(call), grid.padded)
                       if side != to)
     k_padded = call_sides(call)[1] != grid.padded[1]
-    computed = "".join(f" ({operand}'s computed from zeros: {'pad_through_zeros' if n in kept else rule})"
+    computed = "".join(f" ({operand}'s computed from zeros: {(zeros or {}).get(n, rule)})"
                        for operand, rule, n in (("A", "pad_through_matmul", call.src[0]),
                                                 ("B", "pad_through_matmul_b", call.src[1]))
                        if is_cut_value(n) and n not in written)
@@ -408,7 +408,8 @@ def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict,
                              + "; the result's padding is computed from zeros, never read as the user's region")]
 
 
-def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict) -> list[tuple[str, str]]:
+def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict,
+                      zeros: dict | None = None) -> list[tuple[str, str]]:
     """`pad_to_block`'s decision for a stream as describe() shows it, when it padded the length
     (a row reduction's: the number of rows, and a padded MatMul result's width it reads,
     `pad_through_row_width`; elementwise calls over a matrix: the layout of the padded MatMul
@@ -416,7 +417,9 @@ def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict) 
     if flow.padded is None:
         return []
     call, rows = flow.calls[-1], flow.inputs[0].size // flow.width
-    if flow.width > 1 and flow.width != flow.inputs[0].shape[1]:
+    if (zeros or {}).get(call) == PAD_UPSTREAM_ROWS:
+        what = upstream_rows_text(call, flow, padded)
+    elif flow.width > 1 and flow.width != flow.inputs[0].shape[1]:
         what = row_width_text(call, flow)
     elif flow.width == 1 and len(call.shape) == 2 and not any(n.op == Op.CALL or is_cut_value(n) for n in flow.inputs):
         what = (f"over {call.shape} elements streams over them padded with zeros to {padded[call]} "
@@ -458,6 +461,19 @@ def written_padding_rule(program: Program, group: Group, calls, padded: dict,
               f"{writers[bool(state_of(n))]} in its user's region only, so its padding stays the zeros the buffer is "
               "made with" for n, shape in read]
     return [(PAD_WRITTEN_BY_PRODUCER, line) for line in lines]
+
+
+def upstream_rows_text(call, flow: Flow, padded: dict) -> str:
+    """`pad_upstream_rows`'s decision as describe() shows it: a row reduction a padded MatMul
+    reads as its A streams over its rows padded with zeros to A's layout."""
+    (rows, width), told = flow.inputs[0].shape, ""
+    if flow.width != width:
+        told = (f"; the kernel reduces each row's first {width} elements only and writes 0 past them, so K's padding "
+                "is zeros")
+    shared = "".join(f", {describe(n)} padded with zeros" for n in flow.shared if flow.width != width)
+    return (f"over {rows} rows of {width} elements streams over them padded with zeros to {padded[call]} "
+            f"(pad_upstream_rows: the rows{shared} and the result lie so in DDR, the layout a padded MatMul reads the "
+            f"result in as its A{told}; a padded row of zeros reduces to a finite row of M's padding)")
 
 
 def row_width_text(call, flow: Flow) -> str:

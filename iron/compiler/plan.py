@@ -125,7 +125,7 @@ class Placement:
     shown: str | None = None   # what texts call it, when not `name`: what a segment's output stands for
     padded: tuple[int, ...] | None = None
     producer_writes: bool = False   # padded for its reader, its producer writes the user's region only
-    zeros_kept: bool = False   # padded, made by elementwise calls over a padded layout: its padding the zeros they kept
+    zeros_rule: str | None = None   # padded, made over a padded layout: the rule its padding's zeros are computed by
 
     @property
     def stored(self) -> tuple[int, ...]:

@@ -17,7 +17,7 @@ from typing import Callable
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.fuse import Group
 from iron.compiler.invariants import check_plan
-from iron.compiler.pad import design_unpadded, kept_by_elementwise, written_by_producer
+from iron.compiler.pad import design_unpadded, written_by_producer, zeros_made
 from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
@@ -191,7 +191,7 @@ class Flow:
     def __init__(self, program: Program, groups: tuple[Group, ...], padded: dict | None = None):
         self.program, self.groups, self.padded = program, groups, padded or {}
         self.written = written_by_producer(self.padded, groups)
-        self.kept = kept_by_elementwise(self.padded, groups)
+        self.zeros = zeros_made(self.padded, groups)
         self.host = host_placements(program, self.padded)
         self.made = {c: i for i, g in enumerate(groups) for c in g.calls}
         self.last_read: dict[Node, int] = {}
@@ -263,7 +263,7 @@ class Flow:
                 continue
             cut = Placement(self.cut_name(node), PlacementKind.CUT, HostRole.OUTPUTS.value, used, node.shape, node.dtype,
                             padded=self.padded.get(node), producer_writes=node in self.written,
-                            zeros_kept=node in self.kept)
+                            zeros_rule=self.zeros.get(node))
             used += cut.nwords
             cuts.append(cut)
         return (*host, *cuts)

@@ -10,7 +10,7 @@ from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
-from iron.compiler.plan import Direction, Dma, HostRole, PlacementKind, TileKind
+from iron.compiler.plan import HostRole, PlacementKind, TileKind
 from iron.errors import DoesNotFit, IndexOutOfRange, PlanError
 from iron.kernels import (
     Add,
@@ -827,30 +827,36 @@ NORMED = [("npu2", (509, 509, 509), 32, (512, 512, 512)), ("npu1", (509, 509, 50
 
 
 @pytest.mark.parametrize("device, sides, cores, big", NORMED, ids=["509-npu2", "509-npu1", "251-npu2"])
-def test_a_product_reads_another_groups_result_its_producer_wrote_padded(device, sides, cores, big):
-    """pad_written_by_producer: MatMul(RMSNorm(x, w), B) at 509^3 was refused (RMSNorm's result,
-    another group's, was never padded, and 509 has no block), and at (251, 128) x (128, 191) ran
-    on one core. RMSNorm streams its rows to the cut, each row at the padded layout's stride,
-    never writing the padding (the buffer's zeros: K's zeros in A); the product takes the whole
-    array on its padded sides and equals reference(); the cut counts the padded buffer's bytes."""
+def test_a_row_reduction_a_padded_product_reads_as_its_a_streams_over_its_rows_padded(device, sides, cores, big):
+    """pad_upstream_rows: MatMul(RMSNorm(x, w), B) at 509^3 (and at (251, 128) x (128, 191)):
+    written row by row into the product's layout, RMSNorm streamed its 509 (251) rows, a prime
+    count, on one tile; it streams x padded with zeros to the product's A instead (w with zeros
+    as wide, the kernel told the user's width and writing 0 past it), over every core, its
+    result's padding zeros where K's must be; the product takes the whole array on its padded
+    sides and equals reference(); the cut counts the padded buffer's bytes."""
     (m, k, n), (big_m, big_k, big_n) = sides, big
     rng = np.random.default_rng(9)
     x, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
     w = np.linspace(0.5, 1.5, k, dtype=np.float32)
     graph = NormThenProduct(w, b)
     body = graph.compile(x=x, device=from_name(device))
-    assert rule(body.plan, "pad_written_by_producer") == [
-        producer_wrote("g0", "RMSNorm#0", (big_m, big_k)), read_padded("g1", "cut.RMSNorm#0", (big_m, big_k), "MatMul#1")]
+    wide = (f", w padded with zeros and the result lie so in DDR, the layout a padded MatMul reads the result in as its "
+            f"A; the kernel reduces each row's first {k} elements only and writes 0 past them, so K's padding is zeros"
+            if big_k != k else " and the result lie so in DDR, the layout a padded MatMul reads the result in as its A")
+    assert rule(body.plan, "pad_to_block")[0] == (
+        f"g0: RMSNorm#0 over {m} rows of {k} elements streams over them padded with zeros to {(big_m, big_k)} "
+        f"(pad_upstream_rows: the rows{wide}; a padded row of zeros reduces to a finite row of M's padding) over "
+        f"{cores} tiles")
+    assert ("(A's computed from zeros: pad_upstream_rows)" in rule(body.plan, "pad_to_block")[1]) == (big_k != k)
+    assert rule(body.plan, "pad_written_by_producer") == []
     assert rule(body.plan, "fewest_bytes_cut") == [f"cut before g1: {big_m * big_k * 4} bytes cross (RMSNorm#0)"]
     assert f"before g1: {big_m * big_k * 4} bytes (RMSNorm#0)" in describe(body.plan)
     assert f"(pad_to_block: padded with zeros to M = {big_m}, K = {big_k}, N = {big_n})" in \
         rule(body.plan, "tile_matmul_over_array")[0]
-    assert tiles(body.plan.segments[1]) == cores
+    assert [tiles(s) for s in body.plan.segments] == [cores, cores]
     assert padded(body.plan) == {"b": ((k, n), (big_k, big_n)), "out0": ((m, n), (big_m, big_n)),
-                                 "cut.RMSNorm#0": ((m, k), (big_m, big_k))}
-    writes = {(op.sizes[2:], op.strides[2:]) for op in body.plan.segments[0].sequence
-              if isinstance(op, Dma) and op.direction is Direction.S2MM}
-    assert writes == {((m, k), (big_k, 1))}   # each row of the user's k words at the padded row's stride
+                                 "x": ((m, k), (big_m, big_k)), "cut.RMSNorm#0": ((m, k), (big_m, big_k))} | (
+        {"w": ((k,), (big_k,))} if big_k != k else {})
     assert same_kind_of_mlir(body.plan)   # the padding is in sizes and patterns only
     np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
     normed = cut_padding(body, "cut.RMSNorm#0")
