@@ -412,8 +412,9 @@ def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict,
                       zeros: dict | None = None) -> list[tuple[str, str]]:
     """`pad_to_block`'s decision for a stream as describe() shows it, when it padded the length
     (a row reduction's: the number of rows, and a padded MatMul result's width it reads,
-    `pad_through_row_width`; elementwise calls over a matrix: the layout of the padded MatMul
-    result they read, `pad_through_elementwise`)."""
+    `pad_through_row_width`, or its rows a padded MatMul reads as A, `pad_upstream_rows`;
+    elementwise calls over a matrix: the layout of the padded MatMul result they read, directly
+    or passed on, `pad_through_elementwise`; `zeros`: the tensors made over a padded layout)."""
     if flow.padded is None:
         return []
     call, rows = flow.calls[-1], flow.inputs[0].size // flow.width
@@ -426,9 +427,12 @@ def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict,
                 "(pad_upstream_zeros: its kernels keep zeros, so the padding of the result a padded MatMul reads is "
                 "zeros; the inputs and the result lie so in DDR)")
     elif flow.width == 1 and len(call.shape) == 2:
-        products = sum(map(is_cut_value, flow.inputs))
-        read = "a padded MatMul's result" if products == 1 else \
-            f"pad_joined: {products} padded MatMul results lying alike"
+        cut = [n for n in flow.inputs if is_cut_value(n)]
+        passed = sum(n in (zeros or {}) for n in cut)   # results elementwise calls made over the layout
+        read = ("a padded MatMul's result" if len(cut) == 1 else
+                f"pad_joined: {len(cut)} padded MatMul results lying alike") if not passed else \
+            ("a result passed on in a padded MatMul's layout (pad_passed_on)" if len(cut) == 1 else
+             f"pad_joined: {len(cut)} padded results lying alike, {passed} of them passed on (pad_passed_on)")
         what = (f"over {call.shape} elements streams over them as they lie padded to {padded[call]} "
                 f"(pad_through_elementwise: {read}, the other inputs padded with zeros and the result lie so in "
                 "DDR; only the user's region of the result is read)")

@@ -1249,6 +1249,10 @@ def test_an_activations_padded_result_passes_its_layout_on_to_the_next_elementwi
     graph = ActivatedAndPlain(b / 22 if out is None else b, out)
     body = graph.compile(a=a, device=from_name(device))
     assert rule(body.plan, "pad_passed_on") == [PASSED_ON]
+    assert rule(body.plan, "pad_to_block")[-1].startswith(
+        "g3: Add#3 over (509, 509) elements streams over them as they lie padded to (512, 512) (pad_through_elementwise: "
+        "pad_joined: 2 padded results lying alike, 1 of them passed on (pad_passed_on), the other inputs padded with "
+        "zeros and the result lie so in DDR; only the user's region of the result is read) over ")
     k = 509 if out else 512
     assert {name: padded(body.plan)[name] for name in ("a", "b", "cut.ReLU#1", "cut.MatMul#2", "out0")} == {
         "a": ((509, 509), (512, k)), "b": ((509, 509), (k, 512)), "cut.ReLU#1": ((509, 509), (512, 512)),
