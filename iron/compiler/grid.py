@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from itertools import accumulate
 
 import numpy as np
 
@@ -365,7 +366,7 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
     parts = [part_fifo(g, k, r, c) for k in range(len(flow.results))]
     where = dict(zip((*flow.inputs, *flow.shared), (*ins, *shared))) | dict(zip(flow.results, parts))
     buffers, steps = [], []
-    for j, call in enumerate(flow.calls):
+    for j, call in enumerate(() if flow.pieces else flow.calls):
         if call not in where:
             buffers.append(Buffer(f"{prefix}_t{j}", tile, -(-b * call.dtype.itemsize // 4) * 4, call.dtype))
             where[call] = buffers[-1].name
@@ -382,6 +383,8 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
         ptrs = [Ptr(where[n]) for n in call.src[:arity]] + [Ptr(where[call])]
         steps.append(KernelStep.of(kernel, call.src[0].dtype, (*ptrs, *(Imm(int(s)) for s in sizes), *attrs),
                                    call.dtype))
+    if flow.pieces:   # `stream_joined`: a block of the result is a block of one piece
+        steps.append(copy_step(flow.calls[0].dtype, b, Ptr(ins[0]), Ptr(parts[0])))
     params = (*ins, *shared, *(buf.name for buf in buffers), *parts)
     function = Function(f"{prefix}_block", params, tuple(steps), blocked=True)
     body = (*(Acquire(f, Port.CONSUME) for f in ins), *(Acquire(p, Port.PRODUCE) for p in parts),
@@ -428,13 +431,44 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     moves = []
     once = [Move(Direction.MM2S, f"{g}_w{i}", *stored_access(ctx, node)) for i, node in enumerate(flow.shared)]
     once += [Move(Direction.MM2S, f"{g}_in", "words", Access(w, ((1, 1),))) for w in _flow_words(ctx, flow)]
+    runs = _joined_runs(flow, runs) if flow.pieces else runs
     for number, (t, run) in enumerate(runs):
         here = [] if t else list(once)
-        here += [Move(direction, fifo(c=c), buffer,
-                      Access(at.offset + int((t * cols + c) * column(node)[0]), dims(node, run)))
-                 for c in range(cols) for fifo, direction, node, buffer, at in ends]
+        for c in range(cols):
+            for fifo, direction, node, buffer, at in ends:
+                if flow.pieces and node is flow.inputs[0]:
+                    buffer, at, blocks = _in_piece(ctx, flow, t * cols + c)
+                else:
+                    blocks = t * cols + c
+                here.append(Move(direction, fifo(c=c), buffer,
+                                 Access(at.offset + int(blocks * column(node)[0]), dims(node, run))))
         moves += _with_waits(ctx, len(runs), number, here)
     return moves
+
+
+def _joined_runs(flow, runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`stream_joined`: the runs of rounds cut where one piece ends, so one Dma op reads one piece."""
+    ends = list(accumulate(n.size // (flow.block * len(flow.tiles)) for n in flow.pieces))[:-1]
+    cut = []
+    for t, run in runs:
+        for end in (e for e in ends if t < e < t + run):
+            cut.append((t, end - t))
+            run, t = run - (end - t), end
+        cut.append((t, run))
+    return cut
+
+
+def _in_piece(ctx: Context, flow, blocks: int) -> tuple[str, Access, int]:
+    """(host buffer, Access, column blocks before it in that piece) of the piece a join's column
+    block `blocks` (a column's rows of blocks, in stream order) reads from (`stream_joined`)."""
+    *earlier, last = flow.pieces
+    for piece in earlier:
+        count = piece.size // (flow.block * len(flow.rows))
+        if blocks < count:
+            return (*run_access(ctx, piece), blocks)
+        blocks -= count
+    return (*run_access(ctx, last), blocks)
+
 
 
 def rounds_per_op(device, dims: tuple) -> int:

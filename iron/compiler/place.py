@@ -48,6 +48,7 @@ from iron.compiler.tiling import (
     choose_grid,
     core_room,
     divisors,
+    joined_pieces,
     row_streamable,
     rows_do_not_stream,
     streamable,
@@ -72,6 +73,7 @@ from iron.ir import (
     storage,
     tensor_inputs,
 )
+from iron.kernels import Concat
 from iron.kernels.base import Role
 
 SPLIT_PART_BYTES = 128 * 1024   # a MatVec's matrix larger than this is split over tiles
@@ -168,7 +170,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         on_device = read_on_device(group, outside)
         if on_device:
             rules.append(("tile_matmul_over_array", f"{group.name}: {on_device}"))
-        rule, flow = next(((rule.__name__, flow) for rule in (stream_elementwise, stream_row_blocks)
+        rule, flow = next(((rule.__name__, flow) for rule in (stream_elementwise, stream_row_blocks, stream_joined)
                            if (flow := rule(group, outside, free, (spare, shim_in), channels, device, padded))
                            is not None), (None, None))
         if flow is not None:
@@ -332,6 +334,23 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
                                     for col in flow.cols))
 
 
+def stream_joined(group: Group, outside, free: list[Tile], limits: tuple[int, int], channels,
+                  device, padded: dict) -> Flow | None:
+    """A lone Concat larger than SIZE_LIMIT joining host tensors end to end (`joined_pieces`) whose
+    result only the host reads is copied in blocks over whole free columns of cores, each piece's
+    blocks in turn through one FIFO per core, as `stream_elementwise` streams one input."""
+    pieces = joined_pieces(group.calls)
+    if not pieces or held_bytes(list(group.calls)) <= SIZE_LIMIT or outside.get(group.calls[0], ()) != (Reader.HOST,):
+        return None
+    if any(storage(n) in padded for n in pieces):
+        return None
+    spare, shim_in = limits
+    flow = choose_flow(group.calls, free_columns(free, device), spare, device, shim_in)
+    if flow is None:
+        return None
+    return replace(flow, mems=tuple(channels.take(col, 1 + len(flow.rows), len(flow.rows) + 1) for col in flow.cols))
+
+
 def not_streamed(program: Program, group: Group, outside, device) -> str:
     """Why a group of elementwise or other calls (no matrix call, expansion or row reduction, which
     have their own rules) larger than a compute tile does not stream (`stream_elementwise`), so
@@ -340,6 +359,12 @@ def not_streamed(program: Program, group: Group, outside, device) -> str:
     own_rules = (Role.MATRIX, Role.EXPANSION, Role.ROW_REDUCTION)
     if held_bytes(list(calls)) <= core_room(device) or any(role(c) in own_rules for c in calls):
         return ""
+    join = next((c for c in calls if c.arg.kernel is Concat), None)
+    if join is not None and not joined_pieces(calls):
+        axis = join.arg.attr_dict["axis"] % len(join.shape)
+        how = (f"joins along axis {axis}, each row of its result a row of every input" if join.shape[:axis] != (1,) * axis
+               else "is fused with other calls or joins tensors that do not lie in host memory as runs of words")
+        return f"{call_label(program, join)} {how}: only a lone Concat of host tensors end to end streams (stream_joined)"
     why = unstreamable(calls, lambda c: call_label(program, c))
     if why is not None:
         return why

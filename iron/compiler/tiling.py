@@ -31,6 +31,7 @@ from iron.ir import (
     storage,
     tensor_inputs,
 )
+from iron.kernels import Concat
 from iron.kernels.base import Role
 
 MAX_BLOCK = 256          # a block side, in elements: within a BD dimension's 1023 words either way
@@ -376,6 +377,7 @@ class Flow(OnCores):
     objects: int = 2   # of each FIFO on a core: 1 when one row fills the tile
     padded: int | None = None   # the elements `pad_to_block` padded the tensors to
     returned: tuple[Node, ...] = ()   # earlier calls whose blocks go to the host too (`stream_every_result`)
+    pieces: tuple[Node, ...] = ()   # the tensors a Concat joins end to end, streamed in turn (`stream_joined`)
 
     @property
     def results(self) -> tuple[Node, ...]:
@@ -384,8 +386,8 @@ class Flow(OnCores):
 
     @property
     def size(self) -> int:
-        """The elements each input streams: padded, or its own."""
-        return self.padded or self.inputs[0].size
+        """The elements each input streams: padded, or its own (a join's: all its pieces')."""
+        return self.padded or sum(n.size for n in self.pieces or self.inputs[:1])
 
     @property
     def rounds(self) -> int:
@@ -428,6 +430,9 @@ class Flow(OnCores):
         dest = destination(self.calls[-1])
         into = "" if dest is None else f"; into {describe(dest)} (stream_into_state: each block back where it was read)"
         also = "".join(f"; {describe(c)} joined for the host too (stream_every_result)" for c in self.returned)
+        if self.pieces:
+            also += (f"; {' then '.join(map(describe, self.pieces))} copied block by block, each piece's blocks "
+                     "in turn (stream_joined)")
         return (f"{names} over {self.calls[-1].size} elements{padding} streamed in blocks of {self.block} "
                 f"{where}{views}{into}{also}")
 
@@ -543,8 +548,24 @@ def result_share(calls, block: int, width: int) -> int:
     return block if len(calls[-1].shape) == len(streamed_inputs(calls)[0][0].shape) else block // width
 
 
+def joined_pieces(calls) -> tuple[Node, ...]:
+    """`stream_joined`: the host tensors a lone Concat joins end to end (nothing before the axis it
+    joins along, so its result is the first's words then the second's), each lying in one run of
+    whole words, which one FIFO streams one after the other; () for any other calls."""
+    if len(calls) != 1 or calls[0].arg.kernel is not Concat:
+        return ()
+    call, pieces = calls[0], tuple(calls[0].src[:2])
+    outer = Concat.sizes([n.shape for n in pieces], call.shape)[0]
+    if outer != 1 or any(not is_host_tensor(n) or word_run(n) is None for n in pieces):
+        return ()
+    return pieces
+
+
 def streamed_inputs(calls) -> tuple[list[Node], list[Node]]:
-    """(the inputs streamed in blocks, the rows every row shares) of a Flow's calls."""
+    """(the inputs streamed in blocks, the rows every row shares) of a Flow's calls; a join
+    streams its pieces through one FIFO, which its first piece stands for."""
+    if pieces := joined_pieces(calls):
+        return [pieces[0]], []
     inputs = external_inputs(calls)
     return [n for n in inputs if n.size == inputs[0].size], [n for n in inputs if n.size != inputs[0].size]
 
@@ -558,14 +579,15 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     channel per input and core, an output one per input and core plus the result's), blocks of
     the most elements (at most FLOW_BLOCK) that divide each core's share, hold whole 32-bit
     words and fit a core's memory (flow_bytes) with two objects of each FIFO, or one object
-    each (no overlap of moves and work) when a block of one row fits only so. None when no block
-    does. `padded`: the elements `pad_to_block` padded the tensors to, streamed instead of theirs.
+    each (no overlap of moves and work) when a block of one row fits only so (a join's blocks
+    dividing each piece's share too: `stream_joined`). None when no block does. `padded`: the elements `pad_to_block` padded the tensors to, streamed instead of theirs.
     `row`: elementwise calls whose result lies in wider rows (`pad_written_by_producer`) take
     blocks of whole rows of that many elements, which each core writes row by row. `returned`:
     earlier calls whose blocks go to the host too, each taking a FIFO per core and a join per
     column (`stream_every_result`)."""
     inputs, shared = streamed_inputs(calls)
-    size = padded or inputs[0].size
+    pieces = joined_pieces(calls)
+    size = padded or sum(n.size for n in pieces or inputs[:1])
     shim_in -= len(shared) + any(dynamic_attrs(c) for c in calls)   # each shared row, the words: to every core
     mem = device.mem
 
@@ -584,9 +606,10 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
                 continue
             blocks = [b for b in range(min(share, max(FLOW_BLOCK, width)), 0, -1)
                       if share % b == 0 and b % (width * row) == 0 and whole_words(b)
+                      and all(n.size % (rows * ncols * b) == 0 for n in pieces)
                       and flow_bytes(calls, b, width, objects, returned) <= room]
             if blocks:
                 return Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]),
                             tuple(full_columns[:ncols]), blocks[0], width=width, shared=tuple(shared),
-                            objects=objects, padded=padded, returned=returned)
+                            objects=objects, padded=padded, returned=returned, pieces=pieces)
     return None

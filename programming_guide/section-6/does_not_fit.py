@@ -3,13 +3,14 @@
 `RunningSum` keeps `history` (8192 float32, 32 KiB) and adds each call's x to it: the Add and
 the Copy writing history back are elementwise, so they stream in blocks over many tiles
 (`stream_elementwise`, back into the state: `stream_into_state`, the sum returned too:
-`stream_every_result`) although the whole state does not fit one tile. `Joined` concatenates
-two vectors of 4097 float32: a Concat is not elementwise, so it does not stream, and its input
-and result together take more than a compute tile's 64 KiB: `compile()` raises
-`iron.errors.DoesNotFit`, which the script catches and prints. `JoinedInHalves` is the fix the
-message suggests, splitting the work over more kernel calls: one Copy per half, each writing its
-half of a state. Results over three calls are checked against numpy (rtol 1e-6, atol 1e-6). A
-mismatch, or no DoesNotFit, exits 1.
+`stream_every_result`) although the whole state does not fit one tile. `Joined` joins two
+(2, 4097) float32 matrices along axis 1: each row of its result is a row of x then a row of y,
+so its blocks are not the blocks of either input and it does not stream, and its inputs and
+result together take more than a compute tile's 64 KiB: `compile()` raises
+`iron.errors.DoesNotFit`, which the script catches and prints. `JoinedByRows` is the fix the
+message suggests, splitting the work over more kernel calls: one Copy per row and piece, each
+writing its part of a state. Results over three calls are checked against numpy (rtol 1e-6,
+atol 1e-6). A mismatch, or no DoesNotFit, exits 1.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import iron
 from iron.errors import DoesNotFit
 from iron.kernels import Add, Concat, Copy
 
-N, HALF = 8192, 4097
+N, ROWS, WIDTH = 8192, 2, 4097
 RTOL = ATOL = 1e-6
 
 
@@ -40,22 +41,23 @@ class RunningSum(iron.Graph):
 
 
 class Joined(iron.Graph):
-    """x and y end to end: one Concat over both."""
+    """x and y side by side: one Concat along axis 1."""
 
     def body(self, x, y):
-        return Concat.step(x, y)
+        return Concat.step(x, y, axis=1)
 
 
-class JoinedInHalves(iron.Graph):
-    """The same join as two Copy calls, each writing its half of the state `joined`."""
+class JoinedByRows(iron.Graph):
+    """The same join as one Copy per row and piece, each writing its part of the state `joined`."""
 
-    def __init__(self, half: int):
-        self.joined = iron.state((2 * half,), np.float32, name="joined")
+    def __init__(self, rows: int, width: int):
+        self.joined = iron.state((rows, 2 * width), np.float32, name="joined")
 
     def body(self, x, y):
-        half = x.shape[0]
-        Copy.step(x, out=self.joined[:half])
-        Copy.step(y, out=self.joined[half:])
+        rows, width = x.shape
+        for r in range(rows):
+            Copy.step(x[r], out=self.joined[r, :width])
+            Copy.step(y[r], out=self.joined[r, width:])
 
 
 def stream_rule(compiled) -> str:
@@ -82,7 +84,7 @@ def main(argv=None) -> int:
           f"{np.array2string(running.read('history')[:3], precision=4)} -> "
           f"{'matches' if ok else 'DIFFERS from'} numpy (rtol {RTOL}, atol {ATOL})\n")
 
-    spec = ((HALF,), np.float32)
+    spec = ((ROWS, WIDTH), np.float32)
     try:
         Joined().compile(x=spec, y=spec)
         print("Joined compiled: expected DoesNotFit")
@@ -90,14 +92,14 @@ def main(argv=None) -> int:
     except DoesNotFit as refused:
         print(f"Joined: DoesNotFit: {refused}\n")
 
-    halves = JoinedInHalves(HALF).compile(x=spec, y=spec)
-    print(f"JoinedInHalves: {len(halves.plan.cores)} compute tiles, one per Copy")
+    rows = JoinedByRows(ROWS, WIDTH).compile(x=spec, y=spec)
+    print(f"JoinedByRows: {len(rows.plan.cores)} compute tiles, one per Copy")
     for _ in range(3):
-        x, y = (rng.standard_normal(HALF).astype(np.float32) for _ in range(2))
-        halves(x, y)
-        ok &= np.allclose(halves.read("joined"), np.concatenate([x, y]), rtol=RTOL, atol=ATOL)
-    print(f"JoinedInHalves ({args.device}), 3 calls: joined[{HALF - 1}:{HALF + 1}] = "
-          f"{np.array2string(halves.read('joined')[HALF - 1:HALF + 1], precision=4)} -> "
+        x, y = (rng.standard_normal((ROWS, WIDTH)).astype(np.float32) for _ in range(2))
+        rows(x, y)
+        ok &= np.allclose(rows.read("joined"), np.concatenate([x, y], axis=1), rtol=RTOL, atol=ATOL)
+    print(f"JoinedByRows ({args.device}), 3 calls: joined[1, {WIDTH - 1}:{WIDTH + 1}] = "
+          f"{np.array2string(rows.read('joined')[1, WIDTH - 1:WIDTH + 1], precision=4)} -> "
           f"{'matches' if ok else 'DIFFERS from'} numpy (rtol {RTOL}, atol {ATOL})")
     return 0 if ok else 1
 

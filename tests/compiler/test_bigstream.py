@@ -1,9 +1,10 @@
 """Elementwise work larger than a tile is streamed in blocks, not refused (issue 10): calls over
 views lying in one run of words (`stream_contiguous_views`), a last call writing a state
 (`stream_into_state`, also as a CarriedLoop), an earlier result the host reads too
-(`stream_every_result`), shown by what describe() says and by the emulator agreeing with
-reference() on npu2 and npu1 (floats within 1e-3); a group that cannot stream refused naming its
-calls, why, and a fix that applies (`fix_for_tile`)."""
+(`stream_every_result`), a Concat of host tensors end to end (`stream_joined`), shown by what
+describe() says and by the emulator agreeing with reference() on npu2 and npu1 (floats within
+1e-3); a group that cannot stream refused naming its calls, why, and a fix that applies
+(`fix_for_tile`)."""
 import numpy as np
 import pytest
 
@@ -165,27 +166,56 @@ class Joined(iron.Graph):
         return Concat.step(x, y)
 
 
-class JoinedIntoState(iron.Graph):
+@pytest.mark.parametrize("device, line", [
+    ("npu2", "g0: Concat over 8194 elements streamed in blocks of 241 over 1 tiles (1 rows x 1 columns of cores), "
+             "34 blocks per core; x then y copied block by block, each piece's blocks in turn (stream_joined)"),
+    ("npu1", "g0: Concat over 8194 elements streamed in blocks of 241 over 1 tiles (1 rows x 1 columns of cores), "
+             "34 blocks per core; x then y copied block by block, each piece's blocks in turn (stream_joined)"),
+])
+def test_a_concat_of_vectors_larger_than_a_tile_is_copied_piece_by_piece(device, line):
+    rng = np.random.default_rng(7)
+    x, y = (rng.standard_normal(4097).astype(np.float32) for _ in range(2))   # 4097 = 17 x 241: one core
+    body = Joined().compile(x=x, y=y, device=from_name(device))
+    assert rule(body.plan, "stream_joined") == [line]
+    np.testing.assert_array_equal(body(x=x, y=y), Joined().reference(x=x, y=y))
+
+
+def test_a_concat_of_unequal_pieces_spreads_over_the_array():
+    rng = np.random.default_rng(8)
+    x, y = rng.integers(-99, 99, (64, 1024)).astype(np.int32), rng.integers(-99, 99, (32, 1024)).astype(np.int32)
+    body = Joined().compile(x=x, y=y, device=from_name("npu2"))
+    assert rule(body.plan, "stream_joined") == [
+        "g0: Concat over 98304 elements streamed in blocks of 1024 over 32 tiles (4 rows x 8 columns of cores), "
+        "3 blocks per core; x then y copied block by block, each piece's blocks in turn (stream_joined)"]
+    np.testing.assert_array_equal(body(x=x, y=y), Joined().reference(x=x, y=y))
+
+
+class Side(iron.Graph):
+    def body(self, x, y):
+        return Concat.step(x, y, axis=1)
+
+
+class SideWithState(iron.Graph):
     def __init__(self):
-        self.seen = iron.state((8194,), np.float32, name="seen")
+        self.seen = iron.state((8,), np.float32, name="seen")
 
     def body(self, x, y):
-        return Concat.step(x, y)
+        return Concat.step(x, y, axis=1)
 
 
-NOT_STREAMED = ("(stream_elementwise: g0: not streamed: Concat#0 is not elementwise (other): its result's blocks "
-                "are not those of its inputs). Split Concat#0 into at least 2 calls over parts of the tensors, each "
-                "call's buffers at most 64512 bytes")
+NOT_STREAMED = ("(stream_elementwise: g0: not streamed: Concat#0 joins along axis 1, each row of its result a row "
+                "of every input: only a lone Concat of host tensors end to end streams (stream_joined)). Split "
+                "Concat#0 into at least 3 calls over parts of the tensors, each call's buffers at most 64512 bytes")
 
 
-@pytest.mark.parametrize("graph, fix", [(Joined, "."), (JoinedIntoState, ", or use smaller states.")])
+@pytest.mark.parametrize("graph, fix", [(Side, "."), (SideWithState, ", or use smaller states.")])
 def test_a_group_that_cannot_stream_is_refused_naming_its_calls_why_and_a_fix_that_applies(graph, fix):
-    spec = ((4097,), np.float32)
+    spec = ((2, 4097), np.float32)
     with pytest.raises(DoesNotFit) as refused:
         graph().compile(x=spec, y=spec, device=from_name("npu2"))
     assert str(refused.value) == (
-        f"{graph.__name__} does not fit tile_0_2, where Concat#0 runs: its buffers take 66576 bytes but a compute "
-        "tile has 65536: g0_host@tile_0_2 32776 bytes (out0), g0_in@tile_0_2 32776 bytes (x, y), stack@tile_0_2 "
+        f"{graph.__name__} does not fit tile_0_2, where Concat#0 runs: its buffers take 132128 bytes but a compute "
+        "tile has 65536: g0_host@tile_0_2 65552 bytes (out0), g0_in@tile_0_2 65552 bytes (x, y), stack@tile_0_2 "
         f"1024 bytes {NOT_STREAMED}{fix}")
 
 
@@ -212,6 +242,7 @@ def test_more_results_than_a_shim_has_s2mm_channels_are_refused_saying_so():
 def test_the_new_streams_print_only_allowed_mlir_ops():
     x = ((20000,), np.float32)
     plans = [ExpOfTail().compile(x=((65537,), np.float32), device=from_name("npu2")).plan,
+             Joined().compile(x=((4097,), np.float32), y=((4097,), np.float32), device=from_name("npu2")).plan,
              AccumulateLarge().compile(x=x, device=from_name("npu2")).plan,
              SumAndExp().compile(x=x, y=x, device=from_name("npu1")).plan]
     for plan in plans:

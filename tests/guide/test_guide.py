@@ -102,13 +102,13 @@ EXPECTED = {
         "it was read); Add(history, x) joined for the host too (stream_every_result)",
         "RunningSum (npu2), 3 calls: history[:3] = [ 1.6432 -0.8204  0.3386] -> matches numpy (rtol 1e-06, "
         "atol 1e-06)",
-        "Joined: DoesNotFit: Joined does not fit tile_0_2, where Concat#0 runs: its buffers take 66576 bytes but a "
-        "compute tile has 65536: g0_host@tile_0_2 32776 bytes (out0), g0_in@tile_0_2 32776 bytes (x, y), "
-        "stack@tile_0_2 1024 bytes (stream_elementwise: g0: not streamed: Concat#0 is not elementwise (other): its "
-        "result's blocks are not those of its inputs). Split Concat#0 into at least 2 calls over parts of the "
-        "tensors, each call's buffers at most 64512 bytes.",
-        "JoinedInHalves: 2 compute tiles, one per Copy",
-        "JoinedInHalves (npu2), 3 calls: joined[4096:4098] = [ 0.6056 -2.4999] -> matches numpy (rtol 1e-06, "
+        "Joined: DoesNotFit: Joined does not fit tile_0_2, where Concat#0 runs: its buffers take 132128 bytes but "
+        "a compute tile has 65536: g0_host@tile_0_2 65552 bytes (out0), g0_in@tile_0_2 65552 bytes (x, y), "
+        "stack@tile_0_2 1024 bytes (stream_elementwise: g0: not streamed: Concat#0 joins along axis 1, each row of "
+        "its result a row of every input: only a lone Concat of host tensors end to end streams (stream_joined)). "
+        "Split Concat#0 into at least 3 calls over parts of the tensors, each call's buffers at most 64512 bytes.",
+        "JoinedByRows: 4 compute tiles, one per Copy",
+        "JoinedByRows (npu2), 3 calls: joined[1, 4096:4098] = [-1.2135 -1.8645] -> matches numpy (rtol 1e-06, "
         "atol 1e-06)",
     ],
     "section-6/placement.py": [
