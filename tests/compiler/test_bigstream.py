@@ -166,27 +166,25 @@ class Joined(iron.Graph):
         return Concat.step(x, y)
 
 
-@pytest.mark.parametrize("device, line", [
-    ("npu2", "g0: Concat over 8194 elements streamed in blocks of 241 over 1 tiles (1 rows x 1 columns of cores), "
-             "34 blocks per core; x then y copied block by block, each piece's blocks in turn (stream_joined)"),
-    ("npu1", "g0: Concat over 8194 elements streamed in blocks of 241 over 1 tiles (1 rows x 1 columns of cores), "
-             "34 blocks per core; x then y copied block by block, each piece's blocks in turn (stream_joined)"),
-])
-def test_a_concat_of_vectors_larger_than_a_tile_is_copied_piece_by_piece(device, line):
-    rng = np.random.default_rng(7)
-    x, y = (rng.standard_normal(4097).astype(np.float32) for _ in range(2))   # 4097 = 17 x 241: one core
-    body = Joined().compile(x=x, y=y, device=from_name(device))
-    assert rule(body.plan, "stream_joined") == [line]
-    np.testing.assert_array_equal(body(x=x, y=y), Joined().reference(x=x, y=y))
-
-
-def test_a_concat_of_unequal_pieces_spreads_over_the_array():
-    rng = np.random.default_rng(8)
-    x, y = rng.integers(-99, 99, (64, 1024)).astype(np.int32), rng.integers(-99, 99, (32, 1024)).astype(np.int32)
-    body = Joined().compile(x=x, y=y, device=from_name("npu2"))
-    assert rule(body.plan, "stream_joined") == [
+JOINS = {   # (x shape, y shape, dtype, device): its stream_joined line
+    ((4097,), (4097,), np.float32, "npu2"):   # 4097 = 17 x 241: one core
+        "g0: Concat over 8194 elements streamed in blocks of 241 over 1 tiles (1 rows x 1 columns of cores), "
+        "34 blocks per core; x then y copied block by block, each piece's blocks in turn (stream_joined)",
+    ((4097,), (4097,), np.float32, "npu1"):
+        "g0: Concat over 8194 elements streamed in blocks of 241 over 1 tiles (1 rows x 1 columns of cores), "
+        "34 blocks per core; x then y copied block by block, each piece's blocks in turn (stream_joined)",
+    ((64, 1024), (32, 1024), np.int32, "npu2"):
         "g0: Concat over 98304 elements streamed in blocks of 1024 over 32 tiles (4 rows x 8 columns of cores), "
-        "3 blocks per core; x then y copied block by block, each piece's blocks in turn (stream_joined)"]
+        "3 blocks per core; x then y copied block by block, each piece's blocks in turn (stream_joined)",
+}
+
+
+@pytest.mark.parametrize("x_shape, y_shape, dtype, device", list(JOINS))
+def test_a_concat_end_to_end_larger_than_a_tile_is_copied_piece_by_piece(x_shape, y_shape, dtype, device):
+    rng = np.random.default_rng(7)
+    x, y = (rng.integers(-99, 99, shape).astype(dtype) for shape in (x_shape, y_shape))
+    body = Joined().compile(x=x, y=y, device=from_name(device))
+    assert rule(body.plan, "stream_joined") == [JOINS[x_shape, y_shape, dtype, device]]
     np.testing.assert_array_equal(body(x=x, y=y), Joined().reference(x=x, y=y))
 
 
