@@ -247,6 +247,17 @@ def destination(call: Node) -> Node | None:
     return call.src[call.arg.n_inputs] if call.arg.writes else None
 
 
+def state_written_whole(call: Node) -> Node | None:
+    """The state a call writes whole (out= the state, or a static view of all of it in its own
+    shape), or None."""
+    dest = destination(call)
+    if dest is None or state_of(dest) is None or is_gather(dest):
+        return None
+    state = storage(dest)
+    frame_of, spans = region(dest)
+    return state if frame_of == state.shape and spans == tuple((0, n) for n in state.shape) else None
+
+
 def dynamic_attrs(call: Node) -> list[tuple[str, Node]]:
     """(attribute, per-call value) of each attribute a call takes per call (Softmax's length)."""
     c = call.arg

@@ -33,7 +33,7 @@ from iron.compiler.plan import (
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.tiling import Grid
 from iron.compiler.words import Access, base_name
-from iron.ir import call_label, describe, nbytes
+from iron.ir import Node, call_label, describe, destination, nbytes, state_of
 from iron.kernels.registry import accumulate_kernel, convert_kernel, is_library
 
 
@@ -192,7 +192,7 @@ def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
     wa = nbytes(a) / call.src[0].size / 4   # bytes per element of A as moved (its blocks, when expanded), in words
     wc = call.dtype.itemsize / 4
     a_buf, a_at = stored_access(ctx, a)
-    p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
+    p = result_placement(ctx, call)
     moves = []
     for t in range(grid.rounds):
         here = [Move(Direction.MM2S, f"{g}_b", *stored_access(ctx, b))]
@@ -203,6 +203,13 @@ def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
             here.append(Move(Direction.S2MM, f"{g}_host{c}", p.buffer, in_words(p, first * n, ((rows * m * n, 1),), wc)))
         moves += _with_waits(ctx, grid.rounds, t, here)
     return moves
+
+
+def result_placement(ctx: Context, call: Node):
+    """Where a grid's C blocks go: the output it is, or the state it writes whole (out=)."""
+    if call.arg.writes:
+        return ctx.placement(state_of(destination(call)))
+    return ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
 
 
 def stored_access(ctx: Context, node) -> tuple[str, Access]:
@@ -230,7 +237,7 @@ def _moves(ctx: Context, g: str, grid: Grid) -> list:
     wa, wb, wc = (x.dtype.itemsize / 4 for x in (a, b, call))
     a_buf, a_at = stored_access(ctx, a)
     b_buf, b_at = stored_access(ctx, b)
-    p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
+    p = result_placement(ctx, call)
     m, k, n = grid.m, grid.k, grid.n
     moves = []
     for t in range(grid.rounds):

@@ -73,9 +73,16 @@ def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[st
         entries += mine
         for call in calls:
             if call.arg.writes:
-                writers.setdefault(state_of(destination(call)), set()).add(f"{site.group.name}_host")
-                waited.discard(f"{site.group.name}_host")
+                writers.setdefault(state_of(destination(call)), set()).update(_writing_fifos(site))
+                waited.difference_update(_writing_fifos(site))
     return entries, frozenset(after)
+
+
+def _writing_fifos(site) -> tuple[str, ...]:
+    """The FIFOs by which a group's state writes reach DDR: its `_host`, or a grid's per-column
+    joins of C blocks (a MatMul writing a whole state)."""
+    g = site.group.name
+    return tuple(f"{g}_host{c}" for c in range(len(site.grid.cols))) if site.grid else (f"{g}_host",)
 
 
 def finish_sequence(entries: list, fifos: dict[str, Fifo], device) -> tuple:

@@ -26,6 +26,7 @@ from iron.ir import (
     external_inputs,
     is_host_tensor,
     nbytes,
+    state_written_whole,
     tensor_inputs,
 )
 from iron.kernels.base import Role
@@ -174,7 +175,7 @@ def wants_grid(call: Node, users: tuple[str | Reader, ...], expand: Node | None 
     matrix result) whose operands and result take more than TILED_BYTES, a MatVec (a vector
     result) whose matrix takes more than VECTOR_TILED_BYTES, or a MatVec whose matrix a fused
     expansion makes of a whole host tensor (its blocks then taking more than that)."""
-    if call.arg.kernel.role is not Role.MATRIX or call.arg.writes or call.arg.n_inputs != 2 or users != (Reader.HOST,):
+    if call.arg.kernel.role is not Role.MATRIX or call.arg.n_inputs != 2 or users != result_users(call):
         return False
     a, b = stored(call, expand), call.src[1]
     if not all(is_host_tensor(x) and x.op != Op.VIEW for x in (a, b)):
@@ -184,6 +185,14 @@ def wants_grid(call: Node, users: tuple[str | Reader, ...], expand: Node | None 
     if expand is not None:
         return False
     return nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
+
+
+def result_users(call: Node) -> tuple[Reader, ...]:
+    """Who a grid's result must alone be read by: the host (an output), or no one for a call
+    writing a whole state (out=), whose placement the grid's C blocks go to instead."""
+    if call.arg.writes:
+        return () if state_written_whole(call) is not None else (None,)
+    return (Reader.HOST,)
 
 
 def call_sides(call: Node) -> tuple[int, int, int]:
