@@ -7,7 +7,7 @@ rounds so no shim runs out of buffer descriptors (docs/platform.md section 5). S
 Function over its inputs' blocks, each column's splits and join, and the moves."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from iron.compiler.plan import (
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.tiling import Grid
 from iron.compiler.words import Access, base_name
-from iron.ir import Node, call_label, describe, destination, nbytes, state_of
+from iron.ir import Node, call_label, describe, nbytes, written_span
 from iron.kernels.registry import accumulate_kernel, convert_kernel, is_library
 
 
@@ -206,9 +206,11 @@ def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
 
 
 def result_placement(ctx: Context, call: Node):
-    """Where a grid's C blocks go: the output it is, or the state it writes whole (out=)."""
+    """Where a grid's C blocks go: the output it is, or the run of a state it writes (out=)."""
     if call.arg.writes:
-        return ctx.placement(state_of(destination(call)))
+        state, first = written_span(call)
+        p = ctx.placement(state.arg[1])
+        return replace(p, offset=p.offset + first * call.dtype.itemsize // 4)
     return ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
 
 

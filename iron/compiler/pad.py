@@ -639,7 +639,7 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
         return {}
     big_m, big_k, big_n = sides
     if len(call.shape) == 1:
-        found = {a: (big_m, big_k), b: (big_k,), call: (big_m,)}
+        found = {a: (big_m, big_k), b: (big_k,), result_of(call): (big_m,)}
     else:
         found = {a: (big_m, big_k), b: (big_k, big_n), result_of(call): (big_m, big_n)}
     for operand in (a, b):   # made over the padded layout: `zeros_upstream`, `rows_upstream`

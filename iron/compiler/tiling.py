@@ -26,8 +26,8 @@ from iron.ir import (
     external_inputs,
     is_host_tensor,
     nbytes,
-    state_written_whole,
     tensor_inputs,
+    written_span,
 )
 from iron.kernels.base import Role
 
@@ -187,11 +187,13 @@ def wants_grid(call: Node, users: tuple[str | Reader, ...], expand: Node | None 
     return nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
 
 
-def result_users(call: Node) -> tuple[Reader, ...]:
+def result_users(call: Node) -> tuple[Reader | None, ...]:
     """Who a grid's result must alone be read by: the host (an output), or no one for a call
-    writing a whole state (out=), whose placement the grid's C blocks go to instead."""
+    writing a run of a state (out=) that starts on a word, where the grid's C blocks go instead;
+    (None,), which no call's users are, for other state writes."""
     if call.arg.writes:
-        return () if state_written_whole(call) is not None else (None,)
+        span = written_span(call)
+        return () if span is not None and span[1] * call.dtype.itemsize % 4 == 0 else (None,)
     return (Reader.HOST,)
 
 

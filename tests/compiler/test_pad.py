@@ -1616,3 +1616,74 @@ def test_a_carried_loop_runs_a_padded_grid_writing_a_state_at_depth_2():
     assert dict(loop.carry) == {"step": steps}
     np.testing.assert_allclose(body.read("log"), np.tile((a @ b)[508], (steps, 1)), **F32)
     np.testing.assert_allclose(body.read("s"), a @ b, **F32)
+
+
+class ProductIntoRows(iron.Graph):
+    """C = A @ B written into rows `first`.. of a taller state."""
+
+    def __init__(self, b, rows, first):
+        self.b, self.first = iron.weight(b), first
+        self.s = iron.state((rows, b.shape[1]), b.dtype, name="s")
+
+    def body(self, a):
+        MatMul.step(a, self.b, out=self.s[self.first:self.first + a.shape[0]])
+        return Add.step(self.s[self.first], self.s[-1])
+
+
+@pytest.mark.parametrize("device", ["npu2", "npu1"])
+def test_a_large_matmul_writing_rows_of_a_state_runs_over_the_array_into_them(device):
+    a, b = operands(512, 512, 512, np.float32, seed=4)
+    graph = ProductIntoRows(b, 1024, 256)
+    body = ProductIntoRows(b, 1024, 256).compile(a=a, device=from_name(device))
+    assert rule(body.plan, "tile_matmul_over_array")[0].startswith(
+        "g0: MatMul (512, 512) x (512, 512) float32 -> float32 over ")
+    assert_matches(body(a=a), graph.reference(a=a))
+    assert_matches(body.read("s"), graph.read("s"))
+    assert not body.read("s")[:256].any() and not body.read("s")[768:].any()
+
+
+@pytest.mark.parametrize("device", ["npu2", "npu1"])
+def test_a_matmul_streaming_its_rows_of_a_writes_its_state(device):
+    """A (80, 64) float32 takes more than a core's share, B and C little: A streams in blocks of
+    rows into a state (it crashed: the streamed block had no home for a state's result)."""
+    a, b = operands(80, 64, 4, np.float32, seed=6)
+    graph = ProductIntoRows(b, 80, 0)
+    body = ProductIntoRows(b, 80, 0).compile(a=a, device=from_name(device))
+    assert rule(body.plan, "tile_matmul_over_array") == [] and body.plan.configurations[0].cores
+    assert_matches(body(a=a), graph.reference(a=a))
+    assert_matches(body.read("s"), a @ b)
+
+
+def test_a_prime_matmul_writing_part_of_a_state_is_refused_naming_why_it_is_not_padded():
+    a, b = operands(509, 509, 509, np.float32)
+    with pytest.raises(DoesNotFit) as e:
+        ProductIntoRows(b, 1018, 0).compile(a=a, device=from_name("npu2"))
+    assert "(pad_to_block: MatMul#0 is not padded: it writes part of a state)" in str(e.value)
+    assert str(e.value).endswith("pad_to_block did not pad it: it writes part of a state. Pad the matrices with "
+                                 "zeros to sides with larger divisors (M = 512, K = 512, N = 512), or cut the call "
+                                 "into several.")
+
+
+class ProjectionIntoState(iron.Graph):
+    def __init__(self, w):
+        self.w = iron.weight(w)
+        self.s = iron.state((w.shape[0],), w.dtype, name="s")
+
+    def body(self, x):
+        MatVec.step(self.w, x, out=self.s)
+        return Add.step(self.s[0:8], self.s[-8:])
+
+
+def test_a_matvec_of_4099_rows_writing_a_state_pads_the_state_over_the_array():
+    rng = np.random.default_rng(8)
+    w, x = rng.standard_normal((4099, 256)).astype(np.float32), rng.standard_normal(256).astype(np.float32)
+    graph = ProjectionIntoState(w)
+    body = ProjectionIntoState(w).compile(x=x, device=from_name("npu2"))
+    assert rule(body.plan, "pad_to_block") == [
+        "g0: MatVec#0 padded with zeros (M 4099 -> 4352) over 16 tiles: A, B and the state s it writes whole lie so "
+        "in DDR, the host writes and reads the user's region; the result's padding is computed from zeros, never "
+        "read as the user's region"]
+    assert padded(body.plan)["s"] == ((4099,), (4352,))
+    assert same_kind_of_mlir(body.plan)
+    assert_matches(body(x=x), graph.reference(x=x))
+    assert_matches(body.read("s"), w @ x)
