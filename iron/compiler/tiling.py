@@ -311,13 +311,14 @@ def _one_dma_per_move(device, rows: int, cols: int, own_rows: bool, big_k: int, 
     """Whether blocks m x k x n keep each round's moves one Dma op each (docs/platform.md
     section 5: a repeat of at most 64, other sizes at most 1023 words), so a round never waits
     for buffer descriptors its own moves hold: the rows of C (where cores own their rows: of A)
-    a column moves per round, and the repeat of A's and B's blocks (where cores own their rows:
-    the k-blocks)."""
+    a column moves per round, and the repeat of A's and B's blocks; where cores own their rows,
+    A's move per round is three sizes (k-blocks, rows, k) with no repeat, so up to 1023 k-blocks
+    stream a row of any length (`stream_k_blocks`)."""
     repeat, wrap = device.dma_repeat_max, device.shim.max_bd_wrap
 
     def fits(m: int, k: int, n: int) -> bool:
-        if own_rows:
-            return rows * m <= wrap and big_k // k <= repeat
+        if own_rows:   # A's move: (k-blocks, rows, k), three sizes of at most `wrap`, no repeat
+            return rows * m <= wrap and big_k // k <= wrap
         return rows * m <= wrap and big_n // (n * cols) <= repeat
     return fits
 

@@ -163,7 +163,7 @@ def test_matvec_4096_over_32_tiles_equals_reference():
     body = graph.compile(x=x, device=from_name("npu2"))
     assert rule(body.plan, "tile_matmul_over_array") == [
         "g0: MatVec (4096, 4096) x (4096,) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): "
-        "blocks m=64 k=64 n=1 (each divides its side: no padding), 2 output blocks per core, 64 k-blocks each "
+        "blocks m=128 k=32 n=1 (each divides its side: no padding), 1 output blocks per core, 128 k-blocks each "
         "(128 kernel calls per core), summed in float32"]
     np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
 
@@ -210,6 +210,54 @@ def test_matvec_int8_into_int32_over_the_array_is_exact():
     body = graph.compile(x=x[:, 0], device=from_name("npu2"))
     assert len(compute_tiles(body.plan)) == 32
     np.testing.assert_array_equal(body(x=x[:, 0]), graph.reference(x=x[:, 0]))
+
+
+LONG_ROWS = [
+    (64, 20000, np.float32, None, "npu2",
+     "float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): blocks m=2 k=250 n=1 (each divides its side: "
+     "no padding), 1 output blocks per core, 80 k-blocks each (80 kernel calls per core), summed in float32"),
+    (64, 20000, np.float32, None, "npu1",
+     "float32 -> float32 over 16 tiles (4 rows x 4 columns of cores): blocks m=4 k=250 n=1 (each divides its side: "
+     "no padding), 1 output blocks per core, 80 k-blocks each (80 kernel calls per core), summed in float32"),
+    (64, 20000, np.int8, np.int32, "npu2",
+     "int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): blocks m=2 k=200 n=1 (each divides its side: "
+     "no padding), 1 output blocks per core, 100 k-blocks each (100 kernel calls per core), summed in int32"),
+    (64, 20000, np.int8, np.int32, "npu1",
+     "int8 -> int32 over 16 tiles (4 rows x 4 columns of cores): blocks m=4 k=200 n=1 (each divides its side: "
+     "no padding), 1 output blocks per core, 100 k-blocks each (100 kernel calls per core), summed in int32"),
+    (64, 20000, BF16_DTYPE, None, "npu2",
+     "bfloat16 -> bfloat16 over 32 tiles (4 rows x 8 columns of cores): blocks m=2 k=250 n=1 (each divides its "
+     "side: no padding), 1 output blocks per core, 80 k-blocks each (80 kernel calls per core), summed in float32"),
+    (64, 20000, BF16_DTYPE, None, "npu1",
+     "bfloat16 -> bfloat16 over 16 tiles (4 rows x 4 columns of cores): blocks m=4 k=250 n=1 (each divides its "
+     "side: no padding), 1 output blocks per core, 80 k-blocks each (80 kernel calls per core), summed in float32"),
+    # 16 MiB of rows, 32 times a mem tile: each column's mem tile holds two k-blocks of its rows at a time
+    (64, 65536, np.float32, None, "npu2",
+     "float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): blocks m=2 k=256 n=1 (each divides its side: "
+     "no padding), 1 output blocks per core, 256 k-blocks each (256 kernel calls per core), summed in float32"),
+]
+LONG_F32 = {"rtol": 1e-4, "atol": 2e-3}   # sums of up to 65536 products, k-block by k-block in order
+
+
+@pytest.mark.parametrize("m, k, dtype, out, device, text", LONG_ROWS,
+                         ids=["f32-npu2", "f32-npu1", "int8-npu2", "int8-npu1", "bf16-npu2", "bf16-npu1", "f32-65536"])
+def test_stream_k_blocks_a_matvec_whose_rows_exceed_a_tile_and_a_mem_tile(m, k, dtype, out, device, text):
+    """`stream_k_blocks`: a MatVec whose rows are longer than a tile holds (and whose matrix is
+    larger than a mem tile) streams K in up to 1023 k-blocks per row-block, each core summing its
+    rows' partial products k-block by k-block in order (integers exact)."""
+    rng = np.random.default_rng(3)
+    if dtype == np.int8:
+        w, x = rng.integers(-128, 128, (m, k)).astype(dtype), rng.integers(-128, 128, k).astype(dtype)
+    else:
+        w, x = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal(k).astype(dtype)
+    graph = Projection(w, out)
+    body = graph.compile(x=x, device=from_name(device))
+    assert rule(body.plan, "tile_matmul_over_array") == [f"g0: MatVec ({m}, {k}) x ({k},) {text}"]
+    if dtype == np.int8:
+        np.testing.assert_array_equal(body(x=x), graph.reference(x=x))
+    else:
+        got, want = (np.asarray(v, np.float32) for v in (body(x=x), graph.reference(x=x)))
+        np.testing.assert_allclose(got, want, **(BF16 if dtype == BF16_DTYPE else LONG_F32))
 
 
 def test_a_matvec_a_mem_tile_split_handles_keeps_that_rule():
