@@ -187,13 +187,41 @@ def check_tile_memory(plan: Plan):
 
 
 def does_not_fit(plan: Plan, tile: Tile, held: list[tuple[str, int]]) -> DoesNotFit:
+    """The refusal for a tile whose buffers exceed its memory: the kernel calls it runs, its
+    buffers largest first, and a fix that applies to the design (`fix_for_tile`)."""
     holds = plan.holds
     items = []
     for name, n in sorted(held, key=lambda item: (-item[1], item[0])):
         what = holds.get(name.split("@")[0])
         items.append(f"{name} {n} bytes" + (f" ({what})" if what else ""))
+    calls = runs_on(plan, tile)
+    where = f", where {' and '.join(calls)} run{'s' * (len(calls) == 1)}" if calls else ""
+    groups = {f"{core.group}: not streamed: " for core in plan.cores if core.tile == tile}
+    why = "".join(f" ({rule}: {what})" for rule, what in plan.rules
+                  if rule == "stream_elementwise" and any(map(what.startswith, groups)))
     return DoesNotFit(
-        f"{plan.name} does not fit {tile.name}: its buffers take {sum(n for _, n in held)} bytes "
-        f"but a {tile.kind} tile has {budget(plan, tile)}: {', '.join(items)}. Use smaller states, "
-        "split the work over more kernel calls, or compile for a device with more tiles."
+        f"{plan.name} does not fit {tile.name}{where}: its buffers take {sum(n for _, n in held)} bytes "
+        f"but a {tile.kind} tile has {budget(plan, tile)}: {', '.join(items)}{why}. "
+        f"{fix_for_tile(plan, tile, held)}"
     )
+
+
+def runs_on(plan: Plan, tile: Tile) -> list[str]:
+    """The kernel calls (`Add#0`) of the groups whose cores run on `tile`."""
+    groups = dict(plan.groups)
+    return [call for core in plan.cores if core.tile == tile for call in groups.get(core.group, ())]
+
+
+def fix_for_tile(plan: Plan, tile: Tile, held: list[tuple[str, int]]) -> str:
+    """`fix_for_tile`: what makes a tile's buffers fit, as the design allows: its kernel calls cut
+    into at least as many calls over parts of their tensors as the tile's room less the stack
+    divides their bytes into; smaller states only when the design has any."""
+    calls = runs_on(plan, tile)
+    if not calls:
+        return "Split the work over more kernel calls, or compile for a device with more tiles."
+    stack = sum(n for name, n in held if name.startswith("stack@"))
+    room = budget(plan, tile) - stack
+    need = -(-(sum(n for _, n in held) - stack) // room)
+    states = any(p.kind is PlacementKind.STATE for p in plan.placements)
+    return (f"Split {' and '.join(calls)} into at least {need} calls over parts of the tensors, each call's "
+            f"buffers at most {room} bytes" + (", or use smaller states" if states else "") + ".")

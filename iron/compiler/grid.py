@@ -8,10 +8,11 @@ Function over its inputs' blocks, each column's splits and join, and the moves."
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
-from iron.compiler.objects import Context, attr_word
+from iron.compiler.objects import Context, attr_word, copy_step
 from iron.compiler.place import Site
 from iron.compiler.plan import (
     Acquire,
@@ -25,15 +26,17 @@ from iron.compiler.plan import (
     Link,
     Load,
     Loop,
+    Placement,
     Port,
     Ptr,
     Release,
     Wait,
 )
+from iron.compiler.route import host_fifo, part_fifo
 from iron.compiler.sequence import Move, dma_patterns
-from iron.compiler.tiling import Grid
+from iron.compiler.tiling import Grid, word_run
 from iron.compiler.words import Access, base_name
-from iron.ir import Node, call_label, describe, nbytes, written_span
+from iron.ir import Node, Op, call_label, describe, destination, nbytes, storage
 from iron.kernels.registry import accumulate_kernel, convert_kernel, is_library
 
 
@@ -192,7 +195,7 @@ def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
     wa = nbytes(a) / call.src[0].size / 4   # bytes per element of A as moved (its blocks, when expanded), in words
     wc = call.dtype.itemsize / 4
     a_buf, a_at = stored_access(ctx, a)
-    p = result_placement(ctx, call)
+    p = c_placement(ctx, call)
     moves = []
     for t in range(grid.rounds):
         here = [Move(Direction.MM2S, f"{g}_b", *stored_access(ctx, b))]
@@ -205,19 +208,41 @@ def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
     return moves
 
 
-def result_placement(ctx: Context, call: Node):
-    """Where a grid's C blocks go: the output it is, or the run of a state it writes (out=)."""
-    if call.arg.writes:
-        state, first = written_span(call)
-        p = ctx.placement(state.arg[1])
-        return replace(p, offset=p.offset + first * call.dtype.itemsize // 4)
-    return ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
+def c_placement(ctx: Context, call: Node) -> Placement:
+    """Where a grid's C blocks go: its output's placement, or the state's it writes (out=) from
+    the first word of the run it writes."""
+    return replace(result_placement(ctx, call), offset=result_access(ctx, call)[1].offset)
 
 
 def stored_access(ctx: Context, node) -> tuple[str, Access]:
     """(host buffer, Access) of every word a host tensor lies in, its padding (`pad_to_block`) too."""
     p = ctx.placement(base_name(node)[1])
     return p.buffer, Access(p.offset, ((p.nwords, 1),))
+
+
+def result_placement(ctx: Context, result: Node) -> Placement:
+    """The placement a streamed result lies in: its output's, or the state it writes."""
+    if result.arg.writes:
+        return ctx.placement(base_name(storage(destination(result)))[1])
+    return ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is result))
+
+
+def result_access(ctx: Context, result: Node) -> tuple[str, Access]:
+    """(host buffer, Access) of the first word a streamed result goes to: its output's, or those
+    of the run of a state it writes (`stream_into_state`)."""
+    if result.arg.writes:
+        return run_access(ctx, destination(result))
+    p = result_placement(ctx, result)
+    return p.buffer, Access(p.offset, ())
+
+
+def run_access(ctx: Context, node) -> tuple[str, Access]:
+    """(host buffer, Access) of the words a streamed input lies in: a whole host tensor's, or
+    those of the one run a view picks (`stream_contiguous_views`), from its first word."""
+    if node.op != Op.VIEW:
+        return stored_access(ctx, node)
+    buffer, at = stored_access(ctx, node.src[0])
+    return buffer, Access(at.offset + word_run(node) * node.dtype.itemsize // 4, ((nbytes(node) // 4, 1),))
 
 
 def _with_waits(ctx: Context, steps: int, t: int, here: list[Move]) -> list:
@@ -239,7 +264,7 @@ def _moves(ctx: Context, g: str, grid: Grid) -> list:
     wa, wb, wc = (x.dtype.itemsize / 4 for x in (a, b, call))
     a_buf, a_at = stored_access(ctx, a)
     b_buf, b_at = stored_access(ctx, b)
-    p = result_placement(ctx, call)
+    p = c_placement(ctx, call)
     m, k, n = grid.m, grid.k, grid.n
     moves = []
     for t in range(grid.rounds):
@@ -300,7 +325,6 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
     and join, each core's block Function and Loop over its blocks, and the moves, round by
     round (a round: one block per core)."""
     g, flow = site.group.name, site.flow
-    label = call_label(ctx.program, flow.calls[-1])
     rows, b = len(flow.rows), flow.block
     sizes, links, functions, buffers, cores = {}, [], [], [], []
     sizes |= {f"{g}_w{i}": (flow.width * node.dtype.itemsize, node.dtype, describe(node))   # as wide as a row
@@ -315,11 +339,12 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
             sizes |= {f"{g}_x{i}_{r}_{c}": (size, node.dtype, f"blocks of {describe(node)}") for r in range(rows)}
             links.append(Link(mem, (f"{g}_x{i}_{c}_mem",), tuple(f"{g}_x{i}_{r}_{c}" for r in range(rows)),
                               destination_offsets=tuple(r * size for r in range(rows))))
-        size = flow.result_block * flow.calls[-1].dtype.itemsize
-        sizes |= {f"{g}_part{r}_{c}": (size, flow.calls[-1].dtype, label) for r in range(rows)}
-        sizes[f"{g}_host{c}"] = (rows * size, flow.calls[-1].dtype, label)
-        links.append(Link(mem, tuple(f"{g}_part{r}_{c}" for r in range(rows)), (f"{g}_host{c}",),
-                          source_offsets=tuple(r * size for r in range(rows))))
+        for k, result in enumerate(flow.results):
+            size, label = flow.result_block * result.dtype.itemsize, call_label(ctx.program, result)
+            sizes |= {part_fifo(g, k, r, c): (size, result.dtype, label) for r in range(rows)}
+            sizes[host_fifo(g, k, c)] = (rows * size, result.dtype, label)
+            links.append(Link(mem, tuple(part_fifo(g, k, r, c) for r in range(rows)), (host_fifo(g, k, c),),
+                              source_offsets=tuple(r * size for r in range(rows))))
         for r in range(rows):
             function, held, core = _flow_core(ctx, g, flow, r, c)
             functions.append(function)
@@ -343,15 +368,15 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
     ins = [f"{g}_x{i}_{r}_{c}" for i in range(len(flow.inputs))]
     shared = [f"{g}_w{i}" for i in range(len(flow.shared))] + [f"{g}_in"] * bool(flow.per_call)
     loads = {(call, name): Load(f"{g}_in", 4 * j) for j, (call, name, _) in enumerate(flow.per_call)}
-    part = f"{g}_part{r}_{c}"
-    where = dict(zip((*flow.inputs, *flow.shared), (*ins, *shared)))
+    parts = [part_fifo(g, k, r, c) for k in range(len(flow.results))]
+    where = dict(zip((*flow.inputs, *flow.shared), (*ins, *shared))) | dict(zip(flow.results, parts))
     buffers, steps = [], []
     for j, call in enumerate(flow.calls):
-        if call is flow.calls[-1]:
-            where[call] = part
-        else:
+        if call not in where:
             buffers.append(Buffer(f"{prefix}_t{j}", tile, -(-b * call.dtype.itemsize // 4) * 4, call.dtype))
             where[call] = buffers[-1].name
+        if call.arg.writes and call.arg.kernel.accumulates:   # the state's block, summed into in place
+            steps.append(copy_step(call.dtype, b, Ptr(where[destination(call)]), Ptr(where[call])))
         kernel = call.arg.kernel
         arity = call.arg.n_inputs
         sizes = kernel.sizes(*flow.shapes())
@@ -363,10 +388,11 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
         ptrs = [Ptr(where[n]) for n in call.src[:arity]] + [Ptr(where[call])]
         steps.append(KernelStep.of(kernel, call.src[0].dtype, (*ptrs, *(Imm(int(s)) for s in sizes), *attrs),
                                    call.dtype))
-    params = (*ins, *shared, *(buf.name for buf in buffers), part)
+    params = (*ins, *shared, *(buf.name for buf in buffers), *parts)
     function = Function(f"{prefix}_block", params, tuple(steps), blocked=True)
-    body = (*(Acquire(f, Port.CONSUME) for f in ins), Acquire(part, Port.PRODUCE), Invoke(function.name, params),
-            *(Release(f, Port.CONSUME) for f in ins), Release(part, Port.PRODUCE))
+    body = (*(Acquire(f, Port.CONSUME) for f in ins), *(Acquire(p, Port.PRODUCE) for p in parts),
+            Invoke(function.name, params),
+            *(Release(f, Port.CONSUME) for f in ins), *(Release(p, Port.PRODUCE) for p in parts))
     program = (*(Acquire(f, Port.CONSUME) for f in shared), Loop(flow.rounds, body),
                *(Release(f, Port.CONSUME) for f in shared))
     return function, buffers, Core(tile, g, program, ctx.device.compute.default_stack_bytes)
@@ -378,9 +404,11 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     them every `rounds_between_waits` runs."""
     rows, cols = len(flow.rows), len(flow.cols)
     result = flow.calls[-1]
-    p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is result))
-    ends = [(f"{g}_x{i}_{{c}}_mem", Direction.MM2S, node, *stored_access(ctx, node)) for i, node in enumerate(flow.inputs)]
-    ends.append((f"{g}_host{{c}}", Direction.S2MM, result, p.buffer, Access(p.offset, ())))
+    p = result_placement(ctx, result)
+    ends = [(partial(f"{g}_x{i}_{{c}}_mem".format), Direction.MM2S, node, *run_access(ctx, node))
+            for i, node in enumerate(flow.inputs)]
+    ends += [(partial(host_fifo, g, k), Direction.S2MM, node, *result_access(ctx, node))
+             for k, node in enumerate(flow.results)]
 
     def words(node) -> int:
         """One core's block of `node` in words (a fraction for a narrow dtype's offsets)."""
@@ -408,7 +436,7 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     once += [Move(Direction.MM2S, f"{g}_in", "words", Access(w, ((1, 1),))) for w in _flow_words(ctx, flow)]
     for number, (t, run) in enumerate(runs):
         here = [] if t else list(once)
-        here += [Move(direction, fifo.format(c=c), buffer,
+        here += [Move(direction, fifo(c=c), buffer,
                       Access(at.offset + int((t * cols + c) * column(node)[0]), dims(node, run)))
                  for c in range(cols) for fifo, direction, node, buffer, at in ends]
         moves += _with_waits(ctx, len(runs), number, here)

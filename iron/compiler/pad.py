@@ -893,6 +893,8 @@ def stream_unpadded(calls, readers: dict) -> str:
         return "their tensors are not one-dimensional"
     if readers.get(calls[-1]) != [Reader.HOST]:
         return f"{describe(calls[-1])} is read by more than the host"
+    if returned := [c for c in calls[:-1] if Reader.HOST in readers.get(c, [])]:
+        return f"{describe(returned[0])} is returned too, in its own length"
     return next((why for n in external_inputs(calls) if (why := unpaddable(n, calls, readers))), "")
 
 

@@ -52,6 +52,7 @@ from iron.compiler.tiling import (
     rows_do_not_stream,
     streamable,
     streamed_inputs,
+    unstreamable,
     wants_grid,
 )
 from iron.errors import DoesNotFit, PlacementError
@@ -68,6 +69,7 @@ from iron.ir import (
     is_host_tensor,
     nbytes,
     state_of,
+    storage,
     tensor_inputs,
 )
 from iron.kernels.base import Role
@@ -150,7 +152,8 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     sites, rules = [], []
     for number, group in enumerate(groups):
         spare = len(free) - (len(groups) - number - 1) - with_emit
-        shim_in = device.n_cols * device.shim.dma_out_channels - (len(groups) - 1)   # one per other group
+        # one per other group, and the Emit's words
+        shim_in = device.n_cols * device.shim.dma_out_channels - (len(groups) - 1) - with_emit
         grid = tile_matmul_over_array(program, group, outside, free, (spare, shim_in), channels, device,
                                       (padded, readers))
         if grid is not None:
@@ -176,6 +179,8 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
             rules.append((rule, f"{group.name}: {flow.text()}"))
             continue
         check_whole_words(program, group.calls, device, readers)
+        if why := not_streamed(program, group, outside, device):
+            rules.append(("stream_elementwise", f"{group.name}: not streamed: {why}"))
         crowded = unsplit_beside_producer(groups, number, outside, sites, device)
         parts, why = (1, "") if crowded else split_parts(group, outside, spare, channels, free[0])
         tiles, free = tuple(free[:parts]), free[parts:]
@@ -309,14 +314,40 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
     calls = group.calls
     if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT:
         return None
-    if outside.get(calls[-1], ()) != (Reader.HOST,) or any(outside.get(c) for c in calls[:-1]):
+    returned = tuple(c for c in calls[:-1] if outside.get(c))
+    if any(outside[c] != (Reader.HOST,) for c in returned) or len(returned) >= device.shim.dma_in_channels:
+        return None   # `stream_every_result`: each result the host alone reads, a shim S2MM channel each
+    if outside.get(calls[-1], ()) != (() if calls[-1].arg.writes else (Reader.HOST,)):
         return None
+    dest = destination(calls[-1])
+    if dest is not None and storage(dest) in padded or any(n.op == Op.VIEW and storage(n) in padded
+                                                            for n in external_inputs(calls)):
+        return None   # a view's run of words is its own shape's (`stream_contiguous_views`), not a padded one's
     spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
-    flow = _choose_flow(calls, free, spare, device, shim_in, padded)
+    flow = _choose_flow(calls, free, spare, device, shim_in, padded, returned=returned)
     if flow is None:
         return None
-    rows, inputs = len(flow.rows), len(flow.inputs)
-    return replace(flow, mems=tuple(channels.take(col, inputs + rows, inputs * rows + 1) for col in flow.cols))
+    rows, inputs, results = len(flow.rows), len(flow.inputs), len(flow.results)
+    return replace(flow, mems=tuple(channels.take(col, inputs + rows * results, inputs * rows + results)
+                                    for col in flow.cols))
+
+
+def not_streamed(program: Program, group: Group, outside, device) -> str:
+    """Why a group of elementwise or other calls (no matrix call, expansion or row reduction, which
+    have their own rules) larger than a compute tile does not stream (`stream_elementwise`), so
+    describe() and the refusal say it; "" for any other group."""
+    calls = group.calls
+    own_rules = (Role.MATRIX, Role.EXPANSION, Role.ROW_REDUCTION)
+    if held_bytes(list(calls)) <= core_room(device) or any(role(c) in own_rules for c in calls):
+        return ""
+    why = unstreamable(calls, lambda c: call_label(program, c))
+    if why is not None:
+        return why
+    read = [c for c in calls if outside.get(c) and outside[c] != (Reader.HOST,)]
+    if read:
+        return (f"{call_label(program, read[0])}'s result is read by {', '.join(map(str, outside[read[0]]))}, "
+                "and a stream's results go to the host alone")
+    return "no block of whole 32-bit words dividing each core's share fits a core with the channels left"
 
 
 def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int, int], channels,
@@ -336,7 +367,8 @@ def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int
     return replace(flow, mems=tuple(channels.take(col, 1 + len(flow.rows), len(flow.rows) + 1) for col in flow.cols))
 
 
-def _choose_flow(calls, free: list[Tile], spare: int, device, shim_in: int, padded: dict, width: int = 1):
+def _choose_flow(calls, free: list[Tile], spare: int, device, shim_in: int, padded: dict, width: int = 1,
+                 returned: tuple[Node, ...] = ()):
     """`choose_flow` on the free columns over the length the streamed tensors lie in (padded by
     `pad_to_block`, or their own); None when they lie inconsistently. Elementwise calls over
     their own length whose result lies in wider rows (`pad_written_by_producer`) stream whole rows."""
@@ -347,7 +379,8 @@ def _choose_flow(calls, free: list[Tile], spare: int, device, shim_in: int, padd
     result = calls[-1]
     wider = width == 1 and length == inputs[0].size and padded.get(result, result.shape)[1:] != result.shape[1:]
     return choose_flow(calls, free_columns(free, device), spare, device, shim_in, width=width,
-                       padded=None if length == inputs[0].size else length, row=result.shape[-1] if wider else 1)
+                       padded=None if length == inputs[0].size else length, row=result.shape[-1] if wider else 1,
+                       returned=returned)
 
 
 def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], limits: tuple[int, int],

@@ -193,7 +193,7 @@ def own_rows_routes(g: str, grid) -> list[Route]:
 def flow_routes(site: Site) -> list[Route]:
     """Streamed elementwise calls' FIFOs (`stream_elementwise`): per grid column and input i,
     `<g>_x<i>_<c>_mem` into its mem tile, split into each core's `<g>_x<i>_<r>_<c>`; each core's
-    `<g>_part<r>_<c>` joined into `<g>_host<c>`; a row every row shares, `<g>_w<i>`, and the
+    `<g>_part<r>_<c>` joined into `<g>_host<c>` (for each result: `part_fifo`); a row every row shares, `<g>_w<i>`, and the
     per-call words, `<g>_in`, to every core."""
     g, flow = site.group.name, site.flow
     rows = range(len(flow.rows))
@@ -204,9 +204,21 @@ def flow_routes(site: Site) -> list[Route]:
         for i in range(len(flow.inputs)):
             fifos.append(Route(f"{g}_x{i}_{c}_mem", FifoRole.WEIGHTS, g, HOST, (mem,)))
             fifos += [Route(f"{g}_x{i}_{r}_{c}", FifoRole.WEIGHTS, g, mem, (flow.tile(r, c),)) for r in rows]
-        fifos += [Route(f"{g}_part{r}_{c}", FifoRole.PART, g, flow.tile(r, c), (mem,)) for r in rows]
-        fifos.append(Route(f"{g}_host{c}", FifoRole.HOST, g, mem, (HOST,)))
+        for k in range(len(flow.results)):
+            fifos += [Route(part_fifo(g, k, r, c), FifoRole.PART, g, flow.tile(r, c), (mem,)) for r in rows]
+            fifos.append(Route(host_fifo(g, k, c), FifoRole.HOST, g, mem, (HOST,)))
     return fifos
+
+
+def part_fifo(g: str, k: int, r: int, c: int) -> str:
+    """Core (r, c)'s blocks of a Flow's result k: `<g>_part<r>_<c>`, `<g>_part<r>_<c>_r<k>` for a
+    returned earlier call's (`stream_every_result`)."""
+    return f"{g}_part{r}_{c}" + f"_r{k}" * (k > 0)
+
+
+def host_fifo(g: str, k: int, c: int) -> str:
+    """Column c's joined blocks of a Flow's result k, as `part_fifo` names them."""
+    return f"{g}_host{c}" + f"_r{k}" * (k > 0)
 
 
 def join_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:

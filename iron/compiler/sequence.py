@@ -11,6 +11,7 @@ from iron.compiler.objects import Context, Part, host_access
 from iron.compiler.place import Site
 from iron.compiler.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
 from iron.compiler.readers import Reader
+from iron.compiler.route import host_fifo
 from iron.compiler.words import Access, placement_access
 from iron.ir import destination, state_of, tensor_inputs
 
@@ -55,8 +56,8 @@ def _split_order(s, access: Access) -> Access:
 
 
 def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[str]]:
-    """The groups' moves in order, each group's after Waits on the `_host` FIFOs of earlier
-    groups that wrote a state it touches (once per write: every writer, as disjoint parts of a
+    """The groups' moves in order, each group's after Waits on the `_host` FIFOs (`written_fifos`)
+    of earlier groups that wrote a state it touches (once per write: every writer, as disjoint parts of a
     state may be written by several groups); also the `_in` FIFOs of the groups that wait so."""
     writers: dict[str, set[str]] = {}
     waited: set[str] = set()
@@ -73,16 +74,21 @@ def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[st
         entries += mine
         for call in calls:
             if call.arg.writes:
-                writers.setdefault(state_of(destination(call)), set()).update(_writing_fifos(site))
-                waited.difference_update(_writing_fifos(site))
+                writers.setdefault(state_of(destination(call)), set()).update(written_fifos(site))
+                waited -= written_fifos(site)
     return entries, frozenset(after)
 
 
-def _writing_fifos(site) -> tuple[str, ...]:
-    """The FIFOs by which a group's state writes reach DDR: its `_host`, or a grid's per-column
-    joins of C blocks (a MatMul writing a whole state)."""
+def written_fifos(site: Site) -> set[str]:
+    """The FIFOs a group's state write reaches host memory through: its `_host`, or each column's
+    join of a streamed group (`stream_into_state`) or of a grid's C blocks (a matrix call writing
+    a run of a state)."""
     g = site.group.name
-    return tuple(f"{g}_host{c}" for c in range(len(site.grid.cols))) if site.grid else (f"{g}_host",)
+    if site.flow is not None:
+        return {host_fifo(g, 0, c) for c in range(len(site.flow.cols))}
+    if site.grid is not None:
+        return {host_fifo(g, 0, c) for c in range(len(site.grid.cols))}
+    return {f"{g}_host"}
 
 
 def finish_sequence(entries: list, fifos: dict[str, Fifo], device) -> tuple:

@@ -21,13 +21,15 @@ from iron.compiler.readers import Reader
 from iron.ir import (
     Node,
     Op,
+    contiguous_span,
     describe,
+    destination,
     dynamic_attrs,
     external_inputs,
     is_host_tensor,
     nbytes,
+    storage,
     tensor_inputs,
-    written_span,
 )
 from iron.kernels.base import Role
 
@@ -192,8 +194,7 @@ def result_users(call: Node) -> tuple[Reader | None, ...]:
     writing a run of a state (out=) that starts on a word, where the grid's C blocks go instead;
     (None,), which no call's users are, for other state writes."""
     if call.arg.writes:
-        span = written_span(call)
-        return () if span is not None and span[1] * call.dtype.itemsize % 4 == 0 else (None,)
+        return () if word_run(destination(call)) is not None else (None,)
     return (Reader.HOST,)
 
 
@@ -383,6 +384,12 @@ class Flow(OnCores):
     shared: tuple[Node, ...] = ()
     objects: int = 2   # of each FIFO on a core: 1 when one row fills the tile
     padded: int | None = None   # the elements `pad_to_block` padded the tensors to
+    returned: tuple[Node, ...] = ()   # earlier calls whose blocks go to the host too (`stream_every_result`)
+
+    @property
+    def results(self) -> tuple[Node, ...]:
+        """The calls whose blocks each column joins for the host: the last, then those returned."""
+        return (self.calls[-1], *self.returned)
 
     @property
     def size(self) -> int:
@@ -425,19 +432,74 @@ class Flow(OnCores):
             return (f"{names} over {rows} rows of {width} elements{padding} streamed "
                     f"in row-blocks of {self.block // self.width} rows {where}{words}{single}")
         padding = f" (pad_to_block: padded with zeros to {self.padded})" * (self.padded is not None)
-        return f"{names} over {self.calls[-1].size} elements{padding} streamed in blocks of {self.block} {where}"
+        views = "".join(f"; {describe(n)} streamed as one run of words from element {word_run(n)} of "
+                        f"{describe(n.src[0])} (stream_contiguous_views)" for n in self.inputs if n.op == Op.VIEW)
+        dest = destination(self.calls[-1])
+        into = "" if dest is None else f"; into {describe(dest)} (stream_into_state: each block back where it was read)"
+        also = "".join(f"; {describe(c)} joined for the host too (stream_every_result)" for c in self.returned)
+        return (f"{names} over {self.calls[-1].size} elements{padding} streamed in blocks of {self.block} "
+                f"{where}{views}{into}{also}")
 
 
 def streamable(calls) -> bool:
-    """Elementwise calls (by Role) over tensors of one element count, writing no state and
-    taking no per-call attribute, reading at most MAX_FLOW_INPUTS whole host tensors."""
-    size = calls[-1].size
-    if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
-        return False
+    """Whether `stream_elementwise` may stream the calls: `unstreamable` finds nothing against."""
+    return unstreamable(calls) is None
+
+
+def unstreamable(calls, label=lambda c: c.arg.kernel.__name__) -> str | None:
+    """Why elementwise calls do not stream in blocks, naming calls by `label`; None when they do:
+    elementwise calls (by Role) over tensors of one element count, taking no per-call attribute,
+    reading at most MAX_FLOW_INPUTS host tensors that each lie in one run of whole words
+    (`stream_contiguous_views`), none writing a state but the last, as `stream_into_state` allows."""
+    for c in calls:
+        if c.arg.kernel.role is not Role.ELEMENTWISE:
+            return (f"{label(c)} is not elementwise ({c.arg.kernel.role.value}): its result's blocks are not "
+                    "those of its inputs")
+        if c.arg.scalar_attrs:
+            return f"{label(c)} takes a per-call attribute ({', '.join(c.arg.scalar_attrs)})"
+        if c.arg.writes and (c is not calls[-1] or not stream_into_state(calls)):
+            return (f"{label(c)} writes {describe(destination(c))}, and only a group's last call streams into a "
+                    "state, as one run of whole words it reads only as that view")
     outside = external_inputs(calls)
-    if len(outside) > MAX_FLOW_INPUTS or any(not is_host_tensor(n) or n.op == Op.VIEW for n in outside):
+    if len(outside) > MAX_FLOW_INPUTS:
+        return (f"it reads {len(outside)} tensors ({', '.join(map(describe, outside))}) but a core has "
+                f"{MAX_FLOW_INPUTS} input DMA channels")
+    for n in outside:
+        if not is_host_tensor(n) or word_run(n) is None:
+            return f"it reads {describe(n)}, which is not a host tensor lying in one run of whole words"
+    size = calls[-1].size
+    for c in calls:
+        for n in (c, *tensor_inputs(c), *filter(None, [destination(c)])):
+            if n.size != size:
+                return f"{describe(n)} has {n.size} elements but {label(calls[-1])}'s result {size}"
+    return None
+
+
+def stream_into_state(calls) -> bool:
+    """`stream_into_state`: a last call writing a state (out=) streams its result blocks back into
+    the state's words when they are one run of whole words the calls read, if at all, only as
+    that same view (Accumulate's own destination): each block then goes back where it came from,
+    and no core reads words another core writes. True too when the calls write no state."""
+    dest = destination(calls[-1])
+    if dest is None:
+        return True
+    if word_run(dest) is None:
         return False
-    return all(n.size == size for c in calls for n in (c, *tensor_inputs(c)))
+    return all(n is dest or storage(n) is not storage(dest) for n in external_inputs(calls))
+
+
+def word_run(node: Node) -> int | None:
+    """`stream_contiguous_views`: the element a host tensor's words start at in its storage
+    when they are one run beginning on a word (a whole tensor: 0; a view without per-call
+    indices picking one contiguous run, `x[1:]` of float32 or a reshape), which a DMA streams
+    in blocks as it streams a whole tensor; else None (a strided view, or a 16-bit `x[1:]`
+    starting mid-word)."""
+    if node.op != Op.VIEW:
+        return 0
+    span = contiguous_span(node)
+    if span is None or span[0] * node.dtype.itemsize % 4:
+        return None
+    return span[0]
 
 
 def row_streamable(calls) -> bool:
@@ -472,15 +534,16 @@ def rows_do_not_stream(calls, label) -> str | None:
     return None
 
 
-def flow_bytes(calls, block: int, width: int, objects: int = 2) -> int:
+def flow_bytes(calls, block: int, width: int, objects: int = 2, returned: tuple[Node, ...] = ()) -> int:
     """A core's tile memory for blocks of `block` elements (rows of `width`): `objects` of each
-    input and of the result (a row reduction's: its share of the block), of each shared row and
-    of the per-call words, and one block of every other call's result."""
+    input and of each result (a row reduction's: its share of the block; the `returned` calls'
+    too), of each shared row and of the per-call words, and one block of every other call's
+    result."""
     inputs, shared = streamed_inputs(calls)
     result = result_share(calls, block, width)
-    held = block * sum(n.dtype.itemsize for n in inputs) + result * calls[-1].dtype.itemsize
+    held = block * sum(n.dtype.itemsize for n in (*inputs, *returned)) + result * calls[-1].dtype.itemsize
     held += width * sum(n.dtype.itemsize for n in shared) + 4 * sum(len(dynamic_attrs(c)) for c in calls)
-    return objects * held + block * sum(c.dtype.itemsize for c in calls[:-1])
+    return objects * held + block * sum(c.dtype.itemsize for c in calls[:-1] if c not in returned)
 
 
 def result_share(calls, block: int, width: int) -> int:
@@ -496,7 +559,7 @@ def streamed_inputs(calls) -> tuple[list[Node], list[Node]]:
 
 
 def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int, width: int = 1,
-                padded: int | None = None, row: int = 1) -> Flow | None:
+                padded: int | None = None, row: int = 1, returned: tuple[Node, ...] = ()) -> Flow | None:
     """`stream_elementwise` (and `stream_row_blocks`, in blocks of whole rows of `width`
     elements): on the most free whole columns (within `spare` tiles and `shim_in`
     shim MM2S channels, one per input and column) and the most
@@ -507,7 +570,9 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     each (no overlap of moves and work) when a block of one row fits only so. None when no block
     does. `padded`: the elements `pad_to_block` padded the tensors to, streamed instead of theirs.
     `row`: elementwise calls whose result lies in wider rows (`pad_written_by_producer`) take
-    blocks of whole rows of that many elements, which each core writes row by row."""
+    blocks of whole rows of that many elements, which each core writes row by row. `returned`:
+    earlier calls whose blocks go to the host too, each taking a FIFO per core and a join per
+    column (`stream_every_result`)."""
     inputs, shared = streamed_inputs(calls)
     size = padded or inputs[0].size
     shim_in -= len(shared) + any(dynamic_attrs(c) for c in calls)   # each shared row, the words: to every core
@@ -518,8 +583,9 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
             result_share(calls, b, width) * calls[-1].dtype.itemsize % 4 == 0
     room = core_room(device)
     objects = 2 if width == 1 or flow_bytes(calls, width, width) <= room else 1
-    most_rows = min(len(device.compute_rows), (mem.dma_out_channels - 1) // len(inputs),
-                    mem.dma_in_channels - len(inputs))
+    results = 1 + len(returned)
+    most_rows = min(len(device.compute_rows), (mem.dma_out_channels - results) // len(inputs),
+                    (mem.dma_in_channels - len(inputs)) // results)
     for ncols in range(min(len(full_columns), spare, shim_in // len(inputs)), 0, -1):
         for rows in range(min(most_rows, spare // ncols), 0, -1):
             share = size // (rows * ncols)
@@ -527,9 +593,9 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
                 continue
             blocks = [b for b in range(min(share, max(FLOW_BLOCK, width)), 0, -1)
                       if share % b == 0 and b % (width * row) == 0 and whole_words(b)
-                      and flow_bytes(calls, b, width, objects) <= room]
+                      and flow_bytes(calls, b, width, objects, returned) <= room]
             if blocks:
                 return Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]),
                             tuple(full_columns[:ncols]), blocks[0], width=width, shared=tuple(shared),
-                            objects=objects, padded=padded)
+                            objects=objects, padded=padded, returned=returned)
     return None

@@ -1,12 +1,15 @@
-"""Section 6, what DoesNotFit says and how to fix it: a state too large to read whole.
+"""Section 6, what DoesNotFit says and how to fix it: a call too large for a tile that cannot stream.
 
-`RunningSum` keeps `history` (8192 float32, 32 KiB) and adds each call's x to it, reading the
-whole state as one kernel operand: together with x and the result that is more than a compute
-tile's 64 KiB, so `compile()` raises `iron.errors.DoesNotFit`, which the script catches and
-prints. `ChunkedRunningSum` is the fix the message suggests, splitting the work over more
-kernel calls: one Add per chunk of 1024 elements, each its own group on its own tile. Its
-results over three calls are checked against numpy (rtol 1e-6, atol 1e-6). A mismatch, or no
-DoesNotFit, exits 1.
+`RunningSum` keeps `history` (8192 float32, 32 KiB) and adds each call's x to it: the Add and
+the Copy writing history back are elementwise, so they stream in blocks over many tiles
+(`stream_elementwise`, back into the state: `stream_into_state`, the sum returned too:
+`stream_every_result`) although the whole state does not fit one tile. `Joined` concatenates
+two vectors of 4097 float32: a Concat is not elementwise, so it does not stream, and its input
+and result together take more than a compute tile's 64 KiB: `compile()` raises
+`iron.errors.DoesNotFit`, which the script catches and prints. `JoinedInHalves` is the fix the
+message suggests, splitting the work over more kernel calls: one Copy per half, each writing its
+half of a state. Results over three calls are checked against numpy (rtol 1e-6, atol 1e-6). A
+mismatch, or no DoesNotFit, exits 1.
 """
 from __future__ import annotations
 
@@ -18,9 +21,9 @@ import numpy as np
 import aie_utils
 import iron
 from iron.errors import DoesNotFit
-from iron.kernels import Add, Copy
+from iron.kernels import Add, Concat, Copy
 
-N, CHUNK = 8192, 1024
+N, HALF = 8192, 4097
 RTOL = ATOL = 1e-6
 
 
@@ -36,21 +39,27 @@ class RunningSum(iron.Graph):
         return total
 
 
-class ChunkedRunningSum(RunningSum):
-    """The same sum, one Add per chunk of `chunk` elements (the chunks are Python ints)."""
+class Joined(iron.Graph):
+    """x and y end to end: one Concat over both."""
 
-    def __init__(self, n: int, chunk: int):
-        super().__init__(n)
-        self.chunk = chunk
+    def body(self, x, y):
+        return Concat.step(x, y)
 
-    def body(self, x):
-        totals = []
-        for start in range(0, self.history.shape[0], self.chunk):
-            part = slice(start, start + self.chunk)
-            total = Add.step(self.history[part], x[part])
-            Copy.step(total, out=self.history[part])
-            totals.append(total)
-        return tuple(totals)
+
+class JoinedInHalves(iron.Graph):
+    """The same join as two Copy calls, each writing its half of the state `joined`."""
+
+    def __init__(self, half: int):
+        self.joined = iron.state((2 * half,), np.float32, name="joined")
+
+    def body(self, x, y):
+        half = x.shape[0]
+        Copy.step(x, out=self.joined[:half])
+        Copy.step(y, out=self.joined[half:])
+
+
+def stream_rule(compiled) -> str:
+    return next(what for rule, what in compiled.plan.rules if rule == "stream_elementwise")
 
 
 def main(argv=None) -> int:
@@ -58,28 +67,37 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="npu2", help="npu1, npu2 or a partition such as npu2_4col")
     args = parser.parse_args(argv)
     aie_utils.set_current_device(aie_utils.from_name(args.device))
-    spec = ((N,), np.float32)
-
-    try:
-        RunningSum(N).compile(x=spec)
-        print("RunningSum compiled: expected DoesNotFit")
-        return 1
-    except DoesNotFit as refused:
-        print(f"RunningSum: DoesNotFit: {refused}\n")
-
-    chunked = ChunkedRunningSum(N, CHUNK)
-    compiled = chunked.compile(x=spec)
-    print(f"ChunkedRunningSum: {len(compiled.plan.cores)} compute tiles, one per chunk of {CHUNK}")
     rng = np.random.default_rng(0)
+
+    running = RunningSum(N).compile(x=((N,), np.float32))
+    print(f"RunningSum: stream_elementwise: {stream_rule(running)}")
     expected = np.zeros(N, np.float32)
     ok = True
     for _ in range(3):
         x = rng.standard_normal(N).astype(np.float32)
         expected += x
-        ok &= np.allclose(np.concatenate(compiled(x)), expected, rtol=RTOL, atol=ATOL)
-    ok &= np.allclose(compiled.read("history"), expected, rtol=RTOL, atol=ATOL)
-    print(f"ChunkedRunningSum ({args.device}), 3 calls: history[:3] = "
-          f"{np.array2string(compiled.read('history')[:3], precision=4)} -> "
+        ok &= np.allclose(running(x), expected, rtol=RTOL, atol=ATOL)
+    ok &= np.allclose(running.read("history"), expected, rtol=RTOL, atol=ATOL)
+    print(f"RunningSum ({args.device}), 3 calls: history[:3] = "
+          f"{np.array2string(running.read('history')[:3], precision=4)} -> "
+          f"{'matches' if ok else 'DIFFERS from'} numpy (rtol {RTOL}, atol {ATOL})\n")
+
+    spec = ((HALF,), np.float32)
+    try:
+        Joined().compile(x=spec, y=spec)
+        print("Joined compiled: expected DoesNotFit")
+        return 1
+    except DoesNotFit as refused:
+        print(f"Joined: DoesNotFit: {refused}\n")
+
+    halves = JoinedInHalves(HALF).compile(x=spec, y=spec)
+    print(f"JoinedInHalves: {len(halves.plan.cores)} compute tiles, one per Copy")
+    for _ in range(3):
+        x, y = (rng.standard_normal(HALF).astype(np.float32) for _ in range(2))
+        halves(x, y)
+        ok &= np.allclose(halves.read("joined"), np.concatenate([x, y]), rtol=RTOL, atol=ATOL)
+    print(f"JoinedInHalves ({args.device}), 3 calls: joined[{HALF - 1}:{HALF + 1}] = "
+          f"{np.array2string(halves.read('joined')[HALF - 1:HALF + 1], precision=4)} -> "
           f"{'matches' if ok else 'DIFFERS from'} numpy (rtol {RTOL}, atol {ATOL})")
     return 0 if ok else 1
 

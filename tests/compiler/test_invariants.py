@@ -199,8 +199,9 @@ def test_a_tile_over_its_memory_does_not_fit():
     big = Buffer("big", Tile(0, 2, TileKind.COMPUTE), 49152)
     with pytest.raises(DoesNotFit) as err:
         check_plan(dataclasses.replace(plan, buffers=(big,)))
-    assert str(err.value).startswith("AddOne does not fit tile_0_2: its buffers take 74752 bytes but a compute "
-                                     "tile has 65536: big 49152 bytes, g0_in@tile_0_2 16384 bytes (x, ones), ")
+    assert str(err.value).startswith("AddOne does not fit tile_0_2, where Add#0 runs: its buffers take 74752 bytes "
+                                     "but a compute tile has 65536: big 49152 bytes, g0_in@tile_0_2 16384 bytes "
+                                     "(x, ones), ")
 
 
 CHANNEL_FIX = (" Route several operands through one FIFO (one packed object, or a mem-tile join), or make "

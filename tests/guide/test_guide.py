@@ -97,14 +97,19 @@ EXPECTED = {
         "(exact)",
     ],
     "section-6/does_not_fit.py": [
-        "RunningSum: DoesNotFit: RunningSum does not fit npu2 even cut into segments: Copy#1 (group g1) alone "
-        "is too large for one configuration. RunningSum does not fit tile_0_2: its buffers take 66560 bytes "
-        "but a compute tile has 65536: g1_host@tile_0_2 32768 bytes (history), g1_in@tile_0_2 32768 bytes "
-        "(cut.Add#0), stack@tile_0_2 1024 bytes. Use smaller states, split the work over more kernel calls, "
-        "or compile for a device with more tiles.",
-        "ChunkedRunningSum: 8 compute tiles, one per chunk of 1024",
-        "ChunkedRunningSum (npu2), 3 calls: history[:3] = [ 1.6432 -0.8204  0.3386] -> matches numpy "
-        "(rtol 1e-06, atol 1e-06)",
+        "RunningSum: stream_elementwise: g0: Add, Copy over 8192 elements streamed in blocks of 512 over 16 tiles "
+        "(2 rows x 8 columns of cores), 1 blocks per core; into history (stream_into_state: each block back where "
+        "it was read); Add(history, x) joined for the host too (stream_every_result)",
+        "RunningSum (npu2), 3 calls: history[:3] = [ 1.6432 -0.8204  0.3386] -> matches numpy (rtol 1e-06, "
+        "atol 1e-06)",
+        "Joined: DoesNotFit: Joined does not fit tile_0_2, where Concat#0 runs: its buffers take 66576 bytes but a "
+        "compute tile has 65536: g0_host@tile_0_2 32776 bytes (out0), g0_in@tile_0_2 32776 bytes (x, y), "
+        "stack@tile_0_2 1024 bytes (stream_elementwise: g0: not streamed: Concat#0 is not elementwise (other): its "
+        "result's blocks are not those of its inputs). Split Concat#0 into at least 2 calls over parts of the "
+        "tensors, each call's buffers at most 64512 bytes.",
+        "JoinedInHalves: 2 compute tiles, one per Copy",
+        "JoinedInHalves (npu2), 3 calls: joined[4096:4098] = [ 0.6056 -2.4999] -> matches numpy (rtol 1e-06, "
+        "atol 1e-06)",
     ],
     "section-6/placement.py": [
         re.compile(r"  split_matrix_over_tiles: g0: .*\(256, 512\) float32 \(524288 bytes\) split by rows over 4 tiles"),

@@ -1,0 +1,165 @@
+"""Elementwise work larger than a tile is streamed in blocks, not refused (issue 10): calls over
+views lying in one run of words (`stream_contiguous_views`), a last call writing a state
+(`stream_into_state`, also as a CarriedLoop), an earlier result the host reads too
+(`stream_every_result`), shown by what describe() says and by the emulator agreeing with
+reference() on npu2 and npu1 (floats within 1e-3); a group that cannot stream refused naming its
+calls, why, and a fix that applies (`fix_for_tile`)."""
+import numpy as np
+import pytest
+
+import iron
+from aie_utils import from_name
+from iron import Carried
+from iron.compiler.mlir import ALLOWED_OPS, print_mlir
+from iron.errors import DoesNotFit
+from iron.kernels import Accumulate, Add, Concat, Exp, ReLU
+from tests.compiler.test_mlir import op_names
+
+F32 = {"rtol": 1e-3, "atol": 1e-3}
+
+
+def rule(plan, name):
+    return [what for rule, what in plan.rules if rule == name]
+
+
+class ExpOfTail(iron.Graph):
+    def body(self, x):
+        return Exp.step(x[1:])
+
+
+class ReluOfFlat(iron.Graph):
+    def body(self, x):
+        return ReLU.step(x.reshape(-1))
+
+
+@pytest.mark.parametrize("device, line", [
+    ("npu2", "g0: Exp over 65536 elements streamed in blocks of 2048 over 32 tiles (4 rows x 8 columns of cores), "
+             "1 blocks per core; x[1:] streamed as one run of words from element 1 of x (stream_contiguous_views)"),
+    ("npu1", "g0: Exp over 65536 elements streamed in blocks of 2048 over 16 tiles (4 rows x 4 columns of cores), "
+             "2 blocks per core; x[1:] streamed as one run of words from element 1 of x (stream_contiguous_views)"),
+])
+def test_elementwise_over_an_offset_slice_streams_from_its_first_word(device, line):
+    x = np.random.default_rng(1).standard_normal(65537).astype(np.float32)
+    body = ExpOfTail().compile(x=x, device=from_name(device))
+    assert rule(body.plan, "stream_elementwise") == [line]
+    np.testing.assert_allclose(body(x=x), ExpOfTail().reference(x=x), **F32)
+
+
+@pytest.mark.parametrize("device, cores", [("npu2", "32 tiles (4 rows x 8 columns of cores), 3"),
+                                           ("npu1", "16 tiles (4 rows x 4 columns of cores), 6")])
+def test_elementwise_over_a_reshape_streams(device, cores):
+    x = np.random.default_rng(2).standard_normal((509, 576)).astype(np.float32)
+    body = ReluOfFlat().compile(x=x, device=from_name(device))
+    assert rule(body.plan, "stream_elementwise") == [
+        f"g0: ReLU over 293184 elements streamed in blocks of 3054 over {cores} blocks per core; "
+        "x.reshape(293184,) streamed as one run of words from element 0 of x (stream_contiguous_views)"]
+    np.testing.assert_array_equal(body(x=x), ReluOfFlat().reference(x=x))
+
+
+class AccumulateLarge(iron.Graph):
+    def __init__(self):
+        self.acc = iron.state((20000,), np.float32, name="acc")
+
+    def body(self, x):
+        Accumulate.step(x, out=self.acc)
+
+
+class AccumulateSteps(iron.Graph):
+    def __init__(self, x):
+        self.x = iron.param(x)
+        self.acc = iron.state(x.shape, x.dtype, name="acc")
+
+    def body(self, *, step: Carried[np.int32]):
+        Accumulate.step(self.x, out=self.acc)
+        return iron.carry(step=step + 1)
+
+
+STATE_LINES = {
+    "npu2": "g0: Accumulate over 20000 elements streamed in blocks of 1250 over 16 tiles (2 rows x 8 columns of cores), "
+            "1 blocks per core; into acc (stream_into_state: each block back where it was read)",
+    "npu1": "g0: Accumulate over 20000 elements streamed in blocks of 2500 over 8 tiles (2 rows x 4 columns of cores), "
+            "1 blocks per core; into acc (stream_into_state: each block back where it was read)",
+}
+
+
+@pytest.mark.parametrize("device", ["npu2", "npu1"])
+def test_accumulating_into_a_state_larger_than_a_tile_streams_back_into_it(device):
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(20000).astype(np.float32) for _ in range(3)]
+    graph = AccumulateLarge()
+    body = graph.compile(x=xs[0], device=from_name(device))
+    assert rule(body.plan, "stream_elementwise") == [STATE_LINES[device]]
+    for x in xs:
+        body(x=x)
+        graph.reference(x=x)
+    np.testing.assert_allclose(body.read("acc"), graph.read("acc"), **F32)
+    np.testing.assert_allclose(graph.read("acc"), xs[0] + xs[1] + xs[2], **F32)
+
+
+def test_accumulating_into_a_large_state_runs_as_a_carried_loop_at_depth_two():
+    x = np.random.default_rng(4).standard_normal(20000).astype(np.float32)
+    body = AccumulateSteps(x).compile(device=from_name("npu2"))
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(5, step=0)) == list(range(5))
+    assert dict(loop.carry) == {"step": 6} and loop.transitions == 6   # the first call and 5 more
+    assert rule(body.plan, "stream_elementwise") == [   # the Emit's words take a shim channel: 7 columns at most
+        "g0: Accumulate over 20000 elements streamed in blocks of 2000 over 10 tiles (2 rows x 5 columns of cores), "
+        "1 blocks per core; into acc (stream_into_state: each block back where it was read)"]
+    np.testing.assert_allclose(body.read("acc"), 6 * x, **F32)
+
+
+class SumAndExp(iron.Graph):
+    def body(self, x, y):
+        s = Add.step(x, y)
+        return s, Exp.step(s)
+
+
+@pytest.mark.parametrize("device, cores", [("npu2", "16 tiles (2 rows x 8 columns of cores), 1"),
+                                           ("npu1", "8 tiles (2 rows x 4 columns of cores), 2")])
+def test_a_result_returned_and_read_again_in_its_group_streams_both_results(device, cores):
+    rng = np.random.default_rng(5)
+    x, y = (rng.standard_normal(20000).astype(np.float32) for _ in range(2))
+    body = SumAndExp().compile(x=x, y=y, device=from_name(device))
+    assert rule(body.plan, "stream_elementwise") == [
+        f"g0: Add, Exp over 20000 elements streamed in blocks of 1250 over {cores} blocks per core; "
+        "Add(x, y) joined for the host too (stream_every_result)"]
+    for got, want in zip(body(x=x, y=y), SumAndExp().reference(x=x, y=y)):
+        np.testing.assert_allclose(got, want, **F32)
+
+
+class Joined(iron.Graph):
+    def body(self, x, y):
+        return Concat.step(x, y)
+
+
+class JoinedIntoState(iron.Graph):
+    def __init__(self):
+        self.seen = iron.state((8194,), np.float32, name="seen")
+
+    def body(self, x, y):
+        return Concat.step(x, y)
+
+
+NOT_STREAMED = ("(stream_elementwise: g0: not streamed: Concat#0 is not elementwise (other): its result's blocks "
+                "are not those of its inputs). Split Concat#0 into at least 2 calls over parts of the tensors, each "
+                "call's buffers at most 64512 bytes")
+
+
+@pytest.mark.parametrize("graph, fix", [(Joined, "."), (JoinedIntoState, ", or use smaller states.")])
+def test_a_group_that_cannot_stream_is_refused_naming_its_calls_why_and_a_fix_that_applies(graph, fix):
+    spec = ((4097,), np.float32)
+    with pytest.raises(DoesNotFit) as refused:
+        graph().compile(x=spec, y=spec, device=from_name("npu2"))
+    assert str(refused.value) == (
+        f"{graph.__name__} does not fit tile_0_2, where Concat#0 runs: its buffers take 66576 bytes but a compute "
+        "tile has 65536: g0_host@tile_0_2 32776 bytes (out0), g0_in@tile_0_2 32776 bytes (x, y), stack@tile_0_2 "
+        f"1024 bytes {NOT_STREAMED}{fix}")
+
+
+def test_the_new_streams_print_only_allowed_mlir_ops():
+    x = ((20000,), np.float32)
+    plans = [ExpOfTail().compile(x=((65537,), np.float32), device=from_name("npu2")).plan,
+             AccumulateLarge().compile(x=x, device=from_name("npu2")).plan,
+             SumAndExp().compile(x=x, y=x, device=from_name("npu1")).plan]
+    for plan in plans:
+        assert set(op_names(print_mlir(plan))) <= ALLOWED_OPS, plan.name
