@@ -347,6 +347,10 @@ def not_streamed(program: Program, group: Group, outside, device) -> str:
     if read:
         return (f"{call_label(program, read[0])}'s result is read by {', '.join(map(str, outside[read[0]]))}, "
                 "and a stream's results go to the host alone")
+    returned = [call_label(program, c) for c in calls if outside.get(c)]
+    if len(returned) > device.shim.dma_in_channels:
+        return (f"it returns {len(returned)} results ({', '.join(returned)}) but a column's shim tile has "
+                f"{device.shim.dma_in_channels} S2MM channels, one per result (stream_every_result): return fewer")
     return "no block of whole 32-bit words dividing each core's share fits a core with the channels left"
 
 

@@ -12,7 +12,7 @@ from aie_utils import from_name
 from iron import Carried
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.errors import DoesNotFit
-from iron.kernels import Accumulate, Add, Concat, Exp, ReLU
+from iron.kernels import Accumulate, Add, Concat, Copy, Exp, Mul, ReLU
 from tests.compiler.test_mlir import op_names
 
 F32 = {"rtol": 1e-3, "atol": 1e-3}
@@ -108,6 +108,39 @@ def test_accumulating_into_a_large_state_runs_as_a_carried_loop_at_depth_two():
     np.testing.assert_allclose(body.read("acc"), 6 * x, **F32)
 
 
+class AccumulateIntoRun(iron.Graph):
+    def __init__(self):
+        self.acc = iron.state((20200,), np.int32, name="acc")
+
+    def body(self, x):
+        Accumulate.step(x, out=self.acc[100:20100])
+
+
+class ReluIntoRow(iron.Graph):
+    def __init__(self):
+        self.rows = iron.state((2, 30000), iron.bfloat16, name="rows")
+
+    def body(self, x):
+        Copy.step(ReLU.step(x), out=self.rows[1])
+
+
+@pytest.mark.parametrize("device", ["npu2", "npu1"])
+@pytest.mark.parametrize("graph, n, dtype, into", [
+    (AccumulateIntoRun, 20000, np.int32, "acc[100:20100]"), (ReluIntoRow, 30000, iron.bfloat16, "rows[1]")])
+def test_a_stream_writes_a_run_of_a_state_and_leaves_the_rest(device, graph, n, dtype, into):
+    rng = np.random.default_rng(6)
+    xs = [rng.integers(-50, 50, n).astype(dtype) for _ in range(2)]
+    design, reference = graph(), graph()
+    body = design.compile(x=xs[0], device=from_name(device))
+    [line] = rule(body.plan, "stream_elementwise")
+    assert line.endswith(f"; into {into} (stream_into_state: each block back where it was read)")
+    name = "acc" if graph is AccumulateIntoRun else "rows"
+    for x in xs:
+        body(x=x)
+        reference.reference(x=x)
+    np.testing.assert_array_equal(body.read(name), reference.read(name))   # small integers: exact in bfloat16
+
+
 class SumAndExp(iron.Graph):
     def body(self, x, y):
         s = Add.step(x, y)
@@ -154,6 +187,26 @@ def test_a_group_that_cannot_stream_is_refused_naming_its_calls_why_and_a_fix_th
         f"{graph.__name__} does not fit tile_0_2, where Concat#0 runs: its buffers take 66576 bytes but a compute "
         "tile has 65536: g0_host@tile_0_2 32776 bytes (out0), g0_in@tile_0_2 32776 bytes (x, y), stack@tile_0_2 "
         f"1024 bytes {NOT_STREAMED}{fix}")
+
+
+class ThreeResults(iron.Graph):
+    def body(self, x, y):
+        s = Add.step(x, y)
+        r = ReLU.step(s)
+        return s, r, Mul.step(r, s)
+
+
+def test_more_results_than_a_shim_has_s2mm_channels_are_refused_saying_so():
+    spec = ((20000,), np.float32)
+    with pytest.raises(DoesNotFit) as refused:
+        ThreeResults().compile(x=spec, y=spec, device=from_name("npu2"))
+    assert str(refused.value) == (
+        "ThreeResults does not fit tile_0_2, where Add#0 and ReLU#1 and Mul#2 run: its buffers take 401024 bytes but "
+        "a compute tile has 65536: g0_host@tile_0_2 240000 bytes (out0, out1, out2), g0_in@tile_0_2 160000 bytes "
+        "(x, y), stack@tile_0_2 1024 bytes (stream_elementwise: g0: not streamed: it returns 3 results (Add#0, "
+        "ReLU#1, Mul#2) but a column's shim tile has 2 S2MM channels, one per result (stream_every_result): return "
+        "fewer). Split Add#0 and ReLU#1 and Mul#2 into at least 7 calls over parts of the tensors, each call's "
+        "buffers at most 64512 bytes.")
 
 
 def test_the_new_streams_print_only_allowed_mlir_ops():
