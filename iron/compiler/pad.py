@@ -27,13 +27,13 @@ from iron.compiler.readers import Reader
 from iron.compiler.tiling import (
     MAX_FLOW_INPUTS,
     TILED_BYTES,
-    VECTOR_TILED_BYTES,
     call_sides,
     choose_flow,
     choose_grid,
     flow_bytes,
     row_streamable,
     streamable,
+    vector_tiles,
 )
 from iron.ir import (
     Node,
@@ -691,7 +691,7 @@ def lone_product(group: Group) -> Node | None:
 def large(call: Node) -> bool:
     """Whether a MatMul's or MatVec's tensors are too large for one tile, so it tiles."""
     a, b = call.src[:2]
-    return nbytes(a) > VECTOR_TILED_BYTES if len(call.shape) == 1 else \
+    return vector_tiles(a) if len(call.shape) == 1 else \
         nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
 
 

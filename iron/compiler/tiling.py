@@ -36,6 +36,7 @@ from iron.kernels.base import Role
 MAX_BLOCK = 256          # a block side, in elements: within a BD dimension's 1023 words either way
 TILED_BYTES = 32 * 1024  # a MatMul whose operands and result take more than this is tiled
 VECTOR_TILED_BYTES = 512 * 1024  # a MatVec matrix larger than a one-mem-tile split's 4 x 128 KiB
+VECTOR_ROW_BYTES = 20 * 1024     # a MatVec row longer than this streams K: a split tile holds the vector and 2 rows
 
 
 class OnCores:
@@ -175,7 +176,7 @@ def accumulates_in(call: Node) -> np.dtype:
 def wants_grid(call: Node, users: tuple[str | Reader, ...], expand: Node | None = None) -> bool:
     """A matrix call of two whole host tensors whose result only the host reads: a MatMul (a
     matrix result) whose operands and result take more than TILED_BYTES, a MatVec (a vector
-    result) whose matrix takes more than VECTOR_TILED_BYTES, or a MatVec whose matrix a fused
+    result) that `vector_tiles`, or a MatVec whose matrix a fused
     expansion makes of a whole host tensor (its blocks then taking more than that)."""
     if call.arg.kernel.role is not Role.MATRIX or call.arg.n_inputs != 2 or users != result_users(call):
         return False
@@ -183,7 +184,7 @@ def wants_grid(call: Node, users: tuple[str | Reader, ...], expand: Node | None 
     if not all(is_host_tensor(x) and x.op != Op.VIEW for x in (a, b)):
         return False
     if len(call.shape) == 1:
-        return nbytes(a) > VECTOR_TILED_BYTES
+        return vector_tiles(a)
     if expand is not None:
         return False
     return nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
@@ -196,6 +197,13 @@ def result_users(call: Node) -> tuple[Reader | None, ...]:
     if call.arg.writes:
         return () if word_run(destination(call)) is not None else (None,)
     return (Reader.HOST,)
+
+
+def vector_tiles(matrix: Node) -> bool:
+    """`stream_k_blocks`: a MatVec tiles when its matrix (as the host holds it) takes more than
+    VECTOR_TILED_BYTES, or a row of it more than VECTOR_ROW_BYTES, as one row and the whole vector
+    is then more than a split's tile holds beside its other objects; then its K streams."""
+    return nbytes(matrix) > VECTOR_TILED_BYTES or nbytes(matrix) // matrix.shape[0] > VECTOR_ROW_BYTES
 
 
 def call_sides(call: Node) -> tuple[int, int, int]:

@@ -260,6 +260,39 @@ def test_stream_k_blocks_a_matvec_whose_rows_exceed_a_tile_and_a_mem_tile(m, k, 
         np.testing.assert_allclose(got, want, **(BF16 if dtype == BF16_DTYPE else LONG_F32))
 
 
+ONE_ROW_NOT_MORE = ("; not more cores: no grid of more than 1 of the {free} free cores has cores dividing M = 1 (each "
+                    "core its own rows), and blocks divide their sides (no remainder block; padded only as "
+                    "pad_to_block says)")
+ONE_ROW = [
+    (np.float32, None, "npu2", "float32 -> float32 over 1 tiles", 32),
+    (np.float32, None, "npu1", "float32 -> float32 over 1 tiles", 16),
+    (np.int8, np.int32, "npu2", "int8 -> int32 over 1 tiles", 32),
+    (BF16_DTYPE, np.float32, "npu2", "bfloat16 -> float32 over 1 tiles", 32),
+]
+
+
+@pytest.mark.parametrize("dtype, out, device, text, free", ONE_ROW, ids=["f32-npu2", "f32-npu1", "int8", "bf16-f32"])
+def test_stream_k_blocks_one_row_longer_than_a_tile_pads_k_and_says_why_one_core(dtype, out, device, text, free):
+    """A MatVec of one row of 65537 elements (a prime K, 256 KiB in float32) is tiled by its row
+    (`vector_tiles`: a row over 20 KiB), K padded with zeros to 65568 (`pad_to_block`) and
+    streamed in 683 k-blocks of 96 on the one core M = 1 allows, which describe() says."""
+    rng = np.random.default_rng(4)
+    if dtype == np.int8:
+        w, x = rng.integers(-128, 128, (1, 65537)).astype(dtype), rng.integers(-128, 128, 65537).astype(dtype)
+    else:
+        w, x = rng.standard_normal((1, 65537)).astype(dtype), rng.standard_normal(65537).astype(dtype)
+    graph = Projection(w, out)
+    body = graph.compile(x=x, device=from_name(device))
+    assert rule(body.plan, "tile_matmul_over_array") == [
+        f"g0: MatVec (1, 65537) x (65537,) {text} (1 rows x 1 columns of cores): blocks m=1 k=96 n=1 (pad_to_block: "
+        "padded with zeros to M = 1, K = 65568), 1 output blocks per core, 683 k-blocks each (683 kernel calls per "
+        f"core), summed in {np.dtype(out or dtype).name}" + ONE_ROW_NOT_MORE.format(free=free)]
+    if dtype == np.int8:
+        np.testing.assert_array_equal(body(x=x), graph.reference(x=x))
+    else:
+        np.testing.assert_allclose(body(x=x), graph.reference(x=x), **LONG_F32)
+
+
 def test_a_matvec_a_mem_tile_split_handles_keeps_that_rule():
     w, x = operands(256, 512, 1, np.float32)   # 512 KiB: four parts of 128 KiB on one mem tile
     body = Projection(w).compile(x=x[:, 0], device=from_name("npu2"))
