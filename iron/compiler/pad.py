@@ -691,7 +691,7 @@ def lone_product(group: Group) -> Node | None:
 def large(call: Node) -> bool:
     """Whether a MatMul's or MatVec's tensors are too large for one tile, so it tiles."""
     a, b = call.src[:2]
-    return vector_tiles(a) if len(call.shape) == 1 else \
+    return vector_tiles(a, a) if len(call.shape) == 1 else \
         nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
 
 

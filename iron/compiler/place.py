@@ -163,7 +163,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
             rules += written_padding_rule(program, group, (grid.call,), padded, written)
             rules.append(("tile_matmul_over_array", f"{group.name}: {grid.text()}"))
             if grid.expand is not None:
-                rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m))
+                rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m, grid.k))
             continue
         on_device = read_on_device(group, outside)
         if on_device:
@@ -242,13 +242,16 @@ def _stream_rules(group: Group, stream: Stream | None) -> list[tuple[str, str]]:
     return rules
 
 
-def expansion_rule(group: Group, expand: Node, blocks: Node, rows: int) -> tuple[str, str]:
+def expansion_rule(group: Group, expand: Node, blocks: Node, rows: int, cols: int | None = None) -> tuple[str, str]:
     """`dequant_before_matvec`'s decision as `describe()` shows it: what moves and what each
-    tile expands, in bytes."""
+    tile expands, in bytes; `cols`: the columns of a k-block (`expansion_k_blocks`), else whole rows."""
+    big_k = expand.shape[1]
+    cols = cols or big_k
+    of = f" of {cols} columns" * (cols != big_k)
     return ("dequant_before_matvec",
-            f"{group.name}: {describe(blocks)} moves as stored, {nbytes(blocks)} bytes; each block of {rows} rows "
-            f"({rows * row_bytes(blocks)} bytes) is expanded on its tile by {expand.arg.kernel.__name__} to "
-            f"{rows} x {expand.shape[1]} {expand.dtype.name} ({rows * row_bytes(expand)} bytes) just before "
+            f"{group.name}: {describe(blocks)} moves as stored, {nbytes(blocks)} bytes; each block of {rows} rows{of} "
+            f"({rows * row_bytes(blocks) * cols // big_k} bytes) is expanded on its tile by {expand.arg.kernel.__name__} to "
+            f"{rows} x {cols} {expand.dtype.name} ({rows * row_bytes(expand) * cols // big_k} bytes) just before "
             f"{leading_call(group.calls).arg.kernel.__name__}; the {expand.shape} {expand.dtype.name} matrix "
             f"({nbytes(expand)} bytes) is never in DDR")
 

@@ -18,6 +18,7 @@ import numpy as np
 from iron import dtypes
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.readers import Reader
+from iron.errors import KernelTypeError
 from iron.ir import (
     Node,
     Op,
@@ -184,7 +185,7 @@ def wants_grid(call: Node, users: tuple[str | Reader, ...], expand: Node | None 
     if not all(is_host_tensor(x) and x.op != Op.VIEW for x in (a, b)):
         return False
     if len(call.shape) == 1:
-        return vector_tiles(a)
+        return vector_tiles(a, call.src[0])
     if expand is not None:
         return False
     return nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
@@ -199,11 +200,12 @@ def result_users(call: Node) -> tuple[Reader | None, ...]:
     return (Reader.HOST,)
 
 
-def vector_tiles(matrix: Node) -> bool:
-    """`stream_k_blocks`: a MatVec tiles when its matrix (as the host holds it) takes more than
-    VECTOR_TILED_BYTES, or a row of it more than VECTOR_ROW_BYTES, as one row and the whole vector
-    is then more than a split's tile holds beside its other objects; then its K streams."""
-    return nbytes(matrix) > VECTOR_TILED_BYTES or nbytes(matrix) // matrix.shape[0] > VECTOR_ROW_BYTES
+def vector_tiles(stored: Node, matrix: Node) -> bool:
+    """`stream_k_blocks`: a MatVec tiles when its matrix as the host holds it (`stored`: a fused
+    expansion's blocks) takes more than VECTOR_TILED_BYTES, or a row of the matrix as a core
+    computes with it more than VECTOR_ROW_BYTES, as one row and the whole vector is then more
+    than a split's tile holds beside its other objects; then its K streams."""
+    return nbytes(stored) > VECTOR_TILED_BYTES or nbytes(matrix) // matrix.shape[0] > VECTOR_ROW_BYTES
 
 
 def call_sides(call: Node) -> tuple[int, int, int]:
@@ -245,7 +247,7 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
     A's k-block; a MatVec's m results) whose objects fit a core's memory (block_bytes) and whose
     moves are one Dma op per round (`_one_dma_per_move`), those of the fewest kernel calls per
     core (then the largest m x n). A MatVec whose matrix a fused expansion makes takes whole
-    rows (k = K): an expansion's row is not cut. None when no block holds whole words (say an
+    rows (k = K) when some fit, else k-blocks of whole expansion blocks (`expansion_k_blocks`). None when no block holds whole words (say an
     odd N in bfloat16). A grid of fewer cores than were free says why (`why_not_more`). `padded`:
     the sides `pad_to_block` padded the call to, which the grid computes instead of its own."""
     big_m, big_k, big_n = sides = padded or call_sides(call)
@@ -264,8 +266,9 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
             if vector and expand is not None:
                 row = nbytes(expand.src[0]) // big_m   # an expanded row's blocks, in bytes
                 ms = [m for m in divisors(big_m // (rows * ncols), out_words) if m * row % 4 == 0]
-                best = _fewest_calls(call, ms, [big_k], [1],
-                                     big_m // (rows * ncols), big_k, 1, acc, room, one_op, expand)
+                best = next((b for ks in ([big_k], expansion_k_blocks(expand, big_k, row, device))
+                             if (b := _fewest_calls(call, ms, ks, [1], big_m // (rows * ncols), big_k, 1, acc,
+                                                    room, one_op, expand)) is not None), None)
             elif vector:
                 best = _best_blocks(call, big_m // (rows * ncols), big_k, 1, in_words, 1, acc, room, one_op, out_words)
             elif unaligned(call, sides) is not None:
@@ -280,6 +283,22 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
                 return replace(grid, fewer=why_not_more(grid, len(device.compute_rows), len(full_columns),
                                                         spare, shim_in))
     return None
+
+
+def expansion_k_blocks(expand: Node, big_k: int, row: int, device) -> list[int]:
+    """The k-blocks an expansion's rows of `row` stored bytes (K = `big_k` elements once
+    expanded) may be cut into: those whose stored bytes are whole 32-bit words, within a BD
+    dimension (docs/platform.md section 5), and expand by the expansion's own rule to k elements
+    (whole blocks: a Dequant block is never cut)."""
+    kernel, attrs = expand.arg.kernel, expand.arg.attr_dict
+
+    def expands_to(k: int, stored: int) -> bool:
+        try:
+            return kernel.out_shape([(1, stored)], **attrs) == (1, k)
+        except KernelTypeError:
+            return False
+    return [k for k in range(1, big_k + 1) if big_k % k == 0 and k * row % (4 * big_k) == 0
+            and k * row // big_k // 4 <= device.shim.max_bd_wrap and expands_to(k, k * row // big_k)]
 
 
 def why_not_more(grid: Grid, most_rows: int, most_cols: int, spare: int, shim_in: int) -> str:

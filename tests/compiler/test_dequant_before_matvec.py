@@ -101,6 +101,31 @@ def test_a_quantized_head_spreads_over_the_array_in_whole_rows(on_emulator, fmt,
     agree(compiled(x), graph.reference(x))
 
 
+@pytest.mark.parametrize("fmt, device, free, k", [(Q8_0, "npu2", 32, 2048), (Q4_1, "npu1", 16, 4096)])
+def test_a_quantized_row_longer_than_a_tile_expands_in_k_blocks_of_whole_blocks(on_emulator, fmt, device, free, k):
+    """`expansion_k_blocks`: one row of 8192 weights (32 KiB expanded, and the vector as much)
+    fits no tile whole, so the blocks stream in k-blocks of whole GGUF blocks (the fewest whose
+    stored bytes are within a BD dimension's 1023 words: 2048 columns of Q8_0, 4096 of Q4_1),
+    each expanded and summed in k-block order on the one core M = 1 allows."""
+    rng = np.random.default_rng(5)
+    graph = Head(random_blocks(rng, 1, 8192, fmt), fmt)
+    compiled = graph.compile(x=((8192,), F32), device=from_name(device))
+    rules, stored = dict(compiled.plan.rules), k // 32 * fmt.nbytes
+    assert rules["tile_matmul_over_array"] == (
+        "g0: MatVec (1, 8192) x (8192,) float32 -> float32 (its matrix expanded on each core by Dequant from uint8 "
+        f"blocks) over 1 tiles (1 rows x 1 columns of cores): blocks m=1 k={k} n=1 (each divides its side: no "
+        f"padding), 1 output blocks per core, {8192 // k} k-blocks each ({8192 // k} kernel calls per core), summed in "
+        "float32; not more "
+        f"cores: no grid of more than 1 of the {free} free cores has cores dividing M = 1 (each core its own rows), "
+        "and blocks divide their sides (no remainder block; padded only as pad_to_block says)")
+    assert rules["dequant_before_matvec"] == (
+        f"g0: w moves as stored, {8192 // k * stored} bytes; each block of 1 rows of {k} columns ({stored} bytes) is "
+        f"expanded on its tile by Dequant to 1 x {k} float32 ({4 * k} bytes) just before MatVec; the (1, 8192) float32 "
+        "matrix (32768 bytes) is never in DDR")
+    x = rng.standard_normal(8192).astype(F32)
+    agree(compiled(x), graph.reference(x))
+
+
 def never_in_ddr(plan, expanded: int):
     """No host buffer, FIFO object or tile Buffer is as large as the float32 matrix."""
     assert all(b.nwords * 4 < expanded for b in plan.host_buffers)
