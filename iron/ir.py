@@ -247,6 +247,24 @@ def destination(call: Node) -> Node | None:
     return call.src[call.arg.n_inputs] if call.arg.writes else None
 
 
+def written_span(call: Node) -> tuple[Node, int] | None:
+    """(state, first element) when a call writes one contiguous run of a state (out= the state,
+    or a view with no per-call index picking a run, row-major), else None."""
+    dest = destination(call)
+    if dest is None or state_of(dest) is None:
+        return None
+    if dest.op != Op.VIEW:
+        return dest, 0
+    span = contiguous_span(dest)
+    return (dest.src[0], span[0]) if span is not None else None
+
+
+def state_written_whole(call: Node) -> Node | None:
+    """The state a call writes whole (out= the state, or a view of all of it), or None."""
+    span = written_span(call)
+    return span[0] if span is not None and span[1] == 0 and span[0].size == call.size else None
+
+
 def dynamic_attrs(call: Node) -> list[tuple[str, Node]]:
     """(attribute, per-call value) of each attribute a call takes per call (Softmax's length)."""
     c = call.arg

@@ -95,14 +95,18 @@ def _call_steps(ctx: Context, part: Part, call: Node) -> list:
     ins = [read(ctx, part, n, sliced) for n in call.src[: c.n_inputs]]
     shapes = [(part.count,) if sliced else n.shape for n in call.src[: c.n_inputs]]
     out_shape = (part.count,) if sliced else call.shape
-    if c.writes:
+    dest = _result_ptr(part, call)
+    if c.writes and c.kernel.accumulates:
         dest_view = destination(call)
-        dest = Ptr(f"{part.prefix}_host", part.host.offsets[StateWrite(call)])
-        if c.kernel.accumulates:
-            steps.append(copy_step(dest_view.dtype, dest_view.size, read(ctx, part, dest_view, False), dest))
-    else:
-        dest = Ptr(*part.homes[call])
+        steps.append(copy_step(dest_view.dtype, dest_view.size, read(ctx, part, dest_view, False), dest))
     return [*steps, _kernel_step(ctx, part, call, [*ins, dest], shapes, out_shape)]
+
+
+def _result_ptr(part: Part, call: Node) -> Ptr:
+    """Where a call puts its result: the `_host` region of the state it writes (out=), or its home."""
+    if call.arg.writes:
+        return Ptr(f"{part.prefix}_host", part.host.offsets[StateWrite(call)])
+    return Ptr(*part.homes[call])
 
 
 def _kernel_step(ctx: Context, part: Part, call: Node, ptrs, shapes, out_shape) -> KernelStep:
@@ -136,7 +140,7 @@ def _block_function(ctx: Context, part: Part) -> Function | None:
     s, call = part.stream, leading_call(part.site.group.calls)
     x = call.src[1]
     row_out = int(np.prod(call.shape[1:], dtype=np.int64)) * call.dtype.itemsize
-    home = part.homes[call]
+    home = _result_ptr(part, call)
     steps = gather(ctx, part, x) if is_computed_view(x) else []
     block = Ptr(_w_name(part), 0)
     if s.expand is not None:
@@ -144,7 +148,7 @@ def _block_function(ctx: Context, part: Part) -> Function | None:
         steps.append(_kernel_step(ctx, part, s.expand, [block, expanded], [(s.rows, *s.matrix.shape[1:])],
                                   (s.rows, *s.expand.shape[1:])))
         block = expanded
-    ptrs = [block, read(ctx, part, x, False), Ptr(home[0], home[1], block_stride=s.rows * row_out)]
+    ptrs = [block, read(ctx, part, x, False), Ptr(home.source, home.offset, block_stride=s.rows * row_out)]
     shapes = [(s.rows, *call.src[0].shape[1:]), x.shape]
     steps.append(_kernel_step(ctx, part, call, ptrs, shapes, (s.rows, *call.shape[1:])))
     return Function(f"{part.prefix}_block", (), tuple(steps), blocked=True)

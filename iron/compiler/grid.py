@@ -7,7 +7,7 @@ rounds so no shim runs out of buffer descriptors (docs/platform.md section 5). S
 Function over its inputs' blocks, each column's splits and join, and the moves."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from itertools import accumulate
 
@@ -196,7 +196,7 @@ def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
     wa = nbytes(a) / call.src[0].size / 4   # bytes per element of A as moved (its blocks, when expanded), in words
     wc = call.dtype.itemsize / 4
     a_buf, a_at = stored_access(ctx, a)
-    p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
+    p = c_placement(ctx, call)
     moves = []
     for t in range(grid.rounds):
         here = [Move(Direction.MM2S, f"{g}_b", *stored_access(ctx, b))]
@@ -207,6 +207,12 @@ def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
             here.append(Move(Direction.S2MM, f"{g}_host{c}", p.buffer, in_words(p, first * n, ((rows * m * n, 1),), wc)))
         moves += _with_waits(ctx, grid.rounds, t, here)
     return moves
+
+
+def c_placement(ctx: Context, call: Node) -> Placement:
+    """Where a grid's C blocks go: its output's placement, or the state's it writes (out=) from
+    the first word of the run it writes."""
+    return replace(result_placement(ctx, call), offset=result_access(ctx, call)[1].offset)
 
 
 def stored_access(ctx: Context, node) -> tuple[str, Access]:
@@ -259,7 +265,7 @@ def _moves(ctx: Context, g: str, grid: Grid) -> list:
     wa, wb, wc = (x.dtype.itemsize / 4 for x in (a, b, call))
     a_buf, a_at = stored_access(ctx, a)
     b_buf, b_at = stored_access(ctx, b)
-    p = ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is call))
+    p = c_placement(ctx, call)
     m, k, n = grid.m, grid.k, grid.n
     moves = []
     for t in range(grid.rounds):

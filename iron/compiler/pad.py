@@ -46,6 +46,7 @@ from iron.ir import (
     frame,
     is_host_tensor,
     nbytes,
+    state_written_whole,
     tensor_inputs,
 )
 from iron.kernels.base import Role
@@ -393,6 +394,11 @@ def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
     or the host, once (it reads the user's region of the output, which a later segment reads
     whole: segment.Flow.placements)."""
     users = readers.get(call, [])
+    if call.arg.writes:   # a grid writes a whole state read by no one else (tiling.result_users)
+        state = state_written_whole(call)
+        if state is None or users:
+            return "it writes part of a state" if state is None else "its result is read besides the state it writes"
+        return state_unpadded(state, (call,), readers)
     if shown(call, readers):
         return ""
     if group_of and users.count(Reader.HOST) <= 1 and all(u is Reader.HOST or isinstance(u, Node) for u in users):
@@ -615,7 +621,7 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
     if call is None or matrix_unpadded(call, readers, group_of):
         return {}
     a, b = call.src[:2]
-    plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and u.arg.kernel.role in PLAIN for u in readers[call])
+    plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and u.arg.kernel.role in PLAIN for u in readers.get(call, []))
     if plain_reader and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
         return {}
     members = joined_with(call, readers, group_of)
@@ -633,9 +639,9 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
         return {}
     big_m, big_k, big_n = sides
     if len(call.shape) == 1:
-        found = {a: (big_m, big_k), b: (big_k,), call: (big_m,)}
+        found = {a: (big_m, big_k), b: (big_k,), result_of(call): (big_m,)}
     else:
-        found = {a: (big_m, big_k), b: (big_k, big_n), call: (big_m, big_n)}
+        found = {a: (big_m, big_k), b: (big_k, big_n), result_of(call): (big_m, big_n)}
     for operand in (a, b):   # made over the padded layout: `zeros_upstream`, `rows_upstream`
         if operand.op != Op.CALL:
             continue
@@ -672,9 +678,12 @@ def beside(call: Node, read: Node, agreed: dict | None) -> dict[Node, tuple[int,
 
 
 def lone_product(group: Group) -> Node | None:
-    """The MatMul or MatVec of two operands, writing no state, that `group` is alone, if it is one."""
+    """The MatMul or MatVec of two operands, writing no state or a whole one, that `group` is
+    alone, if it is one."""
     (call,) = group.calls if len(group.calls) == 1 else (None,)
-    if call is None or call.arg.kernel.role is not Role.MATRIX or call.arg.writes or call.arg.n_inputs != 2:
+    if call is None or call.arg.kernel.role is not Role.MATRIX or call.arg.n_inputs != 2:
+        return None
+    if call.arg.writes and state_written_whole(call) is None:
         return None
     return call
 
@@ -1001,11 +1010,16 @@ def placed(program: Program, names: set[str]) -> dict[Node, str]:
     return found | {n: n.arg[0] for n in program.inputs if n.arg[0] in names}
 
 
+def result_of(call: Node) -> Node:
+    """Where a matrix call's result lies: the state it writes whole (out=), or itself."""
+    return state_written_whole(call) or call
+
+
 def grid_sides(call: Node, padded: dict) -> tuple[int, int, int] | None:
     """(M, K, N) of a matrix call as its operands and result lie (N = 1 for a MatVec), None when
     they lie inconsistently (one padded for another rule): then it takes no grid."""
     a, b = (padded.get(n, n.shape) for n in call.src[:2])
-    out = padded.get(call, call.shape)
+    out = padded.get(result_of(call), call.shape)
     n = 1 if len(call.shape) == 1 else b[1]
     if a[0] != out[0] or a[1] != b[0] or (len(call.shape) == 2 and n != out[1]):
         return None

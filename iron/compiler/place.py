@@ -467,8 +467,9 @@ def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict,
                        for operand, rule, n in (("A", "pad_through_matmul", call.src[0]),
                                                 ("B", "pad_through_matmul_b", call.src[1]))
                        if is_cut_value(n) and n not in written)
+    result = f"the state {state_of(destination(call))} it writes whole" if call.arg.writes else "the result"
     return [("pad_to_block", f"{group.name}: {call_label(program, call)} padded with zeros ({sides}) over "
-                             f"{len(grid.tiles)} tiles: A, B and the result lie so in DDR, the host writes and reads "
+                             f"{len(grid.tiles)} tiles: A, B and {result} lie so in DDR, the host writes and reads "
                              "the user's region" + "; K's padding is zeros in both operands" * k_padded
                              + computed * k_padded
                              + "; the result's padding is computed from zeros, never read as the user's region")]

@@ -81,10 +81,13 @@ def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[st
 
 def written_fifos(site: Site) -> set[str]:
     """The FIFOs a group's state write reaches host memory through: its `_host`, or each column's
-    join of a streamed group (`stream_into_state`)."""
+    join of a streamed group (`stream_into_state`) or of a grid's C blocks (a matrix call writing
+    a run of a state)."""
     g = site.group.name
     if site.flow is not None:
         return {host_fifo(g, 0, c) for c in range(len(site.flow.cols))}
+    if site.grid is not None:
+        return {host_fifo(g, 0, c) for c in range(len(site.grid.cols))}
     return {f"{g}_host"}
 
 

@@ -180,7 +180,7 @@ def wants_grid(call: Node, users: tuple[str | Reader, ...], expand: Node | None 
     matrix result) whose operands and result take more than TILED_BYTES, a MatVec (a vector
     result) that `vector_tiles`, or a MatVec whose matrix a fused
     expansion makes of a whole host tensor (its blocks then taking more than that)."""
-    if call.arg.kernel.role is not Role.MATRIX or call.arg.writes or call.arg.n_inputs != 2 or users != (Reader.HOST,):
+    if call.arg.kernel.role is not Role.MATRIX or call.arg.n_inputs != 2 or users != result_users(call):
         return False
     a, b = stored(call, expand), call.src[1]
     if not all(is_host_tensor(x) and x.op != Op.VIEW for x in (a, b)):
@@ -190,6 +190,15 @@ def wants_grid(call: Node, users: tuple[str | Reader, ...], expand: Node | None 
     if expand is not None:
         return False
     return nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
+
+
+def result_users(call: Node) -> tuple[Reader | None, ...]:
+    """Who a grid's result must alone be read by: the host (an output), or no one for a call
+    writing a run of a state (out=) that starts on a word, where the grid's C blocks go instead;
+    (None,), which no call's users are, for other state writes."""
+    if call.arg.writes:
+        return () if word_run(destination(call)) is not None else (None,)
+    return (Reader.HOST,)
 
 
 def vector_tiles(stored: Node, matrix: Node) -> bool:
