@@ -83,12 +83,10 @@ def written_fifos(site: Site) -> set[str]:
     """The FIFOs a group's state write reaches host memory through: its `_host`, or each column's
     join of a streamed group (`stream_into_state`) or of a grid's C blocks (a matrix call writing
     a run of a state)."""
-    g = site.group.name
-    if site.flow is not None:
-        return {host_fifo(g, 0, c) for c in range(len(site.flow.cols))}
-    if site.grid is not None:
-        return {host_fifo(g, 0, c) for c in range(len(site.grid.cols))}
-    return {f"{g}_host"}
+    g, on = site.group.name, site.flow or site.grid
+    if on is None:
+        return {f"{g}_host"}
+    return {host_fifo(g, 0, c) for c in range(len(on.cols))}
 
 
 def finish_sequence(entries: list, fifos: dict[str, Fifo], device) -> tuple:
