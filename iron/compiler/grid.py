@@ -476,7 +476,6 @@ def _in_piece(ctx: Context, flow, blocks: int) -> tuple[str, Access, int]:
     return (*run_access(ctx, last), blocks)
 
 
-
 def rounds_per_op(device, dims: tuple) -> int:
     """The most rounds (the outermost of `dims`) one Dma op moves: as many as its outermost
     dimension holds, or 1 when one round alone takes more than one op."""
