@@ -14,7 +14,9 @@ across a segment cut into the compiler's DDR), or by calls that compute over the
 elementwise group reads together padded alike, `pad_joined`; an elementwise result over a
 padded layout passes it on to the next elementwise group or MatMul, `pad_passed_on`; a tensor
 read as both operands lies square, `pad_square`), so no padding a kernel writes is read as the
-user's data. Decided once per design, before placement, from the Program and its
+user's data; a product padded in K only keeps its result's shape, whoever reads it
+(`pad_k_only`), and an input several streams read lies padded once for them all
+(`pad_shared_stream`). Decided once per design, before placement, from the Program and its
 groups, so every segment sees the same layout."""
 from __future__ import annotations
 
