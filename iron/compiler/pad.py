@@ -937,9 +937,12 @@ def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
 
 def family_unpadded(program: Program, groups: tuple[Group, ...], group: Group) -> str:
     """Why `pad_stream` did not pad the streamed `group`, as the whole design reads it: why
-    a group of its `pad_shared_stream` family may not pad, "" when each may."""
+    a group of its `pad_shared_stream` family may not pad, "" when each may or it has none (its
+    own refusal says why)."""
     readers, group_of = readers_of(program, groups), {c: g for g in groups for c in g.calls}
     family = stream_family(group, readers, group_of)
+    if len(family) == 1:
+        return ""
     every = tuple(c for g in family for c in g.calls)
     for g in family:
         labels = ", ".join(call_label(program, c) for c in g.calls)
