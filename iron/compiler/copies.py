@@ -10,7 +10,7 @@ from dataclasses import replace
 from iron.compiler.fuse import END, Group
 from iron.compiler.pad import large
 from iron.compiler.readers import Reader
-from iron.compiler.tiling import result_users
+from iron.compiler.tiling import result_users, word_run
 from iron.ir import (
     Call,
     Node,
@@ -18,7 +18,6 @@ from iron.ir import (
     Program,
     call_label,
     describe,
-    is_gather,
     is_host_tensor,
     storage,
 )
@@ -36,12 +35,12 @@ def copied(node: Node) -> Node:
 
 def copy_view_for_grid(program: Program) -> Program:
     """The rule: a MatMul large enough to tile over the array (`pad.large`) whose result only the
-    host reads, or a state takes, reads each operand that is a view of a host tensor (`a[1:]`,
-    `x.reshape(m, k)`) through a Copy inserted before it. The grid reads whole host tensors, each
-    lying in DDR as it needs (padded by `pad_to_block` at a prime side), and a view cannot be padded
-    without changing its base's row stride; the Copy streams the view into a tensor the compiler
-    owns, which crosses to the MatMul's segment in DDR, padded as the MatMul reads it
-    (`pad_written_by_producer`)."""
+    host reads, or a state takes, reads each operand that is a view of a host tensor lying in one
+    run of whole words (`a[1:]`, `x.reshape(m, k)`) through a Copy inserted before it. The grid
+    reads whole host tensors, each lying in DDR as it needs (padded by `pad_to_block` at a prime
+    side), and a view cannot be padded without changing its base's row stride; the Copy streams
+    the view into a tensor the compiler owns, which crosses to the MatMul's segment in DDR, padded
+    as the MatMul reads it (`pad_written_by_producer`)."""
     read = {storage(n) for c in program.calls for n in c.src} | {n for _, v in program.carry for n in v.src}
     calls, inserted, swapped = [], [], {}
     for call in program.calls:
@@ -76,8 +75,8 @@ def _gridded(call: Node, outputs: tuple[Node, ...], read: set[Node]) -> bool:
 
 
 def _view_of_host(node: Node) -> bool:
-    """A view of a host tensor picked without a per-call index."""
-    return node.op == Op.VIEW and is_host_tensor(node) and not is_gather(node)
+    """A view of a host tensor a Copy streams: one run of whole words (`stream_contiguous_views`)."""
+    return node.op == Op.VIEW and is_host_tensor(node) and word_run(node) is not None
 
 
 def carry_from_earlier_segment(last: Program, groups: tuple[Group, ...], cut: list[Node],

@@ -1906,7 +1906,8 @@ def test_a_large_matmul_of_a_view_tiles_over_the_array_reading_a_copy_of_it(devi
 
 def test_a_matmul_of_a_view_that_does_not_tile_reads_the_view_itself():
     """`copy_view_for_grid` copies only for a MatMul that tiles: not a small one, nor one whose
-    result another call reads (the grid's result goes to the host alone)."""
+    result another call reads (the grid's result goes to the host alone); and only a view a Copy
+    streams (one run of whole words), not the strided a[:, 1:]."""
     a = np.random.default_rng(4).standard_normal((17, 16)).astype(np.float32)
     graph = ProductOfView(operands(1, 16, 16, np.float32)[1], "a[1:]")
     body = graph.compile(a=a, device=from_name("npu2"))
@@ -1919,4 +1920,11 @@ def test_a_matmul_of_a_view_that_does_not_tile_reads_the_view_itself():
 
     graph = ReadOn(operands(1, 512, 512, np.float32)[1], "a[1:]")
     program = graph.trace(a=((513, 512), np.float32))
+    assert copy_view_for_grid(program) is program
+
+    class Strided(ProductOfView):
+        def body(self, a):
+            return MatMul.step(a[:, 1:], self.b)
+
+    program = Strided(operands(1, 512, 512, np.float32)[1], "a[1:]").trace(a=((512, 513), np.float32))
     assert copy_view_for_grid(program) is program
