@@ -86,7 +86,8 @@ class SharedChannel:
 
 SHARED_NAMES = {Direction.MM2S: "shared_in", Direction.S2MM: "shared_host"}
 WHO_SHARES = {
-    Direction.MM2S: "only the inputs of groups that read no state an earlier group of the call writes can share",
+    Direction.MM2S: "only the Emit's words and the inputs of groups that read no state an earlier group of the "
+                    "call writes can share",
     Direction.S2MM: "only the outputs no later group of the call waits for can share",
 }
 

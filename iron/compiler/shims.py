@@ -34,19 +34,34 @@ def share(program: Program, lowered: Lowered, device) -> Lowered:
     shares, rules = share_shim_channels(program, shim_requests(lowered), device, mem, DEPTH)
     for merge in shares:
         lowered = _merged(lowered, merge)
-    return replace(lowered, rules=lowered.rules + rules)
+    return replace(lowered, rules=lowered.rules + rules + tuple(_emit_in_rules(shares)))
+
+
+EMIT_IN_SHARES = "emit_in_shares"
+
+
+def _emit_in_rules(shares: list[SharedChannel]) -> list[tuple[str, str]]:
+    """The rule `emit_in_shares`: the Emit's `emit_in` (this call's words, known before the call
+    starts, so never waiting) may share a shim channel like a group's input. When a grid's
+    inputs take every shim MM2S channel of a column, this keeps the design one configuration,
+    where cutting the Emit into a segment of its own would reconfigure the array every call
+    (100 us or more on npu2, 20 ms on npu1: docs/platform.md section 10) for a few words that
+    ride a mem-tile split instead."""
+    return [(EMIT_IN_SHARES, f"emit_in shares {s.name} with {', '.join(m for m in s.members if m != 'emit_in')} "
+                             "rather than the Emit being cut into a segment of its own")
+            for s in shares if "emit_in" in s.members]
 
 
 def shim_requests(lowered: Lowered) -> list[ShimRequest]:
     """Every FIFO with a host end, in FIFO order, and whether it may share a shim channel: a
     group's `_in` when its group touches no state an earlier group of the call writes (its Dmas
-    need no Wait, so they may be issued with the other groups' inputs), a core's `_host` when no
-    Wait of the sequence needs it before its end."""
+    need no Wait, so they may be issued with the other groups' inputs), the Emit's `emit_in`
+    (`emit_in_shares`), a core's `_host` when no Wait of the sequence needs it before its end."""
     waited = {entry.fifo for entry in lowered.sequence if isinstance(entry, Wait)}
     requests = []
     for f in lowered.fifos:
         if f.producer == HOST:
-            shares = f.role is FifoRole.INPUT and f.name not in lowered.waiting_inputs
+            shares = f.role is FifoRole.EMIT_IN or (f.role is FifoRole.INPUT and f.name not in lowered.waiting_inputs)
             requests.append(ShimRequest(f.name, Direction.MM2S, f.consumers[0].col, f.nbytes, shares))
         elif HOST in f.consumers:
             shares = f.producer.kind is TileKind.COMPUTE and f.role is FifoRole.HOST and f.name not in waited
@@ -90,7 +105,7 @@ def _may_share(route, direction: Direction) -> bool:
     """Whether `shim_requests` may let a host FIFO share a channel: its role and producer say so,
     though a Wait of the lowered sequence may still keep it apart (so this counts no fewer)."""
     if direction is Direction.MM2S:
-        return route.role is FifoRole.INPUT
+        return route.role in (FifoRole.INPUT, FifoRole.EMIT_IN)
     return route.role is FifoRole.HOST and route.producer.kind is TileKind.COMPUTE
 
 

@@ -1,0 +1,122 @@
+"""The rule `emit_in_shares` (iron/compiler/shims.py): the Emit's words (`emit_in`) may share a
+shim MM2S channel with a group's input through a mem-tile split, so a grid that takes both MM2S
+channels of npu2_1col's one shim (x and the streamed matrix) still runs with a Carried value as
+one configuration. Plans pinned, then run on the emulator against reference(), one call at a
+time and as a CarriedLoop."""
+import numpy as np
+import pytest
+
+import iron
+from iron.compiler.plan import Link, Tile, TileKind
+from iron.errors import PlacementError
+from iron.kernels import MatMul, MatVec
+
+F32 = np.float32
+
+
+@pytest.fixture(autouse=True)
+def emulator(monkeypatch):
+    monkeypatch.setenv("IRON_BACKEND", "emulator")
+    monkeypatch.setenv("IRON_QUIET", "1")
+
+
+class Counted(iron.Graph):
+    """A MatVec tiled over the cores, and a count carried."""
+
+    def __init__(self, rows: int, cols: int):
+        self.w = iron.param(np.random.default_rng(0).standard_normal((rows, cols)).astype(F32))
+
+    def body(self, x, *, n: iron.Carried[np.int32]):
+        return MatVec.step(self.w, x), iron.carry(n=n + 1)
+
+
+def rules(plan, name: str) -> list[str]:
+    return [what for rule, what in plan.rules if rule == name]
+
+
+def test_a_tiled_matvec_with_a_carry_on_one_column_shares_the_emit_words_and_equals_the_reference():
+    graph = Counted(1536, 576)
+    compiled = graph.compile(device="npu2_1col", x=((576,), F32))
+    plan = compiled.plan
+    assert plan.segments == ()
+    assert rules(plan, "emit_in_shares") == [
+        "emit_in shares shared_in0 with g0_in rather than the Emit being cut into a segment of its own"]
+    assert rules(plan, "share_shim_channels") == [
+        "shared_in0 (MM2S, 2312 bytes) on mem_0_1 split into g0_in, emit_in at bytes 0, 2304",
+        "3 MM2S FIFOs now take 2 of the 2 shim MM2S channels"]
+    assert Link(Tile(0, 1, TileKind.MEM), ("shared_in0",), ("g0_in", "emit_in"), destination_offsets=(0, 2304)) \
+        in plan.links
+    assert "emit_in_shares" in compiled.describe()
+    x = np.random.default_rng(1).standard_normal(576).astype(F32)
+    got, carry = compiled(x, n=3)
+    want, want_carry = graph.reference(x, n=3)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert carry["n"] == want_carry["n"] == 4
+
+
+W = np.random.default_rng(3).standard_normal((1536, 576)).astype(F32)
+V = np.random.default_rng(4).standard_normal(576).astype(F32)
+
+
+class Looped(iron.Graph):
+    """Counted with the vector a param, so the body takes no tensor and runs as a CarriedLoop."""
+
+    def __init__(self):
+        self.w = iron.param(W)
+        self.v = iron.param(V)
+        self.y = iron.state((1536,), F32, name="y")
+
+    def body(self, *, n: iron.Carried[np.int32]):
+        MatVec.step(self.w, self.v, out=self.y)
+        return iron.carry(n=n + 1)
+
+
+def test_the_shared_emit_words_run_as_a_carried_loop_at_depth_2():
+    graph = Looped()
+    body = graph.compile(device="npu2_1col")
+    assert rules(body.plan, "emit_in_shares") == [
+        "emit_in shares shared_in0 with g0_in rather than the Emit being cut into a segment of its own"]
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(5, n=3)) == [0, 1, 2, 3, 4]
+    carry = {"n": 3}
+    for _ in range(6):
+        carry = dict(graph.reference(**carry))
+    assert dict(loop.carry) == carry == {"n": 9}
+    np.testing.assert_allclose(body.read("y"), graph.read("y"), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(body.read("y"), W @ V, rtol=1e-4, atol=1e-4)
+
+
+def test_the_4096_square_matvec_on_one_column_shares_too():
+    plan = Counted(4096, 4096).compile(device="npu2_1col", x=((4096,), F32)).plan
+    assert plan.segments == ()
+    assert rules(plan, "share_shim_channels")[0] == \
+        "shared_in0 (MM2S, 16392 bytes) on mem_0_1 split into g0_in, emit_in at bytes 0, 16384"
+
+
+@pytest.mark.parametrize("device", ["npu1_1col", "npu2"])
+def test_devices_with_channels_to_spare_share_nothing(device):
+    graph = Counted(1536, 576)
+    compiled = graph.compile(device=device, x=((576,), F32))
+    assert rules(compiled.plan, "emit_in_shares") == [] == rules(compiled.plan, "share_shim_channels")
+    x = np.random.default_rng(2).standard_normal(576).astype(F32)
+    got, carry = compiled(x, n=0)
+    want, _ = graph.reference(x, n=0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert carry["n"] == 1
+
+
+class Product(iron.Graph):
+    def __init__(self, k: int, n: int):
+        self.b = iron.param(np.random.default_rng(0).standard_normal((k, n)).astype(F32))
+
+    def body(self, a, *, n: iron.Carried[np.int32]):
+        return MatMul.step(a, self.b), iron.carry(n=n + 1)
+
+
+def test_a_merge_the_mem_tile_cannot_hold_is_refused_naming_who_may_share():
+    with pytest.raises(PlacementError) as refused:
+        Product(256, 512).compile(device="npu2_1col", a=((64, 256), F32))
+    assert str(refused.value) == (
+        "Product needs 3 shim MM2S channels but npu2_1col has 2 (1 shim tile x 2), and sharing them "
+        "through mem tiles saves only 0 (only the Emit's words and the inputs of groups that read no "
+        "state an earlier group of the call writes can share): compile for a device with more columns.")
