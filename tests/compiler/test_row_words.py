@@ -11,7 +11,7 @@ from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.errors import ArgumentError, PlacementError
-from iron.kernels import Add, Copy
+from iron.kernels import Add, Copy, Exp
 from tests.compiler.test_mlir import op_names
 
 BF16 = iron.bfloat16
@@ -144,6 +144,28 @@ def test_the_host_sees_a_padded_state_in_its_own_shape():
     assert str(err.value) == "state 'q' is (4, 7); the value written is (4, 8): give the same shape."
     c.write(graph.q, np.zeros((4, 7), np.int8))   # a reset: every row zeros again
     np.testing.assert_array_equal(c.read("q"), np.zeros((4, 7), np.int8))
+
+
+class ExpsThenGather(iron.Graph):
+    """Five Exp calls, then a gather of a 6-byte bfloat16 row: more groups than npu2_1col's 4 cores."""
+
+    def __init__(self):
+        self.table = iron.weight(np.arange(12, dtype=np.float32).reshape(4, 3).astype(BF16))
+
+    def body(self, x, *, row: Scratchpad[np.int32]):
+        return (*(Exp.step(x) for _ in range(5)), Copy.step(self.table[row]))
+
+
+def test_segments_see_the_padded_rows():
+    graph = ExpsThenGather()
+    c = graph.compile(x=((8,), np.float32), device=from_name("npu2_1col"))
+    assert len(c.plan.segments) == 2
+    assert lies(c.plan) == {"table": ((4, 3), (4, 4))}
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    *exps, row = c(x, row=2)
+    np.testing.assert_array_equal(bits(row), bits(graph.table.array[2]))
+    for got, want in zip(exps, graph.reference(x, row=2)[:5]):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 class InputRows(iron.Graph):
