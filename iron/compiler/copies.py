@@ -90,8 +90,8 @@ def carry_from_earlier_segment(last: Program, groups: tuple[Group, ...], cut: li
     copies = {n: copied(n) for n in cut}
     carry = tuple((k, Node(Op.ELEM, (copies[v.src[0]],), v.shape, v.dtype)
                    if v.op == Op.ELEM and v.src[0] in copies else v) for k, v in last.carry)
-    before = replace(groups[-1], closed_by=CARRY_FROM_EARLIER_SEGMENT)
+    before = [replace(g, closed_by=CARRY_FROM_EARLIER_SEGMENT) for g in groups[-1:]]   # none: the Emit's own segment
     added = Group(name, tuple(copies.values()), END)
     program = replace(last, calls=(*last.calls, *copies.values()), carry=carry,
                       inserted=(*last.inserted, *copies.values()))
-    return program, (*groups[:-1], before, added)
+    return program, (*groups[:-1], *before, added)

@@ -50,7 +50,8 @@ def _segmented(plan: Plan) -> str:
         tiles = sorted({c.tile for c in segment.cores}, key=lambda t: (t.col, t.row))
         groups = [name for name, _ in segment.groups]
         crossing = f"then {plan.cuts[k].nbytes} bytes cross" if k < len(plan.cuts) else "last"
-        rows.append((f"segment {k}", f"{groups[0]}..{groups[-1]}", f"{len(tiles)} compute tiles",
+        held = f"{groups[0]}..{groups[-1]}" if groups else "the Emit alone"   # emit_own_segment
+        rows.append((f"segment {k}", held, f"{len(tiles)} compute tiles",
                      f"{tiles[0].name}..{tiles[-1].name}", crossing))
     sections = [
         [f"{plan.name} on {plan.device.name}: {len(plan.segments)} segments run in order, {image}"],

@@ -8,7 +8,8 @@ A value one segment computes and a later one reads crosses the cut through a DDR
 compiler allocates (a CUT placement after the outputs); weights, params and
 states stay in their host buffers. Every segment addresses the design's host buffers and one
 scratchpad of words; only the last has the Emit, so a CarriedLoop runs a segmented body as any
-(a carried element an earlier segment made is copied into the last: `carry_from_earlier_segment`)."""
+(a carried element an earlier segment made is copied into the last: `carry_from_earlier_segment`);
+when the last group fits only without the Emit, the Emit is a segment of its own (`emit_own_segment`)."""
 from __future__ import annotations
 
 import math
@@ -27,15 +28,18 @@ from iron.errors import DoesNotFit
 from iron.ir import Node, Op, Program, call_label, nbytes
 
 FEWEST_BYTES_CUT = "fewest_bytes_cut"
+EMIT_OWN_SEGMENT = "emit_own_segment"
 CUT_WINDOW = 4   # a segment may end anywhere in the last 1/CUT_WINDOW of the groups that fit
 
 
 @dataclass(frozen=True)
 class Segment:
-    """Groups [start, stop) of the design, run as one configuration."""
+    """Groups [start, stop) of the design, run as one configuration; `emit_cut`: the groups
+    up to the end without the Emit, which runs in a segment of its own after (`emit_own_segment`)."""
 
     start: int
     stop: int
+    emit_cut: bool = False
 
 
 def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds: Plan | None,
@@ -53,9 +57,9 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
         return whole if isinstance(whole, Exception) else \
             try_groups(program, groups, device, feeds, None, flow.host, bound=False)
 
-    if len(groups) < 2:
+    if len(groups) < 2 and not program.carry:
         raise refused()
-    table, crossing, plans, stops = WordTable(program), [], [], [0]
+    table, crossing, plans, segments = WordTable(program), [], [], []
 
     def compile_one(segment: Segment, words: WordTable, placements, bound: bool):
         return try_groups(*flow.segment_program(segment), device, feeds, words,
@@ -63,27 +67,28 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
 
     known: dict[tuple, bool] = {}   # same_structure_same_fit: a structure's probe outcome
     whole_fits = {len(groups): whole.groups} if isinstance(whole, ShimShortfall) else {}
-    while stops[-1] < len(groups):
-        guess = stops[-1] - stops[-2] if len(stops) > 1 else None
-        likely = dict(whole_fits) if len(stops) == 1 else {}
-        found = _next_segment(flow, stops[-1], guess, table, crossing, compile_one, known, likely, device)
+    while not segments or not flow.last(segments[-1]):
+        start = segments[-1].stop if segments else 0
+        guess = segments[-1].stop - segments[-1].start if segments else None
+        likely = {} if segments else dict(whole_fits)
+        found = _next_segment(flow, start, guess, table, crossing, compile_one, known, likely, device)
         if isinstance(found, Exception):
-            raise _unfit(flow, stops[-1], found, device)
-        stop, plan, table, crossing = found
+            raise refused() if start == 0 and len(groups) < 2 else _unfit(flow, start, found, device)
+        segment, plan, table, crossing = found
         check_plan(plan)
         plans.append(plan)
-        stops.append(stop)
-    stops = stops[1:]
+        segments.append(segment)
     placements, words, emit = flow.placements(crossing), table.defs(), plans[-1].emit
     buffers = host_buffers(placements, len(words), emit)
     plans = [replace(p, host_buffers=buffers, words=words) for p in plans]
-    cuts = tuple(flow.cut(stop) for stop in stops[:-1])
+    cuts = tuple(flow.cut(s.stop) for s in segments[:-1])
     return Plan(
         device=device, name=program.name, full_elf=device.full_elf, image=plans[0].image, tiles=(),
         host_buffers=buffers, placements=placements, fifos=(), links=(), buffers=(), functions=(), cores=(),
         sequence=(), words=words, emit=emit, carry=plans[-1].carry,
         groups=tuple(g for p in plans for g in p.groups),
-        rules=(*((FEWEST_BYTES_CUT, _cut_text(c)) for c in cuts), *flow.carry_rules(Segment(*stops[-2:])),
+        rules=(*(_cut_rule(flow, s, c, device) for s, c in zip(segments, cuts)),
+               *flow.carry_rules(segments[-1]),
                *(r for p in plans for r in p.rules)),
         holds={k: v for p in plans for k, v in p.holds.items()},
         closed_by={k: v for p in plans for k, v in p.closed_by.items()},
@@ -93,21 +98,23 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
 
 def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, crossing: list[Node],
                   compile_one, known: dict[tuple, bool], likely: dict[int, int], device):
-    """(stop, its Plan, the words and the crossing values after it) of the segment `fewest_bytes_cut`
-    picks from group `start`, or why group `start` alone does not compile. Each probe compiles
-    against a copy of the words and the DDR buffers so far, so the one kept is final as it is;
-    a probe whose structure an earlier one had (`known`) is answered without compiling; `likely`
-    gets, by stop, the stop a probe `shim_channels_bound` refuses says likely fits."""
-    tried: dict[int, tuple] = {}
+    """(the Segment, its Plan, the words and the crossing values after it) `fewest_bytes_cut`
+    picks from group `start` (`emit_own_segment`: the last group without the Emit when only so
+    it fits; the Emit alone after it), or why group `start` alone does not compile. Each probe
+    compiles against a copy of the words and the DDR buffers so far, so the one kept is final as
+    it is; a probe whose structure an earlier one had (`known`) is answered without compiling;
+    `likely` gets, by stop, the stop a probe `shim_channels_bound` refuses says likely fits."""
+    tried: dict[Segment, tuple] = {}
+    count = len(flow.groups)
 
-    def attempt(stop: int, bound: bool = True):
+    def attempt(segment: Segment, bound: bool = True):
         words = table.copy()
-        values = crossing + [n for n in flow.crossing(stop) if n not in crossing]
-        outcome = compile_one(Segment(start, stop), words, flow.placements(values), bound)
+        values = crossing + [n for n in flow.crossing(segment.stop) if n not in crossing]
+        outcome = compile_one(segment, words, flow.placements(values), bound)
         if isinstance(outcome, Plan):
-            tried[stop] = (stop, outcome, words, values)
+            tried[segment] = (segment, outcome, words, values)
         elif isinstance(outcome, ShimShortfall):
-            likely[stop] = start + outcome.groups
+            likely[segment.stop] = start + outcome.groups
         return outcome
 
     def fits(stop: int) -> bool:
@@ -115,19 +122,33 @@ def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, c
             return False   # the whole design, refused before it was cut
         key = flow.structure(Segment(start, stop))
         if key is None:
-            return isinstance(attempt(stop), Plan)
+            return isinstance(attempt(Segment(start, stop)), Plan)
         if key not in known:
-            known[key] = isinstance(attempt(stop), Plan)
+            known[key] = isinstance(attempt(Segment(start, stop)), Plan)
         return known[key]
 
+    def kept(segment: Segment):
+        if segment not in tried:   # else a probe of the same structure answered for this one
+            outcome = attempt(segment, bound=False)
+            if not isinstance(outcome, Plan):
+                return outcome
+        return tried[segment]
+
+    if start == count:   # the Emit, cut off the segment before
+        return kept(Segment(count, count))
     stop = fewest_bytes_cut(flow, start, fits, guess, len(device.compute_tiles), likely)
-    if stop is None:
-        return attempt(start + 1, bound=False)   # the error, as the passes raise it
-    if stop not in tried:   # a probe of the same structure answered for this one
-        kept = attempt(stop, bound=False)
-        if not isinstance(kept, Plan):
-            return kept
-    return tried[stop]
+    if stop is None and start + 1 == count and flow.program.carry:
+        cut_off = Segment(start, count, emit_cut=True)
+        if isinstance(attempt(cut_off), Plan):
+            return tried[cut_off]
+    return kept(Segment(start, start + 1 if stop is None else stop))   # None: the error, as the passes raise it
+
+
+def _cut_rule(flow: Flow, segment: Segment, cut: Cut, device) -> tuple[str, str]:
+    if not segment.emit_cut:
+        return FEWEST_BYTES_CUT, _cut_text(cut)
+    return EMIT_OWN_SEGMENT, (f"{flow.groups[segment.start].name} fits {device.name} only without the Emit, "
+                              f"which runs after it in a segment of its own; {_cut_text(cut)}")
 
 
 def _cut_text(cut: Cut) -> str:
@@ -272,7 +293,7 @@ class Flow:
         return (*host, *cuts)
 
     def last(self, segment: Segment) -> bool:
-        return segment.stop == len(self.groups)
+        return segment.stop == len(self.groups) and not segment.emit_cut
 
     def segment_placements(self, segment: Segment, every: tuple[Placement, ...]) -> tuple[Placement, ...]:
         """What a segment's passes see: host tensors, the CUT placements (read as inputs), its
@@ -359,7 +380,8 @@ class Flow:
 
     def cut(self, before: int) -> Cut:
         values = self.crossing(before)
-        return Cut(self.groups[before].name, sum(map(self.lies_in_bytes, values)),
+        name = self.groups[before].name if before < len(self.groups) else "the Emit"
+        return Cut(name, sum(map(self.lies_in_bytes, values)),
                    tuple(call_label(self.program, n) for n in values))
 
 

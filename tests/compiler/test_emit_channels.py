@@ -1,15 +1,19 @@
-"""The rule `emit_in_shares` (iron/compiler/shims.py): the Emit's words (`emit_in`) may share a
-shim MM2S channel with a group's input through a mem-tile split, so a grid that takes both MM2S
-channels of npu2_1col's one shim (x and the streamed matrix) still runs with a Carried value as
-one configuration. Plans pinned, then run on the emulator against reference(), one call at a
-time and as a CarriedLoop."""
+"""The Emit's shim MM2S channel (its words, `emit_in`) when a grid takes every MM2S channel of
+npu2_1col's one shim: the rule `emit_in_shares` (iron/compiler/shims.py) lets the words share a
+channel with a group's input through a mem-tile split (a MatVec: x and the streamed matrix), so
+the design stays one configuration; when no input can take them (a MatMul streaming both
+operands), the rule `emit_own_segment` (iron/compiler/segment.py) runs the Emit in a segment of
+its own. Plans pinned, then run on the emulator against reference(), one call at a time and as
+a CarriedLoop."""
 import numpy as np
 import pytest
 
 import iron
-from iron.compiler.plan import Link, Tile, TileKind
+from aie_utils import from_name
+from iron.compiler.channels import MemChannels, ShimRequest, share_shim_channels
+from iron.compiler.plan import Direction, Link, Tile, TileKind
 from iron.errors import PlacementError
-from iron.kernels import MatMul, MatVec
+from iron.kernels import Add, MatMul, MatVec
 
 F32 = np.float32
 
@@ -105,18 +109,86 @@ def test_devices_with_channels_to_spare_share_nothing(device):
     assert carry["n"] == 1
 
 
+A = np.random.default_rng(5).standard_normal((64, 256)).astype(F32)
+B = np.random.default_rng(6).standard_normal((256, 512)).astype(F32)
+
+
 class Product(iron.Graph):
-    def __init__(self, k: int, n: int):
-        self.b = iron.param(np.random.default_rng(0).standard_normal((k, n)).astype(F32))
+    """A MatMul streaming both operands (a grid of one core on npu2_1col), and a count carried."""
+
+    def __init__(self):
+        self.b = iron.param(B)
 
     def body(self, a, *, n: iron.Carried[np.int32]):
         return MatMul.step(a, self.b), iron.carry(n=n + 1)
 
 
-def test_a_merge_the_mem_tile_cannot_hold_is_refused_naming_who_may_share():
+def test_a_grid_matmul_with_a_carry_on_one_column_runs_the_emit_in_a_segment_of_its_own():
+    graph = Product()
+    compiled = graph.compile(device="npu2_1col", a=((64, 256), F32))
+    plan = compiled.plan
+    assert [[name for name, _ in s.groups] for s in plan.segments] == [["g0"], []]
+    assert plan.segments[0].emit is None and plan.segments[1].emit is not None
+    assert rules(plan, "emit_own_segment") == [
+        "g0 fits npu2_1col only without the Emit, which runs after it in a segment of its own; "
+        "cut before the Emit: 0 bytes cross (nothing)"]
+    assert rules(plan, "share_shim_channels") == []
+    assert "segment 1  the Emit alone" in compiled.describe()
+    got, carry = compiled(A, n=2)
+    want, want_carry = graph.reference(A, n=2)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert carry["n"] == want_carry["n"] == 3
+
+
+class ProductLoop(iron.Graph):
+    def __init__(self):
+        self.a, self.b = iron.param(A), iron.param(B)
+        self.y = iron.state((64, 512), F32, name="y")
+
+    def body(self, *, n: iron.Carried[np.int32]):
+        MatMul.step(self.a, self.b, out=self.y)
+        return iron.carry(n=n + 1)
+
+
+def test_the_emit_in_a_segment_of_its_own_runs_as_a_carried_loop_at_depth_2():
+    graph = ProductLoop()
+    body = graph.compile(device="npu2_1col")
+    assert len(body.plan.segments) == 2 and len(rules(body.plan, "emit_own_segment")) == 1
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(4, n=1)) == [0, 1, 2, 3]
+    carry = {"n": 1}
+    for _ in range(5):
+        carry = dict(graph.reference(**carry))
+    assert dict(loop.carry) == carry == {"n": 6}
+    np.testing.assert_allclose(body.read("y"), graph.read("y"), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(body.read("y"), A @ B, rtol=1e-5, atol=1e-4)
+
+
+def test_inputs_none_of_which_may_share_are_refused_naming_who_may():
+    device = from_name("npu2_1col")
+    wanted = [ShimRequest(name, Direction.MM2S, 0, 64) for name in ("g0_a0_mem", "g0_b0_mem", "emit_in")]
     with pytest.raises(PlacementError) as refused:
-        Product(256, 512).compile(device="npu2_1col", a=((64, 256), F32))
+        share_shim_channels(Product().trace(a=((64, 256), F32)), wanted, device, MemChannels(device), 2)
     assert str(refused.value) == (
         "Product needs 3 shim MM2S channels but npu2_1col has 2 (1 shim tile x 2), and sharing them "
         "through mem tiles saves only 0 (only the Emit's words and the inputs of groups that read no "
         "state an earlier group of the call writes can share): compile for a device with more columns.")
+
+
+class Sum(iron.Graph):
+    def body(self, x, y, *, n: iron.Carried[np.int32]):
+        return Add.step(x, y), iron.carry(n=n + 1)
+
+
+def test_a_wide_stream_of_two_inputs_with_a_carry_on_one_column_runs_the_emit_in_a_segment_of_its_own():
+    graph = Sum()
+    compiled = graph.compile(device="npu2_1col", x=((1 << 16,), F32), y=((1 << 16,), F32))
+    assert [[name for name, _ in s.groups] for s in compiled.plan.segments] == [["g0"], []]
+    assert rules(compiled.plan, "emit_own_segment") == [
+        "g0 fits npu2_1col only without the Emit, which runs after it in a segment of its own; "
+        "cut before the Emit: 0 bytes cross (nothing)"]
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal(1 << 16).astype(F32), rng.standard_normal(1 << 16).astype(F32)
+    got, carry = compiled(x, y, n=5)
+    np.testing.assert_array_equal(got, graph.reference(x, y, n=5)[0])
+    assert carry["n"] == 6
