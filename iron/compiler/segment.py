@@ -47,9 +47,10 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
     """The design as segments that each compile (`try_groups(program, groups, device, feeds,
     table, placements, bound=...)` runs the whole-design passes: a Plan, or the error or
     shortfall refusing it); `whole`: what refused the whole design, its error raised as it is
-    when there is nothing to cut (one group); `padded`: `pad_to_block`'s layout of the design.
-    Each segment is compiled as it is sought, against the words and DDR buffers of the segments
-    before it, and the one the rule keeps is checked and kept as it is."""
+    when there is nothing to cut (one group, and no Emit or none it fits without); `padded`:
+    `pad_to_block`'s layout of the design. Each segment is compiled as it is sought, against
+    the words and DDR buffers of the segments before it, and the one the rule keeps is checked
+    and kept as it is."""
 
     flow = Flow(program, groups, padded)
 

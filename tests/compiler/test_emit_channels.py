@@ -80,14 +80,20 @@ def test_the_shared_emit_words_run_as_a_carried_loop_at_depth_2():
     body = graph.compile(device="npu2_1col")
     assert rules(body.plan, "emit_in_shares") == [
         "emit_in shares shared_in0 with g0_in rather than the Emit being cut into a segment of its own"]
+    assert_loop_equals_reference(graph, body, W @ V, steps=5, n=3)
+
+
+def assert_loop_equals_reference(graph, body, product, steps: int, n: int):
+    """`body` run as a CarriedLoop at depth 2 for `steps` steps from n: its carry as reference()'s
+    after the same calls (first and the steps), its state y as reference()'s and as `product`."""
     loop = iron.CarriedLoop(body, body, depth=2)
-    assert list(loop.run(5, n=3)) == [0, 1, 2, 3, 4]
-    carry = {"n": 3}
-    for _ in range(6):
+    assert list(loop.run(steps, n=n)) == list(range(steps))
+    carry = {"n": n}
+    for _ in range(steps + 1):
         carry = dict(graph.reference(**carry))
-    assert dict(loop.carry) == carry == {"n": 9}
-    np.testing.assert_allclose(body.read("y"), graph.read("y"), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(body.read("y"), W @ V, rtol=1e-4, atol=1e-4)
+    assert dict(loop.carry) == carry == {"n": n + steps + 1}
+    np.testing.assert_allclose(body.read("y"), graph.read("y"), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(body.read("y"), product, rtol=1e-4, atol=1e-4)
 
 
 def test_the_4096_square_matvec_on_one_column_shares_too():
@@ -154,14 +160,7 @@ def test_the_emit_in_a_segment_of_its_own_runs_as_a_carried_loop_at_depth_2():
     graph = ProductLoop()
     body = graph.compile(device="npu2_1col")
     assert len(body.plan.segments) == 2 and len(rules(body.plan, "emit_own_segment")) == 1
-    loop = iron.CarriedLoop(body, body, depth=2)
-    assert list(loop.run(4, n=1)) == [0, 1, 2, 3]
-    carry = {"n": 1}
-    for _ in range(5):
-        carry = dict(graph.reference(**carry))
-    assert dict(loop.carry) == carry == {"n": 6}
-    np.testing.assert_allclose(body.read("y"), graph.read("y"), rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(body.read("y"), A @ B, rtol=1e-5, atol=1e-4)
+    assert_loop_equals_reference(graph, body, A @ B, steps=4, n=1)
 
 
 def test_inputs_none_of_which_may_share_are_refused_naming_who_may():
