@@ -106,21 +106,27 @@ def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list[N
 @dataclass(frozen=True)
 class SharedLayout:
     """`pad_shared_input`'s decision for products linked by the tensors they share (and by
-    `pad_joined`): each call's sides (M, K, N), in `calls`' order, or why they stay their own."""
+    `pad_joined` or by a MatMul reading two of them): each call's sides (M, K, N), in `calls`'
+    order, or why they stay their own."""
     tensors: tuple[Node, ...]   # the tensors several of `calls` read
     calls: tuple[Node, ...]     # in program order
     sides: tuple[tuple[int, int, int], ...]
     why: str = ""               # "" when they lie padded to `sides`
+    pairs: tuple[Node, ...] = ()   # the MatMuls reading two of `calls` as A and B
 
     def text(self, program: Program) -> str:
         """The describe() line of this decision."""
-        names = ", ".join(describe(t) for t in self.tensors)
         labels = ", ".join(call_label(program, c) for c in self.calls)
+        if self.tensors:
+            head = f"{', '.join(describe(t) for t in self.tensors)} read by {labels}"
+        else:
+            head = f"{labels}, read as A and B by {', '.join(call_label(program, c) for c in self.pairs)} (its K " \
+                   "is A's N and B's M),"
         if self.why:
-            return f"{names} read by {labels} stay unpadded: {self.why}"
+            return f"{head} stay unpadded: {self.why}"
         lies = "; ".join(f"{call_label(program, c)} on (M, K, N) = {s}" for c, s in zip(self.calls, self.sides))
-        return (f"{names} read by {labels} padded once, to the largest sides they ask for, each with a grid on "
-                f"them: {lies}")
+        how = "padded once" if self.tensors else "lie padded alike"
+        return f"{head} {how}, to the largest sides they ask for, each with a grid on them: {lies}"
 
 
 def shared_layouts(program: Program, groups: tuple[Group, ...], device) -> list[SharedLayout]:
@@ -147,11 +153,15 @@ def shared_layouts(program: Program, groups: tuple[Group, ...], device) -> list[
 
 
 def families(tensors: list[Node], readers: dict, group_of: dict) -> list[set[Node]]:
-    """The products linked by the `tensors` they share or by `pad_joined`, one set per family."""
+    """The products linked by the `tensors` they share, by a MatMul reading two of them (`pair`)
+    or by `pad_joined`, one set per family."""
     links: dict[Node, set[Node]] = {}
     for t in tensors:
         for call in readers[t]:
             links.setdefault(call, set()).update(readers[t])
+    for a, b in filter(None, (pair(call, group_of) for call in group_of)):
+        links.setdefault(a, set()).add(b)
+        links.setdefault(b, set()).add(a)
     for call in list(links):
         for other in joined_with(call, readers, group_of):
             links.setdefault(call, set()).add(other)
@@ -184,12 +194,16 @@ def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], 
         for same in zip(*([(call, i) for i in side_indices(call, t)] for call in readers[t])):
             for key in same[1:]:
                 root[find(key)] = find(same[0])
+    pairs = {}
     for call in calls:
         for other in joined_with(call, readers, group_of):
             for i in (0, 2):
                 root[find((other, i))] = find((call, i))
-        for a, b in (p for u in readers.get(call, []) if isinstance(u, Node) and (p := pair(u, group_of))):
-            root[find((b, 0))] = find((a, 2))   # A's N and B's M: the K of the MatMul reading both
+        for u in readers.get(call, []):
+            if isinstance(u, Node) and (p := pair(u, group_of)):
+                a, b = p
+                root[find((b, 0))] = find((a, 2))   # A's N and B's M: the K of the MatMul reading both
+                pairs[u] = None
     largest: dict[tuple[Node, int], int] = {}
     for call in calls:
         asks = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None) or call_sides(call)
@@ -200,7 +214,7 @@ def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], 
     agreed = dict(zip(calls, sides))
     why = next((f"{call_label(program, c)} {why}" for c in calls
                 if (why := shared_unpadded(c, agreed, free, group_of, device))), "")
-    return SharedLayout(tensors, calls, sides, why)
+    return SharedLayout(tensors, calls, sides, why, tuple(pairs))
 
 
 def side_indices(call: Node, tensor: Node) -> tuple[int, ...]:
@@ -584,14 +598,10 @@ def pair(call: Node, group_of: dict) -> tuple[Node, Node] | None:
 def paired_unshared(result: Node, other: Node, call: Node, readers: dict, group_of: dict) -> str:
     """The rule `pad_through_matmul` of both operands: why a MatMul may not read the product
     `other` padded beside `result`, "" when it may: read by the MatMul alone, over paddable
-    operands, one of which `result` reads too, so `pad_shared_input` lays both out at once
-    (`agree`: A's N is B's M, the MatMul's K)."""
-    what = describe(other)
+    operands; `pad_shared_input` lays both out at once (`agree`: A's N is B's M, the MatMul's K),
+    else neither is padded (`pad_matrix`)."""
     if readers[other] != [call]:
-        return f"{what} is a padded product read elsewhere too"
-    if not {n for n in result.src[:2] if n.op != Op.VIEW} & set(other.src[:2]):
-        return (f"{what} is a padded product reading no tensor {describe(result)} reads, so pad_shared_input does "
-                "not lay them out alike")
+        return f"{describe(other)} is a padded product read elsewhere too"
     return operands_unpadded(other, (other,), readers, group_of)
 
 
@@ -620,6 +630,9 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
     call = lone_product(group)
     if call is None or matrix_unpadded(call, readers, group_of):
         return {}
+    if call not in (agreed or {}) and any(isinstance(u, Node) and call in (pair(u, group_of) or ())
+                                          for u in readers.get(call, [])):
+        return {}   # read beside another product whose layout `pad_shared_input` did not agree with its own
     a, b = call.src[:2]
     plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and u.arg.kernel.role in PLAIN for u in readers.get(call, []))
     if plain_reader and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
