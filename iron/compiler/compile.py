@@ -13,7 +13,7 @@ from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.fuse import Group, fuse
 from iron.compiler.invariants import check_plan
 from iron.compiler.lower import Lowered, lower
-from iron.compiler.pad import pad_to_block, passed_rules, shared_rules, zeros_rules
+from iron.compiler.pad import pad_to_block
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
@@ -34,14 +34,14 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
         return kept[1]
     check_feeds(program, device, feeds)
     groups = fuse(program)
-    padded = pad_to_block(program, groups, device)   # once: every segment sees the same layout
+    padding = pad_to_block(program, groups, device)   # once: every segment sees the same layout
+    padded = padding.shapes
     whole = try_groups(program, groups, device, feeds, None, host_placements(program, padded), check=True)
     if isinstance(whole, Plan):
         plan = whole
     else:   # too big for the array at once: segments
         plan = compile_segments(program, device, groups, feeds, try_groups, whole, padded)
-    rules = (*shared_rules(program, groups, device), *plan.rules, *passed_rules(program, groups, padded),
-             *zeros_rules(program, groups, padded))
+    rules = (*padding.shared, *plan.rules, *padding.passed)
     if len(rules) > len(plan.rules):   # the design-wide padding rules
         plan = replace(plan, rules=rules)
     plans[(device, id(feeds))] = (feeds, plan)

@@ -63,7 +63,17 @@ PLAIN = (Role.OTHER, Role.EXPANSION)   # roles of calls that neither tile nor st
 FEW_CALLS = 64      # kernel calls per core a grid's own sides may take before fewer are worth padding for
 
 
-def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[Node, tuple[int, ...]]:
+@dataclass(frozen=True)
+class Padding:
+    """`pad_to_block`'s layout of a design: the shape each padded tensor lies in, and the
+    describe() lines of the rules deciding it for the whole design: `pad_shared_input`'s, shown
+    before the plan's own lines, `pad_passed_on`'s and `pad_through_zeros`' after them."""
+    shapes: dict[Node, tuple[int, ...]]
+    shared: tuple[tuple[str, str], ...] = ()
+    passed: tuple[tuple[str, str], ...] = ()
+
+
+def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Padding:
     """The shape each tensor `pad_to_block` pads lies in: for each group that is one MatMul or
     MatVec (`pad_matrix`), elementwise calls that stream (`pad_stream`) or a row reduction over a
     batch of rows that streams (`pad_rows`: only the number of rows), the padding whose grid or
@@ -72,16 +82,19 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[No
     tensor is read by its group alone (`unpaddable`), so no two groups pad one tensor."""
     readers = readers_of(program, groups)
     group_of = {call: group for group in groups for call in group.calls}
-    layouts = [s for s in shared_layouts(program, groups, device) if not s.why]
+    shared = shared_layouts(program, groups, device, readers, group_of)
+    layouts = [s for s in shared if not s.why]
     agreed = {call: sides for s in layouts for call, sides in zip(s.calls, s.sides)}
-    readers = answered(readers, layouts)
+    free = answered(readers, layouts)
     padded: dict[Node, tuple[int, ...]] = {}
     for group in groups:
         # pad_through first: a MatMul reading a result already padded takes its layout, not sides of its own
-        padded |= pad_through(group, padded, readers, group_of, device) or \
-            pad_matrix(group, readers, group_of, device, agreed) or \
-            pad_stream(group, readers, device) or pad_rows(group, readers, device)
-    return padded
+        padded |= pad_through(group, padded, free, group_of, device) or \
+            pad_matrix(group, free, group_of, device, agreed) or \
+            pad_stream(group, free, device) or pad_rows(group, free, device)
+    return Padding(padded, tuple((PAD_SHARED_INPUT, s.text(program)) for s in shared),
+                   (*passed_rules(program, groups, padded, group_of),
+                    *zeros_rules(program, groups, padded, readers, group_of)))
 
 
 def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list[Node | Reader]]:
@@ -129,92 +142,82 @@ class SharedLayout:
         return f"{head} {how}, to the largest sides they ask for, each with a grid on them: {lies}"
 
 
-def shared_layouts(program: Program, groups: tuple[Group, ...], device) -> list[SharedLayout]:
+def shared_layouts(program: Program, groups: tuple[Group, ...], device, readers: dict,
+                   group_of: dict) -> list[SharedLayout]:
     """The rule `pad_shared_input`: a tensor several MatMuls or MatVecs read (each alone in its
     group, once, as A or B) that may be padded for them all (`unpaddable`) lies padded once for
     them all. The sides its readers share (and those `pad_joined` joins, M and N of products one
     elementwise group reads) are unified; each takes the largest of the sides its calls ask for on
     their own (`best_sides`, or their own); every call must then pad on them (`pad_matrix`: its
     grid exists there, its readers share its layout), else none does and the tensors stay unpadded."""
-    readers = readers_of(program, groups)
-    group_of = {call: group for group in groups for call in group.calls}
     tensors = [t for t, users in readers.items() if len(users) > 1 and all(
         isinstance(u, Node) and lone_product(group_of[u]) is u and large(u) and u.src[:2].count(t) == 1
         for u in users)
         and not unpaddable(t, tuple(users), readers, group_of)]
-    order = {call: i for i, call in enumerate(group_of)}
+    ties = tied_sides(tensors, readers, group_of)
+    same, family_of = classes(ties), classes([(a[0], b[0]) for a, b in ties])
+    families: dict[Node, list[Node]] = {}
+    for call in family_of:   # families in the order of their first tie, calls in program order
+        families.setdefault(family_of[call], [])
+    for call in group_of:
+        if call in family_of:
+            families[family_of[call]].append(call)
     found = []
-    for calls in families(tensors, readers, group_of):
+    for calls in families.values():
         mine = tuple(t for t in tensors if readers[t][0] in calls)
-        layout = agree(program, mine, tuple(sorted(calls, key=order.get)), readers, group_of, device)
+        layout = agree(program, mine, tuple(calls), same, readers, group_of, device)
         if layout.sides != tuple(map(call_sides, layout.calls)):   # none asks for padding: nothing to share
             found.append(layout)
     return found
 
 
-def families(tensors: list[Node], readers: dict, group_of: dict) -> list[set[Node]]:
-    """The products linked by the `tensors` they share, by a MatMul reading two of them (`pair`)
-    or by `pad_joined`, one set per family."""
-    links: dict[Node, set[Node]] = {}
-    for t in tensors:
-        for call in readers[t]:
-            links.setdefault(call, set()).update(readers[t])
-    for a, b in filter(None, (pair(call, group_of) for call in group_of)):
-        links.setdefault(a, set()).add(b)
-        links.setdefault(b, set()).add(a)
-    for call in list(links):
-        for other in joined_with(call, readers, group_of):
-            links.setdefault(call, set()).add(other)
-            links.setdefault(other, set()).add(call)
-    found: list[set[Node]] = []
-    for call in links:
-        if any(call in f for f in found):
-            continue
-        family, todo = set(), [call]
-        while todo:
-            node = todo.pop()
-            if node not in family:
-                family.add(node)
-                todo.extend(links[node])
-        found.append(family)
-    return found
+Side = tuple[Node, int]   # a product's side: the call, and 0, 1, 2 for its M, K, N
 
 
-def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], readers: dict, group_of: dict,
-          device) -> SharedLayout:
-    """One family's `SharedLayout`: each unified side the largest its calls ask for."""
-    root: dict[tuple[Node, int], tuple[Node, int]] = {}
-
-    def find(key):
-        while root.get(key, key) != key:
-            key = root[key]
-        return key
-
+def tied_sides(tensors: list[Node], readers: dict, group_of: dict) -> list[tuple[Side, Side]]:
+    """The sides of products that must lie alike: those each of the `tensors` gives its readers
+    (A's M and K, B's K and N, a vector's K), the N of a MatMul's A and the M of its B when both
+    are products (`pair`: its K), and the M and N of the products `pad_joined` joins with those."""
+    ties = []
     for t in tensors:
         for same in zip(*([(call, i) for i in side_indices(call, t)] for call in readers[t])):
-            for key in same[1:]:
-                root[find(key)] = find(same[0])
-    pairs = {}
-    for call in calls:
-        for other in joined_with(call, readers, group_of):
-            for i in (0, 2):
-                root[find((other, i))] = find((call, i))
-        for u in readers.get(call, []):
-            if isinstance(u, Node) and (p := pair(u, group_of)):
-                a, b = p
-                root[find((b, 0))] = find((a, 2))   # A's N and B's M: the K of the MatMul reading both
-                pairs[u] = None
-    largest: dict[tuple[Node, int], int] = {}
+            ties += [(same[0], key) for key in same[1:]]
+    ties += [((a, 2), (b, 0)) for a, b in filter(None, (pair(call, group_of) for call in group_of))]
+    for call in dict.fromkeys(key[0] for tie in ties for key in tie):
+        ties += [((call, i), (other, i)) for other in joined_with(call, readers, group_of) for i in (0, 2)]
+    return ties
+
+
+def classes(ties: list[tuple]) -> dict:
+    """Each tied item's representative, one per class of items tied directly or through others."""
+    root: dict = {}
+
+    def find(item):
+        while root.get(item, item) != item:
+            item = root[item]
+        return item
+
+    for a, b in ties:
+        root[find(b)] = find(a)
+    return {item: find(item) for tie in ties for item in tie}
+
+
+def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], same: dict[Side, Side],
+          readers: dict, group_of: dict, device) -> SharedLayout:
+    """One family's `SharedLayout`: each side tied to others (`same`: its class) the largest its calls ask for."""
+    largest: dict[Side, int] = {}
     for call in calls:
         asks = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None) or call_sides(call)
         for i, side in enumerate(asks):
-            largest[find((call, i))] = max(side, largest.get(find((call, i)), 0))
-    sides = tuple(tuple(largest[find((call, i))] for i in range(3)) for call in calls)
+            key = same.get((call, i), (call, i))
+            largest[key] = max(side, largest.get(key, 0))
+    sides = tuple(tuple(largest[same.get((call, i), (call, i))] for i in range(3)) for call in calls)
     free = answered(readers, [SharedLayout(tensors, calls, sides)])
     agreed = dict(zip(calls, sides))
     why = next((f"{call_label(program, c)} {why}" for c in calls
                 if (why := shared_unpadded(c, agreed, free, group_of, device))), "")
-    return SharedLayout(tensors, calls, sides, why, tuple(pairs))
+    pairs = tuple(u for u in group_of if (p := pair(u, group_of)) and p[0] in calls)
+    return SharedLayout(tensors, calls, sides, why, pairs)
 
 
 def side_indices(call: Node, tensor: Node) -> tuple[int, ...]:
@@ -243,11 +246,6 @@ def answered(readers: dict, layouts: list[SharedLayout]) -> dict:
     """The readers a padding answers to: a tensor `pad_shared_input` lays out for all its
     readers answers to none of them alone."""
     return readers | {t: [] for s in layouts for t in s.tensors}
-
-
-def shared_rules(program: Program, groups: tuple[Group, ...], device) -> list[tuple[str, str]]:
-    """`pad_shared_input`'s decisions as describe() shows them."""
-    return [(PAD_SHARED_INPUT, s.text(program)) for s in shared_layouts(program, groups, device)]
 
 
 def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dict | None = None) -> str:
@@ -428,11 +426,12 @@ def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, d
     (call,) = group.calls if len(group.calls) == 1 else (None,)
     if call is None or call.arg.kernel.role is not Role.MATRIX:
         return ""
-    refused = next((s for s in shared_layouts(program, groups, device) if s.why and call in s.calls), None)
+    readers, group_of = readers_of(program, groups), {c: g for g in groups for c in g.calls}
+    refused = next((s for s in shared_layouts(program, groups, device, readers, group_of) if s.why and call in s.calls),
+                   None)
     if refused:
         return f"{call_label(program, call)} is not padded: {PAD_SHARED_INPUT}: {refused.text(program)}"
-    readers = readers_of(program, groups)
-    why = matrix_unpadded(call, readers, {c: g for g in groups for c in g.calls})
+    why = matrix_unpadded(call, readers, group_of)
     if not why and keeps_n(call, readers) and best_sides(call, device, {2: call.shape[-1]}) is None:
         row, whole = next((u, why) for u in readers[call] if (why := width_unshared(u, readers)))
         why = (f"{call_label(program, row)} {whole}, so N keeps its {call.shape[-1]} (pad_through_row_width), and "
@@ -885,19 +884,12 @@ def _grid_score(grid) -> tuple[float, int] | None:
 
 def pad_stream(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:
     """Elementwise calls that stream (`stream_elementwise`) over one-dimensional paddable
-    tensors, whose last result only the host reads: their length padded to a multiple of
-    FLOW_QUANTUM per core of the device, when that streams `better` (blocks count as kernel
-    calls) than their own length."""
+    tensors, whose last result only the host reads: their length padded (`streamed_count`)."""
     calls = group.calls
     if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or stream_unpadded(calls, readers):
         return {}
-    size, cores = calls[-1].size, device.n_cols * len(device.compute_rows)
-    quantum = FLOW_QUANTUM * cores
-    length = -(-size // quantum) * quantum
-    padded = _flow_score(calls, device, length)
-    if length == size or padded is None or not better(padded, _flow_score(calls, device, None)):
-        return {}
-    return {n: (length,) for n in (*external_inputs(calls), calls[-1])}
+    length = streamed_count(calls, device, calls[-1].size, FLOW_QUANTUM)
+    return {n: (length,) for n in (*external_inputs(calls), calls[-1])} if length else {}
 
 
 def stream_unpadded(calls, readers: dict) -> str:
@@ -914,8 +906,7 @@ def stream_unpadded(calls, readers: dict) -> str:
 def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:
     """A row reduction (RMSNorm, Softmax, Argmax) over a batch of rows (rows, n) that streams in
     row-blocks (`stream_row_blocks`), over a paddable batch, whose result only the host reads:
-    its number of rows padded to a multiple of ROW_QUANTUM per core of the device, when that
-    streams `better`; never a row's width (a row is reduced whole: padding it would change the
+    its number of rows padded (`streamed_count`); never a row's width (a row is reduced whole: padding it would change the
     result), nor the row every row shares (RMSNorm's w)."""
     calls = group.calls
     if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or readers.get(calls[0]) != [Reader.HOST]:
@@ -923,27 +914,33 @@ def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]
     (call,), x = calls, calls[0].src[0]
     if unpaddable(x, calls, readers):
         return {}
-    (rows, width), cores = x.shape, device.n_cols * len(device.compute_rows)
-    quantum = ROW_QUANTUM * cores
-    padded_rows = -(-rows // quantum) * quantum
-    padded = _flow_score(calls, device, padded_rows * width, width)
-    if padded_rows == rows or padded is None or not better(padded, _flow_score(calls, device, None, width)):
-        return {}
-    return {x: (padded_rows, width), call: (padded_rows, *call.shape[1:])}
+    rows, width = x.shape
+    padded_rows = streamed_count(calls, device, rows, ROW_QUANTUM, width)
+    return {x: (padded_rows, width), call: (padded_rows, *call.shape[1:])} if padded_rows else {}
 
 
-def _flow_score(calls, device, padded, width: int = 1) -> tuple[int, int] | None:
+def streamed_count(calls, device, count: int, quantum: int, width: int = 1) -> int | None:
+    """`pad_stream`'s length or `pad_rows`' rows: `count` (elements, or rows of `width`) padded to
+    a multiple of `quantum` per core of the device, when calls streaming it so score `better`
+    (blocks count as kernel calls) than over their own; None when they do not."""
+    step = quantum * device.n_cols * len(device.compute_rows)
+    padded = -(-count // step) * step
+    score = _flow_score(calls, device, padded * width, width)
+    return padded if padded != count and score and better(score, _flow_score(calls, device, None, width)) else None
+
+
+def _flow_score(calls, device, padded, width: int = 1) -> tuple[float, int] | None:
     flow = choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
                        device.n_cols * device.shim.dma_out_channels, width=width, padded=padded)
     return None if flow is None else (flow.size / len(flow.tiles), flow.rounds)
 
 
-def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> list[tuple[str, str]]:
+def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict, readers: dict,
+                group_of: dict) -> list[tuple[str, str]]:
     """`pad_through_zeros` as describe() shows it, once for the design: each elementwise group
     over a padded layout whose result a MatMul reads padded, its padding zeros its kernels kept
     (and those of the elementwise calls that passed the layout on to it, `upstream`)."""
-    readers, written = readers_of(program, groups), written_by_producer(padded, groups)
-    group_of = {call: group for group in groups for call in group.calls}
+    written = written_by_producer(padded, groups)
     order = {call: i for i, call in enumerate(group_of)}
     lines = []
     for group in groups:
@@ -961,11 +958,10 @@ def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> li
     return lines
 
 
-def passed_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> list[tuple[str, str]]:
+def passed_rules(program: Program, groups: tuple[Group, ...], padded: dict, group_of: dict) -> list[tuple[str, str]]:
     """`pad_passed_on` as describe() shows it, once for the design: each elementwise group that
     streams over the result of elementwise calls which streamed over a padded product's layout
     (`pad_through_elementwise`), so it lies in that layout too, and the products it is theirs."""
-    group_of = {call: group for group in groups for call in group.calls}
     lines = []
     for group in groups:
         calls = group.calls
