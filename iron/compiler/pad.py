@@ -1,21 +1,14 @@
 """`pad_to_block`: a large MatMul or MatVec whose sides have no good whole blocks, elementwise
-calls streamed over a length with none, or a row reduction over a batch of rows (its number of
-rows only) compute on sides padded with zeros, so the tiling rules (tiling.py) find a grid of
-many cores and whole blocks. The compiler owns the padded layout: a padded tensor's Placement
-lies in the larger shape, the user's region in its first rows and columns (allocate.py,
-segment.py); the runtime writes and reads only that region, and the padding is the zeros the
-buffer is made with. A MatMul's K padding is zeros in both operands (0 times anything else
-could be NaN); its M and N padding give results the host never sees. Only tensors the padded
-call alone reads are padded: inputs, weights, params; states and other groups' results that
-every call writing them writes in the user's region only, row by row at the padded stride
-(`pad_written_by_producer`); and results read only as the user's region (by the host, or
-across a segment cut into the compiler's DDR), or by calls that compute over the padded layout
-(`pad_through`; a row reduction over padded N is told the user's width; products an
-elementwise group reads together padded alike, `pad_joined`; an elementwise result over a
-padded layout passes it on to the next elementwise group or MatMul, `pad_passed_on`; a tensor
-read as both operands lies square, `pad_square`), so no padding a kernel writes is read as the
-user's data. Decided once per design, before placement, from the Program and its
-groups, so every segment sees the same layout."""
+calls streamed over a length with none, or a row reduction over a batch of rows (its rows only)
+compute on sides padded with zeros, so the tiling rules (tiling.py) find a grid of many cores and
+whole blocks; a padded tensor's Placement lies in the larger shape, the user's region in its
+first rows and columns, the padding the zeros the buffer is made with (K's must be zeros in both
+operands: 0 times anything else could be NaN). Deciding the layouts is one agreement problem,
+solved once per design before placement so every segment sees the same layout: which (call,
+side) pairs must lie alike (`tied_sides`, `agree`); which tensors may lie padded, because every
+reader computes over the padded layout or sees only the user's region (`unpaddable`,
+`layout_unshared`, `shown`); which padding must be zeros and who keeps it (`pad_through_zeros`,
+`pad_upstream_zeros`, `pad_written_by_producer`)."""
 from __future__ import annotations
 
 import math
@@ -346,20 +339,15 @@ def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> 
 
 
 def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dict | None) -> str:
-    """Why a MatMul's or MatVec's operands may not be padded, "" when they may; the products
-    `joined` with it (`pad_joined`, itself among them) may read them too, padded alike."""
-    a, b = call.src[:2]
-    return operand_unpadded(a, call, joined, readers, group_of) or operand_unpadded(b, call, joined, readers, group_of)
-
-
-def operand_unpadded(node: Node, call: Node, joined: tuple[Node, ...], readers: dict,
-                     group_of: dict | None) -> str:
-    """Why a MatMul's or MatVec's operand may not be padded (`unpaddable`), "" when it may: also
-    when elementwise calls that keep zeros make it over the padded layout (`zeros_upstream`)."""
-    why = unpaddable(node, joined, readers, group_of)
-    if why and node.op == Op.CALL and group_of is not None and not zeros_upstream(node, call, readers, group_of):
-        return ""
-    return why
+    """Why a MatMul's or MatVec's operands may not be padded (`unpaddable`; the products `joined`
+    with it, `pad_joined`, itself among them, may read them too, padded alike), "" when they may:
+    also when elementwise calls that keep zeros make one over the padded layout (`zeros_upstream`)."""
+    for node in call.src[:2]:
+        why = unpaddable(node, joined, readers, group_of)
+        if why and not (node.op == Op.CALL and group_of is not None and not zeros_upstream(node, call, readers,
+                                                                                            group_of)):
+            return why
+    return ""
 
 
 def zeros_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> str:
@@ -370,17 +358,12 @@ def zeros_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> str
     the padding of `node` is zeros, as K's padding must be; it writes no state and reads
     paddable tensors all of `node`'s shape (2-D), its other results read within the group."""
     calls = group_of[node].calls
-    if calls[-1] is not node or any(c.arg.kernel.role is not Role.ELEMENTWISE or not c.arg.kernel.keeps_zeros
-                                    or c.arg.writes or c.arg.scalar_attrs for c in calls):
-        return f"{describe(node)} is not made by elementwise calls keeping zeros alone"
+    if calls[-1] is not node or len(node.shape) != 2 or not all(c.arg.kernel.keeps_zeros for c in calls):
+        return f"{describe(node)} is not made by elementwise calls keeping zeros alone, over rows"
     if readers.get(node) != [call] or any(r not in calls for c in calls[:-1] for r in readers.get(c, [])):
         return f"{describe(node)} or its group's other results are read elsewhere"
-    if len(node.shape) != 2 or any(n.shape != node.shape for c in calls for n in (c, *tensor_inputs(c))):
-        return f"{describe(node)}'s group reads or makes tensors of other shapes"
-    outside = external_inputs(calls)
-    if len(outside) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
-        return f"{describe(node)}'s group does not stream"
-    return next((why for n in outside if (why := unpaddable(n, calls, readers, group_of))), "")
+    return unstreamed(calls, node.shape) or \
+        next((why for n in external_inputs(calls) if (why := unpaddable(n, calls, readers, group_of))), "")
 
 
 def rows_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> str:
@@ -414,8 +397,8 @@ def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
     if shown(call, readers):
         return ""
     if group_of and users.count(Reader.HOST) <= 1 and all(u is Reader.HOST or isinstance(u, Node) for u in users):
-        return next((f"its result is read by {describe(u)}, which {why}" for u in users if u is not Reader.HOST
-                     and (why := layout_unshared(group_of[u].calls, call, readers, group_of))), "")
+        why = calls_unshared(call, readers, group_of)
+        return why and f"its result is {why}"
     return "its result is read by more than the host, views and calls that neither tile nor stream"
 
 
@@ -465,16 +448,24 @@ def stream_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
     """Why elementwise `calls` may not stream over the padded layout `result` lies in, "" when
     they may: elementwise, writing no state, over tensors of its shape, streamed, reading other
     tensors that may be padded (those lying in a padded product's layout too: `join_unshared`)."""
-    outside = external_inputs(calls)
-    if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
-        return "is neither elementwise, a row reduction nor a MatMul, and would read the padding as data"
-    if any(n.shape != result.shape for c in calls for n in (c, *tensor_inputs(c))):
-        return f"reads or makes tensors of other shapes than {result.shape}, which cannot lie in its padding"
-    if len(outside) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
-        return f"does not stream (its group fits a tile or reads more than {MAX_FLOW_INPUTS} tensors)"
-    why = next((why for n in outside if not carried(n, group_of)
+    why = unstreamed(calls, result.shape)
+    if why:
+        return why
+    why = next((why for n in external_inputs(calls) if not carried(n, group_of)
                 and (why := unpaddable(n, calls, readers, group_of))), "")
     return why and f"also reads a tensor that may not be padded: {why}"
+
+
+def unstreamed(calls: tuple[Node, ...], shape: tuple[int, ...]) -> str:
+    """Why `calls` may not stream over a padded layout of `shape`, "" when they may: elementwise,
+    writing no state, over tensors all of `shape`, too large for a tile, reading few enough."""
+    if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
+        return "is neither elementwise, a row reduction nor a MatMul, and would read the padding as data"
+    if any(n.shape != shape for c in calls for n in (c, *tensor_inputs(c))):
+        return f"reads or makes tensors of other shapes than {shape}, which cannot lie in its padding"
+    if len(external_inputs(calls)) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
+        return f"does not stream (its group fits a tile or reads more than {MAX_FLOW_INPUTS} tensors)"
+    return ""
 
 
 def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
@@ -494,8 +485,15 @@ def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
             isinstance(u, Node) and u.arg.kernel.role in (Role.MATRIX, Role.ELEMENTWISE)) for u in users):
         why = f" ({describe(unkept)} maps zeros to other values)" if unkept is not None else ""
         return f"makes {describe(last)}, read by more than the host, views and calls that neither tile nor stream{why}"
-    return next((f"makes {describe(last)}, read by {describe(u)}, which {why}" for u in users if isinstance(u, Node)
-                 and (why := layout_unshared(group_of[u].calls, last, readers, group_of))), "")
+    why = calls_unshared(last, readers, group_of)
+    return why and f"makes {describe(last)}, {why}"
+
+
+def calls_unshared(node: Node, readers: dict, group_of: dict) -> str:
+    """Why the first call reading `node` that may not read it as it lies padded may not
+    (`layout_unshared`), "" when every call may."""
+    return next((f"read by {describe(u)}, which {why}" for u in readers.get(node, []) if isinstance(u, Node)
+                 and (why := layout_unshared(group_of[u].calls, node, readers, group_of))), "")
 
 
 def matrix_readers(call: Node, readers: dict, group_of: dict) -> list[tuple[Node, Node]]:
@@ -649,11 +647,8 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
     if sides is None or any(chained(u, {read: sides[::2]} | beside(u, read, agreed), device) is None
                             for u, read in matrix_readers(call, readers, group_of)):
         return {}
-    big_m, big_k, big_n = sides
-    if len(call.shape) == 1:
-        found = {a: (big_m, big_k), b: (big_k,), result_of(call): (big_m,)}
-    else:
-        found = {a: (big_m, big_k), b: (big_k, big_n), result_of(call): (big_m, big_n)}
+    big_m, big_k, big_n = sides   # a MatVec's B and result are vectors: (K,) and (M,)
+    found = {a: (big_m, big_k), b: (big_k, big_n)[:len(b.shape)], result_of(call): (big_m, big_n)[:len(call.shape)]}
     for operand in (a, b):   # made over the padded layout: `zeros_upstream`, `rows_upstream`
         if operand.op != Op.CALL:
             continue
