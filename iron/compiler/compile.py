@@ -2,8 +2,10 @@
 list of passes, each taking the value the one before made: fuse (groups), place (a Layout),
 route and fit_compute_channels (Routes), lower (a Lowered design), share and connect (shim
 channels), assemble and fit (a Plan, tile memory), check_plan; a design too big for the array at
-once is cut into segments, each compiled by the same passes (segment.py). docs/architecture.md
-draws the pipeline. Plans are kept per Program, device and fed Plan, so compiling again costs a lookup."""
+once is cut into segments, each compiled by the same passes (segment.py; the last segment's
+Program first gets a Copy of each carried element an earlier one made: carry_from_earlier_segment).
+docs/architecture.md draws the pipeline. Plans are kept per Program, device and fed Plan, so
+compiling again costs a lookup."""
 from __future__ import annotations
 
 from dataclasses import replace
