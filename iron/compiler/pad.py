@@ -647,8 +647,7 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
     if sides is None or any(chained(u, {read: sides[::2]} | beside(u, read, agreed), device) is None
                             for u, read in matrix_readers(call, readers, group_of)):
         return {}
-    big_m, big_k, big_n = sides   # a MatVec's B and result are vectors: (K,) and (M,)
-    found = {a: (big_m, big_k), b: (big_k, big_n)[:len(b.shape)], result_of(call): (big_m, big_n)[:len(call.shape)]}
+    found = on_sides(call, sides)
     for operand in (a, b):   # made over the padded layout: `zeros_upstream`, `rows_upstream`
         if operand.op != Op.CALL:
             continue
@@ -657,6 +656,13 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
         elif operand is a and not rows_upstream(operand, call, readers, group_of):
             found |= {operand.src[0]: found[a]} | rows_through(operand, found[a])
     return found
+
+
+def on_sides(call: Node, sides: tuple[int, int, int]) -> dict[Node, tuple[int, ...]]:
+    """The shapes a product's A, B and result lie in on `sides` (M, K, N): (M, K), (K, N) and
+    (M, N); a MatVec's B and result are vectors, (K,) and (M,)."""
+    (a, b), (m, k, n) = call.src[:2], sides
+    return {a: (m, k), b: (k, n)[:len(b.shape)], result_of(call): (m, n)[:len(call.shape)]}
 
 
 def squared(call: Node, sides: tuple[int, int, int], readers: dict, group_of: dict, device):
@@ -779,13 +785,10 @@ def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, devic
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
         return rows_through(calls[0], padded[fed[0]])
     if calls[0].arg.kernel.role is Role.MATRIX:
-        (a, b), call = calls[0].src[:2], calls[0]
-        sides = chained(call, {n: padded[n] for n in fed}, device)
+        sides = chained(calls[0], {n: padded[n] for n in fed}, device)
         if sides is None:   # a product read by a product read by a product: `pad_matrix` checked the first only
             return {}
-        big_m, big_k, big_n = sides
-        return {n: side for n, side in ((a, (big_m, big_k)), (b, (big_k, big_n)), (call, (big_m, big_n)))
-                if n not in fed}
+        return {n: shape for n, shape in on_sides(calls[0], sides).items() if n not in fed}
     return {n: padded[fed[0]] for n in (*external_inputs(calls), calls[-1]) if n not in fed}
 
 
