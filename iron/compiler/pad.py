@@ -1025,12 +1025,10 @@ def result_of(call: Node) -> Node:
 def grid_sides(call: Node, padded: dict) -> tuple[int, int, int] | None:
     """(M, K, N) of a matrix call as its operands and result lie (N = 1 for a MatVec), None when
     they lie inconsistently (one padded for another rule): then it takes no grid."""
-    a, b = (padded.get(n, n.shape) for n in call.src[:2])
-    out = padded.get(result_of(call), call.shape)
-    n = 1 if len(call.shape) == 1 else b[1]
-    if a[0] != out[0] or a[1] != b[0] or (len(call.shape) == 2 and n != out[1]):
-        return None
-    return a[0], a[1], n
+    result = result_of(call)   # a state written whole: its elements, in the call's shape unless padded
+    lies = {n: padded.get(n, n.shape) for n in call.src[:2]} | {result: padded.get(result, call.shape)}
+    sides = (*lies[call.src[0]], lies[call.src[1]][-1] if len(call.shape) == 2 else 1)
+    return sides if all(lies[n] == shape for n, shape in on_sides(call, sides).items()) else None
 
 
 def stream_length(calls, inputs, padded: dict) -> int | None:
