@@ -350,43 +350,37 @@ def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group
     also when elementwise calls that keep zeros make one over the padded layout (`zeros_upstream`)."""
     for node in call.src[:2]:
         why = unpaddable(node, joined, readers, group_of)
-        if why and not (node.op == Op.CALL and group_of is not None and not zeros_upstream(node, call, readers,
-                                                                                            group_of)):
+        if why and not (node.op == Op.CALL and group_of is not None and zeros_upstream(node, call, readers, group_of)):
             return why
     return ""
 
 
-def zeros_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> str:
+def zeros_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> bool:
     """The rule `pad_upstream_zeros` (taken before `pad_written_by_producer`, whose rows at the
-    padded stride stream on the group's own length): why the elementwise group making `node`,
-    which the padded MatMul or MatVec `call` alone reads, may not stream over the padded layout
-    itself, its inputs padded with zeros, "" when it may: every call keeps zeros (`Kernel.keeps_zeros`), so
-    the padding of `node` is zeros, as K's padding must be; it writes no state and reads
-    paddable tensors all of `node`'s shape (2-D), its other results read within the group."""
+    padded stride stream on the group's own length): whether the elementwise group making `node`,
+    which the padded MatMul or MatVec `call` alone reads, streams over the padded layout itself,
+    its inputs padded with zeros: every call keeps zeros (`Kernel.keeps_zeros`), so the padding
+    of `node` is zeros, as K's padding must be; it writes no state and reads paddable tensors all
+    of `node`'s shape (2-D, `unstreamed`), its other results read within the group."""
     calls = group_of[node].calls
-    if calls[-1] is not node or len(node.shape) != 2 or not all(c.arg.kernel.keeps_zeros for c in calls):
-        return f"{describe(node)} is not made by elementwise calls keeping zeros alone, over rows"
-    if readers.get(node) != [call] or any(r not in calls for c in calls[:-1] for r in readers.get(c, [])):
-        return f"{describe(node)} or its group's other results are read elsewhere"
-    return unstreamed(calls, node.shape) or \
-        next((why for n in external_inputs(calls) if (why := unpaddable(n, calls, readers, group_of))), "")
+    return calls[-1] is node and len(node.shape) == 2 and all(c.arg.kernel.keeps_zeros for c in calls) \
+        and readers.get(node) == [call] and all(r in calls for c in calls[:-1] for r in readers.get(c, [])) \
+        and not unstreamed(calls, node.shape) \
+        and not any(unpaddable(n, calls, readers, group_of) for n in external_inputs(calls))
 
 
-def rows_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> str:
+def rows_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> bool:
     """The rule `pad_upstream_rows` (taken before `pad_written_by_producer`, whose rows at the
-    padded stride stream on the reduction's own rows): why the row reduction making `node`, the
-    padded MatMul `call`'s A and read by it alone, may not stream over its batch of rows padded
-    with zeros to A's layout itself, "" when it may: alone in its group, writing no state,
-    streamed, reducing each row's first `length` elements and writing 0 past them
-    (`width_unshared`), so the padded columns are K's zeros (a padded row of zeros reduces to a
-    finite row of M's padding), over a paddable batch of rows."""
-    what = describe(node)
-    if group_of[node].calls != (node,) or node.arg.kernel.role is not Role.ROW_REDUCTION or node.arg.writes \
-            or len(node.shape) != 2 or node.src[0].shape != node.shape:
-        return f"{what} is not a row reduction alone in its group, of rows as wide as it makes"
-    if readers.get(node) != [call] or held_bytes([node]) <= SIZE_LIMIT:
-        return f"{what} is read elsewhere or does not stream"
-    return width_unshared(node, readers) or unpaddable(node.src[0], (node,), readers, group_of)
+    padded stride stream on the reduction's own rows): whether the row reduction making `node`,
+    the padded MatMul `call`'s A and read by it alone, streams over its batch of rows padded with
+    zeros to A's layout itself: alone in its group, writing no state, streamed, reducing each
+    row's first `length` elements and writing 0 past them (`width_unshared`), so the padded
+    columns are K's zeros (a padded row of zeros reduces to a finite row of M's padding), over a
+    paddable batch of rows as wide as it makes."""
+    return group_of[node].calls == (node,) and node.arg.kernel.role is Role.ROW_REDUCTION \
+        and not node.arg.writes and len(node.shape) == 2 and node.src[0].shape == node.shape \
+        and readers.get(node) == [call] and held_bytes([node]) > SIZE_LIMIT and not width_unshared(node, readers) \
+        and not unpaddable(node.src[0], (node,), readers, group_of)
 
 
 def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
@@ -678,9 +672,9 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
     for operand in (a, b):   # made over the padded layout: `zeros_upstream`, `rows_upstream`
         if operand.op != Op.CALL:
             continue
-        if not zeros_upstream(operand, call, readers, group_of):
+        if zeros_upstream(operand, call, readers, group_of):
             found |= {n: found[operand] for n in external_inputs(group_of[operand].calls)}
-        elif operand is a and not rows_upstream(operand, call, readers, group_of):
+        elif operand is a and rows_upstream(operand, call, readers, group_of):
             found |= {operand.src[0]: found[a]} | rows_through(operand, found[a])
     return found
 
