@@ -23,7 +23,7 @@ from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.segment import compile_segments
 from iron.compiler.shims import ShimShortfall, connect, share, shim_shortfall
-from iron.compiler.words import WordTable, word_rows_rules
+from iron.compiler.words import WordTable, layout_rules
 from iron.errors import DoesNotFit, LoopError, PlacementError
 from iron.ir import Program, call_label
 
@@ -48,7 +48,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
     else:   # too big for the array at once: segments
         plan = compile_segments(program, device, groups, feeds, try_groups, whole, padded)
     rules = (*copy_view_rules(program), *padding.shared, *plan.rules, *padding.passed,
-             *word_rows_rules(placements))
+             *layout_rules(placements))
     if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, padding
         plan = replace(plan, rules=rules)
     plans[(device, id(feeds))] = (feeds, plan)
