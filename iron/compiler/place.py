@@ -24,8 +24,8 @@ from iron.compiler.fuse import (
     stored_matrix,
 )
 from iron.compiler.pad import (
-    PAD_UPSTREAM_ROWS,
     K_QUANTUM,
+    PAD_UPSTREAM_ROWS,
     PAD_WRITTEN_BY_PRODUCER,
     ROW_QUANTUM,
     best_sides,
