@@ -23,7 +23,7 @@ from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.segment import compile_segments
 from iron.compiler.shims import ShimShortfall, connect, share, shim_shortfall
-from iron.compiler.words import WordTable, word_rows_rules
+from iron.compiler.words import WordTable, layout_rules
 from iron.errors import DoesNotFit, LoopError, PlacementError
 from iron.ir import Program, call_label
 
@@ -48,7 +48,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
         plan = compile_segments(program, device, groups, feeds, try_groups, whole, padded)
     rules = (*copy_view_rules(program), *shared_rules(program, groups, device), *plan.rules,
              *passed_rules(program, groups, padded), *zeros_rules(program, groups, padded),
-             *region_rules(program, groups, padded), *word_rows_rules(placements))
+             *region_rules(program, groups, padded), *layout_rules(placements))
     if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, padding
         plan = replace(plan, rules=rules)
     plans[(device, id(feeds))] = (feeds, plan)
