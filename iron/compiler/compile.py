@@ -18,6 +18,7 @@ from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.segment import compile_segments
+from iron.compiler.through_ddr import tile_before_state_write
 from iron.compiler.shims import ShimShortfall, connect, share, shim_shortfall
 from iron.compiler.words import WordTable
 from iron.errors import DoesNotFit, LoopError, PlacementError
@@ -33,6 +34,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
     if kept is not None and kept[0] is feeds:
         return kept[1]
     check_feeds(program, device, feeds)
+    program, through = tile_before_state_write(program)
     groups = fuse(program)
     padded = pad_to_block(program, groups, device)   # once: every segment sees the same layout
     whole = try_groups(program, groups, device, feeds, None, host_placements(program, padded), check=True)
@@ -40,7 +42,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
         plan = whole
     else:   # too big for the array at once: segments
         plan = compile_segments(program, device, groups, feeds, try_groups, whole, padded)
-    rules = (*shared_rules(program, groups, device), *plan.rules, *passed_rules(program, groups, padded),
+    rules = (*through, *shared_rules(program, groups, device), *plan.rules, *passed_rules(program, groups, padded),
              *zeros_rules(program, groups, padded))
     if len(rules) > len(plan.rules):   # the design-wide padding rules
         plan = replace(plan, rules=rules)

@@ -45,6 +45,7 @@ from iron.ir import (
     external_inputs,
     frame,
     is_host_tensor,
+    is_through,
     nbytes,
     state_written_whole,
     tensor_inputs,
@@ -398,7 +399,7 @@ def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
         state = state_written_whole(call)
         if state is None or users:
             return "it writes part of a state" if state is None else "its result is read besides the state it writes"
-        return state_unpadded(state, (call,), readers)
+        return "" if is_through(state) else state_unpadded(state, (call,), readers)
     if shown(call, readers):
         return ""
     if group_of and users.count(Reader.HOST) <= 1 and all(u is Reader.HOST or isinstance(u, Node) for u in users):
@@ -631,6 +632,8 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
         sides = agreed[call]
     elif len(members) > 1:
         sides = (joined_sides(members, device) or {}).get(call)
+    elif is_through(result_of(call)):   # read whole by calls that know no padding: K alone padded
+        sides = best_sides(call, device, {0: call.shape[0]})
     else:
         sides = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None)
     sides = sides and squared(call, sides, readers, group_of, device)
@@ -639,7 +642,7 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
         return {}
     big_m, big_k, big_n = sides
     if len(call.shape) == 1:
-        found = {a: (big_m, big_k), b: (big_k,), result_of(call): (big_m,)}
+        found = {a: (big_m, big_k), b: (big_k,)} | ({} if is_through(result_of(call)) else {result_of(call): (big_m,)})
     else:
         found = {a: (big_m, big_k), b: (big_k, big_n), result_of(call): (big_m, big_n)}
     for operand in (a, b):   # made over the padded layout: `zeros_upstream`, `rows_upstream`
