@@ -18,8 +18,8 @@ from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.segment import compile_segments
-from iron.compiler.through_ddr import tile_before_state_write
 from iron.compiler.shims import ShimShortfall, connect, share, shim_shortfall
+from iron.compiler.through_ddr import tile_before_state_write
 from iron.compiler.words import WordTable
 from iron.errors import DoesNotFit, LoopError, PlacementError
 from iron.ir import Program, call_label

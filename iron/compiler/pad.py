@@ -910,6 +910,8 @@ def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]
     calls = group.calls
     if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or readers.get(calls[0]) != [Reader.HOST]:
         return {}
+    if calls[0].arg.kernel.role is Role.EXPANSION:   # streams in units of a row (`stream_expansion_units`)
+        return {}
     (call,), x = calls, calls[0].src[0]
     if unpaddable(x, calls, readers):
         return {}

@@ -48,6 +48,7 @@ from iron.compiler.tiling import (
     choose_grid,
     core_room,
     divisors,
+    expansion_unit,
     joined_pieces,
     row_streamable,
     rows_do_not_stream,
@@ -68,6 +69,7 @@ from iron.ir import (
     external_inputs,
     is_computed_view,
     is_host_tensor,
+    is_through,
     nbytes,
     state_of,
     storage,
@@ -393,7 +395,8 @@ def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int
         return None
     spare, shim_in = limits
     x = calls[0].src[0]
-    flow = _choose_flow(calls, free, spare, device, shim_in, padded, width=padded.get(x, x.shape)[1])
+    width = expansion_unit(calls[0]) if role(calls[0]) is Role.EXPANSION else padded.get(x, x.shape)[1]
+    flow = _choose_flow(calls, free, spare, device, shim_in, padded, width=width)
     if flow is None:
         return None
     return replace(flow, mems=tuple(channels.take(col, 1 + len(flow.rows), len(flow.rows) + 1) for col in flow.cols))
@@ -468,11 +471,15 @@ def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict,
                                                 ("B", "pad_through_matmul_b", call.src[1]))
                        if is_cut_value(n) and n not in written)
     result = f"the state {state_of(destination(call))} it writes whole" if call.arg.writes else "the result"
+    through = call.arg.writes and is_through(destination(call))   # read back whole: M its own
+    lie = (f"A and B lie so in DDR, the host writes the user's region; {result}, which its readers read back whole, "
+           "keeps M (tile_before_state_write)") if through else \
+        f"A, B and {result} lie so in DDR, the host writes and reads the user's region"
     return [("pad_to_block", f"{group.name}: {call_label(program, call)} padded with zeros ({sides}) over "
-                             f"{len(grid.tiles)} tiles: A, B and {result} lie so in DDR, the host writes and reads "
-                             "the user's region" + "; K's padding is zeros in both operands" * k_padded
+                             f"{len(grid.tiles)} tiles: {lie}" + "; K's padding is zeros in both operands" * k_padded
                              + computed * k_padded
-                             + "; the result's padding is computed from zeros, never read as the user's region")]
+                             + "; the result's padding is computed from zeros, never read as the user's region"
+                             * (not through))]
 
 
 def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict,

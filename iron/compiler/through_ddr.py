@@ -43,14 +43,19 @@ def tile_before_state_write(program: Program) -> tuple[Program, tuple[tuple[str,
     rewritten = replace(program, calls=tuple(rebuilt(c) for c in program.calls),
                         declarations=program.declarations + declared,
                         memories=program.memories + tuple(buffers.values()))
-    return rewritten, tuple((TILE_BEFORE_STATE_WRITE,
-        f"{call_label(program, c)} ({c.src[0].shape[0]}, {c.src[0].shape[1]}) writes its result to {through_name(program, c)}, "
-        "a DDR buffer of the compiler's, over the array (tile_matmul_over_array); "
-        f"{', '.join(call_label(program, r) for r in _readers(program, c))} read it back after the grid's writes"
-        ) for c in taken)
+    return rewritten, tuple((TILE_BEFORE_STATE_WRITE, _text(program, c)) for c in taken)
+
+
+def _text(program: Program, call: Node) -> str:
+    """The rule's describe() line for one MatVec it takes."""
+    readers = [call_label(program, r) for r in _readers(program, call)]
+    return (f"{call_label(program, call)} {call.src[0].shape} writes its result to {through_name(program, call)}, a DDR "
+            f"buffer of the compiler's, over the array (tile_matmul_over_array); {', '.join(readers)} "
+            f"read{'s' * (len(readers) == 1)} it back after the grid's writes")
 
 
 def through_name(program: Program, call: Node) -> str:
+    """The name of the DDR buffer a MatVec the rule takes writes."""
     return f"through.{call_label(program, call)}"
 
 
@@ -64,9 +69,9 @@ def _takes(program: Program, call: Node) -> bool:
     carried = {v.src[0] for _, v in program.carry if v.op == Op.ELEM}
     if call in program.outputs or call in carried:
         return False
-    readers = _readers(program, call)
-    return any(r.arg.writes for r in readers)
+    return any(r.arg.writes for r in _readers(program, call))
 
 
 def _readers(program: Program, call: Node) -> list[Node]:
+    """The calls reading `call`'s result directly."""
     return [c for c in program.calls if call in c.src]

@@ -170,3 +170,42 @@ def test_a_user_kernel_declaring_the_expansion_role_fuses_and_runs_as_dequant(on
     x = np.random.default_rng(4).standard_normal(512).astype(F32)
     np.testing.assert_array_equal(compiled[1](x), compiled[0](x))
     agree(compiled[1](x), library.reference(x))
+
+
+# ---- stream_expansion_units: a Dequant alone over blocks larger than a tile -------------------------
+
+class Expand(iron.Graph):
+    """The weights of a GGUF matrix, expanded by Dequant alone and returned."""
+
+    def __init__(self, blocks, fmt):
+        self.w, self.block_bytes = iron.weight(blocks), fmt.nbytes
+
+    def body(self):
+        return Dequant.step(self.w, block_bytes=self.block_bytes)
+
+
+EXPANDED = [
+    (Q8_0, 2048, 2048, "npu2", "2176 elements streamed in blocks of 64 units of 34 elements, each expanded alone "
+     "(stream_expansion_units) over 32 tiles (4 rows x 8 columns of cores), 64 blocks per core"),
+    (Q8_0, 2048, 2048, "npu1", "2176 elements streamed in blocks of 64 units of 34 elements, each expanded alone "
+     "(stream_expansion_units) over 16 tiles (4 rows x 4 columns of cores), 128 blocks per core"),
+    (Q4_1, 2047, 2048, "npu2", "1280 elements streamed in blocks of 178 units of 20 elements, each expanded alone "
+     "(stream_expansion_units) over 32 tiles (4 rows x 8 columns of cores), 23 blocks per core"),
+    # one row of 65536 weights (256 KiB in float32) is wider than a tile: its units stream all the same
+    (Q8_0, 3, 65536, "npu2", "69632 elements streamed in blocks of 96 units of 34 elements, each expanded alone "
+     "(stream_expansion_units) over 32 tiles (4 rows x 8 columns of cores), 2 blocks per core"),
+]
+
+
+@pytest.mark.parametrize("fmt, rows, k, device, text", EXPANDED, ids=["q8-npu2", "q8-npu1", "q4-2047", "q8-one-wide-row"])
+def test_a_dequant_alone_larger_than_a_tile_streams_in_units_of_gguf_blocks(on_emulator, fmt, rows, k, device, text):
+    """`stream_expansion_units`: Dequant of a (2048, 2048) Q8_0 weight (16 MiB expanded) was
+    DoesNotFit on one tile; each GGUF block expands alone, so the rows, lying end to end, stream
+    in blocks of whole GGUF blocks over the array, bit-exact with reference()."""
+    graph = Expand(random_blocks(np.random.default_rng(6), rows, k, fmt), fmt)
+    body = graph.compile(device=from_name(device))
+    assert [what for rule, what in body.plan.rules if rule == "stream_row_blocks"] == [
+        f"g0: Dequant over {rows} rows of {text}"]
+    got = body()
+    assert got.shape == (rows, k) and got.dtype == F32
+    np.testing.assert_array_equal(got, graph.reference())
