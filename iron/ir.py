@@ -311,12 +311,6 @@ def state_of(node: Node) -> str | None:
     return memory.arg[1] if memory.op == Op.MEMORY and memory.arg[0] in ("state", THROUGH) else None
 
 
-def is_through(node: Node) -> bool:
-    """Whether a tensor is (a view of) a DDR buffer of the compiler's own (THROUGH)."""
-    memory = storage(node)
-    return memory.op == Op.MEMORY and memory.arg[0] == THROUGH
-
-
 def frame(view: Node) -> tuple[int, ...]:
     """The shape a VIEW's axes index: its tensor's, or another of the same size (a reshape)."""
     extents = []

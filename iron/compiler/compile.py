@@ -2,8 +2,10 @@
 list of passes, each taking the value the one before made: fuse (groups), place (a Layout),
 route and fit_compute_channels (Routes), lower (a Lowered design), share and connect (shim
 channels), assemble and fit (a Plan, tile memory), check_plan; a design too big for the array at
-once is cut into segments, each compiled by the same passes (segment.py). docs/architecture.md
-draws the pipeline. Plans are kept per Program, device and fed Plan, so compiling again costs a lookup."""
+once is cut into segments, each compiled by the same passes (segment.py; the last segment's
+Program first gets a Copy of each carried element an earlier one made: carry_from_earlier_segment).
+docs/architecture.md draws the pipeline. Plans are kept per Program, device and fed Plan, so
+compiling again costs a lookup."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -13,7 +15,7 @@ from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.fuse import Group, fuse
 from iron.compiler.invariants import check_plan
 from iron.compiler.lower import Lowered, lower
-from iron.compiler.pad import pad_to_block, passed_rules, shared_rules, zeros_rules
+from iron.compiler.pad import pad_to_block, passed_rules, region_rules, shared_rules, zeros_rules
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
@@ -43,7 +45,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
     else:   # too big for the array at once: segments
         plan = compile_segments(program, device, groups, feeds, try_groups, whole, padded)
     rules = (*through, *shared_rules(program, groups, device), *plan.rules, *passed_rules(program, groups, padded),
-             *zeros_rules(program, groups, padded))
+             *zeros_rules(program, groups, padded), *region_rules(program, groups, padded))
     if len(rules) > len(plan.rules):   # the design-wide padding rules
         plan = replace(plan, rules=rules)
     plans[(device, id(feeds))] = (feeds, plan)

@@ -14,7 +14,9 @@ across a segment cut into the compiler's DDR), or by calls that compute over the
 elementwise group reads together padded alike, `pad_joined`; an elementwise result over a
 padded layout passes it on to the next elementwise group or MatMul, `pad_passed_on`; a tensor
 read as both operands lies square, `pad_square`), so no padding a kernel writes is read as the
-user's data. Decided once per design, before placement, from the Program and its
+user's data; a product padded in K only keeps its result's shape, whoever reads it
+(`pad_k_only`), and an input several streams read lies padded once for them all
+(`pad_shared_stream`). Decided once per design, before placement, from the Program and its
 groups, so every segment sees the same layout."""
 from __future__ import annotations
 
@@ -45,7 +47,6 @@ from iron.ir import (
     external_inputs,
     frame,
     is_host_tensor,
-    is_through,
     nbytes,
     state_written_whole,
     tensor_inputs,
@@ -57,10 +58,13 @@ PAD_THROUGH_ZEROS = "pad_through_zeros"
 PAD_SHARED_INPUT = "pad_shared_input"
 PAD_PASSED_ON = "pad_passed_on"
 PAD_UPSTREAM_ROWS = "pad_upstream_rows"
+PAD_SHARED_STREAM = "pad_shared_stream"
+PAD_ROW_REGION = "pad_row_region"
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
-PLAIN = (Role.OTHER, Role.EXPANSION)   # roles of calls that neither tile nor stream
+PLAIN = (Role.OTHER, Role.EXPANSION)   # roles of calls that neither tile nor stream (an expansion streams
+                                       # only alone, over whole host tensors: `stream_expansion_units`)
 FEW_CALLS = 64      # kernel calls per core a grid's own sides may take before fewer are worth padding for
 
 
@@ -81,7 +85,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[No
         # pad_through first: a MatMul reading a result already padded takes its layout, not sides of its own
         padded |= pad_through(group, padded, readers, group_of, device) or \
             pad_matrix(group, readers, group_of, device, agreed) or \
-            pad_stream(group, readers, device) or pad_rows(group, readers, device)
+            pad_stream(group, readers, group_of, device) or pad_rows(group, readers, device)
     return padded
 
 
@@ -399,7 +403,7 @@ def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
         state = state_written_whole(call)
         if state is None or users:
             return "it writes part of a state" if state is None else "its result is read besides the state it writes"
-        return "" if is_through(state) else state_unpadded(state, (call,), readers)
+        return state_unpadded(state, (call,), readers)
     if shown(call, readers):
         return ""
     if group_of and users.count(Reader.HOST) <= 1 and all(u is Reader.HOST or isinstance(u, Node) for u in users):
@@ -529,7 +533,8 @@ def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
     the host's. Its rows may lie padded wider too only when `width_unshared` finds nothing
     against it (else `pad_matrix` keeps N: N's padding in a row reduced whole would change it)."""
     call = calls[0]
-    if len(calls) != 1 or call.src[0] is not result or call.arg.writes or held_bytes(list(calls)) <= SIZE_LIMIT:
+    if len(calls) != 1 or call.src[0] is not result or call.arg.writes or held_bytes(list(calls)) <= SIZE_LIMIT \
+            or len(result.shape) != 2:
         return f"does not stream the rows of {describe(result)} alone in its group"
     if readers.get(call) != [Reader.HOST]:
         return f"makes {describe(call)}, read by more than the host"
@@ -604,7 +609,17 @@ def shown(call: Node, readers: dict) -> bool:
     blocks that know no padding)."""
     users = readers.get(call, [])
     return bool(users) and users.count(Reader.HOST) <= 1 and all(
-        u in (Reader.HOST, Reader.VIEW) or (isinstance(u, Node) and u.arg.kernel.role in PLAIN) for u in users)
+        u in (Reader.HOST, Reader.VIEW) or (isinstance(u, Node) and reads_region(u, call)) for u in users)
+
+
+def reads_region(user: Node, node: Node) -> bool:
+    """Whether a call reads only the user's region of `node` where it lies padded (words.placement_access):
+    one that neither tiles nor streams, or a row reduction of `node` as its one row (a vector:
+    it never streams, and its kernel reduces the row's first `length` elements, the user's
+    width when the call gives none), so no padding it might read wins an Argmax."""
+    role = user.arg.kernel.role
+    return role in PLAIN or role is Role.ROW_REDUCTION and user.src[0] is node and len(node.shape) == 1 \
+        and node not in user.src[1:]
 
 
 def pad_matrix(group: Group, readers: dict, group_of: dict, device,
@@ -617,34 +632,42 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
     the result padded to them. While a view or a plain call reads the result (across a cut) the
     call may run off the grid, reading its operands row by row (words.placement_access): then
     their rows must be whole words. `agreed`: the sides `pad_shared_input` agreed for the products
-    sharing a tensor, taken instead."""
+    sharing a tensor, taken instead. A result whose readers may not read it padded keeps its
+    shape: then only K is padded (`pad_k_only`)."""
     call = lone_product(group)
-    if call is None or matrix_unpadded(call, readers, group_of):
+    if call is None:
+        return {}
+    k_only = bool(readers_unshared(call, readers, group_of))
+    members = (call,) if k_only else joined_with(call, readers, group_of)
+    if operands_unpadded(call, members, readers, group_of):
         return {}
     a, b = call.src[:2]
-    plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and u.arg.kernel.role in PLAIN for u in readers.get(call, []))
+    plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and reads_region(u, call) for u in readers.get(call, []))
     if plain_reader and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
         return {}
-    members = joined_with(call, readers, group_of)
     if not all(map(large, members)):
         return {}
-    if call in (agreed or {}):
+    own_m, _, own_n = call_sides(call)
+    if k_only:
+        sides = best_sides(call, device, {0: own_m, 2: own_n})
+    elif call in (agreed or {}):
         sides = agreed[call]
     elif len(members) > 1:
         sides = (joined_sides(members, device) or {}).get(call)
-    elif is_through(result_of(call)):   # read whole by calls that know no padding: K alone padded
-        sides = best_sides(call, device, {0: call.shape[0]})
     else:
         sides = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None)
     sides = sides and squared(call, sides, readers, group_of, device)
-    if sides is None or any(chained(u, {read: sides[::2]} | beside(u, read, agreed), device) is None
-                            for u, read in matrix_readers(call, readers, group_of)):
+    if sides is None or k_only and sides[::2] != (own_m, own_n) or not k_only and any(
+            chained(u, {read: sides[::2]} | beside(u, read, agreed), device) is None
+            for u, read in matrix_readers(call, readers, group_of)):
         return {}
     big_m, big_k, big_n = sides
     if len(call.shape) == 1:
-        found = {a: (big_m, big_k), b: (big_k,)} | ({} if is_through(result_of(call)) else {result_of(call): (big_m,)})
+        found = {a: (big_m, big_k), b: (big_k,), result_of(call): (big_m,)}
     else:
         found = {a: (big_m, big_k), b: (big_k, big_n), result_of(call): (big_m, big_n)}
+    if k_only:   # `pad_k_only`: the result lies in its own shape, whoever reads it
+        del found[result_of(call)]
     for operand in (a, b):   # made over the padded layout: `zeros_upstream`, `rows_upstream`
         if operand.op != Op.CALL:
             continue
@@ -841,13 +864,23 @@ def best_sides(call: Node, device, fixed: dict[int, int] | None = None,
     kernel calls per core, then the least work per core, then the fewest elements moved; None
     when none is."""
     own, up, fixed = call_sides(call), padded_sides(call, device), fixed or {}
-    tried = set(product(*({fixed[i]} if i in fixed else {side, u} for i, (side, u) in enumerate(zip(own, up)))))
+    near = (word_rows(call), *own[1:])
+    tried = set(product(*({fixed[i]} if i in fixed else {side, n, u}
+                          for i, (side, n, u) in enumerate(zip(own, near, up)))))
     if any_grid or any(own[i] != side for i, side in fixed.items()):
         scored = _ranked(call, device, tried)
     else:
         scored = _ranked(call, device, tried - {own}, _grid_score(whole_device_grid(call, device))) \
             if tried != {own} else []
     return min(scored)[1] if scored else None
+
+
+def word_rows(call: Node) -> int:
+    """The rule `pad_m_to_words`: a MatVec's M padded to the fewest rows whose results are whole
+    32-bit words (a 1-row bfloat16 MatVec: 2 rows, not a multiple of ROW_QUANTUM per core), tried
+    beside `padded_sides`; a MatMul's own M."""
+    per_word = 4 // min(4, call.dtype.itemsize) if len(call.shape) == 1 else 1
+    return -(-call_sides(call)[0] // per_word) * per_word
 
 
 def padded_sides(call: Node, device) -> tuple[int, int, int]:
@@ -873,13 +906,37 @@ def _grid_score(grid) -> tuple[float, int] | None:
     return math.prod(grid.sides) / grid.cores, grid.rounds * grid.per_round * grid.k_blocks
 
 
-def pad_stream(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:
+def pad_stream(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
     """Elementwise calls that stream (`stream_elementwise`) over one-dimensional paddable
-    tensors, whose last result only the host reads: their length padded to a multiple of
-    FLOW_QUANTUM per core of the device, when that streams `better` (blocks count as kernel
-    calls) than their own length."""
+    tensors, whose last result is read only as the user's region (`shown`): their length padded
+    to a multiple of FLOW_QUANTUM per core of the device, when that streams `better` (blocks
+    count as kernel calls) than their own length. An input other streamed groups read too is
+    padded once for them all (`pad_shared_stream`)."""
+    family = stream_family(group, readers, group_of)
+    every = tuple(c for g in family for c in g.calls)
+    padded = [stream_padding(g, readers, device, every) for g in family]
+    if not all(padded) or len({p[result_of(g.calls[-1])] for p, g in zip(padded, family)}) != 1:
+        return {}
+    return {n: shape for p in padded for n, shape in p.items()}
+
+
+def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
+    """The rule `pad_shared_stream`: `group` and the groups reading an input of it, and theirs in
+    turn; they stream over one padded length, or none is padded (a tensor lies in one layout)."""
+    family, todo = [], [group]
+    while todo:
+        g = todo.pop()
+        if g in family:
+            continue
+        family.append(g)
+        todo += [group_of[u] for n in external_inputs(g.calls) for u in readers.get(n, []) if isinstance(u, Node)]
+    return family
+
+
+def stream_padding(group: Group, readers: dict, device, also: tuple[Node, ...] = ()) -> dict[Node, tuple[int, ...]]:
+    """`pad_stream` of one group, `also` (the calls of its family) reading its inputs padded too."""
     calls = group.calls
-    if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or stream_unpadded(calls, readers):
+    if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or stream_unpadded(calls, readers, also):
         return {}
     size, cores = calls[-1].size, device.n_cols * len(device.compute_rows)
     quantum = FLOW_QUANTUM * cores
@@ -887,18 +944,22 @@ def pad_stream(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...
     padded = _flow_score(calls, device, length)
     if length == size or padded is None or not better(padded, _flow_score(calls, device, None)):
         return {}
-    return {n: (length,) for n in (*external_inputs(calls), calls[-1])}
+    return {n: (length,) for n in (*external_inputs(calls), result_of(calls[-1]))}
 
 
-def stream_unpadded(calls, readers: dict) -> str:
-    """Why `pad_stream` may not pad elementwise calls' tensors, "" when it may."""
-    if len(calls[-1].shape) != 1:
+def stream_unpadded(calls, readers: dict, also: tuple[Node, ...] = ()) -> str:
+    """Why `pad_stream` may not pad elementwise calls' tensors, "" when it may (`also`: other
+    calls that read their inputs padded alike, `pad_shared_stream`)."""
+    last = calls[-1]
+    if len(last.shape) != 1:
         return "their tensors are not one-dimensional"
-    if readers.get(calls[-1]) != [Reader.HOST]:
-        return f"{describe(calls[-1])} is read by more than the host"
+    if last.arg.writes and (readers.get(last) or destination(last).op == Op.VIEW):
+        return f"{describe(last)} is read, or written into a view of {describe(destination(last))}"
+    if not last.arg.writes and not shown(last, readers):
+        return f"{describe(last)} is read by more than the host, views and calls that read its user's region"
     if returned := [c for c in calls[:-1] if Reader.HOST in readers.get(c, [])]:
         return f"{describe(returned[0])} is returned too, in its own length"
-    return next((why for n in external_inputs(calls) if (why := unpaddable(n, calls, readers))), "")
+    return next((why for n in external_inputs(calls) if (why := unpaddable(n, (*calls, *also), readers))), "")
 
 
 def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:
@@ -977,6 +1038,25 @@ def passed_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> l
     return lines
 
 
+def region_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> list[tuple[str, str]]:
+    """`pad_shared_stream` and `pad_row_region` as describe() shows them, once for the design:
+    each input several streamed groups read lying padded once for them, and each row reduction
+    reading a padded vector's user's region only (`reads_region`)."""
+    readers, lines = readers_of(program, groups), []
+    for node, shape in padded.items():
+        users = [u for u in readers.get(node, []) if isinstance(u, Node)]
+        if node.op != Op.CALL and len({id(u) for u in users}) > 1 and len(shape) == 1:
+            labels = ", ".join(call_label(program, u) for u in users)
+            lines.append((PAD_SHARED_STREAM, f"{describe(node)} lies padded once to {shape} for {labels}, each group "
+                          "streaming over it padded alike"))
+        for u in users:
+            if u.arg.kernel.role is Role.ROW_REDUCTION and reads_region(u, node):
+                lines.append((PAD_ROW_REGION, f"{call_label(program, u)} reads {describe(node)} where it lies padded "
+                              f"to {shape}, its user's region only: the first {node.size} elements, the kernel told "
+                              f"length={u.arg.attr_dict.get('length') or node.size}, so the padding is never reduced"))
+    return lines
+
+
 # ---- what placement reads back --------------------------------------------------------------------
 
 def padded_nodes(program: Program, placements) -> dict[Node, tuple[int, ...]]:
@@ -1035,7 +1115,7 @@ def stream_length(calls, inputs, padded: dict) -> int | None:
     """The elements the streamed inputs of elementwise calls or a row reduction lie in: padded
     (all of them and the result, to as many rows), or their own (the result may lie padded
     alone: `pad_written_by_producer`); None when they lie otherwise."""
-    tensors = (*inputs, calls[-1])
+    tensors = (*inputs, result_of(calls[-1]))
     if not any(n in padded for n in inputs):
         return inputs[0].size
     if not all(n in padded for n in tensors) or len({padded[n][0] for n in tensors}) != 1:

@@ -26,15 +26,18 @@ from iron.compiler.fuse import (
 from iron.compiler.pad import (
     PAD_UPSTREAM_ROWS,
     PAD_WRITTEN_BY_PRODUCER,
+    ROW_QUANTUM,
     best_sides,
     grid_sides,
     is_cut_value,
     matrix_unpadded,
     padded_nodes,
+    padded_sides,
     producer_written_nodes,
     readers_of,
     stream_length,
     stream_unpadded,
+    word_rows,
     zeros_made_nodes,
 )
 from iron.compiler.plan import Tile, TileKind
@@ -69,9 +72,9 @@ from iron.ir import (
     external_inputs,
     is_computed_view,
     is_host_tensor,
-    is_through,
     nbytes,
     state_of,
+    state_written_whole,
     storage,
     tensor_inputs,
 )
@@ -327,8 +330,7 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
     if outside.get(calls[-1], ()) != (() if calls[-1].arg.writes else (Reader.HOST,)):
         return None
     dest = destination(calls[-1])
-    if dest is not None and storage(dest) in padded or any(n.op == Op.VIEW and storage(n) in padded
-                                                            for n in external_inputs(calls)):
+    if any(n.op == Op.VIEW and storage(n) in padded for n in (*external_inputs(calls), *filter(None, [dest]))):
         return None   # a view's run of words is its own shape's (`stream_contiguous_views`), not a padded one's
     spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
     flow = _choose_flow(calls, free, spare, device, shim_in, padded, returned=returned)
@@ -471,15 +473,30 @@ def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict,
                                                 ("B", "pad_through_matmul_b", call.src[1]))
                        if is_cut_value(n) and n not in written)
     result = f"the state {state_of(destination(call))} it writes whole" if call.arg.writes else "the result"
-    through = call.arg.writes and is_through(destination(call))   # read back whole: M its own
-    lie = (f"A and B lie so in DDR, the host writes the user's region; {result}, which its readers read back whole, "
-           "keeps M (tile_before_state_write)") if through else \
-        f"A, B and {result} lie so in DDR, the host writes and reads the user's region"
+    if grid.padded[::2] == call_sides(call)[::2]:   # `pad_k_only`
+        return [("pad_to_block", f"{group.name}: {call_label(program, call)} padded with zeros ({sides}) over "
+                                 f"{len(grid.tiles)} tiles: A and B lie so in DDR, the host writes the user's region; "
+                                 f"K's padding is zeros in both operands{computed}; {result} keeps its own shape "
+                                 "(pad_k_only: M and N unpadded, so whoever reads it reads no padding)")]
     return [("pad_to_block", f"{group.name}: {call_label(program, call)} padded with zeros ({sides}) over "
-                             f"{len(grid.tiles)} tiles: {lie}" + "; K's padding is zeros in both operands" * k_padded
+                             f"{len(grid.tiles)} tiles: A, B and {result} lie so in DDR, the host writes and reads "
+                             "the user's region" + "; K's padding is zeros in both operands" * k_padded
                              + computed * k_padded
                              + "; the result's padding is computed from zeros, never read as the user's region"
-                             * (not through))]
+                             + word_rows_text(call, grid, device))]
+
+
+def word_rows_text(call: Node, grid: Grid, device) -> str:
+    """`pad_m_to_words`' choice as describe() shows it: a MatVec's M padded to the fewest rows of
+    whole-word results instead of ROW_QUANTUM per core, and the bytes of A either way."""
+    big_m, big_k = grid.padded[:2]
+    up = padded_sides(call, device)[0]
+    if not grid.vector or big_m != word_rows(call) or big_m in (up, call.shape[0]):
+        return ""
+    size = call.src[0].dtype.itemsize
+    return (f"; pad_m_to_words: M padded to {big_m}, the fewest rows whose {call.dtype.name} results are whole 32-bit "
+            f"words, not {up} ({ROW_QUANTUM} rows per core): A takes {big_m * big_k * size} bytes padded, not "
+            f"{up * big_k * size}")
 
 
 def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict,
@@ -518,6 +535,10 @@ def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict,
         what = (f"over {rows} rows of {flow.width} elements streams padded with zeros to {flow.size // flow.width} "
                 f"rows (the rows and the result lie so in DDR, the host writes and reads the first {rows}; a row's "
                 "width is never padded)")
+    elif call.arg.writes:   # `stream_into_state` over a whole state
+        what = (f"over {call.size} elements streams padded with zeros to {flow.size} elements into the state "
+                f"{state_of(destination(call))} (the inputs and the state lie so in DDR, the host writes and reads the "
+                f"first {call.size}; the state's padding, written only by these calls, is never read as the user's)")
     else:
         what = (f"over {call.size} elements streams padded with zeros to {flow.size} elements (the inputs and the "
                 f"result lie so in DDR, the host writes and reads the first {call.size})")
@@ -530,7 +551,9 @@ def written_padding_rule(program: Program, group: Group, calls, padded: dict,
     padded for a later padded call, and where a padded grid or stream reads a tensor another
     call writes (another group's result, or a state) in its user's region only."""
     made = [(n, padded[n]) for i, n in enumerate(program.outputs) if n in calls and n in written]
-    read = [(n, padded[n]) for n in external_inputs(calls) if n in padded and (n in written or state_of(n))]
+    whole = {state_written_whole(c) for c in calls}   # a state these calls write whole lies in their own layout
+    read = [(n, padded[n]) for n in external_inputs(calls) if n in padded and (n in written or state_of(n))
+            and n not in whole]
     lines = [f"{group.name}: {call_label(program, n)} writes its result row by row into the user's region of "
              f"{shape}, the padded layout a later padded call reads it in; the padding, never written, stays the "
              "zeros the buffer is made with" for n, shape in made]

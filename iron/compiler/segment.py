@@ -7,7 +7,8 @@ the search probes only until the rule's cut is settled (`settle_the_cut`).
 A value one segment computes and a later one reads crosses the cut through a DDR buffer the
 compiler allocates (a CUT placement after the outputs); weights, params and
 states stay in their host buffers. Every segment addresses the design's host buffers and one
-scratchpad of words; only the last has the Emit, so a CarriedLoop runs a segmented body as any."""
+scratchpad of words; only the last has the Emit, so a CarriedLoop runs a segmented body as any
+(a carried element an earlier segment made is copied into the last: `carry_from_earlier_segment`)."""
 from __future__ import annotations
 
 import math
@@ -15,16 +16,18 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from iron.compiler.allocate import host_buffers, host_placements
-from iron.compiler.fuse import Group
+from iron.compiler.fuse import END, Group
 from iron.compiler.invariants import check_plan
 from iron.compiler.pad import design_unpadded, written_by_producer, zeros_made
 from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
-from iron.errors import CarryError, DoesNotFit
-from iron.ir import Node, Op, Program, call_label, nbytes, storage
+from iron.errors import DoesNotFit
+from iron.ir import Call, Node, Op, Program, call_label, nbytes
+from iron.kernels.registry import copy_kernel
 
 FEWEST_BYTES_CUT = "fewest_bytes_cut"
+CARRY_FROM_EARLIER_SEGMENT = "carry_from_earlier_segment"
 CUT_WINDOW = 4   # a segment may end anywhere in the last 1/CUT_WINDOW of the groups that fit
 
 
@@ -81,7 +84,8 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
         host_buffers=buffers, placements=placements, fifos=(), links=(), buffers=(), functions=(), cores=(),
         sequence=(), words=words, emit=emit, carry=plans[-1].carry,
         groups=tuple(g for p in plans for g in p.groups),
-        rules=(*((FEWEST_BYTES_CUT, _cut_text(c)) for c in cuts), *(r for p in plans for r in p.rules)),
+        rules=(*((FEWEST_BYTES_CUT, _cut_text(c)) for c in cuts), *flow.carry_rules(Segment(*stops[-2:])),
+               *(r for p in plans for r in p.rules)),
         holds={k: v for p in plans for k, v in p.holds.items()},
         closed_by={k: v for p in plans for k, v in p.closed_by.items()},
         segments=tuple(plans), cuts=cuts,
@@ -325,34 +329,57 @@ class Flow:
         calls = tuple(rebuilt(c) if c in mine else c for c in program.calls)
         outputs = [rebuilt(n) for n in program.outputs if n in mine or (last and n not in self.made)]
         outputs += [rebuilt(n) for n in self._cut_sent(segment)]
-        if last:
-            self._check_carry(mine)
         carry = tuple((name, rebuilt(v)) for name, v in program.carry) if last else ()
         groups = tuple(Group(g.name, tuple(memo[c] for c in g.calls), g.closed_by)
                        for g in self.groups[segment.start:segment.stop])
         ordered = [n for n in program.inputs if n in inputs] + [n for n in inputs if n not in program.inputs]
         sub = replace(program, inputs=tuple(ordered), calls=calls, outputs=tuple(outputs), carry=carry)
-        return sub, groups
+        if not last:
+            return sub, groups
+        return carry_from_earlier_segment(sub, groups, [memo[n] for n in self.carried_from_earlier(segment)],
+                                          f"g{len(self.groups)}")
 
-    def _check_carry(self, last: set[Node]):
-        """Refuse a carried element computed before the last segment (calls `last`): the next
-        carried values are taken in the last segment (by its Emit, or the host from its outputs),
-        so any segmentation of this design fails the same way."""
-        for name, value in self.program.carry:
-            made = storage(value.src[0]) if value.op == Op.ELEM else None
-            if made is not None and made.op == Op.CALL and made not in last:
-                label = call_label(self.program, made)
-                raise CarryError(
-                    f"{self.program.name} is cut into segments and carries {name}, the element {label} "
-                    f"computes, but {label} runs in an earlier segment than the last one, where the next "
-                    f"carried values are taken: carry a copy made by the last call of body() "
-                    f"(iron.carry({name}=Copy.step(...)))."
-                )
+    def carried_from_earlier(self, segment: Segment) -> list[Node]:
+        """The calls before the last segment `segment` making an element the body carries, once each."""
+        mine = self._mine(segment)
+        return list(dict.fromkeys(v.src[0] for _, v in self.program.carry
+                                  if v.op == Op.ELEM and v.src[0] not in mine))
+
+    def carry_rules(self, segment: Segment) -> list[tuple[str, str]]:
+        """What `carry_from_earlier_segment` inserted into the last segment `segment`, as rule lines."""
+        last, _ = self.segment_program(segment)
+        copies = last.calls[len(self.program.calls):]
+        lines = []
+        for copy, made in zip(copies, self.carried_from_earlier(segment)):
+            names = ", ".join(name for name, v in self.program.carry if v.op == Op.ELEM and v.src[0] is made)
+            lines.append((CARRY_FROM_EARLIER_SEGMENT,
+                          f"{call_label(last, copy)} copies {names}, the element {call_label(self.program, made)} "
+                          f"computes before the last segment, from its DDR buffer {self.cut_name(made)} into "
+                          f"the last segment, where the next carried values are taken"))
+        return lines
 
     def cut(self, before: int) -> Cut:
         values = self.crossing(before)
         return Cut(self.groups[before].name, sum(map(self.lies_in_bytes, values)),
                    tuple(call_label(self.program, n) for n in values))
+
+
+def carry_from_earlier_segment(last: Program, groups: tuple[Group, ...], cut: list[Node],
+                               name: str) -> tuple[Program, tuple[Group, ...]]:
+    """The rule: the next carried values are taken in the last segment (by its Emit, or by the host
+    from its outputs), which has an element an earlier segment computed only as an input, `cut`,
+    the DDR buffer it crossed in; so a Copy of each, appended to the body in a group of its own
+    (`name`), makes it there. The user's calls keep their places, so their labels."""
+    if not cut:
+        return last, groups
+    copy = copy_kernel()
+    copies = {n: Node(Op.CALL, (n,), n.shape, n.dtype, Call(copy, (), 1, False)) for n in cut}
+    carry = tuple((k, Node(Op.ELEM, (copies[v.src[0]],), v.shape, v.dtype)
+                   if v.op == Op.ELEM and v.src[0] in copies else v) for k, v in last.carry)
+    before = replace(groups[-1], closed_by=CARRY_FROM_EARLIER_SEGMENT)
+    added = Group(name, tuple(copies.values()), END)
+    program = replace(last, calls=(*last.calls, *copies.values()), carry=carry)
+    return program, (*groups[:-1], before, added)
 
 
 def _group_structures(groups: tuple[Group, ...], where: dict[Node, tuple[int, int]]) -> tuple[int, ...]:

@@ -13,6 +13,7 @@ from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import HostRole, PlacementKind, TileKind
 from iron.errors import DoesNotFit, IndexOutOfRange, PlanError
 from iron.kernels import (
+    Accumulate,
     Add,
     Argmax,
     Copy,
@@ -22,6 +23,7 @@ from iron.kernels import (
     Max,
     Mul,
     ReLU,
+    Requantize,
     RMSNorm,
     Scale,
     SiLU,
@@ -214,7 +216,8 @@ def test_elementwise_calls_pad_to_block_may_not_pad_do_not_fit_naming_the_paddin
         f"StateSum: Add#0 over 100001 {np.dtype(dtype).name} elements take {3 * 100001 * size} bytes, more than a "
         "compute tile's 64512, and stream_elementwise cuts them into blocks that divide 100001 and hold whole "
         f"32-bit words ({per_word} elements each), of which 100001 has none, and pad_to_block did not pad them: "
-        f"Add(x, s) is read by more than the host. Pad the tensors to {padded_to} elements, or cut the calls in two.")
+        f"Add(x, s) is read by more than the host, views and calls that read its user's region. Pad the tensors to "
+        f"{padded_to} elements, or cut the calls in two.")
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
 
 
@@ -1687,3 +1690,144 @@ def test_a_matvec_of_4099_rows_writing_a_state_pads_the_state_over_the_array():
     assert same_kind_of_mlir(body.plan)
     assert_matches(body(x=x), graph.reference(x=x))
     assert_matches(body.read("s"), w @ x)
+
+
+# ---- odd element counts of 8- and 16-bit types -----------------------------------------------------
+
+class TwoActivations(iron.Graph):
+    def body(self, x):
+        return Exp.step(x), ReLU.step(x)
+
+
+@pytest.mark.parametrize("device, length, cores", [("npu2", 67584, 32), ("npu1", 66560, 16)])
+def test_an_input_two_streamed_groups_read_is_padded_once_for_both(device, length, cores):
+    """Exp(x) and ReLU(x) of 65537 bfloat16 elements (no block of whole words) were refused while x
+    was read by two groups; pad_shared_stream pads x once, both groups stream over it, and both
+    results equal reference()."""
+    x = np.random.default_rng(21).standard_normal(65537).astype(BF16)
+    graph = TwoActivations()
+    body = graph.compile(x=x, device=from_name(device))
+    assert rule(body.plan, "pad_shared_stream") == [
+        f"x lies padded once to ({length},) for Exp#0, ReLU#1, each group streaming over it padded alike"]
+    assert rule(body.plan, "pad_to_block") == [
+        f"g{i}: {label} over 65537 elements streams padded with zeros to {length} elements (the inputs and the result "
+        f"lie so in DDR, the host writes and reads the first 65537) over {cores} tiles"
+        for i, label in enumerate(["Exp#0", "ReLU#1"])]
+    assert padded(body.plan) == {"x": ((65537,), (length,)), "out0": ((65537,), (length,)),
+                                 "out1": ((65537,), (length,))}
+    assert same_kind_of_mlir(body.plan)
+    for got, want in zip(body(x=x), graph.reference(x=x)):
+        assert got.shape == (65537,)
+        assert_matches(got, want)
+
+
+class ProductArgmax(iron.Graph):
+    def body(self, x, y):
+        return Argmax.step(Mul.step(x, y))
+
+
+@pytest.mark.parametrize("device, length, cores", [("npu2", 61440, 16), ("npu1", 60416, 8)])
+def test_an_argmax_of_a_padded_stream_reads_only_the_users_region(device, length, cores):
+    """Mul of 60001 int8 elements streams padded to whole words; the Argmax reading its result (a
+    row of 60001: 65537 int8 would be a row wider than a tile, DoesNotFit) reads only its user's
+    region, so on negative data the padding's zeros never win: equal to reference() exactly."""
+    rng = np.random.default_rng(22)
+    x, y = rng.integers(-100, -1, 60001).astype(np.int8), rng.integers(1, 2, 60001).astype(np.int8)
+    x[-7] = -1   # the maximum, near the end of the user's region
+    graph = ProductArgmax()
+    body = graph.compile(x=x, y=y, device=from_name(device))
+    assert rule(body.plan, "pad_row_region") == [
+        f"Argmax#1 reads Mul(x, y) where it lies padded to ({length},), its user's region only: the first 60001 "
+        "elements, the kernel told length=60001, so the padding is never reduced"]
+    assert rule(body.plan, "pad_to_block") == [
+        f"g0: Mul#0 over 60001 elements streams padded with zeros to {length} elements (the inputs and the result lie "
+        f"so in DDR, the host writes and reads the first 60001) over {cores} tiles"]
+    assert same_kind_of_mlir(body.plan)
+    got = body(x=x, y=y)
+    assert int(got) == int(graph.reference(x=x, y=y)) == 59994
+
+
+class ActivatedIntoState(iron.Graph):
+    def __init__(self, p):
+        self.p = iron.param(p)
+        self.acc = iron.state(p.shape, p.dtype, name="acc")
+
+    def body(self, *, step: Carried[np.int32]):
+        Accumulate.step(ReLU.step(self.p), out=self.acc)
+        return iron.carry(step=step + 1)
+
+
+@pytest.mark.parametrize("device, length, cores", [("npu2", 67584, 12), ("npu1", 66560, 8)])
+def test_a_stream_into_a_whole_state_of_an_odd_length_pads_the_state(device, length, cores):
+    """ReLU of a 65537-element bfloat16 param accumulated into a state of as many: the state lies
+    padded with the param, the stream writes it whole (its padding its own), and after 3 calls,
+    host-driven and as a CarriedLoop (npu2's full ELF), it equals reference()'s."""
+    p = np.random.default_rng(23).standard_normal(65537).astype(BF16)
+    graph = ActivatedIntoState(p)
+    body = graph.compile(device=from_name(device))
+    assert rule(body.plan, "pad_to_block") == [
+        f"g0: Accumulate#1 over 65537 elements streams padded with zeros to {length} elements into the state acc (the "
+        "inputs and the state lie so in DDR, the host writes and reads the first 65537; the state's padding, written "
+        f"only by these calls, is never read as the user's) over {cores} tiles"]
+    assert padded(body.plan) == {"p": ((65537,), (length,)), "acc": ((65537,), (length,))}
+    assert same_kind_of_mlir(body.plan)
+    for step in range(3):
+        assert body(step=step) == graph.reference(step=step)
+    assert_matches(body.read("acc"), graph.read("acc"))
+    assert_matches(graph.read("acc"), 3 * np.maximum(p, 0))
+    if not from_name(device).full_elf:   # npu1 has no device loop: host-driven only
+        return
+    body.write("acc", np.zeros(65537, BF16))
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(2, step=0)) == [0, 1]
+    assert dict(loop.carry) == {"step": 3}
+    assert_matches(body.read("acc"), graph.read("acc"))
+
+
+class RequantizedProduct(iron.Graph):
+    def __init__(self, b):
+        self.b = iron.param(b)
+
+    def body(self, a):
+        return Requantize.step(MatMul.step(a, self.b, dtype=np.int32), shift=5)
+
+
+@pytest.mark.parametrize("device, cores", [("npu2", 32), ("npu1", 16)])
+def test_a_product_padded_in_k_only_keeps_its_result_whoever_reads_it(device, cores):
+    """int8 (64, 4097) @ (4097, 64) into int32 pads only K (4097 -> 4128): its result keeps its
+    shape, so the Requantize reading it (which does not stream) does not stop the padding
+    (pad_k_only); equal to reference() exactly."""
+    rng = np.random.default_rng(24)
+    a, b = (rng.integers(-128, 128, shape).astype(np.int8) for shape in ((64, 4097), (4097, 64)))
+    graph = RequantizedProduct(b)
+    body = graph.compile(a=a, device=from_name(device))
+    assert rule(body.plan, "pad_to_block") == [
+        f"g0: MatMul#0 padded with zeros (K 4097 -> 4128) over {cores} tiles: A and B lie so in DDR, the host writes "
+        "the user's region; K's padding is zeros in both operands; the result keeps its own shape (pad_k_only: M and "
+        "N unpadded, so whoever reads it reads no padding)"]
+    assert padded(body.plan) == {"b": ((4097, 64), (4128, 64)), "a": ((64, 4097), (64, 4128))}
+    assert same_kind_of_mlir(body.plan)
+    got, want = body(a=a), graph.reference(a=a)
+    assert got.dtype == np.int8
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("device", ["npu2", "npu1"])
+def test_a_one_row_bfloat16_matvec_pads_m_to_one_word_not_a_block_per_core(device):
+    """A (1, 65537) bfloat16 MatVec's one result is not a whole word: pad_m_to_words pads M to 2,
+    not to 8 rows per core (256 rows on npu2: 33 MB of padded matrix), and describe() says the
+    bytes; equal to reference() within bfloat16's tolerance."""
+    rng = np.random.default_rng(25)
+    w, x = rng.standard_normal((1, 65537)).astype(BF16), rng.standard_normal(65537).astype(BF16)
+    graph = Projection(w)
+    body = graph.compile(x=x, device=from_name(device))
+    up = {"npu2": 256, "npu1": 128}[device]
+    assert rule(body.plan, "pad_to_block") == [
+        "g0: MatVec#0 padded with zeros (M 1 -> 2, K 65537 -> 65568) over 1 tiles: A, B and the result lie so in DDR, "
+        "the host writes and reads the user's region; K's padding is zeros in both operands; the result's padding is "
+        "computed from zeros, never read as the user's region; pad_m_to_words: M padded to 2, the fewest rows whose "
+        f"bfloat16 results are whole 32-bit words, not {up} (8 rows per core): A takes 262272 bytes padded, not "
+        f"{up * 65568 * 2}"]
+    assert padded(body.plan) == {"w": ((1, 65537), (2, 65568)), "x": ((65537,), (65568,)), "out0": ((1,), (2,))}
+    assert same_kind_of_mlir(body.plan)
+    assert_matches(body(x=x), graph.reference(x=x))

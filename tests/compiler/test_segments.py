@@ -23,8 +23,8 @@ from iron.compiler.route import route
 from iron.compiler.segment import CUT_WINDOW, Flow, Segment, fewest_bytes_cut
 from iron.compiler.shims import ShimShortfall, shim_shortfall
 from iron.compiler.words import WordTable
-from iron.errors import CarryError, DoesNotFit, PlacementError
-from iron.kernels import Add, Copy, Exp, MatMul, MatVec, SiLU, Softmax
+from iron.errors import DoesNotFit, PlacementError
+from iron.kernels import Add, Argmax, Copy, Exp, MatMul, MatVec, SiLU, Softmax
 from iron.runtime.emulator import Configurations, Emulator
 from tests.compiler.test_mlir import op_names
 from tests.fake_toolchain import FLAGS_GET, install_fakes, make_hermetic, recorded_argv
@@ -200,24 +200,74 @@ class Early(iron.Graph):
         return iron.carry(i=Copy.step(nxt) if self.copied else nxt)
 
 
-def test_a_carried_element_computed_before_the_last_segment_is_refused_with_the_fix(tmp_path, monkeypatch):
-    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
-    with pytest.raises(CarryError) as err:
-        Early(copied=False).compile(device="npu2_1col")
-    assert str(err.value) == (
-        "Early is cut into segments and carries i, the element Copy#0 computes, but Copy#0 runs in an earlier "
-        "segment than the last one, where the next carried values are taken: carry a copy made by the last "
-        "call of body() (iron.carry(i=Copy.step(...))).")
-    assert not (tmp_path / "cache").exists()
-    body = Early(copied=True).compile(device="npu2_1col")   # the fix: the last segment copies it
-    assert segments_of(body.plan) == [["g0", "g1", "g2"], ["g3", "g4"], ["g5", "g6"]]
-    loop = iron.CarriedLoop(body, body, depth=2)
-    list(loop.run(5, i=1))
-    reference, carry = Early(copied=True), {"i": 1}
-    for _ in range(6):
+def early_rule(label: str, made: str, name: str) -> tuple[str, str]:
+    return ("carry_from_earlier_segment",
+            f"{label} copies {name}, the element {made} computes before the last segment, from its DDR buffer "
+            f"cut.{made} into the last segment, where the next carried values are taken")
+
+
+def test_a_carried_element_computed_before_the_last_segment_is_copied_into_it():
+    """Early carries Copy#0's element, made in segment 0: the compiler appends Copy#6 (group g6)
+    to the last segment, reading it from its DDR buffer; run host-driven on npu1 (one xclbin
+    per segment, the host takes the carry from the last one's outputs) and npu2, equal to reference()."""
+    for device in ("npu1_1col", "npu2_1col"):
+        body = Early(copied=False).compile(device=device)
+        assert segments_of(body.plan) == [["g0", "g1", "g2"], ["g3", "g4"], ["g5", "g6"]]
+        assert body.plan.groups[0] == ("g0", ("Copy#0",)) and body.plan.groups[-1] == ("g6", ("Copy#6",))
+        assert early_rule("Copy#6", "Copy#0", "i") in body.plan.rules
+        assert ("carry_from_earlier_segment", "g5 closed before Copy#6") in body.plan.segments[-1].rules
+        nxt, reference, carry = iron.Carry(i=1), Early(copied=False), {"i": 1}
+        for _ in range(6):
+            nxt, carry = body(**nxt), dict(reference.reference(**carry))
+            assert dict(nxt) == carry
+        np.testing.assert_array_equal(body.read("seen"), reference.read("seen"))
+    mine = Early(copied=True).compile(device="npu2_1col").plan   # the user's own Copy is in the last segment
+    assert not [r for r in mine.rules if r[0] == "carry_from_earlier_segment"]
+
+
+class Greedy(iron.Graph):
+    """R9 of issue 10: gather a row, MatVec, Argmax, record the token; the carried token is the
+    Argmax (segment 0 on npu2_1col), its record and the next position the last segment. w picks
+    the token PERM[tok], exactly in float32 and bfloat16."""
+
+    PERM = [3, 5, 0, 7, 1, 6, 2, 4]
+
+    def __init__(self, dt):
+        emb, w = np.zeros((8, 16), dt), np.zeros((8, 16), dt)
+        emb[np.arange(8), 2 * np.arange(8)] = 1
+        w[self.PERM, 2 * np.arange(8)] = 1
+        self.emb, self.w = iron.weight(emb), iron.param(w)
+        self.tokens = iron.state((8,), np.int32, name="tokens")
+
+    def body(self, *, tok: Carried[np.int32], pos: Carried[np.int32]):
+        nxt = Argmax.step(MatVec.step(self.w, Copy.step(self.emb[tok])))
+        Copy.step(nxt, out=self.tokens[pos])
+        return iron.carry(tok=nxt, pos=pos + 1)
+
+
+@pytest.mark.parametrize("dt", [F32, iron.bfloat16], ids=["float32", "bfloat16"])
+def test_greedy_decoding_carrying_an_argmax_of_an_earlier_segment_runs_as_a_device_loop(dt):
+    body = Greedy(dt).compile(device="npu2_1col")
+    plan = body.plan
+    assert segments_of(plan) == [["g0", "g1", "g2"], ["g3", "g4"]]
+    assert plan.groups == (("g0", ("Copy#0",)), ("g1", ("MatVec#1",)), ("g2", ("Argmax#2",)),
+                           ("g3", ("Copy#3",)), ("g4", ("Copy#4",)))
+    assert plan.rules[:2] == (("fewest_bytes_cut", "cut before g3: 4 bytes cross (Argmax#2)"),
+                              early_rule("Copy#4", "Argmax#2", "tok"))
+    assert "  carry_from_earlier_segment: Copy#4 copies tok, the element Argmax#2" in body.describe()
+    text = body.mlir
+    assert set(op_names(text)) <= ALLOWED_OPS, sorted(set(op_names(text)) - ALLOWED_OPS)
+    reference, carry, tokens = Greedy(dt), {"tok": 1, "pos": 0}, []
+    for _ in range(8):
         carry = dict(reference.reference(**carry))
-    assert dict(loop.carry) == carry == {"i": 3}
-    np.testing.assert_array_equal(body.read("seen"), reference.read("seen"))
+        tokens.append(carry["tok"])
+    assert tokens == [5, 6, 2, 0, 3, 7, 4, 1]
+    for depth in (1, 2, 3):
+        loop = iron.CarriedLoop(body, body, depth=depth)
+        body.write("tokens", np.zeros(8, np.int32))
+        assert list(loop.run(7, tok=1, pos=0)) == list(range(7))
+        assert dict(loop.carry) == carry
+        assert body.read("tokens").tolist() == reference.read("tokens").tolist() == tokens
 
 
 def test_a_segmented_full_elf_runs_through_xrt_host_driven_and_as_a_device_loop(xrt):

@@ -372,8 +372,8 @@ def test_a_matvec_through_ddr_pads_k_alone_and_stays_within_the_mlir_subset():
     body = ProductIntoState(np.int8, np.int32).compile(device=from_name("npu2"))
     assert rule(body.plan, "pad_to_block") == [
         "g0: MatVec#0 padded with zeros (K 4097 -> 4128) over 20 tiles: A and B lie so in DDR, the host writes the "
-        "user's region; the state through.MatVec#0 it writes whole, which its readers read back whole, keeps M "
-        "(tile_before_state_write); K's padding is zeros in both operands"]
+        "user's region; K's padding is zeros in both operands; the state through.MatVec#0 it writes whole keeps its "
+        "own shape (pad_k_only: M and N unpadded, so whoever reads it reads no padding)"]
     through = next(p for p in body.plan.placements if p.name == "through.MatVec#0")
     assert (through.kind.value, through.buffer, through.shape, through.padded) == ("cut", "outputs", (300,), None)
     assert "through.MatVec#0" not in {p.name for p in body.plan.placements if p.kind.value == "state"}
