@@ -302,6 +302,10 @@ def expansion_k_blocks(expand: Node, big_k: int, row: int, device) -> list[int]:
             and k * row // big_k // 4 <= device.shim.max_bd_wrap and expands_to(k, k * row // big_k)]
 
 
+ONE_ROW_K = ("; one row is not split by rows, and K is not split over cores: each core would need its own K-range "
+             "of both the row and the vector, and their partial sums added across cores, which no rule does")
+
+
 def why_not_more(grid: Grid, most_rows: int, most_cols: int, spare: int, shim_in: int) -> str:
     """Why a grid has fewer cores than were free, so the rule never takes fewer silently: no
     larger grid divides the sides (blocks divide their sides, padded or not: there is no
@@ -321,7 +325,7 @@ def why_not_more(grid: Grid, most_rows: int, most_cols: int, spare: int, shim_in
                   if r * c > cores and big_m % r == 0 and big_n % c == 0]
     if not larger:
         return (f"no grid of more than {cores} of the {free} free cores has {side}, and blocks divide their "
-                "sides (no remainder block; padded only as pad_to_block says)")
+                "sides (no remainder block; padded only as pad_to_block says)" + ONE_ROW_K * (grid.vector and big_m == 1))
     return f"the larger grids with {side} do not fit: " + "; ".join(
         f"{r} x {c} {_what_stops(r, c, grid.own_rows, spare, shim_in)}" for r, c in larger)
 

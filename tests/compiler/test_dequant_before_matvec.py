@@ -23,6 +23,7 @@ from iron.compiler.fuse import (
     held_bytes,
     matrix_op_starts_group,
 )
+from iron.compiler.tiling import ONE_ROW_K
 from iron.ir import call_label
 from iron.kernels import Dequant, MatVec
 from iron.models.blocks import Q4_1, Q8_0
@@ -117,7 +118,7 @@ def test_a_quantized_row_longer_than_a_tile_expands_in_k_blocks_of_whole_blocks(
         f"padding), 1 output blocks per core, {8192 // k} k-blocks each ({8192 // k} kernel calls per core), summed in "
         "float32; not more "
         f"cores: no grid of more than 1 of the {free} free cores has cores dividing M = 1 (each core its own rows), "
-        "and blocks divide their sides (no remainder block; padded only as pad_to_block says)")
+        "and blocks divide their sides (no remainder block; padded only as pad_to_block says)" + ONE_ROW_K)
     assert rules["dequant_before_matvec"] == (
         f"g0: w moves as stored, {8192 // k * stored} bytes; each block of 1 rows of {k} columns ({stored} bytes) is "
         f"expanded on its tile by Dequant to 1 x {k} float32 ({4 * k} bytes) just before MatVec; the (1, 8192) float32 "

@@ -263,7 +263,9 @@ def test_stream_k_blocks_a_matvec_whose_rows_exceed_a_tile_and_a_mem_tile(m, k, 
 
 ONE_ROW_NOT_MORE = ("; not more cores: no grid of more than 1 of the {free} free cores has cores dividing M = 1 (each "
                     "core its own rows), and blocks divide their sides (no remainder block; padded only as "
-                    "pad_to_block says)")
+                    "pad_to_block says); one row is not split by rows, and K is not split over cores: each core "
+                    "would need its own K-range of both the row and the vector, and their partial sums added across "
+                    "cores, which no rule does")
 ONE_ROW = [
     (np.float32, None, "npu2", "float32 -> float32 over 1 tiles", 32),
     (np.float32, None, "npu1", "float32 -> float32 over 1 tiles", 16),
