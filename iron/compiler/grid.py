@@ -2,8 +2,9 @@
 its FIFO objects and mem-tile links, each core's Functions and program (per output block: the
 first k-block's product into the block, every further one's product added to it by one
 MatMulAccumulate call, a bfloat16 result rounded once from its float32 sum) and the moves
-streaming A and B in block order and reading C back, round by round, with Waits every few
-rounds so no shim runs out of buffer descriptors (docs/platform.md section 5). Streamed elementwise calls (a Flow): each core's block
+streaming A and B in block order and reading C back, step by step (a round of output blocks,
+or part of one), with Waits every few steps so no shim runs out of buffer descriptors
+(docs/platform.md section 5). Streamed elementwise calls (a Flow): each core's block
 Function over its inputs' blocks, each column's splits and join, and the moves."""
 from __future__ import annotations
 
@@ -255,9 +256,10 @@ def _with_waits(ctx: Context, steps: int, t: int, here: list[Move]) -> list:
 
 
 def _moves(ctx: Context, g: str, grid: Grid) -> list:
-    """Round by round (a round: each core's output blocks in one block row), every grid row's A
-    blocks, every column's B blocks, every column's joined C blocks; a Wait on all of them after
-    every `rounds_between_waits` rounds."""
+    """Step by step (a step: each core's next output blocks of one block row, a whole round when
+    its Dma ops fit the shims' BDs, `blocks_per_step`), every grid row's A blocks, every
+    column's B blocks, every column's joined C blocks; a Wait on all of them after every
+    `rounds_between_waits` steps."""
     call = grid.call
     a, b = call.src[:2]
     _, big_k, big_n = grid.sides   # padded (`pad_to_block`): the strides of A, B and C as they lie
@@ -267,21 +269,32 @@ def _moves(ctx: Context, g: str, grid: Grid) -> list:
     b_buf, b_at = stored_access(ctx, b)
     p = c_placement(ctx, call)
     m, k, n = grid.m, grid.k, grid.n
-    moves = []
-    for t in range(grid.rounds):
-        row0 = t * rows * m
-        here = []
+
+    def step(t: int, j: int, q: int) -> list[Move]:
+        """Round t's output blocks j .. j + q - 1 of every core."""
+        row0, here = t * rows * m, []
         for r in range(rows):
-            dims = ((grid.per_round, 0), (grid.k_blocks, k), (m, big_k), (k, 1))
+            dims = ((q, 0), (grid.k_blocks, k), (m, big_k), (k, 1))
             here.append(Move(Direction.MM2S, f"{g}_a{r}_mem", a_buf, in_words(a_at, (row0 + r * m) * big_k, dims, wa)))
         for c in range(cols):
-            dims = ((grid.per_round, cols * n), (grid.k_blocks, k * big_n), (k, big_n), (n, 1))
-            here.append(Move(Direction.MM2S, f"{g}_b{c}_mem", b_buf, in_words(b_at, c * n, dims, wb)))
+            dims = ((q, cols * n), (grid.k_blocks, k * big_n), (k, big_n), (n, 1))
+            here.append(Move(Direction.MM2S, f"{g}_b{c}_mem", b_buf, in_words(b_at, (j * cols + c) * n, dims, wb)))
         for c in range(cols):
-            dims = ((grid.per_round, cols * n), (rows * m, big_n), (n, 1))
-            here.append(Move(Direction.S2MM, f"{g}_host{c}", p.buffer, in_words(p, row0 * big_n + c * n, dims, wc)))
-        moves += _with_waits(ctx, grid.rounds, t, here)
-    return moves
+            dims = ((q, cols * n), (rows * m, big_n), (n, 1))
+            first = row0 * big_n + (j * cols + c) * n
+            here.append(Move(Direction.S2MM, f"{g}_host{c}", p.buffer, in_words(p, first, dims, wc)))
+        return here
+
+    q = blocks_per_step(ctx.device, grid.per_round, lambda q: step(0, 0, q))
+    steps = [step(t, j, min(q, grid.per_round - j)) for t in range(grid.rounds) for j in range(0, grid.per_round, q)]
+    return [mv for s, here in enumerate(steps) for mv in _with_waits(ctx, len(steps), s, here)]
+
+
+def blocks_per_step(device, per_round: int, step) -> int:
+    """The most output blocks of a round one step moves: the whole round, or as many as keep
+    every shim's Dma ops of the step within its BD ids (a Wait inside a step would wait on A
+    before B is issued, and the cores, needing both, would never drain A)."""
+    return next((q for q in range(per_round, 1, -1) if _steps_within_bds(device, step(q))), 1)
 
 
 def in_words(at, first: int, dims: tuple[tuple[int, int], ...], words_per_element: float) -> Access:
@@ -312,11 +325,16 @@ def _contiguous(dims: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...
 
 
 def rounds_between_waits(device, moves: list[Move]) -> int:
-    """How many rounds may be issued before waiting: a shim tile moves at most its channels'
-    FIFOs (2 each way), each taking the Dma ops its round cuts into, within its BD ids."""
+    """How many rounds may be issued before waiting (at least one)."""
+    return max(1, _steps_within_bds(device, moves))
+
+
+def _steps_within_bds(device, moves: list[Move]) -> int:
+    """How many steps of `moves` a shim's BD ids hold: a shim tile moves at most its channels'
+    FIFOs (2 each way), each taking the Dma ops its step cuts into."""
     ops = max(len(dma_patterns(mv.access.offset, mv.access.dims, device)) for mv in moves)
     per_shim = device.shim.dma_out_channels + device.shim.dma_in_channels
-    return max(1, device.shim_bd_ids // (per_shim * ops))
+    return device.shim_bd_ids // (per_shim * ops)
 
 
 # ---- streamed elementwise calls -------------------------------------------------------------------

@@ -639,6 +639,21 @@ def test_a_matmul_whose_rows_are_not_whole_words_takes_whole_rows_and_equals_the
         np.testing.assert_allclose(c(a).astype(np.float32), want.astype(np.float32), **BF16)
 
 
+@pytest.mark.parametrize("device, m, steps", [
+    ("npu2_3col", 32, [("dma", 20), ("wait", 8)] * 3 + [("dma", 16), ("wait", 2)]),
+    ("npu2_2col", 16, [("dma", 12), ("wait", 6)] * 3 + [("dma", 10), ("wait", 2)])])
+def test_a_round_too_many_dma_ops_for_a_shims_bds_moves_in_steps_of_fewer_output_blocks(device, m, steps):
+    """int16 K = 509 on a 2- or 3-column partition: each core's A block is whole rows (2036 words,
+    over a BD dimension: one Dma op per output block), so a round of 15 output blocks is 15 ops per
+    A FIFO, more than a shim's 16 BD ids hold beside B and C. A Wait freeing BDs inside the round
+    waited on A before B was issued and hung (or, on 2 columns, waited on A twice); the round
+    moves in steps of 4 output blocks, each step's A, B and C ops then a Wait on them."""
+    graph, body, a = compiled(m, 509, 300, np.int16, device=device)
+    kinds = ["wait" if isinstance(o, Wait) else "dma" for o in body.plan.sequence]
+    assert [(kind, len(list(run))) for kind, run in groupby(kinds)] == steps
+    np.testing.assert_array_equal(body(a=a), graph.reference(a=a))
+
+
 class Beside(iron.Graph):
     """A MatMul beside two small groups, each needing a shim channel of its own."""
 
