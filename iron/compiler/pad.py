@@ -413,9 +413,12 @@ def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
 
 
 def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, device) -> str:
-    """Why `pad_to_block` did not pad the MatMul or MatVec `group` is, as the whole design reads
-    it ("" for other groups or when it may): a segment sees its cut values as host tensors. A
-    call of a `pad_shared_input` family that may not share its tensors says why, naming them all."""
+    """Why `pad_to_block` did not pad the MatMul or MatVec `group` is, or the elementwise calls it
+    streams, as the whole design reads it ("" for other groups or when it may): a segment sees
+    its cut values as host tensors. A call of a `pad_shared_input` family that may not share its
+    tensors says why, naming them all; so does a group of a `pad_shared_stream` family."""
+    if streamable(group.calls):
+        return family_unpadded(program, groups, group)
     (call,) = group.calls if len(group.calls) == 1 else (None,)
     if call is None or call.arg.kernel.role is not Role.MATRIX:
         return ""
@@ -933,6 +936,25 @@ def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
     return family
 
 
+def family_unpadded(program: Program, groups: tuple[Group, ...], group: Group) -> str:
+    """Why `pad_stream` did not pad the streamed `group`, as the whole design reads it: why
+    a group of its `pad_shared_stream` family may not pad, "" when each may or it has none (its
+    own refusal says why)."""
+    readers, group_of = readers_of(program, groups), {c: g for g in groups for c in g.calls}
+    family = stream_family(group, readers, group_of)
+    if len(family) == 1:
+        return ""
+    every = tuple(c for g in family for c in g.calls)
+    for g in family:
+        labels = ", ".join(call_label(program, c) for c in g.calls)
+        if not streamable(g.calls):
+            return (f"{labels} reads an input of {group.name} too and does not stream, and {PAD_SHARED_STREAM} pads "
+                    "an input for every group reading it or for none")
+        if why := stream_unpadded(g.calls, readers, every):
+            return f"{labels} is not padded: {why}"
+    return ""
+
+
 def stream_padding(group: Group, readers: dict, device, also: tuple[Node, ...] = ()) -> dict[Node, tuple[int, ...]]:
     """`pad_stream` of one group, `also` (the calls of its family) reading its inputs padded too."""
     calls = group.calls
@@ -1045,7 +1067,7 @@ def region_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> l
     readers, lines = readers_of(program, groups), []
     for node, shape in padded.items():
         users = [u for u in readers.get(node, []) if isinstance(u, Node)]
-        if node.op != Op.CALL and len({id(u) for u in users}) > 1 and len(shape) == 1:
+        if node.op != Op.CALL and len(set(users)) > 1 and all(u.arg.kernel.role is Role.ELEMENTWISE for u in users):
             labels = ", ".join(call_label(program, u) for u in users)
             lines.append((PAD_SHARED_STREAM, f"{describe(node)} lies padded once to {shape} for {labels}, each group "
                           "streaming over it padded alike"))

@@ -1721,6 +1721,28 @@ def test_an_input_two_streamed_groups_read_is_padded_once_for_both(device, lengt
         assert_matches(got, want)
 
 
+class ActivationAndProjection(iron.Graph):
+    def __init__(self):
+        self.w = iron.weight(np.ones((8, 65537), BF16))
+
+    def body(self, x):
+        return Exp.step(x), MatVec.step(self.w, x)
+
+
+def test_an_input_a_stream_shares_with_a_call_that_does_not_stream_is_not_padded_saying_why(tmp_path, monkeypatch):
+    """x is read by Exp (a stream) and by a MatVec: pad_shared_stream pads it for every group
+    reading it or for none, so Exp over 65537 bfloat16 elements has no block: DoesNotFit naming
+    the rule, nothing cached."""
+    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(DoesNotFit) as err:
+        ActivationAndProjection().compile(x=((65537,), BF16), device=from_name("npu2"))
+    assert str(err.value).startswith(
+        "ActivationAndProjection does not fit npu2 even cut into segments: Exp#0 (group g0) alone is too large for one "
+        "configuration (pad_to_block: MatVec#1 reads an input of g0 too and does not stream, and pad_shared_stream "
+        "pads an input for every group reading it or for none). ")
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
 class ProductArgmax(iron.Graph):
     def body(self, x, y):
         return Argmax.step(Mul.step(x, y))
