@@ -144,6 +144,7 @@ class Program:
     carry: tuple[tuple[str, Node], ...]      # next carried values, in parameter order
     returns: str = "none"                    # "none" | "one" | "carry" | "tuple" (outputs..., [carry])
     unread: tuple[str, ...] = ()             # tensors and Scratchpad values given but not read: a call ignores them
+    inserted: tuple[Node, ...] = ()          # calls the compiler inserted (iron/compiler/copies.py), among `calls`
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -159,8 +160,12 @@ class Program:
 
     @cached_property
     def call_index(self) -> dict[Node, int]:
-        """Each call's position in the body (looked up by every error and rule text naming a call)."""
-        return {c: i for i, c in enumerate(self.calls)}
+        """Each call's number in its label (looked up by every error and rule text naming a call):
+        its position among the body's own calls, then the calls the compiler inserted, in order,
+        so that inserting one renames none of the body's."""
+        inserted = set(self.inserted)
+        own = [c for c in self.calls if c not in inserted]
+        return {c: i for i, c in enumerate((*own, *self.inserted))}
 
 
 CALL_DEPTH = 3   # calls nested deeper are `Kernel(...)`: a layer's value printed whole would repeat its DAG

@@ -1,10 +1,11 @@
 """`compile_program(program, device, feeds=None)`: a traced Program to a checked Plan, as a flat
-list of passes, each taking the value the one before made: fuse (groups), place (a Layout),
-route and fit_compute_channels (Routes), lower (a Lowered design), share and connect (shim
-channels), assemble and fit (a Plan, tile memory), check_plan; a design too big for the array at
-once is cut into segments, each compiled by the same passes (segment.py; the last segment's
-Program first gets a Copy of each carried element an earlier one made: carry_from_earlier_segment).
-docs/architecture.md draws the pipeline. Plans are kept per Program, device and fed Plan, so
+list of passes, each taking the value the one before made: copy_view_for_grid (a Program with the
+Copies it inserts, copies.py), fuse (groups), place (a Layout), route and fit_compute_channels
+(Routes), lower (a Lowered design), share and connect (shim channels), assemble and fit (a Plan,
+tile memory), check_plan; a design too big for the array at once is cut into segments, each
+compiled by the same passes (segment.py; the last segment's Program first gets a Copy of each
+carried element an earlier one made: carry_from_earlier_segment). docs/architecture.md draws the
+pipeline. Plans are kept per Program, device and fed Plan, so
 compiling again costs a lookup."""
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import replace
 from weakref import WeakKeyDictionary
 
 from iron.compiler.allocate import fit, host_buffers, host_placements
+from iron.compiler.copies import copy_view_for_grid, copy_view_rules
 from iron.compiler.fuse import Group, fuse
 from iron.compiler.invariants import check_plan
 from iron.compiler.lower import Lowered, lower
@@ -36,6 +38,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
     if kept is not None and kept[0] is feeds:
         return kept[1]
     check_feeds(program, device, feeds)
+    program = copy_view_for_grid(program)
     program, through = tile_before_state_write(program)
     groups = fuse(program)
     padded = pad_to_block(program, groups, device)   # once: every segment sees the same layout
@@ -44,9 +47,10 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
         plan = whole
     else:   # too big for the array at once: segments
         plan = compile_segments(program, device, groups, feeds, try_groups, whole, padded)
-    rules = (*through, *shared_rules(program, groups, device), *plan.rules, *passed_rules(program, groups, padded),
-             *zeros_rules(program, groups, padded), *region_rules(program, groups, padded))
-    if len(rules) > len(plan.rules):   # the design-wide padding rules
+    rules = (*through, *copy_view_rules(program), *shared_rules(program, groups, device), *plan.rules,
+             *passed_rules(program, groups, padded), *zeros_rules(program, groups, padded),
+             *region_rules(program, groups, padded))
+    if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, DDR buffers, padding
         plan = replace(plan, rules=rules)
     plans[(device, id(feeds))] = (feeds, plan)
     return plan

@@ -16,18 +16,17 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from iron.compiler.allocate import host_buffers, host_placements
-from iron.compiler.fuse import END, Group
+from iron.compiler.copies import CARRY_FROM_EARLIER_SEGMENT, carry_from_earlier_segment
+from iron.compiler.fuse import Group
 from iron.compiler.invariants import check_plan
 from iron.compiler.pad import design_unpadded, written_by_producer, zeros_made
 from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
 from iron.errors import DoesNotFit
-from iron.ir import Call, Node, Op, Program, call_label, nbytes
-from iron.kernels.registry import copy_kernel
+from iron.ir import Node, Op, Program, call_label, nbytes
 
 FEWEST_BYTES_CUT = "fewest_bytes_cut"
-CARRY_FROM_EARLIER_SEGMENT = "carry_from_earlier_segment"
 CUT_WINDOW = 4   # a segment may end anywhere in the last 1/CUT_WINDOW of the groups that fit
 
 
@@ -348,7 +347,7 @@ class Flow:
     def carry_rules(self, segment: Segment) -> list[tuple[str, str]]:
         """What `carry_from_earlier_segment` inserted into the last segment `segment`, as rule lines."""
         last, _ = self.segment_program(segment)
-        copies = last.calls[len(self.program.calls):]
+        copies = last.inserted[len(self.program.inserted):]
         lines = []
         for copy, made in zip(copies, self.carried_from_earlier(segment)):
             names = ", ".join(name for name, v in self.program.carry if v.op == Op.ELEM and v.src[0] is made)
@@ -362,24 +361,6 @@ class Flow:
         values = self.crossing(before)
         return Cut(self.groups[before].name, sum(map(self.lies_in_bytes, values)),
                    tuple(call_label(self.program, n) for n in values))
-
-
-def carry_from_earlier_segment(last: Program, groups: tuple[Group, ...], cut: list[Node],
-                               name: str) -> tuple[Program, tuple[Group, ...]]:
-    """The rule: the next carried values are taken in the last segment (by its Emit, or by the host
-    from its outputs), which has an element an earlier segment computed only as an input, `cut`,
-    the DDR buffer it crossed in; so a Copy of each, appended to the body in a group of its own
-    (`name`), makes it there. The user's calls keep their places, so their labels."""
-    if not cut:
-        return last, groups
-    copy = copy_kernel()
-    copies = {n: Node(Op.CALL, (n,), n.shape, n.dtype, Call(copy, (), 1, False)) for n in cut}
-    carry = tuple((k, Node(Op.ELEM, (copies[v.src[0]],), v.shape, v.dtype)
-                   if v.op == Op.ELEM and v.src[0] in copies else v) for k, v in last.carry)
-    before = replace(groups[-1], closed_by=CARRY_FROM_EARLIER_SEGMENT)
-    added = Group(name, tuple(copies.values()), END)
-    program = replace(last, calls=(*last.calls, *copies.values()), carry=carry)
-    return program, (*groups[:-1], before, added)
 
 
 def _group_structures(groups: tuple[Group, ...], where: dict[Node, tuple[int, int]]) -> tuple[int, ...]:

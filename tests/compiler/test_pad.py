@@ -8,6 +8,7 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Carried, Scratchpad
+from iron.compiler.copies import copy_view_for_grid
 from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import HostRole, PlacementKind, TileKind
@@ -1853,3 +1854,77 @@ def test_a_one_row_bfloat16_matvec_pads_m_to_one_word_not_a_block_per_core(devic
     assert padded(body.plan) == {"w": ((1, 65537), (2, 65568)), "x": ((65537,), (65568,)), "out0": ((1,), (2,))}
     assert same_kind_of_mlir(body.plan)
     assert_matches(body(x=x), graph.reference(x=x))
+
+
+class ProductOfView(iron.Graph):
+    """MatMul.step(view of a, b) for an input a and a param b (509 or 512 square): `view` is
+    "a[1:]" (a of one row more) or "a.reshape" (a flat)."""
+
+    def __init__(self, b, view):
+        self.b, self.view = iron.param(b), view
+
+    def body(self, a):
+        return MatMul.step(a[1:] if self.view == "a[1:]" else a.reshape(-1, self.b.shape[0]), self.b)
+
+
+def grid_text(group, m, k, n, rows, cols, blocks, padding, per_core, calls):
+    return (f"{group}: MatMul ({m}, {k}) x ({k}, {n}) float32 -> float32 over {rows * cols} tiles ({rows} rows x {cols} "
+            f"columns of cores): blocks {blocks} ({padding}), {per_core} output blocks per core, 16 k-blocks each "
+            f"({calls} kernel calls per core), summed in float32")
+
+
+PADDED = "pad_to_block: padded with zeros to M = 512, K = 512, N = 512"
+WHOLE = "each divides its side: no padding"
+
+
+@pytest.mark.parametrize("device, view, a_shape, copy_tiles, grid", [
+    ("npu2", "a[1:]", (510, 509), 1, grid_text("g1", 509, 509, 509, 4, 8, "m=32 k=32 n=64", PADDED, 4, 64)),
+    ("npu1", "a[1:]", (510, 509), 1, grid_text("g1", 509, 509, 509, 4, 4, "m=16 k=32 n=128", PADDED, 8, 128)),
+    ("npu2", "a.reshape", (510 * 509,), 6, grid_text("g1", 510, 509, 509, 4, 8, "m=32 k=32 n=64", PADDED, 4, 64)),
+    ("npu2", "a[1:]", (513, 512), 32, grid_text("g1", 512, 512, 512, 4, 8, "m=32 k=32 n=64", WHOLE, 4, 64)),
+    ("npu1", "a[1:]", (513, 512), 16, grid_text("g1", 512, 512, 512, 4, 4, "m=16 k=32 n=128", WHOLE, 8, 128)),
+], ids=["prime-npu2", "prime-npu1", "reshape-npu2", "512-npu2", "512-npu1"])
+def test_a_large_matmul_of_a_view_tiles_over_the_array_reading_a_copy_of_it(device, view, a_shape, copy_tiles, grid):
+    """The grid reads whole host tensors, and a view cannot be padded without changing its base's
+    row stride: `copy_view_for_grid` inserts a Copy of the view (labelled after the body's calls),
+    which streams it into a DDR buffer of the compiler's, padded as the MatMul reads it; the
+    MatMul tiles over every core in the next segment and equals reference()."""
+    k = a_shape[-1] if view == "a[1:]" else 509
+    a = np.random.default_rng(3).standard_normal(a_shape).astype(np.float32)
+    graph = ProductOfView(operands(1, k, k, np.float32)[1], view)
+    body = graph.compile(a=(a_shape, np.float32), device=from_name(device))
+    shown = "a[1:]" if view == "a[1:]" else "a.reshape(510, 509)"
+    assert rule(body.plan, "copy_view_for_grid") == [
+        f"Copy#1 copies {shown} for MatMul#0, which tiles over the array reading whole host tensors"]
+    assert f"  copy_view_for_grid: Copy#1 copies {shown} for MatMul#0" in describe(body.plan)
+    assert body.plan.groups == (("g0", ("Copy#1",)), ("g1", ("MatMul#0",)))
+    assert [tiles(s) for s in body.plan.segments] == [copy_tiles, 32 if device == "npu2" else 16]
+    assert rule(body.plan, "tile_matmul_over_array") == [grid]
+    assert same_kind_of_mlir(body.plan)
+    assert_matches(body(a=a), graph.reference(a=a))
+
+
+def test_a_matmul_of_a_view_that_does_not_tile_reads_the_view_itself():
+    """`copy_view_for_grid` copies only for a MatMul that tiles: not a small one, nor one whose
+    result another call reads (the grid's result goes to the host alone); and only a view a Copy
+    streams (one run of whole words), not the strided a[:, 1:]."""
+    a = np.random.default_rng(4).standard_normal((17, 16)).astype(np.float32)
+    graph = ProductOfView(operands(1, 16, 16, np.float32)[1], "a[1:]")
+    body = graph.compile(a=a, device=from_name("npu2"))
+    assert rule(body.plan, "copy_view_for_grid") == [] and body.plan.groups == (("g0", ("MatMul#0",)),)
+    assert_matches(body(a=a), graph.reference(a=a))
+
+    class ReadOn(ProductOfView):
+        def body(self, a):
+            return Exp.step(super().body(a))
+
+    graph = ReadOn(operands(1, 512, 512, np.float32)[1], "a[1:]")
+    program = graph.trace(a=((513, 512), np.float32))
+    assert copy_view_for_grid(program) is program
+
+    class Strided(ProductOfView):
+        def body(self, a):
+            return MatMul.step(a[:, 1:], self.b)
+
+    program = Strided(operands(1, 512, 512, np.float32)[1], "a[1:]").trace(a=((512, 513), np.float32))
+    assert copy_view_for_grid(program) is program
