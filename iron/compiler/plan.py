@@ -114,7 +114,8 @@ class HostBuffer:
 class Placement:
     """Where one host-visible tensor lives: `buffer` at word `offset`, C-contiguous; `padded`:
     the larger shape it lies in when `pad_to_block` pads it (the user's region its first rows
-    and columns, the rest zeros the device reads and the host never sees)."""
+    and columns, the rest zeros the device reads and the host never sees), or `pad_rows_to_words`
+    (`word_rows`: each row to whole words)."""
 
     name: str             # user's name: weight/param/state name, input name, "out0", "carry.node"
     kind: PlacementKind
@@ -126,6 +127,7 @@ class Placement:
     padded: tuple[int, ...] | None = None
     producer_writes: bool = False   # padded for its reader, its producer writes the user's region only
     zeros_rule: str | None = None   # padded, made over a padded layout: the rule its padding's zeros are computed by
+    word_rows: bool = False         # padded by `pad_rows_to_words`: its rows' padding holds nothing anyone reads
 
     @property
     def stored(self) -> tuple[int, ...]:

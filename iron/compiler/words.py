@@ -15,6 +15,8 @@ from iron.compiler.plan import Const, Operand, WordDef, WordKind, WordRef
 from iron.errors import PlacementError
 from iron.ir import Node, Op, Program, describe, frame
 
+PAD_ROWS_TO_WORDS = "pad_rows_to_words"
+
 
 class WordTable:
     """The words of one Program, grown while the compiler walks its calls."""
@@ -134,6 +136,48 @@ def placement_access(p) -> Access:
     return Access(p.offset, ((rows, stride // 4), (width * p.dtype.itemsize // 4, 1)))
 
 
+def word_rows(program: Program, padded: dict) -> dict[str, tuple[int, ...]]:
+    """The rule `pad_rows_to_words`: a weight, param or state whose rows (its last axis) are not
+    whole 32-bit words, used only through views in its own shape, lies with each row padded to
+    whole words when a view of it cannot move as it is and every view can move padded (name ->
+    the shape it lies in). The compiler owns that layout: the runtime writes and reads the
+    user's region, and a view running to a row's end moves the padding after it. `padded`: the
+    tensors `pad_to_block` padded, which lie as it decided."""
+    views: dict[Node, list[Node]] = {}
+    whole = {*program.outputs, *(node for _, value in program.carry for node in value.src)}
+    for call in program.calls:
+        for node in call.src:
+            if node.op == Op.VIEW and node.src[0].op == Op.MEMORY:
+                views.setdefault(node.src[0], []).append(node)
+            else:
+                whole.add(node)
+    found = {}
+    for memory, seen in views.items():
+        shape, itemsize = memory.shape, memory.dtype.itemsize
+        if memory in whole or memory in padded or len(shape) < 2 or shape[-1] * itemsize % 4 == 0:
+            continue
+        lies = (*shape[:-1], -(-shape[-1] * itemsize // 4) * 4 // itemsize)
+        if not all(_moves(v) for v in seen) and all(_moves(v, lies, True) for v in seen):
+            found[memory.arg[1]] = lies
+    return found
+
+
+def word_rows_rules(placements) -> list[tuple[str, str]]:
+    """`pad_rows_to_words` as describe() shows it: each tensor it padded."""
+    return [(PAD_ROWS_TO_WORDS, f"{p.kind.value} '{p.name}' {p.shape} {dtypes.name(p.dtype)} lies in {p.padded}: "
+             f"each row of {p.shape[-1] * p.dtype.itemsize} bytes padded to {p.padded[-1] * p.dtype.itemsize}, "
+             "whole 32-bit words, so its views move at the padded stride; the host writes and reads "
+             f"its {p.shape}") for p in placements if p.word_rows]
+
+
+def _moves(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool = False) -> bool:
+    try:
+        view_words(view, padded, word_rows)
+    except PlacementError:
+        return False
+    return True
+
+
 def nwords(elements: int, dtype: np.dtype) -> int:
     return max(1, -(-elements * np.dtype(dtype).itemsize // 4))
 
@@ -143,28 +187,46 @@ def base_name(node: Node) -> tuple[str, str]:
     return ("input", node.arg[0]) if node.op == Op.INPUT else node.arg
 
 
-def view_access(view: Node, table: WordTable, padded: tuple[int, ...] | None = None) -> Access:
+def view_access(view: Node, table: WordTable, padded: tuple[int, ...] | None = None,
+                word_rows: bool = False) -> Access:
     """The words of VIEW `view` within its base's placement (a declared memory or an input),
-    which lies in shape `padded` when `pad_to_block` padded it; its dynamic indices become
-    bounded "dma" words summed into one patch word."""
+    which lies in shape `padded` when `pad_to_block` or `pad_rows_to_words` (`word_rows`) padded
+    it; its dynamic indices become bounded "dma" words summed into one patch word."""
+    static, dims, steps = view_words(view, padded, word_rows)
+    memory = view.src[0]
+    terms = [(table.bounded(view.src[axis.dynamic], 0, axis.offsets, describe(view), WordKind.DMA, describe(memory)),
+              step) for axis, step in steps]
+    patch = table.offset(terms) if terms else None
+    return Access(static // 4, dims, patch)
+
+
+def view_words(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool = False):
+    """(first byte, word dims, (per-call axis, its step in words) ...) of VIEW `view` as its base
+    lies (in `padded`, if padded), or PlacementError when the DMA cannot move it in whole words.
+    Where `pad_rows_to_words` padded the base's rows, a view running to a row's end moves it to
+    the end of its last word: the bytes after are padding no one reads."""
     memory, shape = view.src[0], frame(view)
     if padded is not None:
         shape = _padded_frame(view, padded)
     itemsize = memory.dtype.itemsize
     strides = [itemsize * int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
-    static, kept, terms = 0, [], []
+    static, kept, steps = 0, [], []
     for number, axis in enumerate(view.arg):
         static += (axis.index if axis.index is not None else axis.start) * strides[number]
         if axis.dynamic is not None:
-            expr = view.src[axis.dynamic]
-            _check_step(view, number, expr, strides[number])
-            word = table.bounded(expr, 0, axis.offsets, describe(view), WordKind.DMA, describe(memory))
-            terms.append((word, strides[number] // 4))
+            _check_step(view, number, view.src[axis.dynamic], strides[number])
+            steps.append((axis, strides[number] // 4))
         if axis.keeps_axis and axis.size > 1:
             kept.append((number, axis.size, strides[number]))
-    dims = _word_dims(view, static, _merged(kept), itemsize)
-    patch = table.offset(terms) if terms else None
-    return Access(static // 4, dims, patch)
+    ends_row = word_rows and _ends_row(view)
+    return static, _word_dims(view, static, _merged(kept), itemsize, ends_row), steps
+
+
+def _ends_row(view: Node) -> bool:
+    """Whether `view` picks up to the last element of its base's rows (at a fixed place)."""
+    last = view.arg[-1]
+    end = last.index + 1 if last.index is not None else None if last.dynamic is not None else last.stop
+    return end == view.src[0].shape[-1]
 
 
 def _padded_frame(view: Node, padded: tuple[int, ...]) -> tuple[int, ...]:
@@ -189,13 +251,15 @@ def _merged(kept: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
     return merged
 
 
-def _word_dims(view: Node, static: int, merged, itemsize: int) -> tuple[tuple[int, int], ...]:
+def _word_dims(view: Node, static: int, merged, itemsize: int, ends_row: bool) -> tuple[tuple[int, int], ...]:
     last_axis = len(view.arg) - 1
     if merged and merged[-1][2] == itemsize:
         run_axis, run = merged[-1][0], merged[-1][1] * itemsize
         outer = merged[:-1]
     else:
         run_axis, run, outer = (merged[-1][0] if merged else last_axis), itemsize, merged
+    if ends_row and not outer:   # one run, into its row's padding (pad_rows_to_words)
+        run = -(-run // 4) * 4
     if run % 4 or static % 4:
         _refuse_run(view, run_axis, run, static)
     for number, _, stride in outer:

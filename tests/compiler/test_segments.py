@@ -422,11 +422,12 @@ def test_a_group_too_large_even_alone_does_not_fit_and_nothing_is_cached(tmp_pat
 
 
 class OddRows(iron.Graph):
-    """Five Exp calls, then a gather of a 6-byte bfloat16 row at a per-call index: the gather's
-    group alone is refused for the index, whatever the cuts."""
+    """Five Exp calls, then a gather of one 2-byte bfloat16 element at a per-call index: the
+    gather's group alone is refused for the index, whatever the cuts (a table of rows is not:
+    tests/compiler/test_row_words.py)."""
 
     def __init__(self):
-        self.table = iron.weight(np.ones((4, 3), iron.bfloat16))
+        self.table = iron.weight(np.ones(12, iron.bfloat16))
 
     def body(self, x, *, row: iron.Scratchpad[np.int32]):
         return (*(Exp.step(x) for _ in range(5)), Copy.step(self.table[row]))
@@ -439,7 +440,7 @@ def test_a_group_refused_alone_for_its_index_is_refused_for_that_not_for_the_til
         OddRows().compile(x=((8,), F32), device=from_name("npu2_1col"))
     assert str(err.value) == (
         "table[row] indexes axis 0 of weight 'table' with per-call value 'row', but one step along that axis is "
-        "6 bytes and the device's DMA offsets count whole 4-byte words. Pad 'table' so each entry of axis 0 "
+        "2 bytes and the device's DMA offsets count whole 4-byte words. Pad 'table' so each entry of axis 0 "
         "spans a multiple of 4 bytes.")
 
 

@@ -1,0 +1,197 @@
+"""`pad_rows_to_words` (iron/compiler/words.py): a weight, param or state whose rows are not whole
+32-bit words, indexed through per-call values, lies with each row padded to whole words, so the
+DMA moves its rows at the padded stride; it equals reference() on npu2 and npu1, host-driven and
+in a device loop, the host sees the user's shape, and what the compiler does not lay out (a host
+input, a state also used whole) keeps its refusal."""
+import numpy as np
+import pytest
+
+import iron
+from aie_utils import from_name
+from iron import Carried, Scratchpad
+from iron.compiler.mlir import ALLOWED_OPS, print_mlir
+from iron.errors import ArgumentError, PlacementError
+from iron.kernels import Add, Copy, Exp
+from tests.compiler.test_mlir import op_names
+
+BF16 = iron.bfloat16
+
+pytestmark = pytest.mark.usefixtures("on_emulator")
+
+
+class Gather(iron.Graph):
+    """R5a: one bfloat16 row of 1018 bytes picked by a per-call token."""
+
+    def __init__(self, emb):
+        self.emb = iron.weight(emb)
+
+    def body(self, *, tok: Scratchpad[np.int32]):
+        return Copy.step(self.emb[tok])
+
+
+class Scatter(iron.Graph):
+    """R5b: an int8 row of 7 bytes written at a per-call row."""
+
+    def __init__(self):
+        self.q = iron.state((4, 7), np.int8, name="q")
+
+    def body(self, x, *, i: Scratchpad[np.int32]):
+        Copy.step(x, out=self.q[i])
+
+
+class Rows(iron.Graph):
+    """Each step adds `inc` to the int8 row the step before wrote and writes it one row on, and
+    records the token's bfloat16 embedding row in `seen` at the step."""
+
+    def __init__(self, emb, steps):
+        self.emb = iron.weight(emb)
+        self.inc = iron.param(np.arange(1, 8, dtype=np.int8))
+        self.q = iron.state((steps + 1, 7), np.int8, name="q")
+        self.seen = iron.state((steps + 1, 509), BF16, name="seen")
+
+    def body(self, *, pos: Carried[np.int32], tok: Carried[np.int32]):
+        Add.step(self.q[pos], self.inc, out=self.q[pos + 1])
+        Copy.step(self.emb[tok], out=self.seen[pos])
+        return iron.carry(pos=pos + 1, tok=(tok * 3 + 1) % 8)
+
+
+def table(rows=8, width=509, seed=0):
+    return np.random.default_rng(seed).standard_normal((rows, width)).astype(BF16)
+
+
+def bits(a):
+    return np.asarray(a).view(np.uint16)
+
+
+def lies(plan):
+    return {p.name: (p.shape, p.padded) for p in plan.placements if p.word_rows}
+
+
+def rule(plan):
+    return [what for name, what in plan.rules if name == "pad_rows_to_words"]
+
+
+def allowed_mlir(plan) -> bool:
+    return set(op_names(print_mlir(plan))) <= ALLOWED_OPS
+
+
+@pytest.mark.parametrize("device", ["npu2", "npu1"])
+def test_a_gathered_bfloat16_row_of_odd_halfwords_equals_the_reference(device):
+    graph, want = Gather(table()), Gather(table())
+    c = graph.compile(device=from_name(device))
+    assert lies(c.plan) == {"emb": ((8, 509), (8, 510))}
+    assert rule(c.plan) == [
+        "weight 'emb' (8, 509) bfloat16 lies in (8, 510): each row of 1018 bytes padded to 1020, whole 32-bit "
+        "words, so its views move at the padded stride; the host writes and reads its (8, 509)"]
+    assert allowed_mlir(c.plan)
+    for tok in (0, 5, 7):
+        got = c(tok=tok)
+        assert got.shape == (509,)
+        np.testing.assert_array_equal(bits(got), bits(want.reference(tok=tok)))   # a copy: bit for bit
+    graph.update(graph.emb, table(seed=2))   # written into the user's region of each padded row
+    np.testing.assert_array_equal(bits(c(tok=4)), bits(table(seed=2)[4]))
+
+
+@pytest.mark.parametrize("device", ["npu2", "npu1"])
+def test_int8_rows_of_seven_bytes_written_at_a_per_call_row_equal_the_reference(device):
+    graph, want = Scatter(), Scatter()
+    c = graph.compile(device=from_name(device), x=((7,), np.int8))
+    assert lies(c.plan) == {"q": ((4, 7), (4, 8))}
+    assert rule(c.plan) == [
+        "state 'q' (4, 7) int8 lies in (4, 8): each row of 7 bytes padded to 8, whole 32-bit words, so its "
+        "views move at the padded stride; the host writes and reads its (4, 7)"]
+    assert allowed_mlir(c.plan)
+    rng = np.random.default_rng(1)
+    for i in (2, 0, 3, 1, 2):
+        x = rng.integers(-128, 128, 7, dtype=np.int8)
+        c(x, i=i)
+        want.reference(x, i=i)
+    np.testing.assert_array_equal(c.read(graph.q), want.read(want.q))
+
+
+def test_states_read_back_the_next_step_in_a_device_loop_of_depth_2():
+    steps = 6
+    graph, want = Rows(table(), steps), Rows(table(), steps)
+    body = graph.compile(device=from_name("npu2"))
+    assert lies(body.plan) == {"emb": ((8, 509), (8, 510)), "q": ((7, 7), (7, 8)), "seen": ((7, 509), (7, 510))}
+    assert allowed_mlir(body.plan)
+    first = np.zeros((steps + 1, 7), np.int8)
+    first[0] = [-80, 56, 52, -82, 70, 21, 97]   # row 6 wraps past 127, as int8 does in numpy
+    body.write("q", first)
+    want.write("q", first)
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(steps - 1, pos=0, tok=5)) == list(range(steps - 1))
+    carry = {"pos": 0, "tok": 5}
+    for _ in range(steps):
+        carry = dict(want.reference(**carry))
+    assert dict(loop.carry) == carry
+    np.testing.assert_array_equal(body.read("q"), want.read("q"))
+    np.testing.assert_array_equal(bits(body.read("seen")), bits(want.read("seen")))
+
+
+def test_the_host_sees_a_padded_state_in_its_own_shape():
+    graph = Scatter()
+    c = graph.compile(device=from_name("npu2"), x=((7,), np.int8))
+    assert c.read(graph.q).shape == (4, 7)
+    value = np.arange(28, dtype=np.int8).reshape(4, 7)
+    c.write(graph.q, value)
+    np.testing.assert_array_equal(c.read("q"), value)
+    c(np.full(7, -1, np.int8), i=1)
+    value[1] = -1
+    np.testing.assert_array_equal(c.read("q"), value)   # the write moved row 1 only, at the padded stride
+    with pytest.raises(ArgumentError) as err:
+        c.write(graph.q, np.zeros((4, 8), np.int8))
+    assert str(err.value) == "state 'q' is (4, 7); the value written is (4, 8): give the same shape."
+    c.write(graph.q, np.zeros((4, 7), np.int8))   # a reset: every row zeros again
+    np.testing.assert_array_equal(c.read("q"), np.zeros((4, 7), np.int8))
+
+
+class ExpsThenGather(iron.Graph):
+    """Five Exp calls, then a gather of a 6-byte bfloat16 row: more groups than npu2_1col's 4 cores."""
+
+    def __init__(self):
+        self.table = iron.weight(np.arange(12, dtype=np.float32).reshape(4, 3).astype(BF16))
+
+    def body(self, x, *, row: Scratchpad[np.int32]):
+        return (*(Exp.step(x) for _ in range(5)), Copy.step(self.table[row]))
+
+
+def test_segments_see_the_padded_rows():
+    graph = ExpsThenGather()
+    c = graph.compile(x=((8,), np.float32), device=from_name("npu2_1col"))
+    assert len(c.plan.segments) == 2
+    assert lies(c.plan) == {"table": ((4, 3), (4, 4))}
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    *exps, row = c(x, row=2)
+    np.testing.assert_array_equal(bits(row), bits(graph.table.array[2]))
+    for got, want in zip(exps, graph.reference(x, row=2)[:5]):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+class InputRows(iron.Graph):
+    def body(self, x, *, i: Scratchpad[np.int32]):
+        return Copy.step(x[i])
+
+
+class WholeAndRow(iron.Graph):
+    def __init__(self):
+        self.q = iron.state((4, 7), np.int8, name="q")
+
+    def body(self, x, *, i: Scratchpad[np.int32]):
+        Copy.step(x, out=self.q[i])
+        return Copy.step(self.q)
+
+
+def test_what_the_compiler_does_not_pad_keeps_its_refusal():
+    with pytest.raises(PlacementError) as err:
+        InputRows().compile(device=from_name("npu2"), x=((4, 7), np.int8))
+    assert str(err.value) == (
+        "x[i] indexes axis 0 of input 'x' with per-call value 'i', but one step along that axis is 7 bytes and "
+        "the device's DMA offsets count whole 4-byte words. Pad 'x' so each entry of axis 0 spans a multiple "
+        "of 4 bytes.")
+    with pytest.raises(PlacementError) as err:   # read whole, q must lie as the user's (4, 7)
+        WholeAndRow().compile(device=from_name("npu2"), x=((7,), np.int8))
+    assert str(err.value) == (
+        "q[i] indexes axis 0 of state 'q' with per-call value 'i', but one step along that axis is 7 bytes and "
+        "the device's DMA offsets count whole 4-byte words. Pad 'q' so each entry of axis 0 spans a multiple "
+        "of 4 bytes.")
