@@ -21,16 +21,18 @@ from iron.compiler.plan import (
     Tile,
     TileKind,
 )
-from iron.compiler.words import word_rows
+from iron.compiler.words import word_leads, word_rows
 from iron.errors import DoesNotFit
 from iron.ir import THROUGH, Op, Program
 
 
 def host_placements(program: Program, padded: dict | None = None) -> tuple[Placement, ...]:
     """Every host-visible tensor of `program`, packed per buffer in argument order, each in the
-    shape `pad_to_block` padded it to (`padded`: tensor -> shape), if any, or `pad_rows_to_words`."""
+    shape `pad_to_block` padded it to (`padded`: tensor -> shape), if any, or `pad_rows_to_words`,
+    after the lead `pad_lead_to_words` gives it."""
     padded = padded or {}
     rows = word_rows(program, padded)
+    leads = word_leads(program, padded, rows)
     by_name = {n.arg[0] if n.op == Op.INPUT else n.arg[1]: shape for n, shape in padded.items()
                if n.op in (Op.INPUT, Op.MEMORY)}
     by_name |= {f"out{i}": padded[n] for i, n in enumerate(program.outputs) if n in padded}
@@ -48,7 +50,8 @@ def host_placements(program: Program, padded: dict | None = None) -> tuple[Place
     for role, kind, name, shape, dtype in wanted:
         buffer = role.value
         placement = Placement(name, kind, buffer, used[role], tuple(shape), dtype,
-                              padded=by_name.get(name) or rows.get(name), word_rows=name in rows)
+                              padded=by_name.get(name) or rows.get(name), word_rows=name in rows,
+                              lead=leads.get(name, 0))
         used[role] += placement.nwords
         placements.append(placement)
     return tuple(placements)

@@ -24,7 +24,7 @@ from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.segment import compile_segments
 from iron.compiler.shims import ShimShortfall, connect, share, shim_shortfall
 from iron.compiler.through_ddr import tile_before_state_write
-from iron.compiler.words import WordTable, word_rows_rules
+from iron.compiler.words import WordTable, layout_rules
 from iron.errors import DoesNotFit, LoopError, PlacementError
 from iron.ir import Program, call_label
 
@@ -50,7 +50,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
         plan = compile_segments(program, device, groups, feeds, try_groups, whole, padded)
     rules = (*through, *copy_view_rules(program), *shared_rules(program, groups, device), *plan.rules,
              *passed_rules(program, groups, padded), *zeros_rules(program, groups, padded),
-             *region_rules(program, groups, padded), *word_rows_rules(placements))
+             *region_rules(program, groups, padded), *layout_rules(placements))
     if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, DDR buffers, padding
         plan = replace(plan, rules=rules)
     plans[(device, id(feeds))] = (feeds, plan)

@@ -169,8 +169,7 @@ def host_access(ctx: Context, node: Node) -> tuple[str, Access]:
     p = ctx.placement(base_name(base)[1])
     if node.op != Op.VIEW:
         return p.buffer, placement_access(p)
-    access = view_access(node, ctx.table, p.padded, p.word_rows)
-    return p.buffer, replace(access, offset=p.offset + access.offset)
+    return p.buffer, view_access(node, ctx.table, p)
 
 
 def host_items(ctx: Context, site: Site) -> list[tuple]:

@@ -115,7 +115,8 @@ class Placement:
     """Where one host-visible tensor lives: `buffer` at word `offset`, C-contiguous; `padded`:
     the larger shape it lies in when `pad_to_block` pads it (the user's region its first rows
     and columns, the rest zeros the device reads and the host never sees), or `pad_rows_to_words`
-    (`word_rows`: each row to whole words)."""
+    (`word_rows`: each row to whole words); `lead`: where the user's region starts, when
+    `pad_lead_to_words` moves it off its first word."""
 
     name: str             # user's name: weight/param/state name, input name, "out0", "carry.node"
     kind: PlacementKind
@@ -128,6 +129,7 @@ class Placement:
     producer_writes: bool = False   # padded for its reader, its producer writes the user's region only
     zeros_rule: str | None = None   # padded, made over a padded layout: the rule its padding's zeros are computed by
     word_rows: bool = False         # padded by `pad_rows_to_words`: its rows' padding holds nothing anyone reads
+    lead: int = 0                   # elements of padding before the user's region (`pad_lead_to_words`)
 
     @property
     def stored(self) -> tuple[int, ...]:
@@ -136,7 +138,7 @@ class Placement:
 
     @property
     def nwords(self) -> int:
-        return -(-math.prod(self.stored) * self.dtype.itemsize // 4)   # math.prod: called for every DMA planned
+        return -(-(self.lead + math.prod(self.stored)) * self.dtype.itemsize // 4)   # math.prod: called per DMA planned
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from iron.errors import PlacementError
 from iron.ir import Node, Op, Program, describe, frame
 
 PAD_ROWS_TO_WORDS = "pad_rows_to_words"
+PAD_LEAD_TO_WORDS = "pad_lead_to_words"
 
 
 class WordTable:
@@ -143,18 +144,10 @@ def word_rows(program: Program, padded: dict) -> dict[str, tuple[int, ...]]:
     the shape it lies in). The compiler owns that layout: the runtime writes and reads the
     user's region, and a view running to a row's end moves the padding after it. `padded`: the
     tensors `pad_to_block` padded, which lie as it decided."""
-    views: dict[Node, list[Node]] = {}
-    whole = {*program.outputs, *(node for _, value in program.carry for node in value.src)}
-    for call in program.calls:
-        for node in call.src:
-            if node.op == Op.VIEW and node.src[0].op == Op.MEMORY:
-                views.setdefault(node.src[0], []).append(node)
-            else:
-                whole.add(node)
     found = {}
-    for memory, seen in views.items():
+    for memory, seen in viewed_only(program).items():
         shape, itemsize = memory.shape, memory.dtype.itemsize
-        if memory in whole or memory in padded or len(shape) < 2 or shape[-1] * itemsize % 4 == 0:
+        if memory.op != Op.MEMORY or memory in padded or len(shape) < 2 or shape[-1] * itemsize % 4 == 0:
             continue
         lies = (*shape[:-1], -(-shape[-1] * itemsize // 4) * 4 // itemsize)
         if not all(_moves(v) for v in seen) and all(_moves(v, lies, True) for v in seen):
@@ -162,17 +155,55 @@ def word_rows(program: Program, padded: dict) -> dict[str, tuple[int, ...]]:
     return found
 
 
-def word_rows_rules(placements) -> list[tuple[str, str]]:
-    """`pad_rows_to_words` as describe() shows it: each tensor it padded."""
-    return [(PAD_ROWS_TO_WORDS, f"{p.kind.value} '{p.name}' {p.shape} {dtypes.name(p.dtype)} lies in {p.padded}: "
-             f"each row of {p.shape[-1] * p.dtype.itemsize} bytes padded to {p.padded[-1] * p.dtype.itemsize}, "
-             "whole 32-bit words, so its views move at the padded stride; the host writes and reads "
-             f"its {p.shape}") for p in placements if p.word_rows]
+def word_leads(program: Program, padded: dict, rows: dict) -> dict[str, int]:
+    """The rule `pad_lead_to_words`: a host input, weight or param used only through views, some
+    of which start mid-word as it lies (`x[1:]` of bfloat16), lies after the fewest elements of
+    padding (less than a word) that start every view on a word, when some do (name -> how many).
+    The runtime writes the user's region after them. A state keeps its first word: every version
+    of a graph shares its layout. `padded`, `rows`: the tensors the other rules laid out."""
+    found = {}
+    for base, seen in viewed_only(program).items():
+        kind, name = base_name(base)
+        if kind == "state" or base in padded or name in rows or all(_moves(v) for v in seen):
+            continue
+        lead = next((n for n in range(1, 4 // base.dtype.itemsize) if all(_moves(v, lead=n) for v in seen)), 0)
+        if lead:
+            found[name] = lead
+    return found
 
 
-def _moves(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool = False) -> bool:
+def viewed_only(program: Program) -> dict[Node, list[Node]]:
+    """Each input or declared memory `program` uses only through views (never whole, returned
+    or carried), with those views."""
+    views: dict[Node, list[Node]] = {}
+    whole = {*program.outputs, *(node for _, value in program.carry for node in value.src)}
+    for call in program.calls:
+        for node in call.src:
+            if node.op == Op.VIEW and node.src[0].op in (Op.INPUT, Op.MEMORY):
+                views.setdefault(node.src[0], []).append(node)
+            else:
+                whole.add(node)
+    return {base: seen for base, seen in views.items() if base not in whole}
+
+
+def layout_rules(placements) -> list[tuple[str, str]]:
+    """`pad_rows_to_words` and `pad_lead_to_words` as describe() shows them: each tensor they laid out."""
+    lines = []
+    for p in placements:
+        kind, shape, dtype, size = p.kind.value, p.shape, dtypes.name(p.dtype), p.dtype.itemsize
+        if p.word_rows:
+            lines.append((PAD_ROWS_TO_WORDS, f"{kind} '{p.name}' {shape} {dtype} lies in {p.padded}: each row of "
+                          f"{shape[-1] * size} bytes padded to {p.padded[-1] * size}, whole 32-bit words, so its "
+                          f"views move at the padded stride; the host writes and reads its {shape}"))
+        if p.lead:
+            lines.append((PAD_LEAD_TO_WORDS, f"{kind} '{p.name}' {shape} {dtype} lies after {p.lead * size} bytes "
+                          f"of padding, so every view of it starts on a word; the host writes its {shape} there"))
+    return lines
+
+
+def _moves(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool = False, lead: int = 0) -> bool:
     try:
-        view_words(view, padded, word_rows)
+        view_words(view, padded, word_rows, lead)
     except PlacementError:
         return False
     return True
@@ -187,30 +218,29 @@ def base_name(node: Node) -> tuple[str, str]:
     return ("input", node.arg[0]) if node.op == Op.INPUT else node.arg
 
 
-def view_access(view: Node, table: WordTable, padded: tuple[int, ...] | None = None,
-                word_rows: bool = False) -> Access:
-    """The words of VIEW `view` within its base's placement (a declared memory or an input),
-    which lies in shape `padded` when `pad_to_block` or `pad_rows_to_words` (`word_rows`) padded
-    it; its dynamic indices become bounded "dma" words summed into one patch word."""
-    static, dims, steps = view_words(view, padded, word_rows)
+def view_access(view: Node, table: WordTable, p) -> Access:
+    """The words of VIEW `view` within placement `p` of its base (a declared memory or an input),
+    laid out as `pad_to_block`, `pad_rows_to_words` and `pad_lead_to_words` decided; its dynamic
+    indices become bounded "dma" words summed into one patch word."""
+    static, dims, steps = view_words(view, p.padded, p.word_rows, p.lead)
     memory = view.src[0]
     terms = [(table.bounded(view.src[axis.dynamic], 0, axis.offsets, describe(view), WordKind.DMA, describe(memory)),
               step) for axis, step in steps]
     patch = table.offset(terms) if terms else None
-    return Access(static // 4, dims, patch)
+    return Access(p.offset + static // 4, dims, patch)
 
 
-def view_words(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool = False):
+def view_words(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool = False, lead: int = 0):
     """(first byte, word dims, (per-call axis, its step in words) ...) of VIEW `view` as its base
-    lies (in `padded`, if padded), or PlacementError when the DMA cannot move it in whole words.
-    Where `pad_rows_to_words` padded the base's rows, a view running to a row's end moves it to
-    the end of its last word: the bytes after are padding no one reads."""
+    lies (in `padded`, if padded, after `lead` elements), or PlacementError when the DMA cannot
+    move it in whole words. A run ending where no one's data follows up to the next word (a row's
+    padding, `word_rows`, or past the base's last element) moves to the end of that word."""
     memory, shape = view.src[0], frame(view)
     if padded is not None:
         shape = _padded_frame(view, padded)
     itemsize = memory.dtype.itemsize
     strides = [itemsize * int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
-    static, kept, steps = 0, [], []
+    static, kept, steps = lead * itemsize, [], []
     for number, axis in enumerate(view.arg):
         static += (axis.index if axis.index is not None else axis.start) * strides[number]
         if axis.dynamic is not None:
@@ -218,15 +248,11 @@ def view_words(view: Node, padded: tuple[int, ...] | None = None, word_rows: boo
             steps.append((axis, strides[number] // 4))
         if axis.keeps_axis and axis.size > 1:
             kept.append((number, axis.size, strides[number]))
-    ends_row = word_rows and _ends_row(view)
-    return static, _word_dims(view, static, _merged(kept), itemsize, ends_row), steps
+    row, end = shape[-1] * itemsize, (lead + int(np.prod(shape, dtype=np.int64))) * itemsize
 
-
-def _ends_row(view: Node) -> bool:
-    """Whether `view` picks up to the last element of its base's rows (at a fixed place)."""
-    last = view.arg[-1]
-    end = last.index + 1 if last.index is not None else None if last.dynamic is not None else last.stop
-    return end == view.src[0].shape[-1]
+    def free_after(byte: int) -> bool:   # a padded row's end, or the base's end (nothing after it but a word's tail)
+        return (word_rows and byte % row == memory.shape[-1] * itemsize) or (not steps and byte == end)
+    return static, _word_dims(view, static, _merged(kept), itemsize, free_after), steps
 
 
 def _padded_frame(view: Node, padded: tuple[int, ...]) -> tuple[int, ...]:
@@ -251,14 +277,14 @@ def _merged(kept: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
     return merged
 
 
-def _word_dims(view: Node, static: int, merged, itemsize: int, ends_row: bool) -> tuple[tuple[int, int], ...]:
+def _word_dims(view: Node, static: int, merged, itemsize: int, free_after) -> tuple[tuple[int, int], ...]:
     last_axis = len(view.arg) - 1
     if merged and merged[-1][2] == itemsize:
         run_axis, run = merged[-1][0], merged[-1][1] * itemsize
         outer = merged[:-1]
     else:
         run_axis, run, outer = (merged[-1][0] if merged else last_axis), itemsize, merged
-    if ends_row and not outer:   # one run, into its row's padding (pad_rows_to_words)
+    if not outer and run % 4 and static % 4 == 0 and free_after(static + run):   # one run, no one's data after
         run = -(-run // 4) * 4
     if run % 4 or static % 4:
         _refuse_run(view, run_axis, run, static)

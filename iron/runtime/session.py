@@ -27,9 +27,9 @@ def open_session(compiled):
 
 def placement_view(words: np.ndarray, p) -> np.ndarray:
     """The typed, shaped view of placement `p` inside a uint32 host buffer: the user's region of
-    a padded one (its padding stays as made, zeros)."""
+    a padded one (its padding stays as made, zeros), after its lead."""
     nbytes = int(np.prod(p.stored, dtype=np.int64)) * p.dtype.itemsize
-    start = p.offset * 4
+    start = p.offset * 4 + p.lead * p.dtype.itemsize
     whole = words.view(np.uint8)[start:start + nbytes].view(p.dtype).reshape(p.stored)
     return whole if p.padded is None else whole[tuple(slice(0, n) for n in p.shape)]
 

@@ -1,8 +1,9 @@
 """`pad_rows_to_words` (iron/compiler/words.py): a weight, param or state whose rows are not whole
 32-bit words, indexed through per-call values, lies with each row padded to whole words, so the
 DMA moves its rows at the padded stride; it equals reference() on npu2 and npu1, host-driven and
-in a device loop, the host sees the user's shape, and what the compiler does not lay out (a host
-input, a state also used whole) keeps its refusal."""
+in a device loop (also through XRT), the host sees the user's shape, and what the compiler does
+not lay out (a host input, a state also used whole) keeps its refusal. `pad_lead_to_words`: an
+input or weight whose views start mid-word (`x[1:]` of bfloat16) lies after a lead of padding."""
 import numpy as np
 import pytest
 
@@ -55,6 +56,14 @@ class Rows(iron.Graph):
         return iron.carry(pos=pos + 1, tok=(tok * 3 + 1) % 8)
 
 
+def preset(c, want, steps, row):
+    """q's first row `row` on the device and in the reference, the rest zeros."""
+    first = np.zeros((steps + 1, 7), np.int8)
+    first[0] = row
+    for target in (c, want):
+        target.write("q", first)
+
+
 def table(rows=8, width=509, seed=0):
     return np.random.default_rng(seed).standard_normal((rows, width)).astype(BF16)
 
@@ -101,12 +110,17 @@ def test_int8_rows_of_seven_bytes_written_at_a_per_call_row_equal_the_reference(
         "state 'q' (4, 7) int8 lies in (4, 8): each row of 7 bytes padded to 8, whole 32-bit words, so its "
         "views move at the padded stride; the host writes and reads its (4, 7)"]
     assert allowed_mlir(c.plan)
+    scatter(c, want, (2, 0, 3, 1, 2))
+
+
+def scatter(c, want, rows):
+    """Calls writing random int8 rows at `rows` on `c` and on the reference `want`: q agrees."""
     rng = np.random.default_rng(1)
-    for i in (2, 0, 3, 1, 2):
+    for i in rows:
         x = rng.integers(-128, 128, 7, dtype=np.int8)
         c(x, i=i)
         want.reference(x, i=i)
-    np.testing.assert_array_equal(c.read(graph.q), want.read(want.q))
+    np.testing.assert_array_equal(c.read("q"), want.read("q"))
 
 
 def test_states_read_back_the_next_step_in_a_device_loop_of_depth_2():
@@ -115,10 +129,7 @@ def test_states_read_back_the_next_step_in_a_device_loop_of_depth_2():
     body = graph.compile(device=from_name("npu2"))
     assert lies(body.plan) == {"emb": ((8, 509), (8, 510)), "q": ((7, 7), (7, 8)), "seen": ((7, 509), (7, 510))}
     assert allowed_mlir(body.plan)
-    first = np.zeros((steps + 1, 7), np.int8)
-    first[0] = [-80, 56, 52, -82, 70, 21, 97]   # row 6 wraps past 127, as int8 does in numpy
-    body.write("q", first)
-    want.write("q", first)
+    preset(body, want, steps, [-80, 56, 52, -82, 70, 21, 97])   # row 6 wraps past 127, as int8 does in numpy
     loop = iron.CarriedLoop(body, body, depth=2)
     assert list(loop.run(steps - 1, pos=0, tok=5)) == list(range(steps - 1))
     carry = {"pos": 0, "tok": 5}
@@ -195,3 +206,93 @@ def test_what_the_compiler_does_not_pad_keeps_its_refusal():
         "q[i] indexes axis 0 of state 'q' with per-call value 'i', but one step along that axis is 7 bytes and "
         "the device's DMA offsets count whole 4-byte words. Pad 'q' so each entry of axis 0 spans a multiple "
         "of 4 bytes.")
+
+
+class Tail(iron.Graph):
+    """R7: Exp of a bfloat16 input but its first element: x[1:] starts at byte 2, mid-word."""
+
+    def body(self, x):
+        return Exp.step(x[1:])
+
+
+class TailCopy(iron.Graph):
+    def body(self, x):
+        return Copy.step(x[1:])
+
+
+class WeightTail(iron.Graph):
+    def __init__(self, w):
+        self.w = iron.weight(w)
+
+    def body(self):
+        return Copy.step(self.w[1:])
+
+
+def lead(plan):
+    return {p.name: (p.lead, p.nwords) for p in plan.placements if p.lead}
+
+
+@pytest.mark.parametrize("device", ["npu2", "npu1"])
+@pytest.mark.parametrize("n", [509, 510])
+def test_a_view_starting_mid_word_lies_after_a_lead_of_padding(device, n):
+    x = np.linspace(-3, 3, n).astype(BF16)
+    c = TailCopy().compile(device=from_name(device), x=((n,), BF16))
+    assert lead(c.plan) == {"x": (1, 255 if n == 509 else 256)}   # 2 + 2n bytes, to the end of a word
+    assert [what for name, what in c.plan.rules if name == "pad_lead_to_words"] == [
+        f"input 'x' ({n},) bfloat16 lies after 2 bytes of padding, so every view of it starts on a word; the host "
+        f"writes its ({n},) there"]
+    assert allowed_mlir(c.plan)
+    np.testing.assert_array_equal(bits(c(x)), bits(x[1:]))   # a copy: bit for bit
+    graph = Tail()
+    e = graph.compile(device=from_name(device), x=((n,), BF16))
+    np.testing.assert_allclose(np.float32(e(x)), np.float32(graph.reference(x)), rtol=2e-2)
+    w = WeightTail(x).compile(device=from_name(device))
+    assert lead(w.plan) == {"w": (1, 255 if n == 509 else 256)}
+    np.testing.assert_array_equal(bits(w()), bits(x[1:]))
+
+
+class TwoWords(iron.Graph):
+    def body(self, x):
+        return Copy.step(x[2:])
+
+
+def test_a_run_to_the_tensors_end_moves_the_rest_of_its_last_word():
+    x = np.linspace(-3, 3, 509).astype(BF16)
+    c = TwoWords().compile(device=from_name("npu2"), x=((509,), BF16))
+    assert lead(c.plan) == {} and lies(c.plan) == {}   # x[2:] starts on a word; its end is x's, mid-word
+    np.testing.assert_array_equal(bits(c(x)), bits(x[2:]))
+
+
+class WholeAndTail(iron.Graph):
+    def body(self, x):
+        return Exp.step(x), Copy.step(x[1:])
+
+
+def test_a_tensor_read_whole_keeps_its_first_word():
+    with pytest.raises(PlacementError) as err:
+        WholeAndTail().compile(device=from_name("npu2"), x=((509,), BF16))
+    assert str(err.value) == (
+        "x[1:] moves runs of 1016 bytes of input 'x' (bfloat16) from byte 2 along axis 0, and the device's DMA "
+        "moves whole 4-byte words on 4-byte boundaries. Pad or index 'x' so each contiguous run starts and ends "
+        "on a 4-byte boundary.")
+
+
+def test_through_xrt_the_host_writes_and_reads_the_users_rows(xrt):
+    graph, want = Scatter(), Scatter()
+    c = graph.compile(device=from_name("npu2"), x=((7,), np.int8))
+    for target in (c, want):
+        target.write("q", np.arange(28, dtype=np.int8).reshape(4, 7))
+    scatter(c, want, (3, 1))
+
+
+def test_host_driven_on_npu1_states_read_back_the_next_call():
+    steps = 4
+    graph, want = Rows(table(), steps), Rows(table(), steps)
+    c = graph.compile(device=from_name("npu1"))
+    preset(c, want, steps, [1, -2, 3, -4, 5, -6, 7])
+    carry, expect = {"pos": 0, "tok": 2}, {"pos": 0, "tok": 2}
+    for _ in range(steps):
+        carry, expect = dict(c(**carry)), dict(want.reference(**expect))
+    assert carry == expect
+    np.testing.assert_array_equal(c.read("q"), want.read("q"))
+    np.testing.assert_array_equal(bits(c.read("seen")), bits(want.read("seen")))
