@@ -60,6 +60,7 @@ PAD_PASSED_ON = "pad_passed_on"
 PAD_UPSTREAM_ROWS = "pad_upstream_rows"
 PAD_SHARED_STREAM = "pad_shared_stream"
 PAD_ROW_REGION = "pad_row_region"
+PAD_TILE_REGION = "pad_tile_region"
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
@@ -403,7 +404,7 @@ def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
         if state is None or users:
             return "it writes part of a state" if state is None else "its result is read besides the state it writes"
         return state_unpadded(state, (call,), readers)
-    if shown(call, readers):
+    if shown(call, readers, group_of):
         return ""
     if group_of and users.count(Reader.HOST) <= 1 and all(u is Reader.HOST or isinstance(u, Node) for u in users):
         return next((f"its result is read by {describe(u)}, which {why}" for u in users if u is not Reader.HOST
@@ -446,7 +447,7 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
     why = stream_unshared(calls, result, readers, group_of)
     if why:
         return why
-    if not shown(calls[-1], readers):
+    if not shown(calls[-1], readers, group_of):
         why = zeros_unkept(calls, readers, group_of)
         if why:
             return why
@@ -603,25 +604,38 @@ def paired_unshared(result: Node, other: Node, call: Node, readers: dict, group_
     return operands_unpadded(other, (other,), readers, group_of)
 
 
-def shown(call: Node, readers: dict) -> bool:
+def shown(call: Node, readers: dict, group_of: dict | None = None) -> bool:
     """Whether a padded result is read only as the user's region, so the padding its kernel
     writes is never read: by the host at most once, and otherwise (in DDR only across a segment
     cut) through views (words.view_access: no grid or stream takes a view) or by calls that
-    neither tile nor stream (an elementwise, matrix or row-reduction reader might take it in
-    blocks that know no padding)."""
+    neither tile nor stream (`reads_region`; an elementwise, matrix or row-reduction reader
+    might take it in blocks that know no padding)."""
     users = readers.get(call, [])
     return bool(users) and users.count(Reader.HOST) <= 1 and all(
-        u in (Reader.HOST, Reader.VIEW) or (isinstance(u, Node) and reads_region(u, call)) for u in users)
+        u in (Reader.HOST, Reader.VIEW) or (isinstance(u, Node) and reads_region(u, call, group_of)) for u in users)
 
 
-def reads_region(user: Node, node: Node) -> bool:
+def reads_region(user: Node, node: Node, group_of: dict | None = None) -> bool:
     """Whether a call reads only the user's region of `node` where it lies padded (words.placement_access):
-    one that neither tiles nor streams, or a row reduction of `node` as its one row (a vector:
-    it never streams, and its kernel reduces the row's first `length` elements, the user's
-    width when the call gives none), so no padding it might read wins an Argmax."""
+    one that neither tiles nor streams (`fits_tile`, given `group_of`), or a row reduction of
+    `node` as its one row (a vector: it never streams, and its kernel reduces the row's first
+    `length` elements, the user's width when the call gives none), so no padding it might read
+    wins an Argmax."""
     role = user.arg.kernel.role
-    return role in PLAIN or role is Role.ROW_REDUCTION and user.src[0] is node and len(node.shape) == 1 \
-        and node not in user.src[1:]
+    return role in PLAIN or group_of is not None and fits_tile(group_of[user], node) \
+        or role is Role.ROW_REDUCTION and user.src[0] is node and len(node.shape) == 1 and node not in user.src[1:]
+
+
+def fits_tile(group: Group, node: Node) -> bool:
+    """The rule `pad_tile_region`: a group of elementwise calls or a row reduction that fits a
+    tile (`held_bytes`: it neither streams nor tiles) runs on one core, which reads a padded
+    product's result across the segment cut (a grid's result goes to DDR, `result_users`) in
+    its own shape: the DMA moves each row's first elements at the padded row's stride
+    (words.placement_access), so its kernels never see the padding. Rows of whole 32-bit
+    words only: no DMA moves less. A MatMul reading it follows `pad_through_matmul`."""
+    roles = {c.arg.kernel.role for c in group.calls}
+    return held_bytes(list(group.calls)) <= SIZE_LIMIT and Role.MATRIX not in roles \
+        and node.shape[-1] * node.dtype.itemsize % 4 == 0
 
 
 def pad_matrix(group: Group, readers: dict, group_of: dict, device,
@@ -644,7 +658,8 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
     if operands_unpadded(call, members, readers, group_of):
         return {}
     a, b = call.src[:2]
-    plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and reads_region(u, call) for u in readers.get(call, []))
+    plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and reads_region(u, call, group_of)
+                       for u in readers.get(call, []))
     if plain_reader and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
         return {}
     if not all(map(large, members)):
@@ -1058,10 +1073,12 @@ def passed_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> l
 
 
 def region_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> list[tuple[str, str]]:
-    """`pad_shared_stream` and `pad_row_region` as describe() shows them, once for the design:
-    each input several streamed groups read lying padded once for them, and each row reduction
-    reading a padded vector's user's region only (`reads_region`)."""
+    """`pad_shared_stream`, `pad_row_region` and `pad_tile_region` as describe() shows them, once
+    for the design: each input several streamed groups read lying padded once for them, each row
+    reduction reading a padded vector's user's region only (`reads_region`), and each group that
+    fits a tile reading a padded result's (`fits_tile`)."""
     readers, lines = readers_of(program, groups), []
+    group_of = {call: group for group in groups for call in group.calls}
     for node, shape in padded.items():
         users = [u for u in readers.get(node, []) if isinstance(u, Node)]
         if node.op != Op.CALL and len(set(users)) > 1 and all(u.arg.kernel.role is Role.ELEMENTWISE for u in users):
@@ -1073,6 +1090,11 @@ def region_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> l
                 lines.append((PAD_ROW_REGION, f"{call_label(program, u)} reads {describe(node)} where it lies padded "
                               f"to {shape}, its user's region only: the first {node.size} elements, the kernel told "
                               f"length={u.arg.attr_dict.get('length') or node.size}, so the padding is never reduced"))
+            elif node.op == Op.CALL and u.arg.kernel.role not in PLAIN and fits_tile(group_of[u], node):
+                lines.append((PAD_TILE_REGION, f"{group_of[u].name}: {call_label(program, u)} reads {describe(node)} "
+                              f"where it lies padded to {shape}, its user's region only: its group fits a tile, so a "
+                              f"DMA moves the first {node.shape[-1]} elements of each padded row and its kernels never "
+                              "see the padding"))
     return lines
 
 
