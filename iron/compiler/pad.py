@@ -393,18 +393,19 @@ def rows_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> str:
     return width_unshared(node, readers) or unpaddable(node.src[0], (node,), readers, group_of)
 
 
-def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
+def readers_unshared(call: Node, readers: dict, group_of: dict | None, small: bool = False) -> str:
     """Why the readers of a padded product's result may not read it as it lies, "" when they
-    may: it is `shown`, or every reader is a call whose group shares its layout (`layout_unshared`)
-    or the host, once (it reads the user's region of the output, which a later segment reads
-    whole: segment.Flow.placements)."""
+    may: it is `shown` (`small`: groups fitting a tile read its region too, `pad_tile_region`),
+    or every reader is a call whose group shares its layout (`layout_unshared`) or the host, once
+    (it reads the user's region of the output, which a later segment reads whole:
+    segment.Flow.placements)."""
     users = readers.get(call, [])
     if call.arg.writes:   # a grid writes a whole state read by no one else (tiling.result_users)
         state = state_written_whole(call)
         if state is None or users:
             return "it writes part of a state" if state is None else "its result is read besides the state it writes"
         return state_unpadded(state, (call,), readers)
-    if shown(call, readers, group_of):
+    if shown(call, readers, group_of if small else None):
         return ""
     if group_of and users.count(Reader.HOST) <= 1 and all(u is Reader.HOST or isinstance(u, Node) for u in users):
         return next((f"its result is read by {describe(u)}, which {why}" for u in users if u is not Reader.HOST
@@ -447,7 +448,7 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
     why = stream_unshared(calls, result, readers, group_of)
     if why:
         return why
-    if not shown(calls[-1], readers, group_of):
+    if not shown(calls[-1], readers):
         why = zeros_unkept(calls, readers, group_of)
         if why:
             return why
@@ -649,16 +650,27 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
     call may run off the grid, reading its operands row by row (words.placement_access): then
     their rows must be whole words. `agreed`: the sides `pad_shared_input` agreed for the products
     sharing a tensor, taken instead. A result whose readers may not read it padded keeps its
-    shape: then only K is padded (`pad_k_only`)."""
+    shape: then only K is padded (`pad_k_only`); else, when groups fitting a tile read it
+    (`pad_tile_region`, after `pad_k_only`), it is padded for them to read its region."""
     call = lone_product(group)
     if call is None:
         return {}
-    k_only = bool(readers_unshared(call, readers, group_of))
+    if not readers_unshared(call, readers, group_of):
+        return padded_product(call, readers, group_of, device, agreed)
+    return padded_product(call, readers, group_of, device, agreed, k_only=True) or (
+        {} if readers_unshared(call, readers, group_of, small=True)
+        else padded_product(call, readers, group_of, device, agreed, small=True))
+
+
+def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: dict | None,
+                   k_only: bool = False, small: bool = False) -> dict[Node, tuple[int, ...]]:
+    """`pad_matrix` of `call`, its result kept in its shape (`k_only`), or read by groups
+    fitting a tile too (`small`)."""
     members = (call,) if k_only else joined_with(call, readers, group_of)
     if operands_unpadded(call, members, readers, group_of):
         return {}
     a, b = call.src[:2]
-    plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and reads_region(u, call, group_of)
+    plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and reads_region(u, call, group_of if small else None)
                        for u in readers.get(call, []))
     if plain_reader and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
         return {}
@@ -1085,16 +1097,18 @@ def region_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> l
             labels = ", ".join(call_label(program, u) for u in users)
             lines.append((PAD_SHARED_STREAM, f"{describe(node)} lies padded once to {shape} for {labels}, each group "
                           "streaming over it padded alike"))
-        for u in users:
-            if u.arg.kernel.role is Role.ROW_REDUCTION and reads_region(u, node):
-                lines.append((PAD_ROW_REGION, f"{call_label(program, u)} reads {describe(node)} where it lies padded "
-                              f"to {shape}, its user's region only: the first {node.size} elements, the kernel told "
-                              f"length={u.arg.attr_dict.get('length') or node.size}, so the padding is never reduced"))
-            elif node.op == Op.CALL and u.arg.kernel.role not in PLAIN and fits_tile(group_of[u], node):
-                lines.append((PAD_TILE_REGION, f"{group_of[u].name}: {call_label(program, u)} reads {describe(node)} "
-                              f"where it lies padded to {shape}, its user's region only: its group fits a tile, so a "
-                              f"DMA moves the first {node.shape[-1]} elements of each padded row and its kernels never "
-                              "see the padding"))
+        rowed = [u for u in users if u.arg.kernel.role is Role.ROW_REDUCTION and reads_region(u, node)]
+        for u in rowed:
+            lines.append((PAD_ROW_REGION, f"{call_label(program, u)} reads {describe(node)} where it lies padded "
+                          f"to {shape}, its user's region only: the first {node.size} elements, the kernel told "
+                          f"length={u.arg.attr_dict.get('length') or node.size}, so the padding is never reduced"))
+        small = [u for u in dict.fromkeys(users) if node.op == Op.CALL and u.arg.kernel.role not in PLAIN
+                 and u not in rowed and fits_tile(group_of[u], node)]
+        for g in dict.fromkeys(group_of[u] for u in small):
+            labels = ", ".join(call_label(program, u) for u in small if u in g.calls)
+            lines.append((PAD_TILE_REGION, f"{g.name}: {labels} read {describe(node)} where it lies padded to {shape}, "
+                          f"its user's region only: the group fits a tile, so a DMA moves the first {node.shape[-1]} "
+                          "elements of each padded row and its kernels never see the padding"))
     return lines
 
 
