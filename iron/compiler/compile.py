@@ -17,7 +17,7 @@ from iron.compiler.copies import copy_view_for_grid, copy_view_rules
 from iron.compiler.fuse import Group, fuse
 from iron.compiler.invariants import check_plan
 from iron.compiler.lower import Lowered, lower
-from iron.compiler.pad import pad_to_block, passed_rules, region_rules, shared_rules, zeros_rules
+from iron.compiler.pad import pad_to_block
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
@@ -39,16 +39,16 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
     check_feeds(program, device, feeds)
     program = copy_view_for_grid(program)
     groups = fuse(program)
-    padded = pad_to_block(program, groups, device)   # once: every segment sees the same layout
+    padding = pad_to_block(program, groups, device)   # once: every segment sees the same layout
+    padded = padding.shapes
     placements = host_placements(program, padded)
     whole = try_groups(program, groups, device, feeds, None, placements, check=True)
     if isinstance(whole, Plan):
         plan = whole
     else:   # too big for the array at once: segments
         plan = compile_segments(program, device, groups, feeds, try_groups, whole, padded)
-    rules = (*copy_view_rules(program), *shared_rules(program, groups, device), *plan.rules,
-             *passed_rules(program, groups, padded), *zeros_rules(program, groups, padded),
-             *region_rules(program, groups, padded), *layout_rules(placements))
+    rules = (*copy_view_rules(program), *padding.shared, *plan.rules, *padding.passed,
+             *layout_rules(placements))
     if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, padding
         plan = replace(plan, rules=rules)
     plans[(device, id(feeds))] = (feeds, plan)

@@ -1,23 +1,16 @@
 """`pad_to_block`: a large MatMul or MatVec whose sides have no good whole blocks, elementwise
-calls streamed over a length with none, or a row reduction over a batch of rows (its number of
-rows only) compute on sides padded with zeros, so the tiling rules (tiling.py) find a grid of
-many cores and whole blocks. The compiler owns the padded layout: a padded tensor's Placement
-lies in the larger shape, the user's region in its first rows and columns (allocate.py,
-segment.py); the runtime writes and reads only that region, and the padding is the zeros the
-buffer is made with. A MatMul's K padding is zeros in both operands (0 times anything else
-could be NaN); its M and N padding give results the host never sees. Only tensors the padded
-call alone reads are padded: inputs, weights, params; states and other groups' results that
-every call writing them writes in the user's region only, row by row at the padded stride
-(`pad_written_by_producer`); and results read only as the user's region (by the host, or
-across a segment cut into the compiler's DDR), or by calls that compute over the padded layout
-(`pad_through`; a row reduction over padded N is told the user's width; products an
-elementwise group reads together padded alike, `pad_joined`; an elementwise result over a
-padded layout passes it on to the next elementwise group or MatMul, `pad_passed_on`; a tensor
-read as both operands lies square, `pad_square`), so no padding a kernel writes is read as the
-user's data; a product padded in K only keeps its result's shape, whoever reads it
-(`pad_k_only`), and an input several streams read lies padded once for them all
-(`pad_shared_stream`). Decided once per design, before placement, from the Program and its
-groups, so every segment sees the same layout."""
+calls streamed over a length with none, or a row reduction over a batch of rows (its rows only)
+compute on sides padded with zeros, so the tiling rules (tiling.py) find a grid of many cores and
+whole blocks; a padded tensor's Placement lies in the larger shape, the user's region in its
+first rows and columns, the padding the zeros the buffer is made with (K's must be zeros in both
+operands: 0 times anything else could be NaN). Deciding the layouts is one agreement problem,
+solved once per design before placement so every segment sees the same layout: which (call,
+side) pairs must lie alike (`tied_sides`, `agree`; streams reading one input,
+`pad_shared_stream`); which tensors may lie padded, because every reader computes over the
+padded layout or sees only the user's region (`unpaddable`, `layout_unshared`, `shown`; a
+product whose readers may not keeps its result's shape, padded in K only, `pad_k_only`); which
+padding must be zeros and who keeps it (`pad_through_zeros`, `pad_upstream_zeros`,
+`pad_written_by_producer`)."""
 from __future__ import annotations
 
 import math
@@ -68,7 +61,18 @@ PLAIN = (Role.OTHER, Role.EXPANSION)   # roles of calls that neither tile nor st
 FEW_CALLS = 64      # kernel calls per core a grid's own sides may take before fewer are worth padding for
 
 
-def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[Node, tuple[int, ...]]:
+@dataclass(frozen=True)
+class Padding:
+    """`pad_to_block`'s layout of a design: the shape each padded tensor lies in, and the
+    describe() lines of the rules deciding it for the whole design: `pad_shared_input`'s, shown
+    before the plan's own lines, `pad_passed_on`'s, `pad_through_zeros`', `pad_shared_stream`'s,
+    `pad_row_region`'s and `pad_tile_region`'s after them."""
+    shapes: dict[Node, tuple[int, ...]]
+    shared: tuple[tuple[str, str], ...] = ()
+    passed: tuple[tuple[str, str], ...] = ()
+
+
+def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Padding:
     """The shape each tensor `pad_to_block` pads lies in: for each group that is one MatMul or
     MatVec (`pad_matrix`), elementwise calls that stream (`pad_stream`) or a row reduction over a
     batch of rows that streams (`pad_rows`: only the number of rows), the padding whose grid or
@@ -77,16 +81,20 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> dict[No
     tensor is read by its group alone (`unpaddable`), so no two groups pad one tensor."""
     readers = readers_of(program, groups)
     group_of = {call: group for group in groups for call in group.calls}
-    layouts = [s for s in shared_layouts(program, groups, device) if not s.why]
+    shared = shared_layouts(program, groups, device, readers, group_of)
+    layouts = [s for s in shared if not s.why]
     agreed = {call: sides for s in layouts for call, sides in zip(s.calls, s.sides)}
-    readers = answered(readers, layouts)
+    free = answered(readers, layouts)
     padded: dict[Node, tuple[int, ...]] = {}
     for group in groups:
         # pad_through first: a MatMul reading a result already padded takes its layout, not sides of its own
-        padded |= pad_through(group, padded, readers, group_of, device) or \
-            pad_matrix(group, readers, group_of, device, agreed) or \
-            pad_stream(group, readers, group_of, device) or pad_rows(group, readers, device)
-    return padded
+        padded |= pad_through(group, padded, free, group_of, device) or \
+            pad_matrix(group, free, group_of, device, agreed) or \
+            pad_stream(group, free, group_of, device) or pad_rows(group, free, device)
+    return Padding(padded, tuple((PAD_SHARED_INPUT, s.text(program)) for s in shared),
+                   (*passed_rules(program, groups, padded, group_of),
+                    *zeros_rules(program, groups, padded, readers, group_of),
+                    *region_rules(program, groups, padded, readers, group_of)))
 
 
 def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list[Node | Reader]]:
@@ -111,101 +119,105 @@ def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list[N
 @dataclass(frozen=True)
 class SharedLayout:
     """`pad_shared_input`'s decision for products linked by the tensors they share (and by
-    `pad_joined`): each call's sides (M, K, N), in `calls`' order, or why they stay their own."""
+    `pad_joined` or by a MatMul reading two of them): each call's sides (M, K, N), in `calls`'
+    order, or why they stay their own."""
     tensors: tuple[Node, ...]   # the tensors several of `calls` read
     calls: tuple[Node, ...]     # in program order
     sides: tuple[tuple[int, int, int], ...]
     why: str = ""               # "" when they lie padded to `sides`
+    pairs: tuple[Node, ...] = ()   # the MatMuls reading two of `calls` as A and B
 
     def text(self, program: Program) -> str:
         """The describe() line of this decision."""
-        names = ", ".join(describe(t) for t in self.tensors)
         labels = ", ".join(call_label(program, c) for c in self.calls)
+        if self.tensors:
+            head = f"{', '.join(describe(t) for t in self.tensors)} read by {labels}"
+        else:
+            head = f"{labels}, read as A and B by {', '.join(call_label(program, c) for c in self.pairs)} (its K " \
+                   "is A's N and B's M),"
         if self.why:
-            return f"{names} read by {labels} stay unpadded: {self.why}"
+            return f"{head} stay unpadded: {self.why}"
         lies = "; ".join(f"{call_label(program, c)} on (M, K, N) = {s}" for c, s in zip(self.calls, self.sides))
-        return (f"{names} read by {labels} padded once, to the largest sides they ask for, each with a grid on "
-                f"them: {lies}")
+        how = "padded once" if self.tensors else "lie padded alike"
+        return f"{head} {how}, to the largest sides they ask for, each with a grid on them: {lies}"
 
 
-def shared_layouts(program: Program, groups: tuple[Group, ...], device) -> list[SharedLayout]:
+def shared_layouts(program: Program, groups: tuple[Group, ...], device, readers: dict,
+                   group_of: dict) -> list[SharedLayout]:
     """The rule `pad_shared_input`: a tensor several MatMuls or MatVecs read (each alone in its
     group, once, as A or B) that may be padded for them all (`unpaddable`) lies padded once for
     them all. The sides its readers share (and those `pad_joined` joins, M and N of products one
     elementwise group reads) are unified; each takes the largest of the sides its calls ask for on
     their own (`best_sides`, or their own); every call must then pad on them (`pad_matrix`: its
     grid exists there, its readers share its layout), else none does and the tensors stay unpadded."""
-    readers = readers_of(program, groups)
-    group_of = {call: group for group in groups for call in group.calls}
     tensors = [t for t, users in readers.items() if len(users) > 1 and all(
         isinstance(u, Node) and lone_product(group_of[u]) is u and large(u) and u.src[:2].count(t) == 1
         for u in users)
         and not unpaddable(t, tuple(users), readers, group_of)]
-    order = {call: i for i, call in enumerate(group_of)}
+    ties = tied_sides(tensors, readers, group_of)
+    same, family_of = classes(ties), classes([(a[0], b[0]) for a, b in ties])
+    families: dict[Node, list[Node]] = {}
+    for call in family_of:   # families in the order of their first tie, calls in program order
+        families.setdefault(family_of[call], [])
+    for call in group_of:
+        if call in family_of:
+            families[family_of[call]].append(call)
     found = []
-    for calls in families(tensors, readers, group_of):
+    for calls in families.values():
         mine = tuple(t for t in tensors if readers[t][0] in calls)
-        layout = agree(program, mine, tuple(sorted(calls, key=order.get)), readers, group_of, device)
+        layout = agree(program, mine, tuple(calls), same, readers, group_of, device)
         if layout.sides != tuple(map(call_sides, layout.calls)):   # none asks for padding: nothing to share
             found.append(layout)
     return found
 
 
-def families(tensors: list[Node], readers: dict, group_of: dict) -> list[set[Node]]:
-    """The products linked by the `tensors` they share or by `pad_joined`, one set per family."""
-    links: dict[Node, set[Node]] = {}
-    for t in tensors:
-        for call in readers[t]:
-            links.setdefault(call, set()).update(readers[t])
-    for call in list(links):
-        for other in joined_with(call, readers, group_of):
-            links.setdefault(call, set()).add(other)
-            links.setdefault(other, set()).add(call)
-    found: list[set[Node]] = []
-    for call in links:
-        if any(call in f for f in found):
-            continue
-        family, todo = set(), [call]
-        while todo:
-            node = todo.pop()
-            if node not in family:
-                family.add(node)
-                todo.extend(links[node])
-        found.append(family)
-    return found
+Side = tuple[Node, int]   # a product's side: the call, and 0, 1, 2 for its M, K, N
 
 
-def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], readers: dict, group_of: dict,
-          device) -> SharedLayout:
-    """One family's `SharedLayout`: each unified side the largest its calls ask for."""
-    root: dict[tuple[Node, int], tuple[Node, int]] = {}
-
-    def find(key):
-        while root.get(key, key) != key:
-            key = root[key]
-        return key
-
+def tied_sides(tensors: list[Node], readers: dict, group_of: dict) -> list[tuple[Side, Side]]:
+    """The sides of products that must lie alike: those each of the `tensors` gives its readers
+    (A's M and K, B's K and N, a vector's K), the N of a MatMul's A and the M of its B when both
+    are products (`pair`: its K), and the M and N of the products `pad_joined` joins with those."""
+    ties = []
     for t in tensors:
         for same in zip(*([(call, i) for i in side_indices(call, t)] for call in readers[t])):
-            for key in same[1:]:
-                root[find(key)] = find(same[0])
-    for call in calls:
-        for other in joined_with(call, readers, group_of):
-            for i in (0, 2):
-                root[find((other, i))] = find((call, i))
-        for a, b in (p for u in readers.get(call, []) if isinstance(u, Node) and (p := pair(u, group_of))):
-            root[find((b, 0))] = find((a, 2))   # A's N and B's M: the K of the MatMul reading both
-    largest: dict[tuple[Node, int], int] = {}
+            ties += [(same[0], key) for key in same[1:]]
+    ties += [((a, 2), (b, 0)) for a, b in filter(None, (pair(call, group_of) for call in group_of))]
+    for call in dict.fromkeys(key[0] for tie in ties for key in tie):
+        ties += [((call, i), (other, i)) for other in joined_with(call, readers, group_of) for i in (0, 2)]
+    return ties
+
+
+def classes(ties: list[tuple]) -> dict:
+    """Each tied item's representative, one per class of items tied directly or through others."""
+    root: dict = {}
+
+    def find(item):
+        while root.get(item, item) != item:
+            item = root[item]
+        return item
+
+    for a, b in ties:
+        root[find(b)] = find(a)
+    return {item: find(item) for tie in ties for item in tie}
+
+
+def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], same: dict[Side, Side],
+          readers: dict, group_of: dict, device) -> SharedLayout:
+    """One family's `SharedLayout`: each side tied to others (`same`: its class) the largest its calls ask for."""
+    largest: dict[Side, int] = {}
     for call in calls:
         asks = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None) or call_sides(call)
         for i, side in enumerate(asks):
-            largest[find((call, i))] = max(side, largest.get(find((call, i)), 0))
-    sides = tuple(tuple(largest[find((call, i))] for i in range(3)) for call in calls)
+            key = same.get((call, i), (call, i))
+            largest[key] = max(side, largest.get(key, 0))
+    sides = tuple(tuple(largest[same.get((call, i), (call, i))] for i in range(3)) for call in calls)
     free = answered(readers, [SharedLayout(tensors, calls, sides)])
     agreed = dict(zip(calls, sides))
     why = next((f"{call_label(program, c)} {why}" for c in calls
                 if (why := shared_unpadded(c, agreed, free, group_of, device))), "")
-    return SharedLayout(tensors, calls, sides, why)
+    pairs = tuple(u for u in group_of if (p := pair(u, group_of)) and p[0] in calls)
+    return SharedLayout(tensors, calls, sides, why, pairs)
 
 
 def side_indices(call: Node, tensor: Node) -> tuple[int, ...]:
@@ -234,11 +246,6 @@ def answered(readers: dict, layouts: list[SharedLayout]) -> dict:
     """The readers a padding answers to: a tensor `pad_shared_input` lays out for all its
     readers answers to none of them alone."""
     return readers | {t: [] for s in layouts for t in s.tensors}
-
-
-def shared_rules(program: Program, groups: tuple[Group, ...], device) -> list[tuple[str, str]]:
-    """`pad_shared_input`'s decisions as describe() shows them."""
-    return [(PAD_SHARED_INPUT, s.text(program)) for s in shared_layouts(program, groups, device)]
 
 
 def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dict | None = None) -> str:
@@ -339,58 +346,42 @@ def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> 
 
 
 def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dict | None) -> str:
-    """Why a MatMul's or MatVec's operands may not be padded, "" when they may; the products
-    `joined` with it (`pad_joined`, itself among them) may read them too, padded alike."""
-    a, b = call.src[:2]
-    return operand_unpadded(a, call, joined, readers, group_of) or operand_unpadded(b, call, joined, readers, group_of)
+    """Why a MatMul's or MatVec's operands may not be padded (`unpaddable`; the products `joined`
+    with it, `pad_joined`, itself among them, may read them too, padded alike), "" when they may:
+    also when elementwise calls that keep zeros make one over the padded layout (`zeros_upstream`)."""
+    for node in call.src[:2]:
+        why = unpaddable(node, joined, readers, group_of)
+        if why and not (node.op == Op.CALL and group_of is not None and zeros_upstream(node, call, readers, group_of)):
+            return why
+    return ""
 
 
-def operand_unpadded(node: Node, call: Node, joined: tuple[Node, ...], readers: dict,
-                     group_of: dict | None) -> str:
-    """Why a MatMul's or MatVec's operand may not be padded (`unpaddable`), "" when it may: also
-    when elementwise calls that keep zeros make it over the padded layout (`zeros_upstream`)."""
-    why = unpaddable(node, joined, readers, group_of)
-    if why and node.op == Op.CALL and group_of is not None and not zeros_upstream(node, call, readers, group_of):
-        return ""
-    return why
-
-
-def zeros_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> str:
+def zeros_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> bool:
     """The rule `pad_upstream_zeros` (taken before `pad_written_by_producer`, whose rows at the
-    padded stride stream on the group's own length): why the elementwise group making `node`,
-    which the padded MatMul or MatVec `call` alone reads, may not stream over the padded layout
-    itself, its inputs padded with zeros, "" when it may: every call keeps zeros (`Kernel.keeps_zeros`), so
-    the padding of `node` is zeros, as K's padding must be; it writes no state and reads
-    paddable tensors all of `node`'s shape (2-D), its other results read within the group."""
+    padded stride stream on the group's own length): whether the elementwise group making `node`,
+    which the padded MatMul or MatVec `call` alone reads, streams over the padded layout itself,
+    its inputs padded with zeros: every call keeps zeros (`Kernel.keeps_zeros`), so the padding
+    of `node` is zeros, as K's padding must be; it writes no state and reads paddable tensors all
+    of `node`'s shape (2-D, `unstreamed`), its other results read within the group."""
     calls = group_of[node].calls
-    if calls[-1] is not node or any(c.arg.kernel.role is not Role.ELEMENTWISE or not c.arg.kernel.keeps_zeros
-                                    or c.arg.writes or c.arg.scalar_attrs for c in calls):
-        return f"{describe(node)} is not made by elementwise calls keeping zeros alone"
-    if readers.get(node) != [call] or any(r not in calls for c in calls[:-1] for r in readers.get(c, [])):
-        return f"{describe(node)} or its group's other results are read elsewhere"
-    if len(node.shape) != 2 or any(n.shape != node.shape for c in calls for n in (c, *tensor_inputs(c))):
-        return f"{describe(node)}'s group reads or makes tensors of other shapes"
-    outside = external_inputs(calls)
-    if len(outside) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
-        return f"{describe(node)}'s group does not stream"
-    return next((why for n in outside if (why := unpaddable(n, calls, readers, group_of))), "")
+    return calls[-1] is node and len(node.shape) == 2 and all(c.arg.kernel.keeps_zeros for c in calls) \
+        and readers.get(node) == [call] and all(r in calls for c in calls[:-1] for r in readers.get(c, [])) \
+        and not unstreamed(calls, node.shape) \
+        and not any(unpaddable(n, calls, readers, group_of) for n in external_inputs(calls))
 
 
-def rows_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> str:
+def rows_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> bool:
     """The rule `pad_upstream_rows` (taken before `pad_written_by_producer`, whose rows at the
-    padded stride stream on the reduction's own rows): why the row reduction making `node`, the
-    padded MatMul `call`'s A and read by it alone, may not stream over its batch of rows padded
-    with zeros to A's layout itself, "" when it may: alone in its group, writing no state,
-    streamed, reducing each row's first `length` elements and writing 0 past them
-    (`width_unshared`), so the padded columns are K's zeros (a padded row of zeros reduces to a
-    finite row of M's padding), over a paddable batch of rows."""
-    what = describe(node)
-    if group_of[node].calls != (node,) or node.arg.kernel.role is not Role.ROW_REDUCTION or node.arg.writes \
-            or len(node.shape) != 2 or node.src[0].shape != node.shape:
-        return f"{what} is not a row reduction alone in its group, of rows as wide as it makes"
-    if readers.get(node) != [call] or held_bytes([node]) <= SIZE_LIMIT:
-        return f"{what} is read elsewhere or does not stream"
-    return width_unshared(node, readers) or unpaddable(node.src[0], (node,), readers, group_of)
+    padded stride stream on the reduction's own rows): whether the row reduction making `node`,
+    the padded MatMul `call`'s A and read by it alone, streams over its batch of rows padded with
+    zeros to A's layout itself: alone in its group, writing no state, streamed, reducing each
+    row's first `length` elements and writing 0 past them (`width_unshared`), so the padded
+    columns are K's zeros (a padded row of zeros reduces to a finite row of M's padding), over a
+    paddable batch of rows as wide as it makes."""
+    return group_of[node].calls == (node,) and node.arg.kernel.role is Role.ROW_REDUCTION \
+        and not node.arg.writes and len(node.shape) == 2 and node.src[0].shape == node.shape \
+        and readers.get(node) == [call] and held_bytes([node]) > SIZE_LIMIT and not width_unshared(node, readers) \
+        and not unpaddable(node.src[0], (node,), readers, group_of)
 
 
 def readers_unshared(call: Node, readers: dict, group_of: dict | None, small: bool = False) -> str:
@@ -408,8 +399,8 @@ def readers_unshared(call: Node, readers: dict, group_of: dict | None, small: bo
     if shown(call, readers, group_of if small else None):
         return ""
     if group_of and users.count(Reader.HOST) <= 1 and all(u is Reader.HOST or isinstance(u, Node) for u in users):
-        return next((f"its result is read by {describe(u)}, which {why}" for u in users if u is not Reader.HOST
-                     and (why := layout_unshared(group_of[u].calls, call, readers, group_of))), "")
+        why = calls_unshared(call, readers, group_of)
+        return why and f"its result is {why}"
     return "its result is read by more than the host, views and calls that neither tile nor stream"
 
 
@@ -423,11 +414,12 @@ def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, d
     (call,) = group.calls if len(group.calls) == 1 else (None,)
     if call is None or call.arg.kernel.role is not Role.MATRIX:
         return ""
-    refused = next((s for s in shared_layouts(program, groups, device) if s.why and call in s.calls), None)
+    readers, group_of = readers_of(program, groups), {c: g for g in groups for c in g.calls}
+    refused = next((s for s in shared_layouts(program, groups, device, readers, group_of) if s.why and call in s.calls),
+                   None)
     if refused:
         return f"{call_label(program, call)} is not padded: {PAD_SHARED_INPUT}: {refused.text(program)}"
-    readers = readers_of(program, groups)
-    why = matrix_unpadded(call, readers, {c: g for g in groups for c in g.calls})
+    why = matrix_unpadded(call, readers, group_of)
     if not why and keeps_n(call, readers) and best_sides(call, device, {2: call.shape[-1]}) is None:
         row, whole = next((u, why) for u in readers[call] if (why := width_unshared(u, readers)))
         why = (f"{call_label(program, row)} {whole}, so N keeps its {call.shape[-1]} (pad_through_row_width), and "
@@ -461,16 +453,24 @@ def stream_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
     """Why elementwise `calls` may not stream over the padded layout `result` lies in, "" when
     they may: elementwise, writing no state, over tensors of its shape, streamed, reading other
     tensors that may be padded (those lying in a padded product's layout too: `join_unshared`)."""
-    outside = external_inputs(calls)
-    if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
-        return "is neither elementwise, a row reduction nor a MatMul, and would read the padding as data"
-    if any(n.shape != result.shape for c in calls for n in (c, *tensor_inputs(c))):
-        return f"reads or makes tensors of other shapes than {result.shape}, which cannot lie in its padding"
-    if len(outside) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
-        return f"does not stream (its group fits a tile or reads more than {MAX_FLOW_INPUTS} tensors)"
-    why = next((why for n in outside if not carried(n, group_of)
+    why = unstreamed(calls, result.shape)
+    if why:
+        return why
+    why = next((why for n in external_inputs(calls) if not carried(n, group_of)
                 and (why := unpaddable(n, calls, readers, group_of))), "")
     return why and f"also reads a tensor that may not be padded: {why}"
+
+
+def unstreamed(calls: tuple[Node, ...], shape: tuple[int, ...]) -> str:
+    """Why `calls` may not stream over a padded layout of `shape`, "" when they may: elementwise,
+    writing no state, over tensors all of `shape`, too large for a tile, reading few enough."""
+    if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
+        return "is neither elementwise, a row reduction nor a MatMul, and would read the padding as data"
+    if any(n.shape != shape for c in calls for n in (c, *tensor_inputs(c))):
+        return f"reads or makes tensors of other shapes than {shape}, which cannot lie in its padding"
+    if len(external_inputs(calls)) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
+        return f"does not stream (its group fits a tile or reads more than {MAX_FLOW_INPUTS} tensors)"
+    return ""
 
 
 def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
@@ -490,8 +490,15 @@ def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
             isinstance(u, Node) and u.arg.kernel.role in (Role.MATRIX, Role.ELEMENTWISE)) for u in users):
         why = f" ({describe(unkept)} maps zeros to other values)" if unkept is not None else ""
         return f"makes {describe(last)}, read by more than the host, views and calls that neither tile nor stream{why}"
-    return next((f"makes {describe(last)}, read by {describe(u)}, which {why}" for u in users if isinstance(u, Node)
-                 and (why := layout_unshared(group_of[u].calls, last, readers, group_of))), "")
+    why = calls_unshared(last, readers, group_of)
+    return why and f"makes {describe(last)}, {why}"
+
+
+def calls_unshared(node: Node, readers: dict, group_of: dict) -> str:
+    """Why the first call reading `node` that may not read it as it lies padded may not
+    (`layout_unshared`), "" when every call may."""
+    return next((f"read by {describe(u)}, which {why}" for u in readers.get(node, []) if isinstance(u, Node)
+                 and (why := layout_unshared(group_of[u].calls, node, readers, group_of))), "")
 
 
 def matrix_readers(call: Node, readers: dict, group_of: dict) -> list[tuple[Node, Node]]:
@@ -594,14 +601,10 @@ def pair(call: Node, group_of: dict) -> tuple[Node, Node] | None:
 def paired_unshared(result: Node, other: Node, call: Node, readers: dict, group_of: dict) -> str:
     """The rule `pad_through_matmul` of both operands: why a MatMul may not read the product
     `other` padded beside `result`, "" when it may: read by the MatMul alone, over paddable
-    operands, one of which `result` reads too, so `pad_shared_input` lays both out at once
-    (`agree`: A's N is B's M, the MatMul's K)."""
-    what = describe(other)
+    operands; `pad_shared_input` lays both out at once (`agree`: A's N is B's M, the MatMul's K),
+    else neither is padded (`pad_matrix`)."""
     if readers[other] != [call]:
-        return f"{what} is a padded product read elsewhere too"
-    if not {n for n in result.src[:2] if n.op != Op.VIEW} & set(other.src[:2]):
-        return (f"{what} is a padded product reading no tensor {describe(result)} reads, so pad_shared_input does "
-                "not lay them out alike")
+        return f"{describe(other)} is a padded product read elsewhere too"
     return operands_unpadded(other, (other,), readers, group_of)
 
 
@@ -669,6 +672,9 @@ def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: di
     members = (call,) if k_only else joined_with(call, readers, group_of)
     if operands_unpadded(call, members, readers, group_of):
         return {}
+    if call not in (agreed or {}) and any(isinstance(u, Node) and call in (pair(u, group_of) or ())
+                                          for u in readers.get(call, [])):
+        return {}   # read beside another product whose layout `pad_shared_input` did not agree with its own
     a, b = call.src[:2]
     plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and reads_region(u, call, group_of if small else None)
                        for u in readers.get(call, []))
@@ -690,21 +696,24 @@ def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: di
             chained(u, {read: sides[::2]} | beside(u, read, agreed), device) is None
             for u, read in matrix_readers(call, readers, group_of)):
         return {}
-    big_m, big_k, big_n = sides
-    if len(call.shape) == 1:
-        found = {a: (big_m, big_k), b: (big_k,), result_of(call): (big_m,)}
-    else:
-        found = {a: (big_m, big_k), b: (big_k, big_n), result_of(call): (big_m, big_n)}
+    found = on_sides(call, sides)
     if k_only:   # `pad_k_only`: the result lies in its own shape, whoever reads it
         del found[result_of(call)]
     for operand in (a, b):   # made over the padded layout: `zeros_upstream`, `rows_upstream`
         if operand.op != Op.CALL:
             continue
-        if not zeros_upstream(operand, call, readers, group_of):
+        if zeros_upstream(operand, call, readers, group_of):
             found |= {n: found[operand] for n in external_inputs(group_of[operand].calls)}
-        elif operand is a and not rows_upstream(operand, call, readers, group_of):
+        elif operand is a and rows_upstream(operand, call, readers, group_of):
             found |= {operand.src[0]: found[a]} | rows_through(operand, found[a])
     return found
+
+
+def on_sides(call: Node, sides: tuple[int, int, int]) -> dict[Node, tuple[int, ...]]:
+    """The shapes a product's A, B and result lie in on `sides` (M, K, N): (M, K), (K, N) and
+    (M, N); a MatVec's B and result are vectors, (K,) and (M,)."""
+    (a, b), (m, k, n) = call.src[:2], sides
+    return {a: (m, k), b: (k, n)[:len(b.shape)], result_of(call): (m, n)[:len(call.shape)]}
 
 
 def squared(call: Node, sides: tuple[int, int, int], readers: dict, group_of: dict, device):
@@ -827,13 +836,10 @@ def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, devic
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
         return rows_through(calls[0], padded[fed[0]])
     if calls[0].arg.kernel.role is Role.MATRIX:
-        (a, b), call = calls[0].src[:2], calls[0]
-        sides = chained(call, {n: padded[n] for n in fed}, device)
+        sides = chained(calls[0], {n: padded[n] for n in fed}, device)
         if sides is None:   # a product read by a product read by a product: `pad_matrix` checked the first only
             return {}
-        big_m, big_k, big_n = sides
-        return {n: side for n, side in ((a, (big_m, big_k)), (b, (big_k, big_n)), (call, (big_m, big_n)))
-                if n not in fed}
+        return {n: shape for n, shape in on_sides(calls[0], sides).items() if n not in fed}
     return {n: padded[fed[0]] for n in (*external_inputs(calls), calls[-1]) if n not in fed}
 
 
@@ -938,8 +944,7 @@ def _grid_score(grid) -> tuple[float, int] | None:
 def pad_stream(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
     """Elementwise calls that stream (`stream_elementwise`) over one-dimensional paddable
     tensors, whose last result is read only as the user's region (`shown`): their length padded
-    to a multiple of FLOW_QUANTUM per core of the device, when that streams `better` (blocks
-    count as kernel calls) than their own length. An input other streamed groups read too is
+    (`streamed_count`). An input other streamed groups read too is
     padded once for them all (`pad_shared_stream`)."""
     family = stream_family(group, readers, group_of)
     every = tuple(c for g in family for c in g.calls)
@@ -986,13 +991,8 @@ def stream_padding(group: Group, readers: dict, device, also: tuple[Node, ...] =
     calls = group.calls
     if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or stream_unpadded(calls, readers, also):
         return {}
-    size, cores = calls[-1].size, device.n_cols * len(device.compute_rows)
-    quantum = FLOW_QUANTUM * cores
-    length = -(-size // quantum) * quantum
-    padded = _flow_score(calls, device, length)
-    if length == size or padded is None or not better(padded, _flow_score(calls, device, None)):
-        return {}
-    return {n: (length,) for n in (*external_inputs(calls), result_of(calls[-1]))}
+    length = streamed_count(calls, device, calls[-1].size, FLOW_QUANTUM)
+    return {n: (length,) for n in (*external_inputs(calls), result_of(calls[-1]))} if length else {}
 
 
 def stream_unpadded(calls, readers: dict, also: tuple[Node, ...] = ()) -> str:
@@ -1013,36 +1013,41 @@ def stream_unpadded(calls, readers: dict, also: tuple[Node, ...] = ()) -> str:
 def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:
     """A row reduction (RMSNorm, Softmax, Argmax) over a batch of rows (rows, n) that streams in
     row-blocks (`stream_row_blocks`), over a paddable batch, whose result only the host reads:
-    its number of rows padded to a multiple of ROW_QUANTUM per core of the device, when that
-    streams `better`; never a row's width (a row is reduced whole: padding it would change the
-    result), nor the row every row shares (RMSNorm's w)."""
+    its number of rows padded (`streamed_count`); never a row's width (a row is reduced whole:
+    padding it would change the result), nor the row every row shares (RMSNorm's w)."""
     calls = group.calls
     if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or readers.get(calls[0]) != [Reader.HOST]:
         return {}
     (call,), x = calls, calls[0].src[0]
     if unpaddable(x, calls, readers):
         return {}
-    (rows, width), cores = x.shape, device.n_cols * len(device.compute_rows)
-    quantum = ROW_QUANTUM * cores
-    padded_rows = -(-rows // quantum) * quantum
-    padded = _flow_score(calls, device, padded_rows * width, width)
-    if padded_rows == rows or padded is None or not better(padded, _flow_score(calls, device, None, width)):
-        return {}
-    return {x: (padded_rows, width), call: (padded_rows, *call.shape[1:])}
+    rows, width = x.shape
+    padded_rows = streamed_count(calls, device, rows, ROW_QUANTUM, width)
+    return {x: (padded_rows, width), call: (padded_rows, *call.shape[1:])} if padded_rows else {}
 
 
-def _flow_score(calls, device, padded, width: int = 1) -> tuple[int, int] | None:
+def streamed_count(calls, device, count: int, quantum: int, width: int = 1) -> int | None:
+    """`pad_stream`'s length or `pad_rows`' rows: `count` (elements, or rows of `width`) padded to
+    a multiple of `quantum` per core of the device, when calls streaming it so score `better`
+    (blocks count as kernel calls) than over their own; None when they do not."""
+    step = quantum * device.n_cols * len(device.compute_rows)
+    padded = -(-count // step) * step
+    score = _flow_score(calls, device, padded * width, width)
+    return padded if padded != count and score and better(score, _flow_score(calls, device, None, width)) else None
+
+
+def _flow_score(calls, device, padded, width: int = 1) -> tuple[float, int] | None:
     flow = choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
                        device.n_cols * device.shim.dma_out_channels, width=width, padded=padded)
     return None if flow is None else (flow.size / len(flow.tiles), flow.rounds)
 
 
-def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> list[tuple[str, str]]:
+def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict, readers: dict,
+                group_of: dict) -> list[tuple[str, str]]:
     """`pad_through_zeros` as describe() shows it, once for the design: each elementwise group
     over a padded layout whose result a MatMul reads padded, its padding zeros its kernels kept
     (and those of the elementwise calls that passed the layout on to it, `upstream`)."""
-    readers, written = readers_of(program, groups), written_by_producer(padded, groups)
-    group_of = {call: group for group in groups for call in group.calls}
+    written = written_by_producer(padded, groups)
     order = {call: i for i, call in enumerate(group_of)}
     lines = []
     for group in groups:
@@ -1060,11 +1065,10 @@ def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> li
     return lines
 
 
-def passed_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> list[tuple[str, str]]:
+def passed_rules(program: Program, groups: tuple[Group, ...], padded: dict, group_of: dict) -> list[tuple[str, str]]:
     """`pad_passed_on` as describe() shows it, once for the design: each elementwise group that
     streams over the result of elementwise calls which streamed over a padded product's layout
     (`pad_through_elementwise`), so it lies in that layout too, and the products it is theirs."""
-    group_of = {call: group for group in groups for call in group.calls}
     lines = []
     for group in groups:
         calls = group.calls
@@ -1084,13 +1088,13 @@ def passed_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> l
     return lines
 
 
-def region_rules(program: Program, groups: tuple[Group, ...], padded: dict) -> list[tuple[str, str]]:
+def region_rules(program: Program, groups: tuple[Group, ...], padded: dict, readers: dict,
+                 group_of: dict) -> list[tuple[str, str]]:
     """`pad_shared_stream`, `pad_row_region` and `pad_tile_region` as describe() shows them, once
     for the design: each input several streamed groups read lying padded once for them, each row
     reduction reading a padded vector's user's region only (`reads_region`), and each group that
     fits a tile reading a padded result's (`fits_tile`)."""
-    readers, lines = readers_of(program, groups), []
-    group_of = {call: group for group in groups for call in group.calls}
+    lines = []
     for node, shape in padded.items():
         users = [u for u in readers.get(node, []) if isinstance(u, Node)]
         if node.op != Op.CALL and len(set(users)) > 1 and all(u.arg.kernel.role is Role.ELEMENTWISE for u in users):
@@ -1158,12 +1162,10 @@ def result_of(call: Node) -> Node:
 def grid_sides(call: Node, padded: dict) -> tuple[int, int, int] | None:
     """(M, K, N) of a matrix call as its operands and result lie (N = 1 for a MatVec), None when
     they lie inconsistently (one padded for another rule): then it takes no grid."""
-    a, b = (padded.get(n, n.shape) for n in call.src[:2])
-    out = padded.get(result_of(call), call.shape)
-    n = 1 if len(call.shape) == 1 else b[1]
-    if a[0] != out[0] or a[1] != b[0] or (len(call.shape) == 2 and n != out[1]):
-        return None
-    return a[0], a[1], n
+    result = result_of(call)   # a state written whole: its elements, in the call's shape unless padded
+    lies = {n: padded.get(n, n.shape) for n in call.src[:2]} | {result: padded.get(result, call.shape)}
+    sides = (*lies[call.src[0]], lies[call.src[1]][-1] if len(call.shape) == 2 else 1)
+    return sides if all(lies[n] == shape for n, shape in on_sides(call, sides).items()) else None
 
 
 def stream_length(calls, inputs, padded: dict) -> int | None:

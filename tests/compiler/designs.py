@@ -177,13 +177,17 @@ class Product(iron.Graph):
 
 
 class ProductOfProducts(iron.Graph):
-    """(a @ b) @ (c @ d): a MatMul reading two products; c is a when not given (one input both read)."""
+    """(a @ b) @ (c @ d): a MatMul reading two products; c is a when not given (one input both read);
+    `second_returned`: the host reads c @ d too."""
 
-    def __init__(self, b, d):
+    def __init__(self, b, d, second_returned=False):
         self.b, self.d = iron.weight(b), iron.weight(d)
+        self.second_returned = second_returned
 
     def body(self, a, c=None):
-        return MatMul.step(MatMul.step(a, self.b), MatMul.step(a if c is None else c, self.d))
+        first, second = MatMul.step(a, self.b), MatMul.step(a if c is None else c, self.d)
+        product = MatMul.step(first, second)
+        return (product, second) if self.second_returned else product
 
 
 def operands(m, k, n, dtype, seed=0):

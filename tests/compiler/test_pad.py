@@ -1353,18 +1353,41 @@ def test_two_products_a_product_reads_agree_its_k_as_the_first_ones_n_and_the_se
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
 
-def test_a_product_of_two_products_reading_nothing_in_common_is_refused_saying_why(tmp_path, monkeypatch):
-    """Nothing lays out two products reading no tensor in common alike, so the MatMul reading both
-    may not read them padded: neither is, and DoesNotFit says why."""
+@pytest.mark.parametrize("device, tiles", [("npu2", 32), ("npu1", 16)])
+def test_a_product_of_two_products_reading_nothing_in_common_agrees_their_layouts_through_its_k(device, tiles):
+    """(a @ b) @ (c @ d) at 509^3: the products share no tensor, but the last product's K is the
+    first one's N and the second one's M, so pad_shared_input lays them out alike through it;
+    every product runs over a grid on its padded sides and the result equals reference()."""
+    a, b = operands(509, 509, 509, np.float32)
+    c, d = operands(509, 509, 509, np.float32, seed=3)
+    a, b, c, d = a / 22, b / 22, c / 22, d / 22
+    graph = ProductOfProducts(b, d)
+    body = graph.compile(a=a, c=c, device=from_name(device))
+    assert rule(body.plan, "pad_shared_input") == [
+        "MatMul#0, MatMul#1, read as A and B by MatMul#2 (its K is A's N and B's M), lie padded alike, to the "
+        "largest sides they ask for, each with a grid on them: MatMul#0 on (M, K, N) = (512, 512, 512); MatMul#1 on "
+        "(M, K, N) = (512, 512, 512)"]
+    assert {name: padded(body.plan)[name] for name in ("a", "c", "cut.MatMul#0", "cut.MatMul#1", "out0")} == {
+        name: ((509, 509), (512, 512)) for name in ("a", "c", "cut.MatMul#0", "cut.MatMul#1", "out0")}
+    assert rule(body.plan, "pad_to_block")[2].startswith(
+        f"g2: MatMul#2 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512) over {tiles} tiles")
+    assert same_kind_of_mlir(body.plan)
+    assert_matches(body(a=a, c=c), graph.reference(a=a, c=c))
+
+
+def test_a_product_of_two_products_one_also_returned_is_refused_saying_why(tmp_path, monkeypatch):
+    """The host reads c @ d too, so the MatMul reading both products may not read it padded:
+    pad_shared_input leaves both unpadded, and DoesNotFit says why."""
     monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
     ones = np.ones((509, 509), np.float32)
     with pytest.raises(DoesNotFit) as err:
-        ProductOfProducts(ones, ones).compile(a=ones, c=ones, device=from_name("npu2"))
+        ProductOfProducts(ones, ones, second_returned=True).compile(a=ones, c=ones, device=from_name("npu2"))
     assert str(err.value).startswith(
         "ProductOfProducts does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large for one "
-        "configuration (pad_to_block: MatMul#0 is not padded: its result is read by MatMul(MatMul(a, b), "
-        "MatMul(c, d)), which also reads a tensor that may not be padded: MatMul(c, d) is a padded product reading no "
-        "tensor MatMul(a, b) reads, so pad_shared_input does not lay them out alike). ")
+        "configuration (pad_to_block: MatMul#0 is not padded: pad_shared_input: MatMul#0, MatMul#1, read as A and B "
+        "by MatMul#2 (its K is A's N and B's M), stay unpadded: MatMul#0 is not padded: its result is read by "
+        "MatMul(MatMul(a, b), MatMul(c, d)), which also reads a tensor that may not be padded: MatMul(c, d) is a "
+        "padded product read elsewhere too). ")
 
 
 class Reads(iron.Graph):

@@ -10,6 +10,7 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Carried, Scratchpad
+from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.errors import ArgumentError, PlacementError
 from iron.kernels import Add, Copy, Exp
@@ -92,6 +93,7 @@ def test_a_gathered_bfloat16_row_of_odd_halfwords_equals_the_reference(device):
     assert rule(c.plan) == [
         "weight 'emb' (8, 509) bfloat16 lies in (8, 510): each row of 1018 bytes padded to 1020, whole 32-bit "
         "words, so its views move at the padded stride; the host writes and reads its (8, 509)"]
+    assert f"  pad_rows_to_words: {rule(c.plan)[0]}" in describe(c.plan).splitlines()
     assert allowed_mlir(c.plan)
     for tok in (0, 5, 7):
         got = c(tok=tok)

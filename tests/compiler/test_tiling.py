@@ -111,12 +111,13 @@ def test_matmul_on_npu1_uses_its_16_tiles():
 
 def test_a_grid_short_of_the_free_cores_says_why_no_larger_grid_divides():
     """Blocks divide their sides, so an unpadded 300 x 300 takes 4 x 6 cores; describe() says so
-    rather than taking fewer silently. (a @ b) @ (c @ d): the products read nothing in common, so
-    the last one reads them unpadded (pad_to_block says why it is not padded though it could be)."""
+    rather than taking fewer silently. (a @ b) @ (c @ d) with c @ d returned too: read elsewhere,
+    c @ d may not lie padded alike with a @ b, so the last product reads them unpadded (pad_to_block
+    says why it is not padded though it could be)."""
     a, b = operands(300, 300, 300, np.float32)
     c, d = operands(300, 300, 300, np.float32, seed=3)
     a, b, c, d = a / 17, b / 17, c / 17, d / 17
-    graph = ProductOfProducts(b, d)
+    graph = ProductOfProducts(b, d, second_returned=True)
     body = graph.compile(a=a, c=c, device=from_name("npu2"))
     assert rule(body.plan, "pad_to_block") == [
         "g2: MatMul#2 is not padded, though padded to (M, K, N) = (300, 300, 320) it would take a better grid: "
@@ -125,20 +126,21 @@ def test_a_grid_short_of_the_free_cores_says_why_no_larger_grid_divides():
         "summed in float32; not more cores: no grid of more than 24 of the 32 free cores has rows of cores "
         "dividing M = 300 and columns dividing N = 300, and blocks divide their sides (no remainder block; "
         "padded only as pad_to_block says)")
-    np.testing.assert_allclose(body(a=a, c=c), graph.reference(a=a, c=c), **F32)
+    for got, want in zip(body(a=a, c=c), graph.reference(a=a, c=c), strict=True):
+        np.testing.assert_allclose(got, want, **F32)
 
 
 @pytest.mark.parametrize("device", ["npu2", "npu1"])
 def test_a_matmul_with_no_dividing_blocks_pad_to_block_does_not_pad_does_not_fit(device, tmp_path, monkeypatch):
     """509 is prime: no block of it but 1 divides it, which cannot move in one DMA op per round,
-    and B and C do not fit one tile; products a MatMul reads that read nothing in common are not
-    padded: DoesNotFit before any tile's buffers are counted, naming the call and the padding,
-    nothing cached."""
+    and B and C do not fit one tile; products a MatMul reads, one of them returned too, are not
+    padded (pad_shared_input does not lay them out alike): DoesNotFit before any tile's buffers
+    are counted, naming the call and the padding, nothing cached."""
     monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
     spec = ((509, 509), np.float32)
+    ones = np.ones((509, 509), np.float32)
     with pytest.raises(DoesNotFit) as err:
-        ProductOfProducts(np.ones((509, 509), np.float32), np.ones((509, 509), np.float32)).compile(
-            a=spec, c=spec, device=from_name(device))
+        ProductOfProducts(ones, ones, second_returned=True).compile(a=spec, c=spec, device=from_name(device))
     assert str(err.value).endswith(
         "ProductOfProducts: MatMul#0 (509, 509) x (509, 509) float32: B and the result take 2072648 bytes, more than a "
         f"compute tile's 64512, and tile_matmul_over_array finds no grid of cores for it even on the whole {device}: "
