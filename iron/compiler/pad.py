@@ -893,21 +893,24 @@ def _ranked(call: Node, device, tried, mine=None) -> list[tuple[tuple, tuple[int
 
 def best_sides(call: Node, device, fixed: dict[int, int] | None = None,
                any_grid: bool = False) -> tuple[int, int, int] | None:
-    """Of the sides (M, K, N) tried, each its own or padded to its quantum (`padded_sides`) but
-    those `fixed` gives (index: size), the ones whose grid is `better` than the call's own
-    sides' (`any_grid`, or a fixed side not its own: any grid, its own sides too), of the fewest
-    kernel calls per core, then the least work per core, then the fewest elements moved; None
-    when none is."""
-    own, up, fixed = call_sides(call), padded_sides(call, device), fixed or {}
+    """Of the sides (M, K, N) tried, each its own or padded to its quantum (`padded_sides`; when
+    none of those has a grid, to the wider quantum of `pad_wider`) but those `fixed` gives
+    (index: size), the ones whose grid is `better` than the call's own sides' (`any_grid`, or a
+    fixed side not its own: any grid, its own sides too), of the fewest kernel calls per core,
+    then the least work per core, then the fewest elements moved; None when none is."""
+    own, fixed = call_sides(call), fixed or {}
     near = (word_rows(call), *own[1:])
-    tried = set(product(*({fixed[i]} if i in fixed else {side, n, u}
-                          for i, (side, n, u) in enumerate(zip(own, near, up)))))
-    if any_grid or any(own[i] != side for i, side in fixed.items()):
-        scored = _ranked(call, device, tried)
-    else:
-        scored = _ranked(call, device, tried - {own}, _grid_score(whole_device_grid(call, device))) \
-            if tried != {own} else []
-    return min(scored)[1] if scored else None
+    for up in (padded_sides(call, device), padded_sides(call, device, wider=True)):
+        tried = set(product(*({fixed[i]} if i in fixed else {side, n, u}
+                              for i, (side, n, u) in enumerate(zip(own, near, up)))))
+        if any_grid or any(own[i] != side for i, side in fixed.items()):
+            scored = _ranked(call, device, tried)
+        else:
+            scored = _ranked(call, device, tried - {own}, _grid_score(whole_device_grid(call, device))) \
+                if tried != {own} else []
+        if scored:
+            return min(scored)[1]
+    return None
 
 
 def word_rows(call: Node) -> int:
@@ -918,12 +921,17 @@ def word_rows(call: Node) -> int:
     return -(-call_sides(call)[0] // per_word) * per_word
 
 
-def padded_sides(call: Node, device) -> tuple[int, int, int]:
+def padded_sides(call: Node, device, wider: bool = False) -> tuple[int, int, int]:
     """The call's sides padded to a multiple of ROW_QUANTUM per row of cores (M; a MatVec's: per
-    core), of K_QUANTUM (K) and of ROW_QUANTUM per column (N)."""
+    core), of K_QUANTUM (K) and of ROW_QUANTUM per column (N); `wider` (the rule `pad_wider`),
+    each quantum but a MatVec's N rounded up to a multiple of K_QUANTUM, for the sides a narrow
+    quantum leaves with no dividing block (on one column N = 2053 pads to 2056 = 8 x 257, whose
+    blocks of at most 8 take more rounds than a Dma op repeats; 2080 = 32 x 65 has blocks)."""
     rows, cols = len(device.compute_rows), device.n_cols
     vector = len(call.shape) == 1
     quanta = (ROW_QUANTUM * (rows * cols if vector else rows), K_QUANTUM, 1 if vector else ROW_QUANTUM * cols)
+    if wider:
+        quanta = tuple(q if q == 1 else math.lcm(q, K_QUANTUM) for q in quanta)
     return tuple(-(-side // q) * q for side, q in zip(call_sides(call), quanta))
 
 

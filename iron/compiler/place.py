@@ -24,6 +24,7 @@ from iron.compiler.fuse import (
     stored_matrix,
 )
 from iron.compiler.pad import (
+    K_QUANTUM,
     PAD_UPSTREAM_ROWS,
     PAD_WRITTEN_BY_PRODUCER,
     ROW_QUANTUM,
@@ -481,7 +482,18 @@ def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict,
                              "the user's region" + "; K's padding is zeros in both operands" * k_padded
                              + computed * k_padded
                              + "; the result's padding is computed from zeros, never read as the user's region"
-                             + word_rows_text(call, grid, device))]
+                             + word_rows_text(call, grid, device) + wider_text(call, grid, device))]
+
+
+def wider_text(call: Node, grid: Grid, device) -> str:
+    """`pad_wider`'s choice as describe() shows it: a side padded past its own quantum, because
+    the sides padded to it had no grid."""
+    narrow = padded_sides(call, device)
+    near = (word_rows(call), *call_sides(call)[1:])
+    if all(side in sides for side, *sides in zip(grid.padded, call_sides(call), near, narrow)):
+        return ""
+    return (f"; pad_wider: padded to {narrow} it has no grid (no dividing block within a core and a Dma "
+            f"op's repeats), so its sides may pad to multiples of {K_QUANTUM}")
 
 
 def word_rows_text(call: Node, grid: Grid, device) -> str:

@@ -2024,3 +2024,20 @@ class ProductThen(iron.Graph):
 
     def body(self, a):
         return self.reader.step(MatMul.step(a, self.b))
+
+
+def test_sides_whose_quantum_leaves_no_block_pad_wider():
+    """On one column N pads to a multiple of 8: 2053 -> 2056 = 8 x 257, whose dividing blocks (at
+    most 8) take 257 rounds, more than a Dma op repeats, so no grid (it was DoesNotFit). pad_wider
+    then pads to multiples of 32: N 2080 = 32 x 65 takes blocks of 160; equal to reference()."""
+    rng = np.random.default_rng(26)
+    a, b = rng.standard_normal((8, 64)).astype(np.float32), rng.standard_normal((64, 2053)).astype(np.float32)
+    graph = Product(b)
+    body = graph.compile(a=a, device=from_name("npu2_1col"))
+    assert rule(body.plan, "pad_to_block") == [
+        "g0: MatMul#0 padded with zeros (N 2053 -> 2080) over 1 tiles: A, B and the result lie so in DDR, the host "
+        "writes and reads the user's region; the result's padding is computed from zeros, never read as the user's "
+        "region; pad_wider: padded to (32, 64, 2056) it has no grid (no dividing block within a core and a Dma op's "
+        "repeats), so its sides may pad to multiples of 32"]
+    assert padded(body.plan) == {"a": ((8, 64), (8, 64)), "b": ((64, 2053), (64, 2080)), "out0": ((8, 2053), (8, 2080))}
+    assert_matches(body(a=a), graph.reference(a=a))
