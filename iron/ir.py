@@ -116,11 +116,14 @@ class Call:
         return dict(self.attrs)
 
 
+THROUGH = "through"   # a declaration the compiler makes: its own DDR buffer, a state no user sees (through_ddr.py)
+
+
 @dataclass(frozen=True)
 class Declaration:
     """A declared memory as the Program sees it (the data itself stays with the graph)."""
 
-    kind: str             # "weight" | "param" | "state"
+    kind: str             # "weight" | "param" | "state" | THROUGH
     name: str
     shape: tuple[int, ...]
     dtype: np.dtype
@@ -310,7 +313,7 @@ def storage(node: Node) -> Node:
 def state_of(node: Node) -> str | None:
     """The name of the state a tensor is (or is a view of), or None."""
     memory = storage(node)
-    return memory.arg[1] if memory.op == Op.MEMORY and memory.arg[0] == "state" else None
+    return memory.arg[1] if memory.op == Op.MEMORY and memory.arg[0] in ("state", THROUGH) else None
 
 
 def frame(view: Node) -> tuple[int, ...]:

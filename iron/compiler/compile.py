@@ -23,6 +23,7 @@ from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.segment import compile_segments
 from iron.compiler.shims import ShimShortfall, connect, share, shim_shortfall
+from iron.compiler.through_ddr import tile_before_state_write
 from iron.compiler.words import WordTable, layout_rules
 from iron.errors import DoesNotFit, LoopError, PlacementError
 from iron.ir import Program, call_label
@@ -38,6 +39,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
         return kept[1]
     check_feeds(program, device, feeds)
     program = copy_view_for_grid(program)
+    program, through = tile_before_state_write(program)
     groups = fuse(program)
     padding = pad_to_block(program, groups, device)   # once: every segment sees the same layout
     padded = padding.shapes
@@ -47,9 +49,9 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
         plan = whole
     else:   # too big for the array at once: segments
         plan = compile_segments(program, device, groups, feeds, try_groups, whole, padded)
-    rules = (*copy_view_rules(program), *padding.shared, *plan.rules, *padding.passed,
+    rules = (*through, *copy_view_rules(program), *padding.shared, *plan.rules, *padding.passed,
              *layout_rules(placements))
-    if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, padding
+    if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, DDR buffers, padding
         plan = replace(plan, rules=rules)
     plans[(device, id(feeds))] = (feeds, plan)
     return plan

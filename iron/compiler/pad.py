@@ -57,7 +57,8 @@ PAD_TILE_REGION = "pad_tile_region"
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
-PLAIN = (Role.OTHER, Role.EXPANSION)   # roles of calls that neither tile nor stream
+PLAIN = (Role.OTHER, Role.EXPANSION)   # roles of calls that neither tile nor stream (an expansion streams
+                                       # only alone, over whole host tensors: `stream_expansion_units`)
 FEW_CALLS = 64      # kernel calls per core a grid's own sides may take before fewer are worth padding for
 
 
@@ -1025,6 +1026,8 @@ def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]
     padding it would change the result), nor the row every row shares (RMSNorm's w)."""
     calls = group.calls
     if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or readers.get(calls[0]) != [Reader.HOST]:
+        return {}
+    if calls[0].arg.kernel.role is Role.EXPANSION:   # streams in units of a row (`stream_expansion_units`)
         return {}
     (call,), x = calls, calls[0].src[0]
     if unpaddable(x, calls, readers):

@@ -52,6 +52,7 @@ from iron.compiler.tiling import (
     choose_grid,
     core_room,
     divisors,
+    expansion_unit,
     joined_pieces,
     row_streamable,
     rows_do_not_stream,
@@ -397,7 +398,8 @@ def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int
         return None
     spare, shim_in = limits
     x = calls[0].src[0]
-    flow = _choose_flow(calls, free, spare, device, shim_in, padded, width=padded.get(x, x.shape)[1])
+    width = expansion_unit(calls[0]) if role(calls[0]) is Role.EXPANSION else padded.get(x, x.shape)[1]
+    flow = _choose_flow(calls, free, spare, device, shim_in, padded, width=width)
     if flow is None:
         return None
     return replace(flow, mems=tuple(channels.take(col, 1 + len(flow.rows), len(flow.rows) + 1) for col in flow.cols))

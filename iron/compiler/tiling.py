@@ -302,6 +302,10 @@ def expansion_k_blocks(expand: Node, big_k: int, row: int, device) -> list[int]:
             and k * row // big_k // 4 <= device.shim.max_bd_wrap and expands_to(k, k * row // big_k)]
 
 
+ONE_ROW_K = ("; one row is not split by rows, and K is not split over cores: each core would need its own K-range "
+             "of both the row and the vector, and their partial sums added across cores, which no rule does")
+
+
 def why_not_more(grid: Grid, most_rows: int, most_cols: int, spare: int, shim_in: int) -> str:
     """Why a grid has fewer cores than were free, so the rule never takes fewer silently: no
     larger grid divides the sides (blocks divide their sides, padded or not: there is no
@@ -321,7 +325,7 @@ def why_not_more(grid: Grid, most_rows: int, most_cols: int, spare: int, shim_in
                   if r * c > cores and big_m % r == 0 and big_n % c == 0]
     if not larger:
         return (f"no grid of more than {cores} of the {free} free cores has {side}, and blocks divide their "
-                "sides (no remainder block; padded only as pad_to_block says)")
+                "sides (no remainder block; padded only as pad_to_block says)" + ONE_ROW_K * (grid.vector and big_m == 1))
     return f"the larger grids with {side} do not fit: " + "; ".join(
         f"{r} x {c} {_what_stops(r, c, grid.own_rows, spare, shim_in)}" for r, c in larger)
 
@@ -389,6 +393,7 @@ def _fewest_calls(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op, 
 
 FLOW_BLOCK = 4096   # the most elements of one block
 MAX_FLOW_INPUTS = 2  # a compute tile's input DMA channels: one FIFO per input
+ROW_WISE = (Role.ROW_REDUCTION, Role.EXPANSION)   # the roles whose calls stream in blocks of whole rows
 
 
 @dataclass(frozen=True)
@@ -457,6 +462,9 @@ class Flow(OnCores):
                             for _, name, value in self.per_call)
             single = ", one object of each FIFO (a row fills the tile: no overlap)" * (self.objects == 1)
             (rows, width), wider = self.inputs[0].shape, f" of {self.width} elements" * (self.width != self.inputs[0].shape[1])
+            if self.calls[-1].arg.kernel.role is Role.EXPANSION:
+                return (f"{names} over {rows} rows of {width} elements streamed in blocks of {self.block // self.width} "
+                        f"units of {self.width} elements, each expanded alone (stream_expansion_units) {where}{single}")
             padding = f" (pad_to_block: padded with zeros to {self.size // self.width} rows{wider})" * (self.padded is not None)
             return (f"{names} over {rows} rows of {width} elements{padding} streamed "
                     f"in row-blocks of {self.block // self.width} rows {where}{words}{single}")
@@ -535,10 +543,25 @@ def word_run(node: Node) -> int | None:
 
 
 def row_streamable(calls) -> bool:
-    """One row reduction (by Role) over a batch of rows that `rows_do_not_stream` finds nothing
-    against."""
-    return (len(calls) == 1 and calls[0].arg.kernel.role is Role.ROW_REDUCTION and len(calls[0].src[0].shape) == 2
+    """One row reduction, or one expansion (by Role: Dequant, each row of blocks to a row of
+    weights), over a batch of rows that `rows_do_not_stream` finds nothing against."""
+    return (len(calls) == 1 and calls[0].arg.kernel.role in ROW_WISE and len(calls[0].src[0].shape) == 2
             and rows_do_not_stream(calls, describe) is None)
+
+
+def expansion_unit(call: Node) -> int:
+    """`stream_expansion_units`: the fewest elements of a row an expansion expands alone (Dequant:
+    one GGUF block), found by its own rule (out_shape), so its rows, however long, stream in
+    blocks of such units: the rows lie end to end, unit after unit, in host memory."""
+    kernel, attrs, row = call.arg.kernel, call.arg.attr_dict, call.src[0].shape[1]
+
+    def expands(width: int) -> bool:
+        try:
+            kernel.out_shape([(1, width)], **attrs)
+        except KernelTypeError:
+            return False
+        return True
+    return next(w for w in range(1, row + 1) if row % w == 0 and expands(w))
 
 
 def rows_do_not_stream(calls, label) -> str | None:
@@ -547,7 +570,7 @@ def rows_do_not_stream(calls, label) -> str | None:
     writing no state, reading whole host tensors (the rows, and any row (n,) every row shares,
     RMSNorm's w), each core taking at most MAX_FLOW_INPUTS FIFOs: its row-blocks, each shared
     row, and one object of the per-call attributes (Softmax's length) when it takes any."""
-    call = next(c for c in calls if c.arg.kernel.role is Role.ROW_REDUCTION)
+    call = next(c for c in calls if c.arg.kernel.role in ROW_WISE)
     x, *shared = call.src[:call.arg.n_inputs]
     if len(calls) != 1:
         others = ", ".join(label(c) for c in calls if c is not call)
@@ -580,8 +603,12 @@ def flow_bytes(calls, block: int, width: int, objects: int = 2, returned: tuple[
 
 def result_share(calls, block: int, width: int) -> int:
     """The elements of the last call's result a block of `block` elements (rows of `width`)
-    makes: as many, or one per row (Argmax)."""
-    return block if len(calls[-1].shape) == len(streamed_inputs(calls)[0][0].shape) else block // width
+    makes: as many, one per row (Argmax), or an expansion's rows (Dequant: each row of blocks
+    a row of weights)."""
+    last = calls[-1]
+    if last.arg.kernel.role is Role.EXPANSION:
+        return block * last.shape[1] // last.src[0].shape[1]
+    return block if len(last.shape) == len(streamed_inputs(calls)[0][0].shape) else block // width
 
 
 def joined_pieces(calls) -> tuple[Node, ...]:

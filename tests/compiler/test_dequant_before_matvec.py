@@ -23,6 +23,7 @@ from iron.compiler.fuse import (
     held_bytes,
     matrix_op_starts_group,
 )
+from iron.compiler.tiling import ONE_ROW_K
 from iron.ir import call_label
 from iron.kernels import Dequant, MatVec
 from iron.models.blocks import Q4_1, Q8_0
@@ -117,7 +118,7 @@ def test_a_quantized_row_longer_than_a_tile_expands_in_k_blocks_of_whole_blocks(
         f"padding), 1 output blocks per core, {8192 // k} k-blocks each ({8192 // k} kernel calls per core), summed in "
         "float32; not more "
         f"cores: no grid of more than 1 of the {free} free cores has cores dividing M = 1 (each core its own rows), "
-        "and blocks divide their sides (no remainder block; padded only as pad_to_block says)")
+        "and blocks divide their sides (no remainder block; padded only as pad_to_block says)" + ONE_ROW_K)
     assert rules["dequant_before_matvec"] == (
         f"g0: w moves as stored, {8192 // k * stored} bytes; each block of 1 rows of {k} columns ({stored} bytes) is "
         f"expanded on its tile by Dequant to 1 x {k} float32 ({4 * k} bytes) just before MatVec; the (1, 8192) float32 "
@@ -170,3 +171,42 @@ def test_a_user_kernel_declaring_the_expansion_role_fuses_and_runs_as_dequant(on
     x = np.random.default_rng(4).standard_normal(512).astype(F32)
     np.testing.assert_array_equal(compiled[1](x), compiled[0](x))
     agree(compiled[1](x), library.reference(x))
+
+
+# ---- stream_expansion_units: a Dequant alone over blocks larger than a tile -------------------------
+
+class Expand(iron.Graph):
+    """The weights of a GGUF matrix, expanded by Dequant alone and returned."""
+
+    def __init__(self, blocks, fmt):
+        self.w, self.block_bytes = iron.weight(blocks), fmt.nbytes
+
+    def body(self):
+        return Dequant.step(self.w, block_bytes=self.block_bytes)
+
+
+EXPANDED = [
+    (Q8_0, 2048, 2048, "npu2", "2176 elements streamed in blocks of 64 units of 34 elements, each expanded alone "
+     "(stream_expansion_units) over 32 tiles (4 rows x 8 columns of cores), 64 blocks per core"),
+    (Q8_0, 2048, 2048, "npu1", "2176 elements streamed in blocks of 64 units of 34 elements, each expanded alone "
+     "(stream_expansion_units) over 16 tiles (4 rows x 4 columns of cores), 128 blocks per core"),
+    (Q4_1, 2047, 2048, "npu2", "1280 elements streamed in blocks of 178 units of 20 elements, each expanded alone "
+     "(stream_expansion_units) over 32 tiles (4 rows x 8 columns of cores), 23 blocks per core"),
+    # one row of 65536 weights (256 KiB in float32) is wider than a tile: its units stream all the same
+    (Q8_0, 3, 65536, "npu2", "69632 elements streamed in blocks of 96 units of 34 elements, each expanded alone "
+     "(stream_expansion_units) over 32 tiles (4 rows x 8 columns of cores), 2 blocks per core"),
+]
+
+
+@pytest.mark.parametrize("fmt, rows, k, device, text", EXPANDED, ids=["q8-npu2", "q8-npu1", "q4-2047", "q8-one-wide-row"])
+def test_a_dequant_alone_larger_than_a_tile_streams_in_units_of_gguf_blocks(on_emulator, fmt, rows, k, device, text):
+    """`stream_expansion_units`: Dequant of a (2048, 2048) Q8_0 weight (16 MiB expanded) was
+    DoesNotFit on one tile; each GGUF block expands alone, so the rows, lying end to end, stream
+    in blocks of whole GGUF blocks over the array, bit-exact with reference()."""
+    graph = Expand(random_blocks(np.random.default_rng(6), rows, k, fmt), fmt)
+    body = graph.compile(device=from_name(device))
+    assert [what for rule, what in body.plan.rules if rule == "stream_row_blocks"] == [
+        f"g0: Dequant over {rows} rows of {text}"]
+    got = body()
+    assert got.shape == (rows, k) and got.dtype == F32
+    np.testing.assert_array_equal(got, graph.reference())

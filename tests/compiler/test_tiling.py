@@ -14,12 +14,13 @@ import pytest
 
 import iron
 from aie_utils import from_name
-from iron import Scratchpad
-from iron.compiler.mlir import print_mlir
+from iron import Carried, Scratchpad
+from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Dma, TileKind, Wait
 from iron.errors import DoesNotFit
-from iron.kernels import Add, MatMul, MatVec, RMSNorm, Scale, SiLU, Softmax
+from iron.kernels import Accumulate, Add, MatMul, MatVec, RMSNorm, Scale, SiLU, Softmax
 from tests.compiler.designs import Product, ProductOfProducts, Projection, Sum, operands
+from tests.compiler.test_mlir import op_names
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}
 BF16 = {"rtol": 2e-2, "atol": 2e-2}
@@ -264,7 +265,9 @@ def test_stream_k_blocks_a_matvec_whose_rows_exceed_a_tile_and_a_mem_tile(m, k, 
 
 ONE_ROW_NOT_MORE = ("; not more cores: no grid of more than 1 of the {free} free cores has cores dividing M = 1 (each "
                     "core its own rows), and blocks divide their sides (no remainder block; padded only as "
-                    "pad_to_block says)")
+                    "pad_to_block says); one row is not split by rows, and K is not split over cores: each core "
+                    "would need its own K-range of both the row and the vector, and their partial sums added across "
+                    "cores, which no rule does")
 ONE_ROW = [
     (np.float32, None, "npu2", "float32 -> float32 over 1 tiles", 32),
     (np.float32, None, "npu1", "float32 -> float32 over 1 tiles", 16),
@@ -301,6 +304,95 @@ def test_a_matvec_a_mem_tile_split_handles_keeps_that_rule():
     assert rule(body.plan, "tile_matmul_over_array") == []
     assert rule(body.plan, "split_matrix_over_tiles") == [
         "g0: w (256, 512) float32 (524288 bytes) split by rows over 4 tiles"]
+
+
+# ---- tile_before_state_write ----------------------------------------------------------------------
+
+class ProductIntoState(iron.Graph):
+    """acc += W @ x (Accumulate) or acc = W @ x + b (Add of a bias out= the state), W (300, 4097)
+    and x params: a MatVec that tiles, read by a call writing a state."""
+
+    def __init__(self, dtype, out, bias=False):
+        rng = np.random.default_rng(12)
+        made = (lambda shape: rng.integers(-128, 128, shape).astype(dtype)) if dtype == np.int8 else \
+            (lambda shape: rng.standard_normal(shape).astype(dtype))
+        self.w, self.x = iron.param(made((300, 4097))), iron.param(made(4097))
+        self.b = iron.param(rng.integers(-1000, 1000, 300).astype(out)) if bias else None
+        self.acc = iron.state((300,), out, name="acc")
+        self.out = out
+
+    def body(self, *, step: Carried[np.int32]):
+        y = MatVec.step(self.w, self.x, dtype=self.out)
+        if self.b is None:
+            Accumulate.step(y, out=self.acc)
+        else:
+            Add.step(y, self.b, out=self.acc)
+        return iron.carry(step=step + 1)
+
+
+THROUGH_LINE = ("MatVec#0 (300, 4097) writes its result to through.MatVec#0, a DDR buffer of the compiler's, over the "
+                "array (tile_matmul_over_array); {reader}#1 reads it back after the grid's writes")
+INT8_NPU2 = ("int8 -> int32 over 20 tiles (4 rows x 5 columns of cores): blocks m=15 k=172 n=1 (pad_to_block: padded "
+             "with zeros to M = 300, K = 4128), 1 output blocks per core, 24 k-blocks each (24 kernel calls per core), "
+             "summed in int32; not more cores: no grid of more than 20 of the 30 free cores")
+INTO_STATE = [
+    (np.int8, np.int32, False, "npu2", INT8_NPU2),
+    (np.int8, np.int32, False, "npu1",
+     "int8 -> int32 over 12 tiles (4 rows x 3 columns of cores): blocks m=25 k=172 n=1 (pad_to_block: padded with "
+     "zeros to M = 300, K = 4128), 1 output blocks per core, 24 k-blocks each (24 kernel calls per core), summed in "
+     "int32; not more cores: no grid of more than 12 of the 15 free cores"),
+    (np.float32, np.float32, False, "npu2",
+     "float32 -> float32 over 20 tiles (4 rows x 5 columns of cores): blocks m=15 k=241 n=1 (each divides its side: "
+     "no padding), 1 output blocks per core, 17 k-blocks each (17 kernel calls per core), summed in float32; not "
+     "more cores: no grid of more than 20 of the 30 free cores"),
+    (np.int8, np.int32, True, "npu2", INT8_NPU2),
+]
+
+
+@pytest.mark.parametrize("dtype, out, bias, device, text", INTO_STATE, ids=["int8-npu2", "int8-npu1", "f32", "bias"])
+def test_a_matvec_read_by_a_state_write_tiles_through_ddr_and_equals_the_reference(dtype, out, bias, device, text):
+    """`tile_before_state_write` (R8): fused with the Accumulate into its state the MatVec ran on
+    one tile; now it writes a DDR buffer of the compiler's over the array and the state write
+    reads it back, and over 3 calls the state equals reference() (integers exactly)."""
+    graph = ProductIntoState(dtype, out, bias)
+    body = graph.compile(device=from_name(device))
+    reader = "Add" if bias else "Accumulate"
+    assert rule(body.plan, "tile_before_state_write") == [THROUGH_LINE.format(reader=reader)]
+    (grid,) = rule(body.plan, "tile_matmul_over_array")
+    assert grid.startswith(f"g0: MatVec (300, 4097) x (4097,) {text} has cores dividing M = 300")
+    assert body.plan.groups == (("g0", ("MatVec#0",)), ("g1", (f"{reader}#1",)))
+    for step in range(3):
+        body(step=step)
+        graph.reference(step=step)
+    if dtype == np.int8:
+        np.testing.assert_array_equal(body.read("acc"), graph.read("acc"))
+        product = graph.w.array.astype(np.int32) @ graph.x.array.astype(np.int32)
+        np.testing.assert_array_equal(graph.read("acc"), product + graph.b.array if bias else 3 * product)
+    else:
+        np.testing.assert_allclose(body.read("acc"), graph.read("acc"), **LONG_F32)
+
+
+def test_a_matvec_through_ddr_pads_k_alone_and_stays_within_the_mlir_subset():
+    body = ProductIntoState(np.int8, np.int32).compile(device=from_name("npu2"))
+    assert rule(body.plan, "pad_to_block") == [
+        "g0: MatVec#0 padded with zeros (K 4097 -> 4128) over 20 tiles: A and B lie so in DDR, the host writes the "
+        "user's region; K's padding is zeros in both operands; the state through.MatVec#0 it writes whole keeps its "
+        "own shape (pad_k_only: M and N unpadded, so whoever reads it reads no padding)"]
+    through = next(p for p in body.plan.placements if p.name == "through.MatVec#0")
+    assert (through.kind.value, through.buffer, through.shape, through.padded) == ("cut", "outputs", (300,), None)
+    assert "through.MatVec#0" not in {p.name for p in body.plan.placements if p.kind.value == "state"}
+    assert set(op_names(print_mlir(body.plan))) <= ALLOWED_OPS
+
+
+def test_a_matvec_through_ddr_runs_as_a_carried_loop_at_depth_two():
+    graph = ProductIntoState(np.float32, np.float32)
+    body = graph.compile(device=from_name("npu2"))
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(4, step=0)) == [0, 1, 2, 3]
+    assert dict(loop.carry) == {"step": 5} and loop.transitions == 5
+    for step in range(5):   # the first call and 4 more
+        graph.reference(step=step)
+    np.testing.assert_allclose(body.read("acc"), graph.read("acc"), **LONG_F32)
 
 
 # ---- stream_elementwise and rows too wide ----------------------------------------------------------

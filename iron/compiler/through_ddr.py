@@ -1,0 +1,77 @@
+"""`tile_before_state_write`: a MatVec large enough to tile over the array (`vector_tiles`) whose
+epilogue writes a state (MatVec then Accumulate into it, or Add of a bias out= it) would run on
+one tile: fused, the group's last call writes the state, which no grid or split takes. So before
+fusion the Program is rewritten: the MatVec writes its result whole into a DDR buffer the
+compiler allocates (`through`: a state no user sees, placed as a CUT buffer beside the outputs),
+so it is a lone MatVec the grid spreads over the array, and its readers read that buffer back
+as a group of its own once the runtime sequence has waited on the grid's writes (sequence.py,
+as for any state a group writes and a later one reads)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from iron.compiler.fuse import live_calls, role
+from iron.compiler.tiling import vector_tiles
+from iron.ir import THROUGH, Declaration, Node, Op, Program, call_label, is_host_tensor
+from iron.kernels.base import Role
+
+TILE_BEFORE_STATE_WRITE = "tile_before_state_write"
+
+
+def tile_before_state_write(program: Program) -> tuple[Program, tuple[tuple[str, str], ...]]:
+    """`program` with each MatVec the rule takes writing its own DDR buffer, its readers reading
+    that buffer (`program` itself when it takes none), and the rule's describe() lines."""
+    taken = [c for c in live_calls(program) if _takes(program, c)]
+    if not taken:
+        return program, ()
+    buffers = {c: Node(Op.MEMORY, (), c.shape, c.dtype, (THROUGH, through_name(program, c))) for c in taken}
+    memo: dict[Node, Node] = {}
+
+    def rebuilt(node: Node) -> Node:
+        if node not in memo:
+            src = tuple(buffers[s] if s in buffers else rebuilt(s) for s in node.src)
+            if node in buffers:   # the MatVec itself, now writing its buffer whole (out=)
+                c = node.arg
+                src = (*src[:c.n_inputs], buffers[node], *src[c.n_inputs:])
+                memo[node] = Node(Op.CALL, src, node.shape, node.dtype, replace(c, writes=True))
+            else:
+                same = all(a is b for a, b in zip(src, node.src))
+                memo[node] = node if same else Node(node.op, src, node.shape, node.dtype, node.arg)
+        return memo[node]
+
+    declared = tuple(Declaration(THROUGH, b.arg[1], b.shape, b.dtype) for b in buffers.values())
+    rewritten = replace(program, calls=tuple(rebuilt(c) for c in program.calls),
+                        declarations=program.declarations + declared,
+                        memories=program.memories + tuple(buffers.values()))
+    return rewritten, tuple((TILE_BEFORE_STATE_WRITE, _text(program, c)) for c in taken)
+
+
+def _text(program: Program, call: Node) -> str:
+    """The rule's describe() line for one MatVec it takes."""
+    readers = [call_label(program, r) for r in _readers(program, call)]
+    return (f"{call_label(program, call)} {call.src[0].shape} writes its result to {through_name(program, call)}, a DDR "
+            f"buffer of the compiler's, over the array (tile_matmul_over_array); {', '.join(readers)} "
+            f"read{'s' * (len(readers) == 1)} it back after the grid's writes")
+
+
+def through_name(program: Program, call: Node) -> str:
+    """The name of the DDR buffer a MatVec the rule takes writes."""
+    return f"through.{call_label(program, call)}"
+
+
+def _takes(program: Program, call: Node) -> bool:
+    """A MatVec of two whole host tensors, writing no state, large enough to tile, read only by
+    calls (not the host, not a carried value), one of which writes a state."""
+    if role(call) is not Role.MATRIX or len(call.shape) != 1 or call.arg.n_inputs != 2 or call.arg.writes:
+        return False
+    if not all(is_host_tensor(n) and n.op != Op.VIEW for n in call.src[:2]) or not vector_tiles(call.src[0], call.src[0]):
+        return False
+    carried = {v.src[0] for _, v in program.carry if v.op == Op.ELEM}
+    if call in program.outputs or call in carried:
+        return False
+    return any(r.arg.writes for r in _readers(program, call))
+
+
+def _readers(program: Program, call: Node) -> list[Node]:
+    """The calls reading `call`'s result directly."""
+    return [c for c in program.calls if call in c.src]
