@@ -53,6 +53,7 @@ PAD_PASSED_ON = "pad_passed_on"
 PAD_UPSTREAM_ROWS = "pad_upstream_rows"
 PAD_SHARED_STREAM = "pad_shared_stream"
 PAD_ROW_REGION = "pad_row_region"
+PAD_TILE_REGION = "pad_tile_region"
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
@@ -65,8 +66,8 @@ FEW_CALLS = 64      # kernel calls per core a grid's own sides may take before f
 class Padding:
     """`pad_to_block`'s layout of a design: the shape each padded tensor lies in, and the
     describe() lines of the rules deciding it for the whole design: `pad_shared_input`'s, shown
-    before the plan's own lines, `pad_passed_on`'s, `pad_through_zeros`', `pad_shared_stream`'s
-    and `pad_row_region`'s after them."""
+    before the plan's own lines, `pad_passed_on`'s, `pad_through_zeros`', `pad_shared_stream`'s,
+    `pad_row_region`'s and `pad_tile_region`'s after them."""
     shapes: dict[Node, tuple[int, ...]]
     shared: tuple[tuple[str, str], ...] = ()
     passed: tuple[tuple[str, str], ...] = ()
@@ -94,7 +95,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Padding
     return Padding(padded, tuple((PAD_SHARED_INPUT, s.text(program)) for s in shared),
                    (*passed_rules(program, groups, padded, group_of),
                     *zeros_rules(program, groups, padded, readers, group_of),
-                    *region_rules(program, groups, padded, readers)))
+                    *region_rules(program, groups, padded, readers, group_of)))
 
 
 def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list[Node | Reader]]:
@@ -384,18 +385,19 @@ def rows_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> bool
         and not unpaddable(node.src[0], (node,), readers, group_of)
 
 
-def readers_unshared(call: Node, readers: dict, group_of: dict | None) -> str:
+def readers_unshared(call: Node, readers: dict, group_of: dict | None, small: bool = False) -> str:
     """Why the readers of a padded product's result may not read it as it lies, "" when they
-    may: it is `shown`, or every reader is a call whose group shares its layout (`layout_unshared`)
-    or the host, once (it reads the user's region of the output, which a later segment reads
-    whole: segment.Flow.placements)."""
+    may: it is `shown` (`small`: groups fitting a tile read its region too, `pad_tile_region`),
+    or every reader is a call whose group shares its layout (`layout_unshared`) or the host, once
+    (it reads the user's region of the output, which a later segment reads whole:
+    segment.Flow.placements)."""
     users = readers.get(call, [])
     if call.arg.writes:   # a grid writes a whole state read by no one else (tiling.result_users)
         state = state_written_whole(call)
         if state is None or users:
             return "it writes part of a state" if state is None else "its result is read besides the state it writes"
         return state_unpadded(state, (call,), readers)
-    if shown(call, readers):
+    if shown(call, readers, group_of if small else None):
         return ""
     if group_of and users.count(Reader.HOST) <= 1 and all(u is Reader.HOST or isinstance(u, Node) for u in users):
         why = calls_unshared(call, readers, group_of)
@@ -607,25 +609,38 @@ def paired_unshared(result: Node, other: Node, call: Node, readers: dict, group_
     return operands_unpadded(other, (other,), readers, group_of)
 
 
-def shown(call: Node, readers: dict) -> bool:
+def shown(call: Node, readers: dict, group_of: dict | None = None) -> bool:
     """Whether a padded result is read only as the user's region, so the padding its kernel
     writes is never read: by the host at most once, and otherwise (in DDR only across a segment
     cut) through views (words.view_access: no grid or stream takes a view) or by calls that
-    neither tile nor stream (an elementwise, matrix or row-reduction reader might take it in
-    blocks that know no padding)."""
+    neither tile nor stream (`reads_region`; an elementwise, matrix or row-reduction reader
+    might take it in blocks that know no padding)."""
     users = readers.get(call, [])
     return bool(users) and users.count(Reader.HOST) <= 1 and all(
-        u in (Reader.HOST, Reader.VIEW) or (isinstance(u, Node) and reads_region(u, call)) for u in users)
+        u in (Reader.HOST, Reader.VIEW) or (isinstance(u, Node) and reads_region(u, call, group_of)) for u in users)
 
 
-def reads_region(user: Node, node: Node) -> bool:
+def reads_region(user: Node, node: Node, group_of: dict | None = None) -> bool:
     """Whether a call reads only the user's region of `node` where it lies padded (words.placement_access):
-    one that neither tiles nor streams, or a row reduction of `node` as its one row (a vector:
-    it never streams, and its kernel reduces the row's first `length` elements, the user's
-    width when the call gives none), so no padding it might read wins an Argmax."""
+    one that neither tiles nor streams (`fits_tile`, given `group_of`), or a row reduction of
+    `node` as its one row (a vector: it never streams, and its kernel reduces the row's first
+    `length` elements, the user's width when the call gives none), so no padding it might read
+    wins an Argmax."""
     role = user.arg.kernel.role
-    return role in PLAIN or role is Role.ROW_REDUCTION and user.src[0] is node and len(node.shape) == 1 \
-        and node not in user.src[1:]
+    return role in PLAIN or group_of is not None and fits_tile(group_of[user], node) \
+        or role is Role.ROW_REDUCTION and user.src[0] is node and len(node.shape) == 1 and node not in user.src[1:]
+
+
+def fits_tile(group: Group, node: Node) -> bool:
+    """The rule `pad_tile_region`: a group of elementwise calls or a row reduction that fits a
+    tile (`held_bytes`: it neither streams nor tiles) runs on one core, which reads a padded
+    product's result across the segment cut (a grid's result goes to DDR, `result_users`) in
+    its own shape: the DMA moves each row's first elements at the padded row's stride
+    (words.placement_access), so its kernels never see the padding. Rows of whole 32-bit
+    words only: no DMA moves less. A MatMul reading it follows `pad_through_matmul`."""
+    roles = {c.arg.kernel.role for c in group.calls}
+    return held_bytes(list(group.calls)) <= SIZE_LIMIT and Role.MATRIX not in roles \
+        and node.shape[-1] * node.dtype.itemsize % 4 == 0
 
 
 def pad_matrix(group: Group, readers: dict, group_of: dict, device,
@@ -639,11 +654,22 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
     call may run off the grid, reading its operands row by row (words.placement_access): then
     their rows must be whole words. `agreed`: the sides `pad_shared_input` agreed for the products
     sharing a tensor, taken instead. A result whose readers may not read it padded keeps its
-    shape: then only K is padded (`pad_k_only`)."""
+    shape: then only K is padded (`pad_k_only`); else, when groups fitting a tile read it
+    (`pad_tile_region`, after `pad_k_only`), it is padded for them to read its region."""
     call = lone_product(group)
     if call is None:
         return {}
-    k_only = bool(readers_unshared(call, readers, group_of))
+    if not readers_unshared(call, readers, group_of):
+        return padded_product(call, readers, group_of, device, agreed)
+    return padded_product(call, readers, group_of, device, agreed, k_only=True) or (
+        {} if readers_unshared(call, readers, group_of, small=True)
+        else padded_product(call, readers, group_of, device, agreed, small=True))
+
+
+def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: dict | None,
+                   k_only: bool = False, small: bool = False) -> dict[Node, tuple[int, ...]]:
+    """`pad_matrix` of `call`, its result kept in its shape (`k_only`), or read by groups
+    fitting a tile too (`small`)."""
     members = (call,) if k_only else joined_with(call, readers, group_of)
     if operands_unpadded(call, members, readers, group_of):
         return {}
@@ -651,7 +677,8 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
                                           for u in readers.get(call, [])):
         return {}   # read beside another product whose layout `pad_shared_input` did not agree with its own
     a, b = call.src[:2]
-    plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and reads_region(u, call) for u in readers.get(call, []))
+    plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and reads_region(u, call, group_of if small else None)
+                       for u in readers.get(call, []))
     if plain_reader and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
         return {}
     if not all(map(large, members)):
@@ -1072,10 +1099,12 @@ def passed_rules(program: Program, groups: tuple[Group, ...], padded: dict, grou
     return lines
 
 
-def region_rules(program: Program, groups: tuple[Group, ...], padded: dict, readers: dict) -> list[tuple[str, str]]:
-    """`pad_shared_stream` and `pad_row_region` as describe() shows them, once for the design:
-    each input several streamed groups read lying padded once for them, and each row reduction
-    reading a padded vector's user's region only (`reads_region`)."""
+def region_rules(program: Program, groups: tuple[Group, ...], padded: dict, readers: dict,
+                 group_of: dict) -> list[tuple[str, str]]:
+    """`pad_shared_stream`, `pad_row_region` and `pad_tile_region` as describe() shows them, once
+    for the design: each input several streamed groups read lying padded once for them, each row
+    reduction reading a padded vector's user's region only (`reads_region`), and each group that
+    fits a tile reading a padded result's (`fits_tile`)."""
     lines = []
     for node, shape in padded.items():
         users = [u for u in readers.get(node, []) if isinstance(u, Node)]
@@ -1083,11 +1112,18 @@ def region_rules(program: Program, groups: tuple[Group, ...], padded: dict, read
             labels = ", ".join(call_label(program, u) for u in users)
             lines.append((PAD_SHARED_STREAM, f"{describe(node)} lies padded once to {shape} for {labels}, each group "
                           "streaming over it padded alike"))
-        for u in users:
-            if u.arg.kernel.role is Role.ROW_REDUCTION and reads_region(u, node):
-                lines.append((PAD_ROW_REGION, f"{call_label(program, u)} reads {describe(node)} where it lies padded "
-                              f"to {shape}, its user's region only: the first {node.size} elements, the kernel told "
-                              f"length={u.arg.attr_dict.get('length') or node.size}, so the padding is never reduced"))
+        rowed = [u for u in users if u.arg.kernel.role is Role.ROW_REDUCTION and reads_region(u, node)]
+        for u in rowed:
+            lines.append((PAD_ROW_REGION, f"{call_label(program, u)} reads {describe(node)} where it lies padded "
+                          f"to {shape}, its user's region only: the first {node.size} elements, the kernel told "
+                          f"length={u.arg.attr_dict.get('length') or node.size}, so the padding is never reduced"))
+        small = [u for u in dict.fromkeys(users) if node.op == Op.CALL and u.arg.kernel.role not in PLAIN
+                 and u not in rowed and fits_tile(group_of[u], node)]
+        for g in dict.fromkeys(group_of[u] for u in small):
+            labels = ", ".join(call_label(program, u) for u in small if u in g.calls)
+            lines.append((PAD_TILE_REGION, f"{g.name}: {labels} read {describe(node)} where it lies padded to {shape}, "
+                          f"its user's region only: the group fits a tile, so a DMA moves the first {node.shape[-1]} "
+                          "elements of each padded row and its kernels never see the padding"))
     return lines
 
 

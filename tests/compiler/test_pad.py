@@ -1953,6 +1953,79 @@ def test_a_matmul_of_a_view_that_does_not_tile_reads_the_view_itself():
     assert copy_view_for_grid(program) is program
 
 
+class BiasedProduct(iron.Graph):
+    """A @ B + bias, B and bias params, N = 509 (prime): the product pads N to 512."""
+
+    def __init__(self, b, bias):
+        self.b, self.bias = iron.param(b), iron.param(bias)
+
+    def body(self, a):
+        return Add.step(MatMul.step(a, self.b), self.bias)
+
+
+@pytest.mark.parametrize("device, cores", [("npu2", 8), ("npu1", 4)])
+def test_a_group_fitting_a_tile_reads_a_padded_products_region(device, cores):
+    """(1, 2048) @ (2048, 509) float32 + bias (1, 509): the Add's group fits a tile, so it reads
+    only the user's region of the product padded to N = 512 across the segment cut
+    (pad_tile_region), and the product pads; equal to reference() within F32."""
+    rng = np.random.default_rng(26)
+    b, bias = rng.standard_normal((2048, 509)).astype(np.float32), rng.standard_normal((1, 509)).astype(np.float32)
+    a = rng.standard_normal((1, 2048)).astype(np.float32)
+    graph = BiasedProduct(b, bias)
+    body = graph.compile(a=a, device=from_name(device))
+    assert rule(body.plan, "pad_to_block") == [
+        f"g0: MatMul#0 padded with zeros (N 509 -> 512) over {cores} tiles: A, B and the result lie so in DDR, the "
+        "host writes and reads the user's region; the result's padding is computed from zeros, never read as the "
+        "user's region"]
+    assert rule(body.plan, "pad_tile_region") == [
+        "g1: Add#1 read MatMul(a, b) where it lies padded to (1, 512), its user's region only: the group fits a tile, "
+        "so a DMA moves the first 509 elements of each padded row and its kernels never see the padding"]
+    assert padded(body.plan) == {"a": ((1, 2048), (1, 2048)), "b": ((2048, 509), (2048, 512)),
+                                 "cut.MatMul#0": ((1, 509), (1, 512))}
+    assert all(same_kind_of_mlir(segment) for segment in body.plan.segments)
+    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+
+
+@pytest.mark.parametrize("device, tiles_used", [("npu2", 16), ("npu1", 8)])
+def test_a_streamed_bias_add_reads_a_padded_product_as_it_lies(device, tiles_used):
+    """(64, 2048) @ (2048, 509) float32 + bias (64, 509): the Add streams, so it streams over the
+    product's padded layout (pad_through_elementwise), not its region; equal to reference()."""
+    rng = np.random.default_rng(27)
+    b, bias = rng.standard_normal((2048, 509)).astype(np.float32), rng.standard_normal((64, 509)).astype(np.float32)
+    a = rng.standard_normal((64, 2048)).astype(np.float32)
+    graph = BiasedProduct(b, bias)
+    body = graph.compile(a=a, device=from_name(device))
+    assert rule(body.plan, "pad_to_block")[1] == (
+        "g1: Add#1 over (64, 509) elements streams over them as they lie padded to (64, 512) (pad_through_elementwise: "
+        "a padded MatMul's result, the other inputs padded with zeros and the result lie so in DDR; only the user's "
+        f"region of the result is read) over {tiles_used} tiles")
+    assert rule(body.plan, "pad_tile_region") == []
+    np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
+
+
+@pytest.mark.parametrize("reader", [Softmax, Argmax, Exp])
+def test_any_call_whose_group_fits_a_tile_reads_a_padded_products_region(reader):
+    """pad_tile_region is one rule for every small reader: a row reduction or another
+    elementwise call of the (1, 509) product reads its user's region; equal to reference()."""
+    rng = np.random.default_rng(28)
+    b = (rng.standard_normal((2048, 509)) / 40).astype(np.float32)
+    a = rng.standard_normal((1, 2048)).astype(np.float32)
+    graph = ProductThen(b, reader)
+    body = graph.compile(a=a, device=from_name("npu2"))
+    assert rule(body.plan, "pad_tile_region") == [
+        f"g1: {reader.__name__}#1 read MatMul(a, b) where it lies padded to (1, 512), its user's region only: the group "
+        "fits a tile, so a DMA moves the first 509 elements of each padded row and its kernels never see the padding"]
+    assert_matches(body(a=a), graph.reference(a=a))
+
+
+class ProductThen(iron.Graph):
+    def __init__(self, b, reader):
+        self.b, self.reader = iron.param(b), reader
+
+    def body(self, a):
+        return self.reader.step(MatMul.step(a, self.b))
+
+
 def test_sides_whose_quantum_leaves_no_block_pad_wider():
     """On one column N pads to a multiple of 8: 2053 -> 2056 = 8 x 257, whose dividing blocks (at
     most 8) take 257 rounds, more than a Dma op repeats, so no grid (it was DoesNotFit). pad_wider
