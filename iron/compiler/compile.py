@@ -5,8 +5,7 @@ Copies it inserts, copies.py), fuse (groups), place (a Layout), route and fit_co
 tile memory), check_plan; a design too big for the array at once is cut into segments, each
 compiled by the same passes (segment.py; the last segment's Program first gets a Copy of each
 carried element an earlier one made: carry_from_earlier_segment). docs/architecture.md draws the
-pipeline. Plans are kept per Program, device and fed Plan, so
-compiling again costs a lookup."""
+pipeline. Plans are kept per Program, device and fed Plan, so compiling again costs a lookup."""
 from __future__ import annotations
 
 from dataclasses import replace
