@@ -1,6 +1,7 @@
 """`compile_program(program, device, feeds=None)`: a traced Program to a checked Plan, as a flat
 list of passes, each taking the value the one before made: copy_view_for_grid (a Program with the
-Copies it inserts, copies.py), fuse (groups), place (a Layout), route and fit_compute_channels
+Copies it inserts, copies.py), tile_before_state_write (a Program whose large MatVecs write DDR
+buffers of the compiler's, through_ddr.py), fuse (groups), place (a Layout), route and fit_compute_channels
 (Routes), lower (a Lowered design), share and connect (shim channels), assemble and fit (a Plan,
 tile memory), check_plan; a design too big for the array at once is cut into segments, each
 compiled by the same passes (segment.py; the last segment's Program first gets a Copy of each

@@ -204,22 +204,28 @@ class StateSum(iron.Graph):
         return (y, y) if self.twice else y
 
 
+def refusal(graph, tmp_path, monkeypatch, **specs) -> str:
+    """The DoesNotFit text `graph` compiled on npu2 with `specs` gets, after checking nothing was cached."""
+    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(DoesNotFit) as err:
+        graph.compile(device=from_name("npu2"), **specs)
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+    return str(err.value)
+
+
 @pytest.mark.parametrize("dtype, per_word, padded_to", [(iron.bfloat16, 2, 100002), (np.int8, 4, 100004)])
 def test_elementwise_calls_pad_to_block_may_not_pad_do_not_fit_naming_the_padding(
         dtype, per_word, padded_to, tmp_path, monkeypatch):
     """A result the host reads twice is not padded; 100001 bfloat16 or int8 elements then have no
     block to stream in: DoesNotFit naming the call and the padding, nothing cached."""
-    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
-    with pytest.raises(DoesNotFit) as err:
-        StateSum(dtype, twice=True).compile(x=((100001,), dtype), device=from_name("npu2"))
+    text = refusal(StateSum(dtype, twice=True), tmp_path, monkeypatch, x=((100001,), dtype))
     size = np.dtype(dtype).itemsize
-    assert str(err.value) == (
+    assert text == (
         f"StateSum: Add#0 over 100001 {np.dtype(dtype).name} elements take {3 * 100001 * size} bytes, more than a "
         "compute tile's 64512, and stream_elementwise cuts them into blocks that divide 100001 and hold whole "
         f"32-bit words ({per_word} elements each), of which 100001 has none, and pad_to_block did not pad them: "
         f"Add(x, s) is read by more than the host, views and calls that read its user's region. Pad the tensors to "
         f"{padded_to} elements, or cut the calls in two.")
-    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
 
 
 def test_sizes_that_divide_are_not_padded():
@@ -554,17 +560,14 @@ def test_a_product_whose_reader_cannot_share_its_padding_does_not_fit_saying_why
     length; and M and K padded alone give no grid), nor is RMSNorm's w padded when another call
     reads it too (so the rows keep N): the product is not padded, and DoesNotFit names the
     reader, why, and the padding to give."""
-    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
-    with pytest.raises(DoesNotFit) as err:
-        design(np.ones((251, 509), np.float32)).compile(a=((509, 251), np.float32), device=from_name("npu2"))
-    assert str(err.value).startswith(
+    text = refusal(design(np.ones((251, 509), np.float32)), tmp_path, monkeypatch, a=((509, 251), np.float32))
+    assert text.startswith(
         f"{design.__name__} does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large for one "
         f"configuration (pad_to_block: MatMul#0 is not padded: {why}). ")
-    assert str(err.value).endswith(
+    assert text.endswith(
         "the largest dividing blocks are M = 509: 1, K = 251: 251, N = 509: 1; pad_to_block did not pad it: the "
         "design reads its result or makes its operands elsewhere (another segment). Pad the matrices with zeros "
         "to sides with larger divisors (M = 512, K = 256, N = 512), or cut the call into several.")
-    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
 
 
 # ---- products whose results other products read (padjoin) -------------------------------------------
@@ -1757,14 +1760,10 @@ def test_an_input_a_stream_shares_with_a_call_that_does_not_stream_is_not_padded
     """x is read by Exp (a stream) and by a MatVec: pad_shared_stream pads it for every group
     reading it or for none, so Exp over 65537 bfloat16 elements has no block: DoesNotFit naming
     the rule, nothing cached."""
-    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
-    with pytest.raises(DoesNotFit) as err:
-        ActivationAndProjection().compile(x=((65537,), BF16), device=from_name("npu2"))
-    assert str(err.value).startswith(
+    assert refusal(ActivationAndProjection(), tmp_path, monkeypatch, x=((65537,), BF16)).startswith(
         "ActivationAndProjection does not fit npu2 even cut into segments: Exp#0 (group g0) alone is too large for one "
         "configuration (pad_to_block: MatVec#1 reads an input of g0 too and does not stream, and pad_shared_stream "
         "pads an input for every group reading it or for none). ")
-    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
 
 
 class ProductArgmax(iron.Graph):
