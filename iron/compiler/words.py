@@ -13,7 +13,7 @@ import numpy as np
 from iron import dtypes
 from iron.compiler.plan import Const, Operand, WordDef, WordKind, WordRef
 from iron.errors import PlacementError
-from iron.ir import Node, Op, Program, describe, frame
+from iron.ir import Node, Op, Program, describe, frame, kept
 
 PAD_ROWS_TO_WORDS = "pad_rows_to_words"
 PAD_LEAD_TO_WORDS = "pad_lead_to_words"
@@ -240,19 +240,19 @@ def view_words(view: Node, padded: tuple[int, ...] | None = None, word_rows: boo
         shape = _padded_frame(view, padded)
     itemsize = memory.dtype.itemsize
     strides = [itemsize * int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
-    static, kept, steps = lead * itemsize, [], []
+    static, steps = lead * itemsize, []
     for number, axis in enumerate(view.arg):
         static += (axis.index if axis.index is not None else axis.start) * strides[number]
         if axis.dynamic is not None:
             _check_step(view, number, view.src[axis.dynamic], strides[number])
             steps.append((axis, strides[number] // 4))
-        if axis.keeps_axis and axis.size > 1:
-            kept.append((number, axis.size, strides[number]))
+    numbers = {id(a): number for number, a in enumerate(view.arg)}
+    picked = [(numbers[id(a)], a.size, a.step * strides[numbers[id(a)]]) for a in kept(view.arg) if a.size > 1]
     row, end = shape[-1] * itemsize, (lead + int(np.prod(shape, dtype=np.int64))) * itemsize
 
     def free_after(byte: int) -> bool:   # a padded row's end, or the base's end (nothing after it but a word's tail)
         return (word_rows and byte % row == memory.shape[-1] * itemsize) or (not steps and byte == end)
-    return static, _word_dims(view, static, _merged(kept), itemsize, free_after), steps
+    return static, _word_dims(view, static, _merged(picked), itemsize, free_after), steps
 
 
 def _padded_frame(view: Node, padded: tuple[int, ...]) -> tuple[int, ...]:
