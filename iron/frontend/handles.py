@@ -11,7 +11,18 @@ import numpy as np
 
 from iron import dtypes
 from iron.errors import CarryError, IndexOutOfRange, KernelTypeError, TracedValueError
-from iron.ir import SCALAR_BINARY, Axis, Node, Op, contiguous_span, describe, frame, kept, kept_shape, wrap_i32
+from iron.ir import (
+    SCALAR_BINARY,
+    Axis,
+    Node,
+    Op,
+    contiguous_span,
+    describe,
+    frame,
+    kept,
+    kept_shape,
+    wrap_i32,
+)
 
 I32 = np.dtype(np.int32)
 

@@ -21,7 +21,15 @@ from iron.errors import (
 )
 from iron.frontend import shapes
 from iron.frontend.declarations import Constants, Memory
-from iron.frontend.handles import I32, Carry, Scalar, Tensor, _PerCall, as_scalar_node, broadcast_view
+from iron.frontend.handles import (
+    I32,
+    Carry,
+    Scalar,
+    Tensor,
+    _PerCall,
+    as_scalar_node,
+    broadcast_view,
+)
 from iron.ir import (
     Call,
     Declaration,
