@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -209,7 +209,7 @@ def _view_text(view: Node, depth: int) -> str:
     source, shape = view.src[0], frame(view)
     text = describe(source, depth)
     if any(a.step == 0 for a in view.arg):
-        return f"broadcast_to({text}, {view.shape})"
+        return f"broadcast_to({_unbroadcast_text(view, depth)}, {view.shape})"
     text = text if shape == source.shape else f"{text}.reshape{shape}"
     parts = [_axis_text(a, view, n) for a, n in zip(view.arg, shape)]
     while parts and parts[-1] == ":":
@@ -224,6 +224,17 @@ def _view_text(view: Node, depth: int) -> str:
         axes = tuple(sorted(range(len(order)), key=lambda i: order[i]))   # numpy's: output axis j is frame axis axes[j]
         text += ".T" if axes == tuple(reversed(range(len(order)))) else f".transpose{axes}"
     return text if view.shape == kept_shape(view.arg) else f"{text}.reshape{view.shape}"
+
+
+def _unbroadcast_text(view: Node, depth: int) -> str:
+    """The text of what a broadcast view repeats: its axes without the leading ones broadcasting
+    added and with its repeated axes of one element."""
+    lead = next((i for i, a in enumerate(view.arg) if not (a.step == 0 and a.extent == 1)), len(view.arg))
+    rest = tuple(replace(a, step=1, length=None) if a.step == 0 else a for a in view.arg[lead:])
+    if all(a.index is None and a.start == 0 and a.stop == a.extent and a.step == 1 for a in rest) \
+            and tuple(a.extent for a in rest) == view.src[0].shape:
+        return describe(view.src[0], depth)
+    return describe(Node(Op.VIEW, view.src, kept_shape(rest), view.dtype, rest), depth)
 
 
 def _axis_text(axis: Axis, view: Node, extent: int) -> str:
