@@ -10,6 +10,7 @@ from iron import Carried
 from iron.designs import Walk, numpy_walk
 from iron.errors import DeviceTimeout, LoopError
 from iron.kernels import Add, Copy
+from tests.reliability.conftest import hooked
 from tests.runtime import fake_pyxrt
 
 FAULTS: list = []   # [calls to let pass, error]: the kernel raises `error` on the call after them
@@ -30,24 +31,8 @@ def no_faults():
     FAULTS.clear()
 
 
-class FlakyAdd(Add):
-    name = "flaky_add"
-    source = Add.source_text()[1].replace("(add,", "(flaky_add,")
-
-    @staticmethod
-    def compute(a, b):
-        maybe_fail()
-        return np.add(a, b)
-
-
-class FlakyCopy(Copy):
-    name = "flaky_copy"
-    source = Copy.source_text()[1].replace("void copy_##T", "void flaky_copy_##T")
-
-    @staticmethod
-    def compute(x):
-        maybe_fail()
-        return np.array(x, copy=True)
+FlakyAdd = hooked(Add, "flaky_add", maybe_fail)
+FlakyCopy = hooked(Copy, "flaky_copy", maybe_fail)
 
 
 class Sum(iron.Graph):

@@ -12,33 +12,15 @@ import iron
 from iron import Carried
 from iron.designs import Walk, numpy_walk
 from iron.kernels import Add, Copy
+from tests.reliability.conftest import hooked
 
 THREADS, CALLS = 4, 50
 
 
-class SlowAdd(Add):
-    """Add, whose compute lets other threads run mid-launch (as a kernel releasing the GIL
-    would), so a few hundred calls interleave as many thousands do."""
-
-    name = "slow_add"
-    source = Add.source_text()[1].replace("(add,", "(slow_add,")
-
-    @staticmethod
-    def compute(a, b):
-        time.sleep(0)
-        return np.add(a, b)
-
-
-class SlowCopy(Copy):
-    """Copy, letting other threads run mid-launch."""
-
-    name = "slow_copy"
-    source = Copy.source_text()[1].replace("void copy_##T", "void slow_copy_##T")
-
-    @staticmethod
-    def compute(x):
-        time.sleep(0)
-        return np.array(x, copy=True)
+# kernels that let other threads run mid-launch (as a kernel releasing the GIL would), so a few
+# hundred calls interleave as many thousands do
+SlowAdd = hooked(Add, "slow_add", lambda: time.sleep(0))
+SlowCopy = hooked(Copy, "slow_copy", lambda: time.sleep(0))
 
 
 class SlowWalk(Walk):
