@@ -10,6 +10,7 @@ from aie_utils import from_name
 from iron import Role, Scratchpad, Within
 from iron.compiler.compile import compile_program
 from iron.compiler.mlir import print_mlir
+from iron.compiler.rules import Rule
 from iron.kernels import LIBRARY, MatVec, SiLU, Softmax
 
 NPU2 = from_name("npu2")
@@ -100,7 +101,7 @@ def test_user_kernels_with_library_traits_fuse_and_place_like_the_library():
     assert library.groups == (("g0", ("MatVec#0", "SiLU#1")), ("g1", ("Softmax#2",)))
     assert [(g, tuple(map(renamed, calls))) for g, calls in user.groups] == list(library.groups)
     assert [(rule, renamed(what)) for rule, what in user.rules] == list(library.rules)
-    assert ("split_matrix_over_tiles", "g0: w (512, 256) float32 (524288 bytes) split by rows over 4 tiles") \
+    assert (Rule.SPLIT_MATRIX_OVER_TILES, "g0: w (512, 256) float32 (524288 bytes) split by rows over 4 tiles") \
         in library.rules
     assert print_mlir(user) == print_mlir(library)
 
@@ -115,7 +116,7 @@ def test_a_declared_bound_becomes_the_bound_of_the_per_call_word():
 def test_a_kernel_without_a_role_does_not_join_a_matrix_group():
     plan = head(MatVec, Plain, Softmax)
     assert plan.groups == (("g0", ("MatVec#0",)), ("g1", ("Plain#1", "Softmax#2")))
-    assert ("matrix_op_starts_group", "g0 closed before Plain#1") in plan.rules
+    assert (Rule.MATRIX_OP_STARTS_GROUP, "g0 closed before Plain#1") in plan.rules
 
 
 def test_every_library_kernel_declares_a_role_and_a_new_kernel_declares_none():
