@@ -203,7 +203,7 @@ def facts(plan):
 
 @pytest.mark.parametrize("m, k, n, rule", [
     (509, 509, 509, Rule.TILE_MATMUL_OVER_ARRAY),   # prime sides: padded to 512, tiled over every core
-    (64, 512, 4, Rule.STREAM_LARGE_MATRIX), # A of 128 KiB on one core: streamed by rows
+    (64, 512, 4, Rule.STREAM_LARGE_MATRIX),         # A of 128 KiB on one core: streamed by rows
 ])
 def test_a_user_kernel_declaring_matmuls_map_pads_tiles_and_streams_like_matmul(on_emulator, m, k, n, rule):
     a = np.random.default_rng(2).standard_normal((m, k)).astype(np.float32)
