@@ -423,6 +423,26 @@ def contiguous_span(view: Node) -> tuple[int, int] | None:
     return start, int(np.prod(counts, dtype=np.int64))
 
 
+def element_pattern(view: Node) -> tuple[int, list[tuple[int, int]]]:
+    """(first element, (size, stride) per dimension, outermost first) of a static VIEW's elements in
+    its tensor seen flat: its kept axes in the view's order, each stride its step times the
+    frame's, dimensions that together run on merged."""
+    shape = frame(view)
+    strides = [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
+    first = sum((a.index if a.index is not None else a.start) * st for a, st in zip(view.arg, strides))
+    at = {id(a): st for a, st in zip(view.arg, strides)}
+    dims: list[tuple[int, int]] = []
+    for a in kept(view.arg):
+        size, stride = a.size, a.step * at[id(a)]
+        if size == 1:
+            continue
+        if dims and dims[-1][1] == size * stride:
+            dims[-1] = (dims[-1][0] * size, stride)
+        else:
+            dims.append((size, stride))
+    return first, dims or [(1, 1)]
+
+
 def nbytes(node: Node) -> int:
     return node.size * node.dtype.itemsize
 

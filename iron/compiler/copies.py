@@ -1,13 +1,18 @@
 """Copies the compiler inserts into a Program so a design runs as written where the layout it
 would need does not exist: each a library Copy call (`copy_kernel`), listed in the Program's
 `inserted` so that it is labelled after the body's own calls, which keep their labels; each
-insertion a named rule. `copy_view_for_grid` runs before fusion, on the whole Program;
+insertion a named rule (a view no DMA moves is read through a Strided call instead, which
+gathers it on a core). `copy_view_for_grid` runs before fusion, on the whole Program;
 `carry_from_earlier_segment` on the last segment's Program (segment.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
+from iron import dtypes
 from iron.compiler.fuse import Group
+from iron.compiler.objects import MAX_GATHER_RUNS
 from iron.compiler.pad import large
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.words import view_words
@@ -19,10 +24,13 @@ from iron.ir import (
     Program,
     call_label,
     describe,
+    element_pattern,
+    elements,
     is_host_tensor,
+    is_strided,
 )
 from iron.kernels.base import Role
-from iron.kernels.registry import copy_kernel
+from iron.kernels.registry import copy_kernel, strided_kernel
 
 
 def copied(node: Node) -> Node:
@@ -31,23 +39,39 @@ def copied(node: Node) -> Node:
 
 
 def copy_view_for_grid(program: Program) -> Program:
-    """The rule: a MatMul large enough to tile over the array (`pad.large`) reads each operand
-    that is a view of a host tensor the DMA can move (`q[h]`, `a[1:]`, `x.reshape(m, k)`,
-    `x[:, ::2]`, `w.T`) through a Copy inserted before it, whoever reads its result. The grid
-    reads whole host tensors, each lying in DDR as it needs (padded by `pad_to_block` at a prime
-    side), and a view cannot be padded without changing its base's row stride; the Copy moves
-    the view by its access pattern into a tensor the compiler owns, which the grid reads as it
-    reads any computed tensor (padded as the MatMul reads it, `pad_written_by_producer`)."""
-    copies = {n: copied(n) for call in program.calls if _gridded(call) for n in call.src[:call.arg.n_inputs]
-              if _view_of_host(n)}
+    """The rule: a MatMul large enough to tile over the array (`pad.large`), and an elementwise
+    call reading such a MatMul's product, read each operand that is a view of a host tensor the
+    DMA can move (`q[h]`, `a[1:]`, `x.reshape(m, k)`, `x[:, ::2]`, `w.T`) through a Copy
+    inserted before them, whoever reads their results. The grid reads whole host tensors, each
+    lying in DDR as it needs (padded by `pad_to_block` at a prime side), and its product's
+    readers read their operands laid out alike; a view cannot be padded without changing its
+    base's row stride. The Copy moves the view by its access pattern into a tensor the compiler
+    owns, which lies as its readers need (`pad_written_by_producer`). Any call reads a view no DMA
+    moves in whole words (x.T of bfloat16), or one `gather_strided_view` would copy in more than
+    MAX_GATHER_RUNS runs, through a Strided call gathering it on a core (`gathered`)."""
+    copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call)
+              for n in call.src[:call.arg.n_inputs] if _view_of_host(n)}
+    copies |= {n: gathered(n) for call in program.calls for n in call.src[:call.arg.n_inputs]
+               if n not in copies and _gathered_on_core(n)}
     if not copies:
         return program
     return with_copies(program, copies)
 
 
+def gathered(view: Node) -> Node:
+    """A Strided call picking static VIEW `view` from its whole tensor by the view's access
+    pattern in elements (at most four dimensions)."""
+    offset, dims = element_pattern(view)
+    dims = [(1, 0)] * (4 - len(dims)) + dims
+    attrs = {"shape": view.shape, "offset": offset, **{f"n{d}": n for d, (n, _) in enumerate(dims)},
+             **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
+    call = Call(strided_kernel(), tuple(sorted(attrs.items())), 1, False)
+    return Node(Op.CALL, (view.src[0],), view.shape, view.dtype, call)
+
+
 def with_copies(program: Program, copies: dict[Node, Node]) -> Program:
-    """`program` with each tensor in `copies` read through its Copy: each Copy inserted before the
-    first call reading it, every call, output and carried value rebuilt over the new calls."""
+    """`program` with each tensor in `copies` read through its call (a Copy or a Strided), inserted
+    before the first call reading it, every call, output and carried value rebuilt over the new calls."""
     new: dict[Node, Node] = {}
 
     def rebuilt(node: Node) -> Node:
@@ -73,16 +97,55 @@ def with_copies(program: Program, copies: dict[Node, Node]) -> Program:
 def copy_view_rules(program: Program) -> list[Decision]:
     """What `copy_view_for_grid` inserted into `program`, as rule lines."""
     inserted = set(program.inserted)
-    return [(Rule.COPY_VIEW_FOR_GRID, f"{call_label(program, copy)} copies {describe(copy.src[0])} for "
-             f"{call_label(program, call)}, which tiles over the array reading whole host tensors")
-            for call in program.calls for copy in dict.fromkeys(call.src) if copy in inserted
-            and copy.arg.kernel is copy_kernel() and call.arg.kernel.role is Role.MATRIX]
+    lines = [(Rule.COPY_VIEW_FOR_GRID, f"{call_label(program, copy)} copies {describe(copy.src[0])} for "
+              f"{call_label(program, call)}, {_why(program, call)}")
+             for call in program.calls for copy in dict.fromkeys(call.src) if copy in inserted
+             and copy.arg.kernel is copy_kernel() and (_gridded(call) or _beside_grid(call))]
+    return lines + [(Rule.COPY_VIEW_FOR_GRID, _gather_text(program, call)) for call in program.inserted
+                    if call.arg.kernel.gathers]
+
+
+def _gather_text(program: Program, call: Node) -> str:
+    a = call.arg.attr_dict
+    dims = [(a[f"n{d}"], a[f"s{d}"]) for d in range(4) if a[f"n{d}"] > 1] or [(1, 1)]
+    base = call.src[0]
+    why = (f"its {dtypes.name(base.dtype)} elements lie in runs narrower than the DMA's 32-bit words"
+           if is_host_tensor(base) else f"it picks more than {MAX_GATHER_RUNS} separate runs")
+    return (f"{call_label(program, call)} gathers {a['shape']} of {describe(base)} on a core by its access pattern "
+            f"(from element {a['offset']}, sizes {tuple(n for n, _ in dims)}, strides {tuple(st for _, st in dims)} "
+            f"elements): {why}, so no DMA moves it")
+
+
+def _why(program: Program, call: Node) -> str:
+    if _gridded(call):
+        return "which tiles over the array reading whole host tensors"
+    product = next(n for n in call.src[:call.arg.n_inputs] if n.op == Op.CALL and _gridded(n))
+    return f"which reads {call_label(program, product)}'s product as its grid lays it out, its operands alike"
 
 
 def _gridded(call: Node) -> bool:
     """A MatMul `large` enough to tile over the array."""
     operands = call.src[:call.arg.n_inputs]
     return call.arg.kernel.role is Role.MATRIX and len(operands) == 2 and len(call.shape) == 2 and large(call)
+
+
+def _beside_grid(call: Node) -> bool:
+    """An elementwise call reading a tiled MatMul's product, which lies padded as the grid
+    computes it: its other operands must lie alike, and a view cannot."""
+    return call.arg.kernel.role is Role.ELEMENTWISE and any(
+        n.op == Op.CALL and _gridded(n) for n in call.src[:call.arg.n_inputs])
+
+
+def _gathered_on_core(node: Node) -> bool:
+    """A static view no DMA moves in whole words (a step slice, transpose or broadcast of a host
+    tensor) nor `gather` copies in few runs (of a computed one), whose access pattern has at most
+    four dimensions."""
+    if node.op != Op.VIEW or len(node.src) > 1 or len(element_pattern(node)[1]) > 4:
+        return False
+    if is_host_tensor(node):   # a slice starting mid-word moves once `pad_lead_to_words` or `pad_rows_to_words` lays it out
+        return is_strided(node) and not _view_of_host(node)
+    flat = elements(node)
+    return int(np.count_nonzero(np.diff(flat) != 1)) + 1 > MAX_GATHER_RUNS
 
 
 def _view_of_host(node: Node) -> bool:

@@ -398,6 +398,8 @@ def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int
         return None
     spare, shim_in = limits
     x = calls[0].src[0]
+    if x.op == Op.VIEW and storage(x) in padded:
+        return None   # a view's rows are its own shape's (`stream_view_rows`), not a padded one's
     width = expansion_unit(calls[0]) if role(calls[0]) is Role.EXPANSION else padded.get(x, x.shape)[1]
     flow = _choose_flow(calls, free, spare, device, shim_in, padded, width=width)
     if flow is None:

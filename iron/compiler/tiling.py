@@ -586,7 +586,8 @@ def expansion_unit(call: Node) -> int:
 def rows_do_not_stream(calls, label) -> str | None:
     """Why a group holding a row reduction over a batch of rows (rows, n) does not stream in
     row-blocks, naming calls by `label`; None when it does: the reduction alone in its group,
-    writing no state, reading whole host tensors (the rows, and any row (n,) every row shares,
+    writing no state, reading host tensors (the rows, whole or a view `stream_contiguous_views` or
+    `stream_view_rows` streams; any row (n,) every row shares whole,
     RMSNorm's w), each core taking at most MAX_FLOW_INPUTS FIFOs: its row-blocks, each shared
     row, and one object of the per-call attributes (Softmax's length) when it takes any."""
     call = next(c for c in calls if c.arg.kernel.role in ROW_WISE)
@@ -596,9 +597,12 @@ def rows_do_not_stream(calls, label) -> str | None:
         return f"it is fused with {others}, and a row reduction streams alone, reading host tensors"
     if call.arg.writes:
         return "it writes a state (out=), and a streamed result goes to the host"
-    for n in (x, *shared):
+    if not is_host_tensor(x) or (word_run(x) is None and streamed_rows(x) is None):
+        return (f"it reads {describe(x)}, and a streamed row reduction reads host tensors lying in one run of "
+                "whole words or in rows of whole words one stride apart (stream_view_rows)")
+    for n in shared:
         if not is_host_tensor(n) or n.op == Op.VIEW:
-            return f"it reads {describe(n)}, and a streamed row reduction reads whole host tensors"
+            return f"it reads {describe(n)}, and every row shares a whole host tensor"
         if n is not x and n.shape != x.shape[1:]:
             return f"it reads {describe(n)} of shape {n.shape}, and every row shares only rows {x.shape[1:]}"
     fifos = ["its row-blocks", *map(describe, shared)] + ["the per-call words"] * bool(dynamic_attrs(call))
@@ -677,7 +681,8 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
         return all(b * n.dtype.itemsize % 4 == 0 for n in (*inputs, *calls[:-1])) and \
             result_share(calls, b, width) * calls[-1].dtype.itemsize % 4 == 0
     room = core_room(device)
-    objects = 2 if width == 1 or flow_bytes(calls, width, width) <= room else 1
+    unit = width * row   # the fewest elements a block holds: a row, or whole rows of `row`
+    objects = 2 if unit == 1 or flow_bytes(calls, unit, width) <= room else 1
     results = 1 + len(returned)
     most_rows = min(len(device.compute_rows), (mem.dma_out_channels - results) // len(inputs),
                     (mem.dma_in_channels - len(inputs)) // results)
@@ -686,7 +691,7 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
             share = size // (rows * ncols)
             if size % (rows * ncols):
                 continue
-            blocks = [b for b in range(min(share, max(FLOW_BLOCK, width)), 0, -1)
+            blocks = [b for b in range(min(share, max(FLOW_BLOCK, unit)), 0, -1)
                       if share % b == 0 and b % (width * row) == 0 and whole_words(b)
                       and all(n.size % (rows * ncols * b) == 0 for n in pieces)
                       and flow_bytes(calls, b, width, objects, returned) <= room]

@@ -40,6 +40,15 @@ class Memory:
         """The whole memory read as `shape` (row-major), inside body()."""
         return Tensor(self._traced_node()).reshape(*shape)
 
+    @property
+    def T(self) -> Tensor:   # noqa: N802 (numpy's name)
+        """The whole memory with its axes reversed, inside body() (`Tensor.T`)."""
+        return Tensor(self._traced_node()).T
+
+    def transpose(self, *axes) -> Tensor:
+        """The whole memory with its axes in the order `axes` names, inside body() (`Tensor.transpose`)."""
+        return Tensor(self._traced_node()).transpose(*axes)
+
     def _traced_node(self) -> Node:
         if self.node is None:
             raise DeclarationError(

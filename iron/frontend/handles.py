@@ -23,6 +23,8 @@ from iron.ir import (
     kept_shape,
     wrap_i32,
 )
+from iron.kernels.base import RECORDING
+from iron.kernels.registry import copy_kernel
 
 I32 = np.dtype(np.int32)
 
@@ -265,10 +267,8 @@ def transpose_view(node: Node, order) -> Node:
         raise IndexOutOfRange(
             f"{describe(node)}.transpose{tuple(order)}: name each of its {len(node.shape)} axes once.")
     view = index_view(node, ()) if node.op != Op.VIEW or node.shape == kept_shape(node.arg) else None
-    if view is None:
-        raise TracedValueError(
-            f"{describe(node)} is a reshape of a strided view, whose axes are not those of its tensor: "
-            "transpose the view before reshaping it.")
+    if view is None:   # a reshape of a strided view: its axes are not its tensor's
+        view = index_view(copied(node), ())
     order = tuple(int(i) % len(node.shape) for i in order) if order is not None else tuple(reversed(range(len(node.shape))))
     positions = [next(i for i, b in enumerate(view.arg) if b is a) for a in kept(view.arg)]
     axes = list(view.arg)
@@ -282,10 +282,8 @@ def broadcast_view(node: Node, shape: tuple[int, ...]) -> Node:
     """`node` seen as `shape` by numpy's broadcasting rules: a VIEW whose new leading axes and
     axes of one element repeat that element (step 0), which the DMA moves by a stride of 0."""
     view = index_view(node, ()) if node.op != Op.VIEW else node
-    if view.shape != kept_shape(view.arg) or len(view.src) > 1:
-        raise TracedValueError(
-            f"{describe(node)} is broadcast to {shape} but is a reshaped or per-call view: broadcast the "
-            "tensor it views, or index it with ints and slices in its own shape.")
+    if view.shape != kept_shape(view.arg) or len(view.src) > 1:   # its axes are not its tensor's
+        view = index_view(copied(node), ())
     lead = len(shape) - len(node.shape)
     extents = frame(view)
     axes = [Axis(start=0, stop=1, extent=1, order=None if kept(view.arg) == [a for a in view.arg if a.keeps_axis]
@@ -354,12 +352,19 @@ def _frame_of(base: Node) -> tuple[Node, list[Axis], list[Node]]:
     """(the tensor a view of `base` picks from, its axes so far, its per-call indices so far)."""
     if base.op != Op.VIEW:
         return base, [Axis(stop=n, extent=n) for n in base.shape], []
-    if base.shape != kept_shape(base.arg):
-        raise TracedValueError(
-            f"{describe(base)} is a reshaped view that does not lie whole in its tensor's rows, so it cannot be "
-            "indexed again: index before reshaping, or Copy it first (Copy.step(view).reshape(...))."
-        )
+    if base.shape != kept_shape(base.arg):   # a reshape not lying whole in its tensor's rows
+        return _frame_of(copied(base))
     return base.src[0], list(base.arg), list(base.src[1:])
+
+
+def copied(node: Node) -> Node:
+    """The result of a Copy the trace records of `node`, a view whose axes are not its tensor's (a
+    reshape not lying whole in its tensor's rows, or a view at a per-call index broadcast): its
+    copy lies whole, so it can be indexed, transposed or broadcast."""
+    trace = getattr(RECORDING, "trace", None)
+    if trace is None:
+        raise TracedValueError(f"{describe(node)} is viewed again outside a body(): view it inside body().")
+    return trace.call(copy_kernel(), (Tensor(node),), None, None, {}).node
 
 
 def _per_call(*bounds) -> bool:

@@ -25,6 +25,7 @@ from iron.kernels.library import (
     Scale,
     SiLU,
     Softmax,
+    Strided,
     Sub,
     concat,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "Scale",
     "SiLU",
     "Softmax",
+    "Strided",
     "Sub",
     "Within",
     "concat",

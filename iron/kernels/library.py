@@ -34,6 +34,41 @@ class Copy(Kernel):
         return np.array(x, copy=True)
 
 
+class Strided(Kernel):
+    """out = x's elements at offset + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3 (x seen flat, in
+    elements), i_d < n_d row-major, as `shape`; its C ABI takes x's length and out's: a view the DMA cannot move (a step slice, a
+    transpose or a broadcast of elements narrower than a 32-bit word), gathered by the core. The
+    compiler inserts it (`copy_view_for_grid`); its pattern is an access pattern of four
+    dimensions, as a BD's (docs/platform.md section 2)."""
+
+    # no index_map: its output elements are its input's in another order
+    name = "strided"
+    attrs = {"shape": Kernel.REQUIRED, "offset": 0, **{f"n{d}": 1 for d in range(4)}, **{f"s{d}": 0 for d in range(4)}}
+    c_attrs = (("offset", "i32"), *((f"n{d}", "i32") for d in range(4)), *((f"s{d}", "i32") for d in range(4)))
+    keeps_dtype = exact_in_dtype = gathers = True
+
+    @classmethod
+    def out_shape(cls, shapes, shape, offset=0, **dims):
+        counts = [dims.get(f"n{d}", 1) for d in range(4)]
+        if int(np.prod(counts)) != int(np.prod(shape, dtype=np.int64)):
+            cls.refuse(shapes, f"needs n0..n3 ({counts}) to make the {shape} it gives")
+        return tuple(shape)
+
+    @classmethod
+    def sizes(cls, shapes, out_shape):
+        return (max(1, int(np.prod(shapes[0], dtype=np.int64))), max(1, int(np.prod(out_shape, dtype=np.int64))))
+
+    @classmethod
+    def abi_shapes(cls, sizes):
+        return [(sizes[0],)], (sizes[1],)
+
+    @staticmethod
+    def compute(x, offset=0, n0=1, n1=1, n2=1, n3=1, s0=0, s1=0, s2=0, s3=0, shape=None):
+        index = offset + sum(np.arange(n).reshape([-1 if i == d else 1 for i in range(4)]) * st
+                             for d, (n, st) in enumerate(((n0, s0), (n1, s1), (n2, s2), (n3, s3))))
+        return np.asarray(x).reshape(-1)[index].reshape(-1 if shape is None else shape)
+
+
 class Add(Kernel):
     """out = a + b, elementwise."""
 
@@ -595,5 +630,5 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-LIBRARY = (Copy, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, MatVec, MatMul, MatMulAccumulate, RMSNorm,
+LIBRARY = (Copy, Strided, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, MatVec, MatMul, MatMulAccumulate, RMSNorm,
            Softmax, Argmax, Cast, Requantize, Concat, RoPE, Max, ArgmaxBlocks, Dequant)

@@ -42,6 +42,12 @@ def copy_kernel() -> type:
     return next(k for k in _OWNERS.values() if is_library(k) and k.copies)
 
 
+def strided_kernel() -> type:
+    """The library kernel that gathers a view by its access pattern on a core (Strided): how a view
+    the DMA cannot move in whole words reaches its reader."""
+    return next(k for k in _OWNERS.values() if is_library(k) and k.gathers)
+
+
 def _origin(kernel: type) -> tuple[str, str]:
     return kernel.__module__, kernel.__qualname__
 

@@ -10,6 +10,7 @@ import pytest
 
 import iron
 from aie_utils import from_name
+from iron import Scratchpad
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Dma
 from iron.errors import IndexOutOfRange
@@ -168,3 +169,53 @@ def test_a_negative_step_is_refused_naming_the_view():
     with pytest.raises(IndexOutOfRange) as err:
         Backwards().trace(x=f32(4))
     assert "x[None:None:-1]" in str(err.value) and "positive step" in str(err.value)
+
+
+class Narrow(iron.Graph):
+    """Views of 1- and 2-byte elements no DMA pattern moves: their runs are narrower than a word."""
+
+    def body(self, x, y):
+        return Add.step(x.T, y[:, ::2])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [iron.bfloat16, np.int8])
+def test_views_of_narrow_elements_are_gathered_on_a_core(device, dtype):
+    """`copy_view_for_grid` reads x.T and y[:, ::2] of bfloat16 or int8 through a Strided call each,
+    which gathers the view from the whole tensor by its access pattern in elements."""
+    x = (RNG.standard_normal((32, 16)) * 8).astype(dtype)
+    y = (RNG.standard_normal((16, 64)) * 8).astype(dtype)
+    body, got, want = run(Narrow(), device, x=x, y=y)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(want, (x.T + y[:, ::2]).astype(dtype))
+    name = "bfloat16" if dtype == iron.bfloat16 else "int8"
+    why = f"its {name} elements lie in runs narrower than the DMA's 32-bit words, so no DMA moves it"
+    assert [text for rule, text in body.plan.rules if str(rule) == "copy_view_for_grid"] == [
+        f"Strided#1 gathers (16, 32) of x on a core by its access pattern (from element 0, sizes (16, 32), "
+        f"strides (1, 16) elements): {why}",
+        f"Strided#2 gathers (16, 32) of y on a core by its access pattern (from element 0, sizes (512,), "
+        f"strides (2,) elements): {why}"]
+
+
+class Attend(iron.Graph):
+    """Softmax over a view of x's rows: x[:64], or x.T's 64 rows of 1024."""
+
+    def __init__(self, view: str):
+        self.view = view
+
+    def body(self, x, *, n: Scratchpad[np.int32]):
+        return Softmax.step(x[:64] if self.view == "rows" else x.T, length=n + 1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("view, shape", [("rows", (80, 1024)), ("transpose", (1024, 64))])
+def test_a_row_reduction_over_a_view_streams_in_row_blocks(device, view, shape):
+    x = f32(*shape)
+    graph = Attend(view)
+    body = graph.compile(x=x, device=from_name(device))
+    got, want = body(x=x, n=700), graph.reference(x=x, n=700)
+    rows = x[:64] if view == "rows" else x.T
+    e = np.exp(rows[:, :701] - rows[:, :701].max(axis=1, keepdims=True))
+    np.testing.assert_allclose(got[:, :701], e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-9)   # the emulator sums each row in another order
+    assert "stream_row_blocks" in rules(body)

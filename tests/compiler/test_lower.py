@@ -227,6 +227,23 @@ def test_only_the_outermost_dimension_repeats_with_stride_0():
     assert dma_patterns(0, [(3, 0), (4, 2)], NPU2) == [(0, (3, 1, 1, 4), (0, 0, 0, 2))]
 
 
+def test_a_dimension_over_the_wrap_limit_is_written_as_two_in_one_dma():
+    """x.T of a (1024, 64) float32 x: a row of 1024 words 64 apart is 2 x 512 in one Dma."""
+    assert dma_patterns(0, [(64, 1), (1024, 64)], NPU2) == [(0, (1, 64, 2, 512), (0, 1, 32768, 64))]
+    assert dma_patterns(0, [(2, 3), (1031, 7)], NPU2)[:2] == [   # 1031 is prime: cut into Dmas
+        (0, (1, 1, 1, 1023), (0, 0, 0, 7)), (7161, (1, 1, 1, 8), (0, 0, 0, 7))]
+
+
+def test_a_wait_with_nothing_outstanding_on_its_fifo_is_left_out():
+    """A Wait freeing a BD covered every op on its FIFO, so a later Wait on it (a flow's) would
+    wait for no completion token: finish_sequence leaves it out."""
+    fifos = {"a": Fifo("a", SHIM, (T02,), 2, 4)}
+    moves = [Move(Direction.MM2S, "a", "inputs", Access(i, ((1, 1),))) for i in range(17)]
+    ops = finish_sequence([*moves, Wait("a"), Wait("a")], fifos, NPU2)
+    assert [op for op in ops if isinstance(op, Wait)] == [Wait("a"), Wait("a")]
+    assert ops[-1] == Wait("a") and not isinstance(ops[-2], Wait)
+
+
 def test_bd_ids_are_reused_only_after_a_covering_wait():
     fifos = {"a": Fifo("a", SHIM, (T02,), 2, 4)}
     moves = [Move(Direction.MM2S, "a", "inputs", Access(i, ((1, 1),))) for i in range(18)]

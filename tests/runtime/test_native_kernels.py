@@ -139,6 +139,23 @@ def test_copy(library, dt):
     expect(out, KERNELS["copy"].reference(x), dt)
 
 
+@pytest.mark.parametrize("dt", SUPPORTED["strided"])
+@pytest.mark.parametrize("pick", ["transpose", "step", "broadcast"])
+def test_strided_gathers_a_view_bit_for_bit(library, dt, pick):
+    """The C++ and compute() of Strided pick the same elements as numpy's view: x.T, x[1:, ::3]
+    and a row broadcast (stride 0), x (6, 11)."""
+    x = random_array(dt, (6, 11))
+    view, offset, dims = {"transpose": (x.T, 0, [(11, 1), (6, 11)]), "step": (x[1:, ::3], 11, [(5, 11), (4, 3)]),
+                          "broadcast": (np.broadcast_to(x[2], (3, 11)), 22, [(3, 0), (11, 1)])}[pick]
+    dims = [(1, 0)] * (4 - len(dims)) + dims
+    attrs = {**{f"n{d}": n for d, (n, _) in enumerate(dims)}, **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
+    out = np.zeros(view.size, x.dtype)
+    call(library, f"strided_{dt}", x, out, x.size, view.size, offset, *attrs.values())
+    np.testing.assert_array_equal(out.view(f"u{x.itemsize}"), np.ascontiguousarray(view).ravel().view(f"u{x.itemsize}"))
+    computed = KERNELS["strided"].compute(x, offset=offset, shape=view.shape, **attrs)
+    np.testing.assert_array_equal(computed.view(f"u{x.itemsize}"), np.ascontiguousarray(view).view(f"u{x.itemsize}"))
+
+
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
 
 

@@ -13,7 +13,7 @@ import aie_utils
 import iron
 from iron import Carried, Scratchpad
 from iron.compiler.rules import Rule
-from iron.errors import IndexOutOfRange, KernelTypeError, PlacementError, TracedValueError
+from iron.errors import IndexOutOfRange, KernelTypeError, TracedValueError
 from iron.kernels import Add, Copy, MatMul, MatVec, ReLU, Softmax
 
 DEVICES = ["npu2", "npu1"]
@@ -256,10 +256,7 @@ def test_a_carried_offset_slice_past_the_end_stops_the_device_loop_at_that_step(
      "every index in one [...]."),
     (lambda s, pos: s[pos:pos + 13], IndexOutOfRange,
      "cache[pos:...] takes 13 elements along axis 0 but it has 12: take fewer."),
-    (lambda s, pos: s[pos:pos + 4].reshape(2, 2)[0], TracedValueError,
-     "cache[pos:pos + 4].reshape(2, 2) is a reshaped view that does not lie whole in its tensor's rows, so "
-     "it cannot be indexed again: index before reshaping, or Copy it first (Copy.step(view).reshape(...))."),
-], ids=["index-a-per-call-slice", "longer-than-the-axis", "index-a-reshaped-per-call-slice"])
+], ids=["index-a-per-call-slice", "longer-than-the-axis"])
 def test_per_call_slices_used_wrongly_are_refused_when_traced(pick, error, text):
     class Picks(iron.Graph):
         def __init__(self):
@@ -273,16 +270,37 @@ def test_per_call_slices_used_wrongly_are_refused_when_traced(pick, error, text)
     assert str(e.value) == text
 
 
-def test_a_view_of_too_many_separate_runs_is_refused_when_compiled():
+def test_a_view_of_too_many_separate_runs_is_gathered_by_a_strided_call(on_emulator):
+    """`copy_view_for_grid`: a view gather_strided_view would copy in more than 256 runs reads
+    through a Strided call, which gathers it on a core by its access pattern in elements."""
     class Column(iron.Graph):
         def body(self, x):
             return Copy.step(Copy.step(x)[:, 0])
 
-    x = np.zeros((300, 2), np.float32)
+    x = np.arange(600, dtype=np.float32).reshape(300, 2)
     np.testing.assert_array_equal(Column().reference(x), x[:, 0])
-    with pytest.raises(PlacementError) as e:
-        Column().compile(x=((300, 2), np.float32))
-    assert str(e.value) == (
-        "Copy(x)[:, 0] picks 300 separate runs of Copy#0's result, and iron copies at most 256 runs into a "
-        "view: lay the result out so the view takes longer runs (e.g. transpose it in the kernel), or pick "
-        "fewer rows.")
+    body = Column().compile(x=((300, 2), np.float32))
+    assert [text for rule, text in body.plan.rules if str(rule) == "copy_view_for_grid"] == [
+        "Strided#2 gathers (300,) of Copy(x) on a core by its access pattern (from element 0, sizes (300,), "
+        "strides (2,) elements): it picks more than 256 separate runs, so no DMA moves it"]
+    np.testing.assert_array_equal(body(x), x[:, 0])
+
+
+def test_a_reshaped_per_call_slice_indexed_again_is_copied_first(on_emulator):
+    """cache[pos:pos + 4].reshape(2, 2)[0]: the reshape lies in no rows of cache, so the trace
+    records a Copy of it (Copy#0) and indexes the copy, which lies whole."""
+    class Picks(iron.Graph):
+        def __init__(self):
+            self.cache = iron.state((12,), np.int32, name="cache")
+
+        def body(self, x, *, pos: Scratchpad[np.int32]):
+            Copy.step(x, out=self.cache)
+            return Copy.step(self.cache[pos:pos + 4].reshape(2, 2)[1])
+
+    x = np.arange(12, dtype=np.int32) * 3
+    graph = Picks()
+    for pos in (0, 5, 8):
+        np.testing.assert_array_equal(graph.reference(x=x, pos=pos), x[pos:pos + 4].reshape(2, 2)[1])
+    with aie_utils.using_device(aie_utils.from_name("npu2")):
+        body = Picks().compile(x=x)
+    np.testing.assert_array_equal(body(x=x, pos=5), x[5:9].reshape(2, 2)[1])

@@ -1,0 +1,103 @@
+"""A property test of views in chains (issue 23 item 7): random chains of MatMul, elementwise
+calls, RMSNorm, Softmax and Argmax over tensors of prime sides, each operand a random view of
+an input or param (a slice, a step slice, a transpose, a broadcast), compiled for npu1 and npu2
+and run on the emulator, equal reference() (float32 within 1e-4: the grid sums its blocks in
+another order; Argmax: an index whose value is the row's largest within that tolerance)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import iron
+from aie_utils import from_name
+from iron.kernels import Add, Argmax, MatMul, Mul, RMSNorm, Softmax, Sub
+
+pytestmark = pytest.mark.usefixtures("on_emulator")
+
+SIDES = (251, 509)   # a MatMul's
+SHAPES = (*((m, n) for m in SIDES for n in SIDES), (3, 4099), (251, 4099))   # 4099 without a MatMul
+VIEWS = ("whole", "slice", "step", "transpose", "broadcast")
+ELEMENTWISE = {"add": Add, "sub": Sub, "mul": Mul}
+
+
+def stored(view: str, shape: tuple[int, int]) -> tuple[int, ...]:
+    """The shape of the input a view of `view` kind takes `shape` from."""
+    if view == "whole":
+        return shape
+    rows, cols = shape
+    return { "slice": (rows + 1, cols), "step": (rows, 2 * cols), "transpose": (cols, rows),
+            "broadcast": (cols,)}[view]
+
+
+def viewed(x, view: str, shape: tuple[int, int]):
+    """The view of `view` kind of `x` (an input or param handle, or an array) that has `shape`."""
+    if view == "slice":
+        return x[1:]
+    if view == "step":
+        return x[:, ::2]
+    if view == "transpose":
+        return x.T
+    return x   # whole, or broadcast by the elementwise call itself
+
+
+@st.composite
+def chains(draw):
+    """(the view x is read through, its shape, the steps, whether Argmax ends the chain): an
+    elementwise call, a MatMul, then one elementwise call or row reduction (each but one
+    optional), and Argmax only where no MatMul is: pad_to_block lays out a padded product's
+    readers only so far (a second product, two calls after one or an Argmax after one are the
+    layout pass's to lay out at prime sides, not the views')."""
+    rows, cols = draw(st.sampled_from(SHAPES))
+    first = draw(st.sampled_from(VIEWS[:4]))
+    steps, shape = [], (rows, cols)
+    if draw(st.booleans()):
+        steps.append((draw(st.sampled_from(sorted(ELEMENTWISE))), draw(st.sampled_from(VIEWS)), shape))
+    if max(shape) < 4099 and draw(st.booleans()):
+        n = draw(st.sampled_from(SIDES))
+        steps.append(("matmul", draw(st.sampled_from(("whole", "transpose"))), (shape[1], n)))
+        shape = (shape[0], n)
+    last = draw(st.sampled_from((None, "rmsnorm", "softmax", *sorted(ELEMENTWISE))))
+    if last in ELEMENTWISE or not steps:
+        steps.append((last if last in ELEMENTWISE else "add", draw(st.sampled_from(VIEWS)), shape))
+    elif last:
+        steps.append((last, "whole", (shape[1],)))
+    argmax = draw(st.booleans()) and not any(kind == "matmul" for kind, _, _ in steps)
+    return first, (rows, cols), steps, argmax
+
+
+class Chain(iron.Graph):
+    """The drawn chain over input x (seen through `first`), each step's operand a param."""
+
+    def __init__(self, first: str, shape, steps, argmax: bool, seed: int):
+        rng = np.random.default_rng(seed)
+        self.first, self.shape, self.steps, self.argmax = first, shape, steps, argmax
+        self.operands = [None if kind == "softmax" else iron.param(rng.standard_normal(
+            s[::-1] if kind == "matmul" and view == "transpose" else stored(view, s)).astype(np.float32) / 4)
+            for kind, view, s in steps]
+
+    def body(self, x):
+        y = viewed(x, self.first, self.shape)
+        for (kind, view, shape), w in zip(self.steps, self.operands):
+            if kind == "matmul":
+                y = MatMul.step(y, w.T if view == "transpose" else w)
+            elif kind in ELEMENTWISE:
+                y = ELEMENTWISE[kind].step(y, viewed(w, view, shape))
+            else:
+                y = RMSNorm.step(y, w) if kind == "rmsnorm" else Softmax.step(y)
+        return Argmax.step(y) if self.argmax else y
+
+
+@settings(max_examples=6)
+@given(chain=chains(), seed=st.integers(0, 2**16))
+def test_chains_of_views_equal_reference_on_npu1_and_npu2(chain, seed):
+    first, shape, steps, argmax = chain
+    x = np.random.default_rng(seed).standard_normal(stored(first, shape)).astype(np.float32)
+    want = Chain(first, shape, steps, False, seed).reference(x=x)
+    for device in ("npu1", "npu2"):
+        got = Chain(first, shape, steps, argmax, seed).compile(x=x, device=from_name(device))(x=x)
+        if argmax:   # the index of a row's largest value (the device sums a product's blocks in another order)
+            np.testing.assert_array_equal(got, Chain(first, shape, steps, True, seed).reference(x=x))
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
