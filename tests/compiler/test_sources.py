@@ -113,6 +113,8 @@ def every_library_kernel() -> Function:
             sizes = (Imm(4),) * size_operands.get(kernel.name, 1)
             attrs = tuple(Imm(1.0, "f32") if ctype == "f32" else Load("b") for _, ctype in kernel.c_attrs)
             steps.append(KernelStep.of(kernel, dtype, pointers + sizes + attrs, out))
+        for ins, out in kernel.mixed_signatures():
+            steps.append(KernelStep.of(kernel, ins, steps[-1].args, out))
     return Function("every_kernel", ("a", "b"), tuple(steps))
 
 
