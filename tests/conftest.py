@@ -3,8 +3,10 @@ failure there is reproducible; on a developer's machine it explores new ones eac
 times an example (no deadline, no too-slow health check): on cores shared by several test runs
 the scheduler may stall any example past hypothesis's default 200 ms and fail a correct test. The
 `on_emulator` fixture runs compiled graphs on the emulator, quietly; `xrt` runs them through the
-XRT backend on the pyxrt stand-in, whose device is the emulator."""
+XRT backend on the pyxrt stand-in, whose device is the emulator; `library` is the kernel library's
+C++ built for the host, once per session."""
 import os
+import shutil
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,7 +15,9 @@ from hypothesis import HealthCheck, settings
 
 from iron.compiler.build import Artifacts
 from iron.compiler.plan import HostRole
+from iron.kernels.base import library_sources
 from iron.runtime.emulator import Emulator, load
+from iron.runtime.emulator.native import NativeLibrary
 from tests.runtime import fake_pyxrt
 
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -113,3 +117,15 @@ def use_fake_xrt(monkeypatch, fake, build, device, npu: str):
     monkeypatch.setenv("IRON_BACKEND", "xrt")
     monkeypatch.setenv("IRON_QUIET", "1")
     return fake
+
+
+@pytest.fixture(scope="session")
+def library(tmp_path_factory):
+    """The kernel library's C++ compiled once for the host (the emulator's native mode) into a
+    temporary cache: tests call its symbols directly."""
+    if shutil.which("g++") is None:
+        pytest.skip("the host C++ compiler g++ is not installed (apt-get install g++)")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("IRON_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        patch.delenv("CXX", raising=False)
+        yield NativeLibrary.load(library_sources())

@@ -119,8 +119,10 @@ def test_a_kernel_without_a_role_does_not_join_a_matrix_group():
 
 
 def test_every_library_kernel_declares_a_role_and_a_new_kernel_declares_none():
-    # Concat joins along an axis, RoPE turns pairs: no element-wise, matrix, row-reduction or expansion shape
-    assert [k.__name__ for k in LIBRARY if k.role is Role.OTHER] == ["Concat", "RoPE"]
+    # Concat joins along an axis, RoPE turns pairs, a convolution or pooling reads a window of pixels,
+    # attention every cache row: no element-wise, matrix, row-reduction or expansion shape
+    assert [k.__name__ for k in LIBRARY if k.role is Role.OTHER] == [
+        "Concat", "RoPE", "Conv2D", "MaxPool2D", "AvgPool2D", "Attention"]
     assert [k.__name__ for k in LIBRARY if k.role is Role.EXPANSION] == ["Dequant"]
     assert Plain.role is Role.OTHER and Plain.bounds == {}
 

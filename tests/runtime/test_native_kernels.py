@@ -9,10 +9,10 @@ for floats) and with the library's own `Kernel.reference`: integers exactly; f32
 on random values and, with hypothesis, on any int32 or float32 bit pattern. Also: bf16 rounding
 (nearest even, NaN, overflow), integer wrap-around, the build cache (reuse, one build under
 concurrent loads, the cache location) and the error texts. The whole library is compiled once
-per module into a temporary cache. Does not test the emulator that calls these kernels.
+per session into a temporary cache (the `library` fixture of tests/conftest.py). Does not test the
+emulator that calls these kernels.
 """
 
-import shutil
 import threading
 from fractions import Fraction
 
@@ -48,16 +48,6 @@ N = 67
 WIDER = [("i8", "i32"), ("u8", "i32"), ("i16", "i32"), ("bf16", "f32")]  # dtype= results of a dot product
 ELEMENTWISE, REDUCTION = 1e-5, 1e-4  # f32 rtol
 TINY = {"tiny.cc": 'extern "C" void tiny(int* out, int value) { *out = value + 1; }\n'}
-
-
-@pytest.fixture(scope="module")
-def library(tmp_path_factory):
-    if shutil.which("g++") is None:
-        pytest.skip("the host C++ compiler g++ is not installed (apt-get install g++)")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("IRON_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        patch.delenv("CXX", raising=False)
-        yield NativeLibrary.load(library_sources())
 
 
 @pytest.fixture

@@ -159,7 +159,43 @@ int32_t first_maximum(const stored_t<T>* x, int32_t n) {
   return best;
 }
 
+// Pooling over an h x w x c image (row-major, HWC) into oh x ow x c: for each output pixel and
+// channel, `pool` folds the size x size window moved by `stride` over the image padded by
+// `padding` on each side, in window order: `pool.add(value, inside)` for each position (value
+// 0 where it lies on the padding), then `pool.result()` is stored; a copy of `pool` per window.
+template <typename T, typename Pool>
+void pool2d(const stored_t<T>* x, stored_t<T>* out, int32_t h, int32_t w, int32_t c, int32_t oh,
+            int32_t ow, int32_t size, int32_t stride, int32_t padding, Pool pool) {
+  for (int32_t y = 0; y < oh; ++y) {
+    for (int32_t x0 = 0; x0 < ow; ++x0) {
+      for (int32_t ch = 0; ch < c; ++ch) {
+        Pool window = pool;
+        for (int32_t i = 0; i < size; ++i) {
+          const int32_t row = y * stride + i - padding;
+          for (int32_t j = 0; j < size; ++j) {
+            const int32_t col = x0 * stride + j - padding;
+            const bool inside = row >= 0 && row < h && col >= 0 && col < w;
+            window.add(inside ? T::load(x[(row * w + col) * c + ch]) : typename T::value(0), inside);
+          }
+        }
+        out[(y * ow + x0) * c + ch] = T::store(window.result());
+      }
+    }
+  }
+}
+
 }  // namespace iron
+
+// The entry point `<name>_<T>(const T* x, T* out, int32_t h, int32_t w, int32_t c, int32_t oh,
+// int32_t ow, int32_t size, int32_t stride, int32_t padding)` of a pooling kernel folding each
+// window with `Pool<iron::T>` (iron::pool2d).
+#define IRON_POOL2D_KERNEL(name, Pool, T)                                                  \
+  extern "C" void name##_##T(const iron::stored_t<iron::T>* x, iron::stored_t<iron::T>* out, \
+                             int32_t h, int32_t w, int32_t c, int32_t oh, int32_t ow,         \
+                             int32_t size, int32_t stride, int32_t padding) {                 \
+    iron::pool2d<iron::T>(x, out, h, w, c, oh, ow, size, stride, padding,                      \
+                          Pool<iron::T>{size * size});                                         \
+  }
 
 // The entry point `<name>_<T>(const T* a, const T* b, T* out, int32_t n)` of an elementwise
 // binary kernel: out[i] = a[i] <op> b[i].
