@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from iron import dtypes
-from iron.kernels.base import Kernel, Role, Within
+from iron.kernels.base import Kernel, Within
 
 
 class Attention(Kernel):
@@ -20,7 +20,8 @@ class Attention(Kernel):
     by exp(m_old - m_new) when the maximum grows, o / l at the end; in float32 (bfloat16 rounded
     once at the end)."""
 
-    role = Role.OTHER   # every output element reads every valid cache row
+    # no index_map (Role.OTHER): query head h reads key/value head h // group, which einsum's
+    # notation cannot say
     name, arity = "attention", 3
     dtypes = dtypes.FLOATS
     attrs = {"length": Kernel.REQUIRED}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from iron.kernels.base import Kernel, Role
+from iron.kernels.base import Kernel
 from iron.kernels.library import MIXED_DOTS, WIDER_DOTS, _is_int
 
 
@@ -48,7 +48,8 @@ class Conv2D(Kernel):
     as MatMul does: `dtype=np.int32` sums int8, uint8 or int16 exactly, `np.float32` keeps a
     bfloat16 sum; uint8 x with int8 w (or int8 with uint8) sums into int32."""
 
-    role = Role.OTHER   # an output pixel reads a window of input pixels
+    # no index_map: an output pixel reads a window of input pixels, which einsum's notation cannot
+    # say, so its Role is OTHER and it fuses by the general rules only
     name, arity = "conv2d", 2
     results, mixed = WIDER_DOTS, MIXED_DOTS
     attrs = {"stride": 1, "padding": 0}
@@ -87,7 +88,7 @@ class Pool2D(Kernel):
     `stride`, over x with `padding` on each side; out (OH, OW, C). Its C ABI: x, out, then H, W,
     C, OH, OW and the attrs."""
 
-    role = Role.OTHER   # an output pixel reads a window of input pixels
+    # no index_map (Role.OTHER): an output pixel reads a window of input pixels
     attrs = {"size": 2, "stride": 2, "padding": 0}
     c_attrs = (("size", "i32"), ("stride", "i32"), ("padding", "i32"))
 
