@@ -28,15 +28,12 @@ class Attention(Kernel):
     scalar_attrs = ("length",)
     bounds = {"length": Within(1, input=1, axis=1)}   # a valid length in 1..n
     c_attrs = (("length", "i32"),)
-    MAX_HEAD_DIM = 256   # attention.cc's MAX_HEAD_DIM
 
     @classmethod
     def out_shape(cls, shapes, length=None):
         q, keys, values = shapes
         if len(q) != 2 or len(keys) != 3 or keys != values or keys[2] != q[1] or q[0] % keys[0]:
             cls.refuse(shapes, "needs q (heads, d), keys and values (kv_heads, n, d), heads a multiple of kv_heads")
-        if q[1] > cls.MAX_HEAD_DIM:
-            cls.refuse(shapes, f"needs d <= {cls.MAX_HEAD_DIM} (its C++ keeps a head's running output on the stack)")
         if length is not None and not 1 <= int(length) <= keys[1]:
             cls.refuse(shapes, f"needs 1 <= length <= {keys[1]}, not {length}")
         return q

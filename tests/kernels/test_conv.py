@@ -145,6 +145,22 @@ def test_pooling_in_cpp_equals_the_formula_and_the_reference_bit_for_bit(library
     same_bits(got, kernel.reference(x, size=size, stride=stride, padding=padding))
 
 
+@settings(max_examples=60)
+@given(st.tuples(SIDES, SIDES, st.integers(1, 3)), st.integers(1, 3), st.integers(1, 3), st.integers(0, 1),
+       st.sampled_from(ALL), st.sampled_from([MaxPool2D, AvgPool2D]), st.integers(0, 2**32 - 1))
+def test_pooling_of_any_small_shape_window_and_padding_is_bit_for_bit(library, image, size, stride, padding, dt, kernel,
+                                                                     seed):
+    h, w, c = image
+    padding = min(padding, size - 1)
+    if h + 2 * padding < size or w + 2 * padding < size:
+        return
+    x = random_array(dt, image, seed=seed)
+    oh, ow = (h + 2 * padding - size) // stride + 1, (w + 2 * padding - size) // stride + 1
+    got = np.zeros((oh, ow, c), DTYPES[dt])
+    call(library, f"{kernel.name}_{dt}", x, got, h, w, c, oh, ow, size, stride, padding)
+    same_bits(got, kernel.reference(x, size=size, stride=stride, padding=padding))
+
+
 def test_avg_pool_of_integers_rounds_half_to_even():
     x = np.zeros((2, 10, 1), np.int16)
     x[0, :, 0] = [1, 1, 3, 3, -1, -1, -3, -3, 5, 5]   # sums 2, 6, -2, -6, 10 over four terms
@@ -193,6 +209,23 @@ def test_a_bfloat16_convolution_pooled_compiles_and_runs_as_its_reference(device
     assert "Conv2D#0" in compiled.describe()
     svg = ET.fromstring(compiled.svg())
     assert any("Conv2D#0" in (t.text or "") for t in svg.iter("{http://www.w3.org/2000/svg}text"))
+
+
+class Pools(iron.Graph):
+    def body(self, x):
+        return MaxPool2D.step(x), AvgPool2D.step(x, size=3, stride=2, padding=1)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16])
+def test_integer_pooling_compiles_and_runs_exactly_as_its_reference(device, monkeypatch, dtype):
+    x = random_array("u8" if dtype == np.uint8 else "i16", (10, 12, 6), seed=9)
+    largest, mean = Pools().reference(x)
+    assert largest.tolist() == x.reshape(5, 2, 6, 2, 6).max(axis=(1, 3)).tolist()
+    assert mean.shape == (5, 6, 6) and mean.dtype == dtype
+    compiled = Pools().compile(x=x, device=device)
+    for got in run_both_modes(compiled, monkeypatch, x):
+        np.testing.assert_array_equal(got[0], largest)
+        np.testing.assert_array_equal(got[1], mean)
 
 
 class Bottleneck(iron.Graph):

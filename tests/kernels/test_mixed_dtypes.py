@@ -119,3 +119,27 @@ def test_add_of_uint8_and_int8_names_the_int16_casts_of_both():
     assert str(raised.value) == (
         "Add computes in one dtype but input 0 (a) is uint8 and input 1 (b) is int8: Cast.step(a, dtype=np.int16) "
         "and Cast.step(b, dtype=np.int16) convert a and b without losing a value.")
+
+
+def every_value(dtype) -> np.ndarray:
+    """Every value of an 8- or 16-bit dtype; int32's ends and the integers around 2**24 (where
+    float32 stops holding every integer); float32's largest and smallest, and 1 + 2**-23."""
+    dtype = np.dtype(dtype)
+    if dtype.itemsize <= 2:
+        return np.arange(2 ** (8 * dtype.itemsize), dtype=np.uint32).astype(f"u{dtype.itemsize}").view(dtype)
+    if dtype.kind == "i":
+        return np.array([-(2**31), 2**31 - 1, 2**24 + 1, -(2**24) - 1, 0], dtype)
+    return np.array([np.finfo(np.float32).max, np.finfo(np.float32).tiny, 1 + 2**-23], dtype)
+
+
+@pytest.mark.parametrize("source", iron.dtypes.SUPPORTED, ids=str)
+def test_holds_is_whether_every_value_survives_the_round_trip(source):
+    """The dtype a refusal suggests casting to must hold every value: dtypes.holds against the
+    values themselves, converted and compared as numbers (float64 holds each exactly; NaNs aside)."""
+    values = every_value(source)
+    with np.errstate(over="ignore", invalid="ignore"):   # NaNs, and floats beyond an integer's range
+        exact = values.astype(np.float64)
+        values, exact = values[~np.isnan(exact)], exact[~np.isnan(exact)]
+        conversions = {into: values.astype(into).astype(np.float64) for into in iron.dtypes.SUPPORTED}
+    for into, converted in conversions.items():
+        assert iron.dtypes.holds(source, into) == bool(np.array_equal(converted, exact)), into
