@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import iron
+from iron.compiler.rules import Rule
 from iron.errors import KernelTypeError
 from iron.kernels import Add, MatMul, MatVec, Requantize
 
@@ -75,7 +76,7 @@ def test_uint8_matmul_of_int8_weights_small_and_tiled_over_the_array(device, mon
     np.testing.assert_array_equal(want, np.clip(np.round(exact / 256) - 4, -128, 127))
     compiled = g.compile(a=a, device=device)
     rules = {rule for plan in (compiled.plan, *compiled.plan.segments) for rule, _ in plan.rules}
-    assert ("tile_matmul_over_array" in rules) == (m == 128)
+    assert (Rule.TILE_MATMUL_OVER_ARRAY in rules) == (m == 128)
     for mode in ("numpy", "native"):
         monkeypatch.setenv("IRON_EMULATOR_KERNELS", mode)
         np.testing.assert_array_equal(compiled(a), want)
