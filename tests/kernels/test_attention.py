@@ -106,7 +106,7 @@ class DecoderAttention(iron.Graph):
 
 
 def chain(q, keys, values, pos):
-    """The per-head chain the kernel replaces (as iron/smollm2_graph.py attends): MatVec of the
+    """The per-head chain the kernel replaces (as iron/models/smollm2_graph.py attends): MatVec of the
     head's keys, Scale, Softmax over pos + 1, MatVec of its values transposed."""
     heads = []
     for h in range(HEADS):
