@@ -144,7 +144,7 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     give = (Release(a, Port.CONSUME), Release(b, Port.CONSUME))
     body = [Acquire(part, Port.PRODUCE), *take, Invoke(first.name, first.params), *give]
     if grid.k_blocks > 1:
-        more, held = _more(f"{prefix}_more", grid, tile, params, expanded, product)
+        more, held = _more(prefix, grid, tile, params, expanded, product)
         functions.append(more)
         buffers += held
         body.append(Loop(grid.k_blocks - 1, (*take, Invoke(more.name, more.params), *give)))
@@ -157,8 +157,8 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     return functions, buffers, Core(tile, g, program, ctx.device.compute.default_stack_bytes)
 
 
-def _more(name: str, grid: Grid, tile, params: tuple[str, ...], expanded: tuple, first: KernelStep) -> tuple[Function, list]:
-    """The Function adding a further k-block's product to the block's sum (the destination of
+def _more(prefix: str, grid: Grid, tile, params: tuple[str, ...], expanded: tuple, first: KernelStep) -> tuple[Function, list]:
+    """The Function (`<prefix>_more`) adding a further k-block's product to the block's sum (the destination of
     `first`, the first k-block's product step): after the block's expansion, one call of the kernel
     that sums the call's kernel (MatMulAccumulate: a MatVec's x as B of one column), else the
     product into a Buffer of its own and an Accumulate of it."""
@@ -168,11 +168,11 @@ def _more(name: str, grid: Grid, tile, params: tuple[str, ...], expanded: tuple,
     if summed_by is not None:
         dims = (Imm(m), Imm(k), Imm(1 if grid.vector else n))
         step = KernelStep.of(summed_by, first.dtype, (Ptr(matrix), Ptr(b), Ptr(total), *dims), grid.acc)
-        return Function(name, params, (*expanded, step), blocked=True), []
-    product = Buffer(f"{name.removesuffix('_more')}_product", tile, m * n * grid.acc.itemsize, grid.acc)
+        return Function(f"{prefix}_more", params, (*expanded, step), blocked=True), []
+    product = Buffer(f"{prefix}_product", tile, m * n * grid.acc.itemsize, grid.acc)
     into_product = KernelStep.of(kernel, first.dtype, (*first.args[:2], Ptr(product.name), *first.args[3:]), grid.acc)
     add = KernelStep.of(accumulate_kernel(), grid.acc, (Ptr(product.name), Ptr(total), Imm(m * n)))
-    return Function(name, (*params[:-1], product.name, total), (*expanded, into_product, add), blocked=True), [product]
+    return Function(f"{prefix}_more", (*params[:-1], product.name, total), (*expanded, into_product, add), blocked=True), [product]
 
 
 def _expansion_step(grid: Grid, blocks: str, dest: str) -> KernelStep:
