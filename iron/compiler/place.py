@@ -10,6 +10,7 @@ refuses a row reduction wider than a tile. Tile sizes and channel counts are the
 (docs/platform.md)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from iron.compiler.channels import MemChannels
@@ -58,6 +59,7 @@ from iron.compiler.tiling import (
     rows_do_not_stream,
     streamable,
     streamed_inputs,
+    streamed_rows,
     unstreamable,
     wants_grid,
 )
@@ -418,9 +420,10 @@ def _choose_flow(calls, free: list[Tile], spare: int, device, shim_in: int, padd
         return None
     result = calls[-1]
     wider = width == 1 and length == inputs[0].size and padded.get(result, result.shape)[1:] != result.shape[1:]
+    rows = [streamed_rows(n) for n in (*inputs, *filter(None, [destination(result)]))] if width == 1 else []
+    row = math.lcm(result.shape[-1] if wider else 1, *filter(None, rows))
     return choose_flow(calls, free_columns(free, device), spare, device, shim_in, width=width,
-                       padded=None if length == inputs[0].size else length, row=result.shape[-1] if wider else 1,
-                       returned=returned)
+                       padded=None if length == inputs[0].size else length, row=row, returned=returned)
 
 
 def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], limits: tuple[int, int],
