@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import iron
-from iron.designs import Walk, numpy_walk
 from iron.errors import IndexOutOfRange, LoopError
+from iron.models.designs import Walk, numpy_walk
 from iron.runtime.loop import MAX_DEPTH
 from tests.reliability.conftest import yielded_until
 from tests.reliability.test_device_bounds import Scatter, guarded, scattered
