@@ -15,6 +15,7 @@ from iron.compiler.fuse import Group
 from iron.compiler.objects import MAX_GATHER_RUNS
 from iron.compiler.pad import large
 from iron.compiler.rules import Decision, Rule
+from iron.compiler.tiling import TILED_BYTES
 from iron.compiler.words import view_words
 from iron.errors import PlacementError
 from iron.ir import (
@@ -28,6 +29,7 @@ from iron.ir import (
     elements,
     is_host_tensor,
     is_strided,
+    nbytes,
 )
 from iron.kernels.base import Role
 from iron.kernels.registry import copy_kernel, strided_kernel
@@ -48,11 +50,12 @@ def copy_view_for_grid(program: Program) -> Program:
     base's row stride. The Copy moves the view by its access pattern into a tensor the compiler
     owns, which lies as its readers need (`pad_written_by_producer`). Any call reads a view no DMA
     moves in whole words (x.T of bfloat16), or one `gather_strided_view` would copy in more than
-    MAX_GATHER_RUNS runs, through a Strided call gathering it on a core (`gathered`)."""
+    MAX_GATHER_RUNS runs, through a Strided call gathering it on a core (`gathered`), or, when
+    its tensor is larger than a tile (and so crosses in DDR), through a Copy the DMA feeds."""
     copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call)
               for n in call.src[:call.arg.n_inputs] if _view_of_host(n)}
-    copies |= {n: gathered(n) for call in program.calls for n in call.src[:call.arg.n_inputs]
-               if n not in copies and _gathered_on_core(n)}
+    copies |= {n: gathered(n) if nbytes(n.src[0]) <= TILED_BYTES else copied(n) for call in program.calls
+               for n in call.src[:call.arg.n_inputs] if n not in copies and _gathered_on_core(n)}
     if not copies:
         return program
     return with_copies(program, copies)
@@ -71,36 +74,35 @@ def gathered(view: Node) -> Node:
 
 def with_copies(program: Program, copies: dict[Node, Node]) -> Program:
     """`program` with each tensor in `copies` read through its call (a Copy or a Strided), inserted
-    before the first call reading it, every call, output and carried value rebuilt over the new calls."""
+    before the first call reading it: every call, inserted one, output and carried value rebuilt
+    over the new calls."""
     new: dict[Node, Node] = {}
 
     def rebuilt(node: Node) -> Node:
-        if node in new:
-            return new[node]
-        src = tuple(rebuilt(s) for s in node.src)
-        new[node] = node if src == node.src else Node(node.op, src, node.shape, node.dtype, node.arg)
+        if node not in new:
+            src = tuple(rebuilt(s) for s in node.src)
+            new[node] = node if src == node.src else Node(node.op, src, node.shape, node.dtype, node.arg)
         return new[node]
     calls: list[Node] = []
+    inserted: dict[Node, Node] = {}   # each copied tensor -> its call, rebuilt
     for call in program.calls:
-        reads = [n for n in call.src[:call.arg.n_inputs] if n in copies and copies[n] not in calls]
-        calls += [copies[n] for n in dict.fromkeys(reads)]
-        new.update({n: copies[n] for n in reads})
-        calls.append(rebuilt(call) if not reads else Node(
-            call.op, tuple(copies.get(n, rebuilt(n)) if i < call.arg.n_inputs else rebuilt(n)
-                           for i, n in enumerate(call.src)), call.shape, call.dtype, call.arg))
-        new[call] = calls[-1]
-    inserted = [c for c in calls if c in copies.values()]
+        for n in dict.fromkeys(n for n in call.src[:call.arg.n_inputs] if n in copies and n not in inserted):
+            inserted[n] = rebuilt(copies[n])   # over the rebuilt tensor it views
+            calls.append(inserted[n])
+        new.update(inserted)
+        calls.append(rebuilt(call))
     return replace(program, calls=tuple(calls), outputs=tuple(map(rebuilt, program.outputs)),
-                   carry=tuple((k, rebuilt(v)) for k, v in program.carry), inserted=(*program.inserted, *inserted))
+                   carry=tuple((k, rebuilt(v)) for k, v in program.carry),
+                   inserted=(*program.inserted, *inserted.values()))
 
 
 def copy_view_rules(program: Program) -> list[Decision]:
     """What `copy_view_for_grid` inserted into `program`, as rule lines."""
     inserted = set(program.inserted)
     lines = [(Rule.COPY_VIEW_FOR_GRID, f"{call_label(program, copy)} copies {describe(copy.src[0])} for "
-              f"{call_label(program, call)}, {_why(program, call)}")
+              f"{call_label(program, call)}, {_why(program, call, copy.src[0])}")
              for call in program.calls for copy in dict.fromkeys(call.src) if copy in inserted
-             and copy.arg.kernel is copy_kernel() and (_gridded(call) or _beside_grid(call))]
+             and copy.arg.kernel is copy_kernel() and copy.src[0].op == Op.VIEW]
     return lines + [(Rule.COPY_VIEW_FOR_GRID, _gather_text(program, call)) for call in program.inserted
                     if call.arg.kernel.gathers]
 
@@ -116,11 +118,14 @@ def _gather_text(program: Program, call: Node) -> str:
             f"elements): {why}, so no DMA moves it")
 
 
-def _why(program: Program, call: Node) -> str:
+def _why(program: Program, call: Node, view: Node) -> str:
     if _gridded(call):
         return "which tiles over the array reading whole host tensors"
-    product = next(n for n in call.src[:call.arg.n_inputs] if n.op == Op.CALL and _gridded(n))
-    return f"which reads {call_label(program, product)}'s product as its grid lays it out, its operands alike"
+    if _beside_grid(call):
+        product = next(n for n in call.src[:call.arg.n_inputs] if n.op == Op.CALL and _gridded(n))
+        return f"which reads {call_label(program, product)}'s product as its grid lays it out, its operands alike"
+    return (f"as it picks more than {MAX_GATHER_RUNS} separate runs of {call_label(program, view.src[0])}'s result, "
+            "larger than a tile: the result crosses in DDR, where the DMA moves the view by its access pattern")
 
 
 def _gridded(call: Node) -> bool:

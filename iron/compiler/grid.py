@@ -245,14 +245,18 @@ def run_access(ctx: Context, node) -> tuple[str, Access]:
     if node.op != Op.VIEW:
         return stored_access(ctx, node)
     buffer, at = stored_access(ctx, node.src[0])
-    if word_run(node) is None:   # `stream_view_rows`: from its first row's first word
-        return buffer, Access(at.offset + _rows(ctx, node).first // 4, ())
+    lie = _rows(ctx, node)
+    if lie is not None:   # `stream_view_rows`: from its first row's first word
+        return buffer, Access(at.offset + lie.first // 4, ())
     return buffer, Access(at.offset + word_run(node) * node.dtype.itemsize // 4, ((nbytes(node) // 4, 1),))
 
 
-def _rows(ctx: Context, view: Node) -> Rows:
-    """How a streamed view's rows lie as its base lies (`stream_view_rows`)."""
+def _rows(ctx: Context, view: Node) -> Rows | None:
+    """How a streamed view's rows lie as its base lies (`stream_view_rows`): a view that is no run
+    of words, or any view of a tensor lying padded; None for a run of words."""
     p = ctx.placement(base_name(view.src[0])[1])
+    if p.padded is None and word_run(view) is not None:
+        return None
     return view_rows(view, p.padded, p.word_rows, p.lead)
 
 
@@ -450,8 +454,8 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
         row by row at their stride, or, for a view lying in rows one stride apart (`stream_view_rows`),
         its rows by their access pattern."""
         view = destination(node) if node.op == Op.CALL and node.arg.writes else node
-        if view.op == Op.VIEW and word_run(view) is None:
-            lie = _rows(ctx, view)
+        lie = _rows(ctx, view) if view.op == Op.VIEW else None
+        if lie is not None:
             count = int(len(flow.rows) * words(node)) * 4 // (view.shape[-1] * view.dtype.itemsize)
             return count * lie.stride, ((count, lie.stride), *lie.row)
         if node is result and flow.padded is None and p.stored[1:] != p.shape[1:]:

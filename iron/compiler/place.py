@@ -332,8 +332,9 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
     if outside.get(calls[-1], ()) != (() if calls[-1].arg.writes else (Reader.HOST,)):
         return None
     dest = destination(calls[-1])
-    if any(n.op == Op.VIEW and storage(n) in padded for n in (*external_inputs(calls), *filter(None, [dest]))):
-        return None   # a view's run of words is its own shape's (`stream_contiguous_views`), not a padded one's
+    if any(n.op == Op.VIEW and storage(n) in padded and streamed_rows(n, padded) is None
+           for n in (*external_inputs(calls), *filter(None, [dest]))):
+        return None   # a view of a padded tensor streams by its rows as it lies padded (`stream_view_rows`) or not at all
     spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
     flow = _choose_flow(calls, free, spare, device, shim_in, padded, returned=returned)
     if flow is None:
@@ -399,8 +400,8 @@ def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int
         return None
     spare, shim_in = limits
     x = calls[0].src[0]
-    if x.op == Op.VIEW and storage(x) in padded:
-        return None   # a view's rows are its own shape's (`stream_view_rows`), not a padded one's
+    if x.op == Op.VIEW and storage(x) in padded and streamed_rows(x, padded) is None:
+        return None   # a view of a padded tensor streams by its rows as it lies padded (`stream_view_rows`) or not at all
     width = expansion_unit(calls[0]) if role(calls[0]) is Role.EXPANSION else padded.get(x, x.shape)[1]
     flow = _choose_flow(calls, free, spare, device, shim_in, padded, width=width)
     if flow is None:
@@ -422,7 +423,7 @@ def _choose_flow(calls, free: list[Tile], spare: int, device, shim_in: int, padd
         return None
     result = calls[-1]
     wider = width == 1 and length == inputs[0].size and padded.get(result, result.shape)[1:] != result.shape[1:]
-    rows = [streamed_rows(n) for n in (*inputs, *filter(None, [destination(result)]))] if width == 1 else []
+    rows = [streamed_rows(n, padded) for n in (*inputs, *filter(None, [destination(result)]))] if width == 1 else []
     row = math.lcm(result.shape[-1] if wider else 1, *filter(None, rows))
     return choose_flow(calls, free_columns(free, device), spare, device, shim_in, width=width,
                        padded=None if length == inputs[0].size else length, row=row, returned=returned)

@@ -166,25 +166,11 @@ def _patterns(dims: tuple, device) -> tuple[tuple[int, tuple, tuple], ...]:
     if len(dims) <= 4 and all(n <= limit for (n, _), limit in zip(dims, limits)):
         padded = dims[:repeat] + [(1, 0)] * (4 - len(dims)) + dims[repeat:]
         return ((0, tuple(s for s, _ in padded), tuple(st for _, st in padded)),)
-    if len(dims) < 4 and (cut := _factored(dims, limits)) is not None:
-        return _patterns(cut, device)
     limit = limits[0]
     if len(dims) <= 4 and size > limit and all(s <= lim for (s, _), lim in zip(rest, limits[1:])):
         chunks = [(start, min(limit, size - start)) for start in range(0, size, limit)]
         return tuple(p for start, n in chunks for p in dma_patterns(start * stride, [(n, stride), *rest], device))
     return tuple(p for i in range(size) for p in dma_patterns(i * stride, rest, device))
-
-
-def _factored(dims: list, limits: list) -> tuple | None:
-    """`dims` with the outermost dimension over its limit written as two within it (1024 as
-    2 x 512), the same words in the same order in one Dma; None when none divides so."""
-    for i, ((size, stride), limit) in enumerate(zip(dims, limits)):
-        if size > limit and stride:   # a repeat (stride 0) is cut into Dmas instead
-            inner = next((f for f in range(min(limit, size - 1), 1, -1) if size % f == 0 and size // f <= limit), None)
-            if inner is None:
-                return None
-            return (*dims[:i], (size // inner, inner * stride), (inner, stride), *dims[i + 1:])
-    return None
 
 
 def _long_run(n: int, device) -> list:

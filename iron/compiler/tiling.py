@@ -28,6 +28,7 @@ from iron.ir import (
     destination,
     dynamic_attrs,
     external_inputs,
+    frame,
     is_host_tensor,
     nbytes,
     storage,
@@ -551,14 +552,20 @@ def _streamed_view(n: Node) -> str:
             "(stream_contiguous_views)")
 
 
-def streamed_rows(node: Node) -> int | None:
+def streamed_rows(node: Node, padded: dict | None = None) -> int | None:
     """`stream_view_rows`: the elements of a row of a host view that is not one run of words but
     whose rows (its last axis) lie as whole words one stride apart (a step slice, a transpose, a
-    broadcast, a state's interior), which a stream moves in blocks of whole rows by a DMA access
-    pattern; else None."""
-    if node.op != Op.VIEW or not is_host_tensor(node) or word_run(node) is not None or view_rows(node) is None:
+    broadcast, a state's interior, a view in its own shape of a tensor `pad_to_block` padded, as
+    `padded` says it lies), which a stream moves in blocks of whole rows by a DMA access pattern;
+    else None."""
+    if node.op != Op.VIEW or not is_host_tensor(node):
         return None
-    return node.shape[-1]
+    lies = (padded or {}).get(storage(node))
+    if lies is None and word_run(node) is not None:
+        return None
+    if lies is not None and frame(node) != storage(node).shape:
+        return None
+    return node.shape[-1] if view_rows(node, lies) is not None else None
 
 
 def row_streamable(calls) -> bool:

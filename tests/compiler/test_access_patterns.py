@@ -219,3 +219,34 @@ def test_a_row_reduction_over_a_view_streams_in_row_blocks(device, view, shape):
     np.testing.assert_allclose(got[:, :701], e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-9)   # the emulator sums each row in another order
     assert "stream_row_blocks" in rules(body)
+
+
+class ViewOfProduct(iron.Graph):
+    """A step slice and a transpose of a tiled MatMul's product, larger than a tile."""
+
+    def __init__(self, w, transpose: bool):
+        self.w, self.transpose = iron.param(w), transpose
+
+    def body(self, a, c):
+        y = MatMul.step(a, self.w)
+        return MatMul.step(y.T, c) if self.transpose else Add.step(y[:, ::2], c)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("transpose", [False, True], ids=["step", "transpose"])
+def test_a_strided_view_of_a_product_larger_than_a_tile_is_copied_from_ddr(device, transpose):
+    """The product crosses to the next segment in DDR, where a Copy moves the view by its access
+    pattern (`copy_view_for_grid`), instead of a core gathering its many runs."""
+    a, w = f32(256, 256), f32(256, 512)
+    c = f32(256, 128) if transpose else f32(256, 256)
+    graph = ViewOfProduct(w, transpose)
+    body, got, want = run(graph, device, a=a, c=c)
+    y = a @ w
+    np.testing.assert_allclose(got, y.T @ c if transpose else y[:, ::2] + c, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    texts = [text for rule, text in body.plan.rules if str(rule) == "copy_view_for_grid"]
+    assert texts == (["Copy#2 copies MatMul(a, w).T for MatMul#1, which tiles over the array reading whole host tensors"]
+                     if transpose else
+                     ["Copy#2 copies MatMul(a, w)[:, ::2] for Add#1, as it picks more than 256 separate runs of "
+                      "MatMul#0's result, larger than a tile: the result crosses in DDR, where the DMA moves the view "
+                      "by its access pattern"])

@@ -227,13 +227,6 @@ def test_only_the_outermost_dimension_repeats_with_stride_0():
     assert dma_patterns(0, [(3, 0), (4, 2)], NPU2) == [(0, (3, 1, 1, 4), (0, 0, 0, 2))]
 
 
-def test_a_dimension_over_the_wrap_limit_is_written_as_two_in_one_dma():
-    """x.T of a (1024, 64) float32 x: a row of 1024 words 64 apart is 2 x 512 in one Dma."""
-    assert dma_patterns(0, [(64, 1), (1024, 64)], NPU2) == [(0, (1, 64, 2, 512), (0, 1, 32768, 64))]
-    assert dma_patterns(0, [(2, 3), (1031, 7)], NPU2)[:2] == [   # 1031 is prime: cut into Dmas
-        (0, (1, 1, 1, 1023), (0, 0, 0, 7)), (7161, (1, 1, 1, 8), (0, 0, 0, 7))]
-
-
 def test_a_wait_with_nothing_outstanding_on_its_fifo_is_left_out():
     """A Wait freeing a BD covered every op on its FIFO, so a later Wait on it (a flow's) would
     wait for no completion token: finish_sequence leaves it out."""

@@ -140,6 +140,7 @@ LIBRARY_TRAITS = {   # kernel: (index map, reduces, length_axes, keeps_zeros, de
     # a window of pixels, a key/value head per group of query heads: no map, so Role.OTHER
     "Conv2D": (None, "", "", False, Role.OTHER), "MaxPool2D": (None, "", "", False, Role.OTHER),
     "AvgPool2D": (None, "", "", False, Role.OTHER), "Attention": (None, "", "", False, Role.OTHER),
+    "Strided": (None, "", "", False, Role.OTHER),   # its input's elements in another order
 }
 
 

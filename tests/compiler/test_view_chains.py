@@ -45,8 +45,8 @@ def viewed(x, view: str, shape: tuple[int, int]):
 @st.composite
 def chains(draw):
     """(the view x is read through, its shape, the steps, whether Argmax ends the chain): an
-    elementwise call, a MatMul, then one elementwise call or row reduction (each but one
-    optional), and Argmax only where no MatMul is: pad_to_block lays out a padded product's
+    elementwise call, a MatMul and a view of its product, then one elementwise call or row
+    reduction (each but one optional), and Argmax only where no MatMul is: pad_to_block lays out a padded product's
     readers only so far (a second product, two calls after one or an Argmax after one are the
     layout pass's to lay out at prime sides, not the views')."""
     rows, cols = draw(st.sampled_from(SHAPES))
@@ -58,6 +58,11 @@ def chains(draw):
         n = draw(st.sampled_from(SIDES))
         steps.append(("matmul", draw(st.sampled_from(("whole", "transpose"))), (shape[1], n)))
         shape = (shape[0], n)
+        result_view = draw(st.sampled_from((None, "slice", "step", "transpose")))
+        if result_view:   # a view of the product itself
+            shape = {"slice": (shape[0] - 1, shape[1]), "step": (shape[0], -(-shape[1] // 2)),
+                     "transpose": shape[::-1]}[result_view]
+            steps.append(("view", result_view, shape))
     last = draw(st.sampled_from((None, "rmsnorm", "softmax", *sorted(ELEMENTWISE))))
     if last in ELEMENTWISE or not steps:
         steps.append((last if last in ELEMENTWISE else "add", draw(st.sampled_from(VIEWS)), shape))
@@ -73,7 +78,7 @@ class Chain(iron.Graph):
     def __init__(self, first: str, shape, steps, argmax: bool, seed: int):
         rng = np.random.default_rng(seed)
         self.first, self.shape, self.steps, self.argmax = first, shape, steps, argmax
-        self.operands = [None if kind == "softmax" else iron.param(rng.standard_normal(
+        self.operands = [None if kind in ("softmax", "view") else iron.param(rng.standard_normal(
             s[::-1] if kind == "matmul" and view == "transpose" else stored(view, s)).astype(np.float32) / 4)
             for kind, view, s in steps]
 
@@ -82,6 +87,8 @@ class Chain(iron.Graph):
         for (kind, view, shape), w in zip(self.steps, self.operands):
             if kind == "matmul":
                 y = MatMul.step(y, w.T if view == "transpose" else w)
+            elif kind == "view":
+                y = viewed(y, view, shape)
             elif kind in ELEMENTWISE:
                 y = ELEMENTWISE[kind].step(y, viewed(w, view, shape))
             else:
