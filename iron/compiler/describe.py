@@ -34,6 +34,7 @@ def describe(plan: Plan) -> str:
         _section("words", _words(plan.words)),
         _section("groups", _groups(plan)),
         _section("rules", [f"{rule}: {what}" for rule, what in plan.rules]),
+        _section("choices", [f"{group}: {choice.text()}" for group, choice in plan.choices]) if plan.choices else [],
         _section("DDR per call", [ddr_traffic(plan).text()]),
         _section("emit", _emit(plan)),
         _section("next carried values (host)", [f"{name} <- {_source(plan, src)}" for name, src in plan.carry]),

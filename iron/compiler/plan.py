@@ -423,6 +423,24 @@ class Cut:
 
 
 @dataclass(frozen=True)
+class Choice:
+    """A choice among alternatives made by estimated time (iron/compiler/cost.py): `what` was
+    chosen (a grid's blocks, a stream's block, a segment's cut), the one chosen and its
+    estimate, and the best alternative rejected and its (None when there was no other)."""
+
+    what: str
+    chosen: str
+    chosen_ns: float
+    rejected: str | None = None
+    rejected_ns: float | None = None
+
+    def text(self) -> str:
+        other = "no other" if self.rejected is None else \
+            f"the best rejected, {self.rejected}, {self.rejected_ns / 1000:.1f} us"
+        return f"{self.what} chosen by estimated time: {self.chosen}, {self.chosen_ns / 1000:.1f} us; {other}"
+
+
+@dataclass(frozen=True)
 class Plan:
     device: Any                              # aie_utils.Device
     name: str
@@ -448,6 +466,7 @@ class Plan:
     segments: tuple[Plan, ...] = ()   # a design bigger than the array: its configurations, run in order
                                       # (iron/compiler/segment.py); this Plan holds their host side
     cuts: tuple[Cut, ...] = ()        # between consecutive segments
+    choices: tuple[tuple[str, Choice], ...] = ()   # group name -> a choice the cost model made for it
 
     @property
     def configurations(self) -> tuple[Plan, ...]:

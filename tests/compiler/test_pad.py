@@ -78,15 +78,15 @@ def cut_padding(body, name):
 ODD = [
     ("npu2", np.float32, None, 32,
      "g0: MatMul (509, 509) x (509, 509) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): blocks "
-     "m=32 k=32 n=64 (pad_to_block: padded with zeros to M = 512, K = 512, N = 512), 4 output blocks per core, 16 "
-     "k-blocks each (64 kernel calls per core), summed in float32"),
+     "m=64 k=8 n=64 (pad_to_block: padded with zeros to M = 512, K = 512, N = 512), 2 output blocks per core, 64 "
+     "k-blocks each (128 kernel calls per core), summed in float32"),
     ("npu1", np.float32, None, 16,
      "g0: MatMul (509, 509) x (509, 509) float32 -> float32 over 16 tiles (4 rows x 4 columns of cores): blocks "
-     "m=16 k=32 n=128 (pad_to_block: padded with zeros to M = 512, K = 512, N = 512), 8 output blocks per core, 16 "
-     "k-blocks each (128 kernel calls per core), summed in float32"),
+     "m=64 k=8 n=64 (pad_to_block: padded with zeros to M = 512, K = 512, N = 512), 4 output blocks per core, 64 "
+     "k-blocks each (256 kernel calls per core), summed in float32"),
     ("npu2", np.int8, np.int32, 32,
-     "g0: MatMul (509, 509) x (509, 509) int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): blocks m=16 "
-     "k=509 n=32 (pad_to_block: padded with zeros to M = 512, K = 509, N = 512), 16 output blocks per core, 1 "
+     "g0: MatMul (509, 509) x (509, 509) int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): blocks m=32 "
+     "k=509 n=16 (pad_to_block: padded with zeros to M = 512, K = 509, N = 512), 16 output blocks per core, 1 "
      "k-blocks each (16 kernel calls per core), summed in int32"),
     ("npu1", np.int8, np.int32, 16,
      "g0: MatMul (509, 509) x (509, 509) int8 -> int32 over 16 tiles (4 rows x 4 columns of cores): blocks m=16 "
@@ -461,8 +461,8 @@ class ProductThenRows2(iron.Graph):
         return RMSNorm.step(c, self.w) if self.w is not None else self.kernel.step(c)
 
 
-ROWS = [("npu2", RMSNorm, 32, 32, "m=32 k=32 n=64", 4, 4), ("npu2", Softmax, 32, 32, "m=32 k=32 n=64", 4, 4),
-        ("npu2", Argmax, 32, 32, "m=32 k=32 n=64", 8, 2), ("npu1", Softmax, 16, 16, "m=16 k=32 n=128", 4, 8)]
+ROWS = [("npu2", RMSNorm, 32, 32, "m=64 k=8 n=64", 4, 4), ("npu2", Softmax, 32, 32, "m=64 k=8 n=64", 4, 4),
+        ("npu2", Argmax, 32, 32, "m=64 k=8 n=64", 8, 2), ("npu1", Softmax, 16, 16, "m=64 k=8 n=64", 4, 8)]
 
 
 @pytest.mark.parametrize("device, kernel, grid, stream, blocks, rows, per_core", ROWS,
@@ -733,7 +733,7 @@ def test_softmax_of_a_product_of_n_509_reduces_its_padded_width():
     a, b = rng.standard_normal((509, 251)).astype(np.float32), rng.standard_normal((251, 509)).astype(np.float32)
     graph = ProductThenSoftmax(b / 64)   # rows of values near 0: the padding exp(0 - max) would count
     body = graph.compile(a=a, device=from_name("npu2"))
-    assert "over 32 tiles (4 rows x 8 columns of cores): blocks m=32 k=32 n=64 (pad_to_block: padded with zeros to " \
+    assert "over 32 tiles (4 rows x 8 columns of cores): blocks m=64 k=8 n=64 (pad_to_block: padded with zeros to " \
         "M = 512, K = 256, N = 512)" in rule(body.plan, "tile_matmul_over_array")[0]
     assert "Softmax#1 over 509 rows of 509 elements streams over them as they lie padded to 512 rows of 512 elements " \
         "(pad_through_row_width" in rule(body.plan, "pad_to_block")[1]
