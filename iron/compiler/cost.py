@@ -180,7 +180,8 @@ class Work:
 
     def ns(self, device) -> float:
         """Its estimated time: the slowest of the three, as double-buffered FIFOs overlap a
-        core's work with the moves feeding it."""
+        core's work with the moves feeding it (the first objects and the last results, which
+        nothing overlaps, are not counted)."""
         gen = generation(device)
         return max(ns(device, self.core_cycles), ns(device, dma_cycles(gen, self.channel_bytes)),
                    ddr_ns(gen, self.ddr_bytes))

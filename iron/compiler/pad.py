@@ -59,6 +59,7 @@ K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
 PLAIN = (Role.OTHER, Role.EXPANSION)   # roles of calls that neither tile nor stream (an expansion streams
                                        # only alone, over whole host tensors: `stream_expansion_units`)
+FEW_CALLS = 64      # kernel calls per core a grid's own sides may take before fewer are worth padding for
 
 
 @dataclass(frozen=True)
@@ -880,14 +881,14 @@ def chained(call: Node, lies: dict[Node, tuple[int, int]], device) -> tuple[int,
 
 def _ranked(call: Node, device, tried, mine=None) -> list[tuple[tuple, tuple[int, int, int]]]:
     """(rank, sides) of each of the `tried` sides with a grid `better` than `mine` (the call's own
-    sides' score; None: any grid): the least estimated time, the fewest kernel calls per core, the least work per core,
+    sides' score; None: any grid): the fewest kernel calls per core, the least work per core,
     the fewest elements moved."""
     scored = []
     for sides in tried:
-        score = _grid_score(whole_device_grid(call, device, sides), device)
+        score = _grid_score(whole_device_grid(call, device, sides))
         if score is not None and better(score, mine):
-            a, k, b = sides
-            scored.append(((*score, a * k + k * b + a * b), sides))
+            (work, calls), (a, k, b) = score, sides
+            scored.append(((calls, work, a * k + k * b + a * b), sides))
     return scored
 
 
@@ -896,7 +897,7 @@ def best_sides(call: Node, device, fixed: dict[int, int] | None = None,
     """Of the sides (M, K, N) tried, each its own or padded to its quantum (`padded_sides`; when
     none of those has a grid, to the wider quantum of `pad_wider`) but those `fixed` gives
     (index: size), the ones whose grid is `better` than the call's own sides' (`any_grid`, or a
-    fixed side not its own: any grid, its own sides too), of the least estimated time, then the fewest kernel calls per core,
+    fixed side not its own: any grid, its own sides too), of the fewest kernel calls per core,
     then the least work per core, then the fewest elements moved; None when none is."""
     own, fixed = call_sides(call), fixed or {}
     near = (word_rows(call), *own[1:])
@@ -906,7 +907,7 @@ def best_sides(call: Node, device, fixed: dict[int, int] | None = None,
         if any_grid or any(own[i] != side for i, side in fixed.items()):
             scored = _ranked(call, device, tried)
         else:
-            scored = _ranked(call, device, tried - {own}, _grid_score(whole_device_grid(call, device), device)) \
+            scored = _ranked(call, device, tried - {own}, _grid_score(whole_device_grid(call, device))) \
                 if tried != {own} else []
         if scored:
             return min(scored)[1]
@@ -935,17 +936,18 @@ def padded_sides(call: Node, device, wider: bool = False) -> tuple[int, int, int
     return tuple(-(-side // q) * q for side, q in zip(call_sides(call), quanta))
 
 
-def better(padded: tuple, mine: tuple | None) -> bool:
-    """Whether a padded grid or stream scoring `padded` ((estimated time, kernel calls per core,
-    elements of work per core): `_grid_score`, `_flow_score`) is worth it over the call's own
-    sides, `mine`: they have none, or the padded one is estimated faster (iron/compiler/cost.py)."""
-    return mine is None or padded[0] < mine[0]
+def better(padded: tuple[float, int], mine: tuple[float, int] | None) -> bool:
+    """Whether a padded grid or stream scoring `padded` (elements of work per core, padding
+    included; kernel calls per core) is worth it over the call's own sides, `mine`: they have
+    none, or more work per core (the padded one takes more cores than its padding costs), or
+    more than FEW_CALLS kernel calls per core, at least twice the padded one's."""
+    return mine is None or padded[0] < mine[0] or FEW_CALLS < mine[1] >= 2 * padded[1]
 
 
-def _grid_score(grid, device) -> tuple[float, int, float] | None:
+def _grid_score(grid) -> tuple[float, int] | None:
     if grid is None:
         return None
-    return grid.work(device).ns(device), grid.calls, math.prod(grid.sides) / grid.cores
+    return math.prod(grid.sides) / grid.cores, grid.fewest_calls
 
 
 def pad_stream(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
@@ -1048,7 +1050,7 @@ def streamed_count(calls, device, count: int, quantum: int, width: int = 1) -> i
 def _flow_score(calls, device, padded, width: int = 1) -> tuple[float, int] | None:
     flow = choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
                        device.n_cols * device.shim.dma_out_channels, width=width, padded=padded)
-    return None if flow is None else (flow.work(device).ns(device), flow.rounds, flow.size / len(flow.tiles))
+    return None if flow is None else (flow.size / len(flow.tiles), flow.rounds)
 
 
 def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict, readers: dict,
