@@ -18,6 +18,7 @@ from enum import Enum
 import numpy as np
 
 from iron.compiler.plan import Choice, Function, KernelStep
+from iron.compiler.rules import Rule
 from iron.kernels.base import Role
 
 
@@ -187,14 +188,14 @@ class Work:
                    ddr_ns(gen, self.ddr_bytes))
 
 
-def choose(what: str, candidates: list, price, label) -> tuple[object, Choice]:
+def choose(rule: Rule, what: str, candidates: list, price, label) -> tuple[object, Choice]:
     """The candidate of the least estimated time (`price(c)`, nanoseconds; the earliest of
     `candidates` on a tie, so their order says what is preferred among equals) and the Choice
-    of `what` saying so, `label(c)` naming each."""
+    of `what` by `rule` saying so, `label(c)` naming each."""
     priced = [(price(c), k, c) for k, c in enumerate(candidates)]
     best_ns, _, best = min(priced, key=lambda p: p[:2])
     others = [p for p in priced if p[2] is not best]
     if not others:
-        return best, Choice(what, label(best), best_ns)
+        return best, Choice(rule, what, label(best), best_ns)
     other_ns, _, other = min(others, key=lambda p: p[:2])
-    return best, Choice(what, label(best), best_ns, label(other), other_ns)
+    return best, Choice(rule, what, label(best), best_ns, label(other), other_ns)

@@ -426,10 +426,12 @@ class Cut:
 
 @dataclass(frozen=True)
 class Choice:
-    """A choice among alternatives made by estimated time (iron/compiler/cost.py): `what` was
-    chosen (a grid's blocks, a stream's block, a segment's cut), the one chosen and its
-    estimate, and the best alternative rejected and its (None when there was no other)."""
+    """A choice among alternatives made by estimated time (iron/compiler/cost.py): the `rule`
+    choosing, `what` it chose (a grid's blocks, a stream's block, a segment's cut), the one
+    chosen and its estimate, and the best alternative rejected and its (None when there was no
+    other)."""
 
+    rule: Rule
     what: str
     chosen: str
     chosen_ns: float
@@ -439,7 +441,7 @@ class Choice:
     def text(self) -> str:
         other = "no other" if self.rejected is None else \
             f"the best rejected, {self.rejected}, {self.rejected_ns / 1000:.1f} us"
-        return f"{self.what} chosen by estimated time: {self.chosen}, {self.chosen_ns / 1000:.1f} us; {other}"
+        return f"{self.rule}: {self.what} chosen by estimated time: {self.chosen}, {self.chosen_ns / 1000:.1f} us; {other}"
 
 
 @dataclass(frozen=True)

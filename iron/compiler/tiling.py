@@ -19,6 +19,7 @@ from iron import dtypes
 from iron.compiler import cost
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.readers import Reader
+from iron.compiler.rules import Rule
 from iron.errors import KernelTypeError
 from iron.ir import (
     Node,
@@ -431,7 +432,7 @@ def _fastest_blocks(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op
     def calls(b):
         return (per_row // b[0]) * (per_col // b[2]) * (big_k // b[1])
     fits.sort(key=lambda b: (calls(b), -b[0] * b[2]))
-    return (*cost.choose("blocks", fits, lambda b: replace(grid, m=b[0], k=b[1], n=b[2]).work(device).ns(device),
+    return (*cost.choose(Rule.TILE_MATMUL_OVER_ARRAY, "blocks", fits, lambda b: replace(grid, m=b[0], k=b[1], n=b[2]).work(device).ns(device),
                          lambda b: f"m={b[0]} k={b[1]} n={b[2]}"), calls(fits[0]))
 
 
@@ -733,7 +734,8 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
                 flow = Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]),
                             tuple(full_columns[:ncols]), blocks[0], width=width, shared=tuple(shared),
                             objects=objects, padded=padded, returned=returned, pieces=pieces)
-                block, choice = cost.choose("block", blocks, lambda b: replace(flow, block=b).work(device).ns(device),
+                rule = Rule.STREAM_JOINED if pieces else Rule.STREAM_ROW_BLOCKS if width > 1 else Rule.STREAM_ELEMENTWISE
+                block, choice = cost.choose(rule, "block", blocks, lambda b: replace(flow, block=b).work(device).ns(device),
                                             lambda b: f"{b} elements")
                 return replace(flow, block=block, choice=choice)
     return None

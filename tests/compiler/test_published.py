@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from iron.compiler.plan import Choice
+from iron.compiler.rules import Rule
 from tests.compiler.designs import Product, operands
 
 BF16 = ml_dtypes.bfloat16
@@ -19,7 +20,7 @@ ISSUE_55_US = 24_679   # amd/IRON issue 55: 2048^3 bf16, 64x64x64 tiles, 8 colum
 def grid_choice(m, k, n) -> Choice:
     plan = Product(np.zeros((k, n), BF16)).compile(a=((m, k), BF16), device="npu2").plan
     ((group, choice),) = plan.choices
-    assert group == "g0" and choice.what == "blocks"
+    assert (group, choice.rule, choice.what) == ("g0", Rule.TILE_MATMUL_OVER_ARRAY, "blocks")
     return choice
 
 

@@ -15,6 +15,7 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Carried, Scratchpad
+from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Choice, Dma, TileKind, Wait
 from iron.compiler.rules import Rule
@@ -53,8 +54,11 @@ def test_matmul_512_float32_over_32_tiles_equals_reference():
         "each (128 kernel calls per core), summed in float32"]
     # by estimated time: B's column blocks go again for each row block, so m=64 moves 2 MB less from DDR
     # than the 64 calls of m=32 k=32 n=64 (docs/platform.md section 11)
-    assert body.plan.choices == (("g0", Choice("blocks", "m=64 k=8 n=64", pytest.approx(4 * 2 ** 20 / 70),
-                                               "m=128 k=8 n=32", pytest.approx(4 * 2 ** 20 / 70))),)
+    ddr = pytest.approx(4 * 2 ** 20 / 70)   # 4 MiB to and from DDR at 70 GB/s
+    assert body.plan.choices == (
+        ("g0", Choice(Rule.TILE_MATMUL_OVER_ARRAY, "blocks", "m=64 k=8 n=64", ddr, "m=128 k=8 n=32", ddr)),)
+    assert ("choices:\n  g0: tile_matmul_over_array: blocks chosen by estimated time: m=64 k=8 n=64, 59.9 us; "
+            "the best rejected, m=128 k=8 n=32, 59.9 us\n") in describe(body.plan)
     assert len(compute_tiles(body.plan)) == 32
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
