@@ -439,9 +439,12 @@ class Choice:
     rejected_ns: float | None = None
 
     def text(self) -> str:
-        other = "no other" if self.rejected is None else \
-            f"the best rejected, {self.rejected}, {self.rejected_ns / 1000:.1f} us"
-        return f"{self.rule}: {self.what} chosen by estimated time: {self.chosen}, {self.chosen_ns / 1000:.1f} us; {other}"
+        other = "no other" if self.rejected is None else f"the best rejected, {self.rejected}, {_time(self.rejected_ns)}"
+        return f"{self.rule}: {self.what} chosen by estimated time: {self.chosen}, {_time(self.chosen_ns)}; {other}"
+
+
+def _time(ns: float) -> str:
+    return f"{ns / 1000:.1f} us" if ns >= 100 else f"{ns:.1f} ns"
 
 
 @dataclass(frozen=True)

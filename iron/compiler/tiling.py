@@ -185,6 +185,12 @@ class Grid(OnCores):
         return f"{why.split(':')[0]}: blocks take whole rows, contiguous and whole words{owned}, no padding"
 
 
+def estimate_ns(candidate: Grid | Flow, device) -> float:
+    """The cost model's estimate of a grid or a stream (its `work`), in nanoseconds: what the
+    compiler compares candidates by (a grid's blocks, a stream's block, a padded extent)."""
+    return candidate.work(device).ns(device)
+
+
 def core_room(device) -> int:
     """What a compute tile's data memory holds for buffers: all of it but the core's stack."""
     return device.compute.data_memory_bytes - device.compute.default_stack_bytes
@@ -432,7 +438,7 @@ def _fastest_blocks(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op
     def calls(b):
         return (per_row // b[0]) * (per_col // b[2]) * (big_k // b[1])
     fits.sort(key=lambda b: (calls(b), -b[0] * b[2]))
-    return (*cost.choose(Rule.TILE_MATMUL_OVER_ARRAY, "blocks", fits, lambda b: replace(grid, m=b[0], k=b[1], n=b[2]).work(device).ns(device),
+    return (*cost.choose(Rule.TILE_MATMUL_OVER_ARRAY, "blocks", fits, lambda b: estimate_ns(replace(grid, m=b[0], k=b[1], n=b[2]), device),
                          lambda b: f"m={b[0]} k={b[1]} n={b[2]}"), calls(fits[0]))
 
 
@@ -735,7 +741,7 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
                             tuple(full_columns[:ncols]), blocks[0], width=width, shared=tuple(shared),
                             objects=objects, padded=padded, returned=returned, pieces=pieces)
                 rule = Rule.STREAM_JOINED if pieces else Rule.STREAM_ROW_BLOCKS if width > 1 else Rule.STREAM_ELEMENTWISE
-                block, choice = cost.choose(rule, "block", blocks, lambda b: replace(flow, block=b).work(device).ns(device),
+                block, choice = cost.choose(rule, "block", blocks, lambda b, flow=flow: estimate_ns(replace(flow, block=b), device),
                                             lambda b: f"{b} elements")
                 return replace(flow, block=block, choice=choice)
     return None

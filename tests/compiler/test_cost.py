@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from aie_utils import from_name
+from iron.compiler import cost
 from iron.compiler.plan import Function, Imm, KernelStep, Load, Ptr, ScalarStep
 from iron.kernels import MatVec, RMSNorm
 from iron.kernels.base import Role
-from iron.compiler import cost
 
 NPU1, NPU2 = cost.GENERATIONS["npu1"], cost.GENERATIONS["npu2"]
 I8, I32, F32, BF16 = np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)
