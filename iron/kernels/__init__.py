@@ -1,9 +1,37 @@
-"""Kernels: the `Kernel` base class users subclass, and iron's kernel library. A kernel describes
-and computes one call; where it runs is the compiler's decision.
+"""Kernels: the `Kernel` base class users subclass, and iron's kernel library, by family:
+library.py (copies, arithmetic, matrices, RMSNorm, Softmax, Argmax, Max, conversions, Concat,
+RoPE, Dequant), elementwise.py (the Binary family with its constant forms, comparisons,
+bitwise ops, Where, activations, Axpy), reductions.py (Min, Sum) and norms.py (LayerNorm). A
+kernel describes and computes one call; where it runs is the compiler's decision.
 """
+from iron.kernels import elementwise, library, norms, reductions
 from iron.kernels.base import Kernel, Role, Within
+from iron.kernels.elementwise import (
+    GELU,
+    Axpy,
+    Binary,
+    BitwiseAnd,
+    BitwiseNot,
+    BitwiseOr,
+    BitwiseXor,
+    Equal,
+    GELUTanh,
+    Greater,
+    GreaterEqual,
+    LeakyReLU,
+    Less,
+    LessEqual,
+    Maximum,
+    Minimum,
+    Mod,
+    NotEqual,
+    ShiftLeft,
+    ShiftRight,
+    Sigmoid,
+    Tanh,
+    Where,
+)
 from iron.kernels.library import (
-    LIBRARY,
     Accumulate,
     Add,
     Argmax,
@@ -28,33 +56,66 @@ from iron.kernels.library import (
     Sub,
     concat,
 )
+from iron.kernels.norms import LayerNorm, LayerNormAffine
+from iron.kernels.reductions import Min, Sum
+
+_FAMILIES = (*library.LIBRARY, *elementwise.KERNELS, *reductions.KERNELS, *norms.KERNELS)
+# Every library kernel, each Binary's constant form (`Mul.step(x, 3)`) after its family.
+LIBRARY = (*_FAMILIES, *(k.constant for k in _FAMILIES if isinstance(k, type) and issubclass(k, Binary)))
 
 __all__ = [
+    "GELU",
     "LIBRARY",
     "Accumulate",
     "Add",
     "Argmax",
     "ArgmaxBlocks",
+    "Axpy",
+    "Binary",
+    "BitwiseAnd",
+    "BitwiseNot",
+    "BitwiseOr",
+    "BitwiseXor",
     "Cast",
     "Concat",
     "Copy",
     "Dequant",
+    "Equal",
     "Exp",
+    "GELUTanh",
+    "Greater",
+    "GreaterEqual",
     "Kernel",
+    "LayerNorm",
+    "LayerNormAffine",
+    "LeakyReLU",
+    "Less",
+    "LessEqual",
     "MatMul",
     "MatMulAccumulate",
     "MatVec",
     "Max",
+    "Maximum",
+    "Min",
+    "Minimum",
+    "Mod",
     "Mul",
+    "NotEqual",
     "RMSNorm",
     "ReLU",
     "Requantize",
     "RoPE",
     "Role",
     "Scale",
+    "ShiftLeft",
+    "ShiftRight",
     "SiLU",
+    "Sigmoid",
     "Softmax",
     "Sub",
+    "Sum",
+    "Tanh",
+    "Where",
     "Within",
     "concat",
 ]

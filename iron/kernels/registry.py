@@ -15,7 +15,8 @@ import numpy as np
 from iron import dtypes
 from iron.errors import DeclarationError
 
-LIBRARY_MODULE = "iron.kernels.library"
+# the modules of iron's library: the kernels by family
+LIBRARY_MODULES = frozenset(f"iron.kernels.{m}" for m in ("library", "elementwise", "reductions", "norms"))
 _OWNERS: dict[str, type] = {}
 
 
@@ -34,7 +35,7 @@ def claim(kernel: type) -> None:
 
 def is_library(kernel: type) -> bool:
     """Whether `kernel` is one of iron's library kernels (trusted to keep its own shape rule)."""
-    return kernel.__module__ == LIBRARY_MODULE
+    return kernel.__module__ in LIBRARY_MODULES
 
 
 def copy_kernel() -> type:

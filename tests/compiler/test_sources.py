@@ -17,8 +17,9 @@ from iron.compiler.sources import kernel_sources
 from iron.dtypes import bfloat16
 from iron.errors import PlanError
 from iron.ir import wrap_i32
+from iron.kernels import LIBRARY
 from iron.kernels.base import Kernel, library_sources
-from iron.kernels.library import LIBRARY, Argmax, Copy, RMSNorm, Scale, Softmax
+from iron.kernels.library import Argmax, Copy, RMSNorm, Scale, Softmax
 
 FLAGS = ["-std=c++20", "-Wall", "-Werror"]
 INT_MIN, INT_MAX = -2**31, 2**31 - 1
@@ -105,6 +106,7 @@ def every_library_kernel() -> Function:
     """One step per library kernel and (input, output) dtype pair, with its C ABI: pointers,
     sizes, c_attrs."""
     size_operands = {"matvec": 2, "matmul": 3, "matmul_accumulate": 3, "concat": 3, "rmsnorm": 2, "softmax": 2, "argmax": 2, "max": 2,
+                     "min": 2, "sum": 2, "layer_norm": 2, "layer_norm_affine": 2,
                      "dequant": 3}
     steps = []
     for kernel in LIBRARY:

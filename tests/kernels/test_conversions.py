@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import iron
 from iron.errors import KernelTypeError
-from iron.kernels import Add, Cast, MatMul, MatVec, Requantize, Scale
+from iron.kernels import Add, Cast, MatMul, MatVec, Requantize, Tanh
 
 I8, I32, F32 = np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.float32)
 
@@ -182,8 +182,8 @@ ERRORS = [
     (lambda g, x: MatVec.step(g.w, x), np.float32,
      "MatVec computes in int8 but input 1 (x) is float32: give every input the dtype int8 "
      "(Cast.step(x, dtype=np.int8) converts it)."),
-    (lambda g, x: Scale.step(x, factor=2.0), np.int32,
-     "Scale does not support int32: it supports bfloat16, float32. Convert the data with Cast (or pick another kernel)."),
+    (lambda g, x: Tanh.step(x), np.int32,
+     "Tanh does not support int32: it supports bfloat16, float32. Convert the data with Cast (or pick another kernel)."),
     (lambda g, x: Requantize.step(x), np.int32, "Requantize needs shift=...: pass it to Requantize.step."),
     (lambda g, x: Requantize.step(x, shift=63), np.int32,
      "Requantize needs shift= an int in 0..62, not 63; got shapes (16,)."),

@@ -6,7 +6,7 @@ import pytest
 
 from iron.kernels import LIBRARY, Role
 
-ATTRS = {"factor": 2.5, "shift": 3, "scale": 7}   # any value: a kernel that keeps zeros keeps them for all
+ATTRS = {"factor": 2.5, "shift": 3, "scale": 7, "alpha": 0.25, "value": 3, "fvalue": 2.5, "flip": 0}   # any value: a kernel that keeps zeros keeps them for all
 
 
 def on_zeros(kernel, dtype, out) -> np.ndarray:
@@ -28,5 +28,7 @@ def test_an_elementwise_kernel_keeps_zeros_exactly_when_its_compute_maps_zeros_t
 
 
 def test_the_kernels_that_keep_zeros():
-    assert sorted(k.__name__ for k in LIBRARY if k.keeps_zeros) == [
-        "Accumulate", "Add", "Cast", "Copy", "Mul", "ReLU", "Requantize", "Scale", "SiLU", "Sub"]
+    assert sorted(k.__qualname__ for k in LIBRARY if k.keeps_zeros) == [
+        "Accumulate", "Add", "Axpy", "BitwiseAnd", "BitwiseAnd.constant", "BitwiseOr", "BitwiseXor", "Cast", "Copy",
+        "GELU", "GELUTanh", "Greater", "LeakyReLU", "Less", "Maximum", "Minimum", "Mod", "Mul", "Mul.constant",
+        "NotEqual", "ReLU", "Requantize", "Scale", "ShiftLeft", "ShiftRight", "SiLU", "Sub", "Tanh", "Where"]

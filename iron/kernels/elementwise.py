@@ -1,0 +1,333 @@
+"""iron's elementwise kernels beyond the arithmetic ones: the binary family (`Binary`: Maximum,
+Minimum, the comparisons, bitwise and/or/xor, shifts, Mod; Add, Sub and Mul in library.py are of
+it too), each with its form taking a constant operand (`Mul.step(x, 3)`: `Binary.constant`),
+Where, BitwiseNot, the activations Tanh, Sigmoid, GELU, GELUTanh and LeakyReLU, and Axpy.
+
+Integers compute exactly (in int64) and wrap to the element width, as AIE's vector add and
+compare do; Scale (library.py) is the integer kernel that saturates. A comparison gives 1 or 0 in
+its inputs' dtype, so its result is a `Where` condition or a mask to multiply by. The activations
+compute in float64 and round once to float32 (then to bfloat16), as their C++ does.
+"""
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from iron import dtypes
+from iron.kernels.base import Kernel, Role
+
+FLOATS = dtypes.FLOATS
+INTEGERS = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.int32))
+I64, F32, F64 = np.dtype(np.int64), np.dtype(np.float32), np.dtype(np.float64)
+
+
+class Constant(Kernel):
+    """A binary kernel's form with one constant operand (`Binary.constant`): out = op(x, c), or
+    op(c, x) when `flip`, for c `value` on integers (a static int in the dtype's range, or a
+    per-call value, which wraps to the dtype) and `fvalue` on floats (rounded to the dtype). The
+    front end fills these from the number the user passed; its C symbols are `<op>_constant_<T>`,
+    defined in the op's source file."""
+
+    role = Role.ELEMENTWISE
+    attrs = {"value": 0, "fvalue": 0.0, "flip": 0}
+    scalar_attrs = ("value",)
+    c_attrs = (("value", "i32"), ("fvalue", "f32"), ("flip", "i32"))
+    operation: ClassVar[type]
+
+    @classmethod
+    def compute(cls, x, value=0, fvalue=0.0, flip=0):
+        if x.dtype.kind in "iu":
+            c = np.asarray(np.int64(value)).astype(x.dtype)   # a per-call int32 wraps to the dtype, as in C++
+        else:
+            c = np.asarray(fvalue, x.dtype)
+        return cls.operation.op(c, x) if flip else cls.operation.op(x, c)
+
+    @classmethod
+    def describe_call(cls, operands: list[str], attrs: dict, dtype: np.dtype) -> str:
+        """`Mul(x, 3)`, `Sub(1.5, x)`, `Greater(x, t)` (a per-call value): as the user wrote it."""
+        c = str(attrs["value"] if dtype.kind in "iu" else attrs["fvalue"])
+        pair = [c, *operands] if attrs["flip"] else [*operands, c]
+        return f"{cls.__name__}({', '.join(pair)})"
+
+
+class Binary(Kernel):
+    """An elementwise kernel of two tensors computing `op` (numpy on two arrays of the inputs'
+    dtype, float32 for bfloat16); defining one also defines its `constant` form (a Constant
+    kernel named `<name>_constant`, shown as this kernel), which `K.step(x, 3)` records."""
+
+    role = Role.ELEMENTWISE
+    arity = 2
+    batches = True
+    constant_keeps_zeros: ClassVar[bool] = False   # op(0, c) = op(c, 0) = 0 for every constant c
+    constant: ClassVar[type | None] = None
+
+    @staticmethod
+    def op(a, b):
+        raise NotImplementedError   # each named Binary defines op
+
+    @classmethod
+    def compute(cls, a, b):
+        return cls.op(a, b)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            cls.constant = type(cls.__name__, (Constant,), {
+                "__module__": cls.__module__, "__qualname__": f"{cls.__qualname__}.constant",
+                "__doc__": f"{cls.__name__} of a tensor and a constant (see Constant).",
+                "name": f"{cls.name}_constant", "operation": cls, "source_kernel": cls,
+                "dtypes": cls.dtypes, "keeps_zeros": cls.constant_keeps_zeros,
+            })
+
+
+def _wide(op):
+    """`op` computed on integers in int64 (wrapped back to the dtype by the kernel's output)."""
+    def run(a, b):
+        if a.dtype.kind in "iu":
+            a, b = a.astype(I64), b.astype(I64)
+        return op(a, b)
+    return run
+
+
+class Maximum(Binary):
+    """out = the larger of a and b, elementwise (a NaN of either: numpy's maximum)."""
+
+    name = "maximum"
+    keeps_zeros = keeps_dtype = True
+    op = staticmethod(np.maximum)
+
+
+class Minimum(Binary):
+    """out = the smaller of a and b, elementwise (a NaN of either: numpy's minimum)."""
+
+    name = "minimum"
+    keeps_zeros = keeps_dtype = True
+    op = staticmethod(np.minimum)
+
+
+class Greater(Binary):
+    """out = 1 where a > b, else 0, in the inputs' dtype."""
+
+    name = "greater"
+    keeps_zeros = True
+    op = staticmethod(np.greater)
+
+
+class GreaterEqual(Binary):
+    """out = 1 where a >= b, else 0, in the inputs' dtype."""
+
+    name = "greater_equal"
+    op = staticmethod(np.greater_equal)
+
+
+class Less(Binary):
+    """out = 1 where a < b, else 0, in the inputs' dtype."""
+
+    name = "less"
+    keeps_zeros = True
+    op = staticmethod(np.less)
+
+
+class LessEqual(Binary):
+    """out = 1 where a <= b, else 0, in the inputs' dtype."""
+
+    name = "less_equal"
+    op = staticmethod(np.less_equal)
+
+
+class Equal(Binary):
+    """out = 1 where a == b, else 0, in the inputs' dtype."""
+
+    name = "equal"
+    op = staticmethod(np.equal)
+
+
+class NotEqual(Binary):
+    """out = 1 where a != b (or either is NaN), else 0, in the inputs' dtype."""
+
+    name = "not_equal"
+    keeps_zeros = True
+    op = staticmethod(np.not_equal)
+
+
+class BitwiseAnd(Binary):
+    """out = a & b, on integers."""
+
+    name = "bitwise_and"
+    dtypes = INTEGERS
+    keeps_zeros = constant_keeps_zeros = keeps_dtype = True
+    op = staticmethod(np.bitwise_and)
+
+
+class BitwiseOr(Binary):
+    """out = a | b, on integers."""
+
+    name = "bitwise_or"
+    dtypes = INTEGERS
+    keeps_zeros = keeps_dtype = True
+    op = staticmethod(np.bitwise_or)
+
+
+class BitwiseXor(Binary):
+    """out = a ^ b, on integers."""
+
+    name = "bitwise_xor"
+    dtypes = INTEGERS
+    keeps_zeros = keeps_dtype = True
+    op = staticmethod(np.bitwise_xor)
+
+
+def _shift(op):
+    """A shift of int64 values by counts clamped to 0..63 (as the C++ shifts its int64 values)."""
+    return _wide(lambda a, b: op(a, np.clip(b, 0, 63)))
+
+
+class ShiftLeft(Binary):
+    """out = a << b, on integers: the count clamped to 0..63, the result wrapped to the dtype."""
+
+    name = "shift_left"
+    dtypes = INTEGERS
+    keeps_zeros = True
+    op = staticmethod(_shift(np.left_shift))
+
+
+class ShiftRight(Binary):
+    """out = a >> b, on integers: arithmetic (keeps the sign), the count clamped to 0..63."""
+
+    name = "shift_right"
+    dtypes = INTEGERS
+    keeps_zeros = True
+    op = staticmethod(_shift(np.right_shift))
+
+
+def _floor_mod(a, b):
+    with np.errstate(divide="ignore", invalid="ignore"):   # numpy's integer mod by 0 gives 0, as the C++
+        return np.mod(a, b)
+
+
+class Mod(Binary):
+    """out = a mod b, on integers, with the sign of b (numpy's mod, Python's %); 0 where b is 0."""
+
+    name = "mod"
+    dtypes = INTEGERS
+    keeps_zeros = True
+    op = staticmethod(_wide(_floor_mod))
+
+
+class Where(Kernel):
+    """out = a where cond is not 0, else b, elementwise; cond, a and b share one dtype (a
+    comparison's 1 or 0 is such a condition)."""
+
+    role = Role.ELEMENTWISE
+    name, arity = "where", 3
+    keeps_zeros = batches = keeps_dtype = exact_in_dtype = True
+
+    @staticmethod
+    def compute(cond, a, b):
+        return np.where(cond != 0, a, b)
+
+
+class BitwiseNot(Kernel):
+    """out = ~x, on integers."""
+
+    role = Role.ELEMENTWISE
+    name = "bitwise_not"
+    dtypes = INTEGERS
+    batches = keeps_dtype = True
+    compute = staticmethod(np.invert)
+
+
+class Activation(Kernel):
+    """A float kernel computing `fn` of float64 values, rounded once to float32, as its C++ does."""
+
+    role = Role.ELEMENTWISE
+    dtypes = FLOATS
+    batches = True
+
+    @staticmethod
+    def fn(x):
+        raise NotImplementedError   # each named Activation defines fn
+
+    @classmethod
+    def compute(cls, x):
+        return cls.fn(x.astype(F64)).astype(F32)
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+class Tanh(Activation):
+    """out = tanh(x)."""
+
+    name = "tanh"
+    keeps_zeros = True
+    fn = staticmethod(np.tanh)
+
+
+class Sigmoid(Activation):
+    """out = 1 / (1 + exp(-x))."""
+
+    name = "sigmoid"
+
+    @staticmethod
+    def fn(x):
+        return 1.0 / (1.0 + np.exp(-x))
+
+
+class GELU(Activation):
+    """out = x / 2 * (1 + erf(x / sqrt(2))): PyTorch's GELU (approximate='none')."""
+
+    name = "gelu"
+    keeps_zeros = True
+
+    @staticmethod
+    def fn(x):
+        return 0.5 * x * (1.0 + _erf(x * 0.70710678118654752440).astype(F64))
+
+
+class GELUTanh(Activation):
+    """out = x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))): PyTorch's
+    GELU(approximate='tanh'), the form of IRON's gelu.cc."""
+
+    name = "gelu_tanh"
+    keeps_zeros = True
+
+    @staticmethod
+    def fn(x):
+        return 0.5 * x * (1.0 + np.tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)))
+
+
+class LeakyReLU(Kernel):
+    """out = x where x >= 0, else alpha * x (alpha fixed when the design compiles, default 0.01)."""
+
+    role = Role.ELEMENTWISE
+    name = "leaky_relu"
+    dtypes = FLOATS
+    keeps_zeros = True
+    attrs = {"alpha": 0.01}
+    c_attrs = (("alpha", "f32"),)
+
+    @staticmethod
+    def compute(x, alpha=0.01):
+        return np.where(x >= 0, x, np.float32(alpha) * x)
+
+
+class Axpy(Kernel):
+    """out = alpha * x + y, elementwise (alpha fixed when the design compiles)."""
+
+    role = Role.ELEMENTWISE
+    name, arity = "axpy", 2
+    dtypes = FLOATS
+    keeps_zeros = True
+    attrs = {"alpha": Kernel.REQUIRED}
+    c_attrs = (("alpha", "f32"),)
+
+    @staticmethod
+    def compute(x, y, alpha):
+        return np.float32(alpha) * x + y
+
+
+KERNELS = (Maximum, Minimum, Greater, GreaterEqual, Less, LessEqual, Equal, NotEqual, BitwiseAnd, BitwiseOr,
+           BitwiseXor, ShiftLeft, ShiftRight, Mod, Where, BitwiseNot, Tanh, Sigmoid, GELU, GELUTanh, LeakyReLU, Axpy)
