@@ -5,6 +5,7 @@ the scheduler may stall any example past hypothesis's default 200 ms and fail a 
 `on_emulator` fixture runs compiled graphs on the emulator, quietly; `xrt` runs them through the
 XRT backend on the pyxrt stand-in, whose device is the emulator."""
 import os
+import shutil
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,12 +14,26 @@ from hypothesis import HealthCheck, settings
 
 from iron.compiler.build import Artifacts
 from iron.compiler.plan import HostRole
+from iron.kernels.base import library_sources
 from iron.runtime.emulator import Emulator, load
+from iron.runtime.emulator.native import NativeLibrary
 from tests.runtime import fake_pyxrt
 
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", parent=settings.get_profile("dev"), derandomize=True, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture(scope="session")
+def native_library(tmp_path_factory):
+    """iron's kernel library built once for the session by the host g++ (the emulator's native
+    kernel mode) into a cache of its own."""
+    if shutil.which("g++") is None:
+        pytest.skip("the host C++ compiler g++ is not installed (apt-get install g++)")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("IRON_CACHE_DIR", str(tmp_path_factory.mktemp("native_cache")))
+        patch.delenv("CXX", raising=False)
+        return NativeLibrary.load(library_sources())
 
 
 @pytest.fixture

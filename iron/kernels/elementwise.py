@@ -240,7 +240,8 @@ class BitwiseNot(Kernel):
 
 
 class Activation(Kernel):
-    """A float kernel computing `fn` of float64 values, rounded once to float32, as its C++ does."""
+    """A float kernel computing `fn` of float64 values (the C library's tanh, exp, erf), rounded
+    once to float32, as its C++ does."""
 
     role = Role.ELEMENTWISE
     dtypes = FLOATS
@@ -255,7 +256,22 @@ class Activation(Kernel):
         return cls.fn(x.astype(F64)).astype(F32)
 
 
-_erf = np.frompyfunc(math.erf, 1, 1)
+def _libm(fn):
+    """`fn` of the C library (math's), elementwise on float64 values: the function the C++
+    calls, where numpy's own (vectorised) tanh or exp may differ in the last bit, which
+    1 + tanh(u) near -1 would magnify."""
+    each = np.frompyfunc(fn, 1, 1)
+    return lambda x: each(x).astype(F64)
+
+
+def _exp_or_inf(v: float) -> float:
+    try:
+        return math.exp(v)
+    except OverflowError:   # math.exp raises where C's exp gives inf
+        return math.inf
+
+
+_erf, _tanh, _exp = _libm(math.erf), _libm(math.tanh), _libm(_exp_or_inf)
 
 
 class Tanh(Activation):
@@ -263,7 +279,7 @@ class Tanh(Activation):
 
     name = "tanh"
     keeps_zeros = True
-    fn = staticmethod(np.tanh)
+    fn = staticmethod(_tanh)
 
 
 class Sigmoid(Activation):
@@ -273,7 +289,7 @@ class Sigmoid(Activation):
 
     @staticmethod
     def fn(x):
-        return 1.0 / (1.0 + np.exp(-x))
+        return 1.0 / (1.0 + _exp(-x))
 
 
 class GELU(Activation):
@@ -284,7 +300,7 @@ class GELU(Activation):
 
     @staticmethod
     def fn(x):
-        return 0.5 * x * (1.0 + _erf(x * 0.70710678118654752440).astype(F64))
+        return 0.5 * x * (1.0 + _erf(x * 0.70710678118654752440))
 
 
 class GELUTanh(Activation):
@@ -296,7 +312,7 @@ class GELUTanh(Activation):
 
     @staticmethod
     def fn(x):
-        return 0.5 * x * (1.0 + np.tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)))
+        return 0.5 * x * (1.0 + _tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)))
 
 
 class LeakyReLU(Kernel):

@@ -12,7 +12,6 @@ concurrent loads, the cache location) and the error texts. The whole library is 
 per module into a temporary cache. Does not test the emulator that calls these kernels.
 """
 
-import shutil
 import threading
 from fractions import Fraction
 
@@ -50,14 +49,9 @@ ELEMENTWISE, REDUCTION = 1e-5, 1e-4  # f32 rtol
 TINY = {"tiny.cc": 'extern "C" void tiny(int* out, int value) { *out = value + 1; }\n'}
 
 
-@pytest.fixture(scope="module")
-def library(tmp_path_factory):
-    if shutil.which("g++") is None:
-        pytest.skip("the host C++ compiler g++ is not installed (apt-get install g++)")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("IRON_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        patch.delenv("CXX", raising=False)
-        yield NativeLibrary.load(library_sources())
+@pytest.fixture(scope="session")
+def library(native_library):
+    return native_library
 
 
 @pytest.fixture
