@@ -107,49 +107,21 @@ class Minimum(Binary):
     op = staticmethod(np.minimum)
 
 
-class Greater(Binary):
-    """out = 1 where a > b, else 0, in the inputs' dtype."""
-
-    name = "greater"
-    keeps_zeros = True
-    op = staticmethod(np.greater)
-
-
-class GreaterEqual(Binary):
-    """out = 1 where a >= b, else 0, in the inputs' dtype."""
-
-    name = "greater_equal"
-    op = staticmethod(np.greater_equal)
+def _comparison(class_name: str, name: str, op, symbol: str, keeps_zeros: bool) -> type:
+    """A comparison kernel: out = 1 where `a <symbol> b`, else 0, in the inputs' dtype."""
+    return type(class_name, (Binary,), {
+        "__doc__": f"out = 1 where a {symbol} b, else 0, in the inputs' dtype (NaN compares as numpy's {op.__name__}).",
+        "name": name, "op": staticmethod(op), "keeps_zeros": keeps_zeros,
+    })
 
 
-class Less(Binary):
-    """out = 1 where a < b, else 0, in the inputs' dtype."""
-
-    name = "less"
-    keeps_zeros = True
-    op = staticmethod(np.less)
-
-
-class LessEqual(Binary):
-    """out = 1 where a <= b, else 0, in the inputs' dtype."""
-
-    name = "less_equal"
-    op = staticmethod(np.less_equal)
-
-
-class Equal(Binary):
-    """out = 1 where a == b, else 0, in the inputs' dtype."""
-
-    name = "equal"
-    op = staticmethod(np.equal)
-
-
-class NotEqual(Binary):
-    """out = 1 where a != b (or either is NaN), else 0, in the inputs' dtype."""
-
-    name = "not_equal"
-    keeps_zeros = True
-    op = staticmethod(np.not_equal)
+# keeps_zeros: 0 <op> 0 is false
+Greater = _comparison("Greater", "greater", np.greater, ">", True)
+GreaterEqual = _comparison("GreaterEqual", "greater_equal", np.greater_equal, ">=", False)
+Less = _comparison("Less", "less", np.less, "<", True)
+LessEqual = _comparison("LessEqual", "less_equal", np.less_equal, "<=", False)
+Equal = _comparison("Equal", "equal", np.equal, "==", False)
+NotEqual = _comparison("NotEqual", "not_equal", np.not_equal, "!=", True)
 
 
 class BitwiseAnd(Binary):
