@@ -558,14 +558,14 @@ def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
 def width_unshared(reader, readers: dict) -> str:
     """The rule `pad_through_row_width`: why a row reduction reading a padded MatMul's result
     may not reduce its rows as they lie padded wider (N padded), "" when it may (and for any
-    other reader): its kernel reduces each row's first `length` elements only (`row_length`:
+    other reader): its kernel reduces each row's first `length` elements only (`length_axes`:
     Softmax, RMSNorm, Argmax; the compiler passes the user's width when the call gives no
     length), so the padding is never reduced, and the row every row shares (RMSNorm's w) may be
     padded with zeros as wide."""
     if not isinstance(reader, Node) or reader.arg.kernel.role is not Role.ROW_REDUCTION:
         return ""
     kernel = reader.arg.kernel
-    if not kernel.row_length or ("length", "i32") not in kernel.c_attrs:
+    if not kernel.traits.row_length:
         return "reduces each row whole (its kernel takes no length)"
     why = next((why for n in reader.src[1:reader.arg.n_inputs] if (why := unpaddable(n, (reader,), readers))), "")
     return why and f"also reads a row that may not be padded: {why}"

@@ -1,16 +1,16 @@
 """`iron.Kernel`: what a kernel is to iron. A kernel states its arity, its dtypes (what it computes
-in and what it gives), a shape rule, its traits for the compiler (`role`, `bounds`), a numpy
+in and what it gives), a shape rule, its traits for the compiler (`index_map` and the rest of
+traits.py, from which its `role` is derived; `bounds`), a numpy
 `compute` (the semantics the reference and the emulator run), the C ABI of its AIE C++ source and
 that source; `K.step(...)` hands a call to the trace being recorded. bfloat16 kernels compute in
 float32 and round once, as their C++ does; integer results wrap to the output dtype, or clamp to
-its range in a kernel that `saturates` (a float rounded to nearest even first). An elementwise
-kernel that `keeps_zeros` maps zeros to zeros, whatever its attrs.
+its range in a kernel that `saturates` (a float rounded to nearest even first). A kernel that
+`keeps_zeros` maps zeros to zeros, whatever its attrs.
 """
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,6 +19,7 @@ import numpy as np
 from iron import dtypes, names
 from iron.errors import DeclarationError, KernelTypeError
 from iron.kernels.registry import claim, is_library
+from iron.kernels.traits import Role, Traits, declared_traits
 
 CC_DIR = Path(__file__).parent / "cc"
 RECORDING = threading.local()  # .trace: the front end's Trace while a body() is traced, else unset
@@ -27,16 +28,6 @@ RECORDING = threading.local()  # .trace: the front end's Trace while a body() is
 def library_sources() -> dict[str, str]:
     """iron's kernel library: every .cc and .h file of iron/kernels/cc, file name -> text."""
     return {p.name: p.read_text() for p in sorted(CC_DIR.iterdir()) if p.suffix in (".cc", ".h")}
-
-
-class Role(Enum):
-    """What a kernel does with its data, as the compiler needs to know it to fuse and place calls."""
-
-    OTHER = "other"                  # nothing assumed: the call fuses by the general rules only
-    ELEMENTWISE = "elementwise"      # output element i depends only on element i of each input
-    MATRIX = "matrix"                # input 0 is a matrix (M, K); output row i depends on its row i
-    ROW_REDUCTION = "row reduction"  # reads its whole input before writing any output element
-    EXPANSION = "row expansion"      # output row i is input row i expanded (Dequant: weight blocks to weights)
 
 
 @dataclass(frozen=True)
@@ -74,11 +65,15 @@ class Kernel:
     # the stack of each call's compute(): the emulator runs a library kernel's independent calls as one
     computes_into: ClassVar[bool] = False     # compute(..., out=array) writes its result into that array
     # (which may be an input, as an accumulating kernel's destination is) and returns it: a batch writes in place
-    role: ClassVar[Role] = Role.OTHER         # how fusion and placement may treat its calls
-    keeps_zeros: ClassVar[bool] = False       # elementwise with f(0, 0, ...) = 0 (not Exp: exp(0) = 1), so its
-    # calls over a padded product's layout compute zeros into the padding a MatMul may sum over (pad.py)
-    row_length: ClassVar[bool] = False        # a row reduction of each row's first `length` (an i32 C attr;
-    # None: n) elements only, so a row laid out wider (pad_through_row_width) reduces as the row itself
+    index_map: ClassVar[str | None] = None    # what it computes, in einsum's notation: "mk,kn->mn" (MatMul), "i,i->i"
+    # (Add), "rc,c->rc" (RMSNorm), "rc->r" (Argmax); None: nothing known. Its Role is derived (traits.py)
+    reduces: ClassVar[str | None] = None      # the axes each output element reads whole (None: those the map drops)
+    length_axes: ClassVar[str] = ""           # axes read only up to a per-call `length` (an i32 C attr; None: all),
+    # so a row laid out wider (padded) reduces as the row itself
+    keeps_zeros: ClassVar[bool] = False       # f(0, 0, ...) = 0 (not Exp: exp(0) = 1), so its calls over a padded
+    # layout compute zeros into the padding a MatMul may sum over
+    traits: ClassVar[Traits] = Traits(None, "", "", False)   # the above, parsed and checked when the class is made
+    role: ClassVar[Role] = Role.OTHER         # derived from the traits: how fusion and placement may treat its calls
     bounds: ClassVar[dict[str, Within]] = {}  # per-call attrs checked against a range before a call runs
     source: ClassVar[str | None] = None       # C++ text (user kernels); None: iron/kernels/cc/<name>.cc
     source_kernel: ClassVar[type | None] = None   # the kernel whose source defines this one's symbols too
@@ -89,6 +84,8 @@ class Kernel:
     def __init_subclass__(cls, **kwargs):
         """A named kernel claims its name when defined (an unnamed one is a base for others)."""
         super().__init_subclass__(**kwargs)
+        cls.traits = declared_traits(cls)
+        cls.role = cls.traits.role
         if "name" not in cls.__dict__ and cls.name:
             raise DeclarationError(
                 f"kernel {cls.__name__} inherits the name '{cls.name}': a kernel's name is its C symbol "

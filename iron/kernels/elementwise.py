@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from iron import dtypes
-from iron.kernels.base import Kernel, Role
+from iron.kernels.base import Kernel
 
 FLOATS = dtypes.FLOATS
 INTEGERS = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.int32))
@@ -30,7 +30,7 @@ class Constant(Kernel):
     front end fills these from the number the user passed; its C symbols are `<op>_constant_<T>`,
     defined in the op's source file."""
 
-    role = Role.ELEMENTWISE
+    index_map = "i->i"
     attrs = {"value": 0, "fvalue": 0.0, "flip": 0}
     scalar_attrs = ("value",)
     c_attrs = (("value", "i32"), ("fvalue", "f32"), ("flip", "i32"))
@@ -57,7 +57,7 @@ class Binary(Kernel):
     dtype, float32 for bfloat16); defining one also defines its `constant` form (a Constant
     kernel named `<name>_constant`, shown as this kernel), which `K.step(x, 3)` records."""
 
-    role = Role.ELEMENTWISE
+    index_map = "i,i->i"
     arity = 2
     batches = True
     constant_keeps_zeros: ClassVar[bool] = False   # op(0, c) = op(c, 0) = 0 for every constant c
@@ -91,20 +91,27 @@ def _wide(op):
     return run
 
 
+def _picking(keep):
+    """a where keep(a, b) holds or a is NaN, else b: numpy's maximum or minimum, with the choice
+    between equal zeros of either sign made the one way the C++ makes it (numpy's own depends on
+    its vector path)."""
+    return lambda a, b: np.where(keep(a, b) | (a != a), a, b)
+
+
 class Maximum(Binary):
-    """out = the larger of a and b, elementwise (a NaN of either: numpy's maximum)."""
+    """out = the larger of a and b, elementwise (a where a >= b, a NaN of either: numpy's maximum)."""
 
     name = "maximum"
     keeps_zeros = keeps_dtype = True
-    op = staticmethod(np.maximum)
+    op = staticmethod(_picking(np.greater_equal))
 
 
 class Minimum(Binary):
-    """out = the smaller of a and b, elementwise (a NaN of either: numpy's minimum)."""
+    """out = the smaller of a and b, elementwise (a where a <= b, a NaN of either: numpy's minimum)."""
 
     name = "minimum"
     keeps_zeros = keeps_dtype = True
-    op = staticmethod(np.minimum)
+    op = staticmethod(_picking(np.less_equal))
 
 
 def _comparison(class_name: str, name: str, op, symbol: str, keeps_zeros: bool) -> type:
@@ -184,7 +191,7 @@ class Mod(Binary):
 
     name = "mod"
     dtypes = INTEGERS
-    keeps_zeros = True
+    keeps_zeros = constant_keeps_zeros = True   # 0 mod c = c mod 0 = 0
     op = staticmethod(_wide(_floor_mod))
 
 
@@ -192,7 +199,7 @@ class Where(Kernel):
     """out = a where cond is not 0, else b, elementwise; cond, a and b share one dtype (a
     comparison's 1 or 0 is such a condition)."""
 
-    role = Role.ELEMENTWISE
+    index_map = "i,i,i->i"
     name, arity = "where", 3
     keeps_zeros = batches = keeps_dtype = exact_in_dtype = True
 
@@ -204,7 +211,7 @@ class Where(Kernel):
 class BitwiseNot(Kernel):
     """out = ~x, on integers."""
 
-    role = Role.ELEMENTWISE
+    index_map = "i->i"
     name = "bitwise_not"
     dtypes = INTEGERS
     batches = keeps_dtype = True
@@ -215,7 +222,7 @@ class Activation(Kernel):
     """A float kernel computing `fn` of float64 values (the C library's tanh, exp, erf), rounded
     once to float32, as its C++ does."""
 
-    role = Role.ELEMENTWISE
+    index_map = "i->i"
     dtypes = FLOATS
     batches = True
 
@@ -233,7 +240,11 @@ def _libm(fn):
     calls, where numpy's own (vectorised) tanh or exp may differ in the last bit, which
     1 + tanh(u) near -1 would magnify."""
     each = np.frompyfunc(fn, 1, 1)
-    return lambda x: each(x).astype(F64)
+
+    def run(x):
+        with np.errstate(over="ignore"):   # the flag math.exp raises before it gives inf
+            return each(x).astype(F64)
+    return run
 
 
 def _exp_or_inf(v: float) -> float:
@@ -290,7 +301,7 @@ class GELUTanh(Activation):
 class LeakyReLU(Kernel):
     """out = x where x >= 0, else alpha * x (alpha fixed when the design compiles, default 0.01)."""
 
-    role = Role.ELEMENTWISE
+    index_map = "i->i"
     name = "leaky_relu"
     dtypes = FLOATS
     keeps_zeros = True
@@ -305,7 +316,7 @@ class LeakyReLU(Kernel):
 class Axpy(Kernel):
     """out = alpha * x + y, elementwise (alpha fixed when the design compiles)."""
 
-    role = Role.ELEMENTWISE
+    index_map = "i,i->i"
     name, arity = "axpy", 2
     dtypes = FLOATS
     keeps_zeros = True

@@ -10,7 +10,7 @@ import numpy as np
 
 from iron import dtypes
 from iron.errors import KernelTypeError
-from iron.kernels.base import Kernel, Role, Within
+from iron.kernels.base import Kernel, Within
 from iron.kernels.elementwise import Binary
 
 FLOATS = dtypes.FLOATS
@@ -23,7 +23,7 @@ WIDER_DOTS = {I8: frozenset({I32}), U8: frozenset({I32}), I16: frozenset({I32}),
 class Copy(Kernel):
     """out = x. With a view input it gathers (`w[node]`); with out= a view it scatters."""
 
-    role = Role.ELEMENTWISE
+    index_map = "i->i"
     keeps_zeros = True
     batches = True
     keeps_dtype = copies = True
@@ -67,7 +67,7 @@ class Scale(Kernel):
     is computed in float64, rounded to nearest even and saturated to the dtype's range, as an AIE
     accumulator's shift-round-saturate gives it back (mlir-aie's vector_scalar_mul)."""
 
-    role = Role.ELEMENTWISE
+    index_map = "i->i"
     keeps_zeros = True
     batches = True
     saturates = True
@@ -85,7 +85,7 @@ class Scale(Kernel):
 class ReLU(Kernel):
     """out = max(x, 0)."""
 
-    role = Role.ELEMENTWISE
+    index_map = "i->i"
     keeps_zeros = True
     batches = True
     keeps_dtype = True
@@ -99,7 +99,7 @@ class ReLU(Kernel):
 class SiLU(Kernel):
     """out = x * sigmoid(x)."""
 
-    role = Role.ELEMENTWISE
+    index_map = "i->i"
     keeps_zeros = True
     name = "silu"
     dtypes = FLOATS
@@ -112,7 +112,7 @@ class SiLU(Kernel):
 class Exp(Kernel):
     """out = exp(x)."""
 
-    role = Role.ELEMENTWISE
+    index_map = "i->i"
     name = "exp"
     dtypes = FLOATS
 
@@ -122,7 +122,7 @@ class Exp(Kernel):
 class Accumulate(Kernel):
     """state += x: `Accumulate.step(x, out=self.acc[pos])`."""
 
-    role = Role.ELEMENTWISE
+    index_map = "i->i"   # its destination is `out`, not an input
     keeps_zeros = True
     batches = True
     keeps_dtype = True
@@ -139,7 +139,7 @@ class MatVec(Kernel):
     into int32 (instead of wrapping to their width), `dtype=np.float32` keeps a bfloat16 sum in
     float32."""
 
-    role = Role.MATRIX
+    index_map = "mk,k->m"
     batches = True
     name, arity = "matvec", 2
     results = WIDER_DOTS
@@ -172,7 +172,7 @@ class MatVec(Kernel):
 class MatMul(Kernel):
     """out = A @ B for A (M, K) and B (K, N); `dtype=` widens the result as MatVec's does."""
 
-    role = Role.MATRIX
+    index_map = "mk,kn->mn"
     batches = computes_into = True
     name, arity = "matmul", 2
     results = WIDER_DOTS
@@ -207,7 +207,7 @@ class MatMulAccumulate(Kernel):
     add, so integers equal MatMul then Accumulate bit for bit; a float product is added in
     float32 and the sum rounded once (float32 sums equal that pair's in numpy)."""
 
-    role = Role.MATRIX
+    index_map = "mk,kn->mn"
     batches = computes_into = True
     name, arity = "matmul_accumulate", 2
     results = WIDER_DOTS
@@ -231,8 +231,7 @@ class RMSNorm(Kernel):
     """out = x / sqrt(mean(x^2) + eps) * w over each row's first `length` elements (default the
     whole row; the rest of each row is 0), for x (n,) or a batch of rows (rows, n) and w (n,)."""
 
-    role = Role.ROW_REDUCTION
-    row_length = True
+    index_map, reduces, length_axes = "rc,c->rc", "c", "c"   # each row read whole, up to its length
     name, arity = "rmsnorm", 2
     dtypes = FLOATS
     attrs = {"eps": 1e-5, "length": None}
@@ -268,8 +267,7 @@ class Softmax(Kernel):
     """Softmax of each row's first `length` elements (length per call, default the whole row),
     for x (n,) or a batch of rows (rows, n); the rest of each row is 0."""
 
-    role = Role.ROW_REDUCTION
-    row_length = True
+    index_map, reduces, length_axes = "rc->rc", "c", "c"
     bounds = {"length": Within(1, axis=-1)}   # a valid length in 1..n
     name = "softmax"
     dtypes = FLOATS
@@ -305,8 +303,7 @@ class Argmax(Kernel):
     """The index of the first maximum of x (n,)'s first `length` elements (default all of them),
     as one int32 element; of each row of a batch (rows, n), as (rows,) int32."""
 
-    role = Role.ROW_REDUCTION
-    row_length = True
+    index_map, length_axes = "rc->r", "c"
     keeps_dtype = True
     name = "argmax"
     exact_in_dtype = True
@@ -352,7 +349,7 @@ class Max(Kernel):
     """The largest element of x (n,), as one element of x's dtype; of each row of a batch
     (rows, n), as (rows,)."""
 
-    role = Role.ROW_REDUCTION
+    index_map = "rc->r"
     keeps_dtype = exact_in_dtype = True
     name = "max"
     out_shape, sizes, abi_shapes = Argmax.out_shape, Argmax.sizes, Argmax.abi_shapes
@@ -367,7 +364,7 @@ class ArgmaxBlocks(Kernel):
     the first maximum of `values`, where values[b] is block b's Max and indices[b] the row index
     of its first maximum. Argmax of a row wider than a tile: Argmax and Max per block, then this."""
 
-    role = Role.ROW_REDUCTION
+    index_map = "b,b->"
     name, arity = "argmax_blocks", 2
     dtypes = FLOATS
     exact_in_dtype = True
@@ -397,7 +394,7 @@ class Dequant(Kernel):
     minimum m, 16 bytes of 4-bit codes, low nibbles first: w = d * code + m), 34 is Q8_0 (float16
     scale d, 32 int8 codes: w = code * d). Bit-exact with gguf.quants.dequantize."""
 
-    role = Role.EXPANSION   # row i of the weights is row i of the blocks expanded
+    index_map, reduces = "rb->rc", ""   # row r of the weights is row r of the blocks expanded
     batches = True
     name = "dequant"
     dtypes = frozenset({U8})
@@ -459,7 +456,7 @@ class Cast(Kernel):
     to bfloat16, rounding to nearest even as numpy's `astype` does (to bfloat16 through float32,
     as ml_dtypes converts); bfloat16 to float32 exactly. `Cast.step(x, dtype=iron.bfloat16)`."""
 
-    role = Role.ELEMENTWISE
+    index_map = "i->i"
     keeps_zeros = True
     batches = True
     name = "cast"
@@ -481,7 +478,7 @@ class Requantize(Kernel):
     with an integer multiplier in front: the product is exact in int64, the shift keeps its
     floor and the dropped bits decide the rounding (above half up, a tie to the even value)."""
 
-    role = Role.ELEMENTWISE
+    index_map = "i->i"
     keeps_zeros = True
     name = "requantize"
     saturates = True
@@ -519,7 +516,7 @@ class Concat(Kernel):
     every other axis the same. Its C ABI sees the operands as rows: `outer` rows of `na`
     elements of a, then `nb` of b, per output row."""
 
-    role = Role.OTHER   # joins along an axis: neither element-wise nor a matrix or row reduction
+    # no index_map: it joins along an axis, neither elementwise nor a matrix or row reduction
     name, arity = "concat", 2
     attrs = {"axis": 0}
     keeps_dtype = exact_in_dtype = True
@@ -556,7 +553,7 @@ class RoPE(Kernel):
     (the pair layout GGUF files keep Q and K rows in). The angle is computed in float64 and its
     cos and sin rounded to float32, the rotation in float32."""
 
-    role = Role.OTHER   # out[2i] and out[2i+1] each read both elements of their pair
+    # no index_map: out[2i] and out[2i+1] each read both elements of their pair
     name = "rope"
     dtypes = FLOATS
     attrs = {"pos": Kernel.REQUIRED, "head_dim": Kernel.REQUIRED, "base": 10000.0}

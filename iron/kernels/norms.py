@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from iron import dtypes
-from iron.kernels.base import Kernel, Role
+from iron.kernels.base import Kernel
 from iron.kernels.library import RMSNorm, check_length
 
 F32 = np.float32
@@ -36,8 +36,7 @@ class LayerNorm(Kernel):
     """out = (x - mean(x)) / sqrt(var(x) + eps) over each row's first `length` elements (the
     rest 0), for x (n,) or (rows, n): PyTorch's layer_norm without weight and bias."""
 
-    role = Role.ROW_REDUCTION
-    row_length = True
+    index_map, reduces, length_axes = "rc->rc", "c", "c"   # each row read whole, up to its length
     name = "layer_norm"
     dtypes = dtypes.FLOATS
     attrs = {"eps": 1e-5, "length": None}
@@ -68,6 +67,7 @@ class LayerNormAffine(LayerNorm):
     (n,) shared by every row (PyTorch's layer_norm with weight and bias)."""
 
     name, arity = "layer_norm_affine", 3
+    index_map = "rc,c,c->rc"
     source_kernel = LayerNorm
 
     @staticmethod

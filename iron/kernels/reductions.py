@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from iron.kernels.base import Kernel, Role
+from iron.kernels.base import Kernel
 from iron.kernels.library import WIDER_DOTS, Argmax
 
 
@@ -16,7 +16,7 @@ class Min(Kernel):
     """The smallest element of x (n,), as one element of x's dtype; of each row of a batch
     (rows, n), as (rows,) (the first NaN, as numpy's min)."""
 
-    role = Role.ROW_REDUCTION
+    index_map = "rc->r"
     keeps_dtype = exact_in_dtype = True
     name = "min"
     out_shape, sizes, abi_shapes = (classmethod(f.__func__) for f in (Argmax.out_shape, Argmax.sizes, Argmax.abi_shapes))
@@ -30,7 +30,7 @@ class Sum(Kernel):
     """The sum of x (n,), as one element; of each row of a batch (rows, n), as (rows,). `dtype=`
     widens it as MatVec's does (int8, uint8, int16 into int32; bfloat16 into float32)."""
 
-    role = Role.ROW_REDUCTION
+    index_map = "rc->r"
     name = "sum"
     results = WIDER_DOTS
     out_shape, sizes, abi_shapes = (classmethod(f.__func__) for f in (Argmax.out_shape, Argmax.sizes, Argmax.abi_shapes))

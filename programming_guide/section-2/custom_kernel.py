@@ -32,7 +32,8 @@ class MyAxpy(iron.Kernel):
     dtypes = frozenset({np.dtype(np.float32)})   # the dtypes its C++ implements
     attrs = {"alpha": iron.Kernel.REQUIRED}      # static attributes, passed to C after the sizes
     c_attrs = (("alpha", "f32"),)
-    role = iron.Role.ELEMENTWISE                 # how fusion treats it: may follow a MatVec on its tile
+    index_map = "i,i->i"                         # elementwise: output i reads element i of each input
+    keeps_zeros = True                           # alpha * 0 + 0 = 0: padding of zeros stays zeros
     source = """
 #include <cstdint>
 extern "C" void my_axpy_f32(const float* x, const float* y, float* out, int32_t n, float alpha) {

@@ -14,7 +14,6 @@ import pytest
 
 import iron
 from aie_utils import from_name
-from iron import Role
 from iron.compiler.describe import ddr_traffic
 from iron.compiler.fuse import (
     RULES,
@@ -150,7 +149,7 @@ class Unpack(iron.Kernel):
     """Dequant's shape rule, C ABI and numpy under another name: a user expansion kernel."""
 
     name = "unpack"
-    role = Role.EXPANSION
+    index_map, reduces = Dequant.index_map, Dequant.reduces
     dtypes, attrs, c_attrs = Dequant.dtypes, Dequant.attrs, Dequant.c_attrs
     out_dtype, out_shape, sizes, abi_shapes = Dequant.out_dtype, Dequant.out_shape, Dequant.sizes, Dequant.abi_shapes
     FORMATS = Dequant.FORMATS

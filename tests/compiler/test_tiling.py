@@ -174,7 +174,7 @@ def test_matvec_4096_over_32_tiles_equals_reference():
 class Rows(iron.Kernel):
     """A user matrix kernel of MatVec's shapes: out = W @ x, its own (numpy) compute."""
 
-    role = iron.Role.MATRIX
+    index_map = "mk,k->m"
     name, arity = "rows_test", 2
     out_shape, sizes, abi_shapes = MatVec.out_shape, MatVec.sizes, MatVec.abi_shapes
     compute = staticmethod(np.matmul)
