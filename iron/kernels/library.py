@@ -356,7 +356,13 @@ class Max(Kernel):
 
     @staticmethod
     def compute(x):
-        return np.asarray(x.max(axis=-1), dtype=x.dtype)
+        return first_pick(x, np.argmax)
+
+
+def first_pick(x, arg):
+    """The element of each row `arg` (np.argmax, np.argmin) picks: the first extreme, the first
+    NaN, of equal zeros the first, as the C++ picks (numpy's max may pick either zero)."""
+    return np.take_along_axis(x, np.expand_dims(arg(x, axis=-1), -1), axis=-1)[..., 0]
 
 
 class ArgmaxBlocks(Kernel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from iron.kernels.base import Kernel
-from iron.kernels.library import WIDER_DOTS, Argmax
+from iron.kernels.library import WIDER_DOTS, Argmax, first_pick
 
 
 class Min(Kernel):
@@ -23,7 +23,7 @@ class Min(Kernel):
 
     @staticmethod
     def compute(x):
-        return np.asarray(x.min(axis=-1), dtype=x.dtype)
+        return first_pick(x, np.argmin)
 
 
 class Sum(Kernel):

@@ -10,8 +10,9 @@ template <typename In, typename Out>
 void sum_rows(const iron::stored_t<In>* x, iron::stored_t<Out>* out, int32_t rows, int32_t n) {
   using accumulator = typename In::accumulator;
   for (int32_t r = 0; r < rows; ++r) {
-    accumulator total = 0;
-    for (int32_t i = 0; i < n; ++i) {
+    // from the first element, not from 0: a row of -0.0 sums to -0.0, as numpy's does
+    accumulator total = n > 0 ? static_cast<accumulator>(In::load(x[r * n])) : 0;
+    for (int32_t i = 1; i < n; ++i) {
       total += static_cast<accumulator>(In::load(x[r * n + i]));
     }
     out[r] = Out::store(static_cast<typename Out::value>(total));
