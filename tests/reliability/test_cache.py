@@ -24,7 +24,7 @@ from iron.compiler.build import FLAGS_GET, build
 from iron.compiler.cache import Cache, content_key, entry_damage
 from iron.errors import BuildError, CacheError
 from iron.runtime.emulator.native import COMPILE_FLAGS, LIBRARY_NAME, NativeLibrary, library_entry
-from tests.fake_toolchain import NPU2, install_fakes, make_hermetic, recorded_argv
+from tests.fake_toolchain import NPU2, recorded_argv
 
 REPO = Path(__file__).resolve().parents[2]
 ADD = {
@@ -59,6 +59,12 @@ def added(library: NativeLibrary) -> np.ndarray:
     return out
 
 
+def native_entry() -> Path:
+    """The cache entry of the ADD kernels' library, built first if need be (not loaded)."""
+    with library_entry(ADD) as entry:
+        return entry
+
+
 def compile_planted(out: Path, marker: Path) -> None:
     source = SUBTRACTING.replace("{marker}", str(marker))
     subprocess.run(["g++", *COMPILE_FLAGS, "-x", "c++", "-o", str(out), "-"], input=source,
@@ -69,30 +75,11 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.fixture
-def native_cache(tmp_path, monkeypatch):
-    if shutil.which("g++") is None:
-        pytest.skip("the host C++ compiler g++ is not installed (apt-get install g++)")
-    monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("CXX", raising=False)
-    monkeypatch.delenv("IRON_CACHE_MAX_BYTES", raising=False)
-    return tmp_path / "cache"
-
-
-@pytest.fixture
-def fake_tools(monkeypatch, tmp_path):
-    """Fake aiecc and Peano (tests/fake_toolchain.py) that log every run to tmp_path/argv.log."""
-    make_hermetic(monkeypatch, tmp_path)
-    install_fakes(monkeypatch, tmp_path, FLAGS_GET)
-    monkeypatch.delenv("IRON_CACHE_MAX_BYTES", raising=False)
-    return tmp_path
-
-
 # ---- damaged native libraries are rebuilt, never loaded ----------------------------------------
 
 
 def test_a_tampered_kernels_so_is_not_served_but_rebuilt(native_cache, tmp_path, capsys):
-    entry = library_entry(ADD)
+    entry = native_entry()
     library = entry / LIBRARY_NAME
     manifest = json.loads((entry / "manifest.json").read_text())
     marker = tmp_path / "planted-ran"
@@ -115,7 +102,7 @@ def test_a_tampered_kernels_so_is_not_served_but_rebuilt(native_cache, tmp_path,
 
 
 def test_a_same_size_kernels_so_with_other_bytes_is_rebuilt(native_cache, capsys):
-    entry = library_entry(ADD)
+    entry = native_entry()
     library = entry / LIBRARY_NAME
     good = library.read_bytes()
     library.write_bytes(good[:100] + bytes([good[100] ^ 0xFF]) + good[101:])
@@ -129,7 +116,7 @@ def test_a_same_size_kernels_so_with_other_bytes_is_rebuilt(native_cache, capsys
 
 
 def test_a_truncated_kernels_so_does_not_crash_the_process(native_cache, capsys):
-    entry = library_entry(ADD)
+    entry = native_entry()
     library = entry / LIBRARY_NAME
     size = library.stat().st_size
     os.truncate(library, size // 2)
@@ -266,7 +253,7 @@ def test_a_cached_build_runs_no_tool_not_even_aiecc_help(fake_tools):
 
 def _plant(native_cache: Path, cache_root: Path, tmp_path: Path) -> tuple[Path, Path]:
     """A kernels.so under the predictable key in `cache_root`, with a manifest that verifies."""
-    genuine = library_entry(ADD)  # the key anyone can compute from iron's sources
+    genuine = native_entry()  # the key anyone can compute from iron's sources
     planted = cache_root / genuine.name
     shutil.copytree(genuine, planted)
     marker = tmp_path / "planted-ran"
@@ -282,8 +269,8 @@ def _plant(native_cache: Path, cache_root: Path, tmp_path: Path) -> tuple[Path, 
 
 def _refusal(path: Path, root: Path, mode: str) -> str:
     return (
-        f"iron will not load native kernels from the cache directory {root}: {path} is writable "
-        f"by group or others (mode {mode}), so another account could replace the library it "
+        f"iron will not load builds from the cache directory {root}: {path} is writable "
+        f"by group or others (mode {mode}), so another account could replace what iron "
         f"loads. Run `chmod go-w {path}`, or set IRON_CACHE_DIR to a directory only you can write."
     )
 
@@ -383,13 +370,13 @@ def test_a_cache_dir_under_a_file_is_one_cache_error(fake_tools, monkeypatch, ro
 
 def _as_an_account_that_cannot_write(action) -> str:
     """Run `action` as an account denied writing where this one is: this process when it is not
-    root (it honours file modes), else a forked child switched to `nobody`. The CacheError text."""
+    root (it honours file modes), else a forked child switched to `nobody`. The CacheError text,
+    else what `action` returned (a text, or None for "")."""
     if os.geteuid() != 0:
         try:
-            action()
+            return action() or ""
         except CacheError as error:
             return str(error)
-        return ""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
@@ -398,7 +385,7 @@ def _as_an_account_that_cannot_write(action) -> str:
             os.setgroups([])
             os.setgid(65534)
             os.setuid(65534)
-            action()
+            text = action() or ""
         except CacheError as error:
             text = str(error)
         except BaseException as error:
@@ -463,7 +450,7 @@ def test_no_lock_file_stays_after_builds_hits_failures_and_concurrent_loads(
         NativeLibrary.load({"broken.cc": "int broken = ;\n"})
 
     names = sorted(p.name for p in (tmp / "cache").iterdir())
-    native = library_entry(ADD).name
+    native = native_entry().name
     assert [n for n in names if n.endswith(".lock")] == []
     assert [n for n in names if not n.endswith(".building")] == sorted(
         [d.name for d in designs] + [native]

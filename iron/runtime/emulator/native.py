@@ -12,6 +12,7 @@ import shlex
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
@@ -62,20 +63,14 @@ def build(entry: Path, sources: Mapping[str, str], compiler: list[str]) -> dict[
     return {"command": command}
 
 
-def library_entry(sources: Mapping[str, str]) -> Path:
-    """The verified cache entry of `sources` built with `compiler_command()`, built first if
-    needed; CacheError if another account could write it (loading it would run their code)."""
+def library_entry(sources: Mapping[str, str]) -> AbstractContextManager[Path]:
+    """The cache entry of `sources` built with `compiler_command()` (first, if not cached), held
+    while the block runs: `with library_entry(sources) as entry: ...`; CacheError if another
+    account could write it (loading it would run their code)."""
     compiler = compiler_command()
     names = sorted(sources)
     key = content_key("native", *compiler, *COMPILE_FLAGS, *names, *(sources[n] for n in names))
-    cache = Cache()
-    cache.ensure_root()
-    cache.require_private()
-    entry = cache.get_or_build(
-        key, lambda staging: build(staging, sources, compiler), kind="native"
-    )
-    cache.require_private(entry, entry / LIBRARY_NAME)
-    return entry
+    return Cache().serving(key, lambda staging: build(staging, sources, compiler), kind="native")
 
 
 def pointer(symbol: str, position: int, array: np.ndarray) -> object:
@@ -104,8 +99,9 @@ class NativeLibrary:
     @classmethod
     def load(cls, sources: Mapping[str, str]) -> NativeLibrary:
         """Build `sources` (file name -> C++ text) unless already cached, then load the library."""
-        library = library_entry(sources) / LIBRARY_NAME
-        return cls(library, ctypes.CDLL(str(library)))
+        with library_entry(sources) as entry:   # held: no other process's eviction removes it meanwhile
+            library = entry / LIBRARY_NAME
+            return cls(library, ctypes.CDLL(str(library)))
 
     def call(self, symbol: str, args: Sequence, types: Sequence[str]) -> None:
         """Call `symbol` on `args`: "ptr" a C-contiguous array (written in place), "i32", "f32"."""
