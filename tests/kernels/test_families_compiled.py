@@ -11,6 +11,7 @@ import pytest
 
 import iron
 from iron import Scratchpad
+from iron.compiler.rules import Rule
 from iron.errors import KernelTypeError
 from iron.ir import describe
 from iron.kernels import (
@@ -233,7 +234,7 @@ def test_an_elementwise_call_with_a_per_call_value_streams_over_many_tiles(devic
     graph = ColorThreshold()
     compiled = graph.compile(image, device=device)
     cores = {"npu2": 32, "npu1": 16}[device]
-    rule = next(r for r in compiled.plan.rules if r[0] == "stream_elementwise")
+    rule = next(r for r in compiled.plan.rules if r[0] is Rule.STREAM_ELEMENTWISE)
     assert f"over {cores} tiles" in rule[1] and "level a per-call word every core receives" in rule[1]
     for level in (100, 7, 250):
         got = compiled(image, level=level)
@@ -251,7 +252,7 @@ def test_sum_and_layer_norm_stream_a_large_batch_of_rows(device):
     x = np.random.default_rng(5).standard_normal((256, 512)).astype(np.float32)
     graph = RowSums()
     compiled = graph.compile(x, device=device)
-    assert [r[0] for r in compiled.plan.rules].count("stream_row_blocks") == 2
+    assert [r[0] for r in compiled.plan.rules].count(Rule.STREAM_ROW_BLOCKS) == 2
     for got, want in zip(compiled(x), graph.reference(x)):
         assert_close(got, want)
 
