@@ -78,7 +78,6 @@ from iron.ir import (
     storage,
     tensor_inputs,
 )
-from iron.kernels import Concat
 from iron.kernels.base import Role
 
 SPLIT_PART_BYTES = 128 * 1024   # a MatVec's matrix larger than this is split over tiles
@@ -366,7 +365,7 @@ def not_streamed(program: Program, group: Group, outside, device) -> str:
     own_rules = (Role.MATRIX, Role.EXPANSION, Role.ROW_REDUCTION)
     if held_bytes(list(calls)) <= core_room(device) or any(role(c) in own_rules for c in calls):
         return ""
-    join = next((c for c in calls if c.arg.kernel is Concat), None)
+    join = next((c for c in calls if c.arg.kernel.joins), None)
     if join is not None and not joined_pieces(calls):
         axis = join.arg.attr_dict["axis"] % len(join.shape)
         how = (f"joins along axis {axis}, each row of its result a row of every input" if join.shape[:axis] != (1,) * axis

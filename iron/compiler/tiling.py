@@ -32,7 +32,6 @@ from iron.ir import (
     storage,
     tensor_inputs,
 )
-from iron.kernels import Concat
 from iron.kernels.base import Role
 
 MAX_BLOCK = 256          # a block side, in elements: within a BD dimension's 1023 words either way
@@ -615,10 +614,10 @@ def joined_pieces(calls) -> tuple[Node, ...]:
     """`stream_joined`: the host tensors a lone Concat joins end to end (nothing before the axis it
     joins along, so its result is the first's words then the second's), each lying in one run of
     whole words, which one FIFO streams one after the other; () for any other calls."""
-    if len(calls) != 1 or calls[0].arg.kernel is not Concat:
+    if len(calls) != 1 or not calls[0].arg.kernel.joins:
         return ()
     call, pieces = calls[0], tuple(calls[0].src[:2])
-    outer = Concat.sizes([n.shape for n in pieces], call.shape)[0]
+    outer = call.arg.kernel.sizes([n.shape for n in pieces], call.shape)[0]
     if outer != 1 or any(not is_host_tensor(n) or word_run(n) is None for n in pieces):
         return ()
     return pieces
