@@ -10,9 +10,11 @@ refuses a row reduction wider than a tile. Tile sizes and channel counts are the
 (docs/platform.md)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from iron.compiler.channels import MemChannels
+from iron.compiler.fifos import Stem, fifo
 from iron.compiler.fuse import (
     SIZE_LIMIT,
     STREAM_OBJECT_BYTES,
@@ -57,6 +59,7 @@ from iron.compiler.tiling import (
     rows_do_not_stream,
     streamable,
     streamed_inputs,
+    streamed_rows,
     unstreamable,
     wants_grid,
 )
@@ -104,7 +107,7 @@ class Stream:
     @property
     def fifo(self) -> str | None:
         """The FIFO an unsplit group's core reads the blocks from when another group streams them."""
-        return None if self.owner is None else f"{self.owner}_w"
+        return None if self.owner is None else fifo(self.owner, Stem.W)
 
 
 @dataclass(frozen=True)
@@ -417,9 +420,10 @@ def _choose_flow(calls, free: list[Tile], spare: int, device, shim_in: int, padd
         return None
     result = calls[-1]
     wider = width == 1 and length == inputs[0].size and padded.get(result, result.shape)[1:] != result.shape[1:]
+    rows = [streamed_rows(n) for n in (*inputs, *filter(None, [destination(result)]))] if width == 1 else []
+    row = math.lcm(result.shape[-1] if wider else 1, *filter(None, rows))
     return choose_flow(calls, free_columns(free, device), spare, device, shim_in, width=width,
-                       padded=None if length == inputs[0].size else length, row=result.shape[-1] if wider else 1,
-                       returned=returned)
+                       padded=None if length == inputs[0].size else length, row=row, returned=returned)
 
 
 def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], limits: tuple[int, int],

@@ -45,7 +45,7 @@ class Port(Term):
 
 
 class FifoRole(Term):
-    """What a FIFO carries for its group (its name ends in the value, after the group's name)."""
+    """What a FIFO carries for its group (its name is printed from its FifoId: fifos.py)."""
 
     INPUT = "in"              # host tensors and per-call words into a group's cores (one packed object)
     WEIGHTS = "w"             # blocks of a streamed matrix: shim -> mem tile ("w_mem"), mem tile -> core

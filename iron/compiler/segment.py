@@ -439,9 +439,9 @@ def _calls_read(node: Node, include_self: bool = False) -> list[Node]:
     stack = [node] if include_self else list(node.src)
     while stack:
         n = stack.pop()
-        if id(n) in seen:
+        if n in seen:
             continue
-        seen.add(id(n))
+        seen.add(n)
         if n.op == Op.CALL:
             found.append(n)
         else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cache
 
+from iron.compiler.fifos import Stem, fifo
 from iron.compiler.objects import Context, Part, host_access
 from iron.compiler.place import Site
 from iron.compiler.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
@@ -35,9 +36,9 @@ def group_moves(ctx: Context, site: Site, parts: list[Part]) -> list[Move]:
         buffer, access = host_access(ctx, site.stream.matrix)
         if site.stream.parts > 1:
             access = _split_order(site.stream, access)
-        moves.append(Move(Direction.MM2S, f"{site.group.name}_w_mem", buffer, access))
+        moves.append(Move(Direction.MM2S, fifo(site.group.name, Stem.W, mem=True), buffer, access))
     for part in parts:
-        moves += [Move(Direction.S2MM, f"{part.prefix}_host", *m) for m in part.host.moves]
+        moves += [Move(Direction.S2MM, part.fifo(Stem.HOST), *m) for m in part.host.moves]
     last = site.group.calls[-1]
     if parts[0].split and Reader.HOST in ctx.layout.users.get(last, ()):
         index = next(i for i, n in enumerate(ctx.program.outputs) if n is last)
@@ -68,7 +69,7 @@ def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[st
         touched = {state_of(n) for c in calls for n in (*tensor_inputs(c), *c.src[: c.arg.n_inputs + c.arg.writes])}
         fifos = {f for s in touched for f in writers.get(s, ())}
         if fifos:
-            after.add(f"{site.group.name}_in")
+            after.add(fifo(site.group.name, Stem.IN))
         entries += [Wait(f) for f in sorted(fifos) if f not in waited]
         waited |= fifos
         entries += mine
@@ -85,7 +86,7 @@ def written_fifos(site: Site) -> set[str]:
     a run of a state)."""
     g, on = site.group.name, site.flow or site.grid
     if on is None:
-        return {f"{g}_host"}
+        return {fifo(g, Stem.HOST)}
     return {host_fifo(g, 0, c) for c in range(len(on.cols))}
 
 
@@ -146,16 +147,22 @@ def dma_patterns(offset: int, dims, device) -> list[tuple[int, tuple, tuple]]:
 
 @cache   # the same moves recur at other offsets in every group and segment of a large design
 def _patterns(dims: tuple, device) -> tuple[tuple[int, tuple, tuple], ...]:
-    """`dma_patterns` at offset 0."""
+    """`dma_patterns` at offset 0. Only the outermost of a Dma's four dimensions, the repeat, may
+    have stride 0 (mlir-aie's `verifyStridesWraps`, docs/platform.md section 5): a stride-0
+    dimension further in is cut off by one Dma per index outside it; one outermost goes to the
+    repeat slot, the rest after size-1 fillers."""
     wrap = device.shim.max_bd_wrap
     dims = [d for d in dims if d[0] > 1] or [(1, 1)]
-    if len(dims) == 1 and dims[0][0] > wrap and dims[0][1] == 1:
-        return tuple(_long_run(dims[0][0], device))
-    limits = ([device.dma_repeat_max] if len(dims) == 4 else []) + [wrap] * min(len(dims), 3)
-    if len(dims) <= 4 and all(size <= limit for (size, _), limit in zip(dims, limits)):
-        padded = [(1, 0)] * (4 - len(dims)) + dims
-        return ((0, tuple(s for s, _ in padded), tuple(st for _, st in padded)),)
     (size, stride), rest = dims[0], dims[1:]
+    if any(st == 0 for _, st in rest):
+        return tuple(p for i in range(size) for p in dma_patterns(i * stride, rest, device))
+    if len(dims) == 1 and size > wrap and stride == 1:
+        return tuple(_long_run(size, device))
+    repeat = stride == 0 or len(dims) == 4
+    limits = ([device.dma_repeat_max] if repeat else []) + [wrap] * (len(dims) - repeat)
+    if len(dims) <= 4 and all(n <= limit for (n, _), limit in zip(dims, limits)):
+        padded = dims[:repeat] + [(1, 0)] * (4 - len(dims)) + dims[repeat:]
+        return ((0, tuple(s for s, _ in padded), tuple(st for _, st in padded)),)
     limit = limits[0]
     if len(dims) <= 4 and size > limit and all(s <= lim for (s, _), lim in zip(rest, limits[1:])):
         chunks = [(start, min(limit, size - start)) for start in range(0, size, limit)]

@@ -21,7 +21,15 @@ from iron.errors import (
 )
 from iron.frontend import shapes
 from iron.frontend.declarations import Constants, Memory
-from iron.frontend.handles import I32, Carry, Scalar, Tensor, _PerCall, as_scalar_node
+from iron.frontend.handles import (
+    I32,
+    Carry,
+    Scalar,
+    Tensor,
+    _PerCall,
+    as_scalar_node,
+    broadcast_view,
+)
 from iron.ir import (
     Call,
     Declaration,
@@ -35,7 +43,7 @@ from iron.ir import (
     state_of,
     storage,
 )
-from iron.kernels.base import RECORDING, Kernel
+from iron.kernels.base import RECORDING, Kernel, Role
 from iron.kernels.library import Copy
 from iron.names import attribute_path
 
@@ -50,7 +58,7 @@ class Trace:
         self.calls: list[Node] = []
         self.constants, self.declared = constants, declared
         self.captured: dict[str, Node] = {}   # name -> MEMORY node of each array used
-        self.made = {id(n) for n in roots}    # the inputs, memories and per-call values it bound, then its calls
+        self.made = set(roots)                # the inputs, memories and per-call values it bound, then its calls
 
     def call(self, kernel, args: tuple, out, dtype, attrs: dict) -> Tensor:
         """Record `kernel.step(*args, out=out, dtype=dtype, **attrs)`: its output handle, or the
@@ -63,7 +71,7 @@ class Trace:
             )
         if getattr(kernel, "constant", None) is not None and any(map(_is_constant, args)):
             kernel, args, attrs = self._constant_form(kernel, args, attrs)
-        inputs = [self.operand(kernel, i, a) for i, a in enumerate(args)]
+        inputs = _broadcast(kernel, [self.operand(kernel, i, a) for i, a in enumerate(args)])
         result = _result_dtype(kernel, inputs, dtype)
         static, dynamic = _split_attrs(kernel, attrs)
         shape = tuple(kernel.out_shape([n.shape for n in inputs], **static))
@@ -73,7 +81,7 @@ class Trace:
         call = Call(kernel, tuple(sorted(static.items())), len(inputs), dest is not None, tuple(dynamic))
         node = Node(Op.CALL, src, shape, result, call)
         self.calls.append(node)
-        self.made.add(id(node))
+        self.made.add(node)
         return Tensor(dest if dest is not None else node)
 
     def _constant_form(self, kernel, args, attrs: dict):
@@ -93,7 +101,7 @@ class Trace:
         """`node`, when this trace made it (or a view of what it bound); a handle kept from
         another trace would compute on that trace's inputs and memories."""
         root = node.src[0] if node.op == Op.VIEW else node
-        if id(root) not in self.made:
+        if root not in self.made:
             raise TracedValueError(
                 f"tensor {describe(node)} was made while tracing another body(), not {self.where}: a handle "
                 "lives only in the trace that made it. Compute it again inside this body(), or pass it as a tensor."
@@ -106,10 +114,10 @@ class Trace:
         todo, seen = list(nodes), set()
         while todo:
             node = todo.pop()
-            if id(node) in seen:
+            if node in seen:
                 continue
-            seen.add(id(node))
-            if node.op == Op.VAR and id(node) not in self.made:
+            seen.add(node)
+            if node.op == Op.VAR and node not in self.made:
                 raise TracedValueError(
                     f"per-call value '{node.arg[0]}' was made while tracing another body(), not {self.where}: a "
                     "handle lives only in the trace that made it. Use this body()'s own parameters."
@@ -139,7 +147,7 @@ class Trace:
         param = self.constants.param(array, self.declared)
         if param.name not in self.captured:
             self.captured[param.name] = Node(Op.MEMORY, (), param.shape, param.dtype, (param.kind, param.name))
-            self.made.add(id(self.captured[param.name]))
+            self.made.add(self.captured[param.name])
         return self.captured[param.name]
 
     def __enter__(self):
@@ -150,6 +158,20 @@ class Trace:
 
     def __exit__(self, *exc):
         RECORDING.trace = None
+
+
+def _broadcast(kernel, inputs: list[Node]) -> list[Node]:
+    """An elementwise kernel's inputs under numpy's broadcasting rules: each whose shape differs
+    from the shape they broadcast to is a broadcast view of itself (`Add(x, bias)`, (768, 2304)
+    and (2304,)); shapes that do not broadcast are left for `out_shape` to refuse."""
+    shapes = [n.shape for n in inputs]
+    if kernel.role is not Role.ELEMENTWISE or len(set(shapes)) < 2:
+        return inputs
+    try:
+        shape = np.broadcast_shapes(*shapes)
+    except ValueError:
+        return inputs
+    return [n if n.shape == shape else broadcast_view(n, shape) for n in inputs]
 
 
 def _result_dtype(cls, inputs: list[Node], dtype) -> np.dtype:
@@ -364,7 +386,7 @@ def _per_call_kind(name: str, ann, where: str) -> str:
 def find_declarations(root) -> list[tuple[str, Memory]]:
     """Every Memory reachable from `root`'s attributes, named by attribute path (`layers.0.wq`)."""
     found: list[tuple[str, Memory]] = []
-    seen: set[int] = set()
+    seen: set[int] = set()   # by id(): lists and dicts do not hash, a user's objects may hash by value
 
     def walk(path: str, value, depth: int):
         if id(value) in seen or depth > 8:
@@ -454,12 +476,12 @@ def read_names(calls: tuple[Node, ...], next_values: tuple[tuple[str, Node], ...
     words: a version that ignores a Scratchpad (the body of a loop whose first version reads it)
     has no word for it, and a call may give it or leave it out."""
     names: set[str] = set()
-    seen: set[int] = set()
+    seen: set[Node] = set()
     stack = [*calls, *(node for _, node in next_values)]
     while stack:
         node = stack.pop()
-        if id(node) not in seen:
-            seen.add(id(node))
+        if node not in seen:
+            seen.add(node)
             if node.op in (Op.VAR, Op.INPUT):
                 names.add(node.arg[0])
             stack.extend(node.src)
@@ -589,14 +611,14 @@ def check_hazards(calls: tuple[Node, ...], where: str):
     element (their regions overlap, or a per-call index may make them) with no edge ordering
     them; writes to disjoint regions need no order. A read is ordered after every earlier
     write it may touch."""
-    index = {id(c): i for i, c in enumerate(calls)}
+    index = {c: i for i, c in enumerate(calls)}
     before: list[set[int]] = []
     effects = [state_accesses(c) for c in calls]
     writers: dict[str, list[int]] = {}    # per state, the calls writing it (only they can touch a read)
     touching: dict[str, list[int]] = {}   # per state, the calls reading or writing it
     for i, call in enumerate(calls):
         reads, writes = effects[i]
-        preds = {index[id(s)] for s in map(storage, call.src) if id(s) in index}
+        preds = {index[s] for s in map(storage, call.src) if s in index}
         preds |= {k for r in reads for k in writers.get(state_of(r), ())
                   if any(_touches(r, w) for w in effects[k][1])}
         ancestors = set(preds)
