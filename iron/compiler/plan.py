@@ -258,16 +258,26 @@ class KernelStep:
     dtype: np.dtype
     out: np.dtype
     args: tuple            # of Ptr | Load | Imm
+    ins: tuple = ()        # each input's dtype when they differ (`Kernel.mixed`: uint8 x int8), else ()
 
     @classmethod
     def of(cls, kernel: type, dtype, args, out=None) -> KernelStep:
-        """The step calling `kernel` on `dtype` inputs giving `out` (default: its default output)."""
-        dtype = np.dtype(dtype)
-        return cls(kernel, dtype, np.dtype(kernel.out_dtype(dtype) if out is None else out), tuple(args))
+        """The step calling `kernel` on `dtype` inputs giving `out` (default: its default output);
+        `dtype` a tuple names each input's dtype (a mixed call's differ)."""
+        ins = tuple(map(np.dtype, dtype)) if isinstance(dtype, tuple) else (np.dtype(dtype),)
+        ins = ins if len(set(ins)) > 1 else ()
+        first = np.dtype(dtype[0] if isinstance(dtype, tuple) else dtype)
+        default = kernel.mixed[ins] if ins else kernel.out_dtype(first)
+        return cls(kernel, first, np.dtype(default if out is None else out), tuple(args), ins)
+
+    @property
+    def in_dtypes(self) -> tuple[np.dtype, ...]:
+        """The dtype of each input pointer."""
+        return self.ins or (self.dtype,) * self.kernel.arity
 
     @property
     def symbol(self) -> str:
-        return self.kernel.symbol(self.dtype, self.out)
+        return self.kernel.symbol(self.dtype, self.out, self.ins)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,14 @@
-"""Kernels: the `Kernel` base class users subclass, and iron's kernel library, by family:
-library.py (copies, arithmetic, matrices, RMSNorm, Softmax, Argmax, Max, conversions, Concat,
-RoPE, Dequant), elementwise.py (the Binary family with its constant forms, comparisons,
-bitwise ops, Where, activations, Axpy), reductions.py (Min, Sum) and norms.py (LayerNorm). A
-kernel describes and computes one call; where it runs is the compiler's decision.
+"""Kernels: the `Kernel` base class users subclass, and iron's kernel library, one module per
+family: library.py (copies, arithmetic, matrices, RMSNorm, Softmax, Argmax, Max, conversions,
+Concat, RoPE, Dequant), elementwise.py (the Binary family with its constant forms, comparisons,
+bitwise ops, Where, activations, Axpy), reductions.py (Min, Sum), norms.py (LayerNorm), conv.py
+(convolution and pooling) and attention.py (fused attention). A kernel describes and computes
+one call; where it runs is the compiler's decision.
 """
-from iron.kernels import elementwise, library, norms, reductions
+from iron.kernels import attention, conv, elementwise, library, norms, reductions
+from iron.kernels.attention import Attention
 from iron.kernels.base import Kernel, Role, Within
+from iron.kernels.conv import AvgPool2D, Conv2D, MaxPool2D
 from iron.kernels.elementwise import (
     GELU,
     Axpy,
@@ -59,17 +62,18 @@ from iron.kernels.library import (
 from iron.kernels.norms import LayerNorm, LayerNormAffine
 from iron.kernels.reductions import Min, Sum
 
-_FAMILIES = (*library.LIBRARY, *elementwise.KERNELS, *reductions.KERNELS, *norms.KERNELS)
-# Every library kernel, each Binary's constant form (`Mul.step(x, 3)`) after its family.
-LIBRARY = (*_FAMILIES, *(k.constant for k in _FAMILIES if isinstance(k, type) and issubclass(k, Binary)))
+_FAMILIES = (*library.LIBRARY, *elementwise.KERNELS, *reductions.KERNELS, *norms.KERNELS, *conv.CONV,
+             *attention.ATTENTION)
+# Every library kernel, by family, then each Binary's constant form (`Mul.step(x, 3)`).
+LIBRARY = (*_FAMILIES, *(k.constant for k in _FAMILIES if issubclass(k, Binary)))
 
 __all__ = [
-    "GELU",
-    "LIBRARY",
     "Accumulate",
     "Add",
     "Argmax",
     "ArgmaxBlocks",
+    "Attention",
+    "AvgPool2D",
     "Axpy",
     "Binary",
     "BitwiseAnd",
@@ -78,14 +82,17 @@ __all__ = [
     "BitwiseXor",
     "Cast",
     "Concat",
+    "Conv2D",
     "Copy",
     "Dequant",
     "Equal",
     "Exp",
+    "GELU",
     "GELUTanh",
     "Greater",
     "GreaterEqual",
     "Kernel",
+    "LIBRARY",
     "LayerNorm",
     "LayerNormAffine",
     "LeakyReLU",
@@ -95,6 +102,7 @@ __all__ = [
     "MatMulAccumulate",
     "MatVec",
     "Max",
+    "MaxPool2D",
     "Maximum",
     "Min",
     "Minimum",

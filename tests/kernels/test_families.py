@@ -98,12 +98,12 @@ def name_of(value):
 
 
 @pytest.mark.parametrize("kernel, dt", cases(BINARIES), ids=name_of)
-def test_binary_kernels_equal_numpy_bit_for_bit_and_ints_the_exact_formula(native_library, kernel, dt):
+def test_binary_kernels_equal_numpy_bit_for_bit_and_ints_the_exact_formula(library, kernel, dt):
     a, b = random_array(dt, N, 1), random_array(dt, N, 2)
     b[:5] = a[:5]   # ties: equal values, the same operand twice
     if dt in INTEGERS:
         b[5:9] = np.array([0, 1, 7, 70], dtype_of(dt))   # a zero divisor, shift counts in and past the width
-    got = run(native_library, f"{kernel.name}_{dt}", [a, b], np.zeros_like(a), N)
+    got = run(library, f"{kernel.name}_{dt}", [a, b], np.zeros_like(a), N)
     same_bits(got, kernel.reference(a, b))
     if dt in INTEGERS:
         same_bits(got, wrapped([EXACT[kernel.name](int(x), int(y)) for x, y in zip(a, b)], dt))
@@ -111,13 +111,13 @@ def test_binary_kernels_equal_numpy_bit_for_bit_and_ints_the_exact_formula(nativ
 
 @pytest.mark.parametrize("kernel, dt", cases(BINARIES), ids=name_of)
 @pytest.mark.parametrize("flip", [0, 1])
-def test_constant_forms_equal_numpy_bit_for_bit(native_library, kernel, dt, flip):
+def test_constant_forms_equal_numpy_bit_for_bit(library, kernel, dt, flip):
     x = random_array(dt, N, 3)
     constant = kernel.constant
     value, fvalue = (-3, 0.0) if dt in INTEGERS else (0, float(np.float32(-1.75)))
     if dt == "u8":
         value = 3
-    got = run(native_library, f"{constant.name}_{dt}", [x], np.zeros_like(x), N, value, fvalue, flip,
+    got = run(library, f"{constant.name}_{dt}", [x], np.zeros_like(x), N, value, fvalue, flip,
               kinds=["i32", "i32", "f32", "i32"])
     same_bits(got, constant.reference(x, value=value, fvalue=fvalue, flip=flip))
     c = np.full_like(x, value if dt in INTEGERS else fvalue)
@@ -129,11 +129,11 @@ INT32 = st.integers(-(2**31), 2**31 - 1)
 
 @settings(max_examples=150)
 @given(st.sampled_from(BINARIES), st.sampled_from(INTEGERS), st.lists(st.tuples(INT32, INT32), min_size=1, max_size=32))
-def test_integer_binary_kernels_on_any_values(native_library, kernel, dt, pairs):
+def test_integer_binary_kernels_on_any_values(library, kernel, dt, pairs):
     """Any int32 values, wrapped to the dtype first: C++, numpy and the exact formula agree."""
     a = wrapped([p[0] for p in pairs], dt)
     b = wrapped([p[1] for p in pairs], dt)
-    got = run(native_library, f"{kernel.name}_{dt}", [a, b], np.zeros_like(a), len(a))
+    got = run(library, f"{kernel.name}_{dt}", [a, b], np.zeros_like(a), len(a))
     same_bits(got, kernel.reference(a, b))
     same_bits(got, wrapped([EXACT[kernel.name](int(x), int(y)) for x, y in zip(a, b)], dt))
 
@@ -141,9 +141,9 @@ def test_integer_binary_kernels_on_any_values(native_library, kernel, dt, pairs)
 @settings(max_examples=100)
 @given(st.sampled_from(BINARIES), st.sampled_from(INTEGERS), st.lists(INT32, min_size=1, max_size=32), INT32,
        st.integers(0, 1))
-def test_integer_constant_forms_wrap_a_per_call_value_to_the_dtype(native_library, kernel, dt, values, value, flip):
+def test_integer_constant_forms_wrap_a_per_call_value_to_the_dtype(library, kernel, dt, values, value, flip):
     x = wrapped(values, dt)
-    got = run(native_library, f"{kernel.name}_constant_{dt}", [x], np.zeros_like(x), len(x), value, 0.0, flip,
+    got = run(library, f"{kernel.name}_constant_{dt}", [x], np.zeros_like(x), len(x), value, 0.0, flip,
               kinds=["i32", "i32", "f32", "i32"])
     same_bits(got, kernel.constant.reference(x, value=value, flip=flip))
     c = int(wrapped([value], dt)[0])
@@ -155,12 +155,12 @@ FLOAT32 = st.floats(width=32, allow_nan=False, allow_infinity=False, min_value=-
 
 @settings(max_examples=100)
 @given(st.sampled_from(BINARIES), st.sampled_from(FLOATS), st.lists(st.tuples(FLOAT32, FLOAT32), min_size=1, max_size=32))
-def test_float_binary_kernels_on_any_values(native_library, kernel, dt, pairs):
+def test_float_binary_kernels_on_any_values(library, kernel, dt, pairs):
     if dtype_of(dt) not in kernel.dtypes:
         return
     a = np.array([p[0] for p in pairs], np.float32).astype(dtype_of(dt))
     b = np.array([p[1] for p in pairs], np.float32).astype(dtype_of(dt))
-    got = run(native_library, f"{kernel.name}_{dt}", [a, b], np.zeros_like(a), len(a))
+    got = run(library, f"{kernel.name}_{dt}", [a, b], np.zeros_like(a), len(a))
     same_bits(got, kernel.reference(a, b))
 
 
@@ -173,10 +173,10 @@ UNARY = {
 
 
 @pytest.mark.parametrize("kernel, dt", cases(UNARY), ids=name_of)
-def test_activations_equal_numpy_bit_for_bit_and_float64_within_an_ulp(native_library, kernel, dt):
+def test_activations_equal_numpy_bit_for_bit_and_float64_within_an_ulp(library, kernel, dt):
     x = random_array(dt, N, 4)
     kinds = ["i32", "f32"] if kernel.c_attrs else ["i32"]
-    got = run(native_library, f"{kernel.name}_{dt}", [x], np.zeros_like(x), N, *([0.01] if kernel.c_attrs else []),
+    got = run(library, f"{kernel.name}_{dt}", [x], np.zeros_like(x), N, *([0.01] if kernel.c_attrs else []),
               kinds=kinds)
     same_bits(got, kernel.reference(x))
     exact = UNARY[kernel](x.astype(np.float64))
@@ -185,35 +185,35 @@ def test_activations_equal_numpy_bit_for_bit_and_float64_within_an_ulp(native_li
 
 @settings(max_examples=100)
 @given(st.sampled_from(list(UNARY)), st.sampled_from(FLOATS), st.lists(FLOAT32, min_size=1, max_size=32))
-def test_activations_on_any_values(native_library, kernel, dt, values):
+def test_activations_on_any_values(library, kernel, dt, values):
     x = np.array(values, np.float32).astype(dtype_of(dt))
-    got = run(native_library, f"{kernel.name}_{dt}", [x], np.zeros_like(x), len(x),
+    got = run(library, f"{kernel.name}_{dt}", [x], np.zeros_like(x), len(x),
               *([0.01] if kernel.c_attrs else []), kinds=["i32", "f32"][:1 + len(kernel.c_attrs)])
     same_bits(got, kernel.reference(x))
 
 
 @pytest.mark.parametrize("dt", INTEGERS)
-def test_bitwise_not(native_library, dt):
+def test_bitwise_not(library, dt):
     x = random_array(dt, N, 5)
-    got = run(native_library, f"bitwise_not_{dt}", [x], np.zeros_like(x), N)
+    got = run(library, f"bitwise_not_{dt}", [x], np.zeros_like(x), N)
     same_bits(got, BitwiseNot.reference(x))
     same_bits(got, wrapped([~int(v) for v in x], dt))
 
 
 @pytest.mark.parametrize("dt", DTYPES)
-def test_where_takes_a_where_the_condition_is_not_zero(native_library, dt):
+def test_where_takes_a_where_the_condition_is_not_zero(library, dt):
     cond = np.tile(np.array([0, 1, 0, 2], dtype_of(dt)), 17)[:N]
     a, b = random_array(dt, N, 6), random_array(dt, N, 7)
-    got = run(native_library, f"where_{dt}", [cond, a, b], np.zeros_like(a), N)
+    got = run(library, f"where_{dt}", [cond, a, b], np.zeros_like(a), N)
     same_bits(got, Where.reference(cond, a, b))
     same_bits(got, np.array([x if c != 0 else y for c, x, y in zip(cond, a, b)], dtype_of(dt)))
 
 
 @pytest.mark.parametrize("dt", DTYPES)
-def test_scale_rounds_and_saturates_integers(native_library, dt):
+def test_scale_rounds_and_saturates_integers(library, dt):
     x = random_array(dt, N, 8)
     for factor in (-1.75, 0.5, 3.0):
-        got = run(native_library, f"scale_{dt}", [x], np.zeros_like(x), N, factor, kinds=["i32", "f32"])
+        got = run(library, f"scale_{dt}", [x], np.zeros_like(x), N, factor, kinds=["i32", "f32"])
         same_bits(got, Scale.reference(x, factor=factor))
         if dt in INTEGERS:
             info = np.iinfo(dtype_of(dt))   # exact: x * factor needs at most 33 bits here; round() ties to even
@@ -222,9 +222,9 @@ def test_scale_rounds_and_saturates_integers(native_library, dt):
 
 @settings(max_examples=100)
 @given(st.sampled_from(INTEGERS), st.lists(INT32, min_size=1, max_size=32), st.floats(width=32, min_value=-1e6, max_value=1e6))
-def test_scale_of_integers_on_any_values(native_library, dt, values, factor):
+def test_scale_of_integers_on_any_values(library, dt, values, factor):
     x = wrapped(values, dt)
-    got = run(native_library, f"scale_{dt}", [x], np.zeros_like(x), len(x), factor, kinds=["i32", "f32"])
+    got = run(library, f"scale_{dt}", [x], np.zeros_like(x), len(x), factor, kinds=["i32", "f32"])
     same_bits(got, Scale.reference(x, factor=factor))
 
 
@@ -232,9 +232,9 @@ ROWS = 3
 
 
 @pytest.mark.parametrize("kernel, dt", cases([Max, Min, Sum]), ids=name_of)
-def test_row_reductions_equal_numpy_bit_for_bit(native_library, kernel, dt):
+def test_row_reductions_equal_numpy_bit_for_bit(library, kernel, dt):
     x = random_array(dt, (ROWS, N), 9)
-    got = run(native_library, f"{kernel.name}_{dt}", [x], np.zeros(ROWS, dtype_of(dt)), ROWS, N)
+    got = run(library, f"{kernel.name}_{dt}", [x], np.zeros(ROWS, dtype_of(dt)), ROWS, N)
     same_bits(got, kernel.reference(x))
     same_bits(got[1:2], kernel.reference(x[1]).reshape(1))   # a whole tensor (n,) is one row
     exact = {"max": max, "min": min, "sum": sum}[kernel.name]
@@ -245,9 +245,9 @@ def test_row_reductions_equal_numpy_bit_for_bit(native_library, kernel, dt):
 
 
 @pytest.mark.parametrize("dt, out", [("i8", "i32"), ("u8", "i32"), ("i16", "i32"), ("bf16", "f32")])
-def test_sum_into_a_wider_dtype(native_library, dt, out):
+def test_sum_into_a_wider_dtype(library, dt, out):
     x = random_array(dt, (ROWS, N), 10)
-    got = run(native_library, f"sum_{dt}_{out}", [x], np.zeros(ROWS, dtype_of(out)), ROWS, N)
+    got = run(library, f"sum_{dt}_{out}", [x], np.zeros(ROWS, dtype_of(out)), ROWS, N)
     same_bits(got, Sum.reference(x, dtype=dtype_of(out)))
     if dt in INTEGERS:
         assert got.tolist() == [sum(int(v) for v in row) for row in x]
@@ -255,19 +255,19 @@ def test_sum_into_a_wider_dtype(native_library, dt, out):
 
 @settings(max_examples=100)
 @given(st.sampled_from(FLOATS), st.lists(FLOAT32, min_size=1, max_size=48), st.sampled_from([Max, Min, Sum]))
-def test_float_row_reductions_on_any_values(native_library, dt, values, kernel):
+def test_float_row_reductions_on_any_values(library, dt, values, kernel):
     x = np.array(values, np.float32).astype(dtype_of(dt))
-    got = run(native_library, f"{kernel.name}_{dt}", [x], np.zeros(1, x.dtype), 1, len(x))
+    got = run(library, f"{kernel.name}_{dt}", [x], np.zeros(1, x.dtype), 1, len(x))
     same_bits(got, kernel.reference(x).reshape(1))
 
 
 @pytest.mark.parametrize("dt", FLOATS)
 @pytest.mark.parametrize("length", [N, 40])
-def test_layer_norm_with_and_without_weight_and_bias(native_library, dt, length):
+def test_layer_norm_with_and_without_weight_and_bias(library, dt, length):
     x, w, b = random_array(dt, (ROWS, N), 11), random_array(dt, N, 12), random_array(dt, N, 13)
-    plain = run(native_library, f"layer_norm_{dt}", [x], np.full_like(x, 9), ROWS, N, 1e-5, length,
+    plain = run(library, f"layer_norm_{dt}", [x], np.full_like(x, 9), ROWS, N, 1e-5, length,
                 kinds=["i32", "i32", "f32", "i32"])
-    affine = run(native_library, f"layer_norm_affine_{dt}", [x, w, b], np.full_like(x, 9), ROWS, N, 1e-5, length,
+    affine = run(library, f"layer_norm_affine_{dt}", [x, w, b], np.full_like(x, 9), ROWS, N, 1e-5, length,
                  kinds=["i32", "i32", "f32", "i32"])
     same_bits(plain, LayerNorm.reference(x, eps=1e-5, length=length))
     same_bits(affine, LayerNormAffine.reference(x, w, b, eps=1e-5, length=length))
@@ -281,16 +281,16 @@ def test_layer_norm_with_and_without_weight_and_bias(native_library, dt, length)
 
 
 @pytest.mark.parametrize("dt", FLOATS)
-def test_axpy(native_library, dt):
+def test_axpy(library, dt):
     x, y = random_array(dt, N, 14), random_array(dt, N, 15)
-    got = run(native_library, f"axpy_{dt}", [x, y], np.zeros_like(x), N, -0.75, kinds=["i32", "f32"])
+    got = run(library, f"axpy_{dt}", [x, y], np.zeros_like(x), N, -0.75, kinds=["i32", "f32"])
     same_bits(got, Axpy.reference(x, y, alpha=-0.75))
     np.testing.assert_allclose(got.astype(np.float64), -0.75 * x.astype(np.float64) + y.astype(np.float64),
                                rtol=2**-7 if dt == "bf16" else 1e-6, atol=1e-6)
 
 
-def test_add_of_int8_wraps_and_its_constant_form_too(native_library):
+def test_add_of_int8_wraps_and_its_constant_form_too(library):
     x = np.array([127, -128, 100], np.int8)
-    same_bits(run(native_library, "add_constant_i8", [x], np.zeros_like(x), 3, 1, 0.0, 0, kinds=["i32", "i32", "f32", "i32"]),
+    same_bits(run(library, "add_constant_i8", [x], np.zeros_like(x), 3, 1, 0.0, 0, kinds=["i32", "i32", "f32", "i32"]),
               np.array([-128, -127, 101], np.int8))
     same_bits(Add.constant.reference(x, value=1), np.array([-128, -127, 101], np.int8))

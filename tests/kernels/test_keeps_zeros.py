@@ -9,7 +9,7 @@ import pytest
 
 from iron.kernels import LIBRARY, Role
 
-ATTRS = {"factor": 2.5, "shift": 3, "scale": 7, "alpha": 0.25}   # any value: a kernel that keeps zeros keeps them for all
+ATTRS = {"factor": 2.5, "shift": 3, "scale": 7, "alpha": 0.25, "zero_point": 0}   # any value: a kernel that keeps zeros keeps them for all
 CONSTANTS = [{"value": v, "fvalue": f, "flip": flip} for v, f in ((3, 2.5), (-3, -2.5), (0, 0.0)) for flip in (0, 1)]
 
 
@@ -38,3 +38,13 @@ def test_the_kernels_that_keep_zeros():
         "Accumulate", "Add", "Axpy", "BitwiseAnd", "BitwiseAnd.constant", "BitwiseOr", "BitwiseXor", "Cast", "Copy",
         "GELU", "GELUTanh", "Greater", "LeakyReLU", "Less", "Maximum", "Minimum", "Mod", "Mod.constant", "Mul", "Mul.constant",
         "NotEqual", "ReLU", "Requantize", "Scale", "ShiftLeft", "ShiftRight", "SiLU", "Sub", "Tanh", "Where"]
+
+
+def test_requantize_keeps_zeros_only_with_zero_point_0():
+    """Its zero point is added after the shift: zeros become the zero point, which the padding
+    of a padded product must not hold."""
+    requantize = next(k for k in LIBRARY if k.__name__ == "Requantize")
+    shifted = {"shift": 3, "scale": 7}
+    with_point = requantize.reference_fn(np.dtype(np.int32), {**shifted, "zero_point": -5}, np.dtype(np.int8))
+    assert with_point(np.zeros(3, np.int32)).tolist() == [-5, -5, -5]
+    assert (requantize.keeps_zeros_in({**shifted, "zero_point": -5}), requantize.keeps_zeros_in(shifted)) == (False, True)

@@ -20,11 +20,11 @@ CC_DIR = Path(__file__).resolve().parents[2] / "iron" / "kernels" / "cc"
 
 # Every source file's symbols (a file stem -> the symbols of the kernels it defines: a kernel's own,
 # and those of kernels sharing it, `source_kernel`: add_constant_f32 in add.cc), read from their
-# declared signatures (one per input dtype, and one per further output dtype: matvec_i8_i32,
-# cast_f32_bf16).
+# declared signatures (one per input dtype, one per further output dtype: matvec_i8_i32,
+# cast_f32_bf16, and one per mixed pair of inputs: matvec_u8_i8_i32).
 SYMBOLS: dict[str, set[str]] = {}
 for k in LIBRARY:
-    SYMBOLS.setdefault(k.source_text()[0].removesuffix(".cc"), set()).update(k.symbol(d, o) for d, o in k.signatures())
+    SYMBOLS.setdefault(k.source_text()[0].removesuffix(".cc"), set()).update(k.symbols())
 ALLOWED_INCLUDES = {"<cstdint>", "<cmath>", '"iron_kernel.h"'}
 
 
