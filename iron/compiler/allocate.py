@@ -21,6 +21,7 @@ from iron.compiler.plan import (
     Tile,
     TileKind,
 )
+from iron.compiler.rules import Rule
 from iron.compiler.words import word_leads, word_rows
 from iron.errors import DoesNotFit
 from iron.ir import THROUGH, Op, Program
@@ -206,7 +207,7 @@ def does_not_fit(plan: Plan, tile: Tile, held: list[tuple[str, int]]) -> DoesNot
     where = f", where {' and '.join(calls)} run{'s' * (len(calls) == 1)}" if calls else ""
     groups = {f"{core.group}: not streamed: " for core in plan.cores if core.tile == tile}
     why = "".join(f" ({rule}: {what})" for rule, what in plan.rules
-                  if rule == "stream_elementwise" and any(map(what.startswith, groups)))
+                  if rule is Rule.STREAM_ELEMENTWISE and any(map(what.startswith, groups)))
     return DoesNotFit(
         f"{plan.name} does not fit {tile.name}{where}: its buffers take {sum(n for _, n in held)} bytes "
         f"but a {tile.kind} tile has {budget(plan, tile)}: {', '.join(items)}{why}. "

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from iron.compiler.plan import Direction, Tile, TileKind
+from iron.compiler.rules import Rule
 from iron.errors import PlacementError
 from iron.ir import Program
 
@@ -112,10 +113,10 @@ def share_shim_channels(program: Program, requests: list[ShimRequest], device, m
         capacity = shim_channels_per_tile(device)[direction] * device.n_cols
         found = _shares_of(program, wanted, capacity, direction, device, mem, depth)
         shares += found
-        rules += [("share_shim_channels", _share_text(s)) for s in found]
+        rules += [(Rule.SHARE_SHIM_CHANNELS, _share_text(s)) for s in found]
         if found:
             after = len(wanted) - sum(len(s.members) - 1 for s in found)
-            rules.append(("share_shim_channels", f"{len(wanted)} {direction.name} FIFOs now take "
+            rules.append((Rule.SHARE_SHIM_CHANNELS, f"{len(wanted)} {direction.name} FIFOs now take "
                                                  f"{after} of the {capacity} shim {direction.name} channels"))
     return shares, tuple(rules)
 
@@ -193,6 +194,6 @@ def _shim_rules(requests, chosen) -> tuple:
     by_shim: dict[str, list[str]] = {}
     for req in requests:
         by_shim.setdefault(chosen[req.fifo].name, []).append(f"{req.fifo} ({req.direction})")
-    return tuple(("shim_channels", f"{shim}: {', '.join(names)}") for shim, names in sorted(by_shim.items()))
+    return tuple((Rule.SHIM_CHANNELS, f"{shim}: {', '.join(names)}") for shim, names in sorted(by_shim.items()))
 
 

@@ -21,6 +21,7 @@ from iron.compiler.pad import pad_to_block
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
+from iron.compiler.rules import Decision
 from iron.compiler.segment import compile_segments
 from iron.compiler.shims import ShimShortfall, connect, share, shim_shortfall
 from iron.compiler.through_ddr import tile_before_state_write
@@ -125,7 +126,7 @@ def assemble(program: Program, device, groups: tuple[Group, ...], layout: Layout
     )
 
 
-def _fuse_rules(program: Program, groups: tuple[Group, ...]) -> list[tuple[str, str]]:
+def _fuse_rules(program: Program, groups: tuple[Group, ...]) -> list[Decision]:
     return [(g.closed_by, f"{g.name} closed before {call_label(program, nxt.calls[0])}")
             for g, nxt in zip(groups, groups[1:])]
 

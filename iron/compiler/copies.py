@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from iron.compiler.fuse import END, Group
+from iron.compiler.fuse import Group
 from iron.compiler.pad import large
 from iron.compiler.readers import Reader
+from iron.compiler.rules import Decision, Rule
 from iron.compiler.tiling import result_users, word_run
 from iron.ir import (
     Call,
@@ -23,9 +24,6 @@ from iron.ir import (
 )
 from iron.kernels.base import Role
 from iron.kernels.registry import copy_kernel
-
-COPY_VIEW_FOR_GRID = "copy_view_for_grid"
-CARRY_FROM_EARLIER_SEGMENT = "carry_from_earlier_segment"
 
 
 def copied(node: Node) -> Node:
@@ -56,10 +54,10 @@ def copy_view_for_grid(program: Program) -> Program:
                    inserted=(*program.inserted, *inserted))
 
 
-def copy_view_rules(program: Program) -> list[tuple[str, str]]:
+def copy_view_rules(program: Program) -> list[Decision]:
     """What `copy_view_for_grid` inserted into `program`, as rule lines."""
     inserted = set(program.inserted)
-    return [(COPY_VIEW_FOR_GRID, f"{call_label(program, copy)} copies {describe(copy.src[0])} for "
+    return [(Rule.COPY_VIEW_FOR_GRID, f"{call_label(program, copy)} copies {describe(copy.src[0])} for "
              f"{call_label(program, call)}, which tiles over the array reading whole host tensors")
             for call in program.calls for copy in call.src if copy in inserted]
 
@@ -90,8 +88,8 @@ def carry_from_earlier_segment(last: Program, groups: tuple[Group, ...], cut: li
     copies = {n: copied(n) for n in cut}
     carry = tuple((k, Node(Op.ELEM, (copies[v.src[0]],), v.shape, v.dtype)
                    if v.op == Op.ELEM and v.src[0] in copies else v) for k, v in last.carry)
-    before = [replace(g, closed_by=CARRY_FROM_EARLIER_SEGMENT) for g in groups[-1:]]   # none: the Emit's own segment
-    added = Group(name, tuple(copies.values()), END)
+    before = [replace(g, closed_by=Rule.CARRY_FROM_EARLIER_SEGMENT) for g in groups[-1:]]   # none: the Emit's own segment
+    added = Group(name, tuple(copies.values()), None)
     program = replace(last, calls=(*last.calls, *copies.values()), carry=carry,
                       inserted=(*last.inserted, *copies.values()))
     return program, (*groups[:-1], *before, added)

@@ -170,7 +170,7 @@ def _words(words) -> list[str]:
 
 def _groups(plan: Plan) -> list[str]:
     closed = plan.closed_by
-    return [f"{name}: {', '.join(calls)}" + (f" (closed by {closed[name]})" if name in closed else "")
+    return [f"{name}: {', '.join(calls)}" + (f" (closed by {closed[name] or 'end of body'})" if name in closed else "")
             for name, calls in plan.groups]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aie_utils.devices import COMPUTE_TILE
+from iron.compiler.rules import Rule
 from iron.compiler.tiling import streamable
 from iron.ir import Node, Op, Program, external_inputs, is_gather, nbytes, storage, tensor_inputs
 from iron.kernels.base import Role
@@ -14,16 +15,16 @@ from iron.kernels.base import Role
 MAX_INPUTS = 4
 SIZE_LIMIT = COMPUTE_TILE.data_memory_bytes // 2
 STREAM_OBJECT_BYTES = 16 * 1024   # a streamed matrix holds at most this much in L1 at a time
-END = "end of body"
 
 
 @dataclass(frozen=True)
 class Group:
-    """Kernel calls run by one core invocation; `closed_by` is the rule that closed it."""
+    """Kernel calls run by one core invocation; `closed_by` is the rule that closed it, None when
+    the body's end did."""
 
     name: str
     calls: tuple[Node, ...]
-    closed_by: str
+    closed_by: Rule | None
 
 
 def fuse(program: Program) -> tuple[Group, ...]:
@@ -31,13 +32,13 @@ def fuse(program: Program) -> tuple[Group, ...]:
     groups: list[Group] = []
     open_calls: list[Node] = []
     for call in live_calls(program):
-        rule = next((r for r in RULES if open_calls and r(open_calls, call)), None)
+        rule = next((rule for rule, stops in RULES if open_calls and stops(open_calls, call)), None)
         if rule is not None:
-            groups.append(Group(f"g{len(groups)}", tuple(open_calls), rule.__name__))
+            groups.append(Group(f"g{len(groups)}", tuple(open_calls), rule))
             open_calls = []
         open_calls.append(call)
     if open_calls:
-        groups.append(Group(f"g{len(groups)}", tuple(open_calls), END))
+        groups.append(Group(f"g{len(groups)}", tuple(open_calls), None))
     return tuple(groups)
 
 
@@ -157,13 +158,13 @@ def unrelated_starts_group(group: list[Node], call: Node) -> bool:
     return not any(n in made for n in tensor_inputs(call))
 
 
-RULES = (
-    dequant_before_matvec,
-    matrix_op_starts_group,
-    reduction_ends_group,
-    state_write_ends_group,
-    gather_starts_group,
-    input_limit,
-    size_limit,
-    unrelated_starts_group,
+RULES = (   # tried in order: the first saying stop closes the group, which records it
+    (Rule.DEQUANT_BEFORE_MATVEC, dequant_before_matvec),
+    (Rule.MATRIX_OP_STARTS_GROUP, matrix_op_starts_group),
+    (Rule.REDUCTION_ENDS_GROUP, reduction_ends_group),
+    (Rule.STATE_WRITE_ENDS_GROUP, state_write_ends_group),
+    (Rule.GATHER_STARTS_GROUP, gather_starts_group),
+    (Rule.INPUT_LIMIT, input_limit),
+    (Rule.SIZE_LIMIT, size_limit),
+    (Rule.UNRELATED_STARTS_GROUP, unrelated_starts_group),
 )

@@ -17,6 +17,7 @@ from iron.compiler.objects import I32, Context, Part, pack
 from iron.compiler.place import Layout, Site
 from iron.compiler.plan import Buffer, Core, Emit, Fifo, Function, Link, Plan, WordDef
 from iron.compiler.route import Routes
+from iron.compiler.rules import Decision
 from iron.compiler.sequence import group_moves, with_state_waits
 from iron.compiler.words import WordTable
 from iron.ir import Program, call_label, describe
@@ -41,7 +42,7 @@ class Lowered:
     carry: tuple
     holds: dict
     waiting_inputs: frozenset[str]
-    rules: tuple[tuple[str, str], ...] = ()
+    rules: tuple[Decision, ...] = ()
 
 
 def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan | None = None,

@@ -15,6 +15,7 @@ from iron.compiler.place import Layout, Site
 from iron.compiler.plan import Buffer, Imm, KernelStep, Output, Ptr, WordKind, WordRef
 from iron.compiler.readers import Reader
 from iron.compiler.route import Relay, Routes
+from iron.compiler.rules import Rule
 from iron.compiler.words import Access, WordTable, base_name, placement_access, view_access
 from iron.errors import PlacementError
 from iron.ir import (
@@ -358,7 +359,7 @@ def gather(ctx: Context, part: Part, view: Node) -> list[KernelStep]:
         steps.append(copy_step(view.dtype, len(run), at, Ptr(name, done * itemsize)))
         done += len(run)
     part.homes[view] = (name, 0)
-    ctx.rules.append(("gather_strided_view", f"{part.prefix} copies {describe(view)} into {name} in {len(runs)} runs"))
+    ctx.rules.append((Rule.GATHER_STRIDED_VIEW, f"{part.prefix} copies {describe(view)} into {name} in {len(runs)} runs"))
     return steps
 
 

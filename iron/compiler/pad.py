@@ -19,6 +19,7 @@ from itertools import product
 
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
 from iron.compiler.readers import Reader
+from iron.compiler.rules import Decision, Rule
 from iron.compiler.tiling import (
     MAX_FLOW_INPUTS,
     TILED_BYTES,
@@ -46,14 +47,6 @@ from iron.ir import (
 )
 from iron.kernels.base import Role
 
-PAD_WRITTEN_BY_PRODUCER = "pad_written_by_producer"
-PAD_THROUGH_ZEROS = "pad_through_zeros"
-PAD_SHARED_INPUT = "pad_shared_input"
-PAD_PASSED_ON = "pad_passed_on"
-PAD_UPSTREAM_ROWS = "pad_upstream_rows"
-PAD_SHARED_STREAM = "pad_shared_stream"
-PAD_ROW_REGION = "pad_row_region"
-PAD_TILE_REGION = "pad_tile_region"
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
@@ -69,8 +62,8 @@ class Padding:
     before the plan's own lines, `pad_passed_on`'s, `pad_through_zeros`', `pad_shared_stream`'s,
     `pad_row_region`'s and `pad_tile_region`'s after them."""
     shapes: dict[Node, tuple[int, ...]]
-    shared: tuple[tuple[str, str], ...] = ()
-    passed: tuple[tuple[str, str], ...] = ()
+    shared: tuple[Decision, ...] = ()
+    passed: tuple[Decision, ...] = ()
 
 
 def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Padding:
@@ -92,7 +85,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Padding
         padded |= pad_through(group, padded, free, group_of, device) or \
             pad_matrix(group, free, group_of, device, agreed) or \
             pad_stream(group, free, group_of, device) or pad_rows(group, free, device)
-    return Padding(padded, tuple((PAD_SHARED_INPUT, s.text(program)) for s in shared),
+    return Padding(padded, tuple((Rule.PAD_SHARED_INPUT, s.text(program)) for s in shared),
                    (*passed_rules(program, groups, padded, group_of),
                     *zeros_rules(program, groups, padded, readers, group_of),
                     *region_rules(program, groups, padded, readers, group_of)))
@@ -329,7 +322,7 @@ def zeros_made(padded: dict, groups: tuple[Group, ...]) -> dict[Node, str]:
     product's layout or their inputs padded: `pad_through_zeros`), a row reduction's over its
     rows padded (`pad_upstream_rows`)."""
     written = written_by_producer(padded, groups)
-    rules = {Role.ELEMENTWISE: PAD_THROUGH_ZEROS, Role.ROW_REDUCTION: PAD_UPSTREAM_ROWS}
+    rules = {Role.ELEMENTWISE: Rule.PAD_THROUGH_ZEROS, Role.ROW_REDUCTION: Rule.PAD_UPSTREAM_ROWS}
     return {g.calls[-1]: rules[g.calls[0].arg.kernel.role] for g in groups
             if g.calls[-1] in padded and g.calls[-1] not in written and g.calls[0].arg.kernel.role in rules}
 
@@ -419,7 +412,7 @@ def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, d
     refused = next((s for s in shared_layouts(program, groups, device, readers, group_of) if s.why and call in s.calls),
                    None)
     if refused:
-        return f"{call_label(program, call)} is not padded: {PAD_SHARED_INPUT}: {refused.text(program)}"
+        return f"{call_label(program, call)} is not padded: {Rule.PAD_SHARED_INPUT}: {refused.text(program)}"
     why = matrix_unpadded(call, readers, group_of)
     if not why and keeps_n(call, readers) and best_sides(call, device, {2: call.shape[-1]}) is None:
         row, whole = next((u, why) for u in readers[call] if (why := width_unshared(u, readers)))
@@ -988,7 +981,7 @@ def family_unpadded(program: Program, groups: tuple[Group, ...], group: Group) -
     for g in family:
         labels = ", ".join(call_label(program, c) for c in g.calls)
         if not streamable(g.calls):
-            return (f"{labels} reads an input of {group.name} too and does not stream, and {PAD_SHARED_STREAM} pads "
+            return (f"{labels} reads an input of {group.name} too and does not stream, and {Rule.PAD_SHARED_STREAM} pads "
                     "an input for every group reading it or for none")
         if why := stream_unpadded(g.calls, readers, every):
             return f"{labels} is not padded: {why}"
@@ -1054,7 +1047,7 @@ def _flow_score(calls, device, padded, width: int = 1) -> tuple[float, int] | No
 
 
 def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict, readers: dict,
-                group_of: dict) -> list[tuple[str, str]]:
+                group_of: dict) -> list[Decision]:
     """`pad_through_zeros` as describe() shows it, once for the design: each elementwise group
     over a padded layout whose result a MatMul reads padded, its padding zeros its kernels kept
     (and those of the elementwise calls that passed the layout on to it, `upstream`)."""
@@ -1070,13 +1063,13 @@ def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict, reade
                          for u in users)
         made = (*(c for g in upstream(external_inputs(group.calls), group_of)[1] for c in g.calls), *group.calls)
         labels = ", ".join(call_label(program, c) for c in sorted(made, key=order.get))
-        lines.append((PAD_THROUGH_ZEROS, f"{group.name}: {labels} keeps zeros, so the padding of "
+        lines.append((Rule.PAD_THROUGH_ZEROS, f"{group.name}: {labels} keeps zeros, so the padding of "
                       f"{describe(last)} as it lies padded to {padded[last]} is zeros, computed from zeros: "
                       f"{sums}"))
     return lines
 
 
-def passed_rules(program: Program, groups: tuple[Group, ...], padded: dict, group_of: dict) -> list[tuple[str, str]]:
+def passed_rules(program: Program, groups: tuple[Group, ...], padded: dict, group_of: dict) -> list[Decision]:
     """`pad_passed_on` as describe() shows it, once for the design: each elementwise group that
     streams over the result of elementwise calls which streamed over a padded product's layout
     (`pad_through_elementwise`), so it lies in that layout too, and the products it is theirs."""
@@ -1091,7 +1084,7 @@ def passed_rules(program: Program, groups: tuple[Group, ...], padded: dict, grou
         makers = ", ".join(call_label(program, c) for n in passed for c in group_of[n].calls)
         products = upstream(external_inputs(calls), group_of)[0]
         joined_text = " (pad_joined: they lie alike)" * (len(products) > 1)
-        lines.append((PAD_PASSED_ON, f"{group.name}: {labels} streams over {', '.join(map(describe, passed))} as "
+        lines.append((Rule.PAD_PASSED_ON, f"{group.name}: {labels} streams over {', '.join(map(describe, passed))} as "
                       f"{makers} left it, padded to {padded[passed[0]]} in the layout of "
                       f"{', '.join(call_label(program, p) for p in products)}{joined_text}: the padded layout "
                       "passes on from elementwise calls to the next, each element of the padding computed from "
@@ -1100,7 +1093,7 @@ def passed_rules(program: Program, groups: tuple[Group, ...], padded: dict, grou
 
 
 def region_rules(program: Program, groups: tuple[Group, ...], padded: dict, readers: dict,
-                 group_of: dict) -> list[tuple[str, str]]:
+                 group_of: dict) -> list[Decision]:
     """`pad_shared_stream`, `pad_row_region` and `pad_tile_region` as describe() shows them, once
     for the design: each input several streamed groups read lying padded once for them, each row
     reduction reading a padded vector's user's region only (`reads_region`), and each group that
@@ -1110,18 +1103,18 @@ def region_rules(program: Program, groups: tuple[Group, ...], padded: dict, read
         users = [u for u in readers.get(node, []) if isinstance(u, Node)]
         if node.op != Op.CALL and len(set(users)) > 1 and all(u.arg.kernel.role is Role.ELEMENTWISE for u in users):
             labels = ", ".join(call_label(program, u) for u in users)
-            lines.append((PAD_SHARED_STREAM, f"{describe(node)} lies padded once to {shape} for {labels}, each group "
+            lines.append((Rule.PAD_SHARED_STREAM, f"{describe(node)} lies padded once to {shape} for {labels}, each group "
                           "streaming over it padded alike"))
         rowed = [u for u in users if u.arg.kernel.role is Role.ROW_REDUCTION and reads_region(u, node)]
         for u in rowed:
-            lines.append((PAD_ROW_REGION, f"{call_label(program, u)} reads {describe(node)} where it lies padded "
+            lines.append((Rule.PAD_ROW_REGION, f"{call_label(program, u)} reads {describe(node)} where it lies padded "
                           f"to {shape}, its user's region only: the first {node.size} elements, the kernel told "
                           f"length={u.arg.attr_dict.get('length') or node.size}, so the padding is never reduced"))
         small = [u for u in dict.fromkeys(users) if node.op == Op.CALL and u.arg.kernel.role not in PLAIN
                  and u not in rowed and fits_tile(group_of[u], node)]
         for g in dict.fromkeys(group_of[u] for u in small):
             labels = ", ".join(call_label(program, u) for u in small if u in g.calls)
-            lines.append((PAD_TILE_REGION, f"{g.name}: {labels} read {describe(node)} where it lies padded to {shape}, "
+            lines.append((Rule.PAD_TILE_REGION, f"{g.name}: {labels} read {describe(node)} where it lies padded to {shape}, "
                           f"its user's region only: the group fits a tile, so a DMA moves the first {node.shape[-1]} "
                           "elements of each padded row and its kernels never see the padding"))
     return lines

@@ -25,8 +25,6 @@ from iron.compiler.fuse import (
 )
 from iron.compiler.pad import (
     K_QUANTUM,
-    PAD_UPSTREAM_ROWS,
-    PAD_WRITTEN_BY_PRODUCER,
     ROW_QUANTUM,
     best_sides,
     grid_sides,
@@ -43,6 +41,7 @@ from iron.compiler.pad import (
 )
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.readers import Reader
+from iron.compiler.rules import Decision, Rule
 from iron.compiler.tiling import (
     MAX_BLOCK,
     Flow,
@@ -127,7 +126,7 @@ class Layout:
 
     sites: tuple[Site, ...]
     emit: Tile | None
-    rules: tuple[tuple[str, str], ...]
+    rules: tuple[Decision, ...]
     users: dict[Node, tuple[str | Reader, ...]]
 
     def site(self, group: str) -> Site:
@@ -169,15 +168,15 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
             sites.append(Site(group, grid.tiles, grid=grid))
             rules += grid_padding_rule(program, group, grid, readers, device, written, zeros)
             rules += written_padding_rule(program, group, (grid.call,), padded, written)
-            rules.append(("tile_matmul_over_array", f"{group.name}: {grid.text()}"))
+            rules.append((Rule.TILE_MATMUL_OVER_ARRAY, f"{group.name}: {grid.text()}"))
             if grid.expand is not None:
                 rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m, grid.k))
             continue
         on_device = read_on_device(group, outside)
         if on_device:
-            rules.append(("tile_matmul_over_array", f"{group.name}: {on_device}"))
-        rule, flow = next(((rule.__name__, flow) for rule in (stream_elementwise, stream_row_blocks, stream_joined)
-                           if (flow := rule(group, outside, free, (spare, shim_in), channels, device, padded))
+            rules.append((Rule.TILE_MATMUL_OVER_ARRAY, f"{group.name}: {on_device}"))
+        rule, flow = next(((rule, flow) for rule, streams in STREAMS
+                           if (flow := streams(group, outside, free, (spare, shim_in), channels, device, padded))
                            is not None), (None, None))
         if flow is not None:
             free = [t for t in free if t not in flow.tiles]
@@ -188,23 +187,23 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
             continue
         check_whole_words(program, group.calls, device, readers)
         if why := not_streamed(program, group, outside, device):
-            rules.append(("stream_elementwise", f"{group.name}: not streamed: {why}"))
+            rules.append((Rule.STREAM_ELEMENTWISE, f"{group.name}: not streamed: {why}"))
         crowded = unsplit_beside_producer(groups, number, outside, sites, device)
         parts, why = (1, "") if crowded else split_parts(group, outside, spare, channels, free[0])
         tiles, free = tuple(free[:parts]), free[parts:]
         stream = share_streamed_matrix(groups, group, parts, sites) or stream_large_matrix(
             group, tiles, parts, channels, device)
         sites.append(Site(group, tiles, stream))
-        rules.append(("snake_order", f"{group.name} on {', '.join(t.name for t in tiles)}"))
+        rules.append((Rule.SNAKE_ORDER, f"{group.name} on {', '.join(t.name for t in tiles)}"))
         rules += written_padding_rule(program, group, group.calls, padded, written)
         rules += _stream_rules(group, stream)
         if crowded:
-            rules.append(("unsplit_beside_producer", f"{group.name}: {crowded}"))
+            rules.append((Rule.UNSPLIT_BESIDE_PRODUCER, f"{group.name}: {crowded}"))
         if why:
-            rules.append(("split_matrix_over_tiles", f"{group.name}: on {parts} tile{'s' * (parts > 1)}, not more: {why}"))
+            rules.append((Rule.SPLIT_MATRIX_OVER_TILES, f"{group.name}: on {parts} tile{'s' * (parts > 1)}, not more: {why}"))
     emit = free[0] if with_emit else None
     if emit is not None:
-        rules.append(("snake_order", f"emit on {emit.name}"))
+        rules.append((Rule.SNAKE_ORDER, f"emit on {emit.name}"))
     return Layout(tuple(sites), emit, tuple(rules), outside)
 
 
@@ -233,30 +232,30 @@ def _too_many_tiles(program: Program, device, needed: int, have: int):
     )
 
 
-def _stream_rules(group: Group, stream: Stream | None) -> list[tuple[str, str]]:
+def _stream_rules(group: Group, stream: Stream | None) -> list[Decision]:
     if stream is None:
         return []
     m = stream.matrix
     what = f"{group.name}: {describe(m)} {m.shape} {m.dtype.name} ({nbytes(m)} bytes)"
     if stream.owner is not None:
-        return [("share_streamed_matrix", f"{what} read from {stream.fifo}, the blocks {stream.owner} streams, "
+        return [(Rule.SHARE_STREAMED_MATRIX, f"{what} read from {stream.fifo}, the blocks {stream.owner} streams, "
                                           f"broadcast by {stream.mem.name}")]
-    rules = [("stream_large_matrix",
+    rules = [(Rule.STREAM_LARGE_MATRIX,
               f"{what} streamed as {stream.blocks} blocks of {stream.rows} rows per part via {stream.mem.name}")]
     if stream.expand is not None:
         rules.append(expansion_rule(group, stream.expand, m, stream.rows))
     if stream.parts > 1:
-        rules.append(("split_matrix_over_tiles", f"{what} split by rows over {stream.parts} tiles"))
+        rules.append((Rule.SPLIT_MATRIX_OVER_TILES, f"{what} split by rows over {stream.parts} tiles"))
     return rules
 
 
-def expansion_rule(group: Group, expand: Node, blocks: Node, rows: int, cols: int | None = None) -> tuple[str, str]:
+def expansion_rule(group: Group, expand: Node, blocks: Node, rows: int, cols: int | None = None) -> Decision:
     """`dequant_before_matvec`'s decision as `describe()` shows it: what moves and what each
     tile expands, in bytes; `cols`: the columns of a k-block (`expansion_k_blocks`), else whole rows."""
     big_k = expand.shape[1]
     cols = cols or big_k
     of = f" of {cols} columns" * (cols != big_k)
-    return ("dequant_before_matvec",
+    return (Rule.DEQUANT_BEFORE_MATVEC,
             f"{group.name}: {describe(blocks)} moves as stored, {nbytes(blocks)} bytes; each block of {rows} rows{of} "
             f"({rows * row_bytes(blocks) * cols // big_k} bytes) is expanded on its tile by {expand.arg.kernel.__name__} to "
             f"{rows} x {cols} {expand.dtype.name} ({rows * row_bytes(expand) * cols // big_k} bytes) just before "
@@ -405,6 +404,9 @@ def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int
     return replace(flow, mems=tuple(channels.take(col, 1 + len(flow.rows), len(flow.rows) + 1) for col in flow.cols))
 
 
+STREAMS = ((Rule.STREAM_ELEMENTWISE, stream_elementwise), (Rule.STREAM_ROW_BLOCKS, stream_row_blocks),
+           (Rule.STREAM_JOINED, stream_joined))   # tried in order
+
 def _choose_flow(calls, free: list[Tile], spare: int, device, shim_in: int, padded: dict, width: int = 1,
                  returned: tuple[Node, ...] = ()):
     """`choose_flow` on the free columns over the length the streamed tensors lie in (padded by
@@ -452,7 +454,7 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
 
 
 def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict, device,
-                      written: frozenset[Node] = frozenset(), zeros: dict | None = None) -> list[tuple[str, str]]:
+                      written: frozenset[Node] = frozenset(), zeros: dict | None = None) -> list[Decision]:
     """`pad_to_block`'s decision for a grid as describe() shows it: the sides it padded, or, for
     a grid short of the free cores whose padded sides would be better, why it may not pad them
     (`written`: the operands whose producer writes them padded, not a padded grid; `zeros`: those
@@ -463,23 +465,23 @@ def grid_padding_rule(program: Program, group: Group, grid: Grid, readers: dict,
         sides = best_sides(call, device) if why else None
         if sides is None:
             return []
-        return [("pad_to_block", f"{group.name}: {call_label(program, call)} is not padded, though padded to "
+        return [(Rule.PAD_TO_BLOCK, f"{group.name}: {call_label(program, call)} is not padded, though padded to "
                                  f"(M, K, N) = {sides} it would take a better grid: {why}")]
     names = ("M", "K") if grid.vector else ("M", "K", "N")
     sides = ", ".join(f"{name} {side} -> {to}" for name, side, to in zip(names, call_sides(call), grid.padded)
                       if side != to)
     k_padded = call_sides(call)[1] != grid.padded[1]
     computed = "".join(f" ({operand}'s computed from zeros: {(zeros or {}).get(n, rule)})"
-                       for operand, rule, n in (("A", "pad_through_matmul", call.src[0]),
-                                                ("B", "pad_through_matmul_b", call.src[1]))
+                       for operand, rule, n in (("A", Rule.PAD_THROUGH_MATMUL, call.src[0]),
+                                                ("B", Rule.PAD_THROUGH_MATMUL_B, call.src[1]))
                        if is_cut_value(n) and n not in written)
     result = f"the state {state_of(destination(call))} it writes whole" if call.arg.writes else "the result"
     if grid.padded[::2] == call_sides(call)[::2]:   # `pad_k_only`
-        return [("pad_to_block", f"{group.name}: {call_label(program, call)} padded with zeros ({sides}) over "
+        return [(Rule.PAD_TO_BLOCK, f"{group.name}: {call_label(program, call)} padded with zeros ({sides}) over "
                                  f"{len(grid.tiles)} tiles: A and B lie so in DDR, the host writes the user's region; "
                                  f"K's padding is zeros in both operands{computed}; {result} keeps its own shape "
                                  "(pad_k_only: M and N unpadded, so whoever reads it reads no padding)")]
-    return [("pad_to_block", f"{group.name}: {call_label(program, call)} padded with zeros ({sides}) over "
+    return [(Rule.PAD_TO_BLOCK, f"{group.name}: {call_label(program, call)} padded with zeros ({sides}) over "
                              f"{len(grid.tiles)} tiles: A, B and {result} lie so in DDR, the host writes and reads "
                              "the user's region" + "; K's padding is zeros in both operands" * k_padded
                              + computed * k_padded
@@ -512,7 +514,7 @@ def word_rows_text(call: Node, grid: Grid, device) -> str:
 
 
 def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict,
-                      zeros: dict | None = None) -> list[tuple[str, str]]:
+                      zeros: dict | None = None) -> list[Decision]:
     """`pad_to_block`'s decision for a stream as describe() shows it, when it padded the length
     (a row reduction's: the number of rows, and a padded MatMul result's width it reads,
     `pad_through_row_width`, or its rows a padded MatMul reads as A, `pad_upstream_rows`;
@@ -521,7 +523,7 @@ def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict,
     if flow.padded is None:
         return []
     call, rows = flow.calls[-1], flow.inputs[0].size // flow.width
-    if (zeros or {}).get(call) == PAD_UPSTREAM_ROWS:
+    if (zeros or {}).get(call) is Rule.PAD_UPSTREAM_ROWS:
         what = upstream_rows_text(call, flow, padded)
     elif flow.width > 1 and flow.width != flow.inputs[0].shape[1]:
         what = row_width_text(call, flow)
@@ -554,11 +556,11 @@ def flow_padding_rule(program: Program, group: Group, flow: Flow, padded: dict,
     else:
         what = (f"over {call.size} elements streams padded with zeros to {flow.size} elements (the inputs and the "
                 f"result lie so in DDR, the host writes and reads the first {call.size})")
-    return [("pad_to_block", f"{group.name}: {call_label(program, call)} {what} over {len(flow.tiles)} tiles")]
+    return [(Rule.PAD_TO_BLOCK, f"{group.name}: {call_label(program, call)} {what} over {len(flow.tiles)} tiles")]
 
 
 def written_padding_rule(program: Program, group: Group, calls, padded: dict,
-                         written: frozenset[Node]) -> list[tuple[str, str]]:
+                         written: frozenset[Node]) -> list[Decision]:
     """`pad_written_by_producer` as describe() shows it: where a group writes a result lying
     padded for a later padded call, and where a padded grid or stream reads a tensor another
     call writes (another group's result, or a state) in its user's region only."""
@@ -573,7 +575,7 @@ def written_padding_rule(program: Program, group: Group, calls, padded: dict,
     lines += [f"{group.name}: {describe(n)} lies padded to {shape} for {', '.join(call_label(program, c) for c in calls)}: "
               f"{writers[bool(state_of(n))]} in its user's region only, so its padding stays the zeros the buffer is "
               "made with" for n, shape in read]
-    return [(PAD_WRITTEN_BY_PRODUCER, line) for line in lines]
+    return [(Rule.PAD_WRITTEN_BY_PRODUCER, line) for line in lines]
 
 
 def upstream_rows_text(call, flow: Flow, padded: dict) -> str:

@@ -12,6 +12,8 @@ from typing import Any, Union
 
 import numpy as np
 
+from iron.compiler.rules import Decision, Rule
+
 
 class Term(Enum):
     """A Plan enum; a member reads as its value in messages ("shim", "mm2s")."""
@@ -127,7 +129,7 @@ class Placement:
     shown: str | None = None   # what texts call it, when not `name`: what a segment's output stands for
     padded: tuple[int, ...] | None = None
     producer_writes: bool = False   # padded for its reader, its producer writes the user's region only
-    zeros_rule: str | None = None   # padded, made over a padded layout: the rule its padding's zeros are computed by
+    zeros_rule: Rule | None = None  # padded, made over a padded layout: the rule its padding's zeros are computed by
     word_rows: bool = False         # padded by `pad_rows_to_words`: its rows' padding holds nothing anyone reads
     lead: int = 0                   # elements of padding before the user's region (`pad_lead_to_words`)
 
@@ -442,12 +444,17 @@ class Plan:
     carry: tuple[tuple[str, Union[WordRef, Output]], ...] = ()  # carried name -> a word of this call
                                                                 # or the output holding an element
     groups: tuple[tuple[str, tuple[str, ...]], ...] = ()   # group name -> kernel calls fused in it (for describe())
-    rules: tuple[tuple[str, str], ...] = ()                # (rule name, what it decided), for describe()
+    rules: tuple[Decision, ...] = ()                # (rule, what it decided), for describe()
     holds: dict[str, str] = field(default_factory=dict, compare=False)      # FIFO or Buffer -> what it holds
-    closed_by: dict[str, str] = field(default_factory=dict, compare=False)  # group -> the rule that closed it
+    closed_by: dict[str, Rule | None] = field(default_factory=dict, compare=False)  # group -> the rule closing it, None: the body's end
     segments: tuple[Plan, ...] = ()   # a design bigger than the array: its configurations, run in order
                                       # (iron/compiler/segment.py); this Plan holds their host side
     cuts: tuple[Cut, ...] = ()        # between consecutive segments
+
+    def __post_init__(self):
+        stray = [rule for rule, _ in self.rules if not isinstance(rule, Rule)]
+        if stray:   # a rule named by a string: every rule is a member of iron.compiler.rules.Rule
+            raise TypeError(f"plan.rules names {stray!r}: name each rule by its Rule member")
 
     @property
     def configurations(self) -> tuple[Plan, ...]:

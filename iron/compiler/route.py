@@ -12,6 +12,7 @@ from iron.compiler.allocate import shares_memory
 from iron.compiler.place import Layout, Site, forwardable
 from iron.compiler.plan import FifoRole, Tile, TileKind
 from iron.compiler.readers import Reader
+from iron.compiler.rules import Decision, Rule
 from iron.errors import PlacementError
 from iron.ir import Node, Program, describe, is_host_tensor, state_of, tensor_inputs
 
@@ -51,7 +52,7 @@ class Routes:
     fifos: tuple[Route, ...]
     forwards: dict[str, dict[Node, tuple[str, ...]]]
     relays: tuple[Relay, ...] = ()
-    rules: tuple[tuple[str, str], ...] = ()
+    rules: tuple[Decision, ...] = ()
 
     def has(self, name: str) -> bool:
         return any(r.name == name for r in self.fifos)
@@ -73,7 +74,7 @@ def route(program: Program, layout: Layout) -> Routes:
     if layout.emit is not None:
         fifos += [Route("emit_in", FifoRole.EMIT_IN, "emit", HOST, (layout.emit,)),
                   Route("feedback", FifoRole.FEEDBACK, "emit", layout.emit, (HOST,))]
-    rules = tuple(("forward_shared_input", f"{g} forwards {describe(node)} to {', '.join(readers)}")
+    rules = tuple((Rule.FORWARD_SHARED_INPUT, f"{g} forwards {describe(node)} to {', '.join(readers)}")
                   for g, nodes in forwards.items() for node, readers in nodes.items())
     return Routes(tuple(fifos), forwards, rules=rules)
 
@@ -360,7 +361,7 @@ def choose_relays(program: Program, cores: list[CoreInputs], device) -> tuple[li
             _cannot_fit(program, core, limit)
         state.take(relay, core)
         relays.append(relay)
-        rules.append(("fit_compute_channels", _relay_text(relay, core, limit)))
+        rules.append((Rule.FIT_COMPUTE_CHANNELS, _relay_text(relay, core, limit)))
     return relays, tuple(rules)
 
 

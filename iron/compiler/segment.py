@@ -17,18 +17,17 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from iron.compiler.allocate import host_buffers, host_placements
-from iron.compiler.copies import CARRY_FROM_EARLIER_SEGMENT, carry_from_earlier_segment
+from iron.compiler.copies import carry_from_earlier_segment
 from iron.compiler.fuse import Group
 from iron.compiler.invariants import check_plan
 from iron.compiler.pad import design_unpadded, written_by_producer, zeros_made
 from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
+from iron.compiler.rules import Decision, Rule
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
 from iron.errors import DoesNotFit
 from iron.ir import Node, Op, Program, call_label, nbytes
 
-FEWEST_BYTES_CUT = "fewest_bytes_cut"
-EMIT_OWN_SEGMENT = "emit_own_segment"
 CUT_WINDOW = 4   # a segment may end anywhere in the last 1/CUT_WINDOW of the groups that fit
 
 
@@ -145,10 +144,10 @@ def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, c
     return kept(Segment(start, start + 1 if stop is None else stop))   # None: the error, as the passes raise it
 
 
-def _cut_rule(flow: Flow, segment: Segment, cut: Cut, device) -> tuple[str, str]:
+def _cut_rule(flow: Flow, segment: Segment, cut: Cut, device) -> Decision:
     if not segment.emit_cut:
-        return FEWEST_BYTES_CUT, _cut_text(cut)
-    return EMIT_OWN_SEGMENT, (f"{flow.groups[segment.start].name} fits {device.name} only without the Emit, "
+        return Rule.FEWEST_BYTES_CUT, _cut_text(cut)
+    return Rule.EMIT_OWN_SEGMENT, (f"{flow.groups[segment.start].name} fits {device.name} only without the Emit, "
                               f"which runs after it in a segment of its own; {_cut_text(cut)}")
 
 
@@ -366,14 +365,14 @@ class Flow:
         return list(dict.fromkeys(v.src[0] for _, v in self.program.carry
                                   if v.op == Op.ELEM and v.src[0] not in mine))
 
-    def carry_rules(self, segment: Segment) -> list[tuple[str, str]]:
+    def carry_rules(self, segment: Segment) -> list[Decision]:
         """What `carry_from_earlier_segment` inserted into the last segment `segment`, as rule lines."""
         last, _ = self.segment_program(segment)
         copies = last.inserted[len(self.program.inserted):]
         lines = []
         for copy, made in zip(copies, self.carried_from_earlier(segment)):
             names = ", ".join(name for name, v in self.program.carry if v.op == Op.ELEM and v.src[0] is made)
-            lines.append((CARRY_FROM_EARLIER_SEGMENT,
+            lines.append((Rule.CARRY_FROM_EARLIER_SEGMENT,
                           f"{call_label(last, copy)} copies {names}, the element {call_label(self.program, made)} "
                           f"computes before the last segment, from its DDR buffer {self.cut_name(made)} into "
                           f"the last segment, where the next carried values are taken"))

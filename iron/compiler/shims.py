@@ -18,6 +18,7 @@ from iron.compiler.lower import DEPTH, Lowered
 from iron.compiler.objects import I32
 from iron.compiler.plan import Direction, Fifo, FifoRole, Link, Tile, TileKind, Wait
 from iron.compiler.route import HOST, Routes
+from iron.compiler.rules import Decision, Rule
 from iron.compiler.sequence import Move, finish_sequence
 from iron.ir import Program
 
@@ -37,17 +38,16 @@ def share(program: Program, lowered: Lowered, device) -> Lowered:
     return replace(lowered, rules=lowered.rules + rules + tuple(_emit_in_rules(shares)))
 
 
-EMIT_IN_SHARES = "emit_in_shares"
 
 
-def _emit_in_rules(shares: list[SharedChannel]) -> list[tuple[str, str]]:
+def _emit_in_rules(shares: list[SharedChannel]) -> list[Decision]:
     """The rule `emit_in_shares`: the Emit's `emit_in` (this call's words, known before the call
     starts, so never waiting) may share a shim channel like a group's input. When a grid's
     inputs take every shim MM2S channel of a column, this keeps the design one configuration,
     where cutting the Emit into a segment of its own would reconfigure the array every call
     (100 us or more on npu2, 20 ms on npu1: docs/platform.md section 10) for a few words that
     ride a mem-tile split instead."""
-    return [(EMIT_IN_SHARES, f"emit_in shares {s.name} with {', '.join(m for m in s.members if m != 'emit_in')} "
+    return [(Rule.EMIT_IN_SHARES, f"emit_in shares {s.name} with {', '.join(m for m in s.members if m != 'emit_in')} "
                              "rather than the Emit being cut into a segment of its own")
             for s in shares if "emit_in" in s.members]
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from iron.compiler.fuse import live_calls, role
+from iron.compiler.rules import Decision, Rule
 from iron.compiler.tiling import vector_tiles
 from iron.ir import THROUGH, Declaration, Node, Op, Program, call_label, is_host_tensor
 from iron.kernels.base import Role
 
-TILE_BEFORE_STATE_WRITE = "tile_before_state_write"
 
-
-def tile_before_state_write(program: Program) -> tuple[Program, tuple[tuple[str, str], ...]]:
+def tile_before_state_write(program: Program) -> tuple[Program, tuple[Decision, ...]]:
     """`program` with each MatVec the rule takes writing its own DDR buffer, its readers reading
     that buffer (`program` itself when it takes none), and the rule's describe() lines."""
     taken = [c for c in live_calls(program) if _takes(program, c)]
@@ -43,7 +42,7 @@ def tile_before_state_write(program: Program) -> tuple[Program, tuple[tuple[str,
     rewritten = replace(program, calls=tuple(rebuilt(c) for c in program.calls),
                         declarations=program.declarations + declared,
                         memories=program.memories + tuple(buffers.values()))
-    return rewritten, tuple((TILE_BEFORE_STATE_WRITE, _text(program, c)) for c in taken)
+    return rewritten, tuple((Rule.TILE_BEFORE_STATE_WRITE, _text(program, c)) for c in taken)
 
 
 def _text(program: Program, call: Node) -> str:

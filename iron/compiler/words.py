@@ -12,11 +12,9 @@ import numpy as np
 
 from iron import dtypes
 from iron.compiler.plan import Const, Operand, WordDef, WordKind, WordRef
+from iron.compiler.rules import Decision, Rule
 from iron.errors import PlacementError
 from iron.ir import Node, Op, Program, describe, frame
-
-PAD_ROWS_TO_WORDS = "pad_rows_to_words"
-PAD_LEAD_TO_WORDS = "pad_lead_to_words"
 
 
 class WordTable:
@@ -186,17 +184,17 @@ def viewed_only(program: Program) -> dict[Node, list[Node]]:
     return {base: seen for base, seen in views.items() if base not in whole}
 
 
-def layout_rules(placements) -> list[tuple[str, str]]:
+def layout_rules(placements) -> list[Decision]:
     """`pad_rows_to_words` and `pad_lead_to_words` as describe() shows them: each tensor they laid out."""
     lines = []
     for p in placements:
         kind, shape, dtype, size = p.kind.value, p.shape, dtypes.name(p.dtype), p.dtype.itemsize
         if p.word_rows:
-            lines.append((PAD_ROWS_TO_WORDS, f"{kind} '{p.name}' {shape} {dtype} lies in {p.padded}: each row of "
+            lines.append((Rule.PAD_ROWS_TO_WORDS, f"{kind} '{p.name}' {shape} {dtype} lies in {p.padded}: each row of "
                           f"{shape[-1] * size} bytes padded to {p.padded[-1] * size}, whole 32-bit words, so its "
                           f"views move at the padded stride; the host writes and reads its {shape}"))
         if p.lead:
-            lines.append((PAD_LEAD_TO_WORDS, f"{kind} '{p.name}' {shape} {dtype} lies after {p.lead * size} bytes "
+            lines.append((Rule.PAD_LEAD_TO_WORDS, f"{kind} '{p.name}' {shape} {dtype} lies after {p.lead * size} bytes "
                           f"of padding, so every view of it starts on a word; the host writes its {shape} there"))
     return lines
 

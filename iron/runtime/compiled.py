@@ -6,6 +6,7 @@ refused before anything runs), the inputs written, a launch, the outputs and car
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,14 +37,26 @@ class Versions:
     compiled: dict[tuple, CompiledGraph] = field(default_factory=dict)  # (program, device, feeds)
     states: dict[str, Any] = field(default_factory=dict)        # device name -> its DeviceStates
     xrt_owners: dict[str, Any] = field(default_factory=dict)    # device name -> the design holding the states BO
+    # held around every call, read and write of the graph's device memory and every step of its
+    # loops: one call's inputs, launch and outputs are never another thread's
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+_MAKING = threading.Lock()   # two threads compiling one graph make one Versions, one version, one session
 
 
 def versions(graph) -> Versions:
     """The runtime's record of `graph`, kept in its GraphState and dropped by copies and pickles."""
     state = graph._iron
-    if state.runtime is None:
-        state.runtime = Versions()
+    with _MAKING:
+        if state.runtime is None:
+            state.runtime = Versions()
     return state.runtime
+
+
+def graph_name(graph) -> str:
+    """A graph as a message names it: its class (or function) and which instance."""
+    return f"{graph._where.removesuffix('.body')} graph at {id(graph):#x}"
 
 
 def update_versions(graph, name: str, array: np.ndarray):
@@ -71,15 +84,22 @@ def compile_graph(graph, specs, named_specs, *, device=None, feeds=None) -> "Com
     device = _device(device)
     if feeds is not None and not isinstance(feeds, CompiledGraph):
         raise LoopError(f"compile(feeds=...) takes the CompiledGraph this version starts, not {type(feeds).__name__}.")
-    program = graph.trace(*specs, **named_specs)
-    key = (id(program), device.name, id(feeds) if feeds is not None else None)
-    cache = versions(graph).compiled
-    if key not in cache:
-        plan = compile_program(program, device, feeds=feeds.plan if feeds is not None else None)
-        cache[key] = CompiledGraph(graph, program, plan, feeds)
-        if debug.enabled():
-            debug.say(f"compiled {plan.name} for {device.name}:\n{cache[key].describe()}")
-    return cache[key]
+    if feeds is not None and feeds.graph is not graph:
+        raise LoopError(
+            f"compile(feeds=...) of {graph_name(graph)} was given a version of {graph_name(feeds.graph)}: a first "
+            "version writes its own graph's states, so it feeds only a body of the same graph. Compile the body "
+            "from this graph: body = g.compile(...), first = g.compile(..., feeds=body)."
+        )
+    runtime = versions(graph)
+    with runtime.lock:
+        program = graph.trace(*specs, **named_specs)
+        key = (id(program), device.name, id(feeds) if feeds is not None else None)
+        if key not in runtime.compiled:
+            plan = compile_program(program, device, feeds=feeds.plan if feeds is not None else None)
+            runtime.compiled[key] = CompiledGraph(graph, program, plan, feeds)
+            if debug.enabled():
+                debug.say(f"compiled {plan.name} for {device.name}:\n{runtime.compiled[key].describe()}")
+        return runtime.compiled[key]
 
 
 def compile_for_call(graph, tensors, values) -> "CompiledGraph":
@@ -169,23 +189,27 @@ class CompiledGraph:
     # ---- device memory ------------------------------------------------------------------------
     @property
     def session(self):
-        if self._session is None:
-            from iron.runtime.session import open_session
+        with self.versions.lock:
+            if self._session is None:
+                from iron.runtime.session import open_session
 
-            self._session = open_session(self)
-        return self._session
+                self._session = open_session(self)
+            return self._session
 
     def read(self, state) -> np.ndarray:
         """A copy of `state` as the device holds it (shared by every version of this graph), after
         the runs in flight of any CarriedLoop of the graph complete."""
         p = self.plan.placement(state_name(self.graph, state))
-        return self.session.read(p).copy()
+        with self.versions.lock:
+            return self.session.read(p).copy()
 
     def write(self, state, value):
         """Set `state` on the device, after the runs in flight of any CarriedLoop of the graph
         complete (none lands after the write)."""
         p = self.plan.placement(state_name(self.graph, state))
-        self.session.write(p, checked_state_value(p.name, np.zeros(p.shape, p.dtype), value))
+        value = checked_state_value(p.name, np.zeros(p.shape, p.dtype), value)
+        with self.versions.lock:
+            self.session.write(p, value)
 
     def update(self, memory, value):
         """`graph.update(memory, value)`: a weight's or param's new values (same shape and dtype), in
@@ -195,8 +219,9 @@ class CompiledGraph:
     def _load(self, name: str, array: np.ndarray):
         """Write a weight's or param's checked new values (Graph.update) into this version's device memory."""
         placement = next((p for p in self.plan.placements if p.name == name), None)
-        if placement is not None and self._session is not None:
-            self._session.write(placement, array)
+        with self.versions.lock:
+            if placement is not None and self._session is not None:
+                self._session.write(placement, array)
 
     # ---- calls ---------------------------------------------------------------------------------
     def bind(self, tensors, values) -> tuple[list, np.ndarray]:
@@ -231,12 +256,13 @@ class CompiledGraph:
             write_trace(timeline.since(mark), trace)
             return result
         inputs, words = self.bind(tensors, values)
-        session = self.session
-        for placement, a in inputs:
-            session.write(placement, a)
-        session.call(words)
-        outputs = [session.read(p).copy() for p in self._outputs]
-        nxt = {name: self._carried(source, words) for name, source in self.plan.carry}
+        with self.versions.lock:   # this call's inputs, launch and outputs: no other thread's between them
+            session = self.session
+            for placement, a in inputs:
+                session.write(placement, a)
+            session.call(words)
+            outputs = [session.read(p).copy() for p in self._outputs]
+            nxt = {name: self._carried(source, words) for name, source in self.plan.carry}
         return shape_result(self.program.returns, outputs, nxt)
 
     def timed(self):

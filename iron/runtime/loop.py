@@ -17,10 +17,12 @@ from iron.compiler.plan import WordKind
 from iron.errors import IndexOutOfRange, LoopError, PlanError, TraceError
 from iron.frontend.handles import Carry
 from iron.ir import describe
-from iron.runtime.compiled import CompiledGraph
+from iron.runtime.compiled import CompiledGraph, graph_name
 from iron.runtime.timeline import Estimate, estimate, writable
 from iron.runtime.timeline import write as write_trace
 from iron.runtime.words import WordProgram
+
+MAX_DEPTH = 64   # runs a ring holds; each keeps its own scratchpad (README "Device loops")
 
 
 class CarriedLoop:
@@ -28,14 +30,18 @@ class CarriedLoop:
     yields the index of each of n more body steps as it completes (counting on from the last
     `steps`); `run(n, *tensors, **values)` is start then steps(n). `transitions` (first and every
     body step run since start) and `carry` (the carried values after the last) wait out the runs in
-    flight before they answer."""
+    flight before they answer. Every method holds the graph's lock (`Versions.lock`), so another
+    thread's call, read or write of the graph, or of the loop, lands between two steps."""
 
     def __init__(self, first: CompiledGraph, body: CompiledGraph, depth: int = 2):
         check_loop(first, body, depth)
         self.first, self.body, self.depth = first, body, depth
+        self._lock = body.versions.lock
         self._ring: list | None = None        # body's held runs; transition t > 0 runs ring[t % depth]
         self._head = None                      # first's held run, whose Emit writes ring[1 % depth]
-        self._in_flight: deque = deque()       # (transition, session, run), oldest first
+        self._sessions = ()                    # the sessions (and their resets) the ring was made on
+        self._queued: deque = deque()          # (transition, session, run, words) not started yet
+        self._in_flight: deque = deque()       # (transition, session, run) started, oldest first
         self._launched = self._completed = 0   # transitions since start: first is transition 0
         self._done: deque = deque()            # body steps completed and not yet yielded
         self._epoch = 0                        # which start/steps the live iterator belongs to
@@ -43,19 +49,26 @@ class CarriedLoop:
         self._completions: list[float] = []    # at each completion since start
         self._end = 0                          # transitions the current start or steps asks for
         self._stopped: str | None = None       # why the loop stopped (a failed or flagged run)
+        self._error: BaseException | None = None   # a flagged step's error, raised after the steps before it
+        self._last: Carry | None = None        # the carry when the loop stopped
         self._words = WordProgram(body.plan.words)
         self._flag = len(body.plan.words)      # where the Emit feeding body counts indices out of range
 
     @property
     def transitions(self) -> int:
         """How many runs completed since start: first, then each body step."""
-        self.settle()
-        return self._completed
+        with self._lock:
+            self.settle()
+            return self._completed
 
     @property
     def carry(self) -> Carry | None:
         """The carried values after the last run completed (None before start)."""
-        self.settle()
+        with self._lock:
+            self.settle()
+            return self._last if self._stopped is not None else self._carry_now()
+
+    def _carry_now(self) -> Carry | None:
         if not self._completed:
             return None
         signed = self.body.session.words_of(self._ring[self._completed % self.depth]).view("int32")
@@ -95,82 +108,124 @@ class CarriedLoop:
     def start(self, *tensors, **values) -> CarriedLoop:
         """Run first with these tensors and values (checked before anything runs); returns the loop."""
         inputs, words = self.first.bind(tensors, values)
-        self._leave()
-        first = self.first.session
-        for placement, a in inputs:
-            first.write(placement, a)
-        if self._ring is None:
-            self._ring = self.body.session.make_ring(self.depth)
-            self._head = self._ring[0] if self.first is self.body else first.feeding_run(self.body.session, self._ring[1 % self.depth])
-        self._launched = self._completed = 0
-        self._completions.clear()
-        self._end, self._stopped = 1, None
-        self._launch(first, self._head, words)
-        return self
+        with self._lock:
+            self._leave()
+            first = self.first.session
+            for placement, a in inputs:
+                first.write(placement, a)
+            sessions = (first, first.resets, self.body.session, self.body.session.resets)
+            if self._sessions != sessions:   # a session reset (a failed run) holds new runs
+                self._ring = self.body.session.make_ring(self.depth)
+                self._head = self._ring[0] if self.first is self.body else first.feeding_run(
+                    self.body.session, self._ring[1 % self.depth])
+                self._sessions = sessions
+            self._launched = self._completed = 0
+            self._completions.clear()
+            self._end, self._stopped, self._last = 1, None, None
+            self._launch(first, self._head, words)
+            return self
 
     def steps(self, n: int):
         """Run n more body steps from the device's last carry; yields each one's index as it
         completes. Leaving the iterator early waits out the runs it has in flight."""
         check_steps("steps", n)
-        if self._ring is None:
-            raise LoopError("CarriedLoop.steps(n) continues a started loop: call loop.start(...) (or loop.run(...)) first.")
-        if self._stopped is not None:
-            raise LoopError(f"CarriedLoop.steps(n) cannot continue a loop that stopped ({self._stopped}): "
-                            "call loop.start(...) again.")
-        self._leave()
-        return self._iterate(self._launched + n, self._epoch)
+        with self._lock:
+            if self._ring is None:
+                raise LoopError("CarriedLoop.steps(n) continues a started loop: call loop.start(...) (or loop.run(...)) first.")
+            if self._stopped is not None:
+                raise LoopError(f"CarriedLoop.steps(n) cannot continue a loop that stopped ({self._stopped}): "
+                                "call loop.start(...) again.")
+            self._leave()
+            epoch = self._epoch
+            self._end = self._launched + n
+            self._check_flag(self._launched - 1)   # the last run's Emit wrote the words the next starts from
+        return self._iterate(epoch)
 
-    def _iterate(self, end: int, epoch: int):
-        self._end = end
-        self._check_flag(self._launched - 1)   # the last run's Emit wrote the words the next starts from
+    def _iterate(self, epoch: int):
         try:
-            while self._epoch == epoch:
-                if self._done:   # while the host handles it, depth - 1 runs are in flight (depth 1: lockstep)
-                    yield self._done.popleft()
-                    continue
-                while self._launched < end and len(self._in_flight) < self.depth:
-                    self._launch(self.body.session, self._ring[self._launched % self.depth])
-                if not self._in_flight:
+            while True:
+                with self._lock:   # never held across a yield: other threads run between steps
+                    step = self._next(epoch)
+                if step is None:
                     return
-                self._wait_oldest()
+                yield step
         finally:
-            if self._epoch == epoch:
-                self._end = self._launched   # left early: a step never launched is not asked for
-                self.settle()
+            with self._lock:
+                if self._epoch == epoch:
+                    self._end = self._launched   # left early: a step never launched is not asked for
+                    self.settle()
+
+    def _next(self, epoch: int) -> int | None:
+        """The next completed step of the iterator of `epoch` (None when it has ended), launching
+        steps as the ring allows; a flagged step's error once the steps before it are yielded."""
+        while self._epoch == epoch:
+            if self._done:   # while the host handles it, depth - 1 runs are in flight (depth 1: lockstep)
+                return self._done.popleft()
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            if self._stopped is not None:
+                return None
+            while self._launched < self._end and len(self._queued) + len(self._in_flight) < self.depth:
+                self._launch(self.body.session, self._ring[self._launched % self.depth])
+            if not self._in_flight:
+                return None
+            self._wait_oldest()
+        return None
 
     def settle(self):
         """Wait out the runs in flight (a host call, read or write of the graph does this first)."""
-        while self._in_flight:
-            self._wait_oldest()
+        with self._lock:
+            while self._in_flight:
+                self._wait_oldest()
 
     def _leave(self):
         """End what the last start or steps left running: its runs complete, its iterator stops."""
         self.settle()
         self._epoch += 1
         self._done.clear()
+        self._error = None
 
     def _launch(self, session, run, words=None):
-        session.start(run, words=words)
-        if not self._in_flight:
-            self._register(True)
-        self._in_flight.append((self._launched, session, run))
+        """Launch transition `_launched`: started at once while fewer than the device's runs in
+        flight per hardware context are, else queued until an earlier one completes."""
+        self._queued.append((self._launched, session, run, words))
         self._launched += 1
+        self._submit()
+
+    def _submit(self):
+        while self._queued and len(self._in_flight) < self.body.device.max_in_flight:
+            t, session, run, words = self._queued[0]
+            try:
+                session.start(run, words=words)
+            except BaseException as error:
+                self._fail(t, error)
+                raise
+            self._queued.popleft()
+            if not self._in_flight:
+                self._register(True)
+            self._in_flight.append((t, session, run))
 
     def _wait_oldest(self):
         t, session, run = self._in_flight.popleft()
-        if not self._in_flight:
-            self._register(False)
         try:
             session.wait(run)
-        except Exception as error:
-            self._stop(f"step {t - 1} failed: {type(error).__name__}" if t else f"first failed: {type(error).__name__}")
+        except BaseException as error:   # Ctrl-C too: the loop stops exactly, and it propagates as itself
+            self._fail(t, error)
             raise
+        if not self._in_flight:
+            self._register(False)
         self._completed += 1
         if self._timeline is not None:
             self._completions.append(self._timeline.host)
         if t:
             self._done.append(t - 1)
-        self._check_flag(t)
+        try:
+            self._check_flag(t)
+        except (IndexOutOfRange, PlanError) as error:   # raised after the steps completed before it
+            self._error = error
+            return
+        self._submit()   # a queued run starts only once the flag of the run before it is clear
 
     def _check_flag(self, t: int):
         """Raise IndexOutOfRange if run t's Emit flagged an index of body step t (the next run),
@@ -193,10 +248,19 @@ class CarriedLoop:
             )
         raise IndexOutOfRange.in_loop(t, drained, *wrong)
 
+    def _fail(self, t: int, error: BaseException):
+        """Run t failed or was interrupted: stop the loop, and give the sessions a fresh device
+        (the next start makes a new ring on it)."""
+        self._stop(f"step {t - 1} failed: {type(error).__name__}" if t else f"first failed: {type(error).__name__}")
+        for session in {id(s): s for s in (self.first.session, self.body.session)}.values():
+            session.reset()
+
     def _stop(self, why: str):
         """Stop the loop: the runs in flight complete (they cannot be called back) but are not
-        counted, and steps() refuses until the next start."""
+        counted, those queued never start, and steps() refuses until the next start."""
+        self._last = self._carry_now()   # before a drained run's Emit can write the scratchpad it is read from
         self._stopped = why
+        self._queued.clear()
         while self._in_flight:
             _, session, run = self._in_flight.popleft()
             try:
@@ -204,13 +268,11 @@ class CarriedLoop:
             except Exception:   # the first failure is the one the loop raises
                 pass
         self._register(False)
-        self._epoch += 1
-        self._done.clear()
 
     def _register(self, in_flight: bool):
         """Be (or stop being) one of the loops the graph's host calls wait out."""
-        for states in {id(s): s for s in (self.first.session.device_states, self.body.session.device_states)}.values():
-            (states.loops.add if in_flight else states.loops.discard)(self)
+        states = self.body.session.device_states
+        (states.loops.add if in_flight else states.loops.discard)(self)
 
 
 def _written(iterator, timeline, mark: int, path):
@@ -241,12 +303,17 @@ def check_loop(first, body, depth):
     for role, c in (("first", first), ("body", body)):
         if not isinstance(c, CompiledGraph):
             raise LoopError(f"CarriedLoop's {role} must be a CompiledGraph (graph.compile(...)), not {type(c).__name__}.")
-    limit = body.device.max_in_flight   # commands in flight per hardware context (docs/platform.md section 9)
-    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= limit:
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
         raise LoopError(
-            f"CarriedLoop depth={depth!r}: depth is how many runs are kept in flight, an int from 1 to {limit}: "
-            f"{body.device.name}'s driver holds at most {limit} runs in flight per hardware context, so a deeper "
-            "ring would only wait."
+            f"CarriedLoop depth={depth!r}: depth is how many runs the ring holds, an int from 1 to {MAX_DEPTH} "
+            f"(each holds its own scratchpad); {body.device.name}'s driver keeps {body.device.max_in_flight} of them "
+            "in flight per hardware context and the loop queues the rest."
+        )
+    if first.graph is not body.graph:
+        raise LoopError(
+            f"CarriedLoop's first is compiled from {graph_name(first.graph)} and its body from "
+            f"{graph_name(body.graph)}, two graphs with states of their own: first would write one's and body the "
+            "other's. Compile both from one graph: body = g.compile(...), first = g.compile(..., feeds=body)."
         )
     name = body.plan.name
     if not body.plan.full_elf:

@@ -82,21 +82,34 @@ class EmulatorSession:
     """A design loaded on the emulator (iron.runtime.emulator)."""
 
     def __init__(self, compiled):
-        from iron.runtime.emulator import load
-
-        plan = compiled.plan
-        self.plan = plan
-        self.full_elf = plan.full_elf
-        self.emulator = load(plan, kernels=os.environ.get("IRON_EMULATOR_KERNELS", "numpy"))
+        self.compiled = compiled
+        self.plan = compiled.plan
+        self.full_elf = self.plan.full_elf
         self.device_states = shared_states(compiled)
         self.states = self.device_states.words
+        self.resets = 0   # how many times a failed or interrupted run gave it a fresh device
+        self._load(timed=traced())
+
+    def _load(self, timed: bool):
+        """The design loaded on a fresh emulated device, its weights and params written; the
+        states stay where they are (host memory, as DDR)."""
+        from iron.runtime.emulator import load
+
+        plan = self.plan
+        self.emulator = load(plan, kernels=os.environ.get("IRON_EMULATOR_KERNELS", "numpy"))
         self.buffers = {b.name: self.emulator.buffer(b.name) for b in plan.host_buffers}
         self.buffers[plan.host_buffer(HostRole.STATES).name] = self.states
         self._views: dict = {}
-        _write_constants(self, compiled)
+        _write_constants(self, self.compiled)
         self._held = None
-        if traced():
+        if timed:
             self.timed()
+
+    def reset(self):
+        """After a run failed or was interrupted mid-launch: load the design again, as a new
+        hardware context would, so the next call runs (runs held before belong to the old one)."""
+        self.resets += 1
+        self._load(timed=self.emulator.timeline is not None)
 
     def timed(self):
         """Run on the cost model's clock from now on (iron/runtime/timeline.py); the Timeline."""
@@ -132,6 +145,13 @@ class EmulatorSession:
 
     def call(self, words: np.ndarray):
         self.device_states.settle()
+        try:
+            self._call(words)
+        except BaseException:   # a kernel that raised, or Ctrl-C: it propagates, the next call runs
+            self.reset()
+            raise
+
+    def _call(self, words: np.ndarray):
         run = self._run()
         target = self.words_of(run) if self.full_elf else self.buffers[self.plan.host_buffer(HostRole.WORDS).name]
         target[: len(words)] = words.view(np.uint32)
@@ -196,8 +216,20 @@ class XrtSession:
     is one XrtDesign per segment, sharing the first one's host buffers, run in order per call."""
 
     def __init__(self, compiled):
+        self.compiled = compiled
+        self.resets = 0   # how many times a failed or interrupted run gave it a new hardware context
+        self._open()
+
+    def reset(self):
+        """After a run failed (a DeviceTimeout leaves the context unusable) or was interrupted:
+        open the design on a new hardware context, sharing the states BO as before."""
+        self.resets += 1
+        self._open()
+
+    def _open(self):
         from iron.runtime.xrt import HostBuffer, XrtDesign
 
+        compiled = self.compiled
         plan = self.plan = compiled.plan
         self.full_elf = plan.full_elf
         artifacts = compiled.build()
@@ -232,6 +264,13 @@ class XrtSession:
 
     def call(self, words: np.ndarray):
         self.device_states.settle()
+        try:
+            self._call(words)
+        except BaseException:   # a timeout or Ctrl-C: it propagates, the next call runs on a new context
+            self.reset()
+            raise
+
+    def _call(self, words: np.ndarray):
         if self._held is None:
             self._held = [design.make_run() for design in self.designs]
         if self.full_elf:

@@ -21,6 +21,7 @@ import numpy as np
 
 import aie_utils
 import iron
+from iron.compiler.rules import Rule
 from iron.errors import DoesNotFit
 from iron.kernels import Add, Concat, Copy
 
@@ -61,7 +62,7 @@ class JoinedByRows(iron.Graph):
 
 
 def stream_rule(compiled) -> str:
-    return next(what for rule, what in compiled.plan.rules if rule == "stream_elementwise")
+    return next(what for rule, what in compiled.plan.rules if rule is Rule.STREAM_ELEMENTWISE)
 
 
 def main(argv=None) -> int:

@@ -21,6 +21,7 @@ import numpy as np
 
 import aie_utils
 import iron
+from iron.compiler.rules import Rule
 from iron.errors import DoesNotFit
 from iron.kernels import Add, Exp, MatMul, MatVec, ReLU, Softmax
 
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
 
     a, b = (rng.standard_normal((SIZE, SIZE)).astype(np.float32) for _ in range(2))
     product = Product(b).compile(a=a)
-    print(*(f"{rule}: {what}" for rule, what in product.plan.rules if rule == "tile_matmul_over_array"), sep="\n")
+    print(*(f"{rule}: {what}" for rule, what in product.plan.rules if rule is Rule.TILE_MATMUL_OVER_ARRAY), sep="\n")
     matches = np.allclose(product(a), a @ b, rtol=RTOL, atol=ATOL)
     print(f"Product {SIZE}^3 float32 ({args.device}): {'matches' if matches else 'DIFFERS from'} numpy")
     ok &= matches

@@ -12,6 +12,7 @@ import iron
 from aie_utils import from_name
 from iron import Carried
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
+from iron.compiler.rules import Rule
 from iron.errors import DoesNotFit
 from iron.kernels import Accumulate, Add, Concat, Copy, Exp, Mul, ReLU
 from tests.compiler.test_mlir import op_names
@@ -42,7 +43,7 @@ class ReluOfFlat(iron.Graph):
 def test_elementwise_over_an_offset_slice_streams_from_its_first_word(device, line):
     x = np.random.default_rng(1).standard_normal(65537).astype(np.float32)
     body = ExpOfTail().compile(x=x, device=from_name(device))
-    assert rule(body.plan, "stream_elementwise") == [line]
+    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [line]
     np.testing.assert_allclose(body(x=x), ExpOfTail().reference(x=x), **F32)
 
 
@@ -51,7 +52,7 @@ def test_elementwise_over_an_offset_slice_streams_from_its_first_word(device, li
 def test_elementwise_over_a_reshape_streams(device, cores):
     x = np.random.default_rng(2).standard_normal((509, 576)).astype(np.float32)
     body = ReluOfFlat().compile(x=x, device=from_name(device))
-    assert rule(body.plan, "stream_elementwise") == [
+    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [
         f"g0: ReLU over 293184 elements streamed in blocks of 3054 over {cores} blocks per core; "
         "x.reshape(293184,) streamed as one run of words from element 0 of x (stream_contiguous_views)"]
     np.testing.assert_array_equal(body(x=x), ReluOfFlat().reference(x=x))
@@ -89,7 +90,7 @@ def test_accumulating_into_a_state_larger_than_a_tile_streams_back_into_it(devic
     xs = [rng.standard_normal(20000).astype(np.float32) for _ in range(3)]
     graph = AccumulateLarge()
     body = graph.compile(x=xs[0], device=from_name(device))
-    assert rule(body.plan, "stream_elementwise") == [STATE_LINES[device]]
+    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [STATE_LINES[device]]
     for x in xs:
         body(x=x)
         graph.reference(x=x)
@@ -103,7 +104,7 @@ def test_accumulating_into_a_large_state_runs_as_a_carried_loop_at_depth_two():
     loop = iron.CarriedLoop(body, body, depth=2)
     assert list(loop.run(5, step=0)) == list(range(5))
     assert dict(loop.carry) == {"step": 6} and loop.transitions == 6   # the first call and 5 more
-    assert rule(body.plan, "stream_elementwise") == [   # the Emit's words take a shim channel: 7 columns at most
+    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [   # the Emit's words take a shim channel: 7 columns at most
         "g0: Accumulate over 20000 elements streamed in blocks of 2000 over 10 tiles (2 rows x 5 columns of cores), "
         "1 blocks per core; into acc (stream_into_state: each block back where it was read)"]
     np.testing.assert_allclose(body.read("acc"), 6 * x, **F32)
@@ -133,7 +134,7 @@ def test_a_stream_writes_a_run_of_a_state_and_leaves_the_rest(device, graph, n, 
     xs = [rng.integers(-50, 50, n).astype(dtype) for _ in range(2)]
     design, reference = graph(), graph()
     body = design.compile(x=xs[0], device=from_name(device))
-    [line] = rule(body.plan, "stream_elementwise")
+    [line] = rule(body.plan, Rule.STREAM_ELEMENTWISE)
     assert line.endswith(f"; into {into} (stream_into_state: each block back where it was read)")
     name = "acc" if graph is AccumulateIntoRun else "rows"
     for x in xs:
@@ -154,7 +155,7 @@ def test_a_result_returned_and_read_again_in_its_group_streams_both_results(devi
     rng = np.random.default_rng(5)
     x, y = (rng.standard_normal(20000).astype(np.float32) for _ in range(2))
     body = SumAndExp().compile(x=x, y=y, device=from_name(device))
-    assert rule(body.plan, "stream_elementwise") == [
+    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [
         f"g0: Add, Exp over 20000 elements streamed in blocks of 1250 over {cores} blocks per core; "
         "Add(x, y) joined for the host too (stream_every_result)"]
     for got, want in zip(body(x=x, y=y), SumAndExp().reference(x=x, y=y)):
@@ -184,7 +185,7 @@ def test_a_concat_end_to_end_larger_than_a_tile_is_copied_piece_by_piece(x_shape
     rng = np.random.default_rng(7)
     x, y = (rng.integers(-99, 99, shape).astype(dtype) for shape in (x_shape, y_shape))
     body = Joined().compile(x=x, y=y, device=from_name(device))
-    assert rule(body.plan, "stream_joined") == [JOINS[x_shape, y_shape, dtype, device]]
+    assert rule(body.plan, Rule.STREAM_JOINED) == [JOINS[x_shape, y_shape, dtype, device]]
     np.testing.assert_array_equal(body(x=x, y=y), Joined().reference(x=x, y=y))
 
 

@@ -17,11 +17,10 @@ from aie_utils import from_name
 from iron.compiler.describe import ddr_traffic
 from iron.compiler.fuse import (
     RULES,
-    dequant_before_matvec,
     fuse,
     held_bytes,
-    matrix_op_starts_group,
 )
+from iron.compiler.rules import Rule
 from iron.compiler.tiling import ONE_ROW_K
 from iron.ir import call_label
 from iron.kernels import Dequant, MatVec
@@ -41,9 +40,10 @@ def grouping(program):
 
 def test_the_expansion_starts_a_group_the_matvec_and_its_epilogue_join():
     program = Layer(random_blocks(np.random.default_rng(0), 32, 64, Q8_0), Q8_0).trace(x=((64,), F32))
-    assert grouping(program) == [("g0", ["RMSNorm#0"], "dequant_before_matvec"),
-                                 ("g1", ["Dequant#1", "MatVec#2", "SiLU#3"], "end of body")]
-    assert RULES.index(dequant_before_matvec) < RULES.index(matrix_op_starts_group)
+    assert grouping(program) == [("g0", ["RMSNorm#0"], Rule.DEQUANT_BEFORE_MATVEC),
+                                 ("g1", ["Dequant#1", "MatVec#2", "SiLU#3"], None)]
+    order = [rule for rule, _ in RULES]
+    assert order.index(Rule.DEQUANT_BEFORE_MATVEC) < order.index(Rule.MATRIX_OP_STARTS_GROUP)
     # the blocks (32 x 68 bytes) and the expanded matrix (32 x 64 float32) are on the tile whole, with x (the
     # RMSNorm's result, 256 bytes), the MatVec's and the SiLU's (128 bytes each)
     assert held_bytes(list(fuse(program)[1].calls)) == 2176 + 8192 + 256 + 2 * 128
@@ -64,13 +64,13 @@ def test_a_quantized_layer_streams_its_blocks_split_by_rows(on_emulator, device,
     compiled = graph.compile(x=((512,), F32), device=from_name(device))
     plan, row = compiled.plan, 512 // 32 * fmt.nbytes
     assert plan.groups == (("g0", ("RMSNorm#0",)), ("g1", ("Dequant#1", "MatVec#2", "SiLU#3")))
-    assert ("dequant_before_matvec",
+    assert (Rule.DEQUANT_BEFORE_MATVEC,
             f"g1: w moves as stored, {528 * row} bytes; each block of {rows} rows ({rows * row} bytes) is expanded on "
             f"its tile by Dequant to {rows} x 512 float32 ({rows * 2048} bytes) just before MatVec; the (528, 512) "
             "float32 matrix (1081344 bytes) is never in DDR") in plan.rules
-    assert ("stream_large_matrix", f"g1: w (528, {row}) uint8 ({528 * row} bytes) streamed as {blocks} blocks of "
+    assert (Rule.STREAM_LARGE_MATRIX, f"g1: w (528, {row}) uint8 ({528 * row} bytes) streamed as {blocks} blocks of "
             f"{rows} rows per part via mem_0_1") in plan.rules
-    assert ("split_matrix_over_tiles", f"g1: w (528, {row}) uint8 ({528 * row} bytes) split by rows over {parts} tiles") \
+    assert (Rule.SPLIT_MATRIX_OVER_TILES, f"g1: w (528, {row}) uint8 ({528 * row} bytes) split by rows over {parts} tiles") \
         in plan.rules
     assert plan.fifo("g1_w_mem").dtype == np.uint8 and plan.fifo("g1_w0").nbytes == rows * row
     never_in_ddr(plan, 528 * 2048)
@@ -86,12 +86,12 @@ def test_a_quantized_head_spreads_over_the_array_in_whole_rows(on_emulator, fmt,
     graph = Head(random_blocks(rng, rows, 256, fmt), fmt)
     compiled = graph.compile(x=((256,), F32), device=from_name("npu2"))
     plan, row = compiled.plan, 256 // 32 * fmt.nbytes
-    grid = dict(plan.rules)["tile_matmul_over_array"]
+    grid = dict(plan.rules)[Rule.TILE_MATMUL_OVER_ARRAY]
     m = rows // 32 // int(grid.split(" output blocks per core")[0].rsplit(" ", 1)[1])
     assert grid.startswith(f"g0: MatVec ({rows}, 256) x (256,) float32 -> float32 (its matrix expanded on each core "
                            f"by Dequant from uint8 blocks) over 32 tiles (4 rows x 8 columns of cores): blocks m={m} "
                            "k=256 n=1")
-    assert dict(plan.rules)["dequant_before_matvec"] == (
+    assert dict(plan.rules)[Rule.DEQUANT_BEFORE_MATVEC] == (
         f"g0: w moves as stored, {rows * row} bytes; each block of {m} rows ({m * row} bytes) is expanded on its tile "
         f"by Dequant to {m} x 256 float32 ({m * 1024} bytes) just before MatVec; the ({rows}, 256) float32 matrix "
         f"({rows * 1024} bytes) is never in DDR")
@@ -111,14 +111,14 @@ def test_a_quantized_row_longer_than_a_tile_expands_in_k_blocks_of_whole_blocks(
     graph = Head(random_blocks(rng, 1, 8192, fmt), fmt)
     compiled = graph.compile(x=((8192,), F32), device=from_name(device))
     rules, stored = dict(compiled.plan.rules), k // 32 * fmt.nbytes
-    assert rules["tile_matmul_over_array"] == (
+    assert rules[Rule.TILE_MATMUL_OVER_ARRAY] == (
         "g0: MatVec (1, 8192) x (8192,) float32 -> float32 (its matrix expanded on each core by Dequant from uint8 "
         f"blocks) over 1 tiles (1 rows x 1 columns of cores): blocks m=1 k={k} n=1 (each divides its side: no "
         f"padding), 1 output blocks per core, {8192 // k} k-blocks each ({8192 // k} kernel calls per core), summed in "
         "float32; not more "
         f"cores: no grid of more than 1 of the {free} free cores has cores dividing M = 1 (each core its own rows), "
         "and blocks divide their sides (no remainder block; padded only as pad_to_block says)" + ONE_ROW_K)
-    assert rules["dequant_before_matvec"] == (
+    assert rules[Rule.DEQUANT_BEFORE_MATVEC] == (
         f"g0: w moves as stored, {8192 // k * stored} bytes; each block of 1 rows of {k} columns ({stored} bytes) is "
         f"expanded on its tile by Dequant to 1 x {k} float32 ({4 * k} bytes) just before MatVec; the (1, 8192) float32 "
         "matrix (32768 bytes) is never in DDR")
@@ -164,7 +164,7 @@ def test_a_user_kernel_declaring_the_expansion_role_fuses_and_runs_as_dequant(on
     blocks = random_blocks(np.random.default_rng(3), 528, 512, Q4_1)
     library, user = Head(blocks, Q4_1), UserHead(blocks, Q4_1)
     compiled = [g.compile(x=((512,), F32), device=from_name("npu2")) for g in (library, user)]
-    assert "dequant_before_matvec" in dict(compiled[1].plan.rules)
+    assert Rule.DEQUANT_BEFORE_MATVEC in dict(compiled[1].plan.rules)
     assert list(compiled[0].plan.rules) == [(rule, what.replace("Unpack", "Dequant"))
                                             for rule, what in compiled[1].plan.rules]
     x = np.random.default_rng(4).standard_normal(512).astype(F32)
@@ -204,7 +204,7 @@ def test_a_dequant_alone_larger_than_a_tile_streams_in_units_of_gguf_blocks(on_e
     in blocks of whole GGUF blocks over the array, bit-exact with reference()."""
     graph = Expand(random_blocks(np.random.default_rng(6), rows, k, fmt), fmt)
     body = graph.compile(device=from_name(device))
-    assert [what for rule, what in body.plan.rules if rule == "stream_row_blocks"] == [
+    assert [what for rule, what in body.plan.rules if rule == Rule.STREAM_ROW_BLOCKS] == [
         f"g0: Dequant over {rows} rows of {text}"]
     got = body()
     assert got.shape == (rows, k) and got.dtype == F32

@@ -12,6 +12,7 @@ import iron
 from aie_utils import from_name
 from iron.compiler.channels import MemChannels, ShimRequest, share_shim_channels
 from iron.compiler.plan import Direction, Link, Tile, TileKind
+from iron.compiler.rules import Rule
 from iron.errors import PlacementError
 from iron.kernels import Add, MatMul, MatVec
 
@@ -43,9 +44,9 @@ def test_a_tiled_matvec_with_a_carry_on_one_column_shares_the_emit_words_and_equ
     compiled = graph.compile(device="npu2_1col", x=((576,), F32))
     plan = compiled.plan
     assert plan.segments == ()
-    assert rules(plan, "emit_in_shares") == [
+    assert rules(plan, Rule.EMIT_IN_SHARES) == [
         "emit_in shares shared_in0 with g0_in rather than the Emit being cut into a segment of its own"]
-    assert rules(plan, "share_shim_channels") == [
+    assert rules(plan, Rule.SHARE_SHIM_CHANNELS) == [
         "shared_in0 (MM2S, 2312 bytes) on mem_0_1 split into g0_in, emit_in at bytes 0, 2304",
         "3 MM2S FIFOs now take 2 of the 2 shim MM2S channels"]
     assert Link(Tile(0, 1, TileKind.MEM), ("shared_in0",), ("g0_in", "emit_in"), destination_offsets=(0, 2304)) \
@@ -78,7 +79,7 @@ class Looped(iron.Graph):
 def test_the_shared_emit_words_run_as_a_carried_loop_at_depth_2():
     graph = Looped()
     body = graph.compile(device="npu2_1col")
-    assert rules(body.plan, "emit_in_shares") == [
+    assert rules(body.plan, Rule.EMIT_IN_SHARES) == [
         "emit_in shares shared_in0 with g0_in rather than the Emit being cut into a segment of its own"]
     assert_loop_equals_reference(graph, body, W @ V, steps=5, n=3)
 
@@ -99,7 +100,7 @@ def assert_loop_equals_reference(graph, body, product, steps: int, n: int):
 def test_the_4096_square_matvec_on_one_column_shares_too():
     plan = Counted(4096, 4096).compile(device="npu2_1col", x=((4096,), F32)).plan
     assert plan.segments == ()
-    assert rules(plan, "share_shim_channels")[0] == \
+    assert rules(plan, Rule.SHARE_SHIM_CHANNELS)[0] == \
         "shared_in0 (MM2S, 16392 bytes) on mem_0_1 split into g0_in, emit_in at bytes 0, 16384"
 
 
@@ -107,7 +108,7 @@ def test_the_4096_square_matvec_on_one_column_shares_too():
 def test_devices_with_channels_to_spare_share_nothing(device):
     graph = Counted(1536, 576)
     compiled = graph.compile(device=device, x=((576,), F32))
-    assert rules(compiled.plan, "emit_in_shares") == [] == rules(compiled.plan, "share_shim_channels")
+    assert rules(compiled.plan, Rule.EMIT_IN_SHARES) == [] == rules(compiled.plan, Rule.SHARE_SHIM_CHANNELS)
     x = np.random.default_rng(2).standard_normal(576).astype(F32)
     got, carry = compiled(x, n=0)
     want, _ = graph.reference(x, n=0)
@@ -135,10 +136,10 @@ def test_a_grid_matmul_with_a_carry_on_one_column_runs_the_emit_in_a_segment_of_
     plan = compiled.plan
     assert [[name for name, _ in s.groups] for s in plan.segments] == [["g0"], []]
     assert plan.segments[0].emit is None and plan.segments[1].emit is not None
-    assert rules(plan, "emit_own_segment") == [
+    assert rules(plan, Rule.EMIT_OWN_SEGMENT) == [
         "g0 fits npu2_1col only without the Emit, which runs after it in a segment of its own; "
         "cut before the Emit: 0 bytes cross (nothing)"]
-    assert rules(plan, "share_shim_channels") == []
+    assert rules(plan, Rule.SHARE_SHIM_CHANNELS) == []
     assert "segment 1  the Emit alone" in compiled.describe()
     got, carry = compiled(A, n=2)
     want, want_carry = graph.reference(A, n=2)
@@ -159,7 +160,7 @@ class ProductLoop(iron.Graph):
 def test_the_emit_in_a_segment_of_its_own_runs_as_a_carried_loop_at_depth_2():
     graph = ProductLoop()
     body = graph.compile(device="npu2_1col")
-    assert len(body.plan.segments) == 2 and len(rules(body.plan, "emit_own_segment")) == 1
+    assert len(body.plan.segments) == 2 and len(rules(body.plan, Rule.EMIT_OWN_SEGMENT)) == 1
     assert_loop_equals_reference(graph, body, A @ B, steps=4, n=1)
 
 
@@ -183,7 +184,7 @@ def test_a_wide_stream_of_two_inputs_with_a_carry_on_one_column_runs_the_emit_in
     graph = Sum()
     compiled = graph.compile(device="npu2_1col", x=((1 << 16,), F32), y=((1 << 16,), F32))
     assert [[name for name, _ in s.groups] for s in compiled.plan.segments] == [["g0"], []]
-    assert rules(compiled.plan, "emit_own_segment") == [
+    assert rules(compiled.plan, Rule.EMIT_OWN_SEGMENT) == [
         "g0 fits npu2_1col only without the Emit, which runs after it in a segment of its own; "
         "cut before the Emit: 0 bytes cross (nothing)"]
     rng = np.random.default_rng(7)

@@ -20,6 +20,7 @@ from iron.compiler.lower import lower
 from iron.compiler.place import place
 from iron.compiler.plan import Cut, Element, Imm, KernelStep, Load, Ptr, Tile, TileKind
 from iron.compiler.route import CoreInputs, Relay, choose_relays, core_inputs, route
+from iron.compiler.rules import Rule
 from iron.errors import PlacementError
 from iron.kernels import Add, Copy, Exp, MatVec, RMSNorm, Softmax
 from tests.compiler import designs
@@ -49,7 +50,7 @@ def over(plan) -> dict[str, tuple[int, int]]:
 
 
 def fits(plan) -> list[str]:
-    return [what for rule, what in plan.rules if rule == "fit_compute_channels"]
+    return [what for rule, what in plan.rules if rule == Rule.FIT_COMPUTE_CHANNELS]
 
 
 def consumers(plan, name: str) -> tuple[str, ...]:
@@ -130,7 +131,7 @@ class BiasTwice(Bias):
 def test_a_group_whose_in_is_carried_still_forwards_what_it_loads_first():
     compiled = BiasTwice().compile(device="npu2", x=((64,), F32))
     plan = compiled.plan
-    assert ("forward_shared_input", "g1 forwards b to g3") in plan.rules and len(fits(plan)) == 1
+    assert (Rule.FORWARD_SHARED_INPUT, "g1 forwards b to g3") in plan.rules and len(fits(plan)) == 1
     assert plan.function("g1").steps[-1] == KernelStep.of(Copy, np.float32, (Ptr("g0_out", 256), Ptr("g1_out"), Imm(128)))
     x = np.linspace(-2, 2, 64).astype(F32)
     for got, want in zip(compiled(x), BiasTwice().reference(x)):
@@ -238,7 +239,7 @@ def test_a_carrier_with_a_spare_channel_gains_an_in_and_carries_two_readers():
              core("q", 2, ("a_out", "q_in", "q_w"), own_in="q_in")]
     relays, rules = choose_relays(program, cores, NPU2)
     assert relays == [Relay("a", "r", ("r_in",)), Relay("a", "q", ("q_in",))]
-    assert rules[0] == ("fit_compute_channels", "r on tile_1_2 would take 3 FIFOs by DMA (a_out, r_in, r_w) but "
+    assert rules[0] == (Rule.FIT_COMPUTE_CHANNELS, "r on tile_1_2 would take 3 FIFOs by DMA (a_out, r_in, r_w) but "
                         "a compute tile has 2 input channels: a forwards in a_out what r would take from r_in")
 
 

@@ -9,9 +9,8 @@ from iron.compiler.fuse import (
     RULES,
     fuse,
     live_calls,
-    matrix_op_starts_group,
-    unrelated_starts_group,
 )
+from iron.compiler.rules import Rule
 from iron.ir import call_label
 from iron.kernels import Add, Copy, Exp, MatMul, MatVec, RMSNorm, SiLU, Softmax
 from tests.compiler import designs
@@ -36,9 +35,9 @@ class MatrixAfterAdd(iron.Graph):
 def test_matrix_op_starts_group_and_takes_only_elementwise_calls():
     program = MatrixAfterAdd().trace(x=((8,), F32))
     assert grouping(program) == [
-        ("g0", ["Add#0"], "matrix_op_starts_group"),
-        ("g1", ["MatVec#1", "SiLU#2"], "matrix_op_starts_group"),
-        ("g2", ["Softmax#3"], "end of body"),
+        ("g0", ["Add#0"], Rule.MATRIX_OP_STARTS_GROUP),
+        ("g1", ["MatVec#1", "SiLU#2"], Rule.MATRIX_OP_STARTS_GROUP),
+        ("g2", ["Softmax#3"], None),
     ]
 
 
@@ -54,7 +53,7 @@ def test_a_matrix_op_reading_a_matrix_ops_result_starts_its_own_group():
     """Only an expansion's result joins the matrix call reading it (dequant_before_matvec);
     (A @ B) @ D is two groups."""
     program = ProductOfProduct().trace(a=((8, 8), F32))
-    assert grouping(program) == [("g0", ["MatMul#0"], "matrix_op_starts_group"), ("g1", ["MatMul#1"], "end of body")]
+    assert grouping(program) == [("g0", ["MatMul#0"], Rule.MATRIX_OP_STARTS_GROUP), ("g1", ["MatMul#1"], None)]
 
 
 class NormThenAdd(iron.Graph):
@@ -67,12 +66,12 @@ class NormThenAdd(iron.Graph):
 
 def test_reduction_ends_group():
     program = NormThenAdd().trace(x=((8,), F32))
-    assert grouping(program) == [("g0", ["RMSNorm#0"], "reduction_ends_group"), ("g1", ["Add#1"], "end of body")]
+    assert grouping(program) == [("g0", ["RMSNorm#0"], Rule.REDUCTION_ENDS_GROUP), ("g1", ["Add#1"], None)]
 
 
 def test_state_write_ends_group():
     program = designs.WriteThenRead().trace(x=((8,), F32))
-    assert grouping(program) == [("g0", ["Accumulate#0"], "state_write_ends_group"), ("g1", ["Exp#1"], "end of body")]
+    assert grouping(program) == [("g0", ["Accumulate#0"], Rule.STATE_WRITE_ENDS_GROUP), ("g1", ["Exp#1"], None)]
 
 
 class Gather(iron.Graph):
@@ -85,7 +84,7 @@ class Gather(iron.Graph):
 
 def test_gather_starts_group():
     program = Gather().trace(x=((8,), F32))
-    assert grouping(program) == [("g0", ["Exp#0"], "gather_starts_group"), ("g1", ["Add#1"], "end of body")]
+    assert grouping(program) == [("g0", ["Exp#0"], Rule.GATHER_STARTS_GROUP), ("g1", ["Add#1"], None)]
 
 
 class FiveInputs(iron.Graph):
@@ -96,7 +95,7 @@ class FiveInputs(iron.Graph):
 def test_input_limit():
     spec = ((8,), F32)
     program = FiveInputs().trace(a=spec, b=spec, c=spec, d=spec, e=spec)
-    assert grouping(program) == [("g0", ["Add#0", "Add#1", "Add#2"], "input_limit"), ("g1", ["Add#3"], "end of body")]
+    assert grouping(program) == [("g0", ["Add#0", "Add#1", "Add#2"], Rule.INPUT_LIMIT), ("g1", ["Add#3"], None)]
 
 
 class Large(iron.Graph):
@@ -107,7 +106,7 @@ class Large(iron.Graph):
 def test_size_limit():
     # 2048 float32 are 8 KiB: x, y, x + y and SiLU hold 32 KiB (half a tile); Exp would pass it
     program = Large().trace(x=((2048,), F32), y=((2048,), F32))
-    assert grouping(program) == [("g0", ["Add#0", "SiLU#1"], "size_limit"), ("g1", ["Exp#2"], "end of body")]
+    assert grouping(program) == [("g0", ["Add#0", "SiLU#1"], Rule.SIZE_LIMIT), ("g1", ["Exp#2"], None)]
 
 
 class TwoChains(iron.Graph):
@@ -117,7 +116,7 @@ class TwoChains(iron.Graph):
 
 def test_unrelated_starts_group():
     program = TwoChains().trace(x=((8,), F32), y=((8,), F32))
-    assert grouping(program) == [("g0", ["Exp#0"], "unrelated_starts_group"), ("g1", ["Exp#1"], "end of body")]
+    assert grouping(program) == [("g0", ["Exp#0"], Rule.UNRELATED_STARTS_GROUP), ("g1", ["Exp#1"], None)]
 
 
 class Dead(iron.Graph):
@@ -133,16 +132,16 @@ def test_calls_nothing_uses_are_dropped():
 
 def test_walk_fuses_its_gather_and_its_write():
     program = designs.trace(designs.walk())
-    assert grouping(program) == [("g0", ["Copy#0", "Copy#1"], "end of body")]
+    assert grouping(program) == [("g0", ["Copy#0", "Copy#1"], None)]
 
 
 def test_the_mlp_fuses_one_norm_and_one_matrix_with_its_epilogue_per_layer():
     program = designs.trace(designs.mlp(layers=2, width=64))
     assert grouping(program) == [
-        ("g0", ["RMSNorm#0"], "matrix_op_starts_group"),
-        ("g1", ["MatVec#1", "SiLU#2", "Add#3"], "matrix_op_starts_group"),
-        ("g2", ["RMSNorm#4"], "matrix_op_starts_group"),
-        ("g3", ["MatVec#5", "SiLU#6", "Add#7"], "end of body"),
+        ("g0", ["RMSNorm#0"], Rule.MATRIX_OP_STARTS_GROUP),
+        ("g1", ["MatVec#1", "SiLU#2", "Add#3"], Rule.MATRIX_OP_STARTS_GROUP),
+        ("g2", ["RMSNorm#4"], Rule.MATRIX_OP_STARTS_GROUP),
+        ("g3", ["MatVec#5", "SiLU#6", "Add#7"], None),
     ]
 
 
@@ -158,8 +157,9 @@ class TwoBranches(iron.Graph):
 
 
 def test_the_first_rule_in_order_that_stops_a_call_is_recorded():
-    assert RULES.index(matrix_op_starts_group) < RULES.index(unrelated_starts_group)
+    order = [rule for rule, _ in RULES]
+    assert order.index(Rule.MATRIX_OP_STARTS_GROUP) < order.index(Rule.UNRELATED_STARTS_GROUP)
     both = TwoBranches(MatVec).trace(x=((8,), F32), y=((8,), F32))
-    assert grouping(both)[0] == ("g0", ["Exp#0"], "matrix_op_starts_group")
+    assert grouping(both)[0] == ("g0", ["Exp#0"], Rule.MATRIX_OP_STARTS_GROUP)
     unrelated = TwoBranches(Exp).trace(x=((8,), F32), y=((8,), F32))
-    assert grouping(unrelated)[0] == ("g0", ["Exp#0"], "unrelated_starts_group")
+    assert grouping(unrelated)[0] == ("g0", ["Exp#0"], Rule.UNRELATED_STARTS_GROUP)

@@ -32,6 +32,7 @@ from iron.compiler.plan import (
     Wait,
     WordRef,
 )
+from iron.compiler.rules import Rule
 from iron.compiler.sequence import Move, dma_patterns, finish_sequence
 from iron.compiler.words import Access
 from iron.errors import LoopError
@@ -130,7 +131,7 @@ def test_softmax_without_a_length_passes_n_and_a_shared_input_is_forwarded():
     assert plan.function("g1").steps == (
         KernelStep.of(Softmax, np.float32, (Ptr("g0_out"), Ptr("g1_host"), Imm(1), Imm(16), Imm(16))),)
     assert plan.function("g0").steps[-1] == KernelStep.of(Copy, np.float32, (Ptr("g0_in"), Ptr("g0_out"), Imm(16)))
-    assert ("forward_shared_input", "g0 forwards x to g1") in plan.rules
+    assert (Rule.FORWARD_SHARED_INPUT, "g0 forwards x to g1") in plan.rules
 
 
 class TwiceInOneGroup(iron.Graph):
@@ -141,7 +142,7 @@ class TwiceInOneGroup(iron.Graph):
 def test_a_tensor_read_twice_by_one_group_is_loaded_once_and_not_forwarded():
     plan = compile_program(TwiceInOneGroup().trace(x=((8,), np.int32), y=((8,), np.int32)), NPU2)
     assert [(f.name, f.nbytes) for f in plan.fifos] == [("g0_in", 64), ("g0_host", 32)]
-    assert not [rule for rule, _ in plan.rules if rule == "forward_shared_input"]
+    assert not [rule for rule, _ in plan.rules if rule == Rule.FORWARD_SHARED_INPUT]
 
 
 def test_a_reader_of_a_state_waits_for_its_writer():

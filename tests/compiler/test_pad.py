@@ -12,6 +12,7 @@ from iron.compiler.copies import copy_view_for_grid
 from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import HostRole, PlacementKind, TileKind
+from iron.compiler.rules import Rule
 from iron.errors import DoesNotFit, IndexOutOfRange, PlanError
 from iron.kernels import (
     Accumulate,
@@ -102,7 +103,7 @@ def test_a_matmul_of_prime_sides_is_padded_to_whole_blocks_over_the_array(device
     a, b = operands(509, 509, 509, dtype)
     graph = Product(b, out)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, "tile_matmul_over_array") == [text]
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [text]
     assert tiles(body.plan) == cores
     got, want = body(a=a), graph.reference(a=a)
     assert got.shape == (509, 509) and got.dtype == want.dtype
@@ -117,11 +118,11 @@ def test_a_small_odd_matmul_takes_few_calls_and_its_padding_stays_zeros():
     a, b = operands(251, 127, 191, np.float32)
     graph = Product(b)
     body = graph.compile(a=a, device=from_name("npu2"))
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         "g0: MatMul#0 padded with zeros (M 251 -> 256, K 127 -> 128, N 191 -> 192) over 32 tiles: A, B and the "
         "result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both "
         "operands; the result's padding is computed from zeros, never read as the user's region"]
-    assert rule(body.plan, "tile_matmul_over_array") == [
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [
         "g0: MatMul (251, 127) x (127, 191) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): blocks "
         "m=64 k=64 n=24 (pad_to_block: padded with zeros to M = 256, K = 128, N = 192), 1 output blocks per core, "
         "2 k-blocks each (2 kernel calls per core), summed in float32"]
@@ -150,18 +151,18 @@ def test_a_matvec_of_4099_rows_is_padded_over_every_core():
     w, x = rng.standard_normal((4099, 1000)).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
     graph = Projection(w)
     body = graph.compile(x=x, device=from_name("npu2"))
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         "g0: MatVec#0 padded with zeros (M 4099 -> 4352) over 32 tiles: A, B and the result lie so in DDR, the "
         "host writes and reads the user's region; the result's padding is computed from zeros, never read as the "
         "user's region"]
-    assert rule(body.plan, "tile_matmul_over_array") == [
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [
         "g0: MatVec (4099, 1000) x (1000,) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): blocks "
         "m=136 k=50 n=1 (pad_to_block: padded with zeros to M = 4352, K = 1000), 1 output blocks per core, 20 "
         "k-blocks each (20 kernel calls per core), summed in float32"]
     np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
     on_npu1 = Projection(w).compile(x=x, device=from_name("npu1"))
     assert tiles(on_npu1.plan) == 16
-    assert "padded with zeros to M = 4224, K = 1000" in rule(on_npu1.plan, "tile_matmul_over_array")[0]
+    assert "padded with zeros to M = 4224, K = 1000" in rule(on_npu1.plan, Rule.TILE_MATMUL_OVER_ARRAY)[0]
     np.testing.assert_allclose(on_npu1(x=x), graph.reference(x=x), **F32)
 
 
@@ -175,10 +176,10 @@ def test_elementwise_calls_over_a_length_with_no_block_of_whole_words_stream_pad
     rng = np.random.default_rng(4)
     x, y = (rng.integers(-60, 60, 100001).astype(dtype) for _ in range(2))
     body = Sum().compile(x=x, y=y, device=from_name("npu2"))
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         "g0: Add#0 over 100001 elements streams padded with zeros to 100352 elements (the inputs and the result "
         "lie so in DDR, the host writes and reads the first 100001) over 16 tiles"]
-    assert rule(body.plan, "stream_elementwise") == [
+    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [
         f"g0: Add over 100001 elements (pad_to_block: padded with zeros to 100352) streamed in {blocks}"]
     np.testing.assert_array_equal(body(x=x, y=y), Sum().reference(x=x, y=y))
 
@@ -187,7 +188,7 @@ def test_a_prime_float32_length_streams_padded_instead_of_one_element_blocks_on_
     rng = np.random.default_rng(5)
     x, y = (rng.standard_normal(100003).astype(np.float32) for _ in range(2))
     body = Sum().compile(x=x, y=y, device=from_name("npu2"))
-    assert rule(body.plan, "stream_elementwise") == [
+    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [
         "g0: Add over 100003 elements (pad_to_block: padded with zeros to 100352) streamed in blocks of 1568 over "
         "16 tiles (2 rows x 8 columns of cores), 4 blocks per core"]
     np.testing.assert_array_equal(body(x=x, y=y), Sum().reference(x=x, y=y))
@@ -231,7 +232,7 @@ def test_elementwise_calls_pad_to_block_may_not_pad_do_not_fit_naming_the_paddin
 def test_sizes_that_divide_are_not_padded():
     a, b = operands(512, 512, 512, np.float32)
     body = Product(b).compile(a=a, device=from_name("npu2"))
-    assert rule(body.plan, "pad_to_block") == [] and padded(body.plan) == {}
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [] and padded(body.plan) == {}
 
 
 class ProductThenRows(iron.Graph):
@@ -252,8 +253,8 @@ def test_a_padded_result_crosses_a_segment_cut_and_the_next_segment_reads_its_re
     a, b = rng.standard_normal((509, 251)).astype(np.float32), rng.standard_normal((251, 509)).astype(np.float32)
     graph = ProductThenRows(b)
     body = graph.compile(a=a, device=from_name("npu2"))
-    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 1048576 bytes cross (MatMul#0)"]
-    assert "padded with zeros to M = 512, K = 256, N = 512" in rule(body.plan, "tile_matmul_over_array")[0]
+    assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == ["cut before g1: 1048576 bytes cross (MatMul#0)"]
+    assert "padded with zeros to M = 512, K = 256, N = 512" in rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY)[0]
     assert padded(body.plan) == {"b": ((251, 509), (256, 512)), "a": ((509, 251), (512, 256)),
                                  "cut.MatMul#0": ((509, 509), (512, 512))}
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
@@ -277,7 +278,7 @@ def test_a_carried_loop_runs_a_padded_body_at_depth_2():
     steps = 6
     graph = LoggedProduct(a, b, steps)
     body = graph.compile(device=from_name("npu2"))
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         "g0: MatMul#0 padded with zeros (M 251 -> 256, K 127 -> 128, N 191 -> 192) over 32 tiles: A, B and the "
         "result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both "
         "operands; the result's padding is computed from zeros, never read as the user's region"]
@@ -314,11 +315,11 @@ def test_a_row_reduction_pads_only_its_number_of_rows(graph):
     x = np.random.default_rng(8).standard_normal((4099, 64)).astype(np.float32)
     body = graph.compile(x=x, device=from_name("npu2"))
     name = {Norm: "RMSNorm", Softmaxed: "Softmax", Picked: "Argmax"}[type(graph)]
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         f"g0: {name}#0 over 4099 rows of 64 elements streams padded with zeros to 4352 rows (the rows and the "
         "result lie so in DDR, the host writes and reads the first 4099; a row's width is never padded) over 32 "
         "tiles"]
-    assert rule(body.plan, "stream_row_blocks") == [
+    assert rule(body.plan, Rule.STREAM_ROW_BLOCKS) == [
         f"g0: {name} over 4099 rows of 64 elements (pad_to_block: padded with zeros to 4352 rows) streamed in "
         "row-blocks of 34 rows over 32 tiles (4 rows x 8 columns of cores), 4 blocks per core"]
     assert padded(body.plan)["x"] == ((4099, 64), (4352, 64))
@@ -407,12 +408,12 @@ def test_elementwise_calls_reading_a_padded_product_compute_over_its_padded_layo
     given = {"a": a} if design is ProductThenAct else {"a": a, "c": c}
     body = graph.compile(**given, device=from_name(device))
     k = "" if out else ", K 509 -> 512"
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         f"g0: MatMul#0 padded with zeros (M 509 -> 512{k}, N 509 -> 512) over {grid} tiles: A, B and the result lie "
         "so in DDR, the host writes and reads the user's region" + "; K's padding is zeros in both operands" * (not out)
         + "; the result's padding is computed from zeros, never read as the user's region",
         through(label, stream)]
-    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 1048576 bytes cross (MatMul#0)"]
+    assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == ["cut before g1: 1048576 bytes cross (MatMul#0)"]
     assert padded(body.plan)["cut.MatMul#0"] == ((509, 509), (512, 512))
     assert padded(body.plan)["out0"] == ((509, 509), (512, 512))
     got, want = body(**given), graph.reference(**given)
@@ -440,9 +441,9 @@ def test_a_carried_loop_runs_a_padded_product_and_activation_at_depth_2():
     a, steps = a / 8, 4
     graph = LoggedAct(a, b, steps)
     body = graph.compile(device=from_name("npu2"))
-    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 1048576 bytes cross (MatMul#0)",
+    assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == ["cut before g1: 1048576 bytes cross (MatMul#0)",
                                                    "cut before g2: 1048576 bytes cross (SiLU#1)"]
-    assert rule(body.plan, "pad_to_block")[1] == through("SiLU#1", 32)
+    assert rule(body.plan, Rule.PAD_TO_BLOCK)[1] == through("SiLU#1", 32)
     loop = iron.CarriedLoop(body, body, depth=2)
     assert list(loop.run(steps - 1, step=0)) == list(range(steps - 1))
     assert dict(loop.carry) == {"step": steps}
@@ -476,7 +477,7 @@ def test_a_row_reduction_of_a_padded_product_reduces_its_padded_rows_of_their_ow
     graph = ProductThenRows2(b, kernel)
     body = graph.compile(a=a, device=from_name(device))
     name = kernel.__name__
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         f"g0: MatMul#0 padded with zeros (M 509 -> 512) over {grid} tiles: A, B and the result lie so in DDR, the host "
         "writes and reads the user's region; the result's padding is computed from zeros, never read as the user's "
         "region",
@@ -484,8 +485,8 @@ def test_a_row_reduction_of_a_padded_product_reduces_its_padded_rows_of_their_ow
         "(pad_through_rows: a padded MatMul's result and the result lie so in DDR; only the first 509 rows of the "
         f"result are read; its rows keep their width) over {stream} tiles"]
     assert f"blocks {blocks} (pad_to_block: padded with zeros to M = 512, K = 256, N = 512)" in \
-        rule(body.plan, "tile_matmul_over_array")[0]
-    assert rule(body.plan, "stream_row_blocks") == [
+        rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY)[0]
+    assert rule(body.plan, Rule.STREAM_ROW_BLOCKS) == [
         f"g1: {name} over 509 rows of 512 elements (pad_to_block: padded with zeros to 512 rows) streamed in "
         f"row-blocks of {rows} rows over {stream} tiles (4 rows x {stream // 4} columns of cores), {per_core} blocks "
         "per core"]
@@ -523,7 +524,7 @@ def test_a_padded_product_read_as_the_next_products_a_keeps_its_k_padding_zeros(
     a, d = a / 22, d / 22   # each product of 509 normal terms back to about unit size
     graph = ProductOfProduct(b, d)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, "pad_to_block") == [chained("g0", "MatMul#0", tiles), chained("g1", "MatMul#1", tiles, "A")]
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [chained("g0", "MatMul#0", tiles), chained("g1", "MatMul#1", tiles, "A")]
     assert padded(body.plan) == {"a": ((509, 509), (512, 512)), "b": ((509, 509), (512, 512)),
                                  "d": ((509, 509), (512, 512)), "cut.MatMul#0": ((509, 509), (512, 512)),
                                  "out0": ((509, 509), (512, 512))}
@@ -598,9 +599,9 @@ def test_a_padded_product_read_as_the_next_products_b_keeps_its_k_padding_zeros(
     graph = ProductAsB(b, x, out)
     body = graph.compile(a=a, device=from_name(device))
     first = "M 509 -> 512, N 509 -> 512" if out else "M 509 -> 512, K 509 -> 512, N 509 -> 512"
-    assert rule(body.plan, "pad_to_block") == [chained("g0", "MatMul#0", tiles, sides=first),
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [chained("g0", "MatMul#0", tiles, sides=first),
                                                chained("g1", "MatMul#1", tiles, "B")]
-    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 1048576 bytes cross (MatMul#0)"]
+    assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == ["cut before g1: 1048576 bytes cross (MatMul#0)"]
     assert padded(body.plan) == {"a": ((509, 509), (512, 509 if out else 512)), "b": ((509, 509), (509 if out else 512, 512)),
                                  "x": ((509, 509), (512, 512)), "cut.MatMul#0": ((509, 509), (512, 512)),
                                  "out0": ((509, 509), (512, 512))}
@@ -632,9 +633,9 @@ def test_the_second_product_of_a_chain_read_by_an_activation_shares_its_padded_l
     a, d = a / 22, d / 22
     graph = ChainThenAct(b, d)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, "pad_to_block") == [chained("g0", "MatMul#0", tiles), chained("g1", "MatMul#1", tiles, "A"),
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [chained("g0", "MatMul#0", tiles), chained("g1", "MatMul#1", tiles, "A"),
                                                through("SiLU#2", tiles).replace("g1:", "g2:")]
-    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 1048576 bytes cross (MatMul#0)",
+    assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == ["cut before g1: 1048576 bytes cross (MatMul#0)",
                                                    "cut before g2: 1048576 bytes cross (MatMul#1)"]
     assert padded(body.plan)["cut.MatMul#1"] == ((509, 509), (512, 512))
     assert same_kind_of_mlir(body.plan)
@@ -672,7 +673,7 @@ def test_two_products_one_elementwise_call_reads_are_padded_alike(device, dtype,
     graph = SumOfProducts(b, d, out)
     body = graph.compile(a=a, c=c, device=from_name(device))
     sides = "M 509 -> 512, N 509 -> 512" if out else "M 509 -> 512, K 509 -> 512, N 509 -> 512"
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         chained("g0", "MatMul#0", 16, sides=sides), chained("g1", "MatMul#1", 16, sides=sides),
         f"g2: Add#2 over (509, 509) elements streams over them as they lie padded to (512, 512) "
         "(pad_through_elementwise: pad_joined: 2 padded MatMul results lying alike, the other inputs padded with "
@@ -702,7 +703,7 @@ def test_two_joined_products_of_one_input_pad_it_once(device, dtype, out):
     assert padded(body.plan) == {name: ((509, 509), side) for name, side in (
         ("a", (512, k)), ("b", (k, 512)), ("d", (k, 512)), ("cut.MatMul#0", (512, 512)),
         ("cut.MatMul#1", (512, 512)), ("out0", (512, 512)))}
-    assert "pad_joined: 2 padded MatMul results lying alike" in rule(body.plan, "pad_to_block")[2]
+    assert "pad_joined: 2 padded MatMul results lying alike" in rule(body.plan, Rule.PAD_TO_BLOCK)[2]
     assert_matches(body(a=a, c=a), graph.reference(a=a, c=a))
 
 
@@ -734,9 +735,9 @@ def test_softmax_of_a_product_of_n_509_reduces_its_padded_width():
     graph = ProductThenSoftmax(b / 64)   # rows of values near 0: the padding exp(0 - max) would count
     body = graph.compile(a=a, device=from_name("npu2"))
     assert "over 32 tiles (4 rows x 8 columns of cores): blocks m=32 k=32 n=64 (pad_to_block: padded with zeros to " \
-        "M = 512, K = 256, N = 512)" in rule(body.plan, "tile_matmul_over_array")[0]
+        "M = 512, K = 256, N = 512)" in rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY)[0]
     assert "Softmax#1 over 509 rows of 509 elements streams over them as they lie padded to 512 rows of 512 elements " \
-        "(pad_through_row_width" in rule(body.plan, "pad_to_block")[1]
+        "(pad_through_row_width" in rule(body.plan, Rule.PAD_TO_BLOCK)[1]
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
 
@@ -760,13 +761,13 @@ def test_a_row_reduction_of_a_padded_product_reduces_its_padded_width_told_the_u
     graph = ProductThenRows2(b, kernel)
     body = graph.compile(a=a, device=from_name(device))
     name, shared = kernel.__name__, ", w padded with zeros" * (kernel is RMSNorm)
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         chained("g0", "MatMul#0", tiles_used),
         f"g1: {name}#1 over 509 rows of 509 elements streams over them as they lie padded to 512 rows of 512 "
         f"elements (pad_through_row_width: a padded MatMul's result{shared} and the result lie so in DDR; the kernel "
         "reduces each row's first elements only (length=509, the user's width), never the padding; only the user's "
         f"region of the result is read) over {tiles_used} tiles"]
-    assert rule(body.plan, "stream_row_blocks") == [
+    assert rule(body.plan, Rule.STREAM_ROW_BLOCKS) == [
         f"g1: {name} over 509 rows of 509 elements (pad_to_block: padded with zeros to 512 rows of 512 elements) "
         f"streamed in row-blocks of {rows} rows over {tiles_used} tiles (4 rows x {tiles_used // 4} columns of "
         f"cores), {per_core} blocks per core"]
@@ -803,8 +804,8 @@ def test_a_per_call_length_reduces_a_padded_width_within_the_users_width():
     a = a / 8
     body = graph.compile(a=a, device=from_name("npu2"))
     assert "(pad_through_row_width: a padded MatMul's result and the result lie so in DDR; the kernel reduces each " \
-           "row's first elements only (the length it was given), never the padding" in rule(body.plan, "pad_to_block")[1]
-    assert rule(body.plan, "stream_row_blocks") == [
+           "row's first elements only (the length it was given), never the padding" in rule(body.plan, Rule.PAD_TO_BLOCK)[1]
+    assert rule(body.plan, Rule.STREAM_ROW_BLOCKS) == [
         "g1: Softmax over 509 rows of 509 elements (pad_to_block: padded with zeros to 512 rows of 512 elements) "
         "streamed in row-blocks of 4 rows over 32 tiles (4 rows x 8 columns of cores), 4 blocks per core, length=n a "
         "per-call word every core receives"]
@@ -850,16 +851,16 @@ def test_a_row_reduction_a_padded_product_reads_as_its_a_streams_over_its_rows_p
     wide = (f", w padded with zeros and the result lie so in DDR, the layout a padded MatMul reads the result in as its "
             f"A; the kernel reduces each row's first {k} elements only and writes 0 past them, so K's padding is zeros"
             if big_k != k else " and the result lie so in DDR, the layout a padded MatMul reads the result in as its A")
-    assert rule(body.plan, "pad_to_block")[0] == (
+    assert rule(body.plan, Rule.PAD_TO_BLOCK)[0] == (
         f"g0: RMSNorm#0 over {m} rows of {k} elements streams over them padded with zeros to {(big_m, big_k)} "
         f"(pad_upstream_rows: the rows{wide}; a padded row of zeros reduces to a finite row of M's padding) over "
         f"{cores} tiles")
-    assert ("(A's computed from zeros: pad_upstream_rows)" in rule(body.plan, "pad_to_block")[1]) == (big_k != k)
-    assert rule(body.plan, "pad_written_by_producer") == []
-    assert rule(body.plan, "fewest_bytes_cut") == [f"cut before g1: {big_m * big_k * 4} bytes cross (RMSNorm#0)"]
+    assert ("(A's computed from zeros: pad_upstream_rows)" in rule(body.plan, Rule.PAD_TO_BLOCK)[1]) == (big_k != k)
+    assert rule(body.plan, Rule.PAD_WRITTEN_BY_PRODUCER) == []
+    assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == [f"cut before g1: {big_m * big_k * 4} bytes cross (RMSNorm#0)"]
     assert f"before g1: {big_m * big_k * 4} bytes (RMSNorm#0)" in describe(body.plan)
     assert f"(pad_to_block: padded with zeros to M = {big_m}, K = {big_k}, N = {big_n})" in \
-        rule(body.plan, "tile_matmul_over_array")[0]
+        rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY)[0]
     assert [tiles(s) for s in body.plan.segments] == [cores, cores]
     assert padded(body.plan) == {"b": ((k, n), (big_k, big_n)), "out0": ((m, n), (big_m, big_n)),
                                  "x": ((m, k), (big_m, big_k)), "cut.RMSNorm#0": ((m, k), (big_m, big_k))} | (
@@ -900,9 +901,9 @@ def test_a_state_written_only_in_its_users_region_lies_padded_for_a_padded_call(
     body = graph.compile(a=a, device=from_name(device))
     graph.write("s", s)
     body.write("s", s)
-    assert rule(body.plan, "pad_to_block")[1:] == [through("Add#1", stream)]
-    assert f"over {grid} tiles" in rule(body.plan, "pad_to_block")[0]
-    assert rule(body.plan, "pad_written_by_producer") == [read_padded("g1", "s", (512, 512), "Add#1", state=True)]
+    assert rule(body.plan, Rule.PAD_TO_BLOCK)[1:] == [through("Add#1", stream)]
+    assert f"over {grid} tiles" in rule(body.plan, Rule.PAD_TO_BLOCK)[0]
+    assert rule(body.plan, Rule.PAD_WRITTEN_BY_PRODUCER) == [read_padded("g1", "s", (512, 512), "Add#1", state=True)]
     assert padded(body.plan)["s"] == ((509, 509), (512, 512))
     assert_matches(body(a=a), graph.reference(a=a))
     whole = cut_padding(body, "s")
@@ -930,7 +931,7 @@ def test_a_carried_loop_writes_a_padded_state_in_its_users_region_at_depth_2():
     a, b, steps = a / 8, b / 8, 5
     graph = ChainedState(a, b)
     body = graph.compile(device=from_name("npu2"))
-    assert rule(body.plan, "pad_written_by_producer") == [read_padded("g1", "s", (512, 512), "Add#1", state=True)]
+    assert rule(body.plan, Rule.PAD_WRITTEN_BY_PRODUCER) == [read_padded("g1", "s", (512, 512), "Add#1", state=True)]
     s = np.random.default_rng(14).standard_normal((509, 509)).astype(np.float32)
     body.write("s", s)
     loop = iron.CarriedLoop(body, body, depth=2)
@@ -953,7 +954,7 @@ def test_a_state_read_by_a_padded_stream_lies_padded(dtype):
     x, s = (rng.integers(-60, 60, 100001).astype(dtype) for _ in range(2))
     graph = StateSum(dtype)
     body = graph.compile(x=x, device=from_name("npu2"))
-    assert rule(body.plan, "pad_written_by_producer") == [read_padded("g0", "s", (100352,), "Add#0", state=True)]
+    assert rule(body.plan, Rule.PAD_WRITTEN_BY_PRODUCER) == [read_padded("g0", "s", (100352,), "Add#0", state=True)]
     assert padded(body.plan) == {"s": ((100001,), (100352,)), "x": ((100001,), (100352,)),
                                  "out0": ((100001,), (100352,))}
     graph.write("s", s)
@@ -999,9 +1000,9 @@ def test_elementwise_calls_stream_whole_rows_into_the_padded_layout_a_product_re
     a, b = operands(509, 509, 509, np.float32)
     graph = ExpThenProduct(b / 22)
     body = graph.compile(a=a / 4, device=from_name(device))
-    assert rule(body.plan, "pad_written_by_producer") == [
+    assert rule(body.plan, Rule.PAD_WRITTEN_BY_PRODUCER) == [
         producer_wrote("g0", "Exp#0", (512, 512)), read_padded("g1", "cut.Exp#0", (512, 512), "MatMul#1")]
-    assert rule(body.plan, "stream_elementwise")[0].endswith("streamed in blocks of 509 over 1 tiles (1 rows x 1 "
+    assert rule(body.plan, Rule.STREAM_ELEMENTWISE)[0].endswith("streamed in blocks of 509 over 1 tiles (1 rows x 1 "
                                                              "columns of cores), 509 blocks per core")
     assert tiles(body.plan.segments[1]) == cores
     assert_matches(body(a=a / 4), graph.reference(a=a / 4))
@@ -1062,9 +1063,9 @@ def test_a_padded_products_reader_reads_another_groups_result_its_producer_wrote
     c = np.random.default_rng(16).standard_normal((509, 509)).astype(np.float32)
     graph = design(b / 22, np.linspace(0.5, 1.5, 509, dtype=np.float32))
     body = graph.compile(a=a / 22, c=c, device=from_name("npu2"))
-    assert rule(body.plan, "pad_written_by_producer") == [
+    assert rule(body.plan, Rule.PAD_WRITTEN_BY_PRODUCER) == [
         producer_wrote("g1", "RMSNorm#1", (512, 512)), read_padded("g2", "cut.RMSNorm#1", (512, 512), reader)]
-    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g2: 2097152 bytes cross (MatMul#0, RMSNorm#1)"]
+    assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == ["cut before g2: 2097152 bytes cross (MatMul#0, RMSNorm#1)"]
     np.testing.assert_allclose(body(a=a / 22, c=c), graph.reference(a=a / 22, c=c), **F32)
 
 
@@ -1141,7 +1142,7 @@ def test_an_input_several_products_read_is_padded_once_to_the_sides_they_all_tak
     a = small_operand((m, k), dtype, 0)
     body = graph.compile(a=a, device=from_name(device))
     labels = [f"MatMul#{i}" for i in range(len(names))]
-    assert rule(body.plan, "pad_shared_input") == [
+    assert rule(body.plan, Rule.PAD_SHARED_INPUT) == [
         f"a read by {', '.join(labels)} padded once, to the largest sides they ask for, each with a grid on them: "
         + "; ".join(f"{label} on (M, K, N) = {lies}" for label in labels)]
     assert padded(body.plan)["a"] == ((m, k), (big_m, big_k))
@@ -1219,7 +1220,7 @@ def test_a_tensor_read_as_both_operands_lies_in_one_square_padded_layout(device,
     a, b = a / 17, b / 17
     graph = Squared(b if product else None)
     body = graph.compile(a=a, device=from_name(device))
-    assert [line.split(" over ")[0] for line in rule(body.plan, "pad_to_block")] == lines
+    assert [line.split(" over ")[0] for line in rule(body.plan, Rule.PAD_TO_BLOCK)] == lines
     assert [tiles(s) for s in body.plan.configurations] == [cores] * len(lines)
     side = -(-n // 32) * 32 if n == 300 else 512
     assert padded(body.plan)["out0"] == ((n, n), (side, side))
@@ -1255,8 +1256,8 @@ def test_an_activations_padded_result_passes_its_layout_on_to_the_next_elementwi
     a, b = operands(509, 509, 509, dtype)
     graph = ActivatedAndPlain(b / 22 if out is None else b, out)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, "pad_passed_on") == [PASSED_ON]
-    assert rule(body.plan, "pad_to_block")[-1].startswith(
+    assert rule(body.plan, Rule.PAD_PASSED_ON) == [PASSED_ON]
+    assert rule(body.plan, Rule.PAD_TO_BLOCK)[-1].startswith(
         "g3: Add#3 over (509, 509) elements streams over them as they lie padded to (512, 512) (pad_through_elementwise: "
         "pad_joined: 2 padded results lying alike, 1 of them passed on (pad_passed_on), the other inputs padded with "
         "zeros and the result lie so in DDR; only the user's region of the result is read) over ")
@@ -1294,14 +1295,14 @@ def test_a_gated_mlp_at_prime_sides_passes_the_padded_layout_on_to_the_last_prod
     u, d = operands(k, n, k, np.float32, seed=3)[0], operands(n, n, k, np.float32, seed=4)[1]
     graph = GatedMLP(g / 22, u / 22, d / 22)
     body = graph.compile(x=x, device=from_name(device))
-    assert rule(body.plan, "pad_passed_on") == [
+    assert rule(body.plan, Rule.PAD_PASSED_ON) == [
         f"g3: Mul#3 streams over SiLU(MatMul(x, g)) as SiLU#1 left it, padded to {lies} in the layout of MatMul#0, "
         "MatMul#2 (pad_joined: they lie alike): the padded layout passes on from elementwise calls to the next, each "
         "element of the padding computed from padding"]
-    assert rule(body.plan, "pad_through_zeros") == [
+    assert rule(body.plan, Rule.PAD_THROUGH_ZEROS) == [
         f"g3: SiLU#1, Mul#3 keeps zeros, so the padding of Mul(SiLU(MatMul(x, g)), MatMul(x, u)) as it lies padded to "
         f"{lies} is zeros, computed from zeros: MatMul#4 reads it as its padded A"]
-    assert rule(body.plan, "pad_to_block")[-1].endswith(
+    assert rule(body.plan, Rule.PAD_TO_BLOCK)[-1].endswith(
         "K's padding is zeros in both operands (A's computed from zeros: pad_through_zeros); the result's padding is "
         "computed from zeros, never read as the user's region")
     assert padded(body.plan)["cut.Mul#3"] == ((m, n), lies)
@@ -1325,7 +1326,7 @@ def test_a_product_of_two_padded_products_of_one_input_reads_both_as_they_lie(de
         a, b, d = a / 22, b / 22, d / 22
     graph = ProductOfProducts(b, d)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, "pad_to_block")[2] == (
+    assert rule(body.plan, Rule.PAD_TO_BLOCK)[2] == (
         f"g2: MatMul#2 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512) over {tiles} tiles: A, B and the "
         "result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both operands "
         "(A's computed from zeros: pad_through_matmul) (B's computed from zeros: pad_through_matmul_b); the result's "
@@ -1346,7 +1347,7 @@ def test_two_products_a_product_reads_agree_its_k_as_the_first_ones_n_and_the_se
     a, b, d = a / 17, b / 17, d / 17
     graph = ProductOfProducts(b, d)
     body = graph.compile(a=a, device=from_name("npu2"))
-    assert rule(body.plan, "pad_shared_input") == [
+    assert rule(body.plan, Rule.PAD_SHARED_INPUT) == [
         "a read by MatMul#0, MatMul#1 padded once, to the largest sides they ask for, each with a grid on them: "
         "MatMul#0 on (M, K, N) = (320, 300, 320); MatMul#1 on (M, K, N) = (320, 300, 320)"]
     assert padded(body.plan) == {"a": ((300, 300), (320, 300)), "b": ((300, 300), (300, 320)),
@@ -1366,13 +1367,13 @@ def test_a_product_of_two_products_reading_nothing_in_common_agrees_their_layout
     a, b, c, d = a / 22, b / 22, c / 22, d / 22
     graph = ProductOfProducts(b, d)
     body = graph.compile(a=a, c=c, device=from_name(device))
-    assert rule(body.plan, "pad_shared_input") == [
+    assert rule(body.plan, Rule.PAD_SHARED_INPUT) == [
         "MatMul#0, MatMul#1, read as A and B by MatMul#2 (its K is A's N and B's M), lie padded alike, to the "
         "largest sides they ask for, each with a grid on them: MatMul#0 on (M, K, N) = (512, 512, 512); MatMul#1 on "
         "(M, K, N) = (512, 512, 512)"]
     assert {name: padded(body.plan)[name] for name in ("a", "c", "cut.MatMul#0", "cut.MatMul#1", "out0")} == {
         name: ((509, 509), (512, 512)) for name in ("a", "c", "cut.MatMul#0", "cut.MatMul#1", "out0")}
-    assert rule(body.plan, "pad_to_block")[2].startswith(
+    assert rule(body.plan, Rule.PAD_TO_BLOCK)[2].startswith(
         f"g2: MatMul#2 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512) over {tiles} tiles")
     assert same_kind_of_mlir(body.plan)
     assert_matches(body(a=a, c=c), graph.reference(a=a, c=c))
@@ -1429,7 +1430,7 @@ def test_a_tensor_shared_twice_by_one_product_by_a_producers_result_or_as_a_and_
     a = small_operand((509, 509), np.float32, 0)
     body = graph.compile(a=a, device=from_name("npu2"))
     on = "; ".join(f"{label} on (M, K, N) = (512, 512, 512)" for label in labels.split(", "))
-    assert rule(body.plan, "pad_shared_input") == [
+    assert rule(body.plan, Rule.PAD_SHARED_INPUT) == [
         f"{shared} read by {labels} padded once, to the largest sides they ask for, each with a grid on them: {on}"]
     assert [len(conf.cores) for conf in body.plan.configurations] == cores
     got, want = body(a=a), graph.reference(a=a)
@@ -1443,7 +1444,7 @@ def test_a_matrix_two_matvecs_read_stays_unpadded_when_one_reads_a_view_and_desc
     graph = Reads("vectors", m=small_operand((4099, 509), np.float32, 1))
     a = small_operand((2, 509), np.float32, 0)
     body = graph.compile(a=a, device=from_name("npu2"))
-    assert rule(body.plan, "pad_shared_input") == [
+    assert rule(body.plan, Rule.PAD_SHARED_INPUT) == [
         "m read by MatVec#0, MatVec#1 stay unpadded: MatVec#0 is not padded: a[0] is a view"]
     assert "m" not in padded(body.plan)
     assert_matches(body(a=a), graph.reference(a=a))
@@ -1489,8 +1490,8 @@ def test_a_product_of_an_activation_that_keeps_zeros_reads_it_padded(device, act
     a = a.astype(dtype)
     body = graph.compile(a=a, device=from_name(device))
     what = f"{act.__name__}(MatMul(a, b))"
-    assert rule(body.plan, "pad_through_zeros") == [kept_zeros("g1", label, lies).format(what)]
-    assert "(A's computed from zeros: pad_through_zeros)" in rule(body.plan, "pad_to_block")[-1]
+    assert rule(body.plan, Rule.PAD_THROUGH_ZEROS) == [kept_zeros("g1", label, lies).format(what)]
+    assert "(A's computed from zeros: pad_through_zeros)" in rule(body.plan, Rule.PAD_TO_BLOCK)[-1]
     assert [tiles(s) for s in body.plan.segments] == [cores] * 3
     assert same_kind_of_mlir(body.plan)
     assert padded(body.plan)[f"cut.{label}"] == ((m, n), lies)
@@ -1535,11 +1536,11 @@ def test_an_activation_that_keeps_zeros_of_a_padded_products_input_streams_over_
     a, b = operands(m, k, n, dtype)
     graph = ActThenProduct(b, out, act)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, "pad_to_block")[0] == (
+    assert rule(body.plan, Rule.PAD_TO_BLOCK)[0] == (
         f"g0: {label} over {(m, k)} elements streams over them padded with zeros to {lies} (pad_upstream_zeros: its "
         f"kernels keep zeros, so the padding of the result a padded MatMul reads is zeros; the inputs and the result "
         f"lie so in DDR) over {cores} tiles")
-    assert rule(body.plan, "pad_through_zeros") == [kept_zeros("g0", label, lies, "MatMul#1 reads it as its padded A")
+    assert rule(body.plan, Rule.PAD_THROUGH_ZEROS) == [kept_zeros("g0", label, lies, "MatMul#1 reads it as its padded A")
                                                     .format(f"{act.__name__}(a)")]
     assert [tiles(s) for s in body.plan.segments] == [cores, cores]
     assert same_kind_of_mlir(body.plan)
@@ -1602,12 +1603,12 @@ def test_a_large_matmul_writing_a_whole_state_runs_over_the_array_into_the_state
     a, b = operands(side, side, side, np.float32, seed=3)
     graph = ProductIntoState(b, whole_view)
     body = ProductIntoState(b, whole_view).compile(a=a, device=from_name(device))
-    assert rule(body.plan, "tile_matmul_over_array") == [text]
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [text]
     if side == 512:
-        assert padded(body.plan) == {} and rule(body.plan, "pad_to_block") == []
+        assert padded(body.plan) == {} and rule(body.plan, Rule.PAD_TO_BLOCK) == []
     else:
         assert padded(body.plan) == {name: ((509, 509), (512, 512)) for name in ("a", "b", "s")}
-        assert rule(body.plan, "pad_to_block") == [
+        assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
             f"g0: MatMul#0 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512) over {tiles(body.plan) - 1} "
             "tiles: A, B and the state s it writes whole lie so in DDR, the host writes and reads the user's region; "
             "K's padding is zeros in both operands; the result's padding is computed from zeros, never read as the "
@@ -1665,7 +1666,7 @@ def test_a_large_matmul_writing_rows_of_a_state_runs_over_the_array_into_them(de
     a, b = operands(512, 512, 512, np.float32, seed=4)
     graph = ProductIntoRows(b, 1024, 256)
     body = ProductIntoRows(b, 1024, 256).compile(a=a, device=from_name(device))
-    assert rule(body.plan, "tile_matmul_over_array")[0].startswith(
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY)[0].startswith(
         "g0: MatMul (512, 512) x (512, 512) float32 -> float32 over ")
     assert_matches(body(a=a), graph.reference(a=a))
     assert_matches(body.read("s"), graph.read("s"))
@@ -1679,7 +1680,7 @@ def test_a_matmul_streaming_its_rows_of_a_writes_its_state(device):
     a, b = operands(80, 64, 4, np.float32, seed=6)
     graph = ProductIntoRows(b, 80, 0)
     body = ProductIntoRows(b, 80, 0).compile(a=a, device=from_name(device))
-    assert rule(body.plan, "tile_matmul_over_array") == [] and body.plan.configurations[0].cores
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [] and body.plan.configurations[0].cores
     assert_matches(body(a=a), graph.reference(a=a))
     assert_matches(body.read("s"), a @ b)
 
@@ -1709,7 +1710,7 @@ def test_a_matvec_of_4099_rows_writing_a_state_pads_the_state_over_the_array():
     w, x = rng.standard_normal((4099, 256)).astype(np.float32), rng.standard_normal(256).astype(np.float32)
     graph = ProjectionIntoState(w)
     body = ProjectionIntoState(w).compile(x=x, device=from_name("npu2"))
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         "g0: MatVec#0 padded with zeros (M 4099 -> 4352) over 16 tiles: A, B and the state s it writes whole lie so "
         "in DDR, the host writes and reads the user's region; the result's padding is computed from zeros, never "
         "read as the user's region"]
@@ -1734,9 +1735,9 @@ def test_an_input_two_streamed_groups_read_is_padded_once_for_both(device, lengt
     x = np.random.default_rng(21).standard_normal(65537).astype(BF16)
     graph = TwoActivations()
     body = graph.compile(x=x, device=from_name(device))
-    assert rule(body.plan, "pad_shared_stream") == [
+    assert rule(body.plan, Rule.PAD_SHARED_STREAM) == [
         f"x lies padded once to ({length},) for Exp#0, ReLU#1, each group streaming over it padded alike"]
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         f"g{i}: {label} over 65537 elements streams padded with zeros to {length} elements (the inputs and the result "
         f"lie so in DDR, the host writes and reads the first 65537) over {cores} tiles"
         for i, label in enumerate(["Exp#0", "ReLU#1"])]
@@ -1781,10 +1782,10 @@ def test_an_argmax_of_a_padded_stream_reads_only_the_users_region(device, length
     x[-7] = -1   # the maximum, near the end of the user's region
     graph = ProductArgmax()
     body = graph.compile(x=x, y=y, device=from_name(device))
-    assert rule(body.plan, "pad_row_region") == [
+    assert rule(body.plan, Rule.PAD_ROW_REGION) == [
         f"Argmax#1 reads Mul(x, y) where it lies padded to ({length},), its user's region only: the first 60001 "
         "elements, the kernel told length=60001, so the padding is never reduced"]
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         f"g0: Mul#0 over 60001 elements streams padded with zeros to {length} elements (the inputs and the result lie "
         f"so in DDR, the host writes and reads the first 60001) over {cores} tiles"]
     assert same_kind_of_mlir(body.plan)
@@ -1810,7 +1811,7 @@ def test_a_stream_into_a_whole_state_of_an_odd_length_pads_the_state(device, len
     p = np.random.default_rng(23).standard_normal(65537).astype(BF16)
     graph = ActivatedIntoState(p)
     body = graph.compile(device=from_name(device))
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         f"g0: Accumulate#1 over 65537 elements streams padded with zeros to {length} elements into the state acc (the "
         "inputs and the state lie so in DDR, the host writes and reads the first 65537; the state's padding, written "
         f"only by these calls, is never read as the user's) over {cores} tiles"]
@@ -1846,7 +1847,7 @@ def test_a_product_padded_in_k_only_keeps_its_result_whoever_reads_it(device, co
     a, b = (rng.integers(-128, 128, shape).astype(np.int8) for shape in ((64, 4097), (4097, 64)))
     graph = RequantizedProduct(b)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         f"g0: MatMul#0 padded with zeros (K 4097 -> 4128) over {cores} tiles: A and B lie so in DDR, the host writes "
         "the user's region; K's padding is zeros in both operands; the result keeps its own shape (pad_k_only: M and "
         "N unpadded, so whoever reads it reads no padding)"]
@@ -1867,7 +1868,7 @@ def test_a_one_row_bfloat16_matvec_pads_m_to_one_word_not_a_block_per_core(devic
     graph = Projection(w)
     body = graph.compile(x=x, device=from_name(device))
     up = {"npu2": 256, "npu1": 128}[device]
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         "g0: MatVec#0 padded with zeros (M 1 -> 2, K 65537 -> 65568) over 1 tiles: A, B and the result lie so in DDR, "
         "the host writes and reads the user's region; K's padding is zeros in both operands; the result's padding is "
         "computed from zeros, never read as the user's region; pad_m_to_words: M padded to 2, the fewest rows whose "
@@ -1916,12 +1917,12 @@ def test_a_large_matmul_of_a_view_tiles_over_the_array_reading_a_copy_of_it(devi
     graph = ProductOfView(operands(1, k, k, np.float32)[1], view)
     body = graph.compile(a=(a_shape, np.float32), device=from_name(device))
     shown = "a[1:]" if view == "a[1:]" else "a.reshape(510, 509)"
-    assert rule(body.plan, "copy_view_for_grid") == [
+    assert rule(body.plan, Rule.COPY_VIEW_FOR_GRID) == [
         f"Copy#1 copies {shown} for MatMul#0, which tiles over the array reading whole host tensors"]
     assert f"  copy_view_for_grid: Copy#1 copies {shown} for MatMul#0" in describe(body.plan)
     assert body.plan.groups == (("g0", ("Copy#1",)), ("g1", ("MatMul#0",)))
     assert [tiles(s) for s in body.plan.segments] == [copy_tiles, 32 if device == "npu2" else 16]
-    assert rule(body.plan, "tile_matmul_over_array") == [grid]
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [grid]
     assert same_kind_of_mlir(body.plan)
     assert_matches(body(a=a), graph.reference(a=a))
 
@@ -1933,7 +1934,7 @@ def test_a_matmul_of_a_view_that_does_not_tile_reads_the_view_itself():
     a = np.random.default_rng(4).standard_normal((17, 16)).astype(np.float32)
     graph = ProductOfView(operands(1, 16, 16, np.float32)[1], "a[1:]")
     body = graph.compile(a=a, device=from_name("npu2"))
-    assert rule(body.plan, "copy_view_for_grid") == [] and body.plan.groups == (("g0", ("MatMul#0",)),)
+    assert rule(body.plan, Rule.COPY_VIEW_FOR_GRID) == [] and body.plan.groups == (("g0", ("MatMul#0",)),)
     assert_matches(body(a=a), graph.reference(a=a))
 
     class ReadOn(ProductOfView):
@@ -1972,11 +1973,11 @@ def test_a_group_fitting_a_tile_reads_a_padded_products_region(device, cores):
     a = rng.standard_normal((1, 2048)).astype(np.float32)
     graph = BiasedProduct(b, bias)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         f"g0: MatMul#0 padded with zeros (N 509 -> 512) over {cores} tiles: A, B and the result lie so in DDR, the "
         "host writes and reads the user's region; the result's padding is computed from zeros, never read as the "
         "user's region"]
-    assert rule(body.plan, "pad_tile_region") == [
+    assert rule(body.plan, Rule.PAD_TILE_REGION) == [
         "g1: Add#1 read MatMul(a, b) where it lies padded to (1, 512), its user's region only: the group fits a tile, "
         "so a DMA moves the first 509 elements of each padded row and its kernels never see the padding"]
     assert padded(body.plan) == {"a": ((1, 2048), (1, 2048)), "b": ((2048, 509), (2048, 512)),
@@ -1994,11 +1995,11 @@ def test_a_streamed_bias_add_reads_a_padded_product_as_it_lies(device, tiles_use
     a = rng.standard_normal((64, 2048)).astype(np.float32)
     graph = BiasedProduct(b, bias)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, "pad_to_block")[1] == (
+    assert rule(body.plan, Rule.PAD_TO_BLOCK)[1] == (
         "g1: Add#1 over (64, 509) elements streams over them as they lie padded to (64, 512) (pad_through_elementwise: "
         "a padded MatMul's result, the other inputs padded with zeros and the result lie so in DDR; only the user's "
         f"region of the result is read) over {tiles_used} tiles")
-    assert rule(body.plan, "pad_tile_region") == []
+    assert rule(body.plan, Rule.PAD_TILE_REGION) == []
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
 
@@ -2011,7 +2012,7 @@ def test_any_call_whose_group_fits_a_tile_reads_a_padded_products_region(reader)
     a = rng.standard_normal((1, 2048)).astype(np.float32)
     graph = ProductThen(b, reader)
     body = graph.compile(a=a, device=from_name("npu2"))
-    assert rule(body.plan, "pad_tile_region") == [
+    assert rule(body.plan, Rule.PAD_TILE_REGION) == [
         f"g1: {reader.__name__}#1 read MatMul(a, b) where it lies padded to (1, 512), its user's region only: the group "
         "fits a tile, so a DMA moves the first 509 elements of each padded row and its kernels never see the padding"]
     assert_matches(body(a=a), graph.reference(a=a))
@@ -2033,7 +2034,7 @@ def test_sides_whose_quantum_leaves_no_block_pad_wider():
     a, b = rng.standard_normal((8, 64)).astype(np.float32), rng.standard_normal((64, 2053)).astype(np.float32)
     graph = Product(b)
     body = graph.compile(a=a, device=from_name("npu2_1col"))
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         "g0: MatMul#0 padded with zeros (N 2053 -> 2080) over 1 tiles: A, B and the result lie so in DDR, the host "
         "writes and reads the user's region; the result's padding is computed from zeros, never read as the user's "
         "region; pad_wider: padded to (32, 64, 2056) it has no grid (no dividing block within a core and a Dma op's "

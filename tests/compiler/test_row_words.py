@@ -12,6 +12,7 @@ from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
+from iron.compiler.rules import Rule
 from iron.errors import ArgumentError, PlacementError
 from iron.kernels import Add, Copy, Exp
 from tests.compiler.test_mlir import op_names
@@ -78,7 +79,7 @@ def lies(plan):
 
 
 def rule(plan):
-    return [what for name, what in plan.rules if name == "pad_rows_to_words"]
+    return [what for name, what in plan.rules if name == Rule.PAD_ROWS_TO_WORDS]
 
 
 def allowed_mlir(plan) -> bool:
@@ -240,7 +241,7 @@ def test_a_view_starting_mid_word_lies_after_a_lead_of_padding(device, n):
     x = np.linspace(-3, 3, n).astype(BF16)
     c = TailCopy().compile(device=from_name(device), x=((n,), BF16))
     assert lead(c.plan) == {"x": (1, 255 if n == 509 else 256)}   # 2 + 2n bytes, to the end of a word
-    assert [what for name, what in c.plan.rules if name == "pad_lead_to_words"] == [
+    assert [what for name, what in c.plan.rules if name == Rule.PAD_LEAD_TO_WORDS] == [
         f"input 'x' ({n},) bfloat16 lies after 2 bytes of padding, so every view of it starts on a word; the host "
         f"writes its ({n},) there"]
     assert allowed_mlir(c.plan)

@@ -20,6 +20,7 @@ from iron.compiler.mlir import ALLOWED_OPS, segment_modules
 from iron.compiler.place import place
 from iron.compiler.plan import Cut, PlacementKind, Plan, TileKind
 from iron.compiler.route import route
+from iron.compiler.rules import Rule
 from iron.compiler.segment import CUT_WINDOW, Flow, Segment, fewest_bytes_cut
 from iron.compiler.shims import ShimShortfall, shim_shortfall
 from iron.compiler.words import WordTable
@@ -96,7 +97,7 @@ def test_more_groups_than_tiles_run_as_segments():
     assert segments_of(plan) == [["g0", "g1", "g2", "g3"], ["g4"]]
     assert [len(s.cores) for s in plan.segments] == [4, 1]
     assert plan.cuts == (Cut("g4", 0, ()),)
-    assert plan.rules[0] == ("fewest_bytes_cut", "cut before g4: 0 bytes cross (nothing)")
+    assert plan.rules[0] == (Rule.FEWEST_BYTES_CUT, "cut before g4: 0 bytes cross (nothing)")
     x = np.linspace(-1, 1, 8, dtype=F32)
     compiled = Five().compile(x=((8,), F32), device="npu1_1col")
     for got, expected in zip(compiled(x), Five().reference(x)):
@@ -201,7 +202,7 @@ class Early(iron.Graph):
 
 
 def early_rule(label: str, made: str, name: str) -> tuple[str, str]:
-    return ("carry_from_earlier_segment",
+    return (Rule.CARRY_FROM_EARLIER_SEGMENT,
             f"{label} copies {name}, the element {made} computes before the last segment, from its DDR buffer "
             f"cut.{made} into the last segment, where the next carried values are taken")
 
@@ -215,14 +216,14 @@ def test_a_carried_element_computed_before_the_last_segment_is_copied_into_it():
         assert segments_of(body.plan) == [["g0", "g1", "g2"], ["g3", "g4"], ["g5", "g6"]]
         assert body.plan.groups[0] == ("g0", ("Copy#0",)) and body.plan.groups[-1] == ("g6", ("Copy#6",))
         assert early_rule("Copy#6", "Copy#0", "i") in body.plan.rules
-        assert ("carry_from_earlier_segment", "g5 closed before Copy#6") in body.plan.segments[-1].rules
+        assert (Rule.CARRY_FROM_EARLIER_SEGMENT, "g5 closed before Copy#6") in body.plan.segments[-1].rules
         nxt, reference, carry = iron.Carry(i=1), Early(copied=False), {"i": 1}
         for _ in range(6):
             nxt, carry = body(**nxt), dict(reference.reference(**carry))
             assert dict(nxt) == carry
         np.testing.assert_array_equal(body.read("seen"), reference.read("seen"))
     mine = Early(copied=True).compile(device="npu2_1col").plan   # the user's own Copy is in the last segment
-    assert not [r for r in mine.rules if r[0] == "carry_from_earlier_segment"]
+    assert not [r for r in mine.rules if r[0] == Rule.CARRY_FROM_EARLIER_SEGMENT]
 
 
 class Greedy(iron.Graph):
@@ -252,7 +253,7 @@ def test_greedy_decoding_carrying_an_argmax_of_an_earlier_segment_runs_as_a_devi
     assert segments_of(plan) == [["g0", "g1", "g2"], ["g3", "g4"]]
     assert plan.groups == (("g0", ("Copy#0",)), ("g1", ("MatVec#1",)), ("g2", ("Argmax#2",)),
                            ("g3", ("Copy#3",)), ("g4", ("Copy#4",)))
-    assert plan.rules[:2] == (("fewest_bytes_cut", "cut before g3: 4 bytes cross (Argmax#2)"),
+    assert plan.rules[:2] == ((Rule.FEWEST_BYTES_CUT, "cut before g3: 4 bytes cross (Argmax#2)"),
                               early_rule("Copy#4", "Argmax#2", "tok"))
     assert "  carry_from_earlier_segment: Copy#4 copies tok, the element Argmax#2" in body.describe()
     text = body.mlir

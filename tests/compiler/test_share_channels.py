@@ -18,6 +18,7 @@ from iron.compiler.channels import MemChannels, SharedChannel, ShimRequest, shar
 from iron.compiler.compile import compile_program
 from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import Direction, Dma, Link, Tile, TileKind, Wait
+from iron.compiler.rules import Rule
 from iron.kernels import Add, Copy, Exp
 
 F32 = np.dtype(np.float32)
@@ -34,7 +35,7 @@ def emulator(monkeypatch):
 
 
 def shares(plan) -> list[str]:
-    return [what for rule, what in plan.rules if rule == "share_shim_channels"]
+    return [what for rule, what in plan.rules if rule == Rule.SHARE_SHIM_CHANNELS]
 
 
 def route(plan, name: str) -> tuple[str, tuple[str, ...]]:
@@ -203,8 +204,8 @@ def test_single_shareable_fifos_of_neighbouring_columns_merge():
     found, rules = share_shim_channels(Rows(1).trace(x=((1, 8), I32)), wanted, device, MemChannels(device), 2)
     assert found == [SharedChannel("shared_in0", Direction.MM2S, Tile(0, 1, TileKind.MEM), ("a", "c"), (0, 64), 128)]
     assert rules == (
-        ("share_shim_channels", "shared_in0 (MM2S, 128 bytes) on mem_0_1 split into a, c at bytes 0, 64"),
-        ("share_shim_channels", "5 MM2S FIFOs now take 4 of the 4 shim MM2S channels"))
+        (Rule.SHARE_SHIM_CHANNELS, "shared_in0 (MM2S, 128 bytes) on mem_0_1 split into a, c at bytes 0, 64"),
+        (Rule.SHARE_SHIM_CHANNELS, "5 MM2S FIFOs now take 4 of the 4 shim MM2S channels"))
 
 
 def load_decoder():

@@ -17,6 +17,7 @@ from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Dma, TileKind, Wait
+from iron.compiler.rules import Rule
 from iron.errors import DoesNotFit
 from iron.kernels import Accumulate, Add, MatMul, MatVec, RMSNorm, Scale, SiLU, Softmax
 from tests.compiler.designs import Product, ProductOfProducts, Projection, Sum, operands
@@ -46,7 +47,7 @@ pytestmark = pytest.mark.usefixtures("on_emulator")
 
 def test_matmul_512_float32_over_32_tiles_equals_reference():
     graph, body, a = compiled(512, 512, 512, np.float32)
-    assert rule(body.plan, "tile_matmul_over_array") == [
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [
         "g0: MatMul (512, 512) x (512, 512) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): "
         "blocks m=32 k=32 n=64 (each divides its side: no padding), 4 output blocks per core, 16 k-blocks "
         "each (64 kernel calls per core), summed in float32"]
@@ -56,7 +57,7 @@ def test_matmul_512_float32_over_32_tiles_equals_reference():
 
 def test_matmul_512_int8_into_int32_is_exact():
     graph, body, a = compiled(512, 512, 512, np.int8, np.int32)
-    assert rule(body.plan, "tile_matmul_over_array") == [
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [
         "g0: MatMul (512, 512) x (512, 512) int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): "
         "blocks m=32 k=128 n=64 (each divides its side: no padding), 4 output blocks per core, 4 k-blocks "
         "each (16 kernel calls per core), summed in int32"]
@@ -67,13 +68,13 @@ def test_matmul_512_int8_into_int32_is_exact():
 
 def test_matmul_int16_wraps_as_the_reference_does():
     graph, body, a = compiled(128, 256, 128, np.int16)
-    assert "summed in int16" in rule(body.plan, "tile_matmul_over_array")[0]
+    assert "summed in int16" in rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY)[0]
     np.testing.assert_array_equal(body(a=a), graph.reference(a=a))
 
 
 def test_matmul_bfloat16_sums_in_float32_and_rounds_once():
     graph, body, a = compiled(128, 256, 128, iron.bfloat16)
-    assert rule(body.plan, "tile_matmul_over_array")[0].endswith("summed in float32")
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY)[0].endswith("summed in float32")
     assert {b.dtype for b in body.plan.buffers} == {np.dtype(np.float32)}
     got = body(a=a)
     assert got.dtype == iron.bfloat16
@@ -82,7 +83,7 @@ def test_matmul_bfloat16_sums_in_float32_and_rounds_once():
 
 def test_matmul_2048_bfloat16_compiles_to_plan_and_mlir():
     _, body, _ = compiled(2048, 2048, 2048, iron.bfloat16)
-    assert rule(body.plan, "tile_matmul_over_array") == [
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [
         "g0: MatMul (2048, 2048) x (2048, 2048) bfloat16 -> bfloat16 over 32 tiles (4 rows x 8 columns of "
         "cores): blocks m=16 k=64 n=128 (each divides its side: no padding), 64 output blocks per core, 32 "
         "k-blocks each (2048 kernel calls per core), summed in float32"]
@@ -96,7 +97,7 @@ def test_matmul_2048_bfloat16_compiles_to_plan_and_mlir():
 
 def test_sizes_not_multiples_of_a_power_of_two_take_dividing_blocks():
     graph, body, a = compiled(100, 60, 72, np.float32)
-    assert rule(body.plan, "tile_matmul_over_array") == [
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [
         "g0: MatMul (100, 60) x (60, 72) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): "
         "blocks m=25 k=60 n=9 (each divides its side: no padding), 1 output blocks per core, 1 k-blocks "
         "each (1 kernel calls per core), summed in float32"]
@@ -106,7 +107,7 @@ def test_sizes_not_multiples_of_a_power_of_two_take_dividing_blocks():
 def test_matmul_on_npu1_uses_its_16_tiles():
     graph, body, a = compiled(256, 256, 256, np.float32, device="npu1")
     assert len(compute_tiles(body.plan)) == 16
-    assert "over 16 tiles (4 rows x 4 columns of cores)" in rule(body.plan, "tile_matmul_over_array")[0]
+    assert "over 16 tiles (4 rows x 4 columns of cores)" in rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY)[0]
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
 
@@ -120,10 +121,10 @@ def test_a_grid_short_of_the_free_cores_says_why_no_larger_grid_divides():
     a, b, c, d = a / 17, b / 17, c / 17, d / 17
     graph = ProductOfProducts(b, d, second_returned=True)
     body = graph.compile(a=a, c=c, device=from_name("npu2"))
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         "g2: MatMul#2 is not padded, though padded to (M, K, N) = (300, 300, 320) it would take a better grid: "
         "cut.MatMul#0 is another group's result"]
-    assert rule(body.plan, "tile_matmul_over_array")[2].endswith(
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY)[2].endswith(
         "summed in float32; not more cores: no grid of more than 24 of the 32 free cores has rows of cores "
         "dividing M = 300 and columns dividing N = 300, and blocks divide their sides (no remainder block; "
         "padded only as pad_to_block says)")
@@ -155,7 +156,7 @@ def test_a_matmul_with_no_dividing_blocks_pad_to_block_does_not_pad_does_not_fit
 
 def test_small_matmul_stays_on_one_tile():
     _, body, _ = compiled(16, 16, 16, np.float32)
-    assert rule(body.plan, "tile_matmul_over_array") == []
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == []
     assert len(compute_tiles(body.plan)) == 1
 
 
@@ -164,7 +165,7 @@ def test_matvec_4096_over_32_tiles_equals_reference():
     w, x = rng.standard_normal((4096, 4096)).astype(np.float32), rng.standard_normal(4096).astype(np.float32)
     graph = Projection(w)
     body = graph.compile(x=x, device=from_name("npu2"))
-    assert rule(body.plan, "tile_matmul_over_array") == [
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [
         "g0: MatVec (4096, 4096) x (4096,) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): "
         "blocks m=128 k=32 n=1 (each divides its side: no padding), 1 output blocks per core, 128 k-blocks each "
         "(128 kernel calls per core), summed in float32"]
@@ -255,7 +256,7 @@ def test_stream_k_blocks_a_matvec_whose_rows_exceed_a_tile_and_a_mem_tile(m, k, 
         w, x = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal(k).astype(dtype)
     graph = Projection(w, out)
     body = graph.compile(x=x, device=from_name(device))
-    assert rule(body.plan, "tile_matmul_over_array") == [f"g0: MatVec ({m}, {k}) x ({k},) {text}"]
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [f"g0: MatVec ({m}, {k}) x ({k},) {text}"]
     if dtype == np.int8:
         np.testing.assert_array_equal(body(x=x), graph.reference(x=x))
     else:
@@ -288,7 +289,7 @@ def test_stream_k_blocks_one_row_longer_than_a_tile_pads_k_and_says_why_one_core
         w, x = rng.standard_normal((1, 65537)).astype(dtype), rng.standard_normal(65537).astype(dtype)
     graph = Projection(w, out)
     body = graph.compile(x=x, device=from_name(device))
-    assert rule(body.plan, "tile_matmul_over_array") == [
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [
         f"g0: MatVec (1, 65537) x (65537,) {text} (1 rows x 1 columns of cores): blocks m=1 k=96 n=1 (pad_to_block: "
         "padded with zeros to M = 1, K = 65568), 1 output blocks per core, 683 k-blocks each (683 kernel calls per "
         f"core), summed in {np.dtype(out or dtype).name}" + ONE_ROW_NOT_MORE.format(free=free)]
@@ -301,8 +302,8 @@ def test_stream_k_blocks_one_row_longer_than_a_tile_pads_k_and_says_why_one_core
 def test_a_matvec_a_mem_tile_split_handles_keeps_that_rule():
     w, x = operands(256, 512, 1, np.float32)   # 512 KiB: four parts of 128 KiB on one mem tile
     body = Projection(w).compile(x=x[:, 0], device=from_name("npu2"))
-    assert rule(body.plan, "tile_matmul_over_array") == []
-    assert rule(body.plan, "split_matrix_over_tiles") == [
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == []
+    assert rule(body.plan, Rule.SPLIT_MATRIX_OVER_TILES) == [
         "g0: w (256, 512) float32 (524288 bytes) split by rows over 4 tiles"]
 
 
@@ -357,8 +358,8 @@ def test_a_matvec_read_by_a_state_write_tiles_through_ddr_and_equals_the_referen
     graph = ProductIntoState(dtype, out, bias)
     body = graph.compile(device=from_name(device))
     reader = "Add" if bias else "Accumulate"
-    assert rule(body.plan, "tile_before_state_write") == [THROUGH_LINE.format(reader=reader)]
-    (grid,) = rule(body.plan, "tile_matmul_over_array")
+    assert rule(body.plan, Rule.TILE_BEFORE_STATE_WRITE) == [THROUGH_LINE.format(reader=reader)]
+    (grid,) = rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY)
     assert grid.startswith(f"g0: MatVec (300, 4097) x (4097,) {text} has cores dividing M = 300")
     assert body.plan.groups == (("g0", ("MatVec#0",)), ("g1", (f"{reader}#1",)))
     for step in range(3):
@@ -374,7 +375,7 @@ def test_a_matvec_read_by_a_state_write_tiles_through_ddr_and_equals_the_referen
 
 def test_a_matvec_through_ddr_pads_k_alone_and_stays_within_the_mlir_subset():
     body = ProductIntoState(np.int8, np.int32).compile(device=from_name("npu2"))
-    assert rule(body.plan, "pad_to_block") == [
+    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
         "g0: MatVec#0 padded with zeros (K 4097 -> 4128) over 20 tiles: A and B lie so in DDR, the host writes the "
         "user's region; K's padding is zeros in both operands; the state through.MatVec#0 it writes whole keeps its "
         "own shape (pad_k_only: M and N unpadded, so whoever reads it reads no padding)"]
@@ -420,7 +421,7 @@ def test_add_over_a_million_float32_streams_over_16_tiles():
     x, y = (rng.standard_normal(1 << 20).astype(np.float32) for _ in range(2))
     graph = Sum()
     body = graph.compile(x=x, y=y, device=from_name("npu2"))
-    assert rule(body.plan, "stream_elementwise") == [
+    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [
         "g0: Add over 1048576 elements streamed in blocks of 2048 over 16 tiles (2 rows x 8 columns of cores), "
         "32 blocks per core"]
     np.testing.assert_array_equal(body(x=x, y=y), graph.reference(x=x, y=y))
@@ -441,8 +442,8 @@ def test_a_streamed_batch_another_group_reads_is_cut_after_and_streams_through_d
     x, y = (rng.standard_normal(1 << 20).astype(np.float32) for _ in range(2))
     graph = SumThenProject()
     body = graph.compile(x=x, y=y, device=from_name("npu2"))
-    assert rule(body.plan, "fewest_bytes_cut") == ["cut before g1: 4194304 bytes cross (Add#0)"]
-    assert rule(body.plan, "stream_elementwise") == [
+    assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == ["cut before g1: 4194304 bytes cross (Add#0)"]
+    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [
         "g0: Add over 1048576 elements streamed in blocks of 2048 over 16 tiles (2 rows x 8 columns of cores), "
         "32 blocks per core"]
     assert len(body.plan.configurations) == 2
@@ -453,7 +454,7 @@ def test_elementwise_calls_stream_together_two_inputs_on_two_rows():
     graph, x = Gate(1 << 18), np.linspace(-4, 4, 1 << 18, dtype=np.float32)
     body = graph.compile(x=x, device=from_name("npu2"))
     assert body.plan.groups == (("g0", ("Add#0", "SiLU#1", "Scale#2")),)
-    assert rule(body.plan, "stream_elementwise") == [
+    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [
         "g0: Add, SiLU, Scale over 262144 elements streamed in blocks of 1024 over 16 tiles (2 rows x 8 columns "
         "of cores), 16 blocks per core"]   # a mem tile splits 2 inputs to 2 cores: 5 of its 6 outputs
     np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
@@ -462,7 +463,7 @@ def test_elementwise_calls_stream_together_two_inputs_on_two_rows():
 def test_one_input_streams_over_every_tile():
     x = np.linspace(-4, 4, 1 << 18, dtype=np.float32)
     body = Swish().compile(x=x, device=from_name("npu2"))
-    assert rule(body.plan, "stream_elementwise") == [
+    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [
         "g0: SiLU over 262144 elements streamed in blocks of 2048 over 32 tiles (4 rows x 8 columns of cores), "
         "4 blocks per core"]
     np.testing.assert_allclose(body(x=x), Swish().reference(x=x), **F32)
@@ -475,7 +476,7 @@ def test_a_huge_stream_moves_runs_of_rounds_per_dma_op_waiting_every_four_runs()
     n = 10 ** 9
     body = Sum().compile(x=((n,), np.int8), y=((n,), np.int8), device=from_name("npu2"))
     ops = body.plan.sequence
-    assert rule(body.plan, "stream_elementwise") == [
+    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [
         "g0: Add over 1000000000 elements streamed in blocks of 4000 over 16 tiles (2 rows x 8 columns of cores), "
         "15625 blocks per core"]
     runs = [(o.offset, o.sizes, o.strides) for o in ops if isinstance(o, Dma) and o.fifo == "g0_x0_1_mem"]
@@ -489,7 +490,7 @@ def test_a_huge_stream_moves_runs_of_rounds_per_dma_op_waiting_every_four_runs()
 
 def test_a_small_elementwise_call_is_not_streamed():
     body = Sum().compile(x=((1024,), np.float32), y=((1024,), np.float32), device=from_name("npu2"))
-    assert rule(body.plan, "stream_elementwise") == []
+    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == []
 
 
 class Norm(iron.Graph):
@@ -633,7 +634,7 @@ NOT_WORDS = [
 @pytest.mark.parametrize("m, k, n, dtype, out, text", NOT_WORDS, ids=["int8-K127", "int8-K6", "int8-K2001", "bf16-N127", "bf16-N511", "int8-N1001"])
 def test_a_matmul_whose_rows_are_not_whole_words_takes_whole_rows_and_equals_the_reference(m, k, n, dtype, out, text):
     graph, c, a = compiled(m, k, n, np.dtype(dtype), out)
-    assert rule(c.plan, "tile_matmul_over_array") == [text]
+    assert rule(c.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [text]
     want = graph.reference(a)
     if want.dtype.kind in "iu":
         np.testing.assert_array_equal(c(a), want)
@@ -678,7 +679,7 @@ def test_a_matmul_beside_other_groups_leaves_them_tiles_and_shim_channels_and_sa
     x = np.linspace(-1, 1, 64, dtype=np.float32)
     graph = Beside(b)
     body = graph.compile(a=a, x=x, device=from_name(device))
-    what = rule(body.plan, "tile_matmul_over_array")[0]
+    what = rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY)[0]
     assert f"over {grid} of cores)" in what and what.endswith(f"summed in float32; not more cores: {why}")
     for got, want in zip(body(a=a, x=x), graph.reference(a=a, x=x)):
         np.testing.assert_allclose(got, want, **F32)
@@ -701,11 +702,11 @@ def test_a_matvec_read_on_the_device_says_why_it_is_not_over_the_array():
     graph, spec = NormedProduct(), ((1024,), np.float32)
     body = graph.compile(x=spec)
     assert body.plan.segments == ()
-    assert rule(body.plan, "tile_matmul_over_array") == [
+    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [
         "g0: not over the array: g1 reads its result in this configuration, and a grid's results leave each "
         "column for DDR; it runs as split_matrix_over_tiles says, or over the array when a cut puts its readers "
         "in a later configuration"]
-    assert rule(body.plan, "split_matrix_over_tiles")[0] == \
+    assert rule(body.plan, Rule.SPLIT_MATRIX_OVER_TILES)[0] == \
         "g0: w (1024, 1024) float32 (4194304 bytes) split by rows over 4 tiles"
     x = np.linspace(-1, 1, 1024).astype(np.float32)
     np.testing.assert_allclose(body(x), graph.reference(x), **F32)

@@ -12,6 +12,7 @@ from aie_utils import from_name
 from iron import Role, Scratchpad, Within
 from iron.compiler.compile import compile_program
 from iron.compiler.mlir import print_mlir
+from iron.compiler.rules import Rule
 from iron.errors import DeclarationError
 from iron.kernels import LIBRARY, MatMul, MatVec, ReLU, SiLU, Softmax
 from iron.kernels.traits import IndexMap
@@ -104,7 +105,7 @@ def test_user_kernels_with_library_traits_fuse_and_place_like_the_library():
     assert library.groups == (("g0", ("MatVec#0", "SiLU#1")), ("g1", ("Softmax#2",)))
     assert [(g, tuple(map(renamed, calls))) for g, calls in user.groups] == list(library.groups)
     assert [(rule, renamed(what)) for rule, what in user.rules] == list(library.rules)
-    assert ("split_matrix_over_tiles", "g0: w (512, 256) float32 (524288 bytes) split by rows over 4 tiles") \
+    assert (Rule.SPLIT_MATRIX_OVER_TILES, "g0: w (512, 256) float32 (524288 bytes) split by rows over 4 tiles") \
         in library.rules
     assert print_mlir(user) == print_mlir(library)
 
@@ -119,7 +120,7 @@ def test_a_declared_bound_becomes_the_bound_of_the_per_call_word():
 def test_a_kernel_without_a_map_does_not_join_a_matrix_group():
     plan = head(MatVec, Plain, Softmax)
     assert plan.groups == (("g0", ("MatVec#0",)), ("g1", ("Plain#1", "Softmax#2")))
-    assert ("matrix_op_starts_group", "g0 closed before Plain#1") in plan.rules
+    assert (Rule.MATRIX_OP_STARTS_GROUP, "g0 closed before Plain#1") in plan.rules
 
 
 LIBRARY_TRAITS = {   # kernel: (index map, reduces, length_axes, keeps_zeros, derived Role)
@@ -201,8 +202,8 @@ def facts(plan):
 
 
 @pytest.mark.parametrize("m, k, n, rule", [
-    (509, 509, 509, "tile_matmul_over_array"),   # prime sides: padded to 512, tiled over every core
-    (64, 512, 4, "stream_large_matrix"),          # A of 128 KiB on one core: streamed by rows
+    (509, 509, 509, Rule.TILE_MATMUL_OVER_ARRAY),   # prime sides: padded to 512, tiled over every core
+    (64, 512, 4, Rule.STREAM_LARGE_MATRIX),         # A of 128 KiB on one core: streamed by rows
 ])
 def test_a_user_kernel_declaring_matmuls_map_pads_tiles_and_streams_like_matmul(on_emulator, m, k, n, rule):
     a = np.random.default_rng(2).standard_normal((m, k)).astype(np.float32)

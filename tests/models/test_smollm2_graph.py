@@ -10,6 +10,7 @@ import pytest
 import aie_utils
 import iron
 from iron.compiler.describe import ddr_traffic
+from iron.compiler.rules import Rule
 from iron.errors import ArgumentError, LoopError, TokenError
 from iron.models import numpy_forward as nf
 from iron.smollm2_graph import SmolLM2Graph, feed, first_version, generate, generate_in_loop
@@ -124,7 +125,7 @@ def test_weights_as_they_ship_compile_stream_as_blocks_and_generate_references_t
     assert graph.lm_head.param.array.nbytes / quantized.lm_head.param.array.nbytes == 128 / 34   # Q8_0
     with aie_utils.using_device(aie_utils.from_name("npu2")):
         body = quantized.compile()
-    expanded = [what for rule, what in body.plan.rules if rule == "dequant_before_matvec" and "expanded" in what]
+    expanded = [what for rule, what in body.plan.rules if rule == Rule.DEQUANT_BEFORE_MATVEC and "expanded" in what]
     assert len(expanded) == 2 * 4 + 1   # every block's four matrices and the LM head
     assert expanded[-1].startswith("g89: lm_head.param moves as stored, 30081024 bytes; each block of ")
     f32, q = ddr_traffic(compiled.plan), ddr_traffic(body.plan)

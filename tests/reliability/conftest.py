@@ -67,6 +67,18 @@ def snapshot(graphs, compiled, cache_dir) -> dict:
     return seen
 
 
+def hooked(base, name: str, hook):
+    """A user kernel computing as library kernel `base` does after calling `hook()` (to fail or
+    to let other threads run mid-launch); its C++ is base's with the symbols renamed."""
+    source = base.source_text()[1].replace(f"({base.name},", f"({name},").replace(f" {base.name}_##T", f" {name}_##T")
+
+    def compute(*args, **attrs):
+        hook()
+        return base.compute(*args, **attrs)
+
+    return type(f"Hooked{base.__name__}", (base,), {"name": name, "source": source, "compute": staticmethod(compute)})
+
+
 class Trail(iron.Graph):
     """A state a failing case elsewhere must leave as it was."""
 

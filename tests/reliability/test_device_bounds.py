@@ -80,7 +80,7 @@ def test_a_carried_index_leaving_its_range_stops_the_loop_at_that_step(on_emulat
             seen.append(index)
     drained = min(depth - 1, 9 - 5)      # body steps 5.. were in flight when run 4's flag was read
     assert str(e.value) == text(5, drained)
-    assert seen == [0, 1, 2, 3]          # step 4 completed; its flag stopped the loop before yielding it
+    assert seen == [0, 1, 2, 3, 4]       # step 4 completed and is yielded; then step 5's flag is raised
     walk = numpy_walk(SUCC, 3, 6 + drained)
     assert loop.transitions == 6 and dict(loop.carry) == {"node": int(walk[5]), "steps": 6}
     after = states(body)

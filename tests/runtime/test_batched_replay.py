@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import iron
 import iron.runtime.emulator.machine as machine
 from iron.compiler.plan import TileKind
+from iron.compiler.rules import Rule
 from iron.kernels import (
     Add,
     Cast,
@@ -136,7 +137,7 @@ def test_a_tiled_matmul_leaves_every_host_buffer_as_each_call_on_its_own_does(ba
     assert (lanes.handed > 0) == (lanes.most > 1)
     # each k-block's calls on the 32 cores are one Batch: every call of the launches the replay
     # repeats is in one
-    per_core = int(re.search(r"(\d+) kernel calls per core", dict(plan.rules)["tile_matmul_over_array"])[1])
+    per_core = int(re.search(r"(\d+) kernel calls per core", dict(plan.rules)[Rule.TILE_MATMUL_OVER_ARRAY])[1])
     launches, casts = len(batching._replay.cycle), int(dtype is ml_dtypes.bfloat16)   # the float32 sum to bfloat16
     assert per_core > 1 and batched.members == batched.calls == launches * 32 * (per_core + casts)
 

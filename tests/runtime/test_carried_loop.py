@@ -160,10 +160,11 @@ def test_refusals_name_the_problem_and_the_fix():
         "the body of a CarriedLoop takes no tensor, but Trail takes start: nothing could write it between steps. "
         "Compile a version that takes the tensor as first (feeds=body) and a body without it."
     )
-    for depth in (0, -1, 1.5, 5, 10**7):
+    for depth in (0, -1, 1.5, 65, 10**7):
         assert refusal(iron.CarriedLoop, body, body, depth=depth) == (
-            f"CarriedLoop depth={depth!r}: depth is how many runs are kept in flight, an int from 1 to 4: npu2's "
-            "driver holds at most 4 runs in flight per hardware context, so a deeper ring would only wait."
+            f"CarriedLoop depth={depth!r}: depth is how many runs the ring holds, an int from 1 to 64 (each "
+            "holds its own scratchpad); npu2's driver keeps 4 of them in flight per hardware context and the "
+            "loop queues the rest."
         )
     s = Scratch().compile()
     assert refusal(iron.CarriedLoop, s, s) == (

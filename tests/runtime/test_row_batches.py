@@ -10,6 +10,7 @@ import pytest
 
 import iron
 from iron import Carried, Scratchpad
+from iron.compiler.rules import Rule
 from iron.kernels import Argmax, MatMul, RMSNorm, Softmax
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -138,7 +139,7 @@ def test_a_batch_larger_than_a_tile_streams_row_blocks_and_equals_the_reference(
     for mode in ("numpy", "native"):
         monkeypatch.setenv("IRON_EMULATOR_KERNELS", mode)
         compiled = graph(dtype, shape[1]).compile(x, device="npu2")
-        assert [text for name, text in compiled.plan.rules if name == "stream_row_blocks"] == [rule]
+        assert [text for name, text in compiled.plan.rules if name == Rule.STREAM_ROW_BLOCKS] == [rule]
         assert rule in compiled.describe()
         close(compiled(x), want)
 
@@ -184,7 +185,7 @@ def test_a_per_call_length_reaches_every_core_of_a_streamed_batch(monkeypatch, d
     for mode in ("numpy", "native"):
         monkeypatch.setenv("IRON_EMULATOR_KERNELS", mode)
         compiled = Attend().compile(x, device=device)
-        assert [text for name, text in compiled.plan.rules if name == "stream_row_blocks"] == [rule]
+        assert [text for name, text in compiled.plan.rules if name == Rule.STREAM_ROW_BLOCKS] == [rule]
         assert compiled.plan.fifo("g0_in").consumers == tuple(core.tile for core in compiled.plan.cores)
         for pos in (0, 130, 255):
             got = compiled(x, pos=pos)
@@ -197,7 +198,7 @@ def test_a_carried_length_reaches_every_core_call_after_call(monkeypatch):
     monkeypatch.setenv("IRON_QUIET", "1")
     x = np.random.default_rng(9).standard_normal((256, 256)).astype(np.float32)
     compiled, graph = Decode(x).compile(device="npu2"), Decode(x)
-    assert [name for name, _ in compiled.plan.rules if name == "stream_row_blocks"] == ["stream_row_blocks"]
+    assert [name for name, _ in compiled.plan.rules if name == Rule.STREAM_ROW_BLOCKS] == [Rule.STREAM_ROW_BLOCKS]
     pos = 5
     for _ in range(3):
         got, carry = compiled(pos=pos)
@@ -244,7 +245,7 @@ def test_a_batch_of_the_widest_rows_streams_one_object_at_a_time_and_equals_the_
     x = (np.random.default_rng(6).standard_normal((6, widest)) * 30).astype(dtype)
     values = {"pos": widest - 7} if graph is Sized else {}
     compiled = graph(dtype, widest).compile(x, device="npu2")
-    [rule] = [text for name, text in compiled.plan.rules if name == "stream_row_blocks"]
+    [rule] = [text for name, text in compiled.plan.rules if name == Rule.STREAM_ROW_BLOCKS]
     assert rule.startswith(f"g0: {rule.split()[1]} over 6 rows of {widest} elements streamed in row-blocks of 1 rows")
     assert rule.endswith(", one object of each FIFO (a row fills the tile: no overlap)")
     close(compiled(x, **values), graph(dtype, widest).reference(x, **values))
@@ -267,8 +268,8 @@ def test_attention_over_the_array_streams_its_scores_with_the_per_call_length(mo
     q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((64, 64), (64, 512), (512, 64)))
     compiled = Attention(k, v).compile(q, device="npu2")
     assert [(name, text.split(":")[0]) for name, text in compiled.plan.rules if name in (
-        "tile_matmul_over_array", "stream_row_blocks")] == [
-        ("tile_matmul_over_array", "g0"), ("stream_row_blocks", "g1"), ("tile_matmul_over_array", "g2")]
+        Rule.TILE_MATMUL_OVER_ARRAY, Rule.STREAM_ROW_BLOCKS)] == [
+        (Rule.TILE_MATMUL_OVER_ARRAY, "g0"), (Rule.STREAM_ROW_BLOCKS, "g1"), (Rule.TILE_MATMUL_OVER_ARRAY, "g2")]
     assert "g1: Softmax over 64 rows of 512 elements streamed in row-blocks of 2 rows over 32 tiles (4 rows x 8 " \
            "columns of cores), 1 blocks per core, length=pos + 1 a per-call word every core receives" in compiled.describe()
     assert len(compiled.segments) == 3

@@ -12,6 +12,7 @@ import pytest
 import aie_utils
 import iron
 from iron import Carried, Scratchpad
+from iron.compiler.rules import Rule
 from iron.errors import IndexOutOfRange, KernelTypeError, PlacementError, TracedValueError
 from iron.kernels import Add, Copy, MatMul, MatVec, ReLU, Softmax
 
@@ -73,7 +74,7 @@ def test_a_contiguous_view_is_free_and_a_strided_one_is_copied_run_by_run(on_emu
     buffer = next(iter(held))
     assert [(s.args[0].offset, s.args[1], s.args[2].value) for s in copies if s.args[1].source == buffer] == [
         (4 * (4 * r + 1), iron.compiler.plan.Ptr(buffer, 8 * r), 2) for r in range(4)]
-    assert [text for rule, text in plan.rules if rule == "gather_strided_view"] == [
+    assert [text for rule, text in plan.rules if rule == Rule.GATHER_STRIDED_VIEW] == [
         f"{buffer.split('_buf')[0]} copies MatVec(w, x).reshape(4, 4)[:, 1:3] into {buffer} in 4 runs"]
 
 

@@ -198,7 +198,7 @@ class Emulator:
             self._fail(f"plan '{self.plan.name}' hung in an earlier launch; its cores cannot continue. "
                        "Load the plan again (a new Emulator) after fixing it.")
             raise
-        except Exception as exc:
+        except BaseException as exc:   # Ctrl-C in a kernel leaves the launch as unfinished as a failure
             settle()
             self._fail(f"an earlier launch of plan '{self.plan.name}' failed ({exc}); the device is "
                        "left mid-launch. Load the plan again (a new Emulator).")
