@@ -75,7 +75,7 @@ def test_a_trace_failing_as_the_loop_stops_never_hides_its_index_out_of_range(tm
     assert raised.value.__notes__ == [
         f"trace={str(path)!r} cannot be written: No such file or directory. {FIX}"
     ]
-    assert seen == [0, 1, 2, 3] and loop.transitions == 6
+    assert seen == [0, 1, 2, 3, 4] and loop.transitions == 6
 
 
 def test_a_bad_iron_trace_refuses_the_first_call_before_it_runs(tmp_path, monkeypatch, on_emulator, trail, unchanged):
