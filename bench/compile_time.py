@@ -11,7 +11,7 @@ import numpy as np
 
 import aie_utils
 from iron.compiler.compile import compile_program
-from iron.designs import MLP, Walk
+from iron.models.designs import MLP, Walk
 
 
 def timed(fn, repeat=5):

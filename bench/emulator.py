@@ -12,7 +12,7 @@ import numpy as np
 from _timing import race
 
 import iron
-from iron.designs import MLP, Walk
+from iron.models.designs import MLP, Walk
 from iron.runtime.emulator import Emulator
 
 os.environ.setdefault("IRON_BACKEND", "emulator")

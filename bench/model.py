@@ -1,5 +1,5 @@
 """SmolLM2-135M: the plain numpy forward's seconds per token, and iron's design of the model
-(iron.smollm2_graph) timed against it as ratios, in this same process.
+(iron.models.smollm2_graph) timed against it as ratios, in this same process.
 
 Prints the load time, the greedy continuation of a prompt, the seconds per token of all 30
 layers (generate() over a 5-token prompt and 32 new tokens, best of 3 runs, per token fed), the
@@ -22,7 +22,7 @@ import aie_utils
 from iron.compiler.describe import ddr_traffic
 from iron.models import numpy_forward as nf
 from iron.models import smollm2
-from iron.smollm2_graph import SmolLM2Graph
+from iron.models.smollm2_graph import SmolLM2Graph
 
 CALLS = 3
 WARM = 4   # the emulator's launches repeat from the 2nd on, in a cycle of 2: replayed from the 4th

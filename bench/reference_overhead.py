@@ -7,7 +7,7 @@ in one process, the two sides timed in alternation (bench/_timing.py).
 import numpy as np
 from _timing import race
 
-from iron.designs import MLP, Walk, numpy_mlp
+from iron.models.designs import MLP, Walk, numpy_mlp
 
 
 def walk_ratio():

@@ -18,6 +18,7 @@ from iron.frontend.handles import (
     minimum,
 )
 from iron.kernels import Kernel, Role, Within, concat
+from iron.runtime import compiled as _runtime  # noqa: F401  registers the runtime with the front end
 
 min = minimum
 max = maximum

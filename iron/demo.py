@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from iron.compiler.plan import TileKind
-from iron.designs import MLP, Walk, numpy_mlp, numpy_walk
+from iron.models.designs import MLP, Walk, numpy_mlp, numpy_walk
 
 
 def walk_reference(successor, start, steps) -> bool:

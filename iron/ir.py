@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -79,6 +79,8 @@ class Axis:
     stop: int | None = None
     length: int | None = None
     extent: int | None = None   # the axis's size in the frame the view indexes (None: its tensor's own)
+    step: int = 1               # a static slice's step (`x[:, ::2]`), or 0: element `start` broadcast `length` times
+    order: int | None = None    # where a kept axis lies among the view's axes (`x.T`), None: in frame order
 
     @property
     def keeps_axis(self) -> bool:
@@ -87,7 +89,9 @@ class Axis:
     @property
     def size(self) -> int:
         """How many elements a kept axis keeps."""
-        return self.length if self.length is not None else self.stop - self.start
+        if self.length is not None:
+            return self.length
+        return len(range(self.start, self.stop, self.step))
 
     @property
     def count(self) -> int:
@@ -204,6 +208,8 @@ def _view_text(view: Node, depth: int) -> str:
     """`y[2:6]`, `cache[pos:pos + 4]`, `y.reshape(2, 4)[1]`, `x[0, 2:4].reshape(2, 1)`."""
     source, shape = view.src[0], frame(view)
     text = describe(source, depth)
+    if any(a.step == 0 for a in view.arg):
+        return f"broadcast_to({_unbroadcast_text(view, depth)}, {view.shape})"
     text = text if shape == source.shape else f"{text}.reshape{shape}"
     parts = [_axis_text(a, view, n) for a, n in zip(view.arg, shape)]
     while parts and parts[-1] == ":":
@@ -212,8 +218,23 @@ def _view_text(view: Node, depth: int) -> str:
         text += f"[{', '.join(parts)}]"
     elif shape == source.shape:
         text += "[:]"
-    kept = tuple(a.size for a in view.arg if a.keeps_axis)
-    return text if view.shape == kept else f"{text}.reshape{view.shape}"
+    order = tuple(a.order for a in view.arg if a.keeps_axis)
+    if any(i is not None for i in order):
+        text = text.removesuffix("[:]")
+        axes = tuple(sorted(range(len(order)), key=lambda i: order[i]))   # numpy's: output axis j is frame axis axes[j]
+        text += ".T" if axes == tuple(reversed(range(len(order)))) else f".transpose{axes}"
+    return text if view.shape == kept_shape(view.arg) else f"{text}.reshape{view.shape}"
+
+
+def _unbroadcast_text(view: Node, depth: int) -> str:
+    """The text of what a broadcast view repeats: its axes without the leading ones broadcasting
+    added and with its repeated axes of one element."""
+    lead = next((i for i, a in enumerate(view.arg) if not (a.step == 0 and a.extent == 1)), len(view.arg))
+    rest = tuple(replace(a, step=1, length=None) if a.step == 0 else a for a in view.arg[lead:])
+    if all(a.index is None and a.start == 0 and a.stop == a.extent and a.step == 1 for a in rest) \
+            and tuple(a.extent for a in rest) == view.src[0].shape:
+        return describe(view.src[0], depth)
+    return describe(Node(Op.VIEW, view.src, kept_shape(rest), view.dtype, rest), depth)
 
 
 def _axis_text(axis: Axis, view: Node, extent: int) -> str:
@@ -223,8 +244,12 @@ def _axis_text(axis: Axis, view: Node, extent: int) -> str:
         text = describe(view.src[axis.dynamic])
         text = text if axis.start == 0 else f"{axis.start} + {text}"
         return text if axis.length is None else f"{text}:{text} + {axis.length}"
+    if axis.step == 0:
+        return f"{axis.start}:{axis.start + 1}"
     start = "" if axis.start == 0 else str(axis.start)
-    return f"{start}:{'' if axis.stop == extent else axis.stop}"
+    step = "" if axis.step == 1 else f":{axis.step}"
+    to_end = len(range(axis.start, extent, axis.step)) == axis.size
+    return f"{start}:{'' if to_end else axis.stop}{step}"
 
 
 def scalar_vars(node: Node) -> set[str]:
@@ -296,8 +321,37 @@ def is_computed_view(node: Node) -> bool:
 
 
 def static_index(view: Node) -> tuple:
-    """The numpy index a VIEW without per-call indices takes of its tensor seen as its frame."""
-    return tuple(a.index if a.index is not None else slice(a.start, a.stop) for a in view.arg)
+    """The numpy index a VIEW without per-call indices takes of its tensor seen as its frame
+    (a broadcast axis picks its one element, `arranged` repeats it)."""
+    return tuple(a.index if a.index is not None else slice(a.start, a.start + 1) if a.step == 0
+                 else slice(a.start, a.stop, a.step) for a in view.arg)
+
+
+def kept(axes) -> list[Axis]:
+    """A view's kept axes in the order its shape lists them (`x.T`: the frame's last first)."""
+    mine = [a for a in axes if a.keeps_axis]
+    return sorted(mine, key=lambda a: a.order) if any(a.order is not None for a in mine) else mine
+
+
+def kept_shape(axes) -> tuple[int, ...]:
+    """The shape a view's axes pick, before any reshape of the view."""
+    return tuple(a.size for a in kept(axes))
+
+
+def arranged(view: Node, picked):
+    """`picked` (the frame indexed by `static_index`/the reference's index, kept axes in frame
+    order) as the view arranges it: broadcast axes repeated, kept axes in the view's order."""
+    mine = [a for a in view.arg if a.keeps_axis]
+    if any(a.step == 0 for a in mine):
+        picked = np.broadcast_to(picked, tuple(a.size for a in mine))
+    if any(a.order is not None for a in mine):
+        picked = picked.transpose(sorted(range(len(mine)), key=lambda i: mine[i].order))
+    return picked
+
+
+def is_strided(view: Node) -> bool:
+    """A view with a step, a broadcast or its axes in another order (kept axes of one element aside)."""
+    return view.op == Op.VIEW and any(a.step != 1 or a.order is not None for a in view.arg if a.count > 1)
 
 
 def is_gather(node: Node) -> bool:
@@ -350,14 +404,14 @@ def overlap(a: Node, b: Node) -> bool:
 def elements(node: Node) -> np.ndarray:
     """The row-major positions in its storage of a tensor's elements (a static view's, or all)."""
     every = np.arange(storage(node).size)
-    return every if node.op != Op.VIEW else every.reshape(frame(node))[static_index(node)].ravel()
+    return every if node.op != Op.VIEW else arranged(node, every.reshape(frame(node))[static_index(node)]).ravel()
 
 
 def contiguous_span(view: Node) -> tuple[int, int] | None:
     """(first element, count) when a VIEW without per-call indices picks one contiguous run of its
     tensor (row-major), else None: past the first axis picking more than one element, every
     axis is whole."""
-    if len(view.src) > 1:
+    if len(view.src) > 1 or is_strided(view):
         return None
     shape = frame(view)
     counts = [a.count for a in view.arg]

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from iron.errors import ArgumentError, IndexOutOfRange
-from iron.ir import SCALAR_BINARY, Node, Op, Program, describe, frame, wrap_i32
+from iron.ir import SCALAR_BINARY, Node, Op, Program, arranged, describe, frame, wrap_i32
 
 
 def run(program: Program, memories: dict[str, np.ndarray], inputs: list[np.ndarray],
@@ -86,7 +86,7 @@ def index(view: Node, env: dict) -> tuple:
         if axis.index is not None:
             parts.append(axis.index)
         elif axis.dynamic is None:
-            parts.append(slice(axis.start, axis.stop))
+            parts.append(slice(axis.start, axis.start + 1) if axis.step == 0 else slice(axis.start, axis.stop, axis.step))
         else:
             expr = view.src[axis.dynamic]
             value, hi = scalar(expr, env), axis.offsets
@@ -104,7 +104,7 @@ def tensor(node: Node, env: dict) -> np.ndarray:
     input or computed tensor, seen in the view's frame, without a copy where numpy can."""
     if node.op != Op.VIEW:
         return env[node]
-    picked = framed(node, env)[env[node]]
+    picked = arranged(node, framed(node, env)[env[node]])
     return picked if picked.shape == node.shape else picked.reshape(node.shape)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from iron.designs import numpy_walk
+from iron.models.designs import numpy_walk
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -9,9 +9,9 @@ from dataclasses import replace
 
 from iron.compiler.fuse import Group
 from iron.compiler.pad import large
-from iron.compiler.readers import Reader
 from iron.compiler.rules import Decision, Rule
-from iron.compiler.tiling import result_users, word_run
+from iron.compiler.words import view_words
+from iron.errors import PlacementError
 from iron.ir import (
     Call,
     Node,
@@ -20,7 +20,6 @@ from iron.ir import (
     call_label,
     describe,
     is_host_tensor,
-    storage,
 )
 from iron.kernels.base import Role
 from iron.kernels.registry import copy_kernel
@@ -32,26 +31,43 @@ def copied(node: Node) -> Node:
 
 
 def copy_view_for_grid(program: Program) -> Program:
-    """The rule: a MatMul large enough to tile over the array (`pad.large`) whose result only the
-    host reads, or a state takes, reads each operand that is a view of a host tensor lying in one
-    run of whole words (`a[1:]`, `x.reshape(m, k)`) through a Copy inserted before it. The grid
+    """The rule: a MatMul large enough to tile over the array (`pad.large`) reads each operand
+    that is a view of a host tensor the DMA can move (`q[h]`, `a[1:]`, `x.reshape(m, k)`,
+    `x[:, ::2]`, `w.T`) through a Copy inserted before it, whoever reads its result. The grid
     reads whole host tensors, each lying in DDR as it needs (padded by `pad_to_block` at a prime
-    side), and a view cannot be padded without changing its base's row stride; the Copy streams
-    the view into a tensor the compiler owns, which crosses to the MatMul's segment in DDR, padded
-    as the MatMul reads it (`pad_written_by_producer`)."""
-    read = {storage(n) for c in program.calls for n in c.src} | {n for _, v in program.carry for n in v.src}
-    calls, inserted, swapped = [], [], {}
-    for call in program.calls:
-        views = call.src[:call.arg.n_inputs] if _gridded(call, program.outputs, read) else ()
-        copies = {n: copied(n) for n in views if _view_of_host(n)}
-        if copies:
-            swapped[call] = Node(call.op, tuple(copies.get(n, n) for n in call.src), call.shape, call.dtype, call.arg)
-        calls += [*copies.values(), swapped.get(call, call)]
-        inserted += copies.values()
-    if not swapped:
+    side), and a view cannot be padded without changing its base's row stride; the Copy moves
+    the view by its access pattern into a tensor the compiler owns, which the grid reads as it
+    reads any computed tensor (padded as the MatMul reads it, `pad_written_by_producer`)."""
+    copies = {n: copied(n) for call in program.calls if _gridded(call) for n in call.src[:call.arg.n_inputs]
+              if _view_of_host(n)}
+    if not copies:
         return program
-    return replace(program, calls=tuple(calls), outputs=tuple(swapped.get(n, n) for n in program.outputs),
-                   inserted=(*program.inserted, *inserted))
+    return with_copies(program, copies)
+
+
+def with_copies(program: Program, copies: dict[Node, Node]) -> Program:
+    """`program` with each tensor in `copies` read through its Copy: each Copy inserted before the
+    first call reading it, every call, output and carried value rebuilt over the new calls."""
+    new: dict[Node, Node] = {}
+
+    def rebuilt(node: Node) -> Node:
+        if node in new:
+            return new[node]
+        src = tuple(rebuilt(s) for s in node.src)
+        new[node] = node if src == node.src else Node(node.op, src, node.shape, node.dtype, node.arg)
+        return new[node]
+    calls: list[Node] = []
+    for call in program.calls:
+        reads = [n for n in call.src[:call.arg.n_inputs] if n in copies and copies[n] not in calls]
+        calls += [copies[n] for n in dict.fromkeys(reads)]
+        new.update({n: copies[n] for n in reads})
+        calls.append(rebuilt(call) if not reads else Node(
+            call.op, tuple(copies.get(n, rebuilt(n)) if i < call.arg.n_inputs else rebuilt(n)
+                           for i, n in enumerate(call.src)), call.shape, call.dtype, call.arg))
+        new[call] = calls[-1]
+    inserted = [c for c in calls if c in copies.values()]
+    return replace(program, calls=tuple(calls), outputs=tuple(map(rebuilt, program.outputs)),
+                   carry=tuple((k, rebuilt(v)) for k, v in program.carry), inserted=(*program.inserted, *inserted))
 
 
 def copy_view_rules(program: Program) -> list[Decision]:
@@ -59,22 +75,25 @@ def copy_view_rules(program: Program) -> list[Decision]:
     inserted = set(program.inserted)
     return [(Rule.COPY_VIEW_FOR_GRID, f"{call_label(program, copy)} copies {describe(copy.src[0])} for "
              f"{call_label(program, call)}, which tiles over the array reading whole host tensors")
-            for call in program.calls for copy in call.src if copy in inserted]
+            for call in program.calls for copy in dict.fromkeys(call.src) if copy in inserted
+            and copy.arg.kernel is copy_kernel() and call.arg.kernel.role is Role.MATRIX]
 
 
-def _gridded(call: Node, outputs: tuple[Node, ...], read: set[Node]) -> bool:
-    """A MatMul of host tensors `large` enough to tile whose result goes where a grid's may
-    (`tiling.result_users`: the host alone, or a run of a state)."""
+def _gridded(call: Node) -> bool:
+    """A MatMul `large` enough to tile over the array."""
     operands = call.src[:call.arg.n_inputs]
-    if call.arg.kernel.role is not Role.MATRIX or len(operands) != 2 or len(call.shape) != 2 \
-            or not all(map(is_host_tensor, operands)) or not large(call):
-        return False
-    return call not in read and (Reader.HOST,) * outputs.count(call) == result_users(call)
+    return call.arg.kernel.role is Role.MATRIX and len(operands) == 2 and len(call.shape) == 2 and large(call)
 
 
 def _view_of_host(node: Node) -> bool:
-    """A view of a host tensor a Copy streams: one run of whole words (`stream_contiguous_views`)."""
-    return node.op == Op.VIEW and is_host_tensor(node) and word_run(node) is not None
+    """A view of a host tensor the DMA moves (in whole words, by an access pattern)."""
+    if node.op != Op.VIEW or not is_host_tensor(node):
+        return False
+    try:
+        view_words(node)
+    except PlacementError:
+        return False
+    return True
 
 
 def carry_from_earlier_segment(last: Program, groups: tuple[Group, ...], cut: list[Node],

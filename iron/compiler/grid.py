@@ -37,7 +37,7 @@ from iron.compiler.plan import (
 from iron.compiler.route import host_fifo, part_fifo
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.tiling import Grid, word_run
-from iron.compiler.words import Access, base_name
+from iron.compiler.words import Access, Rows, base_name, view_rows
 from iron.ir import Node, Op, call_label, describe, destination, nbytes, storage
 from iron.kernels.registry import accumulate_kernel, convert_kernel, is_library
 
@@ -244,7 +244,15 @@ def run_access(ctx: Context, node) -> tuple[str, Access]:
     if node.op != Op.VIEW:
         return stored_access(ctx, node)
     buffer, at = stored_access(ctx, node.src[0])
+    if word_run(node) is None:   # `stream_view_rows`: from its first row's first word
+        return buffer, Access(at.offset + _rows(ctx, node).first // 4, ())
     return buffer, Access(at.offset + word_run(node) * node.dtype.itemsize // 4, ((nbytes(node) // 4, 1),))
+
+
+def _rows(ctx: Context, view: Node) -> Rows:
+    """How a streamed view's rows lie as its base lies (`stream_view_rows`)."""
+    p = ctx.placement(base_name(view.src[0])[1])
+    return view_rows(view, p.padded, p.word_rows, p.lead)
 
 
 def _with_waits(ctx: Context, steps: int, t: int, here: list[Move]) -> list:
@@ -438,7 +446,13 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     def column(node) -> tuple[float, tuple]:
         """(the words a column's joined blocks of `node` span in DDR, their dims there): contiguous,
         or, for a result lying in wider rows the flow does not stream over (`pad_written_by_producer`),
-        row by row at their stride."""
+        row by row at their stride, or, for a view lying in rows one stride apart (`stream_view_rows`),
+        its rows by their access pattern."""
+        view = destination(node) if node.op == Op.CALL and node.arg.writes else node
+        if view.op == Op.VIEW and word_run(view) is None:
+            lie = _rows(ctx, view)
+            count = int(len(flow.rows) * words(node)) * 4 // (view.shape[-1] * view.dtype.itemsize)
+            return count * lie.stride, ((count, lie.stride), *lie.row)
         if node is result and flow.padded is None and p.stored[1:] != p.shape[1:]:
             row, stride = (result.shape[1] * result.dtype.itemsize // 4, p.stored[1] * result.dtype.itemsize // 4)
             count = int(rows * words(node)) // row

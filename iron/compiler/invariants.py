@@ -303,11 +303,12 @@ def _check_dma(plan: Plan, index: int, op: Dma, fifos, buffers, ranges):
         fail(plan, f"sequence op {index} moves {op.direction} between buffer '{op.buffer}' and {op.fifo} on "
                     f"{op.shim.name}, which is not that FIFO's shim end or not a host buffer")
     limits = (d.dma_repeat_max, *(d.shim.max_bd_wrap,) * 3)
-    strides_fit = all(0 <= st <= d.shim.max_bd_stride for st in op.strides)   # docs/platform.md section 5
-    if any(not 1 <= s <= lim for s, lim in zip(op.sizes, limits)) or not strides_fit or not 0 <= op.bd_id < d.shim_bd_ids:
+    if len(op.sizes) != 4 or len(op.strides) != 4 or any(not 1 <= s <= lim for s, lim in zip(op.sizes, limits)) \
+            or not _strides_keep_verifier(op, d.shim.max_bd_stride) or not 0 <= op.bd_id < d.shim_bd_ids:
         fail(plan, f"sequence op {index} (Dma on {op.fifo}) has sizes {op.sizes}, strides {op.strides}, BD {op.bd_id}: "
                     f"sizes[0] must be 1..{d.dma_repeat_max}, the others 1..{d.shim.max_bd_wrap}, strides "
-                    f"0..{d.shim.max_bd_stride}, BD ids 0..{d.shim_bd_ids - 1}")
+                    f"0..{d.shim.max_bd_stride}, only sizes[0]'s 0 where its size exceeds 1, "
+                    f"BD ids 0..{d.shim_bd_ids - 1}")
     patch = (0, 0)
     if op.patch_word is not None:
         if not 0 <= op.patch_word < len(plan.words):
@@ -317,6 +318,14 @@ def _check_dma(plan: Plan, index: int, op: Dma, fifos, buffers, ranges):
     if op.offset + patch[0] < 0 or last + patch[1] >= buffers[op.buffer].nwords:
         fail(plan, f"sequence op {index} (Dma on {op.fifo}) reaches words {op.offset + patch[0]}..{last + patch[1]} of "
                     f"'{op.buffer}', which holds {buffers[op.buffer].nwords}")
+
+
+def _strides_keep_verifier(op: Dma, most: int) -> bool:
+    """mlir-aie's `verifyStridesWraps` (docs/platform.md section 5): every stride 0..`most` words,
+    and of the four dimensions only the outermost (the repeat) may have stride 0 where its size
+    exceeds 1."""
+    inner = zip(op.sizes[1:], op.strides[1:])
+    return all(0 <= st <= most for st in op.strides) and all(st >= 1 for s, st in inner if s > 1)
 
 
 # ---- what moves per launch ----------------------------------------------------------------------------

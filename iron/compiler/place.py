@@ -10,6 +10,7 @@ refuses a row reduction wider than a tile. Tile sizes and channel counts are the
 (docs/platform.md)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from iron.compiler.channels import MemChannels
@@ -57,6 +58,7 @@ from iron.compiler.tiling import (
     rows_do_not_stream,
     streamable,
     streamed_inputs,
+    streamed_rows,
     unstreamable,
     wants_grid,
 )
@@ -78,7 +80,6 @@ from iron.ir import (
     storage,
     tensor_inputs,
 )
-from iron.kernels import Concat
 from iron.kernels.base import Role
 
 SPLIT_PART_BYTES = 128 * 1024   # a MatVec's matrix larger than this is split over tiles
@@ -366,7 +367,7 @@ def not_streamed(program: Program, group: Group, outside, device) -> str:
     own_rules = (Role.MATRIX, Role.EXPANSION, Role.ROW_REDUCTION)
     if held_bytes(list(calls)) <= core_room(device) or any(role(c) in own_rules for c in calls):
         return ""
-    join = next((c for c in calls if c.arg.kernel is Concat), None)
+    join = next((c for c in calls if c.arg.kernel.joins), None)
     if join is not None and not joined_pieces(calls):
         axis = join.arg.attr_dict["axis"] % len(join.shape)
         how = (f"joins along axis {axis}, each row of its result a row of every input" if join.shape[:axis] != (1,) * axis
@@ -418,9 +419,10 @@ def _choose_flow(calls, free: list[Tile], spare: int, device, shim_in: int, padd
         return None
     result = calls[-1]
     wider = width == 1 and length == inputs[0].size and padded.get(result, result.shape)[1:] != result.shape[1:]
+    rows = [streamed_rows(n) for n in (*inputs, *filter(None, [destination(result)]))] if width == 1 else []
+    row = math.lcm(result.shape[-1] if wider else 1, *filter(None, rows))
     return choose_flow(calls, free_columns(free, device), spare, device, shim_in, width=width,
-                       padded=None if length == inputs[0].size else length, row=result.shape[-1] if wider else 1,
-                       returned=returned)
+                       padded=None if length == inputs[0].size else length, row=row, returned=returned)
 
 
 def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], limits: tuple[int, int],

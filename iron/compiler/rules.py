@@ -59,6 +59,7 @@ class Rule(Enum):
     WHOLE_ROWS_WHEN_NOT_WORDS = "whole_rows_when_not_words"
     STREAM_ELEMENTWISE = "stream_elementwise"
     STREAM_CONTIGUOUS_VIEWS = "stream_contiguous_views"
+    STREAM_VIEW_ROWS = "stream_view_rows"
     STREAM_INTO_STATE = "stream_into_state"
     STREAM_EVERY_RESULT = "stream_every_result"
     STREAM_JOINED = "stream_joined"

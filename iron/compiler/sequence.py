@@ -146,16 +146,22 @@ def dma_patterns(offset: int, dims, device) -> list[tuple[int, tuple, tuple]]:
 
 @cache   # the same moves recur at other offsets in every group and segment of a large design
 def _patterns(dims: tuple, device) -> tuple[tuple[int, tuple, tuple], ...]:
-    """`dma_patterns` at offset 0."""
+    """`dma_patterns` at offset 0. Only the outermost of a Dma's four dimensions, the repeat, may
+    have stride 0 (mlir-aie's `verifyStridesWraps`, docs/platform.md section 5): a stride-0
+    dimension further in is cut off by one Dma per index outside it; one outermost goes to the
+    repeat slot, the rest after size-1 fillers."""
     wrap = device.shim.max_bd_wrap
     dims = [d for d in dims if d[0] > 1] or [(1, 1)]
-    if len(dims) == 1 and dims[0][0] > wrap and dims[0][1] == 1:
-        return tuple(_long_run(dims[0][0], device))
-    limits = ([device.dma_repeat_max] if len(dims) == 4 else []) + [wrap] * min(len(dims), 3)
-    if len(dims) <= 4 and all(size <= limit for (size, _), limit in zip(dims, limits)):
-        padded = [(1, 0)] * (4 - len(dims)) + dims
-        return ((0, tuple(s for s, _ in padded), tuple(st for _, st in padded)),)
     (size, stride), rest = dims[0], dims[1:]
+    if any(st == 0 for _, st in rest):
+        return tuple(p for i in range(size) for p in dma_patterns(i * stride, rest, device))
+    if len(dims) == 1 and size > wrap and stride == 1:
+        return tuple(_long_run(size, device))
+    repeat = stride == 0 or len(dims) == 4
+    limits = ([device.dma_repeat_max] if repeat else []) + [wrap] * (len(dims) - repeat)
+    if len(dims) <= 4 and all(n <= limit for (n, _), limit in zip(dims, limits)):
+        padded = dims[:repeat] + [(1, 0)] * (4 - len(dims)) + dims[repeat:]
+        return ((0, tuple(s for s, _ in padded), tuple(st for _, st in padded)),)
     limit = limits[0]
     if len(dims) <= 4 and size > limit and all(s <= lim for (s, _), lim in zip(rest, limits[1:])):
         chunks = [(start, min(limit, size - start)) for start in range(0, size, limit)]

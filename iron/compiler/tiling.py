@@ -18,6 +18,7 @@ import numpy as np
 from iron import dtypes
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.readers import Reader
+from iron.compiler.words import view_rows
 from iron.errors import KernelTypeError
 from iron.ir import (
     Node,
@@ -32,7 +33,6 @@ from iron.ir import (
     storage,
     tensor_inputs,
 )
-from iron.kernels import Concat
 from iron.kernels.base import Role
 
 MAX_BLOCK = 256          # a block side, in elements: within a BD dimension's 1023 words either way
@@ -469,10 +469,10 @@ class Flow(OnCores):
             return (f"{names} over {rows} rows of {width} elements{padding} streamed "
                     f"in row-blocks of {self.block // self.width} rows {where}{words}{single}")
         padding = f" (pad_to_block: padded with zeros to {self.padded})" * (self.padded is not None)
-        views = "".join(f"; {describe(n)} streamed as one run of words from element {word_run(n)} of "
-                        f"{describe(n.src[0])} (stream_contiguous_views)" for n in self.inputs if n.op == Op.VIEW)
+        views = "".join(_streamed_view(n) for n in self.inputs if n.op == Op.VIEW)
         dest = destination(self.calls[-1])
-        into = "" if dest is None else f"; into {describe(dest)} (stream_into_state: each block back where it was read)"
+        into = "" if dest is None else (f"; into {describe(dest)} (stream_into_state: each block back where it was "
+                                        f"read){_streamed_view(dest) if word_run(dest) is None else ''}")
         also = "".join(f"; {describe(c)} joined for the host too (stream_every_result)" for c in self.returned)
         if self.pieces:
             also += (f"; {' then '.join(map(describe, self.pieces))} copied block by block, each piece's blocks "
@@ -505,8 +505,9 @@ def unstreamable(calls, label=lambda c: c.arg.kernel.__name__) -> str | None:
         return (f"it reads {len(outside)} tensors ({', '.join(map(describe, outside))}) but a core has "
                 f"{MAX_FLOW_INPUTS} input DMA channels")
     for n in outside:
-        if not is_host_tensor(n) or word_run(n) is None:
-            return f"it reads {describe(n)}, which is not a host tensor lying in one run of whole words"
+        if not is_host_tensor(n) or (word_run(n) is None and streamed_rows(n) is None):
+            return (f"it reads {describe(n)}, which is not a host tensor lying in one run of whole words or in "
+                    "rows of whole words one stride apart")
     size = calls[-1].size
     for c in calls:
         for n in (c, *tensor_inputs(c), *filter(None, [destination(c)])):
@@ -523,7 +524,7 @@ def stream_into_state(calls) -> bool:
     dest = destination(calls[-1])
     if dest is None:
         return True
-    if word_run(dest) is None:
+    if word_run(dest) is None and streamed_rows(dest) is None:
         return False
     return all(n is dest or storage(n) is not storage(dest) for n in external_inputs(calls))
 
@@ -540,6 +541,24 @@ def word_run(node: Node) -> int | None:
     if span is None or span[0] * node.dtype.itemsize % 4:
         return None
     return span[0]
+
+
+def _streamed_view(n: Node) -> str:
+    if word_run(n) is None:
+        return (f"; {describe(n)} streamed in blocks of whole rows of {n.shape[-1]} elements by its DMA access "
+                "pattern (stream_view_rows)")
+    return (f"; {describe(n)} streamed as one run of words from element {word_run(n)} of {describe(n.src[0])} "
+            "(stream_contiguous_views)")
+
+
+def streamed_rows(node: Node) -> int | None:
+    """`stream_view_rows`: the elements of a row of a host view that is not one run of words but
+    whose rows (its last axis) lie as whole words one stride apart (a step slice, a transpose, a
+    broadcast, a state's interior), which a stream moves in blocks of whole rows by a DMA access
+    pattern; else None."""
+    if node.op != Op.VIEW or not is_host_tensor(node) or word_run(node) is not None or view_rows(node) is None:
+        return None
+    return node.shape[-1]
 
 
 def row_streamable(calls) -> bool:
@@ -615,10 +634,10 @@ def joined_pieces(calls) -> tuple[Node, ...]:
     """`stream_joined`: the host tensors a lone Concat joins end to end (nothing before the axis it
     joins along, so its result is the first's words then the second's), each lying in one run of
     whole words, which one FIFO streams one after the other; () for any other calls."""
-    if len(calls) != 1 or calls[0].arg.kernel is not Concat:
+    if len(calls) != 1 or not calls[0].arg.kernel.joins:
         return ()
     call, pieces = calls[0], tuple(calls[0].src[:2])
-    outer = Concat.sizes([n.shape for n in pieces], call.shape)[0]
+    outer = call.arg.kernel.sizes([n.shape for n in pieces], call.shape)[0]
     if outer != 1 or any(not is_host_tensor(n) or word_run(n) is None for n in pieces):
         return ()
     return pieces

@@ -14,7 +14,7 @@ from iron import dtypes
 from iron.compiler.plan import Const, Operand, WordDef, WordKind, WordRef
 from iron.compiler.rules import Decision, Rule
 from iron.errors import PlacementError
-from iron.ir import Node, Op, Program, describe, frame
+from iron.ir import Node, Op, Program, describe, frame, kept
 
 
 class WordTable:
@@ -228,6 +228,43 @@ def view_access(view: Node, table: WordTable, p) -> Access:
     return Access(p.offset + static // 4, dims, patch)
 
 
+@dataclass(frozen=True)
+class Rows:
+    """A view lying as rows of whole words at one stride (`stream_view_rows`): its first byte,
+    the words from one row to the next (0: a broadcast row), and one row's word dims."""
+
+    first: int
+    stride: int
+    row: tuple[tuple[int, int], ...]
+
+
+def view_rows(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool = False, lead: int = 0) -> Rows | None:
+    """How a static VIEW's rows (its last axis) lie as its base lies, when each is whole words and
+    every row lies one stride after the last; else None."""
+    row_bytes = view.shape[-1] * view.dtype.itemsize if view.shape else 0
+    if len(view.src) > 1 or not row_bytes or row_bytes % 4:
+        return None
+    try:
+        first, dims, _ = view_words(view, padded, word_rows, lead)
+    except PlacementError:
+        return None
+    inner, words, outer = [], 1, list(dims)
+    while outer and words < row_bytes // 4:
+        size, stride = outer.pop()
+        share = row_bytes // 4 // words
+        if size > share:   # the row ends inside this dimension: its rest goes out, one step of `share`
+            if size % share:
+                return None
+            outer.append((size // share, share * stride))
+            size = share
+        inner.insert(0, (size, stride))
+        words *= size
+    outer = [d for d in outer if d[0] > 1]
+    if words != row_bytes // 4 or len(outer) > 1:
+        return None
+    return Rows(first, outer[0][1] if outer else 0, tuple(inner))
+
+
 def view_words(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool = False, lead: int = 0):
     """(first byte, word dims, (per-call axis, its step in words) ...) of VIEW `view` as its base
     lies (in `padded`, if padded, after `lead` elements), or PlacementError when the DMA cannot
@@ -238,19 +275,19 @@ def view_words(view: Node, padded: tuple[int, ...] | None = None, word_rows: boo
         shape = _padded_frame(view, padded)
     itemsize = memory.dtype.itemsize
     strides = [itemsize * int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
-    static, kept, steps = lead * itemsize, [], []
+    static, steps = lead * itemsize, []
     for number, axis in enumerate(view.arg):
         static += (axis.index if axis.index is not None else axis.start) * strides[number]
         if axis.dynamic is not None:
             _check_step(view, number, view.src[axis.dynamic], strides[number])
             steps.append((axis, strides[number] // 4))
-        if axis.keeps_axis and axis.size > 1:
-            kept.append((number, axis.size, strides[number]))
+    numbers = {id(a): number for number, a in enumerate(view.arg)}
+    picked = [(numbers[id(a)], a.size, a.step * strides[numbers[id(a)]]) for a in kept(view.arg) if a.size > 1]
     row, end = shape[-1] * itemsize, (lead + int(np.prod(shape, dtype=np.int64))) * itemsize
 
     def free_after(byte: int) -> bool:   # a padded row's end, or the base's end (nothing after it but a word's tail)
         return (word_rows and byte % row == memory.shape[-1] * itemsize) or (not steps and byte == end)
-    return static, _word_dims(view, static, _merged(kept), itemsize, free_after), steps
+    return static, _word_dims(view, static, _merged(picked), itemsize, free_after), steps
 
 
 def _padded_frame(view: Node, padded: tuple[int, ...]) -> tuple[int, ...]:

@@ -1,12 +1,13 @@
 """`iron.Graph` and `@iron.graph`: what a user subclasses or decorates, and calling it. A graph
 finds its weights, params and states by attribute path, traces body() once per set of tensor
 shapes, runs the numpy reference on its own host copy of the states, and hands compiling and
-device calls to the runtime through `iron.runtime.compiled`.
+device calls to the runtime, which registers its entry here (`register_runtime`) when `iron` is
+imported: the front end imports nothing above it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -25,6 +26,23 @@ from iron.frontend.trace import Signature, find_declarations, trace
 from iron.ir import Program
 from iron.names import identifier
 from iron.reference import run
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The runtime's entry for the front end (iron/runtime/compiled.py registers it)."""
+
+    compile_graph: Callable       # (graph, specs, named_specs, device=, feeds=) -> a CompiledGraph
+    compile_for_call: Callable    # (graph, tensors, values) -> the CompiledGraph for a call
+    update_versions: Callable     # (graph, name, array): a new weight or param in every version
+
+
+_runtime: Runtime | None = None   # importing `iron` registers it
+
+
+def register_runtime(runtime: Runtime):
+    global _runtime
+    _runtime = runtime
 
 
 @dataclass
@@ -126,8 +144,6 @@ class Graph:
     def update(self, memory, value):
         """Replace the values of a weight or param (same shape and dtype) in the reference and in
         every compiled version of this graph at once: the one way to change one after declaring it."""
-        from iron.runtime.compiled import update_versions
-
         if not isinstance(memory, (Weight, Param)):
             raise ArgumentError(
                 f"update() takes a weight or param of {type(self).__name__}, not {type(memory).__name__}: "
@@ -137,7 +153,7 @@ class Graph:
         snapshot = read_only_copy(checked_state_value(name, memory.array, value, memory.kind))
         memory.array = snapshot
         self._iron.memories = None
-        update_versions(self, name, snapshot)
+        _runtime.update_versions(self, name, snapshot)
 
     def reset(self):
         """Zero every state's host copy."""
@@ -166,15 +182,11 @@ class Graph:
 
     def compile(self, *specs, device=None, feeds=None, **named_specs):
         """Compile for these tensor specs and the current (or given) device -> CompiledGraph."""
-        from iron.runtime.compiled import compile_graph
-
-        return compile_graph(self, specs, named_specs, device=device, feeds=feeds)
+        return _runtime.compile_graph(self, specs, named_specs, device=device, feeds=feeds)
 
     def __call__(self, *tensors, **values):
         """Compile for these shapes (once) and run one call on the current device."""
-        from iron.runtime.compiled import compile_for_call
-
-        return compile_for_call(self, tensors, values)(*tensors, **values)
+        return _runtime.compile_for_call(self, tensors, values)(*tensors, **values)
 
 
 class FunctionGraph(Graph):

@@ -11,7 +11,18 @@ import numpy as np
 
 from iron import dtypes
 from iron.errors import CarryError, IndexOutOfRange, KernelTypeError, TracedValueError
-from iron.ir import SCALAR_BINARY, Axis, Node, Op, contiguous_span, describe, wrap_i32
+from iron.ir import (
+    SCALAR_BINARY,
+    Axis,
+    Node,
+    Op,
+    contiguous_span,
+    describe,
+    frame,
+    kept,
+    kept_shape,
+    wrap_i32,
+)
 
 I32 = np.dtype(np.int32)
 
@@ -163,6 +174,16 @@ class Tensor:
     def __getitem__(self, index):
         return Tensor(index_view(self.node, index))
 
+    @property
+    def T(self) -> Tensor:   # noqa: N802 (numpy's name)
+        """The axes in reverse order, as numpy's `.T`: a view the DMA moves by its access pattern."""
+        return Tensor(transpose_view(self.node, None))
+
+    def transpose(self, *axes) -> Tensor:
+        """The axes in the order `axes` names (none: reversed), as numpy's `transpose`."""
+        return Tensor(transpose_view(self.node, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list))
+                                     else axes or None))
+
     def reshape(self, *shape) -> Tensor:
         """The same elements, row-major, as `shape` (one -1 is worked out): free where they lie
         whole in rows of their tensor, else the compiler moves them."""
@@ -215,15 +236,65 @@ def index_view(base: Node, index) -> Node:
     result (a computed tensor: static ints and slices only), or a VIEW of one."""
     source, axes, dynamic = _frame_of(base)
     index = index if isinstance(index, tuple) else (index,)
-    free = [i for i, a in enumerate(axes) if a.keeps_axis]
+    free = [next(i for i, b in enumerate(axes) if b is a) for a in kept(axes)]   # in the view's order
     if len(index) > len(free):
         raise IndexOutOfRange(
             f"{describe(base)} has {len(free)} axes but was indexed with {len(index)} indices."
         )
     for pos, item in zip(free, index):
         axes[pos] = _picked(base, source, pos, axes[pos], item, dynamic)
-    shape = tuple(a.size for a in axes if a.keeps_axis)
-    return Node(Op.VIEW, (source, *dynamic), shape, source.dtype, tuple(axes))
+    axes = _renumbered(axes)
+    return Node(Op.VIEW, (source, *dynamic), kept_shape(axes), source.dtype, tuple(axes))
+
+
+def _renumbered(axes: list[Axis]) -> list[Axis]:
+    """The kept axes' orders as 0, 1, ... (an index dropped one), or None when in frame order."""
+    mine = [i for i, a in enumerate(axes) if a.keeps_axis]
+    ranked = sorted(mine, key=lambda i: axes[i].order if axes[i].order is not None else i)
+    natural = ranked == mine
+    out = list(axes)
+    for rank, i in enumerate(ranked):
+        out[i] = replace(axes[i], order=None if natural else rank)
+    return out
+
+
+def transpose_view(node: Node, order) -> Node:
+    """`node` with its axes in `order` (numpy's transpose; None: reversed): a VIEW whose kept axes
+    are reordered, the data where it lies."""
+    if order is not None and sorted(int(i) % max(1, len(node.shape)) for i in order) != list(range(len(node.shape))):
+        raise IndexOutOfRange(
+            f"{describe(node)}.transpose{tuple(order)}: name each of its {len(node.shape)} axes once.")
+    view = index_view(node, ()) if node.op != Op.VIEW or node.shape == kept_shape(node.arg) else None
+    if view is None:
+        raise TracedValueError(
+            f"{describe(node)} is a reshape of a strided view, whose axes are not those of its tensor: "
+            "transpose the view before reshaping it.")
+    order = tuple(int(i) % len(node.shape) for i in order) if order is not None else tuple(reversed(range(len(node.shape))))
+    positions = [next(i for i, b in enumerate(view.arg) if b is a) for a in kept(view.arg)]
+    axes = list(view.arg)
+    for rank, old in enumerate(order):
+        axes[positions[old]] = replace(axes[positions[old]], order=rank)
+    axes = _renumbered(axes)
+    return Node(Op.VIEW, view.src, kept_shape(axes), view.dtype, tuple(axes))
+
+
+def broadcast_view(node: Node, shape: tuple[int, ...]) -> Node:
+    """`node` seen as `shape` by numpy's broadcasting rules: a VIEW whose new leading axes and
+    axes of one element repeat that element (step 0), which the DMA moves by a stride of 0."""
+    view = index_view(node, ()) if node.op != Op.VIEW else node
+    if view.shape != kept_shape(view.arg) or len(view.src) > 1:
+        raise TracedValueError(
+            f"{describe(node)} is broadcast to {shape} but is a reshaped or per-call view: broadcast the "
+            "tensor it views, or index it with ints and slices in its own shape.")
+    lead = len(shape) - len(node.shape)
+    extents = frame(view)
+    axes = [Axis(start=0, stop=1, extent=1, order=None if kept(view.arg) == [a for a in view.arg if a.keeps_axis]
+                 else i) for i in range(lead)]
+    axes += [replace(a, extent=n, order=None if a.order is None else a.order + lead) for a, n in zip(view.arg, extents)]
+    for a, n in zip(kept(axes), shape):
+        if a.size != n:
+            axes[next(i for i, b in enumerate(axes) if b is a)] = replace(a, step=0, length=n, stop=a.start + 1)
+    return Node(Op.VIEW, view.src, shape, view.dtype, tuple(axes))
 
 
 def _picked(base: Node, source: Node, pos: int, axis: Axis, item, dynamic: list[Node]) -> Axis:
@@ -233,6 +304,11 @@ def _picked(base: Node, source: Node, pos: int, axis: Axis, item, dynamic: list[
             f"{describe(base)} is already sliced at a per-call offset along axis {pos}: index the "
             "memory once, with every index in one [...]."
         )
+    if _per_call(item.start, item.stop) if isinstance(item, slice) else isinstance(item, Scalar):
+        if axis.step != 1:
+            raise TracedValueError(
+                f"{describe(base)} is indexed at a per-call offset along axis {pos}, which is a step slice or a "
+                "broadcast: index the tensor at the per-call offset first, then slice with a step.")
     if isinstance(item, slice) and _per_call(item.start, item.stop):
         dynamic.append(_slice_start(base, source, item))
         picked = replace(axis, dynamic=len(dynamic), length=_slice_length(base, item))
@@ -252,19 +328,23 @@ def _picked(base: Node, source: Node, pos: int, axis: Axis, item, dynamic: list[
         )
     if isinstance(item, slice):
         start, stop, step = item.indices(axis.size)
-        if step != 1 or stop <= start:
+        count = len(range(start, stop, step))
+        if step < 1 or count < 1:
             raise IndexOutOfRange(
-                f"{describe(base)}[{item.start}:{item.stop}:{item.step}] selects nothing or uses a step: "
-                "views take contiguous slices with step 1."
+                f"{describe(base)}[{item.start}:{item.stop}:{item.step}] selects nothing or steps backwards: "
+                "views take slices with a positive step (the DMA's strides are positive)."
             )
-        return replace(axis, start=axis.start + start, stop=axis.start + stop)
+        if axis.step == 0:   # a broadcast axis: still its one element
+            return replace(axis, length=count)
+        first = axis.start + start * axis.step
+        return replace(axis, start=first, stop=first + (count - 1) * step * axis.step + 1, step=step * axis.step)
     if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
         i = int(item) + (axis.size if item < 0 else 0)
         if not 0 <= i < axis.size:
             raise IndexOutOfRange(
                 f"index {int(item)} is out of range for axis {pos} of {describe(source)} (size {axis.size})."
             )
-        return replace(axis, index=axis.start + i)
+        return replace(axis, index=axis.start + i * axis.step, length=None, order=None)
     raise TracedValueError(
         f"{describe(base)} was indexed with {item!r}: use ints, slices or per-call values."
     )
@@ -274,7 +354,7 @@ def _frame_of(base: Node) -> tuple[Node, list[Axis], list[Node]]:
     """(the tensor a view of `base` picks from, its axes so far, its per-call indices so far)."""
     if base.op != Op.VIEW:
         return base, [Axis(stop=n, extent=n) for n in base.shape], []
-    if base.shape != tuple(a.size for a in base.arg if a.keeps_axis):
+    if base.shape != kept_shape(base.arg):
         raise TracedValueError(
             f"{describe(base)} is a reshaped view that does not lie whole in its tensor's rows, so it cannot be "
             "indexed again: index before reshaping, or Copy it first (Copy.step(view).reshape(...))."
@@ -384,7 +464,7 @@ def _row_span(view: Node, shape: tuple[int, ...]) -> tuple[int, int] | None:
     """(first row, rows) when a static view is the contiguous elements [first * P, (first + rows)
     * P) of its tensor, P the size of one row of `shape`, and P divides the tensor; else None."""
     span = contiguous_span(view)
-    if span is None or view.shape != tuple(a.size for a in view.arg if a.keeps_axis):
+    if span is None or view.shape != kept_shape(view.arg):
         return None
     row = int(np.prod(shape[1:], dtype=np.int64)) if shape else 1
     if span[0] % row or view.src[0].size % row:

@@ -21,7 +21,15 @@ from iron.errors import (
 )
 from iron.frontend import shapes
 from iron.frontend.declarations import Constants, Memory
-from iron.frontend.handles import I32, Carry, Scalar, Tensor, _PerCall, as_scalar_node
+from iron.frontend.handles import (
+    I32,
+    Carry,
+    Scalar,
+    Tensor,
+    _PerCall,
+    as_scalar_node,
+    broadcast_view,
+)
 from iron.ir import (
     Call,
     Declaration,
@@ -35,7 +43,7 @@ from iron.ir import (
     state_of,
     storage,
 )
-from iron.kernels.base import RECORDING, Kernel
+from iron.kernels.base import RECORDING, Kernel, Role
 from iron.kernels.library import Copy
 from iron.names import attribute_path
 
@@ -61,7 +69,7 @@ class Trace:
             raise KernelTypeError(
                 f"{kernel.__name__}.step takes {kernel.arity} input(s) (and optionally out=), got {len(args)}."
             )
-        inputs = [self.operand(kernel, i, a) for i, a in enumerate(args)]
+        inputs = _broadcast(kernel, [self.operand(kernel, i, a) for i, a in enumerate(args)])
         result = _result_dtype(kernel, inputs, dtype)
         static, dynamic = _split_attrs(kernel, attrs)
         shape = tuple(kernel.out_shape([n.shape for n in inputs], **static))
@@ -136,6 +144,20 @@ class Trace:
 
     def __exit__(self, *exc):
         RECORDING.trace = None
+
+
+def _broadcast(kernel, inputs: list[Node]) -> list[Node]:
+    """An elementwise kernel's inputs under numpy's broadcasting rules: each whose shape differs
+    from the shape they broadcast to is a broadcast view of itself (`Add(x, bias)`, (768, 2304)
+    and (2304,)); shapes that do not broadcast are left for `out_shape` to refuse."""
+    shapes = [n.shape for n in inputs]
+    if kernel.role is not Role.ELEMENTWISE or len(set(shapes)) < 2:
+        return inputs
+    try:
+        shape = np.broadcast_shapes(*shapes)
+    except ValueError:
+        return inputs
+    return [n if n.shape == shape else broadcast_view(n, shape) for n in inputs]
 
 
 def _result_dtype(cls, inputs: list[Node], dtype) -> np.dtype:

@@ -70,6 +70,8 @@ class Kernel:
     keeps_dtype: ClassVar[bool] = False       # compute() always returns an array of the output dtype
     saturates: ClassVar[bool] = False         # integer results clamp to the output range, not wrap
     copies: ClassVar[bool] = False            # the output is the input (Copy): writing it needs no compute
+    joins: ClassVar[bool] = False             # the output is the inputs joined along attr `axis` (Concat), each
+    # output row a row of every input in turn: a lone join of whole host tensors streams them one after the other
     summed_by: ClassVar[type | None] = None   # the kernel adding this one's result into its destination
     batches: ClassVar[bool] = False           # compute() of inputs stacked on leading axes is, bit for bit,
     # the stack of each call's compute(): the emulator runs a library kernel's independent calls as one

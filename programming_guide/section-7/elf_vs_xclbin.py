@@ -1,6 +1,6 @@
 """Section 7, full ELF vs xclbin: the same carried graph compiled for npu1 and for npu2.
 
-Compiles the seed chapter's Walk (iron.designs.Walk) for npu1 and npu2 and prints what differs:
+Compiles the seed chapter's Walk (iron.models.designs.Walk) for npu1 and npu2 and prints what differs:
 `plan.full_elf`, `plan.image` ("xclbin" or "elf"), the Emit and the feedback buffer, the
 `aie.device` line of the MLIR. On npu1 `iron.CarriedLoop` is refused (its LoopError is printed)
 and the host-driven path runs; on npu2 both the host-driven path and the device loop run. Every
@@ -18,8 +18,8 @@ import numpy as np
 
 import aie_utils
 import iron
-from iron.designs import Walk, numpy_walk
 from iron.errors import LoopError, ToolchainMissing
+from iron.models.designs import Walk, numpy_walk
 from iron.runtime.backend import select_backend
 
 STEPS, START = 6, 2

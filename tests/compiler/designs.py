@@ -10,7 +10,6 @@ import numpy as np
 
 import iron
 from iron import Scratchpad
-from iron.designs import MLP, Walk
 from iron.kernels import (
     Accumulate,
     Add,
@@ -29,6 +28,7 @@ from iron.kernels import (
     Sub,
 )
 from iron.models.blocks import Q4_1
+from iron.models.designs import MLP, Walk
 
 
 def walk(n: int = 8) -> Walk:
@@ -95,7 +95,7 @@ def mlp_layer(width: int = 64, dtype=np.float32) -> MLPLayer:
 
 
 class ExampleMLP(MLP):
-    """iron.designs.MLP with an example input."""
+    """iron.models.designs.MLP with an example input."""
 
     def example(self) -> dict[str, np.ndarray]:
         g = self.layers[0].g
@@ -103,7 +103,7 @@ class ExampleMLP(MLP):
 
 
 def mlp(layers: int = 4, width: int = 256, dtype=np.float32) -> ExampleMLP:
-    """iron.designs.MLP: `layers` residual layers of `width` (float32: each 256 KiB matrix is
+    """iron.models.designs.MLP: `layers` residual layers of `width` (float32: each 256 KiB matrix is
     split over two tiles; bfloat16: streamed on one)."""
     return ExampleMLP(width=width, layers=layers, dtype=dtype)
 

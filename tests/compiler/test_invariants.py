@@ -114,7 +114,19 @@ def test_a_wait_on_a_fifo_without_a_shim_end_is_refused():
 def test_dma_sizes_over_the_limits_are_refused():
     plan = with_op(plan_of("add_one", "npu2"), 0, sizes=(1, 1, 1, 1024), strides=(0, 0, 0, 1))
     broken(plan, "plan AddOne on npu2: sequence op 0 (Dma on g0_in) has sizes (1, 1, 1, 1024), strides "
-                 "(0, 0, 0, 1), BD 0: sizes[0] must be 1..64, the others 1..1023, strides 0..1048576, BD ids 0..15." + FIX)
+                 "(0, 0, 0, 1), BD 0: sizes[0] must be 1..64, the others 1..1023, strides 0..1048576, only sizes[0]'s 0 where its size exceeds 1, BD ids 0..15." + FIX)
+
+
+def test_a_stride_0_inside_the_repeat_is_refused():
+    """mlir-aie's verifier (docs/platform.md section 5): sending the same 32 words twice is
+    [2, 1, 1, 32][0, 0, 0, 1]; [1, 1, 2, 32][0, 0, 0, 1] is "Stride 1 must be a positive integer"."""
+    plan = plan_of("add_one", "npu2")
+    check_plan(with_op(plan, 0, sizes=(2, 1, 1, 512), strides=(0, 0, 0, 1)))
+    check_plan(with_op(plan, 0, sizes=(1, 1, 2, 512), strides=(0, 0, 512, 1)))
+    broken(with_op(plan, 0, sizes=(1, 1, 2, 512), strides=(0, 0, 0, 1)),
+           "plan AddOne on npu2: sequence op 0 (Dma on g0_in) has sizes (1, 1, 2, 512), strides (0, 0, 0, 1), BD 0: "
+           "sizes[0] must be 1..64, the others 1..1023, strides 0..1048576, only sizes[0]'s 0 where its size "
+           "exceeds 1, BD ids 0..15." + FIX)
 
 
 def test_a_dma_stride_over_the_shims_20_bit_field_is_refused():
@@ -122,7 +134,7 @@ def test_a_dma_stride_over_the_shims_20_bit_field_is_refused():
     plan = with_op(plan_of("add_one", "npu2"), 0, sizes=(1, 1, 2, 512), strides=(0, 0, 2**20 + 1, 1))
     broken(plan, "plan AddOne on npu2: sequence op 0 (Dma on g0_in) has sizes (1, 1, 2, 512), strides "
                  "(0, 0, 1048577, 1), BD 0: sizes[0] must be 1..64, the others 1..1023, strides 0..1048576, "
-                 "BD ids 0..15." + FIX)
+                 "only sizes[0]'s 0 where its size exceeds 1, BD ids 0..15." + FIX)
     at_limit = with_op(plan_of("add_one", "npu2"), 0, sizes=(1, 1, 2, 512), strides=(0, 0, 2**20, 1))
     broken(at_limit, "plan AddOne on npu2: sequence op 0 (Dma on g0_in) reaches words 0..1049087 of 'inputs', "
                      "which holds 1024." + FIX)

@@ -216,6 +216,17 @@ def test_long_transfers_become_dmas_within_the_limits():
         (7, (2, 3, 2, 4), (40, 10, 5, 1)), (107, (2, 3, 2, 4), (40, 10, 5, 1))]
 
 
+def test_only_the_outermost_dimension_repeats_with_stride_0():
+    """mlir-aie's verifier (docs/platform.md section 5): a stride-0 dimension is the repeat (at
+    most 64), never an inner one; one further in is cut off by a Dma per index outside it."""
+    assert dma_patterns(0, [(2, 0), (32, 1)], NPU2) == [(0, (2, 1, 1, 32), (0, 0, 0, 1))]
+    assert dma_patterns(0, [(100, 0), (4, 8), (32, 1)], NPU2) == [
+        (0, (64, 1, 4, 32), (0, 0, 8, 1)), (0, (36, 1, 4, 32), (0, 0, 8, 1))]
+    assert dma_patterns(5, [(3, 40), (2, 0), (8, 1)], NPU2) == [
+        (5, (2, 1, 1, 8), (0, 0, 0, 1)), (45, (2, 1, 1, 8), (0, 0, 0, 1)), (85, (2, 1, 1, 8), (0, 0, 0, 1))]
+    assert dma_patterns(0, [(3, 0), (4, 2)], NPU2) == [(0, (3, 1, 1, 4), (0, 0, 0, 2))]
+
+
 def test_bd_ids_are_reused_only_after_a_covering_wait():
     fifos = {"a": Fifo("a", SHIM, (T02,), 2, 4)}
     moves = [Move(Direction.MM2S, "a", "inputs", Access(i, ((1, 1),))) for i in range(18)]

@@ -1928,9 +1928,8 @@ def test_a_large_matmul_of_a_view_tiles_over_the_array_reading_a_copy_of_it(devi
 
 
 def test_a_matmul_of_a_view_that_does_not_tile_reads_the_view_itself():
-    """`copy_view_for_grid` copies only for a MatMul that tiles: not a small one, nor one whose
-    result another call reads (the grid's result goes to the host alone); and only a view a Copy
-    streams (one run of whole words), not the strided a[:, 1:]."""
+    """`copy_view_for_grid` copies only for a MatMul that tiles, whoever reads its result (Exp
+    reads the product over the Copy), and any view the DMA moves, the strided a[:, 1:] too."""
     a = np.random.default_rng(4).standard_normal((17, 16)).astype(np.float32)
     graph = ProductOfView(operands(1, 16, 16, np.float32)[1], "a[1:]")
     body = graph.compile(a=a, device=from_name("npu2"))
@@ -1942,15 +1941,18 @@ def test_a_matmul_of_a_view_that_does_not_tile_reads_the_view_itself():
             return Exp.step(super().body(a))
 
     graph = ReadOn(operands(1, 512, 512, np.float32)[1], "a[1:]")
-    program = graph.trace(a=((513, 512), np.float32))
-    assert copy_view_for_grid(program) is program
+    program = copy_view_for_grid(graph.trace(a=((513, 512), np.float32)))
+    copy, product, exp = program.calls
+    assert [c.arg.kernel for c in program.calls] == [Copy, MatMul, Exp] and program.inserted == (copy,)
+    assert product.src[0] is copy and exp.src[0] is product and program.outputs == (exp,)
 
     class Strided(ProductOfView):
         def body(self, a):
             return MatMul.step(a[:, 1:], self.b)
 
-    program = Strided(operands(1, 512, 512, np.float32)[1], "a[1:]").trace(a=((512, 513), np.float32))
-    assert copy_view_for_grid(program) is program
+    program = copy_view_for_grid(Strided(operands(1, 512, 512, np.float32)[1], "a[1:]").trace(
+        a=((512, 513), np.float32)))
+    assert [c.arg.kernel for c in program.calls] == [Copy, MatMul] and program.calls[1].src[0] is program.calls[0]
 
 
 class BiasedProduct(iron.Graph):

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 import iron
 from iron import Scratchpad
-from iron.designs import MLP, numpy_mlp
 from iron.kernels import (
     Accumulate,
     Add,
@@ -21,6 +20,7 @@ from iron.kernels import (
     SiLU,
     Sub,
 )
+from iron.models.designs import MLP, numpy_mlp
 from tests.compiler.designs import AllKernels
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

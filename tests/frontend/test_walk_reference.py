@@ -1,4 +1,4 @@
-"""The seed chapter's Walk (iron.designs.Walk is the seed's class verbatim) on the reference path:
+"""The seed chapter's Walk (iron.models.designs.Walk is the seed's class verbatim) on the reference path:
 its walk equals a plain numpy walk."""
 import copy
 import pickle
@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 import iron
 from iron import Carried
-from iron.designs import Walk, numpy_walk
 from iron.kernels import Add, Copy
+from iron.models.designs import Walk, numpy_walk
 
 
 @settings(max_examples=25)

@@ -1,4 +1,4 @@
-"""SmolLM2 as an iron.Graph (iron.smollm2_graph) on the real weights: reference() generates the
+"""SmolLM2 as an iron.Graph (iron.models.smollm2_graph) on the real weights: reference() generates the
 numpy forward's tokens, and the compiled graph on the emulator generates reference()'s,
 host-driven and as a device loop at depth 1 and 2, with float32 weights and with the weights as
 the file ships them. CI runs the first 2 layers and a few tokens; the full 30 layers (32 tokens
@@ -13,7 +13,7 @@ from iron.compiler.describe import ddr_traffic
 from iron.compiler.rules import Rule
 from iron.errors import ArgumentError, LoopError, TokenError
 from iron.models import numpy_forward as nf
-from iron.smollm2_graph import SmolLM2Graph, feed, first_version, generate, generate_in_loop
+from iron.models.smollm2_graph import SmolLM2Graph, feed, first_version, generate, generate_in_loop
 
 PROMPTS = ("Once upon a time,", "def fibonacci(n):", "Photosynthesis is the process")
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import iron
-from iron.designs import Walk, numpy_walk
 from iron.errors import IndexOutOfRange, LoopError
+from iron.models.designs import Walk, numpy_walk
 from iron.runtime.loop import MAX_DEPTH
 
 SUCC = np.random.default_rng(11).permutation(16).astype(np.int32)

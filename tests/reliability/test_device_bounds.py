@@ -14,10 +14,10 @@ import iron
 from iron import Carried
 from iron.compiler.plan import HostRole
 from iron.compiler.sources import HEADER, kernel_sources, source_file
-from iron.designs import numpy_walk
 from iron.errors import DeviceTimeout, IndexOutOfRange, LoopError, PlanError
 from iron.ir import wrap_i32
 from iron.kernels import Copy, Softmax
+from iron.models.designs import numpy_walk
 from iron.runtime.emulator.core import compile_function
 from iron.runtime.emulator.kernels import numpy_call
 from iron.runtime.emulator.native import NativeLibrary

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import iron
-from iron.designs import Walk
 from iron.errors import BackendUnavailable, ToolchainMissing
+from iron.models.designs import Walk
 from iron.runtime import backend
 from iron.runtime.emulator.native import NativeLibrary
 from iron.runtime.xrt import load_pyxrt

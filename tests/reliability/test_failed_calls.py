@@ -7,9 +7,9 @@ import pytest
 
 import iron
 from iron import Carried
-from iron.designs import Walk, numpy_walk
 from iron.errors import DeviceTimeout, LoopError
 from iron.kernels import Add, Copy
+from iron.models.designs import Walk, numpy_walk
 from tests.reliability.conftest import hooked
 from tests.runtime import fake_pyxrt
 

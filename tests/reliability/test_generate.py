@@ -3,7 +3,7 @@ reference() host-driven (the prompt given per call or loaded by a first version)
 graph host-driven, and the device loop. The prompt still runs (its cache rows are written)."""
 import aie_utils
 from iron.models import numpy_forward as nf
-from iron.smollm2_graph import SmolLM2Graph, generate, generate_in_loop
+from iron.models.smollm2_graph import SmolLM2Graph, generate, generate_in_loop
 
 
 def test_generating_zero_tokens_gives_none_on_every_path(two_layers, on_emulator):

@@ -10,8 +10,8 @@ import pytest
 
 import iron
 from iron import Carried
-from iron.designs import Walk, numpy_walk
 from iron.kernels import Add, Copy
+from iron.models.designs import Walk, numpy_walk
 from tests.reliability.conftest import hooked
 
 THREADS, CALLS = 4, 50

@@ -33,11 +33,12 @@ from iron.kernels import (
 from iron.kernels.library import Accumulate
 from iron.models.blocks import Q4_1, Q8_0
 from iron.runtime.emulator import Emulator, batch
+from iron.runtime.emulator.acts import Copy as CopyAct
+from iron.runtime.emulator.acts import Drain, Fill, Invoked
 from iron.runtime.emulator.batch import Batch, Painted, scratch, strided, unread_outputs, waves_of
 from iron.runtime.emulator.core import Step
 from iron.runtime.emulator.lanes import Laned, laned
-from iron.runtime.emulator.replay import Copy as CopyAct
-from iron.runtime.emulator.replay import Drain, Fill, Forwarded, Invoked
+from iron.runtime.emulator.replay import Forwarded
 from iron.runtime.emulator.tile import ALIGN, Buffer
 from tests.compiler.designs import Head, Layer, random_blocks
 from tests.compiler.test_segments import Hops

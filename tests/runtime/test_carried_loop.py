@@ -8,9 +8,9 @@ import pytest
 import aie_utils
 import iron
 from iron import Carried, Scratchpad
-from iron.designs import Walk, numpy_walk
 from iron.errors import IndexOutOfRange, LoopError
 from iron.kernels import Add, Copy
+from iron.models.designs import Walk, numpy_walk
 from iron.runtime.compiled import versions
 
 

@@ -5,9 +5,9 @@ import pytest
 import aie_utils
 import iron
 from iron.compiler.plan import WordKind
-from iron.designs import MLP, Walk
 from iron.errors import ArgumentError, ToolchainMissing
 from iron.kernels import MatVec
+from iron.models.designs import MLP, Walk
 
 
 @pytest.fixture(autouse=True)

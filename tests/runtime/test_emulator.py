@@ -56,18 +56,10 @@ from iron.errors import (
 )
 from iron.kernels import LIBRARY, Accumulate, Add, registry
 from iron.runtime.emulator import Emulator, tile
+from iron.runtime.emulator.acts import Copy, Drain, Fill, Invoked
 from iron.runtime.emulator.core import UNROLLED, Step
 from iron.runtime.emulator.kernels import numpy_call
-from iron.runtime.emulator.replay import (
-    RECORDED,
-    Copy,
-    Drain,
-    Fill,
-    Forwarded,
-    Invoked,
-    forwarded,
-    relayed,
-)
+from iron.runtime.emulator.replay import RECORDED, Forwarded, forwarded, relayed
 
 SHIM, MEM = Tile(0, 0, TileKind.SHIM), Tile(0, 1, TileKind.MEM)
 CORE, CORE2 = Tile(0, 2, TileKind.COMPUTE), Tile(0, 3, TileKind.COMPUTE)

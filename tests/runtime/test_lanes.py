@@ -5,9 +5,9 @@ import threading
 
 import pytest
 
+from iron.runtime.emulator.acts import Copy
 from iron.runtime.emulator.batch import Batch
 from iron.runtime.emulator.lanes import Join, Laned, LaneThread, lane_thread, laned, settle
-from iron.runtime.emulator.replay import Copy
 from iron.runtime.emulator.tile import Buffer
 from tests.runtime.test_batched_replay import invoked
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import iron
-from iron.designs import Walk, numpy_walk
 from iron.kernels import Exp, MatMul
+from iron.models.designs import Walk, numpy_walk
 
 
 def test_host_driven_calls_through_xrt_give_the_reference_walk(xrt):

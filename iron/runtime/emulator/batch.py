@@ -25,17 +25,8 @@ from functools import cache, partial
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from iron.runtime.emulator.replay import (
-    Copy,
-    Drain,
-    Fill,
-    Forwarded,
-    Invoked,
-    host_operand,
-    in_order,
-    tile_buffers,
-    where,
-)
+from iron.runtime.emulator.acts import Copy, Drain, Fill, Invoked, in_order
+from iron.runtime.emulator.replay import Forwarded, host_operand, tile_buffers, where
 
 CALL_COST = 8   # a numpy call of a batch costs about as much as copying 8 members' operands
 BATCH_BYTES = 1 << 21   # the most bytes a Batch's members' operands take, so its arrays stay in cache

@@ -14,8 +14,8 @@ import numpy as np
 from iron.compiler.plan import Acquire, Imm, Invoke, KernelStep, Loop, Ptr, Release
 from iron.errors import ArgumentError, PlanError
 from iron.ir import SCALAR_BINARY, wrap_i32
+from iron.runtime.emulator.acts import Invoked, in_order
 from iron.runtime.emulator.objectfifo import CorePort
-from iron.runtime.emulator.replay import Invoked, in_order
 
 UNROLLED = 4096  # the most steps a Loop is unrolled into
 SCALAR_OPS = {**SCALAR_BINARY, "copy": lambda a, b: a}

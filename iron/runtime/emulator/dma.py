@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from iron.compiler.plan import Direction
+from iron.runtime.emulator.acts import Copy
 from iron.runtime.emulator.lock import Lock
-from iron.runtime.emulator.replay import Copy
 from iron.runtime.emulator.scheduler import Board, Signal
 from iron.runtime.emulator.tile import Buffer
 

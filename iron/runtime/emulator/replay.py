@@ -10,86 +10,13 @@ those host words in place (`forwarded`): no host buffer can observe either.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 
+from iron.runtime.emulator.acts import Copy, Drain, Fill, Invoked, in_order
+
 RECORDED = 64  # launches recorded while looking for a cycle; after that, none
 RECORDED_ACTIONS = 1 << 18  # data actions kept in recorded traces; beyond that, none are recorded
-WINDOWS_KEPT = 16  # windows kept per op (shim.py): the host buffers and offsets of recent launches
-
-
-def copy(into: np.ndarray, source: np.ndarray):
-    """`into[...] = source` as a callable (a bound __setitem__ runs faster than np.copyto)."""
-    return partial(into.__setitem__, Ellipsis, source)
-
-
-@dataclass(frozen=True, eq=False)
-class Copy:
-    """Words [at, at + count) of tile buffer `source` into words [start, ...) of tile buffer `into`."""
-
-    into: object
-    start: int
-    source: object
-    at: int
-    count: int
-
-    def compile(self):
-        return copy(self.into.shaped(self.start, (self.count,)), self.source.shaped(self.at, (self.count,)))
-
-
-@dataclass(frozen=True, eq=False)
-class Fill:
-    """Pattern words [moved, moved + count) of runtime-sequence op `op` (its window in the launch)
-    into words [start, ...) of tile buffer `into`."""
-
-    op: int
-    moved: int
-    count: int
-    into: object
-    start: int
-
-    def bind(self, windows: list, into: np.ndarray | None = None):
-        """The copy out of the op's window in a launch, views made once; into the words `into`
-        instead of the tile buffer when given (batch.py)."""
-        window = windows[self.op]
-        piece = window.piece(self.moved, self.count)
-        if piece is not None:
-            return copy(self.into.shaped(self.start, piece.shape) if into is None else into.reshape(piece.shape), piece)
-        host, indices = window.host, window.indices(self.moved, self.count)
-        into = self.into.shaped(self.start, (self.count,)) if into is None else into
-        return partial(np.take, host, indices, out=into)
-
-
-@dataclass(frozen=True, eq=False)
-class Drain:
-    """Words [at, at + count) of tile buffer `source` into pattern words [moved, ...) of op `op`."""
-
-    op: int
-    moved: int
-    count: int
-    source: object
-    at: int
-
-    def bind(self, windows: list):
-        """The copy into the op's window in a launch, views made once."""
-        window = windows[self.op]
-        piece = window.piece(self.moved, self.count)
-        if piece is not None:
-            return copy(piece, self.source.shaped(self.at, piece.shape))
-        indices, words = window.indices(self.moved, self.count), self.source.shaped(self.at, (self.count,))
-        return partial(np.put, window.host, indices, words)
-
-
-@dataclass(frozen=True, eq=False)
-class Invoked:
-    """A core's call of a Function bound to its params' tile `buffers`: `run()`, and its bound
-    `steps` (core.Step); `core` names the core (its tile)."""
-
-    run: object
-    steps: tuple
-    buffers: tuple
-    core: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -138,17 +65,6 @@ def in_place(piece, pointer: np.ndarray, strided: bool) -> np.ndarray | None:
         return None
     rows = view.ndim == 0 or view.strides[-1] == view.itemsize
     return view if rows and (strided or view.flags.c_contiguous) else None
-
-
-def in_order(calls: list):
-    """One callable running `calls` in order."""
-    if len(calls) == 1:
-        return calls[0]
-
-    def run():
-        for call in calls:
-            call()
-    return run
 
 
 def _fixed(act):

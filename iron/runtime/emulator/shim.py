@@ -13,8 +13,8 @@ import numpy as np
 
 from iron.compiler.plan import Direction, Dma, TileKind
 from iron.errors import PlanError
+from iron.runtime.emulator.acts import WINDOWS_KEPT, Drain, Fill
 from iron.runtime.emulator.dma import Span, Stream
-from iron.runtime.emulator.replay import WINDOWS_KEPT, Drain, Fill
 from iron.runtime.emulator.scheduler import Board, Signal
 
 EVERY = 1 << 62  # words: beyond either end of any host buffer
