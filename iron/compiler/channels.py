@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from iron.compiler.fifos import Stem, fifo
 from iron.compiler.plan import Direction, Tile, TileKind
 from iron.compiler.rules import Rule
 from iron.errors import PlacementError
@@ -85,7 +86,7 @@ class SharedChannel:
     nbytes: int
 
 
-SHARED_NAMES = {Direction.MM2S: "shared_in", Direction.S2MM: "shared_host"}
+SHARED_STEMS = {Direction.MM2S: Stem.SHARED_IN, Direction.S2MM: Stem.SHARED_HOST}
 WHO_SHARES = {
     Direction.MM2S: "only the Emit's words and the inputs of groups that read no state an earlier group of the "
                     "call writes can share",
@@ -143,7 +144,7 @@ def _next_share(left, wanted, excess, direction, number, mem, depth) -> SharedCh
         pool = by_col[anchor] if len(by_col[anchor]) > 1 else sorted(left, key=lambda r: abs(r.col - anchor))
         for count in range(min(excess + 1, len(pool)), 1, -1):
             members = sorted(pool[:count], key=wanted.index)
-            share = _merge(members, direction, f"{SHARED_NAMES[direction]}{number}", anchor, mem, depth)
+            share = _merge(members, direction, fifo(None, SHARED_STEMS[direction], number), anchor, mem, depth)
             if share is not None:
                 return share
     return None

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from iron.compiler.fifos import Stem, fifo
 from iron.compiler.fuse import leading_call
 from iron.compiler.objects import (
     Context,
@@ -33,7 +34,7 @@ from iron.compiler.plan import (
     Release,
     WordRef,
 )
-from iron.ir import Node, destination, dynamic_attrs, is_computed_view
+from iron.ir import Node, destination, dynamic_attrs, input_dtypes, is_computed_view
 
 
 def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:
@@ -41,9 +42,9 @@ def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:
     main = _main_steps(ctx, part)
     block = _block_function(ctx, part)
     ins = ([part.in_fifo] if ctx.routes.has(part.in_fifo) else []) + consumed(ctx, part)
-    outs = [f for f in (f"{part.prefix}_host", f"{part.prefix}_out") if ctx.routes.has(f)]
+    outs = [f for f in (part.fifo(Stem.HOST), part.fifo(Stem.OUT)) if ctx.routes.has(f)]
     if part.split:
-        outs.append(f"{part.group}_part{part.number}")
+        outs.append(fifo(part.group, Stem.PART, part.number))
     objects = [*ins, *outs, *(b.name for b in part.buffers)]
     program = [*(Acquire(f, Port.CONSUME) for f in ins), *(Acquire(f, Port.PRODUCE) for f in outs)]
     functions = []
@@ -62,7 +63,7 @@ def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:
 
 
 def _w_name(part: Part) -> str:
-    return f"{part.group}_w{part.number}" if part.split else part.stream.fifo or f"{part.group}_w"
+    return fifo(part.group, Stem.W, part.number) if part.split else part.stream.fifo or fifo(part.group, Stem.W)
 
 
 def _params(steps, objects: list[str]) -> tuple[str, ...]:
@@ -105,7 +106,7 @@ def _call_steps(ctx: Context, part: Part, call: Node) -> list:
 def _result_ptr(part: Part, call: Node) -> Ptr:
     """Where a call puts its result: the `_host` region of the state it writes (out=), or its home."""
     if call.arg.writes:
-        return Ptr(f"{part.prefix}_host", part.host.offsets[StateWrite(call)])
+        return Ptr(part.fifo(Stem.HOST), part.host.offsets[StateWrite(call)])
     return Ptr(*part.homes[call])
 
 
@@ -113,7 +114,7 @@ def _kernel_step(ctx: Context, part: Part, call: Node, ptrs, shapes, out_shape) 
     kernel = call.arg.kernel
     sizes = kernel.sizes([tuple(s) for s in shapes], tuple(out_shape))
     attrs = _attr_args(ctx, part, call)
-    return KernelStep.of(kernel, call.src[0].dtype, (*ptrs, *(Imm(int(s)) for s in sizes), *attrs), call.dtype)
+    return KernelStep.of(kernel, input_dtypes(call), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs), call.dtype)
 
 
 def _attr_args(ctx: Context, part: Part, call: Node) -> list:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from iron.compiler.fifos import EMIT, EMIT_IN, FEEDBACK
 from iron.compiler.objects import Context
 from iron.compiler.plan import (
     Acquire,
@@ -52,7 +53,7 @@ def carry_sources(ctx: Context) -> tuple[tuple, tuple]:
     emit, host = [], []
     for name, value in ctx.program.carry:
         if value.op == Op.ELEM:
-            fifo, offset = ctx.source("emit", value.src[0]) or ("", 0)
+            fifo, offset = ctx.source(EMIT, value.src[0]) or ("", 0)
             emit.append((name, Element(fifo, offset)))
             host.append((name, Output(f"carry.{name}")))
         else:
@@ -66,16 +67,16 @@ def lower_emit(ctx: Context, next_values: tuple, target) -> EmitCore:
     """The Emit core on the layout's Emit tile, writing `target` (the fed version's words)."""
     tile, words = ctx.layout.emit, len(ctx.table.words)
     elements = list(dict.fromkeys(src.fifo for _, src in next_values if isinstance(src, Element)))
-    objects = ("emit_in", *elements, "feedback")
-    program = (*(Acquire(f, Port.CONSUME) for f in objects[:-1]), Acquire("feedback", Port.PRODUCE),
-               Invoke("emit", objects),
-               *(Release(f, Port.CONSUME) for f in objects[:-1]), Release("feedback", Port.PRODUCE))
-    core = Core(tile, "emit", program, ctx.device.compute.default_stack_bytes)
-    emit = Emit(tile, tuple(next_values), tuple(target), "feedback")
-    moves = (Move(Direction.MM2S, "emit_in", "words", Access(0, ((words, 1),))),
-             Move(Direction.S2MM, "feedback", "feedback", Access(0, ((emit.nwords, 1),))))
-    sizes = {"emit_in": 4 * words, "feedback": 4 * emit.nwords}
-    function = Function("emit", objects, _emit_steps(ctx, dict(next_values), emit))
+    objects = (EMIT_IN, *elements, FEEDBACK)
+    program = (*(Acquire(f, Port.CONSUME) for f in objects[:-1]), Acquire(FEEDBACK, Port.PRODUCE),
+               Invoke(EMIT, objects),
+               *(Release(f, Port.CONSUME) for f in objects[:-1]), Release(FEEDBACK, Port.PRODUCE))
+    core = Core(tile, EMIT, program, ctx.device.compute.default_stack_bytes)
+    emit = Emit(tile, tuple(next_values), tuple(target), FEEDBACK)
+    moves = (Move(Direction.MM2S, EMIT_IN, "words", Access(0, ((words, 1),))),
+             Move(Direction.S2MM, FEEDBACK, FEEDBACK, Access(0, ((emit.nwords, 1),))))
+    sizes = {EMIT_IN: 4 * words, FEEDBACK: 4 * emit.nwords}
+    function = Function(EMIT, objects, _emit_steps(ctx, dict(next_values), emit))
     return EmitCore(emit, function, core, sizes, moves)
 
 
@@ -89,16 +90,16 @@ def _emit_steps(ctx: Context, next_values: dict, emit: Emit) -> tuple:
             return Imm(int(source.value))
         if isinstance(source, Element):
             return Load(source.fifo, source.offset)
-        return Load("emit_in", 4 * source.index)
+        return Load(EMIT_IN, 4 * source.index)
 
     def target_load(operand):
         if not isinstance(operand, WordRef):
             return load(operand)
-        return Load("feedback", 4 * operand.index)
+        return Load(FEEDBACK, 4 * operand.index)
 
-    steps = [ScalarStep(Ptr("feedback", 4 * emit.flag), "copy", Imm(0))]
+    steps = [ScalarStep(Ptr(FEEDBACK, 4 * emit.flag), "copy", Imm(0))]
     for w in emit.target_words:
-        dest = Ptr("feedback", 4 * w.index)
+        dest = Ptr(FEEDBACK, 4 * w.index)
         if w.kind is WordKind.CARRIED:
             steps.append(ScalarStep(dest, "copy", load(next_values[w.name])))
         elif w.kind is WordKind.SCRATCHPAD:
@@ -118,10 +119,10 @@ def clamp_steps(w: WordDef, emit: Emit) -> tuple[ScalarStep, ...]:
     word, s, flag = (4 * i for i in (w.index, emit.scratch, emit.flag))
 
     def step(dest: int, op: str, a, b) -> ScalarStep:
-        return ScalarStep(Ptr("feedback", dest), op, a, b)
+        return ScalarStep(Ptr(FEEDBACK, dest), op, a, b)
 
     def at(offset: int) -> Load:
-        return Load("feedback", offset)
+        return Load(FEEDBACK, offset)
 
     return (
         step(s, "max", at(word), Imm(lo - 1)),

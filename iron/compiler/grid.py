@@ -14,6 +14,7 @@ from itertools import accumulate
 
 import numpy as np
 
+from iron.compiler.fifos import Stem, fifo
 from iron.compiler.objects import Context, attr_word, copy_step
 from iron.compiler.place import Site
 from iron.compiler.plan import (
@@ -38,7 +39,7 @@ from iron.compiler.route import host_fifo, part_fifo
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.tiling import Grid, word_run
 from iron.compiler.words import Access, Rows, base_name, view_rows
-from iron.ir import Node, Op, call_label, describe, destination, nbytes, storage
+from iron.ir import Node, Op, call_label, describe, destination, input_dtypes, nbytes, storage
 from iron.kernels.registry import accumulate_kernel, convert_kernel, is_library
 
 
@@ -75,19 +76,19 @@ def _sizes(ctx: Context, g: str, grid: Grid) -> dict:
     sizes = {}
     if grid.own_rows:
         rows, block, a = len(grid.rows), grid.a_block_bytes, grid.matrix
-        sizes[f"{g}_b"] = (k * n * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
+        sizes[fifo(g, Stem.B)] = (k * n * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
         for c in range(len(grid.cols)):
-            sizes[f"{g}_a{c}_mem"] = (rows * block, a.dtype, f"rows of {describe(a)}")
-            sizes |= {f"{g}_a{r}_{c}": (block, a.dtype, f"rows of {describe(a)}") for r in range(rows)}
-            sizes |= {f"{g}_part{r}_{c}": (m * n * out.itemsize, out, label) for r in range(rows)}
-            sizes[f"{g}_host{c}"] = (rows * m * n * out.itemsize, out, label)
+            sizes[fifo(g, Stem.A, c, mem=True)] = (rows * block, a.dtype, f"rows of {describe(a)}")
+            sizes |= {fifo(g, Stem.A, r, c): (block, a.dtype, f"rows of {describe(a)}") for r in range(rows)}
+            sizes |= {fifo(g, Stem.PART, r, c): (m * n * out.itemsize, out, label) for r in range(rows)}
+            sizes[fifo(g, Stem.HOST, c)] = (rows * m * n * out.itemsize, out, label)
         return sizes
     for r in range(len(grid.rows)):
-        sizes[f"{g}_a{r}_mem"] = sizes[f"{g}_a{r}"] = (m * k * a.dtype.itemsize, a.dtype, f"blocks of {describe(a)}")
+        sizes[fifo(g, Stem.A, r, mem=True)] = sizes[fifo(g, Stem.A, r)] = (m * k * a.dtype.itemsize, a.dtype, f"blocks of {describe(a)}")
     for c in range(len(grid.cols)):
-        sizes[f"{g}_b{c}_mem"] = sizes[f"{g}_b{c}"] = (k * n * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
-        sizes |= {f"{g}_part{r}_{c}": (m * n * out.itemsize, out, label) for r in range(len(grid.rows))}
-        sizes[f"{g}_host{c}"] = (len(grid.rows) * m * n * out.itemsize, out, label)
+        sizes[fifo(g, Stem.B, c, mem=True)] = sizes[fifo(g, Stem.B, c)] = (k * n * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
+        sizes |= {fifo(g, Stem.PART, r, c): (m * n * out.itemsize, out, label) for r in range(len(grid.rows))}
+        sizes[fifo(g, Stem.HOST, c)] = (len(grid.rows) * m * n * out.itemsize, out, label)
     return sizes
 
 
@@ -99,14 +100,14 @@ def _links(g: str, grid: Grid) -> tuple[Link, ...]:
     if grid.own_rows:
         block = grid.a_block_bytes
         return tuple(link for c, mem in enumerate(grid.c_mems) for link in (
-            Link(mem, (f"{g}_a{c}_mem",), tuple(f"{g}_a{r}_{c}" for r in rows),
+            Link(mem, (fifo(g, Stem.A, c, mem=True),), tuple(fifo(g, Stem.A, r, c) for r in rows),
                  destination_offsets=tuple(r * block for r in rows)),
-            Link(mem, tuple(f"{g}_part{r}_{c}" for r in rows), (f"{g}_host{c}",),
+            Link(mem, tuple(fifo(g, Stem.PART, r, c) for r in rows), (fifo(g, Stem.HOST, c),),
                  source_offsets=tuple(r * part for r in rows))))
-    links = [Link(mem, (f"{g}_a{r}_mem",), (f"{g}_a{r}",)) for r, mem in enumerate(grid.a_mems)]
+    links = [Link(mem, (fifo(g, Stem.A, r, mem=True),), (fifo(g, Stem.A, r),)) for r, mem in enumerate(grid.a_mems)]
     for c, mem in enumerate(grid.c_mems):
-        links += [Link(mem, (f"{g}_b{c}_mem",), (f"{g}_b{c}",)),
-                  Link(mem, tuple(f"{g}_part{r}_{c}" for r in rows), (f"{g}_host{c}",),
+        links += [Link(mem, (fifo(g, Stem.B, c, mem=True),), (fifo(g, Stem.B, c),)),
+                  Link(mem, tuple(fifo(g, Stem.PART, r, c) for r in rows), (fifo(g, Stem.HOST, c),),
                        source_offsets=tuple(r * part for r in rows))]
     return tuple(links)
 
@@ -115,12 +116,12 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     """Core (r, c)'s Functions, Buffers and program: a Loop over its output blocks, each summing
     its k-blocks."""
     call, tile, prefix = grid.call, grid.tile(r, c), f"{g}_r{r}c{c}"
-    a, b, part = f"{g}_a{r}", f"{g}_b{c}", f"{g}_part{r}_{c}"
+    a, b, part = fifo(g, Stem.A, r), fifo(g, Stem.B, c), fifo(g, Stem.PART, r, c)
     m, k, n = grid.m, grid.k, grid.n
     kernel, in_dtype = call.arg.kernel, call.src[0].dtype
     shapes = [(m, k), (k, n)], (m, n)
     if grid.own_rows:
-        a, b = f"{g}_a{r}_{c}", f"{g}_b"
+        a, b = fifo(g, Stem.A, r, c), fifo(g, Stem.B)
     if grid.vector:
         shapes = [(m, k), (k,)], (m,)
     sizes = tuple(Imm(int(s)) for s in kernel.sizes(*shapes))
@@ -136,14 +137,14 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
         matrix = buffers[-1].name
         expanded = (_expansion_step(grid, a, matrix),)
     params = (a, b, *((matrix,) if expanded else ()), total)
-    product = KernelStep.of(kernel, in_dtype, (Ptr(matrix), Ptr(b), Ptr(total), *sizes), grid.acc)
+    product = KernelStep.of(kernel, input_dtypes(call), (Ptr(matrix), Ptr(b), Ptr(total), *sizes), grid.acc)
     first = Function(f"{prefix}_first", params, (*expanded, product), blocked=True)
     functions = [first]
     take = (Acquire(a, Port.CONSUME), Acquire(b, Port.CONSUME))
     give = (Release(a, Port.CONSUME), Release(b, Port.CONSUME))
     body = [Acquire(part, Port.PRODUCE), *take, Invoke(first.name, first.params), *give]
     if grid.k_blocks > 1:
-        more, held = _more(f"{prefix}_more", grid, tile, params, expanded, product)
+        more, held = _more(prefix, grid, tile, params, expanded, product)
         functions.append(more)
         buffers += held
         body.append(Loop(grid.k_blocks - 1, (*take, Invoke(more.name, more.params), *give)))
@@ -156,8 +157,8 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     return functions, buffers, Core(tile, g, program, ctx.device.compute.default_stack_bytes)
 
 
-def _more(name: str, grid: Grid, tile, params: tuple[str, ...], expanded: tuple, first: KernelStep) -> tuple[Function, list]:
-    """The Function adding a further k-block's product to the block's sum (the destination of
+def _more(prefix: str, grid: Grid, tile, params: tuple[str, ...], expanded: tuple, first: KernelStep) -> tuple[Function, list]:
+    """The Function (`<prefix>_more`) adding a further k-block's product to the block's sum (the destination of
     `first`, the first k-block's product step): after the block's expansion, one call of the kernel
     that sums the call's kernel (MatMulAccumulate: a MatVec's x as B of one column), else the
     product into a Buffer of its own and an Accumulate of it."""
@@ -166,12 +167,12 @@ def _more(name: str, grid: Grid, tile, params: tuple[str, ...], expanded: tuple,
     summed_by = kernel.summed_by if is_library(kernel) else None
     if summed_by is not None:
         dims = (Imm(m), Imm(k), Imm(1 if grid.vector else n))
-        step = KernelStep.of(summed_by, first.dtype, (Ptr(matrix), Ptr(b), Ptr(total), *dims), grid.acc)
-        return Function(name, params, (*expanded, step), blocked=True), []
-    product = Buffer(f"{name.removesuffix('_more')}_product", tile, m * n * grid.acc.itemsize, grid.acc)
-    into_product = KernelStep.of(kernel, first.dtype, (*first.args[:2], Ptr(product.name), *first.args[3:]), grid.acc)
+        step = KernelStep.of(summed_by, first.ins or first.dtype, (Ptr(matrix), Ptr(b), Ptr(total), *dims), grid.acc)
+        return Function(f"{prefix}_more", params, (*expanded, step), blocked=True), []
+    product = Buffer(f"{prefix}_product", tile, m * n * grid.acc.itemsize, grid.acc)
+    into_product = KernelStep.of(kernel, first.ins or first.dtype, (*first.args[:2], Ptr(product.name), *first.args[3:]), grid.acc)
     add = KernelStep.of(accumulate_kernel(), grid.acc, (Ptr(product.name), Ptr(total), Imm(m * n)))
-    return Function(name, (*params[:-1], product.name, total), (*expanded, into_product, add), blocked=True), [product]
+    return Function(f"{prefix}_more", (*params[:-1], product.name, total), (*expanded, into_product, add), blocked=True), [product]
 
 
 def _expansion_step(grid: Grid, blocks: str, dest: str) -> KernelStep:
@@ -200,12 +201,12 @@ def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
     p = c_placement(ctx, call)
     moves = []
     for t in range(grid.rounds):
-        here = [Move(Direction.MM2S, f"{g}_b", *stored_access(ctx, b))]
+        here = [Move(Direction.MM2S, fifo(g, Stem.B), *stored_access(ctx, b))]
         for c in range(cols):
             first = (t * cols + c) * rows * m
             dims = ((grid.k_blocks, grid.k), (rows * m, big_k), (grid.k, 1))
-            here.append(Move(Direction.MM2S, f"{g}_a{c}_mem", a_buf, in_words(a_at, first * big_k, dims, wa)))
-            here.append(Move(Direction.S2MM, f"{g}_host{c}", p.buffer, in_words(p, first * n, ((rows * m * n, 1),), wc)))
+            here.append(Move(Direction.MM2S, fifo(g, Stem.A, c, mem=True), a_buf, in_words(a_at, first * big_k, dims, wa)))
+            here.append(Move(Direction.S2MM, fifo(g, Stem.HOST, c), p.buffer, in_words(p, first * n, ((rows * m * n, 1),), wc)))
         moves += _with_waits(ctx, grid.rounds, t, here)
     return moves
 
@@ -283,14 +284,14 @@ def _moves(ctx: Context, g: str, grid: Grid) -> list:
         row0, here = t * rows * m, []
         for r in range(rows):
             dims = ((q, 0), (grid.k_blocks, k), (m, big_k), (k, 1))
-            here.append(Move(Direction.MM2S, f"{g}_a{r}_mem", a_buf, in_words(a_at, (row0 + r * m) * big_k, dims, wa)))
+            here.append(Move(Direction.MM2S, fifo(g, Stem.A, r, mem=True), a_buf, in_words(a_at, (row0 + r * m) * big_k, dims, wa)))
         for c in range(cols):
             dims = ((q, cols * n), (grid.k_blocks, k * big_n), (k, big_n), (n, 1))
-            here.append(Move(Direction.MM2S, f"{g}_b{c}_mem", b_buf, in_words(b_at, (j * cols + c) * n, dims, wb)))
+            here.append(Move(Direction.MM2S, fifo(g, Stem.B, c, mem=True), b_buf, in_words(b_at, (j * cols + c) * n, dims, wb)))
         for c in range(cols):
             dims = ((q, cols * n), (rows * m, big_n), (n, 1))
             first = row0 * big_n + (j * cols + c) * n
-            here.append(Move(Direction.S2MM, f"{g}_host{c}", p.buffer, in_words(p, first, dims, wc)))
+            here.append(Move(Direction.S2MM, fifo(g, Stem.HOST, c), p.buffer, in_words(p, first, dims, wc)))
         return here
 
     q = blocks_per_step(ctx.device, grid.per_round, lambda q: step(0, 0, q))
@@ -354,17 +355,17 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
     g, flow = site.group.name, site.flow
     rows, b = len(flow.rows), flow.block
     sizes, links, functions, buffers, cores = {}, [], [], [], []
-    sizes |= {f"{g}_w{i}": (flow.width * node.dtype.itemsize, node.dtype, describe(node))   # as wide as a row
+    sizes |= {fifo(g, Stem.W, i): (flow.width * node.dtype.itemsize, node.dtype, describe(node))   # as wide as a row
               for i, node in enumerate(flow.shared)}
     if flow.per_call:
         words = [ctx.table.words[w].name for w in _flow_words(ctx, flow)]
-        sizes[f"{g}_in"] = (4 * len(words), np.dtype(np.int32), ", ".join(words))
+        sizes[fifo(g, Stem.IN)] = (4 * len(words), np.dtype(np.int32), ", ".join(words))
     for c, mem in enumerate(flow.mems):
         for i, node in enumerate(flow.inputs):
             size = b * node.dtype.itemsize
-            sizes[f"{g}_x{i}_{c}_mem"] = (rows * size, node.dtype, f"blocks of {describe(node)}")
-            sizes |= {f"{g}_x{i}_{r}_{c}": (size, node.dtype, f"blocks of {describe(node)}") for r in range(rows)}
-            links.append(Link(mem, (f"{g}_x{i}_{c}_mem",), tuple(f"{g}_x{i}_{r}_{c}" for r in range(rows)),
+            sizes[fifo(g, Stem.X, i, c, mem=True)] = (rows * size, node.dtype, f"blocks of {describe(node)}")
+            sizes |= {fifo(g, Stem.X, i, r, c): (size, node.dtype, f"blocks of {describe(node)}") for r in range(rows)}
+            links.append(Link(mem, (fifo(g, Stem.X, i, c, mem=True),), tuple(fifo(g, Stem.X, i, r, c) for r in range(rows)),
                               destination_offsets=tuple(r * size for r in range(rows))))
         for k, result in enumerate(flow.results):
             size, label = flow.result_block * result.dtype.itemsize, call_label(ctx.program, result)
@@ -392,9 +393,9 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
     last call's into the part it sends; the shared rows and the per-call words acquired once,
     around the Loop."""
     tile, prefix, b = flow.tile(r, c), f"{g}_r{r}c{c}", flow.block
-    ins = [f"{g}_x{i}_{r}_{c}" for i in range(len(flow.inputs))]
-    shared = [f"{g}_w{i}" for i in range(len(flow.shared))] + [f"{g}_in"] * bool(flow.per_call)
-    loads = {(call, name): Load(f"{g}_in", 4 * j) for j, (call, name, _) in enumerate(flow.per_call)}
+    ins = [fifo(g, Stem.X, i, r, c) for i in range(len(flow.inputs))]
+    shared = [fifo(g, Stem.W, i) for i in range(len(flow.shared))] + [fifo(g, Stem.IN)] * bool(flow.per_call)
+    loads = {(call, name): Load(fifo(g, Stem.IN), 4 * j) for j, (call, name, _) in enumerate(flow.per_call)}
     parts = [part_fifo(g, k, r, c) for k in range(len(flow.results))]
     where = dict(zip((*flow.inputs, *flow.shared), (*ins, *shared))) | dict(zip(flow.results, parts))
     buffers, steps = [], []
@@ -413,7 +414,7 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
         attrs = [loads.get((call, name)) or Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype)
                  for name, ctype in kernel.c_attrs]
         ptrs = [Ptr(where[n]) for n in call.src[:arity]] + [Ptr(where[call])]
-        steps.append(KernelStep.of(kernel, call.src[0].dtype, (*ptrs, *(Imm(int(s)) for s in sizes), *attrs),
+        steps.append(KernelStep.of(kernel, input_dtypes(call), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs),
                                    call.dtype))
     if flow.pieces:   # `stream_joined`: a block of the result is a block of one piece
         steps.append(copy_step(flow.calls[0].dtype, b, Ptr(ins[0]), Ptr(parts[0])))
@@ -434,7 +435,7 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     rows, cols = len(flow.rows), len(flow.cols)
     result = flow.calls[-1]
     p = result_placement(ctx, result)
-    ends = [(partial(f"{g}_x{i}_{{c}}_mem".format), Direction.MM2S, node, *run_access(ctx, node))
+    ends = [(partial(_column_leg, g, i), Direction.MM2S, node, *run_access(ctx, node))
             for i, node in enumerate(flow.inputs)]
     ends += [(partial(host_fifo, g, k), Direction.S2MM, node, *result_access(ctx, node))
              for k, node in enumerate(flow.results)]
@@ -467,21 +468,26 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     even = -(-flow.rounds // -(-flow.rounds // most))   # runs of even length, as few as `most` allows
     runs = [(t, min(even, flow.rounds - t)) for t in range(0, flow.rounds, even)]
     moves = []
-    once = [Move(Direction.MM2S, f"{g}_w{i}", *stored_access(ctx, node)) for i, node in enumerate(flow.shared)]
-    once += [Move(Direction.MM2S, f"{g}_in", "words", Access(w, ((1, 1),))) for w in _flow_words(ctx, flow)]
+    once = [Move(Direction.MM2S, fifo(g, Stem.W, i), *stored_access(ctx, node)) for i, node in enumerate(flow.shared)]
+    once += [Move(Direction.MM2S, fifo(g, Stem.IN), "words", Access(w, ((1, 1),))) for w in _flow_words(ctx, flow)]
     runs = _joined_runs(flow, runs) if flow.pieces else runs
     for number, (t, run) in enumerate(runs):
         here = [] if t else list(once)
         for c in range(cols):
-            for fifo, direction, node, buffer, at in ends:
+            for named, direction, node, buffer, at in ends:
                 if flow.pieces and node is flow.inputs[0]:
                     buffer, at, blocks = _in_piece(ctx, flow, t * cols + c)
                 else:
                     blocks = t * cols + c
-                here.append(Move(direction, fifo(c=c), buffer,
+                here.append(Move(direction, named(c=c), buffer,
                                  Access(at.offset + int(blocks * column(node)[0]), dims(node, run))))
         moves += _with_waits(ctx, len(runs), number, here)
     return moves
+
+
+def _column_leg(g: str, i: int, c: int) -> str:
+    """Column c's leg of a Flow's input i from the host into its mem tile."""
+    return fifo(g, Stem.X, i, c, mem=True)
 
 
 def _joined_runs(flow, runs: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -12,6 +12,7 @@ import numpy as np
 from iron.compiler.allocate import host_placements
 from iron.compiler.cores import core_of
 from iron.compiler.emit import carry_sources, lower_emit
+from iron.compiler.fifos import EMIT_IN, FEEDBACK, Stem, fifo
 from iron.compiler.grid import lower_flow, lower_grid
 from iron.compiler.objects import I32, Context, Part, pack
 from iron.compiler.place import Layout, Site
@@ -82,8 +83,8 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
         functions.append(made.function)
         cores.append(made.core)
         sequence += made.moves
-        sizes["emit_in"] = (made.sizes["emit_in"], I32, "this call's words")
-        sizes["feedback"] = (made.sizes["feedback"], I32, "the next call's words")
+        sizes[EMIT_IN] = (made.sizes[EMIT_IN], I32, "this call's words")
+        sizes[FEEDBACK] = (made.sizes[FEEDBACK], I32, "the next call's words")
     fifos = tuple(Fifo(r.name, r.producer, r.consumers, DEPTH, sizes[r.name][0], np.dtype(sizes[r.name][1]),
                        r.shared_memory, r.role) for r in routes.fifos)
     holds |= {name: what for name, (_, _, what) in sizes.items()}
@@ -96,19 +97,19 @@ def object_sizes(ctx: Context, site: Site, parts: list[Part]) -> dict[str, tuple
     g = site.group.name
     sizes = {parts[0].in_fifo: _packed(parts[0].ins)}
     for part in parts:
-        sizes[f"{part.prefix}_host"] = _packed(part.host)
-        sizes[f"{part.prefix}_out"] = _packed(part.out)
+        sizes[part.fifo(Stem.HOST)] = _packed(part.host)
+        sizes[part.fifo(Stem.OUT)] = _packed(part.out)
     if site.stream is not None:
         s = site.stream
         block = s.rows * (s.matrix.size // s.matrix.shape[0]) * s.matrix.dtype.itemsize
         what = f"rows of {describe(s.matrix)}"
-        sizes[f"{g}_w_mem"] = (block * s.parts, s.matrix.dtype, what)
+        sizes[fifo(g, Stem.W, mem=True)] = (block * s.parts, s.matrix.dtype, what)
         sizes |= {name: (block, s.matrix.dtype, what) for name in _w_names(site, parts)}
     if parts[0].split:
         last = site.group.calls[-1]
         size, label = parts[0].count * last.dtype.itemsize, call_label(ctx.program, last)
-        sizes |= {f"{g}_part{p.number}": (size, last.dtype, label) for p in parts}
-        sizes |= {f"{g}_out": (size * len(parts), last.dtype, label), f"{g}_host": (size * len(parts), last.dtype, label)}
+        sizes |= {fifo(g, Stem.PART, p.number): (size, last.dtype, label) for p in parts}
+        sizes |= {fifo(g, Stem.OUT): (size * len(parts), last.dtype, label), fifo(g, Stem.HOST): (size * len(parts), last.dtype, label)}
     return {name: size for name, size in sizes.items() if ctx.routes.has(name)}
 
 
@@ -118,7 +119,7 @@ def _packed(packing) -> tuple[int, np.dtype, str]:
 
 def _w_names(site: Site, parts: list[Part]) -> list[str]:
     g = site.group.name
-    return [f"{g}_w{p.number}" for p in parts] if parts[0].split else [f"{g}_w"]
+    return [fifo(g, Stem.W, p.number) for p in parts] if parts[0].split else [fifo(g, Stem.W)]
 
 
 def site_links(site: Site, parts: list[Part], sizes: dict) -> list[Link]:
@@ -129,9 +130,9 @@ def site_links(site: Site, parts: list[Part], sizes: dict) -> list[Link]:
     g, mem = site.group.name, site.stream.mem
     names = tuple(_w_names(site, parts))
     if not parts[0].split:
-        return [Link(mem, (f"{g}_w_mem",), names)]
+        return [Link(mem, (fifo(g, Stem.W, mem=True),), names)]
     block, size = sizes[names[0]][0], sizes[f"{g}_part0"][0]
-    joined = f"{g}_out" if f"{g}_out" in sizes else f"{g}_host"
-    return [Link(mem, (f"{g}_w_mem",), names, destination_offsets=tuple(p.number * block for p in parts)),
-            Link(mem, tuple(f"{g}_part{p.number}" for p in parts), (joined,),
+    joined = fifo(g, Stem.OUT) if fifo(g, Stem.OUT) in sizes else fifo(g, Stem.HOST)
+    return [Link(mem, (fifo(g, Stem.W, mem=True),), names, destination_offsets=tuple(p.number * block for p in parts)),
+            Link(mem, tuple(fifo(g, Stem.PART, p.number) for p in parts), (joined,),
                  source_offsets=tuple(p.number * size for p in parts))]

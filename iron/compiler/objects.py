@@ -10,6 +10,7 @@ from functools import cached_property
 
 import numpy as np
 
+from iron.compiler.fifos import EMIT, Stem, fifo
 from iron.compiler.fuse import leading_call
 from iron.compiler.place import Layout, Site
 from iron.compiler.plan import Buffer, Imm, KernelStep, Output, Ptr, WordKind, WordRef
@@ -138,7 +139,11 @@ class Part:
     @property
     def in_fifo(self) -> str:
         """The group's `_in` FIFO: every row part gets the same object (a broadcast)."""
-        return f"{self.group}_in"
+        return fifo(self.group, Stem.IN)
+
+    def fifo(self, stem: Stem) -> str:
+        """This core's FIFO carrying `stem` (`_host`, `_out`): a split group's part has its own."""
+        return fifo(self.group, stem, core=self.number if self.split else None)
 
 
 def copy_step(dtype, count: int, source: Ptr, dest: Ptr) -> KernelStep:
@@ -157,7 +162,7 @@ def pack(ctx: Context, site: Site) -> list[Part]:
         _pack_inputs(ctx, part)
         _pack_results(ctx, part)
     if len(parts) > 1:
-        joined = f"{g.name}_out" if ctx.routes.has(f"{g.name}_out") else f"{g.name}_host"
+        joined = fifo(g.name, Stem.OUT) if ctx.routes.has(fifo(g.name, Stem.OUT)) else fifo(g.name, Stem.HOST)
         ctx.results[g.calls[-1]] = (joined, 0)
     return parts
 
@@ -206,7 +211,7 @@ def _pack_inputs(ctx: Context, part: Part):
         if (part.group, key) not in ctx.relayed:
             part.ins.add(key, size, dtype, what, move)
     for relay in ctx.routes.carried_by(part.group):
-        if f"{relay.reader}_in" in relay.fifos:
+        if fifo(relay.reader, Stem.IN) in relay.fifos:
             for item in host_items(ctx, ctx.layout.site(relay.reader)):
                 part.ins.add(*item)
 
@@ -218,9 +223,9 @@ def _pack_results(ctx: Context, part: Part):
     regions of the host tensors this group forwards."""
     for node in ctx.routes.forwards.get(part.group, {}):
         out = part.out.add(node, node.size * node.dtype.itemsize, node.dtype, describe(node))
-        ctx.results[node] = (f"{part.prefix}_out", out)
+        ctx.results[node] = (part.fifo(Stem.OUT), out)
         part.copies.append(copy_step(node.dtype, node.size, read(ctx, part, node, False),
-                                     Ptr(f"{part.prefix}_out", out)))
+                                     Ptr(part.fifo(Stem.OUT), out)))
     for call in part.site.group.calls:
         if part.stream is not None and call is part.stream.expand:   # one block's rows, expanded
             part.homes[call] = (_buffer(ctx, part, call, part.stream.rows * nbytes(call) // call.shape[0]), 0)
@@ -239,7 +244,7 @@ def _pack_results(ctx: Context, part: Part):
 def _relay_out(ctx: Context, part: Part, relay: Relay):
     """`fit_compute_channels`: copy into this carrier's `_out` what `relay.reader` would take
     from `relay.fifos`, and note where the reader finds each."""
-    out = f"{part.prefix}_out"
+    out = part.fifo(Stem.OUT)
     for key, size, dtype, what, source in _relay_items(ctx, part, relay):
         fresh = key not in part.out.offsets
         offset = part.out.add(key, size, dtype, what)
@@ -253,7 +258,7 @@ def _relay_items(ctx: Context, part: Part, relay: Relay) -> list[tuple]:
     the relayed FIFOs: its `_in`'s host items (loaded into the carrier's `_in`), and the
     tensors it reads from FIFOs the carrier receives."""
     items = []
-    if f"{relay.reader}_in" in relay.fifos:
+    if fifo(relay.reader, Stem.IN) in relay.fifos:
         items += [(key, size, dtype, what, Ptr(part.in_fifo, part.ins.offsets[key]))
                   for key, size, dtype, what, _ in host_items(ctx, ctx.layout.site(relay.reader))]
     for node in reads_of(ctx, relay.reader):
@@ -265,7 +270,7 @@ def _relay_items(ctx: Context, part: Part, relay: Relay) -> list[tuple]:
 
 def reads_of(ctx: Context, reader: str) -> list[Node]:
     """The tensors a group (or the Emit) reads that it does not compute, in first-use order."""
-    if reader == "emit":
+    if reader == EMIT:
         return [v.src[0] for _, v in ctx.program.carry if v.op == Op.ELEM]
     calls = ctx.layout.site(reader).group.calls
     return list(dict.fromkeys(n for c in calls for n in tensor_inputs(c) if n not in calls))
@@ -274,18 +279,18 @@ def reads_of(ctx: Context, reader: str) -> list[Node]:
 def _split_home(ctx: Context, part: Part, call: Node):
     size = part.count * call.dtype.itemsize
     if call is part.site.group.calls[-1]:
-        part.homes[call] = (f"{part.group}_part{part.number}", 0)
+        part.homes[call] = (fifo(part.group, Stem.PART, part.number), 0)
     else:
         part.homes[call] = (_buffer(ctx, part, call, size), 0)
 
 
 def _home(ctx: Context, part: Part, call: Node):
-    places = [(f"{part.prefix}_host", part.host.add(key, *_region(ctx, call, key.placement)))
+    places = [(part.fifo(Stem.HOST), part.host.add(key, *_region(ctx, call, key.placement)))
               for key in _host_uses(ctx.program, call)]
     if any(u is not Reader.HOST for u in ctx.layout.users.get(call, ())):
         out = part.out.add(call, call.size * call.dtype.itemsize, call.dtype, call_label(ctx.program, call))
-        places.append((f"{part.prefix}_out", out))
-        ctx.results[call] = (f"{part.prefix}_out", out)
+        places.append((part.fifo(Stem.OUT), out))
+        ctx.results[call] = (part.fifo(Stem.OUT), out)
     if not places:
         places = [(_buffer(ctx, part, call, call.size * call.dtype.itemsize), 0)]
     part.homes[call] = places[0]

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, replace
 
 from iron.compiler.channels import MemChannels
+from iron.compiler.fifos import Stem, fifo
 from iron.compiler.fuse import (
     SIZE_LIMIT,
     STREAM_OBJECT_BYTES,
@@ -106,7 +107,7 @@ class Stream:
     @property
     def fifo(self) -> str | None:
         """The FIFO an unsplit group's core reads the blocks from when another group streams them."""
-        return None if self.owner is None else f"{self.owner}_w"
+        return None if self.owner is None else fifo(self.owner, Stem.W)
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,12 @@ class Site:
     stream: Stream | None = None
     grid: Grid | None = None
     flow: Flow | None = None
+
+    @property
+    def choice(self):
+        """The choice the cost model made for its grid or flow, if any."""
+        spread = self.grid or self.flow
+        return None if spread is None else spread.choice
 
 
 @dataclass(frozen=True)

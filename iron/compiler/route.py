@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from iron.compiler.allocate import shares_memory
+from iron.compiler.fifos import EMIT, Stem, fifo
 from iron.compiler.place import Layout, Site, forwardable
 from iron.compiler.plan import FifoRole, Tile, TileKind
 from iron.compiler.readers import Reader
@@ -22,7 +23,7 @@ HOST = Tile(-1, 0, TileKind.SHIM)   # a FIFO end on the shim tile that `assign_s
 @dataclass(frozen=True)
 class Route:
     """A FIFO's ends, before what its objects hold is known; `group` is the group it belongs to
-    ("emit" for the Emit's)."""
+    (EMIT for the Emit's)."""
 
     name: str
     role: FifoRole
@@ -72,8 +73,8 @@ def route(program: Program, layout: Layout) -> Routes:
         if site.stream is not None and site.stream.owner is not None:
             fifos = [_with(r, site.tiles) if r.name == site.stream.fifo else r for r in fifos]
     if layout.emit is not None:
-        fifos += [Route("emit_in", FifoRole.EMIT_IN, "emit", HOST, (layout.emit,)),
-                  Route("feedback", FifoRole.FEEDBACK, "emit", layout.emit, (HOST,))]
+        fifos += [Route(fifo(EMIT, Stem.IN), FifoRole.EMIT_IN, EMIT, HOST, (layout.emit,)),
+                  Route(fifo(None, Stem.FEEDBACK), FifoRole.FEEDBACK, EMIT, layout.emit, (HOST,))]
     rules = tuple((Rule.FORWARD_SHARED_INPUT, f"{g} forwards {describe(node)} to {', '.join(readers)}")
                   for g, nodes in forwards.items() for node, readers in nodes.items())
     return Routes(tuple(fifos), forwards, rules=rules)
@@ -92,14 +93,14 @@ def group_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
     split = len(site.tiles) > 1
     fifos = []
     if loads_from_host(forwards, site):
-        fifos.append(Route(f"{g}_in", FifoRole.INPUT, g, HOST, site.tiles))
+        fifos.append(Route(fifo(g, Stem.IN), FifoRole.INPUT, g, HOST, site.tiles))
     for number, tile in enumerate(site.tiles):
-        prefix = f"{g}_p{number}" if split else g
+        core = number if split else None
         if any(c.arg.writes for c in calls) or (not split and any(Reader.HOST in users.get(c, ()) for c in calls)):
-            fifos.append(Route(f"{prefix}_host", FifoRole.HOST, g, tile, (HOST,)))
+            fifos.append(Route(fifo(g, Stem.HOST, core=core), FifoRole.HOST, g, tile, (HOST,)))
         exported = any(not c.arg.writes and any(u is not Reader.HOST for u in users.get(c, ())) for c in calls)
         if not split and (forwards.get(g) or exported):
-            fifos.append(out_route(f"{prefix}_out", g, tile, consumer_tiles(layout, forwards, site.group)))
+            fifos.append(out_route(fifo(g, Stem.OUT, core=core), g, tile, consumer_tiles(layout, forwards, site.group)))
     if site.stream is not None:
         fifos += stream_routes(site)
     if split:
@@ -149,10 +150,10 @@ def stream_routes(site: Site) -> list[Route]:
     s, g = site.stream, site.group.name
     if s.owner is not None:   # read from the owner's `_w` (`share_streamed_matrix`)
         return []
-    fifos = [Route(f"{g}_w_mem", FifoRole.WEIGHTS, g, HOST, (s.mem,))]
+    fifos = [Route(fifo(g, Stem.W, mem=True), FifoRole.WEIGHTS, g, HOST, (s.mem,))]
     if len(site.tiles) == 1:
-        return [*fifos, Route(f"{g}_w", FifoRole.WEIGHTS, g, s.mem, site.tiles)]
-    return fifos + [Route(f"{g}_w{p}", FifoRole.WEIGHTS, g, s.mem, (t,)) for p, t in enumerate(site.tiles)]
+        return [*fifos, Route(fifo(g, Stem.W), FifoRole.WEIGHTS, g, s.mem, site.tiles)]
+    return fifos + [Route(fifo(g, Stem.W, p), FifoRole.WEIGHTS, g, s.mem, (t,)) for p, t in enumerate(site.tiles)]
 
 
 def grid_routes(site: Site) -> list[Route]:
@@ -166,13 +167,13 @@ def grid_routes(site: Site) -> list[Route]:
         return own_rows_routes(g, grid)
     fifos = []
     for r, mem in zip(rows, grid.a_mems):
-        fifos += [Route(f"{g}_a{r}_mem", FifoRole.WEIGHTS, g, HOST, (mem,)),
-                  Route(f"{g}_a{r}", FifoRole.WEIGHTS, g, mem, tuple(grid.tile(r, c) for c in cols))]
+        fifos += [Route(fifo(g, Stem.A, r, mem=True), FifoRole.WEIGHTS, g, HOST, (mem,)),
+                  Route(fifo(g, Stem.A, r), FifoRole.WEIGHTS, g, mem, tuple(grid.tile(r, c) for c in cols))]
     for c, mem in zip(cols, grid.c_mems):
-        fifos += [Route(f"{g}_b{c}_mem", FifoRole.WEIGHTS, g, HOST, (mem,)),
-                  Route(f"{g}_b{c}", FifoRole.WEIGHTS, g, mem, tuple(grid.tile(r, c) for r in rows))]
-        fifos += [Route(f"{g}_part{r}_{c}", FifoRole.PART, g, grid.tile(r, c), (mem,)) for r in rows]
-        fifos.append(Route(f"{g}_host{c}", FifoRole.HOST, g, mem, (HOST,)))
+        fifos += [Route(fifo(g, Stem.B, c, mem=True), FifoRole.WEIGHTS, g, HOST, (mem,)),
+                  Route(fifo(g, Stem.B, c), FifoRole.WEIGHTS, g, mem, tuple(grid.tile(r, c) for r in rows))]
+        fifos += [Route(fifo(g, Stem.PART, r, c), FifoRole.PART, g, grid.tile(r, c), (mem,)) for r in rows]
+        fifos.append(Route(fifo(g, Stem.HOST, c), FifoRole.HOST, g, mem, (HOST,)))
     return fifos
 
 
@@ -182,12 +183,12 @@ def own_rows_routes(g: str, grid) -> list[Route]:
     `<g>_a<c>_mem` into its mem tile, split into each core's `<g>_a<r>_<c>`, and each core's
     `<g>_part<r>_<c>` joined into `<g>_host<c>`."""
     rows, cols = range(len(grid.rows)), range(len(grid.cols))
-    fifos = [Route(f"{g}_b", FifoRole.WEIGHTS, g, HOST, grid.tiles)]
+    fifos = [Route(fifo(g, Stem.B), FifoRole.WEIGHTS, g, HOST, grid.tiles)]
     for c, mem in zip(cols, grid.c_mems):
-        fifos.append(Route(f"{g}_a{c}_mem", FifoRole.WEIGHTS, g, HOST, (mem,)))
-        fifos += [Route(f"{g}_a{r}_{c}", FifoRole.WEIGHTS, g, mem, (grid.tile(r, c),)) for r in rows]
-        fifos += [Route(f"{g}_part{r}_{c}", FifoRole.PART, g, grid.tile(r, c), (mem,)) for r in rows]
-        fifos.append(Route(f"{g}_host{c}", FifoRole.HOST, g, mem, (HOST,)))
+        fifos.append(Route(fifo(g, Stem.A, c, mem=True), FifoRole.WEIGHTS, g, HOST, (mem,)))
+        fifos += [Route(fifo(g, Stem.A, r, c), FifoRole.WEIGHTS, g, mem, (grid.tile(r, c),)) for r in rows]
+        fifos += [Route(fifo(g, Stem.PART, r, c), FifoRole.PART, g, grid.tile(r, c), (mem,)) for r in rows]
+        fifos.append(Route(fifo(g, Stem.HOST, c), FifoRole.HOST, g, mem, (HOST,)))
     return fifos
 
 
@@ -198,13 +199,13 @@ def flow_routes(site: Site) -> list[Route]:
     per-call words, `<g>_in`, to every core."""
     g, flow = site.group.name, site.flow
     rows = range(len(flow.rows))
-    fifos = [Route(f"{g}_w{i}", FifoRole.WEIGHTS, g, HOST, flow.tiles) for i in range(len(flow.shared))]
+    fifos = [Route(fifo(g, Stem.W, i), FifoRole.WEIGHTS, g, HOST, flow.tiles) for i in range(len(flow.shared))]
     if flow.per_call:
-        fifos.append(Route(f"{g}_in", FifoRole.INPUT, g, HOST, flow.tiles))
+        fifos.append(Route(fifo(g, Stem.IN), FifoRole.INPUT, g, HOST, flow.tiles))
     for c, mem in enumerate(flow.mems):
         for i in range(len(flow.inputs)):
-            fifos.append(Route(f"{g}_x{i}_{c}_mem", FifoRole.WEIGHTS, g, HOST, (mem,)))
-            fifos += [Route(f"{g}_x{i}_{r}_{c}", FifoRole.WEIGHTS, g, mem, (flow.tile(r, c),)) for r in rows]
+            fifos.append(Route(fifo(g, Stem.X, i, c, mem=True), FifoRole.WEIGHTS, g, HOST, (mem,)))
+            fifos += [Route(fifo(g, Stem.X, i, r, c), FifoRole.WEIGHTS, g, mem, (flow.tile(r, c),)) for r in rows]
         for k in range(len(flow.results)):
             fifos += [Route(part_fifo(g, k, r, c), FifoRole.PART, g, flow.tile(r, c), (mem,)) for r in rows]
             fifos.append(Route(host_fifo(g, k, c), FifoRole.HOST, g, mem, (HOST,)))
@@ -214,17 +215,17 @@ def flow_routes(site: Site) -> list[Route]:
 def part_fifo(g: str, k: int, r: int, c: int) -> str:
     """Core (r, c)'s blocks of a Flow's result k: `<g>_part<r>_<c>`, `<g>_part<r>_<c>_r<k>` for a
     returned earlier call's (`stream_every_result`)."""
-    return f"{g}_part{r}_{c}" + f"_r{k}" * (k > 0)
+    return fifo(g, Stem.PART, r, c, result=k)
 
 
 def host_fifo(g: str, k: int, c: int) -> str:
     """Column c's joined blocks of a Flow's result k, as `part_fifo` names them."""
-    return f"{g}_host{c}" + f"_r{k}" * (k > 0)
+    return fifo(g, Stem.HOST, c, result=k)
 
 
 def join_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
     g, mem = site.group.name, site.stream.mem
-    parts = [Route(f"{g}_part{p}", FifoRole.PART, g, t, (mem,)) for p, t in enumerate(site.tiles)]
+    parts = [Route(fifo(g, Stem.PART, p), FifoRole.PART, g, t, (mem,)) for p, t in enumerate(site.tiles)]
     with_host = Reader.HOST in layout.users.get(site.group.calls[-1], ())
     consumers = consumer_tiles(layout, forwards, site.group, with_host)
     role = FifoRole.OUTPUT if any(t != HOST for t in consumers) else FifoRole.HOST
@@ -258,18 +259,18 @@ def fit_compute_channels(program: Program, routes: Routes, layout: Layout, devic
     gains an `_in` if it had none."""
     relays, rules = choose_relays(program, core_inputs(routes, layout), device)
     fifos = list(routes.fifos)
-    moved_in = [r for r in relays if f"{r.reader}_in" in r.fifos]
+    moved_in = [r for r in relays if fifo(r.reader, Stem.IN) in r.fifos]
     for relay in relays:
-        reader, own_in = tiles_of(layout, relay.reader), f"{relay.reader}_in"
+        reader, own_in = tiles_of(layout, relay.reader), fifo(relay.reader, Stem.IN)
         fifos = [_without(r, reader) if r.name in relay.fifos and r.name != own_in else r for r in fifos]
         carrier = tiles_of(layout, relay.carrier)
         fifos = [_with(r, carrier) if r.name in relay.gained else r for r in fifos]
-        if relay in moved_in and not any(r.name == f"{relay.carrier}_in" for r in fifos):
+        if relay in moved_in and not any(r.name == fifo(relay.carrier, Stem.IN) for r in fifos):
             first = next(i for i, r in enumerate(fifos) if r.group == relay.carrier)
             site = layout.site(relay.carrier)
-            fifos.insert(first, Route(f"{relay.carrier}_in", FifoRole.INPUT, relay.carrier, HOST, site.tiles))
+            fifos.insert(first, Route(fifo(relay.carrier, Stem.IN), FifoRole.INPUT, relay.carrier, HOST, site.tiles))
     loaders = {r.carrier for r in moved_in}
-    dropped = {f"{r.reader}_in" for r in moved_in if r.reader not in loaders}
+    dropped = {fifo(r.reader, Stem.IN) for r in moved_in if r.reader not in loaders}
     fifos = [r for r in fifos if r.name not in dropped]
     return replace(routes, fifos=tuple(fifos), relays=tuple(relays), rules=routes.rules + rules)
 
@@ -289,7 +290,7 @@ def _to(route: Route, consumers: tuple[Tile, ...]) -> Route:
 
 
 def tiles_of(layout: Layout, group: str) -> tuple[Tile, ...]:
-    return (layout.emit,) if group == "emit" else layout.site(group).tiles
+    return (layout.emit,) if group == EMIT else layout.site(group).tiles
 
 
 def core_inputs(routes: Routes, layout: Layout) -> list[CoreInputs]:
@@ -297,14 +298,14 @@ def core_inputs(routes: Routes, layout: Layout) -> list[CoreInputs]:
     cores, made = [], []
     for site in layout.sites:
         g = site.group.name
-        own_in = f"{g}_in" if routes.has(f"{g}_in") else None
-        carrier = f"{g}_out" if len(site.tiles) == 1 and routes.has(f"{g}_out") else None
+        own_in = fifo(g, Stem.IN) if routes.has(fifo(g, Stem.IN)) else None
+        carrier = fifo(g, Stem.OUT) if len(site.tiles) == 1 and routes.has(fifo(g, Stem.OUT)) else None
         movable = own_in is not None and all(state_of(n) is None for n in host_reads(site))
         earlier = () if streams_in_step(layout, site) else tuple(made)
         cores += [_receives(routes, g, tile, carrier, own_in, movable, earlier) for tile in site.tiles]
         made += [r.name for r in routes.fifos if r.group == g and r.role is FifoRole.OUTPUT]
     if layout.emit is not None:
-        cores.append(_receives(routes, "emit", layout.emit))
+        cores.append(_receives(routes, EMIT, layout.emit))
     return cores
 
 
@@ -378,7 +379,7 @@ class ChannelState:
     def receives(self, group: str) -> set[str]:
         core = self.by_group[group]
         return (set(core.received) - set(self.readers.get(group, ()))) | set(self.gained.get(group, ())) | (
-            {f"{group}_in"} if group in self.gained_in else set())
+            {fifo(group, Stem.IN)} if group in self.gained_in else set())
 
     def dma_inputs(self, group: str) -> int:
         core = self.by_group[group]
@@ -388,7 +389,7 @@ class ChannelState:
     def take(self, relay: Relay, reader: CoreInputs):
         self.readers[relay.reader] = relay.fifos
         self.gained[relay.carrier] = (*self.gained.get(relay.carrier, ()), *relay.gained)
-        if reader.own_in in relay.fifos and f"{relay.carrier}_in" not in self.receives(relay.carrier):
+        if reader.own_in in relay.fifos and fifo(relay.carrier, Stem.IN) not in self.receives(relay.carrier):
             self.gained_in.add(relay.carrier)
 
 
@@ -397,7 +398,7 @@ def _relay_for(core: CoreInputs, cores: list[CoreInputs], state: ChannelState, l
     carriers = [c for c in cores if c.carrier in core.received and c.group != core.group]
     for carrier in carriers:
         has = state.receives(carrier.group)
-        can_load = f"{carrier.group}_in" in has or state.dma_inputs(carrier.group) < limit
+        can_load = fifo(carrier.group, Stem.IN) in has or state.dma_inputs(carrier.group) < limit
         movable = [f for f in core.dma if f == core.own_in and core.movable_in and can_load]
         forwardable = [f for f in core.dma if f in has and f != carrier.carrier] + movable
         if len(forwardable) >= needed:

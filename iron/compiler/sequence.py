@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cache
 
+from iron.compiler.fifos import Stem, fifo
 from iron.compiler.objects import Context, Part, host_access
 from iron.compiler.place import Site
 from iron.compiler.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
@@ -35,9 +36,9 @@ def group_moves(ctx: Context, site: Site, parts: list[Part]) -> list[Move]:
         buffer, access = host_access(ctx, site.stream.matrix)
         if site.stream.parts > 1:
             access = _split_order(site.stream, access)
-        moves.append(Move(Direction.MM2S, f"{site.group.name}_w_mem", buffer, access))
+        moves.append(Move(Direction.MM2S, fifo(site.group.name, Stem.W, mem=True), buffer, access))
     for part in parts:
-        moves += [Move(Direction.S2MM, f"{part.prefix}_host", *m) for m in part.host.moves]
+        moves += [Move(Direction.S2MM, part.fifo(Stem.HOST), *m) for m in part.host.moves]
     last = site.group.calls[-1]
     if parts[0].split and Reader.HOST in ctx.layout.users.get(last, ()):
         index = next(i for i, n in enumerate(ctx.program.outputs) if n is last)
@@ -68,7 +69,7 @@ def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[st
         touched = {state_of(n) for c in calls for n in (*tensor_inputs(c), *c.src[: c.arg.n_inputs + c.arg.writes])}
         fifos = {f for s in touched for f in writers.get(s, ())}
         if fifos:
-            after.add(f"{site.group.name}_in")
+            after.add(fifo(site.group.name, Stem.IN))
         entries += [Wait(f) for f in sorted(fifos) if f not in waited]
         waited |= fifos
         entries += mine
@@ -85,7 +86,7 @@ def written_fifos(site: Site) -> set[str]:
     a run of a state)."""
     g, on = site.group.name, site.flow or site.grid
     if on is None:
-        return {f"{g}_host"}
+        return {fifo(g, Stem.HOST)}
     return {host_fifo(g, 0, c) for c in range(len(on.cols))}
 
 

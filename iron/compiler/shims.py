@@ -14,6 +14,7 @@ from iron.compiler.channels import (
     share_shim_channels,
     shim_channels_per_tile,
 )
+from iron.compiler.fifos import EMIT_IN
 from iron.compiler.lower import DEPTH, Lowered
 from iron.compiler.objects import I32
 from iron.compiler.plan import Direction, Fifo, FifoRole, Link, Tile, TileKind, Wait
@@ -47,9 +48,9 @@ def _emit_in_rules(shares: list[SharedChannel]) -> list[Decision]:
     where cutting the Emit into a segment of its own would reconfigure the array every call
     (100 us or more on npu2, 20 ms on npu1: docs/platform.md section 10) for a few words that
     ride a mem-tile split instead."""
-    return [(Rule.EMIT_IN_SHARES, f"emit_in shares {s.name} with {', '.join(m for m in s.members if m != 'emit_in')} "
+    return [(Rule.EMIT_IN_SHARES, f"emit_in shares {s.name} with {', '.join(m for m in s.members if m != EMIT_IN)} "
                              "rather than the Emit being cut into a segment of its own")
-            for s in shares if "emit_in" in s.members]
+            for s in shares if EMIT_IN in s.members]
 
 
 def shim_requests(lowered: Lowered) -> list[ShimRequest]:

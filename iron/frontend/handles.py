@@ -416,7 +416,7 @@ def _linear(node: Node, sign: int) -> tuple[dict, int]:
 
 def _term(node: Node):
     """A key equal for equal scalar expressions (each tensor by identity)."""
-    return (node.op, node.arg, tuple(_term(s) if s.is_scalar else id(s) for s in node.src))
+    return (node.op, node.arg, tuple(_term(s) if s.is_scalar else s for s in node.src))
 
 
 def _refuse_slice(base: Node, item: slice):

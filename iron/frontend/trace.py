@@ -58,7 +58,7 @@ class Trace:
         self.calls: list[Node] = []
         self.constants, self.declared = constants, declared
         self.captured: dict[str, Node] = {}   # name -> MEMORY node of each array used
-        self.made = {id(n) for n in roots}    # the inputs, memories and per-call values it bound, then its calls
+        self.made = set(roots)                # the inputs, memories and per-call values it bound, then its calls
 
     def call(self, kernel, args: tuple, out, dtype, attrs: dict) -> Tensor:
         """Record `kernel.step(*args, out=out, dtype=dtype, **attrs)`: its output handle, or the
@@ -80,14 +80,14 @@ class Trace:
         call = Call(kernel, tuple(sorted(static.items())), len(inputs), dest is not None, tuple(dynamic))
         node = Node(Op.CALL, src, shape, result, call)
         self.calls.append(node)
-        self.made.add(id(node))
+        self.made.add(node)
         return Tensor(dest if dest is not None else node)
 
     def owned(self, node: Node) -> Node:
         """`node`, when this trace made it (or a view of what it bound); a handle kept from
         another trace would compute on that trace's inputs and memories."""
         root = node.src[0] if node.op == Op.VIEW else node
-        if id(root) not in self.made:
+        if root not in self.made:
             raise TracedValueError(
                 f"tensor {describe(node)} was made while tracing another body(), not {self.where}: a handle "
                 "lives only in the trace that made it. Compute it again inside this body(), or pass it as a tensor."
@@ -100,10 +100,10 @@ class Trace:
         todo, seen = list(nodes), set()
         while todo:
             node = todo.pop()
-            if id(node) in seen:
+            if node in seen:
                 continue
-            seen.add(id(node))
-            if node.op == Op.VAR and id(node) not in self.made:
+            seen.add(node)
+            if node.op == Op.VAR and node not in self.made:
                 raise TracedValueError(
                     f"per-call value '{node.arg[0]}' was made while tracing another body(), not {self.where}: a "
                     "handle lives only in the trace that made it. Use this body()'s own parameters."
@@ -133,7 +133,7 @@ class Trace:
         param = self.constants.param(array, self.declared)
         if param.name not in self.captured:
             self.captured[param.name] = Node(Op.MEMORY, (), param.shape, param.dtype, (param.kind, param.name))
-            self.made.add(id(self.captured[param.name]))
+            self.made.add(self.captured[param.name])
         return self.captured[param.name]
 
     def __enter__(self):
@@ -161,29 +161,54 @@ def _broadcast(kernel, inputs: list[Node]) -> list[Node]:
 
 
 def _result_dtype(cls, inputs: list[Node], dtype) -> np.dtype:
-    """The output dtype of a call: every input has the dtype of the first, which the kernel
-    computes in; `dtype=` names the output (default: the kernel's default for that input)."""
-    source = inputs[0].dtype
+    """The output dtype of a call: the inputs share one dtype, which the kernel computes in, or
+    are one of the kernel's `mixed` combinations (uint8 x int8), which give one output dtype;
+    `dtype=` names the output (default: the kernel's default for those inputs)."""
+    ins = tuple(n.dtype for n in inputs)
+    if len(set(ins)) > 1:
+        return _mixed_result(cls, inputs, ins, dtype)
+    source = ins[0]
     if source not in cls.dtypes:
         ok = ", ".join(dtypes.name(d) for d in dtypes.SUPPORTED if d in cls.dtypes)
         raise KernelTypeError(
-            f"{cls.__name__} does not support {dtypes.name(source)}: it supports {ok}. "
-            "Convert the data with Cast (or pick another kernel)."
+            f"{cls.__name__} does not support {dtypes.name(source)}: it supports {ok}; {_lossless_fix(cls, inputs)}"
         )
-    for i, n in enumerate(inputs):
-        if n.dtype != source:
-            raise KernelTypeError(
-                f"{cls.__name__} computes in {dtypes.name(source)} but input {i} ({describe(n)}) is "
-                f"{dtypes.name(n.dtype)}: give every input the dtype {dtypes.name(source)} "
-                f"(Cast.step({describe(n)}, dtype={dtypes.spelling(source)}) converts it)."
-            )
-    result = np.dtype(cls.out_dtype(source) if dtype is None else dtype)
-    given = cls.out_dtypes(source)
+    return _given(cls, dtypes.name(source), np.dtype(cls.out_dtype(source) if dtype is None else dtype),
+                  cls.out_dtypes(source), dtype)
+
+
+def _mixed_result(cls, inputs: list[Node], ins: tuple, dtype) -> np.dtype:
+    """The output dtype of a call on inputs of differing dtypes, or the refusal naming what the
+    kernel takes and a Cast that keeps every value."""
+    if ins not in cls.mixed:
+        shown = " and ".join(f"input {i} ({describe(n)}) is {dtypes.name(n.dtype)}" for i, n in enumerate(inputs))
+        takes = " or ".join(" x ".join(map(dtypes.name, m)) + f" into {dtypes.name(o)}" for m, o in cls.mixed.items())
+        also = f", or takes {takes}," if takes else ""
+        raise KernelTypeError(f"{cls.__name__} computes in one dtype{also} but {shown}: {_lossless_fix(cls, inputs)}")
+    result = np.dtype(cls.mixed[ins] if dtype is None else dtype)
+    return _given(cls, " x ".join(map(dtypes.name, ins)), result, frozenset({np.dtype(cls.mixed[ins])}), dtype)
+
+
+def _lossless_fix(cls, inputs: list[Node]) -> str:
+    """How to give `cls` inputs it computes in without losing a value: the Casts to the first of
+    its dtypes holding every value of each input, or that none does."""
+    common = dtypes.lossless_common({n.dtype for n in inputs}, cls.dtypes)
+    if common is None:
+        held = ", ".join(sorted({dtypes.name(n.dtype) for n in inputs}))
+        return (f"no dtype {cls.__name__} supports holds every {held} value, so any Cast would round or clamp "
+                "some: pick another kernel, or Cast knowing which values change.")
+    names = list(dict.fromkeys(describe(n) for n in inputs if n.dtype != common))
+    casts = " and ".join(f"Cast.step({name}, dtype={dtypes.spelling(common)})" for name in names)
+    return f"{casts} {'converts' if len(names) == 1 else 'convert'} {' and '.join(names)} without losing a value."
+
+
+def _given(cls, source: str, result: np.dtype, given: frozenset, dtype) -> np.dtype:
+    """`result`, when it is one of the output dtypes `given` for inputs of `source`."""
     if result not in given:
         ok = ", ".join(dtypes.spelling(d) for d in dtypes.SUPPORTED if d in given)
         asked = "" if dtype is None else f", not {dtypes.name(result)}"
         raise KernelTypeError(
-            f"{cls.__name__} on {dtypes.name(source)} inputs gives {ok}{asked}: pass dtype= one of those."
+            f"{cls.__name__} on {source} inputs gives {ok}{asked}: pass dtype= one of those."
         )
     return result
 
@@ -343,7 +368,7 @@ def _per_call_kind(name: str, ann, where: str) -> str:
 def find_declarations(root) -> list[tuple[str, Memory]]:
     """Every Memory reachable from `root`'s attributes, named by attribute path (`layers.0.wq`)."""
     found: list[tuple[str, Memory]] = []
-    seen: set[int] = set()
+    seen: set[int] = set()   # by id(): lists and dicts do not hash, a user's objects may hash by value
 
     def walk(path: str, value, depth: int):
         if id(value) in seen or depth > 8:
@@ -433,12 +458,12 @@ def read_names(calls: tuple[Node, ...], next_values: tuple[tuple[str, Node], ...
     words: a version that ignores a Scratchpad (the body of a loop whose first version reads it)
     has no word for it, and a call may give it or leave it out."""
     names: set[str] = set()
-    seen: set[int] = set()
+    seen: set[Node] = set()
     stack = [*calls, *(node for _, node in next_values)]
     while stack:
         node = stack.pop()
-        if id(node) not in seen:
-            seen.add(id(node))
+        if node not in seen:
+            seen.add(node)
             if node.op in (Op.VAR, Op.INPUT):
                 names.add(node.arg[0])
             stack.extend(node.src)
@@ -568,14 +593,14 @@ def check_hazards(calls: tuple[Node, ...], where: str):
     element (their regions overlap, or a per-call index may make them) with no edge ordering
     them; writes to disjoint regions need no order. A read is ordered after every earlier
     write it may touch."""
-    index = {id(c): i for i, c in enumerate(calls)}
+    index = {c: i for i, c in enumerate(calls)}
     before: list[set[int]] = []
     effects = [state_accesses(c) for c in calls]
     writers: dict[str, list[int]] = {}    # per state, the calls writing it (only they can touch a read)
     touching: dict[str, list[int]] = {}   # per state, the calls reading or writing it
     for i, call in enumerate(calls):
         reads, writes = effects[i]
-        preds = {index[id(s)] for s in map(storage, call.src) if id(s) in index}
+        preds = {index[s] for s in map(storage, call.src) if s in index}
         preds |= {k for r in reads for k in writers.get(state_of(r), ())
                   if any(_touches(r, w) for w in effects[k][1])}
         ancestors = set(preds)

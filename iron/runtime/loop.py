@@ -1,19 +1,22 @@
 """`CarriedLoop`: a carried graph as a device loop on a full-ELF device (npu2). `start` runs `first`
 once with the host's values; each `steps(n)` runs `body` n more times, each run starting from the
-scratchpad the previous run's Emit wrote, with `depth` runs held in a ring so the host only
-restarts runs and counts completions. Whatever stops the host's side early (leaving the
-iterator, reading `carry`, a host call, read or write of the graph's states) first waits out the
-runs in flight, so what the loop reports is exactly what ran. After each run the host reads the
-flag its Emit wrote beside the next run's words (docs/architecture.md, "Device-side bounds"): a
-next index out of range, clamped on the device, stops the loop with IndexOutOfRange, as a failed
-run stops it with its error; the runs in flight are drained and not counted, so `transitions` and
-`carry` describe the runs before the failure.
+scratchpad the previous run's Emit wrote, with `depth` runs held in a ring (at most the driver's
+4 started, the rest queued) so the host only restarts runs and counts completions. Whatever
+stops the host's side early (leaving the iterator, reading `carry`, a host call, read or write
+of the graph's states, from any thread: each step holds the graph's lock) first waits out the
+runs in flight, so what the loop reports is exactly what ran. Before starting a step the host
+computes the indices it can from the carried values it knows, and never starts one out of
+range; after each run it reads the flag the Emit wrote beside the next run's words
+(docs/architecture.md, "Device-side bounds"). Either stops the loop with IndexOutOfRange once
+the steps completed before it are yielded; a failed or interrupted run stops it with its own
+error and gives the sessions a fresh device. The runs in flight are drained and not counted,
+so `transitions` and `carry` describe the runs before the stop.
 """
 from __future__ import annotations
 
 from collections import deque
 
-from iron.compiler.plan import WordKind
+from iron.compiler.plan import WordKind, WordRef
 from iron.errors import IndexOutOfRange, LoopError, PlanError, TraceError
 from iron.frontend.handles import Carry
 from iron.ir import describe
@@ -50,6 +53,8 @@ class CarriedLoop:
         self._end = 0                          # transitions the current start or steps asks for
         self._stopped: str | None = None       # why the loop stopped (a failed or flagged run)
         self._error: BaseException | None = None   # a flagged step's error, raised after the steps before it
+        self._ahead: tuple | None = None       # (step, error): an index the host computed out of range
+        self._known: dict[str, int] = {}       # the carried values of transition `_launched` the host computes
         self._last: Carry | None = None        # the carry when the loop stopped
         self._words = WordProgram(body.plan.words)
         self._flag = len(body.plan.words)      # where the Emit feeding body counts indices out of range
@@ -103,7 +108,7 @@ class CarriedLoop:
         for _ in self.run(steps, *tensors, **values):
             pass
         per_step = (self._completions[-1] - self._completions[0]) / steps
-        return estimate(timeline.since(mark), per_step, runs=steps + 1)
+        return estimate(timeline.since(mark), per_step, self.body.plan.device, runs=steps + 1)
 
     def start(self, *tensors, **values) -> CarriedLoop:
         """Run first with these tensors and values (checked before anything runs); returns the loop."""
@@ -122,6 +127,7 @@ class CarriedLoop:
             self._launched = self._completed = 0
             self._completions.clear()
             self._end, self._stopped, self._last = 1, None, None
+            self._known = {name: int(words[s.index]) for name, s in self.first.plan.carry if isinstance(s, WordRef)}
             self._launch(first, self._head, words)
             return self
 
@@ -167,11 +173,34 @@ class CarriedLoop:
             if self._stopped is not None:
                 return None
             while self._launched < self._end and len(self._queued) + len(self._in_flight) < self.depth:
+                if not self._foreseen():
+                    break
+                self._known = self._words.known(self._known, self.body.plan.carry)[1]
                 self._launch(self.body.session, self._ring[self._launched % self.depth])
             if not self._in_flight:
-                return None
+                return self._ended()
             self._wait_oldest()
         return None
+
+    def _foreseen(self) -> bool:
+        """Whether transition `_launched` may start: no index of it the host computes from the
+        carried values it knows (those the words compute, not those a kernel made) is out of
+        range. Else the steps asked for end before it, and its error follows the steps before it."""
+        wrong, _ = self._words.known(self._known, self.body.plan.carry)
+        if wrong is None:
+            return True
+        step = self._launched - 1
+        self._ahead = (step, IndexOutOfRange.in_loop(step, 0, *wrong, by_host=True))
+        self._end = self._launched
+        return False
+
+    def _ended(self) -> None:
+        """Every run asked for completed: raise the index the host found out of range, if any."""
+        if self._ahead is None:
+            return None
+        (step, error), self._ahead = self._ahead, None
+        self._stop(f"step {step} indexed out of range")
+        raise error
 
     def settle(self):
         """Wait out the runs in flight (a host call, read or write of the graph does this first)."""
@@ -184,7 +213,7 @@ class CarriedLoop:
         self.settle()
         self._epoch += 1
         self._done.clear()
-        self._error = None
+        self._error = self._ahead = None
 
     def _launch(self, session, run, words=None):
         """Launch transition `_launched`: started at once while fewer than the device's runs in
@@ -225,13 +254,13 @@ class CarriedLoop:
         except (IndexOutOfRange, PlanError) as error:   # raised after the steps completed before it
             self._error = error
             return
-        self._submit()   # a queued run starts only once the flag of the run before it is clear
+        self._submit()   # no queued run starts once a flag has stopped the loop
 
     def _check_flag(self, t: int):
         """Raise IndexOutOfRange if run t's Emit flagged an index of body step t (the next run),
         once that step is asked for."""
-        if t + 1 >= self._end:
-            return
+        if t + 1 >= self._end or t + 1 == self._launched and not self._foreseen():
+            return   # not asked for, or not started: the host found it (raised after the steps before it)
         words = self.body.session.words_of(self._ring[(t + 1) % self.depth]).view("int32")
         if not words[self._flag]:
             return
