@@ -940,7 +940,7 @@ def better(padded: tuple[float, int], mine: tuple[float, int] | None) -> bool:
 def _grid_score(grid) -> tuple[float, int] | None:
     if grid is None:
         return None
-    return math.prod(grid.sides) / grid.cores, grid.rounds * grid.per_round * grid.k_blocks
+    return math.prod(grid.sides) / grid.cores, grid.fewest_calls
 
 
 def pad_stream(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:

@@ -435,6 +435,29 @@ class Cut:
 
 
 @dataclass(frozen=True)
+class Choice:
+    """A choice among alternatives made by estimated time (iron/compiler/cost.py): the `rule`
+    choosing, `what` it chose (a grid's blocks, a stream's block, a segment's cut), the one
+    chosen and its estimate, and the best alternative rejected and its (None when there was no
+    other)."""
+
+    rule: Rule
+    what: str
+    chosen: str
+    chosen_ns: float
+    rejected: str | None = None
+    rejected_ns: float | None = None
+
+    def text(self) -> str:
+        other = "no other" if self.rejected is None else f"the best rejected, {self.rejected}, {_time(self.rejected_ns)}"
+        return f"{self.rule}: {self.what} chosen by estimated time: {self.chosen}, {_time(self.chosen_ns)}; {other}"
+
+
+def _time(ns: float) -> str:
+    return f"{ns / 1000:.1f} us" if ns >= 100 else f"{ns:.1f} ns"
+
+
+@dataclass(frozen=True)
 class Plan:
     device: Any                              # aie_utils.Device
     name: str
@@ -460,6 +483,7 @@ class Plan:
     segments: tuple[Plan, ...] = ()   # a design bigger than the array: its configurations, run in order
                                       # (iron/compiler/segment.py); this Plan holds their host side
     cuts: tuple[Cut, ...] = ()        # between consecutive segments
+    choices: tuple[tuple[str, Choice], ...] = ()   # group name -> a choice the cost model made for it
 
     def __post_init__(self):
         stray = [rule for rule, _ in self.rules if not isinstance(rule, Rule)]

@@ -104,7 +104,7 @@ class CarriedLoop:
         for _ in self.run(steps, *tensors, **values):
             pass
         per_step = (self._completions[-1] - self._completions[0]) / steps
-        return estimate(timeline.since(mark), per_step, runs=steps + 1)
+        return estimate(timeline.since(mark), per_step, self.body.plan.device, runs=steps + 1)
 
     def start(self, *tensors, **values) -> CarriedLoop:
         """Run first with these tensors and values (checked before anything runs); returns the loop."""
