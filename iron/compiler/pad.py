@@ -32,6 +32,7 @@ from iron.compiler.tiling import (
     vector_tiles,
 )
 from iron.ir import (
+    MemoryKind,
     Node,
     Op,
     Program,
@@ -251,7 +252,7 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dic
     what = describe(node)
     if node.op == Op.VIEW:
         return f"{what} is a view"
-    if node.op == Op.MEMORY and node.arg[0] == "state":
+    if node.op == Op.MEMORY and node.arg.kind is MemoryKind.STATE:
         return state_unpadded(node, calls, readers)
     others = [r for r in readers.get(node, []) if r not in calls]
     if others:
@@ -329,7 +330,7 @@ def zeros_made(padded: dict, groups: tuple[Group, ...]) -> dict[Node, str]:
 
 def is_cut_value(node: Node) -> bool:
     """Whether a segment's input is a value an earlier segment computed (segment.py numbers it -1)."""
-    return node.op == Op.INPUT and node.arg[1] == -1
+    return node.op == Op.INPUT and node.arg.position == -1
 
 
 def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> str:
@@ -1131,7 +1132,7 @@ def padded_nodes(program: Program, placements) -> dict[Node, tuple[int, ...]]:
     found = {n: by_name[f"out{i}"] for i, n in enumerate(program.outputs) if f"out{i}" in by_name}
     for call in program.calls:
         for node in (s.src[0] if s.op == Op.VIEW else s for s in call.src):
-            name = node.arg[0] if node.op == Op.INPUT else node.arg[1] if node.op == Op.MEMORY else None
+            name = node.arg.name if node.op in (Op.INPUT, Op.MEMORY) else None
             if name in by_name:
                 found[node] = by_name[name]
     return found
@@ -1155,7 +1156,7 @@ def placed(program: Program, names: set[str]) -> dict[Node, str]:
     if not names:
         return {}
     found = {n: f"out{i}" for i, n in enumerate(program.outputs) if f"out{i}" in names}
-    return found | {n: n.arg[0] for n in program.inputs if n.arg[0] in names}
+    return found | {n: n.arg.name for n in program.inputs if n.arg.name in names}
 
 
 def result_of(call: Node) -> Node:
