@@ -44,10 +44,12 @@ class IndexOutOfRange(IronError, IndexError):
 
     @classmethod
     def in_loop(cls, step: int, drained: int, what: str, expr: str, value: int, lo: int, hi: int,
-                tensor: str = "") -> "IndexOutOfRange":
-        """The device's Emit flagged body step `step`'s index; `drained` runs were already in
-        flight (from that step on) and ran with their indices clamped into range."""
-        flagged = f"{_range(what, expr, value, lo, hi)}. The device's Emit flagged it"
+                tensor: str = "", by_host: bool = False) -> "IndexOutOfRange":
+        """The device's Emit flagged body step `step`'s index (or, `by_host`, the host computed it
+        before starting the step); `drained` runs were already in flight (from that step on) and
+        ran with their indices clamped into range."""
+        who = "The host computed it" if by_host else "The device's Emit flagged it"
+        flagged = f"{_range(what, expr, value, lo, hi)}. {who}"
         if not drained:
             ran = f"{flagged} before step {step} ran, and the loop stopped: nothing was written by step {step}, and"
         else:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from iron.compiler.plan import WordKind
+from iron.compiler.plan import WordKind, WordRef
 from iron.errors import IndexOutOfRange, LoopError, PlanError
 from iron.frontend.handles import Carry
 from iron.ir import describe
@@ -50,6 +50,8 @@ class CarriedLoop:
         self._end = 0                          # transitions the current start or steps asks for
         self._stopped: str | None = None       # why the loop stopped (a failed or flagged run)
         self._error: BaseException | None = None   # a flagged step's error, raised after the steps before it
+        self._ahead: tuple | None = None       # (step, error): an index the host computed out of range
+        self._known: dict[str, int] = {}       # the carried values of transition `_launched` the host computes
         self._last: Carry | None = None        # the carry when the loop stopped
         self._words = WordProgram(body.plan.words)
         self._flag = len(body.plan.words)      # where the Emit feeding body counts indices out of range
@@ -121,6 +123,7 @@ class CarriedLoop:
             self._launched = self._completed = 0
             self._completions.clear()
             self._end, self._stopped, self._last = 1, None, None
+            self._known = {name: int(words[s.index]) for name, s in self.first.plan.carry if isinstance(s, WordRef)}
             self._launch(first, self._head, words)
             return self
 
@@ -166,11 +169,34 @@ class CarriedLoop:
             if self._stopped is not None:
                 return None
             while self._launched < self._end and len(self._queued) + len(self._in_flight) < self.depth:
+                if not self._foreseen():
+                    break
+                self._known = self._words.known(self._known, self.body.plan.carry)[1]
                 self._launch(self.body.session, self._ring[self._launched % self.depth])
             if not self._in_flight:
-                return None
+                return self._ended()
             self._wait_oldest()
         return None
+
+    def _foreseen(self) -> bool:
+        """Whether transition `_launched` may start: no index of it the host computes from the
+        carried values it knows (those the words compute, not those a kernel made) is out of
+        range. Else the steps asked for end before it, and its error follows the steps before it."""
+        wrong, _ = self._words.known(self._known, self.body.plan.carry)
+        if wrong is None:
+            return True
+        step = self._launched - 1
+        self._ahead = (step, IndexOutOfRange.in_loop(step, 0, *wrong, by_host=True))
+        self._end = self._launched
+        return False
+
+    def _ended(self) -> None:
+        """Every run asked for completed: raise the index the host found out of range, if any."""
+        if self._ahead is None:
+            return None
+        (step, error), self._ahead = self._ahead, None
+        self._stop(f"step {step} indexed out of range")
+        raise error
 
     def settle(self):
         """Wait out the runs in flight (a host call, read or write of the graph does this first)."""
@@ -183,7 +209,7 @@ class CarriedLoop:
         self.settle()
         self._epoch += 1
         self._done.clear()
-        self._error = None
+        self._error = self._ahead = None
 
     def _launch(self, session, run, words=None):
         """Launch transition `_launched`: started at once while fewer than the device's runs in
@@ -229,8 +255,8 @@ class CarriedLoop:
     def _check_flag(self, t: int):
         """Raise IndexOutOfRange if run t's Emit flagged an index of body step t (the next run),
         once that step is asked for."""
-        if t + 1 >= self._end:
-            return
+        if t + 1 >= self._end or t + 1 == self._launched and not self._foreseen():
+            return   # not asked for, or not started: the host found it (raised after the steps before it)
         words = self.body.session.words_of(self._ring[(t + 1) % self.depth]).view("int32")
         if not words[self._flag]:
             return

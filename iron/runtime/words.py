@@ -29,13 +29,17 @@ class WordProgram:
         if w.op in ("floordiv", "mod"):
             def step(words, a=a, b=b):
                 x, y = (words[a] if ka else a), (words[b] if kb else b)
+                if x is None or y is None:
+                    words[out] = None
+                    return
                 if y == 0:
                     raise ArgumentError(f"per-call value {w.name} divides by zero: give values that make the divisor non-zero.")
                 words[out] = wrap_i32(fn(x, y))
             return step
 
         def step(words, a=a, b=b):
-            words[out] = wrap_i32(fn(words[a] if ka else a, words[b] if kb else b))
+            x, y = (words[a] if ka else a), (words[b] if kb else b)
+            words[out] = None if x is None or y is None else wrap_i32(fn(x, y))
         return step
 
     def __call__(self, values: dict[str, int]) -> np.ndarray:
@@ -49,17 +53,27 @@ class WordProgram:
         """The first bounded word out of its range as (what, name, value, lo, hi, tensor), or None."""
         return self._violation(self._computed(values))
 
-    def _computed(self, values: dict[str, int]) -> list[int]:
-        words = [0] * self.count
+    def known(self, values: dict[str, int], carry) -> tuple[tuple | None, dict[str, int]]:
+        """For a call of which only some values are known (a device loop's step, whose carried
+        values an earlier run's kernels computed are not): the first bounded word computed from
+        known values alone that is out of range (as `violation`), and the next carried values
+        known from them (`carry`: the Plan's (name, source) pairs)."""
+        words = self._computed(values, partial=True)
+        known = {name: words[s.index] for name, s in carry if isinstance(s, WordRef) and words[s.index] is not None}
+        return self._violation(words), known
+
+    def _computed(self, values: dict[str, int], partial: bool = False) -> list[int | None]:
+        """The words; with `partial`, None for each a value missing from `values` decides."""
+        words: list[int | None] = [0] * self.count
         for index, name in self.values:
-            words[index] = values[name]
+            words[index] = values.get(name) if partial else values[name]
         for step in self.steps:
             step(words)
         return words
 
-    def _violation(self, words: list[int]) -> tuple | None:
+    def _violation(self, words: list[int | None]) -> tuple | None:
         for index, (lo, hi), what, name, tensor in self.checks:
-            if not lo <= words[index] < hi:
+            if words[index] is not None and not lo <= words[index] < hi:
                 return what, name, words[index], lo, hi, tensor
         return None
 

@@ -2,7 +2,7 @@
 docs/platform.md section 9 describes. It detects an NPU, imports pyxrt lazily (saying what to
 install when it is missing), opens the device, hardware context, kernel and host buffers once
 per design, makes runs with every argument set explicitly, holds and restarts them (at most 4 in
-flight per context), patches per-call DMA offsets (xclbin) or writes the per-call words into the
+flight per context; a CarriedLoop queues the runs of a deeper ring on the host), patches per-call DMA offsets (xclbin) or writes the per-call words into the
 control scratchpad (full ELF), checks each run's final state, and binds rings of runs for device
 loops.
 """
@@ -296,7 +296,8 @@ class XrtDesign:
         if depth < 1:
             raise LoopError(
                 f"A device loop of design '{self.name}' needs a ring of at least 1 run, got "
-                f"depth {depth}. Pass a depth from 1 to {MAX_IN_FLIGHT}."
+                f"depth {depth}. Pass a depth of 1 or more (the loop starts at most {MAX_IN_FLIGHT} of its "
+                "runs at once and queues the rest)."
             )
         runs = [self._xrt.run(self._kernel) for _ in range(depth)]
         parts = [self._register(run) for run in runs]

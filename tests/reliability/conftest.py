@@ -67,6 +67,15 @@ def snapshot(graphs, compiled, cache_dir) -> dict:
     return seen
 
 
+def yielded_until(error_type, iterator) -> tuple[list, BaseException]:
+    """What `iterator` (a loop's steps) yields before it raises `error_type`, and the error."""
+    seen = []
+    with pytest.raises(error_type) as raised:
+        for index in iterator:
+            seen.append(index)
+    return seen, raised.value
+
+
 def hooked(base, name: str, hook):
     """A user kernel computing as library kernel `base` does after calling `hook()` (to fail or
     to let other threads run mid-launch); its C++ is base's with the symbols renamed."""

@@ -9,6 +9,8 @@ import iron
 from iron.errors import IndexOutOfRange, LoopError
 from iron.models.designs import Walk, numpy_walk
 from iron.runtime.loop import MAX_DEPTH
+from tests.reliability.conftest import yielded_until
+from tests.reliability.test_device_bounds import Scatter, guarded, scattered
 
 SUCC = np.random.default_rng(11).permutation(16).astype(np.int32)
 
@@ -61,17 +63,29 @@ def test_a_deep_ring_through_xrt_starts_at_most_4_runs_on_the_context(xrt):
 
 
 def test_a_deep_ring_stopped_by_an_index_never_starts_the_runs_it_queued(on_emulator):
+    graph, body = guarded(8, graph_class=Scatter)     # trail[node]: only the device's Emit sees node
+    before = body.read(graph.trail)
+    loop = iron.CarriedLoop(body, body, depth=16)
+    count = counted(body.session)
+    seen, error = yielded_until(IndexOutOfRange, loop.run(12, node=3, steps=0))
+    assert seen == [0, 1]
+    assert str(error).startswith("CarriedLoop step 2: trail[node] with node = 14 is out of range")
+    assert "steps 2..4, already in flight" in str(error)      # 3 in flight when run 2's flag was read
+    assert count["most"] == 4 and count["now"] == 0
+    assert loop.transitions == 3 and dict(loop.carry) == {"node": 14, "steps": 3}
+    np.testing.assert_array_equal(body.read(graph.trail), scattered(before, 3, 6))   # the queued never ran
+
+
+def test_a_deep_ring_stops_before_a_step_the_host_computes_out_of_range(on_emulator):
     walk, body, loop = deep_walk(16, 5)    # a 6-row trail, 12 steps asked
     count = counted(body.session)
-    seen = []
-    with pytest.raises(IndexOutOfRange) as e:
-        for index in loop.run(12, node=2, steps=0):
-            seen.append(index)
+    seen, error = yielded_until(IndexOutOfRange, loop.run(12, node=2, steps=0))
     assert seen == [0, 1, 2, 3, 4]
-    assert str(e.value).startswith("CarriedLoop step 5: trail[steps] with steps = 6 is out of range")
-    assert "steps 5..7, already in flight" in str(e.value)      # 3 in flight when run 5's flag was read
+    assert str(error).startswith("CarriedLoop step 5: trail[steps] with steps = 6 is out of range")
+    assert "The host computed it before step 5 ran" in str(error)
     assert count["most"] == 4 and count["now"] == 0
     assert loop.transitions == 6 and dict(loop.carry)["steps"] == 6
+    np.testing.assert_array_equal(body.read(walk.trail), numpy_walk(SUCC, 2, 6))
 
 
 def test_depth_is_bounded(on_emulator):

@@ -21,6 +21,7 @@ from iron.models.designs import numpy_walk
 from iron.runtime.emulator.core import compile_function
 from iron.runtime.emulator.kernels import numpy_call
 from iron.runtime.emulator.native import NativeLibrary
+from tests.reliability.conftest import yielded_until
 from tests.runtime import fake_pyxrt
 
 SUCC = np.random.default_rng(12).permutation(16).astype(np.int32)
@@ -42,9 +43,29 @@ class Guarded(iron.Graph):
         return iron.carry(node=nxt, steps=steps + 1)
 
 
-def guarded(steps=6, device="npu2"):
+class Scatter(Guarded):
+    """Each step writes at the row its node names: an index a kernel computed (the gathered
+    node), which only the device's Emit sees before the step runs."""
+
+    def body(self, *, node: Carried[np.int32], steps: Carried[np.int32]):
+        nxt = Copy.step(self.successor[node], dtype=np.int32)
+        Copy.step(nxt, self.trail[node], dtype=np.int32)
+        return iron.carry(node=nxt, steps=steps + 1)
+
+
+def scattered(trail: np.ndarray, start: int, runs: int) -> np.ndarray:
+    """`trail` after `runs` Scatter steps from `start`, a row index out of range clamped into it
+    (as a run in flight after a flagged one writes)."""
+    trail, node = trail.copy(), start
+    for _ in range(runs):
+        trail[min(max(node, 0), len(trail) - 1)] = SUCC[node]
+        node = int(SUCC[node])
+    return trail
+
+
+def guarded(steps=6, device="npu2", graph_class=Guarded):
     """A compiled Guarded whose guard holds GUARD and trail -5s, and its states buffer."""
-    graph = Guarded(steps)
+    graph = graph_class(steps)
     body = graph.compile(device=device)
     body.write(graph.guard, GUARD)
     body.write(graph.trail, np.full(steps, -5, np.int32))
@@ -58,39 +79,53 @@ def states(body) -> np.ndarray:
     return body.session.device_states.words.copy()
 
 
-def text(step: int, drained: int) -> str:
+def text(step: int, drained: int, by_host: bool = False, what: str = "trail[steps] with steps", value: int = 6,
+         top: int = 5, fix: str = "steps") -> str:
     ran = (f"before step {step} ran, and the loop stopped: nothing was written by step {step}, and" if not drained
-           else "and clamped it to 5, and the loop stopped: "
+           else f"and clamped it to {top}, and the loop stopped: "
            + (f"step {step}, already in flight, ran with its" if drained == 1
               else f"steps {step}..{step + drained - 1}, already in flight, ran with their")
            + " indices clamped into range, and")
-    return (f"CarriedLoop step {step}: trail[steps] with steps = 6 is out of range: steps must be in 0..5. "
-            f"The device's Emit flagged it {ran} loop.transitions and loop.carry describe the runs before "
-            f"step {step}. Keep steps in range, or make 'trail' larger.")
+    who = "The host computed it" if by_host else "The device's Emit flagged it"
+    return (f"CarriedLoop step {step}: {what} = {value} is out of range: {fix} must be in 0..{top}. "
+            f"{who} {ran} loop.transitions and loop.carry describe the runs before "
+            f"step {step}. Keep {fix} in range, or make 'trail' larger.")
 
 
 @pytest.mark.parametrize("depth", [1, 2, 3, 4])
-def test_a_carried_index_leaving_its_range_stops_the_loop_at_that_step(on_emulator, depth):
+def test_an_index_the_host_computes_out_of_range_stops_the_loop_before_that_step(on_emulator, depth):
+    """`steps` is computed by the words alone (steps + 1), so the host knows, before starting
+    step 5, that it writes trail[6]: it starts no run for it, yields the steps before it and
+    raises; every row stays as the completed steps wrote it, at every depth."""
     graph, body = guarded()
     before = states(body)
     loop = iron.CarriedLoop(body, body, depth=depth)
-    seen = []
-    with pytest.raises(IndexOutOfRange) as e:
-        for index in loop.run(9, node=3, steps=0):
-            seen.append(index)
-    drained = min(depth - 1, 9 - 5)      # body steps 5.. were in flight when run 4's flag was read
-    assert str(e.value) == text(5, drained)
-    assert seen == [0, 1, 2, 3, 4]       # step 4 completed and is yielded; then step 5's flag is raised
-    walk = numpy_walk(SUCC, 3, 6 + drained)
+    seen, error = yielded_until(IndexOutOfRange, loop.run(9, node=3, steps=0))
+    assert str(error) == text(5, 0, by_host=True)
+    assert seen == [0, 1, 2, 3, 4]       # step 4 completed and is yielded; then step 5's error is raised
+    walk = numpy_walk(SUCC, 3, 6)
     assert loop.transitions == 6 and dict(loop.carry) == {"node": int(walk[5]), "steps": 6}
-    after = states(body)
-    # every element but trail's: unchanged; trail holds the 6 steps that ran, the last element
-    # overwritten by the clamped runs in flight (the last one's node)
     expect = before.copy()
-    expect[:6] = walk[:6]
-    if drained:
-        expect[5] = walk[-1]
-    np.testing.assert_array_equal(after.view(np.int32), expect.view(np.int32))
+    expect[:6] = walk                    # the 6 steps that ran, and nothing else
+    np.testing.assert_array_equal(states(body).view(np.int32), expect.view(np.int32))
+    np.testing.assert_array_equal(body.read(graph.guard), GUARD)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_an_index_a_kernel_computed_is_flagged_by_the_device_and_the_loop_stops_there(on_emulator, depth):
+    """trail[node], node gathered by a kernel: only the device's Emit sees it, flags it and
+    clamps it; the runs already in flight run clamped (inside trail) and are not counted."""
+    graph, body = guarded(8, graph_class=Scatter)
+    before = states(body)
+    loop = iron.CarriedLoop(body, body, depth=depth)
+    seen, error = yielded_until(IndexOutOfRange, loop.run(9, node=3, steps=0))
+    drained = depth - 1                  # body steps 2.. were in flight when run 2's flag was read
+    assert str(error) == text(2, drained, what="trail[node] with node", value=14, top=7, fix="node")
+    assert seen == [0, 1]                # nodes 3, 5, 7 wrote their rows; node 14 is past trail's end
+    assert loop.transitions == 3 and dict(loop.carry) == {"node": 14, "steps": 3}
+    expect = before.copy()
+    expect[:8] = scattered(before[:8].view(np.int32), 3, 3 + drained)
+    np.testing.assert_array_equal(states(body).view(np.int32), expect.view(np.int32))
     np.testing.assert_array_equal(body.read(graph.guard), GUARD)
 
 
@@ -103,7 +138,7 @@ def test_the_next_step_is_checked_only_when_it_is_asked_for(on_emulator):
     before = states(body)
     with pytest.raises(IndexOutOfRange) as e:
         list(loop.steps(2))
-    assert str(e.value) == text(5, 0)
+    assert str(e.value) == text(5, 0, by_host=True)
     np.testing.assert_array_equal(states(body), before)
     assert loop.transitions == 6
 
@@ -122,7 +157,7 @@ def test_a_stopped_loop_refuses_steps_until_it_is_started_again(on_emulator):
     assert dict(loop.carry) == {"node": int(numpy_walk(SUCC, 1, 4)[-1]), "steps": 4}
 
 
-def test_a_negative_carried_index_is_clamped_to_the_first_row(on_emulator):
+def test_a_negative_carried_index_stops_the_loop_before_its_step(on_emulator):
     class Down(Guarded):
         def body(self, *, node: Carried[np.int32], steps: Carried[np.int32]):
             nxt = Copy.step(self.successor[node], dtype=np.int32)
@@ -137,14 +172,13 @@ def test_a_negative_carried_index_is_clamped_to_the_first_row(on_emulator):
     with pytest.raises(IndexOutOfRange) as e:
         list(loop.run(8, node=3, steps=2))
     assert str(e.value) == (
-        "CarriedLoop step 2: trail[steps] with steps = -1 is out of range: steps must be in 0..5. The device's "
-        "Emit flagged it and clamped it to 0, and the loop stopped: steps 2..3, already in flight, ran with "
-        "their indices clamped into range, and loop.transitions and loop.carry describe the runs before step 2. "
-        "Keep steps in range, or make 'trail' larger.")
+        "CarriedLoop step 2: trail[steps] with steps = -1 is out of range: steps must be in 0..5. The host computed "
+        "it before step 2 ran, and the loop stopped: nothing was written by step 2, and loop.transitions and "
+        "loop.carry describe the runs before step 2. Keep steps in range, or make 'trail' larger.")
     assert loop.transitions == 3 and dict(loop.carry)["steps"] == -1
     after = states(body)
+    np.testing.assert_array_equal(after[:3].view(np.int32), numpy_walk(SUCC, 3, 3)[::-1])   # rows 2, 1, 0
     np.testing.assert_array_equal(after[3:], before[3:])      # trail[3:] and guard untouched
-    np.testing.assert_array_equal(body.read(graph.guard), GUARD)
 
 
 # ---- the Emit's arithmetic: exact at the ends of int32, the same in its C++ and on the emulator ----
@@ -211,37 +245,53 @@ def test_the_host_driven_xclbin_path_refuses_before_anything_runs(on_emulator):
 
 # ---- through XRT: the flag read after each wait ----------------------------------------------------
 
-def test_through_xrt_the_flag_is_read_after_each_wait_and_the_loop_stops_there(xrt):
+def test_through_xrt_the_host_starts_no_run_for_a_step_it_computes_out_of_range(xrt):
     graph, body = guarded()
+    before = states(body)
+    loop = iron.CarriedLoop(body, body, depth=3)
+    calls = xrt.fake_state.calls
+    with pytest.raises(IndexOutOfRange) as e:
+        list(loop.run(9, node=3, steps=0))
+    assert str(e.value) == text(5, 0, by_host=True)
+    walk = numpy_walk(SUCC, 3, 6)
+    assert loop.transitions == 6 and dict(loop.carry) == {"node": int(walk[5]), "steps": 6}
+    expect = before.copy()
+    expect[:6] = walk
+    np.testing.assert_array_equal(states(body).view(np.int32), expect.view(np.int32))
+    starts = [k for k, c in enumerate(calls) if c.endswith(".start()")]
+    waits = [k for k, c in enumerate(calls) if ".wait(" in c]
+    assert len(starts) == 6 and len(waits) == 6 and starts[-1] < waits[-1]   # first and steps 0..4, no more
+
+
+def test_through_xrt_the_flag_is_read_after_each_wait_and_the_loop_stops_there(xrt):
+    graph, body = guarded(8, graph_class=Scatter)
     before = states(body)
     loop = iron.CarriedLoop(body, body, depth=2)
     calls = xrt.fake_state.calls
     with pytest.raises(IndexOutOfRange) as e:
         list(loop.run(9, node=3, steps=0))
-    assert str(e.value) == text(5, 1)
-    walk = numpy_walk(SUCC, 3, 7)
-    assert loop.transitions == 6 and dict(loop.carry) == {"node": int(walk[5]), "steps": 6}
+    assert str(e.value) == text(2, 1, what="trail[node] with node", value=14, top=7, fix="node")
+    assert loop.transitions == 3 and dict(loop.carry) == {"node": 14, "steps": 3}
     expect = before.copy()
-    expect[:6] = walk[:6]
-    expect[5] = walk[6]                  # step 5, in flight, wrote trail[5] with steps clamped to 5
+    expect[:8] = scattered(before[:8].view(np.int32), 3, 4)   # step 2, in flight, wrote trail[7] clamped
     np.testing.assert_array_equal(states(body).view(np.int32), expect.view(np.int32))
     # the call order: run k's wait, then the next run's scratchpad synced from the device and read
-    # (its flag); the ring's two runs alternate, so 5 waits in, the flagged read stops the loop:
-    # the run in flight (step 5) is waited, and nothing starts after
+    # (its flag); the ring's two runs alternate, so 3 waits in, the flagged read stops the loop:
+    # the run in flight (step 2) is waited, and nothing starts after
     runs = [c.split(".")[0] for c in calls if c.endswith(".start()")]
     ring = list(dict.fromkeys(runs))
-    assert len(ring) == 2 and runs == [ring[k % 2] for k in range(7)]   # first + steps 0..5 started
+    assert len(ring) == 2 and runs == [ring[k % 2] for k in range(4)]   # first + steps 0..2 started
     waits = [k for k, c in enumerate(calls) if ".wait(" in c]
     flag_reads = [k for k, c in enumerate(calls) if c.endswith(".sync(XCL_BO_SYNC_BO_FROM_DEVICE)")]
-    assert len(waits) == 7
-    for k, wait in enumerate(waits[:6]):
+    assert len(waits) == 4
+    for k, wait in enumerate(waits[:3]):
         scratchpad = scratchpad_of(calls, ring[(k + 1) % 2])
         read = next(j for j in flag_reads if j > wait)
         assert calls[read] == f"{scratchpad}.sync(XCL_BO_SYNC_BO_FROM_DEVICE)"
         assert calls[read + 1].startswith(f"{scratchpad}.read(")
     last_start = max(k for k, c in enumerate(calls) if c.endswith(".start()"))
-    flagged = next(j for j in flag_reads if j > waits[5])
-    assert last_start < flagged < waits[6]
+    flagged = next(j for j in flag_reads if j > waits[2])
+    assert last_start < flagged < waits[3]
 
 
 def scratchpad_of(calls, run: str) -> str:
@@ -317,10 +367,10 @@ def test_a_bounded_attribute_the_emit_computes_is_clamped_and_flagged_too(on_emu
     with pytest.raises(IndexOutOfRange) as e:
         list(loop.run(5, n=1))
     assert str(e.value) == (
-        "CarriedLoop step 2: Softmax length=n with n = 10 is out of range: n must be in 1..8. The device's Emit "
-        "flagged it and clamped it to 8, and the loop stopped: step 2, already in flight, ran with its indices "
-        "clamped into range, and loop.transitions and loop.carry describe the runs before step 2. Keep n "
-        "between 1 and 8.")
+        "CarriedLoop step 2: Softmax length=n with n = 10 is out of range: n must be in 1..8. The host computed "
+        "it before step 2 ran, and the loop stopped: nothing was written by step 2, and loop.transitions and "
+        "loop.carry describe the runs before step 2. Keep n between 1 and 8.")
     assert loop.transitions == 3 and dict(loop.carry) == {"n": 10}
-    x = np.linspace(0, 1, 8)
-    np.testing.assert_allclose(body.read(graph.out), np.exp(x) / np.exp(x).sum(), rtol=1e-6)  # length 8 ran
+    reference = Lengths()
+    reference.reference(n=7)             # step 1's length was the last that ran
+    np.testing.assert_allclose(body.read(graph.out), reference.read(reference.out), rtol=1e-6)

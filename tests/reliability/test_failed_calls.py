@@ -10,7 +10,7 @@ from iron import Carried
 from iron.errors import DeviceTimeout, LoopError
 from iron.kernels import Add, Copy
 from iron.models.designs import Walk, numpy_walk
-from tests.reliability.conftest import hooked
+from tests.reliability.conftest import hooked, yielded_until
 from tests.runtime import fake_pyxrt
 
 FAULTS: list = []   # [calls to let pass, error]: the kernel raises `error` on the call after them
@@ -77,11 +77,8 @@ def test_a_loop_stopped_by_a_failed_or_interrupted_run_keeps_carry_and_transitio
     loop = iron.CarriedLoop(body, body, depth=depth)
     path = numpy_walk(succ, 3, 11)
     FAULTS[:] = [5, error]           # transitions 0..4 run; transition 5 (step 4) raises
-    seen = []
-    with pytest.raises(type(error)) as raised:
-        for index in loop.run(10, node=3, steps=0):
-            seen.append(index)
-    assert raised.value is error
+    seen, raised = yielded_until(type(error), loop.run(10, node=3, steps=0))
+    assert raised is error
     assert seen == [0, 1, 2, 3]
     assert loop.transitions == 5
     assert dict(loop.carry) == {"node": int(path[4]), "steps": 5}

@@ -1,5 +1,7 @@
 """Issue 25 items 3 and 4: a CarriedLoop stopped by IndexOutOfRange yields every step that
-completed, then raises naming the step; `transitions`, `carry` and the trail agree. A loop whose
+completed, then raises naming the step; an index the host computes from the words (steps + 1)
+stops the loop before any run of that step starts, so `transitions`, `carry` and every row of
+the trail agree at every depth (an index a kernel computed: test_device_bounds.py). A loop whose
 first and body are compiled from two graphs is refused, naming both."""
 import numpy as np
 import pytest
@@ -7,6 +9,7 @@ import pytest
 import iron
 from iron.errors import IndexOutOfRange, LoopError
 from iron.models.designs import Walk, numpy_walk
+from tests.reliability.conftest import yielded_until
 
 SUCC = np.random.default_rng(7).permutation(16).astype(np.int32)
 
@@ -17,16 +20,15 @@ def test_a_walk_off_its_trail_yields_every_completed_step_then_raises(on_emulato
     body = walk.compile(device="npu2")
     loop = iron.CarriedLoop(body, body, depth=depth)
     path = numpy_walk(SUCC, 3, 10)
-    seen = []
-    with pytest.raises(IndexOutOfRange) as e:
-        for index in loop.run(30, node=3, steps=0):
-            seen.append(index)
+    seen, error = yielded_until(IndexOutOfRange, loop.run(30, node=3, steps=0))
     assert seen == list(range(9))        # step 8 wrote trail[9], the last row
-    assert str(e.value).startswith("CarriedLoop step 9: trail[steps] with steps = 10 is out of range: steps must "
-                                   "be in 0..9.")
+    assert str(error) == (
+        "CarriedLoop step 9: trail[steps] with steps = 10 is out of range: steps must be in 0..9. The host computed "
+        "it before step 9 ran, and the loop stopped: nothing was written by step 9, and loop.transitions and "
+        "loop.carry describe the runs before step 9. Keep steps in range, or make 'trail' larger.")
     assert loop.transitions == 10
     assert dict(loop.carry) == {"node": int(path[9]), "steps": 10}
-    np.testing.assert_array_equal(body.read(walk.trail)[:9], path[:9])
+    np.testing.assert_array_equal(body.read(walk.trail), path)   # trail[9] as step 8 wrote it, at every depth
 
 
 def test_a_first_version_of_another_graph_is_refused_naming_both(on_emulator):

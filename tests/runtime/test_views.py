@@ -243,11 +243,11 @@ def test_a_carried_offset_slice_past_the_end_stops_the_device_loop_at_that_step(
         body = Rows(5).compile()
     with pytest.raises(IndexOutOfRange) as e:
         list(iron.CarriedLoop(body, body, depth=2).run(6, step=0))
-    assert str(e.value) == (   # the device's Emit clamped the DMA word 2 * step and flagged it
+    assert str(e.value) == (   # the host computed the DMA word 2 * step before starting step 4
         "CarriedLoop step 4: rows[2 * step:2 * step + 2] with 2 * step = 10 is out of range: 2 * step must be "
-        "in 0..8. The device's Emit flagged it and clamped it to 8, and the loop stopped: step 4, already in "
-        "flight, ran with its indices clamped into range, and loop.transitions and loop.carry describe the runs "
-        "before step 4. Keep 2 * step in range, or make 'rows' larger.")
+        "in 0..8. The host computed it before step 4 ran, and the loop stopped: nothing was written by step 4, "
+        "and loop.transitions and loop.carry describe the runs before step 4. Keep 2 * step in range, or make "
+        "'rows' larger.")
 
 
 @pytest.mark.parametrize("pick, error, text", [

@@ -299,7 +299,7 @@ def test_a_ring_binds_each_runs_feedback_to_the_next_runs_scratchpad(elf_build):
 
 @pytest.mark.parametrize("depth, feedback_arg, message", [
     (0, 1, ("A device loop of design 'count' needs a ring of at least 1 run, got depth 0. Pass a "
-            "depth from 1 to 4.")),
+            "depth of 1 or more (the loop starts at most 4 of its runs at once and queues the rest).")),
     (2, 2, ("Design 'count' has no host buffer 2 to bind as feedback; it has 2 (x, y). Pass the "
             "index of the runtime-sequence argument the Emit step writes.")),
 ])
