@@ -29,23 +29,24 @@ class Op:
     CALL = "call"        # a kernel call: src = (*tensor inputs, [dest view], *scalar attrs), arg = Call
 
 
-class Kind(Enum):
-    """An enum of the IR; a member reads as its value in messages ("state", "carried")."""
+class Term(Enum):
+    """An enum of iron's (the IR's, the Plan's, the rules'); a member reads as its value in
+    messages ("state", "shim", "mm2s")."""
 
-    __hash__ = object.__hash__
+    __hash__ = object.__hash__   # members are singletons: hash them as such (Tiles key many dicts)
 
     def __str__(self) -> str:
         return self.value
 
 
-class VarKind(Kind):
+class VarKind(Term):
     """Where a per-call value comes from."""
 
     CARRIED = "carried"        # the previous call's iron.carry(...)
     SCRATCHPAD = "scratchpad"  # the host, every call
 
 
-class MemoryKind(Kind):
+class MemoryKind(Term):
     """What a declared memory (a MEMORY node, a Declaration) is."""
 
     WEIGHT = "weight"
