@@ -11,7 +11,9 @@ the target of 5 s, and its segments), and seconds per token (one call, best of C
 first calls: the first writes the weights, and the emulator runs its first launches task by task
 until they repeat, replaying them from then on) of reference() and of the compiled design on the
 emulator, float32 and quantized, each / the numpy forward (the target with quantized weights: at
-most 10x).
+most 10x); last, for each compiled design, the cost model's figures per token: configurations,
+DDR bytes, estimated tokens/s with vectorised kernels and with iron's, the roofline bound and the
+share of it reached.
 """
 import math
 import os
@@ -87,6 +89,17 @@ def iron_design(model, prompt, numpy_per_token: float):
     for label, step in rows:
         seconds = per_call(step, prompt[0])
         print(f"{label:32s}: {seconds:7.3f} s/token = {seconds / numpy_per_token:6.1f}x the numpy forward")
+    for label, body in rows[2:]:   # after the timing: estimate() keeps the emulator on the cost model's clock
+        print(estimated(label, body, prompt[0]))
+
+
+def estimated(label: str, body, token: int) -> str:
+    """The cost model's figures for one token of the compiled design on npu2 (host-driven)."""
+    e = body.estimate(pos=WARM, tok=token, end=0)
+    return (f"{label}: {len(body.plan.configurations)} configurations per token, {e.bound.ddr_bytes / 1e6:.1f} MB "
+            f"from and to DDR per token; estimated {1e9 / e.call_ns:.1f} tokens/s with vectorised kernels (the "
+            f"roofline), {1e9 / e.written_ns:.2f} tokens/s with iron's kernels; bound {1e9 / e.bound.ns:.0f} "
+            f"tokens/s ({e.bound}): the design reaches {100 * e.reached:.0f}% of it")
 
 
 if __name__ == "__main__":

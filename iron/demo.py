@@ -10,6 +10,7 @@ import numpy as np
 
 from iron.compiler.plan import TileKind
 from iron.models.designs import MLP, Walk, numpy_mlp, numpy_walk
+from iron.runtime.backend import select_backend
 
 
 def walk_reference(successor, start, steps) -> bool:
@@ -48,6 +49,8 @@ def mlp_compiled() -> bool:
     tiles = len([t for t in c.plan.tiles if t.kind is TileKind.COMPUTE])
     print(f"MLP 4 layers x 256 (compiled for {c.device.name}, {tiles} compute tiles): "
           f"{'matches' if ok else 'DIFFERS FROM'} numpy (rtol 1e-4)")
+    if select_backend() == "emulator":   # the cost model's clock runs on the emulator
+        print(f"  MLP on {c.device.name}: {c.estimate(x)}")
     return ok
 
 

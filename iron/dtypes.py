@@ -53,3 +53,26 @@ def spelling(dtype) -> str:
 
 def supported_text() -> str:
     return ", ".join(name(d) for d in SUPPORTED)
+
+
+# Significant bits of each float dtype: every integer of magnitude up to 2**bits is exact in it.
+_SIGNIFICANT_BITS = {bfloat16: 8, np.dtype(np.float32): 24}
+
+
+def holds(dtype, into) -> bool:
+    """Whether every value of `dtype` is exactly a value of `into` (a Cast to it loses nothing)."""
+    dtype, into = np.dtype(dtype), np.dtype(into)
+    if dtype == into:
+        return True
+    if dtype in FLOATS:
+        return into in FLOATS and _SIGNIFICANT_BITS[dtype] <= _SIGNIFICANT_BITS[into]
+    info = np.iinfo(dtype)
+    if into in FLOATS:
+        return max(-int(info.min), int(info.max)) <= 2 ** _SIGNIFICANT_BITS[into]
+    return np.iinfo(into).min <= info.min and info.max <= np.iinfo(into).max
+
+
+def lossless_common(given, among) -> np.dtype | None:
+    """The first dtype of `among` (in SUPPORTED order) holding every value of each dtype of
+    `given`, or None when none does."""
+    return next((d for d in SUPPORTED if d in among and all(holds(g, d) for g in given)), None)

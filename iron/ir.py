@@ -345,6 +345,11 @@ def state_written_whole(call: Node) -> Node | None:
     return span[0] if span is not None and span[1] == 0 and span[0].size == call.size else None
 
 
+def input_dtypes(call: Node) -> tuple[np.dtype, ...]:
+    """The dtype of each tensor input of a call (they differ in a mixed call: uint8 x int8)."""
+    return tuple(n.dtype for n in call.src[: call.arg.n_inputs])
+
+
 def dynamic_attrs(call: Node) -> list[tuple[str, Node]]:
     """(attribute, per-call value) of each attribute a call takes per call (Softmax's length)."""
     c = call.arg

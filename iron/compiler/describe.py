@@ -34,11 +34,17 @@ def describe(plan: Plan) -> str:
         _section("words", _words(plan.words)),
         _section("groups", _groups(plan)),
         _section("rules", [f"{rule}: {what}" for rule, what in plan.rules]),
+        _choices(plan),
         _section("DDR per call", [ddr_traffic(plan).text()]),
         _section("emit", _emit(plan)),
         _section("next carried values (host)", [f"{name} <- {_source(plan, src)}" for name, src in plan.carry]),
     ]
     return "\n".join(line for section in sections for line in section) + "\n"
+
+
+def _choices(plan: Plan) -> list[str]:
+    """The choices the cost model made, when it made any."""
+    return _section("choices", [f"{name}: {choice.text()}" for name, choice in plan.choices]) if plan.choices else []
 
 
 def _segmented(plan: Plan) -> str:
@@ -60,6 +66,7 @@ def _segmented(plan: Plan) -> str:
                           for c in plan.cuts]),
         _section("words", _words(plan.words)),
         _section("rules", [f"{rule}: {what}" for rule, what in plan.rules]),
+        _choices(plan),
         _section("DDR per call", [ddr_traffic(plan).text()]),
     ]
     text = "\n".join(line for section in sections for line in section) + "\n"

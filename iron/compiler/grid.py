@@ -39,7 +39,7 @@ from iron.compiler.route import host_fifo, part_fifo
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.tiling import Grid, word_run
 from iron.compiler.words import Access, Rows, view_rows
-from iron.ir import Node, Op, call_label, describe, destination, nbytes, storage
+from iron.ir import Node, Op, call_label, describe, destination, input_dtypes, nbytes, storage
 from iron.kernels.registry import accumulate_kernel, convert_kernel, is_library
 
 
@@ -137,7 +137,7 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
         matrix = buffers[-1].name
         expanded = (_expansion_step(grid, a, matrix),)
     params = (a, b, *((matrix,) if expanded else ()), total)
-    product = KernelStep.of(kernel, in_dtype, (Ptr(matrix), Ptr(b), Ptr(total), *sizes), grid.acc)
+    product = KernelStep.of(kernel, input_dtypes(call), (Ptr(matrix), Ptr(b), Ptr(total), *sizes), grid.acc)
     first = Function(f"{prefix}_first", params, (*expanded, product), blocked=True)
     functions = [first]
     take = (Acquire(a, Port.CONSUME), Acquire(b, Port.CONSUME))
@@ -167,10 +167,10 @@ def _more(prefix: str, grid: Grid, tile, params: tuple[str, ...], expanded: tupl
     summed_by = kernel.summed_by if is_library(kernel) else None
     if summed_by is not None:
         dims = (Imm(m), Imm(k), Imm(1 if grid.vector else n))
-        step = KernelStep.of(summed_by, first.dtype, (Ptr(matrix), Ptr(b), Ptr(total), *dims), grid.acc)
+        step = KernelStep.of(summed_by, first.ins or first.dtype, (Ptr(matrix), Ptr(b), Ptr(total), *dims), grid.acc)
         return Function(f"{prefix}_more", params, (*expanded, step), blocked=True), []
     product = Buffer(f"{prefix}_product", tile, m * n * grid.acc.itemsize, grid.acc)
-    into_product = KernelStep.of(kernel, first.dtype, (*first.args[:2], Ptr(product.name), *first.args[3:]), grid.acc)
+    into_product = KernelStep.of(kernel, first.ins or first.dtype, (*first.args[:2], Ptr(product.name), *first.args[3:]), grid.acc)
     add = KernelStep.of(accumulate_kernel(), grid.acc, (Ptr(product.name), Ptr(total), Imm(m * n)))
     return Function(f"{prefix}_more", (*params[:-1], product.name, total), (*expanded, into_product, add), blocked=True), [product]
 
@@ -414,7 +414,7 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
         attrs = [loads.get((call, name)) or Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype)
                  for name, ctype in kernel.c_attrs]
         ptrs = [Ptr(where[n]) for n in call.src[:arity]] + [Ptr(where[call])]
-        steps.append(KernelStep.of(kernel, call.src[0].dtype, (*ptrs, *(Imm(int(s)) for s in sizes), *attrs),
+        steps.append(KernelStep.of(kernel, input_dtypes(call), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs),
                                    call.dtype))
     if flow.pieces:   # `stream_joined`: a block of the result is a block of one piece
         steps.append(copy_step(flow.calls[0].dtype, b, Ptr(ins[0]), Ptr(parts[0])))

@@ -355,11 +355,11 @@ def zeros_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> boo
     """The rule `pad_upstream_zeros` (taken before `pad_written_by_producer`, whose rows at the
     padded stride stream on the group's own length): whether the elementwise group making `node`,
     which the padded MatMul or MatVec `call` alone reads, streams over the padded layout itself,
-    its inputs padded with zeros: every call keeps zeros (`Kernel.keeps_zeros`), so the padding
+    its inputs padded with zeros: every call keeps zeros (`Kernel.keeps_zeros_in`), so the padding
     of `node` is zeros, as K's padding must be; it writes no state and reads paddable tensors all
     of `node`'s shape (2-D, `unstreamed`), its other results read within the group."""
     calls = group_of[node].calls
-    return calls[-1] is node and len(node.shape) == 2 and all(c.arg.kernel.keeps_zeros for c in calls) \
+    return calls[-1] is node and len(node.shape) == 2 and all(c.arg.kernel.keeps_zeros_in(c.arg.attr_dict) for c in calls) \
         and readers.get(node) == [call] and all(r in calls for c in calls[:-1] for r in readers.get(c, [])) \
         and not unstreamed(calls, node.shape) \
         and not any(unpaddable(n, calls, readers, group_of) for n in external_inputs(calls))
@@ -472,7 +472,7 @@ def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
     """Why the readers of the last result of elementwise `calls` over a padded product's layout
     may not read it as it lies, "" when they may: the host at most once, elementwise calls
     sharing the layout (`pad_through_elementwise` passed on), and, by the rule `pad_through_zeros`,
-    a MatMul as its padded A or B when every call keeps zeros (`Kernel.keeps_zeros`), these and
+    a MatMul as its padded A or B when every call keeps zeros (`Kernel.keeps_zeros_in`), these and
     those making the tensors they read over the layout (`upstream`), so the padding they compute
     from padding (the product's is zeros, `pad_through_matmul`; their other inputs' too) is
     zeros, as K's padding must be."""
@@ -480,7 +480,7 @@ def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
     users = readers.get(last, [])
     summed = any(isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX for u in users)
     made = (*calls, *(c for g in upstream(external_inputs(calls), group_of)[1] for c in g.calls))
-    unkept = next((c for c in made if not c.arg.kernel.keeps_zeros), None) if summed else None
+    unkept = next((c for c in made if not c.arg.kernel.keeps_zeros_in(c.arg.attr_dict)), None) if summed else None
     if unkept is not None or users.count(Reader.HOST) > 1 or any(u is not Reader.HOST and not (
             isinstance(u, Node) and u.arg.kernel.role in (Role.MATRIX, Role.ELEMENTWISE)) for u in users):
         why = f" ({describe(unkept)} maps zeros to other values)" if unkept is not None else ""
@@ -941,7 +941,7 @@ def better(padded: tuple[float, int], mine: tuple[float, int] | None) -> bool:
 def _grid_score(grid) -> tuple[float, int] | None:
     if grid is None:
         return None
-    return math.prod(grid.sides) / grid.cores, grid.rounds * grid.per_round * grid.k_blocks
+    return math.prod(grid.sides) / grid.cores, grid.fewest_calls
 
 
 def pad_stream(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:

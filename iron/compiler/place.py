@@ -121,6 +121,12 @@ class Site:
     grid: Grid | None = None
     flow: Flow | None = None
 
+    @property
+    def choice(self):
+        """The choice the cost model made for its grid or flow, if any."""
+        spread = self.grid or self.flow
+        return None if spread is None else spread.choice
+
 
 @dataclass(frozen=True)
 class Layout:

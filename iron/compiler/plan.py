@@ -249,16 +249,26 @@ class KernelStep:
     dtype: np.dtype
     out: np.dtype
     args: tuple            # of Ptr | Load | Imm
+    ins: tuple = ()        # each input's dtype when they differ (`Kernel.mixed`: uint8 x int8), else ()
 
     @classmethod
     def of(cls, kernel: type, dtype, args, out=None) -> KernelStep:
-        """The step calling `kernel` on `dtype` inputs giving `out` (default: its default output)."""
-        dtype = np.dtype(dtype)
-        return cls(kernel, dtype, np.dtype(kernel.out_dtype(dtype) if out is None else out), tuple(args))
+        """The step calling `kernel` on `dtype` inputs giving `out` (default: its default output);
+        `dtype` a tuple names each input's dtype (a mixed call's differ)."""
+        ins = tuple(map(np.dtype, dtype)) if isinstance(dtype, tuple) else (np.dtype(dtype),)
+        ins = ins if len(set(ins)) > 1 else ()
+        first = np.dtype(dtype[0] if isinstance(dtype, tuple) else dtype)
+        default = kernel.mixed[ins] if ins else kernel.out_dtype(first)
+        return cls(kernel, first, np.dtype(default if out is None else out), tuple(args), ins)
+
+    @property
+    def in_dtypes(self) -> tuple[np.dtype, ...]:
+        """The dtype of each input pointer."""
+        return self.ins or (self.dtype,) * self.kernel.arity
 
     @property
     def symbol(self) -> str:
-        return self.kernel.symbol(self.dtype, self.out)
+        return self.kernel.symbol(self.dtype, self.out, self.ins)
 
 
 @dataclass(frozen=True)
@@ -416,6 +426,29 @@ class Cut:
 
 
 @dataclass(frozen=True)
+class Choice:
+    """A choice among alternatives made by estimated time (iron/compiler/cost.py): the `rule`
+    choosing, `what` it chose (a grid's blocks, a stream's block, a segment's cut), the one
+    chosen and its estimate, and the best alternative rejected and its (None when there was no
+    other)."""
+
+    rule: Rule
+    what: str
+    chosen: str
+    chosen_ns: float
+    rejected: str | None = None
+    rejected_ns: float | None = None
+
+    def text(self) -> str:
+        other = "no other" if self.rejected is None else f"the best rejected, {self.rejected}, {_time(self.rejected_ns)}"
+        return f"{self.rule}: {self.what} chosen by estimated time: {self.chosen}, {_time(self.chosen_ns)}; {other}"
+
+
+def _time(ns: float) -> str:
+    return f"{ns / 1000:.1f} us" if ns >= 100 else f"{ns:.1f} ns"
+
+
+@dataclass(frozen=True)
 class Plan:
     device: Any                              # aie_utils.Device
     name: str
@@ -441,6 +474,7 @@ class Plan:
     segments: tuple[Plan, ...] = ()   # a design bigger than the array: its configurations, run in order
                                       # (iron/compiler/segment.py); this Plan holds their host side
     cuts: tuple[Cut, ...] = ()        # between consecutive segments
+    choices: tuple[tuple[str, Choice], ...] = ()   # group name -> a choice the cost model made for it
 
     def __post_init__(self):
         stray = [rule for rule, _ in self.rules if not isinstance(rule, Rule)]

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from iron.compiler import cost
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.copies import carry_from_earlier_segment
 from iron.compiler.fuse import Group
@@ -67,11 +68,12 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
 
     known: dict[tuple, bool] = {}   # same_structure_same_fit: a structure's probe outcome
     whole_fits = {len(groups): whole.groups} if isinstance(whole, ShimShortfall) else {}
+    choices: dict = {}   # segment start -> its cut's Choice
     while not segments or not flow.last(segments[-1]):
         start = segments[-1].stop if segments else 0
         guess = segments[-1].stop - segments[-1].start if segments else None
         likely = {} if segments else dict(whole_fits)
-        found = _next_segment(flow, start, guess, table, crossing, compile_one, known, likely, device)
+        found = _next_segment(flow, start, guess, table, crossing, compile_one, known, likely, device, choices)
         if isinstance(found, Exception):
             raise refused() if start == 0 and len(groups) < 2 else _unfit(flow, start, found, device)
         segment, plan, table, crossing = found
@@ -93,11 +95,13 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
         holds={k: v for p in plans for k, v in p.holds.items()},
         closed_by={k: v for p in plans for k, v in p.closed_by.items()},
         segments=tuple(plans), cuts=cuts,
+        choices=tuple((f"cut before {c.before}", choices[s.start]) for s, c in zip(segments, cuts)
+                      if s.start in choices and choices[s.start].chosen == flow.cut_label(s.stop)),
     )
 
 
 def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, crossing: list[Node],
-                  compile_one, known: dict[tuple, bool], likely: dict[int, int], device):
+                  compile_one, known: dict[tuple, bool], likely: dict[int, int], device, choices: dict):
     """(the Segment, its Plan, the words and the crossing values after it) `fewest_bytes_cut`
     picks from group `start` (`emit_own_segment`: the last group without the Emit when only so
     it fits; the Emit alone after it), or why group `start` alone does not compile. Each probe
@@ -136,7 +140,7 @@ def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, c
 
     if start == count:   # the Emit, cut off the segment before
         return kept(Segment(count, count))
-    stop = fewest_bytes_cut(flow, start, fits, guess, len(device.compute_tiles), likely)
+    stop = fewest_bytes_cut(flow, start, fits, guess, len(device.compute_tiles), likely, device=device, choices=choices)
     if stop is None and start + 1 == count and flow.program.carry:
         cut_off = Segment(start, count, emit_cut=True)
         if isinstance(attempt(cut_off), Plan):
@@ -156,11 +160,13 @@ def _cut_text(cut: Cut) -> str:
 
 
 def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess: int | None = None,
-                     tiles: int | None = None, likely: dict[int, int] | None = None) -> int | None:
+                     tiles: int | None = None, likely: dict[int, int] | None = None, *, device,
+                     choices: dict | None = None) -> int | None:
     """The rule: greedily in program order, the segment from group `start` takes the most groups
-    that compile on the device, then ends at the cut among the last 1/CUT_WINDOW of them with the
-    fewest bytes crossing (the latest on a tie); the last segment takes all that is left when it
-    fits. None when group `start` alone does not fit.
+    that compile on the device, then ends at the cut among the last 1/CUT_WINDOW of them of the
+    least estimated time (iron/compiler/cost.py: the crossing values written to DDR and read
+    back; the latest on a tie), which `choices[start]` records; the last segment takes all that
+    is left when it fits. None when group `start` alone does not fit.
     The search (`settle_the_cut`): a segment shorter than one that fits fits too, so it probes
     only until the cut is the same for every most that may fit: the stop after the most that
     likely fit, when the refused stop says so (`likely`, by refused stop) or when the previous
@@ -168,12 +174,17 @@ def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess:
     fit: each takes a compute tile."""
     count, likely = len(flow.groups), likely if likely is not None else {}
     good, bad = start, count + 1 if tiles is None else min(count + 1, start + tiles + 1)
+    gen = cost.generation(device)
 
     def cut(most: int) -> int:
         if most == count:
             return count
-        window = range(most - (most - start) // CUT_WINDOW, most + 1)
-        return min(window, key=lambda c: (flow.crossing_bytes(c), -c))
+        window = range(most, most - (most - start) // CUT_WINDOW - 1, -1)   # the latest first: kept on a tie
+        stop, choice = cost.choose(Rule.FEWEST_BYTES_CUT, "cut", list(window),
+                                   lambda c: cost.ddr_ns(gen, 2 * flow.crossing_bytes(c)), flow.cut_label)
+        if choices is not None:
+            choices[start] = choice
+        return stop
 
     def probe(stop: int):
         nonlocal good, bad
@@ -377,6 +388,10 @@ class Flow:
                           f"computes before the last segment, from its DDR buffer {self.cut_name(made)} into "
                           f"the last segment, where the next carried values are taken"))
         return lines
+
+    def cut_label(self, before: int) -> str:
+        """A cut as a Choice names it: the group after it and the bytes crossing."""
+        return f"before {self.cut(before).before} ({self.crossing_bytes(before)} bytes cross)"
 
     def cut(self, before: int) -> Cut:
         values = self.crossing(before)

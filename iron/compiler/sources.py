@@ -110,13 +110,13 @@ def _step_line(function: Function, step) -> str:
 
 
 def kernel_call(function: Function, step: KernelStep) -> str:
-    """`symbol(args);`: pointer i is an input (const, the step's `dtype`) below the kernel's arity,
+    """`symbol(args);`: pointer i is an input (const, its dtype in the step) below the kernel's arity,
     else its output or destination (`out`)."""
-    kernel, dtype, out = step.kernel, step.dtype, step.out
+    kernel, ins, out = step.kernel, step.in_dtypes, step.out
     args, pointers = [], 0
     for arg in step.args:
         if isinstance(arg, Ptr):
-            const, element = ("const ", dtype) if pointers < kernel.arity else ("", out)
+            const, element = ("const ", ins[pointers]) if pointers < kernel.arity else ("", out)
             args.append(f"reinterpret_cast<{const}{C_TYPES[np.dtype(element)]}*>({_address(function, arg)})")
             pointers += 1
         else:

@@ -16,8 +16,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from iron import dtypes
+from iron.compiler import cost
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.readers import Reader
+from iron.compiler.rules import Rule
 from iron.compiler.words import view_rows
 from iron.errors import KernelTypeError
 from iron.ir import (
@@ -76,6 +78,8 @@ class Grid(OnCores):
     expand: Node | None = None
     fewer: str = ""   # why not more cores, when fewer than were free (`why_not_more`)
     padded: tuple[int, int, int] | None = None   # (M, K, N) as `pad_to_block` padded them
+    choice: cost.Choice | None = None   # the blocks, chosen by estimated time
+    fewest_calls: int = 0   # the fewest kernel calls per core of any block that fits (pad.py's FEW_CALLS compares these)
 
     @property
     def sides(self) -> tuple[int, int, int]:
@@ -123,11 +127,43 @@ class Grid(OnCores):
     def k_blocks(self) -> int:
         return self.sides[1] // self.k
 
+    @property
+    def calls(self) -> int:
+        """Kernel calls per core."""
+        return self.rounds * self.per_round * self.k_blocks
+
+    def work(self, device) -> cost.Work:
+        """What the grid does, for the cost model: a core's calls on its blocks (a fused
+        expansion's too); A's row-blocks through one shim channel per grid row, sent again for
+        each column block a core computes (each core its own rows: one per column); B's
+        column-blocks through one per column, sent again each round (a MatVec's vector to every
+        core); C's joined blocks through one per column."""
+        gen, (big_m, big_k, big_n) = cost.generation(device), self.sides
+        a, b, c = self.call.src[0], self.call.src[1], self.call
+        block = [(self.m, self.k), (self.k,) if self.vector else (self.k, self.n)]
+        per_call = cost.kernel_cycles(gen, Role.MATRIX, a.dtype, block, (self.m,) if self.vector else (self.m, self.n),
+                                      self.acc)
+        if self.expand is not None:
+            stored_block = [(self.a_block_bytes // self.matrix.dtype.itemsize,)]
+            per_call += cost.kernel_cycles(gen, Role.EXPANSION, self.matrix.dtype, stored_block, (self.m, self.k), a.dtype)
+        rows, cols, a_item = len(self.rows), len(self.cols), nbytes(self.matrix) / a.size
+        b_side = 1 if self.vector else big_n
+        if self.own_rows:
+            a_channel, b_channel = big_m // cols * big_k * a_item, self.rounds * big_k * b_side * b.dtype.itemsize
+            c_channel = big_m // cols * b_side * c.dtype.itemsize
+            ddr = cols * (a_channel + c_channel) + b_channel
+        else:
+            a_channel = big_m // rows * big_k * a_item * self.per_round
+            b_channel = self.rounds * big_k * (big_n // cols) * b.dtype.itemsize
+            c_channel = big_m * (big_n // cols) * c.dtype.itemsize
+            ddr = rows * a_channel + cols * (b_channel + c_channel)
+        return cost.Work(self.calls * per_call, int(max(a_channel, b_channel, c_channel)), int(ddr))
+
     def text(self) -> str:
         (big_m, big_k) = self.call.src[0].shape
         shape = f"MatVec ({big_m}, {big_k}) x ({big_k},)" if self.vector else \
             f"MatMul ({big_m}, {big_k}) x ({big_k}, {self.call.shape[1]})"
-        calls = self.rounds * self.per_round * self.k_blocks
+        calls = self.calls
         expanded = "" if self.expand is None else \
             f" (its matrix expanded on each core by {self.expand.arg.kernel.__name__} from {self.matrix.dtype.name} blocks)"
         return (f"{shape} {self.call.src[0].dtype.name} -> "
@@ -147,6 +183,12 @@ class Grid(OnCores):
             return "each divides its side: no padding"
         owned = ", each core its own rows of A and C, B's k-blocks to every core" * self.own_rows
         return f"{why.split(':')[0]}: blocks take whole rows, contiguous and whole words{owned}, no padding"
+
+
+def estimate_ns(candidate: Grid | Flow, device) -> float:
+    """The cost model's estimate of a grid or a stream (its `work`), in nanoseconds: what the
+    compiler compares candidates by (a grid's blocks, a stream's block, a padded extent)."""
+    return candidate.work(device).ns(device)
 
 
 def core_room(device) -> int:
@@ -246,8 +288,8 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
     tiles and `shim_in` shim MM2S channels (one per grid row and column; a MatVec one per column
     and one for the vector), with, among blocks dividing their sides and holding whole words (B's and C's rows,
     A's k-block; a MatVec's m results) whose objects fit a core's memory (block_bytes) and whose
-    moves are one Dma op per round (`_one_dma_per_move`), those of the fewest kernel calls per
-    core (then the largest m x n). A MatVec whose matrix a fused expansion makes takes whole
+    moves are one Dma op per round (`_one_dma_per_move`), those of the least estimated time
+    (`Grid.work`; then the fewest kernel calls per core, then the largest m x n). A MatVec whose matrix a fused expansion makes takes whole
     rows (k = K) when some fit, else k-blocks of whole expansion blocks (`expansion_k_blocks`). None when no block holds whole words (say an
     odd N in bfloat16). A grid of fewer cores than were free says why (`why_not_more`). `padded`:
     the sides `pad_to_block` padded the call to, which the grid computes instead of its own."""
@@ -264,23 +306,26 @@ def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in
                 and (c + 1 if own else rows + c) <= shim_in]
         for ncols in cols:
             one_op = _one_dma_per_move(device, rows, ncols, own, big_k, big_n)
+            grid = Grid(call, tuple(device.compute_rows[:rows]), tuple(full_columns[:ncols]), 1, 1, 1, acc,
+                        expand=expand, padded=padded)
             if vector and expand is not None:
                 row = nbytes(expand.src[0]) // big_m   # an expanded row's blocks, in bytes
                 ms = [m for m in divisors(big_m // (rows * ncols), out_words) if m * row % 4 == 0]
                 best = next((b for ks in ([big_k], expansion_k_blocks(expand, big_k, row, device))
-                             if (b := _fewest_calls(call, ms, ks, [1], big_m // (rows * ncols), big_k, 1, acc,
-                                                    room, one_op, expand)) is not None), None)
+                             if (b := _fastest_blocks(call, ms, ks, [1], big_m // (rows * ncols), big_k, 1, acc,
+                                                      room, one_op, grid, device, expand)) is not None), None)
             elif vector:
-                best = _best_blocks(call, big_m // (rows * ncols), big_k, 1, in_words, 1, acc, room, one_op, out_words)
+                best = _best_blocks(call, big_m // (rows * ncols), big_k, 1, in_words, 1, acc, room, one_op, grid,
+                                    device, out_words)
             elif unaligned(call, sides) is not None:
-                best = _whole_row_blocks(call, sides, big_m // (rows * ncols if own else rows), ncols, acc, room, one_op)
+                best = _whole_row_blocks(call, sides, big_m // (rows * ncols if own else rows), ncols, acc, room,
+                                         one_op, grid, device)
             else:
                 best = _best_blocks(call, big_m // rows, big_k, big_n // ncols, in_words,
-                                    max(in_words, out_words), acc, room, one_op)
+                                    max(in_words, out_words), acc, room, one_op, grid, device)
             if best is not None:
-                m, k, n = best
-                grid = Grid(call, tuple(device.compute_rows[:rows]), tuple(full_columns[:ncols]), m, k, n, acc,
-                            expand=expand, padded=padded)
+                (m, k, n), choice, fewest = best
+                grid = replace(grid, m=m, k=k, n=n, choice=choice, fewest_calls=fewest)
                 return replace(grid, fewer=why_not_more(grid, len(device.compute_rows), len(full_columns),
                                                         spare, shim_in))
     return None
@@ -356,7 +401,7 @@ def _one_dma_per_move(device, rows: int, cols: int, own_rows: bool, big_k: int, 
     return fits
 
 
-def _whole_row_blocks(call, sides, per_row, cols, acc, room, one_op):
+def _whole_row_blocks(call, sides, per_row, cols, acc, room, one_op, grid, device):
     """`whole_rows_when_not_words`: a MatMul whose K (A's rows) or N (B's and C's rows) is not
     whole 32-bit words is not cut along that side: its blocks take whole rows, k = K or n = N,
     and enough of them (m, or k for B) that each block is whole words and contiguous, which a
@@ -373,20 +418,28 @@ def _whole_row_blocks(call, sides, per_row, cols, acc, room, one_op):
     ms = [m for m in divisors(per_row, 1) if (m * big_k * a) % 4 == 0 or not whole_k]
     ms = [m for m in ms if (m * big_n * out) % 4 == 0 or not whole_n]
     ks = [k for k in ks if (k * big_n * b) % 4 == 0 or not whole_n]
-    return _fewest_calls(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op)
+    return _fastest_blocks(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op, grid, device)
 
 
-def _best_blocks(call, per_row, big_k, per_col, k_words, n_words, acc, room, one_op, m_words=1):
+def _best_blocks(call, per_row, big_k, per_col, k_words, n_words, acc, room, one_op, grid, device, m_words=1):
     ms, ks, ns = divisors(per_row, m_words), divisors(big_k, k_words), divisors(per_col, n_words)
-    return _fewest_calls(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op)
+    return _fastest_blocks(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op, grid, device)
 
 
-def _fewest_calls(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op, expand=None):
+def _fastest_blocks(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op, grid, device, expand=None):
+    """Among blocks whose objects fit a core's memory (block_bytes) in one Dma op per move, those
+    of the least estimated time (`Grid.work`); among equal estimates the fewest kernel calls per
+    core, then the largest m x n. (the blocks, the Choice, the fewest kernel calls per core of any
+    of them) or None when no block fits."""
     fits = [(m, k, n) for m in ms for n in ns for k in ks
             if block_bytes(call, m, k, n, acc, expand) <= room and one_op(m, k, n)]
     if not fits:
         return None
-    return min(fits, key=lambda b: ((per_row // b[0]) * (per_col // b[2]) * (big_k // b[1]), -b[0] * b[2]))
+    def calls(b):
+        return (per_row // b[0]) * (per_col // b[2]) * (big_k // b[1])
+    fits.sort(key=lambda b: (calls(b), -b[0] * b[2]))
+    return (*cost.choose(Rule.TILE_MATMUL_OVER_ARRAY, "blocks", fits, lambda b: estimate_ns(replace(grid, m=b[0], k=b[1], n=b[2]), device),
+                         lambda b: f"m={b[0]} k={b[1]} n={b[2]}"), calls(fits[0]))
 
 
 # ---- elementwise calls streamed in blocks ---------------------------------------------------------
@@ -419,6 +472,7 @@ class Flow(OnCores):
     padded: int | None = None   # the elements `pad_to_block` padded the tensors to
     returned: tuple[Node, ...] = ()   # earlier calls whose blocks go to the host too (`stream_every_result`)
     pieces: tuple[Node, ...] = ()   # the tensors a Concat joins end to end, streamed in turn (`stream_joined`)
+    choice: cost.Choice | None = None   # the block, chosen by estimated time
 
     @property
     def results(self) -> tuple[Node, ...]:
@@ -444,6 +498,17 @@ class Flow(OnCores):
     def result_block(self) -> int:
         """The result's elements per block: `block`, or one per row for Argmax."""
         return result_share(self.calls, self.block, self.width)
+
+    def work(self, device) -> cost.Work:
+        """What the stream does, for the cost model: a core's calls on its blocks, each input
+        through one shim channel per column and each result back through one (a row
+        reduction's result a share of its rows)."""
+        gen, (shapes, out) = cost.generation(device), self.shapes()
+        per_block = sum(cost.kernel_cycles(gen, c.arg.kernel.role, c.src[0].dtype, shapes[:c.arg.n_inputs],
+                                           out if c is self.calls[-1] else shapes[0], c.dtype) for c in self.calls)
+        moved = [self.size * n.dtype.itemsize for n in self.inputs]
+        moved += [self.size // self.block * self.result_block * c.dtype.itemsize for c in self.results]
+        return cost.Work(self.rounds * per_block, max(moved) // len(self.cols), sum(moved))
 
     def shapes(self) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
         """A block call's input shapes and result shape."""
@@ -659,7 +724,7 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     shim MM2S channels, one per input and column) and the most
     of their rows whose mem tile can split every input and join the results (an input DMA
     channel per input and core, an output one per input and core plus the result's), blocks of
-    the most elements (at most FLOW_BLOCK) that divide each core's share, hold whole 32-bit
+    the least estimated time (`Flow.work`; then the most elements), at most FLOW_BLOCK, that divide each core's share, hold whole 32-bit
     words and fit a core's memory (flow_bytes) with two objects of each FIFO, or one object
     each (no overlap of moves and work) when a block of one row fits only so (a join's blocks
     dividing each piece's share too: `stream_joined`). None when no block does. `padded`: the elements `pad_to_block` padded the tensors to, streamed instead of theirs.
@@ -691,7 +756,11 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
                       and all(n.size % (rows * ncols * b) == 0 for n in pieces)
                       and flow_bytes(calls, b, width, objects, returned) <= room]
             if blocks:
-                return Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]),
+                flow = Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]),
                             tuple(full_columns[:ncols]), blocks[0], width=width, shared=tuple(shared),
                             objects=objects, padded=padded, returned=returned, pieces=pieces)
+                rule = Rule.STREAM_JOINED if pieces else Rule.STREAM_ROW_BLOCKS if width > 1 else Rule.STREAM_ELEMENTWISE
+                block, choice = cost.choose(rule, "block", blocks, lambda b, flow=flow: estimate_ns(replace(flow, block=b), device),
+                                            lambda b: f"{b} elements")
+                return replace(flow, block=block, choice=choice)
     return None

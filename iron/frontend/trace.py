@@ -165,29 +165,54 @@ def _broadcast(kernel, inputs: list[Node]) -> list[Node]:
 
 
 def _result_dtype(cls, inputs: list[Node], dtype) -> np.dtype:
-    """The output dtype of a call: every input has the dtype of the first, which the kernel
-    computes in; `dtype=` names the output (default: the kernel's default for that input)."""
-    source = inputs[0].dtype
+    """The output dtype of a call: the inputs share one dtype, which the kernel computes in, or
+    are one of the kernel's `mixed` combinations (uint8 x int8), which give one output dtype;
+    `dtype=` names the output (default: the kernel's default for those inputs)."""
+    ins = tuple(n.dtype for n in inputs)
+    if len(set(ins)) > 1:
+        return _mixed_result(cls, inputs, ins, dtype)
+    source = ins[0]
     if source not in cls.dtypes:
         ok = ", ".join(dtypes.name(d) for d in dtypes.SUPPORTED if d in cls.dtypes)
         raise KernelTypeError(
-            f"{cls.__name__} does not support {dtypes.name(source)}: it supports {ok}. "
-            "Convert the data with Cast (or pick another kernel)."
+            f"{cls.__name__} does not support {dtypes.name(source)}: it supports {ok}; {_lossless_fix(cls, inputs)}"
         )
-    for i, n in enumerate(inputs):
-        if n.dtype != source:
-            raise KernelTypeError(
-                f"{cls.__name__} computes in {dtypes.name(source)} but input {i} ({describe(n)}) is "
-                f"{dtypes.name(n.dtype)}: give every input the dtype {dtypes.name(source)} "
-                f"(Cast.step({describe(n)}, dtype={dtypes.spelling(source)}) converts it)."
-            )
-    result = np.dtype(cls.out_dtype(source) if dtype is None else dtype)
-    given = cls.out_dtypes(source)
+    return _given(cls, dtypes.name(source), np.dtype(cls.out_dtype(source) if dtype is None else dtype),
+                  cls.out_dtypes(source), dtype)
+
+
+def _mixed_result(cls, inputs: list[Node], ins: tuple, dtype) -> np.dtype:
+    """The output dtype of a call on inputs of differing dtypes, or the refusal naming what the
+    kernel takes and a Cast that keeps every value."""
+    if ins not in cls.mixed:
+        shown = " and ".join(f"input {i} ({describe(n)}) is {dtypes.name(n.dtype)}" for i, n in enumerate(inputs))
+        takes = " or ".join(" x ".join(map(dtypes.name, m)) + f" into {dtypes.name(o)}" for m, o in cls.mixed.items())
+        also = f", or takes {takes}," if takes else ""
+        raise KernelTypeError(f"{cls.__name__} computes in one dtype{also} but {shown}: {_lossless_fix(cls, inputs)}")
+    result = np.dtype(cls.mixed[ins] if dtype is None else dtype)
+    return _given(cls, " x ".join(map(dtypes.name, ins)), result, frozenset({np.dtype(cls.mixed[ins])}), dtype)
+
+
+def _lossless_fix(cls, inputs: list[Node]) -> str:
+    """How to give `cls` inputs it computes in without losing a value: the Casts to the first of
+    its dtypes holding every value of each input, or that none does."""
+    common = dtypes.lossless_common({n.dtype for n in inputs}, cls.dtypes)
+    if common is None:
+        held = ", ".join(sorted({dtypes.name(n.dtype) for n in inputs}))
+        return (f"no dtype {cls.__name__} supports holds every {held} value, so any Cast would round or clamp "
+                "some: pick another kernel, or Cast knowing which values change.")
+    names = list(dict.fromkeys(describe(n) for n in inputs if n.dtype != common))
+    casts = " and ".join(f"Cast.step({name}, dtype={dtypes.spelling(common)})" for name in names)
+    return f"{casts} {'converts' if len(names) == 1 else 'convert'} {' and '.join(names)} without losing a value."
+
+
+def _given(cls, source: str, result: np.dtype, given: frozenset, dtype) -> np.dtype:
+    """`result`, when it is one of the output dtypes `given` for inputs of `source`."""
     if result not in given:
         ok = ", ".join(dtypes.spelling(d) for d in dtypes.SUPPORTED if d in given)
         asked = "" if dtype is None else f", not {dtypes.name(result)}"
         raise KernelTypeError(
-            f"{cls.__name__} on {dtypes.name(source)} inputs gives {ok}{asked}: pass dtype= one of those."
+            f"{cls.__name__} on {source} inputs gives {ok}{asked}: pass dtype= one of those."
         )
     return result
 

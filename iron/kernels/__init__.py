@@ -1,9 +1,13 @@
-"""Kernels: the `Kernel` base class users subclass, and iron's kernel library. A kernel describes
-and computes one call; where it runs is the compiler's decision.
+"""Kernels: the `Kernel` base class users subclass, and iron's kernel library, one module per
+family (library.py: elementwise, matrix, row and conversion kernels; conv.py: convolution and
+pooling; attention.py: fused attention). A kernel describes and computes one call; where it runs
+is the compiler's decision.
 """
+from iron.kernels import attention, conv, library
+from iron.kernels.attention import Attention
 from iron.kernels.base import Kernel, Role, Within
+from iron.kernels.conv import AvgPool2D, Conv2D, MaxPool2D
 from iron.kernels.library import (
-    LIBRARY,
     Accumulate,
     Add,
     Argmax,
@@ -29,14 +33,19 @@ from iron.kernels.library import (
     concat,
 )
 
+LIBRARY = library.LIBRARY + conv.CONV + attention.ATTENTION   # every library kernel, by family
+
 __all__ = [
     "LIBRARY",
     "Accumulate",
     "Add",
     "Argmax",
     "ArgmaxBlocks",
+    "Attention",
+    "AvgPool2D",
     "Cast",
     "Concat",
+    "Conv2D",
     "Copy",
     "Dequant",
     "Exp",
@@ -45,6 +54,7 @@ __all__ = [
     "MatMulAccumulate",
     "MatVec",
     "Max",
+    "MaxPool2D",
     "Mul",
     "RMSNorm",
     "ReLU",

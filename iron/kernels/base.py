@@ -5,7 +5,8 @@ traits.py, from which its `role` is derived; `bounds`), a numpy
 that source; `K.step(...)` hands a call to the trace being recorded. bfloat16 kernels compute in
 float32 and round once, as their C++ does; integer results wrap to the output dtype, or clamp to
 its range in a kernel that `saturates` (a float rounded to nearest even first). A kernel that
-`keeps_zeros` maps zeros to zeros, whatever its attrs.
+`keeps_zeros` maps zeros to zeros, with any attrs unless `keeps_zeros_in` names those it does so
+with (Requantize: zero point 0).
 """
 from __future__ import annotations
 
@@ -51,6 +52,8 @@ class Kernel:
     arity: ClassVar[int] = 1                  # tensor inputs (a further positional is `out`)
     dtypes: ClassVar[frozenset] = frozenset(dtypes.SUPPORTED)  # what every input of a call shares
     results: ClassVar[dict] = {}              # input dtype -> further output dtypes dtype= may ask for
+    mixed: ClassVar[dict] = {}                # inputs of differing dtypes (uint8, int8) -> the output dtype
+    # such a call gives (its only one: a product of uint8 and int8 is exact only in a wider integer)
     attrs: ClassVar[dict[str, Any]] = {}      # static attrs and their defaults (REQUIRED: no default)
     scalar_attrs: ClassVar[tuple[str, ...]] = ()  # attrs that may be per-call values
     c_attrs: ClassVar[tuple[tuple[str, str], ...]] = ()  # attrs passed to C, in order, with C type
@@ -113,6 +116,11 @@ class Kernel:
         """Every output dtype a call on inputs of `dtype` may give (dtype= picks one)."""
         return frozenset({np.dtype(cls.out_dtype(dtype)), *cls.results.get(np.dtype(dtype), ())})
 
+    @classmethod
+    def keeps_zeros_in(cls, attrs: dict) -> bool:
+        """Whether a call with static `attrs` maps zeros to zeros (`keeps_zeros` for every attrs)."""
+        return cls.keeps_zeros
+
     @staticmethod
     def compute(*arrays, **attrs) -> np.ndarray:
         raise KernelTypeError("this kernel defines no compute()")  # only reached by a malformed subclass
@@ -135,9 +143,22 @@ class Kernel:
         return [(d, o) for d in dtypes.SUPPORTED if d in cls.dtypes for o in dtypes.SUPPORTED if o in cls.out_dtypes(d)]
 
     @classmethod
-    def symbol(cls, dtype, out=None) -> str:
+    def mixed_signatures(cls) -> list[tuple[tuple[np.dtype, ...], np.dtype]]:
+        """Every (input dtypes, output dtype) of a call whose inputs differ, in `mixed` order."""
+        return [(tuple(map(np.dtype, ins)), np.dtype(out)) for ins, out in cls.mixed.items()]
+
+    @classmethod
+    def symbols(cls) -> set[str]:
+        """Every C symbol this kernel's source defines: one per signature, one per mixed one."""
+        return {cls.symbol(d, o) for d, o in cls.signatures()} | {cls.symbol(i[0], o, i) for i, o in cls.mixed_signatures()}
+
+    @classmethod
+    def symbol(cls, dtype, out=None, ins: tuple = ()) -> str:
         """The C symbol of a call on inputs of `dtype` giving `out`: `matvec_i8`, and, when `out`
-        is not the default output dtype, `matvec_i8_i32` or `cast_f32_bf16`."""
+        is not the default output dtype, `matvec_i8_i32` or `cast_f32_bf16`; a call on inputs of
+        differing dtypes `ins` names each: `matmul_u8_i8_i32`."""
+        if len(set(ins)) > 1:
+            return names.symbol(cls.name, *map(dtypes.suffix, ins), dtypes.suffix(out))
         if out is None or np.dtype(out) == cls.out_dtype(np.dtype(dtype)):
             return names.symbol(cls.name, dtypes.suffix(dtype))
         return names.symbol(cls.name, dtypes.suffix(dtype), dtypes.suffix(out))

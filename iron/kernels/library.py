@@ -17,6 +17,9 @@ I8, U8, I16, I32 = (np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.int32)
 F32, BF16 = np.dtype(np.float32), dtypes.bfloat16
 # The wider results a dot product may give (dtype=): exact integer sums, float32 sums of bfloat16.
 WIDER_DOTS = {I8: frozenset({I32}), U8: frozenset({I32}), I16: frozenset({I32}), BF16: frozenset({F32})}
+# The products of two dtypes a dot product takes (IRON_MIXED_DOTS): uint8 activations times int8
+# weights, and the other way round, summed exactly into int32.
+MIXED_DOTS = {(U8, I8): I32, (I8, U8): I32}
 
 
 class Copy(Kernel):
@@ -138,12 +141,12 @@ class Accumulate(Kernel):
 class MatVec(Kernel):
     """out = W @ x for W (M, K) and x (K,); `dtype=np.int32` sums int8, uint8 or int16 operands
     into int32 (instead of wrapping to their width), `dtype=np.float32` keeps a bfloat16 sum in
-    float32."""
+    float32. uint8 W with int8 x (or int8 W with uint8 x) sums into int32."""
 
     index_map = "mk,k->m"
     batches = True
     name, arity = "matvec", 2
-    results = WIDER_DOTS
+    results, mixed = WIDER_DOTS, MIXED_DOTS
 
     @classmethod
     def out_shape(cls, shapes, **attrs):
@@ -171,12 +174,13 @@ class MatVec(Kernel):
 
 
 class MatMul(Kernel):
-    """out = A @ B for A (M, K) and B (K, N); `dtype=` widens the result as MatVec's does."""
+    """out = A @ B for A (M, K) and B (K, N); `dtype=` widens the result as MatVec's does, and
+    uint8 A with int8 B (or int8 with uint8) sums into int32."""
 
     index_map = "mk,kn->mn"
     batches = computes_into = True
     name, arity = "matmul", 2
-    results = WIDER_DOTS
+    results, mixed = WIDER_DOTS, MIXED_DOTS
 
     @classmethod
     def out_shape(cls, shapes, **attrs):
@@ -211,7 +215,7 @@ class MatMulAccumulate(Kernel):
     index_map = "mk,kn->mn"
     batches = computes_into = True
     name, arity = "matmul_accumulate", 2
-    results = WIDER_DOTS
+    results, mixed = WIDER_DOTS, MIXED_DOTS
     accumulates = needs_out = True
     out_shape, sizes, abi_shapes = MatMul.out_shape, MatMul.sizes, MatMul.abi_shapes
 
@@ -475,19 +479,21 @@ class Cast(Kernel):
 
 
 class Requantize(Kernel):
-    """int32 -> int8 (or `dtype=np.int16`): out = x * scale / 2**shift rounded to nearest even,
-    clamped to the output range. This is AIE's shift-round-saturate (`srs`) of an accumulator,
-    with an integer multiplier in front: the product is exact in int64, the shift keeps its
-    floor and the dropped bits decide the rounding (above half up, a tie to the even value)."""
+    """int32 -> int8 (or `dtype=np.uint8`, `np.int16`): out = x * scale / 2**shift rounded to
+    nearest even, plus `zero_point`, clamped to the output range. This is AIE's
+    shift-round-saturate (`srs`) of an accumulator, with an integer multiplier in front: the
+    product is exact in int64, the shift keeps its floor and the dropped bits decide the rounding
+    (above half up, a tie to the even value). To uint8 with zero point 0 it clamps negatives to
+    0, a ReLU for free (mlir-aie's convolutions give uint8 so)."""
 
     index_map = "i->i"
-    keeps_zeros = True
+    keeps_zeros = True   # with zero_point 0 (keeps_zeros_in)
     name = "requantize"
     saturates = True
     dtypes = frozenset({I32})
-    results = {I32: frozenset({I16})}
-    attrs = {"shift": Kernel.REQUIRED, "scale": 1}
-    c_attrs = (("scale", "i32"), ("shift", "i32"))
+    results = {I32: frozenset({U8, I16})}
+    attrs = {"shift": Kernel.REQUIRED, "scale": 1, "zero_point": 0}
+    c_attrs = (("scale", "i32"), ("shift", "i32"), ("zero_point", "i32"))
     MAX_SHIFT = 62   # the product of two int32 values needs 63 bits
 
     @classmethod
@@ -495,22 +501,28 @@ class Requantize(Kernel):
         return I8
 
     @classmethod
-    def out_shape(cls, shapes, shift, scale):
+    def out_shape(cls, shapes, shift, scale, zero_point=0):
         if not _is_int(shift) or not 0 <= shift <= cls.MAX_SHIFT:
             cls.refuse(shapes, f"needs shift= an int in 0..{cls.MAX_SHIFT}, not {shift!r}")
         if not _is_int(scale) or not -(2**31) <= scale < 2**31:
             cls.refuse(shapes, f"needs scale= an int32 multiplier (fold a fraction into scale / 2**shift), not {scale!r}")
+        if not _is_int(zero_point) or not -(2**31) <= zero_point < 2**31:
+            cls.refuse(shapes, f"needs zero_point= an int32 added after the shift, not {zero_point!r}")
         return super().out_shape(shapes)
 
+    @classmethod
+    def keeps_zeros_in(cls, attrs: dict) -> bool:
+        return attrs.get("zero_point", 0) == 0
+
     @staticmethod
-    def compute(x, shift, scale=1):
+    def compute(x, shift, scale=1, zero_point=0):
         product = x.astype(np.int64) * np.int64(scale)
         if shift == 0:
-            return product
+            return product + zero_point
         floor = product >> shift
         dropped = product & ((1 << shift) - 1)
         half = 1 << (shift - 1)
-        return floor + ((dropped > half) | ((dropped == half) & (floor & 1 == 1)))
+        return floor + ((dropped > half) | ((dropped == half) & (floor & 1 == 1))) + zero_point
 
 
 class Concat(Kernel):

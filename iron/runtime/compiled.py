@@ -281,7 +281,7 @@ class CompiledGraph:
         timeline = self.timed()
         mark, began = timeline.mark(), timeline.host
         self(*tensors, **values)
-        return estimate(timeline.since(mark), timeline.host - began)
+        return estimate(timeline.since(mark), timeline.host - began, self.plan.device)
 
     def _carried(self, source, words) -> int:
         if isinstance(source, WordRef):

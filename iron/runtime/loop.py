@@ -1,13 +1,16 @@
 """`CarriedLoop`: a carried graph as a device loop on a full-ELF device (npu2). `start` runs `first`
 once with the host's values; each `steps(n)` runs `body` n more times, each run starting from the
-scratchpad the previous run's Emit wrote, with `depth` runs held in a ring so the host only
-restarts runs and counts completions. Whatever stops the host's side early (leaving the
-iterator, reading `carry`, a host call, read or write of the graph's states) first waits out the
-runs in flight, so what the loop reports is exactly what ran. After each run the host reads the
-flag its Emit wrote beside the next run's words (docs/architecture.md, "Device-side bounds"): a
-next index out of range, clamped on the device, stops the loop with IndexOutOfRange, as a failed
-run stops it with its error; the runs in flight are drained and not counted, so `transitions` and
-`carry` describe the runs before the failure.
+scratchpad the previous run's Emit wrote, with `depth` runs held in a ring (at most the driver's
+4 started, the rest queued) so the host only restarts runs and counts completions. Whatever
+stops the host's side early (leaving the iterator, reading `carry`, a host call, read or write
+of the graph's states, from any thread: each step holds the graph's lock) first waits out the
+runs in flight, so what the loop reports is exactly what ran. Before starting a step the host
+computes the indices it can from the carried values it knows, and never starts one out of
+range; after each run it reads the flag the Emit wrote beside the next run's words
+(docs/architecture.md, "Device-side bounds"). Either stops the loop with IndexOutOfRange once
+the steps completed before it are yielded; a failed or interrupted run stops it with its own
+error and gives the sessions a fresh device. The runs in flight are drained and not counted,
+so `transitions` and `carry` describe the runs before the stop.
 """
 from __future__ import annotations
 
@@ -104,7 +107,7 @@ class CarriedLoop:
         for _ in self.run(steps, *tensors, **values):
             pass
         per_step = (self._completions[-1] - self._completions[0]) / steps
-        return estimate(timeline.since(mark), per_step, runs=steps + 1)
+        return estimate(timeline.since(mark), per_step, self.body.plan.device, runs=steps + 1)
 
     def start(self, *tensors, **values) -> CarriedLoop:
         """Run first with these tensors and values (checked before anything runs); returns the loop."""
@@ -250,7 +253,7 @@ class CarriedLoop:
         except (IndexOutOfRange, PlanError) as error:   # raised after the steps completed before it
             self._error = error
             return
-        self._submit()   # a queued run starts only once the flag of the run before it is clear
+        self._submit()   # no queued run starts once a flag has stopped the loop
 
     def _check_flag(self, t: int):
         """Raise IndexOutOfRange if run t's Emit flagged an index of body step t (the next run),

@@ -11,9 +11,9 @@ import os
 import numpy as np
 
 from iron import debug
+from iron.compiler.cost import generation
 from iron.compiler.plan import HostRole, PlacementKind
 from iron.errors import PlanError
-from iron.runtime.cost import generation
 from iron.runtime.timeline import HOST, SpanKind, traced
 
 

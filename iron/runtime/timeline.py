@@ -1,5 +1,5 @@
 """The timeline of the timed emulator: the host's clock, the device's, and the spans every core,
-DMA channel and the host record on the cost model's clock (iron/runtime/cost.py), written as a
+DMA channel and the host record on the cost model's clock (iron/compiler/cost.py), written as a
 Chrome trace-event JSON that Perfetto (ui.perfetto.dev) and chrome://tracing open. One Timeline
 serves the process, as one host drives the NPU: every timed Emulator adds to it (`Clock`), and
 the sessions advance its host clock by the launch costs of the calls and restarts they make.
@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from enum import Enum
 
-from iron.runtime import cost
+from iron.compiler import cost
 
 HOST, DEVICE = "host", "device: runs"
 
@@ -31,7 +31,9 @@ class SpanKind(Enum):
 @dataclass(frozen=True)
 class Span:
     """Something of `kind` on `track` from `start` for `duration` nanoseconds; `tile` names the
-    tile of a kernel call."""
+    tile of a kernel call; a kernel call's `written` (its time with iron's kernels, `duration`
+    being vectorised) and `peak` (its MACs' time at the core's peak); a DMA move's `ddr_bytes`
+    (read from or written to DDR)."""
 
     track: str
     name: str
@@ -39,6 +41,9 @@ class Span:
     duration: float
     kind: SpanKind
     tile: str = ""
+    written: float = 0.0
+    peak: float = 0.0
+    ddr_bytes: int = 0
 
     @property
     def end(self) -> float:
@@ -53,8 +58,8 @@ class Timeline:
         self.device_end = 0.0
         self.spans: list[Span] = []
 
-    def span(self, track: str, name: str, start: float, duration: float, kind: SpanKind, tile: str = ""):
-        self.spans.append(Span(track, name, start, max(duration, 0.0), kind, tile))
+    def span(self, track: str, name: str, start: float, duration: float, kind: SpanKind, tile: str = "", **cost):
+        self.spans.append(Span(track, name, start, max(duration, 0.0), kind, tile, **cost))
 
     def host_work(self, name: str, duration: float):
         """The host busy for `duration` (a launch's submit, a restart, reading results)."""
@@ -83,15 +88,18 @@ TIMELINE = Timeline()
 
 class Clock:
     """What one timed Emulator's board holds: the Timeline, the generation's figures, the task
-    running now (its track) and each Function's cycles, priced once."""
+    running now (its track), each Function's cycles (vectorised, as iron writes it, its MACs at
+    peak), priced once, and when DDR is next free (`ddr_free`: its bandwidth is shared by every
+    shim channel, so a move to or from DDR waits for the moves before it)."""
 
-    __slots__ = ("timeline", "device", "gen", "prefix", "current", "cycles")
+    __slots__ = ("timeline", "device", "gen", "prefix", "current", "cycles", "ddr_free")
 
     def __init__(self, plan, timeline: Timeline, prefix: str):
         self.timeline, self.device, self.gen = timeline, plan.device, cost.generation(plan.device)
         self.prefix = prefix   # what its tracks and runs are named by
         self.current = None
-        self.cycles: dict[str, float] = {}
+        self.cycles: dict[str, tuple[float, float, float]] = {}
+        self.ddr_free = 0.0
 
     def track(self, task_name: str) -> str:
         return f"{self.prefix}: {task_name}"
@@ -100,15 +108,24 @@ class Clock:
         """The running core (of `tile`) invoked `function`: its time on the core's clock, and its span."""
         cycles = self.cycles.get(function.name)
         if cycles is None:
-            cycles = self.cycles[function.name] = cost.function_cycles(self.gen, function)
-        duration = cost.ns(self.device, cycles)
-        self.timeline.span(self.track(self.current.name), function.name, board.now, duration, SpanKind.KERNEL, tile)
+            cycles = self.cycles[function.name] = (
+                cost.function_cycles(self.gen, function), cost.function_cycles(self.gen, function, cost.Kernels.IRONS),
+                cost.function_peak_cycles(self.gen, function))
+        duration, written, peak = (cost.ns(self.device, c) for c in cycles)
+        self.timeline.span(self.track(self.current.name), function.name, board.now, duration, SpanKind.KERNEL, tile,
+                           written=written, peak=peak)
         board.now += duration
 
-    def move(self, board, words: int):
-        """The running DMA channel received `words` from its stream."""
-        duration = cost.ns(self.device, cost.dma_cycles(self.gen, 4 * words))
-        self.timeline.span(self.track(self.current.name), f"{4 * words} bytes", board.now, duration, SpanKind.DMA)
+    def move(self, board, words: int, ddr: bool = False):
+        """The running DMA channel received `words` from its stream; from or to DDR (`ddr`), at
+        most at DDR's bandwidth after the DDR moves before it."""
+        nbytes = 4 * words
+        duration = cost.ns(self.device, cost.dma_cycles(self.gen, nbytes))
+        if ddr:
+            self.ddr_free = max(board.now, self.ddr_free) + cost.ddr_ns(self.gen, nbytes)
+            duration = max(duration, self.ddr_free - board.now)
+        self.timeline.span(self.track(self.current.name), f"{nbytes} bytes", board.now, duration, SpanKind.DMA,
+                           ddr_bytes=nbytes if ddr else 0)
         board.now += duration
 
     def waited(self, task, since: float, until: float):
@@ -120,28 +137,68 @@ class Clock:
 
 @dataclass(frozen=True)
 class Estimate:
-    """One call's estimated time: `call_ns` as the host sees it (launch costs included),
-    `device_ns` on the device, and the `busiest` tile's kernel time as a `share` of that."""
+    """One call's estimated time with vectorised kernels (the roofline): `call_ns` as the host
+    sees it (launch costs included), `device_ns` on the device, and the `busiest` tile's kernel
+    time as a `share` of that; `written_ns`, the call's time with iron's kernels as written;
+    the call's roofline `bound` and the share of it the design reaches (`reached`)."""
 
     call_ns: float
     device_ns: float
     busiest: str
     share: float
+    written_ns: float
+    bound: Bound
+
+    @property
+    def reached(self) -> float:
+        """The roofline bound over the device's time (vectorised): 1 at the bound."""
+        return self.bound.ns / self.device_ns if self.device_ns else 0.0
 
     def __str__(self) -> str:
-        return (f"estimated {self.call_ns / 1000:.1f} us per call ({self.device_ns / 1000:.1f} us on the device; "
-                f"busiest tile {self.busiest}, busy {100 * self.share:.0f}% of the run)")
+        return (f"estimated {self.call_ns / 1000:.1f} us per call {cost.Kernels.VECTORISED.value}, "
+                f"{self.written_ns / 1000:.1f} us {cost.Kernels.IRONS.value}; on the device "
+                f"{self.device_ns / 1000:.1f} us (busiest tile {self.busiest}, busy {100 * self.share:.0f}% of the run); "
+                f"{self.bound}: the design reaches {100 * self.reached:.0f}% of it")
 
 
-def estimate(spans: list[Span], call_ns: float, runs: int = 1) -> Estimate:
-    """The Estimate of one call (of `runs` calls, per call) whose spans these are."""
-    device = sum(s.duration for s in spans if s.kind in (SpanKind.RUN, SpanKind.RECONFIGURE) and s.track == DEVICE)
+@dataclass(frozen=True)
+class Bound:
+    """The roofline bound of a call: `ddr_bytes` read and written in DDR at its bandwidth
+    (`ddr_ns`) or the MACs at the whole array's peak (`mac_ns`), whichever is slower."""
+
+    ddr_bytes: float
+    ddr_ns: float
+    mac_ns: float
+
+    @property
+    def ns(self) -> float:
+        return max(self.ddr_ns, self.mac_ns)
+
+    def __str__(self) -> str:
+        return (f"roofline bound {self.ns / 1000:.1f} us ({self.ddr_bytes / 1e6:.3f} MB to and from DDR: "
+                f"{self.ddr_ns / 1000:.1f} us, MACs at the array's peak: {self.mac_ns / 1000:.1f} us)")
+
+
+def estimate(spans: list[Span], call_ns: float, device, runs: int = 1) -> Estimate:
+    """The Estimate of one call (of `runs` calls, per call) whose spans these are, on `device`.
+    With iron's kernels the device's time is taken as the tile whose kernels grow most taking
+    that much longer, its waits unchanged (one run of the timed emulator prices both)."""
+    device_ns = sum(s.duration for s in spans if s.kind in (SpanKind.RUN, SpanKind.RECONFIGURE) and s.track == DEVICE)
     busy: dict[str, float] = {}
+    grows: dict[str, float] = {}
     for s in spans:
         if s.kind is SpanKind.KERNEL:
             busy[s.tile] = busy.get(s.tile, 0.0) + s.duration
+            grows[s.tile] = grows.get(s.tile, 0.0) + s.written - s.duration
     busiest = max(sorted(busy), key=busy.get, default="")
-    return Estimate(call_ns, device / runs, busiest, busy.get(busiest, 0.0) / device if device else 0.0)
+    per_run = device_ns / runs
+    written = max(grows.values(), default=0.0) / runs
+    gen = cost.generation(device)
+    ddr_bytes = sum(s.ddr_bytes for s in spans) / runs
+    peak = sum(s.peak for s in spans) / runs / len(device.compute_tiles)
+    bound = Bound(ddr_bytes, cost.ddr_ns(gen, ddr_bytes), peak)
+    return Estimate(call_ns, per_run, busiest, busy.get(busiest, 0.0) / device_ns if device_ns else 0.0,
+                    call_ns + written, bound)
 
 
 def write(spans: list[Span], path) -> None:

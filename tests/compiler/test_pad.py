@@ -79,15 +79,15 @@ def cut_padding(body, name):
 ODD = [
     ("npu2", np.float32, None, 32,
      "g0: MatMul (509, 509) x (509, 509) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): blocks "
-     "m=32 k=32 n=64 (pad_to_block: padded with zeros to M = 512, K = 512, N = 512), 4 output blocks per core, 16 "
-     "k-blocks each (64 kernel calls per core), summed in float32"),
+     "m=64 k=8 n=64 (pad_to_block: padded with zeros to M = 512, K = 512, N = 512), 2 output blocks per core, 64 "
+     "k-blocks each (128 kernel calls per core), summed in float32"),
     ("npu1", np.float32, None, 16,
      "g0: MatMul (509, 509) x (509, 509) float32 -> float32 over 16 tiles (4 rows x 4 columns of cores): blocks "
-     "m=16 k=32 n=128 (pad_to_block: padded with zeros to M = 512, K = 512, N = 512), 8 output blocks per core, 16 "
-     "k-blocks each (128 kernel calls per core), summed in float32"),
+     "m=64 k=8 n=64 (pad_to_block: padded with zeros to M = 512, K = 512, N = 512), 4 output blocks per core, 64 "
+     "k-blocks each (256 kernel calls per core), summed in float32"),
     ("npu2", np.int8, np.int32, 32,
-     "g0: MatMul (509, 509) x (509, 509) int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): blocks m=16 "
-     "k=509 n=32 (pad_to_block: padded with zeros to M = 512, K = 509, N = 512), 16 output blocks per core, 1 "
+     "g0: MatMul (509, 509) x (509, 509) int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): blocks m=32 "
+     "k=509 n=16 (pad_to_block: padded with zeros to M = 512, K = 509, N = 512), 16 output blocks per core, 1 "
      "k-blocks each (16 kernel calls per core), summed in int32"),
     ("npu1", np.int8, np.int32, 16,
      "g0: MatMul (509, 509) x (509, 509) int8 -> int32 over 16 tiles (4 rows x 4 columns of cores): blocks m=16 "
@@ -462,8 +462,8 @@ class ProductThenRows2(iron.Graph):
         return RMSNorm.step(c, self.w) if self.w is not None else self.kernel.step(c)
 
 
-ROWS = [("npu2", RMSNorm, 32, 32, "m=32 k=32 n=64", 4, 4), ("npu2", Softmax, 32, 32, "m=32 k=32 n=64", 4, 4),
-        ("npu2", Argmax, 32, 32, "m=32 k=32 n=64", 8, 2), ("npu1", Softmax, 16, 16, "m=16 k=32 n=128", 4, 8)]
+ROWS = [("npu2", RMSNorm, 32, 32, "m=64 k=8 n=64", 4, 4), ("npu2", Softmax, 32, 32, "m=64 k=8 n=64", 4, 4),
+        ("npu2", Argmax, 32, 32, "m=64 k=8 n=64", 8, 2), ("npu1", Softmax, 16, 16, "m=64 k=8 n=64", 4, 8)]
 
 
 @pytest.mark.parametrize("device, kernel, grid, stream, blocks, rows, per_core", ROWS,
@@ -734,7 +734,7 @@ def test_softmax_of_a_product_of_n_509_reduces_its_padded_width():
     a, b = rng.standard_normal((509, 251)).astype(np.float32), rng.standard_normal((251, 509)).astype(np.float32)
     graph = ProductThenSoftmax(b / 64)   # rows of values near 0: the padding exp(0 - max) would count
     body = graph.compile(a=a, device=from_name("npu2"))
-    assert "over 32 tiles (4 rows x 8 columns of cores): blocks m=32 k=32 n=64 (pad_to_block: padded with zeros to " \
+    assert "over 32 tiles (4 rows x 8 columns of cores): blocks m=64 k=8 n=64 (pad_to_block: padded with zeros to " \
         "M = 512, K = 256, N = 512)" in rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY)[0]
     assert "Softmax#1 over 509 rows of 509 elements streams over them as they lie padded to 512 rows of 512 elements " \
         "(pad_through_row_width" in rule(body.plan, Rule.PAD_TO_BLOCK)[1]
@@ -1582,16 +1582,16 @@ def into_state(side, cores, shape, per_core, more):
     padding = "(pad_to_block: padded with zeros to M = 512, K = 512, N = 512)" if side == 509 else \
         "(each divides its side: no padding)"
     return (f"g0: MatMul ({side}, {side}) x ({side}, {side}) float32 -> float32 over {cores} tiles ({shape} of "
-            f"cores): blocks m=16 k=32 n=128 {padding}, {per_core} output blocks per core, 16 k-blocks each "
-            f"({per_core * 16} kernel calls per core), summed in float32; not more cores: the larger grids with rows "
+            f"cores): blocks m=64 k=8 n=64 {padding}, {per_core} output blocks per core, 64 k-blocks each "
+            f"({per_core * 64} kernel calls per core), summed in float32; not more cores: the larger grids with rows "
             f"of cores dividing M = 512 and columns dividing N = 512 do not fit: {more}")
 
 
 INTO_STATE = [
-    (512, "npu2", True, into_state(512, 16, "4 rows x 4 columns", 8, "4 x 8 needs 32 tiles, the other groups leave 31")),
-    (512, "npu1", False, into_state(512, 8, "4 rows x 2 columns", 16, "4 x 4 needs 16 tiles, the other groups leave 15")),
-    (509, "npu2", False, into_state(509, 16, "4 rows x 4 columns", 8, "4 x 8 needs 32 tiles, the other groups leave 31")),
-    (509, "npu1", True, into_state(509, 8, "4 rows x 2 columns", 16, "4 x 4 needs 16 tiles, the other groups leave 15")),
+    (512, "npu2", True, into_state(512, 16, "4 rows x 4 columns", 4, "4 x 8 needs 32 tiles, the other groups leave 31")),
+    (512, "npu1", False, into_state(512, 8, "4 rows x 2 columns", 8, "4 x 4 needs 16 tiles, the other groups leave 15")),
+    (509, "npu2", False, into_state(509, 16, "4 rows x 4 columns", 4, "4 x 8 needs 32 tiles, the other groups leave 31")),
+    (509, "npu1", True, into_state(509, 8, "4 rows x 2 columns", 8, "4 x 4 needs 16 tiles, the other groups leave 15")),
 ]
 
 
@@ -1892,7 +1892,7 @@ class ProductOfView(iron.Graph):
 
 def grid_text(group, m, k, n, rows, cols, blocks, padding, per_core, calls):
     return (f"{group}: MatMul ({m}, {k}) x ({k}, {n}) float32 -> float32 over {rows * cols} tiles ({rows} rows x {cols} "
-            f"columns of cores): blocks {blocks} ({padding}), {per_core} output blocks per core, 16 k-blocks each "
+            f"columns of cores): blocks {blocks} ({padding}), {per_core} output blocks per core, 64 k-blocks each "
             f"({calls} kernel calls per core), summed in float32")
 
 
@@ -1901,11 +1901,11 @@ WHOLE = "each divides its side: no padding"
 
 
 @pytest.mark.parametrize("device, view, a_shape, copy_tiles, grid", [
-    ("npu2", "a[1:]", (510, 509), 1, grid_text("g1", 509, 509, 509, 4, 8, "m=32 k=32 n=64", PADDED, 4, 64)),
-    ("npu1", "a[1:]", (510, 509), 1, grid_text("g1", 509, 509, 509, 4, 4, "m=16 k=32 n=128", PADDED, 8, 128)),
-    ("npu2", "a.reshape", (510 * 509,), 6, grid_text("g1", 510, 509, 509, 4, 8, "m=32 k=32 n=64", PADDED, 4, 64)),
-    ("npu2", "a[1:]", (513, 512), 32, grid_text("g1", 512, 512, 512, 4, 8, "m=32 k=32 n=64", WHOLE, 4, 64)),
-    ("npu1", "a[1:]", (513, 512), 16, grid_text("g1", 512, 512, 512, 4, 4, "m=16 k=32 n=128", WHOLE, 8, 128)),
+    ("npu2", "a[1:]", (510, 509), 1, grid_text("g1", 509, 509, 509, 4, 8, "m=64 k=8 n=64", PADDED, 2, 128)),
+    ("npu1", "a[1:]", (510, 509), 1, grid_text("g1", 509, 509, 509, 4, 4, "m=64 k=8 n=64", PADDED, 4, 256)),
+    ("npu2", "a.reshape", (510 * 509,), 6, grid_text("g1", 510, 509, 509, 4, 8, "m=64 k=8 n=64", PADDED, 2, 128)),
+    ("npu2", "a[1:]", (513, 512), 32, grid_text("g1", 512, 512, 512, 4, 8, "m=64 k=8 n=64", WHOLE, 2, 128)),
+    ("npu1", "a[1:]", (513, 512), 16, grid_text("g1", 512, 512, 512, 4, 4, "m=64 k=8 n=64", WHOLE, 4, 256)),
 ], ids=["prime-npu2", "prime-npu1", "reshape-npu2", "512-npu2", "512-npu1"])
 def test_a_large_matmul_of_a_view_tiles_over_the_array_reading_a_copy_of_it(device, view, a_shape, copy_tiles, grid):
     """The grid reads whole host tensors, and a view cannot be padded without changing its base's

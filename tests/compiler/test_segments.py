@@ -15,10 +15,11 @@ import iron
 from aie_utils import from_name
 from iron import Carried
 from iron.compiler.compile import compile_program, try_groups
+from iron.compiler.describe import describe
 from iron.compiler.fuse import fuse
 from iron.compiler.mlir import ALLOWED_OPS, segment_modules
 from iron.compiler.place import place
-from iron.compiler.plan import Cut, PlacementKind, Plan, TileKind
+from iron.compiler.plan import Choice, Cut, PlacementKind, Plan, TileKind
 from iron.compiler.route import route
 from iron.compiler.rules import Rule
 from iron.compiler.segment import CUT_WINDOW, Flow, Segment, fewest_bytes_cut
@@ -32,6 +33,11 @@ from tests.fake_toolchain import FLAGS_GET, install_fakes, make_hermetic, record
 
 F32 = np.float32
 N = 16
+
+
+def fewest_cut(*args, **kwargs):
+    """`fewest_bytes_cut`, its estimates on npu1."""
+    return fewest_bytes_cut(*args, device=from_name("npu1"), **kwargs)
 
 
 @pytest.fixture(autouse=True)
@@ -152,11 +158,19 @@ def test_the_rule_on_its_own_ends_a_segment_at_the_fewest_bytes_in_its_last_quar
     program = Ladder().trace(x=((N,), F32))
     flow = Flow(program, fuse(program))
     assert [flow.crossing_bytes(cut) for cut in range(1, 5)] == [64, 128, 128, 192]
-    assert fewest_bytes_cut(flow, 0, lambda stop: stop <= 4) == 3     # 4 fit; 3 sends 128 bytes, 4 sends 192
-    assert fewest_bytes_cut(flow, 0, lambda stop: stop <= 2) == 2     # a window of one: the most that fit
-    assert fewest_bytes_cut(flow, 0, lambda stop: True) == 5          # the rest fits: one segment
-    assert fewest_bytes_cut(flow, 1, lambda stop: stop <= 4, guess=3) == 4   # 3 groups fit: their last quarter is the last
-    assert fewest_bytes_cut(flow, 0, lambda stop: False) is None      # group 0 alone does not fit
+    assert fewest_cut(flow, 0, lambda stop: stop <= 4) == 3     # 4 fit; 3 sends 128 bytes, 4 sends 192
+    assert fewest_cut(flow, 0, lambda stop: stop <= 2) == 2     # a window of one: the most that fit
+    assert fewest_cut(flow, 0, lambda stop: True) == 5          # the rest fits: one segment
+    assert fewest_cut(flow, 1, lambda stop: stop <= 4, guess=3) == 4   # 3 groups fit: their last quarter is the last
+    assert fewest_cut(flow, 0, lambda stop: False) is None      # group 0 alone does not fit
+    # compiled on one column, the first segment takes 4 groups: of the cuts in their last quarter, before g3
+    # sends 128 bytes through DDR and back (written, then read: 256 bytes at 70 GB/s), before g4 192
+    plan = Ladder().compile(x=((N,), F32), device="npu1_1col").plan
+    assert plan.choices == (("cut before g3", Choice(Rule.FEWEST_BYTES_CUT, "cut", "before g3 (128 bytes cross)",
+                                                     pytest.approx(256 / 70), "before g4 (192 bytes cross)",
+                                                     pytest.approx(384 / 70))),)
+    assert ("choices:\n  cut before g3: fewest_bytes_cut: cut chosen by estimated time: before g3 (128 bytes cross), "
+            "3.7 ns; the best rejected, before g4 (192 bytes cross), 5.5 ns\n") in describe(plan)
 
 
 def test_states_written_in_one_segment_are_read_from_ddr_in_the_next():
@@ -511,7 +525,7 @@ def test_the_search_settles_on_the_cut_the_rule_defines_whatever_it_is_told_and_
             for guess in (None, 1, 14, 19, 40):
                 for likely in told:
                     probed = []
-                    found = fewest_bytes_cut(flow, start, lambda s, probed=probed, most=most: probed.append(s) or s <= most,
+                    found = fewest_cut(flow, start, lambda s, probed=probed, most=most: probed.append(s) or s <= most,
                                              guess, tiles, dict(likely))
                     assert found == by_definition(start, most), (start, most, guess, likely.get(count))
                     assert all(start < s <= start + tiles for s in probed) and len(set(probed)) == len(probed)
@@ -520,7 +534,7 @@ def test_the_search_settles_on_the_cut_the_rule_defines_whatever_it_is_told_and_
     # saying 21 likely fit; then 19 fit, the cut (1024 bytes cross there) for 19, 20 or 21 fitting
     program = guide_decoder().Decoder(2, **DECODER_SIZE).trace()
     probed = []
-    found = fewest_bytes_cut(Flow(program, fuse(program)), 0, lambda s: probed.append(s) or s <= 21, None, tiles,
+    found = fewest_cut(Flow(program, fuse(program)), 0, lambda s: probed.append(s) or s <= 21, None, tiles,
                              {26: 21, 22: 21})
     assert (found, probed) == (19, [26, 22, 19])
 

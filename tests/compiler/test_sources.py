@@ -17,8 +17,8 @@ from iron.compiler.sources import kernel_sources
 from iron.dtypes import bfloat16
 from iron.errors import PlanError
 from iron.ir import wrap_i32
+from iron.kernels import LIBRARY, Argmax, Copy, RMSNorm, Scale, Softmax
 from iron.kernels.base import Kernel, library_sources
-from iron.kernels.library import LIBRARY, Argmax, Copy, RMSNorm, Scale, Softmax
 
 FLAGS = ["-std=c++20", "-Wall", "-Werror"]
 INT_MIN, INT_MAX = -2**31, 2**31 - 1
@@ -105,7 +105,7 @@ def every_library_kernel() -> Function:
     """One step per library kernel and (input, output) dtype pair, with its C ABI: pointers,
     sizes, c_attrs."""
     size_operands = {"matvec": 2, "matmul": 3, "matmul_accumulate": 3, "concat": 3, "rmsnorm": 2, "softmax": 2, "argmax": 2, "max": 2,
-                     "dequant": 3}
+                     "dequant": 3, "conv2d": 8, "max_pool2d": 5, "avg_pool2d": 5, "attention": 4}
     steps = []
     for kernel in LIBRARY:
         for dtype, out in kernel.signatures():
@@ -113,6 +113,8 @@ def every_library_kernel() -> Function:
             sizes = (Imm(4),) * size_operands.get(kernel.name, 1)
             attrs = tuple(Imm(1.0, "f32") if ctype == "f32" else Load("b") for _, ctype in kernel.c_attrs)
             steps.append(KernelStep.of(kernel, dtype, pointers + sizes + attrs, out))
+        for ins, out in kernel.mixed_signatures():
+            steps.append(KernelStep.of(kernel, ins, steps[-1].args, out))
     return Function("every_kernel", ("a", "b"), tuple(steps))
 
 

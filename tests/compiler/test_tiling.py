@@ -15,8 +15,9 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Carried, Scratchpad
+from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
-from iron.compiler.plan import Dma, TileKind, Wait
+from iron.compiler.plan import Choice, Dma, TileKind, Wait
 from iron.compiler.rules import Rule
 from iron.errors import DoesNotFit
 from iron.kernels import Accumulate, Add, MatMul, MatVec, RMSNorm, Scale, SiLU, Softmax
@@ -49,8 +50,15 @@ def test_matmul_512_float32_over_32_tiles_equals_reference():
     graph, body, a = compiled(512, 512, 512, np.float32)
     assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [
         "g0: MatMul (512, 512) x (512, 512) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): "
-        "blocks m=32 k=32 n=64 (each divides its side: no padding), 4 output blocks per core, 16 k-blocks "
-        "each (64 kernel calls per core), summed in float32"]
+        "blocks m=64 k=8 n=64 (each divides its side: no padding), 2 output blocks per core, 64 k-blocks "
+        "each (128 kernel calls per core), summed in float32"]
+    # by estimated time: B's column blocks go again for each row block, so m=64 moves 2 MB less from DDR
+    # than the 64 calls of m=32 k=32 n=64 (docs/platform.md section 11)
+    ddr = pytest.approx(4 * 2 ** 20 / 70)   # 4 MiB to and from DDR at 70 GB/s
+    assert body.plan.choices == (
+        ("g0", Choice(Rule.TILE_MATMUL_OVER_ARRAY, "blocks", "m=64 k=8 n=64", ddr, "m=128 k=8 n=32", ddr)),)
+    assert ("choices:\n  g0: tile_matmul_over_array: blocks chosen by estimated time: m=64 k=8 n=64, 59.9 us; "
+            "the best rejected, m=128 k=8 n=32, 59.9 us\n") in describe(body.plan)
     assert len(compute_tiles(body.plan)) == 32
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
@@ -59,8 +67,8 @@ def test_matmul_512_int8_into_int32_is_exact():
     graph, body, a = compiled(512, 512, 512, np.int8, np.int32)
     assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [
         "g0: MatMul (512, 512) x (512, 512) int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): "
-        "blocks m=32 k=128 n=64 (each divides its side: no padding), 4 output blocks per core, 4 k-blocks "
-        "each (16 kernel calls per core), summed in int32"]
+        "blocks m=64 k=32 n=64 (each divides its side: no padding), 2 output blocks per core, 16 k-blocks "
+        "each (32 kernel calls per core), summed in int32"]
     got = body(a=a)
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, graph.reference(a=a))
@@ -85,14 +93,14 @@ def test_matmul_2048_bfloat16_compiles_to_plan_and_mlir():
     _, body, _ = compiled(2048, 2048, 2048, iron.bfloat16)
     assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [
         "g0: MatMul (2048, 2048) x (2048, 2048) bfloat16 -> bfloat16 over 32 tiles (4 rows x 8 columns of "
-        "cores): blocks m=16 k=64 n=128 (each divides its side: no padding), 64 output blocks per core, 32 "
-        "k-blocks each (2048 kernel calls per core), summed in float32"]
+        "cores): blocks m=64 k=16 n=64 (each divides its side: no padding), 32 output blocks per core, 128 "
+        "k-blocks each (4096 kernel calls per core), summed in float32"]
     mlir = print_mlir(body.plan)
     assert mlir.count("aie.core(") == 32
     assert "aie.objectfifo @g0_a0(%mem_0_1, {%tile_0_2, %tile_1_2, %tile_2_2, %tile_3_2, %tile_4_2, " \
            "%tile_5_2, %tile_6_2, %tile_7_2}, 2 : i32) : !aie.objectfifo<memref<1024xbf16>>" in mlir
     assert "aie.objectfifo.link [@g0_part0_0, @g0_part1_0, @g0_part2_0, @g0_part3_0] -> [@g0_host0] " \
-           "([0, 2048, 4096, 6144] [])" in mlir
+           "([0, 4096, 8192, 12288] [])" in mlir
 
 
 def test_sizes_not_multiples_of_a_power_of_two_take_dividing_blocks():
@@ -197,7 +205,7 @@ def test_each_further_k_block_is_one_matmul_accumulate_call():
     MatVec's x as B of one column), with no product buffer; a user matrix kernel computes the
     product into a buffer and an Accumulate adds it."""
     _, body, _ = compiled(512, 512, 512, np.int8, np.int32)
-    assert more_steps(body.plan) == [("MatMulAccumulate", (32, 128, 64))]
+    assert more_steps(body.plan) == [("MatMulAccumulate", (64, 32, 64))]
     assert not [b for b in body.plan.buffers if b.name.endswith("_product")]
     w = np.ones((1024, 1024), np.float32)
     vector = Projection(w).compile(x=((1024,), np.float32), device=from_name("npu2"))
@@ -609,8 +617,8 @@ NOT_WORDS = [
      "and whole words, no padding), 1 output blocks per core, 1 k-blocks each (1 kernel calls per core), "
      "summed in int32"),
     (64, 2001, 64, np.int8, np.int32,   # K over a block side and over a BD dimension's 1023
-     "g0: MatMul (64, 2001) x (2001, 64) int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): blocks m=4 "
-     "k=2001 n=8 (K = 2001 int8 elements of a row of A are not whole 32-bit words: blocks take whole rows, "
+     "g0: MatMul (64, 2001) x (2001, 64) int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): blocks m=8 "
+     "k=2001 n=4 (K = 2001 int8 elements of a row of A are not whole 32-bit words: blocks take whole rows, "
      "contiguous and whole words, no padding), 4 output blocks per core, 1 k-blocks each (4 kernel calls per "
      "core), summed in int32"),
     (128, 64, 127, BF16_DTYPE, None,

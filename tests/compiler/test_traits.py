@@ -137,6 +137,9 @@ LIBRARY_TRAITS = {   # kernel: (index map, reduces, length_axes, keeps_zeros, de
     "Concat": (None, "", "", False, Role.OTHER), "RoPE": (None, "", "", False, Role.OTHER),
     "Max": ("rc->r", "c", "", False, Role.ROW_REDUCTION), "ArgmaxBlocks": ("b,b->", "b", "", False, Role.ROW_REDUCTION),
     "Dequant": ("rb->rc", "", "", False, Role.EXPANSION),
+    # a window of pixels, a key/value head per group of query heads: no map, so Role.OTHER
+    "Conv2D": (None, "", "", False, Role.OTHER), "MaxPool2D": (None, "", "", False, Role.OTHER),
+    "AvgPool2D": (None, "", "", False, Role.OTHER), "Attention": (None, "", "", False, Role.OTHER),
 }
 
 

@@ -269,13 +269,15 @@ CASES = [
     (
         "KD().reference(np.ones(4, np.float32), np.ones(4, np.int32))",
         iron.errors.KernelTypeError,
-        "Add computes in float32 but input 1 (y) is int32: give every input the dtype float32 "
-        "(Cast.step(y, dtype=np.float32) converts it).",
+        "Add computes in one dtype but input 0 (x) is float32 and input 1 (y) is int32: no dtype Add supports "
+        "holds every float32, int32 value, so any Cast would round or clamp some: pick another kernel, or Cast "
+        "knowing which values change.",
     ),
     (
         "KS().reference(np.ones(4, np.int32))",
         iron.errors.KernelTypeError,
-        "Softmax does not support int32: it supports bfloat16, float32. Convert the data with Cast (or pick another kernel).",
+        "Softmax does not support int32: it supports bfloat16, float32; no dtype Softmax supports holds every int32 "
+        "value, so any Cast would round or clamp some: pick another kernel, or Cast knowing which values change.",
     ),
 ]
 

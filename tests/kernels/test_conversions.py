@@ -180,17 +180,19 @@ ERRORS = [
     (lambda g, x: MatVec.step(g.w, x, dtype=np.int16), np.int8,
      "MatVec on int8 inputs gives np.int8, np.int32, not int16: pass dtype= one of those."),
     (lambda g, x: MatVec.step(g.w, x), np.float32,
-     "MatVec computes in int8 but input 1 (x) is float32: give every input the dtype int8 "
-     "(Cast.step(x, dtype=np.int8) converts it)."),
+     "MatVec computes in one dtype, or takes uint8 x int8 into int32 or int8 x uint8 into int32, but input 0 (w) "
+     "is int8 and input 1 (x) is float32: Cast.step(w, dtype=np.float32) converts w without losing a value."),
     (lambda g, x: Scale.step(x, factor=2.0), np.int32,
-     "Scale does not support int32: it supports bfloat16, float32. Convert the data with Cast (or pick another kernel)."),
+     "Scale does not support int32: it supports bfloat16, float32; no dtype Scale supports holds every int32 value, "
+     "so any Cast would round or clamp some: pick another kernel, or Cast knowing which values change."),
     (lambda g, x: Requantize.step(x), np.int32, "Requantize needs shift=...: pass it to Requantize.step."),
     (lambda g, x: Requantize.step(x, shift=63), np.int32,
      "Requantize needs shift= an int in 0..62, not 63; got shapes (16,)."),
     (lambda g, x: Requantize.step(x, shift=4, scale=0.5), np.int32,
      "Requantize needs scale= an int32 multiplier (fold a fraction into scale / 2**shift), not 0.5; got shapes (16,)."),
     (lambda g, x: Requantize.step(x, shift=4), np.int8,
-     "Requantize does not support int8: it supports int32. Convert the data with Cast (or pick another kernel)."),
+     "Requantize does not support int8: it supports int32; Cast.step(x, dtype=np.int32) converts x without losing a "
+     "value."),
 ]
 
 
@@ -201,12 +203,13 @@ def test_a_wrong_dtype_or_attribute_is_refused_with_the_fix(fn, dtype, text):
     assert str(raised.value) == text
 
 
-def test_bfloat16_weights_and_float32_activations_say_to_cast():
+def test_bfloat16_weights_and_float32_activations_say_to_cast_the_weights_up():
+    """Never the activations down: float32 to bfloat16 rounds."""
     with pytest.raises(KernelTypeError) as raised:
         Uses(lambda g, x: MatVec.step(g.w, x), iron.bfloat16).reference(np.ones(16, np.float32))
     assert str(raised.value) == (
-        "MatVec computes in bfloat16 but input 1 (x) is float32: give every input the dtype bfloat16 "
-        "(Cast.step(x, dtype=iron.bfloat16) converts it)."
+        "MatVec computes in one dtype, or takes uint8 x int8 into int32 or int8 x uint8 into int32, but input 0 (w) "
+        "is bfloat16 and input 1 (x) is float32: Cast.step(w, dtype=np.float32) converts w without losing a value."
     )
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from iron.kernels import LIBRARY, Role
 
-ATTRS = {"factor": 2.5, "shift": 3, "scale": 7}   # any value: a kernel that keeps zeros keeps them for all
+ATTRS = {"factor": 2.5, "shift": 3, "scale": 7, "zero_point": 0}   # a kernel that keeps zeros keeps them for these
 
 
 def on_zeros(kernel, dtype, out) -> np.ndarray:
@@ -30,3 +30,13 @@ def test_an_elementwise_kernel_keeps_zeros_exactly_when_its_compute_maps_zeros_t
 def test_the_kernels_that_keep_zeros():
     assert sorted(k.__name__ for k in LIBRARY if k.keeps_zeros) == [
         "Accumulate", "Add", "Cast", "Copy", "Mul", "ReLU", "Requantize", "Scale", "SiLU", "Sub"]
+
+
+def test_requantize_keeps_zeros_only_with_zero_point_0():
+    """Its zero point is added after the shift: zeros become the zero point, which the padding
+    of a padded product must not hold."""
+    requantize = next(k for k in LIBRARY if k.__name__ == "Requantize")
+    shifted = {"shift": 3, "scale": 7}
+    with_point = requantize.reference_fn(np.dtype(np.int32), {**shifted, "zero_point": -5}, np.dtype(np.int8))
+    assert with_point(np.zeros(3, np.int32)).tolist() == [-5, -5, -5]
+    assert (requantize.keeps_zeros_in({**shifted, "zero_point": -5}), requantize.keeps_zeros_in(shifted)) == (False, True)

@@ -18,9 +18,9 @@ from iron.kernels import LIBRARY
 
 CC_DIR = Path(__file__).resolve().parents[2] / "iron" / "kernels" / "cc"
 
-# Every kernel's symbols, read from its declared signatures (one per input dtype, and one per
-# further output dtype: matvec_i8_i32, cast_f32_bf16).
-SYMBOLS = {k.name: {k.symbol(d, o) for d, o in k.signatures()} for k in LIBRARY}
+# Every kernel's symbols, read from its declared signatures (one per input dtype, one per further
+# output dtype: matvec_i8_i32, cast_f32_bf16, and one per mixed pair of inputs: matvec_u8_i8_i32).
+SYMBOLS = {k.name: k.symbols() for k in LIBRARY}
 ALLOWED_INCLUDES = {"<cstdint>", "<cmath>", '"iron_kernel.h"'}
 
 

@@ -9,10 +9,10 @@ for floats) and with the library's own `Kernel.reference`: integers exactly; f32
 on random values and, with hypothesis, on any int32 or float32 bit pattern. Also: bf16 rounding
 (nearest even, NaN, overflow), integer wrap-around, the build cache (reuse, one build under
 concurrent loads, the cache location) and the error texts. The whole library is compiled once
-per module into a temporary cache. Does not test the emulator that calls these kernels.
+per session into a temporary cache (the `library` fixture of tests/conftest.py). Does not test the
+emulator that calls these kernels.
 """
 
-import shutil
 import threading
 from fractions import Fraction
 
@@ -48,16 +48,6 @@ N = 67
 WIDER = [("i8", "i32"), ("u8", "i32"), ("i16", "i32"), ("bf16", "f32")]  # dtype= results of a dot product
 ELEMENTWISE, REDUCTION = 1e-5, 1e-4  # f32 rtol
 TINY = {"tiny.cc": 'extern "C" void tiny(int* out, int value) { *out = value + 1; }\n'}
-
-
-@pytest.fixture(scope="module")
-def library(tmp_path_factory):
-    if shutil.which("g++") is None:
-        pytest.skip("the host C++ compiler g++ is not installed (apt-get install g++)")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("IRON_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        patch.delenv("CXX", raising=False)
-        yield NativeLibrary.load(library_sources())
 
 
 @pytest.fixture
@@ -385,6 +375,38 @@ def test_matvec_and_matmul_into_a_wider_type(library, dt, out):
     expect(product, KERNELS["matmul"].reference(w, b, dtype=DTYPES[out]), out, rtol=REDUCTION)
 
 
+MIXED = [("u8", "i8"), ("i8", "u8")]   # a product of two dtypes (uint8 activations, int8 weights)
+
+
+@pytest.mark.parametrize("da, db", MIXED)
+def test_mixed_uint8_and_int8_products_sum_exactly_into_int32(library, da, db):
+    """matvec, matmul and matmul_accumulate of uint8 x int8 (either way round): the exact integer
+    sums, as their numpy references give them, over each dtype's full range."""
+    m, k, n = 5, 37, 3
+    a, x, b = random_array(da, (m, k), seed=1), random_array(db, k, seed=2), random_array(db, (k, n), seed=3)
+    before = random_array("i32", (m, n), seed=4) // 4
+    got, product, acc = np.zeros(m, np.int32), np.zeros((m, n), np.int32), before.copy()
+    call(library, f"matvec_{da}_{db}_i32", a, x, got, m, k)
+    call(library, f"matmul_{da}_{db}_i32", a, b, product, m, k, n)
+    call(library, f"matmul_accumulate_{da}_{db}_i32", a, b, acc, m, k, n)
+    expect(got, wide(a) @ wide(x), "i32")
+    expect(product, wide(a) @ wide(b), "i32")
+    expect(acc, wide(before) + wide(a) @ wide(b), "i32")
+    np.testing.assert_array_equal(got, KERNELS["matvec"].reference(a, x, dtype=np.int32))
+    np.testing.assert_array_equal(product, KERNELS["matmul"].reference(a, b, dtype=np.int32))
+    np.testing.assert_array_equal(acc, KERNELS["matmul_accumulate"].reference(a, b, before, dtype=np.int32))
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.integers(0, 255), st.integers(-128, 127)), min_size=1, max_size=64))
+def test_uint8_times_int8_matvec_matches_the_exact_sum_on_any_values(library, pairs):
+    w = np.array([[u for u, _ in pairs]], np.uint8)
+    x = np.array([s for _, s in pairs], np.int8)
+    got = np.zeros(1, np.int32)
+    call(library, "matvec_u8_i8_i32", w, x, got, 1, len(pairs))
+    assert int(got[0]) == sum(u * s for u, s in pairs) == int(KERNELS["matvec"].reference(w, x, dtype=np.int32)[0])
+
+
 def test_int8_matvec_into_int32_keeps_what_int8_wraps(library):
     w, x = np.full((1, 12), 40, np.int8), np.full(12, 40, np.int8)  # 12 * 1600 = 19200
     wrapped, exact = np.zeros(1, np.int8), np.zeros(1, np.int32)
@@ -483,16 +505,18 @@ def test_cast_from_int32_matches_numpy_on_any_value(library, values, out):
     same_bits(got, KERNELS["cast"].reference(x, dtype=DTYPES[out]))
 
 
-def requantized(x, scale, shift, out):
+def requantized(x, scale, shift, out, zero_point=0):
     """Independently: x * scale / 2**shift as an exact fraction, rounded half to even by Python's
-    round(), clamped to out's range."""
+    round(), plus the zero point, clamped to out's range."""
     info = np.iinfo(DTYPES[out])
-    return np.array([min(max(round(Fraction(int(v) * scale, 2**shift)), info.min), info.max) for v in x], DTYPES[out])
+    exact = [round(Fraction(int(v) * scale, 2**shift)) + zero_point for v in x]
+    return np.array([min(max(v, info.min), info.max) for v in exact], DTYPES[out])
 
 
-def requantize(library, x, scale, shift, out):
+def requantize(library, x, scale, shift, out, zero_point=0):
     got = np.zeros(len(x), DTYPES[out])
-    call(library, "requantize_i32" if out == "i8" else f"requantize_i32_{out}", x, got, len(x), scale, shift)
+    symbol = "requantize_i32" if out == "i8" else f"requantize_i32_{out}"
+    call(library, symbol, x, got, len(x), scale, shift, zero_point)
     return got
 
 
@@ -503,13 +527,23 @@ def test_requantize_rounds_half_to_even_and_saturates(library):
     np.testing.assert_array_equal(requantize(library, x, 1, 0, "i16")[:6], [5, 6, 7, -5, -6, -7])
 
 
+def test_requantize_to_uint8_clamps_negatives_to_0_and_adds_the_zero_point_before_clamping(library):
+    x = np.array([-40, -2, 0, 3, 200, 1000, 2**31 - 1], np.int32)
+    np.testing.assert_array_equal(requantize(library, x, 1, 1, "u8"), [0, 0, 0, 2, 100, 255, 255])
+    np.testing.assert_array_equal(requantize(library, x, 1, 1, "u8", zero_point=128), [108, 127, 128, 130, 228, 255, 255])
+    np.testing.assert_array_equal(requantize(library, x, 1, 1, "i8", zero_point=-10), [-30, -11, -10, -8, 90, 127, 127])
+    np.testing.assert_array_equal(KERNELS["requantize"].reference(x, dtype=np.uint8, shift=1, zero_point=128),
+                                  [108, 127, 128, 130, 228, 255, 255])
+
+
 @settings(max_examples=200)
-@given(st.lists(INT32, min_size=1, max_size=64), INT32, st.integers(0, 62), st.sampled_from(["i8", "i16"]))
-def test_requantize_matches_exact_rounding_on_any_value(library, values, scale, shift, out):
+@given(st.lists(INT32, min_size=1, max_size=64), INT32, st.integers(0, 62), st.sampled_from(["i8", "u8", "i16"]), INT32)
+def test_requantize_matches_exact_rounding_on_any_value(library, values, scale, shift, out, zero_point):
     x = np.array(values, np.int32)
-    got = requantize(library, x, scale, shift, out)
-    np.testing.assert_array_equal(got, requantized(x, scale, shift, out))
-    np.testing.assert_array_equal(got, KERNELS["requantize"].reference(x, dtype=DTYPES[out], shift=shift, scale=scale))
+    got = requantize(library, x, scale, shift, out, zero_point)
+    np.testing.assert_array_equal(got, requantized(x, scale, shift, out, zero_point))
+    reference = KERNELS["requantize"].reference(x, dtype=DTYPES[out], shift=shift, scale=scale, zero_point=zero_point)
+    np.testing.assert_array_equal(got, reference)
 
 
 def test_bf16_results_round_to_nearest_even(library):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import iron
-from iron.runtime import cost
-from iron.runtime.timeline import DEVICE, HOST
+from iron.compiler import cost
+from iron.runtime.timeline import DEVICE, HOST, Bound
 from tests.compiler import designs
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
@@ -96,8 +96,16 @@ def test_estimate_of_add_one_on_npu2_is_its_launch_cost_and_its_dma_and_kernel_t
     assert e.call_ns == pytest.approx(gen.host_call_ns + cycles / 1.8)
     assert e.busiest == "tile_0_2"
     assert e.share == pytest.approx((64 + 128) / cycles)
-    assert str(e) == f"estimated {e.call_ns / 1000:.1f} us per call ({e.device_ns / 1000:.1f} us on the device; " \
-                     f"busiest tile tile_0_2, busy {100 * e.share:.0f}% of the run)"
+    # iron's Add as written: 1024 int64 adds of 2 cycles each, in place of the vectorised 128
+    assert e.written_ns == pytest.approx(e.call_ns + (1024 * 2 - 128) / 1.8)
+    # the roofline: x and the ones read from DDR, the result written, at 70 GB/s; no MACs
+    assert e.bound == Bound(ddr_bytes=3 * 4096, ddr_ns=3 * 4096 / 70, mac_ns=0.0)
+    assert e.reached == pytest.approx(3 * 4096 / 70 / e.device_ns)
+    assert str(e) == (f"estimated {e.call_ns / 1000:.1f} us per call with vectorised kernels (the roofline), "
+                      f"{e.written_ns / 1000:.1f} us with iron's kernels; on the device {e.device_ns / 1000:.1f} us "
+                      f"(busiest tile tile_0_2, busy {100 * e.share:.0f}% of the run); roofline bound 0.2 us "
+                      f"(0.012 MB to and from DDR: 0.2 us, MACs at the array's peak: 0.0 us): the design reaches "
+                      f"{100 * e.reached:.0f}% of it")
 
 
 def test_a_device_loop_step_costs_a_restart_where_a_host_call_costs_the_whole_launch():

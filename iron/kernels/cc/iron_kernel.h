@@ -18,7 +18,8 @@
 //                  float, stores rounded to nearest even; a NaN stores as the quiet NaN 0x7fc0
 //                  with its sign, as numpy's bfloat16 (ml_dtypes) converts one.
 // A kernel whose output type differs from its inputs' names both: `matvec_i8_i32(const int8_t*
-// w, const int8_t* x, int32_t* out, ...)`, `cast_f32_bf16`.
+// w, const int8_t* x, int32_t* out, ...)`, `cast_f32_bf16`; one whose inputs differ names each
+// input's and the output's: `matmul_u8_i8_i32(const uint8_t* a, const int8_t* b, int32_t* out, ...)`.
 #pragma once
 
 #include <cstdint>
@@ -80,6 +81,9 @@ struct bf16 {
 // Expand X(in, out) for every wider result a dot product may give: exact integer sums in int32,
 // bfloat16 products summed and kept in float32.
 #define IRON_WIDER_DOTS(X) X(i8, i32) X(u8, i32) X(i16, i32) X(bf16, f32)
+// Expand X(a, b, out) for every product of two inputs of differing types a kernel takes: uint8
+// activations times int8 weights (and the other way round), summed exactly in int32.
+#define IRON_MIXED_DOTS(X) X(u8, i8, i32) X(i8, u8, i32)
 
 template <typename T>
 using stored_t = typename T::stored;
@@ -126,13 +130,14 @@ stored_t<T> store_rounded(double v) {
   return T::store(whole);
 }
 
-// sum_j a[j] * b[j * b_stride] over k terms of type In, in In's accumulator, stored as Out.
-template <typename In, typename Out = In>
-stored_t<Out> dot(const stored_t<In>* a, const stored_t<In>* b, int32_t b_stride, int32_t k) {
+// sum_j a[j] * b[j * b_stride] over k terms, a of type In and b of type B (In unless mixed), in
+// In's accumulator (B's is the same kind), stored as Out.
+template <typename In, typename Out = In, typename B = In>
+stored_t<Out> dot(const stored_t<In>* a, const stored_t<B>* b, int32_t b_stride, int32_t k) {
   using accumulator = typename In::accumulator;
   accumulator sum = 0;
   for (int32_t j = 0; j < k; ++j) {
-    sum += static_cast<accumulator>(In::load(a[j]) * In::load(b[j * b_stride]));
+    sum += static_cast<accumulator>(In::load(a[j]) * B::load(b[j * b_stride]));
   }
   return Out::store(static_cast<typename Out::value>(sum));
 }
@@ -154,7 +159,43 @@ int32_t first_maximum(const stored_t<T>* x, int32_t n) {
   return best;
 }
 
+// Pooling over an h x w x c image (row-major, HWC) into oh x ow x c: for each output pixel and
+// channel, `pool` folds the size x size window moved by `stride` over the image padded by
+// `padding` on each side, in window order: `pool.add(value, inside)` for each position (value
+// 0 where it lies on the padding), then `pool.result()` is stored; a copy of `pool` per window.
+template <typename T, typename Pool>
+void pool2d(const stored_t<T>* x, stored_t<T>* out, int32_t h, int32_t w, int32_t c, int32_t oh,
+            int32_t ow, int32_t size, int32_t stride, int32_t padding, Pool pool) {
+  for (int32_t y = 0; y < oh; ++y) {
+    for (int32_t x0 = 0; x0 < ow; ++x0) {
+      for (int32_t ch = 0; ch < c; ++ch) {
+        Pool window = pool;
+        for (int32_t i = 0; i < size; ++i) {
+          const int32_t row = y * stride + i - padding;
+          for (int32_t j = 0; j < size; ++j) {
+            const int32_t col = x0 * stride + j - padding;
+            const bool inside = row >= 0 && row < h && col >= 0 && col < w;
+            window.add(inside ? T::load(x[(row * w + col) * c + ch]) : typename T::value(0), inside);
+          }
+        }
+        out[(y * ow + x0) * c + ch] = T::store(window.result());
+      }
+    }
+  }
+}
+
 }  // namespace iron
+
+// The entry point `<name>_<T>(const T* x, T* out, int32_t h, int32_t w, int32_t c, int32_t oh,
+// int32_t ow, int32_t size, int32_t stride, int32_t padding)` of a pooling kernel folding each
+// window with `Pool<iron::T>` (iron::pool2d).
+#define IRON_POOL2D_KERNEL(name, Pool, T)                                                  \
+  extern "C" void name##_##T(const iron::stored_t<iron::T>* x, iron::stored_t<iron::T>* out, \
+                             int32_t h, int32_t w, int32_t c, int32_t oh, int32_t ow,         \
+                             int32_t size, int32_t stride, int32_t padding) {                 \
+    iron::pool2d<iron::T>(x, out, h, w, c, oh, ow, size, stride, padding,                      \
+                          Pool<iron::T>{size * size});                                         \
+  }
 
 // The entry point `<name>_<T>(const T* a, const T* b, T* out, int32_t n)` of an elementwise
 // binary kernel: out[i] = a[i] <op> b[i].
@@ -165,12 +206,14 @@ int32_t first_maximum(const stored_t<T>* x, int32_t n) {
     iron::zip<iron::T>(a, b, out, n, [](auto x, auto y) { return x op y; });            \
   }
 
-// The entry point `symbol(const In* a, const In* b, Out* out, int32_t m, int32_t k, int32_t n)`
-// of a kernel on an m x k and a k x n matrix, calling `fn<In, Out>` (matmul, matmul_accumulate).
-#define IRON_MATRIX_KERNEL(fn, In, Out, symbol)                                          \
+// The entry point `symbol(const In* a, const B* b, Out* out, int32_t m, int32_t k, int32_t n)`
+// of a kernel on an m x k and a k x n matrix, calling `fn<In, Out, B>` (matmul,
+// matmul_accumulate); IRON_MATRIX_KERNEL has b of a's type.
+#define IRON_MIXED_MATRIX_KERNEL(fn, In, B, Out, symbol)                                 \
   extern "C" void symbol(const iron::stored_t<iron::In>* a,                              \
-                         const iron::stored_t<iron::In>* b,                              \
+                         const iron::stored_t<iron::B>* b,                               \
                          iron::stored_t<iron::Out>* out, int32_t m, int32_t k,           \
                          int32_t n) {                                                    \
-    fn<iron::In, iron::Out>(a, b, out, m, k, n);                                         \
+    fn<iron::In, iron::Out, iron::B>(a, b, out, m, k, n);                                \
   }
+#define IRON_MATRIX_KERNEL(fn, In, Out, symbol) IRON_MIXED_MATRIX_KERNEL(fn, In, In, Out, symbol)

@@ -114,7 +114,7 @@ def _kernel_step(fn, step, make_call):
     attr_names = [name for name, _ in kernel.c_attrs]
     attr_types = [ctype for _, ctype in kernel.c_attrs]
     nsizes = len(step.args) - pointers - len(attr_types)
-    dtypes = [step.dtype] * kernel.arity + [step.out]
+    dtypes = [*step.in_dtypes, step.out]
     views = [_pointer(fn, p, d) for p, d in zip(step.args[:pointers], dtypes)]
     sizes = _scalars(fn, step.args[pointers: pointers + nsizes], ["i32"] * nsizes)
     attrs = _scalars(fn, step.args[pointers + nsizes:], attr_types)

@@ -59,12 +59,15 @@ def ring(bds: list[BufferDescriptor]) -> BufferDescriptor:
 
 class Stream:
     """A flow from one MM2S channel to `receivers` S2MM channels (a broadcast when several).
-    The sender offers `total` words of `source`; receiver k has taken `taken[k]` of them."""
+    The sender offers `total` words of `source`; receiver k has taken `taken[k]` of them;
+    `ddr[k]`: whether the words receiver k takes are read from or written to DDR (a shim
+    sender's, counted once for a broadcast, or a shim receiver's)."""
 
-    __slots__ = ("source", "total", "taken", "sent", "arrived")
+    __slots__ = ("source", "total", "taken", "sent", "arrived", "ddr")
 
-    def __init__(self, receivers: int, board: Board):
+    def __init__(self, receivers: int, board: Board, ddr: tuple[bool, ...] | None = None):
         self.source, self.total, self.taken = None, 0, [0] * receivers
+        self.ddr = ddr or (False,) * receivers
         self.sent = Signal(board)     # the sender waits here for its receivers
         self.arrived = Signal(board)  # receivers wait here for words
 
@@ -88,7 +91,7 @@ class Stream:
             count = min(length - channel.got, self.total - at)
             sink.take(channel.got, count, self.source, at, board)
             if board.clock is not None:
-                board.clock.move(board, count)
+                board.clock.move(board, count, self.ddr[k])
             taken[k] = at + count
             channel.got += count
             if taken[k] == self.total:

@@ -91,7 +91,9 @@ class ObjectFifos:
             end = FifoEnd(self.tiles[home], fifo.name, fifo.depth, fifo.nbytes)
             self.ends[(fifo.name, fifo.producer)] = self.ends[(fifo.name, fifo.consumers[0])] = end
             return
-        stream = self.streams[fifo.name] = Stream(len(fifo.consumers), self.board)
+        from_ddr = fifo.producer.kind is TileKind.SHIM
+        ddr = tuple((from_ddr and k == 0) or tile.kind is TileKind.SHIM for k, tile in enumerate(fifo.consumers))
+        stream = self.streams[fifo.name] = Stream(len(fifo.consumers), self.board, ddr)
         ends = [(fifo.producer, Direction.MM2S, fifo.name, 0)]
         ends += [(tile, Direction.S2MM, f"{fifo.name}_cons", k) for k, tile in enumerate(fifo.consumers)]
         for at, direction, name, k in ends:

@@ -1,14 +1,14 @@
-"""The cost model (iron/runtime/cost.py) against values worked out by hand from the table in
+"""The cost model (iron/compiler/cost.py) against values worked out by hand from the table in
 docs/platform.md section 11, for small kernels of each role, a Function, DMA and the clock."""
 import ml_dtypes
 import numpy as np
 import pytest
 
 from aie_utils import from_name
+from iron.compiler import cost
 from iron.compiler.plan import Function, Imm, KernelStep, Load, Ptr, ScalarStep
 from iron.kernels import MatVec, RMSNorm
 from iron.kernels.base import Role
-from iron.runtime import cost
 
 NPU1, NPU2 = cost.GENERATIONS["npu1"], cost.GENERATIONS["npu2"]
 I8, I32, F32, BF16 = np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)
