@@ -39,7 +39,7 @@ EXPECTED = {
     ],
     "section-2/custom_kernel.py": [
         "reference: out[:4] = [0.3918 0.     1.9037 1.3728] -> matches numpy (rtol 1e-6)",
-        "      axpy_f32(reinterpret_cast<const float*>(p0), reinterpret_cast<const float*>(p0 + 256), "
+        "      my_axpy_f32(reinterpret_cast<const float*>(p0), reinterpret_cast<const float*>(p0 + 256), "
         "reinterpret_cast<float*>(p2), 64, 0.5f);",
         "compiled (npu2, numpy kernels): out[:4] = [0.3918 0.     1.9037 1.3728] -> matches numpy (rtol 1e-6)",
         "compiled (npu2, the C++ built for the host): out[:4] = [0.3918 0.     1.9037 1.3728] -> matches numpy (rtol 1e-6)",
