@@ -241,7 +241,7 @@ def _typed_constant(kernel, number, dtype: np.dtype) -> dict:
     """The constant form's attribute holding `number` typed by the tensor's `dtype`: `value` (an
     integer of the dtype, or a per-call value) for integers, `fvalue` (rounded to the dtype) for
     floats."""
-    where = f"{kernel.__name__}.step's constant operand {number.node.arg[0] if isinstance(number, Scalar) else repr(number)}"
+    where = f"{kernel.__name__}.step's constant operand {describe(number.node) if isinstance(number, Scalar) else repr(number)}"
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         if isinstance(number, Scalar):
