@@ -17,7 +17,7 @@ from iron.compiler.plan import Buffer, Imm, KernelStep, Output, Ptr, WordKind, W
 from iron.compiler.readers import Reader
 from iron.compiler.route import Relay, Routes
 from iron.compiler.rules import Rule
-from iron.compiler.words import Access, WordTable, base_name, placement_access, view_access
+from iron.compiler.words import Access, WordTable, placement_access, view_access
 from iron.errors import PlacementError
 from iron.ir import (
     Node,
@@ -172,7 +172,7 @@ def pack(ctx: Context, site: Site) -> list[Part]:
 def host_access(ctx: Context, node: Node) -> tuple[str, Access]:
     """(host buffer, Access) of an input, a declared memory or a view of one."""
     base = node.src[0] if node.op == Op.VIEW else node
-    p = ctx.placement(base_name(base)[1])
+    p = ctx.placement(base.arg.name)
     if node.op != Op.VIEW:
         return p.buffer, placement_access(p)
     return p.buffer, view_access(node, ctx.table, p)
