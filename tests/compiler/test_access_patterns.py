@@ -219,7 +219,7 @@ def test_a_row_reduction_over_a_view_streams_in_row_blocks(device, view, shape):
     e = np.exp(rows[:, :701] - rows[:, :701].max(axis=1, keepdims=True))
     np.testing.assert_allclose(got[:, :701], e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-9)   # the emulator sums each row in another order
-    assert "stream_row_blocks" in rules(body)
+    assert Rule.STREAM_ROW_BLOCKS in rules(body)
 
 
 class ViewOfProduct(iron.Graph):
