@@ -196,7 +196,9 @@ def describe(node: Node, depth: int = CALL_DEPTH) -> str:
     c = node.arg
     if depth == 0:
         return f"{c.kernel.__name__}(...)"
-    return f"{c.kernel.__name__}({', '.join(describe(s, depth - 1) for s in node.src[:c.n_inputs])})"
+    per_call = {name: describe(value, depth - 1) for name, value in dynamic_attrs(node)}
+    operands = [describe(s, depth - 1) for s in node.src[:c.n_inputs]]
+    return c.kernel.describe_call(operands, c.attr_dict | per_call, node.src[0].dtype)
 
 
 def _operand(node: Node, depth: int) -> str:

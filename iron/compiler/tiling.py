@@ -522,9 +522,9 @@ class Flow(OnCores):
         names = ", ".join(c.arg.kernel.__name__ for c in self.calls)
         where = (f"over {len(self.tiles)} tiles ({len(self.rows)} rows x {len(self.cols)} columns of cores), "
                  f"{self.rounds} blocks per core")
+        words = "".join(f", {name}={describe(value)} a per-call word every core receives"
+                        for _, name, value in self.per_call)
         if self.width > 1:
-            words = "".join(f", {name}={describe(value)} a per-call word every core receives"
-                            for _, name, value in self.per_call)
             single = ", one object of each FIFO (a row fills the tile: no overlap)" * (self.objects == 1)
             (rows, width), wider = self.inputs[0].shape, f" of {self.width} elements" * (self.width != self.inputs[0].shape[1])
             if self.calls[-1].arg.kernel.role is Role.EXPANSION:
@@ -543,7 +543,7 @@ class Flow(OnCores):
             also += (f"; {' then '.join(map(describe, self.pieces))} copied block by block, each piece's blocks "
                      "in turn (stream_joined)")
         return (f"{names} over {self.calls[-1].size} elements{padding} streamed in blocks of {self.block} "
-                f"{where}{views}{into}{also}")
+                f"{where}{words}{views}{into}{also}")
 
 
 def streamable(calls) -> bool:
@@ -553,21 +553,21 @@ def streamable(calls) -> bool:
 
 def unstreamable(calls, label=lambda c: c.arg.kernel.__name__) -> str | None:
     """Why elementwise calls do not stream in blocks, naming calls by `label`; None when they do:
-    elementwise calls (by Role) over tensors of one element count, taking no per-call attribute,
-    reading at most MAX_FLOW_INPUTS host tensors that each lie in one run of whole words
+    elementwise calls (by Role) over tensors of one element count, reading at most
+    MAX_FLOW_INPUTS host tensors, with one object of their per-call attributes (a threshold given
+    per call, a constant form's per-call value) counted as one more, that each lie in one run of whole words
     (`stream_contiguous_views`), none writing a state but the last, as `stream_into_state` allows."""
     for c in calls:
         if c.arg.kernel.role is not Role.ELEMENTWISE:
             return (f"{label(c)} is not elementwise ({c.arg.kernel.role.value}): its result's blocks are not "
                     "those of its inputs")
-        if c.arg.scalar_attrs:
-            return f"{label(c)} takes a per-call attribute ({', '.join(c.arg.scalar_attrs)})"
         if c.arg.writes and (c is not calls[-1] or not stream_into_state(calls)):
             return (f"{label(c)} writes {describe(destination(c))}, and only a group's last call streams into a "
                     "state, as one run of whole words it reads only as that view")
     outside = external_inputs(calls)
-    if len(outside) > MAX_FLOW_INPUTS:
-        return (f"it reads {len(outside)} tensors ({', '.join(map(describe, outside))}) but a core has "
+    fifos = [*map(describe, outside)] + ["the per-call words"] * any(dynamic_attrs(c) for c in calls)
+    if len(fifos) > MAX_FLOW_INPUTS:
+        return (f"it reads {len(fifos)} inputs ({', '.join(fifos)}) but a core has "
                 f"{MAX_FLOW_INPUTS} input DMA channels")
     for n in outside:
         if not is_host_tensor(n) or (word_run(n) is None and streamed_rows(n) is None):

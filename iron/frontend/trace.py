@@ -69,6 +69,8 @@ class Trace:
             raise KernelTypeError(
                 f"{kernel.__name__}.step takes {kernel.arity} input(s) (and optionally out=), got {len(args)}."
             )
+        if getattr(kernel, "constant", None) is not None and any(map(_is_constant, args)):
+            kernel, args, attrs = self._constant_form(kernel, args, attrs)
         inputs = _broadcast(kernel, [self.operand(kernel, i, a) for i, a in enumerate(args)])
         result = _result_dtype(kernel, inputs, dtype)
         static, dynamic = _split_attrs(kernel, attrs)
@@ -81,6 +83,19 @@ class Trace:
         self.calls.append(node)
         self.made.add(node)
         return Tensor(dest if dest is not None else node)
+
+    def _constant_form(self, kernel, args, attrs: dict):
+        """`K.step(x, 3)`, `K.step(1.5, x)`, `K.step(x, t)` (t per call): the call of K's constant
+        form on x, the number typed by x's dtype (an int in its range for integers, rounded to it
+        for floats) and given as the form's static (or per-call) attribute."""
+        flip = int(_is_constant(args[0]))
+        number, tensor = args[flip ^ 1], args[flip]
+        if _is_constant(tensor):
+            raise KernelTypeError(
+                f"{kernel.__name__}.step got two numbers ({args[0]!r}, {args[1]!r}): at least one operand is a tensor."
+            )
+        dtype = self.operand(kernel, flip, tensor).dtype
+        return kernel.constant, [tensor], {**attrs, **_typed_constant(kernel, number, dtype), "flip": flip}
 
     def owned(self, node: Node) -> Node:
         """`node`, when this trace made it (or a view of what it bound); a handle kept from
@@ -210,6 +225,35 @@ def _given(cls, source: str, result: np.dtype, given: frozenset, dtype) -> np.dt
             f"{cls.__name__} on {source} inputs gives {ok}{asked}: pass dtype= one of those."
         )
     return result
+
+
+def _is_constant(value) -> bool:
+    """A Python number or a per-call value standing for a tensor operand of a binary kernel."""
+    return isinstance(value, Scalar) or (isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)))
+
+
+def _typed_constant(kernel, number, dtype: np.dtype) -> dict:
+    """The constant form's attribute holding `number` typed by the tensor's `dtype`: `value` (an
+    integer of the dtype, or a per-call value) for integers, `fvalue` (rounded to the dtype) for
+    floats."""
+    where = f"{kernel.__name__}.step's constant operand {number.node.arg[0] if isinstance(number, Scalar) else repr(number)}"
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if isinstance(number, Scalar):
+            return {"value": number}
+        if not float(number).is_integer() or not info.min <= number <= info.max:
+            raise KernelTypeError(
+                f"{where} is not a {dtypes.name(dtype)} value, but the tensor it meets is {dtypes.name(dtype)}: "
+                f"pass an integer in {info.min}..{info.max} (a constant takes the tensor's dtype)."
+            )
+        return {"value": int(number)}
+    if isinstance(number, Scalar):
+        raise KernelTypeError(
+            f"{where} is a per-call int32 value, but the tensor it meets is {dtypes.name(dtype)}: a per-call "
+            "constant meets integer tensors only; pass a Python number (fixed when the design compiles)."
+        )
+    with np.errstate(over="ignore"):
+        return {"fvalue": float(np.asarray(number, np.float64).astype(dtype).astype(np.float32))}
 
 
 def _split_attrs(cls, attrs: dict) -> tuple[dict, dict]:

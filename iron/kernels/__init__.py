@@ -1,12 +1,39 @@
 """Kernels: the `Kernel` base class users subclass, and iron's kernel library, one module per
-family (library.py: elementwise, matrix, row and conversion kernels; conv.py: convolution and
-pooling; attention.py: fused attention). A kernel describes and computes one call; where it runs
-is the compiler's decision.
+family: library.py (copies, arithmetic, matrices, RMSNorm, Softmax, Argmax, Max, conversions,
+Concat, RoPE, Dequant), elementwise.py (the Binary family with its constant forms, comparisons,
+bitwise ops, Where, activations, Axpy), reductions.py (Min, Sum), norms.py (LayerNorm), conv.py
+(convolution and pooling) and attention.py (fused attention). A kernel describes and computes
+one call; where it runs is the compiler's decision.
 """
-from iron.kernels import attention, conv, library
+from iron.kernels import attention, conv, elementwise, library, norms, reductions
 from iron.kernels.attention import Attention
 from iron.kernels.base import Kernel, Role, Within
 from iron.kernels.conv import AvgPool2D, Conv2D, MaxPool2D
+from iron.kernels.elementwise import (
+    GELU,
+    Axpy,
+    Binary,
+    BitwiseAnd,
+    BitwiseNot,
+    BitwiseOr,
+    BitwiseXor,
+    Equal,
+    GELUTanh,
+    Greater,
+    GreaterEqual,
+    LeakyReLU,
+    Less,
+    LessEqual,
+    Maximum,
+    Minimum,
+    Mod,
+    NotEqual,
+    ShiftLeft,
+    ShiftRight,
+    Sigmoid,
+    Tanh,
+    Where,
+)
 from iron.kernels.library import (
     Accumulate,
     Add,
@@ -32,39 +59,71 @@ from iron.kernels.library import (
     Sub,
     concat,
 )
+from iron.kernels.norms import LayerNorm, LayerNormAffine
+from iron.kernels.reductions import Min, Sum
 
-LIBRARY = library.LIBRARY + conv.CONV + attention.ATTENTION   # every library kernel, by family
+_FAMILIES = (*library.LIBRARY, *elementwise.KERNELS, *reductions.KERNELS, *norms.KERNELS, *conv.CONV,
+             *attention.ATTENTION)
+# Every library kernel, by family, then each Binary's constant form (`Mul.step(x, 3)`).
+LIBRARY = (*_FAMILIES, *(k.constant for k in _FAMILIES if issubclass(k, Binary)))
 
 __all__ = [
-    "LIBRARY",
     "Accumulate",
     "Add",
     "Argmax",
     "ArgmaxBlocks",
     "Attention",
     "AvgPool2D",
+    "Axpy",
+    "Binary",
+    "BitwiseAnd",
+    "BitwiseNot",
+    "BitwiseOr",
+    "BitwiseXor",
     "Cast",
     "Concat",
     "Conv2D",
     "Copy",
     "Dequant",
+    "Equal",
     "Exp",
+    "GELU",
+    "GELUTanh",
+    "Greater",
+    "GreaterEqual",
     "Kernel",
+    "LIBRARY",
+    "LayerNorm",
+    "LayerNormAffine",
+    "LeakyReLU",
+    "Less",
+    "LessEqual",
     "MatMul",
     "MatMulAccumulate",
     "MatVec",
     "Max",
     "MaxPool2D",
+    "Maximum",
+    "Min",
+    "Minimum",
+    "Mod",
     "Mul",
+    "NotEqual",
     "RMSNorm",
     "ReLU",
     "Requantize",
     "RoPE",
     "Role",
     "Scale",
+    "ShiftLeft",
+    "ShiftRight",
     "SiLU",
+    "Sigmoid",
     "Softmax",
     "Sub",
+    "Sum",
+    "Tanh",
+    "Where",
     "Within",
     "concat",
 ]

@@ -81,6 +81,8 @@ class Kernel:
     role: ClassVar[Role] = Role.OTHER         # derived from the traits: how fusion and placement may treat its calls
     bounds: ClassVar[dict[str, Within]] = {}  # per-call attrs checked against a range before a call runs
     source: ClassVar[str | None] = None       # C++ text (user kernels); None: iron/kernels/cc/<name>.cc
+    source_kernel: ClassVar[type | None] = None   # the kernel whose source defines this one's symbols too
+    # (a Binary's constant form, LayerNormAffine): the two share one file
 
     REQUIRED = object()
 
@@ -165,7 +167,9 @@ class Kernel:
 
     @classmethod
     def source_text(cls) -> tuple[str, str]:
-        """(file name, C++ text) of the kernel's source."""
+        """(file name, C++ text) of the kernel's source (its `source_kernel`'s, when it has one)."""
+        if cls.source_kernel is not None:
+            return cls.source_kernel.source_text()
         file = names.source_file(cls.name)
         return file, cls.source if cls.source is not None else (CC_DIR / file).read_text()
 
@@ -237,6 +241,12 @@ class Kernel:
             ins.append(out.reshape(out_shape))
         result = cls.reference_fn(np.dtype(dtype), {}, out.dtype, out_shape)(*ins, **attrs)
         out[...] = np.asarray(result).reshape(-1)
+
+    @classmethod
+    def describe_call(cls, operands: list[str], attrs: dict, dtype: np.dtype) -> str:
+        """The text of a call on operands of these texts, with these attrs (static ones, and per-call
+        ones as text) and input dtype: `Add(x, y)`."""
+        return f"{cls.__name__}({', '.join(operands)})"
 
     @classmethod
     def refuse(cls, shapes, why: str):

@@ -1,4 +1,4 @@
-"""iron's kernel library: Copy, the elementwise Add, Sub, Mul, Scale, ReLU, SiLU and Exp,
+"""iron's kernel library: Copy, the elementwise Add, Sub, Mul (of elementwise.py's Binary family), Scale, ReLU, SiLU and Exp,
 Accumulate, MatVec, MatMul, MatMulAccumulate (acc += A @ B), RMSNorm, Softmax (with a per-call valid length), Argmax, the
 conversions Cast and Requantize, and Concat, each its shape rule, numpy `compute`, traits and C
 ABI. MatVec and MatMul can give a wider result than their inputs (int8 -> int32); Cast and
@@ -11,6 +11,7 @@ import numpy as np
 from iron import dtypes
 from iron.errors import KernelTypeError
 from iron.kernels.base import Kernel, Within
+from iron.kernels.elementwise import Binary
 
 FLOATS = dtypes.FLOATS
 I8, U8, I16, I32 = (np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.int32))
@@ -37,52 +38,50 @@ class Copy(Kernel):
         return np.array(x, copy=True)
 
 
-class Add(Kernel):
-    """out = a + b, elementwise."""
+class Add(Binary):
+    """out = a + b, elementwise, or with a constant: `Add.step(x, 3)`; integers wrap."""
 
-    index_map = "i,i->i"
     keeps_zeros = True
-    batches = True
     keeps_dtype = True
-    name, arity = "add", 2
-    compute = staticmethod(np.add)
+    name = "add"
+    op = staticmethod(np.add)
 
 
-class Sub(Kernel):
-    """out = a - b, elementwise."""
+class Sub(Binary):
+    """out = a - b, elementwise (`Sub.step(1.5, x)`: 1.5 - x); integers wrap."""
 
-    index_map = "i,i->i"
     keeps_zeros = True
-    batches = True
     keeps_dtype = True
-    name, arity = "sub", 2
-    compute = staticmethod(np.subtract)
+    name = "sub"
+    op = staticmethod(np.subtract)
 
 
-class Mul(Kernel):
-    """out = a * b, elementwise."""
+class Mul(Binary):
+    """out = a * b, elementwise, or with a constant: `Mul.step(x, 3)`; integers wrap."""
 
-    index_map = "i,i->i"
-    keeps_zeros = True
-    batches = True
+    keeps_zeros = constant_keeps_zeros = True
     keeps_dtype = True
-    name, arity = "mul", 2
-    compute = staticmethod(np.multiply)
+    name = "mul"
+    op = staticmethod(np.multiply)
 
 
 class Scale(Kernel):
-    """out = x * factor (factor fixed when the design compiles)."""
+    """out = x * factor (a float32 factor fixed when the design compiles); on integers the product
+    is computed in float64, rounded to nearest even and saturated to the dtype's range, as an AIE
+    accumulator's shift-round-saturate gives it back (mlir-aie's vector_scalar_mul)."""
 
     index_map = "i->i"
     keeps_zeros = True
     batches = True
+    saturates = True
     name = "scale"
-    dtypes = FLOATS
     attrs = {"factor": Kernel.REQUIRED}
     c_attrs = (("factor", "f32"),)
 
     @staticmethod
     def compute(x, factor):
+        if x.dtype.kind in "iu":
+            return x.astype(np.float64) * np.float64(np.float32(factor))
         return np.multiply(x, np.float32(factor))
 
 
@@ -357,12 +356,17 @@ class Max(Kernel):
     index_map = "rc->r"
     keeps_dtype = exact_in_dtype = True
     name = "max"
-    dtypes = FLOATS
     out_shape, sizes, abi_shapes = Argmax.out_shape, Argmax.sizes, Argmax.abi_shapes
 
     @staticmethod
     def compute(x):
-        return np.asarray(x.max(axis=-1), dtype=x.dtype)
+        return first_pick(x, np.argmax)
+
+
+def first_pick(x, arg):
+    """The element of each row `arg` (np.argmax, np.argmin) picks: the first extreme, the first
+    NaN, of equal zeros the first, as the C++ picks (numpy's max may pick either zero)."""
+    return np.take_along_axis(x, np.expand_dims(arg(x, axis=-1), -1), axis=-1)[..., 0]
 
 
 class ArgmaxBlocks(Kernel):

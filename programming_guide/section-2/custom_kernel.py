@@ -1,10 +1,10 @@
-"""Section 2, your own kernel: `Axpy` (out = alpha * x + y), composed with library kernels.
+"""Section 2, your own kernel: `MyAxpy` (out = alpha * x + y), composed with library kernels.
 
 Defines a kernel the way iron's library defines its own: a shape rule (elementwise, the
 default), a numpy `compute` (what reference() and the emulator run), and its AIE C++ source
-with the C ABI the compiler calls (`axpy_f32(const float* x, const float* y, float* out,
+with the C ABI the compiler calls (`my_axpy_f32(const float* x, const float* y, float* out,
 int32_t n, float alpha)`). It checks the reference against numpy, compiles the graph, prints the
-glue source the compiler wrote for the group that calls Axpy, and runs the compiled graph on the
+glue source the compiler wrote for the group that calls MyAxpy, and runs the compiled graph on the
 current backend with the kernel's numpy semantics and, where a host C++ compiler exists, with its
 C++ source built for the host (IRON_EMULATOR_KERNELS=native). Every result must equal numpy
 (rtol 1e-6); a mismatch exits 1.
@@ -25,10 +25,10 @@ from iron.kernels import ReLU
 N = 64
 
 
-class Axpy(iron.Kernel):
+class MyAxpy(iron.Kernel):
     """out = alpha * x + y, elementwise, alpha fixed when the design compiles."""
 
-    name, arity = "axpy", 2                      # C symbols axpy_<dtype>, source file axpy.cc
+    name, arity = "my_axpy", 2                   # C symbols my_axpy_<dtype>, source file my_axpy.cc
     dtypes = frozenset({np.dtype(np.float32)})   # the dtypes its C++ implements
     attrs = {"alpha": iron.Kernel.REQUIRED}      # static attributes, passed to C after the sizes
     c_attrs = (("alpha", "f32"),)
@@ -36,7 +36,7 @@ class Axpy(iron.Kernel):
     keeps_zeros = True                           # alpha * 0 + 0 = 0: padding of zeros stays zeros
     source = """
 #include <cstdint>
-extern "C" void axpy_f32(const float* x, const float* y, float* out, int32_t n, float alpha) {
+extern "C" void my_axpy_f32(const float* x, const float* y, float* out, int32_t n, float alpha) {
   for (int32_t i = 0; i < n; ++i) out[i] = alpha * x[i] + y[i];
 }
 """
@@ -50,7 +50,7 @@ class Residual(iron.Graph):
     """relu(alpha * x + y): a user kernel feeding a library kernel."""
 
     def body(self, x, y):
-        return ReLU.step(Axpy.step(x, y, alpha=0.5))
+        return ReLU.step(MyAxpy.step(x, y, alpha=0.5))
 
 
 def report(label: str, got: np.ndarray, expected: np.ndarray) -> bool:
@@ -72,8 +72,8 @@ def main(argv=None) -> int:
     ok = report("reference", Residual().reference(x, y), expected)
 
     compiled = Residual().compile(x=((N,), np.float32), y=((N,), np.float32))
-    glue = next(name for name, text in compiled.sources.items() if '#include "axpy.cc"' in text)
-    print(f"the compiler's glue {glue} (calls axpy_f32, then relu_f32):")
+    glue = next(name for name, text in compiled.sources.items() if '#include "my_axpy.cc"' in text)
+    print(f"the compiler's glue {glue} (calls my_axpy_f32, then relu_f32):")
     print("\n".join("    " + line for line in compiled.sources[glue].strip().splitlines()))
     ok &= report(f"compiled ({compiled.device.name}, numpy kernels)", compiled(x, y), expected)
 

@@ -50,6 +50,41 @@ def test_a_function_costs_its_kernel_calls_and_scalar_steps_in_turn():
     assert cost.function_cycles(NPU1, fn) == pytest.approx((64 + 32) + (64 + 24) + 4)
 
 
+@pytest.mark.parametrize("gen, role, dtype, in_shapes, out_shape, out_dtype, cycles", [
+    # iron's float32 MatVec 16x32: 512 MACs, a product and a sum each, 30 cycles per emulated float op
+    (NPU1, Role.MATRIX, F32, [(16, 32), (32,)], (16,), F32, 64 + 512 * 2 * 30),
+    # bfloat16 computes in float as well: a 64x64x64 MatMul
+    (NPU2, Role.MATRIX, BF16, [(64, 64), (64, 64)], (64, 64), BF16, 64 + 64 ** 3 * 2 * 30),
+    # int8 MatVec 64x64 in int64: two 32-bit operations per add or product
+    (NPU2, Role.MATRIX, I8, [(64, 64), (64,)], (64,), I32, 64 + 4096 * 2 * 2),
+    # an elementwise int8 result: one operation of two cycles per element
+    (NPU2, Role.ELEMENTWISE, I8, [(1024,)], (1024,), I8, 64 + 1024 * 2),
+    # RMSNorm of 64 floats: square, sum, scale and gain per input element
+    (NPU1, Role.ROW_REDUCTION, F32, [(64,), (64,)], (64,), F32, 64 + 64 * 4 * 30),
+    # Dequant to 64 floats: scale and offset per result element
+    (NPU2, Role.EXPANSION, F32, [(72,)], (64,), F32, 64 + 64 * 2 * 30),
+])
+def test_irons_kernels_are_priced_as_written_on_the_scalar_unit(gen, role, dtype, in_shapes, out_shape, out_dtype,
+                                                               cycles):
+    assert cost.kernel_cycles(gen, role, dtype, in_shapes, out_shape, out_dtype, cost.Kernels.IRONS) == \
+        pytest.approx(cycles)
+
+
+def test_a_functions_macs_at_peak_are_its_share_of_the_roofline():
+    fn = Function("g0", ("a", "b"), (
+        KernelStep.of(MatVec, np.float32, (Ptr("a"), Ptr("a", 2048), Ptr("b"), Imm(16), Imm(32))),
+        KernelStep.of(RMSNorm, np.float32, (Ptr("b"), Ptr("a"), Ptr("b"), Imm(1), Imm(64), Imm(1e-5, "f32"), Imm(64))),
+    ))
+    assert cost.function_peak_cycles(NPU1, fn) == pytest.approx(512 / (128 / 3))   # the MatVec's MACs only
+    assert cost.function_cycles(NPU1, fn, cost.Kernels.IRONS) == pytest.approx((64 + 512 * 60) + (64 + 64 * 4 * 30))
+
+
+def test_ddr_is_one_bandwidth_the_array_shares():
+    assert cost.ddr_ns(NPU2, 70_000) == pytest.approx(1000.0)   # 70 GB/s: 70 bytes per ns
+    work = cost.Work(core_cycles=1800, channel_bytes=8 * 900, ddr_bytes=140_000)
+    assert work.ns(from_name("npu2")) == pytest.approx(2000.0)   # DDR's 2 us over the core's 1 us and the channel's 0.5
+
+
 def test_dma_and_time_follow_the_stream_width_and_clock():
     assert cost.dma_cycles(NPU1, 4096) == 1024         # 4 bytes per cycle
     assert cost.dma_cycles(NPU2, 4096) == 512          # 8 bytes per cycle

@@ -18,9 +18,13 @@ from iron.kernels import LIBRARY
 
 CC_DIR = Path(__file__).resolve().parents[2] / "iron" / "kernels" / "cc"
 
-# Every kernel's symbols, read from its declared signatures (one per input dtype, one per further
-# output dtype: matvec_i8_i32, cast_f32_bf16, and one per mixed pair of inputs: matvec_u8_i8_i32).
-SYMBOLS = {k.name: k.symbols() for k in LIBRARY}
+# Every source file's symbols (a file stem -> the symbols of the kernels it defines: a kernel's own,
+# and those of kernels sharing it, `source_kernel`: add_constant_f32 in add.cc), read from their
+# declared signatures (one per input dtype, one per further output dtype: matvec_i8_i32,
+# cast_f32_bf16, and one per mixed pair of inputs: matvec_u8_i8_i32).
+SYMBOLS: dict[str, set[str]] = {}
+for k in LIBRARY:
+    SYMBOLS.setdefault(k.source_text()[0].removesuffix(".cc"), set()).update(k.symbols())
 ALLOWED_INCLUDES = {"<cstdint>", "<cmath>", '"iron_kernel.h"'}
 
 

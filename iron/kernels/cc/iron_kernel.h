@@ -78,6 +78,7 @@ struct bf16 {
 // Expand X(dt) for every element type a kernel supports; X defines that type's entry point.
 #define IRON_ALL_TYPES(X) X(i8) X(u8) X(i16) X(i32) X(bf16) X(f32)
 #define IRON_FLOAT_TYPES(X) X(bf16) X(f32)
+#define IRON_INTEGER_TYPES(X) X(i8) X(u8) X(i16) X(i32)
 // Expand X(in, out) for every wider result a dot product may give: exact integer sums in int32,
 // bfloat16 products summed and kept in float32.
 #define IRON_WIDER_DOTS(X) X(i8, i32) X(u8, i32) X(i16, i32) X(bf16, f32)
@@ -100,6 +101,37 @@ void zip(const stored_t<T>* a, const stored_t<T>* b, stored_t<T>* out, int32_t n
   for (int32_t i = 0; i < n; ++i) {
     out[i] = T::store(op(T::load(a[i]), T::load(b[i])));
   }
+}
+
+// out[i] = op(x[i], c), or op(c, x[i]) when `flip`: a binary kernel with a constant operand. The
+// constant is `value` for an integer type (wrapped to T, as a per-call value may be any int32)
+// and `fvalue` for a float type (already rounded to T by the caller).
+template <typename T, typename Op>
+void zip_constant(const stored_t<T>* x, stored_t<T>* out, int32_t n, int32_t value, float fvalue,
+                  int32_t flip, Op op) {
+  typename T::value c;
+  if constexpr (T::is_integer) {
+    c = T::load(T::store(value));
+  } else {
+    c = fvalue;
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    const auto v = T::load(x[i]);
+    out[i] = T::store(flip ? op(c, v) : op(v, c));
+  }
+}
+
+// A shift count clamped to 0..63, the counts an int64_t shift is defined for (numpy's shift
+// of int64 gives the same for them).
+inline int64_t shift_count(int64_t count) { return count < 0 ? 0 : count > 63 ? 63 : count; }
+
+// a mod b with the sign of b (numpy's mod, Python's %), 0 when b is 0 (as numpy gives).
+inline int64_t floor_mod(int64_t a, int64_t b) {
+  if (b == 0) {
+    return 0;
+  }
+  const int64_t r = a % b;
+  return r != 0 && (r < 0) != (b < 0) ? r + b : r;
 }
 
 // v stored as T: clamped to T's range when T is an integer type (a float rounds as it stores).
@@ -142,21 +174,36 @@ stored_t<Out> dot(const stored_t<In>* a, const stored_t<B>* b, int32_t b_stride,
   return Out::store(static_cast<typename Out::value>(sum));
 }
 
-// The index of the first maximum of x[0:n] (0 when n <= 1): Argmax, Max and ArgmaxBlocks. As
-// numpy's argmax and max, a NaN is larger than any number: the first NaN is the maximum.
-template <typename T>
-int32_t first_maximum(const stored_t<T>* x, int32_t n) {
+// The index of the first element of x[0:n] no later one beats (0 when n <= 1): `better(v, top)`
+// says v beats the best so far. As numpy's argmax, max and min, a NaN beats any number: the first
+// NaN is the extreme.
+template <typename T, typename Better>
+int32_t first_extreme(const stored_t<T>* x, int32_t n, Better better) {
   int32_t best = 0;
   for (int32_t i = 1; i < n; ++i) {
     const auto value = T::load(x[i]), top = T::load(x[best]);
     if (top != top) {
       break;
     }
-    if (value > top || value != value) {
+    if (better(value, top) || value != value) {
       best = i;
     }
   }
   return best;
+}
+
+// The index of the first maximum of x[0:n]: Argmax, Max and ArgmaxBlocks.
+template <typename T>
+int32_t first_maximum(const stored_t<T>* x, int32_t n) {
+  return first_extreme<T>(x, n, [](auto v, auto top) { return v > top; });
+}
+
+// out[r] = the element of row r of `rows` rows of n that first_extreme picks: Max and Min.
+template <typename T, typename Better>
+void row_extremes(const stored_t<T>* x, stored_t<T>* out, int32_t rows, int32_t n, Better better) {
+  for (int32_t r = 0; r < rows; ++r) {
+    out[r] = x[r * n + first_extreme<T>(x + r * n, n, better)];
+  }
 }
 
 // Pooling over an h x w x c image (row-major, HWC) into oh x ow x c: for each output pixel and
@@ -197,13 +244,28 @@ void pool2d(const stored_t<T>* x, stored_t<T>* out, int32_t h, int32_t w, int32_
                           Pool<iron::T>{size * size});                                         \
   }
 
-// The entry point `<name>_<T>(const T* a, const T* b, T* out, int32_t n)` of an elementwise
-// binary kernel: out[i] = a[i] <op> b[i].
-#define IRON_BINARY_KERNEL(name, op, T)                                                  \
+// The entry points of an elementwise binary kernel `fn` (a lambda on two loaded values):
+// `<name>_<T>(const T* a, const T* b, T* out, int32_t n)`, out[i] = fn(a[i], b[i]), and its form
+// with a constant operand, `<name>_constant_<T>(const T* x, T* out, int32_t n, int32_t value,
+// float fvalue, int32_t flip)` (zip_constant).
+#define IRON_BINARY_KERNEL(name, fn, T)                                                  \
   extern "C" void name##_##T(const iron::stored_t<iron::T>* a,                          \
                              const iron::stored_t<iron::T>* b,                          \
                              iron::stored_t<iron::T>* out, int32_t n) {                 \
-    iron::zip<iron::T>(a, b, out, n, [](auto x, auto y) { return x op y; });            \
+    iron::zip<iron::T>(a, b, out, n, fn);                                               \
+  }                                                                                     \
+  extern "C" void name##_constant_##T(const iron::stored_t<iron::T>* x,                 \
+                                      iron::stored_t<iron::T>* out, int32_t n,          \
+                                      int32_t value, float fvalue, int32_t flip) {      \
+    iron::zip_constant<iron::T>(x, out, n, value, fvalue, flip, fn);                    \
+  }
+
+// The entry point `<name>_<T>(const T* x, T* out, int32_t n)` of an elementwise unary kernel
+// computing `fn` (a lambda on one loaded value): out[i] = fn(x[i]).
+#define IRON_UNARY_KERNEL(name, fn, T)                                                   \
+  extern "C" void name##_##T(const iron::stored_t<iron::T>* x,                          \
+                             iron::stored_t<iron::T>* out, int32_t n) {                 \
+    iron::map<iron::T>(x, out, n, fn);                                                  \
   }
 
 // The entry point `symbol(const In* a, const B* b, Out* out, int32_t m, int32_t k, int32_t n)`

@@ -1,6 +1,7 @@
-// mul: out[i] = a[i] * b[i] for i < n; integers wrap around, bf16 rounds to nearest even.
+// mul: out[i] = a[i] * b[i] for i < n, and mul_constant with a constant operand; integers
+// wrap around, bf16 rounds to nearest even.
 #include "iron_kernel.h"
 
-#define IRON_MUL(T) IRON_BINARY_KERNEL(mul, *, T)
+#define IRON_MUL(T) IRON_BINARY_KERNEL(mul, [](auto a, auto b) { return a * b; }, T)
 
 IRON_ALL_TYPES(IRON_MUL)

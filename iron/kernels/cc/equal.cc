@@ -1,0 +1,6 @@
+// equal: out[i] = 1 where a[i] == b[i], else 0; equal_constant with a constant operand.
+#include "iron_kernel.h"
+
+#define IRON_EQUAL(T) IRON_BINARY_KERNEL(equal, [](auto a, auto b) { return a == b; }, T)
+
+IRON_ALL_TYPES(IRON_EQUAL)
