@@ -99,6 +99,10 @@ class CacheError(IronError, RuntimeError):
     kernels) writable by another account."""
 
 
+class TraceError(IronError, ValueError):
+    """A timeline's path (`trace=`, IRON_TRACE) that cannot be written: checked before anything runs."""
+
+
 class BackendUnavailable(IronError, RuntimeError):
     """The requested backend (XRT, an NPU) is not present on this machine."""
 

@@ -39,6 +39,8 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
     if kept is not None and kept[0] is feeds:
         return kept[1]
     check_feeds(program, device, feeds)
+    for call in program.calls:
+        call.arg.kernel.check_source(call.src[0].dtype, call.dtype, f"{program.name}'s {call_label(program, call)}")
     program = copy_view_for_grid(program)
     program, through = tile_before_state_write(program)
     groups = fuse(program)

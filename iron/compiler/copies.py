@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from iron.compiler.fuse import Group
-from iron.compiler.pad import large
+from iron.compiler.pad_sides import large
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.words import view_words
 from iron.errors import PlacementError

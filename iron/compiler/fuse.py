@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from aie_utils.devices import COMPUTE_TILE
 from iron.compiler.rules import Rule
-from iron.compiler.tiling import streamable
+from iron.compiler.streaming import streamable
 from iron.ir import Node, Op, Program, external_inputs, is_gather, nbytes, storage, tensor_inputs
 from iron.kernels.base import Role
 

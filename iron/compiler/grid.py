@@ -4,18 +4,13 @@ first k-block's product into the block, every further one's product added to it 
 MatMulAccumulate call, a bfloat16 result rounded once from its float32 sum) and the moves
 streaming A and B in block order and reading C back, step by step (a round of output blocks,
 or part of one), with Waits every few steps so no shim runs out of buffer descriptors
-(docs/platform.md section 5). Streamed elementwise calls (a Flow): each core's block
-Function over its inputs' blocks, each column's splits and join, and the moves."""
+(docs/platform.md section 5). Streamed calls (a Flow) are lowered by flow.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import partial
-from itertools import accumulate
-
-import numpy as np
 
 from iron.compiler.fifos import Stem, fifo
-from iron.compiler.objects import Context, attr_word, copy_step
+from iron.compiler.objects import Context
 from iron.compiler.place import Site
 from iron.compiler.plan import (
     Acquire,
@@ -27,7 +22,6 @@ from iron.compiler.plan import (
     Invoke,
     KernelStep,
     Link,
-    Load,
     Loop,
     Placement,
     Port,
@@ -35,7 +29,6 @@ from iron.compiler.plan import (
     Release,
     Wait,
 )
-from iron.compiler.route import host_fifo, part_fifo
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.tiling import Grid, word_run
 from iron.compiler.words import Access, Rows, base_name, view_rows
@@ -207,7 +200,7 @@ def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
             dims = ((grid.k_blocks, grid.k), (rows * m, big_k), (grid.k, 1))
             here.append(Move(Direction.MM2S, fifo(g, Stem.A, c, mem=True), a_buf, in_words(a_at, first * big_k, dims, wa)))
             here.append(Move(Direction.S2MM, fifo(g, Stem.HOST, c), p.buffer, in_words(p, first * n, ((rows * m * n, 1),), wc)))
-        moves += _with_waits(ctx, grid.rounds, t, here)
+        moves += with_waits(ctx, grid.rounds, t, here)
     return moves
 
 
@@ -246,17 +239,17 @@ def run_access(ctx: Context, node) -> tuple[str, Access]:
         return stored_access(ctx, node)
     buffer, at = stored_access(ctx, node.src[0])
     if word_run(node) is None:   # `stream_view_rows`: from its first row's first word
-        return buffer, Access(at.offset + _rows(ctx, node).first // 4, ())
+        return buffer, Access(at.offset + view_rows_of(ctx, node).first // 4, ())
     return buffer, Access(at.offset + word_run(node) * node.dtype.itemsize // 4, ((nbytes(node) // 4, 1),))
 
 
-def _rows(ctx: Context, view: Node) -> Rows:
+def view_rows_of(ctx: Context, view: Node) -> Rows:
     """How a streamed view's rows lie as its base lies (`stream_view_rows`)."""
     p = ctx.placement(base_name(view.src[0])[1])
     return view_rows(view, p.padded, p.word_rows, p.lead)
 
 
-def _with_waits(ctx: Context, steps: int, t: int, here: list[Move]) -> list:
+def with_waits(ctx: Context, steps: int, t: int, here: list[Move]) -> list:
     """Step `t`'s moves (a round, or a run of rounds), then a Wait on each of their FIFOs every
     `rounds_between_waits` steps."""
     if (t + 1) % rounds_between_waits(ctx.device, here) == 0 and t + 1 < steps:
@@ -296,7 +289,7 @@ def _moves(ctx: Context, g: str, grid: Grid) -> list:
 
     q = blocks_per_step(ctx.device, grid.per_round, lambda q: step(0, 0, q))
     steps = [step(t, j, min(q, grid.per_round - j)) for t in range(grid.rounds) for j in range(0, grid.per_round, q)]
-    return [mv for s, here in enumerate(steps) for mv in _with_waits(ctx, len(steps), s, here)]
+    return [mv for s, here in enumerate(steps) for mv in with_waits(ctx, len(steps), s, here)]
 
 
 def blocks_per_step(device, per_round: int, step) -> int:
@@ -348,186 +341,4 @@ def _steps_within_bds(device, moves: list[Move]) -> int:
 
 # ---- streamed elementwise calls -------------------------------------------------------------------
 
-def lower_flow(ctx: Context, site: Site) -> GridLowered:
-    """A streamed elementwise group (`stream_elementwise`): its objects, each column's splits
-    and join, each core's block Function and Loop over its blocks, and the moves, round by
-    round (a round: one block per core)."""
-    g, flow = site.group.name, site.flow
-    rows, b = len(flow.rows), flow.block
-    sizes, links, functions, buffers, cores = {}, [], [], [], []
-    sizes |= {fifo(g, Stem.W, i): (flow.width * node.dtype.itemsize, node.dtype, describe(node))   # as wide as a row
-              for i, node in enumerate(flow.shared)}
-    if flow.per_call:
-        words = [ctx.table.words[w].name for w in _flow_words(ctx, flow)]
-        sizes[fifo(g, Stem.IN)] = (4 * len(words), np.dtype(np.int32), ", ".join(words))
-    for c, mem in enumerate(flow.mems):
-        for i, node in enumerate(flow.inputs):
-            size = b * node.dtype.itemsize
-            sizes[fifo(g, Stem.X, i, c, mem=True)] = (rows * size, node.dtype, f"blocks of {describe(node)}")
-            sizes |= {fifo(g, Stem.X, i, r, c): (size, node.dtype, f"blocks of {describe(node)}") for r in range(rows)}
-            links.append(Link(mem, (fifo(g, Stem.X, i, c, mem=True),), tuple(fifo(g, Stem.X, i, r, c) for r in range(rows)),
-                              destination_offsets=tuple(r * size for r in range(rows))))
-        for k, result in enumerate(flow.results):
-            size, label = flow.result_block * result.dtype.itemsize, call_label(ctx.program, result)
-            sizes |= {part_fifo(g, k, r, c): (size, result.dtype, label) for r in range(rows)}
-            sizes[host_fifo(g, k, c)] = (rows * size, result.dtype, label)
-            links.append(Link(mem, tuple(part_fifo(g, k, r, c) for r in range(rows)), (host_fifo(g, k, c),),
-                              source_offsets=tuple(r * size for r in range(rows))))
-        for r in range(rows):
-            function, held, core = _flow_core(ctx, g, flow, r, c)
-            functions.append(function)
-            buffers += held
-            cores.append(core)
-    return GridLowered(sizes, tuple(links), tuple(buffers), tuple(functions), tuple(cores),
-                       tuple(_flow_moves(ctx, g, flow)))
 
-
-def _flow_words(ctx: Context, flow) -> list[int]:
-    """The words of the Flow's per-call attributes (`flow.per_call`), bounded as their kernels
-    declare, in the order `<g>_in` holds them."""
-    return [attr_word(ctx, call, name, value) for call, name, value in flow.per_call]
-
-
-def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
-    """Core (r, c): per block, every call on its inputs' blocks, intermediates in Buffers, the
-    last call's into the part it sends; the shared rows and the per-call words acquired once,
-    around the Loop."""
-    tile, prefix, b = flow.tile(r, c), f"{g}_r{r}c{c}", flow.block
-    ins = [fifo(g, Stem.X, i, r, c) for i in range(len(flow.inputs))]
-    shared = [fifo(g, Stem.W, i) for i in range(len(flow.shared))] + [fifo(g, Stem.IN)] * bool(flow.per_call)
-    loads = {(call, name): Load(fifo(g, Stem.IN), 4 * j) for j, (call, name, _) in enumerate(flow.per_call)}
-    parts = [part_fifo(g, k, r, c) for k in range(len(flow.results))]
-    where = dict(zip((*flow.inputs, *flow.shared), (*ins, *shared))) | dict(zip(flow.results, parts))
-    buffers, steps = [], []
-    for j, call in enumerate(() if flow.pieces else flow.calls):
-        if call not in where:
-            buffers.append(Buffer(f"{prefix}_t{j}", tile, -(-b * call.dtype.itemsize // 4) * 4, call.dtype))
-            where[call] = buffers[-1].name
-        if call.arg.writes and call.arg.kernel.accumulates:   # the state's block, summed into in place
-            steps.append(copy_step(call.dtype, b, Ptr(where[destination(call)]), Ptr(where[call])))
-        kernel = call.arg.kernel
-        arity = call.arg.n_inputs
-        sizes = kernel.sizes(*flow.shapes())
-        # a row's length left None is the user's whole row, also where it lies padded wider
-        # (pad_through_row_width): the kernel reduces that much of each row
-        values = {name: call.src[0].shape[-1] if v is None else v for name, v in call.arg.attr_dict.items()}
-        attrs = [loads.get((call, name)) or Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype)
-                 for name, ctype in kernel.c_attrs]
-        ptrs = [Ptr(where[n]) for n in call.src[:arity]] + [Ptr(where[call])]
-        steps.append(KernelStep.of(kernel, input_dtypes(call), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs),
-                                   call.dtype))
-    if flow.pieces:   # `stream_joined`: a block of the result is a block of one piece
-        steps.append(copy_step(flow.calls[0].dtype, b, Ptr(ins[0]), Ptr(parts[0])))
-    params = (*ins, *shared, *(buf.name for buf in buffers), *parts)
-    function = Function(f"{prefix}_block", params, tuple(steps), blocked=True)
-    body = (*(Acquire(f, Port.CONSUME) for f in ins), *(Acquire(p, Port.PRODUCE) for p in parts),
-            Invoke(function.name, params),
-            *(Release(f, Port.CONSUME) for f in ins), *(Release(p, Port.PRODUCE) for p in parts))
-    program = (*(Acquire(f, Port.CONSUME) for f in shared), Loop(flow.rounds, body),
-               *(Release(f, Port.CONSUME) for f in shared))
-    return function, buffers, Core(tile, g, program, ctx.device.compute.default_stack_bytes)
-
-
-def _flow_moves(ctx: Context, g: str, flow) -> list:
-    """Per run of at most `rounds_per_op` rounds, each column's blocks of every input and of the
-    result, one Dma op each (`run` strides over the column's rows x block elements); a Wait on
-    them every `rounds_between_waits` runs."""
-    rows, cols = len(flow.rows), len(flow.cols)
-    result = flow.calls[-1]
-    p = result_placement(ctx, result)
-    ends = [(partial(_column_leg, g, i), Direction.MM2S, node, *run_access(ctx, node))
-            for i, node in enumerate(flow.inputs)]
-    ends += [(partial(host_fifo, g, k), Direction.S2MM, node, *result_access(ctx, node))
-             for k, node in enumerate(flow.results)]
-
-    def words(node) -> int:
-        """One core's block of `node` in words (a fraction for a narrow dtype's offsets)."""
-        return (flow.result_block if node is result else flow.block) * node.dtype.itemsize / 4
-
-    def column(node) -> tuple[float, tuple]:
-        """(the words a column's joined blocks of `node` span in DDR, their dims there): contiguous,
-        or, for a result lying in wider rows the flow does not stream over (`pad_written_by_producer`),
-        row by row at their stride, or, for a view lying in rows one stride apart (`stream_view_rows`),
-        its rows by their access pattern."""
-        view = destination(node) if node.op == Op.CALL and node.arg.writes else node
-        if view.op == Op.VIEW and word_run(view) is None:
-            lie = _rows(ctx, view)
-            count = int(len(flow.rows) * words(node)) * 4 // (view.shape[-1] * view.dtype.itemsize)
-            return count * lie.stride, ((count, lie.stride), *lie.row)
-        if node is result and flow.padded is None and p.stored[1:] != p.shape[1:]:
-            row, stride = (result.shape[1] * result.dtype.itemsize // 4, p.stored[1] * result.dtype.itemsize // 4)
-            count = int(rows * words(node)) // row
-            return count * stride, ((count, stride), (row, 1))
-        return rows * words(node), _words(int(rows * words(node)), ctx.device)
-
-    def dims(node, run: int) -> tuple:
-        span, inner = column(node)
-        return ((run, int(cols * span)), *inner)
-
-    most = min(rounds_per_op(ctx.device, dims(node, flow.rounds)) for _, _, node, _, _ in ends)
-    even = -(-flow.rounds // -(-flow.rounds // most))   # runs of even length, as few as `most` allows
-    runs = [(t, min(even, flow.rounds - t)) for t in range(0, flow.rounds, even)]
-    moves = []
-    once = [Move(Direction.MM2S, fifo(g, Stem.W, i), *stored_access(ctx, node)) for i, node in enumerate(flow.shared)]
-    once += [Move(Direction.MM2S, fifo(g, Stem.IN), "words", Access(w, ((1, 1),))) for w in _flow_words(ctx, flow)]
-    runs = _joined_runs(flow, runs) if flow.pieces else runs
-    for number, (t, run) in enumerate(runs):
-        here = [] if t else list(once)
-        for c in range(cols):
-            for named, direction, node, buffer, at in ends:
-                if flow.pieces and node is flow.inputs[0]:
-                    buffer, at, blocks = _in_piece(ctx, flow, t * cols + c)
-                else:
-                    blocks = t * cols + c
-                here.append(Move(direction, named(c=c), buffer,
-                                 Access(at.offset + int(blocks * column(node)[0]), dims(node, run))))
-        moves += _with_waits(ctx, len(runs), number, here)
-    return moves
-
-
-def _column_leg(g: str, i: int, c: int) -> str:
-    """Column c's leg of a Flow's input i from the host into its mem tile."""
-    return fifo(g, Stem.X, i, c, mem=True)
-
-
-def _joined_runs(flow, runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """`stream_joined`: the runs of rounds cut where one piece ends, so one Dma op reads one piece."""
-    ends = list(accumulate(n.size // (flow.block * len(flow.tiles)) for n in flow.pieces))[:-1]
-    cut = []
-    for t, run in runs:
-        for end in (e for e in ends if t < e < t + run):
-            cut.append((t, end - t))
-            run, t = run - (end - t), end
-        cut.append((t, run))
-    return cut
-
-
-def _in_piece(ctx: Context, flow, blocks: int) -> tuple[str, Access, int]:
-    """(host buffer, Access, column blocks before it in that piece) of the piece a join's column
-    block `blocks` (a column's rows of blocks, in stream order) reads from (`stream_joined`)."""
-    *earlier, last = flow.pieces
-    for piece in earlier:
-        count = piece.size // (flow.block * len(flow.rows))
-        if blocks < count:
-            return (*run_access(ctx, piece), blocks)
-        blocks -= count
-    return (*run_access(ctx, last), blocks)
-
-
-def rounds_per_op(device, dims: tuple) -> int:
-    """The most rounds (the outermost of `dims`) one Dma op moves: as many as its outermost
-    dimension holds, or 1 when one round alone takes more than one op."""
-    (rounds, stride), block = dims[0], dims[1:]
-    for run in (device.shim.max_bd_wrap, device.dma_repeat_max):
-        if len(dma_patterns(0, ((min(run, rounds), stride), *block), device)) == 1:
-            return min(run, rounds)
-    return 1
-
-
-def _words(n: int, device) -> tuple[tuple[int, int], ...]:
-    """n contiguous words as at most two dims within a BD dimension's size, when they divide so."""
-    wrap = device.shim.max_bd_wrap
-    if n <= wrap:
-        return ((n, 1),)
-    inner = max((d for d in range(1, wrap + 1) if n % d == 0 and n // d <= wrap), default=None)
-    return ((n, 1),) if inner is None else ((n // inner, inner), (inner, 1))

@@ -13,7 +13,8 @@ from iron.compiler.allocate import host_placements
 from iron.compiler.cores import core_of
 from iron.compiler.emit import carry_sources, lower_emit
 from iron.compiler.fifos import EMIT_IN, FEEDBACK, Stem, fifo
-from iron.compiler.grid import lower_flow, lower_grid
+from iron.compiler.flow import lower_flow
+from iron.compiler.grid import lower_grid
 from iron.compiler.objects import I32, Context, Part, pack
 from iron.compiler.place import Layout, Site
 from iron.compiler.plan import Buffer, Core, Emit, Fifo, Function, Link, Plan, WordDef

@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 
 from iron.compiler.allocate import shares_memory
 from iron.compiler.fifos import EMIT, Stem, fifo
-from iron.compiler.place import Layout, Site, forwardable
+from iron.compiler.matrices import forwardable
+from iron.compiler.place import Layout, Site
 from iron.compiler.plan import FifoRole, Tile, TileKind
 from iron.compiler.readers import Reader
 from iron.compiler.rules import Decision, Rule

@@ -26,7 +26,7 @@ class Rule(Enum):
     INPUT_LIMIT = "input_limit"
     SIZE_LIMIT = "size_limit"
     UNRELATED_STARTS_GROUP = "unrelated_starts_group"
-    # padding (pad.py, words.py)
+    # padding (pad.py, pad_why.py, pad_sides.py, pad_lines.py, words.py)
     PAD_TO_BLOCK = "pad_to_block"
     PAD_SHARED_INPUT = "pad_shared_input"
     PAD_SHARED_STREAM = "pad_shared_stream"
@@ -49,7 +49,7 @@ class Rule(Enum):
     PAD_TILE_REGION = "pad_tile_region"
     PAD_ROWS_TO_WORDS = "pad_rows_to_words"
     PAD_LEAD_TO_WORDS = "pad_lead_to_words"
-    # placement and tiling (place.py, tiling.py, allocate.py)
+    # placement and tiling (place.py, matrices.py, tiling.py, streaming.py, allocate.py)
     SNAKE_ORDER = "snake_order"
     STREAM_LARGE_MATRIX = "stream_large_matrix"
     SHARE_STREAMED_MATRIX = "share_streamed_matrix"

@@ -6,9 +6,9 @@ both streamed from the host through mem tiles, and each column's C blocks joined
 tile. A MatVec (M, K) x (K,) is the same grid with n = 1: every core owns its own m rows of the
 matrix (each column's mem tile splits one stream of rows between its cores), the vector's
 k-blocks go to every core, and each column's results are joined on its mem tile; so is a
-MatMul whose N is not whole words, with n = N. `stream_elementwise` runs elementwise calls over tensors larger than a tile in blocks, spread
-over whole columns of cores the same way (docs/platform.md sections 2 and 4 for the channels
-and memories this counts, section 5 for the DMA limits)."""
+MatMul whose N is not whole words, with n = N (docs/platform.md sections 2 and 4 for the
+channels and memories this counts, section 5 for the DMA limits). Calls streamed in blocks over
+whole columns the same way are streaming.py's."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -20,20 +20,14 @@ from iron.compiler import cost
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.readers import Reader
 from iron.compiler.rules import Rule
-from iron.compiler.words import view_rows
 from iron.errors import KernelTypeError
 from iron.ir import (
     Node,
     Op,
     contiguous_span,
-    describe,
     destination,
-    dynamic_attrs,
-    external_inputs,
     is_host_tensor,
     nbytes,
-    storage,
-    tensor_inputs,
 )
 from iron.kernels.base import Role
 
@@ -185,7 +179,7 @@ class Grid(OnCores):
         return f"{why.split(':')[0]}: blocks take whole rows, contiguous and whole words{owned}, no padding"
 
 
-def estimate_ns(candidate: Grid | Flow, device) -> float:
+def estimate_ns(candidate: OnCores, device) -> float:
     """The cost model's estimate of a grid or a stream (its `work`), in nanoseconds: what the
     compiler compares candidates by (a grid's blocks, a stream's block, a padded extent)."""
     return candidate.work(device).ns(device)
@@ -444,155 +438,6 @@ def _fastest_blocks(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op
 
 # ---- elementwise calls streamed in blocks ---------------------------------------------------------
 
-FLOW_BLOCK = 4096   # the most elements of one block
-MAX_FLOW_INPUTS = 2  # a compute tile's input DMA channels: one FIFO per input
-ROW_WISE = (Role.ROW_REDUCTION, Role.EXPANSION)   # the roles whose calls stream in blocks of whole rows
-
-
-@dataclass(frozen=True)
-class Flow(OnCores):
-    """Elementwise calls streamed in blocks of `block` elements over `rows` x `cols` cores:
-    core (r, c) runs the calls on blocks (t * len(cols) + c) * len(rows) + r for t < `rounds`;
-    each column's mem tile `mems[c]` splits each input's stream between its cores and joins
-    their results. A row reduction over a batch of rows of `width` elements streams the same
-    way in blocks of whole rows (`stream_row_blocks`): a block of `block // width` rows (`width`:
-    as they lie, padded by `pad_through_row_width` or their own); an input every row shares
-    (RMSNorm's w, in `shared`, as wide) goes whole to every core once, and so does one object of
-    the call's per-call attributes (Softmax's length), when it takes any."""
-
-    calls: tuple[Node, ...]
-    inputs: tuple[Node, ...]
-    rows: tuple[int, ...]
-    cols: tuple[int, ...]
-    block: int
-    mems: tuple[Tile, ...] = ()
-    width: int = 1
-    shared: tuple[Node, ...] = ()
-    objects: int = 2   # of each FIFO on a core: 1 when one row fills the tile
-    padded: int | None = None   # the elements `pad_to_block` padded the tensors to
-    returned: tuple[Node, ...] = ()   # earlier calls whose blocks go to the host too (`stream_every_result`)
-    pieces: tuple[Node, ...] = ()   # the tensors a Concat joins end to end, streamed in turn (`stream_joined`)
-    choice: cost.Choice | None = None   # the block, chosen by estimated time
-
-    @property
-    def results(self) -> tuple[Node, ...]:
-        """The calls whose blocks each column joins for the host: the last, then those returned."""
-        return (self.calls[-1], *self.returned)
-
-    @property
-    def size(self) -> int:
-        """The elements each input streams: padded, or its own (a join's: all its pieces')."""
-        return self.padded or sum(n.size for n in self.pieces or self.inputs[:1])
-
-    @property
-    def rounds(self) -> int:
-        return self.size // (self.block * len(self.tiles))
-
-    @property
-    def per_call(self) -> tuple[tuple[Node, str, Node], ...]:
-        """(call, attribute, value) of the calls' per-call attributes, in the order of their
-        words in the object every core receives."""
-        return tuple((c, name, value) for c in self.calls for name, value in dynamic_attrs(c))
-
-    @property
-    def result_block(self) -> int:
-        """The result's elements per block: `block`, or one per row for Argmax."""
-        return result_share(self.calls, self.block, self.width)
-
-    def work(self, device) -> cost.Work:
-        """What the stream does, for the cost model: a core's calls on its blocks, each input
-        through one shim channel per column and each result back through one (a row
-        reduction's result a share of its rows)."""
-        gen, (shapes, out) = cost.generation(device), self.shapes()
-        per_block = sum(cost.kernel_cycles(gen, c.arg.kernel.role, c.src[0].dtype, shapes[:c.arg.n_inputs],
-                                           out if c is self.calls[-1] else shapes[0], c.dtype) for c in self.calls)
-        moved = [self.size * n.dtype.itemsize for n in self.inputs]
-        moved += [self.size // self.block * self.result_block * c.dtype.itemsize for c in self.results]
-        return cost.Work(self.rounds * per_block, max(moved) // len(self.cols), sum(moved))
-
-    def shapes(self) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
-        """A block call's input shapes and result shape."""
-        call = self.calls[-1]
-        if self.width == 1:
-            return [(self.block,)] * call.arg.n_inputs, (self.block,)
-        shapes = [(self.block // self.width, self.width), *((self.width,) for _ in self.shared)]
-        return shapes, call.arg.kernel.out_shape(shapes, **call.arg.attr_dict)
-
-    def text(self) -> str:
-        names = ", ".join(c.arg.kernel.__name__ for c in self.calls)
-        where = (f"over {len(self.tiles)} tiles ({len(self.rows)} rows x {len(self.cols)} columns of cores), "
-                 f"{self.rounds} blocks per core")
-        words = "".join(f", {name}={describe(value)} a per-call word every core receives"
-                        for _, name, value in self.per_call)
-        if self.width > 1:
-            single = ", one object of each FIFO (a row fills the tile: no overlap)" * (self.objects == 1)
-            (rows, width), wider = self.inputs[0].shape, f" of {self.width} elements" * (self.width != self.inputs[0].shape[1])
-            if self.calls[-1].arg.kernel.role is Role.EXPANSION:
-                return (f"{names} over {rows} rows of {width} elements streamed in blocks of {self.block // self.width} "
-                        f"units of {self.width} elements, each expanded alone (stream_expansion_units) {where}{single}")
-            padding = f" (pad_to_block: padded with zeros to {self.size // self.width} rows{wider})" * (self.padded is not None)
-            return (f"{names} over {rows} rows of {width} elements{padding} streamed "
-                    f"in row-blocks of {self.block // self.width} rows {where}{words}{single}")
-        padding = f" (pad_to_block: padded with zeros to {self.padded})" * (self.padded is not None)
-        views = "".join(_streamed_view(n) for n in self.inputs if n.op == Op.VIEW)
-        dest = destination(self.calls[-1])
-        into = "" if dest is None else (f"; into {describe(dest)} (stream_into_state: each block back where it was "
-                                        f"read){_streamed_view(dest) if word_run(dest) is None else ''}")
-        also = "".join(f"; {describe(c)} joined for the host too (stream_every_result)" for c in self.returned)
-        if self.pieces:
-            also += (f"; {' then '.join(map(describe, self.pieces))} copied block by block, each piece's blocks "
-                     "in turn (stream_joined)")
-        return (f"{names} over {self.calls[-1].size} elements{padding} streamed in blocks of {self.block} "
-                f"{where}{words}{views}{into}{also}")
-
-
-def streamable(calls) -> bool:
-    """Whether `stream_elementwise` may stream the calls: `unstreamable` finds nothing against."""
-    return unstreamable(calls) is None
-
-
-def unstreamable(calls, label=lambda c: c.arg.kernel.__name__) -> str | None:
-    """Why elementwise calls do not stream in blocks, naming calls by `label`; None when they do:
-    elementwise calls (by Role) over tensors of one element count, reading at most
-    MAX_FLOW_INPUTS host tensors, with one object of their per-call attributes (a threshold given
-    per call, a constant form's per-call value) counted as one more, that each lie in one run of whole words
-    (`stream_contiguous_views`), none writing a state but the last, as `stream_into_state` allows."""
-    for c in calls:
-        if c.arg.kernel.role is not Role.ELEMENTWISE:
-            return (f"{label(c)} is not elementwise ({c.arg.kernel.role.value}): its result's blocks are not "
-                    "those of its inputs")
-        if c.arg.writes and (c is not calls[-1] or not stream_into_state(calls)):
-            return (f"{label(c)} writes {describe(destination(c))}, and only a group's last call streams into a "
-                    "state, as one run of whole words it reads only as that view")
-    outside = external_inputs(calls)
-    fifos = [*map(describe, outside)] + ["the per-call words"] * any(dynamic_attrs(c) for c in calls)
-    if len(fifos) > MAX_FLOW_INPUTS:
-        return (f"it reads {len(fifos)} inputs ({', '.join(fifos)}) but a core has "
-                f"{MAX_FLOW_INPUTS} input DMA channels")
-    for n in outside:
-        if not is_host_tensor(n) or (word_run(n) is None and streamed_rows(n) is None):
-            return (f"it reads {describe(n)}, which is not a host tensor lying in one run of whole words or in "
-                    "rows of whole words one stride apart")
-    size = calls[-1].size
-    for c in calls:
-        for n in (c, *tensor_inputs(c), *filter(None, [destination(c)])):
-            if n.size != size:
-                return f"{describe(n)} has {n.size} elements but {label(calls[-1])}'s result {size}"
-    return None
-
-
-def stream_into_state(calls) -> bool:
-    """`stream_into_state`: a last call writing a state (out=) streams its result blocks back into
-    the state's words when they are one run of whole words the calls read, if at all, only as
-    that same view (Accumulate's own destination): each block then goes back where it came from,
-    and no core reads words another core writes. True too when the calls write no state."""
-    dest = destination(calls[-1])
-    if dest is None:
-        return True
-    if word_run(dest) is None and streamed_rows(dest) is None:
-        return False
-    return all(n is dest or storage(n) is not storage(dest) for n in external_inputs(calls))
-
 
 def word_run(node: Node) -> int | None:
     """`stream_contiguous_views`: the element a host tensor's words start at in its storage
@@ -608,159 +453,3 @@ def word_run(node: Node) -> int | None:
     return span[0]
 
 
-def _streamed_view(n: Node) -> str:
-    if word_run(n) is None:
-        return (f"; {describe(n)} streamed in blocks of whole rows of {n.shape[-1]} elements by its DMA access "
-                "pattern (stream_view_rows)")
-    return (f"; {describe(n)} streamed as one run of words from element {word_run(n)} of {describe(n.src[0])} "
-            "(stream_contiguous_views)")
-
-
-def streamed_rows(node: Node) -> int | None:
-    """`stream_view_rows`: the elements of a row of a host view that is not one run of words but
-    whose rows (its last axis) lie as whole words one stride apart (a step slice, a transpose, a
-    broadcast, a state's interior), which a stream moves in blocks of whole rows by a DMA access
-    pattern; else None."""
-    if node.op != Op.VIEW or not is_host_tensor(node) or word_run(node) is not None or view_rows(node) is None:
-        return None
-    return node.shape[-1]
-
-
-def row_streamable(calls) -> bool:
-    """One row reduction, or one expansion (by Role: Dequant, each row of blocks to a row of
-    weights), over a batch of rows that `rows_do_not_stream` finds nothing against."""
-    return (len(calls) == 1 and calls[0].arg.kernel.role in ROW_WISE and len(calls[0].src[0].shape) == 2
-            and rows_do_not_stream(calls, describe) is None)
-
-
-def expansion_unit(call: Node) -> int:
-    """`stream_expansion_units`: the fewest elements of a row an expansion expands alone (Dequant:
-    one GGUF block), found by its own rule (out_shape), so its rows, however long, stream in
-    blocks of such units: the rows lie end to end, unit after unit, in host memory."""
-    kernel, attrs, row = call.arg.kernel, call.arg.attr_dict, call.src[0].shape[1]
-
-    def expands(width: int) -> bool:
-        try:
-            kernel.out_shape([(1, width)], **attrs)
-        except KernelTypeError:
-            return False
-        return True
-    return next(w for w in range(1, row + 1) if row % w == 0 and expands(w))
-
-
-def rows_do_not_stream(calls, label) -> str | None:
-    """Why a group holding a row reduction over a batch of rows (rows, n) does not stream in
-    row-blocks, naming calls by `label`; None when it does: the reduction alone in its group,
-    writing no state, reading whole host tensors (the rows, and any row (n,) every row shares,
-    RMSNorm's w), each core taking at most MAX_FLOW_INPUTS FIFOs: its row-blocks, each shared
-    row, and one object of the per-call attributes (Softmax's length) when it takes any."""
-    call = next(c for c in calls if c.arg.kernel.role in ROW_WISE)
-    x, *shared = call.src[:call.arg.n_inputs]
-    if len(calls) != 1:
-        others = ", ".join(label(c) for c in calls if c is not call)
-        return f"it is fused with {others}, and a row reduction streams alone, reading host tensors"
-    if call.arg.writes:
-        return "it writes a state (out=), and a streamed result goes to the host"
-    for n in (x, *shared):
-        if not is_host_tensor(n) or n.op == Op.VIEW:
-            return f"it reads {describe(n)}, and a streamed row reduction reads whole host tensors"
-        if n is not x and n.shape != x.shape[1:]:
-            return f"it reads {describe(n)} of shape {n.shape}, and every row shares only rows {x.shape[1:]}"
-    fifos = ["its row-blocks", *map(describe, shared)] + ["the per-call words"] * bool(dynamic_attrs(call))
-    if len(fifos) > MAX_FLOW_INPUTS:
-        return (f"each core would take {len(fifos)} FIFOs ({', '.join(fifos)}) but has {MAX_FLOW_INPUTS} "
-                "input DMA channels")
-    return None
-
-
-def flow_bytes(calls, block: int, width: int, objects: int = 2, returned: tuple[Node, ...] = ()) -> int:
-    """A core's tile memory for blocks of `block` elements (rows of `width`): `objects` of each
-    input and of each result (a row reduction's: its share of the block; the `returned` calls'
-    too), of each shared row and of the per-call words, and one block of every other call's
-    result."""
-    inputs, shared = streamed_inputs(calls)
-    result = result_share(calls, block, width)
-    held = block * sum(n.dtype.itemsize for n in (*inputs, *returned)) + result * calls[-1].dtype.itemsize
-    held += width * sum(n.dtype.itemsize for n in shared) + 4 * sum(len(dynamic_attrs(c)) for c in calls)
-    return objects * held + block * sum(c.dtype.itemsize for c in calls[:-1] if c not in returned)
-
-
-def result_share(calls, block: int, width: int) -> int:
-    """The elements of the last call's result a block of `block` elements (rows of `width`)
-    makes: as many, one per row (Argmax), or an expansion's rows (Dequant: each row of blocks
-    a row of weights)."""
-    last = calls[-1]
-    if last.arg.kernel.role is Role.EXPANSION:
-        return block * last.shape[1] // last.src[0].shape[1]
-    return block if len(last.shape) == len(streamed_inputs(calls)[0][0].shape) else block // width
-
-
-def joined_pieces(calls) -> tuple[Node, ...]:
-    """`stream_joined`: the host tensors a lone Concat joins end to end (nothing before the axis it
-    joins along, so its result is the first's words then the second's), each lying in one run of
-    whole words, which one FIFO streams one after the other; () for any other calls."""
-    if len(calls) != 1 or not calls[0].arg.kernel.joins:
-        return ()
-    call, pieces = calls[0], tuple(calls[0].src[:2])
-    outer = call.arg.kernel.sizes([n.shape for n in pieces], call.shape)[0]
-    if outer != 1 or any(not is_host_tensor(n) or word_run(n) is None for n in pieces):
-        return ()
-    return pieces
-
-
-def streamed_inputs(calls) -> tuple[list[Node], list[Node]]:
-    """(the inputs streamed in blocks, the rows every row shares) of a Flow's calls; a join
-    streams its pieces through one FIFO, which its first piece stands for."""
-    if pieces := joined_pieces(calls):
-        return [pieces[0]], []
-    inputs = external_inputs(calls)
-    return [n for n in inputs if n.size == inputs[0].size], [n for n in inputs if n.size != inputs[0].size]
-
-
-def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int, width: int = 1,
-                padded: int | None = None, row: int = 1, returned: tuple[Node, ...] = ()) -> Flow | None:
-    """`stream_elementwise` (and `stream_row_blocks`, in blocks of whole rows of `width`
-    elements): on the most free whole columns (within `spare` tiles and `shim_in`
-    shim MM2S channels, one per input and column) and the most
-    of their rows whose mem tile can split every input and join the results (an input DMA
-    channel per input and core, an output one per input and core plus the result's), blocks of
-    the least estimated time (`Flow.work`; then the most elements), at most FLOW_BLOCK, that divide each core's share, hold whole 32-bit
-    words and fit a core's memory (flow_bytes) with two objects of each FIFO, or one object
-    each (no overlap of moves and work) when a block of one row fits only so (a join's blocks
-    dividing each piece's share too: `stream_joined`). None when no block does. `padded`: the elements `pad_to_block` padded the tensors to, streamed instead of theirs.
-    `row`: elementwise calls whose result lies in wider rows (`pad_written_by_producer`) take
-    blocks of whole rows of that many elements, which each core writes row by row. `returned`:
-    earlier calls whose blocks go to the host too, each taking a FIFO per core and a join per
-    column (`stream_every_result`)."""
-    inputs, shared = streamed_inputs(calls)
-    pieces = joined_pieces(calls)
-    size = padded or sum(n.size for n in pieces or inputs[:1])
-    shim_in -= len(shared) + any(dynamic_attrs(c) for c in calls)   # each shared row, the words: to every core
-    mem = device.mem
-
-    def whole_words(b: int) -> bool:   # each input's block, each call's result for it (a row reduction's: a share)
-        return all(b * n.dtype.itemsize % 4 == 0 for n in (*inputs, *calls[:-1])) and \
-            result_share(calls, b, width) * calls[-1].dtype.itemsize % 4 == 0
-    room = core_room(device)
-    objects = 2 if width == 1 or flow_bytes(calls, width, width) <= room else 1
-    results = 1 + len(returned)
-    most_rows = min(len(device.compute_rows), (mem.dma_out_channels - results) // len(inputs),
-                    (mem.dma_in_channels - len(inputs)) // results)
-    for ncols in range(min(len(full_columns), spare, shim_in // len(inputs)), 0, -1):
-        for rows in range(min(most_rows, spare // ncols), 0, -1):
-            share = size // (rows * ncols)
-            if size % (rows * ncols):
-                continue
-            blocks = [b for b in range(min(share, max(FLOW_BLOCK, width)), 0, -1)
-                      if share % b == 0 and b % (width * row) == 0 and whole_words(b)
-                      and all(n.size % (rows * ncols * b) == 0 for n in pieces)
-                      and flow_bytes(calls, b, width, objects, returned) <= room]
-            if blocks:
-                flow = Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]),
-                            tuple(full_columns[:ncols]), blocks[0], width=width, shared=tuple(shared),
-                            objects=objects, padded=padded, returned=returned, pieces=pieces)
-                rule = Rule.STREAM_JOINED if pieces else Rule.STREAM_ROW_BLOCKS if width > 1 else Rule.STREAM_ELEMENTWISE
-                block, choice = cost.choose(rule, "block", blocks, lambda b, flow=flow: estimate_ns(replace(flow, block=b), device),
-                                            lambda b: f"{b} elements")
-                return replace(flow, block=block, choice=choice)
-    return None

@@ -75,6 +75,7 @@ class Trace:
         result = _result_dtype(kernel, inputs, dtype)
         static, dynamic = _split_attrs(kernel, attrs)
         shape = tuple(kernel.out_shape([n.shape for n in inputs], **static))
+        kernel.check_abi([n.shape for n in inputs], shape)
         _fits_c(kernel, static)
         dest = _destination(kernel, self, out, shape, result)
         src = (*inputs, *([dest] if dest is not None else []), *dynamic.values())

@@ -6,12 +6,16 @@ that source; `K.step(...)` hands a call to the trace being recorded. bfloat16 ke
 float32 and round once, as their C++ does; integer results wrap to the output dtype, or clamp to
 its range in a kernel that `saturates` (a float rounded to nearest even first). A kernel that
 `keeps_zeros` maps zeros to zeros, with any attrs unless `keeps_zeros_in` names those it does so
-with (Requantize: zero point 0).
+with (Requantize: zero point 0). Each call is checked where it is traced (`check_abi`: its C ABI
+passes every element) and compiled (`check_source`: a user kernel's C++ declares the function it
+calls), so no path accepts what another refuses.
 """
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,6 +27,12 @@ from iron.kernels.registry import claim, is_library
 from iron.kernels.traits import Role, Traits, declared_traits
 
 CC_DIR = Path(__file__).parent / "cc"
+COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+EXTERN_C = re.compile(r'extern\s*"C"\s*')
+DEFINE = re.compile(r"#\s*define\s+\w+\(([^)]*)\)")        # a function-like macro and its parameters
+DECLARED = re.compile(r"([A-Za-z_]\w*(?:\s*##\s*\w+)*)\s*\x01")   # a name, then its parameter list
+INCLUDE = re.compile(r'#\s*include\s*"([^"]+)"')
+NOT_NAMES = frozenset({"__attribute__", "__declspec", "alignas", "decltype", "noexcept", "throw"})
 RECORDING = threading.local()  # .trace: the front end's Trace while a body() is traced, else unset
 
 
@@ -174,6 +184,23 @@ class Kernel:
         return file, cls.source if cls.source is not None else (CC_DIR / file).read_text()
 
     @classmethod
+    def check_source(cls, dtype, out, call: str) -> None:
+        """Refuse a call on `dtype` inputs giving `out` whose C function a user kernel's C++
+        (`source`) does not declare extern "C": misnamed, it would compile and emulate, and
+        fail only when a native or device build links it. `call` names the call."""
+        if cls.source is None:
+            return
+        symbol = cls.symbol(dtype, out)
+        found = c_functions(cls.source)
+        if not any(pattern.fullmatch(symbol) for pattern in found.values()):
+            declared = ", ".join(f"'{name}'" for name in found) or "none"
+            raise KernelTypeError(
+                f"kernel {cls.__name__}'s source declares no extern \"C\" function '{symbol}', which {call} calls "
+                f"on {dtypes.name(dtype)} inputs giving {dtypes.name(out)}; it declares {declared}. Name the C "
+                f"function {symbol} (the kernel's name and its dtype suffix): extern \"C\" void {symbol}(...)."
+            )
+
+    @classmethod
     def reference(cls, *arrays, dtype=None, **attrs) -> np.ndarray:
         """The numpy result of one call on `arrays` giving `dtype` (default: the default output
         dtype; bfloat16 computed in float32 and rounded once)."""
@@ -208,24 +235,43 @@ class Kernel:
 
     @classmethod
     def checked_compute(cls, shape: tuple[int, ...], out: np.dtype, widened: bool):
-        """compute(), refusing a result of another shape than `shape` or dtype than `out` (float32
-        too when bfloat16 is computed in float32, any integer when the kernel saturates): a user
-        kernel's mistake is a KernelTypeError on every path, never an array of the wrong size."""
+        """compute(), refusing a result of another shape than `shape` (but for axes of one
+        element: () is (1,), as the C ABI holds it) or dtype than `out` (float32 too when bfloat16
+        is computed in float32, any integer when the kernel saturates): a user kernel's mistake is
+        a KernelTypeError on every path, never an array of the wrong size."""
         compute = cls.compute
 
         def run(*arrays, **attrs):
             result = compute(*arrays, **attrs)
             got = getattr(result, "dtype", None)
             ok = got == out or (widened and got == np.float32) or (cls.saturates and got is not None and got.kind in "iu")
-            if not ok or np.shape(result) != shape:
+            if not ok or not same_elements(np.shape(result), shape):
                 what = f"{np.shape(result)} {dtypes.name(got)}" if got is not None else type(result).__name__
                 raise KernelTypeError(
                     f"{cls.__name__}.compute() returned {what} but this call's output is {shape} "
                     f"{dtypes.name(out)}: return a numpy array of that shape and dtype "
                     f"(e.g. result.astype(np.{dtypes.name(out)}))."
                 )
-            return result
+            return result if np.shape(result) == shape else np.reshape(result, shape)
         return run
+
+    @classmethod
+    def check_abi(cls, shapes: list[tuple[int, ...]], out_shape: tuple[int, ...]) -> None:
+        """Refuse a call whose C ABI (`sizes`, read back by `abi_shapes`) would not pass the C
+        function each input's and the output's elements: the numpy reference would compute what
+        no compiled call can. Checked where a call is traced, so every path refuses it alike."""
+        sizes = cls.sizes([tuple(s) for s in shapes], tuple(out_shape))
+        abi_in, abi_out = cls.abi_shapes(sizes)
+        operands = [(f"input {i}", s, a) for i, (s, a) in enumerate(zip(shapes, abi_in))]
+        for what, traced, abi in [*operands, ("the output", out_shape, abi_out)]:
+            if _count(traced) != _count(abi):
+                raise KernelTypeError(
+                    f"{cls.__name__}'s declarations disagree: for inputs {', '.join(map(str, shapes))}, out_shape "
+                    f"gives {tuple(out_shape)}, sizes() gives {tuple(sizes)} and abi_shapes() makes {what} of the C "
+                    f"call {tuple(abi)}, {_count(abi)} elements where the call's has {_count(traced)}. Define "
+                    f"sizes() and abi_shapes() so the C call sees every element (the defaults are an elementwise "
+                    f"kernel's: each input and the output of the output's element count)."
+                )
 
     @classmethod
     def emulate(cls, dtype, pointers: list[np.ndarray], sizes: tuple[int, ...], attrs: dict):
@@ -273,6 +319,52 @@ class Kernel:
         return recorder.call(cls, args, out, dtype, attrs)
 
 
+@cache
+def c_functions(source: str) -> dict[str, re.Pattern]:
+    """The functions C++ `source` declares extern "C", each as written (`relu_##T` when a macro
+    makes it) with the pattern of the names it stands for (a macro parameter: any identifier)."""
+    text = COMMENT.sub(" ", _included(source)).replace("\\\n", " ")
+    found = {}
+    for match in EXTERN_C.finditer(text):
+        define = DEFINE.search(text[text.rfind("\n", 0, match.start()) + 1: match.start()])
+        params = {p.strip() for p in define[1].split(",")} if define else set()
+        rest = text[match.end():]
+        declared = _top_level(_braced(rest) if rest.startswith("{") else re.split(r"[;{]", rest, maxsplit=1)[0])
+        for name in DECLARED.findall(declared):
+            if name not in NOT_NAMES:
+                parts = [part.strip() for part in name.split("##")]
+                found["##".join(parts)] = re.compile("".join(r"\w+" if p in params else re.escape(p) for p in parts))
+    return found
+
+
+def _included(source: str) -> str:
+    """`source` after the text of each of iron's headers it includes (iron_kernel.h and its
+    macros), as the compiler reads it; other includes add no extern "C" function iron calls."""
+    library = library_sources()
+    headers = [library[name] for name in INCLUDE.findall(source) if name in library]
+    return "\n".join([*headers, source])
+
+
+def _braced(text: str) -> str:
+    """What the braces `text` opens with hold (to its end if they never close)."""
+    depth = 0
+    for i, c in enumerate(text):
+        depth += {"{": 1, "}": -1}.get(c, 0)
+        if depth == 0:
+            return text[1:i]
+    return text[1:]
+
+
+def _top_level(text: str) -> str:
+    """`text` without what braces hold (function bodies), and each outermost parameter list a
+    marker: only the names it declares stand right before a marker."""
+    for inner, mark in ((r"\{[^{}]*\}", ";"), (r"\([^()]*\)", "\x01")):
+        pattern = re.compile(inner)
+        while (reduced := pattern.sub(mark, text)) != text:
+            text = reduced
+    return text
+
+
 def rounded(result, out: np.dtype) -> np.ndarray:
     """`result` as `out`. Rounding to a float dtype keeps a NaN a NaN (quieted, as the C++ stores
     it), which numpy reports for a signalling NaN as "invalid value encountered in cast": the
@@ -281,6 +373,15 @@ def rounded(result, out: np.dtype) -> np.ndarray:
         with np.errstate(invalid="ignore"):
             return np.asarray(result).astype(out)
     return np.asarray(result).astype(out)
+
+
+def same_elements(shape: tuple[int, ...], other: tuple[int, ...]) -> bool:
+    """Whether arrays of the two shapes lay out the same elements alike: equal but for axes of one."""
+    return tuple(n for n in shape if n != 1) == tuple(n for n in other if n != 1)
+
+
+def _count(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
 
 
 def _saturating(compute, attrs: dict, out: np.dtype):

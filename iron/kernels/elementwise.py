@@ -45,6 +45,18 @@ class Constant(Kernel):
         return cls.operation.op(c, x) if flip else cls.operation.op(x, c)
 
     @classmethod
+    def keeps_zeros_in(cls, attrs: dict) -> bool:
+        """Whether a call with these static attrs maps zeros to zeros: always when the op does so
+        with every constant (`Mul`), else when it does with this call's constants, integer and
+        float both (`Add.step(x, 0)`, `Maximum.step(x, 0)`); never with a per-call constant."""
+        if cls.keeps_zeros or "value" not in attrs:
+            return cls.keeps_zeros
+        op, flip = cls.operation.op, attrs.get("flip", 0)
+        pairs = [(np.zeros(1, I64), np.full(1, attrs["value"], I64))] * bool(cls.dtypes & INTEGERS)
+        pairs += [(np.zeros(1, F32), np.full(1, attrs.get("fvalue", 0.0), F32))] * bool(cls.dtypes & FLOATS)
+        return not any(np.any(op(c, z) if flip else op(z, c)) for z, c in pairs)
+
+    @classmethod
     def describe_call(cls, operands: list[str], attrs: dict, dtype: np.dtype) -> str:
         """`Mul(x, 3)`, `Sub(1.5, x)`, `Greater(x, t)` (a per-call value): as the user wrote it."""
         c = str(attrs["value"] if dtype.kind in "iu" else attrs["fvalue"])

@@ -15,7 +15,7 @@ import numpy as np
 from iron import dtypes
 from iron.errors import DeclarationError
 
-LIBRARY_PACKAGE = "iron.kernels."   # the library's families: library.py, conv.py, attention.py
+LIBRARY_PACKAGE = "iron.kernels."   # every module of the package: the library by family
 _OWNERS: dict[str, type] = {}
 
 

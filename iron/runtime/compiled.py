@@ -26,7 +26,7 @@ from iron.frontend.arguments import (
     state_name,
 )
 from iron.frontend.graph import Runtime, register_runtime
-from iron.runtime.timeline import Estimate, estimate
+from iron.runtime.timeline import Estimate, estimate, writable
 from iron.runtime.timeline import write as write_trace
 from iron.runtime.words import WordProgram
 
@@ -251,6 +251,7 @@ class CompiledGraph:
         """One host-driven call (after the runs in flight of any CarriedLoop of the graph);
         `trace=path` also writes the call's timeline there (iron/runtime/timeline.py)."""
         if trace is not None:
+            writable(trace)   # before anything runs: a call that ran cannot be taken back
             timeline = self.timed()
             mark = timeline.mark()
             result = self(*tensors, **values)

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections import deque
 
 from iron.compiler.plan import WordKind, WordRef
-from iron.errors import IndexOutOfRange, LoopError, PlanError
+from iron.errors import IndexOutOfRange, LoopError, PlanError, TraceError
 from iron.frontend.handles import Carry
 from iron.ir import describe
 from iron.runtime.compiled import CompiledGraph, graph_name
-from iron.runtime.timeline import Estimate, estimate
+from iron.runtime.timeline import Estimate, estimate, writable
 from iron.runtime.timeline import write as write_trace
 from iron.runtime.words import WordProgram
 
@@ -85,6 +85,7 @@ class CarriedLoop:
         check_steps("run", steps)
         if trace is None:
             return self.start(*tensors, **values).steps(steps)
+        writable(trace)   # before anything runs
         timeline = self.timed()
         mark = timeline.mark()
         return _written(self.start(*tensors, **values).steps(steps), timeline, mark, trace)
@@ -304,11 +305,21 @@ class CarriedLoop:
 
 
 def _written(iterator, timeline, mark: int, path):
-    """`iterator`, then the timeline's spans since `mark` written to `path` (also when left early)."""
+    """`iterator`, then the timeline's spans since `mark` written to `path` (also when left early,
+    or stopped by an error, which a failed write never hides: it becomes a note of it)."""
+    failed = None
     try:
         yield from iterator
+    except Exception as error:
+        failed = error
+        raise
     finally:
-        write_trace(timeline.since(mark), path)
+        try:
+            write_trace(timeline.since(mark), path)
+        except TraceError as unwritten:
+            if failed is None:
+                raise
+            failed.add_note(str(unwritten))
 
 
 def check_steps(method: str, steps):

@@ -4,17 +4,21 @@ Chrome trace-event JSON that Perfetto (ui.perfetto.dev) and chrome://tracing ope
 serves the process, as one host drives the NPU: every timed Emulator adds to it (`Clock`), and
 the sessions advance its host clock by the launch costs of the calls and restarts they make.
 An Emulator is timed once `timed(session)` is asked for it (IRON_TRACE, a `trace=` argument,
-`estimate()`), and stays timed; untimed ones run as before.
+`estimate()`), and stays timed; untimed ones run as before. A path a trace cannot be written to
+is a TraceError before anything runs (`writable`).
 """
 from __future__ import annotations
 
 import atexit
 import json
 import os
+import sys
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 
 from iron.compiler import cost
+from iron.errors import TraceError
 
 HOST, DEVICE = "host", "device: runs"
 
@@ -201,9 +205,10 @@ def estimate(spans: list[Span], call_ns: float, device, runs: int = 1) -> Estima
                     call_ns + written, bound)
 
 
-def write(spans: list[Span], path) -> None:
+def write(spans: list[Span], path, what: str = "trace") -> None:
     """Chrome trace-event JSON: one process, one thread per track (host first, then the device's
-    runs, then every core and DMA channel by name), complete ("X") events in microseconds."""
+    runs, then every core and DMA channel by name), complete ("X") events in microseconds;
+    TraceError naming `what` (`trace`, `IRON_TRACE`) if `path` cannot be written."""
     tracks = sorted({s.track for s in spans}, key=lambda t: (t != HOST, t != DEVICE, t))
     tid = {track: k + 1 for k, track in enumerate(tracks)}
     events = [{"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "NPU (estimated by iron's cost model)"}}]
@@ -213,19 +218,53 @@ def write(spans: list[Span], path) -> None:
     for s in sorted(spans, key=lambda s: (tid[s.track], s.start, -s.duration)):
         events.append({"name": s.name, "cat": s.track.split(":")[0], "ph": "X", "pid": 1, "tid": tid[s.track],
                        "ts": s.start / 1000, "dur": s.duration / 1000})
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, f)
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, f)
+    except OSError as exc:   # it changed since `writable` checked it
+        raise TraceError(_unwritable(path, what, exc.strerror)) from None
+
+
+def writable(path, what: str = "trace"):
+    """`path` if a trace can be written there (`what`: `trace` or `IRON_TRACE`), else TraceError
+    naming it and the fix; nothing is written."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TraceError(f"{what}={path!r} is not a path: give the file to write the timeline to, e.g. 'trace.json'.")
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        why = "it is a directory"
+    elif target.exists() or target.is_symlink():
+        why = None if os.access(target, os.W_OK) else "it is not writable by you"
+    elif not folder.is_dir():
+        why = f"its directory {folder} does not exist"
+    else:
+        why = None if os.access(folder, os.W_OK | os.X_OK) else f"its directory {folder} is not writable by you"
+    if why is not None:
+        raise TraceError(_unwritable(path, what, why))
+    return path
+
+
+def _unwritable(path, what: str, why: str) -> str:
+    return (f"{what}={str(path)!r} cannot be written: {why}. Give the path of a file you can write, "
+            "e.g. 'trace.json' in the current directory.")
 
 
 def traced() -> str | None:
-    """IRON_TRACE: where the process's whole timeline is written when it exits."""
-    return os.environ.get("IRON_TRACE") or None
+    """IRON_TRACE, checked (`writable`): where the process's whole timeline is written when it exits."""
+    path = os.environ.get("IRON_TRACE") or None
+    return writable(path, "IRON_TRACE") if path else None
 
 
 def _write_at_exit():
-    path = traced()
-    if path and TIMELINE.spans:
-        write(TIMELINE.spans, path)
+    """The process's timeline into IRON_TRACE; one line, no traceback, if that fails now."""
+    path = os.environ.get("IRON_TRACE")
+    if not (path and TIMELINE.spans):
+        return
+    try:
+        write(TIMELINE.spans, writable(path, "IRON_TRACE"), "IRON_TRACE")
+    except TraceError as error:
+        print(f"iron: TraceError: {error}", file=sys.stderr, flush=True)
 
 
 atexit.register(_write_at_exit)

@@ -4,7 +4,8 @@ the kernel's numpy reference (its online softmax: float32 within rtol 1e-5), for
 grouped-query heads, at every valid length and, with hypothesis, on any scores' scale; a decoder
 step writing its key and value rows into cache states and attending over pos + 1 of them in one
 call, compiled for npu2 and npu1 and run call after call on the emulator in both kernel modes,
-against reference() and the per-head chain (MatVec, Scale, Softmax, MatVec) it replaces; the
+against reference() and the per-head chain (MatVec, Scale, Softmax, MatVec) it replaces; a
+prefill of several queries per head (mlir-aie's mha example in small) compiled likewise; the
 refusals."""
 import numpy as np
 import pytest
@@ -21,29 +22,32 @@ pytestmark = pytest.mark.usefixtures("on_emulator")
 
 
 def two_pass(q, keys, values, length):
-    """softmax(K q / sqrt(d)) V per head in float64, the maximum taken first."""
+    """softmax(K q / sqrt(d)) V per query of each head in float64, the maximum taken first."""
     q, keys, values = (a.astype(np.float64) for a in (q, keys, values))
-    heads, d = q.shape
+    heads, d = q.shape[0], q.shape[-1]
     group = heads // keys.shape[0]
-    out = np.zeros((heads, d))
+    queries = q.reshape(heads, -1, d)
+    out = np.zeros(queries.shape)
     for h in range(heads):
-        s = keys[h // group, :length] @ q[h] / np.sqrt(d)
-        p = np.exp(s - s.max())
-        out[h] = (p / p.sum()) @ values[h // group, :length]
-    return out
+        for r in range(queries.shape[1]):
+            s = keys[h // group, :length] @ queries[h, r] / np.sqrt(d)
+            p = np.exp(s - s.max())
+            out[h, r] = (p / p.sum()) @ values[h // group, :length]
+    return out.reshape(q.shape)
 
 
-def case(dt, heads, kv_heads, n=16, d=8, seed=0, spread=1.0):
+def case(dt, heads, kv_heads, n=16, d=8, seed=0, spread=1.0, queries=None):
     rng = np.random.default_rng(seed)
-    q, keys, values = (rng.standard_normal(s) * spread for s in ((heads, d), (kv_heads, n, d), (kv_heads, n, d)))
+    q_shape = (heads, d) if queries is None else (heads, queries, d)
+    q, keys, values = (rng.standard_normal(s) * spread for s in (q_shape, (kv_heads, n, d), (kv_heads, n, d)))
     return tuple(a.astype(np.float32).astype(DTYPES[dt]) for a in (q, keys, values))
 
 
 def native(library, q, keys, values, length):
     out = np.zeros_like(q)
-    (heads, d), (kv_heads, n, _) = q.shape, keys.shape
-    call(library, f"attention_{'bf16' if q.dtype != np.float32 else 'f32'}", q, keys, values, out, heads, kv_heads,
-         n, d, length)
+    (kv_heads, n, d), queries = keys.shape, q.shape[1] if q.ndim == 3 else 1
+    call(library, f"attention_{'bf16' if q.dtype != np.float32 else 'f32'}", q, keys, values, out, q.shape[0],
+         queries, kv_heads, n, d, length)
     return out
 
 
@@ -64,6 +68,17 @@ def test_attention_in_cpp_equals_the_two_pass_softmax_and_the_reference(library,
     got = native(library, q, keys, values, length)
     near(got, two_pass(q, keys, values, length), dt, 1e-4)
     near(got, Attention.reference(q, keys, values, length=length), dt, 1e-5)
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+def test_several_queries_per_head_each_attend_over_the_same_rows(library, dt):
+    """q (heads, s, d): a prefill of s queries per head, no causal mask, as mlir-aie's mha example
+    computes (torch's scaled_dot_product_attention, is_causal=False)."""
+    q, keys, values = case(dt, 4, 2, n=12, queries=5, seed=3)
+    got = native(library, q, keys, values, 12)
+    near(got, two_pass(q, keys, values, 12), dt, 1e-4)
+    near(got, Attention.reference(q, keys, values, length=12), dt, 1e-5)
+    near(got[:, 2], Attention.reference(np.ascontiguousarray(q[:, 2]), keys, values, length=12), dt, 1e-5)
 
 
 @pytest.mark.parametrize("d", [64, 65, 150])
@@ -139,10 +154,30 @@ def test_a_decoder_steps_attention_over_its_cache_is_one_call(device, monkeypatc
             compiled(*steps[0], pos=CONTEXT)
 
 
+class Prefill(iron.Graph):
+    """mlir-aie's mha example in small: bfloat16 Q (heads, s, d), K and V (kv_heads, n, d), every
+    query over every row (length n), grouped-query heads."""
+
+    def body(self, q, k, v):
+        return Attention.step(q, k, v, length=k.shape[1])
+
+
+@pytest.mark.parametrize("device", ["npu2", "npu1"])
+def test_a_grouped_query_prefill_in_bfloat16_compiles_and_runs_as_its_reference(device, monkeypatch):
+    q, k, v = case("bf16", 4, 2, n=16, d=16, queries=8, seed=11, spread=2.0)
+    want = Prefill().reference(q, k, v)
+    near(want, two_pass(q, k, v, 16), "bf16", 1e-4)
+    compiled = Prefill().compile(q=q, k=k, v=v, device=device)
+    monkeypatch.setenv("IRON_EMULATOR_KERNELS", "numpy")
+    np.testing.assert_array_equal(compiled(q, k, v).view(np.uint16), want.view(np.uint16))
+    monkeypatch.setenv("IRON_EMULATOR_KERNELS", "native")
+    near(compiled(q, k, v), want, "bf16", 1e-5)
+
+
 @pytest.mark.parametrize("shapes, length, text", [
     (((4, 8), (3, 8, 8), (3, 8, 8)), 2,
-     "Attention needs q (heads, d), keys and values (kv_heads, n, d), heads a multiple of kv_heads; "
-     "got shapes (4, 8), (3, 8, 8), (3, 8, 8)."),
+     "Attention needs q (heads, d) or (heads, s, d), keys and values (kv_heads, n, d), heads a multiple of "
+     "kv_heads; got shapes (4, 8), (3, 8, 8), (3, 8, 8)."),
     (((2, 8), (2, 8, 8), (2, 8, 8)), 9, "Attention needs 1 <= length <= 8, not 9; got shapes (2, 8), (2, 8, 8), (2, 8, 8)."),
 ])
 def test_a_wrong_shape_or_length_is_refused(shapes, length, text):

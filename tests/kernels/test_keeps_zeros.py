@@ -48,3 +48,20 @@ def test_requantize_keeps_zeros_only_with_zero_point_0():
     with_point = requantize.reference_fn(np.dtype(np.int32), {**shifted, "zero_point": -5}, np.dtype(np.int8))
     assert with_point(np.zeros(3, np.int32)).tolist() == [-5, -5, -5]
     assert (requantize.keeps_zeros_in({**shifted, "zero_point": -5}), requantize.keeps_zeros_in(shifted)) == (False, True)
+
+
+def test_a_constant_form_keeps_zeros_with_the_constants_that_keep_them():
+    """`Add.step(x, 0)` and `Maximum.step(x, 0)` keep zeros, `Add.step(x, 1)` and `Sub.step(1, x)`
+    do not, `Mul.step(x, c)` does for every c; a per-call constant never counts as keeping them."""
+    forms = {k.__qualname__: k for k in LIBRARY if "flip" in k.attrs}
+    def keeps(name, **attrs):
+        return forms[name].keeps_zeros_in({"value": 0, "fvalue": 0.0, "flip": 0, **attrs})
+    assert (keeps("Add.constant"), keeps("Maximum.constant"), keeps("Add.constant", value=1),
+            keeps("Sub.constant", value=1, fvalue=1.0, flip=1), keeps("Mul.constant", value=5, fvalue=2.5)) == (
+        True, True, False, False, True)
+    assert forms["Add.constant"].keeps_zeros_in({"fvalue": 0.0, "flip": 0}) is False   # value is per call
+    for kernel in forms.values():
+        for attrs in CONSTANTS:
+            if kernel.keeps_zeros_in(attrs):
+                for dtype in (d for d in (np.dtype(np.int32), np.dtype(np.float32)) if d in kernel.dtypes):
+                    assert not kernel.reference(np.zeros(4, dtype), **attrs).any()

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import iron
-from iron.errors import CarryError
-from iron.kernels import Add, Cast, ReLU
+from iron.errors import CarryError, KernelTypeError
+from iron.kernels import Add, Cast, ReLU, library
+from iron.kernels.base import c_functions
 
 BF16 = ml_dtypes.bfloat16
 
@@ -97,3 +98,126 @@ def test_cast_of_float32_signalling_nans_to_bfloat16_prints_no_numpy_warning():
         assert result.dtype == BF16
         assert np.isnan(result[:3].astype(np.float32)).all()
         assert result[3] == 1
+
+
+# ---- item 5: out_shape and the C ABI agree, or the kernel is refused where traced -----------------
+
+
+class Total(iron.Kernel):
+    """The sum of x as out_shape () says, with the default (elementwise) sizes and abi_shapes: the
+    C call would see one element of x."""
+
+    name = "total_default_abi"
+
+    @classmethod
+    def out_shape(cls, shapes, **attrs):
+        return ()
+
+    @staticmethod
+    def compute(x):
+        return np.asarray(x.sum(dtype=x.dtype))
+
+
+class TotalFlat(Total):
+    """The same sum with its C ABI declared: x (n,) in, one element (1,) out."""
+
+    name = "total_flat_abi"
+
+    @classmethod
+    def sizes(cls, shapes, out_shape):
+        return (shapes[0][0],)
+
+    @classmethod
+    def abi_shapes(cls, sizes):
+        return [(sizes[0],)], (1,)
+
+
+class TotalAsOne(TotalFlat):
+    """compute() gives (1,) where out_shape says (): the same one element."""
+
+    name = "total_as_one"
+
+    @staticmethod
+    def compute(x):
+        return np.asarray([x.sum(dtype=x.dtype)])
+
+
+def summing(kernel):
+    return type(f"Sum{kernel.__name__}", (iron.Graph,), {"body": lambda self, x: kernel.step(x)})
+
+
+def test_a_kernel_whose_c_abi_misses_elements_is_refused_where_traced_on_every_path(trail, unchanged):
+    graph, x = summing(Total)(), np.arange(8, dtype=np.int32)
+    refusal = (
+        "Total's declarations disagree: for inputs (8,), out_shape gives (), sizes() gives (1,) and abi_shapes() "
+        "makes input 0 of the C call (1,), 1 elements where the call's has 8. Define sizes() and abi_shapes() so "
+        "the C call sees every element (the defaults are an elementwise kernel's: each input and the output of "
+        "the output's element count)."
+    )
+    for path in (graph.reference, graph, lambda x: graph.compile(((8,), np.int32))):
+        with unchanged(trail), pytest.raises(KernelTypeError) as raised:
+            path(x)
+        assert str(raised.value) == refusal
+
+
+@pytest.mark.parametrize("kernel", [TotalFlat, TotalAsOne])
+def test_a_one_element_result_declared_as_an_empty_shape_is_the_same_on_every_path(kernel):
+    x = np.arange(8, dtype=np.int32)
+    got = [summing(kernel)().reference(x), summing(kernel)()(x)]
+    for result in got:
+        assert result.shape == () and result == 28
+
+
+# ---- item 13: a user kernel's C source declares the function each call needs ---------------------
+
+
+SOURCES = {
+    "misnamed": ('extern "C" void tripel_it_i32(const int32_t* x, int32_t* y, int32_t n) {}\n', "'tripel_it_i32'"),
+    "none": ("void triple_c_i32(const int32_t* x, int32_t* y, int32_t n) {}\n", "none"),
+    "commented out": ('// extern "C" void triple_c_i32(const int32_t* x, int32_t* y, int32_t n);\n'
+                      'extern "C" { int helper(int (*f)(int)); }\n', "'helper'"),
+    "a macro for other dtypes": ('#define TRIPLE(T) extern "C" void other_##T(const T* x, T* y, int32_t n) {}\n'
+                                 "TRIPLE(int32_t)\n", "'other_##T'"),
+}
+
+
+def tripling(source):
+    kernel = type("Triple", (iron.Kernel,), {
+        "name": "triple_c", "source": source, "compute": staticmethod(lambda x: x * np.int32(3))})
+    return type("Uses", (iron.Graph,), {"body": lambda self, x: kernel.step(x)})()
+
+
+@pytest.mark.parametrize("case", list(SOURCES))
+def test_a_user_kernel_whose_source_lacks_the_called_c_function_is_refused_at_compile(case, trail, unchanged):
+    source, declared = SOURCES[case]
+    graph, x = tripling(source), np.arange(8, dtype=np.int32)
+    np.testing.assert_array_equal(graph.reference(x), 3 * x)   # numpy knows no C
+    for path in (lambda: graph.compile(((8,), np.int32)), lambda: graph(x)):
+        with unchanged(trail), pytest.raises(KernelTypeError) as raised:
+            path()
+        assert str(raised.value) == (
+            "kernel Triple's source declares no extern \"C\" function 'triple_c_i32', which Uses's Triple#0 calls "
+            f"on int32 inputs giving int32; it declares {declared}. Name the C function triple_c_i32 (the kernel's "
+            "name and its dtype suffix): extern \"C\" void triple_c_i32(...)."
+        )
+
+
+@pytest.mark.parametrize("source", [
+    'extern "C" void triple_c_i32(const int32_t* x, int32_t* y, int32_t n) {}\n',
+    'extern "C" {\nvoid triple_c_i32(const int32_t* x, int32_t* y, int32_t n) { for (;;) { break; } }\n}\n',
+    '#define TRIPLE(T, S) \\\n  extern "C" void triple_c_##S(const T* x, T* y, int32_t n) {}\nTRIPLE(int32_t, i32)\n',
+])
+def test_a_user_kernel_declaring_its_c_function_compiles_and_runs(source):
+    graph, x = tripling(source), np.arange(8, dtype=np.int32)
+    np.testing.assert_array_equal(graph(x), 3 * x)
+
+
+LIBRARY = sorted((k for k in vars(library).values() if isinstance(k, type) and issubclass(k, iron.Kernel) and k.name),
+                 key=lambda k: k.__name__)
+
+
+@pytest.mark.parametrize("kernel", LIBRARY, ids=lambda k: k.__name__)
+def test_every_library_kernel_source_declares_each_of_its_c_functions_as_the_check_reads_them(kernel):
+    found = c_functions(kernel.source_text()[1])
+    for dtype, out in kernel.signatures():
+        assert any(p.fullmatch(kernel.symbol(dtype, out)) for p in found.values()), (kernel.symbol(dtype, out), found)

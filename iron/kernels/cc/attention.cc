@@ -1,6 +1,6 @@
-// attention: for each query head h < heads of q (heads x d), out[h] = softmax(K q[h] / sqrt(d)) V
-// over rows 0..length-1 of key/value head h / (heads / kv_heads) of keys and values
-// (kv_heads x n x d each), all row-major, in float (bf16 rounds once, as it stores). The softmax
+// attention: for each query q[h][r] of q (heads x s x d: s queries per head), out[h][r] =
+// softmax(K q[h][r] / sqrt(d)) V over rows 0..length-1 of key/value head h / (heads / kv_heads)
+// of keys and values (kv_heads x n x d each), all row-major, in float (bf16 rounds once, as it stores). The softmax
 // is online: one cache row at a time, the running maximum m, the running sum l of exp(s - m) and
 // the running output o rescaled by exp(m_old - m_new) as m grows; out = o / l. o stays on the
 // core's stack (1 KiB by default, docs/platform.md section 2) CHUNK elements at a time: a head
@@ -18,13 +18,13 @@ constexpr int32_t CHUNK = 64;  // 256 bytes of running output
 template <typename T>
 void attention(const iron::stored_t<T>* q, const iron::stored_t<T>* keys,
                const iron::stored_t<T>* values, iron::stored_t<T>* out, int32_t heads,
-               int32_t kv_heads, int32_t n, int32_t d, int32_t length) {
+               int32_t s, int32_t kv_heads, int32_t n, int32_t d, int32_t length) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int32_t group = heads / kv_heads;
   float o[CHUNK];
-  for (int32_t h = 0; h < heads; ++h) {
-    const iron::stored_t<T>* query = q + h * d;
-    const int32_t kv = h / group;
+  for (int32_t row = 0; row < heads * s; ++row) {
+    const iron::stored_t<T>* query = q + row * d;
+    const int32_t kv = row / s / group;
     for (int32_t first = 0; first < d; first += CHUNK) {
       const int32_t width = d - first < CHUNK ? d - first : CHUNK;
       float top = -__builtin_inff(), total = 0.0f;
@@ -38,9 +38,9 @@ void attention(const iron::stored_t<T>* q, const iron::stored_t<T>* keys,
         for (int32_t c = 0; c < d; ++c) {
           dot += T::load(query[c]) * T::load(key[c]);
         }
-        const float s = dot * scale;
-        const float grown = s > top ? s : top;
-        const float rescale = std::exp(top - grown), weight = std::exp(s - grown);
+        const float score = dot * scale;
+        const float grown = score > top ? score : top;
+        const float rescale = std::exp(top - grown), weight = std::exp(score - grown);
         total = total * rescale + weight;
         for (int32_t c = 0; c < width; ++c) {
           o[c] = o[c] * rescale + weight * T::load(value[c]);
@@ -48,7 +48,7 @@ void attention(const iron::stored_t<T>* q, const iron::stored_t<T>* keys,
         top = grown;
       }
       for (int32_t c = 0; c < width; ++c) {
-        out[h * d + first + c] = T::store(o[c] / total);
+        out[row * d + first + c] = T::store(o[c] / total);
       }
     }
   }
@@ -59,9 +59,9 @@ void attention(const iron::stored_t<T>* q, const iron::stored_t<T>* keys,
   extern "C" void attention_##T(const iron::stored_t<iron::T>* q,                           \
                                 const iron::stored_t<iron::T>* keys,                        \
                                 const iron::stored_t<iron::T>* values,                      \
-                                iron::stored_t<iron::T>* out, int32_t heads,                \
+                                iron::stored_t<iron::T>* out, int32_t heads, int32_t s,     \
                                 int32_t kv_heads, int32_t n, int32_t d, int32_t length) {   \
-    attention<iron::T>(q, keys, values, out, heads, kv_heads, n, d, length);                 \
+    attention<iron::T>(q, keys, values, out, heads, s, kv_heads, n, d, length);              \
   }
 
 IRON_FLOAT_TYPES(IRON_ATTENTION)
