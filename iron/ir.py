@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from functools import cached_property
 from typing import Any
 
@@ -18,14 +19,65 @@ import numpy as np
 class Op:
     """The node operations. Scalars are 32-bit integers; tensors have a shape and dtype."""
 
-    VAR = "var"          # a per-call value: arg = (name, kind) with kind "carried" | "scratchpad"
+    VAR = "var"          # a per-call value: arg = Var
     CONST = "const"      # arg = int
     ADD, SUB, MUL, FLOORDIV, MOD, MIN, MAX = "add", "sub", "mul", "floordiv", "mod", "min", "max"
     ELEM = "elem"        # the single element of a one-element tensor: src = (tensor,)
-    INPUT = "input"      # a per-call tensor from the host: arg = (name, position)
-    MEMORY = "memory"    # a declared weight / param / state: arg = (kind, name)
+    INPUT = "input"      # a per-call tensor from the host: arg = Input
+    MEMORY = "memory"    # a declared weight / param / state: arg = Declared
     VIEW = "view"        # part of an INPUT, MEMORY or CALL result: src = (tensor, *per-call indices), arg = tuple[Axis]
     CALL = "call"        # a kernel call: src = (*tensor inputs, [dest view], *scalar attrs), arg = Call
+
+
+class Term(Enum):
+    """An enum of iron's (the IR's, the Plan's, the rules'); a member reads as its value in
+    messages ("state", "shim", "mm2s")."""
+
+    __hash__ = object.__hash__   # members are singletons: hash them as such (Tiles key many dicts)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class VarKind(Term):
+    """Where a per-call value comes from."""
+
+    CARRIED = "carried"        # the previous call's iron.carry(...)
+    SCRATCHPAD = "scratchpad"  # the host, every call
+
+
+class MemoryKind(Term):
+    """What a declared memory (a MEMORY node, a Declaration) is."""
+
+    WEIGHT = "weight"
+    PARAM = "param"
+    STATE = "state"
+    THROUGH = "through"   # the compiler's own DDR buffer, a state no user sees (through_ddr.py)
+
+
+@dataclass(frozen=True)
+class Var:
+    """A VAR node's arg: the per-call value's name and where it comes from."""
+
+    name: str
+    kind: VarKind
+
+
+@dataclass(frozen=True)
+class Input:
+    """An INPUT node's arg: the per-call tensor's name and its position among body()'s tensors
+    (-1: a value crossing a cut between segments, which the compiler makes an input)."""
+
+    name: str
+    position: int
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A MEMORY node's arg: what the declared memory is and its name."""
+
+    kind: MemoryKind
+    name: str
 
 
 SCALAR_BINARY = {  # Python's own: // and % round toward minus infinity
@@ -120,14 +172,11 @@ class Call:
         return dict(self.attrs)
 
 
-THROUGH = "through"   # a declaration the compiler makes: its own DDR buffer, a state no user sees (through_ddr.py)
-
-
 @dataclass(frozen=True)
 class Declaration:
     """A declared memory as the Program sees it (the data itself stays with the graph)."""
 
-    kind: str             # "weight" | "param" | "state" | THROUGH
+    kind: MemoryKind
     name: str
     shape: tuple[int, ...]
     dtype: np.dtype
@@ -153,11 +202,11 @@ class Program:
 
     @property
     def carried_names(self) -> tuple[str, ...]:
-        return tuple(v.arg[0] for v in self.scalars if v.arg[1] == "carried")
+        return tuple(v.arg.name for v in self.scalars if v.arg.kind is VarKind.CARRIED)
 
     @property
     def scratchpad_names(self) -> tuple[str, ...]:
-        return tuple(v.arg[0] for v in self.scalars if v.arg[1] == "scratchpad")
+        return tuple(v.arg.name for v in self.scalars if v.arg.kind is VarKind.SCRATCHPAD)
 
     def declaration(self, name: str) -> Declaration:
         return next(d for d in self.declarations if d.name == name)
@@ -178,7 +227,7 @@ CALL_DEPTH = 3   # calls nested deeper are `Kernel(...)`: a layer's value printe
 def describe(node: Node, depth: int = CALL_DEPTH) -> str:
     """The user-facing text of a scalar expression or tensor (`steps + 1`, `trail[steps]`)."""
     if node.op == Op.VAR:
-        return node.arg[0]
+        return node.arg.name
     if node.op == Op.CONST:
         return str(node.arg)
     if node.op in SCALAR_SYMBOL:
@@ -187,10 +236,8 @@ def describe(node: Node, depth: int = CALL_DEPTH) -> str:
         return f"{node.op}({describe(node.src[0], depth)}, {describe(node.src[1], depth)})"
     if node.op == Op.ELEM:
         return describe(node.src[0], depth)
-    if node.op == Op.INPUT:
-        return node.arg[0]
-    if node.op == Op.MEMORY:
-        return node.arg[1]
+    if node.op in (Op.INPUT, Op.MEMORY):
+        return node.arg.name
     if node.op == Op.VIEW:
         return _view_text(node, depth)
     c = node.arg
@@ -257,7 +304,7 @@ def _axis_text(axis: Axis, view: Node, extent: int) -> str:
 def scalar_vars(node: Node) -> set[str]:
     """Names of the per-call values a scalar expression depends on."""
     if node.op == Op.VAR:
-        return {node.arg[0]}
+        return {node.arg.name}
     out: set[str] = set()
     for s in node.src:
         if s.is_scalar:
@@ -374,7 +421,7 @@ def storage(node: Node) -> Node:
 def state_of(node: Node) -> str | None:
     """The name of the state a tensor is (or is a view of), or None."""
     memory = storage(node)
-    return memory.arg[1] if memory.op == Op.MEMORY and memory.arg[0] in ("state", THROUGH) else None
+    return memory.arg.name if memory.op == Op.MEMORY and memory.arg.kind in (MemoryKind.STATE, MemoryKind.THROUGH) else None
 
 
 def frame(view: Node) -> tuple[int, ...]:

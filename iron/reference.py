@@ -22,9 +22,9 @@ def run(program: Program, memories: dict[str, np.ndarray], inputs: list[np.ndarr
     weights, params and states by name; the states are updated in place."""
     env: dict[Node, Any] = dict(zip(program.inputs, inputs))
     for node in program.memories:
-        env[node] = memories[node.arg[1]]
+        env[node] = memories[node.arg.name]
     for var in program.scalars:
-        env[var] = values[var.arg[0]]
+        env[var] = values[var.arg.name]
     check_bounds(program, env)
     undo: list[tuple] = []  # (state, index, its values before) of each write, put back if a call fails
     try:

@@ -24,7 +24,7 @@ from iron.compiler.plan import (
 from iron.compiler.rules import Rule
 from iron.compiler.words import word_leads, word_rows
 from iron.errors import DoesNotFit
-from iron.ir import THROUGH, Op, Program
+from iron.ir import MemoryKind, Op, Program
 
 
 def host_placements(program: Program, padded: dict | None = None) -> tuple[Placement, ...]:
@@ -34,19 +34,20 @@ def host_placements(program: Program, padded: dict | None = None) -> tuple[Place
     padded = padded or {}
     rows = word_rows(program, padded)
     leads = word_leads(program, padded, rows)
-    by_name = {n.arg[0] if n.op == Op.INPUT else n.arg[1]: shape for n, shape in padded.items()
+    by_name = {n.arg.name: shape for n, shape in padded.items()
                if n.op in (Op.INPUT, Op.MEMORY)}
     by_name |= {f"out{i}": padded[n] for i, n in enumerate(program.outputs) if n in padded}
-    declared = [(PlacementKind(d.kind), d.name, d.shape, d.dtype) for d in program.declarations if d.kind != THROUGH]
+    declared = [(PlacementKind(d.kind.value), d.name, d.shape, d.dtype) for d in program.declarations
+                if d.kind is not MemoryKind.THROUGH]
     wanted = [(HostRole.CONSTS, *d) for d in declared if d[0] is not PlacementKind.STATE]
     wanted += [(HostRole.STATES, *d) for d in declared if d[0] is PlacementKind.STATE]
-    wanted += [(HostRole.INPUTS, PlacementKind.INPUT, n.arg[0], n.shape, n.dtype) for n in program.inputs]
+    wanted += [(HostRole.INPUTS, PlacementKind.INPUT, n.arg.name, n.shape, n.dtype) for n in program.inputs]
     wanted += [(HostRole.OUTPUTS, PlacementKind.OUTPUT, f"out{i}", n.shape, n.dtype)
                for i, n in enumerate(program.outputs)]
     wanted += [(HostRole.OUTPUTS, PlacementKind.CARRY, f"carry.{name}", v.src[0].shape, v.src[0].dtype)
                for name, v in program.carry if v.op == Op.ELEM]
     wanted += [(HostRole.OUTPUTS, PlacementKind.CUT, d.name, d.shape, d.dtype) for d in program.declarations
-               if d.kind == THROUGH]   # the compiler's own DDR buffers, after the outputs as a cut's are
+               if d.kind is MemoryKind.THROUGH]   # the compiler's own DDR buffers, after the outputs as a cut's are
     placements, used = [], dict.fromkeys(HostRole, 0)
     for role, kind, name, shape, dtype in wanted:
         buffer = role.value

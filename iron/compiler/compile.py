@@ -100,7 +100,7 @@ def check_feeds(program: Program, device, feeds: Plan | None):
             f"{program.name} carries ({', '.join(program.carried_names)}) but feeds {feeds.name}, "
             f"which carries ({', '.join(theirs)}): give both bodies the same Carried parameters."
         )
-    mine = {v.arg[0] for v in program.scalars}
+    mine = {v.arg.name for v in program.scalars}
     missing = [w.name for w in feeds.words if w.kind is WordKind.SCRATCHPAD and w.name not in mine]
     if missing:
         raise LoopError(

@@ -5,12 +5,13 @@ back. `FifoId.name` is the MLIR symbol printed from it (`g1_p0_host`, `g0_a1_mem
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+
+from iron.ir import Term
 
 EMIT = "emit"   # the Emit core's group: its FIFOs, its core and its function are named after it
 
 
-class Stem(Enum):
+class Stem(Term):
     """What a FIFO carries, the stem of its name."""
 
     IN = "in"                    # host tensors and per-call words into a group's cores (the Emit's words)

@@ -31,7 +31,7 @@ from iron.compiler.plan import (
 )
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.tiling import Grid, word_run
-from iron.compiler.words import Access, Rows, base_name, view_rows
+from iron.compiler.words import Access, Rows, view_rows
 from iron.ir import Node, Op, call_label, describe, destination, input_dtypes, nbytes, storage
 from iron.kernels.registry import accumulate_kernel, convert_kernel, is_library
 
@@ -212,14 +212,14 @@ def c_placement(ctx: Context, call: Node) -> Placement:
 
 def stored_access(ctx: Context, node) -> tuple[str, Access]:
     """(host buffer, Access) of every word a host tensor lies in, its padding (`pad_to_block`) too."""
-    p = ctx.placement(base_name(node)[1])
+    p = ctx.placement(node.arg.name)
     return p.buffer, Access(p.offset, ((p.nwords, 1),))
 
 
 def result_placement(ctx: Context, result: Node) -> Placement:
     """The placement a streamed result lies in: its output's, or the state it writes."""
     if result.arg.writes:
-        return ctx.placement(base_name(storage(destination(result)))[1])
+        return ctx.placement(storage(destination(result)).arg.name)
     return ctx.placement(next(f"out{i}" for i, o in enumerate(ctx.program.outputs) if o is result))
 
 
@@ -245,7 +245,7 @@ def run_access(ctx: Context, node) -> tuple[str, Access]:
 
 def view_rows_of(ctx: Context, view: Node) -> Rows:
     """How a streamed view's rows lie as its base lies (`stream_view_rows`)."""
-    p = ctx.placement(base_name(view.src[0])[1])
+    p = ctx.placement(view.src[0].arg.name)
     return view_rows(view, p.padded, p.word_rows, p.lead)
 
 

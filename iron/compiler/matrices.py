@@ -23,6 +23,7 @@ from iron.compiler.plan import Tile
 from iron.compiler.readers import Reader
 from iron.compiler.rules import Decision, Rule
 from iron.ir import (
+    MemoryKind,
     Node,
     Op,
     describe,
@@ -242,7 +243,7 @@ def forwardable(node: Node) -> bool:
     """A host tensor one group may forward to others: an input, weight or param (or a view of
     one), not a state, of at most FORWARD_BYTES."""
     base = node.src[0] if node.op == Op.VIEW else node
-    constant = base.op == Op.INPUT or base.arg[0] in ("weight", "param")
+    constant = base.op == Op.INPUT or base.arg.kind in (MemoryKind.WEIGHT, MemoryKind.PARAM)
     return constant and node.size * node.dtype.itemsize <= FORWARD_BYTES
 
 

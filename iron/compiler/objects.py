@@ -27,7 +27,7 @@ from iron.compiler.plan import (
 from iron.compiler.readers import Reader
 from iron.compiler.route import Relay, Routes
 from iron.compiler.rules import Rule
-from iron.compiler.words import Access, WordTable, base_name, placement_access, view_access
+from iron.compiler.words import Access, WordTable, placement_access, view_access
 from iron.errors import PlacementError
 from iron.ir import (
     Node,
@@ -183,7 +183,7 @@ def host_access(ctx: Context, node: Node, write: bool = False) -> tuple[str, Acc
     """(host buffer, Access) of an input, a declared memory or a view of one; a `write` into a
     state through a per-call index can be sent to the states' sink (`state_sink`)."""
     base = node.src[0] if node.op == Op.VIEW else node
-    p = ctx.placement(base_name(base)[1])
+    p = ctx.placement(base.arg.name)
     if node.op != Op.VIEW:
         return p.buffer, placement_access(p)
     sink, words = state_sink(ctx.placements, ctx.device.full_elf)

@@ -233,7 +233,7 @@ def padded_nodes(program: Program, placements) -> dict[Node, tuple[int, ...]]:
     found = {n: by_name[f"out{i}"] for i, n in enumerate(program.outputs) if f"out{i}" in by_name}
     for call in program.calls:
         for node in (s.src[0] if s.op == Op.VIEW else s for s in call.src):
-            name = node.arg[0] if node.op == Op.INPUT else node.arg[1] if node.op == Op.MEMORY else None
+            name = node.arg.name if node.op in (Op.INPUT, Op.MEMORY) else None
             if name in by_name:
                 found[node] = by_name[name]
     return found
@@ -257,7 +257,7 @@ def placed(program: Program, names: set[str]) -> dict[Node, str]:
     if not names:
         return {}
     found = {n: f"out{i}" for i, n in enumerate(program.outputs) if f"out{i}" in names}
-    return found | {n: n.arg[0] for n in program.inputs if n.arg[0] in names}
+    return found | {n: n.arg.name for n in program.inputs if n.arg.name in names}
 
 
 def result_of(call: Node) -> Node:

@@ -23,6 +23,7 @@ from iron.compiler.streaming import (
     streamable,
 )
 from iron.ir import (
+    MemoryKind,
     Node,
     Op,
     Program,
@@ -66,7 +67,7 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dic
     what = describe(node)
     if node.op == Op.VIEW:
         return f"{what} is a view"
-    if node.op == Op.MEMORY and node.arg[0] == "state":
+    if node.op == Op.MEMORY and node.arg.kind is MemoryKind.STATE:
         return state_unpadded(node, calls, readers)
     others = [r for r in readers.get(node, []) if r not in calls]
     if others:
@@ -144,7 +145,7 @@ def zeros_made(padded: dict, groups: tuple[Group, ...]) -> dict[Node, str]:
 
 def is_cut_value(node: Node) -> bool:
     """Whether a segment's input is a value an earlier segment computed (segment.py numbers it -1)."""
-    return node.op == Op.INPUT and node.arg[1] == -1
+    return node.op == Op.INPUT and node.arg.position == -1
 
 
 def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> str:

@@ -7,21 +7,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Union
 
 import numpy as np
 
 from iron.compiler.rules import Decision, Rule
-
-
-class Term(Enum):
-    """A Plan enum; a member reads as its value in messages ("shim", "mm2s")."""
-
-    __hash__ = object.__hash__   # members are singletons: hash them as such (Tiles key many dicts)
-
-    def __str__(self) -> str:
-        return self.value
+from iron.ir import Term
 
 
 class TileKind(Term):

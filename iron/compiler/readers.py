@@ -2,14 +2,11 @@
 tables hold beside calls (`pad.readers_of`) and group names (`place.outside_users`)."""
 from __future__ import annotations
 
-from enum import Enum
+from iron.ir import Term
 
 
-class Reader(Enum):
+class Reader(Term):   # a rule's text names it as it names a group: "emit"
     HOST = "host"     # the host: an output (in `outside_users`, a carried element too)
     VIEW = "view"     # a view of the tensor, which calls read
     CARRY = "carry"   # a next carried value
     EMIT = "emit"     # the Emit core, which reads a carried element on a device with one
-
-    def __str__(self) -> str:   # a rule's text names it as it names a group: "emit"
-        return self.value

@@ -4,15 +4,10 @@ value and the text; docs/architecture.md ("Who decides what") says what each one
 rule is a new member here, never a string."""
 from __future__ import annotations
 
-from enum import Enum
+from iron.ir import Term
 
 
-class Rule(Enum):
-    __hash__ = object.__hash__   # members are singletons: hash them as such
-
-    def __str__(self) -> str:
-        return self.value
-
+class Rule(Term):
     # before fusion, on the Program (copies.py, through_ddr.py)
     COPY_VIEW_FOR_GRID = "copy_view_for_grid"
     TILE_BEFORE_STATE_WRITE = "tile_before_state_write"

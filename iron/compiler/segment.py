@@ -28,7 +28,7 @@ from iron.compiler.rules import Decision, Rule
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
 from iron.errors import DoesNotFit
-from iron.ir import Node, Op, Program, call_label, nbytes
+from iron.ir import Input, Node, Op, Program, call_label, nbytes
 
 CUT_WINDOW = 4   # a segment may end anywhere in the last 1/CUT_WINDOW of the groups that fit
 
@@ -348,7 +348,7 @@ class Flow:
             if node in memo:
                 return memo[node]
             if node.op == Op.CALL and node not in mine:
-                new = Node(Op.INPUT, (), node.shape, node.dtype, (self.cut_name(node), -1))
+                new = Node(Op.INPUT, (), node.shape, node.dtype, Input(self.cut_name(node), -1))
             else:
                 src = tuple(rebuilt(s) for s in node.src)
                 same = all(a is b for a, b in zip(src, node.src))
@@ -436,7 +436,7 @@ def _group_entries(i: int, group: Group, where: dict[Node, tuple[int, int]],
             entry = ("made", i - j, k, node.shape, node.dtype)
         elif node.op == Op.MEMORY:
             last = touched.get(node)
-            entry = ("memory", node.arg[0], node.shape, node.dtype, last and (i - last[0], last[1]))
+            entry = ("memory", node.arg.kind, node.shape, node.dtype, last and (i - last[0], last[1]))
             memories.append(node)
         else:
             entry = (node.op, node.shape, node.dtype, node.arg, tuple(visit(s) for s in node.src))

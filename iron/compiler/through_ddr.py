@@ -13,7 +13,7 @@ from dataclasses import replace
 from iron.compiler.fuse import live_calls, role
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.tiling import vector_tiles
-from iron.ir import THROUGH, Declaration, Node, Op, Program, call_label, is_host_tensor
+from iron.ir import Declaration, Declared, MemoryKind, Node, Op, Program, call_label, is_host_tensor
 from iron.kernels.base import Role
 
 
@@ -23,7 +23,7 @@ def tile_before_state_write(program: Program) -> tuple[Program, tuple[Decision, 
     taken = [c for c in live_calls(program) if _takes(program, c)]
     if not taken:
         return program, ()
-    buffers = {c: Node(Op.MEMORY, (), c.shape, c.dtype, (THROUGH, through_name(program, c))) for c in taken}
+    buffers = {c: Node(Op.MEMORY, (), c.shape, c.dtype, Declared(MemoryKind.THROUGH, through_name(program, c))) for c in taken}
     memo: dict[Node, Node] = {}
 
     def rebuilt(node: Node) -> Node:
@@ -38,7 +38,7 @@ def tile_before_state_write(program: Program) -> tuple[Program, tuple[Decision, 
                 memo[node] = node if same else Node(node.op, src, node.shape, node.dtype, node.arg)
         return memo[node]
 
-    declared = tuple(Declaration(THROUGH, b.arg[1], b.shape, b.dtype) for b in buffers.values())
+    declared = tuple(Declaration(MemoryKind.THROUGH, b.arg.name, b.shape, b.dtype) for b in buffers.values())
     rewritten = replace(program, calls=tuple(rebuilt(c) for c in program.calls),
                         declarations=program.declarations + declared,
                         memories=program.memories + tuple(buffers.values()))

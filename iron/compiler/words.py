@@ -14,7 +14,7 @@ from iron import dtypes
 from iron.compiler.plan import Const, Operand, WordDef, WordKind, WordRef
 from iron.compiler.rules import Decision, Rule
 from iron.errors import PlacementError
-from iron.ir import Node, Op, Program, describe, frame, kept
+from iron.ir import MemoryKind, Node, Op, Program, describe, frame, kept
 
 
 class WordTable:
@@ -22,9 +22,9 @@ class WordTable:
 
     def __init__(self, program: Program):
         self.words: list[WordDef] = [
-            WordDef(i, v.arg[0], WordKind(v.arg[1])) for i, v in enumerate(program.scalars)
+            WordDef(i, v.arg.name, WordKind(v.arg.kind.value)) for i, v in enumerate(program.scalars)
         ]
-        self._by_var = {v.arg[0]: i for i, v in enumerate(program.scalars)}
+        self._by_var = {v.arg.name: i for i, v in enumerate(program.scalars)}
         self._by_key: dict[tuple, int] = {}   # (op, a, b, bound) -> the word computing it
 
     def defs(self) -> tuple[WordDef, ...]:
@@ -45,7 +45,7 @@ class WordTable:
     def word(self, node: Node, kind: WordKind) -> int:
         """The word holding scalar expression `node` (a value word, or a derived one)."""
         if node.op == Op.VAR:
-            return self._by_var[node.arg[0]]
+            return self._by_var[node.arg.name]
         if node.op == Op.CONST:
             return self._derived("copy", Const(node.arg), None, kind, str(node.arg))
         a, b = (self.operand(s, kind) for s in node.src)
@@ -156,7 +156,7 @@ def word_rows(program: Program, padded: dict) -> dict[str, tuple[int, ...]]:
             continue
         lies = (*shape[:-1], -(-shape[-1] * itemsize // 4) * 4 // itemsize)
         if not all(_moves(v) for v in seen) and all(_moves(v, lies, True) for v in seen):
-            found[memory.arg[1]] = lies
+            found[memory.arg.name] = lies
     return found
 
 
@@ -168,8 +168,8 @@ def word_leads(program: Program, padded: dict, rows: dict) -> dict[str, int]:
     of a graph shares its layout. `padded`, `rows`: the tensors the other rules laid out."""
     found = {}
     for base, seen in viewed_only(program).items():
-        kind, name = base_name(base)
-        if kind == "state" or base in padded or name in rows or all(_moves(v) for v in seen):
+        name = base.arg.name
+        if base.op == Op.MEMORY and base.arg.kind is MemoryKind.STATE or base in padded or name in rows or all(_moves(v) for v in seen):
             continue
         lead = next((n for n in range(1, 4 // base.dtype.itemsize) if all(_moves(v, lead=n) for v in seen)), 0)
         if lead:
@@ -218,9 +218,9 @@ def nwords(elements: int, dtype: np.dtype) -> int:
     return max(1, -(-elements * np.dtype(dtype).itemsize // 4))
 
 
-def base_name(node: Node) -> tuple[str, str]:
-    """(kind, name) of the tensor a view picks from: a declared memory or an input."""
-    return ("input", node.arg[0]) if node.op == Op.INPUT else node.arg
+def base_text(node: Node) -> str:
+    """How a message names the tensor a view picks from: `input 'x'`, `state 'kv'`."""
+    return f"{'input' if node.op == Op.INPUT else node.arg.kind} '{node.arg.name}'"
 
 
 def view_access(view: Node, table: WordTable, p, sink: int | None = None) -> Access:
@@ -305,9 +305,8 @@ def view_words(view: Node, padded: tuple[int, ...] | None = None, word_rows: boo
 def _padded_frame(view: Node, padded: tuple[int, ...]) -> tuple[int, ...]:
     """The shape a view of a padded tensor indexes: the padded one, the view's axes its own."""
     if frame(view) != view.src[0].shape:
-        kind, name = base_name(view.src[0])
         raise PlacementError(
-            f"{describe(view)} reshapes {kind} '{name}', which lies padded to {padded} in host memory "
+            f"{describe(view)} reshapes {base_text(view.src[0])}, which lies padded to {padded} in host memory "
             "(pad_to_block): index it in its own shape, or reshape a copy of it."
         )
     return padded
@@ -343,9 +342,9 @@ def _word_dims(view: Node, static: int, merged, itemsize: int, free_after) -> tu
 
 def _check_step(view: Node, axis: int, expr: Node, stride: int):
     if stride % 4:
-        kind, name = base_name(view.src[0])
+        name = view.src[0].arg.name
         raise PlacementError(
-            f"{describe(view)} indexes axis {axis} of {kind} '{name}' with per-call value "
+            f"{describe(view)} indexes axis {axis} of {base_text(view.src[0])} with per-call value "
             f"'{describe(expr)}', but one step along that axis is {stride} bytes and the device's "
             f"DMA offsets count whole 4-byte words. Pad '{name}' so each entry of axis {axis} "
             "spans a multiple of 4 bytes."
@@ -353,9 +352,9 @@ def _check_step(view: Node, axis: int, expr: Node, stride: int):
 
 
 def _refuse_run(view: Node, axis: int, run: int, static: int):
-    kind, name = base_name(view.src[0])
+    name = view.src[0].arg.name
     raise PlacementError(
-        f"{describe(view)} moves runs of {run} bytes of {kind} '{name}' ({dtypes.name(view.dtype)}) "
+        f"{describe(view)} moves runs of {run} bytes of {base_text(view.src[0])} ({dtypes.name(view.dtype)}) "
         f"from byte {static} along axis {axis}, and the device's DMA moves whole 4-byte words "
         f"on 4-byte boundaries. Pad or index '{name}' so each contiguous run starts and ends on "
         "a 4-byte boundary."

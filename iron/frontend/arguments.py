@@ -12,7 +12,7 @@ from iron.frontend import shapes
 from iron.frontend.declarations import Memory, State
 from iron.frontend.handles import Carry
 from iron.frontend.trace import Signature, find_declarations
-from iron.ir import Program
+from iron.ir import Program, VarKind
 
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 
@@ -109,12 +109,12 @@ def _given_once(where: str, name: str, given: dict):
 
 def require_values(program: Program, where: str, scalars: dict):
     """Refuse a call missing a per-call value its traced version reads (an unread one may be left out)."""
-    missing = [v.arg[0] for v in program.scalars if v.arg[0] not in scalars]
+    missing = [v.arg.name for v in program.scalars if v.arg.name not in scalars]
     if missing:
-        kinds = {v.arg[0]: v.arg[1] for v in program.scalars}
+        kinds = {v.arg.name: v.arg.kind for v in program.scalars}
         raise ArgumentError(
             f"{where} is missing per-call value(s) {', '.join(missing)}: pass "
-            + ", ".join(f"{n}=<int> ({'Carried' if kinds[n] == 'carried' else 'Scratchpad'})" for n in missing) + "."
+            + ", ".join(f"{n}=<int> ({'Carried' if kinds[n] is VarKind.CARRIED else 'Scratchpad'})" for n in missing) + "."
         )
 
 

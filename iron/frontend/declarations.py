@@ -12,7 +12,7 @@ from iron import dtypes
 from iron.errors import DeclarationError
 from iron.frontend import shapes
 from iron.frontend.handles import Tensor, index_view
-from iron.ir import Node
+from iron.ir import MemoryKind, Node
 from iron.names import identifier
 
 
@@ -56,7 +56,7 @@ class Memory:
 class Weight(Memory):
     """A constant table read through a per-call index."""
 
-    kind = "weight"
+    kind = MemoryKind.WEIGHT
 
     def __init__(self, array):
         self.array = _checked_array(array, "weight")
@@ -66,7 +66,7 @@ class Weight(Memory):
 class Param(Memory):
     """A constant tensor used whole as a kernel operand."""
 
-    kind = "param"
+    kind = MemoryKind.PARAM
 
     def __init__(self, array):
         self.array = _checked_array(array, "param")
@@ -76,7 +76,7 @@ class Param(Memory):
 class State(Memory):
     """Device-resident memory that persists across calls (zeros at first)."""
 
-    kind = "state"
+    kind = MemoryKind.STATE
 
 
 def _checked_array(array, kind) -> np.ndarray:

@@ -168,7 +168,7 @@ class Graph:
         arrays, scalars = bind_call(sig, tensors, values)
         program = self._program_for(arrays)
         require_values(program, sig.where, scalars)
-        inputs = [arrays[n.arg[0]] for n in program.inputs]
+        inputs = [arrays[n.arg.name] for n in program.inputs]
         outputs, nxt = run(program, self._arrays(), inputs, scalars)
         return shape_result(program.returns, outputs, nxt)
 

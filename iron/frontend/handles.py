@@ -14,8 +14,10 @@ from iron.errors import CarryError, IndexOutOfRange, KernelTypeError, TracedValu
 from iron.ir import (
     SCALAR_BINARY,
     Axis,
+    MemoryKind,
     Node,
     Op,
+    VarKind,
     contiguous_span,
     describe,
     frame,
@@ -46,13 +48,13 @@ class _PerCall:
 class Carried(_PerCall):
     """A keyword-only per-call value that comes from the previous call's `iron.carry(...)`."""
 
-    kind = "carried"
+    kind = VarKind.CARRIED
 
 
 class Scratchpad(_PerCall):
     """A keyword-only per-call value the host gives at every call."""
 
-    kind = "scratchpad"
+    kind = VarKind.SCRATCHPAD
 
 
 def _refuse(value: str, use: str, fix: str):
@@ -368,9 +370,9 @@ def _per_call(*bounds) -> bool:
 
 def _per_call_index(base: Node, source: Node, item: Scalar) -> Node:
     """The node of a per-call index (or slice start) into `source`, which must be a host tensor."""
-    if source.op == Op.MEMORY and source.arg[0] == "param":
+    if source.op == Op.MEMORY and source.arg.kind is MemoryKind.PARAM:
         raise TracedValueError(
-            f"param '{source.arg[1]}' is indexed by per-call value '{describe(item.node)}': "
+            f"param '{source.arg.name}' is indexed by per-call value '{describe(item.node)}': "
             "a param is used whole. Declare it with iron.weight(...) to read it through a per-call index."
         )
     if source.op == Op.CALL:

@@ -33,9 +33,14 @@ from iron.frontend.handles import (
 from iron.ir import (
     Call,
     Declaration,
+    Declared,
+    Input,
+    MemoryKind,
     Node,
     Op,
     Program,
+    Var,
+    VarKind,
     describe,
     destination,
     overlap,
@@ -120,7 +125,7 @@ class Trace:
             seen.add(node)
             if node.op == Op.VAR and node not in self.made:
                 raise TracedValueError(
-                    f"per-call value '{node.arg[0]}' was made while tracing another body(), not {self.where}: a "
+                    f"per-call value '{node.arg.name}' was made while tracing another body(), not {self.where}: a "
                     "handle lives only in the trace that made it. Use this body()'s own parameters."
                 )
             todo.extend(node.src)
@@ -147,7 +152,7 @@ class Trace:
             )
         param = self.constants.param(array, self.declared)
         if param.name not in self.captured:
-            self.captured[param.name] = Node(Op.MEMORY, (), param.shape, param.dtype, (param.kind, param.name))
+            self.captured[param.name] = Node(Op.MEMORY, (), param.shape, param.dtype, Declared(param.kind, param.name))
             self.made.add(self.captured[param.name])
         return self.captured[param.name]
 
@@ -237,7 +242,7 @@ def _typed_constant(kernel, number, dtype: np.dtype) -> dict:
     """The constant form's attribute holding `number` typed by the tensor's `dtype`: `value` (an
     integer of the dtype, or a per-call value) for integers, `fvalue` (rounded to the dtype) for
     floats."""
-    where = f"{kernel.__name__}.step's constant operand {number.node.arg[0] if isinstance(number, Scalar) else repr(number)}"
+    where = f"{kernel.__name__}.step's constant operand {describe(number.node) if isinstance(number, Scalar) else repr(number)}"
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         if isinstance(number, Scalar):
@@ -316,7 +321,7 @@ def _destination(cls, trace, out, shape, dtype) -> Node | None:
             )
         return None
     node = trace.operand(cls, "out", out)
-    if node.op not in (Op.VIEW, Op.MEMORY) or (node.src[0] if node.op == Op.VIEW else node).arg[0] != "state":
+    if node.op not in (Op.VIEW, Op.MEMORY) or (node.src[0] if node.op == Op.VIEW else node).arg.kind is not MemoryKind.STATE:
         raise KernelTypeError(
             f"{cls.__name__} can write only into a state, not into {describe(node)}: "
             "declare the destination with iron.state(...) and pass a view of it as out=."
@@ -371,7 +376,7 @@ class Signature:
 
     @property
     def carried(self) -> list[str]:
-        return [n for n, k in self.values if k == "carried"]
+        return [n for n, k in self.values if k is VarKind.CARRIED]
 
 
 def _hints(fn) -> dict:
@@ -452,7 +457,7 @@ def bind_declarations(found: list[tuple[str, Memory]], where: str) -> tuple[tupl
         names[name] = path
         mem.name, mem.graph = name, where.split(".")[0]
         decl = Declaration(mem.kind, name, mem.shape, mem.dtype, mem.public)
-        mem.node = Node(Op.MEMORY, (), mem.shape, mem.dtype, (mem.kind, name))
+        mem.node = Node(Op.MEMORY, (), mem.shape, mem.dtype, Declared(mem.kind, name))
         decls.append(decl)
         nodes.append(mem.node)
     return tuple(decls), tuple(nodes)
@@ -466,18 +471,18 @@ def trace(graph, fn, where: str, specs: dict[str, tuple | None], constants: Cons
     sig = Signature(fn, where)
     found = find_declarations(graph)
     declarations, memories = bind_declarations(found, where)
-    shapes.states_fit(where.split(".")[0], [(d.shape, d.dtype) for d in declarations if d.kind == "state"], DoesNotFit)
+    shapes.states_fit(where.split(".")[0], [(d.shape, d.dtype) for d in declarations if d.kind is MemoryKind.STATE], DoesNotFit)
     inputs, args = [], []
     for position, (name, _optional) in enumerate(sig.tensors):
         spec = specs.get(name)
         if spec is None:
             args.append(None)
             continue
-        node = Node(Op.INPUT, (), tuple(spec[0]), np.dtype(spec[1]), (name, position))
+        node = Node(Op.INPUT, (), tuple(spec[0]), np.dtype(spec[1]), Input(name, position))
         inputs.append(node)
         args.append(Tensor(node))
-    scalars = [Node(Op.VAR, (), (), I32, (name, kind)) for name, kind in sig.values]
-    kwargs = {v.arg[0]: Scalar(v) for v in scalars}
+    scalars = [Node(Op.VAR, (), (), I32, Var(name, kind)) for name, kind in sig.values]
+    kwargs = {v.arg.name: Scalar(v) for v in scalars}
     try:
         with Trace(where, constants, {d.name for d in declarations}, (*inputs, *memories, *scalars)) as t:
             returned = fn(*args, **kwargs)
@@ -486,14 +491,14 @@ def trace(graph, fn, where: str, specs: dict[str, tuple | None], constants: Cons
     finally:
         for _, mem in found:
             mem.node = None
-    declarations += tuple(Declaration(n.arg[0], name, n.shape, n.dtype) for name, n in t.captured.items())
+    declarations += tuple(Declaration(n.arg.kind, name, n.shape, n.dtype) for name, n in t.captured.items())
     memories += tuple(t.captured.values())
     calls = tuple(t.calls)
     check_hazards(calls, where)
     read = read_names(calls, next_values) | set(sig.carried)   # every carried value is a word the Emit writes
-    unread = tuple(n.arg[0] for n in (*inputs, *scalars) if n.arg[0] not in read)
-    return Program(where.split(".")[0], tuple(n for n in inputs if n.arg[0] in read),
-                   tuple(v for v in scalars if v.arg[0] in read), declarations, memories,
+    unread = tuple(n.arg.name for n in (*inputs, *scalars) if n.arg.name not in read)
+    return Program(where.split(".")[0], tuple(n for n in inputs if n.arg.name in read),
+                   tuple(v for v in scalars if v.arg.name in read), declarations, memories,
                    calls, outputs, next_values, returns, unread)
 
 
@@ -509,7 +514,7 @@ def read_names(calls: tuple[Node, ...], next_values: tuple[tuple[str, Node], ...
         if node not in seen:
             seen.add(node)
             if node.op in (Op.VAR, Op.INPUT):
-                names.add(node.arg[0])
+                names.add(node.arg.name)
             stack.extend(node.src)
     return names
 
@@ -577,7 +582,7 @@ def _next_values(t: Trace, c: Carry, sig: Signature, where: str) -> tuple[tuple[
                 f"iron.carry({name}=...) in {where} names '{name}', which is not a Carried parameter; "
                 f"the Carried parameters are {', '.join(carried)}."
             )
-    scratch = {n for n, k in sig.values if k == "scratchpad"}
+    scratch = {n for n, k in sig.values if k is VarKind.SCRATCHPAD}
     result = []
     for name in carried:
         if name not in c:

@@ -349,6 +349,12 @@ def rows_and_width(shape: tuple[int, ...]) -> tuple[int, int]:
     return (1, *shape) if len(shape) == 1 else tuple(shape)
 
 
+def like_argmax() -> tuple:
+    """Argmax's shape rule, size operands and C ABI shapes, rebound for another row reduction to
+    take as its own (Max, Min, Sum: its errors then name it, not Argmax)."""
+    return tuple(classmethod(f.__func__) for f in (Argmax.out_shape, Argmax.sizes, Argmax.abi_shapes))
+
+
 class Max(Kernel):
     """The largest element of x (n,), as one element of x's dtype; of each row of a batch
     (rows, n), as (rows,)."""
@@ -356,7 +362,7 @@ class Max(Kernel):
     index_map = "rc->r"
     keeps_dtype = exact_in_dtype = True
     name = "max"
-    out_shape, sizes, abi_shapes = Argmax.out_shape, Argmax.sizes, Argmax.abi_shapes
+    out_shape, sizes, abi_shapes = like_argmax()
 
     @staticmethod
     def compute(x):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from iron.kernels.base import Kernel
-from iron.kernels.library import WIDER_DOTS, Argmax, first_pick
+from iron.kernels.library import WIDER_DOTS, first_pick, like_argmax
 
 
 class Min(Kernel):
@@ -19,7 +19,7 @@ class Min(Kernel):
     index_map = "rc->r"
     keeps_dtype = exact_in_dtype = True
     name = "min"
-    out_shape, sizes, abi_shapes = (classmethod(f.__func__) for f in (Argmax.out_shape, Argmax.sizes, Argmax.abi_shapes))
+    out_shape, sizes, abi_shapes = like_argmax()
 
     @staticmethod
     def compute(x):
@@ -33,7 +33,7 @@ class Sum(Kernel):
     index_map = "rc->r"
     name = "sum"
     results = WIDER_DOTS
-    out_shape, sizes, abi_shapes = (classmethod(f.__func__) for f in (Argmax.out_shape, Argmax.sizes, Argmax.abi_shapes))
+    out_shape, sizes, abi_shapes = like_argmax()
 
     @staticmethod
     def compute(x):

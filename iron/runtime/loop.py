@@ -355,7 +355,7 @@ def check_loop(first, body, depth):
     if body.program.inputs:
         raise LoopError(
             f"the body of a CarriedLoop takes no tensor, but {name} takes "
-            f"{', '.join(n.arg[0] for n in body.program.inputs)}: nothing could write it between steps. "
+            f"{', '.join(n.arg.name for n in body.program.inputs)}: nothing could write it between steps. "
             "Compile a version that takes the tensor as first (feeds=body) and a body without it."
         )
     if body.program.scratchpad_names:

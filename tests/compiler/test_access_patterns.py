@@ -12,6 +12,7 @@ import iron
 from aie_utils import from_name
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Dma
+from iron.compiler.rules import Rule
 from iron.errors import IndexOutOfRange
 from iron.ir import describe
 from iron.kernels import Add, Copy, MatMul, Mul, Softmax
@@ -27,8 +28,8 @@ def f32(*shape) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def rules(body) -> list[str]:
-    return [str(getattr(rule, "value", rule)) for rule, _ in body.plan.rules]
+def rules(body) -> list[Rule]:
+    return [rule for rule, _ in body.plan.rules]
 
 
 def dmas(body) -> list[Dma]:
@@ -59,7 +60,7 @@ def test_a_view_feeding_a_tiled_matmul_read_by_softmax_is_copied_first(device):
     e = np.exp(s - s.max(axis=1, keepdims=True))
     np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
-    assert [what for rule, what in body.plan.rules if str(getattr(rule, "value", rule)) == "copy_view_for_grid"] == [
+    assert [what for rule, what in body.plan.rules if rule is Rule.COPY_VIEW_FOR_GRID] == [
         "Copy#2 copies q[1] for MatMul#0, which tiles over the array reading whole host tensors"]
 
 
@@ -84,7 +85,7 @@ def test_step_slices_transposes_and_broadcasts_move_by_access_patterns_on_one_ti
     assert ((1, 1, 32, 16), (0, 0, 1, 32)) in patterns        # x.T: a word every 32, 32 times per row
     assert ((16, 1, 1, 32), (0, 0, 0, 1)) in patterns        # b broadcast: the repeat, stride 0
     assert ((1, 1, 1, 256), (0, 0, 0, 2)) in patterns        # x[:, ::2]: every second word, rows merged
-    assert "copy_view_for_grid" not in rules(body)
+    assert Rule.COPY_VIEW_FOR_GRID not in rules(body)
 
 
 class Streamed(iron.Graph):
@@ -116,7 +117,7 @@ def test_strided_views_stream_in_blocks_of_whole_rows(device, which):
     body, got, want = run(Streamed(which), device, x=x, b=b)
     np.testing.assert_array_equal(got, numpy(x, b))
     np.testing.assert_array_equal(got, want)
-    assert "stream_elementwise" in rules(body) and "copy_view_for_grid" not in rules(body)
+    assert Rule.STREAM_ELEMENTWISE in rules(body) and Rule.COPY_VIEW_FOR_GRID not in rules(body)
     assert all(op.strides[i] >= 1 for op in dmas(body) for i in (1, 2, 3) if op.sizes[i] > 1)
 
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import iron
 from iron import Scratchpad
+from iron.ir import MemoryKind
 from iron.kernels import (
     Accumulate,
     Add,
@@ -77,7 +78,7 @@ def test_declarations_are_named_by_attribute_path():
     mlp = MLP(8, 2)
     program = mlp.trace(x=((8,), np.float32))
     assert [d.name for d in program.declarations] == ["layers.0.w", "layers.0.g", "layers.1.w", "layers.1.g"]
-    assert [d.kind for d in program.declarations] == ["param", "param", "param", "param"]
+    assert [d.kind for d in program.declarations] == [MemoryKind.PARAM] * 4
 
 
 def test_function_form_with_closed_over_weight_and_state():

@@ -8,6 +8,7 @@ import pytest
 import iron
 from iron import Carried
 from iron.errors import CarryError, KernelTypeError
+from iron.ir import MemoryKind
 from iron.kernels import Accumulate, Add, Copy, MatVec
 
 BF16 = np.dtype(iron.bfloat16)
@@ -84,7 +85,7 @@ def test_a_numpy_array_operand_is_captured_as_a_constant():
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
     program = g.trace(x=x)
-    assert [(d.kind, d.name, d.shape) for d in program.declarations] == [("param", "const0", (4, 8)), ("param", "const1", (4,))]
+    assert [(d.kind, d.name, d.shape) for d in program.declarations] == [(MemoryKind.PARAM, "const0", (4, 8)), (MemoryKind.PARAM, "const1", (4,))]
     assert [(p.name, p.kind.value) for p in compiled.plan.placements if p.name.startswith("const")] == [
         ("const0", "param"), ("const1", "param")]
 

@@ -311,3 +311,18 @@ def test_describe_and_the_picture_name_the_calls_as_written():
     assert ("g0", ("Greater#0", "Mul#1")) in compiled.plan.groups
     assert "g0: Greater#0, Mul#1" in compiled.describe()
     assert "<title>tile_0_2 (group g0: Greater#0, Mul#1)" in compiled.svg()
+
+
+class Reduced(iron.Graph):
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def body(self, x):
+        return self.kernel.step(x)
+
+
+@pytest.mark.parametrize("kernel", [Max, Min, Sum], ids=lambda k: k.__name__)
+def test_a_reduction_of_three_axes_is_refused_naming_the_kernel(kernel):
+    with pytest.raises(KernelTypeError) as raised:
+        Reduced(kernel).reference(np.ones((2, 2, 2), np.float32))
+    assert str(raised.value) == f"{kernel.__name__} needs x (n,) or (rows, n); got shapes (2, 2, 2)."

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import pytest
 
 import iron
 from iron.errors import IndexOutOfRange, TraceError
+from iron.runtime.timeline import writable
+from tests.reliability.test_cache import _as_an_account_that_cannot_write
 from tests.reliability.test_device_bounds import guarded, states, text
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,3 +115,26 @@ def test_iron_trace_failing_at_exit_is_one_line_not_a_traceback(tmp_path):
         "[0 2 4 6]\n",
         f"iron: TraceError: IRON_TRACE={str(path)!r} cannot be written: its directory {folder} does not exist. {FIX}\n",
     )
+
+
+def test_a_trace_file_you_cannot_write_is_refused():
+    # Under /tmp, so that `nobody` can reach it when these tests run as root.
+    base = Path(tempfile.mkdtemp(prefix="iron-trace-"))
+    try:
+        base.chmod(0o755)
+        path = base / "t.json"
+        path.write_text("kept\n")
+        path.chmod(0o444)
+        text = _as_an_account_that_cannot_write(lambda: _refusal(writable, path))
+        assert text == f"trace={str(path)!r} cannot be written: it is not writable by you. {FIX}"
+        assert path.read_text() == "kept\n"
+    finally:
+        shutil.rmtree(base)
+
+
+def _refusal(check, path) -> str:
+    try:
+        check(path)
+    except TraceError as error:
+        return str(error)
+    return "accepted"

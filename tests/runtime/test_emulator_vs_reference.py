@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import iron
 from iron import Scratchpad
+from iron.ir import MemoryKind
 from iron.kernels import Add, Argmax, Copy, MatVec, Mul, ReLU, Softmax, Sub
 from tests.compiler import designs
 
@@ -53,7 +54,7 @@ def test_design_equals_reference(name, make, values, device):
         if want is not None:
             agree(got, want)
     for d in reference_graph.trace(**{k: (a.shape, a.dtype) for k, a in tensors.items()}).declarations:
-        if d.kind == "state":
+        if d.kind is MemoryKind.STATE:
             agree(c.read(d.name), reference_graph.read(d.name))
 
 

@@ -150,7 +150,7 @@ def test_a_tensor_a_version_does_not_read_is_given_and_ignored(device):
     x, y = np.arange(8, dtype=np.int32), np.full(3, 7, np.int16)
     g = Unread()
     c = g.compile(x=((8,), np.int32), y=((3,), np.int16), device=device)
-    assert c.program.unread == ("y", "k") and [n.arg[0] for n in c.program.inputs] == ["x"]
+    assert c.program.unread == ("y", "k") and [n.arg.name for n in c.program.inputs] == ["x"]
     assert [p.name for p in c.plan.placements if p.kind.value == "input"] == ["x"] and c.parameters == ()
     np.testing.assert_array_equal(c(x, y, k=4), x + 1)
     np.testing.assert_array_equal(c(x, np.zeros(5, np.float32)), x + 1)
