@@ -120,7 +120,7 @@ class CompiledGraph:
         self.versions = versions(graph)
         self.artifacts = None
         self._mlir = self._sources = self._session = None
-        self._words = WordProgram(plan.words)
+        self._words = WordProgram(plan.words, plan.emit is not None)
         self._inputs = [(n.arg.name, plan.placement(n.arg.name)) for n in program.inputs]
         self._input_names = {name for name, _ in self._inputs}
         self._outputs = [p for p in plan.placements if p.kind is PlacementKind.OUTPUT]
