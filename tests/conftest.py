@@ -9,6 +9,7 @@ use), and `two_layers` a 2-layer cut of it for tests that need a real block but 
 `library` is the kernel library's C++ built for the host, once per session."""
 import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -127,6 +128,8 @@ def use_fake_xrt(monkeypatch, fake, build, device, npu: str):
     `device(run)` executes each completed run, and `npu` is the NPU the machine reports."""
     fake.fake_state.on_complete = device
     monkeypatch.setattr("iron.runtime.compiled.CompiledGraph.build", build)
+    monkeypatch.setattr("iron.runtime.compiled.CompiledGraph.loading",
+                        contextmanager(lambda compiled, progress=None: iter([build(compiled, progress)])))
     monkeypatch.setattr("iron.runtime.xrt.load_pyxrt", lambda: fake)
     monkeypatch.setattr("iron.runtime.xrt.describe_npu", lambda: npu)
     monkeypatch.setenv("IRON_BACKEND", "xrt")

@@ -59,14 +59,29 @@ def host_placements(program: Program, padded: dict | None = None) -> tuple[Place
     return tuple(placements)
 
 
-def host_buffers(placements: tuple[Placement, ...], words: int, emit: Emit | None) -> tuple[HostBuffer, ...]:
-    """The runtime-sequence arguments, in order, each at least one word. With an Emit, the
-    scratchpad holds the flag words after the `words` (a version with an Emit is the one a
-    feeding Emit writes) and the feedback buffer all the Emit writes."""
+def state_sink(placements: tuple[Placement, ...], full_elf: bool) -> tuple[int, int]:
+    """(first word, words) of the states' sink on a full-ELF device ((end, 0) elsewhere): where a
+    flagged device-loop run writes what it would write into a state through a per-call index
+    (emit.py), so every row stays as the completed runs wrote it. It follows the user's states
+    and holds the largest of them, so any write of one fits; it depends on the graph's states
+    alone, so every version of the graph lays the states buffer out alike. No host read or
+    write reaches it."""
+    states = [p for p in placements if p.kind is PlacementKind.STATE]
+    end = max((p.offset + p.nwords for p in states), default=0)
+    return end, max((p.nwords for p in states), default=0) if full_elf else 0
+
+
+def host_buffers(placements: tuple[Placement, ...], words: int, emit: Emit | None,
+                 full_elf: bool) -> tuple[HostBuffer, ...]:
+    """The runtime-sequence arguments, in order, each at least one word; the states buffer
+    with its sink after them (`state_sink`). With an Emit, the scratchpad holds the flag words
+    after the `words` (a version with an Emit is the one a feeding Emit writes) and the
+    feedback buffer all the Emit writes."""
     size = dict.fromkeys((HostRole.CONSTS, HostRole.STATES, HostRole.INPUTS, HostRole.OUTPUTS), 0)
     for p in placements:
         role = HostRole(p.buffer)
         size[role] = max(size[role], p.offset + p.nwords)
+    size[HostRole.STATES] = sum(state_sink(placements, full_elf))
     size[HostRole.WORDS] = words + (0 if emit is None else FLAG_WORDS)
     if emit is not None:
         size[HostRole.FEEDBACK] = emit.nwords

@@ -13,7 +13,8 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -280,7 +281,15 @@ def print_progress(step: int, total: int, what: str) -> None:
     print(f"iron build [{step}/{total}] {what}", file=sys.stderr, flush=True)
 
 
-def build(
+def build(*args, **kwargs) -> Artifacts:
+    """`serving`'s Artifacts, for a caller that reads them later (its entry may be evicted by
+    then: a session loading a design goes through `serving`, CompiledGraph.loading)."""
+    with serving(*args, **kwargs) as artifacts:
+        return artifacts
+
+
+@contextmanager
+def serving(
     mlir: str,
     sources: Mapping[str, str],
     device: Device,
@@ -291,8 +300,9 @@ def build(
     progress: Progress | None = None,
     device_symbol: str = "main",
     sequence_symbol: str = "sequence",
-) -> Artifacts:
-    """Build `mlir` with its kernel `sources` for `device` into the cache; serve it if built.
+) -> Iterator[Artifacts]:
+    """Build `mlir` with its kernel `sources` for `device` into the cache; serve it if built,
+    its cache entry held until the block ends, so no process evicts it while it is loaded.
 
     `image` is "xclbin" (xclbin + insts.bin) or "elf" (full ELF). `progress(step, total, what)`
     hears of each tool run (default: `print_progress`); nothing runs for a cached design.
@@ -320,8 +330,8 @@ def build(
             _run(step, workdir)
         return {"device": device.name, "flags": detected.flags}
 
-    directory = cache.get_or_build(key, run_build, kind=image)
-    return _artifacts(directory, image, device_symbol, sequence_symbol)
+    with cache.serving(key, run_build, kind=image) as directory:
+        yield _artifacts(directory, image, device_symbol, sequence_symbol)
 
 
 def _run(step: Step, workdir: Path) -> None:

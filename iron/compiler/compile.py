@@ -116,7 +116,7 @@ def assemble(program: Program, device, groups: tuple[Group, ...], layout: Layout
     emit = lowered.emit
     return Plan(
         device=device, name=program.name, full_elf=device.full_elf, image="elf" if device.full_elf else "xclbin",
-        tiles=_tiles(lowered), host_buffers=host_buffers(lowered.placements, len(lowered.words), emit),
+        tiles=_tiles(lowered), host_buffers=host_buffers(lowered.placements, len(lowered.words), emit, device.full_elf),
         placements=lowered.placements, fifos=lowered.fifos, links=lowered.links, buffers=lowered.buffers,
         functions=lowered.functions, cores=lowered.cores, sequence=lowered.sequence, words=lowered.words,
         emit=emit, carry=lowered.carry,

@@ -171,6 +171,7 @@ def _words(words) -> list[str]:
     rows = []
     for w in words:
         bound = f"in [{w.bound[0]}, {w.bound[1]}) for {w.what}" if w.bound else ""
+        bound = f"{w.sink} in a flagged run (the states' sink)" if w.sink is not None else bound
         rows.append((f"w{w.index}", w.name, str(w.kind), word_text(w), bound))
     return _columns(rows)
 

@@ -2,8 +2,8 @@
 device, so a CarriedLoop runs without the host between calls. It reads this call's words
 (`emit_in`) and any carried element a group computed, and writes the target version's words
 into `feedback`, each bounded word clamped into its range before any DMA or core reads it, and
-after them a flag word counting the words that were not in range (the host reads it after each
-run). `carry_sources` also says where the host finds each next carried value."""
+after them a flag word counting the words that were not in range, this call's own flag included
+(the host reads it after each run); a flagged run's state writes go to the states' sink. `carry_sources` also says where the host finds each next carried value."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -73,9 +73,10 @@ def lower_emit(ctx: Context, next_values: tuple, target) -> EmitCore:
                *(Release(f, Port.CONSUME) for f in objects[:-1]), Release(FEEDBACK, Port.PRODUCE))
     core = Core(tile, EMIT, program, ctx.device.compute.default_stack_bytes)
     emit = Emit(tile, tuple(next_values), tuple(target), FEEDBACK)
-    moves = (Move(Direction.MM2S, EMIT_IN, "words", Access(0, ((words, 1),))),
+    # this call's words and the flag after them (the scratchpad of a version with an Emit has it)
+    moves = (Move(Direction.MM2S, EMIT_IN, "words", Access(0, ((words + 1, 1),))),
              Move(Direction.S2MM, FEEDBACK, FEEDBACK, Access(0, ((emit.nwords, 1),))))
-    sizes = {EMIT_IN: 4 * words, FEEDBACK: 4 * emit.nwords}
+    sizes = {EMIT_IN: 4 * (words + 1), FEEDBACK: 4 * emit.nwords}
     function = Function(EMIT, objects, _emit_steps(ctx, dict(next_values), emit))
     return EmitCore(emit, function, core, sizes, moves)
 
@@ -97,7 +98,8 @@ def _emit_steps(ctx: Context, next_values: dict, emit: Emit) -> tuple:
             return load(operand)
         return Load(FEEDBACK, 4 * operand.index)
 
-    steps = [ScalarStep(Ptr(FEEDBACK, 4 * emit.flag), "copy", Imm(0))]
+    # a run flagged before this one flags the next too: its words may be in range again
+    steps = [ScalarStep(Ptr(FEEDBACK, 4 * emit.flag), "copy", Load(EMIT_IN, 4 * len(ctx.table.words)))]
     for w in emit.target_words:
         dest = Ptr(FEEDBACK, 4 * w.index)
         if w.kind is WordKind.CARRIED:
@@ -108,7 +110,30 @@ def _emit_steps(ctx: Context, next_values: dict, emit: Emit) -> tuple:
             steps.append(ScalarStep(dest, w.op, target_load(w.a), target_load(w.b)))
         if w.bound is not None:
             steps.extend(clamp_steps(w, emit))
+    sunk = [w for w in emit.target_words if w.sink is not None]
+    if sunk:
+        steps.extend(unflagged_steps(emit))
+        steps.extend(step for w in sunk for step in sink_steps(w, emit))
     return tuple(steps)
+
+
+def unflagged_steps(emit: Emit) -> tuple[ScalarStep, ...]:
+    """scratch = 1 if the flag is 0 else 0 (the flag is a count, never negative)."""
+    s = Ptr(FEEDBACK, 4 * emit.scratch)
+    return (ScalarStep(s, "min", Load(FEEDBACK, 4 * emit.flag), Imm(1)),
+            ScalarStep(s, "mul", Load(FEEDBACK, 4 * emit.scratch), Imm(-1)),
+            ScalarStep(s, "add", Load(FEEDBACK, 4 * emit.scratch), Imm(1)))
+
+
+def sink_steps(w: WordDef, emit: Emit) -> tuple[ScalarStep, ...]:
+    """State write patch word `w` = (w - sink) * scratch + sink: itself when the run is not
+    flagged, else `w.sink`, which sends the write to the states' sink. w is a sum of clamped
+    indices times strides, so within the states buffer, and nothing wraps."""
+    word = Ptr(FEEDBACK, 4 * w.index)
+    at = Load(FEEDBACK, 4 * w.index)
+    return (ScalarStep(word, "sub", at, Imm(w.sink)),
+            ScalarStep(word, "mul", at, Load(FEEDBACK, 4 * emit.scratch)),
+            ScalarStep(word, "add", at, Imm(w.sink)))
 
 
 def clamp_steps(w: WordDef, emit: Emit) -> tuple[ScalarStep, ...]:

@@ -249,7 +249,9 @@ def word_ranges(words) -> list[tuple[int, int] | None]:
             ranges.append((w.bound[0], w.bound[1] - 1))
             continue
         a, b = of(w.a), of(w.b)
-        if w.op == "copy":
+        if w.op == "copy" and w.sink is not None and a is not None:   # a flagged run's Emit writes w.sink
+            ranges.append((min(a[0], w.sink), max(a[1], w.sink)))
+        elif w.op == "copy":
             ranges.append(a)
         elif w.op in ("add", "mul") and a is not None and b is not None:
             ends = [x + y if w.op == "add" else x * y for x in a for y in b]

@@ -10,10 +10,20 @@ from functools import cached_property
 
 import numpy as np
 
+from iron.compiler.allocate import state_sink
 from iron.compiler.fifos import EMIT, Stem, fifo
 from iron.compiler.fuse import leading_call
 from iron.compiler.place import Layout, Site
-from iron.compiler.plan import Buffer, Imm, KernelStep, Output, Ptr, WordKind, WordRef
+from iron.compiler.plan import (
+    Buffer,
+    Imm,
+    KernelStep,
+    Output,
+    PlacementKind,
+    Ptr,
+    WordKind,
+    WordRef,
+)
 from iron.compiler.readers import Reader
 from iron.compiler.route import Relay, Routes
 from iron.compiler.rules import Rule
@@ -169,13 +179,16 @@ def pack(ctx: Context, site: Site) -> list[Part]:
 
 # ---- host tensors and words -----------------------------------------------------------------------
 
-def host_access(ctx: Context, node: Node) -> tuple[str, Access]:
-    """(host buffer, Access) of an input, a declared memory or a view of one."""
+def host_access(ctx: Context, node: Node, write: bool = False) -> tuple[str, Access]:
+    """(host buffer, Access) of an input, a declared memory or a view of one; a `write` into a
+    state through a per-call index can be sent to the states' sink (`state_sink`)."""
     base = node.src[0] if node.op == Op.VIEW else node
     p = ctx.placement(base.arg.name)
     if node.op != Op.VIEW:
         return p.buffer, placement_access(p)
-    return p.buffer, view_access(node, ctx.table, p)
+    sink, words = state_sink(ctx.placements, ctx.device.full_elf)
+    sunk = write and words and p.kind is PlacementKind.STATE
+    return p.buffer, view_access(node, ctx.table, p, sink if sunk else None)
 
 
 def host_items(ctx: Context, site: Site) -> list[tuple]:
@@ -230,7 +243,7 @@ def _pack_results(ctx: Context, part: Part):
         if part.stream is not None and call is part.stream.expand:   # one block's rows, expanded
             part.homes[call] = (_buffer(ctx, part, call, part.stream.rows * nbytes(call) // call.shape[0]), 0)
         elif call.arg.writes:
-            buffer, access = host_access(ctx, destination(call))
+            buffer, access = host_access(ctx, destination(call), write=True)
             part.host.add(StateWrite(call), access.nwords * 4, call.dtype, describe(destination(call)),
                           (buffer, access))
         elif part.split:

@@ -380,6 +380,7 @@ class WordDef:
     bound: tuple[int, int] | None = None   # value must lie in [lo, hi) (a per-call index)
     what: str = ""                          # the user's text of the index, for the range error
     tensor: str = ""                        # the tensor an index picks from ("" for a bounded attribute)
+    sink: int | None = None                 # a state write's patch word: the value sending it to the sink
 
 
 FLAG_WORDS = 2   # after a fed version's words: the Emit's flag and scratch word
@@ -394,7 +395,10 @@ class Emit:
     derived words of `target` into its `feedback` object. `target_words` is the scratchpad
     layout of the version this one feeds. Every bounded target word is clamped into its range
     before it is written, and the `flag` word after the target's words counts the words that
-    were not in range (0: all were); `scratch` is the word the clamping computes in."""
+    were not in range (0: all were) plus the flag this call's own words came with (`emit_in`
+holds it after them), so every run after a flagged one is flagged too; `scratch` is the word
+the clamping computes in. In a flagged run's words each state write's patch word (its `sink`)
+sends the write to the states' sink, after the user's states (`allocate.state_sink`)."""
 
     tile: Tile
     next_values: tuple[tuple[str, Union[WordRef, Const, Element]], ...]

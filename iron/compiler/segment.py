@@ -82,7 +82,7 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
         plans.append(plan)
         segments.append(segment)
     placements, words, emit = flow.placements(crossing), table.defs(), plans[-1].emit
-    buffers = host_buffers(placements, len(words), emit)
+    buffers = host_buffers(placements, len(words), emit, device.full_elf)
     plans = [replace(p, host_buffers=buffers, words=words) for p in plans]
     cuts = tuple(flow.cut(s.stop) for s in segments[:-1])
     return Plan(

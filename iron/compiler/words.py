@@ -81,6 +81,13 @@ class WordTable:
             total = WordRef(self._derived("add", total, part, WordKind.DMA, text))
         return total.index
 
+    def sunk(self, patch: int, sink: int) -> int:
+        """A copy of patch word `patch` for one state write, which a flagged run's Emit sets to
+        `sink` instead (the write's first word then lies at the states' sink)."""
+        index = self._derived("copy", WordRef(patch), None, WordKind.DMA, self.words[patch].name, key_extra=("sink", sink))
+        self.words[index] = replace(self.words[index], sink=sink)
+        return index
+
     def _scaled(self, word: int, stride: int) -> int:
         text = f"{self._text(WordRef(word))} * {stride}"
         return self._derived("mul", WordRef(word), Const(stride), WordKind.DMA, text)
@@ -216,16 +223,21 @@ def base_text(node: Node) -> str:
     return f"{'input' if node.op == Op.INPUT else node.arg.kind} '{node.arg.name}'"
 
 
-def view_access(view: Node, table: WordTable, p) -> Access:
+def view_access(view: Node, table: WordTable, p, sink: int | None = None) -> Access:
     """The words of VIEW `view` within placement `p` of its base (a declared memory or an input),
     laid out as `pad_to_block`, `pad_rows_to_words` and `pad_lead_to_words` decided; its dynamic
-    indices become bounded "dma" words summed into one patch word."""
+    indices become bounded "dma" words summed into one patch word. A write (`sink`: the first
+    word of the states' sink) gets a patch word of its own whose `sink` value moves its first
+    word there (a flagged run's Emit writes that value, emit.py)."""
     static, dims, steps = view_words(view, p.padded, p.word_rows, p.lead)
     memory = view.src[0]
     terms = [(table.bounded(view.src[axis.dynamic], 0, axis.offsets, describe(view), WordKind.DMA, describe(memory)),
               step) for axis, step in steps]
+    first = p.offset + static // 4
     patch = table.offset(terms) if terms else None
-    return Access(p.offset + static // 4, dims, patch)
+    if patch is not None and sink is not None:
+        patch = table.sunk(patch, sink - first)
+    return Access(first, dims, patch)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ anything runs), the inputs written, a launch, the outputs and carry read back.
 from __future__ import annotations
 
 import threading
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,7 +120,7 @@ class CompiledGraph:
         self.versions = versions(graph)
         self.artifacts = None
         self._mlir = self._sources = self._session = None
-        self._words = WordProgram(plan.words)
+        self._words = WordProgram(plan.words, plan.emit is not None)
         self._inputs = [(n.arg.name, plan.placement(n.arg.name)) for n in program.inputs]
         self._input_names = {name for name, _ in self._inputs}
         self._outputs = [p for p in plan.placements if p.kind is PlacementKind.OUTPUT]
@@ -174,16 +175,26 @@ class CompiledGraph:
     def build(self, progress=None):
         """Build with aiecc and Peano into the cache (ToolchainMissing when they are absent). A
         segmented xclbin design (npu1) builds one xclbin per segment: a tuple of Artifacts."""
-        from iron.compiler.build import build
+        with self.loading(progress) as artifacts:
+            return artifacts
+
+    @contextmanager
+    def loading(self, progress=None):
+        """The built design, as `build` gives it, each of its cache entries held until the block
+        ends, so no other process evicts what a session is loading (IRON_CACHE_MAX_BYTES)."""
+        from iron.compiler.build import serving
         from iron.compiler.mlir import print_mlir
         from iron.compiler.sources import kernel_sources
 
-        if self.artifacts is None and self.plan.segments and not self.plan.full_elf:
-            self.artifacts = tuple(build(print_mlir(s), kernel_sources(s), self.device, s.image, progress=progress)
-                                   for s in self.plan.segments)
-        if self.artifacts is None:
-            self.artifacts = build(self.mlir, self.sources, self.device, self.plan.image, progress=progress)
-        return self.artifacts
+        with ExitStack() as held:
+            def hold(mlir, sources, image):
+                return held.enter_context(serving(mlir, sources, self.device, image, progress=progress))
+
+            if self.plan.segments and not self.plan.full_elf:
+                self.artifacts = tuple(hold(print_mlir(s), kernel_sources(s), s.image) for s in self.plan.segments)
+            else:
+                self.artifacts = hold(self.mlir, self.sources, self.plan.image)
+            yield self.artifacts
 
     def __repr__(self):
         return f"<CompiledGraph {self.plan.name} on {self.device.name} ({self.plan.image})>"

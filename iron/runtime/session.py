@@ -232,20 +232,20 @@ class XrtSession:
         compiled = self.compiled
         plan = self.plan = compiled.plan
         self.full_elf = plan.full_elf
-        artifacts = compiled.build()
-        built = artifacts if isinstance(artifacts, tuple) else (artifacts,)
-        states = _index(plan, HostRole.STATES)
-        owners = compiled.versions.xrt_owners
-        owner = owners.get(plan.device.name)
-        shared = {states: owner.bo(states)} if owner is not None else {}
-        host = [HostBuffer(b.name, b.nwords * 4) for b in plan.host_buffers]
-        self.design = XrtDesign(plan.name, built[0], host, shared=shared)
-        every = {**{i: self.design.bo(i) for i in range(len(host))}, **shared}
-        self.designs = [self.design, *(XrtDesign(plan.name, a, host, shared=every) for a in built[1:])]
-        self.buffers = {b.name: np.zeros(b.nwords, np.uint32) for b in plan.host_buffers}
-        self.device_states = shared_states(compiled)
-        self.states = self.buffers[plan.host_buffer(HostRole.STATES).name] = self.device_states.words
-        self.patches = [_patch_table(p, a) for p, a in zip(plan.configurations, built)]
+        with compiled.loading() as artifacts:   # held while XRT reads them: no eviction meanwhile
+            built = artifacts if isinstance(artifacts, tuple) else (artifacts,)
+            states = _index(plan, HostRole.STATES)
+            owners = compiled.versions.xrt_owners
+            owner = owners.get(plan.device.name)
+            shared = {states: owner.bo(states)} if owner is not None else {}
+            host = [HostBuffer(b.name, b.nwords * 4) for b in plan.host_buffers]
+            self.design = XrtDesign(plan.name, built[0], host, shared=shared)
+            every = {**{i: self.design.bo(i) for i in range(len(host))}, **shared}
+            self.designs = [self.design, *(XrtDesign(plan.name, a, host, shared=every) for a in built[1:])]
+            self.buffers = {b.name: np.zeros(b.nwords, np.uint32) for b in plan.host_buffers}
+            self.device_states = shared_states(compiled)
+            self.states = self.buffers[plan.host_buffer(HostRole.STATES).name] = self.device_states.words
+            self.patches = [_patch_table(p, a) for p, a in zip(plan.configurations, built)]
         _write_constants(self, compiled)
         if owner is None:
             owners[plan.device.name] = self.design

@@ -15,8 +15,11 @@ OPS = {**SCALAR_BINARY, "copy": lambda a, b: a}
 
 
 class WordProgram:
-    def __init__(self, words):
+    def __init__(self, words, flagged: bool = False):
+        """`flagged`: the plan has an Emit, whose flag word follows the words; a call's words end
+        with it cleared, so a run the host starts is never taken for one after a flagged run."""
         self.count = len(words)
+        self.flag = [0] if flagged else []
         self.values = [(w.index, w.name) for w in words if w.op is None]
         self.steps = [self._step(w) for w in words if w.op is not None]
         self.checks = [(w.index, w.bound, w.what, w.name, w.tensor) for w in words if w.bound is not None]
@@ -47,7 +50,7 @@ class WordProgram:
         wrong = self._violation(words)
         if wrong is not None:
             raise IndexOutOfRange.at(*wrong)
-        return np.array(words, dtype=np.int64).astype(np.int32)
+        return np.array(words + self.flag, dtype=np.int64).astype(np.int32)
 
     def violation(self, values: dict[str, int]) -> tuple | None:
         """The first bounded word out of its range as (what, name, value, lo, hi, tensor), or None."""

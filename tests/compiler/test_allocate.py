@@ -7,7 +7,7 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Carried
-from iron.compiler.allocate import host_buffers, host_placements
+from iron.compiler.allocate import host_buffers, host_placements, state_sink
 from iron.compiler.compile import compile_program
 from iron.compiler.plan import (
     Emit,
@@ -55,13 +55,19 @@ def test_host_tensors_are_packed_in_whole_words_in_argument_order():
 
 def test_every_host_buffer_has_a_word_and_feedback_comes_only_with_an_emit():
     program = Everything().trace(x=((3,), BF16))
-    buffers = host_buffers(host_placements(program), 0, None)
+    buffers = host_buffers(host_placements(program), 0, None, False)
     assert buffers == (HostBuffer("consts", HostRole.CONSTS, 4), HostBuffer("states", HostRole.STATES, 4),
                        HostBuffer("inputs", HostRole.INPUTS, 2), HostBuffer("outputs", HostRole.OUTPUTS, 3),
                        HostBuffer("words", HostRole.WORDS, 1))
     emit = Emit(Tile(0, 3, TileKind.COMPUTE), (), (WordDef(0, "n", WordKind.CARRIED),), "feedback")
-    assert host_buffers(host_placements(program), 1, emit)[-2:] == (   # the word, the flag and scratch words
+    assert host_buffers(host_placements(program), 1, emit, False)[-2:] == (   # the word, the flag and scratch words
         HostBuffer("words", HostRole.WORDS, 3), HostBuffer("feedback", HostRole.FEEDBACK, 3))
+
+
+def test_on_a_full_elf_device_the_states_end_in_a_sink_as_large_as_the_largest_state():
+    placements = host_placements(Everything().trace(x=((3,), BF16)))
+    assert state_sink(placements, True) == (4, 2) and state_sink(placements, False) == (4, 0)   # seen: 2 words
+    assert host_buffers(placements, 0, None, True)[1] == HostBuffer("states", HostRole.STATES, 6)
 
 
 class Whole(iron.Graph):

@@ -16,13 +16,13 @@ tiles:
   shim_0_0  shim
 memory (used / budget bytes):
   tile_0_2  1056 / 65536  g0_in@tile_0_2 8, g0_host@tile_0_2 16, g0_out 8, stack@tile_0_2 1024
-  tile_0_3  1120 / 65536  emit_in@tile_0_3 40, feedback@tile_0_3 56, stack@tile_0_3 1024
+  tile_0_3  1144 / 65536  emit_in@tile_0_3 56, feedback@tile_0_3 64, stack@tile_0_3 1024
 fifos:
   g0_in     shim_0_0 -> tile_0_2  depth 2  4 bytes   DMA            successor[node]
   g0_host   tile_0_2 -> shim_0_0  depth 2  8 bytes   DMA            carry.node, trail[steps]
   g0_out    tile_0_2 -> tile_0_3  depth 2  4 bytes   shared memory  Copy#0
-  emit_in   shim_0_0 -> tile_0_3  depth 2  20 bytes  DMA            this call's words
-  feedback  tile_0_3 -> shim_0_0  depth 2  28 bytes  DMA            the next call's words
+  emit_in   shim_0_0 -> tile_0_3  depth 2  28 bytes  DMA            this call's words
+  feedback  tile_0_3 -> shim_0_0  depth 2  32 bytes  DMA            the next call's words
 links:
   none
 words:
@@ -30,7 +30,8 @@ words:
   w1  steps      carried  given per call
   w2  node       dma      = w0            in [0, 8) for successor[node]
   w3  steps      dma      = w1            in [0, 9) for trail[steps]
-  w4  steps + 1  next     = w1 + 1
+  w4  steps      dma      = w3            9 in a flagged run (the states' sink)
+  w5  steps + 1  next     = w1 + 1
 groups:
   g0: Copy#0, Copy#1 (closed by end of body)
 rules:
@@ -38,14 +39,14 @@ rules:
   snake_order: emit on tile_0_3
   shim_channels: shim_0_0: g0_in (mm2s), g0_host (s2mm), emit_in (mm2s), feedback (s2mm)
 DDR per call:
-  reads 24 bytes (4 of weights and params), writes 36 bytes
+  reads 32 bytes (4 of weights and params), writes 40 bytes
 emit:
-  on tile_0_3, writing 5 words through feedback, bounded ones clamped into range, and in word 5 how many were not
+  on tile_0_3, writing 6 words through feedback, bounded ones clamped into range, and in word 6 how many were not
   next node <- element of g0_out at byte 0
-  next steps <- w4 (steps + 1)
+  next steps <- w5 (steps + 1)
 next carried values (host):
   node <- output carry.node
-  steps <- w4 (steps + 1)
+  steps <- w5 (steps + 1)
 """
 
 

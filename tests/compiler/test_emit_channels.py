@@ -47,7 +47,7 @@ def test_a_tiled_matvec_with_a_carry_on_one_column_shares_the_emit_words_and_equ
     assert rules(plan, Rule.EMIT_IN_SHARES) == [
         "emit_in shares shared_in0 with g0_in rather than the Emit being cut into a segment of its own"]
     assert rules(plan, Rule.SHARE_SHIM_CHANNELS) == [
-        "shared_in0 (MM2S, 2312 bytes) on mem_0_1 split into g0_in, emit_in at bytes 0, 2304",
+        "shared_in0 (MM2S, 2316 bytes) on mem_0_1 split into g0_in, emit_in at bytes 0, 2304",
         "3 MM2S FIFOs now take 2 of the 2 shim MM2S channels"]
     assert Link(Tile(0, 1, TileKind.MEM), ("shared_in0",), ("g0_in", "emit_in"), destination_offsets=(0, 2304)) \
         in plan.links
@@ -101,7 +101,7 @@ def test_the_4096_square_matvec_on_one_column_shares_too():
     plan = Counted(4096, 4096).compile(device="npu2_1col", x=((4096,), F32)).plan
     assert plan.segments == ()
     assert rules(plan, Rule.SHARE_SHIM_CHANNELS)[0] == \
-        "shared_in0 (MM2S, 16392 bytes) on mem_0_1 split into g0_in, emit_in at bytes 0, 16384"
+        "shared_in0 (MM2S, 16396 bytes) on mem_0_1 split into g0_in, emit_in at bytes 0, 16384"
 
 
 @pytest.mark.parametrize("device", ["npu1_1col", "npu2"])

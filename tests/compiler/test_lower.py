@@ -59,16 +59,29 @@ def test_walk_on_npu2_beyond_its_golden():
     plan = walk_plan(NPU2)
     assert (plan.image, plan.full_elf) == ("elf", True)
     assert [(b.name, b.role, b.nwords) for b in plan.host_buffers] == [
-        ("consts", HostRole.CONSTS, 8), ("states", HostRole.STATES, 9), ("inputs", HostRole.INPUTS, 1),
-        ("outputs", HostRole.OUTPUTS, 1), ("words", HostRole.WORDS, 7), ("feedback", HostRole.FEEDBACK, 7)]
+        ("consts", HostRole.CONSTS, 8), ("states", HostRole.STATES, 18), ("inputs", HostRole.INPUTS, 1),
+        ("outputs", HostRole.OUTPUTS, 1), ("words", HostRole.WORDS, 8), ("feedback", HostRole.FEEDBACK, 8)]
     assert [(p.name, p.buffer, p.offset) for p in plan.placements] == [
         ("successor", "consts", 0), ("trail", "states", 0), ("carry.node", "outputs", 0)]
     assert [(f.name, f.role) for f in plan.fifos] == [
         ("g0_in", FifoRole.INPUT), ("g0_host", FifoRole.HOST), ("g0_out", FifoRole.OUTPUT),
         ("emit_in", FifoRole.EMIT_IN), ("feedback", FifoRole.FEEDBACK)]
-    assert plan.emit == Emit(T03, (("node", Element("g0_out", 0)), ("steps", WordRef(4))), plan.words, "feedback")
-    assert (plan.emit.flag, plan.emit.scratch, plan.emit.nwords) == (5, 6, 7)
-    assert plan.carry == (("node", Output("carry.node")), ("steps", WordRef(4)))
+    assert plan.emit == Emit(T03, (("node", Element("g0_out", 0)), ("steps", WordRef(5))), plan.words, "feedback")
+    assert (plan.emit.flag, plan.emit.scratch, plan.emit.nwords) == (6, 7, 8)
+    assert plan.carry == (("node", Output("carry.node")), ("steps", WordRef(5)))
+
+
+def without_sink(plan):
+    """The Walk's `plan` without the states' sink: trail's 9 words after trail, and w4, the trail
+    write's patch word (w3 patches it instead)."""
+    assert [w.sink for w in plan.words] == [None, None, None, None, 9, None]
+    return dataclasses.replace(
+        plan, words=(*plan.words[:4], dataclasses.replace(plan.words[5], index=4)),
+        carry=(("node", Output("carry.node")), ("steps", WordRef(4))),
+        sequence=tuple(dataclasses.replace(op, patch_word=3) if getattr(op, "patch_word", None) == 4 else op
+                       for op in plan.sequence),
+        host_buffers=tuple(dataclasses.replace(b, nwords=b.nwords - (9 if b.role is HostRole.STATES else 1))
+                           if b.role in (HostRole.STATES, HostRole.WORDS) else b for b in plan.host_buffers))
 
 
 def without_emit(plan):
@@ -94,12 +107,12 @@ def without_emit(plan):
         cores=(core,), sequence=kept(plan.sequence))
 
 
-def test_walk_on_npu1_differs_from_npu2_only_by_the_emit():
+def test_walk_on_npu1_differs_from_npu2_only_by_the_emit_and_the_states_sink():
     on1, on2 = walk_plan(NPU1), walk_plan(NPU2)
     assert (on1.device.name, on1.full_elf, on1.image, on1.emit) == ("npu1", False, "xclbin", None)
     assert [b.role for b in on1.host_buffers] == list(HostRole)[:5]
     bare = dataclasses.replace(on1, device=None, full_elf=None, image=None, rules=(), holds={}, closed_by={})
-    assert bare == without_emit(on2)
+    assert bare == without_emit(without_sink(on2))
 
 
 def test_add_one_moves_one_object_with_the_input_and_the_ones():
@@ -118,7 +131,7 @@ def test_accumulate_copies_the_row_then_adds_into_it():
         KernelStep.of(Copy, np.int32, (Ptr("g0_in", 256), Ptr("g0_host"), Imm(64))),
         KernelStep.of(Accumulate, np.int32, (Ptr("g0_in"), Ptr("g0_host"), Imm(64))))
     assert [(op.direction, op.buffer, op.patch_word) for op in plan.sequence if isinstance(op, Dma)] == [
-        (Direction.MM2S, "inputs", None), (Direction.MM2S, "states", 1), (Direction.S2MM, "states", 1)]
+        (Direction.MM2S, "inputs", None), (Direction.MM2S, "states", 1), (Direction.S2MM, "states", 2)]
 
 
 class Soft(iron.Graph):
@@ -167,23 +180,34 @@ def test_the_emit_of_a_first_version_writes_the_words_of_the_body_it_feeds():
     graph = Seeded()
     body = compile_program(graph.trace(), NPU2)
     first = compile_program(graph.trace(x=((), np.int32)), NPU2, feeds=body)
-    assert [w.bound for w in first.words] == [None, (0, 8)]
-    assert [w.bound for w in body.words] == [None, (0, 8), (0, 8)]
+    assert [(w.bound, w.sink) for w in first.words] == [(None, None), ((0, 8), None), (None, 8)]
+    assert [(w.bound, w.sink) for w in body.words] == [(None, None), ((0, 8), None), ((0, 8), None), (None, 8)]
     assert first.emit.target_words == body.words
+    flag, s, sunk = FLAG, SCRATCH, Ptr("feedback", 12)
     assert first.function("emit").steps == (
-        ScalarStep(Ptr("feedback", 12), "copy", Imm(0)),
+        ScalarStep(flag, "copy", Load("emit_in", 12)),          # first's own flag, after its 3 words
         ScalarStep(Ptr("feedback"), "copy", Load("emit_in", 4)),
         ScalarStep(Ptr("feedback", 4), "copy", Load("feedback")),
         *clamped(Ptr("feedback", 4)),
         ScalarStep(Ptr("feedback", 8), "add", Load("feedback"), Imm(1)),
-        *clamped(Ptr("feedback", 8)))
+        *clamped(Ptr("feedback", 8)),
+        ScalarStep(sunk, "copy", Load("feedback", 8)),
+        ScalarStep(s, "min", Load("feedback", 16), Imm(1)),     # s = 1 when nothing was flagged, else 0
+        ScalarStep(s, "mul", Load("feedback", 20), Imm(-1)),
+        ScalarStep(s, "add", Load("feedback", 20), Imm(1)),
+        ScalarStep(sunk, "sub", Load("feedback", 12), Imm(8)),  # the write's word, or 8: trail's 8 words on
+        ScalarStep(sunk, "mul", Load("feedback", 12), Load("feedback", 20)),
+        ScalarStep(sunk, "add", Load("feedback", 12), Imm(8)))
+
+
+FLAG, SCRATCH = Ptr("feedback", 16), Ptr("feedback", 20)   # after the body's 4 words
 
 
 def clamped(word):
     """The Emit's steps clamping `word` into 0..7 and counting a violation in the flag word."""
     def at(ptr):
         return Load(ptr.source, ptr.offset)
-    flag, s = Ptr("feedback", 12), Ptr("feedback", 16)
+    flag, s = FLAG, SCRATCH
     return (ScalarStep(s, "max", at(word), Imm(-1)), ScalarStep(s, "min", at(s), Imm(8)),
             ScalarStep(word, "max", at(s), Imm(0)), ScalarStep(word, "min", at(word), Imm(7)),
             ScalarStep(s, "sub", at(s), at(word)), ScalarStep(s, "mul", at(s), at(s)),

@@ -45,10 +45,10 @@ def test_walk_on_npu2_shows_its_tiles_groups_kernels_and_memory(walk_plan):
     assert sorted(tiles) == ["shim_0_0", "tile_0_2", "tile_0_3"]
     assert texts(tiles["tile_0_2"])[:2] == ["tile_0_2  g0", "Copy#0, Copy#1"]
     assert tiles["tile_0_2"].get("data-group") == "g0"
-    # describe(): tile_0_2 holds 1056 of 65536 bytes, tile_0_3 1120
+    # describe(): tile_0_2 holds 1056 of 65536 bytes, tile_0_3 1144
     bars = {name: (g.find(f"{SVG}g[@class='memory']")) for name, g in tiles.items() if name != "shim_0_0"}
     assert {name: (b.get("data-used"), b.get("data-budget")) for name, b in bars.items()} == {
-        "tile_0_2": ("1056", "65536"), "tile_0_3": ("1120", "65536")}
+        "tile_0_2": ("1056", "65536"), "tile_0_3": ("1144", "65536")}
     assert texts(bars["tile_0_2"]) == ["1 / 64 KiB"]
     assert tiles["tile_0_3"].get("data-emit") == "true" and texts(tiles["tile_0_3"])[:3] == [
         "tile_0_3", "Emit: next call's words", "EMIT"]

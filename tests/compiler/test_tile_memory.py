@@ -54,7 +54,7 @@ def fifo_bytes(plan) -> dict[str, int]:
 def test_the_walks_shared_fifo_lives_on_its_producers_tile():
     plan = plan_of(designs.walk(8))          # g0_out: tile_0_2 -> tile_0_3, its north neighbour
     assert fifo_homes(plan)["g0_out"] == ((compute(0, 2), 2),)
-    assert used(plan) == {"tile_0_2": (32, 1024), "tile_0_3": (96, 1024)}   # emit_in 2 x 20, feedback 2 x 28
+    assert used(plan) == {"tile_0_2": (32, 1024), "tile_0_3": (120, 1024)}   # emit_in 2 x 28, feedback 2 x 32
 
 
 def test_the_mlps_mem_tiles_hold_each_link_once():
@@ -99,7 +99,7 @@ def test_a_west_flowing_shared_fifo_lives_on_its_consumers_tile():
     plan = relocated(plan_of(designs.walk(8)), {compute(0, 2): compute(1, 2), compute(0, 3): compute(0, 2)})
     check_plan(plan)
     assert fifo_homes(plan)["g0_out"] == ((compute(0, 2), 2),)
-    assert used(plan) == {"tile_1_2": (24, 1024), "tile_0_2": (104, 1024)}
+    assert used(plan) == {"tile_1_2": (24, 1024), "tile_0_2": (128, 1024)}
 
 
 def test_the_two_layer_decoder_counts_its_shared_fifos_on_their_producers():

@@ -9,7 +9,7 @@ import iron
 from aie_utils import from_name
 from iron import Scratchpad
 from iron.compiler.compile import compile_program
-from iron.compiler.plan import Const, Dma, Output, WordDef, WordKind, WordRef
+from iron.compiler.plan import Const, Dma, HostRole, Output, WordDef, WordKind, WordRef
 from iron.errors import PlacementError
 from iron.kernels import Copy, Softmax
 from tests.compiler import designs
@@ -32,12 +32,15 @@ def test_walk_words_are_node_steps_and_the_next_steps():
         WordDef(1, "steps", WordKind.CARRIED),
         WordDef(2, "node", WordKind.DMA, "copy", WordRef(0), bound=(0, 8), what="successor[node]", tensor="successor"),
         WordDef(3, "steps", WordKind.DMA, "copy", WordRef(1), bound=(0, 9), what="trail[steps]", tensor="trail"),
-        WordDef(4, "steps + 1", WordKind.NEXT, "add", WordRef(1), Const(1)),
+        WordDef(4, "steps", WordKind.DMA, "copy", WordRef(3), sink=9),
+        WordDef(5, "steps + 1", WordKind.NEXT, "add", WordRef(1), Const(1)),
     )
     # int32 rows of one word: the DMA offset words are the bounded copies of the carried indices
-    # (a carried value is never bounded itself: the Emit clamps bounded words in place)
-    assert patches(plan) == [("consts", 2), ("outputs", None), ("states", 3), ("words", None), ("feedback", None)]
-    assert plan.carry == (("node", Output("carry.node")), ("steps", WordRef(4)))
+    # (a carried value is never bounded itself: the Emit clamps bounded words in place); the
+    # trail write's own copy moves it to the states' sink (word 9, after trail's 9) in a flagged run
+    assert patches(plan) == [("consts", 2), ("outputs", None), ("states", 4), ("words", None), ("feedback", None)]
+    assert plan.host_buffer(HostRole.STATES).nwords == 18
+    assert plan.carry == (("node", Output("carry.node")), ("steps", WordRef(5)))
 
 
 def test_a_row_index_is_scaled_into_a_dma_word():
@@ -45,8 +48,9 @@ def test_a_row_index_is_scaled_into_a_dma_word():
     assert plan.words == (
         WordDef(0, "pos", WordKind.SCRATCHPAD, bound=(0, 4), what="acc[pos]", tensor="acc"),
         WordDef(1, "pos * 64", WordKind.DMA, "mul", WordRef(0), Const(64)),
+        WordDef(2, "pos * 64", WordKind.DMA, "copy", WordRef(1), sink=256),   # the write's: acc's 256 words on
     )
-    assert patches(plan) == [("inputs", None), ("states", 1), ("states", 1)]
+    assert patches(plan) == [("inputs", None), ("states", 1), ("states", 2)]   # the read keeps its word
 
 
 class TwoAxes(iron.Graph):
@@ -88,6 +92,7 @@ def test_words_are_shared_and_a_second_bound_gets_a_copy():
         WordDef(1, "pos", WordKind.SCRATCHPAD),
         WordDef(2, "pos + 1", WordKind.DMA, "add", WordRef(1), Const(1), bound=(0, 8), what="w[pos + 1]", tensor="w"),
         WordDef(3, "node", WordKind.DMA, "copy", WordRef(0), None, bound=(0, 4), what="t[node]", tensor="t"),
+        WordDef(4, "node", WordKind.DMA, "copy", WordRef(3), sink=4),
     )
 
 

@@ -80,8 +80,8 @@ EXPECTED = {
         f"device loop (npu2, 8 + 1 transitions): trail {WALK_TRAIL} -> matches the numpy walk (exact)",
     ],
     "section-5/feeds.py": [
-        "first's words: node (carried), steps (carried), skip (scratchpad), steps (dma), steps + 1 (next)",
-        "body's words: node (carried), steps (carried), node (dma), steps (dma), steps + 1 (next)",
+        "first's words: node (carried), steps (carried), skip (scratchpad), steps (dma), steps (dma), steps + 1 (next)",
+        "body's words: node (carried), steps (carried), node (dma), steps (dma), steps (dma), steps + 1 (next)",
         f"host-driven (npu2): trail {TRAIL} -> matches numpy (exact)",
         "device loop (depth 2): yielded [0, 1, 2, 3, 4, 5], last carry {'node': 6, 'steps': 7}",
         f"device loop (npu2): trail {TRAIL} -> matches numpy (exact)",
@@ -137,9 +137,9 @@ EXPECTED = {
         f"host-driven (npu2): {TOKENS} -> matches numpy (token for token)",
         f"device loop (npu2, depth 2): {TOKENS} -> matches numpy (token for token)",
         re.compile(r"tokens per second on the emulator: host-driven \d+, device loop \d+ \(\d+\.\d\dx\)"),
-        "estimated NPU tokens per second (cost model, not measured): host-driven 15232, device loop depth 1 22548, "
-        "depth 2 23380, depth 4 23380 (1.53x) with vectorised kernels (the roofline); host-driven 7412, device loop "
-        "depth 2 8926 with iron's kernels; a step takes 1.6 us on the device, bottleneck tile_2_3 busy 9% of it, 43% "
+        "estimated NPU tokens per second (cost model, not measured): host-driven 15224, device loop depth 1 22531, "
+        "depth 2 23379, depth 4 23379 (1.54x) with vectorised kernels (the roofline); host-driven 7411, device loop "
+        "depth 2 8926 with iron's kernels; a step takes 1.7 us on the device, bottleneck tile_2_3 busy 9% of it, 43% "
         "of its roofline bound (0.72 us)",
     ],
     "section-9/bigger.py": [

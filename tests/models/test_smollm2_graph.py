@@ -58,7 +58,7 @@ def test_the_prompt_loaded_by_a_first_version_generates_references_tokens(two_la
     first = first_version(graph, compiled, ids)
     assert first.feeds is compiled and len(first.plan.configurations) == 1   # a Copy: no layer runs
     assert [(w.name, w.kind.value) for w in first.parameters] == [
-        ("pos", "carried"), ("tok", "carried"), ("end", "carried"), ("pos", "dma"), ("pos + 5", "next")]
+        ("pos", "carried"), ("tok", "carried"), ("end", "carried"), ("pos", "dma"), ("pos", "dma"), ("pos + 5", "next")]
     assert ("max(pos + 1, end)", "dma") in [(w.name, w.kind.value) for w in compiled.parameters]
     assert generate(graph, compiled, ids, 4, loaded=True) == expected
     for depth in (1, 2):

@@ -19,6 +19,7 @@ from iron.__main__ import main, size
 from iron.compiler.build import build
 from iron.compiler.cache import Cache, content_key
 from iron.errors import CacheError
+from iron.models.designs import Walk
 from iron.runtime.emulator import native
 from iron.runtime.emulator.native import NativeLibrary
 from tests.fake_toolchain import NPU2, recorded_argv
@@ -35,6 +36,7 @@ from tests.reliability.test_cache import (
     native_entry,
     snapshot,
 )
+from tests.runtime import fake_pyxrt
 
 FULL = ("the disk is full (No space left on device). Free space on it (`python -m iron cache clear` "
         "empties iron's cache), or set IRON_CACHE_DIR to a directory on a disk with room.")
@@ -230,6 +232,34 @@ def test_another_process_evicting_while_a_library_loads_skips_it(native_cache, m
     # once loaded and let go, the next eviction may take it
     other.get_or_build(content_key("a third design"), _filled(4000, []), kind="test")
     assert [e.key for e in Cache(native_cache).entries()] == [content_key("a third design")]
+
+
+def test_another_process_evicting_while_an_xrt_session_loads_a_device_image_skips_it(fake_tools, monkeypatch):
+    monkeypatch.setenv("IRON_CACHE_DIR", str(fake_tools / "cache"))
+    fake = fake_pyxrt.new_pyxrt()
+    monkeypatch.setattr("iron.runtime.xrt.load_pyxrt", lambda: fake)   # the real build, XRT's stand-in
+    monkeypatch.setattr("iron.runtime.xrt.describe_npu", lambda: "RyzenAI-npu4")
+    monkeypatch.setenv("IRON_BACKEND", "xrt")
+    monkeypatch.setenv("IRON_QUIET", "1")
+    walk = Walk(np.arange(1, 9, dtype=np.int32) % 8, 4)
+    body = walk.compile(device="npu2")
+    other = Cache(fake_tools / "cache", limit=1)   # another process, with a bound only one entry fits
+    seen = []
+    real_elf = fake.elf
+
+    def evicted_meanwhile(path):
+        other.get_or_build(content_key("another design"), _filled(4000, []), kind="test")
+        seen.append(Path(path).is_file())
+        return real_elf(path)
+    monkeypatch.setattr(fake, "elf", evicted_meanwhile)
+
+    session = body.session   # opens the design: XRT reads its ELF from the cache entry
+
+    assert seen == [True] and session.design is not None
+    assert body.artifacts.elf.is_file()
+    # once loaded and let go, the next eviction may take it
+    other.get_or_build(content_key("a third design"), _filled(4000, []), kind="test")
+    assert [e.key for e in Cache(fake_tools / "cache").entries()] == [content_key("a third design")]
 
 
 # ---- item 11: every entry served is private ---------------------------------------------------------

@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 
 import iron
+from iron.compiler.allocate import state_sink
 from iron.errors import IndexOutOfRange, LoopError
 from iron.models.designs import Walk, numpy_walk
 from iron.runtime.loop import MAX_DEPTH
 from tests.reliability.conftest import yielded_until
+from tests.reliability.test_device_bounds import SUCC as SCATTER_SUCC
 from tests.reliability.test_device_bounds import Scatter, guarded, scattered
 
 SUCC = np.random.default_rng(11).permutation(16).astype(np.int32)
@@ -73,7 +75,10 @@ def test_a_deep_ring_stopped_by_an_index_never_starts_the_runs_it_queued(on_emul
     assert "steps 2..4, already in flight" in str(error)      # 3 in flight when run 2's flag was read
     assert count["most"] == 4 and count["now"] == 0
     assert loop.transitions == 3 and dict(loop.carry) == {"node": 14, "steps": 3}
-    np.testing.assert_array_equal(body.read(graph.trail), scattered(before, 3, 6))   # the queued never ran
+    np.testing.assert_array_equal(body.read(graph.trail), scattered(before, 3, 3))   # the drained wrote no row
+    sink, _ = state_sink(body.plan.placements, True)
+    # the sink holds the last drained write (step 4, node 12 -> 2, so SUCC[2]): step 5, queued, never ran
+    assert body.session.device_states.words.view(np.int32)[sink] == SCATTER_SUCC[2] == 10
 
 
 def test_a_deep_ring_stops_before_a_step_the_host_computes_out_of_range(on_emulator):

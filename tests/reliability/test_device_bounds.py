@@ -2,8 +2,9 @@
 indices, clamps every bounded one into its range before any DMA or core uses it, and counts the
 ones that were not in range in a flag word beside the words it writes. After each run the host
 reads that flag: the loop stops with IndexOutOfRange naming the step, the user's expression, the
-value and the range; the runs in flight are drained and not counted; nothing outside the state's
-valid range changes. On the emulator (the same path as the device), through XRT (the pyxrt
+value and the range; the runs in flight are drained and not counted, and their writes through a
+clamped index go to the states' sink after the user's states: every row stays as the completed
+steps wrote it. On the emulator (the same path as the device), through XRT (the pyxrt
 stand-in), and the host-driven xclbin path, which still checks before patching."""
 import shutil
 
@@ -12,6 +13,7 @@ import pytest
 
 import iron
 from iron import Carried
+from iron.compiler.allocate import state_sink
 from iron.compiler.plan import HostRole
 from iron.compiler.sources import HEADER, kernel_sources, source_file
 from iron.errors import DeviceTimeout, IndexOutOfRange, LoopError, PlanError
@@ -54,11 +56,10 @@ class Scatter(Guarded):
 
 
 def scattered(trail: np.ndarray, start: int, runs: int) -> np.ndarray:
-    """`trail` after `runs` Scatter steps from `start`, a row index out of range clamped into it
-    (as a run in flight after a flagged one writes)."""
+    """`trail` after `runs` Scatter steps from `start` (every row index in range)."""
     trail, node = trail.copy(), start
     for _ in range(runs):
-        trail[min(max(node, 0), len(trail) - 1)] = SUCC[node]
+        trail[node] = SUCC[node]
         node = int(SUCC[node])
     return trail
 
@@ -75,17 +76,20 @@ def guarded(steps=6, device="npu2", graph_class=Guarded):
 
 
 def states(body) -> np.ndarray:
+    """The user's states (trail, guard) as the states buffer holds them, without the sink after them."""
     body.read("trail")                   # waits out any run in flight
-    return body.session.device_states.words.copy()
+    sink, _ = state_sink(body.plan.placements, body.plan.full_elf)
+    return body.session.device_states.words[:sink].copy()
 
 
 def text(step: int, drained: int, by_host: bool = False, what: str = "trail[steps] with steps", value: int = 6,
          top: int = 5, fix: str = "steps") -> str:
     ran = (f"before step {step} ran, and the loop stopped: nothing was written by step {step}, and" if not drained
            else f"and clamped it to {top}, and the loop stopped: "
-           + (f"step {step}, already in flight, ran with its" if drained == 1
-              else f"steps {step}..{step + drained - 1}, already in flight, ran with their")
-           + " indices clamped into range, and")
+           + (f"step {step}, already in flight, ran with its indices clamped into range and its" if drained == 1
+              else f"steps {step}..{step + drained - 1}, already in flight, ran with their indices clamped into "
+              "range and their")
+           + " writes through them sent to a sink, not into a state, and")
     who = "The host computed it" if by_host else "The device's Emit flagged it"
     return (f"CarriedLoop step {step}: {what} = {value} is out of range: {fix} must be in 0..{top}. "
             f"{who} {ran} loop.transitions and loop.carry describe the runs before "
@@ -114,7 +118,9 @@ def test_an_index_the_host_computes_out_of_range_stops_the_loop_before_that_step
 @pytest.mark.parametrize("depth", [1, 2, 3, 4])
 def test_an_index_a_kernel_computed_is_flagged_by_the_device_and_the_loop_stops_there(on_emulator, depth):
     """trail[node], node gathered by a kernel: only the device's Emit sees it, flags it and
-    clamps it; the runs already in flight run clamped (inside trail) and are not counted."""
+    clamps it; the runs already in flight run clamped, are not counted, and write into the
+    states' sink (each flags the next: a gathered node may be back in range), so every row of
+    trail and guard stays as steps 0..2 wrote it, at every depth."""
     graph, body = guarded(8, graph_class=Scatter)
     before = states(body)
     loop = iron.CarriedLoop(body, body, depth=depth)
@@ -124,9 +130,25 @@ def test_an_index_a_kernel_computed_is_flagged_by_the_device_and_the_loop_stops_
     assert seen == [0, 1]                # nodes 3, 5, 7 wrote their rows; node 14 is past trail's end
     assert loop.transitions == 3 and dict(loop.carry) == {"node": 14, "steps": 3}
     expect = before.copy()
-    expect[:8] = scattered(before[:8].view(np.int32), 3, 3 + drained)
+    expect[:8] = scattered(before[:8].view(np.int32), 3, 3)   # rows 3, 5, 7 and nothing else
     np.testing.assert_array_equal(states(body).view(np.int32), expect.view(np.int32))
+    np.testing.assert_array_equal(body.read(graph.trail), [-5, -5, -5, 5, -5, 7, -5, 14])
     np.testing.assert_array_equal(body.read(graph.guard), GUARD)
+
+
+def test_the_states_sink_follows_the_users_states_and_only_state_writes_are_sent_there(on_emulator):
+    """The sink holds the largest state (trail's 8 words) after trail and guard; trail[node]'s
+    write has a patch word of its own whose `sink` value moves its first word (row 0 + 0) to
+    the sink's first word (11); reads keep theirs."""
+    _, body = guarded(8, graph_class=Scatter)
+    plan = body.plan
+    assert state_sink(plan.placements, plan.full_elf) == (11, 8)
+    assert plan.host_buffer(HostRole.STATES).nwords == 19
+    assert [(w.name, w.op, w.bound, w.sink) for w in plan.words] == [
+        ("node", None, None, None), ("steps", None, None, None), ("node", "copy", (0, 16), None),
+        ("node", "copy", (0, 8), None), ("node", "copy", None, 11), ("steps + 1", "add", None, None)]
+    writes = [op.patch_word for op in plan.sequence if getattr(op, "buffer", "") == "states"]
+    assert writes == [4]
 
 
 def test_the_next_step_is_checked_only_when_it_is_asked_for(on_emulator):
@@ -184,25 +206,30 @@ def test_a_negative_carried_index_stops_the_loop_before_its_step(on_emulator):
 # ---- the Emit's arithmetic: exact at the ends of int32, the same in its C++ and on the emulator ----
 
 EXTREMES = [-2**31, -2**31 + 1, -7, -1, 0, 1, 5, 6, 7, 15, 16, 2**31 - 2, 2**31 - 1]
-CASES = [(node, steps) for node in EXTREMES for steps in EXTREMES[::3]]
+CASES = [(node, steps, flag) for node in EXTREMES for steps in EXTREMES[::3] for flag in (0, 1)]
+SINK = 9                                 # moves trail[steps]'s first word (0 + steps) to the sink's (6 + 3)
 
 
-def run_emit(call, plan, node: int, steps: int) -> np.ndarray:
-    """The body's Emit on words whose next node is `node` (the element g0 computed) and whose next
-    steps is `steps` (this call's word 'steps + 1'); the feedback words it writes."""
-    emit_in = np.zeros(len(plan.words), np.int32)
-    emit_in[4] = steps
+def run_emit(call, plan, node: int, steps: int, flag: int) -> np.ndarray:
+    """The body's Emit on words whose next node is `node` (the element g0 computed), whose next
+    steps is `steps` (this call's word 'steps + 1') and whose own flag is `flag`; the feedback
+    words it writes."""
+    emit_in = np.zeros(len(plan.words) + 1, np.int32)
+    emit_in[next(w.index for w in plan.words if w.name == "steps + 1")] = steps
+    emit_in[len(plan.words)] = flag
     element = np.array([node], np.int32)
     feedback = np.full(plan.emit.nwords, 12345, np.int32)
     call([emit_in.view(np.uint8), element.view(np.uint8), feedback.view(np.uint8)])
     return feedback
 
 
-def expected_feedback(node: int, steps: int) -> list[int]:
-    """node, steps as they are; their copies clamped into successor's 0..15 and trail's 0..5; steps
-    + 1; the flag counting the copies that were clamped."""
-    flag = (not 0 <= node < 16) + (not 0 <= steps < 6)
-    return [node, steps, min(max(node, 0), 15), min(max(steps, 0), 5), wrap_i32(steps + 1), flag]
+def expected_feedback(node: int, steps: int, flag: int) -> list[int]:
+    """node, steps as they are; their copies clamped into successor's 0..15 and trail's 0..5; the
+    trail write's patch word: steps clamped, or SINK once anything is flagged; steps + 1; the
+    flag: this call's plus the copies that were clamped."""
+    flag += (not 0 <= node < 16) + (not 0 <= steps < 6)
+    row = min(max(steps, 0), 5)
+    return [node, steps, min(max(node, 0), 15), row, SINK if flag else row, wrap_i32(steps + 1), flag]
 
 
 def test_the_emit_clamps_and_flags_exactly_at_the_ends_of_int32_on_the_emulator(on_emulator):
@@ -210,10 +237,11 @@ def test_the_emit_clamps_and_flags_exactly_at_the_ends_of_int32_on_the_emulator(
     plan = body.plan
     emit = next(f for f in plan.functions if f.name == "emit")
     assert emit.params == ("emit_in", "g0_out", "feedback")
+    assert [w.sink for w in plan.words] == [None, None, None, None, SINK, None]
     bind = compile_function(emit, numpy_call)
-    for node, steps in CASES:
-        feedback = run_emit(lambda arrays: bind(arrays, 0).run(), plan, node, steps)
-        assert feedback[:plan.emit.scratch].tolist() == expected_feedback(node, steps), (node, steps)
+    for node, steps, flag in CASES:
+        feedback = run_emit(lambda arrays: bind(arrays, 0).run(), plan, node, steps, flag)
+        assert feedback[:plan.emit.scratch].tolist() == expected_feedback(node, steps, flag), (node, steps, flag)
 
 
 def test_the_emits_cpp_computes_the_same_words_as_the_emulator(on_emulator, cache_dir, monkeypatch):
@@ -224,9 +252,9 @@ def test_the_emits_cpp_computes_the_same_words_as_the_emulator(on_emulator, cach
     plan = body.plan
     sources = kernel_sources(plan)
     library = NativeLibrary.load({name: sources[name] for name in (HEADER, source_file("emit"))})
-    for node, steps in CASES:
-        feedback = run_emit(lambda arrays: library.call("emit", arrays, ("ptr",) * 3), plan, node, steps)
-        assert feedback[:plan.emit.scratch].tolist() == expected_feedback(node, steps), (node, steps)
+    for node, steps, flag in CASES:
+        feedback = run_emit(lambda arrays: library.call("emit", arrays, ("ptr",) * 3), plan, node, steps, flag)
+        assert feedback[:plan.emit.scratch].tolist() == expected_feedback(node, steps, flag), (node, steps, flag)
 
 
 # ---- the host-driven xclbin path: checked before patching, as before ----------------------------
@@ -273,7 +301,7 @@ def test_through_xrt_the_flag_is_read_after_each_wait_and_the_loop_stops_there(x
     assert str(e.value) == text(2, 1, what="trail[node] with node", value=14, top=7, fix="node")
     assert loop.transitions == 3 and dict(loop.carry) == {"node": 14, "steps": 3}
     expect = before.copy()
-    expect[:8] = scattered(before[:8].view(np.int32), 3, 4)   # step 2, in flight, wrote trail[7] clamped
+    expect[:8] = scattered(before[:8].view(np.int32), 3, 3)   # step 2, in flight, wrote into the sink
     np.testing.assert_array_equal(states(body).view(np.int32), expect.view(np.int32))
     # the call order: run k's wait, then the next run's scratchpad synced from the device and read
     # (its flag); the ring's two runs alternate, so 3 waits in, the flagged read stops the loop:

@@ -51,7 +51,7 @@ def test_what_compile_makes_before_any_build():
     assert c.plan.device.name == "npu2" and c.plan.full_elf is True and c.plan.image == "elf"
     assert [(w.name, w.kind) for w in c.parameters] == [("node", WordKind.CARRIED), ("steps", WordKind.CARRIED),
                                                          ("node", WordKind.DMA), ("steps", WordKind.DMA),
-                                                         ("steps + 1", WordKind.NEXT)]
+                                                         ("steps", WordKind.DMA), ("steps + 1", WordKind.NEXT)]
     assert c.mlir.startswith("module {\n  aie.device(npu2) {")
     assert {"g0.cc", "emit.cc", "copy.cc", "iron_kernel.h"} <= set(c.sources)
     assert c.describe().splitlines()[0] == "Walk on npu2: full ELF (image 'elf')"
@@ -89,7 +89,7 @@ def test_iron_debug_prints_the_plan_and_each_emulator_call(monkeypatch, capsys):
     c(node=1, steps=0)
     err = capsys.readouterr().err
     assert err.startswith("iron: compiled Walk for npu2:\nWalk on npu2: full ELF (image 'elf')\n")
-    assert err.endswith("iron: emulator: call Walk with words [1, 0, 1, 0, 1]\n")
+    assert err.endswith("iron: emulator: call Walk with words [1, 0, 1, 0, 0, 1, 0]\n")   # and the flag
     monkeypatch.setenv("IRON_DEBUG", "0")
     c(node=2, steps=1)
     assert capsys.readouterr().err == ""

@@ -61,14 +61,14 @@ def test_only_the_version_that_reads_skip_has_a_word_for_it():
     first, body = versions(Trail(successor, 4), "npu2")
     assert [(w.name, w.kind.value) for w in body.parameters] == [("node", "carried"), ("steps", "carried"),
                                                                  ("node", "dma"), ("steps", "dma"),
-                                                                 ("steps + 1", "next")]
+                                                                 ("steps", "dma"), ("steps + 1", "next")]
     assert [(w.name, w.kind.value) for w in first.parameters] == [("node", "carried"), ("steps", "carried"),
                                                                   ("skip", "scratchpad"), ("steps", "dma"),
-                                                                  ("steps + 1", "next")]
+                                                                  ("steps", "dma"), ("steps + 1", "next")]
     assert body.program.unread == ("skip",) and body.program.scratchpad_names == ()
     assert first.program.unread == () and first.program.scratchpad_names == ("skip",)
-    assert len(body.plan.emit.target_words) == len(body.plan.words) == 5
-    assert len(first.plan.emit.target_words) == 5   # first's Emit writes the body's five words
+    assert len(body.plan.emit.target_words) == len(body.plan.words) == 6
+    assert len(first.plan.emit.target_words) == 6   # first's Emit writes the body's six words
 
 
 @pytest.mark.parametrize("depth", [1, 2, 3])

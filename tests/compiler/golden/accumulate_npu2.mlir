@@ -20,12 +20,12 @@ module {
       }
       aie.end
     } {stack_size = 1024 : i32}
-    aie.runtime_sequence @sequence(%arg0: memref<1xi32>, %arg1: memref<256xi32>, %arg2: memref<64xi32>, %arg3: memref<1xi32>, %arg4: memref<2xi32>) {
+    aie.runtime_sequence @sequence(%arg0: memref<1xi32>, %arg1: memref<512xi32>, %arg2: memref<64xi32>, %arg3: memref<1xi32>, %arg4: memref<3xi32>) {
       aiex.npu.dma_memcpy_nd(%arg2[0, 0, 0, 0][1, 1, 1, 64][0, 0, 0, 1]) {id = 0 : i64, metadata = @g0_in} : memref<64xi32>
       // iron.patch dma=1 word=1
-      aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, 0][1, 1, 1, 64][0, 0, 0, 1]) {id = 1 : i64, metadata = @g0_in} : memref<256xi32>
-      // iron.patch dma=2 word=1
-      aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, 0][1, 1, 1, 64][0, 0, 0, 1]) {id = 2 : i64, metadata = @g0_host} : memref<256xi32>
+      aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, 0][1, 1, 1, 64][0, 0, 0, 1]) {id = 1 : i64, metadata = @g0_in} : memref<512xi32>
+      // iron.patch dma=2 word=2
+      aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, 0][1, 1, 1, 64][0, 0, 0, 1]) {id = 2 : i64, metadata = @g0_host} : memref<512xi32>
       aiex.npu.dma_wait {symbol = @g0_host}
     }
   }
