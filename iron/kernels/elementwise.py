@@ -11,11 +11,13 @@ compute in float64 and round once to float32 (then to bfloat16), as their C++ do
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
 
 from iron import dtypes
+from iron.errors import DeclarationError
 from iron.kernels.base import Kernel
 
 FLOATS = dtypes.FLOATS
@@ -64,6 +66,14 @@ class Constant(Kernel):
         return f"{cls.__name__}({', '.join(pair)})"
 
 
+def _require(cls, attr: str, what: str) -> None:
+    """DeclarationError unless the named kernel `cls` defines `attr` (its family's numpy)."""
+    if not callable(getattr(cls, attr, None)):
+        raise DeclarationError(
+            f"kernel {cls.__name__} ({cls.name!r}) defines no {attr}: a {cls.__mro__[1].__name__} "
+            f"computes {what}. Define it as a staticmethod of {cls.__name__}.")
+
+
 class Binary(Kernel):
     """An elementwise kernel of two tensors computing `op` (numpy on two arrays of the inputs'
     dtype, float32 for bfloat16); defining one also defines its `constant` form (a Constant
@@ -74,16 +84,15 @@ class Binary(Kernel):
     batches = True
     constant_keeps_zeros: ClassVar[bool] = False   # op(0, c) = op(c, 0) = 0 for every constant c
     constant: ClassVar[type | None] = None
-
-    @staticmethod
-    def op(a, b):
-        raise NotImplementedError   # each named Binary defines op
+    op: ClassVar[Callable]   # numpy on the two operands: every named Binary defines it
 
     @classmethod
     def compute(cls, a, b):
         return cls.op(a, b)
 
     def __init_subclass__(cls, **kwargs):
+        if cls.name:   # refused before the base class claims the name: nothing half-applied
+            _require(cls, "op", "op(a, b), numpy on its two operands")
         super().__init_subclass__(**kwargs)
         if cls.name:
             cls.constant = type(cls.__name__, (Constant,), {
@@ -237,14 +246,17 @@ class Activation(Kernel):
     index_map = "i->i"
     dtypes = FLOATS
     batches = True
+    fn: ClassVar[Callable]   # of float64 values: every named Activation defines it
 
-    @staticmethod
-    def fn(x):
-        raise NotImplementedError   # each named Activation defines fn
+    def __init_subclass__(cls, **kwargs):
+        if cls.name:
+            _require(cls, "fn", "fn(x), of float64 values")
+        super().__init_subclass__(**kwargs)
 
     @classmethod
     def compute(cls, x):
         return cls.fn(x.astype(F64)).astype(F32)
+
 
 
 def _libm(fn):

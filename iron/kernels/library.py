@@ -6,6 +6,8 @@ Requantize saturate.
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from iron import dtypes
@@ -390,18 +392,26 @@ def like_argmax() -> tuple:
     return tuple(classmethod(f.__func__) for f in (Argmax.out_shape, Argmax.sizes, Argmax.abi_shapes))
 
 
-class Max(Kernel):
-    """The largest element of x (n,), as one element of x's dtype; of each row of a batch
-    (rows, n), as (rows,)."""
+class Extreme(Kernel):
+    """The element of x (n,) that `pick` (np.argmax or np.argmin) picks first, as one element of
+    x's dtype; of each row of a batch (rows, n), as (rows,)."""
 
     index_map = "rc->r"
     keeps_dtype = exact_in_dtype = True
-    name = "max"
     out_shape, sizes, abi_shapes = like_argmax()
+    pick: ClassVar[staticmethod]
 
-    @staticmethod
-    def compute(x):
-        return first_pick(x, np.argmax)
+    @classmethod
+    def compute(cls, x):
+        return first_pick(x, cls.pick)
+
+
+class Max(Extreme):
+    """The largest element of x (n,), as one element of x's dtype; of each row of a batch
+    (rows, n), as (rows,)."""
+
+    name = "max"
+    pick = staticmethod(np.argmax)
 
 
 def first_pick(x, arg):

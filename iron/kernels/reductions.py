@@ -9,21 +9,15 @@ from __future__ import annotations
 import numpy as np
 
 from iron.kernels.base import Kernel
-from iron.kernels.library import WIDER_DOTS, first_pick, like_argmax
+from iron.kernels.library import WIDER_DOTS, Extreme, like_argmax
 
 
-class Min(Kernel):
+class Min(Extreme):
     """The smallest element of x (n,), as one element of x's dtype; of each row of a batch
     (rows, n), as (rows,) (the first NaN, as numpy's min)."""
 
-    index_map = "rc->r"
-    keeps_dtype = exact_in_dtype = True
     name = "min"
-    out_shape, sizes, abi_shapes = like_argmax()
-
-    @staticmethod
-    def compute(x):
-        return first_pick(x, np.argmin)
+    pick = staticmethod(np.argmin)
 
 
 class Sum(Kernel):

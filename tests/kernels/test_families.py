@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from iron.errors import DeclarationError
 from iron.kernels import (
     GELU,
     LIBRARY,
@@ -32,6 +33,7 @@ from iron.kernels import (
     Tanh,
     Where,
 )
+from iron.kernels.elementwise import Activation
 
 DTYPES = {"i8": np.int8, "u8": np.uint8, "i16": np.int16, "i32": np.int32, "bf16": ml_dtypes.bfloat16, "f32": np.float32}
 INTEGERS, FLOATS = ("i8", "u8", "i16", "i32"), ("bf16", "f32")
@@ -294,3 +296,13 @@ def test_add_of_int8_wraps_and_its_constant_form_too(library):
     same_bits(run(library, "add_constant_i8", [x], np.zeros_like(x), 3, 1, 0.0, 0, kinds=["i32", "i32", "f32", "i32"]),
               np.array([-128, -127, 101], np.int8))
     same_bits(Add.constant.reference(x, value=1), np.array([-128, -127, 101], np.int8))
+
+
+@pytest.mark.parametrize("family, attr", [(Binary, "op"), (Activation, "fn")])
+def test_a_named_family_kernel_without_its_numpy_is_refused_before_it_claims_its_name(family, attr):
+    name = f"no_{attr}_{family.__name__.lower()}"
+    with pytest.raises(DeclarationError) as refused:
+        type("Lacking", (family,), {"name": name})
+    assert f"kernel Lacking ('{name}') defines no {attr}" in str(refused.value)
+    defined = type("Lacking", (family,), {"name": name, attr: staticmethod(np.negative if attr == "fn" else np.add)})
+    assert defined.name == name   # the refusal claimed nothing: the same name is free
