@@ -3,7 +3,8 @@ device, so a CarriedLoop runs without the host between calls. It reads this call
 (`emit_in`) and any carried element a group computed, and writes the target version's words
 into `feedback`, each bounded word clamped into its range before any DMA or core reads it, and
 after them a flag word counting the words that were not in range, this call's own flag included
-(the host reads it after each run); a flagged run's state writes go to the states' sink. `carry_sources` also says where the host finds each next carried value."""
+(the host reads it after each run); every state write of a flagged run goes to the states' sink
+(`sink_writes`). `carry_sources` also says where the host finds each next carried value."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -22,9 +23,9 @@ from iron.compiler.plan import (
     HostRole,
     Imm,
     Invoke,
-    PlacementKind,
     Load,
     Output,
+    PlacementKind,
     Port,
     Ptr,
     Release,

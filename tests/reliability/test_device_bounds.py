@@ -26,8 +26,8 @@ from iron.models.designs import numpy_walk
 from iron.runtime.emulator.core import compile_function
 from iron.runtime.emulator.kernels import numpy_call
 from iron.runtime.emulator.native import NativeLibrary
-from tests.reliability.conftest import yielded_until
 from tests.compiler.test_mlir import op_names
+from tests.reliability.conftest import yielded_until
 from tests.runtime import fake_pyxrt
 
 SUCC = np.random.default_rng(12).permutation(16).astype(np.int32)
