@@ -578,3 +578,19 @@ def test_a_segmented_bodys_drained_runs_write_no_state_in_any_configuration(on_e
     for name in ("seen", "trail"):
         np.testing.assert_array_equal(body.read(name), reference.read(name), err_msg=name)
     np.testing.assert_array_equal(body.read("seen"), [60, 70, 80, 10, 20])   # step 5's i = 5, not a drained run's
+
+
+def test_the_emulators_batching_sees_each_state_write_where_its_index_or_the_sink_puts_it(on_emulator):
+    """The host words each runtime-sequence op of the Stamped body may touch, which the batching
+    orders acts by: trail[node]'s write its row 0..7 or the sink's first word; count's and
+    last[1]'s their own words or where they lie in their state, shifted to the sink's start
+    (27); a read of successor[node] its row 0..15 of the consts."""
+    _, body = guarded(8, graph_class=Stamped)
+    body.read("trail")                   # loads the design
+    plan, runs = body.plan, body.session.emulator.sequence.host_words()
+    patched = {op.patch_word: runs[k] for k, op in enumerate(plan.sequence) if isinstance(op, Dma) and op.patch_word}
+    successor = plan.placement("successor").offset
+    assert patched == {2: (("consts", successor, successor + 16),),
+                       4: (("states", 0, 8), ("states", 27, 28)),
+                       5: (("states", 11, 15), ("states", 27, 31)),
+                       6: (("states", 19, 23), ("states", 31, 35))}   # last[1]: its row 1 of the sink
