@@ -213,7 +213,7 @@ class EdgeFilter(iron.Graph):
     blocks of `rows` rows, each block's Conv2D reading its halo rows too; the edges go into the
     state `edges` (height, width, 1) uint8, block by block."""
 
-    def __init__(self, height: int = 1080, width: int = 1920, rows: int = 4, threshold: int = 10):
+    def __init__(self, height: int = 1080, width: int = 1920, rows: int = 2, threshold: int = 10):
         self.height, self.width, self.rows, self.threshold = height, width, rows, threshold
         self.laplacian = iron.param(LAPLACIAN)
         self.edges = iron.state((height, width, 1), np.uint8, name="edges")
