@@ -40,12 +40,29 @@ def close(label: str, got, want, tol: float) -> bool:
     return ok
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(doc: str, argv) -> argparse.Namespace:
+    """--device (set as the current device) and --svg, the two options of this section's designs."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--device", default="npu2", help="npu1, npu2 or a partition such as npu2_4col")
     parser.add_argument("--svg", metavar="PATH", help="draw the placement into this SVG file")
     args = parser.parse_args(argv)
     aie_utils.set_current_device(aie_utils.from_name(args.device))
+    return args
+
+
+def show(compiled, what: str, inputs, svg: str | None) -> None:
+    """The configurations a call of `compiled` takes, describe()'s segments, the estimate of a
+    call on `inputs` and, with `svg`, the placement drawn."""
+    print(f"{what}: {len(compiled.plan.configurations)} configurations per call")
+    print("\n".join(section(compiled.describe(), "segments")))
+    print(f"estimate: {compiled.estimate(*inputs)}")
+    if svg:
+        compiled.svg(svg)
+        print(f"the placement, drawn: {svg}")
+
+
+def main(argv=None) -> int:
+    args = arguments(__doc__, argv)
 
     graph = GroupedQueryAttention(HEADS, KV_HEADS, POSITIONS, HEAD_DIM)
     rng = np.random.default_rng(0)
@@ -54,12 +71,7 @@ def main(argv=None) -> int:
     ok = close("reference vs numpy (float64)", want, numpy_attention(graph, *inputs), 2e-2)
     compiled = graph.compile(**graph.specs())
     ok &= close(f"compiled ({compiled.device.name}) vs reference", compiled(*inputs), want, 1e-2)
-    print(f"{HEADS} heads over {POSITIONS} positions: {len(compiled.plan.configurations)} configurations per call")
-    print("\n".join(section(compiled.describe(), "segments")))
-    print(f"estimate: {compiled.estimate(*inputs)}")
-    if args.svg:
-        compiled.svg(args.svg)
-        print(f"the placement, drawn: {args.svg}")
+    show(compiled, f"{HEADS} heads over {POSITIONS} positions", inputs, args.svg)
     return 0 if ok else 1
 
 

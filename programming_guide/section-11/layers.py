@@ -9,13 +9,11 @@ cost model's estimate of a call beside its roofline bound. Exit 1 on a mismatch.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
-from heads import section
+from heads import arguments, show
 
-import aie_utils
 from iron.models.designs import MLP, numpy_mlp
 
 LAYERS, WIDTH = 24, 256
@@ -30,11 +28,7 @@ def report(label: str, got, want) -> bool:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="npu2", help="npu1, npu2 or a partition such as npu2_4col")
-    parser.add_argument("--svg", metavar="PATH", help="draw the placement into this SVG file")
-    args = parser.parse_args(argv)
-    aie_utils.set_current_device(aie_utils.from_name(args.device))
+    args = arguments(__doc__, argv)
 
     mlp = MLP(WIDTH, LAYERS)
     x = np.random.default_rng(1).standard_normal(WIDTH).astype(np.float32)
@@ -42,12 +36,7 @@ def main(argv=None) -> int:
     ok = report("reference", mlp.reference(x), want)
     compiled = mlp.compile(x=((WIDTH,), np.float32))
     ok &= report(f"compiled ({compiled.device.name})", compiled(x), want)
-    print(f"{LAYERS} layers of {WIDTH}: {len(compiled.plan.configurations)} configurations per call")
-    print("\n".join(section(compiled.describe(), "segments")))
-    print(f"estimate: {compiled.estimate(x)}")
-    if args.svg:
-        compiled.svg(args.svg)
-        print(f"the placement, drawn: {args.svg}")
+    show(compiled, f"{LAYERS} layers of {WIDTH}", [x], args.svg)
     return 0 if ok else 1
 
 
