@@ -16,6 +16,7 @@ import iron
 from aie_utils import from_name
 from iron.compiler.channels import MemChannels, SharedChannel, ShimRequest, share_shim_channels
 from iron.compiler.compile import compile_program
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.mlir import print_mlir
 from iron.compiler.plan import Direction, Dma, Link, Tile, TileKind, Wait
 from iron.compiler.rules import Rule
@@ -185,7 +186,7 @@ def test_a_mem_tile_without_free_channels_passes_the_merge_to_the_nearest():
     mem.take_on(Tile(0, 1, TileKind.MEM), 0, 5)   # mem_0_1 has one MM2S channel left: a split of 2 needs 2
     wanted = requests(("a", 0, True), ("b", 0, True), ("c", 0, True), ("d", 1, False), ("e", 1, False))
     found, _ = share_shim_channels(Rows(1).trace(x=((1, 8), I32)), wanted, device, mem, 2)
-    assert found == [SharedChannel("shared_in0", Direction.MM2S, Tile(1, 1, TileKind.MEM), ("a", "b"), (0, 64), 128)]
+    assert found == [SharedChannel(FifoId(None, Stem.SHARED_IN, (0,)), Direction.MM2S, Tile(1, 1, TileKind.MEM), ("a", "b"), (0, 64), 128)]
     assert (mem.used, mem.held) == ({0: [0, 5], 1: [1, 2]}, {0: 0, 1: 256})
 
 
@@ -202,7 +203,7 @@ def test_single_shareable_fifos_of_neighbouring_columns_merge():
     device = from_name("npu1_2col")
     wanted = requests(("a", 0, True), ("b", 0, False), ("c", 1, True), ("d", 1, False), ("e", 1, False))
     found, rules = share_shim_channels(Rows(1).trace(x=((1, 8), I32)), wanted, device, MemChannels(device), 2)
-    assert found == [SharedChannel("shared_in0", Direction.MM2S, Tile(0, 1, TileKind.MEM), ("a", "c"), (0, 64), 128)]
+    assert found == [SharedChannel(FifoId(None, Stem.SHARED_IN, (0,)), Direction.MM2S, Tile(0, 1, TileKind.MEM), ("a", "c"), (0, 64), 128)]
     assert rules == (
         (Rule.SHARE_SHIM_CHANNELS, "shared_in0 (MM2S, 128 bytes) on mem_0_1 split into a, c at bytes 0, 64"),
         (Rule.SHARE_SHIM_CHANNELS, "5 MM2S FIFOs now take 4 of the 4 shim MM2S channels"))
