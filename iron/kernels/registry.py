@@ -48,6 +48,12 @@ def strided_kernel() -> type:
     return next(k for k in _OWNERS.values() if is_library(k) and k.gathers)
 
 
+def scatter_kernel() -> type:
+    """The library kernel that places its input's elements among its destination's on a core
+    (Scatter): how a write into a view of a state the DMA cannot move lands."""
+    return next(k for k in _OWNERS.values() if is_library(k) and k.scatters)
+
+
 def _origin(kernel: type) -> tuple[str, str]:
     return kernel.__module__, kernel.__qualname__
 
@@ -55,7 +61,7 @@ def _origin(kernel: type) -> tuple[str, str]:
 def accumulate_kernel() -> type:
     """The library kernel that adds its input into its destination (Accumulate): how a tiled
     matrix call sums its k-blocks."""
-    return next(k for k in _OWNERS.values() if is_library(k) and k.accumulates and k.arity == 1)
+    return next(k for k in _OWNERS.values() if is_library(k) and k.accumulates and k.arity == 1 and not k.scatters)
 
 
 def convert_kernel() -> type:
