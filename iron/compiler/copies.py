@@ -15,7 +15,8 @@ from iron.compiler.fuse import Group
 from iron.compiler.objects import MAX_GATHER_RUNS
 from iron.compiler.pad_sides import large
 from iron.compiler.rules import Decision, Rule
-from iron.compiler.tiling import TILED_BYTES
+from iron.compiler.streaming import streamed_rows
+from iron.compiler.tiling import TILED_BYTES, word_run
 from iron.compiler.words import dma_moves
 from iron.ir import (
     Axis,
@@ -24,14 +25,18 @@ from iron.ir import (
     Op,
     Program,
     call_label,
+    contiguous_span,
     describe,
     destination,
     element_pattern,
     elements,
+    frame,
     is_host_tensor,
     is_strided,
+    kept,
     nbytes,
     state_of,
+    storage,
 )
 from iron.kernels.base import Role
 from iron.kernels.registry import copy_kernel, scatter_kernel, strided_kernel
@@ -57,7 +62,7 @@ def copy_view_for_grid(program: Program) -> Program:
     program = scatter_into_state(program)
     copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call)
               for n in call.src[:call.arg.n_inputs] if _view_of_host(n)}
-    copies |= {n: gathered(n) if nbytes(n.src[0]) <= TILED_BYTES else copied(n) for call in program.calls
+    copies |= {n: _gather(n) for call in program.calls
                for n in call.src[:call.arg.n_inputs] if n not in copies and _gathered_on_core(n)}
     if not copies:
         return program
@@ -157,6 +162,35 @@ def _placed(result: Node, state: Node, pattern: Pattern, a: int, b: int, banded:
                 Call(scatter_kernel(), tuple(sorted(attrs.items())), 1, True))
 
 
+def _gather(view: Node) -> Node:
+    """The call a view `_gathered_on_core` finds is read through: a Strided call gathering it from
+    its whole tensor when that fits a tile; else (the tensor crossing in DDR) a Copy the DMA
+    feeds by the view's access pattern when the DMA moves it, or a StridedRows call picking a
+    step slice row by row from the whole rows, streamed in blocks of rows (`rows_gathered`)."""
+    if nbytes(view.src[0]) <= TILED_BYTES:
+        return gathered(view)
+    if dma_moves(view):
+        return copied(view)
+    return rows_gathered(view) or copied(view)
+
+
+def rows_gathered(view: Node) -> Node | None:
+    """A StridedRows call picking 2-D static `view`, a step slice along its tensor's last axis,
+    from the whole rows it picks from: its tensor, or a view of a host tensor whose rows the DMA
+    moves (one run of words, or rows of whole words one stride apart); else None."""
+    axes, last = view.arg, view.arg[-1]
+    if len(view.shape) != 2 or len(view.src) > 1 or not last.keeps_axis or last.step < 1 or kept(axes)[-1] is not last:
+        return None
+    base, width = view.src[0], frame(view)[-1]
+    rows = Node(Op.VIEW, view.src, (view.shape[0], width), view.dtype, (*axes[:-1], replace(last, start=0, stop=width, step=1)))
+    if base.shape == rows.shape and contiguous_span(rows) == (0, base.size):
+        rows = base
+    elif not is_host_tensor(base) or (word_run(rows) is None and streamed_rows(rows) is None):
+        return None
+    attrs = {"width": width, "start": last.start, "step": last.step, "stop": last.start + (last.size - 1) * last.step + 1}
+    return Node(Op.CALL, (rows,), view.shape, view.dtype, Call(strided_kernel(rows=True), tuple(sorted(attrs.items())), 1, False))
+
+
 def gathered(view: Node) -> Node:
     """A Strided call picking static VIEW `view` from its whole tensor by the view's access
     pattern in elements (at most four dimensions)."""
@@ -216,7 +250,12 @@ def _scatter_text(program: Program, call: Node) -> str:
 
 
 def _gather_text(program: Program, call: Node) -> str:
-    a = call.arg.attr_dict
+    a, base = call.arg.attr_dict, storage(call.src[0])
+    if call.arg.kernel.role is Role.EXPANSION:
+        return (f"{call_label(program, call)} picks {call.shape[1]} elements of each row of {describe(call.src[0])}, every "
+                f"{a['step']} from element {a['start']}, on the cores its rows stream to in blocks: its "
+                f"{dtypes.name(base.dtype)} elements lie in runs narrower than the DMA's 32-bit words, and "
+                f"{describe(base)} is larger than a tile")
     dims = [(a[f"n{d}"], a[f"s{d}"]) for d in range(4) if a[f"n{d}"] > 1] or [(1, 1)]
     base = call.src[0]
     why = (f"its {dtypes.name(base.dtype)} elements lie in runs narrower than the DMA's 32-bit words"

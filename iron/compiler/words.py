@@ -220,7 +220,9 @@ def nwords(elements: int, dtype: np.dtype) -> int:
 
 
 def base_text(node: Node) -> str:
-    """How a message names the tensor a view picks from: `input 'x'`, `state 'kv'`."""
+    """How a message names the tensor a view picks from: `input 'x'`, `state 'kv'`, `MatMul(a, w)`."""
+    if node.op == Op.CALL:
+        return describe(node)
     return f"{'input' if node.op == Op.INPUT else node.arg.kind} '{node.arg.name}'"
 
 
@@ -353,7 +355,7 @@ def _check_step(view: Node, axis: int, expr: Node, stride: int):
 
 
 def _refuse_run(view: Node, axis: int, run: int, static: int):
-    name = view.src[0].arg.name
+    name = describe(view.src[0])
     raise PlacementError(
         f"{describe(view)} moves runs of {run} bytes of {base_text(view.src[0])} ({dtypes.name(view.dtype)}) "
         f"from byte {static} along axis {axis}, and the device's DMA moves whole 4-byte words "

@@ -58,6 +58,7 @@ from iron.kernels.library import (
     SiLU,
     Softmax,
     Strided,
+    StridedRows,
     Sub,
     concat,
 )
@@ -124,6 +125,7 @@ __all__ = [
     "Sigmoid",
     "Softmax",
     "Strided",
+    "StridedRows",
     "Sub",
     "Sum",
     "Tanh",

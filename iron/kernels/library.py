@@ -107,6 +107,46 @@ class Scatter(Strided):
         return result
 
 
+class RowWise(Kernel):
+    """A kernel making each row of its result (rows, b) from one row of its input (rows, a): its
+    C ABI takes the rows, a and b."""
+
+    @classmethod
+    def sizes(cls, shapes, out_shape):
+        return (*shapes[0], out_shape[1])
+
+    @classmethod
+    def abi_shapes(cls, sizes):
+        rows, a, b = sizes
+        return [(rows, a)], (rows, b)
+
+
+class StridedRows(RowWise):
+    """out[r, j] = x[r, start + j * step] for start + j * step < stop: a step slice along the rows
+    of a tensor larger than a tile whose elements are narrower than a 32-bit word, picked row by
+    row by the cores, which take x in blocks of whole rows as they take an expansion's
+    (`stream_row_blocks`); the compiler inserts it (`copy_view_for_grid`). Its C ABI takes the
+    rows, x's row length and out's."""
+
+    index_map, reduces = "rb->rc", ""   # row r of the view is picked from row r of x
+    batches = True
+    name = "strided_rows"
+    source_kernel = Strided   # strided.cc defines it too
+    attrs = {"width": Kernel.REQUIRED, "start": 0, "step": 1, "stop": Kernel.REQUIRED}
+    c_attrs = (("start", "i32"), ("step", "i32"), ("stop", "i32"))
+    keeps_dtype = exact_in_dtype = gathers = True
+
+    @classmethod
+    def out_shape(cls, shapes, width, stop, start=0, step=1):
+        if len(shapes[0]) != 2 or shapes[0][1] != width:
+            cls.refuse(shapes, f"needs whole rows of {width} elements")
+        return (shapes[0][0], len(range(start, stop, step)))
+
+    @staticmethod
+    def compute(x, start=0, step=1, stop=None, width=None):
+        return x[..., start:stop:step]
+
+
 class Add(Binary):
     """out = a + b, elementwise, or with a constant: `Add.step(x, 3)`; integers wrap."""
 
@@ -481,7 +521,7 @@ class ArgmaxBlocks(Kernel):
         return np.array(indices[np.argmax(values)], dtype=np.int32)
 
 
-class Dequant(Kernel):
+class Dequant(RowWise):
     """GGUF weight blocks (rows, row bytes) uint8 -> the weights (rows, columns) float32, each
     row holding blocks of 32 weights of `block_bytes` bytes: 20 is Q4_1 (float16 scale d and
     minimum m, 16 bytes of 4-bit codes, low nibbles first: w = d * code + m), 34 is Q8_0 (float16
@@ -506,15 +546,6 @@ class Dequant(Kernel):
         if len(shapes[0]) != 2 or shapes[0][1] % block_bytes:
             cls.refuse(shapes, f"needs blocks (rows, a multiple of {block_bytes} bytes)")
         return (shapes[0][0], shapes[0][1] // block_bytes * 32)
-
-    @classmethod
-    def sizes(cls, shapes, out_shape):
-        return (*shapes[0], out_shape[1])
-
-    @classmethod
-    def abi_shapes(cls, sizes):
-        rows, row_bytes, cols = sizes
-        return [(rows, row_bytes)], (rows, cols)
 
     @staticmethod
     def compute(blocks, block_bytes):
@@ -694,5 +725,5 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-LIBRARY = (Copy, Strided, Scatter, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, MatVec, MatMul, MatMulAccumulate, RMSNorm,
+LIBRARY = (Copy, Strided, Scatter, StridedRows, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, MatVec, MatMul, MatMulAccumulate, RMSNorm,
            Softmax, Argmax, Cast, Requantize, Concat, RoPE, Max, ArgmaxBlocks, Dequant)

@@ -17,7 +17,7 @@ from iron.compiler.plan import Dma
 from iron.compiler.rules import Rule
 from iron.errors import IndexOutOfRange
 from iron.ir import describe
-from iron.kernels import Add, Copy, MatMul, Mul, Scatter, Softmax
+from iron.kernels import Add, Copy, MatMul, Mul, Scatter, Softmax, StridedRows
 from tests.compiler.test_mlir import op_names
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
@@ -337,3 +337,40 @@ def test_a_strided_view_of_a_product_larger_than_a_tile_is_copied_from_ddr(devic
                      ["Copy#2 copies MatMul(a, w)[:, ::2] for Add#1, as it picks more than 256 separate runs of "
                       "MatMul#0's result, larger than a tile: the result crosses in DDR, where the DMA moves the view "
                       "by its access pattern"])
+
+
+class NarrowLarge(iron.Graph):
+    """x[:, ::2] of a 1024 x 1024 tensor of 1- or 2-byte elements feeding a streamed Add or a
+    MatMul over the array, or y[:, ::2] of a product y as large."""
+
+    def __init__(self, reader: str, w=None):
+        self.reader, self.w = reader, None if w is None else iron.param(w)
+
+    def body(self, x, y):
+        if self.reader == "product":
+            return Add.step(MatMul.step(x, self.w)[:, ::2], y)
+        if self.reader == "matmul":
+            return MatMul.step(x[:, ::2], y, dtype=np.int32 if x.dtype.kind in "iu" else np.float32)
+        return Add.step(x[:, ::2], y)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.uint8, iron.bfloat16], ids=["u8", "bf16"])
+@pytest.mark.parametrize("reader", ["add", "matmul", "product"])
+def test_a_narrow_step_slice_larger_than_a_tile_is_picked_row_by_row_as_its_rows_stream(device, dtype, reader):
+    """`copy_view_for_grid` reads the view through a StridedRows call, which streams the whole rows
+    of its tensor in blocks of rows (`stream_row_blocks`) and picks every second element of each."""
+    sides = {"add": ((1024, 1024), (1024, 512)), "matmul": ((1024, 1024), (512, 64)), "product": ((256, 128), (256, 256))}
+    (xs, ys), w = sides[reader], ints(dtype, 128, 512) % 2 if reader == "product" else None
+    x, y = ints(dtype, *xs) % 2, ints(dtype, *ys) % 2   # 0 and 1: every sum exact in bfloat16 and uint8
+    graph = NarrowLarge(reader, w)
+    body, got, want = run(graph, device, x=x, y=y)
+    wide = {"add": lambda: x[:, ::2].astype(np.int64) + y, "matmul": lambda: x[:, ::2].astype(np.int64) @ y,
+            "product": lambda: (x.astype(np.int64) @ w)[:, ::2] + y}[reader]()
+    np.testing.assert_array_equal(np.asarray(got, np.int64), wide)
+    np.testing.assert_array_equal(got, want)
+    inserted = copy_view_for_grid(graph.trace(x=x, y=y)).inserted
+    width = 512 if reader == "product" else 1024
+    assert [(c.arg.kernel, c.arg.attr_dict) for c in inserted] == [
+        (StridedRows, {"width": width, "start": 0, "step": 2, "stop": width - 1})]
+    assert {Rule.COPY_VIEW_FOR_GRID, Rule.STREAM_ROW_BLOCKS} <= set(rules(body))

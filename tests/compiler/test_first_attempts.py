@@ -1,5 +1,5 @@
 """Issue 23's first attempts, each run on the emulator for npu1 and npu2 and equal to numpy
-(exactly; bfloat16 and float32 sums of a MatMul within a stated tolerance): `q[h] @ k`,
+(exactly: small integers, which every product and sum keeps exact): `q[h] @ k`,
 `x[:, ::2]`, `x.T`, `Add(x, bias)` broadcasting, a write into a state's interior, and a strided
 view in a stream (larger than a tile), in float32, bfloat16, int8 and uint8."""
 from __future__ import annotations
@@ -89,16 +89,27 @@ def test_writing_a_state_interior(device, dtype):
 
 
 class Stream(iron.Graph):
-    """x[:, ::2] * x[:, 1::2] over a tensor larger than a tile: a strided view in a stream."""
+    """x[:, ::2] * x[:, 1::2] over a tensor larger than a tile, or x[:, ::2] @ y: a strided view in
+    a stream, or feeding a MatMul over the array."""
 
-    def body(self, x):
+    def __init__(self, matmul: bool):
+        self.matmul = matmul
+
+    def body(self, x, y):
+        if self.matmul:
+            return MatMul.step(x[:, ::2], y, dtype=SUMS.get(x.dtype, x.dtype))
         return Mul.step(x[:, ::2], x[:, 1::2])
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", ["f32"])
-def test_a_strided_view_in_a_stream(device, dtype):
-    x = values(DTYPES[dtype], 512, 1024)
-    got, want = ran(Stream(), device, x=x)
-    np.testing.assert_array_equal(got, (x[:, ::2] * x[:, 1::2]).astype(x.dtype))
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("matmul", [False, True], ids=["mul", "matmul"])
+def test_a_strided_view_larger_than_a_tile(device, dtype, matmul):
+    """The view streams: by its DMA access pattern (float32), or picked row by row by the cores
+    the rows of x stream to (StridedRows, `copy_view_for_grid`: 1- and 2-byte elements)."""
+    x, y = values(DTYPES[dtype], 512, 1024), values(DTYPES[dtype], 512, 64, seed=1) % 4
+    got, want = ran(Stream(matmul), device, x=x, y=y)
+    wide = np.int64 if x.dtype.kind in "iu" else np.float64
+    numpy = (x[:, ::2].astype(wide) @ y.astype(wide)) if matmul else (x[:, ::2] * x[:, 1::2]).astype(x.dtype)
+    np.testing.assert_array_equal(np.asarray(got, numpy.dtype), numpy)   # small integers: exact in every dtype
     np.testing.assert_array_equal(got, want)

@@ -168,6 +168,19 @@ def test_scatter_places_a_view_bit_for_bit_keeping_the_rest(library, dt, pick):
     np.testing.assert_array_equal(computed.view(f"u{x.itemsize}"), want.view(f"u{x.itemsize}"))
 
 
+@pytest.mark.parametrize("dt", SUPPORTED["strided_rows"])
+@pytest.mark.parametrize("start, step, stop", [(0, 2, 11), (1, 3, 11), (2, 4, 7)])
+def test_strided_rows_picks_a_step_slice_of_each_row_bit_for_bit(library, dt, start, step, stop):
+    """The C++ and compute() of StridedRows pick x[:, start:stop:step] of x (6, 11), as numpy does."""
+    x = random_array(dt, (6, 11))
+    want = np.ascontiguousarray(x[:, start:stop:step])
+    out = np.zeros(want.shape, x.dtype)
+    call(library, f"strided_rows_{dt}", x, out, 6, 11, want.shape[1], start, step, stop)
+    np.testing.assert_array_equal(out.view(f"u{x.itemsize}"), want.view(f"u{x.itemsize}"))
+    computed = KERNELS["strided_rows"].compute(x, start=start, step=step, stop=stop)
+    np.testing.assert_array_equal(computed.view(f"u{x.itemsize}"), want.view(f"u{x.itemsize}"))
+
+
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
 
 
