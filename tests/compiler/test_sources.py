@@ -107,7 +107,7 @@ def every_library_kernel() -> Function:
     sizes, c_attrs."""
     size_operands = {"matvec": 2, "matmul": 3, "matmul_accumulate": 3, "concat": 3, "rmsnorm": 2, "softmax": 2, "argmax": 2, "max": 2,
                      "min": 2, "sum": 2, "layer_norm": 2, "layer_norm_affine": 2,
-                     "dequant": 3, "conv2d": 8, "max_pool2d": 5, "avg_pool2d": 5, "attention": 5, "strided": 2}
+                     "dequant": 3, "conv2d": 8, "max_pool2d": 5, "avg_pool2d": 5, "attention": 5, "strided": 2, "scatter": 2, "strided_rows": 3}
     steps = []
     for kernel in LIBRARY:
         for dtype, out in kernel.signatures():
