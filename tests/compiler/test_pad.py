@@ -1188,27 +1188,31 @@ class Squared(iron.Graph):
 
 SQUARED = [("npu2", False, 509, 32, ["g0: MatMul#0 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)"]),
            ("npu1", False, 509, 16, ["g0: MatMul#0 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)"]),
+           ("npu2", False, 300, 32, ["g0: MatMul#0 padded with zeros (M 300 -> 320, K 300 -> 320, N 300 -> 320)"]),
            ("npu2", True, 509, 32, ["g0: MatMul#0 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)",
                                     "g1: MatMul#1 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)"]),
            ("npu1", True, 509, 16, ["g0: MatMul#0 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)",
-                                    "g1: MatMul#1 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)"])]
+                                    "g1: MatMul#1 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)"]),
+           ("npu2", True, 300, 32, ["g0: MatMul#0 padded with zeros (M 300 -> 320, N 300 -> 320)",
+                                    "g1: MatMul#1 padded with zeros (M 300 -> 320, K 300 -> 320, N 300 -> 320)"])]
 
 
 @pytest.mark.parametrize("device, product, n, cores, lines", SQUARED,
-                         ids=["a-509-npu2", "a-509-npu1", "c-509-npu2", "c-509-npu1"])
+                         ids=["a-509-npu2", "a-509-npu1", "a-300-npu2", "c-509-npu2", "c-509-npu1", "c-300-npu2"])
 def test_a_tensor_read_as_both_operands_lies_in_one_square_padded_layout(device, product, n, cores, lines):
     """pad_square: a @ a reads a as A (M, K) and as B (K, N), so M, K and N are padded alike, each
-    to the largest of the sides the product asks for; c @ c for c = a @ b pads c's M and N alike,
-    so the next product reads it as both operands as it lies. Each grid takes the whole device;
-    equal to reference(). (At 300 the cost model keeps every side its own: no padding.)"""
+    to the largest of the sides the product asks for (at 300, (300, 300, 320) on its own: all 320);
+    c @ c for c = a @ b pads c's M and N alike (at 300: M to 320 as well), so the next product
+    reads it as both operands as it lies. Each grid takes the whole device; equal to reference()."""
     a, b = operands(n, n, n, np.float32)
     a, b = a / 17, b / 17
     graph = Squared(b if product else None)
     body = graph.compile(a=a, device=from_name(device))
     assert [line.split(" over ")[0] for line in rule(body.plan, Rule.PAD_TO_BLOCK)] == lines
     assert [tiles(s) for s in body.plan.configurations] == [cores] * len(lines)
-    assert padded(body.plan)["out0"] == ((n, n), (512, 512))
-    assert padded(body.plan)["a"][1][0] == 512
+    side = -(-n // 32) * 32 if n == 300 else 512
+    assert padded(body.plan)["out0"] == ((n, n), (side, side))
+    assert padded(body.plan)["a"][1][0] == side
     assert same_kind_of_mlir(body.plan)
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
@@ -1322,19 +1326,21 @@ def test_a_product_of_two_padded_products_of_one_input_reads_both_as_they_lie(de
 
 
 def test_two_products_a_product_reads_agree_its_k_as_the_first_ones_n_and_the_seconds_m():
-    """a (509, 300) read by a @ b (b: (300, 509)) and a @ d (d: (300, 300)): the first asks for
-    (512, 300, 512), the second for (512, 300, 320); the last product's K is the first one's N and
-    the second one's M, which a's M joins too, so pad_shared_input unifies them at 512 (each other
-    side its own ask): every layout agrees and the result equals reference()."""
-    a = operands(509, 300, 509, np.float32)[0] / 17
-    b = operands(509, 300, 509, np.float32, seed=2)[1] / 17
-    d = operands(509, 300, 300, np.float32, seed=3)[1] / 17
+    """At 300^3 each product on its own pads N alone (to 320); the last product's K is the first
+    one's N and the second one's M, so pad_shared_input unifies them and pads M to 320 for both
+    (through a, whose M both read): every layout agrees and the result equals reference()."""
+    a, b = operands(300, 300, 300, np.float32)
+    d = operands(300, 300, 300, np.float32, seed=3)[1]
+    a, b, d = a / 17, b / 17, d / 17
     graph = ProductOfProducts(b, d)
     body = graph.compile(a=a, device=from_name("npu2"))
-    assert [rule for rule, _ in body.plan.rules if rule is Rule.PAD_SHARED_INPUT] == [Rule.PAD_SHARED_INPUT]
-    assert padded(body.plan) == {"a": ((509, 300), (512, 300)), "b": ((300, 509), (300, 512)),
-                                 "d": ((300, 300), (300, 320)), "cut.MatMul#0": ((509, 509), (512, 512)),
-                                 "cut.MatMul#1": ((509, 300), (512, 320)), "out0": ((509, 300), (512, 320))}
+    assert rule(body.plan, Rule.PAD_SHARED_INPUT) == [
+        "a read by MatMul#0, MatMul#1 padded once, to the largest sides they ask for, each with a grid on them: "
+        "MatMul#0 on (M, K, N) = (320, 300, 320); MatMul#1 on (M, K, N) = (320, 300, 320)"]
+    assert padded(body.plan) == {"a": ((300, 300), (320, 300)), "b": ((300, 300), (300, 320)),
+                                 "d": ((300, 300), (300, 320)), "cut.MatMul#0": ((300, 300), (320, 320)),
+                                 "cut.MatMul#1": ((300, 300), (320, 320)), "out0": ((300, 300), (320, 320))}
+    assert [tiles(s) for s in body.plan.segments] == [28, 32]
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
 
@@ -1448,12 +1454,12 @@ def kept_zeros(g, labels, shape, reader="MatMul#2 reads it as its padded A"):
             f"zeros: {reader}")
 
 
-ACTS = [("npu2", SiLU, {}, (509, 509, 509), np.float32, (512, 512), 32),
-        ("npu1", SiLU, {}, (509, 509, 509), np.float32, (512, 512), 16),
-        ("npu2", ReLU, {}, (1000, 257, 509), np.float32, (1000, 512), 32),
-        ("npu1", Scale, {"factor": 0.5}, (96, 509, 1021), np.float32, (96, 1024), 16),
-        ("npu2", SiLU, {}, (96, 509, 1021), BF16, (96, 1024), 32),
-        ("npu2", SiLU, {}, (257, 1000, 300), np.float32, (288, 300), 32)]
+ACTS = [("npu2", SiLU, {}, (509, 509, 509), np.float32, (512, 512), [32] * 3),
+        ("npu1", SiLU, {}, (509, 509, 509), np.float32, (512, 512), [16] * 3),
+        ("npu2", ReLU, {}, (1000, 257, 509), np.float32, (1000, 512), [32] * 3),
+        ("npu1", Scale, {"factor": 0.5}, (96, 509, 1021), np.float32, (96, 1024), [16] * 3),
+        ("npu2", SiLU, {}, (96, 509, 1021), BF16, (96, 1024), [32] * 3),
+        ("npu2", SiLU, {}, (257, 1000, 300), np.float32, (288, 300), [24, 32, 32])]
 
 
 @pytest.mark.parametrize("device, act, attrs, sides, dtype, lies, cores", ACTS,
@@ -1462,7 +1468,7 @@ ACTS = [("npu2", SiLU, {}, (509, 509, 509), np.float32, (512, 512), 32),
 def test_a_product_of_an_activation_that_keeps_zeros_reads_it_padded(device, act, attrs, sides, dtype, lies, cores):
     """pad_through_zeros: act(A @ B) @ D, act keeping zeros (act(0) = 0): the activation's padding,
     computed from A @ B's zero padding, is zeros, so the second product reads it padded as its A
-    (its N padding the second's K padding); all three groups take the whole array and the result
+    (its N padding the second's K padding); each group takes the cores its grid divides (the whole array but the first product of N = 300 on its own sides, 24) and the result
     equals reference(); the padding of the activation's result, as it crosses the cut, is zeros."""
     (m, k, n), label = sides, f"{act.__name__}#1"
     a, b = operands(m, k, n, np.float32)
@@ -1473,7 +1479,7 @@ def test_a_product_of_an_activation_that_keeps_zeros_reads_it_padded(device, act
     what = f"{act.__name__}(MatMul(a, b))"
     assert rule(body.plan, Rule.PAD_THROUGH_ZEROS) == [kept_zeros("g1", label, lies).format(what)]
     assert ("(A's computed from zeros: pad_through_zeros)" in rule(body.plan, Rule.PAD_TO_BLOCK)[-1]) == (lies[1] != n)
-    assert [tiles(s) for s in body.plan.segments] == [cores] * 3
+    assert [tiles(s) for s in body.plan.segments] == cores
     assert same_kind_of_mlir(body.plan)
     assert padded(body.plan)[f"cut.{label}"] == ((m, n), lies)
     assert_matches(body(a=a), graph.reference(a=a))
