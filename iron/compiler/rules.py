@@ -10,6 +10,7 @@ from iron.ir import Term
 class Rule(Term):
     # before fusion, on the Program (copies.py, through_ddr.py)
     COPY_VIEW_FOR_GRID = "copy_view_for_grid"
+    SCATTER_INTO_STATE = "scatter_into_state"
     TILE_BEFORE_STATE_WRITE = "tile_before_state_write"
     CARRY_FROM_EARLIER_SEGMENT = "carry_from_earlier_segment"
     # fusion: what closes a group (fuse.py)
