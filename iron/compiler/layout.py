@@ -321,11 +321,12 @@ def best_sides(call: Node, device, fixed: dict[int, int] | None = None,
 
 
 def better(padded: tuple[float, int], mine: tuple[float, int] | None) -> bool:
-    """Whether a padded grid scoring `padded` (elements of work per core, padding included; kernel
-    calls per core) may be taken over the call's own sides, `mine`: they have none, or more work
-    per core (the padded one takes more cores than its padding costs), or more than FEW_CALLS
-    kernel calls per core, at least twice the padded one's. (Whether to pad at all is still this
-    rule's: the cost model prices own sides of many tiny k-blocks below what they take.)"""
+    """Whether a padded grid or stream scoring `padded` (elements of work per core, padding
+    included; kernel calls per core) may be taken over the call's own sides, `mine`: they have
+    none, or more work per core (the padded one takes more cores than its padding costs), or more
+    than FEW_CALLS kernel calls per core, at least twice the padded one's. (Whether to pad at all
+    is still this rule's: the cost model prices own sides of many tiny k-blocks, or a stream's
+    fewer cores, below what they take.)"""
     return mine is None or padded[0] < mine[0] or FEW_CALLS < mine[1] >= 2 * padded[1]
 
 
@@ -357,17 +358,17 @@ def padded_sides(call: Node, device, wider: bool = False) -> tuple[int, int, int
     return tuple(-(-side // q) * q for side, q in zip(call_sides(call), quanta))
 
 
-def streamed_count(calls, device, count: int, quantum: int, width: int = 1) -> tuple[int | None, Choice | None]:
+def streamed_count(calls, device, count: int, quantum: int, width: int = 1) -> int | None:
     """`pad_stream`'s length or `pad_rows`' rows: `count` (elements, or rows of `width`) padded to
-    a multiple of `quantum` per core of the device, when calls streaming it so on the whole device
-    are estimated faster than over their own (`cost.choose`), else None; and the Choice."""
+    a multiple of `quantum` per core of the device, when calls streaming it so score `better`
+    (blocks count as kernel calls) than over their own; None when they do not."""
     step = quantum * device.n_cols * len(device.compute_rows)
     padded = -(-count // step) * step
-    flows = [(n, flow) for n in dict.fromkeys((count, padded)) if (flow := choose_flow(
-        calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
-        device.n_cols * device.shim.dma_out_channels, width=width, padded=None if n == count else n * width))]
-    if padded == count or not flows:
-        return None, None
-    (chosen, _), choice = cost.choose(Rule.PAD_TO_BLOCK, "padded length", flows, lambda c: estimate_ns(c[1], device),
-                                      lambda c: f"{c[0]} {'rows' if width > 1 else 'elements'}")
-    return (chosen if chosen != count else None), choice
+    score = _flow_score(calls, device, padded * width, width)
+    return padded if padded != count and score and better(score, _flow_score(calls, device, None, width)) else None
+
+
+def _flow_score(calls, device, padded, width: int = 1) -> tuple[float, int] | None:
+    flow = choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
+                       device.n_cols * device.shim.dma_out_channels, width=width, padded=padded)
+    return None if flow is None else (flow.size / len(flow.tiles), flow.rounds)

@@ -93,7 +93,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts
         # pad_through first: a MatMul reading a result already padded takes its layout, not sides of its own
         padded |= pad_through(group, padded, free, group_of, device) or \
             pad_matrix(group, free, group_of, device, agreed, chosen) or \
-            pad_stream(group, free, group_of, device, chosen) or pad_rows(group, free, device, chosen)
+            pad_stream(group, free, group_of, device) or pad_rows(group, free, device)
     written, zeros = written_by_producer(padded, groups), zeros_made(padded, groups)
     lies = {n: Lies(shape, Fill.WRITTEN if n in written else zeros.get(n, Fill.ZEROS)) for n, shape in padded.items()}
     choices = tuple((group_of[call].name, choice) for call, (node, shape, choice) in chosen.items()
@@ -376,14 +376,14 @@ def rows_through(call: Node, lies: tuple[int, int]) -> dict[Node, tuple[int, ...
     return found
 
 
-def pad_stream(group: Group, readers: dict, group_of: dict, device, chosen: dict) -> dict[Node, tuple[int, ...]]:
+def pad_stream(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
     """Elementwise calls that stream (`stream_elementwise`) over one-dimensional paddable
     tensors, whose last result is read only as the user's region (`shown`): their length padded
     (`streamed_count`). An input other streamed groups read too is
     padded once for them all (`pad_shared_stream`)."""
     family = stream_family(group, readers, group_of)
     every = tuple(c for g in family for c in g.calls)
-    padded = [stream_padding(g, readers, device, chosen, every) for g in family]
+    padded = [stream_padding(g, readers, device, every) for g in family]
     if not all(padded) or len({p[result_of(g.calls[-1])] for p, g in zip(padded, family)}) != 1:
         return {}
     return {n: shape for p in padded for n, shape in p.items()}
@@ -421,19 +421,16 @@ def family_unpadded(program: Program, groups: tuple[Group, ...], group: Group) -
     return ""
 
 
-def stream_padding(group: Group, readers: dict, device, chosen: dict,
-                   also: tuple[Node, ...] = ()) -> dict[Node, tuple[int, ...]]:
+def stream_padding(group: Group, readers: dict, device, also: tuple[Node, ...] = ()) -> dict[Node, tuple[int, ...]]:
     """`pad_stream` of one group, `also` (the calls of its family) reading its inputs padded too."""
     calls = group.calls
     if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or stream_unpadded(calls, readers, also):
         return {}
-    length, choice = streamed_count(calls, device, calls[-1].size, FLOW_QUANTUM)
-    if length:
-        chosen[calls[-1]] = (result_of(calls[-1]), (length,), choice)
+    length = streamed_count(calls, device, calls[-1].size, FLOW_QUANTUM)
     return {n: (length,) for n in (*external_inputs(calls), result_of(calls[-1]))} if length else {}
 
 
-def pad_rows(group: Group, readers: dict, device, chosen: dict) -> dict[Node, tuple[int, ...]]:
+def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:
     """A row reduction (RMSNorm, Softmax, Argmax) over a batch of rows (rows, n) that streams in
     row-blocks (`stream_row_blocks`), over a paddable batch, whose result only the host reads:
     its number of rows padded (`streamed_count`); never a row's width (a row is reduced whole:
@@ -447,9 +444,7 @@ def pad_rows(group: Group, readers: dict, device, chosen: dict) -> dict[Node, tu
     if unpaddable(x, calls, readers):
         return {}
     rows, width = x.shape
-    padded_rows, choice = streamed_count(calls, device, rows, ROW_QUANTUM, width)
-    if padded_rows:
-        chosen[call] = (x, (padded_rows, width), choice)
+    padded_rows = streamed_count(calls, device, rows, ROW_QUANTUM, width)
     return {x: (padded_rows, width), call: (padded_rows, *call.shape[1:])} if padded_rows else {}
 
 
