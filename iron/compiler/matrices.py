@@ -100,7 +100,7 @@ def stream_rules(group: Group, stream: Stream | None) -> list[Decision]:
     if stream.parts > 1:
         rules.append((Rule.SPLIT_MATRIX_OVER_TILES, f"{what} split by rows over {stream.parts} tiles"))
     if stream.lanes:
-        lanes = ", ".join(f"{stream.lane_fifo(group.name, k)} into {m.name}" for k, m in enumerate(stream.lanes))
+        lanes = ", ".join(f"{stream.lane_fifo(group.name, k)} into {t.name}" for k, t in enumerate(stream.lanes))
         rules.append((Rule.STREAM_OVER_SHIM_CHANNELS,
                       f"{group.name}: its rows read through {len(stream.lanes)} shim MM2S channels, "
                       f"{stream.per_lane} part{'s' * (stream.per_lane > 1)} per lane ({lanes}), joined on {stream.mem.name}"))
@@ -220,10 +220,11 @@ def split_parts(group: Group, outside: dict[Node, tuple[str | Reader, ...]], spa
     rows into `parts` tiles whose rows `lanes` shim MM2S channels read (lanes dividing parts),
     the one of the least estimated time (`split_work`; among equals the fewest lanes, as shim
     channels are scarcer than tiles, then the most parts, whose larger objects let a lane
-    stream further ahead of its cores). A count of parts fits when it divides the matrix's rows, that many tiles are spare,
-    each part's result is whole words and streams in blocks (`split_stops`); a count of lanes
-    when the other groups leave it shim MM2S channels (`shim_in`) and `lane_stops` finds
-    nothing. The counts of parts one mem tile can join that do not fit say why in `fewer`."""
+    stream further ahead of its cores). A count of parts fits when it divides the matrix's
+    rows, that many tiles are spare, and each part's result is whole words and streams in
+    blocks (`split_stops`); a count of lanes when the other groups leave it the shim MM2S
+    channels (`left`) and `lane_stops` finds nothing. The counts of parts one mem tile can join
+    that do not fit say why in `fewer`."""
     if not splittable(group, outside):
         return Split()
     matrix, device = stored_matrix(group.calls), channels.device

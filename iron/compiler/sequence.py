@@ -48,12 +48,15 @@ def group_moves(ctx: Context, site: Site, parts: list[Part]) -> list[Move]:
 
 def _lanes(s, access: Access) -> list[Access]:
     """Each lane's matrix words in its split link's order: per block, each of the lane's parts'
-    rows of that block (one lane: every part's)."""
+    rows of that block (one lane: every part's); a lane of one part whose rows lie end to end,
+    one run of words, which moves in the fewest Dma ops however long its rows."""
     m = s.matrix.shape[0]
     row = access.nwords // m
     stride = access.dims[0][1] if len(access.dims) > 1 else row
     part = (m // s.parts) * stride
     dims = ((s.blocks, s.rows * stride), (s.per_lane, part), (s.rows, stride), (row, 1))
+    if s.per_lane == 1 and stride == row:
+        dims = ((part, 1),)
     return [replace(access, offset=access.offset + k * s.per_lane * part, dims=dims) for k in range(len(s.lane_mems))]
 
 

@@ -12,7 +12,7 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler import cost
-from iron.compiler.plan import FifoRole, TileKind
+from iron.compiler.plan import Dma, FifoRole, TileKind
 from iron.compiler.rules import Rule
 from iron.kernels import MatVec, ReLU, RMSNorm
 from iron.models.blocks import Q4_1, Q8_0
@@ -76,6 +76,20 @@ def test_on_npu2_six_lanes_of_float32_rows_take_ddr_time():
     nbytes, gen = 1536 * 576 * 4, cost.GENERATIONS["npu2"]
     assert dict(plan.choices)["g1"].chosen_ns == pytest.approx(cost.ddr_ns(gen, nbytes))
     assert cost.ddr_ns(gen, nbytes) > cost.ns(from_name("npu2"), cost.dma_cycles(gen, nbytes // 6))
+
+
+@pytest.mark.parametrize("device", ["npu2", "npu1"])
+def test_a_lane_of_rows_wider_than_a_buffer_descriptor_moves_in_one_dma(on_emulator, device):
+    """SmolLM2's down projection: rows of 1536 float32 are more words than a BD dimension takes
+    (1023), but a lane's 96 rows lie end to end, so each lane is one Dma of 192 x 768 words."""
+    rng = np.random.default_rng(7)
+    graph = Projection(rng.standard_normal((576, 1536)).astype(F32))
+    compiled = graph.compile(x=((1536,), F32), device=from_name(device))
+    lanes = [name for name, _ in weight_lanes(compiled.plan)]
+    dmas = [(op.fifo, op.sizes, op.strides) for op in compiled.plan.sequence if isinstance(op, Dma) and op.fifo in lanes]
+    assert dmas == [(name, (1, 1, 192, 768), (0, 0, 768, 1)) for name in lanes] and len(lanes) == 6
+    x = rng.standard_normal(1536).astype(F32)
+    agree(compiled(x), graph.reference(x))
 
 
 @pytest.mark.parametrize("device", ["npu2", "npu1"])

@@ -80,7 +80,8 @@ def test_split_matrix_over_tiles_splits_rows_over_shim_channels_and_joins_the_pa
     assert [t.name for t in plan.fifo("g0_in").consumers] == ["tile_0_2", "tile_0_3", "tile_0_4", "tile_0_5"]
     stream = [(op.fifo, op.offset, op.sizes, op.strides) for op in plan.sequence
               if isinstance(op, Dma) and op.fifo.startswith("g0_w")]
-    assert stream == [(f"g0_w{k}_mem", k * 32768, (1, 8, 16, 256), (0, 4096, 256, 1)) for k in range(4)]   # 128 rows each
+    # each lane's 128 rows lie end to end: one run of 32768 words, one Dma of 64 x 512
+    assert stream == [(f"g0_w{k}_mem", k * 32768, (1, 1, 64, 512), (0, 0, 512, 1)) for k in range(4)]
     assert plan.function("g0_p2_block").steps[0].args[2] == Ptr("g0_part2", 0, block_stride=64)
     assert dict(plan.choices)["g0"] == Choice(Rule.SPLIT_MATRIX_OVER_TILES, "parts and shim channels",
                                               "4 parts through 4 shim channels", pytest.approx(9102.2, abs=0.1),
