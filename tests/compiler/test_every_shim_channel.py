@@ -16,6 +16,7 @@ from iron.compiler.plan import Dma, FifoRole, TileKind
 from iron.compiler.rules import Rule
 from iron.kernels import MatVec, ReLU, RMSNorm
 from iron.models.blocks import Q4_1, Q8_0
+from iron.models.smollm2_graph import SmolLM2Graph
 from tests.compiler.designs import Layer, random_blocks
 
 F32 = np.float32
@@ -137,4 +138,14 @@ def test_no_estimate_beats_the_roofline_bound_it_prints(on_emulator, device, fmt
     assert len(weight_lanes(compiled.plan)) > 1
     assert estimate.bound.ddr_bytes > w.nbytes   # the rows once, the vector, the norms' weights and the result
     assert estimate.device_ns >= estimate.bound.ns
+    assert 0 < estimate.reached <= 1
+
+
+@pytest.mark.parametrize("quantized", [True, False], ids=["as_shipped", "f32"])
+def test_two_smollm2_layers_estimate_no_faster_than_their_bound(on_emulator, two_layers, quantized):
+    """A whole decoding step of two SmolLM2 layers on npu2, segments and all: the estimate with
+    vectorised kernels never beats the bytes it moves from DDR at DDR's bandwidth."""
+    compiled = SmolLM2Graph(two_layers, quantized=quantized).compile(device=from_name("npu2"))
+    estimate = compiled.estimate(pos=3, tok=7, end=0)
+    assert estimate.device_ns >= estimate.bound.ns > 0
     assert 0 < estimate.reached <= 1
