@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from iron.compiler import cost
 from iron.compiler.channels import MemChannels
-from iron.compiler.fifos import Stem, fifo
+from iron.compiler.fifos import FifoId, Stem, fifo_id
 from iron.compiler.fuse import (
     STREAM_OBJECT_BYTES,
     Group,
@@ -65,9 +65,9 @@ class Stream:
     choice: Choice | None = None   # how many parts and lanes, chosen by estimated time
 
     @property
-    def fifo(self) -> str | None:
+    def fifo(self) -> FifoId | None:
         """The FIFO an unsplit group's core reads the blocks from when another group streams them."""
-        return None if self.owner is None else fifo(self.owner, Stem.W)
+        return None if self.owner is None else fifo_id(self.owner, Stem.W)
 
     @property
     def lane_mems(self) -> tuple[Tile, ...]:
@@ -79,9 +79,9 @@ class Stream:
         """The parts each lane's rows are split between."""
         return self.parts // len(self.lane_mems)
 
-    def lane_fifo(self, group: str, lane: int) -> str:
+    def lane_fifo(self, group: str, lane: int) -> FifoId:
         """The FIFO bringing lane `lane`'s rows from the host to its mem tile."""
-        return fifo(group, Stem.W, lane, mem=True) if self.lanes else fifo(group, Stem.W, mem=True)
+        return fifo_id(group, Stem.W, lane, mem=True) if self.lanes else fifo_id(group, Stem.W, mem=True)
 
 
 def stream_rules(group: Group, stream: Stream | None) -> list[Decision]:
