@@ -175,20 +175,52 @@ def _gather(view: Node) -> Node:
 
 
 def rows_gathered(view: Node) -> Node | None:
-    """A StridedRows call picking 2-D static `view`, a step slice along its tensor's last axis,
-    from the whole rows it picks from: its tensor, or a view of a host tensor whose rows the DMA
-    moves (one run of words, or rows of whole words one stride apart); else None."""
-    axes, last = view.arg, view.arg[-1]
-    if len(view.shape) != 2 or len(view.src) > 1 or not last.keeps_axis or last.step < 1 or kept(axes)[-1] is not last:
+    """A StridedRows call picking 2-D static `view` row by row from the whole rows of words it
+    picks from, which the DMA streams in blocks of rows: a step slice along its tensor's last
+    axis from those rows (its tensor, or a view of a host tensor the DMA moves as one run or as
+    rows one stride apart), or the transpose of a 2-D tensor of whole-word rows from its columns
+    of words (`transposed_rows`), read back in the view's shape; else None."""
+    if len(view.shape) != 2 or len(view.src) > 1:
         return None
-    base, width = view.src[0], frame(view)[-1]
+    base = view.src[0]
+    if len(base.shape) == 2 and np.array_equal(elements(view), np.arange(base.size).reshape(base.shape).T.ravel()):
+        return transposed_rows(view)
+    axes, last = view.arg, view.arg[-1]
+    if not last.keeps_axis or last.step < 1 or kept(axes)[-1] is not last:
+        return None
+    width = frame(view)[-1]
     rows = Node(Op.VIEW, view.src, (view.shape[0], width), view.dtype, (*axes[:-1], replace(last, start=0, stop=width, step=1)))
     if base.shape == rows.shape and contiguous_span(rows) == (0, base.size):
         rows = base
     elif not is_host_tensor(base) or (word_run(rows) is None and streamed_rows(rows) is None):
         return None
-    attrs = {"width": width, "start": last.start, "step": last.step, "stop": last.start + (last.size - 1) * last.step + 1}
-    return Node(Op.CALL, (rows,), view.shape, view.dtype, Call(strided_kernel(rows=True), tuple(sorted(attrs.items())), 1, False))
+    return _strided_rows(rows, view.shape, width, last.start, [(last.size, last.step)])
+
+
+def transposed_rows(view: Node) -> Node | None:
+    """`view`, the transpose of a 2-D tensor x (r, c) whose rows are whole words of `per` elements,
+    as StridedRows over x seen as (c / per, r * per), each row a column of x's words (r words one
+    row of x apart), transposed by the core into `per` rows of the view; None when x's rows are
+    not whole words."""
+    base = view.src[0]
+    (r, c), per = base.shape, 4 // base.dtype.itemsize
+    if c % per or not is_host_tensor(base) and base.op != Op.CALL:
+        return None
+    axes = (Axis(start=0, stop=r, extent=r, order=1), Axis(start=0, stop=c // per, extent=c // per, order=0),
+            Axis(start=0, stop=per, extent=per, order=2))
+    columns = Node(Op.VIEW, (base,), (c // per, r * per), base.dtype, axes)
+    if base.op != Op.CALL and streamed_rows(columns) is None:
+        return None
+    picked = _strided_rows(columns, (c // per, per * r), r * per, 0, [(per, 1), (r, per)])
+    whole = tuple(Axis(start=0, stop=n, extent=n) for n in view.shape)
+    return Node(Op.VIEW, (picked,), view.shape, view.dtype, whole)
+
+
+def _strided_rows(rows: Node, shape: tuple[int, ...], width: int, offset: int, dims) -> Node:
+    dims = [(1, 0)] * (4 - len(dims)) + dims
+    attrs = {"width": width, "offset": offset, **{f"n{d}": n for d, (n, _) in enumerate(dims)},
+             **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
+    return Node(Op.CALL, (rows,), shape, rows.dtype, Call(strided_kernel(rows=True), tuple(sorted(attrs.items())), 1, False))
 
 
 def gathered(view: Node) -> Node:
@@ -203,8 +235,8 @@ def gathered(view: Node) -> Node:
 
 
 def with_copies(program: Program, copies: dict[Node, Node]) -> Program:
-    """`program` with each tensor in `copies` read through its call (a Copy or a Strided), inserted
-    before the first call reading it: every call, inserted one, output and carried value rebuilt
+    """`program` with each tensor in `copies` read through its call (a Copy or a Strided, or a view
+    of a StridedRows reading it back in the tensor's shape), inserted before the first call reading it: every call, inserted one, output and carried value rebuilt
     over the new calls."""
     new: dict[Node, Node] = {}
 
@@ -214,16 +246,16 @@ def with_copies(program: Program, copies: dict[Node, Node]) -> Program:
             new[node] = node if src == node.src else Node(node.op, src, node.shape, node.dtype, node.arg)
         return new[node]
     calls: list[Node] = []
-    inserted: dict[Node, Node] = {}   # each copied tensor -> its call, rebuilt
+    inserted: dict[Node, Node] = {}   # each copied tensor -> what is read instead, rebuilt
     for call in program.calls:
         for n in dict.fromkeys(n for n in call.src[:call.arg.n_inputs] if n in copies and n not in inserted):
             inserted[n] = rebuilt(copies[n])   # over the rebuilt tensor it views
-            calls.append(inserted[n])
+            calls.append(storage(inserted[n]))   # the call, or the one read back in the view's shape
         new.update(inserted)
         calls.append(rebuilt(call))
     return replace(program, calls=tuple(calls), outputs=tuple(map(rebuilt, program.outputs)),
                    carry=tuple((k, rebuilt(v)) for k, v in program.carry),
-                   inserted=(*program.inserted, *inserted.values()))
+                   inserted=(*program.inserted, *map(storage, inserted.values())))
 
 
 def copy_view_rules(program: Program) -> list[Decision]:
@@ -250,19 +282,16 @@ def _scatter_text(program: Program, call: Node) -> str:
 
 
 def _gather_text(program: Program, call: Node) -> str:
-    a, base = call.arg.attr_dict, storage(call.src[0])
-    if call.arg.kernel.role is Role.EXPANSION:
-        return (f"{call_label(program, call)} picks {call.shape[1]} elements of each row of {describe(call.src[0])}, every "
-                f"{a['step']} from element {a['start']}, on the cores its rows stream to in blocks: its "
-                f"{dtypes.name(base.dtype)} elements lie in runs narrower than the DMA's 32-bit words, and "
-                f"{describe(base)} is larger than a tile")
+    a, base = call.arg.attr_dict, call.src[0]
     dims = [(a[f"n{d}"], a[f"s{d}"]) for d in range(4) if a[f"n{d}"] > 1] or [(1, 1)]
-    base = call.src[0]
-    why = (f"its {dtypes.name(base.dtype)} elements lie in runs narrower than the DMA's 32-bit words"
-           if is_host_tensor(base) else f"it picks more than {MAX_GATHER_RUNS} separate runs")
-    return (f"{call_label(program, call)} gathers {a['shape']} of {describe(base)} on a core by its access pattern "
-            f"(from element {a['offset']}, sizes {tuple(n for n, _ in dims)}, strides {tuple(st for _, st in dims)} "
-            f"elements): {why}, so no DMA moves it")
+    pattern = (f"by its access pattern (from element {a['offset']}, sizes {tuple(n for n, _ in dims)}, strides "
+               f"{tuple(st for _, st in dims)} elements)")
+    narrow = f"its {dtypes.name(base.dtype)} elements lie in runs narrower than the DMA's 32-bit words"
+    if call.arg.kernel.role is Role.EXPANSION:
+        return (f"{call_label(program, call)} picks each row of its {call.shape} from a row of {describe(base)} {pattern}, "
+                f"on the cores those rows stream to in blocks: {narrow}, and {describe(storage(base))} is larger than a tile")
+    why = narrow if is_host_tensor(base) else f"it picks more than {MAX_GATHER_RUNS} separate runs"
+    return f"{call_label(program, call)} gathers {a['shape']} of {describe(base)} on a core {pattern}: {why}, so no DMA moves it"
 
 
 def _why(program: Program, call: Node, view: Node) -> str:

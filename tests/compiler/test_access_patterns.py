@@ -340,8 +340,8 @@ def test_a_strided_view_of_a_product_larger_than_a_tile_is_copied_from_ddr(devic
 
 
 class NarrowLarge(iron.Graph):
-    """x[:, ::2] of a 1024 x 1024 tensor of 1- or 2-byte elements feeding a streamed Add or a
-    MatMul over the array, or y[:, ::2] of a product y as large."""
+    """x[:, ::2] or x.T of a 1024 x 1024 tensor of 1- or 2-byte elements feeding a streamed Add or
+    a MatMul over the array, or y[:, ::2] of a product y as large."""
 
     def __init__(self, reader: str, w=None):
         self.reader, self.w = reader, None if w is None else iron.param(w)
@@ -351,26 +351,34 @@ class NarrowLarge(iron.Graph):
             return Add.step(MatMul.step(x, self.w)[:, ::2], y)
         if self.reader == "matmul":
             return MatMul.step(x[:, ::2], y, dtype=np.int32 if x.dtype.kind in "iu" else np.float32)
-        return Add.step(x[:, ::2], y)
+        return Add.step(x.T if self.reader == "transpose" else x[:, ::2], y)
+
+
+NARROW_LARGE = {   # reader: x's and y's shapes, numpy's result, StridedRows' pattern (offset, sizes, strides)
+    # for `per` elements a word (x.T's rows are columns of words)
+    "add": ((1024, 1024), (1024, 512), lambda x, y, w: x[:, ::2] + y, lambda per: (0, (512,), (2,))),
+    "transpose": ((1024, 1024), (1024, 1024), lambda x, y, w: x.T + y, lambda per: (0, (per, 1024), (1, per))),
+    "matmul": ((1024, 1024), (512, 64), lambda x, y, w: x[:, ::2] @ y, lambda per: (0, (512,), (2,))),
+    "product": ((256, 128), (256, 256), lambda x, y, w: (x @ w)[:, ::2] + y, lambda per: (0, (256,), (2,))),
+}
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [np.uint8, iron.bfloat16], ids=["u8", "bf16"])
-@pytest.mark.parametrize("reader", ["add", "matmul", "product"])
-def test_a_narrow_step_slice_larger_than_a_tile_is_picked_row_by_row_as_its_rows_stream(device, dtype, reader):
+@pytest.mark.parametrize("reader", sorted(NARROW_LARGE))
+def test_a_narrow_view_larger_than_a_tile_is_picked_row_by_row_as_its_rows_stream(device, dtype, reader):
     """`copy_view_for_grid` reads the view through a StridedRows call, which streams the whole rows
-    of its tensor in blocks of rows (`stream_row_blocks`) and picks every second element of each."""
-    sides = {"add": ((1024, 1024), (1024, 512)), "matmul": ((1024, 1024), (512, 64)), "product": ((256, 128), (256, 256))}
-    (xs, ys), w = sides[reader], ints(dtype, 128, 512) % 2 if reader == "product" else None
+    of its tensor in blocks of rows (`stream_row_blocks`), or for x.T its columns of words, and
+    picks each row of the view from one of them."""
+    xs, ys, numpy, pattern = NARROW_LARGE[reader]
     x, y = ints(dtype, *xs) % 2, ints(dtype, *ys) % 2   # 0 and 1: every sum exact in bfloat16 and uint8
+    w = ints(dtype, 128, 512) % 2 if reader == "product" else None
     graph = NarrowLarge(reader, w)
     body, got, want = run(graph, device, x=x, y=y)
-    wide = {"add": lambda: x[:, ::2].astype(np.int64) + y, "matmul": lambda: x[:, ::2].astype(np.int64) @ y,
-            "product": lambda: (x.astype(np.int64) @ w)[:, ::2] + y}[reader]()
-    np.testing.assert_array_equal(np.asarray(got, np.int64), wide)
+    np.testing.assert_array_equal(np.asarray(got, np.int64), numpy(*(None if a is None else np.asarray(a, np.int64) for a in (x, y, w))))
     np.testing.assert_array_equal(got, want)
-    inserted = copy_view_for_grid(graph.trace(x=x, y=y)).inserted
-    width = 512 if reader == "product" else 1024
-    assert [(c.arg.kernel, c.arg.attr_dict) for c in inserted] == [
-        (StridedRows, {"width": width, "start": 0, "step": 2, "stop": width - 1})]
+    [picks] = copy_view_for_grid(graph.trace(x=x, y=y)).inserted
+    a = picks.arg.attr_dict
+    assert picks.arg.kernel is StridedRows and (a["offset"], tuple(a[f"n{d}"] for d in range(4) if a[f"n{d}"] > 1),
+                                                tuple(a[f"s{d}"] for d in range(4) if a[f"n{d}"] > 1)) == pattern(4 // np.dtype(dtype).itemsize)
     assert {Rule.COPY_VIEW_FOR_GRID, Rule.STREAM_ROW_BLOCKS} <= set(rules(body))
