@@ -113,9 +113,34 @@ class Pattern:
 
 
 def _scattered(dest: Node) -> bool:
-    """A static view of a state no DMA pattern moves, whose access pattern has at most four dimensions."""
-    return (dest.op == Op.VIEW and len(dest.src) == 1 and state_of(dest) is not None
-            and len(element_pattern(dest)[1]) <= 4 and not dma_moves(dest))
+    """A view of a state no DMA pattern moves (its rows padded to whole words or not), whose
+    access pattern has at most four dimensions: static, or at per-call indices of whole
+    sub-blocks the DMA moves (`_at_index`)."""
+    if dest.op != Op.VIEW or state_of(dest) is None or not _state_mid_word(dest):
+        return False
+    if len(dest.src) > 1:
+        return _at_index(dest) is not None
+    return len(element_pattern(dest)[1]) <= 4 and not dma_moves(dest)
+
+
+def _at_index(dest: Node) -> tuple[Node, Node] | None:
+    """(the whole sub-block of its state a view with per-call indices picks, the view's static
+    rest seen within it), when the per-call indices are single indices on leading axes, the rest
+    is static with at most four dimensions, and the DMA moves the sub-block (rows padded to whole
+    words if need be: `pad_rows_to_words`); else None."""
+    axes = dest.arg
+    k = max(i for i, a in enumerate(axes) if a.dynamic is not None)
+    if any(a.length is not None for a in axes[:k + 1]):
+        return None
+    sub = frame(dest)[k + 1:]
+    block = Node(Op.VIEW, dest.src, sub, dest.dtype,
+                 (*axes[:k + 1], *(replace(a, index=None, start=0, stop=n, step=1, order=None, length=None)
+                                   for a, n in zip(axes[k + 1:], sub))))
+    within = Node(Op.VIEW, (Node(Op.INPUT, (), sub, dest.dtype),), dest.shape, dest.dtype,
+                  tuple(replace(a, extent=None) for a in axes[k + 1:]))
+    if not sub or len(element_pattern(within)[1]) > 4 or _state_mid_word(block):
+        return None
+    return block, within
 
 
 def _scatter(call: Node) -> tuple[Node, ...]:
@@ -123,6 +148,9 @@ def _scatter(call: Node) -> tuple[Node, ...]:
     c, dest = call.arg, destination(call)
     result = Node(Op.CALL, (*call.src[:c.n_inputs], *call.src[c.n_inputs + 1:]), call.shape, call.dtype,
                   replace(c, writes=False))
+    if len(dest.src) > 1:
+        block, within = _at_index(dest)
+        return result, _scatter_call(result, block, *element_pattern(within))
     first, dims = element_pattern(dest)
     pattern = Pattern(first, tuple(dims), max(1, 4 // dest.dtype.itemsize))
     cuts = _band_cuts(pattern, dest.src[0].size, dest.dtype.itemsize)
@@ -155,11 +183,16 @@ def _placed(result: Node, state: Node, pattern: Pattern, a: int, b: int, banded:
     if banded:
         part = Node(Op.VIEW, (result,), ((b - a) * pattern.inner,), result.dtype,
                     (Axis(start=a * pattern.inner, stop=b * pattern.inner, extent=result.size),))
-    dims = [(1, 0)] * (4 - len(pattern.dims)) + [(b - a, pattern.dims[0][1]), *pattern.dims[1:]]
-    attrs = {"shape": words.shape, "offset": pattern.first + a * pattern.dims[0][1] - lo,
+    return _scatter_call(part, words, pattern.first + a * pattern.dims[0][1] - lo,
+                         [(b - a, pattern.dims[0][1]), *pattern.dims[1:]])
+
+
+def _scatter_call(values: Node, words: Node, offset: int, dims) -> Node:
+    """The Scatter placing `values` into `words` (a view of a state) by the pattern (offset, dims)."""
+    dims = [(1, 0)] * (4 - len(dims)) + list(dims)
+    attrs = {"shape": words.shape, "offset": offset,
              **{f"n{d}": n for d, (n, _) in enumerate(dims)}, **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
-    return Node(Op.CALL, (part, words), words.shape, words.dtype,
-                Call(scatter_kernel(), tuple(sorted(attrs.items())), 1, True))
+    return Node(Op.CALL, (values, words), words.shape, words.dtype, Call(scatter_kernel(), tuple(sorted(attrs.items())), 1, True))
 
 
 def _gather(view: Node) -> Node:
@@ -274,11 +307,10 @@ def copy_view_rules(program: Program) -> list[Decision]:
 def _scatter_text(program: Program, call: Node) -> str:
     a, words = call.arg.attr_dict, call.src[1]
     dims = [(a[f"n{d}"], a[f"s{d}"]) for d in range(4) if a[f"n{d}"] > 1] or [(1, 1)]
-    span = words.arg[0]
-    return (f"{call_label(program, call)} places {describe(call.src[0])} into elements {span.start}..{span.stop} of "
-            f"{describe(words.src[0])}, whole 32-bit words, by its access pattern (from element {a['offset']}, sizes "
-            f"{tuple(n for n, _ in dims)}, strides {tuple(st for _, st in dims)} elements): the view it writes lies in "
-            f"{dtypes.name(words.dtype)} runs no DMA moves in whole words")
+    return (f"{call_label(program, call)} places {describe(call.src[0])} into {describe(words)}, whole 32-bit words, "
+            f"by its access pattern (from element {a['offset']}, sizes {tuple(n for n, _ in dims)}, strides "
+            f"{tuple(st for _, st in dims)} elements): the view it writes lies in {dtypes.name(words.dtype)} runs no "
+            "DMA moves in whole words")
 
 
 def _gather_text(program: Program, call: Node) -> str:

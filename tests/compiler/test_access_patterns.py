@@ -339,6 +339,62 @@ def test_a_strided_view_of_a_product_larger_than_a_tile_is_copied_from_ddr(devic
                       "by its access pattern"])
 
 
+class RowInterior(iron.Graph):
+    """Row i + 1's interior of a state one wider on every side written each call (a per-call index)."""
+
+    def __init__(self, n: int, dtype):
+        self.pad = iron.state((n + 2, n + 2), dtype, name="pad")
+
+    def body(self, row, *, i: Scratchpad[np.int32]):
+        Copy.step(row, out=self.pad[i + 1, 1:-1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", NARROW, ids=["bf16", "i16", "i8", "u8"])
+def test_a_row_interior_at_a_per_call_index_is_scattered_into_its_whole_row(device, dtype):
+    """The Scatter reads and writes back the whole row the per-call index picks (its rows padded to
+    whole words where they are not: `pad_rows_to_words`), the border keeping its values."""
+    graph, border = RowInterior(31, dtype), ints(dtype, 33, 33)
+    body = graph.compile(row=border[0, 1:-1], device=from_name(device))
+    body.write("pad", border)
+    graph.write("pad", border)
+    expected = border.copy()
+    for i in (0, 17, 30, 17):
+        row = ints(dtype, 31)
+        body(row=row, i=i)
+        graph.reference(row=row, i=i)
+        expected[i + 1, 1:-1] = row
+    np.testing.assert_array_equal(body.read("pad"), expected)
+    np.testing.assert_array_equal(graph.read("pad"), expected)
+    [scatter] = [c for c in copy_view_for_grid(graph.trace(row=border[0, 1:-1])).inserted if c.arg.kernel is Scatter]
+    assert describe(scatter.src[1]) == "pad[i + 1]" and scatter.arg.attr_dict["offset"] == 1
+
+
+class Fill(iron.Graph):
+    """A CarriedLoop writing row `step` of a weight into row step + 1's interior of a state."""
+
+    def __init__(self, x):
+        self.x = iron.weight(x)
+        self.pad = iron.state((x.shape[0] + 2, x.shape[1] + 2), x.dtype, name="pad")
+
+    def body(self, *, step: Carried[np.int32]):
+        Copy.step(self.x[step], out=self.pad[step + 1, 1:-1])
+        return iron.carry(step=step + 1)
+
+
+@pytest.mark.parametrize("dtype", NARROW, ids=["bf16", "i16", "i8", "u8"])
+def test_row_interiors_fill_a_state_in_a_carried_loop_at_depth_two(dtype):
+    x, border = ints(dtype, 31, 31), ints(dtype, 33, 33)
+    body = Fill(x).compile(device=from_name("npu2"))
+    body.write("pad", border)
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(30, step=0)) == list(range(30))
+    assert dict(loop.carry) == {"step": 31} and loop.transitions == 31
+    expected = border.copy()
+    expected[1:-1, 1:-1] = x
+    np.testing.assert_array_equal(body.read("pad"), expected)
+
+
 class NarrowLarge(iron.Graph):
     """x[:, ::2] or x.T of a 1024 x 1024 tensor of 1- or 2-byte elements feeding a streamed Add or
     a MatMul over the array, or y[:, ::2] of a product y as large."""
