@@ -227,7 +227,16 @@ def rows_gathered(view: Node) -> Node | None:
         rows = base
     elif not is_host_tensor(base) or (word_run(rows) is None and streamed_rows(rows) is None):
         return None
+    if not _blocks_of_words(view.shape[0], width * view.dtype.itemsize, last.size * view.dtype.itemsize):
+        return None
     return _strided_rows(rows, view.shape, width, last.start, [(last.size, last.step)])
+
+
+def _blocks_of_words(rows: int, row_bytes: int, result_bytes: int) -> bool:
+    """Whether some number of rows dividing `rows` makes whole 32-bit words of both the rows and
+    their results: a stream's blocks must (a step slice of a prime number of rows whose result
+    rows are not whole words has none)."""
+    return any(rows % k == 0 and k * row_bytes % 4 == 0 and k * result_bytes % 4 == 0 for k in (1, 2, 4))
 
 
 def transposed_rows(view: Node) -> Node | None:
