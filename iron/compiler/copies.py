@@ -197,10 +197,10 @@ def _scatter_call(values: Node, words: Node, offset: int, dims) -> Node:
 
 def _gather(view: Node) -> Node:
     """The call a view `_gathered_on_core` finds is read through: a Strided call gathering it from
-    its whole tensor when that fits a tile; else (the tensor crossing in DDR) a Copy the DMA
+    its whole tensor when both fit a tile; else (the tensor crossing in DDR) a Copy the DMA
     feeds by the view's access pattern when the DMA moves it, or a StridedRows call picking a
     step slice row by row from the whole rows, streamed in blocks of rows (`rows_gathered`)."""
-    if nbytes(view.src[0]) <= TILED_BYTES:
+    if max(nbytes(view.src[0]), nbytes(view)) <= TILED_BYTES:   # a broadcast may be far larger than its tensor
         return gathered(view)
     if dma_moves(view):
         return copied(view)
