@@ -15,7 +15,7 @@ from iron.compiler.copies import copy_view_for_grid
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Dma
 from iron.compiler.rules import Rule
-from iron.errors import IndexOutOfRange
+from iron.errors import IndexOutOfRange, PlacementError
 from iron.ir import describe
 from iron.kernels import Add, Copy, MatMul, Mul, Scatter, Softmax, StridedRows
 from tests.compiler.test_mlir import op_names
@@ -438,3 +438,17 @@ def test_a_narrow_view_larger_than_a_tile_is_picked_row_by_row_as_its_rows_strea
     assert picks.arg.kernel is StridedRows and (a["offset"], tuple(a[f"n{d}"] for d in range(4) if a[f"n{d}"] > 1),
                                                 tuple(a[f"s{d}"] for d in range(4) if a[f"n{d}"] > 1)) == pattern(4 // np.dtype(dtype).itemsize)
     assert {Rule.COPY_VIEW_FOR_GRID, Rule.STREAM_ROW_BLOCKS} <= set(rules(body))
+
+
+class Bias(iron.Graph):
+    def body(self, x, b):
+        return Add.step(x, b)
+
+
+def test_a_broadcast_of_odd_narrow_rows_larger_than_a_tile_is_refused_naming_the_view():
+    """Each repeated row of 251 int8 elements is not whole words and the broadcast is larger than a
+    tile, so neither the DMA nor a core's Strided gather moves it: PlacementError names the view."""
+    x, b = np.ones((251, 251), np.int8), np.arange(251).astype(np.int8)
+    with pytest.raises(PlacementError) as refused:
+        Bias().compile(x=x, b=b, device=from_name("npu2"))
+    assert "broadcast_to(b, (251, 251)) moves runs of 251 bytes of input 'b' (int8)" in str(refused.value)
