@@ -45,13 +45,12 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
     program, through = tile_before_state_write(program)
     groups = fuse(program)
     padding = pad_to_block(program, groups, device)   # once: every segment sees the same layout
-    padded = padding.shapes
-    placements = host_placements(program, padded)
+    placements = host_placements(program, padding.shapes)
     whole = try_groups(program, groups, device, feeds, None, placements, check=True)
     if isinstance(whole, Plan):
         plan = whole
     else:   # too big for the array at once: segments
-        plan = compile_segments(program, device, groups, feeds, try_groups, whole, padded)
+        plan = compile_segments(program, device, groups, feeds, try_groups, whole, padding.lies)
     rules = (*through, *copy_view_rules(program), *padding.shared, *plan.rules, *padding.passed,
              *layout_rules(placements))
     if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, DDR buffers, padding

@@ -22,7 +22,7 @@ class Rule(Term):
     INPUT_LIMIT = "input_limit"
     SIZE_LIMIT = "size_limit"
     UNRELATED_STARTS_GROUP = "unrelated_starts_group"
-    # padding (pad.py, pad_why.py, pad_sides.py, pad_lines.py, words.py)
+    # padding (layout.py, pad.py, pad_why.py, pad_lines.py, words.py)
     PAD_TO_BLOCK = "pad_to_block"
     PAD_SHARED_INPUT = "pad_shared_input"
     PAD_SHARED_STREAM = "pad_shared_stream"
