@@ -31,6 +31,7 @@ from iron.ir import (
     element_pattern,
     elements,
     frame,
+    is_computed_view,
     is_host_tensor,
     is_strided,
     kept,
@@ -49,8 +50,9 @@ def copied(node: Node) -> Node:
 
 def copy_view_for_grid(program: Program) -> Program:
     """The rule: a MatMul large enough to tile over the array (`pad.large`), and an elementwise
-    call reading such a MatMul's product, read each operand that is a view of a host tensor the
-    DMA can move (`q[h]`, `a[1:]`, `x.reshape(m, k)`, `x[:, ::2]`, `w.T`) through a Copy
+    call reading such a MatMul's product, read each operand that is a view of a host tensor or of
+    a computed result the DMA can move (`q[h]`, `a[1:]`, `x.reshape(m, k)`, `x[:, ::2]`, `w.T`,
+    `(x @ w)[1:]`) through a Copy
     inserted before them, whoever reads their results. The grid reads whole host tensors, each
     lying in DDR as it needs (padded by `pad_to_block` at a prime side), and its product's
     readers read their operands laid out alike; a view cannot be padded without changing its
@@ -61,7 +63,7 @@ def copy_view_for_grid(program: Program) -> Program:
     its tensor is larger than a tile (and so crosses in DDR), through a Copy the DMA feeds."""
     program = scatter_into_state(program)
     copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call)
-              for n in call.src[:call.arg.n_inputs] if _view_of_host(n)}
+              for n in call.src[:call.arg.n_inputs] if _view_of_host(n) or _moved_view_of_result(n)}
     copies |= {n: _gather(n) for call in program.calls
                for n in call.src[:call.arg.n_inputs] if n not in copies and _gathered_on_core(n)}
     if not copies:
@@ -378,6 +380,11 @@ def _state_mid_word(view: Node) -> bool:
         return False
     per = max(1, 4 // state.dtype.itemsize)
     return not dma_moves(view, (*state.shape[:-1], -(-state.shape[-1] // per) * per), True)
+
+
+def _moved_view_of_result(node: Node) -> bool:
+    """A static view of a call's result the DMA moves (in whole words, by an access pattern)."""
+    return is_computed_view(node) and len(node.src) == 1 and dma_moves(node)
 
 
 def _view_of_host(node: Node) -> bool:

@@ -452,3 +452,26 @@ def test_a_broadcast_of_odd_narrow_rows_larger_than_a_tile_is_refused_naming_the
     with pytest.raises(PlacementError) as refused:
         Bias().compile(x=x, b=b, device=from_name("npu2"))
     assert "broadcast_to(b, (251, 251)) moves runs of 251 bytes of input 'b' (int8)" in str(refused.value)
+
+
+class SliceOfProduct(iron.Graph):
+    """(x @ w)[1:] @ v: a view of one tiled product read by another."""
+
+    def __init__(self, w, v):
+        self.w, self.v = iron.param(w), iron.param(v)
+
+    def body(self, x):
+        return MatMul.step(MatMul.step(x, self.w)[1:], self.v)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_view_of_a_product_read_by_a_tiled_matmul_is_copied_first(device):
+    """`copy_view_for_grid` reads (x @ w)[1:] through a Copy (the grid reads whole tensors), as it
+    reads a view of a host tensor: no refusal saying the view is not padded."""
+    x, w, v = f32(251, 251), f32(251, 251) / 4, f32(251, 251) / 4
+    graph = SliceOfProduct(w, v)
+    body, got, want = run(graph, device, x=x)
+    np.testing.assert_allclose(got, (x @ w)[1:] @ v, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    [copy] = copy_view_for_grid(graph.trace(x=x)).inserted
+    assert copy.arg.kernel is Copy and describe(copy.src[0]) == "MatMul(x, w)[1:]"
