@@ -20,7 +20,7 @@ from iron.compiler.fuse import (
     fuse,
     held_bytes,
 )
-from iron.compiler.plan import Loop
+from iron.compiler.plan import FifoRole, Loop, TileKind
 from iron.compiler.rules import Rule
 from iron.ir import call_label
 from iron.kernels import Dequant, MatVec
@@ -56,9 +56,11 @@ def test_a_large_matrix_and_its_blocks_share_one_stream_object_on_the_tile():
     assert held_bytes(calls) == 16384 * 278528 // (278528 + 1048576) + 16384 * 1048576 // (278528 + 1048576) + 3 * 2048
 
 
-@pytest.mark.parametrize("device, fmt, parts, rows, blocks", [
-    ("npu2", Q4_1, 2, 12, 22), ("npu2", Q8_0, 4, 6, 22), ("npu1", Q8_0, 4, 6, 22)])
-def test_a_quantized_layer_streams_its_blocks_split_by_rows(on_emulator, device, fmt, parts, rows, blocks):
+@pytest.mark.parametrize("device, fmt, parts, lanes, rows, blocks", [
+    ("npu2", Q4_1, 6, 3, 11, 8), ("npu2", Q8_0, 6, 6, 8, 11), ("npu1", Q8_0, 6, 6, 8, 11)])
+def test_a_quantized_layer_streams_its_blocks_split_by_rows(on_emulator, device, fmt, parts, lanes, rows, blocks):
+    """Six parts (the most one mem tile joins), their blocks read through as many shim channels as
+    the cost model finds fastest: Q4_1's expansion keeps the cores busier than three channels."""
     rng = np.random.default_rng(1)
     graph = Layer(random_blocks(rng, 528, 512, fmt), fmt)
     compiled = graph.compile(x=((512,), F32), device=from_name(device))
@@ -73,7 +75,11 @@ def test_a_quantized_layer_streams_its_blocks_split_by_rows(on_emulator, device,
         [i.count for i in c.program if isinstance(i, Loop)] == [blocks] for c in cores)   # a block of rows a turn
     expanded = [b.nbytes for b in plan.buffers if plan.holds[b.name] == "Dequant#1"]
     assert expanded == [rows * 2048] * parts   # each block of rows expanded on its tile, rows x 512 float32
-    assert plan.fifo("g1_w_mem").dtype == np.uint8 and plan.fifo("g1_w0").nbytes == rows * row
+    assert dict(plan.choices)["g1"].chosen == f"{parts} parts through {lanes} shim channels"
+    weights = [f for f in plan.fifos if f.producer.kind is TileKind.SHIM and f.role is FifoRole.WEIGHTS]
+    assert [(f.name, f.dtype, f.nbytes) for f in weights] == [
+        (f"g1_w{k}_mem", np.uint8, parts // lanes * rows * row) for k in range(lanes)]
+    assert plan.fifo("g1_w0").nbytes == rows * row
     never_in_ddr(plan, 528 * 2048)
     assert ddr_traffic(plan).consts == 528 * row + 512 * 4   # the blocks once, and the RMSNorm's weights
     for seed in range(2):
