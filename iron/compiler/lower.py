@@ -43,7 +43,7 @@ class Lowered:
     emit: Emit | None
     carry: tuple
     holds: dict
-    waiting_inputs: frozenset[str]
+    waiting_inputs: frozenset[FifoId]
     rules: tuple[Decision, ...] = ()
 
 

@@ -62,7 +62,8 @@ def shim_requests(lowered: Lowered) -> list[ShimRequest]:
     requests = []
     for f in lowered.fifos:
         if f.producer == HOST:
-            shares = f.role is FifoRole.EMIT_IN or (f.role is FifoRole.INPUT and f.name not in lowered.waiting_inputs)
+            waits = f.name in {w.name for w in lowered.waiting_inputs}
+            shares = f.role is FifoRole.EMIT_IN or (f.role is FifoRole.INPUT and not waits)
             requests.append(ShimRequest(f.name, Direction.MM2S, f.consumers[0].col, f.nbytes, shares))
         elif HOST in f.consumers:
             shares = f.producer.kind is TileKind.COMPUTE and f.role is FifoRole.HOST and f.name not in waited

@@ -30,6 +30,7 @@ from iron.kernels import LIBRARY
 from iron.kernels.base import CC_DIR, library_sources
 from iron.models.numpy_forward import rope as oracle_rope
 from iron.runtime.emulator.native import NativeLibrary
+from tests.quotes import quoted
 
 DTYPES = {
     "i8": np.dtype(np.int8),
@@ -650,28 +651,19 @@ def test_call_refuses_a_non_contiguous_array(library):
     x = np.zeros(8, np.float32)[::2]
     with pytest.raises(KernelTypeError) as raised:
         library.call("copy_f32", [x, np.zeros(4, np.float32), 4], ["ptr", "ptr", "i32"])
-    assert str(raised.value) == (
-        "Native kernel copy_f32 got a non-contiguous array as argument 0 (shape (4,), strides "
-        "(8,)); pass np.ascontiguousarray of it instead."
-    )
+    quoted(raised.value, "copy_f32", "non-contiguous", "argument 0", "strides (8,)", "np.ascontiguousarray")
 
 
 def test_call_refuses_an_unknown_symbol(library):
     with pytest.raises(KernelTypeError) as raised:
         call(library, "tanh_i8", np.zeros(1, np.int8), np.zeros(1, np.int8), 1)
-    assert str(raised.value) == (
-        f"The native kernel library {library.path} has no symbol 'tanh_i8'; define "
-        f'`extern "C" void tanh_i8(...)` in the kernel\'s C++ source.'
-    )
+    quoted(raised.value, str(library.path), "'tanh_i8'", 'extern "C" void tanh_i8(...)')
 
 
 def test_call_refuses_an_unknown_argument_type(library):
     with pytest.raises(KernelTypeError) as raised:
         library.call("copy_f32", [np.zeros(1, np.float32)] * 2 + [1], ["ptr", "ptr", "i64"])
-    assert str(raised.value) == (
-        "Native kernel copy_f32 was given argument types ['i64'], which are not among "
-        "['f32', 'i32', 'ptr']; describe each argument as one of those."
-    )
+    quoted(raised.value, "copy_f32", "['i64']", "['f32', 'i32', 'ptr']")
 
 
 def test_load_builds_once_into_the_native_cache_and_reuses_it(fresh_cache, tmp_path, monkeypatch):
@@ -715,11 +707,7 @@ def test_load_without_a_compiler_names_it_and_how_to_install_it(fresh_cache, mon
     monkeypatch.setenv("CXX", "/nonexistent/g++-13")
     with pytest.raises(ToolchainMissing) as raised:
         NativeLibrary.load(TINY)
-    assert str(raised.value) == (
-        "The host C++ compiler '/nonexistent/g++-13' (from $CXX, else g++) is not installed or "
-        "not on PATH, and the emulator's native kernel mode needs it to compile kernel sources. "
-        "Install it with `apt-get install g++`, or set $CXX to an installed C++ compiler."
-    )
+    quoted(raised.value, "'/nonexistent/g++-13'", "$CXX", "`apt-get install g++`")
 
 
 def test_load_of_broken_source_reports_the_compiler_errors(fresh_cache):
