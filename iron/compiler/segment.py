@@ -21,9 +21,9 @@ from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.copies import carry_from_earlier_segment
 from iron.compiler.fuse import Group
 from iron.compiler.invariants import check_plan
-from iron.compiler.layout import Fill, Layouts
+from iron.compiler.layout import Layouts
 from iron.compiler.pad import design_unpadded
-from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
+from iron.compiler.plan import Cut, Fill, HostRole, Placement, PlacementKind, Plan
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
@@ -298,8 +298,7 @@ class Flow:
                 continue
             lie = self.lies.get(node)
             cut = Placement(self.cut_name(node), PlacementKind.CUT, HostRole.OUTPUTS.value, used, node.shape, node.dtype,
-                            padded=self.padded.get(node), producer_writes=lie is not None and lie.fill is Fill.WRITTEN,
-                            zeros_rule=lie and lie.fill.rule)
+                            padded=self.padded.get(node), fill=lie.fill if lie else Fill.ZEROS)
             used += cut.nwords
             cuts.append(cut)
         return (*host, *cuts)
