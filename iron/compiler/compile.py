@@ -21,7 +21,7 @@ from iron.compiler.pad import pad_to_block
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.route import Routes, fit_compute_channels, route
-from iron.compiler.rules import Decision
+from iron.compiler.rules import Decision, Rule
 from iron.compiler.segment import compile_segments
 from iron.compiler.shims import ShimShortfall, connect, share, shim_shortfall
 from iron.compiler.through_ddr import tile_before_state_write
@@ -50,8 +50,9 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
     if isinstance(whole, Plan):
         plan = whole
     else:   # too big for the array at once: segments
-        plan = compile_segments(program, device, groups, feeds, try_groups, whole, padding.lies)
-    rules = (*through, *copy_view_rules(program), *padding.shared, *plan.rules, *padding.passed,
+        plan = compile_segments(program, device, groups, feeds, try_groups, whole, padding)
+    shared = tuple((Rule.PAD_SHARED_INPUT, s.text(program)) for s in padding.shared)
+    rules = (*through, *copy_view_rules(program), *shared, *plan.rules, *padding.passed,
              *layout_rules(placements))
     if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, DDR buffers, padding
         plan = replace(plan, rules=rules)
