@@ -11,7 +11,7 @@ import numpy as np
 
 from iron.compiler.allocate import host_placements
 from iron.compiler.cores import core_of
-from iron.compiler.emit import carry_sources, lower_emit
+from iron.compiler.emit import carry_sources, lower_emit, sink_writes
 from iron.compiler.fifos import EMIT_IN, FEEDBACK, FifoId, Stem, fifo, fifo_id
 from iron.compiler.flow import lower_flow
 from iron.compiler.grid import lower_grid
@@ -75,7 +75,7 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
             buffers += part.buffers
             holds |= part.holds
         moves.append(group_moves(ctx, site, parts))
-    sequence, waiting_inputs = with_state_waits(layout.sites, moves)
+    sequence, waiting_inputs = with_state_waits(layout.sites, sink_writes(ctx, moves))
     emit_values, carry = carry_sources(ctx)
     emit = None
     if layout.emit is not None:
