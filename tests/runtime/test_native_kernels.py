@@ -169,15 +169,20 @@ def test_scatter_places_a_view_bit_for_bit_keeping_the_rest(library, dt, pick):
 
 
 @pytest.mark.parametrize("dt", SUPPORTED["strided_rows"])
-@pytest.mark.parametrize("start, step, stop", [(0, 2, 11), (1, 3, 11), (2, 4, 7)])
-def test_strided_rows_picks_a_step_slice_of_each_row_bit_for_bit(library, dt, start, step, stop):
-    """The C++ and compute() of StridedRows pick x[:, start:stop:step] of x (6, 11), as numpy does."""
-    x = random_array(dt, (6, 11))
-    want = np.ascontiguousarray(x[:, start:stop:step])
+@pytest.mark.parametrize("pick", ["step", "words"])
+def test_strided_rows_picks_each_row_by_the_pattern_bit_for_bit(library, dt, pick):
+    """The C++ and compute() of StridedRows pick from each row of x (6, 12) as numpy does: a step
+    slice x[:, 1::3], or each row's (3, 4) block transposed (a column of words made rows)."""
+    x = random_array(dt, (6, 12))
+    want, offset, dims = {"step": (x[:, 1::3], 1, [(4, 3)]),
+                          "words": (x.reshape(6, 3, 4).transpose(0, 2, 1).reshape(6, 12), 0, [(4, 1), (3, 4)])}[pick]
+    dims = [(1, 0)] * (4 - len(dims)) + dims
+    attrs = {**{f"n{d}": n for d, (n, _) in enumerate(dims)}, **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
+    want = np.ascontiguousarray(want)
     out = np.zeros(want.shape, x.dtype)
-    call(library, f"strided_rows_{dt}", x, out, 6, 11, want.shape[1], start, step, stop)
+    call(library, f"strided_rows_{dt}", x, out, 6, 12, want.shape[1], offset, *attrs.values())
     np.testing.assert_array_equal(out.view(f"u{x.itemsize}"), want.view(f"u{x.itemsize}"))
-    computed = KERNELS["strided_rows"].compute(x, start=start, step=step, stop=stop)
+    computed = KERNELS["strided_rows"].compute(x, offset=offset, **attrs)
     np.testing.assert_array_equal(computed.view(f"u{x.itemsize}"), want.view(f"u{x.itemsize}"))
 
 
