@@ -22,7 +22,7 @@ import aie_utils
 from iron.models.designs import Bottleneck, EdgeFilter, GroupedQueryAttention, with_halo
 
 DEVICES = ("npu2", "npu1")
-LIMIT = 600   # seconds per design and device: one the compiler takes longer over is reported as such
+LIMIT = 180   # seconds per design and device: one the compiler takes longer over is reported as such
 
 
 @dataclass(frozen=True)
