@@ -20,6 +20,7 @@ from iron.compiler.lower import Lowered, lower
 from iron.compiler.pad import pad_to_block
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
+from iron.compiler.repeat import Unfolding, choose_over_time
 from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.rules import Decision
 from iron.compiler.segment import compile_segments
@@ -48,11 +49,17 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
     padded = padding.shapes
     placements = host_placements(program, padded)
     whole = try_groups(program, groups, device, feeds, None, placements, check=True)
-    if isinstance(whole, Plan):
-        plan = whole
-    else:   # too big for the array at once: segments
-        plan = compile_segments(program, device, groups, feeds, try_groups, whole, padded)
-    rules = (*through, *copy_view_rules(program), *padding.shared, *plan.rules, *padding.passed,
+
+    def spread() -> Plan:   # too big for the array at once: segments
+        return compile_segments(program, device, groups, feeds, try_groups, whole, padded)
+
+    def folded(kept: tuple[Group, ...], unfolding: Unfolding):
+        return try_groups(program, kept, device, feeds, None, placements, check=True, unfolding=unfolding)
+
+    plan, repeated = choose_over_time(program, groups, placements, padded, folded, whole, spread)
+    if plan is None:
+        plan = whole if isinstance(whole, Plan) else spread()
+    rules = (*through, *copy_view_rules(program), *padding.shared, *repeated, *plan.rules, *padding.passed,
              *layout_rules(placements))
     if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, DDR buffers, padding
         plan = replace(plan, rules=rules)
@@ -62,9 +69,10 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
 
 def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan | None,
                table: WordTable | None, placements: tuple, check: bool = False,
-               bound: bool = True) -> Plan | PlacementError | DoesNotFit | ShimShortfall:
+               bound: bool = True, unfolding: Unfolding | None = None) -> Plan | PlacementError | DoesNotFit | ShimShortfall:
     """The passes from placement on, for a whole design or one segment of it (segment.py, which
-    checks only the segments it keeps): the Plan, or the error refusing it, or the shortfall when
+    checks only the segments it keeps), or for a design whose repeated block is placed once
+    (`unfolding`, repeat.py): the Plan, or the error refusing it, or the shortfall when
     the rule `shim_channels_bound` (`bound`) refuses it right after routing, before lowering, the
     costly part of a probe that does not fit."""
     try:
@@ -74,7 +82,7 @@ def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan 
         if shortfall is not None:
             return shortfall
         routes = fit_compute_channels(program, routes, layout, device)
-        lowered = lower(program, device, layout, routes, feeds, table, placements)
+        lowered = lower(program, device, layout, routes, feeds, table, placements, unfolding)
         lowered = share(program, lowered, device)
         lowered = connect(lowered, device)
         plan = fit(assemble(program, device, groups, layout, routes, lowered))

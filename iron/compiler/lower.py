@@ -20,6 +20,7 @@ from iron.compiler.place import Layout, Site
 from iron.compiler.plan import Buffer, Core, Emit, Fifo, Function, Link, Plan, WordDef
 from iron.compiler.route import Routes
 from iron.compiler.rules import Decision
+from iron.compiler.repeat import Unfolding
 from iron.compiler.sequence import group_moves, with_state_waits
 from iron.compiler.words import WordTable
 from iron.ir import Program, call_label, describe
@@ -48,9 +49,11 @@ class Lowered:
 
 
 def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan | None = None,
-          table: WordTable | None = None, placements: tuple | None = None) -> Lowered:
+          table: WordTable | None = None, placements: tuple | None = None,
+          unfolding: Unfolding | None = None) -> Lowered:
     """Every group's objects, Functions, cores and moves, then the Emit's. A segment passes the
-    whole design's `table` and its host `placements` (segment.py)."""
+    whole design's `table` and its host `placements` (segment.py); a block run over time its
+    `unfolding` (repeat.py): its cores loop and its moves are made once per iteration."""
     ctx = Context(program, device, layout, routes, table or WordTable(program),
                   host_placements(program) if placements is None else placements)
     sizes, links, buffers, functions, cores, moves, holds = {}, [], [], [], [], [], {}
@@ -75,7 +78,11 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
             buffers += part.buffers
             holds |= part.holds
         moves.append(group_moves(ctx, site, parts))
-    sequence, waiting_inputs = with_state_waits(layout.sites, moves)
+    sites = layout.sites
+    if unfolding is not None:
+        sites, moves = unfolding.sites_and_moves(sites, moves)
+        cores = unfolding.looped(cores)
+    sequence, waiting_inputs = with_state_waits(sites, moves)
     emit_values, carry = carry_sources(ctx)
     emit = None
     if layout.emit is not None:

@@ -1,0 +1,364 @@
+"""Repetition over time (the rule `repeat_over_time`): a block of fused groups traced several
+times with the same kernels and shapes over other host tensors, or other parts of one (a Python
+loop over row blocks, weight matrices, heads), is found in the group sequence (`find_runs`) and
+may run as ONE placed iteration whose cores loop over the iterations (a `Loop(count)` around each
+core's program) while the runtime sequence moves each iteration's operands at their own DDR
+offsets: lowering translates iteration 0's moves (`Unfolding`). Whether it does is decided by
+estimated time against spreading the iterations in space (more tiles, or more configurations),
+as a `Choice` (`choose_over_time`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from iron.compiler import cost
+from iron.compiler.fuse import Group
+from iron.compiler.plan import Dma, HostRole, Invoke, Loop, Plan, Repeat
+from iron.compiler.rules import Decision, Rule
+from iron.compiler.words import Access, placement_access, view_words
+from iron.errors import PlanError
+from iron.ir import Node, Op, Program, call_label, describe, storage, tensor_inputs
+
+MAX_TRIED = 4   # runs tried, most groups covered first, before the design is left as it is
+
+
+@dataclass(frozen=True)
+class Run:
+    """`count` iterations of `period` groups from group `start`, alike group for group."""
+
+    start: int
+    period: int
+    count: int
+
+    def groups(self, groups: tuple[Group, ...], k: int) -> tuple[Group, ...]:
+        first = self.start + k * self.period
+        return groups[first:first + self.period]
+
+
+class NotRepeated(Exception):
+    """Why a run of alike groups does not run over time: its iterations stay spread in space."""
+
+
+@dataclass(frozen=True)
+class Shift:
+    """Where iteration 0's moves of one host operand lie (`buffer` words [first, first + span))
+    and where iteration k's same moves lie (`to_buffer` from `to_first`)."""
+
+    buffer: str
+    first: int
+    span: int
+    to_buffer: str
+    to_first: int
+
+
+@dataclass(frozen=True)
+class Unfolding:
+    """What lowering needs to run a Run over time: iteration 0's group names, the count, per
+    iteration its groups' calls (the states it touches, for the sequence's waits) and Shifts."""
+
+    groups: tuple[str, ...]
+    count: int
+    calls: tuple[tuple[tuple[Node, ...], ...], ...]
+    shifts: tuple[tuple[Shift, ...], ...]
+
+    def sites_and_moves(self, sites, moves: list[list]) -> tuple[list, list[list]]:
+        """The sites and their moves in sequence order: iteration 0's sites once per iteration,
+        each with that iteration's calls and moves."""
+        at = [i for i, s in enumerate(sites) if s.group.name in self.groups]
+        a, b = at[0], at[-1] + 1
+        out_sites, out_moves = list(sites[:a]), list(moves[:a])
+        for k in range(self.count):
+            for j, i in enumerate(range(a, b)):
+                out_sites.append(replace(sites[i], group=replace(sites[i].group, calls=self.calls[k][j])))
+                out_moves.append([self.moved(k, m) for m in moves[i]])
+        return out_sites + list(sites[b:]), out_moves + list(moves[b:])
+
+    def moved(self, k: int, move):
+        """Iteration k's counterpart of iteration 0's `move`: the same words of its own operand."""
+        access: Access = move.access
+        end = access.offset + _span(access.dims)
+        hits = {(s.to_buffer, access.offset - s.first + s.to_first) for s in self.shifts[k]
+                if s.buffer == move.buffer and s.first <= access.offset and end <= s.first + s.span}
+        if len(hits) == 1:
+            buffer, offset = hits.pop()
+            return replace(move, buffer=buffer, access=replace(access, offset=offset))
+        if not hits and move.buffer == HostRole.WORDS.value:
+            return move   # per-call words: every iteration reads the same
+        raise NotRepeated(f"{move.fifo} moves words {access.offset}.. of {move.buffer}, which "
+                          f"{'no operand' if not hits else 'more than one operand'} of the iteration holds")
+
+    def looped(self, cores: list) -> list:
+        """The cores, each of the iteration's looping `count` times over its program."""
+        return [replace(c, program=(Loop(self.count, c.program),)) if c.group in self.groups else c for c in cores]
+
+
+# ---- finding runs ------------------------------------------------------------------------------
+
+def find_runs(groups: tuple[Group, ...]) -> list[Run]:
+    """Runs of at least two iterations of alike groups (`_shapes`), the most groups covered
+    first, then the shortest period (the most iterations), then the earliest."""
+    keys = _shapes(groups)
+    n, runs = len(keys), []
+    for period in range(1, n // 2 + 1):
+        i = 0
+        while i + period < n:
+            j = i
+            while j + period < n and keys[j] == keys[j + period]:
+                j += 1
+            count = (j - i) // period + 1
+            if count >= 2:
+                runs.append(Run(i, period, count))
+            i = max(j, i + 1)
+    return sorted(runs, key=lambda r: (-r.count * r.period, r.period, r.start))
+
+
+def _shapes(groups: tuple[Group, ...]) -> list[int]:
+    """Per group a number, equal for groups whose calls are alike node for node up to which host
+    tensor, or which part of one, they read and write (`_entry`)."""
+    numbers: dict[tuple, int] = {}
+    found = []
+    for i, group in enumerate(groups):
+        memo: dict[Node, int] = {}
+        entries: list = []
+        for call in group.calls:
+            _entry(call, set(group.calls), memo, entries)
+        try:
+            found.append(numbers.setdefault(tuple(entries), len(numbers)))
+        except TypeError:   # an attr that does not hash: alike no other
+            found.append(-1 - i)
+    return found
+
+
+def _entry(node: Node, mine: set, memo: dict, entries: list) -> int:
+    if node in memo:
+        return memo[node]
+    if node.op == Op.CALL and node not in mine:
+        entry = ("made", node.shape, node.dtype)
+    elif node.op in (Op.INPUT, Op.MEMORY):
+        entry = (node.op, node.shape, node.dtype, getattr(node.arg, "kind", None))
+    elif node.is_scalar:
+        entry = ("scalar",)
+    else:
+        arg = _axes(node.arg) if node.op == Op.VIEW else node.arg
+        entry = (node.op, node.shape, node.dtype, arg, tuple(_entry(s, mine, memo, entries) for s in node.src))
+    memo[node] = len(entries)
+    entries.append(entry)
+    return memo[node]
+
+
+def _axes(axes) -> tuple:
+    """A view's axes with where they start left out: views alike but for where they lie."""
+    return tuple(replace(a, index=None if a.index is None else 0, start=0,
+                         stop=None if a.stop is None else a.stop - a.start) for a in axes)
+
+
+# ---- an iteration's operands -------------------------------------------------------------------
+
+def unfolding(program: Program, groups: tuple[Group, ...], run: Run, placements: tuple,
+              padded: dict) -> tuple[Unfolding, Repeat]:
+    """The Unfolding and Repeat of `run`, or NotRepeated saying why its iterations cannot share
+    one placed iteration: every iteration must read and write only host tensors (and its own
+    results), its operands alike iteration 0's in shape and access pattern, none padded."""
+    first = _calls(run.groups(groups, 0))
+    _check_reads(program, groups, run)
+    named = {p.name: p for p in placements}
+    calls, shifts, operands = [], [], []
+    for k in range(run.count):
+        mine = run.groups(groups, k)
+        pairs: dict[Node, Node] = {}
+        positions = ({c: i for i, c in enumerate(first)}, {c: i for i, c in enumerate(_calls(mine))})
+        for a, b in zip(first, _calls(mine)):
+            _pair(a, b, pairs, positions)
+        leaves = [(a, b) for a, b in pairs.items() if _is_leaf(program, a)]
+        if any(a in padded or b in padded for a, b in leaves):
+            raise NotRepeated("an operand lies padded (pad_to_block)")
+        shifts.append(tuple(s for a, b in leaves for s in _shifts(program, named, a, b)))
+        operands.append(tuple(describe(b) for _, b in leaves))
+        calls.append(tuple(g.calls for g in mine))
+    names = tuple(g.name for g in run.groups(groups, 0))
+    return (Unfolding(names, run.count, tuple(calls), tuple(shifts)),
+            Repeat(names, run.count, tuple(operands)))
+
+
+def _calls(groups: tuple[Group, ...]) -> tuple[Node, ...]:
+    return tuple(c for g in groups for c in g.calls)
+
+
+def _check_reads(program: Program, groups: tuple[Group, ...], run: Run):
+    """Every iteration's results are read only within it, by the host or by no one."""
+    iteration = {c: k for k in range(run.count) for c in _calls(run.groups(groups, k))}
+    for group in groups:
+        for call in group.calls:
+            for node in tensor_inputs(call):
+                if node in iteration and iteration.get(call) != iteration[node]:
+                    raise NotRepeated(f"{call_label(program, call)} reads {call_label(program, node)}, made by "
+                                      f"iteration {iteration[node]}")
+            if call in iteration:
+                outside = [n for n in tensor_inputs(call) if n.op == Op.CALL and n not in iteration]
+                if outside:
+                    raise NotRepeated(f"{call_label(program, call)} reads {call_label(program, outside[0])}, made "
+                                      "before the block")
+    if any(v.op == Op.ELEM and v.src[0] in iteration for _, v in program.carry):
+        raise NotRepeated("an iteration makes a carried element")
+
+
+def _pair(a: Node, b: Node, pairs: dict, positions: tuple[dict, dict]):
+    """Match iteration 0's node `a` with iteration k's `b`, or NotRepeated."""
+    if a in pairs:
+        if pairs[a] is not b:
+            raise NotRepeated(f"{describe(a, 0)} stands for two tensors of a later iteration")
+        return
+    pairs[a] = b
+    if a is b and a.op != Op.CALL:   # the same tensor in both iterations (a call: iteration 0 itself)
+        return
+    if a.op != b.op or a.shape != b.shape or a.dtype != b.dtype or a.is_scalar:
+        raise NotRepeated(f"{describe(a, 0)} and {describe(b, 0)} differ")
+    if a.op == Op.CALL:
+        if positions[0].get(a) != positions[1].get(b) or not _same(a.arg, b.arg):
+            raise NotRepeated(f"{describe(a, 0)} and {describe(b, 0)} differ")
+    elif a.op == Op.MEMORY:
+        if a.arg.kind is not b.arg.kind:
+            raise NotRepeated(f"{describe(a)} and {describe(b)} are memories of different kinds")
+        return
+    elif a.op == Op.VIEW:
+        if _axes(a.arg) != _axes(b.arg) or a.src[1:] != b.src[1:]:
+            raise NotRepeated(f"{describe(a)} and {describe(b)} are different views")
+        if storage(a).op != Op.CALL:
+            _pair_base(storage(a), storage(b))
+            return
+    for s, t in zip(a.src, b.src):
+        _pair(s, t, pairs, positions)
+
+
+def _pair_base(a: Node, b: Node):
+    if a.op != b.op or a.dtype != b.dtype or (a.op == Op.MEMORY and a.arg.kind is not b.arg.kind):
+        raise NotRepeated(f"{describe(a)} and {describe(b)} are different host tensors")
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except ValueError:   # an attr holding an array: alike only when the same
+        return a is b
+
+
+def _is_leaf(program: Program, node: Node) -> bool:
+    """A host operand a move reads or writes: a host tensor, a view of one, a design output."""
+    if node.op == Op.VIEW:
+        return storage(node).op in (Op.INPUT, Op.MEMORY)
+    return node.op in (Op.INPUT, Op.MEMORY) or (node.op == Op.CALL and node in program.outputs)
+
+
+def _shifts(program: Program, named: dict, a: Node, b: Node) -> list[Shift]:
+    """Where the moves of operand `a` of iteration 0 lie, and those of `b`, its counterpart."""
+    mine, theirs = _extents(program, named, a), _extents(program, named, b)
+    if len(mine) != len(theirs) or any(x[2] != y[2] for x, y in zip(mine, theirs)):
+        raise NotRepeated(f"{describe(a, 0)} and {describe(b, 0)} are moved by different patterns")
+    return [Shift(x[0], x[1], _span(x[2]), y[0], y[1]) for x, y in zip(mine, theirs)]
+
+
+def _extents(program: Program, named: dict, node: Node) -> list[tuple[str, int, tuple]]:
+    """(buffer, first word, word dims) of each host region holding `node`."""
+    if node.op == Op.CALL:
+        places = [named[f"out{i}"] for i, o in enumerate(program.outputs) if o is node]
+        return [(p.buffer, p.offset, placement_access(p).dims) for p in places]
+    p = named[storage(node).arg.name]
+    if p.padded is not None or p.lead:
+        raise NotRepeated(f"{p.name} lies padded in host memory")
+    if node.op != Op.VIEW:
+        return [(p.buffer, p.offset, placement_access(p).dims)]
+    static, dims, _ = view_words(node, p.padded, p.word_rows, p.lead)
+    if static % 4:
+        raise NotRepeated(f"{describe(node)} starts inside a word")
+    return [(p.buffer, p.offset + static // 4, tuple(dims))]
+
+
+def _span(dims) -> int:
+    """The words from a pattern's first to just after its last."""
+    return 1 + sum((size - 1) * stride for size, stride in dims)
+
+
+# ---- choosing time or space --------------------------------------------------------------------
+
+def choose_over_time(program: Program, groups: tuple[Group, ...], placements: tuple, padded: dict,
+                     compile_groups: Callable, whole, spread: Callable) -> tuple[Plan | None, list[Decision]]:
+    """The design with its longest repeated run over time when the cost model estimates that
+    faster than spreading it in space (`whole`: the whole design's Plan, or why it did not fit
+    one configuration; `spread()`: the segmented Plan), else None; and the rule's lines.
+    `compile_groups(groups, unfolding)` runs the passes on the groups with one iteration."""
+    lines: list[Decision] = []
+    for run in find_runs(groups)[:MAX_TRIED]:
+        label = _label(groups, run)
+        try:
+            unfold, repeat = unfolding(program, groups, run, placements, padded)
+            folded = groups[:run.start + run.period] + groups[run.start + run.count * run.period:]
+            plan = compile_groups(folded, unfold)
+            if not isinstance(plan, Plan):
+                raise NotRepeated(str(plan))
+        except (NotRepeated, PlanError) as why:
+            lines = lines or [(Rule.REPEAT_OVER_TIME, f"{label} not run over time: {why}")]   # the longest run's
+            continue
+        chosen, line = _chosen(plan, repeat, label, whole, spread)
+        return chosen, [*lines, *line]
+    return None, lines
+
+
+def _chosen(plan: Plan, repeat: Repeat, label: str, whole, spread: Callable) -> tuple[Plan | None, list[Decision]]:
+    gen = cost.generation(plan.device)
+    timed = ("over time: one iteration placed, its cores looping", plan_ns(plan), plan)
+    if isinstance(whole, Plan):
+        spaced = ("in space: every iteration placed, one configuration", plan_ns(whole), whole)
+    else:
+        bound = cost.ddr_ns(gen, _ddr_bytes(plan)) + gen.reconfigure_ns   # the same bytes, and one more load
+        spaced = ("in space: at least two configurations", bound, None)
+        if bound < timed[1]:
+            segmented = spread()
+            spaced = (f"in space: {len(segmented.configurations)} configurations", plan_ns(segmented), segmented)
+    best, choice = cost.choose(Rule.REPEAT_OVER_TIME, f"{label}", [timed, spaced], lambda c: c[1], lambda c: c[0])
+    if best is not timed:
+        return best[2], [(Rule.REPEAT_OVER_TIME, f"{label} spread in space: {choice.text()}")]
+    text = (f"{label}: {', '.join(repeat.groups)} placed once, {repeat.count} iterations, each core looping "
+            f"{repeat.count} times, the sequence moving each iteration's operands")
+    return replace(plan, repeat=repeat, choices=(*plan.choices, (repeat.groups[0], choice)),
+                   rules=((Rule.REPEAT_OVER_TIME, text), *plan.rules)), []
+
+
+def _label(groups: tuple[Group, ...], run: Run) -> str:
+    block = run.groups(groups, 0)
+    names = block[0].name if run.period == 1 else f"{block[0].name}..{block[-1].name}"
+    return f"{run.count} iterations of {names}"
+
+
+def plan_ns(plan: Plan) -> float:
+    """A Plan's estimated device time per call: per configuration the slowest of its busiest
+    core, its busiest FIFO's moves and DDR (`cost.Work`), plus loading each configuration after
+    the first."""
+    configurations = plan.configurations
+    gen = cost.generation(plan.device)
+    return sum(_work(c).ns(plan.device) for c in configurations) + gen.reconfigure_ns * (len(configurations) - 1)
+
+
+def _work(plan: Plan) -> cost.Work:
+    gen = cost.generation(plan.device)
+    functions = {f.name: f for f in plan.functions}
+    cycles = max((_program_cycles(gen, c.program, functions) for c in plan.cores), default=0.0)
+    moved: dict[str, int] = {}
+    for op in plan.sequence:
+        if isinstance(op, Dma):
+            moved[op.fifo] = moved.get(op.fifo, 0) + op.nwords * 4
+    return cost.Work(cycles, max(moved.values(), default=0), sum(moved.values()))
+
+
+def _program_cycles(gen, program: tuple, functions: dict) -> float:
+    total = 0.0
+    for item in program:
+        if isinstance(item, Loop):
+            total += item.count * _program_cycles(gen, item.body, functions)
+        elif isinstance(item, Invoke):
+            total += cost.function_cycles(gen, functions[item.function])
+    return total
+
+
+def _ddr_bytes(plan: Plan) -> int:
+    return sum(_work(c).ddr_bytes for c in plan.configurations)
+

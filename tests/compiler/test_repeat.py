@@ -1,0 +1,142 @@
+"""Repetition over time (iron/compiler/repeat.py, the rule `repeat_over_time`): a Python loop over
+row blocks or weight matrices traces alike groups; the compiler places one iteration, its cores
+loop over the iterations and the runtime sequence moves each iteration's operands, when the cost
+model estimates that faster than spreading the iterations in space. Plan facts pinned (the
+Repeat, the Loop around each core's program, the configurations, the Choice, the moves), each
+design run on the emulator against reference(), and the cases left in space with their reason."""
+import re
+
+import numpy as np
+import pytest
+
+import iron
+from aie_utils import from_name
+from iron.compiler.compile import compile_program
+from iron.compiler.fuse import fuse
+from iron.compiler.mlir import ALLOWED_OPS, print_mlir
+from iron.compiler.plan import Direction, Dma, Loop, Repeat
+from iron.compiler.repeat import Run, find_runs, plan_ns
+from iron.compiler.rules import Rule
+from iron.kernels import Add, Exp, MatVec
+from tests.compiler.test_mlir import op_names
+
+F32 = np.float32
+
+
+@pytest.fixture(autouse=True)
+def emulator(monkeypatch):
+    monkeypatch.setenv("IRON_BACKEND", "emulator")
+
+
+class Rows(iron.Graph):
+    """out_i = x[i] + y[i] for each of `rows` row blocks: one Add group per row."""
+
+    def __init__(self, rows: int):
+        self.rows = rows
+
+    def body(self, x, y):
+        return tuple(Add.step(x[i], y[i]) for i in range(self.rows))
+
+
+class Weights(iron.Graph):
+    """out_i = w_i @ x for `count` weight matrices of one shape: one MatVec group each."""
+
+    def __init__(self, count: int, m: int = 32, k: int = 64):
+        rng = np.random.default_rng(3)
+        self.w = [iron.param((rng.standard_normal((m, k)) / 8).astype(F32)) for _ in range(count)]
+
+    def body(self, x):
+        return tuple(MatVec.step(w, x) for w in self.w)
+
+
+class Before(iron.Graph):
+    """Each row block added to h, which a call before the loop makes."""
+
+    def body(self, x, z):
+        h = Exp.step(z)
+        return tuple(Add.step(h, x[i]) for i in range(40))
+
+
+def rows_inputs(rows: int):
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((rows, 256)).astype(F32), rng.standard_normal((rows, 256)).astype(F32))
+
+
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+def test_forty_row_blocks_run_on_one_core_looping_forty_times(device):
+    graph = Rows(40)
+    compiled = graph.compile(x=((40, 256), F32), y=((40, 256), F32), device=device)
+    plan = compiled.plan
+    assert plan.repeat == Repeat(("g0",), 40, tuple((f"Add(x[{i}], y[{i}])", f"x[{i}]", f"y[{i}]") for i in range(40)))
+    assert plan.configurations == (plan,)
+    assert [c.group for c in plan.cores] == ["g0"] if device == "npu1" else ["g0"]
+    (core,) = plan.cores
+    assert len(core.program) == 1 and isinstance(core.program[0], Loop) and core.program[0].count == 40
+    # each iteration moves its own rows: x[i] and y[i] (256 words each) into g0_in, out_i from g0_host
+    ins = [(op.buffer, op.offset) for op in plan.sequence if isinstance(op, Dma) and op.direction is Direction.MM2S]
+    outs = [(op.buffer, op.offset) for op in plan.sequence if isinstance(op, Dma) and op.direction is Direction.S2MM]
+    assert ins == [("inputs", i * 256 + j * 40 * 256) for i in range(40) for j in range(2)]
+    assert outs == [("outputs", i * 256) for i in range(40)]
+    (name, choice), = plan.choices
+    assert (name, choice.rule, choice.chosen, choice.rejected) == (
+        "g0", Rule.REPEAT_OVER_TIME, "over time: one iteration placed, its cores looping",
+        "in space: at least two configurations")
+    assert choice.chosen_ns == pytest.approx(plan_ns(plan)) and choice.chosen_ns < choice.rejected_ns
+    x, y = rows_inputs(40)
+    for got, expected in zip(compiled(x, y), graph.reference(x, y)):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_the_repeated_design_prints_a_loop_within_the_mlir_subset():
+    plan = compile_program(Rows(40).trace(x=((40, 256), F32), y=((40, 256), F32)), from_name("npu2"))
+    text = print_mlir(plan)
+    assert set(op_names(text)) <= ALLOWED_OPS
+    assert re.search(r"scf\.for %block0 = %c0 to %c40 step %c1", text)
+    assert text.count("aiex.npu.dma_memcpy_nd") == 120
+
+
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+def test_forty_weight_matrices_stream_through_one_core_in_turn(device):
+    graph = Weights(40)
+    compiled = graph.compile(x=((64,), F32), device=device)
+    plan = compiled.plan
+    assert plan.repeat is not None and plan.repeat.groups == ("g0",) and plan.repeat.count == 40
+    assert plan.repeat.operands[7] == ("MatVec(w.7, x)", "w.7", "x")
+    assert len(plan.configurations) == 1 and len(plan.cores) == 1
+    x = np.linspace(-1, 1, 64, dtype=F32)
+    for got, expected in zip(compiled(x), graph.reference(x)):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_few_iterations_that_fit_side_by_side_stay_in_space_by_estimate():
+    plan = compile_program(Rows(8).trace(x=((8, 256), F32), y=((8, 256), F32)), from_name("npu2"))
+    assert plan.repeat is None and len(plan.cores) == 8
+    (line,) = [text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME]
+    assert line.startswith("8 iterations of g0 spread in space: repeat_over_time: 8 iterations of g0 chosen by "
+                           "estimated time: in space: every iteration placed, one configuration")
+
+
+def test_iterations_reading_a_result_made_before_them_stay_in_space_saying_why():
+    plan = compile_program(Before().trace(x=((40, 256), F32), z=((256,), F32)), from_name("npu2"))
+    assert plan.repeat is None and len(plan.configurations) == 2
+    assert [text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME] == [
+        "37 iterations of g1 not run over time: Add#4 reads Exp#0, made before the block"]
+
+
+class Pairs(iron.Graph):
+    """Exp(x), then for each of three weights a MatVec of x and an Exp of a row of y."""
+
+    def __init__(self):
+        rng = np.random.default_rng(4)
+        self.w = [iron.param(rng.standard_normal((32, 64)).astype(F32)) for _ in range(3)]
+
+    def body(self, x, y):
+        outs = [Exp.step(x)]
+        for i, w in enumerate(self.w):
+            outs += [MatVec.step(w, x), Exp.step(y[i])]
+        return tuple(outs)
+
+
+def test_runs_cover_the_most_groups_with_the_shortest_period():
+    assert find_runs(fuse(Weights(6).trace(x=((64,), F32))))[0] == Run(0, 1, 6)
+    assert find_runs(fuse(Pairs().trace(x=((64,), F32), y=((3, 16), F32))))[0] == Run(1, 2, 3)
