@@ -53,7 +53,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
     def spread() -> Plan:   # too big for the array at once: segments
         return compile_segments(program, device, groups, feeds, try_groups, whole, padded)
 
-    def folded(kept: tuple[Group, ...], unfolding: Unfolding):
+    def folded(program: Program, kept: tuple[Group, ...], placements: tuple, unfolding: Unfolding):
         return try_groups(program, kept, device, feeds, None, placements, check=True, unfolding=unfolding)
 
     plan, repeated = choose_over_time(program, groups, placements, padded, folded, whole, spread)

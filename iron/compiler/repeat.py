@@ -12,14 +12,17 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from iron.compiler import cost
-from iron.compiler.fuse import Group
+from iron.compiler.allocate import host_placements
+from iron.compiler.fuse import Group, fuse
 from iron.compiler.plan import Dma, HostRole, Invoke, Loop, Plan, Repeat
 from iron.compiler.rules import Decision, Rule
+from iron.compiler.through_ddr import through_name, write_through
 from iron.compiler.words import Access, placement_access, view_words
 from iron.errors import PlanError
 from iron.ir import Node, Op, Program, call_label, describe, storage, tensor_inputs
 
-MAX_TRIED = 4   # runs tried, most groups covered first, before the design is left as it is
+MAX_TRIED = 4
+HOST = (Op.INPUT, Op.MEMORY)   # runs tried, most groups covered first, before the design is left as it is
 
 
 @dataclass(frozen=True)
@@ -134,8 +137,8 @@ def _entry(node: Node, mine: set, memo: dict, entries: list) -> int:
         return memo[node]
     if node.op == Op.CALL and node not in mine:
         entry = ("made", node.shape, node.dtype)
-    elif node.op in (Op.INPUT, Op.MEMORY):
-        entry = (node.op, node.shape, node.dtype, getattr(node.arg, "kind", None))
+    elif node.op in HOST:
+        entry = ("host", node.shape, node.dtype)
     elif node.is_scalar:
         entry = ("scalar",)
     else:
@@ -211,28 +214,21 @@ def _pair(a: Node, b: Node, pairs: dict, positions: tuple[dict, dict]):
     pairs[a] = b
     if a is b and a.op != Op.CALL:   # the same tensor in both iterations (a call: iteration 0 itself)
         return
-    if a.op != b.op or a.shape != b.shape or a.dtype != b.dtype or a.is_scalar:
+    hosts = a.op in HOST and b.op in HOST   # any host tensor: an input, a weight, a DDR buffer
+    if (a.op != b.op and not hosts) or a.shape != b.shape or a.dtype != b.dtype or a.is_scalar:
         raise NotRepeated(f"{describe(a, 0)} and {describe(b, 0)} differ")
+    if hosts:
+        return
     if a.op == Op.CALL:
         if positions[0].get(a) != positions[1].get(b) or not _same(a.arg, b.arg):
             raise NotRepeated(f"{describe(a, 0)} and {describe(b, 0)} differ")
-    elif a.op == Op.MEMORY:
-        if a.arg.kind is not b.arg.kind:
-            raise NotRepeated(f"{describe(a)} and {describe(b)} are memories of different kinds")
-        return
     elif a.op == Op.VIEW:
         if _axes(a.arg) != _axes(b.arg) or a.src[1:] != b.src[1:]:
             raise NotRepeated(f"{describe(a)} and {describe(b)} are different views")
         if storage(a).op != Op.CALL:
-            _pair_base(storage(a), storage(b))
             return
     for s, t in zip(a.src, b.src):
         _pair(s, t, pairs, positions)
-
-
-def _pair_base(a: Node, b: Node):
-    if a.op != b.op or a.dtype != b.dtype or (a.op == Op.MEMORY and a.arg.kind is not b.arg.kind):
-        raise NotRepeated(f"{describe(a)} and {describe(b)} are different host tensors")
 
 
 def _same(a, b) -> bool:
@@ -285,26 +281,64 @@ def choose_over_time(program: Program, groups: tuple[Group, ...], placements: tu
     """The design with its longest repeated run over time when the cost model estimates that
     faster than spreading it in space (`whole`: the whole design's Plan, or why it did not fit
     one configuration; `spread()`: the segmented Plan), else None; and the rule's lines.
-    `compile_groups(groups, unfolding)` runs the passes on the groups with one iteration."""
+    `compile_groups(program, groups, placements, unfolding)` runs the passes on the groups with
+    one iteration."""
     lines: list[Decision] = []
     for run in find_runs(groups)[:MAX_TRIED]:
-        label = _label(groups, run)
         try:
-            unfold, repeat = unfolding(program, groups, run, placements, padded)
-            folded = groups[:run.start + run.period] + groups[run.start + run.count * run.period:]
-            plan = compile_groups(folded, unfold)
-            if not isinstance(plan, Plan):
-                raise NotRepeated(str(plan))
-        except (NotRepeated, PlanError) as why:
-            lines = lines or [(Rule.REPEAT_OVER_TIME, f"{label} not run over time: {why}")]   # the longest run's
+            plan, repeat, crossing = _over_time(program, groups, run, placements, padded, compile_groups)
+        except (NotRepeated, PlanError) as why:   # the longest run's reason
+            names = tuple(g.name for g in run.groups(groups, 0))
+            lines = lines or [(Rule.REPEAT_OVER_TIME, f"{_label(Repeat(names, run.count, ()))} not run over time: {why}")]
             continue
-        chosen, line = _chosen(plan, repeat, label, whole, spread)
-        return chosen, [*lines, *line]
+        chosen, line = _chosen(plan, repeat, whole, spread)
+        return chosen, [*lines, *line, *(crossing if chosen.repeat is not None else ())]
     return None, lines
 
 
-def _chosen(plan: Plan, repeat: Repeat, label: str, whole, spread: Callable) -> tuple[Plan | None, list[Decision]]:
+def _over_time(program: Program, groups: tuple[Group, ...], run: Run, placements: tuple, padded: dict,
+               compile_groups: Callable) -> tuple[Plan, Repeat, list[Decision]]:
+    """The Plan running `run` over time, its Repeat and the lines saying which values cross
+    between iterations through DDR (`write_through`, then fused again), or NotRepeated."""
+    crossing = _crossing(program, groups, run)
+    lines = []
+    if crossing:
+        if padded:
+            raise NotRepeated("values cross between its iterations and the design lies padded (pad_to_block)")
+        lines = [(Rule.REPEAT_OVER_TIME, f"{', '.join(call_label(program, c) for c in crossing)} cross between "
+                                         f"iterations through DDR buffers of the compiler's "
+                                         f"({', '.join(through_name(program, c) for c in crossing)})")]
+        program = write_through(program, crossing)
+        groups = fuse(program)
+        placements = host_placements(program)
+        run = next(iter(find_runs(groups)), None)
+        if run is None:
+            raise NotRepeated("its groups are no longer alike once values cross through DDR")
+    unfold, repeat = unfolding(program, groups, run, placements, padded)
+    kept = groups[:run.start + run.period] + groups[run.start + run.count * run.period:]
+    plan = compile_groups(program, kept, placements, unfold)
+    if not isinstance(plan, Plan):
+        raise NotRepeated(str(plan))
+    return plan, repeat, lines
+
+
+def _crossing(program: Program, groups: tuple[Group, ...], run: Run) -> list[Node]:
+    """The results made before or in the run that a call of another iteration (or after the run)
+    reads, but those the host reads (outputs, carried elements): they cross through DDR."""
+    place = {c: min(max(-1, (i - run.start) // run.period), run.count) for i, g in enumerate(groups) for c in g.calls}
+    kept = {*program.outputs, *(v.src[0] for _, v in program.carry if v.op == Op.ELEM)}
+    found: dict[Node, None] = {}
+    for reader, at in place.items():
+        for node in tensor_inputs(reader):
+            made = place.get(node)
+            if made is not None and made != at and made < run.count and (made >= 0 or 0 <= at < run.count):
+                found[node] = None
+    return [c for c in found if c not in kept]
+
+
+def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable) -> tuple[Plan, list[Decision]]:
     gen = cost.generation(plan.device)
+    label = _label(repeat)
     timed = ("over time: one iteration placed, its cores looping", plan_ns(plan), plan)
     if isinstance(whole, Plan):
         spaced = ("in space: every iteration placed, one configuration", plan_ns(whole), whole)
@@ -323,10 +357,9 @@ def _chosen(plan: Plan, repeat: Repeat, label: str, whole, spread: Callable) -> 
                    rules=((Rule.REPEAT_OVER_TIME, text), *plan.rules)), []
 
 
-def _label(groups: tuple[Group, ...], run: Run) -> str:
-    block = run.groups(groups, 0)
-    names = block[0].name if run.period == 1 else f"{block[0].name}..{block[-1].name}"
-    return f"{run.count} iterations of {names}"
+def _label(repeat: Repeat) -> str:
+    names = repeat.groups[0] if len(repeat.groups) == 1 else f"{repeat.groups[0]}..{repeat.groups[-1]}"
+    return f"{repeat.count} iterations of {names}"
 
 
 def plan_ns(plan: Plan) -> float:
