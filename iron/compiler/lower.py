@@ -18,9 +18,9 @@ from iron.compiler.grid import lower_grid
 from iron.compiler.objects import I32, Context, Part, pack
 from iron.compiler.place import Layout, Site
 from iron.compiler.plan import Buffer, Core, Emit, Fifo, Function, Link, Plan, WordDef
+from iron.compiler.repeat import Unfolding
 from iron.compiler.route import Routes
 from iron.compiler.rules import Decision
-from iron.compiler.repeat import Unfolding
 from iron.compiler.sequence import group_moves, with_state_waits
 from iron.compiler.words import WordTable
 from iron.ir import Program, call_label, describe

@@ -348,9 +348,12 @@ def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable) -> tuple[Plan, 
         if bound < timed[1]:
             segmented = spread()
             spaced = (f"in space: {len(segmented.configurations)} configurations", plan_ns(segmented), segmented)
-    best, choice = cost.choose(Rule.REPEAT_OVER_TIME, f"{label}", [timed, spaced], lambda c: c[1], lambda c: c[0])
+    order = [spaced, timed] if isinstance(whole, Plan) else [timed, spaced]   # a tie keeps one configuration
+    best, choice = cost.choose(Rule.REPEAT_OVER_TIME, label, order, lambda c: c[1], lambda c: c[0])
     if best is not timed:
-        return best[2], [(Rule.REPEAT_OVER_TIME, f"{label} spread in space: {choice.text()}")]
+        spaced_plan = best[2]
+        return (replace(spaced_plan, choices=(*spaced_plan.choices, (repeat.groups[0], choice))),
+                [(Rule.REPEAT_OVER_TIME, f"{label} spread in space, estimated faster (choices)")])
     text = (f"{label}: {', '.join(repeat.groups)} placed once, {repeat.count} iterations, each core looping "
             f"{repeat.count} times, the sequence moving each iteration's operands")
     return replace(plan, repeat=repeat, choices=(*plan.choices, (repeat.groups[0], choice)),

@@ -11,13 +11,14 @@ import pytest
 
 import iron
 from aie_utils import from_name
+from iron import Scratchpad
 from iron.compiler.compile import compile_program
 from iron.compiler.fuse import fuse
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Direction, Dma, Loop, Repeat
 from iron.compiler.repeat import Run, find_runs, plan_ns
 from iron.compiler.rules import Rule
-from iron.kernels import Add, Exp, MatVec
+from iron.kernels import Add, Copy, Exp, MatVec
 from tests.compiler.test_mlir import op_names
 
 F32 = np.float32
@@ -55,6 +56,18 @@ class Before(iron.Graph):
     def body(self, x, z):
         h = Exp.step(z)
         return tuple(Add.step(h, x[i]) for i in range(40))
+
+
+class Hops(iron.Graph):
+    """c[(i + k) % 8] copied into seen[k] for k < 40: each iteration picks through its own index."""
+
+    def __init__(self):
+        self.c = iron.weight((np.arange(8, dtype=np.int32) + 1) * 10)
+        self.seen = iron.state((40,), np.int32, name="seen")
+
+    def body(self, *, i: Scratchpad[np.int32]):
+        for k in range(40):
+            Copy.step(self.c[(i + k) % 8], out=self.seen[k])
 
 
 def rows_inputs(rows: int):
@@ -111,16 +124,32 @@ def test_forty_weight_matrices_stream_through_one_core_in_turn(device):
 def test_few_iterations_that_fit_side_by_side_stay_in_space_by_estimate():
     plan = compile_program(Rows(8).trace(x=((8, 256), F32), y=((8, 256), F32)), from_name("npu2"))
     assert plan.repeat is None and len(plan.cores) == 8
-    (line,) = [text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME]
-    assert line.startswith("8 iterations of g0 spread in space: repeat_over_time: 8 iterations of g0 chosen by "
-                           "estimated time: in space: every iteration placed, one configuration")
-
-
-def test_iterations_reading_a_result_made_before_them_stay_in_space_saying_why():
-    plan = compile_program(Before().trace(x=((40, 256), F32), z=((256,), F32)), from_name("npu2"))
-    assert plan.repeat is None and len(plan.configurations) == 2
     assert [text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME] == [
-        "37 iterations of g1 not run over time: Add#4 reads Exp#0, made before the block"]
+        "8 iterations of g0 spread in space, estimated faster (choices)"]
+    (name, choice), = plan.choices
+    assert (name, choice.chosen, choice.rejected) == (
+        "g0", "in space: every iteration placed, one configuration", "over time: one iteration placed, its cores looping")
+    assert choice.chosen_ns < choice.rejected_ns
+
+
+def test_a_value_made_before_the_block_crosses_to_every_iteration_through_ddr():
+    graph = Before()
+    compiled = graph.compile(x=((40, 256), F32), z=((256,), F32), device="npu2")
+    plan = compiled.plan
+    assert plan.repeat.groups == ("g1",) and plan.repeat.count == 40 and len(plan.configurations) == 1
+    assert plan.repeat.operands[5] == ("Add(through.Exp#0, x[5])", "through.Exp#0", "x[5]")
+    assert [text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME][0] == (
+        "Exp#0 cross between iterations through DDR buffers of the compiler's (through.Exp#0)")
+    x, z = rows_inputs(40)[0], np.linspace(-1, 1, 256, dtype=F32)
+    for got, expected in zip(compiled(x, z), graph.reference(x, z)):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_iterations_picking_through_indices_of_their_own_stay_in_space_saying_why():
+    plan = compile_program(Hops().trace(), from_name("npu2"))
+    assert plan.repeat is None
+    assert [text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME] == [
+        "40 iterations of g0 not run over time: c[(i + 0) % 8] and c[(i + 1) % 8] are different views"]
 
 
 class Pairs(iron.Graph):

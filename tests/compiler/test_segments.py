@@ -26,7 +26,7 @@ from iron.compiler.segment import CUT_WINDOW, Flow, Segment, fewest_bytes_cut
 from iron.compiler.shims import ShimShortfall, shim_shortfall
 from iron.compiler.words import WordTable
 from iron.errors import DoesNotFit, PlacementError
-from iron.kernels import Add, Argmax, Copy, Exp, MatMul, MatVec, SiLU, Softmax
+from iron.kernels import Add, Argmax, Copy, Exp, MatMul, MatVec, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from iron.runtime.emulator import Configurations, Emulator
 from tests.compiler.test_mlir import op_names
 from tests.fake_toolchain import FLAGS_GET, install_fakes, make_hermetic, recorded_argv
@@ -46,10 +46,11 @@ def emulator(monkeypatch):
 
 
 class Five(iron.Graph):
-    """Five Exp calls of x: five groups, nothing crossing."""
+    """Five different kernels on x: five groups, nothing crossing, no two alike (alike ones would
+    run over time on one core: repeat_over_time, tests/compiler/test_repeat.py)."""
 
     def body(self, x):
-        return tuple(Exp.step(x) for _ in range(5))
+        return tuple(kernel.step(x) for kernel in (Exp, SiLU, Sigmoid, Tanh, ReLU))
 
 
 class Ladder(iron.Graph):
@@ -68,15 +69,16 @@ class Ladder(iron.Graph):
 
 
 class Relay(iron.Graph):
-    """x copied into state a, a into b, b into c: each group reads the state the one before wrote."""
+    """x copied into state a, a's ReLU into b, b's Exp into c: each group reads the state the one
+    before wrote (three different kernels: alike groups would run over time)."""
 
     def __init__(self):
         self.a, self.b, self.c = (iron.state((8,), F32, name=name) for name in "abc")
 
     def body(self, x):
         Copy.step(x, out=self.a)
-        Copy.step(self.a, out=self.b)
-        Copy.step(self.b, out=self.c)
+        ReLU.step(self.a, out=self.b)
+        Exp.step(self.b, out=self.c)
 
 
 class Hops(iron.Graph):
