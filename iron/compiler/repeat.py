@@ -14,7 +14,7 @@ from typing import Callable
 from iron.compiler import cost
 from iron.compiler.allocate import host_placements
 from iron.compiler.fuse import Group, fuse
-from iron.compiler.plan import Dma, HostRole, Invoke, Loop, Plan, Repeat
+from iron.compiler.plan import Choice, Dma, HostRole, Imm, Invoke, KernelStep, Loop, Plan, Repeat
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.through_ddr import through_name, write_through
 from iron.compiler.words import Access, placement_access, view_words
@@ -22,7 +22,9 @@ from iron.errors import PlanError
 from iron.ir import Node, Op, Program, call_label, describe, storage, tensor_inputs
 
 MAX_TRIED = 4
-HOST = (Op.INPUT, Op.MEMORY)   # runs tried, most groups covered first, before the design is left as it is
+HOST = (Op.INPUT, Op.MEMORY)
+TIMED = "over time: one iteration placed, its cores looping"
+SPACED = "in space: every iteration placed, one configuration"   # runs tried, most groups covered first, before the design is left as it is
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,8 @@ def _pair(a: Node, b: Node, pairs: dict, positions: tuple[dict, dict]):
     pairs[a] = b
     if a is b and a.op != Op.CALL:   # the same tensor in both iterations (a call: iteration 0 itself)
         return
+    if a.is_scalar and _same_scalar(a, b):   # `pos + 1` traced again in every iteration
+        return
     hosts = a.op in HOST and b.op in HOST   # any host tensor: an input, a weight, a DDR buffer
     if (a.op != b.op and not hosts) or a.shape != b.shape or a.dtype != b.dtype or a.is_scalar:
         raise NotRepeated(f"{describe(a, 0)} and {describe(b, 0)} differ")
@@ -223,12 +227,22 @@ def _pair(a: Node, b: Node, pairs: dict, positions: tuple[dict, dict]):
         if positions[0].get(a) != positions[1].get(b) or not _same(a.arg, b.arg):
             raise NotRepeated(f"{describe(a, 0)} and {describe(b, 0)} differ")
     elif a.op == Op.VIEW:
-        if _axes(a.arg) != _axes(b.arg) or a.src[1:] != b.src[1:]:
+        if _axes(a.arg) != _axes(b.arg) or not all(map(_same_scalar, a.src[1:], b.src[1:])):
             raise NotRepeated(f"{describe(a)} and {describe(b)} are different views")
         if storage(a).op != Op.CALL:
             return
     for s, t in zip(a.src, b.src):
         _pair(s, t, pairs, positions)
+
+
+def _same_scalar(a: Node, b: Node) -> bool:
+    """Whether two scalar expressions compute the same per-call value: alike op for op down to the
+    same per-call values (an element of a tensor only when the same one)."""
+    if a is b:
+        return True
+    if a.op != b.op or a.op in (Op.ELEM, Op.VAR) or not _same(a.arg, b.arg):
+        return False
+    return all(_same_scalar(x, y) for x, y in zip(a.src, b.src))
 
 
 def _same(a, b) -> bool:
@@ -284,12 +298,20 @@ def choose_over_time(program: Program, groups: tuple[Group, ...], placements: tu
     `compile_groups(program, groups, placements, unfolding)` runs the passes on the groups with
     one iteration."""
     lines: list[Decision] = []
-    for run in find_runs(groups)[:MAX_TRIED]:
+    runs = find_runs(groups)[:MAX_TRIED]
+    priced = Priced.of(whole) if runs and isinstance(whole, Plan) else None
+    for run in runs:
+        names = tuple(g.name for g in run.groups(groups, 0))
+        label = _label(Repeat(names, run.count, ()))
+        floor = priced.floor(names, run.count) if priced is not None else 0.0
+        if priced is not None and floor >= priced.work().ns(whole.device):
+            choice = Choice(Rule.REPEAT_OVER_TIME, label, SPACED, priced.work().ns(whole.device), f"{TIMED}, at least", floor)
+            return (replace(whole, choices=(*whole.choices, (names[0], choice))),
+                    [(Rule.REPEAT_OVER_TIME, f"{label} spread in space, estimated faster (choices)")])
         try:
             plan, repeat, crossing = _over_time(program, groups, run, placements, padded, compile_groups)
         except (NotRepeated, PlanError) as why:   # the longest run's reason
-            names = tuple(g.name for g in run.groups(groups, 0))
-            lines = lines or [(Rule.REPEAT_OVER_TIME, f"{_label(Repeat(names, run.count, ()))} not run over time: {why}")]
+            lines = lines or [(Rule.REPEAT_OVER_TIME, f"{label} not run over time: {why}")]
             continue
         chosen, line = _chosen(plan, repeat, whole, spread)
         return chosen, [*lines, *line, *(crossing if chosen.repeat is not None else ())]
@@ -339,9 +361,9 @@ def _crossing(program: Program, groups: tuple[Group, ...], run: Run) -> list[Nod
 def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable) -> tuple[Plan, list[Decision]]:
     gen = cost.generation(plan.device)
     label = _label(repeat)
-    timed = ("over time: one iteration placed, its cores looping", plan_ns(plan), plan)
+    timed = (TIMED, plan_ns(plan), plan)
     if isinstance(whole, Plan):
-        spaced = ("in space: every iteration placed, one configuration", plan_ns(whole), whole)
+        spaced = (SPACED, plan_ns(whole), whole)
     else:
         bound = cost.ddr_ns(gen, _ddr_bytes(plan)) + gen.reconfigure_ns   # the same bytes, and one more load
         spaced = ("in space: at least two configurations", bound, None)
@@ -371,30 +393,72 @@ def plan_ns(plan: Plan) -> float:
     the first."""
     configurations = plan.configurations
     gen = cost.generation(plan.device)
-    return sum(_work(c).ns(plan.device) for c in configurations) + gen.reconfigure_ns * (len(configurations) - 1)
+    return sum(Priced.of(c).work().ns(plan.device) for c in configurations) + gen.reconfigure_ns * (len(configurations) - 1)
 
 
-def _work(plan: Plan) -> cost.Work:
-    gen = cost.generation(plan.device)
-    functions = {f.name: f for f in plan.functions}
-    cycles = max((_program_cycles(gen, c.program, functions) for c in plan.cores), default=0.0)
-    moved: dict[str, int] = {}
-    for op in plan.sequence:
-        if isinstance(op, Dma):
-            moved[op.fifo] = moved.get(op.fifo, 0) + op.nwords * 4
-    return cost.Work(cycles, max(moved.values(), default=0), sum(moved.values()))
+@dataclass(frozen=True)
+class Priced:
+    """What the estimate of one configuration reads: each core's cycles per launch (its
+    Functions' cycles, `cost.function_cycles`, times its Loops' counts) and the bytes each FIFO
+    moves per launch."""
+
+    plan: Plan
+    cycles: dict
+    moved: dict
+
+    @classmethod
+    def of(cls, plan: Plan) -> Priced:
+        gen = cost.generation(plan.device)
+        functions = {f.name: sum(_step_cycles(gen, step) for step in f.steps) for f in plan.functions}
+        cycles = {c.tile: _program_cycles(c.program, functions) for c in plan.cores}
+        moved: dict[str, int] = {}
+        for op in plan.sequence:
+            if isinstance(op, Dma):
+                moved[op.fifo] = moved.get(op.fifo, 0) + op.nwords * 4
+        return cls(plan, cycles, moved)
+
+    def work(self) -> cost.Work:
+        return cost.Work(max(self.cycles.values(), default=0.0), max(self.moved.values(), default=0),
+                         sum(self.moved.values()))
+
+    def floor(self, groups: tuple[str, ...], count: int) -> float:
+        """A floor under the estimate of this design with `groups` placed once and looping `count`
+        times, read off this one (so a design whose estimate in space is below it is not
+        compiled twice): those groups' cores doing `count` times their work, the FIFOs feeding
+        or draining them (directly or through a mem tile's link) moving `count` times their
+        bytes, and DDR moving what this design moves."""
+        tiles = {c.tile for c in self.plan.cores if c.group in groups}
+        near = {f.name for f in self.plan.fifos if tiles & {f.producer, *f.consumers}}
+        for link in self.plan.links:
+            if near & {*link.sources, *link.destinations}:
+                near |= {*link.sources, *link.destinations}
+        busiest = max((n for name, n in self.moved.items() if name in near), default=0)
+        cycles = max((n for tile, n in self.cycles.items() if tile in tiles), default=0.0)
+        return cost.Work(count * cycles, count * busiest, self.work().ddr_bytes).ns(self.plan.device)
 
 
-def _program_cycles(gen, program: tuple, functions: dict) -> float:
+_CYCLES: dict[tuple, float] = {}   # a kernel step's cycles by what they depend on: alike layers price once
+
+
+def _step_cycles(gen: cost.Generation, step) -> float:
+    """`cost.step_cycles` of a Function's step, remembered by its kernel, dtypes and immediates."""
+    if not isinstance(step, KernelStep):
+        return gen.scalar_cycles
+    key = (gen.family, step.kernel, step.dtype, step.out, tuple(a for a in step.args if isinstance(a, Imm)))
+    if key not in _CYCLES:
+        _CYCLES[key] = cost.step_cycles(gen, step)
+    return _CYCLES[key]
+
+
+def _program_cycles(program: tuple, functions: dict) -> float:
     total = 0.0
     for item in program:
         if isinstance(item, Loop):
-            total += item.count * _program_cycles(gen, item.body, functions)
+            total += item.count * _program_cycles(item.body, functions)
         elif isinstance(item, Invoke):
-            total += cost.function_cycles(gen, functions[item.function])
+            total += functions[item.function]
     return total
 
 
 def _ddr_bytes(plan: Plan) -> int:
-    return sum(_work(c).ddr_bytes for c in plan.configurations)
-
+    return sum(Priced.of(c).work().ddr_bytes for c in plan.configurations)
