@@ -10,6 +10,7 @@ pipeline. Plans are kept per Program, device and fed Plan, so compiling again co
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from weakref import WeakKeyDictionary
 
 from iron.compiler.allocate import fit, host_buffers, host_placements
@@ -20,7 +21,7 @@ from iron.compiler.lower import Lowered, lower
 from iron.compiler.pad import pad_to_block
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
-from iron.compiler.repeat import Unfolding, choose_over_time
+from iron.compiler.repeat import NotRepeated, Unfolding, choose_over_time
 from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.rules import Decision
 from iron.compiler.segment import compile_segments
@@ -54,7 +55,12 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
         return compile_segments(program, device, groups, feeds, try_groups, whole, padded)
 
     def folded(program: Program, kept: tuple[Group, ...], placements: tuple, unfolding: Unfolding):
-        return try_groups(program, kept, device, feeds, None, placements, check=True, unfolding=unfolding)
+        """The design with one iteration placed: one configuration, or segments around it."""
+        looping = partial(try_groups, unfolding=unfolding)
+        one = looping(program, kept, device, feeds, None, placements, check=True)
+        if isinstance(one, Plan):
+            return one
+        return compile_segments(program, device, kept, feeds, looping, one, padded)
 
     plan, repeated = choose_over_time(program, groups, placements, padded, folded, whole, spread)
     if plan is None:
@@ -88,7 +94,7 @@ def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan 
         plan = fit(assemble(program, device, groups, layout, routes, lowered))
         if check:
             check_plan(plan)
-    except (PlacementError, DoesNotFit) as refused:
+    except (PlacementError, DoesNotFit, NotRepeated) as refused:
         return refused
     return plan
 

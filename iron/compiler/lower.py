@@ -46,6 +46,7 @@ class Lowered:
     holds: dict
     waiting_inputs: frozenset[str]
     rules: tuple[Decision, ...] = ()
+    looped: frozenset[str] = frozenset()   # FIFOs of cores looping over a repeated block (repeat.py)
 
 
 def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan | None = None,
@@ -80,7 +81,7 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
         moves.append(group_moves(ctx, site, parts))
     sites = layout.sites
     if unfolding is not None:
-        sites, moves = unfolding.sites_and_moves(sites, moves)
+        sites, moves = unfolding.sites_and_moves(sites, moves, ctx.table)
         cores = unfolding.looped(cores)
     sequence, waiting_inputs = with_state_waits(sites, moves)
     emit_values, carry = carry_sources(ctx)
@@ -95,9 +96,11 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
         sizes[FEEDBACK] = (made.sizes[FEEDBACK], I32, "the next call's words")
     fifos = tuple(Fifo(r.name, r.producer, r.consumers, DEPTH, sizes[r.name][0], np.dtype(sizes[r.name][1]),
                        r.shared_memory, r.role) for r in routes.fifos)
+    looping = {c.tile for c in cores if unfolding is not None and c.group in unfolding.groups}
+    looped = frozenset(f.name for f in fifos if looping & {f.producer, *f.consumers})
     holds |= {name: what for name, (_, _, what) in sizes.items()}
     return Lowered(fifos, tuple(links), tuple(buffers), tuple(functions), tuple(cores), tuple(sequence),
-                   ctx.table.defs(), ctx.placements, emit, carry, holds, waiting_inputs, tuple(ctx.rules))
+                   ctx.table.defs(), ctx.placements, emit, carry, holds, waiting_inputs, tuple(ctx.rules), looped)
 
 
 def object_sizes(ctx: Context, site: Site, parts: list[Part]) -> dict[str, tuple[int, np.dtype, str]]:

@@ -17,7 +17,7 @@ from iron.compiler.fuse import Group, fuse
 from iron.compiler.plan import Choice, Dma, HostRole, Imm, Invoke, KernelStep, Loop, Plan, Repeat
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.through_ddr import through_name, write_through
-from iron.compiler.words import Access, placement_access, view_words
+from iron.compiler.words import Access, WordTable, placement_access, view_words
 from iron.errors import PlanError
 from iron.ir import Node, Op, Program, call_label, describe, storage, tensor_inputs
 
@@ -66,27 +66,37 @@ class Unfolding:
     calls: tuple[tuple[tuple[Node, ...], ...], ...]
     shifts: tuple[tuple[Shift, ...], ...]
 
-    def sites_and_moves(self, sites, moves: list[list]) -> tuple[list, list[list]]:
+    def sites_and_moves(self, sites, moves: list[list], table: WordTable) -> tuple[list, list[list]]:
         """The sites and their moves in sequence order: iteration 0's sites once per iteration,
-        each with that iteration's calls and moves."""
+        each with that iteration's calls and moves (`table`: the words, where a state write's own
+        patch word for the states' sink is made per iteration)."""
         at = [i for i, s in enumerate(sites) if s.group.name in self.groups]
+        if not at:   # a segment before or after the one looping
+            return list(sites), moves
+        if len(at) < len(self.groups):
+            raise NotRepeated("a segment would end inside the iteration")
         a, b = at[0], at[-1] + 1
         out_sites, out_moves = list(sites[:a]), list(moves[:a])
         for k in range(self.count):
             for j, i in enumerate(range(a, b)):
                 out_sites.append(replace(sites[i], group=replace(sites[i].group, calls=self.calls[k][j])))
-                out_moves.append([self.moved(k, m) for m in moves[i]])
+                out_moves.append([self.moved(k, m, table) for m in moves[i]])
         return out_sites + list(sites[b:]), out_moves + list(moves[b:])
 
-    def moved(self, k: int, move):
-        """Iteration k's counterpart of iteration 0's `move`: the same words of its own operand."""
+    def moved(self, k: int, move, table: WordTable):
+        """Iteration k's counterpart of iteration 0's `move`: the same words of its own operand
+        (a write sent to the states' sink by a patch word of its own gets its own, `sunk`)."""
         access: Access = move.access
         end = access.offset + _span(access.dims)
         hits = {(s.to_buffer, access.offset - s.first + s.to_first) for s in self.shifts[k]
                 if s.buffer == move.buffer and s.first <= access.offset and end <= s.first + s.span}
         if len(hits) == 1:
             buffer, offset = hits.pop()
-            return replace(move, buffer=buffer, access=replace(access, offset=offset))
+            patch = access.patch_word
+            word = None if patch is None else table.words[patch]
+            if word is not None and word.sink is not None and offset != access.offset:
+                patch = table.sunk(word.a.index, word.sink - (offset - access.offset))
+            return replace(move, buffer=buffer, access=replace(access, offset=offset, patch_word=patch))
         if not hits and move.buffer == HostRole.WORDS.value:
             return move   # per-call words: every iteration reads the same
         raise NotRepeated(f"{move.fifo} moves words {access.offset}.. of {move.buffer}, which "
@@ -313,7 +323,7 @@ def choose_over_time(program: Program, groups: tuple[Group, ...], placements: tu
         except (NotRepeated, PlanError) as why:   # the longest run's reason
             lines = lines or [(Rule.REPEAT_OVER_TIME, f"{label} not run over time: {why}")]
             continue
-        chosen, line = _chosen(plan, repeat, whole, spread)
+        chosen, line = _chosen(plan, repeat, whole, spread, len(groups))
         return chosen, [*lines, *line, *(crossing if chosen.repeat is not None else ())]
     return None, lines
 
@@ -358,15 +368,18 @@ def _crossing(program: Program, groups: tuple[Group, ...], run: Run) -> list[Nod
     return [c for c in found if c not in kept]
 
 
-def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable) -> tuple[Plan, list[Decision]]:
+def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable, spread_groups: int) -> tuple[Plan, list[Decision]]:
+    """The Plan of the loop or the spread design, whichever the cost model estimates faster
+    (`spread_groups`: the groups the spread design places), and the rule's line."""
     gen = cost.generation(plan.device)
     label = _label(repeat)
     timed = (TIMED, plan_ns(plan), plan)
     if isinstance(whole, Plan):
         spaced = (SPACED, plan_ns(whole), whole)
     else:
-        bound = cost.ddr_ns(gen, _ddr_bytes(plan)) + gen.reconfigure_ns   # the same bytes, and one more load
-        spaced = ("in space: at least two configurations", bound, None)
+        least = max(2, -(-spread_groups // len(plan.device.compute_tiles)))   # a group per tile at most
+        bound = cost.ddr_ns(gen, _ddr_bytes(plan)) + (least - 1) * gen.reconfigure_ns   # the same bytes, and the loads
+        spaced = (f"in space: at least {least} configurations", bound, None)
         if bound < timed[1]:
             segmented = spread()
             spaced = (f"in space: {len(segmented.configurations)} configurations", plan_ns(segmented), segmented)
