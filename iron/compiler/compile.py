@@ -60,7 +60,8 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
         one = looping(program, kept, device, feeds, None, placements, check=True)
         if isinstance(one, Plan):
             return one
-        return compile_segments(program, device, kept, feeds, looping, one, padded)
+        at = [i for i, g in enumerate(kept) if g.name in unfolding.groups]
+        return compile_segments(program, device, kept, feeds, looping, one, padded, frozenset(range(at[0] + 1, at[-1] + 1)))
 
     plan, repeated = choose_over_time(program, groups, placements, padded, folded, whole, spread)
     if plan is None:

@@ -71,10 +71,8 @@ class Unfolding:
         each with that iteration's calls and moves (`table`: the words, where a state write's own
         patch word for the states' sink is made per iteration)."""
         at = [i for i, s in enumerate(sites) if s.group.name in self.groups]
-        if not at:   # a segment before or after the one looping
+        if len(at) < len(self.groups):   # a segment without the iteration, or a probe of part of it
             return list(sites), moves
-        if len(at) < len(self.groups):
-            raise NotRepeated("a segment would end inside the iteration")
         a, b = at[0], at[-1] + 1
         out_sites, out_moves = list(sites[:a]), list(moves[:a])
         for k in range(self.count):
@@ -103,7 +101,10 @@ class Unfolding:
                           f"{'no operand' if not hits else 'more than one operand'} of the iteration holds")
 
     def looped(self, cores: list) -> list:
-        """The cores, each of the iteration's looping `count` times over its program."""
+        """The cores, each of the iteration's looping `count` times over its program (none when
+        only part of the iteration is here: a probe of the segment search)."""
+        if len({c.group for c in cores} & set(self.groups)) < len(self.groups):
+            return cores
         return [replace(c, program=(Loop(self.count, c.program),)) if c.group in self.groups else c for c in cores]
 
 
@@ -351,6 +352,9 @@ def _over_time(program: Program, groups: tuple[Group, ...], run: Run, placements
     plan = compile_groups(program, kept, placements, unfold)
     if not isinstance(plan, Plan):
         raise NotRepeated(str(plan))
+    if not any(c.group in repeat.groups and isinstance(c.program[0], Loop) and c.program[0].count == run.count
+               for p in plan.configurations for c in p.cores):
+        raise NotRepeated("no configuration holds a whole iteration")
     return plan, repeat, lines
 
 

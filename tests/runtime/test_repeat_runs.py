@@ -39,7 +39,8 @@ class Layers(iron.Graph):
 
 
 class Decoder(Layers):
-    """A token's embedding through the layers, the next token the Argmax of a head, recorded."""
+    """A token's embedding through the layers, each layer recording its input in a cache of its
+    own at the token's position, the next token the Argmax of a head, recorded."""
 
     def __init__(self, count: int):
         super().__init__(count)
@@ -47,8 +48,16 @@ class Decoder(Layers):
         self.emb = iron.weight(rng.standard_normal((V, N)).astype(F32))
         self.head = iron.param(rng.standard_normal((V, N)).astype(F32))
         self.tokens = iron.state((8,), np.int32, name="tokens")
+        self.caches = [iron.state((8, N), F32, name=f"cache{i}") for i in range(count)]
+
+    def layers(self, x):
+        for w, g, cache in zip(self.w, self.g, self.caches):
+            Copy.step(x, out=cache[self.pos])
+            x = Add.step(x, MatVec.step(w, RMSNorm.step(x, g)))
+        return x
 
     def body(self, *, tok: Carried[np.int32], pos: Carried[np.int32]):
+        self.pos = pos
         nxt = Argmax.step(MatVec.step(self.head, self.layers(Copy.step(self.emb[tok]))))
         Copy.step(nxt, out=self.tokens[pos])
         return iron.carry(tok=nxt, pos=pos + 1)
@@ -75,7 +84,9 @@ def test_a_decoder_over_twenty_layers_runs_as_a_carried_loop_at_depth_two_on_npu
     body = Decoder(20).compile(device="npu2")
     plan = body.plan
     assert plan.full_elf and plan.emit is not None and len(plan.configurations) == 1
-    assert plan.repeat.count == 19
+    assert plan.repeat.groups == ("g1", "g2", "g3") and plan.repeat.count == 19
+    assert plan.repeat.operands[2] == ("through.Add#8", "cache2[pos]", "g.2", "w.2", "through.Add#12")
+    assert len([w for w in plan.words if w.sink is not None]) == 21   # every cache's write and the tokens'
     reference, carry, tokens = Decoder(20), {"tok": 1, "pos": 0}, []
     for _ in range(8):
         carry = dict(reference.reference(**carry))
@@ -84,3 +95,23 @@ def test_a_decoder_over_twenty_layers_runs_as_a_carried_loop_at_depth_two_on_npu
     assert list(loop.run(7, tok=1, pos=0)) == list(range(7))
     assert dict(loop.carry) == carry
     assert body.read("tokens").tolist() == reference.read("tokens").tolist() == tokens
+    for i in (0, 7, 19):   # each layer's cache written at each position through its own sink patch word
+        np.testing.assert_array_equal(body.read(f"cache{i}"), reference.read(f"cache{i}"))
+
+
+def test_a_loop_too_big_for_one_configuration_runs_in_segments_kept_whole_around_it():
+    body = Decoder(6).compile(device="npu2_2col")
+    plan = body.plan
+    assert plan.repeat.groups == ("g1", "g2", "g3") and plan.repeat.count == 5
+    assert [[name for name, _ in s.groups] for s in plan.segments][0] == ["g0", "g1", "g2", "g3"]
+    looping = [c for s in plan.segments for c in s.cores if c.group in plan.repeat.groups]
+    assert [c.program[0].count for c in looping] == [5, 5, 5]
+    (choice,) = [c for _, c in plan.choices if c.rule is Rule.REPEAT_OVER_TIME]
+    assert choice.chosen == "over time: one iteration placed, its cores looping" and choice.chosen_ns < choice.rejected_ns
+    reference, carry, tokens = Decoder(6), {"tok": 1, "pos": 0}, []
+    for _ in range(6):
+        carry = dict(reference.reference(**carry))
+        tokens.append(carry["tok"])
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(5, tok=1, pos=0)) == list(range(5))
+    assert dict(loop.carry) == carry and body.read("tokens").tolist()[:6] == tokens
