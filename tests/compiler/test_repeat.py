@@ -18,7 +18,7 @@ from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Direction, Dma, Loop, Repeat
 from iron.compiler.repeat import Run, find_runs, plan_ns
 from iron.compiler.rules import Rule
-from iron.kernels import Add, Copy, Exp, MatVec
+from iron.kernels import Add, Copy, Exp, MatVec, Softmax
 from tests.compiler.test_mlir import op_names
 
 F32 = np.float32
@@ -75,14 +75,13 @@ def rows_inputs(rows: int):
     return (rng.standard_normal((rows, 256)).astype(F32), rng.standard_normal((rows, 256)).astype(F32))
 
 
-@pytest.mark.parametrize("device", ["npu1", "npu2"])
-def test_forty_row_blocks_run_on_one_core_looping_forty_times(device):
+@pytest.mark.parametrize("device, least", [("npu1", 3), ("npu2", 2)])   # 40 groups on 16 or 32 tiles
+def test_forty_row_blocks_run_on_one_core_looping_forty_times(device, least):
     graph = Rows(40)
     compiled = graph.compile(x=((40, 256), F32), y=((40, 256), F32), device=device)
     plan = compiled.plan
     assert plan.repeat == Repeat(("g0",), 40, tuple((f"Add(x[{i}], y[{i}])", f"x[{i}]", f"y[{i}]") for i in range(40)))
     assert plan.configurations == (plan,)
-    assert [c.group for c in plan.cores] == ["g0"] if device == "npu1" else ["g0"]
     (core,) = plan.cores
     assert len(core.program) == 1 and isinstance(core.program[0], Loop) and core.program[0].count == 40
     # each iteration moves its own rows: x[i] and y[i] (256 words each) into g0_in, out_i from g0_host
@@ -93,7 +92,7 @@ def test_forty_row_blocks_run_on_one_core_looping_forty_times(device):
     (name, choice), = plan.choices
     assert (name, choice.rule, choice.chosen, choice.rejected) == (
         "g0", Rule.REPEAT_OVER_TIME, "over time: one iteration placed, its cores looping",
-        "in space: at least two configurations")
+        f"in space: at least {least} configurations")
     assert choice.chosen_ns == pytest.approx(plan_ns(plan)) and choice.chosen_ns < choice.rejected_ns
     x, y = rows_inputs(40)
     for got, expected in zip(compiled(x, y), graph.reference(x, y)):
@@ -171,3 +170,41 @@ class Pairs(iron.Graph):
 def test_runs_cover_the_most_groups_with_the_shortest_period():
     assert find_runs(fuse(Weights(6).trace(x=((64,), F32))))[0] == Run(0, 1, 6)
     assert find_runs(fuse(Pairs().trace(x=((64,), F32), y=((3, 16), F32))))[0] == Run(1, 2, 3)
+
+
+class Heads(iron.Graph):
+    """Attention-like work per head over one KV state: scores of q[h] against k[h], their Softmax,
+    the values vt[h] weighted by it."""
+
+    def __init__(self, heads: int, positions: int = 64, dim: int = 32):
+        rng = np.random.default_rng(7)
+        self.heads = heads
+        self.k = iron.state((heads, positions, dim), F32, name="k")
+        self.vt = iron.state((heads, dim, positions), F32, name="vt")
+        self.kv = (rng.standard_normal((heads, positions, dim)).astype(F32) / 4,
+                   rng.standard_normal((heads, dim, positions)).astype(F32))
+
+    def body(self, q):
+        return tuple(MatVec.step(self.vt[h], Softmax.step(MatVec.step(self.k[h], q[h]))) for h in range(self.heads))
+
+
+@pytest.mark.parametrize("heads, over_time", [(8, False), (16, True)])
+def test_heads_run_side_by_side_or_over_time_by_estimate(heads, over_time):
+    graph = Heads(heads)
+    compiled = graph.compile(q=((heads, 32), F32), device="npu2")
+    plan = compiled.plan
+    (choice,) = [c for _, c in plan.choices if c.rule is Rule.REPEAT_OVER_TIME]
+    if over_time:
+        assert plan.repeat.count == heads and len(plan.repeat.groups) == 3 and len(plan.configurations) == 1
+        assert plan.repeat.operands[5] == ("k[5]", "q[5]", "MatVec(vt[5], Softmax(MatVec(k[5], q[5])))", "vt[5]")
+        assert choice.chosen.startswith("over time") and choice.rejected == "in space: at least 2 configurations"
+    else:
+        assert plan.repeat is None and len(plan.cores) == 3 * heads and len(plan.configurations) == 1
+        assert choice.chosen.startswith("in space") and choice.rejected.startswith("over time")
+    assert choice.chosen_ns < choice.rejected_ns
+    for name, value in zip(("k", "vt"), graph.kv):
+        compiled.write(name, value)
+        graph.write(name, value)
+    q = np.random.default_rng(8).standard_normal((heads, 32)).astype(F32)
+    for got, expected in zip(compiled(q), graph.reference(q)):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
