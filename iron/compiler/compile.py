@@ -34,10 +34,13 @@ from iron.ir import Program, call_label
 _PLANS: WeakKeyDictionary = WeakKeyDictionary()   # Program -> {(device, id(feeds)): (feeds, Plan)}
 
 
-def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan:
-    """The Plan of `program` on `device`; `feeds`: the Plan whose scratchpad the Emit writes."""
+def compile_program(program: Program, device, feeds: Plan | None = None, *, over_time: bool = True) -> Plan:
+    """The Plan of `program` on `device`; `feeds`: the Plan whose scratchpad the Emit writes;
+    `over_time=False` keeps every repeated block spread in space (`repeat_over_time` not tried:
+    the design as it was before the rule, to compare or to study the segments)."""
     plans = _PLANS.setdefault(program, {})
-    kept = plans.get((device, id(feeds)))
+    key = (device, id(feeds), over_time)
+    kept = plans.get(key)
     if kept is not None and kept[0] is feeds:
         return kept[1]
     check_feeds(program, device, feeds)
@@ -63,14 +66,14 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
         at = [i for i, g in enumerate(kept) if g.name in unfolding.groups]
         return compile_segments(program, device, kept, feeds, looping, one, padded, frozenset(range(at[0] + 1, at[-1] + 1)))
 
-    plan, repeated = choose_over_time(program, groups, placements, padded, folded, whole, spread)
+    plan, repeated = choose_over_time(program, groups, placements, padded, folded, whole, spread) if over_time else (None, [])
     if plan is None:
         plan = whole if isinstance(whole, Plan) else spread()
     rules = (*through, *copy_view_rules(program), *padding.shared, *repeated, *plan.rules, *padding.passed,
              *layout_rules(placements))
     if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, DDR buffers, padding
         plan = replace(plan, rules=rules)
-    plans[(device, id(feeds))] = (feeds, plan)
+    plans[key] = (feeds, plan)
     return plan
 
 

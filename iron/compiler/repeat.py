@@ -185,6 +185,8 @@ def unfolding(program: Program, groups: tuple[Group, ...], run: Run, placements:
         positions = ({c: i for i, c in enumerate(first)}, {c: i for i, c in enumerate(_calls(mine))})
         for a, b in zip(first, _calls(mine)):
             _pair(a, b, pairs, positions)
+        if any(program.outputs.count(a) != program.outputs.count(b) for a, b in pairs.items() if a.op == Op.CALL):
+            raise NotRepeated(f"iteration {k} returns other results than iteration 0")
         leaves = [(a, b) for a, b in pairs.items() if _is_leaf(program, a)]
         if any(a in padded or b in padded for a, b in leaves):
             raise NotRepeated("an operand lies padded (pad_to_block)")

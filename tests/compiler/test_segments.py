@@ -168,7 +168,7 @@ def test_the_rule_on_its_own_ends_a_segment_at_the_fewest_bytes_in_its_last_quar
     # compiled on one column, the first segment takes 4 groups: of the cuts in their last quarter, before g3
     # sends 128 bytes through DDR and back (written, then read: 256 bytes at 70 GB/s), before g4 192
     plan = Ladder().compile(x=((N,), F32), device="npu1_1col").plan
-    assert plan.choices == (("cut before g3", Choice(Rule.FEWEST_BYTES_CUT, "cut", "before g3 (128 bytes cross)",
+    assert plan.choices[:1] == (("cut before g3", Choice(Rule.FEWEST_BYTES_CUT, "cut", "before g3 (128 bytes cross)",
                                                      pytest.approx(256 / 70), "before g4 (192 bytes cross)",
                                                      pytest.approx(384 / 70))),)
     assert ("choices:\n  cut before g3: fewest_bytes_cut: cut chosen by estimated time: before g3 (128 bytes cross), "
@@ -474,7 +474,8 @@ DECODER_SIZE = {"vocab": 512, "width": 256, "hidden": 1024, "context": 128}   # 
 
 
 def test_the_8_layer_decoder_is_cut_every_layer_and_a_half():
-    plan = compile_program(guide_decoder().Decoder(8, **DECODER_SIZE).trace(), from_name("npu2"))
+    # spread in space (over_time=False); by default 7 of its layers loop on one layer's tiles (test_repeat_runs.py)
+    plan = compile_program(guide_decoder().Decoder(8, **DECODER_SIZE).trace(), from_name("npu2"), over_time=False)
     assert [s.groups[0][0] for s in plan.segments] == ["g0", "g19", "g33", "g52", "g66", "g85"]
     computes = [len({c.tile for c in s.cores if c.tile.kind is TileKind.COMPUTE}) for s in plan.segments]
     assert computes == [21, 15, 21, 15, 21, 11]
@@ -498,11 +499,11 @@ def test_segments_of_the_same_structure_answer_for_each_other_and_leave_the_plan
     try_groups = iron.compiler.compile.try_groups
     monkeypatch.setattr(iron.compiler.compile, "try_groups",
                         lambda *a, **k: compiled.append(1) or try_groups(*a, **k))
-    remembered = compile_program(program, from_name("npu2"))
+    remembered = compile_program(program, from_name("npu2"), over_time=False)
     probes = len(compiled)
     monkeypatch.setattr(Flow, "structure", lambda self, segment: None)   # every probe compiled
     compiled.clear()
-    every = compile_program(guide_decoder().Decoder(8, **DECODER_SIZE).trace(), from_name("npu2"))
+    every = compile_program(guide_decoder().Decoder(8, **DECODER_SIZE).trace(), from_name("npu2"), over_time=False)
     assert repr(remembered) == repr(every)
     assert (probes, len(compiled)) == (15, 19)   # whole design + probes + the kept segments
 

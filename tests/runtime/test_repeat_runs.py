@@ -80,6 +80,20 @@ def test_thirty_layers_run_as_one_configuration_their_stream_through_ddr(device)
         np.testing.assert_array_equal(compiled(x), graph.reference(x))
 
 
+def loops_as_the_reference(body, reference: Decoder, steps: int) -> Decoder:
+    """Run `body` as a CarriedLoop at depth 2 for `steps` - 1 steps from token 1; its carry and
+    recorded tokens equal the reference's. Returns the reference, run alike."""
+    carry, tokens = {"tok": 1, "pos": 0}, []
+    for _ in range(steps):
+        carry = dict(reference.reference(**carry))
+        tokens.append(carry["tok"])
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(steps - 1, tok=1, pos=0)) == list(range(steps - 1))
+    assert dict(loop.carry) == carry
+    assert body.read("tokens").tolist()[:steps] == reference.read("tokens").tolist()[:steps] == tokens
+    return reference
+
+
 def test_a_decoder_over_twenty_layers_runs_as_a_carried_loop_at_depth_two_on_npu2():
     body = Decoder(20).compile(device="npu2")
     plan = body.plan
@@ -87,14 +101,7 @@ def test_a_decoder_over_twenty_layers_runs_as_a_carried_loop_at_depth_two_on_npu
     assert plan.repeat.groups == ("g1", "g2", "g3") and plan.repeat.count == 19
     assert plan.repeat.operands[2] == ("through.Add#8", "cache2[pos]", "g.2", "w.2", "through.Add#12")
     assert len([w for w in plan.words if w.sink is not None]) == 21   # every cache's write and the tokens'
-    reference, carry, tokens = Decoder(20), {"tok": 1, "pos": 0}, []
-    for _ in range(8):
-        carry = dict(reference.reference(**carry))
-        tokens.append(carry["tok"])
-    loop = iron.CarriedLoop(body, body, depth=2)
-    assert list(loop.run(7, tok=1, pos=0)) == list(range(7))
-    assert dict(loop.carry) == carry
-    assert body.read("tokens").tolist() == reference.read("tokens").tolist() == tokens
+    reference = loops_as_the_reference(body, Decoder(20), 8)
     for i in (0, 7, 19):   # each layer's cache written at each position through its own sink patch word
         np.testing.assert_array_equal(body.read(f"cache{i}"), reference.read(f"cache{i}"))
 
@@ -108,10 +115,4 @@ def test_a_loop_too_big_for_one_configuration_runs_in_segments_kept_whole_around
     assert [c.program[0].count for c in looping] == [5, 5, 5]
     (choice,) = [c for _, c in plan.choices if c.rule is Rule.REPEAT_OVER_TIME]
     assert choice.chosen == "over time: one iteration placed, its cores looping" and choice.chosen_ns < choice.rejected_ns
-    reference, carry, tokens = Decoder(6), {"tok": 1, "pos": 0}, []
-    for _ in range(6):
-        carry = dict(reference.reference(**carry))
-        tokens.append(carry["tok"])
-    loop = iron.CarriedLoop(body, body, depth=2)
-    assert list(loop.run(5, tok=1, pos=0)) == list(range(5))
-    assert dict(loop.carry) == carry and body.read("tokens").tolist()[:6] == tokens
+    loops_as_the_reference(body, Decoder(6), 6)
