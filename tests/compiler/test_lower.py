@@ -1,6 +1,6 @@
 """compile_program (iron/compiler/compile.py): what the Walk's golden does not show (what the
 host runtime wires), npu1 against npu2, add-one and Accumulate objects, forwarding, waits on state writers, the
-Emit of a version feeding another, and the DMA splitting and BD recycling of the sequence."""
+Emit of a version feeding another (the sequence's own rules: test_sequence.py)."""
 
 import dataclasses
 
@@ -17,7 +17,6 @@ from iron.compiler.plan import (
     Dma,
     Element,
     Emit,
-    Fifo,
     FifoRole,
     HostRole,
     Imm,
@@ -29,12 +28,9 @@ from iron.compiler.plan import (
     ScalarStep,
     Tile,
     TileKind,
-    Wait,
     WordRef,
 )
 from iron.compiler.rules import Rule
-from iron.compiler.sequence import Move, dma_patterns, finish_sequence
-from iron.compiler.words import Access
 from iron.errors import LoopError
 from iron.kernels import Accumulate, Add, Copy, Softmax
 from tests.compiler import designs
@@ -226,46 +222,3 @@ def test_feeds_with_other_carried_values_or_device_are_refused():
     assert str(err.value) == (
         "Seeded is compiled for npu2 but feeds Seeded, compiled for npu2_1col: compile both versions "
         "for the same device.")
-
-
-# ---- the sequence ------------------------------------------------------------------------------
-
-def test_long_transfers_become_dmas_within_the_limits():
-    assert dma_patterns(0, [(5000, 1)], NPU2) == [(0, (1, 1, 5, 1000), (0, 0, 1000, 1))]
-    assert dma_patterns(0, [(2003, 1)], NPU2) == [
-        (0, (1, 1, 1, 1023), (0, 0, 0, 1)), (1023, (1, 1, 1, 980), (0, 0, 0, 1))]
-    assert dma_patterns(0, [(100, 40), (3, 10), (2, 5), (4, 1)], NPU2) == [
-        (0, (64, 3, 2, 4), (40, 10, 5, 1)), (2560, (36, 3, 2, 4), (40, 10, 5, 1))]
-    assert dma_patterns(7, [(2, 100), (2, 40), (3, 10), (2, 5), (4, 1)], NPU2) == [
-        (7, (2, 3, 2, 4), (40, 10, 5, 1)), (107, (2, 3, 2, 4), (40, 10, 5, 1))]
-
-
-def test_only_the_outermost_dimension_repeats_with_stride_0():
-    """mlir-aie's verifier (docs/platform.md section 5): a stride-0 dimension is the repeat (at
-    most 64), never an inner one; one further in is cut off by a Dma per index outside it."""
-    assert dma_patterns(0, [(2, 0), (32, 1)], NPU2) == [(0, (2, 1, 1, 32), (0, 0, 0, 1))]
-    assert dma_patterns(0, [(100, 0), (4, 8), (32, 1)], NPU2) == [
-        (0, (64, 1, 4, 32), (0, 0, 8, 1)), (0, (36, 1, 4, 32), (0, 0, 8, 1))]
-    assert dma_patterns(5, [(3, 40), (2, 0), (8, 1)], NPU2) == [
-        (5, (2, 1, 1, 8), (0, 0, 0, 1)), (45, (2, 1, 1, 8), (0, 0, 0, 1)), (85, (2, 1, 1, 8), (0, 0, 0, 1))]
-    assert dma_patterns(0, [(3, 0), (4, 2)], NPU2) == [(0, (3, 1, 1, 4), (0, 0, 0, 2))]
-
-
-def test_a_wait_with_nothing_outstanding_on_its_fifo_is_left_out():
-    """A Wait freeing a BD covered every op on its FIFO, so a later Wait on it (a flow's) would
-    wait for no completion token: finish_sequence leaves it out."""
-    fifos = {"a": Fifo("a", SHIM, (T02,), 2, 4)}
-    moves = [Move(Direction.MM2S, "a", "inputs", Access(i, ((1, 1),))) for i in range(17)]
-    ops = finish_sequence([*moves, Wait("a"), Wait("a")], fifos, NPU2)
-    assert [op for op in ops if isinstance(op, Wait)] == [Wait("a"), Wait("a")]
-    assert ops[-1] == Wait("a") and not isinstance(ops[-2], Wait)
-
-
-def test_bd_ids_are_reused_only_after_a_covering_wait():
-    fifos = {"a": Fifo("a", SHIM, (T02,), 2, 4)}
-    moves = [Move(Direction.MM2S, "a", "inputs", Access(i, ((1, 1),))) for i in range(18)]
-    ops = finish_sequence(moves, fifos, NPU2)
-    assert [op.bd_id for op in ops[:16]] == list(range(16))
-    assert all(op.issue_token for op in ops[:16])
-    assert ops[16] == Wait("a")
-    assert [(op.offset, op.bd_id, op.issue_token) for op in ops[17:]] == [(16, 0, False), (17, 1, False)]

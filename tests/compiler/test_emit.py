@@ -1,0 +1,105 @@
+"""The Emit (iron/compiler/emit.py): `carry_sources` says where each next carried value comes from
+(a word of this call, or an element a group computed: its `_out` region for the Emit, its
+`carry.<name>` output for the host), and `lower_emit` gives the Emit core's program, its one
+Function, its objects' sizes and its two moves. `clamp_steps` and `sink_steps`, run here by a
+small interpreter of their ScalarSteps with i32 wrap-around, clamp any i32 into a word's range,
+count it in the flag once when it was out of range, and send a flagged run's state write to the
+sink. The Emit refuses nothing (a feeds Plan of another device or other values is refused by
+`check_feeds`, tests/compiler/test_lower.py)."""
+import numpy as np
+import pytest
+
+from aie_utils import from_name
+from iron.compiler.emit import carry_sources, clamp_steps, lower_emit, sink_steps, unflagged_steps
+from iron.compiler.objects import pack
+from iron.compiler.plan import (
+    Acquire,
+    Direction,
+    Element,
+    Emit,
+    Imm,
+    Invoke,
+    Load,
+    Output,
+    Port,
+    Release,
+    Tile,
+    TileKind,
+    WordDef,
+    WordKind,
+    WordRef,
+)
+from iron.compiler.sequence import Move
+from iron.compiler.words import Access
+from tests.compiler import designs
+from tests.compiler.passes import context
+
+NPU2 = from_name("npu2")
+C, P = Port.CONSUME, Port.PRODUCE
+I32_MIN, I32_MAX = -2 ** 31, 2 ** 31 - 1
+
+
+def walk_context():
+    ctx = context(designs.trace(designs.walk(8)), NPU2)
+    for site in ctx.layout.sites:
+        pack(ctx, site)
+    return ctx
+
+
+def test_the_walks_next_node_comes_from_its_group_and_its_steps_from_a_word():
+    emit, host = carry_sources(walk_context())
+    assert emit == (("node", Element("g0_out", 0)), ("steps", WordRef(5)))
+    assert host == (("node", Output("carry.node")), ("steps", WordRef(5)))
+
+
+def test_the_emit_core_reads_its_words_and_the_element_and_writes_the_feedback():
+    ctx = walk_context()
+    emit_values, _ = carry_sources(ctx)
+    made = lower_emit(ctx, emit_values, ctx.table.defs())
+    objects = ("emit_in", "g0_out", "feedback")
+    assert made.core.tile == Tile(0, 3, TileKind.COMPUTE) and made.core.group == "emit"
+    assert made.core.program == (Acquire("emit_in", C), Acquire("g0_out", C), Acquire("feedback", P),
+                                 Invoke("emit", objects), Release("emit_in", C), Release("g0_out", C),
+                                 Release("feedback", P))
+    assert made.function.name == "emit" and made.function.params == objects
+    words = len(ctx.table.words)
+    assert made.emit == Emit(made.core.tile, emit_values, ctx.table.defs(), "feedback")
+    assert made.sizes == {"emit_in": 4 * (words + 1), "feedback": 4 * made.emit.nwords}
+    assert made.moves == (Move(Direction.MM2S, "emit_in", "words", Access(0, ((words + 1, 1),))),
+                          Move(Direction.S2MM, "feedback", "feedback", Access(0, ((made.emit.nwords, 1),))))
+    first = made.function.steps[0]   # the flag starts from this call's own
+    assert (first.op, first.a) == ("copy", Load("emit_in", 4 * words))
+    bounded = [w for w in made.emit.target_words if w.bound is not None]
+    sunk = [w for w in made.emit.target_words if w.sink is not None]
+    assert len(made.function.steps) == 1 + words + 7 * len(bounded) + (3 + 3 * len(sunk)) * bool(sunk)
+
+
+def run(steps, memory: dict[int, int]) -> dict[int, int]:
+    """The ScalarSteps on the feedback object's words (byte offset -> i32), wrapping as i32."""
+    def value(operand):
+        return operand.value if isinstance(operand, Imm) else memory[operand.offset]
+    ops = {"min": min, "max": max, "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}
+    for step in steps:
+        assert step.dest.source == "feedback"
+        result = ops[step.op](value(step.a), value(step.b))
+        memory[step.dest.offset] = int(np.int64(result).astype(np.int32))
+    return memory
+
+
+EMIT = Emit(Tile(0, 3, TileKind.COMPUTE), (), (WordDef(0, "i", WordKind.DMA, bound=(2, 9)),), "feedback")
+
+
+@pytest.mark.parametrize("value, clamped", [
+    (2, 2), (5, 5), (8, 8), (1, 2), (9, 8), (I32_MIN, 2), (I32_MAX, 8), (-1, 2)])
+def test_a_bounded_word_is_clamped_into_its_range_and_counted_once_when_out_of_it(value, clamped):
+    word, flag, scratch = 0, 4 * EMIT.flag, 4 * EMIT.scratch
+    memory = run(clamp_steps(EMIT.target_words[0], EMIT), {word: value, flag: 3, scratch: 0})
+    assert memory[word] == clamped and memory[flag] == 3 + (value != clamped)
+
+
+@pytest.mark.parametrize("flag, written", [(0, 40), (1, 7), (5, 7)])
+def test_a_flagged_runs_state_write_goes_to_the_sink(flag, written):
+    w = WordDef(0, "trail", WordKind.DMA, sink=7)
+    emit = Emit(EMIT.tile, (), (w,), "feedback")
+    memory = {0: 40, 4 * emit.flag: flag, 4 * emit.scratch: 0}
+    assert run((*unflagged_steps(emit), *sink_steps(w, emit)), memory)[0] == written

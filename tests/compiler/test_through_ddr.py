@@ -1,0 +1,67 @@
+"""`tile_before_state_write` (iron/compiler/through_ddr.py), on the Program before fusion: a MatVec
+large enough to tile whose result only calls read, one of them writing a state, writes its result
+whole (out=) into a THROUGH declaration of the compiler's, `through.<label>`, which its readers
+read instead; one `Rule.TILE_BEFORE_STATE_WRITE` decision per MatVec taken. A MatVec the host or
+a carried value reads, one too small to tile, one of a view, or one no state writer reads is
+left alone (the Program itself comes back). The pass refuses nothing."""
+import numpy as np
+import pytest
+
+import iron
+from iron import Carried
+from iron.compiler.rules import Rule
+from iron.compiler.through_ddr import through_name, tile_before_state_write
+from iron.ir import MemoryKind, Op
+from iron.kernels import Accumulate, Add, Exp, MatVec
+
+F32 = np.float32
+
+
+class IntoState(iron.Graph):
+    """acc += W @ x (or `then`: "bias", acc = W @ x + b; "host", also returned; "exp", Exp of it
+    returned, no state written; "view", W[:rows] @ x)."""
+
+    def __init__(self, rows: int, cols: int, then: str = ""):
+        self.w, self.x = iron.param(np.ones((rows, cols), F32)), iron.param(np.ones(cols, F32))
+        self.b = iron.param(np.ones(rows, F32))
+        self.acc = iron.state((rows - (then == "view"),), F32, name="acc")
+        self.then = then
+
+    def body(self, *, step: Carried[np.int32]):
+        w = self.w[1:] if self.then == "view" else self.w
+        y = MatVec.step(w, self.x)
+        if self.then == "exp":
+            return Exp.step(y), iron.carry(step=step + 1)
+        if self.then == "bias":
+            Add.step(y, self.b, out=self.acc)
+        else:
+            Accumulate.step(y, out=self.acc)
+        return (y, iron.carry(step=step + 1)) if self.then == "host" else iron.carry(step=step + 1)
+
+
+@pytest.mark.parametrize("then, reader", [("", Accumulate), ("bias", Add)])
+def test_a_large_matvec_read_by_a_state_write_writes_a_ddr_buffer_its_reader_reads(then, reader):
+    program = IntoState(300, 4097, then).trace()
+    rewritten, decisions = tile_before_state_write(program)
+    matvec, write = rewritten.calls
+    (buffer,) = rewritten.memories[len(program.memories):]
+    assert (matvec.arg.kernel, matvec.arg.writes, write.arg.kernel) == (MatVec, True, reader)
+    assert matvec.src[2] is buffer and write.src[0] is buffer
+    assert (buffer.op, buffer.arg.kind, buffer.arg.name, buffer.shape) == (Op.MEMORY, MemoryKind.THROUGH,
+                                                                            "through.MatVec#0", (300,))
+    added = rewritten.declarations[len(program.declarations):]
+    assert [(d.kind, d.name, d.shape, d.dtype) for d in added] == [
+        (MemoryKind.THROUGH, "through.MatVec#0", (300,), np.dtype(F32))]
+    assert [rule for rule, _ in decisions] == [Rule.TILE_BEFORE_STATE_WRITE]
+    assert through_name(program, program.calls[0]) == "through.MatVec#0"
+
+
+@pytest.mark.parametrize("rows, cols, then", [
+    (300, 4097, "host"),    # the host reads the product
+    (300, 4097, "exp"),     # no reader writes a state
+    (300, 4097, "view"),    # the matrix is a view
+    (16, 16, ""),           # too small to tile
+])
+def test_a_matvec_the_rule_does_not_take_leaves_the_program_as_it_is(rows, cols, then):
+    program = IntoState(rows, cols, then).trace()
+    assert tile_before_state_write(program) == (program, ())
