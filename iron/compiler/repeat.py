@@ -13,6 +13,7 @@ from typing import Callable
 
 from iron.compiler import cost
 from iron.compiler.allocate import host_placements
+from iron.compiler.copies import copied
 from iron.compiler.fuse import Group, fuse
 from iron.compiler.plan import Choice, Dma, HostRole, Imm, Invoke, KernelStep, Loop, Plan, Repeat
 from iron.compiler.rules import Decision, Rule
@@ -335,15 +336,18 @@ def _over_time(program: Program, groups: tuple[Group, ...], run: Run, placements
                compile_groups: Callable) -> tuple[Plan, Repeat, list[Decision]]:
     """The Plan running `run` over time, its Repeat and the lines saying which values cross
     between iterations through DDR (`write_through`, then fused again), or NotRepeated."""
-    crossing = _crossing(program, groups, run)
+    place = {c: min(max(-1, (i - run.start) // run.period), run.count) for i, g in enumerate(groups) for c in g.calls}
+    crossing = _crossing(program, place, run)
     lines = []
     if crossing:
         if padded:
             raise NotRepeated("values cross between its iterations and the design lies padded (pad_to_block)")
-        lines = [(Rule.REPEAT_OVER_TIME, f"{', '.join(call_label(program, c) for c in crossing)} cross between "
-                                         f"iterations through DDR buffers of the compiler's "
-                                         f"({', '.join(through_name(program, c) for c in crossing)})")]
-        program = write_through(program, crossing)
+        returned = _returned_last(program, place, run)
+        lines = [(Rule.REPEAT_OVER_TIME, f"{', '.join(call_label(program, c) for c in crossing + returned)} cross "
+                                         f"between iterations through DDR buffers of the compiler's "
+                                         f"({', '.join(through_name(program, c) for c in crossing + returned)})"
+                                         + ", the last iteration's returned by a Copy of its buffer" * bool(returned))]
+        program = _copied_out(write_through(program, crossing + returned), program, returned)
         groups = fuse(program)
         placements = host_placements(program)
         run = next(iter(find_runs(groups)), None)
@@ -360,10 +364,10 @@ def _over_time(program: Program, groups: tuple[Group, ...], run: Run, placements
     return plan, repeat, lines
 
 
-def _crossing(program: Program, groups: tuple[Group, ...], run: Run) -> list[Node]:
+def _crossing(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
     """The results made before or in the run that a call of another iteration (or after the run)
-    reads, but those the host reads (outputs, carried elements): they cross through DDR."""
-    place = {c: min(max(-1, (i - run.start) // run.period), run.count) for i, g in enumerate(groups) for c in g.calls}
+    reads, but those the host reads (outputs, carried elements): they cross through DDR. `place`:
+    each call's iteration (-1 before the run, `run.count` after it)."""
     kept = {*program.outputs, *(v.src[0] for _, v in program.carry if v.op == Op.ELEM)}
     found: dict[Node, None] = {}
     for reader, at in place.items():
@@ -372,6 +376,29 @@ def _crossing(program: Program, groups: tuple[Group, ...], run: Run) -> list[Nod
             if made is not None and made != at and made < run.count and (made >= 0 or 0 <= at < run.count):
                 found[node] = None
     return [c for c in found if c not in kept]
+
+
+def _returned_last(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
+    """The design outputs the run's last iteration makes when no other iteration makes one (a
+    loop over layers returning the last one's result): written through DDR like the values the
+    other iterations pass on, so the last iteration is alike them, and returned by a Copy."""
+    made = {place[o] for o in program.outputs if 0 <= place.get(o, -1) < run.count}
+    carried = {v.src[0] for _, v in program.carry if v.op == Op.ELEM}
+    if made != {run.count - 1}:
+        return []
+    return [o for o in dict.fromkeys(program.outputs) if place.get(o) == run.count - 1 and o not in carried]
+
+
+def _copied_out(program: Program, traced: Program, returned: list[Node]) -> Program:
+    """`program` (`traced` written through DDR) returning a Copy of each of `returned`'s DDR
+    buffers in its place, the Copies appended to the calls."""
+    if not returned:
+        return program
+    buffers = {m.arg.name: m for m in program.memories}
+    copies = {o: copied(buffers[through_name(traced, o)]) for o in returned}
+    outputs = tuple(copies.get(o, n) for o, n in zip(traced.outputs, program.outputs))
+    return replace(program, calls=(*program.calls, *copies.values()), outputs=outputs,
+                   inserted=(*program.inserted, *copies.values()))
 
 
 def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable, spread_groups: int) -> tuple[Plan, list[Decision]]:

@@ -69,12 +69,14 @@ def test_thirty_layers_run_as_one_configuration_their_stream_through_ddr(device)
     compiled = graph.compile(x=((N,), F32), device=device)
     plan = compiled.plan
     assert len(plan.configurations) == 1
-    assert plan.repeat.groups == ("g0", "g1") and plan.repeat.count == 29   # the last layer's result is the output
+    assert plan.repeat.groups == ("g0", "g1") and plan.repeat.count == 30
     assert plan.repeat.operands[3] == ("through.Add#8", "g.3", "w.3", "through.Add#11")
     looped = [c for c in plan.cores if c.group in plan.repeat.groups]
-    assert len(looped) == 2 and all(c.program == (Loop(29, c.program[0].body),) for c in looped)
+    assert len(looped) == 2 and all(c.program == (Loop(30, c.program[0].body),) for c in looped)
     crossing = [text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME][0]
-    assert crossing.startswith("Add#2, Add#5, Add#8, ") and crossing.endswith(", through.Add#86)")
+    assert crossing.startswith("Add#2, Add#5, Add#8, ") and crossing.endswith(
+        ", through.Add#86, through.Add#89), the last iteration's returned by a Copy of its buffer")
+    assert plan.groups[-1] == ("g60", ("Copy#90",))   # the output, copied from the last layer's buffer
     x = np.random.default_rng(1).standard_normal(N).astype(F32)
     for _ in range(3):   # the first launch runs task by task, the later ones replay it
         np.testing.assert_array_equal(compiled(x), graph.reference(x))
