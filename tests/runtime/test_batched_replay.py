@@ -337,3 +337,36 @@ def test_a_kernel_computing_into_an_array_writes_there_what_it_returns_otherwise
             view[...], stacks[-1] = stacks[-1], view
         assert kernel.compute(*stacks, out=view) is view
         np.testing.assert_array_equal(view, want)
+
+
+class Blocks(iron.Graph):
+    """out_i = w_i @ x[i] for 40 weight matrices and row blocks: one group run over time on one
+    core looping 40 times (repeat_over_time), the sequence moving each iteration's operands."""
+
+    def __init__(self):
+        rng = np.random.default_rng(5)
+        self.w = [iron.param(rng.integers(-9, 9, (32, 64)).astype(np.float32)) for _ in range(40)]
+
+    def body(self, x):
+        return tuple(MatVec.step(w, x[i]) for i, w in enumerate(self.w))
+
+    def example(self) -> dict[str, np.ndarray]:
+        return {"x": np.ones((40, 64), np.float32)}
+
+
+def test_a_block_run_over_time_leaves_every_host_buffer_as_each_call_on_its_own_does(batched):
+    plan, batching = load(Blocks())
+    assert plan.repeat is not None and plan.repeat.count == 40
+    unbatched = Emulator(plan, replay=True, batch=False)
+    tasks = Emulator(plan, replay=False)
+    for name in batching._buffers:
+        unbatched.buffer(name)[:] = tasks.buffer(name)[:] = batching.buffer(name)
+    for k in range(4):
+        x = np.random.default_rng(k).integers(-9, 9, (40, 64)).astype(np.float32)
+        for emulator in (batching, unbatched, tasks):
+            call(plan, emulator, {"x": x})
+        for b in plan.host_buffers:
+            np.testing.assert_array_equal(batching.buffer(b.name), unbatched.buffer(b.name))
+            np.testing.assert_array_equal(batching.buffer(b.name), tasks.buffer(b.name))
+    assert batching.replayed == unbatched.replayed == 2
+    assert batched.members > 0   # the looping core's calls on the FIFO's two objects share waves
