@@ -66,7 +66,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
         at = [i for i, g in enumerate(kept) if g.name in unfolding.groups]
         return compile_segments(program, device, kept, feeds, looping, one, padded, frozenset(range(at[0] + 1, at[-1] + 1)))
 
-    plan, repeated = choose_over_time(program, groups, placements, padded, folded, whole, spread) if over_time else (None, [])
+    plan, repeated = choose_over_time(program, device, groups, placements, padded, folded, whole, spread) if over_time else (None, [])
     if plan is None:
         plan = whole if isinstance(whole, Plan) else spread()
     rules = (*through, *copy_view_rules(program), *padding.shared, *repeated, *plan.rules, *padding.passed,

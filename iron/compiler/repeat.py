@@ -304,7 +304,7 @@ def _span(dims) -> int:
 
 # ---- choosing time or space --------------------------------------------------------------------
 
-def choose_over_time(program: Program, groups: tuple[Group, ...], placements: tuple, padded: dict,
+def choose_over_time(program: Program, device, groups: tuple[Group, ...], placements: tuple, padded: dict,
                      compile_groups: Callable, whole, spread: Callable) -> tuple[Plan | None, list[Decision]]:
     """The design with its longest repeated run over time when the cost model estimates that
     faster than spreading it in space (`whole`: the whole design's Plan, or why it did not fit
@@ -323,7 +323,7 @@ def choose_over_time(program: Program, groups: tuple[Group, ...], placements: tu
             return (replace(whole, choices=(*whole.choices, (names[0], choice))),
                     [(Rule.REPEAT_OVER_TIME, f"{label} spread in space, estimated faster (choices)")])
         try:
-            plan, repeat, crossing = _over_time(program, groups, run, placements, padded, compile_groups)
+            plan, repeat, crossing = _over_time(program, device, groups, run, placements, padded, compile_groups)
         except (NotRepeated, PlanError) as why:   # the longest run's reason
             lines = lines or [(Rule.REPEAT_OVER_TIME, f"{label} not run over time: {why}")]
             continue
@@ -332,10 +332,11 @@ def choose_over_time(program: Program, groups: tuple[Group, ...], placements: tu
     return None, lines
 
 
-def _over_time(program: Program, groups: tuple[Group, ...], run: Run, placements: tuple, padded: dict,
+def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, placements: tuple, padded: dict,
                compile_groups: Callable) -> tuple[Plan, Repeat, list[Decision]]:
     """The Plan running `run` over time, its Repeat and the lines saying which values cross
     between iterations through DDR (`write_through`, then fused again), or NotRepeated."""
+    _check_period(run, device)
     place = {c: min(max(-1, (i - run.start) // run.period), run.count) for i, g in enumerate(groups) for c in g.calls}
     crossing = _crossing(program, place, run)
     lines = []
@@ -353,6 +354,7 @@ def _over_time(program: Program, groups: tuple[Group, ...], run: Run, placements
         run = next(iter(find_runs(groups)), None)
         if run is None:
             raise NotRepeated("its groups are no longer alike once values cross through DDR")
+    _check_period(run, device)
     unfold, repeat = unfolding(program, groups, run, placements, padded)
     kept = groups[:run.start + run.period] + groups[run.start + run.count * run.period:]
     plan = compile_groups(program, kept, placements, unfold)
@@ -362,6 +364,13 @@ def _over_time(program: Program, groups: tuple[Group, ...], run: Run, placements
                for p in plan.configurations for c in p.cores):
         raise NotRepeated("no configuration holds a whole iteration")
     return plan, repeat, lines
+
+
+def _check_period(run: Run, device):
+    """A group takes a tile at least, and a loop runs within one configuration."""
+    tiles = len(device.compute_tiles)
+    if run.period > tiles:
+        raise NotRepeated(f"an iteration is {run.period} groups, more than the {tiles} compute tiles")
 
 
 def _crossing(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
