@@ -7,9 +7,11 @@ import pytest
 
 import iron
 from iron import Carried
+from iron.compiler.mlir import ALLOWED_OPS
 from iron.compiler.plan import Loop
 from iron.compiler.rules import Rule
 from iron.kernels import Add, Argmax, Copy, MatVec, RMSNorm
+from tests.compiler.test_mlir import op_names
 
 F32 = np.float32
 N, V = 64, 16
@@ -103,6 +105,7 @@ def test_a_decoder_over_twenty_layers_runs_as_a_carried_loop_at_depth_two_on_npu
     assert plan.repeat.groups == ("g1", "g2", "g3") and plan.repeat.count == 19
     assert plan.repeat.operands[2] == ("through.Add#8", "cache2[pos]", "g.2", "w.2", "through.Add#12")
     assert len([w for w in plan.words if w.sink is not None]) == 21   # every cache's write and the tokens'
+    assert set(op_names(body.mlir)) <= ALLOWED_OPS
     reference = loops_as_the_reference(body, Decoder(20), 8)
     for i in (0, 7, 19):   # each layer's cache written at each position through its own sink patch word
         np.testing.assert_array_equal(body.read(f"cache{i}"), reference.read(f"cache{i}"))
@@ -117,4 +120,5 @@ def test_a_loop_too_big_for_one_configuration_runs_in_segments_kept_whole_around
     assert [c.program[0].count for c in looping] == [5, 5, 5]
     (choice,) = [c for _, c in plan.choices if c.rule is Rule.REPEAT_OVER_TIME]
     assert choice.chosen == "over time: one iteration placed, its cores looping" and choice.chosen_ns < choice.rejected_ns
+    assert set(op_names(body.mlir)) <= ALLOWED_OPS   # one module: a device per segment, @main configuring each
     loops_as_the_reference(body, Decoder(6), 6)
