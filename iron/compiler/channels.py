@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from iron.compiler.fifos import Stem, fifo
+from iron.compiler.fifos import FifoId, Stem, fifo_id
 from iron.compiler.plan import Direction, Tile, TileKind
 from iron.compiler.rules import Rule
 from iron.errors import PlacementError
@@ -78,12 +78,16 @@ class SharedChannel:
     at bytes [offsets[i], offsets[i] + its size) of `name`'s `nbytes`-byte objects: a mem-tile
     split of `name` into the members (MM2S), or a join of the members into `name` (S2MM)."""
 
-    name: str
+    fifo: FifoId
     direction: Direction
     mem: Tile
     members: tuple[str, ...]
     offsets: tuple[int, ...]
     nbytes: int
+
+    @property
+    def name(self) -> str:
+        return self.fifo.name
 
 
 SHARED_STEMS = {Direction.MM2S: Stem.SHARED_IN, Direction.S2MM: Stem.SHARED_HOST}
@@ -144,20 +148,20 @@ def _next_share(left, wanted, excess, direction, number, mem, depth) -> SharedCh
         pool = by_col[anchor] if len(by_col[anchor]) > 1 else sorted(left, key=lambda r: abs(r.col - anchor))
         for count in range(min(excess + 1, len(pool)), 1, -1):
             members = sorted(pool[:count], key=wanted.index)
-            share = _merge(members, direction, fifo(None, SHARED_STEMS[direction], number), anchor, mem, depth)
+            share = _merge(members, direction, fifo_id(None, SHARED_STEMS[direction], number), anchor, mem, depth)
             if share is not None:
                 return share
     return None
 
 
-def _merge(members, direction, name, anchor, mem, depth) -> SharedChannel | None:
+def _merge(members, direction, fifo: FifoId, anchor, mem, depth) -> SharedChannel | None:
     """`members` merged on the mem tile nearest `anchor` that has room (taken), or None."""
     offsets = [sum(-(-r.nbytes // 4) * 4 for r in members[:i]) for i in range(len(members) + 1)]
     channels = (1, len(members)) if direction is Direction.MM2S else (len(members), 1)
     tile = mem.take_nearest(anchor, *channels, depth * offsets[-1])   # the link keeps only the merged FIFO's objects
     if tile is None:
         return None
-    return SharedChannel(name, direction, tile, tuple(r.fifo for r in members), tuple(offsets[:-1]), offsets[-1])
+    return SharedChannel(fifo, direction, tile, tuple(r.fifo for r in members), tuple(offsets[:-1]), offsets[-1])
 
 
 def _share_text(s: SharedChannel) -> str:

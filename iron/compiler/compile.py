@@ -50,12 +50,11 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
     program, through = tile_before_state_write(program)
     groups = fuse(program)
     padding = pad_to_block(program, groups, device)   # once: every segment sees the same layout
-    padded = padding.shapes
-    placements = host_placements(program, padded)
+    placements = host_placements(program, padding.shapes)
     whole = try_groups(program, groups, device, feeds, None, placements, check=True)
 
     def spread() -> Plan:   # too big for the array at once: segments
-        return compile_segments(program, device, groups, feeds, try_groups, whole, padded)
+        return compile_segments(program, device, groups, feeds, try_groups, whole, padding.lies)
 
     def folded(program: Program, kept: tuple[Group, ...], placements: tuple, unfolding: Unfolding):
         """The design with one iteration placed: one configuration, or segments around it."""
@@ -64,9 +63,11 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
         if isinstance(one, Plan):
             return one
         at = [i for i, g in enumerate(kept) if g.name in unfolding.groups]
-        return compile_segments(program, device, kept, feeds, looping, one, padded, frozenset(range(at[0] + 1, at[-1] + 1)))
+        return compile_segments(program, device, kept, feeds, looping, one, padding.lies,
+                                frozenset(range(at[0] + 1, at[-1] + 1)))
 
-    plan, repeated = choose_over_time(program, device, groups, placements, padded, folded, whole, spread) if over_time else (None, [])
+    plan, repeated = (choose_over_time(program, device, groups, placements, padding.shapes, folded, whole, spread)
+                      if over_time else (None, []))
     if plan is None:
         plan = whole if isinstance(whole, Plan) else spread()
     rules = (*through, *copy_view_rules(program), *padding.shared, *repeated, *plan.rules, *padding.passed,

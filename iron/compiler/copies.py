@@ -6,33 +6,40 @@ gathers it on a core). `copy_view_for_grid` runs before fusion, on the whole Pro
 `carry_from_earlier_segment` on the last segment's Program (segment.py)."""
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from iron import dtypes
 from iron.compiler.fuse import Group
+from iron.compiler.layout import large
 from iron.compiler.objects import MAX_GATHER_RUNS
-from iron.compiler.pad_sides import large
 from iron.compiler.rules import Decision, Rule
-from iron.compiler.tiling import TILED_BYTES
-from iron.compiler.words import view_words
-from iron.errors import PlacementError
+from iron.compiler.streaming import streamed_rows
+from iron.compiler.tiling import TILED_BYTES, word_run
+from iron.compiler.words import dma_moves
 from iron.ir import (
+    Axis,
     Call,
     Node,
     Op,
     Program,
     call_label,
+    contiguous_span,
     describe,
+    destination,
     element_pattern,
     elements,
+    frame,
     is_host_tensor,
     is_strided,
+    kept,
     nbytes,
+    state_of,
+    storage,
 )
 from iron.kernels.base import Role
-from iron.kernels.registry import copy_kernel, strided_kernel
+from iron.kernels.registry import copy_kernel, scatter_kernel, strided_kernel
 
 
 def copied(node: Node) -> Node:
@@ -52,13 +59,136 @@ def copy_view_for_grid(program: Program) -> Program:
     moves in whole words (x.T of bfloat16), or one `gather_strided_view` would copy in more than
     MAX_GATHER_RUNS runs, through a Strided call gathering it on a core (`gathered`), or, when
     its tensor is larger than a tile (and so crosses in DDR), through a Copy the DMA feeds."""
+    program = scatter_into_state(program)
     copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call)
               for n in call.src[:call.arg.n_inputs] if _view_of_host(n)}
-    copies |= {n: gathered(n) if nbytes(n.src[0]) <= TILED_BYTES else copied(n) for call in program.calls
+    copies |= {n: _gather(n) for call in program.calls
                for n in call.src[:call.arg.n_inputs] if n not in copies and _gathered_on_core(n)}
     if not copies:
         return program
     return with_copies(program, copies)
+
+
+def scatter_into_state(program: Program) -> Program:
+    """The rule: a call writing a static view of a state the DMA cannot move in whole words (the
+    interior `pad[1:-1, 1:-1]` of bfloat16 or int8 starts mid-word) computes its result as a
+    tensor of its own, and Scatter calls inserted after it place that result among the fewest
+    whole words of the state around the view, which each reads and writes back whole (the
+    elements outside the view keep their values): one, or, when those words and the result
+    take more than SCATTER_BYTES, one per band of the view's outermost rows, cut where the
+    bands' words do not meet."""
+    scattered = {call: _scatter(call) for call in program.calls
+                 if call.arg.writes and not call.arg.kernel.accumulates and _scattered(destination(call))}
+    if not scattered:
+        return program
+    calls = tuple(c for call in program.calls for c in scattered.get(call, (call,)))
+    return replace(program, calls=calls, inserted=(*program.inserted, *(s for c in scattered.values() for s in c[1:])))
+
+
+SCATTER_BYTES = TILED_BYTES // 2   # the most bytes of one Scatter's input and words (each FIFO holds two objects)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A static view's elements in its state seen flat: `first` + sum(i_d * stride_d), i_d < size_d,
+    `dims` outermost first; a band of its outermost rows [a, b) is a pattern of its own."""
+
+    first: int
+    dims: tuple[tuple[int, int], ...]
+    per: int   # elements per 32-bit word
+
+    @property
+    def inner(self) -> int:
+        return int(np.prod([n for n, _ in self.dims[1:]], dtype=np.int64))
+
+    def span(self, a: int, b: int) -> tuple[int, int]:
+        """The whole words [lo, hi), in elements, around rows [a, b) (`hi` not past `size`)."""
+        last = self.first + (b - 1) * self.dims[0][1] + sum((n - 1) * st for n, st in self.dims[1:])
+        return (self.first + a * self.dims[0][1]) // self.per * self.per, -(-(last + 1) // self.per) * self.per
+
+    def cut_before(self, row: int, itemsize: int) -> bool:
+        """Whether bands may meet before `row`: the words of the rows before end where the row's
+        begin, and the result's rows from it start on a word."""
+        return self.span(0, row)[1] <= self.span(row, row + 1)[0] and row * self.inner * itemsize % 4 == 0
+
+
+def _scattered(dest: Node) -> bool:
+    """A static view of a state no DMA pattern moves, whose access pattern has at most four dimensions."""
+    return (dest.op == Op.VIEW and len(dest.src) == 1 and state_of(dest) is not None
+            and len(element_pattern(dest)[1]) <= 4 and not dma_moves(dest))
+
+
+def _scatter(call: Node) -> tuple[Node, ...]:
+    """(`call` computing its own result, the Scatters placing it into the words around its view)."""
+    c, dest = call.arg, destination(call)
+    result = Node(Op.CALL, (*call.src[:c.n_inputs], *call.src[c.n_inputs + 1:]), call.shape, call.dtype,
+                  replace(c, writes=False))
+    first, dims = element_pattern(dest)
+    pattern = Pattern(first, tuple(dims), max(1, 4 // dest.dtype.itemsize))
+    cuts = _band_cuts(pattern, dest.src[0].size, dest.dtype.itemsize)
+    return (result, *(_placed(result, dest.src[0], pattern, a, b, len(cuts) > 2) for a, b in zip(cuts, cuts[1:])))
+
+
+def _band_cuts(pattern: Pattern, size: int, itemsize: int) -> list[int]:
+    """The rows where the bands begin, and the last row's end: each band the most rows whose
+    result and words take at most SCATTER_BYTES, cut where `Pattern.cut_before` allows."""
+    rows, cuts = pattern.dims[0][0], [0]
+
+    def fits(a: int, b: int) -> bool:
+        lo, hi = pattern.span(a, b)
+        return ((b - a) * pattern.inner + min(hi, size) - lo) * itemsize <= SCATTER_BYTES
+    while cuts[-1] < rows:
+        a, b, cut = cuts[-1], cuts[-1] + 1, rows
+        while b < rows and fits(a, b):
+            cut = b if pattern.cut_before(b, itemsize) else cut
+            b += 1
+        cuts.append(rows if b == rows and fits(a, rows) else cut)
+    return cuts
+
+
+def _placed(result: Node, state: Node, pattern: Pattern, a: int, b: int, banded: bool) -> Node:
+    """The Scatter placing rows [a, b) of `result` into the words of `state` around them."""
+    lo, hi = pattern.span(a, b)
+    hi = min(hi, state.size)
+    words = Node(Op.VIEW, (state,), (hi - lo,), state.dtype, (Axis(start=lo, stop=hi, extent=state.size),))
+    part = result
+    if banded:
+        part = Node(Op.VIEW, (result,), ((b - a) * pattern.inner,), result.dtype,
+                    (Axis(start=a * pattern.inner, stop=b * pattern.inner, extent=result.size),))
+    dims = [(1, 0)] * (4 - len(pattern.dims)) + [(b - a, pattern.dims[0][1]), *pattern.dims[1:]]
+    attrs = {"shape": words.shape, "offset": pattern.first + a * pattern.dims[0][1] - lo,
+             **{f"n{d}": n for d, (n, _) in enumerate(dims)}, **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
+    return Node(Op.CALL, (part, words), words.shape, words.dtype,
+                Call(scatter_kernel(), tuple(sorted(attrs.items())), 1, True))
+
+
+def _gather(view: Node) -> Node:
+    """The call a view `_gathered_on_core` finds is read through: a Strided call gathering it from
+    its whole tensor when that fits a tile; else (the tensor crossing in DDR) a Copy the DMA
+    feeds by the view's access pattern when the DMA moves it, or a StridedRows call picking a
+    step slice row by row from the whole rows, streamed in blocks of rows (`rows_gathered`)."""
+    if nbytes(view.src[0]) <= TILED_BYTES:
+        return gathered(view)
+    if dma_moves(view):
+        return copied(view)
+    return rows_gathered(view) or copied(view)
+
+
+def rows_gathered(view: Node) -> Node | None:
+    """A StridedRows call picking 2-D static `view`, a step slice along its tensor's last axis,
+    from the whole rows it picks from: its tensor, or a view of a host tensor whose rows the DMA
+    moves (one run of words, or rows of whole words one stride apart); else None."""
+    axes, last = view.arg, view.arg[-1]
+    if len(view.shape) != 2 or len(view.src) > 1 or not last.keeps_axis or last.step < 1 or kept(axes)[-1] is not last:
+        return None
+    base, width = view.src[0], frame(view)[-1]
+    rows = Node(Op.VIEW, view.src, (view.shape[0], width), view.dtype, (*axes[:-1], replace(last, start=0, stop=width, step=1)))
+    if base.shape == rows.shape and contiguous_span(rows) == (0, base.size):
+        rows = base
+    elif not is_host_tensor(base) or (word_run(rows) is None and streamed_rows(rows) is None):
+        return None
+    attrs = {"width": width, "start": last.start, "step": last.step, "stop": last.start + (last.size - 1) * last.step + 1}
+    return Node(Op.CALL, (rows,), view.shape, view.dtype, Call(strided_kernel(rows=True), tuple(sorted(attrs.items())), 1, False))
 
 
 def gathered(view: Node) -> Node:
@@ -103,12 +233,29 @@ def copy_view_rules(program: Program) -> list[Decision]:
               f"{call_label(program, call)}, {_why(program, call, copy.src[0])}")
              for call in program.calls for copy in dict.fromkeys(call.src) if copy in inserted
              and copy.arg.kernel is copy_kernel() and copy.src[0].op == Op.VIEW]
-    return lines + [(Rule.COPY_VIEW_FOR_GRID, _gather_text(program, call)) for call in program.inserted
-                    if call.arg.kernel.gathers]
+    return (lines + [(Rule.COPY_VIEW_FOR_GRID, _gather_text(program, call)) for call in program.inserted
+                     if call.arg.kernel.gathers]
+            + [(Rule.SCATTER_INTO_STATE, _scatter_text(program, call)) for call in program.inserted
+               if call.arg.kernel.scatters])
+
+
+def _scatter_text(program: Program, call: Node) -> str:
+    a, words = call.arg.attr_dict, call.src[1]
+    dims = [(a[f"n{d}"], a[f"s{d}"]) for d in range(4) if a[f"n{d}"] > 1] or [(1, 1)]
+    span = words.arg[0]
+    return (f"{call_label(program, call)} places {describe(call.src[0])} into elements {span.start}..{span.stop} of "
+            f"{describe(words.src[0])}, whole 32-bit words, by its access pattern (from element {a['offset']}, sizes "
+            f"{tuple(n for n, _ in dims)}, strides {tuple(st for _, st in dims)} elements): the view it writes lies in "
+            f"{dtypes.name(words.dtype)} runs no DMA moves in whole words")
 
 
 def _gather_text(program: Program, call: Node) -> str:
-    a = call.arg.attr_dict
+    a, base = call.arg.attr_dict, storage(call.src[0])
+    if call.arg.kernel.role is Role.EXPANSION:
+        return (f"{call_label(program, call)} picks {call.shape[1]} elements of each row of {describe(call.src[0])}, every "
+                f"{a['step']} from element {a['start']}, on the cores its rows stream to in blocks: its "
+                f"{dtypes.name(base.dtype)} elements lie in runs narrower than the DMA's 32-bit words, and "
+                f"{describe(base)} is larger than a tile")
     dims = [(a[f"n{d}"], a[f"s{d}"]) for d in range(4) if a[f"n{d}"] > 1] or [(1, 1)]
     base = call.src[0]
     why = (f"its {dtypes.name(base.dtype)} elements lie in runs narrower than the DMA's 32-bit words"
@@ -148,20 +295,24 @@ def _gathered_on_core(node: Node) -> bool:
     if node.op != Op.VIEW or len(node.src) > 1 or len(element_pattern(node)[1]) > 4:
         return False
     if is_host_tensor(node):   # a slice starting mid-word moves once `pad_lead_to_words` or `pad_rows_to_words` lays it out
-        return is_strided(node) and not _view_of_host(node)
+        return (is_strided(node) or _state_mid_word(node)) and not _view_of_host(node)
     flat = elements(node)
     return int(np.count_nonzero(np.diff(flat) != 1)) + 1 > MAX_GATHER_RUNS
 
 
+def _state_mid_word(view: Node) -> bool:
+    """A view of a state starting or ending mid-word even with its rows padded to whole words
+    (`pad_rows_to_words`; a state keeps its first word, so no lead moves it)."""
+    state = view.src[0]
+    if state_of(view) is None:
+        return False
+    per = max(1, 4 // state.dtype.itemsize)
+    return not dma_moves(view, (*state.shape[:-1], -(-state.shape[-1] // per) * per), True)
+
+
 def _view_of_host(node: Node) -> bool:
     """A view of a host tensor the DMA moves (in whole words, by an access pattern)."""
-    if node.op != Op.VIEW or not is_host_tensor(node):
-        return False
-    try:
-        view_words(node)
-    except PlacementError:
-        return False
-    return True
+    return node.op == Op.VIEW and is_host_tensor(node) and dma_moves(node)
 
 
 def carry_from_earlier_segment(last: Program, groups: tuple[Group, ...], cut: list[Node],

@@ -31,10 +31,14 @@ def fail(plan: Plan, problem: str, fix: str = FIX):
     raise PlanError(f"plan {plan.name} on {plan.device.name}: {problem}. {fix}")
 
 
-def check_functions(plan: Plan):
-    names = [f.name for f in plan.functions]
+def check_unique(plan: Plan, what: str, names: list[str]):
+    """`what` (FIFO, function) names that repeat are refused, naming them."""
     if len(set(names)) != len(names):
-        fail(plan, f"function names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
+        fail(plan, f"{what} names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
+
+
+def check_functions(plan: Plan):
+    check_unique(plan, "function", [f.name for f in plan.functions])
     for f in plan.functions:
         for step in f.steps:
             _check_abi(plan, f, step)

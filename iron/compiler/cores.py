@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from iron.compiler.fifos import Stem, fifo
+from iron.compiler.fifos import Stem, fifo, fifo_id
 from iron.compiler.fuse import leading_call
 from iron.compiler.objects import (
     Context,
@@ -41,8 +41,8 @@ def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:
     """The part's Functions and its core's program."""
     main = _main_steps(ctx, part)
     block = _block_function(ctx, part)
-    ins = ([part.in_fifo] if ctx.routes.has(part.in_fifo) else []) + consumed(ctx, part)
-    outs = [f for f in (part.fifo(Stem.HOST), part.fifo(Stem.OUT)) if ctx.routes.has(f)]
+    ins = ([part.in_fifo.name] if ctx.routes.has(part.in_fifo) else []) + consumed(ctx, part)
+    outs = [f.name for f in (part.fifo(Stem.HOST), part.fifo(Stem.OUT)) if ctx.routes.has(f)]
     if part.split:
         outs.append(fifo(part.group, Stem.PART, part.number))
     objects = [*ins, *outs, *(b.name for b in part.buffers)]
@@ -63,7 +63,8 @@ def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:
 
 
 def _w_name(part: Part) -> str:
-    return fifo(part.group, Stem.W, part.number) if part.split else part.stream.fifo or fifo(part.group, Stem.W)
+    w = fifo_id(part.group, Stem.W, part.number) if part.split else part.stream.fifo or fifo_id(part.group, Stem.W)
+    return w.name
 
 
 def _params(steps, objects: list[str]) -> tuple[str, ...]:
@@ -106,7 +107,7 @@ def _call_steps(ctx: Context, part: Part, call: Node) -> list:
 def _result_ptr(part: Part, call: Node) -> Ptr:
     """Where a call puts its result: the `_host` region of the state it writes (out=), or its home."""
     if call.arg.writes:
-        return Ptr(part.fifo(Stem.HOST), part.host.offsets[StateWrite(call)])
+        return Ptr(part.fifo(Stem.HOST).name, part.host.offsets[StateWrite(call)])
     return Ptr(*part.homes[call])
 
 
@@ -125,7 +126,7 @@ def _attr_args(ctx: Context, part: Part, call: Node) -> list:
         if name in dynamic:
             key = WordRef(attr_word(ctx, call, name, dynamic[name]))
             where = ctx.relayed.get((part.group, key))
-            args.append(Load(*where) if where else Load(part.in_fifo, part.ins.offsets[key]))
+            args.append(Load(*where) if where else Load(part.in_fifo.name, part.ins.offsets[key]))
         elif values.get(name) is None:
             args.append(Imm(int(call.src[0].shape[-1]), ctype))   # a row kernel's length left None: the whole row
         else:

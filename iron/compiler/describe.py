@@ -31,20 +31,21 @@ def describe(plan: Plan) -> str:
         _section("memory (used / budget bytes)", _memory(plan)),
         _section("fifos", _fifos(plan)),
         _section("links", _links(plan)),
-        _section("words", _words(plan.words)),
-        _section("groups", _groups(plan)),
-        _section("rules", [f"{rule}: {what}" for rule, what in plan.rules]),
-        _choices(plan),
-        _section("DDR per call", [ddr_traffic(plan).text()]),
+        *_decided(plan, _section("groups", _groups(plan))),
         _section("emit", _emit(plan)),
         _section("next carried values (host)", [f"{name} <- {_source(plan, src)}" for name, src in plan.carry]),
     ]
     return "\n".join(line for section in sections for line in section) + "\n"
 
 
-def _choices(plan: Plan) -> list[str]:
-    """The choices the cost model made, when it made any."""
-    return _section("choices", [f"{name}: {choice.text()}" for name, choice in plan.choices]) if plan.choices else []
+def _decided(plan: Plan, *between: list[str]) -> list[list[str]]:
+    """The sections every Plan's description has, segmented or not: its words (then `between`),
+    every rule's decision, the choices the cost model made (when it made any), the DDR traffic."""
+    choices = [f"{name}: {choice.text()}" for name, choice in plan.choices]
+    return [_section("words", _words(plan.words)), *between,
+            _section("rules", [f"{rule}: {what}" for rule, what in plan.rules]),
+            _section("choices", choices) if choices else [],
+            _section("DDR per call", [ddr_traffic(plan).text()])]
 
 
 def _segmented(plan: Plan) -> str:
@@ -64,10 +65,7 @@ def _segmented(plan: Plan) -> str:
         _section("segments", _columns(rows)),
         _section("cuts", [f"before {c.before}: {c.nbytes} bytes ({', '.join(c.values) or 'nothing'})"
                           for c in plan.cuts]),
-        _section("words", _words(plan.words)),
-        _section("rules", [f"{rule}: {what}" for rule, what in plan.rules]),
-        _choices(plan),
-        _section("DDR per call", [ddr_traffic(plan).text()]),
+        *_decided(plan),
     ]
     text = "\n".join(line for section in sections for line in section) + "\n"
     for k, segment in enumerate(plan.segments):

@@ -1,7 +1,8 @@
 """FIFO identities: which FIFO a name stands for, as a small frozen record (the group it belongs
 to, what it carries, which one of several), built where the FIFO is decided and never parsed
-back. `FifoId.name` is the MLIR symbol printed from it (`g1_p0_host`, `g0_a1_mem`,
-`g2_part0_1_r1`); the Plan and its printers know a FIFO by that name."""
+back. The compiler's records of FIFOs (routes, relays, moves) hold the FifoId; `FifoId.name` is
+the MLIR symbol printed from it (`g1_p0_host`, `g0_a1_mem`, `g2_part0_1_r1`), by which the Plan,
+one-to-one with the MLIR, and its printers and the emulator know a FIFO."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,10 +53,16 @@ class FifoId:
         return self.name
 
 
+def fifo_id(group: str | None, stem: Stem, *at: int, core: int | None = None, mem: bool = False,
+            result: int = 0) -> FifoId:
+    """The FIFO these identify."""
+    return FifoId(group, stem, at, core, mem, result)
+
+
 def fifo(group: str | None, stem: Stem, *at: int, core: int | None = None, mem: bool = False,
          result: int = 0) -> str:
-    """The name of the FIFO these identify (FifoId.name)."""
-    return FifoId(group, stem, at, core, mem, result).name
+    """The name of the FIFO these identify, as the Plan's values print it (FifoId.name)."""
+    return fifo_id(group, stem, *at, core=core, mem=mem, result=result).name
 
 
 EMIT_IN = fifo(EMIT, Stem.IN)          # this call's words into the Emit core

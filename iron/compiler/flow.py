@@ -10,7 +10,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from iron.compiler.fifos import Stem, fifo
+from iron.compiler.fifos import FifoId, Stem, fifo, fifo_id
 from iron.compiler.grid import (
     GridLowered,
     result_access,
@@ -133,7 +133,7 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     p = result_placement(ctx, result)
     ends = [(partial(_column_leg, g, i), Direction.MM2S, node, *run_access(ctx, node))
             for i, node in enumerate(flow.inputs)]
-    ends += [(partial(host_fifo, g, k), Direction.S2MM, node, *result_access(ctx, node))
+    ends += [(partial(fifo_id, g, Stem.HOST, result=k), Direction.S2MM, node, *result_access(ctx, node))
              for k, node in enumerate(flow.results)]
 
     def words(node) -> int:
@@ -164,8 +164,8 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     even = -(-flow.rounds // -(-flow.rounds // most))   # runs of even length, as few as `most` allows
     runs = [(t, min(even, flow.rounds - t)) for t in range(0, flow.rounds, even)]
     moves = []
-    once = [Move(Direction.MM2S, fifo(g, Stem.W, i), *stored_access(ctx, node)) for i, node in enumerate(flow.shared)]
-    once += [Move(Direction.MM2S, fifo(g, Stem.IN), "words", Access(w, ((1, 1),))) for w in _flow_words(ctx, flow)]
+    once = [Move(Direction.MM2S, fifo_id(g, Stem.W, i), *stored_access(ctx, node)) for i, node in enumerate(flow.shared)]
+    once += [Move(Direction.MM2S, fifo_id(g, Stem.IN), "words", Access(w, ((1, 1),))) for w in _flow_words(ctx, flow)]
     runs = _joined_runs(flow, runs) if flow.pieces else runs
     for number, (t, run) in enumerate(runs):
         here = [] if t else list(once)
@@ -175,15 +175,15 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
                     buffer, at, blocks = _in_piece(ctx, flow, t * cols + c)
                 else:
                     blocks = t * cols + c
-                here.append(Move(direction, named(c=c), buffer,
+                here.append(Move(direction, named(c), buffer,
                                  Access(at.offset + int(blocks * column(node)[0]), dims(node, run))))
         moves += with_waits(ctx, len(runs), number, here)
     return moves
 
 
-def _column_leg(g: str, i: int, c: int) -> str:
+def _column_leg(g: str, i: int, c: int) -> FifoId:
     """Column c's leg of a Flow's input i from the host into its mem tile."""
-    return fifo(g, Stem.X, i, c, mem=True)
+    return fifo_id(g, Stem.X, i, c, mem=True)
 
 
 def _joined_runs(flow, runs: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -108,8 +108,10 @@ def dequant_before_matvec(group: list[Node], call: Node) -> bool:
 
 
 def joins_expansion(group: list[Node], call: Node) -> bool:
-    """Whether `call` is the matrix call reading as its matrix what the group, one expansion, makes."""
-    return len(group) == 1 and role(group[0]) is Role.EXPANSION and feeds_matrix(group[0], call)
+    """Whether `call` is the matrix call reading as its matrix what the group, one expansion, makes
+    (not one gathering a view: its matrix is the view's rows, read as the grid reads any)."""
+    return (len(group) == 1 and role(group[0]) is Role.EXPANSION and not group[0].arg.kernel.gathers
+            and feeds_matrix(group[0], call))
 
 
 def matrix_op_starts_group(group: list[Node], call: Node) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from iron.compiler.fifos import Stem, fifo
+from iron.compiler.fifos import Stem, fifo, fifo_id
 from iron.compiler.objects import Context
 from iron.compiler.place import Site
 from iron.compiler.plan import (
@@ -194,12 +194,12 @@ def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
     p = c_placement(ctx, call)
     moves = []
     for t in range(grid.rounds):
-        here = [Move(Direction.MM2S, fifo(g, Stem.B), *stored_access(ctx, b))]
+        here = [Move(Direction.MM2S, fifo_id(g, Stem.B), *stored_access(ctx, b))]
         for c in range(cols):
             first = (t * cols + c) * rows * m
             dims = ((grid.k_blocks, grid.k), (rows * m, big_k), (grid.k, 1))
-            here.append(Move(Direction.MM2S, fifo(g, Stem.A, c, mem=True), a_buf, in_words(a_at, first * big_k, dims, wa)))
-            here.append(Move(Direction.S2MM, fifo(g, Stem.HOST, c), p.buffer, in_words(p, first * n, ((rows * m * n, 1),), wc)))
+            here.append(Move(Direction.MM2S, fifo_id(g, Stem.A, c, mem=True), a_buf, in_words(a_at, first * big_k, dims, wa)))
+            here.append(Move(Direction.S2MM, fifo_id(g, Stem.HOST, c), p.buffer, in_words(p, first * n, ((rows * m * n, 1),), wc)))
         moves += with_waits(ctx, grid.rounds, t, here)
     return moves
 
@@ -257,7 +257,7 @@ def with_waits(ctx: Context, steps: int, t: int, here: list[Move]) -> list:
     """Step `t`'s moves (a round, or a run of rounds), then a Wait on each of their FIFOs every
     `rounds_between_waits` steps."""
     if (t + 1) % rounds_between_waits(ctx.device, here) == 0 and t + 1 < steps:
-        return [*here, *(Wait(mv.fifo) for mv in here)]
+        return [*here, *(Wait(mv.fifo.name) for mv in here)]
     return here
 
 
@@ -281,14 +281,14 @@ def _moves(ctx: Context, g: str, grid: Grid) -> list:
         row0, here = t * rows * m, []
         for r in range(rows):
             dims = ((q, 0), (grid.k_blocks, k), (m, big_k), (k, 1))
-            here.append(Move(Direction.MM2S, fifo(g, Stem.A, r, mem=True), a_buf, in_words(a_at, (row0 + r * m) * big_k, dims, wa)))
+            here.append(Move(Direction.MM2S, fifo_id(g, Stem.A, r, mem=True), a_buf, in_words(a_at, (row0 + r * m) * big_k, dims, wa)))
         for c in range(cols):
             dims = ((q, cols * n), (grid.k_blocks, k * big_n), (k, big_n), (n, 1))
-            here.append(Move(Direction.MM2S, fifo(g, Stem.B, c, mem=True), b_buf, in_words(b_at, (j * cols + c) * n, dims, wb)))
+            here.append(Move(Direction.MM2S, fifo_id(g, Stem.B, c, mem=True), b_buf, in_words(b_at, (j * cols + c) * n, dims, wb)))
         for c in range(cols):
             dims = ((q, cols * n), (rows * m, big_n), (n, 1))
             first = row0 * big_n + (j * cols + c) * n
-            here.append(Move(Direction.S2MM, fifo(g, Stem.HOST, c), p.buffer, in_words(p, first, dims, wc)))
+            here.append(Move(Direction.S2MM, fifo_id(g, Stem.HOST, c), p.buffer, in_words(p, first, dims, wc)))
         return here
 
     q = blocks_per_step(ctx.device, grid.per_round, lambda q: step(0, 0, q))

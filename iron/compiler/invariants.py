@@ -10,7 +10,7 @@ from __future__ import annotations
 from itertools import accumulate
 
 from iron.compiler.allocate import check_tile_memory, fifo_homes, link_holder, shares_memory
-from iron.compiler.core_checks import check_cores, check_functions, fail
+from iron.compiler.core_checks import check_cores, check_functions, check_unique, fail
 from iron.compiler.plan import (
     FLAG_WORDS,
     Acquire,
@@ -79,9 +79,7 @@ def _referenced_tiles(plan: Plan):
 # ---- FIFOs and links --------------------------------------------------------------------------------
 
 def _check_fifos(plan: Plan):
-    names = [f.name for f in plan.fifos]
-    if len(set(names)) != len(names):
-        fail(plan, f"FIFO names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    check_unique(plan, "FIFO", [f.name for f in plan.fifos])
     for f in plan.fifos:
         if f.nbytes <= 0 or f.nbytes % 4 or f.nbytes % f.dtype.itemsize or f.depth < 1 or not f.consumers:
             fail(plan, f"FIFO {f.name} has objects of {f.nbytes} bytes of {f.dtype}, depth {f.depth}, "

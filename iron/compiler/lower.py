@@ -12,10 +12,10 @@ import numpy as np
 from iron.compiler.allocate import host_placements
 from iron.compiler.cores import core_of
 from iron.compiler.emit import carry_sources, lower_emit
-from iron.compiler.fifos import EMIT_IN, FEEDBACK, Stem, fifo
+from iron.compiler.fifos import EMIT_IN, FEEDBACK, FifoId, Stem, fifo, fifo_id
 from iron.compiler.flow import lower_flow
 from iron.compiler.grid import lower_grid
-from iron.compiler.objects import I32, Context, Part, pack
+from iron.compiler.objects import I32, Context, Part, joined, pack
 from iron.compiler.place import Layout, Site
 from iron.compiler.plan import Buffer, Core, Emit, Fifo, Function, Link, Plan, WordDef
 from iron.compiler.repeat import Unfolding
@@ -71,7 +71,7 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
             continue
         parts = pack(ctx, site)
         sizes |= object_sizes(ctx, site, parts)
-        links += site_links(site, parts, sizes)
+        links += site_links(ctx, site, parts, sizes)
         for part in parts:
             made, core = core_of(ctx, part)
             functions += made
@@ -104,7 +104,7 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
 
 
 def object_sizes(ctx: Context, site: Site, parts: list[Part]) -> dict[str, tuple[int, np.dtype, str]]:
-    """FIFO name -> (object bytes, element type, what it holds) for a group's FIFOs."""
+    """FIFO name -> (object bytes, element type, what it holds) for a group's routed FIFOs."""
     g = site.group.name
     sizes = {parts[0].in_fifo: _packed(parts[0].ins)}
     for part in parts:
@@ -114,36 +114,35 @@ def object_sizes(ctx: Context, site: Site, parts: list[Part]) -> dict[str, tuple
         s = site.stream
         block = s.rows * (s.matrix.size // s.matrix.shape[0]) * s.matrix.dtype.itemsize
         what = f"rows of {describe(s.matrix)}"
-        sizes[fifo(g, Stem.W, mem=True)] = (block * s.parts, s.matrix.dtype, what)
-        sizes |= {name: (block, s.matrix.dtype, what) for name in _w_names(site, parts)}
+        sizes[fifo_id(g, Stem.W, mem=True)] = (block * s.parts, s.matrix.dtype, what)
+        sizes |= {w: (block, s.matrix.dtype, what) for w in _w_fifos(site, parts)}
     if parts[0].split:
         last = site.group.calls[-1]
         size, label = parts[0].count * last.dtype.itemsize, call_label(ctx.program, last)
-        sizes |= {fifo(g, Stem.PART, p.number): (size, last.dtype, label) for p in parts}
-        sizes |= {fifo(g, Stem.OUT): (size * len(parts), last.dtype, label), fifo(g, Stem.HOST): (size * len(parts), last.dtype, label)}
-    return {name: size for name, size in sizes.items() if ctx.routes.has(name)}
+        sizes |= {fifo_id(g, Stem.PART, p.number): (size, last.dtype, label) for p in parts}
+        sizes[joined(ctx, g)] = (size * len(parts), last.dtype, label)
+    return {f.name: size for f, size in sizes.items() if ctx.routes.has(f)}
 
 
 def _packed(packing) -> tuple[int, np.dtype, str]:
     return packing.nbytes, packing.dtype, ", ".join(packing.what)
 
 
-def _w_names(site: Site, parts: list[Part]) -> list[str]:
+def _w_fifos(site: Site, parts: list[Part]) -> list[FifoId]:
     g = site.group.name
-    return [fifo(g, Stem.W, p.number) for p in parts] if parts[0].split else [fifo(g, Stem.W)]
+    return [fifo_id(g, Stem.W, p.number) for p in parts] if parts[0].split else [fifo_id(g, Stem.W)]
 
 
-def site_links(site: Site, parts: list[Part], sizes: dict) -> list[Link]:
+def site_links(ctx: Context, site: Site, parts: list[Part], sizes: dict) -> list[Link]:
     """A streamed matrix's forward (or split) link and a split group's join, on their mem tile
     (none for a stream another group's link carries)."""
     if site.stream is None or site.stream.owner is not None:
         return []
     g, mem = site.group.name, site.stream.mem
-    names = tuple(_w_names(site, parts))
+    names = tuple(w.name for w in _w_fifos(site, parts))
     if not parts[0].split:
         return [Link(mem, (fifo(g, Stem.W, mem=True),), names)]
-    block, size = sizes[names[0]][0], sizes[f"{g}_part0"][0]
-    joined = fifo(g, Stem.OUT) if fifo(g, Stem.OUT) in sizes else fifo(g, Stem.HOST)
+    block, size = sizes[names[0]][0], sizes[fifo(g, Stem.PART, 0)][0]
     return [Link(mem, (fifo(g, Stem.W, mem=True),), names, destination_offsets=tuple(p.number * block for p in parts)),
-            Link(mem, tuple(fifo(g, Stem.PART, p.number) for p in parts), (joined,),
+            Link(mem, tuple(fifo(g, Stem.PART, p.number) for p in parts), (joined(ctx, g).name,),
                  source_offsets=tuple(p.number * size for p in parts))]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from iron.compiler.fifos import Stem, fifo
+from iron.compiler.fifos import FifoId, Stem, fifo_id
 from iron.compiler.fuse import (
     STREAM_OBJECT_BYTES,
     Group,
@@ -57,9 +57,9 @@ class Stream:
     owner: str | None = None
 
     @property
-    def fifo(self) -> str | None:
+    def fifo(self) -> FifoId | None:
         """The FIFO an unsplit group's core reads the blocks from when another group streams them."""
-        return None if self.owner is None else fifo(self.owner, Stem.W)
+        return None if self.owner is None else fifo_id(self.owner, Stem.W)
 
 
 def stream_rules(group: Group, stream: Stream | None) -> list[Decision]:

@@ -12,6 +12,7 @@ import numpy as np
 from iron import dtypes
 from iron.compiler.plan import (
     Acquire,
+    Buffer,
     Core,
     Dma,
     Fifo,
@@ -63,8 +64,7 @@ def segment_modules(plan: Plan) -> list[str]:
 
 def main_lines(plan: Plan, names: list[str]) -> list[str]:
     """`@main`: its sequence takes the host buffers and loads and runs each segment in turn."""
-    args = {b.name: (f"%arg{i}", memref(b.nwords, np.int32)) for i, b in enumerate(plan.host_buffers)}
-    params = _join(f"{arg}: {shape}" for arg, shape in args.values())
+    args, params = _sequence_args(plan)
     values, types = _join(arg for arg, _ in args.values()), _join(shape for _, shape in args.values())
     runs = [line for name in names for line in (
         f"aiex.configure @{name} {{", f"{INDENT}aiex.run @{name}_{SEQUENCE}({values}) : ({types})", "}")]
@@ -92,14 +92,16 @@ def memref(elements: int, dtype) -> str:
     return f"memref<{elements}x{dtypes.mlir_type(dtype)}>"
 
 
-def fifo_memref(fifo: Fifo) -> str:
-    if fifo.nbytes % fifo.dtype.itemsize:
+def object_memref(held: Fifo | Buffer) -> str:
+    """The memref of a FIFO's objects or of a Buffer: whole elements of its dtype."""
+    if held.nbytes % held.dtype.itemsize:
+        what = f"FIFO '{held.name}' carries objects of" if isinstance(held, Fifo) else \
+            f"Buffer '{held.name}' on {held.tile.name} holds"
         raise PlanError(
-            f"FIFO '{fifo.name}' carries objects of {fifo.nbytes} bytes, not a whole number of "
-            f"{dtypes.name(fifo.dtype)} elements ({fifo.dtype.itemsize} bytes each): make its "
-            "nbytes a multiple of the element size."
+            f"{what} {held.nbytes} bytes, not a whole number of {dtypes.name(held.dtype)} elements "
+            f"({held.dtype.itemsize} bytes each): make its nbytes a multiple of the element size."
         )
-    return memref(fifo.elements, fifo.dtype)
+    return memref(held.nbytes // held.dtype.itemsize, held.dtype)
 
 
 # ---- device-level declarations ------------------------------------------------------------------
@@ -112,7 +114,7 @@ def tile_lines(plan: Plan) -> list[str]:
 def fifo_lines(plan: Plan) -> list[str]:
     return [
         f"aie.objectfifo @{f.name}(%{f.producer.name}, {{{_join('%' + c.name for c in f.consumers)}}}, "
-        f"{f.depth} : i32) : !aie.objectfifo<{fifo_memref(f)}>"
+        f"{f.depth} : i32) : !aie.objectfifo<{object_memref(f)}>"
         for f in plan.fifos
     ]
 
@@ -145,16 +147,8 @@ def _link_offsets(plan: Plan, link: Link, offsets: tuple[int, ...], mem_side: tu
 
 
 def buffer_lines(plan: Plan) -> list[str]:
-    lines = []
-    for b in plan.buffers:
-        if b.nbytes % b.dtype.itemsize:
-            raise PlanError(
-                f"Buffer '{b.name}' on {b.tile.name} holds {b.nbytes} bytes, not a whole number of "
-                f"{dtypes.name(b.dtype)} elements: make its nbytes a multiple of {b.dtype.itemsize}."
-            )
-        shape = memref(b.nbytes // b.dtype.itemsize, b.dtype)
-        lines.append(f'%{b.name} = aie.buffer(%{b.tile.name}) {{sym_name = "{b.name}"}} : {shape}')
-    return lines
+    return [f'%{b.name} = aie.buffer(%{b.tile.name}) {{sym_name = "{b.name}"}} : {object_memref(b)}'
+            for b in plan.buffers]
 
 
 def declaration_lines(plan: Plan) -> list[str]:
@@ -169,12 +163,9 @@ def arg_types(plan: Plan, function: Function) -> list[str]:
     """The memref of each object or buffer the function takes, then i32 for a Loop index."""
     types = []
     for name in function.params:
-        held = next((f for f in plan.fifos if f.name == name), None)
-        if held is not None:
-            types.append(fifo_memref(held))
-        else:
-            b = _find(plan.buffers, name, f"as a parameter of function '{function.name}' the FIFO or Buffer")
-            types.append(memref(b.nbytes // b.dtype.itemsize, b.dtype))
+        held = next((f for f in plan.fifos if f.name == name), None) or _find(
+            plan.buffers, name, f"as a parameter of function '{function.name}' the FIFO or Buffer")
+        types.append(object_memref(held))
     return types + (["i32"] if function.blocked else [])
 
 
@@ -230,7 +221,7 @@ def acquire_lines(plan: Plan, step: Acquire, acquired: dict, taken: dict) -> lis
     n = taken.get(step.fifo, 0)
     taken[step.fifo] = n + 1
     view, obj = f"%{step.fifo}_view{n}", f"%{step.fifo}_obj{n}"
-    shape = fifo_memref(_find(plan.fifos, step.fifo, "FIFO"))
+    shape = object_memref(_find(plan.fifos, step.fifo, "FIFO"))
     acquired[step.fifo] = obj
     return [
         f"{view} = aie.objectfifo.acquire @{step.fifo}({PORTS[step.port]}, {step.count}) "
@@ -292,8 +283,14 @@ def _object_value(plan: Plan, core: Core, step: Invoke, name: str, acquired: dic
 
 # ---- runtime sequence ---------------------------------------------------------------------------
 
-def sequence_lines(plan: Plan, symbol: str = SEQUENCE) -> list[str]:
+def _sequence_args(plan: Plan) -> tuple[dict[str, tuple[str, str]], str]:
+    """Each host buffer's (argument, memref) in a runtime sequence, and the parameter list."""
     args = {b.name: (f"%arg{i}", memref(b.nwords, np.int32)) for i, b in enumerate(plan.host_buffers)}
+    return args, _join(f"{arg}: {shape}" for arg, shape in args.values())
+
+
+def sequence_lines(plan: Plan, symbol: str = SEQUENCE) -> list[str]:
+    args, params = _sequence_args(plan)
     ops, dma_index = [], 0
     for op in plan.sequence:
         if isinstance(op, Dma):
@@ -306,7 +303,6 @@ def sequence_lines(plan: Plan, symbol: str = SEQUENCE) -> list[str]:
                 f"The runtime sequence holds {op!r}, which is not a Dma or a Wait: build the "
                 "sequence from those two ops only."
             )
-    params = _join(f"{arg}: {shape}" for arg, shape in args.values())
     return [f"aie.runtime_sequence @{symbol}({params}) {{", *_indented(ops, 1), "}"]
 
 

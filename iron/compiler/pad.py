@@ -4,31 +4,39 @@ compute on sides padded with zeros, so the tiling rules (tiling.py) find a grid 
 whole blocks; a padded tensor's Placement lies in the larger shape, the user's region in its
 first rows and columns, the padding the zeros the buffer is made with (K's must be zeros in both
 operands: 0 times anything else could be NaN). Deciding the layouts is one agreement problem,
-solved once per design before placement so every segment sees the same layout: which (call,
-side) pairs must lie alike (`tied_sides`, `agree`; streams reading one input,
+solved once per design before placement so every segment sees the same layout (one `Lies` per
+tensor, layout.py): which (tensor, axis) sides must lie alike (`tied_sides`, `agree`, through
+layout.py's union-find over the kernels' index maps; streams reading one input,
 `pad_shared_stream`), here; which tensors may lie padded and which padding must be zeros
-(pad_why.py); the padded sides each call may take and how they rank (pad_sides.py); and the
+(pad_why.py); the padded sides each call may take and how they rank (layout.py); and the
 describe() lines of the design-wide rules (pad_lines.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
-from iron.compiler.pad_lines import passed_rules, region_rules, zeros_rules
-from iron.compiler.pad_sides import (
+from iron.compiler.layout import (
     FLOW_QUANTUM,
     ROW_QUANTUM,
+    Classes,
+    Fill,
+    Layouts,
+    Lies,
     best_sides,
     chained,
     joined_sides,
     joined_with,
     large,
+    letters,
     lone_product,
     on_sides,
     result_of,
+    side,
     streamed_count,
+    tie,
     whole_device_grid,
 )
+from iron.compiler.pad_lines import passed_rules, region_rules, zeros_rules
 from iron.compiler.pad_why import (
     keeps_n,
     layout_unshared,
@@ -43,10 +51,12 @@ from iron.compiler.pad_why import (
     stream_unpadded,
     unpaddable,
     width_unshared,
+    written_by_producer,
+    zeros_made,
     zeros_upstream,
 )
 from iron.compiler.readers import Reader
-from iron.compiler.rules import Decision, Rule
+from iron.compiler.rules import Rule
 from iron.compiler.streaming import (
     row_streamable,
     streamable,
@@ -63,18 +73,7 @@ from iron.ir import (
 from iron.kernels.base import Role
 
 
-@dataclass(frozen=True)
-class Padding:
-    """`pad_to_block`'s layout of a design: the shape each padded tensor lies in, and the
-    describe() lines of the rules deciding it for the whole design: `pad_shared_input`'s, shown
-    before the plan's own lines, `pad_passed_on`'s, `pad_through_zeros`', `pad_shared_stream`'s,
-    `pad_row_region`'s and `pad_tile_region`'s after them."""
-    shapes: dict[Node, tuple[int, ...]]
-    shared: tuple[Decision, ...] = ()
-    passed: tuple[Decision, ...] = ()
-
-
-def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Padding:
+def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts:
     """The shape each tensor `pad_to_block` pads lies in: for each group that is one MatMul or
     MatVec (`pad_matrix`), elementwise calls that stream (`pad_stream`) or a row reduction over a
     batch of rows that streams (`pad_rows`: only the number of rows), the padding whose grid or
@@ -93,9 +92,11 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Padding
         padded |= pad_through(group, padded, free, group_of, device) or \
             pad_matrix(group, free, group_of, device, agreed) or \
             pad_stream(group, free, group_of, device) or pad_rows(group, free, device)
-    return Padding(padded, tuple((Rule.PAD_SHARED_INPUT, s.text(program)) for s in shared),
+    written, zeros = written_by_producer(padded, groups), zeros_made(padded, groups)
+    lies = {n: Lies(shape, Fill.WRITTEN if n in written else zeros.get(n, Fill.ZEROS)) for n, shape in padded.items()}
+    return Layouts(lies, tuple((Rule.PAD_SHARED_INPUT, s.text(program)) for s in shared),
                    (*passed_rules(program, groups, padded, group_of),
-                    *zeros_rules(program, groups, padded, readers, group_of),
+                    *zeros_rules(program, groups, lies, readers, group_of),
                     *region_rules(program, groups, padded, readers, group_of)))
 
 
@@ -139,77 +140,61 @@ def shared_layouts(program: Program, groups: tuple[Group, ...], device, readers:
         isinstance(u, Node) and lone_product(group_of[u]) is u and large(u) and u.src[:2].count(t) == 1
         for u in users)
         and not unpaddable(t, tuple(users), readers, group_of)]
-    ties = tied_sides(tensors, readers, group_of)
-    same, family_of = classes(ties), classes([(a[0], b[0]) for a, b in ties])
-    families: dict[Node, list[Node]] = {}
-    for call in family_of:   # families in the order of their first tie, calls in program order
-        families.setdefault(family_of[call], [])
-    for call in group_of:
-        if call in family_of:
-            families[family_of[call]].append(call)
+    sides, families = tied_sides(tensors, readers, group_of)
     found = []
-    for calls in families.values():
+    for calls in families:
         mine = tuple(t for t in tensors if readers[t][0] in calls)
-        layout = agree(program, mine, tuple(calls), same, readers, group_of, device)
+        layout = agree(program, mine, tuple(calls), sides, readers, group_of, device)
         if layout.sides != tuple(map(call_sides, layout.calls)):   # none asks for padding: nothing to share
             found.append(layout)
     return found
 
 
-Side = tuple[Node, int]   # a product's side: the call, and 0, 1, 2 for its M, K, N
-
-
-def tied_sides(tensors: list[Node], readers: dict, group_of: dict) -> list[tuple[Side, Side]]:
-    """The sides of products that must lie alike: those each of the `tensors` gives its readers
-    (A's M and K, B's K and N, a vector's K), the N of a MatMul's A and the M of its B when both
-    are products (`pair`: its K), and the M and N of the products `pad_joined` joins with those."""
-    ties = []
+def tied_sides(tensors: list[Node], readers: dict, group_of: dict) -> tuple[Classes, list[list[Node]]]:
+    """The (tensor, axis) sides that must lie alike, joined through the maps of the calls reading
+    each of the `tensors`, of a MatMul reading two products (`pair`: its K, A's N and B's M), and
+    the M and N of the products `pad_joined` joins with those (the elementwise calls reading them
+    share every axis); and the families of products so tied, in the order of their first tie,
+    each in program order."""
+    sides, family, tied = Classes(), Classes(), []
     for t in tensors:
-        for same in zip(*([(call, i) for i in side_indices(call, t)] for call in readers[t])):
-            ties += [(same[0], key) for key in same[1:]]
-    ties += [((a, 2), (b, 0)) for a, b in filter(None, (pair(call, group_of) for call in group_of))]
-    for call in dict.fromkeys(key[0] for tie in ties for key in tie):
-        ties += [((call, i), (other, i)) for other in joined_with(call, readers, group_of) for i in (0, 2)]
-    return ties
+        for call in readers[t]:
+            tie(sides, call)
+            family.union(readers[t][0], call)
+            tied.append(call)
+    for call in group_of:
+        if (operands := pair(call, group_of)) is not None:
+            tie(sides, call, only=letters(call)[1])
+            family.union(*operands)
+            tied += operands
+    for call in dict.fromkeys(tied):
+        for other in joined_with(call, readers, group_of):
+            for i in (0, 2):
+                sides.union(side(sides, call, i), side(sides, other, i))
+            family.union(call, other)
+            tied.append(other)
+    families: dict[Node, list[Node]] = {family.find(c): [] for c in tied}
+    for call in group_of:
+        if call in tied:
+            families[family.find(call)].append(call)
+    return sides, list(families.values())
 
 
-def classes(ties: list[tuple]) -> dict:
-    """Each tied item's representative, one per class of items tied directly or through others."""
-    root: dict = {}
-
-    def find(item):
-        while root.get(item, item) != item:
-            item = root[item]
-        return item
-
-    for a, b in ties:
-        root[find(b)] = find(a)
-    return {item: find(item) for tie in ties for item in tie}
-
-
-def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], same: dict[Side, Side],
+def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], sides: Classes,
           readers: dict, group_of: dict, device) -> SharedLayout:
-    """One family's `SharedLayout`: each side tied to others (`same`: its class) the largest its calls ask for."""
-    largest: dict[Side, int] = {}
+    """One family's `SharedLayout`: each side tied to others (`sides`: its class) the largest its calls ask for."""
+    largest: dict = {}
     for call in calls:
         asks = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None) or call_sides(call)
-        for i, side in enumerate(asks):
-            key = same.get((call, i), (call, i))
-            largest[key] = max(side, largest.get(key, 0))
-    sides = tuple(tuple(largest[same.get((call, i), (call, i))] for i in range(3)) for call in calls)
-    free = answered(readers, [SharedLayout(tensors, calls, sides)])
-    agreed = dict(zip(calls, sides))
+        for i, extent in enumerate(asks):
+            key = side(sides, call, i)
+            largest[key] = max(extent, largest.get(key, 0))
+    agreed = {call: tuple(largest[side(sides, call, i)] for i in range(3)) for call in calls}
+    free = answered(readers, [SharedLayout(tensors, calls, tuple(agreed.values()))])
     why = next((f"{call_label(program, c)} {why}" for c in calls
                 if (why := shared_unpadded(c, agreed, free, group_of, device))), "")
     pairs = tuple(u for u in group_of if (p := pair(u, group_of)) and p[0] in calls)
-    return SharedLayout(tensors, calls, sides, why, pairs)
-
-
-def side_indices(call: Node, tensor: Node) -> tuple[int, ...]:
-    """Which of a product's sides (M, K, N) `tensor`'s dimensions are: A's (M, K), B's (K, N), a vector's K."""
-    if call.src[0] is tensor:
-        return 0, 1
-    return (1,) if len(tensor.shape) == 1 else (1, 2)
+    return SharedLayout(tensors, calls, tuple(agreed.values()), why, pairs)
 
 
 def shared_unpadded(call: Node, agreed: dict, readers: dict, group_of: dict, device) -> str:
@@ -324,17 +309,18 @@ def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: di
 
 
 def squared(call: Node, sides: tuple[int, int, int], readers: dict, group_of: dict, device):
-    """The rule `pad_square`: `sides` with those one tensor read as both operands makes one (A @ A:
-    M, K and N; a result C that a MatMul reads as both, C @ C: its M and N) each the largest of
-    them, so that tensor lies in one padded layout for both; None when no grid takes them (or N
-    must stay its own, `keeps_n`)."""
-    tied = {0, 1, 2} if call.src[0] is call.src[1] else set()
-    if any(u.src[0] is u.src[1] for u, _ in matrix_readers(call, readers, group_of)):
-        tied |= {0, 2}
-    if not tied:
-        return sides
-    side = max(sides[i] for i in tied)
-    square = tuple(side if i in tied else s for i, s in enumerate(sides))
+    """The rule `pad_square`: `sides` with those one tensor read as both operands joins (A @ A: M,
+    K and N; a result C that a MatMul reads as both, C @ C: its M and N, directly or through
+    elementwise calls keeping its layout) each the largest of its class, so that tensor lies in one
+    padded layout for both; None when no grid takes them (or N must stay its own, `keeps_n`)."""
+    joined = Classes()
+    tie(joined, call)
+    for user, read in matrix_readers(call, readers, group_of):
+        tie(joined, user)
+        for axis in (0, 1):   # `read` lies in the call's result's layout
+            joined.union((read, axis), (result_of(call), axis))
+    classes = [side(joined, call, i) for i in range(3)]
+    square = tuple(max(s for s, c in zip(sides, classes) if c == mine) for mine in classes)
     if square == sides:
         return sides
     if (keeps_n(call, readers) and square[2] != call.shape[-1]) or whole_device_grid(call, device, square) is None:

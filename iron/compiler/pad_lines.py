@@ -12,9 +12,10 @@ from iron.compiler.fuse import (
     Group,
     held_bytes,
 )
-from iron.compiler.pad_sides import (
+from iron.compiler.layout import (
     K_QUANTUM,
     ROW_QUANTUM,
+    Fill,
     best_sides,
     carried,
     lone_product,
@@ -29,7 +30,6 @@ from iron.compiler.pad_why import (
     matrix_unpadded,
     reads_region,
     stream_unpadded,
-    written_by_producer,
 )
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.streaming import (
@@ -268,25 +268,25 @@ def check_whole_words(program: Program, calls, device, readers: dict) -> None:
     )
 
 
-def zeros_rules(program: Program, groups: tuple[Group, ...], padded: dict, readers: dict,
+def zeros_rules(program: Program, groups: tuple[Group, ...], lies: dict, readers: dict,
                 group_of: dict) -> list[Decision]:
     """`pad_through_zeros` as describe() shows it, once for the design: each elementwise group
-    over a padded layout whose result a MatMul reads padded, its padding zeros its kernels kept
-    (and those of the elementwise calls that passed the layout on to it, `upstream`)."""
-    written = written_by_producer(padded, groups)
+    over a padded layout (`lies`) whose result a MatMul reads padded, its padding zeros its kernels
+    kept (and those of the elementwise calls that passed the layout on to it, `upstream`)."""
     order = {call: i for i, call in enumerate(group_of)}
     lines = []
     for group in groups:
         last = group.calls[-1]
         users = [u for u in readers.get(last, []) if isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX]
-        if last not in padded or last in written or not users or group.calls[0].arg.kernel.role is not Role.ELEMENTWISE:
+        if last not in lies or lies[last].fill is Fill.WRITTEN or not users \
+                or group.calls[0].arg.kernel.role is not Role.ELEMENTWISE:
             continue
         sums = ", ".join(f"{call_label(program, u)} reads it as its padded {'A' if u.src[0] is last else 'B'}"
                          for u in users)
         made = (*(c for g in upstream(external_inputs(group.calls), group_of)[1] for c in g.calls), *group.calls)
         labels = ", ".join(call_label(program, c) for c in sorted(made, key=order.get))
         lines.append((Rule.PAD_THROUGH_ZEROS, f"{group.name}: {labels} keeps zeros, so the padding of "
-                      f"{describe(last)} as it lies padded to {padded[last]} is zeros, computed from zeros: "
+                      f"{describe(last)} as it lies padded to {lies[last].shape} is zeros, computed from zeros: "
                       f"{sums}"))
     return lines
 

@@ -8,7 +8,8 @@ readers share its layout (`readers_unshared`, `layout_unshared`: `pad_through_el
 from __future__ import annotations
 
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
-from iron.compiler.pad_sides import (
+from iron.compiler.layout import (
+    Fill,
     carried,
     joined,
     joined_with,
@@ -16,7 +17,6 @@ from iron.compiler.pad_sides import (
     upstream,
 )
 from iron.compiler.readers import Reader
-from iron.compiler.rules import Rule
 from iron.compiler.streaming import (
     MAX_FLOW_INPUTS,
     flow_bytes,
@@ -132,13 +132,13 @@ def written_by_producer(padded: dict, groups: tuple[Group, ...]) -> set[Node]:
             and not any(i in padded for i in external_inputs(group_of[n].calls))}
 
 
-def zeros_made(padded: dict, groups: tuple[Group, ...]) -> dict[Node, str]:
+def zeros_made(padded: dict, groups: tuple[Group, ...]) -> dict[Node, Fill]:
     """The computed tensors made over a padded layout, not written row by row, that a MatMul
-    may read padded, and the rule computing their padding's zeros: elementwise calls' (over a
-    product's layout or their inputs padded: `pad_through_zeros`), a row reduction's over its
-    rows padded (`pad_upstream_rows`)."""
+    may read padded, and the zeros their padding holds: elementwise calls' (over a product's
+    layout or their inputs padded: `pad_through_zeros`), a row reduction's over its rows padded
+    (`pad_upstream_rows`)."""
     written = written_by_producer(padded, groups)
-    rules = {Role.ELEMENTWISE: Rule.PAD_THROUGH_ZEROS, Role.ROW_REDUCTION: Rule.PAD_UPSTREAM_ROWS}
+    rules = {Role.ELEMENTWISE: Fill.KEPT, Role.ROW_REDUCTION: Fill.ROWS}
     return {g.calls[-1]: rules[g.calls[0].arg.kernel.role] for g in groups
             if g.calls[-1] in padded and g.calls[-1] not in written and g.calls[0].arg.kernel.role in rules}
 

@@ -20,6 +20,7 @@ from iron.compiler.fuse import (
     leading_call,
     role,
 )
+from iron.compiler.layout import Fill, lies_of, sides_as_lying, stream_length
 from iron.compiler.matrices import (
     Stream,
     expansion_rule,
@@ -35,13 +36,6 @@ from iron.compiler.pad_lines import (
     flow_padding_rule,
     grid_padding_rule,
     written_padding_rule,
-)
-from iron.compiler.pad_sides import (
-    grid_sides,
-    padded_nodes,
-    producer_written_nodes,
-    stream_length,
-    zeros_made_nodes,
 )
 from iron.compiler.pad_why import matrix_unpadded, readers_of
 from iron.compiler.plan import Tile, TileKind
@@ -125,9 +119,10 @@ def snake_order(device) -> list[Tile]:
 def place(program: Program, groups: tuple[Group, ...], device, placements: tuple = ()) -> Layout:
     """Tiles for every group, and for the Emit on a full-ELF device when values are carried;
     `placements`: the host placements, some padded by `pad_to_block`."""
-    padded, readers = padded_nodes(program, placements), readers_of(program, groups)
-    written = producer_written_nodes(program, placements)
-    zeros = zeros_made_nodes(program, placements)
+    lies, readers = lies_of(program, placements), readers_of(program, groups)
+    padded = {n: lie.shape for n, lie in lies.items()}
+    written = frozenset(n for n, lie in lies.items() if lie.fill is Fill.WRITTEN)
+    zeros = {n: lie.fill.rule for n, lie in lies.items() if lie.fill.rule}
     with_emit = bool(device.full_elf and program.carry)   # a segment but the last has no carry
     outside = outside_users(program, groups, with_emit)
     free = snake_order(device)
@@ -384,8 +379,8 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
         return None
     if expand is not None and outside.get(expand):
         return None
-    padded, readers = padding   # the padded tensors' shapes (`padded_nodes`), the readers (`readers_of`)
-    sides = grid_sides(call, padded)
+    padded, readers = padding   # the padded tensors' shapes (`lies_of`), the readers (`readers_of`)
+    sides = sides_as_lying(call, padded)
     if sides is None:
         return None
     spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from iron.compiler.allocate import shares_memory
-from iron.compiler.fifos import EMIT, Stem, fifo
+from iron.compiler.fifos import EMIT, FifoId, Stem, fifo, fifo_id
 from iron.compiler.matrices import forwardable
 from iron.compiler.place import Layout, Site
 from iron.compiler.plan import FifoRole, Tile, TileKind
@@ -26,12 +26,17 @@ class Route:
     """A FIFO's ends, before what its objects hold is known; `group` is the group it belongs to
     (EMIT for the Emit's)."""
 
-    name: str
+    fifo: FifoId
     role: FifoRole
     group: str
     producer: Tile
     consumers: tuple[Tile, ...]
     shared_memory: bool = False
+
+    @property
+    def name(self) -> str:
+        """The FIFO's name in the Plan."""
+        return self.fifo.name
 
 
 @dataclass(frozen=True)
@@ -42,8 +47,8 @@ class Relay:
 
     carrier: str
     reader: str
-    fifos: tuple[str, ...]
-    gained: tuple[str, ...] = ()
+    fifos: tuple[FifoId, ...]
+    gained: tuple[FifoId, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -56,8 +61,8 @@ class Routes:
     relays: tuple[Relay, ...] = ()
     rules: tuple[Decision, ...] = ()
 
-    def has(self, name: str) -> bool:
-        return any(r.name == name for r in self.fifos)
+    def has(self, fifo: FifoId) -> bool:
+        return any(r.fifo == fifo for r in self.fifos)
 
     def carried_by(self, group: str) -> list[Relay]:
         return [r for r in self.relays if r.carrier == group]
@@ -72,10 +77,10 @@ def route(program: Program, layout: Layout) -> Routes:
     fifos = [r for site in layout.sites for r in group_routes(layout, forwards, site)]
     for site in layout.sites:   # a shared stream's blocks reach the cores of every group reading them
         if site.stream is not None and site.stream.owner is not None:
-            fifos = [_with(r, site.tiles) if r.name == site.stream.fifo else r for r in fifos]
+            fifos = [_with(r, site.tiles) if r.fifo == site.stream.fifo else r for r in fifos]
     if layout.emit is not None:
-        fifos += [Route(fifo(EMIT, Stem.IN), FifoRole.EMIT_IN, EMIT, HOST, (layout.emit,)),
-                  Route(fifo(None, Stem.FEEDBACK), FifoRole.FEEDBACK, EMIT, layout.emit, (HOST,))]
+        fifos += [Route(fifo_id(EMIT, Stem.IN), FifoRole.EMIT_IN, EMIT, HOST, (layout.emit,)),
+                  Route(fifo_id(None, Stem.FEEDBACK), FifoRole.FEEDBACK, EMIT, layout.emit, (HOST,))]
     rules = tuple((Rule.FORWARD_SHARED_INPUT, f"{g} forwards {describe(node)} to {', '.join(readers)}")
                   for g, nodes in forwards.items() for node, readers in nodes.items())
     return Routes(tuple(fifos), forwards, rules=rules)
@@ -94,14 +99,14 @@ def group_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
     split = len(site.tiles) > 1
     fifos = []
     if loads_from_host(forwards, site):
-        fifos.append(Route(fifo(g, Stem.IN), FifoRole.INPUT, g, HOST, site.tiles))
+        fifos.append(Route(fifo_id(g, Stem.IN), FifoRole.INPUT, g, HOST, site.tiles))
     for number, tile in enumerate(site.tiles):
         core = number if split else None
         if any(c.arg.writes for c in calls) or (not split and any(Reader.HOST in users.get(c, ()) for c in calls)):
-            fifos.append(Route(fifo(g, Stem.HOST, core=core), FifoRole.HOST, g, tile, (HOST,)))
+            fifos.append(Route(fifo_id(g, Stem.HOST, core=core), FifoRole.HOST, g, tile, (HOST,)))
         exported = any(not c.arg.writes and any(u is not Reader.HOST for u in users.get(c, ())) for c in calls)
         if not split and (forwards.get(g) or exported):
-            fifos.append(out_route(fifo(g, Stem.OUT, core=core), g, tile, consumer_tiles(layout, forwards, site.group)))
+            fifos.append(out_route(fifo_id(g, Stem.OUT, core=core), g, tile, consumer_tiles(layout, forwards, site.group)))
     if site.stream is not None:
         fifos += stream_routes(site)
     if split:
@@ -131,9 +136,9 @@ def host_reads(site: Site) -> list[Node]:
     return [n for c in site.group.calls for n in tensor_inputs(c) if is_host_tensor(n) and n is not streamed]
 
 
-def out_route(name: str, group: str, tile: Tile, consumers: tuple[Tile, ...]) -> Route:
+def out_route(fifo: FifoId, group: str, tile: Tile, consumers: tuple[Tile, ...]) -> Route:
     """A core's `_out`: shared memory exactly when mlir-aie makes it so (`shares_memory`)."""
-    route = Route(name, FifoRole.OUTPUT, group, tile, consumers)
+    route = Route(fifo, FifoRole.OUTPUT, group, tile, consumers)
     return replace(route, shared_memory=shares_memory(route))
 
 
@@ -151,10 +156,10 @@ def stream_routes(site: Site) -> list[Route]:
     s, g = site.stream, site.group.name
     if s.owner is not None:   # read from the owner's `_w` (`share_streamed_matrix`)
         return []
-    fifos = [Route(fifo(g, Stem.W, mem=True), FifoRole.WEIGHTS, g, HOST, (s.mem,))]
+    fifos = [Route(fifo_id(g, Stem.W, mem=True), FifoRole.WEIGHTS, g, HOST, (s.mem,))]
     if len(site.tiles) == 1:
-        return [*fifos, Route(fifo(g, Stem.W), FifoRole.WEIGHTS, g, s.mem, site.tiles)]
-    return fifos + [Route(fifo(g, Stem.W, p), FifoRole.WEIGHTS, g, s.mem, (t,)) for p, t in enumerate(site.tiles)]
+        return [*fifos, Route(fifo_id(g, Stem.W), FifoRole.WEIGHTS, g, s.mem, site.tiles)]
+    return fifos + [Route(fifo_id(g, Stem.W, p), FifoRole.WEIGHTS, g, s.mem, (t,)) for p, t in enumerate(site.tiles)]
 
 
 def grid_routes(site: Site) -> list[Route]:
@@ -168,13 +173,13 @@ def grid_routes(site: Site) -> list[Route]:
         return own_rows_routes(g, grid)
     fifos = []
     for r, mem in zip(rows, grid.a_mems):
-        fifos += [Route(fifo(g, Stem.A, r, mem=True), FifoRole.WEIGHTS, g, HOST, (mem,)),
-                  Route(fifo(g, Stem.A, r), FifoRole.WEIGHTS, g, mem, tuple(grid.tile(r, c) for c in cols))]
+        fifos += [Route(fifo_id(g, Stem.A, r, mem=True), FifoRole.WEIGHTS, g, HOST, (mem,)),
+                  Route(fifo_id(g, Stem.A, r), FifoRole.WEIGHTS, g, mem, tuple(grid.tile(r, c) for c in cols))]
     for c, mem in zip(cols, grid.c_mems):
-        fifos += [Route(fifo(g, Stem.B, c, mem=True), FifoRole.WEIGHTS, g, HOST, (mem,)),
-                  Route(fifo(g, Stem.B, c), FifoRole.WEIGHTS, g, mem, tuple(grid.tile(r, c) for r in rows))]
-        fifos += [Route(fifo(g, Stem.PART, r, c), FifoRole.PART, g, grid.tile(r, c), (mem,)) for r in rows]
-        fifos.append(Route(fifo(g, Stem.HOST, c), FifoRole.HOST, g, mem, (HOST,)))
+        fifos += [Route(fifo_id(g, Stem.B, c, mem=True), FifoRole.WEIGHTS, g, HOST, (mem,)),
+                  Route(fifo_id(g, Stem.B, c), FifoRole.WEIGHTS, g, mem, tuple(grid.tile(r, c) for r in rows))]
+        fifos += [Route(fifo_id(g, Stem.PART, r, c), FifoRole.PART, g, grid.tile(r, c), (mem,)) for r in rows]
+        fifos.append(Route(fifo_id(g, Stem.HOST, c), FifoRole.HOST, g, mem, (HOST,)))
     return fifos
 
 
@@ -184,12 +189,12 @@ def own_rows_routes(g: str, grid) -> list[Route]:
     `<g>_a<c>_mem` into its mem tile, split into each core's `<g>_a<r>_<c>`, and each core's
     `<g>_part<r>_<c>` joined into `<g>_host<c>`."""
     rows, cols = range(len(grid.rows)), range(len(grid.cols))
-    fifos = [Route(fifo(g, Stem.B), FifoRole.WEIGHTS, g, HOST, grid.tiles)]
+    fifos = [Route(fifo_id(g, Stem.B), FifoRole.WEIGHTS, g, HOST, grid.tiles)]
     for c, mem in zip(cols, grid.c_mems):
-        fifos.append(Route(fifo(g, Stem.A, c, mem=True), FifoRole.WEIGHTS, g, HOST, (mem,)))
-        fifos += [Route(fifo(g, Stem.A, r, c), FifoRole.WEIGHTS, g, mem, (grid.tile(r, c),)) for r in rows]
-        fifos += [Route(fifo(g, Stem.PART, r, c), FifoRole.PART, g, grid.tile(r, c), (mem,)) for r in rows]
-        fifos.append(Route(fifo(g, Stem.HOST, c), FifoRole.HOST, g, mem, (HOST,)))
+        fifos.append(Route(fifo_id(g, Stem.A, c, mem=True), FifoRole.WEIGHTS, g, HOST, (mem,)))
+        fifos += [Route(fifo_id(g, Stem.A, r, c), FifoRole.WEIGHTS, g, mem, (grid.tile(r, c),)) for r in rows]
+        fifos += [Route(fifo_id(g, Stem.PART, r, c), FifoRole.PART, g, grid.tile(r, c), (mem,)) for r in rows]
+        fifos.append(Route(fifo_id(g, Stem.HOST, c), FifoRole.HOST, g, mem, (HOST,)))
     return fifos
 
 
@@ -200,16 +205,17 @@ def flow_routes(site: Site) -> list[Route]:
     per-call words, `<g>_in`, to every core."""
     g, flow = site.group.name, site.flow
     rows = range(len(flow.rows))
-    fifos = [Route(fifo(g, Stem.W, i), FifoRole.WEIGHTS, g, HOST, flow.tiles) for i in range(len(flow.shared))]
+    fifos = [Route(fifo_id(g, Stem.W, i), FifoRole.WEIGHTS, g, HOST, flow.tiles) for i in range(len(flow.shared))]
     if flow.per_call:
-        fifos.append(Route(fifo(g, Stem.IN), FifoRole.INPUT, g, HOST, flow.tiles))
+        fifos.append(Route(fifo_id(g, Stem.IN), FifoRole.INPUT, g, HOST, flow.tiles))
     for c, mem in enumerate(flow.mems):
         for i in range(len(flow.inputs)):
-            fifos.append(Route(fifo(g, Stem.X, i, c, mem=True), FifoRole.WEIGHTS, g, HOST, (mem,)))
-            fifos += [Route(fifo(g, Stem.X, i, r, c), FifoRole.WEIGHTS, g, mem, (flow.tile(r, c),)) for r in rows]
+            fifos.append(Route(fifo_id(g, Stem.X, i, c, mem=True), FifoRole.WEIGHTS, g, HOST, (mem,)))
+            fifos += [Route(fifo_id(g, Stem.X, i, r, c), FifoRole.WEIGHTS, g, mem, (flow.tile(r, c),)) for r in rows]
         for k in range(len(flow.results)):
-            fifos += [Route(part_fifo(g, k, r, c), FifoRole.PART, g, flow.tile(r, c), (mem,)) for r in rows]
-            fifos.append(Route(host_fifo(g, k, c), FifoRole.HOST, g, mem, (HOST,)))
+            fifos += [Route(fifo_id(g, Stem.PART, r, c, result=k), FifoRole.PART, g, flow.tile(r, c), (mem,))
+                      for r in rows]
+            fifos.append(Route(fifo_id(g, Stem.HOST, c, result=k), FifoRole.HOST, g, mem, (HOST,)))
     return fifos
 
 
@@ -226,11 +232,11 @@ def host_fifo(g: str, k: int, c: int) -> str:
 
 def join_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
     g, mem = site.group.name, site.stream.mem
-    parts = [Route(fifo(g, Stem.PART, p), FifoRole.PART, g, t, (mem,)) for p, t in enumerate(site.tiles)]
+    parts = [Route(fifo_id(g, Stem.PART, p), FifoRole.PART, g, t, (mem,)) for p, t in enumerate(site.tiles)]
     with_host = Reader.HOST in layout.users.get(site.group.calls[-1], ())
     consumers = consumer_tiles(layout, forwards, site.group, with_host)
-    role = FifoRole.OUTPUT if any(t != HOST for t in consumers) else FifoRole.HOST
-    return [*parts, Route(f"{g}_{role.value}", role, g, mem, consumers)]
+    role, stem = (FifoRole.OUTPUT, Stem.OUT) if any(t != HOST for t in consumers) else (FifoRole.HOST, Stem.HOST)
+    return [*parts, Route(fifo_id(g, stem), role, g, mem, consumers)]
 
 
 def forwarded_inputs(layout: Layout) -> dict[str, dict[Node, tuple[str, ...]]]:
@@ -260,19 +266,19 @@ def fit_compute_channels(program: Program, routes: Routes, layout: Layout, devic
     gains an `_in` if it had none."""
     relays, rules = choose_relays(program, core_inputs(routes, layout), device)
     fifos = list(routes.fifos)
-    moved_in = [r for r in relays if fifo(r.reader, Stem.IN) in r.fifos]
+    moved_in = [r for r in relays if fifo_id(r.reader, Stem.IN) in r.fifos]
     for relay in relays:
-        reader, own_in = tiles_of(layout, relay.reader), fifo(relay.reader, Stem.IN)
-        fifos = [_without(r, reader) if r.name in relay.fifos and r.name != own_in else r for r in fifos]
+        reader, own_in = tiles_of(layout, relay.reader), fifo_id(relay.reader, Stem.IN)
+        fifos = [_without(r, reader) if r.fifo in relay.fifos and r.fifo != own_in else r for r in fifos]
         carrier = tiles_of(layout, relay.carrier)
-        fifos = [_with(r, carrier) if r.name in relay.gained else r for r in fifos]
-        if relay in moved_in and not any(r.name == fifo(relay.carrier, Stem.IN) for r in fifos):
+        fifos = [_with(r, carrier) if r.fifo in relay.gained else r for r in fifos]
+        if relay in moved_in and not any(r.fifo == fifo_id(relay.carrier, Stem.IN) for r in fifos):
             first = next(i for i, r in enumerate(fifos) if r.group == relay.carrier)
             site = layout.site(relay.carrier)
-            fifos.insert(first, Route(fifo(relay.carrier, Stem.IN), FifoRole.INPUT, relay.carrier, HOST, site.tiles))
+            fifos.insert(first, Route(fifo_id(relay.carrier, Stem.IN), FifoRole.INPUT, relay.carrier, HOST, site.tiles))
     loaders = {r.carrier for r in moved_in}
-    dropped = {fifo(r.reader, Stem.IN) for r in moved_in if r.reader not in loaders}
-    fifos = [r for r in fifos if r.name not in dropped]
+    dropped = {fifo_id(r.reader, Stem.IN) for r in moved_in if r.reader not in loaders}
+    fifos = [r for r in fifos if r.fifo not in dropped]
     return replace(routes, fifos=tuple(fifos), relays=tuple(relays), rules=routes.rules + rules)
 
 
@@ -286,7 +292,7 @@ def _with(route: Route, carrier: tuple[Tile, ...]) -> Route:
 
 def _to(route: Route, consumers: tuple[Tile, ...]) -> Route:
     if route.role is FifoRole.OUTPUT and route.producer.kind is TileKind.COMPUTE:
-        return out_route(route.name, route.group, route.producer, consumers)
+        return out_route(route.fifo, route.group, route.producer, consumers)
     return replace(route, consumers=consumers)
 
 
@@ -299,12 +305,12 @@ def core_inputs(routes: Routes, layout: Layout) -> list[CoreInputs]:
     cores, made = [], []
     for site in layout.sites:
         g = site.group.name
-        own_in = fifo(g, Stem.IN) if routes.has(fifo(g, Stem.IN)) else None
-        carrier = fifo(g, Stem.OUT) if len(site.tiles) == 1 and routes.has(fifo(g, Stem.OUT)) else None
+        own_in = fifo_id(g, Stem.IN) if routes.has(fifo_id(g, Stem.IN)) else None
+        carrier = fifo_id(g, Stem.OUT) if len(site.tiles) == 1 and routes.has(fifo_id(g, Stem.OUT)) else None
         movable = own_in is not None and all(state_of(n) is None for n in host_reads(site))
         earlier = () if streams_in_step(layout, site) else tuple(made)
         cores += [_receives(routes, g, tile, carrier, own_in, movable, earlier) for tile in site.tiles]
-        made += [r.name for r in routes.fifos if r.group == g and r.role is FifoRole.OUTPUT]
+        made += [r.fifo for r in routes.fifos if r.group == g and r.role is FifoRole.OUTPUT]
     if layout.emit is not None:
         cores.append(_receives(routes, EMIT, layout.emit))
     return cores
@@ -320,8 +326,8 @@ def streams_in_step(layout: Layout, site: Site) -> bool:
 
 
 def _receives(routes: Routes, group: str, tile: Tile, *rest) -> CoreInputs:
-    received = tuple(r.name for r in routes.fifos if tile in r.consumers)
-    dma = tuple(r.name for r in routes.fifos if tile in r.consumers and not r.shared_memory)
+    received = tuple(r.fifo for r in routes.fifos if tile in r.consumers)
+    dma = tuple(r.fifo for r in routes.fifos if tile in r.consumers and not r.shared_memory)
     return CoreInputs(group, tile, dma, received, *rest)
 
 
@@ -336,12 +342,12 @@ class CoreInputs:
 
     group: str
     tile: Tile
-    dma: tuple[str, ...]
-    received: tuple[str, ...]
-    carrier: str | None = None
-    own_in: str | None = None
+    dma: tuple[FifoId, ...]
+    received: tuple[FifoId, ...]
+    carrier: FifoId | None = None
+    own_in: FifoId | None = None
     movable_in: bool = False
-    earlier: tuple[str, ...] = ()
+    earlier: tuple[FifoId, ...] = ()
 
 
 def choose_relays(program: Program, cores: list[CoreInputs], device) -> tuple[list[Relay], tuple]:
@@ -373,14 +379,14 @@ class ChannelState:
 
     def __init__(self, by_group: dict[str, CoreInputs]):
         self.by_group = by_group
-        self.readers: dict[str, tuple[str, ...]] = {}
+        self.readers: dict[str, tuple[FifoId, ...]] = {}
         self.gained_in: set[str] = set()
-        self.gained: dict[str, tuple[str, ...]] = {}
+        self.gained: dict[str, tuple[FifoId, ...]] = {}
 
-    def receives(self, group: str) -> set[str]:
+    def receives(self, group: str) -> set[FifoId]:
         core = self.by_group[group]
         return (set(core.received) - set(self.readers.get(group, ()))) | set(self.gained.get(group, ())) | (
-            {fifo(group, Stem.IN)} if group in self.gained_in else set())
+            {fifo_id(group, Stem.IN)} if group in self.gained_in else set())
 
     def dma_inputs(self, group: str) -> int:
         core = self.by_group[group]
@@ -390,7 +396,7 @@ class ChannelState:
     def take(self, relay: Relay, reader: CoreInputs):
         self.readers[relay.reader] = relay.fifos
         self.gained[relay.carrier] = (*self.gained.get(relay.carrier, ()), *relay.gained)
-        if reader.own_in in relay.fifos and fifo(relay.carrier, Stem.IN) not in self.receives(relay.carrier):
+        if reader.own_in in relay.fifos and fifo_id(relay.carrier, Stem.IN) not in self.receives(relay.carrier):
             self.gained_in.add(relay.carrier)
 
 
@@ -399,7 +405,7 @@ def _relay_for(core: CoreInputs, cores: list[CoreInputs], state: ChannelState, l
     carriers = [c for c in cores if c.carrier in core.received and c.group != core.group]
     for carrier in carriers:
         has = state.receives(carrier.group)
-        can_load = fifo(carrier.group, Stem.IN) in has or state.dma_inputs(carrier.group) < limit
+        can_load = fifo_id(carrier.group, Stem.IN) in has or state.dma_inputs(carrier.group) < limit
         movable = [f for f in core.dma if f == core.own_in and core.movable_in and can_load]
         forwardable = [f for f in core.dma if f in has and f != carrier.carrier] + movable
         if len(forwardable) >= needed:
@@ -424,16 +430,20 @@ def _gaining_relay(core: CoreInputs, carriers: list[CoreInputs], state: ChannelS
 
 
 def _relay_text(relay: Relay, core: CoreInputs, limit: int) -> str:
-    gains = f" (it now receives {', '.join(relay.gained)})" if relay.gained else ""
-    return (f"{core.group} on {core.tile.name} would take {len(core.dma)} FIFOs by DMA ({', '.join(core.dma)}) "
-            f"but a compute tile has {limit} input channels: {relay.carrier} forwards in {relay.carrier}_out "
-            f"what {core.group} would take from {', '.join(relay.fifos)}{gains}")
+    gains = f" (it now receives {_names(relay.gained)})" if relay.gained else ""
+    return (f"{core.group} on {core.tile.name} would take {len(core.dma)} FIFOs by DMA ({_names(core.dma)}) "
+            f"but a compute tile has {limit} input channels: {relay.carrier} forwards in "
+            f"{fifo(relay.carrier, Stem.OUT)} what {core.group} would take from {_names(relay.fifos)}{gains}")
+
+
+def _names(fifos) -> str:
+    return ", ".join(f.name for f in fifos)
 
 
 def _cannot_fit(program: Program, core: CoreInputs, limit: int):
     raise PlacementError(
         f"{program.name}: group {core.group} on {core.tile.name} needs {len(core.dma)} FIFOs by DMA "
-        f"({', '.join(core.dma)}) but a compute tile has {limit} input channels, and no group that sends "
+        f"({_names(core.dma)}) but a compute tile has {limit} input channels, and no group that sends "
         "it an object receives the others or can load them for it (a state is loaded only by its "
         "reader): combine two of those tensors in an earlier kernel call, or make a state it reads a "
         "param if it does not change."

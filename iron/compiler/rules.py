@@ -10,6 +10,7 @@ from iron.ir import Term
 class Rule(Term):
     # before fusion, on the Program (copies.py, through_ddr.py)
     COPY_VIEW_FOR_GRID = "copy_view_for_grid"
+    SCATTER_INTO_STATE = "scatter_into_state"
     TILE_BEFORE_STATE_WRITE = "tile_before_state_write"
     CARRY_FROM_EARLIER_SEGMENT = "carry_from_earlier_segment"
     # fusion: what closes a group (fuse.py)
@@ -21,7 +22,7 @@ class Rule(Term):
     INPUT_LIMIT = "input_limit"
     SIZE_LIMIT = "size_limit"
     UNRELATED_STARTS_GROUP = "unrelated_starts_group"
-    # padding (pad.py, pad_why.py, pad_sides.py, pad_lines.py, words.py)
+    # padding (layout.py, pad.py, pad_why.py, pad_lines.py, words.py)
     PAD_TO_BLOCK = "pad_to_block"
     PAD_SHARED_INPUT = "pad_shared_input"
     PAD_SHARED_STREAM = "pad_shared_stream"

@@ -21,8 +21,8 @@ from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.copies import carry_from_earlier_segment
 from iron.compiler.fuse import Group
 from iron.compiler.invariants import check_plan
+from iron.compiler.layout import Fill
 from iron.compiler.pad import design_unpadded
-from iron.compiler.pad_why import written_by_producer, zeros_made
 from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.shims import ShimShortfall
@@ -44,18 +44,18 @@ class Segment:
 
 
 def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds: Plan | None,
-                     try_groups: Callable, whole: Exception | ShimShortfall, padded: dict,
+                     try_groups: Callable, whole: Exception | ShimShortfall, lies: dict,
                      apart: frozenset[int] = frozenset()) -> Plan:
     """The design as segments that each compile (`try_groups(program, groups, device, feeds,
     table, placements, bound=...)` runs the whole-design passes: a Plan, or the error or
     shortfall refusing it); `whole`: what refused the whole design, its error raised as it is
-    when there is nothing to cut (one group, and no Emit or none it fits without); `padded`:
-    `pad_to_block`'s layout of the design. Each segment is compiled as it is sought, against
+    when there is nothing to cut (one group, and no Emit or none it fits without); `lies`:
+    `pad_to_block`'s layout of the design (tensor -> Lies). Each segment is compiled as it is sought, against
     the words and DDR buffers of the segments before it, and the one the rule keeps is checked
     and kept as it is. No segment ends before a group in `apart` (an iteration looped over time
     stays whole: repeat.py)."""
 
-    flow = Flow(program, groups, padded, apart)
+    flow = Flow(program, groups, lies, apart)
 
     def refused() -> Exception:   # why the whole design does not fit, found again only when shown
         return whole if isinstance(whole, Exception) else \
@@ -227,11 +227,10 @@ def _unfit(flow: Flow, start: int, alone: Exception, device) -> Exception:
 class Flow:
     """Where each call's result is made and read, by group index: what crosses each cut."""
 
-    def __init__(self, program: Program, groups: tuple[Group, ...], padded: dict | None = None,
+    def __init__(self, program: Program, groups: tuple[Group, ...], lies: dict | None = None,
                  apart: frozenset[int] = frozenset()):
-        self.program, self.groups, self.padded, self.apart = program, groups, padded or {}, apart
-        self.written = written_by_producer(self.padded, groups)
-        self.zeros = zeros_made(self.padded, groups)
+        self.program, self.groups, self.lies, self.apart = program, groups, lies or {}, apart
+        self.padded = {n: lie.shape for n, lie in self.lies.items()}
         self.host = host_placements(program, self.padded)
         self.made = {c: i for i, g in enumerate(groups) for c in g.calls}
         self.last_read: dict[Node, int] = {}
@@ -301,9 +300,10 @@ class Flow:
                 output = by_name[f"out{self.program.outputs.index(node)}"]
                 cuts.append(replace(output, name=self.cut_name(node), kind=PlacementKind.CUT))
                 continue
+            lie = self.lies.get(node)
             cut = Placement(self.cut_name(node), PlacementKind.CUT, HostRole.OUTPUTS.value, used, node.shape, node.dtype,
-                            padded=self.padded.get(node), producer_writes=node in self.written,
-                            zeros_rule=self.zeros.get(node))
+                            padded=self.padded.get(node), producer_writes=lie is not None and lie.fill is Fill.WRITTEN,
+                            zeros_rule=lie and lie.fill.rule)
             used += cut.nwords
             cuts.append(cut)
         return (*host, *cuts)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cache
 
-from iron.compiler.fifos import Stem, fifo
-from iron.compiler.objects import Context, Part, host_access
+from iron.compiler.fifos import FifoId, Stem, fifo, fifo_id
+from iron.compiler.objects import Context, Part, host_access, joined
 from iron.compiler.place import Site
 from iron.compiler.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
 from iron.compiler.readers import Reader
@@ -23,7 +23,7 @@ class Move:
     `fifo`; `finish_sequence` cuts it into Dma ops within the shim's limits."""
 
     direction: Direction
-    fifo: str
+    fifo: FifoId
     buffer: str
     access: Access
 
@@ -36,14 +36,14 @@ def group_moves(ctx: Context, site: Site, parts: list[Part]) -> list[Move]:
         buffer, access = host_access(ctx, site.stream.matrix)
         if site.stream.parts > 1:
             access = _split_order(site.stream, access)
-        moves.append(Move(Direction.MM2S, fifo(site.group.name, Stem.W, mem=True), buffer, access))
+        moves.append(Move(Direction.MM2S, fifo_id(site.group.name, Stem.W, mem=True), buffer, access))
     for part in parts:
         moves += [Move(Direction.S2MM, part.fifo(Stem.HOST), *m) for m in part.host.moves]
     last = site.group.calls[-1]
     if parts[0].split and Reader.HOST in ctx.layout.users.get(last, ()):
         index = next(i for i, n in enumerate(ctx.program.outputs) if n is last)
         p = ctx.placement(f"out{index}")
-        moves.append(Move(Direction.S2MM, ctx.results[last][0], p.buffer, placement_access(p)))
+        moves.append(Move(Direction.S2MM, joined(ctx, site.group.name), p.buffer, placement_access(p)))
     return moves
 
 
@@ -101,7 +101,7 @@ def finish_sequence(entries: list, fifos: dict[str, Fifo], device) -> tuple:
         if isinstance(entry, Wait):
             _wait(ops, held, unwaited, entry.fifo)
             continue
-        fifo, access = fifos[entry.fifo], entry.access
+        fifo, access = fifos[entry.fifo.name], entry.access
         shim = fifo.producer if entry.direction is Direction.MM2S else next(
             t for t in fifo.consumers if t.kind is TileKind.SHIM)
         for offset, sizes, strides in dma_patterns(access.offset, access.dims, device):

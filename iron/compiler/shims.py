@@ -144,8 +144,8 @@ def moved_together(entries: list, share: SharedChannel) -> list:
     """The lowered moves with the members' moves made moves of the shared FIFO, in member
     order, all at the first member move (inputs: issued before any member needs its object) or
     at the last (outputs: issued once every member has had its inputs)."""
-    at = [i for i, e in enumerate(entries) if isinstance(e, Move) and e.fifo in share.members]
-    moves = [replace(entries[i], fifo=share.name) for member in share.members for i in at if entries[i].fifo == member]
+    at = [i for i, e in enumerate(entries) if isinstance(e, Move) and e.fifo.name in share.members]
+    moves = [replace(entries[i], fifo=share.fifo) for member in share.members for i in at if entries[i].fifo.name == member]
     spot = at[0] if share.direction is Direction.MM2S else at[-1]
     taken = set(at)
     together = []

@@ -155,7 +155,7 @@ def word_rows(program: Program, padded: dict) -> dict[str, tuple[int, ...]]:
         if memory.op != Op.MEMORY or memory in padded or len(shape) < 2 or shape[-1] * itemsize % 4 == 0:
             continue
         lies = (*shape[:-1], -(-shape[-1] * itemsize // 4) * 4 // itemsize)
-        if not all(_moves(v) for v in seen) and all(_moves(v, lies, True) for v in seen):
+        if not all(dma_moves(v) for v in seen) and all(dma_moves(v, lies, True) for v in seen):
             found[memory.arg.name] = lies
     return found
 
@@ -169,9 +169,9 @@ def word_leads(program: Program, padded: dict, rows: dict) -> dict[str, int]:
     found = {}
     for base, seen in viewed_only(program).items():
         name = base.arg.name
-        if base.op == Op.MEMORY and base.arg.kind is MemoryKind.STATE or base in padded or name in rows or all(_moves(v) for v in seen):
+        if base.op == Op.MEMORY and base.arg.kind is MemoryKind.STATE or base in padded or name in rows or all(dma_moves(v) for v in seen):
             continue
-        lead = next((n for n in range(1, 4 // base.dtype.itemsize) if all(_moves(v, lead=n) for v in seen)), 0)
+        lead = next((n for n in range(1, 4 // base.dtype.itemsize) if all(dma_moves(v, lead=n) for v in seen)), 0)
         if lead:
             found[name] = lead
     return found
@@ -206,7 +206,8 @@ def layout_rules(placements) -> list[Decision]:
     return lines
 
 
-def _moves(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool = False, lead: int = 0) -> bool:
+def dma_moves(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool = False, lead: int = 0) -> bool:
+    """Whether the DMA moves `view` in whole words as its base lies (`view_words` refuses it not)."""
     try:
         view_words(view, padded, word_rows, lead)
     except PlacementError:
@@ -219,7 +220,9 @@ def nwords(elements: int, dtype: np.dtype) -> int:
 
 
 def base_text(node: Node) -> str:
-    """How a message names the tensor a view picks from: `input 'x'`, `state 'kv'`."""
+    """How a message names the tensor a view picks from: `input 'x'`, `state 'kv'`, `MatMul(a, w)`."""
+    if node.op == Op.CALL:
+        return describe(node)
     return f"{'input' if node.op == Op.INPUT else node.arg.kind} '{node.arg.name}'"
 
 
@@ -352,7 +355,7 @@ def _check_step(view: Node, axis: int, expr: Node, stride: int):
 
 
 def _refuse_run(view: Node, axis: int, run: int, static: int):
-    name = view.src[0].arg.name
+    name = describe(view.src[0])
     raise PlacementError(
         f"{describe(view)} moves runs of {run} bytes of {base_text(view.src[0])} ({dtypes.name(view.dtype)}) "
         f"from byte {static} along axis {axis}, and the device's DMA moves whole 4-byte words "

@@ -74,6 +74,7 @@ class Kernel:
     saturates: ClassVar[bool] = False         # integer results clamp to the output range, not wrap
     copies: ClassVar[bool] = False            # the output is the input (Copy): writing it needs no compute
     gathers: ClassVar[bool] = False           # its attrs pick its output's elements from its input's (Strided)
+    scatters: ClassVar[bool] = False          # its attrs place its input's elements among its destination's (Scatter)
     joins: ClassVar[bool] = False             # the output is the inputs joined along attr `axis` (Concat), each
     # output row a row of every input in turn: a lone join of whole host tensors streams them one after the other
     summed_by: ClassVar[type | None] = None   # the kernel adding this one's result into its destination

@@ -40,6 +40,13 @@ class Copy(Kernel):
         return np.array(x, copy=True)
 
 
+def placed(offset: int, dims) -> np.ndarray:
+    """The flat positions offset + sum(i_d * s_d), i_d < n_d, of an access pattern of four
+    (n_d, s_d) dimensions, outermost first, in row-major order of (i0, i1, i2, i3)."""
+    return (offset + sum(np.arange(n).reshape([-1 if i == d else 1 for i in range(4)]) * st
+                         for d, (n, st) in enumerate(dims))).reshape(-1)
+
+
 class Strided(Kernel):
     """out = x's elements at offset + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3 (x seen flat, in
     elements), i_d < n_d row-major, as `shape`; its C ABI takes x's length and out's. It is a
@@ -70,9 +77,74 @@ class Strided(Kernel):
 
     @staticmethod
     def compute(x, offset=0, n0=1, n1=1, n2=1, n3=1, s0=0, s1=0, s2=0, s3=0, shape=None):
-        index = offset + sum(np.arange(n).reshape([-1 if i == d else 1 for i in range(4)]) * st
-                             for d, (n, st) in enumerate(((n0, s0), (n1, s1), (n2, s2), (n3, s3))))
+        index = placed(offset, ((n0, s0), (n1, s1), (n2, s2), (n3, s3)))
         return np.asarray(x).reshape(-1)[index].reshape(-1 if shape is None else shape)
+
+
+class Scatter(Strided):
+    """out = a copy of its destination with x's elements placed at offset + i0 * s0 + i1 * s1 +
+    i2 * s2 + i3 * s3 (out seen flat, in elements), i_d < n_d row-major: Strided's inverse. It
+    writes a view of a state the DMA cannot move (an interior of 1- or 2-byte elements starting
+    mid-word): the compiler inserts it (`scatter_into_state`), its destination the fewest whole
+    words around the view, read and written back whole; its C ABI takes x's length and out's."""
+
+    name = "scatter"
+    source_kernel = Strided   # strided.cc defines both, over one loop
+    accumulates = needs_out = scatters = True
+    gathers = False
+
+    @classmethod
+    def out_shape(cls, shapes, shape, offset=0, **dims):
+        counts = [dims.get(f"n{d}", 1) for d in range(4)]
+        if int(np.prod(counts)) != int(np.prod(shapes[0], dtype=np.int64)):
+            cls.refuse(shapes, f"needs n0..n3 ({counts}) to place every element of its input")
+        return tuple(shape)
+
+    @staticmethod
+    def compute(x, out, offset=0, n0=1, n1=1, n2=1, n3=1, s0=0, s1=0, s2=0, s3=0, shape=None):
+        result = np.array(out, copy=True)
+        result.reshape(-1)[placed(offset, ((n0, s0), (n1, s1), (n2, s2), (n3, s3)))] = np.asarray(x).reshape(-1)
+        return result
+
+
+class RowWise(Kernel):
+    """A kernel making each row of its result (rows, b) from one row of its input (rows, a): its
+    C ABI takes the rows, a and b."""
+
+    @classmethod
+    def sizes(cls, shapes, out_shape):
+        return (*shapes[0], out_shape[1])
+
+    @classmethod
+    def abi_shapes(cls, sizes):
+        rows, a, b = sizes
+        return [(rows, a)], (rows, b)
+
+
+class StridedRows(RowWise):
+    """out[r, j] = x[r, start + j * step] for start + j * step < stop: a step slice along the rows
+    of a tensor larger than a tile whose elements are narrower than a 32-bit word, picked row by
+    row by the cores, which take x in blocks of whole rows as they take an expansion's
+    (`stream_row_blocks`); the compiler inserts it (`copy_view_for_grid`). Its C ABI takes the
+    rows, x's row length and out's."""
+
+    index_map, reduces = "rb->rc", ""   # row r of the view is picked from row r of x
+    batches = True
+    name = "strided_rows"
+    source_kernel = Strided   # strided.cc defines it too
+    attrs = {"width": Kernel.REQUIRED, "start": 0, "step": 1, "stop": Kernel.REQUIRED}
+    c_attrs = (("start", "i32"), ("step", "i32"), ("stop", "i32"))
+    keeps_dtype = exact_in_dtype = gathers = True
+
+    @classmethod
+    def out_shape(cls, shapes, width, stop, start=0, step=1):
+        if len(shapes[0]) != 2 or shapes[0][1] != width:
+            cls.refuse(shapes, f"needs whole rows of {width} elements")
+        return (shapes[0][0], len(range(start, stop, step)))
+
+    @staticmethod
+    def compute(x, start=0, step=1, stop=None, width=None):
+        return x[..., start:stop:step]
 
 
 class Add(Binary):
@@ -449,7 +521,7 @@ class ArgmaxBlocks(Kernel):
         return np.array(indices[np.argmax(values)], dtype=np.int32)
 
 
-class Dequant(Kernel):
+class Dequant(RowWise):
     """GGUF weight blocks (rows, row bytes) uint8 -> the weights (rows, columns) float32, each
     row holding blocks of 32 weights of `block_bytes` bytes: 20 is Q4_1 (float16 scale d and
     minimum m, 16 bytes of 4-bit codes, low nibbles first: w = d * code + m), 34 is Q8_0 (float16
@@ -474,15 +546,6 @@ class Dequant(Kernel):
         if len(shapes[0]) != 2 or shapes[0][1] % block_bytes:
             cls.refuse(shapes, f"needs blocks (rows, a multiple of {block_bytes} bytes)")
         return (shapes[0][0], shapes[0][1] // block_bytes * 32)
-
-    @classmethod
-    def sizes(cls, shapes, out_shape):
-        return (*shapes[0], out_shape[1])
-
-    @classmethod
-    def abi_shapes(cls, sizes):
-        rows, row_bytes, cols = sizes
-        return [(rows, row_bytes)], (rows, cols)
 
     @staticmethod
     def compute(blocks, block_bytes):
@@ -662,5 +725,5 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-LIBRARY = (Copy, Strided, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, MatVec, MatMul, MatMulAccumulate, RMSNorm,
+LIBRARY = (Copy, Strided, Scatter, StridedRows, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, MatVec, MatMul, MatMulAccumulate, RMSNorm,
            Softmax, Argmax, Cast, Requantize, Concat, RoPE, Max, ArgmaxBlocks, Dequant)

@@ -14,6 +14,7 @@ import numpy as np
 
 from iron import dtypes
 from iron.errors import DeclarationError
+from iron.kernels.traits import Role
 
 LIBRARY_PACKAGE = "iron.kernels."   # every module of the package: the library by family
 _OWNERS: dict[str, type] = {}
@@ -42,10 +43,17 @@ def copy_kernel() -> type:
     return next(k for k in _OWNERS.values() if is_library(k) and k.copies)
 
 
-def strided_kernel() -> type:
+def strided_kernel(rows: bool = False) -> type:
     """The library kernel that gathers a view by its access pattern on a core (Strided): how a view
-    the DMA cannot move in whole words reaches its reader."""
-    return next(k for k in _OWNERS.values() if is_library(k) and k.gathers)
+    the DMA cannot move in whole words reaches its reader; `rows`: the one picking a step slice
+    row by row, which streams in blocks of whole rows as an expansion does (StridedRows)."""
+    return next(k for k in _OWNERS.values() if is_library(k) and k.gathers and (k.role is Role.EXPANSION) == rows)
+
+
+def scatter_kernel() -> type:
+    """The library kernel that places its input's elements among its destination's on a core
+    (Scatter): how a write into a view of a state the DMA cannot move lands."""
+    return next(k for k in _OWNERS.values() if is_library(k) and k.scatters)
 
 
 def _origin(kernel: type) -> tuple[str, str]:
@@ -55,7 +63,7 @@ def _origin(kernel: type) -> tuple[str, str]:
 def accumulate_kernel() -> type:
     """The library kernel that adds its input into its destination (Accumulate): how a tiled
     matrix call sums its k-blocks."""
-    return next(k for k in _OWNERS.values() if is_library(k) and k.accumulates and k.arity == 1)
+    return next(k for k in _OWNERS.values() if is_library(k) and k.accumulates and k.arity == 1 and not k.scatters)
 
 
 def convert_kernel() -> type:

@@ -281,7 +281,7 @@ class CarriedLoop:
         """Run t failed or was interrupted: stop the loop, and give the sessions a fresh device
         (the next start makes a new ring on it)."""
         self._stop(f"step {t - 1} failed: {type(error).__name__}" if t else f"first failed: {type(error).__name__}")
-        for session in {id(s): s for s in (self.first.session, self.body.session)}.values():
+        for session in dict.fromkeys((self.first.session, self.body.session)):
             session.reset()
 
     def _stop(self, why: str):

@@ -25,3 +25,16 @@ def routed(program, device) -> tuple[Layout, Routes]:
 def context(program, device) -> Context:
     layout, routes = routed(program, device)
     return Context(program, device, layout, routes, WordTable(program), host_placements(program))
+
+
+def outputs(monkeypatch, module, name: str) -> list:
+    """Each value `module.name` returns while the test runs, in call order: what a pass decided
+    inside `compile_program` (its Routes, its relays) as the pass returned it."""
+    made = []
+    original = getattr(module, name)
+
+    def recorded(*args, **kwargs):
+        made.append(original(*args, **kwargs))
+        return made[-1]
+    monkeypatch.setattr(module, name, recorded)
+    return made

@@ -10,13 +10,14 @@ import pytest
 
 import iron
 from aie_utils import from_name
-from iron import Scratchpad
+from iron import Carried, Scratchpad
+from iron.compiler.copies import copy_view_for_grid
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Dma
 from iron.compiler.rules import Rule
 from iron.errors import IndexOutOfRange
 from iron.ir import describe
-from iron.kernels import Add, Copy, MatMul, Mul, Softmax
+from iron.kernels import Add, Copy, MatMul, Mul, Scatter, Softmax, StridedRows
 from tests.compiler.test_mlir import op_names
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
@@ -125,12 +126,17 @@ def test_strided_views_stream_in_blocks_of_whole_rows(device, which):
 class Interior(iron.Graph):
     """x written into the interior of a state one wider on every side, the state returned."""
 
-    def __init__(self, n: int):
-        self.pad = iron.state((n + 2, n + 2), np.float32, name="pad")
+    def __init__(self, n: int, dtype=np.float32):
+        self.pad = iron.state((n + 2, n + 2), dtype, name="pad")
 
     def body(self, x):
         Copy.step(x, self.pad[1:-1, 1:-1])
         return Copy.step(self.pad)
+
+
+def ints(dtype, *shape) -> np.ndarray:
+    """Small integers (exact in bfloat16) of `dtype`, never 0, so a misplaced element shows."""
+    return RNG.integers(1, 100, shape).astype(dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -144,6 +150,86 @@ def test_writing_the_interior_of_a_state(device, n):
     np.testing.assert_array_equal(got, expected)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(body.read(graph.pad), expected)
+    assert Rule.SCATTER_INTO_STATE not in rules(body)   # whole words: the DMA writes it by its access pattern
+
+
+NARROW = [iron.bfloat16, np.int16, np.int8, np.uint8]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", NARROW, ids=["bf16", "i16", "i8", "u8"])
+@pytest.mark.parametrize("n", [32, 31])
+def test_writing_the_interior_of_a_state_of_narrow_elements(device, dtype, n):
+    """The interior starts mid-word: `scatter_into_state` places x among the words around it, and
+    the border the host wrote keeps its values."""
+    x, border = ints(dtype, n, n), ints(dtype, n + 2, n + 2)
+    graph = Interior(n, dtype)
+    body = graph.compile(x=x, device=from_name(device))
+    body.write("pad", border)
+    graph.write("pad", border)
+    got, want = body(x=x), graph.reference(x=x)
+    expected = border.copy()
+    expected[1:-1, 1:-1] = x
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(body.read(graph.pad), expected)
+    per = 4 // np.dtype(dtype).itemsize
+    lo, hi = (n + 3) // per * per, -(-(n * (n + 2) + n + 2) // per) * per   # the words around the interior
+    assert scattered_spans(graph, x) == [(lo, hi)] and rules(body).count(Rule.SCATTER_INTO_STATE) == 1
+    assert set(op_names(print_mlir(body.plan))) <= ALLOWED_OPS
+
+
+def scattered_spans(graph, x) -> list[tuple[int, int]]:
+    """The elements [lo, hi) of the state seen flat that each Scatter `scatter_into_state` inserts
+    reads and writes back."""
+    program = copy_view_for_grid(graph.trace(x=x))
+    return [(c.src[1].arg[0].start, c.src[1].arg[0].stop) for c in program.inserted if c.arg.kernel is Scatter]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype, n", [(iron.bfloat16, 256), (np.int8, 131)], ids=["bf16", "i8"])
+def test_an_interior_larger_than_a_tile_is_scattered_in_bands_of_rows(device, dtype, n):
+    """The words around the interior take more than a tile: one Scatter per band of rows, the
+    bands' words never meeting, each placing its rows of x."""
+    x, border = ints(dtype, n, n), ints(dtype, n + 2, n + 2)
+    graph = Interior(n, dtype)
+    body = graph.compile(x=x, device=from_name(device))
+    body.write("pad", border)
+    got = body(x=x)
+    expected = border.copy()
+    expected[1:-1, 1:-1] = x
+    np.testing.assert_array_equal(got, expected)
+    spans = scattered_spans(graph, x)
+    assert len(spans) > 1 and rules(body).count(Rule.SCATTER_INTO_STATE) == len(spans) and all(hi <= lo for (_, hi), (lo, _) in zip(spans, spans[1:]))
+    per = 4 // np.dtype(dtype).itemsize
+    assert spans[0][0] == (n + 3) // per * per and spans[-1][1] == -(-(n * (n + 2) + n + 2) // per) * per
+
+
+class Grow(iron.Graph):
+    """The interior of a state grown by x every step of a CarriedLoop: read (gathered by a Strided
+    call) and written (placed by a Scatter) as one view."""
+
+    def __init__(self, x):
+        self.x = iron.param(x)
+        self.pad = iron.state((x.shape[0] + 2, x.shape[1] + 2), x.dtype, name="pad")
+
+    def body(self, *, step: Carried[np.int32]):
+        Add.step(self.pad[1:-1, 1:-1], self.x, out=self.pad[1:-1, 1:-1])
+        return iron.carry(step=step + 1)
+
+
+@pytest.mark.parametrize("dtype", NARROW, ids=["bf16", "i16", "i8", "u8"])
+def test_an_interior_of_narrow_elements_grows_in_a_carried_loop_at_depth_two(dtype):
+    x, border = ints(dtype, 31, 31) % 8, ints(dtype, 33, 33)
+    body = Grow(x).compile(device=from_name("npu2"))
+    body.write("pad", border)
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(5, step=0)) == list(range(5))
+    assert dict(loop.carry) == {"step": 6} and loop.transitions == 6
+    expected = border.copy()
+    expected[1:-1, 1:-1] = (border[1:-1, 1:-1].astype(np.int64) + 6 * x.astype(np.int64)).astype(dtype)
+    np.testing.assert_array_equal(body.read("pad"), expected)
+    assert {rule for rule in rules(body)} >= {Rule.SCATTER_INTO_STATE, Rule.COPY_VIEW_FOR_GRID}
 
 
 class Texts(iron.Graph):
@@ -251,3 +337,40 @@ def test_a_strided_view_of_a_product_larger_than_a_tile_is_copied_from_ddr(devic
                      ["Copy#2 copies MatMul(a, w)[:, ::2] for Add#1, as it picks more than 256 separate runs of "
                       "MatMul#0's result, larger than a tile: the result crosses in DDR, where the DMA moves the view "
                       "by its access pattern"])
+
+
+class NarrowLarge(iron.Graph):
+    """x[:, ::2] of a 1024 x 1024 tensor of 1- or 2-byte elements feeding a streamed Add or a
+    MatMul over the array, or y[:, ::2] of a product y as large."""
+
+    def __init__(self, reader: str, w=None):
+        self.reader, self.w = reader, None if w is None else iron.param(w)
+
+    def body(self, x, y):
+        if self.reader == "product":
+            return Add.step(MatMul.step(x, self.w)[:, ::2], y)
+        if self.reader == "matmul":
+            return MatMul.step(x[:, ::2], y, dtype=np.int32 if x.dtype.kind in "iu" else np.float32)
+        return Add.step(x[:, ::2], y)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.uint8, iron.bfloat16], ids=["u8", "bf16"])
+@pytest.mark.parametrize("reader", ["add", "matmul", "product"])
+def test_a_narrow_step_slice_larger_than_a_tile_is_picked_row_by_row_as_its_rows_stream(device, dtype, reader):
+    """`copy_view_for_grid` reads the view through a StridedRows call, which streams the whole rows
+    of its tensor in blocks of rows (`stream_row_blocks`) and picks every second element of each."""
+    sides = {"add": ((1024, 1024), (1024, 512)), "matmul": ((1024, 1024), (512, 64)), "product": ((256, 128), (256, 256))}
+    (xs, ys), w = sides[reader], ints(dtype, 128, 512) % 2 if reader == "product" else None
+    x, y = ints(dtype, *xs) % 2, ints(dtype, *ys) % 2   # 0 and 1: every sum exact in bfloat16 and uint8
+    graph = NarrowLarge(reader, w)
+    body, got, want = run(graph, device, x=x, y=y)
+    wide = {"add": lambda: x[:, ::2].astype(np.int64) + y, "matmul": lambda: x[:, ::2].astype(np.int64) @ y,
+            "product": lambda: (x.astype(np.int64) @ w)[:, ::2] + y}[reader]()
+    np.testing.assert_array_equal(np.asarray(got, np.int64), wide)
+    np.testing.assert_array_equal(got, want)
+    inserted = copy_view_for_grid(graph.trace(x=x, y=y)).inserted
+    width = 512 if reader == "product" else 1024
+    assert [(c.arg.kernel, c.arg.attr_dict) for c in inserted] == [
+        (StridedRows, {"width": width, "start": 0, "step": 2, "stop": width - 1})]
+    assert {Rule.COPY_VIEW_FOR_GRID, Rule.STREAM_ROW_BLOCKS} <= set(rules(body))

@@ -12,16 +12,33 @@ import iron
 from aie_utils import from_name
 from iron import Carried
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
+from iron.compiler.plan import Loop
 from iron.compiler.rules import Rule
 from iron.errors import DoesNotFit
 from iron.kernels import Accumulate, Add, Concat, Copy, Exp, Mul, ReLU
 from tests.compiler.test_mlir import op_names
+from tests.quotes import quoted
 
 F32 = {"rtol": 1e-3, "atol": 1e-3}
 
 
 def rule(plan, name):
     return [what for rule, what in plan.rules if rule == name]
+
+
+def streamed(plan) -> tuple[int, int, int, int]:
+    """(rows, columns) of the cores the one stream (group g0) runs on, the elements of its first
+    input's blocks and how many blocks each core takes (its Loop's count)."""
+    cores = [c for c in plan.cores if c.group == "g0"]
+    (loop,) = [item for item in cores[0].program if isinstance(item, Loop)]
+    block = plan.fifo("g0_x0_0_0").elements
+    return len({c.tile.row for c in cores}), len({c.tile.col for c in cores}), block, loop.count
+
+
+def streams(plan, *names) -> str:
+    """The one stream_elementwise decision, which quotes `names` (its views and sub-rules)."""
+    (line,) = rule(plan, Rule.STREAM_ELEMENTWISE)
+    return quoted(line, *names)
 
 
 class ExpOfTail(iron.Graph):
@@ -34,27 +51,21 @@ class ReluOfFlat(iron.Graph):
         return ReLU.step(x.reshape(-1))
 
 
-@pytest.mark.parametrize("device, line", [
-    ("npu2", "g0: Exp over 65536 elements streamed in blocks of 2048 over 32 tiles (4 rows x 8 columns of cores), "
-             "1 blocks per core; x[1:] streamed as one run of words from element 1 of x (stream_contiguous_views)"),
-    ("npu1", "g0: Exp over 65536 elements streamed in blocks of 2048 over 16 tiles (4 rows x 4 columns of cores), "
-             "2 blocks per core; x[1:] streamed as one run of words from element 1 of x (stream_contiguous_views)"),
-])
-def test_elementwise_over_an_offset_slice_streams_from_its_first_word(device, line):
+@pytest.mark.parametrize("device, cores", [("npu2", (4, 8, 2048, 1)), ("npu1", (4, 4, 2048, 2))])
+def test_elementwise_over_an_offset_slice_streams_from_its_first_word(device, cores):
     x = np.random.default_rng(1).standard_normal(65537).astype(np.float32)
     body = ExpOfTail().compile(x=x, device=from_name(device))
-    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [line]
+    assert streamed(body.plan) == cores
+    streams(body.plan, "x[1:]", "element 1 of x", "stream_contiguous_views")
     np.testing.assert_allclose(body(x=x), ExpOfTail().reference(x=x), **F32)
 
 
-@pytest.mark.parametrize("device, cores", [("npu2", "32 tiles (4 rows x 8 columns of cores), 3"),
-                                           ("npu1", "16 tiles (4 rows x 4 columns of cores), 6")])
+@pytest.mark.parametrize("device, cores", [("npu2", (4, 8, 3054, 3)), ("npu1", (4, 4, 3054, 6))])
 def test_elementwise_over_a_reshape_streams(device, cores):
     x = np.random.default_rng(2).standard_normal((509, 576)).astype(np.float32)
     body = ReluOfFlat().compile(x=x, device=from_name(device))
-    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [
-        f"g0: ReLU over 293184 elements streamed in blocks of 3054 over {cores} blocks per core; "
-        "x.reshape(293184,) streamed as one run of words from element 0 of x (stream_contiguous_views)"]
+    assert streamed(body.plan) == cores
+    streams(body.plan, "x.reshape(293184,)", "stream_contiguous_views")
     np.testing.assert_array_equal(body(x=x), ReluOfFlat().reference(x=x))
 
 
@@ -76,12 +87,7 @@ class AccumulateSteps(iron.Graph):
         return iron.carry(step=step + 1)
 
 
-STATE_LINES = {
-    "npu2": "g0: Accumulate over 20000 elements streamed in blocks of 1250 over 16 tiles (2 rows x 8 columns of cores), "
-            "1 blocks per core; into acc (stream_into_state: each block back where it was read)",
-    "npu1": "g0: Accumulate over 20000 elements streamed in blocks of 2500 over 8 tiles (2 rows x 4 columns of cores), "
-            "1 blocks per core; into acc (stream_into_state: each block back where it was read)",
-}
+STATE_CORES = {"npu2": (2, 8, 1250, 1), "npu1": (2, 4, 2500, 1)}
 
 
 @pytest.mark.parametrize("device", ["npu2", "npu1"])
@@ -90,7 +96,8 @@ def test_accumulating_into_a_state_larger_than_a_tile_streams_back_into_it(devic
     xs = [rng.standard_normal(20000).astype(np.float32) for _ in range(3)]
     graph = AccumulateLarge()
     body = graph.compile(x=xs[0], device=from_name(device))
-    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [STATE_LINES[device]]
+    assert streamed(body.plan) == STATE_CORES[device]
+    streams(body.plan, "into acc", "stream_into_state")
     for x in xs:
         body(x=x)
         graph.reference(x=x)
@@ -104,9 +111,8 @@ def test_accumulating_into_a_large_state_runs_as_a_carried_loop_at_depth_two():
     loop = iron.CarriedLoop(body, body, depth=2)
     assert list(loop.run(5, step=0)) == list(range(5))
     assert dict(loop.carry) == {"step": 6} and loop.transitions == 6   # the first call and 5 more
-    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [   # the Emit's words take a shim channel: 7 columns at most
-        "g0: Accumulate over 20000 elements streamed in blocks of 2000 over 10 tiles (2 rows x 5 columns of cores), "
-        "1 blocks per core; into acc (stream_into_state: each block back where it was read)"]
+    assert streamed(body.plan) == (2, 5, 2000, 1)   # the Emit's words take a shim channel: 7 columns at most
+    streams(body.plan, "into acc", "stream_into_state")
     np.testing.assert_allclose(body.read("acc"), 6 * x, **F32)
 
 
@@ -134,8 +140,7 @@ def test_a_stream_writes_a_run_of_a_state_and_leaves_the_rest(device, graph, n, 
     xs = [rng.integers(-50, 50, n).astype(dtype) for _ in range(2)]
     design, reference = graph(), graph()
     body = design.compile(x=xs[0], device=from_name(device))
-    [line] = rule(body.plan, Rule.STREAM_ELEMENTWISE)
-    assert line.endswith(f"; into {into} (stream_into_state: each block back where it was read)")
+    streams(body.plan, f"into {into}", "stream_into_state")
     name = "acc" if graph is AccumulateIntoRun else "rows"
     for x in xs:
         body(x=x)
@@ -149,15 +154,16 @@ class SumAndExp(iron.Graph):
         return s, Exp.step(s)
 
 
-@pytest.mark.parametrize("device, cores", [("npu2", "16 tiles (2 rows x 8 columns of cores), 1"),
-                                           ("npu1", "8 tiles (2 rows x 4 columns of cores), 2")])
+@pytest.mark.parametrize("device, cores", [("npu2", (2, 8, 1250, 1)), ("npu1", (2, 4, 1250, 2))])
 def test_a_result_returned_and_read_again_in_its_group_streams_both_results(device, cores):
     rng = np.random.default_rng(5)
     x, y = (rng.standard_normal(20000).astype(np.float32) for _ in range(2))
     body = SumAndExp().compile(x=x, y=y, device=from_name(device))
-    assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [
-        f"g0: Add, Exp over 20000 elements streamed in blocks of 1250 over {cores} blocks per core; "
-        "Add(x, y) joined for the host too (stream_every_result)"]
+    assert streamed(body.plan) == cores
+    columns = cores[1]
+    assert [f.name for f in body.plan.fifos if f.name.startswith("g0_host")] == [
+        name for c in range(columns) for name in (f"g0_host{c}", f"g0_host{c}_r1")]   # a join per result and column
+    streams(body.plan, "Add(x, y)", "stream_every_result")
     for got, want in zip(body(x=x, y=y), SumAndExp().reference(x=x, y=y)):
         np.testing.assert_allclose(got, want, **F32)
 
@@ -167,16 +173,10 @@ class Joined(iron.Graph):
         return Concat.step(x, y)
 
 
-JOINS = {   # (x shape, y shape, dtype, device): its stream_joined line
-    ((4097,), (4097,), np.float32, "npu2"):   # 4097 = 17 x 241: one core
-        "g0: Concat over 8194 elements streamed in blocks of 241 over 1 tiles (1 rows x 1 columns of cores), "
-        "34 blocks per core; x then y copied block by block, each piece's blocks in turn (stream_joined)",
-    ((4097,), (4097,), np.float32, "npu1"):
-        "g0: Concat over 8194 elements streamed in blocks of 241 over 1 tiles (1 rows x 1 columns of cores), "
-        "34 blocks per core; x then y copied block by block, each piece's blocks in turn (stream_joined)",
-    ((64, 1024), (32, 1024), np.int32, "npu2"):
-        "g0: Concat over 98304 elements streamed in blocks of 1024 over 32 tiles (4 rows x 8 columns of cores), "
-        "3 blocks per core; x then y copied block by block, each piece's blocks in turn (stream_joined)",
+JOINS = {   # (x shape, y shape, dtype, device): (rows, columns of cores, block, blocks per core)
+    ((4097,), (4097,), np.float32, "npu2"): (1, 1, 241, 34),   # 4097 = 17 x 241: one core
+    ((4097,), (4097,), np.float32, "npu1"): (1, 1, 241, 34),
+    ((64, 1024), (32, 1024), np.int32, "npu2"): (4, 8, 1024, 3),
 }
 
 
@@ -185,7 +185,9 @@ def test_a_concat_end_to_end_larger_than_a_tile_is_copied_piece_by_piece(x_shape
     rng = np.random.default_rng(7)
     x, y = (rng.integers(-99, 99, shape).astype(dtype) for shape in (x_shape, y_shape))
     body = Joined().compile(x=x, y=y, device=from_name(device))
-    assert rule(body.plan, Rule.STREAM_JOINED) == [JOINS[x_shape, y_shape, dtype, device]]
+    assert streamed(body.plan) == JOINS[x_shape, y_shape, dtype, device]
+    (line,) = rule(body.plan, Rule.STREAM_JOINED)
+    quoted(line, "x then y", "stream_joined")
     np.testing.assert_array_equal(body(x=x, y=y), Joined().reference(x=x, y=y))
 
 
@@ -202,20 +204,17 @@ class SideWithState(iron.Graph):
         return Concat.step(x, y, axis=1)
 
 
-NOT_STREAMED = ("(stream_elementwise: g0: not streamed: Concat#0 joins along axis 1, each row of its result a row "
-                "of every input: only a lone Concat of host tensors end to end streams (stream_joined)). Split "
-                "Concat#0 into at least 3 calls over parts of the tensors, each call's buffers at most 64512 bytes")
+NOT_STREAMED = ("stream_elementwise", "Concat#0 joins along axis 1", "stream_joined", "at least 3 calls", "64512 bytes")
 
 
-@pytest.mark.parametrize("graph, fix", [(Side, "."), (SideWithState, ", or use smaller states.")])
-def test_a_group_that_cannot_stream_is_refused_naming_its_calls_why_and_a_fix_that_applies(graph, fix):
+@pytest.mark.parametrize("graph, smaller_states", [(Side, False), (SideWithState, True)])
+def test_a_group_that_cannot_stream_is_refused_naming_its_calls_why_and_a_fix_that_applies(graph, smaller_states):
     spec = ((2, 4097), np.float32)
     with pytest.raises(DoesNotFit) as refused:
         graph().compile(x=spec, y=spec, device=from_name("npu2"))
-    assert str(refused.value) == (
-        f"{graph.__name__} does not fit tile_0_2, where Concat#0 runs: its buffers take 132128 bytes but a compute "
-        "tile has 65536: g0_host@tile_0_2 65552 bytes (out0), g0_in@tile_0_2 65552 bytes (x, y), stack@tile_0_2 "
-        f"1024 bytes {NOT_STREAMED}{fix}")
+    text = quoted(refused.value, graph.__name__, "tile_0_2", "Concat#0", "132128 bytes", "65536",
+                  "g0_host@tile_0_2 65552 bytes (out0)", "g0_in@tile_0_2 65552 bytes (x, y)", *NOT_STREAMED)
+    assert ("smaller states" in text) == smaller_states
 
 
 class ThreeResults(iron.Graph):
@@ -229,13 +228,8 @@ def test_more_results_than_a_shim_has_s2mm_channels_are_refused_saying_so():
     spec = ((20000,), np.float32)
     with pytest.raises(DoesNotFit) as refused:
         ThreeResults().compile(x=spec, y=spec, device=from_name("npu2"))
-    assert str(refused.value) == (
-        "ThreeResults does not fit tile_0_2, where Add#0 and ReLU#1 and Mul#2 run: its buffers take 401024 bytes but "
-        "a compute tile has 65536: g0_host@tile_0_2 240000 bytes (out0, out1, out2), g0_in@tile_0_2 160000 bytes "
-        "(x, y), stack@tile_0_2 1024 bytes (stream_elementwise: g0: not streamed: it returns 3 results (Add#0, "
-        "ReLU#1, Mul#2) but a column's shim tile has 2 S2MM channels, one per result (stream_every_result): return "
-        "fewer). Split Add#0 and ReLU#1 and Mul#2 into at least 7 calls over parts of the tensors, each call's "
-        "buffers at most 64512 bytes.")
+    quoted(refused.value, "ThreeResults", "tile_0_2", "Add#0", "ReLU#1", "Mul#2", "401024 bytes", "65536",
+           "3 results", "2 S2MM channels", "stream_every_result", "return fewer", "at least 7 calls")
 
 
 def test_the_new_streams_print_only_allowed_mlir_ops():

@@ -11,6 +11,7 @@ import pytest
 
 from aie_utils import from_name
 from iron.compiler.emit import carry_sources, clamp_steps, lower_emit, sink_steps, unflagged_steps
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.objects import pack
 from iron.compiler.plan import (
     Acquire,
@@ -65,8 +66,9 @@ def test_the_emit_core_reads_its_words_and_the_element_and_writes_the_feedback()
     words = len(ctx.table.words)
     assert made.emit == Emit(made.core.tile, emit_values, ctx.table.defs(), "feedback")
     assert made.sizes == {"emit_in": 4 * (words + 1), "feedback": 4 * made.emit.nwords}
-    assert made.moves == (Move(Direction.MM2S, "emit_in", "words", Access(0, ((words + 1, 1),))),
-                          Move(Direction.S2MM, "feedback", "feedback", Access(0, ((made.emit.nwords, 1),))))
+    assert made.moves == (Move(Direction.MM2S, FifoId("emit", Stem.IN), "words", Access(0, ((words + 1, 1),))),
+                          Move(Direction.S2MM, FifoId(None, Stem.FEEDBACK), "feedback",
+                               Access(0, ((made.emit.nwords, 1),))))
     first = made.function.steps[0]   # the flag starts from this call's own
     assert (first.op, first.a) == ("copy", Load("emit_in", 4 * words))
     bounded = [w for w in made.emit.target_words if w.bound is not None]

@@ -11,10 +11,11 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler.channels import MemChannels, ShimRequest, share_shim_channels
-from iron.compiler.plan import Direction, Link, Tile, TileKind
+from iron.compiler.plan import Direction, FifoRole, Link, Tile, TileKind
 from iron.compiler.rules import Rule
 from iron.errors import PlacementError
 from iron.kernels import Add, MatMul, MatVec
+from tests.quotes import quoted
 
 F32 = np.float32
 
@@ -44,11 +45,9 @@ def test_a_tiled_matvec_with_a_carry_on_one_column_shares_the_emit_words_and_equ
     compiled = graph.compile(device="npu2_1col", x=((576,), F32))
     plan = compiled.plan
     assert plan.segments == ()
-    assert rules(plan, Rule.EMIT_IN_SHARES) == [
-        "emit_in shares shared_in0 with g0_in rather than the Emit being cut into a segment of its own"]
-    assert rules(plan, Rule.SHARE_SHIM_CHANNELS) == [
-        "shared_in0 (MM2S, 2316 bytes) on mem_0_1 split into g0_in, emit_in at bytes 0, 2304",
-        "3 MM2S FIFOs now take 2 of the 2 shim MM2S channels"]
+    assert len(rules(plan, Rule.EMIT_IN_SHARES)) == 1 and len(rules(plan, Rule.SHARE_SHIM_CHANNELS)) == 2
+    shared = plan.fifo("shared_in0")
+    assert (shared.role, shared.nbytes, shared.consumers) == (FifoRole.SHARED_IN, 2316, (Tile(0, 1, TileKind.MEM),))
     assert Link(Tile(0, 1, TileKind.MEM), ("shared_in0",), ("g0_in", "emit_in"), destination_offsets=(0, 2304)) \
         in plan.links
     assert "emit_in_shares" in compiled.describe()
@@ -79,8 +78,9 @@ class Looped(iron.Graph):
 def test_the_shared_emit_words_run_as_a_carried_loop_at_depth_2():
     graph = Looped()
     body = graph.compile(device="npu2_1col")
-    assert rules(body.plan, Rule.EMIT_IN_SHARES) == [
-        "emit_in shares shared_in0 with g0_in rather than the Emit being cut into a segment of its own"]
+    assert len(rules(body.plan, Rule.EMIT_IN_SHARES)) == 1 and body.plan.segments == ()
+    assert Link(Tile(0, 1, TileKind.MEM), ("shared_in0",), ("g0_in", "emit_in"), destination_offsets=(0, 2304)) \
+        in body.plan.links
     assert_loop_equals_reference(graph, body, W @ V, steps=5, n=3)
 
 
@@ -100,8 +100,9 @@ def assert_loop_equals_reference(graph, body, product, steps: int, n: int):
 def test_the_4096_square_matvec_on_one_column_shares_too():
     plan = Counted(4096, 4096).compile(device="npu2_1col", x=((4096,), F32)).plan
     assert plan.segments == ()
-    assert rules(plan, Rule.SHARE_SHIM_CHANNELS)[0] == \
-        "shared_in0 (MM2S, 16396 bytes) on mem_0_1 split into g0_in, emit_in at bytes 0, 16384"
+    assert plan.fifo("shared_in0").nbytes == 16396
+    assert Link(Tile(0, 1, TileKind.MEM), ("shared_in0",), ("g0_in", "emit_in"), destination_offsets=(0, 16384)) \
+        in plan.links
 
 
 @pytest.mark.parametrize("device", ["npu1_1col", "npu2"])
@@ -136,10 +137,8 @@ def test_a_grid_matmul_with_a_carry_on_one_column_runs_the_emit_in_a_segment_of_
     plan = compiled.plan
     assert [[name for name, _ in s.groups] for s in plan.segments] == [["g0"], []]
     assert plan.segments[0].emit is None and plan.segments[1].emit is not None
-    assert rules(plan, Rule.EMIT_OWN_SEGMENT) == [
-        "g0 fits npu2_1col only without the Emit, which runs after it in a segment of its own; "
-        "cut before the Emit: 0 bytes cross (nothing)"]
-    assert rules(plan, Rule.SHARE_SHIM_CHANNELS) == []
+    assert len(rules(plan, Rule.EMIT_OWN_SEGMENT)) == 1 and rules(plan, Rule.SHARE_SHIM_CHANNELS) == []
+    assert [(c.nbytes, c.values) for c in plan.cuts] == [(0, ())]
     assert "segment 1  the Emit alone" in compiled.describe()
     got, carry = compiled(A, n=2)
     want, want_carry = graph.reference(A, n=2)
@@ -169,10 +168,7 @@ def test_inputs_none_of_which_may_share_are_refused_naming_who_may():
     wanted = [ShimRequest(name, Direction.MM2S, 0, 64) for name in ("g0_a0_mem", "g0_b0_mem", "emit_in")]
     with pytest.raises(PlacementError) as refused:
         share_shim_channels(Product().trace(a=((64, 256), F32)), wanted, device, MemChannels(device), 2)
-    assert str(refused.value) == (
-        "Product needs 3 shim MM2S channels but npu2_1col has 2 (1 shim tile x 2), and sharing them "
-        "through mem tiles saves only 0 (only the Emit's words and the inputs of groups that read no "
-        "state an earlier group of the call writes can share): compile for a device with more columns.")
+    quoted(refused.value, "Product", "3 shim MM2S channels", "npu2_1col has 2", "saves only 0", "more columns")
 
 
 class Sum(iron.Graph):
@@ -184,9 +180,8 @@ def test_a_wide_stream_of_two_inputs_with_a_carry_on_one_column_runs_the_emit_in
     graph = Sum()
     compiled = graph.compile(device="npu2_1col", x=((1 << 16,), F32), y=((1 << 16,), F32))
     assert [[name for name, _ in s.groups] for s in compiled.plan.segments] == [["g0"], []]
-    assert rules(compiled.plan, Rule.EMIT_OWN_SEGMENT) == [
-        "g0 fits npu2_1col only without the Emit, which runs after it in a segment of its own; "
-        "cut before the Emit: 0 bytes cross (nothing)"]
+    assert len(rules(compiled.plan, Rule.EMIT_OWN_SEGMENT)) == 1
+    assert [(c.nbytes, c.values) for c in compiled.plan.cuts] == [(0, ())]
     rng = np.random.default_rng(7)
     x, y = rng.standard_normal(1 << 16).astype(F32), rng.standard_normal(1 << 16).astype(F32)
     got, carry = compiled(x, y, n=5)

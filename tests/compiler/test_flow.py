@@ -10,6 +10,7 @@ import numpy as np
 import iron
 from aie_utils import from_name
 from iron import Scratchpad
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.flow import lower_flow
 from iron.compiler.plan import (
     Acquire,
@@ -76,7 +77,8 @@ def test_an_elementwise_stream_splits_each_input_per_column_and_joins_the_result
     function = next(f for f in made.functions if f.name == "g0_r1c2_block")
     assert function.steps == (KernelStep.of(Add, F32, (Ptr(x[0]), Ptr(x[1]), Ptr(part), Imm(b))),)
     assert [(m.direction, m.fifo) for m in made.moves if isinstance(m, Move)][:3] == [
-        (Direction.MM2S, "g0_x0_0_mem"), (Direction.MM2S, "g0_x1_0_mem"), (Direction.S2MM, "g0_host0")]
+        (Direction.MM2S, FifoId("g0", Stem.X, (0, 0), mem=True)), (Direction.MM2S, FifoId("g0", Stem.X, (1, 0), mem=True)),
+        (Direction.S2MM, FifoId("g0", Stem.HOST, (0,)))]
     assert sum(isinstance(m, Move) for m in made.moves) == 3 * cols
 
 
@@ -93,7 +95,7 @@ def test_a_row_every_row_shares_is_acquired_once_around_the_loop():
                             Release("g0_w0", C))
     (step,) = made.functions[0].steps
     assert step.args[:5] == (Ptr("g0_x0_0_0"), Ptr("g0_w0"), Ptr("g0_part0_0"), Imm(rows_per_block), Imm(256))
-    assert [m.fifo for m in made.moves if isinstance(m, Move)].count("g0_w0") == 1
+    assert [m.fifo for m in made.moves if isinstance(m, Move)].count(FifoId("g0", Stem.W, (0,))) == 1
 
 
 def test_a_per_call_length_comes_once_in_the_in_object_and_is_loaded_by_every_block():
@@ -103,5 +105,5 @@ def test_a_per_call_length_comes_once_in_the_in_object_and_is_loaded_by_every_bl
     assert (core.program[0], core.program[-1]) == (Acquire("g0_in", C), Release("g0_in", C))
     (step,) = made.functions[0].steps
     assert step.kernel is Softmax and step.args[-1] == Load("g0_in", 0)
-    (words,) = [m for m in made.moves if isinstance(m, Move) and m.fifo == "g0_in"]
+    (words,) = [m for m in made.moves if isinstance(m, Move) and m.fifo == FifoId("g0", Stem.IN)]
     assert (words.direction, words.buffer, words.access.nwords) == (Direction.MM2S, "words", 1)

@@ -13,6 +13,7 @@ import numpy as np
 
 import iron
 from aie_utils import from_name
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.grid import lower_grid
 from iron.compiler.plan import (
     Acquire,
@@ -67,9 +68,9 @@ def test_a_matmul_grid_broadcasts_a_along_rows_and_b_down_columns():
     assert [s.kernel for s in first.steps] == [MatMul] and [s.kernel for s in more.steps] == [MatMulAccumulate]
     assert first.blocked and more.blocked
     moved = [(m.direction, m.fifo) for m in made.moves if isinstance(m, Move)]
-    assert Counter(moved) == Counter([*((Direction.MM2S, f"g0_a{r}_mem") for r in range(rows)),
-                                      *((Direction.MM2S, f"g0_b{c}_mem") for c in range(cols)),
-                                      *((Direction.S2MM, f"g0_host{c}") for c in range(cols))])
+    assert Counter(moved) == Counter([*((Direction.MM2S, FifoId("g0", Stem.A, (r,), mem=True)) for r in range(rows)),
+                                      *((Direction.MM2S, FifoId("g0", Stem.B, (c,), mem=True)) for c in range(cols)),
+                                      *((Direction.S2MM, FifoId("g0", Stem.HOST, (c,))) for c in range(cols))])
 
 
 def test_a_bfloat16_grid_sums_in_float32_and_rounds_each_block_once():

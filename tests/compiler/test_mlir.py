@@ -57,6 +57,7 @@ from iron.compiler.sources import kernel_sources
 from iron.errors import PlanError
 from iron.kernels import Accumulate, Add, Copy, MatVec
 from tests.compiler import designs
+from tests.quotes import quoted
 
 GOLDEN = Path(__file__).parent / "golden"
 F32 = np.dtype(np.float32)
@@ -319,67 +320,44 @@ def test_static_offset_goes_in_the_innermost_offset():
 def test_invoke_of_an_object_not_acquired_is_refused():
     base = add_one_plan()
     cores = (Core(CORE, "g0", (Acquire("g0_in", Port.CONSUME), Invoke("g0", ("g0_in", "g0_host")))),)
-    assert printing_refused(dataclasses.replace(base, cores=cores)) == (
-        "Core tile_0_2 invokes 'g0' on 'g0_host', which it has not acquired and which is no Buffer: "
-        "acquire the FIFO before the Invoke (or declare the Buffer)."
-    )
+    quoted(printing_refused(dataclasses.replace(base, cores=cores)), "tile_0_2", "'g0'", "'g0_host'", "acquire")
 
 
 def test_blocked_function_outside_a_loop_is_refused():
     base = streamed_plan()
     cores = (Core(CORE, "g0", (Acquire("g0_w", Port.CONSUME), Acquire("g0_host", Port.PRODUCE),
                                Invoke("g0_block", ("g0_w", "g0_x", "g0_host")))),)
-    assert printing_refused(dataclasses.replace(base, cores=cores)) == (
-        "Core tile_0_2 invokes the blocked function 'g0_block' outside any Loop, so it has no block "
-        "index to pass: invoke it inside the Loop over its blocks."
-    )
+    quoted(printing_refused(dataclasses.replace(base, cores=cores)), "tile_0_2", "'g0_block'", "Loop")
 
 
 def test_unknown_names_and_wrong_arity_are_refused():
     base = add_one_plan()
-    assert printing_refused(dataclasses.replace(base, functions=())) == (
-        "The plan uses function 'g0' but has none by that name (it has: none): add it to the plan."
-    )
+    quoted(printing_refused(dataclasses.replace(base, functions=())), "function 'g0'", "(it has: none)")
     cores = (Core(CORE, "g0", (Acquire("g0_inn", Port.CONSUME),)),)
-    assert printing_refused(dataclasses.replace(base, cores=cores)) == (
-        "The plan uses FIFO 'g0_inn' but has none by that name (it has: g0_in, g0_host): add it "
-        "to the plan."
-    )
+    quoted(printing_refused(dataclasses.replace(base, cores=cores)), "FIFO 'g0_inn'", "(it has: g0_in, g0_host)")
     short = (dataclasses.replace(base.functions[0], params=("g0_in",)),)
-    assert printing_refused(dataclasses.replace(base, functions=short)) == (
-        "Core tile_0_2 invokes 'g0' with 2 arguments (%g0_in_obj0, %g0_host_obj0) but its "
-        "declaration takes 1 (memref<2048xi32>): make Invoke.objects match the function's parameters."
-    )
+    quoted(printing_refused(dataclasses.replace(base, functions=short)), "tile_0_2", "'g0'",
+           "2 arguments (%g0_in_obj0, %g0_host_obj0)", "takes 1 (memref<2048xi32>)", "Invoke.objects")
 
 
 def test_unprintable_sizes_offsets_and_names_are_refused():
     base = add_one_plan()
     odd = (Fifo("g0_in", SHIM, (CORE,), 2, 6), base.fifos[1])
-    assert printing_refused(dataclasses.replace(base, fifos=odd)) == (
-        "FIFO 'g0_in' carries objects of 6 bytes, not a whole number of int32 elements (4 bytes "
-        "each): make its nbytes a multiple of the element size."
-    )
+    quoted(printing_refused(dataclasses.replace(base, fifos=odd)), "FIFO 'g0_in'", "6 bytes", "int32", "nbytes")
     split = (Link(MEM, ("g0_in",), ("g0_host", "g0_host"), destination_offsets=(0, 6)),)
-    assert printing_refused(dataclasses.replace(base, links=split)) == (
-        "The link on mem_0_1 from g0_in to g0_host, g0_host has byte offsets [0, 6], which "
-        "mlir-aie counts in 4-byte elements of 'g0_in': give every linked FIFO that element size "
-        "and make every offset a multiple of it."
-    )
+    quoted(printing_refused(dataclasses.replace(base, links=split)), "mem_0_1", "g0_in", "g0_host, g0_host", "[0, 6]",
+           "4-byte elements of 'g0_in'")
     mixed = (*base.fifos, Fifo("half", MEM, (CORE,), 2, 64, np.dtype(np.int16)))
-    assert "counts in 4-byte elements of 'g0_in': give every linked FIFO" in printing_refused(dataclasses.replace(base, fifos=mixed, links=(Link(MEM, ("g0_in",), ("half", "g0_host"), (), (0, 64)),)))
+    quoted(printing_refused(dataclasses.replace(base, fifos=mixed, links=(Link(MEM, ("g0_in",), ("half", "g0_host"), (), (0, 64)),))),
+           "half, g0_host", "4-byte elements of 'g0_in'")
     renamed = (Fifo("g0 in", SHIM, (CORE,), 2, 8192), base.fifos[1])
-    assert printing_refused(dataclasses.replace(base, fifos=renamed)) == (
-        "The FIFO name 'g0 in' is not a valid MLIR symbol: use letters, digits, '_', '$' and '.', "
-        "starting with a letter or '_'."
-    )
+    quoted(printing_refused(dataclasses.replace(base, fifos=renamed)), "'g0 in'", "MLIR symbol")
 
 
 def test_dma_of_an_unknown_host_buffer_is_refused():
     base = add_one_plan()
-    assert printing_refused(dataclasses.replace(base, sequence=(dma(Direction.MM2S, "g0_in", "weights", 0, 4, 0),))) == (
-        "DMA 0 (to FIFO 'g0_in') moves words of host buffer 'weights', which is not among the "
-        "plan's host buffers (consts, inputs, outputs, words): name one of them."
-    )
+    quoted(printing_refused(dataclasses.replace(base, sequence=(dma(Direction.MM2S, "g0_in", "weights", 0, 4, 0),))),
+           "DMA 0", "'g0_in'", "'weights'", "(consts, inputs, outputs, words)")
 
 
 # ---- every design: allowed ops only, deterministic, goldens ---------------------------------------

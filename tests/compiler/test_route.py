@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from aie_utils import from_name
+from iron.compiler.fifos import EMIT, FifoId, Stem
 from iron.compiler.plan import FifoRole, Tile, TileKind
 from iron.compiler.route import HOST, CoreInputs, choose_relays
 from iron.compiler.rules import Rule
@@ -47,6 +48,8 @@ def test_a_lone_group_loads_from_the_host_and_returns_to_it():
 
 def test_the_emit_reads_a_groups_out_through_shared_memory_and_feeds_the_host():
     routes = routes_of(designs.trace(designs.walk(8)))
+    assert [r.fifo for r in routes.fifos] == [FifoId("g0", Stem.IN), FifoId("g0", Stem.HOST), FifoId("g0", Stem.OUT),
+                                              FifoId(EMIT, Stem.IN), FifoId(None, Stem.FEEDBACK)]
     assert ends(routes) == [
         ("g0_in", IN, "g0", HOST, (tile(0, 2),), False),
         ("g0_host", HOST_ROLE, "g0", tile(0, 2), (HOST,), False),
@@ -111,8 +114,10 @@ def test_a_stream_splits_each_input_per_column_and_joins_each_columns_parts():
 
 def test_a_core_no_carrier_can_bring_within_its_channels_is_refused_with_its_names():
     program = designs.trace(designs.add_one())
-    carrier = CoreInputs("a", tile(0, 2), ("a_in", "a_w"), ("a_in", "a_w"), carrier="a_out")
-    reader = CoreInputs("r", tile(1, 2), ("a_out", "b_out", "c_out"), ("a_out", "b_out", "c_out"))
+    a_in, a_w, a_out = FifoId("a", Stem.IN), FifoId("a", Stem.W), FifoId("a", Stem.OUT)
+    carrier = CoreInputs("a", tile(0, 2), (a_in, a_w), (a_in, a_w), carrier=a_out)
+    taken = (a_out, FifoId("b", Stem.OUT), FifoId("c", Stem.OUT))
+    reader = CoreInputs("r", tile(1, 2), taken, taken)
     with pytest.raises(PlacementError) as err:
         choose_relays(program, [carrier, reader], NPU2)
     assert all(name in str(err.value) for name in ("AddOne", "group r", "tile_1_2", "a_out, b_out, c_out"))

@@ -30,6 +30,7 @@ from iron.kernels import Add, Argmax, Copy, Exp, MatMul, MatVec, ReLU, Sigmoid, 
 from iron.runtime.emulator import Configurations, Emulator
 from tests.compiler.test_mlir import op_names
 from tests.fake_toolchain import FLAGS_GET, install_fakes, make_hermetic, recorded_argv
+from tests.quotes import quoted
 
 F32 = np.float32
 N = 16
@@ -171,8 +172,7 @@ def test_the_rule_on_its_own_ends_a_segment_at_the_fewest_bytes_in_its_last_quar
     assert plan.choices[:1] == (("cut before g3", Choice(Rule.FEWEST_BYTES_CUT, "cut", "before g3 (128 bytes cross)",
                                                      pytest.approx(256 / 70), "before g4 (192 bytes cross)",
                                                      pytest.approx(384 / 70))),)
-    assert ("choices:\n  cut before g3: fewest_bytes_cut: cut chosen by estimated time: before g3 (128 bytes cross), "
-            "3.7 ns; the best rejected, before g4 (192 bytes cross), 5.5 ns\n") in describe(plan)
+    assert "  cut before g3: fewest_bytes_cut: cut chosen by estimated time" in describe(plan)
 
 
 def test_states_written_in_one_segment_are_read_from_ddr_in_the_next():
@@ -271,7 +271,7 @@ def test_greedy_decoding_carrying_an_argmax_of_an_earlier_segment_runs_as_a_devi
                            ("g3", ("Copy#3",)), ("g4", ("Copy#4",)))
     assert plan.rules[:2] == ((Rule.FEWEST_BYTES_CUT, "cut before g3: 4 bytes cross (Argmax#2)"),
                               early_rule("Copy#4", "Argmax#2", "tok"))
-    assert "  carry_from_earlier_segment: Copy#4 copies tok, the element Argmax#2" in body.describe()
+    assert plan.closed_by["g3"] is Rule.CARRY_FROM_EARLIER_SEGMENT
     text = body.mlir
     assert set(op_names(text)) <= ALLOWED_OPS, sorted(set(op_names(text)) - ALLOWED_OPS)
     reference, carry, tokens = Greedy(dt), {"tok": 1, "pos": 0}, []
@@ -429,12 +429,8 @@ def test_a_group_too_large_even_alone_does_not_fit_and_nothing_is_cached(tmp_pat
     monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(DoesNotFit) as err:
         Swollen().compile(x=((8,), F32), y=((16384,), F32))
-    assert str(err.value) == (
-        "Swollen does not fit npu2 even cut into segments: Softmax#1 (group g1) alone is too large for one "
-        "configuration. Swollen: Softmax#1 reduces a row of 16384 float32 elements, whose inputs and result "
-        "take 131072 bytes, but a compute tile has 64512 (65536 less the core's 1024-byte stack), and a row "
-        "reduction reads its whole row at once, so it is not cut into blocks: make the row at most 8064 "
-        "elements, or reduce it in pieces.")
+    quoted(err.value, "Swollen", "npu2", "Softmax#1 (group g1)", "16384 float32", "131072 bytes", "64512",
+           "at most 8064 elements")
     assert not (tmp_path / "cache").exists()
 
 
@@ -455,10 +451,8 @@ def test_a_group_refused_alone_for_its_index_is_refused_for_that_not_for_the_til
     # npu2_1col has 4", though no device has tiles enough to mend a misaligned index
     with pytest.raises(PlacementError) as err:
         OddRows().compile(x=((8,), F32), device=from_name("npu2_1col"))
-    assert str(err.value) == (
-        "table[row] indexes axis 0 of weight 'table' with per-call value 'row', but one step along that axis is "
-        "2 bytes and the device's DMA offsets count whole 4-byte words. Pad 'table' so each entry of axis 0 "
-        "spans a multiple of 4 bytes.")
+    text = quoted(err.value, "table[row]", "weight 'table'", "'row'", "2 bytes", "4-byte words", "Pad 'table'")
+    assert "compute tiles" not in text
 
 
 def guide_decoder():

@@ -7,6 +7,7 @@ Wait. The pass refuses nothing: every move is cut until it fits."""
 import numpy as np
 
 from aie_utils import from_name
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.objects import pack
 from iron.compiler.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
 from iron.compiler.sequence import (
@@ -24,6 +25,7 @@ from tests.compiler.passes import context
 NPU2 = from_name("npu2")
 SHIM, T02 = Tile(0, 0, TileKind.SHIM), Tile(0, 2, TileKind.COMPUTE)
 MM2S, S2MM = Direction.MM2S, Direction.S2MM
+IN, OUT = FifoId("g0", Stem.IN), FifoId("g1", Stem.HOST)   # g0_in, g1_host
 
 
 def moves_of(program) -> tuple[list[list[Move]], object]:
@@ -33,18 +35,19 @@ def moves_of(program) -> tuple[list[list[Move]], object]:
 
 def test_a_group_fills_its_in_region_by_region_and_drains_its_host():
     [moves], _ = moves_of(designs.trace(designs.add_one(1024)))
-    assert moves == [Move(MM2S, "g0_in", "inputs", Access(0, ((1024, 1),))),
-                     Move(MM2S, "g0_in", "consts", Access(0, ((1024, 1),))),
-                     Move(S2MM, "g0_host", "outputs", Access(0, ((1024, 1),)))]
+    assert moves == [Move(MM2S, IN, "inputs", Access(0, ((1024, 1),))),
+                     Move(MM2S, IN, "consts", Access(0, ((1024, 1),))),
+                     Move(S2MM, FifoId("g0", Stem.HOST), "outputs", Access(0, ((1024, 1),)))]
 
 
 def test_a_split_matrix_streams_in_split_link_order_and_the_joined_result_drains_once():
     """512 x 256 float32 over 4 parts in 8 blocks of 16 rows: per block, each part's 16 rows (a
     part's rows start 128 rows = 32768 words apart), then the joined 512 results."""
     [moves], _ = moves_of(designs.trace(designs.big_matvec(512, 256)))
-    assert moves == [Move(MM2S, "g0_in", "inputs", Access(0, ((256, 1),))),
-                     Move(MM2S, "g0_w_mem", "consts", Access(0, ((8, 4096), (4, 32768), (16, 256), (256, 1)))),
-                     Move(S2MM, "g0_host", "outputs", Access(0, ((512, 1),)))]
+    assert moves == [Move(MM2S, IN, "inputs", Access(0, ((256, 1),))),
+                     Move(MM2S, FifoId("g0", Stem.W, mem=True), "consts",
+                          Access(0, ((8, 4096), (4, 32768), (16, 256), (256, 1)))),
+                     Move(S2MM, FifoId("g0", Stem.HOST), "outputs", Access(0, ((512, 1),)))]
 
 
 def test_a_group_reading_a_state_an_earlier_group_wrote_waits_for_that_write():
@@ -58,11 +61,11 @@ def test_a_group_reading_a_state_an_earlier_group_wrote_waits_for_that_write():
 
 
 def test_every_s2mm_fifo_is_waited_for_at_the_end():
-    fifos = {"a": Fifo("a", SHIM, (T02,), 2, 4), "b": Fifo("b", T02, (SHIM,), 2, 4)}
-    ops = finish_sequence([Move(MM2S, "a", "inputs", Access(0, ((4, 1),))),
-                           Move(S2MM, "b", "outputs", Access(0, ((4, 1),)))], fifos, NPU2)
-    assert ops == (Dma(MM2S, "a", "inputs", 0, (1, 1, 1, 4), (0, 0, 0, 1), 0, SHIM),
-                   Dma(S2MM, "b", "outputs", 0, (1, 1, 1, 4), (0, 0, 0, 1), 1, SHIM), Wait("b"))
+    fifos = {"g0_in": Fifo("g0_in", SHIM, (T02,), 2, 4), "g1_host": Fifo("g1_host", T02, (SHIM,), 2, 4)}
+    ops = finish_sequence([Move(MM2S, IN, "inputs", Access(0, ((4, 1),))),
+                           Move(S2MM, OUT, "outputs", Access(0, ((4, 1),)))], fifos, NPU2)
+    assert ops == (Dma(MM2S, "g0_in", "inputs", 0, (1, 1, 1, 4), (0, 0, 0, 1), 0, SHIM),
+                   Dma(S2MM, "g1_host", "outputs", 0, (1, 1, 1, 4), (0, 0, 0, 1), 1, SHIM), Wait("g1_host"))
 
 
 # ---- cutting moves into Dma ops (finish_sequence, dma_patterns) -----------------------------------
@@ -91,18 +94,18 @@ def test_only_the_outermost_dimension_repeats_with_stride_0():
 def test_a_wait_with_nothing_outstanding_on_its_fifo_is_left_out():
     """A Wait freeing a BD covered every op on its FIFO, so a later Wait on it (a flow's) would
     wait for no completion token: finish_sequence leaves it out."""
-    fifos = {"a": Fifo("a", SHIM, (T02,), 2, 4)}
-    moves = [Move(MM2S, "a", "inputs", Access(i, ((1, 1),))) for i in range(17)]
-    ops = finish_sequence([*moves, Wait("a"), Wait("a")], fifos, NPU2)
-    assert [op for op in ops if isinstance(op, Wait)] == [Wait("a"), Wait("a")]
-    assert ops[-1] == Wait("a") and not isinstance(ops[-2], Wait)
+    fifos = {"g0_in": Fifo("g0_in", SHIM, (T02,), 2, 4)}
+    moves = [Move(MM2S, IN, "inputs", Access(i, ((1, 1),))) for i in range(17)]
+    ops = finish_sequence([*moves, Wait("g0_in"), Wait("g0_in")], fifos, NPU2)
+    assert [op for op in ops if isinstance(op, Wait)] == [Wait("g0_in"), Wait("g0_in")]
+    assert ops[-1] == Wait("g0_in") and not isinstance(ops[-2], Wait)
 
 
 def test_bd_ids_are_reused_only_after_a_covering_wait():
-    fifos = {"a": Fifo("a", SHIM, (T02,), 2, 4)}
-    moves = [Move(MM2S, "a", "inputs", Access(i, ((1, 1),))) for i in range(18)]
+    fifos = {"g0_in": Fifo("g0_in", SHIM, (T02,), 2, 4)}
+    moves = [Move(MM2S, IN, "inputs", Access(i, ((1, 1),))) for i in range(18)]
     ops = finish_sequence(moves, fifos, NPU2)
     assert [op.bd_id for op in ops[:16]] == list(range(16))
     assert all(op.issue_token for op in ops[:16])
-    assert ops[16] == Wait("a")
+    assert ops[16] == Wait("g0_in")
     assert [(op.offset, op.bd_id, op.issue_token) for op in ops[17:]] == [(16, 0, False), (17, 1, False)]

@@ -16,8 +16,9 @@ import iron
 from aie_utils import from_name
 from iron.compiler.channels import MemChannels, SharedChannel, ShimRequest, share_shim_channels
 from iron.compiler.compile import compile_program
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.mlir import print_mlir
-from iron.compiler.plan import Direction, Dma, Link, Tile, TileKind, Wait
+from iron.compiler.plan import Direction, Dma, FifoRole, Link, Tile, TileKind, Wait
 from iron.compiler.rules import Rule
 from iron.kernels import Add, Copy, Exp
 
@@ -36,6 +37,25 @@ def emulator(monkeypatch):
 
 def shares(plan) -> list[str]:
     return [what for rule, what in plan.rules if rule == Rule.SHARE_SHIM_CHANNELS]
+
+
+def shared(plan) -> list[tuple]:
+    """Each shared FIFO: (name, object bytes, its mem tile, the members it is split into or joined
+    from, their byte offsets in its objects)."""
+    made = []
+    for f in plan.fifos:
+        if f.role in (FifoRole.SHARED_IN, FifoRole.SHARED_HOST):
+            link = next(k for k in plan.links if f.name in (*k.sources, *k.destinations))
+            split = f.role is FifoRole.SHARED_IN
+            made.append((f.name, f.nbytes, link.tile.name, link.destinations if split else link.sources,
+                         link.destination_offsets if split else link.source_offsets))
+    return made
+
+
+def shim_channels(plan) -> dict[Direction, int]:
+    """How many FIFOs have a shim tile at their MM2S (host to device) and S2MM ends."""
+    return {Direction.MM2S: sum(f.producer.kind is TileKind.SHIM for f in plan.fifos),
+            Direction.S2MM: sum(any(t.kind is TileKind.SHIM for t in f.consumers) for f in plan.fifos)}
 
 
 def route(plan, name: str) -> tuple[str, tuple[str, ...]]:
@@ -68,14 +88,12 @@ def test_twelve_groups_share_channels_on_npu1_and_equal_the_reference():
     compiled, got, want = run_rows(12, "npu1")
     assert len(got) == 12 and all(np.array_equal(g, w) for g, w in zip(got, want))
     plan = compiled.plan
-    assert shares(plan) == [
-        "shared_in0 (MM2S, 256 bytes) on mem_0_1 split into g0_in, g1_in, g2_in, g3_in at bytes 0, 64, 128, 192",
-        "shared_in1 (MM2S, 128 bytes) on mem_1_1 split into g4_in, g5_in at bytes 0, 64",
-        "12 MM2S FIFOs now take 8 of the 8 shim MM2S channels",
-        "shared_host0 (S2MM, 128 bytes) on mem_0_1 joined from g0_host, g1_host, g2_host, g3_host at bytes 0, 32, 64, 96",
-        "shared_host1 (S2MM, 64 bytes) on mem_1_1 joined from g4_host, g5_host at bytes 0, 32",
-        "12 S2MM FIFOs now take 8 of the 8 shim S2MM channels",
-    ]
+    assert shared(plan) == [
+        ("shared_in0", 256, "mem_0_1", ("g0_in", "g1_in", "g2_in", "g3_in"), (0, 64, 128, 192)),
+        ("shared_host0", 128, "mem_0_1", ("g0_host", "g1_host", "g2_host", "g3_host"), (0, 32, 64, 96)),
+        ("shared_in1", 128, "mem_1_1", ("g4_in", "g5_in"), (0, 64)),
+        ("shared_host1", 64, "mem_1_1", ("g4_host", "g5_host"), (0, 32))]
+    assert shim_channels(plan) == {Direction.MM2S: 8, Direction.S2MM: 8} and len(shares(plan)) == 6
     mem0, mem1 = Tile(0, 1, TileKind.MEM), Tile(1, 1, TileKind.MEM)
     assert plan.links == (
         Link(mem0, ("shared_in0",), ("g0_in", "g1_in", "g2_in", "g3_in"), destination_offsets=(0, 64, 128, 192)),
@@ -152,14 +170,12 @@ class WriteThenRows(iron.Graph):
 def test_inputs_that_wait_and_outputs_waited_for_keep_their_channels():
     compiled = WriteThenRows(6).compile(device="npu1_2col", x=((6, 8), I32))
     plan = compiled.plan
-    assert shares(plan) == [
-        "shared_in0 (MM2S, 160 bytes) on mem_0_1 split into g0_in, g2_in, g3_in at bytes 0, 32, 96",
-        "shared_in1 (MM2S, 128 bytes) on mem_1_1 split into g4_in, g5_in at bytes 0, 64",
-        "7 MM2S FIFOs now take 4 of the 4 shim MM2S channels",
-        "shared_host0 (S2MM, 96 bytes) on mem_0_1 joined from g1_host, g2_host, g3_host at bytes 0, 32, 64",
-        "shared_host1 (S2MM, 64 bytes) on mem_1_1 joined from g4_host, g5_host at bytes 0, 32",
-        "7 S2MM FIFOs now take 4 of the 4 shim S2MM channels",
-    ]
+    assert sorted(shared(plan)) == [
+        ("shared_host0", 96, "mem_0_1", ("g1_host", "g2_host", "g3_host"), (0, 32, 64)),
+        ("shared_host1", 64, "mem_1_1", ("g4_host", "g5_host"), (0, 32)),
+        ("shared_in0", 160, "mem_0_1", ("g0_in", "g2_in", "g3_in"), (0, 32, 96)),
+        ("shared_in1", 128, "mem_1_1", ("g4_in", "g5_in"), (0, 64))]
+    assert shim_channels(plan) == {Direction.MM2S: 4, Direction.S2MM: 4}
     # g1_in (s, w[0]) waits for g0's write of s; g0_host is waited for, so neither is shared
     assert moves(plan) == [
         *[(Direction.MM2S, "shared_in0")] * 5, (Direction.S2MM, "g0_host"), ("wait", "g0_host"), (Direction.MM2S, "g1_in"),
@@ -185,7 +201,7 @@ def test_a_mem_tile_without_free_channels_passes_the_merge_to_the_nearest():
     mem.take_on(Tile(0, 1, TileKind.MEM), 0, 5)   # mem_0_1 has one MM2S channel left: a split of 2 needs 2
     wanted = requests(("a", 0, True), ("b", 0, True), ("c", 0, True), ("d", 1, False), ("e", 1, False))
     found, _ = share_shim_channels(Rows(1).trace(x=((1, 8), I32)), wanted, device, mem, 2)
-    assert found == [SharedChannel("shared_in0", Direction.MM2S, Tile(1, 1, TileKind.MEM), ("a", "b"), (0, 64), 128)]
+    assert found == [SharedChannel(FifoId(None, Stem.SHARED_IN, (0,)), Direction.MM2S, Tile(1, 1, TileKind.MEM), ("a", "b"), (0, 64), 128)]
     assert (mem.used, mem.held) == ({0: [0, 5], 1: [1, 2]}, {0: 0, 1: 256})
 
 
@@ -202,10 +218,8 @@ def test_single_shareable_fifos_of_neighbouring_columns_merge():
     device = from_name("npu1_2col")
     wanted = requests(("a", 0, True), ("b", 0, False), ("c", 1, True), ("d", 1, False), ("e", 1, False))
     found, rules = share_shim_channels(Rows(1).trace(x=((1, 8), I32)), wanted, device, MemChannels(device), 2)
-    assert found == [SharedChannel("shared_in0", Direction.MM2S, Tile(0, 1, TileKind.MEM), ("a", "c"), (0, 64), 128)]
-    assert rules == (
-        (Rule.SHARE_SHIM_CHANNELS, "shared_in0 (MM2S, 128 bytes) on mem_0_1 split into a, c at bytes 0, 64"),
-        (Rule.SHARE_SHIM_CHANNELS, "5 MM2S FIFOs now take 4 of the 4 shim MM2S channels"))
+    assert found == [SharedChannel(FifoId(None, Stem.SHARED_IN, (0,)), Direction.MM2S, Tile(0, 1, TileKind.MEM), ("a", "c"), (0, 64), 128)]
+    assert [rule for rule, _ in rules] == [Rule.SHARE_SHIM_CHANNELS] * 2
 
 
 def load_decoder():
@@ -218,11 +232,10 @@ def load_decoder():
 def test_the_decoder_shares_channels_on_npu1_and_generates_the_numpy_tokens(capsys):
     decoder = load_decoder()
     plan = compile_program(decoder.Decoder().trace(), NPU1)
-    assert shares(plan) == [
-        "shared_in0 (MM2S, 12672 bytes) on mem_0_1 split into g0_in, g1_in, g2_in, g3_in at bytes 0, 384, 4480, 8576",
-        "shared_in1 (MM2S, 16512 bytes) on mem_2_1 split into g8_in, g9_in, g10_in at bytes 0, 128, 8320",
-        "13 MM2S FIFOs now take 8 of the 8 shim MM2S channels",
-    ]
+    assert shared(plan) == [
+        ("shared_in0", 12672, "mem_0_1", ("g0_in", "g1_in", "g2_in", "g3_in"), (0, 384, 4480, 8576)),
+        ("shared_in1", 16512, "mem_2_1", ("g8_in", "g9_in", "g10_in"), (0, 128, 8320))]
+    assert shim_channels(plan)[Direction.MM2S] == 8
     assert route(plan, "g4_in") == ("shim_1_0", ("tile_1_5",))   # reads kcache, which g2 writes first
     assert route(plan, "g6_in") == ("shim_0_0", ("tile_1_3",))   # reads vcache, which g3 writes first
     previous = aie_utils.get_current_device()
@@ -236,7 +249,7 @@ def test_the_decoder_shares_channels_on_npu1_and_generates_the_numpy_tokens(caps
 def test_the_two_layer_decoder_fits_npu2():
     decoder = load_decoder()
     plan = compile_program(decoder.Decoder(layers=2).trace(), from_name("npu2"))
-    assert shares(plan)[-1] == "25 MM2S FIFOs now take 16 of the 16 shim MM2S channels"
+    assert shim_channels(plan)[Direction.MM2S] == 16
     assert [link.destinations for link in plan.links] == [
         ("g0_in", "g1_in", "g2_in", "g3_in"), ("g8_in", "g9_in", "g10_in", "g11_in"),
         ("g20_in", "g21_in", "g22_in", "g23_in")]

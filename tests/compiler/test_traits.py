@@ -141,6 +141,8 @@ LIBRARY_TRAITS = {   # kernel: (index map, reduces, length_axes, keeps_zeros, de
     "Conv2D": (None, "", "", False, Role.OTHER), "MaxPool2D": (None, "", "", False, Role.OTHER),
     "AvgPool2D": (None, "", "", False, Role.OTHER), "Attention": (None, "", "", False, Role.OTHER),
     "Strided": (None, "", "", False, Role.OTHER),   # its input's elements in another order
+    "Scatter": (None, "", "", False, Role.OTHER),   # its input's elements placed among its destination's
+    "StridedRows": ("rb->rc", "", "", False, Role.EXPANSION),   # each row a step slice of one row
     "Maximum": ("i,i->i", "", "", True, Role.ELEMENTWISE),
     "Minimum": ("i,i->i", "", "", True, Role.ELEMENTWISE),
     "Greater": ("i,i->i", "", "", True, Role.ELEMENTWISE),

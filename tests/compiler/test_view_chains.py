@@ -1,17 +1,25 @@
 """A property test of views in chains (issue 23 item 7): random chains of MatMul, elementwise
 calls, RMSNorm, Softmax and Argmax over tensors of prime sides, each operand a random view of
-an input or param (a slice, a step slice, a transpose, a broadcast), compiled for npu1 and npu2
-and run on the emulator, equal reference() (float32 within 1e-4: the grid sums its blocks in
-another order; Argmax: an index whose value is the row's largest within that tolerance)."""
+an input or param (a slice, a step slice, a transpose, a broadcast), up to two products each
+followed by a view of it and further calls, compiled for npu1 and npu2 and run on the emulator,
+equal reference() (float32 within 1e-4: the grid sums its blocks in another order; Argmax: an
+index whose value is its row's largest within that tolerance).
+
+One refusal is the layout pass's, not the views': a product `pad_to_block` pads (N = 509) whose
+result a call reads whose result another call reads in turn (`softmax(x @ w)` then Argmax, or
+`(x @ w) + b` then RMSNorm) is DoesNotFit "MatMul#i is not padded: its result is read by ...,
+read by more than the host". A chain drawing that refusal is set aside (`reject`) when it has
+that shape; any other refusal, or that one on a chain of another shape, fails."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, reject, settings
 from hypothesis import strategies as st
 
 import iron
 from aie_utils import from_name
+from iron.errors import DoesNotFit
 from iron.kernels import Add, Argmax, MatMul, Mul, RMSNorm, Softmax, Sub
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
@@ -20,6 +28,8 @@ SIDES = (251, 509)   # a MatMul's
 SHAPES = (*((m, n) for m in SIDES for n in SIDES), (3, 4099), (251, 4099))   # 4099 without a MatMul
 VIEWS = ("whole", "slice", "step", "transpose", "broadcast")
 ELEMENTWISE = {"add": Add, "sub": Sub, "mul": Mul}
+ROWS = ("rmsnorm", "softmax")
+TOLERANCE = 1e-4
 
 
 def stored(view: str, shape: tuple[int, int]) -> tuple[int, ...]:
@@ -27,7 +37,7 @@ def stored(view: str, shape: tuple[int, int]) -> tuple[int, ...]:
     if view == "whole":
         return shape
     rows, cols = shape
-    return { "slice": (rows + 1, cols), "step": (rows, 2 * cols), "transpose": (cols, rows),
+    return {"slice": (rows + 1, cols), "step": (rows, 2 * cols), "transpose": (cols, rows),
             "broadcast": (cols,)}[view]
 
 
@@ -42,19 +52,25 @@ def viewed(x, view: str, shape: tuple[int, int]):
     return x   # whole, or broadcast by the elementwise call itself
 
 
+def call_step(draw, shape):
+    """An elementwise call with a random view of a param, or a row reduction."""
+    kind = draw(st.sampled_from((*sorted(ELEMENTWISE), *ROWS)))
+    if kind in ELEMENTWISE:
+        return kind, draw(st.sampled_from(VIEWS)), shape
+    return kind, "whole", (shape[1],)
+
+
 @st.composite
 def chains(draw):
     """(the view x is read through, its shape, the steps, whether Argmax ends the chain): an
-    elementwise call, a MatMul and a view of its product, then one elementwise call or row
-    reduction (each but one optional), and Argmax only where no MatMul is: pad_to_block lays out a padded product's
-    readers only so far (a second product, two calls after one or an Argmax after one are the
-    layout pass's to lay out at prime sides, not the views')."""
+    optional elementwise call, then up to two rounds of a MatMul, an optional view of its
+    product and an optional call (elementwise or row reduction), then an optional last call."""
     rows, cols = draw(st.sampled_from(SHAPES))
     first = draw(st.sampled_from(VIEWS[:4]))
     steps, shape = [], (rows, cols)
     if draw(st.booleans()):
-        steps.append((draw(st.sampled_from(sorted(ELEMENTWISE))), draw(st.sampled_from(VIEWS)), shape))
-    if max(shape) < 4099 and draw(st.booleans()):
+        steps.append(call_step(draw, shape))
+    for _ in range(draw(st.integers(0, 2)) if max(shape) < 4099 else 0):
         n = draw(st.sampled_from(SIDES))
         steps.append(("matmul", draw(st.sampled_from(("whole", "transpose"))), (shape[1], n)))
         shape = (shape[0], n)
@@ -63,13 +79,11 @@ def chains(draw):
             shape = {"slice": (shape[0] - 1, shape[1]), "step": (shape[0], -(-shape[1] // 2)),
                      "transpose": shape[::-1]}[result_view]
             steps.append(("view", result_view, shape))
-    last = draw(st.sampled_from((None, "rmsnorm", "softmax", *sorted(ELEMENTWISE))))
-    if last in ELEMENTWISE or not steps:
-        steps.append((last if last in ELEMENTWISE else "add", draw(st.sampled_from(VIEWS)), shape))
-    elif last:
-        steps.append((last, "whole", (shape[1],)))
-    argmax = draw(st.booleans()) and not any(kind == "matmul" for kind, _, _ in steps)
-    return first, (rows, cols), steps, argmax
+        if draw(st.booleans()):
+            steps.append(call_step(draw, shape))
+    if not steps or draw(st.booleans()):
+        steps.append(call_step(draw, shape))
+    return first, (rows, cols), steps, draw(st.booleans())
 
 
 class Chain(iron.Graph):
@@ -96,15 +110,36 @@ class Chain(iron.Graph):
         return Argmax.step(y) if self.argmax else y
 
 
+def read_twice_after_padded_product(steps, argmax: bool) -> bool:
+    """Whether a product of N = 509 (`pad_to_block` pads it) is read by a call whose result
+    another call reads (a view of a product larger than a tile is read through a Copy, a call)."""
+    for i, (kind, _, shape) in enumerate(steps):
+        if kind == "matmul" and shape[1] == 509 and len(steps) - i - 1 + argmax >= 2:
+            return True
+    return False
+
+
 @settings(max_examples=6)
 @given(chain=chains(), seed=st.integers(0, 2**16))
 def test_chains_of_views_equal_reference_on_npu1_and_npu2(chain, seed):
     first, shape, steps, argmax = chain
     x = np.random.default_rng(seed).standard_normal(stored(first, shape)).astype(np.float32)
-    want = Chain(first, shape, steps, False, seed).reference(x=x)
+    graph = Chain(first, shape, steps, argmax, seed)
+    values = Chain(first, shape, steps, False, seed).reference(x=x)
     for device in ("npu1", "npu2"):
-        got = Chain(first, shape, steps, argmax, seed).compile(x=x, device=from_name(device))(x=x)
-        if argmax:   # the index of a row's largest value (the device sums a product's blocks in another order)
-            np.testing.assert_array_equal(got, Chain(first, shape, steps, True, seed).reference(x=x))
+        try:
+            got = graph.compile(x=x, device=from_name(device))(x=x)
+        except DoesNotFit as refused:
+            text = str(refused)
+            assert "is not padded: its result is read by" in text and "read by more than the host" in text, text
+            assert read_twice_after_padded_product(steps, argmax), text
+            event("set aside: a padded product read twice (pad_to_block)")
+            reject()
+        tolerance = TOLERANCE * max(1.0, float(np.abs(values).max()))
+        if argmax and not any(kind == "matmul" for kind, _, _ in steps):   # no sum in another order: the same index
+            np.testing.assert_array_equal(got, graph.reference(x=x))
+        elif argmax:   # an index whose value is its row's largest (the device sums a product's blocks in another order)
+            picked = np.take_along_axis(values.reshape(-1, values.shape[-1]), got.reshape(-1, 1), axis=1)[:, 0]
+            np.testing.assert_array_less(values.reshape(-1, values.shape[-1]).max(axis=1) - picked, tolerance)
         else:
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+            np.testing.assert_allclose(got, values, rtol=TOLERANCE, atol=tolerance)

@@ -24,6 +24,11 @@ TRAIL = "[4, 1, 10, 15, 11, 2, 6]"
 SECTION7_TRAIL = "[4, 5, 0, 8, 2, 4, 5]"
 TOKENS = "[36, 55, 18, 1, 36, 31, 35, 47, 44, 48, 7, 28, 9, 18, 44, 48, 7, 28, 57, 12, 12, 12, 58, 24]"
 
+ESTIMATE = re.compile(r"estimate: estimated \d+\.\d us per call with vectorised kernels \(the roofline\), \d+\.\d us "
+                      r"with iron's kernels; on the device \d+\.\d us \(busiest tile tile_\d_\d, busy \d+% of the run\); "
+                      r"roofline bound \d+\.\d us \(\d+\.\d+ MB to and from DDR: \d+\.\d us, MACs at the array's peak: "
+                      r"\d+\.\d us\): the design reaches \d+% of it")
+
 # Lines each design must print, exactly (a str) or as a whole-line pattern (an re.Pattern).
 EXPECTED = {
     "section-1/add_one.py": [
@@ -176,7 +181,19 @@ EXPECTED = {
                    r"MACs at the array's peak: \d+\.\d us\) per token: the design reaches \d+% of it"),
         "text: The capital of France is.  ",
     ],
-    "section-11/edge_detect.py": [
+    "section-11/heads.py": [
+        re.compile(r"reference vs numpy \(float64\): 8 heads, largest difference 0\.0\d+ -> matches \(rtol 0\.02, atol 0\.02\)"),
+        re.compile(r"compiled \(npu2\) vs reference: 8 heads, largest difference 0\.0\d+ -> matches \(rtol 0\.01, atol 0\.01\)"),
+        re.compile(r"8 heads over 128 positions: \d+ configurations? per call"),
+        ESTIMATE,
+    ],
+    "section-11/layers.py": [
+        "reference: out[:3] = [8.682  8.6279 3.3866] -> matches numpy (rtol 0.0001, atol 0.0001)",
+        "compiled (npu2): out[:3] = [8.682  8.6279 3.3866] -> matches numpy (rtol 0.0001, atol 0.0001)",
+        re.compile(r"24 layers of 256: \d+ configurations? per call"),
+        ESTIMATE,
+    ],
+    "section-12/edge_detect.py": [
         "reference: 318 of 768 pixels white, out[0, 0] = [95, 130, 194, 255] -> matches numpy (exact)",
         "groups: g0: Cast#0 -> Conv2D#1 -> Requantize#2 -> Conv2D#3 -> Requantize#4 -> Concat#5, "
         "g1: Conv2D#6 -> Requantize#7",
@@ -226,7 +243,7 @@ def test_every_section_has_a_readme_and_a_makefile_running_its_designs():
     assert "PYTHON ?= $(if $(wildcard ../../.venv/bin/python),../../.venv/bin/python,python3)" in shared
     assert "DEVICE ?= npu2" in shared
     assert "--device $(DEVICE)" in shared and "override DEVICE := npu2" in shared
-    for number in range(1, 12):
+    for number in range(1, 13):
         section = GUIDE / f"section-{number}"
         makefile = (section / "Makefile").read_text()
         designs = sorted(p.name for p in section.glob("*.py"))

@@ -607,11 +607,12 @@ SIZES = {"matvec": (3, 4), "matmul": (2, 3, 4), "matmul_accumulate": (2, 3, 4), 
          "argmax": (3, 6), "max": (3, 6), "min": (3, 6), "sum": (3, 6), "layer_norm": (3, 6), "layer_norm_affine": (3, 6),
          "dequant": (2, 40, 64), "conv2d": (5, 5, 2, 3, 3, 2, 2, 2),
          "max_pool2d": (6, 6, 2, 3, 3), "avg_pool2d": (6, 6, 2, 3, 3), "attention": (4, 2, 2, 5, 3),
-         "strided": (6, 4)}
+         "strided": (6, 4), "scatter": (4, 6), "strided_rows": (2, 6, 3)}
 ATTRS = {"factor": 1.5, "eps": 1e-5, "length": 4, "scale": 3, "shift": 2, "pos": 5, "head_dim": 2, "base": 100.0,
          "block_bytes": 20, "zero_point": -3, "size": 2, "stride": 2, "padding": 0, "alpha": 0.25, "value": -3,
          "fvalue": 2.5, "flip": 1,
-         "offset": 1, "n0": 1, "n1": 1, "n2": 2, "n3": 2, "s0": 0, "s1": 0, "s2": 3, "s3": 1}
+         "offset": 1, "n0": 1, "n1": 1, "n2": 2, "n3": 2, "s0": 0, "s1": 0, "s2": 3, "s3": 1,
+         "start": 1, "step": 2, "stop": 6}
 SIGNATURES = [(k, d, o) for k in LIBRARY for d, o in k.signatures()]
 
 

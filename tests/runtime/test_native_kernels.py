@@ -146,6 +146,41 @@ def test_strided_gathers_a_view_bit_for_bit(library, dt, pick):
     np.testing.assert_array_equal(computed.view(f"u{x.itemsize}"), np.ascontiguousarray(view).view(f"u{x.itemsize}"))
 
 
+@pytest.mark.parametrize("dt", SUPPORTED["scatter"])
+@pytest.mark.parametrize("pick", ["interior", "step", "transpose"])
+def test_scatter_places_a_view_bit_for_bit_keeping_the_rest(library, dt, pick):
+    """The C++ and compute() of Scatter write x into the same elements of a (6, 11) destination as
+    numpy's assignment to a view (its interior, a step slice, a transpose), every other element
+    kept."""
+    dest, x = random_array(dt, (6, 11), seed=3), random_array(dt, 36, seed=4)
+    want = dest.copy()
+    view, offset, dims = {"interior": (want[1:-1, 1:-1], 12, [(4, 11), (9, 1)]),
+                          "step": (want[1:, ::3], 11, [(5, 11), (4, 3)]),
+                          "transpose": (want[:3].T, 0, [(11, 1), (3, 11)])}[pick]
+    x = x[:view.size]
+    view[...] = x.reshape(view.shape)
+    dims = [(1, 0)] * (4 - len(dims)) + dims
+    attrs = {**{f"n{d}": n for d, (n, _) in enumerate(dims)}, **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
+    out = dest.copy()
+    call(library, f"scatter_{dt}", x, out, x.size, out.size, offset, *attrs.values())
+    np.testing.assert_array_equal(out.view(f"u{x.itemsize}"), want.view(f"u{x.itemsize}"))
+    computed = KERNELS["scatter"].compute(x, dest, offset=offset, shape=dest.shape, **attrs)
+    np.testing.assert_array_equal(computed.view(f"u{x.itemsize}"), want.view(f"u{x.itemsize}"))
+
+
+@pytest.mark.parametrize("dt", SUPPORTED["strided_rows"])
+@pytest.mark.parametrize("start, step, stop", [(0, 2, 11), (1, 3, 11), (2, 4, 7)])
+def test_strided_rows_picks_a_step_slice_of_each_row_bit_for_bit(library, dt, start, step, stop):
+    """The C++ and compute() of StridedRows pick x[:, start:stop:step] of x (6, 11), as numpy does."""
+    x = random_array(dt, (6, 11))
+    want = np.ascontiguousarray(x[:, start:stop:step])
+    out = np.zeros(want.shape, x.dtype)
+    call(library, f"strided_rows_{dt}", x, out, 6, 11, want.shape[1], start, step, stop)
+    np.testing.assert_array_equal(out.view(f"u{x.itemsize}"), want.view(f"u{x.itemsize}"))
+    computed = KERNELS["strided_rows"].compute(x, start=start, step=step, stop=stop)
+    np.testing.assert_array_equal(computed.view(f"u{x.itemsize}"), want.view(f"u{x.itemsize}"))
+
+
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
 
 

@@ -182,7 +182,7 @@ class CoreProgram:
 
     def state(self) -> tuple:
         """Where it is: the step it blocks on, the Loop indices and what it holds of each FIFO."""
-        return id(self.at), self.block[0], *self.outer, *(p.state() for p in self.ports.values())
+        return self.at, self.block[0], *self.outer, *(p.state() for p in self.ports.values())
 
     def _execute(self, steps: list):
         """Run compiled steps (a Loop not unrolled is `(count, body)`), yielding what each blocked

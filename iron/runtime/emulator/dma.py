@@ -99,7 +99,7 @@ class Stream:
         channel.got = 0
 
     def state(self) -> tuple:
-        return id(self.source), self.total, *self.taken
+        return id(self.source), self.total, *self.taken   # an array: which one, not its values
 
 
 class Channel:
@@ -126,4 +126,4 @@ class Channel:
             self.bd = bd.next
 
     def state(self) -> tuple:
-        return id(self.bd), self.got
+        return self.bd, self.got

@@ -250,7 +250,7 @@ class Emulator:
             *(stream.state() for stream in self._streams),
             *(core.state() for core in self.cores),
             *(channel.issued for channel in self.sequence.channels.values()),
-            *(tuple(map(id, signal.waiters)) for signal in self._signals),
+            *(tuple(signal.waiters) for signal in self._signals),
         )
 
     def _fail(self, why: str):

@@ -1,42 +1,190 @@
-"""The padded extents a call may lie in, and how `pad_to_block` ranks them. A MatMul's or MatVec's
-sides are tried each its own, padded to its quantum (ROW_QUANTUM per row of cores, K_QUANTUM,
-ROW_QUANTUM per column), a MatVec's M to the fewest rows of whole-word results (`pad_m_to_words`),
-and, when none of those has a grid, to multiples of K_QUANTUM (`pad_wider`); a streamed length or
-batch of rows is padded to a quantum per core (`streamed_count`). A candidate is taken when its
-grid or stream on the whole device is `better` than the call's own sides'. Also which products lie
-in one layout (`upstream`, `joined_with`: `pad_joined`), and what placement reads back: the
-shapes the padded tensors of a Program (a segment's) lie in."""
+"""The layout of every tensor a design pads: one typed `Lies` per tensor (the shape it lies in and
+what fills its padding), decided once per design by `pad_to_block` (pad.py) and read, never
+re-derived, by placement, segmentation and allocation; and the mechanism deciding which sides
+lie alike: a union-find over (tensor, axis) sides joined through the kernels' index maps
+(`Traits.index_map`: a letter shared by two tensors of a call names one side), so a MatMul's A
+and result share M, its A and B share K, an elementwise call's tensors share every axis, and a
+tensor several calls read joins their sides, whatever the kernel is. Also the padded extents a
+call may lie in and how `pad_to_block` ranks them: a MatMul's or MatVec's sides each its own,
+padded to its quantum (ROW_QUANTUM per row of cores, K_QUANTUM, ROW_QUANTUM per column), a
+MatVec's M to the fewest rows of whole-word results (`pad_m_to_words`), and, when none of those
+has a grid, to multiples of K_QUANTUM (`pad_wider`); a streamed length or batch of rows padded to
+a quantum per core (`streamed_count`); and which products lie in one layout (`upstream`,
+`joined_with`: `pad_joined`)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from itertools import product
 
 from iron.compiler.fuse import Group
-from iron.compiler.streaming import (
-    choose_flow,
-)
+from iron.compiler.rules import Rule
+from iron.compiler.streaming import choose_flow
 from iron.compiler.tiling import TILED_BYTES, call_sides, choose_grid, vector_tiles
-from iron.ir import (
-    Node,
-    Op,
-    Program,
-    external_inputs,
-    nbytes,
-    state_written_whole,
-)
+from iron.ir import Node, Op, Program, Term, external_inputs, nbytes, state_written_whole
 from iron.kernels.base import Role
+
+
+class Fill(Term):
+    """What a padded tensor's padding holds, as its readers may rely on it."""
+
+    ZEROS = "zeros"            # the zeros its buffer is made with: the host writes the user's region only
+    WRITTEN = "unwritten"      # zeros too: its producer writes the user's region only (`pad_written_by_producer`)
+    KEPT = "kept zeros"        # zeros computed from zeros by kernels that keep them (`pad_through_zeros`)
+    ROWS = "reduced zeros"     # zeros a row reduction writes past each row's length (`pad_upstream_rows`)
+    COMPUTED = "computed"      # computed from padding, never read as the user's
+
+    @property
+    def rule(self) -> Rule | None:
+        """The rule computing zeros into the padding of a tensor made over a padded layout."""
+        return {Fill.KEPT: Rule.PAD_THROUGH_ZEROS, Fill.ROWS: Rule.PAD_UPSTREAM_ROWS}.get(self)
+
+
+FILL_OF_RULE = {Rule.PAD_THROUGH_ZEROS: Fill.KEPT, Rule.PAD_UPSTREAM_ROWS: Fill.ROWS}
+
+
+@dataclass(frozen=True)
+class Lies:
+    """One padded tensor's layout: the shape it lies in (the user's region in its first rows and
+    columns) and what fills the rest."""
+
+    shape: tuple[int, ...]
+    fill: Fill = Fill.ZEROS
+
+
+@dataclass(frozen=True)
+class Layouts:
+    """`pad_to_block`'s layout of a design: each padded tensor's `Lies`, and the describe() lines
+    of the rules deciding it for the whole design (`shared` before the plan's own, `passed` after)."""
+
+    lies: dict[Node, Lies]
+    shared: tuple = ()
+    passed: tuple = ()
+
+    @property
+    def shapes(self) -> dict[Node, tuple[int, ...]]:
+        return {n: lie.shape for n, lie in self.lies.items()}
+
+
+def lies_of(program: Program, placements) -> dict[Node, Lies]:
+    """The Lies of each of `program`'s host tensors and outputs whose placement is padded (by
+    `pad_to_block` or `pad_rows_to_words`; a segment's Program sees the design's placements: its
+    cut values are inputs)."""
+    by_name = {p.name: Lies(p.padded, Fill.WRITTEN if p.producer_writes else FILL_OF_RULE.get(p.zeros_rule, Fill.ZEROS))
+               for p in placements if p.padded is not None}
+    if not by_name:   # most designs: nothing to look up in each probe's calls
+        return {}
+    found = {n: by_name[f"out{i}"] for i, n in enumerate(program.outputs) if f"out{i}" in by_name}
+    for call in program.calls:
+        for node in (s.src[0] if s.op == Op.VIEW else s for s in call.src):
+            name = node.arg.name if node.op in (Op.INPUT, Op.MEMORY) else None
+            if name in by_name:
+                found[node] = by_name[name]
+    return found
+
+
+def stream_length(calls, inputs, padded: dict) -> int | None:
+    """The elements the streamed inputs of elementwise calls or a row reduction lie in: padded
+    (all of them and the result, to as many rows), or their own (the result may lie padded
+    alone: `pad_written_by_producer`); None when they lie otherwise."""
+    lying = (*inputs, result_of(calls[-1]))
+    if not any(n in padded for n in inputs):
+        return inputs[0].size
+    if not all(n in padded for n in lying) or len({padded[n][0] for n in lying}) != 1:
+        return None
+    return math.prod(padded[inputs[0]])
+
+
+# ---- sides joined through index maps --------------------------------------------------------------
+
+Key = str | int   # a map's letter, or a leading axis the map repeats over (counted from the last)
+
+
+def result_of(call: Node) -> Node:
+    """Where a call's result lies: the state it writes whole (out=), or itself."""
+    return state_written_whole(call) or call
+
+
+def tensors(call: Node) -> list[tuple[Node, tuple[int, ...], tuple[Key, ...]]]:
+    """Each tensor input of a call and its result (where it lies, in the call's shape), with its
+    shape and the key of each axis: the letter the index map gives it, or, for a leading axis the
+    map repeats over, its place from the last axis (so an elementwise call's tensors share every
+    axis, and a row broadcast to a matrix's rows shares its last); [] for a kernel with no map."""
+    m = call.arg.kernel.traits.index_map
+    if m is None:
+        return []
+    ins = call.src[:len(m.inputs)]
+    found = []
+    for node, shape, axes in zip((*ins, result_of(call)), (*(n.shape for n in ins), call.shape), (*m.inputs, m.output)):
+        lead = len(shape) - len(axes)
+        found.append((node, shape, tuple(len(shape) - i if i < lead else axes[i - lead] for i in range(len(shape)))))
+    return found
+
+
+def letters(call: Node) -> str:
+    """A call's map letters in order of first use: "mkn" for MatMul's (M, K, N), "mk" for MatVec's."""
+    m = call.arg.kernel.traits.index_map
+    return "".join(dict.fromkeys("".join((*m.inputs, m.output))))
+
+
+def on_sides(call: Node, sides: tuple[int, ...]) -> dict[Node, tuple[int, ...]]:
+    """The shapes a call's tensors lie in when its map's letters take `sides` (in `letters` order;
+    a MatVec's (M, K, 1): its B (K,), its result (M,)); leading axes keep their own."""
+    extent = dict(zip(letters(call), sides))
+    return {node: tuple(extent.get(key, n) for key, n in zip(keys, shape)) for node, shape, keys in tensors(call)}
+
+
+def sides_as_lying(call: Node, shapes: dict[Node, tuple[int, ...]]) -> tuple[int, int, int] | None:
+    """(M, K, N) of a matrix call as its tensors lie (`shapes`, else their own; N = 1 for a
+    MatVec), None when two tensors give one letter different extents: then it takes no grid."""
+    extent: dict[Key, int] = {}
+    for node, shape, keys in tensors(call):
+        for key, n in zip(keys, shapes.get(node, shape)):
+            if extent.setdefault(key, n) != n:
+                return None
+    return (*(extent[k] for k in letters(call)), 1)[:3]
+
+
+class Classes:
+    """A union-find: each item's class, joined by `union`."""
+
+    def __init__(self):
+        self.root: dict = {}
+
+    def find(self, item):
+        while self.root.get(item, item) != item:
+            item = self.root[item]
+        return item
+
+    def union(self, a, b):
+        self.root.setdefault(a, a)
+        self.root[self.find(b)] = self.find(a)
+
+
+def tie(sides: Classes, call: Node, only: str | None = None):
+    """Join in `sides` the (tensor, axis) sides each letter of `call`'s map names (`only`: those
+    letters alone): a letter two tensors share is one side."""
+    named: dict[Key, tuple[Node, int]] = {}
+    for node, _, keys in tensors(call):
+        for axis, key in enumerate(keys):
+            if only is None or key in only:
+                sides.union(named.setdefault(key, (node, axis)), (node, axis))
+
+
+def side(sides: Classes, call: Node, i: int):
+    """The class of the `i`th of a call's letters (M, K, N: 0, 1, 2; a MatVec's N is its own)."""
+    if i >= len(letters(call)):
+        return call, i
+    letter = letters(call)[i]
+    return sides.find(next((node, keys.index(letter)) for node, _, keys in tensors(call) if letter in keys))
+
+
+# ---- the padded extents ---------------------------------------------------------------------------
 
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
 FEW_CALLS = 64      # kernel calls per core a grid's own sides may take before fewer are worth padding for
-
-
-def on_sides(call: Node, sides: tuple[int, int, int]) -> dict[Node, tuple[int, ...]]:
-    """The shapes a product's A, B and result lie in on `sides` (M, K, N): (M, K), (K, N) and
-    (M, N); a MatVec's B and result are vectors, (K,) and (M,)."""
-    (a, b), (m, k, n) = call.src[:2], sides
-    return {a: (m, k), b: (k, n)[:len(b.shape)], result_of(call): (m, n)[:len(call.shape)]}
 
 
 def lone_product(group: Group) -> Node | None:
@@ -125,15 +273,15 @@ def whole_device_grid(call: Node, device, padded=None):
 
 
 def chained(call: Node, lies: dict[Node, tuple[int, int]], device) -> tuple[int, int, int] | None:
-    """The sides (M, K, N) of a MatMul reading tensors that lie padded (`lies`: tensor -> shape)
-    as its A (M, K) or its B (K, N): its other side its own or padded, whichever grid
-    `best_sides` puts first; None when none has a grid (or A's and B's K differ)."""
+    """The sides (M, K, N) of a MatMul reading tensors that lie padded (`lies`: tensor -> shape,
+    each axis fixing the letter its map gives it): its other sides its own or padded, whichever
+    grid `best_sides` puts first; None when none has a grid (or two tensors fix one letter apart)."""
     fixed: dict[int, int] = {}
-    for node, shape in lies.items():
-        for at in [at for at, n in zip(((0, 1), (1, 2)), call.src[:2]) if n is node]:   # as A, as B, or both
-            for i, side in zip(at, shape):
-                if fixed.setdefault(i, side) != side:
-                    return None
+    order = letters(call)
+    for node, _, keys in tensors(call):
+        for key, extent in zip(keys, lies.get(node, ())):
+            if fixed.setdefault(order.index(key), extent) != extent:
+                return None
     return best_sides(call, device, fixed, any_grid=True)
 
 
@@ -222,65 +370,3 @@ def _flow_score(calls, device, padded, width: int = 1) -> tuple[float, int] | No
     flow = choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
                        device.n_cols * device.shim.dma_out_channels, width=width, padded=padded)
     return None if flow is None else (flow.size / len(flow.tiles), flow.rounds)
-
-
-def padded_nodes(program: Program, placements) -> dict[Node, tuple[int, ...]]:
-    """The padded shape of each of `program`'s host tensors and outputs whose placement is padded
-    (a segment's Program sees the design's placements: its cut values are inputs)."""
-    by_name = {p.name: p.padded for p in placements if p.padded is not None}
-    if not by_name:   # most designs: nothing to look up in each probe's calls
-        return {}
-    found = {n: by_name[f"out{i}"] for i, n in enumerate(program.outputs) if f"out{i}" in by_name}
-    for call in program.calls:
-        for node in (s.src[0] if s.op == Op.VIEW else s for s in call.src):
-            name = node.arg.name if node.op in (Op.INPUT, Op.MEMORY) else None
-            if name in by_name:
-                found[node] = by_name[name]
-    return found
-
-
-def producer_written_nodes(program: Program, placements) -> frozenset[Node]:
-    """The values crossing into `program` (a segment's) or out of it whose producer writes them
-    where they lie padded (`pad_written_by_producer`, Placement.producer_writes)."""
-    return frozenset(placed(program, {p.name for p in placements if p.producer_writes}))
-
-
-def zeros_made_nodes(program: Program, placements) -> dict[Node, str]:
-    """The values crossing into or out of `program` (a segment's) that calls made over a padded
-    layout, and the rule computing their padding's zeros (Placement.zeros_rule)."""
-    rules = {p.name: p.zeros_rule for p in placements if p.zeros_rule}
-    return {n: rules[name] for n, name in placed(program, set(rules)).items()}
-
-
-def placed(program: Program, names: set[str]) -> dict[Node, str]:
-    """`program`'s outputs and inputs placed under `names`, with their placement's name."""
-    if not names:
-        return {}
-    found = {n: f"out{i}" for i, n in enumerate(program.outputs) if f"out{i}" in names}
-    return found | {n: n.arg.name for n in program.inputs if n.arg.name in names}
-
-
-def result_of(call: Node) -> Node:
-    """Where a matrix call's result lies: the state it writes whole (out=), or itself."""
-    return state_written_whole(call) or call
-
-
-def grid_sides(call: Node, padded: dict) -> tuple[int, int, int] | None:
-    """(M, K, N) of a matrix call as its operands and result lie (N = 1 for a MatVec), None when
-    they lie inconsistently (one padded for another rule): then it takes no grid."""
-    result = result_of(call)   # a state written whole: its elements, in the call's shape unless padded
-    lies = {n: padded.get(n, n.shape) for n in call.src[:2]} | {result: padded.get(result, call.shape)}
-    sides = (*lies[call.src[0]], lies[call.src[1]][-1] if len(call.shape) == 2 else 1)
-    return sides if all(lies[n] == shape for n, shape in on_sides(call, sides).items()) else None
-
-
-def stream_length(calls, inputs, padded: dict) -> int | None:
-    """The elements the streamed inputs of elementwise calls or a row reduction lie in: padded
-    (all of them and the result, to as many rows), or their own (the result may lie padded
-    alone: `pad_written_by_producer`); None when they lie otherwise."""
-    tensors = (*inputs, result_of(calls[-1]))
-    if not any(n in padded for n in inputs):
-        return inputs[0].size
-    if not all(n in padded for n in tensors) or len({padded[n][0] for n in tensors}) != 1:
-        return None
-    return math.prod(padded[inputs[0]])

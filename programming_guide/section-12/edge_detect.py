@@ -1,4 +1,4 @@
-"""Section 11, a vision example: mlir-aie's edge detect (programming_examples/vision/edge_detect)
+"""Section 12, a vision example: mlir-aie's edge detect (programming_examples/vision/edge_detect)
 with library kernels only.
 
 An RGBA image becomes grey (a 1x1 Conv2D weighing R, G and B, then Requantize), a 3x3 Laplacian

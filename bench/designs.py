@@ -1,0 +1,87 @@
+"""Issue 26's repeated-block designs at full size (iron.models.designs): grouped-query attention
+(8 heads over 512 positions, head 64, bfloat16: a loop over heads), a ResNet bottleneck block on
+32x32x256 uint8 (its 3x3 convolution a loop over row blocks) and a 3x3 edge filter over a 1080p
+image (a loop over row blocks), each compiled for npu2 and npu1 and estimated by the cost model
+(the timed emulator): configurations per call, the estimated time per call with vectorised
+kernels (the roofline) and with iron's kernels as written, the call's roofline bound (DDR bytes
+at DDR's bandwidth, or MACs at the array's peak) and the share of it the design reaches; beside
+each, the issue's figures before reuse and its targets (at most 2 configurations per call on
+npu2, at least 10x faster on npu1). `python bench/designs.py gqa npu1` runs one design, one device.
+"""
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+import aie_utils
+from iron.models.designs import Bottleneck, EdgeFilter, GroupedQueryAttention
+
+DEVICES = ("npu2", "npu1")
+
+
+@dataclass(frozen=True)
+class Design:
+    """A design at full size, its inputs, and the issue's figures before reuse (ms per call)."""
+    name: str
+    label: str
+    make: Callable
+    inputs: Callable
+    before_configurations: int
+    before_ms: dict
+
+
+def attention_inputs(graph):
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(shape).astype(dtype) for shape, dtype in graph.specs().values()]
+
+
+def bottleneck_inputs(graph):
+    return [np.random.default_rng(0).integers(0, 256, (1024, 256), dtype=np.uint8)]
+
+
+def image_inputs(graph):
+    return [np.random.default_rng(0).integers(0, 256, (graph.height, graph.width, 1), dtype=np.uint8)]
+
+
+DESIGNS = (
+    Design("gqa", "grouped-query attention, 8 heads x 512 positions x 64, bf16", GroupedQueryAttention,
+           attention_inputs, 54, {"npu2": 5.9, "npu1": 1080.0}),
+    Design("bottleneck", "ResNet bottleneck block, 32x32x256 uint8", Bottleneck, bottleneck_inputs, 34,
+           {"npu2": 3.7, "npu1": 780.0}),
+    Design("edges", "3x3 edge filter, 1080p, row blocks", EdgeFilter, image_inputs, 10, {"npu2": 1.7}),
+)
+
+
+def measure(design: Design, device: str) -> str:
+    aie_utils.set_current_device(aie_utils.from_name(device))
+    graph = design.make()
+    inputs = design.inputs(graph)
+    began = time.perf_counter()
+    compiled = graph.compile(*inputs)
+    seconds = time.perf_counter() - began
+    e = compiled.estimate(*inputs)
+    before = design.before_ms.get(device)
+    than = f" (issue's before: {design.before_configurations} configurations, {before} ms)" if before else ""
+    return (f"{design.label} on {device}: {len(compiled.plan.configurations)} configurations per call "
+            f"(compiled in {seconds:.1f} s); estimated {e.call_ns / 1e6:.3f} ms per call with vectorised kernels "
+            f"(the roofline), {e.written_ns / 1e6:.3f} ms with iron's kernels{than}; {e.bound}: the design "
+            f"reaches {100 * e.reached:.0f}% of it")
+
+
+def main(argv) -> int:
+    os.environ.setdefault("IRON_BACKEND", "emulator")
+    names = [a for a in argv if a in {d.name for d in DESIGNS}] or [d.name for d in DESIGNS]
+    devices = [a for a in argv if a in DEVICES] or list(DEVICES)
+    print("targets (issue 26): at most 2 configurations per call on npu2; on npu1 at least 10x faster estimated")
+    for design in DESIGNS:
+        if design.name in names:
+            for device in devices:
+                print(measure(design, device), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

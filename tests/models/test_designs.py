@@ -1,0 +1,74 @@
+"""The repeated-block designs of iron.models.designs (issue 26's targets) at a reduced size:
+reference() against each design's hand-written numpy (bfloat16 attention within a stated
+tolerance of float64, the integer designs exactly), and the design compiled for npu2 and npu1
+and run on the emulator against reference(). bench/designs.py compiles them at full size."""
+import numpy as np
+import pytest
+
+from iron.models.designs import (
+    BF16,
+    Bottleneck,
+    EdgeFilter,
+    GroupedQueryAttention,
+    numpy_attention,
+    numpy_bottleneck,
+    numpy_edges,
+)
+
+pytestmark = pytest.mark.usefixtures("on_emulator")
+
+
+@pytest.fixture(params=["npu2", "npu1"])
+def device(request):
+    return request.param
+
+
+def attention_inputs(graph, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape).astype(dtype) for shape, dtype in graph.specs().values()]
+
+
+def test_grouped_query_attention_is_each_heads_softmax_of_its_kv_heads_scores(device):
+    graph = GroupedQueryAttention(heads=4, kv_heads=2, positions=64, head_dim=16)
+    inputs = attention_inputs(graph)
+    want = graph.reference(*inputs)
+    assert len(want) == 4 and all(o.shape == (64, 16) and o.dtype == BF16 for o in want)
+    for got, exact in zip(want, numpy_attention(graph, *inputs)):
+        np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2e-2, atol=2e-2)   # bfloat16: 8 bits
+    compiled = graph.compile(**graph.specs(), device=device)
+    for got, expected in zip(compiled(*inputs), want):
+        np.testing.assert_allclose(got.astype(np.float32), expected.astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+def test_query_heads_of_one_group_read_the_same_kv_head():
+    graph = GroupedQueryAttention(heads=4, kv_heads=2, positions=16, head_dim=8)
+    q, keys, values = attention_inputs(graph, seed=1)
+    q[1] = q[0]   # heads 0 and 1 share key/value head 0; head 2 reads head 1
+    q[2] = q[0]
+    out = graph.reference(q, keys, values)
+    np.testing.assert_array_equal(out[0], out[1])
+    assert not np.array_equal(out[0], out[2])
+
+
+def test_the_bottleneck_block_in_row_blocks_equals_the_whole_image_formula(device):
+    graph = Bottleneck(side=8, channels=32, mid=16, rows=2, parts=2)
+    pixels = np.random.default_rng(2).integers(0, 256, (64, 32), dtype=np.uint8)
+    want = numpy_bottleneck(graph, pixels)
+    assert 0 < (want == 0).sum() and 0 < (want == 255).sum() and ((want > 0) & (want < 255)).mean() > 0.9
+    np.testing.assert_array_equal(graph.reference(pixels), want)
+    compiled = graph.compile(pixels=pixels, device=device)
+    np.testing.assert_array_equal(compiled(pixels), want)
+
+
+@pytest.mark.parametrize("rows", [2, 4])
+def test_the_edge_filter_in_row_blocks_equals_the_whole_image_filter(device, rows):
+    graph = EdgeFilter(height=16, width=24, rows=rows)
+    image = np.random.default_rng(3).integers(0, 256, (16, 24, 1), dtype=np.uint8)
+    image[4:12, 6:18] = 40   # a dark rectangle: its border is an edge on block boundaries too
+    want = numpy_edges(graph, image)
+    assert 0.2 < (want == 255).mean() < 0.8
+    graph.reference(image)
+    np.testing.assert_array_equal(graph.read(graph.edges), want)
+    compiled = graph.compile(image=image, device=device)
+    compiled(image)
+    np.testing.assert_array_equal(compiled.read(graph.edges), want)
