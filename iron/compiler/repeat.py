@@ -19,7 +19,7 @@ from iron.compiler.plan import Choice, Dma, HostRole, Imm, Invoke, KernelStep, L
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.through_ddr import through_name, write_through
 from iron.compiler.words import Access, WordTable, placement_access, view_words
-from iron.errors import PlanError
+from iron.errors import DoesNotFit, PlacementError, PlanError
 from iron.ir import Node, Op, Program, call_label, describe, storage, tensor_inputs
 
 MAX_TRIED = 4
@@ -324,7 +324,8 @@ def choose_over_time(program: Program, device, groups: tuple[Group, ...], placem
                     [(Rule.REPEAT_OVER_TIME, f"{label} spread in space, estimated faster (choices)")])
         try:
             plan, repeat, crossing = _over_time(program, device, groups, run, placements, padded, compile_groups)
-        except (NotRepeated, PlanError) as why:   # the longest run's reason
+        except (NotRepeated, PlanError, DoesNotFit, PlacementError) as why:   # the longest run's reason; spread
+            # in space, a design that does not fit raises its own refusal, not one of the loop's
             lines = lines or [(Rule.REPEAT_OVER_TIME, f"{label} not run over time: {why}")]
             continue
         chosen, line = _chosen(plan, repeat, whole, spread, len(groups))
