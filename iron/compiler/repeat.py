@@ -192,11 +192,18 @@ def unfolding(program: Program, groups: tuple[Group, ...], run: Run, placements:
         if any(a in padded or b in padded for a, b in leaves):
             raise NotRepeated("an operand lies padded (pad_to_block)")
         shifts.append(tuple(s for a, b in leaves for s in _shifts(program, named, a, b)))
-        operands.append(tuple(describe(b) for _, b in leaves))
+        operands.append(tuple(_operand_text(program, b) for _, b in leaves))
         calls.append(tuple(g.calls for g in mine))
     names = tuple(g.name for g in run.groups(groups, 0))
     return (Unfolding(names, run.count, tuple(calls), tuple(shifts)),
             Repeat(names, run.count, tuple(operands)))
+
+
+def _operand_text(program: Program, node: Node) -> str:
+    """A host operand as texts name it: a design output by its placement (`out3`), else the user's text."""
+    if node.op == Op.CALL:
+        return ", ".join(f"out{i}" for i, o in enumerate(program.outputs) if o is node)
+    return describe(node)
 
 
 def _calls(groups: tuple[Group, ...]) -> tuple[Node, ...]:
