@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 import aie_utils
-from iron.models.designs import Bottleneck, EdgeFilter, GroupedQueryAttention
+from iron.models.designs import Bottleneck, EdgeFilter, GroupedQueryAttention, with_halo
 
 DEVICES = ("npu2", "npu1")
 
@@ -39,11 +39,12 @@ def attention_inputs(graph):
 
 
 def bottleneck_inputs(graph):
-    return [np.random.default_rng(0).integers(0, 256, (1024, 256), dtype=np.uint8)]
+    picture = np.random.default_rng(0).integers(0, 256, (graph.side, graph.side, graph.channels), dtype=np.uint8)
+    return [with_halo(picture).reshape(-1, graph.channels)]
 
 
 def image_inputs(graph):
-    return [np.random.default_rng(0).integers(0, 256, (graph.height, graph.width, 1), dtype=np.uint8)]
+    return [with_halo(np.random.default_rng(0).integers(0, 256, (graph.height, graph.width, 1), dtype=np.uint8))]
 
 
 DESIGNS = (

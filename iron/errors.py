@@ -33,8 +33,8 @@ class ArgumentError(IronError, TypeError):
 
 class IndexOutOfRange(IronError, IndexError):
     """A per-call index fell outside the tensor it indexes: checked before anything is written, or in
-    a device loop flagged by the Emit, which clamps it into range on the device (a write through
-    it goes to a sink, not into the state)."""
+    a device loop flagged by the Emit, which clamps it into range on the device (the flagged run's
+    state writes go to a sink, not into a state)."""
 
     @classmethod
     def at(cls, what: str, expr: str, value: int, lo: int, hi: int, tensor: str = "") -> "IndexOutOfRange":
@@ -48,7 +48,7 @@ class IndexOutOfRange(IronError, IndexError):
                 tensor: str = "", by_host: bool = False) -> "IndexOutOfRange":
         """The device's Emit flagged body step `step`'s index (or, `by_host`, the host computed it
         before starting the step); `drained` runs were already in flight (from that step on) and
-        ran with their indices clamped into range, their writes through them sent to a sink."""
+        ran with their indices clamped into range, their state writes sent to a sink."""
         who = "The host computed it" if by_host else "The device's Emit flagged it"
         flagged = f"{_range(what, expr, value, lo, hi)}. {who}"
         if not drained:
@@ -57,8 +57,8 @@ class IndexOutOfRange(IronError, IndexError):
             steps = f"step {step}" if drained == 1 else f"steps {step}..{step + drained - 1}"
             its = "its" if drained == 1 else "their"
             ran = (f"{flagged} and clamped it to {min(max(value, lo), hi - 1)}, and the loop stopped: {steps}, already "
-                   f"in flight, ran with {its} indices clamped into range and {its} writes through them sent to a "
-                   "sink, not into a state, and")
+                   f"in flight, ran with {its} indices clamped into range and {its} state writes sent to a sink, "
+                   "not into a state, and")
         return cls(
             f"CarriedLoop step {step}: {ran} loop.transitions and loop.carry describe the runs before step {step}. "
             f"{_fix(expr, lo, hi, tensor)}"

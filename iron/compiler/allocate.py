@@ -61,11 +61,11 @@ def host_placements(program: Program, padded: dict | None = None) -> tuple[Place
 
 def state_sink(placements: tuple[Placement, ...], full_elf: bool) -> tuple[int, int]:
     """(first word, words) of the states' sink on a full-ELF device ((end, 0) elsewhere): where a
-    flagged device-loop run writes what it would write into a state through a per-call index
-    (emit.py), so every row stays as the completed runs wrote it. It follows the user's states
-    and holds the largest of them, so any write of one fits; it depends on the graph's states
-    alone, so every version of the graph lays the states buffer out alike. No host read or
-    write reaches it."""
+    flagged device-loop run writes everything it would write into a state (`emit.sink_writes`),
+    each write lying in it as in its state, so every state stays as the completed runs wrote
+    it. It follows the user's states and holds the largest of them: no write is larger than its
+    state, and it depends on the graph's states alone, not on a version's writes, so every
+    version of the graph lays the states buffer out alike. No host read or write reaches it."""
     states = [p for p in placements if p.kind is PlacementKind.STATE]
     end = max((p.offset + p.nwords for p in states), default=0)
     return end, max((p.nwords for p in states), default=0) if full_elf else 0

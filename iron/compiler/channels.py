@@ -30,6 +30,19 @@ class MemChannels:
                 return c
         return None
 
+    def copy(self) -> MemChannels:
+        """Another count from what this one holds, to try takes on."""
+        other = MemChannels(self.device)
+        other.used = {c: list(u) for c, u in self.used.items()}
+        other.held = dict(self.held)
+        return other
+
+    def free(self) -> tuple[int, int]:
+        """The DMA channels left in and out over every mem tile."""
+        kind = self.device.mem
+        return (sum(kind.dma_in_channels - ins for ins, _ in self.used.values()),
+                sum(kind.dma_out_channels - outs for _, outs in self.used.values()))
+
     def can_take(self, col: int, inputs: int, outputs: int) -> bool:
         return self._nearest(col, inputs, outputs) is not None
 

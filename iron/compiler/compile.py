@@ -74,6 +74,8 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
              *layout_rules(placements))
     if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, DDR buffers, padding
         plan = replace(plan, rules=rules)
+    if padding.choices:
+        plan = replace(plan, choices=(*padding.choices, *plan.choices))
     plans[key] = (feeds, plan)
     return plan
 

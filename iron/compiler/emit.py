@@ -3,11 +3,13 @@ device, so a CarriedLoop runs without the host between calls. It reads this call
 (`emit_in`) and any carried element a group computed, and writes the target version's words
 into `feedback`, each bounded word clamped into its range before any DMA or core reads it, and
 after them a flag word counting the words that were not in range, this call's own flag included
-(the host reads it after each run); a flagged run's state writes go to the states' sink. `carry_sources` also says where the host finds each next carried value."""
+(the host reads it after each run); every state write of a flagged run goes to the states' sink
+(`sink_writes`). `carry_sources` also says where the host finds each next carried value."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from iron.compiler.allocate import state_sink
 from iron.compiler.fifos import EMIT, EMIT_IN, FEEDBACK, Stem, fifo_id
 from iron.compiler.objects import Context
 from iron.compiler.plan import (
@@ -18,10 +20,12 @@ from iron.compiler.plan import (
     Element,
     Emit,
     Function,
+    HostRole,
     Imm,
     Invoke,
     Load,
     Output,
+    PlacementKind,
     Port,
     Ptr,
     Release,
@@ -79,6 +83,29 @@ def lower_emit(ctx: Context, next_values: tuple, target) -> EmitCore:
     sizes = {EMIT_IN: 4 * (words + 1), FEEDBACK: 4 * emit.nwords}
     function = Function(EMIT, objects, _emit_steps(ctx, dict(next_values), emit))
     return EmitCore(emit, function, core, sizes, moves)
+
+
+def sink_writes(ctx: Context, moves: list[list]) -> list[list]:
+    """`moves` with every write into a state given a patch word (`WordTable.sunk`) whose `sink`
+    value, sink - the state's first word, moves the write to where it lies in its state, shifted
+    into the states' sink (`state_sink`): whole, at a fixed offset or through a per-call index,
+    a flagged run writes no state (full-ELF devices, where an Emit may flag a run; the last
+    configuration's Emit computes the words of every one). The writes of one state at fixed
+    offsets share one word, so the scratchpad grows by a word per state written, plus one per
+    index expression."""
+    sink, words = state_sink(ctx.placements, ctx.device.full_elf)
+    if not words:
+        return moves
+    states = [p for p in ctx.placements if p.kind is PlacementKind.STATE]
+
+    def sunk(move):   # a Move, or a Wait a grid puts between its rounds
+        if not isinstance(move, Move) or move.direction is not Direction.S2MM or move.buffer != HostRole.STATES.value:
+            return move
+        access = move.access
+        state = next(p for p in states if p.offset <= access.offset < p.offset + p.nwords)
+        return replace(move, access=replace(access, patch_word=ctx.table.sunk(access.patch_word, sink - state.offset)))
+
+    return [[sunk(move) for move in group] for group in moves]
 
 
 def _emit_steps(ctx: Context, next_values: dict, emit: Emit) -> tuple:

@@ -17,10 +17,12 @@ import math
 from dataclasses import dataclass
 from itertools import product
 
+from iron.compiler import cost
 from iron.compiler.fuse import Group
+from iron.compiler.plan import Choice
 from iron.compiler.rules import Rule
 from iron.compiler.streaming import choose_flow
-from iron.compiler.tiling import TILED_BYTES, call_sides, choose_grid, vector_tiles
+from iron.compiler.tiling import TILED_BYTES, call_sides, choose_grid, estimate_ns, vector_tiles
 from iron.ir import Node, Op, Program, Term, external_inputs, nbytes, state_written_whole
 from iron.kernels.base import Role
 
@@ -54,10 +56,12 @@ class Lies:
 
 @dataclass(frozen=True)
 class Layouts:
-    """`pad_to_block`'s layout of a design: each padded tensor's `Lies`, and the describe() lines
-    of the rules deciding it for the whole design (`shared` before the plan's own, `passed` after)."""
+    """`pad_to_block`'s layout of a design: each padded tensor's `Lies`, the cost model's choices
+    of padded extents, and the describe() lines of the rules deciding it for the whole design
+    (`shared` before the plan's own, `passed` after)."""
 
     lies: dict[Node, Lies]
+    choices: tuple = ()   # (group, Choice) of each padded extent the cost model chose
     shared: tuple = ()
     passed: tuple = ()
 
@@ -285,39 +289,51 @@ def chained(call: Node, lies: dict[Node, tuple[int, int]], device) -> tuple[int,
     return best_sides(call, device, fixed, any_grid=True)
 
 
-def _ranked(call: Node, device, tried, mine=None) -> list[tuple[tuple, tuple[int, int, int]]]:
-    """(rank, sides) of each of the `tried` sides with a grid `better` than `mine` (the call's own
-    sides' score; None: any grid): the fewest kernel calls per core, the least work per core,
-    the fewest elements moved."""
-    scored = []
-    for sides in tried:
-        score = _grid_score(whole_device_grid(call, device, sides))
-        if score is not None and better(score, mine):
-            (work, calls), (a, k, b) = score, sides
-            scored.append(((calls, work, a * k + k * b + a * b), sides))
-    return scored
+def sides_choice(call: Node, device, fixed: dict[int, int] | None = None,
+                 any_grid: bool = False) -> tuple[tuple[int, int, int] | None, Choice | None]:
+    """The rule `pad_to_block`'s extents of a MatMul or MatVec: among the candidates, each side its
+    own (or `fixed`: index -> size), padded to its quantum (`padded_sides`), to the wider quantum
+    (`pad_wider`), a MatVec's M to the fewest rows of whole-word results (`pad_m_to_words`), the
+    one the cost model estimates fastest by its grid on the whole device (`tiling.estimate_ns`),
+    of those `better` than the call's own sides (`any_grid`, or a fixed side not its own: of all).
+    A grid cutting a side of many elements into one-element k-blocks is no candidate: the cost
+    model prices its many tiny objects below what they take. The sides (None when none is) and
+    the Choice."""
+    own, fixed = call_sides(call), fixed or {}
+    options = zip(own, (word_rows(call), *own[1:]), padded_sides(call, device), padded_sides(call, device, wider=True))
+    tried = sorted(set(product(*({fixed[i]} if i in fixed else set(sides) for i, sides in enumerate(options)))),
+                   key=lambda s: (s != own, s[0] * s[1] + s[1] * s[2] + s[0] * s[2], s))
+    mine = None if any_grid or any(own[i] != side for i, side in fixed.items()) else \
+        _grid_score(whole_device_grid(call, device))
+    grids = [(s, g) for s in tried if (mine is None or s != own) and (g := whole_device_grid(call, device, s))
+             is not None and (g.k > 1 or s[1] == 1) and better(_grid_score(g), mine)]
+    if not grids:
+        return None, None
+    (sides, _), choice = cost.choose(Rule.PAD_TO_BLOCK, "padded sides", grids, lambda c: estimate_ns(c[1], device),
+                                     lambda c: f"(M, K, N) = {c[0]}")
+    return sides, choice
 
 
 def best_sides(call: Node, device, fixed: dict[int, int] | None = None,
                any_grid: bool = False) -> tuple[int, int, int] | None:
-    """Of the sides (M, K, N) tried, each its own or padded to its quantum (`padded_sides`; when
-    none of those has a grid, to the wider quantum of `pad_wider`) but those `fixed` gives
-    (index: size), the ones whose grid is `better` than the call's own sides' (`any_grid`, or a
-    fixed side not its own: any grid, its own sides too), of the fewest kernel calls per core,
-    then the least work per core, then the fewest elements moved; None when none is."""
-    own, fixed = call_sides(call), fixed or {}
-    near = (word_rows(call), *own[1:])
-    for up in (padded_sides(call, device), padded_sides(call, device, wider=True)):
-        tried = set(product(*({fixed[i]} if i in fixed else {side, n, u}
-                              for i, (side, n, u) in enumerate(zip(own, near, up)))))
-        if any_grid or any(own[i] != side for i, side in fixed.items()):
-            scored = _ranked(call, device, tried)
-        else:
-            scored = _ranked(call, device, tried - {own}, _grid_score(whole_device_grid(call, device))) \
-                if tried != {own} else []
-        if scored:
-            return min(scored)[1]
-    return None
+    """The sides `sides_choice` chooses."""
+    return sides_choice(call, device, fixed, any_grid)[0]
+
+
+def better(padded: tuple[float, int], mine: tuple[float, int] | None) -> bool:
+    """Whether a padded grid or stream scoring `padded` (elements of work per core, padding
+    included; kernel calls per core) may be taken over the call's own sides, `mine`: they have
+    none, or more work per core (the padded one takes more cores than its padding costs), or more
+    than FEW_CALLS kernel calls per core, at least twice the padded one's. (Whether to pad at all
+    is still this rule's: the cost model prices own sides of many tiny k-blocks, or a stream's
+    fewer cores, below what they take.)"""
+    return mine is None or padded[0] < mine[0] or FEW_CALLS < mine[1] >= 2 * padded[1]
+
+
+def _grid_score(grid) -> tuple[float, int] | None:
+    if grid is None:
+        return None
+    return math.prod(grid.sides) / grid.cores, grid.fewest_calls
 
 
 def word_rows(call: Node) -> int:
@@ -340,20 +356,6 @@ def padded_sides(call: Node, device, wider: bool = False) -> tuple[int, int, int
     if wider:
         quanta = tuple(q if q == 1 else math.lcm(q, K_QUANTUM) for q in quanta)
     return tuple(-(-side // q) * q for side, q in zip(call_sides(call), quanta))
-
-
-def better(padded: tuple[float, int], mine: tuple[float, int] | None) -> bool:
-    """Whether a padded grid or stream scoring `padded` (elements of work per core, padding
-    included; kernel calls per core) is worth it over the call's own sides, `mine`: they have
-    none, or more work per core (the padded one takes more cores than its padding costs), or
-    more than FEW_CALLS kernel calls per core, at least twice the padded one's."""
-    return mine is None or padded[0] < mine[0] or FEW_CALLS < mine[1] >= 2 * padded[1]
-
-
-def _grid_score(grid) -> tuple[float, int] | None:
-    if grid is None:
-        return None
-    return math.prod(grid.sides) / grid.cores, grid.fewest_calls
 
 
 def streamed_count(calls, device, count: int, quantum: int, width: int = 1) -> int | None:

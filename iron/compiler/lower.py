@@ -11,7 +11,7 @@ import numpy as np
 
 from iron.compiler.allocate import host_placements
 from iron.compiler.cores import core_of
-from iron.compiler.emit import carry_sources, lower_emit
+from iron.compiler.emit import carry_sources, lower_emit, sink_writes
 from iron.compiler.fifos import EMIT_IN, FEEDBACK, FifoId, Stem, fifo, fifo_id
 from iron.compiler.flow import lower_flow
 from iron.compiler.grid import lower_grid
@@ -81,9 +81,9 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
         moves.append(group_moves(ctx, site, parts))
     sites = layout.sites
     if unfolding is not None:
-        sites, moves = unfolding.sites_and_moves(sites, moves, ctx.table)
+        sites, moves = unfolding.sites_and_moves(sites, moves)
         cores = unfolding.looped(cores)
-    sequence, waiting_inputs = with_state_waits(sites, moves)
+    sequence, waiting_inputs = with_state_waits(sites, sink_writes(ctx, moves))
     emit_values, carry = carry_sources(ctx)
     emit = None
     if layout.emit is not None:
@@ -114,7 +114,7 @@ def object_sizes(ctx: Context, site: Site, parts: list[Part]) -> dict[str, tuple
         s = site.stream
         block = s.rows * (s.matrix.size // s.matrix.shape[0]) * s.matrix.dtype.itemsize
         what = f"rows of {describe(s.matrix)}"
-        sizes[fifo_id(g, Stem.W, mem=True)] = (block * s.parts, s.matrix.dtype, what)
+        sizes |= {s.lane_fifo(g, k): (block * s.per_lane, s.matrix.dtype, what) for k in range(len(s.lane_mems))}
         sizes |= {w: (block, s.matrix.dtype, what) for w in _w_fifos(site, parts)}
     if parts[0].split:
         last = site.group.calls[-1]
@@ -142,7 +142,8 @@ def site_links(ctx: Context, site: Site, parts: list[Part], sizes: dict) -> list
     names = tuple(w.name for w in _w_fifos(site, parts))
     if not parts[0].split:
         return [Link(mem, (fifo(g, Stem.W, mem=True),), names)]
-    block, size = sizes[names[0]][0], sizes[fifo(g, Stem.PART, 0)][0]
-    return [Link(mem, (fifo(g, Stem.W, mem=True),), names, destination_offsets=tuple(p.number * block for p in parts)),
-            Link(mem, tuple(fifo(g, Stem.PART, p.number) for p in parts), (joined(ctx, g).name,),
-                 source_offsets=tuple(p.number * size for p in parts))]
+    block, size, s = sizes[names[0]][0], sizes[fifo(g, Stem.PART, 0)][0], site.stream
+    lanes = [Link(lane, (s.lane_fifo(g, k).name,), names[k * s.per_lane:(k + 1) * s.per_lane],
+                  destination_offsets=tuple(p * block for p in range(s.per_lane))) for k, lane in enumerate(s.lane_mems)]
+    return [*lanes, Link(mem, tuple(fifo(g, Stem.PART, p.number) for p in parts), (joined(ctx, g).name,),
+                         source_offsets=tuple(p.number * size for p in parts))]

@@ -1,15 +1,21 @@
 """Where a matrix call's operand goes when its group does not spread over the array: `stream_large_matrix`
 streams a matrix larger than its share of a compute tile through a mem tile in blocks of rows,
 once for every unsplit group reading it (`share_streamed_matrix`); `split_matrix_over_tiles`
-splits a MatVec over 128 KiB by rows over 2, 4 or 8 tiles (the fewest bringing parts to 128 KiB,
-else the most that fit), joined on a mem tile, unless `unsplit_beside_producer` keeps it on one
-tile beside the group it reads; and the describe() lines of these decisions and of
-`dequant_before_matvec`'s expansion on the tile. `sites`: place.py's Site of each group placed
-so far (not imported: place.py imports these rules)."""
+splits a MatVec over 128 KiB by rows over as many tiles, its rows read through as many shim
+channels (`stream_over_shim_channels`: each lane of rows through its own mem tile, split there
+between the lane's parts), as the cost model estimates fastest, the parts joined on one mem tile,
+unless `unsplit_beside_producer` keeps it on one tile beside the group it reads; and the
+describe() lines of these decisions and of `dequant_before_matvec`'s expansion on the tile.
+`sites`: place.py's Site of each group placed so far (not imported: place.py imports these
+rules). A memory-bound MatVec reads its rows at DDR's pace only through several shim channels:
+one channel streams 4 (npu1) or 8 (npu2) bytes per cycle, DDR about five times that on npu2
+(docs/platform.md section 11)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from iron.compiler import cost
+from iron.compiler.channels import MemChannels
 from iron.compiler.fifos import FifoId, Stem, fifo_id
 from iron.compiler.fuse import (
     STREAM_OBJECT_BYTES,
@@ -19,9 +25,10 @@ from iron.compiler.fuse import (
     role,
     stored_matrix,
 )
-from iron.compiler.plan import Tile
+from iron.compiler.plan import Choice, Tile
 from iron.compiler.readers import Reader
 from iron.compiler.rules import Decision, Rule
+from iron.errors import PlacementError
 from iron.ir import (
     MemoryKind,
     Node,
@@ -35,8 +42,7 @@ from iron.ir import (
 )
 from iron.kernels.base import Role
 
-SPLIT_PART_BYTES = 128 * 1024   # a MatVec's matrix larger than this is split over tiles
-SPLIT_COUNTS = (2, 4, 8)
+SPLIT_PART_BYTES = 128 * 1024   # a MatVec's matrix larger than this may be split over tiles
 FORWARD_BYTES = 4096   # the largest host tensor one group forwards to later readers
 
 
@@ -55,11 +61,27 @@ class Stream:
     mem: Tile
     expand: Node | None = None
     owner: str | None = None
+    lanes: tuple[Tile, ...] = ()   # one mem tile per shim channel reading the rows, when several do
+    choice: Choice | None = None   # how many parts and lanes, chosen by estimated time
 
     @property
     def fifo(self) -> FifoId | None:
         """The FIFO an unsplit group's core reads the blocks from when another group streams them."""
         return None if self.owner is None else fifo_id(self.owner, Stem.W)
+
+    @property
+    def lane_mems(self) -> tuple[Tile, ...]:
+        """The mem tile each lane's rows enter by: the lanes' own, or `mem` for the one lane."""
+        return self.lanes or (self.mem,)
+
+    @property
+    def per_lane(self) -> int:
+        """The parts each lane's rows are split between."""
+        return self.parts // len(self.lane_mems)
+
+    def lane_fifo(self, group: str, lane: int) -> FifoId:
+        """The FIFO bringing lane `lane`'s rows from the host to its mem tile."""
+        return fifo_id(group, Stem.W, lane, mem=True) if self.lanes else fifo_id(group, Stem.W, mem=True)
 
 
 def stream_rules(group: Group, stream: Stream | None) -> list[Decision]:
@@ -71,11 +93,17 @@ def stream_rules(group: Group, stream: Stream | None) -> list[Decision]:
         return [(Rule.SHARE_STREAMED_MATRIX, f"{what} read from {stream.fifo}, the blocks {stream.owner} streams, "
                                           f"broadcast by {stream.mem.name}")]
     rules = [(Rule.STREAM_LARGE_MATRIX,
-              f"{what} streamed as {stream.blocks} blocks of {stream.rows} rows per part via {stream.mem.name}")]
+              f"{what} streamed as {stream.blocks} blocks of {stream.rows} rows per part via "
+              f"{', '.join(dict.fromkeys(t.name for t in stream.lane_mems))}")]
     if stream.expand is not None:
         rules.append(expansion_rule(group, stream.expand, m, stream.rows))
     if stream.parts > 1:
         rules.append((Rule.SPLIT_MATRIX_OVER_TILES, f"{what} split by rows over {stream.parts} tiles"))
+    if stream.lanes:
+        lanes = ", ".join(f"{stream.lane_fifo(group.name, k)} into {t.name}" for k, t in enumerate(stream.lanes))
+        rules.append((Rule.STREAM_OVER_SHIM_CHANNELS,
+                      f"{group.name}: its rows read through {len(stream.lanes)} shim MM2S channels, "
+                      f"{stream.per_lane} part{'s' * (stream.per_lane > 1)} per lane ({lanes}), joined on {stream.mem.name}"))
     return rules
 
 
@@ -102,13 +130,13 @@ def l1_share(device) -> int:
     return device.compute.data_memory_bytes // 4
 
 
-def stream_large_matrix(group: Group, tiles, parts: int, channels, device) -> Stream | None:
+def stream_large_matrix(group: Group, tiles, split: Split, channels, device) -> Stream | None:
     """Stream the group's leading matrix call's matrix when it (with the blocks it is expanded
     from, when `dequant_before_matvec` fused its expansion) is larger than its L1 share, in
     blocks of the most rows whose object takes at most STREAM_OBJECT_BYTES; with an expansion,
     whose two objects of blocks and the Buffer they are expanded into take at most the two
-    objects of a float32 stream."""
-    first = leading_call(group.calls)
+    objects of a float32 stream. Split, through the mem tiles `take_split` takes."""
+    first, parts = leading_call(group.calls), split.parts
     if role(first) is not Role.MATRIX:
         return None
     matrix, expand = stored_matrix(group.calls), expansion(group.calls)
@@ -119,9 +147,23 @@ def stream_large_matrix(group: Group, tiles, parts: int, channels, device) -> St
     rows = stream_rows(group, rows_per_part)
     if rows is None:
         return None
-    links = (1, 1) if parts == 1 else (parts + 1, parts + 1)
-    mem = channels.take(tiles[0].col, *links)
-    return Stream(matrix, rows, rows_per_part // rows, parts, mem, expand)
+    mem, lanes = take_split(channels, tiles[0].col, parts, split.lanes)
+    return Stream(matrix, rows, rows_per_part // rows, parts, mem, expand, lanes=lanes, choice=split.choice)
+
+
+def take_split(channels: MemChannels, col: int, parts: int, lanes: int) -> tuple[Tile, tuple[Tile, ...]]:
+    """The mem tiles a stream split `parts` ways through `lanes` shim channels takes, nearest
+    column `col`: one lane splits and joins on one mem tile (a DMA channel each way per part,
+    one for the rows and one for the joined result); several join the parts on one (one in per
+    part, one out) and each lane splits its rows on its own mem tile (one in, one out per part
+    of the lane), the lanes' tiles in the columns nearest `col` in turn, so their shim channels
+    are their columns' own. PlacementError when the mem tiles lack the channels."""
+    if lanes == 1:
+        links = (1, 1) if parts == 1 else (parts + 1, parts + 1)
+        return channels.take(col, *links), ()
+    join = channels.take(col, parts, 1)
+    order = sorted(range(channels.device.n_cols), key=lambda c: (abs(c - col), c))
+    return join, tuple(channels.take(order[k % len(order)], 1, parts // lanes) for k in range(lanes))
 
 
 def stream_rows(group: Group, rows_per_part: int) -> int | None:
@@ -160,39 +202,141 @@ def share_streamed_matrix(groups: tuple[Group, ...], group: Group, parts: int, s
     return None
 
 
-def split_parts(group: Group, outside: dict[Node, tuple[str | Reader, ...]], spare: int, channels,
-                first: Tile) -> tuple[int, str]:
-    """`split_matrix_over_tiles`: how many tiles a group takes: the fewest of SPLIT_COUNTS that
-    bring each part to SPLIT_PART_BYTES or less, or, when that many do not fit, the most that
-    do. A count fits when it divides the matrix's rows, that many tiles are spare, and one mem
-    tile can split and join the parts (a DMA channel each way per part, one for the stream and
-    one for the joined result) and one buffer descriptor's stride spans a part (docs/platform.md
-    section 5). Returns (tiles, why not the count wanted; "" when it fits)."""
+@dataclass(frozen=True)
+class Split:
+    """`split_matrix_over_tiles`' decision for a group: `parts` tiles, its rows read through
+    `lanes` shim channels (`stream_over_shim_channels`), the Choice that priced them (None when
+    the group may not split), and why no more parts (`fewer`, "" when nothing stopped more)."""
+
+    parts: int = 1
+    lanes: int = 1
+    choice: Choice | None = None
+    fewer: str = ""
+
+
+def split_parts(group: Group, outside: dict[Node, tuple[str | Reader, ...]], spare: int, left: Left,
+                channels: MemChannels, first: Tile) -> Split:
+    """`split_matrix_over_tiles` and `stream_over_shim_channels`: of the splits that fit, by
+    rows into `parts` tiles whose rows `lanes` shim MM2S channels read (lanes dividing parts),
+    the one of the least estimated time (`split_work`; among equals the fewest lanes, as shim
+    channels are scarcer than tiles, then the most parts, whose larger objects let a lane
+    stream further ahead of its cores). A count of parts fits when it divides the matrix's
+    rows, that many tiles are spare, and each part's result is whole words and streams in
+    blocks (`split_stops`); a count of lanes when the other groups leave it the shim MM2S
+    channels (`left`) and `lane_stops` finds nothing. The counts of parts one mem tile can join
+    that do not fit say why in `fewer`."""
     if not splittable(group, outside):
-        return 1, ""
+        return Split()
+    matrix, device = stored_matrix(group.calls), channels.device
+    shim_in = left.shim_in - (host_channels(group) - 1)   # less its own `_in`
+    candidates, stopped = [(1, 1)], {}
+    for parts in range(2, device.mem.dma_in_channels + 1):
+        why = split_stops(group, parts, spare)   # one lane always: the stream takes a shim channel unsplit too
+        lanes = [] if why else [k for k in range(1, max(1, min(parts, shim_in)) + 1) if parts % k == 0]
+        stops = {k: lane_stops(matrix, parts, k, channels, (first.col, left.streams)) for k in lanes}
+        candidates += [(parts, k) for k, stop in stops.items() if not stop]
+        stopped[parts] = why or ("" if not all(stops.values()) else stops[1])
+    candidates.sort(key=lambda c: (c[1], -c[0]))   # among equals: the fewest lanes, then the most parts
+    (parts, lanes), choice = cost.choose(
+        Rule.SPLIT_MATRIX_OVER_TILES, "parts and shim channels", candidates,
+        lambda c: split_work(group, *c, device).ns(device),
+        lambda c: f"{c[0]} part{'s' * (c[0] > 1)} through {c[1]} shim channel{'s' * (c[1] > 1)}")
+    return Split(parts, lanes, choice, "; ".join(why for k, why in stopped.items() if k > parts and why))
+
+
+@dataclass(frozen=True)
+class Left:
+    """What the other groups leave a group to split into: `shim_in` shim MM2S channels, and
+    `streams` later groups each needing a mem-tile channel each way for a host matrix."""
+
+    shim_in: int
+    streams: int
+
+
+def channels_left(groups: tuple[Group, ...], number: int, sites: list, device, with_emit: bool) -> Left:
+    """What group `number` may take: the device's shim MM2S channels less what the groups placed
+    so far take (`host_channels`, a split's lanes beyond the one counted; a grid or stream
+    one), what each later group takes unsplit, and the Emit's words; and the later groups
+    reading a host matrix."""
+    total = device.n_cols * device.shim.dma_out_channels - with_emit
+    placed = sum(1 if s.grid or s.flow else host_channels(s.group) + len(s.stream.lanes) - bool(s.stream.lanes)
+                 if s.stream is not None else host_channels(s.group) for s in sites)
+    later = groups[number + 1:]
+    return Left(total - placed - sum(host_channels(g) for g in later),
+                sum(role(leading_call(g.calls)) is Role.MATRIX and is_host_tensor(stored_matrix(g.calls)) for g in later))
+
+
+def host_channels(group: Group) -> int:
+    """The shim MM2S channels an unsplit group's core takes: one for its host matrix (streamed,
+    or loaded with its other host tensors), one for its other host tensors and per-call
+    attributes (an `_in`); at most, as an earlier group may forward them (`forward_shared_input`)."""
+    first = leading_call(group.calls)
+    matrix = stored_matrix(group.calls) if role(first) is Role.MATRIX else None
+    loads = any(is_host_tensor(n) and n is not matrix for n in external_inputs(group.calls))
+    return int(matrix is not None and is_host_tensor(matrix)) + int(loads or any(c.arg.scalar_attrs for c in group.calls))
+
+
+def split_stops(group: Group, parts: int, spare: int) -> str:
+    """What keeps a group from `parts` parts, however many lanes ("" when nothing)."""
     matrix = stored_matrix(group.calls)
-    wanted = next((k for k in SPLIT_COUNTS if nbytes(matrix) // k <= SPLIT_PART_BYTES), SPLIT_COUNTS[-1])
-    why = []
-    for k in sorted((k for k in SPLIT_COUNTS if k <= wanted), reverse=True):
-        if matrix.shape[0] % k:
-            why.append(f"{k} does not divide its {matrix.shape[0]} rows")
-        elif nbytes(matrix) // k // 4 > channels.device.shim.max_bd_stride:
-            why.append(f"{k} parts lie {nbytes(matrix) // k // 4} words apart, more than a buffer descriptor's "
-                       f"largest stride ({channels.device.shim.max_bd_stride} words)")
-        elif matrix.shape[0] // k * group.calls[-1].dtype.itemsize % 4:
-            why.append(f"{k} parts of {matrix.shape[0] // k} rows give results of "
-                       f"{matrix.shape[0] // k * group.calls[-1].dtype.itemsize} bytes, not whole 32-bit words")
-        elif stream_rows(group, matrix.shape[0] // k) is None:
-            why.append(f"{k} parts of {matrix.shape[0] // k} rows stream in no block: a row takes "
-                       f"{row_bytes(matrix)} bytes, more than a streamed block's {STREAM_OBJECT_BYTES}")
-        elif k > spare:
-            why.append(f"{k} would leave too few tiles for the other groups ({spare} spare)")
-        elif not channels.can_take(first.col, inputs=k + 1, outputs=k + 1):
-            why.append(f"{k} would take {k + 1} DMA channels each way on one mem tile "
-                       f"(a mem tile has {channels.device.mem.dma_in_channels}, less what earlier groups use)")
-        else:
-            return k, "; ".join(why)
-    return 1, "; ".join(why)
+    rows, item = matrix.shape[0], group.calls[-1].dtype.itemsize
+    if rows % parts:
+        return f"{parts} does not divide its {rows} rows"
+    if rows // parts * item % 4:
+        return f"{parts} parts of {rows // parts} rows give results of {rows // parts * item} bytes, not whole 32-bit words"
+    if stream_rows(group, rows // parts) is None:
+        return (f"{parts} parts of {rows // parts} rows stream in no block: a row takes {row_bytes(matrix)} bytes, "
+                f"more than a streamed block's {STREAM_OBJECT_BYTES}")
+    if parts > spare:
+        return f"{parts} would leave too few tiles for the other groups ({spare} spare)"
+    return ""
+
+
+def lane_stops(matrix: Node, parts: int, lanes: int, channels: MemChannels, near: tuple[int, int]) -> str:
+    """What keeps a split into `parts` from `lanes` lanes ("" when nothing): a lane of several
+    parts moves them one part's rows apart, within a buffer descriptor's stride
+    (docs/platform.md section 5); the mem tiles need the channels `take_split` takes."""
+    device, apart = channels.device, nbytes(matrix) // parts // 4
+    if parts > lanes and apart > device.shim.max_bd_stride:
+        return (f"{parts} parts lie {apart} words apart, more than a buffer descriptor's largest stride "
+                f"({device.shim.max_bd_stride} words)")
+    if not fits_mem_tiles(channels, *near, parts, lanes):
+        return (f"{parts} would take more DMA channels than the mem tiles have left to split and join them "
+                f"(a mem tile has {device.mem.dma_in_channels} each way) and to stream the {near[1]} later "
+                "groups' matrices")
+    return ""
+
+
+def fits_mem_tiles(channels: MemChannels, col: int, later: int, parts: int, lanes: int) -> bool:
+    """Whether `take_split` finds the mem-tile channels for the split (tried on a copy), leaving
+    a channel each way for each of the `later` streams."""
+    trial = channels.copy()
+    try:
+        take_split(trial, col, parts, lanes)
+    except PlacementError:
+        return False
+    return min(trial.free()) >= later
+
+
+def split_work(group: Group, parts: int, lanes: int, device) -> cost.Work:
+    """What a split does, for the cost model: each part's core runs the leading call (and its
+    fused expansion) on each streamed block of its rows, then its epilogue on its share of the
+    result; the busiest channel is a lane's shim channel (its share of the matrix), a part's
+    (its share) or the joined result's; DDR moves the matrix once (the vector and the result,
+    a row's and a column's worth, are left out)."""
+    gen, calls, first = cost.generation(device), group.calls, leading_call(group.calls)
+    matrix, expand, a = stored_matrix(calls), expansion(calls), leading_call(calls).src[0]
+    big_m, big_k = a.shape
+    rows = stream_rows(group, big_m // parts) or big_m // parts
+    per_block = cost.kernel_cycles(gen, Role.MATRIX, a.dtype, [(rows, big_k), (big_k,)], (rows,), first.dtype)
+    if expand is not None:
+        per_block += cost.kernel_cycles(gen, Role.EXPANSION, matrix.dtype, [(rows * row_bytes(matrix) // matrix.dtype.itemsize,)],
+                                        (rows, big_k), a.dtype)
+    share = big_m // parts
+    epilogue = sum(cost.kernel_cycles(gen, role(c), c.src[0].dtype, [(share,)] * c.arg.n_inputs, (share,), c.dtype)
+                   for c in calls[calls.index(first) + 1:])
+    return cost.Work(share // rows * per_block + epilogue, max(nbytes(matrix) // lanes, big_m * calls[-1].dtype.itemsize),
+                     nbytes(matrix))
 
 
 def unsplit_beside_producer(groups: tuple[Group, ...], number: int, outside, sites: list, device) -> str:

@@ -10,7 +10,6 @@ from functools import cached_property
 
 import numpy as np
 
-from iron.compiler.allocate import state_sink
 from iron.compiler.fifos import EMIT, FifoId, Stem, fifo_id
 from iron.compiler.fuse import leading_call
 from iron.compiler.place import Layout, Site
@@ -19,7 +18,6 @@ from iron.compiler.plan import (
     Imm,
     KernelStep,
     Output,
-    PlacementKind,
     Ptr,
     WordKind,
     WordRef,
@@ -184,16 +182,13 @@ def joined(ctx: Context, group: str) -> FifoId:
 
 # ---- host tensors and words -----------------------------------------------------------------------
 
-def host_access(ctx: Context, node: Node, write: bool = False) -> tuple[str, Access]:
-    """(host buffer, Access) of an input, a declared memory or a view of one; a `write` into a
-    state through a per-call index can be sent to the states' sink (`state_sink`)."""
+def host_access(ctx: Context, node: Node) -> tuple[str, Access]:
+    """(host buffer, Access) of an input, a declared memory or a view of one."""
     base = node.src[0] if node.op == Op.VIEW else node
     p = ctx.placement(base.arg.name)
     if node.op != Op.VIEW:
         return p.buffer, placement_access(p)
-    sink, words = state_sink(ctx.placements, ctx.device.full_elf)
-    sunk = write and words and p.kind is PlacementKind.STATE
-    return p.buffer, view_access(node, ctx.table, p, sink if sunk else None)
+    return p.buffer, view_access(node, ctx.table, p)
 
 
 def host_items(ctx: Context, site: Site) -> list[tuple]:
@@ -248,7 +243,7 @@ def _pack_results(ctx: Context, part: Part):
         if part.stream is not None and call is part.stream.expand:   # one block's rows, expanded
             part.homes[call] = (_buffer(ctx, part, call, part.stream.rows * nbytes(call) // call.shape[0]), 0)
         elif call.arg.writes:
-            buffer, access = host_access(ctx, destination(call), write=True)
+            buffer, access = host_access(ctx, destination(call))
             part.host.add(StateWrite(call), access.nwords * 4, call.dtype, describe(destination(call)),
                           (buffer, access))
         elif part.split:

@@ -32,6 +32,7 @@ from iron.compiler.layout import (
     on_sides,
     result_of,
     side,
+    sides_choice,
     streamed_count,
     tie,
     whole_device_grid,
@@ -87,14 +88,17 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts
     agreed = {call: sides for s in layouts for call, sides in zip(s.calls, s.sides)}
     free = answered(readers, layouts)
     padded: dict[Node, tuple[int, ...]] = {}
+    chosen: dict[Node, tuple] = {}
     for group in groups:
         # pad_through first: a MatMul reading a result already padded takes its layout, not sides of its own
         padded |= pad_through(group, padded, free, group_of, device) or \
-            pad_matrix(group, free, group_of, device, agreed) or \
+            pad_matrix(group, free, group_of, device, agreed, chosen) or \
             pad_stream(group, free, group_of, device) or pad_rows(group, free, device)
     written, zeros = written_by_producer(padded, groups), zeros_made(padded, groups)
     lies = {n: Lies(shape, Fill.WRITTEN if n in written else zeros.get(n, Fill.ZEROS)) for n, shape in padded.items()}
-    return Layouts(lies, tuple((Rule.PAD_SHARED_INPUT, s.text(program)) for s in shared),
+    choices = tuple((group_of[call].name, choice) for call, (node, shape, choice) in chosen.items()
+                    if padded.get(node) == shape)   # the choices no later agreement overrode
+    return Layouts(lies, choices, tuple((Rule.PAD_SHARED_INPUT, s.text(program)) for s in shared),
                    (*passed_rules(program, groups, padded, group_of),
                     *zeros_rules(program, groups, lies, readers, group_of),
                     *region_rules(program, groups, padded, readers, group_of)))
@@ -242,7 +246,7 @@ def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, d
 
 
 def pad_matrix(group: Group, readers: dict, group_of: dict, device,
-               agreed: dict | None = None) -> dict[Node, tuple[int, ...]]:
+               agreed: dict | None = None, chosen: dict | None = None) -> dict[Node, tuple[int, ...]]:
     """A MatMul or MatVec alone in its group, large enough to tile, over paddable operands, whose
     result is `shown` or read by calls that share its layout (`layout_unshared`): its sides
     padded (`padded_sides`), when some of them padded (`best_sides`; N its own for a row
@@ -253,18 +257,20 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
     their rows must be whole words. `agreed`: the sides `pad_shared_input` agreed for the products
     sharing a tensor, taken instead. A result whose readers may not read it padded keeps its
     shape: then only K is padded (`pad_k_only`); else, when groups fitting a tile read it
-    (`pad_tile_region`, after `pad_k_only`), it is padded for them to read its region."""
+    (`pad_tile_region`, after `pad_k_only`), it is padded for them to read its region. `chosen`
+    collects each cost-model choice of sides: call -> (tensor, the shape it chose, Choice)."""
     call = lone_product(group)
     if call is None:
         return {}
+    chosen = {} if chosen is None else chosen
     if not readers_unshared(call, readers, group_of):
-        return padded_product(call, readers, group_of, device, agreed)
-    return padded_product(call, readers, group_of, device, agreed, k_only=True) or (
+        return padded_product(call, readers, group_of, device, agreed, chosen)
+    return padded_product(call, readers, group_of, device, agreed, chosen, k_only=True) or (
         {} if readers_unshared(call, readers, group_of, small=True)
-        else padded_product(call, readers, group_of, device, agreed, small=True))
+        else padded_product(call, readers, group_of, device, agreed, chosen, small=True))
 
 
-def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: dict | None,
+def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: dict | None, chosen: dict,
                    k_only: bool = False, small: bool = False) -> dict[Node, tuple[int, ...]]:
     """`pad_matrix` of `call`, its result kept in its shape (`k_only`), or read by groups
     fitting a tile too (`small`)."""
@@ -282,14 +288,17 @@ def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: di
     if not all(map(large, members)):
         return {}
     own_m, _, own_n = call_sides(call)
+    choice = None
     if k_only:
-        sides = best_sides(call, device, {0: own_m, 2: own_n})
+        sides, choice = sides_choice(call, device, {0: own_m, 2: own_n})
     elif call in (agreed or {}):
         sides = agreed[call]
     elif len(members) > 1:
         sides = (joined_sides(members, device) or {}).get(call)
     else:
-        sides = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None)
+        sides, choice = sides_choice(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None)
+    if sides and choice:
+        chosen[call] = (a, on_sides(call, sides)[a], choice)
     sides = sides and squared(call, sides, readers, group_of, device)
     if sides is None or k_only and sides[::2] != (own_m, own_n) or not k_only and any(
             chained(u, {read: sides[::2]} | beside(u, read, agreed), device) is None

@@ -22,7 +22,9 @@ from iron.compiler.fuse import (
 )
 from iron.compiler.layout import Fill, lies_of, sides_as_lying, stream_length
 from iron.compiler.matrices import (
+    Split,
     Stream,
+    channels_left,
     expansion_rule,
     share_streamed_matrix,
     split_parts,
@@ -89,7 +91,7 @@ class Site:
     @property
     def choice(self):
         """The choice the cost model made for its grid or flow, if any."""
-        spread = self.grid or self.flow
+        spread = self.grid or self.flow or self.stream
         return None if spread is None else spread.choice
 
 
@@ -164,10 +166,12 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if why := not_streamed(program, group, outside, device):
             rules.append((Rule.STREAM_ELEMENTWISE, f"{group.name}: not streamed: {why}"))
         crowded = unsplit_beside_producer(groups, number, outside, sites, device)
-        parts, why = (1, "") if crowded else split_parts(group, outside, spare, channels, free[0])
+        left = channels_left(groups, number, sites, device, with_emit)
+        split = Split() if crowded else split_parts(group, outside, spare, left, channels, free[0])
+        parts, why = split.parts, split.fewer
         tiles, free = tuple(free[:parts]), free[parts:]
         stream = share_streamed_matrix(groups, group, parts, sites) or stream_large_matrix(
-            group, tiles, parts, channels, device)
+            group, tiles, split, channels, device)
         sites.append(Site(group, tiles, stream))
         rules.append((Rule.SNAKE_ORDER, f"{group.name} on {', '.join(t.name for t in tiles)}"))
         rules += written_padding_rule(program, group, group.calls, padded, written)

@@ -18,7 +18,8 @@ from iron.compiler.fuse import Group, fuse
 from iron.compiler.plan import Choice, Dma, HostRole, Imm, Invoke, KernelStep, Loop, Plan, Repeat
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.through_ddr import through_name, write_through
-from iron.compiler.words import Access, WordTable, placement_access, view_words
+from iron.compiler.sequence import Move
+from iron.compiler.words import Access, placement_access, view_words
 from iron.errors import DoesNotFit, PlacementError, PlanError
 from iron.ir import Node, Op, Program, call_label, describe, storage, tensor_inputs
 
@@ -67,10 +68,10 @@ class Unfolding:
     calls: tuple[tuple[tuple[Node, ...], ...], ...]
     shifts: tuple[tuple[Shift, ...], ...]
 
-    def sites_and_moves(self, sites, moves: list[list], table: WordTable) -> tuple[list, list[list]]:
+    def sites_and_moves(self, sites, moves: list[list]) -> tuple[list, list[list]]:
         """The sites and their moves in sequence order: iteration 0's sites once per iteration,
-        each with that iteration's calls and moves (`table`: the words, where a state write's own
-        patch word for the states' sink is made per iteration)."""
+        each with that iteration's calls and moves (a state write's patch word for the states'
+        sink is given after, per state: `emit.sink_writes`)."""
         at = [i for i, s in enumerate(sites) if s.group.name in self.groups]
         if len(at) < len(self.groups):   # a segment without the iteration, or a probe of part of it
             return list(sites), moves
@@ -79,23 +80,21 @@ class Unfolding:
         for k in range(self.count):
             for j, i in enumerate(range(a, b)):
                 out_sites.append(replace(sites[i], group=replace(sites[i].group, calls=self.calls[k][j])))
-                out_moves.append([self.moved(k, m, table) for m in moves[i]])
+                out_moves.append([self.moved(k, m) for m in moves[i]])
         return out_sites + list(sites[b:]), out_moves + list(moves[b:])
 
-    def moved(self, k: int, move, table: WordTable):
+    def moved(self, k: int, move):
         """Iteration k's counterpart of iteration 0's `move`: the same words of its own operand
-        (a write sent to the states' sink by a patch word of its own gets its own, `sunk`)."""
+        (a Wait a grid puts between its rounds as it is)."""
+        if not isinstance(move, Move):
+            return move
         access: Access = move.access
         end = access.offset + _span(access.dims)
         hits = {(s.to_buffer, access.offset - s.first + s.to_first) for s in self.shifts[k]
                 if s.buffer == move.buffer and s.first <= access.offset and end <= s.first + s.span}
         if len(hits) == 1:
             buffer, offset = hits.pop()
-            patch = access.patch_word
-            word = None if patch is None else table.words[patch]
-            if word is not None and word.sink is not None and offset != access.offset:
-                patch = table.sunk(word.a.index, word.sink - (offset - access.offset))
-            return replace(move, buffer=buffer, access=replace(access, offset=offset, patch_word=patch))
+            return replace(move, buffer=buffer, access=replace(access, offset=offset))
         if not hits and move.buffer == HostRole.WORDS.value:
             return move   # per-call words: every iteration reads the same
         raise NotRepeated(f"{move.fifo} moves words {access.offset}.. of {move.buffer}, which "

@@ -156,10 +156,11 @@ def stream_routes(site: Site) -> list[Route]:
     s, g = site.stream, site.group.name
     if s.owner is not None:   # read from the owner's `_w` (`share_streamed_matrix`)
         return []
-    fifos = [Route(fifo_id(g, Stem.W, mem=True), FifoRole.WEIGHTS, g, HOST, (s.mem,))]
+    fifos = [Route(s.lane_fifo(g, k), FifoRole.WEIGHTS, g, HOST, (m,)) for k, m in enumerate(s.lane_mems)]
     if len(site.tiles) == 1:
         return [*fifos, Route(fifo_id(g, Stem.W), FifoRole.WEIGHTS, g, s.mem, site.tiles)]
-    return fifos + [Route(fifo_id(g, Stem.W, p), FifoRole.WEIGHTS, g, s.mem, (t,)) for p, t in enumerate(site.tiles)]
+    return fifos + [Route(fifo_id(g, Stem.W, p), FifoRole.WEIGHTS, g, s.lane_mems[p // s.per_lane], (t,))
+                    for p, t in enumerate(site.tiles)]
 
 
 def grid_routes(site: Site) -> list[Route]:

@@ -50,6 +50,7 @@ class Rule(Term):
     STREAM_LARGE_MATRIX = "stream_large_matrix"
     SHARE_STREAMED_MATRIX = "share_streamed_matrix"
     SPLIT_MATRIX_OVER_TILES = "split_matrix_over_tiles"
+    STREAM_OVER_SHIM_CHANNELS = "stream_over_shim_channels"
     UNSPLIT_BESIDE_PRODUCER = "unsplit_beside_producer"
     TILE_MATMUL_OVER_ARRAY = "tile_matmul_over_array"
     WHOLE_ROWS_WHEN_NOT_WORDS = "whole_rows_when_not_words"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cache
 
-from iron.compiler.fifos import FifoId, Stem, fifo, fifo_id
+from iron.compiler.fifos import FifoId, Stem, fifo
 from iron.compiler.objects import Context, Part, host_access, joined
 from iron.compiler.place import Site
 from iron.compiler.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
@@ -33,10 +33,9 @@ def group_moves(ctx: Context, site: Site, parts: list[Part]) -> list[Move]:
     joined result the host reads."""
     moves = [Move(Direction.MM2S, parts[0].in_fifo, *m) for m in parts[0].ins.moves]
     if site.stream is not None and site.stream.owner is None:
-        buffer, access = host_access(ctx, site.stream.matrix)
-        if site.stream.parts > 1:
-            access = _split_order(site.stream, access)
-        moves.append(Move(Direction.MM2S, fifo_id(site.group.name, Stem.W, mem=True), buffer, access))
+        s, (buffer, access) = site.stream, host_access(ctx, site.stream.matrix)
+        moves += [Move(Direction.MM2S, s.lane_fifo(site.group.name, k), buffer, lane)
+                  for k, lane in enumerate(_lanes(s, access) if s.parts > 1 else [access])]
     for part in parts:
         moves += [Move(Direction.S2MM, part.fifo(Stem.HOST), *m) for m in part.host.moves]
     last = site.group.calls[-1]
@@ -47,13 +46,18 @@ def group_moves(ctx: Context, site: Site, parts: list[Part]) -> list[Move]:
     return moves
 
 
-def _split_order(s, access: Access) -> Access:
-    """The matrix words in split-link order: per block, each part's rows of that block."""
+def _lanes(s, access: Access) -> list[Access]:
+    """Each lane's matrix words in its split link's order: per block, each of the lane's parts'
+    rows of that block (one lane: every part's); a lane of one part whose rows lie end to end,
+    one run of words, which moves in the fewest Dma ops however long its rows."""
     m = s.matrix.shape[0]
     row = access.nwords // m
     stride = access.dims[0][1] if len(access.dims) > 1 else row
-    dims = ((s.blocks, s.rows * stride), (s.parts, (m // s.parts) * stride), (s.rows, stride), (row, 1))
-    return replace(access, dims=dims)
+    part = (m // s.parts) * stride
+    dims = ((s.blocks, s.rows * stride), (s.per_lane, part), (s.rows, stride), (row, 1))
+    if s.per_lane == 1 and stride == row:
+        dims = ((part, 1),)
+    return [replace(access, offset=access.offset + k * s.per_lane * part, dims=dims) for k in range(len(s.lane_mems))]
 
 
 def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[str]]:

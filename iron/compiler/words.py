@@ -81,10 +81,12 @@ class WordTable:
             total = WordRef(self._derived("add", total, part, WordKind.DMA, text))
         return total.index
 
-    def sunk(self, patch: int, sink: int) -> int:
-        """A copy of patch word `patch` for one state write, which a flagged run's Emit sets to
-        `sink` instead (the write's first word then lies at the states' sink)."""
-        index = self._derived("copy", WordRef(patch), None, WordKind.DMA, self.words[patch].name, key_extra=("sink", sink))
+    def sunk(self, patch: int | None, sink: int) -> int:
+        """The patch word of a state write: a copy of its index's patch word (0 for a write at a
+        fixed offset, `patch` None), which a flagged run's Emit sets to `sink` instead (the write
+        then lies in the states' sink)."""
+        source, name = (Const(0), "0") if patch is None else (WordRef(patch), self.words[patch].name)
+        index = self._derived("copy", source, None, WordKind.DMA, name, key_extra=("sink", sink))
         self.words[index] = replace(self.words[index], sink=sink)
         return index
 
@@ -226,21 +228,16 @@ def base_text(node: Node) -> str:
     return f"{'input' if node.op == Op.INPUT else node.arg.kind} '{node.arg.name}'"
 
 
-def view_access(view: Node, table: WordTable, p, sink: int | None = None) -> Access:
+def view_access(view: Node, table: WordTable, p) -> Access:
     """The words of VIEW `view` within placement `p` of its base (a declared memory or an input),
     laid out as `pad_to_block`, `pad_rows_to_words` and `pad_lead_to_words` decided; its dynamic
-    indices become bounded "dma" words summed into one patch word. A write (`sink`: the first
-    word of the states' sink) gets a patch word of its own whose `sink` value moves its first
-    word there (a flagged run's Emit writes that value, emit.py)."""
+    indices become bounded "dma" words summed into one patch word."""
     static, dims, steps = view_words(view, p.padded, p.word_rows, p.lead)
     memory = view.src[0]
     terms = [(table.bounded(view.src[axis.dynamic], 0, axis.offsets, describe(view), WordKind.DMA, describe(memory)),
               step) for axis, step in steps]
     first = p.offset + static // 4
-    patch = table.offset(terms) if terms else None
-    if patch is not None and sink is not None:
-        patch = table.sunk(patch, sink - first)
-    return Access(first, dims, patch)
+    return Access(first, dims, table.offset(terms) if terms else None)
 
 
 @dataclass(frozen=True)

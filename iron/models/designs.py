@@ -11,6 +11,7 @@ import numpy as np
 
 import iron
 from iron import Carried
+from iron.errors import ArgumentError
 from iron.kernels import (
     Add,
     Cast,
@@ -124,61 +125,65 @@ def numpy_attention(graph: GroupedQueryAttention, q, keys, values) -> list[np.nd
 
 
 
-def row_blocks(height: int, rows: int):
-    """(first row, lo, hi) of each block of `rows` output rows of a 3x3 window (padding 1) over
-    `height` rows: the block reads input rows lo..hi-1, its rows and a halo row above and below
-    where the image has them; its rows start at first - lo of the window's output."""
-    for first in range(0, height, rows):
-        yield first, max(first - 1, 0), min(first + rows + 1, height)
+def with_halo(picture: np.ndarray) -> np.ndarray:
+    """`picture` (H, ...) with a halo row of zeros above and below, as EdgeFilter and Bottleneck
+    take it: every block of rows then reads its rows and one more on each side alike."""
+    return np.pad(picture, ((1, 1),) + ((0, 0),) * (picture.ndim - 1))
 
 
-def halo_conv(image, weights, first: int, lo: int, hi: int, rows: int):
-    """The `rows` output rows from `first` of a 3x3 Conv2D (padding 1) of `image`, from the
-    block of rows lo..hi-1 (its halo included): the block's convolution, its own rows viewed."""
-    return Conv2D.step(image[lo:hi], weights, padding=1)[first - lo:first - lo + rows]
+def whole_blocks(extent: int, rows: int, name: str) -> None:
+    """Refuse blocks of `rows` rows that do not tile `extent` rows: every block must be alike."""
+    if rows < 1 or extent % rows:
+        raise ArgumentError(f"rows={rows} does not divide {name}={extent} into alike blocks; pass a divisor of {extent}.")
+
+
+def halo_conv(image, weights, first: int, rows: int):
+    """Rows first..first+rows-1 of a 3x3 Conv2D (padding 1) over a picture lying in `image` from
+    its second row (a halo row above and below): the block of those rows and one more on each
+    side convolved, its own rows viewed. Every block is the same calls on a view at its offset."""
+    return Conv2D.step(image[first:first + rows + 2], weights, padding=1)[1:rows + 1]
 
 
 class Bottleneck(iron.Graph):
     """A ResNet bottleneck block with the shapes of mlir-aie's programming_examples/ml/bottleneck:
-    an image of side x side pixels of `channels` uint8 channels, given as its pixels' rows
-    (side * side, channels) in HWC order; a 1x1 convolution to `mid` channels (a MatMul of the
-    pixels) and Requantize to uint8 (the ReLU); a 3x3 convolution (padding 1) as a plain loop over
-    `parts` parts of its output channels and blocks of `rows` rows (each block's Conv2D reads its
-    rows and a halo row above and below, so it fits a tile), each block requantized into its rows
-    of the state `mid_<part>`; a 1x1 convolution back to `channels` (one MatMul per part, summed),
-    Requantize to int8, the skip add of the input and a Requantize to uint8 (the last ReLU).
-    Weights int8, sums int32."""
+    a picture of side x side pixels of `channels` uint8 channels, given as its pixels' rows in HWC
+    order with a halo row of zero pixels above and below (((side + 2) * side, channels):
+    `with_halo(picture).reshape(-1, channels)`); a 1x1 convolution to `mid` channels (a MatMul of
+    the pixels) and Requantize to uint8 (the ReLU: the halo stays zero); a 3x3 convolution
+    (padding 1) as a plain loop over blocks of `rows` rows and `parts` parts of its output
+    channels (each block's Conv2D reads its rows and a halo row above and below and one part's
+    weights, so it fits a tile), each requantized into its rows and channels of the state `mid`;
+    a 1x1 convolution back to `channels`, Requantize to int8, the skip add of the picture and a
+    Requantize to uint8 (the last ReLU). Weights int8, sums int32."""
 
     SHIFTS = (6, 8, 7)
 
     def __init__(self, side: int = 32, channels: int = 256, mid: int = 64, rows: int = 2, parts: int = 2,
                  seed: int = 0):
+        whole_blocks(side, rows, "side")
+        if mid % parts:
+            raise ArgumentError(f"mid={mid} channels do not split into parts={parts} alike parts; pass a divisor of {mid}.")
         rng = np.random.default_rng(seed)
-        self.side, self.rows, self.parts = side, rows, parts
-        self.w1, w2, w3 = (rng.integers(-2, 4, shape, dtype=np.int8)
-                           for shape in ((channels, mid), (3, 3, mid, mid), (mid, channels)))
-        width = mid // parts
-        self.w2 = [np.ascontiguousarray(w2[..., p * width:(p + 1) * width]) for p in range(parts)]
-        self.w3 = [w3[p * width:(p + 1) * width] for p in range(parts)]
-        self.conv1 = iron.param(self.w1)
-        self.conv2 = [iron.param(w) for w in self.w2]
-        self.conv3 = [iron.param(w) for w in self.w3]
-        self.mid = [iron.state((side * side, width), np.uint8, name=f"mid_{p}") for p in range(parts)]
+        self.side, self.channels, self.rows, self.width = side, channels, rows, mid // parts
+        self.w1, self.w2, self.w3 = (rng.integers(-2, 4, shape, dtype=np.int8)
+                                     for shape in ((channels, mid), (3, 3, mid, mid), (mid, channels)))
+        self.conv1, self.conv3 = iron.param(self.w1), iron.param(self.w3)
+        self.conv2 = [iron.param(np.ascontiguousarray(self.w2[..., p:p + self.width]))
+                      for p in range(0, mid, self.width)]
+        self.mid = iron.state((side * side, mid), np.uint8, name="mid")
 
     def body(self, pixels):
-        side, (s1, s2, s3) = self.side, self.SHIFTS
+        side, rows, width, (s1, s2, s3) = self.side, self.rows, self.width, self.SHIFTS
         h = Requantize.step(MatMul.step(pixels, self.conv1, dtype=np.int32), shift=s1, dtype=np.uint8)
-        h = h.reshape(side, side, -1)
-        for conv, mid in zip(self.conv2, self.mid):
-            for first, lo, hi in row_blocks(side, self.rows):
-                block = halo_conv(h, conv, first, lo, hi, self.rows)
-                Requantize.step(block, shift=s2, dtype=np.uint8, out=mid.reshape(side, side, -1)[first:first + self.rows])
-        sums = [MatMul.step(mid, conv, dtype=np.int32) for mid, conv in zip(self.mid, self.conv3)]
-        total = sums[0]
-        for more in sums[1:]:
-            total = Add.step(total, more)
-        h = Requantize.step(total, shift=s3, dtype=np.int8)
-        skip = Add.step(Cast.step(h, dtype=np.int32), Cast.step(pixels, dtype=np.int32))
+        h = h.reshape(side + 2, side, -1)
+        mid = self.mid.reshape(side, side, -1)
+        for first in range(0, side, rows):
+            for part, conv in enumerate(self.conv2):
+                Requantize.step(halo_conv(h, conv, first, rows), shift=s2, dtype=np.uint8,
+                                out=mid[first:first + rows, :, part * width:(part + 1) * width])
+        h = Requantize.step(MatMul.step(self.mid, self.conv3, dtype=np.int32), shift=s3, dtype=np.int8)
+        picture = pixels[side:side + side * side]
+        skip = Add.step(Cast.step(h, dtype=np.int32), Cast.step(picture, dtype=np.int32))
         return Requantize.step(skip, shift=0, dtype=np.uint8)
 
 
@@ -194,13 +199,13 @@ def conv3x3(image: np.ndarray, w: np.ndarray) -> np.ndarray:
     return sum(padded[i:i + height, j:j + width] @ w[i, j].astype(np.int64) for i in range(3) for j in range(3))
 
 
-def numpy_bottleneck(graph: Bottleneck, pixels: np.ndarray) -> np.ndarray:
-    """The bottleneck block in plain numpy with exact integers."""
+def numpy_bottleneck(graph: Bottleneck, picture: np.ndarray) -> np.ndarray:
+    """The bottleneck block of `picture` (side * side, channels) in plain numpy with exact integers."""
     s1, s2, s3 = graph.SHIFTS
-    side, x = graph.side, pixels.astype(np.int64)
+    side, x = graph.side, picture.astype(np.int64)
     h = requantize(x @ graph.w1.astype(np.int64), s1, 0, 255).reshape(side, side, -1)
-    mid = np.concatenate([requantize(conv3x3(h, w), s2, 0, 255) for w in graph.w2], axis=2)
-    h = requantize(mid.reshape(side * side, -1) @ np.concatenate(graph.w3).astype(np.int64), s3, -128, 127)
+    mid = requantize(conv3x3(h, graph.w2), s2, 0, 255)
+    h = requantize(mid.reshape(side * side, -1) @ graph.w3.astype(np.int64), s3, -128, 127)
     return np.clip(h + x, 0, 255).astype(np.uint8)
 
 
@@ -209,22 +214,23 @@ LAPLACIAN = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.int8).reshape(3, 3, 
 
 class EdgeFilter(iron.Graph):
     """A 3x3 edge filter (a Laplacian, padding 1, then a binary threshold: 255 where the sum is
-    above `threshold`, else 0) over a grey uint8 image (height, width, 1), a plain loop over
-    blocks of `rows` rows, each block's Conv2D reading its halo rows too; the edges go into the
-    state `edges` (height, width, 1) uint8, block by block."""
+    above `threshold`, else 0) over a grey uint8 picture (height, width, 1), given with a halo row
+    of zeros above and below ((height + 2, width, 1): `with_halo(picture)`), a plain loop over
+    blocks of `rows` rows, each block's Conv2D reading its rows and the one on each side; the
+    edges go into the state `edges` (height, width, 1) uint8, block by block."""
 
     def __init__(self, height: int = 1080, width: int = 1920, rows: int = 2, threshold: int = 10):
+        whole_blocks(height, rows, "height")
         self.height, self.width, self.rows, self.threshold = height, width, rows, threshold
         self.laplacian = iron.param(LAPLACIAN)
         self.edges = iron.state((height, width, 1), np.uint8, name="edges")
 
     def body(self, image):
-        for first, lo, hi in row_blocks(self.height, self.rows):
-            block = halo_conv(image, self.laplacian, first, lo, hi, self.rows)
-            Requantize.step(block, shift=0, scale=255, zero_point=-255 * self.threshold, dtype=np.uint8,
-                            out=self.edges[first:first + self.rows])
+        for first in range(0, self.height, self.rows):
+            Requantize.step(halo_conv(image, self.laplacian, first, self.rows), shift=0, scale=255,
+                            zero_point=-255 * self.threshold, dtype=np.uint8, out=self.edges[first:first + self.rows])
 
 
-def numpy_edges(graph: EdgeFilter, image: np.ndarray) -> np.ndarray:
-    """The edge filter in plain numpy."""
-    return np.where(conv3x3(image, LAPLACIAN) > graph.threshold, 255, 0).astype(np.uint8)
+def numpy_edges(graph: EdgeFilter, picture: np.ndarray) -> np.ndarray:
+    """The edge filter of `picture` (height, width, 1) in plain numpy."""
+    return np.where(conv3x3(picture, LAPLACIAN) > graph.threshold, 255, 0).astype(np.uint8)

@@ -257,14 +257,21 @@ def traced() -> str | None:
 
 
 def _write_at_exit():
-    """The process's timeline into IRON_TRACE; one line, no traceback, if that fails now."""
+    """The process's timeline into IRON_TRACE. If that fails now (the path stopped being writable
+    after the calls checked it): one line, no traceback, and exit status 1. An atexit handler
+    cannot set the status, so it ends the process itself once the standard streams are flushed;
+    it runs after the handlers registered after iron was imported, not those registered before."""
     path = os.environ.get("IRON_TRACE")
     if not (path and TIMELINE.spans):
         return
     try:
         write(TIMELINE.spans, writable(path, "IRON_TRACE"), "IRON_TRACE")
     except TraceError as error:
-        print(f"iron: TraceError: {error}", file=sys.stderr, flush=True)
+        print(f"iron: TraceError: {error}", file=sys.stderr)
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+        os._exit(1)
 
 
 atexit.register(_write_at_exit)

@@ -4,7 +4,7 @@ iron.models.designs.GroupedQueryAttention is grouped-query attention over a pref
 plain Python loop over its query heads (each head MatMul, Scale, Softmax, MatMul over its key/value
 head). The script checks reference() against the same attention in float64 numpy (bfloat16:
 rtol 2e-2, atol 2e-2) and the compiled design against reference() (rtol 1e-2, atol 1e-2), then
-prints how many configurations one call takes, describe()'s segments, and the cost model's
+prints how many configurations one call takes, describe()'s segments and repeat_over_time lines, and the cost model's
 estimate of a call beside its roofline bound. `--svg PATH` draws the placement. Exit 1 on a
 mismatch.
 """
@@ -18,7 +18,7 @@ import numpy as np
 import aie_utils
 from iron.models.designs import GroupedQueryAttention, numpy_attention
 
-HEADS, KV_HEADS, POSITIONS, HEAD_DIM = 8, 2, 128, 64
+HEADS, KV_HEADS, POSITIONS, HEAD_DIM = 32, 8, 64, 64
 
 
 def section(text: str, title: str) -> list[str]:
@@ -51,10 +51,13 @@ def arguments(doc: str, argv) -> argparse.Namespace:
 
 
 def show(compiled, what: str, inputs, svg: str | None) -> None:
-    """The configurations a call of `compiled` takes, describe()'s segments, the estimate of a
-    call on `inputs` and, with `svg`, the placement drawn."""
-    print(f"{what}: {len(compiled.plan.configurations)} configurations per call")
-    print("\n".join(section(compiled.describe(), "segments")))
+    """The configurations a call of `compiled` takes, describe()'s segments and its lines of the
+    rule `repeat_over_time`, the estimate of a call on `inputs` and, with `svg`, the placement."""
+    count = len(compiled.plan.configurations)
+    print(f"{what}: {count} configuration{'' if count == 1 else 's'} per call")
+    text = compiled.describe()
+    print("\n".join(section(text, "segments") + [line for line in section(text, "rules")
+                                                if line.lstrip().startswith("repeat_over_time")]))
     print(f"estimate: {compiled.estimate(*inputs)}")
     if svg:
         compiled.svg(svg)

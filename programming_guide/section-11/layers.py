@@ -4,8 +4,8 @@ iron.models.designs.MLP is a residual MLP written as a plain Python loop over it
 (x = x + SiLU(W @ RMSNorm(x, g)), each layer's W and g params of their own): the same kernels
 and shapes every layer, the residual stream carried from one layer to the next. The script
 checks reference() and the compiled design against the MLP in numpy (float32: rtol 1e-4,
-atol 1e-4), then prints how many configurations one call takes, describe()'s segments, and the
-cost model's estimate of a call beside its roofline bound. Exit 1 on a mismatch.
+atol 1e-4), then prints how many configurations one call takes, describe()'s segments and
+repeat_over_time lines, and the cost model's estimate of a call beside its roofline bound. Exit 1 on a mismatch.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from heads import arguments, show
 
 from iron.models.designs import MLP, numpy_mlp
 
-LAYERS, WIDTH = 24, 256
+LAYERS, WIDTH = 48, 128
 TOL = 1e-4
 
 

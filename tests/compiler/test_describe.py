@@ -59,8 +59,8 @@ def test_a_description_is_deterministic():
     first = describe(compile_program(designs.trace(designs.mlp(2, 256)), from_name("npu1")))
     second = describe(compile_program(designs.trace(designs.mlp(2, 256)), from_name("npu1")))
     assert first == second
-    assert "  mem_0_1: split g1_w_mem -> g1_w0, g1_w1 at bytes 0, 16384\n" in first
-    assert "  split_matrix_over_tiles: g1: layers.0.w (256, 256) float32 (262144 bytes) split by rows over 2 tiles\n" in first
+    assert "  mem_1_1: split g3_w_mem -> g3_w0, g3_w1, g3_w2, g3_w3 at bytes 0, 16384, 32768, 49152\n" in first
+    assert "  split_matrix_over_tiles: g1: layers.0.w (256, 256) float32 (262144 bytes) split by rows over 4 tiles\n" in first
     assert "  g1: MatVec#1, SiLU#2, Add#3 (closed by matrix_op_starts_group)\n" in first
 
 

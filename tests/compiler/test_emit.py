@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 from aie_utils import from_name
-from iron.compiler.emit import carry_sources, clamp_steps, lower_emit, sink_steps, unflagged_steps
+from iron.compiler.emit import (
+    carry_sources,
+    clamp_steps,
+    lower_emit,
+    sink_steps,
+    sink_writes,
+    unflagged_steps,
+)
 from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.objects import pack
 from iron.compiler.plan import (
@@ -30,7 +37,7 @@ from iron.compiler.plan import (
     WordKind,
     WordRef,
 )
-from iron.compiler.sequence import Move
+from iron.compiler.sequence import Move, group_moves
 from iron.compiler.words import Access
 from tests.compiler import designs
 from tests.compiler.passes import context
@@ -40,11 +47,26 @@ C, P = Port.CONSUME, Port.PRODUCE
 I32_MIN, I32_MAX = -2 ** 31, 2 ** 31 - 1
 
 
-def walk_context():
+def walk_moves():
+    """The walk's Context as lowering leaves it for the Emit, and its groups' moves after
+    `sink_writes`: every group packed, each state write given its sink word."""
     ctx = context(designs.trace(designs.walk(8)), NPU2)
-    for site in ctx.layout.sites:
-        pack(ctx, site)
-    return ctx
+    return ctx, sink_writes(ctx, [group_moves(ctx, site, pack(ctx, site)) for site in ctx.layout.sites])
+
+
+def walk_context():
+    return walk_moves()[0]
+
+
+def test_every_state_write_gets_a_word_the_emit_moves_to_the_sink_and_nothing_else_does():
+    """trail[steps]'s write (the states' only S2MM move) gets word 4, a copy of its row's word
+    3 whose `sink` (9 + 0: the sink follows trail's 9 rows) the Emit writes in a flagged run;
+    the moves that read, and the result's, keep theirs."""
+    ctx, moves = walk_moves()
+    writes = [m for group in moves for m in group if m.buffer == "states" and m.direction is Direction.S2MM]
+    assert writes == [Move(Direction.S2MM, FifoId("g0", Stem.HOST), "states", Access(0, ((1, 1),), 4))]
+    assert ctx.table.words[4] == WordDef(4, "steps", WordKind.DMA, "copy", WordRef(3), None, sink=9)
+    assert [m.access.patch_word for group in moves for m in group if m not in writes] == [2, None]
 
 
 def test_the_walks_next_node_comes_from_its_group_and_its_steps_from_a_word():

@@ -74,13 +74,14 @@ def test_a_split_groups_parts_own_rows_and_write_their_parts():
 
 def test_a_state_write_through_an_index_reads_and_writes_its_row_by_patch_words():
     """acc[pos] += x: the row is loaded into `_in` after x and written back from `_host`, both
-    moves patched by a word of the scratchpad."""
+    moves patched by the same word of the scratchpad (lowering then gives the write a word of
+    its own that a flagged run moves to the states' sink: `sink_writes`, test_emit.py)."""
     ctx, [[part]] = packed(designs.accumulate_at(64, 4))
     (call,) = ctx.program.calls
     assert regions(part.ins) == [(0, "x"), (256, "acc[pos]")]
     assert part.ins.moves == [("inputs", Access(0, ((64, 1),))), ("states", Access(0, ((64, 1),), 1))]
     assert part.host.offsets == {StateWrite(call): 0}
-    assert part.host.moves == [("states", Access(0, ((64, 1),), 2))]
+    assert part.host.moves == [("states", Access(0, ((64, 1),), 1))]
 
 
 class Columns(iron.Graph):

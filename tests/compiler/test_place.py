@@ -7,10 +7,13 @@ import pytest
 
 import iron
 from aie_utils import from_name
+from iron.compiler.channels import MemChannels
 from iron.compiler.compile import compile_program
+from iron.compiler.matrices import lane_stops
 from iron.compiler.place import snake_order
-from iron.compiler.plan import Dma, Imm, KernelStep, Link, Loop, Ptr
+from iron.compiler.plan import Choice, Dma, FifoRole, Imm, KernelStep, Link, Loop, Ptr, TileKind
 from iron.compiler.rules import Rule
+from iron.ir import Declared, MemoryKind, Node, Op
 from iron.kernels import Add, Exp, MatVec, Softmax
 from tests.compiler import designs
 from tests.quotes import quoted
@@ -74,18 +77,24 @@ def test_stream_large_matrix_streams_row_blocks_through_the_mem_tile():
     assert decided(plan, Rule.STREAM_LARGE_MATRIX) == 1
 
 
-def test_split_matrix_over_tiles_splits_rows_and_joins_the_parts():
-    plan = plan_of(designs.big_matvec(512, 256))   # 512 KiB: four parts of 128 KiB
+def test_split_matrix_over_tiles_splits_rows_over_shim_channels_and_joins_the_parts():
+    plan = plan_of(designs.big_matvec(512, 256))   # 512 KiB: four parts, each read through its own shim channel
     assert core_tiles(plan) == [("g0", "tile_0_2"), ("g0", "tile_0_3"), ("g0", "tile_0_4"), ("g0", "tile_0_5")]
-    split, join = plan.links
-    assert (split.sources, split.destinations, split.destination_offsets) == (
-        ("g0_w_mem",), ("g0_w0", "g0_w1", "g0_w2", "g0_w3"), (0, 16384, 32768, 49152))
-    assert (join.sources, join.destinations, join.source_offsets) == (
-        ("g0_part0", "g0_part1", "g0_part2", "g0_part3"), ("g0_host",), (0, 512, 1024, 1536))
+    *lanes, join = plan.links
+    assert [(lane.tile.name, lane.sources, lane.destinations, lane.destination_offsets) for lane in lanes] == [
+        (f"mem_{k}_1", (f"g0_w{k}_mem",), (f"g0_w{k}",), (0,)) for k in range(4)]
+    assert (join.tile.name, join.sources, join.destinations, join.source_offsets) == (
+        "mem_0_1", ("g0_part0", "g0_part1", "g0_part2", "g0_part3"), ("g0_host",), (0, 512, 1024, 1536))
+    assert [plan.fifo(f"g0_w{k}_mem").producer.name for k in range(4)] == [f"shim_{k}_0" for k in range(4)]
     assert [t.name for t in plan.fifo("g0_in").consumers] == ["tile_0_2", "tile_0_3", "tile_0_4", "tile_0_5"]
-    stream = [(op.sizes, op.strides) for op in plan.sequence if isinstance(op, Dma) and op.fifo == "g0_w_mem"]
-    assert stream == [((8, 4, 16, 256), (4096, 32768, 256, 1))]   # per block, each part's 16 rows
+    stream = [(op.fifo, op.offset, op.sizes, op.strides) for op in plan.sequence
+              if isinstance(op, Dma) and op.fifo.startswith("g0_w")]
+    # each lane's 128 rows lie end to end: one run of 32768 words, one Dma of 64 x 512
+    assert stream == [(f"g0_w{k}_mem", k * 32768, (1, 1, 64, 512), (0, 0, 512, 1)) for k in range(4)]
     assert plan.function("g0_p2_block").steps[0].args[2] == Ptr("g0_part2", 0, block_stride=64)
+    assert dict(plan.choices)["g0"] == Choice(Rule.SPLIT_MATRIX_OVER_TILES, "parts and shim channels",
+                                              "4 parts through 4 shim channels", pytest.approx(9102.2, abs=0.1),
+                                              "4 parts through 2 shim channels", pytest.approx(18204.4, abs=0.1))
 
 
 class BigThenFive(iron.Graph):
@@ -99,21 +108,24 @@ class BigThenFive(iron.Graph):
         return y
 
 
-def test_a_matrix_takes_the_most_tiles_that_fit_and_says_why_not_more():
-    # 6 groups on 8 tiles leave 3 for the MatVec: too few for 4 parts of 128 KiB, enough for 2
+def test_a_matrix_takes_the_parts_the_tiles_and_shim_channels_left_allow_and_says_why_not_more():
+    # 6 groups on 8 tiles leave 3 for the MatVec, and 4 shim MM2S channels less the input's leave it 3: 2 parts
+    # (3 does not divide 512), each read through its own channel
     plan = plan_of(BigThenFive(), "npu2_2col", x=((256,), F32))
     split, why = texts(plan, Rule.SPLIT_MATRIX_OVER_TILES)
     quoted(split, "g0", "2 tiles")
     quoted(why, "g0", "not more", "4", "3 spare")
     assert [name for _, name in core_tiles(plan)] == [
         "tile_0_2", "tile_0_3", "tile_0_4", "tile_0_5", "tile_1_5", "tile_1_4", "tile_1_3"]
+    assert [f.name for f in plan.fifos if f.role is FifoRole.WEIGHTS and f.producer.kind is TileKind.SHIM] == [
+        "g0_w0_mem", "g0_w1_mem"]
 
 
 def test_a_matrix_left_on_one_tile_says_why():
-    plan = plan_of(designs.big_matvec(255, 512))   # 510 KiB: 4 parts wanted, 255 rows split by none
+    plan = plan_of(designs.big_matvec(251, 520))   # 510 KiB: 251 rows, a prime, split by none
     (why,) = texts(plan, Rule.SPLIT_MATRIX_OVER_TILES)
-    quoted(why, "g0", "1 tile", "4 does not divide", "2 does not divide", "255 rows")
-    assert core_tiles(plan) == [("g0", "tile_0_2")]
+    quoted(why, "g0", "1 tile", *(f"{k} does not divide" for k in range(2, 7)), "251 rows")
+    assert core_tiles(plan) == [("g0", "tile_0_2")] and dict(plan.choices)["g0"].rejected is None
 
 
 def test_a_row_wider_than_a_streamed_block_streams_one_row_at_a_time(on_emulator):
@@ -121,7 +133,7 @@ def test_a_row_wider_than_a_streamed_block_streams_one_row_at_a_time(on_emulator
     # stream at all and routing failed with an AttributeError
     graph = designs.big_matvec(16, 4097)
     plan = plan_of(graph, x=((4097,), F32))
-    assert (decided(plan, Rule.STREAM_LARGE_MATRIX), decided(plan, Rule.SPLIT_MATRIX_OVER_TILES)) == (1, 1)
+    assert (decided(plan, Rule.STREAM_LARGE_MATRIX), decided(plan, Rule.SPLIT_MATRIX_OVER_TILES)) == (1, 2)
     assert len(plan.cores) == 4 and [plan.fifo(f"g0_w{p}").nbytes for p in range(4)] == [4097 * 4] * 4
     assert [item.count for item in plan.cores[0].program if isinstance(item, Loop)] == [4]   # one row a block
     x = graph.example()["x"]
@@ -129,14 +141,34 @@ def test_a_row_wider_than_a_streamed_block_streams_one_row_at_a_time(on_emulator
 
 
 def test_a_split_whose_parts_give_results_of_part_words_takes_fewer_parts(on_emulator):
-    # 4 parts of 250 int8 results each once made a 250-byte FIFO object, refused as a PlanError
-    graph = designs.big_matvec(1000, 300, np.int8)
+    # 6 parts of 170 int8 results each would make a 170-byte FIFO object, which a DMA cannot move
+    graph = designs.big_matvec(1020, 300, np.int8)
     plan = plan_of(graph, x=((300,), np.int8))
     split, why = texts(plan, Rule.SPLIT_MATRIX_OVER_TILES)
-    assert len(plan.cores) == 2 and plan.fifo("g0_part0").nbytes == 500
-    quoted(why, "not more", "4 parts of 250 rows", "250 bytes", "32-bit")
+    assert len(plan.cores) == 5 and plan.fifo("g0_part0").nbytes == 204
+    quoted(why, "not more", "6 parts of 170 rows", "170 bytes", "32-bit")
     x = np.arange(300).astype(np.int8)
     np.testing.assert_array_equal(graph.compile(x=x)(x), graph.reference(x))
+
+
+class FarApartParts(iron.Graph):
+    """A 4096 x 1152 float32 matrix (18 MiB) times a computed vector: two parts of one lane lie
+    further apart than one buffer descriptor's stride reaches, so each part takes a lane."""
+
+    def __init__(self):
+        self.w = iron.param(np.zeros((4096, 1152), F32))
+
+    def body(self, x):
+        return MatVec.step(self.w, Exp.step(x))
+
+
+def test_parts_further_apart_than_one_stride_take_a_lane_each():
+    w = Node(Op.MEMORY, (), (4096, 1152), np.dtype(F32), Declared(MemoryKind.PARAM, "w"))
+    assert [(parts, k, lane_stops(w, parts, k, MemChannels(from_name("npu2")), (0, 0))) for parts, k in ((4, 2), (4, 4))] == [
+        (4, 2, "4 parts lie 1179648 words apart, more than a buffer descriptor's largest stride (1048576 words)"),
+        (4, 4, "")]
+    plan = plan_of(FarApartParts(), x=((1152,), F32))
+    assert dict(plan.choices)["g1"].chosen == "4 parts through 4 shim channels"
 
 
 class Three(iron.Graph):
@@ -200,26 +232,6 @@ def test_a_group_reading_two_groups_results_runs_unsplit_beside_its_producer(on_
     assert core_tiles(plan) == [("g0", "tile_0_2"), ("g1", "tile_0_3"), ("g2", "tile_0_4")]
     assert plan.fifo("g1_out").shared_memory and not plan.fifo("g0_out").shared_memory
     np.testing.assert_allclose(graph.compile(x=((n,), F32))(x), graph.reference(x), rtol=1e-4, atol=1e-4)
-
-
-class FarApartParts(iron.Graph):
-    """A 4096 x 1152 float32 matrix (18 MiB) times a computed vector: split over 8 tiles it needs
-    more mem-tile channels than there are, over 4 or 2 its parts lie further apart than one
-    buffer descriptor's stride reaches."""
-
-    def __init__(self):
-        self.w = iron.param(np.zeros((4096, 1152), F32))
-
-    def body(self, x):
-        return MatVec.step(self.w, Exp.step(x))
-
-
-def test_a_split_whose_parts_lie_beyond_one_stride_is_refused_with_the_words():
-    plan = plan_of(FarApartParts(), x=((1152,), F32))
-    (why,) = texts(plan, Rule.SPLIT_MATRIX_OVER_TILES)
-    quoted(why, "g1", "1 tile", "8 would take 9 DMA channels", "4 parts lie 1179648 words apart",
-           "2 parts lie 2359296 words apart", "1048576 words")
-    assert [c.group for c in plan.cores] == ["g0", "g1"]
 
 
 class TwoHeads(iron.Graph):

@@ -73,15 +73,16 @@ def test_an_input_two_groups_read_is_forwarded_by_the_first():
     assert [rule for rule, _ in routes.rules] == [Rule.FORWARD_SHARED_INPUT]
 
 
-def test_a_split_group_streams_its_matrix_through_one_mem_tile_and_joins_its_parts():
-    """A MatVec over a 512 KiB matrix split over 4 tiles: the matrix into mem_0_1 (`_w_mem`),
-    one `_w<p>` and one `_part<p>` per core, the joined result to the host."""
+def test_a_split_group_streams_its_matrix_through_a_mem_tile_per_lane_and_joins_its_parts():
+    """A MatVec over a 512 KiB matrix split over 4 tiles through 4 shim channels
+    (`stream_over_shim_channels`): each lane's rows into its own mem tile (`_w<k>_mem`), one
+    `_w<p>` and one `_part<p>` per core, the parts joined on mem_0_1, the result to the host."""
     routes = routes_of(designs.trace(designs.big_matvec()))
     cores = [tile(0, r) for r in range(2, 6)]
     assert ends(routes) == [
         ("g0_in", IN, "g0", HOST, tuple(cores), False),
-        ("g0_w_mem", W, "g0", HOST, (mem(0),), False),
-        *[(f"g0_w{p}", W, "g0", mem(0), (t,), False) for p, t in enumerate(cores)],
+        *[(f"g0_w{k}_mem", W, "g0", HOST, (mem(k),), False) for k in range(4)],
+        *[(f"g0_w{p}", W, "g0", mem(p), (t,), False) for p, t in enumerate(cores)],
         *[(f"g0_part{p}", PART, "g0", t, (mem(0),), False) for p, t in enumerate(cores)],
         ("g0_host", HOST_ROLE, "g0", mem(0), (HOST,), False)]
 

@@ -41,13 +41,22 @@ def test_a_group_fills_its_in_region_by_region_and_drains_its_host():
 
 
 def test_a_split_matrix_streams_in_split_link_order_and_the_joined_result_drains_once():
-    """512 x 256 float32 over 4 parts in 8 blocks of 16 rows: per block, each part's 16 rows (a
-    part's rows start 128 rows = 32768 words apart), then the joined 512 results."""
+    """512 x 256 float32 over 4 parts, each part through a lane of its own: lane k moves part
+    k's 128 rows, one run of 32768 words from the last's, then the joined 512 results drain."""
     [moves], _ = moves_of(designs.trace(designs.big_matvec(512, 256)))
     assert moves == [Move(MM2S, IN, "inputs", Access(0, ((256, 1),))),
-                     Move(MM2S, FifoId("g0", Stem.W, mem=True), "consts",
-                          Access(0, ((8, 4096), (4, 32768), (16, 256), (256, 1)))),
+                     *[Move(MM2S, FifoId("g0", Stem.W, (k,), mem=True), "consts", Access(k * 32768, ((32768, 1),)))
+                       for k in range(4)],
                      Move(S2MM, FifoId("g0", Stem.HOST), "outputs", Access(0, ((512, 1),)))]
+
+
+def test_a_lane_of_several_parts_moves_them_in_split_link_order():
+    """One column's shim channels leave the split one lane (npu2_1col): per block, each part's
+    16 rows, the parts 128 rows = 32768 words apart."""
+    ctx = context(designs.trace(designs.big_matvec(512, 256)), from_name("npu2_1col"))
+    [moves] = [group_moves(ctx, site, pack(ctx, site)) for site in ctx.layout.sites]
+    assert moves[1] == Move(MM2S, FifoId("g0", Stem.W, mem=True), "consts",
+                            Access(0, ((8, 4096), (4, 32768), (16, 256), (256, 1))))
 
 
 def test_a_group_reading_a_state_an_earlier_group_wrote_waits_for_that_write():

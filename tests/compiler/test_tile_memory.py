@@ -60,16 +60,16 @@ def test_the_walks_shared_fifo_lives_on_its_producers_tile():
 def test_the_mlps_mem_tiles_hold_each_link_once():
     plan = plan_of(designs.mlp(4, 256))
     assert {name: n for name, (n, _) in used(plan).items() if name.startswith("mem")} == {
-        "mem_0_1": 67584, "mem_1_1": 135168, "mem_2_1": 67584}
-    assert used(plan)["tile_0_3"] == (38912, 1024)
-    assert fifo_homes(plan)["g1_w_mem"] == ((mem(0), 2),)     # the split's source: 2 x 32768
+        "mem_0_1": 67584, "mem_1_1": 67584, "mem_2_1": 67584, "mem_3_1": 196608, "mem_4_1": 133120}
+    assert used(plan)["tile_0_3"] == (37888, 1024)
+    assert fifo_homes(plan)["g1_w0_mem"] == ((mem(0), 2),)    # a lane's link source: 2 x 16384
     assert fifo_homes(plan)["g1_w0"] == ((compute(0, 3), 2),)  # a member: only on its consumer
-    assert fifo_homes(plan)["g1_out"] == ((mem(0), 2), (compute(0, 5), 2))   # the join's result
+    assert fifo_homes(plan)["g1_out"] == ((mem(0), 2), (compute(1, 4), 2))   # the join's result
 
 
 def test_a_split_matvec_holds_the_whole_matrix_object_once():
-    plan = plan_of(designs.big_matvec(512, 256))   # split over 4 tiles, joined into g0_host
-    assert used(plan) == {"mem_0_1": (2 * 65536 + 2 * 2048, 0),
+    plan = plan_of(designs.big_matvec(512, 256))   # split over 4 tiles through 4 lanes, joined into g0_host
+    assert used(plan) == {"mem_0_1": (2 * 16384 + 2 * 2048, 0), **{f"mem_{k}_1": (2 * 16384, 0) for k in (1, 2, 3)},
                           **{f"tile_0_{row}": (35840, 1024) for row in (2, 3, 4, 5)}}
 
 

@@ -311,11 +311,12 @@ def test_stream_k_blocks_one_row_longer_than_a_tile_pads_k_and_says_why_one_core
 
 
 def test_a_matvec_a_mem_tile_split_handles_keeps_that_rule():
-    w, x = operands(256, 512, 1, np.float32)   # 512 KiB: four parts of 128 KiB on one mem tile
+    w, x = operands(256, 512, 1, np.float32)   # 512 KiB: the most parts dividing 256 rows that a mem tile joins
     body = Projection(w).compile(x=x[:, 0], device=from_name("npu2"))
     assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == []
     assert rule(body.plan, Rule.SPLIT_MATRIX_OVER_TILES) == [
-        "g0: w (256, 512) float32 (524288 bytes) split by rows over 4 tiles"]
+        "g0: w (256, 512) float32 (524288 bytes) split by rows over 4 tiles",
+        "g0: on 4 tiles, not more: 5 does not divide its 256 rows; 6 does not divide its 256 rows"]
 
 
 # ---- tile_before_state_write ----------------------------------------------------------------------

@@ -5,6 +5,7 @@ and run on the emulator against reference(). bench/designs.py compiles them at f
 import numpy as np
 import pytest
 
+from iron.errors import ArgumentError
 from iron.models.designs import (
     BF16,
     Bottleneck,
@@ -13,6 +14,7 @@ from iron.models.designs import (
     numpy_attention,
     numpy_bottleneck,
     numpy_edges,
+    with_halo,
 )
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
@@ -52,8 +54,9 @@ def test_query_heads_of_one_group_read_the_same_kv_head():
 
 def test_the_bottleneck_block_in_row_blocks_equals_the_whole_image_formula(device):
     graph = Bottleneck(side=8, channels=32, mid=16, rows=2, parts=2)
-    pixels = np.random.default_rng(2).integers(0, 256, (64, 32), dtype=np.uint8)
-    want = numpy_bottleneck(graph, pixels)
+    picture = np.random.default_rng(2).integers(0, 256, (8, 8, 32), dtype=np.uint8)
+    pixels = with_halo(picture).reshape(-1, 32)
+    want = numpy_bottleneck(graph, picture.reshape(-1, 32))
     assert 0 < (want == 0).sum() and 0 < (want == 255).sum() and ((want > 0) & (want < 255)).mean() > 0.9
     np.testing.assert_array_equal(graph.reference(pixels), want)
     compiled = graph.compile(pixels=pixels, device=device)
@@ -63,12 +66,25 @@ def test_the_bottleneck_block_in_row_blocks_equals_the_whole_image_formula(devic
 @pytest.mark.parametrize("rows", [2, 4])
 def test_the_edge_filter_in_row_blocks_equals_the_whole_image_filter(device, rows):
     graph = EdgeFilter(height=16, width=24, rows=rows)
-    image = np.random.default_rng(3).integers(0, 256, (16, 24, 1), dtype=np.uint8)
-    image[4:12, 6:18] = 40   # a dark rectangle: its border is an edge on block boundaries too
-    want = numpy_edges(graph, image)
+    picture = np.random.default_rng(3).integers(0, 256, (16, 24, 1), dtype=np.uint8)
+    picture[4:12, 6:18] = 40   # a dark rectangle: its border is an edge on block boundaries too
+    want = numpy_edges(graph, picture)
     assert 0.2 < (want == 255).mean() < 0.8
+    image = with_halo(picture)
+    assert image.shape == (18, 24, 1) and not image[0].any() and not image[-1].any()
     graph.reference(image)
     np.testing.assert_array_equal(graph.read(graph.edges), want)
     compiled = graph.compile(image=image, device=device)
     compiled(image)
     np.testing.assert_array_equal(compiled.read(graph.edges), want)
+
+
+@pytest.mark.parametrize("make, text", [
+    (lambda: EdgeFilter(height=10, rows=4), "rows=4 does not divide height=10 into alike blocks; pass a divisor of 10."),
+    (lambda: Bottleneck(side=8, rows=3), "rows=3 does not divide side=8 into alike blocks; pass a divisor of 8."),
+    (lambda: Bottleneck(mid=64, parts=3), "mid=64 channels do not split into parts=3 alike parts; pass a divisor of 64."),
+])
+def test_blocks_that_would_not_be_alike_are_refused_naming_the_sizes(make, text):
+    with pytest.raises(ArgumentError) as refused:
+        make()
+    assert str(refused.value) == text

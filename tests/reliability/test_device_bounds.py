@@ -4,8 +4,10 @@ ones that were not in range in a flag word beside the words it writes. After eac
 reads that flag: the loop stops with IndexOutOfRange naming the step, the user's expression, the
 value and the range; the runs in flight are drained and not counted, and their writes through a
 clamped index go to the states' sink after the user's states: every row stays as the completed
-steps wrote it. On the emulator (the same path as the device), through XRT (the pyxrt
+steps wrote it. So do a drained run's writes of a whole state and at a fixed offset: a flagged run
+writes no state. On the emulator (the same path as the device), through XRT (the pyxrt
 stand-in), and the host-driven xclbin path, which still checks before patching."""
+import re
 import shutil
 
 import numpy as np
@@ -14,15 +16,17 @@ import pytest
 import iron
 from iron import Carried
 from iron.compiler.allocate import state_sink
-from iron.compiler.plan import HostRole
+from iron.compiler.mlir import ALLOWED_OPS
+from iron.compiler.plan import Const, Direction, Dma, HostRole, WordRef
 from iron.compiler.sources import HEADER, kernel_sources, source_file
 from iron.errors import DeviceTimeout, IndexOutOfRange, LoopError, PlanError
 from iron.ir import wrap_i32
-from iron.kernels import Copy, Softmax
+from iron.kernels import Add, Copy, Softmax
 from iron.models.designs import numpy_walk
 from iron.runtime.emulator.core import compile_function
 from iron.runtime.emulator.kernels import numpy_call
 from iron.runtime.emulator.native import NativeLibrary
+from tests.compiler.test_mlir import op_names
 from tests.reliability.conftest import yielded_until
 from tests.runtime import fake_pyxrt
 
@@ -52,6 +56,24 @@ class Scatter(Guarded):
     def body(self, *, node: Carried[np.int32], steps: Carried[np.int32]):
         nxt = Copy.step(self.successor[node], dtype=np.int32)
         Copy.step(nxt, self.trail[node], dtype=np.int32)
+        return iron.carry(node=nxt, steps=steps + 1)
+
+
+class Stamped(Scatter):
+    """Scatter, also writing a state whole (`count`, one more each step) and one at a fixed row
+    (`last[1]`, the new count) in every step: writes with no per-call index, which a drained
+    run must not make either."""
+
+    def __init__(self, steps: int):
+        super().__init__(steps)
+        self.count = iron.state((4,), np.int32, name="count")
+        self.last = iron.state((3, 4), np.int32, name="last")
+
+    def body(self, *, node: Carried[np.int32], steps: Carried[np.int32]):
+        nxt = Copy.step(self.successor[node], dtype=np.int32)
+        Copy.step(nxt, self.trail[node], dtype=np.int32)
+        count = Add.step(self.count, 1, out=self.count)
+        Copy.step(count, out=self.last[1])
         return iron.carry(node=nxt, steps=steps + 1)
 
 
@@ -89,7 +111,7 @@ def text(step: int, drained: int, by_host: bool = False, what: str = "trail[step
            + (f"step {step}, already in flight, ran with its indices clamped into range and its" if drained == 1
               else f"steps {step}..{step + drained - 1}, already in flight, ran with their indices clamped into "
               "range and their")
-           + " writes through them sent to a sink, not into a state, and")
+           + " state writes sent to a sink, not into a state, and")
     who = "The host computed it" if by_host else "The device's Emit flagged it"
     return (f"CarriedLoop step {step}: {what} = {value} is out of range: {fix} must be in 0..{top}. "
             f"{who} {ran} loop.transitions and loop.carry describe the runs before "
@@ -134,6 +156,104 @@ def test_an_index_a_kernel_computed_is_flagged_by_the_device_and_the_loop_stops_
     np.testing.assert_array_equal(states(body).view(np.int32), expect.view(np.int32))
     np.testing.assert_array_equal(body.read(graph.trail), [-5, -5, -5, 5, -5, 7, -5, 14])
     np.testing.assert_array_equal(body.read(graph.guard), GUARD)
+
+
+STAMPED = ("trail", "guard", "count", "last")
+
+
+def stamped_reference(calls: int) -> dict[str, np.ndarray]:
+    """Every state of a Stamped(8) after `calls` reference() calls from node 3, its states as
+    `guarded` sets them."""
+    graph = Stamped(8)
+    graph.write(graph.guard, GUARD)
+    graph.write(graph.trail, np.full(8, -5, np.int32))
+    carry = {"node": 3, "steps": 0}
+    for _ in range(calls):
+        carry = dict(graph.reference(**carry))
+    return {name: graph.read(name) for name in STAMPED}
+
+
+@pytest.mark.parametrize("depth", [2, 4])
+def test_a_drained_run_writes_no_state_whole_at_a_fixed_row_or_through_its_index(on_emulator, depth):
+    """Runs 3.. are in flight when run 2's flag stops the loop: none of them writes count (whole),
+    last[1] (a fixed row) or trail[node] (clamped): every element of every state is what the
+    3 completed calls of reference() leave, and transitions and carry say 3."""
+    graph, body = guarded(8, graph_class=Stamped)
+    loop = iron.CarriedLoop(body, body, depth=depth)
+    seen, error = yielded_until(IndexOutOfRange, loop.run(9, node=3, steps=0))
+    assert str(error) == text(2, depth - 1, what="trail[node] with node", value=14, top=7, fix="node")
+    assert seen == [0, 1]
+    assert loop.transitions == 3 and dict(loop.carry) == {"node": 14, "steps": 3}
+    expect = stamped_reference(3)
+    for name in STAMPED:
+        np.testing.assert_array_equal(body.read(name), expect[name], err_msg=name)
+    np.testing.assert_array_equal(body.read("count"), [3, 3, 3, 3])      # not 3 + the drained runs
+    assert list(loop.run(2, node=1, steps=0)) == [0, 1]                  # and it starts again from there
+    np.testing.assert_array_equal(body.read("count"), [6, 6, 6, 6])
+
+
+def test_on_npu1_the_host_refuses_the_out_of_range_call_before_it_writes_anything(on_emulator):
+    """npu1 has no full ELF: no device loop, no Emit, no sink; fed back host-driven, the call
+    whose node the previous call returned out of range is refused before it runs."""
+    graph, body = guarded(8, device="npu1", graph_class=Stamped)
+    assert body.plan.emit is None and [w.sink for w in body.plan.words] == [None] * len(body.plan.words)
+    carry = {"node": 3, "steps": 0}
+    for _ in range(3):
+        carry = dict(body(**carry))
+    assert carry == {"node": 14, "steps": 3}
+    with pytest.raises(IndexOutOfRange) as e:
+        body(**carry)
+    assert str(e.value) == ("trail[node] with node = 14 is out of range: node must be in 0..7; nothing was "
+                            "written. Keep node in range, or make 'trail' larger.")
+    expect = stamped_reference(3)
+    for name in STAMPED:
+        np.testing.assert_array_equal(body.read(name), expect[name], err_msg=name)
+
+
+def test_every_state_write_has_a_patch_word_the_emit_points_at_the_sink(on_emulator):
+    """Each write into the states buffer (trail[node], count whole, last[1]) has a patch word:
+    trail's copies its clamped row, the fixed ones are 0; each `sink` is the sink's first word
+    less its state's, so a flagged write lies in the sink as it would in its state. The MLIR
+    holds only the ops of docs/platform.md section 3, and an `iron.patch` line per state write
+    naming its word."""
+    _, body = guarded(8, graph_class=Stamped)
+    plan = body.plan
+    at = {p.name: p.offset for p in plan.placements}
+    assert (at["trail"], at["guard"], at["count"], at["last"]) == (0, 8, 11, 15)
+    assert state_sink(plan.placements, plan.full_elf) == (27, 12)       # the largest state: last's 12 words
+    assert plan.host_buffer(HostRole.STATES).nwords == 39
+    sunk = [(w.index, w.name, w.a, w.sink) for w in plan.words if w.sink is not None]
+    assert sunk == [(4, "node", WordRef(3), 27 - 0), (5, "0", Const(0), 27 - 11), (6, "0", Const(0), 27 - 15)]
+    writes = [(op.offset, op.patch_word) for op in plan.sequence
+              if isinstance(op, Dma) and op.buffer == "states" and op.direction is Direction.S2MM]
+    assert writes == [(0, 4), (11, 5), (19, 6)]
+    text_ = body.mlir
+    assert set(op_names(text_)) <= ALLOWED_OPS
+    patched = [int(word) for word in re.findall(r"// iron\.patch dma=\d+ word=(\d+)", text_)]
+    assert {4, 5, 6} <= set(patched)
+
+
+def test_the_emits_cpp_sends_every_state_write_to_the_sink_as_the_emulator_does(on_emulator, cache_dir, monkeypatch):
+    """The Stamped body's Emit, in C++ and on the emulator, at the ends of int32 with and
+    without its own flag: the same words, each state write's patch word its value (the clamped
+    row, or 0) when nothing is flagged and its `sink` value otherwise."""
+    if shutil.which("g++") is None:
+        pytest.skip("the host C++ compiler g++ is not installed (apt-get install g++)")
+    monkeypatch.delenv("CXX", raising=False)
+    _, body = guarded(8, graph_class=Stamped)
+    plan = body.plan
+    emit = next(f for f in plan.functions if f.name == "emit")
+    bind = compile_function(emit, numpy_call)
+    sources = kernel_sources(plan)
+    library = NativeLibrary.load({name: sources[name] for name in (HEADER, source_file("emit"))})
+    for node, steps, flag in CASES:
+        emulated = run_emit(lambda arrays: bind(arrays, 0).run(), plan, node, steps, flag)[:plan.emit.scratch]
+        native = run_emit(lambda arrays: library.call("emit", arrays, ("ptr",) * 3), plan, node, steps, flag)
+        assert native[:plan.emit.scratch].tolist() == emulated.tolist(), (node, steps, flag)
+        flagged = flag + (not 0 <= node < 16) + (not 0 <= node < 8)
+        row = min(max(node, 0), 7)
+        assert emulated[4:7].tolist() == ([27, 16, 12] if flagged else [row, 0, 0]), (node, steps, flag)
+        assert emulated[plan.emit.flag] == flagged
 
 
 def test_the_states_sink_follows_the_users_states_and_only_state_writes_are_sent_there(on_emulator):
@@ -322,6 +442,18 @@ def test_through_xrt_the_flag_is_read_after_each_wait_and_the_loop_stops_there(x
     assert last_start < flagged < waits[3]
 
 
+def test_through_xrt_a_drained_run_writes_no_state_either(xrt):
+    graph, body = guarded(8, graph_class=Stamped)
+    loop = iron.CarriedLoop(body, body, depth=3)
+    with pytest.raises(IndexOutOfRange) as e:
+        list(loop.run(9, node=3, steps=0))
+    assert str(e.value) == text(2, 2, what="trail[node] with node", value=14, top=7, fix="node")
+    assert loop.transitions == 3 and dict(loop.carry) == {"node": 14, "steps": 3}
+    expect = stamped_reference(3)
+    for name in STAMPED:
+        np.testing.assert_array_equal(body.read(name), expect[name], err_msg=name)
+
+
 def scratchpad_of(calls, run: str) -> str:
     return next(c.split(" -> ")[1] for c in calls if c.startswith(f"{run}.get_ctrl_scratchpad_bo()"))
 
@@ -389,8 +521,9 @@ class Lengths(iron.Graph):
 def test_a_bounded_attribute_the_emit_computes_is_clamped_and_flagged_too(on_emulator):
     graph = Lengths()
     body = graph.compile(device="npu2")
-    assert [(w.name, str(w.kind), w.bound) for w in body.plan.words] == [
-        ("n", "carried", None), ("n", "core", (1, 9)), ("n + 3", "next", None)]
+    assert [(w.name, str(w.kind), w.bound, w.sink) for w in body.plan.words] == [
+        ("n", "carried", None, None), ("n", "core", (1, 9), None), ("0", "dma", None, 8),   # out's write: 0, or the sink
+        ("n + 3", "next", None, None)]
     loop = iron.CarriedLoop(body, body, depth=2)
     with pytest.raises(IndexOutOfRange) as e:
         list(loop.run(5, n=1))
@@ -402,3 +535,62 @@ def test_a_bounded_attribute_the_emit_computes_is_clamped_and_flagged_too(on_emu
     reference = Lengths()
     reference.reference(n=7)             # step 1's length was the last that ran
     np.testing.assert_allclose(body.read(graph.out), reference.read(reference.out), rtol=1e-6)
+
+
+# ---- a segmented body: the Emit of the last configuration sends every configuration's writes ----
+
+class Hops(iron.Graph):
+    """i -> i + 1 (gathered, so only the device sees it), writing c[(i + k) % 8] into seen[k] for
+    k < 5 (fixed rows) and i into trail[i]: groups enough for three configurations on one column."""
+
+    def __init__(self):
+        self.succ = iron.weight(np.array([1, 2, 3, 4, 5, 6, 7, 0], np.int32))
+        self.c = iron.weight((np.arange(8, dtype=np.int32) + 1) * 10)
+        self.seen = iron.state((5,), np.int32, name="seen")
+        self.trail = iron.state((6,), np.int32, name="trail")
+
+    def body(self, *, i: Carried[np.int32]):
+        for k in range(5):
+            Copy.step(self.c[(i + k) % 8], out=self.seen[k])
+        nxt = Copy.step(self.succ[i], dtype=np.int32)
+        Copy.step(nxt, out=self.trail[i])
+        return iron.carry(i=nxt)
+
+
+@pytest.mark.parametrize("depth", [2, 4])
+def test_a_segmented_bodys_drained_runs_write_no_state_in_any_configuration(on_emulator, depth):
+    graph = Hops()
+    body = graph.compile(device="npu2_1col")
+    assert len(body.plan.segments) > 1 and body.plan.segments[-1].emit is not None
+    at = {p.name: p.offset for p in body.plan.placements}
+    sink, _ = state_sink(body.plan.placements, body.plan.full_elf)
+    # seen's five writes at fixed rows share one word; trail[i]'s copies its clamped row
+    words = body.plan.words
+    assert [(w.name, w.a if isinstance(w.a, Const) else words[w.a.index].bound, w.sink) for w in words if w.sink] == [
+        ("0", Const(0), sink - at["seen"]), ("i", (0, 6), sink - at["trail"])]
+    loop = iron.CarriedLoop(body, body, depth=depth)
+    seen, error = yielded_until(IndexOutOfRange, loop.run(12, i=0))
+    assert str(error) == text(5, depth - 1, what="trail[i] with i", value=6, top=5, fix="i")
+    assert seen == [0, 1, 2, 3, 4] and loop.transitions == 6 and dict(loop.carry) == {"i": 6}
+    reference, carry = Hops(), {"i": 0}
+    for _ in range(6):
+        carry = dict(reference.reference(**carry))
+    for name in ("seen", "trail"):
+        np.testing.assert_array_equal(body.read(name), reference.read(name), err_msg=name)
+    np.testing.assert_array_equal(body.read("seen"), [60, 70, 80, 10, 20])   # step 5's i = 5, not a drained run's
+
+
+def test_the_emulators_batching_sees_each_state_write_where_its_index_or_the_sink_puts_it(on_emulator):
+    """The host words each runtime-sequence op of the Stamped body may touch, which the batching
+    orders acts by: trail[node]'s write its row 0..7 or the sink's first word; count's and
+    last[1]'s their own words or where they lie in their state, shifted to the sink's start
+    (27); a read of successor[node] its row 0..15 of the consts."""
+    _, body = guarded(8, graph_class=Stamped)
+    body.read("trail")                   # loads the design
+    plan, runs = body.plan, body.session.emulator.sequence.host_words()
+    patched = {op.patch_word: runs[k] for k, op in enumerate(plan.sequence) if isinstance(op, Dma) and op.patch_word}
+    successor = plan.placement("successor").offset
+    assert patched == {2: (("consts", successor, successor + 16),),
+                       4: (("states", 0, 8), ("states", 27, 28)),
+                       5: (("states", 11, 15), ("states", 27, 31)),
+                       6: (("states", 19, 23), ("states", 31, 35))}   # last[1]: its row 1 of the sink

@@ -1,7 +1,8 @@
 """A trace path that cannot be written (issue 25 item 6) is a TraceError naming it and the fix
 before anything runs: a call or a loop with `trace=` a directory, a file in a missing directory
 or not a path changes no state; a bad IRON_TRACE refuses the first call; a write failing as a
-loop stops never hides the loop's IndexOutOfRange; IRON_TRACE failing at exit is one line."""
+loop stops never hides the loop's IndexOutOfRange; IRON_TRACE failing at exit is one line and
+exit status 1."""
 import os
 import shutil
 import subprocess
@@ -103,7 +104,7 @@ SCRIPT = """
 """
 
 
-def test_iron_trace_failing_at_exit_is_one_line_not_a_traceback(tmp_path):
+def test_iron_trace_failing_at_exit_is_one_line_and_a_failed_exit_status(tmp_path):
     folder = tmp_path / "traces"
     folder.mkdir()
     path = folder / "t.json"
@@ -111,10 +112,23 @@ def test_iron_trace_failing_at_exit_is_one_line_not_a_traceback(tmp_path):
         [sys.executable, "-c", textwrap.dedent(SCRIPT), str(folder)], cwd=REPO, capture_output=True, text=True,
         env={**os.environ, "IRON_TRACE": str(path), "IRON_BACKEND": "emulator", "IRON_QUIET": "1"}, check=False,
     )
-    assert (done.stdout, done.stderr) == (
+    assert (done.returncode, done.stdout, done.stderr) == (
+        1,
         "[0 2 4 6]\n",
         f"iron: TraceError: IRON_TRACE={str(path)!r} cannot be written: its directory {folder} does not exist. {FIX}\n",
     )
+
+
+def test_iron_trace_written_at_exit_leaves_the_exit_status_alone(tmp_path):
+    """The same script whose trace can still be written at exit: status 0, the trace written."""
+    keep, path = tmp_path / "kept", tmp_path / "t.json"
+    keep.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT), str(keep)], cwd=REPO, capture_output=True, text=True,
+        env={**os.environ, "IRON_TRACE": str(path), "IRON_BACKEND": "emulator", "IRON_QUIET": "1"}, check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "[0 2 4 6]\n", "")
+    assert path.read_text().startswith('{"traceEvents"')
 
 
 def test_a_trace_file_you_cannot_write_is_refused():

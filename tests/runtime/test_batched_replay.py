@@ -222,9 +222,9 @@ def test_acts_share_a_wave_unless_they_conflict():
     # (0) into host words a Fill of that host buffer reads (2); the Copy reads words of a the
     # third call wrote (1) and writes words of c the Drain reads (2)
     fill, drain, copy = Fill(0, 0, 4, b, 0), Drain(1, 0, 4, c, 0), CopyAct(c, 0, a, 0, 4)
-    hosts = [("x", 0, 64), ("x", 32, 36)]
+    hosts = [(("x", 0, 64),), (("x", 32, 36),)]   # per op, the runs of host words it may touch
     assert waves_of([*calls, fill, drain, copy], hosts) == [0, 0, 1, 0, 2, 3, 4]
-    assert waves_of([*calls, fill, Drain(1, 0, 4, c, 0), copy], [("x", 0, 32), ("x", 32, 36)])[4:] == [2, 1, 2]
+    assert waves_of([*calls, fill, Drain(1, 0, 4, c, 0), copy], [(("x", 0, 32),), (("x", 32, 36),)])[4:] == [2, 1, 2]
 
 
 def expands(blocks, scratch, out, core: str):

@@ -209,7 +209,7 @@ def _address(array: np.ndarray) -> int:
 def batched(cycle: list[list], host_words: list) -> list[list]:
     """Each trace of the cycle in waves, the kernel acts of one wave and signature in Batches of
     at most BATCH_BYTES of operands (module docstring). `host_words`: per runtime-sequence op,
-    the host words its windows may touch (shim.py)."""
+    the runs of host words its windows may touch (shim.py)."""
     unread = scratch(cycle)
     return [_in_waves(trace, host_words, unread) for trace in cycle]
 
@@ -345,11 +345,11 @@ def accesses(act, host_words: list) -> list[tuple]:
         return [(act.source, 4 * act.at, 4 * (act.at + act.count), False),
                 (act.into, 4 * act.start, 4 * (act.start + act.count), True)]
     if kind is Fill:
-        return [(*host_words[act.op], False), (act.into, 4 * act.start, 4 * (act.start + act.count), True)]
+        return [*((*run, False) for run in host_words[act.op]), (act.into, 4 * act.start, 4 * (act.start + act.count), True)]
     if kind is Drain:
-        return [(act.source, 4 * act.at, 4 * (act.at + act.count), False), (*host_words[act.op], True)]
+        return [(act.source, 4 * act.at, 4 * (act.at + act.count), False), *((*run, True) for run in host_words[act.op])]
     forwarded = act.reads.values() if kind is Forwarded else ()
-    return [*((*host_words[fill.op], False) for fill in forwarded), *_tile_accesses(act)]
+    return [*((*run, False) for fill in forwarded for run in host_words[fill.op]), *_tile_accesses(act)]
 
 
 def _tile_accesses(act) -> list[tuple]:

@@ -8,9 +8,11 @@ kept across launches).
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 
 import numpy as np
 
+from iron.compiler.invariants import word_ranges
 from iron.compiler.plan import Direction, Dma, TileKind
 from iron.errors import PlanError
 from iron.runtime.emulator.acts import WINDOWS_KEPT, Drain, Fill
@@ -208,10 +210,25 @@ class RuntimeSequence:
         return op, None, channels, f"op {index} (dma_wait @{op.fifo})"
 
     def host_words(self) -> list[tuple | None]:
-        """Per op, (host buffer, first word, end word) its windows may touch in any launch: all
-        of the buffer when a scratchpad word patches its offset; None for a Wait."""
-        return [None if dma is None else (op.buffer, -EVERY, EVERY) if op.patch_word is not None
-                else (op.buffer, op.offset + dma.low, op.offset + dma.high + 1) for op, dma, _, _ in self.steps]
+        """Per op, the (host buffer, first word, end word) runs its windows may touch in any
+        launch (None for a Wait). A patched op's are those of the values its patch word can take
+        (`word_ranges`: its indices' bounds, which the host checks and the Emit clamps to), plus
+        the run in the states' sink where a flagged run sends a state write; all of the buffer
+        when they are not known."""
+        words = self.plan.words
+        ranges = word_ranges([replace(w, sink=None) for w in words])
+
+        def runs(op, dma) -> tuple:
+            if op.patch_word is None:
+                shifts = [(0, 0)]
+            elif ranges[op.patch_word] is None:
+                return ((op.buffer, -EVERY, EVERY),)
+            else:
+                sink = words[op.patch_word].sink
+                shifts = [ranges[op.patch_word], *([] if sink is None else [(sink, sink)])]
+            return tuple((op.buffer, op.offset + lo + dma.low, op.offset + hi + dma.high + 1) for lo, hi in shifts)
+
+        return [None if dma is None else runs(op, dma) for op, dma, _, _ in self.steps]
 
     def tasks(self) -> list[tuple[str, object]]:
         return [(channel.name, channel.task()) for channel in self.channels.values()]
