@@ -17,8 +17,8 @@ from iron.compiler.copies import copied
 from iron.compiler.fuse import Group, fuse
 from iron.compiler.plan import Choice, Dma, HostRole, Imm, Invoke, KernelStep, Loop, Plan, Repeat
 from iron.compiler.rules import Decision, Rule
-from iron.compiler.through_ddr import through_name, write_through
 from iron.compiler.sequence import Move
+from iron.compiler.through_ddr import through_name, write_through
 from iron.compiler.words import Access, placement_access, view_words
 from iron.errors import DoesNotFit, PlacementError, PlanError
 from iron.ir import Node, Op, Program, call_label, describe, storage, tensor_inputs
@@ -111,8 +111,9 @@ class Unfolding:
 # ---- finding runs ------------------------------------------------------------------------------
 
 def find_runs(groups: tuple[Group, ...]) -> list[Run]:
-    """Runs of at least two iterations of alike groups (`_shapes`), the most groups covered
-    first, then the shortest period (the most iterations), then the earliest."""
+    """Runs of at least two iterations of alike groups (`_shapes`), and each such run but its
+    first or its last iteration, the most groups covered first, then the shortest period (the
+    most iterations), then the earliest."""
     keys = _shapes(groups)
     n, runs = len(keys), []
     for period in range(1, n // 2 + 1):
@@ -124,6 +125,8 @@ def find_runs(groups: tuple[Group, ...]) -> list[Run]:
             count = (j - i) // period + 1
             if count >= 2:
                 runs.append(Run(i, period, count))
+            if count >= 3:   # its first or last iteration may be the odd one out (reading the others)
+                runs += [Run(i, period, count - 1), Run(i + period, period, count - 1)]
             i = max(j, i + 1)
     return sorted(runs, key=lambda r: (-r.count * r.period, r.period, r.start))
 
@@ -148,10 +151,8 @@ def _shapes(groups: tuple[Group, ...]) -> list[int]:
 def _entry(node: Node, mine: set, memo: dict, entries: list) -> int:
     if node in memo:
         return memo[node]
-    if node.op == Op.CALL and node not in mine:
-        entry = ("made", node.shape, node.dtype)
-    elif node.op in HOST:
-        entry = ("host", node.shape, node.dtype)
+    if (node.op == Op.CALL and node not in mine) or node.op in HOST:   # made before, or a host tensor:
+        entry = ("outside", node.shape, node.dtype)                    # alike once passed through DDR
     elif node.is_scalar:
         entry = ("scalar",)
     else:
