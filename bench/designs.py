@@ -7,8 +7,10 @@ kernels (the roofline) and with iron's kernels as written, the call's roofline b
 at DDR's bandwidth, or MACs at the array's peak) and the share of it the design reaches; beside
 each, the issue's figures before reuse and its targets (at most 2 configurations per call on
 npu2, at least 10x faster on npu1). `python bench/designs.py gqa npu1` runs one design, one device.
+Each design and device is measured in a process of its own, given at most LIMIT seconds.
 """
 import os
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ import aie_utils
 from iron.models.designs import Bottleneck, EdgeFilter, GroupedQueryAttention, with_halo
 
 DEVICES = ("npu2", "npu1")
+LIMIT = 600   # seconds per design and device: one the compiler takes longer over is reported as such
 
 
 @dataclass(frozen=True)
@@ -72,15 +75,28 @@ def measure(design: Design, device: str) -> str:
             f"reaches {100 * e.reached:.0f}% of it")
 
 
+def measured_apart(design: Design, device: str) -> str:
+    """measure() in a process of its own, or why it gave no line within LIMIT seconds."""
+    try:
+        done = subprocess.run([sys.executable, __file__, "--one", design.name, device], capture_output=True,
+                              text=True, timeout=LIMIT)
+    except subprocess.TimeoutExpired:
+        return f"{design.label} on {device}: not compiled and estimated within {LIMIT} s"
+    return done.stdout.strip() or f"{design.label} on {device}: failed\n{done.stderr.strip()}"
+
+
 def main(argv) -> int:
     os.environ.setdefault("IRON_BACKEND", "emulator")
-    names = [a for a in argv if a in {d.name for d in DESIGNS}] or [d.name for d in DESIGNS]
+    by_name = {d.name: d for d in DESIGNS}
+    if argv[:1] == ["--one"]:
+        print(measure(by_name[argv[1]], argv[2]))
+        return 0
+    names = [a for a in argv if a in by_name] or list(by_name)
     devices = [a for a in argv if a in DEVICES] or list(DEVICES)
     print("targets (issue 26): at most 2 configurations per call on npu2; on npu1 at least 10x faster estimated")
-    for design in DESIGNS:
-        if design.name in names:
-            for device in devices:
-                print(measure(design, device), flush=True)
+    for name in names:
+        for device in devices:
+            print(measured_apart(by_name[name], device), flush=True)
     return 0
 
 

@@ -14,7 +14,9 @@ until they repeat, replaying them from then on) of reference() and of the compil
 emulator, float32 and quantized, each / the numpy forward (the target with quantized weights: at
 most 10x); last, for each compiled design, the cost model's figures per token: configurations,
 DDR bytes, estimated tokens/s with vectorised kernels and with iron's, the roofline bound and the
-share of it reached, beside issue 26's targets (quantized: at most 4 configurations per token and
+share of it reached, and the same for the design with fused attention (one Attention call per
+key/value head, a context of FUSED_CONTEXT positions: every layer the same 18 groups), beside
+issue 26's targets (quantized: at most 4 configurations per token and
 at least 300 tokens/s with vectorised kernels; float32 at least 60; never above the bound).
 """
 import math
@@ -26,7 +28,7 @@ import aie_utils
 from iron.compiler.describe import ddr_traffic
 from iron.models import numpy_forward as nf
 from iron.models import smollm2
-from iron.models.smollm2_graph import SmolLM2Graph
+from iron.models.smollm2_graph import FUSED_CONTEXT, SmolLM2Graph
 
 CALLS = 3
 WARM = 4   # the emulator's launches repeat from the 2nd on, in a cycle of 2: replayed from the 4th
@@ -97,6 +99,11 @@ def iron_design(model, prompt, numpy_per_token: float):
         print(f"{label:32s}: {seconds:7.3f} s/token = {seconds / numpy_per_token:6.1f}x the numpy forward")
     for label, body in rows[2:]:   # after the timing: estimate() keeps the emulator on the cost model's clock
         print(estimated(label, body, prompt[0]))
+    for label, quantized in (("float32", False), ("quantized", True)):
+        t = time.perf_counter()
+        body = SmolLM2Graph(model, context=FUSED_CONTEXT, quantized=quantized, fused=True).compile()
+        print(f"fused attention, context {FUSED_CONTEXT}: compiled in {time.perf_counter() - t:.2f} s; "
+              f"{estimated(label, body, prompt[0])}")
 
 
 def estimated(label: str, body, token: int) -> str:

@@ -23,7 +23,7 @@ from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.repeat import NotRepeated, Unfolding, choose_over_time
 from iron.compiler.route import Routes, fit_compute_channels, route
-from iron.compiler.rules import Decision
+from iron.compiler.rules import Decision, Rule
 from iron.compiler.segment import compile_segments
 from iron.compiler.shims import ShimShortfall, connect, share, shim_shortfall
 from iron.compiler.through_ddr import tile_before_state_write
@@ -54,7 +54,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
     whole = try_groups(program, groups, device, feeds, None, placements, check=True)
 
     def spread() -> Plan:   # too big for the array at once: segments
-        return compile_segments(program, device, groups, feeds, try_groups, whole, padding.lies)
+        return compile_segments(program, device, groups, feeds, try_groups, whole, padding)
 
     def folded(program: Program, kept: tuple[Group, ...], placements: tuple, unfolding: Unfolding):
         """The design with one iteration placed: one configuration, or segments around it."""
@@ -63,14 +63,15 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
         if isinstance(one, Plan):
             return one
         at = [i for i, g in enumerate(kept) if g.name in unfolding.groups]
-        return compile_segments(program, device, kept, feeds, looping, one, padding.lies,
+        return compile_segments(program, device, kept, feeds, looping, one, padding,
                                 frozenset(range(at[0] + 1, at[-1] + 1)))
 
     plan, repeated = (choose_over_time(program, device, groups, placements, padding.shapes, folded, whole, spread)
                       if over_time else (None, []))
     if plan is None:
         plan = whole if isinstance(whole, Plan) else spread()
-    rules = (*through, *copy_view_rules(program), *padding.shared, *repeated, *plan.rules, *padding.passed,
+    shared = tuple((Rule.PAD_SHARED_INPUT, s.text(program)) for s in padding.shared)
+    rules = (*through, *copy_view_rules(program), *shared, *repeated, *plan.rules, *padding.passed,
              *layout_rules(placements))
     if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, DDR buffers, padding
         plan = replace(plan, rules=rules)

@@ -31,6 +31,7 @@ from iron.ir import (
     element_pattern,
     elements,
     frame,
+    is_computed_view,
     is_host_tensor,
     is_strided,
     kept,
@@ -49,8 +50,9 @@ def copied(node: Node) -> Node:
 
 def copy_view_for_grid(program: Program) -> Program:
     """The rule: a MatMul large enough to tile over the array (`pad.large`), and an elementwise
-    call reading such a MatMul's product, read each operand that is a view of a host tensor the
-    DMA can move (`q[h]`, `a[1:]`, `x.reshape(m, k)`, `x[:, ::2]`, `w.T`) through a Copy
+    call reading such a MatMul's product, read each operand that is a view of a host tensor or of
+    a computed result the DMA can move (`q[h]`, `a[1:]`, `x.reshape(m, k)`, `x[:, ::2]`, `w.T`,
+    `(x @ w)[1:]`) through a Copy
     inserted before them, whoever reads their results. The grid reads whole host tensors, each
     lying in DDR as it needs (padded by `pad_to_block` at a prime side), and its product's
     readers read their operands laid out alike; a view cannot be padded without changing its
@@ -61,7 +63,7 @@ def copy_view_for_grid(program: Program) -> Program:
     its tensor is larger than a tile (and so crosses in DDR), through a Copy the DMA feeds."""
     program = scatter_into_state(program)
     copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call)
-              for n in call.src[:call.arg.n_inputs] if _view_of_host(n)}
+              for n in call.src[:call.arg.n_inputs] if _view_of_host(n) or _moved_view_of_result(n)}
     copies |= {n: _gather(n) for call in program.calls
                for n in call.src[:call.arg.n_inputs] if n not in copies and _gathered_on_core(n)}
     if not copies:
@@ -113,9 +115,34 @@ class Pattern:
 
 
 def _scattered(dest: Node) -> bool:
-    """A static view of a state no DMA pattern moves, whose access pattern has at most four dimensions."""
-    return (dest.op == Op.VIEW and len(dest.src) == 1 and state_of(dest) is not None
-            and len(element_pattern(dest)[1]) <= 4 and not dma_moves(dest))
+    """A view of a state no DMA pattern moves (its rows padded to whole words or not), whose
+    access pattern has at most four dimensions: static, or at per-call indices of whole
+    sub-blocks the DMA moves (`_at_index`)."""
+    if dest.op != Op.VIEW or state_of(dest) is None or not _state_mid_word(dest):
+        return False
+    if len(dest.src) > 1:
+        return _at_index(dest) is not None
+    return len(element_pattern(dest)[1]) <= 4 and not dma_moves(dest)
+
+
+def _at_index(dest: Node) -> tuple[Node, Node] | None:
+    """(the whole sub-block of its state a view with per-call indices picks, the view's static
+    rest seen within it), when the per-call indices are single indices on leading axes, the rest
+    is static with at most four dimensions, and the DMA moves the sub-block (rows padded to whole
+    words if need be: `pad_rows_to_words`); else None."""
+    axes = dest.arg
+    k = max(i for i, a in enumerate(axes) if a.dynamic is not None)
+    if any(a.length is not None for a in axes[:k + 1]):
+        return None
+    sub = frame(dest)[k + 1:]
+    block = Node(Op.VIEW, dest.src, sub, dest.dtype,
+                 (*axes[:k + 1], *(replace(a, index=None, start=0, stop=n, step=1, order=None, length=None)
+                                   for a, n in zip(axes[k + 1:], sub))))
+    within = Node(Op.VIEW, (Node(Op.INPUT, (), sub, dest.dtype),), dest.shape, dest.dtype,
+                  tuple(replace(a, extent=None) for a in axes[k + 1:]))
+    if not sub or len(element_pattern(within)[1]) > 4 or _state_mid_word(block):
+        return None
+    return block, within
 
 
 def _scatter(call: Node) -> tuple[Node, ...]:
@@ -123,6 +150,9 @@ def _scatter(call: Node) -> tuple[Node, ...]:
     c, dest = call.arg, destination(call)
     result = Node(Op.CALL, (*call.src[:c.n_inputs], *call.src[c.n_inputs + 1:]), call.shape, call.dtype,
                   replace(c, writes=False))
+    if len(dest.src) > 1:
+        block, within = _at_index(dest)
+        return result, _scatter_call(result, block, *element_pattern(within))
     first, dims = element_pattern(dest)
     pattern = Pattern(first, tuple(dims), max(1, 4 // dest.dtype.itemsize))
     cuts = _band_cuts(pattern, dest.src[0].size, dest.dtype.itemsize)
@@ -155,19 +185,24 @@ def _placed(result: Node, state: Node, pattern: Pattern, a: int, b: int, banded:
     if banded:
         part = Node(Op.VIEW, (result,), ((b - a) * pattern.inner,), result.dtype,
                     (Axis(start=a * pattern.inner, stop=b * pattern.inner, extent=result.size),))
-    dims = [(1, 0)] * (4 - len(pattern.dims)) + [(b - a, pattern.dims[0][1]), *pattern.dims[1:]]
-    attrs = {"shape": words.shape, "offset": pattern.first + a * pattern.dims[0][1] - lo,
+    return _scatter_call(part, words, pattern.first + a * pattern.dims[0][1] - lo,
+                         [(b - a, pattern.dims[0][1]), *pattern.dims[1:]])
+
+
+def _scatter_call(values: Node, words: Node, offset: int, dims) -> Node:
+    """The Scatter placing `values` into `words` (a view of a state) by the pattern (offset, dims)."""
+    dims = [(1, 0)] * (4 - len(dims)) + list(dims)
+    attrs = {"shape": words.shape, "offset": offset,
              **{f"n{d}": n for d, (n, _) in enumerate(dims)}, **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
-    return Node(Op.CALL, (part, words), words.shape, words.dtype,
-                Call(scatter_kernel(), tuple(sorted(attrs.items())), 1, True))
+    return Node(Op.CALL, (values, words), words.shape, words.dtype, Call(scatter_kernel(), tuple(sorted(attrs.items())), 1, True))
 
 
 def _gather(view: Node) -> Node:
     """The call a view `_gathered_on_core` finds is read through: a Strided call gathering it from
-    its whole tensor when that fits a tile; else (the tensor crossing in DDR) a Copy the DMA
+    its whole tensor when both fit a tile; else (the tensor crossing in DDR) a Copy the DMA
     feeds by the view's access pattern when the DMA moves it, or a StridedRows call picking a
     step slice row by row from the whole rows, streamed in blocks of rows (`rows_gathered`)."""
-    if nbytes(view.src[0]) <= TILED_BYTES:
+    if max(nbytes(view.src[0]), nbytes(view)) <= TILED_BYTES:   # a broadcast may be far larger than its tensor
         return gathered(view)
     if dma_moves(view):
         return copied(view)
@@ -175,20 +210,61 @@ def _gather(view: Node) -> Node:
 
 
 def rows_gathered(view: Node) -> Node | None:
-    """A StridedRows call picking 2-D static `view`, a step slice along its tensor's last axis,
-    from the whole rows it picks from: its tensor, or a view of a host tensor whose rows the DMA
-    moves (one run of words, or rows of whole words one stride apart); else None."""
-    axes, last = view.arg, view.arg[-1]
-    if len(view.shape) != 2 or len(view.src) > 1 or not last.keeps_axis or last.step < 1 or kept(axes)[-1] is not last:
+    """A StridedRows call picking 2-D static `view` row by row from the whole rows of words it
+    picks from, which the DMA streams in blocks of rows: a step slice along its tensor's last
+    axis from those rows (its tensor, or a view of a host tensor the DMA moves as one run or as
+    rows one stride apart), or the transpose of a 2-D tensor of whole-word rows from its columns
+    of words (`transposed_rows`), read back in the view's shape; else None."""
+    if len(view.shape) != 2 or len(view.src) > 1:
         return None
-    base, width = view.src[0], frame(view)[-1]
+    base = view.src[0]
+    if len(base.shape) == 2 and np.array_equal(elements(view), np.arange(base.size).reshape(base.shape).T.ravel()):
+        return transposed_rows(view)
+    axes, last = view.arg, view.arg[-1]
+    if not last.keeps_axis or last.step < 1 or kept(axes)[-1] is not last:
+        return None
+    width = frame(view)[-1]
     rows = Node(Op.VIEW, view.src, (view.shape[0], width), view.dtype, (*axes[:-1], replace(last, start=0, stop=width, step=1)))
     if base.shape == rows.shape and contiguous_span(rows) == (0, base.size):
         rows = base
     elif not is_host_tensor(base) or (word_run(rows) is None and streamed_rows(rows) is None):
         return None
-    attrs = {"width": width, "start": last.start, "step": last.step, "stop": last.start + (last.size - 1) * last.step + 1}
-    return Node(Op.CALL, (rows,), view.shape, view.dtype, Call(strided_kernel(rows=True), tuple(sorted(attrs.items())), 1, False))
+    if not _blocks_of_words(view.shape[0], width * view.dtype.itemsize, last.size * view.dtype.itemsize):
+        return None
+    return _strided_rows(rows, view.shape, width, last.start, [(last.size, last.step)])
+
+
+def _blocks_of_words(rows: int, row_bytes: int, result_bytes: int) -> bool:
+    """Whether some number of rows dividing `rows` makes whole 32-bit words of both the rows and
+    their results: a stream's blocks must (a step slice of a prime number of rows whose result
+    rows are not whole words has none)."""
+    return any(rows % k == 0 and k * row_bytes % 4 == 0 and k * result_bytes % 4 == 0 for k in (1, 2, 4))
+
+
+def transposed_rows(view: Node) -> Node | None:
+    """`view`, the transpose of a 2-D tensor x (r, c) whose rows are whole words of `per` elements,
+    as StridedRows over x seen as (c / per, r * per), each row a column of x's words (r words one
+    row of x apart), transposed by the core into `per` rows of the view; None when x's rows are
+    not whole words."""
+    base = view.src[0]
+    (r, c), per = base.shape, 4 // base.dtype.itemsize
+    if c % per or not is_host_tensor(base) and base.op != Op.CALL:
+        return None
+    axes = (Axis(start=0, stop=r, extent=r, order=1), Axis(start=0, stop=c // per, extent=c // per, order=0),
+            Axis(start=0, stop=per, extent=per, order=2))
+    columns = Node(Op.VIEW, (base,), (c // per, r * per), base.dtype, axes)
+    if base.op != Op.CALL and streamed_rows(columns) is None:
+        return None
+    picked = _strided_rows(columns, (c // per, per * r), r * per, 0, [(per, 1), (r, per)])
+    whole = tuple(Axis(start=0, stop=n, extent=n) for n in view.shape)
+    return Node(Op.VIEW, (picked,), view.shape, view.dtype, whole)
+
+
+def _strided_rows(rows: Node, shape: tuple[int, ...], width: int, offset: int, dims) -> Node:
+    dims = [(1, 0)] * (4 - len(dims)) + dims
+    attrs = {"width": width, "offset": offset, **{f"n{d}": n for d, (n, _) in enumerate(dims)},
+             **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
+    return Node(Op.CALL, (rows,), shape, rows.dtype, Call(strided_kernel(rows=True), tuple(sorted(attrs.items())), 1, False))
 
 
 def gathered(view: Node) -> Node:
@@ -203,8 +279,8 @@ def gathered(view: Node) -> Node:
 
 
 def with_copies(program: Program, copies: dict[Node, Node]) -> Program:
-    """`program` with each tensor in `copies` read through its call (a Copy or a Strided), inserted
-    before the first call reading it: every call, inserted one, output and carried value rebuilt
+    """`program` with each tensor in `copies` read through its call (a Copy or a Strided, or a view
+    of a StridedRows reading it back in the tensor's shape), inserted before the first call reading it: every call, inserted one, output and carried value rebuilt
     over the new calls."""
     new: dict[Node, Node] = {}
 
@@ -214,16 +290,16 @@ def with_copies(program: Program, copies: dict[Node, Node]) -> Program:
             new[node] = node if src == node.src else Node(node.op, src, node.shape, node.dtype, node.arg)
         return new[node]
     calls: list[Node] = []
-    inserted: dict[Node, Node] = {}   # each copied tensor -> its call, rebuilt
+    inserted: dict[Node, Node] = {}   # each copied tensor -> what is read instead, rebuilt
     for call in program.calls:
         for n in dict.fromkeys(n for n in call.src[:call.arg.n_inputs] if n in copies and n not in inserted):
             inserted[n] = rebuilt(copies[n])   # over the rebuilt tensor it views
-            calls.append(inserted[n])
+            calls.append(storage(inserted[n]))   # the call, or the one read back in the view's shape
         new.update(inserted)
         calls.append(rebuilt(call))
     return replace(program, calls=tuple(calls), outputs=tuple(map(rebuilt, program.outputs)),
                    carry=tuple((k, rebuilt(v)) for k, v in program.carry),
-                   inserted=(*program.inserted, *inserted.values()))
+                   inserted=(*program.inserted, *map(storage, inserted.values())))
 
 
 def copy_view_rules(program: Program) -> list[Decision]:
@@ -242,27 +318,23 @@ def copy_view_rules(program: Program) -> list[Decision]:
 def _scatter_text(program: Program, call: Node) -> str:
     a, words = call.arg.attr_dict, call.src[1]
     dims = [(a[f"n{d}"], a[f"s{d}"]) for d in range(4) if a[f"n{d}"] > 1] or [(1, 1)]
-    span = words.arg[0]
-    return (f"{call_label(program, call)} places {describe(call.src[0])} into elements {span.start}..{span.stop} of "
-            f"{describe(words.src[0])}, whole 32-bit words, by its access pattern (from element {a['offset']}, sizes "
-            f"{tuple(n for n, _ in dims)}, strides {tuple(st for _, st in dims)} elements): the view it writes lies in "
-            f"{dtypes.name(words.dtype)} runs no DMA moves in whole words")
+    return (f"{call_label(program, call)} places {describe(call.src[0])} into {describe(words)}, whole 32-bit words, "
+            f"by its access pattern (from element {a['offset']}, sizes {tuple(n for n, _ in dims)}, strides "
+            f"{tuple(st for _, st in dims)} elements): the view it writes lies in {dtypes.name(words.dtype)} runs no "
+            "DMA moves in whole words")
 
 
 def _gather_text(program: Program, call: Node) -> str:
-    a, base = call.arg.attr_dict, storage(call.src[0])
-    if call.arg.kernel.role is Role.EXPANSION:
-        return (f"{call_label(program, call)} picks {call.shape[1]} elements of each row of {describe(call.src[0])}, every "
-                f"{a['step']} from element {a['start']}, on the cores its rows stream to in blocks: its "
-                f"{dtypes.name(base.dtype)} elements lie in runs narrower than the DMA's 32-bit words, and "
-                f"{describe(base)} is larger than a tile")
+    a, base = call.arg.attr_dict, call.src[0]
     dims = [(a[f"n{d}"], a[f"s{d}"]) for d in range(4) if a[f"n{d}"] > 1] or [(1, 1)]
-    base = call.src[0]
-    why = (f"its {dtypes.name(base.dtype)} elements lie in runs narrower than the DMA's 32-bit words"
-           if is_host_tensor(base) else f"it picks more than {MAX_GATHER_RUNS} separate runs")
-    return (f"{call_label(program, call)} gathers {a['shape']} of {describe(base)} on a core by its access pattern "
-            f"(from element {a['offset']}, sizes {tuple(n for n, _ in dims)}, strides {tuple(st for _, st in dims)} "
-            f"elements): {why}, so no DMA moves it")
+    pattern = (f"by its access pattern (from element {a['offset']}, sizes {tuple(n for n, _ in dims)}, strides "
+               f"{tuple(st for _, st in dims)} elements)")
+    narrow = f"its {dtypes.name(base.dtype)} elements lie in runs narrower than the DMA's 32-bit words"
+    if call.arg.kernel.role is Role.EXPANSION:
+        return (f"{call_label(program, call)} picks each row of its {call.shape} from a row of {describe(base)} {pattern}, "
+                f"on the cores those rows stream to in blocks: {narrow}, and {describe(storage(base))} is larger than a tile")
+    why = narrow if is_host_tensor(base) else f"it picks more than {MAX_GATHER_RUNS} separate runs"
+    return f"{call_label(program, call)} gathers {a['shape']} of {describe(base)} on a core {pattern}: {why}, so no DMA moves it"
 
 
 def _why(program: Program, call: Node, view: Node) -> str:
@@ -308,6 +380,11 @@ def _state_mid_word(view: Node) -> bool:
         return False
     per = max(1, 4 // state.dtype.itemsize)
     return not dma_moves(view, (*state.shape[:-1], -(-state.shape[-1] // per) * per), True)
+
+
+def _moved_view_of_result(node: Node) -> bool:
+    """A static view of a call's result the DMA moves (in whole words, by an access pattern)."""
+    return is_computed_view(node) and len(node.src) == 1 and dma_moves(node)
 
 
 def _view_of_host(node: Node) -> bool:

@@ -19,30 +19,12 @@ from itertools import product
 
 from iron.compiler import cost
 from iron.compiler.fuse import Group
-from iron.compiler.plan import Choice
+from iron.compiler.plan import Choice, Fill
 from iron.compiler.rules import Rule
 from iron.compiler.streaming import choose_flow
 from iron.compiler.tiling import TILED_BYTES, call_sides, choose_grid, estimate_ns, vector_tiles
-from iron.ir import Node, Op, Program, Term, external_inputs, nbytes, state_written_whole
+from iron.ir import Node, Op, Program, external_inputs, nbytes, state_written_whole
 from iron.kernels.base import Role
-
-
-class Fill(Term):
-    """What a padded tensor's padding holds, as its readers may rely on it."""
-
-    ZEROS = "zeros"            # the zeros its buffer is made with: the host writes the user's region only
-    WRITTEN = "unwritten"      # zeros too: its producer writes the user's region only (`pad_written_by_producer`)
-    KEPT = "kept zeros"        # zeros computed from zeros by kernels that keep them (`pad_through_zeros`)
-    ROWS = "reduced zeros"     # zeros a row reduction writes past each row's length (`pad_upstream_rows`)
-    COMPUTED = "computed"      # computed from padding, never read as the user's
-
-    @property
-    def rule(self) -> Rule | None:
-        """The rule computing zeros into the padding of a tensor made over a padded layout."""
-        return {Fill.KEPT: Rule.PAD_THROUGH_ZEROS, Fill.ROWS: Rule.PAD_UPSTREAM_ROWS}.get(self)
-
-
-FILL_OF_RULE = {Rule.PAD_THROUGH_ZEROS: Fill.KEPT, Rule.PAD_UPSTREAM_ROWS: Fill.ROWS}
 
 
 @dataclass(frozen=True)
@@ -57,12 +39,13 @@ class Lies:
 @dataclass(frozen=True)
 class Layouts:
     """`pad_to_block`'s layout of a design: each padded tensor's `Lies`, the cost model's choices
-    of padded extents, and the describe() lines of the rules deciding it for the whole design
-    (`shared` before the plan's own, `passed` after)."""
+    of padded extents, the families of products `pad_shared_input` decided (`shared`, described
+    before the plan's own lines), and the describe() lines of the other design-wide rules
+    (`passed`, after them)."""
 
     lies: dict[Node, Lies]
     choices: tuple = ()   # (group, Choice) of each padded extent the cost model chose
-    shared: tuple = ()
+    shared: tuple = ()    # pad_shared_input's SharedLayouts (pad.py), padded or refused
     passed: tuple = ()
 
     @property
@@ -74,8 +57,7 @@ def lies_of(program: Program, placements) -> dict[Node, Lies]:
     """The Lies of each of `program`'s host tensors and outputs whose placement is padded (by
     `pad_to_block` or `pad_rows_to_words`; a segment's Program sees the design's placements: its
     cut values are inputs)."""
-    by_name = {p.name: Lies(p.padded, Fill.WRITTEN if p.producer_writes else FILL_OF_RULE.get(p.zeros_rule, Fill.ZEROS))
-               for p in placements if p.padded is not None}
+    by_name = {p.name: Lies(p.padded, p.fill) for p in placements if p.padded is not None}
     if not by_name:   # most designs: nothing to look up in each probe's calls
         return {}
     found = {n: by_name[f"out{i}"] for i, n in enumerate(program.outputs) if f"out{i}" in by_name}

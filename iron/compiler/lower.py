@@ -44,7 +44,7 @@ class Lowered:
     emit: Emit | None
     carry: tuple
     holds: dict
-    waiting_inputs: frozenset[str]
+    waiting_inputs: frozenset[FifoId]
     rules: tuple[Decision, ...] = ()
     looped: frozenset[str] = frozenset()   # FIFOs of cores looping over a repeated block (repeat.py)
 
@@ -143,7 +143,8 @@ def site_links(ctx: Context, site: Site, parts: list[Part], sizes: dict) -> list
     if not parts[0].split:
         return [Link(mem, (fifo(g, Stem.W, mem=True),), names)]
     block, size, s = sizes[names[0]][0], sizes[fifo(g, Stem.PART, 0)][0], site.stream
-    lanes = [Link(lane, (s.lane_fifo(g, k).name,), names[k * s.per_lane:(k + 1) * s.per_lane],
-                  destination_offsets=tuple(p * block for p in range(s.per_lane))) for k, lane in enumerate(s.lane_mems)]
+    split = tuple(p * block for p in range(s.per_lane)) if s.per_lane > 1 else ()   # one part a lane: a forward
+    lanes = [Link(lane, (s.lane_fifo(g, k).name,), names[k * s.per_lane:(k + 1) * s.per_lane], destination_offsets=split)
+             for k, lane in enumerate(s.lane_mems)]
     return [*lanes, Link(mem, tuple(fifo(g, Stem.PART, p.number) for p in parts), (joined(ctx, g).name,),
                          source_offsets=tuple(p.number * size for p in parts))]

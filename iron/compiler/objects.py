@@ -324,9 +324,14 @@ def _region(ctx: Context, call: Node, placement_name: str):
 
 
 def _buffer(ctx: Context, part: Part, call: Node, size: int) -> str:
+    return _new_buffer(part, size, call.dtype, call_label(ctx.program, call))
+
+
+def _new_buffer(part: Part, size: int, dtype, what: str) -> str:
+    """A Buffer of the part's tile holding `what`, `size` bytes rounded up to whole words."""
     name = f"{part.prefix}_buf{len(part.buffers)}"
-    part.buffers.append(Buffer(name, part.tile, -(-size // 4) * 4, call.dtype))
-    part.holds[name] = call_label(ctx.program, call)
+    part.buffers.append(Buffer(name, part.tile, -(-size // 4) * 4, dtype))
+    part.holds[name] = what
     return name
 
 
@@ -367,9 +372,7 @@ def gather(ctx: Context, part: Part, view: Node) -> list[KernelStep]:
             f"result, and iron copies at most {MAX_GATHER_RUNS} runs into a view: lay the result out so the "
             "view takes longer runs (e.g. transpose it in the kernel), or pick fewer rows."
         )
-    name = f"{part.prefix}_buf{len(part.buffers)}"
-    part.buffers.append(Buffer(name, part.tile, -(-nbytes(view) // 4) * 4, view.dtype))
-    part.holds[name] = describe(view)
+    name = _new_buffer(part, nbytes(view), view.dtype, describe(view))
     source, itemsize = read(ctx, part, view.src[0], False), view.dtype.itemsize
     steps, done = [], 0
     for run in runs:

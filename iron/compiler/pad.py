@@ -98,7 +98,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts
     lies = {n: Lies(shape, Fill.WRITTEN if n in written else zeros.get(n, Fill.ZEROS)) for n, shape in padded.items()}
     choices = tuple((group_of[call].name, choice) for call, (node, shape, choice) in chosen.items()
                     if padded.get(node) == shape)   # the choices no later agreement overrode
-    return Layouts(lies, choices, tuple((Rule.PAD_SHARED_INPUT, s.text(program)) for s in shared),
+    return Layouts(lies, choices, tuple(shared),
                    (*passed_rules(program, groups, padded, group_of),
                     *zeros_rules(program, groups, lies, readers, group_of),
                     *region_rules(program, groups, padded, readers, group_of)))
@@ -222,19 +222,19 @@ def answered(readers: dict, layouts: list[SharedLayout]) -> dict:
     return readers | {t: [] for s in layouts for t in s.tensors}
 
 
-def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, device) -> str:
+def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, device, shared: tuple = ()) -> str:
     """Why `pad_to_block` did not pad the MatMul or MatVec `group` is, or the elementwise calls it
     streams, as the whole design reads it ("" for other groups or when it may): a segment sees
     its cut values as host tensors. A call of a `pad_shared_input` family that may not share its
-    tensors says why, naming them all; so does a group of a `pad_shared_stream` family."""
+    tensors says why, naming them all, from the design's decision (`shared`: its SharedLayouts,
+    never decided again); so does a group of a `pad_shared_stream` family."""
     if streamable(group.calls):
         return family_unpadded(program, groups, group)
     (call,) = group.calls if len(group.calls) == 1 else (None,)
     if call is None or call.arg.kernel.role is not Role.MATRIX:
         return ""
     readers, group_of = readers_of(program, groups), {c: g for g in groups for c in g.calls}
-    refused = next((s for s in shared_layouts(program, groups, device, readers, group_of) if s.why and call in s.calls),
-                   None)
+    refused = next((s for s in shared if s.why and call in s.calls), None)
     if refused:
         return f"{call_label(program, call)} is not padded: {Rule.PAD_SHARED_INPUT}: {refused.text(program)}"
     why = matrix_unpadded(call, readers, group_of)

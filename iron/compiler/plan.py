@@ -103,6 +103,21 @@ class HostBuffer:
     nwords: int
 
 
+class Fill(Term):
+    """What a padded tensor's padding holds, as its readers may rely on it."""
+
+    ZEROS = "zeros"            # the zeros its buffer is made with: the host writes the user's region only
+    WRITTEN = "unwritten"      # zeros too: its producer writes the user's region only (`pad_written_by_producer`)
+    KEPT = "kept zeros"        # zeros computed from zeros by kernels that keep them (`pad_through_zeros`)
+    ROWS = "reduced zeros"     # zeros a row reduction writes past each row's length (`pad_upstream_rows`)
+    COMPUTED = "computed"      # computed from padding, never read as the user's
+
+    @property
+    def rule(self) -> Rule | None:
+        """The rule computing zeros into the padding of a tensor made over a padded layout."""
+        return {Fill.KEPT: Rule.PAD_THROUGH_ZEROS, Fill.ROWS: Rule.PAD_UPSTREAM_ROWS}.get(self)
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where one host-visible tensor lives: `buffer` at word `offset`, C-contiguous; `padded`:
@@ -119,8 +134,7 @@ class Placement:
     dtype: np.dtype
     shown: str | None = None   # what texts call it, when not `name`: what a segment's output stands for
     padded: tuple[int, ...] | None = None
-    producer_writes: bool = False   # padded for its reader, its producer writes the user's region only
-    zeros_rule: Rule | None = None  # padded, made over a padded layout: the rule its padding's zeros are computed by
+    fill: Fill = Fill.ZEROS         # what its padding holds, as its readers may rely on it
     word_rows: bool = False         # padded by `pad_rows_to_words`: its rows' padding holds nothing anyone reads
     lead: int = 0                   # elements of padding before the user's region (`pad_lead_to_words`)
 

@@ -21,9 +21,9 @@ from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.copies import carry_from_earlier_segment
 from iron.compiler.fuse import Group
 from iron.compiler.invariants import check_plan
-from iron.compiler.layout import Fill
+from iron.compiler.layout import Layouts
 from iron.compiler.pad import design_unpadded
-from iron.compiler.plan import Cut, HostRole, Placement, PlacementKind, Plan
+from iron.compiler.plan import Cut, Fill, HostRole, Placement, PlacementKind, Plan
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
@@ -44,18 +44,18 @@ class Segment:
 
 
 def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds: Plan | None,
-                     try_groups: Callable, whole: Exception | ShimShortfall, lies: dict,
+                     try_groups: Callable, whole: Exception | ShimShortfall, padding: Layouts,
                      apart: frozenset[int] = frozenset()) -> Plan:
     """The design as segments that each compile (`try_groups(program, groups, device, feeds,
     table, placements, bound=...)` runs the whole-design passes: a Plan, or the error or
     shortfall refusing it); `whole`: what refused the whole design, its error raised as it is
-    when there is nothing to cut (one group, and no Emit or none it fits without); `lies`:
-    `pad_to_block`'s layout of the design (tensor -> Lies). Each segment is compiled as it is sought, against
+    when there is nothing to cut (one group, and no Emit or none it fits without); `padding`:
+    `pad_to_block`'s layout of the design. Each segment is compiled as it is sought, against
     the words and DDR buffers of the segments before it, and the one the rule keeps is checked
     and kept as it is. No segment ends before a group in `apart` (an iteration looped over time
     stays whole: repeat.py)."""
 
-    flow = Flow(program, groups, lies, apart)
+    flow = Flow(program, groups, padding.lies, padding.shared, apart)
 
     def refused() -> Exception:   # why the whole design does not fit, found again only when shown
         return whole if isinstance(whole, Exception) else \
@@ -217,7 +217,7 @@ def _unfit(flow: Flow, start: int, alone: Exception, device) -> Exception:
         return alone
     group = flow.groups[start]
     labels = ", ".join(call_label(flow.program, c) for c in group.calls)
-    why = design_unpadded(flow.program, flow.groups, group, device)
+    why = design_unpadded(flow.program, flow.groups, group, device, flow.shared)
     return DoesNotFit(
         f"{flow.program.name} does not fit {device.name} even cut into segments: {labels} (group "
         f"{group.name}) alone is too large for one configuration{f' (pad_to_block: {why})' * bool(why)}. {alone}"
@@ -227,9 +227,9 @@ def _unfit(flow: Flow, start: int, alone: Exception, device) -> Exception:
 class Flow:
     """Where each call's result is made and read, by group index: what crosses each cut."""
 
-    def __init__(self, program: Program, groups: tuple[Group, ...], lies: dict | None = None,
+    def __init__(self, program: Program, groups: tuple[Group, ...], lies: dict | None = None, shared: tuple = (),
                  apart: frozenset[int] = frozenset()):
-        self.program, self.groups, self.lies, self.apart = program, groups, lies or {}, apart
+        self.program, self.groups, self.lies, self.shared, self.apart = program, groups, lies or {}, shared, apart
         self.padded = {n: lie.shape for n, lie in self.lies.items()}
         self.host = host_placements(program, self.padded)
         self.made = {c: i for i, g in enumerate(groups) for c in g.calls}
@@ -302,8 +302,7 @@ class Flow:
                 continue
             lie = self.lies.get(node)
             cut = Placement(self.cut_name(node), PlacementKind.CUT, HostRole.OUTPUTS.value, used, node.shape, node.dtype,
-                            padded=self.padded.get(node), producer_writes=lie is not None and lie.fill is Fill.WRITTEN,
-                            zeros_rule=lie and lie.fill.rule)
+                            padded=self.padded.get(node), fill=lie.fill if lie else Fill.ZEROS)
             used += cut.nwords
             cuts.append(cut)
         return (*host, *cuts)

@@ -7,12 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cache
 
-from iron.compiler.fifos import FifoId, Stem, fifo
+from iron.compiler.fifos import FifoId, Stem, fifo_id
 from iron.compiler.objects import Context, Part, host_access, joined
 from iron.compiler.place import Site
 from iron.compiler.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
 from iron.compiler.readers import Reader
-from iron.compiler.route import host_fifo
 from iron.compiler.words import Access, placement_access
 from iron.ir import destination, state_of, tensor_inputs
 
@@ -60,21 +59,21 @@ def _lanes(s, access: Access) -> list[Access]:
     return [replace(access, offset=access.offset + k * s.per_lane * part, dims=dims) for k in range(len(s.lane_mems))]
 
 
-def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[str]]:
+def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[FifoId]]:
     """The groups' moves in order, each group's after Waits on the `_host` FIFOs (`written_fifos`)
     of earlier groups that wrote a state it touches (once per write: every writer, as disjoint parts of a
     state may be written by several groups); also the `_in` FIFOs of the groups that wait so."""
-    writers: dict[str, set[str]] = {}
-    waited: set[str] = set()
-    after: set[str] = set()
+    writers: dict[str, set[FifoId]] = {}
+    waited: set[FifoId] = set()
+    after: set[FifoId] = set()
     entries: list = []
     for site, mine in zip(sites, moves):
         calls = site.group.calls
         touched = {state_of(n) for c in calls for n in (*tensor_inputs(c), *c.src[: c.arg.n_inputs + c.arg.writes])}
         fifos = {f for s in touched for f in writers.get(s, ())}
         if fifos:
-            after.add(fifo(site.group.name, Stem.IN))
-        entries += [Wait(f) for f in sorted(fifos) if f not in waited]
+            after.add(fifo_id(site.group.name, Stem.IN))
+        entries += [Wait(f.name) for f in sorted(fifos, key=str) if f not in waited]
         waited |= fifos
         entries += mine
         for call in calls:
@@ -84,14 +83,14 @@ def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[st
     return entries, frozenset(after)
 
 
-def written_fifos(site: Site) -> set[str]:
+def written_fifos(site: Site) -> set[FifoId]:
     """The FIFOs a group's state write reaches host memory through: its `_host`, or each column's
     join of a streamed group (`stream_into_state`) or of a grid's C blocks (a matrix call writing
     a run of a state)."""
     g, on = site.group.name, site.flow or site.grid
     if on is None:
-        return {fifo(g, Stem.HOST)}
-    return {host_fifo(g, 0, c) for c in range(len(on.cols))}
+        return {fifo_id(g, Stem.HOST)}
+    return {fifo_id(g, Stem.HOST, c) for c in range(len(on.cols))}
 
 
 def finish_sequence(entries: list, fifos: dict[str, Fifo], device) -> tuple:

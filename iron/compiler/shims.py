@@ -64,7 +64,8 @@ def shim_requests(lowered: Lowered) -> list[ShimRequest]:
     requests = []
     for f in lowered.fifos:
         if f.producer == HOST:
-            shares = f.role is FifoRole.EMIT_IN or (f.role is FifoRole.INPUT and f.name not in lowered.waiting_inputs)
+            waits = f.name in {w.name for w in lowered.waiting_inputs}
+            shares = f.role is FifoRole.EMIT_IN or (f.role is FifoRole.INPUT and not waits)
             shares = shares and f.name not in lowered.looped
             requests.append(ShimRequest(f.name, Direction.MM2S, f.consumers[0].col, f.nbytes, shares))
         elif HOST in f.consumers:

@@ -122,9 +122,11 @@ class RowWise(Kernel):
 
 
 class StridedRows(RowWise):
-    """out[r, j] = x[r, start + j * step] for start + j * step < stop: a step slice along the rows
-    of a tensor larger than a tile whose elements are narrower than a 32-bit word, picked row by
-    row by the cores, which take x in blocks of whole rows as they take an expansion's
+    """Each row of out is Strided's pattern over the same row of x: out[r, k] = x[r, offset + i0 *
+    s0 + i1 * s1 + i2 * s2 + i3 * s3], k counting (i0, i1, i2, i3) row-major. A step slice along
+    the rows (`x[:, ::2]`) or a transpose (each row of x's words one column of words of it) of a
+    tensor larger than a tile whose elements are narrower than a 32-bit word, picked row by row
+    by the cores, which take x in blocks of whole rows as they take an expansion's
     (`stream_row_blocks`); the compiler inserts it (`copy_view_for_grid`). Its C ABI takes the
     rows, x's row length and out's."""
 
@@ -132,19 +134,19 @@ class StridedRows(RowWise):
     batches = True
     name = "strided_rows"
     source_kernel = Strided   # strided.cc defines it too
-    attrs = {"width": Kernel.REQUIRED, "start": 0, "step": 1, "stop": Kernel.REQUIRED}
-    c_attrs = (("start", "i32"), ("step", "i32"), ("stop", "i32"))
+    attrs = {"width": Kernel.REQUIRED, "offset": 0, **{f"n{d}": 1 for d in range(4)}, **{f"s{d}": 0 for d in range(4)}}
+    c_attrs = Strided.c_attrs
     keeps_dtype = exact_in_dtype = gathers = True
 
     @classmethod
-    def out_shape(cls, shapes, width, stop, start=0, step=1):
+    def out_shape(cls, shapes, width, offset=0, **dims):
         if len(shapes[0]) != 2 or shapes[0][1] != width:
             cls.refuse(shapes, f"needs whole rows of {width} elements")
-        return (shapes[0][0], len(range(start, stop, step)))
+        return (shapes[0][0], int(np.prod([dims.get(f"n{d}", 1) for d in range(4)])))
 
     @staticmethod
-    def compute(x, start=0, step=1, stop=None, width=None):
-        return x[..., start:stop:step]
+    def compute(x, offset=0, n0=1, n1=1, n2=1, n3=1, s0=0, s1=0, s2=0, s3=0, width=None):
+        return x[..., placed(offset, ((n0, s0), (n1, s1), (n2, s2), (n3, s3)))]
 
 
 class Add(Binary):

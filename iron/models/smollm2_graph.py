@@ -25,6 +25,7 @@ from iron.kernels import (
     Add,
     Argmax,
     ArgmaxBlocks,
+    Attention,
     Cast,
     Copy,
     Dequant,
@@ -44,6 +45,9 @@ from iron.runtime.compiled import CompiledGraph
 
 CONTEXT = 256
 BLOCK = 4096   # logits per Argmax: a 49152-wide row does not fit one tile's 64 KiB
+# The most positions whose float32 keys and values (64 KiB at 64 positions of head size 64, with
+# a key/value head's queries) the Attention kernel, which does not stream, holds on one tile.
+FUSED_CONTEXT = 64
 
 
 class Matrix:
@@ -68,11 +72,14 @@ class Matrix:
 
 
 class Layer:
-    """One block's params and KV caches, and the kernel calls of one position."""
+    """One block's params and KV caches, and the kernel calls of one position: attention as a
+    chain of calls per query head (MatVec, Scale, Softmax, MatVec; values cached transposed), or
+    `fused`, one Attention call per key/value head (its 3 query heads at once; values cached as
+    rows), which makes a layer 18 groups instead of 44."""
 
-    def __init__(self, model: SmolLM2, index: int, context: int, quantized: bool):
+    def __init__(self, model: SmolLM2, index: int, context: int, quantized: bool, fused: bool = False):
         config, block = model.config, model.weights.blocks[index]
-        self.config = config
+        self.config, self.fused = config, fused
         self.attn_norm, self.ffn_norm = iron.param(block.attn_norm), iron.param(block.ffn_norm)
 
         def matrix(*fields):
@@ -82,7 +89,7 @@ class Layer:
         self.gate_up, self.down = matrix("ffn_gate", "ffn_up"), matrix("ffn_down")
         d = config.head_dim
         self.keys = [iron.state((context, d), np.float32) for _ in range(config.kv_heads)]
-        self.values = [iron.state((d, context), np.float32) for _ in range(config.kv_heads)]
+        self.values = [iron.state((context, d) if fused else (d, context), np.float32) for _ in range(config.kv_heads)]
 
     def step(self, x, pos):
         c = self.config
@@ -94,13 +101,24 @@ class Layer:
         v = qkv[k_end:]
         for j in range(c.kv_heads):
             Copy.step(k[j * d:(j + 1) * d], out=self.keys[j][pos])
-            Copy.step(v[j * d:(j + 1) * d], out=self.values[j][:, pos])
-        heads = [self.attend(q[i * d:(i + 1) * d], i // group, pos) for i in range(c.heads)]
+            Copy.step(v[j * d:(j + 1) * d], out=self.values[j][pos] if self.fused else self.values[j][:, pos])
+        if self.fused:
+            heads = [self.attend_group(q[j * group * d:(j + 1) * group * d], j, pos) for j in range(c.kv_heads)]
+        else:
+            heads = [self.attend(q[i * d:(i + 1) * d], i // group, pos) for i in range(c.heads)]
         x = Add.step(x, self.wo.times(concat(*heads)))
         h = RMSNorm.step(x, self.ffn_norm, eps=eps)
         gate_up = self.gate_up.times(h)
         u = Mul.step(SiLU.step(gate_up[:c.ffn]), gate_up[c.ffn:])
         return Add.step(x, self.down.times(u))
+
+    def attend_group(self, q, kv: int, pos):
+        """The query heads of key/value head `kv` (q of all of them, end to end) in one Attention
+        call over cache rows 0..pos."""
+        d, context = self.config.head_dim, self.keys[kv].shape[0]
+        group = q.shape[0] // d
+        keys, values = (cache.reshape(1, context, d) for cache in (self.keys[kv], self.values[kv]))
+        return Attention.step(q.reshape(group, d), keys, values, length=pos + 1).reshape(-1)
 
     def attend(self, q, kv: int, pos):
         """One query head over key/value head `kv`: softmax(K q / sqrt(d)) over rows 0..pos, then V p."""
@@ -112,18 +130,24 @@ class SmolLM2Graph(iron.Graph):
     """One decoding step of `model` (all its loaded layers) with a KV cache of `context` positions;
     `quantized=True` keeps the matrices and the embedding table as the GGUF file ships them
     (Q4_1 / Q8_0 blocks, about 6x fewer bytes to move per token) and expands them on the tiles
-    with Dequant."""
+    with Dequant; `fused=True` computes each layer's attention with one Attention call per
+    key/value head (a context of at most FUSED_CONTEXT positions, whose cache fits a tile): every
+    layer is then the same 18 groups, which the compiler runs over time on the same cores."""
 
-    def __init__(self, model: SmolLM2, context: int = CONTEXT, quantized: bool = False):
+    def __init__(self, model: SmolLM2, context: int = CONTEXT, quantized: bool = False, fused: bool = False):
         config = model.config
         if not 1 <= context <= config.context:
             raise ArgumentError(f"context={context}: the model was trained for contexts up to "
                                 f"{config.context} tokens; pass a context in 1..{config.context}.")
+        if fused and context > FUSED_CONTEXT:
+            raise ArgumentError(f"fused=True with context={context}: the Attention kernel holds a key/value head's "
+                                f"cache on one tile, at most {FUSED_CONTEXT} positions; pass a context in "
+                                f"1..{FUSED_CONTEXT}, or fused=False.")
         self.config, self.context = config, context
         table = model.tensors["token_embd.weight"]
         self.embedding_bytes = table.format.nbytes if quantized else None
         self.embedding = iron.weight(table.data if quantized else model.weights.token_embd)
-        self.layers = [Layer(model, i, context, quantized) for i in range(config.layers)]
+        self.layers = [Layer(model, i, context, quantized, fused) for i in range(config.layers)]
         self.output_norm = iron.param(model.weights.output_norm)
         self.lm_head = Matrix(model, ["token_embd.weight"], quantized)   # tied: the embedding table
         self.tokens = iron.state((context + 1,), np.int32, name="tokens")   # the text, by position

@@ -15,7 +15,7 @@ from iron.compiler.copies import copy_view_for_grid
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Dma
 from iron.compiler.rules import Rule
-from iron.errors import IndexOutOfRange
+from iron.errors import IndexOutOfRange, PlacementError
 from iron.ir import describe
 from iron.kernels import Add, Copy, MatMul, Mul, Scatter, Softmax, StridedRows
 from tests.compiler.test_mlir import op_names
@@ -339,9 +339,65 @@ def test_a_strided_view_of_a_product_larger_than_a_tile_is_copied_from_ddr(devic
                       "by its access pattern"])
 
 
+class RowInterior(iron.Graph):
+    """Row i + 1's interior of a state one wider on every side written each call (a per-call index)."""
+
+    def __init__(self, n: int, dtype):
+        self.pad = iron.state((n + 2, n + 2), dtype, name="pad")
+
+    def body(self, row, *, i: Scratchpad[np.int32]):
+        Copy.step(row, out=self.pad[i + 1, 1:-1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", NARROW, ids=["bf16", "i16", "i8", "u8"])
+def test_a_row_interior_at_a_per_call_index_is_scattered_into_its_whole_row(device, dtype):
+    """The Scatter reads and writes back the whole row the per-call index picks (its rows padded to
+    whole words where they are not: `pad_rows_to_words`), the border keeping its values."""
+    graph, border = RowInterior(31, dtype), ints(dtype, 33, 33)
+    body = graph.compile(row=border[0, 1:-1], device=from_name(device))
+    body.write("pad", border)
+    graph.write("pad", border)
+    expected = border.copy()
+    for i in (0, 17, 30, 17):
+        row = ints(dtype, 31)
+        body(row=row, i=i)
+        graph.reference(row=row, i=i)
+        expected[i + 1, 1:-1] = row
+    np.testing.assert_array_equal(body.read("pad"), expected)
+    np.testing.assert_array_equal(graph.read("pad"), expected)
+    [scatter] = [c for c in copy_view_for_grid(graph.trace(row=border[0, 1:-1])).inserted if c.arg.kernel is Scatter]
+    assert describe(scatter.src[1]) == "pad[i + 1]" and scatter.arg.attr_dict["offset"] == 1
+
+
+class Fill(iron.Graph):
+    """A CarriedLoop writing row `step` of a weight into row step + 1's interior of a state."""
+
+    def __init__(self, x):
+        self.x = iron.weight(x)
+        self.pad = iron.state((x.shape[0] + 2, x.shape[1] + 2), x.dtype, name="pad")
+
+    def body(self, *, step: Carried[np.int32]):
+        Copy.step(self.x[step], out=self.pad[step + 1, 1:-1])
+        return iron.carry(step=step + 1)
+
+
+@pytest.mark.parametrize("dtype", NARROW, ids=["bf16", "i16", "i8", "u8"])
+def test_row_interiors_fill_a_state_in_a_carried_loop_at_depth_two(dtype):
+    x, border = ints(dtype, 31, 31), ints(dtype, 33, 33)
+    body = Fill(x).compile(device=from_name("npu2"))
+    body.write("pad", border)
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(30, step=0)) == list(range(30))
+    assert dict(loop.carry) == {"step": 31} and loop.transitions == 31
+    expected = border.copy()
+    expected[1:-1, 1:-1] = x
+    np.testing.assert_array_equal(body.read("pad"), expected)
+
+
 class NarrowLarge(iron.Graph):
-    """x[:, ::2] of a 1024 x 1024 tensor of 1- or 2-byte elements feeding a streamed Add or a
-    MatMul over the array, or y[:, ::2] of a product y as large."""
+    """x[:, ::2] or x.T of a 1024 x 1024 tensor of 1- or 2-byte elements feeding a streamed Add or
+    a MatMul over the array, or y[:, ::2] of a product y as large."""
 
     def __init__(self, reader: str, w=None):
         self.reader, self.w = reader, None if w is None else iron.param(w)
@@ -351,26 +407,71 @@ class NarrowLarge(iron.Graph):
             return Add.step(MatMul.step(x, self.w)[:, ::2], y)
         if self.reader == "matmul":
             return MatMul.step(x[:, ::2], y, dtype=np.int32 if x.dtype.kind in "iu" else np.float32)
-        return Add.step(x[:, ::2], y)
+        return Add.step(x.T if self.reader == "transpose" else x[:, ::2], y)
+
+
+NARROW_LARGE = {   # reader: x's and y's shapes, numpy's result, StridedRows' pattern (offset, sizes, strides)
+    # for `per` elements a word (x.T's rows are columns of words)
+    "add": ((1024, 1024), (1024, 512), lambda x, y, w: x[:, ::2] + y, lambda per: (0, (512,), (2,))),
+    "transpose": ((1024, 1024), (1024, 1024), lambda x, y, w: x.T + y, lambda per: (0, (per, 1024), (1, per))),
+    "matmul": ((1024, 1024), (512, 64), lambda x, y, w: x[:, ::2] @ y, lambda per: (0, (512,), (2,))),
+    "product": ((256, 128), (256, 256), lambda x, y, w: (x @ w)[:, ::2] + y, lambda per: (0, (256,), (2,))),
+}
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [np.uint8, iron.bfloat16], ids=["u8", "bf16"])
-@pytest.mark.parametrize("reader", ["add", "matmul", "product"])
-def test_a_narrow_step_slice_larger_than_a_tile_is_picked_row_by_row_as_its_rows_stream(device, dtype, reader):
+@pytest.mark.parametrize("reader", sorted(NARROW_LARGE))
+def test_a_narrow_view_larger_than_a_tile_is_picked_row_by_row_as_its_rows_stream(device, dtype, reader):
     """`copy_view_for_grid` reads the view through a StridedRows call, which streams the whole rows
-    of its tensor in blocks of rows (`stream_row_blocks`) and picks every second element of each."""
-    sides = {"add": ((1024, 1024), (1024, 512)), "matmul": ((1024, 1024), (512, 64)), "product": ((256, 128), (256, 256))}
-    (xs, ys), w = sides[reader], ints(dtype, 128, 512) % 2 if reader == "product" else None
+    of its tensor in blocks of rows (`stream_row_blocks`), or for x.T its columns of words, and
+    picks each row of the view from one of them."""
+    xs, ys, numpy, pattern = NARROW_LARGE[reader]
     x, y = ints(dtype, *xs) % 2, ints(dtype, *ys) % 2   # 0 and 1: every sum exact in bfloat16 and uint8
+    w = ints(dtype, 128, 512) % 2 if reader == "product" else None
     graph = NarrowLarge(reader, w)
     body, got, want = run(graph, device, x=x, y=y)
-    wide = {"add": lambda: x[:, ::2].astype(np.int64) + y, "matmul": lambda: x[:, ::2].astype(np.int64) @ y,
-            "product": lambda: (x.astype(np.int64) @ w)[:, ::2] + y}[reader]()
-    np.testing.assert_array_equal(np.asarray(got, np.int64), wide)
+    np.testing.assert_array_equal(np.asarray(got, np.int64), numpy(*(None if a is None else np.asarray(a, np.int64) for a in (x, y, w))))
     np.testing.assert_array_equal(got, want)
-    inserted = copy_view_for_grid(graph.trace(x=x, y=y)).inserted
-    width = 512 if reader == "product" else 1024
-    assert [(c.arg.kernel, c.arg.attr_dict) for c in inserted] == [
-        (StridedRows, {"width": width, "start": 0, "step": 2, "stop": width - 1})]
+    [picks] = copy_view_for_grid(graph.trace(x=x, y=y)).inserted
+    a = picks.arg.attr_dict
+    assert picks.arg.kernel is StridedRows and (a["offset"], tuple(a[f"n{d}"] for d in range(4) if a[f"n{d}"] > 1),
+                                                tuple(a[f"s{d}"] for d in range(4) if a[f"n{d}"] > 1)) == pattern(4 // np.dtype(dtype).itemsize)
     assert {Rule.COPY_VIEW_FOR_GRID, Rule.STREAM_ROW_BLOCKS} <= set(rules(body))
+
+
+class Bias(iron.Graph):
+    def body(self, x, b):
+        return Add.step(x, b)
+
+
+def test_a_broadcast_of_odd_narrow_rows_larger_than_a_tile_is_refused_naming_the_view():
+    """Each repeated row of 251 int8 elements is not whole words and the broadcast is larger than a
+    tile, so neither the DMA nor a core's Strided gather moves it: PlacementError names the view."""
+    x, b = np.ones((251, 251), np.int8), np.arange(251).astype(np.int8)
+    with pytest.raises(PlacementError) as refused:
+        Bias().compile(x=x, b=b, device=from_name("npu2"))
+    assert "broadcast_to(b, (251, 251)) moves runs of 251 bytes of input 'b' (int8)" in str(refused.value)
+
+
+class SliceOfProduct(iron.Graph):
+    """(x @ w)[1:] @ v: a view of one tiled product read by another."""
+
+    def __init__(self, w, v):
+        self.w, self.v = iron.param(w), iron.param(v)
+
+    def body(self, x):
+        return MatMul.step(MatMul.step(x, self.w)[1:], self.v)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_view_of_a_product_read_by_a_tiled_matmul_is_copied_first(device):
+    """`copy_view_for_grid` reads (x @ w)[1:] through a Copy (the grid reads whole tensors), as it
+    reads a view of a host tensor: no refusal saying the view is not padded."""
+    x, w, v = f32(251, 251), f32(251, 251) / 4, f32(251, 251) / 4
+    graph = SliceOfProduct(w, v)
+    body, got, want = run(graph, device, x=x)
+    np.testing.assert_allclose(got, (x @ w)[1:] @ v, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    [copy] = copy_view_for_grid(graph.trace(x=x)).inserted
+    assert copy.arg.kernel is Copy and describe(copy.src[0]) == "MatMul(x, w)[1:]"

@@ -20,9 +20,8 @@ from iron.compiler.fuse import (
     fuse,
     held_bytes,
 )
-from iron.compiler.plan import FifoRole, TileKind
+from iron.compiler.plan import FifoRole, Loop, TileKind
 from iron.compiler.rules import Rule
-from iron.compiler.tiling import ONE_ROW_K
 from iron.ir import call_label
 from iron.kernels import Dequant, MatVec
 from iron.models.blocks import Q4_1, Q8_0
@@ -67,14 +66,15 @@ def test_a_quantized_layer_streams_its_blocks_split_by_rows(on_emulator, device,
     compiled = graph.compile(x=((512,), F32), device=from_name(device))
     plan, row = compiled.plan, 512 // 32 * fmt.nbytes
     assert plan.groups == (("g0", ("RMSNorm#0",)), ("g1", ("Dequant#1", "MatVec#2", "SiLU#3")))
-    assert (Rule.DEQUANT_BEFORE_MATVEC,
-            f"g1: w moves as stored, {528 * row} bytes; each block of {rows} rows ({rows * row} bytes) is expanded on "
-            f"its tile by Dequant to {rows} x 512 float32 ({rows * 2048} bytes) just before MatVec; the (528, 512) "
-            "float32 matrix (1081344 bytes) is never in DDR") in plan.rules
-    assert dict(plan.rules)[Rule.STREAM_LARGE_MATRIX].startswith(
-        f"g1: w (528, {row}) uint8 ({528 * row} bytes) streamed as {blocks} blocks of {rows} rows per part via mem_")
-    assert (Rule.SPLIT_MATRIX_OVER_TILES, f"g1: w (528, {row}) uint8 ({528 * row} bytes) split by rows over {parts} tiles") \
-        in plan.rules
+    decided = [rule for rule, _ in plan.rules]
+    assert [decided.count(r) for r in (Rule.DEQUANT_BEFORE_MATVEC, Rule.STREAM_LARGE_MATRIX,
+                                       Rule.SPLIT_MATRIX_OVER_TILES)] == [2, 1, 1]
+    assert plan.closed_by["g0"] is Rule.DEQUANT_BEFORE_MATVEC   # closing g0, and placing g1's expansion
+    cores = [c for c in plan.cores if c.group == "g1"]
+    assert len(cores) == parts and all(
+        [i.count for i in c.program if isinstance(i, Loop)] == [blocks] for c in cores)   # a block of rows a turn
+    expanded = [b.nbytes for b in plan.buffers if plan.holds[b.name] == "Dequant#1"]
+    assert expanded == [rows * 2048] * parts   # each block of rows expanded on its tile, rows x 512 float32
     assert dict(plan.choices)["g1"].chosen == f"{parts} parts through {lanes} shim channels"
     weights = [f for f in plan.fifos if f.producer.kind is TileKind.SHIM and f.role is FifoRole.WEIGHTS]
     assert [(f.name, f.dtype, f.nbytes) for f in weights] == [
@@ -93,23 +93,21 @@ def test_a_quantized_head_spreads_over_the_array_in_whole_rows(on_emulator, fmt,
     graph = Head(random_blocks(rng, rows, 256, fmt), fmt)
     compiled = graph.compile(x=((256,), F32), device=from_name("npu2"))
     plan, row = compiled.plan, 256 // 32 * fmt.nbytes
-    grid = dict(plan.rules)[Rule.TILE_MATMUL_OVER_ARRAY]
-    m = rows // 32 // int(grid.split(" output blocks per core")[0].rsplit(" ", 1)[1])
-    assert grid.startswith(f"g0: MatVec ({rows}, 256) x (256,) float32 -> float32 (its matrix expanded on each core "
-                           f"by Dequant from uint8 blocks) over 32 tiles (4 rows x 8 columns of cores): blocks m={m} "
-                           "k=256 n=1")
-    assert dict(plan.rules)[Rule.DEQUANT_BEFORE_MATVEC] == (
-        f"g0: w moves as stored, {rows * row} bytes; each block of {m} rows ({m * row} bytes) is expanded on its tile "
-        f"by Dequant to {m} x 256 float32 ({m * 1024} bytes) just before MatVec; the ({rows}, 256) float32 matrix "
-        f"({rows * 1024} bytes) is never in DDR")
+    (choice,) = [c for g, c in plan.choices if g == "g0"]
+    m = int(choice.chosen.split()[0].removeprefix("m="))
+    assert choice.rule is Rule.TILE_MATMUL_OVER_ARRAY and choice.chosen == f"m={m} k=256 n=1"
+    assert len(plan.cores) == 32 and rows % (32 * m) == 0
+    expanded = [b for b in plan.buffers if b.name.endswith("_expanded")]
+    assert [b.nbytes for b in expanded] == [m * 256 * 4] * 32   # m rows of 256 float32 on each core
+    assert plan.fifo("g0_a0_0").nbytes == m * row                # its m rows as stored
     never_in_ddr(plan, rows * 1024)
     assert ddr_traffic(plan).consts == rows * row
     x = rng.standard_normal(256).astype(F32)
     agree(compiled(x), graph.reference(x))
 
 
-@pytest.mark.parametrize("fmt, device, free, k", [(Q8_0, "npu2", 32, 2048), (Q4_1, "npu1", 16, 4096)])
-def test_a_quantized_row_longer_than_a_tile_expands_in_k_blocks_of_whole_blocks(on_emulator, fmt, device, free, k):
+@pytest.mark.parametrize("fmt, device, k", [(Q8_0, "npu2", 2048), (Q4_1, "npu1", 4096)])
+def test_a_quantized_row_longer_than_a_tile_expands_in_k_blocks_of_whole_blocks(on_emulator, fmt, device, k):
     """`expansion_k_blocks`: one row of 8192 weights (32 KiB expanded, and the vector as much)
     fits no tile whole, so the blocks stream in k-blocks of whole GGUF blocks (the fewest whose
     stored bytes are within a BD dimension's 1023 words: 2048 columns of Q8_0, 4096 of Q4_1),
@@ -117,18 +115,16 @@ def test_a_quantized_row_longer_than_a_tile_expands_in_k_blocks_of_whole_blocks(
     rng = np.random.default_rng(5)
     graph = Head(random_blocks(rng, 1, 8192, fmt), fmt)
     compiled = graph.compile(x=((8192,), F32), device=from_name(device))
-    rules, stored = dict(compiled.plan.rules), k // 32 * fmt.nbytes
-    assert rules[Rule.TILE_MATMUL_OVER_ARRAY] == (
-        "g0: MatVec (1, 8192) x (8192,) float32 -> float32 (its matrix expanded on each core by Dequant from uint8 "
-        f"blocks) over 1 tiles (1 rows x 1 columns of cores): blocks m=1 k={k} n=1 (each divides its side: no "
-        f"padding), 1 output blocks per core, {8192 // k} k-blocks each ({8192 // k} kernel calls per core), summed in "
-        "float32; not more "
-        f"cores: no grid of more than 1 of the {free} free cores has cores dividing M = 1 (each core its own rows), "
-        "and blocks divide their sides (no remainder block; padded only as pad_to_block says)" + ONE_ROW_K)
-    assert rules[Rule.DEQUANT_BEFORE_MATVEC] == (
-        f"g0: w moves as stored, {8192 // k * stored} bytes; each block of 1 rows of {k} columns ({stored} bytes) is "
-        f"expanded on its tile by Dequant to 1 x {k} float32 ({4 * k} bytes) just before MatVec; the (1, 8192) float32 "
-        "matrix (32768 bytes) is never in DDR")
+    plan, stored = compiled.plan, k // 32 * fmt.nbytes
+    assert [(g, c.chosen) for g, c in plan.choices] == [("g0", f"m=1 k={k} n=1")]
+    (core,) = plan.cores
+    (rounds,) = core.program
+    (more,) = [i for i in rounds.body if isinstance(i, Loop)]
+    assert (rounds.count, more.count) == (1, 8192 // k - 1)     # k-blocks: the first, then the rest summed
+    assert [(b.name, b.nbytes) for b in plan.buffers] == [("g0_r0c0_expanded", 4 * k)]
+    assert plan.fifo("g0_a0_0").nbytes == stored                  # k columns of whole GGUF blocks as stored
+    rules = [rule for rule, _ in plan.rules]
+    assert rules.count(Rule.TILE_MATMUL_OVER_ARRAY) == rules.count(Rule.DEQUANT_BEFORE_MATVEC) == 1
     x = rng.standard_normal(8192).astype(F32)
     agree(compiled(x), graph.reference(x))
 

@@ -22,6 +22,7 @@ from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.objects import pack
 from iron.compiler.plan import (
     Acquire,
+    Const,
     Direction,
     Element,
     Emit,
@@ -70,9 +71,15 @@ def test_every_state_write_gets_a_word_the_emit_moves_to_the_sink_and_nothing_el
 
 
 def test_the_walks_next_node_comes_from_its_group_and_its_steps_from_a_word():
-    emit, host = carry_sources(walk_context())
-    assert emit == (("node", Element("g0_out", 0)), ("steps", WordRef(5)))
-    assert host == (("node", Output("carry.node")), ("steps", WordRef(5)))
+    ctx = walk_context()
+    emit, host = carry_sources(ctx)
+    (_, steps), = [(name, source) for name, source in emit if name == "steps"]
+    assert emit == (("node", Element("g0_out", 0)), ("steps", steps))
+    assert host == (("node", Output("carry.node")), ("steps", steps))
+    words = ctx.table.defs()
+    given = next(w.index for w in words if w.name == "steps" and w.kind is WordKind.CARRIED)
+    nxt = words[steps.index]   # the next steps: this call's steps + 1
+    assert (nxt.kind, nxt.op, nxt.a, nxt.b) == (WordKind.NEXT, "add", WordRef(given), Const(1))
 
 
 def test_the_emit_core_reads_its_words_and_the_element_and_writes_the_feedback():

@@ -12,7 +12,7 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler.objects import MAX_GATHER_RUNS, StateWrite, gather, pack
-from iron.compiler.plan import Buffer, Output, Ptr, Tile, TileKind
+from iron.compiler.plan import Buffer, Output, Ptr, Tile, TileKind, WordKind
 from iron.compiler.rules import Rule
 from iron.compiler.words import Access
 from iron.errors import PlacementError
@@ -79,9 +79,13 @@ def test_a_state_write_through_an_index_reads_and_writes_its_row_by_patch_words(
     ctx, [[part]] = packed(designs.accumulate_at(64, 4))
     (call,) = ctx.program.calls
     assert regions(part.ins) == [(0, "x"), (256, "acc[pos]")]
-    assert part.ins.moves == [("inputs", Access(0, ((64, 1),))), ("states", Access(0, ((64, 1),), 1))]
+    (_, read), = [m for m in part.ins.moves if m[0] == "states"]
+    assert part.ins.moves[0] == ("inputs", Access(0, ((64, 1),)))
     assert part.host.offsets == {StateWrite(call): 0}
-    assert part.host.moves == [("states", Access(0, ((64, 1),), 1))]
+    [(buffer, write)] = part.host.moves
+    assert (buffer, write) == ("states", read) and read.offset == 0 and read.dims == ((64, 1),)   # one word patches both
+    word = ctx.table.words[read.patch_word]
+    assert (word.name, word.kind) == ("pos * 64", WordKind.DMA)   # row pos, 64 words a row
 
 
 class Columns(iron.Graph):

@@ -82,7 +82,7 @@ def test_split_matrix_over_tiles_splits_rows_over_shim_channels_and_joins_the_pa
     assert core_tiles(plan) == [("g0", "tile_0_2"), ("g0", "tile_0_3"), ("g0", "tile_0_4"), ("g0", "tile_0_5")]
     *lanes, join = plan.links
     assert [(lane.tile.name, lane.sources, lane.destinations, lane.destination_offsets) for lane in lanes] == [
-        (f"mem_{k}_1", (f"g0_w{k}_mem",), (f"g0_w{k}",), (0,)) for k in range(4)]
+        (f"mem_{k}_1", (f"g0_w{k}_mem",), (f"g0_w{k}",), ()) for k in range(4)]   # a lane of one part: a forward
     assert (join.tile.name, join.sources, join.destinations, join.source_offsets) == (
         "mem_0_1", ("g0_part0", "g0_part1", "g0_part2", "g0_part3"), ("g0_host",), (0, 512, 1024, 1536))
     assert [plan.fifo(f"g0_w{k}_mem").producer.name for k in range(4)] == [f"shim_{k}_0" for k in range(4)]

@@ -63,10 +63,10 @@ def test_a_group_reading_a_state_an_earlier_group_wrote_waits_for_that_write():
     """Accumulate into s, then Exp of s: g1's moves come after a Wait on g0_host, and g1_in is
     a waiting input (shim sharing keeps it on its own channel)."""
     moves, ctx = moves_of(designs.WriteThenRead().trace(x=((8,), np.float32)))
-    assert [written_fifos(site) for site in ctx.layout.sites] == [{"g0_host"}, {"g1_host"}]
+    assert [written_fifos(site) for site in ctx.layout.sites] == [{FifoId("g0", Stem.HOST)}, {OUT}]
     entries, waiting = with_state_waits(ctx.layout.sites, moves)
     assert entries == [*moves[0], Wait("g0_host"), *moves[1]]
-    assert waiting == frozenset({"g1_in"})
+    assert waiting == frozenset({FifoId("g1", Stem.IN)})
 
 
 def test_every_s2mm_fifo_is_waited_for_at_the_end():

@@ -13,6 +13,7 @@ from iron.compiler.plan import Const, Dma, HostRole, Output, WordDef, WordKind, 
 from iron.errors import PlacementError
 from iron.kernels import Copy, Softmax
 from tests.compiler import designs
+from tests.quotes import quoted
 
 NPU2 = from_name("npu2")
 
@@ -141,18 +142,11 @@ class ShortRuns(iron.Graph):
 def test_a_dynamic_step_of_half_a_word_is_refused():
     with pytest.raises(PlacementError) as err:
         lower(HalfWords())
-    assert str(err.value) == (
-        "table[node] indexes axis 0 of weight 'table' with per-call value 'node', but one step "
-        "along that axis is 2 bytes and the device's DMA offsets count whole 4-byte words. Pad "
-        "'table' so each entry of axis 0 spans a multiple of 4 bytes."
-    )
+    quoted(err.value, "table[node]", "axis 0", "weight 'table'", "'node'", "2 bytes", "4-byte words", "Pad 'table'")
 
 
 def test_a_run_of_part_of_a_word_is_refused():
     with pytest.raises(PlacementError) as err:
         lower(ShortRuns())
-    assert str(err.value) == (
-        "table[node, :2] moves runs of 2 bytes of weight 'table' (int8) from byte 0 along axis 1, "
-        "and the device's DMA moves whole 4-byte words on 4-byte boundaries. Pad or index 'table' "
-        "so each contiguous run starts and ends on a 4-byte boundary."
-    )
+    quoted(err.value, "table[node, :2]", "runs of 2 bytes", "weight 'table' (int8)", "axis 1", "4-byte",
+           "Pad or index 'table'")

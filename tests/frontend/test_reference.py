@@ -8,6 +8,7 @@ import iron
 from iron import Carried, Scratchpad
 from iron.errors import ArgumentError, IndexOutOfRange
 from iron.kernels import Accumulate, Copy, Softmax
+from tests.quotes import quoted
 
 
 class TwoWrites(iron.Graph):
@@ -30,10 +31,7 @@ def test_a_bound_of_a_later_call_refuses_the_call_before_the_first_write():
     assert dict(g.reference(i=1, j=0, d=5)) == {"i": 2, "d": 5}
     with pytest.raises(IndexOutOfRange) as e:
         g.reference(i=2, j=2, d=5)
-    assert str(e.value) == (
-        "b[j] with j = 2 is out of range: j must be in 0..1; nothing was written. "
-        "Keep j in range, or make 'b' larger."
-    )
+    quoted(e.value, "b[j]", "j = 2", "0..1", "nothing was written", "'b'")
     np.testing.assert_array_equal(g.read("a"), [0, 101, 0, 0])
     np.testing.assert_array_equal(g.read("b"), [101, 0])
 
@@ -130,8 +128,7 @@ def test_a_user_kernels_bounded_attribute_is_checked_as_it_declares():
     np.testing.assert_array_equal(Keep().reference(x, c=8), x)
     with pytest.raises(IndexOutOfRange) as e:
         Keep().reference(x, c=9)
-    assert str(e.value) == ("Prefix count=c with c = 9 is out of range: c must be in 0..8; nothing was written. "
-                            "Keep c between 0 and 8.")
+    quoted(e.value, "Prefix count=c", "c = 9", "0..8", "nothing was written")
 
 
 class Halves(iron.Kernel):
@@ -161,9 +158,6 @@ def test_a_kernel_failing_after_writes_puts_back_what_the_call_wrote():
     g.write("last", np.array([9, 9, 9, 9], np.int32))
     with pytest.raises(iron.errors.KernelTypeError) as e:
         g.reference(np.zeros(4, np.int32), row=0)
-    assert str(e.value) == (
-        "Halves.compute() returned (2,) int32 but this call's output is (4,) int32: return a numpy array of that "
-        "shape and dtype (e.g. result.astype(np.int32))."
-    )
+    quoted(e.value, "Halves.compute()", "(2,) int32", "(4,) int32", "result.astype(np.int32)")
     np.testing.assert_array_equal(g.read("seen"), [[1, 2, 3, 4], [5, 6, 7, 8]])
     np.testing.assert_array_equal(g.read("last"), [9, 9, 9, 9])

@@ -13,7 +13,14 @@ from iron.compiler.describe import ddr_traffic
 from iron.compiler.rules import Rule
 from iron.errors import ArgumentError, LoopError, TokenError
 from iron.models import numpy_forward as nf
-from iron.models.smollm2_graph import SmolLM2Graph, feed, first_version, generate, generate_in_loop
+from iron.models.smollm2_graph import (
+    FUSED_CONTEXT,
+    SmolLM2Graph,
+    feed,
+    first_version,
+    generate,
+    generate_in_loop,
+)
 
 PROMPTS = ("Once upon a time,", "def fibonacci(n):", "Photosynthesis is the process")
 
@@ -139,6 +146,35 @@ def test_weights_as_they_ship_compile_stream_as_blocks_and_generate_references_t
         assert generate_in_loop(quantized, body, ids, 3, depth=depth) == expected
     on_npu1 = quantized.compile(device=aie_utils.from_name("npu1"))   # xclbin segments, host-driven
     assert not on_npu1.plan.full_elf and generate(quantized, on_npu1, ids, 3) == expected
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_fused_attention_generates_the_numpy_forwards_tokens_host_driven_in_a_loop_and_on_npu1(
+        two_layers, on_emulator, quantized):
+    """fused=True: each layer's attention one Attention call per key/value head over a cache of
+    rows (context FUSED_CONTEXT): a layer is 18 groups instead of 44, and the design generates
+    the numpy forward's tokens host-driven and as a device loop at depth 2 on npu2, host-driven
+    on npu1, float32 and as shipped."""
+    graph = SmolLM2Graph(two_layers, context=FUSED_CONTEXT, quantized=quantized, fused=True)
+    ids = two_layers.tokenizer.encode("Photosynthesis is the process")
+    expected = nf.generate(two_layers, ids, 3)
+    assert generate(graph, graph.reference, ids, 3) == expected
+    with aie_utils.using_device(aie_utils.from_name("npu2")):
+        body = graph.compile()
+    attention = [g for g, calls in body.plan.groups if any(c.startswith("Attention#") for c in calls)]
+    assert len(attention) == 2 * 3   # one per key/value head and layer
+    assert generate(graph, body, ids, 3) == expected
+    assert generate_in_loop(graph, body, ids, 3, depth=2) == expected
+    on_npu1 = graph.compile(device=aie_utils.from_name("npu1"))
+    assert generate(graph, on_npu1, ids, 3) == expected
+
+
+def test_fused_attention_needs_a_cache_one_tile_holds(two_layers):
+    assert SmolLM2Graph(two_layers, context=FUSED_CONTEXT, fused=True).layers[0].values[0].shape == (FUSED_CONTEXT, 64)
+    with pytest.raises(ArgumentError) as e:
+        SmolLM2Graph(two_layers, fused=True)
+    assert str(e.value) == ("fused=True with context=256: the Attention kernel holds a key/value head's cache on one "
+                            "tile, at most 64 positions; pass a context in 1..64, or fused=False.")
 
 
 def layer_bytes(graph):

@@ -8,6 +8,7 @@ import iron
 from iron import Scratchpad
 from iron.errors import ArgumentError
 from iron.kernels import Copy, MatVec
+from tests.quotes import quoted
 
 
 class Lookup(iron.Graph):
@@ -92,7 +93,7 @@ def test_update_takes_weights_and_params_only(unchanged):
     g = Lookup(TABLE, MATRIX)
     with unchanged(g), pytest.raises(ArgumentError) as raised:
         g.update(g.trail, np.ones(4, np.float32))
-    assert str(raised.value) == "update() takes a weight or param of Lookup, not State: change a state with write()."
+    quoted(raised.value, "update()", "Lookup", "not State", "write()")
 
 
 class Other(iron.Graph):
@@ -117,14 +118,13 @@ def traced_pair():
 
 def test_reading_or_writing_another_graphs_state_names_both_graphs(unchanged):
     mine, other, compiled = traced_pair()
-    text = ("<iron.state trail: (4,) float32> belongs to Other, not to Lookup: read, write or update it through "
-            "the graph that declares it (as an attribute of that graph), not through Lookup.")
+    names = ("<iron.state trail: (4,) float32>", "belongs to Other, not to Lookup")
     attempts = [lambda: compiled.read(other.trail), lambda: compiled.write(other.trail, np.zeros(4, np.float32)),
                 lambda: mine.read(other.trail), lambda: mine.write(other.trail, np.zeros(4, np.float32))]
     for attempt in attempts:
         with unchanged(mine, other, compiled=[compiled]), pytest.raises(ArgumentError) as raised:
             attempt()
-        assert str(raised.value) == text
+        quoted(raised.value, *names)
     np.testing.assert_array_equal(compiled.read(mine.trail), X)
     np.testing.assert_array_equal(other.read(other.trail), X + 100)
 
@@ -136,10 +136,7 @@ def test_a_state_of_another_instance_of_the_same_class_is_named_as_such(unchange
     theirs(X + 100)
     with unchanged(mine, theirs, compiled=[compiled]), pytest.raises(ArgumentError) as raised:
         compiled.read(theirs.trail)
-    assert str(raised.value) == (
-        "<iron.state trail: (4,) float32> belongs to another Other graph, not to this one: read, write or update "
-        "it through the graph that declares it (as an attribute of that graph), not through Other."
-    )
+    quoted(raised.value, "<iron.state trail: (4,) float32>", "another Other graph")
 
 
 def test_reading_writing_or_updating_another_graphs_weight_names_both_graphs(unchanged):
@@ -149,17 +146,14 @@ def test_reading_writing_or_updating_another_graphs_weight_names_both_graphs(unc
     for attempt in attempts:
         with unchanged(mine, other, compiled=[compiled]), pytest.raises(ArgumentError) as raised:
             attempt()
-        assert str(raised.value) == (
-            "<iron.weight table: (2, 4) int32> belongs to Other, not to Lookup: read, write or update it through the "
-            "graph that declares it (as an attribute of that graph), not through Lookup."
-        )
+        quoted(raised.value, "<iron.weight table: (2, 4) int32>", "belongs to Other, not to Lookup")
 
 
 def test_reading_this_graphs_own_weight_says_what_read_takes(unchanged):
     mine, other, compiled = traced_pair()
     with unchanged(mine, compiled=[compiled]), pytest.raises(ArgumentError) as raised:
         compiled.read(mine.table)
-    assert str(raised.value) == "read/write take a State or a public state's name, not Weight."
+    quoted(raised.value, "read/write", "State", "not Weight")
 
 
 def test_a_state_no_graph_declares_is_named_as_such(unchanged):
@@ -167,7 +161,4 @@ def test_a_state_no_graph_declares_is_named_as_such(unchanged):
     loose = iron.state((4,), np.float32, name="trail")
     with unchanged(mine, compiled=[compiled]), pytest.raises(ArgumentError) as raised:
         compiled.read(loose)
-    assert str(raised.value) == (
-        "<iron.state trail: (4,) float32> is not declared in Lookup: read, write or update it through the graph "
-        "that declares it (as an attribute of that graph), not through Lookup."
-    )
+    quoted(raised.value, "<iron.state trail: (4,) float32>", "not declared in Lookup")

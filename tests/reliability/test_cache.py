@@ -25,6 +25,7 @@ from iron.compiler.cache import Cache, content_key, entry_damage
 from iron.errors import BuildError, CacheError
 from iron.runtime.emulator.native import COMPILE_FLAGS, LIBRARY_NAME, NativeLibrary, library_entry
 from tests.fake_toolchain import NPU2, recorded_argv
+from tests.quotes import quoted
 
 REPO = Path(__file__).resolve().parents[2]
 ADD = {
@@ -45,7 +46,7 @@ B = np.arange(16, dtype=np.int32) + 100
 MLIR = "module {\n  aie.device(npu2) {\n  }\n}\n"
 SOURCES = {"add.cc": 'extern "C" void add() {}\n'}
 QUIET = {"progress": lambda *_: None}
-FIX = "Set IRON_CACHE_DIR to a directory you can write (iron creates it if missing)."
+FIX = ("IRON_CACHE_DIR",)   # the fix every cache-directory refusal names
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -109,9 +110,7 @@ def test_a_same_size_kernels_so_with_other_bytes_is_rebuilt(native_cache, capsys
 
     np.testing.assert_array_equal(added(NativeLibrary.load(ADD)), A + B)
 
-    assert capsys.readouterr().err == (
-        f"iron cache: rebuilding {entry}: kernels.so does not match the sha256 in its manifest.\n"
-    )
+    quoted(capsys.readouterr().err, f"rebuilding {entry}", "kernels.so", "sha256")
     assert library.read_bytes() == good
 
 
@@ -123,10 +122,7 @@ def test_a_truncated_kernels_so_does_not_crash_the_process(native_cache, capsys)
 
     np.testing.assert_array_equal(added(NativeLibrary.load(ADD)), A + B)
 
-    assert capsys.readouterr().err == (
-        f"iron cache: rebuilding {entry}: kernels.so has {size // 2} bytes where its manifest "
-        f"says {size}.\n"
-    )
+    quoted(capsys.readouterr().err, f"rebuilding {entry}", "kernels.so", f"{size // 2} bytes", str(size))
     assert library.stat().st_size == size
 
 
@@ -226,9 +222,7 @@ def test_an_entry_copied_under_another_key_is_not_served(fake_tools, capsys):
 
     rebuilt = build(MLIR, {"add.cc": "// another design\n"}, NPU2, "elf", cache=cache, **QUIET)
 
-    assert capsys.readouterr().err == (
-        f"iron cache: rebuilding {other.directory}: its manifest is for key {mine.name}.\n"
-    )
+    quoted(capsys.readouterr().err, f"rebuilding {other.directory}", f"key {mine.name}")
     assert (rebuilt.directory / "add.cc").read_text() == "// another design\n"
     assert snapshot(mine) == kept
 
@@ -267,12 +261,9 @@ def _plant(native_cache: Path, cache_root: Path, tmp_path: Path) -> tuple[Path, 
     return planted, marker
 
 
-def _refusal(path: Path, root: Path, mode: str) -> str:
-    return (
-        f"iron will not load builds from the cache directory {root}: {path} is writable "
-        f"by group or others (mode {mode}), so another account could replace what iron "
-        f"loads. Run `chmod go-w {path}`, or set IRON_CACHE_DIR to a directory only you can write."
-    )
+def _refusal(path: Path, root: Path, mode: str) -> tuple[str, ...]:
+    """What a refusal of a cache writable by others quotes: the directory, the path, its mode, the fixes."""
+    return str(root), f"mode {mode}", f"chmod go-w {path}", "IRON_CACHE_DIR"
 
 
 @pytest.mark.parametrize("open_to_group", ["the cache dir", "the entry"])
@@ -290,7 +281,7 @@ def test_a_planted_kernels_so_where_a_group_can_write_is_refused(
     with pytest.raises(CacheError) as raised:
         NativeLibrary.load(ADD)
 
-    assert str(raised.value) == _refusal(exposed, root, "0775")
+    quoted(raised.value, *_refusal(exposed, root, "0775"))
     assert not marker.exists()
     assert snapshot(root) == before
     assert sorted(p.name for p in root.iterdir()) == [planted.name]
@@ -307,7 +298,7 @@ def test_a_cache_dir_inside_a_world_writable_dir_without_the_sticky_bit_is_refus
     with pytest.raises(CacheError) as raised:
         NativeLibrary.load(ADD)
 
-    assert str(raised.value) == _refusal(open_dir, open_dir / "cache", "0777")
+    quoted(raised.value, *_refusal(open_dir, open_dir / "cache", "0777"))
     assert sorted(p.name for p in (open_dir / "cache").iterdir()) == []
 
 
@@ -347,9 +338,7 @@ def test_a_cache_dir_that_is_a_file_is_one_cache_error(fake_tools, monkeypatch, 
     monkeypatch.setenv("IRON_CACHE_DIR", str(path))
     with pytest.raises(CacheError) as raised:
         ROUTES[route]()
-    assert str(raised.value) == (
-        f"iron cannot use its cache directory {path}: it is a file, not a directory. {FIX}"
-    )
+    quoted(raised.value, str(path), "a file, not a directory", *FIX)
     assert path.read_text() == "mine\n"
 
 
@@ -361,10 +350,7 @@ def test_a_cache_dir_under_a_file_is_one_cache_error(fake_tools, monkeypatch, ro
     monkeypatch.setenv("IRON_CACHE_DIR", str(path))
     with pytest.raises(CacheError) as raised:
         ROUTES[route]()
-    assert str(raised.value) == (
-        f"iron cannot use its cache directory {path}: it cannot be created, as {blocker} is a "
-        f"file. {FIX}"
-    )
+    quoted(raised.value, str(path), f"{blocker} is a file", *FIX)
     assert blocker.read_text() == "mine\n"
 
 
@@ -410,9 +396,7 @@ def test_a_read_only_cache_dir_is_one_cache_error(monkeypatch):
         monkeypatch.setenv("IRON_CACHE_DIR", str(path))
         monkeypatch.delenv("CXX", raising=False)
         text = _as_an_account_that_cannot_write(_load_native)
-        assert text == (
-            f"iron cannot use its cache directory {path}: it is not writable by you. {FIX}"
-        )
+        quoted(text, str(path), "not writable", *FIX)
         assert list(path.iterdir()) == []
     finally:
         (base / "cache").chmod(0o755)
@@ -423,10 +407,7 @@ def test_a_cache_bound_that_is_not_a_number_is_one_cache_error(fake_tools, monke
     monkeypatch.setenv("IRON_CACHE_MAX_BYTES", "2GB")
     with pytest.raises(CacheError) as raised:
         build(MLIR, SOURCES, NPU2, "elf", cache=None, **QUIET)
-    assert str(raised.value) == (
-        "IRON_CACHE_MAX_BYTES='2GB' is not a number of bytes: set it to a whole number such as "
-        "2147483648 (2 GiB, the default), or unset it."
-    )
+    quoted(raised.value, "IRON_CACHE_MAX_BYTES='2GB'", "2147483648", "unset it")
     assert recorded_argv(fake_tools) == []
 
 
@@ -574,8 +555,5 @@ def test_python_m_iron_cache_on_a_file_prints_the_cache_error(tmp_path, monkeypa
     path.write_text("mine\n")
     monkeypatch.setenv("IRON_CACHE_DIR", str(path))
     assert main(["cache", "clear"]) == 1
-    assert capsys.readouterr().err == (
-        f"iron: CacheError: iron cannot use its cache directory {path}: it is a file, not a "
-        f"directory. {FIX}\n"
-    )
+    quoted(capsys.readouterr().err, "CacheError", str(path), "a file, not a directory", *FIX)
     assert path.read_text() == "mine\n"

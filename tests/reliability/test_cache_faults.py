@@ -23,6 +23,7 @@ from iron.models.designs import Walk
 from iron.runtime.emulator import native
 from iron.runtime.emulator.native import NativeLibrary
 from tests.fake_toolchain import NPU2, recorded_argv
+from tests.quotes import quoted
 from tests.reliability.test_cache import (
     ADD,
     MLIR,
@@ -73,9 +74,7 @@ def test_a_removing_leftover_that_is_not_a_directory_does_not_block_the_rebuild(
     again = _elf(cache)
 
     assert again.elf.read_bytes() == b"made by fake aiecc"
-    assert capsys.readouterr().err == (
-        f"iron cache: rebuilding {first.directory}: aie.elf has 0 bytes where its manifest says 18.\n"
-    )
+    quoted(capsys.readouterr().err, f"rebuilding {first.directory}", "aie.elf", "0 bytes", "18")
     assert sorted(p.name for p in (tmp / "cache").iterdir()) == [first.directory.name]
     assert (kept / "notes.txt").read_text() == "keep me\n"
 
@@ -112,11 +111,7 @@ def test_a_lock_file_that_is_a_symbolic_link_is_one_cache_error(fake_tools):
     with pytest.raises(CacheError) as raised:
         cache.get_or_build(key, _filled(10, []), kind="test")
 
-    assert str(raised.value) == (
-        f"iron will not open {lock}: it is a symbolic link, which iron never makes there, so another "
-        f"account may have planted it. Remove it (`rm {lock}`), or set IRON_CACHE_DIR to a directory only "
-        "you can write."
-    )
+    quoted(raised.value, str(lock), "symbolic link", f"`rm {lock}`", "IRON_CACHE_DIR")
     assert not (tmp / "their-file").exists()
     assert sorted(p.name for p in (tmp / "cache").iterdir()) == [lock.name]
 
@@ -202,10 +197,7 @@ def test_a_cache_bound_of_non_ascii_digits_is_one_cache_error(fake_tools, monkey
     monkeypatch.setenv("IRON_CACHE_MAX_BYTES", value)
     with pytest.raises(CacheError) as raised:
         _design_build()
-    assert str(raised.value) == (
-        f"IRON_CACHE_MAX_BYTES={value!r} is not a number of bytes: set it to a whole number such as "
-        "2147483648 (2 GiB, the default), or unset it."
-    )
+    quoted(raised.value, f"IRON_CACHE_MAX_BYTES={value!r}", "2147483648", "unset it")
     assert recorded_argv(fake_tools) == []
 
 
@@ -278,10 +270,6 @@ def test_a_device_image_where_another_account_can_write_is_refused(fake_tools, e
         _elf(cache)
 
     mode = "0777" if path.is_dir() else "0666"
-    assert str(raised.value) == (
-        f"iron will not load builds from the cache directory {tmp / 'cache'}: {path} is writable by group or "
-        f"others (mode {mode}), so another account could replace what iron loads. Run `chmod go-w {path}`, or "
-        "set IRON_CACHE_DIR to a directory only you can write."
-    )
+    quoted(raised.value, str(tmp / "cache"), f"mode {mode}", f"chmod go-w {path}", "IRON_CACHE_DIR")
     assert recorded_argv(tmp) == runs
     assert snapshot(tmp / "cache") == before

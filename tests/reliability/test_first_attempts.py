@@ -12,6 +12,7 @@ import iron
 from iron.errors import CarryError, KernelTypeError
 from iron.kernels import Add, Cast, ReLU, library
 from iron.kernels.base import c_functions
+from tests.quotes import quoted
 
 BF16 = ml_dtypes.bfloat16
 
@@ -43,10 +44,7 @@ def test_returning_a_state_says_its_view_works(graph, name, view, trail, unchang
     x = np.arange(4, dtype=np.int32)
     with unchanged(trail), pytest.raises(CarryError) as raised:
         graph().reference(x)
-    assert str(raised.value) == (
-        f"{graph.__name__}.body returned state '{name}' at position 0: body() returns tensor handles and, last, "
-        f"iron.carry(...). Return a view of it, `{view}`, which reads it after the body's writes."
-    )
+    quoted(raised.value, f"{graph.__name__}.body", f"state '{name}'", "position 0", f"`{view}`")
     with pytest.raises(CarryError, match=f"`{view.replace('[', '.').replace(']', '.')}`"):
         graph()(x)
 
@@ -195,11 +193,8 @@ def test_a_user_kernel_whose_source_lacks_the_called_c_function_is_refused_at_co
     for path in (lambda: graph.compile(((8,), np.int32)), lambda: graph(x)):
         with unchanged(trail), pytest.raises(KernelTypeError) as raised:
             path()
-        assert str(raised.value) == (
-            "kernel Triple's source declares no extern \"C\" function 'triple_c_i32', which Uses's Triple#0 calls "
-            f"on int32 inputs giving int32; it declares {declared}. Name the C function triple_c_i32 (the kernel's "
-            "name and its dtype suffix): extern \"C\" void triple_c_i32(...)."
-        )
+        quoted(raised.value, "Triple", "'triple_c_i32'", "Uses's Triple#0", "int32", f"it declares {declared}",
+               'extern "C" void triple_c_i32(...)')
 
 
 @pytest.mark.parametrize("source", [

@@ -8,6 +8,7 @@ import iron
 from iron import Carried, Scratchpad
 from iron.errors import ArgumentError, DeclarationError, KernelTypeError, TracedValueError
 from iron.kernels import Add, Copy, Scale, Softmax
+from tests.quotes import quoted
 
 
 class Acc(iron.Graph):
@@ -43,9 +44,7 @@ def test_a_per_call_value_given_as_a_one_element_array_is_an_argument_error(acc,
     for call in paths(g, compiled):
         with unchanged(g, compiled=[compiled]), pytest.raises(ArgumentError) as raised:
             call(X, pos=np.array([3]))
-        assert str(raised.value) == (
-            "per-call value 'pos' of Acc.body must be an int, got an array of shape (1,): pass one integer (e.g. int(v[0]))."
-        )
+        quoted(raised.value, "'pos' of Acc.body", "an int", "shape (1,)", "int(v[0])")
 
 
 def test_a_per_call_value_given_as_a_0_d_array_is_its_integer(acc):
@@ -63,7 +62,7 @@ def test_a_tensor_given_positionally_and_by_keyword_is_refused(acc, unchanged):
     for attempt in attempts:
         with unchanged(g, compiled=[compiled]), pytest.raises(ArgumentError) as raised:
             attempt()
-        assert str(raised.value) == "Acc.body got tensor 'x' twice, positionally and as x=: pass it one way."
+        quoted(raised.value, "Acc.body", "tensor 'x' twice", "x=")
 
 
 @pytest.mark.parametrize("kernel, attrs, text", [
@@ -171,7 +170,4 @@ def test_a_weight_used_outside_a_traced_body_names_the_declaration_to_write(trai
 
     with unchanged(trail), pytest.raises(DeclarationError) as raised:
         Table().table[0]
-    assert str(raised.value) == (
-        "weight (unnamed) is used outside a traced body(): index weights, params and states only inside body(), "
-        "and declare them as attributes of the graph (self.x = iron.weight(...)) so iron can find them."
-    )
+    quoted(raised.value, "weight (unnamed)", "outside a traced body()", "self.x = iron.weight(...)")

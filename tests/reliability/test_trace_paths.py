@@ -17,6 +17,7 @@ import pytest
 import iron
 from iron.errors import IndexOutOfRange, TraceError
 from iron.runtime.timeline import writable
+from tests.quotes import quoted
 from tests.reliability.test_cache import _as_an_account_that_cannot_write
 from tests.reliability.test_device_bounds import guarded, states, text
 
@@ -49,7 +50,7 @@ def test_a_trace_that_is_not_a_path_is_refused(on_emulator, trail, unchanged):
     compiled = trail.compile(((4,), np.int32))
     with unchanged(trail, compiled=(compiled,)), pytest.raises(TraceError) as raised:
         compiled(np.ones(4, np.int32), trace=3)
-    assert str(raised.value) == "trace=3 is not a path: give the file to write the timeline to, e.g. 'trace.json'."
+    quoted(raised.value, "trace=3", "not a path", "'trace.json'")
 
 
 def test_a_loop_traced_to_a_directory_runs_nothing(tmp_path, on_emulator):

@@ -12,6 +12,7 @@ from iron.errors import IndexOutOfRange, LoopError
 from iron.kernels import Add, Copy
 from iron.models.designs import Walk, numpy_walk
 from iron.runtime.compiled import versions
+from tests.quotes import quoted
 
 
 @pytest.fixture(autouse=True)
@@ -48,10 +49,7 @@ def test_walk_host_driven_on_npu1_and_no_device_loop_there():
         nxt = body(node=node, steps=count)
         node, count = int(nxt["node"]), int(nxt["steps"])
     np.testing.assert_array_equal(body.read("trail"), numpy_walk(succ, 2, steps + 1))
-    assert refusal(iron.CarriedLoop, body, body, depth=2) == (
-        "Walk is compiled for npu1, which has no full ELF: a carried graph has no device loop there. "
-        "Only the host-driven path applies: call it and feed the returned Carry back."
-    )
+    quoted(refusal(iron.CarriedLoop, body, body, depth=2), "Walk", "npu1", "full ELF", "host-driven")
 
 
 def test_compiled_calls_equal_the_reference_and_refuse_out_of_range_before_writing():
@@ -64,10 +62,7 @@ def test_compiled_calls_equal_the_reference_and_refuse_out_of_range_before_writi
     before = c.read("trail")
     with pytest.raises(IndexOutOfRange) as e:
         c(node=1, steps=4)
-    assert str(e.value) == (
-        "trail[steps] with steps = 4 is out of range: steps must be in 0..3; nothing was written. "
-        "Keep steps in range, or make 'trail' larger."
-    )
+    quoted(e.value, "trail[steps]", "steps = 4", "0..3", "nothing was written", "'trail'")
     np.testing.assert_array_equal(c.read("trail"), before)
 
 
@@ -100,10 +95,7 @@ def test_a_tensor_taking_first_version_compiled_with_feeds_starts_the_loop():
     assert list(loop.run(steps, np.array(9, np.int32), node=0, steps=0)) == list(range(steps))
     expect = np.concatenate([[9], numpy_walk(succ, 9, steps)])
     np.testing.assert_array_equal(body.read("trail"), expect)
-    assert refusal(iron.CarriedLoop, trail.compile(start=((), np.int32)), body) == (
-        "Trail's first version was not compiled with feeds= this body, so its Emit does not write the "
-        "body's scratchpad: compile it as graph.compile(..., feeds=body)."
-    )
+    quoted(refusal(iron.CarriedLoop, trail.compile(start=((), np.int32)), body), "Trail", "feeds=body")
 
 
 def refusal(make, *args, **kwargs) -> str:
@@ -144,44 +136,26 @@ class Doubled(Scratch):
 
 def test_a_deep_value_is_named_to_three_calls_deep():
     doubled = Doubled().compile()
-    assert refusal(iron.CarriedLoop, doubled, doubled) == (
-        "the first of a CarriedLoop returns Add(Add(Add(Add(...), Add(...)), Add(Add(...), Add(...))), "
-        "Add(Add(Add(...), Add(...)), Add(Add(...), Add(...)))), but no host call reads outputs between device "
-        "steps: write what each step makes into a state (Copy.step(y, out=self.log[steps])) and read the state "
-        "after the loop (body.read(...))."
-    )
+    three_deep = "Add(Add(Add(...), Add(...)), Add(Add(...), Add(...)))"
+    text = quoted(refusal(iron.CarriedLoop, doubled, doubled), f"returns Add({three_deep}, {three_deep})",
+                  "Copy.step(y, out=self.log[steps])", "body.read(...)")
+    assert "Add(Add(Add(Add(Add(" not in text
 
 
 def test_refusals_name_the_problem_and_the_fix():
     trail = Trail(successor(4), 4)
     body = trail.compile()
     with_tensor = trail.compile(start=((), np.int32))
-    assert refusal(iron.CarriedLoop, with_tensor, with_tensor) == (
-        "the body of a CarriedLoop takes no tensor, but Trail takes start: nothing could write it between steps. "
-        "Compile a version that takes the tensor as first (feeds=body) and a body without it."
-    )
+    quoted(refusal(iron.CarriedLoop, with_tensor, with_tensor), "takes no tensor", "Trail takes start", "feeds=body")
     for depth in (0, -1, 1.5, 65, 10**7):
-        assert refusal(iron.CarriedLoop, body, body, depth=depth) == (
-            f"CarriedLoop depth={depth!r}: depth is how many runs the ring holds, an int from 1 to 64 (each "
-            "holds its own scratchpad); npu2's driver keeps 4 of them in flight per hardware context and the "
-            "loop queues the rest."
-        )
+        quoted(refusal(iron.CarriedLoop, body, body, depth=depth), f"depth={depth!r}", "1 to 64")
     s = Scratch().compile()
-    assert refusal(iron.CarriedLoop, s, s) == (
-        "the body of a CarriedLoop cannot read Scratchpad values (k): the host gives them per call, and between "
-        "device steps there is no host call. Make them Carried, or read them only in first (compiled with "
-        "feeds=body)."
-    )
+    quoted(refusal(iron.CarriedLoop, s, s), "Scratchpad values (k)", "Carried", "feeds=body")
     logged = Logged().compile()
-    assert refusal(iron.CarriedLoop, logged, logged) == (
-        "the first of a CarriedLoop returns Add(Copy(t[node]), Copy(t[node])), but no host call reads outputs "
-        "between device steps: write what each step makes into a state (Copy.step(y, out=self.log[steps])) and "
-        "read the state after the loop (body.read(...))."
-    )
+    quoted(refusal(iron.CarriedLoop, logged, logged), "returns Add(Copy(t[node]), Copy(t[node]))",
+           "Copy.step(y, out=self.log[steps])", "body.read(...)")
     for steps in (-1, 2.0, True):
-        assert refusal(iron.CarriedLoop(body, body).run, steps, node=0, steps=0) == (
-            f"CarriedLoop.run(steps={steps!r}): steps is how many body runs follow, an int >= 0."
-        )
+        quoted(refusal(iron.CarriedLoop(body, body).run, steps, node=0, steps=0), f"run(steps={steps!r})", ">= 0")
 
 
 # ---- stopping and resuming -------------------------------------------------------------------------
@@ -227,10 +201,9 @@ def test_run_is_start_then_steps_and_a_second_start_runs_first_again():
 
 def test_steps_before_start_and_a_bad_count_are_refused():
     _, _, _, loop = walk_loop(depth=2)
-    assert refusal(loop.steps, 3) == (
-        "CarriedLoop.steps(n) continues a started loop: call loop.start(...) (or loop.run(...)) first.")
+    quoted(refusal(loop.steps, 3), "CarriedLoop.steps(n)", "loop.start(...)", "loop.run(...)")
     loop.start(node=1, steps=0)
-    assert refusal(loop.steps, -2) == "CarriedLoop.steps(steps=-2): steps is how many body runs follow, an int >= 0."
+    quoted(refusal(loop.steps, -2), "steps(steps=-2)", ">= 0")
     assert loop.transitions == 1
 
 
@@ -275,7 +248,7 @@ def test_leaving_early_does_not_ask_for_a_step_never_launched():
     assert list(loop.steps(0)) == []
     with pytest.raises(IndexOutOfRange) as e:
         list(loop.steps(1))
-    assert str(e.value).startswith("CarriedLoop step 5: trail[steps] with steps = 6 is out of range: steps must be in 0..5.")
+    quoted(e.value, "step 5", "trail[steps]", "steps = 6", "0..5")
 
 
 def test_a_write_while_runs_are_in_flight_waits_for_them_and_none_lands_after_it():

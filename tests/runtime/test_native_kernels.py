@@ -30,6 +30,7 @@ from iron.kernels import LIBRARY
 from iron.kernels.base import CC_DIR, library_sources
 from iron.models.numpy_forward import rope as oracle_rope
 from iron.runtime.emulator.native import NativeLibrary
+from tests.quotes import quoted
 
 DTYPES = {
     "i8": np.dtype(np.int8),
@@ -169,15 +170,20 @@ def test_scatter_places_a_view_bit_for_bit_keeping_the_rest(library, dt, pick):
 
 
 @pytest.mark.parametrize("dt", SUPPORTED["strided_rows"])
-@pytest.mark.parametrize("start, step, stop", [(0, 2, 11), (1, 3, 11), (2, 4, 7)])
-def test_strided_rows_picks_a_step_slice_of_each_row_bit_for_bit(library, dt, start, step, stop):
-    """The C++ and compute() of StridedRows pick x[:, start:stop:step] of x (6, 11), as numpy does."""
-    x = random_array(dt, (6, 11))
-    want = np.ascontiguousarray(x[:, start:stop:step])
+@pytest.mark.parametrize("pick", ["step", "words"])
+def test_strided_rows_picks_each_row_by_the_pattern_bit_for_bit(library, dt, pick):
+    """The C++ and compute() of StridedRows pick from each row of x (6, 12) as numpy does: a step
+    slice x[:, 1::3], or each row's (3, 4) block transposed (a column of words made rows)."""
+    x = random_array(dt, (6, 12))
+    want, offset, dims = {"step": (x[:, 1::3], 1, [(4, 3)]),
+                          "words": (x.reshape(6, 3, 4).transpose(0, 2, 1).reshape(6, 12), 0, [(4, 1), (3, 4)])}[pick]
+    dims = [(1, 0)] * (4 - len(dims)) + dims
+    attrs = {**{f"n{d}": n for d, (n, _) in enumerate(dims)}, **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
+    want = np.ascontiguousarray(want)
     out = np.zeros(want.shape, x.dtype)
-    call(library, f"strided_rows_{dt}", x, out, 6, 11, want.shape[1], start, step, stop)
+    call(library, f"strided_rows_{dt}", x, out, 6, 12, want.shape[1], offset, *attrs.values())
     np.testing.assert_array_equal(out.view(f"u{x.itemsize}"), want.view(f"u{x.itemsize}"))
-    computed = KERNELS["strided_rows"].compute(x, start=start, step=step, stop=stop)
+    computed = KERNELS["strided_rows"].compute(x, offset=offset, **attrs)
     np.testing.assert_array_equal(computed.view(f"u{x.itemsize}"), want.view(f"u{x.itemsize}"))
 
 
@@ -645,28 +651,19 @@ def test_call_refuses_a_non_contiguous_array(library):
     x = np.zeros(8, np.float32)[::2]
     with pytest.raises(KernelTypeError) as raised:
         library.call("copy_f32", [x, np.zeros(4, np.float32), 4], ["ptr", "ptr", "i32"])
-    assert str(raised.value) == (
-        "Native kernel copy_f32 got a non-contiguous array as argument 0 (shape (4,), strides "
-        "(8,)); pass np.ascontiguousarray of it instead."
-    )
+    quoted(raised.value, "copy_f32", "non-contiguous", "argument 0", "strides (8,)", "np.ascontiguousarray")
 
 
 def test_call_refuses_an_unknown_symbol(library):
     with pytest.raises(KernelTypeError) as raised:
         call(library, "tanh_i8", np.zeros(1, np.int8), np.zeros(1, np.int8), 1)
-    assert str(raised.value) == (
-        f"The native kernel library {library.path} has no symbol 'tanh_i8'; define "
-        f'`extern "C" void tanh_i8(...)` in the kernel\'s C++ source.'
-    )
+    quoted(raised.value, str(library.path), "'tanh_i8'", 'extern "C" void tanh_i8(...)')
 
 
 def test_call_refuses_an_unknown_argument_type(library):
     with pytest.raises(KernelTypeError) as raised:
         library.call("copy_f32", [np.zeros(1, np.float32)] * 2 + [1], ["ptr", "ptr", "i64"])
-    assert str(raised.value) == (
-        "Native kernel copy_f32 was given argument types ['i64'], which are not among "
-        "['f32', 'i32', 'ptr']; describe each argument as one of those."
-    )
+    quoted(raised.value, "copy_f32", "['i64']", "['f32', 'i32', 'ptr']")
 
 
 def test_load_builds_once_into_the_native_cache_and_reuses_it(fresh_cache, tmp_path, monkeypatch):
@@ -710,11 +707,7 @@ def test_load_without_a_compiler_names_it_and_how_to_install_it(fresh_cache, mon
     monkeypatch.setenv("CXX", "/nonexistent/g++-13")
     with pytest.raises(ToolchainMissing) as raised:
         NativeLibrary.load(TINY)
-    assert str(raised.value) == (
-        "The host C++ compiler '/nonexistent/g++-13' (from $CXX, else g++) is not installed or "
-        "not on PATH, and the emulator's native kernel mode needs it to compile kernel sources. "
-        "Install it with `apt-get install g++`, or set $CXX to an installed C++ compiler."
-    )
+    quoted(raised.value, "'/nonexistent/g++-13'", "$CXX", "`apt-get install g++`")
 
 
 def test_load_of_broken_source_reports_the_compiler_errors(fresh_cache):

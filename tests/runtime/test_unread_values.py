@@ -10,6 +10,7 @@ import iron
 from iron import Carried, Scratchpad
 from iron.errors import ArgumentError, IndexOutOfRange
 from iron.kernels import Add, Copy
+from tests.quotes import quoted
 
 N = 12
 
@@ -114,13 +115,10 @@ def test_a_version_that_reads_skip_still_needs_it_and_bounds_it():
     for call in (first, trail.reference):
         with pytest.raises(ArgumentError) as e:
             call(jump, node=0, steps=0)
-        assert str(e.value) == "Trail.body is missing per-call value(s) skip: pass skip=<int> (Scratchpad)."
+        quoted(e.value, "Trail.body", "per-call value(s) skip", "skip=<int>")
         with pytest.raises(IndexOutOfRange) as e:
             call(jump, node=0, steps=0, skip=N)
-        assert str(e.value) == (
-            f"jump[skip] with skip = {N} is out of range: skip must be in 0..{N - 1}; nothing was written. "
-            "Keep skip in range, or make 'jump' larger."
-        )
+        quoted(e.value, "jump[skip]", f"skip = {N}", f"0..{N - 1}", "nothing was written", "'jump'")
 
 
 def test_a_loop_started_without_a_value_first_reads_is_refused_before_anything_runs():
@@ -130,7 +128,7 @@ def test_a_loop_started_without_a_value_first_reads_is_refused_before_anything_r
     loop = iron.CarriedLoop(first, body, depth=2)
     with pytest.raises(ArgumentError) as e:
         loop.run(3, jump, node=0, steps=0)
-    assert str(e.value) == "Trail.body is missing per-call value(s) skip: pass skip=<int> (Scratchpad)."
+    quoted(e.value, "Trail.body", "per-call value(s) skip", "skip=<int>")
     assert loop.transitions == 0 and loop.carry is None
     assert first.session.emulator.launches == 0
 

@@ -27,6 +27,7 @@ from iron.errors import (
     PlacementError,
 )
 from iron.runtime.xrt import AddressPatch, XrtDesign, describe_npu, load_pyxrt, npu_present
+from tests.quotes import quoted
 
 # Header, one write op (3 words), one DDR address-patch op (6 words) whose offset (word 11) is 0x40.
 INSTS = np.array([0x06030100, 0x104, 2, 52, 0x0, 0x1D004, 7, 0x81, 24, 0x1D204, 0, 0x40, 0],
@@ -181,12 +182,7 @@ def test_patch_outside_a_ddr_patch_op_is_refused_before_anything_starts(xclbin_b
     run = design.make_run()
     with pytest.raises(BuildError) as caught:
         design.start(run, words=[1], patches=[AddressPatch(5, 0, 64)])
-    assert str(caught.value) == (
-        "Design 'trail' has an address patch at instruction word 5, which is not the offset "
-        "word of a DDR address-patch op (opcode 0x81, 4 words earlier) in its 13-word "
-        "instruction stream. The patch table does not match the built instructions: rebuild "
-        "the design."
-    )
+    quoted(caught.value, "'trail'", "instruction word 5", "0x81", "13-word", "rebuild")
     assert "run1.start()" not in fake.fake_state.calls
 
 
@@ -195,33 +191,20 @@ def test_patch_past_32_bits_is_refused(xclbin_build):
     with pytest.raises(IndexOutOfRange) as caught:
         design.start(design.make_run(), words=[0, 2**24],
                      patches=[AddressPatch(PATCH_WORD, 1, 256)])
-    assert str(caught.value) == (
-        "Per-call word 1 of design 'trail' is 16777216; times the stride of 256 bytes it moves "
-        "the DMA at instruction word 11 to byte offset 4294967360, which does not fit 32 bits. "
-        "Keep per-call values within the tensor they index."
-    )
+    quoted(caught.value, "word 1", "'trail'", "16777216", "256 bytes", "instruction word 11", "4294967360", "32 bits")
 
 
 def test_patch_needs_its_word(xclbin_build):
     design = XrtDesign("trail", xclbin_build, BUFFERS, pyxrt=fake_pyxrt.new_pyxrt())
     with pytest.raises(ArgumentError) as caught:
         design.start(design.make_run(), words=[4], patches=[AddressPatch(PATCH_WORD, 1, 256)])
-    assert str(caught.value) == (
-        "The address patch at instruction word 11 of design 'trail' uses per-call word 1, but 1 "
-        "words were given. Pass all the design's per-call words."
-    )
+    quoted(caught.value, "instruction word 11", "'trail'", "per-call word 1", "1 words were given")
 
 
 @pytest.mark.parametrize("words, patches, message", [
-    ([1, 2, 3], None,
-     ("Design 'step' was given 3 per-call words (12 bytes), but its run's control scratchpad "
-      "holds 8 bytes. Pass at most 2 words.")),
-    ([1, 2**32], None,
-     ("Per-call word 1 of design 'step' is 4294967296, which does not fit 32 bits. Pass words "
-      "from -2147483648 to 4294967295.")),
-    ([1], [AddressPatch(PATCH_WORD, 0, 4)],
-     ("Design 'step' is a full ELF, whose runs read DMA offsets from the control scratchpad; "
-      "address patches apply only to xclbin designs. Pass the words alone.")),
+    ([1, 2, 3], None, ("'step'", "3 per-call words (12 bytes)", "8 bytes", "at most 2 words")),
+    ([1, 2**32], None, ("word 1", "'step'", "4294967296", "32 bits", "-2147483648 to 4294967295")),
+    ([1], [AddressPatch(PATCH_WORD, 0, 4)], ("'step'", "full ELF", "address patches", "xclbin")),
 ])
 def test_bad_scratchpad_words_are_refused_before_the_start(elf_build, words, patches, message):
     fake = fake_pyxrt.new_pyxrt(scratchpad_bytes=8)
@@ -229,7 +212,7 @@ def test_bad_scratchpad_words_are_refused_before_the_start(elf_build, words, pat
     run = design.make_run()
     with pytest.raises(ArgumentError) as caught:
         design.start(run, words=words, patches=patches)
-    assert str(caught.value) == message
+    quoted(caught.value, *message)
     assert fake.fake_state.calls[-1] == "run1.set_arg(1, bo2)"
 
 
@@ -260,13 +243,8 @@ def test_a_run_that_does_not_complete_raises_device_timeout(xclbin_build, state,
     design.start(run)
     with pytest.raises(DeviceTimeout) as caught:
         design.wait(run, timeout_ms=500)
-    assert str(caught.value) == (
-        f"Run of design 'mismatch' did not complete: run.wait(500) returned {name} (XRT state "
-        f"{state}). On the NPU a mismatch between what the runtime sequence moves and what the "
-        "cores acquire hangs silently, and XRT reports it only as a timeout after about 2 s. "
-        "Run the design with IRON_BACKEND=emulator, whose DeviceHang names the blocked cores "
-        "and FIFOs."
-    )
+    quoted(caught.value, "'mismatch'", "run.wait(500)", name, f"XRT state {state}", "IRON_BACKEND=emulator",
+           "DeviceHang")
 
 
 def test_a_ring_binds_each_runs_feedback_to_the_next_runs_scratchpad(elf_build):
@@ -298,26 +276,21 @@ def test_a_ring_binds_each_runs_feedback_to_the_next_runs_scratchpad(elf_build):
 
 
 @pytest.mark.parametrize("depth, feedback_arg, message", [
-    (0, 1, ("A device loop of design 'count' needs a ring of at least 1 run, got depth 0. Pass a "
-            "depth of 1 or more (the loop starts at most 4 of its runs at once and queues the rest).")),
-    (2, 2, ("Design 'count' has no host buffer 2 to bind as feedback; it has 2 (x, y). Pass the "
-            "index of the runtime-sequence argument the Emit step writes.")),
+    (0, 1, ("'count'", "at least 1 run", "depth 0")),
+    (2, 2, ("'count'", "host buffer 2", "2 (x, y)")),
 ])
 def test_bad_rings_are_refused(elf_build, depth, feedback_arg, message):
     design = XrtDesign("count", elf_build, BUFFERS, pyxrt=fake_pyxrt.new_pyxrt())
     with pytest.raises(LoopError) as caught:
         design.make_ring(depth, feedback_arg)
-    assert str(caught.value) == message
+    quoted(caught.value, *message)
 
 
 def test_a_ring_needs_a_full_elf(xclbin_build):
     design = XrtDesign("count", xclbin_build, BUFFERS, pyxrt=fake_pyxrt.new_pyxrt())
     with pytest.raises(LoopError) as caught:
         design.make_ring(2, 1)
-    assert str(caught.value) == (
-        "A device loop needs a full ELF (npu2), and design 'count' was built as an xclbin. Build "
-        "it for npu2, whose full ELF gives each run a control scratchpad."
-    )
+    quoted(caught.value, "full ELF (npu2)", "'count'", "xclbin")
 
 
 # -- refusals when loading and calling -------------------------------------------------------
@@ -328,37 +301,23 @@ def test_missing_pyxrt_says_how_to_install_it(xclbin_build, monkeypatch):
     with pytest.raises(BackendUnavailable) as caught:
         XrtDesign("add_one", xclbin_build, BUFFERS)
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    assert str(caught.value) == (
-        f"iron's XRT backend needs pyxrt, XRT's Python binding, which Python {version} cannot "
-        "import (import of pyxrt halted; None in sys.modules). pyxrt is not on PyPI: install "
-        "XRT 2.25 from Debian trixie-backports, forky or sid (`apt install python3-xrt "
-        "libxrt-npu2 libxrt-utils-npu`), Ubuntu 26.04 or AMD's XRT builds and run the system "
-        "Python it is built for (a virtual environment needs --system-site-packages), or set "
-        "IRON_BACKEND=emulator to run everything on the emulator."
-    )
+    quoted(caught.value, "pyxrt", f"Python {version}", "import of pyxrt halted; None in sys.modules",
+           "apt install python3-xrt libxrt-npu2 libxrt-utils-npu", "--system-site-packages", "IRON_BACKEND=emulator")
 
 
 def test_missing_device_names_the_fix(xclbin_build):
     with pytest.raises(BackendUnavailable) as caught:
         XrtDesign("add_one", xclbin_build, BUFFERS, pyxrt=fake_pyxrt.new_pyxrt(devices=0))
-    assert str(caught.value) == (
-        "No NPU is available to XRT for design 'add_one': pyxrt.device(0) raised \" No such "
-        "device with index '0'\". Check that the amdxdna driver is loaded and /dev/accel/accel0 "
-        "exists (`xrt-smi examine` lists the NPU), or set IRON_BACKEND=emulator to run on the "
-        "emulator."
-    )
+    quoted(caught.value, "'add_one'", "pyxrt.device(0)", "No such device with index '0'", "amdxdna",
+           "/dev/accel/accel0", "xrt-smi examine", "IRON_BACKEND=emulator")
 
 
 def test_more_host_buffers_than_the_xclbin_kernel_takes_are_refused(xclbin_build):
     fake = fake_pyxrt.new_pyxrt(xclbin_num_args=5)
     with pytest.raises(PlacementError) as caught:
         XrtDesign("wide", xclbin_build, [("a", 4), ("b", 4), ("c", 4)], pyxrt=fake)
-    assert str(caught.value) == (
-        "Design 'wide' has 3 host buffers (a, b, c), but kernel MLIR_AIE of final.xclbin takes "
-        "at most 2 (get_num_args() 5 minus opcode, instructions and length), and XRT crashes "
-        "instead of raising when given more. Merge host buffers, or rebuild with an aiecc from "
-        "July 2026 or later, whose xclbin kernel takes more."
-    )
+    quoted(caught.value, "'wide'", "3 host buffers (a, b, c)", "MLIR_AIE", "final.xclbin", "at most 2",
+           "get_num_args() 5", "July 2026")
     assert fake.fake_state.calls == ["device(0) -> dev1", "xclbin('final.xclbin') -> xclbin1"]
 
 
@@ -367,10 +326,7 @@ def test_missing_artifact_is_refused_before_the_device_opens(xclbin_build):
     fake = fake_pyxrt.new_pyxrt()
     with pytest.raises(BuildError) as caught:
         XrtDesign("add_one", xclbin_build, BUFFERS, pyxrt=fake)
-    assert str(caught.value) == (
-        f"Design 'add_one' cannot be loaded: its instruction stream {xclbin_build.insts} does "
-        "not exist. Rebuild the design; its build output is incomplete."
-    )
+    quoted(caught.value, "'add_one'", str(xclbin_build.insts), "Rebuild")
     assert fake.fake_state.calls == []
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import iron
+from iron.compiler.plan import Fill
 from iron.kernels import Exp, MatMul
 from iron.models.designs import Walk, numpy_walk
 
@@ -89,6 +90,6 @@ def test_a_padded_cut_buffers_padding_is_written_zeros_since_a_new_bo_holds_any_
     x, b = rng.standard_normal((64, 509)).astype(np.float32), rng.standard_normal((509, 64)).astype(np.float32)
     graph = ExpThenProduct(b)
     body = graph.compile(x=x, device="npu2")
-    cut = [(p.name, p.shape, p.padded) for p in body.plan.placements if p.producer_writes]
+    cut = [(p.name, p.shape, p.padded) for p in body.plan.placements if p.fill is Fill.WRITTEN]
     assert cut == [("cut.Exp#0", (64, 509), (64, 512))]
     np.testing.assert_allclose(body(x=x), graph.reference(x=x), rtol=1e-4, atol=1e-4)
