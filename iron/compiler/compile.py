@@ -10,6 +10,7 @@ pipeline. Plans are kept per Program, device and fed Plan, so compiling again co
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from weakref import WeakKeyDictionary
 
 from iron.compiler.allocate import fit, host_buffers, host_placements
@@ -20,6 +21,7 @@ from iron.compiler.lower import Lowered, lower
 from iron.compiler.pad import pad_to_block
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
+from iron.compiler.repeat import NotRepeated, Unfolding, choose_over_time
 from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.segment import compile_segments
@@ -32,10 +34,13 @@ from iron.ir import Program, call_label
 _PLANS: WeakKeyDictionary = WeakKeyDictionary()   # Program -> {(device, id(feeds)): (feeds, Plan)}
 
 
-def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan:
-    """The Plan of `program` on `device`; `feeds`: the Plan whose scratchpad the Emit writes."""
+def compile_program(program: Program, device, feeds: Plan | None = None, *, over_time: bool = True) -> Plan:
+    """The Plan of `program` on `device`; `feeds`: the Plan whose scratchpad the Emit writes;
+    `over_time=False` keeps every repeated block spread in space (`repeat_over_time` not tried:
+    the design as it was before the rule, to compare or to study the segments)."""
     plans = _PLANS.setdefault(program, {})
-    kept = plans.get((device, id(feeds)))
+    key = (device, id(feeds), over_time)
+    kept = plans.get(key)
     if kept is not None and kept[0] is feeds:
         return kept[1]
     check_feeds(program, device, feeds)
@@ -47,26 +52,41 @@ def compile_program(program: Program, device, feeds: Plan | None = None) -> Plan
     padding = pad_to_block(program, groups, device)   # once: every segment sees the same layout
     placements = host_placements(program, padding.shapes)
     whole = try_groups(program, groups, device, feeds, None, placements, check=True)
-    if isinstance(whole, Plan):
-        plan = whole
-    else:   # too big for the array at once: segments
-        plan = compile_segments(program, device, groups, feeds, try_groups, whole, padding)
+
+    def spread() -> Plan:   # too big for the array at once: segments
+        return compile_segments(program, device, groups, feeds, try_groups, whole, padding)
+
+    def folded(program: Program, kept: tuple[Group, ...], placements: tuple, unfolding: Unfolding):
+        """The design with one iteration placed: one configuration, or segments around it."""
+        looping = partial(try_groups, unfolding=unfolding)
+        one = looping(program, kept, device, feeds, None, placements, check=True)
+        if isinstance(one, Plan):
+            return one
+        at = [i for i, g in enumerate(kept) if g.name in unfolding.groups]
+        return compile_segments(program, device, kept, feeds, looping, one, padding,
+                                frozenset(range(at[0] + 1, at[-1] + 1)))
+
+    plan, repeated = (choose_over_time(program, device, groups, placements, padding.shapes, folded, whole, spread)
+                      if over_time else (None, []))
+    if plan is None:
+        plan = whole if isinstance(whole, Plan) else spread()
     shared = tuple((Rule.PAD_SHARED_INPUT, s.text(program)) for s in padding.shared)
-    rules = (*through, *copy_view_rules(program), *shared, *plan.rules, *padding.passed,
+    rules = (*through, *copy_view_rules(program), *shared, *repeated, *plan.rules, *padding.passed,
              *layout_rules(placements))
     if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, DDR buffers, padding
         plan = replace(plan, rules=rules)
     if padding.choices:
         plan = replace(plan, choices=(*padding.choices, *plan.choices))
-    plans[(device, id(feeds))] = (feeds, plan)
+    plans[key] = (feeds, plan)
     return plan
 
 
 def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan | None,
                table: WordTable | None, placements: tuple, check: bool = False,
-               bound: bool = True) -> Plan | PlacementError | DoesNotFit | ShimShortfall:
+               bound: bool = True, unfolding: Unfolding | None = None) -> Plan | PlacementError | DoesNotFit | ShimShortfall:
     """The passes from placement on, for a whole design or one segment of it (segment.py, which
-    checks only the segments it keeps): the Plan, or the error refusing it, or the shortfall when
+    checks only the segments it keeps), or for a design whose repeated block is placed once
+    (`unfolding`, repeat.py): the Plan, or the error refusing it, or the shortfall when
     the rule `shim_channels_bound` (`bound`) refuses it right after routing, before lowering, the
     costly part of a probe that does not fit."""
     try:
@@ -76,13 +96,13 @@ def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan 
         if shortfall is not None:
             return shortfall
         routes = fit_compute_channels(program, routes, layout, device)
-        lowered = lower(program, device, layout, routes, feeds, table, placements)
+        lowered = lower(program, device, layout, routes, feeds, table, placements, unfolding)
         lowered = share(program, lowered, device)
         lowered = connect(lowered, device)
         plan = fit(assemble(program, device, groups, layout, routes, lowered))
         if check:
             check_plan(plan)
-    except (PlacementError, DoesNotFit) as refused:
+    except (PlacementError, DoesNotFit, NotRepeated) as refused:
         return refused
     return plan
 

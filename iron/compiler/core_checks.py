@@ -167,7 +167,7 @@ def _check_invoke(plan, core, invoke, fifos, functions, blocks, in_loop):
     f = functions.get(invoke.function)
     if f is None:
         fail(plan, f"the core on {core.tile.name} invokes {invoke.function}, which the plan does not define")
-    if len(invoke.objects) != len(f.params) or f.blocked != in_loop:
+    if len(invoke.objects) != len(f.params) or f.blocked and not in_loop:   # an unblocked one may loop (repeat.py)
         fail(plan, f"the core on {core.tile.name} invokes {f.name} with {len(invoke.objects)} object(s) for "
                     f"{len(f.params)} parameter(s){' outside a Loop' if f.blocked else ''}")
     buffers = {b.name: b for b in plan.buffers if b.tile == core.tile}

@@ -18,6 +18,7 @@ from iron.compiler.grid import lower_grid
 from iron.compiler.objects import I32, Context, Part, joined, pack
 from iron.compiler.place import Layout, Site
 from iron.compiler.plan import Buffer, Core, Emit, Fifo, Function, Link, Plan, WordDef
+from iron.compiler.repeat import Unfolding
 from iron.compiler.route import Routes
 from iron.compiler.rules import Decision
 from iron.compiler.sequence import group_moves, with_state_waits
@@ -45,12 +46,15 @@ class Lowered:
     holds: dict
     waiting_inputs: frozenset[FifoId]
     rules: tuple[Decision, ...] = ()
+    looped: frozenset[str] = frozenset()   # FIFOs of cores looping over a repeated block (repeat.py)
 
 
 def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan | None = None,
-          table: WordTable | None = None, placements: tuple | None = None) -> Lowered:
+          table: WordTable | None = None, placements: tuple | None = None,
+          unfolding: Unfolding | None = None) -> Lowered:
     """Every group's objects, Functions, cores and moves, then the Emit's. A segment passes the
-    whole design's `table` and its host `placements` (segment.py)."""
+    whole design's `table` and its host `placements` (segment.py); a block run over time its
+    `unfolding` (repeat.py): its cores loop and its moves are made once per iteration."""
     ctx = Context(program, device, layout, routes, table or WordTable(program),
                   host_placements(program) if placements is None else placements)
     sizes, links, buffers, functions, cores, moves, holds = {}, [], [], [], [], [], {}
@@ -75,7 +79,11 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
             buffers += part.buffers
             holds |= part.holds
         moves.append(group_moves(ctx, site, parts))
-    sequence, waiting_inputs = with_state_waits(layout.sites, sink_writes(ctx, moves))
+    sites = layout.sites
+    if unfolding is not None:
+        sites, moves = unfolding.sites_and_moves(sites, moves)
+        cores = unfolding.looped(cores)
+    sequence, waiting_inputs = with_state_waits(sites, sink_writes(ctx, moves))
     emit_values, carry = carry_sources(ctx)
     emit = None
     if layout.emit is not None:
@@ -88,9 +96,11 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
         sizes[FEEDBACK] = (made.sizes[FEEDBACK], I32, "the next call's words")
     fifos = tuple(Fifo(r.name, r.producer, r.consumers, DEPTH, sizes[r.name][0], np.dtype(sizes[r.name][1]),
                        r.shared_memory, r.role) for r in routes.fifos)
+    looping = {c.tile for c in cores if unfolding is not None and c.group in unfolding.groups}
+    looped = frozenset(f.name for f in fifos if looping & {f.producer, *f.consumers})
     holds |= {name: what for name, (_, _, what) in sizes.items()}
     return Lowered(fifos, tuple(links), tuple(buffers), tuple(functions), tuple(cores), tuple(sequence),
-                   ctx.table.defs(), ctx.placements, emit, carry, holds, waiting_inputs, tuple(ctx.rules))
+                   ctx.table.defs(), ctx.placements, emit, carry, holds, waiting_inputs, tuple(ctx.rules), looped)
 
 
 def object_sizes(ctx: Context, site: Site, parts: list[Part]) -> dict[str, tuple[int, np.dtype, str]]:

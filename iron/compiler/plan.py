@@ -467,6 +467,20 @@ def _time(ns: float) -> str:
 
 
 @dataclass(frozen=True)
+class Repeat:
+    """A block of fused groups traced `count` times with the same kernels and shapes over other
+    host tensors, or other parts of one (the rule `repeat_over_time`, iron/compiler/repeat.py):
+    ONE iteration is placed (`groups`, iteration 0's), each of its cores loops `count` times (a
+    Loop around its program) and the runtime sequence moves each iteration's operands in turn;
+    `operands`: per iteration, the host tensors its moves read and write (the user's text), in
+    iteration 0's order."""
+
+    groups: tuple[str, ...]
+    count: int
+    operands: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
 class Plan:
     device: Any                              # aie_utils.Device
     name: str
@@ -493,6 +507,7 @@ class Plan:
                                       # (iron/compiler/segment.py); this Plan holds their host side
     cuts: tuple[Cut, ...] = ()        # between consecutive segments
     choices: tuple[tuple[str, Choice], ...] = ()   # group name -> a choice the cost model made for it
+    repeat: Repeat | None = None      # a block run over time: one placed iteration, its cores looping
 
     def __post_init__(self):
         stray = [rule for rule, _ in self.rules if not isinstance(rule, Rule)]

@@ -79,6 +79,8 @@ class Rule(Term):
     EMIT_OWN_SEGMENT = "emit_own_segment"
     SAME_STRUCTURE_SAME_FIT = "same_structure_same_fit"
     SETTLE_THE_CUT = "settle_the_cut"
+    # repetition over time (repeat.py)
+    REPEAT_OVER_TIME = "repeat_over_time"
 
 
 Decision = tuple[Rule, str]   # one line of plan.rules: the rule and what it decided, for describe()

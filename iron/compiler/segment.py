@@ -44,16 +44,18 @@ class Segment:
 
 
 def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds: Plan | None,
-                     try_groups: Callable, whole: Exception | ShimShortfall, padding: Layouts) -> Plan:
+                     try_groups: Callable, whole: Exception | ShimShortfall, padding: Layouts,
+                     apart: frozenset[int] = frozenset()) -> Plan:
     """The design as segments that each compile (`try_groups(program, groups, device, feeds,
     table, placements, bound=...)` runs the whole-design passes: a Plan, or the error or
     shortfall refusing it); `whole`: what refused the whole design, its error raised as it is
     when there is nothing to cut (one group, and no Emit or none it fits without); `padding`:
     `pad_to_block`'s layout of the design. Each segment is compiled as it is sought, against
     the words and DDR buffers of the segments before it, and the one the rule keeps is checked
-    and kept as it is."""
+    and kept as it is. No segment ends before a group in `apart` (an iteration looped over time
+    stays whole: repeat.py)."""
 
-    flow = Flow(program, groups, padding.lies, padding.shared)
+    flow = Flow(program, groups, padding.lies, padding.shared, apart)
 
     def refused() -> Exception:   # why the whole design does not fit, found again only when shown
         return whole if isinstance(whole, Exception) else \
@@ -180,7 +182,8 @@ def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess:
     def cut(most: int) -> int:
         if most == count:
             return count
-        window = range(most, most - (most - start) // CUT_WINDOW - 1, -1)   # the latest first: kept on a tie
+        window = [c for c in range(most, most - (most - start) // CUT_WINDOW - 1, -1) if c not in flow.apart]
+        window = window or [max((c for c in range(start + 1, most) if c not in flow.apart), default=most)]
         stop, choice = cost.choose(Rule.FEWEST_BYTES_CUT, "cut", list(window),
                                    lambda c: cost.ddr_ns(gen, 2 * flow.crossing_bytes(c)), flow.cut_label)
         if choices is not None:
@@ -224,8 +227,9 @@ def _unfit(flow: Flow, start: int, alone: Exception, device) -> Exception:
 class Flow:
     """Where each call's result is made and read, by group index: what crosses each cut."""
 
-    def __init__(self, program: Program, groups: tuple[Group, ...], lies: dict | None = None, shared: tuple = ()):
-        self.program, self.groups, self.lies, self.shared = program, groups, lies or {}, shared
+    def __init__(self, program: Program, groups: tuple[Group, ...], lies: dict | None = None, shared: tuple = (),
+                 apart: frozenset[int] = frozenset()):
+        self.program, self.groups, self.lies, self.shared, self.apart = program, groups, lies or {}, shared, apart
         self.padded = {n: lie.shape for n, lie in self.lies.items()}
         self.host = host_placements(program, self.padded)
         self.made = {c: i for i, g in enumerate(groups) for c in g.calls}

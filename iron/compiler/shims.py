@@ -57,16 +57,19 @@ def shim_requests(lowered: Lowered) -> list[ShimRequest]:
     """Every FIFO with a host end, in FIFO order, and whether it may share a shim channel: a
     group's `_in` when its group touches no state an earlier group of the call writes (its Dmas
     need no Wait, so they may be issued with the other groups' inputs), the Emit's `emit_in`
-    (`emit_in_shares`), a core's `_host` when no Wait of the sequence needs it before its end."""
+    (`emit_in_shares`), a core's `_host` when no Wait of the sequence needs it before its end;
+    never a FIFO of a core looping over a repeated block (`repeat_over_time`), whose moves a
+    mem-tile split or join shared with a core running once would not balance."""
     waited = {entry.fifo for entry in lowered.sequence if isinstance(entry, Wait)}
     requests = []
     for f in lowered.fifos:
         if f.producer == HOST:
             waits = f.name in {w.name for w in lowered.waiting_inputs}
             shares = f.role is FifoRole.EMIT_IN or (f.role is FifoRole.INPUT and not waits)
+            shares = shares and f.name not in lowered.looped
             requests.append(ShimRequest(f.name, Direction.MM2S, f.consumers[0].col, f.nbytes, shares))
         elif HOST in f.consumers:
-            shares = f.producer.kind is TileKind.COMPUTE and f.role is FifoRole.HOST and f.name not in waited
+            shares = f.producer.kind is TileKind.COMPUTE and f.role is FifoRole.HOST and f.name not in waited | lowered.looped
             requests.append(ShimRequest(f.name, Direction.S2MM, f.producer.col, f.nbytes, shares))
     return requests
 

@@ -23,13 +23,20 @@ def tile_before_state_write(program: Program) -> tuple[Program, tuple[Decision, 
     taken = [c for c in live_calls(program) if _takes(program, c)]
     if not taken:
         return program, ()
-    buffers = {c: Node(Op.MEMORY, (), c.shape, c.dtype, Declared(MemoryKind.THROUGH, through_name(program, c))) for c in taken}
+    rewritten = write_through(program, taken)
+    return rewritten, tuple((Rule.TILE_BEFORE_STATE_WRITE, _text(program, c)) for c in taken)
+
+
+def write_through(program: Program, calls) -> Program:
+    """`program` with each of `calls` writing its result whole into a DDR buffer of the
+    compiler's (a THROUGH declaration named `through_name`) and every reader reading that buffer."""
+    buffers = {c: Node(Op.MEMORY, (), c.shape, c.dtype, Declared(MemoryKind.THROUGH, through_name(program, c))) for c in calls}
     memo: dict[Node, Node] = {}
 
     def rebuilt(node: Node) -> Node:
         if node not in memo:
             src = tuple(buffers[s] if s in buffers else rebuilt(s) for s in node.src)
-            if node in buffers:   # the MatVec itself, now writing its buffer whole (out=)
+            if node in buffers:   # the call itself, now writing its buffer whole (out=)
                 c = node.arg
                 src = (*src[:c.n_inputs], buffers[node], *src[c.n_inputs:])
                 memo[node] = Node(Op.CALL, src, node.shape, node.dtype, replace(c, writes=True))
@@ -39,10 +46,11 @@ def tile_before_state_write(program: Program) -> tuple[Program, tuple[Decision, 
         return memo[node]
 
     declared = tuple(Declaration(MemoryKind.THROUGH, b.arg.name, b.shape, b.dtype) for b in buffers.values())
-    rewritten = replace(program, calls=tuple(rebuilt(c) for c in program.calls),
-                        declarations=program.declarations + declared,
-                        memories=program.memories + tuple(buffers.values()))
-    return rewritten, tuple((Rule.TILE_BEFORE_STATE_WRITE, _text(program, c)) for c in taken)
+    return replace(program, calls=tuple(rebuilt(c) for c in program.calls),
+                   declarations=program.declarations + declared,
+                   memories=program.memories + tuple(buffers.values()),
+                   inserted=tuple(map(rebuilt, program.inserted)), outputs=tuple(map(rebuilt, program.outputs)),
+                   carry=tuple((name, rebuilt(v)) for name, v in program.carry))
 
 
 def _text(program: Program, call: Node) -> str:

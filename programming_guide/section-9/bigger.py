@@ -4,9 +4,11 @@ with more fused groups than the device has tiles, run as segments.
 `Product` multiplies two 256 x 256 float32 matrices (256 KiB each, four times a compute tile):
 the `tile_matmul_over_array` rule spreads it over a grid of cores, and the script prints the rule's
 decision and checks C against numpy (rtol 1e-4, atol 1e-4: the blocks sum in another order).
-`Tower` is `--layers` residual layers h = h + ReLU(W_i @ h) of width 64: every MatVec starts a
-group, so 40 layers need 40 compute tiles at once. The compiler cuts it into segments run one
-after another within each call; the script prints the segments and the bytes crossing each cut
+`Tower` is `--layers` residual layers h = h + act_i(W_i @ h) of width 64: every MatVec starts a
+group, so 40 layers need 40 compute tiles at once. Its activations (ReLU, Tanh, GELUTanh) follow
+Thue's square-free sequence, so no block of layers is followed by an alike block (alike blocks
+would run over time on the same cores: `repeat_over_time`). The compiler cuts it into segments
+run one after another within each call; the script prints the segments and the bytes crossing each cut
 from `describe()` and checks the result against numpy (rtol 1e-4, atol 1e-4). `Swollen` cannot
 fit even as segments (one Softmax of a 64 KiB row is more than a tile holds, and a row is not cut
 into blocks as an elementwise call's tensors are): its DoesNotFit
@@ -23,7 +25,7 @@ import aie_utils
 import iron
 from iron.compiler.rules import Rule
 from iron.errors import DoesNotFit
-from iron.kernels import Add, Exp, MatMul, MatVec, ReLU, Softmax
+from iron.kernels import Add, Exp, GELUTanh, MatMul, MatVec, ReLU, Softmax, Tanh
 
 SIZE, WIDTH = 256, 64
 RTOL = ATOL = 1e-4
@@ -39,25 +41,37 @@ class Product(iron.Graph):
         return MatMul.step(a, self.b)
 
 
+ACTIVATIONS = {ReLU: lambda v: np.maximum(v, 0), Tanh: np.tanh,
+               GELUTanh: lambda v: v / 2 * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))}
+
+
+def square_free(n: int) -> list[int]:
+    """Thue's square-free sequence over 0, 1, 2 (no block directly followed by itself): the
+    number of 1s between consecutive 0s of the Thue-Morse sequence."""
+    zeros = [i for i in range(4 * n + 4) if bin(i).count("1") % 2 == 0]
+    return [b - a - 1 for a, b in zip(zeros, zeros[1:])][:n]
+
+
 class Tower(iron.Graph):
-    """`layers` residual layers h = h + ReLU(W_i @ h), each W_i a param."""
+    """`layers` residual layers h = h + act_i(W_i @ h), each W_i a param, act_i by `square_free`."""
 
     def __init__(self, layers: int, width: int = WIDTH, seed: int = 0):
         rng = np.random.default_rng(seed)
         self.w = [iron.param((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32))
                   for _ in range(layers)]
+        self.acts = [list(ACTIVATIONS)[i] for i in square_free(layers)]
 
     def body(self, x):
         h = x
-        for w in self.w:
-            h = Add.step(h, ReLU.step(MatVec.step(w, h)))
+        for w, act in zip(self.w, self.acts):
+            h = Add.step(h, act.step(MatVec.step(w, h)))
         return h
 
 
 def numpy_tower(tower: Tower, x: np.ndarray) -> np.ndarray:
     h = x
-    for w in tower.w:
-        h = h + np.maximum(w.array @ h, 0)
+    for w, act in zip(tower.w, tower.acts):
+        h = h + ACTIVATIONS[act](w.array @ h)
     return h
 
 

@@ -78,6 +78,8 @@ def test_relays_are_decided_before_the_one_lowering(monkeypatch):
     monkeypatch.setattr(compile_module, "lower", lambda *args: lowered.append(args[3]) or lower(*args))
     plan = compile_program(designs.trace(designs.mlp(4, 256)), NPU2)
     assert len(lowered) == 1 and [r.reader for r in lowered[0].relays] == ["g3", "g5", "g7"]
+    # repeat_over_time's alternative (one layer placed, looping) is rejected by a floor read off this Plan
+    assert plan.repeat is None and plan.choices[-1][1].rejected == "over time: one iteration placed, its cores looping, at least"
     assert len(fits(plan)) == 3
 
 

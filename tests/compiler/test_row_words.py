@@ -14,7 +14,7 @@ from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.rules import Rule
 from iron.errors import ArgumentError, PlacementError
-from iron.kernels import Add, Copy, Exp
+from iron.kernels import Add, Copy, Exp, ReLU, Sigmoid, SiLU, Tanh
 from tests.compiler.test_mlir import op_names
 
 BF16 = iron.bfloat16
@@ -161,13 +161,14 @@ def test_the_host_sees_a_padded_state_in_its_own_shape():
 
 
 class ExpsThenGather(iron.Graph):
-    """Five Exp calls, then a gather of a 6-byte bfloat16 row: more groups than npu2_1col's 4 cores."""
+    """Five different kernels on x, then a gather of a 6-byte bfloat16 row: more groups than
+    npu2_1col's 4 cores (alike ones would run over time on one: repeat_over_time)."""
 
     def __init__(self):
         self.table = iron.weight(np.arange(12, dtype=np.float32).reshape(4, 3).astype(BF16))
 
     def body(self, x, *, row: Scratchpad[np.int32]):
-        return (*(Exp.step(x) for _ in range(5)), Copy.step(self.table[row]))
+        return (*(kernel.step(x) for kernel in (Exp, SiLU, Sigmoid, Tanh, ReLU)), Copy.step(self.table[row]))
 
 
 def test_segments_see_the_padded_rows():

@@ -26,7 +26,7 @@ from iron.compiler.segment import CUT_WINDOW, Flow, Segment, fewest_bytes_cut
 from iron.compiler.shims import ShimShortfall, shim_shortfall
 from iron.compiler.words import WordTable
 from iron.errors import DoesNotFit, PlacementError
-from iron.kernels import Add, Argmax, Copy, Exp, MatMul, MatVec, SiLU, Softmax
+from iron.kernels import Add, Argmax, Copy, Exp, MatMul, MatVec, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from iron.runtime.emulator import Configurations, Emulator
 from tests.compiler.test_mlir import op_names
 from tests.fake_toolchain import FLAGS_GET, install_fakes, make_hermetic, recorded_argv
@@ -47,10 +47,11 @@ def emulator(monkeypatch):
 
 
 class Five(iron.Graph):
-    """Five Exp calls of x: five groups, nothing crossing."""
+    """Five different kernels on x: five groups, nothing crossing, no two alike (alike ones would
+    run over time on one core: repeat_over_time, tests/compiler/test_repeat.py)."""
 
     def body(self, x):
-        return tuple(Exp.step(x) for _ in range(5))
+        return tuple(kernel.step(x) for kernel in (Exp, SiLU, Sigmoid, Tanh, ReLU))
 
 
 class Ladder(iron.Graph):
@@ -69,15 +70,16 @@ class Ladder(iron.Graph):
 
 
 class Relay(iron.Graph):
-    """x copied into state a, a into b, b into c: each group reads the state the one before wrote."""
+    """x copied into state a, a's ReLU into b, b's Exp into c: each group reads the state the one
+    before wrote (three different kernels: alike groups would run over time)."""
 
     def __init__(self):
         self.a, self.b, self.c = (iron.state((8,), F32, name=name) for name in "abc")
 
     def body(self, x):
         Copy.step(x, out=self.a)
-        Copy.step(self.a, out=self.b)
-        Copy.step(self.b, out=self.c)
+        ReLU.step(self.a, out=self.b)
+        Exp.step(self.b, out=self.c)
 
 
 class Hops(iron.Graph):
@@ -167,7 +169,7 @@ def test_the_rule_on_its_own_ends_a_segment_at_the_fewest_bytes_in_its_last_quar
     # compiled on one column, the first segment takes 4 groups: of the cuts in their last quarter, before g3
     # sends 128 bytes through DDR and back (written, then read: 256 bytes at 70 GB/s), before g4 192
     plan = Ladder().compile(x=((N,), F32), device="npu1_1col").plan
-    assert plan.choices == (("cut before g3", Choice(Rule.FEWEST_BYTES_CUT, "cut", "before g3 (128 bytes cross)",
+    assert plan.choices[:1] == (("cut before g3", Choice(Rule.FEWEST_BYTES_CUT, "cut", "before g3 (128 bytes cross)",
                                                      pytest.approx(256 / 70), "before g4 (192 bytes cross)",
                                                      pytest.approx(384 / 70))),)
     assert "  cut before g3: fewest_bytes_cut: cut chosen by estimated time" in describe(plan)
@@ -466,7 +468,8 @@ DECODER_SIZE = {"vocab": 512, "width": 256, "hidden": 1024, "context": 128}   # 
 
 
 def test_the_8_layer_decoder_is_cut_in_five():
-    plan = compile_program(guide_decoder().Decoder(8, **DECODER_SIZE).trace(), from_name("npu2"))
+    # spread in space (over_time=False); by default 7 of its layers loop on one layer's tiles (test_repeat.py)
+    plan = compile_program(guide_decoder().Decoder(8, **DECODER_SIZE).trace(), from_name("npu2"), over_time=False)
     assert [s.groups[0][0] for s in plan.segments] == ["g0", "g19", "g39", "g55", "g74"]
     computes = [len({c.tile for c in s.cores if c.tile.kind is TileKind.COMPUTE}) for s in plan.segments]
     assert computes == [25, 26, 19, 25, 25]
@@ -491,11 +494,11 @@ def test_segments_of_the_same_structure_answer_for_each_other_and_leave_the_plan
     try_groups = iron.compiler.compile.try_groups
     monkeypatch.setattr(iron.compiler.compile, "try_groups",
                         lambda *a, **k: compiled.append(1) or try_groups(*a, **k))
-    remembered = compile_program(program, from_name("npu2"))
+    remembered = compile_program(program, from_name("npu2"), over_time=False)
     probes = len(compiled)
     monkeypatch.setattr(Flow, "structure", lambda self, segment: None)   # every probe compiled
     compiled.clear()
-    every = compile_program(guide_decoder().Decoder(8, **DECODER_SIZE).trace(), from_name("npu2"))
+    every = compile_program(guide_decoder().Decoder(8, **DECODER_SIZE).trace(), from_name("npu2"), over_time=False)
     assert repr(remembered) == repr(every)
     assert (probes, len(compiled)) == (14, 14)   # whole design + probes + the kept segments
 

@@ -15,6 +15,7 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Carried, Scratchpad
+from iron.compiler.compile import compile_program
 from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Choice, Dma, Loop, TileKind, Wait
@@ -139,10 +140,12 @@ def test_a_grid_short_of_the_free_cores_says_why_no_larger_grid_divides():
     a, b, c, d = a / 17, b / 17, c / 17, d / 17
     graph = ProductOfProducts(b, d, second_returned=True)
     body = graph.compile(a=a, c=c, device=from_name("npu2"))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
+    assert body.plan.repeat.count == 2   # a @ b and c @ d on one grid in turn (repeat_over_time)
+    spread = compile_program(graph.trace(a=(a.shape, a.dtype), c=(c.shape, c.dtype)), from_name("npu2"), over_time=False)
+    assert rule(spread, Rule.PAD_TO_BLOCK) == [
         "g2: MatMul#2 is not padded, though padded to (M, K, N) = (300, 300, 320) it would take a better grid: "
         "cut.MatMul#0 is another group's result"]
-    assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY)[2].endswith(
+    assert rule(spread, Rule.TILE_MATMUL_OVER_ARRAY)[2].endswith(
         "summed in float32; not more cores: no grid of more than 24 of the 32 free cores has rows of cores "
         "dividing M = 300 and columns dividing N = 300, and blocks divide their sides (no remainder block; "
         "padded only as pad_to_block says)")

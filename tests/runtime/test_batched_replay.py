@@ -115,23 +115,29 @@ def lanes(request, monkeypatch):
     return spy
 
 
-@pytest.mark.parametrize("dtype, out", [(np.float32, None), (np.int8, np.int32), (ml_dtypes.bfloat16, None)],
-                         ids=["f32", "i8_i32", "bf16"])
-def test_a_tiled_matmul_leaves_every_host_buffer_as_each_call_on_its_own_does(batched, written_into, lanes, dtype, out):
-    graph = Product(dtype, out)
+def three_ways_alike(graph, inputs: list[dict]):
+    """Each call of `inputs` run batched, replayed call by call and task by task: every host
+    buffer agrees after each. Returns the Plan and the batching and unbatched Emulators."""
     plan, batching = load(graph)
     unbatched = Emulator(plan, replay=True, batch=False)
     tasks = Emulator(plan, replay=False)
     for name in batching._buffers:
         unbatched.buffer(name)[:] = tasks.buffer(name)[:] = batching.buffer(name)
-    for k in range(8):
-        rng = np.random.default_rng(k)
-        a = (rng.standard_normal((128, 512)) * 9).astype(dtype)
+    for tensors in inputs:
         for emulator in (batching, unbatched, tasks):
-            call(plan, emulator, {"a": a})
+            call(plan, emulator, tensors)
         for b in plan.host_buffers:
             np.testing.assert_array_equal(batching.buffer(b.name), unbatched.buffer(b.name))
             np.testing.assert_array_equal(batching.buffer(b.name), tasks.buffer(b.name))
+    return plan, batching, unbatched
+
+
+@pytest.mark.parametrize("dtype, out", [(np.float32, None), (np.int8, np.int32), (ml_dtypes.bfloat16, None)],
+                         ids=["f32", "i8_i32", "bf16"])
+def test_a_tiled_matmul_leaves_every_host_buffer_as_each_call_on_its_own_does(batched, written_into, lanes, dtype, out):
+    graph = Product(dtype, out)
+    inputs = [{"a": (np.random.default_rng(k).standard_normal((128, 512)) * 9).astype(dtype)} for k in range(8)]
+    plan, batching, unbatched = three_ways_alike(graph, inputs)
     assert batching.replayed == unbatched.replayed == 5
     # float32 and integer batches write their sums in place; bfloat16 computes in float32 and casts
     assert any(written_into) == (dtype is not ml_dtypes.bfloat16)
@@ -337,3 +343,26 @@ def test_a_kernel_computing_into_an_array_writes_there_what_it_returns_otherwise
             view[...], stacks[-1] = stacks[-1], view
         assert kernel.compute(*stacks, out=view) is view
         np.testing.assert_array_equal(view, want)
+
+
+class Blocks(iron.Graph):
+    """out_i = w_i @ x[i] for 40 weight matrices and row blocks: one group run over time on one
+    core looping 40 times (repeat_over_time), the sequence moving each iteration's operands."""
+
+    def __init__(self):
+        rng = np.random.default_rng(5)
+        self.w = [iron.param(rng.integers(-9, 9, (32, 64)).astype(np.float32)) for _ in range(40)]
+
+    def body(self, x):
+        return tuple(MatVec.step(w, x[i]) for i, w in enumerate(self.w))
+
+    def example(self) -> dict[str, np.ndarray]:
+        return {"x": np.ones((40, 64), np.float32)}
+
+
+def test_a_block_run_over_time_leaves_every_host_buffer_as_each_call_on_its_own_does(batched):
+    inputs = [{"x": np.random.default_rng(k).integers(-9, 9, (40, 64)).astype(np.float32)} for k in range(4)]
+    plan, batching, unbatched = three_ways_alike(Blocks(), inputs)
+    assert plan.repeat is not None and plan.repeat.count == 40
+    assert batching.replayed == unbatched.replayed == 2
+    assert batched.members > 0   # the looping core's calls on the FIFO's two objects share waves

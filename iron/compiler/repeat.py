@@ -1,0 +1,527 @@
+"""Repetition over time (the rule `repeat_over_time`): a block of fused groups traced several
+times with the same kernels and shapes over other host tensors, or other parts of one (a Python
+loop over row blocks, weight matrices, heads), is found in the group sequence (`find_runs`) and
+may run as ONE placed iteration whose cores loop over the iterations (a `Loop(count)` around each
+core's program) while the runtime sequence moves each iteration's operands at their own DDR
+offsets: lowering translates iteration 0's moves (`Unfolding`). Whether it does is decided by
+estimated time against spreading the iterations in space (more tiles, or more configurations),
+as a `Choice` (`choose_over_time`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from iron.compiler import cost
+from iron.compiler.allocate import host_placements
+from iron.compiler.copies import copied
+from iron.compiler.fuse import Group, fuse
+from iron.compiler.plan import Choice, Dma, HostRole, Imm, Invoke, KernelStep, Loop, Plan, Repeat
+from iron.compiler.rules import Decision, Rule
+from iron.compiler.sequence import Move
+from iron.compiler.through_ddr import through_name, write_through
+from iron.compiler.words import Access, placement_access, view_words
+from iron.errors import DoesNotFit, PlacementError, PlanError
+from iron.ir import Node, Op, Program, call_label, describe, storage, tensor_inputs
+
+MAX_TRIED = 4
+HOST = (Op.INPUT, Op.MEMORY)
+TIMED = "over time: one iteration placed, its cores looping"
+SPACED = "in space: every iteration placed, one configuration"   # runs tried, most groups covered first, before the design is left as it is
+
+
+@dataclass(frozen=True)
+class Run:
+    """`count` iterations of `period` groups from group `start`, alike group for group."""
+
+    start: int
+    period: int
+    count: int
+
+    def groups(self, groups: tuple[Group, ...], k: int) -> tuple[Group, ...]:
+        first = self.start + k * self.period
+        return groups[first:first + self.period]
+
+
+class NotRepeated(Exception):
+    """Why a run of alike groups does not run over time: its iterations stay spread in space."""
+
+
+@dataclass(frozen=True)
+class Shift:
+    """Where iteration 0's moves of one host operand lie (`buffer` words [first, first + span))
+    and where iteration k's same moves lie (`to_buffer` from `to_first`)."""
+
+    buffer: str
+    first: int
+    span: int
+    to_buffer: str
+    to_first: int
+
+
+@dataclass(frozen=True)
+class Unfolding:
+    """What lowering needs to run a Run over time: iteration 0's group names, the count, per
+    iteration its groups' calls (the states it touches, for the sequence's waits) and Shifts."""
+
+    groups: tuple[str, ...]
+    count: int
+    calls: tuple[tuple[tuple[Node, ...], ...], ...]
+    shifts: tuple[tuple[Shift, ...], ...]
+
+    def sites_and_moves(self, sites, moves: list[list]) -> tuple[list, list[list]]:
+        """The sites and their moves in sequence order: iteration 0's sites once per iteration,
+        each with that iteration's calls and moves (a state write's patch word for the states'
+        sink is given after, per state: `emit.sink_writes`)."""
+        at = [i for i, s in enumerate(sites) if s.group.name in self.groups]
+        if len(at) < len(self.groups):   # a segment without the iteration, or a probe of part of it
+            return list(sites), moves
+        a, b = at[0], at[-1] + 1
+        out_sites, out_moves = list(sites[:a]), list(moves[:a])
+        for k in range(self.count):
+            for j, i in enumerate(range(a, b)):
+                out_sites.append(replace(sites[i], group=replace(sites[i].group, calls=self.calls[k][j])))
+                out_moves.append([self.moved(k, m) for m in moves[i]])
+        return out_sites + list(sites[b:]), out_moves + list(moves[b:])
+
+    def moved(self, k: int, move):
+        """Iteration k's counterpart of iteration 0's `move`: the same words of its own operand
+        (a Wait a grid puts between its rounds as it is)."""
+        if not isinstance(move, Move):
+            return move
+        access: Access = move.access
+        end = access.offset + _span(access.dims)
+        hits = {(s.to_buffer, access.offset - s.first + s.to_first) for s in self.shifts[k]
+                if s.buffer == move.buffer and s.first <= access.offset and end <= s.first + s.span}
+        if len(hits) == 1:
+            buffer, offset = hits.pop()
+            return replace(move, buffer=buffer, access=replace(access, offset=offset))
+        if not hits and move.buffer == HostRole.WORDS.value:
+            return move   # per-call words: every iteration reads the same
+        raise NotRepeated(f"{move.fifo} moves words {access.offset}.. of {move.buffer}, which "
+                          f"{'no operand' if not hits else 'more than one operand'} of the iteration holds")
+
+    def looped(self, cores: list) -> list:
+        """The cores, each of the iteration's looping `count` times over its program (none when
+        only part of the iteration is here: a probe of the segment search)."""
+        if len({c.group for c in cores} & set(self.groups)) < len(self.groups):
+            return cores
+        return [replace(c, program=(Loop(self.count, c.program),)) if c.group in self.groups else c for c in cores]
+
+
+# ---- finding runs ------------------------------------------------------------------------------
+
+def find_runs(groups: tuple[Group, ...]) -> list[Run]:
+    """Runs of at least two iterations of alike groups (`_shapes`), and each such run but its
+    first or its last iteration, the most groups covered first, then the shortest period (the
+    most iterations), then the earliest."""
+    keys = _shapes(groups)
+    n, runs = len(keys), []
+    for period in range(1, n // 2 + 1):
+        i = 0
+        while i + period < n:
+            j = i
+            while j + period < n and keys[j] == keys[j + period]:
+                j += 1
+            count = (j - i) // period + 1
+            if count >= 2:
+                runs.append(Run(i, period, count))
+            if count >= 3:   # its first or last iteration may be the odd one out (reading the others)
+                runs += [Run(i, period, count - 1), Run(i + period, period, count - 1)]
+            i = max(j, i + 1)
+    return sorted(runs, key=lambda r: (-r.count * r.period, r.period, r.start))
+
+
+def _shapes(groups: tuple[Group, ...]) -> list[int]:
+    """Per group a number, equal for groups whose calls are alike node for node up to which host
+    tensor, or which part of one, they read and write (`_entry`)."""
+    numbers: dict[tuple, int] = {}
+    found = []
+    for i, group in enumerate(groups):
+        memo: dict[Node, int] = {}
+        entries: list = []
+        for call in group.calls:
+            _entry(call, set(group.calls), memo, entries)
+        try:
+            found.append(numbers.setdefault(tuple(entries), len(numbers)))
+        except TypeError:   # an attr that does not hash: alike no other
+            found.append(-1 - i)
+    return found
+
+
+def _entry(node: Node, mine: set, memo: dict, entries: list) -> int:
+    if node in memo:
+        return memo[node]
+    if (node.op == Op.CALL and node not in mine) or node.op in HOST:   # made before, or a host tensor:
+        entry = ("outside", node.shape, node.dtype)                    # alike once passed through DDR
+    elif node.is_scalar:
+        entry = ("scalar",)
+    else:
+        arg = _axes(node.arg) if node.op == Op.VIEW else node.arg
+        entry = (node.op, node.shape, node.dtype, arg, tuple(_entry(s, mine, memo, entries) for s in node.src))
+    memo[node] = len(entries)
+    entries.append(entry)
+    return memo[node]
+
+
+def _axes(axes) -> tuple:
+    """A view's axes with where they start left out: views alike but for where they lie."""
+    return tuple(replace(a, index=None if a.index is None else 0, start=0,
+                         stop=None if a.stop is None else a.stop - a.start) for a in axes)
+
+
+# ---- an iteration's operands -------------------------------------------------------------------
+
+def unfolding(program: Program, groups: tuple[Group, ...], run: Run, placements: tuple,
+              padded: dict) -> tuple[Unfolding, Repeat]:
+    """The Unfolding and Repeat of `run`, or NotRepeated saying why its iterations cannot share
+    one placed iteration: every iteration must read and write only host tensors (and its own
+    results), its operands alike iteration 0's in shape and access pattern, none padded."""
+    first = _calls(run.groups(groups, 0))
+    _check_reads(program, groups, run)
+    named = {p.name: p for p in placements}
+    calls, shifts, operands = [], [], []
+    for k in range(run.count):
+        mine = run.groups(groups, k)
+        pairs: dict[Node, Node] = {}
+        positions = ({c: i for i, c in enumerate(first)}, {c: i for i, c in enumerate(_calls(mine))})
+        for a, b in zip(first, _calls(mine)):
+            _pair(a, b, pairs, positions)
+        if any(program.outputs.count(a) != program.outputs.count(b) for a, b in pairs.items() if a.op == Op.CALL):
+            raise NotRepeated(f"iteration {k} returns other results than iteration 0")
+        leaves = [(a, b) for a, b in pairs.items() if _is_leaf(program, a)]
+        if any(a in padded or b in padded for a, b in leaves):
+            raise NotRepeated("an operand lies padded (pad_to_block)")
+        shifts.append(tuple(s for a, b in leaves for s in _shifts(program, named, a, b)))
+        operands.append(tuple(_operand_text(program, b) for _, b in leaves))
+        calls.append(tuple(g.calls for g in mine))
+    names = tuple(g.name for g in run.groups(groups, 0))
+    return (Unfolding(names, run.count, tuple(calls), tuple(shifts)),
+            Repeat(names, run.count, tuple(operands)))
+
+
+def _operand_text(program: Program, node: Node) -> str:
+    """A host operand as texts name it: a design output by its placement (`out3`), else the user's text."""
+    if node.op == Op.CALL:
+        return ", ".join(f"out{i}" for i, o in enumerate(program.outputs) if o is node)
+    return describe(node)
+
+
+def _calls(groups: tuple[Group, ...]) -> tuple[Node, ...]:
+    return tuple(c for g in groups for c in g.calls)
+
+
+def _check_reads(program: Program, groups: tuple[Group, ...], run: Run):
+    """Every iteration's results are read only within it, by the host or by no one."""
+    iteration = {c: k for k in range(run.count) for c in _calls(run.groups(groups, k))}
+    for group in groups:
+        for call in group.calls:
+            for node in tensor_inputs(call):
+                if node in iteration and iteration.get(call) != iteration[node]:
+                    raise NotRepeated(f"{call_label(program, call)} reads {call_label(program, node)}, made by "
+                                      f"iteration {iteration[node]}")
+            if call in iteration:
+                outside = [n for n in tensor_inputs(call) if n.op == Op.CALL and n not in iteration]
+                if outside:
+                    raise NotRepeated(f"{call_label(program, call)} reads {call_label(program, outside[0])}, made "
+                                      "before the block")
+    if any(v.op == Op.ELEM and v.src[0] in iteration for _, v in program.carry):
+        raise NotRepeated("an iteration makes a carried element")
+
+
+def _pair(a: Node, b: Node, pairs: dict, positions: tuple[dict, dict]):
+    """Match iteration 0's node `a` with iteration k's `b`, or NotRepeated."""
+    if a in pairs:
+        if pairs[a] is not b:
+            raise NotRepeated(f"{describe(a, 0)} stands for two tensors of a later iteration")
+        return
+    pairs[a] = b
+    if a is b and a.op != Op.CALL:   # the same tensor in both iterations (a call: iteration 0 itself)
+        return
+    if a.is_scalar and _same_scalar(a, b):   # `pos + 1` traced again in every iteration
+        return
+    hosts = a.op in HOST and b.op in HOST   # any host tensor: an input, a weight, a DDR buffer
+    if (a.op != b.op and not hosts) or a.shape != b.shape or a.dtype != b.dtype or a.is_scalar:
+        raise NotRepeated(f"{describe(a, 0)} and {describe(b, 0)} differ")
+    if hosts:
+        return
+    if a.op == Op.CALL:
+        if positions[0].get(a) != positions[1].get(b) or not _same(a.arg, b.arg):
+            raise NotRepeated(f"{describe(a, 0)} and {describe(b, 0)} differ")
+    elif a.op == Op.VIEW:
+        if _axes(a.arg) != _axes(b.arg) or not all(map(_same_scalar, a.src[1:], b.src[1:])):
+            raise NotRepeated(f"{describe(a)} and {describe(b)} are different views")
+        if storage(a).op != Op.CALL:
+            return
+    for s, t in zip(a.src, b.src):
+        _pair(s, t, pairs, positions)
+
+
+def _same_scalar(a: Node, b: Node) -> bool:
+    """Whether two scalar expressions compute the same per-call value: alike op for op down to the
+    same per-call values (an element of a tensor only when the same one)."""
+    if a is b:
+        return True
+    if a.op != b.op or a.op in (Op.ELEM, Op.VAR) or not _same(a.arg, b.arg):
+        return False
+    return all(_same_scalar(x, y) for x, y in zip(a.src, b.src))
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except ValueError:   # an attr holding an array: alike only when the same
+        return a is b
+
+
+def _is_leaf(program: Program, node: Node) -> bool:
+    """A host operand a move reads or writes: a host tensor, a view of one, a design output."""
+    if node.op == Op.VIEW:
+        return storage(node).op in (Op.INPUT, Op.MEMORY)
+    return node.op in (Op.INPUT, Op.MEMORY) or (node.op == Op.CALL and node in program.outputs)
+
+
+def _shifts(program: Program, named: dict, a: Node, b: Node) -> list[Shift]:
+    """Where the moves of operand `a` of iteration 0 lie, and those of `b`, its counterpart."""
+    mine, theirs = _extents(program, named, a), _extents(program, named, b)
+    if len(mine) != len(theirs) or any(x[2] != y[2] for x, y in zip(mine, theirs)):
+        raise NotRepeated(f"{describe(a, 0)} and {describe(b, 0)} are moved by different patterns")
+    return [Shift(x[0], x[1], _span(x[2]), y[0], y[1]) for x, y in zip(mine, theirs)]
+
+
+def _extents(program: Program, named: dict, node: Node) -> list[tuple[str, int, tuple]]:
+    """(buffer, first word, word dims) of each host region holding `node`."""
+    if node.op == Op.CALL:
+        places = [named[f"out{i}"] for i, o in enumerate(program.outputs) if o is node]
+        return [(p.buffer, p.offset, placement_access(p).dims) for p in places]
+    p = named[storage(node).arg.name]
+    if p.padded is not None or p.lead:
+        raise NotRepeated(f"{p.name} lies padded in host memory")
+    if node.op != Op.VIEW:
+        return [(p.buffer, p.offset, placement_access(p).dims)]
+    static, dims, _ = view_words(node, p.padded, p.word_rows, p.lead)
+    if static % 4:
+        raise NotRepeated(f"{describe(node)} starts inside a word")
+    return [(p.buffer, p.offset + static // 4, tuple(dims))]
+
+
+def _span(dims) -> int:
+    """The words from a pattern's first to just after its last."""
+    return 1 + sum((size - 1) * stride for size, stride in dims)
+
+
+# ---- choosing time or space --------------------------------------------------------------------
+
+def choose_over_time(program: Program, device, groups: tuple[Group, ...], placements: tuple, padded: dict,
+                     compile_groups: Callable, whole, spread: Callable) -> tuple[Plan | None, list[Decision]]:
+    """The design with its longest repeated run over time when the cost model estimates that
+    faster than spreading it in space (`whole`: the whole design's Plan, or why it did not fit
+    one configuration; `spread()`: the segmented Plan), else None; and the rule's lines.
+    `compile_groups(program, groups, placements, unfolding)` runs the passes on the groups with
+    one iteration."""
+    lines: list[Decision] = []
+    runs = find_runs(groups)[:MAX_TRIED]
+    priced = Priced.of(whole) if runs and isinstance(whole, Plan) else None
+    for run in runs:
+        names = tuple(g.name for g in run.groups(groups, 0))
+        label = _label(Repeat(names, run.count, ()))
+        floor = priced.floor(names, run.count) if priced is not None else 0.0
+        if priced is not None and floor >= priced.work().ns(whole.device):
+            choice = Choice(Rule.REPEAT_OVER_TIME, label, SPACED, priced.work().ns(whole.device), f"{TIMED}, at least", floor)
+            return (replace(whole, choices=(*whole.choices, (names[0], choice))),
+                    [(Rule.REPEAT_OVER_TIME, f"{label} spread in space, estimated faster (choices)")])
+        try:
+            plan, repeat, crossing = _over_time(program, device, groups, run, placements, padded, compile_groups)
+        except (NotRepeated, PlanError, DoesNotFit, PlacementError) as why:   # the longest run's reason; spread
+            # in space, a design that does not fit raises its own refusal, not one of the loop's
+            lines = lines or [(Rule.REPEAT_OVER_TIME, f"{label} not run over time: {why}")]
+            continue
+        chosen, line = _chosen(plan, repeat, whole, spread, len(groups))
+        return chosen, [*lines, *line, *(crossing if chosen.repeat is not None else ())]
+    return None, lines
+
+
+def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, placements: tuple, padded: dict,
+               compile_groups: Callable) -> tuple[Plan, Repeat, list[Decision]]:
+    """The Plan running `run` over time, its Repeat and the lines saying which values cross
+    between iterations through DDR (`write_through`, then fused again), or NotRepeated."""
+    _check_period(run, device)
+    place = {c: min(max(-1, (i - run.start) // run.period), run.count) for i, g in enumerate(groups) for c in g.calls}
+    crossing = _crossing(program, place, run)
+    lines = []
+    if crossing:
+        if padded:
+            raise NotRepeated("values cross between its iterations and the design lies padded (pad_to_block)")
+        returned = _returned_last(program, place, run)
+        lines = [(Rule.REPEAT_OVER_TIME, f"{', '.join(call_label(program, c) for c in crossing + returned)} cross "
+                                         f"between iterations through DDR buffers of the compiler's "
+                                         f"({', '.join(through_name(program, c) for c in crossing + returned)})"
+                                         + ", the last iteration's returned by a Copy of its buffer" * bool(returned))]
+        program = _copied_out(write_through(program, crossing + returned), program, returned)
+        groups = fuse(program)
+        placements = host_placements(program)
+        run = next(iter(find_runs(groups)), None)
+        if run is None:
+            raise NotRepeated("its groups are no longer alike once values cross through DDR")
+    _check_period(run, device)
+    unfold, repeat = unfolding(program, groups, run, placements, padded)
+    kept = groups[:run.start + run.period] + groups[run.start + run.count * run.period:]
+    plan = compile_groups(program, kept, placements, unfold)
+    if not isinstance(plan, Plan):
+        raise NotRepeated(str(plan))
+    if not any(c.group in repeat.groups and isinstance(c.program[0], Loop) and c.program[0].count == run.count
+               for p in plan.configurations for c in p.cores):
+        raise NotRepeated("no configuration holds a whole iteration")
+    return plan, repeat, lines
+
+
+def _check_period(run: Run, device):
+    """A group takes a tile at least, and a loop runs within one configuration."""
+    tiles = len(device.compute_tiles)
+    if run.period > tiles:
+        raise NotRepeated(f"an iteration is {run.period} groups, more than the {tiles} compute tiles")
+
+
+def _crossing(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
+    """The results made before or in the run that a call of another iteration (or after the run)
+    reads, but those the host reads (outputs, carried elements): they cross through DDR. `place`:
+    each call's iteration (-1 before the run, `run.count` after it)."""
+    kept = {*program.outputs, *(v.src[0] for _, v in program.carry if v.op == Op.ELEM)}
+    found: dict[Node, None] = {}
+    for reader, at in place.items():
+        for node in tensor_inputs(reader):
+            made = place.get(node)
+            if made is not None and made != at and made < run.count and (made >= 0 or 0 <= at < run.count):
+                found[node] = None
+    return [c for c in found if c not in kept]
+
+
+def _returned_last(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
+    """The design outputs the run's last iteration makes when no other iteration makes one (a
+    loop over layers returning the last one's result): written through DDR like the values the
+    other iterations pass on, so the last iteration is alike them, and returned by a Copy."""
+    made = {place[o] for o in program.outputs if 0 <= place.get(o, -1) < run.count}
+    carried = {v.src[0] for _, v in program.carry if v.op == Op.ELEM}
+    if made != {run.count - 1}:
+        return []
+    return [o for o in dict.fromkeys(program.outputs) if place.get(o) == run.count - 1 and o not in carried]
+
+
+def _copied_out(program: Program, traced: Program, returned: list[Node]) -> Program:
+    """`program` (`traced` written through DDR) returning a Copy of each of `returned`'s DDR
+    buffers in its place, the Copies appended to the calls."""
+    if not returned:
+        return program
+    buffers = {m.arg.name: m for m in program.memories}
+    copies = {o: copied(buffers[through_name(traced, o)]) for o in returned}
+    outputs = tuple(copies.get(o, n) for o, n in zip(traced.outputs, program.outputs))
+    return replace(program, calls=(*program.calls, *copies.values()), outputs=outputs,
+                   inserted=(*program.inserted, *copies.values()))
+
+
+def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable, spread_groups: int) -> tuple[Plan, list[Decision]]:
+    """The Plan of the loop or the spread design, whichever the cost model estimates faster
+    (`spread_groups`: the groups the spread design places), and the rule's line."""
+    gen = cost.generation(plan.device)
+    label = _label(repeat)
+    timed = (TIMED, plan_ns(plan), plan)
+    if isinstance(whole, Plan):
+        spaced = (SPACED, plan_ns(whole), whole)
+    else:
+        least = max(2, -(-spread_groups // len(plan.device.compute_tiles)))   # a group per tile at most
+        bound = cost.ddr_ns(gen, _ddr_bytes(plan)) + (least - 1) * gen.reconfigure_ns   # the same bytes, and the loads
+        spaced = (f"in space: at least {least} configurations", bound, None)
+        if bound < timed[1]:
+            segmented = spread()
+            spaced = (f"in space: {len(segmented.configurations)} configurations", plan_ns(segmented), segmented)
+    order = [spaced, timed] if isinstance(whole, Plan) else [timed, spaced]   # a tie keeps one configuration
+    best, choice = cost.choose(Rule.REPEAT_OVER_TIME, label, order, lambda c: c[1], lambda c: c[0])
+    if best is not timed:
+        spaced_plan = best[2]
+        return (replace(spaced_plan, choices=(*spaced_plan.choices, (repeat.groups[0], choice))),
+                [(Rule.REPEAT_OVER_TIME, f"{label} spread in space, estimated faster (choices)")])
+    text = (f"{label}: {', '.join(repeat.groups)} placed once, {repeat.count} iterations, each core looping "
+            f"{repeat.count} times, the sequence moving each iteration's operands")
+    return replace(plan, repeat=repeat, choices=(*plan.choices, (repeat.groups[0], choice)),
+                   rules=((Rule.REPEAT_OVER_TIME, text), *plan.rules)), []
+
+
+def _label(repeat: Repeat) -> str:
+    names = repeat.groups[0] if len(repeat.groups) == 1 else f"{repeat.groups[0]}..{repeat.groups[-1]}"
+    return f"{repeat.count} iterations of {names}"
+
+
+def plan_ns(plan: Plan) -> float:
+    """A Plan's estimated device time per call: per configuration the slowest of its busiest
+    core, its busiest FIFO's moves and DDR (`cost.Work`), plus loading each configuration after
+    the first."""
+    configurations = plan.configurations
+    gen = cost.generation(plan.device)
+    return sum(Priced.of(c).work().ns(plan.device) for c in configurations) + gen.reconfigure_ns * (len(configurations) - 1)
+
+
+@dataclass(frozen=True)
+class Priced:
+    """What the estimate of one configuration reads: each core's cycles per launch (its
+    Functions' cycles, `cost.function_cycles`, times its Loops' counts) and the bytes each FIFO
+    moves per launch."""
+
+    plan: Plan
+    cycles: dict
+    moved: dict
+
+    @classmethod
+    def of(cls, plan: Plan) -> Priced:
+        gen = cost.generation(plan.device)
+        functions = {f.name: sum(_step_cycles(gen, step) for step in f.steps) for f in plan.functions}
+        cycles = {c.tile: _program_cycles(c.program, functions) for c in plan.cores}
+        moved: dict[str, int] = {}
+        for op in plan.sequence:
+            if isinstance(op, Dma):
+                moved[op.fifo] = moved.get(op.fifo, 0) + op.nwords * 4
+        return cls(plan, cycles, moved)
+
+    def work(self) -> cost.Work:
+        return cost.Work(max(self.cycles.values(), default=0.0), max(self.moved.values(), default=0),
+                         sum(self.moved.values()))
+
+    def floor(self, groups: tuple[str, ...], count: int) -> float:
+        """A floor under the estimate of this design with `groups` placed once and looping `count`
+        times, read off this one (so a design whose estimate in space is below it is not
+        compiled twice): those groups' cores doing `count` times their work, the FIFOs feeding
+        or draining them (directly or through a mem tile's link) moving `count` times their
+        bytes, and DDR moving what this design moves."""
+        tiles = {c.tile for c in self.plan.cores if c.group in groups}
+        near = {f.name for f in self.plan.fifos if tiles & {f.producer, *f.consumers}}
+        for link in self.plan.links:
+            if near & {*link.sources, *link.destinations}:
+                near |= {*link.sources, *link.destinations}
+        busiest = max((n for name, n in self.moved.items() if name in near), default=0)
+        cycles = max((n for tile, n in self.cycles.items() if tile in tiles), default=0.0)
+        return cost.Work(count * cycles, count * busiest, self.work().ddr_bytes).ns(self.plan.device)
+
+
+_CYCLES: dict[tuple, float] = {}   # a kernel step's cycles by what they depend on: alike layers price once
+
+
+def _step_cycles(gen: cost.Generation, step) -> float:
+    """`cost.step_cycles` of a Function's step, remembered by its kernel, dtypes and immediates."""
+    if not isinstance(step, KernelStep):
+        return gen.scalar_cycles
+    key = (gen.family, step.kernel, step.dtype, step.out, tuple(a for a in step.args if isinstance(a, Imm)))
+    if key not in _CYCLES:
+        _CYCLES[key] = cost.step_cycles(gen, step)
+    return _CYCLES[key]
+
+
+def _program_cycles(program: tuple, functions: dict) -> float:
+    total = 0.0
+    for item in program:
+        if isinstance(item, Loop):
+            total += item.count * _program_cycles(item.body, functions)
+        elif isinstance(item, Invoke):
+            total += functions[item.function]
+    return total
+
+
+def _ddr_bytes(plan: Plan) -> int:
+    return sum(Priced.of(c).work().ddr_bytes for c in plan.configurations)

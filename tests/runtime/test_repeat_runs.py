@@ -1,0 +1,124 @@
+"""Repetition over time on the emulator (iron/compiler/repeat.py): a loop over layers whose
+residual stream crosses from one iteration to the next through a DDR buffer of the compiler's,
+as one configuration, host-driven on npu1 and npu2 and as a CarriedLoop at depth 2 on npu2 (a
+full ELF with the Emit); launches replayed and batched agree with reference() call after call."""
+import numpy as np
+import pytest
+
+import iron
+from iron import Carried
+from iron.compiler.mlir import ALLOWED_OPS
+from iron.compiler.plan import Loop
+from iron.compiler.rules import Rule
+from iron.kernels import Add, Argmax, Copy, MatVec, RMSNorm
+from tests.compiler.test_mlir import op_names
+
+F32 = np.float32
+N, V = 64, 16
+
+
+@pytest.fixture(autouse=True)
+def quiet(monkeypatch):
+    monkeypatch.setenv("IRON_BACKEND", "emulator")
+    monkeypatch.setenv("IRON_QUIET", "1")
+
+
+class Layers(iron.Graph):
+    """x = x + w_l @ RMSNorm(x, g_l) for each of `count` layers with weights of their own."""
+
+    def __init__(self, count: int):
+        rng = np.random.default_rng(5)
+        self.w = [iron.param((rng.standard_normal((N, N)) / 16).astype(F32)) for _ in range(count)]
+        self.g = [iron.param((1 + rng.standard_normal(N) / 8).astype(F32)) for _ in range(count)]
+
+    def layers(self, x):
+        for w, g in zip(self.w, self.g):
+            x = Add.step(x, MatVec.step(w, RMSNorm.step(x, g)))
+        return x
+
+    def body(self, x):
+        return self.layers(x)
+
+
+class Decoder(Layers):
+    """A token's embedding through the layers, each layer recording its input in a cache of its
+    own at the token's position, the next token the Argmax of a head, recorded."""
+
+    def __init__(self, count: int):
+        super().__init__(count)
+        rng = np.random.default_rng(6)
+        self.emb = iron.weight(rng.standard_normal((V, N)).astype(F32))
+        self.head = iron.param(rng.standard_normal((V, N)).astype(F32))
+        self.tokens = iron.state((8,), np.int32, name="tokens")
+        self.caches = [iron.state((8, N), F32, name=f"cache{i}") for i in range(count)]
+
+    def layers(self, x):
+        for w, g, cache in zip(self.w, self.g, self.caches):
+            Copy.step(x, out=cache[self.pos])
+            x = Add.step(x, MatVec.step(w, RMSNorm.step(x, g)))
+        return x
+
+    def body(self, *, tok: Carried[np.int32], pos: Carried[np.int32]):
+        self.pos = pos
+        nxt = Argmax.step(MatVec.step(self.head, self.layers(Copy.step(self.emb[tok]))))
+        Copy.step(nxt, out=self.tokens[pos])
+        return iron.carry(tok=nxt, pos=pos + 1)
+
+
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+def test_thirty_layers_run_as_one_configuration_their_stream_through_ddr(device):
+    graph = Layers(30)
+    compiled = graph.compile(x=((N,), F32), device=device)
+    plan = compiled.plan
+    assert len(plan.configurations) == 1
+    assert plan.repeat.groups == ("g0", "g1") and plan.repeat.count == 30
+    assert plan.repeat.operands[3] == ("through.Add#8", "g.3", "w.3", "through.Add#11")
+    looped = [c for c in plan.cores if c.group in plan.repeat.groups]
+    assert len(looped) == 2 and all(c.program == (Loop(30, c.program[0].body),) for c in looped)
+    crossing = [text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME][0]
+    assert crossing.startswith("Add#2, Add#5, Add#8, ") and crossing.endswith(
+        ", through.Add#86, through.Add#89), the last iteration's returned by a Copy of its buffer")
+    assert plan.groups[-1] == ("g60", ("Copy#90",))   # the output, copied from the last layer's buffer
+    x = np.random.default_rng(1).standard_normal(N).astype(F32)
+    for _ in range(3):   # the first launch runs task by task, the later ones replay it
+        np.testing.assert_array_equal(compiled(x), graph.reference(x))
+
+
+def loops_as_the_reference(body, reference: Decoder, steps: int) -> Decoder:
+    """Run `body` as a CarriedLoop at depth 2 for `steps` - 1 steps from token 1; its carry and
+    recorded tokens equal the reference's. Returns the reference, run alike."""
+    carry, tokens = {"tok": 1, "pos": 0}, []
+    for _ in range(steps):
+        carry = dict(reference.reference(**carry))
+        tokens.append(carry["tok"])
+    loop = iron.CarriedLoop(body, body, depth=2)
+    assert list(loop.run(steps - 1, tok=1, pos=0)) == list(range(steps - 1))
+    assert dict(loop.carry) == carry
+    assert body.read("tokens").tolist()[:steps] == reference.read("tokens").tolist()[:steps] == tokens
+    return reference
+
+
+def test_a_decoder_over_twenty_layers_runs_as_a_carried_loop_at_depth_two_on_npu2():
+    body = Decoder(20).compile(device="npu2")
+    plan = body.plan
+    assert plan.full_elf and plan.emit is not None and len(plan.configurations) == 1
+    assert plan.repeat.groups == ("g1", "g2", "g3") and plan.repeat.count == 19
+    assert plan.repeat.operands[2] == ("through.Add#8", "cache2[pos]", "g.2", "w.2", "through.Add#12")
+    assert len([w for w in plan.words if w.sink is not None]) == 21   # every cache's write and the tokens'
+    assert set(op_names(body.mlir)) <= ALLOWED_OPS
+    reference = loops_as_the_reference(body, Decoder(20), 8)
+    for i in (0, 7, 19):   # each layer's cache written at each position through its own sink patch word
+        np.testing.assert_array_equal(body.read(f"cache{i}"), reference.read(f"cache{i}"))
+
+
+def test_a_loop_too_big_for_one_configuration_runs_in_segments_kept_whole_around_it():
+    body = Decoder(6).compile(device="npu2_2col")
+    plan = body.plan
+    assert plan.repeat.groups == ("g1", "g2", "g3") and plan.repeat.count == 5
+    assert [[name for name, _ in s.groups] for s in plan.segments][0] == ["g0", "g1", "g2", "g3"]
+    looping = [c for s in plan.segments for c in s.cores if c.group in plan.repeat.groups]
+    assert [c.program[0].count for c in looping] == [5, 5, 5]
+    (choice,) = [c for _, c in plan.choices if c.rule is Rule.REPEAT_OVER_TIME]
+    assert choice.chosen == "over time: one iteration placed, its cores looping" and choice.chosen_ns < choice.rejected_ns
+    assert set(op_names(body.mlir)) <= ALLOWED_OPS   # one module: a device per segment, @main configuring each
+    loops_as_the_reference(body, Decoder(6), 6)
