@@ -392,13 +392,15 @@ def pad_stream(group: Group, readers: dict, group_of: dict, device) -> dict[Node
 def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
     """The rule `pad_shared_stream`: `group` and the groups reading an input of it, and theirs in
     turn; they stream over one padded length, or none is padded (a tensor lies in one layout)."""
-    family, todo = [], [group]
+    family, seen, todo = [], set(), [group]
     while todo:
         g = todo.pop()
-        if g in family:
+        if g.name in seen:   # by name: comparing whole groups made many row blocks cubic
             continue
         family.append(g)
-        todo += [group_of[u] for n in external_inputs(g.calls) for u in readers.get(n, []) if isinstance(u, Node)]
+        seen.add(g.name)
+        todo += [group_of[u] for n in external_inputs(g.calls) for u in readers.get(n, [])
+                 if isinstance(u, Node) and group_of[u].name not in seen]
     return family
 
 
