@@ -64,7 +64,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
             return one
         at = [i for i, g in enumerate(kept) if g.name in unfolding.groups]
         return compile_segments(program, device, kept, feeds, looping, one, padding,
-                                frozenset(range(at[0] + 1, at[-1] + 1)))
+                                frozenset(range(at[0] + 1, at[-1] + 1)), len(unfolding.shared))
 
     plan, repeated = (choose_over_time(program, device, groups, placements, padding.shapes, folded, whole, spread)
                       if over_time else (None, []))
@@ -90,7 +90,7 @@ def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan 
     the rule `shim_channels_bound` (`bound`) refuses it right after routing, before lowering, the
     costly part of a probe that does not fit."""
     try:
-        layout = place(program, groups, device, placements)
+        layout = place(program, groups, device, placements, dict(unfolding.shared) if unfolding else None)
         routes = route(program, layout)
         shortfall = shim_shortfall(routes, device) if bound else None
         if shortfall is not None:

@@ -67,6 +67,7 @@ class Unfolding:
     count: int
     calls: tuple[tuple[tuple[Node, ...], ...], ...]
     shifts: tuple[tuple[Shift, ...], ...]
+    shared: tuple[tuple[str, str], ...] = ()   # (group, the earlier group whose core runs it too)
 
     def sites_and_moves(self, sites, moves: list[list]) -> tuple[list, list[list]]:
         """The sites and their moves in sequence order: iteration 0's sites once per iteration,
@@ -103,7 +104,7 @@ class Unfolding:
     def looped(self, cores: list) -> list:
         """The cores, each of the iteration's looping `count` times over its program (none when
         only part of the iteration is here: a probe of the segment search)."""
-        if len({c.group for c in cores} & set(self.groups)) < len(self.groups):
+        if len({g for c in cores for g in c.groups} & set(self.groups)) < len(self.groups):
             return cores
         return [replace(c, program=(Loop(self.count, c.program),)) if c.group in self.groups else c for c in cores]
 
@@ -344,7 +345,6 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
                compile_groups: Callable) -> tuple[Plan, Repeat, list[Decision]]:
     """The Plan running `run` over time, its Repeat and the lines saying which values cross
     between iterations through DDR (`write_through`, then fused again), or NotRepeated."""
-    _check_period(run, device)
     place = {c: min(max(-1, (i - run.start) // run.period), run.count) for i, g in enumerate(groups) for c in g.calls}
     crossing = _crossing(program, place, run)
     lines = []
@@ -362,9 +362,10 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
         run = next(iter(find_runs(groups)), None)
         if run is None:
             raise NotRepeated("its groups are no longer alike once values cross through DDR")
-    _check_period(run, device)
     unfold, repeat = unfolding(program, groups, run, placements, padded)
     kept = groups[:run.start + run.period] + groups[run.start + run.count * run.period:]
+    pairs = sharing(program, run.groups(groups, 0), device)
+    unfold, repeat = replace(unfold, shared=pairs), replace(repeat, shared=_cores_of(pairs))
     plan = compile_groups(program, kept, placements, unfold)
     if not isinstance(plan, Plan):
         raise NotRepeated(str(plan))
@@ -374,11 +375,44 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
     return plan, repeat, lines
 
 
-def _check_period(run: Run, device):
-    """A group takes a tile at least, and a loop runs within one configuration."""
-    tiles = len(device.compute_tiles)
-    if run.period > tiles:
-        raise NotRepeated(f"an iteration is {run.period} groups, more than the {tiles} compute tiles")
+def sharing(program: Program, iteration: tuple[Group, ...], device) -> tuple[tuple[str, str], ...]:
+    """`share_core_in_iteration`: when an iteration has more groups than the array has compute
+    tiles (less one, for the Emit), groups that read an earlier group's result run on its core
+    after it, in turn within the loop's body (their FIFO between them shared memory on the tile),
+    the fewest that bring the iteration within the tiles, those reading least from other groups
+    first; NotRepeated when too few groups can."""
+    excess = len(iteration) - (len(device.compute_tiles) - 1)
+    if excess <= 0:
+        return ()
+    made = {c: g.name for g in iteration for c in g.calls}
+    readers: dict[str, set[str]] = {}
+    for group in iteration:
+        for n in {n for c in group.calls for n in tensor_inputs(c)}:
+            if made.get(n, group.name) != group.name:
+                readers.setdefault(made[n], set()).add(group.name)
+    pairs = []   # the later group of each pair alone reads the earlier one's results (one FIFO on the tile)
+    for k, (before, group) in enumerate(zip(iteration, iteration[1:])):
+        if readers.get(before.name) == {group.name}:
+            pairs.append((sum(group.name in r for r in readers.values()), k, group.name, before.name))
+    if len(pairs) < excess:
+        raise NotRepeated(f"an iteration is {len(iteration)} groups, more than the "
+                          f"{len(device.compute_tiles)} compute tiles, and only {len(pairs)} can share a core")
+    chosen: dict[str, str] = {}
+    for chaining in (False, True):   # pairs first, a core running three groups or more only when needed
+        for _, _, g, on in sorted(pairs):
+            if len(chosen) < excess and g not in chosen and (chaining or not {g, on} & {*chosen, *chosen.values()}):
+                chosen[g] = on
+    return tuple((g, on) for _, _, g, on in pairs if g in chosen)
+
+
+def _cores_of(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, ...], ...]:
+    """The groups each shared core runs, in turn: chains of (group, the group before it)."""
+    chains: dict[str, list[str]] = {}
+    root: dict[str, str] = {}
+    for g, on in pairs:
+        root[g] = root.get(on, on)
+        chains.setdefault(root[g], [root[g]]).append(g)
+    return tuple(tuple(c) for c in chains.values())
 
 
 def _crossing(program: Program, place: dict[Node, int], run: Run) -> list[Node]:

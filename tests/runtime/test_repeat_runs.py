@@ -10,7 +10,7 @@ from iron import Carried
 from iron.compiler.mlir import ALLOWED_OPS
 from iron.compiler.plan import Loop
 from iron.compiler.rules import Rule
-from iron.kernels import Add, Argmax, Copy, MatVec, RMSNorm
+from iron.kernels import Add, Argmax, Copy, MatVec, Mul, RMSNorm, Softmax
 from tests.compiler.test_mlir import op_names
 
 F32 = np.float32
@@ -122,3 +122,37 @@ def test_a_loop_too_big_for_one_configuration_runs_in_segments_kept_whole_around
     assert choice.chosen == "over time: one iteration placed, its cores looping" and choice.chosen_ns < choice.rejected_ns
     assert set(op_names(body.mlir)) <= ALLOWED_OPS   # one module: a device per segment, @main configuring each
     loops_as_the_reference(body, Decoder(6), 6)
+
+
+class Chain(iron.Graph):
+    """`count` layers of `width` steps x + j * Softmax(x): each step one group reading only the
+    one before, so a layer is more groups than npu2_2col has tiles."""
+
+    def __init__(self, count: int, width: int):
+        self.count, self.width = count, width
+
+    def body(self, x):
+        for _ in range(self.count):
+            for j in range(self.width):
+                x = Add.step(x, Mul.step(Softmax.step(x), float(j + 1)))
+        return x
+
+
+def test_an_iteration_of_more_groups_than_tiles_loops_with_cores_running_two_groups_in_turn():
+    graph = Chain(3, 10)
+    compiled = graph.compile(x=((N,), F32), device="npu2_2col")
+    plan = compiled.plan
+    iteration = tuple(f"g{i}" for i in range(11))   # 11 groups, 8 tiles (7 left beside the Emit's)
+    assert plan.repeat.groups == iteration and plan.repeat.count == 2
+    assert plan.repeat.shared == (("g1", "g2"), ("g3", "g4"), ("g5", "g6"), ("g7", "g8"))
+    (looping,) = [c for c in plan.configurations if any(core.group == "g0" for core in c.cores)]
+    assert sorted(core.groups for core in looping.cores if isinstance(core.program[0], Loop)) == [
+        ("g0",), ("g1", "g2"), ("g10",), ("g3", "g4"), ("g5", "g6"), ("g7", "g8"), ("g9",)]
+    one_core = [f for f in looping.fifos if f.consumers == (f.producer,)]
+    assert [f.name for f in one_core] == ["g1_out", "g3_out", "g5_out", "g7_out"] and all(f.shared_memory for f in one_core)
+    shared = [text for rule, text in plan.rules if rule is Rule.SHARE_CORE_IN_ITERATION]
+    assert shared[0] == "g2 on tile_0_3 after g1, its core running both in turn" and len(shared) == 4
+    assert set(op_names(compiled.mlir)) <= ALLOWED_OPS
+    x = np.random.default_rng(2).standard_normal(N).astype(F32)
+    for _ in range(3):
+        np.testing.assert_array_equal(compiled(x), graph.reference(x))
