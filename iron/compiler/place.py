@@ -144,7 +144,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
             site = on_shared_tile(group, next(s for s in sites if s.group.name == shared[group.name]), channels, device)
             sites.append(site)
             rules.append((Rule.SHARE_CORE_IN_ITERATION, f"{group.name} on {site.tiles[0].name} after "
-                                                        f"{shared[group.name]}, its core running both in turn"))
+                                                        f"{shared[group.name]}, its core running them in turn"))
             rules += stream_rules(group, site.stream)
             continue
         spare = len(free) - (len(owning) - owning.index(group) - 1) - with_emit

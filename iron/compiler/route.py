@@ -342,14 +342,16 @@ def shares_tile(layout: Layout, site: Site) -> bool:
 
 
 def _read_by(layout: Layout, routes: Routes, site: Site) -> frozenset | None:
-    """The FIFOs a group's calls take when its tile runs other groups too: its own, and those of
-    the groups whose results (or forwards) it reads; None on a tile of its own."""
+    """The FIFOs a group's calls take when its tile runs other groups too: its own, those of the
+    groups whose results (or forwards) it reads, and a stream it shares; None on a tile of its own."""
     if not shares_tile(layout, site):
         return None
     g = site.group.name
     makers = {s.group.name for s in layout.sites if any(g in layout.users.get(c, ()) for c in s.group.calls)}
     makers |= {loader for loader, nodes in routes.forwards.items() if any(g in r for r in nodes.values())}
-    return frozenset(r.fifo for r in routes.fifos if r.group == g or (r.group in makers and r.role is FifoRole.OUTPUT))
+    shared = {site.stream.fifo} if site.stream is not None else set()
+    return frozenset(r.fifo for r in routes.fifos if r.group == g or r.fifo in shared
+                     or (r.group in makers and r.role is FifoRole.OUTPUT))
 
 
 @dataclass(frozen=True)
@@ -380,6 +382,14 @@ def choose_relays(program: Program, cores: list[CoreInputs], device) -> tuple[li
     receiving on the input channels it has left (`_gaining_relay`). Designs that fit are left alone. Returns (the relays, rules);
     PlacementError naming the group, its tile and FIFOs when no carrier can."""
     limit = device.compute.dma_in_channels
+    relays, rules, state = _relays(cores, limit)
+    for core in cores:
+        if state.tile_inputs(core.tile) > limit:
+            _cannot_fit(program, core, limit)
+    return relays, rules
+
+
+def _relays(cores: list[CoreInputs], limit: int) -> tuple[list[Relay], tuple, ChannelState]:
     state = ChannelState(cores)
     relays, rules = [], []
     for core in cores:   # a tile whose core runs several groups in turn counts what they all take
@@ -391,10 +401,21 @@ def choose_relays(program: Program, cores: list[CoreInputs], device) -> tuple[li
             state.take(relay, core)
             relays.append(relay)
             rules.append((Rule.FIT_COMPUTE_CHANNELS, _relay_text(relay, core, limit)))
-    for core in cores:
-        if state.tile_inputs(core.tile) > limit:
-            _cannot_fit(program, core, limit)
-    return relays, tuple(rules)
+    return relays, tuple(rules), state
+
+
+def crowded_tiles(program: Program, layout: Layout, device) -> set[Tile]:
+    """The compute tiles whose FIFOs by DMA, over every group their core runs, exceed its channels
+    in either direction once `fit_compute_channels` has relayed what it can (a probe of a layout
+    whose groups share cores: repeat.py's `sharing`)."""
+    routes = route(program, layout)
+    relays, _, state = _relays(core_inputs(routes, layout), device.compute.dma_in_channels)
+    tiles = {c.tile for c in state.cores if state.tile_inputs(c.tile) > device.compute.dma_in_channels}
+    sent: dict[Tile, set] = {}
+    for r in routes.fifos:
+        if r.producer.kind is TileKind.COMPUTE and not r.shared_memory:
+            sent.setdefault(r.producer, set()).add(r.fifo)
+    return tiles | {t for t, fifos in sent.items() if len(fifos) > device.compute.dma_out_channels}
 
 
 class ChannelState:

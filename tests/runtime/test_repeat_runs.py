@@ -138,20 +138,26 @@ class Chain(iron.Graph):
         return x
 
 
-def test_an_iteration_of_more_groups_than_tiles_loops_with_cores_running_two_groups_in_turn():
-    graph = Chain(3, 10)
+@pytest.mark.parametrize("width, shared", [
+    (10, (("g1", "g2"), ("g3", "g4"), ("g5", "g6"), ("g7", "g8"))),
+    (14, (("g1", "g2", "g3", "g4"), ("g5", "g6"), ("g7", "g8"), ("g9", "g10"), ("g11", "g12"), ("g13", "g14")))])
+def test_an_iteration_of_more_groups_than_tiles_loops_with_cores_running_groups_in_turn(width, shared):
+    graph = Chain(3, width)
     compiled = graph.compile(x=((N,), F32), device="npu2_2col")
     plan = compiled.plan
-    iteration = tuple(f"g{i}" for i in range(11))   # 11 groups, 8 tiles (7 left beside the Emit's)
-    assert plan.repeat.groups == iteration and plan.repeat.count == 2
-    assert plan.repeat.shared == (("g1", "g2"), ("g3", "g4"), ("g5", "g6"), ("g7", "g8"))
+    iteration = tuple(f"g{i}" for i in range(width + 1))   # more groups than npu2_2col's 8 tiles (7 beside an Emit)
+    assert plan.repeat.groups == iteration and plan.repeat.count == 2 and plan.repeat.shared == shared
     (looping,) = [c for c in plan.configurations if any(core.group == "g0" for core in c.cores)]
-    assert sorted(core.groups for core in looping.cores if isinstance(core.program[0], Loop)) == [
-        ("g0",), ("g1", "g2"), ("g10",), ("g3", "g4"), ("g5", "g6"), ("g7", "g8"), ("g9",)]
+    cores = {core.groups for core in looping.cores if isinstance(core.program[0], Loop)}
+    assert cores == {*shared, *((g,) for g in iteration if not any(g in s for s in shared))} and len(cores) == 7
     one_core = [f for f in looping.fifos if f.consumers == (f.producer,)]
-    assert [f.name for f in one_core] == ["g1_out", "g3_out", "g5_out", "g7_out"] and all(f.shared_memory for f in one_core)
-    shared = [text for rule, text in plan.rules if rule is Rule.SHARE_CORE_IN_ITERATION]
-    assert shared[0] == "g2 on tile_0_3 after g1, its core running both in turn" and len(shared) == 4
+    assert [f.name for f in one_core] == [f"{g}_out" for s in shared for g in s[:-1]]
+    assert all(f.shared_memory for f in one_core)
+    lines = [text for rule, text in plan.rules if rule is Rule.SHARE_CORE_IN_ITERATION]
+    assert lines[0] == "g2 on tile_0_3 after g1, its core running them in turn"
+    assert len(lines) == sum(len(s) - 1 for s in shared)
+    (choice,) = [c for _, c in plan.choices if c.rule is Rule.REPEAT_OVER_TIME]
+    assert choice.chosen == "over time: one iteration placed, its cores looping"
     assert set(op_names(compiled.mlir)) <= ALLOWED_OPS
     x = np.random.default_rng(2).standard_normal(N).astype(F32)
     for _ in range(3):
