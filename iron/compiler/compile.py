@@ -64,7 +64,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
             return one
         at = [i for i, g in enumerate(kept) if g.name in unfolding.groups]
         return compile_segments(program, device, kept, feeds, looping, one, padding,
-                                frozenset(range(at[0] + 1, at[-1] + 1)), len(unfolding.shared))
+                                frozenset(range(at[0] + 1, at[-1] + 1)))
 
     plan, repeated = (choose_over_time(program, device, groups, placements, padding.shapes, folded, whole, spread)
                       if over_time else (None, []))

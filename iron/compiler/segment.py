@@ -45,7 +45,7 @@ class Segment:
 
 def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds: Plan | None,
                      try_groups: Callable, whole: Exception | ShimShortfall, padding: Layouts,
-                     apart: frozenset[int] = frozenset(), borrowed: int = 0) -> Plan:
+                     apart: frozenset[int] = frozenset()) -> Plan:
     """The design as segments that each compile (`try_groups(program, groups, device, feeds,
     table, placements, bound=...)` runs the whole-design passes: a Plan, or the error or
     shortfall refusing it); `whole`: what refused the whole design, its error raised as it is
@@ -53,10 +53,9 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
     `pad_to_block`'s layout of the design. Each segment is compiled as it is sought, against
     the words and DDR buffers of the segments before it, and the one the rule keeps is checked
     and kept as it is. No segment ends before a group in `apart` (an iteration looped over time
-    stays whole: repeat.py), of whose groups `borrowed` run on the tile of another."""
+    stays whole: repeat.py)."""
 
     flow = Flow(program, groups, padding.lies, padding.shared, apart)
-    flow.borrowed = borrowed
 
     def refused() -> Exception:   # why the whole design does not fit, found again only when shown
         return whole if isinstance(whole, Exception) else \
@@ -144,7 +143,8 @@ def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, c
 
     if start == count:   # the Emit, cut off the segment before
         return kept(Segment(count, count))
-    stop = fewest_bytes_cut(flow, start, fits, guess, len(device.compute_tiles) + flow.borrowed, likely, device=device, choices=choices)
+    most = len(device.compute_tiles) + len(flow.apart)   # a looped iteration's groups may share cores
+    stop = fewest_bytes_cut(flow, start, fits, guess, most, likely, device=device, choices=choices)
     if stop is None and start + 1 == count and flow.program.carry:
         cut_off = Segment(start, count, emit_cut=True)
         if isinstance(attempt(cut_off), Plan):
@@ -231,7 +231,6 @@ class Flow:
     def __init__(self, program: Program, groups: tuple[Group, ...], lies: dict | None = None, shared: tuple = (),
                  apart: frozenset[int] = frozenset()):
         self.program, self.groups, self.lies, self.shared, self.apart = program, groups, lies or {}, shared, apart
-        self.borrowed = 0   # groups run on another group's tile (repeat.py's `sharing`)
         self.padded = {n: lie.shape for n, lie in self.lies.items()}
         self.host = host_placements(program, self.padded)
         self.made = {c: i for i, g in enumerate(groups) for c in g.calls}
