@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from iron.compiler.fuse import Group
 from iron.ir import Node, Op
 
@@ -32,20 +34,17 @@ def find_runs(groups: tuple[Group, ...]) -> list[Run]:
     """Runs of at least two iterations of alike groups (`_shapes`), and each such run but its
     first or its last iteration, the most groups covered first, then the shortest period (the
     most iterations), then the earliest."""
-    keys = _shapes(groups)
+    keys = np.array(_shapes(groups))
     n, runs = len(keys), []
     for period in range(1, n // 2 + 1):
-        i = 0
-        while i + period < n:
-            j = i
-            while j + period < n and keys[j] == keys[j + period]:
-                j += 1
+        alike = np.concatenate(([False], keys[:-period] == keys[period:], [False]))
+        edges = np.flatnonzero(alike[1:] != alike[:-1])   # each stretch of groups alike the one a period on
+        for i, j in zip(edges[::2].tolist(), edges[1::2].tolist()):
             count = (j - i) // period + 1
             if count >= 2:
                 runs.append(Run(i, period, count))
             if count >= 3:   # its first or last iteration may be the odd one out (reading the others)
                 runs += [Run(i, period, count - 1), Run(i + period, period, count - 1)]
-            i = max(j, i + 1)
     return sorted(runs, key=lambda r: (-r.count * r.period, r.period, r.start))
 
 
