@@ -8,7 +8,7 @@ import pytest
 import iron
 from iron import Carried
 from iron.compiler.mlir import ALLOWED_OPS
-from iron.compiler.plan import Loop
+from iron.compiler.plan import Dma, Loop
 from iron.compiler.rules import Rule
 from iron.kernels import Add, Argmax, Copy, MatVec, Mul, RMSNorm, Softmax
 from tests.compiler.test_mlir import op_names
@@ -160,5 +160,38 @@ def test_an_iteration_of_more_groups_than_tiles_loops_with_cores_running_groups_
     assert choice.chosen == "over time: one iteration placed, its cores looping"
     assert set(op_names(compiled.mlir)) <= ALLOWED_OPS
     x = np.random.default_rng(2).standard_normal(N).astype(F32)
+    for _ in range(3):
+        np.testing.assert_array_equal(compiled(x), graph.reference(x))
+
+
+class Stack(iron.Graph):
+    """`count` layers of four MatVecs over 32, 40, 48 and 56 rows, each layer's weights its own."""
+
+    def __init__(self, count: int):
+        rng = np.random.default_rng(5)
+        dims = [(40, 32), (48, 40), (56, 48), (32, 56)]
+        self.w = [[iron.param((rng.standard_normal(d) / 8).astype(F32)) for d in dims] for _ in range(count)]
+
+    def body(self, x):
+        for layer in self.w:
+            for w in layer:
+                x = MatVec.step(w, x)
+        return x
+
+
+def test_looped_inputs_share_a_shim_channel_round_by_round_on_one_column():
+    graph = Stack(6)
+    compiled = graph.compile(x=((32,), F32), device="npu2_1col")
+    plan = compiled.plan
+    assert plan.repeat.groups == ("g0", "g1", "g2", "g3") and plan.repeat.count == 6
+    assert plan.repeat.shared == (("g0", "g1"),)   # four groups, four tiles, one of them left for an Emit
+    merged = [text for rule, text in plan.rules if rule is Rule.SHARE_SHIM_CHANNELS]
+    assert merged == ["shared_in0 (MM2S, 25600 bytes) on mem_0_1 split into g1_in, g2_in, g3_in at bytes 0, 7680, 18432",
+                      "4 MM2S FIFOs now take 2 of the 2 shim MM2S channels"]
+    (looping,) = [c for c in plan.configurations if any(core.group == "g0" for core in c.cores)]
+    dmas = [d.fifo for d in looping.sequence if isinstance(d, Dma)]
+    runs = [f for k, f in enumerate(dmas) if k == 0 or dmas[k - 1] != f]
+    assert runs == ["g0_in", "shared_in0", "g3_host"] * 6   # each iteration's three weights at its turn
+    x = np.random.default_rng(3).standard_normal(32).astype(F32)
     for _ in range(3):
         np.testing.assert_array_equal(compiled(x), graph.reference(x))
