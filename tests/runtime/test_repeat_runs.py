@@ -158,6 +158,8 @@ def test_an_iteration_of_more_groups_than_tiles_loops_with_cores_running_groups_
     assert len(lines) == sum(len(s) - 1 for s in shared)
     (choice,) = [c for _, c in plan.choices if c.rule is Rule.REPEAT_OVER_TIME]
     assert choice.chosen == "over time: one iteration placed, its cores looping"
+    row = next(line.split("  ") for line in compiled.describe().splitlines() if line.strip().startswith("tile_0_3"))
+    assert [cell.strip() for cell in row if cell.strip()][1] == ", ".join(shared[0])   # the groups its core runs
     assert set(op_names(compiled.mlir)) <= ALLOWED_OPS
     x = np.random.default_rng(2).standard_normal(N).astype(F32)
     for _ in range(3):
