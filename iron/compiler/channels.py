@@ -156,12 +156,13 @@ def _shares_of(program, wanted, capacity, direction, device, mem, depth) -> list
 
 
 def _next_share(left, wanted, excess, direction, number, mem, depth) -> SharedChannel | None:
-    """The next merge: of FIFOs moving as many objects per launch (`loops`), those of the column
-    with the most left first."""
+    """The next merge: of FIFOs moving as many objects per launch (`loops`), those moving one
+    first (a looping core's moves `loops` times their bytes through the channel), then those of
+    the column with the most left."""
     by_col: dict[tuple[int, int], list[ShimRequest]] = {}
     for r in left:
         by_col.setdefault((r.loops, r.col), []).append(r)
-    for loops, anchor in sorted(by_col, key=lambda c: (-len(by_col[c]), c[1], c[0])):
+    for loops, anchor in sorted(by_col, key=lambda c: (c[0], -len(by_col[c]), c[1])):
         alike = [r for r in left if r.loops == loops]
         pool = by_col[loops, anchor] if len(by_col[loops, anchor]) > 1 else sorted(alike, key=lambda r: abs(r.col - anchor))
         for count in range(min(excess + 1, len(pool)), 1, -1):
