@@ -17,7 +17,18 @@ from iron.compiler import cost
 from iron.compiler.allocate import host_placements
 from iron.compiler.copies import copied
 from iron.compiler.fuse import Group, fuse
-from iron.compiler.plan import Choice, Dma, HostRole, Imm, Invoke, KernelStep, Loop, Plan, Repeat
+from iron.compiler.plan import (
+    Choice,
+    Dma,
+    HostRole,
+    Imm,
+    Invoke,
+    KernelStep,
+    Loop,
+    Plan,
+    Repeat,
+    Wait,
+)
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.sequence import Move
 from iron.compiler.through_ddr import through_name, write_through
@@ -88,10 +99,13 @@ class Unfolding:
             return list(sites), moves
         a, b = at[0], at[-1] + 1
         out_sites, out_moves = list(sites[:a]), list(moves[:a])
+        fifos = list(dict.fromkeys(m.fifo.name for i in range(a, b) for m in moves[i] if isinstance(m, Move)))
         for k in range(self.count):
             for j, i in enumerate(range(a, b)):
                 out_sites.append(replace(sites[i], group=replace(sites[i].group, calls=self.calls[k][j])))
                 out_moves.append([self.moved(k, m) for m in moves[i]])
+            if k + 1 < self.count:   # every move of the iteration queued: waiting frees its BDs for the next
+                out_moves[-1] += [Wait(f) for f in fifos]
         return out_sites + list(sites[b:]), out_moves + list(moves[b:])
 
     def moved(self, k: int, move):
