@@ -75,7 +75,7 @@ class Layer:
     """One block's params and KV caches, and the kernel calls of one position: attention as a
     chain of calls per query head (MatVec, Scale, Softmax, MatVec; values cached transposed), or
     `fused`, one Attention call per key/value head (its 3 query heads at once; values cached as
-    rows), which makes a layer 18 groups instead of 44."""
+    rows), which makes a layer 13 groups instead of 39."""
 
     def __init__(self, model: SmolLM2, index: int, context: int, quantized: bool, fused: bool = False):
         config, block = model.config, model.weights.blocks[index]
@@ -132,7 +132,7 @@ class SmolLM2Graph(iron.Graph):
     (Q4_1 / Q8_0 blocks, about 6x fewer bytes to move per token) and expands them on the tiles
     with Dequant; `fused=True` computes each layer's attention with one Attention call per
     key/value head (a context of at most FUSED_CONTEXT positions, whose cache fits a tile): every
-    layer is then the same 18 groups, which the compiler runs over time on the same cores."""
+    layer is then the same 13 groups, which the compiler runs over time on the same cores."""
 
     def __init__(self, model: SmolLM2, context: int = CONTEXT, quantized: bool = False, fused: bool = False):
         config = model.config

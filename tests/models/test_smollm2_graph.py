@@ -152,7 +152,7 @@ def test_weights_as_they_ship_compile_stream_as_blocks_and_generate_references_t
 def test_fused_attention_generates_the_numpy_forwards_tokens_host_driven_in_a_loop_and_on_npu1(
         two_layers, on_emulator, quantized):
     """fused=True: each layer's attention one Attention call per key/value head over a cache of
-    rows (context FUSED_CONTEXT): a layer is 18 groups instead of 44, and the design generates
+    rows (context FUSED_CONTEXT): a layer is 13 groups instead of 39, and the design generates
     the numpy forward's tokens host-driven and as a device loop at depth 2 on npu2, host-driven
     on npu1, float32 and as shipped."""
     graph = SmolLM2Graph(two_layers, context=FUSED_CONTEXT, quantized=quantized, fused=True)
@@ -167,6 +167,22 @@ def test_fused_attention_generates_the_numpy_forwards_tokens_host_driven_in_a_lo
     assert generate_in_loop(graph, body, ids, 3, depth=2) == expected
     on_npu1 = graph.compile(device=aie_utils.from_name("npu1"))
     assert generate(graph, on_npu1, ids, 3) == expected
+
+
+def test_all_30_fused_layers_as_shipped_loop_over_time_in_the_first_of_five_configurations(model):
+    """fused=True, quantized: the embedding and one placed layer (13 groups) whose cores loop 30
+    times share the first configuration; the final RMSNorm and LM head, the argmax's rows, and
+    its last calls take one each. The design spread in space is compiled only until its segments
+    certainly take longer (the Choice's rejected side says "at least")."""
+    graph = SmolLM2Graph(model, context=FUSED_CONTEXT, quantized=True, fused=True)
+    plan = graph.compile(device=aie_utils.from_name("npu2")).plan
+    assert (plan.repeat.count, plan.repeat.groups) == (30, tuple(f"g{i}" for i in range(1, 14)))
+    assert [[name for name, _ in c.groups] for c in plan.configurations] == [
+        [f"g{i}" for i in range(14)], ["g391", "g392"], ["g393"], ["g394", "g395"], ["g396", "g397", "g398"]]
+    assert dict(plan.groups)["g393"] == ("Argmax#664",)   # over the 12 rows of logits
+    (choice,) = [c for _, c in plan.choices if c.rule is Rule.REPEAT_OVER_TIME]
+    assert choice.chosen.startswith("over time") and choice.rejected.startswith("in space: at least ")
+    assert choice.chosen_ns < choice.rejected_ns
 
 
 def test_fused_attention_needs_a_cache_one_tile_holds(two_layers):
