@@ -26,7 +26,7 @@ from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.segment import compile_segments
 from iron.compiler.shims import ShimShortfall, connect, share, shim_shortfall
-from iron.compiler.through_ddr import tile_before_state_write
+from iron.compiler.through_ddr import through_between_groups, tile_before_state_write
 from iron.compiler.words import WordTable, layout_rules
 from iron.errors import DoesNotFit, LoopError, PlacementError
 from iron.ir import Program, call_label
@@ -48,8 +48,13 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
         call.arg.kernel.check_source(call.src[0].dtype, call.dtype, f"{program.name}'s {call_label(program, call)}")
     program = copy_view_for_grid(program)
     program, through = tile_before_state_write(program)
+    copied = program   # the copies' rules name the results they read as traced, not their DDR buffers
     groups = fuse(program)
     padding = pad_to_block(program, groups, device)   # once: every segment sees the same layout
+    program, between = through_between_groups(program, device, frozenset(padding.lies))
+    if between:   # fused again, and laid out again, the results that pass through DDR now host tensors
+        groups = fuse(program)
+        padding = pad_to_block(program, groups, device)
     placements = host_placements(program, padding.shapes)
     whole = try_groups(program, groups, device, feeds, None, placements, check=True)
 
@@ -71,7 +76,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
     if plan is None:
         plan = whole if isinstance(whole, Plan) else spread()
     shared = tuple((Rule.PAD_SHARED_INPUT, s.text(program)) for s in padding.shared)
-    rules = (*through, *copy_view_rules(program), *shared, *repeated, *plan.rules, *padding.passed,
+    rules = (*through, *between, *copy_view_rules(copied), *shared, *repeated, *plan.rules, *padding.passed,
              *layout_rules(placements))
     if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, DDR buffers, padding
         plan = replace(plan, rules=rules)

@@ -138,7 +138,10 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         spare = len(free) - (len(groups) - number - 1) - with_emit
         # one per other group, and the Emit's words
         shim_in = device.n_cols * device.shim.dma_out_channels - (len(groups) - 1) - with_emit
-        grid = tile_matmul_over_array(program, group, outside, free, (spare, shim_in), channels, device,
+        later = [g.name for g in groups[number + 1:] if spreads(g, device)]
+        spreading = left_for_spreading(free, len(later), device)
+        columns = columns_rule(group, later, free, device)
+        grid = tile_matmul_over_array(program, group, outside, spreading, (spare, shim_in), channels, device,
                                       (padded, readers))
         if grid is not None:
             free = [t for t in free if t not in grid.tiles]
@@ -146,6 +149,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
             rules += grid_padding_rule(program, group, grid, readers, device, written, zeros)
             rules += written_padding_rule(program, group, (grid.call,), padded, written)
             rules.append((Rule.TILE_MATMUL_OVER_ARRAY, f"{group.name}: {grid.text()}"))
+            rules += columns
             if grid.expand is not None:
                 rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m, grid.k))
             continue
@@ -153,7 +157,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if on_device:
             rules.append((Rule.TILE_MATMUL_OVER_ARRAY, f"{group.name}: {on_device}"))
         rule, flow = next(((rule, flow) for rule, streams in STREAMS
-                           if (flow := streams(group, outside, free, (spare, shim_in), channels, device, padded))
+                           if (flow := streams(group, outside, spreading, (spare, shim_in), channels, device, padded))
                            is not None), (None, None))
         if flow is not None:
             free = [t for t in free if t not in flow.tiles]
@@ -161,6 +165,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
             rules += flow_padding_rule(program, group, flow, padded, zeros)
             rules += written_padding_rule(program, group, flow.calls, padded, written)
             rules.append((rule, f"{group.name}: {flow.text()}"))
+            rules += columns
             continue
         check_whole_words(program, group.calls, device, readers)
         if why := not_streamed(program, group, outside, device):
@@ -184,6 +189,33 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     if emit is not None:
         rules.append((Rule.SNAKE_ORDER, f"emit on {emit.name}"))
     return Layout(tuple(sites), emit, tuple(rules), outside)
+
+
+def left_for_spreading(free: list[Tile], reserved: int, device) -> list[Tile]:
+    """`columns_for_later_groups`: the free tiles a group may spread over (a grid or a stream
+    takes whole free columns): all but the last `reserved` free whole columns, one for each
+    later group of the configuration too large for one tile (`spreads`), so those spread too
+    rather than the first taking the array and a cut loading another configuration."""
+    if not reserved:
+        return free
+    kept = free_columns(free, device)[-reserved:]
+    return [t for t in free if t.col not in kept]
+
+
+def columns_rule(group: Group, later: list[str], free: list[Tile], device) -> list[Decision]:
+    """The rule's line for a group that spread while later groups kept columns, if any did."""
+    if not later:
+        return []
+    columns = len(free_columns(free, device))
+    return [(Rule.COLUMNS_FOR_LATER_GROUPS, f"{group.name}: at most {max(0, columns - len(later))} of the {columns} "
+                                            f"free whole columns, one left to each later group larger than a tile "
+                                            f"({', '.join(later)})")]
+
+
+def spreads(group: Group, device) -> bool:
+    """Whether a group holds more than a compute tile (`held_bytes`), so it runs over whole
+    columns (a grid or a stream) or not at all."""
+    return held_bytes(list(group.calls)) > core_room(device)
 
 
 def outside_users(program: Program, groups: tuple[Group, ...], with_emit: bool) -> dict[Node, tuple[str | Reader, ...]]:
@@ -271,7 +303,7 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
     returned = tuple(c for c in calls[:-1] if outside.get(c))
     if any(outside[c] != (Reader.HOST,) for c in returned) or len(returned) >= device.shim.dma_in_channels:
         return None   # `stream_every_result`: each result the host alone reads, a shim S2MM channel each
-    if outside.get(calls[-1], ()) != (() if calls[-1].arg.writes else (Reader.HOST,)):
+    if outside.get(calls[-1], ()) != _users(calls[-1]):
         return None
     dest = destination(calls[-1])
     if any(n.op == Op.VIEW and storage(n) in padded and streamed_rows(n, padded) is None
@@ -338,7 +370,7 @@ def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int
     over whole free columns of cores, as `stream_elementwise` streams elementwise calls
     (iron/compiler/tiling.py chooses how)."""
     calls = group.calls
-    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or outside.get(calls[0], ()) != (Reader.HOST,):
+    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or outside.get(calls[0], ()) != _users(calls[0]):
         return None
     spare, shim_in = limits
     x = calls[0].src[0]
@@ -349,6 +381,12 @@ def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int
     if flow is None:
         return None
     return replace(flow, mems=tuple(channels.take(col, 1 + len(flow.rows), len(flow.rows) + 1) for col in flow.cols))
+
+
+def _users(last: Node) -> tuple[Reader, ...]:
+    """Who alone may read a stream's result outside its group: the host, or no one when the
+    stream writes it into a state."""
+    return () if last.arg.writes else (Reader.HOST,)
 
 
 STREAMS = ((Rule.STREAM_ELEMENTWISE, stream_elementwise), (Rule.STREAM_ROW_BLOCKS, stream_row_blocks),

@@ -15,7 +15,18 @@ from iron.compiler import cost
 from iron.compiler.allocate import host_placements
 from iron.compiler.copies import copied
 from iron.compiler.fuse import Group, fuse
-from iron.compiler.plan import Choice, Dma, HostRole, Imm, Invoke, KernelStep, Loop, Plan, Repeat
+from iron.compiler.plan import (
+    Choice,
+    Dma,
+    HostRole,
+    Imm,
+    Invoke,
+    KernelStep,
+    Loop,
+    Plan,
+    Repeat,
+    Wait,
+)
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.sequence import Move
 from iron.compiler.through_ddr import through_name, write_through
@@ -69,18 +80,23 @@ class Unfolding:
     shifts: tuple[tuple[Shift, ...], ...]
 
     def sites_and_moves(self, sites, moves: list[list]) -> tuple[list, list[list]]:
-        """The sites and their moves in sequence order: iteration 0's sites once per iteration,
-        each with that iteration's calls and moves (a state write's patch word for the states'
-        sink is given after, per state: `emit.sink_writes`)."""
+        """The sites and their moves in sequence order: iteration 0's sites here once per
+        iteration, each with that iteration's calls and moves (a state write's patch word for the
+        states' sink is given after, per state: `emit.sink_writes`). A segment holding part of
+        the iteration loops that part over every iteration before the next segment loops the
+        rest (loop fission: what one part makes the next reads from DDR buffers of each
+        iteration's own, or `moved` refuses it)."""
         at = [i for i, s in enumerate(sites) if s.group.name in self.groups]
-        if len(at) < len(self.groups):   # a segment without the iteration, or a probe of part of it
+        if not at:   # a segment without the iteration
             return list(sites), moves
         a, b = at[0], at[-1] + 1
+        index = {name: j for j, name in enumerate(self.groups)}
         out_sites, out_moves = list(sites[:a]), list(moves[:a])
         for k in range(self.count):
-            for j, i in enumerate(range(a, b)):
-                out_sites.append(replace(sites[i], group=replace(sites[i].group, calls=self.calls[k][j])))
-                out_moves.append([self.moved(k, m) for m in moves[i]])
+            for i in range(a, b):
+                calls = self.calls[k][index[sites[i].group.name]]
+                out_sites.append(replace(sites[i], group=replace(sites[i].group, calls=calls)))
+                out_moves.append(_after_last(moves[i], k) + [self.moved(k, m) for m in moves[i]])
         return out_sites + list(sites[b:]), out_moves + list(moves[b:])
 
     def moved(self, k: int, move):
@@ -101,11 +117,20 @@ class Unfolding:
                           f"{'no operand' if not hits else 'more than one operand'} of the iteration holds")
 
     def looped(self, cores: list) -> list:
-        """The cores, each of the iteration's looping `count` times over its program (none when
-        only part of the iteration is here: a probe of the segment search)."""
-        if len({c.group for c in cores} & set(self.groups)) < len(self.groups):
-            return cores
+        """The cores, each of the iteration's (of the part of it a segment holds) looping `count`
+        times over its program."""
         return [replace(c, program=(Loop(self.count, c.program),)) if c.group in self.groups else c for c in cores]
+
+
+def _after_last(moves: list, k: int) -> list[Wait]:
+    """Before iteration k's moves of a site, a Wait on each FIFO the site's moves of iteration
+    k - 1 took: by then every move of that iteration is issued, so they can finish, and each
+    shim's buffer descriptors are freed an iteration at a time (a grid's last step waits on
+    none: once unrolled, a descriptor running out mid-step would wait on moves that cannot
+    finish before the step's other moves are issued)."""
+    if k == 0:
+        return []
+    return [Wait(name) for name in dict.fromkeys(m.fifo.name for m in moves if isinstance(m, Move))]
 
 
 # ---- finding runs ------------------------------------------------------------------------------

@@ -232,7 +232,7 @@ def expansion_unit(call: Node) -> int:
 def rows_do_not_stream(calls, label) -> str | None:
     """Why a group holding a row reduction over a batch of rows (rows, n) does not stream in
     row-blocks, naming calls by `label`; None when it does: the reduction alone in its group,
-    writing no state, reading host tensors (the rows, whole or a view `stream_contiguous_views` or
+    writing no state or one run of a state's words, reading host tensors (the rows, whole or a view `stream_contiguous_views` or
     `stream_view_rows` streams; any row (n,) every row shares whole,
     RMSNorm's w), each core taking at most MAX_FLOW_INPUTS FIFOs: its row-blocks, each shared
     row, and one object of the per-call attributes (Softmax's length) when it takes any."""
@@ -241,8 +241,9 @@ def rows_do_not_stream(calls, label) -> str | None:
     if len(calls) != 1:
         others = ", ".join(label(c) for c in calls if c is not call)
         return f"it is fused with {others}, and a row reduction streams alone, reading host tensors"
-    if call.arg.writes:
-        return "it writes a state (out=), and a streamed result goes to the host"
+    if call.arg.writes and word_run(destination(call)) is None:
+        return ("it writes a state (out=) in runs apart, and a streamed row reduction's result goes to the host "
+                "or into one run of a state's words")
     if not is_host_tensor(x) or (word_run(x) is None and streamed_rows(x) is None):
         return (f"it reads {describe(x)}, and a streamed row reduction reads host tensors lying in one run of "
                 "whole words or in rows of whole words one stride apart (stream_view_rows)")

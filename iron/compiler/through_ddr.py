@@ -10,10 +10,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from iron.compiler.fuse import live_calls, role
+from iron.compiler.fuse import joins_expansion, live_calls, role
 from iron.compiler.rules import Decision, Rule
-from iron.compiler.tiling import vector_tiles
-from iron.ir import Declaration, Declared, MemoryKind, Node, Op, Program, call_label, is_host_tensor
+from iron.compiler.tiling import core_room, vector_tiles
+from iron.ir import (
+    Declaration,
+    Declared,
+    MemoryKind,
+    Node,
+    Op,
+    Program,
+    call_label,
+    is_host_tensor,
+    nbytes,
+    tensor_inputs,
+)
 from iron.kernels.base import Role
 
 
@@ -25,6 +36,49 @@ def tile_before_state_write(program: Program) -> tuple[Program, tuple[Decision, 
         return program, ()
     rewritten = write_through(program, taken)
     return rewritten, tuple((Rule.TILE_BEFORE_STATE_WRITE, _text(program, c)) for c in taken)
+
+
+def through_between_groups(program: Program, device, padded: frozenset[Node] = frozenset()) \
+        -> tuple[Program, tuple[Decision, ...]]:
+    """`through_between_groups`: a result no compute tile holds (larger than `core_room`) is made
+    in blocks over many cores (a grid or a stream), each block leaving its column for DDR, and a
+    call reading it that does not take it block by block in one group with its maker
+    (`_one_group`) reads it in blocks from DDR too. So before fusion such a result is written whole into a DDR
+    buffer of the compiler's and its readers read that buffer once the runtime sequence has
+    waited on the writes: within one configuration, where a cut would load another. A result
+    `pad_to_block` lays out padded (in `padded`) crosses as it lies instead, at a cut."""
+    room, kept = core_room(device), _kept(program)
+    taken: dict[Node, list[Node]] = {}
+    for reader in live_calls(program):
+        for made in tensor_inputs(reader):
+            if made.op != Op.CALL or made in kept or made in padded or made.arg.writes or nbytes(made) <= room:
+                continue
+            if not _one_group(made, reader):
+                taken.setdefault(made, []).append(reader)
+    if not taken:
+        return program, ()
+    rewritten = write_through(program, list(taken))
+    return rewritten, tuple((Rule.THROUGH_BETWEEN_GROUPS, _between_text(program, m, r)) for m, r in taken.items())
+
+
+def _one_group(made: Node, reader: Node) -> bool:
+    """Whether a reader may take a result larger than a tile in blocks, in one group with its
+    maker: elementwise calls streamed together, or a matrix call expanding its matrix block by
+    block (`dequant_before_matvec`)."""
+    both = role(made) is Role.ELEMENTWISE and role(reader) is Role.ELEMENTWISE
+    return both or joins_expansion([made], reader)
+
+
+def _kept(program: Program) -> set[Node]:
+    """The results the host reads: outputs and carried elements."""
+    return {*program.outputs, *(v.src[0] for _, v in program.carry if v.op == Op.ELEM)}
+
+
+def _between_text(program: Program, made: Node, readers: list[Node]) -> str:
+    names = ", ".join(dict.fromkeys(call_label(program, r) for r in readers))
+    return (f"{call_label(program, made)} ({nbytes(made)} bytes, more than a compute tile holds) writes "
+            f"{through_name(program, made)}, a DDR buffer of the compiler's; {names} read{'s' * (len(readers) == 1)} "
+            "it back in the same configuration after its writes")
 
 
 def write_through(program: Program, calls) -> Program:
