@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
+from typing import Callable
 from weakref import WeakKeyDictionary
 
+from iron.compiler import cost
 from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.copies import copy_view_for_grid, copy_view_rules
 from iron.compiler.fuse import Group, fuse
@@ -21,7 +23,7 @@ from iron.compiler.lower import Lowered, lower
 from iron.compiler.pad import pad_to_block
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
-from iron.compiler.repeat import Abandoned, NotRepeated, Unfolding, choose_over_time
+from iron.compiler.repeat import Abandoned, NotRepeated, Unfolding, choose_over_time, serial_ns
 from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.segment import compile_segments
@@ -68,8 +70,20 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
         if isinstance(one, Plan):
             return one
         at = [i for i, g in enumerate(kept) if g.name in unfolding.groups]
-        return compile_segments(program, device, kept, feeds, looping, one, padding,
-                                frozenset(range(at[0] + 1, at[-1] + 1)))
+        apart = frozenset(range(at[0] + 1, at[-1] + 1))
+
+        def narrowed(rows: int | None) -> Plan | None:   # one configuration, or segments, or None
+            within = partial(looping, most_rows=rows)
+            first = within(program, kept, device, feeds, None, placements, check=True) if rows else one
+            if isinstance(first, Plan):
+                return first
+            try:
+                return compile_segments(program, device, kept, feeds, within, first, padding, apart)
+            except DoesNotFit:
+                if rows is None:   # the iteration as it is: its refusal is the design's
+                    raise
+                return None
+        return fewer_rows(narrowed, device)
 
     plan, repeated = (choose_over_time(program, device, groups, placements, padding.shapes, folded, whole, spread)
                       if over_time else (None, []))
@@ -86,16 +100,43 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
     return plan
 
 
+def fewer_rows(narrowed: Callable, device) -> Plan:
+    """`fewer_rows_for_one_configuration`: an iteration looped over time that does not fit one
+    configuration (`narrowed(None)`: its segments) may fit fewer when its grids and streams take
+    fewer rows of cores each (`narrowed(rows)`: the design so, or None), leaving tiles, shim and
+    mem-tile channels to the rest of the iteration; the one of the least estimated time with the
+    iteration's groups running one after another (`serial_ns`), a Choice in `plan.choices`."""
+    options = [(plan, rows) for rows in (None, *_halved(len(device.compute_rows))) if (plan := narrowed(rows))]
+    (best, rows), choice = cost.choose(Rule.FEWER_ROWS_FOR_ONE_CONFIGURATION, "rows of cores", options,
+                                       lambda o: serial_ns(o[0]), lambda o: _rows_label(*o))
+    if len(options) == 1:
+        return best
+    return replace(best, choices=(*best.choices, ("iteration", choice)),
+                   rules=(*best.rules, (Rule.FEWER_ROWS_FOR_ONE_CONFIGURATION, _rows_label(best, rows))))
+
+
+def _halved(rows: int) -> list[int]:
+    return [rows >> k for k in range(1, rows.bit_length())]
+
+
+def _rows_label(plan: Plan, rows: int | None) -> str:
+    count = len(plan.configurations)
+    cores = "every row of cores" if rows is None else f"at most {rows} row{'s' * (rows > 1)} of cores"
+    return f"the looped iteration's grids and streams on {cores}: {count} configuration{'s' * (count > 1)}"
+
+
 def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan | None,
                table: WordTable | None, placements: tuple, check: bool = False,
-               bound: bool = True, unfolding: Unfolding | None = None) -> Plan | PlacementError | DoesNotFit | ShimShortfall:
+               bound: bool = True, unfolding: Unfolding | None = None,
+               most_rows: int | None = None) -> Plan | PlacementError | DoesNotFit | ShimShortfall:
     """The passes from placement on, for a whole design or one segment of it (segment.py, which
     checks only the segments it keeps), or for a design whose repeated block is placed once
     (`unfolding`, repeat.py): the Plan, or the error refusing it, or the shortfall when
     the rule `shim_channels_bound` (`bound`) refuses it right after routing, before lowering, the
     costly part of a probe that does not fit."""
     try:
-        layout = place(program, groups, device, placements)
+        layout = place(program, groups, device, placements,
+                       frozenset(unfolding.groups) if unfolding is not None else frozenset(), most_rows)
         routes = route(program, layout)
         shortfall = shim_shortfall(routes, device) if bound else None
         if shortfall is not None:

@@ -71,6 +71,7 @@ from iron.ir import (
     destination,
     dynamic_attrs,
     external_inputs,
+    is_host_tensor,
     nbytes,
     storage,
     tensor_inputs,
@@ -118,9 +119,12 @@ def snake_order(device) -> list[Tile]:
     return tiles
 
 
-def place(program: Program, groups: tuple[Group, ...], device, placements: tuple = ()) -> Layout:
+def place(program: Program, groups: tuple[Group, ...], device, placements: tuple = (),
+          looping: frozenset[str] = frozenset(), most_rows: int | None = None) -> Layout:
     """Tiles for every group, and for the Emit on a full-ELF device when values are carried;
-    `placements`: the host placements, some padded by `pad_to_block`."""
+    `placements`: the host placements, some padded by `pad_to_block`; `looping`: the groups of an
+    iteration looped over time (`channels_for_later_groups`), whose grids and streams take at most
+    `most_rows` rows of cores when given (`fewer_rows_for_one_configuration`)."""
     lies, readers = lies_of(program, placements), readers_of(program, groups)
     padded = {n: lie.shape for n, lie in lies.items()}
     written = frozenset(n for n, lie in lies.items() if lie.fill is Fill.WRITTEN)
@@ -138,11 +142,14 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         spare = len(free) - (len(groups) - number - 1) - with_emit
         # one per other group, and the Emit's words
         shim_in = device.n_cols * device.shim.dma_out_channels - (len(groups) - 1) - with_emit
+        if group.name in looping:
+            shim_in = min(shim_in, channels_left_looping(sites, groups[number + 1:], device) - with_emit)
+        rows = most_rows or len(device.compute_rows)
         later = [g.name for g in groups[number + 1:] if spreads(g, device)]
         spreading = left_for_spreading(free, len(later), device)
         columns = columns_rule(group, later, free, device)
-        grid = tile_matmul_over_array(program, group, outside, spreading, (spare, shim_in), channels, device,
-                                      (padded, readers))
+        grid = tile_matmul_over_array(program, group, outside, spreading, (spare, shim_in, rows), channels,
+                                      device, (padded, readers))
         if grid is not None:
             free = [t for t in free if t not in grid.tiles]
             sites.append(Site(group, grid.tiles, grid=grid))
@@ -157,7 +164,8 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if on_device:
             rules.append((Rule.TILE_MATMUL_OVER_ARRAY, f"{group.name}: {on_device}"))
         rule, flow = next(((rule, flow) for rule, streams in STREAMS
-                           if (flow := streams(group, outside, spreading, (spare, shim_in), channels, device, padded))
+                           if (flow := streams(group, outside, spreading, (spare, shim_in, rows), channels, device,
+                                                   padded))
                            is not None), (None, None))
         if flow is not None:
             free = [t for t in free if t not in flow.tiles]
@@ -210,6 +218,36 @@ def columns_rule(group: Group, later: list[str], free: list[Tile], device) -> li
     return [(Rule.COLUMNS_FOR_LATER_GROUPS, f"{group.name}: at most {max(0, columns - len(later))} of the {columns} "
                                             f"free whole columns, one left to each later group larger than a tile "
                                             f"({', '.join(later)})")]
+
+
+def channels_left_looping(sites: list[Site], later: tuple[Group, ...], device) -> int:
+    """`channels_for_later_groups`: the shim MM2S channels a group of a looped iteration may take:
+    a looping core's host FIFOs share no channel (`shim_requests`), so all the device has but
+    those the groups placed before take (`host_inputs`) and the fewest each later group needs
+    (one per host tensor it reads, one for its per-call words): a grid then takes fewer rows of
+    cores rather than the iteration a second configuration."""
+    total = device.n_cols * device.shim.dma_out_channels
+    return total - sum(host_inputs(s) for s in sites) - sum(fewest_inputs(g) for g in later)
+
+
+def host_inputs(site: Site) -> int:
+    """The shim MM2S channels a placed group takes: a grid one per grid row and column (its
+    cores owning their rows: one per column and the vector's), a stream one per input and
+    column, and one per shared row and for the per-call words; any other group its fewest."""
+    if site.grid is not None:
+        grid = site.grid
+        return len(grid.cols) + (1 if grid.own_rows else len(grid.rows))
+    if site.flow is not None:
+        flow = site.flow
+        return len(flow.inputs) * len(flow.cols) + len(flow.shared) + bool(flow.per_call)
+    return fewest_inputs(site.group)
+
+
+def fewest_inputs(group: Group) -> int:
+    """The fewest shim MM2S channels a group takes: one per host tensor it reads, and one for
+    its calls' per-call words."""
+    hosts = {storage(n) for n in external_inputs(group.calls) if is_host_tensor(n)}
+    return len(hosts) + any(dynamic_attrs(c) for c in group.calls)
 
 
 def spreads(group: Group, device) -> bool:
@@ -291,7 +329,7 @@ def free_columns(free: list[Tile], device) -> list[int]:
             if all(Tile(col, row, TileKind.COMPUTE) in free for row in device.compute_rows)]
 
 
-def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[int, int], channels,
+def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[int, int, int], channels,
                        device, padded: dict) -> Flow | None:
     """A group of elementwise calls larger than SIZE_LIMIT whose last result only the host reads
     (and no other result anyone outside) is streamed in blocks over whole free columns of cores
@@ -309,8 +347,8 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
     if any(n.op == Op.VIEW and storage(n) in padded and streamed_rows(n, padded) is None
            for n in (*external_inputs(calls), *filter(None, [dest]))):
         return None   # a view of a padded tensor streams by its rows as it lies padded (`stream_view_rows`) or not at all
-    spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
-    flow = _choose_flow(calls, free, spare, device, shim_in, padded, returned=returned)
+    spare, shim_in, rows = limits   # tiles and shim MM2S channels the other groups leave, rows of cores at most
+    flow = _choose_flow(calls, free, (spare, rows), device, shim_in, padded, returned=returned)
     if flow is None:
         return None
     rows, inputs, results = len(flow.rows), len(flow.inputs), len(flow.results)
@@ -318,7 +356,7 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
                                     for col in flow.cols))
 
 
-def stream_joined(group: Group, outside, free: list[Tile], limits: tuple[int, int], channels,
+def stream_joined(group: Group, outside, free: list[Tile], limits: tuple[int, int, int], channels,
                   device, padded: dict) -> Flow | None:
     """A lone Concat larger than SIZE_LIMIT joining host tensors end to end (`joined_pieces`) whose
     result only the host reads is copied in blocks over whole free columns of cores, each piece's
@@ -328,8 +366,8 @@ def stream_joined(group: Group, outside, free: list[Tile], limits: tuple[int, in
         return None
     if any(storage(n) in padded for n in pieces):
         return None
-    spare, shim_in = limits
-    flow = choose_flow(group.calls, free_columns(free, device), spare, device, shim_in)
+    spare, shim_in, rows = limits
+    flow = choose_flow(group.calls, free_columns(free, device), spare, device, shim_in, most_rows=rows)
     if flow is None:
         return None
     return replace(flow, mems=tuple(channels.take(col, 1 + len(flow.rows), len(flow.rows) + 1) for col in flow.cols))
@@ -363,7 +401,7 @@ def not_streamed(program: Program, group: Group, outside, device) -> str:
     return "no block of whole 32-bit words dividing each core's share fits a core with the channels left"
 
 
-def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int, int], channels,
+def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int, int, int], channels,
                       device, padded: dict) -> Flow | None:
     """A row reduction over a batch of rows larger than SIZE_LIMIT whose result only the host
     reads is streamed in blocks of whole rows (as wide as they lie: `pad_through_row_width`)
@@ -372,12 +410,12 @@ def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int
     calls = group.calls
     if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or outside.get(calls[0], ()) != _users(calls[0]):
         return None
-    spare, shim_in = limits
+    spare, shim_in, rows = limits
     x = calls[0].src[0]
     if x.op == Op.VIEW and storage(x) in padded and streamed_rows(x, padded) is None:
         return None   # a view of a padded tensor streams by its rows as it lies padded (`stream_view_rows`) or not at all
     width = expansion_unit(calls[0]) if role(calls[0]) is Role.EXPANSION else padded.get(x, x.shape)[1]
-    flow = _choose_flow(calls, free, spare, device, shim_in, padded, width=width)
+    flow = _choose_flow(calls, free, (spare, rows), device, shim_in, padded, width=width)
     if flow is None:
         return None
     return replace(flow, mems=tuple(channels.take(col, 1 + len(flow.rows), len(flow.rows) + 1) for col in flow.cols))
@@ -392,7 +430,7 @@ def _users(last: Node) -> tuple[Reader, ...]:
 STREAMS = ((Rule.STREAM_ELEMENTWISE, stream_elementwise), (Rule.STREAM_ROW_BLOCKS, stream_row_blocks),
            (Rule.STREAM_JOINED, stream_joined))   # tried in order
 
-def _choose_flow(calls, free: list[Tile], spare: int, device, shim_in: int, padded: dict, width: int = 1,
+def _choose_flow(calls, free: list[Tile], within: tuple[int, int], device, shim_in: int, padded: dict, width: int = 1,
                  returned: tuple[Node, ...] = ()):
     """`choose_flow` on the free columns over the length the streamed tensors lie in (padded by
     `pad_to_block`, or their own); None when they lie inconsistently. Elementwise calls over
@@ -405,11 +443,12 @@ def _choose_flow(calls, free: list[Tile], spare: int, device, shim_in: int, padd
     wider = width == 1 and length == inputs[0].size and padded.get(result, result.shape)[1:] != result.shape[1:]
     rows = [streamed_rows(n, padded) for n in (*inputs, *filter(None, [destination(result)]))] if width == 1 else []
     row = math.lcm(result.shape[-1] if wider else 1, *filter(None, rows))
+    spare, rows = within   # tiles, and rows of cores at most
     return choose_flow(calls, free_columns(free, device), spare, device, shim_in, width=width,
-                       padded=None if length == inputs[0].size else length, row=row, returned=returned)
+                       padded=None if length == inputs[0].size else length, row=row, returned=returned, most_rows=rows)
 
 
-def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], limits: tuple[int, int],
+def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], limits: tuple[int, int, int],
                            channels, device, padding: tuple[dict, dict]) -> Grid | None:
     """A group that is one large MatMul or MatVec whose result only the host reads runs over a
     grid of whole free columns of cores (iron/compiler/tiling.py chooses it), taking per grid
@@ -425,9 +464,9 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
     sides = sides_as_lying(call, padded)
     if sides is None:
         return None
-    spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
+    spare, shim_in, rows = limits   # tiles and shim MM2S channels the other groups leave, rows of cores at most
     grid = choose_grid(call, free_columns(free, device), spare, device, shim_in, expand,
-                       None if sides == call_sides(call) else sides)
+                       None if sides == call_sides(call) else sides, most_rows=rows)
     if grid is None:
         check_some_grid(program, call, device, matrix_unpadded(call, readers))
         return None

@@ -49,6 +49,7 @@ class Rule(Term):
     # placement and tiling (place.py, matrices.py, tiling.py, streaming.py, allocate.py)
     SNAKE_ORDER = "snake_order"
     COLUMNS_FOR_LATER_GROUPS = "columns_for_later_groups"
+    FEWER_ROWS_FOR_ONE_CONFIGURATION = "fewer_rows_for_one_configuration"
     STREAM_LARGE_MATRIX = "stream_large_matrix"
     SHARE_STREAMED_MATRIX = "share_streamed_matrix"
     SPLIT_MATRIX_OVER_TILES = "split_matrix_over_tiles"
