@@ -70,20 +70,13 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
         if isinstance(one, Plan):
             return one
         at = [i for i, g in enumerate(kept) if g.name in unfolding.groups]
-        apart = frozenset(range(at[0] + 1, at[-1] + 1))
+        segmented = compile_segments(program, device, kept, feeds, looping, one, padding,
+                                     frozenset(range(at[0] + 1, at[-1] + 1)))
 
-        def narrowed(rows: int | None) -> Plan | None:   # one configuration, or segments, or None
-            within = partial(looping, most_rows=rows)
-            first = within(program, kept, device, feeds, None, placements, check=True) if rows else one
-            if isinstance(first, Plan):
-                return first
-            try:
-                return compile_segments(program, device, kept, feeds, within, first, padding, apart)
-            except DoesNotFit:
-                if rows is None:   # the iteration as it is: its refusal is the design's
-                    raise
-                return None
-        return fewer_rows(narrowed, device)
+        def narrowed(rows: int) -> Plan | None:   # the design in one configuration so, or None
+            plan = looping(program, kept, device, feeds, None, placements, check=True, most_rows=rows)
+            return plan if isinstance(plan, Plan) else None
+        return fewer_rows(segmented, narrowed, device)
 
     plan, repeated = (choose_over_time(program, device, groups, placements, padding.shapes, folded, whole, spread)
                       if over_time else (None, []))
@@ -100,17 +93,19 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
     return plan
 
 
-def fewer_rows(narrowed: Callable, device) -> Plan:
-    """`fewer_rows_for_one_configuration`: an iteration looped over time that does not fit one
-    configuration (`narrowed(None)`: its segments) may fit fewer when its grids and streams take
+def fewer_rows(segmented: Plan, narrowed: Callable, device) -> Plan:
+    """`fewer_rows_for_one_configuration`: a design looping an iteration over time that does not
+    fit one configuration (`segmented`: its segments) may fit one when its grids and streams take
     fewer rows of cores each (`narrowed(rows)`: the design so, or None), leaving tiles, shim and
-    mem-tile channels to the rest of the iteration; the one of the least estimated time with the
-    iteration's groups running one after another (`serial_ns`), a Choice in `plan.choices`."""
-    options = [(plan, rows) for rows in (None, *_halved(len(device.compute_rows))) if (plan := narrowed(rows))]
+    mem-tile channels to the other groups; the one of the least estimated time with each
+    configuration's groups running one after another (`serial_ns`), as groups passing values
+    through DDR do, a Choice in `plan.choices`."""
+    options = [(segmented, None), *((plan, rows) for rows in _halved(len(device.compute_rows))
+                                    if (plan := narrowed(rows)) is not None)]
+    if len(options) == 1:
+        return segmented
     (best, rows), choice = cost.choose(Rule.FEWER_ROWS_FOR_ONE_CONFIGURATION, "rows of cores", options,
                                        lambda o: serial_ns(o[0]), lambda o: _rows_label(*o))
-    if len(options) == 1:
-        return best
     return replace(best, choices=(*best.choices, ("iteration", choice)),
                    rules=(*best.rules, (Rule.FEWER_ROWS_FOR_ONE_CONFIGURATION, _rows_label(best, rows))))
 
@@ -122,7 +117,7 @@ def _halved(rows: int) -> list[int]:
 def _rows_label(plan: Plan, rows: int | None) -> str:
     count = len(plan.configurations)
     cores = "every row of cores" if rows is None else f"at most {rows} row{'s' * (rows > 1)} of cores"
-    return f"the looped iteration's grids and streams on {cores}: {count} configuration{'s' * (count > 1)}"
+    return f"grids and streams on {cores}: {count} configuration{'s' * (count > 1)}"
 
 
 def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan | None,
@@ -135,8 +130,7 @@ def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan 
     the rule `shim_channels_bound` (`bound`) refuses it right after routing, before lowering, the
     costly part of a probe that does not fit."""
     try:
-        layout = place(program, groups, device, placements,
-                       frozenset(unfolding.groups) if unfolding is not None else frozenset(), most_rows)
+        layout = place(program, groups, device, placements, most_rows)
         routes = route(program, layout)
         shortfall = shim_shortfall(routes, device) if bound else None
         if shortfall is not None:

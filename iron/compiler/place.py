@@ -71,7 +71,6 @@ from iron.ir import (
     destination,
     dynamic_attrs,
     external_inputs,
-    is_host_tensor,
     nbytes,
     storage,
     tensor_inputs,
@@ -120,11 +119,10 @@ def snake_order(device) -> list[Tile]:
 
 
 def place(program: Program, groups: tuple[Group, ...], device, placements: tuple = (),
-          looping: frozenset[str] = frozenset(), most_rows: int | None = None) -> Layout:
+          most_rows: int | None = None) -> Layout:
     """Tiles for every group, and for the Emit on a full-ELF device when values are carried;
-    `placements`: the host placements, some padded by `pad_to_block`; `looping`: the groups of an
-    iteration looped over time (`channels_for_later_groups`), whose grids and streams take at most
-    `most_rows` rows of cores when given (`fewer_rows_for_one_configuration`)."""
+    `placements`: the host placements, some padded by `pad_to_block`; `most_rows`: the rows of
+    cores each grid and stream takes at most (`fewer_rows_for_one_configuration`), all when None."""
     lies, readers = lies_of(program, placements), readers_of(program, groups)
     padded = {n: lie.shape for n, lie in lies.items()}
     written = frozenset(n for n, lie in lies.items() if lie.fill is Fill.WRITTEN)
@@ -142,8 +140,6 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         spare = len(free) - (len(groups) - number - 1) - with_emit
         # one per other group, and the Emit's words
         shim_in = device.n_cols * device.shim.dma_out_channels - (len(groups) - 1) - with_emit
-        if group.name in looping:
-            shim_in = min(shim_in, channels_left_looping(sites, groups[number + 1:], device) - with_emit)
         rows = most_rows or len(device.compute_rows)
         later = [g.name for g in groups[number + 1:] if spreads(g, device)]
         spreading = left_for_spreading(free, len(later), device)
@@ -218,36 +214,6 @@ def columns_rule(group: Group, later: list[str], free: list[Tile], device) -> li
     return [(Rule.COLUMNS_FOR_LATER_GROUPS, f"{group.name}: at most {max(0, columns - len(later))} of the {columns} "
                                             f"free whole columns, one left to each later group larger than a tile "
                                             f"({', '.join(later)})")]
-
-
-def channels_left_looping(sites: list[Site], later: tuple[Group, ...], device) -> int:
-    """`channels_for_later_groups`: the shim MM2S channels a group of a looped iteration may take:
-    a looping core's host FIFOs share no channel (`shim_requests`), so all the device has but
-    those the groups placed before take (`host_inputs`) and the fewest each later group needs
-    (one per host tensor it reads, one for its per-call words): a grid then takes fewer rows of
-    cores rather than the iteration a second configuration."""
-    total = device.n_cols * device.shim.dma_out_channels
-    return total - sum(host_inputs(s) for s in sites) - sum(fewest_inputs(g) for g in later)
-
-
-def host_inputs(site: Site) -> int:
-    """The shim MM2S channels a placed group takes: a grid one per grid row and column (its
-    cores owning their rows: one per column and the vector's), a stream one per input and
-    column, and one per shared row and for the per-call words; any other group its fewest."""
-    if site.grid is not None:
-        grid = site.grid
-        return len(grid.cols) + (1 if grid.own_rows else len(grid.rows))
-    if site.flow is not None:
-        flow = site.flow
-        return len(flow.inputs) * len(flow.cols) + len(flow.shared) + bool(flow.per_call)
-    return fewest_inputs(site.group)
-
-
-def fewest_inputs(group: Group) -> int:
-    """The fewest shim MM2S channels a group takes: one per host tensor it reads, and one for
-    its calls' per-call words."""
-    hosts = {storage(n) for n in external_inputs(group.calls) if is_host_tensor(n)}
-    return len(hosts) + any(dynamic_attrs(c) for c in group.calls)
 
 
 def spreads(group: Group, device) -> bool:

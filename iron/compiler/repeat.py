@@ -103,14 +103,11 @@ class Unfolding:
         a, b = at[0], at[-1] + 1
         index = {name: j for j, name in enumerate(self.groups)}
         out_sites, out_moves = list(sites[:a]), list(moves[:a])
-        fifos = list(dict.fromkeys(m.fifo.name for i in range(a, b) for m in moves[i] if isinstance(m, Move)))
         for k in range(self.count):
             for i in range(a, b):
                 calls = self.calls[k][index[sites[i].group.name]]
                 out_sites.append(replace(sites[i], group=replace(sites[i].group, calls=calls)))
-                out_moves.append([self.moved(k, m) for m in moves[i]])
-            if k + 1 < self.count:   # every move of the iteration queued: waiting frees its BDs for the next
-                out_moves[-1] += [Wait(f) for f in fifos]
+                out_moves.append(_after_last(moves[i], k) + [self.moved(k, m) for m in moves[i]])
         return out_sites + list(sites[b:]), out_moves + list(moves[b:])
 
     def moved(self, k: int, move):
@@ -134,6 +131,18 @@ class Unfolding:
         """The cores, each of the iteration's (of the part of it a segment holds) looping `count`
         times over its program."""
         return [replace(c, program=(Loop(self.count, c.program),)) if c.group in self.groups else c for c in cores]
+
+
+def _after_last(moves: list, k: int) -> list[Wait]:
+    """Before iteration k's moves of a site, a Wait on each FIFO the site's moves of iteration
+    k - 1 took: every move of that iteration is queued by then, so they can finish, and each
+    shim's buffer descriptors are freed an iteration at a time (a grid's last step waits on
+    none: unrolled, a descriptor running out mid-step would wait on moves that cannot finish
+    before the step's other moves are queued), while the other sites' moves of iteration k - 1
+    still run beside them."""
+    if k == 0:
+        return []
+    return [Wait(name) for name in dict.fromkeys(m.fifo.name for m in moves if isinstance(m, Move))]
 
 
 # ---- finding runs ------------------------------------------------------------------------------
