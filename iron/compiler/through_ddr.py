@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from iron.compiler.fuse import joins_expansion, live_calls, role
 from iron.compiler.rules import Decision, Rule
-from iron.compiler.tiling import core_room, vector_tiles
+from iron.compiler.tiling import choose_grid, core_room, vector_tiles
 from iron.ir import (
     Declaration,
     Declared,
@@ -46,14 +46,15 @@ def through_between_groups(program: Program, device, padded: frozenset[Node] = f
     (`_one_group`) reads it in blocks from DDR too. So before fusion such a result is written whole into a DDR
     buffer of the compiler's and its readers read that buffer once the runtime sequence has
     waited on the writes: within one configuration, where a cut would load another. A result
-    `pad_to_block` lays out padded (in `padded`) crosses as it lies instead, at a cut."""
+    `pad_to_block` lays out padded (in `padded`), or one a matrix call makes or reads that no
+    grid takes on its own sides (`_in_blocks`), crosses as it lies instead, at a cut."""
     room, kept = core_room(device), _kept(program)
     taken: dict[Node, list[Node]] = {}
     for reader in live_calls(program):
         for made in tensor_inputs(reader):
             if made.op != Op.CALL or made in kept or made in padded or made.arg.writes or nbytes(made) <= room:
                 continue
-            if not _one_group(made, reader):
+            if not _one_group(made, reader) and _in_blocks(made, device) and _in_blocks(reader, device):
                 taken.setdefault(made, []).append(reader)
     if not taken:
         return program, ()
@@ -67,6 +68,16 @@ def _one_group(made: Node, reader: Node) -> bool:
     block (`dequant_before_matvec`)."""
     both = role(made) is Role.ELEMENTWISE and role(reader) is Role.ELEMENTWISE
     return both or joins_expansion([made], reader)
+
+
+def _in_blocks(made: Node, device) -> bool:
+    """Whether a call makes or reads a result in blocks on its own sides: a matrix call only when
+    a grid of blocks dividing them takes the whole device (else, prime sides, the result lies as
+    `pad_to_block` pads it, or does not fit, and crosses at a cut as before)."""
+    if role(made) is not Role.MATRIX or len(made.shape) != 2:
+        return True
+    return choose_grid(made, list(range(device.n_cols)), len(device.compute_tiles), device,
+                       device.n_cols * device.shim.dma_out_channels) is not None
 
 
 def _kept(program: Program) -> set[Node]:
