@@ -23,7 +23,8 @@ from iron.compiler.lower import Lowered, lower
 from iron.compiler.pad import pad_to_block
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
-from iron.compiler.repeat import Abandoned, NotRepeated, Unfolding, choose_over_time, serial_ns
+from iron.compiler.priced import serial_ns
+from iron.compiler.repeat import Abandoned, NotRepeated, Unfolding, choose_over_time
 from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.segment import compile_segments
@@ -130,7 +131,8 @@ def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan 
     the rule `shim_channels_bound` (`bound`) refuses it right after routing, before lowering, the
     costly part of a probe that does not fit."""
     try:
-        layout = place(program, groups, device, placements, most_rows)
+        layout = place(program, groups, device, placements, dict(unfolding.shared) if unfolding else None,
+                       most_rows)
         routes = route(program, layout)
         shortfall = shim_shortfall(routes, device) if bound else None
         if shortfall is not None:
