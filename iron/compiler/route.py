@@ -7,6 +7,7 @@ inside the object it already sends, what a core would otherwise take from other 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from iron.compiler.allocate import shares_memory
 from iron.compiler.fifos import EMIT, FifoId, Stem, fifo, fifo_id
@@ -62,7 +63,11 @@ class Routes:
     rules: tuple[Decision, ...] = ()
 
     def has(self, fifo: FifoId) -> bool:
-        return any(r.fifo == fifo for r in self.fifos)
+        return fifo in self._ids
+
+    @cached_property
+    def _ids(self) -> frozenset[FifoId]:   # asked for every part of every group as it is lowered
+        return frozenset(r.fifo for r in self.fifos)
 
     def carried_by(self, group: str) -> list[Relay]:
         return [r for r in self.relays if r.carrier == group]
