@@ -54,7 +54,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
     copied = program   # the copies' rules name the results they read as traced, not their DDR buffers
     groups = fuse(program)
     padding = pad_to_block(program, groups, device)   # once: every segment sees the same layout
-    program, between = through_between_groups(program, device, frozenset(padding.lies))
+    program, between = through_between_groups(program, device, frozenset(padding.lies), groups)
     if between:   # fused again, and laid out again, the results that pass through DDR now host tensors
         groups = fuse(program)
         padding = pad_to_block(program, groups, device)

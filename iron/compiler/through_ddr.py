@@ -38,23 +38,29 @@ def tile_before_state_write(program: Program) -> tuple[Program, tuple[Decision, 
     return rewritten, tuple((Rule.TILE_BEFORE_STATE_WRITE, _text(program, c)) for c in taken)
 
 
-def through_between_groups(program: Program, device, padded: frozenset[Node] = frozenset()) \
-        -> tuple[Program, tuple[Decision, ...]]:
-    """`through_between_groups`: a result no compute tile holds (larger than `core_room`) is made
+def through_between_groups(program: Program, device, padded: frozenset[Node] = frozenset(),
+                           groups: tuple = ()) -> tuple[Program, tuple[Decision, ...]]:
+    """`through_between_groups`: a result of two or more axes no compute tile holds (larger than
+    `core_room`; a MatVec's vector is split by rows or cut as before) is made
     in blocks over many cores (a grid or a stream), each block leaving its column for DDR, and a
     call reading it that does not take it block by block in one group with its maker
     (`_one_group`) reads it in blocks from DDR too. So before fusion such a result is written whole into a DDR
     buffer of the compiler's and its readers read that buffer once the runtime sequence has
-    waited on the writes: within one configuration, where a cut would load another. A result
+    waited on the writes: within one configuration, where a cut would load another (`groups`:
+    the Program's fused groups; a reader fused with its maker takes the result as it is made,
+    an epilogue on a split matrix's rows). A result
     `pad_to_block` lays out padded (in `padded`), or one a matrix call makes or reads that no
     grid takes on its own sides (`_in_blocks`), crosses as it lies instead, at a cut."""
     room, kept = core_room(device), _kept(program)
+    group_of = {c: g.name for g in groups for c in g.calls}
     taken: dict[Node, list[Node]] = {}
     for reader in live_calls(program):
         for made in tensor_inputs(reader):
-            if made.op != Op.CALL or made in kept or made in padded or made.arg.writes or nbytes(made) <= room:
+            if made.op != Op.CALL or made in kept or made in padded or made.arg.writes or nbytes(made) <= room \
+                    or len(made.shape) < 2:   # a vector (a MatVec's) is split by rows or cut, its lanes chosen so
                 continue
-            if not _one_group(made, reader) and _in_blocks(made, device) and _in_blocks(reader, device):
+            fused = made in group_of and group_of.get(made) == group_of.get(reader)   # an epilogue on its rows
+            if not fused and not _one_group(made, reader) and _in_blocks(made, device) and _in_blocks(reader, device):
                 taken.setdefault(made, []).append(reader)
     if not taken:
         return program, ()

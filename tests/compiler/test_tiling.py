@@ -456,18 +456,14 @@ class SumThenProject(iron.Graph):
         return MatVec.step(self.w, Add.step(x, y)[:1024])
 
 
-def test_a_streamed_batch_another_group_reads_streams_through_ddr_in_the_same_configuration():
-    """The Add's 4 MiB result, more than a tile holds, is read by a MatVec (not one stream with
-    it): it streams into a DDR buffer of the compiler's the MatVec reads after the sequence's
-    wait (`through_between_groups`), one configuration, the stream leaving a column to the MatVec."""
+def test_a_streamed_batch_another_group_reads_is_cut_after_and_streams_through_ddr():
     rng = np.random.default_rng(3)
     x, y = (rng.standard_normal(1 << 20).astype(np.float32) for _ in range(2))
     graph = SumThenProject()
     body = graph.compile(x=x, y=y, device=from_name("npu2"))
-    assert rule(body.plan, Rule.THROUGH_BETWEEN_GROUPS) == [
-        "Add#0 (4194304 bytes, more than a compute tile holds) writes through.Add#0, a DDR buffer of the "
-        "compiler's; MatVec#1 reads it back in the same configuration after its writes"]
-    assert len(body.plan.configurations) == 1
+    assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == ["cut before g1: 4194304 bytes cross (Add#0)"]
+    assert streamed(body.plan.segments[0]) == (2, 8, 2048, 32)
+    assert len(body.plan.configurations) == 2
     np.testing.assert_allclose(body(x=x, y=y), graph.reference(x=x, y=y), **F32)
 
 
