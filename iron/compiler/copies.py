@@ -50,7 +50,8 @@ def copied(node: Node) -> Node:
 
 def copy_view_for_grid(program: Program) -> Program:
     """The rule: a MatMul large enough to tile over the array (`pad.large`), and an elementwise
-    call reading such a MatMul's product, read each operand that is a view of a host tensor or of
+    call or row reduction reading such a MatMul's product or a result lying alike
+    (`grid_layouts`), read each operand that is a view of a host tensor or of
     a computed result the DMA can move (`q[h]`, `a[1:]`, `x.reshape(m, k)`, `x[:, ::2]`, `w.T`,
     `(x @ w)[1:]`) through a Copy
     inserted before them, whoever reads their results. The grid reads whole host tensors, each
@@ -62,7 +63,8 @@ def copy_view_for_grid(program: Program) -> Program:
     MAX_GATHER_RUNS runs, through a Strided call gathering it on a core (`gathered`), or, when
     its tensor is larger than a tile (and so crosses in DDR), through a Copy the DMA feeds."""
     program = scatter_into_state(program)
-    copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call)
+    laid = grid_layouts(program)
+    copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call, laid)
               for n in call.src[:call.arg.n_inputs] if _view_of_host(n) or _moved_view_of_result(n)}
     copies |= {n: _gather(n) for call in program.calls
                for n in call.src[:call.arg.n_inputs] if n not in copies and _gathered_on_core(n)}
@@ -309,8 +311,9 @@ def copy_view_rules(program: Program) -> list[Decision]:
     for call in program.calls:
         for n in dict.fromkeys(call.src[:call.arg.n_inputs]):
             readers.setdefault(n, []).append(call)
+    laid = grid_layouts(program)
     lines = [(Rule.COPY_VIEW_FOR_GRID, f"{call_label(program, copy)} copies {describe(copy.src[0])} for "
-              f"{', '.join(call_label(program, c) for c in readers[copy])}, {_why(program, readers[copy], copy.src[0])}")
+              f"{', '.join(call_label(program, c) for c in readers[copy])}, {_why(program, readers[copy], copy.src[0], laid)}")
              for copy in program.inserted if copy.arg.kernel is copy_kernel() and copy.src[0].op == Op.VIEW]
     return (lines + [(Rule.COPY_VIEW_FOR_GRID, _gather_text(program, call)) for call in program.inserted
                      if call.arg.kernel.gathers]
@@ -340,13 +343,17 @@ def _gather_text(program: Program, call: Node) -> str:
     return f"{call_label(program, call)} gathers {a['shape']} of {describe(base)} on a core {pattern}: {why}, so no DMA moves it"
 
 
-def _why(program: Program, readers: list[Node], view: Node) -> str:
+def _why(program: Program, readers: list[Node], view: Node, laid: dict[Node, Node]) -> str:
     """Why a view is read through a Copy: the first of its readers needing it, else its size."""
     if any(map(_gridded, readers)):
         return "which tiles over the array reading whole host tensors"
-    if beside := next(filter(_beside_grid, readers), None):
-        product = next(n for n in beside.src[:beside.arg.n_inputs] if n.op == Op.CALL and _gridded(n))
-        return f"which reads {call_label(program, product)}'s product as its grid lays it out, its operands alike"
+    if beside := next((r for r in readers if _beside_grid(r, laid)), None):
+        read = next(n for n in beside.src[:beside.arg.n_inputs] if n in laid)
+        product = call_label(program, laid[read])
+        if read is laid[read]:
+            return f"which reads {product}'s product as its grid lays it out, its operands alike"
+        return (f"which reads {call_label(program, read)}'s result, lying as {product}'s grid lays its product out, "
+                "its operands alike")
     if is_host_tensor(view):
         return (f"as {describe(storage(view))} is larger than a tile: it crosses in DDR, where the DMA moves the view "
                 "by its access pattern")
@@ -360,11 +367,25 @@ def _gridded(call: Node) -> bool:
     return call.arg.kernel.role is Role.MATRIX and len(operands) == 2 and len(call.shape) == 2 and large(call)
 
 
-def _beside_grid(call: Node) -> bool:
-    """An elementwise call reading a tiled MatMul's product, which lies padded as the grid
-    computes it: its other operands must lie alike, and a view cannot."""
-    return call.arg.kernel.role is Role.ELEMENTWISE and any(
-        n.op == Op.CALL and _gridded(n) for n in call.src[:call.arg.n_inputs])
+def grid_layouts(program: Program) -> dict[Node, Node]:
+    """Each tiled MatMul's product, and each result of an elementwise call or row reduction
+    reading one of these in turn (so lying as the grid lays the product out when it is padded:
+    `pad_through_elementwise`, `pad_through_rows`) -> that MatMul."""
+    laid: dict[Node, Node] = {}
+    for call in program.calls:
+        if _gridded(call):
+            laid[call] = call
+        elif read := next((n for n in call.src[:call.arg.n_inputs] if n in laid), None):
+            if call.arg.kernel.role in (Role.ELEMENTWISE, Role.ROW_REDUCTION):
+                laid[call] = laid[read]
+    return laid
+
+
+def _beside_grid(call: Node, laid: dict[Node, Node]) -> bool:
+    """An elementwise call or row reduction reading a tiled MatMul's product or a result lying
+    alike (`grid_layouts`): its other operands must lie alike, and a view cannot."""
+    return call.arg.kernel.role in (Role.ELEMENTWISE, Role.ROW_REDUCTION) and any(
+        n in laid for n in call.src[:call.arg.n_inputs])
 
 
 def _gathered_on_core(node: Node) -> bool:

@@ -11,7 +11,7 @@ from aie_utils import from_name
 from iron.compiler.fifos import Stem
 from iron.compiler.plan import Dma
 from iron.compiler.rules import Rule
-from iron.kernels import Cast, MatMul, RMSNorm, Sub
+from iron.kernels import Add, Argmax, Cast, MatMul, RMSNorm, Softmax, Sub
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
 
@@ -107,3 +107,83 @@ def test_two_broadcasts_alike_loop_over_time_at_a_prime_side(device):
     broadcast = [op for op in body.plan.sequence if isinstance(op, Dma) and op.buffer == "consts"]
     assert broadcast and all(op.strides[0] == 0 and op.strides[1:] == (0, 0, 1) and op.sizes[-1] == 251
                              for op in broadcast)
+
+
+class ReadTwice(iron.Graph):
+    """A product padded at N = 509 read by a call whose result another call reads:
+    Argmax(Softmax(x @ w)), or RMSNorm(x @ w + b, r)."""
+
+    def __init__(self, w, b=None, r=None):
+        self.w = iron.param(w)
+        self.b, self.r = (None, None) if b is None else (iron.param(b), iron.param(r))
+
+    def body(self, x):
+        y = MatMul.step(x, self.w)
+        if self.b is None:
+            return Argmax.step(Softmax.step(y))
+        return RMSNorm.step(Add.step(y, self.b), self.r)
+
+
+def placement(body, name: str):
+    return next(p for p in body.plan.placements if p.name == name)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_padded_product_read_by_softmax_then_argmax_passes_its_layout_on(device):
+    """Softmax reduces the product's rows as they lie padded, (256, 512), and its result lies so
+    too for Argmax (`pad_through_rows` passed on), whose result the host reads in its 251 rows
+    (before: DoesNotFit, "its result is read by Softmax(...), read by more than the host")."""
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((251, 251)).astype(np.float32), rng.standard_normal((251, 509)).astype(np.float32)
+    graph = ReadTwice(w)
+    body = graph.compile(x=x, device=from_name(device))
+    got = body(x=x)
+    scores = x.astype(np.float64) @ w
+    picked = np.take_along_axis(scores, got.reshape(-1, 1).astype(np.int64), axis=1)[:, 0]
+    np.testing.assert_array_less(scores.max(axis=1) - picked, 1e-3)   # the row's largest, up to the sums' order
+    assert (placement(body, "cut.Softmax#1").padded, placement(body, "out0").padded) == ((256, 512), (256,))
+    assert [r for r in rules(body) if r is Rule.STREAM_ROW_BLOCKS] == [Rule.STREAM_ROW_BLOCKS] * 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_padded_product_plus_a_bias_read_by_rmsnorm_passes_its_layout_on(device):
+    """x @ w + b streams over the product's padded layout, and RMSNorm reduces its rows as they
+    lie (each row's first 509 elements), float32 within 1e-4 of numpy."""
+    rng = np.random.default_rng(9)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) / 4 for s in ((251, 251), (251, 509), (251, 509)))
+    r = rng.standard_normal(509).astype(np.float32)
+    graph = ReadTwice(w, b, r)
+    body = graph.compile(x=x, device=from_name(device))
+    got = body(x=x)
+    y = x.astype(np.float64) @ w + b
+    numpy = y / np.sqrt((y ** 2).mean(axis=1, keepdims=True) + 1e-6) * r
+    np.testing.assert_allclose(got, numpy, rtol=1e-4, atol=1e-4 * np.abs(numpy).max())
+    np.testing.assert_allclose(got, graph.reference(x=x), rtol=1e-4, atol=1e-4 * np.abs(numpy).max())
+    assert placement(body, "cut.Add#1").padded == (256, 512)
+
+
+class ViewAfterTwoProducts(iron.Graph):
+    """(x @ w1 @ w2 + b) + c.T: the second Add reads the first's result, lying as the grid lays
+    the product out, and a transpose of a param."""
+
+    def __init__(self, w1, w2, b, c):
+        self.w1, self.w2, self.b, self.c = map(iron.param, (w1, w2, b, c))
+
+    def body(self, x):
+        return Add.step(Add.step(MatMul.step(MatMul.step(x, self.w1), self.w2), self.b), self.c.T)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_view_read_beside_a_result_lying_as_a_grid_lays_it_out_is_copied_first(device):
+    """c.T is copied before the second Add (`copy_view_for_grid` follows the layout through the
+    first Add; before: DoesNotFit, "operands.3.T is a view" on npu1)."""
+    rng = np.random.default_rng(10)
+    x, w1, w2, b, c = (rng.standard_normal(s).astype(np.float32) / 4
+                       for s in ((251, 251), (251, 509), (509, 251), (251, 251), (251, 251)))
+    graph = ViewAfterTwoProducts(w1, w2, b, c)
+    body = graph.compile(x=x, device=from_name(device))
+    numpy = x.astype(np.float64) @ w1 @ w2 + b + c.T
+    np.testing.assert_allclose(body(x=x), numpy, rtol=1e-4, atol=1e-4 * np.abs(numpy).max())
+    assert texts(body, Rule.COPY_VIEW_FOR_GRID) == [
+        "Copy#4 copies c.T for Add#3, which reads Add#2's result, lying as MatMul#1's grid lays its product out, "
+        "its operands alike"]
