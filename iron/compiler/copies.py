@@ -21,6 +21,9 @@ from iron.compiler.words import dma_moves
 from iron.ir import (
     Axis,
     Call,
+    Declaration,
+    Declared,
+    MemoryKind,
     Node,
     Op,
     Program,
@@ -35,6 +38,7 @@ from iron.ir import (
     is_host_tensor,
     is_strided,
     kept,
+    kept_shape,
     nbytes,
     state_of,
     storage,
@@ -66,8 +70,9 @@ def copy_view_for_grid(program: Program) -> Program:
     laid = grid_layouts(program)
     copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call, laid)
               for n in call.src[:call.arg.n_inputs] if _view_of_host(n) or _moved_view_of_result(n)}
-    copies |= {n: _gather(n) for call in program.calls
-               for n in call.src[:call.arg.n_inputs] if n not in copies and _gathered_on_core(n)}
+    gathered_views = dict.fromkeys(n for call in program.calls for n in call.src[:call.arg.n_inputs]
+                                   if n not in copies and _gathered_on_core(n))
+    copies |= {n: _gather(n, f"through.unit{i}") for i, n in enumerate(gathered_views)}
     if not copies:
         return program
     return with_copies(program, copies)
@@ -199,16 +204,50 @@ def _scatter_call(values: Node, words: Node, offset: int, dims) -> Node:
     return Node(Op.CALL, (values, words), words.shape, words.dtype, Call(scatter_kernel(), tuple(sorted(attrs.items())), 1, True))
 
 
-def _gather(view: Node) -> Node:
+@dataclass(frozen=True)
+class Written:
+    """A view read through a DDR buffer of the compiler's (`read`, a view of a THROUGH memory) that
+    `call`, inserted before its first reader, writes."""
+
+    read: Node
+    call: Node
+
+
+def _gather(view: Node, name: str) -> Node | Written:
     """The call a view `_gathered_on_core` finds is read through: a Strided call gathering it from
     its whole tensor when both fit a tile; else (the tensor crossing in DDR) a Copy the DMA
-    feeds by the view's access pattern when the DMA moves it, or a StridedRows call picking a
+    feeds by the view's access pattern when the DMA moves it, a broadcast's unit of whole words
+    written to a DDR buffer named `name` (`repeated_unit`), or a StridedRows call picking a
     step slice row by row from the whole rows, streamed in blocks of rows (`rows_gathered`)."""
     if max(nbytes(view.src[0]), nbytes(view)) <= TILED_BYTES:   # a broadcast may be far larger than its tensor
         return gathered(view)
     if dma_moves(view):
         return copied(view)
-    return rows_gathered(view) or copied(view)
+    return repeated_unit(view, name) or rows_gathered(view) or copied(view)
+
+
+def repeated_unit(view: Node, name: str) -> Written | None:
+    """A broadcast along its outermost axis larger than a tile, of a tensor that fits one, whose
+    repeat is not whole 32-bit words (a row of 251 int8 broadcast over 256 rows), as the fewest
+    leading repeats that are (4 rows here: its unit), gathered by a Strided call into a DDR buffer
+    of the compiler's (a THROUGH declaration), read back by the view repeating the unit with
+    stride 0, which the DMA moves (`stream_view_rows`, rows grouped into whole words); else None."""
+    axes = view.arg
+    outer = kept(axes)[0] if kept(axes) else None
+    if outer is None or outer.step != 0 or any(a.order is not None for a in axes):
+        return None
+    period, itemsize = view.size // outer.size, view.dtype.itemsize
+    count = next((k for k in (1, 2, 4) if k * period * itemsize % 4 == 0 and outer.size % k == 0), 0)
+    unit = Node(Op.VIEW, view.src, (count, *kept_shape(axes)[1:]), view.dtype,
+                tuple(replace(a, length=count) if a is outer else a for a in axes))
+    if not count or nbytes(view.src[0]) + nbytes(unit) > TILED_BYTES:
+        return None
+    buffer = Node(Op.MEMORY, (), unit.shape, unit.dtype, Declared(MemoryKind.THROUGH, name))
+    gather = gathered(unit)
+    writer = Node(Op.CALL, (view.src[0], buffer), unit.shape, unit.dtype, replace(gather.arg, writes=True))
+    repeats = (Axis(start=0, stop=1, length=outer.size // count, extent=1, step=0),
+               *(Axis(start=0, stop=n, extent=n) for n in unit.shape))
+    return Written(Node(Op.VIEW, (buffer,), view.shape, view.dtype, repeats), writer)
 
 
 def rows_gathered(view: Node) -> Node | None:
@@ -280,10 +319,11 @@ def gathered(view: Node) -> Node:
     return Node(Op.CALL, (view.src[0],), view.shape, view.dtype, call)
 
 
-def with_copies(program: Program, copies: dict[Node, Node]) -> Program:
+def with_copies(program: Program, copies: dict[Node, Node | Written]) -> Program:
     """`program` with each tensor in `copies` read through its call (a Copy or a Strided, or a view
-    of a StridedRows reading it back in the tensor's shape), inserted before the first call reading it: every call, inserted one, output and carried value rebuilt
-    over the new calls."""
+    of a StridedRows reading it back in the tensor's shape, or a view of the DDR buffer a call
+    writes: `Written`), inserted before the first call reading it: every call, inserted one,
+    output and carried value rebuilt over the new calls; the buffers declared."""
     new: dict[Node, Node] = {}
 
     def rebuilt(node: Node) -> Node:
@@ -293,15 +333,21 @@ def with_copies(program: Program, copies: dict[Node, Node]) -> Program:
         return new[node]
     calls: list[Node] = []
     inserted: dict[Node, Node] = {}   # each copied tensor -> what is read instead, rebuilt
+    made: list[Node] = []   # the inserted calls, rebuilt
     for call in program.calls:
         for n in dict.fromkeys(n for n in call.src[:call.arg.n_inputs] if n in copies and n not in inserted):
-            inserted[n] = rebuilt(copies[n])   # over the rebuilt tensor it views
-            calls.append(storage(inserted[n]))   # the call, or the one read back in the view's shape
+            way = copies[n]
+            read, writer = (way.read, way.call) if isinstance(way, Written) else (way, storage(way))
+            inserted[n] = rebuilt(read)   # over the rebuilt tensor it views
+            made.append(rebuilt(writer))   # the call, or the one read back in the view's shape
+            calls.append(made[-1])
         new.update(inserted)
         calls.append(rebuilt(call))
+    buffers = [c.src[c.arg.n_inputs] for c in made if c.arg.writes]
+    declared = tuple(Declaration(MemoryKind.THROUGH, b.arg.name, b.shape, b.dtype) for b in buffers)
     return replace(program, calls=tuple(calls), outputs=tuple(map(rebuilt, program.outputs)),
-                   carry=tuple((k, rebuilt(v)) for k, v in program.carry),
-                   inserted=(*program.inserted, *map(storage, inserted.values())))
+                   carry=tuple((k, rebuilt(v)) for k, v in program.carry), inserted=(*program.inserted, *made),
+                   declarations=program.declarations + declared, memories=program.memories + tuple(buffers))
 
 
 def copy_view_rules(program: Program) -> list[Decision]:
@@ -340,7 +386,10 @@ def _gather_text(program: Program, call: Node) -> str:
         return (f"{call_label(program, call)} picks each row of its {call.shape} from a row of {describe(base)} {pattern}, "
                 f"on the cores those rows stream to in blocks: {narrow}, and {describe(storage(base))} is larger than a tile")
     why = narrow if is_host_tensor(base) else f"it picks more than {MAX_GATHER_RUNS} separate runs"
-    return f"{call_label(program, call)} gathers {a['shape']} of {describe(base)} on a core {pattern}: {why}, so no DMA moves it"
+    into = (f" into {call.src[1].arg.name}, a DDR buffer of the compiler's its readers' DMA repeats with stride 0"
+            if call.arg.writes else "")
+    return (f"{call_label(program, call)} gathers {a['shape']} of {describe(base)} on a core {pattern}{into}: {why}, "
+            "so no DMA moves it")
 
 
 def _why(program: Program, readers: list[Node], view: Node, laid: dict[Node, Node]) -> str:

@@ -187,3 +187,29 @@ def test_a_view_read_beside_a_result_lying_as_a_grid_lays_it_out_is_copied_first
     assert texts(body, Rule.COPY_VIEW_FOR_GRID) == [
         "Copy#4 copies c.T for Add#3, which reads Add#2's result, lying as MatMul#1's grid lays its product out, "
         "its operands alike"]
+
+
+class Bias(iron.Graph):
+    def body(self, x, b):
+        return Add.step(x, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("dtype", "shape"), [("i8", (256, 251)), ("u8", (1024, 253)), ("bf16", (512, 251))])
+def test_a_broadcast_row_of_narrow_elements_larger_than_a_tile_repeats_its_unit(device, dtype, shape):
+    """x + b, b a row of 1- or 2-byte elements that is not whole words, broadcast over more rows
+    than a tile holds: a Strided call gathers the fewest rows of it that are whole words (4 of
+    int8, 2 of bfloat16) into a DDR buffer of the compiler's, which the stream's DMA repeats with
+    stride 0 (`repeated_unit`; before: PlacementError "moves runs of 251 bytes"); exact."""
+    dt = {"i8": np.dtype(np.int8), "u8": np.dtype(np.uint8), "bf16": np.dtype(BF16)}[dtype]
+    rng = np.random.default_rng(11)
+    x, b = rng.integers(0, 50, shape).astype(dt), rng.integers(0, 50, shape[1]).astype(dt)
+    body = Bias().compile(x=x, b=b, device=from_name(device))
+    np.testing.assert_array_equal(body(x=x, b=b), (x + b).astype(dt))   # small sums: exact in every dtype
+    unit = 4 // dt.itemsize
+    (line,) = texts(body, Rule.COPY_VIEW_FOR_GRID)
+    assert line.startswith(f"Strided#1 gathers ({unit}, {shape[1]}) of b on a core") and "into through.unit0" in line
+    assert placement(body, "through.unit0").shape == (unit, shape[1])
+    repeats = [op for op in body.plan.sequence if isinstance(op, Dma) and op.buffer == "outputs" and op.strides[0] == 0
+               and op.sizes[0] > 1]
+    assert repeats and all(op.sizes[1:] == (1, 1, unit * shape[1] * dt.itemsize // 4) for op in repeats)
