@@ -6,6 +6,7 @@ gathers it on a core). `copy_view_for_grid` runs before fusion, on the whole Pro
 `carry_from_earlier_segment` on the last segment's Program (segment.py)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -72,7 +73,7 @@ def copy_view_for_grid(program: Program) -> Program:
               for n in call.src[:call.arg.n_inputs] if _view_of_host(n) or _moved_view_of_result(n)}
     gathered_views = dict.fromkeys(n for call in program.calls for n in call.src[:call.arg.n_inputs]
                                    if n not in copies and _gathered_on_core(n))
-    copies |= {n: _gather(n, f"through.unit{i}") for i, n in enumerate(gathered_views)}
+    copies |= {n: _gather(n, f"through.view{i}") for i, n in enumerate(gathered_views)}
     if not copies:
         return program
     return with_copies(program, copies)
@@ -206,11 +207,11 @@ def _scatter_call(values: Node, words: Node, offset: int, dims) -> Node:
 
 @dataclass(frozen=True)
 class Written:
-    """A view read through a DDR buffer of the compiler's (`read`, a view of a THROUGH memory) that
-    `call`, inserted before its first reader, writes."""
+    """A view read through a DDR buffer of the compiler's (`read`, a THROUGH memory or a view of
+    one) that `calls`, inserted before its first reader, write."""
 
     read: Node
-    call: Node
+    calls: tuple[Node, ...]
 
 
 def _gather(view: Node, name: str) -> Node | Written:
@@ -223,7 +224,7 @@ def _gather(view: Node, name: str) -> Node | Written:
         return gathered(view)
     if dma_moves(view):
         return copied(view)
-    return repeated_unit(view, name) or rows_gathered(view) or copied(view)
+    return repeated_unit(view, name) or rows_gathered(view) or transposed_bands(view, name) or copied(view)
 
 
 def repeated_unit(view: Node, name: str) -> Written | None:
@@ -247,7 +248,7 @@ def repeated_unit(view: Node, name: str) -> Written | None:
     writer = Node(Op.CALL, (view.src[0], buffer), unit.shape, unit.dtype, replace(gather.arg, writes=True))
     repeats = (Axis(start=0, stop=1, length=outer.size // count, extent=1, step=0),
                *(Axis(start=0, stop=n, extent=n) for n in unit.shape))
-    return Written(Node(Op.VIEW, (buffer,), view.shape, view.dtype, repeats), writer)
+    return Written(Node(Op.VIEW, (buffer,), view.shape, view.dtype, repeats), (writer,))
 
 
 def rows_gathered(view: Node) -> Node | None:
@@ -259,7 +260,7 @@ def rows_gathered(view: Node) -> Node | None:
     if len(view.shape) != 2 or len(view.src) > 1:
         return None
     base = view.src[0]
-    if len(base.shape) == 2 and np.array_equal(elements(view), np.arange(base.size).reshape(base.shape).T.ravel()):
+    if _transposes(view):
         return transposed_rows(view)
     axes, last = view.arg, view.arg[-1]
     if not last.keeps_axis or last.step < 1 or kept(axes)[-1] is not last:
@@ -273,6 +274,40 @@ def rows_gathered(view: Node) -> Node | None:
     if not _blocks_of_words(view.shape[0], width * view.dtype.itemsize, last.size * view.dtype.itemsize):
         return None
     return _strided_rows(rows, view.shape, width, last.start, [(last.size, last.step)])
+
+
+def transposed_bands(view: Node, name: str) -> Written | None:
+    """`view`, the transpose of a 2-D host tensor x (r, c) whose rows are not whole 32-bit words
+    (so no columns of words pick it) but whose columns of the view are (r elements), as bands of
+    x's rows, each the most rows whose words and transpose fit a tile together, a run of whole
+    words the DMA moves: a Strided call per band transposes it on a core and writes it into its
+    columns of a DDR buffer of the compiler's (c, r), rows of whole words at a stride the DMA
+    moves, which the view's readers read; else None."""
+    base = view.src[0]
+    if len(base.shape) != 2 or not is_host_tensor(base) or base.op == Op.VIEW or not _transposes(view):
+        return None
+    (r, c), itemsize = base.shape, base.dtype.itemsize
+    step = math.lcm(4 // math.gcd(4, c * itemsize), 4 // itemsize)   # rows starting both runs on a word
+    band = TILED_BYTES // (2 * c * itemsize) // step * step
+    if r * itemsize % 4 or not band:
+        return None
+    buffer = Node(Op.MEMORY, (), view.shape, view.dtype, Declared(MemoryKind.THROUGH, name))
+    writers = []
+    for first in range(0, r, band):
+        rows = min(band, r - first)
+        part = Node(Op.VIEW, (base,), (rows, c), base.dtype, (Axis(start=first, stop=first + rows), Axis(start=0, stop=c)))
+        into = Node(Op.VIEW, (buffer,), (c, rows), base.dtype, (Axis(start=0, stop=c), Axis(start=first, stop=first + rows)))
+        attrs = {"shape": (c, rows), "offset": 0, "n0": 1, "s0": 0, "n1": 1, "s1": 0, "n2": c, "s2": 1, "n3": rows, "s3": c}
+        writers.append(Node(Op.CALL, (part, into), (c, rows), base.dtype,
+                            Call(strided_kernel(), tuple(sorted(attrs.items())), 1, True)))
+    return Written(buffer, tuple(writers))
+
+
+def _transposes(view: Node) -> bool:
+    """Whether a static view of a 2-D tensor is its transpose."""
+    base = view.src[0]
+    return len(base.shape) == 2 and view.shape == base.shape[::-1] and \
+        np.array_equal(elements(view), np.arange(base.size).reshape(base.shape).T.ravel())
 
 
 def _blocks_of_words(rows: int, row_bytes: int, result_bytes: int) -> bool:
@@ -337,13 +372,13 @@ def with_copies(program: Program, copies: dict[Node, Node | Written]) -> Program
     for call in program.calls:
         for n in dict.fromkeys(n for n in call.src[:call.arg.n_inputs] if n in copies and n not in inserted):
             way = copies[n]
-            read, writer = (way.read, way.call) if isinstance(way, Written) else (way, storage(way))
+            read, writers = (way.read, way.calls) if isinstance(way, Written) else (way, (storage(way),))
             inserted[n] = rebuilt(read)   # over the rebuilt tensor it views
-            made.append(rebuilt(writer))   # the call, or the one read back in the view's shape
-            calls.append(made[-1])
+            made += map(rebuilt, writers)   # the call, or the one read back in the view's shape
+            calls += made[len(made) - len(writers):]
         new.update(inserted)
         calls.append(rebuilt(call))
-    buffers = [c.src[c.arg.n_inputs] for c in made if c.arg.writes]
+    buffers = list(dict.fromkeys(storage(c.src[c.arg.n_inputs]) for c in made if c.arg.writes))
     declared = tuple(Declaration(MemoryKind.THROUGH, b.arg.name, b.shape, b.dtype) for b in buffers)
     return replace(program, calls=tuple(calls), outputs=tuple(map(rebuilt, program.outputs)),
                    carry=tuple((k, rebuilt(v)) for k, v in program.carry), inserted=(*program.inserted, *made),
@@ -386,8 +421,7 @@ def _gather_text(program: Program, call: Node) -> str:
         return (f"{call_label(program, call)} picks each row of its {call.shape} from a row of {describe(base)} {pattern}, "
                 f"on the cores those rows stream to in blocks: {narrow}, and {describe(storage(base))} is larger than a tile")
     why = narrow if is_host_tensor(base) else f"it picks more than {MAX_GATHER_RUNS} separate runs"
-    into = (f" into {call.src[1].arg.name}, a DDR buffer of the compiler's its readers' DMA repeats with stride 0"
-            if call.arg.writes else "")
+    into = f" into {describe(call.src[1])}, a DDR buffer of the compiler's its readers read" if call.arg.writes else ""
     return (f"{call_label(program, call)} gathers {a['shape']} of {describe(base)} on a core {pattern}{into}: {why}, "
             "so no DMA moves it")
 

@@ -9,9 +9,10 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler.fifos import Stem
-from iron.compiler.plan import Dma
+from iron.compiler.plan import Direction, Dma
 from iron.compiler.rules import Rule
-from iron.kernels import Add, Argmax, Cast, MatMul, RMSNorm, Softmax, Sub
+from iron.compiler.tiling import TILED_BYTES
+from iron.kernels import Add, Argmax, Cast, Copy, MatMul, RMSNorm, Softmax, Sub
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
 
@@ -208,8 +209,36 @@ def test_a_broadcast_row_of_narrow_elements_larger_than_a_tile_repeats_its_unit(
     np.testing.assert_array_equal(body(x=x, b=b), (x + b).astype(dt))   # small sums: exact in every dtype
     unit = 4 // dt.itemsize
     (line,) = texts(body, Rule.COPY_VIEW_FOR_GRID)
-    assert line.startswith(f"Strided#1 gathers ({unit}, {shape[1]}) of b on a core") and "into through.unit0" in line
-    assert placement(body, "through.unit0").shape == (unit, shape[1])
+    assert line.startswith(f"Strided#1 gathers ({unit}, {shape[1]}) of b on a core") and "into through.view0" in line
+    assert placement(body, "through.view0").shape == (unit, shape[1])
     repeats = [op for op in body.plan.sequence if isinstance(op, Dma) and op.buffer == "outputs" and op.strides[0] == 0
                and op.sizes[0] > 1]
     assert repeats and all(op.sizes[1:] == (1, 1, unit * shape[1] * dt.itemsize // 4) for op in repeats)
+
+
+class Transposed(iron.Graph):
+    def body(self, x):
+        return Copy.step(x.T)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("dtype", "shape"), [("bf16", (512, 251)), ("i8", (256, 251)), ("u8", (1024, 63))])
+def test_the_transpose_of_rows_not_whole_words_larger_than_a_tile_goes_in_bands(device, dtype, shape):
+    """x.T, x's rows not whole words (no columns of words pick it), its transpose's rows whole
+    words: one Strided call per band of x's rows (a run of whole words) transposes it on a core
+    into its columns of a DDR buffer of the compiler's, rows of whole words at the buffer's
+    stride (`transposed_bands`; before: PlacementError "moves runs of 2 bytes"); exact."""
+    dt = {"i8": np.dtype(np.int8), "u8": np.dtype(np.uint8), "bf16": np.dtype(BF16)}[dtype]
+    x = np.random.default_rng(12).integers(0, 100, shape).astype(dt)
+    body = Transposed().compile(x=x, device=from_name(device))
+    np.testing.assert_array_equal(body(x=x), x.T)
+    r, c = shape
+    band = TILED_BYTES // (2 * c * dt.itemsize) // 4 * 4   # rows per band: a multiple of 4 here
+    lines = texts(body, Rule.COPY_VIEW_FOR_GRID)
+    assert len(lines) == -(-r // band) and all("into through.view0[:, " in line for line in lines)
+    assert placement(body, "through.view0").shape == (c, r)
+    writes = [op for plan in body.plan.segments or (body.plan,) for op in plan.sequence
+              if isinstance(op, Dma) and op.direction is Direction.S2MM and op.offset >= placement(body, "through.view0").offset
+              and op.buffer == "outputs"]
+    assert all(op.sizes[-2] == c and op.strides[-2:] == (r * dt.itemsize // 4, 1) for op in writes)   # c rows at r's stride
+    assert sum(op.sizes[-1] for op in writes) == r * dt.itemsize // 4   # each column of words written once
