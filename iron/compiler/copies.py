@@ -224,7 +224,8 @@ def _gather(view: Node, name: str) -> Node | Written:
         return gathered(view)
     if dma_moves(view):
         return copied(view)
-    return repeated_unit(view, name) or rows_gathered(view) or transposed_bands(view, name) or copied(view)
+    return (repeated_unit(view, name) or rows_gathered(view) or repeated_columns(view) or transposed_bands(view, name)
+            or copied(view))
 
 
 def repeated_unit(view: Node, name: str) -> Written | None:
@@ -274,6 +275,24 @@ def rows_gathered(view: Node) -> Node | None:
     if not _blocks_of_words(view.shape[0], width * view.dtype.itemsize, last.size * view.dtype.itemsize):
         return None
     return _strided_rows(rows, view.shape, width, last.start, [(last.size, last.step)])
+
+
+def repeated_columns(view: Node) -> Node | None:
+    """`view`, a host tensor's `r` elements each repeated along a row of `c` (a column (r, 1)
+    broadcast to (r, c)) of 1- or 2-byte elements, as a StridedRows call over them seen as rows
+    of one word (`per` elements), each giving `per` rows of the view (pattern: each element `c`
+    times), read back in the view's shape; None for any other view, or when r is no multiple of
+    `per`."""
+    base, (r, c) = view.src[0], (view.shape + (0,))[:2]
+    per = 4 // view.dtype.itemsize
+    if len(view.shape) != 2 or not is_host_tensor(base) or base.op == Op.VIEW or base.size != r or r % per:
+        return None
+    if element_pattern(view) != (0, [(r, 1), (c, 0)]):
+        return None
+    rows = Node(Op.VIEW, (base,), (r // per, per), base.dtype,
+                (Axis(start=0, stop=r // per, extent=r // per), Axis(start=0, stop=per, extent=per)))
+    picked = _strided_rows(rows, (r // per, per * c), per, 0, [(per, 1), (c, 0)])
+    return Node(Op.VIEW, (picked,), view.shape, view.dtype, (Axis(start=0, stop=r, extent=r), Axis(start=0, stop=c, extent=c)))
 
 
 def transposed_bands(view: Node, name: str) -> Written | None:
@@ -418,8 +437,9 @@ def _gather_text(program: Program, call: Node) -> str:
                f"{tuple(st for _, st in dims)} elements)")
     narrow = f"its {dtypes.name(base.dtype)} elements lie in runs narrower than the DMA's 32-bit words"
     if call.arg.kernel.role is Role.EXPANSION:
+        large_one = describe(storage(base)) if nbytes(storage(base)) > TILED_BYTES else "its result"
         return (f"{call_label(program, call)} picks each row of its {call.shape} from a row of {describe(base)} {pattern}, "
-                f"on the cores those rows stream to in blocks: {narrow}, and {describe(storage(base))} is larger than a tile")
+                f"on the cores those rows stream to in blocks: {narrow}, and {large_one} is larger than a tile")
     why = narrow if is_host_tensor(base) else f"it picks more than {MAX_GATHER_RUNS} separate runs"
     into = f" into {describe(call.src[1])}, a DDR buffer of the compiler's its readers read" if call.arg.writes else ""
     return (f"{call_label(program, call)} gathers {a['shape']} of {describe(base)} on a core {pattern}{into}: {why}, "

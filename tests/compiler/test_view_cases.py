@@ -9,10 +9,12 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler.fifos import Stem
+from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Direction, Dma
 from iron.compiler.rules import Rule
 from iron.compiler.tiling import TILED_BYTES
 from iron.kernels import Add, Argmax, Cast, Copy, MatMul, RMSNorm, Softmax, Sub
+from tests.compiler.test_mlir import op_names
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
 
@@ -125,6 +127,11 @@ class ReadTwice(iron.Graph):
         return RMSNorm.step(Add.step(y, self.b), self.r)
 
 
+def mlir_ops_allowed(body) -> bool:
+    """Whether every configuration's MLIR uses only the ops docs/platform.md sections 3 and 7 list."""
+    return all(set(op_names(print_mlir(plan))) <= ALLOWED_OPS for plan in body.plan.segments or (body.plan,))
+
+
 def placement(body, name: str):
     return next(p for p in body.plan.placements if p.name == name)
 
@@ -210,7 +217,7 @@ def test_a_broadcast_row_of_narrow_elements_larger_than_a_tile_repeats_its_unit(
     unit = 4 // dt.itemsize
     (line,) = texts(body, Rule.COPY_VIEW_FOR_GRID)
     assert line.startswith(f"Strided#1 gathers ({unit}, {shape[1]}) of b on a core") and "into through.view0" in line
-    assert placement(body, "through.view0").shape == (unit, shape[1])
+    assert placement(body, "through.view0").shape == (unit, shape[1]) and mlir_ops_allowed(body)
     repeats = [op for op in body.plan.sequence if isinstance(op, Dma) and op.buffer == "outputs" and op.strides[0] == 0
                and op.sizes[0] > 1]
     assert repeats and all(op.sizes[1:] == (1, 1, unit * shape[1] * dt.itemsize // 4) for op in repeats)
@@ -236,9 +243,29 @@ def test_the_transpose_of_rows_not_whole_words_larger_than_a_tile_goes_in_bands(
     band = TILED_BYTES // (2 * c * dt.itemsize) // 4 * 4   # rows per band: a multiple of 4 here
     lines = texts(body, Rule.COPY_VIEW_FOR_GRID)
     assert len(lines) == -(-r // band) and all("into through.view0[:, " in line for line in lines)
-    assert placement(body, "through.view0").shape == (c, r)
+    assert placement(body, "through.view0").shape == (c, r) and mlir_ops_allowed(body)
     writes = [op for plan in body.plan.segments or (body.plan,) for op in plan.sequence
               if isinstance(op, Dma) and op.direction is Direction.S2MM and op.offset >= placement(body, "through.view0").offset
               and op.buffer == "outputs"]
     assert all(op.sizes[-2] == c and op.strides[-2:] == (r * dt.itemsize // 4, 1) for op in writes)   # c rows at r's stride
     assert sum(op.sizes[-1] for op in writes) == r * dt.itemsize // 4   # each column of words written once
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("dtype", "shape"), [("i8", (256, 251)), ("bf16", (512, 129))])
+def test_a_broadcast_column_of_narrow_elements_larger_than_a_tile_is_picked_row_by_row(device, dtype, shape):
+    """x + b, b (r, 1) of 1- or 2-byte elements, each repeated along a row of x, larger than a
+    tile: a StridedRows call over b seen as rows of one word, each giving as many rows of the
+    view (its pattern repeats each element with stride 0), streamed (`repeated_columns`; before:
+    PlacementError "moves runs of 1 bytes"); exact."""
+    dt = {"i8": np.dtype(np.int8), "bf16": np.dtype(BF16)}[dtype]
+    rng = np.random.default_rng(13)
+    x, b = rng.integers(0, 50, shape).astype(dt), rng.integers(0, 50, (shape[0], 1)).astype(dt)
+    body = Bias().compile(x=x, b=b, device=from_name(device))
+    np.testing.assert_array_equal(body(x=x, b=b), (x + b).astype(dt))
+    per = 4 // dt.itemsize
+    assert body.plan.groups[0][1] == ("StridedRows#1",) and Rule.STREAM_ROW_BLOCKS in rules(body)
+    (line,) = texts(body, Rule.COPY_VIEW_FOR_GRID)
+    assert line.startswith(f"StridedRows#1 picks each row of its {(shape[0] // per, per * shape[1])} from a row of b")
+    assert line.endswith("and its result is larger than a tile")
+    assert mlir_ops_allowed(body)
