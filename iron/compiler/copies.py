@@ -199,10 +199,17 @@ def _placed(result: Node, state: Node, pattern: Pattern, a: int, b: int, banded:
 
 def _scatter_call(values: Node, words: Node, offset: int, dims) -> Node:
     """The Scatter placing `values` into `words` (a view of a state) by the pattern (offset, dims)."""
+    return Node(Op.CALL, (values, words), words.shape, words.dtype,
+                Call(scatter_kernel(), _pattern(offset, dims, shape=words.shape), 1, True))
+
+
+def _pattern(offset: int, dims, **named) -> tuple:
+    """A Strided family call's static attributes: `named`, the offset and four (size, stride)
+    dimensions in elements (`dims` padded with unit ones outside)."""
     dims = [(1, 0)] * (4 - len(dims)) + list(dims)
-    attrs = {"shape": words.shape, "offset": offset,
-             **{f"n{d}": n for d, (n, _) in enumerate(dims)}, **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
-    return Node(Op.CALL, (values, words), words.shape, words.dtype, Call(scatter_kernel(), tuple(sorted(attrs.items())), 1, True))
+    attrs = {**named, "offset": offset, **{f"n{d}": n for d, (n, _) in enumerate(dims)},
+             **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
+    return tuple(sorted(attrs.items()))
 
 
 @dataclass(frozen=True)
@@ -225,7 +232,7 @@ def _gather(view: Node, name: str) -> Node | Written:
     if dma_moves(view):
         return copied(view)
     return (repeated_unit(view, name) or rows_gathered(view) or repeated_columns(view) or transposed_bands(view, name)
-            or copied(view))
+            or row_bands(view, name) or copied(view))
 
 
 def repeated_unit(view: Node, name: str) -> Written | None:
@@ -316,9 +323,43 @@ def transposed_bands(view: Node, name: str) -> Written | None:
         rows = min(band, r - first)
         part = Node(Op.VIEW, (base,), (rows, c), base.dtype, (Axis(start=first, stop=first + rows), Axis(start=0, stop=c)))
         into = Node(Op.VIEW, (buffer,), (c, rows), base.dtype, (Axis(start=0, stop=c), Axis(start=first, stop=first + rows)))
-        attrs = {"shape": (c, rows), "offset": 0, "n0": 1, "s0": 0, "n1": 1, "s1": 0, "n2": c, "s2": 1, "n3": rows, "s3": c}
-        writers.append(Node(Op.CALL, (part, into), (c, rows), base.dtype,
-                            Call(strided_kernel(), tuple(sorted(attrs.items())), 1, True)))
+        writers.append(_written(part, into, 0, [(c, 1), (rows, c)]))
+    return Written(buffer, tuple(writers))
+
+
+def row_bands(view: Node, name: str) -> Written | None:
+    """A 2-D static view of a 2-D host tensor x picking each of its rows from one row of x, in
+    order (a slice or step slice of rows and of columns: `x[::2]`, `x[:, 1:]`, `x[::2, ::2]`),
+    no DMA moves, as bands of its rows, each the most rows (starting and ending on a word) whose
+    result and the whole words of x they come from fit a tile: a Strided call per band picks them
+    from those words (a run the DMA moves) into its rows of a DDR buffer of the compiler's,
+    which the view's readers read; None for any other view."""
+    base, axes = view.src[0], view.arg
+    if len(view.shape) != 2 or base.op == Op.VIEW or not is_host_tensor(base) or frame(view) != base.shape \
+            or len(base.shape) != 2 or any(a.order is not None or not a.keeps_axis or a.step < 1 for a in axes):
+        return None
+    c, (rows, width), itemsize = base.shape[1], view.shape, view.dtype.itemsize
+    per, down = 4 // itemsize, axes[0]
+    unit = 4 // math.gcd(4, width * itemsize)   # rows of the view making whole words
+
+    def run(a: int, b: int) -> tuple[int, int]:   # the whole words of x, in elements, rows a..b-1 of the view read
+        lo, hi = (down.start + a * down.step) * c, (down.start + (b - 1) * down.step + 1) * c
+        return lo // per * per, min(-(-hi // per) * per, base.size)
+    band = max((k for k in range(unit, rows + unit, unit) if (run(0, min(k, rows))[1] - run(0, min(k, rows))[0]
+                                                               + min(k, rows) * width) * itemsize <= TILED_BYTES), default=0)
+    if not band:
+        return None
+    buffer = Node(Op.MEMORY, (), view.shape, view.dtype, Declared(MemoryKind.THROUGH, name))
+    writers = []
+    for a in range(0, rows, band):
+        b = min(a + band, rows)
+        lo, hi = run(a, b)
+        words = Node(Op.VIEW, (base,), (hi - lo,), base.dtype, (Axis(start=lo, stop=hi, extent=base.size),))
+        part = Node(Op.VIEW, (base,), (b - a, width), base.dtype,
+                    (replace(down, start=down.start + a * down.step, stop=down.start + (b - 1) * down.step + 1), axes[1]))
+        first, dims = element_pattern(part)
+        into = Node(Op.VIEW, (buffer,), (b - a, width), view.dtype, (Axis(start=a, stop=b), Axis(start=0, stop=width)))
+        writers.append(_written(words, into, first - lo, dims))
     return Written(buffer, tuple(writers))
 
 
@@ -356,21 +397,21 @@ def transposed_rows(view: Node) -> Node | None:
 
 
 def _strided_rows(rows: Node, shape: tuple[int, ...], width: int, offset: int, dims) -> Node:
-    dims = [(1, 0)] * (4 - len(dims)) + dims
-    attrs = {"width": width, "offset": offset, **{f"n{d}": n for d, (n, _) in enumerate(dims)},
-             **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
-    return Node(Op.CALL, (rows,), shape, rows.dtype, Call(strided_kernel(rows=True), tuple(sorted(attrs.items())), 1, False))
+    return Node(Op.CALL, (rows,), shape, rows.dtype, Call(strided_kernel(rows=True), _pattern(offset, dims, width=width), 1, False))
 
 
 def gathered(view: Node) -> Node:
     """A Strided call picking static VIEW `view` from its whole tensor by the view's access
     pattern in elements (at most four dimensions)."""
     offset, dims = element_pattern(view)
-    dims = [(1, 0)] * (4 - len(dims)) + dims
-    attrs = {"shape": view.shape, "offset": offset, **{f"n{d}": n for d, (n, _) in enumerate(dims)},
-             **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
-    call = Call(strided_kernel(), tuple(sorted(attrs.items())), 1, False)
+    call = Call(strided_kernel(), _pattern(offset, dims, shape=view.shape), 1, False)
     return Node(Op.CALL, (view.src[0],), view.shape, view.dtype, call)
+
+
+def _written(source: Node, into: Node, offset: int, dims) -> Node:
+    """A Strided call picking from `source` by the pattern (offset, dims) into `into`, a view of a
+    DDR buffer of the compiler's."""
+    return Node(Op.CALL, (source, into), into.shape, into.dtype, Call(strided_kernel(), _pattern(offset, dims, shape=into.shape), 1, True))
 
 
 def with_copies(program: Program, copies: dict[Node, Node | Written]) -> Program:
@@ -498,7 +539,7 @@ def _gathered_on_core(node: Node) -> bool:
     if node.op != Op.VIEW or len(node.src) > 1 or len(element_pattern(node)[1]) > 4:
         return False
     if is_host_tensor(node):   # a slice starting mid-word moves once `pad_lead_to_words` or `pad_rows_to_words` lays it out
-        return (is_strided(node) or _state_mid_word(node)) and not _view_of_host(node)
+        return (is_strided(node) or _state_mid_word(node) or _mid_word(node)) and not _view_of_host(node)
     flat = elements(node)
     return int(np.count_nonzero(np.diff(flat) != 1)) + 1 > MAX_GATHER_RUNS
 
@@ -511,6 +552,18 @@ def _state_mid_word(view: Node) -> bool:
         return False
     per = max(1, 4 // state.dtype.itemsize)
     return not dma_moves(view, (*state.shape[:-1], -(-state.shape[-1] // per) * per), True)
+
+
+def _mid_word(view: Node) -> bool:
+    """A view of an input, weight or param no DMA moves even after the lead `pad_lead_to_words`
+    may give its tensor or with its rows padded to whole words (`pad_rows_to_words`, weights and
+    params of two axes or more): a column slice of rows not whole words (`x[:, 1:]` of int8)."""
+    base = view.src[0]
+    per = max(1, 4 // base.dtype.itemsize)
+    if state_of(view) is not None or any(dma_moves(view, lead=n) for n in range(per)):
+        return False
+    rows = (*base.shape[:-1], -(-base.shape[-1] // per) * per)
+    return base.op != Op.MEMORY or len(base.shape) < 2 or not dma_moves(view, rows, True)
 
 
 def _moved_view_of_result(node: Node) -> bool:

@@ -269,3 +269,38 @@ def test_a_broadcast_column_of_narrow_elements_larger_than_a_tile_is_picked_row_
     assert line.startswith(f"StridedRows#1 picks each row of its {(shape[0] // per, per * shape[1])} from a row of b")
     assert line.endswith("and its result is larger than a tile")
     assert mlir_ops_allowed(body)
+
+
+VIEWS = {"x[::2]": lambda x: x[::2], "x[:, 1:]": lambda x: x[:, 1:], "x[::2, ::2]": lambda x: x[::2, ::2],
+         "x[1:-1, 2:]": lambda x: x[1:-1, 2:]}
+
+
+class Picked(iron.Graph):
+    def __init__(self, view: str):
+        self.view = view
+
+    def body(self, x):
+        return Copy.step(VIEWS[self.view](x))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("dtype", "shape", "view"), [("i8", (256, 251), "x[::2]"), ("i8", (256, 251), "x[:, 1:]"),
+                                                      ("bf16", (256, 251), "x[::2, ::2]"), ("i8", (300, 130), "x[1:-1, 2:]")])
+def test_a_view_of_rows_starting_mid_word_larger_than_a_tile_goes_in_bands_of_its_rows(device, dtype, shape, view):
+    """A row step, a column slice or both of rows that are not whole words, larger than a tile
+    (before: PlacementError "moves runs of 250 bytes ... from byte 1"); exact. A column slice of
+    all of x's rows streams x's rows to cores picking each (StridedRows); the others go in bands
+    of the view's rows, one Strided call per band picking them from the whole words of x they
+    come from (a run the DMA moves) into its rows of a DDR buffer of the compiler's (`row_bands`)."""
+    dt = {"i8": np.dtype(np.int8), "bf16": np.dtype(BF16)}[dtype]
+    x = np.random.default_rng(14).integers(0, 100, shape).astype(dt)
+    body = Picked(view).compile(x=x, device=from_name(device))
+    want = VIEWS[view](x)
+    np.testing.assert_array_equal(body(x=x), want)
+    lines = texts(body, Rule.COPY_VIEW_FOR_GRID)
+    if view == "x[:, 1:]":
+        assert [line.split(" by ")[0] for line in lines] == ["StridedRows#1 picks each row of its (256, 250) from a row of x"]
+    else:
+        assert lines and all(" into through.view0[" in line for line in lines)
+        assert placement(body, "through.view0").shape == want.shape
+    assert mlir_ops_allowed(body)
