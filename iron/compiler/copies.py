@@ -329,14 +329,14 @@ def transposed_bands(view: Node, name: str) -> Written | None:
 
 def row_bands(view: Node, name: str) -> Written | None:
     """A 2-D static view of a 2-D host tensor x picking each of its rows from one row of x, in
-    order (a slice or step slice of rows and of columns: `x[::2]`, `x[:, 1:]`, `x[::2, ::2]`),
-    no DMA moves, as bands of its rows, each the most rows (starting and ending on a word) whose
+    order (a slice or step slice of rows and of columns: `x[::2]`, `x[:, 1:]`, `x[::2, ::2]`; a
+    column (r, 1) broadcast along rows), no DMA moves, as bands of its rows, each the most rows (starting and ending on a word) whose
     result and the whole words of x they come from fit a tile: a Strided call per band picks them
     from those words (a run the DMA moves) into its rows of a DDR buffer of the compiler's,
     which the view's readers read; None for any other view."""
     base, axes = view.src[0], view.arg
     if len(view.shape) != 2 or base.op == Op.VIEW or not is_host_tensor(base) or frame(view) != base.shape \
-            or len(base.shape) != 2 or any(a.order is not None or not a.keeps_axis or a.step < 1 for a in axes):
+            or len(base.shape) != 2 or axes[0].step < 1 or any(a.order is not None or not a.keeps_axis for a in axes):
         return None
     c, (rows, width), itemsize = base.shape[1], view.shape, view.dtype.itemsize
     per, down = 4 // itemsize, axes[0]
