@@ -17,7 +17,7 @@ from iron.compiler.layout import large
 from iron.compiler.objects import MAX_GATHER_RUNS
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.tiling import TILED_BYTES
-from iron.compiler.words import dma_moves
+from iron.compiler.words import dma_moves, word_leads, word_rows
 from iron.ir import (
     Axis,
     Call,
@@ -61,8 +61,9 @@ def copy_view_for_grid(program: Program) -> Program:
     laid = grid_layouts(program)
     copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call, laid)
               for n in call.src[:call.arg.n_inputs] if _view_of_host(n) or _moved_view_of_result(n)}
+    laid_out = LaidOut.of(program)
     gathered_views = dict.fromkeys(n for call in program.calls for n in call.src[:call.arg.n_inputs]
-                                   if n not in copies and _gathered_on_core(n))
+                                   if n not in copies and _gathered_on_core(n, laid_out))
     copies |= {n: gather_view(n, f"through.view{i}") for i, n in enumerate(gathered_views)}
     if not copies:
         return program
@@ -311,14 +312,14 @@ def _beside_grid(call: Node, laid: dict[Node, Node]) -> bool:
         n in laid for n in call.src[:call.arg.n_inputs])
 
 
-def _gathered_on_core(node: Node) -> bool:
+def _gathered_on_core(node: Node, laid: LaidOut) -> bool:
     """A static view no DMA moves in whole words (a step slice, transpose or broadcast of a host
     tensor) nor `gather` copies in few runs (of a computed one), whose access pattern has at most
     four dimensions."""
     if node.op != Op.VIEW or len(node.src) > 1 or len(element_pattern(node)[1]) > 4:
         return False
     if is_host_tensor(node):   # a slice starting mid-word moves once `pad_lead_to_words` or `pad_rows_to_words` lays it out
-        return (is_strided(node) or _state_mid_word(node) or _mid_word(node)) and not _view_of_host(node)
+        return (is_strided(node) or _state_mid_word(node) or laid.mid_word(node)) and not _view_of_host(node)
     flat = elements(node)
     return int(np.count_nonzero(np.diff(flat) != 1)) + 1 > MAX_GATHER_RUNS
 
@@ -333,16 +334,27 @@ def _state_mid_word(view: Node) -> bool:
     return not dma_moves(view, (*state.shape[:-1], -(-state.shape[-1] // per) * per), True)
 
 
-def _mid_word(view: Node) -> bool:
-    """A view of an input, weight or param no DMA moves even after the lead `pad_lead_to_words`
-    may give its tensor or with its rows padded to whole words (`pad_rows_to_words`, weights and
-    params of two axes or more): a column slice of rows not whole words (`x[:, 1:]` of int8)."""
-    base = view.src[0]
-    per = max(1, 4 // base.dtype.itemsize)
-    if state_of(view) is not None or any(dma_moves(view, lead=n) for n in range(per)):
-        return False
-    rows = (*base.shape[:-1], -(-base.shape[-1] // per) * per)
-    return base.op != Op.MEMORY or len(base.shape) < 2 or not dma_moves(view, rows, True)
+@dataclass(frozen=True)
+class LaidOut:
+    """How `pad_lead_to_words` and `pad_rows_to_words` would lay the Program's host tensors out
+    (name -> lead, name -> the shape it lies in), so a view they make the DMA move is left to them."""
+
+    leads: dict[str, int]
+    rows: dict[str, tuple[int, ...]]
+
+    @classmethod
+    def of(cls, program: Program) -> LaidOut:
+        rows = word_rows(program, {})
+        return cls(word_leads(program, {}, rows), rows)
+
+    def mid_word(self, view: Node) -> bool:
+        """A view of an input, weight or param no DMA moves as its tensor lies, after the lead
+        `pad_lead_to_words` gives it, if any, or with its rows padded to whole words: a column
+        slice of rows not whole words (`x[:, 1:]` of int8), `x[1:]` beside `x[:-1]`."""
+        name = view.src[0].arg.name
+        if state_of(view) is not None or dma_moves(view, lead=self.leads.get(name, 0)):
+            return False
+        return name not in self.rows or not dma_moves(view, self.rows[name], True)
 
 
 def _moved_view_of_result(node: Node) -> bool:

@@ -165,37 +165,45 @@ def transposed_bands(view: Node, name: str) -> Written | None:
 
 
 def row_bands(view: Node, name: str) -> Written | None:
-    """A 2-D static view of a 2-D host tensor x picking each of its rows from one row of x, in
-    order (a slice or step slice of rows and of columns: `x[::2]`, `x[:, 1:]`, `x[::2, ::2]`; a
-    column (r, 1) broadcast along rows), no DMA moves, as bands of its rows, each the most rows (starting and ending on a word) whose
-    result and the whole words of x they come from fit a tile: a Strided call per band picks them
-    from those words (a run the DMA moves) into its rows of a DDR buffer of the compiler's,
-    which the view's readers read; None for any other view."""
+    """A static view of a host tensor x picking in order along its outermost axis (a slice or
+    step slice of rows and of columns: `x[1:]`, `x[::2]`, `x[:, 1:]`, `x[::2, ::2]`; a column
+    (r, 1) broadcast along rows, a row broadcast over a number of rows `repeated_unit` does not
+    take), no DMA moves, as bands of that axis, each the most of its
+    entries (starting and ending on a word) whose result and the whole words of x they come from
+    fit a tile: a Strided call per band picks them from those words (a run the DMA moves) into
+    its entries of a DDR buffer of the compiler's, which the view's readers read; None for any
+    other view."""
     base, axes = view.src[0], view.arg
-    if len(view.shape) != 2 or base.op == Op.VIEW or not is_host_tensor(base) or frame(view) != base.shape \
-            or len(base.shape) != 2 or axes[0].step < 1 or any(a.order is not None or not a.keeps_axis for a in axes):
+    if base.op == Op.VIEW or not is_host_tensor(base) or not view.shape or view.shape != kept_shape(axes) \
+            or any(a.order is not None for a in axes):
         return None
-    c, (rows, width), itemsize = base.shape[1], view.shape, view.dtype.itemsize
-    per, down = 4 // itemsize, axes[0]
-    unit = 4 // math.gcd(4, width * itemsize)   # rows of the view making whole words
+    down, (rows, *inner), itemsize = kept(axes)[0], view.shape, view.dtype.itemsize
+    per, width = 4 // itemsize, int(np.prod(inner, dtype=np.int64))
+    unit = 4 // math.gcd(4, width * itemsize)   # entries of the outermost axis making whole words
 
-    def run(a: int, b: int) -> tuple[int, int]:   # the whole words of x, in elements, rows a..b-1 of the view read
-        lo, hi = (down.start + a * down.step) * c, (down.start + (b - 1) * down.step + 1) * c
-        return lo // per * per, min(-(-hi // per) * per, base.size)
-    band = max((k for k in range(unit, rows + unit, unit) if (run(0, min(k, rows))[1] - run(0, min(k, rows))[0]
-                                                               + min(k, rows) * width) * itemsize <= TILED_BYTES), default=0)
+    def part(a: int, b: int) -> tuple[Node, int, int]:   # entries a..b-1 of the view, and the whole words they lie in
+        axis = replace(down, length=b - a) if down.step == 0 else \
+            replace(down, start=down.start + a * down.step, stop=down.start + (b - 1) * down.step + 1)
+        picked = Node(Op.VIEW, (base,), (b - a, *inner), base.dtype, tuple(axis if x is down else x for x in axes))
+        first, dims = element_pattern(picked)
+        last = first + sum((n - 1) * st for n, st in dims)
+        return picked, first // per * per, min(-(-(last + 1) // per) * per, base.size)
+
+    def fits(k: int) -> bool:
+        _, lo, hi = part(0, min(k, rows))
+        return (hi - lo + min(k, rows) * width) * itemsize <= TILED_BYTES
+    band = max((k for k in range(unit, rows + unit, unit) if fits(k)), default=0)
     if not band:
         return None
     buffer = Node(Op.MEMORY, (), view.shape, view.dtype, Declared(MemoryKind.THROUGH, name))
     writers = []
     for a in range(0, rows, band):
         b = min(a + band, rows)
-        lo, hi = run(a, b)
+        picked, lo, hi = part(a, b)
+        first, dims = element_pattern(picked)
         words = Node(Op.VIEW, (base,), (hi - lo,), base.dtype, (Axis(start=lo, stop=hi, extent=base.size),))
-        part = Node(Op.VIEW, (base,), (b - a, width), base.dtype,
-                    (replace(down, start=down.start + a * down.step, stop=down.start + (b - 1) * down.step + 1), axes[1]))
-        first, dims = element_pattern(part)
-        into = Node(Op.VIEW, (buffer,), (b - a, width), view.dtype, (Axis(start=a, stop=b), Axis(start=0, stop=width)))
+        into = Node(Op.VIEW, (buffer,), picked.shape, view.dtype,
+                    (Axis(start=a, stop=b), *(Axis(start=0, stop=n) for n in inner)))
         writers.append(_written(words, into, first - lo, dims))
     return Written(buffer, tuple(writers))
 
