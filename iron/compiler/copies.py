@@ -7,6 +7,7 @@ which gather it on cores). `copy_view_for_grid` runs before fusion, on the whole
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -61,7 +62,7 @@ def copy_view_for_grid(program: Program) -> Program:
     laid = grid_layouts(program)
     copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call, laid)
               for n in call.src[:call.arg.n_inputs] if _view_of_host(n) or _moved_view_of_result(n)}
-    laid_out = LaidOut.of(program)
+    laid_out = LaidOut(program)
     gathered_views = dict.fromkeys(n for call in program.calls for n in call.src[:call.arg.n_inputs]
                                    if n not in copies and _gathered_on_core(n, laid_out))
     copies |= {n: gather_view(n, f"through.view{i}") for i, n in enumerate(gathered_views)}
@@ -334,25 +335,28 @@ def _state_mid_word(view: Node) -> bool:
     return not dma_moves(view, (*state.shape[:-1], -(-state.shape[-1] // per) * per), True)
 
 
-@dataclass(frozen=True)
 class LaidOut:
-    """How `pad_lead_to_words` and `pad_rows_to_words` would lay the Program's host tensors out
-    (name -> lead, name -> the shape it lies in), so a view they make the DMA move is left to them."""
+    """How `pad_lead_to_words` and `pad_rows_to_words` would lay `program`'s host tensors out
+    (name -> the shape it lies in, name -> lead), found only when a view asks, so a view they
+    make the DMA move is left to them."""
 
-    leads: dict[str, int]
-    rows: dict[str, tuple[int, ...]]
+    def __init__(self, program: Program):
+        self.program = program
 
-    @classmethod
-    def of(cls, program: Program) -> LaidOut:
-        rows = word_rows(program, {})
-        return cls(word_leads(program, {}, rows), rows)
+    @cached_property
+    def rows(self) -> dict[str, tuple[int, ...]]:
+        return word_rows(self.program, {})
+
+    @cached_property
+    def leads(self) -> dict[str, int]:
+        return word_leads(self.program, {}, self.rows)
 
     def mid_word(self, view: Node) -> bool:
         """A view of an input, weight or param no DMA moves as its tensor lies, after the lead
         `pad_lead_to_words` gives it, if any, or with its rows padded to whole words: a column
         slice of rows not whole words (`x[:, 1:]` of int8), `x[1:]` beside `x[:-1]`."""
         name = view.src[0].arg.name
-        if state_of(view) is not None or dma_moves(view, lead=self.leads.get(name, 0)):
+        if state_of(view) is not None or dma_moves(view) or dma_moves(view, lead=self.leads.get(name, 0)):
             return False
         return name not in self.rows or not dma_moves(view, self.rows[name], True)
 

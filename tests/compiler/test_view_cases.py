@@ -310,3 +310,21 @@ def test_a_view_of_rows_starting_mid_word_larger_than_a_tile_goes_in_bands_of_it
         assert lines and all(" into through.view0[" in line for line in lines)
         assert placement(body, "through.view0").shape == want.shape
     assert mlir_ops_allowed(body)
+
+
+class Shifted(iron.Graph):
+    """x[1:] + x[:-1] (a two-tap stencil): no one lead starts both views on a word."""
+
+    def body(self, x):
+        return Add.step(x[1:], x[:-1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_two_shifted_views_of_narrow_elements_read_one_through_a_gather(device):
+    """x[:-1] moves as x lies; x[1:] starts mid-word, and `pad_lead_to_words` gives x no lead
+    (none starts both), so a Strided call gathers it (before: PlacementError naming x[1:]); exact."""
+    x = np.random.default_rng(15).integers(-60, 60, 4001).astype(np.int8)
+    body = Shifted().compile(x=x, device=from_name(device))
+    np.testing.assert_array_equal(body(x=x), (x[1:] + x[:-1]).astype(np.int8))
+    assert placement(body, "x").lead == 0
+    assert [line.split(" by ")[0] for line in texts(body, Rule.COPY_VIEW_FOR_GRID)] == ["Strided#1 gathers (4000,) of x on a core"]
