@@ -66,6 +66,14 @@ def measured(source: str, name: str, compiled, *tensors, **values) -> Row:
 
 # ---- the tests' designs ----------------------------------------------------------------------------
 
+class RowArgmax(iron.Graph):
+    """Argmax of each row of a batch (tests/runtime/test_row_batches.py's Max)."""
+
+    def body(self, x):
+        from iron.kernels import Argmax
+        return Argmax.step(x)
+
+
 def test_designs() -> list[tuple[str, Callable]]:
     """(name, make -> (graph, tensors, device)) of the tests' example designs and named shapes."""
     from iron.models.blocks import Q4_1
@@ -74,9 +82,17 @@ def test_designs() -> list[tuple[str, Callable]]:
     def example(make, device="npu2"):
         return lambda: (graph := make(), d.example(graph), device)
 
-    def product(m, k, n, dtype, device="npu2"):
+    def product(m, k, n, dtype, device="npu2", out=None):
         a, b = d.operands(m, k, n, dtype)
-        return lambda: (d.Product(b), {"a": a}, device)
+        return lambda: (d.Product(b, out), {"a": a}, device)
+
+    def products(n):
+        a, b = d.operands(n, n, n, np.float32)
+        return lambda: (d.ProductOfProducts(b / 17, d.operands(n, n, n, np.float32, seed=3)[1] / 17), {"a": a / 17}, "npu2")
+
+    def rows(n, width, dtype):
+        x = (np.random.default_rng(5).standard_normal((n, width)) * 50).astype(dtype)
+        return lambda: (RowArgmax(), {"x": x}, "npu2")
 
     def quantized(kind, rows, cols, device="npu2"):
         rng = np.random.default_rng(0)
@@ -88,7 +104,12 @@ def test_designs() -> list[tuple[str, Callable]]:
     found += [(f"MatMul {m}x{k}x{n} {np.dtype(t).name} {dev}", product(m, k, n, t, dev)) for m, k, n, t, dev in
               ((509, 251, 509, np.float32, "npu2"), (512, 251, 512, np.float32, "npu2"),
                (509, 251, 509, np.float32, "npu1"), (256, 512, 1024, iron.bfloat16, "npu2"),
-               (1024, 1536, 6144, iron.bfloat16, "npu2"))]
+               (1024, 1536, 6144, iron.bfloat16, "npu2"), (128, 64, 127, iron.bfloat16, "npu2"),
+               (128, 64, 511, iron.bfloat16, "npu2"), (32, 509, 300, np.int16, "npu2_3col"))]
+    found += [("MatMul 64x2001x64 int8 -> int32 npu2", product(64, 2001, 64, np.int8, "npu2", np.int32))]
+    found += [(f"(a @ b) @ (a @ d) {n}^3 float32 npu2", products(n)) for n in (300, 310)]
+    found += [(f"Argmax of {n} rows of 40 {np.dtype(t).name} npu2", rows(n, 40, t)) for n, t in
+              ((3000, np.int8), (3001, np.int8), (3000, np.float32))]
     found += [(f"{kind.__name__} Q4_1 {r}x{c} {dev}", quantized(kind, r, c, dev)) for kind, r, c, dev in
               ((d.Layer, 49152, 576, "npu2"), (d.Layer, 1536, 576, "npu2"), (d.Layer, 1536, 576, "npu1"),
                (d.Head, 49152, 576, "npu2"), (d.Head, 576, 49152, "npu2"))]
