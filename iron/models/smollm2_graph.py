@@ -71,11 +71,21 @@ class Matrix:
         return MatVec.step(self.weights(), x)
 
 
+def residual(x, projected, out=None):
+    """x + projected (into the state `out`, when given), added in a group of its own after the
+    projection's: the residual stream copied first (a Copy reading none of the projection's
+    results closes its group), so the projection's MatVec is split over tiles, each part taking
+    two input FIFOs, the vector and its rows; with the Add fused after it, each part would take
+    the residual as a third, more than a tile's two input channels, and the projection would stay
+    on one tile (`unsplit_beside_producer`)."""
+    return Add.step(Copy.step(x), projected, out=out)
+
+
 class Layer:
     """One block's params and KV caches, and the kernel calls of one position: attention as a
     chain of calls per query head (MatVec, Scale, Softmax, MatVec; values cached transposed), or
     `fused`, one Attention call per key/value head (its 3 query heads at once; values cached as
-    rows), which makes a layer 13 groups instead of 39."""
+    rows), which makes a layer 14 groups instead of 40."""
 
     def __init__(self, model: SmolLM2, index: int, context: int, quantized: bool, fused: bool = False):
         config, block = model.config, model.weights.blocks[index]
@@ -92,6 +102,9 @@ class Layer:
         # position's keys are written by one Copy, its values by another
         self.keys = iron.state((kv, context, d), np.float32)
         self.values = iron.state((kv, context, d) if fused else (kv, d, context), np.float32)
+        # the layer's result, which the next layer (or the final RMSNorm) reads from DDR, as layer
+        # 0 reads the embedding: every layer alike, the last one too
+        self.output = iron.state((config.width,), np.float32)
 
     def step(self, x, pos):
         c = self.config
@@ -107,11 +120,12 @@ class Layer:
             heads = [self.attend_group(q[j * group * d:(j + 1) * group * d], j, pos) for j in range(c.kv_heads)]
         else:
             heads = [self.attend(q[i * d:(i + 1) * d], i // group, pos) for i in range(c.heads)]
-        x = Add.step(x, self.wo.times(concat(*heads)))
+        x = residual(x, self.wo.times(concat(*heads)))
         h = RMSNorm.step(x, self.ffn_norm, eps=eps)
         gate_up = self.gate_up.times(h)
         u = Mul.step(SiLU.step(gate_up[:c.ffn]), gate_up[c.ffn:])
-        return Add.step(x, self.down.times(u))
+        residual(x, self.down.times(u), out=self.output)
+        return self.output
 
     def attend_group(self, q, kv: int, pos):
         """The query heads of key/value head `kv` (q of all of them, end to end) in one Attention
@@ -132,7 +146,7 @@ class SmolLM2Graph(iron.Graph):
     (Q4_1 / Q8_0 blocks, about 6x fewer bytes to move per token) and expands them on the tiles
     with Dequant; `fused=True` computes each layer's attention with one Attention call per
     key/value head (a context of at most FUSED_CONTEXT positions, whose cache fits a tile): every
-    layer is then the same 13 groups, which the compiler runs over time on the same cores."""
+    layer is then the same 14 groups, which the compiler runs over time on the same cores."""
 
     def __init__(self, model: SmolLM2, context: int = CONTEXT, quantized: bool = False, fused: bool = False):
         config = model.config
