@@ -23,7 +23,7 @@ from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.repeat import NotRepeated, Unfolding, choose_over_time
 from iron.compiler.route import Routes, fit_compute_channels, route
-from iron.compiler.rules import Decision, Rule
+from iron.compiler.rules import Decision
 from iron.compiler.segment import compile_segments
 from iron.compiler.shims import ShimShortfall, connect, share, shim_shortfall
 from iron.compiler.through_ddr import tile_before_state_write
@@ -70,9 +70,8 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
                       if over_time else (None, []))
     if plan is None:
         plan = whole if isinstance(whole, Plan) else spread()
-    shared = tuple((Rule.PAD_SHARED_INPUT, s.text(program)) for s in padding.shared)
-    rules = (*through, *copy_view_rules(program), *shared, *repeated, *plan.rules, *padding.passed,
-             *layout_rules(placements))
+    rules = (*through, *copy_view_rules(program), *((fact.rule, fact) for fact in padding.facts), *repeated,
+             *plan.rules, *layout_rules(placements))
     if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, DDR buffers, padding
         plan = replace(plan, rules=rules)
     if padding.choices:

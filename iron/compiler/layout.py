@@ -39,14 +39,13 @@ class Lies:
 @dataclass(frozen=True)
 class Layouts:
     """`pad_to_block`'s layout of a design: each padded tensor's `Lies`, the cost model's choices
-    of padded extents, the families of products `pad_shared_input` decided (`shared`, described
-    before the plan's own lines), and the describe() lines of the other design-wide rules
-    (`passed`, after them)."""
+    of padded extents, the families of products `pad_shared_input` decided (`shared`), and the
+    facts of every decision (padding.py), which describe() prints."""
 
     lies: dict[Node, Lies]
     choices: tuple = ()   # (group, Choice) of each padded extent the cost model chose
     shared: tuple = ()    # pad_shared_input's SharedLayouts (pad.py), padded or refused
-    passed: tuple = ()
+    facts: tuple = ()
 
     @property
     def shapes(self) -> dict[Node, tuple[int, ...]]:

@@ -9,7 +9,7 @@ tensor, layout.py): which (tensor, axis) sides must lie alike (`tied_sides`, `ag
 layout.py's union-find over the kernels' index maps; streams reading one input,
 `pad_shared_stream`), here; which tensors may lie padded and which padding must be zeros
 (pad_why.py); the padded sides each call may take and how they rank (layout.py); and the
-describe() lines of the design-wide rules (pad_lines.py)."""
+facts of every decision, which describe() prints (padding.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,6 +30,7 @@ from iron.compiler.layout import (
     letters,
     lone_product,
     on_sides,
+    padded_sides,
     result_of,
     side,
     sides_choice,
@@ -37,7 +38,6 @@ from iron.compiler.layout import (
     tie,
     whole_device_grid,
 )
-from iron.compiler.pad_lines import passed_rules, region_rules, zeros_rules
 from iron.compiler.pad_why import (
     keeps_n,
     layout_unshared,
@@ -56,6 +56,7 @@ from iron.compiler.pad_why import (
     zeros_made,
     zeros_upstream,
 )
+from iron.compiler.padding import SharedSides, facts_of
 from iron.compiler.readers import Reader
 from iron.compiler.rules import Rule
 from iron.compiler.streaming import (
@@ -98,10 +99,23 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts
     lies = {n: Lies(shape, Fill.WRITTEN if n in written else zeros.get(n, Fill.ZEROS)) for n, shape in padded.items()}
     choices = tuple((group_of[call].name, choice) for call, (node, shape, choice) in chosen.items()
                     if padded.get(node) == shape)   # the choices no later agreement overrode
+    refused = unpadded_products(groups, padded, free, group_of, device)
     return Layouts(lies, choices, tuple(shared),
-                   (*passed_rules(program, groups, padded, group_of),
-                    *zeros_rules(program, groups, lies, readers, group_of),
-                    *region_rules(program, groups, padded, readers, group_of)))
+                   (*(s.fact(program) for s in shared), *facts_of(program, groups, lies, readers, device, refused)))
+
+
+def unpadded_products(groups: tuple[Group, ...], padded: dict, readers: dict, group_of: dict, device) -> dict:
+    """The large products whose sides are not multiples of their quanta (`padded_sides`) left on
+    them because `matrix_unpadded` says they may not pad, and why."""
+    found = {}
+    for group in groups:
+        call = lone_product(group)
+        if call is None or not large(call) or padded_sides(call, device) == call_sides(call) or \
+                any(n in padded for n in (*call.src[:2], result_of(call))):
+            continue
+        if why := matrix_unpadded(call, readers, group_of):
+            found[call] = why
+    return found
 
 
 # ---- pad_shared_input: a tensor several padded products read --------------------------------------
@@ -117,19 +131,11 @@ class SharedLayout:
     why: str = ""               # "" when they lie padded to `sides`
     pairs: tuple[Node, ...] = ()   # the MatMuls reading two of `calls` as A and B
 
-    def text(self, program: Program) -> str:
-        """The describe() line of this decision."""
-        labels = ", ".join(call_label(program, c) for c in self.calls)
-        if self.tensors:
-            head = f"{', '.join(describe(t) for t in self.tensors)} read by {labels}"
-        else:
-            head = f"{labels}, read as A and B by {', '.join(call_label(program, c) for c in self.pairs)} (its K " \
-                   "is A's N and B's M),"
-        if self.why:
-            return f"{head} stay unpadded: {self.why}"
-        lies = "; ".join(f"{call_label(program, c)} on (M, K, N) = {s}" for c, s in zip(self.calls, self.sides))
-        how = "padded once" if self.tensors else "lie padded alike"
-        return f"{head} {how}, to the largest sides they ask for, each with a grid on them: {lies}"
+    def fact(self, program: Program) -> SharedSides:
+        """This decision as a fact."""
+        def labels(calls):
+            return tuple(call_label(program, c) for c in calls)
+        return SharedSides(tuple(map(describe, self.tensors)), labels(self.calls), self.sides, labels(self.pairs), self.why)
 
 
 def shared_layouts(program: Program, groups: tuple[Group, ...], device, readers: dict,
@@ -236,7 +242,7 @@ def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, d
     readers, group_of = readers_of(program, groups), {c: g for g in groups for c in g.calls}
     refused = next((s for s in shared if s.why and call in s.calls), None)
     if refused:
-        return f"{call_label(program, call)} is not padded: {Rule.PAD_SHARED_INPUT}: {refused.text(program)}"
+        return f"{call_label(program, call)} is not padded: {Rule.PAD_SHARED_INPUT}: {refused.fact(program)}"
     why = matrix_unpadded(call, readers, group_of)
     if not why and keeps_n(call, readers) and best_sides(call, device, {2: call.shape[-1]}) is None:
         row, whole = next((u, why) for u in readers[call] if (why := width_unshared(u, readers)))

@@ -4,7 +4,7 @@ over whole columns of cores (tiling.py chooses the grid), and `stream_elementwis
 `stream_row_blocks` and `stream_joined` stream calls over large tensors the same way
 (streaming.py chooses the Flow); a group that does neither takes one tile or, split by rows,
 several, its matrix streamed through a mem tile (matrices.py); `check_rows_fit` refuses a row
-reduction wider than a tile. What placement says about padding is pad_lines.py's. Tile sizes
+reduction wider than a tile. What the layout pass padded its facts say (padding.py). Tile sizes
 and channel counts are the device's (docs/platform.md)."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from iron.compiler.fuse import (
     leading_call,
     role,
 )
-from iron.compiler.layout import Fill, lies_of, sides_as_lying, stream_length
+from iron.compiler.layout import lies_of, sides_as_lying, stream_length
 from iron.compiler.matrices import (
     Split,
     Stream,
@@ -32,14 +32,8 @@ from iron.compiler.matrices import (
     stream_rules,
     unsplit_beside_producer,
 )
-from iron.compiler.pad_lines import (
-    check_some_grid,
-    check_whole_words,
-    flow_padding_rule,
-    grid_padding_rule,
-    written_padding_rule,
-)
 from iron.compiler.pad_why import matrix_unpadded, readers_of
+from iron.compiler.padding import check_some_grid, check_whole_words
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.readers import Reader
 from iron.compiler.rules import Decision, Rule
@@ -123,8 +117,6 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     `placements`: the host placements, some padded by `pad_to_block`."""
     lies, readers = lies_of(program, placements), readers_of(program, groups)
     padded = {n: lie.shape for n, lie in lies.items()}
-    written = frozenset(n for n, lie in lies.items() if lie.fill is Fill.WRITTEN)
-    zeros = {n: lie.fill.rule for n, lie in lies.items() if lie.fill.rule}
     with_emit = bool(device.full_elf and program.carry)   # a segment but the last has no carry
     outside = outside_users(program, groups, with_emit)
     free = snake_order(device)
@@ -143,8 +135,6 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if grid is not None:
             free = [t for t in free if t not in grid.tiles]
             sites.append(Site(group, grid.tiles, grid=grid))
-            rules += grid_padding_rule(program, group, grid, readers, device, written, zeros)
-            rules += written_padding_rule(program, group, (grid.call,), padded, written)
             rules.append((Rule.TILE_MATMUL_OVER_ARRAY, f"{group.name}: {grid.text()}"))
             if grid.expand is not None:
                 rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m, grid.k))
@@ -158,8 +148,6 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if flow is not None:
             free = [t for t in free if t not in flow.tiles]
             sites.append(Site(group, flow.tiles, flow=flow))
-            rules += flow_padding_rule(program, group, flow, padded, zeros)
-            rules += written_padding_rule(program, group, flow.calls, padded, written)
             rules.append((rule, f"{group.name}: {flow.text()}"))
             continue
         check_whole_words(program, group.calls, device, readers)
@@ -174,7 +162,6 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
             group, tiles, split, channels, device)
         sites.append(Site(group, tiles, stream))
         rules.append((Rule.SNAKE_ORDER, f"{group.name} on {', '.join(t.name for t in tiles)}"))
-        rules += written_padding_rule(program, group, group.calls, padded, written)
         rules += stream_rules(group, stream)
         if crowded:
             rules.append((Rule.UNSPLIT_BESIDE_PRODUCER, f"{group.name}: {crowded}"))

@@ -22,7 +22,7 @@ class Rule(Term):
     INPUT_LIMIT = "input_limit"
     SIZE_LIMIT = "size_limit"
     UNRELATED_STARTS_GROUP = "unrelated_starts_group"
-    # padding (layout.py, pad.py, pad_why.py, pad_lines.py, words.py)
+    # padding (layout.py, pad.py, pad_why.py, padding.py, words.py)
     PAD_TO_BLOCK = "pad_to_block"
     PAD_SHARED_INPUT = "pad_shared_input"
     PAD_SHARED_STREAM = "pad_shared_stream"
@@ -83,4 +83,4 @@ class Rule(Term):
     REPEAT_OVER_TIME = "repeat_over_time"
 
 
-Decision = tuple[Rule, str]   # one line of plan.rules: the rule and what it decided, for describe()
+Decision = tuple[Rule, object]   # one line of plan.rules: the rule and what it decided (text, or a typed fact: padding.py)

@@ -18,6 +18,7 @@ from iron import Carried, Scratchpad
 from iron.compiler.compile import compile_program
 from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
+from iron.compiler.padding import PaddedGrid, Unpadded
 from iron.compiler.plan import Choice, Dma, Loop, TileKind, Wait
 from iron.compiler.rules import Rule
 from iron.errors import DoesNotFit
@@ -143,8 +144,10 @@ def test_a_grid_short_of_the_free_cores_says_why_no_larger_grid_divides():
     assert body.plan.repeat.count == 2   # a @ b and c @ d on one grid in turn (repeat_over_time)
     spread = compile_program(graph.trace(a=(a.shape, a.dtype), c=(c.shape, c.dtype)), from_name("npu2"), over_time=False)
     assert rule(spread, Rule.PAD_TO_BLOCK) == [
-        "g2: MatMul#2 is not padded, though padded to (M, K, N) = (300, 300, 320) it would take a better grid: "
-        "cut.MatMul#0 is another group's result"]
+        Unpadded("g0", "MatMul#0", "its result is read by MatMul(MatMul(a, b), MatMul(c, d)), which also reads a tensor "
+                 "that may not be padded: MatMul(c, d) is a padded product read elsewhere too"),
+        Unpadded("g2", "MatMul#2", "MatMul(a, b) is another group's result, made by a MatMul or MatVec, whose grid "
+                 "writes its blocks at its own row stride")]
     assert rule(spread, Rule.TILE_MATMUL_OVER_ARRAY)[2].endswith(
         "summed in float32; not more cores: no grid of more than 24 of the 32 free cores has rows of cores "
         "dividing M = 300 and columns dividing N = 300, and blocks divide their sides (no remainder block; "
@@ -394,10 +397,7 @@ def test_a_matvec_read_by_a_state_write_tiles_through_ddr_and_equals_the_referen
 
 def test_a_matvec_through_ddr_pads_k_alone_and_stays_within_the_mlir_subset():
     body = ProductIntoState(np.int8, np.int32).compile(device=from_name("npu2"))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        "g0: MatVec#0 padded with zeros (K 4097 -> 4128) over 20 tiles: A and B lie so in DDR, the host writes the "
-        "user's region; K's padding is zeros in both operands; the state through.MatVec#0 it writes whole keeps its "
-        "own shape (pad_k_only: M and N unpadded, so whoever reads it reads no padding)"]
+    assert rule(body.plan, Rule.PAD_K_ONLY) == [PaddedGrid("g0", "MatVec#0", (300, 4097, 1), (300, 4128, 1), Rule.PAD_K_ONLY)]
     through = next(p for p in body.plan.placements if p.name == "through.MatVec#0")
     assert (through.kind.value, through.buffer, through.shape, through.padded) == ("cut", "outputs", (300,), None)
     assert "through.MatVec#0" not in {p.name for p in body.plan.placements if p.kind.value == "state"}
