@@ -17,8 +17,8 @@ from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.copies import copy_view_for_grid, copy_view_rules
 from iron.compiler.fuse import Group, fuse
 from iron.compiler.invariants import check_plan
+from iron.compiler.layout import pad_to_block
 from iron.compiler.lower import Lowered, lower
-from iron.compiler.pad import pad_to_block
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.repeat import NotRepeated, Unfolding, choose_over_time

@@ -12,9 +12,9 @@ import numpy as np
 
 from iron import dtypes
 from iron.compiler.fuse import Group
-from iron.compiler.layout import large
 from iron.compiler.objects import MAX_GATHER_RUNS
 from iron.compiler.rules import Decision, Rule
+from iron.compiler.sides import large
 from iron.compiler.streaming import streamed_rows
 from iron.compiler.tiling import TILED_BYTES, word_run
 from iron.compiler.words import dma_moves

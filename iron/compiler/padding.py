@@ -1,33 +1,40 @@
-"""The layout pass's decisions as typed facts: one small frozen dataclass per kind of padding
-decision, recorded once for the design by `pad_to_block` (`facts_of`) from the layout it chose,
-each with its Rule and one printer (`__str__`, the describe() line); plan.rules holds
-(rule, fact), so tests select and compare facts, never prose. Calls are named by their labels
-("MatMul#0"), tensors as describe() names them, shapes as they lie. Also the refusals
-(DoesNotFit) of a MatMul with no grid or elementwise calls with no block of whole words, naming
-why the layout pass did not pad them."""
+"""Which tensors may lie padded, for the layout pass (layout.py): who reads each tensor; a
+call's tensors and the axes its index map (`Traits.index_map`) names; the pins, each a reason
+("" when none) a reader cannot see a tensor padded: a view, another reader, a producer that
+cannot write at the padded stride, a reader that would read the padding as data (a kernel
+reducing a row whole, `Traits.row_length`); readers that see only the user's region (the host,
+views, calls that neither tile nor stream, groups fitting a tile); and the zeros a MatMul sums
+over: padding computed through zero-keeping kernels (`Kernel.keeps_zeros_in`) from zeros, or
+written around by a producer (`fills`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from iron.compiler.fuse import Group, held_bytes
-from iron.compiler.layout import (
+from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
+from iron.compiler.readers import Reader
+from iron.compiler.rules import (
+    Fill,
+    KeptZeros,
     Lies,
-    best_sides,
+    PaddedGrid,
+    PaddedStream,
+    PaddedTensor,
+    Region,
+    Rule,
+    Unpadded,
+)
+from iron.compiler.sides import (
     carried,
+    extent_rule,
+    joined,
+    joined_with,
     lone_product,
-    padded_sides,
     result_of,
     sides_as_lying,
     upstream,
-    word_rows,
 )
-from iron.compiler.pad_why import PLAIN, fits_tile, reads_region, stream_unpadded
-from iron.compiler.plan import Fill
-from iron.compiler.rules import Rule
-from iron.compiler.streaming import streamable
-from iron.compiler.tiling import MAX_BLOCK, call_sides, choose_grid, core_room, divisors
-from iron.errors import DoesNotFit
+from iron.compiler.streaming import MAX_FLOW_INPUTS, flow_bytes, streamable
+from iron.compiler.tiling import call_sides
 from iron.ir import (
+    MemoryKind,
     Node,
     Op,
     Program,
@@ -35,177 +42,372 @@ from iron.ir import (
     describe,
     destination,
     external_inputs,
-    nbytes,
+    frame,
+    is_host_tensor,
     state_of,
     state_written_whole,
+    tensor_inputs,
 )
 from iron.kernels.base import Role
 
-Sides = tuple[int, int, int]
+PLAIN = (Role.OTHER, Role.EXPANSION)   # calls that neither tile nor stream (an expansion streams only alone)
 
 
-def _names(names) -> str:
-    return ", ".join(names)
+def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list[Node | Reader]]:
+    """Who reads each tensor: calls, VIEW (a view of it is read), HOST (an output), CARRY."""
+    found: dict[Node, list] = {}
+    for group in groups:
+        for call in group.calls:
+            for node in call.src:
+                if node.op == Op.VIEW:
+                    found.setdefault(node.src[0], []).append(Reader.VIEW)
+                found.setdefault(node, []).append(call)
+    for node in program.outputs:
+        found.setdefault(node, []).append(Reader.HOST)
+    for _, value in program.carry:
+        for node in value.src:
+            found.setdefault(node, []).append(Reader.CARRY)
+    return found
 
 
-@dataclass(frozen=True)
-class PaddedGrid:
-    """A MatMul or MatVec computing on padded sides (M, K, N; a MatVec's N is 1): `own` ->
-    `sides`, by `rule`: pad_to_block, pad_k_only (M and N its own: its result keeps its shape),
-    pad_m_to_words (a MatVec's M to whole words of results), pad_wider (a quantum of K_QUANTUM);
-    `fills`: what the padding of A and of B holds (K's must be zeros in both)."""
-
-    group: str
-    call: str
-    own: Sides
-    sides: Sides
-    rule: Rule = Rule.PAD_TO_BLOCK
-    fills: tuple[Fill | None, Fill | None] = (Fill.ZEROS, Fill.ZEROS)
-
-    def __str__(self) -> str:
-        changed = ", ".join(f"{n} {a} -> {b}" for n, a, b in zip("MKN", self.own, self.sides) if a != b)
-        fills = ", ".join(f"of {op}: {fill.value}" for op, fill in zip("AB", self.fills) if fill is not None)
-        result = "its result keeps its own shape" if self.rule is Rule.PAD_K_ONLY else \
-            "its result's padding is computed from zeros, never read as the user's region"
-        return f"{self.group}: {self.call} padded ({changed}); padding {fills}; {result}"
+# ---- a call's tensors and the axes its index map names --------------------------------------------
 
 
-@dataclass(frozen=True)
-class Unpadded:
-    """A MatMul or MatVec whose sides are not multiples of their quanta left on them, and why."""
+# ---- pins: why a tensor may not lie padded for its readers ("" when it may) -----------------------
 
-    group: str
-    call: str
-    why: str
-    rule = Rule.PAD_TO_BLOCK
-
-    def __str__(self) -> str:
-        return f"{self.group}: {self.call} is not padded: {self.why}"
-
-
-STREAMED = {   # how a stream's tensors came to lie padded, by rule
-    Rule.PAD_TO_BLOCK: "padded with zeros; the host writes and reads the user's region",
-    Rule.PAD_THROUGH_ELEMENTWISE: "as a padded product's result lies, the other inputs padded with zeros; each "
-                                  "element of the padding computed from padding, only the user's region read",
-    Rule.PAD_PASSED_ON: "as elementwise calls over a padded product's layout left it, each element of the padding "
-                        "computed from padding, only the user's region read",
-    Rule.PAD_UPSTREAM_ZEROS: "padded with zeros: its kernels keep zeros, so the padding a padded MatMul sums over "
-                             "is zeros",
-    Rule.PAD_THROUGH_ROWS: "as a padded product's rows lie, each row its own width; only the user's rows read",
-    Rule.PAD_THROUGH_ROW_WIDTH: "as a padded product's rows lie, wider: its kernel reduces each row's first (the "
-                                "user's) elements only, never the padding",
-    Rule.PAD_UPSTREAM_ROWS: "padded with zeros to the layout a padded MatMul reads its result in as A: its kernel "
-                            "writes 0 past each row's length, and a row of zeros reduces to a finite row",
-}
+def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dict | None = None) -> str:
+    """Why `node` may not lie padded for `calls`: a view, a state (`state_unpadded`), read elsewhere, or a result
+    its producer cannot write padded (`group_of`; a segment's cut value: the design decided)."""
+    what = describe(node)
+    if node.op == Op.VIEW:
+        return f"{what} is a view"
+    if node.op == Op.MEMORY and node.arg.kind is MemoryKind.STATE:
+        return state_unpadded(node, calls, readers)
+    others = [r for r in readers.get(node, []) if r not in calls]
+    if others:
+        return f"{what} is read {'through a view' if Reader.VIEW in others else 'elsewhere'} too"
+    if node.op == Op.CALL and group_of is not None:
+        why = producer_unpadded(node, group_of[node].calls)
+        return why and f"{what} is another group's result, {why}"
+    if node.op == Op.CALL or is_cut_value(node):
+        return f"{what} is another group's result"
+    return ""
 
 
-@dataclass(frozen=True)
-class PaddedStream:
-    """Streamed calls (elementwise, or a row reduction) over tensors lying padded: the result (or
-    the rows reduced) of `own` shape lies in `lies`, by `rule` (the keys of STREAMED), in the
-    layout of `products` (one or several, `pad_joined`) when they stream over a product's."""
-
-    group: str
-    call: str
-    own: tuple[int, ...]
-    lies: tuple[int, ...]
-    rule: Rule = Rule.PAD_TO_BLOCK
-    products: tuple[str, ...] = ()
-
-    def __str__(self) -> str:
-        layout = f" (the layout of {_names(self.products)})" * bool(self.products)
-        return f"{self.group}: {self.call} streams over {self.own} lying padded to {self.lies}{layout}, " \
-               f"{STREAMED[self.rule]}"
+def state_unpadded(state: Node, calls: tuple[Node, ...], readers: dict) -> str:
+    """`pad_written_by_producer` for a state: every other call writes it through views in its own
+    shape (strided over the padded rows) or whole in rows of whole words; nothing else reads it."""
+    what = describe(state)
+    for user in readers.get(state, []):
+        if user in calls or user is Reader.VIEW:
+            continue
+        if not (isinstance(user, Node) and destination(user) is state):
+            return f"{what} is a state read {'elsewhere' if isinstance(user, Reader) else f'whole by {describe(user)}'} too"
+        if len(state.shape) == 2 and state.shape[1] * state.dtype.itemsize % 4:
+            return f"{what} is a state {describe(user)} writes whole, in rows that are not whole 32-bit words"
+    reshaped = [v for v in readers if v.op == Op.VIEW and v.src[0] is state and frame(v) != state.shape]
+    return f"{what} is a state {describe(reshaped[0])} indexes in another shape, whose strides know no padding" \
+        if reshaped else ""
 
 
-@dataclass(frozen=True)
-class Written:
-    """A computed tensor or a state lying padded whose writers (`by`) write its user's region
-    only, row by row at the padded stride, so its padding stays the zeros the buffer is made with."""
-
-    tensor: str
-    lies: tuple[int, ...]
-    by: tuple[str, ...]   # none: a state only the host writes
-    rule = Rule.PAD_WRITTEN_BY_PRODUCER
-
-    def __str__(self) -> str:
-        return f"{self.tensor} lies padded to {self.lies}, written in its user's region only (by " \
-               f"{_names(self.by) or 'the host'}), so its padding stays the zeros the buffer is made with"
-
-
-@dataclass(frozen=True)
-class KeptZeros:
-    """Elementwise calls (`by`, and those that passed the layout on to them) over a padded layout
-    keep zeros, so the padding of `tensor`, which MatMuls read padded (`read`: "MatMul#2 as A"), is zeros."""
-
-    group: str
-    by: tuple[str, ...]
-    tensor: str
-    lies: tuple[int, ...]
-    read: tuple[str, ...]
-    rule = Rule.PAD_THROUGH_ZEROS
-
-    def __str__(self) -> str:
-        return f"{self.group}: {_names(self.by)} keep zeros, so the padding of {self.tensor} lying padded to " \
-               f"{self.lies}, read by {_names(self.read)}, is zeros"
+def producer_unpadded(node: Node, calls: tuple[Node, ...]) -> str:
+    """`pad_written_by_producer`: why the group making `node` cannot write it across a cut row by row at the
+    padded stride (a grid writes blocks at its own; a streamed row's block at most SIZE_LIMIT; rows of whole
+    words)."""
+    if any(c.arg.kernel.role is Role.MATRIX for c in calls):
+        return "made by a MatMul or MatVec, whose grid writes its blocks at its own row stride"
+    if len(node.shape) == 1:
+        return ""
+    if streamable(calls) and held_bytes(list(calls)) > SIZE_LIMIT and flow_bytes(calls, node.shape[1], 1) > SIZE_LIMIT:
+        return (f"streamed by elementwise calls in blocks of whole rows when it lies padded, and a block of one row of "
+                f"{node.shape[1]} elements takes {flow_bytes(calls, node.shape[1], 1)} bytes, more than {SIZE_LIMIT}")
+    if node.shape[1] * node.dtype.itemsize % 4:
+        return f"whose rows of {node.shape[1]} {node.dtype.name} elements are not whole 32-bit words, so no DMA " \
+               "writes them at a padded row's stride"
+    return ""
 
 
-@dataclass(frozen=True)
-class SharedStream:
-    """An input several streamed groups read (`read`), padded once for them all."""
-
-    tensor: str
-    lies: tuple[int, ...]
-    read: tuple[str, ...]
-    rule = Rule.PAD_SHARED_STREAM
-
-    def __str__(self) -> str:
-        return f"{self.tensor} lies padded once to {self.lies} for {_names(self.read)}"
+def is_cut_value(node: Node) -> bool:
+    """Whether a segment's input is a value an earlier segment computed (segment.py numbers it -1)."""
+    return node.op == Op.INPUT and node.arg.position == -1
 
 
-@dataclass(frozen=True)
-class Region:
-    """Calls reading a padded tensor's user's region only (`rule`: pad_row_region, a row
-    reduction of a vector told its length; pad_tile_region, a group fitting a tile, whose DMA
-    moves each padded row's first elements)."""
-
-    group: str
-    calls: tuple[str, ...]
-    tensor: str
-    lies: tuple[int, ...]
-    rule: Rule = Rule.PAD_TILE_REGION
-
-    def __str__(self) -> str:
-        return f"{self.group}: {_names(self.calls)} read {self.tensor} where it lies padded to {self.lies}, its " \
-               "user's region only"
+def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> str:
+    """Why `pad_matrix` may not pad a MatMul's or MatVec's tensors (`group_of`: the design's groups)."""
+    joined = joined_with(call, readers, group_of) if group_of else (call,)
+    return operands_unpadded(call, joined, readers, group_of) or readers_unshared(call, readers, group_of)
 
 
-@dataclass(frozen=True)
-class SharedSides:
-    """Products sharing `tensors` (or read as A and B by `pairs`), padded alike to `sides` each
-    (in `calls`' order), or left on their own sides (`why`)."""
+def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dict | None) -> str:
+    """Why a product's operands may not lie padded for it and the products `joined` with it, unless
+    zero-keeping elementwise calls make one over the padded layout (`zeros_upstream`)."""
+    for node in call.src[:2]:
+        why = unpaddable(node, joined, readers, group_of)
+        if why and not (node.op == Op.CALL and group_of is not None and zeros_upstream(node, call, readers, group_of)):
+            return why
+    return ""
 
-    tensors: tuple[str, ...]
-    calls: tuple[str, ...]
-    sides: tuple[Sides, ...]
-    pairs: tuple[str, ...] = ()
-    why: str = ""
-    rule = Rule.PAD_SHARED_INPUT
 
-    def __str__(self) -> str:
-        head = f"{_names(self.tensors)} read by {_names(self.calls)}" if self.tensors else \
-            f"{_names(self.calls)}, read as A and B by {_names(self.pairs)},"
-        if self.why:
-            return f"{head} stay unpadded: {self.why}"
-        return f"{head} padded alike: " + "; ".join(f"{c} on (M, K, N) = {s}" for c, s in zip(self.calls, self.sides))
+def zeros_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> bool:
+    """`pad_upstream_zeros`: whether the elementwise group making `node`, read by `call` alone, streams over its
+    padded layout, every call keeping zeros, over paddable tensors of its shape."""
+    calls = group_of[node].calls
+    return calls[-1] is node and len(node.shape) == 2 and all(c.arg.kernel.keeps_zeros_in(c.arg.attr_dict) for c in calls) \
+        and readers.get(node) == [call] and all(r in calls for c in calls[:-1] for r in readers.get(c, [])) \
+        and not unstreamed(calls, node.shape) \
+        and not any(unpaddable(n, calls, readers, group_of) for n in external_inputs(calls))
+
+
+def rows_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> bool:
+    """`pad_upstream_rows`: whether the row reduction making `node`, `call`'s A alone, streams its rows padded to
+    A's layout, its kernel writing 0 past each row's length."""
+    return group_of[node].calls == (node,) and node.arg.kernel.role is Role.ROW_REDUCTION \
+        and not node.arg.writes and len(node.shape) == 2 and node.src[0].shape == node.shape \
+        and readers.get(node) == [call] and held_bytes([node]) > SIZE_LIMIT and not width_unshared(node, readers) \
+        and not unpaddable(node.src[0], (node,), readers, group_of)
+
+
+def readers_unshared(call: Node, readers: dict, group_of: dict | None, small: bool = False) -> str:
+    """Why the readers of a padded product's result may not read it as it lies: it is `shown` (`small`: groups
+    fitting a tile read its region too), or read by the host once and calls sharing its layout."""
+    users = readers.get(call, [])
+    if call.arg.writes:   # a grid writes a whole state read by no one else (tiling.result_users)
+        state = state_written_whole(call)
+        if state is None or users:
+            return "it writes part of a state" if state is None else "its result is read besides the state it writes"
+        return state_unpadded(state, (call,), readers)
+    if shown(call, readers, group_of if small else None):
+        return ""
+    if group_of and users.count(Reader.HOST) <= 1 and all(u is Reader.HOST or isinstance(u, Node) for u in users):
+        why = calls_unshared(call, readers, group_of)
+        return why and f"its result is {why}"
+    return "its result is read by more than the host, views and calls that neither tile nor stream"
+
+
+def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
+    """Why `calls` may not read `result` (a padded product's, or over its layout) as it lies: elementwise calls,
+    a row reduction, a MatMul may (the `pad_through_*` rules); nothing else (Exp(0) = 1)."""
+    if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
+        return rows_unshared(calls, result, readers)
+    if calls[0].arg.kernel.role is Role.MATRIX:
+        return matmul_unshared(calls, result, readers, group_of)
+    why = stream_unshared(calls, result, readers, group_of)
+    if why:
+        return why
+    if not shown(calls[-1], readers):
+        why = zeros_unkept(calls, readers, group_of)
+        if why:
+            return why
+    elif readers[calls[-1]] != [Reader.HOST] and result.shape[-1] * calls[-1].dtype.itemsize % 4:
+        return f"makes {describe(calls[-1])}, whose rows other calls read are not whole 32-bit words"
+    return join_unshared(joined(calls, result, group_of), calls, readers, group_of)
+
+
+def stream_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
+    """Why elementwise `calls` may not stream over the padded layout `result` lies in, reading
+    other tensors that may be padded (those lying in a padded product's layout too)."""
+    why = unstreamed(calls, result.shape)
+    if why:
+        return why
+    why = next((why for n in external_inputs(calls) if not carried(n, group_of)
+                and (why := unpaddable(n, calls, readers, group_of))), "")
+    return why and f"also reads a tensor that may not be padded: {why}"
+
+
+def unstreamed(calls: tuple[Node, ...], shape: tuple[int, ...]) -> str:
+    """Why `calls` may not stream over a padded layout of `shape`: elementwise, writing no state,
+    over tensors all of `shape`, too large for a tile, reading few enough."""
+    if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
+        return "is neither elementwise, a row reduction nor a MatMul, and would read the padding as data"
+    if any(n.shape != shape for c in calls for n in (c, *tensor_inputs(c))):
+        return f"reads or makes tensors of other shapes than {shape}, which cannot lie in its padding"
+    if len(external_inputs(calls)) > MAX_FLOW_INPUTS or held_bytes(list(calls)) <= SIZE_LIMIT:
+        return f"does not stream (its group fits a tile or reads more than {MAX_FLOW_INPUTS} tensors)"
+    return ""
+
+
+def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
+    """`pad_through_zeros`: why readers may not read the result of elementwise `calls` over a product's layout:
+    the host once, elementwise calls, a MatMul when every call making it keeps zeros."""
+    last = calls[-1]
+    users = readers.get(last, [])
+    summed = any(isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX for u in users)
+    made = (*calls, *(c for g in upstream(external_inputs(calls), group_of)[1] for c in g.calls))
+    unkept = next((c for c in made if not c.arg.kernel.keeps_zeros_in(c.arg.attr_dict)), None) if summed else None
+    if unkept is not None or users.count(Reader.HOST) > 1 or any(u is not Reader.HOST and not (
+            isinstance(u, Node) and u.arg.kernel.role in (Role.MATRIX, Role.ELEMENTWISE)) for u in users):
+        why = f" ({describe(unkept)} maps zeros to other values)" if unkept is not None else ""
+        return f"makes {describe(last)}, read by more than the host, views and calls that neither tile nor stream{why}"
+    why = calls_unshared(last, readers, group_of)
+    return why and f"makes {describe(last)}, {why}"
+
+
+def calls_unshared(node: Node, readers: dict, group_of: dict) -> str:
+    """Why the first call reading `node` that may not read it as it lies padded may not."""
+    return next((f"read by {describe(u)}, which {why}" for u in readers.get(node, []) if isinstance(u, Node)
+                 and (why := layout_unshared(group_of[u].calls, node, readers, group_of))), "")
+
+
+def matrix_readers(call: Node, readers: dict, group_of: dict) -> list[tuple[Node, Node]]:
+    """(MatMul, the tensor it reads) for each MatMul reading `call`'s result, directly or as the
+    last result of elementwise groups reading it one after another."""
+    found = []
+    for user in (u for u in readers.get(call, []) if isinstance(u, Node)):
+        if user.arg.kernel.role is Role.MATRIX:
+            found.append((user, call))
+        elif user.arg.kernel.role is Role.ELEMENTWISE:
+            found += matrix_readers(group_of[user].calls[-1], readers, group_of)
+    return found
+
+
+def join_unshared(products: tuple[Node, ...], calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
+    """`pad_joined`: why the products whose layouts elementwise `calls` read may not lie padded
+    alike: each tensor in those layouts read by `calls` alone, made over paddable operands."""
+    for other in external_inputs(calls) if len(products) > 1 else ():
+        if not carried(other, group_of):
+            continue
+        why = "it is read elsewhere too" if any(r not in calls for r in readers[other]) \
+            else source_unshared(other, products, readers, group_of)
+        if why:
+            return f"also reads {describe(other)}, which must lie padded alike (pad_joined), but {why}"
+    return ""
+
+
+def source_unshared(node: Node, products: tuple[Node, ...], readers: dict, group_of: dict) -> str:
+    """Why `node`, in the layout of one of the joined `products`, may not lie so."""
+    calls = group_of[node].calls
+    if lone_product(group_of[node]) is node:
+        return operands_unpadded(node, products, readers, group_of)
+    return stream_unshared(calls, node, readers, group_of) or join_unshared(products, calls, readers, group_of)
+
+
+def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
+    """`pad_through_rows`: a row reduction alone over `result`, streamed, writing no state, its result the
+    host's, reading no other computed tensor."""
+    call = calls[0]
+    if len(calls) != 1 or call.src[0] is not result or call.arg.writes or held_bytes(list(calls)) <= SIZE_LIMIT \
+            or len(result.shape) != 2:
+        return f"does not stream the rows of {describe(result)} alone in its group"
+    if readers.get(call) != [Reader.HOST]:
+        return f"makes {describe(call)}, read by more than the host"
+    shared = call.src[1:call.arg.n_inputs]
+    return next((f"also reads {describe(n)}, which another call makes" for n in shared if not is_host_tensor(n)
+                 or n.op == Op.VIEW), "")
+
+
+def width_unshared(reader, readers: dict) -> str:
+    """`pad_through_row_width`, a pin from the kernel's traits: rows lying padded wider only for a kernel
+    reducing each row's first `length` (`Traits.row_length`), its shared row paddable."""
+    if not isinstance(reader, Node) or reader.arg.kernel.role is not Role.ROW_REDUCTION:
+        return ""
+    if not reader.arg.kernel.traits.row_length:
+        return "reduces each row whole (its kernel takes no length)"
+    why = next((why for n in reader.src[1:reader.arg.n_inputs] if (why := unpaddable(n, (reader,), readers))), "")
+    return why and f"also reads a row that may not be padded: {why}"
+
+
+def matmul_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
+    """`pad_through_matmul` (A), `_b` (B): a lone MatMul reading `result` once, its other operand paddable, its
+    readers sharing its layout (the side it sums over: K's zeros)."""
+    call = calls[0]
+    if len(calls) != 1 or call.arg.writes or len(call.shape) != 2 or result not in call.src[:2]:
+        return f"reads {describe(result)} other than as the A or the B of a MatMul alone in its group"
+    other = call.src[1] if call.src[0] is result else call.src[0]
+    why = "" if other is result else paired_unshared(result, other, call, readers, group_of) \
+        if pair(call, group_of) else unpaddable(other, calls, readers, group_of)
+    if why:
+        return f"also reads a tensor that may not be padded: {why}"
+    why = readers_unshared(call, readers, group_of)
+    return why and f"makes {describe(call)}: {why}"
+
+
+def pair(call: Node, group_of: dict) -> tuple[Node, Node] | None:
+    """A and B of a MatMul reading two products (MatMuls alone in their groups), else None."""
+    if call.arg.kernel.role is not Role.MATRIX or len(call.shape) != 2:
+        return None
+    a, b = call.src[:2]
+    products = [n for n in (a, b) if n.op == Op.CALL and lone_product(group_of[n]) is n]
+    return (a, b) if a is not b and len(products) == 2 else None
+
+
+def paired_unshared(result: Node, other: Node, call: Node, readers: dict, group_of: dict) -> str:
+    """Why a MatMul may not read the product `other` padded beside `result` (`pad_shared_input`
+    lays both out at once): read by the MatMul alone, over paddable operands."""
+    if readers[other] != [call]:
+        return f"{describe(other)} is a padded product read elsewhere too"
+    return operands_unpadded(other, (other,), readers, group_of)
+
+
+def shown(call: Node, readers: dict, group_of: dict | None = None) -> bool:
+    """Whether a padded result is read only as the user's region: by the host at most once,
+    through views, or by calls that read the region (`reads_region`)."""
+    users = readers.get(call, [])
+    return bool(users) and users.count(Reader.HOST) <= 1 and all(
+        u in (Reader.HOST, Reader.VIEW) or (isinstance(u, Node) and reads_region(u, call, group_of)) for u in users)
+
+
+def reads_region(user: Node, node: Node, group_of: dict | None = None) -> bool:
+    """Whether a call reads only `node`'s user's region: one that neither tiles nor streams (`fits_tile`, given
+    `group_of`), or a row reduction of `node` as one row told its length."""
+    role = user.arg.kernel.role
+    return role in PLAIN or group_of is not None and fits_tile(group_of[user], node) \
+        or role is Role.ROW_REDUCTION and user.src[0] is node and len(node.shape) == 1 and node not in user.src[1:]
+
+
+def fits_tile(group: Group, node: Node) -> bool:
+    """`pad_tile_region`: a group fitting a tile, not a MatMul's, reads a padded result across a
+    cut in its own shape, a DMA moving each padded row's first elements (rows of whole words)."""
+    roles = {c.arg.kernel.role for c in group.calls}
+    return held_bytes(list(group.calls)) <= SIZE_LIMIT and Role.MATRIX not in roles \
+        and node.shape[-1] * node.dtype.itemsize % 4 == 0
+
+
+def keeps_n(call: Node, readers: dict) -> bool:
+    """Whether a row reduction reading the call's result pins its N (`width_unshared`)."""
+    return any(width_unshared(u, readers) for u in readers.get(call, []))
+
+
+def stream_unpadded(calls, readers: dict, also: tuple[Node, ...] = ()) -> str:
+    """Why `pad_stream` may not pad elementwise calls' tensors (`also`: the calls of its
+    `pad_shared_stream` family, reading their inputs padded alike)."""
+    last = calls[-1]
+    if len(last.shape) != 1:
+        return "their tensors are not one-dimensional"
+    if last.arg.writes and (readers.get(last) or destination(last).op == Op.VIEW):
+        return f"{describe(last)} is read, or written into a view of {describe(destination(last))}"
+    if not last.arg.writes and not shown(last, readers):
+        return f"{describe(last)} is read by more than the host, views and calls that read its user's region"
+    if returned := [c for c in calls[:-1] if Reader.HOST in readers.get(c, [])]:
+        return f"{describe(returned[0])} is returned too, in its own length"
+    return next((why for n in external_inputs(calls) if (why := unpaddable(n, (*calls, *also), readers))), "")
+
+
+# ---- what fills the padding -----------------------------------------------------------------------
+
+def fills(padded: dict, groups: tuple[Group, ...]) -> dict[Node, Fill]:
+    """What each padded tensor's padding holds: zeros (a host tensor's; a product's); WRITTEN when its group
+    reads nothing padded (`pad_written_by_producer`); KEPT by elementwise calls; ROWS by a row reduction."""
+    group_of = {call: group for group in groups for call in group.calls}
+    kinds = {Role.ELEMENTWISE: Fill.KEPT, Role.ROW_REDUCTION: Fill.ROWS}
+    found = {}
+    for n in padded:
+        group = group_of.get(n)
+        if n.op != Op.CALL or group is None:
+            found[n] = Fill.ZEROS
+        elif not any(i in padded for i in external_inputs(group.calls)):
+            found[n] = Fill.WRITTEN
+        else:
+            made = group.calls[-1] is n and kinds.get(group.calls[0].arg.kernel.role)
+            found[n] = made or Fill.ZEROS
+    return found
 
 
 # ---- the facts of a design's layout ---------------------------------------------------------------
 
 def facts_of(program: Program, groups: tuple[Group, ...], lies: dict[Node, Lies], readers: dict,
              device, refused: dict[Node, str]) -> list:
-    """The facts of the layout `pad_to_block` chose (`lies`), in program order, and of the products
-    it left on their own sides, saying why (`refused`)."""
+    """The facts of the layout `pad_to_block` chose (`lies`) in program order, and of the products it left
+    unpadded (`refused`: call -> why)."""
     label = {c: call_label(program, c) for g in groups for c in g.calls}
     group_of = {c: g for g in groups for c in g.calls}
     shapes = {n: lie.shape for n, lie in lies.items()}
@@ -218,36 +420,23 @@ def facts_of(program: Program, groups: tuple[Group, ...], lies: dict[Node, Lies]
         if role is Role.MATRIX and (sides := sides_as_lying(first, shapes)) and sides != call_sides(first):
             fills = tuple(lies[n].fill if n in lies else None for n in first.src[:2])
             found.append(PaddedGrid(group.name, label[first], call_sides(first), sides,
-                                    _grid_rule(first, sides, device), fills))
+                                    extent_rule(first, sides, device), fills))
         elif role in (Role.ELEMENTWISE, Role.ROW_REDUCTION):
             found += _stream_facts(group, lies, readers, group_of, label)
     for node, lie in lies.items():
         writers = _writers(node, lie, program, group_of, label)
         if writers is not None:
-            found.append(Written(describe(node), lie.shape, writers))
+            found.append(PaddedTensor(describe(node), lie.shape, writers))
         users = [u for u in readers.get(node, []) if isinstance(u, Node)]
         if node.op != Op.CALL and len(set(users)) > 1 and all(u.arg.kernel.role is Role.ELEMENTWISE for u in users):
-            found.append(SharedStream(describe(node), lie.shape, tuple(label[u] for u in users)))
+            found.append(PaddedTensor(describe(node), lie.shape, tuple(label[u] for u in users), Rule.PAD_SHARED_STREAM))
         found += _region_facts(node, lie.shape, users, group_of, label)
     return found
 
 
-def _grid_rule(call: Node, sides: Sides, device) -> Rule:
-    own = call_sides(call)
-    if sides[::2] == own[::2]:
-        return Rule.PAD_K_ONLY
-    quantum = padded_sides(call, device)
-    if len(call.shape) == 1 and sides[0] == word_rows(call) not in (quantum[0], own[0]):
-        return Rule.PAD_M_TO_WORDS
-    near = (word_rows(call), *own[1:])
-    if not all(side in options for side, *options in zip(sides, own, near, quantum)):
-        return Rule.PAD_WIDER
-    return Rule.PAD_TO_BLOCK
-
-
 def _stream_facts(group: Group, lies: dict[Node, Lies], readers: dict, group_of: dict, label: dict) -> list:
-    """The facts of elementwise calls or a row reduction whose result lies padded and which compute
-    over a padded layout (a result its producer writes padded, `Written`, computes on its own)."""
+    """The facts of elementwise calls or a row reduction computing over a padded layout (a result its producer
+    writes padded, `PaddedTensor`, computes on its own sides)."""
     calls, first = group.calls, group.calls[0]
     result = result_of(calls[-1])
     if result not in lies or lies[result].fill is Fill.WRITTEN:
@@ -282,9 +471,8 @@ def _stream_facts(group: Group, lies: dict[Node, Lies], readers: dict, group_of:
 
 
 def _writers(node: Node, lie: Lies, program: Program, group_of: dict, label: dict) -> tuple[str, ...] | None:
-    """The calls writing `node`'s user's region only where it lies padded (`Written`): its group
-    when its producer writes it (Fill.WRITTEN), or the calls writing a state through views; None
-    for a tensor no call writes so."""
+    """Who writes `node`'s user's region only where it lies padded: its group (Fill.WRITTEN), or the calls
+    writing a state through views; None for a tensor no call writes so."""
     if lie.fill is Fill.WRITTEN and node in group_of:
         return tuple(label[c] for c in group_of[node].calls)
     if node.op == Op.MEMORY and state_of(node) is not None and not any(state_written_whole(c) is node for c in program.calls):
@@ -294,7 +482,7 @@ def _writers(node: Node, lie: Lies, program: Program, group_of: dict, label: dic
 
 
 def _region_facts(node: Node, lies: tuple[int, ...], users: list[Node], group_of: dict, label: dict) -> list:
-    """`pad_row_region` and `pad_tile_region`: the readers of `node` that read its user's region only."""
+    """`pad_row_region`, `pad_tile_region`: the readers of `node` that read its user's region only."""
     rowed = [u for u in users if u.arg.kernel.role is Role.ROW_REDUCTION and reads_region(u, node)]
     found = [Region(group_of[u].name, (label[u],), describe(node), lies, Rule.PAD_ROW_REGION) for u in rowed]
     small = [u for u in dict.fromkeys(users) if node.op == Op.CALL and u.arg.kernel.role not in PLAIN
@@ -302,60 +490,3 @@ def _region_facts(node: Node, lies: tuple[int, ...], users: list[Node], group_of
     for g in dict.fromkeys(group_of[u] for u in small):
         found.append(Region(g.name, tuple(label[u] for u in small if u in g.calls), describe(node), lies))
     return found
-
-
-# ---- refusals -------------------------------------------------------------------------------------
-
-def check_some_grid(program: Program, call: Node, device, unpadded: str) -> None:
-    """A MatMul whose B and result do not fit a tile and for which `tile_matmul_over_array` finds
-    no grid even with the whole device to itself is DoesNotFit here, naming the call and why the
-    layout pass did not pad it (`unpadded`), instead of failing later as one tile's buffers: its
-    blocks divide its sides, so a side with no divisor but small ones (a prime) has none that moves."""
-    room = core_room(device)
-    held = nbytes(call.src[1]) + nbytes(call)
-    if len(call.shape) != 2 or held <= room:
-        return
-    if choose_grid(call, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
-                   device.n_cols * device.shim.dma_out_channels) is not None:
-        return
-    (big_m, big_k), big_n = call.src[0].shape, call.shape[1]
-    sides = (("M", big_m), ("K", big_k), ("N", big_n))
-    largest = ", ".join(f"{name} = {side}: {max(divisors(side, 1))}" for name, side in sides)
-    padded = ", ".join(f"{name} = {-(-side // 32) * 32}" for name, side in sides)
-    raise DoesNotFit(
-        f"{program.name}: {call_label(program, call)} ({big_m}, {big_k}) x ({big_k}, {big_n}) {call.dtype.name}: B "
-        f"and the result take {held} bytes, more than a compute tile's {room}, and tile_matmul_over_array finds "
-        f"no grid of cores for it even on the whole {device.name}: its blocks divide their sides (at most "
-        f"{MAX_BLOCK} elements, no padding or remainder block) and must fit a core and move in one DMA op "
-        f"each, and the largest dividing blocks are {largest}; pad_to_block did not pad it: "
-        f"{unpadded or why_no_padded_grid(call, device)}. Pad the "
-        f"matrices with zeros to sides with larger divisors ({padded}), or cut the call into several."
-    )
-
-
-def why_no_padded_grid(call: Node, device) -> str:
-    """Why a call the layout pass may pad here has no padded grid: none of its padded sides has
-    one, or the design reads or makes its tensors elsewhere (a segment sees its cut values as host
-    tensors)."""
-    if best_sides(call, device) is None:
-        return "no padded sides have a grid either"
-    return "the design reads its result or makes its operands elsewhere (another segment)"
-
-
-def check_whole_words(program: Program, calls, device, readers: dict) -> None:
-    """Elementwise calls too large for a tile whose element count no block of whole 32-bit words
-    divides (an odd count of 16-bit elements, say), so `stream_elementwise` has no block for them
-    even on the whole device, are DoesNotFit here, naming the call and the padding."""
-    room = core_room(device)
-    size = external_inputs(calls)[0].size
-    per_word = max(4 // min(4, n.dtype.itemsize) for n in (*external_inputs(calls), *calls))
-    if not streamable(calls) or held_bytes(list(calls)) <= room or size % per_word == 0:
-        return
-    raise DoesNotFit(
-        f"{program.name}: {', '.join(call_label(program, c) for c in calls)} over {size} "
-        f"{calls[-1].dtype.name} elements take {held_bytes(list(calls))} bytes, more than a compute tile's {room}, "
-        f"and stream_elementwise cuts them into blocks that divide {size} and hold whole 32-bit words ({per_word} "
-        f"elements each), of which {size} has none, and pad_to_block did not pad them: "
-        f"{stream_unpadded(calls, readers) or 'no padded length streams either'}. Pad the "
-        f"tensors to {-(-size // per_word) * per_word} elements, or cut the calls in two."
-    )

@@ -20,7 +20,7 @@ from iron.compiler.fuse import (
     leading_call,
     role,
 )
-from iron.compiler.layout import lies_of, sides_as_lying, stream_length
+from iron.compiler.layout import lies_of, stream_length
 from iron.compiler.matrices import (
     Split,
     Stream,
@@ -32,11 +32,11 @@ from iron.compiler.matrices import (
     stream_rules,
     unsplit_beside_producer,
 )
-from iron.compiler.pad_why import matrix_unpadded, readers_of
-from iron.compiler.padding import check_some_grid, check_whole_words
+from iron.compiler.padding import matrix_unpadded, readers_of, stream_unpadded
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.readers import Reader
 from iron.compiler.rules import Decision, Rule
+from iron.compiler.sides import best_sides, sides_as_lying
 from iron.compiler.streaming import (
     Flow,
     choose_flow,
@@ -50,10 +50,12 @@ from iron.compiler.streaming import (
     unstreamable,
 )
 from iron.compiler.tiling import (
+    MAX_BLOCK,
     Grid,
     call_sides,
     choose_grid,
     core_room,
+    divisors,
     wants_grid,
 )
 from iron.errors import DoesNotFit, PlacementError
@@ -401,3 +403,56 @@ def read_on_device(group: Group, outside) -> str:
             "says, or over the array when a cut puts its readers in a later configuration")
 
 
+def check_some_grid(program: Program, call: Node, device, unpadded: str) -> None:
+    """A MatMul whose B and result do not fit a tile and for which `tile_matmul_over_array` finds
+    no grid even with the whole device to itself is DoesNotFit here, naming the call and why the
+    layout pass did not pad it (`unpadded`), instead of failing later as one tile's buffers: its
+    blocks divide its sides, so a side with no divisor but small ones (a prime) has none that moves."""
+    room = core_room(device)
+    held = nbytes(call.src[1]) + nbytes(call)
+    if len(call.shape) != 2 or held <= room:
+        return
+    if choose_grid(call, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
+                   device.n_cols * device.shim.dma_out_channels) is not None:
+        return
+    (big_m, big_k), big_n = call.src[0].shape, call.shape[1]
+    sides = (("M", big_m), ("K", big_k), ("N", big_n))
+    largest = ", ".join(f"{name} = {side}: {max(divisors(side, 1))}" for name, side in sides)
+    padded = ", ".join(f"{name} = {-(-side // 32) * 32}" for name, side in sides)
+    raise DoesNotFit(
+        f"{program.name}: {call_label(program, call)} ({big_m}, {big_k}) x ({big_k}, {big_n}) {call.dtype.name}: B "
+        f"and the result take {held} bytes, more than a compute tile's {room}, and tile_matmul_over_array finds "
+        f"no grid of cores for it even on the whole {device.name}: its blocks divide their sides (at most "
+        f"{MAX_BLOCK} elements, no padding or remainder block) and must fit a core and move in one DMA op "
+        f"each, and the largest dividing blocks are {largest}; pad_to_block did not pad it: "
+        f"{unpadded or why_no_padded_grid(call, device)}. Pad the "
+        f"matrices with zeros to sides with larger divisors ({padded}), or cut the call into several."
+    )
+
+
+def why_no_padded_grid(call: Node, device) -> str:
+    """Why a call the layout pass may pad here has no padded grid: none of its padded sides has
+    one, or the design reads or makes its tensors elsewhere (a segment sees its cut values as host
+    tensors)."""
+    if best_sides(call, device) is None:
+        return "no padded sides have a grid either"
+    return "the design reads its result or makes its operands elsewhere (another segment)"
+
+
+def check_whole_words(program: Program, calls, device, readers: dict) -> None:
+    """Elementwise calls too large for a tile whose element count no block of whole 32-bit words
+    divides (an odd count of 16-bit elements, say), so `stream_elementwise` has no block for them
+    even on the whole device, are DoesNotFit here, naming the call and the padding."""
+    room = core_room(device)
+    size = external_inputs(calls)[0].size
+    per_word = max(4 // min(4, n.dtype.itemsize) for n in (*external_inputs(calls), *calls))
+    if not streamable(calls) or held_bytes(list(calls)) <= room or size % per_word == 0:
+        return
+    raise DoesNotFit(
+        f"{program.name}: {', '.join(call_label(program, c) for c in calls)} over {size} "
+        f"{calls[-1].dtype.name} elements take {held_bytes(list(calls))} bytes, more than a compute tile's {room}, "
+        f"and stream_elementwise cuts them into blocks that divide {size} and hold whole 32-bit words ({per_word} "
+        f"elements each), of which {size} has none, and pad_to_block did not pad them: "
+        f"{stream_unpadded(calls, readers) or 'no padded length streams either'}. Pad the "
+        f"tensors to {-(-size // per_word) * per_word} elements, or cut the calls in two."
+    )

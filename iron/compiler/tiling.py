@@ -73,7 +73,7 @@ class Grid(OnCores):
     fewer: str = ""   # why not more cores, when fewer than were free (`why_not_more`)
     padded: tuple[int, int, int] | None = None   # (M, K, N) as `pad_to_block` padded them
     choice: cost.Choice | None = None   # the blocks, chosen by estimated time
-    fewest_calls: int = 0   # the fewest kernel calls per core of any block that fits (pad.py's FEW_CALLS compares these)
+    fewest_calls: int = 0   # the fewest kernel calls per core of any block that fits (sides.py's FEW_CALLS compares these)
 
     @property
     def sides(self) -> tuple[int, int, int]:

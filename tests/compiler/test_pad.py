@@ -11,18 +11,17 @@ from iron import Carried, Scratchpad
 from iron.compiler.copies import copy_view_for_grid
 from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
-from iron.compiler.padding import (
+from iron.compiler.plan import Fill, HostRole, PlacementKind, TileKind
+from iron.compiler.rules import (
     KeptZeros,
     PaddedGrid,
     PaddedStream,
+    PaddedTensor,
     Region,
+    Rule,
     SharedSides,
-    SharedStream,
     Unpadded,
-    Written,
 )
-from iron.compiler.plan import Fill, HostRole, PlacementKind, TileKind
-from iron.compiler.rules import Rule
 from iron.errors import DoesNotFit, IndexOutOfRange, PlanError
 from iron.kernels import (
     Accumulate,
@@ -810,7 +809,7 @@ def test_a_row_reduction_a_padded_product_reads_as_its_a_streams_over_its_rows_p
     w = np.linspace(0.5, 1.5, k, dtype=np.float32)
     graph = NormThenProduct(w, b)
     body = graph.compile(x=x, device=from_name(device))
-    assert facts(body.plan, PaddedGrid, PaddedStream, Written) == [
+    assert facts(body.plan, PaddedGrid, PaddedStream, PaddedTensor) == [
         PaddedStream("g0", "RMSNorm#0", (m, k), (big_m, big_k), Rule.PAD_UPSTREAM_ROWS),
         PaddedGrid("g1", "MatMul#1", sides, big, fills=(Fill.ROWS, Fill.ZEROS))]
     assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == [f"cut before g1: {big_m * big_k * 4} bytes cross (RMSNorm#0)"]
@@ -857,8 +856,8 @@ def test_a_state_written_only_in_its_users_region_lies_padded_for_a_padded_call(
     body = graph.compile(a=a, device=from_name(device))
     graph.write("s", s)
     body.write("s", s)
-    assert facts(body.plan, PaddedGrid, PaddedStream, Written) == [
-        chained("g0", "MatMul#0"), through("Add#1"), Written("s", (512, 512), ())]
+    assert facts(body.plan, PaddedGrid, PaddedStream, PaddedTensor) == [
+        chained("g0", "MatMul#0"), through("Add#1"), PaddedTensor("s", (512, 512), ())]
     assert tiles(body.plan.segments[0]) == grid
     assert padded(body.plan)["s"] == ((509, 509), (512, 512))
     assert_matches(body(a=a), graph.reference(a=a))
@@ -887,7 +886,7 @@ def test_a_carried_loop_writes_a_padded_state_in_its_users_region_at_depth_2():
     a, b, steps = a / 8, b / 8, 5
     graph = ChainedState(a, b)
     body = graph.compile(device=from_name("npu2"))
-    assert facts(body.plan, Written) == [Written("s", (512, 512), ("Copy#2",))]
+    assert facts(body.plan, PaddedTensor) == [PaddedTensor("s", (512, 512), ("Copy#2",))]
     s = np.random.default_rng(14).standard_normal((509, 509)).astype(np.float32)
     body.write("s", s)
     loop = iron.CarriedLoop(body, body, depth=2)
@@ -910,7 +909,7 @@ def test_a_state_read_by_a_padded_stream_lies_padded(dtype):
     x, s = (rng.integers(-60, 60, 100001).astype(dtype) for _ in range(2))
     graph = StateSum(dtype)
     body = graph.compile(x=x, device=from_name("npu2"))
-    assert facts(body.plan, Written) == [Written("s", (100352,), ())]
+    assert facts(body.plan, PaddedTensor) == [PaddedTensor("s", (100352,), ())]
     assert padded(body.plan) == {"s": ((100001,), (100352,)), "x": ((100001,), (100352,)),
                                  "out0": ((100001,), (100352,))}
     graph.write("s", s)
@@ -956,8 +955,8 @@ def test_elementwise_calls_stream_whole_rows_into_the_padded_layout_a_product_re
     a, b = operands(509, 509, 509, np.float32)
     graph = ExpThenProduct(b / 22)
     body = graph.compile(a=a / 4, device=from_name(device))
-    assert facts(body.plan, Written, PaddedGrid) == [
-        PaddedGrid("g1", "MatMul#1", P509, P512, fills=(Fill.WRITTEN, Fill.ZEROS)), Written("Exp(a)", (512, 512), ("Exp#0",))]
+    assert facts(body.plan, PaddedTensor, PaddedGrid) == [
+        PaddedGrid("g1", "MatMul#1", P509, P512, fills=(Fill.WRITTEN, Fill.ZEROS)), PaddedTensor("Exp(a)", (512, 512), ("Exp#0",))]
     assert rule(body.plan, Rule.STREAM_ELEMENTWISE)[0].endswith("streamed in blocks of 509 over 1 tiles (1 rows x 1 "
                                                              "columns of cores), 509 blocks per core")
     assert tiles(body.plan.segments[1]) == cores
@@ -1019,7 +1018,7 @@ def test_a_padded_products_reader_reads_another_groups_result_its_producer_wrote
     c = np.random.default_rng(16).standard_normal((509, 509)).astype(np.float32)
     graph = design(b / 22, np.linspace(0.5, 1.5, 509, dtype=np.float32))
     body = graph.compile(a=a / 22, c=c, device=from_name("npu2"))
-    assert facts(body.plan, Written) == [Written("RMSNorm(c, w)", (512, 512), ("RMSNorm#1",))]
+    assert facts(body.plan, PaddedTensor) == [PaddedTensor("RMSNorm(c, w)", (512, 512), ("RMSNorm#1",))]
     assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == ["cut before g2: 2097152 bytes cross (MatMul#0, RMSNorm#1)"]
     np.testing.assert_allclose(body(a=a / 22, c=c), graph.reference(a=a / 22, c=c), **F32)
 
@@ -1654,7 +1653,7 @@ def test_an_input_two_streamed_groups_read_is_padded_once_for_both(device, lengt
     x = np.random.default_rng(21).standard_normal(65537).astype(BF16)
     graph = TwoActivations()
     body = graph.compile(x=x, device=from_name(device))
-    assert facts(body.plan, SharedStream) == [SharedStream("x", (length,), ("Exp#0", "ReLU#1"))]
+    assert facts(body.plan, PaddedTensor) == [PaddedTensor("x", (length,), ("Exp#0", "ReLU#1"), Rule.PAD_SHARED_STREAM)]
     assert facts(body.plan, PaddedStream) == [PaddedStream(f"g{i}", label, (65537,), (length,))
                                               for i, label in enumerate(["Exp#0", "ReLU#1"])]
     assert padded(body.plan) == {"x": ((65537,), (length,)), "out0": ((65537,), (length,)),

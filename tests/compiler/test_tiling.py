@@ -18,9 +18,8 @@ from iron import Carried, Scratchpad
 from iron.compiler.compile import compile_program
 from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
-from iron.compiler.padding import PaddedGrid, Unpadded
 from iron.compiler.plan import Choice, Dma, Loop, TileKind, Wait
-from iron.compiler.rules import Rule
+from iron.compiler.rules import PaddedGrid, Rule, Unpadded
 from iron.errors import DoesNotFit
 from iron.kernels import Accumulate, Add, MatMul, MatVec, RMSNorm, Scale, SiLU, Softmax
 from tests.compiler.designs import Product, ProductOfProducts, Projection, Sum, operands
