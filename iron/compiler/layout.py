@@ -103,8 +103,8 @@ def stream_length(calls, inputs, padded: dict) -> int | None:
 def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts:
     """The design's layout: for each group, in order, the padding of a call reading a padded result in its layout
     (`pad_through`), of a lone MatMul or MatVec (`pad_matrix`), of streamed elementwise calls (`pad_stream`)
-    or of a row reduction's rows (`pad_rows`), each only where its grid or stream on the whole device is
-    `better` than its own; a padded tensor is read by its group alone (`unpaddable`), so no two groups pad one
+    or of a row reduction's rows (`pad_rows`), each only where the cost model estimates its grid or stream on
+    the whole device faster than its own; a padded tensor is read by its group alone (`unpaddable`), so no two groups pad one
     tensor."""
     readers = readers_of(program, groups)
     group_of = {call: group for group in groups for call in group.calls}

@@ -327,6 +327,11 @@ class Core:
     group: str                 # the fused group (or "emit") it runs
     program: tuple             # of Acquire | Release | Invoke | Loop
     stack_bytes: int = 1024
+    also: tuple[str, ...] = ()   # groups of a looped iteration it runs after `group`, in order (repeat.py)
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return (self.group, *self.also)
 
 
 # ---- the runtime sequence ----------------------------------------------------------------------
@@ -458,11 +463,13 @@ class Repeat:
     ONE iteration is placed (`groups`, iteration 0's), each of its cores loops `count` times (a
     Loop around its program) and the runtime sequence moves each iteration's operands in turn;
     `operands`: per iteration, the host tensors its moves read and write (the user's text), in
-    iteration 0's order."""
+    iteration 0's order; `shared`: the groups of the iteration one core runs in turn, when it has
+    more groups than the array has tiles (`share_core_in_iteration`)."""
 
     groups: tuple[str, ...]
     count: int
     operands: tuple[tuple[str, ...], ...]
+    shared: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
