@@ -13,7 +13,7 @@ from iron.compiler import cost
 from iron.compiler.plan import Tile
 from iron.compiler.rules import Rule
 from iron.compiler.tiling import OnCores, core_room, estimate_ns, word_run
-from iron.compiler.words import view_rows
+from iron.compiler.words import row_group, view_rows
 from iron.errors import KernelTypeError
 from iron.ir import (
     Node,
@@ -204,7 +204,7 @@ def streamed_rows(node: Node, padded: dict | None = None) -> int | None:
         return None
     if lies is not None and frame(node) != storage(node).shape:
         return None
-    return node.shape[-1] if view_rows(node, lies) is not None else None
+    return row_group(node) * node.shape[-1] if view_rows(node, lies) is not None else None
 
 
 def row_streamable(calls) -> bool:
