@@ -19,8 +19,8 @@ from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.copies import copy_view_for_grid, copy_view_rules
 from iron.compiler.fuse import Group, fuse
 from iron.compiler.invariants import check_plan
+from iron.compiler.layout import pad_to_block
 from iron.compiler.lower import Lowered, lower
-from iron.compiler.pad import pad_to_block
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.priced import serial_ns
@@ -83,9 +83,8 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
                       if over_time else (None, []))
     if plan is None:
         plan = whole if isinstance(whole, Plan) else spread()
-    shared = tuple((Rule.PAD_SHARED_INPUT, s.text(program)) for s in padding.shared)
-    rules = (*through, *between, *copy_view_rules(copied), *shared, *repeated, *plan.rules, *padding.passed,
-             *layout_rules(placements))
+    rules = (*through, *between, *copy_view_rules(copied), *((fact.rule, fact) for fact in padding.facts), *repeated,
+             *plan.rules, *layout_rules(placements))
     if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, DDR buffers, padding
         plan = replace(plan, rules=rules)
     if padding.choices:

@@ -14,9 +14,9 @@ import numpy as np
 from iron import dtypes
 from iron.compiler.fuse import Group
 from iron.compiler.gather import Written, copied, gather_view, pattern_attrs
-from iron.compiler.layout import large
 from iron.compiler.objects import MAX_GATHER_RUNS
 from iron.compiler.rules import Decision, Rule
+from iron.compiler.sides import large
 from iron.compiler.tiling import TILED_BYTES
 from iron.compiler.words import dma_moves, word_leads, word_rows
 from iron.ir import (

@@ -1,52 +1,71 @@
-"""The layout of every tensor a design pads: one typed `Lies` per tensor (the shape it lies in and
-what fills its padding), decided once per design by `pad_to_block` (pad.py) and read, never
-re-derived, by placement, segmentation and allocation; and the mechanism deciding which sides
-lie alike: a union-find over (tensor, axis) sides joined through the kernels' index maps
-(`Traits.index_map`: a letter shared by two tensors of a call names one side), so a MatMul's A
-and result share M, its A and B share K, an elementwise call's tensors share every axis, and a
-tensor several calls read joins their sides, whatever the kernel is. Also the padded extents a
-call may lie in and how `pad_to_block` ranks them: a MatMul's or MatVec's sides each its own,
-padded to its quantum (ROW_QUANTUM per row of cores, K_QUANTUM, ROW_QUANTUM per column), a
-MatVec's M to the fewest rows of whole-word results (`pad_m_to_words`), and, when none of those
-has a grid, to multiples of K_QUANTUM (`pad_wider`); a streamed length or batch of rows padded to
-a quantum per core (`streamed_count`); and which products lie in one layout (`upstream`,
-`joined_with`: `pad_joined`)."""
+"""The layout pass (`pad_to_block`): a large MatMul or MatVec whose sides have no good whole
+blocks, elementwise calls streamed over a length with none, or a row reduction's batch of rows
+compute on sides padded with zeros, so tiling finds a grid of many cores and whole blocks.
+Decided once per design, before placement: one `Lies` per padded tensor (the shape it lies in,
+the user's region first, and what fills the rest), never re-derived after, and every decision
+one typed fact (rules.py), which describe() prints. Which sides lie alike and the extents the
+cost model chooses among are sides.py's; which tensors may lie padded, padding.py's pins."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import product
 
-from iron.compiler import cost
-from iron.compiler.fuse import Group
-from iron.compiler.plan import Choice, Fill
-from iron.compiler.rules import Rule
-from iron.compiler.streaming import choose_flow
-from iron.compiler.tiling import TILED_BYTES, call_sides, choose_grid, estimate_ns, vector_tiles
-from iron.ir import Node, Op, Program, external_inputs, nbytes, state_written_whole
+from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
+from iron.compiler.padding import (
+    facts_of,
+    fills,
+    keeps_n,
+    layout_unshared,
+    matrix_readers,
+    matrix_unpadded,
+    operands_unpadded,
+    pair,
+    readers_of,
+    readers_unshared,
+    reads_region,
+    rows_upstream,
+    stream_unpadded,
+    unpaddable,
+    width_unshared,
+    zeros_upstream,
+)
+from iron.compiler.readers import Reader
+from iron.compiler.rules import Lies, Rule, SharedSides
+from iron.compiler.sides import (
+    FLOW_QUANTUM,
+    ROW_QUANTUM,
+    Classes,
+    best_sides,
+    chained,
+    joined_sides,
+    joined_with,
+    large,
+    letters,
+    lone_product,
+    on_sides,
+    padded_sides,
+    result_of,
+    side,
+    sides_choice,
+    streamed_count,
+    tie,
+    whole_device_grid,
+)
+from iron.compiler.streaming import row_streamable, streamable
+from iron.compiler.tiling import call_sides
+from iron.ir import Node, Op, Program, call_label, describe, external_inputs
 from iron.kernels.base import Role
 
 
 @dataclass(frozen=True)
-class Lies:
-    """One padded tensor's layout: the shape it lies in (the user's region in its first rows and
-    columns) and what fills the rest."""
-
-    shape: tuple[int, ...]
-    fill: Fill = Fill.ZEROS
-
-
-@dataclass(frozen=True)
 class Layouts:
-    """`pad_to_block`'s layout of a design: each padded tensor's `Lies`, the cost model's choices
-    of padded extents, the families of products `pad_shared_input` decided (`shared`, described
-    before the plan's own lines), and the describe() lines of the other design-wide rules
-    (`passed`, after them)."""
+    """A design's layout: each padded tensor's `Lies`, the cost model's choices of padded extents
+    ((group, Choice)), the families `pad_shared_input` decided, and the facts of every decision."""
 
     lies: dict[Node, Lies]
-    choices: tuple = ()   # (group, Choice) of each padded extent the cost model chose
-    shared: tuple = ()    # pad_shared_input's SharedLayouts (pad.py), padded or refused
-    passed: tuple = ()
+    choices: tuple = ()
+    shared: tuple = ()    # SharedLayouts, padded or refused
+    facts: tuple = ()
 
     @property
     def shapes(self) -> dict[Node, tuple[int, ...]]:
@@ -54,9 +73,8 @@ class Layouts:
 
 
 def lies_of(program: Program, placements) -> dict[Node, Lies]:
-    """The Lies of each of `program`'s host tensors and outputs whose placement is padded (by
-    `pad_to_block` or `pad_rows_to_words`; a segment's Program sees the design's placements: its
-    cut values are inputs)."""
+    """The Lies of `program`'s host tensors and outputs whose placement is padded (a segment's
+    Program sees the design's placements: its cut values are inputs)."""
     by_name = {p.name: Lies(p.padded, p.fill) for p in placements if p.padded is not None}
     if not by_name:   # most designs: nothing to look up in each probe's calls
         return {}
@@ -70,9 +88,8 @@ def lies_of(program: Program, placements) -> dict[Node, Lies]:
 
 
 def stream_length(calls, inputs, padded: dict) -> int | None:
-    """The elements the streamed inputs of elementwise calls or a row reduction lie in: padded
-    (all of them and the result, to as many rows), or their own (the result may lie padded
-    alone: `pad_written_by_producer`); None when they lie otherwise."""
+    """The elements streamed inputs lie in: padded (all of them and the result, to as many rows),
+    or their own (the result may lie padded alone); None when they lie otherwise."""
     lying = (*inputs, result_of(calls[-1]))
     if not any(n in padded for n in inputs):
         return inputs[0].size
@@ -81,263 +98,361 @@ def stream_length(calls, inputs, padded: dict) -> int | None:
     return math.prod(padded[inputs[0]])
 
 
-# ---- sides joined through index maps --------------------------------------------------------------
+# ---- the pass ------------------------------------------------------------------------------------
 
-Key = str | int   # a map's letter, or a leading axis the map repeats over (counted from the last)
+def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts:
+    """The design's layout: for each group, in order, the padding of a call reading a padded result in its layout
+    (`pad_through`), of a lone MatMul or MatVec (`pad_matrix`), of streamed elementwise calls (`pad_stream`)
+    or of a row reduction's rows (`pad_rows`), each only where the cost model estimates its grid or stream on
+    the whole device faster than its own; a padded tensor is read by its group alone (`unpaddable`), so no two groups pad one
+    tensor."""
+    readers = readers_of(program, groups)
+    group_of = {call: group for group in groups for call in group.calls}
+    shared = shared_layouts(program, groups, device, readers, group_of)
+    layouts = [s for s in shared if not s.why]
+    agreed = {call: sides for s in layouts for call, sides in zip(s.calls, s.sides)}
+    free = answered(readers, layouts)
+    padded: dict[Node, tuple[int, ...]] = {}
+    chosen: dict[Node, tuple] = {}
+    for group in groups:
+        # pad_through first: a MatMul reading a result already padded takes its layout, not sides of its own
+        padded |= pad_through(group, padded, free, group_of, device) or \
+            pad_matrix(group, free, group_of, device, agreed, chosen) or \
+            pad_stream(group, free, group_of, device) or pad_rows(group, free, device)
+    filled = fills(padded, groups)
+    lies = {n: Lies(shape, filled[n]) for n, shape in padded.items()}
+    choices = tuple((group_of[call].name, choice) for call, (node, shape, choice) in chosen.items()
+                    if padded.get(node) == shape)   # the choices no later agreement overrode
+    refused = unpadded_products(groups, padded, free, group_of, device)
+    return Layouts(lies, choices, tuple(shared),
+                   (*(s.fact(program) for s in shared), *facts_of(program, groups, lies, readers, device, refused)))
 
 
-def result_of(call: Node) -> Node:
-    """Where a call's result lies: the state it writes whole (out=), or itself."""
-    return state_written_whole(call) or call
-
-
-def tensors(call: Node) -> list[tuple[Node, tuple[int, ...], tuple[Key, ...]]]:
-    """Each tensor input of a call and its result (where it lies, in the call's shape), with its
-    shape and the key of each axis: the letter the index map gives it, or, for a leading axis the
-    map repeats over, its place from the last axis (so an elementwise call's tensors share every
-    axis, and a row broadcast to a matrix's rows shares its last); [] for a kernel with no map."""
-    m = call.arg.kernel.traits.index_map
-    if m is None:
-        return []
-    ins = call.src[:len(m.inputs)]
-    found = []
-    for node, shape, axes in zip((*ins, result_of(call)), (*(n.shape for n in ins), call.shape), (*m.inputs, m.output)):
-        lead = len(shape) - len(axes)
-        found.append((node, shape, tuple(len(shape) - i if i < lead else axes[i - lead] for i in range(len(shape)))))
+def unpadded_products(groups: tuple[Group, ...], padded: dict, readers: dict, group_of: dict, device) -> dict:
+    """The large products whose sides are not multiples of their quanta left on them, and why
+    (`matrix_unpadded`)."""
+    found = {}
+    for group in groups:
+        call = lone_product(group)
+        if call is None or not large(call) or padded_sides(call, device) == call_sides(call) or \
+                any(n in padded for n in (*call.src[:2], result_of(call))):
+            continue
+        if why := matrix_unpadded(call, readers, group_of):
+            found[call] = why
     return found
 
 
-def letters(call: Node) -> str:
-    """A call's map letters in order of first use: "mkn" for MatMul's (M, K, N), "mk" for MatVec's."""
-    m = call.arg.kernel.traits.index_map
-    return "".join(dict.fromkeys("".join((*m.inputs, m.output))))
+# ---- pad_shared_input: a tensor several padded products read --------------------------------------
+
+@dataclass(frozen=True)
+class SharedLayout:
+    """`pad_shared_input`'s decision for products linked by the tensors they share (by `pad_joined`, or read by
+    one MatMul as A and B: `pairs`): each call's sides (M, K, N), or why they stay their own."""
+    tensors: tuple[Node, ...]   # the tensors several of `calls` read
+    calls: tuple[Node, ...]     # in program order
+    sides: tuple[tuple[int, int, int], ...]
+    why: str = ""               # "" when they lie padded to `sides`
+    pairs: tuple[Node, ...] = ()   # the MatMuls reading two of `calls` as A and B
+
+    def fact(self, program: Program) -> SharedSides:
+        """This decision as a fact."""
+        def labels(calls):
+            return tuple(call_label(program, c) for c in calls)
+        return SharedSides(tuple(map(describe, self.tensors)), labels(self.calls), self.sides, labels(self.pairs), self.why)
 
 
-def on_sides(call: Node, sides: tuple[int, ...]) -> dict[Node, tuple[int, ...]]:
-    """The shapes a call's tensors lie in when its map's letters take `sides` (in `letters` order;
-    a MatVec's (M, K, 1): its B (K,), its result (M,)); leading axes keep their own."""
-    extent = dict(zip(letters(call), sides))
-    return {node: tuple(extent.get(key, n) for key, n in zip(keys, shape)) for node, shape, keys in tensors(call)}
+def shared_layouts(program: Program, groups: tuple[Group, ...], device, readers: dict,
+                   group_of: dict) -> list[SharedLayout]:
+    """`pad_shared_input`: a tensor several lone large MatMuls or MatVecs read once each, paddable for all, lies
+    padded once: the sides its readers share (and those `pad_joined` and a pair's K join) take the largest any
+    asks for (`agree`); every call must pad on them, else none does."""
+    tensors = [t for t, users in readers.items() if len(users) > 1 and all(
+        isinstance(u, Node) and lone_product(group_of[u]) is u and large(u) and u.src[:2].count(t) == 1
+        for u in users)
+        and not unpaddable(t, tuple(users), readers, group_of)]
+    sides, families = tied_sides(tensors, readers, group_of)
+    found = []
+    for calls in families:
+        mine = tuple(t for t in tensors if readers[t][0] in calls)
+        layout = agree(program, mine, tuple(calls), sides, readers, group_of, device)
+        if layout.sides != tuple(map(call_sides, layout.calls)):   # none asks for padding: nothing to share
+            found.append(layout)
+    return found
 
 
-def sides_as_lying(call: Node, shapes: dict[Node, tuple[int, ...]]) -> tuple[int, int, int] | None:
-    """(M, K, N) of a matrix call as its tensors lie (`shapes`, else their own; N = 1 for a
-    MatVec), None when two tensors give one letter different extents: then it takes no grid."""
-    extent: dict[Key, int] = {}
-    for node, shape, keys in tensors(call):
-        for key, n in zip(keys, shapes.get(node, shape)):
-            if extent.setdefault(key, n) != n:
-                return None
-    return (*(extent[k] for k in letters(call)), 1)[:3]
+def tied_sides(tensors: list[Node], readers: dict, group_of: dict) -> tuple[Classes, list[list[Node]]]:
+    """The (tensor, axis) sides that must lie alike, through the maps of the calls reading `tensors`, of a MatMul
+    reading two products (its K), and the M and N of products `pad_joined` joins; and the families of products
+    so tied, each in program order."""
+    sides, family, tied = Classes(), Classes(), []
+    for t in tensors:
+        for call in readers[t]:
+            tie(sides, call)
+            family.union(readers[t][0], call)
+            tied.append(call)
+    for call in group_of:
+        if (operands := pair(call, group_of)) is not None:
+            tie(sides, call, only=letters(call)[1])
+            family.union(*operands)
+            tied += operands
+    for call in dict.fromkeys(tied):
+        for other in joined_with(call, readers, group_of):
+            for i in (0, 2):
+                sides.union(side(sides, call, i), side(sides, other, i))
+            family.union(call, other)
+            tied.append(other)
+    families: dict[Node, list[Node]] = {family.find(c): [] for c in tied}
+    for call in group_of:
+        if call in tied:
+            families[family.find(call)].append(call)
+    return sides, list(families.values())
 
 
-class Classes:
-    """A union-find: each item's class, joined by `union`."""
-
-    def __init__(self):
-        self.root: dict = {}
-
-    def find(self, item):
-        while self.root.get(item, item) != item:
-            item = self.root[item]
-        return item
-
-    def union(self, a, b):
-        self.root.setdefault(a, a)
-        self.root[self.find(b)] = self.find(a)
-
-
-def tie(sides: Classes, call: Node, only: str | None = None):
-    """Join in `sides` the (tensor, axis) sides each letter of `call`'s map names (`only`: those
-    letters alone): a letter two tensors share is one side."""
-    named: dict[Key, tuple[Node, int]] = {}
-    for node, _, keys in tensors(call):
-        for axis, key in enumerate(keys):
-            if only is None or key in only:
-                sides.union(named.setdefault(key, (node, axis)), (node, axis))
+def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], sides: Classes,
+          readers: dict, group_of: dict, device) -> SharedLayout:
+    """One family's `SharedLayout`: each tied side the largest its calls ask for."""
+    largest: dict = {}
+    for call in calls:
+        asks = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None) or call_sides(call)
+        for i, extent in enumerate(asks):
+            key = side(sides, call, i)
+            largest[key] = max(extent, largest.get(key, 0))
+    agreed = {call: tuple(largest[side(sides, call, i)] for i in range(3)) for call in calls}
+    free = answered(readers, [SharedLayout(tensors, calls, tuple(agreed.values()))])
+    why = next((f"{call_label(program, c)} {why}" for c in calls
+                if (why := shared_unpadded(c, agreed, free, group_of, device))), "")
+    pairs = tuple(u for u in group_of if (p := pair(u, group_of)) and p[0] in calls)
+    return SharedLayout(tensors, calls, tuple(agreed.values()), why, pairs)
 
 
-def side(sides: Classes, call: Node, i: int):
-    """The class of the `i`th of a call's letters (M, K, N: 0, 1, 2; a MatVec's N is its own)."""
-    if i >= len(letters(call)):
-        return call, i
-    letter = letters(call)[i]
-    return sides.find(next((node, keys.index(letter)) for node, _, keys in tensors(call) if letter in keys))
+def shared_unpadded(call: Node, agreed: dict, readers: dict, group_of: dict, device) -> str:
+    """Why a product of a `pad_shared_input` family may not pad on the `agreed` sides."""
+    sides = agreed[call]
+    why = matrix_unpadded(call, readers, group_of)
+    if why:
+        return f"is not padded: {why}"
+    if keeps_n(call, readers) and sides[2] != call.shape[-1]:
+        return f"keeps its N of {call.shape[-1]} (pad_through_row_width), not {sides[2]}"
+    if whole_device_grid(call, device, sides) is None:
+        return f"has no grid on (M, K, N) = {sides}"
+    if not pad_matrix(group_of[call], readers, group_of, device, agreed):
+        return f"may not be padded to (M, K, N) = {sides} (a MatMul reading its result has no grid on them)"
+    return ""
 
 
-# ---- the padded extents ---------------------------------------------------------------------------
-
-ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
-K_QUANTUM = 32      # K is padded to a multiple of this many elements
-FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
+def answered(readers: dict, layouts: list[SharedLayout]) -> dict:
+    """The readers a padding answers to: a tensor laid out for all its readers answers to none alone."""
+    return readers | {t: [] for s in layouts for t in s.tensors}
 
 
-def lone_product(group: Group) -> Node | None:
-    """The MatMul or MatVec of two operands, writing no state or a whole one, that `group` is
-    alone, if it is one."""
+def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, device, shared: tuple = ()) -> str:
+    """Why `pad_to_block` did not pad the product or stream `group` is, as the whole design reads it (a segment
+    sees its cut values as host tensors): from the design's `pad_shared_input` decisions (`shared`), its
+    `pad_shared_stream` family, or the product's pins."""
+    if streamable(group.calls):
+        return family_unpadded(program, groups, group)
     (call,) = group.calls if len(group.calls) == 1 else (None,)
-    if call is None or call.arg.kernel.role is not Role.MATRIX or call.arg.n_inputs != 2:
-        return None
-    if call.arg.writes and state_written_whole(call) is None:
-        return None
-    return call
+    if call is None or call.arg.kernel.role is not Role.MATRIX:
+        return ""
+    readers, group_of = readers_of(program, groups), {c: g for g in groups for c in g.calls}
+    refused = next((s for s in shared if s.why and call in s.calls), None)
+    if refused:
+        return f"{call_label(program, call)} is not padded: {Rule.PAD_SHARED_INPUT}: {refused.fact(program)}"
+    why = matrix_unpadded(call, readers, group_of)
+    if not why and keeps_n(call, readers) and best_sides(call, device, {2: call.shape[-1]}) is None:
+        row, whole = next((u, why) for u in readers[call] if (why := width_unshared(u, readers)))
+        why = (f"{call_label(program, row)} {whole}, so N keeps its {call.shape[-1]} (pad_through_row_width), and "
+               "no padding of M and K alone takes a better grid")
+    return why and f"{call_label(program, call)} is not padded: {why}"
 
 
-def large(call: Node) -> bool:
-    """Whether a MatMul's or MatVec's tensors are too large for one tile, so it tiles."""
+def pad_matrix(group: Group, readers: dict, group_of: dict, device,
+               agreed: dict | None = None, chosen: dict | None = None) -> dict[Node, tuple[int, ...]]:
+    """A lone MatMul or MatVec large enough to tile, over paddable operands, its result shown or read by calls
+    sharing its layout: its tensors on the sides `padded_product` picks; else K alone (`pad_k_only`), else
+    padded for groups fitting a tile to read its region (`pad_tile_region`). `agreed`: the sides
+    `pad_shared_input` agreed; `chosen` collects each cost-model choice: call -> (A, its shape, Choice)."""
+    call = lone_product(group)
+    if call is None:
+        return {}
+    chosen = {} if chosen is None else chosen
+    if not readers_unshared(call, readers, group_of):
+        return padded_product(call, readers, group_of, device, agreed, chosen)
+    return padded_product(call, readers, group_of, device, agreed, chosen, k_only=True) or (
+        {} if readers_unshared(call, readers, group_of, small=True)
+        else padded_product(call, readers, group_of, device, agreed, chosen, small=True))
+
+
+def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: dict | None, chosen: dict,
+                   k_only: bool = False, small: bool = False) -> dict[Node, tuple[int, ...]]:
+    """`pad_matrix` of `call` (`k_only`: its result keeps its shape; `small`: groups fitting a tile read it): the
+    sides agreed, joined (`joined_sides`) or chosen (`sides_choice`, N its own when a reader `keeps_n`),
+    squared (`pad_square`), with a grid for each MatMul reading it (`chained`); operands made over the layout
+    by zero-keeping elementwise calls or a row reduction pad their inputs (`pad_upstream_zeros`,
+    `pad_upstream_rows`). A view or plain call reading the result reads its operands' rows: whole words."""
+    members = (call,) if k_only else joined_with(call, readers, group_of)
+    if operands_unpadded(call, members, readers, group_of):
+        return {}
+    if call not in (agreed or {}) and any(isinstance(u, Node) and call in (pair(u, group_of) or ())
+                                          for u in readers.get(call, [])):
+        return {}   # read beside another product whose layout `pad_shared_input` did not agree with its own
     a, b = call.src[:2]
-    return vector_tiles(a, a) if len(call.shape) == 1 else \
-        nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
-
-
-def upstream(nodes, group_of: dict) -> tuple[tuple[Node, ...], tuple[Group, ...]]:
-    """The padded products whose layout `nodes` lie in when read over it, in the order they are
-    read, and the elementwise groups between them: a MatMul alone in its group lies in its own;
-    the last result of elementwise calls reading such a layout in theirs (`pad_through_elementwise`,
-    passed on to the next reader)."""
-    products, groups, seen, todo = [], [], set(), list(reversed(nodes))
-    while todo:
-        node = todo.pop()
-        if node in seen or node.op != Op.CALL or len(node.shape) != 2:
+    plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and reads_region(u, call, group_of if small else None)
+                       for u in readers.get(call, []))
+    if plain_reader and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
+        return {}
+    if not all(map(large, members)):
+        return {}
+    own_m, _, own_n = call_sides(call)
+    choice = None
+    if k_only:
+        sides, choice = sides_choice(call, device, {0: own_m, 2: own_n})
+    elif call in (agreed or {}):
+        sides = agreed[call]
+    elif len(members) > 1:
+        sides = (joined_sides(members, device) or {}).get(call)
+    else:
+        sides, choice = sides_choice(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None)
+    if sides and choice:
+        chosen[call] = (a, on_sides(call, sides)[a], choice)
+    sides = sides and squared(call, sides, readers, group_of, device)
+    if sides is None or k_only and sides[::2] != (own_m, own_n) or not k_only and any(
+            chained(u, {read: sides[::2]} | beside(u, read, agreed), device) is None
+            for u, read in matrix_readers(call, readers, group_of)):
+        return {}
+    found = on_sides(call, sides)
+    if k_only:   # `pad_k_only`: the result lies in its own shape, whoever reads it
+        del found[result_of(call)]
+    for operand in (a, b):   # made over the padded layout: `zeros_upstream`, `rows_upstream`
+        if operand.op != Op.CALL:
             continue
-        seen.add(node)
-        group = group_of[node]
-        if lone_product(group) is node:
-            products.append(node)
-        elif group.calls[-1] is node and group.calls[0].arg.kernel.role is Role.ELEMENTWISE:
-            groups.append(group)
-            todo.extend(reversed(external_inputs(group.calls)))
-    return tuple(products), tuple(groups)
+        if zeros_upstream(operand, call, readers, group_of):
+            found |= {n: found[operand] for n in external_inputs(group_of[operand].calls)}
+        elif operand is a and rows_upstream(operand, call, readers, group_of):
+            found |= {operand.src[0]: found[a]} | rows_through(operand, found[a])
+    return found
 
 
-def carried(node: Node, group_of: dict) -> bool:
-    """Whether `node` lies in a padded product's layout when read over it (`upstream`)."""
-    return bool(upstream((node,), group_of)[0])
-
-
-def joined(calls: tuple[Node, ...], result: Node, group_of: dict) -> tuple[Node, ...]:
-    """The products whose layout elementwise `calls` read (`upstream`: directly or through
-    elementwise calls over it), `result` lying in one of them, in the order they read them
-    (`pad_joined` pads them alike); () when `result` lies in none."""
-    products = upstream(external_inputs(calls), group_of)[0]
-    return products if set(upstream((result,), group_of)[0]) & set(products) else ()
-
-
-def joined_with(call: Node, readers: dict, group_of: dict) -> tuple[Node, ...]:
-    """The products `pad_joined` pads alike with `call` (itself among them): those the last of
-    the elementwise groups reading its layout, one after another, reads (`layout_unshared` lets
-    only one group read each of them)."""
-    node, found = call, (call,)
-    while users := [u for u in readers.get(node, []) if isinstance(u, Node) and u.arg.kernel.role is Role.ELEMENTWISE]:
-        calls = group_of[users[0]].calls
-        if not (products := joined(calls, node, group_of)):
-            break
-        node, found = calls[-1], products
-    return found if call in found else (call,)
-
-
-def joined_sides(products: tuple[Node, ...], device) -> dict[Node, tuple[int, int, int] | None] | None:
-    """The rule `pad_joined`: each of the products one elementwise group reads, on the M and N
-    `best_sides` picks for the first (or its own), so that their results lie alike, and on its
-    own K or a padded one (`best_sides`; None: its own sides), the first's K too when two of
-    them read one operand, which lies padded once; None when some product has no grid so."""
-    first = products[0]
-    big_m, big_k, big_n = best_sides(first, device) or call_sides(first)
-    shared = len({n for p in products for n in p.src[:2]}) < 2 * len(products)   # an operand lies padded alike too
-    sides = {p: best_sides(p, device, {0: big_m, 1: big_k, 2: big_n} if shared else {0: big_m, 2: big_n})
-             for p in products}
-    if any(s is None and p.shape != (big_m, big_n) for p, s in sides.items()):
+def squared(call: Node, sides: tuple[int, int, int], readers: dict, group_of: dict, device):
+    """`pad_square`: `sides` with the sides one tensor read as both operands joins (A @ A: M, K, N; C @ C for a
+    result C: its M and N) each the largest of its class; None when no grid takes them or N must stay its own."""
+    joined = Classes()
+    tie(joined, call)
+    for user, read in matrix_readers(call, readers, group_of):
+        tie(joined, user)
+        for axis in (0, 1):   # `read` lies in the call's result's layout
+            joined.union((read, axis), (result_of(call), axis))
+    classes = [side(joined, call, i) for i in range(3)]
+    square = tuple(max(s for s, c in zip(sides, classes) if c == mine) for mine in classes)
+    if square == sides:
+        return sides
+    if (keeps_n(call, readers) and square[2] != call.shape[-1]) or whole_device_grid(call, device, square) is None:
         return None
-    return sides
+    return square
 
 
-def whole_device_grid(call: Node, device, padded=None):
-    """The grid `choose_grid` gives `call` (on `padded` sides) with the whole device to itself."""
-    return choose_grid(call, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
-                       device.n_cols * device.shim.dma_out_channels, padded=padded)
+def beside(call: Node, read: Node, agreed: dict | None) -> dict[Node, tuple[int, int]]:
+    """The other operand of a MatMul reading `read`, with the layout `pad_shared_input` agreed for it."""
+    other = call.src[1] if call.src[0] is read else call.src[0]
+    return {other: agreed[other][::2]} if other in (agreed or {}) else {}
 
 
-def chained(call: Node, lies: dict[Node, tuple[int, int]], device) -> tuple[int, int, int] | None:
-    """The sides (M, K, N) of a MatMul reading tensors that lie padded (`lies`: tensor -> shape,
-    each axis fixing the letter its map gives it): its other sides its own or padded, whichever
-    grid `best_sides` puts first; None when none has a grid (or two tensors fix one letter apart)."""
-    fixed: dict[int, int] = {}
-    order = letters(call)
-    for node, _, keys in tensors(call):
-        for key, extent in zip(keys, lies.get(node, ())):
-            if fixed.setdefault(order.index(key), extent) != extent:
-                return None
-    return best_sides(call, device, fixed, any_grid=True)
+def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
+    """Calls reading a padded product's result as it lies (`layout_unshared` says they may): elementwise calls'
+    other inputs and result in its layout (`pad_through_elementwise`); a row reduction's result as many rows,
+    as wide (`rows_through`); a MatMul reading it as A or B on its padded sides, its others as `chained`
+    picks."""
+    calls = group.calls
+    fed = [n for n in external_inputs(calls) if n.op == Op.CALL and n in padded]
+    if not fed or any(layout_unshared(calls, n, readers, group_of) for n in fed):
+        return {}
+    if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
+        return rows_through(calls[0], padded[fed[0]])
+    if calls[0].arg.kernel.role is Role.MATRIX:
+        sides = chained(calls[0], {n: padded[n] for n in fed}, device)
+        if sides is None:   # a product read by a product read by a product: `pad_matrix` checked the first only
+            return {}
+        return {n: shape for n, shape in on_sides(calls[0], sides).items() if n not in fed}
+    return {n: padded[fed[0]] for n in (*external_inputs(calls), calls[-1]) if n not in fed}
 
 
-def sides_choice(call: Node, device, fixed: dict[int, int] | None = None,
-                 any_grid: bool = False) -> tuple[tuple[int, int, int] | None, Choice | None]:
-    """The rule `pad_to_block`'s extents of a MatMul or MatVec: among the candidates, each side its
-    own (or `fixed`: index -> size), padded to its quantum (`padded_sides`), to the wider quantum
-    (`pad_wider`), a MatVec's M to the fewest rows of whole-word results (`pad_m_to_words`), the
-    one the cost model estimates fastest by its grid on the whole device (`tiling.estimate_ns`).
-    Unless `any_grid` (or a fixed side is not its own), the call's own sides are a candidate too,
-    preferred on a tie: when they win, nothing is padded (None, with the Choice saying so). A
-    padded grid cutting a side of many elements into one-element k-blocks is no candidate: the
-    cost model prices its many tiny objects below what they take. The sides (None when none is)
-    and the Choice."""
-    own, fixed = call_sides(call), fixed or {}
-    options = zip(own, (word_rows(call), *own[1:]), padded_sides(call, device), padded_sides(call, device, wider=True))
-    tried = sorted(set(product(*({fixed[i]} if i in fixed else set(sides) for i, sides in enumerate(options)))),
-                   key=lambda s: (s != own, s[0] * s[1] + s[1] * s[2] + s[0] * s[2], s))
-    unpadded = not any_grid and all(own[i] == side for i, side in fixed.items())
-    grids = [(s, g) for s in tried if (g := whole_device_grid(call, device, s)) is not None
-             and (g.k > 1 or s[1] == 1 or unpadded and s == own)]
-    if not grids:
-        return None, None
-    (sides, _), choice = cost.choose(Rule.PAD_TO_BLOCK, "padded sides", grids, lambda c: estimate_ns(c[1], device),
-                                     lambda c: f"(M, K, N) = {c[0]}")
-    return (None if unpadded and sides == own else sides), choice
+def rows_through(call: Node, lies: tuple[int, int]) -> dict[Node, tuple[int, ...]]:
+    """A row reduction over rows lying padded to `lies`: its result as many rows (`pad_through_rows`) and, when
+    wider, as wide, with the row every row shares (RMSNorm's w) padded with zeros (`pad_through_row_width`)."""
+    found = {call: lies[:len(call.shape)]}
+    if lies[1] != call.src[0].shape[1]:
+        found |= {n: lies[1:] for n in call.src[1:call.arg.n_inputs]}
+    return found
 
 
-def best_sides(call: Node, device, fixed: dict[int, int] | None = None,
-               any_grid: bool = False) -> tuple[int, int, int] | None:
-    """The sides `sides_choice` chooses."""
-    return sides_choice(call, device, fixed, any_grid)[0]
+def pad_stream(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
+    """Elementwise calls streaming over one-dimensional paddable tensors, their result read as the user's region:
+    their length padded (`streamed_count`), an input other streamed groups read padded once for all
+    (`pad_shared_stream`)."""
+    family = stream_family(group, readers, group_of)
+    every = tuple(c for g in family for c in g.calls)
+    padded = [stream_padding(g, readers, device, every) for g in family]
+    if not all(padded) or len({p[result_of(g.calls[-1])] for p, g in zip(padded, family)}) != 1:
+        return {}
+    return {n: shape for p in padded for n, shape in p.items()}
 
 
-def word_rows(call: Node) -> int:
-    """The rule `pad_m_to_words`: a MatVec's M padded to the fewest rows whose results are whole
-    32-bit words (a 1-row bfloat16 MatVec: 2 rows, not a multiple of ROW_QUANTUM per core), tried
-    beside `padded_sides`; a MatMul's own M."""
-    per_word = 4 // min(4, call.dtype.itemsize) if len(call.shape) == 1 else 1
-    return -(-call_sides(call)[0] // per_word) * per_word
+def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
+    """`pad_shared_stream`: `group` and the groups reading its inputs, in turn: one padded length, or none."""
+    family, seen, todo = [], set(), [group]
+    while todo:
+        g = todo.pop()
+        if g.name in seen:   # by name: comparing whole groups made many row blocks cubic
+            continue
+        family.append(g)
+        seen.add(g.name)
+        todo += [group_of[u] for n in external_inputs(g.calls) for u in readers.get(n, [])
+                 if isinstance(u, Node) and group_of[u].name not in seen]
+    return family
 
 
-def padded_sides(call: Node, device, wider: bool = False) -> tuple[int, int, int]:
-    """The call's sides padded to a multiple of ROW_QUANTUM per row of cores (M; a MatVec's: per
-    core), of K_QUANTUM (K) and of ROW_QUANTUM per column (N); `wider` (the rule `pad_wider`),
-    each quantum but a MatVec's N rounded up to a multiple of K_QUANTUM, for the sides a narrow
-    quantum leaves with no dividing block (on one column N = 2053 pads to 2056 = 8 x 257, whose
-    blocks of at most 8 take more rounds than a Dma op repeats; 2080 = 32 x 65 has blocks)."""
-    rows, cols = len(device.compute_rows), device.n_cols
-    vector = len(call.shape) == 1
-    quanta = (ROW_QUANTUM * (rows * cols if vector else rows), K_QUANTUM, 1 if vector else ROW_QUANTUM * cols)
-    if wider:
-        quanta = tuple(q if q == 1 else math.lcm(q, K_QUANTUM) for q in quanta)
-    return tuple(-(-side // q) * q for side, q in zip(call_sides(call), quanta))
+def family_unpadded(program: Program, groups: tuple[Group, ...], group: Group) -> str:
+    """Why `pad_stream` did not pad `group` as the design reads it: a group of its `pad_shared_stream` family may
+    not."""
+    readers, group_of = readers_of(program, groups), {c: g for g in groups for c in g.calls}
+    family = stream_family(group, readers, group_of)
+    if len(family) == 1:
+        return ""
+    every = tuple(c for g in family for c in g.calls)
+    for g in family:
+        labels = ", ".join(call_label(program, c) for c in g.calls)
+        if not streamable(g.calls):
+            return (f"{labels} reads an input of {group.name} too and does not stream, and {Rule.PAD_SHARED_STREAM} pads "
+                    "an input for every group reading it or for none")
+        if why := stream_unpadded(g.calls, readers, every):
+            return f"{labels} is not padded: {why}"
+    return ""
 
 
-def streamed_count(calls, device, count: int, quantum: int, width: int = 1) -> int | None:
-    """`pad_stream`'s length or `pad_rows`' rows: `count` (elements, or rows of `width`) padded to
-    a multiple of `quantum` per core of the device, when the cost model estimates calls streaming
-    it so faster than over their own (preferred on a tie); None when it does not."""
-    step = quantum * device.n_cols * len(device.compute_rows)
-    padded = -(-count // step) * step
-    flows = [(p, f) for p in (None, padded * width) if (p is None or padded != count)
-             and (f := _flow(calls, device, p, width)) is not None]
-    if not flows:
-        return None
-    best, _ = cost.choose(Rule.PAD_TO_BLOCK, "padded length", flows, lambda f: estimate_ns(f[1], device),
-                          lambda f: f"{f[0] or count * width} elements")
-    return None if best[0] is None else padded
+def stream_padding(group: Group, readers: dict, device, also: tuple[Node, ...] = ()) -> dict[Node, tuple[int, ...]]:
+    """`pad_stream` of one group, `also` (its family's calls) reading its inputs padded too."""
+    calls = group.calls
+    if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or stream_unpadded(calls, readers, also):
+        return {}
+    length = streamed_count(calls, device, calls[-1].size, FLOW_QUANTUM)
+    return {n: (length,) for n in (*external_inputs(calls), result_of(calls[-1]))} if length else {}
 
 
-def _flow(calls, device, padded, width: int = 1):
-    return choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
-                       device.n_cols * device.shim.dma_out_channels, width=width, padded=padded)
+def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:
+    """A row reduction over a batch of rows streamed in row-blocks, its result only the host's: its number of
+    rows padded (`streamed_count`), never a row's width (a row is reduced whole) nor the row every row shares."""
+    calls = group.calls
+    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or readers.get(calls[0]) != [Reader.HOST]:
+        return {}
+    if calls[0].arg.kernel.role is Role.EXPANSION:   # streams in units of a row (`stream_expansion_units`)
+        return {}
+    (call,), x = calls, calls[0].src[0]
+    if unpaddable(x, calls, readers):
+        return {}
+    rows, width = x.shape
+    padded_rows = streamed_count(calls, device, rows, ROW_QUANTUM, width)
+    return {x: (padded_rows, width), call: (padded_rows, *call.shape[1:])} if padded_rows else {}
+
+
+# ---- the facts of a design's layout ---------------------------------------------------------------
+

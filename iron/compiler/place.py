@@ -4,7 +4,7 @@ over whole columns of cores (tiling.py chooses the grid), and `stream_elementwis
 `stream_row_blocks` and `stream_joined` stream calls over large tensors the same way
 (streaming.py chooses the Flow); a group that does neither takes one tile or, split by rows,
 several, its matrix streamed through a mem tile (matrices.py); `check_rows_fit` refuses a row
-reduction wider than a tile. What placement says about padding is pad_lines.py's. Tile sizes
+reduction wider than a tile. What the layout pass padded its facts say (padding.py). Tile sizes
 and channel counts are the device's (docs/platform.md)."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from iron.compiler.fuse import (
     leading_call,
     role,
 )
-from iron.compiler.layout import Fill, lies_of, sides_as_lying, stream_length
+from iron.compiler.layout import lies_of, stream_length
 from iron.compiler.matrices import (
     Split,
     Stream,
@@ -32,17 +32,11 @@ from iron.compiler.matrices import (
     stream_rules,
     unsplit_beside_producer,
 )
-from iron.compiler.pad_lines import (
-    check_some_grid,
-    check_whole_words,
-    flow_padding_rule,
-    grid_padding_rule,
-    written_padding_rule,
-)
-from iron.compiler.pad_why import matrix_unpadded, readers_of
+from iron.compiler.padding import matrix_unpadded, readers_of, stream_unpadded
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.readers import Reader
 from iron.compiler.rules import Decision, Rule
+from iron.compiler.sides import best_sides, sides_as_lying
 from iron.compiler.streaming import (
     Flow,
     choose_flow,
@@ -56,10 +50,12 @@ from iron.compiler.streaming import (
     unstreamable,
 )
 from iron.compiler.tiling import (
+    MAX_BLOCK,
     Grid,
     call_sides,
     choose_grid,
     core_room,
+    divisors,
     wants_grid,
 )
 from iron.errors import DoesNotFit, PlacementError
@@ -127,8 +123,6 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     (`fewer_rows_for_one_configuration`), all when None."""
     lies, readers = lies_of(program, placements), readers_of(program, groups)
     padded = {n: lie.shape for n, lie in lies.items()}
-    written = frozenset(n for n, lie in lies.items() if lie.fill is Fill.WRITTEN)
-    zeros = {n: lie.fill.rule for n, lie in lies.items() if lie.fill.rule}
     with_emit = bool(device.full_elf and program.carry)   # a segment but the last has no carry
     outside = outside_users(program, groups, with_emit)
     free = snake_order(device)
@@ -161,8 +155,6 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if grid is not None:
             free = [t for t in free if t not in grid.tiles]
             sites.append(Site(group, grid.tiles, grid=grid))
-            rules += grid_padding_rule(program, group, grid, readers, device, written, zeros)
-            rules += written_padding_rule(program, group, (grid.call,), padded, written)
             rules.append((Rule.TILE_MATMUL_OVER_ARRAY, f"{group.name}: {grid.text()}"))
             rules += columns
             if grid.expand is not None:
@@ -178,8 +170,6 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if flow is not None:
             free = [t for t in free if t not in flow.tiles]
             sites.append(Site(group, flow.tiles, flow=flow))
-            rules += flow_padding_rule(program, group, flow, padded, zeros)
-            rules += written_padding_rule(program, group, flow.calls, padded, written)
             rules.append((rule, f"{group.name}: {flow.text()}"))
             rules += columns
             continue
@@ -195,7 +185,6 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
             group, tiles, split, channels, device)
         sites.append(Site(group, tiles, stream))
         rules.append((Rule.SNAKE_ORDER, f"{group.name} on {', '.join(t.name for t in tiles)}"))
-        rules += written_padding_rule(program, group, group.calls, padded, written)
         rules += stream_rules(group, stream)
         if crowded:
             rules.append((Rule.UNSPLIT_BESIDE_PRODUCER, f"{group.name}: {crowded}"))
@@ -476,3 +465,56 @@ def read_on_device(group: Group, outside) -> str:
             "says, or over the array when a cut puts its readers in a later configuration")
 
 
+def check_some_grid(program: Program, call: Node, device, unpadded: str) -> None:
+    """A MatMul whose B and result do not fit a tile and for which `tile_matmul_over_array` finds
+    no grid even with the whole device to itself is DoesNotFit here, naming the call and why the
+    layout pass did not pad it (`unpadded`), instead of failing later as one tile's buffers: its
+    blocks divide its sides, so a side with no divisor but small ones (a prime) has none that moves."""
+    room = core_room(device)
+    held = nbytes(call.src[1]) + nbytes(call)
+    if len(call.shape) != 2 or held <= room:
+        return
+    if choose_grid(call, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
+                   device.n_cols * device.shim.dma_out_channels) is not None:
+        return
+    (big_m, big_k), big_n = call.src[0].shape, call.shape[1]
+    sides = (("M", big_m), ("K", big_k), ("N", big_n))
+    largest = ", ".join(f"{name} = {side}: {max(divisors(side, 1))}" for name, side in sides)
+    padded = ", ".join(f"{name} = {-(-side // 32) * 32}" for name, side in sides)
+    raise DoesNotFit(
+        f"{program.name}: {call_label(program, call)} ({big_m}, {big_k}) x ({big_k}, {big_n}) {call.dtype.name}: B "
+        f"and the result take {held} bytes, more than a compute tile's {room}, and tile_matmul_over_array finds "
+        f"no grid of cores for it even on the whole {device.name}: its blocks divide their sides (at most "
+        f"{MAX_BLOCK} elements, no padding or remainder block) and must fit a core and move in one DMA op "
+        f"each, and the largest dividing blocks are {largest}; pad_to_block did not pad it: "
+        f"{unpadded or why_no_padded_grid(call, device)}. Pad the "
+        f"matrices with zeros to sides with larger divisors ({padded}), or cut the call into several."
+    )
+
+
+def why_no_padded_grid(call: Node, device) -> str:
+    """Why a call the layout pass may pad here has no padded grid: none of its padded sides has
+    one, or the design reads or makes its tensors elsewhere (a segment sees its cut values as host
+    tensors)."""
+    if best_sides(call, device) is None:
+        return "no padded sides have a grid either"
+    return "the design reads its result or makes its operands elsewhere (another segment)"
+
+
+def check_whole_words(program: Program, calls, device, readers: dict) -> None:
+    """Elementwise calls too large for a tile whose element count no block of whole 32-bit words
+    divides (an odd count of 16-bit elements, say), so `stream_elementwise` has no block for them
+    even on the whole device, are DoesNotFit here, naming the call and the padding."""
+    room = core_room(device)
+    size = external_inputs(calls)[0].size
+    per_word = max(4 // min(4, n.dtype.itemsize) for n in (*external_inputs(calls), *calls))
+    if not streamable(calls) or held_bytes(list(calls)) <= room or size % per_word == 0:
+        return
+    raise DoesNotFit(
+        f"{program.name}: {', '.join(call_label(program, c) for c in calls)} over {size} "
+        f"{calls[-1].dtype.name} elements take {held_bytes(list(calls))} bytes, more than a compute tile's {room}, "
+        f"and stream_elementwise cuts them into blocks that divide {size} and hold whole 32-bit words ({per_word} "
+        f"elements each), of which {size} has none, and pad_to_block did not pad them: "
+        f"{stream_unpadded(calls, readers) or 'no padded length streams either'}. Pad the "
+        f"tensors to {-(-size // per_word) * per_word} elements, or cut the calls in two."
+    )

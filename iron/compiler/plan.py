@@ -11,7 +11,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from iron.compiler.rules import Decision, Rule
+from iron.compiler.rules import Decision, Fill, Rule
 from iron.ir import Term
 
 
@@ -101,21 +101,6 @@ class HostBuffer:
     name: str
     role: HostRole
     nwords: int
-
-
-class Fill(Term):
-    """What a padded tensor's padding holds, as its readers may rely on it."""
-
-    ZEROS = "zeros"            # the zeros its buffer is made with: the host writes the user's region only
-    WRITTEN = "unwritten"      # zeros too: its producer writes the user's region only (`pad_written_by_producer`)
-    KEPT = "kept zeros"        # zeros computed from zeros by kernels that keep them (`pad_through_zeros`)
-    ROWS = "reduced zeros"     # zeros a row reduction writes past each row's length (`pad_upstream_rows`)
-    COMPUTED = "computed"      # computed from padding, never read as the user's
-
-    @property
-    def rule(self) -> Rule | None:
-        """The rule computing zeros into the padding of a tensor made over a padded layout."""
-        return {Fill.KEPT: Rule.PAD_THROUGH_ZEROS, Fill.ROWS: Rule.PAD_UPSTREAM_ROWS}.get(self)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,13 @@
 """`Rule`: every named rule by which the compiler decides, as one enum. `plan.rules` holds
 (Rule, text) pairs: tests and tools select decisions by member, describe() prints the member's
 value and the text; docs/architecture.md ("Who decides what") says what each one decides. A new
-rule is a new member here, never a string."""
+rule is a new member here, never a string. The layout pass's decisions are typed facts instead
+of text: one small frozen dataclass per kind (`PaddedGrid`, `PaddedStream`, ...), holding its
+Rule, the calls by label ("MatMul#0"), the tensors as describe() names them, shapes as they lie
+and what fills the padding (`Fill`), printed by its `__str__`; tests compare the facts."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from iron.ir import Term
 
@@ -23,7 +28,7 @@ class Rule(Term):
     INPUT_LIMIT = "input_limit"
     SIZE_LIMIT = "size_limit"
     UNRELATED_STARTS_GROUP = "unrelated_starts_group"
-    # padding (layout.py, pad.py, pad_why.py, pad_lines.py, words.py)
+    # padding (layout.py, sides.py, padding.py, words.py)
     PAD_TO_BLOCK = "pad_to_block"
     PAD_SHARED_INPUT = "pad_shared_input"
     PAD_SHARED_STREAM = "pad_shared_stream"
@@ -87,4 +92,177 @@ class Rule(Term):
     SHARE_CORE_IN_ITERATION = "share_core_in_iteration"
 
 
-Decision = tuple[Rule, str]   # one line of plan.rules: the rule and what it decided, for describe()
+Decision = tuple[Rule, object]   # one line of plan.rules: the rule and what it decided (text, or a typed fact)
+
+
+class Fill(Term):
+    """What a padded tensor's padding holds, as its readers may rely on it."""
+
+    ZEROS = "zeros"            # the zeros its buffer is made with: the host writes the user's region only
+    WRITTEN = "unwritten"      # zeros too: its producer writes the user's region only (`pad_written_by_producer`)
+    KEPT = "kept zeros"        # zeros computed from zeros by kernels that keep them (`pad_through_zeros`)
+    ROWS = "reduced zeros"     # zeros a row reduction writes past each row's length (`pad_upstream_rows`)
+
+
+
+@dataclass(frozen=True)
+class Lies:
+    """One padded tensor's layout: the shape it lies in (the user's region in its first rows and
+    columns) and what fills the rest."""
+
+    shape: tuple[int, ...]
+    fill: Fill = Fill.ZEROS
+
+
+Sides = tuple[int, int, int]
+
+
+def _names(names) -> str:
+    return ", ".join(names)
+
+
+@dataclass(frozen=True)
+class PaddedGrid:
+    """A MatMul or MatVec computing on padded sides (M, K, N; a MatVec's N is 1): `own` ->
+    `sides`, by `rule`: pad_to_block, pad_k_only (M and N its own: its result keeps its shape),
+    pad_m_to_words (a MatVec's M to whole words of results), pad_wider (a quantum of K_QUANTUM);
+    `fills`: what the padding of A and of B holds (K's must be zeros in both)."""
+
+    group: str
+    call: str
+    own: Sides
+    sides: Sides
+    rule: Rule = Rule.PAD_TO_BLOCK
+    fills: tuple[Fill | None, Fill | None] = (Fill.ZEROS, Fill.ZEROS)
+
+    def __str__(self) -> str:
+        changed = ", ".join(f"{n} {a} -> {b}" for n, a, b in zip("MKN", self.own, self.sides) if a != b)
+        fills = ", ".join(f"of {op}: {fill.value}" for op, fill in zip("AB", self.fills) if fill is not None)
+        result = "its result keeps its own shape" if self.rule is Rule.PAD_K_ONLY else \
+            "its result's padding is computed from zeros, never read as the user's region"
+        return f"{self.group}: {self.call} padded ({changed}); padding {fills}; {result}"
+
+
+@dataclass(frozen=True)
+class Unpadded:
+    """A MatMul or MatVec whose sides are not multiples of their quanta left on them, and why."""
+
+    group: str
+    call: str
+    why: str
+    rule = Rule.PAD_TO_BLOCK
+
+    def __str__(self) -> str:
+        return f"{self.group}: {self.call} is not padded: {self.why}"
+
+
+STREAMED = {   # how a stream's tensors came to lie padded, by rule
+    Rule.PAD_TO_BLOCK: "padded with zeros; the host writes and reads the user's region",
+    Rule.PAD_THROUGH_ELEMENTWISE: "as a padded product's result lies, the other inputs padded with zeros; each "
+                                  "element of the padding computed from padding, only the user's region read",
+    Rule.PAD_PASSED_ON: "as elementwise calls over a padded product's layout left it, each element of the padding "
+                        "computed from padding, only the user's region read",
+    Rule.PAD_UPSTREAM_ZEROS: "padded with zeros: its kernels keep zeros, so the padding a padded MatMul sums over "
+                             "is zeros",
+    Rule.PAD_THROUGH_ROWS: "as a padded product's rows lie, each row its own width; only the user's rows read",
+    Rule.PAD_THROUGH_ROW_WIDTH: "as a padded product's rows lie, wider: its kernel reduces each row's first (the "
+                                "user's) elements only, never the padding",
+    Rule.PAD_UPSTREAM_ROWS: "padded with zeros to the layout a padded MatMul reads its result in as A: its kernel "
+                            "writes 0 past each row's length, and a row of zeros reduces to a finite row",
+}
+
+
+@dataclass(frozen=True)
+class PaddedStream:
+    """Streamed calls (elementwise, or a row reduction) over tensors lying padded: the result (or
+    the rows reduced) of `own` shape lies in `lies`, by `rule` (the keys of STREAMED), in the
+    layout of `products` (one or several, `pad_joined`) when they stream over a product's."""
+
+    group: str
+    call: str
+    own: tuple[int, ...]
+    lies: tuple[int, ...]
+    rule: Rule = Rule.PAD_TO_BLOCK
+    products: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        layout = f" (the layout of {_names(self.products)})" * bool(self.products)
+        return f"{self.group}: {self.call} streams over {self.own} lying padded to {self.lies}{layout}, " \
+               f"{STREAMED[self.rule]}"
+
+
+TENSORS = {   # how a tensor lies padded for calls, by rule
+    Rule.PAD_WRITTEN_BY_PRODUCER: "written in its user's region only (by {}), so its padding stays the zeros the "
+                                  "buffer is made with",
+    Rule.PAD_SHARED_STREAM: "once for {}, each streaming over it",
+}
+
+
+@dataclass(frozen=True)
+class PaddedTensor:
+    """A tensor lying padded to `lies` for `calls`, by `rule` (the keys of TENSORS): written in its
+    user's region only by them (none: the host), row by row at the padded stride; or padded once
+    for the streams of them all."""
+
+    tensor: str
+    lies: tuple[int, ...]
+    calls: tuple[str, ...]
+    rule: Rule = Rule.PAD_WRITTEN_BY_PRODUCER
+
+    def __str__(self) -> str:
+        return f"{self.tensor} lies padded to {self.lies}, " + TENSORS[self.rule].format(_names(self.calls) or "the host")
+
+
+@dataclass(frozen=True)
+class KeptZeros:
+    """Elementwise calls (`by`, and those that passed the layout on to them) over a padded layout
+    keep zeros, so the padding of `tensor`, which MatMuls read padded (`read`: "MatMul#2 as A"), is zeros."""
+
+    group: str
+    by: tuple[str, ...]
+    tensor: str
+    lies: tuple[int, ...]
+    read: tuple[str, ...]
+    rule = Rule.PAD_THROUGH_ZEROS
+
+    def __str__(self) -> str:
+        return f"{self.group}: {_names(self.by)} keep zeros, so the padding of {self.tensor} lying padded to " \
+               f"{self.lies}, read by {_names(self.read)}, is zeros"
+
+
+@dataclass(frozen=True)
+class Region:
+    """Calls reading a padded tensor's user's region only (`rule`: pad_row_region, a row
+    reduction of a vector told its length; pad_tile_region, a group fitting a tile, whose DMA
+    moves each padded row's first elements)."""
+
+    group: str
+    calls: tuple[str, ...]
+    tensor: str
+    lies: tuple[int, ...]
+    rule: Rule = Rule.PAD_TILE_REGION
+
+    def __str__(self) -> str:
+        return f"{self.group}: {_names(self.calls)} read {self.tensor} where it lies padded to {self.lies}, its " \
+               "user's region only"
+
+
+@dataclass(frozen=True)
+class SharedSides:
+    """Products sharing `tensors` (or read as A and B by `pairs`), padded alike to `sides` each
+    (in `calls`' order), or left on their own sides (`why`)."""
+
+    tensors: tuple[str, ...]
+    calls: tuple[str, ...]
+    sides: tuple[Sides, ...]
+    pairs: tuple[str, ...] = ()
+    why: str = ""
+    rule = Rule.PAD_SHARED_INPUT
+
+    def __str__(self) -> str:
+        head = f"{_names(self.tensors)} read by {_names(self.calls)}" if self.tensors else \
+            f"{_names(self.calls)}, read as A and B by {_names(self.pairs)},"
+        if self.why:
+            return f"{head} stay unpadded: {self.why}"
+        return f"{head} padded alike: " + "; ".join(f"{c} on (M, K, N) = {s}" for c, s in zip(self.calls, self.sides))
+

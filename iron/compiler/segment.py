@@ -21,8 +21,7 @@ from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.copies import carry_from_earlier_segment
 from iron.compiler.fuse import Group
 from iron.compiler.invariants import check_plan
-from iron.compiler.layout import Layouts
-from iron.compiler.pad import design_unpadded
+from iron.compiler.layout import Layouts, design_unpadded
 from iron.compiler.plan import Cut, Fill, HostRole, Placement, PlacementKind, Plan
 from iron.compiler.repeat import Abandoned
 from iron.compiler.rules import Decision, Rule

@@ -11,8 +11,17 @@ from iron import Carried, Scratchpad
 from iron.compiler.copies import copy_view_for_grid
 from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
-from iron.compiler.plan import HostRole, PlacementKind, TileKind
-from iron.compiler.rules import Rule
+from iron.compiler.plan import Fill, HostRole, PlacementKind, TileKind
+from iron.compiler.rules import (
+    KeptZeros,
+    PaddedGrid,
+    PaddedStream,
+    PaddedTensor,
+    Region,
+    Rule,
+    SharedSides,
+    Unpadded,
+)
 from iron.errors import DoesNotFit, IndexOutOfRange, PlanError
 from iron.kernels import (
     Accumulate,
@@ -53,6 +62,15 @@ def assert_matches(got, want):
 
 def rule(plan, name):
     return [what for rule, what in plan.rules if rule == name]
+
+
+def facts(plan, *kinds):
+    """The layout pass's decisions of `kinds` (padding.py), typed, in the order it recorded them."""
+    return [fact for _, fact in plan.rules if isinstance(fact, kinds)]
+
+
+P509, P512 = (509, 509, 509), (512, 512, 512)
+ZEROS = (Fill.ZEROS, Fill.ZEROS)
 
 
 def chosen(plan, name):
@@ -112,10 +130,7 @@ def test_a_small_odd_matmul_takes_few_calls_and_its_padding_stays_zeros():
     a, b = operands(251, 127, 191, np.float32)
     graph = Product(b)
     body = graph.compile(a=a, device=from_name("npu2"))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        "g0: MatMul#0 padded with zeros (M 251 -> 256, K 127 -> 128, N 191 -> 192) over 32 tiles: A, B and the "
-        "result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both "
-        "operands; the result's padding is computed from zeros, never read as the user's region"]
+    assert facts(body.plan, PaddedGrid) == [PaddedGrid("g0", "MatMul#0", (251, 127, 191), (256, 128, 192))]
     assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [
         "g0: MatMul (251, 127) x (127, 191) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): blocks "
         "m=64 k=64 n=24 (pad_to_block: padded with zeros to M = 256, K = 128, N = 192), 1 output blocks per core, "
@@ -145,10 +160,7 @@ def test_a_matvec_of_4099_rows_is_padded_over_every_core():
     w, x = rng.standard_normal((4099, 1000)).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
     graph = Projection(w)
     body = graph.compile(x=x, device=from_name("npu2"))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        "g0: MatVec#0 padded with zeros (M 4099 -> 4352) over 32 tiles: A, B and the result lie so in DDR, the "
-        "host writes and reads the user's region; the result's padding is computed from zeros, never read as the "
-        "user's region"]
+    assert facts(body.plan, PaddedGrid) == [PaddedGrid("g0", "MatVec#0", (4099, 1000, 1), (4352, 1000, 1))]
     assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [
         "g0: MatVec (4099, 1000) x (1000,) float32 -> float32 over 32 tiles (4 rows x 8 columns of cores): blocks "
         "m=136 k=50 n=1 (pad_to_block: padded with zeros to M = 4352, K = 1000), 1 output blocks per core, 20 "
@@ -170,9 +182,7 @@ def test_elementwise_calls_over_a_length_with_no_block_of_whole_words_stream_pad
     rng = np.random.default_rng(4)
     x, y = (rng.integers(-60, 60, 100001).astype(dtype) for _ in range(2))
     body = Sum().compile(x=x, y=y, device=from_name("npu2"))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        "g0: Add#0 over 100001 elements streams padded with zeros to 100352 elements (the inputs and the result "
-        "lie so in DDR, the host writes and reads the first 100001) over 16 tiles"]
+    assert facts(body.plan, PaddedStream) == [PaddedStream("g0", "Add#0", (100001,), (100352,))]
     assert rule(body.plan, Rule.STREAM_ELEMENTWISE) == [
         f"g0: Add over 100001 elements (pad_to_block: padded with zeros to 100352) streamed in {blocks}"]
     np.testing.assert_array_equal(body(x=x, y=y), Sum().reference(x=x, y=y))
@@ -226,7 +236,7 @@ def test_elementwise_calls_pad_to_block_may_not_pad_do_not_fit_naming_the_paddin
 def test_sizes_that_divide_are_not_padded():
     a, b = operands(512, 512, 512, np.float32)
     body = Product(b).compile(a=a, device=from_name("npu2"))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [] and padded(body.plan) == {}
+    assert facts(body.plan, PaddedGrid, Unpadded) == [] and padded(body.plan) == {}
 
 
 class ProductThenRows(iron.Graph):
@@ -272,10 +282,7 @@ def test_a_carried_loop_runs_a_padded_body_at_depth_2():
     steps = 6
     graph = LoggedProduct(a, b, steps)
     body = graph.compile(device=from_name("npu2"))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        "g0: MatMul#0 padded with zeros (M 251 -> 256, K 127 -> 128, N 191 -> 192) over 32 tiles: A, B and the "
-        "result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both "
-        "operands; the result's padding is computed from zeros, never read as the user's region"]
+    assert facts(body.plan, PaddedGrid) == [PaddedGrid("g0", "MatMul#0", (251, 127, 191), (256, 128, 192))]
     assert len(body.plan.configurations) == 2
     loop = iron.CarriedLoop(body, body, depth=2)
     assert list(loop.run(steps - 1, step=0)) == list(range(steps - 1))
@@ -309,10 +316,7 @@ def test_a_row_reduction_pads_only_its_number_of_rows(graph):
     x = np.random.default_rng(8).standard_normal((4099, 64)).astype(np.float32)
     body = graph.compile(x=x, device=from_name("npu2"))
     name = {Norm: "RMSNorm", Softmaxed: "Softmax", Picked: "Argmax"}[type(graph)]
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        f"g0: {name}#0 over 4099 rows of 64 elements streams padded with zeros to 4352 rows (the rows and the "
-        "result lie so in DDR, the host writes and reads the first 4099; a row's width is never padded) over 32 "
-        "tiles"]
+    assert facts(body.plan, PaddedStream) == [PaddedStream("g0", f"{name}#0", (4099, 64), (4352, 64))]
     assert rule(body.plan, Rule.STREAM_ROW_BLOCKS) == [
         f"g0: {name} over 4099 rows of 64 elements (pad_to_block: padded with zeros to 4352 rows) streamed in "
         "row-blocks of 34 rows over 32 tiles (4 rows x 8 columns of cores), 4 blocks per core"]
@@ -367,10 +371,10 @@ class ScaledProduct(iron.Graph):
         return Mul.step(c, MatMul.step(a, self.b))
 
 
-def through(label, tiles):
-    return (f"g1: {label} over (509, 509) elements streams over them as they lie padded to (512, 512) "
-            "(pad_through_elementwise: a padded MatMul's result, the other inputs padded with zeros and the result lie "
-            f"so in DDR; only the user's region of the result is read) over {tiles} tiles")
+def through(label, group="g1", own=(509, 509), lies=(512, 512), products=("MatMul#0",),
+            rule=Rule.PAD_THROUGH_ELEMENTWISE):
+    """The fact of elementwise calls streaming over the padded layout of `products`."""
+    return PaddedStream(group, label, own, lies, rule, products)
 
 
 FED = [
@@ -401,11 +405,7 @@ def test_elementwise_calls_reading_a_padded_product_compute_over_its_padded_layo
     graph = design(b, out) if design is ProductPlus else design(b)
     given = {"a": a} if design is ProductThenAct else {"a": a, "c": c}
     body = graph.compile(**given, device=from_name(device))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        f"g0: MatMul#0 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512) over {grid} tiles: A, B and the "
-        "result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both operands"
-        "; the result's padding is computed from zeros, never read as the user's region",
-        through(label, stream)]
+    assert facts(body.plan, PaddedGrid, PaddedStream) == [PaddedGrid("g0", "MatMul#0", P509, P512), through(label)]
     assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == ["cut before g1: 1048576 bytes cross (MatMul#0)"]
     assert padded(body.plan)["cut.MatMul#0"] == ((509, 509), (512, 512))
     assert padded(body.plan)["out0"] == ((509, 509), (512, 512))
@@ -436,7 +436,7 @@ def test_a_carried_loop_runs_a_padded_product_and_activation_at_depth_2():
     body = graph.compile(device=from_name("npu2"))
     assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == ["cut before g1: 1048576 bytes cross (MatMul#0)",
                                                    "cut before g2: 1048576 bytes cross (SiLU#1)"]
-    assert rule(body.plan, Rule.PAD_TO_BLOCK)[1] == through("SiLU#1", 32)
+    assert facts(body.plan, PaddedStream) == [through("SiLU#1")]
     loop = iron.CarriedLoop(body, body, depth=2)
     assert list(loop.run(steps - 1, step=0)) == list(range(steps - 1))
     assert dict(loop.carry) == {"step": steps}
@@ -470,13 +470,9 @@ def test_a_row_reduction_of_a_padded_product_reduces_its_padded_rows_of_their_ow
     graph = ProductThenRows2(b, kernel)
     body = graph.compile(a=a, device=from_name(device))
     name = kernel.__name__
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        f"g0: MatMul#0 padded with zeros (M 509 -> 512) over {grid} tiles: A, B and the result lie so in DDR, the host "
-        "writes and reads the user's region; the result's padding is computed from zeros, never read as the user's "
-        "region",
-        f"g1: {name}#1 over 509 rows of 512 elements streams over them as they lie padded to 512 rows "
-        "(pad_through_rows: a padded MatMul's result and the result lie so in DDR; only the first 509 rows of the "
-        f"result are read; its rows keep their width) over {stream} tiles"]
+    assert facts(body.plan, PaddedGrid, PaddedStream) == [
+        PaddedGrid("g0", "MatMul#0", (509, 256, 512), (512, 256, 512)),
+        PaddedStream("g1", f"{name}#1", (509, 512), (512, 512), Rule.PAD_THROUGH_ROWS)]
     assert f"blocks {blocks} (pad_to_block: padded with zeros to M = 512, K = 256, N = 512)" in \
         rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY)[0]
     assert rule(body.plan, Rule.STREAM_ROW_BLOCKS) == [
@@ -498,13 +494,9 @@ class ProductOfProduct(iron.Graph):
         return MatMul.step(MatMul.step(a, self.b), self.d)
 
 
-def chained(g, label, tiles, computed="", sides="M 509 -> 512, K 509 -> 512, N 509 -> 512"):
-    """The pad_to_block line of a padded product; `computed`: the operand another product computed ("A", "B")."""
-    rule = {"": "", "A": " (A's computed from zeros: pad_through_matmul)",
-            "B": " (B's computed from zeros: pad_through_matmul_b)"}[computed]
-    return (f"{g}: {label} padded with zeros ({sides}) over {tiles} tiles: A, B and the result lie so in DDR, the host "
-            "writes and reads the user's region" + "; K's padding is zeros in both operands" * ("K" in sides) + rule
-            + "; the result's padding is computed from zeros, never read as the user's region")
+def chained(g, label, fills=ZEROS):
+    """The fact of a product padded from 509 to 512 on every side; `fills`: its A's and B's padding."""
+    return PaddedGrid(g, label, P509, P512, Rule.PAD_TO_BLOCK, fills)
 
 
 @pytest.mark.parametrize("device, tiles", [("npu2", 32), ("npu1", 16)])
@@ -517,7 +509,7 @@ def test_a_padded_product_read_as_the_next_products_a_keeps_its_k_padding_zeros(
     a, d = a / 22, d / 22   # each product of 509 normal terms back to about unit size
     graph = ProductOfProduct(b, d)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [chained("g0", "MatMul#0", tiles), chained("g1", "MatMul#1", tiles, "A")]
+    assert facts(body.plan, PaddedGrid) == [chained("g0", "MatMul#0"), chained("g1", "MatMul#1")]
     assert padded(body.plan) == {"a": ((509, 509), (512, 512)), "b": ((509, 509), (512, 512)),
                                  "d": ((509, 509), (512, 512)), "cut.MatMul#0": ((509, 509), (512, 512)),
                                  "out0": ((509, 509), (512, 512))}
@@ -591,8 +583,7 @@ def test_a_padded_product_read_as_the_next_products_b_keeps_its_k_padding_zeros(
     a, x = (a / 22, x / 22) if out is None else (a, x.astype(out))
     graph = ProductAsB(b, x, out)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [chained("g0", "MatMul#0", tiles),
-                                               chained("g1", "MatMul#1", tiles, "B")]
+    assert facts(body.plan, PaddedGrid) == [chained("g0", "MatMul#0"), chained("g1", "MatMul#1")]
     assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == ["cut before g1: 1048576 bytes cross (MatMul#0)"]
     assert padded(body.plan) == {"a": ((509, 509), (512, 512)), "b": ((509, 509), (512, 512)),
                                  "x": ((509, 509), (512, 512)), "cut.MatMul#0": ((509, 509), (512, 512)),
@@ -625,8 +616,8 @@ def test_the_second_product_of_a_chain_read_by_an_activation_shares_its_padded_l
     a, d = a / 22, d / 22
     graph = ChainThenAct(b, d)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [chained("g0", "MatMul#0", tiles), chained("g1", "MatMul#1", tiles, "A"),
-                                               through("SiLU#2", tiles).replace("g1:", "g2:")]
+    assert facts(body.plan, PaddedGrid, PaddedStream) == [chained("g0", "MatMul#0"), chained("g1", "MatMul#1"),
+                                                          through("SiLU#2", "g2", products=("MatMul#1",))]
     assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == ["cut before g1: 1048576 bytes cross (MatMul#0)",
                                                    "cut before g2: 1048576 bytes cross (MatMul#1)"]
     assert padded(body.plan)["cut.MatMul#1"] == ((509, 509), (512, 512))
@@ -663,11 +654,8 @@ def test_two_products_one_elementwise_call_reads_are_padded_alike(device, dtype,
     a, c = (a / 22, c / 22) if out is None else (a, c)
     graph = SumOfProducts(b, d, out)
     body = graph.compile(a=a, c=c, device=from_name(device))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        chained("g0", "MatMul#0", 16), chained("g1", "MatMul#1", 16),
-        f"g2: Add#2 over (509, 509) elements streams over them as they lie padded to (512, 512) "
-        "(pad_through_elementwise: pad_joined: 2 padded MatMul results lying alike, the other inputs padded with "
-        f"zeros and the result lie so in DDR; only the user's region of the result is read) over {stream} tiles"]
+    assert facts(body.plan, PaddedGrid, PaddedStream) == [chained("g0", "MatMul#0"), chained("g1", "MatMul#1"),
+                                                          through("Add#2", "g2", products=("MatMul#0", "MatMul#1"))]
     assert [len(conf.cores) for conf in body.plan.configurations] == cores
     assert padded(body.plan) == {name: ((509, 509), side) for name, side in (
         ("a", (512, 512)), ("b", (512, 512)), ("c", (512, 512)), ("d", (512, 512)), ("cut.MatMul#0", (512, 512)),
@@ -691,7 +679,7 @@ def test_two_joined_products_of_one_input_pad_it_once(device, dtype, out):
     assert padded(body.plan) == {name: ((509, 509), side) for name, side in (
         ("a", (512, 512)), ("b", (512, 512)), ("d", (512, 512)), ("cut.MatMul#0", (512, 512)),
         ("cut.MatMul#1", (512, 512)), ("out0", (512, 512)))}
-    assert "pad_joined: 2 padded MatMul results lying alike" in rule(body.plan, Rule.PAD_TO_BLOCK)[2]
+    assert facts(body.plan, PaddedStream) == [through("Add#2", "g2", products=("MatMul#0", "MatMul#1"))]
     assert_matches(body(a=a, c=a), graph.reference(a=a, c=a))
 
 
@@ -724,8 +712,8 @@ def test_softmax_of_a_product_of_n_509_reduces_its_padded_width():
     body = graph.compile(a=a, device=from_name("npu2"))
     assert "over 32 tiles (4 rows x 8 columns of cores): blocks m=64 k=8 n=64 (pad_to_block: padded with zeros to " \
         "M = 512, K = 256, N = 512)" in rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY)[0]
-    assert "Softmax#1 over 509 rows of 509 elements streams over them as they lie padded to 512 rows of 512 elements " \
-        "(pad_through_row_width" in rule(body.plan, Rule.PAD_TO_BLOCK)[1]
+    assert facts(body.plan, PaddedStream) == [
+        PaddedStream("g1", "Softmax#1", (509, 509), (512, 512), Rule.PAD_THROUGH_ROW_WIDTH)]
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
 
@@ -748,13 +736,9 @@ def test_a_row_reduction_of_a_padded_product_reduces_its_padded_width_told_the_u
     a[:100] = -np.abs(a[:100])
     graph = ProductThenRows2(b, kernel)
     body = graph.compile(a=a, device=from_name(device))
-    name, shared = kernel.__name__, ", w padded with zeros" * (kernel is RMSNorm)
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        chained("g0", "MatMul#0", tiles_used),
-        f"g1: {name}#1 over 509 rows of 509 elements streams over them as they lie padded to 512 rows of 512 "
-        f"elements (pad_through_row_width: a padded MatMul's result{shared} and the result lie so in DDR; the kernel "
-        "reduces each row's first elements only (length=509, the user's width), never the padding; only the user's "
-        f"region of the result is read) over {tiles_used} tiles"]
+    name = kernel.__name__
+    assert facts(body.plan, PaddedGrid, PaddedStream) == [
+        chained("g0", "MatMul#0"), PaddedStream("g1", f"{name}#1", (509, 509), (512, 512), Rule.PAD_THROUGH_ROW_WIDTH)]
     assert rule(body.plan, Rule.STREAM_ROW_BLOCKS) == [
         f"g1: {name} over 509 rows of 509 elements (pad_to_block: padded with zeros to 512 rows of 512 elements) "
         f"streamed in row-blocks of {rows} rows over {tiles_used} tiles (4 rows x {tiles_used // 4} columns of "
@@ -791,8 +775,8 @@ def test_a_per_call_length_reduces_a_padded_width_within_the_users_width():
     graph = ProductThenSoftmaxUpTo(b)
     a = a / 8
     body = graph.compile(a=a, device=from_name("npu2"))
-    assert "(pad_through_row_width: a padded MatMul's result and the result lie so in DDR; the kernel reduces each " \
-           "row's first elements only (the length it was given), never the padding" in rule(body.plan, Rule.PAD_TO_BLOCK)[1]
+    assert facts(body.plan, PaddedStream) == [
+        PaddedStream("g1", "Softmax#1", (509, 509), (512, 512), Rule.PAD_THROUGH_ROW_WIDTH)]
     assert rule(body.plan, Rule.STREAM_ROW_BLOCKS) == [
         "g1: Softmax over 509 rows of 509 elements (pad_to_block: padded with zeros to 512 rows of 512 elements) "
         "streamed in row-blocks of 4 rows over 32 tiles (4 rows x 8 columns of cores), 4 blocks per core, length=n a "
@@ -806,17 +790,6 @@ def test_a_per_call_length_reduces_a_padded_width_within_the_users_width():
 
 
 # ---- pad_written_by_producer: a padded call reads a tensor another call writes ------------------
-
-def producer_wrote(g, label, shape):
-    return (f"{g}: {label} writes its result row by row into the user's region of {shape}, the padded layout a later "
-            "padded call reads it in; the padding, never written, stays the zeros the buffer is made with")
-
-
-def read_padded(g, what, shape, reader, state=False):
-    whose = "a state every call writing it writes" if state else "another group's result, which that group writes"
-    return (f"{g}: {what} lies padded to {shape} for {reader}: {whose} in its user's region only, so its padding stays "
-            "the zeros the buffer is made with")
-
 
 NORMED = [("npu2", (509, 509, 509), 32, (512, 512, 512)), ("npu1", (509, 509, 509), 16, (512, 512, 512)),
           ("npu2", (251, 128, 191), 32, (256, 128, 192))]
@@ -836,15 +809,9 @@ def test_a_row_reduction_a_padded_product_reads_as_its_a_streams_over_its_rows_p
     w = np.linspace(0.5, 1.5, k, dtype=np.float32)
     graph = NormThenProduct(w, b)
     body = graph.compile(x=x, device=from_name(device))
-    wide = (f", w padded with zeros and the result lie so in DDR, the layout a padded MatMul reads the result in as its "
-            f"A; the kernel reduces each row's first {k} elements only and writes 0 past them, so K's padding is zeros"
-            if big_k != k else " and the result lie so in DDR, the layout a padded MatMul reads the result in as its A")
-    assert rule(body.plan, Rule.PAD_TO_BLOCK)[0] == (
-        f"g0: RMSNorm#0 over {m} rows of {k} elements streams over them padded with zeros to {(big_m, big_k)} "
-        f"(pad_upstream_rows: the rows{wide}; a padded row of zeros reduces to a finite row of M's padding) over "
-        f"{cores} tiles")
-    assert ("(A's computed from zeros: pad_upstream_rows)" in rule(body.plan, Rule.PAD_TO_BLOCK)[1]) == (big_k != k)
-    assert rule(body.plan, Rule.PAD_WRITTEN_BY_PRODUCER) == []
+    assert facts(body.plan, PaddedGrid, PaddedStream, PaddedTensor) == [
+        PaddedStream("g0", "RMSNorm#0", (m, k), (big_m, big_k), Rule.PAD_UPSTREAM_ROWS),
+        PaddedGrid("g1", "MatMul#1", sides, big, fills=(Fill.ROWS, Fill.ZEROS))]
     assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == [f"cut before g1: {big_m * big_k * 4} bytes cross (RMSNorm#0)"]
     assert f"before g1: {big_m * big_k * 4} bytes (RMSNorm#0)" in describe(body.plan)
     assert f"(pad_to_block: padded with zeros to M = {big_m}, K = {big_k}, N = {big_n})" in \
@@ -889,9 +856,9 @@ def test_a_state_written_only_in_its_users_region_lies_padded_for_a_padded_call(
     body = graph.compile(a=a, device=from_name(device))
     graph.write("s", s)
     body.write("s", s)
-    assert rule(body.plan, Rule.PAD_TO_BLOCK)[1:] == [through("Add#1", stream)]
-    assert f"over {grid} tiles" in rule(body.plan, Rule.PAD_TO_BLOCK)[0]
-    assert rule(body.plan, Rule.PAD_WRITTEN_BY_PRODUCER) == [read_padded("g1", "s", (512, 512), "Add#1", state=True)]
+    assert facts(body.plan, PaddedGrid, PaddedStream, PaddedTensor) == [
+        chained("g0", "MatMul#0"), through("Add#1"), PaddedTensor("s", (512, 512), ())]
+    assert tiles(body.plan.segments[0]) == grid
     assert padded(body.plan)["s"] == ((509, 509), (512, 512))
     assert_matches(body(a=a), graph.reference(a=a))
     whole = cut_padding(body, "s")
@@ -919,7 +886,7 @@ def test_a_carried_loop_writes_a_padded_state_in_its_users_region_at_depth_2():
     a, b, steps = a / 8, b / 8, 5
     graph = ChainedState(a, b)
     body = graph.compile(device=from_name("npu2"))
-    assert rule(body.plan, Rule.PAD_WRITTEN_BY_PRODUCER) == [read_padded("g1", "s", (512, 512), "Add#1", state=True)]
+    assert facts(body.plan, PaddedTensor) == [PaddedTensor("s", (512, 512), ("Copy#2",))]
     s = np.random.default_rng(14).standard_normal((509, 509)).astype(np.float32)
     body.write("s", s)
     loop = iron.CarriedLoop(body, body, depth=2)
@@ -942,7 +909,7 @@ def test_a_state_read_by_a_padded_stream_lies_padded(dtype):
     x, s = (rng.integers(-60, 60, 100001).astype(dtype) for _ in range(2))
     graph = StateSum(dtype)
     body = graph.compile(x=x, device=from_name("npu2"))
-    assert rule(body.plan, Rule.PAD_WRITTEN_BY_PRODUCER) == [read_padded("g0", "s", (100352,), "Add#0", state=True)]
+    assert facts(body.plan, PaddedTensor) == [PaddedTensor("s", (100352,), ())]
     assert padded(body.plan) == {"s": ((100001,), (100352,)), "x": ((100001,), (100352,)),
                                  "out0": ((100001,), (100352,))}
     graph.write("s", s)
@@ -988,8 +955,8 @@ def test_elementwise_calls_stream_whole_rows_into_the_padded_layout_a_product_re
     a, b = operands(509, 509, 509, np.float32)
     graph = ExpThenProduct(b / 22)
     body = graph.compile(a=a / 4, device=from_name(device))
-    assert rule(body.plan, Rule.PAD_WRITTEN_BY_PRODUCER) == [
-        producer_wrote("g0", "Exp#0", (512, 512)), read_padded("g1", "cut.Exp#0", (512, 512), "MatMul#1")]
+    assert facts(body.plan, PaddedTensor, PaddedGrid) == [
+        PaddedGrid("g1", "MatMul#1", P509, P512, fills=(Fill.WRITTEN, Fill.ZEROS)), PaddedTensor("Exp(a)", (512, 512), ("Exp#0",))]
     assert rule(body.plan, Rule.STREAM_ELEMENTWISE)[0].endswith("streamed in blocks of 509 over 1 tiles (1 rows x 1 "
                                                              "columns of cores), 509 blocks per core")
     assert tiles(body.plan.segments[1]) == cores
@@ -1051,8 +1018,7 @@ def test_a_padded_products_reader_reads_another_groups_result_its_producer_wrote
     c = np.random.default_rng(16).standard_normal((509, 509)).astype(np.float32)
     graph = design(b / 22, np.linspace(0.5, 1.5, 509, dtype=np.float32))
     body = graph.compile(a=a / 22, c=c, device=from_name("npu2"))
-    assert rule(body.plan, Rule.PAD_WRITTEN_BY_PRODUCER) == [
-        producer_wrote("g1", "RMSNorm#1", (512, 512)), read_padded("g2", "cut.RMSNorm#1", (512, 512), reader)]
+    assert facts(body.plan, PaddedTensor) == [PaddedTensor("RMSNorm(c, w)", (512, 512), ("RMSNorm#1",))]
     assert rule(body.plan, Rule.FEWEST_BYTES_CUT) == ["cut before g2: 2097152 bytes cross (MatMul#0, RMSNorm#1)"]
     np.testing.assert_allclose(body(a=a / 22, c=c), graph.reference(a=a / 22, c=c), **F32)
 
@@ -1129,10 +1095,8 @@ def test_an_input_several_products_read_is_padded_once_to_the_sides_they_all_tak
                         joined=design == "joined")
     a = small_operand((m, k), dtype, 0)
     body = graph.compile(a=a, device=from_name(device))
-    labels = [f"MatMul#{i}" for i in range(len(names))]
-    assert rule(body.plan, Rule.PAD_SHARED_INPUT) == [
-        f"a read by {', '.join(labels)} padded once, to the largest sides they ask for, each with a grid on them: "
-        + "; ".join(f"{label} on (M, K, N) = {lies}" for label in labels)]
+    labels = tuple(f"MatMul#{i}" for i in range(len(names)))
+    assert facts(body.plan, SharedSides) == [SharedSides(("a",), labels, (lies,) * len(labels))]
     assert padded(body.plan)["a"] == ((m, k), (big_m, big_k))
     assert {name: padded(body.plan)[name] for name in names} == {name: ((k, n), (big_k, big_n)) for name in names}
     assert [len(conf.cores) for conf in body.plan.configurations] == cores
@@ -1186,15 +1150,14 @@ class Squared(iron.Graph):
         return MatMul.step(c, c)
 
 
-SQUARED = [("npu2", False, 509, 32, ["g0: MatMul#0 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)"]),
-           ("npu1", False, 509, 16, ["g0: MatMul#0 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)"]),
-           ("npu2", False, 310, 32, ["g0: MatMul#0 padded with zeros (M 310 -> 320, K 310 -> 320, N 310 -> 320)"]),
-           ("npu2", True, 509, 32, ["g0: MatMul#0 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)",
-                                    "g1: MatMul#1 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)"]),
-           ("npu1", True, 509, 16, ["g0: MatMul#0 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)",
-                                    "g1: MatMul#1 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512)"]),
-           ("npu2", True, 310, 32, ["g0: MatMul#0 padded with zeros (M 310 -> 320, N 310 -> 320)",
-                                    "g1: MatMul#1 padded with zeros (M 310 -> 320, K 310 -> 320, N 310 -> 320)"])]
+P310, P320 = (310, 310, 310), (320, 320, 320)
+SQUARED = [("npu2", False, 509, 32, [PaddedGrid("g0", "MatMul#0", P509, P512)]),
+           ("npu1", False, 509, 16, [PaddedGrid("g0", "MatMul#0", P509, P512)]),
+           ("npu2", False, 310, 32, [PaddedGrid("g0", "MatMul#0", P310, P320)]),
+           ("npu2", True, 509, 32, [PaddedGrid("g0", "MatMul#0", P509, P512), PaddedGrid("g1", "MatMul#1", P509, P512)]),
+           ("npu1", True, 509, 16, [PaddedGrid("g0", "MatMul#0", P509, P512), PaddedGrid("g1", "MatMul#1", P509, P512)]),
+           ("npu2", True, 310, 32, [PaddedGrid("g0", "MatMul#0", P310, (320, 310, 320)),
+                                    PaddedGrid("g1", "MatMul#1", P310, P320)])]
 
 
 @pytest.mark.parametrize("device, product, n, cores, lines", SQUARED,
@@ -1208,7 +1171,7 @@ def test_a_tensor_read_as_both_operands_lies_in_one_square_padded_layout(device,
     a, b = a / 17, b / 17
     graph = Squared(b if product else None)
     body = graph.compile(a=a, device=from_name(device))
-    assert [line.split(" over ")[0] for line in rule(body.plan, Rule.PAD_TO_BLOCK)] == lines
+    assert facts(body.plan, PaddedGrid) == lines
     assert [tiles(s) for s in body.plan.configurations] == [cores] * len(lines)
     side = -(-n // 32) * 32 if n == 310 else 512
     assert padded(body.plan)["out0"] == ((n, n), (side, side))
@@ -1228,9 +1191,7 @@ class ActivatedAndPlain(iron.Graph):
         return Add.step(ReLU.step(MatMul.step(a, self.b, dtype=self.out)), MatMul.step(a, self.b, dtype=self.out))
 
 
-PASSED_ON = ("g3: Add#3 streams over ReLU(MatMul(a, b)) as ReLU#1 left it, padded to (512, 512) in the layout of "
-             "MatMul#0, MatMul#2 (pad_joined: they lie alike): the padded layout passes on from elementwise calls to "
-             "the next, each element of the padding computed from padding")
+PASSED_ON = through("Add#3", "g3", products=("MatMul#0", "MatMul#2"), rule=Rule.PAD_PASSED_ON)
 
 
 @pytest.mark.parametrize("device, dtype, out", [("npu2", np.float32, None), ("npu1", np.float32, None),
@@ -1244,11 +1205,7 @@ def test_an_activations_padded_result_passes_its_layout_on_to_the_next_elementwi
     a, b = operands(509, 509, 509, dtype)
     graph = ActivatedAndPlain(b / 22 if out is None else b, out)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, Rule.PAD_PASSED_ON) == [PASSED_ON]
-    assert rule(body.plan, Rule.PAD_TO_BLOCK)[-1].startswith(
-        "g3: Add#3 over (509, 509) elements streams over them as they lie padded to (512, 512) (pad_through_elementwise: "
-        "pad_joined: 2 padded results lying alike, 1 of them passed on (pad_passed_on), the other inputs padded with "
-        "zeros and the result lie so in DDR; only the user's region of the result is read) over ")
+    assert facts(body.plan, PaddedStream)[-1] == PASSED_ON
     assert {name: padded(body.plan)[name] for name in ("a", "b", "cut.ReLU#1", "cut.MatMul#2", "out0")} == {
         "a": ((509, 509), (512, 512)), "b": ((509, 509), (512, 512)), "cut.ReLU#1": ((509, 509), (512, 512)),
         "cut.MatMul#2": ((509, 509), (512, 512)), "out0": ((509, 509), (512, 512))}
@@ -1282,16 +1239,12 @@ def test_a_gated_mlp_at_prime_sides_passes_the_padded_layout_on_to_the_last_prod
     u, d = operands(k, n, k, np.float32, seed=3)[0], operands(n, n, k, np.float32, seed=4)[1]
     graph = GatedMLP(g / 22, u / 22, d / 22)
     body = graph.compile(x=x, device=from_name(device))
-    assert rule(body.plan, Rule.PAD_PASSED_ON) == [
-        f"g3: Mul#3 streams over SiLU(MatMul(x, g)) as SiLU#1 left it, padded to {lies} in the layout of MatMul#0, "
-        "MatMul#2 (pad_joined: they lie alike): the padded layout passes on from elementwise calls to the next, each "
-        "element of the padding computed from padding"]
-    assert rule(body.plan, Rule.PAD_THROUGH_ZEROS) == [
-        f"g3: SiLU#1, Mul#3 keeps zeros, so the padding of Mul(SiLU(MatMul(x, g)), MatMul(x, u)) as it lies padded to "
-        f"{lies} is zeros, computed from zeros: MatMul#4 reads it as its padded A"]
-    assert rule(body.plan, Rule.PAD_TO_BLOCK)[-1].endswith(   # K padded only where Mul's result lies wider
-        "K's padding is zeros in both operands (A's computed from zeros: pad_through_zeros); the result's padding is "
-        "computed from zeros, never read as the user's region") == (lies[1] != n)
+    assert facts(body.plan, PaddedStream)[-1] == through("Mul#3", "g3", (m, n), lies, ("MatMul#0", "MatMul#2"),
+                                                         Rule.PAD_PASSED_ON)
+    assert facts(body.plan, KeptZeros) == [
+        KeptZeros("g3", ("SiLU#1", "Mul#3"), "Mul(SiLU(MatMul(x, g)), MatMul(x, u))", lies, ("MatMul#4 as A",))]
+    last = facts(body.plan, PaddedGrid)[-1]   # K padded only where Mul's result lies wider
+    assert (last.call, last.fills[0], last.sides[1] != n) == ("MatMul#4", Fill.KEPT, lies[1] != n)
     assert padded(body.plan)["cut.Mul#3"] == ((m, n), lies)
     assert same_kind_of_mlir(body.plan)
     np.testing.assert_allclose(body(x=x), graph.reference(x=x), **F32)
@@ -1313,11 +1266,8 @@ def test_a_product_of_two_padded_products_of_one_input_reads_both_as_they_lie(de
         a, b, d = a / 22, b / 22, d / 22
     graph = ProductOfProducts(b, d)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK)[2] == (
-        f"g2: MatMul#2 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512) over {tiles} tiles: A, B and the "
-        "result lie so in DDR, the host writes and reads the user's region; K's padding is zeros in both operands "
-        "(A's computed from zeros: pad_through_matmul) (B's computed from zeros: pad_through_matmul_b); the result's "
-        "padding is computed from zeros, never read as the user's region")
+    assert facts(body.plan, PaddedGrid)[2] == chained("g2", "MatMul#2")
+    assert len({c.tile for c in body.plan.segments[-1].cores if c.tile.kind is TileKind.COMPUTE}) == tiles
     assert {name: padded(body.plan)[name] for name in ("cut.MatMul#0", "cut.MatMul#1", "out0")} == {
         "cut.MatMul#0": ((509, 509), (512, 512)), "cut.MatMul#1": ((509, 509), (512, 512)),
         "out0": ((509, 509), (512, 512))}
@@ -1335,9 +1285,8 @@ def test_two_products_a_product_reads_agree_its_k_as_the_first_ones_n_and_the_se
     a, b, d = a / 17, b / 17, d / 17
     graph = ProductOfProducts(b, d)
     body = graph.compile(a=a, device=from_name("npu2"))
-    assert rule(body.plan, Rule.PAD_SHARED_INPUT) == [
-        "a read by MatMul#0, MatMul#1 padded once, to the largest sides they ask for, each with a grid on them: "
-        "MatMul#0 on (M, K, N) = (320, 310, 320); MatMul#1 on (M, K, N) = (320, 310, 320)"]
+    assert facts(body.plan, SharedSides) == [
+        SharedSides(("a",), ("MatMul#0", "MatMul#1"), ((320, 310, 320), (320, 310, 320)), ("MatMul#2",))]
     assert padded(body.plan) == {"a": ((310, 310), (320, 310)), "b": ((310, 310), (310, 320)),
                                  "d": ((310, 310), (310, 320)), "cut.MatMul#0": ((310, 310), (320, 320)),
                                  "cut.MatMul#1": ((310, 310), (320, 320)), "out0": ((310, 310), (320, 320))}
@@ -1355,14 +1304,11 @@ def test_a_product_of_two_products_reading_nothing_in_common_agrees_their_layout
     a, b, c, d = a / 22, b / 22, c / 22, d / 22
     graph = ProductOfProducts(b, d)
     body = graph.compile(a=a, c=c, device=from_name(device))
-    assert rule(body.plan, Rule.PAD_SHARED_INPUT) == [
-        "MatMul#0, MatMul#1, read as A and B by MatMul#2 (its K is A's N and B's M), lie padded alike, to the "
-        "largest sides they ask for, each with a grid on them: MatMul#0 on (M, K, N) = (512, 512, 512); MatMul#1 on "
-        "(M, K, N) = (512, 512, 512)"]
+    assert facts(body.plan, SharedSides) == [SharedSides((), ("MatMul#0", "MatMul#1"), (P512, P512), ("MatMul#2",))]
     assert {name: padded(body.plan)[name] for name in ("a", "c", "cut.MatMul#0", "cut.MatMul#1", "out0")} == {
         name: ((509, 509), (512, 512)) for name in ("a", "c", "cut.MatMul#0", "cut.MatMul#1", "out0")}
-    assert rule(body.plan, Rule.PAD_TO_BLOCK)[2].startswith(
-        f"g2: MatMul#2 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512) over {tiles} tiles")
+    assert facts(body.plan, PaddedGrid)[2] == chained("g2", "MatMul#2")
+    assert len({c.tile for c in body.plan.segments[-1].cores if c.tile.kind is TileKind.COMPUTE}) == tiles
     assert same_kind_of_mlir(body.plan)
     assert_matches(body(a=a, c=c), graph.reference(a=a, c=c))
 
@@ -1377,7 +1323,7 @@ def test_a_product_of_two_products_one_also_returned_is_refused_saying_why(tmp_p
     assert str(err.value).startswith(
         "ProductOfProducts does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large for one "
         "configuration (pad_to_block: MatMul#0 is not padded: pad_shared_input: MatMul#0, MatMul#1, read as A and B "
-        "by MatMul#2 (its K is A's N and B's M), stay unpadded: MatMul#0 is not padded: its result is read by "
+        "by MatMul#2, stay unpadded: MatMul#0 is not padded: its result is read by "
         "MatMul(MatMul(a, b), MatMul(c, d)), which also reads a tensor that may not be padded: MatMul(c, d) is a "
         "padded product read elsewhere too). ")
 
@@ -1417,9 +1363,9 @@ def test_a_tensor_shared_twice_by_one_product_by_a_producers_result_or_as_a_and_
     graph = Reads(how, **{name: small_operand(shape, np.float32, seed) for seed, (name, shape) in enumerate(ws.items(), 1)})
     a = small_operand((509, 509), np.float32, 0)
     body = graph.compile(a=a, device=from_name("npu2"))
-    on = "; ".join(f"{label} on (M, K, N) = (512, 512, 512)" for label in labels.split(", "))
-    assert rule(body.plan, Rule.PAD_SHARED_INPUT) == [
-        f"{shared} read by {labels} padded once, to the largest sides they ask for, each with a grid on them: {on}"]
+    calls = tuple(labels.split(", "))
+    assert facts(body.plan, SharedSides) == [SharedSides(tuple(shared.split(", ")) if "(" not in shared else (shared,),
+                                                         calls, (P512,) * len(calls))]
     assert [len(conf.cores) for conf in body.plan.configurations] == cores
     got, want = body(a=a), graph.reference(a=a)
     for got_one, want_one in zip(*((r,) if how == "same product" else r for r in (got, want)), strict=True):
@@ -1432,8 +1378,10 @@ def test_a_matrix_two_matvecs_read_stays_unpadded_when_one_reads_a_view_and_desc
     graph = Reads("vectors", m=small_operand((4099, 509), np.float32, 1))
     a = small_operand((2, 509), np.float32, 0)
     body = graph.compile(a=a, device=from_name("npu2"))
-    assert rule(body.plan, Rule.PAD_SHARED_INPUT) == [
-        "m read by MatVec#0, MatVec#1 stay unpadded: MatVec#0 is not padded: a[0] is a view"]
+    assert facts(body.plan, SharedSides) == [SharedSides(("m",), ("MatVec#0", "MatVec#1"), ((4352, 512, 1),) * 2,
+                                                         why="MatVec#0 is not padded: a[0] is a view")]
+    assert "pad_shared_input: m read by MatVec#0, MatVec#1 stay unpadded: MatVec#0 is not padded: a[0] is a view" in \
+        describe(body.plan)
     assert "m" not in padded(body.plan)
     assert_matches(body(a=a), graph.reference(a=a))
 
@@ -1448,11 +1396,6 @@ class ProductOfAct(iron.Graph):
 
     def body(self, a):
         return MatMul.step(self.act.step(MatMul.step(a, self.b), **self.attrs), self.d)
-
-
-def kept_zeros(g, labels, shape, reader="MatMul#2 reads it as its padded A"):
-    return (f"{g}: {labels} keeps zeros, so the padding of {{}} as it lies padded to {shape} is zeros, computed from "
-            f"zeros: {reader}")
 
 
 ACTS = [("npu2", SiLU, {}, (509, 509, 509), np.float32, (512, 512), [32] * 3),
@@ -1478,8 +1421,8 @@ def test_a_product_of_an_activation_that_keeps_zeros_reads_it_padded(device, act
     a = a.astype(dtype)
     body = graph.compile(a=a, device=from_name(device))
     what = f"{act.__name__}(MatMul(a, b))"
-    assert rule(body.plan, Rule.PAD_THROUGH_ZEROS) == [kept_zeros("g1", label, lies).format(what)]
-    assert ("(A's computed from zeros: pad_through_zeros)" in rule(body.plan, Rule.PAD_TO_BLOCK)[-1]) == (lies[1] != n)
+    assert facts(body.plan, KeptZeros) == [KeptZeros("g1", (label,), what, lies, ("MatMul#2 as A",))]
+    assert facts(body.plan, PaddedGrid)[-1].fills[0] is Fill.KEPT
     assert [tiles(s) for s in body.plan.segments] == cores
     assert same_kind_of_mlir(body.plan)
     assert padded(body.plan)[f"cut.{label}"] == ((m, n), lies)
@@ -1523,12 +1466,8 @@ def test_an_activation_that_keeps_zeros_of_a_padded_products_input_streams_over_
     a, b = operands(m, k, n, dtype)
     graph = ActThenProduct(b, out, act)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK)[0] == (
-        f"g0: {label} over {(m, k)} elements streams over them padded with zeros to {lies} (pad_upstream_zeros: its "
-        f"kernels keep zeros, so the padding of the result a padded MatMul reads is zeros; the inputs and the result "
-        f"lie so in DDR) over {cores} tiles")
-    assert rule(body.plan, Rule.PAD_THROUGH_ZEROS) == [kept_zeros("g0", label, lies, "MatMul#1 reads it as its padded A")
-                                                    .format(f"{act.__name__}(a)")]
+    assert facts(body.plan, PaddedStream) == [PaddedStream("g0", label, (m, k), lies, Rule.PAD_UPSTREAM_ZEROS)]
+    assert facts(body.plan, KeptZeros) == [KeptZeros("g0", (label,), f"{act.__name__}(a)", lies, ("MatMul#1 as A",))]
     assert [tiles(s) for s in body.plan.segments] == [cores, cores]
     assert same_kind_of_mlir(body.plan)
     assert padded(body.plan)["a"] == ((m, k), lies)
@@ -1592,14 +1531,10 @@ def test_a_large_matmul_writing_a_whole_state_runs_over_the_array_into_the_state
     body = ProductIntoState(b, whole_view).compile(a=a, device=from_name(device))
     assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == [text]
     if side == 512:
-        assert padded(body.plan) == {} and rule(body.plan, Rule.PAD_TO_BLOCK) == []
+        assert padded(body.plan) == {} and facts(body.plan, PaddedGrid) == []
     else:
         assert padded(body.plan) == {name: ((509, 509), (512, 512)) for name in ("a", "b", "s")}
-        assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-            f"g0: MatMul#0 padded with zeros (M 509 -> 512, K 509 -> 512, N 509 -> 512) over {tiles(body.plan) - 1} "
-            "tiles: A, B and the state s it writes whole lie so in DDR, the host writes and reads the user's region; "
-            "K's padding is zeros in both operands; the result's padding is computed from zeros, never read as the "
-            "user's region"]
+        assert facts(body.plan, PaddedGrid) == [chained("g0", "MatMul#0")]
     assert same_kind_of_mlir(body.plan)
     assert_matches(body(a=a), graph.reference(a=a))
     assert_matches(body.read("s"), graph.read("s"))
@@ -1697,10 +1632,7 @@ def test_a_matvec_of_4099_rows_writing_a_state_pads_the_state_over_the_array():
     w, x = rng.standard_normal((4099, 256)).astype(np.float32), rng.standard_normal(256).astype(np.float32)
     graph = ProjectionIntoState(w)
     body = ProjectionIntoState(w).compile(x=x, device=from_name("npu2"))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        "g0: MatVec#0 padded with zeros (M 4099 -> 4352) over 16 tiles: A, B and the state s it writes whole lie so "
-        "in DDR, the host writes and reads the user's region; the result's padding is computed from zeros, never "
-        "read as the user's region"]
+    assert facts(body.plan, PaddedGrid) == [PaddedGrid("g0", "MatVec#0", (4099, 256, 1), (4352, 256, 1))]
     assert padded(body.plan)["s"] == ((4099,), (4352,))
     assert same_kind_of_mlir(body.plan)
     assert_matches(body(x=x), graph.reference(x=x))
@@ -1723,12 +1655,11 @@ def test_an_input_two_streamed_groups_read_is_padded_once_for_both(device, lengt
     x = np.random.default_rng(21).standard_normal(65537).astype(BF16)
     graph = TwoActivations()
     body = graph.compile(x=x, device=from_name(device))
-    assert rule(body.plan, Rule.PAD_SHARED_STREAM) == [
-        f"x lies padded once to ({length},) for Exp#0, ReLU#1, each group streaming over it padded alike"]
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        f"g{i}: {label} over 65537 elements streams padded with zeros to {length} elements (the inputs and the result "
-        f"lie so in DDR, the host writes and reads the first 65537) over {tiles} tiles"
-        for i, (label, tiles) in enumerate(zip(["Exp#0", "ReLU#1"], cores))]
+    assert facts(body.plan, PaddedTensor) == [PaddedTensor("x", (length,), ("Exp#0", "ReLU#1"), Rule.PAD_SHARED_STREAM)]
+    assert facts(body.plan, PaddedStream) == [PaddedStream(f"g{i}", label, (65537,), (length,))
+                                              for i, label in enumerate(["Exp#0", "ReLU#1"])]
+    assert [int(text.split(" over ")[-1].split(" tiles")[0]) for text in rule(body.plan, Rule.STREAM_ELEMENTWISE)] \
+        == list(cores)
     assert padded(body.plan) == {"x": ((65537,), (length,)), "out0": ((65537,), (length,)),
                                  "out1": ((65537,), (length,))}
     assert same_kind_of_mlir(body.plan)
@@ -1770,12 +1701,8 @@ def test_an_argmax_of_a_padded_stream_reads_only_the_users_region(device, length
     x[-7] = -1   # the maximum, near the end of the user's region
     graph = ProductArgmax()
     body = graph.compile(x=x, y=y, device=from_name(device))
-    assert rule(body.plan, Rule.PAD_ROW_REGION) == [
-        f"Argmax#1 reads Mul(x, y) where it lies padded to ({length},), its user's region only: the first 60001 "
-        "elements, the kernel told length=60001, so the padding is never reduced"]
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        f"g0: Mul#0 over 60001 elements streams padded with zeros to {length} elements (the inputs and the result lie "
-        f"so in DDR, the host writes and reads the first 60001) over {cores} tiles"]
+    assert facts(body.plan, Region) == [Region("g1", ("Argmax#1",), "Mul(x, y)", (length,), Rule.PAD_ROW_REGION)]
+    assert facts(body.plan, PaddedStream) == [PaddedStream("g0", "Mul#0", (60001,), (length,))]
     assert same_kind_of_mlir(body.plan)
     got = body(x=x, y=y)
     assert int(got) == int(graph.reference(x=x, y=y)) == 59994
@@ -1799,10 +1726,7 @@ def test_a_stream_into_a_whole_state_of_an_odd_length_pads_the_state(device, len
     p = np.random.default_rng(23).standard_normal(65537).astype(BF16)
     graph = ActivatedIntoState(p)
     body = graph.compile(device=from_name(device))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        f"g0: Accumulate#1 over 65537 elements streams padded with zeros to {length} elements into the state acc (the "
-        "inputs and the state lie so in DDR, the host writes and reads the first 65537; the state's padding, written "
-        f"only by these calls, is never read as the user's) over {cores} tiles"]
+    assert facts(body.plan, PaddedStream) == [PaddedStream("g0", "Accumulate#1", (65537,), (length,))]
     assert padded(body.plan) == {"p": ((65537,), (length,)), "acc": ((65537,), (length,))}
     assert same_kind_of_mlir(body.plan)
     for step in range(3):
@@ -1835,10 +1759,8 @@ def test_a_product_padded_in_k_only_keeps_its_result_whoever_reads_it(device, co
     a, b = (rng.integers(-128, 128, shape).astype(np.int8) for shape in ((64, 4097), (4097, 64)))
     graph = RequantizedProduct(b)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        f"g0: MatMul#0 padded with zeros (K 4097 -> 4128) over {cores} tiles: A and B lie so in DDR, the host writes "
-        "the user's region; K's padding is zeros in both operands; the result keeps its own shape (pad_k_only: M and "
-        "N unpadded, so whoever reads it reads no padding)"]
+    assert facts(body.plan, PaddedGrid) == [PaddedGrid("g0", "MatMul#0", (64, 4097, 64), (64, 4128, 64), Rule.PAD_K_ONLY)]
+    assert tiles(body.plan.segments[0] if body.plan.segments else body.plan) == cores
     assert padded(body.plan) == {"b": ((4097, 64), (4128, 64)), "a": ((64, 4097), (64, 4128))}
     assert same_kind_of_mlir(body.plan)
     got, want = body(a=a), graph.reference(a=a)
@@ -1855,13 +1777,8 @@ def test_a_one_row_bfloat16_matvec_pads_m_to_one_word_not_a_block_per_core(devic
     w, x = rng.standard_normal((1, 65537)).astype(BF16), rng.standard_normal(65537).astype(BF16)
     graph = Projection(w)
     body = graph.compile(x=x, device=from_name(device))
-    up = {"npu2": 256, "npu1": 128}[device]
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        "g0: MatVec#0 padded with zeros (M 1 -> 2, K 65537 -> 65568) over 1 tiles: A, B and the result lie so in DDR, "
-        "the host writes and reads the user's region; K's padding is zeros in both operands; the result's padding is "
-        "computed from zeros, never read as the user's region; pad_m_to_words: M padded to 2, the fewest rows whose "
-        f"bfloat16 results are whole 32-bit words, not {up} (8 rows per core): A takes 262272 bytes padded, not "
-        f"{up * 65568 * 2}"]
+    assert facts(body.plan, PaddedGrid) == [
+        PaddedGrid("g0", "MatVec#0", (1, 65537, 1), (2, 65568, 1), Rule.PAD_M_TO_WORDS)]
     assert padded(body.plan) == {"w": ((1, 65537), (2, 65568)), "x": ((65537,), (65568,)), "out0": ((1,), (2,))}
     assert same_kind_of_mlir(body.plan)
     assert_matches(body(x=x), graph.reference(x=x))
@@ -1970,13 +1887,9 @@ def test_a_group_fitting_a_tile_reads_a_padded_products_region(device, cores):
     a = rng.standard_normal((1, 2048)).astype(np.float32)
     graph = BiasedProduct(b, bias)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        f"g0: MatMul#0 padded with zeros (N 509 -> 512) over {cores} tiles: A, B and the result lie so in DDR, the "
-        "host writes and reads the user's region; the result's padding is computed from zeros, never read as the "
-        "user's region"]
-    assert rule(body.plan, Rule.PAD_TILE_REGION) == [
-        "g1: Add#1 read MatMul(a, b) where it lies padded to (1, 512), its user's region only: the group fits a tile, "
-        "so a DMA moves the first 509 elements of each padded row and its kernels never see the padding"]
+    assert facts(body.plan, PaddedGrid, Region) == [PaddedGrid("g0", "MatMul#0", (1, 2048, 509), (1, 2048, 512)),
+                                                    Region("g1", ("Add#1",), "MatMul(a, b)", (1, 512))]
+    assert tiles(body.plan.segments[0]) == cores
     assert padded(body.plan) == {"a": ((1, 2048), (1, 2048)), "b": ((2048, 509), (2048, 512)),
                                  "cut.MatMul#0": ((1, 509), (1, 512))}
     assert all(same_kind_of_mlir(segment) for segment in body.plan.segments)
@@ -1992,11 +1905,8 @@ def test_a_streamed_bias_add_reads_a_padded_product_as_it_lies(device, tiles_use
     a = rng.standard_normal((64, 2048)).astype(np.float32)
     graph = BiasedProduct(b, bias)
     body = graph.compile(a=a, device=from_name(device))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK)[1] == (
-        "g1: Add#1 over (64, 509) elements streams over them as they lie padded to (64, 512) (pad_through_elementwise: "
-        "a padded MatMul's result, the other inputs padded with zeros and the result lie so in DDR; only the user's "
-        f"region of the result is read) over {tiles_used} tiles")
-    assert rule(body.plan, Rule.PAD_TILE_REGION) == []
+    assert facts(body.plan, PaddedStream, Region) == [through("Add#1", own=(64, 509), lies=(64, 512))]
+    assert tiles(body.plan.segments[1]) == tiles_used
     np.testing.assert_allclose(body(a=a), graph.reference(a=a), **F32)
 
 
@@ -2009,9 +1919,7 @@ def test_any_call_whose_group_fits_a_tile_reads_a_padded_products_region(reader)
     a = rng.standard_normal((1, 2048)).astype(np.float32)
     graph = ProductThen(b, reader)
     body = graph.compile(a=a, device=from_name("npu2"))
-    assert rule(body.plan, Rule.PAD_TILE_REGION) == [
-        f"g1: {reader.__name__}#1 read MatMul(a, b) where it lies padded to (1, 512), its user's region only: the group "
-        "fits a tile, so a DMA moves the first 509 elements of each padded row and its kernels never see the padding"]
+    assert facts(body.plan, Region) == [Region("g1", (f"{reader.__name__}#1",), "MatMul(a, b)", (1, 512))]
     assert_matches(body(a=a), graph.reference(a=a))
 
 
@@ -2031,10 +1939,6 @@ def test_sides_whose_quantum_leaves_no_block_pad_wider():
     a, b = rng.standard_normal((8, 64)).astype(np.float32), rng.standard_normal((64, 2053)).astype(np.float32)
     graph = Product(b)
     body = graph.compile(a=a, device=from_name("npu2_1col"))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        "g0: MatMul#0 padded with zeros (N 2053 -> 2080) over 1 tiles: A, B and the result lie so in DDR, the host "
-        "writes and reads the user's region; the result's padding is computed from zeros, never read as the user's "
-        "region; pad_wider: padded to (32, 64, 2056) it has no grid (no dividing block within a core and a Dma op's "
-        "repeats), so its sides may pad to multiples of 32"]
+    assert facts(body.plan, PaddedGrid) == [PaddedGrid("g0", "MatMul#0", (8, 64, 2053), (8, 64, 2080), Rule.PAD_WIDER)]
     assert padded(body.plan) == {"a": ((8, 64), (8, 64)), "b": ((64, 2053), (64, 2080)), "out0": ((8, 2053), (8, 2080))}
     assert_matches(body(a=a), graph.reference(a=a))

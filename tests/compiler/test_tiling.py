@@ -19,7 +19,7 @@ from iron.compiler.compile import compile_program
 from iron.compiler.describe import describe
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Choice, Dma, Loop, TileKind, Wait
-from iron.compiler.rules import Rule
+from iron.compiler.rules import PaddedGrid, Rule, Unpadded
 from iron.errors import DoesNotFit
 from iron.kernels import Accumulate, Add, MatMul, MatVec, RMSNorm, Scale, SiLU, Softmax
 from tests.compiler.designs import Product, ProductOfProducts, Projection, Sum, operands
@@ -133,8 +133,8 @@ def test_matmul_on_npu1_uses_its_16_tiles():
 def test_a_grid_short_of_the_free_cores_says_why_no_larger_grid_divides():
     """Blocks divide their sides, so an unpadded 300 x 300 takes 4 x 6 cores; describe() says so
     rather than taking fewer silently. (a @ b) @ (c @ d) with c @ d returned too: read elsewhere,
-    c @ d may not lie padded alike with a @ b, so the last product reads them unpadded (and the cost
-    model estimates no padded sides of it faster than its own: pad_to_block has nothing to say)."""
+    c @ d may not lie padded alike with a @ b, so the last product reads them unpadded (pad_to_block's
+    facts say why each product is not padded)."""
     a, b = operands(300, 300, 300, np.float32)
     c, d = operands(300, 300, 300, np.float32, seed=3)
     a, b, c, d = a / 17, b / 17, c / 17, d / 17
@@ -146,7 +146,11 @@ def test_a_grid_short_of_the_free_cores_says_why_no_larger_grid_divides():
     assert rule(body.plan, Rule.COLUMNS_FOR_LATER_GROUPS) == [
         "g0: at most 7 of the 8 free whole columns, one left to each later group larger than a tile (g1)"]
     spread = compile_program(graph.trace(a=(a.shape, a.dtype), c=(c.shape, c.dtype)), from_name("npu2"), over_time=False)
-    assert rule(spread, Rule.PAD_TO_BLOCK) == []
+    assert rule(spread, Rule.PAD_TO_BLOCK) == [   # a @ b reaches the last product through DDR (through_between_groups)
+        Unpadded("g0", "MatMul#0", "through.MatMul#0 is a state read whole by MatMul(through.MatMul#0, MatMul(c, d)) too"),
+        Unpadded("g1", "MatMul#1", "its result is read by MatMul(through.MatMul#0, MatMul(c, d)), which also reads a "
+                 "tensor that may not be padded: through.MatMul#0 is read elsewhere too"),
+        Unpadded("g2", "MatMul#2", "through.MatMul#0 is read elsewhere too")]
     assert rule(spread, Rule.TILE_MATMUL_OVER_ARRAY)[2].endswith(
         "summed in float32; not more cores: no grid of more than 24 of the 32 free cores has rows of cores "
         "dividing M = 300 and columns dividing N = 300, and blocks divide their sides (no remainder block; "
@@ -396,10 +400,7 @@ def test_a_matvec_read_by_a_state_write_tiles_through_ddr_and_equals_the_referen
 
 def test_a_matvec_through_ddr_pads_k_alone_and_stays_within_the_mlir_subset():
     body = ProductIntoState(np.int8, np.int32).compile(device=from_name("npu2"))
-    assert rule(body.plan, Rule.PAD_TO_BLOCK) == [
-        "g0: MatVec#0 padded with zeros (K 4097 -> 4128) over 20 tiles: A and B lie so in DDR, the host writes the "
-        "user's region; K's padding is zeros in both operands; the state through.MatVec#0 it writes whole keeps its "
-        "own shape (pad_k_only: M and N unpadded, so whoever reads it reads no padding)"]
+    assert rule(body.plan, Rule.PAD_K_ONLY) == [PaddedGrid("g0", "MatVec#0", (300, 4097, 1), (300, 4128, 1), Rule.PAD_K_ONLY)]
     through = next(p for p in body.plan.placements if p.name == "through.MatVec#0")
     assert (through.kind.value, through.buffer, through.shape, through.padded) == ("cut", "outputs", (300,), None)
     assert "through.MatVec#0" not in {p.name for p in body.plan.placements if p.kind.value == "state"}

@@ -245,7 +245,7 @@ def product_then_relu(matrix, m, k, n):
 def facts(plan):
     """What padding, tiling and streaming decided, the user kernel's name read as MatMul's."""
     def named(text):
-        return text.replace("Product", "MatMul")
+        return str(text).replace("Product", "MatMul")
     return ([(g, tuple(map(named, calls))) for g, calls in plan.groups], [(r, named(t)) for r, t in plan.rules],
             [(named(p.name), p.shape, p.padded) for p in plan.placements])
 

@@ -1,4 +1,4 @@
-"""The kernel trait `keeps_zeros` (pad.py's `pad_through_zeros`, `pad_upstream_zeros` rely on
+"""The kernel trait `keeps_zeros` (padding.py's `pad_through_zeros`, `pad_upstream_zeros` rely on
 it): every library kernel that declares it is elementwise and maps zeros to zeros in each of its
 signatures, by its own compute; every other elementwise one maps zeros to something else in some
 signature (Minimum of uint8 and a constant keeps them, of int8 not). A

@@ -1,44 +1,56 @@
-"""Which tensors may lie padded, and why not: `pad_to_block`'s predicates, each returning the reason
-("" when it may). A tensor may lie padded when every reader computes over the padded layout or
-sees only the user's region (`unpaddable`, `shown`, `reads_region`); a product's result when its
-readers share its layout (`readers_unshared`, `layout_unshared`: `pad_through_elementwise`,
-`pad_through_rows`, `pad_through_row_width`, `pad_through_matmul`, `pad_through_matmul_b`,
-`pad_joined`); padding a MatMul sums over must be zeros, and who keeps it so
-(`pad_through_zeros`, `pad_upstream_zeros`, `pad_upstream_rows`, `pad_written_by_producer`)."""
+"""Which tensors may lie padded, for the layout pass (layout.py): who reads each tensor; a
+call's tensors and the axes its index map (`Traits.index_map`) names; the pins, each a reason
+("" when none) a reader cannot see a tensor padded: a view, another reader, a producer that
+cannot write at the padded stride, a reader that would read the padding as data (a kernel
+reducing a row whole, `Traits.row_length`); readers that see only the user's region (the host,
+views, calls that neither tile nor stream, groups fitting a tile); and the zeros a MatMul sums
+over: padding computed through zero-keeping kernels (`Kernel.keeps_zeros_in`) from zeros, or
+written around by a producer (`fills`)."""
 from __future__ import annotations
 
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
-from iron.compiler.layout import (
+from iron.compiler.readers import Reader
+from iron.compiler.rules import (
     Fill,
+    KeptZeros,
+    Lies,
+    PaddedGrid,
+    PaddedStream,
+    PaddedTensor,
+    Region,
+    Rule,
+    Unpadded,
+)
+from iron.compiler.sides import (
     carried,
+    extent_rule,
     joined,
     joined_with,
     lone_product,
+    result_of,
+    sides_as_lying,
     upstream,
 )
-from iron.compiler.readers import Reader
-from iron.compiler.streaming import (
-    MAX_FLOW_INPUTS,
-    flow_bytes,
-    streamable,
-)
+from iron.compiler.streaming import MAX_FLOW_INPUTS, flow_bytes, streamable
+from iron.compiler.tiling import call_sides
 from iron.ir import (
     MemoryKind,
     Node,
     Op,
     Program,
+    call_label,
     describe,
     destination,
     external_inputs,
     frame,
     is_host_tensor,
+    state_of,
     state_written_whole,
     tensor_inputs,
 )
 from iron.kernels.base import Role
 
-PLAIN = (Role.OTHER, Role.EXPANSION)   # roles of calls that neither tile nor stream (an expansion streams
-                                       # only alone, over whole host tensors: `stream_expansion_units`)
+PLAIN = (Role.OTHER, Role.EXPANSION)   # calls that neither tile nor stream (an expansion streams only alone)
 
 
 def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list[Node | Reader]]:
@@ -58,12 +70,14 @@ def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list[N
     return found
 
 
+# ---- a call's tensors and the axes its index map names --------------------------------------------
+
+
+# ---- pins: why a tensor may not lie padded for its readers ("" when it may) -----------------------
+
 def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dict | None = None) -> str:
-    """Why `pad_to_block` may not pad a tensor `calls` read, "" when it may: an input, a weight
-    or a param only they read; a state only they read but through views that write or read its
-    user's region (`state_unpadded`); another group's result only they read, when that group
-    writes it row by row at the padded stride (`producer_unpadded`, given `group_of`: each
-    call's group; a segment sees a cut value with no group, decided for the whole design)."""
+    """Why `node` may not lie padded for `calls`: a view, a state (`state_unpadded`), read elsewhere, or a result
+    its producer cannot write padded (`group_of`; a segment's cut value: the design decided)."""
     what = describe(node)
     if node.op == Op.VIEW:
         return f"{what} is a view"
@@ -81,12 +95,8 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dic
 
 
 def state_unpadded(state: Node, calls: tuple[Node, ...], readers: dict) -> str:
-    """The rule `pad_written_by_producer` for a state: why it may not lie padded for `calls`,
-    "" when it may: every other call reads or writes it through views indexing it in its own
-    shape (words.view_access strides them over the padded rows: the user's region only, so the
-    padding stays the zeros the buffer is made with, as the host writes its region only), or
-    writes it whole row by row (words.placement_access); nothing else reads it (a call reading
-    it whole would take it in blocks that know no padding, the Emit a word of it unpadded)."""
+    """`pad_written_by_producer` for a state: every other call writes it through views in its own
+    shape (strided over the padded rows) or whole in rows of whole words; nothing else reads it."""
     what = describe(state)
     for user in readers.get(state, []):
         if user in calls or user is Reader.VIEW:
@@ -101,15 +111,9 @@ def state_unpadded(state: Node, calls: tuple[Node, ...], readers: dict) -> str:
 
 
 def producer_unpadded(node: Node, calls: tuple[Node, ...]) -> str:
-    """The rule `pad_written_by_producer`: why the group making `node` (its `calls`) may not
-    write it where it lies padded, "" when it may: its result goes to DDR across a cut (a grid
-    or stream reads host tensors only), written row by row at the padded row's stride (a
-    call that neither tiles nor streams: words.placement_access; a row reduction streamed in
-    row-blocks: grid.py), so the padding is never written and stays the zeros the buffer is
-    made with; elementwise calls streamed (`stream_elementwise`) take blocks of whole rows then,
-    one row's block taking at most SIZE_LIMIT. A MatMul's grid writes its blocks at its own row
-    stride (a padded product's result is `pad_through`'s); a row at a padded stride starts on a
-    32-bit word."""
+    """`pad_written_by_producer`: why the group making `node` cannot write it across a cut row by row at the
+    padded stride (a grid writes blocks at its own; a streamed row's block at most SIZE_LIMIT; rows of whole
+    words)."""
     if any(c.arg.kernel.role is Role.MATRIX for c in calls):
         return "made by a MatMul or MatVec, whose grid writes its blocks at its own row stride"
     if len(node.shape) == 1:
@@ -123,42 +127,20 @@ def producer_unpadded(node: Node, calls: tuple[Node, ...]) -> str:
     return ""
 
 
-def written_by_producer(padded: dict, groups: tuple[Group, ...]) -> set[Node]:
-    """The computed tensors `pad_written_by_producer` padded: those whose group reads no padded
-    tensor (a padded grid or stream reads its padded operands and computes its result's padding),
-    so it computes on its own sides and writes the user's region only."""
-    group_of = {call: group for group in groups for call in group.calls}
-    return {n for n in padded if n.op == Op.CALL
-            and not any(i in padded for i in external_inputs(group_of[n].calls))}
-
-
-def zeros_made(padded: dict, groups: tuple[Group, ...]) -> dict[Node, Fill]:
-    """The computed tensors made over a padded layout, not written row by row, that a MatMul
-    may read padded, and the zeros their padding holds: elementwise calls' (over a product's
-    layout or their inputs padded: `pad_through_zeros`), a row reduction's over its rows padded
-    (`pad_upstream_rows`)."""
-    written = written_by_producer(padded, groups)
-    rules = {Role.ELEMENTWISE: Fill.KEPT, Role.ROW_REDUCTION: Fill.ROWS}
-    return {g.calls[-1]: rules[g.calls[0].arg.kernel.role] for g in groups
-            if g.calls[-1] in padded and g.calls[-1] not in written and g.calls[0].arg.kernel.role in rules}
-
-
 def is_cut_value(node: Node) -> bool:
     """Whether a segment's input is a value an earlier segment computed (segment.py numbers it -1)."""
     return node.op == Op.INPUT and node.arg.position == -1
 
 
 def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> str:
-    """Why `pad_matrix` may not pad a MatMul's or MatVec's tensors, "" when it may (`group_of`:
-    each call's group, when the design's, to find the elementwise readers that share the layout)."""
+    """Why `pad_matrix` may not pad a MatMul's or MatVec's tensors (`group_of`: the design's groups)."""
     joined = joined_with(call, readers, group_of) if group_of else (call,)
     return operands_unpadded(call, joined, readers, group_of) or readers_unshared(call, readers, group_of)
 
 
 def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dict | None) -> str:
-    """Why a MatMul's or MatVec's operands may not be padded (`unpaddable`; the products `joined`
-    with it, `pad_joined`, itself among them, may read them too, padded alike), "" when they may:
-    also when elementwise calls that keep zeros make one over the padded layout (`zeros_upstream`)."""
+    """Why a product's operands may not lie padded for it and the products `joined` with it, unless
+    zero-keeping elementwise calls make one over the padded layout (`zeros_upstream`)."""
     for node in call.src[:2]:
         why = unpaddable(node, joined, readers, group_of)
         if why and not (node.op == Op.CALL and group_of is not None and zeros_upstream(node, call, readers, group_of)):
@@ -167,12 +149,8 @@ def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group
 
 
 def zeros_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> bool:
-    """The rule `pad_upstream_zeros` (taken before `pad_written_by_producer`, whose rows at the
-    padded stride stream on the group's own length): whether the elementwise group making `node`,
-    which the padded MatMul or MatVec `call` alone reads, streams over the padded layout itself,
-    its inputs padded with zeros: every call keeps zeros (`Kernel.keeps_zeros_in`), so the padding
-    of `node` is zeros, as K's padding must be; it writes no state and reads paddable tensors all
-    of `node`'s shape (2-D, `unstreamed`), its other results read within the group."""
+    """`pad_upstream_zeros`: whether the elementwise group making `node`, read by `call` alone, streams over its
+    padded layout, every call keeping zeros, over paddable tensors of its shape."""
     calls = group_of[node].calls
     return calls[-1] is node and len(node.shape) == 2 and all(c.arg.kernel.keeps_zeros_in(c.arg.attr_dict) for c in calls) \
         and readers.get(node) == [call] and all(r in calls for c in calls[:-1] for r in readers.get(c, [])) \
@@ -181,13 +159,8 @@ def zeros_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> boo
 
 
 def rows_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> bool:
-    """The rule `pad_upstream_rows` (taken before `pad_written_by_producer`, whose rows at the
-    padded stride stream on the reduction's own rows): whether the row reduction making `node`,
-    the padded MatMul `call`'s A and read by it alone, streams over its batch of rows padded with
-    zeros to A's layout itself: alone in its group, writing no state, streamed, reducing each
-    row's first `length` elements and writing 0 past them (`width_unshared`), so the padded
-    columns are K's zeros (a padded row of zeros reduces to a finite row of M's padding), over a
-    paddable batch of rows as wide as it makes."""
+    """`pad_upstream_rows`: whether the row reduction making `node`, `call`'s A alone, streams its rows padded to
+    A's layout, its kernel writing 0 past each row's length."""
     return group_of[node].calls == (node,) and node.arg.kernel.role is Role.ROW_REDUCTION \
         and not node.arg.writes and len(node.shape) == 2 and node.src[0].shape == node.shape \
         and readers.get(node) == [call] and held_bytes([node]) > SIZE_LIMIT and not width_unshared(node, readers) \
@@ -195,11 +168,8 @@ def rows_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> bool
 
 
 def readers_unshared(call: Node, readers: dict, group_of: dict | None, small: bool = False) -> str:
-    """Why the readers of a padded product's result may not read it as it lies, "" when they
-    may: it is `shown` (`small`: groups fitting a tile read its region too, `pad_tile_region`),
-    or every reader is a call whose group shares its layout (`layout_unshared`) or the host, once
-    (it reads the user's region of the output, which a later segment reads whole:
-    segment.Flow.placements)."""
+    """Why the readers of a padded product's result may not read it as it lies: it is `shown` (`small`: groups
+    fitting a tile read its region too), or read by the host once and calls sharing its layout."""
     users = readers.get(call, [])
     if call.arg.writes:   # a grid writes a whole state read by no one else (tiling.result_users)
         state = state_written_whole(call)
@@ -215,11 +185,8 @@ def readers_unshared(call: Node, readers: dict, group_of: dict | None, small: bo
 
 
 def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
-    """Why `calls` may not read `result` (a padded MatMul's, or elementwise calls' over its
-    layout) in its padded layout, "" when they may: elementwise calls by `pad_through_elementwise`
-    (other products with it by `pad_joined`), a row reduction by `pad_through_rows`, a MatMul
-    reading it as its A or B by `pad_through_matmul`, `pad_through_matmul_b`. No other reader
-    may: the padding of a function of a product need not be zeros (Exp(0) = 1)."""
+    """Why `calls` may not read `result` (a padded product's, or over its layout) as it lies: elementwise calls,
+    a row reduction, a MatMul may (the `pad_through_*` rules); nothing else (Exp(0) = 1)."""
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
         return rows_unshared(calls, result, readers, group_of)
     if calls[0].arg.kernel.role is Role.MATRIX:
@@ -237,9 +204,8 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
 
 
 def stream_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
-    """Why elementwise `calls` may not stream over the padded layout `result` lies in, "" when
-    they may: elementwise, writing no state, over tensors of its shape, streamed, reading other
-    tensors that may be padded (those lying in a padded product's layout too: `join_unshared`)."""
+    """Why elementwise `calls` may not stream over the padded layout `result` lies in, reading
+    other tensors that may be padded (those lying in a padded product's layout too)."""
     why = unstreamed(calls, result.shape)
     if why:
         return why
@@ -249,8 +215,8 @@ def stream_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
 
 
 def unstreamed(calls: tuple[Node, ...], shape: tuple[int, ...]) -> str:
-    """Why `calls` may not stream over a padded layout of `shape`, "" when they may: elementwise,
-    writing no state, over tensors all of `shape`, too large for a tile, reading few enough."""
+    """Why `calls` may not stream over a padded layout of `shape`: elementwise, writing no state,
+    over tensors all of `shape`, too large for a tile, reading few enough."""
     if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
         return "is neither elementwise, a row reduction nor a MatMul, and would read the padding as data"
     if any(n.shape != shape for c in calls for n in (c, *tensor_inputs(c))):
@@ -261,13 +227,8 @@ def unstreamed(calls: tuple[Node, ...], shape: tuple[int, ...]) -> str:
 
 
 def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
-    """Why the readers of the last result of elementwise `calls` over a padded product's layout
-    may not read it as it lies, "" when they may: the host at most once, elementwise calls
-    sharing the layout (`pad_through_elementwise` passed on), and, by the rule `pad_through_zeros`,
-    a MatMul as its padded A or B when every call keeps zeros (`Kernel.keeps_zeros_in`), these and
-    those making the tensors they read over the layout (`upstream`), so the padding they compute
-    from padding (the product's is zeros, `pad_through_matmul`; their other inputs' too) is
-    zeros, as K's padding must be."""
+    """`pad_through_zeros`: why readers may not read the result of elementwise `calls` over a product's layout:
+    the host once, elementwise calls, a MatMul when every call making it keeps zeros."""
     last = calls[-1]
     users = readers.get(last, [])
     summed = any(isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX for u in users)
@@ -282,15 +243,14 @@ def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
 
 
 def calls_unshared(node: Node, readers: dict, group_of: dict) -> str:
-    """Why the first call reading `node` that may not read it as it lies padded may not
-    (`layout_unshared`), "" when every call may."""
+    """Why the first call reading `node` that may not read it as it lies padded may not."""
     return next((f"read by {describe(u)}, which {why}" for u in readers.get(node, []) if isinstance(u, Node)
                  and (why := layout_unshared(group_of[u].calls, node, readers, group_of))), "")
 
 
 def matrix_readers(call: Node, readers: dict, group_of: dict) -> list[tuple[Node, Node]]:
-    """(MatMul, the tensor it reads) for each MatMul reading `call`'s result, directly or as
-    the last result of elementwise groups reading it one after another (`pad_through_zeros`)."""
+    """(MatMul, the tensor it reads) for each MatMul reading `call`'s result, directly or as the
+    last result of elementwise groups reading it one after another."""
     found = []
     for user in (u for u in readers.get(call, []) if isinstance(u, Node)):
         if user.arg.kernel.role is Role.MATRIX:
@@ -301,10 +261,8 @@ def matrix_readers(call: Node, readers: dict, group_of: dict) -> list[tuple[Node
 
 
 def join_unshared(products: tuple[Node, ...], calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
-    """The rule `pad_joined`: why the products whose layouts elementwise `calls` read may not lie
-    padded alike (`joined_sides`), "" when they may: each tensor `calls` read in those layouts read
-    by `calls` alone, a product over paddable operands, the result of elementwise calls that
-    may stream over the layouts they read (checked back to the products)."""
+    """`pad_joined`: why the products whose layouts elementwise `calls` read may not lie padded
+    alike: each tensor in those layouts read by `calls` alone, made over paddable operands."""
     for other in external_inputs(calls) if len(products) > 1 else ():
         if not carried(other, group_of):
             continue
@@ -316,8 +274,7 @@ def join_unshared(products: tuple[Node, ...], calls: tuple[Node, ...], readers: 
 
 
 def source_unshared(node: Node, products: tuple[Node, ...], readers: dict, group_of: dict) -> str:
-    """Why `node`, lying in the layout of one of the joined `products`, may not lie so, "" when it
-    may: a product over paddable operands, or elementwise calls' result they may stream over."""
+    """Why `node`, in the layout of one of the joined `products`, may not lie so."""
     calls = group_of[node].calls
     if lone_product(group_of[node]) is node:
         return operands_unpadded(node, products, readers, group_of)
@@ -325,11 +282,8 @@ def source_unshared(node: Node, products: tuple[Node, ...], readers: dict, group
 
 
 def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
-    """The rule `pad_through_rows`: why a row reduction may not reduce the rows of `result` as
-    they lie padded, "" when it may: alone in its group, over `result` as its batch of rows, large
-    enough to stream, writing no state, reading no other computed tensor or view, its result only
-    the host's. Its rows may lie padded wider too only when `width_unshared` finds nothing
-    against it (else `pad_matrix` keeps N: N's padding in a row reduced whole would change it)."""
+    """`pad_through_rows`: a row reduction alone over `result`, streamed, writing no state, its result the
+    host's, reading no other computed tensor."""
     call = calls[0]
     if len(calls) != 1 or call.src[0] is not result or call.arg.writes or held_bytes(list(calls)) <= SIZE_LIMIT \
             or len(result.shape) != 2:
@@ -344,28 +298,19 @@ def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of
 
 
 def width_unshared(reader, readers: dict) -> str:
-    """The rule `pad_through_row_width`: why a row reduction reading a padded MatMul's result
-    may not reduce its rows as they lie padded wider (N padded), "" when it may (and for any
-    other reader): its kernel reduces each row's first `length` elements only (`length_axes`:
-    Softmax, RMSNorm, Argmax; the compiler passes the user's width when the call gives no
-    length), so the padding is never reduced, and the row every row shares (RMSNorm's w) may be
-    padded with zeros as wide."""
+    """`pad_through_row_width`, a pin from the kernel's traits: rows lying padded wider only for a kernel
+    reducing each row's first `length` (`Traits.row_length`), its shared row paddable."""
     if not isinstance(reader, Node) or reader.arg.kernel.role is not Role.ROW_REDUCTION:
         return ""
-    kernel = reader.arg.kernel
-    if not kernel.traits.row_length:
+    if not reader.arg.kernel.traits.row_length:
         return "reduces each row whole (its kernel takes no length)"
     why = next((why for n in reader.src[1:reader.arg.n_inputs] if (why := unpaddable(n, (reader,), readers))), "")
     return why and f"also reads a row that may not be padded: {why}"
 
 
 def matmul_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
-    """The rules `pad_through_matmul` (`result` read as A) and `pad_through_matmul_b` (as B): why a
-    MatMul may not read `result` as it lies padded, "" when it may: alone in its group, reading it
-    once, as A or as B, its other operand paddable, its result's readers sharing its layout
-    (`readers_unshared`). Then the side of `result` the MatMul sums over (A's N, B's M) has its K
-    padding, which must be zeros in both operands: it is, the sum of A's zero rows or B's zero
-    columns times the other (finite) operand."""
+    """`pad_through_matmul` (A), `_b` (B): a lone MatMul reading `result` once, its other operand paddable, its
+    readers sharing its layout (the side it sums over: K's zeros)."""
     call = calls[0]
     if len(calls) != 1 or call.arg.writes or len(call.shape) != 2 or result not in call.src[:2]:
         return f"reads {describe(result)} other than as the A or the B of a MatMul alone in its group"
@@ -379,7 +324,7 @@ def matmul_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
 
 
 def pair(call: Node, group_of: dict) -> tuple[Node, Node] | None:
-    """A and B of a MatMul reading two products (MatMuls alone in their groups), None for any other call."""
+    """A and B of a MatMul reading two products (MatMuls alone in their groups), else None."""
     if call.arg.kernel.role is not Role.MATRIX or len(call.shape) != 2:
         return None
     a, b = call.src[:2]
@@ -388,58 +333,45 @@ def pair(call: Node, group_of: dict) -> tuple[Node, Node] | None:
 
 
 def paired_unshared(result: Node, other: Node, call: Node, readers: dict, group_of: dict) -> str:
-    """The rule `pad_through_matmul` of both operands: why a MatMul may not read the product
-    `other` padded beside `result`, "" when it may: read by the MatMul alone, over paddable
-    operands; `pad_shared_input` lays both out at once (`agree`: A's N is B's M, the MatMul's K),
-    else neither is padded (`pad_matrix`)."""
+    """Why a MatMul may not read the product `other` padded beside `result` (`pad_shared_input`
+    lays both out at once): read by the MatMul alone, over paddable operands."""
     if readers[other] != [call]:
         return f"{describe(other)} is a padded product read elsewhere too"
     return operands_unpadded(other, (other,), readers, group_of)
 
 
 def shown(call: Node, readers: dict, group_of: dict | None = None) -> bool:
-    """Whether a padded result is read only as the user's region, so the padding its kernel
-    writes is never read: by the host at most once, and otherwise (in DDR only across a segment
-    cut) through views (words.view_access: no grid or stream takes a view) or by calls that
-    neither tile nor stream (`reads_region`; an elementwise, matrix or row-reduction reader
-    might take it in blocks that know no padding)."""
+    """Whether a padded result is read only as the user's region: by the host at most once,
+    through views, or by calls that read the region (`reads_region`)."""
     users = readers.get(call, [])
     return bool(users) and users.count(Reader.HOST) <= 1 and all(
         u in (Reader.HOST, Reader.VIEW) or (isinstance(u, Node) and reads_region(u, call, group_of)) for u in users)
 
 
 def reads_region(user: Node, node: Node, group_of: dict | None = None) -> bool:
-    """Whether a call reads only the user's region of `node` where it lies padded (words.placement_access):
-    one that neither tiles nor streams (`fits_tile`, given `group_of`), or a row reduction of
-    `node` as its one row (a vector: it never streams, and its kernel reduces the row's first
-    `length` elements, the user's width when the call gives none), so no padding it might read
-    wins an Argmax."""
+    """Whether a call reads only `node`'s user's region: one that neither tiles nor streams (`fits_tile`, given
+    `group_of`), or a row reduction of `node` as one row told its length."""
     role = user.arg.kernel.role
     return role in PLAIN or group_of is not None and fits_tile(group_of[user], node) \
         or role is Role.ROW_REDUCTION and user.src[0] is node and len(node.shape) == 1 and node not in user.src[1:]
 
 
 def fits_tile(group: Group, node: Node) -> bool:
-    """The rule `pad_tile_region`: a group of elementwise calls or a row reduction that fits a
-    tile (`held_bytes`: it neither streams nor tiles) runs on one core, which reads a padded
-    product's result across the segment cut (a grid's result goes to DDR, `result_users`) in
-    its own shape: the DMA moves each row's first elements at the padded row's stride
-    (words.placement_access), so its kernels never see the padding. Rows of whole 32-bit
-    words only: no DMA moves less. A MatMul reading it follows `pad_through_matmul`."""
+    """`pad_tile_region`: a group fitting a tile, not a MatMul's, reads a padded result across a
+    cut in its own shape, a DMA moving each padded row's first elements (rows of whole words)."""
     roles = {c.arg.kernel.role for c in group.calls}
     return held_bytes(list(group.calls)) <= SIZE_LIMIT and Role.MATRIX not in roles \
         and node.shape[-1] * node.dtype.itemsize % 4 == 0
 
 
 def keeps_n(call: Node, readers: dict) -> bool:
-    """Whether a row reduction reads the call's result that may not reduce its rows padded wider
-    (`pad_through_row_width`), so N stays its own."""
+    """Whether a row reduction reading the call's result pins its N (`width_unshared`)."""
     return any(width_unshared(u, readers) for u in readers.get(call, []))
 
 
 def stream_unpadded(calls, readers: dict, also: tuple[Node, ...] = ()) -> str:
-    """Why `pad_stream` may not pad elementwise calls' tensors, "" when it may (`also`: other
-    calls that read their inputs padded alike, `pad_shared_stream`)."""
+    """Why `pad_stream` may not pad elementwise calls' tensors (`also`: the calls of its
+    `pad_shared_stream` family, reading their inputs padded alike)."""
     last = calls[-1]
     if len(last.shape) != 1:
         return "their tensors are not one-dimensional"
@@ -450,3 +382,113 @@ def stream_unpadded(calls, readers: dict, also: tuple[Node, ...] = ()) -> str:
     if returned := [c for c in calls[:-1] if Reader.HOST in readers.get(c, [])]:
         return f"{describe(returned[0])} is returned too, in its own length"
     return next((why for n in external_inputs(calls) if (why := unpaddable(n, (*calls, *also), readers))), "")
+
+
+# ---- what fills the padding -----------------------------------------------------------------------
+
+def fills(padded: dict, groups: tuple[Group, ...]) -> dict[Node, Fill]:
+    """What each padded tensor's padding holds: zeros (a host tensor's; a product's); WRITTEN when its group
+    reads nothing padded (`pad_written_by_producer`); KEPT by elementwise calls; ROWS by a row reduction."""
+    group_of = {call: group for group in groups for call in group.calls}
+    kinds = {Role.ELEMENTWISE: Fill.KEPT, Role.ROW_REDUCTION: Fill.ROWS}
+    found = {}
+    for n in padded:
+        group = group_of.get(n)
+        if n.op != Op.CALL or group is None:
+            found[n] = Fill.ZEROS
+        elif not any(i in padded for i in external_inputs(group.calls)):
+            found[n] = Fill.WRITTEN
+        else:
+            made = group.calls[-1] is n and kinds.get(group.calls[0].arg.kernel.role)
+            found[n] = made or Fill.ZEROS
+    return found
+
+
+# ---- the facts of a design's layout ---------------------------------------------------------------
+
+def facts_of(program: Program, groups: tuple[Group, ...], lies: dict[Node, Lies], readers: dict,
+             device, refused: dict[Node, str]) -> list:
+    """The facts of the layout `pad_to_block` chose (`lies`) in program order, and of the products it left
+    unpadded (`refused`: call -> why)."""
+    label = {c: call_label(program, c) for g in groups for c in g.calls}
+    group_of = {c: g for g in groups for c in g.calls}
+    shapes = {n: lie.shape for n, lie in lies.items()}
+    found = []
+    for group in groups:
+        first = group.calls[0]
+        role = first.arg.kernel.role
+        if first in refused:
+            found.append(Unpadded(group.name, label[first], refused[first]))
+        if role is Role.MATRIX and (sides := sides_as_lying(first, shapes)) and sides != call_sides(first):
+            fills = tuple(lies[n].fill if n in lies else None for n in first.src[:2])
+            found.append(PaddedGrid(group.name, label[first], call_sides(first), sides,
+                                    extent_rule(first, sides, device), fills))
+        elif role in (Role.ELEMENTWISE, Role.ROW_REDUCTION):
+            found += _stream_facts(group, lies, readers, group_of, label)
+    for node, lie in lies.items():
+        writers = _writers(node, lie, program, group_of, label)
+        if writers is not None:
+            found.append(PaddedTensor(describe(node), lie.shape, writers))
+        users = [u for u in readers.get(node, []) if isinstance(u, Node)]
+        if node.op != Op.CALL and len(set(users)) > 1 and all(u.arg.kernel.role is Role.ELEMENTWISE for u in users):
+            found.append(PaddedTensor(describe(node), lie.shape, tuple(label[u] for u in users), Rule.PAD_SHARED_STREAM))
+        found += _region_facts(node, lie.shape, users, group_of, label)
+    return found
+
+
+def _stream_facts(group: Group, lies: dict[Node, Lies], readers: dict, group_of: dict, label: dict) -> list:
+    """The facts of elementwise calls or a row reduction computing over a padded layout (a result its producer
+    writes padded, `PaddedTensor`, computes on its own sides)."""
+    calls, first = group.calls, group.calls[0]
+    result = result_of(calls[-1])
+    if result not in lies or lies[result].fill is Fill.WRITTEN:
+        return []
+    if first.arg.kernel.role is Role.ROW_REDUCTION:
+        x = first.src[0]
+        if x not in lies:
+            return []
+        if x.op == Op.CALL:
+            how = Rule.PAD_THROUGH_ROW_WIDTH if lies[x].shape[1:] != x.shape[1:] else Rule.PAD_THROUGH_ROWS
+        elif any(isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX for u in readers.get(first, [])):
+            how = Rule.PAD_UPSTREAM_ROWS
+        else:
+            how = Rule.PAD_TO_BLOCK
+        return [PaddedStream(group.name, label[first], x.shape, lies[x].shape, how)]
+    inputs = external_inputs(calls)
+    products, passed = upstream(inputs, group_of)
+    if len(result.shape) == 1 or not any(n.op == Op.CALL for n in inputs):
+        how = Rule.PAD_TO_BLOCK if len(result.shape) == 1 else Rule.PAD_UPSTREAM_ZEROS
+    else:   # over a product's layout, or over one elementwise calls passed on
+        how = Rule.PAD_PASSED_ON if any(n in lies and n.op == Op.CALL and lone_product(group_of[n]) is None
+                                        and carried(n, group_of) for n in inputs) else Rule.PAD_THROUGH_ELEMENTWISE
+    found = [PaddedStream(group.name, label[calls[-1]], result.shape, lies[result].shape, how,
+                          tuple(label[p] for p in products))]
+    read = tuple(f"{label[u]} as {'A' if u.src[0] is result else 'B'}" for u in readers.get(result, [])
+                 if isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX)
+    if read:
+        order = list(group_of)
+        makers = sorted({*calls, *(c for g in passed for c in g.calls)}, key=order.index)
+        found.append(KeptZeros(group.name, tuple(label[c] for c in makers), describe(result), lies[result].shape, read))
+    return found
+
+
+def _writers(node: Node, lie: Lies, program: Program, group_of: dict, label: dict) -> tuple[str, ...] | None:
+    """Who writes `node`'s user's region only where it lies padded: its group (Fill.WRITTEN), or the calls
+    writing a state through views; None for a tensor no call writes so."""
+    if lie.fill is Fill.WRITTEN and node in group_of:
+        return tuple(label[c] for c in group_of[node].calls)
+    if node.op == Op.MEMORY and state_of(node) is not None and not any(state_written_whole(c) is node for c in program.calls):
+        return tuple(label[c] for c in program.calls if c.arg.writes and destination(c).op == Op.VIEW
+                     and destination(c).src[0] is node)
+    return None
+
+
+def _region_facts(node: Node, lies: tuple[int, ...], users: list[Node], group_of: dict, label: dict) -> list:
+    """`pad_row_region`, `pad_tile_region`: the readers of `node` that read its user's region only."""
+    rowed = [u for u in users if u.arg.kernel.role is Role.ROW_REDUCTION and reads_region(u, node)]
+    found = [Region(group_of[u].name, (label[u],), describe(node), lies, Rule.PAD_ROW_REGION) for u in rowed]
+    small = [u for u in dict.fromkeys(users) if node.op == Op.CALL and u.arg.kernel.role not in PLAIN
+             and u not in rowed and fits_tile(group_of[u], node)]
+    for g in dict.fromkeys(group_of[u] for u in small):
+        found.append(Region(g.name, tuple(label[u] for u in small if u in g.calls), describe(node), lies))
+    return found
