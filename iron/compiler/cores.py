@@ -14,6 +14,7 @@ from iron.compiler.objects import (
     Context,
     Part,
     StateWrite,
+    attr_imm,
     attr_word,
     consumed,
     copy_step,
@@ -120,17 +121,14 @@ def _kernel_step(ctx: Context, part: Part, call: Node, ptrs, shapes, out_shape) 
 
 def _attr_args(ctx: Context, part: Part, call: Node) -> list:
     dynamic = dict(dynamic_attrs(call))
-    values = call.arg.attr_dict
     args = []
     for name, ctype in call.arg.kernel.c_attrs:
         if name in dynamic:
             key = WordRef(attr_word(ctx, call, name, dynamic[name]))
             where = ctx.relayed.get((part.group, key))
             args.append(Load(*where) if where else Load(part.in_fifo.name, part.ins.offsets[key]))
-        elif values.get(name) is None:
-            args.append(Imm(int(call.src[0].shape[-1]), ctype))   # a row kernel's length left None: the whole row
         else:
-            args.append(Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype))
+            args.append(attr_imm(call, name, ctype))
     return args
 
 

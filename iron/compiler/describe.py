@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from iron.compiler.allocate import budget, tile_memory
 from iron.compiler.plan import (
+    Choice,
     Const,
     Direction,
     Dma,
@@ -15,10 +16,10 @@ from iron.compiler.plan import (
     Plan,
     TileKind,
     WordDef,
+    WordOp,
     WordRef,
 )
-
-SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
+from iron.ir import SCALAR_SYMBOL
 
 
 def describe(plan: Plan) -> str:
@@ -41,11 +42,20 @@ def describe(plan: Plan) -> str:
 def _decided(plan: Plan, *between: list[str]) -> list[list[str]]:
     """The sections every Plan's description has, segmented or not: its words (then `between`),
     every rule's decision, the choices the cost model made (when it made any), the DDR traffic."""
-    choices = [f"{name}: {choice.text()}" for name, choice in plan.choices]
+    choices = [f"{name}: {_choice(c)}" for name, c in plan.choices]
     return [_section("words", _words(plan.words)), *between,
             _section("rules", [f"{rule}: {what}" for rule, what in plan.rules]),
             _section("choices", choices) if choices else [],
             _section("DDR per call", [ddr_traffic(plan).text()])]
+
+
+def _choice(c: Choice) -> str:
+    other = "no other" if c.rejected is None else f"the best rejected, {c.rejected}, {_time(c.rejected_ns)}"
+    return f"{c.rule}: {c.what} chosen by estimated time: {c.chosen}, {_time(c.chosen_ns)}; {other}"
+
+
+def _time(ns: float) -> str:
+    return f"{ns / 1000:.1f} us" if ns >= 100 else f"{ns:.1f} ns"
 
 
 def _segmented(plan: Plan) -> str:
@@ -158,10 +168,10 @@ def word_text(w: WordDef) -> str:
     if w.op is None:
         return "given per call"
     a, b = ("" if o is None else str(o) for o in (w.a, w.b))
-    if w.op == "copy":
+    if w.op is WordOp.COPY:
         return f"= {a}"
-    if w.op in SYMBOLS:
-        return f"= {a} {SYMBOLS[w.op]} {b}"
+    if w.op.value in SCALAR_SYMBOL:
+        return f"= {a} {SCALAR_SYMBOL[w.op.value]} {b}"
     return f"= {w.op}({a}, {b})"
 
 

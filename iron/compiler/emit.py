@@ -32,6 +32,7 @@ from iron.compiler.plan import (
     ScalarStep,
     WordDef,
     WordKind,
+    WordOp,
     WordRef,
 )
 from iron.compiler.sequence import Move
@@ -126,13 +127,13 @@ def _emit_steps(ctx: Context, next_values: dict, emit: Emit) -> tuple:
         return Load(FEEDBACK, 4 * operand.index)
 
     # a run flagged before this one flags the next too: its words may be in range again
-    steps = [ScalarStep(Ptr(FEEDBACK, 4 * emit.flag), "copy", Load(EMIT_IN, 4 * len(ctx.table.words)))]
+    steps = [ScalarStep(Ptr(FEEDBACK, 4 * emit.flag), WordOp.COPY, Load(EMIT_IN, 4 * len(ctx.table.words)))]
     for w in emit.target_words:
         dest = Ptr(FEEDBACK, 4 * w.index)
         if w.kind is WordKind.CARRIED:
-            steps.append(ScalarStep(dest, "copy", load(next_values[w.name])))
+            steps.append(ScalarStep(dest, WordOp.COPY, load(next_values[w.name])))
         elif w.kind is WordKind.SCRATCHPAD:
-            steps.append(ScalarStep(dest, "copy", load(WordRef(mine[w.name]))))
+            steps.append(ScalarStep(dest, WordOp.COPY, load(WordRef(mine[w.name]))))
         else:
             steps.append(ScalarStep(dest, w.op, target_load(w.a), target_load(w.b)))
         if w.bound is not None:
@@ -147,9 +148,9 @@ def _emit_steps(ctx: Context, next_values: dict, emit: Emit) -> tuple:
 def unflagged_steps(emit: Emit) -> tuple[ScalarStep, ...]:
     """scratch = 1 if the flag is 0 else 0 (the flag is a count, never negative)."""
     s = Ptr(FEEDBACK, 4 * emit.scratch)
-    return (ScalarStep(s, "min", Load(FEEDBACK, 4 * emit.flag), Imm(1)),
-            ScalarStep(s, "mul", Load(FEEDBACK, 4 * emit.scratch), Imm(-1)),
-            ScalarStep(s, "add", Load(FEEDBACK, 4 * emit.scratch), Imm(1)))
+    return (ScalarStep(s, WordOp.MIN, Load(FEEDBACK, 4 * emit.flag), Imm(1)),
+            ScalarStep(s, WordOp.MUL, Load(FEEDBACK, 4 * emit.scratch), Imm(-1)),
+            ScalarStep(s, WordOp.ADD, Load(FEEDBACK, 4 * emit.scratch), Imm(1)))
 
 
 def sink_steps(w: WordDef, emit: Emit) -> tuple[ScalarStep, ...]:
@@ -158,9 +159,9 @@ def sink_steps(w: WordDef, emit: Emit) -> tuple[ScalarStep, ...]:
     indices times strides, so within the states buffer, and nothing wraps."""
     word = Ptr(FEEDBACK, 4 * w.index)
     at = Load(FEEDBACK, 4 * w.index)
-    return (ScalarStep(word, "sub", at, Imm(w.sink)),
-            ScalarStep(word, "mul", at, Load(FEEDBACK, 4 * emit.scratch)),
-            ScalarStep(word, "add", at, Imm(w.sink)))
+    return (ScalarStep(word, WordOp.SUB, at, Imm(w.sink)),
+            ScalarStep(word, WordOp.MUL, at, Load(FEEDBACK, 4 * emit.scratch)),
+            ScalarStep(word, WordOp.ADD, at, Imm(w.sink)))
 
 
 def clamp_steps(w: WordDef, emit: Emit) -> tuple[ScalarStep, ...]:
@@ -170,18 +171,18 @@ def clamp_steps(w: WordDef, emit: Emit) -> tuple[ScalarStep, ...]:
     lo, hi = w.bound
     word, s, flag = (4 * i for i in (w.index, emit.scratch, emit.flag))
 
-    def step(dest: int, op: str, a, b) -> ScalarStep:
+    def step(dest: int, op: WordOp, a, b) -> ScalarStep:
         return ScalarStep(Ptr(FEEDBACK, dest), op, a, b)
 
     def at(offset: int) -> Load:
         return Load(FEEDBACK, offset)
 
     return (
-        step(s, "max", at(word), Imm(lo - 1)),
-        step(s, "min", at(s), Imm(hi)),
-        step(word, "max", at(s), Imm(lo)),
-        step(word, "min", at(word), Imm(hi - 1)),
-        step(s, "sub", at(s), at(word)),
-        step(s, "mul", at(s), at(s)),
-        step(flag, "add", at(flag), at(s)),
+        step(s, WordOp.MAX, at(word), Imm(lo - 1)),
+        step(s, WordOp.MIN, at(s), Imm(hi)),
+        step(word, WordOp.MAX, at(s), Imm(lo)),
+        step(word, WordOp.MIN, at(word), Imm(hi - 1)),
+        step(s, WordOp.SUB, at(s), at(word)),
+        step(s, WordOp.MUL, at(s), at(s)),
+        step(flag, WordOp.ADD, at(flag), at(s)),
     )

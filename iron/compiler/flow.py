@@ -20,7 +20,7 @@ from iron.compiler.grid import (
     view_rows_of,
     with_waits,
 )
-from iron.compiler.objects import Context, attr_word, copy_step
+from iron.compiler.objects import Context, attr_imm, attr_word, copy_step
 from iron.compiler.place import Site
 from iron.compiler.plan import (
     Acquire,
@@ -104,11 +104,7 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
         kernel = call.arg.kernel
         arity = call.arg.n_inputs
         sizes = kernel.sizes(*flow.shapes())
-        # a row's length left None is the user's whole row, also where it lies padded wider
-        # (pad_through_row_width): the kernel reduces that much of each row
-        values = {name: call.src[0].shape[-1] if v is None else v for name, v in call.arg.attr_dict.items()}
-        attrs = [loads.get((call, name)) or Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype)
-                 for name, ctype in kernel.c_attrs]
+        attrs = [loads.get((call, name)) or attr_imm(call, name, ctype) for name, ctype in kernel.c_attrs]
         ptrs = [Ptr(where[n]) for n in call.src[:arity]] + [Ptr(where[call])]
         steps.append(KernelStep.of(kernel, input_dtypes(call), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs),
                                    call.dtype))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from iron.compiler.fifos import Stem, fifo, fifo_id
-from iron.compiler.objects import Context
+from iron.compiler.objects import Context, attr_imm
 from iron.compiler.place import Site
 from iron.compiler.plan import (
     Acquire,
@@ -173,9 +173,8 @@ def _expansion_step(grid: Grid, blocks: str, dest: str) -> KernelStep:
     expand, stored = grid.expand, grid.matrix
     kernel, m = expand.arg.kernel, grid.m
     sizes = kernel.sizes([(m, grid.a_block_bytes // m)], (m, grid.k))
-    attrs = expand.arg.attr_dict
     return KernelStep.of(kernel, stored.dtype, (Ptr(blocks), Ptr(dest), *(Imm(int(s)) for s in sizes),
-                                                *(Imm(int(attrs[name]), ctype) for name, ctype in kernel.c_attrs)),
+                                                *(attr_imm(expand, name, ctype) for name, ctype in kernel.c_attrs)),
                          expand.dtype)
 
 

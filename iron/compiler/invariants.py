@@ -28,6 +28,7 @@ from iron.compiler.plan import (
     Wait,
     WordDef,
     WordKind,
+    WordOp,
     WordRef,
 )
 
@@ -212,7 +213,7 @@ def _check_words(plan: Plan):
 
 def _check_derived(plan: Plan, w: WordDef):
     operands = [o for o in (w.a, w.b) if o is not None]
-    bad = w.op not in WordDef.OPS or (w.b is None) != (w.op == "copy") or any(
+    bad = not isinstance(w.op, WordOp) or (w.b is None) != (w.op is WordOp.COPY) or any(
         not isinstance(o, (WordRef, Const)) or (isinstance(o, WordRef) and not 0 <= o.index < w.index)
         for o in operands)
     if bad or (w.bound is not None and w.bound[0] >= w.bound[1]):
@@ -247,12 +248,12 @@ def word_ranges(words) -> list[tuple[int, int] | None]:
             ranges.append((w.bound[0], w.bound[1] - 1))
             continue
         a, b = of(w.a), of(w.b)
-        if w.op == "copy" and w.sink is not None and a is not None:   # a flagged run's Emit writes w.sink
+        if w.op is WordOp.COPY and w.sink is not None and a is not None:   # a flagged run's Emit writes w.sink
             ranges.append((min(a[0], w.sink), max(a[1], w.sink)))
-        elif w.op == "copy":
+        elif w.op is WordOp.COPY:
             ranges.append(a)
-        elif w.op in ("add", "mul") and a is not None and b is not None:
-            ends = [x + y if w.op == "add" else x * y for x in a for y in b]
+        elif w.op in (WordOp.ADD, WordOp.MUL) and a is not None and b is not None:
+            ends = [w.op.fn(x, y) for x in a for y in b]
             ranges.append((min(ends), max(ends)))
         else:
             ranges.append(None)

@@ -217,6 +217,14 @@ def attr_word(ctx: Context, call: Node, name: str, expr: Node) -> int:
     return ctx.table.word(expr, WordKind.CORE)
 
 
+def attr_imm(call: Node, name: str, ctype: str) -> Imm:
+    """A fixed attribute of `call` as its kernel takes it. A row's length left None is the user's
+    whole row, also where it lies padded wider (`pad_through_row_width`): the kernel reduces that
+    much of each row."""
+    value = call.arg.attr_dict[name]
+    return Imm.of(call.src[0].shape[-1] if value is None else value, ctype)
+
+
 def _pack_inputs(ctx: Context, part: Part):
     """The `_in` regions: the group's host items (but those a carrier forwards to it), then
     those of the groups whose `_in` it carries."""

@@ -12,7 +12,7 @@ from typing import Any, Union
 import numpy as np
 
 from iron.compiler.rules import Decision, Rule
-from iron.ir import Term
+from iron.ir import SCALAR_BINARY, Term
 
 
 class TileKind(Term):
@@ -245,12 +245,34 @@ class Output:
 Operand = Union[WordRef, Const]
 
 
+class WordOp(Term):
+    """What a derived word or a ScalarStep computes from a and b, wrapping to i32 (`copy`: a)."""
+
+    ADD, SUB, MUL, FLOORDIV, MOD, MIN, MAX, COPY = "add", "sub", "mul", "floordiv", "mod", "min", "max", "copy"
+
+    def fn(self, a: int, b: int) -> int:
+        return SCALAR_BINARY[self.value](a, b) if self is not WordOp.COPY else a
+
+
+class CType(Term):
+    """A scalar argument's C type (a kernel's `c_attrs` name theirs by value)."""
+
+    I32 = "i32"
+    F32 = "f32"
+
+
 @dataclass(frozen=True)
 class Imm:
-    """An immediate: value and C type "i32" | "f32"."""
+    """An immediate of C type `ctype`."""
 
     value: Any
-    ctype: str = "i32"
+    ctype: CType = CType.I32
+
+    @classmethod
+    def of(cls, value, ctype: str) -> Imm:
+        """`value` as passed to C as `ctype` ("i32" | "f32", a kernel attribute's)."""
+        ctype = CType(ctype)
+        return cls(float(value) if ctype is CType.F32 else int(value), ctype)
 
 
 @dataclass(frozen=True)
@@ -287,10 +309,10 @@ class KernelStep:
 
 @dataclass(frozen=True)
 class ScalarStep:
-    """dest (i32 at `Ptr`) = op(a, b) with i32 wrap-around; op in WordDef.OPS."""
+    """dest (i32 at `Ptr`) = op(a, b) with i32 wrap-around."""
 
     dest: Ptr
-    op: str
+    op: WordOp
     a: Any                 # Load | Imm
     b: Any = None
 
@@ -383,12 +405,10 @@ class WordDef:
     """One scratchpad word (Plan.carry points at a "next" word). Derived words are op(a, b)
     over earlier words and constants."""
 
-    OPS = ("add", "sub", "mul", "floordiv", "mod", "min", "max", "copy")
-
     index: int
     name: str
     kind: WordKind
-    op: str | None = None
+    op: WordOp | None = None
     a: Operand | None = None
     b: Operand | None = None
     bound: tuple[int, int] | None = None   # value must lie in [lo, hi) (a per-call index)
@@ -457,14 +477,6 @@ class Choice:
     rejected: str | None = None
     rejected_ns: float | None = None
 
-    def text(self) -> str:
-        other = "no other" if self.rejected is None else f"the best rejected, {self.rejected}, {_time(self.rejected_ns)}"
-        return f"{self.rule}: {self.what} chosen by estimated time: {self.chosen}, {_time(self.chosen_ns)}; {other}"
-
-
-def _time(ns: float) -> str:
-    return f"{ns / 1000:.1f} us" if ns >= 100 else f"{ns:.1f} ns"
-
 
 @dataclass(frozen=True)
 class Repeat:
@@ -531,9 +543,4 @@ class Plan:
 
     def function(self, name: str) -> Function:
         return next(f for f in self.functions if f.name == name)
-
-    @property
-    def parameters(self) -> tuple[WordDef, ...]:
-        """The per-call scratchpad words."""
-        return self.words
 

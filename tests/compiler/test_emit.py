@@ -36,6 +36,7 @@ from iron.compiler.plan import (
     TileKind,
     WordDef,
     WordKind,
+    WordOp,
     WordRef,
 )
 from iron.compiler.sequence import Move, group_moves
@@ -66,7 +67,7 @@ def test_every_state_write_gets_a_word_the_emit_moves_to_the_sink_and_nothing_el
     ctx, moves = walk_moves()
     writes = [m for group in moves for m in group if m.buffer == "states" and m.direction is Direction.S2MM]
     assert writes == [Move(Direction.S2MM, FifoId("g0", Stem.HOST), "states", Access(0, ((1, 1),), 4))]
-    assert ctx.table.words[4] == WordDef(4, "steps", WordKind.DMA, "copy", WordRef(3), None, sink=9)
+    assert ctx.table.words[4] == WordDef(4, "steps", WordKind.DMA, WordOp.COPY, WordRef(3), None, sink=9)
     assert [m.access.patch_word for group in moves for m in group if m not in writes] == [2, None]
 
 
@@ -79,7 +80,7 @@ def test_the_walks_next_node_comes_from_its_group_and_its_steps_from_a_word():
     words = ctx.table.defs()
     given = next(w.index for w in words if w.name == "steps" and w.kind is WordKind.CARRIED)
     nxt = words[steps.index]   # the next steps: this call's steps + 1
-    assert (nxt.kind, nxt.op, nxt.a, nxt.b) == (WordKind.NEXT, "add", WordRef(given), Const(1))
+    assert (nxt.kind, nxt.op, nxt.a, nxt.b) == (WordKind.NEXT, WordOp.ADD, WordRef(given), Const(1))
 
 
 def test_the_emit_core_reads_its_words_and_the_element_and_writes_the_feedback():
@@ -99,7 +100,7 @@ def test_the_emit_core_reads_its_words_and_the_element_and_writes_the_feedback()
                           Move(Direction.S2MM, FifoId(None, Stem.FEEDBACK), "feedback",
                                Access(0, ((made.emit.nwords, 1),))))
     first = made.function.steps[0]   # the flag starts from this call's own
-    assert (first.op, first.a) == ("copy", Load("emit_in", 4 * words))
+    assert (first.op, first.a) == (WordOp.COPY, Load("emit_in", 4 * words))
     bounded = [w for w in made.emit.target_words if w.bound is not None]
     sunk = [w for w in made.emit.target_words if w.sink is not None]
     assert len(made.function.steps) == 1 + words + 7 * len(bounded) + (3 + 3 * len(sunk)) * bool(sunk)
@@ -109,7 +110,8 @@ def run(steps, memory: dict[int, int]) -> dict[int, int]:
     """The ScalarSteps on the feedback object's words (byte offset -> i32), wrapping as i32."""
     def value(operand):
         return operand.value if isinstance(operand, Imm) else memory[operand.offset]
-    ops = {"min": min, "max": max, "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}
+    ops = {WordOp.MIN: min, WordOp.MAX: max, WordOp.ADD: lambda a, b: a + b, WordOp.SUB: lambda a, b: a - b,
+           WordOp.MUL: lambda a, b: a * b}
     for step in steps:
         assert step.dest.source == "feedback"
         result = ops[step.op](value(step.a), value(step.b))

@@ -24,6 +24,7 @@ from iron.compiler.plan import (
     Tile,
     TileKind,
     Wait,
+    WordOp,
     WordRef,
 )
 from iron.errors import DoesNotFit, PlanError
@@ -315,7 +316,7 @@ def test_a_kernel_call_not_in_its_c_abi_shape_is_refused():
     broken(with_g0_steps(plan, KernelStep.of(Scale, np.float32, (src, dst, Imm(1), Imm(2)))),
            "plan Walk on npu1: function g0 calls scale_f32 with (Ptr, Ptr, Imm i32, Imm i32); its C ABI takes "
            "2 Ptr(s), one i32 size or more and 1 attribute(s) (f32)." + FIX)
-    broken(with_g0_steps(plan, ScalarStep(Load("g0_in"), "add", Imm(1), Imm(2))),
+    broken(with_g0_steps(plan, ScalarStep(Load("g0_in"), WordOp.ADD, Imm(1), Imm(2))),
            "plan Walk on npu1: function g0 has a step ScalarStep(Load, Imm i32, Imm i32): a step is a KernelStep, "
            "or a ScalarStep writing through a Ptr from i32 values (Imm or Load)." + FIX)
     check_plan(with_g0_steps(plan, KernelStep.of(Copy, np.int32, (src, dst, Load("g0_in")))))

@@ -28,6 +28,7 @@ from iron.compiler.plan import (
     ScalarStep,
     Tile,
     TileKind,
+    WordOp,
     WordRef,
 )
 from iron.compiler.rules import Rule
@@ -181,19 +182,19 @@ def test_the_emit_of_a_first_version_writes_the_words_of_the_body_it_feeds():
     assert first.emit.target_words == body.words
     flag, s, sunk = FLAG, SCRATCH, Ptr("feedback", 12)
     assert first.function("emit").steps == (
-        ScalarStep(flag, "copy", Load("emit_in", 12)),          # first's own flag, after its 3 words
-        ScalarStep(Ptr("feedback"), "copy", Load("emit_in", 4)),
-        ScalarStep(Ptr("feedback", 4), "copy", Load("feedback")),
+        ScalarStep(flag, WordOp.COPY, Load("emit_in", 12)),          # first's own flag, after its 3 words
+        ScalarStep(Ptr("feedback"), WordOp.COPY, Load("emit_in", 4)),
+        ScalarStep(Ptr("feedback", 4), WordOp.COPY, Load("feedback")),
         *clamped(Ptr("feedback", 4)),
-        ScalarStep(Ptr("feedback", 8), "add", Load("feedback"), Imm(1)),
+        ScalarStep(Ptr("feedback", 8), WordOp.ADD, Load("feedback"), Imm(1)),
         *clamped(Ptr("feedback", 8)),
-        ScalarStep(sunk, "copy", Load("feedback", 8)),
-        ScalarStep(s, "min", Load("feedback", 16), Imm(1)),     # s = 1 when nothing was flagged, else 0
-        ScalarStep(s, "mul", Load("feedback", 20), Imm(-1)),
-        ScalarStep(s, "add", Load("feedback", 20), Imm(1)),
-        ScalarStep(sunk, "sub", Load("feedback", 12), Imm(8)),  # the write's word, or 8: trail's 8 words on
-        ScalarStep(sunk, "mul", Load("feedback", 12), Load("feedback", 20)),
-        ScalarStep(sunk, "add", Load("feedback", 12), Imm(8)))
+        ScalarStep(sunk, WordOp.COPY, Load("feedback", 8)),
+        ScalarStep(s, WordOp.MIN, Load("feedback", 16), Imm(1)),     # s = 1 when nothing was flagged, else 0
+        ScalarStep(s, WordOp.MUL, Load("feedback", 20), Imm(-1)),
+        ScalarStep(s, WordOp.ADD, Load("feedback", 20), Imm(1)),
+        ScalarStep(sunk, WordOp.SUB, Load("feedback", 12), Imm(8)),  # the write's word, or 8: trail's 8 words on
+        ScalarStep(sunk, WordOp.MUL, Load("feedback", 12), Load("feedback", 20)),
+        ScalarStep(sunk, WordOp.ADD, Load("feedback", 12), Imm(8)))
 
 
 FLAG, SCRATCH = Ptr("feedback", 16), Ptr("feedback", 20)   # after the body's 4 words
@@ -204,10 +205,10 @@ def clamped(word):
     def at(ptr):
         return Load(ptr.source, ptr.offset)
     flag, s = FLAG, SCRATCH
-    return (ScalarStep(s, "max", at(word), Imm(-1)), ScalarStep(s, "min", at(s), Imm(8)),
-            ScalarStep(word, "max", at(s), Imm(0)), ScalarStep(word, "min", at(word), Imm(7)),
-            ScalarStep(s, "sub", at(s), at(word)), ScalarStep(s, "mul", at(s), at(s)),
-            ScalarStep(flag, "add", at(flag), at(s)))
+    return (ScalarStep(s, WordOp.MAX, at(word), Imm(-1)), ScalarStep(s, WordOp.MIN, at(s), Imm(8)),
+            ScalarStep(word, WordOp.MAX, at(s), Imm(0)), ScalarStep(word, WordOp.MIN, at(word), Imm(7)),
+            ScalarStep(s, WordOp.SUB, at(s), at(word)), ScalarStep(s, WordOp.MUL, at(s), at(s)),
+            ScalarStep(flag, WordOp.ADD, at(flag), at(s)))
 
 
 def test_feeds_with_other_carried_values_or_device_are_refused():
