@@ -145,8 +145,12 @@ def _fifos(plan: Plan) -> list[str]:
     for f in plan.fifos:
         route = f"{f.producer.name} -> {', '.join(t.name for t in f.consumers)}"
         how = "shared memory" if f.shared_memory else "DMA"
-        rows.append((f.name, route, f"depth {f.depth}", f"{f.nbytes} bytes", how, holds.get(f.name, "")))
+        rows.append((str(f.name), route, f"depth {f.depth}", f"{f.nbytes} bytes", how, holds.get(f.name, "")))
     return _columns(rows)
+
+
+def _join(items) -> str:
+    return ", ".join(map(str, items))
 
 
 def _links(plan: Plan) -> list[str]:
@@ -158,8 +162,8 @@ def _links(plan: Plan) -> list[str]:
             kind, offsets = "split", link.destination_offsets
         else:
             kind, offsets = "forward", ()
-        at = f" at bytes {', '.join(map(str, offsets))}" if offsets else ""
-        lines.append(f"{link.tile.name}: {kind} {', '.join(link.sources)} -> {', '.join(link.destinations)}{at}")
+        at = f" at bytes {_join(offsets)}" if offsets else ""
+        lines.append(f"{link.tile.name}: {kind} {_join(link.sources)} -> {_join(link.destinations)}{at}")
     return lines
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from iron.compiler.allocate import state_sink
-from iron.compiler.fifos import EMIT, EMIT_IN, FEEDBACK, Stem, fifo_id
+from iron.compiler.fifos import EMIT, EMIT_IN, FEEDBACK
 from iron.compiler.objects import Context
 from iron.compiler.plan import (
     Acquire,
@@ -79,8 +79,8 @@ def lower_emit(ctx: Context, next_values: tuple, target) -> EmitCore:
     core = Core(tile, EMIT, program, ctx.device.compute.default_stack_bytes)
     emit = Emit(tile, tuple(next_values), tuple(target), FEEDBACK)
     # this call's words and the flag after them (the scratchpad of a version with an Emit has it)
-    moves = (Move(Direction.MM2S, fifo_id(EMIT, Stem.IN), "words", Access(0, ((words + 1, 1),))),
-             Move(Direction.S2MM, fifo_id(None, Stem.FEEDBACK), FEEDBACK, Access(0, ((emit.nwords, 1),))))
+    moves = (Move(Direction.MM2S, EMIT_IN, HostRole.WORDS.value, Access(0, ((words + 1, 1),))),
+             Move(Direction.S2MM, FEEDBACK, HostRole.FEEDBACK.value, Access(0, ((emit.nwords, 1),))))
     sizes = {EMIT_IN: 4 * (words + 1), FEEDBACK: 4 * emit.nwords}
     function = Function(EMIT, objects, _emit_steps(ctx, dict(next_values), emit))
     return EmitCore(emit, function, core, sizes, moves)

@@ -10,7 +10,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from iron.compiler.fifos import FifoId, Stem, fifo, fifo_id
+from iron.compiler.fifos import FifoId, Stem, fifo_id
 from iron.compiler.grid import (
     GridLowered,
     result_access,
@@ -51,17 +51,17 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
     g, flow = site.group.name, site.flow
     rows, b = len(flow.rows), flow.block
     sizes, links, functions, buffers, cores = {}, [], [], [], []
-    sizes |= {fifo(g, Stem.W, i): (flow.width * node.dtype.itemsize, node.dtype, describe(node))   # as wide as a row
+    sizes |= {fifo_id(g, Stem.W, i): (flow.width * node.dtype.itemsize, node.dtype, describe(node))   # as wide as a row
               for i, node in enumerate(flow.shared)}
     if flow.per_call:
         words = [ctx.table.words[w].name for w in _flow_words(ctx, flow)]
-        sizes[fifo(g, Stem.IN)] = (4 * len(words), np.dtype(np.int32), ", ".join(words))
+        sizes[fifo_id(g, Stem.IN)] = (4 * len(words), np.dtype(np.int32), ", ".join(words))
     for c, mem in enumerate(flow.mems):
         for i, node in enumerate(flow.inputs):
             size = b * node.dtype.itemsize
-            sizes[fifo(g, Stem.X, i, c, mem=True)] = (rows * size, node.dtype, f"blocks of {describe(node)}")
-            sizes |= {fifo(g, Stem.X, i, r, c): (size, node.dtype, f"blocks of {describe(node)}") for r in range(rows)}
-            links.append(Link(mem, (fifo(g, Stem.X, i, c, mem=True),), tuple(fifo(g, Stem.X, i, r, c) for r in range(rows)),
+            sizes[fifo_id(g, Stem.X, i, c, mem=True)] = (rows * size, node.dtype, f"blocks of {describe(node)}")
+            sizes |= {fifo_id(g, Stem.X, i, r, c): (size, node.dtype, f"blocks of {describe(node)}") for r in range(rows)}
+            links.append(Link(mem, (fifo_id(g, Stem.X, i, c, mem=True),), tuple(fifo_id(g, Stem.X, i, r, c) for r in range(rows)),
                               destination_offsets=tuple(r * size for r in range(rows))))
         for k, result in enumerate(flow.results):
             size, label = flow.result_block * result.dtype.itemsize, call_label(ctx.program, result)
@@ -89,9 +89,9 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
     last call's into the part it sends; the shared rows and the per-call words acquired once,
     around the Loop."""
     tile, prefix, b = flow.tile(r, c), f"{g}_r{r}c{c}", flow.block
-    ins = [fifo(g, Stem.X, i, r, c) for i in range(len(flow.inputs))]
-    shared = [fifo(g, Stem.W, i) for i in range(len(flow.shared))] + [fifo(g, Stem.IN)] * bool(flow.per_call)
-    loads = {(call, name): Load(fifo(g, Stem.IN), 4 * j) for j, (call, name, _) in enumerate(flow.per_call)}
+    ins = [fifo_id(g, Stem.X, i, r, c) for i in range(len(flow.inputs))]
+    shared = [fifo_id(g, Stem.W, i) for i in range(len(flow.shared))] + [fifo_id(g, Stem.IN)] * bool(flow.per_call)
+    loads = {(call, name): Load(fifo_id(g, Stem.IN), 4 * j) for j, (call, name, _) in enumerate(flow.per_call)}
     parts = [part_fifo(g, k, r, c) for k in range(len(flow.results))]
     where = dict(zip((*flow.inputs, *flow.shared), (*ins, *shared))) | dict(zip(flow.results, parts))
     buffers, steps = [], []

@@ -159,7 +159,7 @@ def _check_dma_channels(plan: Plan):
         kind = plan.device.compute if tile.kind is TileKind.COMPUTE else plan.device.mem
         for names, have, what in ((ins, kind.dma_in_channels, "in (S2MM)"), (outs, kind.dma_out_channels, "out (MM2S)")):
             if len(names) > have:
-                fail(plan, f"{tile.name} moves {len(names)} FIFOs {what} by DMA ({', '.join(names)}) but a "
+                fail(plan, f"{tile.name} moves {len(names)} FIFOs {what} by DMA ({', '.join(map(str, names))}) but a "
                             f"{tile.kind} tile has {have} such channels",
                       "Route several operands through one FIFO (one packed object, or a mem-tile join), or "
                       "make FIFOs between neighbouring compute tiles shared memory.")

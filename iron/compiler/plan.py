@@ -11,6 +11,7 @@ from typing import Any, Union
 
 import numpy as np
 
+from iron.compiler.fifos import FifoId, FifoRole
 from iron.compiler.rules import Decision, Rule
 from iron.ir import SCALAR_BINARY, Term
 
@@ -33,20 +34,6 @@ class Port(Term):
 
     PRODUCE = "Produce"
     CONSUME = "Consume"
-
-
-class FifoRole(Term):
-    """What a FIFO carries for its group (its name is printed from its FifoId: fifos.py)."""
-
-    INPUT = "in"              # host tensors and per-call words into a group's cores (one packed object)
-    WEIGHTS = "w"             # blocks of a streamed matrix: shim -> mem tile ("w_mem"), mem tile -> core
-    OUTPUT = "out"            # results other groups or the Emit read
-    HOST = "host"             # outputs, state writes and carried elements back to the host
-    PART = "part"             # a split group's part of the result, into the mem-tile join
-    SHARED_IN = "shared_in"   # several groups' inputs through one shim channel (a mem-tile split)
-    SHARED_HOST = "shared_host"  # several groups' host results through one shim channel (a join)
-    EMIT_IN = "emit_in"       # this call's words into the Emit core
-    FEEDBACK = "feedback"     # the next call's words from the Emit core
 
 
 class HostRole(Term):
@@ -150,16 +137,20 @@ class Placement:
 
 @dataclass(frozen=True)
 class Fifo:
-    """An object FIFO: `producer` tile to `consumers`, objects of `nbytes`, `depth` at each end."""
+    """An object FIFO: `producer` tile to `consumers`, objects of `nbytes`, `depth` at each end;
+    `name` is its identity, which the Plan's other values name it by (the printers print its symbol)."""
 
-    name: str
+    name: FifoId
     producer: Tile
     consumers: tuple[Tile, ...]
     depth: int
     nbytes: int
     dtype: np.dtype = np.dtype(np.int32)   # the objects' element type (nbytes // itemsize elements)
     shared_memory: bool = False            # neighbouring tiles: no DMA channel used
-    role: FifoRole | None = None
+
+    @property
+    def role(self) -> FifoRole:
+        return self.name.role
 
     @property
     def elements(self) -> int:
@@ -171,8 +162,8 @@ class Link:
     """A mem-tile link: `sources` -> `destinations` with byte offsets (split or join)."""
 
     tile: Tile
-    sources: tuple[str, ...]
-    destinations: tuple[str, ...]
+    sources: tuple[FifoId, ...]
+    destinations: tuple[FifoId, ...]
     source_offsets: tuple[int, ...] = ()       # join: where each source lands in the destination
     destination_offsets: tuple[int, ...] = ()  # split: where each destination starts in the source
 
@@ -191,10 +182,10 @@ class Buffer:
 
 @dataclass(frozen=True)
 class Ptr:
-    """A pointer argument: `source` (an acquired FIFO object or a Buffer, by name) + `offset` bytes,
+    """A pointer argument: `source` (an acquired FIFO's object or a Buffer by its name) + `offset` bytes,
     plus `block_stride` bytes per iteration of the enclosing Loop."""
 
-    source: str
+    source: FifoId | str
     offset: int = 0
     block_stride: int = 0
 
@@ -203,7 +194,7 @@ class Ptr:
 class Load:
     """An i32 value read from `source` at byte `offset` (a per-call word, a carried element)."""
 
-    source: str
+    source: FifoId | str
     offset: int = 0
 
 
@@ -231,7 +222,7 @@ class Const:
 class Element:
     """Where a carried element a core computed lies: FIFO `fifo` at byte `offset` of its object."""
 
-    fifo: str
+    fifo: FifoId
     offset: int
 
 
@@ -323,21 +314,21 @@ class Function:
     The sources printer writes it as `extern "C" void name(uint8_t* p0, ..., int32_t block)`."""
 
     name: str
-    params: tuple[str, ...]
+    params: tuple[FifoId | str, ...]
     steps: tuple           # of KernelStep | ScalarStep
     blocked: bool = False  # takes the enclosing Loop's iteration index
 
 
 @dataclass(frozen=True)
 class Acquire:
-    fifo: str
+    fifo: FifoId
     port: Port
     count: int = 1
 
 
 @dataclass(frozen=True)
 class Release:
-    fifo: str
+    fifo: FifoId
     port: Port
     count: int = 1
 
@@ -345,7 +336,7 @@ class Release:
 @dataclass(frozen=True)
 class Invoke:
     function: str
-    objects: tuple[str, ...]   # FIFO (acquired) and Buffer names bound to the function's params
+    objects: tuple[FifoId | str, ...]   # FIFOs (acquired) and Buffer names bound to the function's params
 
 
 @dataclass(frozen=True)
@@ -376,7 +367,7 @@ class Dma:
     `patch_word` names a scratchpad word whose value is added to `offset` at launch."""
 
     direction: Direction
-    fifo: str
+    fifo: FifoId
     buffer: str
     offset: int
     sizes: tuple[int, int, int, int]
@@ -395,7 +386,7 @@ class Dma:
 class Wait:
     """Wait for the completion tokens of `fifo`'s DMA ops issued so far."""
 
-    fifo: str
+    fifo: FifoId
 
 
 # ---- per-call words ----------------------------------------------------------------------------
@@ -437,7 +428,7 @@ sends the write to the states' sink, after the user's states (`allocate.state_si
     tile: Tile
     next_values: tuple[tuple[str, Union[WordRef, Const, Element]], ...]
     target_words: tuple[WordDef, ...]
-    feedback_fifo: str
+    feedback_fifo: FifoId
 
     @property
     def flag(self) -> int:
@@ -513,7 +504,7 @@ class Plan:
                                                                 # or the output holding an element
     groups: tuple[tuple[str, tuple[str, ...]], ...] = ()   # group name -> kernel calls fused in it (for describe())
     rules: tuple[Decision, ...] = ()                # (rule, what it decided), for describe()
-    holds: dict[str, str] = field(default_factory=dict, compare=False)      # FIFO or Buffer -> what it holds
+    holds: dict[FifoId | str, str] = field(default_factory=dict, compare=False)      # FIFO or Buffer -> what it holds
     closed_by: dict[str, Rule | None] = field(default_factory=dict, compare=False)  # group -> the rule closing it, None: the body's end
     segments: tuple[Plan, ...] = ()   # a design bigger than the array: its configurations, run in order
                                       # (iron/compiler/segment.py); this Plan holds their host side
@@ -532,7 +523,7 @@ class Plan:
         return self.segments or (self,)
 
     # lookups used by every consumer of a Plan
-    def fifo(self, name: str) -> Fifo:
+    def fifo(self, name: FifoId) -> Fifo:
         return next(f for f in self.fifos if f.name == name)
 
     def placement(self, name: str) -> Placement:

@@ -16,6 +16,7 @@ import pytest
 import iron
 from iron import Carried
 from iron.compiler.allocate import state_sink
+from iron.compiler.fifos import EMIT_IN, FEEDBACK, FifoId, Stem
 from iron.compiler.mlir import ALLOWED_OPS
 from iron.compiler.plan import Const, Direction, Dma, HostRole, WordOp, WordRef
 from iron.compiler.sources import HEADER, kernel_sources, source_file
@@ -356,7 +357,7 @@ def test_the_emit_clamps_and_flags_exactly_at_the_ends_of_int32_on_the_emulator(
     _, body = guarded()
     plan = body.plan
     emit = next(f for f in plan.functions if f.name == "emit")
-    assert emit.params == ("emit_in", "g0_out", "feedback")
+    assert emit.params == (EMIT_IN, FifoId("g0", Stem.OUT), FEEDBACK)
     assert [w.sink for w in plan.words] == [None, None, None, None, SINK, None]
     bind = compile_function(emit, numpy_call)
     for node, steps, flag in CASES:
