@@ -21,7 +21,7 @@ from iron.compiler.lower import Lowered, lower
 from iron.compiler.pad import pad_to_block
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
-from iron.compiler.repeat import NotRepeated, Unfolding, choose_over_time
+from iron.compiler.repeat import Abandoned, NotRepeated, Unfolding, choose_over_time
 from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.segment import compile_segments
@@ -53,8 +53,8 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
     placements = host_placements(program, padding.shapes)
     whole = try_groups(program, groups, device, feeds, None, placements, check=True)
 
-    def spread() -> Plan:   # too big for the array at once: segments
-        return compile_segments(program, device, groups, feeds, try_groups, whole, padding)
+    def spread(enough=None) -> Plan | Abandoned:   # too big for the array at once: segments
+        return compile_segments(program, device, groups, feeds, try_groups, whole, padding, enough=enough)
 
     def folded(program: Program, kept: tuple[Group, ...], placements: tuple, unfolding: Unfolding):
         """The design with one iteration placed: one configuration, or segments around it."""

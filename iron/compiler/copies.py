@@ -303,12 +303,15 @@ def with_copies(program: Program, copies: dict[Node, Node]) -> Program:
 
 
 def copy_view_rules(program: Program) -> list[Decision]:
-    """What `copy_view_for_grid` inserted into `program`, as rule lines."""
-    inserted = set(program.inserted)
+    """What `copy_view_for_grid` inserted into `program`, as rule lines: each Copy of a view once,
+    naming every call reading it."""
+    readers: dict[Node, list[Node]] = {}
+    for call in program.calls:
+        for n in dict.fromkeys(call.src[:call.arg.n_inputs]):
+            readers.setdefault(n, []).append(call)
     lines = [(Rule.COPY_VIEW_FOR_GRID, f"{call_label(program, copy)} copies {describe(copy.src[0])} for "
-              f"{call_label(program, call)}, {_why(program, call, copy.src[0])}")
-             for call in program.calls for copy in dict.fromkeys(call.src) if copy in inserted
-             and copy.arg.kernel is copy_kernel() and copy.src[0].op == Op.VIEW]
+              f"{', '.join(call_label(program, c) for c in readers[copy])}, {_why(program, readers[copy], copy.src[0])}")
+             for copy in program.inserted if copy.arg.kernel is copy_kernel() and copy.src[0].op == Op.VIEW]
     return (lines + [(Rule.COPY_VIEW_FOR_GRID, _gather_text(program, call)) for call in program.inserted
                      if call.arg.kernel.gathers]
             + [(Rule.SCATTER_INTO_STATE, _scatter_text(program, call)) for call in program.inserted
@@ -337,12 +340,16 @@ def _gather_text(program: Program, call: Node) -> str:
     return f"{call_label(program, call)} gathers {a['shape']} of {describe(base)} on a core {pattern}: {why}, so no DMA moves it"
 
 
-def _why(program: Program, call: Node, view: Node) -> str:
-    if _gridded(call):
+def _why(program: Program, readers: list[Node], view: Node) -> str:
+    """Why a view is read through a Copy: the first of its readers needing it, else its size."""
+    if any(map(_gridded, readers)):
         return "which tiles over the array reading whole host tensors"
-    if _beside_grid(call):
-        product = next(n for n in call.src[:call.arg.n_inputs] if n.op == Op.CALL and _gridded(n))
+    if beside := next(filter(_beside_grid, readers), None):
+        product = next(n for n in beside.src[:beside.arg.n_inputs] if n.op == Op.CALL and _gridded(n))
         return f"which reads {call_label(program, product)}'s product as its grid lays it out, its operands alike"
+    if is_host_tensor(view):
+        return (f"as {describe(storage(view))} is larger than a tile: it crosses in DDR, where the DMA moves the view "
+                "by its access pattern")
     return (f"as it picks more than {MAX_GATHER_RUNS} separate runs of {call_label(program, view.src[0])}'s result, "
             "larger than a tile: the result crosses in DDR, where the DMA moves the view by its access pattern")
 

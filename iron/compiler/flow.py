@@ -51,7 +51,7 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
     g, flow = site.group.name, site.flow
     rows, b = len(flow.rows), flow.block
     sizes, links, functions, buffers, cores = {}, [], [], [], []
-    sizes |= {fifo_id(g, Stem.W, i): (flow.width * node.dtype.itemsize, node.dtype, describe(node))   # as wide as a row
+    sizes |= {fifo_id(g, Stem.W, i): (-(-flow.width * node.dtype.itemsize // 4) * 4, node.dtype, describe(node))   # a row, whole words
               for i, node in enumerate(flow.shared)}
     if flow.per_call:
         words = [ctx.table.words[w].name for w in _flow_words(ctx, flow)]

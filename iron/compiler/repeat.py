@@ -11,11 +11,24 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
+import numpy as np
+
 from iron.compiler import cost
 from iron.compiler.allocate import host_placements
 from iron.compiler.copies import copied
 from iron.compiler.fuse import Group, fuse
-from iron.compiler.plan import Choice, Dma, HostRole, Imm, Invoke, KernelStep, Loop, Plan, Repeat
+from iron.compiler.plan import (
+    Choice,
+    Dma,
+    HostRole,
+    Imm,
+    Invoke,
+    KernelStep,
+    Loop,
+    Plan,
+    Repeat,
+    Wait,
+)
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.sequence import Move
 from iron.compiler.through_ddr import through_name, write_through
@@ -44,6 +57,15 @@ class Run:
 
 class NotRepeated(Exception):
     """Why a run of alike groups does not run over time: its iterations stay spread in space."""
+
+
+@dataclass(frozen=True)
+class Abandoned:
+    """The design spread in space, its segments given up after the first few (`_enough`): it
+    takes at least `configurations` and `ns` of estimated time, more than the loop."""
+
+    configurations: int
+    ns: float
 
 
 @dataclass(frozen=True)
@@ -77,10 +99,13 @@ class Unfolding:
             return list(sites), moves
         a, b = at[0], at[-1] + 1
         out_sites, out_moves = list(sites[:a]), list(moves[:a])
+        fifos = list(dict.fromkeys(m.fifo.name for i in range(a, b) for m in moves[i] if isinstance(m, Move)))
         for k in range(self.count):
             for j, i in enumerate(range(a, b)):
                 out_sites.append(replace(sites[i], group=replace(sites[i].group, calls=self.calls[k][j])))
                 out_moves.append([self.moved(k, m) for m in moves[i]])
+            if k + 1 < self.count:   # every move of the iteration queued: waiting frees its BDs for the next
+                out_moves[-1] += [Wait(f) for f in fifos]
         return out_sites + list(sites[b:]), out_moves + list(moves[b:])
 
     def moved(self, k: int, move):
@@ -114,20 +139,17 @@ def find_runs(groups: tuple[Group, ...]) -> list[Run]:
     """Runs of at least two iterations of alike groups (`_shapes`), and each such run but its
     first or its last iteration, the most groups covered first, then the shortest period (the
     most iterations), then the earliest."""
-    keys = _shapes(groups)
+    keys = np.array(_shapes(groups))
     n, runs = len(keys), []
     for period in range(1, n // 2 + 1):
-        i = 0
-        while i + period < n:
-            j = i
-            while j + period < n and keys[j] == keys[j + period]:
-                j += 1
+        alike = np.concatenate(([False], keys[:-period] == keys[period:], [False]))
+        edges = np.flatnonzero(alike[1:] != alike[:-1])   # each stretch of groups alike the one a period on
+        for i, j in zip(edges[::2].tolist(), edges[1::2].tolist()):
             count = (j - i) // period + 1
             if count >= 2:
                 runs.append(Run(i, period, count))
             if count >= 3:   # its first or last iteration may be the odd one out (reading the others)
                 runs += [Run(i, period, count - 1), Run(i + period, period, count - 1)]
-            i = max(j, i + 1)
     return sorted(runs, key=lambda r: (-r.count * r.period, r.period, r.start))
 
 
@@ -335,7 +357,7 @@ def choose_over_time(program: Program, device, groups: tuple[Group, ...], placem
             # in space, a design that does not fit raises its own refusal, not one of the loop's
             lines = lines or [(Rule.REPEAT_OVER_TIME, f"{label} not run over time: {why}")]
             continue
-        chosen, line = _chosen(plan, repeat, whole, spread, len(groups))
+        chosen, line = _chosen(plan, repeat, whole, spread, groups)
         return chosen, [*lines, *line, *(crossing if chosen.repeat is not None else ())]
     return None, lines
 
@@ -418,21 +440,24 @@ def _copied_out(program: Program, traced: Program, returned: list[Node]) -> Prog
                    inserted=(*program.inserted, *copies.values()))
 
 
-def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable, spread_groups: int) -> tuple[Plan, list[Decision]]:
+def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable, groups: tuple[Group, ...]) -> tuple[Plan, list[Decision]]:
     """The Plan of the loop or the spread design, whichever the cost model estimates faster
-    (`spread_groups`: the groups the spread design places), and the rule's line."""
+    (`groups`: those the spread design places; its segments compiled only until they certainly
+    take longer than the loop), and the rule's line."""
     gen = cost.generation(plan.device)
     label = _label(repeat)
     timed = (TIMED, plan_ns(plan), plan)
     if isinstance(whole, Plan):
         spaced = (SPACED, plan_ns(whole), whole)
     else:
-        least = max(2, -(-spread_groups // len(plan.device.compute_tiles)))   # a group per tile at most
+        least = max(2, -(-len(groups) // len(plan.device.compute_tiles)))   # a group per tile at most
         bound = cost.ddr_ns(gen, _ddr_bytes(plan)) + (least - 1) * gen.reconfigure_ns   # the same bytes, and the loads
         spaced = (f"in space: at least {least} configurations", bound, None)
         if bound < timed[1]:
-            segmented = spread()
-            spaced = (f"in space: {len(segmented.configurations)} configurations", plan_ns(segmented), segmented)
+            segmented = spread(_enough(groups, plan.device, bound, timed[1]))
+            spaced = (f"in space: at least {segmented.configurations} configurations", segmented.ns, None) \
+                if isinstance(segmented, Abandoned) else \
+                (f"in space: {len(segmented.configurations)} configurations", plan_ns(segmented), segmented)
     order = [spaced, timed] if isinstance(whole, Plan) else [timed, spaced]   # a tie keeps one configuration
     best, choice = cost.choose(Rule.REPEAT_OVER_TIME, label, order, lambda c: c[1], lambda c: c[0])
     if best is not timed:
@@ -443,6 +468,32 @@ def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable, spread_groups: 
             f"{repeat.count} times, the sequence moving each iteration's operands")
     return replace(plan, repeat=repeat, choices=(*plan.choices, (repeat.groups[0], choice)),
                    rules=((Rule.REPEAT_OVER_TIME, text), *plan.rules)), []
+
+
+def _enough(groups: tuple[Group, ...], device, bound: float, within: float) -> Callable:
+    """`compile_segments`' test after each segment: Abandoned once the segments so far (`plan_ns`,
+    the loads between them), a configuration for every 32 groups left (a group per tile at most)
+    and DDR reading what the groups left read (`_least_read`) take longer than `within`, the
+    loop's estimate (`bound`: the floor under the whole spread design, when higher)."""
+    gen, tiles = cost.generation(device), len(device.compute_tiles)
+    done: list[float] = []
+
+    def enough(plans: list[Plan], stop: int) -> Abandoned | None:
+        done.extend(plan_ns(p) for p in plans[len(done):])
+        least = len(plans) + -(-(len(groups) - stop) // tiles)
+        ns = sum(done) + (least - 1) * gen.reconfigure_ns + cost.ddr_ns(gen, _least_read(groups[stop:]))
+        return Abandoned(least, max(ns, bound)) if ns > within else None
+    return enough
+
+
+def _least_read(groups: tuple[Group, ...]) -> int:
+    """The bytes `groups` certainly read from DDR: of each host tensor they read, all of it or
+    its largest view read."""
+    read: dict[Node, int] = {}
+    for node in (n for g in groups for c in g.calls for n in tensor_inputs(c) if storage(n).op in HOST):
+        whole, size = storage(node), node.size * node.dtype.itemsize
+        read[whole] = min(whole.size * whole.dtype.itemsize, max(read.get(whole, 0), size))
+    return sum(read.values())
 
 
 def _label(repeat: Repeat) -> str:

@@ -24,6 +24,7 @@ from iron.compiler.invariants import check_plan
 from iron.compiler.layout import Layouts
 from iron.compiler.pad import design_unpadded
 from iron.compiler.plan import Cut, Fill, HostRole, Placement, PlacementKind, Plan
+from iron.compiler.repeat import Abandoned
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
@@ -45,7 +46,8 @@ class Segment:
 
 def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds: Plan | None,
                      try_groups: Callable, whole: Exception | ShimShortfall, padding: Layouts,
-                     apart: frozenset[int] = frozenset()) -> Plan:
+                     apart: frozenset[int] = frozenset(),
+                     enough: Callable[[list[Plan], int], Abandoned | None] | None = None) -> Plan | Abandoned:
     """The design as segments that each compile (`try_groups(program, groups, device, feeds,
     table, placements, bound=...)` runs the whole-design passes: a Plan, or the error or
     shortfall refusing it); `whole`: what refused the whole design, its error raised as it is
@@ -53,7 +55,9 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
     `pad_to_block`'s layout of the design. Each segment is compiled as it is sought, against
     the words and DDR buffers of the segments before it, and the one the rule keeps is checked
     and kept as it is. No segment ends before a group in `apart` (an iteration looped over time
-    stays whole: repeat.py)."""
+    stays whole: repeat.py). `enough(plans, stop)`, asked after each segment but the last (`stop`:
+    the group after it), gives the search up when it says the design certainly takes longer than
+    its alternative: only what decides that is compiled."""
 
     flow = Flow(program, groups, padding.lies, padding.shared, apart)
 
@@ -83,6 +87,9 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
         check_plan(plan)
         plans.append(plan)
         segments.append(segment)
+        given_up = None if enough is None or flow.last(segment) else enough(plans, segment.stop)
+        if given_up is not None:
+            return given_up
     placements, words, emit = flow.placements(crossing), table.defs(), plans[-1].emit
     buffers = host_buffers(placements, len(words), emit, device.full_elf)
     plans = [replace(p, host_buffers=buffers, words=words) for p in plans]

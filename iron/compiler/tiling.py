@@ -17,6 +17,7 @@ import numpy as np
 
 from iron import dtypes
 from iron.compiler import cost
+from iron.compiler.memo import by_shape
 from iron.compiler.plan import Tile, TileKind
 from iron.compiler.readers import Reader
 from iron.compiler.rules import Rule
@@ -277,6 +278,18 @@ def divisors(n: int, word_elements: int) -> list[int]:
 
 def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in: int,
                 expand: Node | None = None, padded: tuple[int, int, int] | None = None) -> Grid | None:
+    """`_grid_of`'s grid, kept by the call's structure (memo.py): the layers of a model ask alike."""
+    return _grid_of(call, tuple(full_columns), spare, device, shim_in, expand, padded)
+
+
+def _rebound(grid: Grid | None, call: Node, *args) -> Grid | None:
+    """A kept grid of another call of the same structure, as this call's (`args[-2]`: its expansion)."""
+    return grid and replace(grid, call=call, expand=args[-2])
+
+
+@by_shape(_rebound)
+def _grid_of(call: Node, full_columns: tuple[int, ...], spare: int, device, shim_in: int,
+             expand: Node | None, padded: tuple[int, int, int] | None) -> Grid | None:
     """`tile_matmul_over_array`: the grid using the most rows of cores that divide M and the
     most free whole columns that divide N (a MatVec: whose cores divide M), within `spare`
     tiles and `shim_in` shim MM2S channels (one per grid row and column; a MatVec one per column
