@@ -99,7 +99,7 @@ class Unfolding:
             return list(sites), moves
         a, b = at[0], at[-1] + 1
         out_sites, out_moves = list(sites[:a]), list(moves[:a])
-        fifos = list(dict.fromkeys(m.fifo.name for i in range(a, b) for m in moves[i] if isinstance(m, Move)))
+        fifos = list(dict.fromkeys(m.fifo for i in range(a, b) for m in moves[i] if isinstance(m, Move)))
         for k in range(self.count):
             for j, i in enumerate(range(a, b)):
                 out_sites.append(replace(sites[i], group=replace(sites[i].group, calls=self.calls[k][j])))

@@ -5,6 +5,7 @@ import itertools
 from aie_utils import from_name
 from iron.compiler.compile import compile_program
 from iron.compiler.fifos import EMIT, EMIT_IN, FEEDBACK, FifoId, FifoRole, Stem, fifo_id
+from iron.compiler.plan import Acquire, Element, Invoke, KernelStep, Load, Loop, Ptr, Release
 from tests.compiler import designs
 
 
@@ -37,3 +38,27 @@ def test_a_design_with_an_emit_names_its_fifos_by_their_identities():
         (fifo_id("g0", Stem.IN), FifoRole.INPUT), (fifo_id("g0", Stem.HOST), FifoRole.HOST),
         (fifo_id("g0", Stem.OUT), FifoRole.OUTPUT), (EMIT_IN, FifoRole.EMIT_IN), (FEEDBACK, FifoRole.FEEDBACK)]
     assert [c.group for c in plan.cores] == ["g0", EMIT]
+
+
+def fifo_references(plan) -> list:
+    """Every value of the Plan naming a FIFO or a Buffer: link ends, sequence ops, acquires,
+    releases and Invoke objects, Function parameters, pointer and load sources, the Emit's."""
+    def program(items):
+        for i in items:
+            yield from program(i.body) if isinstance(i, Loop) else (
+                i.objects if isinstance(i, Invoke) else (i.fifo,) if isinstance(i, (Acquire, Release)) else ())
+    steps = [s for f in plan.functions for s in f.steps]
+    args = [a for s in steps for a in (s.args if isinstance(s, KernelStep) else (s.dest, s.a, s.b))]
+    emit = () if plan.emit is None else (plan.emit.feedback_fifo, *(
+        v.fifo for _, v in plan.emit.next_values if isinstance(v, Element)))
+    return [*(n for link in plan.links for n in (*link.sources, *link.destinations)),
+            *(op.fifo for op in plan.sequence), *(n for c in plan.cores for n in program(c.program)),
+            *(p for f in plan.functions for p in f.params), *(a.source for a in args if isinstance(a, (Ptr, Load))), *emit]
+
+
+def test_a_compiled_plan_names_every_fifo_by_its_identity_and_only_buffers_by_name():
+    for design, device in ((designs.walk, "npu2"), (designs.mlp, "npu1"), (designs.big_matvec, "npu2")):
+        plan = compile_program(designs.trace(design()), from_name(device))
+        fifos, buffers = {f.name for f in plan.fifos}, {b.name for b in plan.buffers}
+        references = fifo_references(plan)
+        assert references and all(r in fifos if isinstance(r, FifoId) else r in buffers for r in references)
