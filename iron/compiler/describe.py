@@ -11,8 +11,8 @@ from iron.compiler.plan import (
     Const,
     Direction,
     Dma,
-    Element,
     HostRole,
+    Load,
     Plan,
     TileKind,
     WordDef,
@@ -205,8 +205,8 @@ def _emit(plan: Plan) -> list[str]:
 
 def _source(plan: Plan, source) -> str:
     """Where a next carried value comes from, in words."""
-    if isinstance(source, Element):
-        return f"element of {source.fifo} at byte {source.offset}"
+    if isinstance(source, Load):
+        return f"element of {source.source} at byte {source.offset}"
     if isinstance(source, WordRef):
         return f"w{source.index} ({plan.words[source.index].name})"
     if isinstance(source, Const):

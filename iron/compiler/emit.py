@@ -17,7 +17,6 @@ from iron.compiler.plan import (
     Const,
     Core,
     Direction,
-    Element,
     Emit,
     Function,
     HostRole,
@@ -59,7 +58,7 @@ def carry_sources(ctx: Context) -> tuple[tuple, tuple]:
     for name, value in ctx.program.carry:
         if value.op == Op.ELEM:
             fifo, offset = ctx.source(EMIT, value.src[0]) or ("", 0)
-            emit.append((name, Element(fifo, offset)))
+            emit.append((name, Load(fifo, offset)))
             host.append((name, Output(f"carry.{name}")))
         else:
             source = WordRef(ctx.table.next_value(value))
@@ -71,7 +70,7 @@ def carry_sources(ctx: Context) -> tuple[tuple, tuple]:
 def lower_emit(ctx: Context, next_values: tuple, target) -> EmitCore:
     """The Emit core on the layout's Emit tile, writing `target` (the fed version's words)."""
     tile, words = ctx.layout.emit, len(ctx.table.words)
-    elements = list(dict.fromkeys(src.fifo for _, src in next_values if isinstance(src, Element)))
+    elements = list(dict.fromkeys(src.source for _, src in next_values if isinstance(src, Load)))
     objects = (EMIT_IN, *elements, FEEDBACK)
     program = (*(Acquire(f, Port.CONSUME) for f in objects[:-1]), Acquire(FEEDBACK, Port.PRODUCE),
                Invoke(EMIT, objects),
@@ -117,8 +116,8 @@ def _emit_steps(ctx: Context, next_values: dict, emit: Emit) -> tuple:
             return None
         if isinstance(source, Const):
             return Imm(int(source.value))
-        if isinstance(source, Element):
-            return Load(source.fifo, source.offset)
+        if isinstance(source, Load):
+            return source
         return Load(EMIT_IN, 4 * source.index)
 
     def target_load(operand):

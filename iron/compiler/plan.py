@@ -192,7 +192,8 @@ class Ptr:
 
 @dataclass(frozen=True)
 class Load:
-    """An i32 value read from `source` at byte `offset` (a per-call word, a carried element)."""
+    """An i32 value read from `source` at byte `offset`: a per-call word, or a carried element a
+    core computed (where the Emit finds it in a FIFO's object)."""
 
     source: FifoId | str
     offset: int = 0
@@ -216,14 +217,6 @@ class Const:
 
     def __str__(self) -> str:
         return str(self.value)
-
-
-@dataclass(frozen=True)
-class Element:
-    """Where a carried element a core computed lies: FIFO `fifo` at byte `offset` of its object."""
-
-    fifo: FifoId
-    offset: int
 
 
 @dataclass(frozen=True)
@@ -416,7 +409,7 @@ class Emit:
     """The device-loop step (full ELF only): the core that computes the next call's words.
 
     `next_values` says, per carried name, where its next value comes from: a word of this call,
-    a constant, or an Element a core computed. The emit core's Function computes them and the
+    a constant, or a Load of an element a core computed. The emit core's Function computes them and the
     derived words of `target` into its `feedback` object. `target_words` is the scratchpad
     layout of the version this one feeds. Every bounded target word is clamped into its range
     before it is written, and the `flag` word after the target's words counts the words that
@@ -426,7 +419,7 @@ the clamping computes in. In a flagged run's words each state write's patch word
 sends the write to the states' sink, after the user's states (`allocate.state_sink`)."""
 
     tile: Tile
-    next_values: tuple[tuple[str, Union[WordRef, Const, Element]], ...]
+    next_values: tuple[tuple[str, Union[WordRef, Const, Load]], ...]
     target_words: tuple[WordDef, ...]
     feedback_fifo: FifoId
 

@@ -24,7 +24,6 @@ from iron.compiler.plan import (
     Acquire,
     Const,
     Direction,
-    Element,
     Emit,
     Imm,
     Invoke,
@@ -77,7 +76,7 @@ def test_the_walks_next_node_comes_from_its_group_and_its_steps_from_a_word():
     ctx = walk_context()
     emit, host = carry_sources(ctx)
     (_, steps), = [(name, source) for name, source in emit if name == "steps"]
-    assert emit == (("node", Element(G0_OUT, 0)), ("steps", steps))
+    assert emit == (("node", Load(G0_OUT, 0)), ("steps", steps))
     assert host == (("node", Output("carry.node")), ("steps", steps))
     words = ctx.table.defs()
     given = next(w.index for w in words if w.name == "steps" and w.kind is WordKind.CARRIED)

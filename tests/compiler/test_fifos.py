@@ -5,7 +5,7 @@ import itertools
 from aie_utils import from_name
 from iron.compiler.compile import compile_program
 from iron.compiler.fifos import EMIT, EMIT_IN, FEEDBACK, FifoId, FifoRole, Stem, fifo_id
-from iron.compiler.plan import Acquire, Element, Invoke, KernelStep, Load, Loop, Ptr, Release
+from iron.compiler.plan import Acquire, Invoke, KernelStep, Load, Loop, Ptr, Release
 from tests.compiler import designs
 
 
@@ -50,7 +50,7 @@ def fifo_references(plan) -> list:
     steps = [s for f in plan.functions for s in f.steps]
     args = [a for s in steps for a in (s.args if isinstance(s, KernelStep) else (s.dest, s.a, s.b))]
     emit = () if plan.emit is None else (plan.emit.feedback_fifo, *(
-        v.fifo for _, v in plan.emit.next_values if isinstance(v, Element)))
+        v.source for _, v in plan.emit.next_values if isinstance(v, Load)))
     return [*(n for link in plan.links for n in (*link.sources, *link.destinations)),
             *(op.fifo for op in plan.sequence), *(n for c in plan.cores for n in program(c.program)),
             *(p for f in plan.functions for p in f.params), *(a.source for a in args if isinstance(a, (Ptr, Load))), *emit]

@@ -19,7 +19,7 @@ from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.fuse import fuse
 from iron.compiler.lower import lower
 from iron.compiler.place import place
-from iron.compiler.plan import Cut, Element, Imm, KernelStep, Load, Ptr, Tile, TileKind
+from iron.compiler.plan import Cut, Imm, KernelStep, Load, Ptr, Tile, TileKind
 from iron.compiler.route import CoreInputs, Relay, choose_relays, core_inputs, route
 from iron.compiler.rules import Rule
 from iron.errors import PlacementError
@@ -202,7 +202,7 @@ def test_the_emit_takes_an_element_through_the_group_that_reads_it(monkeypatch):
     body = TwoTrails().compile(device="npu2")
     plan = body.plan
     assert made[-1].relays == (Relay("g1", "emit", (out("g0"),)),) and len(fits(plan)) == 1
-    assert plan.emit.next_values == (("i", Element(FifoId("g1", Stem.OUT), 4)), ("j", Element(FifoId("g1", Stem.OUT), 0)))
+    assert plan.emit.next_values == (("i", Load(FifoId("g1", Stem.OUT), 4)), ("j", Load(FifoId("g1", Stem.OUT), 0)))
     assert consumers(plan, FifoId("g0", Stem.OUT)) == ("tile_0_3",) and plan.fifo(FifoId("g0", Stem.OUT)).shared_memory
     loop = iron.CarriedLoop(body, body, depth=2)
     assert list(loop.run(5, i=1, j=2)) == list(range(5))
