@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from iron.compiler.allocate import budget, tile_memory
+from iron.compiler.fifos import FEEDBACK
 from iron.compiler.plan import (
     Choice,
     Const,
@@ -198,7 +199,7 @@ def _emit(plan: Plan) -> list[str]:
     e = plan.emit
     if e is None:
         return []
-    lines = [f"on {e.tile.name}, writing {len(e.target_words)} words through {e.feedback_fifo}, bounded ones "
+    lines = [f"on {e.tile.name}, writing {len(e.target_words)} words through {FEEDBACK}, bounded ones "
              f"clamped into range, and in word {e.flag} how many were not"]
     return lines + [f"next {name} <- {_source(plan, source)}" for name, source in e.next_values]
 

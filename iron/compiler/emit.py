@@ -76,7 +76,7 @@ def lower_emit(ctx: Context, next_values: tuple, target) -> EmitCore:
                Invoke(EMIT, objects),
                *(Release(f, Port.CONSUME) for f in objects[:-1]), Release(FEEDBACK, Port.PRODUCE))
     core = Core(tile, EMIT, program, ctx.device.compute.default_stack_bytes)
-    emit = Emit(tile, tuple(next_values), tuple(target), FEEDBACK)
+    emit = Emit(tile, tuple(next_values), tuple(target))
     # this call's words and the flag after them (the scratchpad of a version with an Emit has it)
     moves = (Move(Direction.MM2S, EMIT_IN, HostRole.WORDS.value, Access(0, ((words + 1, 1),))),
              Move(Direction.S2MM, FEEDBACK, HostRole.FEEDBACK.value, Access(0, ((emit.nwords, 1),))))

@@ -11,6 +11,7 @@ from itertools import accumulate
 
 from iron.compiler.allocate import check_tile_memory, fifo_homes, link_holder, shares_memory
 from iron.compiler.core_checks import check_cores, check_functions, check_unique, fail
+from iron.compiler.fifos import FEEDBACK
 from iron.compiler.plan import (
     FLAG_WORDS,
     Acquire,
@@ -401,11 +402,11 @@ def _check_emit(plan: Plan):
         fail(plan, f"it has an Emit but {'no feedback buffer' if plan.full_elf else 'the device runs no full ELF'}",
               "Only full-ELF plans have an Emit and a feedback buffer.")
     carried = [w.name for w in plan.words if w.kind is WordKind.CARRIED]
-    feedback = next((f for f in plan.fifos if f.name == e.feedback_fifo), None)
+    feedback = next((f for f in plan.fifos if f.name == FEEDBACK), None)
     core = next((c for c in plan.cores if c.tile == e.tile), None)
     if [n for n, _ in e.next_values] != carried or feedback is None or feedback.producer != e.tile or core is None:
         fail(plan, f"the Emit on {e.tile.name} gives next values for {[n for n, _ in e.next_values]} (carried: "
-                    f"{carried}) through '{e.feedback_fifo}' without a core and FIFO of its own")
+                    f"{carried}) through '{FEEDBACK}' without a core and FIFO of its own")
     if plan.host_buffer(HostRole.FEEDBACK).nwords != e.nwords:
         fail(plan, f"the feedback buffer holds {plan.host_buffer(HostRole.FEEDBACK).nwords} words for the "
                     f"{len(e.target_words)} target words and {FLAG_WORDS} flag words")

@@ -406,22 +406,16 @@ FLAG_WORDS = 2   # after a fed version's words: the Emit's flag and scratch word
 
 @dataclass(frozen=True)
 class Emit:
-    """The device-loop step (full ELF only): the core that computes the next call's words.
-
-    `next_values` says, per carried name, where its next value comes from: a word of this call,
-    a constant, or a Load of an element a core computed. The emit core's Function computes them and the
-    derived words of `target` into its `feedback` object. `target_words` is the scratchpad
-    layout of the version this one feeds. Every bounded target word is clamped into its range
-    before it is written, and the `flag` word after the target's words counts the words that
-    were not in range (0: all were) plus the flag this call's own words came with (`emit_in`
-holds it after them), so every run after a flagged one is flagged too; `scratch` is the word
-the clamping computes in. In a flagged run's words each state write's patch word (its `sink`)
-sends the write to the states' sink, after the user's states (`allocate.state_sink`)."""
+    """The device-loop step (full ELF only): the core on `tile` computing into the `feedback`
+    FIFO's object the next call's words, laid out as `target_words` (the version this one feeds):
+    each carried name's next value from `next_values` (a word of this call, a constant, or a Load
+    of an element a core computed), the derived words, each bounded one clamped, then the `flag`
+    word counting the words that were not, and the `scratch` word the clamping computes in
+    (docs/architecture.md, "Device-side bounds")."""
 
     tile: Tile
     next_values: tuple[tuple[str, Union[WordRef, Const, Load]], ...]
     target_words: tuple[WordDef, ...]
-    feedback_fifo: FifoId
 
     @property
     def flag(self) -> int:

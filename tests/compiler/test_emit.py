@@ -95,7 +95,7 @@ def test_the_emit_core_reads_its_words_and_the_element_and_writes_the_feedback()
                                  Release(FEEDBACK, P))
     assert made.function.name == "emit" and made.function.params == objects
     words = len(ctx.table.words)
-    assert made.emit == Emit(made.core.tile, emit_values, ctx.table.defs(), FEEDBACK)
+    assert made.emit == Emit(made.core.tile, emit_values, ctx.table.defs())
     assert made.sizes == {EMIT_IN: 4 * (words + 1), FEEDBACK: 4 * made.emit.nwords}
     assert made.moves == (Move(Direction.MM2S, FifoId("emit", Stem.IN), "words", Access(0, ((words + 1, 1),))),
                           Move(Direction.S2MM, FifoId(None, Stem.FEEDBACK), "feedback",
@@ -120,7 +120,7 @@ def run(steps, memory: dict[int, int]) -> dict[int, int]:
     return memory
 
 
-EMIT = Emit(Tile(0, 3, TileKind.COMPUTE), (), (WordDef(0, "i", WordKind.DMA, bound=(2, 9)),), FEEDBACK)
+EMIT = Emit(Tile(0, 3, TileKind.COMPUTE), (), (WordDef(0, "i", WordKind.DMA, bound=(2, 9)),))
 
 
 @pytest.mark.parametrize("value, clamped", [
@@ -134,6 +134,6 @@ def test_a_bounded_word_is_clamped_into_its_range_and_counted_once_when_out_of_i
 @pytest.mark.parametrize("flag, written", [(0, 40), (1, 7), (5, 7)])
 def test_a_flagged_runs_state_write_goes_to_the_sink(flag, written):
     w = WordDef(0, "trail", WordKind.DMA, sink=7)
-    emit = Emit(EMIT.tile, (), (w,), FEEDBACK)
+    emit = Emit(EMIT.tile, (), (w,))
     memory = {0: 40, 4 * emit.flag: flag, 4 * emit.scratch: 0}
     assert run((*unflagged_steps(emit), *sink_steps(w, emit)), memory)[0] == written

@@ -49,7 +49,7 @@ def fifo_references(plan) -> list:
                 i.objects if isinstance(i, Invoke) else (i.fifo,) if isinstance(i, (Acquire, Release)) else ())
     steps = [s for f in plan.functions for s in f.steps]
     args = [a for s in steps for a in (s.args if isinstance(s, KernelStep) else (s.dest, s.a, s.b))]
-    emit = () if plan.emit is None else (plan.emit.feedback_fifo, *(
+    emit = () if plan.emit is None else (FEEDBACK, *(
         v.source for _, v in plan.emit.next_values if isinstance(v, Load)))
     return [*(n for link in plan.links for n in (*link.sources, *link.destinations)),
             *(op.fifo for op in plan.sequence), *(n for c in plan.cores for n in program(c.program)),

@@ -63,7 +63,7 @@ def test_walk_on_npu2_beyond_its_golden():
     assert [(f.name, f.role) for f in plan.fifos] == [
         (FifoId("g0", Stem.IN), FifoRole.INPUT), (FifoId("g0", Stem.HOST), FifoRole.HOST), (FifoId("g0", Stem.OUT), FifoRole.OUTPUT),
         (EMIT_IN, FifoRole.EMIT_IN), (FEEDBACK, FifoRole.FEEDBACK)]
-    assert plan.emit == Emit(T03, (("node", Load(FifoId("g0", Stem.OUT), 0)), ("steps", WordRef(5))), plan.words, FEEDBACK)
+    assert plan.emit == Emit(T03, (("node", Load(FifoId("g0", Stem.OUT), 0)), ("steps", WordRef(5))), plan.words)
     assert (plan.emit.flag, plan.emit.scratch, plan.emit.nwords) == (6, 7, 8)
     assert plan.carry == (("node", Output("carry.node")), ("steps", WordRef(5)))
 

@@ -153,7 +153,7 @@ def _walk_emit(parts, words, host_buffers, g0_steps, g0_fifos, sequence) -> dict
                Core(CORE2, "emit", hold(*emit_fifos, invoke=Invoke("emit", tuple(f for f, _ in emit_fifos))))),
         sequence=(sequence[0], dma(Direction.MM2S, "emit_in", "words", 0, 3, 3), *sequence[1:3],
                   dma(Direction.S2MM, "feedback", "feedback", 0, 3, 4), Wait("g0_host"), Wait("feedback")),
-        emit=Emit(CORE2, (("node", Load("g0_out", 0)), ("steps", WordRef(2))), words, "feedback"),
+        emit=Emit(CORE2, (("node", Load("g0_out", 0)), ("steps", WordRef(2))), words),
     )
 
 

@@ -419,7 +419,7 @@ def emit_plan(device):
         "emit", [Fifo("emit_in", SHIM, (CORE,), 2, 8), Fifo("feedback", CORE, (SHIM,), 2, 8)],
         [Core(CORE, "emit", program)], [emit], sequence,
         [HostBuffer("words", HostRole.WORDS, 2), HostBuffer("feedback", HostRole.FEEDBACK, 2)], device, words=words,
-        carry=nexts, emit=Emit(CORE, nexts, words, "feedback"),
+        carry=nexts, emit=Emit(CORE, nexts, words),
     )
 
 
