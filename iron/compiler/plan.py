@@ -17,23 +17,19 @@ from iron.ir import SCALAR_BINARY, Term
 
 
 class TileKind(Term):
-    SHIM = "shim"
-    MEM = "mem"
-    COMPUTE = "compute"
+    SHIM, MEM, COMPUTE = "shim", "mem", "compute"
 
 
 class Direction(Term):
     """A DMA's direction: MM2S reads memory into a stream, S2MM writes a stream to memory."""
 
-    MM2S = "mm2s"
-    S2MM = "s2mm"
+    MM2S, S2MM = "mm2s", "s2mm"
 
 
 class Port(Term):
     """The end of a FIFO a core acquires: the producer's or a consumer's."""
 
-    PRODUCE = "Produce"
-    CONSUME = "Consume"
+    PRODUCE, CONSUME = "Produce", "Consume"
 
 
 class HostRole(Term):
@@ -48,12 +44,7 @@ class HostRole(Term):
 
 
 class PlacementKind(Term):
-    WEIGHT = "weight"
-    PARAM = "param"
-    STATE = "state"
-    INPUT = "input"
-    OUTPUT = "output"
-    CARRY = "carry"
+    WEIGHT, PARAM, STATE, INPUT, OUTPUT, CARRY = "weight", "param", "state", "input", "output", "carry"
     CUT = "cut"          # a value crossing a cut between segments: the compiler's DDR buffer for it
 
 
@@ -178,8 +169,6 @@ class Buffer:
     dtype: np.dtype = np.dtype(np.int32)
 
 
-# ---- what runs on a core -----------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Ptr:
     """A pointer argument: `source` (an acquired FIFO's object or a Buffer by its name) + `offset` bytes,
@@ -241,8 +230,7 @@ class WordOp(Term):
 class CType(Term):
     """A scalar argument's C type (a kernel's `c_attrs` name theirs by value)."""
 
-    I32 = "i32"
-    F32 = "f32"
+    I32, F32 = "i32", "f32"
 
 
 @dataclass(frozen=True)
@@ -261,9 +249,8 @@ class Imm:
 
 @dataclass(frozen=True)
 class KernelStep:
-    """Call a library or user kernel class on inputs of `dtype` giving `out`, with pointer and
-    scalar arguments. The Plan holds the class itself, so running a step never looks a kernel up
-    by name; its C symbol is spelled from the class and dtypes."""
+    """Call a kernel class (held itself, never looked up by name; its C symbol spelled from it and
+    the dtypes) on inputs of `dtype` giving `out`, with pointer and scalar arguments."""
 
     kernel: type
     dtype: np.dtype
@@ -350,14 +337,11 @@ class Core:
     stack_bytes: int = 1024
 
 
-# ---- the runtime sequence ----------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Dma:
-    """A shim DMA op: move words between host `buffer` and `fifo`, MM2S (host -> FIFO) or S2MM
-    (FIFO -> host). The access pattern is
-    offset + patch + sum(i_d * strides[d]) for i_d < sizes[d], outermost first, in words;
-    `patch_word` names a scratchpad word whose value is added to `offset` at launch."""
+    """A shim DMA op moving words between host `buffer` and `fifo` (MM2S: host -> FIFO) at offset +
+    patch + sum(i_d * strides[d]) for i_d < sizes[d], outermost first, in words; `patch_word`
+    names a scratchpad word whose value is added to `offset` at launch."""
 
     direction: Direction
     fifo: FifoId
@@ -381,8 +365,6 @@ class Wait:
 
     fifo: FifoId
 
-
-# ---- per-call words ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class WordDef:
@@ -443,10 +425,8 @@ class Cut:
 
 @dataclass(frozen=True)
 class Choice:
-    """A choice among alternatives made by estimated time (iron/compiler/cost.py): the `rule`
-    choosing, `what` it chose (a grid's blocks, a stream's block, a segment's cut), the one
-    chosen and its estimate, and the best alternative rejected and its (None when there was no
-    other)."""
+    """A choice by estimated time (cost.py): the `rule` choosing `what` (a grid's blocks, a stream's
+    block, a segment's cut), the one chosen and the best rejected (None: no other), each's estimate."""
 
     rule: Rule
     what: str
@@ -458,12 +438,9 @@ class Choice:
 
 @dataclass(frozen=True)
 class Repeat:
-    """A block of fused groups traced `count` times with the same kernels and shapes over other
-    host tensors, or other parts of one (the rule `repeat_over_time`, iron/compiler/repeat.py):
-    ONE iteration is placed (`groups`, iteration 0's), each of its cores loops `count` times (a
-    Loop around its program) and the runtime sequence moves each iteration's operands in turn;
-    `operands`: per iteration, the host tensors its moves read and write (the user's text), in
-    iteration 0's order."""
+    """The rule `repeat_over_time` (repeat.py): ONE iteration of a block traced `count` times
+    placed (`groups`, iteration 0's), its cores looping `count` times and the sequence moving each
+    iteration's `operands` (the host tensors its moves read and write, in iteration 0's order)."""
 
     groups: tuple[str, ...]
     count: int
@@ -487,14 +464,12 @@ class Plan:
     sequence: tuple                          # of Dma | Wait
     words: tuple[WordDef, ...]
     emit: Emit | None
-    carry: tuple[tuple[str, Union[WordRef, Output]], ...] = ()  # carried name -> a word of this call
-                                                                # or the output holding an element
+    carry: tuple[tuple[str, Union[WordRef, Output]], ...] = ()  # carried name -> a word of this call, or an element's output
     groups: tuple[tuple[str, tuple[str, ...]], ...] = ()   # group name -> kernel calls fused in it (for describe())
     rules: tuple[Decision, ...] = ()                # (rule, what it decided), for describe()
     holds: dict[FifoId | str, str] = field(default_factory=dict, compare=False)      # FIFO or Buffer -> what it holds
     closed_by: dict[str, Rule | None] = field(default_factory=dict, compare=False)  # group -> the rule closing it, None: the body's end
-    segments: tuple[Plan, ...] = ()   # a design bigger than the array: its configurations, run in order
-                                      # (iron/compiler/segment.py); this Plan holds their host side
+    segments: tuple[Plan, ...] = ()   # a design bigger than the array: its configurations in run order (segment.py)
     cuts: tuple[Cut, ...] = ()        # between consecutive segments
     choices: tuple[tuple[str, Choice], ...] = ()   # group name -> a choice the cost model made for it
     repeat: Repeat | None = None      # a block run over time: one placed iteration, its cores looping
