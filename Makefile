@@ -24,7 +24,7 @@ test-full: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m iron.demo
 	$(PY) programming_guide/section-8/decoder.py
-	$(PY) programming_guide/section-10/smollm2.py --layers 30 --tokens 2
+	$(PY) programming_guide/section-10/smollm2.py --layers 30 --tokens 2 --quantized --fused
 
 bench: $(STAMP)
 	@for f in bench/[!_]*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

@@ -234,7 +234,7 @@ def does_not_fit(plan: Plan, tile: Tile, held: list[tuple[str, int]]) -> DoesNot
 def runs_on(plan: Plan, tile: Tile) -> list[str]:
     """The kernel calls (`Add#0`) of the groups whose cores run on `tile`."""
     groups = dict(plan.groups)
-    return [call for core in plan.cores if core.tile == tile for call in groups.get(core.group, ())]
+    return [call for core in plan.cores if core.tile == tile for g in core.groups for call in groups.get(g, ())]
 
 
 def fix_for_tile(plan: Plan, tile: Tile, held: list[tuple[str, int]]) -> str:

@@ -82,6 +82,7 @@ class ShimRequest:
     col: int
     nbytes: int = 0
     shareable: bool = False
+    loops: int = 1   # objects per launch: a looping core's FIFO moves one per iteration
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class SharedChannel:
     members: tuple[FifoId, ...]
     offsets: tuple[int, ...]
     nbytes: int
+    loops: int = 1   # objects of each member per launch, moved round by round
 
 
 SHARED_STEMS = {Direction.MM2S: Stem.SHARED_IN, Direction.S2MM: Stem.SHARED_HOST}
@@ -150,11 +152,15 @@ def _shares_of(program, wanted, capacity, direction, device, mem, depth) -> list
 
 
 def _next_share(left, wanted, excess, direction, number, mem, depth) -> SharedChannel | None:
-    by_col: dict[int, list[ShimRequest]] = {}
+    """The next merge: of FIFOs moving as many objects per launch (`loops`), those moving one
+    first (a looping core's moves `loops` times their bytes through the channel), then those of
+    the column with the most left."""
+    by_col: dict[tuple[int, int], list[ShimRequest]] = {}
     for r in left:
-        by_col.setdefault(r.col, []).append(r)
-    for anchor in sorted(by_col, key=lambda c: (-len(by_col[c]), c)):
-        pool = by_col[anchor] if len(by_col[anchor]) > 1 else sorted(left, key=lambda r: abs(r.col - anchor))
+        by_col.setdefault((r.loops, r.col), []).append(r)
+    for loops, anchor in sorted(by_col, key=lambda c: (c[0], -len(by_col[c]), c[1])):
+        alike = [r for r in left if r.loops == loops]
+        pool = by_col[loops, anchor] if len(by_col[loops, anchor]) > 1 else sorted(alike, key=lambda r: abs(r.col - anchor))
         for count in range(min(excess + 1, len(pool)), 1, -1):
             members = sorted(pool[:count], key=wanted.index)
             share = _merge(members, direction, fifo_id(None, SHARED_STEMS[direction], number), anchor, mem, depth)
@@ -170,7 +176,8 @@ def _merge(members, direction, fifo: FifoId, anchor, mem, depth) -> SharedChanne
     tile = mem.take_nearest(anchor, *channels, depth * offsets[-1])   # the link keeps only the merged FIFO's objects
     if tile is None:
         return None
-    return SharedChannel(fifo, direction, tile, tuple(r.fifo for r in members), tuple(offsets[:-1]), offsets[-1])
+    return SharedChannel(fifo, direction, tile, tuple(r.fifo for r in members), tuple(offsets[:-1]), offsets[-1],
+                         members[0].loops)
 
 
 def _share_text(s: SharedChannel) -> str:

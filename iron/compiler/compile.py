@@ -90,7 +90,7 @@ def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan 
     the rule `shim_channels_bound` (`bound`) refuses it right after routing, before lowering, the
     costly part of a probe that does not fit."""
     try:
-        layout = place(program, groups, device, placements)
+        layout = place(program, groups, device, placements, dict(unfolding.shared) if unfolding else None)
         routes = route(program, layout)
         shortfall = shim_shortfall(routes, device) if bound else None
         if shortfall is not None:

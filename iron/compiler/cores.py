@@ -63,6 +63,17 @@ def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:
     return functions, Core(part.tile, part.group, tuple(program), ctx.device.compute.default_stack_bytes)
 
 
+def one_core_per_tile(cores: list[Core]) -> list[Core]:
+    """The cores, those on one tile (groups of a looped iteration sharing it,
+    `share_core_in_iteration`) made one core running their programs in turn, in program order."""
+    merged: dict = {}
+    for core in cores:
+        first = merged.get(core.tile)
+        merged[core.tile] = core if first is None else replace(
+            first, program=first.program + core.program, also=(*first.also, *core.groups))
+    return list(merged.values())
+
+
 def _w_fifo(part: Part) -> FifoId:
     return fifo_id(part.group, Stem.W, part.number) if part.split else part.stream.fifo or fifo_id(part.group, Stem.W)
 

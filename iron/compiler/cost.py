@@ -5,7 +5,7 @@ reaches) and as iron's kernels are written (the portable scalar path of iron_ker
 transfer from its bytes, and DDR as one bandwidth the whole array shares; a reconfiguration
 between segments; the host's side of a run (a host-driven call, a restart of a device loop's
 run); and a candidate the compiler weighs (`Work`: a grid's or a stream's busiest core, busiest
-channel and DDR bytes). It sits below the compiler, which decides among alternatives by it (tiling
+channel, DDR bytes and the results its last round leaves behind). It sits below the compiler, which decides among alternatives by it (tiling
 blocks, padded extents, segment cuts), and the runtime's timed emulator, `estimate()` and the
 timeline use it too. Times are in nanoseconds, work in cycles. Every formula is a lower bound of
 the kind a roofline gives, and says what it assumes.
@@ -173,18 +173,24 @@ def ddr_ns(gen: Generation, nbytes: int) -> float:
 class Work:
     """What a candidate the compiler weighs (a grid, a stream of blocks) does, as the cost model
     prices it: `core_cycles` on its busiest core, `channel_bytes` through its busiest DMA
-    channel, `ddr_bytes` read and written in DDR."""
+    channel, `ddr_bytes` read and written in DDR, of which `result_bytes` are results written
+    back, which come out in `rounds` equal rounds (a grid's output blocks per core)."""
 
     core_cycles: float
     channel_bytes: int
     ddr_bytes: int
+    result_bytes: int = 0
+    rounds: int = 1
 
     def ns(self, device) -> float:
         """Its estimated time: the slowest of the three, as double-buffered FIFOs overlap a
-        core's work with the moves feeding it (the first objects and the last results, which
-        nothing overlaps, are not counted)."""
+        core's work with the moves feeding it and the previous round's results leaving; but the
+        last round's results leave after the core's last work, nothing overlapping them, so the
+        core's time counts with their DDR time (a grid of two output blocks per core: half its
+        results). The first objects, which nothing overlaps either, are not counted (small)."""
         gen = generation(device)
-        return max(ns(device, self.core_cycles), ns(device, dma_cycles(gen, self.channel_bytes)),
+        last = ddr_ns(gen, self.result_bytes / max(1, self.rounds))
+        return max(ns(device, self.core_cycles) + last, ns(device, dma_cycles(gen, self.channel_bytes)),
                    ddr_ns(gen, self.ddr_bytes))
 
 

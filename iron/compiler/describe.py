@@ -125,7 +125,8 @@ def _columns(rows: list[tuple[str, ...]]) -> list[str]:
 
 def _tiles(plan: Plan) -> list[str]:
     calls = dict(plan.groups)
-    rows = [(c.tile.name, c.group, ", ".join(calls.get(c.group, ())) or "computes the next call's words")
+    rows = [(c.tile.name, ", ".join(c.groups), ", ".join(k for g in c.groups for k in calls.get(g, ()))
+             or "computes the next call's words")
             for c in sorted(plan.cores, key=lambda c: (c.tile.col, c.tile.row))]
     rows += [(t.name, str(t.kind), "") for t in plan.tiles if t.kind is not TileKind.COMPUTE]
     return _columns(rows)

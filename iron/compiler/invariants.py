@@ -88,10 +88,11 @@ def _check_fifos(plan: Plan):
                         f"{len(f.consumers)} consumer(s): objects must be whole 4-byte words and whole "
                         "elements, depth at least 1, one consumer or more")
         shim_to_shim = f.producer.kind is TileKind.SHIM and any(t.kind is TileKind.SHIM for t in f.consumers)
-        if shim_to_shim or f.producer in f.consumers:
+        one_core = f.consumers == (f.producer,) and f.shared_memory   # groups one core runs in turn
+        if shim_to_shim or (f.producer in f.consumers and not one_core):
             fail(plan, f"FIFO {f.name} goes from {f.producer.name} to {', '.join(t.name for t in f.consumers)}: "
-                        "a tile sits at one end of a FIFO, and a shim tile's FIFO has a compute or mem tile at "
-                        "its other end")
+                        "a tile sits at one end of a FIFO (but a shared-memory FIFO between groups one core runs "
+                        "in turn), and a shim tile's FIFO has a compute or mem tile at its other end")
         if f.shared_memory != shares_memory(f):
             route = f"{f.producer.name} -> {', '.join(t.name for t in f.consumers)}"
             fail(plan, f"FIFO {f.name} is shared memory but {route} is not one neighbouring compute tile"

@@ -170,7 +170,6 @@ def side(sides: Classes, call: Node, i: int):
 ROW_QUANTUM = 8     # each core's share of M (or of a stream) is padded to a multiple of this many
 K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
-FEW_CALLS = 64      # kernel calls per core a grid's own sides may take before fewer are worth padding for
 
 
 def lone_product(group: Group) -> Node | None:
@@ -276,46 +275,30 @@ def sides_choice(call: Node, device, fixed: dict[int, int] | None = None,
     """The rule `pad_to_block`'s extents of a MatMul or MatVec: among the candidates, each side its
     own (or `fixed`: index -> size), padded to its quantum (`padded_sides`), to the wider quantum
     (`pad_wider`), a MatVec's M to the fewest rows of whole-word results (`pad_m_to_words`), the
-    one the cost model estimates fastest by its grid on the whole device (`tiling.estimate_ns`),
-    of those `better` than the call's own sides (`any_grid`, or a fixed side not its own: of all).
-    A grid cutting a side of many elements into one-element k-blocks is no candidate: the cost
-    model prices its many tiny objects below what they take. The sides (None when none is) and
-    the Choice."""
+    one the cost model estimates fastest by its grid on the whole device (`tiling.estimate_ns`).
+    Unless `any_grid` (or a fixed side is not its own), the call's own sides are a candidate too,
+    preferred on a tie: when they win, nothing is padded (None, with the Choice saying so). A
+    padded grid cutting a side of many elements into one-element k-blocks is no candidate: the
+    cost model prices its many tiny objects below what they take. The sides (None when none is)
+    and the Choice."""
     own, fixed = call_sides(call), fixed or {}
     options = zip(own, (word_rows(call), *own[1:]), padded_sides(call, device), padded_sides(call, device, wider=True))
     tried = sorted(set(product(*({fixed[i]} if i in fixed else set(sides) for i, sides in enumerate(options)))),
                    key=lambda s: (s != own, s[0] * s[1] + s[1] * s[2] + s[0] * s[2], s))
-    mine = None if any_grid or any(own[i] != side for i, side in fixed.items()) else \
-        _grid_score(whole_device_grid(call, device))
-    grids = [(s, g) for s in tried if (mine is None or s != own) and (g := whole_device_grid(call, device, s))
-             is not None and (g.k > 1 or s[1] == 1) and better(_grid_score(g), mine)]
+    unpadded = not any_grid and all(own[i] == side for i, side in fixed.items())
+    grids = [(s, g) for s in tried if (g := whole_device_grid(call, device, s)) is not None
+             and (g.k > 1 or s[1] == 1 or unpadded and s == own)]
     if not grids:
         return None, None
     (sides, _), choice = cost.choose(Rule.PAD_TO_BLOCK, "padded sides", grids, lambda c: estimate_ns(c[1], device),
                                      lambda c: f"(M, K, N) = {c[0]}")
-    return sides, choice
+    return (None if unpadded and sides == own else sides), choice
 
 
 def best_sides(call: Node, device, fixed: dict[int, int] | None = None,
                any_grid: bool = False) -> tuple[int, int, int] | None:
     """The sides `sides_choice` chooses."""
     return sides_choice(call, device, fixed, any_grid)[0]
-
-
-def better(padded: tuple[float, int], mine: tuple[float, int] | None) -> bool:
-    """Whether a padded grid or stream scoring `padded` (elements of work per core, padding
-    included; kernel calls per core) may be taken over the call's own sides, `mine`: they have
-    none, or more work per core (the padded one takes more cores than its padding costs), or more
-    than FEW_CALLS kernel calls per core, at least twice the padded one's. (Whether to pad at all
-    is still this rule's: the cost model prices own sides of many tiny k-blocks, or a stream's
-    fewer cores, below what they take.)"""
-    return mine is None or padded[0] < mine[0] or FEW_CALLS < mine[1] >= 2 * padded[1]
-
-
-def _grid_score(grid) -> tuple[float, int] | None:
-    if grid is None:
-        return None
-    return math.prod(grid.sides) / grid.cores, grid.fewest_calls
 
 
 def word_rows(call: Node) -> int:
@@ -342,15 +325,19 @@ def padded_sides(call: Node, device, wider: bool = False) -> tuple[int, int, int
 
 def streamed_count(calls, device, count: int, quantum: int, width: int = 1) -> int | None:
     """`pad_stream`'s length or `pad_rows`' rows: `count` (elements, or rows of `width`) padded to
-    a multiple of `quantum` per core of the device, when calls streaming it so score `better`
-    (blocks count as kernel calls) than over their own; None when they do not."""
+    a multiple of `quantum` per core of the device, when the cost model estimates calls streaming
+    it so faster than over their own (preferred on a tie); None when it does not."""
     step = quantum * device.n_cols * len(device.compute_rows)
     padded = -(-count // step) * step
-    score = _flow_score(calls, device, padded * width, width)
-    return padded if padded != count and score and better(score, _flow_score(calls, device, None, width)) else None
+    flows = [(p, f) for p in (None, padded * width) if (p is None or padded != count)
+             and (f := _flow(calls, device, p, width)) is not None]
+    if not flows:
+        return None
+    best, _ = cost.choose(Rule.PAD_TO_BLOCK, "padded length", flows, lambda f: estimate_ns(f[1], device),
+                          lambda f: f"{f[0] or count * width} elements")
+    return None if best[0] is None else padded
 
 
-def _flow_score(calls, device, padded, width: int = 1) -> tuple[float, int] | None:
-    flow = choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
+def _flow(calls, device, padded, width: int = 1):
+    return choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
                        device.n_cols * device.shim.dma_out_channels, width=width, padded=padded)
-    return None if flow is None else (flow.size / len(flow.tiles), flow.rounds)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from iron.compiler.allocate import host_placements
-from iron.compiler.cores import core_of
+from iron.compiler.cores import core_of, one_core_per_tile
 from iron.compiler.emit import carry_sources, lower_emit, sink_writes
 from iron.compiler.fifos import EMIT_IN, FEEDBACK, FifoId, Stem, fifo_id
 from iron.compiler.flow import lower_flow
@@ -47,6 +47,7 @@ class Lowered:
     waiting_inputs: frozenset[FifoId]
     rules: tuple[Decision, ...] = ()
     looped: frozenset[str] = frozenset()   # FIFOs of cores looping over a repeated block (repeat.py)
+    loops: int = 1                          # how many times they loop: objects per launch
 
 
 def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan | None = None,
@@ -79,10 +80,11 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
             buffers += part.buffers
             holds |= part.holds
         moves.append(group_moves(ctx, site, parts))
-    sites = layout.sites
+    sites, cores, looping = layout.sites, one_core_per_tile(cores), set()
     if unfolding is not None:
         sites, moves = unfolding.sites_and_moves(sites, moves)
-        cores = unfolding.looped(cores)
+        unlooped, cores = cores, unfolding.looped(cores)
+        looping = {c.tile for c, d in zip(unlooped, cores) if c is not d}
     sequence, waiting_inputs = with_state_waits(sites, sink_writes(ctx, moves))
     emit_values, carry = carry_sources(ctx)
     emit = None
@@ -96,11 +98,11 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
         sizes[FEEDBACK] = (made.sizes[FEEDBACK], I32, "the next call's words")
     fifos = tuple(Fifo(r.fifo, r.producer, r.consumers, DEPTH, sizes[r.fifo][0], np.dtype(sizes[r.fifo][1]),
                        r.shared_memory) for r in routes.fifos)
-    looping = {c.tile for c in cores if unfolding is not None and c.group in unfolding.groups}
     looped = frozenset(f.name for f in fifos if looping & {f.producer, *f.consumers})
     holds |= {name: what for name, (_, _, what) in sizes.items()}
     return Lowered(fifos, tuple(links), tuple(buffers), tuple(functions), tuple(cores), tuple(sequence),
-                   ctx.table.defs(), ctx.placements, emit, carry, holds, waiting_inputs, tuple(ctx.rules), looped)
+                   ctx.table.defs(), ctx.placements, emit, carry, holds, waiting_inputs, tuple(ctx.rules), looped,
+                   unfolding.count if looping else 1)
 
 
 def object_sizes(ctx: Context, site: Site, parts: list[Part]) -> dict[str, tuple[int, np.dtype, str]]:

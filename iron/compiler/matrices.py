@@ -228,12 +228,14 @@ def split_parts(group: Group, outside: dict[Node, tuple[str | Reader, ...]], spa
     if not splittable(group, outside):
         return Split()
     matrix, device = stored_matrix(group.calls), channels.device
+    big_m = matrix.shape[0]
     shim_in = left.shim_in - (host_channels(group) - 1)   # less its own `_in`
     candidates, stopped = [(1, 1)], {}
     for parts in range(2, device.mem.dma_in_channels + 1):
         why = split_stops(group, parts, spare)   # one lane always: the stream takes a shim channel unsplit too
         lanes = [] if why else [k for k in range(1, max(1, min(parts, shim_in)) + 1) if parts % k == 0]
-        stops = {k: lane_stops(matrix, parts, k, channels, (first.col, left.streams)) for k in lanes}
+        blocks = 0 if why else big_m // parts // stream_rows(group, big_m // parts)
+        stops = {k: lane_stops(matrix, parts, k, channels, (first.col, left.streams), blocks) for k in lanes}
         candidates += [(parts, k) for k, stop in stops.items() if not stop]
         stopped[parts] = why or ("" if not all(stops.values()) else stops[1])
     candidates.sort(key=lambda c: (c[1], -c[0]))   # among equals: the fewest lanes, then the most parts
@@ -292,19 +294,42 @@ def split_stops(group: Group, parts: int, spare: int) -> str:
     return ""
 
 
-def lane_stops(matrix: Node, parts: int, lanes: int, channels: MemChannels, near: tuple[int, int]) -> str:
+def lane_stops(matrix: Node, parts: int, lanes: int, channels: MemChannels, near: tuple[int, int], blocks: int) -> str:
     """What keeps a split into `parts` from `lanes` lanes ("" when nothing): a lane of several
     parts moves them one part's rows apart, within a buffer descriptor's stride
-    (docs/platform.md section 5); the mem tiles need the channels `take_split` takes."""
+    (docs/platform.md section 5); the mem tiles need the channels `take_split` takes; and each
+    of several lanes must move its `blocks` blocks in no more Dma ops than its share of its shim
+    tile's buffer descriptors (`lane_ops`), or the runtime sequence waits for a lane's first ops
+    before it issues the next lane's (`finish_sequence`) and the lanes stream one after another."""
     device, apart = channels.device, nbytes(matrix) // parts // 4
     if parts > lanes and apart > device.shim.max_bd_stride:
         return (f"{parts} parts lie {apart} words apart, more than a buffer descriptor's largest stride "
                 f"({device.shim.max_bd_stride} words)")
+    ops, share = lane_ops(blocks, parts // lanes, device), bd_share(device)
+    if lanes > 1 and ops > share:
+        return (f"each of {lanes} lanes of {parts // lanes} parts moves its {blocks} blocks in {ops} Dma ops, more "
+                f"than its share of a shim tile's buffer descriptors ({share}): the runtime sequence would wait "
+                "for one lane before issuing the next")
     if not fits_mem_tiles(channels, *near, parts, lanes):
         return (f"{parts} would take more DMA channels than the mem tiles have left to split and join them "
                 f"(a mem tile has {device.mem.dma_in_channels} each way) and to stream the {near[1]} later "
                 "groups' matrices")
     return ""
+
+
+def lane_ops(blocks: int, per_lane: int, device) -> int:
+    """The Dma ops a lane moves `blocks` blocks of its `per_lane` parts' rows in (sequence._lanes):
+    per block each part's rows, four dimensions whose outermost, the repeat, takes at most
+    `dma_repeat_max` blocks; a lane of one part, three (its rows, a block's rows, a row) or one
+    run of words, at most a BD dimension's wrap of blocks per op (docs/platform.md section 5)."""
+    per_op = device.dma_repeat_max if per_lane > 1 else device.shim.max_bd_wrap
+    return -(-blocks // per_op)
+
+
+def bd_share(device) -> int:
+    """The buffer descriptors one shim channel may hold at once: its tile's, shared by its
+    channels each way (as `grid.rounds_between_waits` counts them)."""
+    return device.shim_bd_ids // (device.shim.dma_out_channels + device.shim.dma_in_channels)
 
 
 def fits_mem_tiles(channels: MemChannels, col: int, later: int, parts: int, lanes: int) -> bool:

@@ -118,9 +118,11 @@ def snake_order(device) -> list[Tile]:
     return tiles
 
 
-def place(program: Program, groups: tuple[Group, ...], device, placements: tuple = ()) -> Layout:
+def place(program: Program, groups: tuple[Group, ...], device, placements: tuple = (),
+          shared: dict[str, str] | None = None) -> Layout:
     """Tiles for every group, and for the Emit on a full-ELF device when values are carried;
-    `placements`: the host placements, some padded by `pad_to_block`."""
+    `placements`: the host placements, some padded by `pad_to_block`; `shared`: groups of a
+    looped iteration that run on the tile of an earlier one (group -> that group, repeat.py)."""
     lies, readers = lies_of(program, placements), readers_of(program, groups)
     padded = {n: lie.shape for n, lie in lies.items()}
     written = frozenset(n for n, lie in lies.items() if lie.fill is Fill.WRITTEN)
@@ -128,14 +130,24 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     with_emit = bool(device.full_elf and program.carry)   # a segment but the last has no carry
     outside = outside_users(program, groups, with_emit)
     free = snake_order(device)
-    needed = len(groups) + with_emit
+    names = {g.name for g in groups}
+    shared = {g: on for g, on in (shared or {}).items() if g in names and on in names}
+    owning = [g for g in groups if g.name not in shared]   # the groups taking tiles of their own
+    needed = len(owning) + with_emit
     if needed > len(free):
         _too_many_tiles(program, device, needed, len(free))
     check_rows_fit(program, groups, device)
     channels = MemChannels(device)
     sites, rules = [], []
     for number, group in enumerate(groups):
-        spare = len(free) - (len(groups) - number - 1) - with_emit
+        if group.name in shared:
+            site = on_shared_tile(group, next(s for s in sites if s.group.name == shared[group.name]), channels, device)
+            sites.append(site)
+            rules.append((Rule.SHARE_CORE_IN_ITERATION, f"{group.name} on {site.tiles[0].name} after "
+                                                        f"{shared[group.name]}, its core running them in turn"))
+            rules += stream_rules(group, site.stream)
+            continue
+        spare = len(free) - (len(owning) - owning.index(group) - 1) - with_emit
         # one per other group, and the Emit's words
         shim_in = device.n_cols * device.shim.dma_out_channels - (len(groups) - 1) - with_emit
         grid = tile_matmul_over_array(program, group, outside, free, (spare, shim_in), channels, device,
@@ -184,6 +196,13 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     if emit is not None:
         rules.append((Rule.SNAKE_ORDER, f"emit on {emit.name}"))
     return Layout(tuple(sites), emit, tuple(rules), outside)
+
+
+def on_shared_tile(group: Group, host: Site, channels, device) -> Site:
+    """The Site of a group of a looped iteration run by the core of an earlier group's tile
+    (`share_core_in_iteration`): that one tile, its matrix streamed as alone on it."""
+    tiles = host.tiles[-1:]
+    return Site(group, tiles, stream_large_matrix(group, tiles, Split(), channels, device))
 
 
 def outside_users(program: Program, groups: tuple[Group, ...], with_emit: bool) -> dict[Node, tuple[str | Reader, ...]]:

@@ -335,6 +335,11 @@ class Core:
     group: str                 # the fused group (or "emit") it runs
     program: tuple             # of Acquire | Release | Invoke | Loop
     stack_bytes: int = 1024
+    also: tuple[str, ...] = ()   # groups of a looped iteration it runs after `group`, in order (repeat.py)
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return (self.group, *self.also)
 
 
 @dataclass(frozen=True)
@@ -440,11 +445,13 @@ class Choice:
 class Repeat:
     """The rule `repeat_over_time` (repeat.py): ONE iteration of a block traced `count` times
     placed (`groups`, iteration 0's), its cores looping `count` times and the sequence moving each
-    iteration's `operands` (the host tensors its moves read and write, in iteration 0's order)."""
+    iteration's `operands` (the host tensors its moves read and write, in iteration 0's order);
+    `shared`: the groups of the iteration one core runs in turn (`share_core_in_iteration`)."""
 
     groups: tuple[str, ...]
     count: int
     operands: tuple[tuple[str, ...], ...]
+    shared: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -4,59 +4,32 @@ loop over row blocks, weight matrices, heads), is found in the group sequence (`
 may run as ONE placed iteration whose cores loop over the iterations (a `Loop(count)` around each
 core's program) while the runtime sequence moves each iteration's operands at their own DDR
 offsets: lowering translates iteration 0's moves (`Unfolding`). Whether it does is decided by
-estimated time against spreading the iterations in space (more tiles, or more configurations),
-as a `Choice` (`choose_over_time`)."""
+estimated time (priced.py) against spreading the iterations in space (more tiles, or more
+configurations), as a `Choice` (`choose_over_time`); runs.py finds the runs, share_core.py
+which groups of an iteration larger than the array share a core."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Callable
 
-import numpy as np
-
 from iron.compiler import cost
 from iron.compiler.allocate import host_placements
 from iron.compiler.copies import copied
 from iron.compiler.fuse import Group, fuse
-from iron.compiler.plan import (
-    Choice,
-    Dma,
-    HostRole,
-    Imm,
-    Invoke,
-    KernelStep,
-    Loop,
-    Plan,
-    Repeat,
-    Wait,
-)
+from iron.compiler.plan import Choice, HostRole, Loop, Plan, Repeat, Wait
+from iron.compiler.priced import Priced, ddr_bytes, plan_ns
 from iron.compiler.rules import Decision, Rule
+from iron.compiler.runs import HOST, NotRepeated, Run, find_runs, placeless
 from iron.compiler.sequence import Move
+from iron.compiler.share_core import cores_of, sharing
 from iron.compiler.through_ddr import through_name, write_through
 from iron.compiler.words import Access, placement_access, view_words
 from iron.errors import DoesNotFit, PlacementError, PlanError
 from iron.ir import Node, Op, Program, call_label, describe, storage, tensor_inputs
 
 MAX_TRIED = 4
-HOST = (Op.INPUT, Op.MEMORY)
 TIMED = "over time: one iteration placed, its cores looping"
 SPACED = "in space: every iteration placed, one configuration"   # runs tried, most groups covered first, before the design is left as it is
-
-
-@dataclass(frozen=True)
-class Run:
-    """`count` iterations of `period` groups from group `start`, alike group for group."""
-
-    start: int
-    period: int
-    count: int
-
-    def groups(self, groups: tuple[Group, ...], k: int) -> tuple[Group, ...]:
-        first = self.start + k * self.period
-        return groups[first:first + self.period]
-
-
-class NotRepeated(Exception):
-    """Why a run of alike groups does not run over time: its iterations stay spread in space."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +62,7 @@ class Unfolding:
     count: int
     calls: tuple[tuple[tuple[Node, ...], ...], ...]
     shifts: tuple[tuple[Shift, ...], ...]
+    shared: tuple[tuple[str, str], ...] = ()   # (group, the earlier group whose core runs it too)
 
     def sites_and_moves(self, sites, moves: list[list]) -> tuple[list, list[list]]:
         """The sites and their moves in sequence order: iteration 0's sites once per iteration,
@@ -128,67 +102,9 @@ class Unfolding:
     def looped(self, cores: list) -> list:
         """The cores, each of the iteration's looping `count` times over its program (none when
         only part of the iteration is here: a probe of the segment search)."""
-        if len({c.group for c in cores} & set(self.groups)) < len(self.groups):
+        if len({g for c in cores for g in c.groups} & set(self.groups)) < len(self.groups):
             return cores
         return [replace(c, program=(Loop(self.count, c.program),)) if c.group in self.groups else c for c in cores]
-
-
-# ---- finding runs ------------------------------------------------------------------------------
-
-def find_runs(groups: tuple[Group, ...]) -> list[Run]:
-    """Runs of at least two iterations of alike groups (`_shapes`), and each such run but its
-    first or its last iteration, the most groups covered first, then the shortest period (the
-    most iterations), then the earliest."""
-    keys = np.array(_shapes(groups))
-    n, runs = len(keys), []
-    for period in range(1, n // 2 + 1):
-        alike = np.concatenate(([False], keys[:-period] == keys[period:], [False]))
-        edges = np.flatnonzero(alike[1:] != alike[:-1])   # each stretch of groups alike the one a period on
-        for i, j in zip(edges[::2].tolist(), edges[1::2].tolist()):
-            count = (j - i) // period + 1
-            if count >= 2:
-                runs.append(Run(i, period, count))
-            if count >= 3:   # its first or last iteration may be the odd one out (reading the others)
-                runs += [Run(i, period, count - 1), Run(i + period, period, count - 1)]
-    return sorted(runs, key=lambda r: (-r.count * r.period, r.period, r.start))
-
-
-def _shapes(groups: tuple[Group, ...]) -> list[int]:
-    """Per group a number, equal for groups whose calls are alike node for node up to which host
-    tensor, or which part of one, they read and write (`_entry`)."""
-    numbers: dict[tuple, int] = {}
-    found = []
-    for i, group in enumerate(groups):
-        memo: dict[Node, int] = {}
-        entries: list = []
-        for call in group.calls:
-            _entry(call, set(group.calls), memo, entries)
-        try:
-            found.append(numbers.setdefault(tuple(entries), len(numbers)))
-        except TypeError:   # an attr that does not hash: alike no other
-            found.append(-1 - i)
-    return found
-
-
-def _entry(node: Node, mine: set, memo: dict, entries: list) -> int:
-    if node in memo:
-        return memo[node]
-    if (node.op == Op.CALL and node not in mine) or node.op in HOST:   # made before, or a host tensor:
-        entry = ("outside", node.shape, node.dtype)                    # alike once passed through DDR
-    elif node.is_scalar:
-        entry = ("scalar",)
-    else:
-        arg = _axes(node.arg) if node.op == Op.VIEW else node.arg
-        entry = (node.op, node.shape, node.dtype, arg, tuple(_entry(s, mine, memo, entries) for s in node.src))
-    memo[node] = len(entries)
-    entries.append(entry)
-    return memo[node]
-
-
-def _axes(axes) -> tuple:
-    """A view's axes with where they start left out: views alike but for where they lie."""
-    return tuple(replace(a, index=None if a.index is None else 0, start=0,
-                         stop=None if a.stop is None else a.stop - a.start) for a in axes)
 
 
 # ---- an iteration's operands -------------------------------------------------------------------
@@ -270,7 +186,7 @@ def _pair(a: Node, b: Node, pairs: dict, positions: tuple[dict, dict]):
         if positions[0].get(a) != positions[1].get(b) or not _same(a.arg, b.arg):
             raise NotRepeated(f"{describe(a, 0)} and {describe(b, 0)} differ")
     elif a.op == Op.VIEW:
-        if _axes(a.arg) != _axes(b.arg) or not all(map(_same_scalar, a.src[1:], b.src[1:])):
+        if placeless(a.arg) != placeless(b.arg) or not all(map(_same_scalar, a.src[1:], b.src[1:])):
             raise NotRepeated(f"{describe(a)} and {describe(b)} are different views")
         if storage(a).op != Op.CALL:
             return
@@ -366,7 +282,6 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
                compile_groups: Callable) -> tuple[Plan, Repeat, list[Decision]]:
     """The Plan running `run` over time, its Repeat and the lines saying which values cross
     between iterations through DDR (`write_through`, then fused again), or NotRepeated."""
-    _check_period(run, device)
     place = {c: min(max(-1, (i - run.start) // run.period), run.count) for i, g in enumerate(groups) for c in g.calls}
     crossing = _crossing(program, place, run)
     lines = []
@@ -384,9 +299,10 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
         run = next(iter(find_runs(groups)), None)
         if run is None:
             raise NotRepeated("its groups are no longer alike once values cross through DDR")
-    _check_period(run, device)
     unfold, repeat = unfolding(program, groups, run, placements, padded)
     kept = groups[:run.start + run.period] + groups[run.start + run.count * run.period:]
+    pairs = sharing(program, run.groups(groups, 0), device, placements)
+    unfold, repeat = replace(unfold, shared=pairs), replace(repeat, shared=cores_of(pairs))
     plan = compile_groups(program, kept, placements, unfold)
     if not isinstance(plan, Plan):
         raise NotRepeated(str(plan))
@@ -394,13 +310,6 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
                for p in plan.configurations for c in p.cores):
         raise NotRepeated("no configuration holds a whole iteration")
     return plan, repeat, lines
-
-
-def _check_period(run: Run, device):
-    """A group takes a tile at least, and a loop runs within one configuration."""
-    tiles = len(device.compute_tiles)
-    if run.period > tiles:
-        raise NotRepeated(f"an iteration is {run.period} groups, more than the {tiles} compute tiles")
 
 
 def _crossing(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
@@ -451,7 +360,7 @@ def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable, groups: tuple[G
         spaced = (SPACED, plan_ns(whole), whole)
     else:
         least = max(2, -(-len(groups) // len(plan.device.compute_tiles)))   # a group per tile at most
-        bound = cost.ddr_ns(gen, _ddr_bytes(plan)) + (least - 1) * gen.reconfigure_ns   # the same bytes, and the loads
+        bound = cost.ddr_ns(gen, ddr_bytes(plan)) + (least - 1) * gen.reconfigure_ns   # the same bytes, and the loads
         spaced = (f"in space: at least {least} configurations", bound, None)
         if bound < timed[1]:
             segmented = spread(_enough(groups, plan.device, bound, timed[1]))
@@ -499,80 +408,3 @@ def _least_read(groups: tuple[Group, ...]) -> int:
 def _label(repeat: Repeat) -> str:
     names = repeat.groups[0] if len(repeat.groups) == 1 else f"{repeat.groups[0]}..{repeat.groups[-1]}"
     return f"{repeat.count} iterations of {names}"
-
-
-def plan_ns(plan: Plan) -> float:
-    """A Plan's estimated device time per call: per configuration the slowest of its busiest
-    core, its busiest FIFO's moves and DDR (`cost.Work`), plus loading each configuration after
-    the first."""
-    configurations = plan.configurations
-    gen = cost.generation(plan.device)
-    return sum(Priced.of(c).work().ns(plan.device) for c in configurations) + gen.reconfigure_ns * (len(configurations) - 1)
-
-
-@dataclass(frozen=True)
-class Priced:
-    """What the estimate of one configuration reads: each core's cycles per launch (its
-    Functions' cycles, `cost.function_cycles`, times its Loops' counts) and the bytes each FIFO
-    moves per launch."""
-
-    plan: Plan
-    cycles: dict
-    moved: dict
-
-    @classmethod
-    def of(cls, plan: Plan) -> Priced:
-        gen = cost.generation(plan.device)
-        functions = {f.name: sum(_step_cycles(gen, step) for step in f.steps) for f in plan.functions}
-        cycles = {c.tile: _program_cycles(c.program, functions) for c in plan.cores}
-        moved: dict[str, int] = {}
-        for op in plan.sequence:
-            if isinstance(op, Dma):
-                moved[op.fifo] = moved.get(op.fifo, 0) + op.nwords * 4
-        return cls(plan, cycles, moved)
-
-    def work(self) -> cost.Work:
-        return cost.Work(max(self.cycles.values(), default=0.0), max(self.moved.values(), default=0),
-                         sum(self.moved.values()))
-
-    def floor(self, groups: tuple[str, ...], count: int) -> float:
-        """A floor under the estimate of this design with `groups` placed once and looping `count`
-        times, read off this one (so a design whose estimate in space is below it is not
-        compiled twice): those groups' cores doing `count` times their work, the FIFOs feeding
-        or draining them (directly or through a mem tile's link) moving `count` times their
-        bytes, and DDR moving what this design moves."""
-        tiles = {c.tile for c in self.plan.cores if c.group in groups}
-        near = {f.name for f in self.plan.fifos if tiles & {f.producer, *f.consumers}}
-        for link in self.plan.links:
-            if near & {*link.sources, *link.destinations}:
-                near |= {*link.sources, *link.destinations}
-        busiest = max((n for name, n in self.moved.items() if name in near), default=0)
-        cycles = max((n for tile, n in self.cycles.items() if tile in tiles), default=0.0)
-        return cost.Work(count * cycles, count * busiest, self.work().ddr_bytes).ns(self.plan.device)
-
-
-_CYCLES: dict[tuple, float] = {}   # a kernel step's cycles by what they depend on: alike layers price once
-
-
-def _step_cycles(gen: cost.Generation, step) -> float:
-    """`cost.step_cycles` of a Function's step, remembered by its kernel, dtypes and immediates."""
-    if not isinstance(step, KernelStep):
-        return gen.scalar_cycles
-    key = (gen.family, step.kernel, step.dtype, step.out, tuple(a for a in step.args if isinstance(a, Imm)))
-    if key not in _CYCLES:
-        _CYCLES[key] = cost.step_cycles(gen, step)
-    return _CYCLES[key]
-
-
-def _program_cycles(program: tuple, functions: dict) -> float:
-    total = 0.0
-    for item in program:
-        if isinstance(item, Loop):
-            total += item.count * _program_cycles(item.body, functions)
-        elif isinstance(item, Invoke):
-            total += functions[item.function]
-    return total
-
-
-def _ddr_bytes(plan: Plan) -> int:
-    return sum(Priced.of(c).work().ddr_bytes for c in plan.configurations)

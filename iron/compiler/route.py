@@ -7,6 +7,7 @@ inside the object it already sends, what a core would otherwise take from other 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from iron.compiler.allocate import shares_memory
 from iron.compiler.fifos import EMIT, FifoId, FifoRole, Stem, fifo_id
@@ -60,7 +61,11 @@ class Routes:
     rules: tuple[Decision, ...] = ()
 
     def has(self, fifo: FifoId) -> bool:
-        return any(r.fifo == fifo for r in self.fifos)
+        return fifo in self._ids
+
+    @cached_property
+    def _ids(self) -> frozenset[FifoId]:   # asked for every part of every group as it is lowered
+        return frozenset(r.fifo for r in self.fifos)
 
     def carried_by(self, group: str) -> list[Relay]:
         return [r for r in self.relays if r.carrier == group]
@@ -251,7 +256,7 @@ def forwarded_inputs(layout: Layout) -> dict[str, dict[Node, tuple[str, ...]]]:
             if loader.get(node, g) != g:
                 readers = found[loader[node]][node]
                 readers += [] if g in readers else [g]
-            elif node not in loader and len(site.tiles) == 1 and forwardable(node):
+            elif node not in loader and len(site.tiles) == 1 and forwardable(node) and not shares_tile(layout, site):
                 loader[node] = g
                 found.setdefault(g, {})[node] = []
     return {g: {n: tuple(r) for n, r in nodes.items() if r} for g, nodes in found.items()}
@@ -308,7 +313,8 @@ def core_inputs(routes: Routes, layout: Layout) -> list[CoreInputs]:
         carrier = fifo_id(g, Stem.OUT) if len(site.tiles) == 1 and routes.has(fifo_id(g, Stem.OUT)) else None
         movable = own_in is not None and all(state_of(n) is None for n in host_reads(site))
         earlier = () if streams_in_step(layout, site) else tuple(made)
-        cores += [_receives(routes, g, tile, carrier, own_in, movable, earlier) for tile in site.tiles]
+        mine = _read_by(layout, routes, site)
+        cores += [_receives(routes, g, tile, carrier, own_in, movable, earlier, mine=mine) for tile in site.tiles]
         made += [r.fifo for r in routes.fifos if r.group == g and r.role is FifoRole.OUTPUT]
     if layout.emit is not None:
         cores.append(_receives(routes, EMIT, layout.emit))
@@ -324,10 +330,31 @@ def streams_in_step(layout: Layout, site: Site) -> bool:
         s.stream is not None and s.stream.owner == g for s in layout.sites))
 
 
-def _receives(routes: Routes, group: str, tile: Tile, *rest) -> CoreInputs:
-    received = tuple(r.fifo for r in routes.fifos if tile in r.consumers)
-    dma = tuple(r.fifo for r in routes.fifos if tile in r.consumers and not r.shared_memory)
-    return CoreInputs(group, tile, dma, received, *rest)
+def _receives(routes: Routes, group: str, tile: Tile, *rest, mine: frozenset | None = None) -> CoreInputs:
+    """What the core of `group` on `tile` receives: of the FIFOs reaching the tile, those `mine`
+    holds when its core also runs other groups (`share_core_in_iteration`)."""
+    fifos = [r for r in routes.fifos if tile in r.consumers and (mine is None or r.fifo in mine)]
+    return CoreInputs(group, tile, tuple(r.fifo for r in fifos if not r.shared_memory),
+                      tuple(r.fifo for r in fifos), *rest)
+
+
+def shares_tile(layout: Layout, site: Site) -> bool:
+    """Whether the core of a group's tile runs other groups too (`share_core_in_iteration`): its
+    `_out` to the later one is shared memory on the tile, so it forwards nothing to others."""
+    return len(site.tiles) == 1 and any(s.tiles == site.tiles and s is not site for s in layout.sites)
+
+
+def _read_by(layout: Layout, routes: Routes, site: Site) -> frozenset | None:
+    """The FIFOs a group's calls take when its tile runs other groups too: its own, those of the
+    groups whose results (or forwards) it reads, and a stream it shares; None on a tile of its own."""
+    if not shares_tile(layout, site):
+        return None
+    g = site.group.name
+    makers = {s.group.name for s in layout.sites if any(g in layout.users.get(c, ()) for c in s.group.calls)}
+    makers |= {loader for loader, nodes in routes.forwards.items() if any(g in r for r in nodes.values())}
+    shared = {site.stream.fifo} if site.stream is not None else set()
+    return frozenset(r.fifo for r in routes.fifos if r.group == g or r.fifo in shared
+                     or (r.group in makers and r.role is FifoRole.OUTPUT))
 
 
 @dataclass(frozen=True)
@@ -358,26 +385,49 @@ def choose_relays(program: Program, cores: list[CoreInputs], device) -> tuple[li
     receiving on the input channels it has left (`_gaining_relay`). Designs that fit are left alone. Returns (the relays, rules);
     PlacementError naming the group, its tile and FIFOs when no carrier can."""
     limit = device.compute.dma_in_channels
-    state = ChannelState({c.group: c for c in cores})
-    relays, rules = [], []
+    relays, rules, state = _relays(cores, limit)
     for core in cores:
-        if len(core.dma) <= limit or core.group in state.readers:
-            continue
-        relay = _relay_for(core, cores, state, limit)
-        if relay is None:
+        if state.tile_inputs(core.tile) > limit:
             _cannot_fit(program, core, limit)
-        state.take(relay, core)
-        relays.append(relay)
-        rules.append((Rule.FIT_COMPUTE_CHANNELS, _relay_text(relay, core, limit)))
-    return relays, tuple(rules)
+    return relays, rules
+
+
+def _relays(cores: list[CoreInputs], limit: int) -> tuple[list[Relay], tuple, ChannelState]:
+    state = ChannelState(cores)
+    relays, rules = [], []
+    for core in cores:   # a tile whose core runs several groups in turn counts what they all take
+        needed = state.tile_inputs(core.tile) - limit
+        if needed <= 0 or core.group in state.readers:
+            continue
+        relay = _relay_for(core, cores, state, limit, needed)
+        if relay is not None:   # else another group on its tile may still relay enough
+            state.take(relay, core)
+            relays.append(relay)
+            rules.append((Rule.FIT_COMPUTE_CHANNELS, _relay_text(relay, core, limit)))
+    return relays, tuple(rules), state
+
+
+def crowded_tiles(program: Program, layout: Layout, device) -> set[Tile]:
+    """The compute tiles whose FIFOs by DMA, over every group their core runs, exceed its channels
+    in either direction once `fit_compute_channels` has relayed what it can (a probe of a layout
+    whose groups share cores: repeat.py's `sharing`)."""
+    routes = route(program, layout)
+    relays, _, state = _relays(core_inputs(routes, layout), device.compute.dma_in_channels)
+    tiles = {c.tile for c in state.cores if state.tile_inputs(c.tile) > device.compute.dma_in_channels}
+    sent: dict[Tile, set] = {}
+    for r in routes.fifos:
+        if r.producer.kind is TileKind.COMPUTE and not r.shared_memory:
+            sent.setdefault(r.producer, set()).add(r.fifo)
+    return tiles | {t for t, fifos in sent.items() if len(fifos) > device.compute.dma_out_channels}
 
 
 class ChannelState:
     """The decisions so far: FIFOs each reader no longer receives, groups that gained an `_in`,
     FIFOs each carrier started receiving."""
 
-    def __init__(self, by_group: dict[str, CoreInputs]):
-        self.by_group = by_group
+    def __init__(self, cores: list[CoreInputs]):
+        self.cores = cores
+        self.by_group = {c.group: c for c in cores}
         self.readers: dict[str, tuple[FifoId, ...]] = {}
         self.gained_in: set[str] = set()
         self.gained: dict[str, tuple[FifoId, ...]] = {}
@@ -387,10 +437,14 @@ class ChannelState:
         return (set(core.received) - set(self.readers.get(group, ()))) | set(self.gained.get(group, ())) | (
             {fifo_id(group, Stem.IN)} if group in self.gained_in else set())
 
-    def dma_inputs(self, group: str) -> int:
-        core = self.by_group[group]
-        return (len(core.dma) - len(self.readers.get(group, ())) + len(self.gained.get(group, ()))
-                + (group in self.gained_in))
+    def dma_inputs(self, core: CoreInputs) -> set[FifoId]:
+        g = core.group
+        return ((set(core.dma) - set(self.readers.get(g, ()))) | set(self.gained.get(g, ()))
+                | ({fifo_id(g, Stem.IN)} if g in self.gained_in else set()))
+
+    def tile_inputs(self, tile: Tile) -> int:
+        """The FIFOs reaching `tile` by DMA for every group its core runs."""
+        return len(set().union(*(self.dma_inputs(c) for c in self.cores if c.tile == tile)))
 
     def take(self, relay: Relay, reader: CoreInputs):
         self.readers[relay.reader] = relay.fifos
@@ -399,12 +453,12 @@ class ChannelState:
             self.gained_in.add(relay.carrier)
 
 
-def _relay_for(core: CoreInputs, cores: list[CoreInputs], state: ChannelState, limit: int) -> Relay | None:
-    needed = len(core.dma) - limit
+def _relay_for(core: CoreInputs, cores: list[CoreInputs], state: ChannelState, limit: int,
+               needed: int) -> Relay | None:
     carriers = [c for c in cores if c.carrier in core.received and c.group != core.group]
     for carrier in carriers:
         has = state.receives(carrier.group)
-        can_load = fifo_id(carrier.group, Stem.IN) in has or state.dma_inputs(carrier.group) < limit
+        can_load = fifo_id(carrier.group, Stem.IN) in has or state.tile_inputs(carrier.tile) < limit
         movable = [f for f in core.dma if f == core.own_in and core.movable_in and can_load]
         forwardable = [f for f in core.dma if f in has and f != carrier.carrier] + movable
         if len(forwardable) >= needed:
@@ -419,7 +473,7 @@ def _gaining_relay(core: CoreInputs, carriers: list[CoreInputs], state: ChannelS
     its own object until theirs come)."""
     for carrier in carriers:
         has = state.receives(carrier.group)
-        spare = limit - state.dma_inputs(carrier.group)
+        spare = limit - state.tile_inputs(carrier.tile)
         kept = [f for f in core.dma if f in has and f != carrier.carrier]
         gained = [f for f in core.dma if f in carrier.earlier and f not in has][:max(0, spare)]
         if gained and len(kept) + len(gained) >= needed:

@@ -81,6 +81,7 @@ class Rule(Term):
     SETTLE_THE_CUT = "settle_the_cut"
     # repetition over time (repeat.py)
     REPEAT_OVER_TIME = "repeat_over_time"
+    SHARE_CORE_IN_ITERATION = "share_core_in_iteration"
 
 
 Decision = tuple[Rule, str]   # one line of plan.rules: the rule and what it decided, for describe()

@@ -152,7 +152,8 @@ def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, c
 
     if start == count:   # the Emit, cut off the segment before
         return kept(Segment(count, count))
-    stop = fewest_bytes_cut(flow, start, fits, guess, len(device.compute_tiles), likely, device=device, choices=choices)
+    most = len(device.compute_tiles) + len(flow.apart)   # a looped iteration's groups may share cores
+    stop = fewest_bytes_cut(flow, start, fits, guess, most, likely, device=device, choices=choices)
     if stop is None and start + 1 == count and flow.program.carry:
         cut_off = Segment(start, count, emit_cut=True)
         if isinstance(attempt(cut_off), Plan):

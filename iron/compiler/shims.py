@@ -58,19 +58,22 @@ def shim_requests(lowered: Lowered) -> list[ShimRequest]:
     group's `_in` when its group touches no state an earlier group of the call writes (its Dmas
     need no Wait, so they may be issued with the other groups' inputs), the Emit's `emit_in`
     (`emit_in_shares`), a core's `_host` when no Wait of the sequence needs it before its end;
-    never a FIFO of a core looping over a repeated block (`repeat_over_time`), whose moves a
-    mem-tile split or join shared with a core running once would not balance."""
+    a FIFO of a core looping over a repeated block (`repeat_over_time`) moves one object per
+    iteration, so it shares only with FIFOs moving as many (`ShimRequest.loops`)."""
     waited = {entry.fifo for entry in lowered.sequence if isinstance(entry, Wait)}
+
+    def loops(f) -> int:
+        return lowered.loops if f.name in lowered.looped else 1
+
     requests = []
     for f in lowered.fifos:
         if f.producer == HOST:
             waits = f.name in lowered.waiting_inputs
             shares = f.role is FifoRole.EMIT_IN or (f.role is FifoRole.INPUT and not waits)
-            shares = shares and f.name not in lowered.looped
-            requests.append(ShimRequest(f.name, Direction.MM2S, f.consumers[0].col, f.nbytes, shares))
+            requests.append(ShimRequest(f.name, Direction.MM2S, f.consumers[0].col, f.nbytes, shares, loops(f)))
         elif HOST in f.consumers:
-            shares = f.producer.kind is TileKind.COMPUTE and f.role is FifoRole.HOST and f.name not in waited | lowered.looped
-            requests.append(ShimRequest(f.name, Direction.S2MM, f.producer.col, f.nbytes, shares))
+            shares = f.producer.kind is TileKind.COMPUTE and f.role is FifoRole.HOST and f.name not in waited
+            requests.append(ShimRequest(f.name, Direction.S2MM, f.producer.col, f.nbytes, shares, loops(f)))
     return requests
 
 
@@ -141,20 +144,27 @@ def _shared_end(f: Fifo, mem: Tile, retype: bool) -> Fifo:
 
 
 def moved_together(entries: list, share: SharedChannel) -> list:
-    """The lowered moves with the members' moves made moves of the shared FIFO, in member
-    order, all at the first member move (inputs: issued before any member needs its object) or
-    at the last (outputs: issued once every member has had its inputs)."""
+    """The lowered moves with the members' moves made moves of the shared FIFO, round by round
+    (one object of each member: a looping core's FIFOs have one per iteration), in member order,
+    each round at its first member move (inputs: issued before any member needs its object) or
+    at its last (outputs: issued once every member has had its inputs)."""
     at = [i for i, e in enumerate(entries) if isinstance(e, Move) and e.fifo in share.members]
-    moves = [replace(entries[i], fifo=share.fifo) for member in share.members for i in at if entries[i].fifo == member]
-    spot = at[0] if share.direction is Direction.MM2S else at[-1]
-    taken = set(at)
+    per = {m: [i for i in at if entries[i].fifo == m] for m in share.members}
+    rounds = [[i for m in share.members for i in _round(per[m], share.loops, k)] for k in range(share.loops)]
+    spots = {(min(r) if share.direction is Direction.MM2S else max(r)): r for r in rounds}
     together = []
     for i, entry in enumerate(entries):
-        if i == spot:
-            together += moves
-        elif i not in taken:
+        if i in spots:
+            together += [replace(entries[j], fifo=share.fifo) for j in spots[i]]
+        elif i not in at:
             together.append(entry)
     return together
+
+
+def _round(moves: list[int], loops: int, k: int) -> list[int]:
+    """Round k of a member's moves: the k-th of `loops` equal runs of them."""
+    size = len(moves) // loops
+    return moves[k * size:(k + 1) * size]
 
 
 def connect(lowered: Lowered, device) -> Lowered:

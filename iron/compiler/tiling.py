@@ -74,7 +74,6 @@ class Grid(OnCores):
     fewer: str = ""   # why not more cores, when fewer than were free (`why_not_more`)
     padded: tuple[int, int, int] | None = None   # (M, K, N) as `pad_to_block` padded them
     choice: cost.Choice | None = None   # the blocks, chosen by estimated time
-    fewest_calls: int = 0   # the fewest kernel calls per core of any block that fits (pad.py's FEW_CALLS compares these)
 
     @property
     def sides(self) -> tuple[int, int, int]:
@@ -152,7 +151,8 @@ class Grid(OnCores):
             b_channel = self.rounds * big_k * (big_n // cols) * b.dtype.itemsize
             c_channel = big_m * (big_n // cols) * c.dtype.itemsize
             ddr = rows * a_channel + cols * (b_channel + c_channel)
-        return cost.Work(self.calls * per_call, int(max(a_channel, b_channel, c_channel)), int(ddr))
+        return cost.Work(self.calls * per_call, int(max(a_channel, b_channel, c_channel)), int(ddr),
+                         int(cols * c_channel), self.rounds * self.per_round)
 
     def text(self) -> str:
         (big_m, big_k) = self.call.src[0].shape
@@ -331,8 +331,8 @@ def _grid_of(call: Node, full_columns: tuple[int, ...], spare: int, device, shim
                 best = _best_blocks(call, big_m // rows, big_k, big_n // ncols, in_words,
                                     max(in_words, out_words), acc, room, one_op, grid, device)
             if best is not None:
-                (m, k, n), choice, fewest = best
-                grid = replace(grid, m=m, k=k, n=n, choice=choice, fewest_calls=fewest)
+                (m, k, n), choice = best
+                grid = replace(grid, m=m, k=k, n=n, choice=choice)
                 return replace(grid, fewer=why_not_more(grid, len(device.compute_rows), len(full_columns),
                                                         spare, shim_in))
     return None
@@ -436,17 +436,14 @@ def _best_blocks(call, per_row, big_k, per_col, k_words, n_words, acc, room, one
 def _fastest_blocks(call, ms, ks, ns, per_row, big_k, per_col, acc, room, one_op, grid, device, expand=None):
     """Among blocks whose objects fit a core's memory (block_bytes) in one Dma op per move, those
     of the least estimated time (`Grid.work`); among equal estimates the fewest kernel calls per
-    core, then the largest m x n. (the blocks, the Choice, the fewest kernel calls per core of any
-    of them) or None when no block fits."""
+    core, then the largest m x n. (the blocks, the Choice) or None when no block fits."""
     fits = [(m, k, n) for m in ms for n in ns for k in ks
             if block_bytes(call, m, k, n, acc, expand) <= room and one_op(m, k, n)]
     if not fits:
         return None
-    def calls(b):
-        return (per_row // b[0]) * (per_col // b[2]) * (big_k // b[1])
-    fits.sort(key=lambda b: (calls(b), -b[0] * b[2]))
-    return (*cost.choose(Rule.TILE_MATMUL_OVER_ARRAY, "blocks", fits, lambda b: estimate_ns(replace(grid, m=b[0], k=b[1], n=b[2]), device),
-                         lambda b: f"m={b[0]} k={b[1]} n={b[2]}"), calls(fits[0]))
+    fits.sort(key=lambda b: ((per_row // b[0]) * (per_col // b[2]) * (big_k // b[1]), -b[0] * b[2]))
+    return cost.choose(Rule.TILE_MATMUL_OVER_ARRAY, "blocks", fits, lambda b: estimate_ns(replace(grid, m=b[0], k=b[1], n=b[2]), device),
+                       lambda b: f"m={b[0]} k={b[1]} n={b[2]}")
 
 
 # ---- elementwise calls streamed in blocks ---------------------------------------------------------

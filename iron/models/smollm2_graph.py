@@ -75,7 +75,7 @@ class Layer:
     """One block's params and KV caches, and the kernel calls of one position: attention as a
     chain of calls per query head (MatVec, Scale, Softmax, MatVec; values cached transposed), or
     `fused`, one Attention call per key/value head (its 3 query heads at once; values cached as
-    rows), which makes a layer 18 groups instead of 44."""
+    rows), which makes a layer 13 groups instead of 39."""
 
     def __init__(self, model: SmolLM2, index: int, context: int, quantized: bool, fused: bool = False):
         config, block = model.config, model.weights.blocks[index]
@@ -87,21 +87,22 @@ class Layer:
         # Q, K and V (and gate and up) are one MatVec each: one pass over h, one FIFO out.
         self.wqkv, self.wo = matrix("attn_q", "attn_k", "attn_v"), matrix("attn_output")
         self.gate_up, self.down = matrix("ffn_gate", "ffn_up"), matrix("ffn_down")
-        d = config.head_dim
-        self.keys = [iron.state((context, d), np.float32) for _ in range(config.kv_heads)]
-        self.values = [iron.state((context, d) if fused else (d, context), np.float32) for _ in range(config.kv_heads)]
+        d, kv = config.head_dim, config.kv_heads
+        # one state per layer for the keys (and one for the values) of every key/value head: a
+        # position's keys are written by one Copy, its values by another
+        self.keys = iron.state((kv, context, d), np.float32)
+        self.values = iron.state((kv, context, d) if fused else (kv, d, context), np.float32)
 
     def step(self, x, pos):
         c = self.config
         d, eps, group = c.head_dim, c.rms_eps, c.heads // c.kv_heads
         qkv = self.wqkv.times(RMSNorm.step(x, self.attn_norm, eps=eps))
         q_end, k_end = c.heads * d, (c.heads + c.kv_heads) * d
-        q = RoPE.step(qkv[:q_end], pos=pos, head_dim=d, base=c.rope_base)
-        k = RoPE.step(qkv[q_end:k_end], pos=pos, head_dim=d, base=c.rope_base)
-        v = qkv[k_end:]
-        for j in range(c.kv_heads):
-            Copy.step(k[j * d:(j + 1) * d], out=self.keys[j][pos])
-            Copy.step(v[j * d:(j + 1) * d], out=self.values[j][pos] if self.fused else self.values[j][:, pos])
+        rotated = RoPE.step(qkv[:k_end], pos=pos, head_dim=d, base=c.rope_base)   # the query and key heads alike
+        q = rotated[:q_end]
+        Copy.step(rotated[q_end:].reshape(c.kv_heads, d), out=self.keys[:, pos])
+        v = qkv[k_end:].reshape(c.kv_heads, d)
+        Copy.step(v, out=self.values[:, pos] if self.fused else self.values[:, :, pos])
         if self.fused:
             heads = [self.attend_group(q[j * group * d:(j + 1) * group * d], j, pos) for j in range(c.kv_heads)]
         else:
@@ -115,10 +116,9 @@ class Layer:
     def attend_group(self, q, kv: int, pos):
         """The query heads of key/value head `kv` (q of all of them, end to end) in one Attention
         call over cache rows 0..pos."""
-        d, context = self.config.head_dim, self.keys[kv].shape[0]
-        group = q.shape[0] // d
-        keys, values = (cache.reshape(1, context, d) for cache in (self.keys[kv], self.values[kv]))
-        return Attention.step(q.reshape(group, d), keys, values, length=pos + 1).reshape(-1)
+        group = q.shape[0] // self.config.head_dim
+        keys, values = self.keys[kv:kv + 1], self.values[kv:kv + 1]
+        return Attention.step(q.reshape(group, -1), keys, values, length=pos + 1).reshape(-1)
 
     def attend(self, q, kv: int, pos):
         """One query head over key/value head `kv`: softmax(K q / sqrt(d)) over rows 0..pos, then V p."""
@@ -132,7 +132,7 @@ class SmolLM2Graph(iron.Graph):
     (Q4_1 / Q8_0 blocks, about 6x fewer bytes to move per token) and expands them on the tiles
     with Dequant; `fused=True` computes each layer's attention with one Attention call per
     key/value head (a context of at most FUSED_CONTEXT positions, whose cache fits a tile): every
-    layer is then the same 18 groups, which the compiler runs over time on the same cores."""
+    layer is then the same 13 groups, which the compiler runs over time on the same cores."""
 
     def __init__(self, model: SmolLM2, context: int = CONTEXT, quantized: bool = False, fused: bool = False):
         config = model.config
@@ -147,6 +147,7 @@ class SmolLM2Graph(iron.Graph):
         table = model.tensors["token_embd.weight"]
         self.embedding_bytes = table.format.nbytes if quantized else None
         self.embedding = iron.weight(table.data if quantized else model.weights.token_embd)
+        self.embedded = iron.state((config.width,), np.float32)   # the token's embedding (embed)
         self.layers = [Layer(model, i, context, quantized, fused) for i in range(config.layers)]
         self.output_norm = iron.param(model.weights.output_norm)
         self.lm_head = Matrix(model, ["token_embd.weight"], quantized)   # tied: the embedding table
@@ -156,10 +157,7 @@ class SmolLM2Graph(iron.Graph):
     def body(self, prompt=None, *, pos: Carried[np.int32], tok: Carried[np.int32], end: Carried[np.int32]):
         if prompt is not None:
             return self.load_prompt(prompt, pos)
-        if self.embedding_bytes is None:
-            x = Copy.step(self.embedding[tok])
-        else:
-            x = Dequant.step(self.embedding[tok].reshape(1, -1), block_bytes=self.embedding_bytes).reshape(-1)
+        x = self.embed(tok)
         for layer in self.layers:
             x = layer.step(x, pos)
         logits = self.lm_head.times(RMSNorm.step(x, self.output_norm, eps=self.config.rms_eps))
@@ -167,6 +165,17 @@ class SmolLM2Graph(iron.Graph):
         # goes to tokens[end], which the step at end - 1 overwrites, and the prompt stays.
         Copy.step(self.argmax(logits), out=self.tokens[iron.max(pos + 1, end)])
         return iron.carry(pos=pos + 1, tok=self.tokens[pos + 1], end=end)
+
+    def embed(self, tok):
+        """The token's row of the table (its blocks expanded, quantized) written into the state
+        `embedded`, which layer 0 then reads from DDR as each later layer reads the one before's
+        result: so every layer is alike, and all of them loop over time on one layer's cores."""
+        if self.embedding_bytes is None:
+            Copy.step(self.embedding[tok], out=self.embedded)
+        else:
+            row = self.embedding[tok].reshape(1, -1)
+            Dequant.step(row, block_bytes=self.embedding_bytes, out=self.embedded.reshape(1, -1))
+        return self.embedded
 
     def load_prompt(self, prompt, pos):
         """The first version (given the prompt's token ids): write them into `tokens` from `pos`
@@ -178,10 +187,9 @@ class SmolLM2Graph(iron.Graph):
     def argmax(self, logits):
         """The first maximum of the logits, a row wider than a tile: Max and Argmax per block of
         BLOCK logits, then the block whose maximum is first largest gives its row index."""
-        blocks = [logits[b:b + BLOCK] for b in range(0, self.config.vocab, BLOCK)]
-        maxima = iron.concat(*(Max.step(block).reshape(1) for block in blocks))
-        found = iron.concat(*(Cast.step(Argmax.step(block).reshape(1), dtype=np.float32) for block in blocks))
-        return ArgmaxBlocks.step(maxima, Add.step(found, self.block_starts))
+        blocks = logits.reshape(-1, BLOCK)   # a batch of rows: one Max and one Argmax call each
+        found = Cast.step(Argmax.step(blocks), dtype=np.float32)
+        return ArgmaxBlocks.step(Max.step(blocks), Add.step(found, self.block_starts))
 
     def check_prompt(self, prompt: Sequence[int], steps: int) -> None:
         """Refuse a prompt that is empty, has an id outside the vocabulary, or does not leave

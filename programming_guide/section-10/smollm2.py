@@ -8,7 +8,9 @@ one token per call and loaded by the first version; then the compiled graph on t
 backend against reference(): host-driven (the host gives each prompt token and passes each Carry
 back) and as one CarriedLoop of `--depth` runs in flight (the first version, compiled with
 feeds=, loads the prompt; full-ELF devices only). `--quantized` keeps the weights as the file's
-blocks. Prints the weight bytes a token reads from DDR, the continuation as text, tokens per
+blocks; `--fused` computes each layer's attention with one Attention call per key/value head (a
+context of FUSED_CONTEXT positions), so the layers run over time on one layer's cores. Prints
+the weight bytes a token reads from DDR, the continuation as text, tokens per
 second host-driven vs device loop measured in this run, and (on the emulator) as the cost model
 estimates them on the NPU. Exit 1 on any disagreement.
 """
@@ -22,7 +24,13 @@ import aie_utils
 import iron
 from iron.compiler.describe import ddr_traffic
 from iron.models import numpy_forward, smollm2
-from iron.models.smollm2_graph import SmolLM2Graph, first_version, generate, generate_in_loop
+from iron.models.smollm2_graph import (
+    FUSED_CONTEXT,
+    SmolLM2Graph,
+    first_version,
+    generate,
+    generate_in_loop,
+)
 from iron.runtime.backend import select_backend
 
 REPEATS = 2   # each path is timed as the best of this many runs: the first also pays for writing the
@@ -62,10 +70,10 @@ def estimated(body, pos: int, tok: int, depth: int) -> str:
             f"with iron's kernels; {call.bound} per token: the design reaches {100 * call.reached:.0f}% of it")
 
 
-def run(layers: int, prompt: str, count: int, depth: int, quantized: bool = False) -> int:
+def run(layers: int, prompt: str, count: int, depth: int, quantized: bool = False, fused: bool = False) -> int:
     model = smollm2.load(layers=layers)
     ids = model.tokenizer.encode(prompt)
-    graph = SmolLM2Graph(model, quantized=quantized)
+    graph = SmolLM2Graph(model, quantized=quantized, **({"context": FUSED_CONTEXT, "fused": True} if fused else {}))
     graph.check_prompt(ids, count)
     calls = len(ids) + count - 1
     print(f"SmolLM2-135M, its first {model.config.layers} layers; prompt {prompt!r} = {ids}")
@@ -82,6 +90,10 @@ def run(layers: int, prompt: str, count: int, depth: int, quantized: bool = Fals
     print(f"compiled for {body.device.name} in {time.perf_counter() - began:.1f} s: the body in "
           f"{len(body.plan.configurations)} segments run in order within each call, the first version "
           f"(loads the prompt) in {len(first.plan.configurations)}")
+    if body.plan.repeat is not None:
+        repeat = body.plan.repeat
+        print(f"over time: {repeat.count} iterations of {len(repeat.groups)} groups ({repeat.groups[0]}.."
+              f"{repeat.groups[-1]}) placed once, their cores looping {repeat.count} times")
     traffic = ddr_traffic(body.plan)
     print(f"{'quantized' if quantized else 'float32'} weights: a token reads {traffic.consts / 1e6:.1f} MB of "
           f"weights and params from DDR")
@@ -113,9 +125,11 @@ def main(argv=None) -> int:
     parser.add_argument("--prompt", default="The capital of France is", help="the text to continue")
     parser.add_argument("--depth", type=int, default=2, help="runs kept in flight by the device loop")
     parser.add_argument("--quantized", action="store_true", help="keep the weights as the file's Q4_1 / Q8_0 blocks")
+    parser.add_argument("--fused", action="store_true",
+                        help=f"one Attention call per key/value head, a context of {FUSED_CONTEXT} positions")
     args = parser.parse_args(argv)
     aie_utils.set_current_device(aie_utils.from_name(args.device))
-    return run(args.layers, args.prompt, args.tokens, args.depth, args.quantized)
+    return run(args.layers, args.prompt, args.tokens, args.depth, args.quantized, args.fused)
 
 
 if __name__ == "__main__":

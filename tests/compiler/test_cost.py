@@ -85,6 +85,18 @@ def test_ddr_is_one_bandwidth_the_array_shares():
     assert work.ns(from_name("npu2")) == pytest.approx(2000.0)   # DDR's 2 us over the core's 1 us and the channel's 0.5
 
 
+def test_a_candidates_last_results_leave_after_its_cores_last_work():
+    """2 us of core time in two rounds, 2 us of DDR of which 1 us are results: the last round's
+    results (0.5 us of DDR) leave after the core's 2 us, nothing overlapping them."""
+    npu2 = from_name("npu2")
+    work = cost.Work(core_cycles=3600, channel_bytes=0, ddr_bytes=140_000, result_bytes=70_000, rounds=2)
+    assert work.ns(npu2) == pytest.approx(1000 + 1000 + 500)
+    # the same work in one round: all its results after the core's 2 us
+    assert cost.Work(3600, 0, 140_000, 70_000).ns(npu2) == pytest.approx(2000 + 1000)
+    # many rounds approach the slowest of the totals: here the core's 2 us
+    assert cost.Work(3600, 0, 140_000, 70_000, rounds=1000).ns(npu2) == pytest.approx(2000 + 1, abs=1)
+
+
 def test_dma_and_time_follow_the_stream_width_and_clock():
     assert cost.dma_cycles(NPU1, 4096) == 1024         # 4 bytes per cycle
     assert cost.dma_cycles(NPU2, 4096) == 512          # 8 bytes per cycle

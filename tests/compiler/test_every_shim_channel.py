@@ -13,6 +13,7 @@ import iron
 from aie_utils import from_name
 from iron.compiler import cost
 from iron.compiler.fifos import FifoId, Stem
+from iron.compiler.matrices import bd_share, lane_ops
 from iron.compiler.plan import Dma, FifoRole, TileKind
 from iron.compiler.rules import Rule
 from iron.kernels import MatVec, ReLU, RMSNorm
@@ -121,6 +122,29 @@ def test_quantized_rows_expand_on_six_tiles_read_through_the_channels_the_cost_m
     assert plan.groups[1] == ("g1", ("Dequant#1", "MatVec#2", "SiLU#3"))
     x = rng.standard_normal(576).astype(F32)
     agree(compiled(x), graph.reference(x))
+
+
+def test_lanes_whose_dma_ops_overflow_the_shim_bds_are_no_candidate():
+    """SmolLM2's LM head as shipped (Q4_1, 49152 x 576) on npu2: three lanes of two parts each
+    moved their 1024 blocks in 16 Dma ops (64 blocks per op), every BD of the shim tile, so the
+    runtime sequence waited for the first lane before issuing the others and the lanes streamed
+    one after another (1553 us per call, where one lane took 1137). Six lanes of one part each
+    move their rows as one run of words, one Dma each, and the sequence issues all six before
+    its one Wait (927 us)."""
+    graph = Layer(random_blocks(np.random.default_rng(8), 49152, 576, Q4_1), Q4_1)
+    plan = graph.compile(x=((576,), F32), device=from_name("npu2")).plan.configurations[0]
+    assert weight_lanes(plan) == [("g1_w0_mem", "shim_1_0"), ("g1_w1_mem", "shim_1_0"), ("g1_w2_mem", "shim_2_0"),
+                                  ("g1_w3_mem", "shim_3_0"), ("g1_w4_mem", "shim_4_0"), ("g1_w5_mem", "shim_5_0")]
+    assert dict(plan.choices)["g1"].chosen == "6 parts through 6 shim channels"
+    ops = [(op.fifo, op.sizes) if isinstance(op, Dma) else ("wait", op.fifo) for op in plan.sequence]
+    assert ops[2:] == [(f"g1_w{k}_mem", (1, 1, 768, 960)) for k in range(6)] + [("g1_host", (1, 1, 64, 768)),
+                                                                                  ("wait", "g1_host")]
+
+
+def test_a_lane_takes_one_dma_op_per_repeat_of_blocks_when_it_carries_several_parts():
+    npu2 = from_name("npu2")
+    assert (lane_ops(1024, 2, npu2), lane_ops(1024, 1, npu2), lane_ops(32, 3, npu2)) == (16, 2, 1)
+    assert bd_share(npu2) == 4   # 16 BDs per shim tile, 2 channels each way
 
 
 @pytest.mark.parametrize("device", ["npu2", "npu1"])

@@ -356,12 +356,12 @@ def test_a_fifo_from_a_shim_to_a_shim_or_to_its_own_producer_is_refused():
     shim, core = plan.fifos[0].producer, plan.fifos[0].consumers[0]
     to_shim = dataclasses.replace(plan.fifos[0], consumers=(shim,))
     broken(dataclasses.replace(plan, fifos=(to_shim, *plan.fifos[1:])),
-           "plan Walk on npu1: FIFO g0_in goes from shim_0_0 to shim_0_0: a tile sits at one end of a FIFO, and "
-           "a shim tile's FIFO has a compute or mem tile at its other end." + FIX)
+           "plan Walk on npu1: FIFO g0_in goes from shim_0_0 to shim_0_0: a tile sits at one end of a FIFO (but a "
+           "shared-memory FIFO between groups one core runs in turn), and a shim tile's FIFO has a compute or mem tile at its other end." + FIX)
     to_self = dataclasses.replace(plan.fifos[1], consumers=(core,))
     broken(dataclasses.replace(plan, fifos=(plan.fifos[0], to_self)),
-           "plan Walk on npu1: FIFO g0_host goes from tile_0_2 to tile_0_2: a tile sits at one end of a FIFO, and "
-           "a shim tile's FIFO has a compute or mem tile at its other end." + FIX)
+           "plan Walk on npu1: FIFO g0_host goes from tile_0_2 to tile_0_2: a tile sits at one end of a FIFO (but a "
+           "shared-memory FIFO between groups one core runs in turn), and a shim tile's FIFO has a compute or mem tile at its other end." + FIX)
 
 
 def test_link_parts_not_back_to_back_are_refused():

@@ -165,7 +165,7 @@ class FarApartParts(iron.Graph):
 
 def test_parts_further_apart_than_one_stride_take_a_lane_each():
     w = Node(Op.MEMORY, (), (4096, 1152), np.dtype(F32), Declared(MemoryKind.PARAM, "w"))
-    assert [(parts, k, lane_stops(w, parts, k, MemChannels(from_name("npu2")), (0, 0))) for parts, k in ((4, 2), (4, 4))] == [
+    assert [(parts, k, lane_stops(w, parts, k, MemChannels(from_name("npu2")), (0, 0), 64)) for parts, k in ((4, 2), (4, 4))] == [
         (4, 2, "4 parts lie 1179648 words apart, more than a buffer descriptor's largest stride (1048576 words)"),
         (4, 4, "")]
     plan = plan_of(FarApartParts(), x=((1152,), F32))

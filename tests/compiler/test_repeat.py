@@ -16,8 +16,9 @@ from iron.compiler.compile import compile_program
 from iron.compiler.fuse import fuse
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Direction, Dma, Loop, Repeat
-from iron.compiler.repeat import Run, find_runs, plan_ns
+from iron.compiler.priced import plan_ns
 from iron.compiler.rules import Rule
+from iron.compiler.runs import Run, find_runs
 from iron.kernels import Add, Copy, Exp, MatVec, Softmax
 from tests.compiler.test_mlir import op_names
 from tests.compiler.test_segments import DECODER_SIZE, guide_decoder

@@ -8,9 +8,9 @@ import pytest
 import iron
 from iron import Carried
 from iron.compiler.mlir import ALLOWED_OPS
-from iron.compiler.plan import Loop
+from iron.compiler.plan import Dma, Loop
 from iron.compiler.rules import Rule
-from iron.kernels import Add, Argmax, Copy, MatVec, RMSNorm
+from iron.kernels import Add, Argmax, Copy, MatVec, Mul, RMSNorm, Softmax
 from tests.compiler.test_mlir import op_names
 
 F32 = np.float32
@@ -122,3 +122,78 @@ def test_a_loop_too_big_for_one_configuration_runs_in_segments_kept_whole_around
     assert choice.chosen == "over time: one iteration placed, its cores looping" and choice.chosen_ns < choice.rejected_ns
     assert set(op_names(body.mlir)) <= ALLOWED_OPS   # one module: a device per segment, @main configuring each
     loops_as_the_reference(body, Decoder(6), 6)
+
+
+class Chain(iron.Graph):
+    """`count` layers of `width` steps x + j * Softmax(x): each step one group reading only the
+    one before, so a layer is more groups than npu2_2col has tiles."""
+
+    def __init__(self, count: int, width: int):
+        self.count, self.width = count, width
+
+    def body(self, x):
+        for _ in range(self.count):
+            for j in range(self.width):
+                x = Add.step(x, Mul.step(Softmax.step(x), float(j + 1)))
+        return x
+
+
+@pytest.mark.parametrize("width, shared", [
+    (10, (("g1", "g2"), ("g3", "g4"), ("g5", "g6"), ("g7", "g8"))),
+    (14, (("g1", "g2", "g3", "g4"), ("g5", "g6"), ("g7", "g8"), ("g9", "g10"), ("g11", "g12"), ("g13", "g14")))])
+def test_an_iteration_of_more_groups_than_tiles_loops_with_cores_running_groups_in_turn(width, shared):
+    graph = Chain(3, width)
+    compiled = graph.compile(x=((N,), F32), device="npu2_2col")
+    plan = compiled.plan
+    iteration = tuple(f"g{i}" for i in range(width + 1))   # more groups than npu2_2col's 8 tiles (7 beside an Emit)
+    assert plan.repeat.groups == iteration and plan.repeat.count == 2 and plan.repeat.shared == shared
+    (looping,) = [c for c in plan.configurations if any(core.group == "g0" for core in c.cores)]
+    cores = {core.groups for core in looping.cores if isinstance(core.program[0], Loop)}
+    assert cores == {*shared, *((g,) for g in iteration if not any(g in s for s in shared))} and len(cores) == 7
+    one_core = [f for f in looping.fifos if f.consumers == (f.producer,)]
+    assert [f.name for f in one_core] == [f"{g}_out" for s in shared for g in s[:-1]]
+    assert all(f.shared_memory for f in one_core)
+    lines = [text for rule, text in plan.rules if rule is Rule.SHARE_CORE_IN_ITERATION]
+    assert lines[0] == "g2 on tile_0_3 after g1, its core running them in turn"
+    assert len(lines) == sum(len(s) - 1 for s in shared)
+    (choice,) = [c for _, c in plan.choices if c.rule is Rule.REPEAT_OVER_TIME]
+    assert choice.chosen == "over time: one iteration placed, its cores looping"
+    row = next(line.split("  ") for line in compiled.describe().splitlines() if line.strip().startswith("tile_0_3"))
+    assert [cell.strip() for cell in row if cell.strip()][1] == ", ".join(shared[0])   # the groups its core runs
+    assert set(op_names(compiled.mlir)) <= ALLOWED_OPS
+    x = np.random.default_rng(2).standard_normal(N).astype(F32)
+    for _ in range(3):
+        np.testing.assert_array_equal(compiled(x), graph.reference(x))
+
+
+class Stack(iron.Graph):
+    """`count` layers of four MatVecs over 32, 40, 48 and 56 rows, each layer's weights its own."""
+
+    def __init__(self, count: int):
+        rng = np.random.default_rng(5)
+        dims = [(40, 32), (48, 40), (56, 48), (32, 56)]
+        self.w = [[iron.param((rng.standard_normal(d) / 8).astype(F32)) for d in dims] for _ in range(count)]
+
+    def body(self, x):
+        for layer in self.w:
+            for w in layer:
+                x = MatVec.step(w, x)
+        return x
+
+
+def test_looped_inputs_share_a_shim_channel_round_by_round_on_one_column():
+    graph = Stack(6)
+    compiled = graph.compile(x=((32,), F32), device="npu2_1col")
+    plan = compiled.plan
+    assert plan.repeat.groups == ("g0", "g1", "g2", "g3") and plan.repeat.count == 6
+    assert plan.repeat.shared == (("g0", "g1"),)   # four groups, four tiles, one of them left for an Emit
+    merged = [text for rule, text in plan.rules if rule is Rule.SHARE_SHIM_CHANNELS]
+    assert merged == ["shared_in0 (MM2S, 25600 bytes) on mem_0_1 split into g1_in, g2_in, g3_in at bytes 0, 7680, 18432",
+                      "4 MM2S FIFOs now take 2 of the 2 shim MM2S channels"]
+    (looping,) = [c for c in plan.configurations if any(core.group == "g0" for core in c.cores)]
+    dmas = [d.fifo for d in looping.sequence if isinstance(d, Dma)]
+    runs = [f for k, f in enumerate(dmas) if k == 0 or dmas[k - 1] != f]
+    assert runs == ["g0_in", "shared_in0", "g3_host"] * 6   # each iteration's three weights at its turn
+    x = np.random.default_rng(3).standard_normal(32).astype(F32)
+    for _ in range(3):
+        np.testing.assert_array_equal(compiled(x), graph.reference(x))

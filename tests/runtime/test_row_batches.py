@@ -124,8 +124,8 @@ STREAMED = [
     (Norm, (64, 1024), BF16,
      "g0: RMSNorm over 64 rows of 1024 elements streamed in row-blocks of 2 rows over 32 tiles (4 rows x 8 "
      "columns of cores), 1 blocks per core"),
-    (Max, (3000, 40), np.dtype(np.int8),   # 24 cores on its own 3000 rows; padded by pad_to_block, 32
-     "g0: Argmax over 3000 rows of 40 elements (pad_to_block: padded with zeros to 3072 rows) streamed in "
+    (Max, (3001, 40), np.dtype(np.int8),   # one core on its own 3001 rows (prime); padded by pad_to_block, 32
+     "g0: Argmax over 3001 rows of 40 elements (pad_to_block: padded with zeros to 3072 rows) streamed in "
      "row-blocks of 96 rows over 32 tiles (4 rows x 8 columns of cores), 1 blocks per core"),
 ]
 

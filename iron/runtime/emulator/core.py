@@ -167,7 +167,8 @@ class CoreProgram:
     def __init__(self, core, tile, fifos, functions: dict, board):
         self.core, self.tile, self.board, self.functions = core, tile, board, functions
         self.name = f"core {core.tile.name} (group {core.group})"
-        self.ports = {fifo: fifos.port(fifo, core.tile, port) for fifo, port in _ports(core.program, {}).items()}
+        self.ports = {(fifo, port): fifos.port(fifo, core.tile, port) for fifo, port in _ports(core.program, {})}
+        self.holding: dict[str, CorePort] = {}   # the port each FIFO was last acquired on, as compiled
         if not self.ports:  # it would never wait, so no launch could ever end
             raise PlanError(f"{self.name} acquires nothing, so it would spin forever: give its program an Acquire.")
         self.block = [0]  # the index of the innermost Loop running
@@ -206,10 +207,11 @@ class CoreProgram:
             if isinstance(op, Loop):
                 steps += self._loop(op.count, self._compile(op.body))
             elif isinstance(op, Acquire):
-                wait = (self.ports[op.fifo].take, f"waits to acquire @{op.fifo} ({op.port}, {op.count})")
-                steps.append(partial(self.ports[op.fifo].acquire, op.count, wait))
+                port = self.holding[op.fifo] = self.ports[op.fifo, op.port]
+                wait = (port.take, f"waits to acquire @{op.fifo} ({op.port}, {op.count})")
+                steps.append(partial(port.acquire, op.count, wait))
             elif isinstance(op, Release):
-                steps.append(partial(self.ports[op.fifo].release, op.count))
+                steps.append(partial(self.ports[op.fifo, op.port].release, op.count))
             else:
                 steps.append(self._invoke(op))
         return steps
@@ -231,7 +233,7 @@ class CoreProgram:
         """Call the Function on the first buffer the core holds of each FIFO parameter and on the
         tile's Buffers; a binding is made once per loop index and held buffers."""
         fn, bind = self.functions[op.function]
-        targets = [self.ports[name] if name in self.ports else self.tile.buffers[name] for name in op.objects]
+        targets = [self.holding[name] if name in self.holding else self.tile.buffers[name] for name in op.objects]
         held = [t for t in targets if type(t) is CorePort]
         bindings: dict[tuple, object] = {}
         at, blocked, board = self.block, fn.blocked, self.board
@@ -255,12 +257,13 @@ class CoreProgram:
 
 
 def _ports(program, found: dict) -> dict:
-    """FIFO name -> the port the core uses it on."""
+    """(FIFO name, port) of each FIFO the core uses, on each port it uses it on (both, for a FIFO
+    between two groups the core runs in turn)."""
     for op in program:
         if isinstance(op, Loop):
             _ports(op.body, found)
         elif isinstance(op, (Acquire, Release)):
-            found[op.fifo] = op.port
+            found[op.fifo, op.port] = None
     return found
 
 

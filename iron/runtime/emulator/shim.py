@@ -148,16 +148,18 @@ class ShimChannel:
     """A shim DMA channel of one FIFO: the tasks the runtime sequence pushed (BD ids, read from
     the shim tile's BD registers as each starts), run in order into or out of the FIFO's stream
     (as receiver `k` when S2MM); `tokens` counts queued tasks that issue a completion token and
-    `issued` those pushed since the last dma_wait; `got` the words the current S2MM task took."""
+    `issued` those pushed since the last dma_wait; `got` the words the current S2MM task took;
+    when timed, `ended`: when its last task completed."""
 
     __slots__ = ("name", "fifo", "direction", "bds", "stream", "k", "queue", "tokens", "issued", "got",
-                 "signal", "board")
+                 "signal", "board", "ended")
 
     def __init__(self, name: str, fifo: str, direction: Direction, bds: list, stream: Stream, k: int, board: Board):
         self.name, self.fifo, self.direction, self.bds = name, fifo, direction, bds
         self.stream, self.k, self.board = stream, k, board
         self.queue: deque = deque()
         self.tokens = self.issued = self.got = 0
+        self.ended = 0.0
         self.signal = Signal(board)
 
     def push(self, bd_id: int, token: bool):
@@ -179,6 +181,7 @@ class ShimChannel:
                 yield from stream.receive(self, self.k, transfer, transfer.op.nwords, self.board)
             queue.popleft()
             self.tokens -= token
+            self.ended = self.board.now
             self.signal.fire()
 
     def moved(self) -> int:
@@ -192,7 +195,7 @@ class RuntimeSequence:
     """The Plan's runtime sequence over the shim channels: `channels` by (FIFO, shim tile)."""
 
     def __init__(self, plan, fifos, tiles: dict, board: Board):
-        self.plan = plan
+        self.plan, self.board = plan, board
         registers = {at: [None] * plan.device.shim_bd_ids for at in tiles if at.kind is TileKind.SHIM}
         self.registers = registers
         self.channels: dict[tuple, ShimChannel] = {}
@@ -265,6 +268,8 @@ class RuntimeSequence:
                 while waited.tokens or not waited.issued:
                     yield waited.signal, text
                 waited.issued = 0
+                if self.board.clock is not None:   # its tasks may have completed later than this
+                    self.board.now = max(self.board.now, waited.ended)   # task resumed: it waits for them
 
     def busy(self) -> bool:
         """Whether a shim channel still holds a task (its actions name an earlier launch's ops)."""
