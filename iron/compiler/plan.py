@@ -143,10 +143,6 @@ class Fifo:
     def role(self) -> FifoRole:
         return self.name.role
 
-    @property
-    def elements(self) -> int:
-        return self.nbytes // self.dtype.itemsize
-
 
 @dataclass(frozen=True)
 class Link:
@@ -269,8 +265,7 @@ class KernelStep:
         return cls(kernel, first, np.dtype(default if out is None else out), tuple(args), ins)
 
     @property
-    def in_dtypes(self) -> tuple[np.dtype, ...]:
-        """The dtype of each input pointer."""
+    def in_dtypes(self) -> tuple[np.dtype, ...]:   # each input pointer's
         return self.ins or (self.dtype,) * self.kernel.arity
 
     @property
@@ -413,8 +408,7 @@ class Emit:
         return len(self.target_words) + 1
 
     @property
-    def nwords(self) -> int:
-        """The words the Emit writes: the target's, the flag and the scratch word."""
+    def nwords(self) -> int:   # the target's words, the flag and the scratch word
         return len(self.target_words) + FLAG_WORDS
 
 
@@ -491,7 +485,6 @@ class Plan:
         """The Plans loaded one after another in a call: the segments, or the Plan itself."""
         return self.segments or (self,)
 
-    # lookups used by every consumer of a Plan
     def fifo(self, name: FifoId) -> Fifo:
         return next(f for f in self.fifos if f.name == name)
 

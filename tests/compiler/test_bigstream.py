@@ -32,7 +32,8 @@ def streamed(plan) -> tuple[int, int, int, int]:
     input's blocks and how many blocks each core takes (its Loop's count)."""
     cores = [c for c in plan.cores if c.group == "g0"]
     (loop,) = [item for item in cores[0].program if isinstance(item, Loop)]
-    block = plan.fifo(FifoId("g0", Stem.X, (0, 0, 0))).elements
+    fifo = plan.fifo(FifoId("g0", Stem.X, (0, 0, 0)))
+    block = fifo.nbytes // fifo.dtype.itemsize
     return len({c.tile.row for c in cores}), len({c.tile.col for c in cores}), block, loop.count
 
 

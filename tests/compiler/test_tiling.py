@@ -55,13 +55,17 @@ def grid_of(plan, group: str = "g0") -> tuple:
             1 + sum(inner), step.out)
 
 
+def elements(fifo) -> int:
+    return fifo.nbytes // fifo.dtype.itemsize
+
+
 def streamed(plan, group: str = "g0") -> tuple[int, int, int, int]:
     """(rows, columns) of a stream's cores, its first input's block in elements and the blocks
     each core takes (its Loop's count)."""
     cores = [c for c in plan.cores if c.group == group]
     (loop,) = [item for item in cores[0].program if isinstance(item, Loop)]
     return (len({c.tile.row for c in cores}), len({c.tile.col for c in cores}),
-            plan.fifo(FifoId(group, Stem.X, (0, 0, 0))).elements, loop.count)
+            elements(plan.fifo(FifoId(group, Stem.X, (0, 0, 0)))), loop.count)
 
 
 def compute_tiles(plan):
