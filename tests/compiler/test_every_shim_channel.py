@@ -133,12 +133,13 @@ def test_lanes_whose_dma_ops_overflow_the_shim_bds_are_no_candidate():
     its one Wait (927 us)."""
     graph = Layer(random_blocks(np.random.default_rng(8), 49152, 576, Q4_1), Q4_1)
     plan = graph.compile(x=((576,), F32), device=from_name("npu2")).plan.configurations[0]
-    assert weight_lanes(plan) == [("g1_w0_mem", "shim_1_0"), ("g1_w1_mem", "shim_1_0"), ("g1_w2_mem", "shim_2_0"),
-                                  ("g1_w3_mem", "shim_3_0"), ("g1_w4_mem", "shim_4_0"), ("g1_w5_mem", "shim_5_0")]
+    assert weight_lanes(plan) == [(FifoId("g1", Stem.W, (k,), mem=True), shim) for k, shim in
+                                  enumerate(("shim_1_0", "shim_1_0", "shim_2_0", "shim_3_0", "shim_4_0", "shim_5_0"))]
     assert dict(plan.choices)["g1"].chosen == "6 parts through 6 shim channels"
     ops = [(op.fifo, op.sizes) if isinstance(op, Dma) else ("wait", op.fifo) for op in plan.sequence]
-    assert ops[2:] == [(f"g1_w{k}_mem", (1, 1, 768, 960)) for k in range(6)] + [("g1_host", (1, 1, 64, 768)),
-                                                                                  ("wait", "g1_host")]
+    host = FifoId("g1", Stem.HOST)
+    assert ops[2:] == [(FifoId("g1", Stem.W, (k,), mem=True), (1, 1, 768, 960)) for k in range(6)] + [
+        (host, (1, 1, 64, 768)), ("wait", host)]
 
 
 def test_a_lane_takes_one_dma_op_per_repeat_of_blocks_when_it_carries_several_parts():
