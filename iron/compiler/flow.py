@@ -38,7 +38,6 @@ from iron.compiler.plan import (
     Ptr,
     Release,
 )
-from iron.compiler.route import host_fifo, part_fifo
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.words import Access
 from iron.ir import Op, call_label, describe, destination, input_dtypes
@@ -65,9 +64,10 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
                               destination_offsets=tuple(r * size for r in range(rows))))
         for k, result in enumerate(flow.results):
             size, label = flow.result_block * result.dtype.itemsize, call_label(ctx.program, result)
-            sizes |= {part_fifo(g, k, r, c): (size, result.dtype, label) for r in range(rows)}
-            sizes[host_fifo(g, k, c)] = (rows * size, result.dtype, label)
-            links.append(Link(mem, tuple(part_fifo(g, k, r, c) for r in range(rows)), (host_fifo(g, k, c),),
+            parts, host = [fifo_id(g, Stem.PART, r, c, result=k) for r in range(rows)], fifo_id(g, Stem.HOST, c, result=k)
+            sizes |= {part: (size, result.dtype, label) for part in parts}
+            sizes[host] = (rows * size, result.dtype, label)
+            links.append(Link(mem, tuple(parts), (host,),
                               source_offsets=tuple(r * size for r in range(rows))))
         for r in range(rows):
             function, held, core = _flow_core(ctx, g, flow, r, c)
@@ -92,7 +92,7 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
     ins = [fifo_id(g, Stem.X, i, r, c) for i in range(len(flow.inputs))]
     shared = [fifo_id(g, Stem.W, i) for i in range(len(flow.shared))] + [fifo_id(g, Stem.IN)] * bool(flow.per_call)
     loads = {(call, name): Load(fifo_id(g, Stem.IN), 4 * j) for j, (call, name, _) in enumerate(flow.per_call)}
-    parts = [part_fifo(g, k, r, c) for k in range(len(flow.results))]
+    parts = [fifo_id(g, Stem.PART, r, c, result=k) for k in range(len(flow.results))]
     where = dict(zip((*flow.inputs, *flow.shared), (*ins, *shared))) | dict(zip(flow.results, parts))
     buffers, steps = [], []
     for j, call in enumerate(() if flow.pieces else flow.calls):

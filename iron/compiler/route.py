@@ -205,8 +205,9 @@ def own_rows_routes(g: str, grid) -> list[Route]:
 def flow_routes(site: Site) -> list[Route]:
     """Streamed elementwise calls' FIFOs (`stream_elementwise`): per grid column and input i,
     `<g>_x<i>_<c>_mem` into its mem tile, split into each core's `<g>_x<i>_<r>_<c>`; each core's
-    `<g>_part<r>_<c>` joined into `<g>_host<c>` (for each result: `part_fifo`); a row every row shares, `<g>_w<i>`, and the
-    per-call words, `<g>_in`, to every core."""
+    `<g>_part<r>_<c>` joined into `<g>_host<c>` (`_r<k>` after them for an earlier result k,
+    `stream_every_result`); a row every row shares, `<g>_w<i>`, and the per-call words, `<g>_in`,
+    to every core."""
     g, flow = site.group.name, site.flow
     rows = range(len(flow.rows))
     fifos = [Route(fifo_id(g, Stem.W, i), g, HOST, flow.tiles) for i in range(len(flow.shared))]
@@ -221,17 +222,6 @@ def flow_routes(site: Site) -> list[Route]:
                       for r in rows]
             fifos.append(Route(fifo_id(g, Stem.HOST, c, result=k), g, mem, (HOST,)))
     return fifos
-
-
-def part_fifo(g: str, k: int, r: int, c: int) -> str:
-    """Core (r, c)'s blocks of a Flow's result k: `<g>_part<r>_<c>`, `<g>_part<r>_<c>_r<k>` for a
-    returned earlier call's (`stream_every_result`)."""
-    return fifo_id(g, Stem.PART, r, c, result=k)
-
-
-def host_fifo(g: str, k: int, c: int) -> str:
-    """Column c's joined blocks of a Flow's result k, as `part_fifo` names them."""
-    return fifo_id(g, Stem.HOST, c, result=k)
 
 
 def join_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
