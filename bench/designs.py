@@ -5,8 +5,9 @@ image (a loop over row blocks), each compiled for npu2 and npu1 and estimated by
 (the timed emulator): configurations per call, the estimated time per call with vectorised
 kernels (the roofline) and with iron's kernels as written, the call's roofline bound (DDR bytes
 at DDR's bandwidth, or MACs at the array's peak) and the share of it the design reaches; beside
-each, the issue's figures before reuse and its targets (at most 2 configurations per call on
-npu2, at least 10x faster on npu1). `python bench/designs.py gqa npu1` runs one design, one device.
+each, its figures before issue 26 (repetition over time; the issue's for the edge filter),
+and how many times faster it is now (the targets: at most 2 configurations per call on npu2, at
+least 10x faster on npu1). `python bench/designs.py gqa npu1` runs one design, one device.
 Each design and device is measured in a process of its own, given at most LIMIT seconds.
 """
 import os
@@ -26,14 +27,21 @@ LIMIT = 180   # seconds per design and device: one the compiler takes longer ove
 
 
 @dataclass(frozen=True)
+class Before:
+    """A design's figures on one device before issue 26 (repetition over time): configurations per
+    call and the estimate with vectorised kernels, in ms, as measured with these designs then."""
+    configurations: int
+    ms: float
+
+
+@dataclass(frozen=True)
 class Design:
-    """A design at full size, its inputs, and the issue's figures before reuse (ms per call)."""
+    """A design at full size, its inputs, and its figures before issue 26 by device."""
     name: str
     label: str
     make: Callable
     inputs: Callable
-    before_configurations: int
-    before_ms: dict
+    before: dict
 
 
 def attention_inputs(graph):
@@ -52,10 +60,11 @@ def image_inputs(graph):
 
 DESIGNS = (
     Design("gqa", "grouped-query attention, 8 heads x 512 positions x 64, bf16", GroupedQueryAttention,
-           attention_inputs, 54, {"npu2": 5.9, "npu1": 1080.0}),
-    Design("bottleneck", "ResNet bottleneck block, 32x32x256 uint8", Bottleneck, bottleneck_inputs, 34,
-           {"npu2": 3.7, "npu1": 780.0}),
-    Design("edges", "3x3 edge filter, 1080p, row blocks", EdgeFilter, image_inputs, 10, {"npu2": 1.7}),
+           attention_inputs, {"npu2": Before(49, 5.85), "npu1": Before(56, 1122.0)}),
+    Design("bottleneck", "ResNet bottleneck block, 32x32x256 uint8", Bottleneck, bottleneck_inputs,
+           {"npu2": Before(10, 1.42), "npu1": Before(12, 241.0)}),
+    Design("edges", "3x3 edge filter, 1080p, row blocks", EdgeFilter, image_inputs,
+           {"npu2": Before(10, 1.7)}),   # npu1: the issue gives no figure
 )
 
 
@@ -67,8 +76,9 @@ def measure(design: Design, device: str) -> str:
     compiled = graph.compile(*inputs)
     seconds = time.perf_counter() - began
     e = compiled.estimate(*inputs)
-    before = design.before_ms.get(device)
-    than = f" (issue's before: {design.before_configurations} configurations, {before} ms)" if before else ""
+    before = design.before.get(device)
+    than = "" if before is None else (f" (before issue 26: {before.configurations} configurations, {before.ms} ms: "
+                                      f"{before.ms * 1e6 / e.call_ns:.1f}x faster)")
     return (f"{design.label} on {device}: {len(compiled.plan.configurations)} configurations per call "
             f"(compiled in {seconds:.1f} s); estimated {e.call_ns / 1e6:.3f} ms per call with vectorised kernels "
             f"(the roofline), {e.written_ns / 1e6:.3f} ms with iron's kernels{than}; {e.bound}: the design "

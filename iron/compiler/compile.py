@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
+from typing import Callable
 from weakref import WeakKeyDictionary
 
+from iron.compiler import cost
 from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.copies import copy_view_for_grid, copy_view_rules
 from iron.compiler.fuse import Group, fuse
@@ -21,12 +23,13 @@ from iron.compiler.lower import Lowered, lower
 from iron.compiler.pad import pad_to_block
 from iron.compiler.place import Layout, place
 from iron.compiler.plan import Plan, Tile, WordKind
+from iron.compiler.priced import serial_ns
 from iron.compiler.repeat import Abandoned, NotRepeated, Unfolding, choose_over_time
 from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.segment import compile_segments
 from iron.compiler.shims import ShimShortfall, connect, share, shim_shortfall
-from iron.compiler.through_ddr import tile_before_state_write
+from iron.compiler.through_ddr import through_between_groups, tile_before_state_write
 from iron.compiler.words import WordTable, layout_rules
 from iron.errors import DoesNotFit, LoopError, PlacementError
 from iron.ir import Program, call_label
@@ -48,8 +51,13 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
         call.arg.kernel.check_source(call.src[0].dtype, call.dtype, f"{program.name}'s {call_label(program, call)}")
     program = copy_view_for_grid(program)
     program, through = tile_before_state_write(program)
+    copied = program   # the copies' rules name the results they read as traced, not their DDR buffers
     groups = fuse(program)
     padding = pad_to_block(program, groups, device)   # once: every segment sees the same layout
+    program, between = through_between_groups(program, device, frozenset(padding.lies), groups)
+    if between:   # fused again, and laid out again, the results that pass through DDR now host tensors
+        groups = fuse(program)
+        padding = pad_to_block(program, groups, device)
     placements = host_placements(program, padding.shapes)
     whole = try_groups(program, groups, device, feeds, None, placements, check=True)
 
@@ -63,15 +71,20 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
         if isinstance(one, Plan):
             return one
         at = [i for i, g in enumerate(kept) if g.name in unfolding.groups]
-        return compile_segments(program, device, kept, feeds, looping, one, padding,
-                                frozenset(range(at[0] + 1, at[-1] + 1)))
+        segmented = compile_segments(program, device, kept, feeds, looping, one, padding,
+                                     frozenset(range(at[0] + 1, at[-1] + 1)))
+
+        def narrowed(rows: int) -> Plan | None:   # the design in one configuration so, or None
+            plan = looping(program, kept, device, feeds, None, placements, check=True, most_rows=rows)
+            return plan if isinstance(plan, Plan) else None
+        return fewer_rows(segmented, narrowed, device)
 
     plan, repeated = (choose_over_time(program, device, groups, placements, padding.shapes, folded, whole, spread)
                       if over_time else (None, []))
     if plan is None:
         plan = whole if isinstance(whole, Plan) else spread()
     shared = tuple((Rule.PAD_SHARED_INPUT, s.text(program)) for s in padding.shared)
-    rules = (*through, *copy_view_rules(program), *shared, *repeated, *plan.rules, *padding.passed,
+    rules = (*through, *between, *copy_view_rules(copied), *shared, *repeated, *plan.rules, *padding.passed,
              *layout_rules(placements))
     if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, DDR buffers, padding
         plan = replace(plan, rules=rules)
@@ -81,16 +94,45 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
     return plan
 
 
+def fewer_rows(segmented: Plan, narrowed: Callable, device) -> Plan:
+    """`fewer_rows_for_one_configuration`: a design looping an iteration over time that does not
+    fit one configuration (`segmented`: its segments) may fit one when its grids and streams take
+    fewer rows of cores each (`narrowed(rows)`: the design so, or None), leaving tiles, shim and
+    mem-tile channels to the other groups; the one of the least estimated time with each
+    configuration's groups running one after another (`serial_ns`), as groups passing values
+    through DDR do, a Choice in `plan.choices`."""
+    options = [(segmented, None), *((plan, rows) for rows in _halved(len(device.compute_rows))
+                                    if (plan := narrowed(rows)) is not None)]
+    if len(options) == 1:
+        return segmented
+    (best, rows), choice = cost.choose(Rule.FEWER_ROWS_FOR_ONE_CONFIGURATION, "rows of cores", options,
+                                       lambda o: serial_ns(o[0]), lambda o: _rows_label(*o))
+    return replace(best, choices=(*best.choices, ("iteration", choice)),
+                   rules=(*best.rules, (Rule.FEWER_ROWS_FOR_ONE_CONFIGURATION, _rows_label(best, rows))))
+
+
+def _halved(rows: int) -> list[int]:
+    return [rows >> k for k in range(1, rows.bit_length())]
+
+
+def _rows_label(plan: Plan, rows: int | None) -> str:
+    count = len(plan.configurations)
+    cores = "every row of cores" if rows is None else f"at most {rows} row{'s' * (rows > 1)} of cores"
+    return f"grids and streams on {cores}: {count} configuration{'s' * (count > 1)}"
+
+
 def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan | None,
                table: WordTable | None, placements: tuple, check: bool = False,
-               bound: bool = True, unfolding: Unfolding | None = None) -> Plan | PlacementError | DoesNotFit | ShimShortfall:
+               bound: bool = True, unfolding: Unfolding | None = None,
+               most_rows: int | None = None) -> Plan | PlacementError | DoesNotFit | ShimShortfall:
     """The passes from placement on, for a whole design or one segment of it (segment.py, which
     checks only the segments it keeps), or for a design whose repeated block is placed once
     (`unfolding`, repeat.py): the Plan, or the error refusing it, or the shortfall when
     the rule `shim_channels_bound` (`bound`) refuses it right after routing, before lowering, the
     costly part of a probe that does not fit."""
     try:
-        layout = place(program, groups, device, placements, dict(unfolding.shared) if unfolding else None)
+        layout = place(program, groups, device, placements, dict(unfolding.shared) if unfolding else None,
+                       most_rows)
         routes = route(program, layout)
         shortfall = shim_shortfall(routes, device) if bound else None
         if shortfall is not None:

@@ -1,31 +1,33 @@
 """Copies the compiler inserts into a Program so a design runs as written where the layout it
 would need does not exist: each a library Copy call (`copy_kernel`), listed in the Program's
 `inserted` so that it is labelled after the body's own calls, which keep their labels; each
-insertion a named rule (a view no DMA moves is read through a Strided call instead, which
-gathers it on a core). `copy_view_for_grid` runs before fusion, on the whole Program;
+insertion a named rule (a view no DMA moves is read through the calls gather.py makes instead,
+which gather it on cores). `copy_view_for_grid` runs before fusion, on the whole Program;
 `carry_from_earlier_segment` on the last segment's Program (segment.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
 from iron import dtypes
 from iron.compiler.fuse import Group
+from iron.compiler.gather import Written, copied, gather_view, pattern_attrs
 from iron.compiler.layout import large
 from iron.compiler.objects import MAX_GATHER_RUNS
 from iron.compiler.rules import Decision, Rule
-from iron.compiler.streaming import streamed_rows
-from iron.compiler.tiling import TILED_BYTES, word_run
-from iron.compiler.words import dma_moves
+from iron.compiler.tiling import TILED_BYTES
+from iron.compiler.words import dma_moves, word_leads, word_rows
 from iron.ir import (
     Axis,
     Call,
+    Declaration,
+    MemoryKind,
     Node,
     Op,
     Program,
     call_label,
-    contiguous_span,
     describe,
     destination,
     element_pattern,
@@ -34,23 +36,18 @@ from iron.ir import (
     is_computed_view,
     is_host_tensor,
     is_strided,
-    kept,
     nbytes,
     state_of,
     storage,
 )
 from iron.kernels.base import Role
-from iron.kernels.registry import copy_kernel, scatter_kernel, strided_kernel
-
-
-def copied(node: Node) -> Node:
-    """A Copy call of `node` (the compiler's, as `Copy.step(node)` would record it)."""
-    return Node(Op.CALL, (node,), node.shape, node.dtype, Call(copy_kernel(), (), 1, False))
+from iron.kernels.registry import copy_kernel, scatter_kernel
 
 
 def copy_view_for_grid(program: Program) -> Program:
     """The rule: a MatMul large enough to tile over the array (`pad.large`), and an elementwise
-    call reading such a MatMul's product, read each operand that is a view of a host tensor or of
+    call or row reduction reading such a MatMul's product or a result lying alike
+    (`grid_layouts`), read each operand that is a view of a host tensor or of
     a computed result the DMA can move (`q[h]`, `a[1:]`, `x.reshape(m, k)`, `x[:, ::2]`, `w.T`,
     `(x @ w)[1:]`) through a Copy
     inserted before them, whoever reads their results. The grid reads whole host tensors, each
@@ -62,10 +59,13 @@ def copy_view_for_grid(program: Program) -> Program:
     MAX_GATHER_RUNS runs, through a Strided call gathering it on a core (`gathered`), or, when
     its tensor is larger than a tile (and so crosses in DDR), through a Copy the DMA feeds."""
     program = scatter_into_state(program)
-    copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call)
+    laid = grid_layouts(program)
+    copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call, laid)
               for n in call.src[:call.arg.n_inputs] if _view_of_host(n) or _moved_view_of_result(n)}
-    copies |= {n: _gather(n) for call in program.calls
-               for n in call.src[:call.arg.n_inputs] if n not in copies and _gathered_on_core(n)}
+    laid_out = LaidOut(program)
+    gathered_views = dict.fromkeys(n for call in program.calls for n in call.src[:call.arg.n_inputs]
+                                   if n not in copies and _gathered_on_core(n, laid_out))
+    copies |= {n: gather_view(n, f"through.view{i}") for i, n in enumerate(gathered_views)}
     if not copies:
         return program
     return with_copies(program, copies)
@@ -191,97 +191,15 @@ def _placed(result: Node, state: Node, pattern: Pattern, a: int, b: int, banded:
 
 def _scatter_call(values: Node, words: Node, offset: int, dims) -> Node:
     """The Scatter placing `values` into `words` (a view of a state) by the pattern (offset, dims)."""
-    dims = [(1, 0)] * (4 - len(dims)) + list(dims)
-    attrs = {"shape": words.shape, "offset": offset,
-             **{f"n{d}": n for d, (n, _) in enumerate(dims)}, **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
-    return Node(Op.CALL, (values, words), words.shape, words.dtype, Call(scatter_kernel(), tuple(sorted(attrs.items())), 1, True))
+    return Node(Op.CALL, (values, words), words.shape, words.dtype,
+                Call(scatter_kernel(), pattern_attrs(offset, dims, shape=words.shape), 1, True))
 
 
-def _gather(view: Node) -> Node:
-    """The call a view `_gathered_on_core` finds is read through: a Strided call gathering it from
-    its whole tensor when both fit a tile; else (the tensor crossing in DDR) a Copy the DMA
-    feeds by the view's access pattern when the DMA moves it, or a StridedRows call picking a
-    step slice row by row from the whole rows, streamed in blocks of rows (`rows_gathered`)."""
-    if max(nbytes(view.src[0]), nbytes(view)) <= TILED_BYTES:   # a broadcast may be far larger than its tensor
-        return gathered(view)
-    if dma_moves(view):
-        return copied(view)
-    return rows_gathered(view) or copied(view)
-
-
-def rows_gathered(view: Node) -> Node | None:
-    """A StridedRows call picking 2-D static `view` row by row from the whole rows of words it
-    picks from, which the DMA streams in blocks of rows: a step slice along its tensor's last
-    axis from those rows (its tensor, or a view of a host tensor the DMA moves as one run or as
-    rows one stride apart), or the transpose of a 2-D tensor of whole-word rows from its columns
-    of words (`transposed_rows`), read back in the view's shape; else None."""
-    if len(view.shape) != 2 or len(view.src) > 1:
-        return None
-    base = view.src[0]
-    if len(base.shape) == 2 and np.array_equal(elements(view), np.arange(base.size).reshape(base.shape).T.ravel()):
-        return transposed_rows(view)
-    axes, last = view.arg, view.arg[-1]
-    if not last.keeps_axis or last.step < 1 or kept(axes)[-1] is not last:
-        return None
-    width = frame(view)[-1]
-    rows = Node(Op.VIEW, view.src, (view.shape[0], width), view.dtype, (*axes[:-1], replace(last, start=0, stop=width, step=1)))
-    if base.shape == rows.shape and contiguous_span(rows) == (0, base.size):
-        rows = base
-    elif not is_host_tensor(base) or (word_run(rows) is None and streamed_rows(rows) is None):
-        return None
-    if not _blocks_of_words(view.shape[0], width * view.dtype.itemsize, last.size * view.dtype.itemsize):
-        return None
-    return _strided_rows(rows, view.shape, width, last.start, [(last.size, last.step)])
-
-
-def _blocks_of_words(rows: int, row_bytes: int, result_bytes: int) -> bool:
-    """Whether some number of rows dividing `rows` makes whole 32-bit words of both the rows and
-    their results: a stream's blocks must (a step slice of a prime number of rows whose result
-    rows are not whole words has none)."""
-    return any(rows % k == 0 and k * row_bytes % 4 == 0 and k * result_bytes % 4 == 0 for k in (1, 2, 4))
-
-
-def transposed_rows(view: Node) -> Node | None:
-    """`view`, the transpose of a 2-D tensor x (r, c) whose rows are whole words of `per` elements,
-    as StridedRows over x seen as (c / per, r * per), each row a column of x's words (r words one
-    row of x apart), transposed by the core into `per` rows of the view; None when x's rows are
-    not whole words."""
-    base = view.src[0]
-    (r, c), per = base.shape, 4 // base.dtype.itemsize
-    if c % per or not is_host_tensor(base) and base.op != Op.CALL:
-        return None
-    axes = (Axis(start=0, stop=r, extent=r, order=1), Axis(start=0, stop=c // per, extent=c // per, order=0),
-            Axis(start=0, stop=per, extent=per, order=2))
-    columns = Node(Op.VIEW, (base,), (c // per, r * per), base.dtype, axes)
-    if base.op != Op.CALL and streamed_rows(columns) is None:
-        return None
-    picked = _strided_rows(columns, (c // per, per * r), r * per, 0, [(per, 1), (r, per)])
-    whole = tuple(Axis(start=0, stop=n, extent=n) for n in view.shape)
-    return Node(Op.VIEW, (picked,), view.shape, view.dtype, whole)
-
-
-def _strided_rows(rows: Node, shape: tuple[int, ...], width: int, offset: int, dims) -> Node:
-    dims = [(1, 0)] * (4 - len(dims)) + dims
-    attrs = {"width": width, "offset": offset, **{f"n{d}": n for d, (n, _) in enumerate(dims)},
-             **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
-    return Node(Op.CALL, (rows,), shape, rows.dtype, Call(strided_kernel(rows=True), tuple(sorted(attrs.items())), 1, False))
-
-
-def gathered(view: Node) -> Node:
-    """A Strided call picking static VIEW `view` from its whole tensor by the view's access
-    pattern in elements (at most four dimensions)."""
-    offset, dims = element_pattern(view)
-    dims = [(1, 0)] * (4 - len(dims)) + dims
-    attrs = {"shape": view.shape, "offset": offset, **{f"n{d}": n for d, (n, _) in enumerate(dims)},
-             **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
-    call = Call(strided_kernel(), tuple(sorted(attrs.items())), 1, False)
-    return Node(Op.CALL, (view.src[0],), view.shape, view.dtype, call)
-
-
-def with_copies(program: Program, copies: dict[Node, Node]) -> Program:
+def with_copies(program: Program, copies: dict[Node, Node | Written]) -> Program:
     """`program` with each tensor in `copies` read through its call (a Copy or a Strided, or a view
-    of a StridedRows reading it back in the tensor's shape), inserted before the first call reading it: every call, inserted one, output and carried value rebuilt
-    over the new calls."""
+    of a StridedRows reading it back in the tensor's shape, or a view of the DDR buffer a call
+    writes: `Written`), inserted before the first call reading it: every call, inserted one,
+    output and carried value rebuilt over the new calls; the buffers declared."""
     new: dict[Node, Node] = {}
 
     def rebuilt(node: Node) -> Node:
@@ -291,15 +209,21 @@ def with_copies(program: Program, copies: dict[Node, Node]) -> Program:
         return new[node]
     calls: list[Node] = []
     inserted: dict[Node, Node] = {}   # each copied tensor -> what is read instead, rebuilt
+    made: list[Node] = []   # the inserted calls, rebuilt
     for call in program.calls:
         for n in dict.fromkeys(n for n in call.src[:call.arg.n_inputs] if n in copies and n not in inserted):
-            inserted[n] = rebuilt(copies[n])   # over the rebuilt tensor it views
-            calls.append(storage(inserted[n]))   # the call, or the one read back in the view's shape
+            way = copies[n]
+            read, writers = (way.read, way.calls) if isinstance(way, Written) else (way, (storage(way),))
+            inserted[n] = rebuilt(read)   # over the rebuilt tensor it views
+            made += map(rebuilt, writers)   # the call, or the one read back in the view's shape
+            calls += made[len(made) - len(writers):]
         new.update(inserted)
         calls.append(rebuilt(call))
+    buffers = list(dict.fromkeys(storage(c.src[c.arg.n_inputs]) for c in made if c.arg.writes))
+    declared = tuple(Declaration(MemoryKind.THROUGH, b.arg.name, b.shape, b.dtype) for b in buffers)
     return replace(program, calls=tuple(calls), outputs=tuple(map(rebuilt, program.outputs)),
-                   carry=tuple((k, rebuilt(v)) for k, v in program.carry),
-                   inserted=(*program.inserted, *map(storage, inserted.values())))
+                   carry=tuple((k, rebuilt(v)) for k, v in program.carry), inserted=(*program.inserted, *made),
+                   declarations=program.declarations + declared, memories=program.memories + tuple(buffers))
 
 
 def copy_view_rules(program: Program) -> list[Decision]:
@@ -309,8 +233,9 @@ def copy_view_rules(program: Program) -> list[Decision]:
     for call in program.calls:
         for n in dict.fromkeys(call.src[:call.arg.n_inputs]):
             readers.setdefault(n, []).append(call)
+    laid = grid_layouts(program)
     lines = [(Rule.COPY_VIEW_FOR_GRID, f"{call_label(program, copy)} copies {describe(copy.src[0])} for "
-              f"{', '.join(call_label(program, c) for c in readers[copy])}, {_why(program, readers[copy], copy.src[0])}")
+              f"{', '.join(call_label(program, c) for c in readers[copy])}, {_why(program, readers[copy], copy.src[0], laid)}")
              for copy in program.inserted if copy.arg.kernel is copy_kernel() and copy.src[0].op == Op.VIEW]
     return (lines + [(Rule.COPY_VIEW_FOR_GRID, _gather_text(program, call)) for call in program.inserted
                      if call.arg.kernel.gathers]
@@ -334,19 +259,26 @@ def _gather_text(program: Program, call: Node) -> str:
                f"{tuple(st for _, st in dims)} elements)")
     narrow = f"its {dtypes.name(base.dtype)} elements lie in runs narrower than the DMA's 32-bit words"
     if call.arg.kernel.role is Role.EXPANSION:
+        large_one = describe(storage(base)) if nbytes(storage(base)) > TILED_BYTES else "its result"
         return (f"{call_label(program, call)} picks each row of its {call.shape} from a row of {describe(base)} {pattern}, "
-                f"on the cores those rows stream to in blocks: {narrow}, and {describe(storage(base))} is larger than a tile")
+                f"on the cores those rows stream to in blocks: {narrow}, and {large_one} is larger than a tile")
     why = narrow if is_host_tensor(base) else f"it picks more than {MAX_GATHER_RUNS} separate runs"
-    return f"{call_label(program, call)} gathers {a['shape']} of {describe(base)} on a core {pattern}: {why}, so no DMA moves it"
+    into = f" into {describe(call.src[1])}, a DDR buffer of the compiler's its readers read" if call.arg.writes else ""
+    return (f"{call_label(program, call)} gathers {a['shape']} of {describe(base)} on a core {pattern}{into}: {why}, "
+            "so no DMA moves it")
 
 
-def _why(program: Program, readers: list[Node], view: Node) -> str:
+def _why(program: Program, readers: list[Node], view: Node, laid: dict[Node, Node]) -> str:
     """Why a view is read through a Copy: the first of its readers needing it, else its size."""
     if any(map(_gridded, readers)):
         return "which tiles over the array reading whole host tensors"
-    if beside := next(filter(_beside_grid, readers), None):
-        product = next(n for n in beside.src[:beside.arg.n_inputs] if n.op == Op.CALL and _gridded(n))
-        return f"which reads {call_label(program, product)}'s product as its grid lays it out, its operands alike"
+    if beside := next((r for r in readers if _beside_grid(r, laid)), None):
+        read = next(n for n in beside.src[:beside.arg.n_inputs] if n in laid)
+        product = call_label(program, laid[read])
+        if read is laid[read]:
+            return f"which reads {product}'s product as its grid lays it out, its operands alike"
+        return (f"which reads {call_label(program, read)}'s result, lying as {product}'s grid lays its product out, "
+                "its operands alike")
     if is_host_tensor(view):
         return (f"as {describe(storage(view))} is larger than a tile: it crosses in DDR, where the DMA moves the view "
                 "by its access pattern")
@@ -360,21 +292,35 @@ def _gridded(call: Node) -> bool:
     return call.arg.kernel.role is Role.MATRIX and len(operands) == 2 and len(call.shape) == 2 and large(call)
 
 
-def _beside_grid(call: Node) -> bool:
-    """An elementwise call reading a tiled MatMul's product, which lies padded as the grid
-    computes it: its other operands must lie alike, and a view cannot."""
-    return call.arg.kernel.role is Role.ELEMENTWISE and any(
-        n.op == Op.CALL and _gridded(n) for n in call.src[:call.arg.n_inputs])
+def grid_layouts(program: Program) -> dict[Node, Node]:
+    """Each tiled MatMul's product, and each result of an elementwise call or row reduction
+    reading one of these in turn (so lying as the grid lays the product out when it is padded:
+    `pad_through_elementwise`, `pad_through_rows`) -> that MatMul."""
+    laid: dict[Node, Node] = {}
+    for call in program.calls:
+        if _gridded(call):
+            laid[call] = call
+        elif read := next((n for n in call.src[:call.arg.n_inputs] if n in laid), None):
+            if call.arg.kernel.role in (Role.ELEMENTWISE, Role.ROW_REDUCTION):
+                laid[call] = laid[read]
+    return laid
 
 
-def _gathered_on_core(node: Node) -> bool:
+def _beside_grid(call: Node, laid: dict[Node, Node]) -> bool:
+    """An elementwise call or row reduction reading a tiled MatMul's product or a result lying
+    alike (`grid_layouts`): its other operands must lie alike, and a view cannot."""
+    return call.arg.kernel.role in (Role.ELEMENTWISE, Role.ROW_REDUCTION) and any(
+        n in laid for n in call.src[:call.arg.n_inputs])
+
+
+def _gathered_on_core(node: Node, laid: LaidOut) -> bool:
     """A static view no DMA moves in whole words (a step slice, transpose or broadcast of a host
     tensor) nor `gather` copies in few runs (of a computed one), whose access pattern has at most
     four dimensions."""
     if node.op != Op.VIEW or len(node.src) > 1 or len(element_pattern(node)[1]) > 4:
         return False
     if is_host_tensor(node):   # a slice starting mid-word moves once `pad_lead_to_words` or `pad_rows_to_words` lays it out
-        return (is_strided(node) or _state_mid_word(node)) and not _view_of_host(node)
+        return (is_strided(node) or _state_mid_word(node) or laid.mid_word(node)) and not _view_of_host(node)
     flat = elements(node)
     return int(np.count_nonzero(np.diff(flat) != 1)) + 1 > MAX_GATHER_RUNS
 
@@ -387,6 +333,32 @@ def _state_mid_word(view: Node) -> bool:
         return False
     per = max(1, 4 // state.dtype.itemsize)
     return not dma_moves(view, (*state.shape[:-1], -(-state.shape[-1] // per) * per), True)
+
+
+class LaidOut:
+    """How `pad_lead_to_words` and `pad_rows_to_words` would lay `program`'s host tensors out
+    (name -> the shape it lies in, name -> lead), found only when a view asks, so a view they
+    make the DMA move is left to them."""
+
+    def __init__(self, program: Program):
+        self.program = program
+
+    @cached_property
+    def rows(self) -> dict[str, tuple[int, ...]]:
+        return word_rows(self.program, {})
+
+    @cached_property
+    def leads(self) -> dict[str, int]:
+        return word_leads(self.program, {}, self.rows)
+
+    def mid_word(self, view: Node) -> bool:
+        """A view of an input, weight or param no DMA moves as its tensor lies, after the lead
+        `pad_lead_to_words` gives it, if any, or with its rows padded to whole words: a column
+        slice of rows not whole words (`x[:, 1:]` of int8), `x[1:]` beside `x[:-1]`."""
+        name = view.src[0].arg.name
+        if state_of(view) is not None or dma_moves(view) or dma_moves(view, lead=self.leads.get(name, 0)):
+            return False
+        return name not in self.rows or not dma_moves(view, self.rows[name], True)
 
 
 def _moved_view_of_result(node: Node) -> bool:

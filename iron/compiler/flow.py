@@ -144,7 +144,7 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
         view = destination(node) if node.op == Op.CALL and node.arg.writes else node
         lie = view_rows_of(ctx, view) if view.op == Op.VIEW else None
         if lie is not None:
-            count = int(len(flow.rows) * words(node)) * 4 // (view.shape[-1] * view.dtype.itemsize)
+            count = int(len(flow.rows) * words(node)) // int(np.prod([n for n, _ in lie.row]))
             return count * lie.stride, ((count, lie.stride), *lie.row)
         if node is result and flow.padded is None and p.stored[1:] != p.shape[1:]:
             row, stride = (result.shape[1] * result.dtype.itemsize // 4, p.stored[1] * result.dtype.itemsize // 4)

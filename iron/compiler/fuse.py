@@ -31,8 +31,12 @@ def fuse(program: Program) -> tuple[Group, ...]:
     """The groups of `program`'s live calls, greedy in program order."""
     groups: list[Group] = []
     open_calls: list[Node] = []
-    for call in live_calls(program):
+    live = live_calls(program)
+    met = read_together(live)
+    for call in live:
         rule = next((rule for rule, stops in RULES if open_calls and stops(open_calls, call)), None)
+        if rule is Rule.UNRELATED_STARTS_GROUP and stream_takes_unrelated(open_calls, call, met):
+            rule = None
         if rule is not None:
             groups.append(Group(f"g{len(groups)}", tuple(open_calls), rule))
             open_calls = []
@@ -158,6 +162,25 @@ def unrelated_starts_group(group: list[Node], call: Node) -> bool:
     """A call using none of the open group's results starts a new group (it can run beside it)."""
     made = set(group)
     return not any(n in made for n in tensor_inputs(call))
+
+
+def read_together(calls: list[Node]) -> dict[Node, set[Node]]:
+    """Per call, the calls whose results a later call reads together with its result."""
+    met: dict[Node, set[Node]] = {}
+    for call in calls:
+        made = [n for n in tensor_inputs(call) if n.op == Op.CALL]
+        for n in made:
+            met.setdefault(n, set()).update(m for m in made if m is not n)
+    return met
+
+
+def stream_takes_unrelated(group: list[Node], call: Node, met: dict[Node, set[Node]]) -> bool:
+    """`unrelated_starts_group`'s exception: a group larger than SIZE_LIMIT that streams takes an
+    elementwise call using none of its results when a later call reads that call's result
+    together with one of the group's (the skip add's other operand) and the calls still stream
+    together: one stream then reads both inputs in blocks, where two would pass a result the
+    size of the stream through DDR."""
+    return held_bytes(group) > SIZE_LIMIT and bool(met.get(call, set()) & set(group)) and streamable([*group, call])
 
 
 RULES = (   # tried in order: the first saying stop closes the group, which records it

@@ -221,7 +221,7 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
     reading it as its A or B by `pad_through_matmul`, `pad_through_matmul_b`. No other reader
     may: the padding of a function of a product need not be zeros (Exp(0) = 1)."""
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
-        return rows_unshared(calls, result, readers)
+        return rows_unshared(calls, result, readers, group_of)
     if calls[0].arg.kernel.role is Role.MATRIX:
         return matmul_unshared(calls, result, readers, group_of)
     why = stream_unshared(calls, result, readers, group_of)
@@ -274,7 +274,7 @@ def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
     made = (*calls, *(c for g in upstream(external_inputs(calls), group_of)[1] for c in g.calls))
     unkept = next((c for c in made if not c.arg.kernel.keeps_zeros_in(c.arg.attr_dict)), None) if summed else None
     if unkept is not None or users.count(Reader.HOST) > 1 or any(u is not Reader.HOST and not (
-            isinstance(u, Node) and u.arg.kernel.role in (Role.MATRIX, Role.ELEMENTWISE)) for u in users):
+            isinstance(u, Node) and u.arg.kernel.role in (Role.MATRIX, Role.ELEMENTWISE, Role.ROW_REDUCTION)) for u in users):
         why = f" ({describe(unkept)} maps zeros to other values)" if unkept is not None else ""
         return f"makes {describe(last)}, read by more than the host, views and calls that neither tile nor stream{why}"
     why = calls_unshared(last, readers, group_of)
@@ -324,7 +324,7 @@ def source_unshared(node: Node, products: tuple[Node, ...], readers: dict, group
     return stream_unshared(calls, node, readers, group_of) or join_unshared(products, calls, readers, group_of)
 
 
-def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
+def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
     """The rule `pad_through_rows`: why a row reduction may not reduce the rows of `result` as
     they lie padded, "" when it may: alone in its group, over `result` as its batch of rows, large
     enough to stream, writing no state, reading no other computed tensor or view, its result only
@@ -334,8 +334,10 @@ def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict) -> str:
     if len(calls) != 1 or call.src[0] is not result or call.arg.writes or held_bytes(list(calls)) <= SIZE_LIMIT \
             or len(result.shape) != 2:
         return f"does not stream the rows of {describe(result)} alone in its group"
-    if readers.get(call) != [Reader.HOST]:
-        return f"makes {describe(call)}, read by more than the host"
+    if result.op == Op.CALL and result.arg.kernel.role is not Role.MATRIX and (why := width_unshared(call, readers)):
+        return why   # rows an elementwise call makes over a product padded wider (`pad_matrix`'s `keeps_n` sees only the product's readers)
+    if readers.get(call) != [Reader.HOST] and (why := readers_unshared(call, readers, group_of)):
+        return f"makes {describe(call)}: {why}"   # its result lies padded too: read by the host or calls sharing that layout
     shared = call.src[1:call.arg.n_inputs]
     return next((f"also reads {describe(n)}, which another call makes" for n in shared if not is_host_tensor(n)
                  or n.op == Op.VIEW), "")

@@ -119,10 +119,12 @@ def snake_order(device) -> list[Tile]:
 
 
 def place(program: Program, groups: tuple[Group, ...], device, placements: tuple = (),
-          shared: dict[str, str] | None = None) -> Layout:
+          shared: dict[str, str] | None = None, most_rows: int | None = None) -> Layout:
     """Tiles for every group, and for the Emit on a full-ELF device when values are carried;
     `placements`: the host placements, some padded by `pad_to_block`; `shared`: groups of a
-    looped iteration that run on the tile of an earlier one (group -> that group, repeat.py)."""
+    looped iteration that run on the tile of an earlier one (group -> that group, repeat.py);
+    `most_rows`: the rows of cores each grid and stream takes at most
+    (`fewer_rows_for_one_configuration`), all when None."""
     lies, readers = lies_of(program, placements), readers_of(program, groups)
     padded = {n: lie.shape for n, lie in lies.items()}
     written = frozenset(n for n, lie in lies.items() if lie.fill is Fill.WRITTEN)
@@ -150,14 +152,19 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         spare = len(free) - (len(owning) - owning.index(group) - 1) - with_emit
         # one per other group, and the Emit's words
         shim_in = device.n_cols * device.shim.dma_out_channels - (len(groups) - 1) - with_emit
-        grid = tile_matmul_over_array(program, group, outside, free, (spare, shim_in), channels, device,
-                                      (padded, readers))
+        rows = most_rows or len(device.compute_rows)
+        later = [g.name for g in groups[number + 1:] if g.name not in shared and spreads(g, device)]
+        spreading = left_for_spreading(free, len(later), device)
+        columns = columns_rule(group, later, free, device)
+        grid = tile_matmul_over_array(program, group, outside, spreading, (spare, shim_in, rows), channels,
+                                      device, (padded, readers))
         if grid is not None:
             free = [t for t in free if t not in grid.tiles]
             sites.append(Site(group, grid.tiles, grid=grid))
             rules += grid_padding_rule(program, group, grid, readers, device, written, zeros)
             rules += written_padding_rule(program, group, (grid.call,), padded, written)
             rules.append((Rule.TILE_MATMUL_OVER_ARRAY, f"{group.name}: {grid.text()}"))
+            rules += columns
             if grid.expand is not None:
                 rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m, grid.k))
             continue
@@ -165,7 +172,8 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if on_device:
             rules.append((Rule.TILE_MATMUL_OVER_ARRAY, f"{group.name}: {on_device}"))
         rule, flow = next(((rule, flow) for rule, streams in STREAMS
-                           if (flow := streams(group, outside, free, (spare, shim_in), channels, device, padded))
+                           if (flow := streams(group, outside, spreading, (spare, shim_in, rows), channels, device,
+                                                   padded))
                            is not None), (None, None))
         if flow is not None:
             free = [t for t in free if t not in flow.tiles]
@@ -173,6 +181,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
             rules += flow_padding_rule(program, group, flow, padded, zeros)
             rules += written_padding_rule(program, group, flow.calls, padded, written)
             rules.append((rule, f"{group.name}: {flow.text()}"))
+            rules += columns
             continue
         check_whole_words(program, group.calls, device, readers)
         if why := not_streamed(program, group, outside, device):
@@ -203,6 +212,33 @@ def on_shared_tile(group: Group, host: Site, channels, device) -> Site:
     (`share_core_in_iteration`): that one tile, its matrix streamed as alone on it."""
     tiles = host.tiles[-1:]
     return Site(group, tiles, stream_large_matrix(group, tiles, Split(), channels, device))
+
+
+def left_for_spreading(free: list[Tile], reserved: int, device) -> list[Tile]:
+    """`columns_for_later_groups`: the free tiles a group may spread over (a grid or a stream
+    takes whole free columns): all but the last `reserved` free whole columns, one for each
+    later group of the configuration too large for one tile (`spreads`), so those spread too
+    rather than the first taking the array and a cut loading another configuration."""
+    if not reserved:
+        return free
+    kept = free_columns(free, device)[-reserved:]
+    return [t for t in free if t.col not in kept]
+
+
+def columns_rule(group: Group, later: list[str], free: list[Tile], device) -> list[Decision]:
+    """The rule's line for a group that spread while later groups kept columns, if any did."""
+    if not later:
+        return []
+    columns = len(free_columns(free, device))
+    return [(Rule.COLUMNS_FOR_LATER_GROUPS, f"{group.name}: at most {max(0, columns - len(later))} of the {columns} "
+                                            f"free whole columns, one left to each later group larger than a tile "
+                                            f"({', '.join(later)})")]
+
+
+def spreads(group: Group, device) -> bool:
+    """Whether a group holds more than a compute tile (`held_bytes`), so it runs over whole
+    columns (a grid or a stream) or not at all."""
+    return held_bytes(list(group.calls)) > core_room(device)
 
 
 def outside_users(program: Program, groups: tuple[Group, ...], with_emit: bool) -> dict[Node, tuple[str | Reader, ...]]:
@@ -278,7 +314,7 @@ def free_columns(free: list[Tile], device) -> list[int]:
             if all(Tile(col, row, TileKind.COMPUTE) in free for row in device.compute_rows)]
 
 
-def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[int, int], channels,
+def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[int, int, int], channels,
                        device, padded: dict) -> Flow | None:
     """A group of elementwise calls larger than SIZE_LIMIT whose last result only the host reads
     (and no other result anyone outside) is streamed in blocks over whole free columns of cores
@@ -290,14 +326,14 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
     returned = tuple(c for c in calls[:-1] if outside.get(c))
     if any(outside[c] != (Reader.HOST,) for c in returned) or len(returned) >= device.shim.dma_in_channels:
         return None   # `stream_every_result`: each result the host alone reads, a shim S2MM channel each
-    if outside.get(calls[-1], ()) != (() if calls[-1].arg.writes else (Reader.HOST,)):
+    if outside.get(calls[-1], ()) != _users(calls[-1]):
         return None
     dest = destination(calls[-1])
     if any(n.op == Op.VIEW and storage(n) in padded and streamed_rows(n, padded) is None
            for n in (*external_inputs(calls), *filter(None, [dest]))):
         return None   # a view of a padded tensor streams by its rows as it lies padded (`stream_view_rows`) or not at all
-    spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
-    flow = _choose_flow(calls, free, spare, device, shim_in, padded, returned=returned)
+    spare, shim_in, rows = limits   # tiles and shim MM2S channels the other groups leave, rows of cores at most
+    flow = _choose_flow(calls, free, (spare, rows), device, shim_in, padded, returned=returned)
     if flow is None:
         return None
     rows, inputs, results = len(flow.rows), len(flow.inputs), len(flow.results)
@@ -305,7 +341,7 @@ def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[in
                                     for col in flow.cols))
 
 
-def stream_joined(group: Group, outside, free: list[Tile], limits: tuple[int, int], channels,
+def stream_joined(group: Group, outside, free: list[Tile], limits: tuple[int, int, int], channels,
                   device, padded: dict) -> Flow | None:
     """A lone Concat larger than SIZE_LIMIT joining host tensors end to end (`joined_pieces`) whose
     result only the host reads is copied in blocks over whole free columns of cores, each piece's
@@ -315,8 +351,8 @@ def stream_joined(group: Group, outside, free: list[Tile], limits: tuple[int, in
         return None
     if any(storage(n) in padded for n in pieces):
         return None
-    spare, shim_in = limits
-    flow = choose_flow(group.calls, free_columns(free, device), spare, device, shim_in)
+    spare, shim_in, rows = limits
+    flow = choose_flow(group.calls, free_columns(free, device), spare, device, shim_in, most_rows=rows)
     if flow is None:
         return None
     return replace(flow, mems=tuple(channels.take(col, 1 + len(flow.rows), len(flow.rows) + 1) for col in flow.cols))
@@ -350,30 +386,36 @@ def not_streamed(program: Program, group: Group, outside, device) -> str:
     return "no block of whole 32-bit words dividing each core's share fits a core with the channels left"
 
 
-def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int, int], channels,
+def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int, int, int], channels,
                       device, padded: dict) -> Flow | None:
     """A row reduction over a batch of rows larger than SIZE_LIMIT whose result only the host
     reads is streamed in blocks of whole rows (as wide as they lie: `pad_through_row_width`)
     over whole free columns of cores, as `stream_elementwise` streams elementwise calls
     (iron/compiler/tiling.py chooses how)."""
     calls = group.calls
-    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or outside.get(calls[0], ()) != (Reader.HOST,):
+    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or outside.get(calls[0], ()) != _users(calls[0]):
         return None
-    spare, shim_in = limits
+    spare, shim_in, rows = limits
     x = calls[0].src[0]
     if x.op == Op.VIEW and storage(x) in padded and streamed_rows(x, padded) is None:
         return None   # a view of a padded tensor streams by its rows as it lies padded (`stream_view_rows`) or not at all
     width = expansion_unit(calls[0]) if role(calls[0]) is Role.EXPANSION else padded.get(x, x.shape)[1]
-    flow = _choose_flow(calls, free, spare, device, shim_in, padded, width=width)
+    flow = _choose_flow(calls, free, (spare, rows), device, shim_in, padded, width=width)
     if flow is None:
         return None
     return replace(flow, mems=tuple(channels.take(col, 1 + len(flow.rows), len(flow.rows) + 1) for col in flow.cols))
 
 
+def _users(last: Node) -> tuple[Reader, ...]:
+    """Who alone may read a stream's result outside its group: the host, or no one when the
+    stream writes it into a state."""
+    return () if last.arg.writes else (Reader.HOST,)
+
+
 STREAMS = ((Rule.STREAM_ELEMENTWISE, stream_elementwise), (Rule.STREAM_ROW_BLOCKS, stream_row_blocks),
            (Rule.STREAM_JOINED, stream_joined))   # tried in order
 
-def _choose_flow(calls, free: list[Tile], spare: int, device, shim_in: int, padded: dict, width: int = 1,
+def _choose_flow(calls, free: list[Tile], within: tuple[int, int], device, shim_in: int, padded: dict, width: int = 1,
                  returned: tuple[Node, ...] = ()):
     """`choose_flow` on the free columns over the length the streamed tensors lie in (padded by
     `pad_to_block`, or their own); None when they lie inconsistently. Elementwise calls over
@@ -386,11 +428,12 @@ def _choose_flow(calls, free: list[Tile], spare: int, device, shim_in: int, padd
     wider = width == 1 and length == inputs[0].size and padded.get(result, result.shape)[1:] != result.shape[1:]
     rows = [streamed_rows(n, padded) for n in (*inputs, *filter(None, [destination(result)]))] if width == 1 else []
     row = math.lcm(result.shape[-1] if wider else 1, *filter(None, rows))
+    spare, rows = within   # tiles, and rows of cores at most
     return choose_flow(calls, free_columns(free, device), spare, device, shim_in, width=width,
-                       padded=None if length == inputs[0].size else length, row=row, returned=returned)
+                       padded=None if length == inputs[0].size else length, row=row, returned=returned, most_rows=rows)
 
 
-def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], limits: tuple[int, int],
+def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], limits: tuple[int, int, int],
                            channels, device, padding: tuple[dict, dict]) -> Grid | None:
     """A group that is one large MatMul or MatVec whose result only the host reads runs over a
     grid of whole free columns of cores (iron/compiler/tiling.py chooses it), taking per grid
@@ -406,9 +449,9 @@ def tile_matmul_over_array(program: Program, group: Group, outside, free: list[T
     sides = sides_as_lying(call, padded)
     if sides is None:
         return None
-    spare, shim_in = limits   # tiles and shim MM2S channels the other groups leave
+    spare, shim_in, rows = limits   # tiles and shim MM2S channels the other groups leave, rows of cores at most
     grid = choose_grid(call, free_columns(free, device), spare, device, shim_in, expand,
-                       None if sides == call_sides(call) else sides)
+                       None if sides == call_sides(call) else sides, most_rows=rows)
     if grid is None:
         check_some_grid(program, call, device, matrix_unpadded(call, readers))
         return None

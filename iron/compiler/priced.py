@@ -1,7 +1,8 @@
 """What a Plan's configurations are estimated to take (`plan_ns`), as the choice between running
 a repeated block over time and spreading it in space reads them (repeat.py): per configuration
 the slowest of its busiest core, its busiest FIFO and DDR (`cost.Work`), a looping core's work
-counted as many times as it loops, plus each reconfiguration."""
+counted as many times as it loops, plus each reconfiguration; `serial_ns`, with each
+configuration's groups one after another (compile.py's `fewer_rows`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,6 +18,22 @@ def plan_ns(plan: Plan) -> float:
     configurations = plan.configurations
     gen = cost.generation(plan.device)
     return sum(Priced.of(c).work().ns(plan.device) for c in configurations) + gen.reconfigure_ns * (len(configurations) - 1)
+
+
+def serial_ns(plan: Plan) -> float:
+    """A Plan's estimated time with the groups of each configuration running one after another
+    (each its busiest core, its busiest FIFO and its DDR bytes: `cost.Work`), as groups passing
+    values through DDR buffers do, the sequence waiting on each write; plus loading each
+    configuration after the first."""
+    gen = cost.generation(plan.device)
+    total = gen.reconfigure_ns * (len(plan.configurations) - 1)
+    for configuration in plan.configurations:
+        priced = Priced.of(configuration)
+        for group in dict.fromkeys(c.group for c in configuration.cores):
+            cycles = max(priced.cycles[c.tile] for c in configuration.cores if c.group == group)
+            moved = [n for name, n in priced.moved.items() if name.split("_")[0] == group]
+            total += cost.Work(cycles, max(moved, default=0), sum(moved)).ns(plan.device)
+    return total
 
 
 @dataclass(frozen=True)

@@ -65,21 +65,23 @@ class Unfolding:
     shared: tuple[tuple[str, str], ...] = ()   # (group, the earlier group whose core runs it too)
 
     def sites_and_moves(self, sites, moves: list[list]) -> tuple[list, list[list]]:
-        """The sites and their moves in sequence order: iteration 0's sites once per iteration,
-        each with that iteration's calls and moves (a state write's patch word for the states'
-        sink is given after, per state: `emit.sink_writes`)."""
+        """The sites and their moves in sequence order: iteration 0's sites here once per
+        iteration, each with that iteration's calls and moves (a state write's patch word for the
+        states' sink is given after, per state: `emit.sink_writes`). A segment holding part of
+        the iteration loops that part over every iteration before the next segment loops the
+        rest (loop fission: what one part makes the next reads from DDR buffers of each
+        iteration's own, or `moved` refuses it)."""
         at = [i for i, s in enumerate(sites) if s.group.name in self.groups]
-        if len(at) < len(self.groups):   # a segment without the iteration, or a probe of part of it
+        if not at:   # a segment without the iteration
             return list(sites), moves
         a, b = at[0], at[-1] + 1
+        index = {name: j for j, name in enumerate(self.groups)}
         out_sites, out_moves = list(sites[:a]), list(moves[:a])
-        fifos = list(dict.fromkeys(m.fifo for i in range(a, b) for m in moves[i] if isinstance(m, Move)))
         for k in range(self.count):
-            for j, i in enumerate(range(a, b)):
-                out_sites.append(replace(sites[i], group=replace(sites[i].group, calls=self.calls[k][j])))
-                out_moves.append([self.moved(k, m) for m in moves[i]])
-            if k + 1 < self.count:   # every move of the iteration queued: waiting frees its BDs for the next
-                out_moves[-1] += [Wait(f) for f in fifos]
+            for i in range(a, b):
+                calls = self.calls[k][index[sites[i].group.name]]
+                out_sites.append(replace(sites[i], group=replace(sites[i].group, calls=calls)))
+                out_moves.append(_after_last(moves[i], k) + [self.moved(k, m) for m in moves[i]])
         return out_sites + list(sites[b:]), out_moves + list(moves[b:])
 
     def moved(self, k: int, move):
@@ -100,11 +102,21 @@ class Unfolding:
                           f"{'no operand' if not hits else 'more than one operand'} of the iteration holds")
 
     def looped(self, cores: list) -> list:
-        """The cores, each of the iteration's looping `count` times over its program (none when
-        only part of the iteration is here: a probe of the segment search)."""
-        if len({g for c in cores for g in c.groups} & set(self.groups)) < len(self.groups):
-            return cores
+        """The cores, each of the iteration's (of the part of it a segment holds) looping `count`
+        times over its program."""
         return [replace(c, program=(Loop(self.count, c.program),)) if c.group in self.groups else c for c in cores]
+
+
+def _after_last(moves: list, k: int) -> list[Wait]:
+    """Before iteration k's moves of a site, a Wait on each FIFO the site's moves of iteration
+    k - 1 took: every move of that iteration is queued by then, so they can finish, and each
+    shim's buffer descriptors are freed an iteration at a time (a grid's last step waits on
+    none: unrolled, a descriptor running out mid-step would wait on moves that cannot finish
+    before the step's other moves are queued), while the other sites' moves of iteration k - 1
+    still run beside them."""
+    if k == 0:
+        return []
+    return [Wait(name) for name in dict.fromkeys(m.fifo.name for m in moves if isinstance(m, Move))]
 
 
 # ---- an iteration's operands -------------------------------------------------------------------

@@ -12,6 +12,7 @@ class Rule(Term):
     COPY_VIEW_FOR_GRID = "copy_view_for_grid"
     SCATTER_INTO_STATE = "scatter_into_state"
     TILE_BEFORE_STATE_WRITE = "tile_before_state_write"
+    THROUGH_BETWEEN_GROUPS = "through_between_groups"
     CARRY_FROM_EARLIER_SEGMENT = "carry_from_earlier_segment"
     # fusion: what closes a group (fuse.py)
     DEQUANT_BEFORE_MATVEC = "dequant_before_matvec"
@@ -47,6 +48,8 @@ class Rule(Term):
     PAD_LEAD_TO_WORDS = "pad_lead_to_words"
     # placement and tiling (place.py, matrices.py, tiling.py, streaming.py, allocate.py)
     SNAKE_ORDER = "snake_order"
+    COLUMNS_FOR_LATER_GROUPS = "columns_for_later_groups"
+    FEWER_ROWS_FOR_ONE_CONFIGURATION = "fewer_rows_for_one_configuration"
     STREAM_LARGE_MATRIX = "stream_large_matrix"
     SHARE_STREAMED_MATRIX = "share_streamed_matrix"
     SPLIT_MATRIX_OVER_TILES = "split_matrix_over_tiles"

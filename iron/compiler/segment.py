@@ -152,7 +152,8 @@ def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, c
 
     if start == count:   # the Emit, cut off the segment before
         return kept(Segment(count, count))
-    most = len(device.compute_tiles) + len(flow.apart)   # a looped iteration's groups may share cores
+    tiles = len(device.compute_tiles)   # and the groups of a looped iteration larger than them that share cores
+    most = tiles + max(0, len(flow.apart) + 2 - tiles)
     stop = fewest_bytes_cut(flow, start, fits, guess, most, likely, device=device, choices=choices)
     if stop is None and start + 1 == count and flow.program.carry:
         cut_off = Segment(start, count, emit_cut=True)

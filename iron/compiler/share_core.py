@@ -39,10 +39,15 @@ def sharing(program: Program, iteration: tuple[Group, ...], device, placements: 
         dropped = {g for g, host in chosen if {g, host} & on}
         if not crowded and not dropped:
             return chosen
-        if not dropped:
-            raise NotRepeated(f"{', '.join(sorted(t.name for t in crowded))} would take more FIFOs by DMA than a "
-                              "compute tile has channels")
+        alone = [t for t in crowded if not any({g, host} & _on(layout, t) for g, host in chosen)]
+        if alone or not dropped:   # a core running one group short of channels: no other pair mends it
+            named = sorted(f"{t.name} ({', '.join(sorted(_on(layout, t)))})" for t in alone or crowded)
+            raise NotRepeated(f"{', '.join(named)} would take more FIFOs by DMA than a compute tile has channels")
         banned |= dropped
+
+
+def _on(layout, tile) -> set[str]:
+    return {s.group.name for s in layout.sites if tile in s.tiles}
 
 
 def _pairs(iteration: tuple[Group, ...]) -> list[tuple[int, str, str]]:

@@ -13,7 +13,7 @@ from iron.compiler import cost
 from iron.compiler.plan import Tile
 from iron.compiler.rules import Rule
 from iron.compiler.tiling import OnCores, core_room, estimate_ns, word_run
-from iron.compiler.words import view_rows
+from iron.compiler.words import row_group, view_rows
 from iron.errors import KernelTypeError
 from iron.ir import (
     Node,
@@ -204,7 +204,7 @@ def streamed_rows(node: Node, padded: dict | None = None) -> int | None:
         return None
     if lies is not None and frame(node) != storage(node).shape:
         return None
-    return node.shape[-1] if view_rows(node, lies) is not None else None
+    return row_group(node) * node.shape[-1] if view_rows(node, lies) is not None else None
 
 
 def row_streamable(calls) -> bool:
@@ -232,7 +232,7 @@ def expansion_unit(call: Node) -> int:
 def rows_do_not_stream(calls, label) -> str | None:
     """Why a group holding a row reduction over a batch of rows (rows, n) does not stream in
     row-blocks, naming calls by `label`; None when it does: the reduction alone in its group,
-    writing no state, reading host tensors (the rows, whole or a view `stream_contiguous_views` or
+    writing no state or one run of a state's words, reading host tensors (the rows, whole or a view `stream_contiguous_views` or
     `stream_view_rows` streams; any row (n,) every row shares whole,
     RMSNorm's w), each core taking at most MAX_FLOW_INPUTS FIFOs: its row-blocks, each shared
     row, and one object of the per-call attributes (Softmax's length) when it takes any."""
@@ -241,8 +241,9 @@ def rows_do_not_stream(calls, label) -> str | None:
     if len(calls) != 1:
         others = ", ".join(label(c) for c in calls if c is not call)
         return f"it is fused with {others}, and a row reduction streams alone, reading host tensors"
-    if call.arg.writes:
-        return "it writes a state (out=), and a streamed result goes to the host"
+    if call.arg.writes and word_run(destination(call)) is None:
+        return ("it writes a state (out=) in runs apart, and a streamed row reduction's result goes to the host "
+                "or into one run of a state's words")
     if not is_host_tensor(x) or (word_run(x) is None and streamed_rows(x) is None):
         return (f"it reads {describe(x)}, and a streamed row reduction reads host tensors lying in one run of "
                 "whole words or in rows of whole words one stride apart (stream_view_rows)")
@@ -303,7 +304,8 @@ def streamed_inputs(calls) -> tuple[list[Node], list[Node]]:
 
 
 def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int, width: int = 1,
-                padded: int | None = None, row: int = 1, returned: tuple[Node, ...] = ()) -> Flow | None:
+                padded: int | None = None, row: int = 1, returned: tuple[Node, ...] = (),
+                most_rows: int | None = None) -> Flow | None:
     """`stream_elementwise` (and `stream_row_blocks`, in blocks of whole rows of `width`
     elements): on the most free whole columns (within `spare` tiles and `shim_in`
     shim MM2S channels, one per input and column) and the most
@@ -316,7 +318,7 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     `row`: elementwise calls whose result lies in wider rows (`pad_written_by_producer`) take
     blocks of whole rows of that many elements, which each core writes row by row. `returned`:
     earlier calls whose blocks go to the host too, each taking a FIFO per core and a join per
-    column (`stream_every_result`)."""
+    column (`stream_every_result`). `most_rows`: the rows of cores it may take at most."""
     inputs, shared = streamed_inputs(calls)
     pieces = joined_pieces(calls)
     size = padded or sum(n.size for n in pieces or inputs[:1])
@@ -330,7 +332,7 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     unit = width * row   # the fewest elements a block holds: a row, or whole rows of `row`
     objects = 2 if unit == 1 or flow_bytes(calls, unit, width) <= room else 1
     results = 1 + len(returned)
-    most_rows = min(len(device.compute_rows), (mem.dma_out_channels - results) // len(inputs),
+    most_rows = min(most_rows or len(device.compute_rows), (mem.dma_out_channels - results) // len(inputs),
                     (mem.dma_in_channels - len(inputs)) // results)
     for ncols in range(min(len(full_columns), spare, shim_in // len(inputs)), 0, -1):
         for rows in range(min(most_rows, spare // ncols), 0, -1):

@@ -10,10 +10,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from iron.compiler.fuse import live_calls, role
+from iron.compiler.fuse import joins_expansion, live_calls, role
 from iron.compiler.rules import Decision, Rule
-from iron.compiler.tiling import vector_tiles
-from iron.ir import Declaration, Declared, MemoryKind, Node, Op, Program, call_label, is_host_tensor
+from iron.compiler.tiling import choose_grid, core_room, vector_tiles
+from iron.ir import (
+    Declaration,
+    Declared,
+    MemoryKind,
+    Node,
+    Op,
+    Program,
+    call_label,
+    is_host_tensor,
+    nbytes,
+    tensor_inputs,
+)
 from iron.kernels.base import Role
 
 
@@ -25,6 +36,66 @@ def tile_before_state_write(program: Program) -> tuple[Program, tuple[Decision, 
         return program, ()
     rewritten = write_through(program, taken)
     return rewritten, tuple((Rule.TILE_BEFORE_STATE_WRITE, _text(program, c)) for c in taken)
+
+
+def through_between_groups(program: Program, device, padded: frozenset[Node] = frozenset(),
+                           groups: tuple = ()) -> tuple[Program, tuple[Decision, ...]]:
+    """`through_between_groups`: a result of two or more axes no compute tile holds (larger than
+    `core_room`; a MatVec's vector is split by rows or cut as before) is made
+    in blocks over many cores (a grid or a stream), each block leaving its column for DDR, and a
+    call reading it that does not take it block by block in one group with its maker
+    (`_one_group`) reads it in blocks from DDR too. So before fusion such a result is written whole into a DDR
+    buffer of the compiler's and its readers read that buffer once the runtime sequence has
+    waited on the writes: within one configuration, where a cut would load another (`groups`:
+    the Program's fused groups; a reader fused with its maker takes the result as it is made,
+    an epilogue on a split matrix's rows). A result
+    `pad_to_block` lays out padded (in `padded`), or one a matrix call makes or reads that no
+    grid takes on its own sides (`_in_blocks`), crosses as it lies instead, at a cut."""
+    room, kept = core_room(device), _kept(program)
+    group_of = {c: g.name for g in groups for c in g.calls}
+    taken: dict[Node, list[Node]] = {}
+    for reader in live_calls(program):
+        for made in tensor_inputs(reader):
+            if made.op != Op.CALL or made in kept or made in padded or made.arg.writes or nbytes(made) <= room \
+                    or len(made.shape) < 2:   # a vector (a MatVec's) is split by rows or cut, its lanes chosen so
+                continue
+            fused = made in group_of and group_of.get(made) == group_of.get(reader)   # an epilogue on its rows
+            if not fused and not _one_group(made, reader) and _in_blocks(made, device) and _in_blocks(reader, device):
+                taken.setdefault(made, []).append(reader)
+    if not taken:
+        return program, ()
+    rewritten = write_through(program, list(taken))
+    return rewritten, tuple((Rule.THROUGH_BETWEEN_GROUPS, _between_text(program, m, r)) for m, r in taken.items())
+
+
+def _one_group(made: Node, reader: Node) -> bool:
+    """Whether a reader may take a result larger than a tile in blocks, in one group with its
+    maker: elementwise calls streamed together, or a matrix call expanding its matrix block by
+    block (`dequant_before_matvec`)."""
+    both = role(made) is Role.ELEMENTWISE and role(reader) is Role.ELEMENTWISE
+    return both or joins_expansion([made], reader)
+
+
+def _in_blocks(made: Node, device) -> bool:
+    """Whether a call makes or reads a result in blocks on its own sides: a matrix call only when
+    a grid of blocks dividing them takes the whole device (else, prime sides, the result lies as
+    `pad_to_block` pads it, or does not fit, and crosses at a cut as before)."""
+    if role(made) is not Role.MATRIX or len(made.shape) != 2:
+        return True
+    return choose_grid(made, list(range(device.n_cols)), len(device.compute_tiles), device,
+                       device.n_cols * device.shim.dma_out_channels) is not None
+
+
+def _kept(program: Program) -> set[Node]:
+    """The results the host reads: outputs and carried elements."""
+    return {*program.outputs, *(v.src[0] for _, v in program.carry if v.op == Op.ELEM)}
+
+
+def _between_text(program: Program, made: Node, readers: list[Node]) -> str:
+    names = ", ".join(dict.fromkeys(call_label(program, r) for r in readers))
+    return (f"{call_label(program, made)} ({nbytes(made)} bytes, more than a compute tile holds) writes "
+            f"{through_name(program, made)}, a DDR buffer of the compiler's; {names} read{'s' * (len(readers) == 1)} "
+            "it back in the same configuration after its writes")
 
 
 def write_through(program: Program, calls) -> Program:

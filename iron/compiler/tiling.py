@@ -277,9 +277,10 @@ def divisors(n: int, word_elements: int) -> list[int]:
 
 
 def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in: int,
-                expand: Node | None = None, padded: tuple[int, int, int] | None = None) -> Grid | None:
+                expand: Node | None = None, padded: tuple[int, int, int] | None = None,
+                most_rows: int | None = None) -> Grid | None:
     """`_grid_of`'s grid, kept by the call's structure (memo.py): the layers of a model ask alike."""
-    return _grid_of(call, tuple(full_columns), spare, device, shim_in, expand, padded)
+    return _grid_of(call, tuple(full_columns), spare, device, shim_in, most_rows, expand, padded)
 
 
 def _rebound(grid: Grid | None, call: Node, *args) -> Grid | None:
@@ -288,7 +289,7 @@ def _rebound(grid: Grid | None, call: Node, *args) -> Grid | None:
 
 
 @by_shape(_rebound)
-def _grid_of(call: Node, full_columns: tuple[int, ...], spare: int, device, shim_in: int,
+def _grid_of(call: Node, full_columns: tuple[int, ...], spare: int, device, shim_in: int, most_rows: int | None,
              expand: Node | None, padded: tuple[int, int, int] | None) -> Grid | None:
     """`tile_matmul_over_array`: the grid using the most rows of cores that divide M and the
     most free whole columns that divide N (a MatVec: whose cores divide M), within `spare`
@@ -299,14 +300,15 @@ def _grid_of(call: Node, full_columns: tuple[int, ...], spare: int, device, shim
     (`Grid.work`; then the fewest kernel calls per core, then the largest m x n). A MatVec whose matrix a fused expansion makes takes whole
     rows (k = K) when some fit, else k-blocks of whole expansion blocks (`expansion_k_blocks`). None when no block holds whole words (say an
     odd N in bfloat16). A grid of fewer cores than were free says why (`why_not_more`). `padded`:
-    the sides `pad_to_block` padded the call to, which the grid computes instead of its own."""
+    the sides `pad_to_block` padded the call to, which the grid computes instead of its own;
+    `most_rows`: the rows of cores it may take at most (all the device's when None)."""
     big_m, big_k, big_n = sides = padded or call_sides(call)
     vector = len(call.shape) == 1
     own = vector or n_not_words(call, big_n)
     acc = accumulates_in(call)
     room = core_room(device)
     in_words, out_words = 4 // min(4, call.src[0].dtype.itemsize), 4 // min(4, call.dtype.itemsize)
-    rows_of = [r for r in range(len(device.compute_rows), 0, -1) if big_m % r == 0]
+    rows_of = [r for r in range(most_rows or len(device.compute_rows), 0, -1) if big_m % r == 0]
     for rows in rows_of:
         cols = [c for c in range(min(len(full_columns), spare // rows), 0, -1)
                 if (big_m % (rows * c) == 0 if own else big_n % c == 0)
@@ -333,7 +335,7 @@ def _grid_of(call: Node, full_columns: tuple[int, ...], spare: int, device, shim
             if best is not None:
                 (m, k, n), choice = best
                 grid = replace(grid, m=m, k=k, n=n, choice=choice)
-                return replace(grid, fewer=why_not_more(grid, len(device.compute_rows), len(full_columns),
+                return replace(grid, fewer=why_not_more(grid, most_rows or len(device.compute_rows), len(full_columns),
                                                         spare, shim_in))
     return None
 

@@ -250,11 +250,20 @@ class Rows:
     row: tuple[tuple[int, int], ...]
 
 
-def view_rows(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool = False, lead: int = 0) -> Rows | None:
-    """How a static VIEW's rows (its last axis) lie as its base lies, when each is whole words and
-    every row lies one stride after the last; else None."""
+def row_group(view: Node) -> int:
+    """How many of a view's rows (its last axis) make whole 32-bit words together: 1, or 2 or 4
+    for rows of 1- or 2-byte elements when its rows divide so (0 when none do)."""
     row_bytes = view.shape[-1] * view.dtype.itemsize if view.shape else 0
-    if len(view.src) > 1 or not row_bytes or row_bytes % 4:
+    rows = int(np.prod(view.shape[:-1], dtype=np.int64))
+    return next((k for k in (1, 2, 4) if row_bytes and k * row_bytes % 4 == 0 and rows % k == 0), 0)
+
+
+def view_rows(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool = False, lead: int = 0) -> Rows | None:
+    """How a static VIEW's rows (its last axis; `row_group` of them together when one is not
+    whole words) lie as its base lies, when each is whole words and every row lies one stride
+    after the last; else None."""
+    row_bytes = row_group(view) * view.shape[-1] * view.dtype.itemsize if view.shape else 0
+    if len(view.src) > 1 or not row_bytes:
         return None
     try:
         first, dims, _ = view_words(view, padded, word_rows, lead)

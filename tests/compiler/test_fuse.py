@@ -119,6 +119,24 @@ def test_unrelated_starts_group():
     assert grouping(program) == [("g0", ["Exp#0"], Rule.UNRELATED_STARTS_GROUP), ("g1", ["Exp#1"], None)]
 
 
+class SkipAdd(iron.Graph):
+    """Exp(x) + SiLU(y): the second operand of the add made by a call unrelated to the first."""
+
+    def body(self, x, y):
+        return Add.step(Exp.step(x), SiLU.step(y))
+
+
+def test_a_stream_takes_an_unrelated_call_a_later_call_reads_with_it():
+    # 16384 float32 are 64 KiB, larger than half a tile: Exp streams, SiLU joins it as the Add reads both
+    program = SkipAdd().trace(x=((16384,), F32), y=((16384,), F32))
+    assert grouping(program) == [("g0", ["Exp#0", "SiLU#1", "Add#2"], None)]
+
+
+def test_a_group_a_tile_holds_does_not_take_an_unrelated_call():
+    program = SkipAdd().trace(x=((8,), F32), y=((8,), F32))
+    assert grouping(program) == [("g0", ["Exp#0"], Rule.UNRELATED_STARTS_GROUP), ("g1", ["SiLU#1", "Add#2"], None)]
+
+
 class Dead(iron.Graph):
     def body(self, x):
         Exp.step(x)

@@ -27,7 +27,7 @@ def test_alike_calls_share_one_grid_each_bound_to_its_own_call():
     kept, asked = whole_device(first), whole_device(second)
     assert (kept.call, asked.call) == (first, second)
     fresh = _grid_of.__wrapped__(second, tuple(range(NPU2.n_cols)), NPU2.n_cols * len(NPU2.compute_rows), NPU2,
-                                 NPU2.n_cols * NPU2.shim.dma_out_channels, None, None)
+                                 NPU2.n_cols * NPU2.shim.dma_out_channels, None, None, None)
     assert asked == fresh
     assert (asked.rows, asked.cols, asked.m, asked.k, asked.n) == (kept.rows, kept.cols, kept.m, kept.k, kept.n)
 

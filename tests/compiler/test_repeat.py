@@ -4,6 +4,7 @@ loop over the iterations and the runtime sequence moves each iteration's operand
 model estimates that faster than spreading the iterations in space. Plan facts pinned (the
 Repeat, the Loop around each core's program, the configurations, the Choice, the moves), each
 design run on the emulator against reference(), and the cases left in space with their reason."""
+import dataclasses
 import re
 
 import numpy as np
@@ -222,3 +223,15 @@ def test_the_guide_decoder_loops_seven_of_its_eight_layers_in_two_configurations
     # the segments in space compiled only until they certainly take longer: a floor under their estimate
     assert choice.rejected == "in space: at least 4 configurations" and choice.rejected_ns <= plan_ns(spread)
     assert choice.chosen_ns == pytest.approx(plan_ns(plan)) and plan_ns(plan) < choice.rejected_ns
+
+
+def test_a_smollm2_layer_larger_than_the_array_stays_in_space_naming_the_core_short_of_channels(model):
+    from iron.models.smollm2_graph import SmolLM2Graph
+    three = dataclasses.replace(model, config=dataclasses.replace(model.config, layers=3),
+                                weights=dataclasses.replace(model.weights, blocks=model.weights.blocks[:3]))
+    plan = SmolLM2Graph(three, quantized=True).compile(device="npu2").plan
+    assert plan.repeat is None
+    (line,) = [text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME]
+    # 39 groups a layer: its heads' Concat (g32) reads several heads' results, by DMA once groups share cores
+    assert line == ("3 iterations of g1..g39 not run over time: tile_5_2 (g32) would take more FIFOs by DMA "
+                    "than a compute tile has channels")

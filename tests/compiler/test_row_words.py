@@ -273,12 +273,16 @@ class WholeAndTail(iron.Graph):
 
 
 def test_a_tensor_read_whole_keeps_its_first_word():
-    with pytest.raises(PlacementError) as err:
-        WholeAndTail().compile(device=from_name("npu2"), x=((509,), BF16))
-    assert str(err.value) == (
-        "x[1:] moves runs of 1016 bytes of input 'x' (bfloat16) from byte 2 along axis 0, and the device's DMA "
-        "moves whole 4-byte words on 4-byte boundaries. Pad or index 'x' so each contiguous run starts and ends "
-        "on a 4-byte boundary.")
+    """x read whole gets no lead, so x[1:] (starting mid-word) is gathered on a core by a Strided
+    call (`copy_view_for_grid`; it was a PlacementError)."""
+    x = np.linspace(-3, 3, 509).astype(BF16)
+    c = WholeAndTail().compile(device=from_name("npu2"), x=((509,), BF16))
+    whole, tail = c(x)
+    np.testing.assert_array_equal(bits(tail), bits(x[1:]))
+    np.testing.assert_array_equal(whole, WholeAndTail().reference(x)[0])
+    assert lead(c.plan) == {} and [g for _, g in c.plan.groups if "Strided#2" in g]
+    assert [text.split(" by ")[0] for rule, text in c.plan.rules if rule is Rule.COPY_VIEW_FOR_GRID] == [
+        "Strided#2 gathers (508,) of x on a core"]
 
 
 def test_through_xrt_the_host_writes_and_reads_the_users_rows(xrt):

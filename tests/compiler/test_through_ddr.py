@@ -3,16 +3,20 @@ large enough to tile whose result only calls read, one of them writing a state, 
 whole (out=) into a THROUGH declaration of the compiler's, `through.<label>`, which its readers
 read instead; one `Rule.TILE_BEFORE_STATE_WRITE` decision per MatVec taken. A MatVec the host or
 a carried value reads, one too small to tile, one of a view, or one no state writer reads is
-left alone (the Program itself comes back). The pass refuses nothing."""
+left alone (the Program itself comes back). The pass refuses nothing. `through_between_groups`:
+a result larger than a compute tile read by a call it does not stream with (either is not
+elementwise) writes a THROUGH declaration its readers read, one `Rule.THROUGH_BETWEEN_GROUPS`
+decision per result; results a tile holds, the host's, and elementwise chains stay as they are."""
 import numpy as np
 import pytest
 
 import iron
+from aie_utils import from_name
 from iron import Carried
 from iron.compiler.rules import Rule
-from iron.compiler.through_ddr import through_name, tile_before_state_write
+from iron.compiler.through_ddr import through_between_groups, through_name, tile_before_state_write
 from iron.ir import MemoryKind, Op
-from iron.kernels import Accumulate, Add, Exp, MatVec
+from iron.kernels import Accumulate, Add, Exp, MatMul, MatVec, Scale, Softmax
 
 F32 = np.float32
 
@@ -65,3 +69,47 @@ def test_a_large_matvec_read_by_a_state_write_writes_a_ddr_buffer_its_reader_rea
 def test_a_matvec_the_rule_does_not_take_leaves_the_program_as_it_is(rows, cols, then):
     program = IntoState(rows, cols, then).trace()
     assert tile_before_state_write(program) == (program, ())
+
+
+# ---- through_between_groups ----------------------------------------------------------------------
+
+class Scores(iron.Graph):
+    """softmax(Scale(q @ k)) @ v, the attention of one head (`square` positions)."""
+
+    def body(self, q, k, v):
+        return MatMul.step(Softmax.step(Scale.step(MatMul.step(q, k), factor=0.5)), v)
+
+
+def test_results_larger_than_a_tile_between_groups_that_do_not_stream_together_pass_through_ddr():
+    """Scores (256, 256) float32 are 256 KiB: the product, its Scale and its Softmax each go into
+    a DDR buffer of the compiler's their reader reads (a MatMul's result and a Softmax's never
+    stream with their reader, nor an elementwise call's with a row reduction's); the last
+    MatMul's result is the host's and stays as it is."""
+    program = Scores().trace(q=((256, 16), F32), k=((16, 256), F32), v=((256, 16), F32))
+    rewritten, decisions = through_between_groups(program, from_name("npu2"))
+    names = ["through.MatMul#0", "through.Scale#1", "through.Softmax#2"]
+    assert [m.arg.name for m in rewritten.memories[len(program.memories):]] == names
+    product, scaled, soft, out = rewritten.calls
+    assert [c.arg.writes for c in rewritten.calls] == [True, True, True, False]
+    assert (scaled.src[0].arg.name, soft.src[0].arg.name, out.src[0].arg.name) == tuple(names)
+    assert decisions == tuple((Rule.THROUGH_BETWEEN_GROUPS, text) for text in [
+        "MatMul#0 (262144 bytes, more than a compute tile holds) writes through.MatMul#0, a DDR buffer of the "
+        "compiler's; Scale#1 reads it back in the same configuration after its writes",
+        "Scale#1 (262144 bytes, more than a compute tile holds) writes through.Scale#1, a DDR buffer of the "
+        "compiler's; Softmax#2 reads it back in the same configuration after its writes",
+        "Softmax#2 (262144 bytes, more than a compute tile holds) writes through.Softmax#2, a DDR buffer of the "
+        "compiler's; MatMul#3 reads it back in the same configuration after its writes"])
+
+
+class Chain(iron.Graph):
+    def body(self, x):
+        return Exp.step(Add.step(x, x))
+
+
+@pytest.mark.parametrize("graph, specs", [
+    (Scores(), {"q": ((64, 16), F32), "k": ((16, 64), F32), "v": ((64, 16), F32)}),   # 16 KiB of scores: a tile holds them
+    (Chain(), {"x": ((65536,), F32)}),   # elementwise into elementwise: one stream
+])
+def test_results_a_tile_holds_or_one_stream_passes_on_stay_as_they_are(graph, specs):
+    program = graph.trace(**specs)
+    assert through_between_groups(program, from_name("npu2")) == (program, ())

@@ -145,7 +145,11 @@ def test_a_grid_short_of_the_free_cores_says_why_no_larger_grid_divides():
     a, b, c, d = a / 17, b / 17, c / 17, d / 17
     graph = ProductOfProducts(b, d, second_returned=True)
     body = graph.compile(a=a, c=c, device=from_name("npu2"))
-    assert body.plan.repeat.count == 2   # a @ b and c @ d on one grid in turn (repeat_over_time)
+    # a @ b passes through a DDR buffer to the last product in its configuration (through_between_groups),
+    # c @ d is returned: the two products are not alike, and c @ d crosses the cut
+    assert (len(body.plan.configurations), body.plan.repeat) == (2, None)
+    assert rule(body.plan, Rule.COLUMNS_FOR_LATER_GROUPS) == [
+        "g0: at most 7 of the 8 free whole columns, one left to each later group larger than a tile (g1)"]
     spread = compile_program(graph.trace(a=(a.shape, a.dtype), c=(c.shape, c.dtype)), from_name("npu2"), over_time=False)
     assert rule(spread, Rule.PAD_TO_BLOCK) == []
     assert rule(spread, Rule.TILE_MATMUL_OVER_ARRAY)[2].endswith(
@@ -538,13 +542,33 @@ def test_a_batch_of_rows_whose_row_is_too_wide_names_the_row_and_one_that_fits_c
 
 
 class Logged(iron.Graph):
-    """Softmax into a state: a result the host does not read, which does not stream."""
+    """Softmax into every other column block of a state: runs apart, which do not stream."""
+
+    def __init__(self):
+        self.log = iron.state((64, 2048), np.float32, name="log")
+
+    def body(self, x, *, n: Scratchpad[np.int32]):
+        Softmax.step(x, out=self.log[:, :1024], length=n + 1)
+
+
+class LoggedWhole(iron.Graph):
+    """Softmax into a whole state: one run of words, streamed in row-blocks into it."""
 
     def __init__(self):
         self.log = iron.state((64, 1024), np.float32, name="log")
 
     def body(self, x, *, n: Scratchpad[np.int32]):
         Softmax.step(x, out=self.log, length=n + 1)
+
+
+def test_a_batch_of_rows_into_a_whole_state_streams_in_row_blocks_into_it():
+    x = np.random.default_rng(5).standard_normal((64, 1024)).astype(np.float32)
+    graph = LoggedWhole()
+    body = graph.compile(x=x, device=from_name("npu2"))
+    assert [r for r, _ in body.plan.rules if r is Rule.STREAM_ROW_BLOCKS] == [Rule.STREAM_ROW_BLOCKS]
+    body(x=x, n=700)
+    graph.reference(x=x, n=700)
+    np.testing.assert_allclose(body.read(graph.log), graph.read(graph.log), rtol=1e-5, atol=1e-7)
 
 
 TOO_MANY_ROWS = (
@@ -554,7 +578,8 @@ TOO_MANY_ROWS = (
 
 
 @pytest.mark.parametrize("graph, rows, why", [
-    (Logged, 64, "it writes a state (out=), and a streamed result goes to the host"),
+    (Logged, 64, "it writes a state (out=) in runs apart, and a streamed row reduction's result goes to the host "
+                 "or into one run of a state's words"),
 ], ids=["state"])
 def test_a_batch_of_rows_larger_than_a_tile_that_does_not_stream_says_why_and_how_many_rows_fit(graph, rows, why):
     with pytest.raises(DoesNotFit) as err:

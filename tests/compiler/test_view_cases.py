@@ -9,9 +9,12 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler.fifos import Stem
-from iron.compiler.plan import Dma
+from iron.compiler.mlir import ALLOWED_OPS, print_mlir
+from iron.compiler.plan import Direction, Dma
 from iron.compiler.rules import Rule
-from iron.kernels import Cast, MatMul, RMSNorm, Sub
+from iron.compiler.tiling import TILED_BYTES
+from iron.kernels import Add, Argmax, Cast, Copy, MatMul, RMSNorm, Softmax, Sub
+from tests.compiler.test_mlir import op_names
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
 
@@ -107,3 +110,221 @@ def test_two_broadcasts_alike_loop_over_time_at_a_prime_side(device):
     broadcast = [op for op in body.plan.sequence if isinstance(op, Dma) and op.buffer == "consts"]
     assert broadcast and all(op.strides[0] == 0 and op.strides[1:] == (0, 0, 1) and op.sizes[-1] == 251
                              for op in broadcast)
+
+
+class ReadTwice(iron.Graph):
+    """A product padded at N = 509 read by a call whose result another call reads:
+    Argmax(Softmax(x @ w)), or RMSNorm(x @ w + b, r)."""
+
+    def __init__(self, w, b=None, r=None):
+        self.w = iron.param(w)
+        self.b, self.r = (None, None) if b is None else (iron.param(b), iron.param(r))
+
+    def body(self, x):
+        y = MatMul.step(x, self.w)
+        if self.b is None:
+            return Argmax.step(Softmax.step(y))
+        return RMSNorm.step(Add.step(y, self.b), self.r)
+
+
+def mlir_ops_allowed(body) -> bool:
+    """Whether every configuration's MLIR uses only the ops docs/platform.md sections 3 and 7 list."""
+    return all(set(op_names(print_mlir(plan))) <= ALLOWED_OPS for plan in body.plan.segments or (body.plan,))
+
+
+def placement(body, name: str):
+    return next(p for p in body.plan.placements if p.name == name)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_padded_product_read_by_softmax_then_argmax_passes_its_layout_on(device):
+    """Softmax reduces the product's rows as they lie padded, (256, 512), and its result lies so
+    too for Argmax (`pad_through_rows` passed on), whose result the host reads in its 251 rows
+    (before: DoesNotFit, "its result is read by Softmax(...), read by more than the host")."""
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((251, 251)).astype(np.float32), rng.standard_normal((251, 509)).astype(np.float32)
+    graph = ReadTwice(w)
+    body = graph.compile(x=x, device=from_name(device))
+    got = body(x=x)
+    scores = x.astype(np.float64) @ w
+    picked = np.take_along_axis(scores, got.reshape(-1, 1).astype(np.int64), axis=1)[:, 0]
+    np.testing.assert_array_less(scores.max(axis=1) - picked, 1e-3)   # the row's largest, up to the sums' order
+    assert (placement(body, "cut.Softmax#1").padded, placement(body, "out0").padded) == ((256, 512), (256,))
+    assert [r for r in rules(body) if r is Rule.STREAM_ROW_BLOCKS] == [Rule.STREAM_ROW_BLOCKS] * 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_padded_product_plus_a_bias_read_by_rmsnorm_passes_its_layout_on(device):
+    """x @ w + b streams over the product's padded layout, and RMSNorm reduces its rows as they
+    lie (each row's first 509 elements), float32 within 1e-4 of numpy."""
+    rng = np.random.default_rng(9)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) / 4 for s in ((251, 251), (251, 509), (251, 509)))
+    r = rng.standard_normal(509).astype(np.float32)
+    graph = ReadTwice(w, b, r)
+    body = graph.compile(x=x, device=from_name(device))
+    got = body(x=x)
+    y = x.astype(np.float64) @ w + b
+    numpy = y / np.sqrt((y ** 2).mean(axis=1, keepdims=True) + 1e-6) * r
+    np.testing.assert_allclose(got, numpy, rtol=1e-4, atol=1e-4 * np.abs(numpy).max())
+    np.testing.assert_allclose(got, graph.reference(x=x), rtol=1e-4, atol=1e-4 * np.abs(numpy).max())
+    assert placement(body, "cut.Add#1").padded == (256, 512)
+
+
+class ViewAfterTwoProducts(iron.Graph):
+    """(x @ w1 @ w2 + b) + c.T: the second Add reads the first's result, lying as the grid lays
+    the product out, and a transpose of a param."""
+
+    def __init__(self, w1, w2, b, c):
+        self.w1, self.w2, self.b, self.c = map(iron.param, (w1, w2, b, c))
+
+    def body(self, x):
+        return Add.step(Add.step(MatMul.step(MatMul.step(x, self.w1), self.w2), self.b), self.c.T)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_view_read_beside_a_result_lying_as_a_grid_lays_it_out_is_copied_first(device):
+    """c.T is copied before the second Add (`copy_view_for_grid` follows the layout through the
+    first Add; before: DoesNotFit, "operands.3.T is a view" on npu1)."""
+    rng = np.random.default_rng(10)
+    x, w1, w2, b, c = (rng.standard_normal(s).astype(np.float32) / 4
+                       for s in ((251, 251), (251, 509), (509, 251), (251, 251), (251, 251)))
+    graph = ViewAfterTwoProducts(w1, w2, b, c)
+    body = graph.compile(x=x, device=from_name(device))
+    numpy = x.astype(np.float64) @ w1 @ w2 + b + c.T
+    np.testing.assert_allclose(body(x=x), numpy, rtol=1e-4, atol=1e-4 * np.abs(numpy).max())
+    assert texts(body, Rule.COPY_VIEW_FOR_GRID) == [
+        "Copy#4 copies c.T for Add#3, which reads Add#2's result, lying as MatMul#1's grid lays its product out, "
+        "its operands alike"]
+
+
+class Bias(iron.Graph):
+    def body(self, x, b):
+        return Add.step(x, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("dtype", "shape"), [("i8", (256, 251)), ("u8", (1024, 253)), ("bf16", (512, 251))])
+def test_a_broadcast_row_of_narrow_elements_larger_than_a_tile_repeats_its_unit(device, dtype, shape):
+    """x + b, b a row of 1- or 2-byte elements that is not whole words, broadcast over more rows
+    than a tile holds: a Strided call gathers the fewest rows of it that are whole words (4 of
+    int8, 2 of bfloat16) into a DDR buffer of the compiler's, which the stream's DMA repeats with
+    stride 0 (`repeated_unit`; before: PlacementError "moves runs of 251 bytes"); exact."""
+    dt = {"i8": np.dtype(np.int8), "u8": np.dtype(np.uint8), "bf16": np.dtype(BF16)}[dtype]
+    rng = np.random.default_rng(11)
+    x, b = rng.integers(0, 50, shape).astype(dt), rng.integers(0, 50, shape[1]).astype(dt)
+    body = Bias().compile(x=x, b=b, device=from_name(device))
+    np.testing.assert_array_equal(body(x=x, b=b), (x + b).astype(dt))   # small sums: exact in every dtype
+    unit = 4 // dt.itemsize
+    (line,) = texts(body, Rule.COPY_VIEW_FOR_GRID)
+    assert line.startswith(f"Strided#1 gathers ({unit}, {shape[1]}) of b on a core") and "into through.view0" in line
+    assert placement(body, "through.view0").shape == (unit, shape[1]) and mlir_ops_allowed(body)
+    repeats = [op for op in body.plan.sequence if isinstance(op, Dma) and op.buffer == "outputs" and op.strides[0] == 0
+               and op.sizes[0] > 1]
+    assert repeats and all(op.sizes[1:] == (1, 1, unit * shape[1] * dt.itemsize // 4) for op in repeats)
+
+
+class Transposed(iron.Graph):
+    def body(self, x):
+        return Copy.step(x.T)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("dtype", "shape"), [("bf16", (512, 251)), ("i8", (256, 251)), ("u8", (1024, 63))])
+def test_the_transpose_of_rows_not_whole_words_larger_than_a_tile_goes_in_bands(device, dtype, shape):
+    """x.T, x's rows not whole words (no columns of words pick it), its transpose's rows whole
+    words: one Strided call per band of x's rows (a run of whole words) transposes it on a core
+    into its columns of a DDR buffer of the compiler's, rows of whole words at the buffer's
+    stride (`transposed_bands`; before: PlacementError "moves runs of 2 bytes"); exact."""
+    dt = {"i8": np.dtype(np.int8), "u8": np.dtype(np.uint8), "bf16": np.dtype(BF16)}[dtype]
+    x = np.random.default_rng(12).integers(0, 100, shape).astype(dt)
+    body = Transposed().compile(x=x, device=from_name(device))
+    np.testing.assert_array_equal(body(x=x), x.T)
+    r, c = shape
+    band = TILED_BYTES // (2 * c * dt.itemsize) // 4 * 4   # rows per band: a multiple of 4 here
+    lines = texts(body, Rule.COPY_VIEW_FOR_GRID)
+    assert len(lines) == -(-r // band) and all("into through.view0[:, " in line for line in lines)
+    assert placement(body, "through.view0").shape == (c, r) and mlir_ops_allowed(body)
+    writes = [op for plan in body.plan.segments or (body.plan,) for op in plan.sequence
+              if isinstance(op, Dma) and op.direction is Direction.S2MM and op.offset >= placement(body, "through.view0").offset
+              and op.buffer == "outputs"]
+    assert all(op.sizes[-2] == c and op.strides[-2:] == (r * dt.itemsize // 4, 1) for op in writes)   # c rows at r's stride
+    assert sum(op.sizes[-1] for op in writes) == r * dt.itemsize // 4   # each column of words written once
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("dtype", "shape"), [("i8", (256, 251)), ("bf16", (512, 129)), ("i8", (130, 256))])
+def test_a_broadcast_column_of_narrow_elements_larger_than_a_tile_is_picked_row_by_row(device, dtype, shape):
+    """x + b, b (r, 1) of 1- or 2-byte elements, each repeated along a row of x, larger than a
+    tile: a StridedRows call over b seen as rows of one word, each giving as many rows of the
+    view (its pattern repeats each element with stride 0), streamed (`repeated_columns`); when
+    r is no multiple of a word's elements (130 int8), Strided calls by bands of its rows into a
+    DDR buffer of the compiler's (`row_bands`; before: PlacementError "moves runs of 1 bytes");
+    exact."""
+    dt = {"i8": np.dtype(np.int8), "bf16": np.dtype(BF16)}[dtype]
+    rng = np.random.default_rng(13)
+    x, b = rng.integers(0, 50, shape).astype(dt), rng.integers(0, 50, (shape[0], 1)).astype(dt)
+    body = Bias().compile(x=x, b=b, device=from_name(device))
+    np.testing.assert_array_equal(body(x=x, b=b), (x + b).astype(dt))
+    per = 4 // dt.itemsize
+    lines = texts(body, Rule.COPY_VIEW_FOR_GRID)
+    if shape[0] % per:
+        assert lines and all(" into through.view0[" in line for line in lines)
+    else:
+        assert body.plan.groups[0][1] == ("StridedRows#1",) and Rule.STREAM_ROW_BLOCKS in rules(body)
+        (line,) = lines
+        assert line.startswith(f"StridedRows#1 picks each row of its {(shape[0] // per, per * shape[1])} from a row of b")
+        assert line.endswith("and its result is larger than a tile")
+    assert mlir_ops_allowed(body)
+
+
+VIEWS = {"x[::2]": lambda x: x[::2], "x[:, 1:]": lambda x: x[:, 1:], "x[::2, ::2]": lambda x: x[::2, ::2],
+         "x[1:-1, 2:]": lambda x: x[1:-1, 2:]}
+
+
+class Picked(iron.Graph):
+    def __init__(self, view: str):
+        self.view = view
+
+    def body(self, x):
+        return Copy.step(VIEWS[self.view](x))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("dtype", "shape", "view"), [("i8", (256, 251), "x[::2]"), ("i8", (256, 251), "x[:, 1:]"),
+                                                      ("bf16", (256, 251), "x[::2, ::2]"), ("i8", (300, 130), "x[1:-1, 2:]")])
+def test_a_view_of_rows_starting_mid_word_larger_than_a_tile_goes_in_bands_of_its_rows(device, dtype, shape, view):
+    """A row step, a column slice or both of rows that are not whole words, larger than a tile
+    (before: PlacementError "moves runs of 250 bytes ... from byte 1"); exact. A column slice of
+    all of x's rows streams x's rows to cores picking each (StridedRows); the others go in bands
+    of the view's rows, one Strided call per band picking them from the whole words of x they
+    come from (a run the DMA moves) into its rows of a DDR buffer of the compiler's (`row_bands`)."""
+    dt = {"i8": np.dtype(np.int8), "bf16": np.dtype(BF16)}[dtype]
+    x = np.random.default_rng(14).integers(0, 100, shape).astype(dt)
+    body = Picked(view).compile(x=x, device=from_name(device))
+    want = VIEWS[view](x)
+    np.testing.assert_array_equal(body(x=x), want)
+    lines = texts(body, Rule.COPY_VIEW_FOR_GRID)
+    if view == "x[:, 1:]":
+        assert [line.split(" by ")[0] for line in lines] == ["StridedRows#1 picks each row of its (256, 250) from a row of x"]
+    else:
+        assert lines and all(" into through.view0[" in line for line in lines)
+        assert placement(body, "through.view0").shape == want.shape
+    assert mlir_ops_allowed(body)
+
+
+class Shifted(iron.Graph):
+    """x[1:] + x[:-1] (a two-tap stencil): no one lead starts both views on a word."""
+
+    def body(self, x):
+        return Add.step(x[1:], x[:-1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_two_shifted_views_of_narrow_elements_read_one_through_a_gather(device):
+    """x[:-1] moves as x lies; x[1:] starts mid-word, and `pad_lead_to_words` gives x no lead
+    (none starts both), so a Strided call gathers it (before: PlacementError naming x[1:]); exact."""
+    x = np.random.default_rng(15).integers(-60, 60, 4001).astype(np.int8)
+    body = Shifted().compile(x=x, device=from_name(device))
+    np.testing.assert_array_equal(body(x=x), (x[1:] + x[:-1]).astype(np.int8))
+    assert placement(body, "x").lead == 0
+    assert [line.split(" by ")[0] for line in texts(body, Rule.COPY_VIEW_FOR_GRID)] == ["Strided#1 gathers (4000,) of x on a core"]

@@ -5,6 +5,7 @@ and run on the emulator against reference(). bench/designs.py compiles them at f
 import numpy as np
 import pytest
 
+from iron.compiler.rules import Rule
 from iron.errors import ArgumentError
 from iron.models.designs import (
     BF16,
@@ -77,6 +78,58 @@ def test_the_edge_filter_in_row_blocks_equals_the_whole_image_filter(device, row
     compiled = graph.compile(image=image, device=device)
     compiled(image)
     np.testing.assert_array_equal(compiled.read(graph.edges), want)
+
+
+def test_attention_whose_scores_outgrow_a_tile_loops_its_heads_in_at_most_two_configurations(device):
+    """The full-size structure (bench/designs.py) over 256 positions, head 128: q[h] (64 KiB) and
+    the scores (128 KiB) are larger than a tile, so every value between the head's grids and
+    streams passes through a DDR buffer of the compiler's (`through_between_groups`), each grid
+    and stream leaves whole columns for the groups after it (`columns_for_later_groups`) and the
+    heads loop over one placed iteration (`repeat_over_time`), cut in two configurations each
+    looping over every head (loop fission; on npu2 four heads, which without the sequence's waits
+    between iterations would run a shim out of buffer descriptors mid-step and hang): every head
+    equals reference()."""
+    heads = {"npu2": 4, "npu1": 2}[device]
+    graph = GroupedQueryAttention(heads=heads, kv_heads=heads // 2, positions=256, head_dim=128)
+    inputs = attention_inputs(graph)
+    compiled = graph.compile(**graph.specs(), device=device)
+    for got, expected in zip(compiled(*inputs), graph.reference(*inputs)):
+        np.testing.assert_allclose(got.astype(np.float32), expected.astype(np.float32), rtol=1e-2, atol=1e-2)
+    plan = compiled.plan
+    assert (len(plan.configurations), plan.repeat.count, len(plan.repeat.groups)) == (2, heads, 7)
+    # on npu2 fewer rows of cores would fit one configuration, estimated slower with the groups one after
+    # another; on npu1 no fewer rows fit one
+    assert [t for r, t in plan.rules if r is Rule.FEWER_ROWS_FOR_ONE_CONFIGURATION] == {
+        "npu2": ["grids and streams on every row of cores: 2 configurations"], "npu1": []}[device]
+    passed = [text.split(" ")[0] for rule, text in plan.rules if rule is Rule.THROUGH_BETWEEN_GROUPS]
+    first = 4 * heads   # the Copies copy_view_for_grid inserts come after the traced calls
+    assert passed[:6] == [f"Copy#{first}", f"Copy#{first + 1}", "MatMul#0", "Scale#1", "Softmax#2", f"Copy#{first + 2}"]
+    looping = {c.group: c.program[0].count for p in plan.configurations for c in p.cores
+               if c.group in plan.repeat.groups}
+    assert looping == dict.fromkeys(plan.repeat.groups, heads)
+
+
+def test_the_bottleneck_at_the_full_structure_streams_its_tail_as_one_group(device):
+    """The full-size structure at 16 x 16 pixels: the 1x1 convolutions' products (72 and 256 KiB)
+    pass through DDR buffers of the compiler's, the 3x3 convolution loops over its 16 blocks, the
+    tail (Requantize, the two Casts, the skip Add, Requantize) is one streamed group (the skip
+    add's other operand joins the stream: `stream_takes_unrelated`), and the whole block runs in
+    one configuration: equal to numpy exactly."""
+    graph = Bottleneck(side=16, channels=256, mid=64, rows=2, parts=2)
+    picture = np.random.default_rng(2).integers(0, 256, (16, 16, 256), dtype=np.uint8)
+    pixels = with_halo(picture).reshape(-1, 256)
+    compiled = graph.compile(pixels=pixels, device=device)
+    np.testing.assert_array_equal(compiled(pixels), numpy_bottleneck(graph, picture.reshape(-1, 256)))
+    plan = compiled.plan
+    assert plan.groups[-1][1] == ("Requantize#35", "Cast#36", "Cast#37", "Add#38", "Requantize#39")
+    assert (plan.repeat.count, [t.split(" ")[0] for r, t in plan.rules if r is Rule.THROUGH_BETWEEN_GROUPS]) == \
+        (16, ["MatMul#0", "MatMul#34"])
+    # on every row of cores the block takes 2 configurations on npu2 and 4 on npu1; grids and streams on
+    # fewer rows leave tiles and channels to the rest: one configuration (fewer_rows_for_one_configuration)
+    rows = {"npu2": 2, "npu1": 1}[device]
+    assert len(plan.configurations) == 1
+    assert [t for r, t in plan.rules if r is Rule.FEWER_ROWS_FOR_ONE_CONFIGURATION] == [
+        f"grids and streams on at most {rows} row{'s' * (rows > 1)} of cores: 1 configuration"]
 
 
 @pytest.mark.parametrize("make, text", [

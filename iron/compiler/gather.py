@@ -1,0 +1,259 @@
+"""How the compiler gathers a view no DMA pattern moves in whole 32-bit words (a step slice,
+transpose, broadcast or mid-word slice of 1- or 2-byte elements, or a view of a result picking
+many runs), for `copy_view_for_grid` (copies.py): on one core when it fits a tile (Strided),
+else by StridedRows over the whole rows it picks from, streamed, or by Strided calls into a DDR
+buffer of the compiler's (a THROUGH declaration): a broadcast's unit repeated by the DMA, a
+transpose or a view of rows band by band. Each call's access pattern has four dimensions in
+elements, as a BD's (docs/platform.md section 2)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from iron.compiler.streaming import streamed_rows
+from iron.compiler.tiling import TILED_BYTES, word_run
+from iron.compiler.words import dma_moves
+from iron.ir import (
+    Axis,
+    Call,
+    Declared,
+    MemoryKind,
+    Node,
+    Op,
+    contiguous_span,
+    element_pattern,
+    elements,
+    frame,
+    is_host_tensor,
+    kept,
+    kept_shape,
+    nbytes,
+)
+from iron.kernels.registry import copy_kernel, strided_kernel
+
+
+def copied(node: Node) -> Node:
+    """A Copy call of `node` (the compiler's, as `Copy.step(node)` would record it)."""
+    return Node(Op.CALL, (node,), node.shape, node.dtype, Call(copy_kernel(), (), 1, False))
+
+
+
+def pattern_attrs(offset: int, dims, **named) -> tuple:
+    """A Strided family call's static attributes: `named`, the offset and four (size, stride)
+    dimensions in elements (`dims` padded with unit ones outside)."""
+    dims = [(1, 0)] * (4 - len(dims)) + list(dims)
+    attrs = {**named, "offset": offset, **{f"n{d}": n for d, (n, _) in enumerate(dims)},
+             **{f"s{d}": st for d, (_, st) in enumerate(dims)}}
+    return tuple(sorted(attrs.items()))
+
+
+@dataclass(frozen=True)
+class Written:
+    """A view read through a DDR buffer of the compiler's (`read`, a THROUGH memory or a view of
+    one) that `calls`, inserted before its first reader, write."""
+
+    read: Node
+    calls: tuple[Node, ...]
+
+
+def gather_view(view: Node, name: str) -> Node | Written:
+    """The call a view `_gathered_on_core` finds is read through: a Strided call gathering it from
+    its whole tensor when both fit a tile; else (the tensor crossing in DDR) a Copy the DMA
+    feeds by the view's access pattern when the DMA moves it, a broadcast's unit of whole words
+    written to a DDR buffer named `name` (`repeated_unit`), or a StridedRows call picking a
+    step slice row by row from the whole rows, streamed in blocks of rows (`rows_gathered`)."""
+    if max(nbytes(view.src[0]), nbytes(view)) <= TILED_BYTES:   # a broadcast may be far larger than its tensor
+        return gathered(view)
+    if dma_moves(view):
+        return copied(view)
+    return (repeated_unit(view, name) or rows_gathered(view) or repeated_columns(view) or transposed_bands(view, name)
+            or row_bands(view, name) or copied(view))
+
+
+def repeated_unit(view: Node, name: str) -> Written | None:
+    """A broadcast along its outermost axis larger than a tile, of a tensor that fits one, whose
+    repeat is not whole 32-bit words (a row of 251 int8 broadcast over 256 rows), as the fewest
+    leading repeats that are (4 rows here: its unit), gathered by a Strided call into a DDR buffer
+    of the compiler's (a THROUGH declaration), read back by the view repeating the unit with
+    stride 0, which the DMA moves (`stream_view_rows`, rows grouped into whole words); else None."""
+    axes = view.arg
+    outer = kept(axes)[0] if kept(axes) else None
+    if outer is None or outer.step != 0 or any(a.order is not None for a in axes):
+        return None
+    period, itemsize = view.size // outer.size, view.dtype.itemsize
+    count = next((k for k in (1, 2, 4) if k * period * itemsize % 4 == 0 and outer.size % k == 0), 0)
+    unit = Node(Op.VIEW, view.src, (count, *kept_shape(axes)[1:]), view.dtype,
+                tuple(replace(a, length=count) if a is outer else a for a in axes))
+    if not count or nbytes(view.src[0]) + nbytes(unit) > TILED_BYTES:
+        return None
+    buffer = Node(Op.MEMORY, (), unit.shape, unit.dtype, Declared(MemoryKind.THROUGH, name))
+    gather = gathered(unit)
+    writer = Node(Op.CALL, (view.src[0], buffer), unit.shape, unit.dtype, replace(gather.arg, writes=True))
+    repeats = (Axis(start=0, stop=1, length=outer.size // count, extent=1, step=0),
+               *(Axis(start=0, stop=n, extent=n) for n in unit.shape))
+    return Written(Node(Op.VIEW, (buffer,), view.shape, view.dtype, repeats), (writer,))
+
+
+def rows_gathered(view: Node) -> Node | None:
+    """A StridedRows call picking 2-D static `view` row by row from the whole rows of words it
+    picks from, which the DMA streams in blocks of rows: a step slice along its tensor's last
+    axis from those rows (its tensor, or a view of a host tensor the DMA moves as one run or as
+    rows one stride apart), or the transpose of a 2-D tensor of whole-word rows from its columns
+    of words (`transposed_rows`), read back in the view's shape; else None."""
+    if len(view.shape) != 2 or len(view.src) > 1:
+        return None
+    base = view.src[0]
+    if _transposes(view):
+        return transposed_rows(view)
+    axes, last = view.arg, view.arg[-1]
+    if not last.keeps_axis or last.step < 1 or kept(axes)[-1] is not last:
+        return None
+    width = frame(view)[-1]
+    rows = Node(Op.VIEW, view.src, (view.shape[0], width), view.dtype, (*axes[:-1], replace(last, start=0, stop=width, step=1)))
+    if base.shape == rows.shape and contiguous_span(rows) == (0, base.size):
+        rows = base
+    elif not is_host_tensor(base) or (word_run(rows) is None and streamed_rows(rows) is None):
+        return None
+    if not _blocks_of_words(view.shape[0], width * view.dtype.itemsize, last.size * view.dtype.itemsize):
+        return None
+    return _strided_rows(rows, view.shape, width, last.start, [(last.size, last.step)])
+
+
+def repeated_columns(view: Node) -> Node | None:
+    """`view`, a host tensor's `r` elements each repeated along a row of `c` (a column (r, 1)
+    broadcast to (r, c)) of 1- or 2-byte elements, as a StridedRows call over them seen as rows
+    of one word (`per` elements), each giving `per` rows of the view (pattern: each element `c`
+    times), read back in the view's shape; None for any other view, or when r is no multiple of
+    `per`."""
+    base, (r, c) = view.src[0], (view.shape + (0,))[:2]
+    per = 4 // view.dtype.itemsize
+    if len(view.shape) != 2 or not is_host_tensor(base) or base.op == Op.VIEW or base.size != r or r % per:
+        return None
+    if element_pattern(view) != (0, [(r, 1), (c, 0)]):
+        return None
+    rows = Node(Op.VIEW, (base,), (r // per, per), base.dtype,
+                (Axis(start=0, stop=r // per, extent=r // per), Axis(start=0, stop=per, extent=per)))
+    picked = _strided_rows(rows, (r // per, per * c), per, 0, [(per, 1), (c, 0)])
+    return Node(Op.VIEW, (picked,), view.shape, view.dtype, (Axis(start=0, stop=r, extent=r), Axis(start=0, stop=c, extent=c)))
+
+
+def transposed_bands(view: Node, name: str) -> Written | None:
+    """`view`, the transpose of a 2-D host tensor x (r, c) whose rows are not whole 32-bit words
+    (so no columns of words pick it) but whose columns of the view are (r elements), as bands of
+    x's rows, each the most rows whose words and transpose fit a tile together, a run of whole
+    words the DMA moves: a Strided call per band transposes it on a core and writes it into its
+    columns of a DDR buffer of the compiler's (c, r), rows of whole words at a stride the DMA
+    moves, which the view's readers read; else None."""
+    base = view.src[0]
+    if len(base.shape) != 2 or not is_host_tensor(base) or base.op == Op.VIEW or not _transposes(view):
+        return None
+    (r, c), itemsize = base.shape, base.dtype.itemsize
+    step = math.lcm(4 // math.gcd(4, c * itemsize), 4 // itemsize)   # rows starting both runs on a word
+    band = TILED_BYTES // (2 * c * itemsize) // step * step
+    if r * itemsize % 4 or not band:
+        return None
+    buffer = Node(Op.MEMORY, (), view.shape, view.dtype, Declared(MemoryKind.THROUGH, name))
+    writers = []
+    for first in range(0, r, band):
+        rows = min(band, r - first)
+        part = Node(Op.VIEW, (base,), (rows, c), base.dtype, (Axis(start=first, stop=first + rows), Axis(start=0, stop=c)))
+        into = Node(Op.VIEW, (buffer,), (c, rows), base.dtype, (Axis(start=0, stop=c), Axis(start=first, stop=first + rows)))
+        writers.append(_written(part, into, 0, [(c, 1), (rows, c)]))
+    return Written(buffer, tuple(writers))
+
+
+def row_bands(view: Node, name: str) -> Written | None:
+    """A static view of a host tensor x picking in order along its outermost axis (a slice or
+    step slice of rows and of columns: `x[1:]`, `x[::2]`, `x[:, 1:]`, `x[::2, ::2]`; a column
+    (r, 1) broadcast along rows, a row broadcast over a number of rows `repeated_unit` does not
+    take), no DMA moves, as bands of that axis, each the most of its
+    entries (starting and ending on a word) whose result and the whole words of x they come from
+    fit a tile: a Strided call per band picks them from those words (a run the DMA moves) into
+    its entries of a DDR buffer of the compiler's, which the view's readers read; None for any
+    other view."""
+    base, axes = view.src[0], view.arg
+    if base.op == Op.VIEW or not is_host_tensor(base) or not view.shape or view.shape != kept_shape(axes) \
+            or any(a.order is not None for a in axes):
+        return None
+    down, (rows, *inner), itemsize = kept(axes)[0], view.shape, view.dtype.itemsize
+    per, width = 4 // itemsize, int(np.prod(inner, dtype=np.int64))
+    unit = 4 // math.gcd(4, width * itemsize)   # entries of the outermost axis making whole words
+
+    def part(a: int, b: int) -> tuple[Node, int, int]:   # entries a..b-1 of the view, and the whole words they lie in
+        axis = replace(down, length=b - a) if down.step == 0 else \
+            replace(down, start=down.start + a * down.step, stop=down.start + (b - 1) * down.step + 1)
+        picked = Node(Op.VIEW, (base,), (b - a, *inner), base.dtype, tuple(axis if x is down else x for x in axes))
+        first, dims = element_pattern(picked)
+        last = first + sum((n - 1) * st for n, st in dims)
+        return picked, first // per * per, min(-(-(last + 1) // per) * per, base.size)
+
+    def fits(k: int) -> bool:
+        _, lo, hi = part(0, min(k, rows))
+        return (hi - lo + min(k, rows) * width) * itemsize <= TILED_BYTES
+    band = max((k for k in range(unit, rows + unit, unit) if fits(k)), default=0)
+    if not band:
+        return None
+    buffer = Node(Op.MEMORY, (), view.shape, view.dtype, Declared(MemoryKind.THROUGH, name))
+    writers = []
+    for a in range(0, rows, band):
+        b = min(a + band, rows)
+        picked, lo, hi = part(a, b)
+        first, dims = element_pattern(picked)
+        words = Node(Op.VIEW, (base,), (hi - lo,), base.dtype, (Axis(start=lo, stop=hi, extent=base.size),))
+        into = Node(Op.VIEW, (buffer,), picked.shape, view.dtype,
+                    (Axis(start=a, stop=b), *(Axis(start=0, stop=n) for n in inner)))
+        writers.append(_written(words, into, first - lo, dims))
+    return Written(buffer, tuple(writers))
+
+
+def _transposes(view: Node) -> bool:
+    """Whether a static view of a 2-D tensor is its transpose."""
+    base = view.src[0]
+    return len(base.shape) == 2 and view.shape == base.shape[::-1] and \
+        np.array_equal(elements(view), np.arange(base.size).reshape(base.shape).T.ravel())
+
+
+def _blocks_of_words(rows: int, row_bytes: int, result_bytes: int) -> bool:
+    """Whether some number of rows dividing `rows` makes whole 32-bit words of both the rows and
+    their results: a stream's blocks must (a step slice of a prime number of rows whose result
+    rows are not whole words has none)."""
+    return any(rows % k == 0 and k * row_bytes % 4 == 0 and k * result_bytes % 4 == 0 for k in (1, 2, 4))
+
+
+def transposed_rows(view: Node) -> Node | None:
+    """`view`, the transpose of a 2-D tensor x (r, c) whose rows are whole words of `per` elements,
+    as StridedRows over x seen as (c / per, r * per), each row a column of x's words (r words one
+    row of x apart), transposed by the core into `per` rows of the view; None when x's rows are
+    not whole words."""
+    base = view.src[0]
+    (r, c), per = base.shape, 4 // base.dtype.itemsize
+    if c % per or not is_host_tensor(base) and base.op != Op.CALL:
+        return None
+    axes = (Axis(start=0, stop=r, extent=r, order=1), Axis(start=0, stop=c // per, extent=c // per, order=0),
+            Axis(start=0, stop=per, extent=per, order=2))
+    columns = Node(Op.VIEW, (base,), (c // per, r * per), base.dtype, axes)
+    if base.op != Op.CALL and streamed_rows(columns) is None:
+        return None
+    picked = _strided_rows(columns, (c // per, per * r), r * per, 0, [(per, 1), (r, per)])
+    whole = tuple(Axis(start=0, stop=n, extent=n) for n in view.shape)
+    return Node(Op.VIEW, (picked,), view.shape, view.dtype, whole)
+
+
+def _strided_rows(rows: Node, shape: tuple[int, ...], width: int, offset: int, dims) -> Node:
+    return Node(Op.CALL, (rows,), shape, rows.dtype, Call(strided_kernel(rows=True), pattern_attrs(offset, dims, width=width), 1, False))
+
+
+def gathered(view: Node) -> Node:
+    """A Strided call picking static VIEW `view` from its whole tensor by the view's access
+    pattern in elements (at most four dimensions)."""
+    offset, dims = element_pattern(view)
+    call = Call(strided_kernel(), pattern_attrs(offset, dims, shape=view.shape), 1, False)
+    return Node(Op.CALL, (view.src[0],), view.shape, view.dtype, call)
+
+
+def _written(source: Node, into: Node, offset: int, dims) -> Node:
+    """A Strided call picking from `source` by the pattern (offset, dims) into `into`, a view of a
+    DDR buffer of the compiler's."""
+    return Node(Op.CALL, (source, into), into.shape, into.dtype, Call(strided_kernel(), pattern_attrs(offset, dims, shape=into.shape), 1, True))
