@@ -168,7 +168,7 @@ def tile_memory(plan: Plan) -> dict[Tile, list[tuple[str, int]]]:
     homes = fifo_homes(plan)
     for f in plan.fifos:
         for tile, objects in homes[f.name]:
-            name = f.name if f.shared_memory else f"{f.name}@{tile.name}"
+            name = str(f.name) if f.shared_memory else f"{f.name}@{tile.name}"
             held.setdefault(tile, []).append((name, objects * f.nbytes))
     for b in plan.buffers:
         held.setdefault(b.tile, []).append((b.name, b.nbytes))
@@ -199,7 +199,7 @@ def fit(plan: Plan) -> Plan:
         deep = [f for f in plan.fifos if f.depth > 1 and tile in dict(homes[f.name])]
         if not deep:
             raise does_not_fit(plan, *over)
-        largest = max(deep, key=lambda f: (f.nbytes, f.name))
+        largest = max(deep, key=lambda f: (f.nbytes, str(f.name)))
         plan = replace(plan, fifos=tuple(replace(f, depth=1) if f is largest else f for f in plan.fifos))
     return plan
 
@@ -214,7 +214,7 @@ def check_tile_memory(plan: Plan):
 def does_not_fit(plan: Plan, tile: Tile, held: list[tuple[str, int]]) -> DoesNotFit:
     """The refusal for a tile whose buffers exceed its memory: the kernel calls it runs, its
     buffers largest first, and a fix that applies to the design (`fix_for_tile`)."""
-    holds = plan.holds
+    holds = {str(key): what for key, what in plan.holds.items()}
     items = []
     for name, n in sorted(held, key=lambda item: (-item[1], item[0])):
         what = holds.get(name.split("@")[0])
@@ -244,7 +244,7 @@ def fix_for_tile(plan: Plan, tile: Tile, held: list[tuple[str, int]]) -> str:
     calls = runs_on(plan, tile)
     if not calls:
         return "Split the work over more kernel calls, or compile for a device with more tiles."
-    stack = sum(n for name, n in held if name.startswith("stack@"))
+    stack = sum(c.stack_bytes for c in plan.cores if c.tile == tile)
     room = budget(plan, tile) - stack
     need = -(-(sum(n for _, n in held) - stack) // room)
     states = any(p.kind is PlacementKind.STATE for p in plan.placements)

@@ -77,7 +77,7 @@ class ShimRequest:
     """A FIFO that needs a shim DMA channel: MM2S (host to device) or S2MM, near `col`;
     `nbytes` per object, and whether `share_shim_channels` may route it through a mem tile."""
 
-    fifo: str
+    fifo: FifoId
     direction: Direction
     col: int
     nbytes: int = 0
@@ -88,21 +88,17 @@ class ShimRequest:
 @dataclass(frozen=True)
 class SharedChannel:
     """A `share_shim_channels` decision: the FIFOs `members` (one object each per launch) move
-    through one shim channel as the FIFO `name` between a shim tile and mem tile `mem`, member i
-    at bytes [offsets[i], offsets[i] + its size) of `name`'s `nbytes`-byte objects: a mem-tile
-    split of `name` into the members (MM2S), or a join of the members into `name` (S2MM)."""
+    through one shim channel as the FIFO `fifo` between a shim tile and mem tile `mem`, member i
+    at bytes [offsets[i], offsets[i] + its size) of `fifo`'s `nbytes`-byte objects: a mem-tile
+    split of `fifo` into the members (MM2S), or a join of the members into `fifo` (S2MM)."""
 
     fifo: FifoId
     direction: Direction
     mem: Tile
-    members: tuple[str, ...]
+    members: tuple[FifoId, ...]
     offsets: tuple[int, ...]
     nbytes: int
     loops: int = 1   # objects of each member per launch, moved round by round
-
-    @property
-    def name(self) -> str:
-        return self.fifo.name
 
 
 SHARED_STEMS = {Direction.MM2S: Stem.SHARED_IN, Direction.S2MM: Stem.SHARED_HOST}
@@ -186,8 +182,8 @@ def _merge(members, direction, fifo: FifoId, anchor, mem, depth) -> SharedChanne
 
 def _share_text(s: SharedChannel) -> str:
     how = "split into" if s.direction is Direction.MM2S else "joined from"
-    return (f"{s.name} ({s.direction.name}, {s.nbytes} bytes) on {s.mem.name} {how} "
-            f"{', '.join(s.members)} at bytes {', '.join(map(str, s.offsets))}")
+    return (f"{s.fifo} ({s.direction.name}, {s.nbytes} bytes) on {s.mem.name} {how} "
+            f"{', '.join(map(str, s.members))} at bytes {', '.join(map(str, s.offsets))}")
 
 
 def _cannot_share(program, wanted, capacity, direction, device, saved):

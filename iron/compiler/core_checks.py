@@ -20,7 +20,7 @@ from iron.compiler.plan import (
     Release,
     ScalarStep,
     TileKind,
-    WordDef,
+    WordOp,
 )
 from iron.errors import PlanError
 
@@ -48,8 +48,8 @@ def check_functions(plan: Plan):
                 if isinstance(arg, Ptr) and arg.block_stride and not f.blocked:
                     fail(plan, f"function {f.name} strides '{arg.source}' by {arg.block_stride} bytes per block "
                                 "but takes no block index (it is not blocked)")
-            if isinstance(step, ScalarStep) and step.op not in WordDef.OPS:
-                fail(plan, f"function {f.name} has scalar op '{step.op}'; the ops are {', '.join(WordDef.OPS)}")
+            if isinstance(step, ScalarStep) and not isinstance(step.op, WordOp):
+                fail(plan, f"function {f.name} has scalar op {step.op!r}; the ops are WordOp's members")
 
 
 def _check_abi(plan: Plan, f, step):
@@ -76,7 +76,7 @@ def _takes(ctype: str, arg) -> bool:
     """Whether `arg` is a value of C type `ctype` ("ptr", "i32" or "f32")."""
     if ctype == "ptr":
         return isinstance(arg, Ptr)
-    return (isinstance(arg, Imm) and arg.ctype == ctype) or (isinstance(arg, Load) and ctype == "i32")
+    return (isinstance(arg, Imm) and arg.ctype.value == ctype) or (isinstance(arg, Load) and ctype == "i32")
 
 
 def _kinds(args) -> str:

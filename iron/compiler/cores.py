@@ -8,12 +8,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from iron.compiler.fifos import Stem, fifo, fifo_id
+from iron.compiler.fifos import FifoId, Stem, fifo_id
 from iron.compiler.fuse import leading_call
 from iron.compiler.objects import (
     Context,
     Part,
     StateWrite,
+    attr_imm,
     attr_word,
     consumed,
     copy_step,
@@ -41,15 +42,15 @@ def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:
     """The part's Functions and its core's program."""
     main = _main_steps(ctx, part)
     block = _block_function(ctx, part)
-    ins = ([part.in_fifo.name] if ctx.routes.has(part.in_fifo) else []) + consumed(ctx, part)
-    outs = [f.name for f in (part.fifo(Stem.HOST), part.fifo(Stem.OUT)) if ctx.routes.has(f)]
+    ins = ([part.in_fifo] if ctx.routes.has(part.in_fifo) else []) + consumed(ctx, part)
+    outs = [f for f in (part.fifo(Stem.HOST), part.fifo(Stem.OUT)) if ctx.routes.has(f)]
     if part.split:
-        outs.append(fifo(part.group, Stem.PART, part.number))
+        outs.append(fifo_id(part.group, Stem.PART, part.number))
     objects = [*ins, *outs, *(b.name for b in part.buffers)]
     program = [*(Acquire(f, Port.CONSUME) for f in ins), *(Acquire(f, Port.PRODUCE) for f in outs)]
     functions = []
     if block is not None:
-        w = _w_name(part)
+        w = _w_fifo(part)
         params = _params(block.steps, [*objects, w])
         functions.append(replace(block, params=params))
         program.append(Loop(part.stream.blocks, (Acquire(w, Port.CONSUME), Invoke(block.name, params),
@@ -73,12 +74,11 @@ def one_core_per_tile(cores: list[Core]) -> list[Core]:
     return list(merged.values())
 
 
-def _w_name(part: Part) -> str:
-    w = fifo_id(part.group, Stem.W, part.number) if part.split else part.stream.fifo or fifo_id(part.group, Stem.W)
-    return w.name
+def _w_fifo(part: Part) -> FifoId:
+    return fifo_id(part.group, Stem.W, part.number) if part.split else part.stream.fifo or fifo_id(part.group, Stem.W)
 
 
-def _params(steps, objects: list[str]) -> tuple[str, ...]:
+def _params(steps, objects: list) -> tuple:
     """The objects the steps touch, in `objects` order."""
     used = set()
     for step in steps:
@@ -118,7 +118,7 @@ def _call_steps(ctx: Context, part: Part, call: Node) -> list:
 def _result_ptr(part: Part, call: Node) -> Ptr:
     """Where a call puts its result: the `_host` region of the state it writes (out=), or its home."""
     if call.arg.writes:
-        return Ptr(part.fifo(Stem.HOST).name, part.host.offsets[StateWrite(call)])
+        return Ptr(part.fifo(Stem.HOST), part.host.offsets[StateWrite(call)])
     return Ptr(*part.homes[call])
 
 
@@ -131,17 +131,14 @@ def _kernel_step(ctx: Context, part: Part, call: Node, ptrs, shapes, out_shape) 
 
 def _attr_args(ctx: Context, part: Part, call: Node) -> list:
     dynamic = dict(dynamic_attrs(call))
-    values = call.arg.attr_dict
     args = []
     for name, ctype in call.arg.kernel.c_attrs:
         if name in dynamic:
             key = WordRef(attr_word(ctx, call, name, dynamic[name]))
             where = ctx.relayed.get((part.group, key))
-            args.append(Load(*where) if where else Load(part.in_fifo.name, part.ins.offsets[key]))
-        elif values.get(name) is None:
-            args.append(Imm(int(call.src[0].shape[-1]), ctype))   # a row kernel's length left None: the whole row
+            args.append(Load(*where) if where else Load(part.in_fifo, part.ins.offsets[key]))
         else:
-            args.append(Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype))
+            args.append(attr_imm(call, name, ctype))
     return args
 
 
@@ -155,7 +152,7 @@ def _block_function(ctx: Context, part: Part) -> Function | None:
     row_out = int(np.prod(call.shape[1:], dtype=np.int64)) * call.dtype.itemsize
     home = _result_ptr(part, call)
     steps = gather(ctx, part, x) if is_computed_view(x) else []
-    block = Ptr(_w_name(part), 0)
+    block = Ptr(_w_fifo(part), 0)
     if s.expand is not None:
         expanded = Ptr(*part.homes[s.expand])
         steps.append(_kernel_step(ctx, part, s.expand, [block, expanded], [(s.rows, *s.matrix.shape[1:])],

@@ -6,19 +6,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from iron.compiler.allocate import budget, tile_memory
+from iron.compiler.fifos import FEEDBACK
 from iron.compiler.plan import (
+    Choice,
     Const,
     Direction,
     Dma,
-    Element,
     HostRole,
+    Load,
     Plan,
     TileKind,
     WordDef,
+    WordOp,
     WordRef,
 )
-
-SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
+from iron.ir import SCALAR_SYMBOL
 
 
 def describe(plan: Plan) -> str:
@@ -41,11 +43,20 @@ def describe(plan: Plan) -> str:
 def _decided(plan: Plan, *between: list[str]) -> list[list[str]]:
     """The sections every Plan's description has, segmented or not: its words (then `between`),
     every rule's decision, the choices the cost model made (when it made any), the DDR traffic."""
-    choices = [f"{name}: {choice.text()}" for name, choice in plan.choices]
+    choices = [f"{name}: {_choice(c)}" for name, c in plan.choices]
     return [_section("words", _words(plan.words)), *between,
             _section("rules", [f"{rule}: {what}" for rule, what in plan.rules]),
             _section("choices", choices) if choices else [],
             _section("DDR per call", [ddr_traffic(plan).text()])]
+
+
+def _choice(c: Choice) -> str:
+    other = "no other" if c.rejected is None else f"the best rejected, {c.rejected}, {_time(c.rejected_ns)}"
+    return f"{c.rule}: {c.what} chosen by estimated time: {c.chosen}, {_time(c.chosen_ns)}; {other}"
+
+
+def _time(ns: float) -> str:
+    return f"{ns / 1000:.1f} us" if ns >= 100 else f"{ns:.1f} ns"
 
 
 def _segmented(plan: Plan) -> str:
@@ -136,8 +147,12 @@ def _fifos(plan: Plan) -> list[str]:
     for f in plan.fifos:
         route = f"{f.producer.name} -> {', '.join(t.name for t in f.consumers)}"
         how = "shared memory" if f.shared_memory else "DMA"
-        rows.append((f.name, route, f"depth {f.depth}", f"{f.nbytes} bytes", how, holds.get(f.name, "")))
+        rows.append((str(f.name), route, f"depth {f.depth}", f"{f.nbytes} bytes", how, holds.get(f.name, "")))
     return _columns(rows)
+
+
+def _join(items) -> str:
+    return ", ".join(map(str, items))
 
 
 def _links(plan: Plan) -> list[str]:
@@ -149,8 +164,8 @@ def _links(plan: Plan) -> list[str]:
             kind, offsets = "split", link.destination_offsets
         else:
             kind, offsets = "forward", ()
-        at = f" at bytes {', '.join(map(str, offsets))}" if offsets else ""
-        lines.append(f"{link.tile.name}: {kind} {', '.join(link.sources)} -> {', '.join(link.destinations)}{at}")
+        at = f" at bytes {_join(offsets)}" if offsets else ""
+        lines.append(f"{link.tile.name}: {kind} {_join(link.sources)} -> {_join(link.destinations)}{at}")
     return lines
 
 
@@ -159,10 +174,10 @@ def word_text(w: WordDef) -> str:
     if w.op is None:
         return "given per call"
     a, b = ("" if o is None else str(o) for o in (w.a, w.b))
-    if w.op == "copy":
+    if w.op is WordOp.COPY:
         return f"= {a}"
-    if w.op in SYMBOLS:
-        return f"= {a} {SYMBOLS[w.op]} {b}"
+    if w.op.value in SCALAR_SYMBOL:
+        return f"= {a} {SCALAR_SYMBOL[w.op.value]} {b}"
     return f"= {w.op}({a}, {b})"
 
 
@@ -185,15 +200,15 @@ def _emit(plan: Plan) -> list[str]:
     e = plan.emit
     if e is None:
         return []
-    lines = [f"on {e.tile.name}, writing {len(e.target_words)} words through {e.feedback_fifo}, bounded ones "
+    lines = [f"on {e.tile.name}, writing {len(e.target_words)} words through {FEEDBACK}, bounded ones "
              f"clamped into range, and in word {e.flag} how many were not"]
     return lines + [f"next {name} <- {_source(plan, source)}" for name, source in e.next_values]
 
 
 def _source(plan: Plan, source) -> str:
     """Where a next carried value comes from, in words."""
-    if isinstance(source, Element):
-        return f"element of {source.fifo} at byte {source.offset}"
+    if isinstance(source, Load):
+        return f"element of {source.source} at byte {source.offset}"
     if isinstance(source, WordRef):
         return f"w{source.index} ({plan.words[source.index].name})"
     if isinstance(source, Const):

@@ -10,14 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from iron.compiler.allocate import state_sink
-from iron.compiler.fifos import EMIT, EMIT_IN, FEEDBACK, Stem, fifo_id
+from iron.compiler.fifos import EMIT, EMIT_IN, FEEDBACK
 from iron.compiler.objects import Context
 from iron.compiler.plan import (
     Acquire,
     Const,
     Core,
     Direction,
-    Element,
     Emit,
     Function,
     HostRole,
@@ -32,6 +31,7 @@ from iron.compiler.plan import (
     ScalarStep,
     WordDef,
     WordKind,
+    WordOp,
     WordRef,
 )
 from iron.compiler.sequence import Move
@@ -58,7 +58,7 @@ def carry_sources(ctx: Context) -> tuple[tuple, tuple]:
     for name, value in ctx.program.carry:
         if value.op == Op.ELEM:
             fifo, offset = ctx.source(EMIT, value.src[0]) or ("", 0)
-            emit.append((name, Element(fifo, offset)))
+            emit.append((name, Load(fifo, offset)))
             host.append((name, Output(f"carry.{name}")))
         else:
             source = WordRef(ctx.table.next_value(value))
@@ -70,16 +70,16 @@ def carry_sources(ctx: Context) -> tuple[tuple, tuple]:
 def lower_emit(ctx: Context, next_values: tuple, target) -> EmitCore:
     """The Emit core on the layout's Emit tile, writing `target` (the fed version's words)."""
     tile, words = ctx.layout.emit, len(ctx.table.words)
-    elements = list(dict.fromkeys(src.fifo for _, src in next_values if isinstance(src, Element)))
+    elements = list(dict.fromkeys(src.source for _, src in next_values if isinstance(src, Load)))
     objects = (EMIT_IN, *elements, FEEDBACK)
     program = (*(Acquire(f, Port.CONSUME) for f in objects[:-1]), Acquire(FEEDBACK, Port.PRODUCE),
                Invoke(EMIT, objects),
                *(Release(f, Port.CONSUME) for f in objects[:-1]), Release(FEEDBACK, Port.PRODUCE))
     core = Core(tile, EMIT, program, ctx.device.compute.default_stack_bytes)
-    emit = Emit(tile, tuple(next_values), tuple(target), FEEDBACK)
+    emit = Emit(tile, tuple(next_values), tuple(target))
     # this call's words and the flag after them (the scratchpad of a version with an Emit has it)
-    moves = (Move(Direction.MM2S, fifo_id(EMIT, Stem.IN), "words", Access(0, ((words + 1, 1),))),
-             Move(Direction.S2MM, fifo_id(None, Stem.FEEDBACK), FEEDBACK, Access(0, ((emit.nwords, 1),))))
+    moves = (Move(Direction.MM2S, EMIT_IN, HostRole.WORDS.value, Access(0, ((words + 1, 1),))),
+             Move(Direction.S2MM, FEEDBACK, HostRole.FEEDBACK.value, Access(0, ((emit.nwords, 1),))))
     sizes = {EMIT_IN: 4 * (words + 1), FEEDBACK: 4 * emit.nwords}
     function = Function(EMIT, objects, _emit_steps(ctx, dict(next_values), emit))
     return EmitCore(emit, function, core, sizes, moves)
@@ -116,8 +116,8 @@ def _emit_steps(ctx: Context, next_values: dict, emit: Emit) -> tuple:
             return None
         if isinstance(source, Const):
             return Imm(int(source.value))
-        if isinstance(source, Element):
-            return Load(source.fifo, source.offset)
+        if isinstance(source, Load):
+            return source
         return Load(EMIT_IN, 4 * source.index)
 
     def target_load(operand):
@@ -126,13 +126,13 @@ def _emit_steps(ctx: Context, next_values: dict, emit: Emit) -> tuple:
         return Load(FEEDBACK, 4 * operand.index)
 
     # a run flagged before this one flags the next too: its words may be in range again
-    steps = [ScalarStep(Ptr(FEEDBACK, 4 * emit.flag), "copy", Load(EMIT_IN, 4 * len(ctx.table.words)))]
+    steps = [ScalarStep(Ptr(FEEDBACK, 4 * emit.flag), WordOp.COPY, Load(EMIT_IN, 4 * len(ctx.table.words)))]
     for w in emit.target_words:
         dest = Ptr(FEEDBACK, 4 * w.index)
         if w.kind is WordKind.CARRIED:
-            steps.append(ScalarStep(dest, "copy", load(next_values[w.name])))
+            steps.append(ScalarStep(dest, WordOp.COPY, load(next_values[w.name])))
         elif w.kind is WordKind.SCRATCHPAD:
-            steps.append(ScalarStep(dest, "copy", load(WordRef(mine[w.name]))))
+            steps.append(ScalarStep(dest, WordOp.COPY, load(WordRef(mine[w.name]))))
         else:
             steps.append(ScalarStep(dest, w.op, target_load(w.a), target_load(w.b)))
         if w.bound is not None:
@@ -147,9 +147,9 @@ def _emit_steps(ctx: Context, next_values: dict, emit: Emit) -> tuple:
 def unflagged_steps(emit: Emit) -> tuple[ScalarStep, ...]:
     """scratch = 1 if the flag is 0 else 0 (the flag is a count, never negative)."""
     s = Ptr(FEEDBACK, 4 * emit.scratch)
-    return (ScalarStep(s, "min", Load(FEEDBACK, 4 * emit.flag), Imm(1)),
-            ScalarStep(s, "mul", Load(FEEDBACK, 4 * emit.scratch), Imm(-1)),
-            ScalarStep(s, "add", Load(FEEDBACK, 4 * emit.scratch), Imm(1)))
+    return (ScalarStep(s, WordOp.MIN, Load(FEEDBACK, 4 * emit.flag), Imm(1)),
+            ScalarStep(s, WordOp.MUL, Load(FEEDBACK, 4 * emit.scratch), Imm(-1)),
+            ScalarStep(s, WordOp.ADD, Load(FEEDBACK, 4 * emit.scratch), Imm(1)))
 
 
 def sink_steps(w: WordDef, emit: Emit) -> tuple[ScalarStep, ...]:
@@ -158,9 +158,9 @@ def sink_steps(w: WordDef, emit: Emit) -> tuple[ScalarStep, ...]:
     indices times strides, so within the states buffer, and nothing wraps."""
     word = Ptr(FEEDBACK, 4 * w.index)
     at = Load(FEEDBACK, 4 * w.index)
-    return (ScalarStep(word, "sub", at, Imm(w.sink)),
-            ScalarStep(word, "mul", at, Load(FEEDBACK, 4 * emit.scratch)),
-            ScalarStep(word, "add", at, Imm(w.sink)))
+    return (ScalarStep(word, WordOp.SUB, at, Imm(w.sink)),
+            ScalarStep(word, WordOp.MUL, at, Load(FEEDBACK, 4 * emit.scratch)),
+            ScalarStep(word, WordOp.ADD, at, Imm(w.sink)))
 
 
 def clamp_steps(w: WordDef, emit: Emit) -> tuple[ScalarStep, ...]:
@@ -170,18 +170,18 @@ def clamp_steps(w: WordDef, emit: Emit) -> tuple[ScalarStep, ...]:
     lo, hi = w.bound
     word, s, flag = (4 * i for i in (w.index, emit.scratch, emit.flag))
 
-    def step(dest: int, op: str, a, b) -> ScalarStep:
+    def step(dest: int, op: WordOp, a, b) -> ScalarStep:
         return ScalarStep(Ptr(FEEDBACK, dest), op, a, b)
 
     def at(offset: int) -> Load:
         return Load(FEEDBACK, offset)
 
     return (
-        step(s, "max", at(word), Imm(lo - 1)),
-        step(s, "min", at(s), Imm(hi)),
-        step(word, "max", at(s), Imm(lo)),
-        step(word, "min", at(word), Imm(hi - 1)),
-        step(s, "sub", at(s), at(word)),
-        step(s, "mul", at(s), at(s)),
-        step(flag, "add", at(flag), at(s)),
+        step(s, WordOp.MAX, at(word), Imm(lo - 1)),
+        step(s, WordOp.MIN, at(s), Imm(hi)),
+        step(word, WordOp.MAX, at(s), Imm(lo)),
+        step(word, WordOp.MIN, at(word), Imm(hi - 1)),
+        step(s, WordOp.SUB, at(s), at(word)),
+        step(s, WordOp.MUL, at(s), at(s)),
+        step(flag, WordOp.ADD, at(flag), at(s)),
     )

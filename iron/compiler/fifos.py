@@ -1,8 +1,8 @@
 """FIFO identities: which FIFO a name stands for, as a small frozen record (the group it belongs
 to, what it carries, which one of several), built where the FIFO is decided and never parsed
-back. The compiler's records of FIFOs (routes, relays, moves) hold the FifoId; `FifoId.name` is
-the MLIR symbol printed from it (`g1_p0_host`, `g0_a1_mem`, `g2_part0_1_r1`), by which the Plan,
-one-to-one with the MLIR, and its printers and the emulator know a FIFO."""
+back. The compiler's records of FIFOs (routes, relays, moves) and the Plan hold the FifoId (its
+role derived from it); `FifoId.name` is the MLIR symbol the printers print from it (`g1_p0_host`,
+`g0_a1_mem`, `g2_part0_1_r1`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,6 +26,20 @@ class Stem(Term):
     FEEDBACK = "feedback"        # the Emit's next words back to the host
     SHARED_IN = "shared_in"      # several groups' inputs through one shim channel
     SHARED_HOST = "shared_host"  # several groups' host results through one shim channel
+
+
+class FifoRole(Term):
+    """What a FIFO carries for its group, as the shim channels and relays treat it: its stem's kind."""
+
+    INPUT = "in"              # host tensors and per-call words into a group's cores (one packed object)
+    WEIGHTS = "w"             # blocks of a streamed or tiled matrix, a stream's blocks (stems w, a, b, x)
+    OUTPUT = "out"            # results other groups or the Emit read
+    HOST = "host"             # outputs, state writes and carried elements back to the host
+    PART = "part"             # a split group's part of the result, into the mem-tile join
+    SHARED_IN = "shared_in"   # several groups' inputs through one shim channel (a mem-tile split)
+    SHARED_HOST = "shared_host"  # several groups' host results through one shim channel (a join)
+    EMIT_IN = "emit_in"       # this call's words into the Emit core
+    FEEDBACK = "feedback"     # the next call's words from the Emit core
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,15 @@ class FifoId:
     def __str__(self) -> str:
         return self.name
 
+    def __repr__(self) -> str:   # messages quote a FIFO by its symbol, as they quote a Buffer's name
+        return repr(self.name)
+
+    @property
+    def role(self) -> FifoRole:
+        if self.stem in (Stem.W, Stem.A, Stem.B, Stem.X):
+            return FifoRole.WEIGHTS
+        return FifoRole.EMIT_IN if self.stem is Stem.IN and self.group == EMIT else FifoRole(self.stem.value)
+
 
 def fifo_id(group: str | None, stem: Stem, *at: int, core: int | None = None, mem: bool = False,
             result: int = 0) -> FifoId:
@@ -59,11 +82,5 @@ def fifo_id(group: str | None, stem: Stem, *at: int, core: int | None = None, me
     return FifoId(group, stem, at, core, mem, result)
 
 
-def fifo(group: str | None, stem: Stem, *at: int, core: int | None = None, mem: bool = False,
-         result: int = 0) -> str:
-    """The name of the FIFO these identify, as the Plan's values print it (FifoId.name)."""
-    return fifo_id(group, stem, *at, core=core, mem=mem, result=result).name
-
-
-EMIT_IN = fifo(EMIT, Stem.IN)          # this call's words into the Emit core
-FEEDBACK = fifo(None, Stem.FEEDBACK)   # the next call's words from it
+EMIT_IN = fifo_id(EMIT, Stem.IN)          # this call's words into the Emit core
+FEEDBACK = fifo_id(None, Stem.FEEDBACK)   # the next call's words from it

@@ -10,7 +10,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from iron.compiler.fifos import FifoId, Stem, fifo, fifo_id
+from iron.compiler.fifos import FifoId, Stem, fifo_id
 from iron.compiler.grid import (
     GridLowered,
     result_access,
@@ -20,7 +20,7 @@ from iron.compiler.grid import (
     view_rows_of,
     with_waits,
 )
-from iron.compiler.objects import Context, attr_word, copy_step
+from iron.compiler.objects import Context, attr_imm, attr_word, copy_step
 from iron.compiler.place import Site
 from iron.compiler.plan import (
     Acquire,
@@ -38,7 +38,6 @@ from iron.compiler.plan import (
     Ptr,
     Release,
 )
-from iron.compiler.route import host_fifo, part_fifo
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.words import Access
 from iron.ir import Op, call_label, describe, destination, input_dtypes
@@ -51,23 +50,24 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
     g, flow = site.group.name, site.flow
     rows, b = len(flow.rows), flow.block
     sizes, links, functions, buffers, cores = {}, [], [], [], []
-    sizes |= {fifo(g, Stem.W, i): (-(-flow.width * node.dtype.itemsize // 4) * 4, node.dtype, describe(node))   # a row, whole words
+    sizes |= {fifo_id(g, Stem.W, i): (-(-flow.width * node.dtype.itemsize // 4) * 4, node.dtype, describe(node))   # a row, whole words
               for i, node in enumerate(flow.shared)}
     if flow.per_call:
         words = [ctx.table.words[w].name for w in _flow_words(ctx, flow)]
-        sizes[fifo(g, Stem.IN)] = (4 * len(words), np.dtype(np.int32), ", ".join(words))
+        sizes[fifo_id(g, Stem.IN)] = (4 * len(words), np.dtype(np.int32), ", ".join(words))
     for c, mem in enumerate(flow.mems):
         for i, node in enumerate(flow.inputs):
             size = b * node.dtype.itemsize
-            sizes[fifo(g, Stem.X, i, c, mem=True)] = (rows * size, node.dtype, f"blocks of {describe(node)}")
-            sizes |= {fifo(g, Stem.X, i, r, c): (size, node.dtype, f"blocks of {describe(node)}") for r in range(rows)}
-            links.append(Link(mem, (fifo(g, Stem.X, i, c, mem=True),), tuple(fifo(g, Stem.X, i, r, c) for r in range(rows)),
+            sizes[fifo_id(g, Stem.X, i, c, mem=True)] = (rows * size, node.dtype, f"blocks of {describe(node)}")
+            sizes |= {fifo_id(g, Stem.X, i, r, c): (size, node.dtype, f"blocks of {describe(node)}") for r in range(rows)}
+            links.append(Link(mem, (fifo_id(g, Stem.X, i, c, mem=True),), tuple(fifo_id(g, Stem.X, i, r, c) for r in range(rows)),
                               destination_offsets=tuple(r * size for r in range(rows))))
         for k, result in enumerate(flow.results):
             size, label = flow.result_block * result.dtype.itemsize, call_label(ctx.program, result)
-            sizes |= {part_fifo(g, k, r, c): (size, result.dtype, label) for r in range(rows)}
-            sizes[host_fifo(g, k, c)] = (rows * size, result.dtype, label)
-            links.append(Link(mem, tuple(part_fifo(g, k, r, c) for r in range(rows)), (host_fifo(g, k, c),),
+            parts, host = [fifo_id(g, Stem.PART, r, c, result=k) for r in range(rows)], fifo_id(g, Stem.HOST, c, result=k)
+            sizes |= {part: (size, result.dtype, label) for part in parts}
+            sizes[host] = (rows * size, result.dtype, label)
+            links.append(Link(mem, tuple(parts), (host,),
                               source_offsets=tuple(r * size for r in range(rows))))
         for r in range(rows):
             function, held, core = _flow_core(ctx, g, flow, r, c)
@@ -89,10 +89,10 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
     last call's into the part it sends; the shared rows and the per-call words acquired once,
     around the Loop."""
     tile, prefix, b = flow.tile(r, c), f"{g}_r{r}c{c}", flow.block
-    ins = [fifo(g, Stem.X, i, r, c) for i in range(len(flow.inputs))]
-    shared = [fifo(g, Stem.W, i) for i in range(len(flow.shared))] + [fifo(g, Stem.IN)] * bool(flow.per_call)
-    loads = {(call, name): Load(fifo(g, Stem.IN), 4 * j) for j, (call, name, _) in enumerate(flow.per_call)}
-    parts = [part_fifo(g, k, r, c) for k in range(len(flow.results))]
+    ins = [fifo_id(g, Stem.X, i, r, c) for i in range(len(flow.inputs))]
+    shared = [fifo_id(g, Stem.W, i) for i in range(len(flow.shared))] + [fifo_id(g, Stem.IN)] * bool(flow.per_call)
+    loads = {(call, name): Load(fifo_id(g, Stem.IN), 4 * j) for j, (call, name, _) in enumerate(flow.per_call)}
+    parts = [fifo_id(g, Stem.PART, r, c, result=k) for k in range(len(flow.results))]
     where = dict(zip((*flow.inputs, *flow.shared), (*ins, *shared))) | dict(zip(flow.results, parts))
     buffers, steps = [], []
     for j, call in enumerate(() if flow.pieces else flow.calls):
@@ -104,11 +104,7 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
         kernel = call.arg.kernel
         arity = call.arg.n_inputs
         sizes = kernel.sizes(*flow.shapes())
-        # a row's length left None is the user's whole row, also where it lies padded wider
-        # (pad_through_row_width): the kernel reduces that much of each row
-        values = {name: call.src[0].shape[-1] if v is None else v for name, v in call.arg.attr_dict.items()}
-        attrs = [loads.get((call, name)) or Imm(float(values[name]) if ctype == "f32" else int(values[name]), ctype)
-                 for name, ctype in kernel.c_attrs]
+        attrs = [loads.get((call, name)) or attr_imm(call, name, ctype) for name, ctype in kernel.c_attrs]
         ptrs = [Ptr(where[n]) for n in call.src[:arity]] + [Ptr(where[call])]
         steps.append(KernelStep.of(kernel, input_dtypes(call), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs),
                                    call.dtype))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from iron.compiler.fifos import Stem, fifo, fifo_id
-from iron.compiler.objects import Context
+from iron.compiler.fifos import Stem, fifo_id
+from iron.compiler.objects import Context, attr_imm
 from iron.compiler.place import Site
 from iron.compiler.plan import (
     Acquire,
@@ -69,19 +69,19 @@ def _sizes(ctx: Context, g: str, grid: Grid) -> dict:
     sizes = {}
     if grid.own_rows:
         rows, block, a = len(grid.rows), grid.a_block_bytes, grid.matrix
-        sizes[fifo(g, Stem.B)] = (k * n * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
+        sizes[fifo_id(g, Stem.B)] = (k * n * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
         for c in range(len(grid.cols)):
-            sizes[fifo(g, Stem.A, c, mem=True)] = (rows * block, a.dtype, f"rows of {describe(a)}")
-            sizes |= {fifo(g, Stem.A, r, c): (block, a.dtype, f"rows of {describe(a)}") for r in range(rows)}
-            sizes |= {fifo(g, Stem.PART, r, c): (m * n * out.itemsize, out, label) for r in range(rows)}
-            sizes[fifo(g, Stem.HOST, c)] = (rows * m * n * out.itemsize, out, label)
+            sizes[fifo_id(g, Stem.A, c, mem=True)] = (rows * block, a.dtype, f"rows of {describe(a)}")
+            sizes |= {fifo_id(g, Stem.A, r, c): (block, a.dtype, f"rows of {describe(a)}") for r in range(rows)}
+            sizes |= {fifo_id(g, Stem.PART, r, c): (m * n * out.itemsize, out, label) for r in range(rows)}
+            sizes[fifo_id(g, Stem.HOST, c)] = (rows * m * n * out.itemsize, out, label)
         return sizes
     for r in range(len(grid.rows)):
-        sizes[fifo(g, Stem.A, r, mem=True)] = sizes[fifo(g, Stem.A, r)] = (m * k * a.dtype.itemsize, a.dtype, f"blocks of {describe(a)}")
+        sizes[fifo_id(g, Stem.A, r, mem=True)] = sizes[fifo_id(g, Stem.A, r)] = (m * k * a.dtype.itemsize, a.dtype, f"blocks of {describe(a)}")
     for c in range(len(grid.cols)):
-        sizes[fifo(g, Stem.B, c, mem=True)] = sizes[fifo(g, Stem.B, c)] = (k * n * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
-        sizes |= {fifo(g, Stem.PART, r, c): (m * n * out.itemsize, out, label) for r in range(len(grid.rows))}
-        sizes[fifo(g, Stem.HOST, c)] = (len(grid.rows) * m * n * out.itemsize, out, label)
+        sizes[fifo_id(g, Stem.B, c, mem=True)] = sizes[fifo_id(g, Stem.B, c)] = (k * n * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
+        sizes |= {fifo_id(g, Stem.PART, r, c): (m * n * out.itemsize, out, label) for r in range(len(grid.rows))}
+        sizes[fifo_id(g, Stem.HOST, c)] = (len(grid.rows) * m * n * out.itemsize, out, label)
     return sizes
 
 
@@ -93,14 +93,14 @@ def _links(g: str, grid: Grid) -> tuple[Link, ...]:
     if grid.own_rows:
         block = grid.a_block_bytes
         return tuple(link for c, mem in enumerate(grid.c_mems) for link in (
-            Link(mem, (fifo(g, Stem.A, c, mem=True),), tuple(fifo(g, Stem.A, r, c) for r in rows),
+            Link(mem, (fifo_id(g, Stem.A, c, mem=True),), tuple(fifo_id(g, Stem.A, r, c) for r in rows),
                  destination_offsets=tuple(r * block for r in rows)),
-            Link(mem, tuple(fifo(g, Stem.PART, r, c) for r in rows), (fifo(g, Stem.HOST, c),),
+            Link(mem, tuple(fifo_id(g, Stem.PART, r, c) for r in rows), (fifo_id(g, Stem.HOST, c),),
                  source_offsets=tuple(r * part for r in rows))))
-    links = [Link(mem, (fifo(g, Stem.A, r, mem=True),), (fifo(g, Stem.A, r),)) for r, mem in enumerate(grid.a_mems)]
+    links = [Link(mem, (fifo_id(g, Stem.A, r, mem=True),), (fifo_id(g, Stem.A, r),)) for r, mem in enumerate(grid.a_mems)]
     for c, mem in enumerate(grid.c_mems):
-        links += [Link(mem, (fifo(g, Stem.B, c, mem=True),), (fifo(g, Stem.B, c),)),
-                  Link(mem, tuple(fifo(g, Stem.PART, r, c) for r in rows), (fifo(g, Stem.HOST, c),),
+        links += [Link(mem, (fifo_id(g, Stem.B, c, mem=True),), (fifo_id(g, Stem.B, c),)),
+                  Link(mem, tuple(fifo_id(g, Stem.PART, r, c) for r in rows), (fifo_id(g, Stem.HOST, c),),
                        source_offsets=tuple(r * part for r in rows))]
     return tuple(links)
 
@@ -109,12 +109,12 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     """Core (r, c)'s Functions, Buffers and program: a Loop over its output blocks, each summing
     its k-blocks."""
     call, tile, prefix = grid.call, grid.tile(r, c), f"{g}_r{r}c{c}"
-    a, b, part = fifo(g, Stem.A, r), fifo(g, Stem.B, c), fifo(g, Stem.PART, r, c)
+    a, b, part = fifo_id(g, Stem.A, r), fifo_id(g, Stem.B, c), fifo_id(g, Stem.PART, r, c)
     m, k, n = grid.m, grid.k, grid.n
     kernel, in_dtype = call.arg.kernel, call.src[0].dtype
     shapes = [(m, k), (k, n)], (m, n)
     if grid.own_rows:
-        a, b = fifo(g, Stem.A, r, c), fifo(g, Stem.B)
+        a, b = fifo_id(g, Stem.A, r, c), fifo_id(g, Stem.B)
     if grid.vector:
         shapes = [(m, k), (k,)], (m,)
     sizes = tuple(Imm(int(s)) for s in kernel.sizes(*shapes))
@@ -173,9 +173,8 @@ def _expansion_step(grid: Grid, blocks: str, dest: str) -> KernelStep:
     expand, stored = grid.expand, grid.matrix
     kernel, m = expand.arg.kernel, grid.m
     sizes = kernel.sizes([(m, grid.a_block_bytes // m)], (m, grid.k))
-    attrs = expand.arg.attr_dict
     return KernelStep.of(kernel, stored.dtype, (Ptr(blocks), Ptr(dest), *(Imm(int(s)) for s in sizes),
-                                                *(Imm(int(attrs[name]), ctype) for name, ctype in kernel.c_attrs)),
+                                                *(attr_imm(expand, name, ctype) for name, ctype in kernel.c_attrs)),
                          expand.dtype)
 
 
@@ -257,7 +256,7 @@ def with_waits(ctx: Context, steps: int, t: int, here: list[Move]) -> list:
     """Step `t`'s moves (a round, or a run of rounds), then a Wait on each of their FIFOs every
     `rounds_between_waits` steps."""
     if (t + 1) % rounds_between_waits(ctx.device, here) == 0 and t + 1 < steps:
-        return [*here, *(Wait(mv.fifo.name) for mv in here)]
+        return [*here, *(Wait(mv.fifo) for mv in here)]
     return here
 
 

@@ -11,6 +11,7 @@ from itertools import accumulate
 
 from iron.compiler.allocate import check_tile_memory, fifo_homes, link_holder, shares_memory
 from iron.compiler.core_checks import check_cores, check_functions, check_unique, fail
+from iron.compiler.fifos import FEEDBACK
 from iron.compiler.plan import (
     FLAG_WORDS,
     Acquire,
@@ -28,6 +29,7 @@ from iron.compiler.plan import (
     Wait,
     WordDef,
     WordKind,
+    WordOp,
     WordRef,
 )
 
@@ -159,7 +161,7 @@ def _check_dma_channels(plan: Plan):
         kind = plan.device.compute if tile.kind is TileKind.COMPUTE else plan.device.mem
         for names, have, what in ((ins, kind.dma_in_channels, "in (S2MM)"), (outs, kind.dma_out_channels, "out (MM2S)")):
             if len(names) > have:
-                fail(plan, f"{tile.name} moves {len(names)} FIFOs {what} by DMA ({', '.join(names)}) but a "
+                fail(plan, f"{tile.name} moves {len(names)} FIFOs {what} by DMA ({', '.join(map(str, names))}) but a "
                             f"{tile.kind} tile has {have} such channels",
                       "Route several operands through one FIFO (one packed object, or a mem-tile join), or "
                       "make FIFOs between neighbouring compute tiles shared memory.")
@@ -213,7 +215,7 @@ def _check_words(plan: Plan):
 
 def _check_derived(plan: Plan, w: WordDef):
     operands = [o for o in (w.a, w.b) if o is not None]
-    bad = w.op not in WordDef.OPS or (w.b is None) != (w.op == "copy") or any(
+    bad = not isinstance(w.op, WordOp) or (w.b is None) != (w.op is WordOp.COPY) or any(
         not isinstance(o, (WordRef, Const)) or (isinstance(o, WordRef) and not 0 <= o.index < w.index)
         for o in operands)
     if bad or (w.bound is not None and w.bound[0] >= w.bound[1]):
@@ -248,12 +250,12 @@ def word_ranges(words) -> list[tuple[int, int] | None]:
             ranges.append((w.bound[0], w.bound[1] - 1))
             continue
         a, b = of(w.a), of(w.b)
-        if w.op == "copy" and w.sink is not None and a is not None:   # a flagged run's Emit writes w.sink
+        if w.op is WordOp.COPY and w.sink is not None and a is not None:   # a flagged run's Emit writes w.sink
             ranges.append((min(a[0], w.sink), max(a[1], w.sink)))
-        elif w.op == "copy":
+        elif w.op is WordOp.COPY:
             ranges.append(a)
-        elif w.op in ("add", "mul") and a is not None and b is not None:
-            ends = [x + y if w.op == "add" else x * y for x in a for y in b]
+        elif w.op in (WordOp.ADD, WordOp.MUL) and a is not None and b is not None:
+            ends = [w.op.fn(x, y) for x in a for y in b]
             ranges.append((min(ends), max(ends)))
         else:
             ranges.append(None)
@@ -401,11 +403,11 @@ def _check_emit(plan: Plan):
         fail(plan, f"it has an Emit but {'no feedback buffer' if plan.full_elf else 'the device runs no full ELF'}",
               "Only full-ELF plans have an Emit and a feedback buffer.")
     carried = [w.name for w in plan.words if w.kind is WordKind.CARRIED]
-    feedback = next((f for f in plan.fifos if f.name == e.feedback_fifo), None)
+    feedback = next((f for f in plan.fifos if f.name == FEEDBACK), None)
     core = next((c for c in plan.cores if c.tile == e.tile), None)
     if [n for n, _ in e.next_values] != carried or feedback is None or feedback.producer != e.tile or core is None:
         fail(plan, f"the Emit on {e.tile.name} gives next values for {[n for n, _ in e.next_values]} (carried: "
-                    f"{carried}) through '{e.feedback_fifo}' without a core and FIFO of its own")
+                    f"{carried}) through '{FEEDBACK}' without a core and FIFO of its own")
     if plan.host_buffer(HostRole.FEEDBACK).nwords != e.nwords:
         fail(plan, f"the feedback buffer holds {plan.host_buffer(HostRole.FEEDBACK).nwords} words for the "
                     f"{len(e.target_words)} target words and {FLAG_WORDS} flag words")

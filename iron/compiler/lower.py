@@ -12,7 +12,7 @@ import numpy as np
 from iron.compiler.allocate import host_placements
 from iron.compiler.cores import core_of, one_core_per_tile
 from iron.compiler.emit import carry_sources, lower_emit, sink_writes
-from iron.compiler.fifos import EMIT_IN, FEEDBACK, FifoId, Stem, fifo, fifo_id
+from iron.compiler.fifos import EMIT_IN, FEEDBACK, FifoId, Stem, fifo_id
 from iron.compiler.flow import lower_flow
 from iron.compiler.grid import lower_grid
 from iron.compiler.objects import I32, Context, Part, joined, pack
@@ -96,8 +96,8 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
         sequence += made.moves
         sizes[EMIT_IN] = (made.sizes[EMIT_IN], I32, "this call's words")
         sizes[FEEDBACK] = (made.sizes[FEEDBACK], I32, "the next call's words")
-    fifos = tuple(Fifo(r.name, r.producer, r.consumers, DEPTH, sizes[r.name][0], np.dtype(sizes[r.name][1]),
-                       r.shared_memory, r.role) for r in routes.fifos)
+    fifos = tuple(Fifo(r.fifo, r.producer, r.consumers, DEPTH, sizes[r.fifo][0], np.dtype(sizes[r.fifo][1]),
+                       r.shared_memory) for r in routes.fifos)
     looped = frozenset(f.name for f in fifos if looping & {f.producer, *f.consumers})
     holds |= {name: what for name, (_, _, what) in sizes.items()}
     return Lowered(fifos, tuple(links), tuple(buffers), tuple(functions), tuple(cores), tuple(sequence),
@@ -123,7 +123,7 @@ def object_sizes(ctx: Context, site: Site, parts: list[Part]) -> dict[str, tuple
         size, label = parts[0].count * last.dtype.itemsize, call_label(ctx.program, last)
         sizes |= {fifo_id(g, Stem.PART, p.number): (size, last.dtype, label) for p in parts}
         sizes[joined(ctx, g)] = (size * len(parts), last.dtype, label)
-    return {f.name: size for f, size in sizes.items() if ctx.routes.has(f)}
+    return {f: size for f, size in sizes.items() if ctx.routes.has(f)}
 
 
 def _packed(packing) -> tuple[int, np.dtype, str]:
@@ -141,12 +141,12 @@ def site_links(ctx: Context, site: Site, parts: list[Part], sizes: dict) -> list
     if site.stream is None or site.stream.owner is not None:
         return []
     g, mem = site.group.name, site.stream.mem
-    names = tuple(w.name for w in _w_fifos(site, parts))
+    names = tuple(_w_fifos(site, parts))
     if not parts[0].split:
-        return [Link(mem, (fifo(g, Stem.W, mem=True),), names)]
-    block, size, s = sizes[names[0]][0], sizes[fifo(g, Stem.PART, 0)][0], site.stream
+        return [Link(mem, (fifo_id(g, Stem.W, mem=True),), names)]
+    block, size, s = sizes[names[0]][0], sizes[fifo_id(g, Stem.PART, 0)][0], site.stream
     split = tuple(p * block for p in range(s.per_lane)) if s.per_lane > 1 else ()   # one part a lane: a forward
-    lanes = [Link(lane, (s.lane_fifo(g, k).name,), names[k * s.per_lane:(k + 1) * s.per_lane], destination_offsets=split)
+    lanes = [Link(lane, (s.lane_fifo(g, k),), names[k * s.per_lane:(k + 1) * s.per_lane], destination_offsets=split)
              for k, lane in enumerate(s.lane_mems)]
-    return [*lanes, Link(mem, tuple(fifo(g, Stem.PART, p.number) for p in parts), (joined(ctx, g).name,),
+    return [*lanes, Link(mem, tuple(fifo_id(g, Stem.PART, p.number) for p in parts), (joined(ctx, g),),
                          source_offsets=tuple(p.number * size for p in parts))]

@@ -121,8 +121,8 @@ def fifo_lines(plan: Plan) -> list[str]:
 
 def link_lines(plan: Plan) -> list[str]:
     return [
-        f"aie.objectfifo.link [{_join('@' + s for s in link.sources)}] -> "
-        f"[{_join('@' + d for d in link.destinations)}] "
+        f"aie.objectfifo.link [{_join(f'@{s}' for s in link.sources)}] -> "
+        f"[{_join(f'@{d}' for d in link.destinations)}] "
         f"([{_join(_link_offsets(plan, link, link.source_offsets, link.destinations))}] "
         f"[{_join(_link_offsets(plan, link, link.destination_offsets, link.sources))}])"
         for link in plan.links
@@ -138,8 +138,8 @@ def _link_offsets(plan: Plan, link: Link, offsets: tuple[int, ...], mem_side: tu
     sizes = {_find(plan.fifos, name, "FIFO").dtype.itemsize for name in (*link.sources, *link.destinations)}
     if sizes != {itemsize} or any(o % itemsize for o in offsets):
         raise PlanError(
-            f"The link on {link.tile.name} from {', '.join(link.sources)} to "
-            f"{', '.join(link.destinations)} has byte offsets {list(offsets)}, which mlir-aie "
+            f"The link on {link.tile.name} from {_join(link.sources)} to "
+            f"{_join(link.destinations)} has byte offsets {list(offsets)}, which mlir-aie "
             f"counts in {itemsize}-byte elements of '{mem_side[0]}': give every linked FIFO that "
             "element size and make every offset a multiple of it."
         )
@@ -266,7 +266,7 @@ def _find(items: tuple, name: str, what: str, field: str = "name"):
     for item in items:
         if getattr(item, field) == name:
             return item
-    known = ", ".join(getattr(item, field) for item in items) or "none"
+    known = _join(getattr(item, field) for item in items) or "none"
     raise PlanError(f"The plan uses {what} '{name}' but has none by that name (it has: {known}): add it to the plan.")
 
 
@@ -328,7 +328,7 @@ def _check_names(plan: Plan) -> None:
     named = [("FIFO", f.name) for f in plan.fifos] + [("Buffer", b.name) for b in plan.buffers]
     named += [("function", f.name) for f in plan.functions]
     for what, name in named:
-        if not _SYMBOL.fullmatch(name):
+        if not _SYMBOL.fullmatch(str(name)):
             raise PlanError(
                 f"The {what} name {name!r} is not a valid MLIR symbol: use letters, digits, '_', "
                 "'$' and '.', starting with a letter or '_'."

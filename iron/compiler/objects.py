@@ -170,7 +170,7 @@ def pack(ctx: Context, site: Site) -> list[Part]:
         _pack_inputs(ctx, part)
         _pack_results(ctx, part)
     if len(parts) > 1:
-        ctx.results[g.calls[-1]] = (joined(ctx, g.name).name, 0)
+        ctx.results[g.calls[-1]] = (joined(ctx, g.name), 0)
     return parts
 
 
@@ -217,6 +217,14 @@ def attr_word(ctx: Context, call: Node, name: str, expr: Node) -> int:
     return ctx.table.word(expr, WordKind.CORE)
 
 
+def attr_imm(call: Node, name: str, ctype: str) -> Imm:
+    """A fixed attribute of `call` as its kernel takes it. A row's length left None is the user's
+    whole row, also where it lies padded wider (`pad_through_row_width`): the kernel reduces that
+    much of each row."""
+    value = call.arg.attr_dict[name]
+    return Imm.of(call.src[0].shape[-1] if value is None else value, ctype)
+
+
 def _pack_inputs(ctx: Context, part: Part):
     """The `_in` regions: the group's host items (but those a carrier forwards to it), then
     those of the groups whose `_in` it carries."""
@@ -236,9 +244,9 @@ def _pack_results(ctx: Context, part: Part):
     regions of the host tensors this group forwards."""
     for node in ctx.routes.forwards.get(part.group, {}):
         out = part.out.add(node, node.size * node.dtype.itemsize, node.dtype, describe(node))
-        ctx.results[node] = (part.fifo(Stem.OUT).name, out)
+        ctx.results[node] = (part.fifo(Stem.OUT), out)
         part.copies.append(copy_step(node.dtype, node.size, read(ctx, part, node, False),
-                                     Ptr(part.fifo(Stem.OUT).name, out)))
+                                     Ptr(part.fifo(Stem.OUT), out)))
     for call in part.site.group.calls:
         if part.stream is not None and call is part.stream.expand:   # one block's rows, expanded
             part.homes[call] = (_buffer(ctx, part, call, part.stream.rows * nbytes(call) // call.shape[0]), 0)
@@ -257,7 +265,7 @@ def _pack_results(ctx: Context, part: Part):
 def _relay_out(ctx: Context, part: Part, relay: Relay):
     """`fit_compute_channels`: copy into this carrier's `_out` what `relay.reader` would take
     from `relay.fifos`, and note where the reader finds each."""
-    out = part.fifo(Stem.OUT).name
+    out = part.fifo(Stem.OUT)
     for key, size, dtype, what, source in _relay_items(ctx, part, relay):
         fresh = key not in part.out.offsets
         offset = part.out.add(key, size, dtype, what)
@@ -272,10 +280,10 @@ def _relay_items(ctx: Context, part: Part, relay: Relay) -> list[tuple]:
     tensors it reads from FIFOs the carrier receives."""
     items = []
     if fifo_id(relay.reader, Stem.IN) in relay.fifos:
-        items += [(key, size, dtype, what, Ptr(part.in_fifo.name, part.ins.offsets[key]))
+        items += [(key, size, dtype, what, Ptr(part.in_fifo, part.ins.offsets[key]))
                   for key, size, dtype, what, _ in host_items(ctx, ctx.layout.site(relay.reader))]
     for node in reads_of(ctx, relay.reader):
-        if ctx.results.get(node, ("",))[0] in {f.name for f in relay.fifos}:
+        if ctx.results.get(node, ("",))[0] in relay.fifos:
             what = call_label(ctx.program, node) if node.op == Op.CALL else describe(node)
             items.append((node, node.size * node.dtype.itemsize, node.dtype, what, read(ctx, part, node, False)))
     return items
@@ -292,18 +300,18 @@ def reads_of(ctx: Context, reader: str) -> list[Node]:
 def _split_home(ctx: Context, part: Part, call: Node):
     size = part.count * call.dtype.itemsize
     if call is part.site.group.calls[-1]:
-        part.homes[call] = (fifo_id(part.group, Stem.PART, part.number).name, 0)
+        part.homes[call] = (fifo_id(part.group, Stem.PART, part.number), 0)
     else:
         part.homes[call] = (_buffer(ctx, part, call, size), 0)
 
 
 def _home(ctx: Context, part: Part, call: Node):
-    places = [(part.fifo(Stem.HOST).name, part.host.add(key, *_region(ctx, call, key.placement)))
+    places = [(part.fifo(Stem.HOST), part.host.add(key, *_region(ctx, call, key.placement)))
               for key in _host_uses(ctx.program, call)]
     if any(u is not Reader.HOST for u in ctx.layout.users.get(call, ())):
         out = part.out.add(call, call.size * call.dtype.itemsize, call.dtype, call_label(ctx.program, call))
-        places.append((part.fifo(Stem.OUT).name, out))
-        ctx.results[call] = (part.fifo(Stem.OUT).name, out)
+        places.append((part.fifo(Stem.OUT), out))
+        ctx.results[call] = (part.fifo(Stem.OUT), out)
     if not places:
         places = [(_buffer(ctx, part, call, call.size * call.dtype.itemsize), 0)]
     part.homes[call] = places[0]
@@ -349,7 +357,7 @@ def read(ctx: Context, part: Part, node: Node, sliced: bool) -> Ptr:
         whole = read(ctx, part, node.src[0], sliced)
         return replace(whole, offset=whole.offset + first * node.dtype.itemsize)
     if node in part.ins.offsets:
-        return Ptr(part.in_fifo.name, part.ins.offsets[node] + shift)
+        return Ptr(part.in_fifo, part.ins.offsets[node] + shift)
     fifo, offset = ctx.source(part.group, node)
     return Ptr(fifo, offset + shift)
 
@@ -390,4 +398,4 @@ def consumed(ctx: Context, part: Part) -> list[str]:
     g = part.group
     reads = [ctx.source(g, n)[0] for c in part.site.group.calls for n in tensor_inputs(c)
              if ctx.source(g, n) is not None and n not in part.homes and n not in part.ins.offsets]
-    return list(dict.fromkeys(reads + [f.name for r in ctx.routes.carried_by(g) for f in r.gained]))
+    return list(dict.fromkeys(reads + [f for r in ctx.routes.carried_by(g) for f in r.gained]))

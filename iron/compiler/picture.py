@@ -213,8 +213,8 @@ def _arrow(fifo, consumer: Tile, points: list) -> str:
     dash = ' stroke-dasharray="5,3"' if fifo.shared_memory else ""
     how = "shared memory" if fifo.shared_memory else "DMA"
     path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-    return (f'<g class="fifo {kind}" data-fifo="{escape(fifo.name)}" data-from="{fifo.producer.name}" '
-            f'data-to="{consumer.name}"><title>{escape(fifo.name)}: {fifo.producer.name} -&gt; {consumer.name}, '
+    return (f'<g class="fifo {kind}" data-fifo="{escape(str(fifo.name))}" data-from="{fifo.producer.name}" '
+            f'data-to="{consumer.name}"><title>{escape(str(fifo.name))}: {fifo.producer.name} -&gt; {consumer.name}, '
             f'{how}, depth {fifo.depth}, {fifo.nbytes} bytes</title>'
             f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.5"{dash} '
             f'marker-end="url(#head-{kind})"/></g>\n')

@@ -11,42 +11,25 @@ from typing import Any, Union
 
 import numpy as np
 
+from iron.compiler.fifos import FifoId, FifoRole
 from iron.compiler.rules import Decision, Fill, Rule
-from iron.ir import Term
+from iron.ir import SCALAR_BINARY, Term
 
 
 class TileKind(Term):
-    SHIM = "shim"
-    MEM = "mem"
-    COMPUTE = "compute"
+    SHIM, MEM, COMPUTE = "shim", "mem", "compute"
 
 
 class Direction(Term):
     """A DMA's direction: MM2S reads memory into a stream, S2MM writes a stream to memory."""
 
-    MM2S = "mm2s"
-    S2MM = "s2mm"
+    MM2S, S2MM = "mm2s", "s2mm"
 
 
 class Port(Term):
     """The end of a FIFO a core acquires: the producer's or a consumer's."""
 
-    PRODUCE = "Produce"
-    CONSUME = "Consume"
-
-
-class FifoRole(Term):
-    """What a FIFO carries for its group (its name is printed from its FifoId: fifos.py)."""
-
-    INPUT = "in"              # host tensors and per-call words into a group's cores (one packed object)
-    WEIGHTS = "w"             # blocks of a streamed matrix: shim -> mem tile ("w_mem"), mem tile -> core
-    OUTPUT = "out"            # results other groups or the Emit read
-    HOST = "host"             # outputs, state writes and carried elements back to the host
-    PART = "part"             # a split group's part of the result, into the mem-tile join
-    SHARED_IN = "shared_in"   # several groups' inputs through one shim channel (a mem-tile split)
-    SHARED_HOST = "shared_host"  # several groups' host results through one shim channel (a join)
-    EMIT_IN = "emit_in"       # this call's words into the Emit core
-    FEEDBACK = "feedback"     # the next call's words from the Emit core
+    PRODUCE, CONSUME = "Produce", "Consume"
 
 
 class HostRole(Term):
@@ -61,12 +44,7 @@ class HostRole(Term):
 
 
 class PlacementKind(Term):
-    WEIGHT = "weight"
-    PARAM = "param"
-    STATE = "state"
-    INPUT = "input"
-    OUTPUT = "output"
-    CARRY = "carry"
+    WEIGHT, PARAM, STATE, INPUT, OUTPUT, CARRY = "weight", "param", "state", "input", "output", "carry"
     CUT = "cut"          # a value crossing a cut between segments: the compiler's DDR buffer for it
 
 
@@ -135,20 +113,20 @@ class Placement:
 
 @dataclass(frozen=True)
 class Fifo:
-    """An object FIFO: `producer` tile to `consumers`, objects of `nbytes`, `depth` at each end."""
+    """An object FIFO: `producer` tile to `consumers`, objects of `nbytes`, `depth` at each end;
+    `name` is its identity, which the Plan's other values name it by (the printers print its symbol)."""
 
-    name: str
+    name: FifoId
     producer: Tile
     consumers: tuple[Tile, ...]
     depth: int
     nbytes: int
     dtype: np.dtype = np.dtype(np.int32)   # the objects' element type (nbytes // itemsize elements)
     shared_memory: bool = False            # neighbouring tiles: no DMA channel used
-    role: FifoRole | None = None
 
     @property
-    def elements(self) -> int:
-        return self.nbytes // self.dtype.itemsize
+    def role(self) -> FifoRole:
+        return self.name.role
 
 
 @dataclass(frozen=True)
@@ -156,8 +134,8 @@ class Link:
     """A mem-tile link: `sources` -> `destinations` with byte offsets (split or join)."""
 
     tile: Tile
-    sources: tuple[str, ...]
-    destinations: tuple[str, ...]
+    sources: tuple[FifoId, ...]
+    destinations: tuple[FifoId, ...]
     source_offsets: tuple[int, ...] = ()       # join: where each source lands in the destination
     destination_offsets: tuple[int, ...] = ()  # split: where each destination starts in the source
 
@@ -172,23 +150,22 @@ class Buffer:
     dtype: np.dtype = np.dtype(np.int32)
 
 
-# ---- what runs on a core -----------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Ptr:
-    """A pointer argument: `source` (an acquired FIFO object or a Buffer, by name) + `offset` bytes,
+    """A pointer argument: `source` (an acquired FIFO's object or a Buffer by its name) + `offset` bytes,
     plus `block_stride` bytes per iteration of the enclosing Loop."""
 
-    source: str
+    source: FifoId | str
     offset: int = 0
     block_stride: int = 0
 
 
 @dataclass(frozen=True)
 class Load:
-    """An i32 value read from `source` at byte `offset` (a per-call word, a carried element)."""
+    """An i32 value read from `source` at byte `offset`: a per-call word, or a carried element a
+    core computed (where the Emit finds it in a FIFO's object)."""
 
-    source: str
+    source: FifoId | str
     offset: int = 0
 
 
@@ -213,14 +190,6 @@ class Const:
 
 
 @dataclass(frozen=True)
-class Element:
-    """Where a carried element a core computed lies: FIFO `fifo` at byte `offset` of its object."""
-
-    fifo: str
-    offset: int
-
-
-@dataclass(frozen=True)
 class Output:
     """Where the host reads a carried element: the output placement `placement`."""
 
@@ -230,19 +199,39 @@ class Output:
 Operand = Union[WordRef, Const]
 
 
+class WordOp(Term):
+    """What a derived word or a ScalarStep computes from a and b, wrapping to i32 (`copy`: a)."""
+
+    ADD, SUB, MUL, FLOORDIV, MOD, MIN, MAX, COPY = "add", "sub", "mul", "floordiv", "mod", "min", "max", "copy"
+
+    def fn(self, a: int, b: int) -> int:
+        return SCALAR_BINARY[self.value](a, b) if self is not WordOp.COPY else a
+
+
+class CType(Term):
+    """A scalar argument's C type (a kernel's `c_attrs` name theirs by value)."""
+
+    I32, F32 = "i32", "f32"
+
+
 @dataclass(frozen=True)
 class Imm:
-    """An immediate: value and C type "i32" | "f32"."""
+    """An immediate of C type `ctype`."""
 
     value: Any
-    ctype: str = "i32"
+    ctype: CType = CType.I32
+
+    @classmethod
+    def of(cls, value, ctype: str) -> Imm:
+        """`value` as passed to C as `ctype` ("i32" | "f32", a kernel attribute's)."""
+        ctype = CType(ctype)
+        return cls(float(value) if ctype is CType.F32 else int(value), ctype)
 
 
 @dataclass(frozen=True)
 class KernelStep:
-    """Call a library or user kernel class on inputs of `dtype` giving `out`, with pointer and
-    scalar arguments. The Plan holds the class itself, so running a step never looks a kernel up
-    by name; its C symbol is spelled from the class and dtypes."""
+    """Call a kernel class (held itself, never looked up by name; its C symbol spelled from it and
+    the dtypes) on inputs of `dtype` giving `out`, with pointer and scalar arguments."""
 
     kernel: type
     dtype: np.dtype
@@ -261,8 +250,7 @@ class KernelStep:
         return cls(kernel, first, np.dtype(default if out is None else out), tuple(args), ins)
 
     @property
-    def in_dtypes(self) -> tuple[np.dtype, ...]:
-        """The dtype of each input pointer."""
+    def in_dtypes(self) -> tuple[np.dtype, ...]:   # each input pointer's
         return self.ins or (self.dtype,) * self.kernel.arity
 
     @property
@@ -272,10 +260,10 @@ class KernelStep:
 
 @dataclass(frozen=True)
 class ScalarStep:
-    """dest (i32 at `Ptr`) = op(a, b) with i32 wrap-around; op in WordDef.OPS."""
+    """dest (i32 at `Ptr`) = op(a, b) with i32 wrap-around."""
 
     dest: Ptr
-    op: str
+    op: WordOp
     a: Any                 # Load | Imm
     b: Any = None
 
@@ -286,21 +274,21 @@ class Function:
     The sources printer writes it as `extern "C" void name(uint8_t* p0, ..., int32_t block)`."""
 
     name: str
-    params: tuple[str, ...]
+    params: tuple[FifoId | str, ...]
     steps: tuple           # of KernelStep | ScalarStep
     blocked: bool = False  # takes the enclosing Loop's iteration index
 
 
 @dataclass(frozen=True)
 class Acquire:
-    fifo: str
+    fifo: FifoId
     port: Port
     count: int = 1
 
 
 @dataclass(frozen=True)
 class Release:
-    fifo: str
+    fifo: FifoId
     port: Port
     count: int = 1
 
@@ -308,7 +296,7 @@ class Release:
 @dataclass(frozen=True)
 class Invoke:
     function: str
-    objects: tuple[str, ...]   # FIFO (acquired) and Buffer names bound to the function's params
+    objects: tuple[FifoId | str, ...]   # FIFOs (acquired) and Buffer names bound to the function's params
 
 
 @dataclass(frozen=True)
@@ -334,17 +322,14 @@ class Core:
         return (self.group, *self.also)
 
 
-# ---- the runtime sequence ----------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Dma:
-    """A shim DMA op: move words between host `buffer` and `fifo`, MM2S (host -> FIFO) or S2MM
-    (FIFO -> host). The access pattern is
-    offset + patch + sum(i_d * strides[d]) for i_d < sizes[d], outermost first, in words;
-    `patch_word` names a scratchpad word whose value is added to `offset` at launch."""
+    """A shim DMA op moving words between host `buffer` and `fifo` (MM2S: host -> FIFO) at offset +
+    patch + sum(i_d * strides[d]) for i_d < sizes[d], outermost first, in words; `patch_word`
+    names a scratchpad word whose value is added to `offset` at launch."""
 
     direction: Direction
-    fifo: str
+    fifo: FifoId
     buffer: str
     offset: int
     sizes: tuple[int, int, int, int]
@@ -363,22 +348,18 @@ class Dma:
 class Wait:
     """Wait for the completion tokens of `fifo`'s DMA ops issued so far."""
 
-    fifo: str
+    fifo: FifoId
 
-
-# ---- per-call words ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class WordDef:
     """One scratchpad word (Plan.carry points at a "next" word). Derived words are op(a, b)
     over earlier words and constants."""
 
-    OPS = ("add", "sub", "mul", "floordiv", "mod", "min", "max", "copy")
-
     index: int
     name: str
     kind: WordKind
-    op: str | None = None
+    op: WordOp | None = None
     a: Operand | None = None
     b: Operand | None = None
     bound: tuple[int, int] | None = None   # value must lie in [lo, hi) (a per-call index)
@@ -392,22 +373,16 @@ FLAG_WORDS = 2   # after a fed version's words: the Emit's flag and scratch word
 
 @dataclass(frozen=True)
 class Emit:
-    """The device-loop step (full ELF only): the core that computes the next call's words.
-
-    `next_values` says, per carried name, where its next value comes from: a word of this call,
-    a constant, or an Element a core computed. The emit core's Function computes them and the
-    derived words of `target` into its `feedback` object. `target_words` is the scratchpad
-    layout of the version this one feeds. Every bounded target word is clamped into its range
-    before it is written, and the `flag` word after the target's words counts the words that
-    were not in range (0: all were) plus the flag this call's own words came with (`emit_in`
-holds it after them), so every run after a flagged one is flagged too; `scratch` is the word
-the clamping computes in. In a flagged run's words each state write's patch word (its `sink`)
-sends the write to the states' sink, after the user's states (`allocate.state_sink`)."""
+    """The device-loop step (full ELF only): the core on `tile` computing into the `feedback`
+    FIFO's object the next call's words, laid out as `target_words` (the version this one feeds):
+    each carried name's next value from `next_values` (a word of this call, a constant, or a Load
+    of an element a core computed), the derived words, each bounded one clamped, then the `flag`
+    word counting the words that were not, and the `scratch` word the clamping computes in
+    (docs/architecture.md, "Device-side bounds")."""
 
     tile: Tile
-    next_values: tuple[tuple[str, Union[WordRef, Const, Element]], ...]
+    next_values: tuple[tuple[str, Union[WordRef, Const, Load]], ...]
     target_words: tuple[WordDef, ...]
-    feedback_fifo: str
 
     @property
     def flag(self) -> int:
@@ -418,8 +393,7 @@ sends the write to the states' sink, after the user's states (`allocate.state_si
         return len(self.target_words) + 1
 
     @property
-    def nwords(self) -> int:
-        """The words the Emit writes: the target's, the flag and the scratch word."""
+    def nwords(self) -> int:   # the target's words, the flag and the scratch word
         return len(self.target_words) + FLAG_WORDS
 
 
@@ -435,10 +409,8 @@ class Cut:
 
 @dataclass(frozen=True)
 class Choice:
-    """A choice among alternatives made by estimated time (iron/compiler/cost.py): the `rule`
-    choosing, `what` it chose (a grid's blocks, a stream's block, a segment's cut), the one
-    chosen and its estimate, and the best alternative rejected and its (None when there was no
-    other)."""
+    """A choice by estimated time (cost.py): the `rule` choosing `what` (a grid's blocks, a stream's
+    block, a segment's cut), the one chosen and the best rejected (None: no other), each's estimate."""
 
     rule: Rule
     what: str
@@ -447,24 +419,13 @@ class Choice:
     rejected: str | None = None
     rejected_ns: float | None = None
 
-    def text(self) -> str:
-        other = "no other" if self.rejected is None else f"the best rejected, {self.rejected}, {_time(self.rejected_ns)}"
-        return f"{self.rule}: {self.what} chosen by estimated time: {self.chosen}, {_time(self.chosen_ns)}; {other}"
-
-
-def _time(ns: float) -> str:
-    return f"{ns / 1000:.1f} us" if ns >= 100 else f"{ns:.1f} ns"
-
 
 @dataclass(frozen=True)
 class Repeat:
-    """A block of fused groups traced `count` times with the same kernels and shapes over other
-    host tensors, or other parts of one (the rule `repeat_over_time`, iron/compiler/repeat.py):
-    ONE iteration is placed (`groups`, iteration 0's), each of its cores loops `count` times (a
-    Loop around its program) and the runtime sequence moves each iteration's operands in turn;
-    `operands`: per iteration, the host tensors its moves read and write (the user's text), in
-    iteration 0's order; `shared`: the groups of the iteration one core runs in turn, when it has
-    more groups than the array has tiles (`share_core_in_iteration`)."""
+    """The rule `repeat_over_time` (repeat.py): ONE iteration of a block traced `count` times
+    placed (`groups`, iteration 0's), its cores looping `count` times and the sequence moving each
+    iteration's `operands` (the host tensors its moves read and write, in iteration 0's order);
+    `shared`: the groups of the iteration one core runs in turn (`share_core_in_iteration`)."""
 
     groups: tuple[str, ...]
     count: int
@@ -489,14 +450,12 @@ class Plan:
     sequence: tuple                          # of Dma | Wait
     words: tuple[WordDef, ...]
     emit: Emit | None
-    carry: tuple[tuple[str, Union[WordRef, Output]], ...] = ()  # carried name -> a word of this call
-                                                                # or the output holding an element
+    carry: tuple[tuple[str, Union[WordRef, Output]], ...] = ()  # carried name -> a word of this call, or an element's output
     groups: tuple[tuple[str, tuple[str, ...]], ...] = ()   # group name -> kernel calls fused in it (for describe())
     rules: tuple[Decision, ...] = ()                # (rule, what it decided), for describe()
-    holds: dict[str, str] = field(default_factory=dict, compare=False)      # FIFO or Buffer -> what it holds
+    holds: dict[FifoId | str, str] = field(default_factory=dict, compare=False)      # FIFO or Buffer -> what it holds
     closed_by: dict[str, Rule | None] = field(default_factory=dict, compare=False)  # group -> the rule closing it, None: the body's end
-    segments: tuple[Plan, ...] = ()   # a design bigger than the array: its configurations, run in order
-                                      # (iron/compiler/segment.py); this Plan holds their host side
+    segments: tuple[Plan, ...] = ()   # a design bigger than the array: its configurations in run order (segment.py)
     cuts: tuple[Cut, ...] = ()        # between consecutive segments
     choices: tuple[tuple[str, Choice], ...] = ()   # group name -> a choice the cost model made for it
     repeat: Repeat | None = None      # a block run over time: one placed iteration, its cores looping
@@ -511,8 +470,7 @@ class Plan:
         """The Plans loaded one after another in a call: the segments, or the Plan itself."""
         return self.segments or (self,)
 
-    # lookups used by every consumer of a Plan
-    def fifo(self, name: str) -> Fifo:
+    def fifo(self, name: FifoId) -> Fifo:
         return next(f for f in self.fifos if f.name == name)
 
     def placement(self, name: str) -> Placement:
@@ -523,9 +481,4 @@ class Plan:
 
     def function(self, name: str) -> Function:
         return next(f for f in self.functions if f.name == name)
-
-    @property
-    def parameters(self) -> tuple[WordDef, ...]:
-        """The per-call scratchpad words."""
-        return self.words
 

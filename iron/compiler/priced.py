@@ -31,7 +31,7 @@ def serial_ns(plan: Plan) -> float:
         priced = Priced.of(configuration)
         for group in dict.fromkeys(c.group for c in configuration.cores):
             cycles = max(priced.cycles[c.tile] for c in configuration.cores if c.group == group)
-            moved = [n for name, n in priced.moved.items() if name.split("_")[0] == group]
+            moved = [n for name, n in priced.moved.items() if name.group == group]
             total += cost.Work(cycles, max(moved, default=0), sum(moved)).ns(plan.device)
     return total
 

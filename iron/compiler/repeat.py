@@ -116,7 +116,7 @@ def _after_last(moves: list, k: int) -> list[Wait]:
     still run beside them."""
     if k == 0:
         return []
-    return [Wait(name) for name in dict.fromkeys(m.fifo.name for m in moves if isinstance(m, Move))]
+    return [Wait(fifo) for fifo in dict.fromkeys(m.fifo for m in moves if isinstance(m, Move))]
 
 
 # ---- an iteration's operands -------------------------------------------------------------------

@@ -10,10 +10,10 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from iron.compiler.allocate import shares_memory
-from iron.compiler.fifos import EMIT, FifoId, Stem, fifo, fifo_id
+from iron.compiler.fifos import EMIT, FifoId, FifoRole, Stem, fifo_id
 from iron.compiler.matrices import forwardable
 from iron.compiler.place import Layout, Site
-from iron.compiler.plan import FifoRole, Tile, TileKind
+from iron.compiler.plan import Tile, TileKind
 from iron.compiler.readers import Reader
 from iron.compiler.rules import Decision, Rule
 from iron.errors import PlacementError
@@ -28,16 +28,14 @@ class Route:
     (EMIT for the Emit's)."""
 
     fifo: FifoId
-    role: FifoRole
     group: str
     producer: Tile
     consumers: tuple[Tile, ...]
     shared_memory: bool = False
 
     @property
-    def name(self) -> str:
-        """The FIFO's name in the Plan."""
-        return self.fifo.name
+    def role(self) -> FifoRole:
+        return self.fifo.role
 
 
 @dataclass(frozen=True)
@@ -84,8 +82,8 @@ def route(program: Program, layout: Layout) -> Routes:
         if site.stream is not None and site.stream.owner is not None:
             fifos = [_with(r, site.tiles) if r.fifo == site.stream.fifo else r for r in fifos]
     if layout.emit is not None:
-        fifos += [Route(fifo_id(EMIT, Stem.IN), FifoRole.EMIT_IN, EMIT, HOST, (layout.emit,)),
-                  Route(fifo_id(None, Stem.FEEDBACK), FifoRole.FEEDBACK, EMIT, layout.emit, (HOST,))]
+        fifos += [Route(fifo_id(EMIT, Stem.IN), EMIT, HOST, (layout.emit,)),
+                  Route(fifo_id(None, Stem.FEEDBACK), EMIT, layout.emit, (HOST,))]
     rules = tuple((Rule.FORWARD_SHARED_INPUT, f"{g} forwards {describe(node)} to {', '.join(readers)}")
                   for g, nodes in forwards.items() for node, readers in nodes.items())
     return Routes(tuple(fifos), forwards, rules=rules)
@@ -104,11 +102,11 @@ def group_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
     split = len(site.tiles) > 1
     fifos = []
     if loads_from_host(forwards, site):
-        fifos.append(Route(fifo_id(g, Stem.IN), FifoRole.INPUT, g, HOST, site.tiles))
+        fifos.append(Route(fifo_id(g, Stem.IN), g, HOST, site.tiles))
     for number, tile in enumerate(site.tiles):
         core = number if split else None
         if any(c.arg.writes for c in calls) or (not split and any(Reader.HOST in users.get(c, ()) for c in calls)):
-            fifos.append(Route(fifo_id(g, Stem.HOST, core=core), FifoRole.HOST, g, tile, (HOST,)))
+            fifos.append(Route(fifo_id(g, Stem.HOST, core=core), g, tile, (HOST,)))
         exported = any(not c.arg.writes and any(u is not Reader.HOST for u in users.get(c, ())) for c in calls)
         if not split and (forwards.get(g) or exported):
             fifos.append(out_route(fifo_id(g, Stem.OUT, core=core), g, tile, consumer_tiles(layout, forwards, site.group)))
@@ -143,7 +141,7 @@ def host_reads(site: Site) -> list[Node]:
 
 def out_route(fifo: FifoId, group: str, tile: Tile, consumers: tuple[Tile, ...]) -> Route:
     """A core's `_out`: shared memory exactly when mlir-aie makes it so (`shares_memory`)."""
-    route = Route(fifo, FifoRole.OUTPUT, group, tile, consumers)
+    route = Route(fifo, group, tile, consumers)
     return replace(route, shared_memory=shares_memory(route))
 
 
@@ -161,10 +159,10 @@ def stream_routes(site: Site) -> list[Route]:
     s, g = site.stream, site.group.name
     if s.owner is not None:   # read from the owner's `_w` (`share_streamed_matrix`)
         return []
-    fifos = [Route(s.lane_fifo(g, k), FifoRole.WEIGHTS, g, HOST, (m,)) for k, m in enumerate(s.lane_mems)]
+    fifos = [Route(s.lane_fifo(g, k), g, HOST, (m,)) for k, m in enumerate(s.lane_mems)]
     if len(site.tiles) == 1:
-        return [*fifos, Route(fifo_id(g, Stem.W), FifoRole.WEIGHTS, g, s.mem, site.tiles)]
-    return fifos + [Route(fifo_id(g, Stem.W, p), FifoRole.WEIGHTS, g, s.lane_mems[p // s.per_lane], (t,))
+        return [*fifos, Route(fifo_id(g, Stem.W), g, s.mem, site.tiles)]
+    return fifos + [Route(fifo_id(g, Stem.W, p), g, s.lane_mems[p // s.per_lane], (t,))
                     for p, t in enumerate(site.tiles)]
 
 
@@ -179,13 +177,13 @@ def grid_routes(site: Site) -> list[Route]:
         return own_rows_routes(g, grid)
     fifos = []
     for r, mem in zip(rows, grid.a_mems):
-        fifos += [Route(fifo_id(g, Stem.A, r, mem=True), FifoRole.WEIGHTS, g, HOST, (mem,)),
-                  Route(fifo_id(g, Stem.A, r), FifoRole.WEIGHTS, g, mem, tuple(grid.tile(r, c) for c in cols))]
+        fifos += [Route(fifo_id(g, Stem.A, r, mem=True), g, HOST, (mem,)),
+                  Route(fifo_id(g, Stem.A, r), g, mem, tuple(grid.tile(r, c) for c in cols))]
     for c, mem in zip(cols, grid.c_mems):
-        fifos += [Route(fifo_id(g, Stem.B, c, mem=True), FifoRole.WEIGHTS, g, HOST, (mem,)),
-                  Route(fifo_id(g, Stem.B, c), FifoRole.WEIGHTS, g, mem, tuple(grid.tile(r, c) for r in rows))]
-        fifos += [Route(fifo_id(g, Stem.PART, r, c), FifoRole.PART, g, grid.tile(r, c), (mem,)) for r in rows]
-        fifos.append(Route(fifo_id(g, Stem.HOST, c), FifoRole.HOST, g, mem, (HOST,)))
+        fifos += [Route(fifo_id(g, Stem.B, c, mem=True), g, HOST, (mem,)),
+                  Route(fifo_id(g, Stem.B, c), g, mem, tuple(grid.tile(r, c) for r in rows))]
+        fifos += [Route(fifo_id(g, Stem.PART, r, c), g, grid.tile(r, c), (mem,)) for r in rows]
+        fifos.append(Route(fifo_id(g, Stem.HOST, c), g, mem, (HOST,)))
     return fifos
 
 
@@ -195,54 +193,44 @@ def own_rows_routes(g: str, grid) -> list[Route]:
     `<g>_a<c>_mem` into its mem tile, split into each core's `<g>_a<r>_<c>`, and each core's
     `<g>_part<r>_<c>` joined into `<g>_host<c>`."""
     rows, cols = range(len(grid.rows)), range(len(grid.cols))
-    fifos = [Route(fifo_id(g, Stem.B), FifoRole.WEIGHTS, g, HOST, grid.tiles)]
+    fifos = [Route(fifo_id(g, Stem.B), g, HOST, grid.tiles)]
     for c, mem in zip(cols, grid.c_mems):
-        fifos.append(Route(fifo_id(g, Stem.A, c, mem=True), FifoRole.WEIGHTS, g, HOST, (mem,)))
-        fifos += [Route(fifo_id(g, Stem.A, r, c), FifoRole.WEIGHTS, g, mem, (grid.tile(r, c),)) for r in rows]
-        fifos += [Route(fifo_id(g, Stem.PART, r, c), FifoRole.PART, g, grid.tile(r, c), (mem,)) for r in rows]
-        fifos.append(Route(fifo_id(g, Stem.HOST, c), FifoRole.HOST, g, mem, (HOST,)))
+        fifos.append(Route(fifo_id(g, Stem.A, c, mem=True), g, HOST, (mem,)))
+        fifos += [Route(fifo_id(g, Stem.A, r, c), g, mem, (grid.tile(r, c),)) for r in rows]
+        fifos += [Route(fifo_id(g, Stem.PART, r, c), g, grid.tile(r, c), (mem,)) for r in rows]
+        fifos.append(Route(fifo_id(g, Stem.HOST, c), g, mem, (HOST,)))
     return fifos
 
 
 def flow_routes(site: Site) -> list[Route]:
     """Streamed elementwise calls' FIFOs (`stream_elementwise`): per grid column and input i,
     `<g>_x<i>_<c>_mem` into its mem tile, split into each core's `<g>_x<i>_<r>_<c>`; each core's
-    `<g>_part<r>_<c>` joined into `<g>_host<c>` (for each result: `part_fifo`); a row every row shares, `<g>_w<i>`, and the
-    per-call words, `<g>_in`, to every core."""
+    `<g>_part<r>_<c>` joined into `<g>_host<c>` (`_r<k>` after them for an earlier result k,
+    `stream_every_result`); a row every row shares, `<g>_w<i>`, and the per-call words, `<g>_in`,
+    to every core."""
     g, flow = site.group.name, site.flow
     rows = range(len(flow.rows))
-    fifos = [Route(fifo_id(g, Stem.W, i), FifoRole.WEIGHTS, g, HOST, flow.tiles) for i in range(len(flow.shared))]
+    fifos = [Route(fifo_id(g, Stem.W, i), g, HOST, flow.tiles) for i in range(len(flow.shared))]
     if flow.per_call:
-        fifos.append(Route(fifo_id(g, Stem.IN), FifoRole.INPUT, g, HOST, flow.tiles))
+        fifos.append(Route(fifo_id(g, Stem.IN), g, HOST, flow.tiles))
     for c, mem in enumerate(flow.mems):
         for i in range(len(flow.inputs)):
-            fifos.append(Route(fifo_id(g, Stem.X, i, c, mem=True), FifoRole.WEIGHTS, g, HOST, (mem,)))
-            fifos += [Route(fifo_id(g, Stem.X, i, r, c), FifoRole.WEIGHTS, g, mem, (flow.tile(r, c),)) for r in rows]
+            fifos.append(Route(fifo_id(g, Stem.X, i, c, mem=True), g, HOST, (mem,)))
+            fifos += [Route(fifo_id(g, Stem.X, i, r, c), g, mem, (flow.tile(r, c),)) for r in rows]
         for k in range(len(flow.results)):
-            fifos += [Route(fifo_id(g, Stem.PART, r, c, result=k), FifoRole.PART, g, flow.tile(r, c), (mem,))
+            fifos += [Route(fifo_id(g, Stem.PART, r, c, result=k), g, flow.tile(r, c), (mem,))
                       for r in rows]
-            fifos.append(Route(fifo_id(g, Stem.HOST, c, result=k), FifoRole.HOST, g, mem, (HOST,)))
+            fifos.append(Route(fifo_id(g, Stem.HOST, c, result=k), g, mem, (HOST,)))
     return fifos
-
-
-def part_fifo(g: str, k: int, r: int, c: int) -> str:
-    """Core (r, c)'s blocks of a Flow's result k: `<g>_part<r>_<c>`, `<g>_part<r>_<c>_r<k>` for a
-    returned earlier call's (`stream_every_result`)."""
-    return fifo(g, Stem.PART, r, c, result=k)
-
-
-def host_fifo(g: str, k: int, c: int) -> str:
-    """Column c's joined blocks of a Flow's result k, as `part_fifo` names them."""
-    return fifo(g, Stem.HOST, c, result=k)
 
 
 def join_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
     g, mem = site.group.name, site.stream.mem
-    parts = [Route(fifo_id(g, Stem.PART, p), FifoRole.PART, g, t, (mem,)) for p, t in enumerate(site.tiles)]
+    parts = [Route(fifo_id(g, Stem.PART, p), g, t, (mem,)) for p, t in enumerate(site.tiles)]
     with_host = Reader.HOST in layout.users.get(site.group.calls[-1], ())
     consumers = consumer_tiles(layout, forwards, site.group, with_host)
-    role, stem = (FifoRole.OUTPUT, Stem.OUT) if any(t != HOST for t in consumers) else (FifoRole.HOST, Stem.HOST)
-    return [*parts, Route(fifo_id(g, stem), role, g, mem, consumers)]
+    stem = Stem.OUT if any(t != HOST for t in consumers) else Stem.HOST
+    return [*parts, Route(fifo_id(g, stem), g, mem, consumers)]
 
 
 def forwarded_inputs(layout: Layout) -> dict[str, dict[Node, tuple[str, ...]]]:
@@ -281,7 +269,7 @@ def fit_compute_channels(program: Program, routes: Routes, layout: Layout, devic
         if relay in moved_in and not any(r.fifo == fifo_id(relay.carrier, Stem.IN) for r in fifos):
             first = next(i for i, r in enumerate(fifos) if r.group == relay.carrier)
             site = layout.site(relay.carrier)
-            fifos.insert(first, Route(fifo_id(relay.carrier, Stem.IN), FifoRole.INPUT, relay.carrier, HOST, site.tiles))
+            fifos.insert(first, Route(fifo_id(relay.carrier, Stem.IN), relay.carrier, HOST, site.tiles))
     loaders = {r.carrier for r in moved_in}
     dropped = {fifo_id(r.reader, Stem.IN) for r in moved_in if r.reader not in loaders}
     fifos = [r for r in fifos if r.fifo not in dropped]
@@ -488,7 +476,7 @@ def _relay_text(relay: Relay, core: CoreInputs, limit: int) -> str:
     gains = f" (it now receives {_names(relay.gained)})" if relay.gained else ""
     return (f"{core.group} on {core.tile.name} would take {len(core.dma)} FIFOs by DMA ({_names(core.dma)}) "
             f"but a compute tile has {limit} input channels: {relay.carrier} forwards in "
-            f"{fifo(relay.carrier, Stem.OUT)} what {core.group} would take from {_names(relay.fifos)}{gains}")
+            f"{fifo_id(relay.carrier, Stem.OUT)} what {core.group} would take from {_names(relay.fifos)}{gains}")
 
 
 def _names(fifos) -> str:

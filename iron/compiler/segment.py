@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
+import numpy as np
+
 from iron.compiler import cost
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.copies import carry_from_earlier_segment
@@ -28,7 +30,7 @@ from iron.compiler.rules import Decision, Rule
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
 from iron.errors import DoesNotFit
-from iron.ir import Input, Node, Op, Program, call_label, nbytes
+from iron.ir import Input, MemoryKind, Node, Op, Program, call_label, nbytes
 
 CUT_WINDOW = 4   # a segment may end anywhere in the last 1/CUT_WINDOW of the groups that fit
 
@@ -431,6 +433,27 @@ def _group_structures(groups: tuple[Group, ...], where: dict[Node, tuple[int, in
     return tuple(found)
 
 
+@dataclass(frozen=True)
+class Made:
+    """An entry for a result another group made: `back` groups before, its `call`th call."""
+
+    back: int
+    call: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class Memory:
+    """An entry for a weight, param or state: `last`, (groups back, which of its memories) of the
+    last group touching it before, None for the first."""
+
+    kind: MemoryKind
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    last: tuple[int, int] | None
+
+
 def _group_entries(i: int, group: Group, where: dict[Node, tuple[int, int]],
                    touched: dict[Node, tuple[int, int]]) -> tuple[tuple, list[Node]]:
     """Group `i`'s nodes as entries naming their sources by position (`_group_structures`), and
@@ -444,10 +467,10 @@ def _group_entries(i: int, group: Group, where: dict[Node, tuple[int, int]],
             return seen[node]
         if node.op == Op.CALL and where[node][0] != i:
             j, k = where[node]
-            entry = ("made", i - j, k, node.shape, node.dtype)
+            entry = Made(i - j, k, node.shape, node.dtype)
         elif node.op == Op.MEMORY:
             last = touched.get(node)
-            entry = ("memory", node.arg.kind, node.shape, node.dtype, last and (i - last[0], last[1]))
+            entry = Memory(node.arg.kind, node.shape, node.dtype, last and (i - last[0], last[1]))
             memories.append(node)
         else:
             entry = (node.op, node.shape, node.dtype, node.arg, tuple(visit(s) for s in node.src))

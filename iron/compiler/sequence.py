@@ -73,7 +73,7 @@ def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[Fi
         fifos = {f for s in touched for f in writers.get(s, ())}
         if fifos:
             after.add(fifo_id(site.group.name, Stem.IN))
-        entries += [Wait(f.name) for f in sorted(fifos, key=str) if f not in waited]
+        entries += [Wait(f) for f in sorted(fifos, key=str) if f not in waited]
         waited |= fifos
         entries += mine
         for call in calls:
@@ -93,18 +93,18 @@ def written_fifos(site: Site) -> set[FifoId]:
     return {fifo_id(g, Stem.HOST, c) for c in range(len(on.cols))}
 
 
-def finish_sequence(entries: list, fifos: dict[str, Fifo], device) -> tuple:
+def finish_sequence(entries: list, fifos: dict[FifoId, Fifo], device) -> tuple:
     """Dma and Wait ops from the lowered moves: each move split into Dmas within the device's
     limits, BD ids per shim tile reused only after a Wait covering the op that held them (MM2S
     ops made waitable with issue_token), and a final Wait on every S2MM FIFO not yet waited."""
     ops: list = []
     held: dict[Tile, dict[int, int]] = {}
-    unwaited: list[str] = []
+    unwaited: list[FifoId] = []
     for entry in entries:
         if isinstance(entry, Wait):
             _wait(ops, held, unwaited, entry.fifo)
             continue
-        fifo, access = fifos[entry.fifo.name], entry.access
+        fifo, access = fifos[entry.fifo], entry.access
         shim = fifo.producer if entry.direction is Direction.MM2S else next(
             t for t in fifo.consumers if t.kind is TileKind.SHIM)
         for offset, sizes, strides in dma_patterns(access.offset, access.dims, device):
@@ -128,7 +128,7 @@ def _free_bd(ops, held, unwaited, shim: Tile, device) -> int:
     return _free_bd(ops, held, unwaited, shim, device)
 
 
-def _wait(ops: list, held, unwaited: list[str], fifo: str):
+def _wait(ops: list, held, unwaited: list[FifoId], fifo: FifoId):
     """Append Wait(fifo), making its held MM2S ops waitable, and free the BDs it covers; nothing
     when no op on `fifo` is outstanding (an earlier Wait, freeing a BD, covered them all)."""
     if fifo not in unwaited and not any(ops[i].fifo == fifo for bds in held.values() for i in bds.values()):

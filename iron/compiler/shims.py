@@ -14,10 +14,10 @@ from iron.compiler.channels import (
     share_shim_channels,
     shim_channels_per_tile,
 )
-from iron.compiler.fifos import EMIT_IN
+from iron.compiler.fifos import EMIT_IN, FifoId, FifoRole
 from iron.compiler.lower import DEPTH, Lowered
 from iron.compiler.objects import I32
-from iron.compiler.plan import Direction, Fifo, FifoRole, Link, Tile, TileKind, Wait
+from iron.compiler.plan import Direction, Fifo, Link, Tile, TileKind, Wait
 from iron.compiler.route import HOST, Routes
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.sequence import Move, finish_sequence
@@ -48,7 +48,7 @@ def _emit_in_rules(shares: list[SharedChannel]) -> list[Decision]:
     where cutting the Emit into a segment of its own would reconfigure the array every call
     (100 us or more on npu2, 20 ms on npu1: docs/platform.md section 10) for a few words that
     ride a mem-tile split instead."""
-    return [(Rule.EMIT_IN_SHARES, f"emit_in shares {s.name} with {', '.join(m for m in s.members if m != EMIT_IN)} "
+    return [(Rule.EMIT_IN_SHARES, f"emit_in shares {s.fifo} with {', '.join(str(m) for m in s.members if m != EMIT_IN)} "
                              "rather than the Emit being cut into a segment of its own")
             for s in shares if EMIT_IN in s.members]
 
@@ -68,7 +68,7 @@ def shim_requests(lowered: Lowered) -> list[ShimRequest]:
     requests = []
     for f in lowered.fifos:
         if f.producer == HOST:
-            waits = f.name in {w.name for w in lowered.waiting_inputs}
+            waits = f.name in lowered.waiting_inputs
             shares = f.role is FifoRole.EMIT_IN or (f.role is FifoRole.INPUT and not waits)
             requests.append(ShimRequest(f.name, Direction.MM2S, f.consumers[0].col, f.nbytes, shares, loops(f)))
         elif HOST in f.consumers:
@@ -123,16 +123,15 @@ def _merged(lowered: Lowered, merge: SharedChannel) -> Lowered:
     dtype = I32 if retype else members[merge.members[0]].dtype
     inputs = merge.direction is Direction.MM2S
     ends = (HOST, (merge.mem,)) if inputs else (merge.mem, (HOST,))
-    role = FifoRole.SHARED_IN if inputs else FifoRole.SHARED_HOST
     fifos = [_shared_end(f, merge.mem, retype) if f.name in members else f for f in lowered.fifos]
     first = min(i for i, f in enumerate(fifos) if f.name in members)
-    fifos.insert(first, Fifo(merge.name, ends[0], ends[1], DEPTH, merge.nbytes, dtype, role=role))
+    fifos.insert(first, Fifo(merge.fifo, ends[0], ends[1], DEPTH, merge.nbytes, dtype))
     if inputs:
-        link = Link(merge.mem, (merge.name,), merge.members, destination_offsets=merge.offsets)
+        link = Link(merge.mem, (merge.fifo,), merge.members, destination_offsets=merge.offsets)
     else:
-        link = Link(merge.mem, merge.members, (merge.name,), source_offsets=merge.offsets)
+        link = Link(merge.mem, merge.members, (merge.fifo,), source_offsets=merge.offsets)
     return replace(lowered, fifos=tuple(fifos), links=(*lowered.links, link),
-                   holds=lowered.holds | {merge.name: ", ".join(merge.members)},
+                   holds=lowered.holds | {merge.fifo: ", ".join(map(str, merge.members))},
                    sequence=tuple(moved_together(list(lowered.sequence), merge)))
 
 
@@ -149,8 +148,8 @@ def moved_together(entries: list, share: SharedChannel) -> list:
     (one object of each member: a looping core's FIFOs have one per iteration), in member order,
     each round at its first member move (inputs: issued before any member needs its object) or
     at its last (outputs: issued once every member has had its inputs)."""
-    at = [i for i, e in enumerate(entries) if isinstance(e, Move) and e.fifo.name in share.members]
-    per = {m: [i for i in at if entries[i].fifo.name == m] for m in share.members}
+    at = [i for i, e in enumerate(entries) if isinstance(e, Move) and e.fifo in share.members]
+    per = {m: [i for i in at if entries[i].fifo == m] for m in share.members}
     rounds = [[i for m in share.members for i in _round(per[m], share.loops, k)] for k in range(share.loops)]
     spots = {(min(r) if share.direction is Direction.MM2S else max(r)): r for r in rounds}
     together = []
@@ -176,7 +175,7 @@ def connect(lowered: Lowered, device) -> Lowered:
     return replace(lowered, fifos=fifos, sequence=sequence, rules=lowered.rules + rules)
 
 
-def _resolved(f: Fifo, shims: dict[str, Tile]) -> Fifo:
+def _resolved(f: Fifo, shims: dict[FifoId, Tile]) -> Fifo:
     producer = shims[f.name] if f.producer == HOST else f.producer
     consumers = tuple(shims[f.name] if t == HOST else t for t in f.consumers)
     return replace(f, producer=producer, consumers=consumers)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from iron import dtypes
-from iron.compiler.plan import Function, Imm, KernelStep, Load, Plan, Ptr, ScalarStep, WordDef
+from iron.compiler.plan import CType, Function, Imm, KernelStep, Load, Plan, Ptr, ScalarStep, WordOp
 from iron.errors import PlanError
 from iron.kernels.base import library_sources
 from iron.names import C_IDENTIFIER, source_file
@@ -94,7 +94,7 @@ def _helpers_used(function: Function) -> list[str]:
     for step in function.steps:
         operands = step.args if isinstance(step, KernelStep) else (step.a, step.b)
         used |= {"load"} if any(isinstance(a, Load) for a in operands) else set()
-        used |= {"store", step.op} if isinstance(step, ScalarStep) else set()
+        used |= {"store", step.op.value} if isinstance(step, ScalarStep) else set()
     return [name for name in WORD_HELPERS if name in used]
 
 
@@ -126,13 +126,11 @@ def kernel_call(function: Function, step: KernelStep) -> str:
 
 def scalar_statement(function: Function, step: ScalarStep) -> str:
     """`store_word(dest, op(a, b));` in 32-bit wrap-around arithmetic."""
-    if step.op == "copy":
+    if step.op is WordOp.COPY:
         return f"store_word({_address(function, step.dest)}, {_value(function, step.a)});"
-    if step.op not in WORD_HELPERS or step.b is None:
-        raise PlanError(
-            f"Function '{function.name}' has a ScalarStep {step.op!r} with operands {step.a!r}, "
-            f"{step.b!r}: use one of {', '.join(WordDef.OPS)} with two operands ('copy' with one)."
-        )
+    if step.b is None:
+        raise PlanError(f"Function '{function.name}' has a ScalarStep {step.op} of {step.a!r} alone: give it two "
+                        "operands (only copy takes one).")
     value = f"word_{step.op}({_value(function, step.a)}, {_value(function, step.b)})"
     return f"store_word({_address(function, step.dest)}, {value});"
 
@@ -164,10 +162,10 @@ def _value(function: Function, arg) -> str:
     """A scalar operand: a Load of an int32 word or an Imm literal."""
     if isinstance(arg, Load):
         return f"load_word({_address(function, Ptr(arg.source, arg.offset))})"
-    if isinstance(arg, Imm) and arg.ctype == "f32":
+    if isinstance(arg, Imm) and arg.ctype is CType.F32:
         text = str(np.float32(arg.value))
         return FLOAT_SPECIALS.get(text, f"{text}f")
-    if isinstance(arg, Imm) and arg.ctype == "i32" and -2**31 <= int(arg.value) < 2**31:
+    if isinstance(arg, Imm) and arg.ctype is CType.I32 and -2**31 <= int(arg.value) < 2**31:
         return str(int(arg.value))
     raise PlanError(
         f"Function '{function.name}' passes {arg!r}, which is not a Load, an i32 Imm in "

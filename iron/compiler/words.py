@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from iron import dtypes
-from iron.compiler.plan import Const, Operand, WordDef, WordKind, WordRef
+from iron.compiler.plan import Const, Operand, WordDef, WordKind, WordOp, WordRef
 from iron.compiler.rules import Decision, Rule
 from iron.errors import PlacementError
 from iron.ir import MemoryKind, Node, Op, Program, describe, frame, kept
@@ -47,9 +47,9 @@ class WordTable:
         if node.op == Op.VAR:
             return self._by_var[node.arg.name]
         if node.op == Op.CONST:
-            return self._derived("copy", Const(node.arg), None, kind, str(node.arg))
+            return self._derived(WordOp.COPY, Const(node.arg), None, kind, str(node.arg))
         a, b = (self.operand(s, kind) for s in node.src)
-        return self._derived(node.op, a, b, kind, describe(node))
+        return self._derived(WordOp(node.op), a, b, kind, describe(node))
 
     def bounded(self, node: Node, lo: int, hi: int, what: str, kind: WordKind, tensor: str = "") -> int:
         """The word holding `node`, which must lie in [lo, hi) (`what`: the user's text, `tensor`:
@@ -63,7 +63,7 @@ class WordTable:
             return index
         if held.bound == (lo, hi):
             return index
-        copy = self._derived("copy", WordRef(index), None, kind, held.name, key_extra=(lo, hi))
+        copy = self._derived(WordOp.COPY, WordRef(index), None, kind, held.name, key_extra=(lo, hi))
         if self.words[copy].bound is None:
             self.words[copy] = replace(self.words[copy], bound=(lo, hi), what=what, tensor=tensor)
         return copy
@@ -78,7 +78,7 @@ class WordTable:
         total = parts[0]
         for part in parts[1:]:
             text = f"{self._text(total)} + {self._text(part)}"
-            total = WordRef(self._derived("add", total, part, WordKind.DMA, text))
+            total = WordRef(self._derived(WordOp.ADD, total, part, WordKind.DMA, text))
         return total.index
 
     def sunk(self, patch: int | None, sink: int) -> int:
@@ -86,13 +86,13 @@ class WordTable:
         fixed offset, `patch` None), which a flagged run's Emit sets to `sink` instead (the write
         then lies in the states' sink)."""
         source, name = (Const(0), "0") if patch is None else (WordRef(patch), self.words[patch].name)
-        index = self._derived("copy", source, None, WordKind.DMA, name, key_extra=("sink", sink))
+        index = self._derived(WordOp.COPY, source, None, WordKind.DMA, name, key_extra=("sink", sink))
         self.words[index] = replace(self.words[index], sink=sink)
         return index
 
     def _scaled(self, word: int, stride: int) -> int:
         text = f"{self._text(WordRef(word))} * {stride}"
-        return self._derived("mul", WordRef(word), Const(stride), WordKind.DMA, text)
+        return self._derived(WordOp.MUL, WordRef(word), Const(stride), WordKind.DMA, text)
 
     def _text(self, operand: Operand) -> str:
         if isinstance(operand, Const):
@@ -100,7 +100,7 @@ class WordTable:
         name = self.words[operand.index].name
         return f"({name})" if " " in name else name
 
-    def _derived(self, op: str, a: Operand, b: Operand | None, kind: WordKind, name: str, key_extra=None) -> int:
+    def _derived(self, op: WordOp, a: Operand, b: Operand | None, kind: WordKind, name: str, key_extra=None) -> int:
         key = (op, a, b, key_extra)
         index = self._by_key.get(key)
         if index is None:

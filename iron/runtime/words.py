@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from iron.compiler.plan import Const, WordRef
+from iron.compiler.plan import Const, WordOp, WordRef
 from iron.errors import ArgumentError, IndexOutOfRange
-from iron.ir import SCALAR_BINARY, wrap_i32
-
-OPS = {**SCALAR_BINARY, "copy": lambda a, b: a}
+from iron.ir import wrap_i32
 
 
 class WordProgram:
@@ -26,10 +24,10 @@ class WordProgram:
 
     @staticmethod
     def _step(w):
-        fn, out = OPS[w.op], w.index
+        fn, out = w.op.fn, w.index
         a, b = _operand(w.a), _operand(w.b if w.b is not None else Const(0))
         ka, kb = isinstance(w.a, WordRef), isinstance(w.b, WordRef)
-        if w.op in ("floordiv", "mod"):
+        if w.op in (WordOp.FLOORDIV, WordOp.MOD):
             def step(words, a=a, b=b):
                 x, y = (words[a] if ka else a), (words[b] if kb else b)
                 if x is None or y is None:

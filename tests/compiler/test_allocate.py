@@ -9,6 +9,7 @@ from aie_utils import from_name
 from iron import Carried
 from iron.compiler.allocate import host_buffers, host_placements, state_sink
 from iron.compiler.compile import compile_program
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.plan import (
     Emit,
     HostBuffer,
@@ -59,7 +60,7 @@ def test_every_host_buffer_has_a_word_and_feedback_comes_only_with_an_emit():
     assert buffers == (HostBuffer("consts", HostRole.CONSTS, 4), HostBuffer("states", HostRole.STATES, 4),
                        HostBuffer("inputs", HostRole.INPUTS, 2), HostBuffer("outputs", HostRole.OUTPUTS, 3),
                        HostBuffer("words", HostRole.WORDS, 1))
-    emit = Emit(Tile(0, 3, TileKind.COMPUTE), (), (WordDef(0, "n", WordKind.CARRIED),), "feedback")
+    emit = Emit(Tile(0, 3, TileKind.COMPUTE), (), (WordDef(0, "n", WordKind.CARRIED),))
     assert host_buffers(host_placements(program), 1, emit, False)[-2:] == (   # the word, the flag and scratch words
         HostBuffer("words", HostRole.WORDS, 3), HostBuffer("feedback", HostRole.FEEDBACK, 3))
 
@@ -80,7 +81,7 @@ class Whole(iron.Graph):
 
 def test_a_tight_tile_gets_depth_one_fifos():
     plan = compile_program(Whole(8192).trace(), from_name("npu2"))   # 32 KiB read whole
-    assert [(f.name, f.depth) for f in plan.fifos] == [("g0_in", 1), ("g0_host", 2)]
+    assert [(f.name, f.depth) for f in plan.fifos] == [(FifoId("g0", Stem.IN), 1), (FifoId("g0", Stem.HOST), 2)]
 
 
 def test_a_state_too_large_for_a_tile_does_not_fit():

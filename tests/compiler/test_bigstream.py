@@ -11,6 +11,7 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Carried
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Loop
 from iron.compiler.rules import Rule
@@ -31,7 +32,8 @@ def streamed(plan) -> tuple[int, int, int, int]:
     input's blocks and how many blocks each core takes (its Loop's count)."""
     cores = [c for c in plan.cores if c.group == "g0"]
     (loop,) = [item for item in cores[0].program if isinstance(item, Loop)]
-    block = plan.fifo("g0_x0_0_0").elements
+    fifo = plan.fifo(FifoId("g0", Stem.X, (0, 0, 0)))
+    block = fifo.nbytes // fifo.dtype.itemsize
     return len({c.tile.row for c in cores}), len({c.tile.col for c in cores}), block, loop.count
 
 
@@ -161,8 +163,8 @@ def test_a_result_returned_and_read_again_in_its_group_streams_both_results(devi
     body = SumAndExp().compile(x=x, y=y, device=from_name(device))
     assert streamed(body.plan) == cores
     columns = cores[1]
-    assert [f.name for f in body.plan.fifos if f.name.startswith("g0_host")] == [
-        name for c in range(columns) for name in (f"g0_host{c}", f"g0_host{c}_r1")]   # a join per result and column
+    assert [f.name for f in body.plan.fifos if f.name.group == "g0" and f.name.stem is Stem.HOST] == [
+        FifoId("g0", Stem.HOST, (c,), result=k) for c in range(columns) for k in (0, 1)]   # a join per result and column
     streams(body.plan, "Add(x, y)", "stream_every_result")
     for got, want in zip(body(x=x, y=y), SumAndExp().reference(x=x, y=y)):
         np.testing.assert_allclose(got, want, **F32)

@@ -10,6 +10,7 @@ import pytest
 from aie_utils import from_name
 from iron.compiler.compile import compile_program
 from iron.compiler.core_checks import check_cores, check_functions
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.plan import (
     Acquire,
     Imm,
@@ -64,8 +65,8 @@ def test_the_compilers_plans_keep_the_core_rules(add_one):
 
 def test_a_function_reading_an_object_not_among_its_parameters_is_refused(add_one):
     (step,) = add_one.functions[0].steps
-    refused(with_function(add_one, params=("g0_in",)), "function g0", "'g0_host'")
-    assert step.args[2] == Ptr("g0_host", 0)
+    refused(with_function(add_one, params=(FifoId("g0", Stem.IN),)), "function g0", "'g0_host'")
+    assert step.args[2] == Ptr(FifoId("g0", Stem.HOST), 0)
 
 
 def test_repeated_function_names_are_refused(add_one):
@@ -73,7 +74,7 @@ def test_repeated_function_names_are_refused(add_one):
 
 
 def test_a_scalar_step_of_an_unknown_op_is_refused(add_one):
-    step = ScalarStep(Ptr("g0_host", 0), "pow", Imm(2), Imm(3))
+    step = ScalarStep(Ptr(FifoId("g0", Stem.HOST), 0), "pow", Imm(2), Imm(3))
     refused(with_function(add_one, steps=(step,)), "function g0", "'pow'")
 
 
@@ -84,7 +85,7 @@ def test_a_kernel_call_outside_its_c_abi_is_refused(add_one):
 
 def test_a_pointer_past_its_object_is_refused(add_one):
     (step,) = add_one.functions[0].steps
-    shifted = replace(step, args=(step.args[0], Ptr("g0_in", 4100), *step.args[2:]))
+    shifted = replace(step, args=(step.args[0], Ptr(FifoId("g0", Stem.IN), 4100), *step.args[2:]))
     refused(with_function(add_one, steps=(shifted,)), "function g0", "bytes 4100..8196", "'g0_in'", "8192 bytes")
 
 
@@ -98,31 +99,31 @@ def test_a_core_off_a_compute_tile_is_refused(add_one):
 
 def test_acquires_and_releases_that_do_not_balance_are_refused(add_one):
     program = add_one.cores[0].program
-    refused(with_program(add_one, Acquire("g0_in", C), *program), "tile_0_2", "g0_in (Consume)")
+    refused(with_program(add_one, Acquire(FifoId("g0", Stem.IN), C), *program), "tile_0_2", "g0_in (Consume)")
 
 
 def test_a_release_of_more_than_the_core_holds_is_refused(add_one):
-    refused(with_program(add_one, Release("g0_in", C), Acquire("g0_in", C)), "tile_0_2", "releases 1", "g0_in",
+    refused(with_program(add_one, Release(FifoId("g0", Stem.IN), C), Acquire(FifoId("g0", Stem.IN), C)), "tile_0_2", "releases 1", "g0_in",
             "holding 0")
 
 
 def test_a_fifo_the_plan_lacks_or_used_at_the_wrong_end_is_refused(add_one):
-    refused(with_program(add_one, Acquire("g9_in", C), Release("g9_in", C)), "tile_0_2", "g9_in")
-    refused(with_program(add_one, Acquire("g0_in", P), Release("g0_in", P)), "tile_0_2", "g0_in", "Produce")
+    refused(with_program(add_one, Acquire(FifoId("g9", Stem.IN), C), Release(FifoId("g9", Stem.IN), C)), "tile_0_2", "g9_in")
+    refused(with_program(add_one, Acquire(FifoId("g0", Stem.IN), P), Release(FifoId("g0", Stem.IN), P)), "tile_0_2", "g0_in", "Produce")
 
 
 def test_taking_more_objects_than_the_depth_is_refused(add_one):
-    refused(with_program(add_one, Acquire("g0_in", C, 3), Release("g0_in", C, 3)), "tile_0_2", "3 objects",
+    refused(with_program(add_one, Acquire(FifoId("g0", Stem.IN), C, 3), Release(FifoId("g0", Stem.IN), C, 3)), "tile_0_2", "3 objects",
             "g0_in", "depth is 2")
 
 
 def test_invoking_an_undefined_function_or_with_the_wrong_objects_is_refused(add_one):
     program = add_one.cores[0].program
     held = [op for op in program if not isinstance(op, Invoke)]
-    refused(with_program(add_one, *held[:2], Invoke("g7", ("g0_in", "g0_host")), *held[2:]), "tile_0_2", "g7")
-    refused(with_program(add_one, *held[:2], Invoke("g0", ("g0_in",)), *held[2:]), "tile_0_2", "g0",
+    refused(with_program(add_one, *held[:2], Invoke("g7", (FifoId("g0", Stem.IN), FifoId("g0", Stem.HOST))), *held[2:]), "tile_0_2", "g7")
+    refused(with_program(add_one, *held[:2], Invoke("g0", (FifoId("g0", Stem.IN),)), *held[2:]), "tile_0_2", "g0",
             "1 object(s)", "2 parameter(s)")
-    refused(with_program(add_one, *held[:2], Invoke("g0", ("g0_in", "g1_buf0")), *held[2:]), "tile_0_2",
+    refused(with_program(add_one, *held[:2], Invoke("g0", (FifoId("g0", Stem.IN), "g1_buf0")), *held[2:]), "tile_0_2",
             "'g1_buf0'", "g0")
 
 
@@ -142,4 +143,4 @@ def test_a_blocked_function_invoked_outside_a_loop_is_refused():
 
 
 def test_a_core_program_holding_something_else_is_refused(add_one):
-    refused(with_program(add_one, Load("g0_in", 0)), "tile_0_2", "Load")
+    refused(with_program(add_one, Load(FifoId("g0", Stem.IN), 0)), "tile_0_2", "Load")

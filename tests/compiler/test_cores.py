@@ -11,6 +11,7 @@ import pytest
 
 from aie_utils import from_name
 from iron.compiler.cores import core_of
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.objects import MAX_GATHER_RUNS, pack
 from iron.compiler.plan import (
     Acquire,
@@ -50,9 +51,9 @@ def around(ins, outs, *middle) -> tuple:
 def test_add_one_invokes_one_function_calling_add_by_its_c_abi():
     [([function], core)] = cores_of(designs.trace(designs.add_one(1024)))
     assert (core.tile, core.group) == (Tile(0, 2, TileKind.COMPUTE), "g0")
-    assert core.program == around(["g0_in"], ["g0_host"], Invoke("g0", ("g0_in", "g0_host")))
-    assert (function.name, function.params, function.blocked) == ("g0", ("g0_in", "g0_host"), False)
-    assert function.steps == (KernelStep.of(Add, I32, (Ptr("g0_in", 0), Ptr("g0_in", 4096), Ptr("g0_host", 0),
+    assert core.program == around([FifoId("g0", Stem.IN)], [FifoId("g0", Stem.HOST)], Invoke("g0", (FifoId("g0", Stem.IN), FifoId("g0", Stem.HOST))))
+    assert (function.name, function.params, function.blocked) == ("g0", (FifoId("g0", Stem.IN), FifoId("g0", Stem.HOST)), False)
+    assert function.steps == (KernelStep.of(Add, I32, (Ptr(FifoId("g0", Stem.IN), 0), Ptr(FifoId("g0", Stem.IN), 4096), Ptr(FifoId("g0", Stem.HOST), 0),
                                                        Imm(1024))),)
 
 
@@ -62,12 +63,12 @@ def test_a_split_matvec_loops_over_its_blocks_in_a_blocked_function():
     made = cores_of(designs.trace(designs.big_matvec(512, 256)))
     assert len(made) == 4
     for p, ([block], core) in enumerate(made):
-        w, part = f"g0_w{p}", f"g0_part{p}"
-        params = ("g0_in", part, w)
-        assert core.program == around(["g0_in"], [part], Loop(8, (Acquire(w, C), Invoke(f"g0_p{p}_block", params),
+        w, part = FifoId("g0", Stem.W, (p,)), FifoId("g0", Stem.PART, (p,))
+        params = (FifoId("g0", Stem.IN), part, w)
+        assert core.program == around([FifoId("g0", Stem.IN)], [part], Loop(8, (Acquire(w, C), Invoke(f"g0_p{p}_block", params),
                                                                   Release(w, C))))
         assert (block.name, block.params, block.blocked) == (f"g0_p{p}_block", params, True)
-        assert block.steps == (KernelStep.of(MatVec, F32, (Ptr(w, 0), Ptr("g0_in", 0), Ptr(part, 0, block_stride=64),
+        assert block.steps == (KernelStep.of(MatVec, F32, (Ptr(w, 0), Ptr(FifoId("g0", Stem.IN), 0), Ptr(part, 0, block_stride=64),
                                                            Imm(16), Imm(256))),)
 
 
@@ -75,23 +76,23 @@ def test_a_group_reading_another_acquires_its_out_and_binds_its_buffers():
     """The MLP layer's g1 reads g0_out (x at byte 0, the normed vector at 256) and keeps MatVec#1
     and SiLU#2 in its Buffers; g0 copies x into its `_out` after RMSNorm."""
     (g0_functions, g0), (g1_functions, g1) = cores_of(designs.trace(designs.mlp_layer(64)))
-    assert g0.program == around(["g0_in"], ["g0_out"], Invoke("g0", ("g0_in", "g0_out")))
-    params = ("g1_in", "g0_out", "g1_host", "g1_buf0", "g1_buf1")
-    assert g1.program == around(["g1_in", "g0_out"], ["g1_host"], Invoke("g1", params))
+    assert g0.program == around([FifoId("g0", Stem.IN)], [FifoId("g0", Stem.OUT)], Invoke("g0", (FifoId("g0", Stem.IN), FifoId("g0", Stem.OUT))))
+    params = (FifoId("g1", Stem.IN), FifoId("g0", Stem.OUT), FifoId("g1", Stem.HOST), "g1_buf0", "g1_buf1")
+    assert g1.program == around([FifoId("g1", Stem.IN), FifoId("g0", Stem.OUT)], [FifoId("g1", Stem.HOST)], Invoke("g1", params))
     [function] = g1_functions
     assert function.params == params
     assert [(s.kernel, s.args[:s.kernel.arity + 1]) for s in function.steps] == [
-        (MatVec, (Ptr("g1_in", 0), Ptr("g0_out", 256), Ptr("g1_buf0", 0))),
+        (MatVec, (Ptr(FifoId("g1", Stem.IN), 0), Ptr(FifoId("g0", Stem.OUT), 256), Ptr("g1_buf0", 0))),
         (SiLU, (Ptr("g1_buf0", 0), Ptr("g1_buf1", 0))),
-        (Add, (Ptr("g0_out", 0), Ptr("g1_buf1", 0), Ptr("g1_host", 0)))]
+        (Add, (Ptr(FifoId("g0", Stem.OUT), 0), Ptr("g1_buf1", 0), Ptr(FifoId("g1", Stem.HOST), 0)))]
     assert [s.kernel for s in g0_functions[0].steps][1:] == [Copy]
 
 
 def test_an_accumulate_into_a_state_row_copies_the_row_then_adds_into_it():
     [([function], core)] = cores_of(designs.trace(designs.accumulate_at(64, 4)))
     assert function.steps == (
-        KernelStep.of(Copy, I32, (Ptr("g0_in", 256), Ptr("g0_host", 0), Imm(64))),
-        KernelStep.of(Accumulate, I32, (Ptr("g0_in", 0), Ptr("g0_host", 0), Imm(64))))
+        KernelStep.of(Copy, I32, (Ptr(FifoId("g0", Stem.IN), 256), Ptr(FifoId("g0", Stem.HOST), 0), Imm(64))),
+        KernelStep.of(Accumulate, I32, (Ptr(FifoId("g0", Stem.IN), 0), Ptr(FifoId("g0", Stem.HOST), 0), Imm(64))))
 
 
 def test_a_core_reading_a_view_of_too_many_runs_is_refused_with_its_names():

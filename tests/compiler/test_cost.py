@@ -6,7 +6,7 @@ import pytest
 
 from aie_utils import from_name
 from iron.compiler import cost
-from iron.compiler.plan import Function, Imm, KernelStep, Load, Ptr, ScalarStep
+from iron.compiler.plan import CType, Function, Imm, KernelStep, Load, Ptr, ScalarStep, WordOp
 from iron.kernels import MatVec, RMSNorm
 from iron.kernels.base import Role
 
@@ -44,8 +44,8 @@ def test_kernel_cycles_by_role(gen, role, dtype, in_shapes, out_shape, out_dtype
 def test_a_function_costs_its_kernel_calls_and_scalar_steps_in_turn():
     fn = Function("g0", ("a", "b"), (
         KernelStep.of(MatVec, np.float32, (Ptr("a"), Ptr("a", 2048), Ptr("b"), Imm(16), Imm(32))),
-        KernelStep.of(RMSNorm, np.float32, (Ptr("b"), Ptr("a"), Ptr("b"), Imm(1), Imm(64), Imm(1e-5, "f32"), Imm(64))),
-        ScalarStep(Ptr("b"), "add", Load("a"), Imm(1)),
+        KernelStep.of(RMSNorm, np.float32, (Ptr("b"), Ptr("a"), Ptr("b"), Imm(1), Imm(64), Imm(1e-5, CType.F32), Imm(64))),
+        ScalarStep(Ptr("b"), WordOp.ADD, Load("a"), Imm(1)),
     ))
     assert cost.function_cycles(NPU1, fn) == pytest.approx((64 + 32) + (64 + 24) + 4)
 
@@ -73,7 +73,7 @@ def test_irons_kernels_are_priced_as_written_on_the_scalar_unit(gen, role, dtype
 def test_a_functions_macs_at_peak_are_its_share_of_the_roofline():
     fn = Function("g0", ("a", "b"), (
         KernelStep.of(MatVec, np.float32, (Ptr("a"), Ptr("a", 2048), Ptr("b"), Imm(16), Imm(32))),
-        KernelStep.of(RMSNorm, np.float32, (Ptr("b"), Ptr("a"), Ptr("b"), Imm(1), Imm(64), Imm(1e-5, "f32"), Imm(64))),
+        KernelStep.of(RMSNorm, np.float32, (Ptr("b"), Ptr("a"), Ptr("b"), Imm(1), Imm(64), Imm(1e-5, CType.F32), Imm(64))),
     ))
     assert cost.function_peak_cycles(NPU1, fn) == pytest.approx(512 / (128 / 3))   # the MatVec's MACs only
     assert cost.function_cycles(NPU1, fn, cost.Kernels.IRONS) == pytest.approx((64 + 512 * 60) + (64 + 64 * 4 * 30))

@@ -15,6 +15,7 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler.describe import ddr_traffic
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.fuse import (
     RULES,
     fuse,
@@ -78,8 +79,8 @@ def test_a_quantized_layer_streams_its_blocks_split_by_rows(on_emulator, device,
     assert dict(plan.choices)["g1"].chosen == f"{parts} parts through {lanes} shim channels"
     weights = [f for f in plan.fifos if f.producer.kind is TileKind.SHIM and f.role is FifoRole.WEIGHTS]
     assert [(f.name, f.dtype, f.nbytes) for f in weights] == [
-        (f"g1_w{k}_mem", np.uint8, parts // lanes * rows * row) for k in range(lanes)]
-    assert plan.fifo("g1_w0").nbytes == rows * row
+        (FifoId("g1", Stem.W, (k,), mem=True), np.uint8, parts // lanes * rows * row) for k in range(lanes)]
+    assert plan.fifo(FifoId("g1", Stem.W, (0,))).nbytes == rows * row
     never_in_ddr(plan, 528 * 2048)
     assert ddr_traffic(plan).consts == 528 * row + 512 * 4   # the blocks once, and the RMSNorm's weights
     for seed in range(2):
@@ -99,7 +100,7 @@ def test_a_quantized_head_spreads_over_the_array_in_whole_rows(on_emulator, fmt,
     assert len(plan.cores) == 32 and rows % (32 * m) == 0
     expanded = [b for b in plan.buffers if b.name.endswith("_expanded")]
     assert [b.nbytes for b in expanded] == [m * 256 * 4] * 32   # m rows of 256 float32 on each core
-    assert plan.fifo("g0_a0_0").nbytes == m * row                # its m rows as stored
+    assert plan.fifo(FifoId("g0", Stem.A, (0, 0))).nbytes == m * row                # its m rows as stored
     never_in_ddr(plan, rows * 1024)
     assert ddr_traffic(plan).consts == rows * row
     x = rng.standard_normal(256).astype(F32)
@@ -122,7 +123,7 @@ def test_a_quantized_row_longer_than_a_tile_expands_in_k_blocks_of_whole_blocks(
     (more,) = [i for i in rounds.body if isinstance(i, Loop)]
     assert (rounds.count, more.count) == (1, 8192 // k - 1)     # k-blocks: the first, then the rest summed
     assert [(b.name, b.nbytes) for b in plan.buffers] == [("g0_r0c0_expanded", 4 * k)]
-    assert plan.fifo("g0_a0_0").nbytes == stored                  # k columns of whole GGUF blocks as stored
+    assert plan.fifo(FifoId("g0", Stem.A, (0, 0))).nbytes == stored                  # k columns of whole GGUF blocks as stored
     rules = [rule for rule, _ in plan.rules]
     assert rules.count(Rule.TILE_MATMUL_OVER_ARRAY) == rules.count(Rule.DEQUANT_BEFORE_MATVEC) == 1
     x = rng.standard_normal(8192).astype(F32)

@@ -5,7 +5,7 @@ the rules of a split MLP in its summary."""
 from aie_utils import from_name
 from iron.compiler.compile import compile_program
 from iron.compiler.describe import describe, word_text
-from iron.compiler.plan import Const, WordDef, WordKind, WordRef
+from iron.compiler.plan import Const, WordDef, WordKind, WordOp, WordRef
 from tests.compiler import designs
 
 WALK_NPU2 = """\
@@ -67,7 +67,7 @@ def test_a_description_is_deterministic():
 def test_word_text_shows_how_each_word_is_computed():
     assert [word_text(w) for w in (
         WordDef(0, "pos", WordKind.SCRATCHPAD),
-        WordDef(1, "pos * 64", WordKind.DMA, "mul", WordRef(0), Const(64)),
-        WordDef(2, "min(pos, 3)", WordKind.CORE, "min", WordRef(0), Const(3)),
-        WordDef(3, "pos", WordKind.DMA, "copy", WordRef(0)),
+        WordDef(1, "pos * 64", WordKind.DMA, WordOp.MUL, WordRef(0), Const(64)),
+        WordDef(2, "min(pos, 3)", WordKind.CORE, WordOp.MIN, WordRef(0), Const(3)),
+        WordDef(3, "pos", WordKind.DMA, WordOp.COPY, WordRef(0)),
     )] == ["given per call", "= w0 * 64", "= min(w0, 3)", "= w0"]

@@ -18,13 +18,12 @@ from iron.compiler.emit import (
     sink_writes,
     unflagged_steps,
 )
-from iron.compiler.fifos import FifoId, Stem
+from iron.compiler.fifos import EMIT_IN, FEEDBACK, FifoId, Stem
 from iron.compiler.objects import pack
 from iron.compiler.plan import (
     Acquire,
     Const,
     Direction,
-    Element,
     Emit,
     Imm,
     Invoke,
@@ -36,6 +35,7 @@ from iron.compiler.plan import (
     TileKind,
     WordDef,
     WordKind,
+    WordOp,
     WordRef,
 )
 from iron.compiler.sequence import Move, group_moves
@@ -46,6 +46,8 @@ from tests.compiler.passes import context
 NPU2 = from_name("npu2")
 C, P = Port.CONSUME, Port.PRODUCE
 I32_MIN, I32_MAX = -2 ** 31, 2 ** 31 - 1
+
+G0_OUT = FifoId("g0", Stem.OUT)
 
 
 def walk_moves():
@@ -66,7 +68,7 @@ def test_every_state_write_gets_a_word_the_emit_moves_to_the_sink_and_nothing_el
     ctx, moves = walk_moves()
     writes = [m for group in moves for m in group if m.buffer == "states" and m.direction is Direction.S2MM]
     assert writes == [Move(Direction.S2MM, FifoId("g0", Stem.HOST), "states", Access(0, ((1, 1),), 4))]
-    assert ctx.table.words[4] == WordDef(4, "steps", WordKind.DMA, "copy", WordRef(3), None, sink=9)
+    assert ctx.table.words[4] == WordDef(4, "steps", WordKind.DMA, WordOp.COPY, WordRef(3), None, sink=9)
     assert [m.access.patch_word for group in moves for m in group if m not in writes] == [2, None]
 
 
@@ -74,32 +76,32 @@ def test_the_walks_next_node_comes_from_its_group_and_its_steps_from_a_word():
     ctx = walk_context()
     emit, host = carry_sources(ctx)
     (_, steps), = [(name, source) for name, source in emit if name == "steps"]
-    assert emit == (("node", Element("g0_out", 0)), ("steps", steps))
+    assert emit == (("node", Load(G0_OUT, 0)), ("steps", steps))
     assert host == (("node", Output("carry.node")), ("steps", steps))
     words = ctx.table.defs()
     given = next(w.index for w in words if w.name == "steps" and w.kind is WordKind.CARRIED)
     nxt = words[steps.index]   # the next steps: this call's steps + 1
-    assert (nxt.kind, nxt.op, nxt.a, nxt.b) == (WordKind.NEXT, "add", WordRef(given), Const(1))
+    assert (nxt.kind, nxt.op, nxt.a, nxt.b) == (WordKind.NEXT, WordOp.ADD, WordRef(given), Const(1))
 
 
 def test_the_emit_core_reads_its_words_and_the_element_and_writes_the_feedback():
     ctx = walk_context()
     emit_values, _ = carry_sources(ctx)
     made = lower_emit(ctx, emit_values, ctx.table.defs())
-    objects = ("emit_in", "g0_out", "feedback")
+    objects = (EMIT_IN, G0_OUT, FEEDBACK)
     assert made.core.tile == Tile(0, 3, TileKind.COMPUTE) and made.core.group == "emit"
-    assert made.core.program == (Acquire("emit_in", C), Acquire("g0_out", C), Acquire("feedback", P),
-                                 Invoke("emit", objects), Release("emit_in", C), Release("g0_out", C),
-                                 Release("feedback", P))
+    assert made.core.program == (Acquire(EMIT_IN, C), Acquire(G0_OUT, C), Acquire(FEEDBACK, P),
+                                 Invoke("emit", objects), Release(EMIT_IN, C), Release(G0_OUT, C),
+                                 Release(FEEDBACK, P))
     assert made.function.name == "emit" and made.function.params == objects
     words = len(ctx.table.words)
-    assert made.emit == Emit(made.core.tile, emit_values, ctx.table.defs(), "feedback")
-    assert made.sizes == {"emit_in": 4 * (words + 1), "feedback": 4 * made.emit.nwords}
+    assert made.emit == Emit(made.core.tile, emit_values, ctx.table.defs())
+    assert made.sizes == {EMIT_IN: 4 * (words + 1), FEEDBACK: 4 * made.emit.nwords}
     assert made.moves == (Move(Direction.MM2S, FifoId("emit", Stem.IN), "words", Access(0, ((words + 1, 1),))),
                           Move(Direction.S2MM, FifoId(None, Stem.FEEDBACK), "feedback",
                                Access(0, ((made.emit.nwords, 1),))))
     first = made.function.steps[0]   # the flag starts from this call's own
-    assert (first.op, first.a) == ("copy", Load("emit_in", 4 * words))
+    assert (first.op, first.a) == (WordOp.COPY, Load(EMIT_IN, 4 * words))
     bounded = [w for w in made.emit.target_words if w.bound is not None]
     sunk = [w for w in made.emit.target_words if w.sink is not None]
     assert len(made.function.steps) == 1 + words + 7 * len(bounded) + (3 + 3 * len(sunk)) * bool(sunk)
@@ -109,15 +111,16 @@ def run(steps, memory: dict[int, int]) -> dict[int, int]:
     """The ScalarSteps on the feedback object's words (byte offset -> i32), wrapping as i32."""
     def value(operand):
         return operand.value if isinstance(operand, Imm) else memory[operand.offset]
-    ops = {"min": min, "max": max, "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}
+    ops = {WordOp.MIN: min, WordOp.MAX: max, WordOp.ADD: lambda a, b: a + b, WordOp.SUB: lambda a, b: a - b,
+           WordOp.MUL: lambda a, b: a * b}
     for step in steps:
-        assert step.dest.source == "feedback"
+        assert step.dest.source == FEEDBACK
         result = ops[step.op](value(step.a), value(step.b))
         memory[step.dest.offset] = int(np.int64(result).astype(np.int32))
     return memory
 
 
-EMIT = Emit(Tile(0, 3, TileKind.COMPUTE), (), (WordDef(0, "i", WordKind.DMA, bound=(2, 9)),), "feedback")
+EMIT = Emit(Tile(0, 3, TileKind.COMPUTE), (), (WordDef(0, "i", WordKind.DMA, bound=(2, 9)),))
 
 
 @pytest.mark.parametrize("value, clamped", [
@@ -131,6 +134,6 @@ def test_a_bounded_word_is_clamped_into_its_range_and_counted_once_when_out_of_i
 @pytest.mark.parametrize("flag, written", [(0, 40), (1, 7), (5, 7)])
 def test_a_flagged_runs_state_write_goes_to_the_sink(flag, written):
     w = WordDef(0, "trail", WordKind.DMA, sink=7)
-    emit = Emit(EMIT.tile, (), (w,), "feedback")
+    emit = Emit(EMIT.tile, (), (w,))
     memory = {0: 40, 4 * emit.flag: flag, 4 * emit.scratch: 0}
     assert run((*unflagged_steps(emit), *sink_steps(w, emit)), memory)[0] == written

@@ -11,6 +11,7 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler.channels import MemChannels, ShimRequest, share_shim_channels
+from iron.compiler.fifos import EMIT_IN, FifoId, Stem
 from iron.compiler.plan import Direction, FifoRole, Link, Tile, TileKind
 from iron.compiler.rules import Rule
 from iron.errors import PlacementError
@@ -46,9 +47,9 @@ def test_a_tiled_matvec_with_a_carry_on_one_column_shares_the_emit_words_and_equ
     plan = compiled.plan
     assert plan.segments == ()
     assert len(rules(plan, Rule.EMIT_IN_SHARES)) == 1 and len(rules(plan, Rule.SHARE_SHIM_CHANNELS)) == 2
-    shared = plan.fifo("shared_in0")
+    shared = plan.fifo(FifoId(None, Stem.SHARED_IN, (0,)))
     assert (shared.role, shared.nbytes, shared.consumers) == (FifoRole.SHARED_IN, 2316, (Tile(0, 1, TileKind.MEM),))
-    assert Link(Tile(0, 1, TileKind.MEM), ("shared_in0",), ("g0_in", "emit_in"), destination_offsets=(0, 2304)) \
+    assert Link(Tile(0, 1, TileKind.MEM), (FifoId(None, Stem.SHARED_IN, (0,)),), (FifoId("g0", Stem.IN), EMIT_IN), destination_offsets=(0, 2304)) \
         in plan.links
     assert "emit_in_shares" in compiled.describe()
     x = np.random.default_rng(1).standard_normal(576).astype(F32)
@@ -79,7 +80,7 @@ def test_the_shared_emit_words_run_as_a_carried_loop_at_depth_2():
     graph = Looped()
     body = graph.compile(device="npu2_1col")
     assert len(rules(body.plan, Rule.EMIT_IN_SHARES)) == 1 and body.plan.segments == ()
-    assert Link(Tile(0, 1, TileKind.MEM), ("shared_in0",), ("g0_in", "emit_in"), destination_offsets=(0, 2304)) \
+    assert Link(Tile(0, 1, TileKind.MEM), (FifoId(None, Stem.SHARED_IN, (0,)),), (FifoId("g0", Stem.IN), EMIT_IN), destination_offsets=(0, 2304)) \
         in body.plan.links
     assert_loop_equals_reference(graph, body, W @ V, steps=5, n=3)
 
@@ -100,8 +101,8 @@ def assert_loop_equals_reference(graph, body, product, steps: int, n: int):
 def test_the_4096_square_matvec_on_one_column_shares_too():
     plan = Counted(4096, 4096).compile(device="npu2_1col", x=((4096,), F32)).plan
     assert plan.segments == ()
-    assert plan.fifo("shared_in0").nbytes == 16396
-    assert Link(Tile(0, 1, TileKind.MEM), ("shared_in0",), ("g0_in", "emit_in"), destination_offsets=(0, 16384)) \
+    assert plan.fifo(FifoId(None, Stem.SHARED_IN, (0,))).nbytes == 16396
+    assert Link(Tile(0, 1, TileKind.MEM), (FifoId(None, Stem.SHARED_IN, (0,)),), (FifoId("g0", Stem.IN), EMIT_IN), destination_offsets=(0, 16384)) \
         in plan.links
 
 
@@ -165,7 +166,7 @@ def test_the_emit_in_a_segment_of_its_own_runs_as_a_carried_loop_at_depth_2():
 
 def test_inputs_none_of_which_may_share_are_refused_naming_who_may():
     device = from_name("npu2_1col")
-    wanted = [ShimRequest(name, Direction.MM2S, 0, 64) for name in ("g0_a0_mem", "g0_b0_mem", "emit_in")]
+    wanted = [ShimRequest(name, Direction.MM2S, 0, 64) for name in (FifoId("g0", Stem.A, (0,), mem=True), FifoId("g0", Stem.B, (0,), mem=True), EMIT_IN)]
     with pytest.raises(PlacementError) as refused:
         share_shim_channels(Product().trace(a=((64, 256), F32)), wanted, device, MemChannels(device), 2)
     quoted(refused.value, "Product", "3 shim MM2S channels", "npu2_1col has 2", "saves only 0", "more columns")

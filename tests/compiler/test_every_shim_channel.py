@@ -12,6 +12,7 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler import cost
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.matrices import bd_share, lane_ops
 from iron.compiler.plan import Dma, FifoRole, TileKind
 from iron.compiler.rules import Rule
@@ -62,11 +63,11 @@ def test_a_float32_projection_reads_its_rows_through_six_shim_channels(on_emulat
     graph = Projection(rng.standard_normal((1536, 576)).astype(F32))   # SmolLM2's up projection, 3.5 MB
     compiled = graph.compile(x=((576,), F32), device=from_name(device))
     plan = compiled.plan
-    assert weight_lanes(plan) == [(f"g1_w{k}_mem", shim) for k, shim in enumerate(shims)]
+    assert weight_lanes(plan) == [(FifoId("g1", Stem.W, (k,), mem=True), shim) for k, shim in enumerate(shims)]
     choice = dict(plan.choices)["g1"]
     assert (choice.rule, choice.chosen) == (Rule.SPLIT_MATRIX_OVER_TILES, "6 parts through 6 shim channels")
     assert choice.chosen_ns < choice.rejected_ns
-    assert [t.name for t in plan.fifo("g0_out").consumers] == [c.tile.name for c in plan.cores if c.group == "g1"]
+    assert [t.name for t in plan.fifo(FifoId("g0", Stem.OUT)).consumers] == [c.tile.name for c in plan.cores if c.group == "g1"]
     x = rng.standard_normal(576).astype(F32)
     agree(compiled(x), graph.reference(x))
 
@@ -116,7 +117,7 @@ def test_quantized_rows_expand_on_six_tiles_read_through_the_channels_the_cost_m
     graph = Layer(random_blocks(rng, 1536, 576, fmt), fmt)
     compiled = graph.compile(x=((576,), F32), device=from_name(device))
     plan = compiled.plan
-    assert [name for name, _ in weight_lanes(plan)] == [f"g1_w{k}_mem" for k in range(lanes)]
+    assert [name for name, _ in weight_lanes(plan)] == [FifoId("g1", Stem.W, (k,), mem=True) for k in range(lanes)]
     assert dict(plan.choices)["g1"].chosen == f"6 parts through {lanes} shim channels"
     assert plan.groups[1] == ("g1", ("Dequant#1", "MatVec#2", "SiLU#3"))
     x = rng.standard_normal(576).astype(F32)
@@ -132,12 +133,13 @@ def test_lanes_whose_dma_ops_overflow_the_shim_bds_are_no_candidate():
     its one Wait (927 us)."""
     graph = Layer(random_blocks(np.random.default_rng(8), 49152, 576, Q4_1), Q4_1)
     plan = graph.compile(x=((576,), F32), device=from_name("npu2")).plan.configurations[0]
-    assert weight_lanes(plan) == [("g1_w0_mem", "shim_1_0"), ("g1_w1_mem", "shim_1_0"), ("g1_w2_mem", "shim_2_0"),
-                                  ("g1_w3_mem", "shim_3_0"), ("g1_w4_mem", "shim_4_0"), ("g1_w5_mem", "shim_5_0")]
+    assert weight_lanes(plan) == [(FifoId("g1", Stem.W, (k,), mem=True), shim) for k, shim in
+                                  enumerate(("shim_1_0", "shim_1_0", "shim_2_0", "shim_3_0", "shim_4_0", "shim_5_0"))]
     assert dict(plan.choices)["g1"].chosen == "6 parts through 6 shim channels"
     ops = [(op.fifo, op.sizes) if isinstance(op, Dma) else ("wait", op.fifo) for op in plan.sequence]
-    assert ops[2:] == [(f"g1_w{k}_mem", (1, 1, 768, 960)) for k in range(6)] + [("g1_host", (1, 1, 64, 768)),
-                                                                                  ("wait", "g1_host")]
+    host = FifoId("g1", Stem.HOST)
+    assert ops[2:] == [(FifoId("g1", Stem.W, (k,), mem=True), (1, 1, 768, 960)) for k in range(6)] + [
+        (host, (1, 1, 64, 768)), ("wait", host)]
 
 
 def test_a_lane_takes_one_dma_op_per_repeat_of_blocks_when_it_carries_several_parts():

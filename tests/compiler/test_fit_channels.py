@@ -19,7 +19,7 @@ from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.fuse import fuse
 from iron.compiler.lower import lower
 from iron.compiler.place import place
-from iron.compiler.plan import Cut, Element, Imm, KernelStep, Load, Ptr, Tile, TileKind
+from iron.compiler.plan import Cut, Imm, KernelStep, Load, Ptr, Tile, TileKind
 from iron.compiler.route import CoreInputs, Relay, choose_relays, core_inputs, route
 from iron.compiler.rules import Rule
 from iron.errors import PlacementError
@@ -88,14 +88,14 @@ def test_the_mlp_parts_take_the_residual_from_the_norm_group(monkeypatch):
     plan = compile_program(designs.trace(designs.mlp(4, 256)), NPU2)
     assert made[-1].relays == tuple(Relay(f"g{g - 1}", f"g{g}", (out(f"g{g - 2}"),)) for g in (3, 5, 7))
     assert len(fits(plan)) == 3
-    assert consumers(plan, "g1_out") == ("tile_1_4",)
-    assert (consumers(plan, "g2_out"), plan.fifo("g2_out").nbytes) == (("tile_1_3", "tile_1_2", "tile_2_2", "tile_2_3"),
+    assert consumers(plan, FifoId("g1", Stem.OUT)) == ("tile_1_4",)
+    assert (consumers(plan, FifoId("g2", Stem.OUT)), plan.fifo(FifoId("g2", Stem.OUT)).nbytes) == (("tile_1_3", "tile_1_2", "tile_2_2", "tile_2_3"),
                                                                        2048)
-    assert plan.holds["g2_out"] == "RMSNorm#4, Add#3"
-    assert plan.function("g2").steps[1] == KernelStep.of(Copy, np.float32, (Ptr("g1_out"), Ptr("g2_out", 1024), Imm(256)))
+    assert plan.holds[FifoId("g2", Stem.OUT)] == "RMSNorm#4, Add#3"
+    assert plan.function("g2").steps[1] == KernelStep.of(Copy, np.float32, (Ptr(FifoId("g1", Stem.OUT)), Ptr(FifoId("g2", Stem.OUT), 1024), Imm(256)))
     residual = [step.args[0] for name in ("g3_p0", "g3_p1") for step in plan.function(name).steps
                 if step.symbol == "add_f32"]
-    assert residual == [Ptr("g2_out", 1024), Ptr("g2_out", 1024 + 64 * 4)]   # g3's 4 parts of 64 rows
+    assert residual == [Ptr(FifoId("g2", Stem.OUT), 1024), Ptr(FifoId("g2", Stem.OUT), 1024 + 64 * 4)]   # g3's 4 parts of 64 rows
 
 
 @pytest.mark.parametrize("device", [NPU1, NPU2], ids=["npu1", "npu2"])
@@ -128,8 +128,8 @@ def test_a_bias_after_a_streamed_matrix_comes_with_the_normalized_vector(monkeyp
     plan = compiled.plan
     assert made[-1].relays == (Relay("g0", "g1", (in_("g1"),)),) and len(fits(plan)) == 1
     holds = plan.holds
-    assert (holds["g0_in"], holds["g0_out"]) == ("x, g, b", "RMSNorm#0, b")
-    assert "g1_in" not in holds and over(plan) == {}
+    assert (holds[FifoId("g0", Stem.IN)], holds[FifoId("g0", Stem.OUT)]) == ("x, g, b", "RMSNorm#0, b")
+    assert FifoId("g1", Stem.IN) not in holds and over(plan) == {}
     x = np.linspace(-2, 2, 64).astype(F32)
     for got, want in zip(compiled(x), Bias().reference(x)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -147,7 +147,7 @@ def test_a_group_whose_in_is_carried_still_forwards_what_it_loads_first():
     compiled = BiasTwice().compile(device="npu2", x=((64,), F32))
     plan = compiled.plan
     assert (Rule.FORWARD_SHARED_INPUT, "g1 forwards b to g3") in plan.rules and len(fits(plan)) == 1
-    assert plan.function("g1").steps[-1] == KernelStep.of(Copy, np.float32, (Ptr("g0_out", 256), Ptr("g1_out"), Imm(128)))
+    assert plan.function("g1").steps[-1] == KernelStep.of(Copy, np.float32, (Ptr(FifoId("g0", Stem.OUT), 256), Ptr(FifoId("g1", Stem.OUT)), Imm(128)))
     x = np.linspace(-2, 2, 64).astype(F32)
     for got, want in zip(compiled(x), BiasTwice().reference(x)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -170,8 +170,8 @@ def test_a_per_call_length_travels_in_the_carrier_object(monkeypatch):
     compiled = NormedSoftmax().compile(device="npu1", x=((16,), F32), y=((16,), F32))
     plan = compiled.plan
     assert made[-1].relays == (Relay("g0", "g2", (in_("g2"),)),) and len(fits(plan)) == 1
-    assert plan.holds["g0_out"] == "Exp#0, n"
-    assert plan.function("g2").steps[-1].args[-1] == Load("g0_out", 64)   # Softmax's length
+    assert plan.holds[FifoId("g0", Stem.OUT)] == "Exp#0, n"
+    assert plan.function("g2").steps[-1].args[-1] == Load(FifoId("g0", Stem.OUT), 64)   # Softmax's length
     x, y = np.linspace(-1, 1, 16).astype(F32), np.linspace(0, 2, 16).astype(F32)
     for n in (3, 16):
         for got, want in zip(compiled(x, y, n=n), NormedSoftmax().reference(x, y, n=n)):
@@ -202,8 +202,8 @@ def test_the_emit_takes_an_element_through_the_group_that_reads_it(monkeypatch):
     body = TwoTrails().compile(device="npu2")
     plan = body.plan
     assert made[-1].relays == (Relay("g1", "emit", (out("g0"),)),) and len(fits(plan)) == 1
-    assert plan.emit.next_values == (("i", Element("g1_out", 4)), ("j", Element("g1_out", 0)))
-    assert consumers(plan, "g0_out") == ("tile_0_3",) and plan.fifo("g0_out").shared_memory
+    assert plan.emit.next_values == (("i", Load(FifoId("g1", Stem.OUT), 4)), ("j", Load(FifoId("g1", Stem.OUT), 0)))
+    assert consumers(plan, FifoId("g0", Stem.OUT)) == ("tile_0_3",) and plan.fifo(FifoId("g0", Stem.OUT)).shared_memory
     loop = iron.CarriedLoop(body, body, depth=2)
     assert list(loop.run(5, i=1, j=2)) == list(range(5))
     reference, carry = TwoTrails(), {"i": 1, "j": 2}
@@ -300,8 +300,8 @@ def test_a_carrier_with_a_spare_channel_starts_receiving_an_earlier_result_to_fo
     plan = compile_program(graph.trace(a=spec, b=spec, c=spec, d=spec), NPU2)
     assert plan.segments == ()
     assert made[-1].relays == (Relay("g1", "g4", (out("g0"),), gained=(out("g0"),)),) and len(fits(plan)) == 1
-    assert consumers(plan, "g0_out") == ("tile_0_3",) and plan.fifo("g0_out").shared_memory
-    assert plan.holds["g1_out"] == "MatVec#1, MatVec#0"
+    assert consumers(plan, FifoId("g0", Stem.OUT)) == ("tile_0_3",) and plan.fifo(FifoId("g0", Stem.OUT)).shared_memory
+    assert plan.holds[FifoId("g1", Stem.OUT)] == "MatVec#1, MatVec#0"
     assert over(plan) == {}
     xs = [np.linspace(-1, 1, 16).astype(F32) * (i + 1) for i in range(4)]
     np.testing.assert_allclose(graph.compile(a=spec, b=spec, c=spec, d=spec)(*xs), graph.reference(*xs),

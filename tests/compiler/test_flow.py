@@ -66,11 +66,11 @@ def test_an_elementwise_stream_splits_each_input_per_column_and_joins_the_result
     size = b * 4
     assert [(link.sources, link.destinations, link.source_offsets, link.destination_offsets)
             for link in made.links[:3]] == [
-        (("g0_x0_0_mem",), ("g0_x0_0_0", "g0_x0_1_0"), (), (0, size)),
-        (("g0_x1_0_mem",), ("g0_x1_0_0", "g0_x1_1_0"), (), (0, size)),
-        (("g0_part0_0", "g0_part1_0"), ("g0_host0",), (0, size), ())]
+        ((FifoId("g0", Stem.X, (0, 0), mem=True),), (FifoId("g0", Stem.X, (0, 0, 0)), FifoId("g0", Stem.X, (0, 1, 0))), (), (0, size)),
+        ((FifoId("g0", Stem.X, (1, 0), mem=True),), (FifoId("g0", Stem.X, (1, 0, 0)), FifoId("g0", Stem.X, (1, 1, 0))), (), (0, size)),
+        ((FifoId("g0", Stem.PART, (0, 0)), FifoId("g0", Stem.PART, (1, 0))), (FifoId("g0", Stem.HOST, (0,)),), (0, size), ())]
     assert len(made.links) == 3 * cols
-    x, part = ("g0_x0_1_2", "g0_x1_1_2"), "g0_part1_2"
+    x, part = (FifoId("g0", Stem.X, (0, 1, 2)), FifoId("g0", Stem.X, (1, 1, 2))), FifoId("g0", Stem.PART, (1, 2))
     core = next(c for c in made.cores if (c.tile.col, c.tile.row) == (2, 3))
     params = (*x, part)
     assert core.program == (Loop(65536 // (b * 16), block_body(x, part, "g0_r1c2_block", params)),)
@@ -85,25 +85,25 @@ def test_an_elementwise_stream_splits_each_input_per_column_and_joins_the_result
 def test_a_row_every_row_shares_is_acquired_once_around_the_loop():
     """RMSNorm over 1024 rows of 256 with its g: `_w0` (one row of g) to every core, moved once."""
     flow, made = lowered(Norm(256), x=((1024, 256), F32))
-    assert made.sizes["g0_w0"] == (256 * 4, np.dtype(F32), "g")
+    assert made.sizes[FifoId("g0", Stem.W, (0,))] == (256 * 4, np.dtype(F32), "g")
     rows_per_block = flow.block // 256
     core = made.cores[0]
-    params = ("g0_x0_0_0", "g0_w0", "g0_part0_0")
-    assert core.program == (Acquire("g0_w0", C),
-                            Loop(1024 // (rows_per_block * 32), block_body(["g0_x0_0_0"], "g0_part0_0",
+    params = (FifoId("g0", Stem.X, (0, 0, 0)), FifoId("g0", Stem.W, (0,)), FifoId("g0", Stem.PART, (0, 0)))
+    assert core.program == (Acquire(FifoId("g0", Stem.W, (0,)), C),
+                            Loop(1024 // (rows_per_block * 32), block_body([FifoId("g0", Stem.X, (0, 0, 0))], FifoId("g0", Stem.PART, (0, 0)),
                                                                              "g0_r0c0_block", params)),
-                            Release("g0_w0", C))
+                            Release(FifoId("g0", Stem.W, (0,)), C))
     (step,) = made.functions[0].steps
-    assert step.args[:5] == (Ptr("g0_x0_0_0"), Ptr("g0_w0"), Ptr("g0_part0_0"), Imm(rows_per_block), Imm(256))
+    assert step.args[:5] == (Ptr(FifoId("g0", Stem.X, (0, 0, 0))), Ptr(FifoId("g0", Stem.W, (0,))), Ptr(FifoId("g0", Stem.PART, (0, 0))), Imm(rows_per_block), Imm(256))
     assert [m.fifo for m in made.moves if isinstance(m, Move)].count(FifoId("g0", Stem.W, (0,))) == 1
 
 
 def test_a_per_call_length_comes_once_in_the_in_object_and_is_loaded_by_every_block():
     flow, made = lowered(Soft(), x=((1024, 256), F32))
-    assert made.sizes["g0_in"] == (4, np.dtype(np.int32), "n + 1")
+    assert made.sizes[FifoId("g0", Stem.IN)] == (4, np.dtype(np.int32), "n + 1")
     core = made.cores[0]
-    assert (core.program[0], core.program[-1]) == (Acquire("g0_in", C), Release("g0_in", C))
+    assert (core.program[0], core.program[-1]) == (Acquire(FifoId("g0", Stem.IN), C), Release(FifoId("g0", Stem.IN), C))
     (step,) = made.functions[0].steps
-    assert step.kernel is Softmax and step.args[-1] == Load("g0_in", 0)
+    assert step.kernel is Softmax and step.args[-1] == Load(FifoId("g0", Stem.IN), 0)
     (words,) = [m for m in made.moves if isinstance(m, Move) and m.fifo == FifoId("g0", Stem.IN)]
     assert (words.direction, words.buffer, words.access.nwords) == (Direction.MM2S, "words", 1)

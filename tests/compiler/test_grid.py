@@ -56,7 +56,7 @@ def test_a_matmul_grid_broadcasts_a_along_rows_and_b_down_columns():
     # links: per row A into its mem tile; per column B and the join of its parts
     assert [(len(link.sources), len(link.destinations)) for link in made.links] == \
         [(1, 1)] * rows + [(1, 1), (rows, 1)] * cols
-    a0, b3, part = "g0_a1", "g0_b3", "g0_part1_3"
+    a0, b3, part = FifoId("g0", Stem.A, (1,)), FifoId("g0", Stem.B, (3,)), FifoId("g0", Stem.PART, (1, 3))
     core = next(c for c in made.cores if c.tile == Tile(3, 3, TileKind.COMPUTE))
     take, give = (Acquire(a0, Port.CONSUME), Acquire(b3, Port.CONSUME)), (Release(a0, Port.CONSUME), Release(b3, Port.CONSUME))
     params = (a0, b3, part)
@@ -80,10 +80,10 @@ def test_a_bfloat16_grid_sums_in_float32_and_rounds_each_block_once():
     assert made.buffers[0] == Buffer("g0_r0c0_sum", Tile(0, 2, TileKind.COMPUTE), grid.m * grid.n * 4, np.dtype(F32))
     assert len(made.buffers) == len(made.cores) == 32
     rounds = [f for f in made.functions if f.name.endswith("_round")]
-    assert len(rounds) == 32 and rounds[0].params == ("g0_r0c0_sum", "g0_part0_0")
+    assert len(rounds) == 32 and rounds[0].params == ("g0_r0c0_sum", FifoId("g0", Stem.PART, (0, 0)))
     (cast,) = rounds[0].steps
     assert (cast.dtype, cast.out) == (np.dtype(F32), np.dtype(iron.bfloat16))
-    assert made.cores[0].program[0].body[-2] == Invoke("g0_r0c0_round", ("g0_r0c0_sum", "g0_part0_0"))
+    assert made.cores[0].program[0].body[-2] == Invoke("g0_r0c0_round", ("g0_r0c0_sum", FifoId("g0", Stem.PART, (0, 0))))
 
 
 def test_a_matvec_grid_gives_each_core_its_own_rows_and_every_core_the_vector():
@@ -91,15 +91,15 @@ def test_a_matvec_grid_gives_each_core_its_own_rows_and_every_core_the_vector():
     `_a<r>_<c>` per core; the vector's k-blocks in one `_b` to all 32 cores."""
     grid, made = lowered(designs.Projection(np.ones((4096, 1024), F32)), x=((1024,), F32))
     assert (grid.own_rows, grid.vector, len(grid.rows), len(grid.cols)) == (True, True, 4, 8)
-    assert made.sizes["g0_b"][0] == grid.k * 4
-    splits = [link for link in made.links if link.sources[0].startswith("g0_a")]
-    assert [link.destinations for link in splits] == [tuple(f"g0_a{r}_{c}" for r in range(4)) for c in range(8)]
+    assert made.sizes[FifoId("g0", Stem.B)][0] == grid.k * 4
+    splits = [link for link in made.links if link.sources[0].stem is Stem.A]
+    assert [link.destinations for link in splits] == [tuple(FifoId("g0", Stem.A, (r, c)) for r in range(4)) for c in range(8)]
     core = made.cores[0]
     (loop,) = core.program
     assert isinstance(loop, Loop) and loop.body[-2] == Loop(1024 // grid.k - 1, loop.body[-2].body)
     first = next(f for f in made.functions if f.name == "g0_r0c0_first")
-    assert first.params == ("g0_a0_0", "g0_b", "g0_part0_0")
-    assert first.steps == (KernelStep.of(MatVec, F32, (Ptr("g0_a0_0"), Ptr("g0_b"), Ptr("g0_part0_0"), Imm(grid.m),
+    assert first.params == (FifoId("g0", Stem.A, (0, 0)), FifoId("g0", Stem.B), FifoId("g0", Stem.PART, (0, 0)))
+    assert first.steps == (KernelStep.of(MatVec, F32, (Ptr(FifoId("g0", Stem.A, (0, 0))), Ptr(FifoId("g0", Stem.B)), Ptr(FifoId("g0", Stem.PART, (0, 0))), Imm(grid.m),
                                                        Imm(grid.k))),)
     directions = Counter(m.direction for m in made.moves if isinstance(m, Move))
     assert directions == {Direction.MM2S: 1 + 8, Direction.S2MM: 8}

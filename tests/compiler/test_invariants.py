@@ -10,6 +10,7 @@ import iron
 from aie_utils import from_name
 from iron.compiler.allocate import tile_memory
 from iron.compiler.compile import compile_program
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.invariants import check_plan, tile_locks
 from iron.compiler.plan import (
     Buffer,
@@ -24,6 +25,7 @@ from iron.compiler.plan import (
     Tile,
     TileKind,
     Wait,
+    WordOp,
     WordRef,
 )
 from iron.errors import DoesNotFit, PlanError
@@ -40,6 +42,7 @@ DESIGNS = {
     "big_matvec": lambda: designs.big_matvec(512, 256),
 }
 FIX = " Rebuild the Plan with iron's compiler, or correct it by hand."
+G0_IN, G0_HOST, G0_OUT = FifoId("g0", Stem.IN), FifoId("g0", Stem.HOST), FifoId("g0", Stem.OUT)
 
 
 def plan_of(name: str, device: str):
@@ -75,7 +78,7 @@ def test_every_design_keeps_the_device_rules(name, device):
 def test_the_mlp_moves_every_matrix_once_per_launch():
     plan = plan_of("mlp_4x256", "npu2")
     moved, _ = moved_and_taken(plan)
-    lanes = {g: [f for f in moved if f.startswith(f"g{g}_w") and f.endswith("_mem")] for g in (1, 3, 5, 7)}
+    lanes = {g: [f for f in moved if f.group == f"g{g}" and f.stem is Stem.W and f.mem] for g in (1, 3, 5, 7)}
     assert [sum(moved[f] for f in lanes[g]) for g in lanes] == [256 * 256] * 4   # through 4, 4, 2 and 1 shim channels
     assert [len(lanes[g]) for g in lanes] == [4, 4, 2, 1]
 
@@ -101,14 +104,14 @@ def test_a_bd_reused_before_a_wait_is_refused():
 def test_a_bd_freed_by_a_wait_on_a_tokened_mm2s_may_be_reused():
     plan = plan_of("walk", "npu1")
     first, *rest = plan.sequence
-    ops = (dataclasses.replace(first, issue_token=True), Wait("g0_in"), *(
+    ops = (dataclasses.replace(first, issue_token=True), Wait(G0_IN), *(
         dataclasses.replace(op, bd_id=0) if isinstance(op, Dma) and op.bd_id == 1 else op for op in rest))
     check_plan(dataclasses.replace(plan, sequence=ops))
 
 
 def test_a_wait_on_a_fifo_without_a_shim_end_is_refused():
     plan = plan_of("mlp_layer_f32", "npu2")   # g0_out goes from one core to another
-    plan = dataclasses.replace(plan, sequence=(Wait("g0_out"), *plan.sequence))
+    plan = dataclasses.replace(plan, sequence=(Wait(G0_OUT), *plan.sequence))
     broken(plan, "plan MLPLayer on npu2: sequence op 0 waits on g0_out, which has no shim end (no Dma "
                  "moves it)." + FIX)
 
@@ -145,12 +148,12 @@ def test_a_dma_stride_over_the_shims_20_bit_field_is_refused():
 def test_a_wait_no_completion_token_can_satisfy_is_refused():
     """An MM2S Dma without issue_token raises no token: a Wait after only such ops never returns."""
     plan = plan_of("walk", "npu1")
-    plan = dataclasses.replace(plan, sequence=(plan.sequence[0], Wait("g0_in"), *plan.sequence[1:]))
+    plan = dataclasses.replace(plan, sequence=(plan.sequence[0], Wait(G0_IN), *plan.sequence[1:]))
     broken(plan, "plan Walk on npu1: sequence op 1 waits on g0_in, but no Dma on g0_in since its last Wait "
                  "issues a completion token, so the device would wait forever. Wait after an S2MM Dma, or "
                  "give the MM2S Dma issue_token.")
     twice = with_op(plan, 0, issue_token=True)
-    twice = dataclasses.replace(twice, sequence=(*twice.sequence[:2], Wait("g0_in"), *twice.sequence[2:]))
+    twice = dataclasses.replace(twice, sequence=(*twice.sequence[:2], Wait(G0_IN), *twice.sequence[2:]))
     broken(twice, "plan Walk on npu1: sequence op 2 waits on g0_in, but no Dma on g0_in since its last Wait "
                   "issues a completion token, so the device would wait forever. Wait after an S2MM Dma, or "
                   "give the MM2S Dma issue_token.")
@@ -224,7 +227,7 @@ CHANNEL_FIX = (" Route several operands through one FIFO (one packed object, or 
 
 def with_fifos(plan, *extra, **consumers):
     """`plan` plus FIFOs `extra`, with the consumers of some FIFOs replaced (name=(tile, ...))."""
-    fifos = tuple(dataclasses.replace(f, consumers=consumers.get(f.name, f.consumers)) for f in plan.fifos)
+    fifos = tuple(dataclasses.replace(f, consumers=consumers.get(str(f.name), f.consumers)) for f in plan.fifos)
     return dataclasses.replace(plan, fifos=(*fifos, *extra))
 
 
@@ -239,25 +242,25 @@ def test_a_compute_tile_taking_three_fifos_by_dma_is_refused():
 def test_a_compute_tile_sending_three_fifos_by_dma_is_refused():
     plan = plan_of("walk", "npu1")
     core, shim = Tile(0, 2, TileKind.COMPUTE), Tile(0, 0, TileKind.SHIM)
-    extra = [Fifo(f"extra{i}", core, (shim,), 2, 4) for i in range(2)]
+    extra = [Fifo(FifoId("extra", Stem.OUT, (i,)), core, (shim,), 2, 4) for i in range(2)]
     broken(with_fifos(plan, *extra),
-           "plan Walk on npu1: tile_0_2 moves 3 FIFOs out (MM2S) by DMA (g0_host, extra0, extra1) but a "
+           "plan Walk on npu1: tile_0_2 moves 3 FIFOs out (MM2S) by DMA (g0_host, extra_out0, extra_out1) but a "
            "compute tile has 2 such channels." + CHANNEL_FIX)
 
 
 def test_a_mem_tile_taking_seven_fifos_is_refused():
     plan = plan_of("mlp_4x256", "npu2")
     mem, shim = Tile(0, 1, TileKind.MEM), Tile(0, 0, TileKind.SHIM)
-    extra = [Fifo(f"extra{i}", shim, (mem,), 2, 64) for i in range(1)]
+    extra = [Fifo(FifoId("extra", Stem.OUT, (i,)), shim, (mem,), 2, 64) for i in range(1)]
     broken(with_fifos(plan, *extra),
            "plan ExampleMLP on npu2: mem_0_1 moves 7 FIFOs in (S2MM) by DMA (g1_w0_mem, g1_part0, g1_part1, "
-           "g1_part2, g1_part3, g3_w1_mem, extra0) but a mem tile has 6 such channels." + CHANNEL_FIX)
+           "g1_part2, g1_part3, g3_w1_mem, extra_out0) but a mem tile has 6 such channels." + CHANNEL_FIX)
 
 
 def test_shared_memory_fifos_take_no_channel():
     plan = plan_of("walk", "npu2")   # g0_out: tile_0_2 -> tile_0_3 in shared memory, beside g0_host
     core, shim = Tile(0, 2, TileKind.COMPUTE), Tile(0, 0, TileKind.SHIM)
-    check_plan(with_fifos(plan, Fifo("extra", core, (shim,), 2, 4)))
+    check_plan(with_fifos(plan, Fifo(FifoId("extra", Stem.OUT), core, (shim,), 2, 4)))
 
 
 LOCK_FIX = (" Put fewer FIFO ends (or fewer parts of mem-tile splits and joins) on this tile: place the groups on "
@@ -267,18 +270,18 @@ LOCK_FIX = (" Put fewer FIFO ends (or fewer parts of mem-tile splits and joins) 
 def test_a_compute_tile_over_its_16_locks_is_refused():
     plan = plan_of("walk", "npu2")   # tile_0_2 holds g0_host's and g0_out's objects: 2 locks each
     core, above = Tile(0, 2, TileKind.COMPUTE), Tile(0, 3, TileKind.COMPUTE)
-    assert tile_locks(plan)[core] == [("g0_in", 2), ("g0_host", 2), ("g0_out", 2)]
-    fits = [Fifo(f"extra{i}", core, (above,), 2, 4, shared_memory=True) for i in range(5)]
+    assert tile_locks(plan)[core] == [(G0_IN, 2), (G0_HOST, 2), (G0_OUT, 2)]
+    fits = [Fifo(FifoId("extra", Stem.OUT, (i,)), core, (above,), 2, 4, shared_memory=True) for i in range(5)]
     check_plan(with_fifos(plan, *fits))   # 16 locks: no DMA channel, but a lock pair each
-    broken(with_fifos(plan, *fits, Fifo("extra5", core, (above,), 2, 4, shared_memory=True)),
-           "plan Walk on npu2: tile_0_2 needs 18 locks (g0_in 2, g0_host 2, g0_out 2, extra0 2, extra1 2, extra2 2, "
-           "extra3 2, extra4 2, extra5 2) but a compute tile has 16." + LOCK_FIX)
+    broken(with_fifos(plan, *fits, Fifo(FifoId("extra", Stem.OUT, (5,)), core, (above,), 2, 4, shared_memory=True)),
+           "plan Walk on npu2: tile_0_2 needs 18 locks (g0_in 2, g0_host 2, g0_out 2, extra_out0 2, extra_out1 2, extra_out2 2, "
+           "extra_out3 2, extra_out4 2, extra_out5 2) but a compute tile has 16." + LOCK_FIX)
 
 
 def test_a_mem_tile_counts_a_lock_pair_per_part_of_a_split_or_join():
     plan = plan_of("big_matvec", "npu2_1col")   # mem_0_1 splits g0_w_mem into 4 parts and joins 4 into g0_host
     mem = Tile(0, 1, TileKind.MEM)
-    assert tile_locks(plan)[mem] == [("g0_w_mem", 8), ("g0_host", 8)]
+    assert tile_locks(plan)[mem] == [(FifoId("g0", Stem.W, mem=True), 8), (G0_HOST, 8)]
     # no mem tile of npu1 or npu2 can reach its 64 locks within its 6 + 6 DMA channels: a device with fewer
     few = dataclasses.replace(plan.device, mem=dataclasses.replace(plan.device.mem, locks=15))
     broken(dataclasses.replace(plan, device=few),
@@ -288,7 +291,7 @@ def test_a_mem_tile_counts_a_lock_pair_per_part_of_a_split_or_join():
 
 def test_a_fifo_is_shared_memory_exactly_when_mlir_aie_makes_it_so():
     plan = plan_of("walk", "npu2")   # g0_out: tile_0_2 -> tile_0_3, neighbours
-    by_dma = tuple(dataclasses.replace(f, shared_memory=False) if f.name == "g0_out" else f for f in plan.fifos)
+    by_dma = tuple(dataclasses.replace(f, shared_memory=False) if f.name == G0_OUT else f for f in plan.fifos)
     broken(dataclasses.replace(plan, fifos=by_dma),
            "plan Walk on npu2: FIFO g0_out goes by DMA but mlir-aie makes tile_0_2 -> tile_0_3 (one neighbouring "
            "compute tile) shared memory." + FIX)
@@ -304,25 +307,25 @@ def with_g0_steps(plan, *steps, **changes):
 
 def test_a_kernel_call_not_in_its_c_abi_shape_is_refused():
     plan = plan_of("walk", "npu1")
-    src, dst = Ptr("g0_in"), Ptr("g0_host")
+    src, dst = Ptr(G0_IN), Ptr(G0_HOST)
     abi = "its C ABI takes 2 Ptr(s), one i32 size or more and 0 attribute(s)."
     broken(with_g0_steps(plan, KernelStep.of(Copy, np.int32, (src, Imm(1), Imm(1)))),
            f"plan Walk on npu1: function g0 calls copy_i32 with (Ptr, Imm i32, Imm i32); {abi}" + FIX)
     broken(with_g0_steps(plan, KernelStep.of(Copy, np.int32, (src, dst))),
            f"plan Walk on npu1: function g0 calls copy_i32 with (Ptr, Ptr); {abi}" + FIX)
-    broken(with_g0_steps(plan, KernelStep.of(Copy, np.int32, (src, dst, Ptr("g0_in")))),
+    broken(with_g0_steps(plan, KernelStep.of(Copy, np.int32, (src, dst, Ptr(G0_IN)))),
            f"plan Walk on npu1: function g0 calls copy_i32 with (Ptr, Ptr, Ptr); {abi}" + FIX)
     broken(with_g0_steps(plan, KernelStep.of(Scale, np.float32, (src, dst, Imm(1), Imm(2)))),
            "plan Walk on npu1: function g0 calls scale_f32 with (Ptr, Ptr, Imm i32, Imm i32); its C ABI takes "
            "2 Ptr(s), one i32 size or more and 1 attribute(s) (f32)." + FIX)
-    broken(with_g0_steps(plan, ScalarStep(Load("g0_in"), "add", Imm(1), Imm(2))),
+    broken(with_g0_steps(plan, ScalarStep(Load(G0_IN), WordOp.ADD, Imm(1), Imm(2))),
            "plan Walk on npu1: function g0 has a step ScalarStep(Load, Imm i32, Imm i32): a step is a KernelStep, "
            "or a ScalarStep writing through a Ptr from i32 values (Imm or Load)." + FIX)
-    check_plan(with_g0_steps(plan, KernelStep.of(Copy, np.int32, (src, dst, Load("g0_in")))))
+    check_plan(with_g0_steps(plan, KernelStep.of(Copy, np.int32, (src, dst, Load(G0_IN)))))
 
 
 def test_a_block_stride_in_a_function_without_blocks_is_refused():
-    plan = with_g0_steps(plan_of("walk", "npu1"), KernelStep.of(Copy, np.int32, (Ptr("g0_in", 0, 4), Ptr("g0_host"), Imm(1))))
+    plan = with_g0_steps(plan_of("walk", "npu1"), KernelStep.of(Copy, np.int32, (Ptr(G0_IN, 0, 4), Ptr(G0_HOST), Imm(1))))
     broken(plan, "plan Walk on npu1: function g0 strides 'g0_in' by 4 bytes per block but takes no block index "
                  "(it is not blocked)." + FIX)
 
@@ -376,7 +379,7 @@ def test_link_parts_not_back_to_back_are_refused():
     broken(dataclasses.replace(plan, links=(split, odd_join)),
            "plan BigMatVec on npu2_1col: the join ('g0_part0', 'g0_part1', 'g0_part2', 'g0_part3') -> g0_host puts parts "
            "of [512, 512, 512, 512] bytes at byte offsets [-4, 512, 1024, 1536] of 2048-byte objects, " + fix)
-    both = dataclasses.replace(join, destinations=("g0_host", "g0_host"))
+    both = dataclasses.replace(join, destinations=(G0_HOST, G0_HOST))
     broken(dataclasses.replace(plan, links=(split, both)),
            "plan BigMatVec on npu2_1col: the link ('g0_part0', 'g0_part1', 'g0_part2', 'g0_part3') -> ('g0_host', "
            "'g0_host') has several sources and several destinations; a link is a split (one source), a join (one "

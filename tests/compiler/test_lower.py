@@ -11,11 +11,11 @@ import iron
 from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler.compile import compile_program
+from iron.compiler.fifos import EMIT_IN, FEEDBACK, FifoId, Stem
 from iron.compiler.plan import (
     FLAG_WORDS,
     Direction,
     Dma,
-    Element,
     Emit,
     FifoRole,
     HostRole,
@@ -28,6 +28,7 @@ from iron.compiler.plan import (
     ScalarStep,
     Tile,
     TileKind,
+    WordOp,
     WordRef,
 )
 from iron.compiler.rules import Rule
@@ -60,9 +61,9 @@ def test_walk_on_npu2_beyond_its_golden():
     assert [(p.name, p.buffer, p.offset) for p in plan.placements] == [
         ("successor", "consts", 0), ("trail", "states", 0), ("carry.node", "outputs", 0)]
     assert [(f.name, f.role) for f in plan.fifos] == [
-        ("g0_in", FifoRole.INPUT), ("g0_host", FifoRole.HOST), ("g0_out", FifoRole.OUTPUT),
-        ("emit_in", FifoRole.EMIT_IN), ("feedback", FifoRole.FEEDBACK)]
-    assert plan.emit == Emit(T03, (("node", Element("g0_out", 0)), ("steps", WordRef(5))), plan.words, "feedback")
+        (FifoId("g0", Stem.IN), FifoRole.INPUT), (FifoId("g0", Stem.HOST), FifoRole.HOST), (FifoId("g0", Stem.OUT), FifoRole.OUTPUT),
+        (EMIT_IN, FifoRole.EMIT_IN), (FEEDBACK, FifoRole.FEEDBACK)]
+    assert plan.emit == Emit(T03, (("node", Load(FifoId("g0", Stem.OUT), 0)), ("steps", WordRef(5))), plan.words)
     assert (plan.emit.flag, plan.emit.scratch, plan.emit.nwords) == (6, 7, 8)
     assert plan.carry == (("node", Output("carry.node")), ("steps", WordRef(5)))
 
@@ -83,7 +84,7 @@ def without_sink(plan):
 def without_emit(plan):
     """`plan` without its Emit: the Emit's tile, FIFOs, function, feedback buffer, flag words and DMAs, and
     the copy of the carried element into g0_out."""
-    emit_fifos = {"g0_out", "emit_in", "feedback"}
+    emit_fifos = {FifoId("g0", Stem.OUT), EMIT_IN, FEEDBACK}
     g0 = plan.function("g0")
     g0 = dataclasses.replace(g0, params=g0.params[:2], steps=g0.steps[:2])
 
@@ -92,7 +93,7 @@ def without_emit(plan):
 
     core = plan.cores[0]
     core = dataclasses.replace(core, program=tuple(
-        Invoke("g0", ("g0_in", "g0_host")) if isinstance(i, Invoke) else i for i in kept(core.program)))
+        Invoke("g0", (FifoId("g0", Stem.IN), FifoId("g0", Stem.HOST))) if isinstance(i, Invoke) else i for i in kept(core.program)))
     return dataclasses.replace(
         plan, device=None, full_elf=None, image=None, emit=None, rules=(), holds={}, closed_by={},
         tiles=tuple(t for t in plan.tiles if t != T03),
@@ -113,9 +114,9 @@ def test_walk_on_npu1_differs_from_npu2_only_by_the_emit_and_the_states_sink():
 
 def test_add_one_moves_one_object_with_the_input_and_the_ones():
     plan = compile_program(designs.trace(designs.add_one(1024)), NPU2)
-    assert [(f.name, f.nbytes) for f in plan.fifos] == [("g0_in", 8192), ("g0_host", 4096)]
+    assert [(f.name, f.nbytes) for f in plan.fifos] == [(FifoId("g0", Stem.IN), 8192), (FifoId("g0", Stem.HOST), 4096)]
     assert plan.function("g0").steps == (
-        KernelStep.of(Add, np.int32, (Ptr("g0_in"), Ptr("g0_in", 4096), Ptr("g0_host"), Imm(1024))),)
+        KernelStep.of(Add, np.int32, (Ptr(FifoId("g0", Stem.IN)), Ptr(FifoId("g0", Stem.IN), 4096), Ptr(FifoId("g0", Stem.HOST)), Imm(1024))),)
     assert [(op.buffer, op.sizes, op.strides) for op in plan.sequence if isinstance(op, Dma)] == [
         ("inputs", (1, 1, 2, 512), (0, 0, 512, 1)), ("consts", (1, 1, 2, 512), (0, 0, 512, 1)),
         ("outputs", (1, 1, 2, 512), (0, 0, 512, 1))]
@@ -124,8 +125,8 @@ def test_add_one_moves_one_object_with_the_input_and_the_ones():
 def test_accumulate_copies_the_row_then_adds_into_it():
     plan = compile_program(designs.trace(designs.accumulate_at(n=64, rows=4)), NPU2)
     assert plan.function("g0").steps == (
-        KernelStep.of(Copy, np.int32, (Ptr("g0_in", 256), Ptr("g0_host"), Imm(64))),
-        KernelStep.of(Accumulate, np.int32, (Ptr("g0_in"), Ptr("g0_host"), Imm(64))))
+        KernelStep.of(Copy, np.int32, (Ptr(FifoId("g0", Stem.IN), 256), Ptr(FifoId("g0", Stem.HOST)), Imm(64))),
+        KernelStep.of(Accumulate, np.int32, (Ptr(FifoId("g0", Stem.IN)), Ptr(FifoId("g0", Stem.HOST)), Imm(64))))
     assert [(op.direction, op.buffer, op.patch_word) for op in plan.sequence if isinstance(op, Dma)] == [
         (Direction.MM2S, "inputs", None), (Direction.MM2S, "states", 1), (Direction.S2MM, "states", 2)]
 
@@ -138,8 +139,8 @@ class Soft(iron.Graph):
 def test_softmax_without_a_length_passes_n_and_a_shared_input_is_forwarded():
     plan = compile_program(Soft().trace(x=((16,), F32)), NPU2)
     assert plan.function("g1").steps == (
-        KernelStep.of(Softmax, np.float32, (Ptr("g0_out"), Ptr("g1_host"), Imm(1), Imm(16), Imm(16))),)
-    assert plan.function("g0").steps[-1] == KernelStep.of(Copy, np.float32, (Ptr("g0_in"), Ptr("g0_out"), Imm(16)))
+        KernelStep.of(Softmax, np.float32, (Ptr(FifoId("g0", Stem.OUT)), Ptr(FifoId("g1", Stem.HOST)), Imm(1), Imm(16), Imm(16))),)
+    assert plan.function("g0").steps[-1] == KernelStep.of(Copy, np.float32, (Ptr(FifoId("g0", Stem.IN)), Ptr(FifoId("g0", Stem.OUT)), Imm(16)))
     assert (Rule.FORWARD_SHARED_INPUT, "g0 forwards x to g1") in plan.rules
 
 
@@ -150,15 +151,15 @@ class TwiceInOneGroup(iron.Graph):
 
 def test_a_tensor_read_twice_by_one_group_is_loaded_once_and_not_forwarded():
     plan = compile_program(TwiceInOneGroup().trace(x=((8,), np.int32), y=((8,), np.int32)), NPU2)
-    assert [(f.name, f.nbytes) for f in plan.fifos] == [("g0_in", 64), ("g0_host", 32)]
+    assert [(f.name, f.nbytes) for f in plan.fifos] == [(FifoId("g0", Stem.IN), 64), (FifoId("g0", Stem.HOST), 32)]
     assert not [rule for rule, _ in plan.rules if rule == Rule.FORWARD_SHARED_INPUT]
 
 
 def test_a_reader_of_a_state_waits_for_its_writer():
     plan = compile_program(designs.WriteThenRead().trace(x=((8,), F32)), NPU2)
     ops = [(type(op).__name__, op.fifo, getattr(op, "bd_id", None)) for op in plan.sequence]
-    assert ops == [("Dma", "g0_in", 0), ("Dma", "g0_in", 1), ("Dma", "g0_host", 2), ("Wait", "g0_host", None),
-                   ("Dma", "g1_in", 2), ("Dma", "g1_host", 3), ("Wait", "g1_host", None)]
+    assert ops == [("Dma", FifoId("g0", Stem.IN), 0), ("Dma", FifoId("g0", Stem.IN), 1), ("Dma", FifoId("g0", Stem.HOST), 2), ("Wait", FifoId("g0", Stem.HOST), None),
+                   ("Dma", FifoId("g1", Stem.IN), 2), ("Dma", FifoId("g1", Stem.HOST), 3), ("Wait", FifoId("g1", Stem.HOST), None)]
 
 
 class Seeded(iron.Graph):
@@ -179,24 +180,24 @@ def test_the_emit_of_a_first_version_writes_the_words_of_the_body_it_feeds():
     assert [(w.bound, w.sink) for w in first.words] == [(None, None), ((0, 8), None), (None, 8)]
     assert [(w.bound, w.sink) for w in body.words] == [(None, None), ((0, 8), None), ((0, 8), None), (None, 8)]
     assert first.emit.target_words == body.words
-    flag, s, sunk = FLAG, SCRATCH, Ptr("feedback", 12)
+    flag, s, sunk = FLAG, SCRATCH, Ptr(FEEDBACK, 12)
     assert first.function("emit").steps == (
-        ScalarStep(flag, "copy", Load("emit_in", 12)),          # first's own flag, after its 3 words
-        ScalarStep(Ptr("feedback"), "copy", Load("emit_in", 4)),
-        ScalarStep(Ptr("feedback", 4), "copy", Load("feedback")),
-        *clamped(Ptr("feedback", 4)),
-        ScalarStep(Ptr("feedback", 8), "add", Load("feedback"), Imm(1)),
-        *clamped(Ptr("feedback", 8)),
-        ScalarStep(sunk, "copy", Load("feedback", 8)),
-        ScalarStep(s, "min", Load("feedback", 16), Imm(1)),     # s = 1 when nothing was flagged, else 0
-        ScalarStep(s, "mul", Load("feedback", 20), Imm(-1)),
-        ScalarStep(s, "add", Load("feedback", 20), Imm(1)),
-        ScalarStep(sunk, "sub", Load("feedback", 12), Imm(8)),  # the write's word, or 8: trail's 8 words on
-        ScalarStep(sunk, "mul", Load("feedback", 12), Load("feedback", 20)),
-        ScalarStep(sunk, "add", Load("feedback", 12), Imm(8)))
+        ScalarStep(flag, WordOp.COPY, Load(EMIT_IN, 12)),          # first's own flag, after its 3 words
+        ScalarStep(Ptr(FEEDBACK), WordOp.COPY, Load(EMIT_IN, 4)),
+        ScalarStep(Ptr(FEEDBACK, 4), WordOp.COPY, Load(FEEDBACK)),
+        *clamped(Ptr(FEEDBACK, 4)),
+        ScalarStep(Ptr(FEEDBACK, 8), WordOp.ADD, Load(FEEDBACK), Imm(1)),
+        *clamped(Ptr(FEEDBACK, 8)),
+        ScalarStep(sunk, WordOp.COPY, Load(FEEDBACK, 8)),
+        ScalarStep(s, WordOp.MIN, Load(FEEDBACK, 16), Imm(1)),     # s = 1 when nothing was flagged, else 0
+        ScalarStep(s, WordOp.MUL, Load(FEEDBACK, 20), Imm(-1)),
+        ScalarStep(s, WordOp.ADD, Load(FEEDBACK, 20), Imm(1)),
+        ScalarStep(sunk, WordOp.SUB, Load(FEEDBACK, 12), Imm(8)),  # the write's word, or 8: trail's 8 words on
+        ScalarStep(sunk, WordOp.MUL, Load(FEEDBACK, 12), Load(FEEDBACK, 20)),
+        ScalarStep(sunk, WordOp.ADD, Load(FEEDBACK, 12), Imm(8)))
 
 
-FLAG, SCRATCH = Ptr("feedback", 16), Ptr("feedback", 20)   # after the body's 4 words
+FLAG, SCRATCH = Ptr(FEEDBACK, 16), Ptr(FEEDBACK, 20)   # after the body's 4 words
 
 
 def clamped(word):
@@ -204,10 +205,10 @@ def clamped(word):
     def at(ptr):
         return Load(ptr.source, ptr.offset)
     flag, s = FLAG, SCRATCH
-    return (ScalarStep(s, "max", at(word), Imm(-1)), ScalarStep(s, "min", at(s), Imm(8)),
-            ScalarStep(word, "max", at(s), Imm(0)), ScalarStep(word, "min", at(word), Imm(7)),
-            ScalarStep(s, "sub", at(s), at(word)), ScalarStep(s, "mul", at(s), at(s)),
-            ScalarStep(flag, "add", at(flag), at(s)))
+    return (ScalarStep(s, WordOp.MAX, at(word), Imm(-1)), ScalarStep(s, WordOp.MIN, at(s), Imm(8)),
+            ScalarStep(word, WordOp.MAX, at(s), Imm(0)), ScalarStep(word, WordOp.MIN, at(word), Imm(7)),
+            ScalarStep(s, WordOp.SUB, at(s), at(word)), ScalarStep(s, WordOp.MUL, at(s), at(s)),
+            ScalarStep(flag, WordOp.ADD, at(flag), at(s)))
 
 
 def test_feeds_with_other_carried_values_or_device_are_refused():

@@ -27,7 +27,6 @@ from iron.compiler.plan import (
     Core,
     Direction,
     Dma,
-    Element,
     Emit,
     Fifo,
     Function,
@@ -51,6 +50,7 @@ from iron.compiler.plan import (
     Wait,
     WordDef,
     WordKind,
+    WordOp,
     WordRef,
 )
 from iron.compiler.sources import kernel_sources
@@ -110,7 +110,7 @@ def walk_plan(device: str) -> Plan:
     emit = aie_utils.from_name(device).full_elf
     words = (WordDef(0, "node", WordKind.CARRIED, bound=(0, 8), what="successor[node]", tensor="successor"),
              WordDef(1, "steps", WordKind.CARRIED, bound=(0, 9), what="trail[steps]", tensor="trail"),
-             WordDef(2, "steps + 1", WordKind.CORE, "add", WordRef(1), Const(1)))
+             WordDef(2, "steps + 1", WordKind.CORE, WordOp.ADD, WordRef(1), Const(1)))
     host_buffers = (HostBuffer("consts", HostRole.CONSTS, 8), HostBuffer("states", HostRole.STATES, 9),
                     HostBuffer("inputs", HostRole.INPUTS, 1), HostBuffer("outputs", HostRole.OUTPUTS, 1),
                     HostBuffer("words", HostRole.WORDS, 3))
@@ -138,9 +138,9 @@ def walk_plan(device: str) -> Plan:
 def _walk_emit(parts, words, host_buffers, g0_steps, g0_fifos, sequence) -> dict:
     """The full-ELF additions to Walk: g0 also sends the new node to the emit core on tile (0, 3)."""
     g0_params = ("g0_in", "g0_out", "g0_host")
-    emit_steps = (ScalarStep(Ptr("feedback"), "copy", Load("g0_out")),
-                  ScalarStep(Ptr("feedback", 4), "copy", Load("emit_in", 8)),
-                  ScalarStep(Ptr("feedback", 8), "add", Load("feedback", 4), Imm(1)))
+    emit_steps = (ScalarStep(Ptr("feedback"), WordOp.COPY, Load("g0_out")),
+                  ScalarStep(Ptr("feedback", 4), WordOp.COPY, Load("emit_in", 8)),
+                  ScalarStep(Ptr("feedback", 8), WordOp.ADD, Load("feedback", 4), Imm(1)))
     emit_fifos = (("emit_in", Port.CONSUME), ("g0_out", Port.CONSUME), ("feedback", Port.PRODUCE))
     return dict(
         tiles=(SHIM, CORE, CORE2), words=words,
@@ -153,7 +153,7 @@ def _walk_emit(parts, words, host_buffers, g0_steps, g0_fifos, sequence) -> dict
                Core(CORE2, "emit", hold(*emit_fifos, invoke=Invoke("emit", tuple(f for f, _ in emit_fifos))))),
         sequence=(sequence[0], dma(Direction.MM2S, "emit_in", "words", 0, 3, 3), *sequence[1:3],
                   dma(Direction.S2MM, "feedback", "feedback", 0, 3, 4), Wait("g0_host"), Wait("feedback")),
-        emit=Emit(CORE2, (("node", Element("g0_out", 0)), ("steps", WordRef(2))), words, "feedback"),
+        emit=Emit(CORE2, (("node", Load("g0_out", 0)), ("steps", WordRef(2))), words),
     )
 
 
@@ -168,7 +168,7 @@ def accumulate_plan() -> Plan:
         placements=(Placement("acc", PlacementKind.STATE, "states", 0, (8, 4), F32),
                     Placement("x", PlacementKind.INPUT, "inputs", 0, (4,), F32)),
         words=(WordDef(0, "pos", WordKind.SCRATCHPAD, bound=(0, 8), what="acc[pos]", tensor="acc"),
-               WordDef(1, "acc[pos] offset", WordKind.DMA, "mul", WordRef(0), Const(4))),
+               WordDef(1, "acc[pos] offset", WordKind.DMA, WordOp.MUL, WordRef(0), Const(4))),
         fifos=(Fifo("g0_in", SHIM, (CORE,), 2, 32, F32), Fifo("g0_host", CORE, (SHIM,), 2, 16, F32)),
         functions=(Function("g0", ("g0_in", "g0_host"), (
             KernelStep.of(Copy, np.float32, (Ptr("g0_in", 16), Ptr("g0_host"), Imm(4))),

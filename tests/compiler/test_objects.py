@@ -11,6 +11,7 @@ import pytest
 
 import iron
 from aie_utils import from_name
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.objects import MAX_GATHER_RUNS, StateWrite, gather, pack
 from iron.compiler.plan import Buffer, Output, Ptr, Tile, TileKind, WordKind
 from iron.compiler.rules import Rule
@@ -44,7 +45,7 @@ def test_add_one_packs_x_and_the_ones_into_its_in_and_the_output_into_its_host()
     assert part.ins.moves == [("inputs", Access(0, ((1024, 1),))), ("consts", Access(0, ((1024, 1),)))]
     assert part.host.offsets == {Output("out0"): 0} and part.host.nbytes == 4096
     assert part.out.offsets == {} and part.buffers == []
-    assert part.homes == {ctx.program.calls[0]: ("g0_host", 0)}
+    assert part.homes == {ctx.program.calls[0]: (FifoId("g0", Stem.HOST), 0)}
 
 
 def test_a_forwarded_input_and_a_result_another_group_reads_go_into_the_out():
@@ -54,12 +55,12 @@ def test_a_forwarded_input_and_a_result_another_group_reads_go_into_the_out():
     x, (norm, matvec, silu, add) = ctx.program.inputs[0], ctx.program.calls
     assert regions(g0.ins) == [(0, "x"), (256, "g")] and g0.ins.dtype == F32
     assert regions(g0.out) == [(0, "x"), (256, "RMSNorm#0")] and g0.out.nbytes == 512
-    assert len(g0.copies) == 1 and g0.homes == {norm: ("g0_out", 256)}
-    assert ctx.results == {x: ("g0_out", 0), norm: ("g0_out", 256)}
+    assert len(g0.copies) == 1 and g0.homes == {norm: (FifoId("g0", Stem.OUT), 256)}
+    assert ctx.results == {x: (FifoId("g0", Stem.OUT), 0), norm: (FifoId("g0", Stem.OUT), 256)}
     assert regions(g1.ins) == [(0, "w")] and regions(g1.host) == [(0, "out0")]
     assert g1.buffers == [Buffer("g1_buf0", g1.tile, 256, F32), Buffer("g1_buf1", g1.tile, 256, F32)]
     assert g1.holds == {"g1_buf0": "MatVec#1", "g1_buf1": "SiLU#2"}
-    assert g1.homes == {matvec: ("g1_buf0", 0), silu: ("g1_buf1", 0), add: ("g1_host", 0)}
+    assert g1.homes == {matvec: ("g1_buf0", 0), silu: ("g1_buf1", 0), add: (FifoId("g1", Stem.HOST), 0)}
 
 
 def test_a_split_groups_parts_own_rows_and_write_their_parts():
@@ -67,9 +68,9 @@ def test_a_split_groups_parts_own_rows_and_write_their_parts():
     (matvec,) = ctx.program.calls
     assert [(p.prefix, p.number, p.start, p.count) for p in parts] == [
         ("g0_p0", 0, 0, 128), ("g0_p1", 1, 128, 128), ("g0_p2", 2, 256, 128), ("g0_p3", 3, 384, 128)]
-    assert [p.homes[matvec] for p in parts] == [(f"g0_part{p}", 0) for p in range(4)]
+    assert [p.homes[matvec] for p in parts] == [(FifoId("g0", Stem.PART, (p,)), 0) for p in range(4)]
     assert all(regions(p.ins) == [(0, "x")] for p in parts)   # the matrix streams: not in `_in`
-    assert ctx.results == {matvec: ("g0_host", 0)}
+    assert ctx.results == {matvec: (FifoId("g0", Stem.HOST), 0)}
 
 
 def test_a_state_write_through_an_index_reads_and_writes_its_row_by_patch_words():

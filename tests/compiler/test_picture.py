@@ -78,7 +78,7 @@ def test_a_split_mlp_on_npu1_shows_mem_tile_splits_and_joins():
     root = parsed(picture((plan,)))
     drawn = arrows(root)
     assert any(a[0] == "g1_w0_mem" and a[1].startswith("shim_") and a[2].startswith("mem_") for a in drawn)
-    expected = {(f.name, f.producer.name, c.name) for f in plan.fifos for c in f.consumers}
+    expected = {(str(f.name), f.producer.name, c.name) for f in plan.fifos for c in f.consumers}
     assert {a[:3] for a in drawn} == expected
     assert len(drawn) == sum(len(f.consumers) for f in plan.fifos)
     tiles = used_tiles(root)

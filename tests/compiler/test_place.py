@@ -9,6 +9,7 @@ import iron
 from aie_utils import from_name
 from iron.compiler.channels import MemChannels
 from iron.compiler.compile import compile_program
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.matrices import lane_stops
 from iron.compiler.place import snake_order
 from iron.compiler.plan import Choice, Dma, FifoRole, Imm, KernelStep, Link, Loop, Ptr, TileKind
@@ -59,20 +60,20 @@ def test_consecutive_groups_take_neighbouring_tiles():
     assert [name for _, name in core_tiles(plan)] == [
         "tile_0_2", "tile_0_3", "tile_0_4", "tile_0_5", "tile_1_5", "tile_1_4",
         "tile_1_3", "tile_1_2", "tile_2_2", "tile_2_3", "tile_2_4", "tile_2_5"]
-    assert all(f.shared_memory for f in plan.fifos if f.name.endswith("_out"))
+    assert all(f.shared_memory for f in plan.fifos if f.name.stem is Stem.OUT)
 
 
 def test_stream_large_matrix_streams_row_blocks_through_the_mem_tile():
     plan = plan_of(designs.mlp_layer(128))   # W is 64 KiB of float32: 4 blocks of 32 rows
-    w_mem, w = plan.fifo("g1_w_mem"), plan.fifo("g1_w")
+    w_mem, w = plan.fifo(FifoId("g1", Stem.W, mem=True)), plan.fifo(FifoId("g1", Stem.W))
     assert (w_mem.producer.name, [t.name for t in w_mem.consumers], w_mem.nbytes) == ("shim_0_0", ["mem_0_1"], 16384)
     assert (w.producer.name, [t.name for t in w.consumers], w.nbytes) == ("mem_0_1", ["tile_0_3"], 16384)
-    assert plan.links == (Link(w_mem.consumers[0], ("g1_w_mem",), ("g1_w",)),)
+    assert plan.links == (Link(w_mem.consumers[0], (FifoId("g1", Stem.W, mem=True),), (FifoId("g1", Stem.W),)),)
     loop = next(item for item in plan.cores[1].program if isinstance(item, Loop))
     assert loop.count == 4
     assert plan.function("g1_block").steps == (KernelStep.of(MatVec, np.float32, (
-        Ptr("g1_w"), Ptr("g0_out", 512), Ptr("g1_buf0", 0, block_stride=128), Imm(32), Imm(128))),)
-    stream = [(op.offset, op.sizes, op.strides) for op in plan.sequence if isinstance(op, Dma) and op.fifo == "g1_w_mem"]
+        Ptr(FifoId("g1", Stem.W)), Ptr(FifoId("g0", Stem.OUT), 512), Ptr("g1_buf0", 0, block_stride=128), Imm(32), Imm(128))),)
+    stream = [(op.offset, op.sizes, op.strides) for op in plan.sequence if isinstance(op, Dma) and op.fifo == FifoId("g1", Stem.W, mem=True)]
     assert stream == [(0, (1, 1, 32, 512), (0, 0, 512, 1))]
     assert decided(plan, Rule.STREAM_LARGE_MATRIX) == 1
 
@@ -82,16 +83,16 @@ def test_split_matrix_over_tiles_splits_rows_over_shim_channels_and_joins_the_pa
     assert core_tiles(plan) == [("g0", "tile_0_2"), ("g0", "tile_0_3"), ("g0", "tile_0_4"), ("g0", "tile_0_5")]
     *lanes, join = plan.links
     assert [(lane.tile.name, lane.sources, lane.destinations, lane.destination_offsets) for lane in lanes] == [
-        (f"mem_{k}_1", (f"g0_w{k}_mem",), (f"g0_w{k}",), ()) for k in range(4)]   # a lane of one part: a forward
+        (f"mem_{k}_1", (FifoId("g0", Stem.W, (k,), mem=True),), (FifoId("g0", Stem.W, (k,)),), ()) for k in range(4)]   # a lane of one part: a forward
     assert (join.tile.name, join.sources, join.destinations, join.source_offsets) == (
-        "mem_0_1", ("g0_part0", "g0_part1", "g0_part2", "g0_part3"), ("g0_host",), (0, 512, 1024, 1536))
-    assert [plan.fifo(f"g0_w{k}_mem").producer.name for k in range(4)] == [f"shim_{k}_0" for k in range(4)]
-    assert [t.name for t in plan.fifo("g0_in").consumers] == ["tile_0_2", "tile_0_3", "tile_0_4", "tile_0_5"]
+        "mem_0_1", (FifoId("g0", Stem.PART, (0,)), FifoId("g0", Stem.PART, (1,)), FifoId("g0", Stem.PART, (2,)), FifoId("g0", Stem.PART, (3,))), (FifoId("g0", Stem.HOST),), (0, 512, 1024, 1536))
+    assert [plan.fifo(FifoId("g0", Stem.W, (k,), mem=True)).producer.name for k in range(4)] == [f"shim_{k}_0" for k in range(4)]
+    assert [t.name for t in plan.fifo(FifoId("g0", Stem.IN)).consumers] == ["tile_0_2", "tile_0_3", "tile_0_4", "tile_0_5"]
     stream = [(op.fifo, op.offset, op.sizes, op.strides) for op in plan.sequence
-              if isinstance(op, Dma) and op.fifo.startswith("g0_w")]
+              if isinstance(op, Dma) and op.fifo.group == "g0" and op.fifo.stem is Stem.W]
     # each lane's 128 rows lie end to end: one run of 32768 words, one Dma of 64 x 512
-    assert stream == [(f"g0_w{k}_mem", k * 32768, (1, 1, 64, 512), (0, 0, 512, 1)) for k in range(4)]
-    assert plan.function("g0_p2_block").steps[0].args[2] == Ptr("g0_part2", 0, block_stride=64)
+    assert stream == [(FifoId("g0", Stem.W, (k,), mem=True), k * 32768, (1, 1, 64, 512), (0, 0, 512, 1)) for k in range(4)]
+    assert plan.function("g0_p2_block").steps[0].args[2] == Ptr(FifoId("g0", Stem.PART, (2,)), 0, block_stride=64)
     assert dict(plan.choices)["g0"] == Choice(Rule.SPLIT_MATRIX_OVER_TILES, "parts and shim channels",
                                               "4 parts through 4 shim channels", pytest.approx(9102.2, abs=0.1),
                                               "4 parts through 2 shim channels", pytest.approx(18204.4, abs=0.1))
@@ -118,7 +119,7 @@ def test_a_matrix_takes_the_parts_the_tiles_and_shim_channels_left_allow_and_say
     assert [name for _, name in core_tiles(plan)] == [
         "tile_0_2", "tile_0_3", "tile_0_4", "tile_0_5", "tile_1_5", "tile_1_4", "tile_1_3"]
     assert [f.name for f in plan.fifos if f.role is FifoRole.WEIGHTS and f.producer.kind is TileKind.SHIM] == [
-        "g0_w0_mem", "g0_w1_mem"]
+        FifoId("g0", Stem.W, (0,), mem=True), FifoId("g0", Stem.W, (1,), mem=True)]
 
 
 def test_a_matrix_left_on_one_tile_says_why():
@@ -134,7 +135,7 @@ def test_a_row_wider_than_a_streamed_block_streams_one_row_at_a_time(on_emulator
     graph = designs.big_matvec(16, 4097)
     plan = plan_of(graph, x=((4097,), F32))
     assert (decided(plan, Rule.STREAM_LARGE_MATRIX), decided(plan, Rule.SPLIT_MATRIX_OVER_TILES)) == (1, 2)
-    assert len(plan.cores) == 4 and [plan.fifo(f"g0_w{p}").nbytes for p in range(4)] == [4097 * 4] * 4
+    assert len(plan.cores) == 4 and [plan.fifo(FifoId("g0", Stem.W, (p,))).nbytes for p in range(4)] == [4097 * 4] * 4
     assert [item.count for item in plan.cores[0].program if isinstance(item, Loop)] == [4]   # one row a block
     x = graph.example()["x"]
     np.testing.assert_allclose(graph.compile(x=x)(x), graph.reference(x), rtol=1e-4, atol=1e-4)
@@ -145,7 +146,7 @@ def test_a_split_whose_parts_give_results_of_part_words_takes_fewer_parts(on_emu
     graph = designs.big_matvec(1020, 300, np.int8)
     plan = plan_of(graph, x=((300,), np.int8))
     split, why = texts(plan, Rule.SPLIT_MATRIX_OVER_TILES)
-    assert len(plan.cores) == 5 and plan.fifo("g0_part0").nbytes == 204
+    assert len(plan.cores) == 5 and plan.fifo(FifoId("g0", Stem.PART, (0,))).nbytes == 204
     quoted(why, "not more", "6 parts of 170 rows", "170 bytes", "32-bit")
     x = np.arange(300).astype(np.int8)
     np.testing.assert_array_equal(graph.compile(x=x)(x), graph.reference(x))
@@ -180,8 +181,8 @@ def test_shim_channels_spread_over_columns():
     spec = ((8,), F32)
     plan = plan_of(Three(), x=spec, y=spec, z=spec)
     assert {op.fifo: op.shim.name for op in plan.sequence if isinstance(op, Dma)} == {
-        "g0_in": "shim_0_0", "g0_host": "shim_0_0", "g1_in": "shim_0_0", "g1_host": "shim_0_0",
-        "g2_in": "shim_1_0", "g2_host": "shim_1_0"}
+        FifoId("g0", Stem.IN): "shim_0_0", FifoId("g0", Stem.HOST): "shim_0_0", FifoId("g1", Stem.IN): "shim_0_0", FifoId("g1", Stem.HOST): "shim_0_0",
+        FifoId("g2", Stem.IN): "shim_1_0", FifoId("g2", Stem.HOST): "shim_1_0"}
     assert decided(plan, Rule.SHIM_CHANNELS) == 2
 
 
@@ -230,7 +231,7 @@ def test_a_group_reading_two_groups_results_runs_unsplit_beside_its_producer(on_
     said = texts(plan, Rule.UNSPLIT_BESIDE_PRODUCER)
     assert len(said) == len(unsplit) and all(quoted(text, *names) for text, names in zip(said, unsplit))
     assert core_tiles(plan) == [("g0", "tile_0_2"), ("g1", "tile_0_3"), ("g2", "tile_0_4")]
-    assert plan.fifo("g1_out").shared_memory and not plan.fifo("g0_out").shared_memory
+    assert plan.fifo(FifoId("g1", Stem.OUT)).shared_memory and not plan.fifo(FifoId("g0", Stem.OUT)).shared_memory
     np.testing.assert_allclose(graph.compile(x=((n,), F32))(x), graph.reference(x), rtol=1e-4, atol=1e-4)
 
 
@@ -251,9 +252,9 @@ def test_groups_streaming_one_matrix_share_its_blocks_through_one_mem_tile_broad
     graph, spec = TwoHeads(summed=False), ((64,), F32)
     plan = plan_of(graph, a=spec, b=spec)
     assert decided(plan, Rule.SHARE_STREAMED_MATRIX) == 1
-    assert [t.name for t in plan.fifo("g0_w").consumers] == ["tile_0_2", "tile_0_3"]
-    assert [f.name for f in plan.fifos if f.name.startswith("g1_w")] == []
-    assert [op.fifo for op in plan.sequence if isinstance(op, Dma) and op.buffer == "consts"] == ["g0_w_mem"]
+    assert [t.name for t in plan.fifo(FifoId("g0", Stem.W)).consumers] == ["tile_0_2", "tile_0_3"]
+    assert [f.name for f in plan.fifos if f.name.group == "g1" and f.name.stem is Stem.W] == []
+    assert [op.fifo for op in plan.sequence if isinstance(op, Dma) and op.buffer == "consts"] == [FifoId("g0", Stem.W, mem=True)]
     a, b = np.linspace(-1, 1, 64).astype(F32), np.linspace(1, -1, 64).astype(F32)
     for got, want in zip(graph.compile(a=spec, b=spec)(a, b), graph.reference(a, b)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -262,4 +263,4 @@ def test_groups_streaming_one_matrix_share_its_blocks_through_one_mem_tile_broad
 def test_a_group_waiting_for_the_streaming_group_streams_its_own_blocks():
     plan = plan_of(TwoHeads(summed=True), a=((64,), F32), b=((64,), F32))
     assert [r for r, _ in plan.rules if r == Rule.SHARE_STREAMED_MATRIX] == []
-    assert [f.name for f in plan.fifos if f.name.endswith("_w")] == ["g0_w", "g1_w"]
+    assert [f.name for f in plan.fifos if f.name.stem is Stem.W and not (f.name.at or f.name.mem)] == [FifoId("g0", Stem.W), FifoId("g1", Stem.W)]

@@ -36,7 +36,7 @@ def routes_of(program, device=NPU2):
 
 
 def ends(routes) -> list[tuple]:
-    return [(r.name, r.role, r.group, r.producer, r.consumers, r.shared_memory) for r in routes.fifos]
+    return [(r.fifo.name, r.role, r.group, r.producer, r.consumers, r.shared_memory) for r in routes.fifos]
 
 
 def test_a_lone_group_loads_from_the_host_and_returns_to_it():
@@ -94,7 +94,7 @@ def test_a_grid_sends_a_rows_and_b_columns_through_mem_tiles_and_joins_each_colu
     a, b = designs.operands(256, 256, 256, F32)
     routes = routes_of(designs.Product(b).trace(a=(a.shape, F32)))
     assert Counter(r.role for r in routes.fifos) == {W: 24, PART: 32, HOST_ROLE: 8}
-    by_name = {r.name: r for r in routes.fifos}
+    by_name = {r.fifo.name: r for r in routes.fifos}
     assert by_name["g0_a1"].producer == mem(1) and by_name["g0_a1"].consumers == tuple(tile(c, 3) for c in range(8))
     assert by_name["g0_b5"].producer == mem(5) and by_name["g0_b5"].consumers == tuple(tile(5, r) for r in range(2, 6))
     assert (by_name["g0_part2_6"].producer, by_name["g0_part2_6"].consumers) == (tile(6, 4), (mem(6),))
@@ -108,7 +108,7 @@ def test_a_stream_splits_each_input_per_column_and_joins_each_columns_parts():
     spec = ((65536,), F32)
     routes = routes_of(designs.Sum().trace(x=spec, y=spec))
     assert Counter(r.role for r in routes.fifos) == {W: 48, PART: 16, HOST_ROLE: 8}
-    column3 = [r.name for r in routes.fifos if mem(3) in (r.producer, *r.consumers)]
+    column3 = [r.fifo.name for r in routes.fifos if mem(3) in (r.producer, *r.consumers)]
     assert column3 == ["g0_x0_3_mem", "g0_x0_0_3", "g0_x0_1_3", "g0_x1_3_mem", "g0_x1_0_3", "g0_x1_1_3",
                        "g0_part0_3", "g0_part1_3", "g0_host3"]
 

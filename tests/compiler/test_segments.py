@@ -16,6 +16,7 @@ from aie_utils import from_name
 from iron import Carried
 from iron.compiler.compile import compile_program, try_groups
 from iron.compiler.describe import describe
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.fuse import fuse
 from iron.compiler.mlir import ALLOWED_OPS, segment_modules
 from iron.compiler.place import place
@@ -150,11 +151,11 @@ def test_views_of_results_made_before_a_cut_read_their_ddr_buffer():
 
 def test_what_a_segment_sends_on_is_shown_by_its_ddr_buffer_and_the_design_outputs_by_their_own_names():
     ladder = Ladder().compile(x=((N,), F32), device="npu1_1col").plan
-    assert [(s.holds["g0_host"], s.holds["g2_host"]) for s in ladder.segments[:1]] == [("cut.MatVec#0", "cut.MatVec#2")]
-    assert ladder.segments[1].holds["g3_in"] == "w.3, cut.MatVec#2"   # read from the buffer it was written to
-    assert ladder.segments[1].holds["g4_host"] == "out0"
+    assert [(s.holds[FifoId("g0", Stem.HOST)], s.holds[FifoId("g2", Stem.HOST)]) for s in ladder.segments[:1]] == [("cut.MatVec#0", "cut.MatVec#2")]
+    assert ladder.segments[1].holds[FifoId("g3", Stem.IN)] == "w.3, cut.MatVec#2"   # read from the buffer it was written to
+    assert ladder.segments[1].holds[FifoId("g4", Stem.HOST)] == "out0"
     five = compile_program(Five().trace(x=((8,), F32)), from_name("npu1_1col"))
-    assert five.segments[1].holds["g4_host"] == "out4"   # the segment's only output is the design's out4
+    assert five.segments[1].holds[FifoId("g4", Stem.HOST)] == "out4"   # the segment's only output is the design's out4
 
 
 def test_the_rule_on_its_own_ends_a_segment_at_the_fewest_bytes_in_its_last_quarter():

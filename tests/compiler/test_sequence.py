@@ -65,16 +65,16 @@ def test_a_group_reading_a_state_an_earlier_group_wrote_waits_for_that_write():
     moves, ctx = moves_of(designs.WriteThenRead().trace(x=((8,), np.float32)))
     assert [written_fifos(site) for site in ctx.layout.sites] == [{FifoId("g0", Stem.HOST)}, {OUT}]
     entries, waiting = with_state_waits(ctx.layout.sites, moves)
-    assert entries == [*moves[0], Wait("g0_host"), *moves[1]]
+    assert entries == [*moves[0], Wait(FifoId("g0", Stem.HOST)), *moves[1]]
     assert waiting == frozenset({FifoId("g1", Stem.IN)})
 
 
 def test_every_s2mm_fifo_is_waited_for_at_the_end():
-    fifos = {"g0_in": Fifo("g0_in", SHIM, (T02,), 2, 4), "g1_host": Fifo("g1_host", T02, (SHIM,), 2, 4)}
+    fifos = {FifoId("g0", Stem.IN): Fifo(FifoId("g0", Stem.IN), SHIM, (T02,), 2, 4), FifoId("g1", Stem.HOST): Fifo(FifoId("g1", Stem.HOST), T02, (SHIM,), 2, 4)}
     ops = finish_sequence([Move(MM2S, IN, "inputs", Access(0, ((4, 1),))),
                            Move(S2MM, OUT, "outputs", Access(0, ((4, 1),)))], fifos, NPU2)
-    assert ops == (Dma(MM2S, "g0_in", "inputs", 0, (1, 1, 1, 4), (0, 0, 0, 1), 0, SHIM),
-                   Dma(S2MM, "g1_host", "outputs", 0, (1, 1, 1, 4), (0, 0, 0, 1), 1, SHIM), Wait("g1_host"))
+    assert ops == (Dma(MM2S, FifoId("g0", Stem.IN), "inputs", 0, (1, 1, 1, 4), (0, 0, 0, 1), 0, SHIM),
+                   Dma(S2MM, FifoId("g1", Stem.HOST), "outputs", 0, (1, 1, 1, 4), (0, 0, 0, 1), 1, SHIM), Wait(FifoId("g1", Stem.HOST)))
 
 
 # ---- cutting moves into Dma ops (finish_sequence, dma_patterns) -----------------------------------
@@ -103,18 +103,18 @@ def test_only_the_outermost_dimension_repeats_with_stride_0():
 def test_a_wait_with_nothing_outstanding_on_its_fifo_is_left_out():
     """A Wait freeing a BD covered every op on its FIFO, so a later Wait on it (a flow's) would
     wait for no completion token: finish_sequence leaves it out."""
-    fifos = {"g0_in": Fifo("g0_in", SHIM, (T02,), 2, 4)}
+    fifos = {FifoId("g0", Stem.IN): Fifo(FifoId("g0", Stem.IN), SHIM, (T02,), 2, 4)}
     moves = [Move(MM2S, IN, "inputs", Access(i, ((1, 1),))) for i in range(17)]
-    ops = finish_sequence([*moves, Wait("g0_in"), Wait("g0_in")], fifos, NPU2)
-    assert [op for op in ops if isinstance(op, Wait)] == [Wait("g0_in"), Wait("g0_in")]
-    assert ops[-1] == Wait("g0_in") and not isinstance(ops[-2], Wait)
+    ops = finish_sequence([*moves, Wait(FifoId("g0", Stem.IN)), Wait(FifoId("g0", Stem.IN))], fifos, NPU2)
+    assert [op for op in ops if isinstance(op, Wait)] == [Wait(FifoId("g0", Stem.IN)), Wait(FifoId("g0", Stem.IN))]
+    assert ops[-1] == Wait(FifoId("g0", Stem.IN)) and not isinstance(ops[-2], Wait)
 
 
 def test_bd_ids_are_reused_only_after_a_covering_wait():
-    fifos = {"g0_in": Fifo("g0_in", SHIM, (T02,), 2, 4)}
+    fifos = {FifoId("g0", Stem.IN): Fifo(FifoId("g0", Stem.IN), SHIM, (T02,), 2, 4)}
     moves = [Move(MM2S, IN, "inputs", Access(i, ((1, 1),))) for i in range(18)]
     ops = finish_sequence(moves, fifos, NPU2)
     assert [op.bd_id for op in ops[:16]] == list(range(16))
     assert all(op.issue_token for op in ops[:16])
-    assert ops[16] == Wait("g0_in")
+    assert ops[16] == Wait(FifoId("g0", Stem.IN))
     assert [(op.offset, op.bd_id, op.issue_token) for op in ops[17:]] == [(16, 0, False), (17, 1, False)]

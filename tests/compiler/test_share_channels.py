@@ -89,23 +89,23 @@ def test_twelve_groups_share_channels_on_npu1_and_equal_the_reference():
     assert len(got) == 12 and all(np.array_equal(g, w) for g, w in zip(got, want))
     plan = compiled.plan
     assert shared(plan) == [
-        ("shared_in0", 256, "mem_0_1", ("g0_in", "g1_in", "g2_in", "g3_in"), (0, 64, 128, 192)),
-        ("shared_host0", 128, "mem_0_1", ("g0_host", "g1_host", "g2_host", "g3_host"), (0, 32, 64, 96)),
-        ("shared_in1", 128, "mem_1_1", ("g4_in", "g5_in"), (0, 64)),
-        ("shared_host1", 64, "mem_1_1", ("g4_host", "g5_host"), (0, 32))]
+        (FifoId(None, Stem.SHARED_IN, (0,)), 256, "mem_0_1", (FifoId("g0", Stem.IN), FifoId("g1", Stem.IN), FifoId("g2", Stem.IN), FifoId("g3", Stem.IN)), (0, 64, 128, 192)),
+        (FifoId(None, Stem.SHARED_HOST, (0,)), 128, "mem_0_1", (FifoId("g0", Stem.HOST), FifoId("g1", Stem.HOST), FifoId("g2", Stem.HOST), FifoId("g3", Stem.HOST)), (0, 32, 64, 96)),
+        (FifoId(None, Stem.SHARED_IN, (1,)), 128, "mem_1_1", (FifoId("g4", Stem.IN), FifoId("g5", Stem.IN)), (0, 64)),
+        (FifoId(None, Stem.SHARED_HOST, (1,)), 64, "mem_1_1", (FifoId("g4", Stem.HOST), FifoId("g5", Stem.HOST)), (0, 32))]
     assert shim_channels(plan) == {Direction.MM2S: 8, Direction.S2MM: 8} and len(shares(plan)) == 6
     mem0, mem1 = Tile(0, 1, TileKind.MEM), Tile(1, 1, TileKind.MEM)
     assert plan.links == (
-        Link(mem0, ("shared_in0",), ("g0_in", "g1_in", "g2_in", "g3_in"), destination_offsets=(0, 64, 128, 192)),
-        Link(mem1, ("shared_in1",), ("g4_in", "g5_in"), destination_offsets=(0, 64)),
-        Link(mem0, ("g0_host", "g1_host", "g2_host", "g3_host"), ("shared_host0",), source_offsets=(0, 32, 64, 96)),
-        Link(mem1, ("g4_host", "g5_host"), ("shared_host1",), source_offsets=(0, 32)),
+        Link(mem0, (FifoId(None, Stem.SHARED_IN, (0,)),), (FifoId("g0", Stem.IN), FifoId("g1", Stem.IN), FifoId("g2", Stem.IN), FifoId("g3", Stem.IN)), destination_offsets=(0, 64, 128, 192)),
+        Link(mem1, (FifoId(None, Stem.SHARED_IN, (1,)),), (FifoId("g4", Stem.IN), FifoId("g5", Stem.IN)), destination_offsets=(0, 64)),
+        Link(mem0, (FifoId("g0", Stem.HOST), FifoId("g1", Stem.HOST), FifoId("g2", Stem.HOST), FifoId("g3", Stem.HOST)), (FifoId(None, Stem.SHARED_HOST, (0,)),), source_offsets=(0, 32, 64, 96)),
+        Link(mem1, (FifoId("g4", Stem.HOST), FifoId("g5", Stem.HOST)), (FifoId(None, Stem.SHARED_HOST, (1,)),), source_offsets=(0, 32)),
     )
-    assert route(plan, "shared_in0") == ("shim_0_0", ("mem_0_1",))
-    assert route(plan, "g2_in") == ("mem_0_1", ("tile_0_4",))
-    assert route(plan, "g2_host") == ("tile_0_4", ("mem_0_1",))
-    assert route(plan, "shared_host1") == ("mem_1_1", ("shim_1_0",))
-    assert route(plan, "g6_in") == ("shim_1_0", ("tile_1_3",))
+    assert route(plan, FifoId(None, Stem.SHARED_IN, (0,))) == ("shim_0_0", ("mem_0_1",))
+    assert route(plan, FifoId("g2", Stem.IN)) == ("mem_0_1", ("tile_0_4",))
+    assert route(plan, FifoId("g2", Stem.HOST)) == ("tile_0_4", ("mem_0_1",))
+    assert route(plan, FifoId(None, Stem.SHARED_HOST, (1,))) == ("mem_1_1", ("shim_1_0",))
+    assert route(plan, FifoId("g6", Stem.IN)) == ("shim_1_0", ("tile_1_3",))
 
 
 def test_shared_moves_fill_the_parts_in_order_inputs_first_outputs_last():
@@ -113,22 +113,22 @@ def test_shared_moves_fill_the_parts_in_order_inputs_first_outputs_last():
     shared = [(op.direction, op.fifo, op.buffer, op.offset, op.bd_id, op.shim.name)
               for op in plan.sequence[:14]]
     assert shared == [
-        (Direction.MM2S, "shared_in0", "inputs", 0, 0, "shim_0_0"), (Direction.MM2S, "shared_in0", "consts", 0, 1, "shim_0_0"),
-        (Direction.MM2S, "shared_in0", "inputs", 8, 2, "shim_0_0"), (Direction.MM2S, "shared_in0", "consts", 8, 3, "shim_0_0"),
-        (Direction.MM2S, "shared_in0", "inputs", 16, 4, "shim_0_0"), (Direction.MM2S, "shared_in0", "consts", 16, 5, "shim_0_0"),
-        (Direction.MM2S, "shared_in0", "inputs", 24, 6, "shim_0_0"), (Direction.MM2S, "shared_in0", "consts", 24, 7, "shim_0_0"),
-        (Direction.S2MM, "shared_host0", "outputs", 0, 8, "shim_0_0"), (Direction.S2MM, "shared_host0", "outputs", 8, 9, "shim_0_0"),
-        (Direction.S2MM, "shared_host0", "outputs", 16, 10, "shim_0_0"), (Direction.S2MM, "shared_host0", "outputs", 24, 11, "shim_0_0"),
-        (Direction.MM2S, "shared_in1", "inputs", 32, 0, "shim_1_0"), (Direction.MM2S, "shared_in1", "consts", 32, 1, "shim_1_0"),
+        (Direction.MM2S, FifoId(None, Stem.SHARED_IN, (0,)), "inputs", 0, 0, "shim_0_0"), (Direction.MM2S, FifoId(None, Stem.SHARED_IN, (0,)), "consts", 0, 1, "shim_0_0"),
+        (Direction.MM2S, FifoId(None, Stem.SHARED_IN, (0,)), "inputs", 8, 2, "shim_0_0"), (Direction.MM2S, FifoId(None, Stem.SHARED_IN, (0,)), "consts", 8, 3, "shim_0_0"),
+        (Direction.MM2S, FifoId(None, Stem.SHARED_IN, (0,)), "inputs", 16, 4, "shim_0_0"), (Direction.MM2S, FifoId(None, Stem.SHARED_IN, (0,)), "consts", 16, 5, "shim_0_0"),
+        (Direction.MM2S, FifoId(None, Stem.SHARED_IN, (0,)), "inputs", 24, 6, "shim_0_0"), (Direction.MM2S, FifoId(None, Stem.SHARED_IN, (0,)), "consts", 24, 7, "shim_0_0"),
+        (Direction.S2MM, FifoId(None, Stem.SHARED_HOST, (0,)), "outputs", 0, 8, "shim_0_0"), (Direction.S2MM, FifoId(None, Stem.SHARED_HOST, (0,)), "outputs", 8, 9, "shim_0_0"),
+        (Direction.S2MM, FifoId(None, Stem.SHARED_HOST, (0,)), "outputs", 16, 10, "shim_0_0"), (Direction.S2MM, FifoId(None, Stem.SHARED_HOST, (0,)), "outputs", 24, 11, "shim_0_0"),
+        (Direction.MM2S, FifoId(None, Stem.SHARED_IN, (1,)), "inputs", 32, 0, "shim_1_0"), (Direction.MM2S, FifoId(None, Stem.SHARED_IN, (1,)), "consts", 32, 1, "shim_1_0"),
     ]
     assert [op.fifo for op in plan.sequence if isinstance(op, Wait)] == [
-        "shared_host0", "shared_host1", "g6_host", "g7_host", "g8_host", "g9_host", "g10_host", "g11_host"]
+        FifoId(None, Stem.SHARED_HOST, (0,)), FifoId(None, Stem.SHARED_HOST, (1,)), FifoId("g6", Stem.HOST), FifoId("g7", Stem.HOST), FifoId("g8", Stem.HOST), FifoId("g9", Stem.HOST), FifoId("g10", Stem.HOST), FifoId("g11", Stem.HOST)]
 
 
 def test_a_design_that_fits_shares_nothing():
     plan = run_rows(8, "npu1")[0].plan
     assert shares(plan) == [] and plan.links == ()
-    assert [f.name for f in plan.fifos if f.name.startswith("shared")] == []
+    assert [f.name for f in plan.fifos if f.name.stem in (Stem.SHARED_IN, Stem.SHARED_HOST)] == []
 
 
 class Three(iron.Graph):
@@ -140,10 +140,10 @@ def test_members_of_different_element_sizes_are_linked_as_int32():
     specs = {"x": ((16,), BF16), "y": ((8,), F32), "z": ((8,), F32)}
     compiled = Three().compile(device="npu1_1col", **specs)
     plan = compiled.plan
-    assert [(f.name, f.nbytes, f.dtype) for f in plan.fifos if f.name[:2] in ("sh", "g0", "g1")] == [
-        ("shared_in0", 64, I32), ("g0_in", 32, I32), ("shared_host0", 64, I32), ("g0_host", 32, I32),
-        ("g1_in", 32, I32), ("g1_host", 32, I32)]
-    assert (plan.fifo("g2_in").dtype, plan.fifo("g2_in").producer.name) == (F32, "shim_0_0")
+    assert [(f.name, f.nbytes, f.dtype) for f in plan.fifos if f.name.group in (None, "g0", "g1")] == [
+        (FifoId(None, Stem.SHARED_IN, (0,)), 64, I32), (FifoId("g0", Stem.IN), 32, I32), (FifoId(None, Stem.SHARED_HOST, (0,)), 64, I32), (FifoId("g0", Stem.HOST), 32, I32),
+        (FifoId("g1", Stem.IN), 32, I32), (FifoId("g1", Stem.HOST), 32, I32)]
+    assert (plan.fifo(FifoId("g2", Stem.IN)).dtype, plan.fifo(FifoId("g2", Stem.IN)).producer.name) == (F32, "shim_0_0")
     mlir = print_mlir(plan)
     assert "aie.objectfifo.link [@shared_in0] -> [@g0_in, @g1_in] ([] [0, 8])" in mlir
     assert "aie.objectfifo.link [@g0_host, @g1_host] -> [@shared_host0] ([0, 8] [])" in mlir
@@ -170,18 +170,18 @@ class WriteThenRows(iron.Graph):
 def test_inputs_that_wait_and_outputs_waited_for_keep_their_channels():
     compiled = WriteThenRows(6).compile(device="npu1_2col", x=((6, 8), I32))
     plan = compiled.plan
-    assert sorted(shared(plan)) == [
-        ("shared_host0", 96, "mem_0_1", ("g1_host", "g2_host", "g3_host"), (0, 32, 64)),
-        ("shared_host1", 64, "mem_1_1", ("g4_host", "g5_host"), (0, 32)),
-        ("shared_in0", 160, "mem_0_1", ("g0_in", "g2_in", "g3_in"), (0, 32, 96)),
-        ("shared_in1", 128, "mem_1_1", ("g4_in", "g5_in"), (0, 64))]
+    assert sorted(shared(plan), key=str) == [
+        (FifoId(None, Stem.SHARED_HOST, (0,)), 96, "mem_0_1", (FifoId("g1", Stem.HOST), FifoId("g2", Stem.HOST), FifoId("g3", Stem.HOST)), (0, 32, 64)),
+        (FifoId(None, Stem.SHARED_HOST, (1,)), 64, "mem_1_1", (FifoId("g4", Stem.HOST), FifoId("g5", Stem.HOST)), (0, 32)),
+        (FifoId(None, Stem.SHARED_IN, (0,)), 160, "mem_0_1", (FifoId("g0", Stem.IN), FifoId("g2", Stem.IN), FifoId("g3", Stem.IN)), (0, 32, 96)),
+        (FifoId(None, Stem.SHARED_IN, (1,)), 128, "mem_1_1", (FifoId("g4", Stem.IN), FifoId("g5", Stem.IN)), (0, 64))]
     assert shim_channels(plan) == {Direction.MM2S: 4, Direction.S2MM: 4}
     # g1_in (s, w[0]) waits for g0's write of s; g0_host is waited for, so neither is shared
     assert moves(plan) == [
-        *[(Direction.MM2S, "shared_in0")] * 5, (Direction.S2MM, "g0_host"), ("wait", "g0_host"), (Direction.MM2S, "g1_in"),
-        (Direction.MM2S, "g1_in"), *[(Direction.S2MM, "shared_host0")] * 3, *[(Direction.MM2S, "shared_in1")] * 4,
-        *[(Direction.S2MM, "shared_host1")] * 2, (Direction.MM2S, "g6_in"), (Direction.MM2S, "g6_in"), (Direction.S2MM, "g6_host"),
-        ("wait", "shared_host0"), ("wait", "shared_host1"), ("wait", "g6_host")]
+        *[(Direction.MM2S, FifoId(None, Stem.SHARED_IN, (0,)))] * 5, (Direction.S2MM, FifoId("g0", Stem.HOST)), ("wait", FifoId("g0", Stem.HOST)), (Direction.MM2S, FifoId("g1", Stem.IN)),
+        (Direction.MM2S, FifoId("g1", Stem.IN)), *[(Direction.S2MM, FifoId(None, Stem.SHARED_HOST, (0,)))] * 3, *[(Direction.MM2S, FifoId(None, Stem.SHARED_IN, (1,)))] * 4,
+        *[(Direction.S2MM, FifoId(None, Stem.SHARED_HOST, (1,)))] * 2, (Direction.MM2S, FifoId("g6", Stem.IN)), (Direction.MM2S, FifoId("g6", Stem.IN)), (Direction.S2MM, FifoId("g6", Stem.HOST)),
+        ("wait", FifoId(None, Stem.SHARED_HOST, (0,))), ("wait", FifoId(None, Stem.SHARED_HOST, (1,))), ("wait", FifoId("g6", Stem.HOST))]
     reference = WriteThenRows(6)
     for step in range(2):   # twice: the state s persists
         x = np.arange(48, dtype=np.int32).reshape(6, 8) * (step + 2)
@@ -233,11 +233,11 @@ def test_the_decoder_shares_channels_on_npu1_and_generates_the_numpy_tokens(caps
     decoder = load_decoder()
     plan = compile_program(decoder.Decoder().trace(), NPU1)
     assert shared(plan) == [
-        ("shared_in0", 12672, "mem_0_1", ("g0_in", "g1_in", "g2_in", "g3_in"), (0, 384, 4480, 8576)),
-        ("shared_in1", 16512, "mem_2_1", ("g8_in", "g9_in", "g10_in"), (0, 128, 8320))]
+        (FifoId(None, Stem.SHARED_IN, (0,)), 12672, "mem_0_1", (FifoId("g0", Stem.IN), FifoId("g1", Stem.IN), FifoId("g2", Stem.IN), FifoId("g3", Stem.IN)), (0, 384, 4480, 8576)),
+        (FifoId(None, Stem.SHARED_IN, (1,)), 16512, "mem_2_1", (FifoId("g8", Stem.IN), FifoId("g9", Stem.IN), FifoId("g10", Stem.IN)), (0, 128, 8320))]
     assert shim_channels(plan)[Direction.MM2S] == 8
-    assert route(plan, "g4_in") == ("shim_1_0", ("tile_1_5",))   # reads kcache, which g2 writes first
-    assert route(plan, "g6_in") == ("shim_0_0", ("tile_1_3",))   # reads vcache, which g3 writes first
+    assert route(plan, FifoId("g4", Stem.IN)) == ("shim_1_0", ("tile_1_5",))   # reads kcache, which g2 writes first
+    assert route(plan, FifoId("g6", Stem.IN)) == ("shim_0_0", ("tile_1_3",))   # reads vcache, which g3 writes first
     previous = aie_utils.get_current_device()
     try:
         assert decoder.main(["--device", "npu1", "--tokens", "5"]) == 0
@@ -251,6 +251,6 @@ def test_the_two_layer_decoder_fits_npu2():
     plan = compile_program(decoder.Decoder(layers=2).trace(), from_name("npu2"))
     assert shim_channels(plan)[Direction.MM2S] == 16
     assert [link.destinations for link in plan.links] == [
-        ("g0_in", "g1_in", "g2_in", "g3_in"), ("g8_in", "g9_in", "g10_in", "g11_in"),
-        ("g20_in", "g21_in", "g22_in", "g23_in")]
+        (FifoId("g0", Stem.IN), FifoId("g1", Stem.IN), FifoId("g2", Stem.IN), FifoId("g3", Stem.IN)), (FifoId("g8", Stem.IN), FifoId("g9", Stem.IN), FifoId("g10", Stem.IN), FifoId("g11", Stem.IN)),
+        (FifoId("g20", Stem.IN), FifoId("g21", Stem.IN), FifoId("g22", Stem.IN), FifoId("g23", Stem.IN))]
     assert (len(plan.cores), plan.emit.tile.name) == (27, "tile_6_4")

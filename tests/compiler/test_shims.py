@@ -40,44 +40,44 @@ def write_then_read():
 
 def test_inputs_that_wait_and_outputs_waited_for_may_not_share():
     assert shim_requests(write_then_read()) == [
-        ShimRequest("g0_in", MM2S, 0, 64, True),      # x and s, before any write
-        ShimRequest("g0_host", S2MM, 0, 32, False),   # g1 waits for it
-        ShimRequest("g1_in", MM2S, 0, 32, False),     # reads s after g0's write
-        ShimRequest("g1_host", S2MM, 0, 32, True)]
+        ShimRequest(FifoId("g0", Stem.IN), MM2S, 0, 64, True),      # x and s, before any write
+        ShimRequest(FifoId("g0", Stem.HOST), S2MM, 0, 32, False),   # g1 waits for it
+        ShimRequest(FifoId("g1", Stem.IN), MM2S, 0, 32, False),     # reads s after g0's write
+        ShimRequest(FifoId("g1", Stem.HOST), S2MM, 0, 32, True)]
 
 
 def test_connect_puts_every_host_end_on_a_shim_tile_and_cuts_the_moves():
     connected = connect(write_then_read(), NPU2)
     shim = Tile(0, 0, TileKind.SHIM)
     assert all(HOST not in (f.producer, *f.consumers) for f in connected.fifos)
-    assert [(f.name, f.producer, f.consumers) for f in connected.fifos] == [
+    assert [(str(f.name), f.producer, f.consumers) for f in connected.fifos] == [
         ("g0_in", shim, (CORE,)), ("g0_host", CORE, (shim,)),
         ("g1_in", shim, (Tile(0, 3, TileKind.COMPUTE),)), ("g1_host", Tile(0, 3, TileKind.COMPUTE), (shim,))]
-    assert [(op.direction, op.fifo, op.buffer) if isinstance(op, Dma) else op for op in connected.sequence] == [
-        (MM2S, "g0_in", "inputs"), (MM2S, "g0_in", "states"), (S2MM, "g0_host", "states"), Wait("g0_host"),
-        (MM2S, "g1_in", "states"), (S2MM, "g1_host", "outputs"), Wait("g1_host")]
+    assert [(op.direction, str(op.fifo), op.buffer) if isinstance(op, Dma) else op for op in connected.sequence] == [
+        (MM2S, "g0_in", "inputs"), (MM2S, "g0_in", "states"), (S2MM, "g0_host", "states"), Wait(FifoId("g0", Stem.HOST)),
+        (MM2S, "g1_in", "states"), (S2MM, "g1_host", "outputs"), Wait(FifoId("g1", Stem.HOST))]
 
 
-def route(group: str, stem: Stem, role: FifoRole, *at: int) -> Route:
+def route(group: str, stem: Stem, *at: int) -> Route:
     """A FIFO from the host into group's core (or its mem tile, for a stream's blocks)."""
-    return Route(FifoId(group, stem, at, mem=role is FifoRole.WEIGHTS), role, group, HOST,
-                 (MEM if role is FifoRole.WEIGHTS else CORE,))
+    fifo = FifoId(group, stem, at, mem=stem is not Stem.IN)
+    return Route(fifo, group, HOST, (MEM if fifo.role is FifoRole.WEIGHTS else CORE,))
 
 
 def test_host_fifos_that_may_not_share_beyond_the_channels_are_a_shortfall():
     """Blocks of streamed inputs (a mem tile's) never share: three of them on one column's two
     MM2S channels leave only the first group within them."""
-    streams = Routes((route("g0", Stem.X, FifoRole.WEIGHTS, 0), route("g0", Stem.X, FifoRole.WEIGHTS, 1),
-                      route("g1", Stem.X, FifoRole.WEIGHTS, 0)), {})
+    streams = Routes((route("g0", Stem.X, 0), route("g0", Stem.X, 1),
+                      route("g1", Stem.X, 0)), {})
     assert shim_shortfall(streams, ONE_COLUMN) == ShimShortfall(1)
     assert shim_shortfall(streams, NPU2) is None
 
 
 def test_inputs_that_may_share_are_never_a_shortfall():
     """Any number of `_in`s merge into one channel at worst."""
-    inputs = Routes(tuple(route(f"g{g}", Stem.IN, FifoRole.INPUT) for g in range(5)), {})
+    inputs = Routes(tuple(route(f"g{g}", Stem.IN) for g in range(5)), {})
     assert shim_shortfall(inputs, ONE_COLUMN) is None
-    mixed = Routes((route("g0", Stem.X, FifoRole.WEIGHTS, 0), route("g0", Stem.X, FifoRole.WEIGHTS, 1),
+    mixed = Routes((route("g0", Stem.X, 0), route("g0", Stem.X, 1),
                     *inputs.fifos), {})
     assert shim_shortfall(mixed, ONE_COLUMN) == ShimShortfall(0)   # 2 fixed + 1 shared channel > 2
 
@@ -90,12 +90,12 @@ def move(direction: Direction, group: str, stem: Stem, offset: int) -> Move:
 def test_shared_moves_go_where_the_first_input_or_the_last_output_was():
     shared_in = FifoId(None, Stem.SHARED_IN, (0,))
     a, b, other = move(MM2S, "a", Stem.IN, 0), move(MM2S, "b", Stem.IN, 8), move(MM2S, "c", Stem.IN, 16)
-    merged = SharedChannel(shared_in, MM2S, MEM, ("a_in", "b_in"), (0, 16), 32)
-    together = moved_together([a, other, Wait("c_host"), b], merged)
+    merged = SharedChannel(shared_in, MM2S, MEM, (FifoId("a", Stem.IN), FifoId("b", Stem.IN)), (0, 16), 32)
+    together = moved_together([a, other, Wait(FifoId("c", Stem.HOST)), b], merged)
     assert [(m.fifo, m.access.offset) if isinstance(m, Move) else m for m in together] == [
-        (shared_in, 0), (shared_in, 8), (other.fifo, 16), Wait("c_host")]
+        (shared_in, 0), (shared_in, 8), (other.fifo, 16), Wait(FifoId("c", Stem.HOST))]
     shared_host = FifoId(None, Stem.SHARED_HOST, (0,))
     x, y = move(S2MM, "a", Stem.HOST, 0), move(S2MM, "b", Stem.HOST, 4)
-    joined = SharedChannel(shared_host, S2MM, MEM, ("a_host", "b_host"), (0, 16), 32)
+    joined = SharedChannel(shared_host, S2MM, MEM, (FifoId("a", Stem.HOST), FifoId("b", Stem.HOST)), (0, 16), 32)
     together = moved_together([x, other, y], joined)
     assert [(m.fifo, m.access.offset) for m in together] == [(other.fifo, 16), (shared_host, 0), (shared_host, 4)]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from test_mlir import HAND_BUILT, design_plans, streamed_plan
 
-from iron.compiler.plan import Function, Imm, KernelStep, Load, Ptr, ScalarStep
+from iron.compiler.plan import CType, Function, Imm, KernelStep, Load, Ptr, ScalarStep, WordOp
 from iron.compiler.sources import kernel_sources
 from iron.dtypes import bfloat16
 from iron.errors import PlanError
@@ -75,7 +75,7 @@ def test_blocked_glue_text():
 
 def test_pointer_types_follow_the_kernel_dtype_and_output_dtype():
     steps = (KernelStep.of(Argmax, bfloat16, (Ptr("x", 8), Ptr("y", 4), Imm(1), Imm(16), Imm(16))),
-             KernelStep.of(RMSNorm, np.float32, (Ptr("x"), Ptr("x", 64), Ptr("y"), Imm(2), Imm(16), Imm(1e-5, "f32"),
+             KernelStep.of(RMSNorm, np.float32, (Ptr("x"), Ptr("x", 64), Ptr("y"), Imm(2), Imm(16), Imm(1e-5, CType.F32),
                                                  Imm(13))),
              KernelStep.of(Softmax, np.float32, (Ptr("x"), Ptr("y"), Imm(2), Imm(16), Load("y", 12))))
     text = kernel_sources(with_functions(Function("f", ("x", "y"), steps)))["f.cc"]
@@ -92,7 +92,7 @@ def test_pointer_types_follow_the_kernel_dtype_and_output_dtype():
 
 
 def test_float_immediates_keep_their_float32_value():
-    steps = tuple(KernelStep.of(Scale, np.float32, (Ptr("x"), Ptr("x"), Imm(1), Imm(v, "f32")))
+    steps = tuple(KernelStep.of(Scale, np.float32, (Ptr("x"), Ptr("x"), Imm(1), Imm(v, CType.F32)))
                   for v in (0.1, -3.0, 1e30, float("inf"), float("-inf"), float("nan")))
     text = kernel_sources(with_functions(Function("f", ("x",), steps)))["f.cc"]
     factors = [line.rsplit(", ", 1)[1] for line in text.splitlines() if line.startswith("  scale_f32")]
@@ -113,7 +113,7 @@ def every_library_kernel() -> Function:
         for dtype, out in kernel.signatures():
             pointers = tuple(Ptr("a", 64 * i) for i in range(kernel.arity + 1))
             sizes = (Imm(4),) * size_operands.get(kernel.name, 1)
-            attrs = tuple(Imm(1.0, "f32") if ctype == "f32" else Load("b") for _, ctype in kernel.c_attrs)
+            attrs = tuple(Imm(1.0, CType.F32) if ctype == "f32" else Load("b") for _, ctype in kernel.c_attrs)
             steps.append(KernelStep.of(kernel, dtype, pointers + sizes + attrs, out))
         for ins, out in kernel.mixed_signatures():
             steps.append(KernelStep.of(kernel, ins, steps[-1].args, out))
@@ -164,13 +164,13 @@ def test_every_glue_file_compiles_with_host_gxx(tmp_path):
 
 A_VALUES = (-7, 7, INT_MIN, INT_MAX, 0)      # words 0-4 of `src`
 B_VALUES = (2, -2, 0, -1, 3)                  # words 5-9 of `src`
-OPS = ("add", "sub", "mul", "floordiv", "mod", "min", "max")
+OPS = tuple(op for op in WordOp if op is not WordOp.COPY)
 
 
-def expected_word(op: str, a: int, b: int) -> int:
+def expected_word(op: WordOp, a: int, b: int) -> int:
     """Python's semantics wrapped to int32; a zero divisor gives 0."""
     exact = {"add": a + b, "sub": a - b, "mul": a * b, "floordiv": a // b if b else 0,
-             "mod": a % b if b else 0, "min": min(a, b), "max": max(a, b)}[op]
+             "mod": a % b if b else 0, "min": min(a, b), "max": max(a, b)}[op.value]
     return wrap_i32(exact)
 
 
@@ -179,10 +179,10 @@ def probe_function() -> Function:
     a scale by an f32 Imm and a softmax whose length is a Load."""
     pairs = [(op, i, 5 + j) for op in OPS for i in range(len(A_VALUES)) for j in range(len(B_VALUES))]
     steps = [ScalarStep(Ptr("dst", 4 * k), op, Load("src", 4 * i), Load("src", 4 * j)) for k, (op, i, j) in enumerate(pairs)]
-    steps += [ScalarStep(Ptr("dst", 4 * len(pairs)), "copy", Load("src", 4)),
-              ScalarStep(Ptr("dst", 4 * len(pairs) + 4), "sub", Imm(INT_MIN), Imm(1)),
+    steps += [ScalarStep(Ptr("dst", 4 * len(pairs)), WordOp.COPY, Load("src", 4)),
+              ScalarStep(Ptr("dst", 4 * len(pairs) + 4), WordOp.SUB, Imm(INT_MIN), Imm(1)),
               KernelStep.of(Copy, np.int32, (Ptr("src", 0, 16), Ptr("dst", 1600, 4), Imm(2))),
-              KernelStep.of(Scale, np.float32, (Ptr("floats"), Ptr("floats", 16), Imm(4), Imm(0.5, "f32"))),
+              KernelStep.of(Scale, np.float32, (Ptr("floats"), Ptr("floats", 16), Imm(4), Imm(0.5, CType.F32))),
               KernelStep.of(Softmax, np.float32, (Ptr("floats"), Ptr("floats", 32), Imm(1), Imm(4), Load("src", 40)))]
     return Function("probe", ("src", "dst", "floats"), tuple(steps), blocked=True)
 
@@ -229,11 +229,11 @@ def test_block_stride_in_an_unblocked_function_is_refused():
     quoted(refusal(Function("f", ("x", "y"), (step,))), "'f'", "not blocked", "'y'", "16 bytes", "block stride")
 
 
-def test_unknown_scalar_op_and_bad_immediates_are_refused():
-    quoted(refusal(Function("f", ("x",), (ScalarStep(Ptr("x"), "pow", Load("x"), Imm(2)),))), "'f'", "'pow'",
-           "add, sub, mul, floordiv, mod, min, max, copy")
-    quoted(refusal(Function("f", ("x",), (ScalarStep(Ptr("x"), "add", Imm(2**31), Imm(1)),))), "'f'",
-           "Imm(value=2147483648, ctype='i32')", "[-2147483648, 2147483647]")
+def test_a_scalar_op_missing_an_operand_and_bad_immediates_are_refused():
+    quoted(refusal(Function("f", ("x",), (ScalarStep(Ptr("x"), WordOp.MOD, Load("x")),))), "'f'", "mod",
+           "Load(source='x', offset=0) alone", "two operands")
+    quoted(refusal(Function("f", ("x",), (ScalarStep(Ptr("x"), WordOp.ADD, Imm(2**31), Imm(1)),))), "'f'",
+           "Imm(value=2147483648, ctype=<CType.I32: 'i32'>)", "[-2147483648, 2147483647]")
 
 
 def test_function_named_like_a_kernel_source_is_refused():

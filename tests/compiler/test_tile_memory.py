@@ -15,6 +15,7 @@ import iron
 from aie_utils import from_name
 from iron.compiler.allocate import fifo_homes, tile_memory
 from iron.compiler.compile import compile_program
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.invariants import check_plan
 from iron.compiler.plan import Acquire, Tile, TileKind
 from iron.errors import DoesNotFit
@@ -53,7 +54,7 @@ def fifo_bytes(plan) -> dict[str, int]:
 
 def test_the_walks_shared_fifo_lives_on_its_producers_tile():
     plan = plan_of(designs.walk(8))          # g0_out: tile_0_2 -> tile_0_3, its north neighbour
-    assert fifo_homes(plan)["g0_out"] == ((compute(0, 2), 2),)
+    assert fifo_homes(plan)[FifoId("g0", Stem.OUT)] == ((compute(0, 2), 2),)
     assert used(plan) == {"tile_0_2": (32, 1024), "tile_0_3": (120, 1024)}   # emit_in 2 x 28, feedback 2 x 32
 
 
@@ -62,9 +63,9 @@ def test_the_mlps_mem_tiles_hold_each_link_once():
     assert {name: n for name, (n, _) in used(plan).items() if name.startswith("mem")} == {
         "mem_0_1": 67584, "mem_1_1": 67584, "mem_2_1": 67584, "mem_3_1": 196608, "mem_4_1": 133120}
     assert used(plan)["tile_0_3"] == (37888, 1024)
-    assert fifo_homes(plan)["g1_w0_mem"] == ((mem(0), 2),)    # a lane's link source: 2 x 16384
-    assert fifo_homes(plan)["g1_w0"] == ((compute(0, 3), 2),)  # a member: only on its consumer
-    assert fifo_homes(plan)["g1_out"] == ((mem(0), 2), (compute(1, 4), 2))   # the join's result
+    assert fifo_homes(plan)[FifoId("g1", Stem.W, (0,), mem=True)] == ((mem(0), 2),)    # a lane's link source: 2 x 16384
+    assert fifo_homes(plan)[FifoId("g1", Stem.W, (0,))] == ((compute(0, 3), 2),)  # a member: only on its consumer
+    assert fifo_homes(plan)[FifoId("g1", Stem.OUT)] == ((mem(0), 2), (compute(1, 4), 2))   # the join's result
 
 
 def test_a_split_matvec_holds_the_whole_matrix_object_once():
@@ -76,7 +77,7 @@ def test_a_split_matvec_holds_the_whole_matrix_object_once():
 def test_a_forwarded_stream_is_held_once_on_its_mem_tile():
     plan = plan_of(designs.mlp(1, 256, iron.bfloat16))   # the matrix streamed on one tile: a forward
     assert used(plan)["mem_0_1"] == (2 * 16384, 0)
-    assert fifo_homes(plan)["g1_w"] == ((compute(0, 3), 2),)
+    assert fifo_homes(plan)[FifoId("g1", Stem.W)] == ((compute(0, 3), 2),)
 
 
 def relocated(plan, moves: dict[Tile, Tile]):
@@ -98,7 +99,7 @@ def test_a_west_flowing_shared_fifo_lives_on_its_consumers_tile():
     # consumer's memory but not the other way round.
     plan = relocated(plan_of(designs.walk(8)), {compute(0, 2): compute(1, 2), compute(0, 3): compute(0, 2)})
     check_plan(plan)
-    assert fifo_homes(plan)["g0_out"] == ((compute(0, 2), 2),)
+    assert fifo_homes(plan)[FifoId("g0", Stem.OUT)] == ((compute(0, 2), 2),)
     assert used(plan) == {"tile_1_2": (24, 1024), "tile_0_2": (128, 1024)}
 
 
@@ -109,8 +110,8 @@ def test_the_two_layer_decoder_counts_its_shared_fifos_on_their_producers():
     plan = compile_program(decoder.Decoder(2).trace(), from_name("npu2"))
     held = fifo_bytes(plan)
     assert (held["tile_2_2"], held["tile_6_2"]) == (768, 16)
-    assert fifo_homes(plan)["g8_out"] == ((compute(2, 2), 2),)    # north, to tile_2_3
-    assert fifo_homes(plan)["g23_out"] == ((compute(5, 2), 2),)   # east, to tile_6_2
+    assert fifo_homes(plan)[FifoId("g8", Stem.OUT)] == ((compute(2, 2), 2),)    # north, to tile_2_3
+    assert fifo_homes(plan)[FifoId("g23", Stem.OUT)] == ((compute(5, 2), 2),)   # east, to tile_6_2
     assert used(plan)["mem_0_1"] == (2 * 12672, 0)   # shared_in0, split into g0_in .. g3_in
 
 
@@ -119,10 +120,10 @@ def test_a_compute_end_holds_one_more_object_than_its_core_acquires_at_once():
     deep = dataclasses.replace(plan, fifos=(dataclasses.replace(plan.fifos[0], depth=8), *plan.fifos[1:]))
     single = dataclasses.replace(plan, fifos=(dataclasses.replace(plan.fifos[0], depth=1), *plan.fifos[1:]))
     core = plan.cores[0]
-    program = tuple(dataclasses.replace(s, count=2) if isinstance(s, Acquire) and s.fifo == "g0_in" else s
+    program = tuple(dataclasses.replace(s, count=2) if isinstance(s, Acquire) and s.fifo == FifoId("g0", Stem.IN) else s
                     for s in core.program)
     pairs = dataclasses.replace(plan, cores=(dataclasses.replace(core, program=program),))
-    assert [fifo_homes(p)["g0_in"] for p in (plan, deep, single, pairs)] == [
+    assert [fifo_homes(p)[FifoId("g0", Stem.IN)] for p in (plan, deep, single, pairs)] == [
         ((compute(0, 2), 2),), ((compute(0, 2), 2),), ((compute(0, 2), 1),), ((compute(0, 2), 3),)]
 
 

@@ -17,6 +17,7 @@ from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler.compile import compile_program
 from iron.compiler.describe import describe
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.mlir import ALLOWED_OPS, print_mlir
 from iron.compiler.plan import Choice, Dma, Loop, TileKind, Wait
 from iron.compiler.rules import PaddedGrid, Rule, Unpadded
@@ -54,13 +55,17 @@ def grid_of(plan, group: str = "g0") -> tuple:
             1 + sum(inner), step.out)
 
 
+def elements(fifo) -> int:
+    return fifo.nbytes // fifo.dtype.itemsize
+
+
 def streamed(plan, group: str = "g0") -> tuple[int, int, int, int]:
     """(rows, columns) of a stream's cores, its first input's block in elements and the blocks
     each core takes (its Loop's count)."""
     cores = [c for c in plan.cores if c.group == group]
     (loop,) = [item for item in cores[0].program if isinstance(item, Loop)]
     return (len({c.tile.row for c in cores}), len({c.tile.col for c in cores}),
-            plan.fifo(f"{group}_x0_0_0").elements, loop.count)
+            elements(plan.fifo(FifoId(group, Stem.X, (0, 0, 0)))), loop.count)
 
 
 def compute_tiles(plan):
@@ -491,13 +496,13 @@ def test_a_huge_stream_moves_runs_of_rounds_per_dma_op_waiting_every_four_runs()
     body = Sum().compile(x=((n,), np.int8), y=((n,), np.int8), device=from_name("npu2"))
     ops = body.plan.sequence
     assert streamed(body.plan) == (2, 8, 4000, 15625)
-    runs = [(o.offset, o.sizes, o.strides) for o in ops if isinstance(o, Dma) and o.fifo == "g0_x0_1_mem"]
+    runs = [(o.offset, o.sizes, o.strides) for o in ops if isinstance(o, Dma) and o.fifo == FifoId("g0", Stem.X, (0, 1), mem=True)]
     assert runs == [(2000 + t * 977 * 16000, (1, 977 if t < 15 else 970, 2, 1000), (0, 16000, 1000, 1))
                     for t in range(16)]
     kinds = ["wait" if isinstance(o, Wait) else "dma" for o in ops]
     assert [(kind, len(list(run))) for kind, run in groupby(kinds)] == [
         ("dma", 96), ("wait", 24), ("dma", 96), ("wait", 24), ("dma", 96), ("wait", 24), ("dma", 96), ("wait", 8)]
-    assert [o.fifo for o in ops[-8:]] == [f"g0_host{c}" for c in range(8)]
+    assert [o.fifo for o in ops[-8:]] == [FifoId("g0", Stem.HOST, (c,)) for c in range(8)]
 
 
 def test_a_small_elementwise_call_is_not_streamed():

@@ -54,7 +54,7 @@ def test_rmsnorm_of_rows_of_an_odd_number_of_bfloat16_streams_its_weight_as_whol
     numpy = wide / np.sqrt((wide ** 2).mean(axis=1, keepdims=True) + 1e-6) * w.astype(np.float64)
     np.testing.assert_allclose(np.asarray(got, np.float64), numpy, rtol=2 ** -7, atol=2 ** -7)   # bfloat16's 8 bits
     assert Rule.STREAM_ROW_BLOCKS in rules(body)
-    shared = [f for f in body.plan.fifos if f.name.endswith(f"_{Stem.W.value}0")]
+    shared = [f for f in body.plan.fifos if f.name.stem is Stem.W and f.name.at == (0,) and not f.name.mem]
     assert [(f.nbytes, f.dtype, len(f.consumers) > 1) for f in shared] == [(504, np.dtype(BF16), True)]
 
 

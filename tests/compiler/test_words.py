@@ -9,7 +9,8 @@ import iron
 from aie_utils import from_name
 from iron import Scratchpad
 from iron.compiler.compile import compile_program
-from iron.compiler.plan import Const, Dma, HostRole, Output, WordDef, WordKind, WordRef
+from iron.compiler.fifos import FifoId, Stem
+from iron.compiler.plan import Const, Dma, HostRole, Output, WordDef, WordKind, WordOp, WordRef
 from iron.errors import PlacementError
 from iron.kernels import Copy, Softmax
 from tests.compiler import designs
@@ -31,10 +32,10 @@ def test_walk_words_are_node_steps_and_the_next_steps():
     assert plan.words == (
         WordDef(0, "node", WordKind.CARRIED),
         WordDef(1, "steps", WordKind.CARRIED),
-        WordDef(2, "node", WordKind.DMA, "copy", WordRef(0), bound=(0, 8), what="successor[node]", tensor="successor"),
-        WordDef(3, "steps", WordKind.DMA, "copy", WordRef(1), bound=(0, 9), what="trail[steps]", tensor="trail"),
-        WordDef(4, "steps", WordKind.DMA, "copy", WordRef(3), sink=9),
-        WordDef(5, "steps + 1", WordKind.NEXT, "add", WordRef(1), Const(1)),
+        WordDef(2, "node", WordKind.DMA, WordOp.COPY, WordRef(0), bound=(0, 8), what="successor[node]", tensor="successor"),
+        WordDef(3, "steps", WordKind.DMA, WordOp.COPY, WordRef(1), bound=(0, 9), what="trail[steps]", tensor="trail"),
+        WordDef(4, "steps", WordKind.DMA, WordOp.COPY, WordRef(3), sink=9),
+        WordDef(5, "steps + 1", WordKind.NEXT, WordOp.ADD, WordRef(1), Const(1)),
     )
     # int32 rows of one word: the DMA offset words are the bounded copies of the carried indices
     # (a carried value is never bounded itself: the Emit clamps bounded words in place); the
@@ -48,8 +49,8 @@ def test_a_row_index_is_scaled_into_a_dma_word():
     plan = compile_program(designs.trace(designs.accumulate_at(n=64, rows=4)), NPU2)
     assert plan.words == (
         WordDef(0, "pos", WordKind.SCRATCHPAD, bound=(0, 4), what="acc[pos]", tensor="acc"),
-        WordDef(1, "pos * 64", WordKind.DMA, "mul", WordRef(0), Const(64)),
-        WordDef(2, "pos * 64", WordKind.DMA, "copy", WordRef(1), sink=256),   # the write's: acc's 256 words on
+        WordDef(1, "pos * 64", WordKind.DMA, WordOp.MUL, WordRef(0), Const(64)),
+        WordDef(2, "pos * 64", WordKind.DMA, WordOp.COPY, WordRef(1), sink=256),   # the write's: acc's 256 words on
     )
     assert patches(plan) == [("inputs", None), ("states", 1), ("states", 2)]   # the read keeps its word
 
@@ -65,9 +66,9 @@ class TwoAxes(iron.Graph):
 def test_two_dynamic_axes_sum_into_one_patch_word():
     plan = lower(TwoAxes())
     assert plan.words[2:] == (
-        WordDef(2, "i * 128", WordKind.DMA, "mul", WordRef(0), Const(128)),
-        WordDef(3, "j * 16", WordKind.DMA, "mul", WordRef(1), Const(16)),
-        WordDef(4, "(i * 128) + (j * 16)", WordKind.DMA, "add", WordRef(2), WordRef(3)),
+        WordDef(2, "i * 128", WordKind.DMA, WordOp.MUL, WordRef(0), Const(128)),
+        WordDef(3, "j * 16", WordKind.DMA, WordOp.MUL, WordRef(1), Const(16)),
+        WordDef(4, "(i * 128) + (j * 16)", WordKind.DMA, WordOp.ADD, WordRef(2), WordRef(3)),
     )
     assert [w.bound for w in plan.words] == [(0, 4), (0, 8), None, None, None]
     assert patches(plan) == [("states", 4), ("outputs", None)]
@@ -91,9 +92,9 @@ def test_words_are_shared_and_a_second_bound_gets_a_copy():
     assert plan.words == (
         WordDef(0, "node", WordKind.SCRATCHPAD, bound=(0, 8), what="w[node]", tensor="w"),
         WordDef(1, "pos", WordKind.SCRATCHPAD),
-        WordDef(2, "pos + 1", WordKind.DMA, "add", WordRef(1), Const(1), bound=(0, 8), what="w[pos + 1]", tensor="w"),
-        WordDef(3, "node", WordKind.DMA, "copy", WordRef(0), None, bound=(0, 4), what="t[node]", tensor="t"),
-        WordDef(4, "node", WordKind.DMA, "copy", WordRef(3), sink=4),
+        WordDef(2, "pos + 1", WordKind.DMA, WordOp.ADD, WordRef(1), Const(1), bound=(0, 8), what="w[pos + 1]", tensor="w"),
+        WordDef(3, "node", WordKind.DMA, WordOp.COPY, WordRef(0), None, bound=(0, 4), what="t[node]", tensor="t"),
+        WordDef(4, "node", WordKind.DMA, WordOp.COPY, WordRef(3), sink=4),
     )
 
 
@@ -106,7 +107,7 @@ def test_a_per_call_length_is_a_core_word_read_from_the_in_object():
     plan = lower(Soft(), x=((16,), np.float32))
     assert plan.words == (WordDef(0, "n", WordKind.SCRATCHPAD, bound=(1, 17), what="Softmax length=n"),)
     (step,) = plan.function("g0").steps
-    assert step.args[-1] == iron.compiler.plan.Load("g0_in", 64)
+    assert step.args[-1] == iron.compiler.plan.Load(FifoId("g0", Stem.IN), 64)
     assert [(op.buffer, op.offset, op.nwords) for op in plan.sequence if isinstance(op, Dma)] == [
         ("inputs", 0, 16), ("words", 0, 1), ("outputs", 0, 16)]
 
@@ -118,7 +119,7 @@ class InputView(iron.Graph):
 
 def test_a_view_of_an_input_is_patched_in_the_inputs_buffer():
     plan = lower(InputView(), x=((4, 16), np.int32))
-    assert plan.words[1] == WordDef(1, "i * 16", WordKind.DMA, "mul", WordRef(0), Const(16))
+    assert plan.words[1] == WordDef(1, "i * 16", WordKind.DMA, WordOp.MUL, WordRef(0), Const(16))
     assert plan.words[0].bound == (0, 4)
     assert patches(plan) == [("inputs", 1), ("outputs", None)]
 

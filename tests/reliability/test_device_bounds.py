@@ -16,8 +16,9 @@ import pytest
 import iron
 from iron import Carried
 from iron.compiler.allocate import state_sink
+from iron.compiler.fifos import EMIT_IN, FEEDBACK, FifoId, Stem
 from iron.compiler.mlir import ALLOWED_OPS
-from iron.compiler.plan import Const, Direction, Dma, HostRole, WordRef
+from iron.compiler.plan import Const, Direction, Dma, HostRole, WordOp, WordRef
 from iron.compiler.sources import HEADER, kernel_sources, source_file
 from iron.errors import DeviceTimeout, IndexOutOfRange, LoopError, PlanError
 from iron.ir import wrap_i32
@@ -265,8 +266,8 @@ def test_the_states_sink_follows_the_users_states_and_only_state_writes_are_sent
     assert state_sink(plan.placements, plan.full_elf) == (11, 8)
     assert plan.host_buffer(HostRole.STATES).nwords == 19
     assert [(w.name, w.op, w.bound, w.sink) for w in plan.words] == [
-        ("node", None, None, None), ("steps", None, None, None), ("node", "copy", (0, 16), None),
-        ("node", "copy", (0, 8), None), ("node", "copy", None, 11), ("steps + 1", "add", None, None)]
+        ("node", None, None, None), ("steps", None, None, None), ("node", WordOp.COPY, (0, 16), None),
+        ("node", WordOp.COPY, (0, 8), None), ("node", WordOp.COPY, None, 11), ("steps + 1", WordOp.ADD, None, None)]
     writes = [op.patch_word for op in plan.sequence if getattr(op, "buffer", "") == "states"]
     assert writes == [4]
 
@@ -356,7 +357,7 @@ def test_the_emit_clamps_and_flags_exactly_at_the_ends_of_int32_on_the_emulator(
     _, body = guarded()
     plan = body.plan
     emit = next(f for f in plan.functions if f.name == "emit")
-    assert emit.params == ("emit_in", "g0_out", "feedback")
+    assert emit.params == (EMIT_IN, FifoId("g0", Stem.OUT), FEEDBACK)
     assert [w.sink for w in plan.words] == [None, None, None, None, SINK, None]
     bind = compile_function(emit, numpy_call)
     for node, steps, flag in CASES:

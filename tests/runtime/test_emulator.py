@@ -44,6 +44,7 @@ from iron.compiler.plan import (
     Wait,
     WordDef,
     WordKind,
+    WordOp,
     WordRef,
 )
 from iron.errors import (
@@ -160,8 +161,8 @@ def accumulate_plan():
     tally = Function("tally", ("in", "acc", "count", "out"), (
         KernelStep.of(Accumulate, np.int32, (Ptr("in"), Ptr("acc"), Imm(8))),
         KernelStep.of(iron.kernels.Copy, np.int32, (Ptr("acc"), Ptr("out"), Imm(8))),
-        ScalarStep(Ptr("count"), "add", Load("count"), Imm(1)),
-        ScalarStep(Ptr("out", 32), "copy", Load("count")),
+        ScalarStep(Ptr("count"), WordOp.ADD, Load("count"), Imm(1)),
+        ScalarStep(Ptr("out", 32), WordOp.COPY, Load("count")),
     ))
     program = stream("in", Port.CONSUME, stream("out", Port.PRODUCE, (Invoke("tally", ("in", "acc", "count", "out")),)))
     sequence = (Dma(Direction.MM2S, "in", "inputs", 0, (1, 1, 1, 8), ROW, 0, SHIM),
@@ -216,7 +217,7 @@ def test_restarting_a_run_in_flight_is_bad_command_state():
 
 def depth_plan(depth):
     """The core produces 3 objects of @a, then 1 of @b; the sequence drains @b before @a."""
-    fill = Function("fill", ("o",), (ScalarStep(Ptr("o"), "add", Load("o"), Imm(1)),), blocked=True)
+    fill = Function("fill", ("o",), (ScalarStep(Ptr("o"), WordOp.ADD, Load("o"), Imm(1)),), blocked=True)
     program = (Loop(3, stream("a", Port.PRODUCE, (Invoke("fill", ("a",)),))), *stream("b", Port.PRODUCE))
     sequence = (Dma(Direction.S2MM, "b", "out", 3, (1, 1, 1, 1), ROW, 0, SHIM), Wait("b"),
                 Dma(Direction.S2MM, "a", "out", 0, (1, 1, 1, 3), ROW, 1, SHIM), Wait("a"))
@@ -406,8 +407,8 @@ def test_objects_that_cut_the_rows_of_a_strided_dma():
 def emit_plan(device):
     """An Emit-like core: from this run's words (n, step) it writes the next run's (n + step, step)."""
     emit = Function("emit", ("words", "fb"), (
-        ScalarStep(Ptr("fb"), "add", Load("words"), Load("words", 4)),
-        ScalarStep(Ptr("fb", 4), "copy", Load("words", 4)),
+        ScalarStep(Ptr("fb"), WordOp.ADD, Load("words"), Load("words", 4)),
+        ScalarStep(Ptr("fb", 4), WordOp.COPY, Load("words", 4)),
     ))
     program = stream("emit_in", Port.CONSUME, stream("feedback", Port.PRODUCE, (Invoke("emit", ("emit_in", "feedback")),)))
     sequence = (Dma(Direction.MM2S, "emit_in", "words", 0, (1, 1, 1, 2), ROW, 0, SHIM),
@@ -418,7 +419,7 @@ def emit_plan(device):
         "emit", [Fifo("emit_in", SHIM, (CORE,), 2, 8), Fifo("feedback", CORE, (SHIM,), 2, 8)],
         [Core(CORE, "emit", program)], [emit], sequence,
         [HostBuffer("words", HostRole.WORDS, 2), HostBuffer("feedback", HostRole.FEEDBACK, 2)], device, words=words,
-        carry=nexts, emit=Emit(CORE, nexts, words, "feedback"),
+        carry=nexts, emit=Emit(CORE, nexts, words),
     )
 
 
@@ -441,8 +442,8 @@ def test_an_emit_core_feeds_the_next_runs_scratchpad_in_a_ring():
 
 def trail_plan(device="npu2"):
     """Writes one word (1 + launches so far) into trail[steps]: a patched S2MM offset."""
-    mark = Function("mark", ("o", "n"), (ScalarStep(Ptr("n"), "add", Load("n"), Imm(1)),
-                                         ScalarStep(Ptr("o"), "copy", Load("n"))))
+    mark = Function("mark", ("o", "n"), (ScalarStep(Ptr("n"), WordOp.ADD, Load("n"), Imm(1)),
+                                         ScalarStep(Ptr("o"), WordOp.COPY, Load("n"))))
     program = stream("out", Port.PRODUCE, (Invoke("mark", ("out", "n")),))
     sequence = (Dma(Direction.S2MM, "out", "states", 0, (1, 1, 1, 1), ROW, 0, SHIM, patch_word=0), Wait("out"))
     words = (WordDef(0, "steps", WordKind.SCRATCHPAD, bound=(0, 8), what="trail[steps]", tensor="trail"),)
@@ -710,7 +711,7 @@ def test_an_emit_ring_replayed_feeds_each_run_the_next_scratchpad():
 
 def divide_plan():
     """out = 1000 // the per-call word d (delivered to the core from the scratchpad)."""
-    divide = Function("divide", ("d", "out"), (ScalarStep(Ptr("out"), "floordiv", Imm(1000), Load("d")),))
+    divide = Function("divide", ("d", "out"), (ScalarStep(Ptr("out"), WordOp.FLOORDIV, Imm(1000), Load("d")),))
     program = stream("d", Port.CONSUME, stream("out", Port.PRODUCE, (Invoke("divide", ("d", "out")),)))
     sequence = (Dma(Direction.MM2S, "d", "words", 0, (1, 1, 1, 1), ROW, 0, SHIM),
                 Dma(Direction.S2MM, "out", "outputs", 0, (1, 1, 1, 1), ROW, 1, SHIM), Wait("out"))
@@ -741,7 +742,7 @@ def loops_plan(inner):
     then both counts to the host: `inner` counts, then 2."""
     def count(into):
         return Function(f"count_{into}", (into, "one"), (
-            ScalarStep(Ptr("one"), "copy", Imm(1)),
+            ScalarStep(Ptr("one"), WordOp.COPY, Imm(1)),
             KernelStep.of(Add, np.int32, (Ptr(into, 0, 4), Ptr("one"), Ptr(into, 0, 4), Imm(1))),
         ), blocked=True)
     report = Function("report", ("inner", "outer", "out"), (

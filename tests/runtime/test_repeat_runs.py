@@ -7,6 +7,7 @@ import pytest
 
 import iron
 from iron import Carried
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.mlir import ALLOWED_OPS
 from iron.compiler.plan import Dma, Loop
 from iron.compiler.rules import Rule
@@ -151,7 +152,7 @@ def test_an_iteration_of_more_groups_than_tiles_loops_with_cores_running_groups_
     cores = {core.groups for core in looping.cores if isinstance(core.program[0], Loop)}
     assert cores == {*shared, *((g,) for g in iteration if not any(g in s for s in shared))} and len(cores) == 7
     one_core = [f for f in looping.fifos if f.consumers == (f.producer,)]
-    assert [f.name for f in one_core] == [f"{g}_out" for s in shared for g in s[:-1]]
+    assert [f.name for f in one_core] == [FifoId(g, Stem.OUT) for s in shared for g in s[:-1]]
     assert all(f.shared_memory for f in one_core)
     lines = [text for rule, text in plan.rules if rule is Rule.SHARE_CORE_IN_ITERATION]
     assert lines[0] == "g2 on tile_0_3 after g1, its core running them in turn"
@@ -193,7 +194,8 @@ def test_looped_inputs_share_a_shim_channel_round_by_round_on_one_column():
     (looping,) = [c for c in plan.configurations if any(core.group == "g0" for core in c.cores)]
     dmas = [d.fifo for d in looping.sequence if isinstance(d, Dma)]
     runs = [f for k, f in enumerate(dmas) if k == 0 or dmas[k - 1] != f]
-    assert runs == ["g0_in", "shared_in0", "g3_host"] * 6   # each iteration's three weights at its turn
+    assert runs == [FifoId("g0", Stem.IN), FifoId(None, Stem.SHARED_IN, (0,)), FifoId("g3", Stem.HOST)] * 6   # each
+    # iteration's three weights at its turn
     x = np.random.default_rng(3).standard_normal(32).astype(F32)
     for _ in range(3):
         np.testing.assert_array_equal(compiled(x), graph.reference(x))

@@ -10,6 +10,7 @@ import pytest
 
 import iron
 from iron import Carried, Scratchpad
+from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.rules import Rule
 from iron.kernels import Argmax, MatMul, RMSNorm, Softmax
 from tests.quotes import quoted
@@ -187,7 +188,7 @@ def test_a_per_call_length_reaches_every_core_of_a_streamed_batch(monkeypatch, d
         monkeypatch.setenv("IRON_EMULATOR_KERNELS", mode)
         compiled = Attend().compile(x, device=device)
         assert [text for name, text in compiled.plan.rules if name == Rule.STREAM_ROW_BLOCKS] == [rule]
-        assert compiled.plan.fifo("g0_in").consumers == tuple(core.tile for core in compiled.plan.cores)
+        assert compiled.plan.fifo(FifoId("g0", Stem.IN)).consumers == tuple(core.tile for core in compiled.plan.cores)
         for pos in (0, 130, 255):
             got = compiled(x, pos=pos)
             close(got, Attend().reference(x, pos=pos))

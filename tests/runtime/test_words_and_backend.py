@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from iron.compiler.plan import Const, WordDef, WordKind, WordRef
+from iron.compiler.plan import Const, WordDef, WordKind, WordOp, WordRef
 from iron.errors import ArgumentError, BackendUnavailable, IndexOutOfRange
 from iron.runtime import backend
 from iron.runtime.words import WordProgram
@@ -11,12 +11,12 @@ from tests.quotes import quoted
 WORDS = (
     WordDef(0, "node", WordKind.CARRIED, bound=(0, 10), what="successor[node]", tensor="successor"),
     WordDef(1, "steps", WordKind.CARRIED, bound=(0, 6), what="trail[steps]", tensor="trail"),
-    WordDef(2, "steps + 1", WordKind.NEXT, "add", WordRef(1), Const(1)),
-    WordDef(3, "node * 4", WordKind.DMA, "mul", WordRef(0), Const(4)),
-    WordDef(4, "min(node, 3)", WordKind.CORE, "min", WordRef(0), Const(3)),
-    WordDef(5, "-7 // node", WordKind.CORE, "floordiv", Const(-7), WordRef(0)),
-    WordDef(6, "-7 % node", WordKind.CORE, "mod", Const(-7), WordRef(0)),
-    WordDef(7, "steps * big", WordKind.CORE, "mul", WordRef(1), Const(2**31 - 1)),
+    WordDef(2, "steps + 1", WordKind.NEXT, WordOp.ADD, WordRef(1), Const(1)),
+    WordDef(3, "node * 4", WordKind.DMA, WordOp.MUL, WordRef(0), Const(4)),
+    WordDef(4, "min(node, 3)", WordKind.CORE, WordOp.MIN, WordRef(0), Const(3)),
+    WordDef(5, "-7 // node", WordKind.CORE, WordOp.FLOORDIV, Const(-7), WordRef(0)),
+    WordDef(6, "-7 % node", WordKind.CORE, WordOp.MOD, Const(-7), WordRef(0)),
+    WordDef(7, "steps * big", WordKind.CORE, WordOp.MUL, WordRef(1), Const(2**31 - 1)),
 )
 
 

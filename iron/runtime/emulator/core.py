@@ -11,14 +11,13 @@ from functools import partial
 
 import numpy as np
 
-from iron.compiler.plan import Acquire, Imm, Invoke, KernelStep, Loop, Ptr, Release
+from iron.compiler.plan import Acquire, Imm, Invoke, KernelStep, Loop, Ptr, Release, WordOp
 from iron.errors import ArgumentError, PlanError
-from iron.ir import SCALAR_BINARY, wrap_i32
+from iron.ir import wrap_i32
 from iron.runtime.emulator.acts import Invoked, in_order
 from iron.runtime.emulator.objectfifo import CorePort
 
 UNROLLED = 4096  # the most steps a Loop is unrolled into
-SCALAR_OPS = {**SCALAR_BINARY, "copy": lambda a, b: a}
 I32 = np.dtype(np.int32)
 ONE = (1,)
 
@@ -146,7 +145,7 @@ def _scalar_step(fn, where: str, step):
     dest = _pointer(fn, step.dest, I32)
     a = _scalar(fn, step.a)
     b = _scalar(fn, step.b if step.b is not None else Imm(0))
-    op, divides = SCALAR_OPS[step.op], step.op in ("floordiv", "mod")
+    op, divides = step.op.fn, step.op in (WordOp.FLOORDIV, WordOp.MOD)
 
     def bind(arrays, block):
         out, read_a, read_b = dest(arrays, block, ONE), a(arrays, block), b(arrays, block)
