@@ -1486,8 +1486,8 @@ def test_an_activation_of_a_padded_products_input_that_does_not_keep_zeros_is_re
         "ExpThenProduct does not fit npu2 even cut into segments: Exp#0 (group g0) alone is too large for one "
         "configuration. ExpThenProduct: Exp#0 over 259081 bfloat16 elements take 1036324 bytes, more than a compute "
         "tile's 64512, and stream_elementwise cuts them into blocks that divide 259081 and hold whole 32-bit words (2 "
-        "elements each), of which 259081 has none, and pad_to_block did not pad them: their tensors are not "
-        "one-dimensional. Pad the tensors to 259082 elements, or cut the calls in two.")
+        "elements each), of which 259081 has none, and pad_to_block did not pad them: no padded length "
+        "streams either. Pad the tensors to 259082 elements, or cut the calls in two.")
 
 
 class ProductIntoState(iron.Graph):
