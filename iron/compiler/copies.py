@@ -269,8 +269,8 @@ def _why(program: Program, readers: list[Node], view: Node, laid: dict[Node, Nod
     if any(map(_gridded, readers)):
         return "which tiles over the array reading whole host tensors"
     if _gridded(view.src[0]) and view.shape == view.src[0].shape:
-        return (f"the region of the product its grid may lie padded in: a row reduction reading it "
-                "reduces each row whole (its kernel takes no length)")
+        return "the region of the product its grid may lie padded in: a row reduction reading it reduces each row " \
+            "whole (its kernel takes no length)"
     if beside := next((r for r in readers if _beside_grid(r, laid)), None):
         read = next(n for n in beside.src[:beside.arg.n_inputs] if n in laid)
         product = call_label(program, laid[read])
