@@ -15,6 +15,7 @@ from iron import dtypes
 from iron.compiler.fuse import Group
 from iron.compiler.gather import Written, copied, gather_view, written
 from iron.compiler.objects import MAX_GATHER_RUNS
+from iron.compiler.padding import readers_of, width_unshared
 from iron.compiler.rules import Decision, Rule
 from iron.compiler.sides import large, whole_device_grid
 from iron.compiler.tiling import TILED_BYTES
@@ -61,8 +62,9 @@ def copy_view_for_grid(program: Program, device=None) -> Program:
     laid = grid_layouts(program)
     copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call, laid)
               for n in call.src[:call.arg.n_inputs] if _view_of_host(n) or _moved_view_of_result(n)}
+    readers = readers_of(program, (Group("", program.calls, None),))
     copies |= {call: copied(Node(Op.VIEW, (call,), call.shape, call.dtype, tuple(Axis(start=0, stop=n) for n in call.shape)))
-               for call in program.calls if device and _gridded(call) and _reads_padding(call, laid)
+               for call in program.calls if device and _gridded(call) and _reads_padding(call, laid, readers)
                and whole_device_grid(call, device) is None}
     laid_out = LaidOut(program)
     gathered_views = dict.fromkeys(n for call in program.calls for n in call.src[:call.arg.n_inputs]
@@ -268,9 +270,9 @@ def _why(program: Program, readers: list[Node], view: Node, laid: dict[Node, Nod
     """Why a view is read through a Copy: the first of its readers needing it, else its size."""
     if any(map(_gridded, readers)):
         return "which tiles over the array reading whole host tensors"
-    if _gridded(view.src[0]) and view.shape == view.src[0].shape:
-        return "the region of the product its grid may lie padded in: a row reduction reading it reduces each row " \
-            "whole (its kernel takes no length)"
+    if view.src[0].op == Op.CALL and _gridded(view.src[0]) and view.shape == view.src[0].shape:
+        return "the region of the product its grid may lie padded in: a row reduction reading it may not read its " \
+            "rows padded wider"
     if beside := next((r for r in readers if _beside_grid(r, laid)), None):
         read = next(n for n in beside.src[:beside.arg.n_inputs] if n in laid)
         product = call_label(program, laid[read])
@@ -305,12 +307,11 @@ def grid_layouts(program: Program) -> dict[Node, Node]:
     return laid
 
 
-def _reads_padding(product: Node, laid: dict[Node, Node]) -> bool:
-    """Whether a row reduction reducing its rows whole (its kernel told no length) reads a tiled
-    MatMul's product, or elementwise calls' results over it in turn (`grid_layouts`): it would
-    reduce a padded N's padding as data (`crop_padded_product`)."""
-    return any(laid[c] is product and c.arg.kernel.role is Role.ROW_REDUCTION and not c.arg.kernel.traits.row_length
-               for c in laid)
+def _reads_padding(product: Node, laid: dict[Node, Node], readers: dict) -> bool:
+    """Whether a row reduction that may not read its rows padded wider (`width_unshared`: its
+    kernel takes no length, or its shared row may not be padded) reads a tiled MatMul's product,
+    or elementwise calls' results over it in turn (`grid_layouts`)."""
+    return any(laid[c] is product and width_unshared(c, readers) for c in laid)
 
 
 def _beside_grid(call: Node, laid: dict[Node, Node]) -> bool:
