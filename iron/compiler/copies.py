@@ -241,20 +241,20 @@ def copy_view_rules(program: Program) -> list[Decision]:
                for call in program.inserted if call.arg.kernel.scatters])
 
 
-def _scatter_text(program: Program, call: Node) -> str:
-    a, words = call.arg.attr_dict, call.src[1]
+def _pattern(call: Node) -> str:
+    a = call.arg.attr_dict
     dims = [(a[f"n{d}"], a[f"s{d}"]) for d in range(4) if a[f"n{d}"] > 1] or [(1, 1)]
-    return (f"{call_label(program, call)} places {describe(call.src[0])} into {describe(words)}, whole 32-bit words, "
-            f"by its access pattern (from element {a['offset']}, sizes {tuple(n for n, _ in dims)}, strides "
-            f"{tuple(st for _, st in dims)} elements): the view it writes lies in {dtypes.name(words.dtype)} runs no "
-            "DMA moves in whole words")
+    return (f"by its access pattern (from element {a['offset']}, sizes {tuple(n for n, _ in dims)}, strides "
+            f"{tuple(st for _, st in dims)} elements)")
+
+
+def _scatter_text(program: Program, call: Node) -> str:
+    return (f"{call_label(program, call)} places {describe(call.src[0])} into {describe(call.src[1])}, whole 32-bit "
+            f"words, {_pattern(call)}: the view it writes lies in {dtypes.name(call.dtype)} runs no DMA moves in whole words")
 
 
 def _gather_text(program: Program, call: Node) -> str:
-    a, base = call.arg.attr_dict, call.src[0]
-    dims = [(a[f"n{d}"], a[f"s{d}"]) for d in range(4) if a[f"n{d}"] > 1] or [(1, 1)]
-    pattern = (f"by its access pattern (from element {a['offset']}, sizes {tuple(n for n, _ in dims)}, strides "
-               f"{tuple(st for _, st in dims)} elements)")
+    a, base, pattern = call.arg.attr_dict, call.src[0], _pattern(call)
     narrow = f"its {dtypes.name(base.dtype)} elements lie in runs narrower than the DMA's 32-bit words"
     if call.arg.kernel.role is Role.EXPANSION:
         large_one = describe(storage(base)) if nbytes(storage(base)) > TILED_BYTES else "its result"
