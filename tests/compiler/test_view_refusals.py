@@ -12,8 +12,8 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler.copies import copy_view_for_grid
-from iron.compiler.rules import PaddedStream, Rule
 from iron.kernels import Add, Copy, Exp, MatMul, ReLU, Scatter, Strided, Sum
+from iron.plan.rules import PaddedStream, Rule
 from tests.compiler.test_view_cases import mlir_ops_allowed
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
