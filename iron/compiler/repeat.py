@@ -10,6 +10,7 @@ which groups of an iteration larger than the array share a core."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Callable
 
 from iron.compiler import cost
@@ -115,8 +116,8 @@ class Unfolding:
             return move
         access: Access = move.access
         end = access.offset + _span(access.dims)
-        hits = {(s.to_buffer, access.offset - s.first + s.to_first) for s in self.shifts[k]
-                if s.buffer == move.buffer and s.first <= access.offset and end <= s.first + s.span}
+        hits = {(s.to_buffer, access.offset - s.first + s.to_first) for s in self._by_buffer[k].get(move.buffer, ())
+                if s.first <= access.offset and end <= s.first + s.span}
         if len(hits) == 1:
             buffer, offset = hits.pop()
             return replace(move, buffer=buffer, access=replace(access, offset=offset))
@@ -124,6 +125,15 @@ class Unfolding:
             return move   # per-call words: every iteration reads the same
         raise NotRepeated(f"{move.fifo} moves words {access.offset}.. of {move.buffer}, which "
                           f"{'no operand' if not hits else 'more than one operand'} of the iteration holds")
+
+    @cached_property
+    def _by_buffer(self) -> tuple[dict[str, list[Shift]], ...]:
+        """Each iteration's Shifts by the buffer iteration 0's moves read (a long iteration has many)."""
+        found: list[dict[str, list[Shift]]] = [{} for _ in self.shifts]
+        for shifts, by in zip(self.shifts, found):
+            for s in shifts:
+                by.setdefault(s.buffer, []).append(s)
+        return tuple(found)
 
     def looped(self, cores: list) -> list:
         """The cores, each of the iteration's (of the part of it a segment holds) looping `count`
@@ -159,6 +169,12 @@ def unfolding(program: Program, groups: tuple[Group, ...], run: Run, placements:
     first = _calls(run.groups(groups, 0))
     _check_reads(program, groups, run)
     named = {p.name: p for p in placements}
+    extents: dict[Node, list] = {}   # iteration 0's, asked once per iteration
+
+    def extent(node: Node) -> list[tuple[str, int, tuple]]:
+        if node not in extents:
+            extents[node] = _extents(program, named, node)
+        return extents[node]
     calls, shifts, operands = [], [], []
     for k in range(run.count):
         mine = run.groups(groups, k)
@@ -171,7 +187,7 @@ def unfolding(program: Program, groups: tuple[Group, ...], run: Run, placements:
         leaves = [(a, b) for a, b in pairs.items() if _is_leaf(program, a)]
         if any(a in padded or b in padded for a, b in leaves):
             raise NotRepeated("an operand lies padded (pad_to_block)")
-        shifts.append(tuple(s for a, b in leaves for s in _shifts(program, named, a, b)))
+        shifts.append(tuple(s for a, b in leaves for s in _shifts(extent, a, b)))
         operands.append(tuple(_operand_text(program, b) for _, b in leaves))
         calls.append(tuple(g.calls for g in mine))
     names = tuple(g.name for g in run.groups(groups, 0))
@@ -260,9 +276,10 @@ def _is_leaf(program: Program, node: Node) -> bool:
     return node.op in (Op.INPUT, Op.MEMORY) or (node.op == Op.CALL and node in program.outputs)
 
 
-def _shifts(program: Program, named: dict, a: Node, b: Node) -> list[Shift]:
-    """Where the moves of operand `a` of iteration 0 lie, and those of `b`, its counterpart."""
-    mine, theirs = _extents(program, named, a), _extents(program, named, b)
+def _shifts(extent: Callable, a: Node, b: Node) -> list[Shift]:
+    """Where the moves of operand `a` of iteration 0 lie, and those of `b`, its counterpart
+    (`extent`: `_extents` of a node)."""
+    mine, theirs = extent(a), extent(b)
     if len(mine) != len(theirs) or any(x[2] != y[2] for x, y in zip(mine, theirs)):
         raise NotRepeated(f"{describe(a, 0)} and {describe(b, 0)} are moved by different patterns")
     return [Shift(x[0], x[1], _span(x[2]), y[0], y[1]) for x, y in zip(mine, theirs)]
@@ -343,8 +360,10 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
     the repeated block within its iteration (`_inner`) run over time too, inside each iteration."""
     inner = _inner(groups, run) if nested else None
     crossing = _crossing(program, _places(groups, run), run)
-    for r in (_within(run, inner, k) for k in range(run.count if inner else 0)):
-        crossing += [c for c in _crossing(program, _places(groups, r), r) if c not in crossing]
+    for k in range(run.count if inner else 0):   # within each iteration (the outer crossings are the rest)
+        within = range(run.start + k * run.period, run.start + (k + 1) * run.period)
+        crossing += _crossing(program, _places(groups, _within(run, inner, k), within), _within(run, inner, k))
+    crossing = list(dict.fromkeys(crossing))
     lines = []
     if crossing:
         if padded:
@@ -361,14 +380,15 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
         if run is None:
             raise NotRepeated("its groups are no longer alike once values cross through DDR")
         inner = _inner(groups, run) if nested else None
-    unfold, repeat = unfolding(program, groups, run, placements, padded)
     placed = run.groups(groups, 0)
+    if inner is not None:
+        placed = placed[:inner.start + inner.period] + placed[inner.start + inner.count * inner.period:]
+    pairs = sharing(program, placed, device, placements)
+    unfold, repeat = unfolding(program, groups, run, placements, padded)
     if inner is not None:
         unfolded = unfolding(program, groups, _within(run, inner, 0), placements, padded)
         unfold, repeat = replace(unfold, inner=unfolded[0]), replace(repeat, inner=unfolded[1])
-        placed = placed[:inner.start + inner.period] + placed[inner.start + inner.count * inner.period:]
     kept = groups[:run.start] + placed + groups[run.start + run.count * run.period:]
-    pairs = sharing(program, placed, device, placements)
     unfold, repeat = replace(unfold, shared=pairs), replace(repeat, shared=cores_of(pairs))
     plan = compile_groups(program, kept, placements, unfold)
     if not isinstance(plan, Plan):
@@ -379,9 +399,11 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
     return plan, repeat, lines
 
 
-def _places(groups: tuple[Group, ...], run: Run) -> dict[Node, int]:
-    """Each call's iteration of `run` (-1 before the run, `run.count` after it)."""
-    return {c: min(max(-1, (i - run.start) // run.period), run.count) for i, g in enumerate(groups) for c in g.calls}
+def _places(groups: tuple[Group, ...], run: Run, among: range | None = None) -> dict[Node, int]:
+    """Each call's iteration of `run` (-1 before the run, `run.count` after it), of the groups
+    `among` (all when None)."""
+    return {c: min(max(-1, (i - run.start) // run.period), run.count)
+            for i in among or range(len(groups)) for c in groups[i].calls}
 
 
 def _inner(groups: tuple[Group, ...], run: Run) -> Run:
