@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from iron.compiler import cost
-from iron.compiler.plan import Dma, Imm, Invoke, KernelStep, Loop, Plan
+from iron.plan.plan import Dma, Imm, Invoke, KernelStep, Loop, Plan
 
 
 def plan_ns(plan: Plan) -> float:
