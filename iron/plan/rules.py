@@ -89,6 +89,7 @@ class Rule(Term):
     SETTLE_THE_CUT = "settle_the_cut"
     # repetition over time (repeat.py)
     REPEAT_OVER_TIME = "repeat_over_time"
+    REPEAT_WITHIN_ITERATION = "repeat_within_iteration"
     SHARE_CORE_IN_ITERATION = "share_core_in_iteration"
 
 
