@@ -187,10 +187,13 @@ def test_all_30_fused_layers_as_shipped_loop_over_time_in_the_first_of_three_con
     assert [groups[f"g{i}"] for i in range(424, 428)] == [("Argmax#726",), ("Max#727",), ("Argmax#728",), ("Max#729",)]
     assert [what.split(":")[0] for rule, what in plan.rules if rule == Rule.STREAM_ROW_BLOCKS] == [
         "g424", "g425", "g426", "g427"]
-    # each projection of the layer split over tiles, its residual added in the group after it (`residual`)
+    # each projection of the layer split over tiles, its residual added in the group after it
+    # (`residual`), its rows read through its share of the shim channels (the larger, the more)
     splits = [what for rule, what in plan.rules if rule == Rule.SPLIT_MATRIX_OVER_TILES and "split by rows" in what]
     assert [what.split(":")[0] + what.split("over")[-1] for what in splits] == [
-        "g2 6 tiles", "g9 6 tiles", "g11 6 tiles", "g13 3 tiles", "g422 6 tiles", "g423 6 tiles"]   # and the LM head
+        "g2 6 tiles", "g9 4 tiles", "g11 6 tiles", "g13 4 tiles", "g422 6 tiles", "g423 6 tiles"]   # and the LM head
+    lanes = [what.split(" shim")[0] for rule, what in plan.rules if rule == Rule.STREAM_OVER_SHIM_CHANNELS]
+    assert lanes == [f"{g}: its rows read through {n}" for g, n in (("g2", 2), ("g11", 3), ("g13", 2), ("g422", 6), ("g423", 6))]
     (choice,) = [c for _, c in plan.choices if c.rule is Rule.REPEAT_OVER_TIME]
     assert choice.chosen.startswith("over time") and choice.rejected.startswith("in space: at least ")
     assert choice.chosen_ns < choice.rejected_ns
