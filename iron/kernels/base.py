@@ -12,6 +12,7 @@ calls), so no path accepts what another refuses.
 """
 from __future__ import annotations
 
+import math
 import re
 import threading
 from dataclasses import dataclass
@@ -178,11 +179,16 @@ class Kernel:
         return names.symbol(cls.name, dtypes.suffix(dtype), dtypes.suffix(out))
 
     @classmethod
+    def source_name(cls) -> str:
+        """The file name of the kernel's source (its `source_kernel`'s, when it has one)."""
+        return cls.source_kernel.source_name() if cls.source_kernel is not None else names.source_file(cls.name)
+
+    @classmethod
     def source_text(cls) -> tuple[str, str]:
         """(file name, C++ text) of the kernel's source (its `source_kernel`'s, when it has one)."""
         if cls.source_kernel is not None:
             return cls.source_kernel.source_text()
-        file = names.source_file(cls.name)
+        file = cls.source_name()
         return file, cls.source if cls.source is not None else (CC_DIR / file).read_text()
 
     @classmethod
@@ -383,7 +389,7 @@ def same_elements(shape: tuple[int, ...], other: tuple[int, ...]) -> bool:
 
 
 def _count(shape) -> int:
-    return int(np.prod(shape, dtype=np.int64))
+    return math.prod(shape)   # math.prod: asked for every operand of every traced call
 
 
 def _saturating(compute, attrs: dict, out: np.dtype):
