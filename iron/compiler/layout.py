@@ -398,7 +398,8 @@ def pad_stream(group: Group, readers: dict, group_of: dict, device) -> dict[Node
 
 
 def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
-    """`pad_shared_stream`: `group` and the groups reading its inputs, in turn: one padded length, or none."""
+    """`pad_shared_stream`: `group` and the groups reading its inputs or streaming its result, in turn: one padded
+    length, or none."""
     family, seen, todo = [], set(), [group]
     while todo:
         g = todo.pop()
@@ -408,6 +409,8 @@ def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
         seen.add(g.name)
         todo += [group_of[u] for n in external_inputs(g.calls) for u in readers.get(n, [])
                  if isinstance(u, Node) and group_of[u].name not in seen]
+        todo += [group_of[u] for u in readers.get(g.calls[-1], []) if isinstance(u, Node)   # a stream reading its result
+                 and u.arg.kernel.role is Role.ELEMENTWISE and group_of[u].name not in seen]
     return family
 
 
@@ -432,10 +435,12 @@ def family_unpadded(program: Program, groups: tuple[Group, ...], group: Group) -
 def stream_padding(group: Group, readers: dict, device, also: tuple[Node, ...] = ()) -> dict[Node, tuple[int, ...]]:
     """`pad_stream` of one group, `also` (its family's calls) reading its inputs padded too."""
     calls = group.calls
-    if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or stream_unpadded(calls, readers, also):
+    if held_bytes(list(calls)) <= SIZE_LIMIT or stream_unpadded(calls, readers, also):
         return {}
     rows, *rest = calls[-1].shape   # a tensor of more axes pads its rows: every view of it stays where it was
-    length = streamed_count(calls, device, rows, FLOW_QUANTUM if not rest else ROW_QUANTUM, math.prod(rest))
+    width, itemsize = math.prod(rest), min(n.dtype.itemsize for n in (*external_inputs(calls), *calls))
+    length = streamed_count(calls, device, rows, FLOW_QUANTUM if not rest else ROW_QUANTUM, width,
+                            4 // math.gcd(4, width * itemsize) if rest else 0)
     return {n: (length, *rest) for n in (*external_inputs(calls), result_of(calls[-1]))} if length else {}
 
 
