@@ -26,6 +26,7 @@ from iron.compiler.padding import (
     rows_upstream,
     stream_unpadded,
     unpaddable,
+    unstreamed,
     width_unshared,
     zeros_upstream,
 )
@@ -386,32 +387,44 @@ def rows_through(call: Node, lies: tuple[int, int]) -> dict[Node, tuple[int, ...
 
 
 def pad_stream(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
-    """Elementwise calls streaming over one-dimensional paddable tensors, their result read as the user's region:
-    their length padded (`streamed_count`), an input other streamed groups read padded once for all
+    """Elementwise calls streaming over paddable tensors, their result read as the user's region: their length
+    (of more axes: their rows) padded (`streamed_count`), an input other streamed groups read padded once for all
     (`pad_shared_stream`)."""
-    family = stream_family(group, readers, group_of)
-    every = tuple(c for g in family for c in g.calls)
-    padded = [stream_padding(g, readers, device, every) for g in family]
-    if not all(padded) or len({p[result_of(g.calls[-1])] for p, g in zip(padded, family)}) != 1:
+    if not streams(group.calls):   # no family of a group that does not stream pads (its own padding is none)
         return {}
+    family = stream_family(group, readers, group_of)
+    also = frozenset(c for g in family for c in g.calls)
+    padded = []
+    for g in family:
+        padded.append(stream_padding(g, readers, device, also))
+        if not padded[-1] or padded[-1][result_of(g.calls[-1])] != padded[0][result_of(group.calls[-1])]:
+            return {}
     return {n: shape for p in padded for n, shape in p.items()}
 
 
+def streams(calls) -> bool:
+    """Whether elementwise calls stream: as they are, or once what they read of other groups crosses a cut."""
+    return held_bytes(list(calls)) > SIZE_LIMIT and (streamable(calls) or not unstreamed(calls, calls[-1].shape))
+
+
 def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
-    """`pad_shared_stream`: `group` and the groups reading its inputs or streaming its result, in turn: one padded
-    length, or none."""
-    family, seen, todo = [], set(), [group]
+    """`pad_shared_stream`: `group`, then the groups reading its inputs or streaming its result, in turn, in
+    program order: one padded length, or none. Each tensor's readers are looked at once (a picture read by a
+    thousand row blocks)."""
+    order = {g.name: g for g in group_of.values()}   # by name: hashing whole groups made many row blocks slow
+    found, seen, todo = {group.name}, set(), [group]
     while todo:
-        g = todo.pop()
-        if g.name in seen:   # by name: comparing whole groups made many row blocks cubic
-            continue
-        family.append(g)
-        seen.add(g.name)
-        todo += [group_of[u] for n in external_inputs(g.calls) for u in readers.get(n, [])
-                 if isinstance(u, Node) and group_of[u].name not in seen]
-        todo += [group_of[u] for u in readers.get(g.calls[-1], []) if isinstance(u, Node)   # a stream reading its result
-                 and u.arg.kernel.role is Role.ELEMENTWISE and group_of[u].name not in seen]
-    return family
+        calls = todo.pop().calls
+        for n in (*external_inputs(calls), calls[-1]):
+            if n in seen:
+                continue
+            seen.add(n)
+            for g in (group_of[u] for u in readers.get(n, []) if isinstance(u, Node)
+                      and (n is not calls[-1] or u.arg.kernel.role is Role.ELEMENTWISE)):
+                if g.name not in found:
+                    found.add(g.name)
+                    todo.append(g)
+    return [group, *(g for name, g in order.items() if name in found and name != group.name)]
 
 
 def family_unpadded(program: Program, groups: tuple[Group, ...], group: Group) -> str:
@@ -424,7 +437,7 @@ def family_unpadded(program: Program, groups: tuple[Group, ...], group: Group) -
     every = tuple(c for g in family for c in g.calls)
     for g in family:
         labels = ", ".join(call_label(program, c) for c in g.calls)
-        if not streamable(g.calls):
+        if not streams(g.calls):
             return (f"{labels} reads an input of {group.name} too and does not stream, and {Rule.PAD_SHARED_STREAM} pads "
                     "an input for every group reading it or for none")
         if why := stream_unpadded(g.calls, readers, every):
@@ -432,10 +445,10 @@ def family_unpadded(program: Program, groups: tuple[Group, ...], group: Group) -
     return ""
 
 
-def stream_padding(group: Group, readers: dict, device, also: tuple[Node, ...] = ()) -> dict[Node, tuple[int, ...]]:
+def stream_padding(group: Group, readers: dict, device, also=frozenset()) -> dict[Node, tuple[int, ...]]:
     """`pad_stream` of one group, `also` (its family's calls) reading its inputs padded too."""
     calls = group.calls
-    if held_bytes(list(calls)) <= SIZE_LIMIT or stream_unpadded(calls, readers, also):
+    if not streams(calls) or stream_unpadded(calls, readers, also):
         return {}
     rows, *rest = calls[-1].shape   # a tensor of more axes pads its rows: every view of it stays where it was
     width, itemsize = math.prod(rest), min(n.dtype.itemsize for n in (*external_inputs(calls), *calls))

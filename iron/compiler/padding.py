@@ -376,8 +376,6 @@ def stream_unpadded(calls, readers: dict, also: tuple[Node, ...] = ()) -> str:
     """Why `pad_stream` may not pad elementwise calls' tensors (`also`: the calls of its
     `pad_shared_stream` family, reading their inputs padded alike)."""
     last = calls[-1]
-    if not streamable(calls) and (why := unstreamed(calls, last.shape)):   # or streams once across a cut
-        return why
     if len(last.shape) > 1 and any(n.shape != last.shape for c in calls for n in (c, *tensor_inputs(c))):
         return f"they read or make tensors of other shapes than {last.shape}, which cannot lie in its padding"
     if last.arg.writes and (readers.get(last) or destination(last).op == Op.VIEW):
