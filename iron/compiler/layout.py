@@ -466,10 +466,10 @@ def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]
     if calls[0].arg.kernel.role is Role.EXPANSION:   # streams in units of a row (`stream_expansion_units`)
         return {}
     (call,), x = calls, calls[0].src[0]
-    if unpaddable(x, calls, readers):
+    if unpaddable(x, calls, readers, tail=True):   # its rows padded after the last: views of it stay put
         return {}
     rows, width = x.shape
-    padded_rows = streamed_count(calls, device, rows, ROW_QUANTUM, width)
+    padded_rows = streamed_count(calls, device, rows, ROW_QUANTUM, width, 4 // math.gcd(4, width * x.dtype.itemsize))
     return {x: (padded_rows, width), call: (padded_rows, *call.shape[1:])} if padded_rows else {}
 
 
