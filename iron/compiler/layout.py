@@ -451,9 +451,7 @@ def stream_padding(group: Group, readers: dict, device, also=frozenset()) -> dic
     if not streams(calls) or stream_unpadded(calls, readers, also):
         return {}
     rows, *rest = calls[-1].shape   # a tensor of more axes pads its rows: every view of it stays where it was
-    width, itemsize = math.prod(rest), min(n.dtype.itemsize for n in (*external_inputs(calls), *calls))
-    length = streamed_count(calls, device, rows, FLOW_QUANTUM if not rest else ROW_QUANTUM, width,
-                            4 // math.gcd(4, width * itemsize) if rest else 0)
+    length = streamed_count(calls, device, rows, FLOW_QUANTUM if not rest else ROW_QUANTUM, math.prod(rest))
     return {n: (length, *rest) for n in (*external_inputs(calls), result_of(calls[-1]))} if length else {}
 
 
@@ -469,7 +467,7 @@ def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]
     if unpaddable(x, calls, readers, tail=True):   # its rows padded after the last: views of it stay put
         return {}
     rows, width = x.shape
-    padded_rows = streamed_count(calls, device, rows, ROW_QUANTUM, width, 4 // math.gcd(4, width * x.dtype.itemsize))
+    padded_rows = streamed_count(calls, device, rows, ROW_QUANTUM, width)
     return {x: (padded_rows, width), call: (padded_rows, *call.shape[1:])} if padded_rows else {}
 
 

@@ -238,11 +238,12 @@ def joined_sides(products: tuple[Node, ...], device) -> dict[Node, tuple[int, in
     return sides
 
 
-def streamed_count(calls, device, count: int, quantum: int, width: int = 1, unit: int = 0) -> int | None:
-    """A stream's length (or rows of `width`) padded to `quantum` per core (or to a multiple of
-    `unit`: the fewest rows of whole words), when the cost model estimates it faster than over its
-    own (preferred on a tie)."""
+def streamed_count(calls, device, count: int, quantum: int, width: int = 1) -> int | None:
+    """A stream's length (or rows of `width`) padded to `quantum` per core (or rows to the fewest of
+    whole words), when the cost model estimates it faster than over its own (preferred on a tie)."""
     step = quantum * device.n_cols * len(device.compute_rows)
+    itemsize = min(n.dtype.itemsize for c in calls for n in (c, *c.src))
+    unit = 4 // math.gcd(4, width * itemsize) if width > 1 else 0
     counts = dict.fromkeys(-(-count // s) * s for s in (step, unit) if s)
     flows = [(p, f) for p in (None, *(c * width for c in counts if c != count))
              if (f := _flow(calls, device, p, width)) is not None]
