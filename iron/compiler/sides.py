@@ -325,17 +325,19 @@ def joined_sides(products: tuple[Node, ...], device) -> dict[Node, tuple[int, in
 
 
 def streamed_count(calls, device, count: int, quantum: int, width: int = 1) -> int | None:
-    """A stream's length (or rows of `width`) padded to `quantum` per core, when the cost model
-    estimates it faster than over its own (preferred on a tie)."""
+    """A stream's length (or rows of `width`) padded to `quantum` per core (or rows to the fewest of
+    whole words), when the cost model estimates it faster than over its own (preferred on a tie)."""
     step = quantum * device.n_cols * len(device.compute_rows)
-    padded = -(-count // step) * step
-    flows = [(p, f) for p in (None, padded * width) if (p is None or padded != count)
-             and (f := _flow(calls, device, p, width)) is not None]
+    itemsize = min(n.dtype.itemsize for c in calls for n in (c, *c.src))
+    unit = 4 // math.gcd(4, width * itemsize) if width > 1 else 0
+    counts = dict.fromkeys(-(-count // s) * s for s in (step, unit) if s)
+    flows = [(p, f) for p in (None, *(c * width for c in counts if c != count))
+             if (f := _flow(calls, device, p, width)) is not None]
     if not flows:
         return None
     best, _ = cost.choose(Rule.PAD_TO_BLOCK, "padded length", flows, lambda f: estimate_ns(f[1], device),
                           lambda f: f"{f[0] or count * width} elements")
-    return None if best[0] is None else padded
+    return None if best[0] is None else best[0] // width
 
 
 def _flow(calls, device, padded, width: int = 1):
