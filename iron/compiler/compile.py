@@ -22,11 +22,13 @@ from iron.compiler.layout import pad_to_block
 from iron.compiler.lower import Lowered, lower
 from iron.compiler.place import Layout, place
 from iron.compiler.priced import serial_ns
-from iron.compiler.repeat import Abandoned, NotRepeated, Unfolding, choose_over_time
+from iron.compiler.repeat import Abandoned, choose_over_time
 from iron.compiler.route import Routes, fit_compute_channels, route
+from iron.compiler.runs import NotRepeated
 from iron.compiler.segment import compile_segments
 from iron.compiler.shims import ShimShortfall, connect, share, shim_shortfall
 from iron.compiler.through_ddr import through_between_groups, tile_before_state_write
+from iron.compiler.unfold import Unfolding
 from iron.compiler.words import WordTable, layout_rules
 from iron.errors import DoesNotFit, LoopError, PlacementError
 from iron.ir import Program, call_label

@@ -16,9 +16,9 @@ from iron.compiler.flow import lower_flow
 from iron.compiler.grid import lower_grid
 from iron.compiler.objects import I32, Context, Part, join_link, joined, pack
 from iron.compiler.place import Layout, Site
-from iron.compiler.repeat import Unfolding
 from iron.compiler.route import Routes
 from iron.compiler.sequence import group_moves, with_state_waits
+from iron.compiler.unfold import Unfolding
 from iron.compiler.words import WordTable
 from iron.ir import Program, call_label, describe
 from iron.plan.fifos import EMIT_IN, FEEDBACK, FifoId, Stem, fifo_id
@@ -55,7 +55,7 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
           unfolding: Unfolding | None = None) -> Lowered:
     """Every group's objects, Functions, cores and moves, then the Emit's. A segment passes the
     whole design's `table` and its host `placements` (segment.py); a block run over time its
-    `unfolding` (repeat.py): its cores loop and its moves are made once per iteration."""
+    `unfolding` (unfold.py): its cores loop and its moves are made once per iteration."""
     ctx = Context(program, device, layout, routes, table or WordTable(program),
                   host_placements(program) if placements is None else placements)
     sizes, links, buffers, functions, cores, moves, holds = {}, [], [], [], [], [], {}
