@@ -83,6 +83,33 @@ def test_a_step_slice_of_bfloat16_columns_at_a_prime_side_feeds_a_stream(device,
     assert body.plan.repeat is not None and body.plan.repeat.count == 50
 
 
+class StepProduct(iron.Graph):
+    def __init__(self, w):
+        self.w = iron.param(w)
+
+    def body(self, x):
+        return MatMul.step(x[:, ::2], self.w)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_step_slice_of_bfloat16_columns_at_a_prime_side_feeds_a_product(device):
+    """x[:, ::2] @ w, x (509, 1018) bfloat16: the view gathered into a DDR buffer of the compiler's
+    (written through views, so it may lie padded only after its last row), the product keeps K =
+    509 and pads M and N (`tail_kept`; before: DoesNotFit "through.view0 is read through a view
+    too"); within bfloat16's rounding of numpy's float64 product, and equal to reference() within
+    the grid's order of sums."""
+    rng = np.random.default_rng(26)
+    x, w = rng.standard_normal((509, 1018)).astype(BF16), (rng.standard_normal((509, 509)) / 20).astype(BF16)
+    graph = StepProduct(w)
+    body = graph.compile(x=x, device=from_name(device))
+    got = np.asarray(body(x=x), np.float64)
+    numpy = x[:, ::2].astype(np.float64) @ w.astype(np.float64)
+    np.testing.assert_allclose(got, numpy, rtol=2 ** -6, atol=2 ** -6 * np.abs(numpy).max())
+    np.testing.assert_allclose(got, np.asarray(graph.reference(x=x), np.float64), rtol=2 ** -7, atol=2 ** -7 * np.abs(numpy).max())
+    lies = padded(body)
+    assert lies["through.view0"] == ((509, 509), (512, 509)) and lies["w"] == ((509, 509), (509, 512))
+
+
 class Chained(iron.Graph):
     """(x + y) - b, b a column every element of its row shares: three tensors of x's size, more
     than one stream reads, so Add's result crosses to Sub's stream."""
