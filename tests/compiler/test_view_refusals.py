@@ -184,3 +184,29 @@ def test_a_row_sum_over_a_product_padded_at_a_prime_side_reads_its_region_throug
     assert [t.split(", the")[0] for r, t in body.plan.rules if r is Rule.COPY_VIEW_FOR_GRID] == [
         "Copy#3 copies MatMul(x, w)[:] for Exp#1"]
     assert padded(body)["x"] == ((509, 509), (512, 512))
+
+
+class LongRows(iron.Graph):
+    """x - w[:, 1:] and x.T, rows of 4099 bfloat16 elements: two of them (whole words) and their
+    source words take more than half a tile."""
+
+    def __init__(self, w):
+        self.w = iron.param(w)
+
+    def body(self, x, t):
+        return Sub.step(x, self.w[:, 1:]), Copy.step(t.T)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_views_of_rows_of_4099_bfloat16_go_in_bands_of_one_object_each(device):
+    """Bands of two rows (the fewest of whole words) and the words they come from fill more than
+    half a tile, so each band's FIFOs hold one object (before: PlacementError "moves runs of 8198
+    bytes", and for the transpose's second pass "moves runs of 2 bytes"); exact."""
+    rng = np.random.default_rng(27)
+    x, w, t = (rng.standard_normal(s).astype(BF16) for s in ((251, 4099), (251, 4100), (4099, 251)))
+    body = LongRows(w).compile(x=x, t=t, device=from_name(device))
+    got, transposed = body(x=x, t=t)
+    np.testing.assert_array_equal(got, x - w[:, 1:])
+    np.testing.assert_array_equal(transposed, t.T)
+    inserted = copy_view_for_grid(LongRows(w).trace(x=x, t=t)).inserted
+    assert {c.shape for c in inserted if c.src[0].src[0].arg.name == "w"} == {(2, 4099), (1, 4099)}
