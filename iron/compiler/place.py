@@ -152,6 +152,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     names = {g.name for g in groups}
     shared = {g: on for g, on in (shared or {}).items() if g in names and on in names}
     owning = [g for g in groups if g.name not in shared]   # the groups taking tiles of their own
+    large = {g.name for g in owning if spreads(g, device)}
     needed = len(owning) + with_emit
     if needed > len(free):
         raise PlacementError(f"{program.name} needs {needed} compute tiles but {device.name} has {len(free)}: compile "
@@ -168,7 +169,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
                                                         f"{shared[group.name]}, its core running them in turn"))
             rules += stream_rules(group, site.stream)
             continue
-        later = [g.name for g in groups[number + 1:] if g.name not in shared and spreads(g, device)]
+        later = [g.name for g in groups[number + 1:] if g.name in large]
         room = Room(program, device, left_for_spreading(free, len(later), device),
                     len(free) - (len(owning) - owning.index(group) - 1) - with_emit,   # a tile per other group, the Emit's
                     device.n_cols * device.shim.dma_out_channels - (len(groups) - 1) - with_emit,

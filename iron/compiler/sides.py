@@ -196,12 +196,13 @@ def zero_fills(groups: tuple[Group, ...]) -> dict[Node, ZeroFill]:
 
 def zeros_through(call: Node, group: Group, found: dict) -> ZeroFill:
     """One call's step of `zero_fills`."""
-    traits, unwritten_why = call.arg.kernel.traits, unwritten(call, group.calls)
+    kernel, unwritten_why = call.arg.kernel, unwritten(call, group.calls)
     named = tensors(call)
     if not named:
         return ZeroFill((None,) * len(call.shape), call, unwritten_why)
-    product = traits.role is Role.MATRIX
-    kept = product or call.arg.kernel.keeps_zeros_in(call.arg.attr_dict)
+    product = kernel.role is Role.MATRIX
+    kept = product or kernel.keeps_zeros_in(call.arg.attr_dict)
+    written = tuple(kernel.traits.length_axes) if kernel.traits.row_length else ()   # zeros written past a length
     zero: dict = {}   # letter -> whether every input naming it holds zeros along it
     unkept = None     # the first input's call mapping zeros to other values
     for node, _, keys in named[:-1]:
@@ -209,8 +210,8 @@ def zeros_through(call: Node, group: Group, found: dict) -> ZeroFill:
         for key, fill in zip(keys, value.axes):
             zero[key] = zero.get(key, True) and fill is not None
             unkept = unkept or (value.unkept if fill is None else None)
-    axes = tuple(Fill.ROWS if traits.row_length and key in traits.length_axes else
-                 (Fill.ZEROS if product else Fill.KEPT) if kept and zero.get(key) else None for key in named[-1][2])
+    axes = tuple(Fill.ROWS if key in written else (Fill.ZEROS if product else Fill.KEPT) if kept and zero.get(key)
+                 else None for key in named[-1][2])
     return ZeroFill(axes, (unkept or call) if None in axes else None, unwritten_why)
 
 
