@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from aie_utils.devices import COMPUTE_TILE
 from iron.compiler.streaming import streamed_rows
 from iron.compiler.tiling import TILED_BYTES, word_run
 from iron.compiler.words import dma_moves
@@ -32,6 +33,8 @@ from iron.ir import (
     nbytes,
 )
 from iron.kernels.registry import copy_kernel, scatter_kernel, strided_kernel
+
+SINGLE_BYTES = COMPUTE_TILE.data_memory_bytes - 2048   # a core's words and result, one object each, beside its stack
 
 
 def copied(node: Node) -> Node:
@@ -177,11 +180,11 @@ def row_bands(view: Node, name: str) -> Written | None:
     """A static view of a host tensor x picking in order along its outermost axis (a slice or
     step slice of rows and of columns: `x[1:]`, `x[::2]`, `x[:, 1:]`, `x[::2, ::2]`; a column
     (r, 1) broadcast along rows, a row broadcast over a number of rows `repeated_unit` does not
-    take), no DMA moves, as bands of that axis, each the most of its
-    entries (starting and ending on a word) whose result and the whole words of x they come from
-    fit a tile: a Strided call per band picks them from those words (a run the DMA moves) into
-    its entries of a DDR buffer of the compiler's, which the view's readers read; None for any
-    other view."""
+    take), no DMA moves, as bands of that axis, each the most of its entries (starting and ending
+    on a word) whose result and the whole words of x they come from fit half a tile (else a tile,
+    one object of each FIFO): a Strided call per band picks them from those words (a run the DMA
+    moves) into its entries of a DDR buffer of the compiler's, which the view's readers read; None
+    for any other view."""
     base, axes = view.src[0], view.arg
     if base.op == Op.VIEW or not is_host_tensor(base) or not view.shape or view.shape != kept_shape(axes) \
             or any(a.order is not None for a in axes):
@@ -198,10 +201,11 @@ def row_bands(view: Node, name: str) -> Written | None:
         last = first + sum((n - 1) * st for n, st in dims)
         return picked, first // per * per, min(-(-(last + 1) // per) * per, base.size)
 
-    def fits(k: int) -> bool:
+    def fits(k: int, room: int) -> bool:
         _, lo, hi = part(0, min(k, rows))
-        return (hi - lo + min(k, rows) * width) * itemsize <= TILED_BYTES
-    band = max((k for k in range(unit, rows + unit, unit) if fits(k)), default=0)
+        return (hi - lo + min(k, rows) * width) * itemsize <= room
+    band = next((band for room in (TILED_BYTES, SINGLE_BYTES)   # two objects of each FIFO, else one
+                 if (band := max((k for k in range(unit, rows + unit, unit) if fits(k, room)), default=0))), 0)
     if not band:
         return None
     buffer = Node(Op.MEMORY, (), view.shape, view.dtype, Declared(MemoryKind.THROUGH, name))

@@ -18,12 +18,12 @@ from iron.compiler.padding import (
     made_over,
     matrix_readers,
     matrix_unpadded,
-    operands_unpadded,
     pair,
     readers_of,
     readers_unshared,
     reads_region,
     stream_unpadded,
+    tail_kept,
     unpaddable,
     unstreamed,
     width_unshared,
@@ -289,7 +289,8 @@ def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: di
     by zero-keeping elementwise calls or a row reduction pad their inputs (`pad_upstream_zeros`,
     `pad_upstream_rows`). A view or plain call reading the result reads its operands' rows: whole words."""
     members = (call,) if k_only else joined_with(call, readers, group_of)
-    if operands_unpadded(call, members, readers, group_of):
+    kept = tail_kept(call, members, readers, group_of)   # {} when both may lie padded
+    if kept is None or kept and (k_only or call in (agreed or {}) or len(members) > 1):
         return {}
     if call not in (agreed or {}) and any(isinstance(u, Node) and call in (pair(u, group_of) or ())
                                           for u in readers.get(call, [])):
@@ -310,7 +311,7 @@ def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: di
     elif len(members) > 1:
         sides = (joined_sides(members, device) or {}).get(call)
     else:
-        sides, choice = sides_choice(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None)
+        sides, choice = sides_choice(call, device, {**kept, **({2: call.shape[-1]} if keeps_n(call, readers) else {})} or None)
     if sides and choice:
         chosen[call] = (a, on_sides(call, sides)[a], choice)
     sides = sides and squared(call, sides, readers, group_of, device)

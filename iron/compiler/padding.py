@@ -135,6 +135,19 @@ def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group
     return ""
 
 
+def tail_kept(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dict) -> dict[int, int] | None:
+    """The sides a product keeps its own so that operands that may lie padded only after their last row
+    (`unpaddable`'s `tail`: a buffer of the compiler's its gathers write through views) do: A's K, B's N; None
+    when an operand may not lie padded at all."""
+    kept = {}
+    for side, node in zip((1, 2), call.src[:2]):
+        if unpaddable(node, joined, readers, group_of) and not (node.op == Op.CALL and made_over(node, call, readers, group_of)):
+            if unpaddable(node, joined, readers, group_of, tail=True):
+                return None
+            kept[side] = call_sides(call)[side]
+    return kept
+
+
 def made_over(node: Node, call: Node, readers: dict, group_of: Groups) -> bool:
     """`pad_upstream_zeros`, `pad_upstream_rows`: whether the group making `node`, read by the product `call`
     alone, computes it over the padded layout from paddable tensors, the lattice saying the padding `call` sums

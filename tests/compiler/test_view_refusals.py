@@ -83,6 +83,33 @@ def test_a_step_slice_of_bfloat16_columns_at_a_prime_side_feeds_a_stream(device,
     assert body.plan.repeat is not None and body.plan.repeat.count == 50
 
 
+class StepProduct(iron.Graph):
+    def __init__(self, w):
+        self.w = iron.param(w)
+
+    def body(self, x):
+        return MatMul.step(x[:, ::2], self.w)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_step_slice_of_bfloat16_columns_at_a_prime_side_feeds_a_product(device):
+    """x[:, ::2] @ w, x (509, 1018) bfloat16: the view gathered into a DDR buffer of the compiler's
+    (written through views, so it may lie padded only after its last row), the product keeps K =
+    509 and pads M and N (`tail_kept`; before: DoesNotFit "through.view0 is read through a view
+    too"); within bfloat16's rounding of numpy's float64 product, and equal to reference() within
+    the grid's order of sums."""
+    rng = np.random.default_rng(26)
+    x, w = rng.standard_normal((509, 1018)).astype(BF16), (rng.standard_normal((509, 509)) / 20).astype(BF16)
+    graph = StepProduct(w)
+    body = graph.compile(x=x, device=from_name(device))
+    got = np.asarray(body(x=x), np.float64)
+    numpy = x[:, ::2].astype(np.float64) @ w.astype(np.float64)
+    np.testing.assert_allclose(got, numpy, rtol=2 ** -6, atol=2 ** -6 * np.abs(numpy).max())
+    np.testing.assert_allclose(got, np.asarray(graph.reference(x=x), np.float64), rtol=2 ** -7, atol=2 ** -7 * np.abs(numpy).max())
+    lies = padded(body)
+    assert lies["through.view0"] == ((509, 509), (512, 509)) and lies["w"] == ((509, 509), (509, 512))
+
+
 class Chained(iron.Graph):
     """(x + y) - b, b a column every element of its row shares: three tensors of x's size, more
     than one stream reads, so Add's result crosses to Sub's stream."""
@@ -157,3 +184,29 @@ def test_a_row_sum_over_a_product_padded_at_a_prime_side_reads_its_region_throug
     assert [t.split(", the")[0] for r, t in body.plan.rules if r is Rule.COPY_VIEW_FOR_GRID] == [
         "Copy#3 copies MatMul(x, w)[:] for Exp#1"]
     assert padded(body)["x"] == ((509, 509), (512, 512))
+
+
+class LongRows(iron.Graph):
+    """x - w[:, 1:] and x.T, rows of 4099 bfloat16 elements: two of them (whole words) and their
+    source words take more than half a tile."""
+
+    def __init__(self, w):
+        self.w = iron.param(w)
+
+    def body(self, x, t):
+        return Sub.step(x, self.w[:, 1:]), Copy.step(t.T)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_views_of_rows_of_4099_bfloat16_go_in_bands_of_one_object_each(device):
+    """Bands of two rows (the fewest of whole words) and the words they come from fill more than
+    half a tile, so each band's FIFOs hold one object (before: PlacementError "moves runs of 8198
+    bytes", and for the transpose's second pass "moves runs of 2 bytes"); exact."""
+    rng = np.random.default_rng(27)
+    x, w, t = (rng.standard_normal(s).astype(BF16) for s in ((251, 4099), (251, 4100), (4099, 251)))
+    body = LongRows(w).compile(x=x, t=t, device=from_name(device))
+    got, transposed = body(x=x, t=t)
+    np.testing.assert_array_equal(got, x - w[:, 1:])
+    np.testing.assert_array_equal(transposed, t.T)
+    inserted = copy_view_for_grid(LongRows(w).trace(x=x, t=t)).inserted
+    assert {c.shape for c in inserted if c.src[0].src[0].arg.name == "w"} == {(2, 4099), (1, 4099)}
