@@ -29,10 +29,10 @@ import tempfile
 import time
 
 import aie_utils
-from iron.compiler.describe import ddr_traffic
 from iron.models import numpy_forward as nf
 from iron.models import smollm2
 from iron.models.smollm2_graph import FUSED_CONTEXT, SmolLM2Graph
+from iron.plan.describe import ddr_traffic
 
 CALLS = 3
 WARM = 4   # the emulator's launches repeat from the 2nd on, in a cycle of 2: replayed from the 4th

@@ -57,7 +57,7 @@ class Row:
 
 def measured(source: str, name: str, compiled, *tensors, **values) -> Row:
     e = compiled.estimate(*tensors, **values)
-    from iron.compiler.mlir import print_mlir
+    from iron.plan.mlir import print_mlir
     mlir = "".join(print_mlir(p) for p in compiled.segments)
     digest = hashlib.sha1(mlir.encode()).hexdigest()[:10]
     return Row(source, name, compiled.plan.device.family, len(compiled.plan.configurations), digest,

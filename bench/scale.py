@@ -23,10 +23,10 @@ from _timing import race
 import aie_utils
 import iron
 from aie_utils import from_name
-from iron.compiler.mlir import print_mlir
-from iron.compiler.plan import Invoke, Loop, TileKind
-from iron.compiler.sources import kernel_sources
 from iron.kernels import Add, MatMul, MatVec
+from iron.plan.mlir import print_mlir
+from iron.plan.plan import Invoke, Loop, TileKind
+from iron.plan.sources import kernel_sources
 
 
 class Product(iron.Graph):

@@ -9,8 +9,8 @@ import argparse
 import sys
 from datetime import datetime, timezone
 
-from iron.compiler.cache import Cache, Entry
 from iron.errors import IronError
+from iron.toolchain.cache import Cache, Entry
 
 UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 

@@ -8,8 +8,8 @@ import sys
 
 import numpy as np
 
-from iron.compiler.plan import TileKind
 from iron.models.designs import MLP, Walk, numpy_mlp, numpy_walk
+from iron.plan.plan import TileKind
 from iron.runtime.backend import select_backend
 
 

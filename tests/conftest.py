@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
-from iron.compiler.build import Artifacts
-from iron.compiler.plan import HostRole
 from iron.kernels.base import library_sources
+from iron.plan.plan import HostRole
 from iron.runtime.emulator import Emulator, load
 from iron.runtime.emulator.native import NativeLibrary
+from iron.toolchain.build import Artifacts
 from tests.runtime import fake_pyxrt
 
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,7 +6,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from iron.compiler.build import FLAGS_AIE_GENERATE, FLAGS_GET
+from iron.toolchain.build import FLAGS_AIE_GENERATE, FLAGS_GET
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The layering, checked on the source (imports inside functions count too): no import cycles;
 each layer imports only itself and the layers below it (the runtime registers its entry with the
 front end, which imports nothing above it); aie_utils imports nothing from iron; the IR imports
-nothing above it; the compiler never imports the runtime or the front end; and the emulator never
+nothing above it; the Plan and its readers import no compiler pass; the compiler never imports
+the runtime, the toolchain driver or the front end; and the emulator never
 reads the traced Program (no front end, no reference), so agreeing with the oracle proves the Plan
 right; its hardware model (tiles, locks, DMAs, FIFOs, shims, cores) imports nothing of the replay
 or the batching that observe it."""
@@ -19,7 +20,9 @@ LAYERS = [  # lowest first
     ("ir", ("iron.ir",)),
     ("kernels", ("iron.kernels",)),
     ("frontend", ("iron.frontend", "iron.reference")),
+    ("plan", ("iron.plan",)),
     ("compiler", ("iron.compiler",)),
+    ("toolchain", ("iron.toolchain",)),
     ("runtime", ("iron.runtime",)),
     ("package", ("iron",)),
     ("designs", ("iron.models.designs", "iron.models.smollm2_graph")),   # graphs written with the package
@@ -130,7 +133,12 @@ PASSES = ("compile", "fuse", "place", "route", "channels", "lower", "objects", "
 ORACLE = ("blocks", "gguf_file", "numpy_forward", "smollm2", "tokenizer")   # iron.models but its designs
 RULES = [
     ("iron.ir", {"iron"}, "the IR imports nothing above it"),
-    ("iron.compiler", {"iron.runtime", "iron.frontend", "iron.reference"}, "the compiler never imports the runtime"),
+    ("iron.compiler", {"iron.runtime", "iron.frontend", "iron.reference", "iron.toolchain"},
+     "the compiler never imports the runtime or the toolchain driver"),
+    ("iron.plan", {"iron.compiler", "iron.toolchain", "iron.runtime", "iron.frontend", "iron.reference"},
+     "the Plan and its readers (printers, check_plan) import no compiler pass"),
+    ("iron.toolchain", {"iron.plan", "iron.compiler", "iron.runtime", "iron.frontend", "iron.reference"},
+     "the toolchain driver builds printed text and knows no Plan"),
     ("iron.compiler", {"iron.kernels.library"}, "the compiler decides from kernel traits, never library classes"),
     ("iron.runtime.emulator", {"iron.frontend", "iron.reference", *(f"iron.compiler.{m}" for m in PASSES)},
      "the emulator knows only the Plan"),

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from iron.compiler.fifos import FifoId, Stem, fifo_id
-from iron.compiler.plan import Direction, Tile, TileKind
-from iron.compiler.rules import Rule
 from iron.errors import PlacementError
 from iron.ir import Program
+from iron.plan.fifos import FifoId, Stem, fifo_id
+from iron.plan.plan import Direction, Tile, TileKind
+from iron.plan.rules import Rule
 
 
 class MemChannels:

@@ -18,21 +18,21 @@ from iron.compiler import cost
 from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.copies import copy_view_for_grid, copy_view_rules
 from iron.compiler.fuse import Group, fuse
-from iron.compiler.invariants import check_plan
 from iron.compiler.layout import pad_to_block
 from iron.compiler.lower import Lowered, lower
 from iron.compiler.place import Layout, place
-from iron.compiler.plan import Plan, Tile, WordKind
 from iron.compiler.priced import plan_ns
 from iron.compiler.repeat import Abandoned, NotRepeated, Unfolding, choose_over_time
 from iron.compiler.route import Routes, fit_compute_channels, route
-from iron.compiler.rules import Decision, Rule
 from iron.compiler.segment import compile_segments
 from iron.compiler.shims import ShimShortfall, connect, share, shim_shortfall
 from iron.compiler.through_ddr import through_between_groups, tile_before_state_write
 from iron.compiler.words import WordTable, layout_rules
 from iron.errors import DoesNotFit, LoopError, PlacementError
 from iron.ir import Program, call_label
+from iron.plan.invariants import check_plan
+from iron.plan.plan import Plan, Tile, WordKind
+from iron.plan.rules import Decision, Rule
 
 _PLANS: WeakKeyDictionary = WeakKeyDictionary()   # Program -> {(device, id(feeds)): (feeds, Plan)}
 

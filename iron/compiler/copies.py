@@ -15,7 +15,6 @@ from iron import dtypes
 from iron.compiler.fuse import Group
 from iron.compiler.gather import Written, copied, gather_view, pattern_attrs
 from iron.compiler.objects import MAX_GATHER_RUNS
-from iron.compiler.rules import Decision, Rule
 from iron.compiler.sides import large
 from iron.compiler.tiling import TILED_BYTES
 from iron.compiler.words import dma_moves, word_leads, word_rows
@@ -42,6 +41,7 @@ from iron.ir import (
 )
 from iron.kernels.base import Role
 from iron.kernels.registry import copy_kernel, scatter_kernel
+from iron.plan.rules import Decision, Rule
 
 
 def copy_view_for_grid(program: Program) -> Program:

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from iron.compiler.fifos import FifoId, Stem, fifo_id
 from iron.compiler.fuse import leading_call
 from iron.compiler.objects import (
     Context,
@@ -21,7 +20,9 @@ from iron.compiler.objects import (
     gather,
     read,
 )
-from iron.compiler.plan import (
+from iron.ir import Node, destination, dynamic_attrs, input_dtypes, is_computed_view
+from iron.plan.fifos import FifoId, Stem, fifo_id
+from iron.plan.plan import (
     Acquire,
     Core,
     Function,
@@ -35,7 +36,6 @@ from iron.compiler.plan import (
     Release,
     WordRef,
 )
-from iron.ir import Node, destination, dynamic_attrs, input_dtypes, is_computed_view
 
 
 def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:

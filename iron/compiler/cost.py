@@ -17,9 +17,9 @@ from enum import Enum
 
 import numpy as np
 
-from iron.compiler.plan import Choice, Function, KernelStep
-from iron.compiler.rules import Rule
 from iron.kernels.base import Role
+from iron.plan.plan import Choice, Function, KernelStep
+from iron.plan.rules import Rule
 
 
 class Kernels(Enum):

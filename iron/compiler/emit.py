@@ -10,9 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from iron.compiler.allocate import state_sink
-from iron.compiler.fifos import EMIT, EMIT_IN, FEEDBACK
 from iron.compiler.objects import Context
-from iron.compiler.plan import (
+from iron.compiler.sequence import Move
+from iron.compiler.words import Access
+from iron.ir import Op
+from iron.plan.fifos import EMIT, EMIT_IN, FEEDBACK
+from iron.plan.plan import (
     Acquire,
     Const,
     Core,
@@ -34,9 +37,6 @@ from iron.compiler.plan import (
     WordOp,
     WordRef,
 )
-from iron.compiler.sequence import Move
-from iron.compiler.words import Access
-from iron.ir import Op
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from itertools import accumulate
 
 import numpy as np
 
-from iron.compiler.fifos import FifoId, Stem, fifo_id
 from iron.compiler.grid import (
     GridLowered,
     result_access,
@@ -22,7 +21,11 @@ from iron.compiler.grid import (
 )
 from iron.compiler.objects import Context, attr_imm, attr_word, copy_step
 from iron.compiler.place import Site
-from iron.compiler.plan import (
+from iron.compiler.sequence import Move, dma_patterns
+from iron.compiler.words import Access
+from iron.ir import Op, call_label, describe, destination, input_dtypes
+from iron.plan.fifos import FifoId, Stem, fifo_id
+from iron.plan.plan import (
     Acquire,
     Buffer,
     Core,
@@ -38,9 +41,6 @@ from iron.compiler.plan import (
     Ptr,
     Release,
 )
-from iron.compiler.sequence import Move, dma_patterns
-from iron.compiler.words import Access
-from iron.ir import Op, call_label, describe, destination, input_dtypes
 
 
 def lower_flow(ctx: Context, site: Site) -> GridLowered:

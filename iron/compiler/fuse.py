@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aie_utils.devices import COMPUTE_TILE
-from iron.compiler.rules import Rule
 from iron.compiler.streaming import streamable
 from iron.ir import Node, Op, Program, external_inputs, is_gather, nbytes, storage, tensor_inputs
 from iron.kernels.base import Role
+from iron.plan.rules import Rule
 
 MAX_INPUTS = 4
 SIZE_LIMIT = COMPUTE_TILE.data_memory_bytes // 2

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from iron.compiler.fifos import Stem, fifo_id
 from iron.compiler.objects import Context, attr_imm
 from iron.compiler.place import Site
-from iron.compiler.plan import (
+from iron.compiler.sequence import Move, dma_patterns
+from iron.compiler.tiling import Grid, word_run
+from iron.compiler.words import Access, Rows, view_rows
+from iron.ir import Node, Op, call_label, describe, destination, input_dtypes, nbytes, storage
+from iron.kernels.registry import accumulate_kernel, convert_kernel, is_library
+from iron.plan.fifos import Stem, fifo_id
+from iron.plan.plan import (
     Acquire,
     Buffer,
     Core,
@@ -29,11 +34,6 @@ from iron.compiler.plan import (
     Release,
     Wait,
 )
-from iron.compiler.sequence import Move, dma_patterns
-from iron.compiler.tiling import Grid, word_run
-from iron.compiler.words import Access, Rows, view_rows
-from iron.ir import Node, Op, call_label, describe, destination, input_dtypes, nbytes, storage
-from iron.kernels.registry import accumulate_kernel, convert_kernel, is_library
 
 
 @dataclass(frozen=True)

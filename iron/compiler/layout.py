@@ -30,7 +30,6 @@ from iron.compiler.padding import (
     zeros_upstream,
 )
 from iron.compiler.readers import Reader
-from iron.compiler.rules import Lies, Rule, SharedSides
 from iron.compiler.sides import (
     FLOW_QUANTUM,
     ROW_QUANTUM,
@@ -55,6 +54,7 @@ from iron.compiler.streaming import row_streamable, streamable
 from iron.compiler.tiling import call_sides
 from iron.ir import Node, Op, Program, call_label, describe, external_inputs
 from iron.kernels.base import Role
+from iron.plan.rules import Lies, Rule, SharedSides
 
 
 @dataclass(frozen=True)

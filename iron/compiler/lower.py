@@ -12,18 +12,18 @@ import numpy as np
 from iron.compiler.allocate import host_placements
 from iron.compiler.cores import core_of, one_core_per_tile
 from iron.compiler.emit import carry_sources, lower_emit, sink_writes
-from iron.compiler.fifos import EMIT_IN, FEEDBACK, FifoId, Stem, fifo_id
 from iron.compiler.flow import lower_flow
 from iron.compiler.grid import lower_grid
 from iron.compiler.objects import I32, Context, Part, joined, pack
 from iron.compiler.place import Layout, Site
-from iron.compiler.plan import Buffer, Core, Emit, Fifo, Function, Link, Plan, WordDef
 from iron.compiler.repeat import Unfolding
 from iron.compiler.route import Routes
-from iron.compiler.rules import Decision
 from iron.compiler.sequence import group_moves, with_state_waits
 from iron.compiler.words import WordTable
 from iron.ir import Program, call_label, describe
+from iron.plan.fifos import EMIT_IN, FEEDBACK, FifoId, Stem, fifo_id
+from iron.plan.plan import Buffer, Core, Emit, Fifo, Function, Link, Plan, WordDef
+from iron.plan.rules import Decision
 
 DEPTH = 2
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 
 from iron.compiler import cost
 from iron.compiler.channels import MemChannels
-from iron.compiler.fifos import FifoId, Stem, fifo_id
 from iron.compiler.fuse import (
     STREAM_OBJECT_BYTES,
     Group,
@@ -25,9 +24,7 @@ from iron.compiler.fuse import (
     role,
     stored_matrix,
 )
-from iron.compiler.plan import Choice, Tile
 from iron.compiler.readers import Reader
-from iron.compiler.rules import Decision, Rule
 from iron.errors import PlacementError
 from iron.ir import (
     MemoryKind,
@@ -41,6 +38,9 @@ from iron.ir import (
     tensor_inputs,
 )
 from iron.kernels.base import Role
+from iron.plan.fifos import FifoId, Stem, fifo_id
+from iron.plan.plan import Choice, Tile
+from iron.plan.rules import Decision, Rule
 
 SPLIT_PART_BYTES = 128 * 1024   # a MatVec's matrix larger than this may be split over tiles
 FORWARD_BYTES = 4096   # the largest host tensor one group forwards to later readers

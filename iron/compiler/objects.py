@@ -10,21 +10,10 @@ from functools import cached_property
 
 import numpy as np
 
-from iron.compiler.fifos import EMIT, FifoId, Stem, fifo_id
 from iron.compiler.fuse import leading_call
 from iron.compiler.place import Layout, Site
-from iron.compiler.plan import (
-    Buffer,
-    Imm,
-    KernelStep,
-    Output,
-    Ptr,
-    WordKind,
-    WordRef,
-)
 from iron.compiler.readers import Reader
 from iron.compiler.route import Relay, Routes
-from iron.compiler.rules import Rule
 from iron.compiler.words import Access, WordTable, placement_access, view_access
 from iron.errors import PlacementError
 from iron.ir import (
@@ -43,6 +32,17 @@ from iron.ir import (
     tensor_inputs,
 )
 from iron.kernels.registry import copy_kernel
+from iron.plan.fifos import EMIT, FifoId, Stem, fifo_id
+from iron.plan.plan import (
+    Buffer,
+    Imm,
+    KernelStep,
+    Output,
+    Ptr,
+    WordKind,
+    WordRef,
+)
+from iron.plan.rules import Rule
 
 I32 = np.dtype(np.int32)
 

@@ -10,17 +10,6 @@ from __future__ import annotations
 
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
 from iron.compiler.readers import Reader
-from iron.compiler.rules import (
-    Fill,
-    KeptZeros,
-    Lies,
-    PaddedGrid,
-    PaddedStream,
-    PaddedTensor,
-    Region,
-    Rule,
-    Unpadded,
-)
 from iron.compiler.sides import (
     carried,
     extent_rule,
@@ -49,6 +38,17 @@ from iron.ir import (
     tensor_inputs,
 )
 from iron.kernels.base import Role
+from iron.plan.rules import (
+    Fill,
+    KeptZeros,
+    Lies,
+    PaddedGrid,
+    PaddedStream,
+    PaddedTensor,
+    Region,
+    Rule,
+    Unpadded,
+)
 
 PLAIN = (Role.OTHER, Role.EXPANSION)   # calls that neither tile nor stream (an expansion streams only alone)
 

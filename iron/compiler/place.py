@@ -33,9 +33,7 @@ from iron.compiler.matrices import (
     unsplit_beside_producer,
 )
 from iron.compiler.padding import matrix_unpadded, readers_of, stream_unpadded
-from iron.compiler.plan import Tile, TileKind
 from iron.compiler.readers import Reader
-from iron.compiler.rules import Decision, Rule
 from iron.compiler.sides import best_sides, sides_as_lying
 from iron.compiler.streaming import (
     Flow,
@@ -72,6 +70,8 @@ from iron.ir import (
     tensor_inputs,
 )
 from iron.kernels.base import Role
+from iron.plan.plan import Tile, TileKind
+from iron.plan.rules import Decision, Rule
 
 
 @dataclass(frozen=True)

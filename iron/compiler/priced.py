@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from iron.compiler import cost
-from iron.compiler.plan import (
+from iron.plan.plan import (
     Acquire,
     Direction,
     Dma,

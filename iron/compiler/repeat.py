@@ -16,9 +16,7 @@ from iron.compiler import cost
 from iron.compiler.allocate import host_placements
 from iron.compiler.copies import copied
 from iron.compiler.fuse import Group, fuse
-from iron.compiler.plan import Choice, HostRole, Loop, Plan, Repeat, Wait
 from iron.compiler.priced import Priced, ddr_bytes, plan_ns, reconfigure_ns
-from iron.compiler.rules import Decision, Rule
 from iron.compiler.runs import HOST, NotRepeated, Run, find_runs, placeless
 from iron.compiler.sequence import Move
 from iron.compiler.share_core import cores_of, sharing
@@ -26,6 +24,8 @@ from iron.compiler.through_ddr import through_name, write_through
 from iron.compiler.words import Access, placement_access, view_words
 from iron.errors import DoesNotFit, PlacementError, PlanError
 from iron.ir import Node, Op, Program, call_label, describe, storage, tensor_inputs
+from iron.plan.plan import Choice, HostRole, Loop, Plan, Repeat, Wait
+from iron.plan.rules import Decision, Rule
 
 MAX_TRIED = 4
 TIMED = "over time: one iteration placed, its cores looping"

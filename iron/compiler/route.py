@@ -9,15 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from iron.compiler.allocate import shares_memory
-from iron.compiler.fifos import EMIT, FifoId, FifoRole, Stem, fifo_id
 from iron.compiler.matrices import forwardable
 from iron.compiler.place import Layout, Site
-from iron.compiler.plan import Tile, TileKind
 from iron.compiler.readers import Reader
-from iron.compiler.rules import Decision, Rule
 from iron.errors import PlacementError
 from iron.ir import Node, Program, describe, is_host_tensor, state_of, tensor_inputs
+from iron.plan.fifos import EMIT, FifoId, FifoRole, Stem, fifo_id
+from iron.plan.memory import shares_memory
+from iron.plan.plan import Tile, TileKind
+from iron.plan.rules import Decision, Rule
 
 HOST = Tile(-1, 0, TileKind.SHIM)   # a FIFO end on the shim tile that `assign_shims` picks
 

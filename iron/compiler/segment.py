@@ -22,15 +22,15 @@ from iron.compiler import cost
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.copies import carry_from_earlier_segment
 from iron.compiler.fuse import Group
-from iron.compiler.invariants import check_plan
 from iron.compiler.layout import Layouts, design_unpadded
-from iron.compiler.plan import Cut, Fill, HostRole, Placement, PlacementKind, Plan
 from iron.compiler.repeat import Abandoned
-from iron.compiler.rules import Decision, Rule
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
 from iron.errors import DoesNotFit
 from iron.ir import Input, MemoryKind, Node, Op, Program, call_label, nbytes
+from iron.plan.invariants import check_plan
+from iron.plan.plan import Cut, Fill, HostRole, Placement, PlacementKind, Plan
+from iron.plan.rules import Decision, Rule
 
 CUT_WINDOW = 4   # a segment may end anywhere in the last 1/CUT_WINDOW of the groups that fit
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cache
 
-from iron.compiler.fifos import FifoId, Stem, fifo_id
 from iron.compiler.objects import Context, Part, host_access, joined
 from iron.compiler.place import Site
-from iron.compiler.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
 from iron.compiler.readers import Reader
 from iron.compiler.words import Access, placement_access
 from iron.ir import destination, state_of, tensor_inputs
+from iron.plan.fifos import FifoId, Stem, fifo_id
+from iron.plan.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,14 @@ from iron.compiler.channels import (
     share_shim_channels,
     shim_channels_per_tile,
 )
-from iron.compiler.fifos import EMIT_IN, FifoId, FifoRole
 from iron.compiler.lower import DEPTH, Lowered
 from iron.compiler.objects import I32
-from iron.compiler.plan import Direction, Fifo, Link, Tile, TileKind, Wait
 from iron.compiler.route import HOST, Routes
-from iron.compiler.rules import Decision, Rule
 from iron.compiler.sequence import Move, finish_sequence
 from iron.ir import Program
+from iron.plan.fifos import EMIT_IN, FifoId, FifoRole
+from iron.plan.plan import Direction, Fifo, Link, Tile, TileKind, Wait
+from iron.plan.rules import Decision, Rule
 
 
 def share(program: Program, lowered: Lowered, device) -> Lowered:

@@ -11,12 +11,12 @@ from itertools import product
 
 from iron.compiler import cost
 from iron.compiler.fuse import Group
-from iron.compiler.plan import Choice
-from iron.compiler.rules import Rule
 from iron.compiler.streaming import choose_flow
 from iron.compiler.tiling import TILED_BYTES, call_sides, choose_grid, estimate_ns, vector_tiles
 from iron.ir import Node, Op, external_inputs, nbytes, state_written_whole
 from iron.kernels.base import Role
+from iron.plan.plan import Choice
+from iron.plan.rules import Rule
 
 Key = str | int   # a map's letter, or a leading axis the map repeats over (counted from the last)
 

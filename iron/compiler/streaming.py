@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from iron.compiler import cost
-from iron.compiler.plan import Tile
-from iron.compiler.rules import Rule
 from iron.compiler.tiling import OnCores, core_room, estimate_ns, word_run
 from iron.compiler.words import row_group, view_rows
 from iron.errors import KernelTypeError
@@ -28,6 +26,8 @@ from iron.ir import (
     tensor_inputs,
 )
 from iron.kernels.base import Role
+from iron.plan.plan import Tile
+from iron.plan.rules import Rule
 
 FLOW_BLOCK = 4096   # the most elements of one block
 

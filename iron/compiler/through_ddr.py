@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from iron.compiler.fuse import joins_expansion, live_calls, role
-from iron.compiler.rules import Decision, Rule
 from iron.compiler.tiling import choose_grid, core_room, vector_tiles
 from iron.ir import (
     Declaration,
@@ -26,6 +25,7 @@ from iron.ir import (
     tensor_inputs,
 )
 from iron.kernels.base import Role
+from iron.plan.rules import Decision, Rule
 
 
 def tile_before_state_write(program: Program) -> tuple[Program, tuple[Decision, ...]]:

@@ -18,9 +18,7 @@ import numpy as np
 from iron import dtypes
 from iron.compiler import cost
 from iron.compiler.memo import by_shape
-from iron.compiler.plan import Tile, TileKind
 from iron.compiler.readers import Reader
-from iron.compiler.rules import Rule
 from iron.errors import KernelTypeError
 from iron.ir import (
     Node,
@@ -31,6 +29,8 @@ from iron.ir import (
     nbytes,
 )
 from iron.kernels.base import Role
+from iron.plan.plan import Tile, TileKind
+from iron.plan.rules import Rule
 
 MAX_BLOCK = 256          # a block side, in elements: within a BD dimension's 1023 words either way
 TILED_BYTES = 32 * 1024  # a MatMul whose operands and result take more than this is tiled

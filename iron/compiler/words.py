@@ -11,10 +11,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from iron import dtypes
-from iron.compiler.plan import Const, Operand, WordDef, WordKind, WordOp, WordRef
-from iron.compiler.rules import Decision, Rule
 from iron.errors import PlacementError
 from iron.ir import MemoryKind, Node, Op, Program, describe, frame, kept
+from iron.plan.plan import Const, Operand, WordDef, WordKind, WordOp, WordRef
+from iron.plan.rules import Decision, Rule
 
 
 class WordTable:

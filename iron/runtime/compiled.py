@@ -16,7 +16,6 @@ import numpy as np
 
 import aie_utils
 from iron import debug
-from iron.compiler.plan import PlacementKind, WordRef
 from iron.errors import ArgumentError, BackendUnavailable, LoopError, UnknownDevice
 from iron.frontend.arguments import (
     bind_call,
@@ -27,6 +26,7 @@ from iron.frontend.arguments import (
     state_name,
 )
 from iron.frontend.graph import Runtime, register_runtime
+from iron.plan.plan import PlacementKind, WordRef
 from iron.runtime.timeline import Estimate, estimate, writable
 from iron.runtime.timeline import write as write_trace
 from iron.runtime.words import WordProgram
@@ -138,7 +138,7 @@ class CompiledGraph:
     @property
     def mlir(self) -> str:
         if self._mlir is None:
-            from iron.compiler.mlir import print_mlir
+            from iron.plan.mlir import print_mlir
 
             self._mlir = print_mlir(self.plan)
         return self._mlir
@@ -146,20 +146,20 @@ class CompiledGraph:
     @property
     def sources(self) -> dict[str, str]:
         if self._sources is None:
-            from iron.compiler.sources import kernel_sources
+            from iron.plan.sources import kernel_sources
 
             self._sources = kernel_sources(self.plan)
         return self._sources
 
     def describe(self) -> str:
-        from iron.compiler.describe import describe
+        from iron.plan.describe import describe
 
         return describe(self.plan)
 
     def svg(self, path=None) -> str:
-        """An SVG picture of where the design landed on the device (iron/compiler/picture.py), one
+        """An SVG picture of where the design landed on the device (iron/plan/picture.py), one
         panel per segment; also written to `path` when one is given."""
-        from iron.compiler.picture import picture
+        from iron.plan.picture import picture
 
         text = picture(self.segments)
         if path is not None:
@@ -182,9 +182,9 @@ class CompiledGraph:
     def loading(self, progress=None):
         """The built design, as `build` gives it, each of its cache entries held until the block
         ends, so no other process evicts what a session is loading (IRON_CACHE_MAX_BYTES)."""
-        from iron.compiler.build import serving
-        from iron.compiler.mlir import print_mlir
-        from iron.compiler.sources import kernel_sources
+        from iron.plan.mlir import print_mlir
+        from iron.plan.sources import kernel_sources
+        from iron.toolchain.build import serving
 
         with ExitStack() as held:
             def hold(mlir, sources, image):

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from collections import deque
 
-from iron.compiler.plan import WordKind, WordRef
 from iron.errors import IndexOutOfRange, LoopError, PlanError, TraceError
 from iron.frontend.handles import Carry
 from iron.ir import describe
+from iron.plan.plan import WordKind, WordRef
 from iron.runtime.compiled import CompiledGraph, graph_name
 from iron.runtime.timeline import Estimate, estimate, writable
 from iron.runtime.timeline import write as write_trace

@@ -12,8 +12,8 @@ import numpy as np
 
 from iron import debug
 from iron.compiler.cost import generation
-from iron.compiler.plan import HostRole, PlacementKind
 from iron.errors import PlanError
+from iron.plan.plan import HostRole, PlacementKind
 from iron.runtime.timeline import HOST, SpanKind, traced
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from iron.compiler.plan import Const, WordOp, WordRef
 from iron.errors import ArgumentError, IndexOutOfRange
 from iron.ir import wrap_i32
+from iron.plan.plan import Const, WordOp, WordRef
 
 
 class WordProgram:

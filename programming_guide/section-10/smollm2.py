@@ -22,7 +22,6 @@ import time
 
 import aie_utils
 import iron
-from iron.compiler.describe import ddr_traffic
 from iron.models import numpy_forward, smollm2
 from iron.models.smollm2_graph import (
     FUSED_CONTEXT,
@@ -31,6 +30,7 @@ from iron.models.smollm2_graph import (
     generate,
     generate_in_loop,
 )
+from iron.plan.describe import ddr_traffic
 from iron.runtime.backend import select_backend
 
 REPEATS = 2   # each path is timed as the best of this many runs: the first also pays for writing the

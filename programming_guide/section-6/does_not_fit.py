@@ -21,9 +21,9 @@ import numpy as np
 
 import aie_utils
 import iron
-from iron.compiler.rules import Rule
 from iron.errors import DoesNotFit
 from iron.kernels import Add, Concat, Copy
+from iron.plan.rules import Rule
 
 N, ROWS, WIDTH = 8192, 2, 4097
 RTOL = ATOL = 1e-6

@@ -23,9 +23,9 @@ import numpy as np
 
 import aie_utils
 import iron
-from iron.compiler.rules import Rule
 from iron.errors import DoesNotFit
 from iron.kernels import Add, Exp, GELUTanh, MatMul, MatVec, ReLU, Softmax, Tanh
+from iron.plan.rules import Rule
 
 SIZE, WIDTH = 256, 64
 RTOL = ATOL = 1e-4

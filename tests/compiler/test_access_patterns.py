@@ -12,13 +12,13 @@ import iron
 from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler.copies import copy_view_for_grid
-from iron.compiler.mlir import ALLOWED_OPS, print_mlir
-from iron.compiler.plan import Dma
-from iron.compiler.rules import Rule
 from iron.errors import DoesNotFit, IndexOutOfRange
 from iron.ir import describe
 from iron.kernels import Add, Copy, MatMul, Mul, Scatter, Softmax, Strided, StridedRows
-from tests.compiler.test_mlir import op_names
+from iron.plan.mlir import ALLOWED_OPS, print_mlir
+from iron.plan.plan import Dma
+from iron.plan.rules import Rule
+from tests.plan.test_mlir import op_names
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
 

@@ -9,8 +9,10 @@ from aie_utils import from_name
 from iron import Carried
 from iron.compiler.allocate import host_buffers, host_placements, state_sink
 from iron.compiler.compile import compile_program
-from iron.compiler.fifos import FifoId, Stem
-from iron.compiler.plan import (
+from iron.errors import DoesNotFit
+from iron.kernels import Add, Argmax, Copy
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.plan import (
     Emit,
     HostBuffer,
     HostRole,
@@ -21,8 +23,6 @@ from iron.compiler.plan import (
     WordDef,
     WordKind,
 )
-from iron.errors import DoesNotFit
-from iron.kernels import Add, Argmax, Copy
 
 BF16 = iron.bfloat16
 I32 = np.dtype(np.int32)

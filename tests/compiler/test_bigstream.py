@@ -11,13 +11,13 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Carried
-from iron.compiler.fifos import FifoId, Stem
-from iron.compiler.mlir import ALLOWED_OPS, print_mlir
-from iron.compiler.plan import Loop
-from iron.compiler.rules import Rule
 from iron.errors import DoesNotFit
 from iron.kernels import Accumulate, Add, Concat, Copy, Exp, Mul, ReLU
-from tests.compiler.test_mlir import op_names
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.mlir import ALLOWED_OPS, print_mlir
+from iron.plan.plan import Loop
+from iron.plan.rules import Rule
+from tests.plan.test_mlir import op_names
 from tests.quotes import quoted
 
 F32 = {"rtol": 1e-3, "atol": 1e-3}

@@ -11,10 +11,10 @@ import numpy as np
 import iron
 from iron.compiler.copies import carry_from_earlier_segment, copy_view_for_grid, copy_view_rules
 from iron.compiler.fuse import Group
-from iron.compiler.rules import Rule
 from iron.ir import Op
 from iron.kernels import Add, Copy, Exp, MatMul
 from iron.kernels.registry import strided_kernel
+from iron.plan.rules import Rule
 from tests.compiler import designs
 
 F32 = np.float32

@@ -11,9 +11,11 @@ import pytest
 
 from aie_utils import from_name
 from iron.compiler.cores import core_of
-from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.objects import MAX_GATHER_RUNS, pack
-from iron.compiler.plan import (
+from iron.errors import PlacementError
+from iron.kernels import Accumulate, Add, Copy, MatVec, SiLU
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.plan import (
     Acquire,
     Imm,
     Invoke,
@@ -25,8 +27,6 @@ from iron.compiler.plan import (
     Tile,
     TileKind,
 )
-from iron.errors import PlacementError
-from iron.kernels import Accumulate, Add, Copy, MatVec, SiLU
 from tests.compiler import designs
 from tests.compiler.passes import context
 from tests.compiler.test_objects import Columns

@@ -6,9 +6,9 @@ import pytest
 
 from aie_utils import from_name
 from iron.compiler import cost
-from iron.compiler.plan import CType, Function, Imm, KernelStep, Load, Ptr, ScalarStep, WordOp
 from iron.kernels import MatVec, RMSNorm
 from iron.kernels.base import Role
+from iron.plan.plan import CType, Function, Imm, KernelStep, Load, Ptr, ScalarStep, WordOp
 
 NPU1, NPU2 = cost.GENERATIONS["npu1"], cost.GENERATIONS["npu2"]
 I8, I32, F32, BF16 = np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)

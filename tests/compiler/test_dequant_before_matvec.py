@@ -14,18 +14,18 @@ import pytest
 
 import iron
 from aie_utils import from_name
-from iron.compiler.describe import ddr_traffic
-from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.fuse import (
     RULES,
     fuse,
     held_bytes,
 )
-from iron.compiler.plan import FifoRole, Loop, TileKind
-from iron.compiler.rules import Rule
 from iron.ir import call_label
 from iron.kernels import Dequant, MatVec
 from iron.models.blocks import Q4_1, Q8_0
+from iron.plan.describe import ddr_traffic
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.plan import FifoRole, Loop, TileKind
+from iron.plan.rules import Rule
 from tests.compiler.designs import Head, Layer, random_blocks
 
 F32 = np.float32

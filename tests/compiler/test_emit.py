@@ -18,9 +18,11 @@ from iron.compiler.emit import (
     sink_writes,
     unflagged_steps,
 )
-from iron.compiler.fifos import EMIT_IN, FEEDBACK, FifoId, Stem
 from iron.compiler.objects import pack
-from iron.compiler.plan import (
+from iron.compiler.sequence import Move, group_moves
+from iron.compiler.words import Access
+from iron.plan.fifos import EMIT_IN, FEEDBACK, FifoId, Stem
+from iron.plan.plan import (
     Acquire,
     Const,
     Direction,
@@ -38,8 +40,6 @@ from iron.compiler.plan import (
     WordOp,
     WordRef,
 )
-from iron.compiler.sequence import Move, group_moves
-from iron.compiler.words import Access
 from tests.compiler import designs
 from tests.compiler.passes import context
 

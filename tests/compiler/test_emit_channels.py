@@ -11,11 +11,11 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler.channels import MemChannels, ShimRequest, share_shim_channels
-from iron.compiler.fifos import EMIT_IN, FifoId, Stem
-from iron.compiler.plan import Direction, FifoRole, Link, Tile, TileKind
-from iron.compiler.rules import Rule
 from iron.errors import PlacementError
 from iron.kernels import Add, MatMul, MatVec
+from iron.plan.fifos import EMIT_IN, FifoId, Stem
+from iron.plan.plan import Direction, FifoRole, Link, Tile, TileKind
+from iron.plan.rules import Rule
 from tests.quotes import quoted
 
 F32 = np.float32

@@ -12,13 +12,13 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler import cost
-from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.matrices import bd_share, lane_ops
-from iron.compiler.plan import Dma, FifoRole, TileKind
-from iron.compiler.rules import Rule
 from iron.kernels import MatVec, ReLU, RMSNorm
 from iron.models.blocks import Q4_1, Q8_0
 from iron.models.smollm2_graph import SmolLM2Graph
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.plan import Dma, FifoRole, TileKind
+from iron.plan.rules import Rule
 from tests.compiler.designs import Layer, random_blocks
 
 F32 = np.float32

@@ -15,15 +15,15 @@ from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler import compile as compile_module
 from iron.compiler.compile import compile_program
-from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.fuse import fuse
 from iron.compiler.lower import lower
 from iron.compiler.place import place
-from iron.compiler.plan import Cut, Imm, KernelStep, Load, Ptr, Tile, TileKind
 from iron.compiler.route import CoreInputs, Relay, choose_relays, core_inputs, route
-from iron.compiler.rules import Rule
 from iron.errors import PlacementError
 from iron.kernels import Add, Copy, Exp, MatVec, RMSNorm, Softmax
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.plan import Cut, Imm, KernelStep, Load, Ptr, Tile, TileKind
+from iron.plan.rules import Rule
 from tests.compiler import designs
 from tests.compiler.passes import outputs
 

@@ -10,9 +10,11 @@ import numpy as np
 import iron
 from aie_utils import from_name
 from iron import Scratchpad
-from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.flow import lower_flow
-from iron.compiler.plan import (
+from iron.compiler.sequence import Move
+from iron.kernels import Add, RMSNorm, Softmax
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.plan import (
     Acquire,
     Direction,
     Imm,
@@ -24,8 +26,6 @@ from iron.compiler.plan import (
     Ptr,
     Release,
 )
-from iron.compiler.sequence import Move
-from iron.kernels import Add, RMSNorm, Softmax
 from tests.compiler import designs
 from tests.compiler.passes import context
 

@@ -10,9 +10,9 @@ from iron.compiler.fuse import (
     fuse,
     live_calls,
 )
-from iron.compiler.rules import Rule
 from iron.ir import call_label
 from iron.kernels import Add, Copy, Exp, MatMul, MatVec, RMSNorm, SiLU, Softmax
+from iron.plan.rules import Rule
 from tests.compiler import designs
 
 F32 = np.float32

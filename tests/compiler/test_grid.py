@@ -13,9 +13,11 @@ import numpy as np
 
 import iron
 from aie_utils import from_name
-from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.grid import lower_grid
-from iron.compiler.plan import (
+from iron.compiler.sequence import Move
+from iron.kernels import MatMul, MatMulAccumulate, MatVec
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.plan import (
     Acquire,
     Buffer,
     Direction,
@@ -29,8 +31,6 @@ from iron.compiler.plan import (
     Tile,
     TileKind,
 )
-from iron.compiler.sequence import Move
-from iron.kernels import MatMul, MatMulAccumulate, MatVec
 from tests.compiler import designs
 from tests.compiler.passes import context
 

@@ -11,8 +11,10 @@ import iron
 from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler.compile import compile_program
-from iron.compiler.fifos import EMIT_IN, FEEDBACK, FifoId, Stem
-from iron.compiler.plan import (
+from iron.errors import LoopError
+from iron.kernels import Accumulate, Add, Copy, Softmax
+from iron.plan.fifos import EMIT_IN, FEEDBACK, FifoId, Stem
+from iron.plan.plan import (
     FLAG_WORDS,
     Direction,
     Dma,
@@ -31,9 +33,7 @@ from iron.compiler.plan import (
     WordOp,
     WordRef,
 )
-from iron.compiler.rules import Rule
-from iron.errors import LoopError
-from iron.kernels import Accumulate, Add, Copy, Softmax
+from iron.plan.rules import Rule
 from tests.compiler import designs
 
 NPU1, NPU2 = from_name("npu1"), from_name("npu2")

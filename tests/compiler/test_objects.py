@@ -11,13 +11,13 @@ import pytest
 
 import iron
 from aie_utils import from_name
-from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.objects import MAX_GATHER_RUNS, StateWrite, gather, pack
-from iron.compiler.plan import Buffer, Output, Ptr, Tile, TileKind, WordKind
-from iron.compiler.rules import Rule
 from iron.compiler.words import Access
 from iron.errors import PlacementError
 from iron.kernels import Add, Exp
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.plan import Buffer, Output, Ptr, Tile, TileKind, WordKind
+from iron.plan.rules import Rule
 from tests.compiler import designs
 from tests.compiler.passes import context
 

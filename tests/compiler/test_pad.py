@@ -9,19 +9,6 @@ import iron
 from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler.copies import copy_view_for_grid
-from iron.compiler.describe import describe
-from iron.compiler.mlir import ALLOWED_OPS, print_mlir
-from iron.compiler.plan import Fill, HostRole, PlacementKind, TileKind
-from iron.compiler.rules import (
-    KeptZeros,
-    PaddedGrid,
-    PaddedStream,
-    PaddedTensor,
-    Region,
-    Rule,
-    SharedSides,
-    Unpadded,
-)
 from iron.errors import DoesNotFit, IndexOutOfRange, PlanError
 from iron.kernels import (
     Accumulate,
@@ -40,8 +27,21 @@ from iron.kernels import (
     SiLU,
     Softmax,
 )
+from iron.plan.describe import describe
+from iron.plan.mlir import ALLOWED_OPS, print_mlir
+from iron.plan.plan import Fill, HostRole, PlacementKind, TileKind
+from iron.plan.rules import (
+    KeptZeros,
+    PaddedGrid,
+    PaddedStream,
+    PaddedTensor,
+    Region,
+    Rule,
+    SharedSides,
+    Unpadded,
+)
 from tests.compiler.designs import Product, ProductOfProducts, Projection, Sum, operands
-from tests.compiler.test_mlir import op_names
+from tests.plan.test_mlir import op_names
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}   # blocks sum the products in another order than numpy
 BF16 = iron.bfloat16

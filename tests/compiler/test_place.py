@@ -9,13 +9,13 @@ import iron
 from aie_utils import from_name
 from iron.compiler.channels import MemChannels
 from iron.compiler.compile import compile_program
-from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.matrices import lane_stops
 from iron.compiler.place import snake_order
-from iron.compiler.plan import Choice, Dma, FifoRole, Imm, KernelStep, Link, Loop, Ptr, TileKind
-from iron.compiler.rules import Rule
 from iron.ir import Declared, MemoryKind, Node, Op
 from iron.kernels import Add, Exp, MatVec, Softmax
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.plan import Choice, Dma, FifoRole, Imm, KernelStep, Link, Loop, Ptr, TileKind
+from iron.plan.rules import Rule
 from tests.compiler import designs
 from tests.quotes import quoted
 

@@ -11,7 +11,7 @@ from iron.compiler import cost
 from iron.compiler import repeat as repeat_module
 from iron.compiler.compile import compile_program
 from iron.compiler.priced import Chain, Priced, plan_ns, reconfigure_ns
-from iron.compiler.rules import Rule
+from iron.plan.rules import Rule
 from iron.runtime.compiled import CompiledGraph
 from tests.compiler.test_repeat import Rows, rows_inputs
 from tests.compiler.test_segments import DECODER_SIZE, guide_decoder

@@ -6,8 +6,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from iron.compiler.plan import Choice
-from iron.compiler.rules import Rule
+from iron.plan.plan import Choice
+from iron.plan.rules import Rule
 from tests.compiler.designs import Product, operands
 
 BF16 = ml_dtypes.bfloat16

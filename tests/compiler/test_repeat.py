@@ -15,14 +15,14 @@ from aie_utils import from_name
 from iron import Scratchpad
 from iron.compiler.compile import compile_program
 from iron.compiler.fuse import fuse
-from iron.compiler.mlir import ALLOWED_OPS, print_mlir
-from iron.compiler.plan import Direction, Dma, Loop, Repeat
 from iron.compiler.priced import plan_ns
-from iron.compiler.rules import Rule
 from iron.compiler.runs import Run, find_runs
 from iron.kernels import Add, Copy, Exp, MatVec, Softmax
-from tests.compiler.test_mlir import op_names
+from iron.plan.mlir import ALLOWED_OPS, print_mlir
+from iron.plan.plan import Direction, Dma, Loop, Repeat
+from iron.plan.rules import Rule
 from tests.compiler.test_segments import DECODER_SIZE, guide_decoder
+from tests.plan.test_mlir import op_names
 
 F32 = np.float32
 

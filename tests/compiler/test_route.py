@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from aie_utils import from_name
-from iron.compiler.fifos import EMIT, FifoId, Stem
-from iron.compiler.plan import FifoRole, Tile, TileKind
 from iron.compiler.route import HOST, CoreInputs, choose_relays
-from iron.compiler.rules import Rule
 from iron.errors import PlacementError
+from iron.plan.fifos import EMIT, FifoId, Stem
+from iron.plan.plan import FifoRole, Tile, TileKind
+from iron.plan.rules import Rule
 from tests.compiler import designs
 from tests.compiler.passes import routed
 

@@ -10,12 +10,12 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Carried, Scratchpad
-from iron.compiler.describe import describe
-from iron.compiler.mlir import ALLOWED_OPS, print_mlir
-from iron.compiler.rules import Rule
 from iron.errors import ArgumentError, PlacementError
 from iron.kernels import Add, Copy, Exp, ReLU, Sigmoid, SiLU, Tanh
-from tests.compiler.test_mlir import op_names
+from iron.plan.describe import describe
+from iron.plan.mlir import ALLOWED_OPS, print_mlir
+from iron.plan.rules import Rule
+from tests.plan.test_mlir import op_names
 
 BF16 = iron.bfloat16
 

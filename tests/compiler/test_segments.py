@@ -15,22 +15,22 @@ import iron
 from aie_utils import from_name
 from iron import Carried
 from iron.compiler.compile import compile_program, try_groups
-from iron.compiler.describe import describe
-from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.fuse import fuse
-from iron.compiler.mlir import ALLOWED_OPS, segment_modules
 from iron.compiler.place import place
-from iron.compiler.plan import Choice, Cut, PlacementKind, Plan, TileKind
 from iron.compiler.route import route
-from iron.compiler.rules import Rule
 from iron.compiler.segment import CUT_WINDOW, Flow, Segment, fewest_bytes_cut
 from iron.compiler.shims import ShimShortfall, shim_shortfall
 from iron.compiler.words import WordTable
 from iron.errors import DoesNotFit, PlacementError
 from iron.kernels import Add, Argmax, Copy, Exp, MatMul, MatVec, ReLU, Sigmoid, SiLU, Softmax, Tanh
+from iron.plan.describe import describe
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.mlir import ALLOWED_OPS, segment_modules
+from iron.plan.plan import Choice, Cut, PlacementKind, Plan, TileKind
+from iron.plan.rules import Rule
 from iron.runtime.emulator import Configurations, Emulator
-from tests.compiler.test_mlir import op_names
 from tests.fake_toolchain import FLAGS_GET, install_fakes, make_hermetic, recorded_argv
+from tests.plan.test_mlir import op_names
 from tests.quotes import quoted
 
 F32 = np.float32

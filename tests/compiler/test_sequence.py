@@ -7,9 +7,7 @@ Wait. The pass refuses nothing: every move is cut until it fits."""
 import numpy as np
 
 from aie_utils import from_name
-from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.objects import pack
-from iron.compiler.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
 from iron.compiler.sequence import (
     Move,
     dma_patterns,
@@ -19,6 +17,8 @@ from iron.compiler.sequence import (
     written_fifos,
 )
 from iron.compiler.words import Access
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
 from tests.compiler import designs
 from tests.compiler.passes import context
 

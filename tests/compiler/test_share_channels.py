@@ -16,11 +16,11 @@ import iron
 from aie_utils import from_name
 from iron.compiler.channels import MemChannels, SharedChannel, ShimRequest, share_shim_channels
 from iron.compiler.compile import compile_program
-from iron.compiler.fifos import FifoId, Stem
-from iron.compiler.mlir import print_mlir
-from iron.compiler.plan import Direction, Dma, FifoRole, Link, Tile, TileKind, Wait
-from iron.compiler.rules import Rule
 from iron.kernels import Add, Copy, Exp
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.mlir import print_mlir
+from iron.plan.plan import Direction, Dma, FifoRole, Link, Tile, TileKind, Wait
+from iron.plan.rules import Rule
 
 F32 = np.dtype(np.float32)
 I32 = np.dtype(np.int32)

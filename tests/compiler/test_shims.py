@@ -10,9 +10,7 @@ import numpy as np
 
 from aie_utils import from_name
 from iron.compiler.channels import SharedChannel, ShimRequest
-from iron.compiler.fifos import FifoId, Stem
 from iron.compiler.lower import lower
-from iron.compiler.plan import Direction, Dma, FifoRole, Tile, TileKind, Wait
 from iron.compiler.route import HOST, Route, Routes
 from iron.compiler.sequence import Move
 from iron.compiler.shims import (
@@ -23,6 +21,8 @@ from iron.compiler.shims import (
     shim_shortfall,
 )
 from iron.compiler.words import Access
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.plan import Direction, Dma, FifoRole, Tile, TileKind, Wait
 from tests.compiler import designs
 from tests.compiler.passes import routed
 

@@ -13,10 +13,10 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron import Carried
-from iron.compiler.rules import Rule
 from iron.compiler.through_ddr import through_between_groups, through_name, tile_before_state_write
 from iron.ir import MemoryKind, Op
 from iron.kernels import Accumulate, Add, Exp, MatMul, MatVec, Scale, Softmax
+from iron.plan.rules import Rule
 
 F32 = np.float32
 

@@ -16,15 +16,15 @@ import iron
 from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler.compile import compile_program
-from iron.compiler.describe import describe
-from iron.compiler.fifos import FifoId, Stem
-from iron.compiler.mlir import ALLOWED_OPS, print_mlir
-from iron.compiler.plan import Choice, Dma, Loop, TileKind, Wait
-from iron.compiler.rules import PaddedGrid, Rule, Unpadded
 from iron.errors import DoesNotFit
 from iron.kernels import Accumulate, Add, MatMul, MatVec, RMSNorm, Scale, SiLU, Softmax
+from iron.plan.describe import describe
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.mlir import ALLOWED_OPS, print_mlir
+from iron.plan.plan import Choice, Dma, Loop, TileKind, Wait
+from iron.plan.rules import PaddedGrid, Rule, Unpadded
 from tests.compiler.designs import Product, ProductOfProducts, Projection, Sum, operands
-from tests.compiler.test_mlir import op_names
+from tests.plan.test_mlir import op_names
 
 F32 = {"rtol": 1e-4, "atol": 1e-4}
 BF16 = {"rtol": 2e-2, "atol": 2e-2}

@@ -11,11 +11,11 @@ import iron
 from aie_utils import from_name
 from iron import Role, Scratchpad, Within
 from iron.compiler.compile import compile_program
-from iron.compiler.mlir import print_mlir
-from iron.compiler.rules import Rule
 from iron.errors import DeclarationError
 from iron.kernels import LIBRARY, MatMul, MatVec, ReLU, SiLU, Softmax
 from iron.kernels.traits import IndexMap
+from iron.plan.mlir import print_mlir
+from iron.plan.rules import Rule
 
 NPU2 = from_name("npu2")
 

@@ -8,13 +8,13 @@ import pytest
 
 import iron
 from aie_utils import from_name
-from iron.compiler.fifos import Stem
-from iron.compiler.mlir import ALLOWED_OPS, print_mlir
-from iron.compiler.plan import Direction, Dma
-from iron.compiler.rules import Rule
 from iron.compiler.tiling import TILED_BYTES
 from iron.kernels import Add, Argmax, Cast, Copy, MatMul, RMSNorm, Softmax, Sub
-from tests.compiler.test_mlir import op_names
+from iron.plan.fifos import Stem
+from iron.plan.mlir import ALLOWED_OPS, print_mlir
+from iron.plan.plan import Direction, Dma
+from iron.plan.rules import Rule
+from tests.plan.test_mlir import op_names
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
 

@@ -9,10 +9,10 @@ import iron
 from aie_utils import from_name
 from iron import Scratchpad
 from iron.compiler.compile import compile_program
-from iron.compiler.fifos import FifoId, Stem
-from iron.compiler.plan import Const, Dma, HostRole, Output, WordDef, WordKind, WordOp, WordRef
 from iron.errors import PlacementError
 from iron.kernels import Copy, Softmax
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.plan import Const, Dma, HostRole, Output, WordDef, WordKind, WordOp, WordRef
 from tests.compiler import designs
 from tests.quotes import quoted
 
@@ -107,7 +107,7 @@ def test_a_per_call_length_is_a_core_word_read_from_the_in_object():
     plan = lower(Soft(), x=((16,), np.float32))
     assert plan.words == (WordDef(0, "n", WordKind.SCRATCHPAD, bound=(1, 17), what="Softmax length=n"),)
     (step,) = plan.function("g0").steps
-    assert step.args[-1] == iron.compiler.plan.Load(FifoId("g0", Stem.IN), 64)
+    assert step.args[-1] == iron.plan.plan.Load(FifoId("g0", Stem.IN), 64)
     assert [(op.buffer, op.offset, op.nwords) for op in plan.sequence if isinstance(op, Dma)] == [
         ("inputs", 0, 16), ("words", 0, 1), ("outputs", 0, 16)]
 

@@ -11,7 +11,6 @@ import pytest
 
 import iron
 from iron import Scratchpad
-from iron.compiler.rules import Rule
 from iron.errors import KernelTypeError
 from iron.ir import describe
 from iron.kernels import (
@@ -47,6 +46,7 @@ from iron.kernels import (
     Tanh,
     Where,
 )
+from iron.plan.rules import Rule
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 INTEGERS = [np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.int32)]

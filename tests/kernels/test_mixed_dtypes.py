@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import iron
-from iron.compiler.rules import Rule
 from iron.errors import KernelTypeError
 from iron.kernels import Add, MatMul, MatVec, Requantize
+from iron.plan.rules import Rule
 from tests.quotes import quoted
 
 pytestmark = pytest.mark.usefixtures("on_emulator")

@@ -8,8 +8,8 @@ import pytest
 
 import iron
 from iron import Carried, Scratchpad
-from iron.compiler.rules import Rule
 from iron.kernels import Add
+from iron.plan.rules import Rule
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
 

@@ -5,7 +5,6 @@ and run on the emulator against reference(). bench/designs.py compiles them at f
 import numpy as np
 import pytest
 
-from iron.compiler.rules import Rule
 from iron.errors import ArgumentError
 from iron.models.designs import (
     BF16,
@@ -17,6 +16,7 @@ from iron.models.designs import (
     numpy_edges,
     with_halo,
 )
+from iron.plan.rules import Rule
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
 

@@ -9,8 +9,6 @@ import pytest
 
 import aie_utils
 import iron
-from iron.compiler.describe import ddr_traffic
-from iron.compiler.rules import Rule
 from iron.errors import ArgumentError, LoopError, TokenError
 from iron.models import numpy_forward as nf
 from iron.models.smollm2_graph import (
@@ -21,6 +19,8 @@ from iron.models.smollm2_graph import (
     generate,
     generate_in_loop,
 )
+from iron.plan.describe import ddr_traffic
+from iron.plan.rules import Rule
 
 PROMPTS = ("Once upon a time,", "def fibonacci(n):", "Photosynthesis is the process")
 

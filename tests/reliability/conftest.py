@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import iron
-from iron.compiler.build import FLAGS_GET
 from iron.frontend.declarations import State
 from iron.frontend.trace import find_declarations
 from iron.kernels import Copy
+from iron.toolchain.build import FLAGS_GET
 from tests.fake_toolchain import install_fakes, make_hermetic
 
 

@@ -20,10 +20,10 @@ import pytest
 from filelock import FileLock
 
 from iron.__main__ import main, show
-from iron.compiler.build import FLAGS_GET, build
-from iron.compiler.cache import Cache, content_key, entry_damage
 from iron.errors import BuildError, CacheError
 from iron.runtime.emulator.native import COMPILE_FLAGS, LIBRARY_NAME, NativeLibrary, library_entry
+from iron.toolchain.build import FLAGS_GET, build
+from iron.toolchain.cache import Cache, content_key, entry_damage
 from tests.fake_toolchain import NPU2, recorded_argv
 from tests.quotes import quoted
 

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from iron.__main__ import main, size
-from iron.compiler.build import build
-from iron.compiler.cache import Cache, content_key
 from iron.errors import CacheError
 from iron.models.designs import Walk
 from iron.runtime.emulator import native
 from iron.runtime.emulator.native import NativeLibrary
+from iron.toolchain.build import build
+from iron.toolchain.cache import Cache, content_key
 from tests.fake_toolchain import NPU2, recorded_argv
 from tests.quotes import quoted
 from tests.reliability.test_cache import (

@@ -16,18 +16,18 @@ import pytest
 import iron
 from iron import Carried
 from iron.compiler.allocate import state_sink
-from iron.compiler.fifos import EMIT_IN, FEEDBACK, FifoId, Stem
-from iron.compiler.mlir import ALLOWED_OPS
-from iron.compiler.plan import Const, Direction, Dma, HostRole, WordOp, WordRef
-from iron.compiler.sources import HEADER, kernel_sources, source_file
 from iron.errors import DeviceTimeout, IndexOutOfRange, LoopError, PlanError
 from iron.ir import wrap_i32
 from iron.kernels import Add, Copy, Softmax
 from iron.models.designs import numpy_walk
+from iron.plan.fifos import EMIT_IN, FEEDBACK, FifoId, Stem
+from iron.plan.mlir import ALLOWED_OPS
+from iron.plan.plan import Const, Direction, Dma, HostRole, WordOp, WordRef
+from iron.plan.sources import HEADER, kernel_sources, source_file
 from iron.runtime.emulator.core import compile_function
 from iron.runtime.emulator.kernels import numpy_call
 from iron.runtime.emulator.native import NativeLibrary
-from tests.compiler.test_mlir import op_names
+from tests.plan.test_mlir import op_names
 from tests.reliability.conftest import yielded_until
 from tests.runtime import fake_pyxrt
 

@@ -15,8 +15,6 @@ from hypothesis import strategies as st
 
 import iron
 import iron.runtime.emulator.machine as machine
-from iron.compiler.plan import TileKind
-from iron.compiler.rules import Rule
 from iron.kernels import (
     Add,
     Cast,
@@ -32,6 +30,8 @@ from iron.kernels import (
 )
 from iron.kernels.library import Accumulate
 from iron.models.blocks import Q4_1, Q8_0
+from iron.plan.plan import TileKind
+from iron.plan.rules import Rule
 from iron.runtime.emulator import Emulator, batch
 from iron.runtime.emulator.acts import Copy as CopyAct
 from iron.runtime.emulator.acts import Drain, Fill, Invoked

@@ -4,10 +4,10 @@ import pytest
 
 import aie_utils
 import iron
-from iron.compiler.plan import WordKind
 from iron.errors import ArgumentError, ToolchainMissing
 from iron.kernels import MatVec
 from iron.models.designs import MLP, Walk
+from iron.plan.plan import WordKind
 from tests.quotes import quoted
 
 
@@ -62,7 +62,7 @@ def test_build_without_the_toolchain_names_what_is_missing(monkeypatch, tmp_path
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("PEANO_INSTALL_DIR", raising=False)
     monkeypatch.delenv("MLIR_AIE_INSTALL_DIR", raising=False)
-    monkeypatch.setattr("iron.compiler.build.sys.executable", str(tmp_path / "python"), raising=False)
+    monkeypatch.setattr("iron.toolchain.build.sys.executable", str(tmp_path / "python"), raising=False)
     c = Walk(np.arange(4, dtype=np.int32), 5).compile()
     with pytest.raises(ToolchainMissing) as e:
         c.build()

@@ -16,8 +16,17 @@ import pytest
 
 import iron
 from aie_utils import from_name
-from iron.compiler.invariants import check_plan
-from iron.compiler.plan import (
+from iron.errors import (
+    ArgumentError,
+    BackendUnavailable,
+    DeviceHang,
+    IndexOutOfRange,
+    KernelTypeError,
+    PlanError,
+)
+from iron.kernels import LIBRARY, Accumulate, Add, registry
+from iron.plan.invariants import check_plan
+from iron.plan.plan import (
     Acquire,
     Buffer,
     Core,
@@ -47,15 +56,6 @@ from iron.compiler.plan import (
     WordOp,
     WordRef,
 )
-from iron.errors import (
-    ArgumentError,
-    BackendUnavailable,
-    DeviceHang,
-    IndexOutOfRange,
-    KernelTypeError,
-    PlanError,
-)
-from iron.kernels import LIBRARY, Accumulate, Add, registry
 from iron.runtime.emulator import Emulator, tile
 from iron.runtime.emulator.acts import Copy, Drain, Fill, Invoked
 from iron.runtime.emulator.core import UNROLLED, Step

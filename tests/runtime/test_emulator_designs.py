@@ -18,7 +18,7 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler.compile import compile_program
-from iron.compiler.plan import HostRole, PlacementKind
+from iron.plan.plan import HostRole, PlacementKind
 from iron.runtime.emulator import Emulator
 from iron.runtime.emulator.batch import Batch
 from iron.runtime.words import WordProgram

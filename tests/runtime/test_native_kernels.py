@@ -24,12 +24,12 @@ from gguf.quants import dequantize
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iron.compiler.cache import cache_dir
 from iron.errors import BuildError, KernelTypeError, ToolchainMissing
 from iron.kernels import LIBRARY
 from iron.kernels.base import CC_DIR, library_sources
 from iron.models.numpy_forward import rope as oracle_rope
 from iron.runtime.emulator.native import NativeLibrary
+from iron.toolchain.cache import cache_dir
 from tests.quotes import quoted
 
 DTYPES = {

@@ -7,12 +7,12 @@ import pytest
 
 import iron
 from iron import Carried
-from iron.compiler.fifos import FifoId, Stem
-from iron.compiler.mlir import ALLOWED_OPS
-from iron.compiler.plan import Dma, Loop
-from iron.compiler.rules import Rule
 from iron.kernels import Add, Argmax, Copy, MatVec, Mul, RMSNorm, Softmax
-from tests.compiler.test_mlir import op_names
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.mlir import ALLOWED_OPS
+from iron.plan.plan import Dma, Loop
+from iron.plan.rules import Rule
+from tests.plan.test_mlir import op_names
 
 F32 = np.float32
 N, V = 64, 16

@@ -10,9 +10,9 @@ import pytest
 
 import iron
 from iron import Carried, Scratchpad
-from iron.compiler.fifos import FifoId, Stem
-from iron.compiler.rules import Rule
 from iron.kernels import Argmax, MatMul, RMSNorm, Softmax
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.rules import Rule
 from tests.quotes import quoted
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -205,7 +205,7 @@ def test_a_segmented_design_is_timed_with_a_reconfiguration_before_each_segment(
     loads = [e for e in spans if e["name"].startswith("load ")]
     assert all(e["dur"] == pytest.approx(100.0) for e in loads)   # 100 us per npu2 reconfiguration
     # the picture has one panel per segment
-    from tests.compiler.test_picture import parsed
+    from tests.plan.test_picture import parsed
 
     root = parsed(compiled.svg())
     assert root.get("data-segments") == "2"

@@ -12,9 +12,9 @@ import pytest
 import aie_utils
 import iron
 from iron import Carried, Scratchpad
-from iron.compiler.rules import Rule
 from iron.errors import IndexOutOfRange, KernelTypeError, TracedValueError
 from iron.kernels import Add, Copy, MatMul, MatVec, ReLU, Softmax
+from iron.plan.rules import Rule
 
 DEVICES = ["npu2", "npu1"]
 W = (np.arange(64, dtype=np.float32).reshape(16, 4) - 30) / 8
@@ -73,7 +73,7 @@ def test_a_contiguous_view_is_free_and_a_strided_one_is_copied_run_by_run(on_emu
     copies = [s for f in plan.functions for s in f.steps if s.symbol == "copy_f32"]
     buffer = next(iter(held))
     assert [(s.args[0].offset, s.args[1], s.args[2].value) for s in copies if s.args[1].source == buffer] == [
-        (4 * (4 * r + 1), iron.compiler.plan.Ptr(buffer, 8 * r), 2) for r in range(4)]
+        (4 * (4 * r + 1), iron.plan.plan.Ptr(buffer, 8 * r), 2) for r in range(4)]
     assert [text for rule, text in plan.rules if rule == Rule.GATHER_STRIDED_VIEW] == [
         f"{buffer.split('_buf')[0]} copies MatVec(w, x).reshape(4, 4)[:, 1:3] into {buffer} in 4 runs"]
 

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from iron.compiler.plan import Const, WordDef, WordKind, WordOp, WordRef
 from iron.errors import ArgumentError, BackendUnavailable, IndexOutOfRange
+from iron.plan.plan import Const, WordDef, WordKind, WordOp, WordRef
 from iron.runtime import backend
 from iron.runtime.words import WordProgram
 from tests.quotes import quoted

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import iron
-from iron.compiler.plan import Fill
 from iron.kernels import Exp, MatMul
 from iron.models.designs import Walk, numpy_walk
+from iron.plan.plan import Fill
 
 
 def test_host_driven_calls_through_xrt_give_the_reference_walk(xrt):

@@ -1,4 +1,4 @@
-"""iron's NPU emulator: runs a compiled Plan (iron.compiler.plan) on an emulated array of tiles,
+"""iron's NPU emulator: runs a compiled Plan (iron.plan.plan) on an emulated array of tiles,
 locks, buffer descriptors, DMA channels and cores, as the hardware would; `load(plan)` (an Emulator, or
 Configurations for a segmented Plan) is all the host side uses. It never reads a traced Program
 or calls a graph's reference.

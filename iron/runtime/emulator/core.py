@@ -11,9 +11,9 @@ from functools import partial
 
 import numpy as np
 
-from iron.compiler.plan import Acquire, Imm, Invoke, KernelStep, Loop, Ptr, Release, WordOp
 from iron.errors import ArgumentError, PlanError
 from iron.ir import wrap_i32
+from iron.plan.plan import Acquire, Imm, Invoke, KernelStep, Loop, Ptr, Release, WordOp
 from iron.runtime.emulator.acts import Invoked, in_order
 from iron.runtime.emulator.objectfifo import CorePort
 

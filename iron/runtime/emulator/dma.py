@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from iron.compiler.plan import Direction
+from iron.plan.plan import Direction
 from iron.runtime.emulator.acts import Copy
 from iron.runtime.emulator.lock import Lock
 from iron.runtime.emulator.scheduler import Board, Signal

@@ -12,9 +12,9 @@ from functools import partial
 import numpy as np
 
 from iron import dtypes
-from iron.compiler.plan import KernelStep
 from iron.errors import BackendUnavailable
 from iron.kernels.registry import is_library
+from iron.plan.plan import KernelStep
 
 MODES = ("numpy", "native")
 

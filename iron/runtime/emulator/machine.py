@@ -13,8 +13,8 @@ from functools import partial
 
 import numpy as np
 
-from iron.compiler.plan import HostRole, TileKind
 from iron.errors import ArgumentError, DeviceHang, IndexOutOfRange, PlanError
+from iron.plan.plan import HostRole, TileKind
 from iron.runtime.emulator.batch import batched
 from iron.runtime.emulator.core import CoreProgram, compile_function
 from iron.runtime.emulator.kernels import kernel_calls, kernel_mode

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from iron.compiler.cache import Cache, content_key
 from iron.errors import BuildError, KernelTypeError, ToolchainMissing
 from iron.kernels.base import library_sources  # noqa: F401 - re-exported for the emulator
+from iron.toolchain.cache import Cache, content_key
 
 COMPILE_FLAGS = ("-std=c++20", "-O2", "-Wall", "-Werror", "-shared", "-fPIC")
 LIBRARY_NAME = "kernels.so"

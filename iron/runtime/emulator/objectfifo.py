@@ -6,8 +6,8 @@ end both cores use, and a link keeps one set of buffers its channels write and r
 """
 from __future__ import annotations
 
-from iron.compiler.allocate import fifo_homes
-from iron.compiler.plan import Direction, Port, TileKind
+from iron.plan.memory import fifo_homes
+from iron.plan.plan import Direction, Port, TileKind
 from iron.runtime.emulator.dma import BufferDescriptor, Channel, Span, Stream, ring
 from iron.runtime.emulator.scheduler import Board
 

@@ -12,9 +12,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from iron.compiler.invariants import word_ranges
-from iron.compiler.plan import Direction, Dma, TileKind
 from iron.errors import PlanError
+from iron.plan.invariants import word_ranges
+from iron.plan.plan import Direction, Dma, TileKind
 from iron.runtime.emulator.acts import WINDOWS_KEPT, Drain, Fill
 from iron.runtime.emulator.dma import Span, Stream
 from iron.runtime.emulator.scheduler import Board, Signal

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from iron.compiler.plan import Direction, TileKind
 from iron.errors import PlanError
+from iron.plan.plan import Direction, TileKind
 from iron.runtime.emulator.lock import Lock
 from iron.runtime.emulator.scheduler import Board
 

@@ -1,4 +1,4 @@
-"""The placement picture (iron/compiler/picture.py, CompiledGraph.svg): the SVG parsed with an XML
+"""The placement picture (iron/plan/picture.py, CompiledGraph.svg): the SVG parsed with an XML
 parser and read back through its data-* attributes for Walk on npu2 (its tiles, groups, kernels,
 memory bars, arrows, the Emit tile) and a split MLP on npu1 (mem-tile arrows); one panel per
 segment; written to a path; and rendered by headless Chromium when it is installed."""
@@ -10,7 +10,7 @@ import pytest
 
 from aie_utils import from_name
 from iron.compiler.compile import compile_program
-from iron.compiler.picture import picture
+from iron.plan.picture import picture
 from tests.compiler import designs
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -1,4 +1,4 @@
-"""check_plan (iron/compiler/invariants.py): every test design's Plan keeps the device rules on
+"""check_plan (iron/plan/invariants.py): every test design's Plan keeps the device rules on
 npu1 and npu2, and broken Plans are refused with exact texts."""
 
 import dataclasses
@@ -8,11 +8,13 @@ import pytest
 
 import iron
 from aie_utils import from_name
-from iron.compiler.allocate import tile_memory
 from iron.compiler.compile import compile_program
-from iron.compiler.fifos import FifoId, Stem
-from iron.compiler.invariants import check_plan, tile_locks
-from iron.compiler.plan import (
+from iron.errors import DoesNotFit, PlanError
+from iron.kernels import Copy, Scale
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.invariants import check_plan, tile_locks
+from iron.plan.memory import tile_memory
+from iron.plan.plan import (
     Buffer,
     Dma,
     Fifo,
@@ -28,8 +30,6 @@ from iron.compiler.plan import (
     WordOp,
     WordRef,
 )
-from iron.errors import DoesNotFit, PlanError
-from iron.kernels import Copy, Scale
 from tests.compiler import designs
 
 DESIGNS = {

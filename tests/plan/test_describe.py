@@ -1,11 +1,11 @@
-"""describe(plan) (iron/compiler/describe.py): Walk's summary on npu2, pinned (its DDR traffic:
+"""describe(plan) (iron/plan/describe.py): Walk's summary on npu2, pinned (its DDR traffic:
 successor[node] and this call's 5 words read, the 2 outputs and the next 7 words written), and
 the rules of a split MLP in its summary."""
 
 from aie_utils import from_name
 from iron.compiler.compile import compile_program
-from iron.compiler.describe import describe, word_text
-from iron.compiler.plan import Const, WordDef, WordKind, WordOp, WordRef
+from iron.plan.describe import describe, word_text
+from iron.plan.plan import Const, WordDef, WordKind, WordOp, WordRef
 from tests.compiler import designs
 
 WALK_NPU2 = """\

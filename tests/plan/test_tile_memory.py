@@ -13,13 +13,13 @@ import pytest
 
 import iron
 from aie_utils import from_name
-from iron.compiler.allocate import fifo_homes, tile_memory
 from iron.compiler.compile import compile_program
-from iron.compiler.fifos import FifoId, Stem
-from iron.compiler.invariants import check_plan
-from iron.compiler.plan import Acquire, Tile, TileKind
 from iron.errors import DoesNotFit
 from iron.kernels import Add, Softmax
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.invariants import check_plan
+from iron.plan.memory import fifo_homes, tile_memory
+from iron.plan.plan import Acquire, Tile, TileKind
 from tests.compiler import designs
 from tests.quotes import quoted
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from iron.compiler.plan import (
+from iron.errors import PlanError
+from iron.plan.plan import (
     Acquire,
     Imm,
     Invoke,
@@ -22,7 +23,6 @@ from iron.compiler.plan import (
     TileKind,
     WordOp,
 )
-from iron.errors import PlanError
 
 FIX = "Rebuild the Plan with iron's compiler, or correct it by hand."
 

@@ -1,4 +1,4 @@
-"""Tests of iron.compiler.mlir.print_mlir: exact text for what the goldens do not show (a streamed
+"""Tests of iron.plan.mlir.print_mlir: exact text for what the goldens do not show (a streamed
 block loop with a buffer, split and join links, patched DMAs with tokens), the refusals, only allowed ops in
 every test design, determinism, and the goldens of add-one, Walk and an Accumulate at a
 Scratchpad position on npu2 and Walk on npu1: MLIR plus glue sources, regenerated from
@@ -19,8 +19,10 @@ import pytest
 import aie_utils
 from iron import dtypes
 from iron.compiler.compile import compile_program
-from iron.compiler.mlir import ALLOWED_OPS, print_mlir
-from iron.compiler.plan import (
+from iron.errors import PlanError
+from iron.kernels import Accumulate, Add, Copy, MatVec
+from iron.plan.mlir import ALLOWED_OPS, print_mlir
+from iron.plan.plan import (
     Acquire,
     Buffer,
     Const,
@@ -53,9 +55,7 @@ from iron.compiler.plan import (
     WordOp,
     WordRef,
 )
-from iron.compiler.sources import kernel_sources
-from iron.errors import PlanError
-from iron.kernels import Accumulate, Add, Copy, MatVec
+from iron.plan.sources import kernel_sources
 from tests.compiler import designs
 from tests.quotes import quoted
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from iron.compiler.cache import Cache, content_key
 from iron.errors import BuildError, ToolchainMissing
+from iron.toolchain.cache import Cache, content_key
 
 FLAGS_AIE_GENERATE = "2026-03"
 FLAGS_GET = "2026-08"

@@ -10,7 +10,9 @@ import re
 import numpy as np
 
 from iron import dtypes
-from iron.compiler.plan import (
+from iron.errors import PlanError
+from iron.names import object_file
+from iron.plan.plan import (
     Acquire,
     Buffer,
     Core,
@@ -25,8 +27,6 @@ from iron.compiler.plan import (
     Release,
     Wait,
 )
-from iron.errors import PlanError
-from iron.names import object_file
 
 ALLOWED_OPS = frozenset({
     "aie.device", "aie.tile", "aie.objectfifo", "aie.objectfifo.link", "aie.objectfifo.acquire",

@@ -1,4 +1,4 @@
-"""Tests of iron.compiler.sources.kernel_sources: which files a Plan gets, the exact glue text,
+"""Tests of iron.plan.sources.kernel_sources: which files a Plan gets, the exact glue text,
 every glue file of several Plans compiling with host g++ -std=c++20 -Wall -Werror, a glue file
 run through ctypes (int32 word arithmetic with wrap-around and floor division, pointer offsets,
 block strides, Load and f32 operands), user kernels, and the refusals."""
@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from test_mlir import HAND_BUILT, design_plans, streamed_plan
 
-from iron.compiler.plan import CType, Function, Imm, KernelStep, Load, Ptr, ScalarStep, WordOp
-from iron.compiler.sources import kernel_sources
 from iron.dtypes import bfloat16
 from iron.errors import PlanError
 from iron.ir import wrap_i32
 from iron.kernels import LIBRARY, Argmax, Copy, RMSNorm, Scale, Softmax
 from iron.kernels.base import Kernel, library_sources
+from iron.plan.plan import CType, Function, Imm, KernelStep, Load, Ptr, ScalarStep, WordOp
+from iron.plan.sources import kernel_sources
 from tests.quotes import quoted
 
 FLAGS = ["-std=c++20", "-Wall", "-Werror"]

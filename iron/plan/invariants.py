@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from itertools import accumulate
 
-from iron.compiler.allocate import check_tile_memory, fifo_homes, link_holder, shares_memory
-from iron.compiler.core_checks import check_cores, check_functions, check_unique, fail
-from iron.compiler.fifos import FEEDBACK
-from iron.compiler.plan import (
+from iron.plan.core_checks import check_cores, check_functions, check_unique, fail
+from iron.plan.fifos import FEEDBACK
+from iron.plan.memory import check_tile_memory, fifo_homes, link_holder, shares_memory
+from iron.plan.plan import (
     FLAG_WORDS,
     Acquire,
     Const,

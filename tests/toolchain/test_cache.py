@@ -1,4 +1,4 @@
-"""Tests of iron.compiler.cache: where the cache lives, keys, sealed build-at-most-once entries.
+"""Tests of iron.toolchain.cache: where the cache lives, keys, sealed build-at-most-once entries.
 What it refuses to serve, its errors, eviction and `python -m iron cache` are in tests/reliability."""
 
 import hashlib
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from iron.compiler.cache import Cache, cache_dir, content_key
+from iron.toolchain.cache import Cache, cache_dir, content_key
 
 
 def test_cache_dir_prefers_iron_cache_dir(monkeypatch, tmp_path):

@@ -8,8 +8,8 @@ import pytest
 
 from aie_utils import from_name
 from iron.compiler.compile import compile_program
-from iron.compiler.describe import describe
-from iron.compiler.rules import Rule
+from iron.plan.describe import describe
+from iron.plan.rules import Rule
 from tests.compiler import designs
 
 ARCHITECTURE = Path(__file__).parents[2] / "docs" / "architecture.md"

@@ -1,11 +1,11 @@
-"""FIFO identities (iron/compiler/fifos.py): each FIFO's MLIR name is printed from its FifoId,
+"""FIFO identities (iron/plan/fifos.py): each FIFO's MLIR name is printed from its FifoId,
 one name per identity, and a compiled design's FIFOs carry exactly those names."""
 import itertools
 
 from aie_utils import from_name
 from iron.compiler.compile import compile_program
-from iron.compiler.fifos import EMIT, EMIT_IN, FEEDBACK, FifoId, FifoRole, Stem, fifo_id
-from iron.compiler.plan import Acquire, Invoke, KernelStep, Load, Loop, Ptr, Release
+from iron.plan.fifos import EMIT, EMIT_IN, FEEDBACK, FifoId, FifoRole, Stem, fifo_id
+from iron.plan.plan import Acquire, Invoke, KernelStep, Load, Loop, Ptr, Release
 from tests.compiler import designs
 
 

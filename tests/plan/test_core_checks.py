@@ -1,4 +1,4 @@
-"""The device rules of what runs on cores (iron/compiler/core_checks.py), run by `check_plan`: each
+"""The device rules of what runs on cores (iron/plan/core_checks.py), run by `check_plan`: each
 Plan the compiler makes keeps them, and each way of breaking one is a PlanError naming the plan,
 its device and what breaks it (the function, the tile, the FIFO or object), never a half-checked
 Plan. The Plans broken here are add-one's (one core on tile_0_2 invoking `g0` on g0_in and
@@ -9,9 +9,10 @@ import pytest
 
 from aie_utils import from_name
 from iron.compiler.compile import compile_program
-from iron.compiler.core_checks import check_cores, check_functions
-from iron.compiler.fifos import FifoId, Stem
-from iron.compiler.plan import (
+from iron.errors import PlanError
+from iron.plan.core_checks import check_cores, check_functions
+from iron.plan.fifos import FifoId, Stem
+from iron.plan.plan import (
     Acquire,
     Imm,
     Invoke,
@@ -24,7 +25,6 @@ from iron.compiler.plan import (
     Tile,
     TileKind,
 )
-from iron.errors import PlanError
 from tests.compiler import designs
 
 NPU2 = from_name("npu2")

@@ -1,4 +1,4 @@
-"""Tests of iron.compiler.build: exact tool command lines, tool discovery, and builds driven
+"""Tests of iron.toolchain.build: exact tool command lines, tool discovery, and builds driven
 through fake `aiecc` / `aiecc.py` / `clang++` executables that record their argv (including
 `--help`) and write non-empty outputs. The cache's own rules are tested in tests/reliability."""
 
@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from iron.compiler.build import (
+from iron.errors import BuildError, ToolchainMissing
+from iron.toolchain.build import (
     FLAGS_AIE_GENERATE,
     FLAGS_GET,
     Artifacts,
@@ -16,8 +17,7 @@ from iron.compiler.build import (
     find_toolchain,
     peano_command,
 )
-from iron.compiler.cache import Cache
-from iron.errors import BuildError, ToolchainMissing
+from iron.toolchain.cache import Cache
 from tests.fake_toolchain import (
     FAKE_AIECC,
     HELP_TEXT,

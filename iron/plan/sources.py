@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 from iron import dtypes
-from iron.compiler.plan import CType, Function, Imm, KernelStep, Load, Plan, Ptr, ScalarStep, WordOp
 from iron.errors import PlanError
 from iron.kernels.base import library_sources
 from iron.names import C_IDENTIFIER, source_file
+from iron.plan.plan import CType, Function, Imm, KernelStep, Load, Plan, Ptr, ScalarStep, WordOp
 
 HEADER = "iron_kernel.h"
 C_TYPES = {

@@ -11,9 +11,9 @@ from typing import Any, Union
 
 import numpy as np
 
-from iron.compiler.fifos import FifoId, FifoRole
-from iron.compiler.rules import Decision, Fill, Rule
 from iron.ir import SCALAR_BINARY, Term
+from iron.plan.fifos import FifoId, FifoRole
+from iron.plan.rules import Decision, Fill, Rule
 
 
 class TileKind(Term):
@@ -462,7 +462,7 @@ class Plan:
 
     def __post_init__(self):
         stray = [rule for rule, _ in self.rules if not isinstance(rule, Rule)]
-        if stray:   # a rule named by a string: every rule is a member of iron.compiler.rules.Rule
+        if stray:   # a rule named by a string: every rule is a member of iron.plan.rules.Rule
             raise TypeError(f"plan.rules names {stray!r}: name each rule by its Rule member")
 
     @property

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from iron.compiler.allocate import budget, tile_memory
-from iron.compiler.fifos import FEEDBACK
-from iron.compiler.plan import (
+from iron.ir import SCALAR_SYMBOL
+from iron.plan.fifos import FEEDBACK
+from iron.plan.memory import budget, tile_memory
+from iron.plan.plan import (
     Choice,
     Const,
     Direction,
@@ -20,7 +21,6 @@ from iron.compiler.plan import (
     WordOp,
     WordRef,
 )
-from iron.ir import SCALAR_SYMBOL
 
 
 def describe(plan: Plan) -> str:

@@ -1,7 +1,7 @@
 """`picture(plans)`: an SVG of where a design landed on the device, one panel per segment (a
 Plan is one configuration of the array). Each panel draws every tile of the device by column and
 row (shim row at the bottom, as AMD draws the array); a used tile names its group and kernels and
-carries a bar of its memory use against its budget (allocate.tile_memory); each FIFO is an arrow
+carries a bar of its memory use against its budget (memory.tile_memory); each FIFO is an arrow
 from its producer to each consumer, solid for a DMA FIFO and dashed for a shared-memory one; the
 Emit tile is outlined and badged. Plain string building, so a browser or any XML parser reads it.
 Every drawn element carries data-* attributes (tile, group, fifo, kind) so tests can read the
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from html import escape
 
-from iron.compiler.allocate import budget, tile_memory
-from iron.compiler.plan import Plan, Tile, TileKind
+from iron.plan.memory import budget, tile_memory
+from iron.plan.plan import Plan, Tile, TileKind
 
 TILE_W, TILE_H = 168, 96      # a tile's box
 GAP_X, GAP_Y = 56, 48         # between boxes (arrows run through the gaps)
