@@ -389,26 +389,37 @@ def pad_stream(group: Group, readers: dict, group_of: dict, device) -> dict[Node
     """Elementwise calls streaming over one-dimensional paddable tensors, their result read as the user's region:
     their length padded (`streamed_count`), an input other streamed groups read padded once for all
     (`pad_shared_stream`)."""
-    family = stream_family(group, readers, group_of)
-    every = tuple(c for g in family for c in g.calls)
-    padded = [stream_padding(g, readers, device, every) for g in family]
-    if not all(padded) or len({p[result_of(g.calls[-1])] for p, g in zip(padded, family)}) != 1:
+    if not streams(group.calls):   # no family of a group that does not stream pads (its own padding is none)
         return {}
+    family = stream_family(group, readers, group_of)
+    also = frozenset(c for g in family for c in g.calls)
+    padded = []
+    for g in family:
+        padded.append(stream_padding(g, readers, device, also))
+        if not padded[-1] or padded[-1][result_of(g.calls[-1])] != padded[0][result_of(group.calls[-1])]:
+            return {}
     return {n: shape for p in padded for n, shape in p.items()}
 
 
+def streams(calls) -> bool:
+    return streamable(calls) and held_bytes(list(calls)) > SIZE_LIMIT
+
+
 def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
-    """`pad_shared_stream`: `group` and the groups reading its inputs, in turn: one padded length, or none."""
-    family, seen, todo = [], set(), [group]
+    """`pad_shared_stream`: `group`, then the groups reading its inputs, in turn, in program order: one padded
+    length, or none. Each tensor's readers are looked at once (a picture read by a thousand row blocks)."""
+    order = {g.name: g for g in group_of.values()}   # by name: hashing whole groups made many row blocks slow
+    found, seen, todo = {group.name}, set(), [group]
     while todo:
-        g = todo.pop()
-        if g.name in seen:   # by name: comparing whole groups made many row blocks cubic
-            continue
-        family.append(g)
-        seen.add(g.name)
-        todo += [group_of[u] for n in external_inputs(g.calls) for u in readers.get(n, [])
-                 if isinstance(u, Node) and group_of[u].name not in seen]
-    return family
+        for n in external_inputs(todo.pop().calls):
+            if n in seen:
+                continue
+            seen.add(n)
+            for g in (group_of[u] for u in readers.get(n, []) if isinstance(u, Node)):
+                if g.name not in found:
+                    found.add(g.name)
+                    todo.append(g)
+    return [group, *(g for name, g in order.items() if name in found and name != group.name)]
 
 
 def family_unpadded(program: Program, groups: tuple[Group, ...], group: Group) -> str:
@@ -429,10 +440,10 @@ def family_unpadded(program: Program, groups: tuple[Group, ...], group: Group) -
     return ""
 
 
-def stream_padding(group: Group, readers: dict, device, also: tuple[Node, ...] = ()) -> dict[Node, tuple[int, ...]]:
+def stream_padding(group: Group, readers: dict, device, also=frozenset()) -> dict[Node, tuple[int, ...]]:
     """`pad_stream` of one group, `also` (its family's calls) reading its inputs padded too."""
     calls = group.calls
-    if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or stream_unpadded(calls, readers, also):
+    if not streams(calls) or stream_unpadded(calls, readers, also):
         return {}
     length = streamed_count(calls, device, calls[-1].size, FLOW_QUANTUM)
     return {n: (length,) for n in (*external_inputs(calls), result_of(calls[-1]))} if length else {}

@@ -34,7 +34,7 @@ from iron.compiler.matrices import (
 )
 from iron.compiler.padding import matrix_unpadded, readers_of, stream_unpadded
 from iron.compiler.readers import Reader
-from iron.compiler.sides import best_sides, sides_as_lying
+from iron.compiler.sides import best_sides, sides_as_lying, whole_device_grid
 from iron.compiler.streaming import (
     Flow,
     choose_flow,
@@ -105,6 +105,29 @@ class Layout:
         return next(s for s in self.sites if s.group.name == group)
 
 
+@dataclass(frozen=True)
+class Room:
+    """What a group may spread over as a grid or a stream (whole columns of `free`): the tiles and
+    shim MM2S channels the other groups leave (`spare`, `shim_in`), the rows of cores at most, the
+    mem tiles' channels; and the design: who reads each result outside its group (`outside_users`),
+    the padded tensors' shapes (`lies_of`), the readers (`readers_of`)."""
+
+    program: Program
+    device: object
+    free: list[Tile]
+    spare: int
+    shim_in: int
+    rows: int
+    channels: MemChannels
+    outside: dict
+    padded: dict
+    readers: dict
+
+    @property
+    def columns(self) -> list[int]:
+        return free_columns(self.free, self.device)
+
+
 def snake_order(device) -> list[Tile]:
     """Every compute tile, column by column, rows up in even columns and down in odd ones."""
     tiles = []
@@ -131,54 +154,43 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     owning = [g for g in groups if g.name not in shared]   # the groups taking tiles of their own
     needed = len(owning) + with_emit
     if needed > len(free):
-        _too_many_tiles(program, device, needed, len(free))
+        raise PlacementError(f"{program.name} needs {needed} compute tiles but {device.name} has {len(free)}: compile "
+                             "for a device with more columns, or make the graph's work fit fewer fused groups.")
     check_rows_fit(program, groups, device)
     channels = MemChannels(device)
     sites, rules = [], []
     for number, group in enumerate(groups):
-        if group.name in shared:
-            site = on_shared_tile(group, next(s for s in sites if s.group.name == shared[group.name]), channels, device)
+        if group.name in shared:   # `share_core_in_iteration`: on the tile of an earlier group, alone on it
+            tiles = next(s for s in sites if s.group.name == shared[group.name]).tiles[-1:]
+            site = Site(group, tiles, stream_large_matrix(group, tiles, Split(), channels, device))
             sites.append(site)
             rules.append((Rule.SHARE_CORE_IN_ITERATION, f"{group.name} on {site.tiles[0].name} after "
                                                         f"{shared[group.name]}, its core running them in turn"))
             rules += stream_rules(group, site.stream)
             continue
-        spare = len(free) - (len(owning) - owning.index(group) - 1) - with_emit
-        # one per other group, and the Emit's words
-        shim_in = device.n_cols * device.shim.dma_out_channels - (len(groups) - 1) - with_emit
-        rows = most_rows or len(device.compute_rows)
         later = [g.name for g in groups[number + 1:] if g.name not in shared and spreads(g, device)]
-        spreading = left_for_spreading(free, len(later), device)
-        columns = columns_rule(group, later, free, device)
-        grid = tile_matmul_over_array(program, group, outside, spreading, (spare, shim_in, rows), channels,
-                                      device, (padded, readers))
-        if grid is not None:
-            free = [t for t in free if t not in grid.tiles]
-            sites.append(Site(group, grid.tiles, grid=grid))
-            rules.append((Rule.TILE_MATMUL_OVER_ARRAY, f"{group.name}: {grid.text()}"))
-            rules += columns
-            if grid.expand is not None:
-                rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m, grid.k))
-            continue
-        on_device = read_on_device(group, outside)
-        if on_device:
+        room = Room(program, device, left_for_spreading(free, len(later), device),
+                    len(free) - (len(owning) - owning.index(group) - 1) - with_emit,   # a tile per other group, the Emit's
+                    device.n_cols * device.shim.dma_out_channels - (len(groups) - 1) - with_emit,
+                    most_rows or len(device.compute_rows), channels, outside, padded, readers)
+        if on_device := read_on_device(group, outside):
             rules.append((Rule.TILE_MATMUL_OVER_ARRAY, f"{group.name}: {on_device}"))
-        rule, flow = next(((rule, flow) for rule, streams in STREAMS
-                           if (flow := streams(group, outside, spreading, (spare, shim_in, rows), channels, device,
-                                                   padded))
-                           is not None), (None, None))
-        if flow is not None:
-            free = [t for t in free if t not in flow.tiles]
-            sites.append(Site(group, flow.tiles, flow=flow))
-            rules.append((rule, f"{group.name}: {flow.text()}"))
-            rules += columns
+        rule, spread = next(((rule, s) for rule, spreading in SPREADS if (s := spreading(group, room)) is not None),
+                            (None, None))
+        if spread is not None:
+            grid = spread if isinstance(spread, Grid) else None
+            sites.append(Site(group, spread.tiles, grid=grid, flow=None if grid else spread))
+            rules += [(rule, f"{group.name}: {spread.text()}"), *columns_rule(group, later, free, device)]
+            if grid is not None and grid.expand is not None:
+                rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m, grid.k))
+            free = [t for t in free if t not in spread.tiles]
             continue
         check_whole_words(program, group.calls, device, readers)
         if why := not_streamed(program, group, outside, device):
             rules.append((Rule.STREAM_ELEMENTWISE, f"{group.name}: not streamed: {why}"))
         crowded = unsplit_beside_producer(groups, number, outside, sites, device)
         left = channels_left(groups, number, sites, device, with_emit)
-        split = Split() if crowded else split_parts(group, outside, spare, left, channels, free[0])
+        split = Split() if crowded else split_parts(group, outside, room.spare, left, channels, free[0])
         parts, why = split.parts, split.fewer
         tiles, free = tuple(free[:parts]), free[parts:]
         stream = share_streamed_matrix(groups, group, parts, sites) or stream_large_matrix(
@@ -194,13 +206,6 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     if emit is not None:
         rules.append((Rule.SNAKE_ORDER, f"emit on {emit.name}"))
     return Layout(tuple(sites), emit, tuple(rules), outside)
-
-
-def on_shared_tile(group: Group, host: Site, channels, device) -> Site:
-    """The Site of a group of a looped iteration run by the core of an earlier group's tile
-    (`share_core_in_iteration`): that one tile, its matrix streamed as alone on it."""
-    tiles = host.tiles[-1:]
-    return Site(group, tiles, stream_large_matrix(group, tiles, Split(), channels, device))
 
 
 def left_for_spreading(free: list[Tile], reserved: int, device) -> list[Tile]:
@@ -248,13 +253,6 @@ def outside_users(program: Program, groups: tuple[Group, ...], with_emit: bool) 
     return {k: tuple(v) for k, v in users.items()}
 
 
-def _too_many_tiles(program: Program, device, needed: int, have: int):
-    raise PlacementError(
-        f"{program.name} needs {needed} compute tiles but {device.name} has {have}: compile for a "
-        "device with more columns, or make the graph's work fit fewer fused groups."
-    )
-
-
 # ---- the tiling rules ------------------------------------------------------------------------------
 
 def check_rows_fit(program: Program, groups: tuple[Group, ...], device):
@@ -265,12 +263,7 @@ def check_rows_fit(program: Program, groups: tuple[Group, ...], device):
     when the whole batch does."""
     room = core_room(device)
     stack = f"{room} ({device.compute.data_memory_bytes} less the core's {device.compute.default_stack_bytes}-byte stack)"
-    for group in groups:
-        _check_rows_fit(program, group, room, stack)
-
-
-def _check_rows_fit(program: Program, group: Group, room: int, stack: str):
-    for call in (c for c in group.calls if role(c) is Role.ROW_REDUCTION):
+    for group, call in ((g, c) for g in groups for c in g.calls if role(c) is Role.ROW_REDUCTION):
         x = call.src[0]
         rows, width = (1, *x.shape) if len(x.shape) == 1 else x.shape
         words = 4 * len(dynamic_attrs(call))   # its per-call attributes travel with its rows
@@ -303,48 +296,35 @@ def free_columns(free: list[Tile], device) -> list[int]:
             if all(Tile(col, row, TileKind.COMPUTE) in free for row in device.compute_rows)]
 
 
-def stream_elementwise(group: Group, outside, free: list[Tile], limits: tuple[int, int, int], channels,
-                       device, padded: dict) -> Flow | None:
+def stream_elementwise(group: Group, room: Room) -> Flow | None:
     """A group of elementwise calls larger than SIZE_LIMIT whose last result only the host reads
     (and no other result anyone outside) is streamed in blocks over whole free columns of cores
     (iron/compiler/tiling.py chooses how), taking on each column's mem tile a channel in per
     input and per core and out per input and core, plus the joined result's."""
-    calls = group.calls
+    calls, outside = group.calls, room.outside
     if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT:
         return None
     returned = tuple(c for c in calls[:-1] if outside.get(c))
-    if any(outside[c] != (Reader.HOST,) for c in returned) or len(returned) >= device.shim.dma_in_channels:
+    if any(outside[c] != (Reader.HOST,) for c in returned) or len(returned) >= room.device.shim.dma_in_channels:
         return None   # `stream_every_result`: each result the host alone reads, a shim S2MM channel each
     if outside.get(calls[-1], ()) != _users(calls[-1]):
         return None
-    dest = destination(calls[-1])
-    if any(n.op == Op.VIEW and storage(n) in padded and streamed_rows(n, padded) is None
-           for n in (*external_inputs(calls), *filter(None, [dest]))):
-        return None   # a view of a padded tensor streams by its rows as it lies padded (`stream_view_rows`) or not at all
-    spare, shim_in, rows = limits   # tiles and shim MM2S channels the other groups leave, rows of cores at most
-    flow = _choose_flow(calls, free, (spare, rows), device, shim_in, padded, returned=returned)
-    if flow is None:
+    if unstreamed_view((*external_inputs(calls), *filter(None, [destination(calls[-1])])), room.padded):
         return None
-    rows, inputs, results = len(flow.rows), len(flow.inputs), len(flow.results)
-    return replace(flow, mems=tuple(channels.take(col, inputs + rows * results, inputs * rows + results)
-                                    for col in flow.cols))
+    flow = _choose_flow(calls, room, returned=returned)
+    return flow and replace(flow, mems=taken(flow, room.channels, len(flow.inputs), len(flow.results)))
 
 
-def stream_joined(group: Group, outside, free: list[Tile], limits: tuple[int, int, int], channels,
-                  device, padded: dict) -> Flow | None:
+def stream_joined(group: Group, room: Room) -> Flow | None:
     """A lone Concat larger than SIZE_LIMIT joining host tensors end to end (`joined_pieces`) whose
     result only the host reads is copied in blocks over whole free columns of cores, each piece's
     blocks in turn through one FIFO per core, as `stream_elementwise` streams one input."""
     pieces = joined_pieces(group.calls)
-    if not pieces or held_bytes(list(group.calls)) <= SIZE_LIMIT or outside.get(group.calls[0], ()) != (Reader.HOST,):
+    if not pieces or held_bytes(list(group.calls)) <= SIZE_LIMIT or \
+            room.outside.get(group.calls[0], ()) != (Reader.HOST,) or any(storage(n) in room.padded for n in pieces):
         return None
-    if any(storage(n) in padded for n in pieces):
-        return None
-    spare, shim_in, rows = limits
-    flow = choose_flow(group.calls, free_columns(free, device), spare, device, shim_in, most_rows=rows)
-    if flow is None:
-        return None
-    return replace(flow, mems=tuple(channels.take(col, 1 + len(flow.rows), len(flow.rows) + 1) for col in flow.cols))
+    flow = choose_flow(group.calls, room.columns, room.spare, room.device, room.shim_in, most_rows=room.rows)
+    return flow and replace(flow, mems=taken(flow, room.channels))
 
 
 def not_streamed(program: Program, group: Group, outside, device) -> str:
@@ -375,24 +355,26 @@ def not_streamed(program: Program, group: Group, outside, device) -> str:
     return "no block of whole 32-bit words dividing each core's share fits a core with the channels left"
 
 
-def stream_row_blocks(group: Group, outside, free: list[Tile], limits: tuple[int, int, int], channels,
-                      device, padded: dict) -> Flow | None:
+def stream_row_blocks(group: Group, room: Room) -> Flow | None:
     """A row reduction over a batch of rows larger than SIZE_LIMIT whose result only the host
     reads is streamed in blocks of whole rows (as wide as they lie: `pad_through_row_width`)
     over whole free columns of cores, as `stream_elementwise` streams elementwise calls
     (iron/compiler/tiling.py chooses how)."""
     calls = group.calls
-    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or outside.get(calls[0], ()) != _users(calls[0]):
-        return None
-    spare, shim_in, rows = limits
     x = calls[0].src[0]
-    if x.op == Op.VIEW and storage(x) in padded and streamed_rows(x, padded) is None:
-        return None   # a view of a padded tensor streams by its rows as it lies padded (`stream_view_rows`) or not at all
-    width = expansion_unit(calls[0]) if role(calls[0]) is Role.EXPANSION else padded.get(x, x.shape)[1]
-    flow = _choose_flow(calls, free, (spare, rows), device, shim_in, padded, width=width)
-    if flow is None:
+    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or \
+            room.outside.get(calls[0], ()) != _users(calls[0]) or unstreamed_view((x,), room.padded):
         return None
-    return replace(flow, mems=tuple(channels.take(col, 1 + len(flow.rows), len(flow.rows) + 1) for col in flow.cols))
+    width = expansion_unit(calls[0]) if role(calls[0]) is Role.EXPANSION else room.padded.get(x, x.shape)[1]
+    flow = _choose_flow(calls, room, width=width)
+    return flow and replace(flow, mems=taken(flow, room.channels))
+
+
+def taken(spread, channels, inputs: int = 1, results: int = 1) -> tuple:
+    """The mem-tile channels a stream or a grid of its own rows takes in each of its columns: in, per
+    input and per core's result; out, per input to each core and per result joined."""
+    rows = len(spread.rows)
+    return tuple(channels.take(col, inputs + rows * results, inputs * rows + results) for col in spread.cols)
 
 
 def _users(last: Node) -> tuple[Reader, ...]:
@@ -401,15 +383,18 @@ def _users(last: Node) -> tuple[Reader, ...]:
     return () if last.arg.writes else (Reader.HOST,)
 
 
-STREAMS = ((Rule.STREAM_ELEMENTWISE, stream_elementwise), (Rule.STREAM_ROW_BLOCKS, stream_row_blocks),
-           (Rule.STREAM_JOINED, stream_joined))   # tried in order
+def unstreamed_view(nodes, padded: dict) -> bool:
+    """Whether a view of a padded tensor among `nodes` does not stream by its rows as it lies padded
+    (`stream_view_rows`): then its calls do not stream at all."""
+    return any(n.op == Op.VIEW and storage(n) in padded and streamed_rows(n, padded) is None for n in nodes)
 
-def _choose_flow(calls, free: list[Tile], within: tuple[int, int], device, shim_in: int, padded: dict, width: int = 1,
-                 returned: tuple[Node, ...] = ()):
+
+
+def _choose_flow(calls, room: Room, width: int = 1, returned: tuple[Node, ...] = ()):
     """`choose_flow` on the free columns over the length the streamed tensors lie in (padded by
     `pad_to_block`, or their own); None when they lie inconsistently. Elementwise calls over
     their own length whose result lies in wider rows (`pad_written_by_producer`) stream whole rows."""
-    inputs = streamed_inputs(calls)[0]
+    inputs, padded = streamed_inputs(calls)[0], room.padded
     length = stream_length(calls, inputs, padded)
     if length is None:
         return None
@@ -417,39 +402,34 @@ def _choose_flow(calls, free: list[Tile], within: tuple[int, int], device, shim_
     wider = width == 1 and length == inputs[0].size and padded.get(result, result.shape)[1:] != result.shape[1:]
     rows = [streamed_rows(n, padded) for n in (*inputs, *filter(None, [destination(result)]))] if width == 1 else []
     row = math.lcm(result.shape[-1] if wider else 1, *filter(None, rows))
-    spare, rows = within   # tiles, and rows of cores at most
-    return choose_flow(calls, free_columns(free, device), spare, device, shim_in, width=width,
-                       padded=None if length == inputs[0].size else length, row=row, returned=returned, most_rows=rows)
+    return choose_flow(calls, room.columns, room.spare, room.device, room.shim_in, width=width, row=row,
+                       padded=None if length == inputs[0].size else length, returned=returned, most_rows=room.rows)
 
 
-def tile_matmul_over_array(program: Program, group: Group, outside, free: list[Tile], limits: tuple[int, int, int],
-                           channels, device, padding: tuple[dict, dict]) -> Grid | None:
+def tile_matmul_over_array(group: Group, room: Room) -> Grid | None:
     """A group that is one large MatMul or MatVec whose result only the host reads runs over a
     grid of whole free columns of cores (iron/compiler/tiling.py chooses it), taking per grid
     column a mem tile's channels for B's blocks (a MatVec: the split of its rows) and the C
     join, and per grid row one for A's blocks. A MatMul whose rows are not whole 32-bit words
     takes blocks of whole rows (`whole_rows_when_not_words`)."""
-    call, expand = leading_call(group.calls), expansion(group.calls)
-    if group.calls[-1] is not call or not wants_grid(call, outside.get(call, ()), expand):
+    call, expand, outside, channels = leading_call(group.calls), expansion(group.calls), room.outside, room.channels
+    if group.calls[-1] is not call or not wants_grid(call, outside.get(call, ()), expand) or \
+            expand is not None and outside.get(expand) or (sides := sides_as_lying(call, room.padded)) is None:
         return None
-    if expand is not None and outside.get(expand):
-        return None
-    padded, readers = padding   # the padded tensors' shapes (`lies_of`), the readers (`readers_of`)
-    sides = sides_as_lying(call, padded)
-    if sides is None:
-        return None
-    spare, shim_in, rows = limits   # tiles and shim MM2S channels the other groups leave, rows of cores at most
-    grid = choose_grid(call, free_columns(free, device), spare, device, shim_in, expand,
-                       None if sides == call_sides(call) else sides, most_rows=rows)
+    grid = choose_grid(call, room.columns, room.spare, room.device, room.shim_in, expand,
+                       None if sides == call_sides(call) else sides, most_rows=room.rows)
     if grid is None:
-        check_some_grid(program, call, device, matrix_unpadded(call, readers))
+        check_some_grid(room.program, call, room.device, matrix_unpadded(call, room.readers))
         return None
-    rows = len(grid.rows)
     if grid.own_rows:   # per column: the rows of A split between its cores, their results joined
-        return replace(grid, c_mems=tuple(channels.take(col, 1 + rows, rows + 1) for col in grid.cols))
-    c_mems = tuple(channels.take(col, 1 + rows, 2) for col in grid.cols)
-    a_mems = tuple(channels.take(grid.cols[r % len(grid.cols)], 1, 1) for r in range(rows))
+        return replace(grid, c_mems=taken(grid, channels))
+    c_mems = tuple(channels.take(col, 1 + len(grid.rows), 2) for col in grid.cols)
+    a_mems = tuple(channels.take(grid.cols[r % len(grid.cols)], 1, 1) for r in range(len(grid.rows)))
     return replace(grid, a_mems=a_mems, c_mems=c_mems)
+
+
+SPREADS = ((Rule.TILE_MATMUL_OVER_ARRAY, tile_matmul_over_array), (Rule.STREAM_ELEMENTWISE, stream_elementwise),
+           (Rule.STREAM_ROW_BLOCKS, stream_row_blocks), (Rule.STREAM_JOINED, stream_joined))   # tried in order
 
 
 def read_on_device(group: Group, outside) -> str:
@@ -472,33 +452,23 @@ def check_some_grid(program: Program, call: Node, device, unpadded: str) -> None
     blocks divide its sides, so a side with no divisor but small ones (a prime) has none that moves."""
     room = core_room(device)
     held = nbytes(call.src[1]) + nbytes(call)
-    if len(call.shape) != 2 or held <= room:
-        return
-    if choose_grid(call, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
-                   device.n_cols * device.shim.dma_out_channels) is not None:
+    if len(call.shape) != 2 or held <= room or whole_device_grid(call, device) is not None:
         return
     (big_m, big_k), big_n = call.src[0].shape, call.shape[1]
     sides = (("M", big_m), ("K", big_k), ("N", big_n))
     largest = ", ".join(f"{name} = {side}: {max(divisors(side, 1))}" for name, side in sides)
     padded = ", ".join(f"{name} = {-(-side // 32) * 32}" for name, side in sides)
+    no_padded_grid = "no padded sides have a grid either" if best_sides(call, device) is None else \
+        "the design reads its result or makes its operands elsewhere (another segment)"
     raise DoesNotFit(
         f"{program.name}: {call_label(program, call)} ({big_m}, {big_k}) x ({big_k}, {big_n}) {call.dtype.name}: B "
         f"and the result take {held} bytes, more than a compute tile's {room}, and tile_matmul_over_array finds "
         f"no grid of cores for it even on the whole {device.name}: its blocks divide their sides (at most "
         f"{MAX_BLOCK} elements, no padding or remainder block) and must fit a core and move in one DMA op "
         f"each, and the largest dividing blocks are {largest}; pad_to_block did not pad it: "
-        f"{unpadded or why_no_padded_grid(call, device)}. Pad the "
+        f"{unpadded or no_padded_grid}. Pad the "
         f"matrices with zeros to sides with larger divisors ({padded}), or cut the call into several."
     )
-
-
-def why_no_padded_grid(call: Node, device) -> str:
-    """Why a call the layout pass may pad here has no padded grid: none of its padded sides has
-    one, or the design reads or makes its tensors elsewhere (a segment sees its cut values as host
-    tensors)."""
-    if best_sides(call, device) is None:
-        return "no padded sides have a grid either"
-    return "the design reads its result or makes its operands elsewhere (another segment)"
 
 
 def check_whole_words(program: Program, calls, device, readers: dict) -> None:
