@@ -255,17 +255,40 @@ class Left:
     streams: int
 
 
-def channels_left(groups: tuple[Group, ...], number: int, sites: list, device, with_emit: bool) -> Left:
+def channels_left(groups: tuple[Group, ...], number: int, sites: list, device, with_emit: bool,
+                  chained: bool = False) -> Left:
     """What group `number` may take: the device's shim MM2S channels less what the groups placed
     so far take (`host_channels`, a split's lanes beyond the one counted; a grid or stream
-    one), what each later group takes unsplit, and the Emit's words; and the later groups
-    reading a host matrix."""
+    one), what each later group takes unsplit, and the Emit's words (`chained`: of those, its
+    share by `chained_share`); and the later groups reading a host matrix."""
     total = device.n_cols * device.shim.dma_out_channels - with_emit
     placed = sum(1 if s.grid or s.flow else host_channels(s.group) + len(s.stream.lanes) - bool(s.stream.lanes)
                  if s.stream is not None else host_channels(s.group) for s in sites)
     later = groups[number + 1:]
-    return Left(total - placed - sum(host_channels(g) for g in later),
+    free = total - placed - sum(host_channels(g) for g in later)
+    return Left(chained_share(groups[number], later, free) if chained else free,
                 sum(role(leading_call(g.calls)) is Role.MATRIX and is_host_tensor(stored_matrix(g.calls)) for g in later))
+
+
+def chained_share(group: Group, later: tuple[Group, ...], free: int) -> int:
+    """`shim_channels_by_chain`: the shim MM2S channels a group takes of the `free` ones when the
+    groups run one after another (a looped iteration's serial chain) rather than side by side:
+    its own, and of the rest a share in proportion to the square root of the bytes of the host
+    matrix it streams against those of the later groups, as the sum of the groups' stream times
+    (bytes over channels) is least when each group's channels go with the square root of its
+    bytes; all of them when no later group streams one."""
+    mine, theirs = streamed_bytes(group) ** 0.5, sum(streamed_bytes(g) ** 0.5 for g in later)
+    own = host_channels(group)
+    if not mine or not theirs or free <= own:
+        return free
+    return own + round((free - own) * mine / (mine + theirs))
+
+
+def streamed_bytes(group: Group) -> int:
+    """The bytes of the host matrix a MatVec group streams (0 for any other group)."""
+    if role(leading_call(group.calls)) is not Role.MATRIX or not is_host_tensor(stored_matrix(group.calls)):
+        return 0
+    return nbytes(stored_matrix(group.calls))
 
 
 def host_channels(group: Group) -> int:

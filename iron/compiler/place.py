@@ -138,12 +138,13 @@ def snake_order(device) -> list[Tile]:
 
 
 def place(program: Program, groups: tuple[Group, ...], device, placements: tuple = (),
-          shared: dict[str, str] | None = None, most_rows: int | None = None) -> Layout:
+          shared: dict[str, str] | None = None, most_rows: int | None = None, chained: bool = False) -> Layout:
     """Tiles for every group, and for the Emit on a full-ELF device when values are carried;
     `placements`: the host placements, some padded by `pad_to_block`; `shared`: groups of a
     looped iteration that run on the tile of an earlier one (group -> that group, repeat.py);
     `most_rows`: the rows of cores each grid and stream takes at most
-    (`fewer_rows_for_one_configuration`), all when None."""
+    (`fewer_rows_for_one_configuration`), all when None; `chained`: the groups share the shim
+    channels as groups running one after another do (`shim_channels_by_chain`)."""
     lies, readers = lies_of(program, placements), readers_of(program, groups)
     padded = {n: lie.shape for n, lie in lies.items()}
     with_emit = bool(device.full_elf and program.carry)   # a segment but the last has no carry
@@ -189,7 +190,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if why := not_streamed(program, group, outside, device):
             rules.append((Rule.STREAM_ELEMENTWISE, f"{group.name}: not streamed: {why}"))
         crowded = unsplit_beside_producer(groups, number, outside, sites, device)
-        left = channels_left(groups, number, sites, device, with_emit)
+        left = channels_left(groups, number, sites, device, with_emit, chained)
         split = Split() if crowded else split_parts(group, outside, room.spare, left, channels, free[0])
         parts, why = split.parts, split.fewer
         tiles, free = tuple(free[:parts]), free[parts:]

@@ -28,12 +28,22 @@ from iron.plan.plan import (
     Wait,
 )
 
+_ESTIMATES: dict[int, tuple[Plan, float]] = {}   # the latest Plans priced, by identity (choices ask again)
+KEPT_ESTIMATES = 16
+
 
 def plan_ns(plan: Plan) -> float:
     """A Plan's estimated device time per call: each configuration's serial chain (`Chain`),
     plus loading the configurations."""
+    kept = _ESTIMATES.get(id(plan))
+    if kept is not None and kept[0] is plan:
+        return kept[1]
     configurations = plan.configurations
-    return sum(Chain(Priced.of(c)).ns() for c in configurations) + reconfigure_ns(plan.device, len(configurations))
+    ns = sum(Chain(Priced.of(c)).ns() for c in configurations) + reconfigure_ns(plan.device, len(configurations))
+    if len(_ESTIMATES) >= KEPT_ESTIMATES:
+        _ESTIMATES.pop(next(iter(_ESTIMATES)))
+    _ESTIMATES[id(plan)] = (plan, ns)
+    return ns
 
 
 def reconfigure_ns(device, configurations: int) -> float:
