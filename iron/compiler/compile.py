@@ -50,7 +50,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
     check_feeds(program, device, feeds)
     for call in program.calls:
         call.arg.kernel.check_source(call.src[0].dtype, call.dtype, f"{program.name}'s {call_label(program, call)}")
-    program = copy_view_for_grid(program)
+    program = copy_view_for_grid(program, device)
     program, through = tile_before_state_write(program)
     copied = program   # the copies' rules name the results they read as traced, not their DDR buffers
     groups = fuse(program)

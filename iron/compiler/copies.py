@@ -13,14 +13,14 @@ import numpy as np
 
 from iron import dtypes
 from iron.compiler.fuse import Group
-from iron.compiler.gather import Written, copied, gather_view, pattern_attrs
+from iron.compiler.gather import Written, copied, gather_view, written
 from iron.compiler.objects import MAX_GATHER_RUNS
-from iron.compiler.sides import large
+from iron.compiler.padding import readers_of, width_unshared
+from iron.compiler.sides import large, whole_device_grid
 from iron.compiler.tiling import TILED_BYTES
 from iron.compiler.words import dma_moves, word_leads, word_rows
 from iron.ir import (
     Axis,
-    Call,
     Declaration,
     MemoryKind,
     Node,
@@ -44,7 +44,7 @@ from iron.kernels.registry import copy_kernel, scatter_kernel
 from iron.plan.rules import Decision, Rule
 
 
-def copy_view_for_grid(program: Program) -> Program:
+def copy_view_for_grid(program: Program, device=None) -> Program:
     """The rule: a MatMul large enough to tile over the array (`pad.large`), and an elementwise
     call or row reduction reading such a MatMul's product or a result lying alike
     (`grid_layouts`), read each operand that is a view of a host tensor or of
@@ -62,6 +62,10 @@ def copy_view_for_grid(program: Program) -> Program:
     laid = grid_layouts(program)
     copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call, laid)
               for n in call.src[:call.arg.n_inputs] if _view_of_host(n) or _moved_view_of_result(n)}
+    readers = readers_of(program, (Group("", program.calls, None),))
+    copies |= {call: copied(Node(Op.VIEW, (call,), call.shape, call.dtype, tuple(Axis(start=0, stop=n) for n in call.shape)))
+               for call in program.calls if device and _gridded(call) and _reads_padding(call, laid, readers)
+               and whole_device_grid(call, device) is None}
     laid_out = LaidOut(program)
     gathered_views = dict.fromkeys(n for call in program.calls for n in call.src[:call.arg.n_inputs]
                                    if n not in copies and _gathered_on_core(n, laid_out))
@@ -152,7 +156,7 @@ def _scatter(call: Node) -> tuple[Node, ...]:
                   replace(c, writes=False))
     if len(dest.src) > 1:
         block, within = _at_index(dest)
-        return result, _scatter_call(result, block, *element_pattern(within))
+        return result, written(result, block, *element_pattern(within), scatter_kernel())
     first, dims = element_pattern(dest)
     pattern = Pattern(first, tuple(dims), max(1, 4 // dest.dtype.itemsize))
     cuts = _band_cuts(pattern, dest.src[0].size, dest.dtype.itemsize)
@@ -185,14 +189,8 @@ def _placed(result: Node, state: Node, pattern: Pattern, a: int, b: int, banded:
     if banded:
         part = Node(Op.VIEW, (result,), ((b - a) * pattern.inner,), result.dtype,
                     (Axis(start=a * pattern.inner, stop=b * pattern.inner, extent=result.size),))
-    return _scatter_call(part, words, pattern.first + a * pattern.dims[0][1] - lo,
-                         [(b - a, pattern.dims[0][1]), *pattern.dims[1:]])
-
-
-def _scatter_call(values: Node, words: Node, offset: int, dims) -> Node:
-    """The Scatter placing `values` into `words` (a view of a state) by the pattern (offset, dims)."""
-    return Node(Op.CALL, (values, words), words.shape, words.dtype,
-                Call(scatter_kernel(), pattern_attrs(offset, dims, shape=words.shape), 1, True))
+    return written(part, words, pattern.first + a * pattern.dims[0][1] - lo,
+                    [(b - a, pattern.dims[0][1]), *pattern.dims[1:]], scatter_kernel())
 
 
 def with_copies(program: Program, copies: dict[Node, Node | Written]) -> Program:
@@ -239,24 +237,24 @@ def copy_view_rules(program: Program) -> list[Decision]:
              for copy in program.inserted if copy.arg.kernel is copy_kernel() and copy.src[0].op == Op.VIEW]
     return (lines + [(Rule.COPY_VIEW_FOR_GRID, _gather_text(program, call)) for call in program.inserted
                      if call.arg.kernel.gathers]
-            + [(Rule.SCATTER_INTO_STATE, _scatter_text(program, call)) for call in program.inserted
-               if call.arg.kernel.scatters])
+            + [(Rule.SCATTER_INTO_STATE if storage(call.src[1]).arg.kind is MemoryKind.STATE else Rule.COPY_VIEW_FOR_GRID, _scatter_text(program, call))
+               for call in program.inserted if call.arg.kernel.scatters])
+
+
+def _pattern(call: Node) -> str:
+    a = call.arg.attr_dict
+    dims = [(a[f"n{d}"], a[f"s{d}"]) for d in range(4) if a[f"n{d}"] > 1] or [(1, 1)]
+    return (f"by its access pattern (from element {a['offset']}, sizes {tuple(n for n, _ in dims)}, strides "
+            f"{tuple(st for _, st in dims)} elements)")
 
 
 def _scatter_text(program: Program, call: Node) -> str:
-    a, words = call.arg.attr_dict, call.src[1]
-    dims = [(a[f"n{d}"], a[f"s{d}"]) for d in range(4) if a[f"n{d}"] > 1] or [(1, 1)]
-    return (f"{call_label(program, call)} places {describe(call.src[0])} into {describe(words)}, whole 32-bit words, "
-            f"by its access pattern (from element {a['offset']}, sizes {tuple(n for n, _ in dims)}, strides "
-            f"{tuple(st for _, st in dims)} elements): the view it writes lies in {dtypes.name(words.dtype)} runs no "
-            "DMA moves in whole words")
+    return (f"{call_label(program, call)} places {describe(call.src[0])} into {describe(call.src[1])}, whole 32-bit "
+            f"words, {_pattern(call)}: the view it writes lies in {dtypes.name(call.dtype)} runs no DMA moves in whole words")
 
 
 def _gather_text(program: Program, call: Node) -> str:
-    a, base = call.arg.attr_dict, call.src[0]
-    dims = [(a[f"n{d}"], a[f"s{d}"]) for d in range(4) if a[f"n{d}"] > 1] or [(1, 1)]
-    pattern = (f"by its access pattern (from element {a['offset']}, sizes {tuple(n for n, _ in dims)}, strides "
-               f"{tuple(st for _, st in dims)} elements)")
+    a, base, pattern = call.arg.attr_dict, call.src[0], _pattern(call)
     narrow = f"its {dtypes.name(base.dtype)} elements lie in runs narrower than the DMA's 32-bit words"
     if call.arg.kernel.role is Role.EXPANSION:
         large_one = describe(storage(base)) if nbytes(storage(base)) > TILED_BYTES else "its result"
@@ -272,6 +270,9 @@ def _why(program: Program, readers: list[Node], view: Node, laid: dict[Node, Nod
     """Why a view is read through a Copy: the first of its readers needing it, else its size."""
     if any(map(_gridded, readers)):
         return "which tiles over the array reading whole host tensors"
+    if view.src[0].op == Op.CALL and _gridded(view.src[0]) and view.shape == view.src[0].shape:
+        return "the region of the product its grid may lie padded in: a row reduction reading it may not read its " \
+            "rows padded wider"
     if beside := next((r for r in readers if _beside_grid(r, laid)), None):
         read = next(n for n in beside.src[:beside.arg.n_inputs] if n in laid)
         product = call_label(program, laid[read])
@@ -304,6 +305,13 @@ def grid_layouts(program: Program) -> dict[Node, Node]:
             if call.arg.kernel.role in (Role.ELEMENTWISE, Role.ROW_REDUCTION):
                 laid[call] = laid[read]
     return laid
+
+
+def _reads_padding(product: Node, laid: dict[Node, Node], readers: dict) -> bool:
+    """Whether a row reduction that may not read its rows padded wider (`width_unshared`: its
+    kernel takes no length, or its shared row may not be padded) reads a tiled MatMul's product,
+    or elementwise calls' results over it in turn (`grid_layouts`)."""
+    return any(laid[c] is product and width_unshared(c, readers) for c in laid)
 
 
 def _beside_grid(call: Node, laid: dict[Node, Node]) -> bool:

@@ -13,28 +13,25 @@ from iron.compiler.objects import (
     Context,
     Part,
     StateWrite,
-    attr_imm,
     attr_word,
+    call_step,
     consumed,
     copy_step,
     gather,
     read,
 )
-from iron.ir import Node, destination, dynamic_attrs, input_dtypes, is_computed_view
+from iron.ir import Node, destination, dynamic_attrs, is_computed_view
 from iron.plan.fifos import FifoId, Stem, fifo_id
 from iron.plan.plan import (
-    Acquire,
     Core,
     Function,
-    Imm,
     Invoke,
     KernelStep,
     Load,
     Loop,
-    Port,
     Ptr,
-    Release,
     WordRef,
+    holding,
 )
 
 
@@ -47,20 +44,17 @@ def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:
     if part.split:
         outs.append(fifo_id(part.group, Stem.PART, part.number))
     objects = [*ins, *outs, *(b.name for b in part.buffers)]
-    program = [*(Acquire(f, Port.CONSUME) for f in ins), *(Acquire(f, Port.PRODUCE) for f in outs)]
-    functions = []
+    functions, steps = [], []
     if block is not None:
         w = _w_fifo(part)
         params = _params(block.steps, [*objects, w])
         functions.append(replace(block, params=params))
-        program.append(Loop(part.stream.blocks, (Acquire(w, Port.CONSUME), Invoke(block.name, params),
-                                                 Release(w, Port.CONSUME))))
+        steps.append(Loop(part.stream.blocks, holding((w,), (), (Invoke(block.name, params),))))
     if main:
         params = _params(main, objects)
         functions.append(Function(part.prefix, params, tuple(main)))
-        program.append(Invoke(part.prefix, params))
-    program += [*(Release(f, Port.CONSUME) for f in ins), *(Release(f, Port.PRODUCE) for f in outs)]
-    return functions, Core(part.tile, part.group, tuple(program), ctx.device.compute.default_stack_bytes)
+        steps.append(Invoke(part.prefix, params))
+    return functions, Core(part.tile, part.group, holding(ins, outs, steps), ctx.device.compute.default_stack_bytes)
 
 
 def one_core_per_tile(cores: list[Core]) -> list[Core]:
@@ -112,7 +106,7 @@ def _call_steps(ctx: Context, part: Part, call: Node) -> list:
     if c.writes and c.kernel.accumulates:
         dest_view = destination(call)
         steps.append(copy_step(dest_view.dtype, dest_view.size, read(ctx, part, dest_view, False), dest))
-    return [*steps, _kernel_step(ctx, part, call, [*ins, dest], shapes, out_shape)]
+    return [*steps, call_step(call, [*ins, dest], shapes, out_shape, _attr_loads(ctx, part, call))]
 
 
 def _result_ptr(part: Part, call: Node) -> Ptr:
@@ -122,24 +116,14 @@ def _result_ptr(part: Part, call: Node) -> Ptr:
     return Ptr(*part.homes[call])
 
 
-def _kernel_step(ctx: Context, part: Part, call: Node, ptrs, shapes, out_shape) -> KernelStep:
-    kernel = call.arg.kernel
-    sizes = kernel.sizes([tuple(s) for s in shapes], tuple(out_shape))
-    attrs = _attr_args(ctx, part, call)
-    return KernelStep.of(kernel, input_dtypes(call), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs), call.dtype)
-
-
-def _attr_args(ctx: Context, part: Part, call: Node) -> list:
-    dynamic = dict(dynamic_attrs(call))
-    args = []
-    for name, ctype in call.arg.kernel.c_attrs:
-        if name in dynamic:
-            key = WordRef(attr_word(ctx, call, name, dynamic[name]))
-            where = ctx.relayed.get((part.group, key))
-            args.append(Load(*where) if where else Load(part.in_fifo, part.ins.offsets[key]))
-        else:
-            args.append(attr_imm(call, name, ctype))
-    return args
+def _attr_loads(ctx: Context, part: Part, call: Node) -> dict[str, Load]:
+    """Each per-call attribute's word, in the part's `_in` or where a carrier relays it."""
+    loads = {}
+    for name, expr in dynamic_attrs(call):
+        key = WordRef(attr_word(ctx, call, name, expr))
+        where = ctx.relayed.get((part.group, key))
+        loads[name] = Load(*where) if where else Load(part.in_fifo, part.ins.offsets[key])
+    return loads
 
 
 def _block_function(ctx: Context, part: Part) -> Function | None:
@@ -155,10 +139,10 @@ def _block_function(ctx: Context, part: Part) -> Function | None:
     block = Ptr(_w_fifo(part), 0)
     if s.expand is not None:
         expanded = Ptr(*part.homes[s.expand])
-        steps.append(_kernel_step(ctx, part, s.expand, [block, expanded], [(s.rows, *s.matrix.shape[1:])],
-                                  (s.rows, *s.expand.shape[1:])))
+        steps.append(call_step(s.expand, [block, expanded], [(s.rows, *s.matrix.shape[1:])],
+                               (s.rows, *s.expand.shape[1:]), _attr_loads(ctx, part, s.expand)))
         block = expanded
     ptrs = [block, read(ctx, part, x, False), Ptr(home.source, home.offset, block_stride=s.rows * row_out)]
     shapes = [(s.rows, *call.src[0].shape[1:]), x.shape]
-    steps.append(_kernel_step(ctx, part, call, ptrs, shapes, (s.rows, *call.shape[1:])))
+    steps.append(call_step(call, ptrs, shapes, (s.rows, *call.shape[1:]), _attr_loads(ctx, part, call)))
     return Function(f"{part.prefix}_block", (), tuple(steps), blocked=True)

@@ -16,7 +16,6 @@ from iron.compiler.words import Access
 from iron.ir import Op
 from iron.plan.fifos import EMIT, EMIT_IN, FEEDBACK
 from iron.plan.plan import (
-    Acquire,
     Const,
     Core,
     Direction,
@@ -28,14 +27,13 @@ from iron.plan.plan import (
     Load,
     Output,
     PlacementKind,
-    Port,
     Ptr,
-    Release,
     ScalarStep,
     WordDef,
     WordKind,
     WordOp,
     WordRef,
+    holding,
 )
 
 
@@ -72,10 +70,8 @@ def lower_emit(ctx: Context, next_values: tuple, target) -> EmitCore:
     tile, words = ctx.layout.emit, len(ctx.table.words)
     elements = list(dict.fromkeys(src.source for _, src in next_values if isinstance(src, Load)))
     objects = (EMIT_IN, *elements, FEEDBACK)
-    program = (*(Acquire(f, Port.CONSUME) for f in objects[:-1]), Acquire(FEEDBACK, Port.PRODUCE),
-               Invoke(EMIT, objects),
-               *(Release(f, Port.CONSUME) for f in objects[:-1]), Release(FEEDBACK, Port.PRODUCE))
-    core = Core(tile, EMIT, program, ctx.device.compute.default_stack_bytes)
+    core = Core(tile, EMIT, holding(objects[:-1], (FEEDBACK,), (Invoke(EMIT, objects),)),
+                ctx.device.compute.default_stack_bytes)
     emit = Emit(tile, tuple(next_values), tuple(target))
     # this call's words and the flag after them (the scratchpad of a version with an Emit has it)
     moves = (Move(Direction.MM2S, EMIT_IN, HostRole.WORDS.value, Access(0, ((words + 1, 1),))),

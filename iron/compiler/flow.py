@@ -19,27 +19,23 @@ from iron.compiler.grid import (
     view_rows_of,
     with_waits,
 )
-from iron.compiler.objects import Context, attr_imm, attr_word, copy_step
+from iron.compiler.objects import Context, attr_word, call_step, copy_step
 from iron.compiler.place import Site
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.words import Access
-from iron.ir import Op, call_label, describe, destination, input_dtypes
+from iron.ir import Op, call_label, describe, destination
 from iron.plan.fifos import FifoId, Stem, fifo_id
 from iron.plan.plan import (
-    Acquire,
     Buffer,
     Core,
     Direction,
     Function,
-    Imm,
     Invoke,
-    KernelStep,
     Link,
     Load,
     Loop,
-    Port,
     Ptr,
-    Release,
+    holding,
 )
 
 
@@ -60,15 +56,14 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
             size = b * node.dtype.itemsize
             sizes[fifo_id(g, Stem.X, i, c, mem=True)] = (rows * size, node.dtype, f"blocks of {describe(node)}")
             sizes |= {fifo_id(g, Stem.X, i, r, c): (size, node.dtype, f"blocks of {describe(node)}") for r in range(rows)}
-            links.append(Link(mem, (fifo_id(g, Stem.X, i, c, mem=True),), tuple(fifo_id(g, Stem.X, i, r, c) for r in range(rows)),
-                              destination_offsets=tuple(r * size for r in range(rows))))
+            links.append(Link.split(mem, fifo_id(g, Stem.X, i, c, mem=True), [fifo_id(g, Stem.X, i, r, c) for r in range(rows)],
+                                    size))
         for k, result in enumerate(flow.results):
             size, label = flow.result_block * result.dtype.itemsize, call_label(ctx.program, result)
             parts, host = [fifo_id(g, Stem.PART, r, c, result=k) for r in range(rows)], fifo_id(g, Stem.HOST, c, result=k)
             sizes |= {part: (size, result.dtype, label) for part in parts}
             sizes[host] = (rows * size, result.dtype, label)
-            links.append(Link(mem, tuple(parts), (host,),
-                              source_offsets=tuple(r * size for r in range(rows))))
+            links.append(Link.join(mem, parts, host, size))
         for r in range(rows):
             function, held, core = _flow_core(ctx, g, flow, r, c)
             functions.append(function)
@@ -101,22 +96,13 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
             where[call] = buffers[-1].name
         if call.arg.writes and call.arg.kernel.accumulates:   # the state's block, summed into in place
             steps.append(copy_step(call.dtype, b, Ptr(where[destination(call)]), Ptr(where[call])))
-        kernel = call.arg.kernel
-        arity = call.arg.n_inputs
-        sizes = kernel.sizes(*flow.shapes())
-        attrs = [loads.get((call, name)) or attr_imm(call, name, ctype) for name, ctype in kernel.c_attrs]
-        ptrs = [Ptr(where[n]) for n in call.src[:arity]] + [Ptr(where[call])]
-        steps.append(KernelStep.of(kernel, input_dtypes(call), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs),
-                                   call.dtype))
+        ptrs = [Ptr(where[n]) for n in call.src[:call.arg.n_inputs]] + [Ptr(where[call])]
+        steps.append(call_step(call, ptrs, *flow.shapes(), {name: load for (c, name), load in loads.items() if c is call}))
     if flow.pieces:   # `stream_joined`: a block of the result is a block of one piece
         steps.append(copy_step(flow.calls[0].dtype, b, Ptr(ins[0]), Ptr(parts[0])))
     params = (*ins, *shared, *(buf.name for buf in buffers), *parts)
     function = Function(f"{prefix}_block", params, tuple(steps), blocked=True)
-    body = (*(Acquire(f, Port.CONSUME) for f in ins), *(Acquire(p, Port.PRODUCE) for p in parts),
-            Invoke(function.name, params),
-            *(Release(f, Port.CONSUME) for f in ins), *(Release(p, Port.PRODUCE) for p in parts))
-    program = (*(Acquire(f, Port.CONSUME) for f in shared), Loop(flow.rounds, body),
-               *(Release(f, Port.CONSUME) for f in shared))
+    program = holding(shared, (), (Loop(flow.rounds, holding(ins, parts, (Invoke(function.name, params),))),))
     return function, buffers, Core(tile, g, program, ctx.device.compute.default_stack_bytes)
 
 

@@ -31,7 +31,7 @@ from iron.ir import (
     kept_shape,
     nbytes,
 )
-from iron.kernels.registry import copy_kernel, strided_kernel
+from iron.kernels.registry import copy_kernel, scatter_kernel, strided_kernel
 
 
 def copied(node: Node) -> Node:
@@ -141,27 +141,36 @@ def repeated_columns(view: Node) -> Node | None:
 
 def transposed_bands(view: Node, name: str) -> Written | None:
     """`view`, the transpose of a 2-D host tensor x (r, c) whose rows are not whole 32-bit words
-    (so no columns of words pick it) but whose columns of the view are (r elements), as bands of
-    x's rows, each the most rows whose words and transpose fit a tile together, a run of whole
-    words the DMA moves: a Strided call per band transposes it on a core and writes it into its
-    columns of a DDR buffer of the compiler's (c, r), rows of whole words at a stride the DMA
-    moves, which the view's readers read; else None."""
+    (so no columns of words pick it), as bands of x's rows, each the most rows whose words and
+    transpose fit a tile together, a run of whole words the DMA moves: a Strided call per band
+    transposes it on a core and writes it into its columns of a DDR buffer of the compiler's
+    (c, r), rows of whole words at a stride the DMA moves, which the view's readers read. When r
+    elements are not whole words either, the buffer's rows are padded to whole words, the last
+    band placed by a Scatter among the words around its columns (the padding keeps what it
+    held), and the view of the buffer's first r columns is picked again (`row_bands`) into one
+    whose rows lie end to end. None for any other view."""
     base = view.src[0]
     if len(base.shape) != 2 or not is_host_tensor(base) or base.op == Op.VIEW or not _transposes(view):
         return None
     (r, c), itemsize = base.shape, base.dtype.itemsize
-    step = math.lcm(4 // math.gcd(4, c * itemsize), 4 // itemsize)   # rows starting both runs on a word
-    band = TILED_BYTES // (2 * c * itemsize) // step * step
-    if r * itemsize % 4 or not band:
+    per = 4 // itemsize
+    step = math.lcm(4 // math.gcd(4, c * itemsize), per)   # rows starting both runs on a word
+    band, wide = TILED_BYTES // (2 * c * itemsize) // step * step, -(-r // per) * per
+    if not band:
         return None
-    buffer = Node(Op.MEMORY, (), view.shape, view.dtype, Declared(MemoryKind.THROUGH, name))
+    buffer = Node(Op.MEMORY, (), (c, wide), view.dtype, Declared(MemoryKind.THROUGH, name))
     writers = []
     for first in range(0, r, band):
-        rows = min(band, r - first)
+        rows, words = min(band, r - first), min(band, wide - first)
         part = Node(Op.VIEW, (base,), (rows, c), base.dtype, (Axis(start=first, stop=first + rows), Axis(start=0, stop=c)))
-        into = Node(Op.VIEW, (buffer,), (c, rows), base.dtype, (Axis(start=0, stop=c), Axis(start=first, stop=first + rows)))
-        writers.append(_written(part, into, 0, [(c, 1), (rows, c)]))
-    return Written(buffer, tuple(writers))
+        into = Node(Op.VIEW, (buffer,), (c, words), base.dtype, (Axis(start=0, stop=c), Axis(start=first, stop=first + words)))
+        writers.append(written(part, into, 0, [(c, 1), (rows, c)]) if rows == words
+                       else written(part, into, 0, [(rows, 1), (c, words)], scatter_kernel()))
+    if wide == r:
+        return Written(buffer, tuple(writers))
+    picked = row_bands(Node(Op.VIEW, (buffer,), view.shape, view.dtype, (Axis(start=0, stop=c), Axis(start=0, stop=r))),
+                       f"{name}.rows")
+    return picked and Written(picked.read, (*writers, *picked.calls))
 
 
 def row_bands(view: Node, name: str) -> Written | None:
@@ -204,7 +213,7 @@ def row_bands(view: Node, name: str) -> Written | None:
         words = Node(Op.VIEW, (base,), (hi - lo,), base.dtype, (Axis(start=lo, stop=hi, extent=base.size),))
         into = Node(Op.VIEW, (buffer,), picked.shape, view.dtype,
                     (Axis(start=a, stop=b), *(Axis(start=0, stop=n) for n in inner)))
-        writers.append(_written(words, into, first - lo, dims))
+        writers.append(written(words, into, first - lo, dims))
     return Written(buffer, tuple(writers))
 
 
@@ -253,7 +262,9 @@ def gathered(view: Node) -> Node:
     return Node(Op.CALL, (view.src[0],), view.shape, view.dtype, call)
 
 
-def _written(source: Node, into: Node, offset: int, dims) -> Node:
+def written(source: Node, into: Node, offset: int, dims, kernel: type | None = None) -> Node:
     """A Strided call picking from `source` by the pattern (offset, dims) into `into`, a view of a
-    DDR buffer of the compiler's."""
-    return Node(Op.CALL, (source, into), into.shape, into.dtype, Call(strided_kernel(), pattern_attrs(offset, dims, shape=into.shape), 1, True))
+    DDR buffer of the compiler's (or a state's words); or a Scatter (`kernel`) placing `source`'s
+    elements there by the pattern."""
+    return Node(Op.CALL, (source, into), into.shape, into.dtype,
+                Call(kernel or strided_kernel(), pattern_attrs(offset, dims, shape=into.shape), 1, True))

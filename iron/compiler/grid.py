@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from iron.compiler.objects import Context, attr_imm
+from iron.compiler.matrices import bd_share
+from iron.compiler.objects import Context, call_step
 from iron.compiler.place import Site
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.tiling import Grid, word_run
@@ -18,7 +19,6 @@ from iron.ir import Node, Op, call_label, describe, destination, input_dtypes, n
 from iron.kernels.registry import accumulate_kernel, convert_kernel, is_library
 from iron.plan.fifos import Stem, fifo_id
 from iron.plan.plan import (
-    Acquire,
     Buffer,
     Core,
     Direction,
@@ -29,10 +29,9 @@ from iron.plan.plan import (
     Link,
     Loop,
     Placement,
-    Port,
     Ptr,
-    Release,
     Wait,
+    holding,
 )
 
 
@@ -93,15 +92,12 @@ def _links(g: str, grid: Grid) -> tuple[Link, ...]:
     if grid.own_rows:
         block = grid.a_block_bytes
         return tuple(link for c, mem in enumerate(grid.c_mems) for link in (
-            Link(mem, (fifo_id(g, Stem.A, c, mem=True),), tuple(fifo_id(g, Stem.A, r, c) for r in rows),
-                 destination_offsets=tuple(r * block for r in rows)),
-            Link(mem, tuple(fifo_id(g, Stem.PART, r, c) for r in rows), (fifo_id(g, Stem.HOST, c),),
-                 source_offsets=tuple(r * part for r in rows))))
+            Link.split(mem, fifo_id(g, Stem.A, c, mem=True), [fifo_id(g, Stem.A, r, c) for r in rows], block),
+            Link.join(mem, [fifo_id(g, Stem.PART, r, c) for r in rows], fifo_id(g, Stem.HOST, c), part)))
     links = [Link(mem, (fifo_id(g, Stem.A, r, mem=True),), (fifo_id(g, Stem.A, r),)) for r, mem in enumerate(grid.a_mems)]
     for c, mem in enumerate(grid.c_mems):
         links += [Link(mem, (fifo_id(g, Stem.B, c, mem=True),), (fifo_id(g, Stem.B, c),)),
-                  Link(mem, tuple(fifo_id(g, Stem.PART, r, c) for r in rows), (fifo_id(g, Stem.HOST, c),),
-                       source_offsets=tuple(r * part for r in rows))]
+                  Link.join(mem, [fifo_id(g, Stem.PART, r, c) for r in rows], fifo_id(g, Stem.HOST, c), part)]
     return tuple(links)
 
 
@@ -133,20 +129,17 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     product = KernelStep.of(kernel, input_dtypes(call), (Ptr(matrix), Ptr(b), Ptr(total), *sizes), grid.acc)
     first = Function(f"{prefix}_first", params, (*expanded, product), blocked=True)
     functions = [first]
-    take = (Acquire(a, Port.CONSUME), Acquire(b, Port.CONSUME))
-    give = (Release(a, Port.CONSUME), Release(b, Port.CONSUME))
-    body = [Acquire(part, Port.PRODUCE), *take, Invoke(first.name, first.params), *give]
+    body = [*holding((a, b), (), (Invoke(first.name, first.params),))]
     if grid.k_blocks > 1:
         more, held = _more(prefix, grid, tile, params, expanded, product)
         functions.append(more)
         buffers += held
-        body.append(Loop(grid.k_blocks - 1, (*take, Invoke(more.name, more.params), *give)))
+        body.append(Loop(grid.k_blocks - 1, holding((a, b), (), (Invoke(more.name, more.params),))))
     if wide:
         cast = KernelStep.of(convert_kernel(), grid.acc, (Ptr(total), Ptr(part), Imm(m * n)), call.dtype)
         functions.append(Function(f"{prefix}_round", (total, part), (cast,), blocked=True))
         body.append(Invoke(f"{prefix}_round", (total, part)))
-    body.append(Release(part, Port.PRODUCE))
-    program = (Loop(grid.rounds * grid.per_round, tuple(body)),)
+    program = (Loop(grid.rounds * grid.per_round, holding((), (part,), body)),)
     return functions, buffers, Core(tile, g, program, ctx.device.compute.default_stack_bytes)
 
 
@@ -170,12 +163,8 @@ def _more(prefix: str, grid: Grid, tile, params: tuple[str, ...], expanded: tupl
 
 def _expansion_step(grid: Grid, blocks: str, dest: str) -> KernelStep:
     """The fused expansion of one core's block of A (m rows of the blocks as stored) into `dest`."""
-    expand, stored = grid.expand, grid.matrix
-    kernel, m = expand.arg.kernel, grid.m
-    sizes = kernel.sizes([(m, grid.a_block_bytes // m)], (m, grid.k))
-    return KernelStep.of(kernel, stored.dtype, (Ptr(blocks), Ptr(dest), *(Imm(int(s)) for s in sizes),
-                                                *(attr_imm(expand, name, ctype) for name, ctype in kernel.c_attrs)),
-                         expand.dtype)
+    m = grid.m
+    return call_step(grid.expand, (Ptr(blocks), Ptr(dest)), [(m, grid.a_block_bytes // m)], (m, grid.k))
 
 
 # ---- the moves ------------------------------------------------------------------------------------
@@ -337,9 +326,7 @@ def rounds_between_waits(device, moves: list[Move]) -> int:
 def _steps_within_bds(device, moves: list[Move]) -> int:
     """How many steps of `moves` a shim's BD ids hold: a shim tile moves at most its channels'
     FIFOs (2 each way), each taking the Dma ops its step cuts into."""
-    ops = max(len(dma_patterns(mv.access.offset, mv.access.dims, device)) for mv in moves)
-    per_shim = device.shim.dma_out_channels + device.shim.dma_in_channels
-    return device.shim_bd_ids // (per_shim * ops)
+    return bd_share(device) // max(len(dma_patterns(mv.access.offset, mv.access.dims, device)) for mv in moves)
 
 
 # ---- streamed elementwise calls -------------------------------------------------------------------

@@ -445,8 +445,9 @@ def stream_padding(group: Group, readers: dict, device, also=frozenset()) -> dic
     calls = group.calls
     if not streams(calls) or stream_unpadded(calls, readers, also):
         return {}
-    length = streamed_count(calls, device, calls[-1].size, FLOW_QUANTUM)
-    return {n: (length,) for n in (*external_inputs(calls), result_of(calls[-1]))} if length else {}
+    rows, *rest = calls[-1].shape   # a tensor of more axes pads its rows: every view of it stays where it was
+    length = streamed_count(calls, device, rows, FLOW_QUANTUM if not rest else ROW_QUANTUM, math.prod(rest))
+    return {n: (length, *rest) for n in (*external_inputs(calls), result_of(calls[-1]))} if length else {}
 
 
 def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:

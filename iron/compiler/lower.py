@@ -148,5 +148,4 @@ def site_links(ctx: Context, site: Site, parts: list[Part], sizes: dict) -> list
     split = tuple(p * block for p in range(s.per_lane)) if s.per_lane > 1 else ()   # one part a lane: a forward
     lanes = [Link(lane, (s.lane_fifo(g, k),), names[k * s.per_lane:(k + 1) * s.per_lane], destination_offsets=split)
              for k, lane in enumerate(s.lane_mems)]
-    return [*lanes, Link(mem, tuple(fifo_id(g, Stem.PART, p.number) for p in parts), (joined(ctx, g),),
-                         source_offsets=tuple(p.number * size for p in parts))]
+    return [*lanes, Link.join(mem, [fifo_id(g, Stem.PART, p.number) for p in parts], joined(ctx, g), size)]

@@ -26,6 +26,7 @@ from iron.ir import (
     destination,
     dynamic_attrs,
     elements,
+    input_dtypes,
     is_computed_view,
     is_host_tensor,
     nbytes,
@@ -215,6 +216,15 @@ def attr_word(ctx: Context, call: Node, name: str, expr: Node) -> int:
         lo, hi = kernel.bounds[name].range([n.shape for n in call.src[: call.arg.n_inputs]])
         return ctx.table.bounded(expr, lo, hi, f"{kernel.__name__} {name}={describe(expr)}", WordKind.CORE)
     return ctx.table.word(expr, WordKind.CORE)
+
+
+def call_step(call: Node, ptrs, shapes, out_shape, loads: dict | None = None) -> KernelStep:
+    """`call`'s kernel on `ptrs` by its C ABI: the sizes it derives from `shapes` and `out_shape`,
+    then its attributes, each Loaded where `loads` names it (a per-call word), else fixed."""
+    kernel, loads = call.arg.kernel, loads or {}
+    sizes = kernel.sizes([tuple(s) for s in shapes], tuple(out_shape))
+    attrs = [loads.get(name) or attr_imm(call, name, ctype) for name, ctype in kernel.c_attrs]
+    return KernelStep.of(kernel, input_dtypes(call), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs), call.dtype)
 
 
 def attr_imm(call: Node, name: str, ctype: str) -> Imm:

@@ -75,15 +75,17 @@ def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list[N
 
 # ---- pins: why a tensor may not lie padded for its readers ("" when it may) -----------------------
 
-def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dict | None = None) -> str:
+def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dict | None = None,
+               tail: bool = False) -> str:
     """Why `node` may not lie padded for `calls`: a view, a state (`state_unpadded`), read elsewhere, or a result
-    its producer cannot write padded (`group_of`; a segment's cut value: the design decided)."""
+    its producer cannot write padded (`group_of`; a segment's cut value: the design decided). `tail`: padded
+    after its last element only (a stream's), which leaves every view of it where it was."""
     what = describe(node)
     if node.op == Op.VIEW:
         return f"{what} is a view"
     if node.op == Op.MEMORY and node.arg.kind is MemoryKind.STATE:
         return state_unpadded(node, calls, readers)
-    others = [r for r in readers.get(node, []) if r not in calls]
+    others = [r for r in readers.get(node, []) if r not in calls and not (tail and r is Reader.VIEW)]
     if others:
         return f"{what} is read {'through a view' if Reader.VIEW in others else 'elsewhere'} too"
     if node.op == Op.CALL and group_of is not None:
@@ -373,15 +375,15 @@ def stream_unpadded(calls, readers: dict, also: tuple[Node, ...] = ()) -> str:
     """Why `pad_stream` may not pad elementwise calls' tensors (`also`: the calls of its
     `pad_shared_stream` family, reading their inputs padded alike)."""
     last = calls[-1]
-    if len(last.shape) != 1:
-        return "their tensors are not one-dimensional"
+    if len(last.shape) > 1 and any(n.shape != last.shape for c in calls for n in (c, *tensor_inputs(c))):
+        return f"they read or make tensors of other shapes than {last.shape}, which cannot lie in its padding"
     if last.arg.writes and (readers.get(last) or destination(last).op == Op.VIEW):
         return f"{describe(last)} is read, or written into a view of {describe(destination(last))}"
     if not last.arg.writes and not shown(last, readers):
         return f"{describe(last)} is read by more than the host, views and calls that read its user's region"
     if returned := [c for c in calls[:-1] if Reader.HOST in readers.get(c, [])]:
         return f"{describe(returned[0])} is returned too, in its own length"
-    return next((why for n in external_inputs(calls) if (why := unpaddable(n, (*calls, *also), readers))), "")
+    return next((why for n in external_inputs(calls) if (why := unpaddable(n, (*calls, *also), readers, tail=True))), "")
 
 
 # ---- what fills the padding -----------------------------------------------------------------------
@@ -456,15 +458,15 @@ def _stream_facts(group: Group, lies: dict[Node, Lies], readers: dict, group_of:
         return [PaddedStream(group.name, label[first], x.shape, lies[x].shape, how)]
     inputs = external_inputs(calls)
     products, passed = upstream(inputs, group_of)
+    read = tuple(f"{label[u]} as {'A' if u.src[0] is result else 'B'}" for u in readers.get(result, [])
+                 if isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX)
     if len(result.shape) == 1 or not any(n.op == Op.CALL for n in inputs):
-        how = Rule.PAD_TO_BLOCK if len(result.shape) == 1 else Rule.PAD_UPSTREAM_ZEROS
+        how = Rule.PAD_UPSTREAM_ZEROS if read and len(result.shape) > 1 else Rule.PAD_TO_BLOCK   # its own rows padded
     else:   # over a product's layout, or over one elementwise calls passed on
         how = Rule.PAD_PASSED_ON if any(n in lies and n.op == Op.CALL and lone_product(group_of[n]) is None
                                         and carried(n, group_of) for n in inputs) else Rule.PAD_THROUGH_ELEMENTWISE
     found = [PaddedStream(group.name, label[calls[-1]], result.shape, lies[result].shape, how,
                           tuple(label[p] for p in products))]
-    read = tuple(f"{label[u]} as {'A' if u.src[0] is result else 'B'}" for u in readers.get(result, [])
-                 if isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX)
     if read:
         order = list(group_of)
         makers = sorted({*calls, *(c for g in passed for c in g.calls)}, key=order.index)

@@ -253,6 +253,7 @@ def streamed_count(calls, device, count: int, quantum: int, width: int = 1) -> i
 
 
 def _flow(calls, device, padded, width: int = 1):
+    width = 1 if calls[0].arg.kernel.role is Role.ELEMENTWISE else width   # rows of an elementwise stream are its elements
     return choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
                        device.n_cols * device.shim.dma_out_channels, width=width, padded=padded)
 

@@ -304,16 +304,22 @@ def view_words(view: Node, padded: tuple[int, ...] | None = None, word_rows: boo
             steps.append((axis, strides[number] // 4))
     numbers = {id(a): number for number, a in enumerate(view.arg)}
     picked = [(numbers[id(a)], a.size, a.step * strides[numbers[id(a)]]) for a in kept(view.arg) if a.size > 1]
-    row, end = shape[-1] * itemsize, (lead + int(np.prod(shape, dtype=np.int64))) * itemsize
+    row, ends = shape[-1] * itemsize, {(lead + int(np.prod(shape, dtype=np.int64))) * itemsize}
+    if padded is not None and len(shape) == len(memory.shape):   # the user's last element, padding after it
+        ends.add(lead * itemsize + sum((n - 1) * st for n, st in zip(memory.shape, strides)) + itemsize)
 
-    def free_after(byte: int) -> bool:   # a padded row's end, or the base's end (nothing after it but a word's tail)
-        return (word_rows and byte % row == memory.shape[-1] * itemsize) or (not steps and byte == end)
+    def free_after(byte: int) -> bool:   # a padded row's end, or the base's (padded or not: nothing after it but padding)
+        return (word_rows and byte % row == memory.shape[-1] * itemsize) or (not steps and byte in ends)
     return static, _word_dims(view, static, _merged(picked), itemsize, free_after), steps
 
 
 def _padded_frame(view: Node, padded: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape a view of a padded tensor indexes: the padded one, the view's axes its own."""
-    if frame(view) != view.src[0].shape:
+    """The shape a view of a padded tensor indexes: the padded one, the view's axes its own (or,
+    padded after its last row only, its own frame: every element lies where it did)."""
+    base = view.src[0].shape
+    if padded[1:] == base[1:] and frame(view) != base:
+        return frame(view)
+    if frame(view) != base:
         raise PlacementError(
             f"{describe(view)} reshapes {base_text(view.src[0])}, which lies padded to {padded} in host memory "
             "(pad_to_block): index it in its own shape, or reshape a copy of it."

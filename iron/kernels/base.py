@@ -178,11 +178,16 @@ class Kernel:
         return names.symbol(cls.name, dtypes.suffix(dtype), dtypes.suffix(out))
 
     @classmethod
+    def source_name(cls) -> str:
+        """The file name of the kernel's source (its `source_kernel`'s, when it has one)."""
+        return cls.source_kernel.source_name() if cls.source_kernel is not None else names.source_file(cls.name)
+
+    @classmethod
     def source_text(cls) -> tuple[str, str]:
         """(file name, C++ text) of the kernel's source (its `source_kernel`'s, when it has one)."""
         if cls.source_kernel is not None:
             return cls.source_kernel.source_text()
-        file = names.source_file(cls.name)
+        file = cls.source_name()
         return file, cls.source if cls.source is not None else (CC_DIR / file).read_text()
 
     @classmethod

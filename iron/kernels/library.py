@@ -85,8 +85,9 @@ class Scatter(Strided):
     """out = a copy of its destination with x's elements placed at offset + i0 * s0 + i1 * s1 +
     i2 * s2 + i3 * s3 (out seen flat, in elements), i_d < n_d row-major: Strided's inverse. It
     writes a view of a state the DMA cannot move (an interior of 1- or 2-byte elements starting
-    mid-word): the compiler inserts it (`scatter_into_state`), its destination the fewest whole
-    words around the view, read and written back whole; its C ABI takes x's length and out's."""
+    mid-word; the last band of a transpose into a DDR buffer of the compiler's): the compiler
+    inserts it (`scatter_into_state`, `transposed_bands`), its destination the fewest whole words
+    around the view, read and written back whole; its C ABI takes x's length and out's."""
 
     name = "scatter"
     source_kernel = Strided   # strided.cc defines both, over one loop

@@ -66,16 +66,19 @@ def _check_abi(plan: Plan, f, step):
         if nsizes < 1 or not all(map(_takes, wanted, step.args)):
             fail(plan, f"function {f.name} {what}")
         return
-    args = (step.dest, step.a, Imm(0) if step.b is None else step.b) if isinstance(step, ScalarStep) else ()
+    unary = isinstance(step, ScalarStep) and step.op is WordOp.COPY   # copy alone takes one operand
+    args = (step.dest, step.a, *(() if unary else (step.b,))) if isinstance(step, ScalarStep) else ()
     if not args or not all(map(_takes, ("ptr", "i32", "i32"), args)):
         fail(plan, f"function {f.name} has a step {type(step).__name__}({_kinds(args)}): a step is a KernelStep, "
                     "or a ScalarStep writing through a Ptr from i32 values (Imm or Load)")
 
 
 def _takes(ctype: str, arg) -> bool:
-    """Whether `arg` is a value of C type `ctype` ("ptr", "i32" or "f32")."""
+    """Whether `arg` is a value of C type `ctype` ("ptr", "i32" or "f32"); an i32 Imm within int32."""
     if ctype == "ptr":
         return isinstance(arg, Ptr)
+    if isinstance(arg, Imm) and ctype == "i32":
+        return arg.ctype.value == ctype and -2**31 <= int(arg.value) < 2**31
     return (isinstance(arg, Imm) and arg.ctype.value == ctype) or (isinstance(arg, Load) and ctype == "i32")
 
 

@@ -4,11 +4,14 @@ well-formed and on the right tiles, DMA channels and locks per tile, cores and F
 words computed from earlier words, Dma ops within the shim's limits and their host buffers,
 buffer descriptor ids reused only after a covering Wait, every Wait met by a completion token,
 every FIFO given per launch exactly the objects its consumers take, and the Emit exactly on
-full-ELF plans (docs/platform.md)."""
+full-ELF plans (docs/platform.md). The printers (mlir.py, sources.py) print a checked Plan and
+check nothing again."""
 from __future__ import annotations
 
+import re
 from itertools import accumulate
 
+from iron.names import C_IDENTIFIER, source_file
 from iron.plan.core_checks import check_cores, check_functions, check_unique, fail
 from iron.plan.fifos import FEEDBACK
 from iron.plan.memory import check_tile_memory, fifo_homes, link_holder, shares_memory
@@ -19,7 +22,7 @@ from iron.plan.plan import (
     Direction,
     Dma,
     HostRole,
-    Loop,
+    KernelStep,
     Output,
     PlacementKind,
     Plan,
@@ -31,12 +34,17 @@ from iron.plan.plan import (
     WordKind,
     WordOp,
     WordRef,
+    launch_steps,
 )
+from iron.plan.sources import HEADER
+
+SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")   # an MLIR symbol name
 
 
 def check_plan(plan: Plan) -> None:
     """Raise PlanError for the first device rule `plan` breaks (DoesNotFit for tile memory)."""
     _check_device(plan)
+    _check_names(plan)
     _check_fifos(plan)
     _check_links(plan)
     _check_dma_channels(plan)
@@ -78,6 +86,22 @@ def _referenced_tiles(plan: Plan):
         yield plan.emit.tile, "the Emit"
 
 
+def _check_names(plan: Plan):
+    """FIFOs, Buffers and Functions named as MLIR symbols; a Function's glue file `<name>.cc`
+    named as a C identifier and not as a kernel source it would overwrite."""
+    named = [("FIFO", f.name) for f in plan.fifos] + [("Buffer", b.name) for b in plan.buffers]
+    for what, name in [*named, *(("function", f.name) for f in plan.functions)]:
+        if not SYMBOL.fullmatch(str(name)):
+            fail(plan, f"the {what} name {name!r} is not an MLIR symbol (letters, digits, '_', '$' and '.', "
+                       "starting with a letter or '_')")
+    sources = {HEADER, *(s.kernel.source_name() for f in plan.functions for s in f.steps
+                         if isinstance(s, KernelStep))}
+    for f in plan.functions:
+        if not C_IDENTIFIER.fullmatch(f.name) or source_file(f.name) in sources:
+            fail(plan, f"function '{f.name}' cannot be written to {source_file(f.name)}: its name must be a C "
+                       "identifier and no kernel source's")
+
+
 # ---- FIFOs and links --------------------------------------------------------------------------------
 
 def _check_fifos(plan: Plan):
@@ -98,6 +122,9 @@ def _check_fifos(plan: Plan):
             fail(plan, f"FIFO {f.name} is shared memory but {route} is not one neighbouring compute tile"
                  if f.shared_memory else f"FIFO {f.name} goes by DMA but mlir-aie makes {route} "
                  "(one neighbouring compute tile) shared memory")
+    for b in plan.buffers:
+        if b.nbytes <= 0 or b.nbytes % b.dtype.itemsize:
+            fail(plan, f"Buffer {b.name} on {b.tile.name} holds {b.nbytes} bytes, not whole {b.dtype} elements")
 
 
 def _check_links(plan: Plan):
@@ -139,6 +166,9 @@ def _check_link_offsets(plan: Plan, link, fifos):
                     f"byte offsets {list(offsets)} of {fifos[whole].nbytes}-byte objects, but mlir-aie moves each "
                     "part from its offset up to the next one's (the last up to the object's end): lay the parts "
                     "back to back in link order, filling the object")
+    if len({fifos[name].dtype.itemsize for name in (whole, *parts)}) > 1:   # so each offset is whole elements
+        fail(plan, f"the {kind} {shown} links FIFOs of elements of different sizes, but mlir-aie counts its "
+                   f"offsets in elements of {whole}")
 
 
 def dma_channels(fifos) -> dict[Tile, tuple[list[str], list[str]]]:
@@ -361,17 +391,11 @@ def _objects_moved(plan: Plan) -> dict[tuple[str, Direction], float]:
 
 def _objects_taken(plan: Plan) -> dict[tuple[str, Tile, Port], int]:
     taken: dict[tuple[str, Tile, Port], int] = {}
-
-    def walk(core, program, times):
-        for item in program:
-            if isinstance(item, Loop):
-                walk(core, item.body, times * item.count)
-            elif isinstance(item, Acquire):
-                key = (item.fifo, core.tile, item.port)
-                taken[key] = taken.get(key, 0) + item.count * times
-
     for core in plan.cores:
-        walk(core, core.program, 1)
+        for step, times in launch_steps(core.program):
+            if isinstance(step, Acquire):
+                key = (step.fifo, core.tile, step.port)
+                taken[key] = taken.get(key, 0) + step.count * times
     return taken
 
 

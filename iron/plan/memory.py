@@ -5,7 +5,7 @@ exceed its memory, with the fix that applies to the design.
 from __future__ import annotations
 
 from iron.errors import DoesNotFit
-from iron.plan.plan import Acquire, Fifo, Loop, PlacementKind, Plan, Tile, TileKind
+from iron.plan.plan import Acquire, Fifo, PlacementKind, Plan, Tile, TileKind, launch_steps
 from iron.plan.rules import Rule
 
 
@@ -67,16 +67,10 @@ def _objects(fifo: Fifo, most: int) -> int:
 def _most_acquired(plan: Plan) -> dict[tuple[Tile, str], int]:
     """(tile, FIFO) -> the most objects of the FIFO the tile's core acquires at once."""
     most: dict[tuple[Tile, str], int] = {}
-
-    def walk(tile: Tile, program: tuple):
-        for step in program:
-            if isinstance(step, Loop):
-                walk(tile, step.body)
-            elif isinstance(step, Acquire):
-                most[tile, step.fifo] = max(most.get((tile, step.fifo), 0), step.count)
-
     for core in plan.cores:
-        walk(core.tile, core.program)
+        for step, _ in launch_steps(core.program):
+            if isinstance(step, Acquire):
+                most[core.tile, step.fifo] = max(most.get((core.tile, step.fifo), 0), step.count)
     return most
 
 

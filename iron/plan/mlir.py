@@ -2,10 +2,9 @@
 FIFOs, links, buffers, one `func.func private` per Function, one `aie.core` per Core and the
 runtime sequence, in only the ops of docs/platform.md section 3 (`ALLOWED_OPS`). The MLIR
 spellings (memref types, port names) live here, not in the Plan; a Dma patched at launch is
-preceded by `// iron.patch dma=<k> word=<w>`. PlanError only for what it cannot print."""
+preceded by `// iron.patch dma=<k> word=<w>`. It prints a Plan `check_plan` passed, checking
+again only what MLIR alone needs (each Function parameter names the object whose type it takes)."""
 from __future__ import annotations
-
-import re
 
 import numpy as np
 
@@ -25,7 +24,6 @@ from iron.plan.plan import (
     Plan,
     Port,
     Release,
-    Wait,
 )
 
 ALLOWED_OPS = frozenset({
@@ -38,7 +36,6 @@ ALLOWED_OPS = frozenset({
 FOREVER = 9223372036854775807   # the core loop's bound: cores start once and never return
 SEQUENCE = "sequence"           # the runtime sequence's symbol
 INDENT = "  "
-_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")
 PORTS = {Port.PRODUCE: "Produce", Port.CONSUME: "Consume"}
 
 
@@ -74,7 +71,6 @@ def main_lines(plan: Plan, names: list[str]) -> list[str]:
 
 def _device_lines(plan: Plan, device: str, sequence: str) -> list[str]:
     """`aie.device(<device>) { ... }` (device may carry a symbol), indented one level."""
-    _check_names(plan)
     body = [
         *tile_lines(plan),
         *fifo_lines(plan),
@@ -94,13 +90,6 @@ def memref(elements: int, dtype) -> str:
 
 def object_memref(held: Fifo | Buffer) -> str:
     """The memref of a FIFO's objects or of a Buffer: whole elements of its dtype."""
-    if held.nbytes % held.dtype.itemsize:
-        what = f"FIFO '{held.name}' carries objects of" if isinstance(held, Fifo) else \
-            f"Buffer '{held.name}' on {held.tile.name} holds"
-        raise PlanError(
-            f"{what} {held.nbytes} bytes, not a whole number of {dtypes.name(held.dtype)} elements "
-            f"({held.dtype.itemsize} bytes each): make its nbytes a multiple of the element size."
-        )
     return memref(held.nbytes // held.dtype.itemsize, held.dtype)
 
 
@@ -134,15 +123,7 @@ def _link_offsets(plan: Plan, link: Link, offsets: tuple[int, ...], mem_side: tu
     in elements of that object, as mlir-aie reads them."""
     if not offsets:
         return []
-    itemsize = _find(plan.fifos, mem_side[0], "FIFO").dtype.itemsize
-    sizes = {_find(plan.fifos, name, "FIFO").dtype.itemsize for name in (*link.sources, *link.destinations)}
-    if sizes != {itemsize} or any(o % itemsize for o in offsets):
-        raise PlanError(
-            f"The link on {link.tile.name} from {_join(link.sources)} to "
-            f"{_join(link.destinations)} has byte offsets {list(offsets)}, which mlir-aie "
-            f"counts in {itemsize}-byte elements of '{mem_side[0]}': give every linked FIFO that "
-            "element size and make every offset a multiple of it."
-        )
+    itemsize = plan.fifo(mem_side[0]).dtype.itemsize
     return [o // itemsize for o in offsets]
 
 
@@ -161,12 +142,12 @@ def declaration_lines(plan: Plan) -> list[str]:
 
 def arg_types(plan: Plan, function: Function) -> list[str]:
     """The memref of each object or buffer the function takes, then i32 for a Loop index."""
-    types = []
-    for name in function.params:
-        held = next((f for f in plan.fifos if f.name == name), None) or _find(
-            plan.buffers, name, f"as a parameter of function '{function.name}' the FIFO or Buffer")
-        types.append(object_memref(held))
-    return types + (["i32"] if function.blocked else [])
+    held = {**{b.name: b for b in plan.buffers}, **{f.name: f for f in plan.fifos}}
+    unknown = [name for name in function.params if name not in held]
+    if unknown:   # a Function's parameters may have names of their own (the emulator binds objects by position)
+        raise PlanError(f"Function '{function.name}' has parameters {unknown} naming no FIFO or Buffer, whose memref "
+                        "types MLIR declares it with: name each parameter after an object it takes.")
+    return [object_memref(held[name]) for name in function.params] + (["i32"] if function.blocked else [])
 
 
 # ---- cores --------------------------------------------------------------------------------------
@@ -207,13 +188,8 @@ def program_lines(plan: Plan, core: Core, program: tuple, acquired: dict, taken:
             lines.append(f"aie.objectfifo.release @{step.fifo}({PORTS[step.port]}, {step.count})")
         elif isinstance(step, Invoke):
             lines.append(invoke_line(plan, core, step, acquired, depth))
-        elif isinstance(step, Loop):
-            lines += loop_lines(plan, core, step, dict(acquired), taken, depth)
         else:
-            raise PlanError(
-                f"The program of core {core.tile.name} holds {step!r}, which is not an Acquire, "
-                "Release, Invoke or Loop: build core programs from those four steps only."
-            )
+            lines += loop_lines(plan, core, step, dict(acquired), taken, depth)
     return lines
 
 
@@ -221,7 +197,7 @@ def acquire_lines(plan: Plan, step: Acquire, acquired: dict, taken: dict) -> lis
     n = taken.get(step.fifo, 0)
     taken[step.fifo] = n + 1
     view, obj = f"%{step.fifo}_view{n}", f"%{step.fifo}_obj{n}"
-    shape = object_memref(_find(plan.fifos, step.fifo, "FIFO"))
+    shape = object_memref(plan.fifo(step.fifo))
     acquired[step.fifo] = obj
     return [
         f"{view} = aie.objectfifo.acquire @{step.fifo}({PORTS[step.port]}, {step.count}) "
@@ -242,43 +218,11 @@ def loop_lines(plan: Plan, core: Core, loop: Loop, acquired: dict, taken: dict, 
 
 
 def invoke_line(plan: Plan, core: Core, step: Invoke, acquired: dict, depth: int) -> str:
-    function = _find(plan.functions, step.function, "function")
+    function = next(f for f in plan.functions if f.name == step.function)
     types = arg_types(plan, function)
-    values = [_object_value(plan, core, step, name, acquired) for name in step.objects]
-    if function.blocked:
-        if depth == 0:
-            raise PlanError(
-                f"Core {core.tile.name} invokes the blocked function '{step.function}' outside any "
-                "Loop, so it has no block index to pass: invoke it inside the Loop over its blocks."
-            )
-        values.append(f"%block{depth - 1}_i32")
-    if len(values) != len(types):
-        raise PlanError(
-            f"Core {core.tile.name} invokes '{step.function}' with {len(values)} arguments "
-            f"({_join(values)}) but its declaration takes {len(types)} "
-            f"({_join(types)}): make Invoke.objects match the function's parameters."
-        )
+    values = [acquired.get(name, f"%{name}") for name in step.objects]   # an acquired object, or a Buffer
+    values += [f"%block{depth - 1}_i32"] * function.blocked
     return f"func.call @{function.name}({_join(values)}) : ({_join(types)}) -> ()"
-
-
-def _find(items: tuple, name: str, what: str, field: str = "name"):
-    """The item of `items` whose `field` is `name`; `what` names the kind in the error."""
-    for item in items:
-        if getattr(item, field) == name:
-            return item
-    known = _join(getattr(item, field) for item in items) or "none"
-    raise PlanError(f"The plan uses {what} '{name}' but has none by that name (it has: {known}): add it to the plan.")
-
-
-def _object_value(plan: Plan, core: Core, step: Invoke, name: str, acquired: dict) -> str:
-    if name in acquired:
-        return acquired[name]
-    if any(b.name == name for b in plan.buffers):
-        return f"%{name}"
-    raise PlanError(
-        f"Core {core.tile.name} invokes '{step.function}' on '{name}', which it has not acquired "
-        "and which is no Buffer: acquire the FIFO before the Invoke (or declare the Buffer)."
-    )
 
 
 # ---- runtime sequence ---------------------------------------------------------------------------
@@ -296,22 +240,12 @@ def sequence_lines(plan: Plan, symbol: str = SEQUENCE) -> list[str]:
         if isinstance(op, Dma):
             ops += dma_lines(op, dma_index, args)
             dma_index += 1
-        elif isinstance(op, Wait):
-            ops.append(f"aiex.npu.dma_wait {{symbol = @{op.fifo}}}")
         else:
-            raise PlanError(
-                f"The runtime sequence holds {op!r}, which is not a Dma or a Wait: build the "
-                "sequence from those two ops only."
-            )
+            ops.append(f"aiex.npu.dma_wait {{symbol = @{op.fifo}}}")
     return [f"aie.runtime_sequence @{symbol}({params}) {{", *_indented(ops, 1), "}"]
 
 
 def dma_lines(dma: Dma, index: int, args: dict) -> list[str]:
-    if dma.buffer not in args:
-        raise PlanError(
-            f"DMA {index} (to FIFO '{dma.fifo}') moves words of host buffer '{dma.buffer}', which "
-            f"is not among the plan's host buffers ({', '.join(args)}): name one of them."
-        )
     arg, shape = args[dma.buffer]
     token = ", issue_token = true" if dma.issue_token else ""
     line = (
@@ -323,17 +257,6 @@ def dma_lines(dma: Dma, index: int, args: dict) -> list[str]:
 
 
 # ---- text ---------------------------------------------------------------------------------------
-
-def _check_names(plan: Plan) -> None:
-    named = [("FIFO", f.name) for f in plan.fifos] + [("Buffer", b.name) for b in plan.buffers]
-    named += [("function", f.name) for f in plan.functions]
-    for what, name in named:
-        if not _SYMBOL.fullmatch(str(name)):
-            raise PlanError(
-                f"The {what} name {name!r} is not a valid MLIR symbol: use letters, digits, '_', "
-                "'$' and '.', starting with a letter or '_'."
-            )
-
 
 def _join(items) -> str:
     return ", ".join(str(i) for i in items)

@@ -12,9 +12,9 @@ import iron
 from aie_utils import from_name
 from iron import Carried, Scratchpad
 from iron.compiler.copies import copy_view_for_grid
-from iron.errors import DoesNotFit, IndexOutOfRange
+from iron.errors import IndexOutOfRange
 from iron.ir import describe
-from iron.kernels import Add, Copy, MatMul, Mul, Scatter, Softmax, Strided, StridedRows
+from iron.kernels import Add, Copy, MatMul, Mul, Scatter, Softmax, StridedRows
 from iron.plan.mlir import ALLOWED_OPS, print_mlir
 from iron.plan.plan import Dma
 from iron.plan.rules import Rule
@@ -438,28 +438,6 @@ def test_a_narrow_view_larger_than_a_tile_is_picked_row_by_row_as_its_rows_strea
     assert picks.arg.kernel is StridedRows and (a["offset"], tuple(a[f"n{d}"] for d in range(4) if a[f"n{d}"] > 1),
                                                 tuple(a[f"s{d}"] for d in range(4) if a[f"n{d}"] > 1)) == pattern(4 // np.dtype(dtype).itemsize)
     assert {Rule.COPY_VIEW_FOR_GRID, Rule.STREAM_ROW_BLOCKS} <= set(rules(body))
-
-
-class Bias(iron.Graph):
-    def body(self, x, b):
-        return Add.step(x, b)
-
-
-def test_a_broadcast_of_odd_narrow_rows_larger_than_a_tile_leaves_only_the_adds_stream_refused():
-    """Each repeated row of 251 int8 elements is not whole words and the broadcast is larger than a
-    tile: Strided calls write it in bands of rows (128, a multiple of 4, and the rest) into a
-    DDR buffer of the compiler's
-    (`row_bands`). The Add over 251 x 251 int8 elements is what is refused (DoesNotFit naming it):
-    its 63001 elements have no blocks of whole words, and pad_to_block pads one-dimensional
-    streams only."""
-    x, b = np.ones((251, 251), np.int8), np.arange(251).astype(np.int8)
-    with pytest.raises(DoesNotFit) as refused:
-        Bias().compile(x=x, b=b, device=from_name("npu2"))
-    assert "Add#0 over 63001 int8 elements" in str(refused.value)
-    assert "their tensors are not one-dimensional" in str(refused.value)
-    inserted = copy_view_for_grid(Bias().trace(x=x, b=b)).inserted
-    assert [c.shape for c in inserted] == [(128, 251), (123, 251)]
-    assert all(c.arg.kernel is Strided and c.arg.writes and c.src[0].src[0].arg.name == "b" for c in inserted)
 
 
 class SliceOfProduct(iron.Graph):

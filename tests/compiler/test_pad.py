@@ -532,28 +532,23 @@ class ProductThenNormTwice(iron.Graph):
         return RMSNorm.step(MatMul.step(a, self.b), self.w), Scale.step(self.w, factor=2.0)
 
 
-UNPADDED = [
-    (ProductThenMax, "Max#1 reduces each row whole (its kernel takes no length), so N keeps its 509 "
-                     "(pad_through_row_width), and no padding of M and K alone takes a better grid"),
-    (ProductThenNormTwice, "RMSNorm#1 also reads a row that may not be padded: w is read elsewhere too, so N keeps its "
-                           "509 (pad_through_row_width), and no padding of M and K alone takes a better grid"),
-]
-
-
-@pytest.mark.parametrize("design, why", UNPADDED, ids=["max", "shared-row"])
-def test_a_product_whose_reader_cannot_share_its_padding_does_not_fit_saying_why(design, why, tmp_path, monkeypatch):
-    """Max over rows of N = 509 would reduce the 3 columns of N's padding too (it takes no
-    length; and M and K padded alone give no grid), nor is RMSNorm's w padded when another call
-    reads it too (so the rows keep N): the product is not padded, and DoesNotFit names the
-    reader, why, and the padding to give."""
-    text = refusal(design(np.ones((251, 509), np.float32)), tmp_path, monkeypatch, a=((509, 251), np.float32))
-    assert text.startswith(
-        f"{design.__name__} does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large for one "
-        f"configuration (pad_to_block: MatMul#0 is not padded: {why}). ")
-    assert text.endswith(
-        "the largest dividing blocks are M = 509: 1, K = 251: 251, N = 509: 1; pad_to_block did not pad it: the "
-        "design reads its result or makes its operands elsewhere (another segment). Pad the matrices with zeros "
-        "to sides with larger divisors (M = 512, K = 256, N = 512), or cut the call into several.")
+@pytest.mark.parametrize("design, line", [(ProductThenMax, "Copy#2 copies MatMul(a, b)[:] for Max#1"),
+                                          (ProductThenNormTwice, "Copy#3 copies MatMul(a, b)[:] for RMSNorm#1")],
+                         ids=["max", "shared-row"])
+def test_a_product_whose_reader_cannot_share_its_padding_reads_its_region_through_a_copy(design, line):
+    """Max over rows of N = 509 would reduce the 3 columns of N's padding too (it takes no length;
+    and M and K padded alone give no grid), nor is RMSNorm's w padded when another call reads it
+    too (so the rows keep N): a Copy of the product's region is inserted before the reader
+    (`copy_view_for_grid`), the product padded to (512, 512) (before: DoesNotFit naming the
+    reader); float32 within 1e-4 of reference()."""
+    a, b = operands(509, 251, 509, np.float32)
+    graph = design(b)
+    body = graph.compile(a=a, device=from_name("npu2"))
+    assert [text.split(", the region")[0] for r, text in body.plan.rules if r is Rule.COPY_VIEW_FOR_GRID] == [line]
+    assert padded(body.plan)["a"] == ((509, 251), (512, 256))
+    results = [r if isinstance(r, tuple) else (r,) for r in (body(a=a), graph.reference(a=a))]   # NormTwice: two
+    for got, want in zip(*results, strict=True):
+        np.testing.assert_allclose(got, want, **F32)
 
 
 # ---- products whose results other products read (padjoin) -------------------------------------------
@@ -1486,8 +1481,8 @@ def test_an_activation_of_a_padded_products_input_that_does_not_keep_zeros_is_re
         "ExpThenProduct does not fit npu2 even cut into segments: Exp#0 (group g0) alone is too large for one "
         "configuration. ExpThenProduct: Exp#0 over 259081 bfloat16 elements take 1036324 bytes, more than a compute "
         "tile's 64512, and stream_elementwise cuts them into blocks that divide 259081 and hold whole 32-bit words (2 "
-        "elements each), of which 259081 has none, and pad_to_block did not pad them: their tensors are not "
-        "one-dimensional. Pad the tensors to 259082 elements, or cut the calls in two.")
+        "elements each), of which 259081 has none, and pad_to_block did not pad them: no padded length "
+        "streams either. Pad the tensors to 259082 elements, or cut the calls in two.")
 
 
 class ProductIntoState(iron.Graph):

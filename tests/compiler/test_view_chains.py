@@ -151,8 +151,10 @@ class NarrowView(iron.Graph):
        row=st.booleans(), seed=st.integers(0, 2**16))
 def test_views_of_narrow_elements_equal_numpy_on_npu1_and_npu2(dtype, shape, view, row, seed):
     """Views of int8, uint8 and bfloat16 tensors whose rows are not whole 32-bit words, larger
-    than a tile or not, read by elementwise calls with a broadcast row or column: exactly numpy's
-    (small integers, exact in every dtype; integers wrap as numpy's do)."""
+    than a tile or not, at prime sides or not (no block of whole words dividing the elements, no
+    side of whole words: the streams pad their rows), read by elementwise calls with a broadcast
+    row or column: exactly numpy's (small integers, exact in every dtype; integers wrap as
+    numpy's do)."""
     rng, dt = np.random.default_rng(seed), NARROW[dtype]
     x = rng.integers(0, 40, shape).astype(dt)
     v = NARROW_VIEWS[view](x)

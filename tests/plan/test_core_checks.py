@@ -24,6 +24,7 @@ from iron.plan.plan import (
     ScalarStep,
     Tile,
     TileKind,
+    WordOp,
 )
 from tests.compiler import designs
 
@@ -144,3 +145,13 @@ def test_a_blocked_function_invoked_outside_a_loop_is_refused():
 
 def test_a_core_program_holding_something_else_is_refused(add_one):
     refused(with_program(add_one, Load(FifoId("g0", Stem.IN), 0)), "tile_0_2", "Load")
+
+
+def test_a_scalar_step_missing_an_operand_or_an_immediate_past_int32_is_refused(add_one):
+    host = Ptr(FifoId("g0", Stem.HOST), 0)
+    refused(with_function(add_one, steps=(ScalarStep(host, WordOp.MOD, Imm(7)),)), "function g0",
+            "ScalarStep(Ptr, Imm i32, NoneType)")
+    refused(with_function(add_one, steps=(ScalarStep(host, WordOp.ADD, Imm(2**31), Imm(1)),)), "function g0",
+            "Imm i32")
+    check_functions(with_function(add_one, steps=(ScalarStep(host, WordOp.ADD, Imm(2**31 - 1), Imm(-2**31)),)))
+

@@ -384,3 +384,39 @@ def test_link_parts_not_back_to_back_are_refused():
            "plan BigMatVec on npu2_1col: the link ('g0_part0', 'g0_part1', 'g0_part2', 'g0_part3') -> ('g0_host', "
            "'g0_host') has several sources and several destinations; a link is a split (one source), a join (one "
            "destination) or a forward." + FIX)
+
+
+def test_names_mlir_or_a_glue_file_cannot_take_are_refused():
+    """What the printers would otherwise print wrong: names that are no MLIR symbol, a glue file
+    `<function>.cc` overwriting a kernel's source."""
+    plan = plan_of("add_one", "npu2")
+    (f,) = plan.functions
+    broken(dataclasses.replace(plan, functions=(dataclasses.replace(f, name="add"),)),
+           "plan AddOne on npu2: function 'add' cannot be written to add.cc: its name must be a C identifier and "
+           "no kernel source's." + FIX)
+    broken(dataclasses.replace(plan, functions=(dataclasses.replace(f, name="g0 x"),)),
+           "plan AddOne on npu2: the function name 'g0 x' is not an MLIR symbol (letters, digits, '_', '$' and '.', "
+           "starting with a letter or '_')." + FIX)
+    tile = plan.cores[0].tile
+    broken(dataclasses.replace(plan, buffers=(Buffer("g0 odd", tile, 8, np.dtype(np.int32)),)),
+           "plan AddOne on npu2: the Buffer name 'g0 odd' is not an MLIR symbol (letters, digits, '_', '$' and '.', "
+           "starting with a letter or '_')." + FIX)
+
+
+def test_a_buffer_of_part_elements_and_a_dma_of_no_host_buffer_are_refused():
+    plan = plan_of("add_one", "npu2")
+    broken(dataclasses.replace(plan, buffers=(Buffer("g0_odd", plan.cores[0].tile, 6, np.dtype(np.int32)),)),
+           "plan AddOne on npu2: Buffer g0_odd on tile_0_2 holds 6 bytes, not whole int32 elements." + FIX)
+    broken(with_op(plan, 0, buffer="weights"),
+           "plan AddOne on npu2: sequence op 0 moves mm2s between buffer 'weights' and g0_in on shim_0_0, which is "
+           "not that FIFO's shim end or not a host buffer." + FIX)
+
+
+def test_a_link_of_fifos_of_other_element_sizes_is_refused():
+    """mlir-aie counts a split's or join's offsets in elements of its mem-tile object."""
+    plan = plan_of("big_matvec", "npu2_1col")
+    fifos = tuple(dataclasses.replace(f, dtype=np.dtype(np.int16)) if str(f.name) == "g0_w0" else f
+                  for f in plan.fifos)
+    broken(dataclasses.replace(plan, fifos=fifos),
+           "plan BigMatVec on npu2_1col: the split g0_w_mem -> ('g0_w0', 'g0_w1', 'g0_w2', 'g0_w3') links FIFOs of "
+           "elements of different sizes, but mlir-aie counts its offsets in elements of g0_w_mem." + FIX)

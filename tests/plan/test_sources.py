@@ -1,7 +1,8 @@
 """Tests of iron.plan.sources.kernel_sources: which files a Plan gets, the exact glue text,
 every glue file of several Plans compiling with host g++ -std=c++20 -Wall -Werror, a glue file
 run through ctypes (int32 word arithmetic with wrap-around and floor division, pointer offsets,
-block strides, Load and f32 operands), user kernels, and the refusals."""
+block strides, Load and f32 operands) and user kernels. A Plan check_plan refuses is never printed
+(tests/plan/test_core_checks.py, test_invariants.py)."""
 
 import ctypes
 import dataclasses
@@ -13,13 +14,11 @@ import pytest
 from test_mlir import HAND_BUILT, design_plans, streamed_plan
 
 from iron.dtypes import bfloat16
-from iron.errors import PlanError
 from iron.ir import wrap_i32
 from iron.kernels import LIBRARY, Argmax, Copy, RMSNorm, Scale, Softmax
 from iron.kernels.base import Kernel, library_sources
 from iron.plan.plan import CType, Function, Imm, KernelStep, Load, Ptr, ScalarStep, WordOp
 from iron.plan.sources import kernel_sources
-from tests.quotes import quoted
 
 FLAGS = ["-std=c++20", "-Wall", "-Werror"]
 INT_MIN, INT_MAX = -2**31, 2**31 - 1
@@ -209,33 +208,3 @@ def test_glue_runs_with_int32_word_semantics(tmp_path):
     assert floats[4:8].tolist() == [0.5, 1.0, 1.5, 2.0]
     e = np.exp(np.float32([1.0, 2.0]) - np.float32(2.0))
     np.testing.assert_allclose(floats[8:12], [*(e / e.sum()), 0.0, 0.0], rtol=1e-6, atol=0)
-
-
-# ---- refusals -----------------------------------------------------------------------------------
-
-def refusal(*functions) -> str:
-    with pytest.raises(PlanError) as info:
-        kernel_sources(with_functions(*functions))
-    return str(info.value)
-
-
-def test_pointer_into_something_not_a_parameter_is_refused():
-    step = KernelStep.of(Copy, np.int32, (Ptr("x"), Ptr("z"), Imm(1)))
-    quoted(refusal(Function("f", ("x", "y"), (step,))), "'f'", "'z'", "(x, y)", "Function.params")
-
-
-def test_block_stride_in_an_unblocked_function_is_refused():
-    step = KernelStep.of(Copy, np.int32, (Ptr("x"), Ptr("y", 0, 16), Imm(1)))
-    quoted(refusal(Function("f", ("x", "y"), (step,))), "'f'", "not blocked", "'y'", "16 bytes", "block stride")
-
-
-def test_a_scalar_op_missing_an_operand_and_bad_immediates_are_refused():
-    quoted(refusal(Function("f", ("x",), (ScalarStep(Ptr("x"), WordOp.MOD, Load("x")),))), "'f'", "mod",
-           "Load(source='x', offset=0) alone", "two operands")
-    quoted(refusal(Function("f", ("x",), (ScalarStep(Ptr("x"), WordOp.ADD, Imm(2**31), Imm(1)),))), "'f'",
-           "Imm(value=2147483648, ctype=<CType.I32: 'i32'>)", "[-2147483648, 2147483647]")
-
-
-def test_function_named_like_a_kernel_source_is_refused():
-    step = KernelStep.of(Copy, np.int32, (Ptr("x"), Ptr("x", 4), Imm(1)))
-    quoted(refusal(Function("copy", ("x",), (step,))), "'copy'", "copy.cc", "rename")

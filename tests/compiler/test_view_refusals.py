@@ -1,0 +1,122 @@
+"""The last refusals of issue 23 item 3, each now compiled for npu1 and npu2, run on the emulator
+and equal to numpy (exactly for integers and bfloat16 copies, a stated tolerance where a float is
+summed), with the plan facts saying how it was realised: a stream of 2-D tensors whose elements
+are not whole 32-bit words pads its rows (`pad_to_block` after the last row only, so every view
+of those tensors stays where it was), a transpose whose rows are not whole words goes through
+DDR buffers of the compiler's."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import iron
+from aie_utils import from_name
+from iron.compiler.copies import copy_view_for_grid
+from iron.kernels import Add, Copy, Exp, MatMul, ReLU, Scatter, Strided, Sum
+from iron.plan.rules import PaddedStream, Rule
+from tests.compiler.test_view_cases import mlir_ops_allowed
+
+pytestmark = pytest.mark.usefixtures("on_emulator")
+
+DEVICES = ["npu1", "npu2"]
+BF16 = iron.bfloat16
+
+
+def padded(body) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+    return {p.name: (p.shape, p.padded) for p in body.plan.placements if p.padded is not None}
+
+
+def streams(body) -> list[PaddedStream]:
+    return [fact for _, fact in body.plan.rules if isinstance(fact, PaddedStream)]
+
+
+class Sum2(iron.Graph):
+    def body(self, x, b):
+        return Add.step(x, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bias", [(251, 251), (251,)])
+def test_an_add_of_prime_sided_int8_streams_over_its_rows_padded(device, bias):
+    """x + b over (251, 251) int8 (63001 bytes: no block of whole words divides them): the stream
+    pads its rows to 256, after the user's last row (before: DoesNotFit "no word block"); a
+    broadcast row b (251,) is first picked into a DDR buffer of the compiler's by bands of rows
+    (`row_bands`), which lies padded alike; exact, wrapping as numpy's int8 does."""
+    rng = np.random.default_rng(21)
+    x, b = rng.integers(-128, 128, (251, 251)).astype(np.int8), rng.integers(-128, 128, bias).astype(np.int8)
+    body = Sum2().compile(x=x, b=b, device=from_name(device))
+    np.testing.assert_array_equal(body(x=x, b=b), x + b)
+    read = "b" if len(bias) == 2 else "through.view0"
+    inserted = copy_view_for_grid(Sum2().trace(x=x, b=b)).inserted
+    assert [(c.arg.kernel, c.shape) for c in inserted] == [(Strided, (128, 251)), (Strided, (123, 251))] * (read != "b")
+    assert padded(body) == {n: ((251, 251), (256, 251)) for n in ("x", read, "out0")}
+    assert [(f.call, f.own, f.lies, f.rule) for f in streams(body)] == [("Add#0", (251, 251), (256, 251), Rule.PAD_TO_BLOCK)]
+
+
+class StepThenReLU(iron.Graph):
+    def body(self, x):
+        return ReLU.step(x[:, ::2])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_step_slice_of_bfloat16_columns_at_a_prime_side_feeds_a_stream(device):
+    """ReLU(x[:, ::2]), x (509, 1018) bfloat16: Strided calls pick the view band by band into a DDR
+    buffer of the compiler's, looped over time, and ReLU streams over it with its rows padded to
+    512 (before: DoesNotFit, 259081 bfloat16 elements have no block of whole words); exact."""
+    x = np.random.default_rng(22).standard_normal((509, 1018)).astype(BF16)
+    body = StepThenReLU().compile(x=x, device=from_name(device))
+    np.testing.assert_array_equal(body(x=x), np.maximum(x[:, ::2], 0))
+    assert padded(body) == {n: ((509, 509), (512, 509)) for n in ("through.view0", "out0")}
+    assert body.plan.repeat is not None and body.plan.repeat.count == 50
+
+
+class Transposed(iron.Graph):
+    def body(self, x):
+        return Copy.step(x.T)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.int8, BF16])
+def test_the_transpose_of_rows_not_whole_words_either_way_goes_through_two_buffers(device, dtype):
+    """x.T of x (509, 251): neither x's rows nor the transpose's are whole words (before:
+    PlacementError "moves runs of 1 bytes"). Strided calls transpose bands of x's rows into their
+    columns of a DDR buffer of the compiler's whose rows are padded to whole words,
+    the last band placed by a Scatter among the words around its columns; Strided calls then pick
+    its first 509 columns band by band into a buffer whose rows lie end to end, which Copy streams
+    over its rows padded to 256; exact."""
+    x = np.random.default_rng(23).integers(-100, 100, (509, 251)).astype(dtype)
+    body = Transposed().compile(x=x, device=from_name(device))
+    np.testing.assert_array_equal(body(x=x), x.T)
+    shapes = {p.name: (p.shape, p.padded) for p in body.plan.placements if p.name.startswith("through")}
+    wide = 512 if dtype is np.int8 else 510   # 509 elements padded to whole words
+    assert shapes == {"through.view0": ((251, wide), None), "through.view0.rows": ((251, 509), (256, 509))}
+    kinds = [c.arg.kernel for c in copy_view_for_grid(Transposed().trace(x=x)).inserted]
+    band = 64 if dtype is np.int8 else 32   # x's rows whose words and transpose fill half a tile
+    assert kinds.index(Scatter) == 508 // band and set(kinds) - {Scatter} == {Strided}
+    assert mlir_ops_allowed(body)
+
+
+class SumOfExp(iron.Graph):
+    def __init__(self, w):
+        self.w = iron.param(w)
+
+    def body(self, x):
+        return Sum.step(Exp.step(MatMul.step(x, self.w)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_row_sum_over_a_product_padded_at_a_prime_side_reads_its_region_through_a_copy(device):
+    """Sum(Exp(x @ w)) at 509^3 float32: the product has a grid only padded (to 512), and Sum
+    reduces each row whole (its kernel takes no length), so a Copy of the product's region is
+    inserted before Exp (before: DoesNotFit, "MatMul#0 is not padded: ... would read the padding
+    as data"); float32 within 1e-4 of numpy (the grid sums its blocks in another order)."""
+    rng = np.random.default_rng(24)
+    x, w = (rng.standard_normal((509, 509)).astype(np.float32) / 30 for _ in range(2))
+    graph = SumOfExp(w)
+    body = graph.compile(x=x, device=from_name(device))
+    numpy = np.exp(x.astype(np.float64) @ w).sum(axis=1)
+    np.testing.assert_allclose(body(x=x), numpy, rtol=1e-4)
+    np.testing.assert_allclose(body(x=x), graph.reference(x=x), rtol=1e-4)
+    assert [t.split(", the")[0] for r, t in body.plan.rules if r is Rule.COPY_VIEW_FOR_GRID] == [
+        "Copy#3 copies MatMul(x, w)[:] for Exp#1"]
+    assert padded(body)["x"] == ((509, 509), (512, 512))
