@@ -213,16 +213,29 @@ class Chain:
         """A unit's busiest input channel's time, its busiest core's (its group's cycles shared
         evenly among its units), its busiest result channel's, the most objects one of its FIFOs
         moves, and the share of its busiest input the FIFOs on its way hold before its cores
-        take any (`_held`)."""
+        take any (`_held`). An input reaching its cores through a FIFO of one object (no double
+        buffer) moves each object while the core waits: that last hop's time adds to the core's."""
         stages = [0.0, cost.ns(self.device, self._cycles(unit.group) / self._units(unit.group)), 0.0]
-        objects, ahead, busiest = 1, 1.0, 0
+        objects, ahead, busiest, unbuffered = 1, 1.0, 0, 0.0
         for name, nbytes in unit.moved.items():
             at = 2 if name in unit.results else 0
             stages[at] = max(stages[at], cost.ns(self.device, cost.dma_cycles(self.gen, nbytes)))
             objects = max(objects, round(nbytes / self.fifos[name].nbytes))
             if at == 0 and nbytes > busiest:
                 busiest, ahead = nbytes, min(1.0, self._held(name) / nbytes)
+            if at == 0:
+                last = self._into_cores(name)
+                if any(f.depth == 1 for f in last):
+                    unbuffered = max(unbuffered, cost.ns(self.device, cost.dma_cycles(self.gen, nbytes / len(last))))
+        stages[1] += unbuffered
         return (*stages, objects, ahead)
+
+    def _into_cores(self, name) -> list:
+        """The FIFOs a host FIFO's objects reach the cores by: itself, or those the mem tiles'
+        links pass it on to."""
+        fifo = self.fifos[name]
+        onward = [d for link in self.plan.links if name in link.sources for d in link.destinations]
+        return [f for d in onward for f in self._into_cores(d)] if onward else [fifo]
 
     def _held(self, name) -> int:
         """The bytes a FIFO and those a mem tile's link passes it on to hold (each its depth of

@@ -162,8 +162,9 @@ def test_fused_attention_generates_the_numpy_forwards_tokens_host_driven_in_a_lo
     with aie_utils.using_device(aie_utils.from_name("npu2")):
         body = graph.compile()
     attention = [g for g, calls in body.plan.groups if any(c.startswith("Attention#") for c in calls)]
-    # one per key/value head and placed layer: as shipped, the two layers loop on one layer's cores
-    assert (body.plan.repeat is not None, len(attention)) == ((True, 3) if quantized else (False, 2 * 3))
+    # one per key/value head and placed layer: float32, the two layers loop on one layer's cores; as shipped,
+    # whose LM head alone takes longer than both layers, they stay in space (plan_ns, as the timed emulator)
+    assert (body.plan.repeat is not None, len(attention)) == ((False, 2 * 3) if quantized else (True, 3))
     assert generate(graph, body, ids, 3) == expected
     assert generate_in_loop(graph, body, ids, 3, depth=2) == expected
     on_npu1 = graph.compile(device=aie_utils.from_name("npu1"))
