@@ -472,9 +472,9 @@ def contiguous_span(view: Node) -> tuple[int, int] | None:
     first = next((i for i, n in enumerate(counts) if n > 1), len(counts))
     if any(n != extent for n, extent in zip(counts[first + 1:], shape[first + 1:])):
         return None
-    strides = [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
+    strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
     start = sum((a.index if a.index is not None else a.start) * st for a, st in zip(view.arg, strides))
-    return start, int(np.prod(counts, dtype=np.int64))
+    return start, math.prod(counts)
 
 
 def element_pattern(view: Node) -> tuple[int, list[tuple[int, int]]]:
@@ -482,7 +482,7 @@ def element_pattern(view: Node) -> tuple[int, list[tuple[int, int]]]:
     its tensor seen flat: its kept axes in the view's order, each stride its step times the
     frame's, dimensions that together run on merged."""
     shape = frame(view)
-    strides = [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
+    strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
     first = sum((a.index if a.index is not None else a.start) * st for a, st in zip(view.arg, strides))
     at = {id(a): st for a, st in zip(view.arg, strides)}
     dims: list[tuple[int, int]] = []

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
 from iron.compiler.padding import (
     facts_of,
-    fills,
     keeps_n,
     layout_unshared,
+    made_over,
     matrix_readers,
     matrix_unpadded,
     operands_unpadded,
@@ -23,17 +23,16 @@ from iron.compiler.padding import (
     readers_of,
     readers_unshared,
     reads_region,
-    rows_upstream,
     stream_unpadded,
     unpaddable,
     width_unshared,
-    zeros_upstream,
 )
 from iron.compiler.readers import Reader
 from iron.compiler.sides import (
     FLOW_QUANTUM,
     ROW_QUANTUM,
     Classes,
+    Groups,
     best_sides,
     chained,
     joined_sides,
@@ -106,8 +105,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts
     or of a row reduction's rows (`pad_rows`), each only where the cost model estimates its grid or stream on
     the whole device faster than its own; a padded tensor is read by its group alone (`unpaddable`), so no two groups pad one
     tensor."""
-    readers = readers_of(program, groups)
-    group_of = {call: group for group in groups for call in group.calls}
+    readers, group_of = readers_of(program, groups), Groups(groups)
     shared = shared_layouts(program, groups, device, readers, group_of)
     layouts = [s for s in shared if not s.why]
     agreed = {call: sides for s in layouts for call, sides in zip(s.calls, s.sides)}
@@ -119,8 +117,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts
         padded |= pad_through(group, padded, free, group_of, device) or \
             pad_matrix(group, free, group_of, device, agreed, chosen) or \
             pad_stream(group, free, group_of, device) or pad_rows(group, free, device)
-    filled = fills(padded, groups)
-    lies = {n: Lies(shape, filled[n]) for n, shape in padded.items()}
+    lies = {n: Lies(shape, group_of.fill(n, padded)) for n, shape in padded.items()}
     choices = tuple((group_of[call].name, choice) for call, (node, shape, choice) in chosen.items()
                     if padded.get(node) == shape)   # the choices no later agreement overrode
     refused = unpadded_products(groups, padded, free, group_of, device)
@@ -254,7 +251,7 @@ def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, d
     (call,) = group.calls if len(group.calls) == 1 else (None,)
     if call is None or call.arg.kernel.role is not Role.MATRIX:
         return ""
-    readers, group_of = readers_of(program, groups), {c: g for g in groups for c in g.calls}
+    readers, group_of = readers_of(program, groups), Groups(groups)
     refused = next((s for s in shared if s.why and call in s.calls), None)
     if refused:
         return f"{call_label(program, call)} is not padded: {Rule.PAD_SHARED_INPUT}: {refused.fact(program)}"
@@ -323,13 +320,12 @@ def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: di
     found = on_sides(call, sides)
     if k_only:   # `pad_k_only`: the result lies in its own shape, whoever reads it
         del found[result_of(call)]
-    for operand in (a, b):   # made over the padded layout: `zeros_upstream`, `rows_upstream`
-        if operand.op != Op.CALL:
-            continue
-        if zeros_upstream(operand, call, readers, group_of):
-            found |= {n: found[operand] for n in external_inputs(group_of[operand].calls)}
-        elif operand is a and rows_upstream(operand, call, readers, group_of):
-            found |= {operand.src[0]: found[a]} | rows_through(operand, found[a])
+    for operand in (a, b):   # made over the padded layout (`made_over`): the tensors its group reads lie so
+        if operand.op == Op.CALL and made_over(operand, call, readers, group_of):
+            lies, calls = found[operand], group_of[operand].calls
+            rows = calls[0].arg.kernel.role is Role.ROW_REDUCTION
+            found |= {operand.src[0]: lies} | rows_through(operand, lies) if rows else \
+                {n: lies for n in external_inputs(calls)}
     return found
 
 

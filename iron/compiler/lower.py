@@ -5,7 +5,7 @@ packed (objects.py), its cores' programs written (cores.py) and its moves listed
 until shims.py connects them."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -46,8 +46,8 @@ class Lowered:
     holds: dict
     waiting_inputs: frozenset[FifoId]
     rules: tuple[Decision, ...] = ()
-    looped: frozenset[str] = frozenset()   # FIFOs of cores looping over a repeated block (repeat.py)
-    loops: int = 1                          # how many times they loop: objects per launch
+    loops: dict = field(default_factory=dict)   # FIFOs of cores looping over a repeated block (repeat.py):
+                                                # how many times they loop, objects per launch
 
 
 def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan | None = None,
@@ -80,11 +80,11 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
             buffers += part.buffers
             holds |= part.holds
         moves.append(group_moves(ctx, site, parts))
-    sites, cores, looping = layout.sites, one_core_per_tile(cores), set()
+    sites, cores, looping = layout.sites, one_core_per_tile(cores), {}
     if unfolding is not None:
         sites, moves = unfolding.sites_and_moves(sites, moves)
         unlooped, cores = cores, unfolding.looped(cores)
-        looping = {c.tile for c, d in zip(unlooped, cores) if c is not d}
+        looping = {c.tile: unfolding.loops(c.group) for c, d in zip(unlooped, cores) if c is not d}
     sequence, waiting_inputs = with_state_waits(sites, sink_writes(ctx, moves))
     emit_values, carry = carry_sources(ctx)
     emit = None
@@ -98,11 +98,11 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
         sizes[FEEDBACK] = (made.sizes[FEEDBACK], I32, "the next call's words")
     fifos = tuple(Fifo(r.fifo, r.producer, r.consumers, DEPTH, sizes[r.fifo][0], np.dtype(sizes[r.fifo][1]),
                        r.shared_memory) for r in routes.fifos)
-    looped = frozenset(f.name for f in fifos if looping & {f.producer, *f.consumers})
+    loops = {f.name: max(looping.get(t, 1) for t in (f.producer, *f.consumers)) for f in fifos}
     holds |= {name: what for name, (_, _, what) in sizes.items()}
     return Lowered(fifos, tuple(links), tuple(buffers), tuple(functions), tuple(cores), tuple(sequence),
-                   ctx.table.defs(), ctx.placements, emit, carry, holds, waiting_inputs, tuple(ctx.rules), looped,
-                   unfolding.count if looping else 1)
+                   ctx.table.defs(), ctx.placements, emit, carry, holds, waiting_inputs, tuple(ctx.rules),
+                   {f: n for f, n in loops.items() if n > 1})
 
 
 def object_sizes(ctx: Context, site: Site, parts: list[Part]) -> dict[str, tuple[int, np.dtype, str]]:

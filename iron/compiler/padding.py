@@ -4,13 +4,13 @@ call's tensors and the axes its index map (`Traits.index_map`) names; the pins, 
 cannot write at the padded stride, a reader that would read the padding as data (a kernel
 reducing a row whole, `Traits.row_length`); readers that see only the user's region (the host,
 views, calls that neither tile nor stream, groups fitting a tile); and the zeros a MatMul sums
-over: padding computed through zero-keeping kernels (`Kernel.keeps_zeros_in`) from zeros, or
-written around by a producer (`fills`)."""
+over, read from the zero-fill lattice (sides.py `zero_fills`), never re-derived."""
 from __future__ import annotations
 
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
 from iron.compiler.readers import Reader
 from iron.compiler.sides import (
+    Groups,
     carried,
     extent_rule,
     joined,
@@ -18,9 +18,10 @@ from iron.compiler.sides import (
     lone_product,
     result_of,
     sides_as_lying,
+    summed_unzeroed,
     upstream,
 )
-from iron.compiler.streaming import MAX_FLOW_INPUTS, flow_bytes, streamable
+from iron.compiler.streaming import MAX_FLOW_INPUTS
 from iron.compiler.tiling import call_sides
 from iron.ir import (
     MemoryKind,
@@ -89,7 +90,7 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dic
     if others:
         return f"{what} is read {'through a view' if Reader.VIEW in others else 'elsewhere'} too"
     if node.op == Op.CALL and group_of is not None:
-        why = producer_unpadded(node, group_of[node].calls)
+        why = group_of.zeros[node].unwritten
         return why and f"{what} is another group's result, {why}"
     if node.op == Op.CALL or is_cut_value(node):
         return f"{what} is another group's result"
@@ -112,23 +113,6 @@ def state_unpadded(state: Node, calls: tuple[Node, ...], readers: dict) -> str:
         if reshaped else ""
 
 
-def producer_unpadded(node: Node, calls: tuple[Node, ...]) -> str:
-    """`pad_written_by_producer`: why the group making `node` cannot write it across a cut row by row at the
-    padded stride (a grid writes blocks at its own; a streamed row's block at most SIZE_LIMIT; rows of whole
-    words)."""
-    if any(c.arg.kernel.role is Role.MATRIX for c in calls):
-        return "made by a MatMul or MatVec, whose grid writes its blocks at its own row stride"
-    if len(node.shape) == 1:
-        return ""
-    if streamable(calls) and held_bytes(list(calls)) > SIZE_LIMIT and flow_bytes(calls, node.shape[1], 1) > SIZE_LIMIT:
-        return (f"streamed by elementwise calls in blocks of whole rows when it lies padded, and a block of one row of "
-                f"{node.shape[1]} elements takes {flow_bytes(calls, node.shape[1], 1)} bytes, more than {SIZE_LIMIT}")
-    if node.shape[1] * node.dtype.itemsize % 4:
-        return f"whose rows of {node.shape[1]} {node.dtype.name} elements are not whole 32-bit words, so no DMA " \
-               "writes them at a padded row's stride"
-    return ""
-
-
 def is_cut_value(node: Node) -> bool:
     """Whether a segment's input is a value an earlier segment computed (segment.py numbers it -1)."""
     return node.op == Op.INPUT and node.arg.position == -1
@@ -142,31 +126,29 @@ def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> 
 
 def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dict | None) -> str:
     """Why a product's operands may not lie padded for it and the products `joined` with it, unless
-    zero-keeping elementwise calls make one over the padded layout (`zeros_upstream`)."""
+    its group makes one over the padded layout (`made_over`)."""
     for node in call.src[:2]:
         why = unpaddable(node, joined, readers, group_of)
-        if why and not (node.op == Op.CALL and group_of is not None and zeros_upstream(node, call, readers, group_of)):
+        if why and not (node.op == Op.CALL and group_of is not None and made_over(node, call, readers, group_of)):
             return why
     return ""
 
 
-def zeros_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> bool:
-    """`pad_upstream_zeros`: whether the elementwise group making `node`, read by `call` alone, streams over its
-    padded layout, every call keeping zeros, over paddable tensors of its shape."""
+def made_over(node: Node, call: Node, readers: dict, group_of: Groups) -> bool:
+    """`pad_upstream_zeros`, `pad_upstream_rows`: whether the group making `node`, read by the product `call`
+    alone, computes it over the padded layout from paddable tensors, the lattice saying the padding `call` sums
+    over is zeros: elementwise calls streaming over it, or a row reduction alone streaming its rows as wide as
+    they lie (`width_unshared`)."""
     calls = group_of[node].calls
-    return calls[-1] is node and len(node.shape) == 2 and all(c.arg.kernel.keeps_zeros_in(c.arg.attr_dict) for c in calls) \
-        and readers.get(node) == [call] and all(r in calls for c in calls[:-1] for r in readers.get(c, [])) \
-        and not unstreamed(calls, node.shape) \
+    if calls[-1] is not node or len(node.shape) != 2 or readers.get(node) != [call] \
+            or summed_unzeroed(node, call, group_of) is not None:
+        return False
+    if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
+        return len(calls) == 1 and not node.arg.writes and node.src[0].shape == node.shape \
+            and held_bytes([node]) > SIZE_LIMIT and not width_unshared(node, readers) \
+            and not unpaddable(node.src[0], calls, readers, group_of)
+    return all(r in calls for c in calls[:-1] for r in readers.get(c, [])) and not unstreamed(calls, node.shape) \
         and not any(unpaddable(n, calls, readers, group_of) for n in external_inputs(calls))
-
-
-def rows_upstream(node: Node, call: Node, readers: dict, group_of: dict) -> bool:
-    """`pad_upstream_rows`: whether the row reduction making `node`, `call`'s A alone, streams its rows padded to
-    A's layout, its kernel writing 0 past each row's length."""
-    return group_of[node].calls == (node,) and node.arg.kernel.role is Role.ROW_REDUCTION \
-        and not node.arg.writes and len(node.shape) == 2 and node.src[0].shape == node.shape \
-        and readers.get(node) == [call] and held_bytes([node]) > SIZE_LIMIT and not width_unshared(node, readers) \
-        and not unpaddable(node.src[0], (node,), readers, group_of)
 
 
 def readers_unshared(call: Node, readers: dict, group_of: dict | None, small: bool = False) -> str:
@@ -230,12 +212,11 @@ def unstreamed(calls: tuple[Node, ...], shape: tuple[int, ...]) -> str:
 
 def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
     """`pad_through_zeros`: why readers may not read the result of elementwise `calls` over a product's layout:
-    the host once, elementwise calls, a MatMul when every call making it keeps zeros."""
+    the host once, elementwise calls, row reductions, a MatMul when the lattice says the padding it sums is zeros."""
     last = calls[-1]
     users = readers.get(last, [])
-    summed = any(isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX for u in users)
-    made = (*calls, *(c for g in upstream(external_inputs(calls), group_of)[1] for c in g.calls))
-    unkept = next((c for c in made if not c.arg.kernel.keeps_zeros_in(c.arg.attr_dict)), None) if summed else None
+    unkept = next((z.unkept for u in users if isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX
+                   and (z := summed_unzeroed(last, u, group_of)) is not None), None)
     if unkept is not None or users.count(Reader.HOST) > 1 or any(u is not Reader.HOST and not (
             isinstance(u, Node) and u.arg.kernel.role in (Role.MATRIX, Role.ELEMENTWISE, Role.ROW_REDUCTION)) for u in users):
         why = f" ({describe(unkept)} maps zeros to other values)" if unkept is not None else ""
@@ -384,26 +365,6 @@ def stream_unpadded(calls, readers: dict, also: tuple[Node, ...] = ()) -> str:
     if returned := [c for c in calls[:-1] if Reader.HOST in readers.get(c, [])]:
         return f"{describe(returned[0])} is returned too, in its own length"
     return next((why for n in external_inputs(calls) if (why := unpaddable(n, (*calls, *also), readers, tail=True))), "")
-
-
-# ---- what fills the padding -----------------------------------------------------------------------
-
-def fills(padded: dict, groups: tuple[Group, ...]) -> dict[Node, Fill]:
-    """What each padded tensor's padding holds: zeros (a host tensor's; a product's); WRITTEN when its group
-    reads nothing padded (`pad_written_by_producer`); KEPT by elementwise calls; ROWS by a row reduction."""
-    group_of = {call: group for group in groups for call in group.calls}
-    kinds = {Role.ELEMENTWISE: Fill.KEPT, Role.ROW_REDUCTION: Fill.ROWS}
-    found = {}
-    for n in padded:
-        group = group_of.get(n)
-        if n.op != Op.CALL or group is None:
-            found[n] = Fill.ZEROS
-        elif not any(i in padded for i in external_inputs(group.calls)):
-            found[n] = Fill.WRITTEN
-        else:
-            made = group.calls[-1] is n and kinds.get(group.calls[0].arg.kernel.role)
-            found[n] = made or Fill.ZEROS
-    return found
 
 
 # ---- the facts of a design's layout ---------------------------------------------------------------

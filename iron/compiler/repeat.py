@@ -10,6 +10,7 @@ which groups of an iteration larger than the array share a core."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Callable
 
 from iron.compiler import cost
@@ -30,6 +31,7 @@ from iron.plan.rules import Decision, Rule
 MAX_TRIED = 4
 TIMED = "over time: one iteration placed, its cores looping"
 SPACED = "in space: every iteration placed, one configuration"   # runs tried, most groups covered first, before the design is left as it is
+REFUSED = (NotRepeated, PlanError, DoesNotFit, PlacementError)   # why a loop over time is not compiled
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,22 @@ class Abandoned:
 
     configurations: int
     ns: float
+
+
+@dataclass(frozen=True)
+class Nested:
+    """The rule `repeat_within_iteration`'s fact: the repeated block within iteration `outer`
+    (`inner`, its groups from the first to the last, `count` iterations) loops inside each of
+    its iterations, as the iteration placed whole is refused (`refused`: why)."""
+
+    outer: str
+    inner: str
+    count: int
+    refused: str
+
+    def __str__(self) -> str:
+        return (f"{self.count} iterations of {self.inner} loop inside each iteration of {self.outer}: "
+                f"placed whole, {self.refused}")
 
 
 @dataclass(frozen=True)
@@ -56,32 +74,39 @@ class Shift:
 @dataclass(frozen=True)
 class Unfolding:
     """What lowering needs to run a Run over time: iteration 0's group names, the count, per
-    iteration its groups' calls (the states it touches, for the sequence's waits) and Shifts."""
+    iteration its groups' calls (the states it touches, for the sequence's waits) and Shifts;
+    `inner`: a block within iteration 0 run over time in turn inside each iteration (a loop over
+    heads inside the loop over layers), its groups placed once and looping within the outer loop."""
 
     groups: tuple[str, ...]
     count: int
     calls: tuple[tuple[tuple[Node, ...], ...], ...]
     shifts: tuple[tuple[Shift, ...], ...]
     shared: tuple[tuple[str, str], ...] = ()   # (group, the earlier group whose core runs it too)
+    inner: Unfolding | None = None
 
     def sites_and_moves(self, sites, moves: list[list]) -> tuple[list, list[list]]:
         """The sites and their moves in sequence order: iteration 0's sites here once per
         iteration, each with that iteration's calls and moves (a state write's patch word for the
-        states' sink is given after, per state: `emit.sink_writes`). A segment holding part of
+        states' sink is given after, per state: `emit.sink_writes`); an inner block's sites first
+        unfolded within iteration 0, then each of them so per iteration. A segment holding part of
         the iteration loops that part over every iteration before the next segment loops the
         rest (loop fission: what one part makes the next reads from DDR buffers of each
         iteration's own, or `moved` refuses it)."""
+        if self.inner is not None:
+            sites, moves = self.inner.sites_and_moves(sites, moves)
         at = [i for i, s in enumerate(sites) if s.group.name in self.groups]
         if not at:   # a segment without the iteration
             return list(sites), moves
         a, b = at[0], at[-1] + 1
-        index = {name: j for j, name in enumerate(self.groups)}
+        index = {calls[0]: j for j, calls in enumerate(self.calls[0])}   # an inner iteration's sites by their calls
         out_sites, out_moves = list(sites[:a]), list(moves[:a])
         for k in range(self.count):
             for i in range(a, b):
-                calls = self.calls[k][index[sites[i].group.name]]
+                calls = self.calls[k][index[sites[i].group.calls[0]]]
                 out_sites.append(replace(sites[i], group=replace(sites[i].group, calls=calls)))
-                out_moves.append(_after_last(moves[i], k) + [self.moved(k, m) for m in moves[i]])
+                waits = [w for w in _after_last(moves[i], k) if w not in moves[i]]   # an inner iteration's are there
+                out_moves.append(waits + [self.moved(k, m) for m in moves[i]])
         return out_sites + list(sites[b:]), out_moves + list(moves[b:])
 
     def moved(self, k: int, move):
@@ -91,8 +116,8 @@ class Unfolding:
             return move
         access: Access = move.access
         end = access.offset + _span(access.dims)
-        hits = {(s.to_buffer, access.offset - s.first + s.to_first) for s in self.shifts[k]
-                if s.buffer == move.buffer and s.first <= access.offset and end <= s.first + s.span}
+        hits = {(s.to_buffer, access.offset - s.first + s.to_first) for s in self._by_buffer[k].get(move.buffer, ())
+                if s.first <= access.offset and end <= s.first + s.span}
         if len(hits) == 1:
             buffer, offset = hits.pop()
             return replace(move, buffer=buffer, access=replace(access, offset=offset))
@@ -101,10 +126,25 @@ class Unfolding:
         raise NotRepeated(f"{move.fifo} moves words {access.offset}.. of {move.buffer}, which "
                           f"{'no operand' if not hits else 'more than one operand'} of the iteration holds")
 
+    @cached_property
+    def _by_buffer(self) -> tuple[dict[str, list[Shift]], ...]:
+        """Each iteration's Shifts by the buffer iteration 0's moves read (a long iteration has many)."""
+        found: list[dict[str, list[Shift]]] = [{} for _ in self.shifts]
+        for shifts, by in zip(self.shifts, found):
+            for s in shifts:
+                by.setdefault(s.buffer, []).append(s)
+        return tuple(found)
+
     def looped(self, cores: list) -> list:
         """The cores, each of the iteration's (of the part of it a segment holds) looping `count`
-        times over its program."""
+        times over its program (an inner block's looping its own count within)."""
+        cores = cores if self.inner is None else self.inner.looped(cores)
         return [replace(c, program=(Loop(self.count, c.program),)) if c.group in self.groups else c for c in cores]
+
+    def loops(self, group: str) -> int:
+        """How many times the core of `group` runs its program per launch."""
+        inner = self.inner.loops(group) if self.inner is not None else 1
+        return self.count * inner if group in self.groups else inner
 
 
 def _after_last(moves: list, k: int) -> list[Wait]:
@@ -129,6 +169,12 @@ def unfolding(program: Program, groups: tuple[Group, ...], run: Run, placements:
     first = _calls(run.groups(groups, 0))
     _check_reads(program, groups, run)
     named = {p.name: p for p in placements}
+    extents: dict[Node, list] = {}   # iteration 0's, asked once per iteration
+
+    def extent(node: Node) -> list[tuple[str, int, tuple]]:
+        if node not in extents:
+            extents[node] = _extents(program, named, node)
+        return extents[node]
     calls, shifts, operands = [], [], []
     for k in range(run.count):
         mine = run.groups(groups, k)
@@ -141,7 +187,7 @@ def unfolding(program: Program, groups: tuple[Group, ...], run: Run, placements:
         leaves = [(a, b) for a, b in pairs.items() if _is_leaf(program, a)]
         if any(a in padded or b in padded for a, b in leaves):
             raise NotRepeated("an operand lies padded (pad_to_block)")
-        shifts.append(tuple(s for a, b in leaves for s in _shifts(program, named, a, b)))
+        shifts.append(tuple(s for a, b in leaves for s in _shifts(extent, a, b)))
         operands.append(tuple(_operand_text(program, b) for _, b in leaves))
         calls.append(tuple(g.calls for g in mine))
     names = tuple(g.name for g in run.groups(groups, 0))
@@ -230,9 +276,10 @@ def _is_leaf(program: Program, node: Node) -> bool:
     return node.op in (Op.INPUT, Op.MEMORY) or (node.op == Op.CALL and node in program.outputs)
 
 
-def _shifts(program: Program, named: dict, a: Node, b: Node) -> list[Shift]:
-    """Where the moves of operand `a` of iteration 0 lie, and those of `b`, its counterpart."""
-    mine, theirs = _extents(program, named, a), _extents(program, named, b)
+def _shifts(extent: Callable, a: Node, b: Node) -> list[Shift]:
+    """Where the moves of operand `a` of iteration 0 lie, and those of `b`, its counterpart
+    (`extent`: `_extents` of a node)."""
+    mine, theirs = extent(a), extent(b)
     if len(mine) != len(theirs) or any(x[2] != y[2] for x, y in zip(mine, theirs)):
         raise NotRepeated(f"{describe(a, 0)} and {describe(b, 0)} are moved by different patterns")
     return [Shift(x[0], x[1], _span(x[2]), y[0], y[1]) for x, y in zip(mine, theirs)]
@@ -281,8 +328,8 @@ def choose_over_time(program: Program, device, groups: tuple[Group, ...], placem
             return (replace(whole, choices=(*whole.choices, (names[0], choice))),
                     [(Rule.REPEAT_OVER_TIME, f"{label} spread in space, estimated faster (choices)")])
         try:
-            plan, repeat, crossing = _over_time(program, device, groups, run, placements, padded, compile_groups)
-        except (NotRepeated, PlanError, DoesNotFit, PlacementError) as why:   # the longest run's reason; spread
+            plan, repeat, crossing = _looped(program, device, groups, run, placements, padded, compile_groups)
+        except REFUSED as why:   # the longest run's reason; spread
             # in space, a design that does not fit raises its own refusal, not one of the loop's
             lines = lines or [(Rule.REPEAT_OVER_TIME, f"{label} not run over time: {why}")]
             continue
@@ -291,17 +338,38 @@ def choose_over_time(program: Program, device, groups: tuple[Group, ...], placem
     return None, lines
 
 
+def _looped(program: Program, device, groups: tuple[Group, ...], run: Run, placements: tuple, padded: dict,
+            compile_groups: Callable) -> tuple[Plan, Repeat, list[Decision]]:
+    """`_over_time`: the iteration placed whole, or, when it is refused so (more groups than the
+    array holds, even sharing cores), with the repeated block within it looping inside it."""
+    try:
+        return _over_time(program, device, groups, run, placements, padded, compile_groups)
+    except REFUSED as whole:
+        why = whole
+    try:
+        plan, repeat, lines = _over_time(program, device, groups, run, placements, padded, compile_groups, nested=True)
+    except REFUSED:
+        raise why from None
+    fact = Nested(_names(repeat.groups), _names(repeat.inner.groups), repeat.inner.count, str(why))
+    return plan, repeat, [*lines, (Rule.REPEAT_WITHIN_ITERATION, fact)]
+
+
 def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, placements: tuple, padded: dict,
-               compile_groups: Callable) -> tuple[Plan, Repeat, list[Decision]]:
+               compile_groups: Callable, nested: bool = False) -> tuple[Plan, Repeat, list[Decision]]:
     """The Plan running `run` over time, its Repeat and the lines saying which values cross
-    between iterations through DDR (`write_through`, then fused again), or NotRepeated."""
-    place = {c: min(max(-1, (i - run.start) // run.period), run.count) for i, g in enumerate(groups) for c in g.calls}
-    crossing = _crossing(program, place, run)
+    between iterations through DDR (`write_through`, then fused again), or NotRepeated; `nested`:
+    the repeated block within its iteration (`_inner`) run over time too, inside each iteration."""
+    inner = _inner(groups, run) if nested else None
+    crossing = _crossing(program, _places(groups, run), run)
+    for k in range(run.count if inner else 0):   # within each iteration (the outer crossings are the rest)
+        within = range(run.start + k * run.period, run.start + (k + 1) * run.period)
+        crossing += _crossing(program, _places(groups, _within(run, inner, k), within), _within(run, inner, k))
+    crossing = list(dict.fromkeys(crossing))
     lines = []
     if crossing:
         if padded:
             raise NotRepeated("values cross between its iterations and the design lies padded (pad_to_block)")
-        returned = _returned_last(program, place, run)
+        returned = _returned_last(program, _places(groups, run), run)
         lines = [(Rule.REPEAT_OVER_TIME, f"{', '.join(call_label(program, c) for c in crossing + returned)} cross "
                                          f"between iterations through DDR buffers of the compiler's "
                                          f"({', '.join(through_name(program, c) for c in crossing + returned)})"
@@ -312,9 +380,16 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
         run = next(iter(find_runs(groups)), None)
         if run is None:
             raise NotRepeated("its groups are no longer alike once values cross through DDR")
+        inner = _inner(groups, run) if nested else None
+    placed = run.groups(groups, 0)
+    if inner is not None:
+        placed = placed[:inner.start + inner.period] + placed[inner.start + inner.count * inner.period:]
+    pairs = sharing(program, placed, device, placements)
     unfold, repeat = unfolding(program, groups, run, placements, padded)
-    kept = groups[:run.start + run.period] + groups[run.start + run.count * run.period:]
-    pairs = sharing(program, run.groups(groups, 0), device, placements)
+    if inner is not None:
+        unfolded = unfolding(program, groups, _within(run, inner, 0), placements, padded)
+        unfold, repeat = replace(unfold, inner=unfolded[0]), replace(repeat, inner=unfolded[1])
+    kept = groups[:run.start] + placed + groups[run.start + run.count * run.period:]
     unfold, repeat = replace(unfold, shared=pairs), replace(repeat, shared=cores_of(pairs))
     plan = compile_groups(program, kept, placements, unfold)
     if not isinstance(plan, Plan):
@@ -323,6 +398,27 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
                for p in plan.configurations for c in p.cores):
         raise NotRepeated("no configuration holds a whole iteration")
     return plan, repeat, lines
+
+
+def _places(groups: tuple[Group, ...], run: Run, among: range | None = None) -> dict[Node, int]:
+    """Each call's iteration of `run` (-1 before the run, `run.count` after it), of the groups
+    `among` (all when None)."""
+    return {c: min(max(-1, (i - run.start) // run.period), run.count)
+            for i in among or range(len(groups)) for c in groups[i].calls}
+
+
+def _inner(groups: tuple[Group, ...], run: Run) -> Run:
+    """The repeated block within `run`'s iteration (a loop over heads within a layer), placed from
+    the iteration's first group; NotRepeated when there is none."""
+    found = find_runs(run.groups(groups, 0))
+    if not found:
+        raise NotRepeated("its iteration holds no repeated block to loop within it")
+    return found[0]
+
+
+def _within(run: Run, inner: Run, k: int) -> Run:
+    """`inner` within iteration k of `run`, placed in the whole design's groups."""
+    return replace(inner, start=run.start + k * run.period + inner.start)
 
 
 def _crossing(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
@@ -419,5 +515,9 @@ def _least_read(groups: tuple[Group, ...]) -> int:
 
 
 def _label(repeat: Repeat) -> str:
-    names = repeat.groups[0] if len(repeat.groups) == 1 else f"{repeat.groups[0]}..{repeat.groups[-1]}"
-    return f"{repeat.count} iterations of {names}"
+    within = f" ({_label(repeat.inner)} within each)" if repeat.inner is not None else ""
+    return f"{repeat.count} iterations of {_names(repeat.groups)}{within}"
+
+
+def _names(groups: tuple[str, ...]) -> str:
+    return groups[0] if len(groups) == 1 else f"{groups[0]}..{groups[-1]}"

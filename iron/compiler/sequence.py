@@ -97,51 +97,59 @@ def finish_sequence(entries: list, fifos: dict[FifoId, Fifo], device) -> tuple:
     """Dma and Wait ops from the lowered moves: each move split into Dmas within the device's
     limits, BD ids per shim tile reused only after a Wait covering the op that held them (MM2S
     ops made waitable with issue_token), and a final Wait on every S2MM FIFO not yet waited."""
-    ops: list = []
-    held: dict[Tile, dict[int, int]] = {}
-    unwaited: list[FifoId] = []
+    ops = _Ops(device)
     for entry in entries:
         if isinstance(entry, Wait):
-            _wait(ops, held, unwaited, entry.fifo)
+            ops.wait(entry.fifo)
             continue
         fifo, access = fifos[entry.fifo], entry.access
         shim = fifo.producer if entry.direction is Direction.MM2S else next(
             t for t in fifo.consumers if t.kind is TileKind.SHIM)
         for offset, sizes, strides in dma_patterns(access.offset, access.dims, device):
-            bd = _free_bd(ops, held, unwaited, shim, device)
-            ops.append(Dma(entry.direction, fifo.name, entry.buffer, offset, sizes, strides, bd, shim, access.patch_word))
-            held.setdefault(shim, {})[bd] = len(ops) - 1
-            if entry.direction is Direction.S2MM and fifo.name not in unwaited:
-                unwaited.append(fifo.name)
-    for name in list(unwaited):
-        _wait(ops, held, unwaited, name)
-    return tuple(ops)
+            ops.dma(Dma(entry.direction, fifo.name, entry.buffer, offset, sizes, strides, ops.free_bd(shim), shim,
+                        access.patch_word))
+    for name in list(ops.unwaited):
+        ops.wait(name)
+    return tuple(ops.ops)
 
 
-def _free_bd(ops, held, unwaited, shim: Tile, device) -> int:
-    mine = held.setdefault(shim, {})
-    free = [bd for bd in range(device.shim_bd_ids) if bd not in mine]
-    if free:
-        return free[0]
-    oldest = ops[min(mine.values())]
-    _wait(ops, held, unwaited, oldest.fifo)
-    return _free_bd(ops, held, unwaited, shim, device)
+class _Ops:
+    """The ops so far, the BD ids each shim tile's ops hold until a Wait covers them (by shim,
+    and by FIFO: a long looped sequence waits often), and the S2MM FIFOs not yet waited on."""
 
+    def __init__(self, device):
+        self.device, self.ops = device, []
+        self.held: dict[Tile, dict[int, int]] = {}    # shim -> bd -> op index
+        self.holding: dict[FifoId, set[tuple[Tile, int]]] = {}
+        self.unwaited: dict[FifoId, None] = {}
 
-def _wait(ops: list, held, unwaited: list[FifoId], fifo: FifoId):
-    """Append Wait(fifo), making its held MM2S ops waitable, and free the BDs it covers; nothing
-    when no op on `fifo` is outstanding (an earlier Wait, freeing a BD, covered them all)."""
-    if fifo not in unwaited and not any(ops[i].fifo == fifo for bds in held.values() for i in bds.values()):
-        return
-    for bds in held.values():
-        for bd, index in list(bds.items()):
-            if ops[index].fifo == fifo:
-                if ops[index].direction is Direction.MM2S:
-                    ops[index] = replace(ops[index], issue_token=True)
-                del bds[bd]
-    ops.append(Wait(fifo))
-    if fifo in unwaited:
-        unwaited.remove(fifo)
+    def dma(self, op: Dma):
+        self.ops.append(op)
+        self.held.setdefault(op.shim, {})[op.bd_id] = len(self.ops) - 1
+        self.holding.setdefault(op.fifo, set()).add((op.shim, op.bd_id))
+        if op.direction is Direction.S2MM:
+            self.unwaited.setdefault(op.fifo)
+
+    def free_bd(self, shim: Tile) -> int:
+        mine = self.held.setdefault(shim, {})
+        free = next((bd for bd in range(self.device.shim_bd_ids) if bd not in mine), None)
+        if free is not None:
+            return free
+        self.wait(self.ops[min(mine.values())].fifo)
+        return self.free_bd(shim)
+
+    def wait(self, fifo: FifoId):
+        """Append Wait(fifo), making its held MM2S ops waitable, and free the BDs it covers;
+        nothing when no op on `fifo` is outstanding (an earlier Wait, freeing a BD, covered them all)."""
+        covered = self.holding.pop(fifo, set())
+        if fifo not in self.unwaited and not covered:
+            return
+        for shim, bd in covered:
+            index = self.held[shim].pop(bd)
+            if self.ops[index].direction is Direction.MM2S:
+                self.ops[index] = replace(self.ops[index], issue_token=True)
+        self.ops.append(Wait(fifo))
+        self.unwaited.pop(fifo, None)
 
 
 def dma_patterns(offset: int, dims, device) -> list[tuple[int, tuple, tuple]]:

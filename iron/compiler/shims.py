@@ -63,7 +63,7 @@ def shim_requests(lowered: Lowered) -> list[ShimRequest]:
     waited = {entry.fifo for entry in lowered.sequence if isinstance(entry, Wait)}
 
     def loops(f) -> int:
-        return lowered.loops if f.name in lowered.looped else 1
+        return lowered.loops.get(f.name, 1)
 
     requests = []
     for f in lowered.fifos:

@@ -2,21 +2,23 @@
 names (`Traits.index_map`: a letter two tensors of a call share is one side, so a MatMul's A and
 result share M, A and B share K, an elementwise call's tensors share every axis), a union-find
 over (tensor, axis) sides joined through them, the products whose layout elementwise calls read
-(`upstream`, `joined_with`); and the padded extents a MatMul or MatVec may lie in, the cost
+(`upstream`, `joined_with`); the zero-fill lattice, what each tensor's padding holds along each
+axis, carried through the maps once per design (`zero_fills`); and the padded extents a MatMul or MatVec may lie in, the cost
 model's choice among the candidates (`sides_choice`), and a stream's padded length."""
 from __future__ import annotations
 
 import math
+from functools import cached_property
 from itertools import product
 
 from iron.compiler import cost
-from iron.compiler.fuse import Group
-from iron.compiler.streaming import choose_flow
+from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
+from iron.compiler.streaming import choose_flow, flow_bytes, streamable
 from iron.compiler.tiling import TILED_BYTES, call_sides, choose_grid, estimate_ns, vector_tiles
-from iron.ir import Node, Op, external_inputs, nbytes, state_written_whole
+from iron.ir import Node, Op, external_inputs, is_host_tensor, nbytes, state_written_whole
 from iron.kernels.base import Role
 from iron.plan.plan import Choice
-from iron.plan.rules import Rule
+from iron.plan.rules import Fill, Rule, ZeroFill
 
 Key = str | int   # a map's letter, or a leading axis the map repeats over (counted from the last)
 
@@ -153,6 +155,89 @@ def joined_with(call: Node, readers: dict, group_of: dict) -> tuple[Node, ...]:
             break
         node, found = calls[-1], products
     return found if call in found else (call,)
+
+
+# ---- the zero-fill lattice: what each tensor's padding holds ---------------------------------------
+
+class Groups(dict):
+    """A design's groups by call (call -> its Group), and the zero-fill lattice over them (`zero_fills`),
+    computed once, when first read."""
+
+    def __init__(self, groups: tuple[Group, ...]):
+        super().__init__((c, g) for g in groups for c in g.calls)
+        self.groups = groups
+
+    @cached_property
+    def zeros(self) -> dict[Node, ZeroFill]:
+        return zero_fills(self.groups)
+
+    def fill(self, node: Node, padded: dict) -> Fill:
+        """What `node`'s padding holds as it lies padded (`padded`, the layout): a host tensor's zeros; WRITTEN
+        when its group reads nothing padded (`pad_written_by_producer`); else as the lattice says."""
+        group = self.get(node)
+        if node.op != Op.CALL or group is None:
+            return Fill.ZEROS
+        return self.zeros[node].fill if any(i in padded for i in external_inputs(group.calls)) else Fill.WRITTEN
+
+
+def zero_fills(groups: tuple[Group, ...]) -> dict[Node, ZeroFill]:
+    """The zero-fill lattice, one pass in program order: each call's result's `ZeroFill` were it computed over
+    inputs lying padded, its axes carried through the call's index map (`Traits.index_map`) from its inputs'
+    axes of the same letters (a host tensor's the buffer's zeros, a view of a computed one's unknown): a
+    product's axis is zeros where the operand naming it is (a sum of products with a zero factor; ZEROS),
+    another call's where every input's is and its kernel keeps zeros (`Kernel.keeps_zeros_in`; KEPT), an axis
+    read only up to a per-call length (`Traits.row_length`) zeros written past it (ROWS); else None."""
+    found: dict[Node, ZeroFill] = {}
+    for group in groups:
+        for call in group.calls:
+            found[call] = zeros_through(call, group, found)
+    return found
+
+
+def zeros_through(call: Node, group: Group, found: dict) -> ZeroFill:
+    """One call's step of `zero_fills`."""
+    traits, unwritten_why = call.arg.kernel.traits, unwritten(call, group.calls)
+    named = tensors(call)
+    if not named:
+        return ZeroFill((None,) * len(call.shape), call, unwritten_why)
+    product = traits.role is Role.MATRIX
+    kept = product or call.arg.kernel.keeps_zeros_in(call.arg.attr_dict)
+    zero: dict = {}   # letter -> whether every input naming it holds zeros along it
+    unkept = None     # the first input's call mapping zeros to other values
+    for node, _, keys in named[:-1]:
+        value = found.get(node) or ZeroFill((Fill.ZEROS if is_host_tensor(node) else None,) * len(node.shape))
+        for key, fill in zip(keys, value.axes):
+            zero[key] = zero.get(key, True) and fill is not None
+            unkept = unkept or (value.unkept if fill is None else None)
+    axes = tuple(Fill.ROWS if traits.row_length and key in traits.length_axes else
+                 (Fill.ZEROS if product else Fill.KEPT) if kept and zero.get(key) else None for key in named[-1][2])
+    return ZeroFill(axes, (unkept or call) if None in axes else None, unwritten_why)
+
+
+def summed_unzeroed(node: Node, call: Node, group_of: Groups) -> ZeroFill | None:
+    """`node`'s lattice value when the product `call` would sum padding of it that is not zeros (along an axis
+    its map contracts), else None."""
+    value, dropped = group_of.zeros[node], call.arg.kernel.traits.index_map.dropped
+    summed = any(key in dropped and fill is None for n, _, keys in tensors(call) if n is node
+                 for key, fill in zip(keys, value.axes))
+    return value if summed else None
+
+
+def unwritten(node: Node, calls: tuple[Node, ...]) -> str:
+    """`pad_written_by_producer`: why the group making `node` cannot write it across a cut row by row at the
+    padded stride (a grid writes blocks at its own; a streamed row's block at most SIZE_LIMIT; rows of whole
+    words); "" when it can."""
+    if any(c.arg.kernel.role is Role.MATRIX for c in calls):
+        return "made by a MatMul or MatVec, whose grid writes its blocks at its own row stride"
+    if len(node.shape) < 2:
+        return ""
+    if streamable(calls) and held_bytes(list(calls)) > SIZE_LIMIT and flow_bytes(calls, node.shape[1], 1) > SIZE_LIMIT:
+        return (f"streamed by elementwise calls in blocks of whole rows when it lies padded, and a block of one row of "
+                f"{node.shape[1]} elements takes {flow_bytes(calls, node.shape[1], 1)} bytes, more than {SIZE_LIMIT}")
+    if node.shape[1] * node.dtype.itemsize % 4:
+        return f"whose rows of {node.shape[1]} {node.dtype.name} elements are not whole 32-bit words, so no DMA " \
+               "writes them at a padded row's stride"
+    return ""
 
 
 # ---- the padded extents: candidates, the cost model's choice ---------------------------------------

@@ -154,8 +154,9 @@ def unstreamable(calls, label=lambda c: c.arg.kernel.__name__) -> str | None:
             return (f"{label(c)} writes {describe(destination(c))}, and only a group's last call streams into a "
                     "state, as one run of whole words it reads only as that view")
     outside = external_inputs(calls)
-    fifos = [*map(describe, outside)] + ["the per-call words"] * any(dynamic_attrs(c) for c in calls)
-    if len(fifos) > MAX_FLOW_INPUTS:
+    words = any(dynamic_attrs(c) for c in calls)
+    if len(outside) + words > MAX_FLOW_INPUTS:   # named only when refused: describe() is costly
+        fifos = [*map(describe, outside)] + ["the per-call words"] * words
         return (f"it reads {len(fifos)} inputs ({', '.join(fifos)}) but a core has "
                 f"{MAX_FLOW_INPUTS} input DMA channels")
     for n in outside:

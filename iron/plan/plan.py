@@ -450,12 +450,14 @@ class Repeat:
     """The rule `repeat_over_time` (repeat.py): ONE iteration of a block traced `count` times
     placed (`groups`, iteration 0's), its cores looping `count` times and the sequence moving each
     iteration's `operands` (the host tensors its moves read and write, in iteration 0's order);
-    `shared`: the groups of the iteration one core runs in turn (`share_core_in_iteration`)."""
+    `shared`: the groups of the iteration one core runs in turn (`share_core_in_iteration`);
+    `inner`: a block within iteration 0 itself run over time inside each iteration."""
 
     groups: tuple[str, ...]
     count: int
     operands: tuple[tuple[str, ...], ...]
     shared: tuple[tuple[str, ...], ...] = ()
+    inner: Repeat | None = None
 
 
 @dataclass(frozen=True)

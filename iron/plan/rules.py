@@ -90,6 +90,7 @@ class Rule(Term):
     SETTLE_THE_CUT = "settle_the_cut"
     # repetition over time (repeat.py)
     REPEAT_OVER_TIME = "repeat_over_time"
+    REPEAT_WITHIN_ITERATION = "repeat_within_iteration"
     SHARE_CORE_IN_ITERATION = "share_core_in_iteration"
 
 
@@ -103,7 +104,26 @@ class Fill(Term):
     WRITTEN = "unwritten"      # zeros too: its producer writes the user's region only (`pad_written_by_producer`)
     KEPT = "kept zeros"        # zeros computed from zeros by kernels that keep them (`pad_through_zeros`)
     ROWS = "reduced zeros"     # zeros a row reduction writes past each row's length (`pad_upstream_rows`)
+    COMPUTED = "computed"      # values computed from the padding (Exp(0) = 1): read as the user's region only
 
+
+@dataclass(frozen=True)
+class ZeroFill:
+    """The zero-fill lattice's value for one computed tensor (sides.zero_fills): per axis, what
+    its padding holds when its group computes it over inputs lying padded (None: not zeros); the
+    call that first maps zeros to other values on the way (a Node, None when none does); and why
+    its group may not write it in its user's region only at the padded stride ("" when it may:
+    its padding then the buffer's zeros, `pad_written_by_producer`)."""
+
+    axes: tuple[Fill | None, ...]
+    unkept: object = None
+    unwritten: str = ""
+
+    @property
+    def fill(self) -> Fill:
+        """One Fill for the whole tensor: a row reduction's zeros past each row's length, else
+        the weakest of its axes."""
+        return next((f for f in (Fill.ROWS, None, Fill.KEPT) if f in self.axes), Fill.ZEROS) or Fill.COMPUTED
 
 
 @dataclass(frozen=True)

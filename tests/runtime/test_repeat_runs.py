@@ -7,7 +7,7 @@ import pytest
 
 import iron
 from iron import Carried
-from iron.kernels import Add, Argmax, Copy, MatVec, Mul, RMSNorm, Softmax
+from iron.kernels import Add, Argmax, Copy, MatVec, Mul, RMSNorm, Softmax, concat
 from iron.plan.fifos import FifoId, Stem
 from iron.plan.mlir import ALLOWED_OPS
 from iron.plan.plan import Dma, Loop
@@ -197,5 +197,53 @@ def test_looped_inputs_share_a_shim_channel_round_by_round_on_one_column():
     assert runs == [FifoId("g0", Stem.IN), FifoId(None, Stem.SHARED_IN, (0,)), FifoId("g3", Stem.HOST)] * 6   # each
     # iteration's three weights at its turn
     x = np.random.default_rng(3).standard_normal(32).astype(F32)
+    for _ in range(3):
+        np.testing.assert_array_equal(compiled(x), graph.reference(x))
+
+
+class Attending(iron.Graph):
+    """`count` layers, each x + the join of `heads` heads: head h weighs the rows of its values
+    vt[h] by Softmax(k[h] @ x[h]), each layer's k and vt its own."""
+
+    def __init__(self, count: int, heads: int, positions: int = 64, dim: int = 32):
+        rng = np.random.default_rng(4)
+        self.heads, self.dim = heads, dim
+        self.k = [iron.param((rng.standard_normal((heads, positions, dim)) / 8).astype(F32)) for _ in range(count)]
+        self.vt = [iron.param((rng.standard_normal((heads, dim, positions)) / 4).astype(F32)) for _ in range(count)]
+
+    def body(self, x):
+        d = self.dim
+        for k, vt in zip(self.k, self.vt):
+            heads = [MatVec.step(vt[h], Softmax.step(MatVec.step(k[h], x[h * d:(h + 1) * d]))) for h in range(self.heads)]
+            x = Add.step(x, concat(*heads))
+        return x
+
+
+def test_a_loop_over_heads_runs_inside_the_loop_over_layers_on_the_same_cores():
+    graph = Attending(3, 4)
+    compiled = graph.compile(x=((4 * 32,), F32), device="npu2_2col")
+    plan = compiled.plan
+    # a layer is 14 groups, each head two tiles at least (its keys, values and vector take three
+    # input channels): more than npu2_2col's 7 tiles beside an Emit, even sharing cores
+    assert plan.repeat.count == 3 and plan.repeat.groups == tuple(f"g{i}" for i in range(14))
+    inner = plan.repeat.inner
+    assert (inner.groups, inner.count) == (("g0", "g1", "g2"), 4)
+    assert inner.operands[1] == ("k.0[1]", "x[32:64]", "vt.0[1]", "through.MatVec#5")
+    assert plan.repeat.operands[1][:4] == ("k.1[0]", "through.Add#15[:32]", "vt.1[0]", "through.MatVec#18")
+    (looping,) = [c for c in plan.configurations if any(core.group == "g0" for core in c.cores)]
+    loops = {core.group: core.program for core in looping.cores if isinstance(core.program[0], Loop)}
+    assert sorted(loops) == ["g0", "g1", "g12", "g13", "g2"]
+    for group, program in loops.items():   # the heads' cores loop 4 times within each of the 3 layers
+        (outer,) = program
+        assert outer.count == 3 and isinstance(outer.body[0], Loop) == (group in inner.groups)
+        assert group not in inner.groups or outer.body[0].count == 4
+    (nested,) = [fact for rule, fact in plan.rules if rule is Rule.REPEAT_WITHIN_ITERATION]
+    assert (nested.outer, nested.inner, nested.count) == ("g0..g13", "g0..g2", 4)
+    # placed whole, sharing cores, it takes segments whose cuts lie in no iteration's own DDR buffers
+    assert nested.refused == "g0_host moves words 512.. of outputs, which no operand of the iteration holds"
+    (choice,) = [c for _, c in plan.choices if c.rule is Rule.REPEAT_OVER_TIME]
+    assert choice.chosen == "over time: one iteration placed, its cores looping" and choice.chosen_ns < choice.rejected_ns
+    assert set(op_names(compiled.mlir)) <= ALLOWED_OPS
+    x = np.random.default_rng(2).standard_normal(4 * 32).astype(F32)
     for _ in range(3):
         np.testing.assert_array_equal(compiled(x), graph.reference(x))
