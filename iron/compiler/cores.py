@@ -18,6 +18,7 @@ from iron.compiler.objects import (
     consumed,
     copy_step,
     gather,
+    holding,
     read,
 )
 from iron.ir import Node, destination, dynamic_attrs, is_computed_view
@@ -26,12 +27,10 @@ from iron.plan.plan import (
     Core,
     Function,
     Invoke,
-    KernelStep,
     Load,
     Loop,
     Ptr,
     WordRef,
-    holding,
 )
 
 
@@ -76,7 +75,7 @@ def _params(steps, objects: list) -> tuple:
     """The objects the steps touch, in `objects` order."""
     used = set()
     for step in steps:
-        for arg in (*step.args,) if isinstance(step, KernelStep) else (step.dest, step.a, step.b):
+        for arg in step.args:
             if isinstance(arg, (Ptr, Load)):
                 used.add(arg.source)
     return tuple(o for o in objects if o in used)

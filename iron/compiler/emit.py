@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from iron.compiler.allocate import state_sink
-from iron.compiler.objects import Context
+from iron.compiler.objects import Context, holding
 from iron.compiler.sequence import Move
 from iron.compiler.words import Access
 from iron.ir import Op
@@ -33,7 +33,6 @@ from iron.plan.plan import (
     WordKind,
     WordOp,
     WordRef,
-    holding,
 )
 
 

@@ -19,7 +19,15 @@ from iron.compiler.grid import (
     view_rows_of,
     with_waits,
 )
-from iron.compiler.objects import Context, attr_word, call_step, copy_step
+from iron.compiler.objects import (
+    Context,
+    attr_word,
+    call_step,
+    copy_step,
+    holding,
+    join_link,
+    split_link,
+)
 from iron.compiler.place import Site
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.words import Access
@@ -31,11 +39,9 @@ from iron.plan.plan import (
     Direction,
     Function,
     Invoke,
-    Link,
     Load,
     Loop,
     Ptr,
-    holding,
 )
 
 
@@ -56,14 +62,14 @@ def lower_flow(ctx: Context, site: Site) -> GridLowered:
             size = b * node.dtype.itemsize
             sizes[fifo_id(g, Stem.X, i, c, mem=True)] = (rows * size, node.dtype, f"blocks of {describe(node)}")
             sizes |= {fifo_id(g, Stem.X, i, r, c): (size, node.dtype, f"blocks of {describe(node)}") for r in range(rows)}
-            links.append(Link.split(mem, fifo_id(g, Stem.X, i, c, mem=True), [fifo_id(g, Stem.X, i, r, c) for r in range(rows)],
+            links.append(split_link(mem, fifo_id(g, Stem.X, i, c, mem=True), [fifo_id(g, Stem.X, i, r, c) for r in range(rows)],
                                     size))
         for k, result in enumerate(flow.results):
             size, label = flow.result_block * result.dtype.itemsize, call_label(ctx.program, result)
             parts, host = [fifo_id(g, Stem.PART, r, c, result=k) for r in range(rows)], fifo_id(g, Stem.HOST, c, result=k)
             sizes |= {part: (size, result.dtype, label) for part in parts}
             sizes[host] = (rows * size, result.dtype, label)
-            links.append(Link.join(mem, parts, host, size))
+            links.append(join_link(mem, parts, host, size))
         for r in range(rows):
             function, held, core = _flow_core(ctx, g, flow, r, c)
             functions.append(function)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from iron.compiler.matrices import bd_share
-from iron.compiler.objects import Context, call_step
+from iron.compiler.objects import Context, call_step, holding, join_link, split_link
 from iron.compiler.place import Site
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.tiling import Grid, word_run
@@ -31,7 +31,6 @@ from iron.plan.plan import (
     Placement,
     Ptr,
     Wait,
-    holding,
 )
 
 
@@ -92,12 +91,12 @@ def _links(g: str, grid: Grid) -> tuple[Link, ...]:
     if grid.own_rows:
         block = grid.a_block_bytes
         return tuple(link for c, mem in enumerate(grid.c_mems) for link in (
-            Link.split(mem, fifo_id(g, Stem.A, c, mem=True), [fifo_id(g, Stem.A, r, c) for r in rows], block),
-            Link.join(mem, [fifo_id(g, Stem.PART, r, c) for r in rows], fifo_id(g, Stem.HOST, c), part)))
+            split_link(mem, fifo_id(g, Stem.A, c, mem=True), [fifo_id(g, Stem.A, r, c) for r in rows], block),
+            join_link(mem, [fifo_id(g, Stem.PART, r, c) for r in rows], fifo_id(g, Stem.HOST, c), part)))
     links = [Link(mem, (fifo_id(g, Stem.A, r, mem=True),), (fifo_id(g, Stem.A, r),)) for r, mem in enumerate(grid.a_mems)]
     for c, mem in enumerate(grid.c_mems):
         links += [Link(mem, (fifo_id(g, Stem.B, c, mem=True),), (fifo_id(g, Stem.B, c),)),
-                  Link.join(mem, [fifo_id(g, Stem.PART, r, c) for r in rows], fifo_id(g, Stem.HOST, c), part)]
+                  join_link(mem, [fifo_id(g, Stem.PART, r, c) for r in rows], fifo_id(g, Stem.HOST, c), part)]
     return tuple(links)
 
 

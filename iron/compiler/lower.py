@@ -14,7 +14,7 @@ from iron.compiler.cores import core_of, one_core_per_tile
 from iron.compiler.emit import carry_sources, lower_emit, sink_writes
 from iron.compiler.flow import lower_flow
 from iron.compiler.grid import lower_grid
-from iron.compiler.objects import I32, Context, Part, joined, pack
+from iron.compiler.objects import I32, Context, Part, join_link, joined, pack
 from iron.compiler.place import Layout, Site
 from iron.compiler.repeat import Unfolding
 from iron.compiler.route import Routes
@@ -148,4 +148,4 @@ def site_links(ctx: Context, site: Site, parts: list[Part], sizes: dict) -> list
     split = tuple(p * block for p in range(s.per_lane)) if s.per_lane > 1 else ()   # one part a lane: a forward
     lanes = [Link(lane, (s.lane_fifo(g, k),), names[k * s.per_lane:(k + 1) * s.per_lane], destination_offsets=split)
              for k, lane in enumerate(s.lane_mems)]
-    return [*lanes, Link.join(mem, [fifo_id(g, Stem.PART, p.number) for p in parts], joined(ctx, g), size)]
+    return [*lanes, join_link(mem, [fifo_id(g, Stem.PART, p.number) for p in parts], joined(ctx, g), size)]

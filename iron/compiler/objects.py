@@ -35,11 +35,16 @@ from iron.ir import (
 from iron.kernels.registry import copy_kernel
 from iron.plan.fifos import EMIT, FifoId, Stem, fifo_id
 from iron.plan.plan import (
+    Acquire,
     Buffer,
     Imm,
     KernelStep,
+    Link,
     Output,
+    Port,
     Ptr,
+    Release,
+    Tile,
     WordKind,
     WordRef,
 )
@@ -153,6 +158,22 @@ class Part:
     def fifo(self, stem: Stem) -> FifoId:
         """This core's FIFO carrying `stem` (`_host`, `_out`): a split group's part has its own."""
         return fifo_id(self.group, stem, core=self.number if self.split else None)
+
+
+def holding(consumed, produced, steps) -> tuple:
+    """`steps` between acquiring an object of each FIFO `consumed` and `produced` and releasing them."""
+    return (*(Acquire(f, Port.CONSUME) for f in consumed), *(Acquire(f, Port.PRODUCE) for f in produced), *steps,
+            *(Release(f, Port.CONSUME) for f in consumed), *(Release(f, Port.PRODUCE) for f in produced))
+
+
+def split_link(tile: Tile, whole: FifoId, parts, nbytes: int) -> Link:
+    """`whole`'s objects split into `parts` of `nbytes` each, back to back."""
+    return Link(tile, (whole,), tuple(parts), destination_offsets=tuple(i * nbytes for i in range(len(parts))))
+
+
+def join_link(tile: Tile, parts, whole: FifoId, nbytes: int) -> Link:
+    """`parts` of `nbytes` each joined back to back into `whole`'s objects."""
+    return Link(tile, tuple(parts), (whole,), source_offsets=tuple(i * nbytes for i in range(len(parts))))
 
 
 def copy_step(dtype, count: int, source: Ptr, dest: Ptr) -> KernelStep:

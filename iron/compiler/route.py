@@ -423,14 +423,15 @@ class ChannelState:
         self.gained: dict[str, tuple[FifoId, ...]] = {}
 
     def receives(self, group: str) -> set[FifoId]:
-        core = self.by_group[group]
-        return (set(core.received) - set(self.readers.get(group, ()))) | set(self.gained.get(group, ())) | (
-            {fifo_id(group, Stem.IN)} if group in self.gained_in else set())
+        return self._now(group, self.by_group[group].received)
 
     def dma_inputs(self, core: CoreInputs) -> set[FifoId]:
-        g = core.group
-        return ((set(core.dma) - set(self.readers.get(g, ()))) | set(self.gained.get(g, ()))
-                | ({fifo_id(g, Stem.IN)} if g in self.gained_in else set()))
+        return self._now(core.group, core.dma)
+
+    def _now(self, group: str, fifos) -> set[FifoId]:
+        """`fifos` as the relays so far leave them to `group`'s core."""
+        return ((set(fifos) - set(self.readers.get(group, ()))) | set(self.gained.get(group, ()))
+                | ({fifo_id(group, Stem.IN)} if group in self.gained_in else set()))
 
     def tile_inputs(self, tile: Tile) -> int:
         """The FIFOs reaching `tile` by DMA for every group its core runs."""

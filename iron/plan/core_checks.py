@@ -42,7 +42,7 @@ def check_functions(plan: Plan):
     for f in plan.functions:
         for step in f.steps:
             _check_abi(plan, f, step)
-            for arg in _step_args(step):
+            for arg in step.args:
                 if isinstance(arg, (Ptr, Load)) and arg.source not in f.params:
                     fail(plan, f"function {f.name} reads '{arg.source}', which is not one of its parameters {f.params}")
                 if isinstance(arg, Ptr) and arg.block_stride and not f.blocked:
@@ -84,10 +84,6 @@ def _takes(ctype: str, arg) -> bool:
 
 def _kinds(args) -> str:
     return ", ".join(f"Imm {a.ctype}" if isinstance(a, Imm) else type(a).__name__ for a in args)
-
-
-def _step_args(step) -> tuple:
-    return step.args if isinstance(step, KernelStep) else (step.dest, step.a, step.b)
 
 
 def check_cores(plan: Plan):
@@ -196,7 +192,7 @@ def _check_extents(plan, f, step, sizes, blocks):
 def _extents(step) -> list[tuple]:
     """(Ptr or Load, bytes it touches) of each memory operand of a step; a kernel's pointers only
     when its sizes are Imms (a size Loaded per call is known at run time only)."""
-    loads = [(a, 4) for a in _step_args(step) if isinstance(a, Load) or isinstance(step, ScalarStep) and isinstance(a, Ptr)]
+    loads = [(a, 4) for a in step.args if isinstance(a, Load) or isinstance(step, ScalarStep) and isinstance(a, Ptr)]
     if isinstance(step, ScalarStep):
         return loads
     kernel, dtype, out_dtype = step.kernel, step.dtype, step.out

@@ -139,16 +139,6 @@ class Link:
     source_offsets: tuple[int, ...] = ()       # join: where each source lands in the destination
     destination_offsets: tuple[int, ...] = ()  # split: where each destination starts in the source
 
-    @classmethod
-    def split(cls, tile: Tile, whole: FifoId, parts, nbytes: int) -> Link:
-        """`whole`'s objects split into `parts` of `nbytes` each, back to back."""
-        return cls(tile, (whole,), tuple(parts), destination_offsets=tuple(i * nbytes for i in range(len(parts))))
-
-    @classmethod
-    def join(cls, tile: Tile, parts, whole: FifoId, nbytes: int) -> Link:
-        """`parts` of `nbytes` each joined back to back into `whole`'s objects."""
-        return cls(tile, tuple(parts), (whole,), source_offsets=tuple(i * nbytes for i in range(len(parts))))
-
 
 @dataclass(frozen=True)
 class Buffer:
@@ -277,6 +267,10 @@ class ScalarStep:
     a: Any                 # Load | Imm
     b: Any = None
 
+    @property
+    def args(self) -> tuple:   # its operands, as a KernelStep's
+        return (self.dest, self.a, self.b)
+
 
 @dataclass(frozen=True)
 class Function:
@@ -315,12 +309,6 @@ class Loop:
 
     count: int
     body: tuple
-
-
-def holding(consumed, produced, steps) -> tuple:
-    """`steps` between acquiring an object of each FIFO `consumed` and `produced` and releasing them."""
-    return (*(Acquire(f, Port.CONSUME) for f in consumed), *(Acquire(f, Port.PRODUCE) for f in produced), *steps,
-            *(Release(f, Port.CONSUME) for f in consumed), *(Release(f, Port.PRODUCE) for f in produced))
 
 
 def launch_steps(program: tuple, times: int = 1):

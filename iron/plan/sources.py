@@ -85,8 +85,7 @@ def _helpers_used(function: Function) -> list[str]:
     """The WORD_HELPERS the function's steps call, in WORD_HELPERS order."""
     used = set()
     for step in function.steps:
-        operands = step.args if isinstance(step, KernelStep) else (step.a, step.b)
-        used |= {"load"} if any(isinstance(a, Load) for a in operands) else set()
+        used |= {"load"} if any(isinstance(a, Load) for a in step.args) else set()
         used |= {"store", step.op.value} if isinstance(step, ScalarStep) else set()
     return [name for name in WORD_HELPERS if name in used]
 
