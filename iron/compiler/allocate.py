@@ -9,7 +9,18 @@ from dataclasses import replace
 from iron.compiler.words import word_leads, word_rows
 from iron.ir import MemoryKind, Op, Program
 from iron.plan.memory import does_not_fit, fifo_homes, over_budget
-from iron.plan.plan import FLAG_WORDS, Emit, HostBuffer, HostRole, Placement, PlacementKind, Plan
+from iron.plan.plan import (
+    FLAG_WORDS,
+    Acquire,
+    Emit,
+    HostBuffer,
+    HostRole,
+    Loop,
+    Placement,
+    PlacementKind,
+    Plan,
+    Tile,
+)
 
 
 def host_placements(program: Program, padded: dict | None = None) -> tuple[Placement, ...]:
@@ -74,13 +85,34 @@ def host_buffers(placements: tuple[Placement, ...], words: int, emit: Emit | Non
 
 
 def fit(plan: Plan) -> Plan:
-    """`plan` with FIFO depths lowered to 1 where a tile is tight; DoesNotFit if still over."""
+    """`plan` with FIFO depths lowered to 1 where a tile is tight; DoesNotFit if still over.
+    First the FIFO the tile's core takes the fewest objects of per launch (a second object lets
+    the DMA fill one while the core works on the other: for an object taken once per launch, a
+    matrix-vector product's vector or its result, that overlaps nothing; for a streamed
+    matrix's blocks it is the overlap), the largest of those first."""
     while (over := over_budget(plan)) is not None:
         tile = over[0]
-        homes = fifo_homes(plan)
+        homes, taken = fifo_homes(plan), _taken_per_launch(plan, tile)
         deep = [f for f in plan.fifos if f.depth > 1 and tile in dict(homes[f.name])]
         if not deep:
             raise does_not_fit(plan, *over)
-        largest = max(deep, key=lambda f: (f.nbytes, str(f.name)))
-        plan = replace(plan, fifos=tuple(replace(f, depth=1) if f is largest else f for f in plan.fifos))
+        lowered = min(deep, key=lambda f: (taken.get(f.name, 0), -f.nbytes, str(f.name)))
+        plan = replace(plan, fifos=tuple(replace(f, depth=1) if f is lowered else f for f in plan.fifos))
     return plan
+
+
+def _taken_per_launch(plan: Plan, tile: Tile) -> dict:
+    """FIFO -> the objects the core of `tile` acquires of it per launch (its loops counted)."""
+    taken: dict = {}
+
+    def walk(program: tuple, times: int):
+        for step in program:
+            if isinstance(step, Loop):
+                walk(step.body, times * step.count)
+            elif isinstance(step, Acquire):
+                taken[step.fifo] = taken.get(step.fifo, 0) + step.count * times
+
+    for core in plan.cores:
+        if core.tile == tile:
+            walk(core.program, 1)
+    return taken

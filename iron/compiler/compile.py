@@ -20,7 +20,6 @@ from iron.compiler.copies import copy_view_for_grid, copy_view_rules
 from iron.compiler.fuse import Group, fuse
 from iron.compiler.layout import pad_to_block
 from iron.compiler.lower import Lowered, lower
-from iron.compiler.matrices import streamed_bytes
 from iron.compiler.place import Layout, place
 from iron.compiler.priced import plan_ns
 from iron.compiler.repeat import Abandoned, NotRepeated, Unfolding, choose_over_time
@@ -65,25 +64,20 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
     def spread(enough=None) -> Plan | Abandoned:   # too big for the array at once: segments
         return compile_segments(program, device, groups, feeds, try_groups, whole, padding, enough=enough)
 
-    def folded(program: Program, kept: tuple[Group, ...], placements: tuple, unfolding: Unfolding) -> Plan:
-        """The design with one iteration placed: one configuration, or segments around it; its
-        shim channels taken first come, or (`shim_channels_by_chain`) as groups running one
-        after another share them, whichever the cost model estimates faster."""
-        def laid_out(chained: bool) -> Plan:
-            looping = partial(try_groups, unfolding=unfolding, chained=chained)
-            one = looping(program, kept, device, feeds, None, placements, check=True)
-            if isinstance(one, Plan):
-                return one
-            at = [i for i, g in enumerate(kept) if g.name in unfolding.groups]
-            segmented = compile_segments(program, device, kept, feeds, looping, one, padding,
-                                         frozenset(range(at[0] + 1, at[-1] + 1)))
+    def folded(program: Program, kept: tuple[Group, ...], placements: tuple, unfolding: Unfolding):
+        """The design with one iteration placed: one configuration, or segments around it."""
+        looping = partial(try_groups, unfolding=unfolding)
+        one = looping(program, kept, device, feeds, None, placements, check=True)
+        if isinstance(one, Plan):
+            return one
+        at = [i for i, g in enumerate(kept) if g.name in unfolding.groups]
+        segmented = compile_segments(program, device, kept, feeds, looping, one, padding,
+                                     frozenset(range(at[0] + 1, at[-1] + 1)))
 
-            def narrowed(rows: int) -> Plan | None:   # the design in one configuration so, or None
-                plan = looping(program, kept, device, feeds, None, placements, check=True, most_rows=rows)
-                return plan if isinstance(plan, Plan) else None
-            return fewer_rows(segmented, narrowed, device)
-        streaming = [g for g in kept if g.name in unfolding.groups and streamed_bytes(g)]
-        return by_chain(laid_out, len(streaming) > 1)
+        def narrowed(rows: int) -> Plan | None:   # the design in one configuration so, or None
+            plan = looping(program, kept, device, feeds, None, placements, check=True, most_rows=rows)
+            return plan if isinstance(plan, Plan) else None
+        return fewer_rows(segmented, narrowed, device)
 
     plan, repeated = (choose_over_time(program, device, groups, placements, padding.shapes, folded, whole, spread)
                       if over_time else (None, []))
@@ -97,25 +91,6 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
         plan = replace(plan, choices=(*padding.choices, *plan.choices))
     plans[key] = (feeds, plan)
     return plan
-
-
-def by_chain(laid_out: Callable, several: bool) -> Plan:
-    """`shim_channels_by_chain`: a looped iteration's groups run one after another, so when
-    `several` of them stream a host matrix the design is also laid out with its groups taking
-    the shim channels in proportion to the square root of their bytes (`chained_share`) instead
-    of first come; the one of the least estimated time (`plan_ns`), a Choice in `plan.choices`."""
-    options = [(laid_out(False), False), *([(laid_out(True), True)] if several else [])]
-    if len(options) == 1:
-        return options[0][0]
-    (best, chained), choice = cost.choose(Rule.SHIM_CHANNELS_BY_CHAIN, "shim channels", options,
-                                          lambda o: plan_ns(o[0]), lambda o: _chained_label(o[1]))
-    return replace(best, choices=(*best.choices, ("iteration", choice)),
-                   rules=(*best.rules, (Rule.SHIM_CHANNELS_BY_CHAIN, _chained_label(chained))))
-
-
-def _chained_label(chained: bool) -> str:
-    return ("shim channels shared by the groups' bytes, as they run one after another" if chained
-            else "shim channels taken first come")
 
 
 def fewer_rows(segmented: Plan, narrowed: Callable, device) -> Plan:
@@ -147,7 +122,7 @@ def _rows_label(plan: Plan, rows: int | None) -> str:
 def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan | None,
                table: WordTable | None, placements: tuple, check: bool = False,
                bound: bool = True, unfolding: Unfolding | None = None,
-               most_rows: int | None = None, chained: bool = False) -> Plan | PlacementError | DoesNotFit | ShimShortfall:
+               most_rows: int | None = None) -> Plan | PlacementError | DoesNotFit | ShimShortfall:
     """The passes from placement on, for a whole design or one segment of it (segment.py, which
     checks only the segments it keeps), or for a design whose repeated block is placed once
     (`unfolding`, repeat.py): the Plan, or the error refusing it, or the shortfall when
@@ -155,7 +130,7 @@ def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan 
     costly part of a probe that does not fit."""
     try:
         layout = place(program, groups, device, placements, dict(unfolding.shared) if unfolding else None,
-                       most_rows, chained)
+                       most_rows)
         routes = route(program, layout)
         shortfall = shim_shortfall(routes, device) if bound else None
         if shortfall is not None:

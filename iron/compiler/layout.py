@@ -25,6 +25,7 @@ from iron.compiler.padding import (
     reads_region,
     stream_unpadded,
     unpaddable,
+    unstreamed,
     width_unshared,
 )
 from iron.compiler.readers import Reader
@@ -382,8 +383,8 @@ def rows_through(call: Node, lies: tuple[int, int]) -> dict[Node, tuple[int, ...
 
 
 def pad_stream(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
-    """Elementwise calls streaming over one-dimensional paddable tensors, their result read as the user's region:
-    their length padded (`streamed_count`), an input other streamed groups read padded once for all
+    """Elementwise calls streaming over paddable tensors, their result read as the user's region: their length
+    (of more axes: their rows) padded (`streamed_count`), an input other streamed groups read padded once for all
     (`pad_shared_stream`)."""
     if not streams(group.calls):   # no family of a group that does not stream pads (its own padding is none)
         return {}
@@ -398,20 +399,24 @@ def pad_stream(group: Group, readers: dict, group_of: dict, device) -> dict[Node
 
 
 def streams(calls) -> bool:
-    return streamable(calls) and held_bytes(list(calls)) > SIZE_LIMIT
+    """Whether elementwise calls stream: as they are, or once what they read of other groups crosses a cut."""
+    return held_bytes(list(calls)) > SIZE_LIMIT and (streamable(calls) or not unstreamed(calls, calls[-1].shape))
 
 
 def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
-    """`pad_shared_stream`: `group`, then the groups reading its inputs, in turn, in program order: one padded
-    length, or none. Each tensor's readers are looked at once (a picture read by a thousand row blocks)."""
+    """`pad_shared_stream`: `group`, then the groups reading its inputs or streaming its result, in turn, in
+    program order: one padded length, or none. Each tensor's readers are looked at once (a picture read by a
+    thousand row blocks)."""
     order = {g.name: g for g in group_of.values()}   # by name: hashing whole groups made many row blocks slow
     found, seen, todo = {group.name}, set(), [group]
     while todo:
-        for n in external_inputs(todo.pop().calls):
+        calls = todo.pop().calls
+        for n in (*external_inputs(calls), calls[-1]):
             if n in seen:
                 continue
             seen.add(n)
-            for g in (group_of[u] for u in readers.get(n, []) if isinstance(u, Node)):
+            for g in (group_of[u] for u in readers.get(n, []) if isinstance(u, Node)
+                      and (n is not calls[-1] or u.arg.kernel.role is Role.ELEMENTWISE)):
                 if g.name not in found:
                     found.add(g.name)
                     todo.append(g)
@@ -428,7 +433,7 @@ def family_unpadded(program: Program, groups: tuple[Group, ...], group: Group) -
     every = tuple(c for g in family for c in g.calls)
     for g in family:
         labels = ", ".join(call_label(program, c) for c in g.calls)
-        if not streamable(g.calls):
+        if not streams(g.calls):
             return (f"{labels} reads an input of {group.name} too and does not stream, and {Rule.PAD_SHARED_STREAM} pads "
                     "an input for every group reading it or for none")
         if why := stream_unpadded(g.calls, readers, every):
@@ -455,7 +460,7 @@ def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]
     if calls[0].arg.kernel.role is Role.EXPANSION:   # streams in units of a row (`stream_expansion_units`)
         return {}
     (call,), x = calls, calls[0].src[0]
-    if unpaddable(x, calls, readers):
+    if unpaddable(x, calls, readers, tail=True):   # its rows padded after the last: views of it stay put
         return {}
     rows, width = x.shape
     padded_rows = streamed_count(calls, device, rows, ROW_QUANTUM, width)

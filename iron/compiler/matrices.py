@@ -12,6 +12,7 @@ one channel streams 4 (npu1) or 8 (npu2) bytes per cycle, DDR about five times t
 (docs/platform.md section 11)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from iron.compiler import cost
@@ -230,10 +231,11 @@ def split_parts(group: Group, outside: dict[Node, tuple[str | Reader, ...]], spa
     matrix, device = stored_matrix(group.calls), channels.device
     big_m = matrix.shape[0]
     shim_in = left.shim_in - (host_channels(group) - 1)   # less its own `_in`
+    most_lanes = left.share(beyond_ahead(group, device)).of(shim_in)
     candidates, stopped = [(1, 1)], {}
     for parts in range(2, device.mem.dma_in_channels + 1):
         why = split_stops(group, parts, spare)   # one lane always: the stream takes a shim channel unsplit too
-        lanes = [] if why else [k for k in range(1, max(1, min(parts, shim_in)) + 1) if parts % k == 0]
+        lanes = [] if why else [k for k in range(1, max(1, min(parts, shim_in, most_lanes)) + 1) if parts % k == 0]
         blocks = 0 if why else big_m // parts // stream_rows(group, big_m // parts)
         stops = {k: lane_stops(matrix, parts, k, channels, (first.col, left.streams), blocks) for k in lanes}
         candidates += [(parts, k) for k, stop in stops.items() if not stop]
@@ -248,47 +250,65 @@ def split_parts(group: Group, outside: dict[Node, tuple[str | Reader, ...]], spa
 
 @dataclass(frozen=True)
 class Left:
-    """What the other groups leave a group to split into: `shim_in` shim MM2S channels, and
-    `streams` later groups each needing a mem-tile channel each way for a host matrix."""
+    """What the other groups leave a group to split into: `shim_in` shim MM2S channels, and the
+    later groups reading a host matrix (`later`: the bytes of each beyond what its FIFOs take
+    ahead, `beyond_ahead`), each needing a mem-tile channel each way."""
 
     shim_in: int
-    streams: int
+    later: tuple[int, ...]
+
+    @property
+    def streams(self) -> int:
+        return len(self.later)
+
+    def share(self, matrix_bytes: int) -> Share:
+        """The share of the shim channels it and the later matrices may take of a matrix with
+        `matrix_bytes` beyond what its FIFOs take ahead."""
+        weights = [math.sqrt(b) for b in (matrix_bytes, *self.later)]
+        return Share(weights[0] / sum(weights) if sum(weights) else 1.0, len(self.later))
 
 
-def channels_left(groups: tuple[Group, ...], number: int, sites: list, device, with_emit: bool,
-                  chained: bool = False) -> Left:
+@dataclass(frozen=True)
+class Share:
+    """`stream_over_shim_channels`: a matrix's `fraction` of the shim channels left to it and to
+    the `later` matrices of its configuration, each of which counts one of them already. The
+    matrix calls of a configuration run one after another (each reading what the one before
+    made, as a layer's projections do), and a matrix whose B bytes its FIFOs cannot take ahead
+    while the calls before it run (`beyond_ahead`) streams in about B / n through n channels:
+    their sum is least with n in proportion to sqrt(B) (Lagrange), where a first matrix taking
+    all it could would leave the larger ones after it one channel each."""
+
+    fraction: float
+    later: int
+
+    def of(self, left: int) -> int:
+        """Its share of `left` channels (the later matrices' one each counted back in), at least one."""
+        return max(1, round((left + self.later) * self.fraction))
+
+
+def channels_left(groups: tuple[Group, ...], number: int, sites: list, device, with_emit: bool) -> Left:
     """What group `number` may take: the device's shim MM2S channels less what the groups placed
     so far take (`host_channels`, a split's lanes beyond the one counted; a grid or stream
-    one), what each later group takes unsplit, and the Emit's words (`chained`: of those, its
-    share by `chained_share`); and the later groups reading a host matrix."""
+    one), what each later group takes unsplit, and the Emit's words; and the later groups
+    reading a host matrix."""
     total = device.n_cols * device.shim.dma_out_channels - with_emit
     placed = sum(1 if s.grid or s.flow else host_channels(s.group) + len(s.stream.lanes) - bool(s.stream.lanes)
                  if s.stream is not None else host_channels(s.group) for s in sites)
     later = groups[number + 1:]
-    free = total - placed - sum(host_channels(g) for g in later)
-    return Left(chained_share(groups[number], later, free) if chained else free,
-                sum(role(leading_call(g.calls)) is Role.MATRIX and is_host_tensor(stored_matrix(g.calls)) for g in later))
+    return Left(total - placed - sum(host_channels(g) for g in later),
+                tuple(beyond_ahead(g, device) for g in later
+                      if role(leading_call(g.calls)) is Role.MATRIX and is_host_tensor(stored_matrix(g.calls))))
 
 
-def chained_share(group: Group, later: tuple[Group, ...], free: int) -> int:
-    """`shim_channels_by_chain`: the shim MM2S channels a group takes of the `free` ones when the
-    groups run one after another (a looped iteration's serial chain) rather than side by side:
-    its own, and of the rest a share in proportion to the square root of the bytes of the host
-    matrix it streams against those of the later groups, as the sum of the groups' stream times
-    (bytes over channels) is least when each group's channels go with the square root of its
-    bytes; all of them when no later group streams one."""
-    mine, theirs = streamed_bytes(group) ** 0.5, sum(streamed_bytes(g) ** 0.5 for g in later)
-    own = host_channels(group)
-    if not mine or not theirs or free <= own:
-        return free
-    return own + round((free - own) * mine / (mine + theirs))
-
-
-def streamed_bytes(group: Group) -> int:
-    """The bytes of the host matrix a MatVec group streams (0 for any other group)."""
-    if role(leading_call(group.calls)) is not Role.MATRIX or not is_host_tensor(stored_matrix(group.calls)):
-        return 0
-    return nbytes(stored_matrix(group.calls))
+def beyond_ahead(group: Group, device) -> int:
+    """The bytes of a group's host matrix beyond what its FIFOs take ahead of its cores while the
+    calls before it run: two objects of blocks on each part's tile and two on its lane's mem
+    tile, split into the most parts one mem tile joins that divide its rows."""
+    matrix = stored_matrix(group.calls)
+    big_m = matrix.shape[0]
+    parts = max(p for p in range(1, device.mem.dma_in_channels + 1) if big_m % p == 0)
+    rows = stream_rows(group, big_m // parts) or big_m // parts
+    return max(0, nbytes(matrix) - 4 * parts * rows * row_bytes(matrix))
 
 
 def host_channels(group: Group) -> int:

@@ -80,7 +80,8 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dic
                tail: bool = False) -> str:
     """Why `node` may not lie padded for `calls`: a view, a state (`state_unpadded`), read elsewhere, or a result
     its producer cannot write padded (`group_of`; a segment's cut value: the design decided). `tail`: padded
-    after its last element only (a stream's), which leaves every view of it where it was."""
+    after its last element only (a stream's), which leaves every view of it where it was and which a call
+    streamed padded alike (in `calls`) or gathering it writes as it would unpadded."""
     what = describe(node)
     if node.op == Op.VIEW:
         return f"{what} is a view"
@@ -92,7 +93,7 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dic
     if node.op == Op.CALL and group_of is not None:
         why = group_of.zeros[node].unwritten
         return why and f"{what} is another group's result, {why}"
-    if node.op == Op.CALL or is_cut_value(node):
+    if node.op == Op.CALL and not (tail and (node in calls or node.arg.kernel.gathers)) or is_cut_value(node):
         return f"{what} is another group's result"
     return ""
 
@@ -360,7 +361,7 @@ def stream_unpadded(calls, readers: dict, also: tuple[Node, ...] = ()) -> str:
         return f"they read or make tensors of other shapes than {last.shape}, which cannot lie in its padding"
     if last.arg.writes and (readers.get(last) or destination(last).op == Op.VIEW):
         return f"{describe(last)} is read, or written into a view of {describe(destination(last))}"
-    if not last.arg.writes and not shown(last, readers):
+    if not last.arg.writes and not shown(last, readers) and not set(readers.get(last, [])) <= set(also):
         return f"{describe(last)} is read by more than the host, views and calls that read its user's region"
     if returned := [c for c in calls[:-1] if Reader.HOST in readers.get(c, [])]:
         return f"{describe(returned[0])} is returned too, in its own length"
@@ -421,8 +422,8 @@ def _stream_facts(group: Group, lies: dict[Node, Lies], readers: dict, group_of:
     products, passed = upstream(inputs, group_of)
     read = tuple(f"{label[u]} as {'A' if u.src[0] is result else 'B'}" for u in readers.get(result, [])
                  if isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX)
-    if len(result.shape) == 1 or not any(n.op == Op.CALL for n in inputs):
-        how = Rule.PAD_UPSTREAM_ZEROS if read and len(result.shape) > 1 else Rule.PAD_TO_BLOCK   # its own rows padded
+    if len(result.shape) == 1 or not products:   # over its own rows padded (or a padded product's input)
+        how = Rule.PAD_UPSTREAM_ZEROS if read and len(result.shape) > 1 else Rule.PAD_TO_BLOCK
     else:   # over a product's layout, or over one elementwise calls passed on
         how = Rule.PAD_PASSED_ON if any(n in lies and n.op == Op.CALL and lone_product(group_of[n]) is None
                                         and carried(n, group_of) for n in inputs) else Rule.PAD_THROUGH_ELEMENTWISE

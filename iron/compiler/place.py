@@ -138,13 +138,12 @@ def snake_order(device) -> list[Tile]:
 
 
 def place(program: Program, groups: tuple[Group, ...], device, placements: tuple = (),
-          shared: dict[str, str] | None = None, most_rows: int | None = None, chained: bool = False) -> Layout:
+          shared: dict[str, str] | None = None, most_rows: int | None = None) -> Layout:
     """Tiles for every group, and for the Emit on a full-ELF device when values are carried;
     `placements`: the host placements, some padded by `pad_to_block`; `shared`: groups of a
     looped iteration that run on the tile of an earlier one (group -> that group, repeat.py);
     `most_rows`: the rows of cores each grid and stream takes at most
-    (`fewer_rows_for_one_configuration`), all when None; `chained`: the groups share the shim
-    channels as groups running one after another do (`shim_channels_by_chain`)."""
+    (`fewer_rows_for_one_configuration`), all when None."""
     lies, readers = lies_of(program, placements), readers_of(program, groups)
     padded = {n: lie.shape for n, lie in lies.items()}
     with_emit = bool(device.full_elf and program.carry)   # a segment but the last has no carry
@@ -153,6 +152,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     names = {g.name for g in groups}
     shared = {g: on for g, on in (shared or {}).items() if g in names and on in names}
     owning = [g for g in groups if g.name not in shared]   # the groups taking tiles of their own
+    large = {g.name for g in owning if spreads(g, device)}
     needed = len(owning) + with_emit
     if needed > len(free):
         raise PlacementError(f"{program.name} needs {needed} compute tiles but {device.name} has {len(free)}: compile "
@@ -169,7 +169,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
                                                         f"{shared[group.name]}, its core running them in turn"))
             rules += stream_rules(group, site.stream)
             continue
-        later = [g.name for g in groups[number + 1:] if g.name not in shared and spreads(g, device)]
+        later = [g.name for g in groups[number + 1:] if g.name in large]
         room = Room(program, device, left_for_spreading(free, len(later), device),
                     len(free) - (len(owning) - owning.index(group) - 1) - with_emit,   # a tile per other group, the Emit's
                     device.n_cols * device.shim.dma_out_channels - (len(groups) - 1) - with_emit,
@@ -190,7 +190,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if why := not_streamed(program, group, outside, device):
             rules.append((Rule.STREAM_ELEMENTWISE, f"{group.name}: not streamed: {why}"))
         crowded = unsplit_beside_producer(groups, number, outside, sites, device)
-        left = channels_left(groups, number, sites, device, with_emit, chained)
+        left = channels_left(groups, number, sites, device, with_emit)
         split = Split() if crowded else split_parts(group, outside, room.spare, left, channels, free[0])
         parts, why = split.parts, split.fewer
         tiles, free = tuple(free[:parts]), free[parts:]

@@ -360,6 +360,8 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
     between iterations through DDR (`write_through`, then fused again), or NotRepeated; `nested`:
     the repeated block within its iteration (`_inner`) run over time too, inside each iteration."""
     inner = _inner(groups, run) if nested else None
+    carried = _carries(program, _places(groups, run), run) or (
+        inner is not None and _carries(program, _places(groups, _within(run, inner, 0)), _within(run, inner, 0)))
     crossing = _crossing(program, _places(groups, run), run)
     for k in range(run.count if inner else 0):   # within each iteration (the outer crossings are the rest)
         within = range(run.start + k * run.period, run.start + (k + 1) * run.period)
@@ -397,7 +399,17 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
     if not any(c.group in repeat.groups and isinstance(c.program[0], Loop) and c.program[0].count == run.count
                for p in plan.configurations for c in p.cores):
         raise NotRepeated("no configuration holds a whole iteration")
+    parts = [p for p in plan.configurations if any(c.group in repeat.groups and isinstance(c.program[0], Loop)
+                                                   for c in p.cores)]
+    if carried and len(parts) > 1:   # loop fission runs every iteration's first part before any second part
+        raise NotRepeated(f"its iteration takes {len(parts)} configurations, each looping its part over every "
+                          "iteration, but an iteration reads what the one before makes")
     return plan, repeat, lines
+
+
+def _carries(program: Program, place: dict[Node, int], run: Run) -> bool:
+    """Whether an iteration of `run` reads what an earlier one made (a layer's residual stream)."""
+    return any(0 <= place.get(n, -1) < at < run.count for reader, at in place.items() for n in tensor_inputs(reader))
 
 
 def _places(groups: tuple[Group, ...], run: Run, among: range | None = None) -> dict[Node, int]:

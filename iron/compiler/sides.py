@@ -196,12 +196,13 @@ def zero_fills(groups: tuple[Group, ...]) -> dict[Node, ZeroFill]:
 
 def zeros_through(call: Node, group: Group, found: dict) -> ZeroFill:
     """One call's step of `zero_fills`."""
-    traits, unwritten_why = call.arg.kernel.traits, unwritten(call, group.calls)
+    kernel, unwritten_why = call.arg.kernel, unwritten(call, group.calls)
     named = tensors(call)
     if not named:
         return ZeroFill((None,) * len(call.shape), call, unwritten_why)
-    product = traits.role is Role.MATRIX
-    kept = product or call.arg.kernel.keeps_zeros_in(call.arg.attr_dict)
+    product = kernel.role is Role.MATRIX
+    kept = product or kernel.keeps_zeros_in(call.arg.attr_dict)
+    written = tuple(kernel.traits.length_axes) if kernel.traits.row_length else ()   # zeros written past a length
     zero: dict = {}   # letter -> whether every input naming it holds zeros along it
     unkept = None     # the first input's call mapping zeros to other values
     for node, _, keys in named[:-1]:
@@ -209,8 +210,8 @@ def zeros_through(call: Node, group: Group, found: dict) -> ZeroFill:
         for key, fill in zip(keys, value.axes):
             zero[key] = zero.get(key, True) and fill is not None
             unkept = unkept or (value.unkept if fill is None else None)
-    axes = tuple(Fill.ROWS if traits.row_length and key in traits.length_axes else
-                 (Fill.ZEROS if product else Fill.KEPT) if kept and zero.get(key) else None for key in named[-1][2])
+    axes = tuple(Fill.ROWS if key in written else (Fill.ZEROS if product else Fill.KEPT) if kept and zero.get(key)
+                 else None for key in named[-1][2])
     return ZeroFill(axes, (unkept or call) if None in axes else None, unwritten_why)
 
 
@@ -324,17 +325,19 @@ def joined_sides(products: tuple[Node, ...], device) -> dict[Node, tuple[int, in
 
 
 def streamed_count(calls, device, count: int, quantum: int, width: int = 1) -> int | None:
-    """A stream's length (or rows of `width`) padded to `quantum` per core, when the cost model
-    estimates it faster than over its own (preferred on a tie)."""
+    """A stream's length (or rows of `width`) padded to `quantum` per core (or rows to the fewest of
+    whole words), when the cost model estimates it faster than over its own (preferred on a tie)."""
     step = quantum * device.n_cols * len(device.compute_rows)
-    padded = -(-count // step) * step
-    flows = [(p, f) for p in (None, padded * width) if (p is None or padded != count)
-             and (f := _flow(calls, device, p, width)) is not None]
+    itemsize = min(n.dtype.itemsize for c in calls for n in (c, *c.src))
+    unit = 4 // math.gcd(4, width * itemsize) if width > 1 else 0
+    counts = dict.fromkeys(-(-count // s) * s for s in (step, unit) if s)
+    flows = [(p, f) for p in (None, *(c * width for c in counts if c != count))
+             if (f := _flow(calls, device, p, width)) is not None]
     if not flows:
         return None
     best, _ = cost.choose(Rule.PAD_TO_BLOCK, "padded length", flows, lambda f: estimate_ns(f[1], device),
                           lambda f: f"{f[0] or count * width} elements")
-    return None if best[0] is None else padded
+    return None if best[0] is None else best[0] // width
 
 
 def _flow(calls, device, padded, width: int = 1):

@@ -45,6 +45,10 @@ from iron.runtime.compiled import CompiledGraph
 
 CONTEXT = 256
 BLOCK = 4096   # logits per Argmax: a 49152-wide row does not fit one tile's 64 KiB
+# The LM head's MatVec calls, each over its share of the table's rows: a split MatVec takes at
+# most the parts one mem tile joins (6), so two spread the 30 MB table over 12 tiles and their
+# shim channels, near DDR's bound on npu2 (one: 6 tiles, compute-bound).
+HEAD_PIECES = 2
 # The most positions whose float32 keys and values (64 KiB at 64 positions of head size 64, with
 # a key/value head's queries) the Attention kernel, which does not stream, holds on one tile.
 FUSED_CONTEXT = 64
@@ -61,14 +65,16 @@ class Matrix:
         self.block_bytes = tensors[0].format.nbytes if quantized else None
         self.param = iron.param(np.concatenate([t.data if quantized else t.dequantize() for t in tensors]))
 
-    def weights(self):
-        """The float32 matrix inside body(): the param itself, or its blocks expanded."""
+    def weights(self, rows: slice | None = None):
+        """The float32 matrix (its `rows`, when given) inside body(): the param itself, or its
+        blocks expanded."""
+        param = self.param if rows is None else self.param[rows]
         if self.block_bytes is None:
-            return self.param
-        return Dequant.step(self.param, block_bytes=self.block_bytes)
+            return param
+        return Dequant.step(param, block_bytes=self.block_bytes)
 
-    def times(self, x):
-        return MatVec.step(self.weights(), x)
+    def times(self, x, rows: slice | None = None):
+        return MatVec.step(self.weights(rows), x)
 
 
 def residual(x, projected, out=None):
@@ -167,6 +173,8 @@ class SmolLM2Graph(iron.Graph):
         self.lm_head = Matrix(model, ["token_embd.weight"], quantized)   # tied: the embedding table
         self.tokens = iron.state((context + 1,), np.int32, name="tokens")   # the text, by position
         self.block_starts = iron.param(np.arange(0, config.vocab, BLOCK, dtype=np.float32))
+        self.maxes = iron.state((config.vocab // BLOCK,), np.float32)   # each block's largest logit
+        self.found = iron.state((config.vocab // BLOCK,), np.int32)   # where in its block
 
     def body(self, prompt=None, *, pos: Carried[np.int32], tok: Carried[np.int32], end: Carried[np.int32]):
         if prompt is not None:
@@ -174,7 +182,9 @@ class SmolLM2Graph(iron.Graph):
         x = self.embed(tok)
         for layer in self.layers:
             x = layer.step(x, pos)
-        logits = self.lm_head.times(RMSNorm.step(x, self.output_norm, eps=self.config.rms_eps))
+        h = RMSNorm.step(x, self.output_norm, eps=self.config.rms_eps)
+        piece = self.config.vocab // HEAD_PIECES
+        logits = [self.lm_head.times(h, rows=slice(k * piece, (k + 1) * piece)) for k in range(HEAD_PIECES)]
         # Inside a loaded prompt (pos + 1 < end) the next token is already in `tokens`: the argmax
         # goes to tokens[end], which the step at end - 1 overwrites, and the prompt stays.
         Copy.step(self.argmax(logits), out=self.tokens[iron.max(pos + 1, end)])
@@ -199,11 +209,20 @@ class SmolLM2Graph(iron.Graph):
         return iron.carry(pos=pos, tok=prompt[0], end=pos + n)
 
     def argmax(self, logits):
-        """The first maximum of the logits, a row wider than a tile: Max and Argmax per block of
-        BLOCK logits, then the block whose maximum is first largest gives its row index."""
-        blocks = logits.reshape(-1, BLOCK)   # a batch of rows: one Max and one Argmax call each
-        found = Cast.step(Argmax.step(blocks), dtype=np.float32)
-        return ArgmaxBlocks.step(Max.step(blocks), Add.step(found, self.block_starts))
+        """The first maximum of the logits (the LM head's pieces, end to end), a row wider than a
+        tile: Max and Argmax per block of BLOCK logits, then the block whose maximum is first
+        largest gives its row index. Each of the reductions streams its rows over the tiles and
+        writes its results into a state (`found`, `maxes`), which the last calls read from DDR in
+        the same configuration: a streamed result read on the device would end its configuration
+        (`stream_row_blocks`)."""
+        at = 0
+        for piece in logits:
+            blocks = piece.reshape(-1, BLOCK)   # a batch of rows: one Max and one Argmax call each
+            Argmax.step(blocks, out=self.found[at:at + blocks.shape[0]])
+            Max.step(blocks, out=self.maxes[at:at + blocks.shape[0]])
+            at += blocks.shape[0]
+        found = Cast.step(self.found, dtype=np.float32)
+        return ArgmaxBlocks.step(self.maxes, Add.step(found, self.block_starts))
 
     def check_prompt(self, prompt: Sequence[int], steps: int) -> None:
         """Refuse a prompt that is empty, has an id outside the vocabulary, or does not leave

@@ -55,7 +55,6 @@ class Rule(Term):
     SNAKE_ORDER = "snake_order"
     COLUMNS_FOR_LATER_GROUPS = "columns_for_later_groups"
     FEWER_ROWS_FOR_ONE_CONFIGURATION = "fewer_rows_for_one_configuration"
-    SHIM_CHANNELS_BY_CHAIN = "shim_channels_by_chain"
     STREAM_LARGE_MATRIX = "stream_large_matrix"
     SHARE_STREAMED_MATRIX = "share_streamed_matrix"
     SPLIT_MATRIX_OVER_TILES = "split_matrix_over_tiles"

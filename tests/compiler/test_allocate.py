@@ -10,7 +10,7 @@ from iron import Carried
 from iron.compiler.allocate import host_buffers, host_placements, state_sink
 from iron.compiler.compile import compile_program
 from iron.errors import DoesNotFit
-from iron.kernels import Add, Argmax, Copy
+from iron.kernels import Add, Argmax, Copy, MatVec, SiLU
 from iron.plan.fifos import FifoId, Stem
 from iron.plan.plan import (
     Emit,
@@ -82,6 +82,23 @@ class Whole(iron.Graph):
 def test_a_tight_tile_gets_depth_one_fifos():
     plan = compile_program(Whole(8192).trace(), from_name("npu2"))   # 32 KiB read whole
     assert [(f.name, f.depth) for f in plan.fifos] == [(FifoId("g0", Stem.IN), 1), (FifoId("g0", Stem.HOST), 2)]
+
+
+class Projected(iron.Graph):
+    def __init__(self, m, k):
+        self.w = iron.weight(np.zeros((m, k), np.float32))
+
+    def body(self, x):
+        return SiLU.step(MatVec.step(self.w, x))
+
+
+def test_a_tight_tile_keeps_the_streamed_rows_double_buffered_and_takes_the_vector_once():
+    """Each of the 6 parts of the split MatVec holds the 16 KiB vector, taken once per launch,
+    and its rows, streamed one 16 KiB row at a time: too much at depth 2 each, so the vector's
+    FIFO goes to depth 1 and the rows keep a second object to fill while the core works."""
+    plan = compile_program(Projected(96, 4096).trace(x=((4096,), np.float32)), from_name("npu2"))
+    depths = {str(f.name): f.depth for f in plan.fifos}
+    assert depths["g0_in"] == 1 and {depths[f"g0_w{k}"] for k in range(6)} == {2}
 
 
 def test_a_state_too_large_for_a_tile_does_not_fit():

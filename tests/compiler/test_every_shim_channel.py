@@ -12,7 +12,7 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler import cost
-from iron.compiler.matrices import bd_share, lane_ops
+from iron.compiler.matrices import Left, bd_share, lane_ops
 from iron.kernels import MatVec, ReLU, RMSNorm
 from iron.models.blocks import Q4_1, Q8_0
 from iron.models.smollm2_graph import SmolLM2Graph
@@ -175,3 +175,13 @@ def test_two_smollm2_layers_estimate_no_faster_than_their_bound(on_emulator, two
     estimate = compiled.estimate(pos=3, tok=7, end=0)
     assert estimate.device_ns >= estimate.bound.ns > 0
     assert 0 < estimate.reached <= 1
+
+
+def test_a_chain_of_matrices_shares_the_shim_channels_by_the_square_roots_of_their_sizes():
+    """SmolLM2's layer on npu2: of 9 shim channels left for its four projections (345600,
+    207360, 1105920 and 552960 bytes beyond what their FIFOs take ahead, say), the first may
+    take 9 * sqrt(345600) / (sum of the four square roots) = 1.86, so 2; a last one all left."""
+    later = (207360, 1105920, 552960)
+    assert Left(shim_in=6, later=later).share(345600).of(6) == 2   # 6 left to it, 3 counted for the later ones
+    assert Left(shim_in=3, later=()).share(552960).of(3) == 3
+    assert Left(shim_in=1, later=later).share(0).of(1) == 1   # at least one

@@ -3,19 +3,15 @@ designs reads: it follows the serial chain the timed emulator runs (the sequence
 groups waiting on the values they read, a looping group's iterations one after another, DDR one
 queue) and so agrees with the timed emulator, within a stated factor, and orders the loop and the
 design spread in space as it does."""
-import dataclasses
 
 import numpy as np
 import pytest
 
-import iron
 from aie_utils import from_name
-from iron.compiler import compile as compile_module
 from iron.compiler import cost
 from iron.compiler import repeat as repeat_module
 from iron.compiler.compile import compile_program
 from iron.compiler.priced import Chain, Priced, plan_ns, reconfigure_ns
-from iron.kernels import MatVec
 from iron.plan.rules import Rule
 from iron.runtime.compiled import CompiledGraph
 from tests.compiler.test_repeat import Rows, rows_inputs
@@ -99,46 +95,3 @@ def test_a_call_loads_each_of_its_configurations_the_first_again_after_the_last_
     assert plan_ns(plan) == pytest.approx(chains + 2 * cost.GENERATIONS["npu2"].reconfigure_ns)
     assert reconfigure_ns(plan.device, 1) == 0
 
-
-class Projections(iron.Graph):
-    """Three layers of x = C @ (B @ (A @ x)), A (576, 576), B (1536, 576), C (576, 1536) float32,
-    each layer's weights its own: a loop whose iteration streams three host matrices in turn."""
-
-    def __init__(self):
-        rng = np.random.default_rng(0)
-        shapes = ((576, 576), (1536, 576), (576, 1536))
-        self.w = [[iron.param((rng.standard_normal(s) / 16).astype(F32)) for s in shapes] for _ in range(3)]
-
-    def body(self, x):
-        for a, b, c in self.w:
-            x = MatVec.step(c, MatVec.step(b, MatVec.step(a, x)))
-        return x
-
-
-def test_a_looped_iteration_streaming_several_matrices_is_laid_out_both_ways_and_keeps_the_faster(monkeypatch):
-    """shim_channels_by_chain: the iteration's groups take the shim channels first come or shared by
-    their bytes; both are compiled, the one plan_ns estimates faster is kept, and the timed emulator
-    orders them alike (here first come: the last group cannot split, so its share would go unused)."""
-    laid = []
-    chosen = compile_module.by_chain
-
-    def keeping(laid_out, several):
-        laid.extend((laid_out(chained), chained) for chained in (False, True))
-        return chosen(laid_out, several)
-    monkeypatch.setattr(compile_module, "by_chain", keeping)
-    graph = Projections()
-    compiled = graph.compile(x=((576,), F32), device="npu2")
-    plan = compiled.plan
-    (choice,) = [c for _, c in plan.choices if c.rule is Rule.SHIM_CHANNELS_BY_CHAIN]
-    assert (choice.chosen, choice.rejected) == (
-        "shim channels taken first come", "shim channels shared by the groups' bytes, as they run one after another")
-    assert choice.chosen_ns == pytest.approx(plan_ns(plan)) and choice.chosen_ns < choice.rejected_ns
-    x = np.random.default_rng(1).standard_normal(576).astype(F32)
-    timed = [CompiledGraph(graph, compiled.program, dataclasses.replace(p, repeat=plan.repeat)).estimate(x).device_ns
-             for p, _ in laid]
-    assert timed[0] < timed[1]
-    lanes = [[t for r, t in p.rules if r is Rule.STREAM_OVER_SHIM_CHANNELS] for p, _ in laid]
-    assert [[t.split(" shim")[0] for t in lines] for lines in lanes] == [
-        ["g0: its rows read through 6", "g1: its rows read through 6"],
-        ["g0: its rows read through 4", "g1: its rows read through 4"]]
-    np.testing.assert_allclose(compiled(x), graph.reference(x), rtol=1e-3, atol=1e-2)

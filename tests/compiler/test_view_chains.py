@@ -130,7 +130,7 @@ def test_chains_of_views_equal_reference_on_npu1_and_npu2(chain, seed):
 
 
 NARROW = {"int8": np.dtype(np.int8), "uint8": np.dtype(np.uint8), "bfloat16": np.dtype(iron.bfloat16)}
-NARROW_SHAPES = ((256, 130), (300, 130), (512, 254))   # rows of 1- and 2-byte elements that are not whole words
+NARROW_SHAPES = ((256, 130), (300, 130), (512, 254), (251, 251), (509, 251))   # rows of 1- and 2-byte elements not whole words
 NARROW_VIEWS = {"whole": lambda x: x, "rows": lambda x: x[::2], "columns": lambda x: x[:, 1:],
                 "both": lambda x: x[::2, ::2], "transpose": lambda x: x.T, "step": lambda x: x[:, ::2],
                 "inner": lambda x: x[1:-1, 2:]}

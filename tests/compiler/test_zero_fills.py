@@ -90,3 +90,17 @@ def test_a_product_reading_a_softmax_as_b_would_sum_its_rows_of_padding():
     (softmax, product), groups = lattice(SoftmaxAsB(), x=((48, 64), F32))
     assert groups.zeros[softmax] == ZeroFill((None, Fill.ROWS), softmax)
     assert summed_unzeroed(softmax, product, groups) is groups.zeros[softmax]
+
+
+
+class ExpOfRelu(iron.Graph):
+    def body(self, x):
+        return Exp.step(ReLU.step(x))
+
+
+def test_leading_axes_the_map_repeats_over_are_carried_like_its_letters():
+    """ReLU over (4, 8, 64): its map "i->i" names the last axis, the leading ones repeated, each
+    keeping its zeros; Exp then maps them all, the call the lattice names."""
+    (relu, exp), groups = lattice(ExpOfRelu(), x=((4, 8, 64), F32))
+    assert groups.zeros[relu] == ZeroFill((Fill.KEPT,) * 3)
+    assert groups.zeros[exp] == ZeroFill((None,) * 3, exp)

@@ -133,8 +133,9 @@ def test_weights_as_they_ship_compile_stream_as_blocks_and_generate_references_t
     with aie_utils.using_device(aie_utils.from_name("npu2")):
         body = quantized.compile()
     expanded = [what for rule, what in body.plan.rules if rule == Rule.DEQUANT_BEFORE_MATVEC and "expanded" in what]
-    assert len(expanded) == 4 + 1   # the placed layer's four matrices (the layers loop over time) and the LM head
-    assert expanded[-1].startswith("g84: lm_head.param moves as stored, 30081024 bytes; each block of ")
+    assert len(expanded) == 4 + 2   # the placed layer's four matrices (the layers loop over time), the LM head's two pieces
+    assert [what.split(" bytes;")[0] for what in expanded[-2:]] == [
+        "g84: lm_head.param[:24576] moves as stored, 15040512", "g85: lm_head.param[24576:] moves as stored, 15040512"]
     f32, q = ddr_traffic(compiled.plan), ddr_traffic(body.plan)
     # weight bytes a token reads: between the LM head's ratio (Q8_0: 128 / 34) and the blocks' (Q4_1: 128 / 20)
     assert 128 / 34 < f32.consts / q.consts < 128 / 20
@@ -162,29 +163,37 @@ def test_fused_attention_generates_the_numpy_forwards_tokens_host_driven_in_a_lo
     with aie_utils.using_device(aie_utils.from_name("npu2")):
         body = graph.compile()
     attention = [g for g, calls in body.plan.groups if any(c.startswith("Attention#") for c in calls)]
-    # one per key/value head and placed layer: float32, the two layers loop on one layer's cores; as shipped,
-    # whose LM head alone takes longer than both layers, they stay in space (plan_ns, as the timed emulator)
-    assert (body.plan.repeat is not None, len(attention)) == ((False, 2 * 3) if quantized else (True, 3))
+    # one per key/value head and placed layer: the two layers loop on one layer's cores
+    assert (body.plan.repeat is not None, len(attention)) == (True, 3)
     assert generate(graph, body, ids, 3) == expected
     assert generate_in_loop(graph, body, ids, 3, depth=2) == expected
     on_npu1 = graph.compile(device=aie_utils.from_name("npu1"))
     assert generate(graph, on_npu1, ids, 3) == expected
 
 
-def test_all_30_fused_layers_as_shipped_loop_over_time_in_the_first_of_five_configurations(model):
+def test_all_30_fused_layers_as_shipped_loop_over_time_in_the_first_of_three_configurations(model):
     """fused=True, quantized: the embedding and one placed layer (14 groups) whose cores loop 30
-    times share the first configuration; the final RMSNorm and LM head, the argmax's rows, and
-    its last calls take one each. The design spread in space is compiled only until its segments
-    certainly take longer (the Choice's rejected side says "at least")."""
+    times share the first configuration; the final RMSNorm and the LM head's two pieces (each
+    split over 6 tiles) the second; the argmax's streamed reductions, writing their results into
+    states, and the calls reading those states back the third. The design spread in space is
+    compiled only until its segments certainly take longer (the Choice's rejected side says "at
+    least")."""
     graph = SmolLM2Graph(model, context=FUSED_CONTEXT, quantized=True, fused=True)
     plan = graph.compile(device=aie_utils.from_name("npu2")).plan
     assert (plan.repeat.count, plan.repeat.groups) == (30, tuple(f"g{i}" for i in range(1, 15)))
     assert [[name for name, _ in c.groups] for c in plan.configurations] == [
-        [f"g{i}" for i in range(15)], ["g421", "g422"], ["g423"], ["g424", "g425"], ["g426", "g427", "g428"]]
-    assert dict(plan.groups)["g423"] == ("Argmax#724",)   # over the 12 rows of logits
-    # each projection of the layer split over tiles, its residual added in the group after it (`residual`)
+        [f"g{i}" for i in range(15)], ["g421", "g422", "g423"], [f"g{i}" for i in range(424, 431)]]
+    groups = dict(plan.groups)   # over each piece's 6 rows of logits, each into its part of a state
+    assert [groups[f"g{i}"] for i in range(424, 428)] == [("Argmax#726",), ("Max#727",), ("Argmax#728",), ("Max#729",)]
+    assert [what.split(":")[0] for rule, what in plan.rules if rule == Rule.STREAM_ROW_BLOCKS] == [
+        "g424", "g425", "g426", "g427"]
+    # each projection of the layer split over tiles, its residual added in the group after it
+    # (`residual`), its rows read through its share of the shim channels (the larger, the more)
     splits = [what for rule, what in plan.rules if rule == Rule.SPLIT_MATRIX_OVER_TILES and "split by rows" in what]
-    assert [what.split(":")[0] for what in splits] == ["g2", "g9", "g11", "g13", "g422"]   # and the LM head
+    assert [what.split(":")[0] + what.split("over")[-1] for what in splits] == [
+        "g2 6 tiles", "g9 4 tiles", "g11 6 tiles", "g13 4 tiles", "g422 6 tiles", "g423 6 tiles"]   # and the LM head
+    lanes = [what.split(" shim")[0] for rule, what in plan.rules if rule == Rule.STREAM_OVER_SHIM_CHANNELS]
+    assert lanes == [f"{g}: its rows read through {n}" for g, n in (("g2", 2), ("g11", 3), ("g13", 2), ("g422", 6), ("g423", 6))]
     (choice,) = [c for _, c in plan.choices if c.rule is Rule.REPEAT_OVER_TIME]
     assert choice.chosen.startswith("over time") and choice.rejected.startswith("in space: at least ")
     assert choice.chosen_ns < choice.rejected_ns

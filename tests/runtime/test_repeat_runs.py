@@ -247,3 +247,17 @@ def test_a_loop_over_heads_runs_inside_the_loop_over_layers_on_the_same_cores():
     x = np.random.default_rng(2).standard_normal(4 * 32).astype(F32)
     for _ in range(3):
         np.testing.assert_array_equal(compiled(x), graph.reference(x))
+
+
+def test_a_loop_carrying_a_value_is_not_cut_into_configurations_each_looping_its_part():
+    graph = Attending(3, 4)
+    compiled = graph.compile(x=((4 * 32,), F32), device="npu2_1col")
+    plan = compiled.plan
+    # one layer with its heads looping inside it takes 2 configurations on npu2_1col's 4 tiles; looping
+    # each part over every layer would run layer 1's heads before layer 0's Add: the layers stay in space
+    assert plan.repeat is None and len(plan.configurations) == 13
+    (line,) = [text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME]
+    assert line.startswith("3 iterations of g0..g13 not run over time: an iteration is 14 groups")
+    x = np.random.default_rng(2).standard_normal(4 * 32).astype(F32)
+    for _ in range(2):
+        np.testing.assert_array_equal(compiled(x), graph.reference(x))
