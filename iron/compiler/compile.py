@@ -21,7 +21,7 @@ from iron.compiler.fuse import Group, fuse
 from iron.compiler.layout import pad_to_block
 from iron.compiler.lower import Lowered, lower
 from iron.compiler.place import Layout, place
-from iron.compiler.priced import serial_ns
+from iron.compiler.priced import plan_ns
 from iron.compiler.repeat import Abandoned, NotRepeated, Unfolding, choose_over_time
 from iron.compiler.route import Routes, fit_compute_channels, route
 from iron.compiler.segment import compile_segments
@@ -97,15 +97,14 @@ def fewer_rows(segmented: Plan, narrowed: Callable, device) -> Plan:
     """`fewer_rows_for_one_configuration`: a design looping an iteration over time that does not
     fit one configuration (`segmented`: its segments) may fit one when its grids and streams take
     fewer rows of cores each (`narrowed(rows)`: the design so, or None), leaving tiles, shim and
-    mem-tile channels to the other groups; the one of the least estimated time with each
-    configuration's groups running one after another (`serial_ns`), as groups passing values
-    through DDR do, a Choice in `plan.choices`."""
+    mem-tile channels to the other groups; the one of the least estimated time (`plan_ns`), a
+    Choice in `plan.choices`."""
     options = [(segmented, None), *((plan, rows) for rows in _halved(len(device.compute_rows))
                                     if (plan := narrowed(rows)) is not None)]
     if len(options) == 1:
         return segmented
     (best, rows), choice = cost.choose(Rule.FEWER_ROWS_FOR_ONE_CONFIGURATION, "rows of cores", options,
-                                       lambda o: serial_ns(o[0]), lambda o: _rows_label(*o))
+                                       lambda o: plan_ns(o[0]), lambda o: _rows_label(*o))
     return replace(best, choices=(*best.choices, ("iteration", choice)),
                    rules=(*best.rules, (Rule.FEWER_ROWS_FOR_ONE_CONFIGURATION, _rows_label(best, rows))))
 

@@ -1,39 +1,55 @@
-"""What a Plan's configurations are estimated to take (`plan_ns`), as the choice between running
-a repeated block over time and spreading it in space reads them (repeat.py): per configuration
-the slowest of its busiest core, its busiest FIFO and DDR (`cost.Work`), a looping core's work
-counted as many times as it loops, plus each reconfiguration; `serial_ns`, with each
-configuration's groups one after another (compile.py's `fewer_rows`)."""
+"""What a Plan is estimated to take on the device (`plan_ns`): the one estimate every choice
+between whole designs reads (running a repeated block over time or spreading it in space,
+repeat.py; the rows of cores a looping design takes, compile.py), from the cost model's figures
+(cost.py). It follows the serial chain the timed emulator runs: the runtime sequence issues each
+group's moves in order (a `Unit`: an iteration of a looping group, or the part of one up to a
+Wait), a Wait holding every later move until the moves it waits on are done (a value crossing
+between groups or iterations through DDR, a shim's buffer descriptors freed an iteration at a
+time); a group's cores start once the groups feeding them on the array are done (a whole value)
+or have begun (a stream of objects); a group's cores and channels serve one unit at a time; DDR's
+bandwidth is one queue every unit's bytes wait in; plus, for several configurations, loading
+each of them every call (`reconfigure_ns`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from iron.compiler import cost
-from iron.plan.plan import Dma, Imm, Invoke, KernelStep, Loop, Plan
+from iron.plan.plan import (
+    Acquire,
+    Direction,
+    Dma,
+    Imm,
+    Invoke,
+    KernelStep,
+    Loop,
+    Plan,
+    Port,
+    TileKind,
+    Wait,
+)
+
+_ESTIMATES: dict[int, tuple[Plan, float]] = {}   # the latest Plans priced, by identity (choices ask again)
+KEPT_ESTIMATES = 16
 
 
 def plan_ns(plan: Plan) -> float:
-    """A Plan's estimated device time per call: per configuration the slowest of its busiest
-    core, its busiest FIFO's moves and DDR (`cost.Work`), plus loading each configuration after
-    the first."""
+    """A Plan's estimated device time per call: each configuration's serial chain (`Chain`),
+    plus loading the configurations."""
+    kept = _ESTIMATES.get(id(plan))
+    if kept is not None and kept[0] is plan:
+        return kept[1]
     configurations = plan.configurations
-    gen = cost.generation(plan.device)
-    return sum(Priced.of(c).work().ns(plan.device) for c in configurations) + gen.reconfigure_ns * (len(configurations) - 1)
+    ns = sum(Chain(Priced.of(c)).ns() for c in configurations) + reconfigure_ns(plan.device, len(configurations))
+    if len(_ESTIMATES) >= KEPT_ESTIMATES:
+        _ESTIMATES.pop(next(iter(_ESTIMATES)))
+    _ESTIMATES[id(plan)] = (plan, ns)
+    return ns
 
 
-def serial_ns(plan: Plan) -> float:
-    """A Plan's estimated time with the groups of each configuration running one after another
-    (each its busiest core, its busiest FIFO and its DDR bytes: `cost.Work`), as groups passing
-    values through DDR buffers do, the sequence waiting on each write; plus loading each
-    configuration after the first."""
-    gen = cost.generation(plan.device)
-    total = gen.reconfigure_ns * (len(plan.configurations) - 1)
-    for configuration in plan.configurations:
-        priced = Priced.of(configuration)
-        for group in dict.fromkeys(c.group for c in configuration.cores):
-            cycles = max(priced.cycles[c.tile] for c in configuration.cores if c.group == group)
-            moved = [n for name, n in priced.moved.items() if name.group == group]
-            total += cost.Work(cycles, max(moved, default=0), sum(moved)).ns(plan.device)
-    return total
+def reconfigure_ns(device, configurations: int) -> float:
+    """Loading a call's configurations: none for one (it stays loaded), else each of them, the
+    first again after the last of the call before."""
+    return cost.generation(device).reconfigure_ns * configurations * (configurations > 1)
 
 
 @dataclass(frozen=True)
@@ -51,7 +67,7 @@ class Priced:
         gen = cost.generation(plan.device)
         functions = {f.name: sum(_step_cycles(gen, step) for step in f.steps) for f in plan.functions}
         cycles = {c.tile: _program_cycles(c.program, functions) for c in plan.cores}
-        moved: dict[str, int] = {}
+        moved: dict = {}
         for op in plan.sequence:
             if isinstance(op, Dma):
                 moved[op.fifo] = moved.get(op.fifo, 0) + op.nwords * 4
@@ -75,6 +91,242 @@ class Priced:
         busiest = max((n for name, n in self.moved.items() if name in near), default=0)
         cycles = max((n for tile, n in self.cycles.items() if tile in tiles), default=0.0)
         return cost.Work(count * cycles, count * busiest, self.work().ddr_bytes).ns(self.plan.device)
+
+
+@dataclass
+class Unit:
+    """One group's share of a configuration's work: the moves of one stretch of the runtime
+    sequence (an iteration of a looping group, or part of one where the sequence waits on its
+    moves so far), or one iteration of a group the sequence moves nothing for; when it may
+    start (`issued`: the sequence reached it) and, once scheduled, when it starts and ends."""
+
+    group: str
+    at: int                                       # its place among its group's units
+    issued: float
+    moved: dict = field(default_factory=dict)     # FifoId -> bytes
+    results: set = field(default_factory=set)     # the FIFOs of those writing results back to DDR
+    ddr: int = 0
+    start: float = 0.0
+    end: float | None = None
+
+
+class Chain:
+    """The serial chain of one configuration (module docstring): its units scheduled as the
+    runtime sequence reaches them."""
+
+    def __init__(self, priced: Priced):
+        plan = self.plan = priced.plan
+        self.device, self.gen, self.priced = plan.device, cost.generation(plan.device), priced
+        self.groups_of = {c.tile: c.groups for c in plan.cores}
+        self.fifos = {f.name: f for f in plan.fifos}
+        self.fifo_group = {name: self._group_of(name) for name in self.fifos}
+        self.feeders = self._feeders()
+        self.count = {g: _looped(c.program)[1] for c in plan.cores for g in c.groups}   # iterations per group
+        self.sites = self._sites()
+        self.units: dict[tuple[str, int], Unit] = {}
+        self.reached: dict[str, int] = {}   # units the sequence issued so far, per group
+        self.ddr_free = 0.0
+
+    def ns(self) -> float:
+        """When the configuration's last unit ends, every unit scheduled."""
+        issued, current = 0.0, None
+        last: dict = {}   # FifoId -> the unit that last moved it
+        for op in self.plan.sequence:
+            if isinstance(op, Dma):
+                group = self.fifo_group[op.fifo]
+                if current is None or current.group != group:
+                    at = self.reached.get(group, 0)
+                    self.reached[group] = at + 1
+                    current = self.units[group, at] = Unit(group, at, issued)
+                current.moved[op.fifo] = current.moved.get(op.fifo, 0) + op.nwords * 4
+                current.ddr += op.nwords * 4
+                if op.direction is Direction.S2MM:
+                    current.results.add(op.fifo)
+                last[op.fifo] = current
+            elif isinstance(op, Wait):
+                if op.fifo in last:
+                    issued = max(issued, self._scheduled(last[op.fifo]).end)   # every later move waits
+                current = None
+        ends = [self._at(g, at).end for g in {*self.count, *self.sites} for at in range(self._units(g))]
+        return max([issued, *ends])
+
+    def _sites(self) -> dict[str, int]:
+        """How many units the sequence issues per group: a stretch of its moves ends where
+        another group's begin or the sequence waits."""
+        sites: dict[str, int] = {}
+        previous = None
+        for op in self.plan.sequence:
+            if isinstance(op, Dma):
+                group = self.fifo_group[op.fifo]
+                if group != previous:
+                    sites[group] = sites.get(group, 0) + 1
+                previous = group
+            elif isinstance(op, Wait):
+                previous = None
+        return sites
+
+    def _units(self, group: str) -> int:
+        return self.sites.get(group) or self.count.get(group, 1)
+
+    def _at(self, group: str, at: int) -> Unit | None:
+        """A group's unit `at`, scheduled; None when the sequence has not reached it yet."""
+        unit = self.units.get((group, at))
+        if unit is None:
+            if group in self.sites:
+                return None
+            unit = self.units[group, at] = Unit(group, at, 0.0)   # its cores' work, fed on the array
+        return self._scheduled(unit)
+
+    def _scheduled(self, unit: Unit) -> Unit:
+        """`unit` with its start and end. Its inputs move once the sequence issued it and its
+        group's unit before it is done; its cores start on the first object once its feeders'
+        units of the same iteration are done (and their value crossed) or, streaming, begun;
+        then its objects flow through its busiest input channel, its busiest core and its
+        busiest result channel, double-buffered FIFOs overlapping the three, and its DDR bytes
+        queue behind those of the units scheduled before it."""
+        if unit.end is not None:
+            return unit
+        unit.end = 0.0   # a feeder reached again through a cycle (none in a Plan) bounds nothing
+        moving = unit.issued
+        if unit.at > 0:
+            before = self._at(unit.group, unit.at - 1)
+            moving = max(moving, before.end if before is not None else 0.0)
+        inputs, core, results, objects, ahead = self._stages(unit)
+        start, after = moving + inputs / objects, 0.0
+        k = unit.at * self.count.get(unit.group, 1) // self._units(unit.group)
+        for feeder, edge in self.feeders.get(unit.group, {}).items():
+            first, last = self._feeding(feeder, k)
+            if edge.streamed and first is not None:
+                start, after = max(start, first.start), max(after, last.end if last is not None else 0.0)
+            elif last is not None:   # the whole value, once made, crosses to this group's cores
+                start = max(start, last.end + cost.ns(self.device, cost.dma_cycles(self.gen, edge.nbytes)))
+        left = inputs - min(start - moving, ahead * inputs)   # what could not move before the cores began
+        end = max(start + core + results / objects, start + left + (core + results) / objects,
+                  start + results, after)
+        if unit.ddr:
+            self.ddr_free = max(moving, self.ddr_free) + cost.ddr_ns(self.gen, unit.ddr)
+            end = max(end, self.ddr_free)
+        unit.start, unit.end = start, end
+        return unit
+
+    def _stages(self, unit: Unit) -> tuple[float, float, float, int, float]:
+        """A unit's busiest input channel's time, its busiest core's (its group's cycles shared
+        evenly among its units), its busiest result channel's, the most objects one of its FIFOs
+        moves, and the share of its busiest input the FIFOs on its way hold before its cores
+        take any (`_held`). An input reaching its cores through a FIFO of one object (no double
+        buffer) moves each object while the core waits: that last hop's time adds to the core's."""
+        stages = [0.0, cost.ns(self.device, self._cycles(unit.group) / self._units(unit.group)), 0.0]
+        objects, ahead, busiest, unbuffered = 1, 1.0, 0, 0.0
+        for name, nbytes in unit.moved.items():
+            at = 2 if name in unit.results else 0
+            stages[at] = max(stages[at], cost.ns(self.device, cost.dma_cycles(self.gen, nbytes)))
+            objects = max(objects, round(nbytes / self.fifos[name].nbytes))
+            if at == 0 and nbytes > busiest:
+                busiest, ahead = nbytes, min(1.0, self._held(name) / nbytes)
+            if at == 0:
+                last = self._into_cores(name)
+                if any(f.depth == 1 for f in last):
+                    unbuffered = max(unbuffered, cost.ns(self.device, cost.dma_cycles(self.gen, nbytes / len(last))))
+        stages[1] += unbuffered
+        return (*stages, objects, ahead)
+
+    def _into_cores(self, name) -> list:
+        """The FIFOs a host FIFO's objects reach the cores by: itself, or those the mem tiles'
+        links pass it on to."""
+        fifo = self.fifos[name]
+        onward = [d for link in self.plan.links if name in link.sources for d in link.destinations]
+        return [f for d in onward for f in self._into_cores(d)] if onward else [fifo]
+
+    def _held(self, name) -> int:
+        """The bytes a FIFO and those a mem tile's link passes it on to hold (each its depth of
+        objects): what moves ahead of the cores reading it."""
+        held, todo = 0, [name]
+        while todo:
+            fifo = self.fifos[todo.pop()]
+            held += fifo.depth * fifo.nbytes
+            todo += [d for link in self.plan.links if fifo.name in link.sources for d in link.destinations[:1]]
+        return held
+
+    def _feeding(self, feeder: str, k: int) -> tuple[Unit | None, Unit | None]:
+        """The feeder's first and last units of its iteration k (its last, when it has fewer)."""
+        count, units = self.count.get(feeder, 1), self._units(feeder)
+        k = min(k, count - 1)
+        first, last = -(-k * units // count), -(-(k + 1) * units // count) - 1
+        return self._at(feeder, first), self._at(feeder, last)
+
+    # ---- the array: which groups feed which ----
+
+    def _cycles(self, group: str) -> float:
+        """Cycles of a group's busiest core (a core shared by several groups: its whole program,
+        counted once, for the first of them)."""
+        return max((self.priced.cycles[c.tile] for c in self.plan.cores if c.group == group), default=0.0)
+
+    def _group_of(self, name) -> str:
+        """The group a FIFO's moves belong to: its own, or (a channel several groups share) its
+        first consumer core's."""
+        if name.group is not None:
+            return name.group
+        todo, seen = [name], set()
+        while todo:
+            fifo = self.fifos[todo.pop()]
+            seen.add(fifo.name)
+            for tile in fifo.consumers:
+                if tile in self.groups_of:
+                    return self.groups_of[tile][0]
+            todo += [d for link in self.plan.links if fifo.name in link.sources for d in link.destinations
+                     if d not in seen]
+        return str(name)
+
+    def _feeders(self) -> dict[str, dict[str, Edge]]:
+        """Per group, the groups whose cores feed its cores on the array (by a FIFO, or through a
+        mem tile's link), each by the Edge between them."""
+        objects: dict = {}
+        for core in self.plan.cores:
+            _count_acquires(_looped(core.program)[0], 1, objects)
+        makers: dict = {}
+        for f in self.plan.fifos:
+            if f.producer.kind is TileKind.COMPUTE:
+                groups = self.groups_of.get(f.producer, ())
+                makers[f.name] = {(g, objects.get(f.name, 1) > 1)
+                                  for g in ((f.name.group,) if f.name.group in groups else groups)}
+        for _ in range(2):   # a join's destination is made by its sources' makers
+            for link in self.plan.links:
+                made = {m for s in link.sources for m in makers.get(s, ())}
+                for d in link.destinations:
+                    makers[d] = makers.get(d, set()) | made
+        feeders: dict[str, dict[str, Edge]] = {}
+        for name, made in makers.items():
+            fifo = self.fifos[name]
+            for reader in {r for tile in fifo.consumers for r in self.groups_of.get(tile, ())}:
+                for g, streamed in made:
+                    if g != reader:
+                        edge = feeders.setdefault(reader, {}).get(g, Edge(False, 0))
+                        feeders[reader][g] = Edge(edge.streamed or streamed, max(edge.nbytes, fifo.nbytes))
+        return feeders
+
+
+@dataclass(frozen=True)
+class Edge:
+    """How one group's cores feed another's on the array: a stream of objects per iteration (the
+    reader begins with the first), or one whole value of `nbytes` (the reader waits for it)."""
+
+    streamed: bool
+    nbytes: int
+
+
+def _looped(program: tuple) -> tuple[tuple, int]:
+    """A core's program as one iteration's body and its count (a looping core: `Loop(count)`)."""
+    if len(program) == 1 and isinstance(program[0], Loop):
+        return program[0].body, program[0].count
+    return program, 1
+
+
+def _count_acquires(program: tuple, times: int, made: dict):
+    for item in program:
+        if isinstance(item, Loop):
+            _count_acquires(item.body, times * item.count, made)
+        elif isinstance(item, Acquire) and item.port is Port.PRODUCE:
+            made[item.fifo] = made.get(item.fifo, 0) + times * item.count
 
 
 _CYCLES: dict[tuple, float] = {}   # a kernel step's cycles by what they depend on: alike layers price once

@@ -17,7 +17,7 @@ from iron.compiler import cost
 from iron.compiler.allocate import host_placements
 from iron.compiler.copies import copied
 from iron.compiler.fuse import Group, fuse
-from iron.compiler.priced import Priced, ddr_bytes, plan_ns
+from iron.compiler.priced import Priced, ddr_bytes, plan_ns, reconfigure_ns
 from iron.compiler.runs import HOST, NotRepeated, Run, find_runs, placeless
 from iron.compiler.sequence import Move
 from iron.compiler.share_core import cores_of, sharing
@@ -318,12 +318,13 @@ def choose_over_time(program: Program, device, groups: tuple[Group, ...], placem
     lines: list[Decision] = []
     runs = find_runs(groups)[:MAX_TRIED]
     priced = Priced.of(whole) if runs and isinstance(whole, Plan) else None
+    spaced_ns = plan_ns(whole) if priced is not None else 0.0
     for run in runs:
         names = tuple(g.name for g in run.groups(groups, 0))
         label = _label(Repeat(names, run.count, ()))
         floor = priced.floor(names, run.count) if priced is not None else 0.0
-        if priced is not None and floor >= priced.work().ns(whole.device):
-            choice = Choice(Rule.REPEAT_OVER_TIME, label, SPACED, priced.work().ns(whole.device), f"{TIMED}, at least", floor)
+        if priced is not None and floor >= spaced_ns:
+            choice = Choice(Rule.REPEAT_OVER_TIME, label, SPACED, spaced_ns, f"{TIMED}, at least", floor)
             return (replace(whole, choices=(*whole.choices, (names[0], choice))),
                     [(Rule.REPEAT_OVER_TIME, f"{label} spread in space, estimated faster (choices)")])
         try:
@@ -480,7 +481,7 @@ def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable, groups: tuple[G
         spaced = (SPACED, plan_ns(whole), whole)
     else:
         least = max(2, -(-len(groups) // len(plan.device.compute_tiles)))   # a group per tile at most
-        bound = cost.ddr_ns(gen, ddr_bytes(plan)) + (least - 1) * gen.reconfigure_ns   # the same bytes, and the loads
+        bound = cost.ddr_ns(gen, ddr_bytes(plan)) + reconfigure_ns(plan.device, least)   # the same bytes, and the loads
         spaced = (f"in space: at least {least} configurations", bound, None)
         if bound < timed[1]:
             segmented = spread(_enough(groups, plan.device, bound, timed[1]))
@@ -510,7 +511,7 @@ def _enough(groups: tuple[Group, ...], device, bound: float, within: float) -> C
     def enough(plans: list[Plan], stop: int) -> Abandoned | None:
         done.extend(plan_ns(p) for p in plans[len(done):])
         least = len(plans) + -(-(len(groups) - stop) // tiles)
-        ns = sum(done) + (least - 1) * gen.reconfigure_ns + cost.ddr_ns(gen, _least_read(groups[stop:]))
+        ns = sum(done) + reconfigure_ns(device, least) + cost.ddr_ns(gen, _least_read(groups[stop:]))
         return Abandoned(least, max(ns, bound)) if ns > within else None
     return enough
 

@@ -93,17 +93,16 @@ TIMELINE = Timeline()
 class Clock:
     """What one timed Emulator's board holds: the Timeline, the generation's figures, the task
     running now (its track), each Function's cycles (vectorised, as iron writes it, its MACs at
-    peak), priced once, and when DDR is next free (`ddr_free`: its bandwidth is shared by every
-    shim channel, so a move to or from DDR waits for the moves before it)."""
+    peak), priced once, and DDR's bandwidth as it is taken (`Ddr`)."""
 
-    __slots__ = ("timeline", "device", "gen", "prefix", "current", "cycles", "ddr_free")
+    __slots__ = ("timeline", "device", "gen", "prefix", "current", "cycles", "ddr")
 
     def __init__(self, plan, timeline: Timeline, prefix: str):
         self.timeline, self.device, self.gen = timeline, plan.device, cost.generation(plan.device)
         self.prefix = prefix   # what its tracks and runs are named by
         self.current = None
         self.cycles: dict[str, tuple[float, float, float]] = {}
-        self.ddr_free = 0.0
+        self.ddr = Ddr(self.gen.ddr_bytes_per_ns)
 
     def track(self, task_name: str) -> str:
         return f"{self.prefix}: {task_name}"
@@ -122,12 +121,11 @@ class Clock:
 
     def move(self, board, words: int, ddr: bool = False):
         """The running DMA channel received `words` from its stream; from or to DDR (`ddr`), at
-        most at DDR's bandwidth after the DDR moves before it."""
+        most at what DDR's bandwidth has left while it moves them."""
         nbytes = 4 * words
         duration = cost.ns(self.device, cost.dma_cycles(self.gen, nbytes))
         if ddr:
-            self.ddr_free = max(board.now, self.ddr_free) + cost.ddr_ns(self.gen, nbytes)
-            duration = max(duration, self.ddr_free - board.now)
+            duration = self.ddr.take(board.now, nbytes, nbytes / duration) - board.now
         self.timeline.span(self.track(self.current.name), f"{nbytes} bytes", board.now, duration, SpanKind.DMA,
                            ddr_bytes=nbytes if ddr else 0)
         board.now += duration
@@ -137,6 +135,47 @@ class Clock:
         if until > since and task.name.startswith("core "):
             what = task.waiting[1] if task.waiting and task.waiting[1] else "waits"
             self.timeline.span(self.track(task.name), what, since, until - since, SpanKind.WAIT)
+
+
+class Ddr:
+    """DDR's bandwidth, shared by every shim channel: per slice of time (`SLICE_NS`), the bytes
+    the moves overlapping it took. A move takes what its channel streams in each slice it spans,
+    at most what the slice has left, so moves running at once share the bandwidth, and a task
+    the simulation runs ahead of the others (its clock later) takes only the slices its moves
+    span, not those before them."""
+
+    SLICE_NS = 1000.0
+    KEPT = 1 << 16   # slices remembered: the oldest are dropped beyond (runs far behind are rare)
+
+    __slots__ = ("per_slice", "taken")
+
+    def __init__(self, bytes_per_ns: float):
+        self.per_slice = bytes_per_ns * self.SLICE_NS
+        self.taken: dict[int, float] = {}
+
+    def take(self, start: float, nbytes: float, rate: float) -> float:
+        """When a move of `nbytes` starting at `start`, its channel streaming `rate` bytes per
+        ns, has moved them all."""
+        now, left = start, float(nbytes)
+        if left <= 0.0:
+            return start
+        while True:
+            k = int(now // self.SLICE_NS)
+            end = (k + 1) * self.SLICE_NS
+            free = max(0.0, self.per_slice - self.taken.get(k, 0.0))
+            pace = min(rate, free / (end - now))
+            moved = min(left, pace * (end - now))
+            self.taken[k] = self.taken.get(k, 0.0) + moved
+            left -= moved
+            if left <= 0.0:
+                self._forget()
+                return now + moved / pace
+            now = end
+
+    def _forget(self):
+        if len(self.taken) > self.KEPT:
+            for k in sorted(self.taken)[: len(self.taken) - self.KEPT // 2]:
+                del self.taken[k]
 
 
 @dataclass(frozen=True)

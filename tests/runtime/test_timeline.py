@@ -11,7 +11,7 @@ import pytest
 
 import iron
 from iron.compiler import cost
-from iron.runtime.timeline import DEVICE, HOST, Bound
+from iron.runtime.timeline import DEVICE, HOST, Bound, Ddr
 from tests.compiler import designs
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
@@ -226,3 +226,17 @@ def test_iron_trace_writes_the_process_timeline_at_exit(tmp_path):
     names, spans = check_trace_format(path)
     assert [e["name"] for e in spans if names[e["tid"]] == DEVICE] == ["AddOne run 1"] * 3
     assert [e["name"] for e in spans if names[e["tid"]] == HOST and e["name"].startswith("call")] == ["call AddOne"] * 3
+
+
+def test_ddr_moves_at_once_share_its_bandwidth_and_a_move_later_on_the_clock_takes_none_before_it():
+    bandwidth = cost.GENERATIONS["npu2"].ddr_bytes_per_ns   # 70 bytes per ns
+    ddr = Ddr(bandwidth)
+    assert ddr.take(0.0, 14_400, 14.4) == pytest.approx(1000.0)   # alone: its channel's rate
+    # simulated ahead of the others: takes the slices from 20 us on, none before
+    assert ddr.take(20_000.0, 700_000, 1e9) == pytest.approx(30_000.0)
+    # two fast moves at once from 5 us: 70 bytes per ns between them, the first served first in each slice
+    first = ddr.take(5_000.0, 140_000, 1e9)
+    second = ddr.take(5_000.0, 140_000, 1e9)
+    assert (first, second) == (pytest.approx(7_000.0), pytest.approx(9_000.0))
+    # run after the one 20 us on, a move at 12 us is not queued behind it
+    assert ddr.take(12_000.0, 14_400, 14.4) == pytest.approx(13_000.0)
