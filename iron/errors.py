@@ -79,7 +79,16 @@ class UnknownDevice(IronError, aie_utils.UnknownDevice):
 
 
 class DoesNotFit(IronError, MemoryError):
-    """A design's buffers do not fit the memory of the tile they were placed on."""
+    """A design's buffers do not fit the memory of the tile they were placed on. `fact`: the
+    compiler's typed refusal its text is printed from (iron/plan/rules.py), when it has one."""
+
+    def __init__(self, message, fact=None):
+        super().__init__(message)
+        self.fact = fact
+
+    @classmethod
+    def of(cls, fact) -> "DoesNotFit":
+        return cls(str(fact), fact)
 
 
 class PlacementError(IronError, ValueError):

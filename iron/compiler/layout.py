@@ -8,7 +8,7 @@ cost model chooses among are sides.py's; which tensors may lie padded, padding.p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
 from iron.compiler.padding import (
@@ -52,19 +52,19 @@ from iron.compiler.sides import (
 )
 from iron.compiler.streaming import row_streamable, streamable
 from iron.compiler.tiling import call_sides
+from iron.errors import DoesNotFit
 from iron.ir import Node, Op, Program, call_label, describe, external_inputs
 from iron.kernels.base import Role
-from iron.plan.rules import Lies, Rule, SharedSides
+from iron.plan.rules import Lies, NoGrid, NoWholeWords, Rule, SharedSides, Unpadded, UnpaddedStream
 
 
 @dataclass(frozen=True)
 class Layouts:
     """A design's layout: each padded tensor's `Lies`, the cost model's choices of padded extents
-    ((group, Choice)), the families `pad_shared_input` decided, and the facts of every decision."""
+    ((group, Choice)), and the facts of every decision."""
 
     lies: dict[Node, Lies]
     choices: tuple = ()
-    shared: tuple = ()    # SharedLayouts, padded or refused
     facts: tuple = ()
 
     @property
@@ -122,8 +122,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts
     choices = tuple((group_of[call].name, choice) for call, (node, shape, choice) in chosen.items()
                     if padded.get(node) == shape)   # the choices no later agreement overrode
     refused = unpadded_products(groups, padded, free, group_of, device)
-    return Layouts(lies, choices, tuple(shared),
-                   (*(s.fact(program) for s in shared), *facts_of(program, groups, lies, readers, device, refused)))
+    return Layouts(lies, choices, (*(s.fact(program) for s in shared), *facts_of(program, groups, lies, readers, device, refused)))
 
 
 def unpadded_products(groups: tuple[Group, ...], padded: dict, readers: dict, group_of: dict, device) -> dict:
@@ -243,25 +242,37 @@ def answered(readers: dict, layouts: list[SharedLayout]) -> dict:
     return readers | {t: [] for s in layouts for t in s.tensors}
 
 
-def design_unpadded(program: Program, groups: tuple[Group, ...], group: Group, device, shared: tuple = ()) -> str:
-    """Why `pad_to_block` did not pad the product or stream `group` is, as the whole design reads it (a segment
-    sees its cut values as host tensors): from the design's `pad_shared_input` decisions (`shared`), its
-    `pad_shared_stream` family, or the product's pins."""
+def refusal(program: Program, groups: tuple[Group, ...], group: Group, device, layouts: Layouts):
+    """Why `pad_to_block` left `group` unpadded, for a refusal to quote, as the whole design reads it (a segment
+    sees its cut values as host tensors): the layout's fact on its product (`Unpadded`, a refused
+    `SharedSides`), else its pin (`matrix_unpadded`); for a product whose N a row reduction keeps, that reduction; for streamed calls, the first
+    of their `pad_shared_stream` family that may not pad (`UnpaddedStream`); None when none of these applies."""
+    readers = readers_of(program, groups)
     if streamable(group.calls):
-        return family_unpadded(program, groups, group)
+        return stream_refusal(program, groups, group, readers)
     (call,) = group.calls if len(group.calls) == 1 else (None,)
     if call is None or call.arg.kernel.role is not Role.MATRIX:
-        return ""
-    readers, group_of = readers_of(program, groups), Groups(groups)
-    refused = next((s for s in shared if s.why and call in s.calls), None)
-    if refused:
-        return f"{call_label(program, call)} is not padded: {Rule.PAD_SHARED_INPUT}: {refused.fact(program)}"
-    why = matrix_unpadded(call, readers, group_of)
-    if not why and keeps_n(call, readers) and best_sides(call, device, {2: call.shape[-1]}) is None:
-        row, whole = next((u, why) for u in readers[call] if (why := width_unshared(u, readers)))
-        why = (f"{call_label(program, row)} {whole}, so N keeps its {call.shape[-1]} (pad_through_row_width), and "
-               "no padding of M and K alone takes a better grid")
-    return why and f"{call_label(program, call)} is not padded: {why}"
+        return None
+    label = call_label(program, call)
+    recorded = next((f for f in layouts.facts if isinstance(f, Unpadded) and f.call == label
+                     or isinstance(f, SharedSides) and f.why and label in f.calls), None)
+    if recorded:
+        return recorded
+    if why := matrix_unpadded(call, readers, Groups(groups)):   # not a lone product (a state's part): no fact
+        return Unpadded(group.name, label, why)
+    if not keeps_n(call, readers) or best_sides(call, device, {2: call.shape[-1]}) is not None:
+        return None
+    row, whole = next((u, why) for u in readers[call] if (why := width_unshared(u, readers)))
+    return Unpadded(group.name, label, f"{call_label(program, row)} {whole}, so N keeps its {call.shape[-1]} "
+                    f"({Rule.PAD_THROUGH_ROW_WIDTH}), and no padding of M and K alone takes a better grid")
+
+
+def explained(error: Exception, why) -> Exception:
+    """A refusal finding no grid or stream (`NoGrid`, `NoWholeWords`) quoting pad_to_block's decision `why`
+    (`refusal`); any other error, or none to quote, as it is."""
+    if not why or not isinstance(error, DoesNotFit) or not isinstance(error.fact, (NoGrid, NoWholeWords)):
+        return error
+    return DoesNotFit.of(replace(error.fact, unpadded=why))
 
 
 def pad_matrix(group: Group, readers: dict, group_of: dict, device,
@@ -424,22 +435,19 @@ def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
     return [group, *(g for name, g in order.items() if name in found and name != group.name)]
 
 
-def family_unpadded(program: Program, groups: tuple[Group, ...], group: Group) -> str:
-    """Why `pad_stream` did not pad `group` as the design reads it: a group of its `pad_shared_stream` family may
-    not."""
-    readers, group_of = readers_of(program, groups), {c: g for g in groups for c in g.calls}
+def stream_refusal(program: Program, groups: tuple[Group, ...], group: Group, readers: dict) -> UnpaddedStream | None:
+    """Why `pad_stream` did not pad `group` as the design reads it: a group of its `pad_shared_stream` family (or
+    itself) may not."""
+    group_of = {c: g for g in groups for c in g.calls}
     family = stream_family(group, readers, group_of)
-    if len(family) == 1:
-        return ""
     every = tuple(c for g in family for c in g.calls)
     for g in family:
-        labels = ", ".join(call_label(program, c) for c in g.calls)
-        if not streams(g.calls):
-            return (f"{labels} reads an input of {group.name} too and does not stream, and {Rule.PAD_SHARED_STREAM} pads "
-                    "an input for every group reading it or for none")
+        labels = tuple(call_label(program, c) for c in g.calls)
+        if g is not group and not streams(g.calls):
+            return UnpaddedStream(g.name, labels, group.name)
         if why := stream_unpadded(g.calls, readers, every):
-            return f"{labels} is not padded: {why}"
-    return ""
+            return UnpaddedStream(g.name, labels, group.name, why)
+    return None
 
 
 def stream_padding(group: Group, readers: dict, device, also=frozenset()) -> dict[Node, tuple[int, ...]]:

@@ -32,7 +32,6 @@ from iron.compiler.matrices import (
     stream_rules,
     unsplit_beside_producer,
 )
-from iron.compiler.padding import matrix_unpadded, readers_of, stream_unpadded
 from iron.compiler.readers import Reader
 from iron.compiler.sides import best_sides, sides_as_lying, whole_device_grid
 from iron.compiler.streaming import (
@@ -71,7 +70,7 @@ from iron.ir import (
 )
 from iron.kernels.base import Role
 from iron.plan.plan import Tile, TileKind
-from iron.plan.rules import Decision, Rule
+from iron.plan.rules import Decision, NoGrid, NotPadded, NoWholeWords, Rule
 
 
 @dataclass(frozen=True)
@@ -110,7 +109,7 @@ class Room:
     """What a group may spread over as a grid or a stream (whole columns of `free`): the tiles and
     shim MM2S channels the other groups leave (`spare`, `shim_in`), the rows of cores at most, the
     mem tiles' channels; and the design: who reads each result outside its group (`outside_users`),
-    the padded tensors' shapes (`lies_of`), the readers (`readers_of`)."""
+    the padded tensors' shapes (`lies_of`)."""
 
     program: Program
     device: object
@@ -121,7 +120,6 @@ class Room:
     channels: MemChannels
     outside: dict
     padded: dict
-    readers: dict
 
     @property
     def columns(self) -> list[int]:
@@ -144,8 +142,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     looped iteration that run on the tile of an earlier one (group -> that group, repeat.py);
     `most_rows`: the rows of cores each grid and stream takes at most
     (`fewer_rows_for_one_configuration`), all when None."""
-    lies, readers = lies_of(program, placements), readers_of(program, groups)
-    padded = {n: lie.shape for n, lie in lies.items()}
+    padded = {n: lie.shape for n, lie in lies_of(program, placements).items()}
     with_emit = bool(device.full_elf and program.carry)   # a segment but the last has no carry
     outside = outside_users(program, groups, with_emit)
     free = snake_order(device)
@@ -173,7 +170,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         room = Room(program, device, left_for_spreading(free, len(later), device),
                     len(free) - (len(owning) - owning.index(group) - 1) - with_emit,   # a tile per other group, the Emit's
                     device.n_cols * device.shim.dma_out_channels - (len(groups) - 1) - with_emit,
-                    most_rows or len(device.compute_rows), channels, outside, padded, readers)
+                    most_rows or len(device.compute_rows), channels, outside, padded)
         if on_device := read_on_device(group, outside):
             rules.append((Rule.TILE_MATMUL_OVER_ARRAY, f"{group.name}: {on_device}"))
         rule, spread = next(((rule, s) for rule, spreading in SPREADS if (s := spreading(group, room)) is not None),
@@ -186,7 +183,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
                 rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m, grid.k))
             free = [t for t in free if t not in spread.tiles]
             continue
-        check_whole_words(program, group.calls, device, readers)
+        check_whole_words(program, group.calls, device)
         if why := not_streamed(program, group, outside, device):
             rules.append((Rule.STREAM_ELEMENTWISE, f"{group.name}: not streamed: {why}"))
         crowded = unsplit_beside_producer(groups, number, outside, sites, device)
@@ -420,7 +417,7 @@ def tile_matmul_over_array(group: Group, room: Room) -> Grid | None:
     grid = choose_grid(call, room.columns, room.spare, room.device, room.shim_in, expand,
                        None if sides == call_sides(call) else sides, most_rows=room.rows)
     if grid is None:
-        check_some_grid(room.program, call, room.device, matrix_unpadded(call, room.readers))
+        check_some_grid(room.program, call, room.device)
         return None
     if grid.own_rows:   # per column: the rows of A split between its cores, their results joined
         return replace(grid, c_mems=taken(grid, channels))
@@ -446,46 +443,31 @@ def read_on_device(group: Group, outside) -> str:
             "says, or over the array when a cut puts its readers in a later configuration")
 
 
-def check_some_grid(program: Program, call: Node, device, unpadded: str) -> None:
+def check_some_grid(program: Program, call: Node, device) -> None:
     """A MatMul whose B and result do not fit a tile and for which `tile_matmul_over_array` finds
-    no grid even with the whole device to itself is DoesNotFit here, naming the call and why the
-    layout pass did not pad it (`unpadded`), instead of failing later as one tile's buffers: its
-    blocks divide its sides, so a side with no divisor but small ones (a prime) has none that moves."""
-    room = core_room(device)
-    held = nbytes(call.src[1]) + nbytes(call)
+    no grid even with the whole device to itself is DoesNotFit here (`NoGrid`), instead of
+    failing later as one tile's buffers: its blocks divide its sides, so a side with no divisor
+    but small ones (a prime) has none that moves. Why pad_to_block did not pad it the layout's
+    decisions say (layout.refusal), which compile_segments adds; until then, whether padded sides
+    would have one."""
+    room, held = core_room(device), nbytes(call.src[1]) + nbytes(call)
     if len(call.shape) != 2 or held <= room or whole_device_grid(call, device) is not None:
         return
-    (big_m, big_k), big_n = call.src[0].shape, call.shape[1]
-    sides = (("M", big_m), ("K", big_k), ("N", big_n))
-    largest = ", ".join(f"{name} = {side}: {max(divisors(side, 1))}" for name, side in sides)
-    padded = ", ".join(f"{name} = {-(-side // 32) * 32}" for name, side in sides)
-    no_padded_grid = "no padded sides have a grid either" if best_sides(call, device) is None else \
-        "the design reads its result or makes its operands elsewhere (another segment)"
-    raise DoesNotFit(
-        f"{program.name}: {call_label(program, call)} ({big_m}, {big_k}) x ({big_k}, {big_n}) {call.dtype.name}: B "
-        f"and the result take {held} bytes, more than a compute tile's {room}, and tile_matmul_over_array finds "
-        f"no grid of cores for it even on the whole {device.name}: its blocks divide their sides (at most "
-        f"{MAX_BLOCK} elements, no padding or remainder block) and must fit a core and move in one DMA op "
-        f"each, and the largest dividing blocks are {largest}; pad_to_block did not pad it: "
-        f"{unpadded or no_padded_grid}. Pad the "
-        f"matrices with zeros to sides with larger divisors ({padded}), or cut the call into several."
-    )
+    sides = call_sides(call)
+    raise DoesNotFit.of(NoGrid(program.name, call_label(program, call), sides, call.dtype.name, held, room,
+                               device.name, MAX_BLOCK, tuple(max(divisors(s, 1)) for s in sides),
+                               tuple(-(-s // 32) * 32 for s in sides),
+                               NotPadded.NO_PADDED_GRID if best_sides(call, device) is None else NotPadded.ELSEWHERE))
 
 
-def check_whole_words(program: Program, calls, device, readers: dict) -> None:
+def check_whole_words(program: Program, calls, device) -> None:
     """Elementwise calls too large for a tile whose element count no block of whole 32-bit words
     divides (an odd count of 16-bit elements, say), so `stream_elementwise` has no block for them
-    even on the whole device, are DoesNotFit here, naming the call and the padding."""
-    room = core_room(device)
+    even on the whole device, are DoesNotFit here (`NoWholeWords`)."""
+    room, held = core_room(device), held_bytes(list(calls))
     size = external_inputs(calls)[0].size
     per_word = max(4 // min(4, n.dtype.itemsize) for n in (*external_inputs(calls), *calls))
-    if not streamable(calls) or held_bytes(list(calls)) <= room or size % per_word == 0:
+    if not streamable(calls) or held <= room or size % per_word == 0:
         return
-    raise DoesNotFit(
-        f"{program.name}: {', '.join(call_label(program, c) for c in calls)} over {size} "
-        f"{calls[-1].dtype.name} elements take {held_bytes(list(calls))} bytes, more than a compute tile's {room}, "
-        f"and stream_elementwise cuts them into blocks that divide {size} and hold whole 32-bit words ({per_word} "
-        f"elements each), of which {size} has none, and pad_to_block did not pad them: "
-        f"{stream_unpadded(calls, readers) or 'no padded length streams either'}. Pad the "
-        f"tensors to {-(-size // per_word) * per_word} elements, or cut the calls in two."
-    )
+    raise DoesNotFit.of(NoWholeWords(program.name, tuple(call_label(program, c) for c in calls), size,
+                                     calls[-1].dtype.name, held, room, per_word, NotPadded.NO_PADDED_LENGTH))

@@ -21,7 +21,7 @@ import numpy as np
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.copies import carry_from_earlier_segment
 from iron.compiler.fuse import Group
-from iron.compiler.layout import Layouts, design_unpadded
+from iron.compiler.layout import Layouts, explained, refusal
 from iron.compiler.repeat import Abandoned
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
@@ -30,7 +30,7 @@ from iron.ir import Input, MemoryKind, Node, Op, Program, call_label, nbytes
 from iron.plan import cost
 from iron.plan.invariants import check_plan
 from iron.plan.plan import Cut, Fill, HostRole, Placement, PlacementKind, Plan
-from iron.plan.rules import Decision, Rule
+from iron.plan.rules import Decision, Rule, TooLarge
 
 CUT_WINDOW = 4   # a segment may end anywhere in the last 1/CUT_WINDOW of the groups that fit
 
@@ -60,11 +60,12 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
     the group after it), gives the search up when it says the design certainly takes longer than
     its alternative: only what decides that is compiled."""
 
-    flow = Flow(program, groups, padding.lies, padding.shared, apart)
+    flow = Flow(program, groups, padding.lies, apart)
 
-    def refused() -> Exception:   # why the whole design does not fit, found again only when shown
-        return whole if isinstance(whole, Exception) else \
+    def refused() -> Exception:   # why the one group does not fit, found again only when shown
+        error = whole if isinstance(whole, Exception) else \
             try_groups(program, groups, device, feeds, None, flow.host, bound=False)
+        return explained(error, groups and refusal(program, groups, groups[0], device, padding))
 
     if len(groups) < 2 and not program.carry:
         raise refused()
@@ -83,7 +84,7 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
         likely = {} if segments else dict(whole_fits)
         found = _next_segment(flow, start, guess, table, crossing, compile_one, known, likely, device, choices)
         if isinstance(found, Exception):
-            raise refused() if start == 0 and len(groups) < 2 else _unfit(flow, start, found, device)
+            raise refused() if start == 0 and len(groups) < 2 else _unfit(flow, start, found, device, padding)
         segment, plan, table, crossing = found
         check_plan(plan)
         plans.append(plan)
@@ -219,27 +220,26 @@ def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess:
     return cut(good) if good > start else None
 
 
-def _unfit(flow: Flow, start: int, alone: Exception, device) -> Exception:
-    """Group `start` alone does not compile: DoesNotFit naming its kernels and what its tile
-    holds against its budget, or, when that is not about size, the group's own refusal (a
-    misaligned index, say), which no cut mends: the whole design's would only count its tiles."""
+def _unfit(flow: Flow, start: int, alone: Exception, device, padding: Layouts) -> Exception:
+    """Group `start` alone does not compile: DoesNotFit (`TooLarge`) naming its kernels, its own
+    refusal and why pad_to_block did not pad it (`refusal`), or, when that is not about size, the
+    group's own refusal (a misaligned index, say), which no cut mends: the whole design's would
+    only count its tiles."""
     if not isinstance(alone, DoesNotFit):
         return alone
     group = flow.groups[start]
-    labels = ", ".join(call_label(flow.program, c) for c in group.calls)
-    why = design_unpadded(flow.program, flow.groups, group, device, flow.shared)
-    return DoesNotFit(
-        f"{flow.program.name} does not fit {device.name} even cut into segments: {labels} (group "
-        f"{group.name}) alone is too large for one configuration{f' (pad_to_block: {why})' * bool(why)}. {alone}"
-    )
+    why = refusal(flow.program, flow.groups, group, device, padding)
+    told = explained(alone, why)
+    return DoesNotFit.of(TooLarge(flow.program.name, device.name, tuple(call_label(flow.program, c) for c in group.calls),
+                                  group.name, told.fact or str(told), None if told is not alone else why))
 
 
 class Flow:
     """Where each call's result is made and read, by group index: what crosses each cut."""
 
-    def __init__(self, program: Program, groups: tuple[Group, ...], lies: dict | None = None, shared: tuple = (),
+    def __init__(self, program: Program, groups: tuple[Group, ...], lies: dict | None = None,
                  apart: frozenset[int] = frozenset()):
-        self.program, self.groups, self.lies, self.shared, self.apart = program, groups, lies or {}, shared, apart
+        self.program, self.groups, self.lies, self.apart = program, groups, lies or {}, apart
         self.padded = {n: lie.shape for n, lie in self.lies.items()}
         self.host = host_placements(program, self.padded)
         self.made = {c: i for i, g in enumerate(groups) for c in g.calls}

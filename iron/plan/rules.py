@@ -286,3 +286,119 @@ class SharedSides:
             return f"{head} stay unpadded: {self.why}"
         return f"{head} padded alike: " + "; ".join(f"{c} on (M, K, N) = {s}" for c, s in zip(self.calls, self.sides))
 
+
+
+# ---- refusals: why a call has no grid or stream, and why pad_to_block did not pad it ---------------
+
+class NotPadded(Term):
+    """Why `pad_to_block` left a call unpadded when no decision of the layout names it."""
+
+    NO_PADDED_GRID = "no padded sides have a grid either"
+    ELSEWHERE = "the design reads its result or makes its operands elsewhere (another segment)"
+    NO_PADDED_LENGTH = "no padded length streams either"
+
+    @property
+    def rule(self) -> Rule:
+        return Rule.PAD_TO_BLOCK
+
+
+@dataclass(frozen=True)
+class UnpaddedStream:
+    """Streamed calls `pad_stream` left on their own length: `calls` (of group `group`) may not lie
+    padded (`why`), or, for another group of `of`'s `pad_shared_stream` family (why ""), do not
+    stream, and that rule pads an input for every group reading it or for none."""
+
+    group: str
+    calls: tuple[str, ...]
+    of: str
+    why: str = ""
+
+    @property
+    def rule(self) -> Rule:
+        return Rule.PAD_SHARED_STREAM if self.group != self.of else Rule.PAD_TO_BLOCK
+
+    def __str__(self) -> str:
+        if self.why:
+            return f"{_names(self.calls)} is not padded: {self.why}"
+        return f"{_names(self.calls)} reads an input of {self.of} too and does not stream, and {Rule.PAD_SHARED_STREAM} " \
+               "pads an input for every group reading it or for none"
+
+
+def _because(unpadded) -> str:
+    """pad_to_block's decision on a refused call (a fact above, or NotPadded), as a refusal quotes it."""
+    return f" ({unpadded.rule}: {unpadded})" if unpadded else ""
+
+
+@dataclass(frozen=True)
+class NoGrid:
+    """`tile_matmul_over_array`'s refusal: a MatMul of `sides` (M, K, N) whose B and result take `held`
+    bytes, more than a compute tile's `room`, with no grid even on the whole `device`: its blocks
+    divide their sides (at most `most` elements) and the largest that do are `largest`; `padded`:
+    sides with larger divisors; `unpadded`: pad_to_block's decision not to pad it, when known."""
+
+    design: str
+    call: str
+    sides: Sides
+    dtype: str
+    held: int
+    room: int
+    device: str
+    most: int
+    largest: Sides
+    padded: Sides
+    unpadded: object = None
+    rule = Rule.TILE_MATMUL_OVER_ARRAY
+
+    def __str__(self) -> str:
+        m, k, n = self.sides
+        largest = ", ".join(f"{name} = {side}: {block}" for name, side, block in zip("MKN", self.sides, self.largest))
+        padded = ", ".join(f"{name} = {side}" for name, side in zip("MKN", self.padded))
+        return (f"{self.design}: {self.call} ({m}, {k}) x ({k}, {n}) {self.dtype}: B and the result take {self.held} "
+                f"bytes, more than a compute tile's {self.room}, and {self.rule} finds no grid of cores for it even "
+                f"on the whole {self.device}: its blocks divide their sides (at most {self.most} elements, no padding "
+                "or remainder block) and must fit a core and move in one DMA op each, and the largest dividing blocks "
+                f"are {largest}; {Rule.PAD_TO_BLOCK} did not pad it{_because(self.unpadded)}. Pad the matrices with zeros to sides with "
+                f"larger divisors ({padded}), or cut the call into several.")
+
+
+@dataclass(frozen=True)
+class NoWholeWords:
+    """`stream_elementwise`'s refusal: `calls` over `size` elements taking `held` bytes, more than a
+    compute tile's `room`, whose blocks divide `size` and hold whole words (`per_word` elements
+    each), of which `size` has none; `unpadded`: pad_to_block's decision, when known."""
+
+    design: str
+    calls: tuple[str, ...]
+    size: int
+    dtype: str
+    held: int
+    room: int
+    per_word: int
+    unpadded: object = None
+    rule = Rule.STREAM_ELEMENTWISE
+
+    def __str__(self) -> str:
+        return (f"{self.design}: {_names(self.calls)} over {self.size} {self.dtype} elements take {self.held} bytes, "
+                f"more than a compute tile's {self.room}, and {self.rule} cuts them into blocks that divide "
+                f"{self.size} and hold whole 32-bit words ({self.per_word} elements each), of which {self.size} has "
+                f"none, and {Rule.PAD_TO_BLOCK} did not pad them{_because(self.unpadded)}. Pad the tensors to "
+                f"{-(-self.size // self.per_word) * self.per_word} elements, or cut the calls in two.")
+
+
+@dataclass(frozen=True)
+class TooLarge:
+    """A design no cut fits: group `group` (`calls`) alone is too large for one configuration on
+    `device`; `alone`: its own refusal (a fact above, or the text of one without); `unpadded`:
+    pad_to_block's decision on it when `alone` does not carry it."""
+
+    design: str
+    device: str
+    calls: tuple[str, ...]
+    group: str
+    alone: object
+    unpadded: object = None
+    rule = Rule.FEWEST_BYTES_CUT
+
+    def __str__(self) -> str:
+        return (f"{self.design} does not fit {self.device} even cut into segments: {_names(self.calls)} (group "
+                f"{self.group}) alone is too large for one configuration{_because(self.unpadded)}. {self.alone}")

@@ -32,13 +32,17 @@ from iron.plan.mlir import ALLOWED_OPS, print_mlir
 from iron.plan.plan import Fill, HostRole, PlacementKind, TileKind
 from iron.plan.rules import (
     KeptZeros,
+    NoGrid,
+    NoWholeWords,
     PaddedGrid,
     PaddedStream,
     PaddedTensor,
     Region,
     Rule,
     SharedSides,
+    TooLarge,
     Unpadded,
+    UnpaddedStream,
 )
 from tests.compiler.designs import Product, ProductOfProducts, Projection, Sum, operands
 from tests.plan.test_mlir import op_names
@@ -62,6 +66,13 @@ def assert_matches(got, want):
 
 def rule(plan, name):
     return [what for rule, what in plan.rules if rule == name]
+
+
+def unpadded(err):
+    """Why pad_to_block did not pad the call a DoesNotFit refuses (no cut fits it alone): the fact it quotes."""
+    fact = err.value.fact
+    assert isinstance(fact, TooLarge) and str(err.value) == str(fact)
+    return fact.unpadded or fact.alone.unpadded
 
 
 def facts(plan, *kinds):
@@ -209,13 +220,15 @@ class StateSum(iron.Graph):
         return (y, y) if self.twice else y
 
 
-def refusal(graph, tmp_path, monkeypatch, **specs) -> str:
-    """The DoesNotFit text `graph` compiled on npu2 with `specs` gets, after checking nothing was cached."""
+def refusal(graph, tmp_path, monkeypatch, **specs):
+    """The DoesNotFit fact `graph` compiled on npu2 with `specs` gets, after checking nothing was cached and that
+    its text is the fact's."""
     monkeypatch.setenv("IRON_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(DoesNotFit) as err:
         graph.compile(device=from_name("npu2"), **specs)
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
-    return str(err.value)
+    assert str(err.value) == str(err.value.fact)
+    return err.value.fact
 
 
 @pytest.mark.parametrize("dtype, per_word, padded_to", [(iron.bfloat16, 2, 100002), (np.int8, 4, 100004)])
@@ -223,14 +236,12 @@ def test_elementwise_calls_pad_to_block_may_not_pad_do_not_fit_naming_the_paddin
         dtype, per_word, padded_to, tmp_path, monkeypatch):
     """A result the host reads twice is not padded; 100001 bfloat16 or int8 elements then have no
     block to stream in: DoesNotFit naming the call and the padding, nothing cached."""
-    text = refusal(StateSum(dtype, twice=True), tmp_path, monkeypatch, x=((100001,), dtype))
+    fact = refusal(StateSum(dtype, twice=True), tmp_path, monkeypatch, x=((100001,), dtype))
     size = np.dtype(dtype).itemsize
-    assert text == (
-        f"StateSum: Add#0 over 100001 {np.dtype(dtype).name} elements take {3 * 100001 * size} bytes, more than a "
-        "compute tile's 64512, and stream_elementwise cuts them into blocks that divide 100001 and hold whole "
-        f"32-bit words ({per_word} elements each), of which 100001 has none, and pad_to_block did not pad them: "
-        f"Add(x, s) is read by more than the host, views and calls that read its user's region. Pad the tensors to "
-        f"{padded_to} elements, or cut the calls in two.")
+    assert fact == NoWholeWords("StateSum", ("Add#0",), 100001, np.dtype(dtype).name, 3 * 100001 * size, 64512, per_word,
+                                fact.unpadded)
+    assert isinstance(fact.unpadded, UnpaddedStream) and fact.unpadded.rule is Rule.PAD_TO_BLOCK
+    assert (fact.unpadded.calls, -(-fact.size // per_word) * per_word) == (("Add#0",), padded_to)
 
 
 def test_sizes_that_divide_are_not_padded():
@@ -685,10 +696,9 @@ def test_products_read_together_are_not_joined_when_one_is_read_elsewhere_too(tm
     ones = np.ones((509, 509), np.float32)
     with pytest.raises(DoesNotFit) as err:
         SumOfProducts(ones, ones, shown=True).compile(a=ones, c=ones, device=from_name("npu2"))
-    assert str(err.value).startswith(
-        "SumOfProducts does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large for one "
-        "configuration (pad_to_block: MatMul#0 is not padded: its result is read by Add(MatMul(a, b), MatMul(c, d)), "
-        "which also reads MatMul(c, d), which must lie padded alike (pad_joined), but it is read elsewhere too). ")
+    assert unpadded(err) == Unpadded("g0", "MatMul#0", "its result is read by Add(MatMul(a, b), MatMul(c, d)), which "
+                                     "also reads MatMul(c, d), which must lie padded alike (pad_joined), but it is "
+                                     "read elsewhere too")
 
 
 # ---- pad_through_row_width: a row reduction over a product whose N is padded -----------------------
@@ -961,10 +971,10 @@ def test_elementwise_calls_stream_whole_rows_into_the_padded_layout_a_product_re
 
 
 WRITTEN_UNPADDED = [
-    (ReshapedState, (509, 509), "MatMul#1 is not padded: its result is read by Add(MatMul(a, b), s), which also reads "
+    (ReshapedState, (509, 509), "its result is read by Add(MatMul(a, b), s), which also reads "
                                 "a tensor that may not be padded: s is a state s.reshape(259081,)[:8] indexes in another "
                                 "shape, whose strides know no padding"),
-    (ExpThenProduct, (509, 2053), "MatMul#1 is not padded: Exp(a) is another group's result, streamed by elementwise "
+    (ExpThenProduct, (509, 2053), "Exp(a) is another group's result, streamed by elementwise "
                                   "calls in blocks of whole rows when it lies padded, and a block of one row of 2053 "
                                   "elements takes 32848 bytes, more than 32768"),
 ]
@@ -978,9 +988,8 @@ def test_a_tensor_written_in_a_layout_that_knows_no_padding_is_not_padded_saying
     given = {"a": (a, np.float32)} | ({"c": ((8,), np.float32)} if design is ReshapedState else {})
     with pytest.raises(DoesNotFit) as err:
         design(np.ones(a[::-1], np.float32)).compile(**given, device=from_name("npu2"))
-    assert str(err.value).startswith(
-        f"{design.__name__} does not fit npu2 even cut into segments: MatMul#1 (group g1) alone is too large for one "
-        f"configuration (pad_to_block: {why}). ")
+    assert (err.value.fact.design, err.value.fact.calls) == (design.__name__, ("MatMul#1",))
+    assert unpadded(err) == Unpadded("g1", "MatMul#1", why)
 
 
 class ProductPlusNorm(iron.Graph):
@@ -1123,13 +1132,9 @@ def test_products_sharing_an_input_one_of_which_cannot_pad_keep_it_unpadded_nami
     ones = np.ones((509, 509), np.float32)
     with pytest.raises(DoesNotFit) as err:
         ExpPlusProduct(ones).compile(a=ones, device=from_name("npu2"))
-    assert str(err.value).startswith(
-        "ExpPlusProduct does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large for one "
-        "configuration (pad_to_block: MatMul#0 is not padded: pad_shared_input: a, b read by MatMul#0, MatMul#2, "
-        "MatMul#4 stay unpadded: MatMul#0 is not padded: its result is read by Exp(MatMul(a, b)), which makes "
-        "Exp(MatMul(a, b)), read by Add(Exp(MatMul(a, b)), MatMul(a, b)), which makes Add(Exp(MatMul(a, b)), "
-        "MatMul(a, b)), read by more than the host, views and calls that neither tile nor stream (Exp(MatMul(a, b)) "
-        "maps zeros to other values)). ")
+    shared = unpadded(err)
+    assert isinstance(shared, SharedSides) and (shared.tensors, shared.calls) == (("a", "b"), ("MatMul#0", "MatMul#2", "MatMul#4"))
+    assert shared.why.startswith("MatMul#0 is not padded: its result is read by Exp(MatMul(a, b))")
 
 
 # ---- pad_passed_on: a padded layout passed on from elementwise calls to the next ------------------------------
@@ -1315,12 +1320,9 @@ def test_a_product_of_two_products_one_also_returned_is_refused_saying_why(tmp_p
     ones = np.ones((509, 509), np.float32)
     with pytest.raises(DoesNotFit) as err:
         ProductOfProducts(ones, ones, second_returned=True).compile(a=ones, c=ones, device=from_name("npu2"))
-    assert str(err.value).startswith(
-        "ProductOfProducts does not fit npu2 even cut into segments: MatMul#0 (group g0) alone is too large for one "
-        "configuration (pad_to_block: MatMul#0 is not padded: pad_shared_input: MatMul#0, MatMul#1, read as A and B "
-        "by MatMul#2, stay unpadded: MatMul#0 is not padded: its result is read by "
-        "MatMul(MatMul(a, b), MatMul(c, d)), which also reads a tensor that may not be padded: MatMul(c, d) is a "
-        "padded product read elsewhere too). ")
+    shared = unpadded(err)
+    assert isinstance(shared, SharedSides) and (shared.calls, shared.pairs) == (("MatMul#0", "MatMul#1"), ("MatMul#2",))
+    assert shared.why.endswith("MatMul(c, d) is a padded product read elsewhere too")
 
 
 class Reads(iron.Graph):
@@ -1432,9 +1434,8 @@ def test_a_product_of_an_activation_that_does_not_keep_zeros_is_refused_with_the
     a, b = operands(509, 509, 509, np.float32)
     with pytest.raises(DoesNotFit) as err:
         ProductOfAct(Exp, b, b).compile(a=a, device=from_name("npu2"))
-    assert ("(pad_to_block: MatMul#0 is not padded: its result is read by Exp(MatMul(a, b)), which makes "
-            "Exp(MatMul(a, b)), read by more than the host, views and calls that neither tile nor stream "
-            "(Exp(MatMul(a, b)) maps zeros to other values))") in str(err.value)
+    why = unpadded(err)
+    assert (why.call, why.why.endswith("(Exp(MatMul(a, b)) maps zeros to other values)")) == ("MatMul#0", True)
 
 
 UPSTREAM = [("npu2", ReLU, np.float32, None, (509, 509, 509), (512, 512), 32),
@@ -1477,12 +1478,10 @@ def test_an_activation_of_a_padded_products_input_that_does_not_keep_zeros_is_re
     a, b = operands(509, 509, 509, BF16)
     with pytest.raises(DoesNotFit) as err:
         ExpThenProduct(b).compile(a=a, device=from_name("npu2"))
-    assert str(err.value) == (
-        "ExpThenProduct does not fit npu2 even cut into segments: Exp#0 (group g0) alone is too large for one "
-        "configuration. ExpThenProduct: Exp#0 over 259081 bfloat16 elements take 1036324 bytes, more than a compute "
-        "tile's 64512, and stream_elementwise cuts them into blocks that divide 259081 and hold whole 32-bit words (2 "
-        "elements each), of which 259081 has none, and pad_to_block did not pad them: no padded length "
-        "streams either. Pad the tensors to 259082 elements, or cut the calls in two.")
+    fact = err.value.fact
+    assert fact == TooLarge("ExpThenProduct", "npu2", ("Exp#0",), "g0", NoWholeWords(
+        "ExpThenProduct", ("Exp#0",), 259081, "bfloat16", 1036324, 64512, 2, UnpaddedStream(
+            "g0", ("Exp#0",), "g0", "Exp(a) is read by more than the host, views and calls that read its user's region")))
 
 
 class ProductIntoState(iron.Graph):
@@ -1606,10 +1605,8 @@ def test_a_prime_matmul_writing_part_of_a_state_is_refused_naming_why_it_is_not_
     a, b = operands(509, 509, 509, np.float32)
     with pytest.raises(DoesNotFit) as e:
         ProductIntoRows(b, 1018, 0).compile(a=a, device=from_name("npu2"))
-    assert "(pad_to_block: MatMul#0 is not padded: it writes part of a state)" in str(e.value)
-    assert str(e.value).endswith("pad_to_block did not pad it: it writes part of a state. Pad the matrices with "
-                                 "zeros to sides with larger divisors (M = 512, K = 512, N = 512), or cut the call "
-                                 "into several.")
+    assert e.value.fact.alone == NoGrid("ProductIntoRows", "MatMul#0", P509, "float32", 2 * 509 * 509 * 4, 64512, "npu2", 256, (1, 1, 1), P512,
+                                        Unpadded("g0", "MatMul#0", "it writes part of a state"))
 
 
 class ProjectionIntoState(iron.Graph):
@@ -1675,10 +1672,9 @@ def test_an_input_a_stream_shares_with_a_call_that_does_not_stream_is_not_padded
     """x is read by Exp (a stream) and by a MatVec: pad_shared_stream pads it for every group
     reading it or for none, so Exp over 65537 bfloat16 elements has no block: DoesNotFit naming
     the rule, nothing cached."""
-    assert refusal(ActivationAndProjection(), tmp_path, monkeypatch, x=((65537,), BF16)).startswith(
-        "ActivationAndProjection does not fit npu2 even cut into segments: Exp#0 (group g0) alone is too large for one "
-        "configuration (pad_to_block: MatVec#1 reads an input of g0 too and does not stream, and pad_shared_stream "
-        "pads an input for every group reading it or for none). ")
+    fact = refusal(ActivationAndProjection(), tmp_path, monkeypatch, x=((65537,), BF16))
+    assert (fact.calls, fact.alone.unpadded) == (("Exp#0",), UnpaddedStream("g1", ("MatVec#1",), "g0"))
+    assert fact.alone.unpadded.rule is Rule.PAD_SHARED_STREAM
 
 
 class ProductArgmax(iron.Graph):

@@ -22,7 +22,7 @@ from iron.plan.describe import describe
 from iron.plan.fifos import FifoId, Stem
 from iron.plan.mlir import ALLOWED_OPS, print_mlir
 from iron.plan.plan import Choice, Dma, Loop, TileKind, Wait
-from iron.plan.rules import PaddedGrid, Rule, Unpadded
+from iron.plan.rules import NoGrid, PaddedGrid, Rule, SharedSides, TooLarge, Unpadded
 from tests.compiler.designs import Product, ProductOfProducts, Projection, Sum, operands
 from tests.plan.test_mlir import op_names
 
@@ -175,14 +175,13 @@ def test_a_matmul_with_no_dividing_blocks_pad_to_block_does_not_pad_does_not_fit
     ones = np.ones((509, 509), np.float32)
     with pytest.raises(DoesNotFit) as err:
         ProductOfProducts(ones, ones, second_returned=True).compile(a=spec, c=spec, device=from_name(device))
-    assert str(err.value).endswith(
-        "ProductOfProducts: MatMul#0 (509, 509) x (509, 509) float32: B and the result take 2072648 bytes, more than a "
-        f"compute tile's 64512, and tile_matmul_over_array finds no grid of cores for it even on the whole {device}: "
-        "its blocks divide their sides (at most 256 elements, no padding or remainder block) and must fit a core "
-        "and move in one DMA op each, and the largest dividing blocks are M = 509: 1, K = 509: 1, N = 509: 1; "
-        "pad_to_block did not pad it: the design reads its result or makes its operands elsewhere (another "
-        "segment). Pad the matrices with zeros to sides with larger divisors (M = 512, K = 512, N = 512), or cut the "
-        "call into several.")
+    fact = err.value.fact
+    shared = fact.alone.unpadded   # pad_shared_input refused the products MatMul#2 reads as A and B
+    assert fact == TooLarge("ProductOfProducts", device, ("MatMul#0",), "g0", NoGrid(
+        "ProductOfProducts", "MatMul#0", (509, 509, 509), "float32", 2 * 509 * 509 * 4, 64512, device, 256, (1, 1, 1),
+        (512, 512, 512), shared))
+    assert isinstance(shared, SharedSides) and (shared.calls, shared.pairs) == (("MatMul#0", "MatMul#1"), ("MatMul#2",))
+    assert str(err.value) == str(fact)
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
 
 
