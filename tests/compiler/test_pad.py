@@ -1472,16 +1472,17 @@ def test_an_activation_that_keeps_zeros_of_a_padded_products_input_streams_over_
     assert kept[:m, :k].any() and not kept[m:].any() and not kept[:, k:].any()
 
 
-def test_an_activation_of_a_padded_products_input_that_does_not_keep_zeros_is_refused():
-    """Exp(0) = 1 would be summed as K's padding: Exp(A) does not stream over A padded (509 bfloat16
-    elements a row, 259081 in all, have no whole blocks), and DoesNotFit says so."""
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+def test_an_activation_of_a_padded_products_input_that_does_not_keep_zeros_streams_with_k_kept(device):
+    """Exp(0) = 1 would be summed as K's padding, so the product keeps K = 509 (`tail_kept`) and
+    Exp(A) streams over A's rows padded after the last, as the product reads it (509 bfloat16
+    elements a row, 259081 in all, have no whole blocks; before: DoesNotFit); equal to reference()."""
     a, b = operands(509, 509, 509, BF16)
-    with pytest.raises(DoesNotFit) as err:
-        ExpThenProduct(b).compile(a=a, device=from_name("npu2"))
-    fact = err.value.fact
-    assert fact == TooLarge("ExpThenProduct", "npu2", ("Exp#0",), "g0", NoWholeWords(
-        "ExpThenProduct", ("Exp#0",), 259081, "bfloat16", 1036324, 64512, 2, UnpaddedStream(
-            "g0", ("Exp#0",), "g0", "Exp(a) is read by more than the host, views and calls that read its user's region")))
+    graph = ExpThenProduct(b / 22)
+    body = graph.compile(a=a / 4, device=from_name(device))
+    assert padded(body.plan)["a"] == ((509, 509), (512, 509))
+    assert [(f.call, f.own, f.lies) for f in facts(body.plan, PaddedStream)] == [("Exp#0", (509, 509), (512, 509))]
+    assert_matches(body(a=a / 4), graph.reference(a=a / 4))
 
 
 class ProductIntoState(iron.Graph):
