@@ -8,8 +8,9 @@ for the DMA limits). Lowered by flow.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import islice
 
-from iron.compiler.tiling import OnCores, core_room, estimate_ns, word_run
+from iron.compiler.tiling import OnCores, core_room, estimate_ns, fastest, word_run
 from iron.compiler.words import row_group, view_rows
 from iron.errors import KernelTypeError
 from iron.ir import (
@@ -308,11 +309,11 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
                 padded: int | None = None, row: int = 1, returned: tuple[Node, ...] = (),
                 most_rows: int | None = None) -> Flow | None:
     """`stream_elementwise` (and `stream_row_blocks`, in blocks of whole rows of `width`
-    elements): on the most free whole columns (within `spare` tiles and `shim_in`
-    shim MM2S channels, one per input and column) and the most
-    of their rows whose mem tile can split every input and join the results (an input DMA
-    channel per input and core, an output one per input and core plus the result's), blocks of
-    the least estimated time (`Flow.work`; then the most elements), at most FLOW_BLOCK, that divide each core's share, hold whole 32-bit
+    elements): of the free whole columns (within `spare` tiles and `shim_in` shim MM2S channels,
+    one per input and column) and their rows whose mem tile can split every input and join the
+    results (an input DMA channel per input and core, an output one per input and core plus the
+    result's), the shape of the least estimated time (the most columns, then rows, on a tie), with
+    blocks of the least estimated time (`Flow.work`; then the most elements), at most FLOW_BLOCK, that divide each core's share, hold whole 32-bit
     words and fit a core's memory (flow_bytes) with two objects of each FIFO, or one object
     each (no overlap of moves and work) when a block of the fewest rows of whole words fits only so (a join's blocks
     dividing each piece's share too: `stream_joined`). None when no block does. `padded`: the elements `pad_to_block` padded the tensors to, streamed instead of theirs.
@@ -336,21 +337,26 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     results = 1 + len(returned)
     most_rows = min(most_rows or len(device.compute_rows), (mem.dma_out_channels - results) // len(inputs),
                     (mem.dma_in_channels - len(inputs)) // results)
+    found = []
+    rule = Rule.STREAM_JOINED if pieces else Rule.STREAM_ROW_BLOCKS if width > 1 else Rule.STREAM_ELEMENTWISE
     for ncols in range(min(len(full_columns), spare, shim_in // len(inputs)), 0, -1):
         for rows in range(min(most_rows, spare // ncols), 0, -1):
             share = size // (rows * ncols)
             if size % (rows * ncols):
                 continue
-            blocks = [b for b in range(min(share, max(FLOW_BLOCK, least)), 0, -1)
-                      if share % b == 0 and b % (width * row) == 0 and whole_words(b)
-                      and all(n.size % (rows * ncols * b) == 0 for n in pieces)
-                      and flow_bytes(calls, b, width, objects, returned) <= room]
+            most = min(share, max(FLOW_BLOCK, unit))
+            flow = Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]), tuple(full_columns[:ncols]),
+                        most, width=width, shared=tuple(shared), objects=objects, padded=padded, returned=returned,
+                        pieces=pieces)
+            # a larger block is never slower (a call's fixed cost amortized over more): a shape none of whose
+            # blocks beats the fastest so far is not priced further, and its two largest blocks are its choice
+            if found and estimate_ns(flow, device) >= min(f.choice.chosen_ns for f in found):
+                continue
+            blocks = list(islice((b for b in range(most, 0, -1) if share % b == 0 and b % (width * row) == 0
+                                  and whole_words(b) and all(n.size % (rows * ncols * b) == 0 for n in pieces)
+                                  and flow_bytes(calls, b, width, objects, returned) <= room), 2))
             if blocks:
-                flow = Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]),
-                            tuple(full_columns[:ncols]), blocks[0], width=width, shared=tuple(shared),
-                            objects=objects, padded=padded, returned=returned, pieces=pieces)
-                rule = Rule.STREAM_JOINED if pieces else Rule.STREAM_ROW_BLOCKS if width > 1 else Rule.STREAM_ELEMENTWISE
                 block, choice = cost.choose(rule, "block", blocks, lambda b, flow=flow: estimate_ns(replace(flow, block=b), device),
                                             lambda b: f"{b} elements")
-                return replace(flow, block=block, choice=choice)
-    return None
+                found.append(replace(flow, block=block, choice=choice))
+    return fastest(found) if found else None

@@ -141,18 +141,18 @@ class Grid(OnCores):
             stored_block = [(self.a_block_bytes // self.matrix.dtype.itemsize,)]
             per_call += cost.kernel_cycles(gen, Role.EXPANSION, self.matrix.dtype, stored_block, (self.m, self.k), a.dtype)
         rows, cols, a_item = len(self.rows), len(self.cols), nbytes(self.matrix) / a.size
-        b_side = 1 if self.vector else big_n
+        b_side, rounds, per_round = 1 if self.vector else big_n, self.rounds, self.per_round   # each asked once: many blocks are priced
         if self.own_rows:
-            a_channel, b_channel = big_m // cols * big_k * a_item, self.rounds * big_k * b_side * b.dtype.itemsize
+            a_channel, b_channel = big_m // cols * big_k * a_item, rounds * big_k * b_side * b.dtype.itemsize
             c_channel = big_m // cols * b_side * c.dtype.itemsize
             ddr = cols * (a_channel + c_channel) + b_channel
         else:
-            a_channel = big_m // rows * big_k * a_item * self.per_round
-            b_channel = self.rounds * big_k * (big_n // cols) * b.dtype.itemsize
+            a_channel = big_m // rows * big_k * a_item * per_round
+            b_channel = rounds * big_k * (big_n // cols) * b.dtype.itemsize
             c_channel = big_m * (big_n // cols) * c.dtype.itemsize
             ddr = rows * a_channel + cols * (b_channel + c_channel)
-        return cost.Work(self.calls * per_call, int(max(a_channel, b_channel, c_channel)), int(ddr),
-                         int(cols * c_channel), self.rounds * self.per_round)
+        return cost.Work(rounds * per_round * self.k_blocks * per_call, int(max(a_channel, b_channel, c_channel)),
+                         int(ddr), int(cols * c_channel), rounds * per_round)
 
     def text(self) -> str:
         (big_m, big_k) = self.call.src[0].shape
@@ -291,13 +291,13 @@ def _rebound(grid: Grid | None, call: Node, *args) -> Grid | None:
 @by_shape(_rebound)
 def _grid_of(call: Node, full_columns: tuple[int, ...], spare: int, device, shim_in: int, most_rows: int | None,
              expand: Node | None, padded: tuple[int, int, int] | None) -> Grid | None:
-    """`tile_matmul_over_array`: the grid using the most rows of cores that divide M and the
-    most free whole columns that divide N (a MatVec: whose cores divide M), within `spare`
-    tiles and `shim_in` shim MM2S channels (one per grid row and column; a MatVec one per column
-    and one for the vector), with, among blocks dividing their sides and holding whole words (B's and C's rows,
-    A's k-block; a MatVec's m results) whose objects fit a core's memory (block_bytes) and whose
-    moves are one Dma op per round (`_one_dma_per_move`), those of the least estimated time
-    (`Grid.work`; then the fewest kernel calls per core, then the largest m x n). A MatVec whose matrix a fused expansion makes takes whole
+    """`tile_matmul_over_array`: of the grids of rows of cores that divide M and free whole columns that divide N
+    (a MatVec: whose cores divide M), within `spare` tiles and `shim_in` shim MM2S channels (one per grid row and
+    column; a MatVec one per column and one for the vector), each with, among blocks dividing their sides and
+    holding whole words (B's and C's rows, A's k-block; a MatVec's m results) whose objects fit a core's memory
+    (block_bytes) and whose moves are one Dma op per round (`_one_dma_per_move`), those of the least estimated
+    time (`Grid.work`; then the fewest kernel calls per core, then the largest m x n), the fastest (the most
+    cores on a tie; a shape whose `_floor_ns` no block beats is not priced). A MatVec whose matrix a fused expansion makes takes whole
     rows (k = K) when some fit, else k-blocks of whole expansion blocks (`expansion_k_blocks`). None when no block holds whole words (say an
     odd N in bfloat16). A grid of fewer cores than were free says why (`why_not_more`). `padded`:
     the sides `pad_to_block` padded the call to, which the grid computes instead of its own;
@@ -309,11 +309,15 @@ def _grid_of(call: Node, full_columns: tuple[int, ...], spare: int, device, shim
     room = core_room(device)
     in_words, out_words = 4 // min(4, call.src[0].dtype.itemsize), 4 // min(4, call.dtype.itemsize)
     rows_of = [r for r in range(most_rows or len(device.compute_rows), 0, -1) if big_m % r == 0]
+    found, weighed = [], set()   # grids with their blocks; the shapes priced or no faster by their floor
     for rows in rows_of:
         cols = [c for c in range(min(len(full_columns), spare // rows), 0, -1)
                 if (big_m % (rows * c) == 0 if own else big_n % c == 0)
                 and (c + 1 if own else rows + c) <= shim_in]
         for ncols in cols:
+            if found and _floor_ns(call, sides, rows, ncols, own, expand, device) >= min(g.choice.chosen_ns for g in found):
+                weighed.add((rows, ncols))
+                continue
             one_op = _one_dma_per_move(device, rows, ncols, own, big_k, big_n)
             grid = Grid(call, tuple(device.compute_rows[:rows]), tuple(full_columns[:ncols]), 1, 1, 1, acc,
                         expand=expand, padded=padded)
@@ -334,10 +338,36 @@ def _grid_of(call: Node, full_columns: tuple[int, ...], spare: int, device, shim
                                     max(in_words, out_words), acc, room, one_op, grid, device)
             if best is not None:
                 (m, k, n), choice = best
-                grid = replace(grid, m=m, k=k, n=n, choice=choice)
-                return replace(grid, fewer=why_not_more(grid, most_rows or len(device.compute_rows), len(full_columns),
-                                                        spare, shim_in))
-    return None
+                found.append(replace(grid, m=m, k=k, n=n, choice=choice))
+                weighed.add((rows, ncols))
+    if not found:
+        return None
+    grid = fastest(found)
+    weighed.discard((len(grid.rows), len(grid.cols)))
+    return replace(grid, fewer=why_not_more(grid, most_rows or len(device.compute_rows), len(full_columns), spare,
+                                            shim_in, weighed))
+
+
+def fastest(found: list) -> OnCores:
+    """Of grids or streams of several shapes each with its fastest blocks (`choice`), the fastest (the earliest on
+    a tie: the most cores come first), its Choice's best rejected the best of its other blocks and shapes."""
+    best = min(found, key=lambda g: g.choice.chosen_ns)
+    rival = min((g for g in found if g is not best), key=lambda g: g.choice.chosen_ns, default=None)
+    if rival is None or best.choice.rejected_ns is not None and best.choice.rejected_ns <= rival.choice.chosen_ns:
+        return best
+    label = f"{rival.choice.chosen} on {len(rival.rows)} x {len(rival.cols)} cores"
+    return replace(best, choice=replace(best.choice, rejected=label, rejected_ns=rival.choice.chosen_ns))
+
+
+def _floor_ns(call: Node, sides: tuple, rows: int, cols: int, own: bool, expand: Node | None, device) -> float:
+    """What no grid of rows x cols cores on `sides` beats (`Grid.work`, blocks of MAX_BLOCK): its MACs at the peak
+    and its matrix through the load units, shared evenly; A sent once per column block, B per row block, C once."""
+    gen, (big_m, big_k, big_n) = cost.generation(device), sides
+    a, b, c = nbytes(stored(call, expand)) / call.src[0].size, call.src[1].dtype.itemsize, call.dtype.itemsize
+    core = max(big_m * big_k * big_n / gen.macs[call.src[0].dtype.name], big_m * big_k * a / gen.load_bytes)
+    rounds = max(1.0, big_m / (MAX_BLOCK * (rows * cols if own else rows)))
+    ddr = big_m * big_k * a * (1 if own else max(1.0, big_n / (MAX_BLOCK * cols))) + big_n * (big_k * b * rounds + big_m * c)
+    return max(cost.ns(device, core / (rows * cols)), cost.ddr_ns(gen, ddr))
 
 
 def expansion_k_blocks(expand: Node, big_k: int, row: int, device) -> list[int]:
@@ -360,11 +390,11 @@ ONE_ROW_K = ("; one row is not split by rows, and K is not split over cores: eac
              "of both the row and the vector, and their partial sums added across cores, which no rule does")
 
 
-def why_not_more(grid: Grid, most_rows: int, most_cols: int, spare: int, shim_in: int) -> str:
+def why_not_more(grid: Grid, most_rows: int, most_cols: int, spare: int, shim_in: int, weighed=frozenset()) -> str:
     """Why a grid has fewer cores than were free, so the rule never takes fewer silently: no
     larger grid divides the sides (blocks divide their sides, padded or not: there is no
-    remainder block), or what stops each larger one that does (`_what_stops`). "" when the grid took every
-    free core."""
+    remainder block), or what stops each larger one that does (`_what_stops`; `weighed`: the shapes
+    the cost model estimates no faster). "" when the grid took every free core."""
     cores, free = grid.cores, min(most_rows * most_cols, spare)
     if cores >= free:
         return ""
@@ -381,12 +411,14 @@ def why_not_more(grid: Grid, most_rows: int, most_cols: int, spare: int, shim_in
         return (f"no grid of more than {cores} of the {free} free cores has {side}, and blocks divide their "
                 "sides (no remainder block; padded only as pad_to_block says)" + ONE_ROW_K * (grid.vector and big_m == 1))
     return f"the larger grids with {side} do not fit: " + "; ".join(
-        f"{r} x {c} {_what_stops(r, c, grid.own_rows, spare, shim_in)}" for r, c in larger)
+        f"{r} x {c} {_what_stops(r, c, grid.own_rows, spare, shim_in, weighed)}" for r, c in larger)
 
 
-def _what_stops(rows: int, cols: int, own_rows: bool, spare: int, shim_in: int) -> str:
+def _what_stops(rows: int, cols: int, own_rows: bool, spare: int, shim_in: int, weighed) -> str:
     """What keeps `choose_grid` from a grid of rows x cols cores whose sides divide."""
     channels = cols + 1 if own_rows else rows + cols
+    if (rows, cols) in weighed:
+        return "is estimated no faster (choices)"
     if rows * cols > spare:
         return f"needs {rows * cols} tiles, the other groups leave {spare}"
     if channels > shim_in:

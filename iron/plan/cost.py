@@ -12,6 +12,7 @@ the kind a roofline gives, and says what it assumes.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 
@@ -100,11 +101,11 @@ def kernel_cycles(gen: Generation, role: Role, dtype: np.dtype, in_shapes: list,
     a Softmax's valid length is taken as the whole row."""
     if kernels is Kernels.IRONS:
         return gen.call_cycles + _scalar_ops(role, in_shapes, out_shape) * _op_cycles(gen, dtype)
-    in_bytes = sum(int(np.prod(s)) for s in in_shapes) * dtype.itemsize
-    out_bytes = int(np.prod(out_shape)) * out_dtype.itemsize
+    in_bytes = sum(math.prod(s) for s in in_shapes) * dtype.itemsize
+    out_bytes = math.prod(out_shape) * out_dtype.itemsize
     if role is Role.MATRIX:
         work = max(matrix_macs(in_shapes, out_shape) / gen.macs[dtype.name],
-                   int(np.prod(in_shapes[0])) * dtype.itemsize / gen.load_bytes)
+                   math.prod(in_shapes[0]) * dtype.itemsize / gen.load_bytes)
     elif role is Role.ROW_REDUCTION:
         work = 2 * in_bytes / gen.load_bytes + out_bytes / gen.store_bytes
     else:
@@ -114,15 +115,15 @@ def kernel_cycles(gen: Generation, role: Role, dtype: np.dtype, in_shapes: list,
 
 def matrix_macs(in_shapes: list, out_shape: tuple) -> int:
     """The MACs of a matrix call: every element of the matrix (M, K) times N (1 for a MatVec)."""
-    return int(np.prod(in_shapes[0])) * (out_shape[-1] if len(out_shape) == 2 else 1)
+    return math.prod(in_shapes[0]) * (out_shape[-1] if len(out_shape) == 2 else 1)
 
 
 def _scalar_ops(role: Role, in_shapes: list, out_shape: tuple) -> int:
     if role is Role.MATRIX:
         return SCALAR_OPS[role] * matrix_macs(in_shapes, out_shape)
     if role is Role.ROW_REDUCTION:
-        return SCALAR_OPS[role] * int(np.prod(in_shapes[0]))
-    return SCALAR_OPS[role] * int(np.prod(out_shape))
+        return SCALAR_OPS[role] * math.prod(in_shapes[0])
+    return SCALAR_OPS[role] * math.prod(out_shape)
 
 
 def _op_cycles(gen: Generation, dtype: np.dtype) -> int:
