@@ -68,7 +68,6 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
 
     if len(groups) < 2 and not program.carry:
         raise refused()
-    table, crossing, plans, segments = WordTable(program), [], [], []
 
     def compile_one(segment: Segment, words: WordTable, placements, bound: bool):
         return try_groups(*flow.segment_program(segment), device, feeds, words,
@@ -76,21 +75,40 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
 
     known: dict[tuple, bool] = {}   # same_structure_same_fit: a structure's probe outcome
     whole_fits = {len(groups): whole.groups} if isinstance(whole, ShimShortfall) else {}
-    choices: dict = {}   # segment start -> its cut's Choice
-    while not segments or not flow.last(segments[-1]):
-        start = segments[-1].stop if segments else 0
-        guess = segments[-1].stop - segments[-1].start if segments else None
-        likely = {} if segments else dict(whole_fits)
-        found = _next_segment(flow, start, guess, table, crossing, compile_one, known, likely, device, choices)
-        if isinstance(found, Exception):
-            raise refused() if start == 0 and len(groups) < 2 else _unfit(flow, start, found, device)
-        segment, plan, table, crossing = found
-        check_plan(plan)
-        plans.append(plan)
-        segments.append(segment)
-        given_up = None if enough is None or flow.last(segment) else enough(plans, segment.stop)
-        if given_up is not None:
-            return given_up
+
+    def search(alike: dict[tuple, Plan] | None):
+        """The segments, their Plans (checked), the words, the crossing values after the last
+        and the cuts' Choices; with `alike` (the design only priced against another, `enough`)
+        a segment of a structure kept before stands in by that one's Plan (`same_structure_same_fit`:
+        estimated alike too), no Plan is checked, and the search may be given up."""
+        table, crossing, plans, segments = WordTable(program), [], [], []
+        choices: dict = {}   # segment start -> its cut's Choice
+        while not segments or not flow.last(segments[-1]):
+            start = segments[-1].stop if segments else 0
+            guess = segments[-1].stop - segments[-1].start if segments else None
+            likely = {} if segments else dict(whole_fits)
+            found = _next_segment(flow, start, guess, table, crossing, compile_one, known, likely, device, choices,
+                                  alike)
+            if isinstance(found, Exception):
+                raise refused() if start == 0 and len(groups) < 2 else _unfit(flow, start, found, device)
+            segment, plan, table, crossing = found
+            plans.append(plan)
+            segments.append(segment)
+            if alike is None:
+                check_plan(plan)
+            elif not flow.last(segment) and (given_up := enough(plans, segment.stop)) is not None:
+                return given_up
+        return segments, plans, table, crossing, choices
+
+    found = search(None if enough is None else {})
+    if isinstance(found, Abandoned):
+        return found
+    if enough is not None and len(set(map(id, found[1]))) < len(found[1]):   # the design spread completes:
+        found = search(None)                                                # stand-ins compiled for real
+    elif enough is not None:
+        for plan in found[1]:
+            check_plan(plan)
+    segments, plans, table, crossing, choices = found
     placements, words, emit = flow.placements(crossing), table.defs(), plans[-1].emit
     buffers = host_buffers(placements, len(words), emit, device.full_elf)
     plans = [replace(p, host_buffers=buffers, words=words) for p in plans]
@@ -112,19 +130,25 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
 
 
 def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, crossing: list[Node],
-                  compile_one, known: dict[tuple, bool], likely: dict[int, int], device, choices: dict):
+                  compile_one, known: dict[tuple, bool], likely: dict[int, int], device, choices: dict,
+                  alike: dict[tuple, Plan] | None = None):
     """(the Segment, its Plan, the words and the crossing values after it) `fewest_bytes_cut`
     picks from group `start` (`emit_own_segment`: the last group without the Emit when only so
     it fits; the Emit alone after it), or why group `start` alone does not compile. Each probe
     compiles against a copy of the words and the DDR buffers so far, so the one kept is final as
     it is; a probe whose structure an earlier one had (`known`) is answered without compiling;
-    `likely` gets, by stop, the stop a probe `shim_channels_bound` refuses says likely fits."""
+    `likely` gets, by stop, the stop a probe `shim_channels_bound` refuses says likely fits;
+    `alike`: the Plan kept for each structure, which a segment of the same structure takes as it
+    is, uncompiled (its words not allocated)."""
     tried: dict[Segment, tuple] = {}
     count = len(flow.groups)
 
+    def crossed(segment: Segment) -> list[Node]:
+        return crossing + [n for n in flow.crossing(segment.stop) if n not in crossing]
+
     def attempt(segment: Segment, bound: bool = True):
         words = table.copy()
-        values = crossing + [n for n in flow.crossing(segment.stop) if n not in crossing]
+        values = crossed(segment)
         outcome = compile_one(segment, words, flow.placements(values), bound)
         if isinstance(outcome, Plan):
             tried[segment] = (segment, outcome, words, values)
@@ -143,10 +167,15 @@ def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, c
         return known[key]
 
     def kept(segment: Segment):
+        key = flow.structure(segment) if alike is not None else None
+        if alike is not None and key in alike:
+            return segment, alike[key], table, crossed(segment)
         if segment not in tried:   # else a probe of the same structure answered for this one
             outcome = attempt(segment, bound=False)
             if not isinstance(outcome, Plan):
                 return outcome
+        if key is not None:
+            alike[key] = tried[segment][1]
         return tried[segment]
 
     if start == count:   # the Emit, cut off the segment before
