@@ -16,17 +16,16 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
-import numpy as np
-
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.copies import carry_from_earlier_segment
 from iron.compiler.fuse import Group
 from iron.compiler.layout import Layouts, design_unpadded
 from iron.compiler.repeat import Abandoned
+from iron.compiler.runs import group_structures
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
 from iron.errors import DoesNotFit
-from iron.ir import Input, MemoryKind, Node, Op, Program, call_label, nbytes
+from iron.ir import Input, Node, Op, Program, call_label, nbytes
 from iron.plan import cost
 from iron.plan.invariants import check_plan
 from iron.plan.plan import Cut, Fill, HostRole, Placement, PlacementKind, Plan
@@ -282,7 +281,7 @@ class Flow:
                 self.last_read[node] = len(groups)
         self._crossing = self._sweep()
         self.where = {c: (i, k) for i, g in enumerate(groups) for k, c in enumerate(g.calls)}
-        self.structures = _group_structures(groups, self.where)
+        self.structures = group_structures(groups, self.where)
 
     def crossing(self, cut: int) -> list[Node]:
         """Results made before group `cut` and read from it on, in program order."""
@@ -314,7 +313,7 @@ class Flow:
 
     def structure(self, segment: Segment) -> tuple | None:
         """The rule `same_structure_same_fit`: two segments (not the last) compile alike when their
-        groups have the same structures (`_group_structures`) and they send out the results at
+        groups have the same structures (`group_structures`) and they send out the results at
         the same places, so one probe answers for both. None for the last segment (it carries)."""
         if self.last(segment):
             return None
@@ -441,75 +440,6 @@ class Flow:
         name = self.groups[before].name if before < len(self.groups) else "the Emit"
         return Cut(name, sum(map(self.lies_in_bytes, values)),
                    tuple(call_label(self.program, n) for n in values))
-
-
-def _group_structures(groups: tuple[Group, ...], where: dict[Node, tuple[int, int]]) -> tuple[int, ...]:
-    """Per group, a number equal for two groups whose calls are alike node for node (kernel,
-    attrs, shapes, dtypes, views, scalars, inputs by name) and read alike: a result of another
-    group by its shape and place (groups back, call in it), a weight, param or state by its
-    kind, shape and the place (groups back, which of its memories) of the last group touching
-    it before, so that two runs of groups with equal numbers are the same segment up to names."""
-    numbers: dict[tuple, int] = {}
-    touched: dict[Node, tuple[int, int]] = {}
-    found = []
-    for i, group in enumerate(groups):
-        entries, memories = _group_entries(i, group, where, touched)
-        touched.update((m, (i, k)) for k, m in enumerate(memories))
-        try:
-            found.append(numbers.setdefault((group.closed_by, entries), len(numbers)))
-        except TypeError:   # an attr that does not hash: a structure of its own
-            found.append(-1 - i)
-    return tuple(found)
-
-
-@dataclass(frozen=True)
-class Made:
-    """An entry for a result another group made: `back` groups before, its `call`th call."""
-
-    back: int
-    call: int
-    shape: tuple[int, ...]
-    dtype: np.dtype
-
-
-@dataclass(frozen=True)
-class Memory:
-    """An entry for a weight, param or state: `last`, (groups back, which of its memories) of the
-    last group touching it before, None for the first."""
-
-    kind: MemoryKind
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    last: tuple[int, int] | None
-
-
-def _group_entries(i: int, group: Group, where: dict[Node, tuple[int, int]],
-                   touched: dict[Node, tuple[int, int]]) -> tuple[tuple, list[Node]]:
-    """Group `i`'s nodes as entries naming their sources by position (`_group_structures`), and
-    the memories it touches in the order of their entries."""
-    entries: list[tuple] = []
-    seen: dict[Node, int] = {}
-    memories: list[Node] = []
-
-    def visit(node: Node) -> int:
-        if node in seen:
-            return seen[node]
-        if node.op == Op.CALL and where[node][0] != i:
-            j, k = where[node]
-            entry = Made(i - j, k, node.shape, node.dtype)
-        elif node.op == Op.MEMORY:
-            last = touched.get(node)
-            entry = Memory(node.arg.kind, node.shape, node.dtype, last and (i - last[0], last[1]))
-            memories.append(node)
-        else:
-            entry = (node.op, node.shape, node.dtype, node.arg, tuple(visit(s) for s in node.src))
-        seen[node] = len(entries)
-        entries.append(entry)
-        return seen[node]
-
-    for call in group.calls:
-        visit(call)
-    return tuple(entries), memories
 
 
 def _calls_read(node: Node, include_self: bool = False) -> list[Node]:
