@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from iron.compiler import cost
+from iron.plan import cost
 from iron.plan.plan import (
     Acquire,
     Direction,

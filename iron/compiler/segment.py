@@ -18,7 +18,6 @@ from typing import Callable
 
 import numpy as np
 
-from iron.compiler import cost
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.copies import carry_from_earlier_segment
 from iron.compiler.fuse import Group
@@ -28,6 +27,7 @@ from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
 from iron.errors import DoesNotFit
 from iron.ir import Input, MemoryKind, Node, Op, Program, call_label, nbytes
+from iron.plan import cost
 from iron.plan.invariants import check_plan
 from iron.plan.plan import Cut, Fill, HostRole, Placement, PlacementKind, Plan
 from iron.plan.rules import Decision, Rule
@@ -177,7 +177,7 @@ def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess:
                      choices: dict | None = None) -> int | None:
     """The rule: greedily in program order, the segment from group `start` takes the most groups
     that compile on the device, then ends at the cut among the last 1/CUT_WINDOW of them of the
-    least estimated time (iron/compiler/cost.py: the crossing values written to DDR and read
+    least estimated time (iron/plan/cost.py: the crossing values written to DDR and read
     back; the latest on a tie), which `choices[start]` records; the last segment takes all that
     is left when it fits. None when group `start` alone does not fit.
     The search (`settle_the_cut`): a segment shorter than one that fits fits too, so it probes

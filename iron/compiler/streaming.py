@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from iron.compiler import cost
 from iron.compiler.tiling import OnCores, core_room, estimate_ns, word_run
 from iron.compiler.words import row_group, view_rows
 from iron.errors import KernelTypeError
@@ -26,6 +25,7 @@ from iron.ir import (
     tensor_inputs,
 )
 from iron.kernels.base import Role
+from iron.plan import cost
 from iron.plan.plan import Tile
 from iron.plan.rules import Rule
 
