@@ -45,8 +45,11 @@ def check_hazards(calls: tuple[Node, ...], where: str):
         before.append(ancestors)
         for state in dict.fromkeys(state_of(n) for n in writes):
             writers.setdefault(state, []).append(i)
-    found = [(b.call, b.write, a.call, a.write < 0) for state in writers
-             for a, b in _meeting(effects, state, lambda i, j: i not in before[j]) if b.write >= 0]
+
+    def unordered(i: int, j: int) -> bool:
+        return i not in before[j]
+    found = [(b.call, b.write, a.call, a.write < 0) for frames in _accesses(effects, writers).values()
+             for a, b in _meeting(list(frames.values()), unordered) if b.write >= 0]
     if found:   # a write of the later call after a write (False) or a read (True) of the earlier
         j, k, i, read = min(found)
         _hazard(calls, i, j, state_of(effects[j][1][k]), where, "read then overwrite" if read else "both write")
@@ -62,20 +65,24 @@ class _Access:
     spans: tuple[tuple[int, int], ...]
 
 
-def _meeting(effects: list, state: str, unordered: Callable[[int, int], bool]) -> list[tuple[_Access, _Access]]:
-    """The pairs (earlier, later) of accesses of `state` by two calls nothing orders
+def _accesses(effects: list, written: dict) -> dict[str, dict[tuple[int, ...], list[_Access]]]:
+    """The accesses of each state `written`, by the frame they index."""
+    found: dict[str, dict[tuple[int, ...], list[_Access]]] = {}
+    for i, (reads, writes) in enumerate(effects):
+        for k, node in (*enumerate(writes), *((-1, r) for r in reads)):
+            if state_of(node) in written:
+                frame, spans = region(node)
+                found.setdefault(state_of(node), {}).setdefault(frame, []).append(_Access(i, k, node, spans))
+    return found
+
+
+def _meeting(frames: list[list[_Access]], unordered: Callable[[int, int], bool]) -> list[tuple[_Access, _Access]]:
+    """The pairs (earlier, later) of accesses of one state by two calls nothing orders
     (`unordered(earlier, later)`) whose regions may share an element: within one frame, found by
     sweeping their spans along the first axis, so a state written in many disjoint blocks costs
     no pair of blocks apart; across frames (a reshape), each pair by `overlap`."""
-    frames: dict[tuple[int, ...], list[_Access]] = {}
-    for i, (reads, writes) in enumerate(effects):
-        for k, node in (*enumerate(writes), *((-1, r) for r in reads)):
-            if state_of(node) == state:
-                frame, spans = region(node)
-                frames.setdefault(frame, []).append(_Access(i, k, node, spans))
-    alike = list(frames.values())
-    pairs = [p for same in alike for p in _sweep(same, unordered)]
-    pairs += [(a, b) for m, f in enumerate(alike) for g in alike[m + 1:] for a in f for b in g
+    pairs = [p for same in frames for p in _sweep(same, unordered)]
+    pairs += [(a, b) for m, f in enumerate(frames) for g in frames[m + 1:] for a in f for b in g
               if a.call != b.call and unordered(*sorted((a.call, b.call))) and overlap(a.node, b.node)]
     return [(a, b) if a.call < b.call else (b, a) for a, b in pairs]
 
