@@ -31,7 +31,7 @@ def check_hazards(calls: tuple[Node, ...], where: str):
     them; writes to disjoint regions need no order. A read is ordered after every earlier
     write it may touch. Of several, the first by the later call, its write, the earlier call."""
     index = {c: i for i, c in enumerate(calls)}
-    before: list[set[int]] = []
+    before: list[int] = []   # per call, the calls ordered before it, as the bits of an int (bit i: call i)
     effects = [state_accesses(c) for c in calls]
     writers: dict[str, list[int]] = {}    # per state, the calls writing it (only they can touch a read)
     for i, call in enumerate(calls):
@@ -39,15 +39,15 @@ def check_hazards(calls: tuple[Node, ...], where: str):
         preds = {index[s] for s in map(storage, call.src) if s in index}
         preds |= {k for r in reads for k in writers.get(state_of(r), ())
                   if any(_touches(r, w) for w in effects[k][1])}
-        ancestors = set(preds)
+        ancestors = 0
         for p in preds:
-            ancestors |= before[p]
+            ancestors |= before[p] | 1 << p
         before.append(ancestors)
         for state in dict.fromkeys(state_of(n) for n in writes):
             writers.setdefault(state, []).append(i)
 
     def unordered(i: int, j: int) -> bool:
-        return i not in before[j]
+        return not before[j] >> i & 1
     found = [(b.call, b.write, a.call, a.write < 0) for frames in _accesses(effects, writers).values()
              for a, b in _meeting(list(frames.values()), unordered) if b.write >= 0]
     if found:   # a write of the later call after a write (False) or a read (True) of the earlier
