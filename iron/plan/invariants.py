@@ -376,7 +376,7 @@ def _strides_keep_verifier(op: Dma, most: int) -> bool:
 
 def _check_balance(plan: Plan):
     moved = _objects_moved(plan)
-    taken = _objects_taken(plan)
+    taken = objects_taken(plan)
     fifos = {f.name: f for f in plan.fifos}
     for f in plan.fifos:
         given = _produced(plan, f, fifos, moved, taken)
@@ -400,7 +400,8 @@ def _objects_moved(plan: Plan) -> dict[tuple[str, Direction], float]:
     return {key: n / sizes[key[0]] if key[0] in sizes else 0 for key, n in words.items()}
 
 
-def _objects_taken(plan: Plan) -> dict[tuple[str, Tile, Port], int]:
+def objects_taken(plan: Plan) -> dict[tuple[str, Tile, Port], int]:
+    """(FIFO, tile, port) -> the objects the tile's core acquires of it per launch."""
     taken: dict[tuple[str, Tile, Port], int] = {}
     for core in plan.cores:
         for step, times in launch_steps(core.program):
