@@ -344,7 +344,7 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
             share = size // (rows * ncols)
             if size % (rows * ncols):
                 continue
-            most = min(share, max(FLOW_BLOCK, unit))
+            most = min(share, max(FLOW_BLOCK, least))
             flow = Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]), tuple(full_columns[:ncols]),
                         most, width=width, shared=tuple(shared), objects=objects, padded=padded, returned=returned,
                         pieces=pieces)

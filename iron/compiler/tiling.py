@@ -410,7 +410,8 @@ def why_not_more(grid: Grid, most_rows: int, most_cols: int, spare: int, shim_in
     if not larger:
         return (f"no grid of more than {cores} of the {free} free cores has {side}, and blocks divide their "
                 "sides (no remainder block; padded only as pad_to_block says)" + ONE_ROW_K * (grid.vector and big_m == 1))
-    return f"the larger grids with {side} do not fit: " + "; ".join(
+    taken = "are not taken" if weighed & set(larger) else "do not fit"
+    return f"the larger grids with {side} {taken}: " + "; ".join(
         f"{r} x {c} {_what_stops(r, c, grid.own_rows, spare, shim_in, weighed)}" for r, c in larger)
 
 
