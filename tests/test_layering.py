@@ -2,7 +2,9 @@
 each layer imports only itself and the layers below it (the runtime registers its entry with the
 front end, which imports nothing above it); aie_utils imports nothing from iron; the IR imports
 nothing above it; the Plan and its readers import no compiler pass; the compiler never imports
-the runtime, the toolchain driver or the front end; and the emulator never
+the runtime, the toolchain driver or the front end; the runtime imports nothing of the compiler
+but its entry (`compile_program`, from the runtime's own entry, compiled.py): the cost model
+both use lies below them, in iron/plan; and the emulator never
 reads the traced Program (no front end, no reference), so agreeing with the oracle proves the Plan
 right; its hardware model (tiles, locks, DMAs, FIFOs, shims, cores) imports nothing of the replay
 or the batching that observe it."""
@@ -138,9 +140,12 @@ RULES = [
     ("iron.toolchain", {"iron.plan", "iron.compiler", "iron.runtime", "iron.frontend", "iron.reference"},
      "the toolchain driver builds printed text and knows no Plan"),
     ("iron.compiler", {"iron.kernels.library"}, "the compiler decides from kernel traits, never library classes"),
-    ("iron.runtime.emulator", {"iron.frontend", "iron.reference", *(m for m in MODULES if m.startswith("iron.compiler.")
-                                                                     and m != "iron.compiler.cost")},
-     "the emulator knows only the Plan (iron/plan) and the cost model, never a compiler pass"),
+    ("iron.runtime.emulator", {"iron.frontend", "iron.reference", "iron.compiler"},
+     "the emulator knows only the Plan and the cost model (iron/plan), never a compiler pass"),
+    *((m, {"iron.compiler"}, "the runtime runs Plans and prices them with iron/plan's cost model")
+      for m in MODULES if m.startswith("iron.runtime.") and m != "iron.runtime.compiled"),
+    ("iron.runtime.compiled", {m for m in MODULES if m.startswith("iron.compiler.") and m != "iron.compiler.compile"},
+     "the runtime's entry calls the compiler's entry, compile_program, and nothing else of it"),
     *((f"iron.runtime.emulator.{m}", {"iron.runtime.emulator.replay", "iron.runtime.emulator.batch"},
        "the emulator's hardware model records its data actions (acts.py); replay and batching observe them")
       for m in ("tile", "lock", "dma", "objectfifo", "shim", "core")),

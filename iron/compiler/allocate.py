@@ -8,18 +8,17 @@ from dataclasses import replace
 
 from iron.compiler.words import word_leads, word_rows
 from iron.ir import MemoryKind, Op, Program
+from iron.plan.invariants import objects_taken
 from iron.plan.memory import does_not_fit, fifo_homes, over_budget
 from iron.plan.plan import (
     FLAG_WORDS,
-    Acquire,
     Emit,
     HostBuffer,
     HostRole,
-    Loop,
     Placement,
     PlacementKind,
     Plan,
-    Tile,
+    Port,
 )
 
 
@@ -92,27 +91,12 @@ def fit(plan: Plan) -> Plan:
     matrix's blocks it is the overlap), the largest of those first."""
     while (over := over_budget(plan)) is not None:
         tile = over[0]
-        homes, taken = fifo_homes(plan), _taken_per_launch(plan, tile)
+        homes, taken = fifo_homes(plan), objects_taken(plan)
         deep = [f for f in plan.fifos if f.depth > 1 and tile in dict(homes[f.name])]
         if not deep:
             raise does_not_fit(plan, *over)
-        lowered = min(deep, key=lambda f: (taken.get(f.name, 0), -f.nbytes, str(f.name)))
+        lowered = min(deep, key=lambda f: (sum(taken.get((f.name, tile, port), 0) for port in Port),
+                                           -f.nbytes, str(f.name)))
         plan = replace(plan, fifos=tuple(replace(f, depth=1) if f is lowered else f for f in plan.fifos))
     return plan
 
-
-def _taken_per_launch(plan: Plan, tile: Tile) -> dict:
-    """FIFO -> the objects the core of `tile` acquires of it per launch (its loops counted)."""
-    taken: dict = {}
-
-    def walk(program: tuple, times: int):
-        for step in program:
-            if isinstance(step, Loop):
-                walk(step.body, times * step.count)
-            elif isinstance(step, Acquire):
-                taken[step.fifo] = taken.get(step.fifo, 0) + step.count * times
-
-    for core in plan.cores:
-        if core.tile == tile:
-            walk(core.program, 1)
-    return taken

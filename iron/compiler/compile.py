@@ -14,7 +14,6 @@ from functools import partial
 from typing import Callable
 from weakref import WeakKeyDictionary
 
-from iron.compiler import cost
 from iron.compiler.allocate import fit, host_buffers, host_placements
 from iron.compiler.copies import copy_view_for_grid, copy_view_rules
 from iron.compiler.fuse import Group, fuse
@@ -32,6 +31,7 @@ from iron.compiler.unfold import Unfolding
 from iron.compiler.words import WordTable, layout_rules
 from iron.errors import DoesNotFit, LoopError, PlacementError
 from iron.ir import Program, call_label
+from iron.plan import cost
 from iron.plan.invariants import check_plan
 from iron.plan.plan import Plan, Tile, WordKind
 from iron.plan.rules import Decision, Rule

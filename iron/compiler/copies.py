@@ -13,7 +13,7 @@ import numpy as np
 
 from iron import dtypes
 from iron.compiler.fuse import Group
-from iron.compiler.gather import Written, copied, gather_view, written
+from iron.compiler.gather import Written, copied, gather_view, unpadded_stream, written
 from iron.compiler.objects import MAX_GATHER_RUNS
 from iron.compiler.padding import readers_of, width_unshared
 from iron.compiler.sides import large, whole_device_grid
@@ -328,7 +328,8 @@ def _gathered_on_core(node: Node, laid: LaidOut) -> bool:
     if node.op != Op.VIEW or len(node.src) > 1 or len(element_pattern(node)[1]) > 4:
         return False
     if is_host_tensor(node):   # a slice starting mid-word moves once `pad_lead_to_words` or `pad_rows_to_words` lays it out
-        return (is_strided(node) or _state_mid_word(node) or laid.mid_word(node)) and not _view_of_host(node)
+        return (is_strided(node) or _state_mid_word(node) or laid.mid_word(node)) and not _view_of_host(node) \
+            or unpadded_stream(node)
     flat = elements(node)
     return int(np.count_nonzero(np.diff(flat) != 1)) + 1 > MAX_GATHER_RUNS
 

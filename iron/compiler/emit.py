@@ -106,7 +106,7 @@ def sink_writes(ctx: Context, moves: list[list]) -> list[list]:
 def _emit_steps(ctx: Context, next_values: dict, emit: Emit) -> tuple:
     mine = {w.name: w.index for w in ctx.table.words if w.kind.given}
 
-    def load(source):
+    def load(source):   # an operand of this call's words
         if source is None:
             return None
         if isinstance(source, Const):
@@ -115,21 +115,16 @@ def _emit_steps(ctx: Context, next_values: dict, emit: Emit) -> tuple:
             return source
         return Load(EMIT_IN, 4 * source.index)
 
-    def target_load(operand):
-        if not isinstance(operand, WordRef):
-            return load(operand)
-        return Load(FEEDBACK, 4 * operand.index)
-
     # a run flagged before this one flags the next too: its words may be in range again
-    steps = [ScalarStep(Ptr(FEEDBACK, 4 * emit.flag), WordOp.COPY, Load(EMIT_IN, 4 * len(ctx.table.words)))]
+    steps = [_set(emit.flag, WordOp.COPY, Load(EMIT_IN, 4 * len(ctx.table.words)))]
     for w in emit.target_words:
-        dest = Ptr(FEEDBACK, 4 * w.index)
         if w.kind is WordKind.CARRIED:
-            steps.append(ScalarStep(dest, WordOp.COPY, load(next_values[w.name])))
+            steps.append(_set(w.index, WordOp.COPY, load(next_values[w.name])))
         elif w.kind is WordKind.SCRATCHPAD:
-            steps.append(ScalarStep(dest, WordOp.COPY, load(WordRef(mine[w.name]))))
-        else:
-            steps.append(ScalarStep(dest, w.op, target_load(w.a), target_load(w.b)))
+            steps.append(_set(w.index, WordOp.COPY, load(WordRef(mine[w.name]))))
+        else:   # derived from the target's words written before it
+            a, b = (_fed(o.index) if isinstance(o, WordRef) else load(o) for o in (w.a, w.b))
+            steps.append(_set(w.index, w.op, a, b))
         if w.bound is not None:
             steps.extend(clamp_steps(w, emit))
     sunk = [w for w in emit.target_words if w.sink is not None]
@@ -139,44 +134,45 @@ def _emit_steps(ctx: Context, next_values: dict, emit: Emit) -> tuple:
     return tuple(steps)
 
 
+def _set(word: int, op: WordOp, a, b=None) -> ScalarStep:
+    """Feedback word `word` = op(a, b)."""
+    return ScalarStep(Ptr(FEEDBACK, 4 * word), op, a, b)
+
+
+def _fed(word: int) -> Load:
+    """Feedback word `word` as the Emit has written it."""
+    return Load(FEEDBACK, 4 * word)
+
+
 def unflagged_steps(emit: Emit) -> tuple[ScalarStep, ...]:
     """scratch = 1 if the flag is 0 else 0 (the flag is a count, never negative)."""
-    s = Ptr(FEEDBACK, 4 * emit.scratch)
-    return (ScalarStep(s, WordOp.MIN, Load(FEEDBACK, 4 * emit.flag), Imm(1)),
-            ScalarStep(s, WordOp.MUL, Load(FEEDBACK, 4 * emit.scratch), Imm(-1)),
-            ScalarStep(s, WordOp.ADD, Load(FEEDBACK, 4 * emit.scratch), Imm(1)))
+    s = emit.scratch
+    return (_set(s, WordOp.MIN, _fed(emit.flag), Imm(1)),
+            _set(s, WordOp.MUL, _fed(s), Imm(-1)),
+            _set(s, WordOp.ADD, _fed(s), Imm(1)))
 
 
 def sink_steps(w: WordDef, emit: Emit) -> tuple[ScalarStep, ...]:
     """State write patch word `w` = (w - sink) * scratch + sink: itself when the run is not
     flagged, else `w.sink`, which sends the write to the states' sink. w is a sum of clamped
     indices times strides, so within the states buffer, and nothing wraps."""
-    word = Ptr(FEEDBACK, 4 * w.index)
-    at = Load(FEEDBACK, 4 * w.index)
-    return (ScalarStep(word, WordOp.SUB, at, Imm(w.sink)),
-            ScalarStep(word, WordOp.MUL, at, Load(FEEDBACK, 4 * emit.scratch)),
-            ScalarStep(word, WordOp.ADD, at, Imm(w.sink)))
+    i = w.index
+    return (_set(i, WordOp.SUB, _fed(i), Imm(w.sink)),
+            _set(i, WordOp.MUL, _fed(i), _fed(emit.scratch)),
+            _set(i, WordOp.ADD, _fed(i), Imm(w.sink)))
 
 
 def clamp_steps(w: WordDef, emit: Emit) -> tuple[ScalarStep, ...]:
     """Clamp bounded word `w` into [lo, hi) in place and add 1 to the flag if it was not in range,
     in min/max/sub/mul/add on i32 (no new MLIR or C++ op): s = min(max(w, lo - 1), hi) lies in
     [lo - 1, hi] whatever w is, so s - clamp(s) is -1, 0 or 1 and its square cannot wrap."""
-    lo, hi = w.bound
-    word, s, flag = (4 * i for i in (w.index, emit.scratch, emit.flag))
-
-    def step(dest: int, op: WordOp, a, b) -> ScalarStep:
-        return ScalarStep(Ptr(FEEDBACK, dest), op, a, b)
-
-    def at(offset: int) -> Load:
-        return Load(FEEDBACK, offset)
-
+    (lo, hi), word, s, flag = w.bound, w.index, emit.scratch, emit.flag
     return (
-        step(s, WordOp.MAX, at(word), Imm(lo - 1)),
-        step(s, WordOp.MIN, at(s), Imm(hi)),
-        step(word, WordOp.MAX, at(s), Imm(lo)),
-        step(word, WordOp.MIN, at(word), Imm(hi - 1)),
-        step(s, WordOp.SUB, at(s), at(word)),
-        step(s, WordOp.MUL, at(s), at(s)),
-        step(flag, WordOp.ADD, at(flag), at(s)),
+        _set(s, WordOp.MAX, _fed(word), Imm(lo - 1)),
+        _set(s, WordOp.MIN, _fed(s), Imm(hi)),
+        _set(word, WordOp.MAX, _fed(s), Imm(lo)),
+        _set(word, WordOp.MIN, _fed(word), Imm(hi - 1)),
+        _set(s, WordOp.SUB, _fed(s), _fed(word)),
+        _set(s, WordOp.MUL, _fed(s), _fed(s)),
+        _set(flag, WordOp.ADD, _fed(flag), _fed(s)),
     )

@@ -32,7 +32,7 @@ from iron.compiler.place import Site
 from iron.compiler.sequence import Move, dma_patterns
 from iron.compiler.words import Access
 from iron.ir import Op, call_label, describe, destination
-from iron.plan.fifos import FifoId, Stem, fifo_id
+from iron.plan.fifos import Stem, fifo_id
 from iron.plan.plan import (
     Buffer,
     Core,
@@ -119,8 +119,8 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     rows, cols = len(flow.rows), len(flow.cols)
     result = flow.calls[-1]
     p = result_placement(ctx, result)
-    ends = [(partial(_column_leg, g, i), Direction.MM2S, node, *run_access(ctx, node))
-            for i, node in enumerate(flow.inputs)]
+    ends = [(partial(fifo_id, g, Stem.X, i, mem=True), Direction.MM2S, node, *run_access(ctx, node))
+            for i, node in enumerate(flow.inputs)]   # column c's leg into its mem tile
     ends += [(partial(fifo_id, g, Stem.HOST, result=k), Direction.S2MM, node, *result_access(ctx, node))
              for k, node in enumerate(flow.results)]
 
@@ -167,11 +167,6 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
                                  Access(at.offset + int(blocks * column(node)[0]), dims(node, run))))
         moves += with_waits(ctx, len(runs), number, here)
     return moves
-
-
-def _column_leg(g: str, i: int, c: int) -> FifoId:
-    """Column c's leg of a Flow's input i from the host into its mem tile."""
-    return fifo_id(g, Stem.X, i, c, mem=True)
 
 
 def _joined_runs(flow, runs: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -69,10 +69,17 @@ def gather_view(view: Node, name: str) -> Node | Written:
     step slice row by row from the whole rows, streamed in blocks of rows (`rows_gathered`)."""
     if max(nbytes(view.src[0]), nbytes(view)) <= TILED_BYTES:   # a broadcast may be far larger than its tensor
         return gathered(view)
-    if dma_moves(view):
+    if dma_moves(view) and not unpadded_stream(view):
         return copied(view)
     return (repeated_unit(view, name) or rows_gathered(view) or repeated_columns(view) or transposed_bands(view, name)
             or row_bands(view, name) or copied(view))
+
+
+def unpadded_stream(view: Node) -> bool:
+    """A view of a host tensor larger than a tile whose elements are not whole 32-bit words (251 x
+    251 bfloat16): a stream reading it must pad its rows, and a view cannot lie padded (its base's
+    words follow), so it is read through a buffer of the compiler's, which may."""
+    return nbytes(view) > TILED_BYTES and nbytes(view) % 4 != 0 and is_host_tensor(view)
 
 
 def repeated_unit(view: Node, name: str) -> Written | None:

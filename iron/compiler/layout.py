@@ -323,7 +323,7 @@ def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: di
     if k_only:   # `pad_k_only`: the result lies in its own shape, whoever reads it
         del found[result_of(call)]
     for operand in (a, b):   # made over the padded layout (`made_over`): the tensors its group reads lie so
-        if operand.op == Op.CALL and made_over(operand, call, readers, group_of):
+        if made_over(operand, call, readers, group_of, summed=1 not in kept):
             lies, calls = found[operand], group_of[operand].calls
             rows = calls[0].arg.kernel.role is Role.ROW_REDUCTION
             found |= {operand.src[0]: lies} | rows_through(operand, lies) if rows else \

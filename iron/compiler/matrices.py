@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from iron.compiler import cost
 from iron.compiler.channels import MemChannels, dma_patterns
 from iron.compiler.fuse import (
     STREAM_OBJECT_BYTES,
@@ -39,6 +38,7 @@ from iron.ir import (
     tensor_inputs,
 )
 from iron.kernels.base import Role
+from iron.plan import cost
 from iron.plan.fifos import FifoId, Stem, fifo_id
 from iron.plan.plan import Choice, Tile
 from iron.plan.rules import Decision, Rule

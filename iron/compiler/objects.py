@@ -274,10 +274,8 @@ def _pack_results(ctx: Context, part: Part):
     """Where each call's result lives (its home) and where it is exported to, and the `_out`
     regions of the host tensors this group forwards."""
     for node in ctx.routes.forwards.get(part.group, {}):
-        out = part.out.add(node, node.size * node.dtype.itemsize, node.dtype, describe(node))
+        out = _export(part, node, nbytes(node), node.dtype, describe(node), read(ctx, part, node, False))
         ctx.results[node] = (part.fifo(Stem.OUT), out)
-        part.copies.append(copy_step(node.dtype, node.size, read(ctx, part, node, False),
-                                     Ptr(part.fifo(Stem.OUT), out)))
     for call in part.site.group.calls:
         if part.stream is not None and call is part.stream.expand:   # one block's rows, expanded
             part.homes[call] = (_buffer(ctx, part, call, part.stream.rows * nbytes(call) // call.shape[0]), 0)
@@ -296,13 +294,17 @@ def _pack_results(ctx: Context, part: Part):
 def _relay_out(ctx: Context, part: Part, relay: Relay):
     """`fit_compute_channels`: copy into this carrier's `_out` what `relay.reader` would take
     from `relay.fifos`, and note where the reader finds each."""
-    out = part.fifo(Stem.OUT)
     for key, size, dtype, what, source in _relay_items(ctx, part, relay):
-        fresh = key not in part.out.offsets
-        offset = part.out.add(key, size, dtype, what)
-        ctx.relayed[(relay.reader, key)] = (out, offset)
-        if fresh:
-            part.copies.append(copy_step(dtype, size // np.dtype(dtype).itemsize, source, Ptr(out, offset)))
+        ctx.relayed[(relay.reader, key)] = (part.fifo(Stem.OUT), _export(part, key, size, dtype, what, source))
+
+
+def _export(part: Part, key, size: int, dtype, what: str, source: Ptr) -> int:
+    """The byte offset of `key`'s region of the part's `_out`, copied from `source` once."""
+    fresh = key not in part.out.offsets
+    offset = part.out.add(key, size, dtype, what)
+    if fresh:
+        part.copies.append(copy_step(dtype, size // np.dtype(dtype).itemsize, source, Ptr(part.fifo(Stem.OUT), offset)))
+    return offset
 
 
 def _relay_items(ctx: Context, part: Part, relay: Relay) -> list[tuple]:

@@ -142,20 +142,24 @@ def tail_kept(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dic
     kept = {}
     for side, node in zip((1, 2), call.src[:2]):
         if unpaddable(node, joined, readers, group_of) and not (node.op == Op.CALL and made_over(node, call, readers, group_of)):
-            if unpaddable(node, joined, readers, group_of, tail=True):
+            if made_over(node, call, readers, group_of, summed=False):   # its padding not zeros: K summed as it is
+                side = 1
+            elif unpaddable(node, joined, readers, group_of, tail=True):
                 return None
             kept[side] = call_sides(call)[side]
     return kept
 
 
-def made_over(node: Node, call: Node, readers: dict, group_of: Groups) -> bool:
+def made_over(node: Node, call: Node, readers: dict, group_of: Groups, summed: bool = True) -> bool:
     """`pad_upstream_zeros`, `pad_upstream_rows`: whether the group making `node`, read by the product `call`
     alone, computes it over the padded layout from paddable tensors, the lattice saying the padding `call` sums
-    over is zeros: elementwise calls streaming over it, or a row reduction alone streaming its rows as wide as
-    they lie (`width_unshared`)."""
+    over is zeros (unless `summed` is False: the product keeps the side it sums, `tail_kept`): elementwise calls
+    streaming over it, or a row reduction alone streaming its rows as wide as they lie (`width_unshared`)."""
+    if node.op != Op.CALL:
+        return False
     calls = group_of[node].calls
     if calls[-1] is not node or len(node.shape) != 2 or readers.get(node) != [call] \
-            or summed_unzeroed(node, call, group_of) is not None:
+            or summed and summed_unzeroed(node, call, group_of) is not None:
         return False
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
         return len(calls) == 1 and not node.arg.writes and node.src[0].shape == node.shape \

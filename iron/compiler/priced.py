@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from iron.compiler import cost
+from iron.plan import cost
 from iron.plan.plan import (
     Acquire,
     Direction,
@@ -119,11 +119,16 @@ class Chain:
         self.device, self.gen, self.priced = plan.device, cost.generation(plan.device), priced
         self.groups_of = {c.tile: c.groups for c in plan.cores}
         self.fifos = {f.name: f for f in plan.fifos}
+        self.onward: dict = {}   # FifoId -> what the mem tiles' links pass it on to, link by link
+        for link in plan.links:
+            for source in link.sources:
+                self.onward.setdefault(source, []).append(link.destinations)
         self.fifo_group = {name: self._group_of(name) for name in self.fifos}
         self.feeders = self._feeders()
         self.count = {g: _looped(c.program)[1] for c in plan.cores for g in c.groups}   # iterations per group
         self.sites = self._sites()
         self.units: dict[tuple[str, int], Unit] = {}
+        self.known: dict[tuple, object] = {}   # what the array answers (`_into_cores`, `_held`, `_cycles`), once each
         self.reached: dict[str, int] = {}   # units the sequence issued so far, per group
         self.ddr_free = 0.0
 
@@ -233,19 +238,22 @@ class Chain:
     def _into_cores(self, name) -> list:
         """The FIFOs a host FIFO's objects reach the cores by: itself, or those the mem tiles'
         links pass it on to."""
-        fifo = self.fifos[name]
-        onward = [d for link in self.plan.links if name in link.sources for d in link.destinations]
-        return [f for d in onward for f in self._into_cores(d)] if onward else [fifo]
+        if ("into", name) not in self.known:
+            onward = [d for destinations in self.onward.get(name, ()) for d in destinations]
+            self.known["into", name] = [f for d in onward for f in self._into_cores(d)] if onward else [self.fifos[name]]
+        return self.known["into", name]
 
     def _held(self, name) -> int:
         """The bytes a FIFO and those a mem tile's link passes it on to hold (each its depth of
         objects): what moves ahead of the cores reading it."""
-        held, todo = 0, [name]
-        while todo:
-            fifo = self.fifos[todo.pop()]
-            held += fifo.depth * fifo.nbytes
-            todo += [d for link in self.plan.links if fifo.name in link.sources for d in link.destinations[:1]]
-        return held
+        if ("held", name) not in self.known:
+            held, todo = 0, [name]
+            while todo:
+                fifo = self.fifos[todo.pop()]
+                held += fifo.depth * fifo.nbytes
+                todo += [d for destinations in self.onward.get(fifo.name, ()) for d in destinations[:1]]
+            self.known["held", name] = held
+        return self.known["held", name]
 
     def _feeding(self, feeder: str, k: int) -> tuple[Unit | None, Unit | None]:
         """The feeder's first and last units of its iteration k (its last, when it has fewer)."""
@@ -259,7 +267,10 @@ class Chain:
     def _cycles(self, group: str) -> float:
         """Cycles of a group's busiest core (a core shared by several groups: its whole program,
         counted once, for the first of them)."""
-        return max((self.priced.cycles[c.tile] for c in self.plan.cores if c.group == group), default=0.0)
+        if ("cycles", group) not in self.known:
+            self.known["cycles", group] = max((self.priced.cycles[c.tile] for c in self.plan.cores if c.group == group),
+                                              default=0.0)
+        return self.known["cycles", group]
 
     def _group_of(self, name) -> str:
         """The group a FIFO's moves belong to: its own, or (a channel several groups share) its
@@ -273,8 +284,7 @@ class Chain:
             for tile in fifo.consumers:
                 if tile in self.groups_of:
                     return self.groups_of[tile][0]
-            todo += [d for link in self.plan.links if fifo.name in link.sources for d in link.destinations
-                     if d not in seen]
+            todo += [d for destinations in self.onward.get(fifo.name, ()) for d in destinations if d not in seen]
         return str(name)
 
     def _feeders(self) -> dict[str, dict[str, Edge]]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from iron.compiler import cost
 from iron.compiler.allocate import host_placements
 from iron.compiler.copies import copied
 from iron.compiler.fuse import Group, fuse
@@ -24,6 +23,7 @@ from iron.compiler.through_ddr import through_name, write_through
 from iron.compiler.unfold import unfolding
 from iron.errors import DoesNotFit, PlacementError, PlanError
 from iron.ir import Node, Op, Program, call_label, storage, tensor_inputs
+from iron.plan import cost
 from iron.plan.plan import Choice, Loop, Plan, Repeat
 from iron.plan.rules import Decision, Rule
 

@@ -1,6 +1,7 @@
-"""Finding repetition in a design's fused groups (the rule `repeat_over_time`, repeat.py): runs of
-groups alike group for group, their calls the same kernels over the same shapes and views up to
-which host tensor, or which part of one, they read and write."""
+"""Groups alike: runs of groups alike group for group (the rule `repeat_over_time`, repeat.py),
+their calls the same kernels over the same shapes and views up to which host tensor, or which part
+of one, they read and write; and groups alike up to names, reading alike from where they lie
+(`group_structures`: the rule `same_structure_same_fit`, segment.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -8,7 +9,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from iron.compiler.fuse import Group
-from iron.ir import Node, Op
+from iron.ir import MemoryKind, Node, Op
 
 HOST = (Op.INPUT, Op.MEMORY)
 
@@ -84,3 +85,72 @@ def placeless(axes) -> tuple:
     """A view's axes with where they start left out: views alike but for where they lie."""
     return tuple(replace(a, index=None if a.index is None else 0, start=0,
                          stop=None if a.stop is None else a.stop - a.start) for a in axes)
+
+
+def group_structures(groups: tuple[Group, ...], where: dict[Node, tuple[int, int]]) -> tuple[int, ...]:
+    """Per group, a number equal for two groups whose calls are alike node for node (kernel,
+    attrs, shapes, dtypes, views, scalars, inputs by name) and read alike: a result of another
+    group by its shape and place (groups back, call in it), a weight, param or state by its
+    kind, shape and the place (groups back, which of its memories) of the last group touching
+    it before, so that two runs of groups with equal numbers are the same segment up to names."""
+    numbers: dict[tuple, int] = {}
+    touched: dict[Node, tuple[int, int]] = {}
+    found = []
+    for i, group in enumerate(groups):
+        entries, memories = _group_entries(i, group, where, touched)
+        touched.update((m, (i, k)) for k, m in enumerate(memories))
+        try:
+            found.append(numbers.setdefault((group.closed_by, entries), len(numbers)))
+        except TypeError:   # an attr that does not hash: a structure of its own
+            found.append(-1 - i)
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class Made:
+    """An entry for a result another group made: `back` groups before, its `call`th call."""
+
+    back: int
+    call: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class Memory:
+    """An entry for a weight, param or state: `last`, (groups back, which of its memories) of the
+    last group touching it before, None for the first."""
+
+    kind: MemoryKind
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    last: tuple[int, int] | None
+
+
+def _group_entries(i: int, group: Group, where: dict[Node, tuple[int, int]],
+                   touched: dict[Node, tuple[int, int]]) -> tuple[tuple, list[Node]]:
+    """Group `i`'s nodes as entries naming their sources by position (`group_structures`), and
+    the memories it touches in the order of their entries."""
+    entries: list[tuple] = []
+    seen: dict[Node, int] = {}
+    memories: list[Node] = []
+
+    def visit(node: Node) -> int:
+        if node in seen:
+            return seen[node]
+        if node.op == Op.CALL and where[node][0] != i:
+            j, k = where[node]
+            entry = Made(i - j, k, node.shape, node.dtype)
+        elif node.op == Op.MEMORY:
+            last = touched.get(node)
+            entry = Memory(node.arg.kind, node.shape, node.dtype, last and (i - last[0], last[1]))
+            memories.append(node)
+        else:
+            entry = (node.op, node.shape, node.dtype, node.arg, tuple(visit(s) for s in node.src))
+        seen[node] = len(entries)
+        entries.append(entry)
+        return seen[node]
+
+    for call in group.calls:
+        visit(call)
+    return tuple(entries), memories

@@ -16,18 +16,17 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
-import numpy as np
-
-from iron.compiler import cost
 from iron.compiler.allocate import host_buffers, host_placements
 from iron.compiler.copies import carry_from_earlier_segment
 from iron.compiler.fuse import Group
 from iron.compiler.layout import Layouts, design_unpadded
 from iron.compiler.repeat import Abandoned
+from iron.compiler.runs import group_structures
 from iron.compiler.shims import ShimShortfall
 from iron.compiler.words import WordTable
 from iron.errors import DoesNotFit
-from iron.ir import Input, MemoryKind, Node, Op, Program, call_label, nbytes
+from iron.ir import Input, Node, Op, Program, call_label, nbytes
+from iron.plan import cost
 from iron.plan.invariants import check_plan
 from iron.plan.plan import Cut, Fill, HostRole, Placement, PlacementKind, Plan
 from iron.plan.rules import Decision, Rule
@@ -68,7 +67,6 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
 
     if len(groups) < 2 and not program.carry:
         raise refused()
-    table, crossing, plans, segments = WordTable(program), [], [], []
 
     def compile_one(segment: Segment, words: WordTable, placements, bound: bool):
         return try_groups(*flow.segment_program(segment), device, feeds, words,
@@ -76,21 +74,40 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
 
     known: dict[tuple, bool] = {}   # same_structure_same_fit: a structure's probe outcome
     whole_fits = {len(groups): whole.groups} if isinstance(whole, ShimShortfall) else {}
-    choices: dict = {}   # segment start -> its cut's Choice
-    while not segments or not flow.last(segments[-1]):
-        start = segments[-1].stop if segments else 0
-        guess = segments[-1].stop - segments[-1].start if segments else None
-        likely = {} if segments else dict(whole_fits)
-        found = _next_segment(flow, start, guess, table, crossing, compile_one, known, likely, device, choices)
-        if isinstance(found, Exception):
-            raise refused() if start == 0 and len(groups) < 2 else _unfit(flow, start, found, device)
-        segment, plan, table, crossing = found
-        check_plan(plan)
-        plans.append(plan)
-        segments.append(segment)
-        given_up = None if enough is None or flow.last(segment) else enough(plans, segment.stop)
-        if given_up is not None:
-            return given_up
+
+    def search(alike: dict[tuple, Plan] | None):
+        """The segments, their Plans (checked), the words, the crossing values after the last
+        and the cuts' Choices; with `alike` (the design only priced against another, `enough`)
+        a segment of a structure kept before stands in by that one's Plan (`same_structure_same_fit`:
+        estimated alike too), no Plan is checked, and the search may be given up."""
+        table, crossing, plans, segments = WordTable(program), [], [], []
+        choices: dict = {}   # segment start -> its cut's Choice
+        while not segments or not flow.last(segments[-1]):
+            start = segments[-1].stop if segments else 0
+            guess = segments[-1].stop - segments[-1].start if segments else None
+            likely = {} if segments else dict(whole_fits)
+            found = _next_segment(flow, start, guess, table, crossing, compile_one, known, likely, device, choices,
+                                  alike)
+            if isinstance(found, Exception):
+                raise refused() if start == 0 and len(groups) < 2 else _unfit(flow, start, found, device)
+            segment, plan, table, crossing = found
+            plans.append(plan)
+            segments.append(segment)
+            if alike is None:
+                check_plan(plan)
+            elif not flow.last(segment) and (given_up := enough(plans, segment.stop)) is not None:
+                return given_up
+        return segments, plans, table, crossing, choices
+
+    found = search(None if enough is None else {})
+    if isinstance(found, Abandoned):
+        return found
+    if enough is not None and len(set(map(id, found[1]))) < len(found[1]):   # the design spread completes:
+        found = search(None)                                                # stand-ins compiled for real
+    elif enough is not None:
+        for plan in found[1]:
+            check_plan(plan)
+    segments, plans, table, crossing, choices = found
     placements, words, emit = flow.placements(crossing), table.defs(), plans[-1].emit
     buffers = host_buffers(placements, len(words), emit, device.full_elf)
     plans = [replace(p, host_buffers=buffers, words=words) for p in plans]
@@ -112,19 +129,25 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
 
 
 def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, crossing: list[Node],
-                  compile_one, known: dict[tuple, bool], likely: dict[int, int], device, choices: dict):
+                  compile_one, known: dict[tuple, bool], likely: dict[int, int], device, choices: dict,
+                  alike: dict[tuple, Plan] | None = None):
     """(the Segment, its Plan, the words and the crossing values after it) `fewest_bytes_cut`
     picks from group `start` (`emit_own_segment`: the last group without the Emit when only so
     it fits; the Emit alone after it), or why group `start` alone does not compile. Each probe
     compiles against a copy of the words and the DDR buffers so far, so the one kept is final as
     it is; a probe whose structure an earlier one had (`known`) is answered without compiling;
-    `likely` gets, by stop, the stop a probe `shim_channels_bound` refuses says likely fits."""
+    `likely` gets, by stop, the stop a probe `shim_channels_bound` refuses says likely fits;
+    `alike`: the Plan kept for each structure, which a segment of the same structure takes as it
+    is, uncompiled (its words not allocated)."""
     tried: dict[Segment, tuple] = {}
     count = len(flow.groups)
 
+    def crossed(segment: Segment) -> list[Node]:
+        return crossing + [n for n in flow.crossing(segment.stop) if n not in crossing]
+
     def attempt(segment: Segment, bound: bool = True):
         words = table.copy()
-        values = crossing + [n for n in flow.crossing(segment.stop) if n not in crossing]
+        values = crossed(segment)
         outcome = compile_one(segment, words, flow.placements(values), bound)
         if isinstance(outcome, Plan):
             tried[segment] = (segment, outcome, words, values)
@@ -143,10 +166,15 @@ def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, c
         return known[key]
 
     def kept(segment: Segment):
+        key = flow.structure(segment) if alike is not None else None
+        if alike is not None and key in alike:
+            return segment, alike[key], table, crossed(segment)
         if segment not in tried:   # else a probe of the same structure answered for this one
             outcome = attempt(segment, bound=False)
             if not isinstance(outcome, Plan):
                 return outcome
+        if key is not None:
+            alike[key] = tried[segment][1]
         return tried[segment]
 
     if start == count:   # the Emit, cut off the segment before
@@ -177,7 +205,7 @@ def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess:
                      choices: dict | None = None) -> int | None:
     """The rule: greedily in program order, the segment from group `start` takes the most groups
     that compile on the device, then ends at the cut among the last 1/CUT_WINDOW of them of the
-    least estimated time (iron/compiler/cost.py: the crossing values written to DDR and read
+    least estimated time (iron/plan/cost.py: the crossing values written to DDR and read
     back; the latest on a tie), which `choices[start]` records; the last segment takes all that
     is left when it fits. None when group `start` alone does not fit.
     The search (`settle_the_cut`): a segment shorter than one that fits fits too, so it probes
@@ -253,7 +281,7 @@ class Flow:
                 self.last_read[node] = len(groups)
         self._crossing = self._sweep()
         self.where = {c: (i, k) for i, g in enumerate(groups) for k, c in enumerate(g.calls)}
-        self.structures = _group_structures(groups, self.where)
+        self.structures = group_structures(groups, self.where)
 
     def crossing(self, cut: int) -> list[Node]:
         """Results made before group `cut` and read from it on, in program order."""
@@ -285,7 +313,7 @@ class Flow:
 
     def structure(self, segment: Segment) -> tuple | None:
         """The rule `same_structure_same_fit`: two segments (not the last) compile alike when their
-        groups have the same structures (`_group_structures`) and they send out the results at
+        groups have the same structures (`group_structures`) and they send out the results at
         the same places, so one probe answers for both. None for the last segment (it carries)."""
         if self.last(segment):
             return None
@@ -412,75 +440,6 @@ class Flow:
         name = self.groups[before].name if before < len(self.groups) else "the Emit"
         return Cut(name, sum(map(self.lies_in_bytes, values)),
                    tuple(call_label(self.program, n) for n in values))
-
-
-def _group_structures(groups: tuple[Group, ...], where: dict[Node, tuple[int, int]]) -> tuple[int, ...]:
-    """Per group, a number equal for two groups whose calls are alike node for node (kernel,
-    attrs, shapes, dtypes, views, scalars, inputs by name) and read alike: a result of another
-    group by its shape and place (groups back, call in it), a weight, param or state by its
-    kind, shape and the place (groups back, which of its memories) of the last group touching
-    it before, so that two runs of groups with equal numbers are the same segment up to names."""
-    numbers: dict[tuple, int] = {}
-    touched: dict[Node, tuple[int, int]] = {}
-    found = []
-    for i, group in enumerate(groups):
-        entries, memories = _group_entries(i, group, where, touched)
-        touched.update((m, (i, k)) for k, m in enumerate(memories))
-        try:
-            found.append(numbers.setdefault((group.closed_by, entries), len(numbers)))
-        except TypeError:   # an attr that does not hash: a structure of its own
-            found.append(-1 - i)
-    return tuple(found)
-
-
-@dataclass(frozen=True)
-class Made:
-    """An entry for a result another group made: `back` groups before, its `call`th call."""
-
-    back: int
-    call: int
-    shape: tuple[int, ...]
-    dtype: np.dtype
-
-
-@dataclass(frozen=True)
-class Memory:
-    """An entry for a weight, param or state: `last`, (groups back, which of its memories) of the
-    last group touching it before, None for the first."""
-
-    kind: MemoryKind
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    last: tuple[int, int] | None
-
-
-def _group_entries(i: int, group: Group, where: dict[Node, tuple[int, int]],
-                   touched: dict[Node, tuple[int, int]]) -> tuple[tuple, list[Node]]:
-    """Group `i`'s nodes as entries naming their sources by position (`_group_structures`), and
-    the memories it touches in the order of their entries."""
-    entries: list[tuple] = []
-    seen: dict[Node, int] = {}
-    memories: list[Node] = []
-
-    def visit(node: Node) -> int:
-        if node in seen:
-            return seen[node]
-        if node.op == Op.CALL and where[node][0] != i:
-            j, k = where[node]
-            entry = Made(i - j, k, node.shape, node.dtype)
-        elif node.op == Op.MEMORY:
-            last = touched.get(node)
-            entry = Memory(node.arg.kind, node.shape, node.dtype, last and (i - last[0], last[1]))
-            memories.append(node)
-        else:
-            entry = (node.op, node.shape, node.dtype, node.arg, tuple(visit(s) for s in node.src))
-        seen[node] = len(entries)
-        entries.append(entry)
-        return seen[node]
-
-    for call in group.calls:
-        visit(call)
-    return tuple(entries), memories
 
 
 def _calls_read(node: Node, include_self: bool = False) -> list[Node]:

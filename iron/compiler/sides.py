@@ -11,12 +11,12 @@ import math
 from functools import cached_property
 from itertools import product
 
-from iron.compiler import cost
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
 from iron.compiler.streaming import choose_flow, flow_bytes, streamable
 from iron.compiler.tiling import TILED_BYTES, call_sides, choose_grid, estimate_ns, vector_tiles
 from iron.ir import Node, Op, external_inputs, is_host_tensor, nbytes, state_written_whole
 from iron.kernels.base import Role
+from iron.plan import cost
 from iron.plan.plan import Choice
 from iron.plan.rules import Fill, Rule, ZeroFill
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from iron.compiler import cost
 from iron.compiler.tiling import OnCores, core_room, estimate_ns, word_run
 from iron.compiler.words import row_group, view_rows
 from iron.errors import KernelTypeError
@@ -26,6 +25,7 @@ from iron.ir import (
     tensor_inputs,
 )
 from iron.kernels.base import Role
+from iron.plan import cost
 from iron.plan.plan import Tile
 from iron.plan.rules import Rule
 
@@ -314,7 +314,7 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     channel per input and core, an output one per input and core plus the result's), blocks of
     the least estimated time (`Flow.work`; then the most elements), at most FLOW_BLOCK, that divide each core's share, hold whole 32-bit
     words and fit a core's memory (flow_bytes) with two objects of each FIFO, or one object
-    each (no overlap of moves and work) when a block of one row fits only so (a join's blocks
+    each (no overlap of moves and work) when a block of the fewest rows of whole words fits only so (a join's blocks
     dividing each piece's share too: `stream_joined`). None when no block does. `padded`: the elements `pad_to_block` padded the tensors to, streamed instead of theirs.
     `row`: elementwise calls whose result lies in wider rows (`pad_written_by_producer`) take
     blocks of whole rows of that many elements, which each core writes row by row. `returned`:
@@ -331,7 +331,8 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
             result_share(calls, b, width) * calls[-1].dtype.itemsize % 4 == 0
     room = core_room(device)
     unit = width * row   # the fewest elements a block holds: a row, or whole rows of `row`
-    objects = 2 if unit == 1 or flow_bytes(calls, unit, width) <= room else 1
+    least = next((k * unit for k in (1, 2, 4) if whole_words(k * unit)), unit)   # ... of whole words
+    objects = 2 if unit == 1 or flow_bytes(calls, least, width) <= room else 1
     results = 1 + len(returned)
     most_rows = min(most_rows or len(device.compute_rows), (mem.dma_out_channels - results) // len(inputs),
                     (mem.dma_in_channels - len(inputs)) // results)
@@ -340,7 +341,7 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
             share = size // (rows * ncols)
             if size % (rows * ncols):
                 continue
-            blocks = [b for b in range(min(share, max(FLOW_BLOCK, unit)), 0, -1)
+            blocks = [b for b in range(min(share, max(FLOW_BLOCK, least)), 0, -1)
                       if share % b == 0 and b % (width * row) == 0 and whole_words(b)
                       and all(n.size % (rows * ncols * b) == 0 for n in pieces)
                       and flow_bytes(calls, b, width, objects, returned) <= room]

@@ -144,10 +144,7 @@ def _takes(program: Program, call: Node) -> bool:
         return False
     if not all(is_host_tensor(n) and n.op != Op.VIEW for n in call.src[:2]) or not vector_tiles(call.src[0], call.src[0]):
         return False
-    carried = {v.src[0] for _, v in program.carry if v.op == Op.ELEM}
-    if call in program.outputs or call in carried:
-        return False
-    return any(r.arg.writes for r in _readers(program, call))
+    return call not in _kept(program) and any(r.arg.writes for r in _readers(program, call))
 
 
 def _readers(program: Program, call: Node) -> list[Node]:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from iron import dtypes
-from iron.compiler import cost
 from iron.compiler.memo import by_shape
 from iron.compiler.readers import Reader
 from iron.errors import KernelTypeError
@@ -29,6 +28,7 @@ from iron.ir import (
     nbytes,
 )
 from iron.kernels.base import Role
+from iron.plan import cost
 from iron.plan.plan import Tile, TileKind
 from iron.plan.rules import Rule
 

@@ -95,28 +95,23 @@ def check_cores(plan: Plan):
     for core in plan.cores:
         if core.tile.kind is not TileKind.COMPUTE:
             fail(plan, f"the core of {core.group} is on {core.tile.name}, not a compute tile")
-        counts: dict[tuple[str, Port], int] = {}
-        _walk_program(plan, core, core.program, 1, counts, fifos, functions)
-        _held_after(plan, core, core.program, {}, fifos)
-        for (fifo, port), n in counts.items():
-            if n:
+        _walk_program(plan, core, core.program, fifos, functions)
+        for (fifo, port), n in _held_after(plan, core, core.program, {}, fifos).items():
+            if n:   # what a launch leaves held: acquired and released unequally
                 fail(plan, f"the core on {core.tile.name} acquires and releases {fifo} ({port}) a different "
                             "number of times per launch")
 
 
-def _walk_program(plan, core, program, loop_count, counts, fifos, functions, blocks=0):
-    """Count each FIFO port's objects per launch and check each Invoke; `blocks` is the count of
-    the innermost enclosing Loop (0 outside any), whose index a blocked function takes."""
+def _walk_program(plan, core, program, fifos, functions, blocks=0):
+    """Check each step's FIFO port and each Invoke; `blocks` is the count of the innermost
+    enclosing Loop (0 outside any), whose index a blocked function takes."""
     for item in program:
         if isinstance(item, Loop):
             if item.count < 1:
                 fail(plan, f"a Loop on {core.tile.name} runs {item.count} times")
-            _walk_program(plan, core, item.body, loop_count * item.count, counts, fifos, functions, item.count)
+            _walk_program(plan, core, item.body, fifos, functions, item.count)
         elif isinstance(item, (Acquire, Release)):
             _check_port(plan, core, item, fifos)
-            sign = 1 if isinstance(item, Acquire) else -1
-            key = (item.fifo, item.port)
-            counts[key] = counts.get(key, 0) + sign * item.count * loop_count
         elif isinstance(item, Invoke):
             _check_invoke(plan, core, item, fifos, functions, max(blocks, 1), blocks > 0)
         else:

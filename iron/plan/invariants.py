@@ -70,18 +70,22 @@ def _check_device(plan: Plan):
         if not 0 <= t.col < d.n_cols or t.row not in rows.get(t.kind, ()):
             fail(plan, f"tile {t.name} ({t.kind}) is not a {t.kind} tile of {d.name} "
                         f"({d.n_cols} columns, rows {rows.get(t.kind, ())})")
+    tiles = set(plan.tiles)
     for t, what in _referenced_tiles(plan):
-        if t not in plan.tiles:
-            fail(plan, f"{what} uses {t.name}, which is not among the plan's tiles")
+        if t not in tiles:
+            fail(plan, f"{f'a Dma on {what.fifo}' if isinstance(what, Dma) else what} uses {t.name}, which is not "
+                       "among the plan's tiles")
 
 
 def _referenced_tiles(plan: Plan):
+    """Each tile the plan refers to, with what refers to it (a Dma named only when it fails: a
+    long looped sequence has many)."""
     for f in plan.fifos:
         yield from ((t, f"FIFO {f.name}") for t in (f.producer, *f.consumers))
     yield from ((link.tile, "a link") for link in plan.links)
     yield from ((b.tile, f"buffer {b.name}") for b in plan.buffers)
     yield from ((c.tile, f"the core of {c.group}") for c in plan.cores)
-    yield from ((op.shim, f"a Dma on {op.fifo}") for op in plan.sequence if isinstance(op, Dma))
+    yield from ((op.shim, op) for op in plan.sequence if isinstance(op, Dma))
     if plan.emit is not None:
         yield plan.emit.tile, "the Emit"
 
@@ -365,7 +369,7 @@ def _strides_keep_verifier(op: Dma, most: int) -> bool:
 
 def _check_balance(plan: Plan):
     moved = _objects_moved(plan)
-    taken = _objects_taken(plan)
+    taken = objects_taken(plan)
     fifos = {f.name: f for f in plan.fifos}
     for f in plan.fifos:
         given = _produced(plan, f, fifos, moved, taken)
@@ -389,7 +393,8 @@ def _objects_moved(plan: Plan) -> dict[tuple[str, Direction], float]:
     return {key: n / sizes[key[0]] if key[0] in sizes else 0 for key, n in words.items()}
 
 
-def _objects_taken(plan: Plan) -> dict[tuple[str, Tile, Port], int]:
+def objects_taken(plan: Plan) -> dict[tuple[str, Tile, Port], int]:
+    """(FIFO, tile, port) -> the objects the tile's core acquires of it per launch."""
     taken: dict[tuple[str, Tile, Port], int] = {}
     for core in plan.cores:
         for step, times in launch_steps(core.program):

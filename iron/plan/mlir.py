@@ -1,7 +1,7 @@
 """`print_mlir(plan)`: a Plan as MLIR-AIE text, deterministic and deciding nothing: tiles, object
 FIFOs, links, buffers, one `func.func private` per Function, one `aie.core` per Core and the
 runtime sequence, in only the ops of docs/platform.md section 3 (`ALLOWED_OPS`). The MLIR
-spellings (memref types, port names) live here, not in the Plan; a Dma patched at launch is
+spellings of types (memrefs) live here, not in the Plan; a Dma patched at launch is
 preceded by `// iron.patch dma=<k> word=<w>`. It prints a Plan `check_plan` passed, checking
 again only what MLIR alone needs (each Function parameter names the object whose type it takes)."""
 from __future__ import annotations
@@ -19,10 +19,8 @@ from iron.plan.plan import (
     Fifo,
     Function,
     Invoke,
-    Link,
     Loop,
     Plan,
-    Port,
     Release,
 )
 
@@ -36,7 +34,6 @@ ALLOWED_OPS = frozenset({
 FOREVER = 9223372036854775807   # the core loop's bound: cores start once and never return
 SEQUENCE = "sequence"           # the runtime sequence's symbol
 INDENT = "  "
-PORTS = {Port.PRODUCE: "Produce", Port.CONSUME: "Consume"}
 
 
 def print_mlir(plan: Plan) -> str:
@@ -112,19 +109,16 @@ def link_lines(plan: Plan) -> list[str]:
     return [
         f"aie.objectfifo.link [{_join(f'@{s}' for s in link.sources)}] -> "
         f"[{_join(f'@{d}' for d in link.destinations)}] "
-        f"([{_join(_link_offsets(plan, link, link.source_offsets, link.destinations))}] "
-        f"[{_join(_link_offsets(plan, link, link.destination_offsets, link.sources))}])"
+        f"([{_join(_link_offsets(plan, link.source_offsets, link.destinations))}] "
+        f"[{_join(_link_offsets(plan, link.destination_offsets, link.sources))}])"
         for link in plan.links
     ]
 
 
-def _link_offsets(plan: Plan, link: Link, offsets: tuple[int, ...], mem_side: tuple[str, ...]) -> list[int]:
+def _link_offsets(plan: Plan, offsets: tuple[int, ...], mem_side: tuple[str, ...]) -> list[int]:
     """Byte offsets into the mem tile's object (a join's destination, a split's source), printed
     in elements of that object, as mlir-aie reads them."""
-    if not offsets:
-        return []
-    itemsize = plan.fifo(mem_side[0]).dtype.itemsize
-    return [o // itemsize for o in offsets]
+    return [o // plan.fifo(mem_side[0]).dtype.itemsize for o in offsets]
 
 
 def buffer_lines(plan: Plan) -> list[str]:
@@ -157,7 +151,7 @@ def core_lines(plan: Plan, core: Core) -> list[str]:
     counts = sorted({0, 1, *_loop_counts(core.program)})
     constants = [f"%c{n} = arith.constant {n} : index" for n in counts]
     constants.append(f"%cmax = arith.constant {FOREVER} : index")
-    program = program_lines(plan, core, core.program, {}, {}, 0)
+    program = program_lines(plan, core.program, {}, {}, 0)
     return [
         f"%core_{core.tile.col}_{core.tile.row} = aie.core(%{core.tile.name}) {{",
         *_indented(constants, 1),
@@ -177,7 +171,7 @@ def _loop_counts(program: tuple) -> set[int]:
     return counts
 
 
-def program_lines(plan: Plan, core: Core, program: tuple, acquired: dict, taken: dict, depth: int) -> list[str]:
+def program_lines(plan: Plan, program: tuple, acquired: dict, taken: dict, depth: int) -> list[str]:
     """The ops of `program`. `acquired` maps a FIFO to the value of its object in scope, `taken`
     counts each FIFO's acquires in this core (to name them uniquely), `depth` is the Loop depth."""
     lines = []
@@ -185,11 +179,11 @@ def program_lines(plan: Plan, core: Core, program: tuple, acquired: dict, taken:
         if isinstance(step, Acquire):
             lines += acquire_lines(plan, step, acquired, taken)
         elif isinstance(step, Release):
-            lines.append(f"aie.objectfifo.release @{step.fifo}({PORTS[step.port]}, {step.count})")
+            lines.append(f"aie.objectfifo.release @{step.fifo}({step.port.value}, {step.count})")
         elif isinstance(step, Invoke):
-            lines.append(invoke_line(plan, core, step, acquired, depth))
+            lines.append(invoke_line(plan, step, acquired, depth))
         else:
-            lines += loop_lines(plan, core, step, dict(acquired), taken, depth)
+            lines += loop_lines(plan, step, dict(acquired), taken, depth)
     return lines
 
 
@@ -200,15 +194,15 @@ def acquire_lines(plan: Plan, step: Acquire, acquired: dict, taken: dict) -> lis
     shape = object_memref(plan.fifo(step.fifo))
     acquired[step.fifo] = obj
     return [
-        f"{view} = aie.objectfifo.acquire @{step.fifo}({PORTS[step.port]}, {step.count}) "
+        f"{view} = aie.objectfifo.acquire @{step.fifo}({step.port.value}, {step.count}) "
         f": !aie.objectfifosubview<{shape}>",
         f"{obj} = aie.objectfifo.subview.access {view}[0] : !aie.objectfifosubview<{shape}> -> {shape}",
     ]
 
 
-def loop_lines(plan: Plan, core: Core, loop: Loop, acquired: dict, taken: dict, depth: int) -> list[str]:
+def loop_lines(plan: Plan, loop: Loop, acquired: dict, taken: dict, depth: int) -> list[str]:
     index = f"%block{depth}"
-    body = program_lines(plan, core, loop.body, acquired, taken, depth + 1)
+    body = program_lines(plan, loop.body, acquired, taken, depth + 1)
     return [
         f"scf.for {index} = %c0 to %c{loop.count} step %c1 {{",
         f"{INDENT}{index}_i32 = arith.index_cast {index} : index to i32",
@@ -217,8 +211,8 @@ def loop_lines(plan: Plan, core: Core, loop: Loop, acquired: dict, taken: dict, 
     ]
 
 
-def invoke_line(plan: Plan, core: Core, step: Invoke, acquired: dict, depth: int) -> str:
-    function = next(f for f in plan.functions if f.name == step.function)
+def invoke_line(plan: Plan, step: Invoke, acquired: dict, depth: int) -> str:
+    function = plan.function(step.function)
     types = arg_types(plan, function)
     values = [acquired.get(name, f"%{name}") for name in step.objects]   # an acquired object, or a Buffer
     values += [f"%block{depth - 1}_i32"] * function.blocked

@@ -51,14 +51,15 @@ def kernel_sources(plan: Plan) -> dict[str, str]:
     if plan.segments:
         return dict(sorted(item for segment in plan.segments for item in kernel_sources(segment).items()))
     files = {HEADER: library_sources()[HEADER]}
-    files.update(kernel.source_text() for kernel in _called_kernels(plan))
+    files.update(kernel.source_text() for kernel in called_kernels(plan))
     for function in plan.functions:
         files[source_file(function.name)] = glue_source(plan, function)
     return dict(sorted(files.items()))
 
 
-def _called_kernels(plan: Plan) -> set[type]:
-    return {s.kernel for f in plan.functions for s in f.steps if isinstance(s, KernelStep)}
+def called_kernels(plan: Plan) -> tuple[type, ...]:
+    """The kernel classes the Plan's KernelSteps call, in first-use order."""
+    return tuple(dict.fromkeys(s.kernel for f in plan.functions for s in f.steps if isinstance(s, KernelStep)))
 
 
 def glue_source(plan: Plan, function: Function) -> str:

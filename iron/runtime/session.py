@@ -11,8 +11,8 @@ import os
 import numpy as np
 
 from iron import debug
-from iron.compiler.cost import generation
 from iron.errors import PlanError
+from iron.plan.cost import generation
 from iron.plan.plan import HostRole, PlacementKind
 from iron.runtime.timeline import HOST, SpanKind, traced
 

@@ -1,5 +1,5 @@
 """The timeline of the timed emulator: the host's clock, the device's, and the spans every core,
-DMA channel and the host record on the cost model's clock (iron/compiler/cost.py), written as a
+DMA channel and the host record on the cost model's clock (iron/plan/cost.py), written as a
 Chrome trace-event JSON that Perfetto (ui.perfetto.dev) and chrome://tracing open. One Timeline
 serves the process, as one host drives the NPU: every timed Emulator adds to it (`Clock`), and
 the sessions advance its host clock by the launch costs of the calls and restarts they make.
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from iron.compiler import cost
 from iron.errors import TraceError
+from iron.plan import cost
 
 HOST, DEVICE = "host", "device: runs"
 

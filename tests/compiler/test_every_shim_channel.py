@@ -11,11 +11,11 @@ import pytest
 
 import iron
 from aie_utils import from_name
-from iron.compiler import cost
 from iron.compiler.matrices import Later, Left, bd_share, lane_ops
 from iron.kernels import MatVec, ReLU, RMSNorm
 from iron.models.blocks import Q4_1, Q8_0
 from iron.models.smollm2_graph import SmolLM2Graph
+from iron.plan import cost
 from iron.plan.fifos import FifoId, Stem
 from iron.plan.plan import Dma, FifoRole, TileKind
 from iron.plan.rules import Rule

@@ -1471,18 +1471,17 @@ def test_an_activation_that_keeps_zeros_of_a_padded_products_input_streams_over_
     assert kept[:m, :k].any() and not kept[m:].any() and not kept[:, k:].any()
 
 
-def test_an_activation_of_a_padded_products_input_that_does_not_keep_zeros_is_refused():
-    """Exp(0) = 1 would be summed as K's padding: Exp(A) does not stream over A padded (509 bfloat16
-    elements a row, 259081 in all, have no whole blocks), and DoesNotFit says so."""
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+def test_an_activation_of_a_padded_products_input_that_does_not_keep_zeros_streams_with_k_kept(device):
+    """Exp(0) = 1 would be summed as K's padding, so the product keeps K = 509 (`tail_kept`) and
+    Exp(A) streams over A's rows padded after the last, as the product reads it (509 bfloat16
+    elements a row, 259081 in all, have no whole blocks; before: DoesNotFit); equal to reference()."""
     a, b = operands(509, 509, 509, BF16)
-    with pytest.raises(DoesNotFit) as err:
-        ExpThenProduct(b).compile(a=a, device=from_name("npu2"))
-    assert str(err.value) == (
-        "ExpThenProduct does not fit npu2 even cut into segments: Exp#0 (group g0) alone is too large for one "
-        "configuration. ExpThenProduct: Exp#0 over 259081 bfloat16 elements take 1036324 bytes, more than a compute "
-        "tile's 64512, and stream_elementwise cuts them into blocks that divide 259081 and hold whole 32-bit words (2 "
-        "elements each), of which 259081 has none, and pad_to_block did not pad them: no padded length "
-        "streams either. Pad the tensors to 259082 elements, or cut the calls in two.")
+    graph = ExpThenProduct(b / 22)
+    body = graph.compile(a=a / 4, device=from_name(device))
+    assert padded(body.plan)["a"] == ((509, 509), (512, 509))
+    assert [(f.call, f.own, f.lies) for f in facts(body.plan, PaddedStream)] == [("Exp#0", (509, 509), (512, 509))]
+    assert_matches(body(a=a / 4), graph.reference(a=a / 4))
 
 
 class ProductIntoState(iron.Graph):

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from aie_utils import from_name
-from iron.compiler import cost
 from iron.compiler import repeat as repeat_module
 from iron.compiler.compile import compile_program
 from iron.compiler.priced import Chain, Priced, plan_ns, reconfigure_ns
+from iron.plan import cost
 from iron.plan.rules import Rule
 from iron.runtime.compiled import CompiledGraph
 from tests.compiler.test_repeat import Rows, rows_inputs

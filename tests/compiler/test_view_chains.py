@@ -89,11 +89,11 @@ def chains(draw):
 class Chain(iron.Graph):
     """The drawn chain over input x (seen through `first`), each step's operand a param."""
 
-    def __init__(self, first: str, shape, steps, argmax: bool, seed: int):
+    def __init__(self, first: str, shape, steps, argmax: bool, seed: int, dtype=np.float32):
         rng = np.random.default_rng(seed)
         self.first, self.shape, self.steps, self.argmax = first, shape, steps, argmax
-        self.operands = [None if kind in ("softmax", "view") else iron.param(rng.standard_normal(
-            s[::-1] if kind == "matmul" and view == "transpose" else stored(view, s)).astype(np.float32) / 4)
+        self.operands = [None if kind in ("softmax", "view") else iron.param((rng.standard_normal(
+            s[::-1] if kind == "matmul" and view == "transpose" else stored(view, s)) / 4).astype(dtype))
             for kind, view, s in steps]
 
     def body(self, x):

@@ -14,7 +14,7 @@ from aie_utils import from_name
 from iron.compiler.copies import copy_view_for_grid
 from iron.kernels import Add, Argmax, Copy, Exp, MatMul, ReLU, Scatter, Softmax, Strided, Sub, Sum
 from iron.plan.rules import PaddedStream, Rule
-from tests.compiler.test_view_cases import mlir_ops_allowed
+from tests.compiler.test_view_cases import Norm, mlir_ops_allowed
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
 
@@ -210,3 +210,36 @@ def test_views_of_rows_of_4099_bfloat16_go_in_bands_of_one_object_each(device):
     np.testing.assert_array_equal(transposed, t.T)
     inserted = copy_view_for_grid(LongRows(w).trace(x=x, t=t)).inserted
     assert {c.shape for c in inserted if c.src[0].src[0].arg.name == "w"} == {(2, 4099), (1, 4099)}
+
+
+class SliceSum(iron.Graph):
+    def body(self, x, y):
+        return Add.step(x[1:], y)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rows", [251, 509])
+def test_a_row_slice_of_bfloat16_at_prime_sides_is_gathered_so_its_stream_pads(device, rows):
+    """x[1:] + y, x (rows + 1, 251) bfloat16: the view starts mid-word and its 251 * rows elements
+    are no whole words, so the stream must pad and a view cannot lie padded (before: DoesNotFit
+    "not a host tensor lying in one run of whole words"): Strided calls pick it band by band into
+    a buffer of the compiler's (`row_bands`), which lies padded after its last row; exact."""
+    rng = np.random.default_rng(28)
+    x, y = rng.standard_normal((rows + 1, 251)).astype(BF16), rng.standard_normal((rows, 251)).astype(BF16)
+    body = SliceSum().compile(x=x, y=y, device=from_name(device))
+    np.testing.assert_array_equal(body(x=x, y=y), x[1:] + y)
+    inserted = copy_view_for_grid(SliceSum().trace(x=x, y=y)).inserted
+    assert {c.arg.kernel for c in inserted} == {Strided} and sum(c.shape[0] for c in inserted) == rows
+    assert padded(body)["through.view0"][1][0] > rows
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rmsnorm_over_rows_of_4099_bfloat16_streams_in_blocks_of_two_rows(device):
+    """RMSNorm over (251, 4099) bfloat16: a block of whole words takes two rows, which with the
+    shared w fit a core only with one object of each FIFO (before: DoesNotFit, the stream sized
+    its objects by one row); its rows padded after the last; equal to reference()."""
+    rng = np.random.default_rng(29)
+    x, w = rng.standard_normal((251, 4099)).astype(BF16), rng.standard_normal(4099).astype(BF16)
+    body = Norm(w).compile(x=x, device=from_name(device))
+    np.testing.assert_array_equal(body(x=x), Norm(w).reference(x=x))
+    assert [(f.call, f.own, f.lies[1]) for f in streams(body)] == [("RMSNorm#0", (251, 4099), 4099)]

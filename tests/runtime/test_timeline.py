@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import iron
-from iron.compiler import cost
+from iron.plan import cost
 from iron.runtime.timeline import DEVICE, HOST, Bound, Ddr
 from tests.compiler import designs
 

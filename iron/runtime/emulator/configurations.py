@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from iron.compiler import cost
+from iron.plan import cost
 from iron.runtime.emulator.machine import Emulator, Run
 from iron.runtime.timeline import DEVICE, SpanKind
 

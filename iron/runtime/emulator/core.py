@@ -13,7 +13,17 @@ import numpy as np
 
 from iron.errors import ArgumentError, PlanError
 from iron.ir import wrap_i32
-from iron.plan.plan import Acquire, Imm, Invoke, KernelStep, Loop, Ptr, Release, WordOp
+from iron.plan.plan import (
+    Acquire,
+    Imm,
+    Invoke,
+    KernelStep,
+    Loop,
+    Ptr,
+    Release,
+    WordOp,
+    launch_steps,
+)
 from iron.runtime.emulator.acts import Invoked, in_order
 from iron.runtime.emulator.objectfifo import CorePort
 
@@ -167,7 +177,8 @@ class CoreProgram:
     def __init__(self, core, tile, fifos, functions: dict, board):
         self.core, self.tile, self.board, self.functions = core, tile, board, functions
         self.name = f"core {core.tile.name} (group {core.group})"
-        self.ports = {(fifo, port): fifos.port(fifo, core.tile, port) for fifo, port in _ports(core.program, {})}
+        used = dict.fromkeys((s.fifo, s.port) for s, _ in launch_steps(core.program) if isinstance(s, (Acquire, Release)))
+        self.ports = {(fifo, port): fifos.port(fifo, core.tile, port) for fifo, port in used}
         self.holding: dict[str, CorePort] = {}   # the port each FIFO was last acquired on, as compiled
         if not self.ports:  # it would never wait, so no launch could ever end
             raise PlanError(f"{self.name} acquires nothing, so it would spin forever: give its program an Acquire.")
@@ -254,17 +265,6 @@ class CoreProgram:
             if board.clock is not None:
                 board.clock.compute(board, fn, self.core.tile.name)
         return invoke
-
-
-def _ports(program, found: dict) -> dict:
-    """(FIFO name, port) of each FIFO the core uses, on each port it uses it on (both, for a FIFO
-    between two groups the core runs in turn)."""
-    for op in program:
-        if isinstance(op, Loop):
-            _ports(op.body, found)
-        elif isinstance(op, (Acquire, Release)):
-            found[op.fifo, op.port] = None
-    return found
 
 
 def _enter(index: list, outer: list):

@@ -15,6 +15,7 @@ from iron import dtypes
 from iron.errors import BackendUnavailable
 from iron.kernels.registry import is_library
 from iron.plan.plan import KernelStep
+from iron.plan.sources import called_kernels
 
 MODES = ("numpy", "native")
 
@@ -36,7 +37,7 @@ def kernel_calls(mode: str, plan):
     from iron.runtime.emulator.native import NativeLibrary, library_sources
 
     sources = dict(library_sources())
-    for kernel in plan_kernels(plan):
+    for kernel in called_kernels(plan):
         name, text = kernel.source_text()
         sources[name] = text
     library = NativeLibrary.load(sources)
@@ -119,13 +120,3 @@ class NativeCall(KernelCall):
 def numpy_call(step: KernelStep, attr_names, types) -> NumpyCall:
     """The numpy `make_call`: a NumpyCall (the C types do not matter to numpy)."""
     return NumpyCall(step, attr_names)
-
-
-def plan_kernels(plan) -> list[type]:
-    """The kernel classes the plan's KernelSteps call, in first-use order."""
-    found: dict[type, None] = {}
-    for fn in plan.functions:
-        for step in fn.steps:
-            if isinstance(step, KernelStep):
-                found.setdefault(step.kernel)
-    return list(found)

@@ -1,13 +1,13 @@
-"""The cost model (iron/compiler/cost.py) against values worked out by hand from the table in
+"""The cost model (iron/plan/cost.py) against values worked out by hand from the table in
 docs/platform.md section 11, for small kernels of each role, a Function, DMA and the clock."""
 import ml_dtypes
 import numpy as np
 import pytest
 
 from aie_utils import from_name
-from iron.compiler import cost
 from iron.kernels import MatVec, RMSNorm
 from iron.kernels.base import Role
+from iron.plan import cost
 from iron.plan.plan import CType, Function, Imm, KernelStep, Load, Ptr, ScalarStep, WordOp
 
 NPU1, NPU2 = cost.GENERATIONS["npu1"], cost.GENERATIONS["npu2"]
