@@ -230,16 +230,16 @@ def test_a_smollm2_layer_larger_than_the_array_loops_with_its_heads_looping_insi
     three = dataclasses.replace(model, config=dataclasses.replace(model.config, layers=3),
                                 weights=dataclasses.replace(model.weights, blocks=model.weights.blocks[:3]))
     plan = SmolLM2Graph(three, quantized=True).compile(device="npu2").plan
-    # 41 groups a layer, each of its 9 heads two tiles at least (keys, values and the Softmax's
+    # 42 groups a layer, each of its 9 heads two tiles at least (keys, values and the Softmax's
     # length take three input channels): placed whole it does not fit, so its heads loop inside it
-    assert plan.repeat.count == 3 and len(plan.repeat.groups) == 41
+    assert plan.repeat.count == 3 and len(plan.repeat.groups) == 42
     assert (plan.repeat.inner.groups, plan.repeat.inner.count) == (("g6", "g7", "g8"), 9)
     assert plan.repeat.inner.operands[4][:2] == ("layers.0.keys[1]", "through.RoPE#4[256:320]")   # head 4 reads its kv head 1
     looping = plan.configurations[0]
     heads = [c.program[0] for c in looping.cores if c.group in plan.repeat.inner.groups]
     assert [(loop.count, loop.body[0].count) for loop in heads] == [(3, 9)] * 3
     (line,) = [text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME and "placed once" in text]
-    assert line.startswith("3 iterations of g1..g41 (9 iterations of g6..g8 within each): ")
+    assert line.startswith("3 iterations of g1..g42 (9 iterations of g6..g8 within each): ")
     (nested,) = [fact for rule, fact in plan.rules if rule is Rule.REPEAT_WITHIN_ITERATION]
-    assert (nested.outer, nested.inner, nested.count) == ("g1..g41", "g6..g8", 9)
+    assert (nested.outer, nested.inner, nested.count) == ("g1..g42", "g6..g8", 9)
     assert nested.refused.endswith("would take more FIFOs by DMA than a compute tile has channels")
