@@ -68,7 +68,7 @@ def copy_view_for_grid(program: Program, device=None) -> Program:
                and whole_device_grid(call, device) is None}
     laid_out = LaidOut(program)
     gathered_views = dict.fromkeys(n for call in program.calls for n in call.src[:call.arg.n_inputs]
-                                   if n not in copies and _gathered_on_core(n, laid_out))
+                                   if n not in copies and (_gathered_on_core(n, laid_out) or unpadded_stream(n, call)))
     copies |= {n: gather_view(n, f"through.view{i}") for i, n in enumerate(gathered_views)}
     if not copies:
         return program
@@ -328,8 +328,7 @@ def _gathered_on_core(node: Node, laid: LaidOut) -> bool:
     if node.op != Op.VIEW or len(node.src) > 1 or len(element_pattern(node)[1]) > 4:
         return False
     if is_host_tensor(node):   # a slice starting mid-word moves once `pad_lead_to_words` or `pad_rows_to_words` lays it out
-        return (is_strided(node) or _state_mid_word(node) or laid.mid_word(node)) and not _view_of_host(node) \
-            or unpadded_stream(node)
+        return (is_strided(node) or _state_mid_word(node) or laid.mid_word(node)) and not _view_of_host(node)
     flat = elements(node)
     return int(np.count_nonzero(np.diff(flat) != 1)) + 1 > MAX_GATHER_RUNS
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from aie_utils.devices import COMPUTE_TILE
+from iron.compiler.fuse import SIZE_LIMIT, held_bytes
 from iron.compiler.streaming import streamed_rows
 from iron.compiler.tiling import TILED_BYTES, word_run
 from iron.compiler.words import dma_moves
@@ -75,11 +76,13 @@ def gather_view(view: Node, name: str) -> Node | Written:
             or row_bands(view, name) or copied(view))
 
 
-def unpadded_stream(view: Node) -> bool:
-    """A view of a host tensor larger than a tile whose elements are not whole 32-bit words (251 x
-    251 bfloat16): a stream reading it must pad its rows, and a view cannot lie padded (its base's
-    words follow), so it is read through a buffer of the compiler's, which may."""
-    return nbytes(view) > TILED_BYTES and nbytes(view) % 4 != 0 and is_host_tensor(view)
+def unpadded_stream(view: Node, reader: Node | None = None) -> bool:
+    """A view of a host tensor whose elements are not whole 32-bit words (251 x 251 bfloat16),
+    larger than a tile or read by a call whose tensors are (`held_bytes`): a stream reading it must
+    pad its rows, and a view cannot lie padded (its base's words follow), so it is read through a
+    tensor of the compiler's, which may."""
+    large = nbytes(view) > TILED_BYTES or reader is not None and held_bytes([reader]) > SIZE_LIMIT
+    return view.op == Op.VIEW and is_host_tensor(view) and nbytes(view) % 4 != 0 and large
 
 
 def repeated_unit(view: Node, name: str) -> Written | None:

@@ -22,6 +22,7 @@ from iron.compiler.padding import (
     readers_of,
     readers_unshared,
     reads_region,
+    rows_unread,
     stream_unpadded,
     tail_kept,
     unpaddable,
@@ -117,7 +118,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts
         # pad_through first: a MatMul reading a result already padded takes its layout, not sides of its own
         padded |= pad_through(group, padded, free, group_of, device) or \
             pad_matrix(group, free, group_of, device, agreed, chosen) or \
-            pad_stream(group, free, group_of, device) or pad_rows(group, free, device)
+            pad_stream(group, free, group_of, device) or pad_rows(group, free, group_of, device)
     lies = {n: Lies(shape, group_of.fill(n, padded)) for n, shape in padded.items()}
     choices = tuple((group_of[call].name, choice) for call, (node, shape, choice) in chosen.items()
                     if padded.get(node) == shape)   # the choices no later agreement overrode
@@ -323,7 +324,7 @@ def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: di
     if k_only:   # `pad_k_only`: the result lies in its own shape, whoever reads it
         del found[result_of(call)]
     for operand in (a, b):   # made over the padded layout (`made_over`): the tensors its group reads lie so
-        if made_over(operand, call, readers, group_of, summed=1 not in kept):
+        if made_over(operand, call, readers, group_of, summed=1 not in kept, tail=1 in kept and operand is a):
             lies, calls = found[operand], group_of[operand].calls
             rows = calls[0].arg.kernel.role is Role.ROW_REDUCTION
             found |= {operand.src[0]: lies} | rows_through(operand, lies) if rows else \
@@ -362,7 +363,7 @@ def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, devic
     picks."""
     calls = group.calls
     fed = [n for n in external_inputs(calls) if n.op == Op.CALL and n in padded]
-    if not fed or any(layout_unshared(calls, n, readers, group_of) for n in fed):
+    if not fed or any(layout_unshared(calls, n, readers, group_of, padded[n][1:] != n.shape[1:]) for n in fed):
         return {}
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
         return rows_through(calls[0], padded[fed[0]])
@@ -393,7 +394,7 @@ def pad_stream(group: Group, readers: dict, group_of: dict, device) -> dict[Node
     also = frozenset(c for g in family for c in g.calls)
     padded = []
     for g in family:
-        padded.append(stream_padding(g, readers, device, also))
+        padded.append(stream_padding(g, readers, device, also, group_of))
         if not padded[-1] or padded[-1][result_of(g.calls[-1])] != padded[0][result_of(group.calls[-1])]:
             return {}
     return {n: shape for p in padded for n, shape in p.items()}
@@ -442,21 +443,22 @@ def family_unpadded(program: Program, groups: tuple[Group, ...], group: Group) -
     return ""
 
 
-def stream_padding(group: Group, readers: dict, device, also=frozenset()) -> dict[Node, tuple[int, ...]]:
+def stream_padding(group: Group, readers: dict, device, also=frozenset(), group_of: dict | None = None) -> dict[Node, tuple[int, ...]]:
     """`pad_stream` of one group, `also` (its family's calls) reading its inputs padded too."""
     calls = group.calls
-    if not streams(calls) or stream_unpadded(calls, readers, also):
+    if not streams(calls) or stream_unpadded(calls, readers, also, group_of):
         return {}
     rows, *rest = calls[-1].shape   # a tensor of more axes pads its rows: every view of it stays where it was
     length = streamed_count(calls, device, rows, FLOW_QUANTUM if not rest else ROW_QUANTUM, math.prod(rest))
     return {n: (length, *rest) for n in (*external_inputs(calls), result_of(calls[-1]))} if length else {}
 
 
-def pad_rows(group: Group, readers: dict, device) -> dict[Node, tuple[int, ...]]:
-    """A row reduction over a batch of rows streamed in row-blocks, its result only the host's: its number of
-    rows padded (`streamed_count`), never a row's width (a row is reduced whole) nor the row every row shares."""
+def pad_rows(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
+    """A row reduction over a batch of rows streamed in row-blocks, its result the host's or read by calls
+    sharing its layout (`readers_unshared`: they take it by `pad_through`): its number of rows padded
+    (`streamed_count`), never a row's width (a row is reduced whole) nor the row every row shares."""
     calls = group.calls
-    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or readers.get(calls[0]) != [Reader.HOST]:
+    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or rows_unread(calls[0], readers, group_of):
         return {}
     if calls[0].arg.kernel.role is Role.EXPANSION:   # streams in units of a row (`stream_expansion_units`)
         return {}

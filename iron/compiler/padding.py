@@ -142,7 +142,7 @@ def tail_kept(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dic
     kept = {}
     for side, node in zip((1, 2), call.src[:2]):
         if unpaddable(node, joined, readers, group_of) and not (node.op == Op.CALL and made_over(node, call, readers, group_of)):
-            if made_over(node, call, readers, group_of, summed=False):   # its padding not zeros: K summed as it is
+            if made_over(node, call, readers, group_of, summed=False, tail=node is call.src[0]):   # K summed as it is
                 side = 1
             elif unpaddable(node, joined, readers, group_of, tail=True):
                 return None
@@ -150,11 +150,12 @@ def tail_kept(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dic
     return kept
 
 
-def made_over(node: Node, call: Node, readers: dict, group_of: Groups, summed: bool = True) -> bool:
+def made_over(node: Node, call: Node, readers: dict, group_of: Groups, summed: bool = True, tail: bool = False) -> bool:
     """`pad_upstream_zeros`, `pad_upstream_rows`: whether the group making `node`, read by the product `call`
     alone, computes it over the padded layout from paddable tensors, the lattice saying the padding `call` sums
-    over is zeros (unless `summed` is False: the product keeps the side it sums, `tail_kept`): elementwise calls
-    streaming over it, or a row reduction alone streaming its rows as wide as they lie (`width_unshared`)."""
+    over is zeros (unless `summed` is False: the product keeps the side it sums, `tail_kept`; `tail`: A lies
+    padded after its last row only, so its inputs may lie so too): elementwise calls streaming over it, or a row
+    reduction alone streaming its rows as wide as they lie (`width_unshared`)."""
     if node.op != Op.CALL:
         return False
     calls = group_of[node].calls
@@ -164,14 +165,15 @@ def made_over(node: Node, call: Node, readers: dict, group_of: Groups, summed: b
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
         return len(calls) == 1 and not node.arg.writes and node.src[0].shape == node.shape \
             and held_bytes([node]) > SIZE_LIMIT and not width_unshared(node, readers) \
-            and not unpaddable(node.src[0], calls, readers, group_of)
+            and not unpaddable(node.src[0], calls, readers, group_of, tail=tail)
     return all(r in calls for c in calls[:-1] for r in readers.get(c, [])) and not unstreamed(calls, node.shape) \
-        and not any(unpaddable(n, calls, readers, group_of) for n in external_inputs(calls))
+        and not any(unpaddable(n, calls, readers, group_of, tail=tail) for n in external_inputs(calls))
 
 
-def readers_unshared(call: Node, readers: dict, group_of: dict | None, small: bool = False) -> str:
+def readers_unshared(call: Node, readers: dict, group_of: dict | None, small: bool = False, wider: bool = True) -> str:
     """Why the readers of a padded product's result may not read it as it lies: it is `shown` (`small`: groups
-    fitting a tile read its region too), or read by the host once and calls sharing its layout."""
+    fitting a tile read its region too), or read by the host once and calls sharing its layout (`wider`: its rows
+    may lie padded too, not only after the last)."""
     users = readers.get(call, [])
     if call.arg.writes:   # a grid writes a whole state read by no one else (tiling.result_users)
         state = state_written_whole(call)
@@ -181,23 +183,24 @@ def readers_unshared(call: Node, readers: dict, group_of: dict | None, small: bo
     if shown(call, readers, group_of if small else None):
         return ""
     if group_of and users.count(Reader.HOST) <= 1 and all(u is Reader.HOST or isinstance(u, Node) for u in users):
-        why = calls_unshared(call, readers, group_of)
+        why = calls_unshared(call, readers, group_of, wider)
         return why and f"its result is {why}"
     return "its result is read by more than the host, views and calls that neither tile nor stream"
 
 
-def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
-    """Why `calls` may not read `result` (a padded product's, or over its layout) as it lies: elementwise calls,
-    a row reduction, a MatMul may (the `pad_through_*` rules); nothing else (Exp(0) = 1)."""
+def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict, wider: bool = True) -> str:
+    """Why `calls` may not read `result` (a padded product's, or over its layout; `wider`: its rows padded too)
+    as it lies: elementwise calls, a row reduction, a MatMul may (the `pad_through_*` rules); nothing else
+    (Exp(0) = 1)."""
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
-        return rows_unshared(calls, result, readers, group_of)
+        return rows_unshared(calls, result, readers, group_of, wider)
     if calls[0].arg.kernel.role is Role.MATRIX:
         return matmul_unshared(calls, result, readers, group_of)
-    why = stream_unshared(calls, result, readers, group_of)
+    why = stream_unshared(calls, result, readers, group_of, wider)
     if why:
         return why
     if not shown(calls[-1], readers):
-        why = zeros_unkept(calls, readers, group_of)
+        why = zeros_unkept(calls, readers, group_of, wider)
         if why:
             return why
     elif readers[calls[-1]] != [Reader.HOST] and result.shape[-1] * calls[-1].dtype.itemsize % 4:
@@ -205,14 +208,14 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
     return join_unshared(joined(calls, result, group_of), calls, readers, group_of)
 
 
-def stream_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
+def stream_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict, wider: bool = True) -> str:
     """Why elementwise `calls` may not stream over the padded layout `result` lies in, reading
     other tensors that may be padded (those lying in a padded product's layout too)."""
     why = unstreamed(calls, result.shape)
     if why:
         return why
-    why = next((why for n in external_inputs(calls) if not carried(n, group_of)
-                and (why := unpaddable(n, calls, readers, group_of))), "")
+    why = next((why for n in external_inputs(calls) if n is not result and not carried(n, group_of)
+                and (why := unpaddable(n, calls, readers, group_of, tail=not wider))), "")
     return why and f"also reads a tensor that may not be padded: {why}"
 
 
@@ -228,7 +231,7 @@ def unstreamed(calls: tuple[Node, ...], shape: tuple[int, ...]) -> str:
     return ""
 
 
-def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
+def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict, wider: bool = True) -> str:
     """`pad_through_zeros`: why readers may not read the result of elementwise `calls` over a product's layout:
     the host once, elementwise calls, row reductions, a MatMul when the lattice says the padding it sums is zeros."""
     last = calls[-1]
@@ -239,14 +242,14 @@ def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
             isinstance(u, Node) and u.arg.kernel.role in (Role.MATRIX, Role.ELEMENTWISE, Role.ROW_REDUCTION)) for u in users):
         why = f" ({describe(unkept)} maps zeros to other values)" if unkept is not None else ""
         return f"makes {describe(last)}, read by more than the host, views and calls that neither tile nor stream{why}"
-    why = calls_unshared(last, readers, group_of)
+    why = calls_unshared(last, readers, group_of, wider)
     return why and f"makes {describe(last)}, {why}"
 
 
-def calls_unshared(node: Node, readers: dict, group_of: dict) -> str:
+def calls_unshared(node: Node, readers: dict, group_of: dict, wider: bool = True) -> str:
     """Why the first call reading `node` that may not read it as it lies padded may not."""
     return next((f"read by {describe(u)}, which {why}" for u in readers.get(node, []) if isinstance(u, Node)
-                 and (why := layout_unshared(group_of[u].calls, node, readers, group_of))), "")
+                 and (why := layout_unshared(group_of[u].calls, node, readers, group_of, wider))), "")
 
 
 def matrix_readers(call: Node, readers: dict, group_of: dict) -> list[tuple[Node, Node]]:
@@ -282,16 +285,18 @@ def source_unshared(node: Node, products: tuple[Node, ...], readers: dict, group
     return stream_unshared(calls, node, readers, group_of) or join_unshared(products, calls, readers, group_of)
 
 
-def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
+def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict, wider: bool = True) -> str:
     """`pad_through_rows`: a row reduction alone over `result`, streamed, writing no state, its result the
     host's, reading no other computed tensor."""
     call = calls[0]
+    if not wider and held_bytes(list(calls)) <= SIZE_LIMIT:   # its tile holds the rows it reads, one run
+        return ""
     if len(calls) != 1 or call.src[0] is not result or call.arg.writes or held_bytes(list(calls)) <= SIZE_LIMIT \
             or len(result.shape) != 2:
         return f"does not stream the rows of {describe(result)} alone in its group"
-    if result.op == Op.CALL and result.arg.kernel.role is not Role.MATRIX and (why := width_unshared(call, readers)):
+    if wider and result.op == Op.CALL and result.arg.kernel.role is not Role.MATRIX and (why := width_unshared(call, readers)):
         return why   # rows an elementwise call makes over a product padded wider (`pad_matrix`'s `keeps_n` sees only the product's readers)
-    if readers.get(call) != [Reader.HOST] and (why := readers_unshared(call, readers, group_of)):
+    if readers.get(call) != [Reader.HOST] and (why := readers_unshared(call, readers, group_of, wider=wider)):
         return f"makes {describe(call)}: {why}"   # its result lies padded too: read by the host or calls sharing that layout
     shared = call.src[1:call.arg.n_inputs]
     return next((f"also reads {describe(n)}, which another call makes" for n in shared if not is_host_tensor(n)
@@ -370,19 +375,46 @@ def keeps_n(call: Node, readers: dict) -> bool:
     return any(width_unshared(u, readers) for u in readers.get(call, []))
 
 
-def stream_unpadded(calls, readers: dict, also: tuple[Node, ...] = ()) -> str:
+def stream_unpadded(calls, readers: dict, also: tuple[Node, ...] = (), group_of: dict | None = None) -> str:
     """Why `pad_stream` may not pad elementwise calls' tensors (`also`: the calls of its
-    `pad_shared_stream` family, reading their inputs padded alike)."""
+    `pad_shared_stream` family, reading their inputs padded alike; `group_of`: the design's groups, whose row
+    reductions may read the result's rows as they lie, `pad_through_rows`)."""
     last = calls[-1]
     if len(last.shape) > 1 and any(n.shape != last.shape for c in calls for n in (c, *tensor_inputs(c))):
         return f"they read or make tensors of other shapes than {last.shape}, which cannot lie in its padding"
     if last.arg.writes and (readers.get(last) or destination(last).op == Op.VIEW):
         return f"{describe(last)} is read, or written into a view of {describe(destination(last))}"
-    if not last.arg.writes and not shown(last, readers) and not set(readers.get(last, [])) <= set(also):
+    users = readers.get(last, [])
+    if not last.arg.writes and (users.count(Reader.HOST) > 1 or not all(reads_rows(u, last, readers, also, group_of) for u in users)):
         return f"{describe(last)} is read by more than the host, views and calls that read its user's region"
     if returned := [c for c in calls[:-1] if Reader.HOST in readers.get(c, [])]:
         return f"{describe(returned[0])} is returned too, in its own length"
     return next((why for n in external_inputs(calls) if (why := unpaddable(n, (*calls, *also), readers, tail=True))), "")
+
+
+def rows_unread(call: Node, readers: dict, group_of: dict) -> bool:
+    """Whether the readers of a row reduction's result may not read it with its rows padded after the last: the
+    host may, calls that may read it so (`readers_unshared`), but none beside a product's layout (its producer
+    writes it into that one, `pad_written_by_producer`) nor products laying it out together (`pad_shared_input`)."""
+    users = readers.get(call, [])
+    if users == [Reader.HOST]:
+        return False
+    return not users or bool(readers_unshared(call, readers, group_of, wider=False)) or any(
+        carried(n, group_of) for u in users if isinstance(u, Node) for n in external_inputs(group_of[u].calls))
+
+
+def reads_rows(user, node: Node, readers: dict, also, group_of: dict | None) -> bool:
+    """Whether `user` may read `node` lying with its rows padded after the last (a stream's): the host, a view, a
+    call of the stream's family (`also`), one reading the region (`reads_region`; a group fitting a tile, its region
+    one run), or a row reduction streaming the rows as they lie (`pad_through_rows`)."""
+    if user in (Reader.HOST, Reader.VIEW) or user in also or isinstance(user, Node) and reads_region(user, node):
+        return True
+    if not isinstance(user, Node) or group_of is None:
+        return False
+    calls = group_of[user].calls
+    if held_bytes(list(calls)) <= SIZE_LIMIT and all(c.arg.kernel.role is not Role.MATRIX for c in calls):
+        return True
+    return user.arg.kernel.role is Role.ROW_REDUCTION and not rows_unshared(calls, node, readers, group_of, wider=False)
 
 
 # ---- the facts of a design's layout ---------------------------------------------------------------

@@ -12,7 +12,20 @@ import pytest
 import iron
 from aie_utils import from_name
 from iron.compiler.copies import copy_view_for_grid
-from iron.kernels import Add, Argmax, Copy, Exp, MatMul, ReLU, Scatter, Softmax, Strided, Sub, Sum
+from iron.kernels import (
+    Add,
+    Argmax,
+    Copy,
+    Exp,
+    MatMul,
+    ReLU,
+    RMSNorm,
+    Scatter,
+    Softmax,
+    Strided,
+    Sub,
+    Sum,
+)
 from iron.plan.rules import PaddedStream, Rule
 from tests.compiler.test_view_cases import Norm, mlir_ops_allowed
 
@@ -243,3 +256,33 @@ def test_rmsnorm_over_rows_of_4099_bfloat16_streams_in_blocks_of_two_rows(device
     body = Norm(w).compile(x=x, device=from_name(device))
     np.testing.assert_array_equal(body(x=x), Norm(w).reference(x=x))
     assert [(f.call, f.own, f.lies[1]) for f in streams(body)] == [("RMSNorm#0", (251, 4099), 4099)]
+
+
+class NormThenProduct(iron.Graph):
+    """reader(x[:, 1:]) @ w: rows of 509 bfloat16 (no whole words) reduced (RMSNorm by `row`), the
+    result read by a MatMul."""
+
+    def __init__(self, reader, w, row):
+        self.reader, self.w, self.row = reader, iron.param(w), iron.param(row)
+
+    def body(self, x):
+        rows = RMSNorm.step(x[:, 1:], self.row) if self.reader is RMSNorm else self.reader.step(x[:, 1:])
+        return MatMul.step(rows, self.w)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reader", [Softmax, RMSNorm])
+def test_a_row_reduction_of_odd_width_bfloat16_rows_read_by_a_product_pads_its_rows(device, reader):
+    """Softmax or RMSNorm over (251, 509) bfloat16 (x[:, 1:], gathered into a buffer of the
+    compiler's), its result read by a MatMul: the row stream pads its rows after the last, which
+    the product reads as A with M padded alike, K kept (before: DoesNotFit, the row reduction's
+    result read by another call was never padded); equal to reference() within the grid's order
+    of sums."""
+    rng = np.random.default_rng(30)
+    x, w = rng.standard_normal((251, 510)).astype(BF16), (rng.standard_normal((509, 251)) / 4).astype(BF16)
+    graph = NormThenProduct(reader, w, rng.standard_normal(509).astype(BF16))
+    body = graph.compile(x=x, device=from_name(device))
+    want = np.asarray(graph.reference(x=x), np.float64)
+    np.testing.assert_allclose(np.asarray(body(x=x), np.float64), want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max())
+    assert [(f.call, f.own) for f in streams(body)][:1] == [(f"{reader.__name__}#0", (251, 509))]
+    assert padded(body)["through.view0"][1][1:] == (509,)
