@@ -114,6 +114,13 @@ def finish_sequence(entries: list, fifos: dict[FifoId, Fifo], device) -> tuple:
     return tuple(ops.ops)
 
 
+def _waitable(op: Dma) -> Dma:
+    """`op` issuing a completion token (a Wait covers it): built directly, as a long looped
+    sequence makes most of its ops waitable."""
+    return Dma(op.direction, op.fifo, op.buffer, op.offset, op.sizes, op.strides, op.bd_id, op.shim, op.patch_word,
+               issue_token=True)
+
+
 class _Ops:
     """The ops so far, the BD ids each shim tile's ops hold until a Wait covers them (by shim,
     and by FIFO: a long looped sequence waits often), and the S2MM FIFOs not yet waited on."""
@@ -132,12 +139,14 @@ class _Ops:
             self.unwaited.setdefault(op.fifo)
 
     def free_bd(self, shim: Tile) -> int:
+        """The lowest BD id of `shim` no op holds, after waiting on the oldest op's FIFO while
+        every one is held."""
         mine = self.held.setdefault(shim, {})
-        free = next((bd for bd in range(self.device.shim_bd_ids) if bd not in mine), None)
-        if free is not None:
-            return free
-        self.wait(self.ops[min(mine.values())].fifo)
-        return self.free_bd(shim)
+        while len(mine) >= self.device.shim_bd_ids:
+            self.wait(self.ops[min(mine.values())].fifo)
+        for bd in range(self.device.shim_bd_ids):
+            if bd not in mine:
+                return bd
 
     def wait(self, fifo: FifoId):
         """Append Wait(fifo), making its held MM2S ops waitable, and free the BDs it covers;
@@ -148,6 +157,6 @@ class _Ops:
         for shim, bd in covered:
             index = self.held[shim].pop(bd)
             if self.ops[index].direction is Direction.MM2S:
-                self.ops[index] = replace(self.ops[index], issue_token=True)
+                self.ops[index] = _waitable(self.ops[index])
         self.ops.append(Wait(fifo))
         self.unwaited.pop(fifo, None)
