@@ -26,6 +26,7 @@ from iron.ir import (
     destination,
     dynamic_attrs,
     elements,
+    external_inputs,
     input_dtypes,
     is_computed_view,
     is_host_tensor,
@@ -318,7 +319,7 @@ def _relay_items(ctx: Context, part: Part, relay: Relay) -> list[tuple]:
     for node in reads_of(ctx, relay.reader):
         if ctx.results.get(node, ("",))[0] in relay.fifos:
             what = call_label(ctx.program, node) if node.op == Op.CALL else describe(node)
-            items.append((node, node.size * node.dtype.itemsize, node.dtype, what, read(ctx, part, node, False)))
+            items.append((node, nbytes(node), node.dtype, what, read(ctx, part, node, False)))
     return items
 
 
@@ -326,8 +327,7 @@ def reads_of(ctx: Context, reader: str) -> list[Node]:
     """The tensors a group (or the Emit) reads that it does not compute, in first-use order."""
     if reader == EMIT:
         return [v.src[0] for _, v in ctx.program.carry if v.op == Op.ELEM]
-    calls = ctx.layout.site(reader).group.calls
-    return list(dict.fromkeys(n for c in calls for n in tensor_inputs(c) if n not in calls))
+    return external_inputs(ctx.layout.site(reader).group.calls)
 
 
 def _split_home(ctx: Context, part: Part, call: Node):
@@ -342,11 +342,11 @@ def _home(ctx: Context, part: Part, call: Node):
     places = [(part.fifo(Stem.HOST), part.host.add(key, *_region(ctx, call, key.placement)))
               for key in _host_uses(ctx.program, call)]
     if any(u is not Reader.HOST for u in ctx.layout.users.get(call, ())):
-        out = part.out.add(call, call.size * call.dtype.itemsize, call.dtype, call_label(ctx.program, call))
+        out = part.out.add(call, nbytes(call), call.dtype, call_label(ctx.program, call))
         places.append((part.fifo(Stem.OUT), out))
         ctx.results[call] = (part.fifo(Stem.OUT), out)
     if not places:
-        places = [(_buffer(ctx, part, call, call.size * call.dtype.itemsize), 0)]
+        places = [(_buffer(ctx, part, call, nbytes(call)), 0)]
     part.homes[call] = places[0]
     for source, offset in places[1:]:
         part.copies.append(copy_step(call.dtype, call.size, Ptr(*places[0]), Ptr(source, offset)))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from iron.ir import SCALAR_SYMBOL
 from iron.plan.fifos import FEEDBACK
-from iron.plan.memory import budget, tile_memory
+from iron.plan.memory import budget, runs_on, tile_memory
 from iron.plan.plan import (
     Choice,
     Const,
@@ -124,9 +124,7 @@ def _columns(rows: list[tuple[str, ...]]) -> list[str]:
 
 
 def _tiles(plan: Plan) -> list[str]:
-    calls = dict(plan.groups)
-    rows = [(c.tile.name, ", ".join(c.groups), ", ".join(k for g in c.groups for k in calls.get(g, ()))
-             or "computes the next call's words")
+    rows = [(c.tile.name, ", ".join(c.groups), ", ".join(runs_on(plan, c.tile)) or "computes the next call's words")
             for c in sorted(plan.cores, key=lambda c: (c.tile.col, c.tile.row))]
     rows += [(t.name, str(t.kind), "") for t in plan.tiles if t.kind is not TileKind.COMPUTE]
     return _columns(rows)
