@@ -138,16 +138,17 @@ class Chain:
         last: dict = {}   # FifoId -> the unit that last moved it
         for op in self.plan.sequence:
             if isinstance(op, Dma):
-                group = self.fifo_group[op.fifo]
+                fifo, nbytes = op.fifo, op.nwords * 4
+                group = self.fifo_group[fifo]
                 if current is None or current.group != group:
                     at = self.reached.get(group, 0)
                     self.reached[group] = at + 1
                     current = self.units[group, at] = Unit(group, at, issued)
-                current.moved[op.fifo] = current.moved.get(op.fifo, 0) + op.nwords * 4
-                current.ddr += op.nwords * 4
+                current.moved[fifo] = current.moved.get(fifo, 0) + nbytes
+                current.ddr += nbytes
                 if op.direction is Direction.S2MM:
-                    current.results.add(op.fifo)
-                last[op.fifo] = current
+                    current.results.add(fifo)
+                last[fifo] = current
             elif isinstance(op, Wait):
                 if op.fifo in last:
                     issued = max(issued, self._scheduled(last[op.fifo]).end)   # every later move waits

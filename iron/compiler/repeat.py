@@ -259,23 +259,29 @@ def _enough(groups: tuple[Group, ...], device, bound: float, within: float) -> C
     loop's estimate (`bound`: the floor under the whole spread design, when higher)."""
     gen, tiles = cost.generation(device), len(device.compute_tiles)
     done: list[float] = []
+    left = _least_read(groups)
 
     def enough(plans: list[Plan], stop: int) -> Abandoned | None:
         done.extend(plan_ns(p) for p in plans[len(done):])
         least = len(plans) + -(-(len(groups) - stop) // tiles)
-        ns = sum(done) + reconfigure_ns(device, least) + cost.ddr_ns(gen, _least_read(groups[stop:]))
+        ns = sum(done) + reconfigure_ns(device, least) + cost.ddr_ns(gen, left[stop])
         return Abandoned(least, max(ns, bound)) if ns > within else None
     return enough
 
 
-def _least_read(groups: tuple[Group, ...]) -> int:
-    """The bytes `groups` certainly read from DDR: of each host tensor they read, all of it or
-    its largest view read."""
+def _least_read(groups: tuple[Group, ...]) -> list[int]:
+    """By group k, the bytes the groups from k on certainly read from DDR: of each host tensor
+    they read, all of it or its largest view read (summed from the last group back, once)."""
     read: dict[Node, int] = {}
-    for node in (n for g in groups for c in g.calls for n in tensor_inputs(c) if storage(n).op in HOST):
-        whole, size = storage(node), node.size * node.dtype.itemsize
-        read[whole] = min(whole.size * whole.dtype.itemsize, max(read.get(whole, 0), size))
-    return sum(read.values())
+    total, found = 0, [0]
+    for g in reversed(groups):
+        for node in (n for c in g.calls for n in tensor_inputs(c) if storage(n).op in HOST):
+            whole, size = storage(node), node.size * node.dtype.itemsize
+            most = min(whole.size * whole.dtype.itemsize, max(read.get(whole, 0), size))
+            total += most - read.get(whole, 0)
+            read[whole] = most
+        found.append(total)
+    return found[::-1]
 
 
 def _label(repeat: Repeat) -> str:

@@ -4,7 +4,7 @@ of one, they read and write; and groups alike up to names, reading alike from wh
 (`group_structures`: the rule `same_structure_same_fit`, segment.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -82,9 +82,10 @@ def _entry(node: Node, mine: set, memo: dict, entries: list) -> int:
 
 
 def placeless(axes) -> tuple:
-    """A view's axes with where they start left out: views alike but for where they lie."""
-    return tuple(replace(a, index=None if a.index is None else 0, start=0,
-                         stop=None if a.stop is None else a.stop - a.start) for a in axes)
+    """A view's axes with where they start left out (each as its fields, but the index as whether
+    there is one and the slice as its length): views alike but for where they lie."""
+    return tuple((a.index is None, a.dynamic, None if a.stop is None else a.stop - a.start, a.length, a.extent,
+                  a.step, a.order) for a in axes)
 
 
 def group_structures(groups: tuple[Group, ...], where: dict[Node, tuple[int, int]]) -> tuple[int, ...]:

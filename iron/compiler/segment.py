@@ -280,6 +280,7 @@ class Flow:
             for node in _calls_read(value, include_self=True):
                 self.last_read[node] = len(groups)
         self._crossing = self._sweep()
+        self._bytes: dict[int, int] = {}
         self.where = {c: (i, k) for i, g in enumerate(groups) for k, c in enumerate(g.calls)}
         self.structures = group_structures(groups, self.where)
 
@@ -304,7 +305,9 @@ class Flow:
         return found
 
     def crossing_bytes(self, cut: int) -> int:
-        return sum(map(self.lies_in_bytes, self.crossing(cut)))
+        if cut not in self._bytes:   # asked for every cut of every window the search weighs
+            self._bytes[cut] = sum(map(self.lies_in_bytes, self.crossing(cut)))
+        return self._bytes[cut]
 
     def lies_in_bytes(self, node: Node) -> int:
         """The bytes of a crossing value's DDR buffer: its own, or padded (`pad_to_block`)."""
@@ -433,13 +436,14 @@ class Flow:
 
     def cut_label(self, before: int) -> str:
         """A cut as a Choice names it: the group after it and the bytes crossing."""
-        return f"before {self.cut(before).before} ({self.crossing_bytes(before)} bytes cross)"
+        return f"before {self._before(before)} ({self.crossing_bytes(before)} bytes cross)"
 
     def cut(self, before: int) -> Cut:
-        values = self.crossing(before)
-        name = self.groups[before].name if before < len(self.groups) else "the Emit"
-        return Cut(name, sum(map(self.lies_in_bytes, values)),
-                   tuple(call_label(self.program, n) for n in values))
+        return Cut(self._before(before), self.crossing_bytes(before),
+                   tuple(call_label(self.program, n) for n in self.crossing(before)))
+
+    def _before(self, cut: int) -> str:
+        return self.groups[cut].name if cut < len(self.groups) else "the Emit"
 
 
 def _calls_read(node: Node, include_self: bool = False) -> list[Node]:

@@ -17,7 +17,6 @@ from iron.errors import (
     KernelTypeError,
     SignatureError,
     TracedValueError,
-    WriteHazard,
 )
 from iron.frontend import shapes
 from iron.frontend.declarations import Constants, Memory
@@ -30,6 +29,7 @@ from iron.frontend.handles import (
     as_scalar_node,
     broadcast_view,
 )
+from iron.frontend.hazards import check_hazards
 from iron.ir import (
     Call,
     Declaration,
@@ -42,11 +42,7 @@ from iron.ir import (
     Var,
     VarKind,
     describe,
-    destination,
-    overlap,
     scalar_vars,
-    state_of,
-    storage,
 )
 from iron.kernels.base import RECORDING, Kernel, Role
 from iron.kernels.library import Copy
@@ -618,71 +614,3 @@ def _next_values(t: Trace, c: Carry, sig: Signature, where: str) -> tuple[tuple[
             )
         result.append((name, node))
     return tuple(result)
-
-
-# ---- hazards -----------------------------------------------------------------------------------
-
-def state_accesses(call: Node) -> tuple[list[Node], list[Node]]:
-    """(state tensors read, state tensors written) by one CALL node: whole states or views of them."""
-    c = call.arg
-    reads = [n for n in call.src[: c.n_inputs] if state_of(n)]
-    writes = [n for n in [destination(call)] if n is not None and state_of(n)]
-    if c.kernel.accumulates:
-        reads += writes
-    return reads, writes
-
-
-def _touches(a: Node, b: Node) -> bool:
-    """Whether two state tensors may share an element (`overlap` of the same state)."""
-    return state_of(a) == state_of(b) and overlap(a, b)
-
-
-def check_hazards(calls: tuple[Node, ...], where: str):
-    """Refuse two writes to one state, or a read then a later overwrite, that may touch a common
-    element (their regions overlap, or a per-call index may make them) with no edge ordering
-    them; writes to disjoint regions need no order. A read is ordered after every earlier
-    write it may touch."""
-    index = {c: i for i, c in enumerate(calls)}
-    before: list[set[int]] = []
-    effects = [state_accesses(c) for c in calls]
-    writers: dict[str, list[int]] = {}    # per state, the calls writing it (only they can touch a read)
-    touching: dict[str, list[int]] = {}   # per state, the calls reading or writing it
-    for i, call in enumerate(calls):
-        reads, writes = effects[i]
-        preds = {index[s] for s in map(storage, call.src) if s in index}
-        preds |= {k for r in reads for k in writers.get(state_of(r), ())
-                  if any(_touches(r, w) for w in effects[k][1])}
-        ancestors = set(preds)
-        for p in preds:
-            ancestors |= before[p]
-        before.append(ancestors)
-        for state in dict.fromkeys(state_of(n) for n in writes):
-            writers.setdefault(state, []).append(i)
-        for state in dict.fromkeys(state_of(n) for n in (*reads, *writes)):
-            touching.setdefault(state, []).append(i)
-    for j, (_, writes_j) in enumerate(effects):
-        for w in writes_j:
-            for i in touching[state_of(w)]:
-                if i >= j:
-                    break
-                if i in before[j]:
-                    continue
-                if any(_touches(w, other) for other in effects[i][1]):
-                    _hazard(calls, i, j, state_of(w), where, "both write")
-                if any(_touches(w, other) for other in effects[i][0]):
-                    _hazard(calls, i, j, state_of(w), where, "read then overwrite")
-
-
-def _hazard(calls, i, j, state, where, kind):
-    a, b = calls[i], calls[j]
-    na, nb = f"{a.arg.kernel.__name__}#{i}", f"{b.arg.kernel.__name__}#{j}"
-    if kind == "both write":
-        raise WriteHazard(
-            f"{na} and {nb} in {where} both write state '{state}' and nothing orders them: the device may "
-            f"run them in either order. Make {nb} use a result of {na}, or write different states."
-        )
-    raise WriteHazard(
-        f"{na} in {where} reads state '{state}' and the later {nb} overwrites it with no data path "
-        f"from {na} to {nb}: the device may overwrite it before it is read. Use {na}'s result in {nb}, "
-        "or write a different state."
-    )

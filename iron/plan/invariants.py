@@ -303,6 +303,8 @@ def _check_sequence(plan: Plan):
     buffers = {b.name: b for b in plan.host_buffers}
     ranges = word_ranges(plan.words)
     held: dict[tuple[Tile, int], int] = {}
+    holding: dict = {}   # FIFO -> the BDs its ops hold: what a Wait on it may free
+    valid: set = set()   # (sizes, strides, BD id) within the shim's limits: a long looped sequence repeats them
     tokened: set[str] = set()   # FIFOs with a completion token to come since their last Wait
     for index, op in enumerate(plan.sequence):
         if isinstance(op, Wait):
@@ -315,37 +317,42 @@ def _check_sequence(plan: Plan):
                             "issues a completion token, so the device would wait forever",
                       "Wait after an S2MM Dma, or give the MM2S Dma issue_token.")
             tokened.discard(op.fifo)
-            for key, holder in list(held.items()):
-                h = plan.sequence[holder]
-                if h.fifo == op.fifo and (h.direction is Direction.S2MM or h.issue_token):
+            for key in list(holding.get(op.fifo, ())):
+                h = plan.sequence[held[key]]
+                if h.direction is Direction.S2MM or h.issue_token:
                     del held[key]
+                    holding[op.fifo].discard(key)
         elif isinstance(op, Dma):
-            _check_dma(plan, index, op, fifos, buffers, ranges)
+            _check_dma(plan, index, op, fifos, buffers, ranges, valid)
             if (op.shim, op.bd_id) in held:
                 fail(plan, f"sequence op {index} (Dma on {op.fifo}) reuses BD {op.bd_id} of {op.shim.name}, "
                             f"held by op {held[(op.shim, op.bd_id)]} (Dma on {plan.sequence[held[(op.shim, op.bd_id)]].fifo}) "
                             "with no Wait covering it in between")
             held[(op.shim, op.bd_id)] = index
+            holding.setdefault(op.fifo, set()).add((op.shim, op.bd_id))
             if op.direction is Direction.S2MM or op.issue_token:
                 tokened.add(op.fifo)
         else:
             fail(plan, f"sequence op {index} is a {type(op).__name__}, not a Dma or a Wait")
 
 
-def _check_dma(plan: Plan, index: int, op: Dma, fifos, buffers, ranges):
+def _check_dma(plan: Plan, index: int, op: Dma, fifos, buffers, ranges, valid: set):
     d = plan.device
     f = fifos.get(op.fifo)
     end = f is not None and (f.producer == op.shim if op.direction is Direction.MM2S else op.shim in f.consumers)
     if not isinstance(op.direction, Direction) or not end or op.shim.kind is not TileKind.SHIM or op.buffer not in buffers:
         fail(plan, f"sequence op {index} moves {op.direction} between buffer '{op.buffer}' and {op.fifo} on "
                     f"{op.shim.name}, which is not that FIFO's shim end or not a host buffer")
+    pattern = (op.sizes, op.strides, op.bd_id)
     limits = (d.dma_repeat_max, *(d.shim.max_bd_wrap,) * 3)
-    if len(op.sizes) != 4 or len(op.strides) != 4 or any(not 1 <= s <= lim for s, lim in zip(op.sizes, limits)) \
-            or not _strides_keep_verifier(op, d.shim.max_bd_stride) or not 0 <= op.bd_id < d.shim_bd_ids:
+    if pattern not in valid and (
+            len(op.sizes) != 4 or len(op.strides) != 4 or any(not 1 <= s <= lim for s, lim in zip(op.sizes, limits))
+            or not _strides_keep_verifier(op, d.shim.max_bd_stride) or not 0 <= op.bd_id < d.shim_bd_ids):
         fail(plan, f"sequence op {index} (Dma on {op.fifo}) has sizes {op.sizes}, strides {op.strides}, BD {op.bd_id}: "
                     f"sizes[0] must be 1..{d.dma_repeat_max}, the others 1..{d.shim.max_bd_wrap}, strides "
                     f"0..{d.shim.max_bd_stride}, only sizes[0]'s 0 where its size exceeds 1, "
                     f"BD ids 0..{d.shim_bd_ids - 1}")
+    valid.add(pattern)
     patch = (0, 0)
     if op.patch_word is not None:
         if not 0 <= op.patch_word < len(plan.words):
