@@ -21,6 +21,7 @@ from iron.models.smollm2_graph import (
 )
 from iron.plan.describe import ddr_traffic
 from iron.plan.rules import Rule
+from tests.quotes import quoted
 
 PROMPTS = ("Once upon a time,", "def fibonacci(n):", "Photosynthesis is the process")
 
@@ -204,8 +205,7 @@ def test_fused_attention_needs_a_cache_one_tile_holds(two_layers):
     assert SmolLM2Graph(two_layers, context=FUSED_CONTEXT, fused=True).layers[0].values.shape == (3, FUSED_CONTEXT, 64)
     with pytest.raises(ArgumentError) as e:
         SmolLM2Graph(two_layers, fused=True)
-    assert str(e.value) == ("fused=True with context=256: the Attention kernel holds a key/value head's cache on one "
-                            "tile, at most 64 positions; pass a context in 1..64, or fused=False.")
+    quoted(e.value, "fused=True", "context=256", "64 positions", "1..64", "fused=False")
 
 
 def layer_bytes(graph):
@@ -216,20 +216,16 @@ def layer_bytes(graph):
 def test_bad_prompts_are_refused_before_anything_runs(two_layers, graph):
     with pytest.raises(TokenError) as e:
         generate(graph, graph.reference, [504] * 250, 10)
-    assert str(e.value) == ("a prompt of 250 tokens and 10 more to generate need 260 positions; the context "
-                            "holds 256. Shorten the prompt, generate fewer tokens, or build "
-                            "SmolLM2Graph(model, context=...) larger.")
+    quoted(e.value, "250 tokens", "10 more", "260 positions", "256", "SmolLM2Graph")
     with pytest.raises(TokenError) as e:
         generate(graph, graph.reference, [504, 60000], 1)
-    assert str(e.value) == ("token id 60000 (at index 1) is outside the vocabulary: ids must be in 0..49151. Use "
-                            "the ids the model's tokenizer gives (model.tokenizer.encode(text)).")
+    quoted(e.value, "token id 60000", "index 1", "0..49151", "model.tokenizer.encode(text)")
     with pytest.raises(TokenError) as e:
         generate(graph, graph.reference, [], 1)
     assert str(e.value) == "the prompt is empty; pass at least one token id."
     with pytest.raises(ArgumentError) as e:
         SmolLM2Graph(two_layers, context=10000)
-    assert str(e.value) == ("context=10000: the model was trained for contexts up to 8192 tokens; "
-                            "pass a context in 1..8192.")
+    quoted(e.value, "context=10000", "8192", "1..8192")
 
 
 @pytest.mark.full_model
@@ -272,5 +268,4 @@ def test_on_npu1_each_segment_is_an_xclbin_and_generation_is_host_driven(two_lay
     assert xrt_npu1.ran[segments * calls:] == [segments] + list(range(segments)) * calls   # first, then body
     with pytest.raises(LoopError) as e:
         generate_in_loop(fresh, body, ids, 2)
-    assert str(e.value) == ("SmolLM2Graph is compiled for npu1, which has no full ELF: a carried graph has no device "
-                            "loop there. Only the host-driven path applies: call it and feed the returned Carry back.")
+    quoted(e.value, "SmolLM2Graph", "npu1", "no full ELF")
