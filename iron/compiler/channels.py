@@ -1,10 +1,12 @@
 """Shim and mem-tile DMA channels: which shim tile moves each host FIFO (`assign_shims`), and,
 only when a design needs more shim channels of one direction than the device has, which host
 FIFOs share one through a mem-tile split or join (`share_shim_channels`). `MemChannels` counts
-what each mem tile's DMA channels and memory already carry (docs/platform.md)."""
+what each mem tile's DMA channels and memory already carry; `dma_patterns` cuts a move into
+the Dma ops a shim channel takes (docs/platform.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from iron.errors import PlacementError
 from iron.ir import Program
@@ -83,6 +85,8 @@ class ShimRequest:
     nbytes: int = 0
     shareable: bool = False
     loops: int = 1   # objects per launch: a looping core's FIFO moves one per iteration
+    points: tuple[int, ...] = ()   # per round of its moves, the state Waits of the sequence before them
+    waits: bool = False   # whether it reads a state an earlier group of the call writes (a Wait before it)
 
 
 @dataclass(frozen=True)
@@ -103,8 +107,8 @@ class SharedChannel:
 
 SHARED_STEMS = {Direction.MM2S: Stem.SHARED_IN, Direction.S2MM: Stem.SHARED_HOST}
 WHO_SHARES = {
-    Direction.MM2S: "only the Emit's words and the inputs of groups that read no state an earlier group of the "
-                    "call writes can share",
+    Direction.MM2S: "only the Emit's words and the groups' inputs can share, one reading a state an earlier group "
+                    "of the call writes only with inputs moved after the same Waits",
     Direction.S2MM: "only the outputs no later group of the call waits for can share",
 }
 
@@ -153,20 +157,43 @@ def _shares_of(program, wanted, capacity, direction, device, mem, depth) -> list
 
 def _next_share(left, wanted, excess, direction, number, mem, depth) -> SharedChannel | None:
     """The next merge: of FIFOs moving as many objects per launch (`loops`), those moving one
-    first (a looping core's moves `loops` times their bytes through the channel), then those of
-    the column with the most left."""
+    first (a looping core's moves `loops` times their bytes through the channel), the least
+    bytes delayed per channel saved (each member's object waits for the whole merged one, so
+    the smallest merge first: a position word and a norm's weights before two heads' caches),
+    then those of the column with the most left (the nearest columns' when it has only one),
+    smallest first; only members that may move together (`_together`)."""
     by_col: dict[tuple[int, int], list[ShimRequest]] = {}
     for r in left:
         by_col.setdefault((r.loops, r.col), []).append(r)
-    for loops, anchor in sorted(by_col, key=lambda c: (c[0], -len(by_col[c]), c[1])):
+    candidates = []
+    for k, (loops, anchor) in enumerate(sorted(by_col, key=lambda c: (c[0], -len(by_col[c]), c[1]))):
         alike = [r for r in left if r.loops == loops]
         pool = by_col[loops, anchor] if len(by_col[loops, anchor]) > 1 else sorted(alike, key=lambda r: abs(r.col - anchor))
-        for count in range(min(excess + 1, len(pool)), 1, -1):
-            members = sorted(pool[:count], key=wanted.index)
-            share = _merge(members, direction, fifo_id(None, SHARED_STEMS[direction], number), anchor, mem, depth)
+        members = _together(sorted(pool, key=lambda r: r.nbytes), excess + 1)
+        if len(members) > 1:
+            delayed = (sum(r.nbytes for r in members) - max(r.nbytes for r in members)) / (len(members) - 1)
+            candidates.append(((loops, delayed, k), members, anchor))
+    for _, members, anchor in sorted(candidates, key=lambda c: c[0]):
+        for count in range(len(members), 1, -1):
+            share = _merge(sorted(members[:count], key=wanted.index), direction,
+                           fifo_id(None, SHARED_STEMS[direction], number), anchor, mem, depth)
             if share is not None:
                 return share
     return None
+
+
+def _together(pool: list[ShimRequest], most: int) -> list[ShimRequest]:
+    """Up to `most` of `pool`, in order, that may move as one: a merged round moves where its
+    first member's did (`moved_together`), so every member that waits for a state write must
+    come after the same Waits as the earliest member, round by round; one that waits for none
+    may move earlier."""
+    taken: list[ShimRequest] = []
+    for r in pool:
+        trial = [*taken, r]
+        firsts = [min(points) for points in zip(*(m.points for m in trial))]
+        if all(m.points == tuple(firsts) for m in trial if m.waits) and len(taken) < most:
+            taken = trial
+    return taken
 
 
 def _merge(members, direction, fifo: FifoId, anchor, mem, depth) -> SharedChannel | None:
@@ -218,3 +245,52 @@ def _shim_rules(requests, chosen) -> tuple:
     return tuple((Rule.SHIM_CHANNELS, f"{shim}: {', '.join(names)}") for shim, names in sorted(by_shim.items()))
 
 
+def dma_patterns(offset: int, dims, device) -> list[tuple[int, tuple, tuple]]:
+    """(offset, sizes, strides) of Dmas moving `dims` (outermost first, in words) in order:
+    at most 4 dims, the outermost (repeat) <= device.dma_repeat_max, the others <= the shim's
+    wrap limit."""
+    return [(offset + start, sizes, strides) for start, sizes, strides in _patterns(tuple(dims), device)]
+
+
+@cache   # the same moves recur at other offsets in every group and segment of a large design
+def _patterns(dims: tuple, device) -> tuple[tuple[int, tuple, tuple], ...]:
+    """`dma_patterns` at offset 0. Only the outermost of a Dma's four dimensions, the repeat, may
+    have stride 0 (mlir-aie's `verifyStridesWraps`, docs/platform.md section 5): a stride-0
+    dimension further in is cut off by one Dma per index outside it; one outermost goes to the
+    repeat slot, the rest after size-1 fillers."""
+    wrap = device.shim.max_bd_wrap
+    dims = [d for d in dims if d[0] > 1] or [(1, 1)]
+    (size, stride), rest = dims[0], dims[1:]
+    if any(st == 0 for _, st in rest):
+        return tuple(p for i in range(size) for p in dma_patterns(i * stride, rest, device))
+    if len(dims) == 1 and size > wrap and stride == 1:
+        return tuple(_long_run(size, device))
+    repeat = stride == 0 or len(dims) == 4
+    limits = ([device.dma_repeat_max] if repeat else []) + [wrap] * (len(dims) - repeat)
+    if len(dims) <= 4 and all(n <= limit for (n, _), limit in zip(dims, limits)):
+        padded = dims[:repeat] + [(1, 0)] * (4 - len(dims)) + dims[repeat:]
+        return ((0, tuple(s for s, _ in padded), tuple(st for _, st in padded)),)
+    limit = limits[0]
+    if len(dims) <= 4 and size > limit and all(s <= lim for (s, _), lim in zip(rest, limits[1:])):
+        chunks = [(start, min(limit, size - start)) for start in range(0, size, limit)]
+        return tuple(p for start, n in chunks for p in dma_patterns(start * stride, [(n, stride), *rest], device))
+    return tuple(p for i in range(size) for p in dma_patterns(i * stride, rest, device))
+
+
+def _long_run(n: int, device) -> list:
+    wrap = device.shim.max_bd_wrap
+    inner = _largest_divisor(n, wrap)
+    if n // inner <= wrap and inner * 4 >= wrap:
+        return dma_patterns(0, [(n // inner, inner), (inner, 1)], device)
+    piece = wrap * wrap
+    if n > piece:
+        return [*dma_patterns(0, [(wrap, wrap), (wrap, 1)], device),
+                *dma_patterns(piece, [(n - piece, 1)], device)]
+    rows, rest = divmod(n, wrap)
+    head = dma_patterns(0, [(rows, wrap), (wrap, 1)], device)
+    return head + (dma_patterns(rows * wrap, [(rest, 1)], device) if rest else [])
+
+
+@cache   # the same few lengths recur in every group of a large design
+def _largest_divisor(n: int, limit: int) -> int:
+    return max(d for d in range(1, limit + 1) if n % d == 0)

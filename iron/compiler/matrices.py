@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from iron.compiler.channels import MemChannels
+from iron.compiler.channels import MemChannels, dma_patterns
 from iron.compiler.fuse import (
     STREAM_OBJECT_BYTES,
     Group,
@@ -222,8 +222,9 @@ def split_parts(group: Group, outside: dict[Node, tuple[str | Reader, ...]], spa
     the one of the least estimated time (`split_work`; among equals the fewest lanes, as shim
     channels are scarcer than tiles, then the most parts, whose larger objects let a lane
     stream further ahead of its cores). A count of parts fits when it divides the matrix's
-    rows, that many tiles are spare, and each part's result is whole words and streams in
-    blocks (`split_stops`); a count of lanes when the other groups leave it the shim MM2S
+    rows, that many tiles are spare (within its share of them beside the later matrices,
+    `Left.tiles`), and each part's result is whole words and streams in blocks (`split_stops`);
+    a count of lanes when the other groups leave it the shim MM2S
     channels (`left`) and `lane_stops` finds nothing. The counts of parts one mem tile can join
     that do not fit say why in `fewer`."""
     if not splittable(group, outside):
@@ -232,6 +233,7 @@ def split_parts(group: Group, outside: dict[Node, tuple[str | Reader, ...]], spa
     big_m = matrix.shape[0]
     shim_in = left.shim_in - (host_channels(group) - 1)   # less its own `_in`
     most_lanes = left.share(beyond_ahead(group, device)).of(shim_in)
+    spare = min(spare, left.tiles(split_work(group, 1, 1, device).core_cycles, spare))
     candidates, stopped = [(1, 1)], {}
     for parts in range(2, device.mem.dma_in_channels + 1):
         why = split_stops(group, parts, spare)   # one lane always: the stream takes a shim channel unsplit too
@@ -249,13 +251,24 @@ def split_parts(group: Group, outside: dict[Node, tuple[str | Reader, ...]], spa
 
 
 @dataclass(frozen=True)
+class Later:
+    """A later group of the configuration reading a host matrix: the bytes of it beyond what its
+    FIFOs take ahead (`beyond_ahead`), its split's cycles on one tile, and its `stage`: 0 when
+    it runs alongside the group placed now (neither reads the other's result: a layer's gate
+    and up projections), else the count of runs of such groups before it."""
+
+    nbytes: int
+    cycles: float
+    stage: int
+
+
+@dataclass(frozen=True)
 class Left:
     """What the other groups leave a group to split into: `shim_in` shim MM2S channels, and the
-    later groups reading a host matrix (`later`: the bytes of each beyond what its FIFOs take
-    ahead, `beyond_ahead`), each needing a mem-tile channel each way."""
+    later groups reading a host matrix (`later`), each needing a mem-tile channel each way."""
 
     shim_in: int
-    later: tuple[int, ...]
+    later: tuple[Later, ...]
 
     @property
     def streams(self) -> int:
@@ -264,8 +277,26 @@ class Left:
     def share(self, matrix_bytes: int) -> Share:
         """The share of the shim channels it and the later matrices may take of a matrix with
         `matrix_bytes` beyond what its FIFOs take ahead."""
-        weights = [math.sqrt(b) for b in (matrix_bytes, *self.later)]
-        return Share(weights[0] / sum(weights) if sum(weights) else 1.0, len(self.later))
+        return Share(_fraction(matrix_bytes, [(m.nbytes, m.stage) for m in self.later]), len(self.later))
+
+    def tiles(self, cycles: float, spare: int) -> int:
+        """`stream_over_shim_channels`' rule for tiles: the share of the `spare` tiles a matrix
+        whose split takes `cycles` on one tile may take beside the later matrices (each counted
+        as one tile in `spare`): a split into n parts takes about cycles / n, so (`Share`) n in
+        proportion to sqrt(cycles), where the first matrix taking all it could would leave the
+        larger ones after it a tile or two."""
+        return Share(_fraction(cycles, [(m.cycles, m.stage) for m in self.later]), len(self.later)).of(spare)
+
+
+def _fraction(mine: float, later: list[tuple[float, int]]) -> float:
+    """`Share.fraction`: each run of matrices running alongside one another (`Later.stage`)
+    takes as long as their sum over the channels (or tiles) they take together, so the runs
+    share them by the square roots of their sums, and a run's matrices its share by their own."""
+    sums = {0: mine}
+    for value, stage in later:
+        sums[stage] = sums.get(stage, 0) + value
+    roots = sum(math.sqrt(v) for v in sums.values())
+    return math.sqrt(sums[0]) / roots * mine / sums[0] if roots and mine else float(not roots)
 
 
 @dataclass(frozen=True)
@@ -273,10 +304,11 @@ class Share:
     """`stream_over_shim_channels`: a matrix's `fraction` of the shim channels left to it and to
     the `later` matrices of its configuration, each of which counts one of them already. The
     matrix calls of a configuration run one after another (each reading what the one before
-    made, as a layer's projections do), and a matrix whose B bytes its FIFOs cannot take ahead
-    while the calls before it run (`beyond_ahead`) streams in about B / n through n channels:
-    their sum is least with n in proportion to sqrt(B) (Lagrange), where a first matrix taking
-    all it could would leave the larger ones after it one channel each."""
+    made, as a layer's projections do), or alongside (reading the same vector), and a matrix
+    whose B bytes its FIFOs cannot take ahead while the calls before it run (`beyond_ahead`)
+    streams in about B / n through n channels: the sum over a chain is least with n in
+    proportion to sqrt(B) (Lagrange), where a first matrix taking all it could would leave the
+    larger ones after it one channel each."""
 
     fraction: float
     later: int
@@ -295,9 +327,26 @@ def channels_left(groups: tuple[Group, ...], number: int, sites: list, device, w
     placed = sum(1 if s.grid or s.flow else host_channels(s.group) + len(s.stream.lanes) - bool(s.stream.lanes)
                  if s.stream is not None else host_channels(s.group) for s in sites)
     later = groups[number + 1:]
-    return Left(total - placed - sum(host_channels(g) for g in later),
-                tuple(beyond_ahead(g, device) for g in later
-                      if role(leading_call(g.calls)) is Role.MATRIX and is_host_tensor(stored_matrix(g.calls))))
+    return Left(total - placed - sum(host_channels(g) for g in later), later_matrices(groups, number, device))
+
+
+def later_matrices(groups: tuple[Group, ...], number: int, device) -> tuple[Later, ...]:
+    """The groups after group `number` reading a host matrix, each a `Later` whose stage grows
+    where it reads (through other groups) the result of a matrix of the stage before."""
+    group_of = {c: g.name for g in groups for c in g.calls}
+    made: dict[str, set[str]] = {}   # the groups whose results each later group reads, through others too
+    stage, members, found = 0, {groups[number].name}, []
+    for g in groups[number:]:
+        sending = {group_of[n] for c in g.calls for n in tensor_inputs(c) if group_of.get(n, g.name) != g.name}
+        made[g.name] = sending.union(*(made.get(s, ()) for s in sending))
+        if g is groups[number] or role(leading_call(g.calls)) is not Role.MATRIX or not is_host_tensor(stored_matrix(g.calls)):
+            continue
+        if made[g.name] & members:
+            stage, members = stage + 1, set()
+        members.add(g.name)
+        cycles = split_work(g, 1, 1, device).core_cycles if may_split(g) and stream_rows(g, stored_matrix(g.calls).shape[0]) else 0.0
+        found.append(Later(beyond_ahead(g, device), cycles, stage))
+    return tuple(found)
 
 
 def beyond_ahead(group: Group, device) -> int:
@@ -348,7 +397,8 @@ def lane_stops(matrix: Node, parts: int, lanes: int, channels: MemChannels, near
     if parts > lanes and apart > device.shim.max_bd_stride:
         return (f"{parts} parts lie {apart} words apart, more than a buffer descriptor's largest stride "
                 f"({device.shim.max_bd_stride} words)")
-    ops, share = lane_ops(blocks, parts // lanes, device), bd_share(device)
+    rows = matrix.shape[0] // parts // max(1, blocks)
+    ops, share = lane_ops(blocks, parts // lanes, rows, row_bytes(matrix) // 4, device), bd_share(device)
     if lanes > 1 and ops > share:
         return (f"each of {lanes} lanes of {parts // lanes} parts moves its {blocks} blocks in {ops} Dma ops, more "
                 f"than its share of a shim tile's buffer descriptors ({share}): the runtime sequence would wait "
@@ -360,13 +410,15 @@ def lane_stops(matrix: Node, parts: int, lanes: int, channels: MemChannels, near
     return ""
 
 
-def lane_ops(blocks: int, per_lane: int, device) -> int:
-    """The Dma ops a lane moves `blocks` blocks of its `per_lane` parts' rows in (sequence._lanes):
-    per block each part's rows, four dimensions whose outermost, the repeat, takes at most
-    `dma_repeat_max` blocks; a lane of one part, three (its rows, a block's rows, a row) or one
-    run of words, at most a BD dimension's wrap of blocks per op (docs/platform.md section 5)."""
-    per_op = device.dma_repeat_max if per_lane > 1 else device.shim.max_bd_wrap
-    return -(-blocks // per_op)
+def lane_ops(blocks: int, per_lane: int, rows: int, row: int, device) -> int:
+    """The Dma ops a lane moves `blocks` blocks of `rows` rows of `row` words of each of its
+    `per_lane` parts in, cut as `sequence._lanes` lays them out (`dma_patterns`): per block each
+    part's rows, four dimensions whose outermost, the repeat, takes at most `dma_repeat_max`
+    blocks; a lane of one part one run of words; a row longer than a BD dimension's wrap cut
+    row by row (docs/platform.md section 5)."""
+    part = blocks * rows * row
+    dims = ((part, 1),) if per_lane == 1 else ((blocks, rows * row), (per_lane, part), (rows, row), (row, 1))
+    return len(dma_patterns(0, dims, device))
 
 
 def bd_share(device) -> int:
@@ -476,18 +528,25 @@ def senders(groups: tuple[Group, ...], group: Group) -> tuple[str, ...]:
     return tuple(g.name for g in groups if g.name in names)
 
 
+def may_split(group: Group) -> bool:
+    """What `splittable` asks of a group's matrix call: a matrix-vector call over a host matrix
+    (or the blocks of one its fused expansion reads) > 128 KiB whose rows are whole words along
+    the memory's last axis."""
+    first, matrix = leading_call(group.calls), stored_matrix(group.calls)
+    if role(first) is not Role.MATRIX or len(first.shape) != 1 or not is_host_tensor(matrix):
+        return False
+    if nbytes(matrix) <= SPLIT_PART_BYTES or row_bytes(matrix) % 4:
+        return False
+    return matrix.op != Op.VIEW or matrix.arg[-1].keeps_axis
+
+
 def splittable(group: Group, outside: dict[Node, tuple[str | Reader, ...]]) -> bool:
     """A matrix-vector call (a matrix call with a vector result, MatVec) over a host matrix
     (or the blocks of one its fused expansion reads) > 128 KiB whose rows are whole words along
     the memory's last axis, then only elementwise calls writing no state, with the last call's
     result its one use outside the group."""
     first, last = leading_call(group.calls), group.calls[-1]
-    matrix = stored_matrix(group.calls)
-    if role(first) is not Role.MATRIX or len(first.shape) != 1 or not is_host_tensor(matrix):
-        return False
-    if nbytes(matrix) <= SPLIT_PART_BYTES or row_bytes(matrix) % 4:
-        return False
-    if matrix.op == Op.VIEW and not matrix.arg[-1].keeps_axis:
+    if not may_split(group):
         return False
     epilogue = group.calls[group.calls.index(first) + 1:]
     if any(role(c) is not Role.ELEMENTWISE or c.arg.writes for c in epilogue):

@@ -1,12 +1,13 @@
 """The runtime sequence: per group, Waits on the `_host` FIFOs of earlier groups that wrote a
 state it touches, Moves filling its inputs and draining its outputs; then `finish_sequence` cuts
 each Move into Dma ops within the shim's limits, recycles buffer descriptor ids only after a
-Wait covering the op that held them, and ends with a Wait on every S2MM FIFO (docs/platform.md)."""
+Wait covering the op that held them, and ends with a Wait on every S2MM FIFO (docs/platform.md);
+the Dma patterns themselves are `channels.dma_patterns`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cache
 
+from iron.compiler.channels import dma_patterns
 from iron.compiler.objects import Context, Part, host_access, joined
 from iron.compiler.place import Site
 from iron.compiler.readers import Reader
@@ -159,54 +160,3 @@ class _Ops:
                 self.ops[index] = _waitable(self.ops[index])
         self.ops.append(Wait(fifo))
         self.unwaited.pop(fifo, None)
-
-
-def dma_patterns(offset: int, dims, device) -> list[tuple[int, tuple, tuple]]:
-    """(offset, sizes, strides) of Dmas moving `dims` (outermost first, in words) in order:
-    at most 4 dims, the outermost (repeat) <= device.dma_repeat_max, the others <= the shim's
-    wrap limit."""
-    return [(offset + start, sizes, strides) for start, sizes, strides in _patterns(tuple(dims), device)]
-
-
-@cache   # the same moves recur at other offsets in every group and segment of a large design
-def _patterns(dims: tuple, device) -> tuple[tuple[int, tuple, tuple], ...]:
-    """`dma_patterns` at offset 0. Only the outermost of a Dma's four dimensions, the repeat, may
-    have stride 0 (mlir-aie's `verifyStridesWraps`, docs/platform.md section 5): a stride-0
-    dimension further in is cut off by one Dma per index outside it; one outermost goes to the
-    repeat slot, the rest after size-1 fillers."""
-    wrap = device.shim.max_bd_wrap
-    dims = [d for d in dims if d[0] > 1] or [(1, 1)]
-    (size, stride), rest = dims[0], dims[1:]
-    if any(st == 0 for _, st in rest):
-        return tuple(p for i in range(size) for p in dma_patterns(i * stride, rest, device))
-    if len(dims) == 1 and size > wrap and stride == 1:
-        return tuple(_long_run(size, device))
-    repeat = stride == 0 or len(dims) == 4
-    limits = ([device.dma_repeat_max] if repeat else []) + [wrap] * (len(dims) - repeat)
-    if len(dims) <= 4 and all(n <= limit for (n, _), limit in zip(dims, limits)):
-        padded = dims[:repeat] + [(1, 0)] * (4 - len(dims)) + dims[repeat:]
-        return ((0, tuple(s for s, _ in padded), tuple(st for _, st in padded)),)
-    limit = limits[0]
-    if len(dims) <= 4 and size > limit and all(s <= lim for (s, _), lim in zip(rest, limits[1:])):
-        chunks = [(start, min(limit, size - start)) for start in range(0, size, limit)]
-        return tuple(p for start, n in chunks for p in dma_patterns(start * stride, [(n, stride), *rest], device))
-    return tuple(p for i in range(size) for p in dma_patterns(i * stride, rest, device))
-
-
-def _long_run(n: int, device) -> list:
-    wrap = device.shim.max_bd_wrap
-    inner = _largest_divisor(n, wrap)
-    if n // inner <= wrap and inner * 4 >= wrap:
-        return dma_patterns(0, [(n // inner, inner), (inner, 1)], device)
-    piece = wrap * wrap
-    if n > piece:
-        return [*dma_patterns(0, [(wrap, wrap), (wrap, 1)], device),
-                *dma_patterns(piece, [(n - piece, 1)], device)]
-    rows, rest = divmod(n, wrap)
-    head = dma_patterns(0, [(rows, wrap), (wrap, 1)], device)
-    return head + (dma_patterns(rows * wrap, [(rest, 1)], device) if rest else [])
-
-
-@cache   # the same few lengths recur in every group of a large design
-def _largest_divisor(n: int, limit: int) -> int:
-    return max(d for d in range(1, limit + 1) if n % d == 0)

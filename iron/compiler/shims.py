@@ -55,12 +55,13 @@ def _emit_in_rules(shares: list[SharedChannel]) -> list[Decision]:
 
 def shim_requests(lowered: Lowered) -> list[ShimRequest]:
     """Every FIFO with a host end, in FIFO order, and whether it may share a shim channel: a
-    group's `_in` when its group touches no state an earlier group of the call writes (its Dmas
-    need no Wait, so they may be issued with the other groups' inputs), the Emit's `emit_in`
-    (`emit_in_shares`), a core's `_host` when no Wait of the sequence needs it before its end;
-    a FIFO of a core looping over a repeated block (`repeat_over_time`) moves one object per
-    iteration, so it shares only with FIFOs moving as many (`ShimRequest.loops`)."""
+    group's `_in` (one that waits for an earlier group's state write only with inputs moving
+    after the same Waits, `ShimRequest.points`), the Emit's `emit_in` (`emit_in_shares`), a
+    core's `_host` when no Wait of the sequence needs it before its end; a FIFO of a core
+    looping over a repeated block (`repeat_over_time`) moves one object per iteration, so it
+    shares only with FIFOs moving as many (`ShimRequest.loops`)."""
     waited = {entry.fifo for entry in lowered.sequence if isinstance(entry, Wait)}
+    points = _wait_points(lowered)
 
     def loops(f) -> int:
         return lowered.loops.get(f.name, 1)
@@ -68,13 +69,29 @@ def shim_requests(lowered: Lowered) -> list[ShimRequest]:
     requests = []
     for f in lowered.fifos:
         if f.producer == HOST:
-            waits = f.name in lowered.waiting_inputs
-            shares = f.role is FifoRole.EMIT_IN or (f.role is FifoRole.INPUT and not waits)
-            requests.append(ShimRequest(f.name, Direction.MM2S, f.consumers[0].col, f.nbytes, shares, loops(f)))
+            shares = f.role in (FifoRole.EMIT_IN, FifoRole.INPUT)
+            rounds = tuple(points[f.name][k * len(points[f.name]) // loops(f)] for k in range(loops(f))) \
+                if f.name in points else ()
+            requests.append(ShimRequest(f.name, Direction.MM2S, f.consumers[0].col, f.nbytes, shares, loops(f),
+                                        rounds, f.name in lowered.waiting_inputs))
         elif HOST in f.consumers:
             shares = f.producer.kind is TileKind.COMPUTE and f.role is FifoRole.HOST and f.name not in waited
             requests.append(ShimRequest(f.name, Direction.S2MM, f.producer.col, f.nbytes, shares, loops(f)))
     return requests
+
+
+def _wait_points(lowered: Lowered) -> dict[FifoId, list[int]]:
+    """Per host input, for each of its moves, how many Waits on a result the sequence has
+    before it (a Wait on an input only frees buffer descriptors, so no move depends on it)."""
+    results = {f.name for f in lowered.fifos if HOST in f.consumers}
+    points: dict[FifoId, list[int]] = {}
+    count = 0
+    for entry in lowered.sequence:
+        if isinstance(entry, Wait):
+            count += entry.fifo in results
+        elif entry.direction is Direction.MM2S:
+            points.setdefault(entry.fifo, []).append(count)
+    return points
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,7 @@ class Flow(OnCores):
             return (f"{names} over {rows} rows of {width} elements{padding} streamed "
                     f"in row-blocks of {self.block // self.width} rows {where}{words}{single}")
         padding = f" (pad_to_block: padded with zeros to {self.padded})" * (self.padded is not None)
-        views = "".join(_streamed_view(n) for n in self.inputs if n.op == Op.VIEW)
+        views = "".join(_streamed_view(n, self.padded is not None) for n in self.inputs if n.op == Op.VIEW)
         dest = destination(self.calls[-1])
         into = "" if dest is None else (f"; into {describe(dest)} (stream_into_state: each block back where it was "
                                         f"read){_streamed_view(dest) if word_run(dest) is None else ''}")
@@ -184,8 +184,10 @@ def stream_into_state(calls) -> bool:
     return all(n is dest or storage(n) is not storage(dest) for n in external_inputs(calls))
 
 
-def _streamed_view(n: Node) -> str:
-    if word_run(n) is None:
+def _streamed_view(n: Node, padded: bool = False) -> str:
+    """How a streamed view moves: by rows of whole words (a strided view, or any view of a stream padded after
+    its last row, whose rows it moves at their stride), or as one run of words."""
+    if word_run(n) is None or padded:
         return (f"; {describe(n)} streamed in blocks of whole rows of {n.shape[-1]} elements by its DMA access "
                 "pattern (stream_view_rows)")
     return (f"; {describe(n)} streamed as one run of words from element {word_run(n)} of {describe(n.src[0])} "

@@ -91,7 +91,7 @@ class Layer:
     """One block's params and KV caches, and the kernel calls of one position: attention as a
     chain of calls per query head (MatVec, Scale, Softmax, MatVec; values cached transposed), or
     `fused`, one Attention call per key/value head (its 3 query heads at once; values cached as
-    rows), which makes a layer 14 groups instead of 40."""
+    rows), which makes a layer 15 groups instead of 41."""
 
     def __init__(self, model: SmolLM2, index: int, context: int, quantized: bool, fused: bool = False):
         config, block = model.config, model.weights.blocks[index]
@@ -100,9 +100,11 @@ class Layer:
 
         def matrix(*fields):
             return Matrix(model, [f"blk.{index}.{field}.weight" for field in fields], quantized)
-        # Q, K and V (and gate and up) are one MatVec each: one pass over h, one FIFO out.
+        # Q, K and V are one MatVec: one pass over the normalized x, one FIFO out. Gate and up are
+        # a MatVec each, reading the same vector: neither waits for the other, so each splits
+        # over its own tiles and both run at once (`split_matrix_over_tiles`' share, `Later.stage`)
         self.wqkv, self.wo = matrix("attn_q", "attn_k", "attn_v"), matrix("attn_output")
-        self.gate_up, self.down = matrix("ffn_gate", "ffn_up"), matrix("ffn_down")
+        self.gate, self.up, self.down = matrix("ffn_gate"), matrix("ffn_up"), matrix("ffn_down")
         d, kv = config.head_dim, config.kv_heads
         # one state per layer for the keys (and one for the values) of every key/value head: a
         # position's keys are written by one Copy, its values by another
@@ -128,8 +130,7 @@ class Layer:
             heads = [self.attend(q[i * d:(i + 1) * d], i // group, pos) for i in range(c.heads)]
         x = residual(x, self.wo.times(concat(*heads)))
         h = RMSNorm.step(x, self.ffn_norm, eps=eps)
-        gate_up = self.gate_up.times(h)
-        u = Mul.step(SiLU.step(gate_up[:c.ffn]), gate_up[c.ffn:])
+        u = Mul.step(SiLU.step(self.gate.times(h)), self.up.times(h))
         residual(x, self.down.times(u), out=self.output)
         return self.output
 
@@ -152,7 +153,7 @@ class SmolLM2Graph(iron.Graph):
     (Q4_1 / Q8_0 blocks, about 6x fewer bytes to move per token) and expands them on the tiles
     with Dequant; `fused=True` computes each layer's attention with one Attention call per
     key/value head (a context of at most FUSED_CONTEXT positions, whose cache fits a tile): every
-    layer is then the same 14 groups, which the compiler runs over time on the same cores."""
+    layer is then the same 15 groups, which the compiler runs over time on the same cores."""
 
     def __init__(self, model: SmolLM2, context: int = CONTEXT, quantized: bool = False, fused: bool = False):
         config = model.config

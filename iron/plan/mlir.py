@@ -22,6 +22,7 @@ from iron.plan.plan import (
     Loop,
     Plan,
     Release,
+    launch_steps,
 )
 
 ALLOWED_OPS = frozenset({
@@ -148,7 +149,7 @@ def arg_types(plan: Plan, function: Function) -> list[str]:
 
 def core_lines(plan: Plan, core: Core) -> list[str]:
     """`aie.core`: index constants, then the program inside the loop that runs once per launch."""
-    counts = sorted({0, 1, *_loop_counts(core.program)})
+    counts = sorted({0, 1, *(step.count for step, _ in launch_steps(core.program) if isinstance(step, Loop))})
     constants = [f"%c{n} = arith.constant {n} : index" for n in counts]
     constants.append(f"%cmax = arith.constant {FOREVER} : index")
     program = program_lines(plan, core.program, {}, {}, 0)
@@ -161,14 +162,6 @@ def core_lines(plan: Plan, core: Core) -> list[str]:
         f"{INDENT}aie.end",
         f"}} {{stack_size = {core.stack_bytes} : i32}}",
     ]
-
-
-def _loop_counts(program: tuple) -> set[int]:
-    counts = set()
-    for step in program:
-        if isinstance(step, Loop):
-            counts |= {step.count, *_loop_counts(step.body)}
-    return counts
 
 
 def program_lines(plan: Plan, program: tuple, acquired: dict, taken: dict, depth: int) -> list[str]:

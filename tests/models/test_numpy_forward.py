@@ -5,6 +5,7 @@ import pytest
 
 from iron.errors import ArgumentError, TokenError
 from iron.models import numpy_forward as nf
+from tests.quotes import quoted
 
 # Greedy continuations of the full 30-layer model (float32; the smallest top-1/top-2 logit
 # margin over these 32 steps is 0.05 or more, far above float32 rounding).
@@ -92,23 +93,19 @@ def test_cache_is_causal(two_layers):
 def test_prompt_longer_than_context(two_layers):
     with pytest.raises(TokenError) as e:
         nf.generate(two_layers, [504] * 250, 10)
-    assert str(e.value) == ("a prompt of 250 tokens and 10 more to generate need 260 positions; "
-                            "the context holds 256. Shorten the prompt, generate fewer tokens, or "
-                            "pass a larger context.")
+    quoted(e.value, "250 tokens", "10 more", "260 positions", "256")
 
 
 def test_context_beyond_the_models(two_layers):
     with pytest.raises(ArgumentError) as e:
         nf.generate(two_layers, [504], 1, context=10000)
-    assert str(e.value) == ("context=10000: the model was trained for contexts up to 8192 tokens; "
-                            "pass a context in 1..8192.")
+    quoted(e.value, "context=10000", "8192", "1..8192")
 
 
 def test_bad_prompts(two_layers):
     with pytest.raises(TokenError) as e:
         nf.generate(two_layers, [504, 60000], 1)
-    assert str(e.value).startswith("token id 60000 (at index 1) is outside the vocabulary: ids "
-                                   "must be in 0..49151.")
+    quoted(e.value, "token id 60000", "index 1", "0..49151")
     with pytest.raises(TokenError) as e:
         nf.generate(two_layers, [], 1)
     assert str(e.value) == "the prompt is empty; pass at least one token id."
@@ -118,6 +115,5 @@ def test_step_outside_the_cache(two_layers):
     cache = nf.KVCache.empty(two_layers.config, 4)
     with pytest.raises(TokenError) as e:
         nf.step(two_layers.weights, two_layers.config, cache, 504, 4)
-    assert str(e.value) == ("position 4 is outside the context of 4 tokens. Make the KV cache "
-                            "larger (KVCache.empty(config, context)).")
+    quoted(e.value, "position 4", "context of 4", "KVCache.empty(config, context)")
     assert not cache.keys.any()

@@ -112,7 +112,9 @@ def test_the_two_layer_decoder_counts_its_shared_fifos_on_their_producers():
     assert (held["tile_2_2"], held["tile_6_2"]) == (768, 16)
     assert fifo_homes(plan)[FifoId("g8", Stem.OUT)] == ((compute(2, 2), 2),)    # north, to tile_2_3
     assert fifo_homes(plan)[FifoId("g23", Stem.OUT)] == ((compute(5, 2), 2),)   # east, to tile_6_2
-    assert used(plan)["mem_0_1"] == (2 * 12672, 0)   # shared_in0, split into g0_in .. g3_in
+    # the shared FIFOs' two objects each: shared_in1 (824 bytes: g0_in, the Emit's words and four more),
+    # shared_in2 (12288: g12_in .. g14_in), shared_in0 (4228: g16_in, g18_in, g19_in)
+    assert [used(plan)[mem] for mem in ("mem_3_1", "mem_2_1", "mem_4_1")] == [(2 * 824, 0), (2 * 12288, 0), (2 * 4228, 0)]
 
 
 def test_a_compute_end_holds_one_more_object_than_its_core_acquires_at_once():

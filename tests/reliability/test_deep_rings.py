@@ -10,6 +10,7 @@ from iron.compiler.allocate import state_sink
 from iron.errors import IndexOutOfRange, LoopError
 from iron.models.designs import Walk, numpy_walk
 from iron.runtime.loop import MAX_DEPTH
+from tests.quotes import quoted
 from tests.reliability.conftest import yielded_until
 from tests.reliability.test_device_bounds import SUCC as SCATTER_SUCC
 from tests.reliability.test_device_bounds import Scatter, guarded, scattered
@@ -71,7 +72,7 @@ def test_a_deep_ring_stopped_by_an_index_never_starts_the_runs_it_queued(on_emul
     count = counted(body.session)
     seen, error = yielded_until(IndexOutOfRange, loop.run(12, node=3, steps=0))
     assert seen == [0, 1]
-    assert str(error).startswith("CarriedLoop step 2: trail[node] with node = 14 is out of range")
+    quoted(error, "CarriedLoop step 2", "trail[node]", "node = 14")
     assert "steps 2..4, already in flight" in str(error)      # 3 in flight when run 2's flag was read
     assert count["most"] == 4 and count["now"] == 0
     assert loop.transitions == 3 and dict(loop.carry) == {"node": 14, "steps": 3}
@@ -86,7 +87,7 @@ def test_a_deep_ring_stops_before_a_step_the_host_computes_out_of_range(on_emula
     count = counted(body.session)
     seen, error = yielded_until(IndexOutOfRange, loop.run(12, node=2, steps=0))
     assert seen == [0, 1, 2, 3, 4]
-    assert str(error).startswith("CarriedLoop step 5: trail[steps] with steps = 6 is out of range")
+    quoted(error, "CarriedLoop step 5", "trail[steps]", "steps = 6")
     assert "The host computed it before step 5 ran" in str(error)
     assert count["most"] == 4 and count["now"] == 0
     assert loop.transitions == 6 and dict(loop.carry)["steps"] == 6
