@@ -73,7 +73,7 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
         return try_groups(*flow.segment_program(segment), device, feeds, words,
                           flow.segment_placements(segment, placements), bound=bound)
 
-    known: dict[tuple, bool] = {}   # same_structure_same_fit: a structure's probe outcome
+    known: dict[tuple, tuple] = {}   # same_structure_same_fit: a structure's probe outcome and `likely` hint
     whole_fits = {len(groups): whole.groups} if isinstance(whole, ShimShortfall) else {}
 
     def search(alike: dict[tuple, Plan] | None):
@@ -130,13 +130,14 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
 
 
 def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, crossing: list[Node],
-                  compile_one, known: dict[tuple, bool], likely: dict[int, int], device, choices: dict,
+                  compile_one, known: dict[tuple, tuple], likely: dict[int, int], device, choices: dict,
                   alike: dict[tuple, Plan] | None = None):
     """(the Segment, its Plan, the words and the crossing values after it) `fewest_bytes_cut`
     picks from group `start` (`emit_own_segment`: the last group without the Emit when only so
     it fits; the Emit alone after it), or why group `start` alone does not compile. Each probe
     compiles against a copy of the words and the DDR buffers so far, so the one kept is final as
-    it is; a probe whose structure an earlier one had (`known`) is answered without compiling;
+    it is; a probe whose structure an earlier one had (`known`) is answered without compiling,
+    what it says likely fits with it (so the search probes as it did there);
     `likely` gets, by stop, the stop a probe `shim_channels_bound` refuses says likely fits;
     `alike`: the Plan kept for each structure, which a segment of the same structure takes as it
     is, uncompiled (its words not allocated)."""
@@ -163,8 +164,12 @@ def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, c
         if key is None:
             return isinstance(attempt(Segment(start, stop)), Plan)
         if key not in known:
-            known[key] = isinstance(attempt(Segment(start, stop)), Plan)
-        return known[key]
+            outcome = attempt(Segment(start, stop))
+            known[key] = isinstance(outcome, Plan), outcome.groups if isinstance(outcome, ShimShortfall) else None
+        fit, hint = known[key]
+        if hint is not None:
+            likely[stop] = start + hint
+        return fit
 
     def kept(segment: Segment):
         key = flow.structure(segment) if alike is not None else None
