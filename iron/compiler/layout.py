@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass, replace
 
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
+from iron.compiler.layout_facts import facts_of
 from iron.compiler.padding import (
-    facts_of,
     keeps_n,
     layout_unshared,
     made_over,

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, replace
 
 from iron.compiler.channels import MemChannels
+from iron.compiler.dma_inputs import unsplit_beside_producer
 from iron.compiler.fuse import (
     SIZE_LIMIT,
     Group,
@@ -30,7 +31,6 @@ from iron.compiler.matrices import (
     split_parts,
     stream_large_matrix,
     stream_rules,
-    unsplit_beside_producer,
 )
 from iron.compiler.readers import Reader
 from iron.compiler.sides import best_sides, sides_as_lying, whole_device_grid

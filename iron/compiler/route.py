@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from iron.compiler.matrices import forwardable
+from iron.compiler.dma_inputs import forwardable
 from iron.compiler.place import Layout, Site
 from iron.compiler.readers import Reader
 from iron.errors import PlacementError
