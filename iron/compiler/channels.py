@@ -294,3 +294,20 @@ def _long_run(n: int, device) -> list:
 @cache   # the same few lengths recur in every group of a large design
 def _largest_divisor(n: int, limit: int) -> int:
     return max(d for d in range(1, limit + 1) if n % d == 0)
+
+
+def lane_ops(blocks: int, per_lane: int, rows: int, row: int, device) -> int:
+    """The Dma ops a lane moves `blocks` blocks of `rows` rows of `row` words of each of its
+    `per_lane` parts in, cut as `sequence._lanes` lays them out (`dma_patterns`): per block each
+    part's rows, four dimensions whose outermost, the repeat, takes at most `dma_repeat_max`
+    blocks; a lane of one part one run of words; a row longer than a BD dimension's wrap cut
+    row by row (docs/platform.md section 5)."""
+    part = blocks * rows * row
+    dims = ((part, 1),) if per_lane == 1 else ((blocks, rows * row), (per_lane, part), (rows, row), (row, 1))
+    return len(dma_patterns(0, dims, device))
+
+
+def bd_share(device) -> int:
+    """The buffer descriptors one shim channel may hold at once: its tile's, shared by its
+    channels each way (as `grid.rounds_between_waits` counts them)."""
+    return device.shim_bd_ids // (device.shim.dma_out_channels + device.shim.dma_in_channels)

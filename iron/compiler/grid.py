@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from iron.compiler.matrices import bd_share
+from iron.compiler.channels import bd_share
 from iron.compiler.objects import Context, call_step, holding, join_link, split_link
 from iron.compiler.place import Site
 from iron.compiler.sequence import Move, dma_patterns

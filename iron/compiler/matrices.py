@@ -1,20 +1,22 @@
-"""Where a matrix call's operand goes when its group does not spread over the array: `stream_large_matrix`
-streams a matrix larger than its share of a compute tile through a mem tile in blocks of rows,
-once for every unsplit group reading it (`share_streamed_matrix`); `split_matrix_over_tiles`
-splits a MatVec over 128 KiB by rows over as many tiles, its rows read through as many shim
-channels (`stream_over_shim_channels`: each lane of rows through its own mem tile, split there
-between the lane's parts), as the cost model estimates fastest, the parts joined on one mem tile
-(unless dma_inputs.py's `unsplit_beside_producer` keeps it on one tile); and the describe() lines of these decisions and of `dequant_before_matvec`'s expansion on the tile.
+"""Where a matrix call's operand goes when its group does not spread over the array:
+`stream_large_matrix` streams a matrix larger than its share of a compute tile through a mem tile
+in blocks of rows, once for every unsplit group reading it (`share_streamed_matrix`);
+`split_matrix_over_tiles` splits a MatVec over 128 KiB by rows over as many tiles, its rows read
+through as many shim channels (`stream_over_shim_channels`: each lane through its own mem tile,
+split there between the lane's parts), as the cost model estimates fastest, the parts joined on
+one mem tile (unless dma_inputs.py's `unsplit_beside_producer` keeps it on one tile); and the
+describe() lines of these decisions and of `dequant_before_matvec`'s expansion on the tile.
 `sites`: place.py's Site of each group placed so far (not imported: place.py imports these
 rules). A memory-bound MatVec reads its rows at DDR's pace only through several shim channels:
-one channel streams 4 (npu1) or 8 (npu2) bytes per cycle, DDR about five times that on npu2
+one streams 4 (npu1) or 8 (npu2) bytes per cycle, DDR about five times that on npu2
 (docs/platform.md section 11)."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
-from iron.compiler.channels import MemChannels, dma_patterns
+from iron.compiler.channels import MemChannels, bd_share, lane_ops
 from iron.compiler.fuse import (
     STREAM_OBJECT_BYTES,
     Group,
@@ -23,6 +25,7 @@ from iron.compiler.fuse import (
     role,
     stored_matrix,
 )
+from iron.compiler.memo import MOST_KEPT
 from iron.compiler.readers import Reader
 from iron.errors import PlacementError
 from iron.ir import (
@@ -174,7 +177,8 @@ def stream_rows(group: Group, rows_per_part: int) -> int | None:
     budget, per_row = STREAM_OBJECT_BYTES, row_bytes(matrix)
     if expand is not None:
         budget, per_row = 2 * STREAM_OBJECT_BYTES, 2 * row_bytes(matrix) + row_bytes(expand)
-    whole = [r for r in range(1, rows_per_part + 1) if rows_per_part % r == 0 and r * row_bytes(matrix) % 4 == 0]
+    factors = {f for d in range(1, math.isqrt(rows_per_part) + 1) if rows_per_part % d == 0 for f in (d, rows_per_part // d)}
+    whole = [r for r in sorted(factors) if r * row_bytes(matrix) % 4 == 0]
     if whole and whole[0] * per_row > budget:   # a row wider than a block: one row at a time beats the whole part
         return whole[0] if 2 * whole[0] <= rows_per_part else None
     return max((r for r in whole if r * per_row <= budget), default=None)
@@ -341,9 +345,15 @@ def later_matrices(groups: tuple[Group, ...], number: int, device) -> tuple[Late
         if made[g.name] & members:
             stage, members = stage + 1, set()
         members.add(g.name)
-        cycles = split_work(g, 1, 1, device).core_cycles if may_split(g) and stream_rows(g, stored_matrix(g.calls).shape[0]) else 0.0
-        found.append(Later(beyond_ahead(g, device), cycles, stage))
+        found.append(Later(*_later_figures(g, device), stage))
     return tuple(found)
+
+
+@lru_cache(maxsize=MOST_KEPT)
+def _later_figures(group: Group, device) -> tuple[int, float]:
+    """A later matrix group's `beyond_ahead` bytes and split cycles on one tile, kept: each group placed before it asks."""
+    splits = may_split(group) and stream_rows(group, stored_matrix(group.calls).shape[0])
+    return beyond_ahead(group, device), split_work(group, 1, 1, device).core_cycles if splits else 0.0
 
 
 def beyond_ahead(group: Group, device) -> int:
@@ -405,23 +415,6 @@ def lane_stops(matrix: Node, parts: int, lanes: int, channels: MemChannels, near
                 f"(a mem tile has {device.mem.dma_in_channels} each way) and to stream the {near[1]} later "
                 "groups' matrices")
     return ""
-
-
-def lane_ops(blocks: int, per_lane: int, rows: int, row: int, device) -> int:
-    """The Dma ops a lane moves `blocks` blocks of `rows` rows of `row` words of each of its
-    `per_lane` parts in, cut as `sequence._lanes` lays them out (`dma_patterns`): per block each
-    part's rows, four dimensions whose outermost, the repeat, takes at most `dma_repeat_max`
-    blocks; a lane of one part one run of words; a row longer than a BD dimension's wrap cut
-    row by row (docs/platform.md section 5)."""
-    part = blocks * rows * row
-    dims = ((part, 1),) if per_lane == 1 else ((blocks, rows * row), (per_lane, part), (rows, row), (row, 1))
-    return len(dma_patterns(0, dims, device))
-
-
-def bd_share(device) -> int:
-    """The buffer descriptors one shim channel may hold at once: its tile's, shared by its
-    channels each way (as `grid.rounds_between_waits` counts them)."""
-    return device.shim_bd_ids // (device.shim.dma_out_channels + device.shim.dma_in_channels)
 
 
 def fits_mem_tiles(channels: MemChannels, col: int, later: int, parts: int, lanes: int) -> bool:

@@ -11,7 +11,8 @@ import pytest
 
 import iron
 from aie_utils import from_name
-from iron.compiler.matrices import Later, Left, bd_share, lane_ops
+from iron.compiler.channels import bd_share, lane_ops
+from iron.compiler.matrices import Later, Left
 from iron.kernels import MatVec, ReLU, RMSNorm
 from iron.models.blocks import Q4_1, Q8_0
 from iron.models.smollm2_graph import SmolLM2Graph
