@@ -10,6 +10,7 @@ from itertools import accumulate
 
 import numpy as np
 
+from iron.compiler.channels import dma_patterns
 from iron.compiler.grid import (
     GridLowered,
     result_access,
@@ -29,7 +30,7 @@ from iron.compiler.objects import (
     split_link,
 )
 from iron.compiler.place import Site
-from iron.compiler.sequence import Move, dma_patterns
+from iron.compiler.sequence import Move
 from iron.compiler.words import Access
 from iron.ir import Op, call_label, describe, destination
 from iron.plan.fifos import Stem, fifo_id

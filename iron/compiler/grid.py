@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from iron.compiler.channels import bd_share
+from iron.compiler.channels import bd_share, dma_patterns
 from iron.compiler.objects import Context, call_step, holding, join_link, split_link
 from iron.compiler.place import Site
-from iron.compiler.sequence import Move, dma_patterns
+from iron.compiler.sequence import Move
 from iron.compiler.tiling import Grid, word_run
 from iron.compiler.words import Access, Rows, view_rows
 from iron.ir import Node, Op, call_label, describe, destination, input_dtypes, nbytes, storage
