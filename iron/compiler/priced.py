@@ -1,14 +1,11 @@
 """What a Plan is estimated to take on the device (`plan_ns`): the one estimate every choice
-between whole designs reads (running a repeated block over time or spreading it in space,
-repeat.py; the rows of cores a looping design takes, compile.py), from the cost model's figures
-(cost.py). It follows the serial chain the timed emulator runs: the runtime sequence issues each
-group's moves in order (a `Unit`: an iteration of a looping group, or the part of one up to a
-Wait), a Wait holding every later move until the moves it waits on are done (a value crossing
-between groups or iterations through DDR, a shim's buffer descriptors freed an iteration at a
-time); a group's cores start once the groups feeding them on the array are done (a whole value)
-or have begun (a stream of objects); a group's cores and channels serve one unit at a time; DDR's
-bandwidth is one queue every unit's bytes wait in; plus, for several configurations, loading
-each of them every call (`reconfigure_ns`)."""
+between whole designs reads (over time or in space, repeat.py; the rows of cores, compile.py),
+from the cost model's figures. It follows the serial chain the timed emulator runs: the runtime
+sequence issues each group's moves in order (a `Unit`: an iteration of a looping group, or the
+part of one up to a Wait), a Wait holding every later move until the moves it waits on are done;
+a group's cores start once the groups feeding them on the array are done (a whole value) or have
+begun (a stream); a group's cores and channels serve one unit at a time; DDR's bandwidth is one
+queue every unit's bytes wait in; plus loading each configuration every call (`reconfigure_ns`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -27,6 +24,7 @@ from iron.plan.plan import (
     Port,
     TileKind,
     dma_runs,
+    launch_steps,
 )
 
 _PRICED: dict[int, Priced] = {}   # the latest configurations priced, by identity (choices ask again)
@@ -59,14 +57,13 @@ def reconfigure_ns(device, configurations: int) -> float:
 
 @dataclass(frozen=True)
 class Priced:
-    """What the estimate of one configuration reads: each core's cycles per launch (its
-    Functions' cycles, `cost.function_cycles`, times its Loops' counts) and the bytes each FIFO
-    moves per launch."""
+    """What the estimate of one configuration reads: each core's cycles per launch, the bytes each
+    FIFO moves per launch and the sequence's `dma_runs`."""
 
     plan: Plan
     cycles: dict
     moved: dict
-    runs: list   # the sequence's `dma_runs`
+    runs: list
 
     @classmethod
     def of(cls, plan: Plan) -> Priced:
@@ -90,10 +87,9 @@ class Priced:
 
     def floor(self, groups: tuple[str, ...], count: int) -> float:
         """A floor under the estimate of this design with `groups` placed once and looping `count`
-        times, read off this one (so a design whose estimate in space is below it is not
-        compiled twice): those groups' cores doing `count` times their work, the FIFOs feeding
-        or draining them (directly or through a mem tile's link) moving `count` times their
-        bytes, and DDR moving what this design moves."""
+        times (so a design whose estimate in space is below it is not compiled twice): those
+        groups' cores doing `count` times their work, the FIFOs near them moving `count` times
+        their bytes, and DDR moving what this design moves."""
         tiles = {c.tile for c in self.plan.cores if c.group in groups}
         near = {f.name for f in self.plan.fifos if tiles & {f.producer, *f.consumers}}
         for link in self.plan.links:
@@ -107,9 +103,8 @@ class Priced:
 @dataclass
 class Unit:
     """One group's share of a configuration's work: the moves of one stretch of the runtime
-    sequence (an iteration of a looping group, or part of one where the sequence waits on its
-    moves so far), or one iteration of a group the sequence moves nothing for; when it may
-    start (`issued`: the sequence reached it) and, once scheduled, when it starts and ends."""
+    sequence, or one iteration of a group the sequence moves nothing for; when it may start
+    (`issued`: the sequence reached it) and, once scheduled, when it starts and ends."""
 
     group: str
     at: int                                       # its place among its group's units
@@ -195,12 +190,10 @@ class Chain:
         return self._scheduled(unit)
 
     def _scheduled(self, unit: Unit) -> Unit:
-        """`unit` with its start and end. Its inputs move once the sequence issued it and its
-        group's unit before it is done; its cores start on the first object once its feeders'
-        units of the same iteration are done (and their value crossed) or, streaming, begun;
-        then its objects flow through its busiest input channel, its busiest core and its
-        busiest result channel, double-buffered FIFOs overlapping the three, and its DDR bytes
-        queue behind those of the units scheduled before it."""
+        """`unit` with its start and end. Its inputs move once it is issued and its group's unit
+        before it is done; its cores start once its feeders' units of the same iteration are done
+        or, streaming, begun; its objects flow through its busiest input channel, core and result
+        channel, overlapping; its DDR bytes queue behind those of the units scheduled before it."""
         if unit.end is not None:
             return unit
         unit.end = 0.0   # a feeder reached again through a cycle (none in a Plan) bounds nothing
@@ -227,11 +220,10 @@ class Chain:
         return unit
 
     def _stages(self, unit: Unit) -> tuple[float, float, float, int, float]:
-        """A unit's busiest input channel's time, its busiest core's (its group's cycles shared
-        evenly among its units), its busiest result channel's, the most objects one of its FIFOs
-        moves, and the share of its busiest input the FIFOs on its way hold before its cores
-        take any (`_held`). An input reaching its cores through a FIFO of one object (no double
-        buffer) moves each object while the core waits: that last hop's time adds to the core's."""
+        """A unit's busiest input channel's, core's and result channel's times, the most objects
+        one of its FIFOs moves, and the share of its busiest input held ahead of its cores
+        (`_held`). An input reaching its cores through a FIFO of depth 1 moves each object while
+        the core waits: that hop's time adds to the core's."""
         stages = [0.0, cost.ns(self.device, self._cycles(unit.group) / self._units(unit.group)), 0.0]
         objects, ahead, busiest, unbuffered = 1, 1.0, 0, 0.0
         for name, nbytes in unit.moved.items():
@@ -302,9 +294,11 @@ class Chain:
     def _feeders(self) -> dict[str, dict[str, Edge]]:
         """Per group, the groups whose cores feed its cores on the array (by a FIFO, or through a
         mem tile's link), each by the Edge between them."""
-        objects: dict = {}
+        objects: dict = {}   # FifoId -> the objects its producer makes per iteration
         for core in self.plan.cores:
-            _count_acquires(_looped(core.program)[0], 1, objects)
+            for step, times in launch_steps(_looped(core.program)[0]):
+                if isinstance(step, Acquire) and step.port is Port.PRODUCE:
+                    objects[step.fifo] = objects.get(step.fifo, 0) + times * step.count
         makers: dict = {}
         for f in self.plan.fifos:
             if f.producer.kind is TileKind.COMPUTE:
@@ -341,14 +335,6 @@ def _looped(program: tuple) -> tuple[tuple, int]:
     if len(program) == 1 and isinstance(program[0], Loop):
         return program[0].body, program[0].count
     return program, 1
-
-
-def _count_acquires(program: tuple, times: int, made: dict):
-    for item in program:
-        if isinstance(item, Loop):
-            _count_acquires(item.body, times * item.count, made)
-        elif isinstance(item, Acquire) and item.port is Port.PRODUCE:
-            made[item.fifo] = made.get(item.fifo, 0) + times * item.count
 
 
 _CYCLES: dict[tuple, float] = {}   # a kernel step's cycles by what they depend on: alike layers price once

@@ -1,8 +1,6 @@
 """The runtime sequence: per group, Waits on the `_host` FIFOs of earlier groups that wrote a
 state it touches, Moves filling its inputs and draining its outputs; then `finish_sequence` cuts
-each Move into Dma ops within the shim's limits, recycles buffer descriptor ids only after a
-Wait covering the op that held them, and ends with a Wait on every S2MM FIFO (docs/platform.md);
-the Dma patterns themselves are `channels.dma_patterns`."""
+each Move into Dma ops (`channels.dma_patterns`) with buffer descriptor ids (docs/platform.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -19,8 +17,7 @@ from iron.plan.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
 
 @dataclass(frozen=True)
 class Move:
-    """A lowered move of the runtime sequence: `access`'s words between host `buffer` and
-    `fifo`; `finish_sequence` cuts it into Dma ops within the shim's limits."""
+    """A lowered move of the runtime sequence: `access`'s words between host `buffer` and `fifo`."""
 
     direction: Direction
     fifo: FifoId
@@ -48,8 +45,7 @@ def group_moves(ctx: Context, site: Site, parts: list[Part]) -> list[Move]:
 
 def _lanes(s, access: Access) -> list[Access]:
     """Each lane's matrix words in its split link's order: per block, each of the lane's parts'
-    rows of that block (one lane: every part's); a lane of one part whose rows lie end to end,
-    one run of words, which moves in the fewest Dma ops however long its rows."""
+    rows of that block; a lane of one part whose rows lie end to end as one run of words."""
     m = s.matrix.shape[0]
     row = access.nwords // m
     stride = access.dims[0][1] if len(access.dims) > 1 else row
@@ -61,9 +57,9 @@ def _lanes(s, access: Access) -> list[Access]:
 
 
 def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[FifoId]]:
-    """The groups' moves in order, each group's after Waits on the `_host` FIFOs (`written_fifos`)
-    of earlier groups that wrote a state it touches (once per write: every writer, as disjoint parts of a
-    state may be written by several groups); also the `_in` FIFOs of the groups that wait so."""
+    """The groups' moves in order, each group's after Waits on the FIFOs (`written_fifos`) of every
+    earlier group that wrote a state it touches, once per write; also the `_in` FIFOs of the
+    groups that wait so."""
     writers: dict[str, set[FifoId]] = {}
     waited: set[FifoId] = set()
     after: set[FifoId] = set()
@@ -110,10 +106,9 @@ def finish_sequence(entries: list, fifos: dict[FifoId, Fifo], device) -> tuple:
 
 
 class _Ops:
-    """The ops so far (a Dma's fields until `finished`: a later Wait may make it waitable, and a
-    long looped sequence has tens of thousands), the BD ids each shim tile's ops hold until a
-    Wait covers them (by shim, and by FIFO: all of a FIFO's ops are on its one shim tile), and the
-    S2MM FIFOs not yet waited on."""
+    """The ops so far (a Dma's fields until `finished`: a later Wait may make it waitable), the BD
+    ids each shim tile's ops hold until a Wait covers them (by shim, and by FIFO: all of a
+    FIFO's ops are on its one shim tile), and the S2MM FIFOs not yet waited on."""
 
     def __init__(self, bd_ids: int):
         self.bd_ids, self.ops = bd_ids, []
