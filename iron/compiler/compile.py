@@ -38,8 +38,7 @@ _PLANS: WeakKeyDictionary = WeakKeyDictionary()   # Program -> {(device, id(feed
 
 def compile_program(program: Program, device, feeds: Plan | None = None, *, over_time: bool = True) -> Plan:
     """The Plan of `program` on `device`; `feeds`: the Plan whose scratchpad the Emit writes;
-    `over_time=False` keeps every repeated block spread in space (`repeat_over_time` not tried:
-    the design as it was before the rule, to compare or to study the segments)."""
+    `over_time=False` keeps every repeated block spread in space (`repeat_over_time` not tried)."""
     plans = _PLANS.setdefault(program, {})
     key = (device, id(feeds), over_time)
     kept = plans.get(key)

@@ -19,8 +19,7 @@ STREAM_OBJECT_BYTES = 16 * 1024   # a streamed matrix holds at most this much in
 
 @dataclass(frozen=True)
 class Group:
-    """Kernel calls run by one core invocation; `closed_by` is the rule that closed it, None when
-    the body's end did."""
+    """Kernel calls run by one core invocation; `closed_by`: the rule that closed it (None: the end)."""
 
     name: str
     calls: tuple[Node, ...]
@@ -74,8 +73,7 @@ def _held_bytes(calls: tuple[Node, ...]) -> int:
 
 
 def expansion(calls) -> Node | None:
-    """A group's first call when it expands the matrix the second, a matrix call, reads
-    (`dequant_before_matvec`); else None."""
+    """A group's first call when it expands the matrix the second, a matrix call, reads; else None."""
     if len(calls) > 1 and role(calls[0]) is Role.EXPANSION and feeds_matrix(calls[0], calls[1]):
         return calls[0]
     return None

@@ -32,15 +32,13 @@ KEPT = 64
 
 
 def plan_ns(plan: Plan) -> float:
-    """A Plan's estimated device time per call: each configuration's serial chain (`Chain`),
-    plus loading the configurations."""
+    """A Plan's estimated device time per call: its configurations' serial chains, and loading them."""
     configurations = plan.configurations
     return sum(priced(c).ns for c in configurations) + reconfigure_ns(plan.device, len(configurations))
 
 
 def priced(configuration: Plan) -> Priced:
-    """`Priced.of` a configuration, kept: the estimate, the floor and the DDR bytes read it, and a
-    segment priced while the search weighs it is priced again in its segmented Plan."""
+    """`Priced.of` a configuration, kept: the estimate, the floor and the DDR bytes all read it."""
     kept = _PRICED.get(id(configuration))
     if kept is None or kept.plan is not configuration:
         if len(_PRICED) >= KEPT:
@@ -102,9 +100,8 @@ class Priced:
 
 @dataclass
 class Unit:
-    """One group's share of a configuration's work: the moves of one stretch of the runtime
-    sequence, or one iteration of a group the sequence moves nothing for; when it may start
-    (`issued`: the sequence reached it) and, once scheduled, when it starts and ends."""
+    """One group's share of a configuration's work (a stretch of the sequence's moves, or an
+    iteration of a group it moves nothing for): when it is issued and, once scheduled, its span."""
 
     group: str
     at: int                                       # its place among its group's units
@@ -117,8 +114,7 @@ class Unit:
 
 
 class Chain:
-    """The serial chain of one configuration (module docstring): its units scheduled as the
-    runtime sequence reaches them."""
+    """The serial chain of one configuration (module docstring), scheduled as the sequence reaches its units."""
 
     def __init__(self, priced: Priced):
         plan = self.plan = priced.plan
@@ -163,8 +159,7 @@ class Chain:
         return max([issued, *ends])
 
     def _sites(self) -> dict[str, int]:
-        """How many units the sequence issues per group: a stretch of its moves ends where
-        another group's begin or the sequence waits."""
+        """How many units the sequence issues per group (a stretch ends at another group's or a Wait)."""
         sites: dict[str, int] = {}
         previous = None
         for run in self.priced.runs:
@@ -240,8 +235,7 @@ class Chain:
         return (*stages, objects, ahead)
 
     def _into_cores(self, name) -> list:
-        """The FIFOs a host FIFO's objects reach the cores by: itself, or those the mem tiles'
-        links pass it on to."""
+        """The FIFOs a host FIFO's objects reach the cores by: itself, or those the links pass it to."""
         if ("into", name) not in self.known:
             onward = [d for destinations in self.onward.get(name, ()) for d in destinations]
             self.known["into", name] = [f for d in onward for f in self._into_cores(d)] if onward else [self.fifos[name]]
@@ -269,16 +263,14 @@ class Chain:
     # ---- the array: which groups feed which ----
 
     def _cycles(self, group: str) -> float:
-        """Cycles of a group's busiest core (a core shared by several groups: its whole program,
-        counted once, for the first of them)."""
+        """Cycles of a group's busiest core (a shared core's whole program, for the first of its groups)."""
         if ("cycles", group) not in self.known:
             self.known["cycles", group] = max((self.priced.cycles[c.tile] for c in self.plan.cores if c.group == group),
                                               default=0.0)
         return self.known["cycles", group]
 
     def _group_of(self, name) -> str:
-        """The group a FIFO's moves belong to: its own, or (a channel several groups share) its
-        first consumer core's."""
+        """The group a FIFO's moves belong to: its own, or (a shared channel) its first consumer core's."""
         if name.group is not None:
             return name.group
         todo, seen = [name], set()
@@ -292,8 +284,7 @@ class Chain:
         return str(name)
 
     def _feeders(self) -> dict[str, dict[str, Edge]]:
-        """Per group, the groups whose cores feed its cores on the array (by a FIFO, or through a
-        mem tile's link), each by the Edge between them."""
+        """Per group, the groups whose cores feed its cores on the array, each by the Edge between them."""
         objects: dict = {}   # FifoId -> the objects its producer makes per iteration
         for core in self.plan.cores:
             for step, times in launch_steps(_looped(core.program)[0]):

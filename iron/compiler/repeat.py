@@ -100,9 +100,8 @@ def _looped(program: Program, device, groups: tuple[Group, ...], run: Run, place
 
 def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, placements: tuple, padded: dict,
                compile_groups: Callable, nested: bool = False) -> tuple[Plan, Repeat, list[Decision]]:
-    """The Plan running `run` over time, its Repeat and the lines saying which values cross
-    between iterations through DDR, or NotRepeated; `nested`: the repeated block within its
-    iteration (`_inner`) looping too, inside each iteration."""
+    """The Plan running `run` over time, its Repeat and the lines saying which values cross between
+    iterations through DDR, or NotRepeated; `nested`: the block within its iteration looping too."""
     inner = _inner(groups, run) if nested else None
     place = _places(groups, run)
     carried = _carries(program, place, run)
@@ -256,8 +255,7 @@ def _enough(groups: tuple[Group, ...], device, bound: float, within: float) -> C
 
 
 def _least_read(groups: tuple[Group, ...]) -> list[int]:
-    """By group k, the bytes the groups from k on certainly read from DDR: of each host tensor
-    they read, all of it or its largest view read."""
+    """By group k, the bytes the groups from k on certainly read from DDR (of each host tensor, its largest view)."""
     read: dict[Node, int] = {}
     total, found = 0, [0]
     for g in reversed(groups):

@@ -31,9 +31,8 @@ class NotRepeated(Exception):
 
 
 def find_runs(groups: tuple[Group, ...]) -> list[Run]:
-    """Runs of at least two iterations of alike groups (`_shapes`), and each such run but its
-    first or its last iteration: the most groups covered first, then the shortest period, then
-    the earliest."""
+    """Runs of at least two iterations of alike groups, and each such run but its first or last
+    iteration: the most groups covered first, then the shortest period, then the earliest."""
     keys = np.array(_shapes(groups))
     n, runs = len(keys), []
     for period in range(1, n // 2 + 1):
@@ -80,8 +79,7 @@ def _entry(node: Node, mine: set, memo: dict, entries: list) -> int:
 
 
 def placeless(axes) -> tuple:
-    """A view's axes with where they start left out (an index as whether there is one, a slice as
-    its length)."""
+    """A view's axes with where they start left out (an index as whether there is one, a slice as its length)."""
     return tuple((a.index is None, a.dynamic, None if a.stop is None else a.stop - a.start, a.length, a.extent,
                   a.step, a.order) for a in axes)
 
@@ -116,8 +114,7 @@ class Made:
 
 @dataclass(frozen=True)
 class Memory:
-    """An entry for a weight, param or state: `last`, (groups back, which of its memories) of the
-    last group touching it before."""
+    """An entry for a weight, param or state: `last`, (groups back, which memory) of the last group touching it."""
 
     kind: MemoryKind
     shape: tuple[int, ...]

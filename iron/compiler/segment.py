@@ -269,8 +269,7 @@ class Flow:
         return self._crossing[cut]
 
     def _sweep(self) -> list[list[Node]]:
-        """`crossing` of every cut in one pass: a result crosses from the cut after the group
-        making it to the group last reading it."""
+        """`crossing` of every cut in one pass: from the cut after a result's group to its last reader's."""
         opening: dict[int, list[Node]] = {}
         for node, i in self.made.items():
             if self.last_read.get(node, -1) > i:
@@ -326,8 +325,7 @@ class Flow:
 
     def segment_placements(self, segment: Segment, every: tuple[Placement, ...]) -> tuple[Placement, ...]:
         """What a segment's passes see: host tensors, the CUT placements (read as inputs), what it
-        writes (`_sent`) renamed `out<i>` (shown by the names they had), and the carried
-        elements (last only)."""
+        writes (`_sent`) renamed `out<i>`, and the carried elements (last only)."""
         by_name = {p.name: p for p in every}
         kept = [p for p in every if p.kind in (PlacementKind.WEIGHT, PlacementKind.PARAM, PlacementKind.STATE,
                                                 PlacementKind.INPUT, PlacementKind.CUT)]
@@ -338,9 +336,8 @@ class Flow:
         return tuple(kept)
 
     def _sent(self, segment: Segment) -> list[tuple[str, Node]]:
-        """What a segment writes, in its outputs' order, by the names of their host placements: the
-        design's outputs it makes (the last: and those no call makes), then the values a later
-        segment reads and the host does not (a design output's CUT placement is its own bytes)."""
+        """What a segment writes, by its host placement's name: the design's outputs it makes (the
+        last: and those no call makes), then the values a later segment reads and the host does not."""
         mine, last, outputs = self._mine(segment), self.last(segment), self.program.outputs
         made = [(f"out{i}", n) for i, n in enumerate(outputs) if n in mine or (last and n not in self.made)]
         return made + [(self.cut_name(n), n) for n in self.crossing(segment.stop) if n in mine and n not in outputs]

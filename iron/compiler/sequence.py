@@ -26,8 +26,7 @@ class Move:
 
 
 def group_moves(ctx: Context, site: Site, parts: list[Part]) -> list[Move]:
-    """A group's moves: its `_in` regions, its streamed matrix, each part's `_host` regions, a
-    joined result the host reads."""
+    """A group's moves: its `_in` regions, streamed matrix, each part's `_host` regions, a joined result."""
     moves = [Move(Direction.MM2S, parts[0].in_fifo, *m) for m in parts[0].ins.moves]
     if site.stream is not None and site.stream.owner is None:
         s, (buffer, access) = site.stream, host_access(ctx, site.stream.matrix)
@@ -82,8 +81,7 @@ def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[Fi
 
 def written_fifos(site: Site) -> set[FifoId]:
     """The FIFOs a group's state write reaches host memory through: its `_host`, or each column's
-    join of a streamed group (`stream_into_state`) or of a grid's C blocks (a matrix call writing
-    a run of a state)."""
+    join of a streamed group (`stream_into_state`) or of a grid's C blocks."""
     g, on = site.group.name, site.flow or site.grid
     if on is None:
         return {fifo_id(g, Stem.HOST)}
@@ -91,9 +89,8 @@ def written_fifos(site: Site) -> set[FifoId]:
 
 
 def finish_sequence(entries: list, fifos: dict[FifoId, Fifo], device) -> tuple:
-    """Dma and Wait ops from the lowered moves: each move split into Dmas within the device's
-    limits, BD ids per shim tile reused only after a Wait covering the op that held them (MM2S
-    ops made waitable with issue_token), and a final Wait on every S2MM FIFO not yet waited."""
+    """Dma and Wait ops from the lowered moves: each move cut into Dmas, BD ids per shim tile reused
+    only after a Wait covering the op that held them, and a final Wait on every S2MM FIFO."""
     ops = _Ops(device.shim_bd_ids)
     for entry in entries:
         if isinstance(entry, Wait):

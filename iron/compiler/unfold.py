@@ -214,8 +214,7 @@ def _is_leaf(program: Program, node: Node) -> bool:
 
 
 def _shifts(extent: Callable, a: Node, b: Node) -> list[Shift]:
-    """Where the moves of operand `a` of iteration 0 lie, and those of `b`, its counterpart
-    (`extent`: `_extents` of a node)."""
+    """Where the moves of operand `a` of iteration 0 lie, and those of `b`, its counterpart."""
     mine, theirs = extent(a), extent(b)
     if len(mine) != len(theirs) or any(x[2] != y[2] for x, y in zip(mine, theirs)):
         raise NotRepeated(f"{describe(a, 0)} and {describe(b, 0)} are moved by different patterns")
