@@ -46,16 +46,10 @@ class GridLowered:
 
 def lower_grid(ctx: Context, site: Site) -> GridLowered:
     g, grid = site.group.name, site.grid
-    functions, buffers, cores = [], [], []
-    for c in range(len(grid.cols)):
-        for r in range(len(grid.rows)):
-            made, held, core = _core(ctx, g, grid, r, c)
-            functions += made
-            buffers += held
-            cores.append(core)
+    made = [_core(ctx, g, grid, r, c) for c in range(len(grid.cols)) for r in range(len(grid.rows))]
     moves = _own_rows_moves(ctx, g, grid) if grid.own_rows else _moves(ctx, g, grid)
-    return GridLowered(_sizes(ctx, g, grid), _links(g, grid), tuple(buffers), tuple(functions), tuple(cores),
-                       tuple(moves))
+    return GridLowered(_sizes(ctx, g, grid), _links(g, grid), tuple(b for _, held, _ in made for b in held),
+                       tuple(f for fs, _, _ in made for f in fs), tuple(core for *_, core in made), tuple(moves))
 
 
 def _sizes(ctx: Context, g: str, grid: Grid) -> dict:
@@ -102,21 +96,13 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     """Core (r, c)'s Functions, Buffers and program: a Loop over its output blocks, each summing
     its k-blocks."""
     call, tile, prefix = grid.call, grid.tile(r, c), f"{g}_r{r}c{c}"
-    a, b, part = fifo_id(g, Stem.A, r), fifo_id(g, Stem.B, c), fifo_id(g, Stem.PART, r, c)
-    m, k, n = grid.m, grid.k, grid.n
+    a, b = (fifo_id(g, Stem.A, r, c), fifo_id(g, Stem.B)) if grid.own_rows else (fifo_id(g, Stem.A, r), fifo_id(g, Stem.B, c))
+    m, k, n, part = grid.m, grid.k, grid.n, fifo_id(g, Stem.PART, r, c)
     kernel, in_dtype = call.arg.kernel, call.src[0].dtype
-    shapes = [(m, k), (k, n)], (m, n)
-    if grid.own_rows:
-        a, b = fifo_id(g, Stem.A, r, c), fifo_id(g, Stem.B)
-    if grid.vector:
-        shapes = [(m, k), (k,)], (m,)
-    sizes = tuple(Imm(int(s)) for s in kernel.sizes(*shapes))
-    wide = grid.acc != call.dtype
-    total = part
-    buffers = []
-    if wide:
-        total = f"{prefix}_sum"
-        buffers.append(Buffer(total, tile, m * n * grid.acc.itemsize, grid.acc))
+    sizes = tuple(Imm(int(s)) for s in kernel.sizes(*(([(m, k), (k,)], (m,)) if grid.vector else ([(m, k), (k, n)], (m, n)))))
+    wide = grid.acc != call.dtype   # a bfloat16 result summed in float32, rounded once
+    total = f"{prefix}_sum" if wide else part
+    buffers = [Buffer(total, tile, m * n * grid.acc.itemsize, grid.acc)] if wide else []
     matrix, expanded = a, ()
     if grid.expand is not None:   # `dequant_before_matvec`: A's block expanded into a Buffer first
         buffers.append(Buffer(f"{prefix}_expanded", tile, m * k * in_dtype.itemsize, in_dtype))
@@ -305,7 +291,6 @@ def _contiguous(dims: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...
 
 
 def rounds_between_waits(device, moves: list[Move]) -> int:
-    """How many rounds may be issued before waiting (at least one)."""
     return max(1, _steps_within_bds(device, moves))
 
 

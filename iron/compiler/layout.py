@@ -37,7 +37,6 @@ from iron.compiler.sides import (
     chained,
     joined_sides,
     joined_with,
-    large,
     letters,
     lone_product,
     on_sides,
@@ -50,7 +49,7 @@ from iron.compiler.sides import (
     whole_device_grid,
 )
 from iron.compiler.streaming import row_streamable, streamable
-from iron.compiler.tiling import call_sides
+from iron.compiler.tiling import call_sides, large
 from iron.errors import DoesNotFit
 from iron.ir import Node, Op, Program, call_label, describe, external_inputs
 from iron.kernels.base import Role
@@ -105,7 +104,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts
     shared = shared_layouts(program, groups, device, readers, group_of)
     layouts = [s for s in shared if not s.why]
     agreed = {call: sides for s in layouts for call, sides in zip(s.calls, s.sides)}
-    free = answered(readers, layouts)
+    free = readers | {t: [] for s in layouts for t in s.tensors}   # a tensor laid out for all its readers
     padded: dict[Node, tuple[int, ...]] = {}
     chosen: dict[Node, tuple] = {}
     for group in groups:
@@ -205,7 +204,7 @@ def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], 
             key = side(sides, call, i)
             largest[key] = max(extent, largest.get(key, 0))
     agreed = {call: tuple(largest[side(sides, call, i)] for i in range(3)) for call in calls}
-    free = answered(readers, [SharedLayout(tensors, calls, tuple(agreed.values()))])
+    free = readers | {t: [] for t in tensors}
     why = next((f"{call_label(program, c)} {why}" for c in calls
                 if (why := shared_unpadded(c, agreed, free, group_of, device))), "")
     pairs = tuple(u for u in group_of if (p := pair(u, group_of)) and p[0] in calls)
@@ -215,8 +214,7 @@ def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], 
 def shared_unpadded(call: Node, agreed: dict, readers: dict, group_of: dict, device) -> str:
     """Why a product of a `pad_shared_input` family may not pad on the `agreed` sides."""
     sides = agreed[call]
-    why = matrix_unpadded(call, readers, group_of)
-    if why:
+    if why := matrix_unpadded(call, readers, group_of):
         return f"is not padded: {why}"
     if keeps_n(call, readers) and sides[2] != call.shape[-1]:
         return f"keeps its N of {call.shape[-1]} (pad_through_row_width), not {sides[2]}"
@@ -225,11 +223,6 @@ def shared_unpadded(call: Node, agreed: dict, readers: dict, group_of: dict, dev
     if not pad_matrix(group_of[call], readers, group_of, device, agreed):
         return f"may not be padded to (M, K, N) = {sides} (a MatMul reading its result has no grid on them)"
     return ""
-
-
-def answered(readers: dict, layouts: list[SharedLayout]) -> dict:
-    """The readers a padding answers to: a tensor laid out for all its readers answers to none alone."""
-    return readers | {t: [] for s in layouts for t in s.tensors}
 
 
 def refusal(program: Program, groups: tuple[Group, ...], group: Group, device, layouts: Layouts):
@@ -268,10 +261,9 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
     """A lone large MatMul or MatVec over paddable operands, its result shown or read by calls sharing
     its layout: on the sides `padded_product` picks; else K alone (`pad_k_only`), else for groups
     fitting a tile to read its region (`pad_tile_region`). `chosen`: call -> (A, its shape, Choice)."""
-    call = lone_product(group)
+    call, agreed, chosen = lone_product(group), agreed or {}, {} if chosen is None else chosen
     if call is None:
         return {}
-    chosen = {} if chosen is None else chosen
     if not readers_unshared(call, readers, group_of):
         return padded_product(call, readers, group_of, device, agreed, chosen)
     return padded_product(call, readers, group_of, device, agreed, chosen, k_only=True) or (
@@ -279,30 +271,27 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
         else padded_product(call, readers, group_of, device, agreed, chosen, small=True))
 
 
-def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: dict | None, chosen: dict,
+def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: dict, chosen: dict,
                    k_only: bool = False, small: bool = False) -> dict[Node, tuple[int, ...]]:
     """`pad_matrix` of `call` (`k_only`: its result keeps its shape; `small`: groups fitting a tile
     read it): the sides agreed, joined or chosen, squared, with a grid for each MatMul reading it;
     operands made over the layout pad their inputs (`pad_upstream_zeros`, `pad_upstream_rows`)."""
     members = (call,) if k_only else joined_with(call, readers, group_of)
-    kept = tail_kept(call, members, readers, group_of)   # {} when both may lie padded
-    if kept is None or kept and (k_only or call in (agreed or {}) or len(members) > 1):
+    if not all(map(large, members)) or (kept := tail_kept(call, members, readers, group_of)) is None or \
+            kept and (k_only or call in agreed or len(members) > 1):   # kept: {} when both may lie padded
         return {}
-    if call not in (agreed or {}) and any(isinstance(u, Node) and call in (pair(u, group_of) or ())
-                                          for u in readers.get(call, [])):
+    if call not in agreed and any(isinstance(u, Node) and call in (pair(u, group_of) or ())
+                                  for u in readers.get(call, [])):
         return {}   # read beside another product `pad_shared_input` did not agree with
     a, b = call.src[:2]
-    plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and reads_region(u, call, group_of if small else None)
-                       for u in readers.get(call, []))
-    if plain_reader and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
-        return {}
-    if not all(map(large, members)):
-        return {}
+    if any(u is Reader.VIEW or isinstance(u, Node) and reads_region(u, call, group_of if small else None)
+           for u in readers.get(call, [])) and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
+        return {}   # a plain reader reads its operands' rows: whole words
     own_m, _, own_n = call_sides(call)
     choice = None
     if k_only:
         sides, choice = sides_choice(call, device, {0: own_m, 2: own_n})
-    elif call in (agreed or {}):
+    elif call in agreed:
         sides = agreed[call]
     elif len(members) > 1:
         sides = (joined_sides(members, device) or {}).get(call)
@@ -345,10 +334,10 @@ def squared(call: Node, sides: tuple[int, int, int], readers: dict, group_of: di
     return square
 
 
-def beside(call: Node, read: Node, agreed: dict | None) -> dict[Node, tuple[int, int]]:
+def beside(call: Node, read: Node, agreed: dict) -> dict[Node, tuple[int, int]]:
     """The other operand of a MatMul reading `read`, with the layout `pad_shared_input` agreed for it."""
     other = call.src[1] if call.src[0] is read else call.src[0]
-    return {other: agreed[other][::2]} if other in (agreed or {}) else {}
+    return {other: agreed[other][::2]} if other in agreed else {}
 
 
 def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
@@ -362,10 +351,8 @@ def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, devic
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
         return rows_through(calls[0], padded[fed[0]])
     if calls[0].arg.kernel.role is Role.MATRIX:
-        sides = chained(calls[0], {n: padded[n] for n in fed}, device)
-        if sides is None:   # `pad_matrix` checked only the first product of a chain
-            return {}
-        return {n: shape for n, shape in on_sides(calls[0], sides).items() if n not in fed}
+        sides = chained(calls[0], {n: padded[n] for n in fed}, device)   # None: `pad_matrix` checked only a chain's first
+        return {} if sides is None else {n: shape for n, shape in on_sides(calls[0], sides).items() if n not in fed}
     return {n: padded[fed[0]] for n in (*external_inputs(calls), calls[-1]) if n not in fed}
 
 
@@ -384,13 +371,16 @@ def pad_stream(group: Group, readers: dict, group_of: dict, device) -> dict[Node
     if not streams(group.calls):
         return {}
     family = stream_family(group, readers, group_of)
-    also = frozenset(c for g in family for c in g.calls)
-    padded = []
-    for g in family:
-        padded.append(stream_padding(g, readers, device, also, group_of))
-        if not padded[-1] or padded[-1][result_of(g.calls[-1])] != padded[0][result_of(group.calls[-1])]:
+    also, padded, first = frozenset(c for g in family for c in g.calls), {}, None
+    for calls in (g.calls for g in family):
+        rows, *rest = calls[-1].shape   # rows padded after the last: every view stays where it was
+        length = streams(calls) and not stream_unpadded(calls, readers, also, group_of) and \
+            streamed_count(calls, device, rows, FLOW_QUANTUM if not rest else ROW_QUANTUM, math.prod(rest))
+        first = first or (length, *rest)
+        if not length or (length, *rest) != first:
             return {}
-    return {n: shape for p in padded for n, shape in p.items()}
+        padded |= {n: first for n in (*external_inputs(calls), result_of(calls[-1]))}
+    return padded
 
 
 def streams(calls) -> bool:
@@ -431,25 +421,15 @@ def stream_refusal(program: Program, groups: tuple[Group, ...], group: Group, re
     return None
 
 
-def stream_padding(group: Group, readers: dict, device, also=frozenset(), group_of: dict | None = None) -> dict[Node, tuple[int, ...]]:
-    calls = group.calls
-    if not streams(calls) or stream_unpadded(calls, readers, also, group_of):
-        return {}
-    rows, *rest = calls[-1].shape   # rows padded after the last: every view stays where it was
-    length = streamed_count(calls, device, rows, FLOW_QUANTUM if not rest else ROW_QUANTUM, math.prod(rest))
-    return {n: (length, *rest) for n in (*external_inputs(calls), result_of(calls[-1]))} if length else {}
-
-
 def pad_rows(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
     """A row reduction over a batch of rows streamed in row-blocks, its result the host's or read by
     calls sharing its layout: its rows padded, never a row's width."""
     calls = group.calls
     if not row_streamable(calls) or calls[0].arg.kernel.role is Role.EXPANSION or \
-            held_bytes(list(calls)) <= SIZE_LIMIT or rows_unread(calls[0], readers, group_of):
+            held_bytes(list(calls)) <= SIZE_LIMIT or rows_unread(calls[0], readers, group_of) or \
+            unpaddable(calls[0].src[0], calls, readers, tail=True):
         return {}   # an expansion streams in units of a row
     (call,), x = calls, calls[0].src[0]
-    if unpaddable(x, calls, readers, tail=True):
-        return {}
     rows, width = x.shape
     padded_rows = streamed_count(calls, device, rows, ROW_QUANTUM, width)
     return {x: (padded_rows, width), call: (padded_rows, *call.shape[1:])} if padded_rows else {}

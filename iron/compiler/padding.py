@@ -92,7 +92,6 @@ def state_unpadded(state: Node, calls: tuple[Node, ...], readers: dict) -> str:
 
 
 def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> str:
-    """Why `pad_matrix` may not pad a MatMul's or MatVec's tensors."""
     joined = joined_with(call, readers, group_of) if group_of else (call,)
     return operands_unpadded(call, joined, readers, group_of) or readers_unshared(call, readers, group_of)
 
@@ -164,12 +163,10 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
         return rows_unshared(calls, result, readers, group_of, wider)
     if calls[0].arg.kernel.role is Role.MATRIX:
         return matmul_unshared(calls, result, readers, group_of)
-    why = stream_unshared(calls, result, readers, group_of, wider)
-    if why:
+    if why := stream_unshared(calls, result, readers, group_of, wider):
         return why
     if not shown(calls[-1], readers):
-        why = zeros_unkept(calls, readers, group_of, wider)
-        if why:
+        if why := zeros_unkept(calls, readers, group_of, wider):
             return why
     elif readers[calls[-1]] != [Reader.HOST] and result.shape[-1] * calls[-1].dtype.itemsize % 4:
         return f"makes {describe(calls[-1])}, whose rows other calls read are not whole 32-bit words"
@@ -177,9 +174,7 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
 
 
 def stream_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict, wider: bool = True) -> str:
-    """Why elementwise `calls` may not stream over the padded layout `result` lies in."""
-    why = unstreamed(calls, result.shape)
-    if why:
+    if why := unstreamed(calls, result.shape):
         return why
     why = next((why for n in external_inputs(calls) if n is not result and not carried(n, group_of)
                 and (why := unpaddable(n, calls, readers, group_of, tail=not wider))), "")
@@ -187,7 +182,6 @@ def stream_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
 
 
 def unstreamed(calls: tuple[Node, ...], shape: tuple[int, ...]) -> str:
-    """Why `calls` may not stream over a padded layout of `shape`."""
     if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
         return "is neither elementwise, a row reduction nor a MatMul, and would read the padding as data"
     if any(n.shape != shape for c in calls for n in (c, *tensor_inputs(c))):
@@ -231,9 +225,7 @@ def matrix_readers(call: Node, readers: dict, group_of: dict) -> list[tuple[Node
 
 def join_unshared(products: tuple[Node, ...], calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
     """`pad_joined`: why the products whose layouts elementwise `calls` read may not lie padded alike."""
-    for other in external_inputs(calls) if len(products) > 1 else ():
-        if not carried(other, group_of):
-            continue
+    for other in (n for n in external_inputs(calls) if carried(n, group_of)) if len(products) > 1 else ():
         why = "it is read elsewhere too" if any(r not in calls for r in readers[other]) \
             else source_unshared(other, products, readers, group_of)
         if why:

@@ -141,7 +141,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     names = {g.name for g in groups}
     shared = {g: on for g, on in (shared or {}).items() if g in names and on in names}
     owning = [g for g in groups if g.name not in shared]   # the groups taking tiles of their own
-    large = {g.name for g in owning if spreads(g, device)}
+    large = {g.name for g in owning if held_bytes(list(g.calls)) > core_room(device)}   # spread or fail
     needed = len(owning) + with_emit
     if needed > len(free):
         raise PlacementError(f"{program.name} needs {needed} compute tiles but {device.name} has {len(free)}: compile "
@@ -170,7 +170,12 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if spread is not None:
             grid = spread if isinstance(spread, Grid) else None
             sites.append(Site(group, spread.tiles, grid=grid, flow=None if grid else spread))
-            rules += [(rule, f"{group.name}: {spread.text()}"), *columns_rule(group, later, free, device)]
+            rules.append((rule, f"{group.name}: {spread.text()}"))
+            if later:
+                columns = len(free_columns(free, device))
+                rules.append((Rule.COLUMNS_FOR_LATER_GROUPS, f"{group.name}: at most {max(0, columns - len(later))} of "
+                                                             f"the {columns} free whole columns, one left to each later "
+                                                             f"group larger than a tile ({', '.join(later)})"))
             if grid is not None and grid.expand is not None:
                 rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m, grid.k))
             free = [t for t in free if t not in spread.tiles]
@@ -208,20 +213,6 @@ def left_for_spreading(free: list[Tile], reserved: int, device) -> list[Tile]:
         return free
     kept = free_columns(free, device)[-reserved:]
     return [t for t in free if t.col not in kept]
-
-
-def columns_rule(group: Group, later: list[str], free: list[Tile], device) -> list[Decision]:
-    if not later:
-        return []
-    columns = len(free_columns(free, device))
-    return [(Rule.COLUMNS_FOR_LATER_GROUPS, f"{group.name}: at most {max(0, columns - len(later))} of the {columns} "
-                                            f"free whole columns, one left to each later group larger than a tile "
-                                            f"({', '.join(later)})")]
-
-
-def spreads(group: Group, device) -> bool:
-    """Whether a group holds more than a compute tile, so it runs over whole columns or not at all."""
-    return held_bytes(list(group.calls)) > core_room(device)
 
 
 def outside_users(program: Program, groups: tuple[Group, ...], with_emit: bool) -> dict[Node, tuple[str | Reader, ...]]:
@@ -276,7 +267,6 @@ def check_rows_fit(program: Program, groups: tuple[Group, ...], device):
 
 
 def free_columns(free: list[Tile], device) -> list[int]:
-    """The columns all of whose compute tiles are free."""
     return [col for col in range(device.n_cols)
             if all(Tile(col, row, TileKind.COMPUTE) in free for row in device.compute_rows)]
 
@@ -313,8 +303,7 @@ def not_streamed(program: Program, calls, outside, device) -> str:
         how = (f"joins along axis {axis}, each row of its result a row of every input" if join.shape[:axis] != (1,) * axis
                else "is fused with other calls or joins tensors that do not lie in host memory as runs of words")
         return f"{call_label(program, join)} {how}: only a lone Concat of host tensors end to end streams (stream_joined)"
-    why = unstreamable(calls, lambda c: call_label(program, c))
-    if why is not None:
+    if why := unstreamable(calls, lambda c: call_label(program, c)):
         return why
     read = [c for c in calls if outside.get(c) and outside[c] != (Reader.HOST,)]
     if read:

@@ -11,8 +11,8 @@ from itertools import product
 
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
 from iron.compiler.streaming import choose_flow, flow_bytes, streamable
-from iron.compiler.tiling import TILED_BYTES, call_sides, choose_grid, estimate_ns, vector_tiles
-from iron.ir import Node, Op, external_inputs, is_host_tensor, nbytes, state_written_whole
+from iron.compiler.tiling import call_sides, choose_grid, estimate_ns
+from iron.ir import Node, Op, external_inputs, is_host_tensor, state_written_whole
 from iron.kernels.base import Role
 from iron.plan import cost
 from iron.plan.plan import Choice
@@ -104,13 +104,6 @@ def lone_product(group: Group) -> Node | None:
     if call.arg.writes and state_written_whole(call) is None:
         return None
     return call
-
-
-def large(call: Node) -> bool:
-    """Whether a MatMul's or MatVec's tensors are too large for one tile, so it tiles."""
-    a, b = call.src[:2]
-    return vector_tiles(a, a) if len(call.shape) == 1 else \
-        nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
 
 
 def upstream(nodes, group_of: dict) -> tuple[tuple[Node, ...], tuple[Group, ...]]:
@@ -320,19 +313,15 @@ def streamed_count(calls, device, count: int, quantum: int, width: int = 1) -> i
     itemsize = min(n.dtype.itemsize for c in calls for n in (c, *c.src))
     unit = 4 // math.gcd(4, width * itemsize) if width > 1 else 0
     counts = dict.fromkeys(-(-count // s) * s for s in (step, unit) if s)
+    blocks_of = 1 if calls[0].arg.kernel.role is Role.ELEMENTWISE else width   # an elementwise stream's rows are elements
     flows = [(p, f) for p in (None, *(c * width for c in counts if c != count))
-             if (f := _flow(calls, device, p, width)) is not None]
+             if (f := choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
+                                  device.n_cols * device.shim.dma_out_channels, width=blocks_of, padded=p)) is not None]
     if not flows:
         return None
     best, _ = cost.choose(Rule.PAD_TO_BLOCK, "padded length", flows, lambda f: estimate_ns(f[1], device),
                           lambda f: f"{f[0] or count * width} elements")
     return None if best[0] is None else best[0] // width
-
-
-def _flow(calls, device, padded, width: int = 1):
-    width = 1 if calls[0].arg.kernel.role is Role.ELEMENTWISE else width
-    return choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
-                       device.n_cols * device.shim.dma_out_channels, width=width, padded=padded)
 
 
 def extent_rule(call: Node, sides: tuple[int, int, int], device) -> Rule:

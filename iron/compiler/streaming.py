@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from itertools import islice
 
-from iron.compiler.tiling import OnCores, core_room, estimate_ns, fastest, word_run
+from iron.compiler.tiling import OnCores, core_room, estimate_ns, expanded, fastest, word_run
 from iron.compiler.words import row_group, view_rows
-from iron.errors import KernelTypeError
 from iron.ir import (
     Node,
     Op,
@@ -182,9 +181,7 @@ def streamed_rows(node: Node, padded: dict | None = None) -> int | None:
     if node.op != Op.VIEW or not is_host_tensor(node):
         return None
     lies = (padded or {}).get(storage(node))
-    if lies is None and word_run(node) is not None:
-        return None
-    if lies is not None and frame(node) != storage(node).shape:
+    if word_run(node) is not None if lies is None else frame(node) != storage(node).shape:
         return None
     return row_group(node) * node.shape[-1] if view_rows(node, lies) is not None else None
 
@@ -198,15 +195,8 @@ def row_streamable(calls) -> bool:
 def expansion_unit(call: Node) -> int:
     """`stream_expansion_units`: the fewest elements of a row an expansion expands alone by its own
     rule (out_shape; Dequant: one GGUF block)."""
-    kernel, attrs, row = call.arg.kernel, call.arg.attr_dict, call.src[0].shape[1]
-
-    def expands(width: int) -> bool:
-        try:
-            kernel.out_shape([(1, width)], **attrs)
-        except KernelTypeError:
-            return False
-        return True
-    return next(w for w in range(1, row + 1) if row % w == 0 and expands(w))
+    row = call.src[0].shape[1]
+    return next(w for w in range(1, row + 1) if row % w == 0 and expanded(call, w) is not None)
 
 
 def rows_do_not_stream(calls, label) -> str | None:

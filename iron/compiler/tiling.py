@@ -117,7 +117,6 @@ class Grid(OnCores):
 
     @property
     def calls(self) -> int:
-        """Kernel calls per core."""
         return self.rounds * self.per_round * self.k_blocks
 
     def work(self, device) -> cost.Work:
@@ -171,7 +170,6 @@ class Grid(OnCores):
 
 
 def estimate_ns(candidate: OnCores, device) -> float:
-    """The cost model's estimate of a grid or a stream, in nanoseconds."""
     return candidate.work(device).ns(device)
 
 
@@ -197,18 +195,19 @@ def stored(call: Node, expand: Node | None) -> Node:
 
 
 def wants_grid(call: Node, users: tuple[str | Reader, ...], expand: Node | None = None) -> bool:
-    """A matrix call of two whole host tensors whose result only the host reads: a MatMul whose
-    operands and result take more than TILED_BYTES, or a MatVec that `vector_tiles`."""
+    """A `large` matrix call of two whole host tensors whose result only the host reads."""
     if call.arg.kernel.role is not Role.MATRIX or call.arg.n_inputs != 2 or users != result_users(call):
         return False
-    a, b = stored(call, expand), call.src[1]
-    if not all(is_host_tensor(x) and x.op != Op.VIEW for x in (a, b)):
-        return False
+    return all(is_host_tensor(x) and x.op != Op.VIEW for x in (stored(call, expand), call.src[1])) and large(call, expand)
+
+
+def large(call: Node, expand: Node | None = None) -> bool:
+    """Whether a MatMul's or MatVec's tensors are too large for one tile, so it tiles: a MatVec that
+    `vector_tiles`, a MatMul (no expansion fused) whose operands and result take more than TILED_BYTES."""
+    a = stored(call, expand)
     if len(call.shape) == 1:
         return vector_tiles(a, call.src[0])
-    if expand is not None:
-        return False
-    return nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
+    return expand is None and nbytes(a) + nbytes(call.src[1]) + nbytes(call) > TILED_BYTES
 
 
 def result_users(call: Node) -> tuple[Reader | None, ...]:
@@ -343,15 +342,17 @@ def _floor_ns(call: Node, sides: tuple, rows: int, cols: int, own: bool, expand:
 def expansion_k_blocks(expand: Node, big_k: int, row: int, device) -> list[int]:
     """The k-blocks an expansion's rows of `row` stored bytes (K = `big_k` once expanded) may be cut
     into: whole 32-bit words within a BD dimension that its own rule expands alone (a whole Dequant block)."""
-    kernel, attrs = expand.arg.kernel, expand.arg.attr_dict
-
-    def expands_to(k: int, stored: int) -> bool:
-        try:
-            return kernel.out_shape([(1, stored)], **attrs) == (1, k)
-        except KernelTypeError:
-            return False
     return [k for k in range(1, big_k + 1) if big_k % k == 0 and k * row % (4 * big_k) == 0
-            and k * row // big_k // 4 <= device.shim.max_bd_wrap and expands_to(k, k * row // big_k)]
+            and k * row // big_k // 4 <= device.shim.max_bd_wrap and expanded(expand, k * row // big_k) == (1, k)]
+
+
+def expanded(expand: Node, stored: int) -> tuple[int, ...] | None:
+    """The shape an expansion's own rule makes of one row of `stored` elements; None when it refuses
+    them (part of a block)."""
+    try:
+        return expand.arg.kernel.out_shape([(1, stored)], **expand.arg.attr_dict)
+    except KernelTypeError:
+        return None
 
 
 ONE_ROW_K = ("; one row is not split by rows, and K is not split over cores: each core would need its own K-range "
