@@ -109,15 +109,13 @@ def dequant_before_matvec(group: list[Node], call: Node) -> bool:
 
 
 def joins_expansion(group: list[Node], call: Node) -> bool:
-    """Whether `call` is the matrix call reading as its matrix what the group, one expansion, makes
-    (not one gathering a view: its matrix is the view's rows, read as the grid reads any)."""
+    """Whether `call` is the matrix call reading as its matrix what the group, one expansion not gathering, makes."""
     return (len(group) == 1 and role(group[0]) is Role.EXPANSION and not group[0].arg.kernel.gathers
             and feeds_matrix(group[0], call))
 
 
 def matrix_op_starts_group(group: list[Node], call: Node) -> bool:
-    """A matrix call begins a new group, but joins the expansion of its matrix; after one, only
-    elementwise calls may join, as its epilogue."""
+    """A matrix call begins a group (but joins its matrix's expansion); after one, only elementwise calls join."""
     if role(call) is Role.MATRIX:
         return not joins_expansion(group, call)
     has_matrix = any(role(c) is Role.MATRIX for c in group)

@@ -48,15 +48,13 @@ def priced(configuration: Plan) -> Priced:
 
 
 def reconfigure_ns(device, configurations: int) -> float:
-    """Loading a call's configurations: none for one (it stays loaded), else each of them, the
-    first again after the last of the call before."""
+    """Loading a call's configurations: none for one (it stays loaded), else each of them every call."""
     return cost.generation(device).reconfigure_ns * configurations * (configurations > 1)
 
 
 @dataclass(frozen=True)
 class Priced:
-    """What the estimate of one configuration reads: each core's cycles per launch, the bytes each
-    FIFO moves per launch and the sequence's `dma_runs`."""
+    """What the estimate of one configuration reads: each core's cycles and each FIFO's bytes per launch."""
 
     plan: Plan
     cycles: dict
@@ -242,8 +240,7 @@ class Chain:
         return self.known["into", name]
 
     def _held(self, name) -> int:
-        """The bytes a FIFO and those a mem tile's link passes it on to hold (each its depth of
-        objects): what moves ahead of the cores reading it."""
+        """The bytes a FIFO and those its link passes it on to hold: what moves ahead of the cores reading it."""
         if ("held", name) not in self.known:
             held, todo = 0, [name]
             while todo:
@@ -314,8 +311,7 @@ class Chain:
 
 @dataclass(frozen=True)
 class Edge:
-    """How one group's cores feed another's on the array: a stream of objects per iteration (the
-    reader begins with the first), or one whole value of `nbytes` (the reader waits for it)."""
+    """How one group's cores feed another's: a stream of objects (the reader begins with the first), or a whole value."""
 
     streamed: bool
     nbytes: int

@@ -31,8 +31,7 @@ REFUSED = (NotRepeated, PlanError, DoesNotFit, PlacementError)   # why a loop ov
 
 @dataclass(frozen=True)
 class Abandoned:
-    """The design spread in space, given up after the first segments (`_enough`): it takes at
-    least `configurations` and `ns`, more than the loop."""
+    """The design spread in space, given up (`_enough`): at least `configurations` and `ns`, more than the loop."""
 
     configurations: int
     ns: float
@@ -84,8 +83,7 @@ def choose_over_time(program: Program, device, groups: tuple[Group, ...], placem
 
 def _looped(program: Program, device, groups: tuple[Group, ...], run: Run, placements: tuple, padded: dict,
             compile_groups: Callable) -> tuple[Plan, Repeat, list[Decision]]:
-    """`_over_time`: the iteration placed whole, or, when it is refused so (more groups than the
-    array holds, even sharing cores), with the repeated block within it looping inside it."""
+    """`_over_time`: the iteration placed whole, or, refused so, with the block within it looping inside it."""
     try:
         return _over_time(program, device, groups, run, placements, padded, compile_groups)
     except REFUSED as whole:
@@ -177,8 +175,7 @@ def _within(run: Run, inner: Run, k: int) -> Run:
 
 
 def _crossing(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
-    """The results made before or in the run that a call of another iteration (or after the run)
-    reads, but those the host reads: they cross through DDR. `place`: `_places`."""
+    """The results made before or in the run that another iteration (or after the run) reads, but the host's."""
     found: dict[Node, None] = {}
     for reader, at in place.items():
         for node in tensor_inputs(reader):

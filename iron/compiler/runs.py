@@ -31,8 +31,7 @@ class NotRepeated(Exception):
 
 
 def find_runs(groups: tuple[Group, ...]) -> list[Run]:
-    """Runs of at least two iterations of alike groups, and each such run but its first or last
-    iteration: the most groups covered first, then the shortest period, then the earliest."""
+    """Runs of at least two iterations of alike groups (and each but its first or last), the most groups first."""
     keys = np.array(_shapes(groups))
     n, runs = len(keys), []
     for period in range(1, n // 2 + 1):

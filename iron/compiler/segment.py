@@ -32,8 +32,7 @@ CUT_WINDOW = 4   # a segment may end anywhere in the last 1/CUT_WINDOW of the gr
 
 @dataclass(frozen=True)
 class Segment:
-    """Groups [start, stop) of the design, run as one configuration; `emit_cut`: without the Emit,
-    which runs in a segment of its own after (`emit_own_segment`)."""
+    """Groups [start, stop) of the design, run as one configuration; `emit_cut`: without the Emit."""
 
     start: int
     stop: int
@@ -302,8 +301,7 @@ class Flow:
         return f"cut.{call_label(self.program, node)}"
 
     def placements(self, crossing: list[Node]) -> tuple[Placement, ...]:
-        """The design's host placements, then a CUT placement per value in `crossing` (a design
-        output's on its output's bytes, so the segment making it writes it once)."""
+        """The design's host placements, then a CUT placement per value in `crossing` (an output's on its bytes)."""
         host = self.host
         by_name = {p.name: p for p in host}
         used = max((p.offset + p.nwords for p in host if p.buffer == HostRole.OUTPUTS.value), default=0)
@@ -346,8 +344,7 @@ class Flow:
         return {c for g in self.groups[segment.start:segment.stop] for c in g.calls}
 
     def segment_program(self, segment: Segment) -> tuple[Program, tuple[Group, ...]]:
-        """The segment as a Program of its own (values made earlier read as inputs, every call at its
-        position, so call labels name the body's calls) and its groups."""
+        """The segment as a Program of its own (values made earlier read as inputs) and its groups."""
         program, mine, last = self.program, self._mine(segment), self.last(segment)
         inputs: dict[Node, None] = {}
         memo: dict[Node, Node] = {}

@@ -116,8 +116,7 @@ class _Ops:
         self.unwaited: dict[FifoId, None] = {}
 
     def move(self, move: Move, fifo: Fifo, patterns: list):
-        """The Dmas of one move, each on the lowest BD id of its shim no op holds, after waiting
-        on the oldest op's FIFO while every one is held."""
+        """The Dmas of one move, each on its shim's lowest free BD id, waiting on the oldest op's FIFO while none is."""
         inputs = move.direction is Direction.MM2S
         shim = fifo.producer if inputs else next(t for t in fifo.consumers if t.kind is TileKind.SHIM)
         held, free = self.held.setdefault(shim, {}), self.free.setdefault(shim, set(range(self.bd_ids)))

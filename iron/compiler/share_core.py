@@ -48,8 +48,7 @@ def _on(layout, tile) -> set[str]:
 
 
 def _pairs(iteration: tuple[Group, ...]) -> list[tuple[int, str, str]]:
-    """(position, group, the group before it) where the group alone reads the one before's
-    results, those reading fewest other groups first, then in order."""
+    """(position, group, the group before it) where the group alone reads the one before's, fewest readers first."""
     made = {c: g.name for g in iteration for c in g.calls}
     readers: dict[str, set[str]] = {}
     for group in iteration:

@@ -18,8 +18,7 @@ from iron.plan.plan import HostRole, Loop, Repeat, Wait
 
 @dataclass(frozen=True)
 class Shift:
-    """Where iteration 0's moves of one host operand lie (`buffer` words [first, first + span))
-    and where iteration k's same moves lie (`to_buffer` from `to_first`)."""
+    """Where iteration 0's moves of a host operand lie (`buffer` words [first, first + span)) and iteration k's."""
 
     buffer: str
     first: int
