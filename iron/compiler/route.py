@@ -97,7 +97,7 @@ def group_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
     g, calls, users = site.group.name, site.group.calls, layout.users
     split = len(site.tiles) > 1
     fifos = []
-    if loads_from_host(forwards, site):
+    if any(c.arg.scalar_attrs for c in calls) or any(not forwarded_to(forwards, g, n) for n in host_reads(site)):
         fifos.append(Route(fifo_id(g, Stem.IN), g, HOST, site.tiles))
     for number, tile in enumerate(site.tiles):
         core = number if split else None
@@ -108,16 +108,12 @@ def group_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
             fifos.append(Route(fifo_id(g, Stem.OUT, core=core), g, tile, consumer_tiles(layout, forwards, site.group)))
     if site.stream is not None:
         fifos += stream_routes(site)
-    if split:
-        fifos += join_routes(layout, forwards, site)
+    if split:   # the parts joined on the stream's mem tile, to the readers (or only the host)
+        fifos += [Route(fifo_id(g, Stem.PART, p), g, t, (site.stream.mem,)) for p, t in enumerate(site.tiles)]
+        consumers = consumer_tiles(layout, forwards, site.group, Reader.HOST in users.get(calls[-1], ()))
+        stem = Stem.OUT if any(t != HOST for t in consumers) else Stem.HOST
+        fifos.append(Route(fifo_id(g, stem), g, site.stream.mem, consumers))
     return fifos
-
-
-def loads_from_host(forwards: dict, site: Site) -> bool:
-    """Whether a group loads a host tensor no earlier group forwards to it, or a per-call attribute."""
-    g = site.group.name
-    return any(c.arg.scalar_attrs for c in site.group.calls) or any(
-        not forwarded_to(forwards, g, n) for n in host_reads(site))
 
 
 def forwarded_to(forwards: dict, group: str, node: Node) -> bool:
@@ -207,15 +203,6 @@ def flow_routes(site: Site) -> list[Route]:
                       for r in rows]
             fifos.append(Route(fifo_id(g, Stem.HOST, c, result=k), g, mem, (HOST,)))
     return fifos
-
-
-def join_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
-    g, mem = site.group.name, site.stream.mem
-    parts = [Route(fifo_id(g, Stem.PART, p), g, t, (mem,)) for p, t in enumerate(site.tiles)]
-    with_host = Reader.HOST in layout.users.get(site.group.calls[-1], ())
-    consumers = consumer_tiles(layout, forwards, site.group, with_host)
-    stem = Stem.OUT if any(t != HOST for t in consumers) else Stem.HOST
-    return [*parts, Route(fifo_id(g, stem), g, mem, consumers)]
 
 
 def forwarded_inputs(layout: Layout) -> dict[str, dict[Node, tuple[str, ...]]]:
