@@ -4,6 +4,7 @@ forwards to later readers (`forward_shared_input`), and the relays keeping every
 within its input DMA channels (`fit_compute_channels`)."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -356,43 +357,39 @@ def crowded_tiles(program: Program, layout: Layout, device) -> set[Tile]:
     """The compute tiles whose FIFOs by DMA, over every group their core runs, exceed its channels
     either way once `fit_compute_channels` has relayed what it can (share_core.py's probe)."""
     routes = route(program, layout)
-    relays, _, state = _relays(core_inputs(routes, layout), device.compute.dma_in_channels)
+    _, _, state = _relays(core_inputs(routes, layout), device.compute.dma_in_channels)
     tiles = {c.tile for c in state.cores if state.tile_inputs(c.tile) > device.compute.dma_in_channels}
-    sent: dict[Tile, set] = {}
-    for r in routes.fifos:
-        if r.producer.kind is TileKind.COMPUTE and not r.shared_memory:
-            sent.setdefault(r.producer, set()).add(r.fifo)
-    return tiles | {t for t, fifos in sent.items() if len(fifos) > device.compute.dma_out_channels}
+    sent = Counter(r.producer for r in routes.fifos if r.producer.kind is TileKind.COMPUTE and not r.shared_memory)
+    return tiles | {t for t, n in sent.items() if n > device.compute.dma_out_channels}
 
 
 class ChannelState:
-    """The relays so far: what each reader no longer receives, the carriers that gained an `_in`
-    and what each started receiving."""
+    """The relays so far: what each reader no longer receives, and what each carrier started
+    receiving (an `_in` it gained too)."""
 
     def __init__(self, cores: list[CoreInputs]):
         self.cores = cores
         self.by_group = {c.group: c for c in cores}
         self.readers: dict[str, tuple[FifoId, ...]] = {}
-        self.gained_in: set[str] = set()
-        self.gained: dict[str, tuple[FifoId, ...]] = {}
+        self.added: dict[str, set[FifoId]] = {}
 
     def receives(self, group: str) -> set[FifoId]:
         return self._now(group, self.by_group[group].received)
 
     def _now(self, group: str, fifos) -> set[FifoId]:
         """`fifos` as the relays so far leave them to `group`'s core."""
-        return ((set(fifos) - set(self.readers.get(group, ()))) | set(self.gained.get(group, ()))
-                | ({fifo_id(group, Stem.IN)} if group in self.gained_in else set()))
+        return (set(fifos) - set(self.readers.get(group, ()))) | self.added.get(group, set())
 
     def tile_inputs(self, tile: Tile) -> int:
         """The FIFOs reaching `tile` by DMA for every group its core runs."""
         return len(set().union(*(self._now(c.group, c.dma) for c in self.cores if c.tile == tile)))
 
     def take(self, relay: Relay, reader: CoreInputs):
-        self.readers[relay.reader] = relay.fifos
-        self.gained[relay.carrier] = (*self.gained.get(relay.carrier, ()), *relay.gained)
+        added = self.added.setdefault(relay.carrier, set())
         if reader.own_in in relay.fifos and fifo_id(relay.carrier, Stem.IN) not in self.receives(relay.carrier):
-            self.gained_in.add(relay.carrier)
+            added.add(fifo_id(relay.carrier, Stem.IN))   # it loads the reader's `_in` in one of its own
+        added.update(relay.gained)
+        self.readers[relay.reader] = relay.fifos
 
 
 def _relay_for(core: CoreInputs, cores: list[CoreInputs], state: ChannelState, limit: int,
