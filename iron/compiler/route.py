@@ -154,33 +154,23 @@ def stream_routes(site: Site) -> list[Route]:
 
 def grid_routes(site: Site) -> list[Route]:
     """A grid's FIFOs (`tile_matmul_over_array`): per row, A's blocks through its mem tile to the
-    row's cores; per column B's to the column's cores, and each core's part joined on the
-    column's mem tile to the host."""
+    row's cores and per column B's to the column's cores; or, when the cores own their rows (a
+    MatVec, a MatMul whose N is not whole words), B's k-blocks to every core and per column A's
+    rows split on its mem tile between its cores; each core's part joined on the column's mem
+    tile to the host."""
     g, grid = site.group.name, site.grid
     rows, cols = range(len(grid.rows)), range(len(grid.cols))
-    if grid.own_rows:
-        return own_rows_routes(g, grid)
-    fifos = []
-    for r, mem in zip(rows, grid.a_mems):
+    fifos = [Route(fifo_id(g, Stem.B), g, HOST, grid.tiles)] if grid.own_rows else []
+    for r, mem in zip(rows, () if grid.own_rows else grid.a_mems):
         fifos += [Route(fifo_id(g, Stem.A, r, mem=True), g, HOST, (mem,)),
                   Route(fifo_id(g, Stem.A, r), g, mem, tuple(grid.tile(r, c) for c in cols))]
     for c, mem in zip(cols, grid.c_mems):
-        fifos += [Route(fifo_id(g, Stem.B, c, mem=True), g, HOST, (mem,)),
-                  Route(fifo_id(g, Stem.B, c), g, mem, tuple(grid.tile(r, c) for r in rows))]
-        fifos += [Route(fifo_id(g, Stem.PART, r, c), g, grid.tile(r, c), (mem,)) for r in rows]
-        fifos.append(Route(fifo_id(g, Stem.HOST, c), g, mem, (HOST,)))
-    return fifos
-
-
-def own_rows_routes(g: str, grid) -> list[Route]:
-    """A grid whose cores own their rows (a MatVec, a MatMul whose N is not whole words): B's
-    k-blocks to every core; per column A's rows split on its mem tile between its cores, and
-    their parts joined there."""
-    rows, cols = range(len(grid.rows)), range(len(grid.cols))
-    fifos = [Route(fifo_id(g, Stem.B), g, HOST, grid.tiles)]
-    for c, mem in zip(cols, grid.c_mems):
-        fifos.append(Route(fifo_id(g, Stem.A, c, mem=True), g, HOST, (mem,)))
-        fifos += [Route(fifo_id(g, Stem.A, r, c), g, mem, (grid.tile(r, c),)) for r in rows]
+        if grid.own_rows:
+            fifos.append(Route(fifo_id(g, Stem.A, c, mem=True), g, HOST, (mem,)))
+            fifos += [Route(fifo_id(g, Stem.A, r, c), g, mem, (grid.tile(r, c),)) for r in rows]
+        else:
+            fifos += [Route(fifo_id(g, Stem.B, c, mem=True), g, HOST, (mem,)),
+                      Route(fifo_id(g, Stem.B, c), g, mem, tuple(grid.tile(r, c) for r in rows))]
         fifos += [Route(fifo_id(g, Stem.PART, r, c), g, grid.tile(r, c), (mem,)) for r in rows]
         fifos.append(Route(fifo_id(g, Stem.HOST, c), g, mem, (HOST,)))
     return fifos
