@@ -129,5 +129,4 @@ def _takes(program: Program, call: Node) -> bool:
 
 
 def _readers(program: Program, call: Node) -> list[Node]:
-    """The calls reading `call`'s result directly."""
     return [c for c in program.calls if call in c.src]
