@@ -346,10 +346,8 @@ def rows_unread(call: Node, readers: dict, group_of: dict) -> bool:
     """Whether the readers of a row reduction's result may not read it with its rows padded after the
     last: the host may, calls that may read it so, but none beside a product's layout."""
     users = readers.get(call, [])
-    if users == [Reader.HOST]:
-        return False
-    return not users or bool(readers_unshared(call, readers, group_of, wider=False)) or any(
-        carried(n, group_of) for u in users if isinstance(u, Node) for n in external_inputs(group_of[u].calls))
+    return users != [Reader.HOST] and (not users or bool(readers_unshared(call, readers, group_of, wider=False)) or any(
+        carried(n, group_of) for u in users if isinstance(u, Node) for n in external_inputs(group_of[u].calls)))
 
 
 def reads_rows(user, node: Node, readers: dict, also, group_of: dict | None) -> bool:
@@ -361,6 +359,5 @@ def reads_rows(user, node: Node, readers: dict, also, group_of: dict | None) -> 
     if not isinstance(user, Node) or group_of is None:
         return False
     calls = group_of[user].calls
-    if held_bytes(list(calls)) <= SIZE_LIMIT and all(c.arg.kernel.role is not Role.MATRIX for c in calls):
-        return True
-    return user.arg.kernel.role is Role.ROW_REDUCTION and not rows_unshared(calls, node, readers, group_of, wider=False)
+    return held_bytes(list(calls)) <= SIZE_LIMIT and all(c.arg.kernel.role is not Role.MATRIX for c in calls) or \
+        user.arg.kernel.role is Role.ROW_REDUCTION and not rows_unshared(calls, node, readers, group_of, wider=False)
