@@ -32,7 +32,7 @@ def tensors(call: Node) -> list[tuple[Node, tuple[int, ...], tuple[Key, ...]]]:
     if (m := call.arg.kernel.traits.index_map) is None:
         return []
     ins = call.src[:len(m.inputs)]
-    return [(node, shape, (*range(len(shape), len(axes), -1), *axes))
+    return [(node, shape, (*range(len(shape), len(axes), -1), *axes[max(0, len(axes) - len(shape)):]))
             for node, shape, axes in zip((*ins, result_of(call)), (*(n.shape for n in ins), call.shape), (*m.inputs, m.output))]
 
 
