@@ -442,8 +442,6 @@ def word_run(node: Node) -> int | None:
     if node.op != Op.VIEW:
         return 0
     span = contiguous_span(node)
-    if span is None or span[0] * node.dtype.itemsize % 4:
-        return None
-    return span[0]
+    return None if span is None or span[0] * node.dtype.itemsize % 4 else span[0]
 
 
