@@ -216,8 +216,10 @@ def wants_grid(call: Node, users: tuple[str | Reader, ...], expand: Node | None 
     """A matrix call of two whole host tensors whose result only the host reads: a MatMul (a
     matrix result) whose operands and result take more than TILED_BYTES, a MatVec (a vector
     result) that `vector_tiles`, or a MatVec whose matrix a fused
-    expansion makes of a whole host tensor (its blocks then taking more than that)."""
-    if call.arg.kernel.role is not Role.MATRIX or call.arg.n_inputs != 2 or users != result_users(call):
+    expansion makes of a whole host tensor (its blocks then taking more than that). Not a call
+    whose matrix is stored packed (QMatVec's blocks), which no k-block may cut: it streams by rows."""
+    kernel = call.arg.kernel
+    if kernel.role is not Role.MATRIX or kernel.packed or call.arg.n_inputs != 2 or users != result_users(call):
         return False
     a, b = stored(call, expand), call.src[1]
     if not all(is_host_tensor(x) and x.op != Op.VIEW for x in (a, b)):

@@ -88,6 +88,8 @@ class Kernel:
     reduces: ClassVar[str | None] = None      # the axes each output element reads whole (None: those the map drops)
     length_axes: ClassVar[str] = ""           # axes read only up to a per-call `length` (an i32 C attr; None: all),
     # so a row laid out wider (padded) reduces as the row itself
+    packed: ClassVar[str] = ""                # input 0's axes stored in GGUF blocks of 32 elements (`block_bytes`
+    # bytes each, an attr): QMatVec's "k", its weights' rows as the file ships them
     keeps_zeros: ClassVar[bool] = False       # f(0, 0, ...) = 0 (not Exp: exp(0) = 1), so its calls over a padded
     # layout compute zeros into the padding a MatMul may sum over
     traits: ClassVar[Traits] = Traits(None, "", "", False)   # the above, parsed and checked when the class is made
