@@ -109,7 +109,8 @@ def kernel_cycles(gen: Generation, role: Role, dtype: np.dtype, in_shapes: list,
     - OTHER: as elementwise (one pass over the data).
     IRONS (the kernels as iron_kernel.h writes them, with no vector path): SCALAR_OPS per element,
     each `float_op_cycles` for float32 and bfloat16 (computed in float) or `int_op_cycles` for
-    integers (computed in int64); loads and stores issue beside them (VLIW slots).
+    integers (computed in int64), an expansion's by its result's dtype (Dequant computes float
+    weights from bytes); loads and stores issue beside them (VLIW slots).
     A `packed` MATRIX call (QMatVec: input 0 the GGUF blocks of an (M, K) matrix's rows, input 1
     x (K,)) reads the blocks' bytes at the load width, while the vector unit, one operation a
     cycle, expands them (BLOCK_VECTOR_OPS per block of 32 weights) and does the M * K MACs at
@@ -120,8 +121,9 @@ def kernel_cycles(gen: Generation, role: Role, dtype: np.dtype, in_shapes: list,
     a Softmax's valid length is taken as the whole row."""
     if packed:
         return gen.call_cycles + _packed_work(gen, in_shapes, out_dtype, kernels)
-    if kernels is Kernels.IRONS:
-        return gen.call_cycles + _scalar_ops(role, in_shapes, out_shape) * _op_cycles(gen, dtype)
+    if kernels is Kernels.IRONS:   # an expansion computes in its result's dtype (Dequant: float from bytes)
+        computed = out_dtype if role is Role.EXPANSION else dtype
+        return gen.call_cycles + _scalar_ops(role, in_shapes, out_shape) * _op_cycles(gen, computed)
     in_bytes = sum(math.prod(s) for s in in_shapes) * dtype.itemsize
     out_bytes = math.prod(out_shape) * out_dtype.itemsize
     if role is Role.MATRIX:

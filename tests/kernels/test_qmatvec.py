@@ -141,14 +141,17 @@ def test_qmatvec_is_priced_by_its_bytes_its_expansion_and_its_macs(gen, fmt, m, 
     assert (cost.BLOCK_VECTOR_OPS, cost.BLOCK_SCALAR_OPS, cost.VECTOR_OPS_PER_CYCLE) == ({20: 4, 34: 3}, {20: 2, 34: 1}, 1)
 
 
-def test_a_plan_step_of_qmatvec_is_priced_as_packed():
+@pytest.mark.parametrize("fmt, qmatvec", [(Q4_1, 64 + 2048 + 192), (Q8_0, 64 + 512 * 3 + 192)])
+def test_a_plan_step_of_qmatvec_is_priced_as_packed(fmt, qmatvec):
     """step_cycles reads the kernel's packed trait: the same figure as kernel_cycles(packed=True),
     below Dequant then MatVec on the same rows (whose expanded float32 rows are stored at 32 bytes a
-    cycle and loaded again), and its MACs at float32's peak count towards the roofline."""
-    m, k, row = 64, 256, 160
-    args = (Ptr("w"), Ptr("x"), Ptr("out"), *(Imm(v, CType.I32) for v in (m, row, k, 20)))
+    cycle and loaded again at 64), which is why SmolLM2's projections use it; and its MACs at
+    float32's peak count towards the roofline."""
+    m, k = 64, 256
+    row = k // 32 * fmt.nbytes
+    args = (Ptr("w"), Ptr("x"), Ptr("out"), *(Imm(v, CType.I32) for v in (m, row, k, fmt.nbytes)))
     step = KernelStep.of(QMatVec, (np.uint8, F32), args)
-    assert step.out == F32 and cost.step_cycles(NPU2, step) == 64 + 2048 + 192
+    assert step.out == F32 and cost.step_cycles(NPU2, step) == pytest.approx(qmatvec, rel=1e-12)
     chained = cost.kernel_cycles(NPU2, Role.EXPANSION, np.dtype(np.uint8), [(m * row,)], (m, k), np.dtype(F32)) + \
         cost.kernel_cycles(NPU2, Role.MATRIX, np.dtype(F32), [(m, k), (k,)], (m,), np.dtype(F32))
     assert chained == 64 + 16384 * 4 / 32 + 64 + 16384 * 4 / 64 > cost.step_cycles(NPU2, step)
