@@ -34,7 +34,8 @@ DEFINE = re.compile(r"#\s*define\s+\w+\(([^)]*)\)")        # a function-like mac
 DECLARED = re.compile(r"([A-Za-z_]\w*(?:\s*##\s*\w+)*)\s*\x01")   # a name, then its parameter list
 INCLUDE = re.compile(r'#\s*include\s*"([^"]+)"')
 NOT_NAMES = frozenset({"__attribute__", "__declspec", "alignas", "decltype", "noexcept", "throw"})
-RECORDING = threading.local()  # .trace: the front end's Trace while a body() is traced, else unset
+RECORDING = threading.local()  # .trace: the front end's Trace while a body() is traced, else unset;
+# .operands: the user's names of the inputs of the call whose shapes are being checked, else unset
 
 
 def library_sources() -> dict[str, str]:
@@ -306,8 +307,14 @@ class Kernel:
 
     @classmethod
     def refuse(cls, shapes, why: str):
-        shown = ", ".join(str(tuple(s)) for s in shapes)
-        raise KernelTypeError(f"{cls.__name__} {why}; got shapes {shown}.")
+        """A call on inputs of `shapes` refused: `why` (what it needs, the fix), then each input's
+        shape, by the name the body gives it while a call is traced (`weights (4, 60)`)."""
+        names = getattr(RECORDING, "operands", None) or ()
+        if len(names) == len(shapes):
+            shown = ", ".join(f"{name} {tuple(s)}" for name, s in zip(names, shapes))
+        else:
+            shown = "shapes " + ", ".join(str(tuple(s)) for s in shapes)
+        raise KernelTypeError(f"{cls.__name__} {why}; got {shown}.")
 
     # ---- recording -----------------------------------------------------------------------------
     @classmethod

@@ -108,9 +108,9 @@ class Misuse(iron.Graph):
 
 
 @pytest.mark.parametrize("shape, block_bytes, x, names", [
-    ((4, 60), 18, (96,), ["QMatVec", "block_bytes= 20 (Q4_1) or 34 (Q8_0)", "not 18", "(4, 60)"]),
-    ((4, 70), 34, (64,), ["QMatVec", "a multiple of 34 bytes", "Q8_0", "(4, 70)"]),
-    ((4, 60), 20, (64,), ["QMatVec", "needs x (96,)", "3 blocks of 32", "(4, 60), (64,)"]),
+    ((4, 60), 18, (96,), ["QMatVec", "block_bytes= 20 (Q4_1) or 34 (Q8_0)", "not 18", "weights (4, 60)"]),
+    ((4, 70), 34, (64,), ["QMatVec", "a multiple of 34 bytes", "Q8_0", "weights (4, 70)"]),
+    ((4, 60), 20, (64,), ["QMatVec", "needs x (96,)", "3 blocks of 32", "weights (4, 60), activations (64,)"]),
 ])
 def test_a_misshapen_call_is_refused_naming_the_tensors_and_the_fix(shape, block_bytes, x, names):
     graph = Misuse(np.zeros(shape, np.uint8), block_bytes)
