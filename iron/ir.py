@@ -212,6 +212,16 @@ class Program:
         return next(d for d in self.declarations if d.name == name)
 
     @cached_property
+    def carried_calls(self) -> tuple[Node, ...]:
+        """The calls whose element is a next carried value, once each."""
+        return tuple(dict.fromkeys(v.src[0] for _, v in self.carry if v.op == Op.ELEM))
+
+    @cached_property
+    def kept(self) -> frozenset[Node]:
+        """The results the host reads: the outputs and the carried elements."""
+        return frozenset((*self.outputs, *self.carried_calls))
+
+    @cached_property
     def call_index(self) -> dict[Node, int]:
         """Each call's number in its label (looked up by every error and rule text naming a call):
         its position among the body's own calls, then the calls the compiler inserted, in order,

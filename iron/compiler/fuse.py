@@ -48,8 +48,7 @@ def fuse(program: Program) -> tuple[Group, ...]:
 
 def live_calls(program: Program) -> list[Node]:
     """The calls whose effect is seen: state writes, outputs, carried elements, and what they use."""
-    needed = set(program.outputs)
-    needed |= {v.src[0] for _, v in program.carry if v.op == Op.ELEM}
+    needed = set(program.kept)
     live = []
     for call in reversed(program.calls):
         if call.arg.writes or call in needed:

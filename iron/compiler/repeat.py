@@ -22,7 +22,7 @@ from iron.compiler.share_core import cores_of, sharing
 from iron.compiler.through_ddr import through_name, write_through
 from iron.compiler.unfold import unfolding
 from iron.errors import DoesNotFit, PlacementError, PlanError
-from iron.ir import Node, Op, Program, call_label, storage, tensor_inputs
+from iron.ir import Node, Program, call_label, storage, tensor_inputs
 from iron.plan import cost
 from iron.plan.plan import Choice, Loop, Plan, Repeat
 from iron.plan.rules import Decision, Rule
@@ -189,14 +189,13 @@ def _crossing(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
     """The results made before or in the run that a call of another iteration (or after the run)
     reads, but those the host reads (outputs, carried elements): they cross through DDR. `place`:
     each call's iteration (-1 before the run, `run.count` after it)."""
-    kept = {*program.outputs, *(v.src[0] for _, v in program.carry if v.op == Op.ELEM)}
     found: dict[Node, None] = {}
     for reader, at in place.items():
         for node in tensor_inputs(reader):
             made = place.get(node)
             if made is not None and made != at and made < run.count and (made >= 0 or 0 <= at < run.count):
                 found[node] = None
-    return [c for c in found if c not in kept]
+    return [c for c in found if c not in program.kept]
 
 
 def _returned_last(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
@@ -204,10 +203,9 @@ def _returned_last(program: Program, place: dict[Node, int], run: Run) -> list[N
     loop over layers returning the last one's result): written through DDR like the values the
     other iterations pass on, so the last iteration is alike them, and returned by a Copy."""
     made = {place[o] for o in program.outputs if 0 <= place.get(o, -1) < run.count}
-    carried = {v.src[0] for _, v in program.carry if v.op == Op.ELEM}
     if made != {run.count - 1}:
         return []
-    return [o for o in dict.fromkeys(program.outputs) if place.get(o) == run.count - 1 and o not in carried]
+    return [o for o in dict.fromkeys(program.outputs) if place.get(o) == run.count - 1 and o not in program.carried_calls]
 
 
 def _copied_out(program: Program, traced: Program, returned: list[Node]) -> Program:

@@ -423,8 +423,7 @@ class Flow:
     def carried_from_earlier(self, segment: Segment) -> list[Node]:
         """The calls before the last segment `segment` making an element the body carries, once each."""
         mine = self._mine(segment)
-        return list(dict.fromkeys(v.src[0] for _, v in self.program.carry
-                                  if v.op == Op.ELEM and v.src[0] not in mine))
+        return [c for c in self.program.carried_calls if c not in mine]
 
     def carry_rules(self, segment: Segment) -> list[Decision]:
         """What `carry_from_earlier_segment` inserted into the last segment `segment`, as rule lines."""

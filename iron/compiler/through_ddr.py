@@ -51,7 +51,7 @@ def through_between_groups(program: Program, device, padded: frozenset[Node] = f
     an epilogue on a split matrix's rows). A result
     `pad_to_block` lays out padded (in `padded`), or one a matrix call makes or reads that no
     grid takes on its own sides (`_in_blocks`), crosses as it lies instead, at a cut."""
-    room, kept = core_room(device), _kept(program)
+    room, kept = core_room(device), program.kept
     group_of = {c: g.name for g in groups for c in g.calls}
     taken: dict[Node, list[Node]] = {}
     for reader in live_calls(program):
@@ -84,11 +84,6 @@ def _in_blocks(made: Node, device) -> bool:
         return True
     return choose_grid(made, list(range(device.n_cols)), len(device.compute_tiles), device,
                        device.n_cols * device.shim.dma_out_channels) is not None
-
-
-def _kept(program: Program) -> set[Node]:
-    """The results the host reads: outputs and carried elements."""
-    return {*program.outputs, *(v.src[0] for _, v in program.carry if v.op == Op.ELEM)}
 
 
 def _between_text(program: Program, made: Node, readers: list[Node]) -> str:
@@ -144,7 +139,7 @@ def _takes(program: Program, call: Node) -> bool:
         return False
     if not all(is_host_tensor(n) and n.op != Op.VIEW for n in call.src[:2]) or not vector_tiles(call.src[0], call.src[0]):
         return False
-    return call not in _kept(program) and any(r.arg.writes for r in _readers(program, call))
+    return call not in program.kept and any(r.arg.writes for r in _readers(program, call))
 
 
 def _readers(program: Program, call: Node) -> list[Node]:

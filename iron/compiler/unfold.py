@@ -175,7 +175,7 @@ def _check_reads(program: Program, groups: tuple[Group, ...], run: Run):
                 if outside:
                     raise NotRepeated(f"{call_label(program, call)} reads {call_label(program, outside[0])}, made "
                                       "before the block")
-    if any(v.op == Op.ELEM and v.src[0] in iteration for _, v in program.carry):
+    if any(c in iteration for c in program.carried_calls):
         raise NotRepeated("an iteration makes a carried element")
 
 

@@ -57,9 +57,8 @@ def _check_abi(plan: Plan, f, step):
     output) are Ptrs, its sizes (one or more) i32 values, its attributes values of their C type; a
     scalar step writes through a Ptr from i32 values. An i32 value is an Imm or a Load."""
     if isinstance(step, KernelStep):
-        kernel = step.kernel
-        pointers, attrs = kernel.arity + 1, [ctype for _, ctype in kernel.c_attrs]
-        nsizes = len(step.args) - pointers - len(attrs)
+        pointers, attrs = len(step.pointers), [ctype for _, ctype in step.kernel.c_attrs]
+        nsizes = len(step.sizes)
         wanted = ["ptr"] * pointers + ["i32"] * nsizes + attrs
         what = f"calls {step.symbol} with ({_kinds(step.args)}); its C ABI takes {pointers} Ptr(s), one i32 " \
                f"size or more and {len(attrs)} attribute(s){' (' + ', '.join(attrs) + ')' if attrs else ''}"
@@ -190,11 +189,8 @@ def _extents(step) -> list[tuple]:
     loads = [(a, 4) for a in step.args if isinstance(a, Load) or isinstance(step, ScalarStep) and isinstance(a, Ptr)]
     if isinstance(step, ScalarStep):
         return loads
-    kernel, dtype, out_dtype = step.kernel, step.dtype, step.out
-    pointers = step.args[:kernel.arity + 1]
-    sizes = step.args[kernel.arity + 1: len(step.args) - len(kernel.c_attrs)]
-    if not all(isinstance(a, Imm) for a in sizes):
+    if not all(isinstance(a, Imm) for a in step.sizes):
         return loads
-    in_shapes, out_shape = kernel.abi_shapes(tuple(int(a.value) for a in sizes))
-    nbytes = [int(np.prod(s)) * dtype.itemsize for s in in_shapes] + [int(np.prod(out_shape)) * out_dtype.itemsize]
-    return list(zip(pointers, nbytes)) + loads
+    in_shapes, out_shape = step.kernel.abi_shapes(tuple(int(a.value) for a in step.sizes))
+    nbytes = [int(np.prod(s)) * step.dtype.itemsize for s in in_shapes] + [int(np.prod(out_shape)) * step.out.itemsize]
+    return list(zip(step.pointers, nbytes)) + loads

@@ -165,10 +165,7 @@ def _op_cycles(gen: Generation, dtype: np.dtype) -> int:
 
 def _shapes(step: KernelStep) -> tuple[list, tuple]:
     """A kernel step's input shapes and result shape (its sizes are immediates)."""
-    kernel = step.kernel
-    pointers = kernel.arity + 1
-    sizes = tuple(int(arg.value) for arg in step.args[pointers: len(step.args) - len(kernel.c_attrs)])
-    in_shapes, out_shape = kernel.abi_shapes(sizes)
+    in_shapes, out_shape = step.kernel.abi_shapes(tuple(int(arg.value) for arg in step.sizes))
     return list(in_shapes), tuple(out_shape)
 
 

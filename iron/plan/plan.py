@@ -257,6 +257,18 @@ class KernelStep:
     def symbol(self) -> str:
         return self.kernel.symbol(self.dtype, self.out, self.ins)
 
+    @property
+    def pointers(self) -> tuple:   # one per input, then the output
+        return self.args[:self.kernel.arity + 1]
+
+    @property
+    def sizes(self) -> tuple:      # the i32 sizes after the pointers (one or more)
+        return self.args[self.kernel.arity + 1: len(self.args) - len(self.kernel.c_attrs)]
+
+    @property
+    def attrs(self) -> tuple:      # the attributes' values, in `kernel.c_attrs` order
+        return self.args[len(self.args) - len(self.kernel.c_attrs):]
+
 
 @dataclass(frozen=True)
 class ScalarStep:

@@ -119,16 +119,14 @@ def _abi_shapes(kernel, sizes: tuple) -> list[tuple[int, ...]]:
 
 def _kernel_step(fn, step, make_call):
     kernel = step.kernel
-    pointers = kernel.arity + 1
     attr_names = [name for name, _ in kernel.c_attrs]
     attr_types = [ctype for _, ctype in kernel.c_attrs]
-    nsizes = len(step.args) - pointers - len(attr_types)
     dtypes = [*step.in_dtypes, step.out]
-    views = [_pointer(fn, p, d) for p, d in zip(step.args[:pointers], dtypes)]
-    sizes = _scalars(fn, step.args[pointers: pointers + nsizes], ["i32"] * nsizes)
-    attrs = _scalars(fn, step.args[pointers + nsizes:], attr_types)
-    call = make_call(step, attr_names, ["ptr"] * pointers + ["i32"] * nsizes + attr_types)
-    fixed = all(isinstance(arg, Imm) for arg in step.args[pointers:])
+    views = [_pointer(fn, p, d) for p, d in zip(step.pointers, dtypes)]
+    sizes = _scalars(fn, step.sizes, ["i32"] * len(step.sizes))
+    attrs = _scalars(fn, step.attrs, attr_types)
+    call = make_call(step, attr_names, ["ptr"] * len(step.pointers) + ["i32"] * len(step.sizes) + attr_types)
+    fixed = all(isinstance(arg, Imm) for arg in (*step.sizes, *step.attrs))
 
     def bind(arrays, block):
         read_sizes, read_attrs = sizes(arrays, block), attrs(arrays, block)
