@@ -75,7 +75,7 @@ class Trace:
         inputs = _broadcast(kernel, [self.operand(kernel, i, a) for i, a in enumerate(args)])
         result = _result_dtype(kernel, inputs, dtype)
         static, dynamic = _split_attrs(kernel, attrs)
-        RECORDING.operands = [describe(n) for n in inputs]   # so a refusal names them (Kernel.refuse)
+        RECORDING.operands = lambda: [describe(n) for n in inputs]   # so a refusal names them (Kernel.refuse)
         try:
             shape = tuple(kernel.out_shape([n.shape for n in inputs], **static))
         finally:

@@ -35,7 +35,7 @@ DECLARED = re.compile(r"([A-Za-z_]\w*(?:\s*##\s*\w+)*)\s*\x01")   # a name, then
 INCLUDE = re.compile(r'#\s*include\s*"([^"]+)"')
 NOT_NAMES = frozenset({"__attribute__", "__declspec", "alignas", "decltype", "noexcept", "throw"})
 RECORDING = threading.local()  # .trace: the front end's Trace while a body() is traced, else unset;
-# .operands: the user's names of the inputs of the call whose shapes are being checked, else unset
+# .operands: while a call's shapes are checked, a function giving the user's names of its inputs
 
 
 def library_sources() -> dict[str, str]:
@@ -309,7 +309,8 @@ class Kernel:
     def refuse(cls, shapes, why: str):
         """A call on inputs of `shapes` refused: `why` (what it needs, the fix), then each input's
         shape, by the name the body gives it while a call is traced (`weights (4, 60)`)."""
-        names = getattr(RECORDING, "operands", None) or ()
+        named = getattr(RECORDING, "operands", None)
+        names = named() if named is not None else ()
         if len(names) == len(shapes):
             shown = ", ".join(f"{name} {tuple(s)}" for name, s in zip(names, shapes))
         else:
