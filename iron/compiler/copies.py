@@ -16,8 +16,8 @@ from iron.compiler.fuse import Group
 from iron.compiler.gather import Written, copied, gather_view, unpadded_stream, written
 from iron.compiler.objects import MAX_GATHER_RUNS
 from iron.compiler.padding import readers_of, width_unshared
-from iron.compiler.sides import large, whole_device_grid
-from iron.compiler.tiling import TILED_BYTES
+from iron.compiler.sides import whole_device_grid
+from iron.compiler.tiling import TILED_BYTES, large
 from iron.compiler.words import dma_moves, word_leads, word_rows
 from iron.ir import (
     Axis,
@@ -45,19 +45,13 @@ from iron.plan.rules import Decision, Rule
 
 
 def copy_view_for_grid(program: Program, device=None) -> Program:
-    """The rule: a MatMul large enough to tile over the array (`pad.large`), and an elementwise
-    call or row reduction reading such a MatMul's product or a result lying alike
-    (`grid_layouts`), read each operand that is a view of a host tensor or of
-    a computed result the DMA can move (`q[h]`, `a[1:]`, `x.reshape(m, k)`, `x[:, ::2]`, `w.T`,
-    `(x @ w)[1:]`) through a Copy
-    inserted before them, whoever reads their results. The grid reads whole host tensors, each
-    lying in DDR as it needs (padded by `pad_to_block` at a prime side), and its product's
-    readers read their operands laid out alike; a view cannot be padded without changing its
-    base's row stride. The Copy moves the view by its access pattern into a tensor the compiler
-    owns, which lies as its readers need (`pad_written_by_producer`). Any call reads a view no DMA
-    moves in whole words (x.T of bfloat16), or one `gather_strided_view` would copy in more than
-    MAX_GATHER_RUNS runs, through a Strided call gathering it on a core (`gathered`), or, when
-    its tensor is larger than a tile (and so crosses in DDR), through a Copy the DMA feeds."""
+    """The rule: a MatMul large enough to tile over the array, and an elementwise call or row
+    reduction reading its product or a result lying alike (`grid_layouts`), read each operand that
+    is a view the DMA moves (`q[h]`, `a[1:]`, `w.T`, `(x @ w)[1:]`) through a Copy: the grid and
+    its product's readers read tensors lying as the grid needs (padded at a prime side), and a
+    view cannot be padded without changing its base's row stride. Any call reads a view no DMA
+    moves in whole words, or one `gather_strided_view` would copy in more than MAX_GATHER_RUNS
+    runs, through the calls `gather_view` makes."""
     program = scatter_into_state(program)
     laid = grid_layouts(program)
     copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call, laid)
@@ -77,12 +71,10 @@ def copy_view_for_grid(program: Program, device=None) -> Program:
 
 def scatter_into_state(program: Program) -> Program:
     """The rule: a call writing a static view of a state the DMA cannot move in whole words (the
-    interior `pad[1:-1, 1:-1]` of bfloat16 or int8 starts mid-word) computes its result as a
-    tensor of its own, and Scatter calls inserted after it place that result among the fewest
-    whole words of the state around the view, which each reads and writes back whole (the
-    elements outside the view keep their values): one, or, when those words and the result
-    take more than SCATTER_BYTES, one per band of the view's outermost rows, cut where the
-    bands' words do not meet."""
+    interior `pad[1:-1, 1:-1]` of bfloat16 starts mid-word) computes its result as a tensor of its
+    own, and Scatter calls inserted after it place that result among the fewest whole words of the
+    state around the view, read and written back whole: one, or one per band of the view's
+    outermost rows when those words and the result take more than SCATTER_BYTES."""
     scattered = {call: _scatter(call) for call in program.calls
                  if call.arg.writes and not call.arg.kernel.accumulates and _scattered(destination(call))}
     if not scattered:
@@ -119,9 +111,8 @@ class Pattern:
 
 
 def _scattered(dest: Node) -> bool:
-    """A view of a state no DMA pattern moves (its rows padded to whole words or not), whose
-    access pattern has at most four dimensions: static, or at per-call indices of whole
-    sub-blocks the DMA moves (`_at_index`)."""
+    """A view of a state no DMA pattern moves, of at most four dimensions: static, or at per-call
+    indices of whole sub-blocks the DMA moves (`_at_index`)."""
     if dest.op != Op.VIEW or state_of(dest) is None or not _state_mid_word(dest):
         return False
     if len(dest.src) > 1:
@@ -130,10 +121,9 @@ def _scattered(dest: Node) -> bool:
 
 
 def _at_index(dest: Node) -> tuple[Node, Node] | None:
-    """(the whole sub-block of its state a view with per-call indices picks, the view's static
-    rest seen within it), when the per-call indices are single indices on leading axes, the rest
-    is static with at most four dimensions, and the DMA moves the sub-block (rows padded to whole
-    words if need be: `pad_rows_to_words`); else None."""
+    """(the whole sub-block of its state a view with per-call indices on leading axes picks, the
+    view's static rest of at most four dimensions within it), when the DMA moves the sub-block
+    (rows padded to whole words if need be: `pad_rows_to_words`); else None."""
     axes = dest.arg
     k = max(i for i, a in enumerate(axes) if a.dynamic is not None)
     if any(a.length is not None for a in axes[:k + 1]):
@@ -194,10 +184,9 @@ def _placed(result: Node, state: Node, pattern: Pattern, a: int, b: int, banded:
 
 
 def with_copies(program: Program, copies: dict[Node, Node | Written]) -> Program:
-    """`program` with each tensor in `copies` read through its call (a Copy or a Strided, or a view
-    of a StridedRows reading it back in the tensor's shape, or a view of the DDR buffer a call
-    writes: `Written`), inserted before the first call reading it: every call, inserted one,
-    output and carried value rebuilt over the new calls; the buffers declared."""
+    """`program` with each tensor in `copies` read through what replaces it (a call, a view of one,
+    or a `Written` buffer), its calls inserted before the first call reading it, everything after
+    rebuilt over them; the buffers declared."""
     new: dict[Node, Node] = {}
 
     def rebuilt(node: Node) -> Node:
@@ -225,8 +214,7 @@ def with_copies(program: Program, copies: dict[Node, Node | Written]) -> Program
 
 
 def copy_view_rules(program: Program) -> list[Decision]:
-    """What `copy_view_for_grid` inserted into `program`, as rule lines: each Copy of a view once,
-    naming every call reading it."""
+    """What `copy_view_for_grid` inserted into `program`, as rule lines."""
     readers: dict[Node, list[Node]] = {}
     for call in program.calls:
         for n in dict.fromkeys(call.src[:call.arg.n_inputs]):
@@ -289,14 +277,12 @@ def _why(program: Program, readers: list[Node], view: Node, laid: dict[Node, Nod
 
 def _gridded(call: Node) -> bool:
     """A MatMul `large` enough to tile over the array."""
-    operands = call.src[:call.arg.n_inputs]
-    return call.arg.kernel.role is Role.MATRIX and len(operands) == 2 and len(call.shape) == 2 and large(call)
+    return call.arg.kernel.role is Role.MATRIX and call.arg.n_inputs == 2 and len(call.shape) == 2 and large(call)
 
 
 def grid_layouts(program: Program) -> dict[Node, Node]:
     """Each tiled MatMul's product, and each result of an elementwise call or row reduction
-    reading one of these in turn (so lying as the grid lays the product out when it is padded:
-    `pad_through_elementwise`, `pad_through_rows`) -> that MatMul."""
+    reading one of these in turn (lying as the grid lays the product out) -> that MatMul."""
     laid: dict[Node, Node] = {}
     for call in program.calls:
         if _gridded(call):
@@ -308,9 +294,8 @@ def grid_layouts(program: Program) -> dict[Node, Node]:
 
 
 def _reads_padding(product: Node, laid: dict[Node, Node], readers: dict) -> bool:
-    """Whether a row reduction that may not read its rows padded wider (`width_unshared`: its
-    kernel takes no length, or its shared row may not be padded) reads a tiled MatMul's product,
-    or elementwise calls' results over it in turn (`grid_layouts`)."""
+    """Whether a row reduction that may not read its rows padded wider (`width_unshared`) reads a
+    tiled MatMul's product, or results lying alike (`grid_layouts`)."""
     return any(laid[c] is product and width_unshared(c, readers) for c in laid)
 
 
@@ -322,9 +307,8 @@ def _beside_grid(call: Node, laid: dict[Node, Node]) -> bool:
 
 
 def _gathered_on_core(node: Node, laid: LaidOut) -> bool:
-    """A static view no DMA moves in whole words (a step slice, transpose or broadcast of a host
-    tensor) nor `gather` copies in few runs (of a computed one), whose access pattern has at most
-    four dimensions."""
+    """A static view of at most four dimensions no DMA moves in whole words (of a host tensor) or
+    `gather_strided_view` would copy in many runs (of a computed one)."""
     if node.op != Op.VIEW or len(node.src) > 1 or len(element_pattern(node)[1]) > 4:
         return False
     if is_host_tensor(node):   # a slice starting mid-word moves once `pad_lead_to_words` or `pad_rows_to_words` lays it out
@@ -344,9 +328,8 @@ def _state_mid_word(view: Node) -> bool:
 
 
 class LaidOut:
-    """How `pad_lead_to_words` and `pad_rows_to_words` would lay `program`'s host tensors out
-    (name -> the shape it lies in, name -> lead), found only when a view asks, so a view they
-    make the DMA move is left to them."""
+    """How `pad_lead_to_words` and `pad_rows_to_words` would lay `program`'s host tensors out,
+    found only when a view asks, so a view they make the DMA move is left to them."""
 
     def __init__(self, program: Program):
         self.program = program
@@ -370,21 +353,20 @@ class LaidOut:
 
 
 def _moved_view_of_result(node: Node) -> bool:
-    """A static view of a call's result the DMA moves (in whole words, by an access pattern)."""
+    """A static view of a call's result the DMA moves in whole words."""
     return is_computed_view(node) and len(node.src) == 1 and dma_moves(node)
 
 
 def _view_of_host(node: Node) -> bool:
-    """A view of a host tensor the DMA moves (in whole words, by an access pattern)."""
+    """A view of a host tensor the DMA moves in whole words."""
     return node.op == Op.VIEW and is_host_tensor(node) and dma_moves(node)
 
 
 def carry_from_earlier_segment(last: Program, groups: tuple[Group, ...], cut: list[Node],
                                name: str) -> tuple[Program, tuple[Group, ...]]:
-    """The rule: the next carried values are taken in the last segment (by its Emit, or by the host
-    from its outputs), which has an element an earlier segment computed only as an input, `cut`,
-    the DDR buffer it crossed in; so a Copy of each, appended to the body in a group of its own
-    (`name`), makes it there."""
+    """The rule: the next carried values are taken in the last segment, which has an element an
+    earlier segment computed only as an input (`cut`, the DDR buffer it crossed in); so a Copy of
+    each, appended in a group of its own (`name`), makes it there."""
     if not cut:
         return last, groups
     copies = {n: copied(n) for n in cut}

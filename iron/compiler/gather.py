@@ -43,6 +43,14 @@ def copied(node: Node) -> Node:
     return Node(Op.CALL, (node,), node.shape, node.dtype, Call(copy_kernel(), (), 1, False))
 
 
+def viewed(base: Node, shape, axes) -> Node:
+    return Node(Op.VIEW, (base,), tuple(shape), base.dtype, tuple(axes))
+
+
+def whole(shape) -> tuple[Axis, ...]:
+    """The axes of a view picking all of a tensor of `shape`."""
+    return tuple(Axis(start=0, stop=n, extent=n) for n in shape)
+
 
 def pattern_attrs(offset: int, dims, **named) -> tuple:
     """A Strided family call's static attributes: `named`, the offset and four (size, stride)
@@ -63,11 +71,9 @@ class Written:
 
 
 def gather_view(view: Node, name: str) -> Node | Written:
-    """The call a view `_gathered_on_core` finds is read through: a Strided call gathering it from
-    its whole tensor when both fit a tile; else (the tensor crossing in DDR) a Copy the DMA
-    feeds by the view's access pattern when the DMA moves it, a broadcast's unit of whole words
-    written to a DDR buffer named `name` (`repeated_unit`), or a StridedRows call picking a
-    step slice row by row from the whole rows, streamed in blocks of rows (`rows_gathered`)."""
+    """What a view `_gathered_on_core` finds is read through: on one core when it and its tensor
+    fit a tile; else (the tensor crossing in DDR) a Copy when the DMA moves it, else the first
+    way below that takes it (`name`: the DDR buffer a way writes, if any)."""
     if max(nbytes(view.src[0]), nbytes(view)) <= TILED_BYTES:   # a broadcast may be far larger than its tensor
         return gathered(view)
     if dma_moves(view) and not unpadded_stream(view):
@@ -87,34 +93,28 @@ def unpadded_stream(view: Node, reader: Node | None = None) -> bool:
 
 def repeated_unit(view: Node, name: str) -> Written | None:
     """A broadcast along its outermost axis larger than a tile, of a tensor that fits one, whose
-    repeat is not whole 32-bit words (a row of 251 int8 broadcast over 256 rows), as the fewest
-    leading repeats that are (4 rows here: its unit), gathered by a Strided call into a DDR buffer
-    of the compiler's (a THROUGH declaration), read back by the view repeating the unit with
-    stride 0, which the DMA moves (`stream_view_rows`, rows grouped into whole words); else None."""
+    repeat is not whole 32-bit words (a row of 251 int8 over 256 rows), as its fewest leading
+    repeats that are (its unit: 4 rows here) gathered into a DDR buffer of the compiler's, read
+    back by the DMA repeating the unit with stride 0 (`stream_view_rows`); else None."""
     axes = view.arg
     outer = kept(axes)[0] if kept(axes) else None
     if outer is None or outer.step != 0 or any(a.order is not None for a in axes):
         return None
     period, itemsize = view.size // outer.size, view.dtype.itemsize
     count = next((k for k in (1, 2, 4) if k * period * itemsize % 4 == 0 and outer.size % k == 0), 0)
-    unit = Node(Op.VIEW, view.src, (count, *kept_shape(axes)[1:]), view.dtype,
-                tuple(replace(a, length=count) if a is outer else a for a in axes))
+    unit = viewed(view.src[0], (count, *kept_shape(axes)[1:]), (replace(a, length=count) if a is outer else a for a in axes))
     if not count or nbytes(view.src[0]) + nbytes(unit) > TILED_BYTES:
         return None
     buffer = Node(Op.MEMORY, (), unit.shape, unit.dtype, Declared(MemoryKind.THROUGH, name))
-    gather = gathered(unit)
-    writer = Node(Op.CALL, (view.src[0], buffer), unit.shape, unit.dtype, replace(gather.arg, writes=True))
-    repeats = (Axis(start=0, stop=1, length=outer.size // count, extent=1, step=0),
-               *(Axis(start=0, stop=n, extent=n) for n in unit.shape))
-    return Written(Node(Op.VIEW, (buffer,), view.shape, view.dtype, repeats), (writer,))
+    repeats = (Axis(start=0, stop=1, length=outer.size // count, extent=1, step=0), *whole(unit.shape))
+    return Written(viewed(buffer, view.shape, repeats), (written(view.src[0], buffer, *element_pattern(unit)),))
 
 
 def rows_gathered(view: Node) -> Node | None:
     """A StridedRows call picking 2-D static `view` row by row from the whole rows of words it
     picks from, which the DMA streams in blocks of rows: a step slice along its tensor's last
-    axis from those rows (its tensor, or a view of a host tensor the DMA moves as one run or as
-    rows one stride apart), or the transpose of a 2-D tensor of whole-word rows from its columns
-    of words (`transposed_rows`), read back in the view's shape; else None."""
+    axis (the rows: its tensor, or a view of a host tensor the DMA moves as one run or as rows one
+    stride apart), or a transpose (`transposed_rows`); else None."""
     if len(view.shape) != 2 or len(view.src) > 1:
         return None
     base = view.src[0]
@@ -124,44 +124,37 @@ def rows_gathered(view: Node) -> Node | None:
     if not last.keeps_axis or last.step < 1 or kept(axes)[-1] is not last:
         return None
     width = frame(view)[-1]
-    rows = Node(Op.VIEW, view.src, (view.shape[0], width), view.dtype, (*axes[:-1], replace(last, start=0, stop=width, step=1)))
+    rows = viewed(base, (view.shape[0], width), (*axes[:-1], replace(last, start=0, stop=width, step=1)))
     if base.shape == rows.shape and contiguous_span(rows) == (0, base.size):
         rows = base
     elif not is_host_tensor(base) or (word_run(rows) is None and streamed_rows(rows) is None):
         return None
     if not _blocks_of_words(view.shape[0], width * view.dtype.itemsize, last.size * view.dtype.itemsize):
         return None
-    return _strided_rows(rows, view.shape, width, last.start, [(last.size, last.step)])
+    return _strided_rows(rows, view.shape, width, last.start, [(last.size, last.step)], view)
 
 
 def repeated_columns(view: Node) -> Node | None:
-    """`view`, a host tensor's `r` elements each repeated along a row of `c` (a column (r, 1)
-    broadcast to (r, c)) of 1- or 2-byte elements, as a StridedRows call over them seen as rows
-    of one word (`per` elements), each giving `per` rows of the view (pattern: each element `c`
-    times), read back in the view's shape; None for any other view, or when r is no multiple of
-    `per`."""
+    """`view`, a column (r, 1) of a host tensor's 1- or 2-byte elements broadcast to (r, c), as a
+    StridedRows call over them seen as rows of one word (`per` elements), each giving `per` rows
+    of the view; None for any other view, or when r is no multiple of `per`."""
     base, (r, c) = view.src[0], (view.shape + (0,))[:2]
     per = 4 // view.dtype.itemsize
     if len(view.shape) != 2 or not is_host_tensor(base) or base.op == Op.VIEW or base.size != r or r % per:
         return None
     if element_pattern(view) != (0, [(r, 1), (c, 0)]):
         return None
-    rows = Node(Op.VIEW, (base,), (r // per, per), base.dtype,
-                (Axis(start=0, stop=r // per, extent=r // per), Axis(start=0, stop=per, extent=per)))
-    picked = _strided_rows(rows, (r // per, per * c), per, 0, [(per, 1), (c, 0)])
-    return Node(Op.VIEW, (picked,), view.shape, view.dtype, (Axis(start=0, stop=r, extent=r), Axis(start=0, stop=c, extent=c)))
+    return _strided_rows(viewed(base, (r // per, per), whole((r // per, per))), (r // per, per * c), per, 0,
+                         [(per, 1), (c, 0)], view)
 
 
 def transposed_bands(view: Node, name: str) -> Written | None:
     """`view`, the transpose of a 2-D host tensor x (r, c) whose rows are not whole 32-bit words
-    (so no columns of words pick it), as bands of x's rows, each the most rows whose words and
-    transpose fit a tile together, a run of whole words the DMA moves: a Strided call per band
-    transposes it on a core and writes it into its columns of a DDR buffer of the compiler's
-    (c, r), rows of whole words at a stride the DMA moves, which the view's readers read. When r
-    elements are not whole words either, the buffer's rows are padded to whole words, the last
-    band placed by a Scatter among the words around its columns (the padding keeps what it
-    held), and the view of the buffer's first r columns is picked again (`row_bands`) into one
-    whose rows lie end to end. None for any other view."""
+    (no columns of words pick it), as bands of x's rows (the most whose words and transpose fit a
+    tile, a run the DMA moves), each transposed by a Strided call into its columns of a DDR
+    buffer of the compiler's (c, r). When r elements are not whole words either, the buffer's rows
+    are padded to whole words, the last band placed by a Scatter (the padding keeps what it held),
+    and the buffer's first r columns picked again (`row_bands`). None for any other view."""
     base = view.src[0]
     if len(base.shape) != 2 or not is_host_tensor(base) or base.op == Op.VIEW or not _transposes(view):
         return None
@@ -175,26 +168,23 @@ def transposed_bands(view: Node, name: str) -> Written | None:
     writers = []
     for first in range(0, r, band):
         rows, words = min(band, r - first), min(band, wide - first)
-        part = Node(Op.VIEW, (base,), (rows, c), base.dtype, (Axis(start=first, stop=first + rows), Axis(start=0, stop=c)))
-        into = Node(Op.VIEW, (buffer,), (c, words), base.dtype, (Axis(start=0, stop=c), Axis(start=first, stop=first + words)))
+        part = viewed(base, (rows, c), (Axis(start=first, stop=first + rows), Axis(start=0, stop=c)))
+        into = viewed(buffer, (c, words), (Axis(start=0, stop=c), Axis(start=first, stop=first + words)))
         writers.append(written(part, into, 0, [(c, 1), (rows, c)]) if rows == words
                        else written(part, into, 0, [(rows, 1), (c, words)], scatter_kernel()))
     if wide == r:
         return Written(buffer, tuple(writers))
-    picked = row_bands(Node(Op.VIEW, (buffer,), view.shape, view.dtype, (Axis(start=0, stop=c), Axis(start=0, stop=r))),
-                       f"{name}.rows")
+    picked = row_bands(viewed(buffer, view.shape, (Axis(start=0, stop=c), Axis(start=0, stop=r))), f"{name}.rows")
     return picked and Written(picked.read, (*writers, *picked.calls))
 
 
 def row_bands(view: Node, name: str) -> Written | None:
-    """A static view of a host tensor x picking in order along its outermost axis (a slice or
-    step slice of rows and of columns: `x[1:]`, `x[::2]`, `x[:, 1:]`, `x[::2, ::2]`; a column
-    (r, 1) broadcast along rows, a row broadcast over a number of rows `repeated_unit` does not
-    take), no DMA moves, as bands of that axis, each the most of its entries (starting and ending
-    on a word) whose result and the whole words of x they come from fit half a tile (else a tile,
-    one object of each FIFO): a Strided call per band picks them from those words (a run the DMA
-    moves) into its entries of a DDR buffer of the compiler's, which the view's readers read; None
-    for any other view."""
+    """A static view of a host tensor x picking in order along its outermost axis (`x[1:]`,
+    `x[::2]`, `x[:, 1:]`, `x[::2, ::2]`, a broadcast column or row), as bands of that axis, each
+    the most entries (starting and ending on a word) whose result and the whole words of x they
+    come from fit half a tile (else a tile, one object of each FIFO): a Strided call per band picks
+    them from those words (a run the DMA moves) into a DDR buffer of the compiler's; None for any
+    other view."""
     base, axes = view.src[0], view.arg
     if base.op == Op.VIEW or not is_host_tensor(base) or not view.shape or view.shape != kept_shape(axes) \
             or any(a.order is not None for a in axes):
@@ -206,7 +196,7 @@ def row_bands(view: Node, name: str) -> Written | None:
     def part(a: int, b: int) -> tuple[Node, int, int]:   # entries a..b-1 of the view, and the whole words they lie in
         axis = replace(down, length=b - a) if down.step == 0 else \
             replace(down, start=down.start + a * down.step, stop=down.start + (b - 1) * down.step + 1)
-        picked = Node(Op.VIEW, (base,), (b - a, *inner), base.dtype, tuple(axis if x is down else x for x in axes))
+        picked = viewed(base, (b - a, *inner), (axis if x is down else x for x in axes))
         first, dims = element_pattern(picked)
         last = first + sum((n - 1) * st for n, st in dims)
         return picked, first // per * per, min(-(-(last + 1) // per) * per, base.size)
@@ -224,9 +214,8 @@ def row_bands(view: Node, name: str) -> Written | None:
         b = min(a + band, rows)
         picked, lo, hi = part(a, b)
         first, dims = element_pattern(picked)
-        words = Node(Op.VIEW, (base,), (hi - lo,), base.dtype, (Axis(start=lo, stop=hi, extent=base.size),))
-        into = Node(Op.VIEW, (buffer,), picked.shape, view.dtype,
-                    (Axis(start=a, stop=b), *(Axis(start=0, stop=n) for n in inner)))
+        words = viewed(base, (hi - lo,), (Axis(start=lo, stop=hi, extent=base.size),))
+        into = viewed(buffer, picked.shape, (Axis(start=a, stop=b), *(Axis(start=0, stop=n) for n in inner)))
         writers.append(written(words, into, first - lo, dims))
     return Written(buffer, tuple(writers))
 
@@ -247,25 +236,25 @@ def _blocks_of_words(rows: int, row_bytes: int, result_bytes: int) -> bool:
 
 def transposed_rows(view: Node) -> Node | None:
     """`view`, the transpose of a 2-D tensor x (r, c) whose rows are whole words of `per` elements,
-    as StridedRows over x seen as (c / per, r * per), each row a column of x's words (r words one
-    row of x apart), transposed by the core into `per` rows of the view; None when x's rows are
-    not whole words."""
+    as StridedRows over x seen as (c / per, r * per), each row a column of x's words, transposed
+    by the core into `per` rows of the view; None when x's rows are not whole words."""
     base = view.src[0]
     (r, c), per = base.shape, 4 // base.dtype.itemsize
     if c % per or not is_host_tensor(base) and base.op != Op.CALL:
         return None
     axes = (Axis(start=0, stop=r, extent=r, order=1), Axis(start=0, stop=c // per, extent=c // per, order=0),
             Axis(start=0, stop=per, extent=per, order=2))
-    columns = Node(Op.VIEW, (base,), (c // per, r * per), base.dtype, axes)
+    columns = viewed(base, (c // per, r * per), axes)
     if base.op != Op.CALL and streamed_rows(columns) is None:
         return None
-    picked = _strided_rows(columns, (c // per, per * r), r * per, 0, [(per, 1), (r, per)])
-    whole = tuple(Axis(start=0, stop=n, extent=n) for n in view.shape)
-    return Node(Op.VIEW, (picked,), view.shape, view.dtype, whole)
+    return _strided_rows(columns, (c // per, per * r), r * per, 0, [(per, 1), (r, per)], view)
 
 
-def _strided_rows(rows: Node, shape: tuple[int, ...], width: int, offset: int, dims) -> Node:
-    return Node(Op.CALL, (rows,), shape, rows.dtype, Call(strided_kernel(rows=True), pattern_attrs(offset, dims, width=width), 1, False))
+def _strided_rows(rows: Node, shape: tuple[int, ...], width: int, offset: int, dims, view: Node) -> Node:
+    """A StridedRows call over `rows` making `shape`, read back in `view`'s shape when it differs."""
+    call = Call(strided_kernel(rows=True), pattern_attrs(offset, dims, width=width), 1, False)
+    picked = Node(Op.CALL, (rows,), shape, rows.dtype, call)
+    return picked if shape == view.shape else viewed(picked, view.shape, whole(view.shape))
 
 
 def gathered(view: Node) -> Node:

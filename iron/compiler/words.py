@@ -54,8 +54,7 @@ class WordTable:
     def bounded(self, node: Node, lo: int, hi: int, what: str, kind: WordKind, tensor: str = "") -> int:
         """The word holding `node`, which must lie in [lo, hi) (`what`: the user's text, `tensor`:
         the tensor it indexes, '' for an attribute). A carried value is bounded through a copy:
-        the Emit clamps bounded words in place, and a carried value must reach the next call as
-        it is."""
+        the Emit clamps bounded words in place, and a carried value must reach the next call as is."""
         index = self.word(node, kind)
         held = self.words[index]
         if held.bound is None and held.kind is not WordKind.CARRIED:
@@ -115,8 +114,8 @@ class WordTable:
 
 @dataclass(frozen=True)
 class Access:
-    """A host tensor's words: offset + sum(i_d * stride_d) for i_d < size_d over `dims`
-    (outermost first, the last one contiguous with stride 1), plus the value of `patch_word`."""
+    """A host tensor's words: offset + sum(i_d * stride_d) for i_d < size_d over `dims` (outermost
+    first, the last with stride 1), plus the value of `patch_word`."""
 
     offset: int
     dims: tuple[tuple[int, int], ...]
@@ -128,9 +127,9 @@ class Access:
 
 
 def placement_access(p) -> Access:
-    """The words of placement `p`'s tensor, from its offset: contiguous, or, where `pad_to_block`
-    widened its rows, each row at the padded row's stride (a reader or writer other than the
-    padded grid or flow never touches the padding, so it stays zeros)."""
+    """The words of placement `p`'s tensor: contiguous, or, where `pad_to_block` widened its rows,
+    each row at the padded row's stride (only the grid or flow it was padded for touches the
+    padding, so it stays zeros)."""
     whole = Access(p.offset, ((nwords(int(np.prod(p.shape)), p.dtype), 1),))
     if p.padded is None or p.padded[1:] == p.shape[1:]:
         return whole
@@ -145,12 +144,10 @@ def placement_access(p) -> Access:
 
 
 def word_rows(program: Program, padded: dict) -> dict[str, tuple[int, ...]]:
-    """The rule `pad_rows_to_words`: a weight, param or state whose rows (its last axis) are not
-    whole 32-bit words, used only through views in its own shape, lies with each row padded to
-    whole words when a view of it cannot move as it is and every view can move padded (name ->
-    the shape it lies in). The compiler owns that layout: the runtime writes and reads the
-    user's region, and a view running to a row's end moves the padding after it. `padded`: the
-    tensors `pad_to_block` padded, which lie as it decided."""
+    """The rule `pad_rows_to_words`: a weight, param or state whose rows are not whole 32-bit
+    words, used only through views, lies with each row padded to whole words when a view of it
+    cannot move as it is and every view can move padded (name -> the shape it lies in); the
+    runtime writes and reads the user's region. `padded`: the tensors `pad_to_block` laid out."""
     found = {}
     for memory, seen in viewed_only(program).items():
         shape, itemsize = memory.shape, memory.dtype.itemsize
@@ -164,10 +161,9 @@ def word_rows(program: Program, padded: dict) -> dict[str, tuple[int, ...]]:
 
 def word_leads(program: Program, padded: dict, rows: dict) -> dict[str, int]:
     """The rule `pad_lead_to_words`: a host input, weight or param used only through views, some
-    of which start mid-word as it lies (`x[1:]` of bfloat16), lies after the fewest elements of
-    padding (less than a word) that start every view on a word, when some do (name -> how many).
-    The runtime writes the user's region after them. A state keeps its first word: every version
-    of a graph shares its layout. `padded`, `rows`: the tensors the other rules laid out."""
+    starting mid-word (`x[1:]` of bfloat16), lies after the fewest elements of padding that start
+    every view on a word, when some do (name -> how many). A state keeps its first word: every
+    version of a graph shares its layout. `padded`, `rows`: the tensors the other rules laid out."""
     found = {}
     for base, seen in viewed_only(program).items():
         name = base.arg.name
@@ -209,12 +205,16 @@ def layout_rules(placements) -> list[Decision]:
 
 
 def dma_moves(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool = False, lead: int = 0) -> bool:
-    """Whether the DMA moves `view` in whole words as its base lies (`view_words` refuses it not)."""
+    """Whether the DMA moves `view` in whole words as its base lies."""
+    return moved_words(view, padded, word_rows, lead) is not None
+
+
+def moved_words(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool = False, lead: int = 0):
+    """`view_words`, or None where it refuses."""
     try:
-        view_words(view, padded, word_rows, lead)
+        return view_words(view, padded, word_rows, lead)
     except PlacementError:
-        return False
-    return True
+        return None
 
 
 def nwords(elements: int, dtype: np.dtype) -> int:
@@ -223,15 +223,12 @@ def nwords(elements: int, dtype: np.dtype) -> int:
 
 def base_text(node: Node) -> str:
     """How a message names the tensor a view picks from: `input 'x'`, `state 'kv'`, `MatMul(a, w)`."""
-    if node.op == Op.CALL:
-        return describe(node)
-    return f"{'input' if node.op == Op.INPUT else node.arg.kind} '{node.arg.name}'"
+    return describe(node) if node.op == Op.CALL else f"{'input' if node.op == Op.INPUT else node.arg.kind} '{node.arg.name}'"
 
 
 def view_access(view: Node, table: WordTable, p) -> Access:
-    """The words of VIEW `view` within placement `p` of its base (a declared memory or an input),
-    laid out as `pad_to_block`, `pad_rows_to_words` and `pad_lead_to_words` decided; its dynamic
-    indices become bounded "dma" words summed into one patch word."""
+    """The words of VIEW `view` within placement `p` of its base, as the layout rules laid it out;
+    its dynamic indices become bounded "dma" words summed into one patch word."""
     static, dims, steps = view_words(view, p.padded, p.word_rows, p.lead)
     memory = view.src[0]
     terms = [(table.bounded(view.src[axis.dynamic], 0, axis.offsets, describe(view), WordKind.DMA, describe(memory)),
@@ -242,8 +239,8 @@ def view_access(view: Node, table: WordTable, p) -> Access:
 
 @dataclass(frozen=True)
 class Rows:
-    """A view lying as rows of whole words at one stride (`stream_view_rows`): its first byte,
-    the words from one row to the next (0: a broadcast row), and one row's word dims."""
+    """A view lying as rows of whole words at one stride (`stream_view_rows`): its first byte, the
+    words from one row to the next (0: a broadcast row), and one row's word dims."""
 
     first: int
     stride: int
@@ -263,12 +260,10 @@ def view_rows(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool
     whole words) lie as its base lies, when each is whole words and every row lies one stride
     after the last; else None."""
     row_bytes = row_group(view) * view.shape[-1] * view.dtype.itemsize if view.shape else 0
-    if len(view.src) > 1 or not row_bytes:
+    moved = moved_words(view, padded, word_rows, lead) if len(view.src) == 1 and row_bytes else None
+    if moved is None:
         return None
-    try:
-        first, dims, _ = view_words(view, padded, word_rows, lead)
-    except PlacementError:
-        return None
+    first, dims, _ = moved
     inner, words, outer = [], 1, list(dims)
     while outer and words < row_bytes // 4:
         size, stride = outer.pop()
@@ -288,9 +283,9 @@ def view_rows(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool
 
 def view_words(view: Node, padded: tuple[int, ...] | None = None, word_rows: bool = False, lead: int = 0):
     """(first byte, word dims, (per-call axis, its step in words) ...) of VIEW `view` as its base
-    lies (in `padded`, if padded, after `lead` elements), or PlacementError when the DMA cannot
-    move it in whole words. A run ending where no one's data follows up to the next word (a row's
-    padding, `word_rows`, or past the base's last element) moves to the end of that word."""
+    lies (in `padded`, after `lead` elements), or PlacementError when the DMA cannot move it in
+    whole words. A run ending where no one's data follows up to the next word (a row's padding,
+    `word_rows`, or the base's end) moves to the end of that word."""
     memory, shape = view.src[0], frame(view)
     if padded is not None:
         shape = _padded_frame(view, padded)
@@ -314,8 +309,8 @@ def view_words(view: Node, padded: tuple[int, ...] | None = None, word_rows: boo
 
 
 def _padded_frame(view: Node, padded: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape a view of a padded tensor indexes: the padded one, the view's axes its own (or,
-    padded after its last row only, its own frame: every element lies where it did)."""
+    """The shape a view of a padded tensor indexes: the padded one (or, padded after its last row
+    only, its own frame: every element lies where it did)."""
     base = view.src[0].shape
     if padded[1:] == base[1:] and frame(view) != base:
         return frame(view)
