@@ -382,7 +382,9 @@ def split_work(group: Group, parts: int, lanes: int, device) -> cost.Work:
     matrix, expand, a = stored_matrix(calls), expansion(calls), first.src[0]
     big_m, big_k = a.shape
     rows = stream_rows(group, big_m // parts) or big_m // parts
-    per_block = cost.kernel_cycles(gen, Role.MATRIX, a.dtype, [(rows, big_k), (big_k,)], (rows,), first.dtype)
+    x = first.src[1].shape[-1]   # big_k but for a matrix stored packed (QMatVec: big_k is its rows' bytes)
+    per_block = cost.kernel_cycles(gen, Role.MATRIX, a.dtype, [(rows, big_k), (x,)], (rows,), first.dtype,
+                                   packed=bool(first.arg.kernel.packed))
     if expand is not None:
         per_block += cost.kernel_cycles(gen, Role.EXPANSION, matrix.dtype, [(rows * row_bytes(matrix) // matrix.dtype.itemsize,)],
                                         (rows, big_k), a.dtype)
