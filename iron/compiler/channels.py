@@ -107,11 +107,10 @@ def shim_channels_per_tile(device) -> dict[Direction, int]:
 
 def share_shim_channels(program: Program, requests: list[ShimRequest], device, mem: MemChannels,
                         depth: int) -> tuple[list[SharedChannel], tuple]:
-    """`share_shim_channels`: when more FIFOs of one direction need a shim channel than the
-    device has, merge shareable ones through a mem tile (`_next_share`), each merge saving all
-    its channels but one, until they fit, on the nearest mem tile with the DMA channels and the
-    memory (`depth` objects of the merged FIFO, docs/platform.md section 4) free. Returns (the
-    merges, rules); PlacementError when merging cannot make them fit."""
+    """`share_shim_channels`: while more FIFOs of one direction need a shim channel than the device
+    has, merge shareable ones (`_next_share`) on the nearest mem tile with the DMA channels and
+    memory (`depth` merged objects, docs/platform.md section 4) free, each merge saving all its
+    channels but one. Returns (the merges, rules); PlacementError when merging cannot fit them."""
     shares, rules = [], []
     for direction in Direction:
         wanted = [r for r in requests if r.direction == direction]

@@ -10,12 +10,11 @@ FORWARD_BYTES = 4096   # the largest host tensor one group forwards to later rea
 
 
 def unsplit_beside_producer(groups: tuple[Group, ...], number: int, outside, sites: list, device) -> str:
-    """`unsplit_beside_producer`: a part of a split group receives every other group's result it
-    reads by DMA (a FIFO to several tiles is never shared memory). So a group that could split
+    """`unsplit_beside_producer` (why, or ""): a split group's parts receive every other group's
+    result by DMA (a FIFO to several tiles is never shared memory), so a group that could split
     stays on one tile when its parts would take more FIFOs by DMA than a compute tile has input
-    channels, or when the one group reading its result, the next, would take one too many: on
-    one tile, `snake_order` puts that group beside it, reading its result through shared memory.
-    Returns why, or ""."""
+    channels, or when the next group, its one reader, would take one too many: on one tile,
+    `snake_order` puts that group beside it, reading its result through shared memory."""
     group, limit = groups[number], device.compute.dma_in_channels
     if not splittable(group, outside):
         return ""

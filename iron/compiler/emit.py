@@ -1,9 +1,8 @@
 """The Emit (full-ELF devices only): the core computing the next call's scratchpad on the device,
-so a CarriedLoop runs without the host between calls. From this call's words (`emit_in`) and the
-carried elements groups computed it writes the target version's words into `feedback`, each
-bounded word clamped into its range before any DMA or core reads it, then a flag counting the
-words that were not (this call's flag included; the host reads it after each run); a flagged
-run's state writes go to the states' sink (`sink_writes`)."""
+so a CarriedLoop runs without the host between calls. It writes the target version's words into
+`feedback`, each bounded word clamped into its range before any DMA or core reads it, then a flag
+counting those that were not (the host reads it after each run); a flagged run's state writes go
+to the states' sink (`sink_writes`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace

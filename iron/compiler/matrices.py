@@ -249,15 +249,14 @@ class Left:
         return len(self.later)
 
     def share(self, mine: float, theirs: Callable[[Later], float], left: int) -> int:
-        """The share of `left` channels (or tiles) a matrix whose figure is `mine` may take beside
-        the later matrices (their figures `theirs`, each already counted one of `left`), at least
-        one: of the shim channels by the bytes beyond what its FIFOs take ahead, of the tiles by
-        its split's cycles on one tile. A matrix of B bytes its FIFOs cannot take ahead streams in
-        about B / n through n channels, and the sum over a chain is least with n in proportion to
+        """The share (at least one) of `left` shim channels or tiles a matrix may take beside the
+        later ones (each already counted one), by its figure `mine` and theirs (`theirs`): bytes
+        beyond what its FIFOs take ahead, or its split's cycles on one tile. B bytes stream in
+        about B / n through n channels, and a chain's sum is least with n in proportion to
         sqrt(B) (Lagrange), where a first matrix taking all it could would leave the larger ones
-        after it one channel each; runs of matrices alongside one another (`Later.stage`) take as
-        long as their sum, so the runs share by the square roots of their sums, and a run's
-        matrices its share by their own."""
+        after it one channel each; runs alongside one another (`Later.stage`) take as long as
+        their sum, so runs share by the square roots of their sums, and a run's matrices its
+        share by their own."""
         sums = {0: mine}
         for m in self.later:
             sums[m.stage] = sums.get(m.stage, 0) + theirs(m)
@@ -344,12 +343,11 @@ def split_stops(group: Group, parts: int, spare: int) -> str:
 
 
 def lane_stops(matrix: Node, parts: int, lanes: int, channels: MemChannels, near: tuple[int, int], blocks: int) -> str:
-    """What keeps a split into `parts` from `lanes` lanes ("" when nothing): a lane's parts lie one
-    part's rows apart, within a buffer descriptor's stride (docs/platform.md section 5); several
-    lanes each move their blocks in no more Dma ops than a channel's share of its shim tile's
-    buffer descriptors, or the runtime sequence waits for one lane before issuing the next
-    (`finish_sequence`); the mem tiles have the channels `take_split` takes, and one each way
-    for each of the later streams (`near`: the column, the later streams)."""
+    """What keeps a split into `parts` from `lanes` lanes ("" when nothing): a lane's parts lie
+    within a buffer descriptor's stride (docs/platform.md section 5); each of several lanes moves
+    its blocks in no more Dma ops than its share of its shim tile's BDs, or the sequence waits
+    for one lane before issuing the next; the mem tiles have `take_split`'s channels and one
+    each way for each later stream (`near`: the column, the later streams)."""
     device, apart = channels.device, nbytes(matrix) // parts // 4
     if parts > lanes and apart > device.shim.max_bd_stride:
         return (f"{parts} parts lie {apart} words apart, more than a buffer descriptor's largest stride "

@@ -88,9 +88,8 @@ def route(program: Program, layout: Layout) -> Routes:
 
 
 def group_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
-    """A group's FIFOs: its `_in` when it loads anything from the host; per core its `_host`
-    (outputs, state writes, carried elements) and `_out` (results other groups read); a
-    streamed matrix's; a split group's parts and their join."""
+    """A group's FIFOs: its `_in` when it loads anything from the host, per core its `_host` and
+    `_out`, a streamed matrix's, a split group's parts and their join."""
     if site.grid is not None:
         return grid_routes(site)
     if site.flow is not None:
@@ -153,11 +152,9 @@ def stream_routes(site: Site) -> list[Route]:
 
 
 def grid_routes(site: Site) -> list[Route]:
-    """A grid's FIFOs (`tile_matmul_over_array`): per row, A's blocks through its mem tile to the
-    row's cores and per column B's to the column's cores; or, when the cores own their rows (a
-    MatVec, a MatMul whose N is not whole words), B's k-blocks to every core and per column A's
-    rows split on its mem tile between its cores; each core's part joined on the column's mem
-    tile to the host."""
+    """A grid's FIFOs: A's blocks per row and B's per column through a mem tile to their cores (or,
+    cores owning their rows, B's k-blocks to every core and A's rows split per column between
+    its cores), each core's part joined on its column's mem tile to the host."""
     g, grid = site.group.name, site.grid
     rows, cols = range(len(grid.rows)), range(len(grid.cols))
     fifos = [Route(fifo_id(g, Stem.B), g, HOST, grid.tiles)] if grid.own_rows else []
@@ -177,9 +174,8 @@ def grid_routes(site: Site) -> list[Route]:
 
 
 def flow_routes(site: Site) -> list[Route]:
-    """A Flow's FIFOs (`stream_elementwise`): per column each input split on its mem tile between
-    its cores, and each result's parts joined there (`stream_every_result`); a row every row
-    shares and the per-call words to every core."""
+    """A Flow's FIFOs: per column each input split on its mem tile between its cores and each
+    result's parts joined there; a row every row shares and the per-call words to every core."""
     g, flow = site.group.name, site.flow
     rows = range(len(flow.rows))
     fifos = [Route(fifo_id(g, Stem.W, i), g, HOST, flow.tiles) for i in range(len(flow.shared))]
@@ -316,10 +312,9 @@ class CoreInputs:
 
 
 def choose_relays(program: Program, cores: list[CoreInputs], device) -> tuple[list[Relay], tuple]:
-    """`fit_compute_channels`' choice: for each group (in order) whose cores would take more FIFOs
-    by DMA than a compute tile has input channels, a group sending it an `_out` (a carrier) that
-    forwards enough of the others (`_relay_for`). Returns (the relays, rules); PlacementError
-    naming the group, its tile and FIFOs when no carrier can."""
+    """`fit_compute_channels`' choice: for each group whose cores would take more FIFOs by DMA than
+    a compute tile has input channels, a carrier forwarding enough of them (`_relay_for`), or
+    PlacementError naming the group, its tile and FIFOs. Returns (the relays, rules)."""
     limit = device.compute.dma_in_channels
     relays, rules, state = _relays(cores, limit)
     for core in cores:

@@ -1,9 +1,8 @@
 """Results written whole into a DDR buffer of the compiler's (a THROUGH declaration, placed as a
-CUT buffer beside the outputs) and read back by their readers once the runtime sequence has
-waited on the writes, decided on the Program before fusion: a MatVec large enough to tile whose
-epilogue writes a state (`tile_before_state_write`: fused, the state write would keep it on one
-tile, as no grid or split takes one), and a result larger than a tile read by another group
-(`through_between_groups`)."""
+CUT buffer) and read back once the runtime sequence has waited on the writes, decided before
+fusion: a MatVec large enough to tile whose epilogue writes a state (`tile_before_state_write`:
+fused, the state write would keep it on one tile), and a result larger than a tile read by
+another group (`through_between_groups`)."""
 from __future__ import annotations
 
 from dataclasses import replace
