@@ -13,7 +13,7 @@ import numpy as np
 
 from iron import dtypes
 from iron.compiler.fuse import Group
-from iron.compiler.gather import Written, copied, gather_view, unpadded_stream, written
+from iron.compiler.gather import Written, copied, gather_view, region, unpadded_stream, written
 from iron.compiler.objects import MAX_GATHER_RUNS
 from iron.compiler.padding import readers_of, width_unshared
 from iron.compiler.sides import large, whole_device_grid
@@ -57,13 +57,13 @@ def copy_view_for_grid(program: Program, device=None) -> Program:
     copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call, laid)
               for n in call.src[:call.arg.n_inputs] if _view_of_host(n) or _moved_view_of_result(n)}
     readers = readers_of(program, (Group("", program.calls, None),))
-    copies |= {call: copied(Node(Op.VIEW, (call,), call.shape, call.dtype, tuple(Axis(start=0, stop=n) for n in call.shape)))
-               for call in program.calls if device and _gridded(call) and _reads_padding(call, laid, readers)
-               and whole_device_grid(call, device) is None}
     laid_out = LaidOut(program)
     gathered_views = dict.fromkeys(n for call in program.calls for n in call.src[:call.arg.n_inputs]
                                    if n not in copies and (_gathered_on_core(n, laid_out) or unpadded_stream(n, call)))
     copies |= {n: gather_view(n, f"through.view{i}") for i, n in enumerate(gathered_views)}
+    copies |= {call: region(call) for call in program.calls if device and _gridded(call)
+               and whole_device_grid(call, device) is None and (_reads_padding(call, laid, readers)
+                                                                or _read_unpadded(call, program, gathered_views))}
     if not copies:
         return program
     return with_copies(program, copies)
@@ -197,14 +197,14 @@ def with_copies(program: Program, copies: dict[Node, Node | Written]) -> Program
     calls: list[Node] = []
     inserted: dict[Node, Node] = {}   # each copied tensor -> what is read instead, rebuilt
     made: list[Node] = []   # the inserted calls, rebuilt
-    for call in program.calls:
-        for n in dict.fromkeys(n for n in call.src[:call.arg.n_inputs] if n in copies and n not in inserted):
+    for call in program.calls:   # a product read through its region first: its views are rebuilt over that
+        for n in dict.fromkeys(m for s in call.src[:call.arg.n_inputs] for m in (storage(s), s)
+                               if m in copies and m not in inserted):
             way = copies[n]
             read, writers = (way.read, way.calls) if isinstance(way, Written) else (way, (storage(way),))
-            inserted[n] = rebuilt(read)   # over the rebuilt tensor it views
+            new[n] = inserted[n] = rebuilt(read)   # over the rebuilt tensor it views
             made += map(rebuilt, writers)   # the call, or the one read back in the view's shape
             calls += made[len(made) - len(writers):]
-        new.update(inserted)
         calls.append(rebuilt(call))
     buffers = list(dict.fromkeys(storage(c.src[c.arg.n_inputs]) for c in made if c.arg.writes))
     declared = tuple(Declaration(MemoryKind.THROUGH, b.arg.name, b.shape, b.dtype) for b in buffers)
@@ -299,6 +299,13 @@ def _reads_padding(product: Node, laid: dict[Node, Node], readers: dict) -> bool
     return any(laid[c] is product and width_unshared(c, readers) for c in laid)
 
 
+def _read_unpadded(product: Node, program: Program, gathered: dict) -> bool:
+    """Whether a call reads a view of `product` no DMA moves in whole words, or reads `product`
+    beside a view gathered into a tensor that lies padded after its last row only."""
+    return any(n.op == Op.VIEW and n.src[0] is product and not dma_moves(n) or n is product and any(m in gathered for m in c.src)
+               for c in program.calls for n in c.src)
+
+
 def _beside_grid(call: Node, laid: dict[Node, Node]) -> bool:
     """An elementwise call or row reduction reading a tiled MatMul's product or a result lying
     alike (`grid_layouts`): its other operands must lie alike, and a view cannot."""
@@ -307,12 +314,15 @@ def _beside_grid(call: Node, laid: dict[Node, Node]) -> bool:
 
 
 def _gathered_on_core(node: Node, laid: LaidOut) -> bool:
-    """A static view of at most four dimensions no DMA moves in whole words (of a host tensor) or
-    `gather_strided_view` would copy in many runs (of a computed one)."""
+    """A static view of at most four dimensions no DMA moves in whole words (of a host tensor, or of
+    a computed one larger than a tile, which crosses in DDR) or `gather_strided_view` would copy in
+    many runs (of a computed one)."""
     if node.op != Op.VIEW or len(node.src) > 1 or len(element_pattern(node)[1]) > 4:
         return False
     if is_host_tensor(node):   # a slice starting mid-word moves once `pad_lead_to_words` or `pad_rows_to_words` lays it out
         return (is_strided(node) or _state_mid_word(node) or laid.mid_word(node)) and not _view_of_host(node)
+    if nbytes(node.src[0]) > TILED_BYTES and not dma_moves(node):
+        return True
     flat = elements(node)
     return int(np.count_nonzero(np.diff(flat) != 1)) + 1 > MAX_GATHER_RUNS
 

@@ -19,6 +19,7 @@ from iron.compiler.padding import (
     matrix_readers,
     matrix_unpadded,
     pair,
+    picks_rows,
     readers_of,
     readers_unshared,
     reads_region,
@@ -308,10 +309,12 @@ def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: di
                                           for u in readers.get(call, [])):
         return {}   # read beside another product whose layout `pad_shared_input` did not agree with its own
     a, b = call.src[:2]
-    plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and reads_region(u, call, group_of if small else None)
-                       for u in readers.get(call, []))
-    if plain_reader and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
-        return {}
+    plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and not picks_rows(u)
+                       and reads_region(u, call, group_of if small else None) for u in readers.get(call, []))
+    if plain_reader and call.shape[-1] * call.dtype.itemsize % 4:   # rows no DMA moves padded wider: N stays
+        if k_only or 2 in kept and kept[2] != call.shape[-1]:
+            return {}
+        kept = {**kept, 2: call.shape[-1]}
     if not all(map(large, members)):
         return {}
     own_m, _, own_n = call_sides(call)
@@ -378,6 +381,8 @@ def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, devic
         return {}
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
         return rows_through(calls[0], padded[fed[0]])
+    if picks_rows(calls[0]):   # as many rows, its own
+        return {calls[0]: (padded[fed[0]][0], *calls[0].shape[1:])}
     if calls[0].arg.kernel.role is Role.MATRIX:
         sides = chained(calls[0], {n: padded[n] for n in fed}, device)
         if sides is None:   # a product read by a product read by a product: `pad_matrix` checked the first only

@@ -280,8 +280,8 @@ def result_share(calls, block: int, width: int) -> int:
     makes: as many, one per row (Argmax), or an expansion's rows (Dequant: each row of blocks
     a row of weights)."""
     last = calls[-1]
-    if last.arg.kernel.role is Role.EXPANSION:
-        return block * last.shape[1] // last.src[0].shape[1]
+    if last.arg.kernel.role is Role.EXPANSION:   # rows of `width` when they lie padded wider
+        return block * last.shape[1] // max(width, last.src[0].shape[1])
     return block if len(last.shape) == len(streamed_inputs(calls)[0][0].shape) else block // width
 
 
