@@ -39,6 +39,15 @@ class Term(Enum):
         return self.value
 
 
+class Returns(Term):
+    """What body() returned, so that a call returns the same shape."""
+
+    NONE = "none"      # nothing
+    ONE = "one"        # one tensor
+    CARRY = "carry"    # iron.carry(...) alone
+    TUPLE = "tuple"    # a tuple: the outputs, then iron.carry(...) if the body carries
+
+
 class VarKind(Term):
     """Where a per-call value comes from."""
 
@@ -195,7 +204,7 @@ class Program:
     calls: tuple[Node, ...]                  # CALL nodes in program order
     outputs: tuple[Node, ...]                # tensor outputs, in return order
     carry: tuple[tuple[str, Node], ...]      # next carried values, in parameter order
-    returns: str = "none"                    # "none" | "one" | "carry" | "tuple" (outputs..., [carry])
+    returns: Returns = Returns.NONE
     unread: tuple[str, ...] = ()             # tensors and Scratchpad values given but not read: a call ignores them
     inserted: tuple[Node, ...] = ()          # calls the compiler inserted (iron/compiler/copies.py), among `calls`
     extra: dict = field(default_factory=dict, compare=False)

@@ -1,7 +1,5 @@
 """Allocation: the host-visible tensors packed word by word into the runtime-sequence buffers,
-and the Plan fitted within its tiles' memory (counted by iron/plan/memory.py), lowering FIFO
-depths where a tile is tight and raising DoesNotFit when even that is not enough.
-"""
+and the Plan fitted within its tiles' memory, lowering FIFO depths where a tile is tight."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -23,9 +21,8 @@ from iron.plan.plan import (
 
 
 def host_placements(program: Program, padded: dict | None = None) -> tuple[Placement, ...]:
-    """Every host-visible tensor of `program`, packed per buffer in argument order, each in the
-    shape `pad_to_block` padded it to (`padded`: tensor -> shape), if any, or `pad_rows_to_words`,
-    after the lead `pad_lead_to_words` gives it."""
+    """Every host-visible tensor, packed per buffer in argument order, in the shape `pad_to_block`
+    (`padded`: tensor -> shape) or `pad_rows_to_words` gives it, after its `pad_lead_to_words`."""
     padded = padded or {}
     rows = word_rows(program, padded)
     leads = word_leads(program, padded, rows)
@@ -55,12 +52,10 @@ def host_placements(program: Program, padded: dict | None = None) -> tuple[Place
 
 
 def state_sink(placements: tuple[Placement, ...], full_elf: bool) -> tuple[int, int]:
-    """(first word, words) of the states' sink on a full-ELF device ((end, 0) elsewhere): where a
-    flagged device-loop run writes everything it would write into a state (`emit.sink_writes`),
-    each write lying in it as in its state, so every state stays as the completed runs wrote
-    it. It follows the user's states and holds the largest of them: no write is larger than its
-    state, and it depends on the graph's states alone, not on a version's writes, so every
-    version of the graph lays the states buffer out alike. No host read or write reaches it."""
+    """(first word, words) of the states' sink on a full-ELF device ((end, 0) elsewhere), where a
+    flagged run writes what it would write into a state (`emit.sink_writes`), so every state
+    stays as the completed runs wrote it. It holds the largest state (no write is larger than
+    its state) and depends on the states alone, so every version lays the buffer out alike."""
     states = [p for p in placements if p.kind is PlacementKind.STATE]
     end = max((p.offset + p.nwords for p in states), default=0)
     return end, max((p.nwords for p in states), default=0) if full_elf else 0
@@ -68,10 +63,8 @@ def state_sink(placements: tuple[Placement, ...], full_elf: bool) -> tuple[int, 
 
 def host_buffers(placements: tuple[Placement, ...], words: int, emit: Emit | None,
                  full_elf: bool) -> tuple[HostBuffer, ...]:
-    """The runtime-sequence arguments, in order, each at least one word; the states buffer
-    with its sink after them (`state_sink`). With an Emit, the scratchpad holds the flag words
-    after the `words` (a version with an Emit is the one a feeding Emit writes) and the
-    feedback buffer all the Emit writes."""
+    """The runtime-sequence arguments, each at least one word: the states with their sink; with
+    an Emit, the scratchpad's flag words after the `words` and the feedback buffer."""
     size = dict.fromkeys((HostRole.CONSTS, HostRole.STATES, HostRole.INPUTS, HostRole.OUTPUTS), 0)
     for p in placements:
         role = HostRole(p.buffer)
@@ -84,11 +77,10 @@ def host_buffers(placements: tuple[Placement, ...], words: int, emit: Emit | Non
 
 
 def fit(plan: Plan) -> Plan:
-    """`plan` with FIFO depths lowered to 1 where a tile is tight; DoesNotFit if still over.
-    First the FIFO the tile's core takes the fewest objects of per launch (a second object lets
-    the DMA fill one while the core works on the other: for an object taken once per launch, a
-    matrix-vector product's vector or its result, that overlaps nothing; for a streamed
-    matrix's blocks it is the overlap), the largest of those first."""
+    """`plan` with FIFO depths lowered to 1 where a tile is tight (DoesNotFit if still over),
+    first of the FIFO the core takes the fewest objects of per launch, the largest first: a
+    second object overlaps the DMA with the core, which for an object taken once (a MatVec's
+    vector or result) overlaps nothing, while for a streamed matrix's blocks it is the overlap."""
     while (over := over_budget(plan)) is not None:
         tile = over[0]
         homes, taken = fifo_homes(plan), objects_taken(plan)

@@ -1,8 +1,7 @@
-"""Shim and mem-tile DMA channels: which shim tile moves each host FIFO (`assign_shims`), and,
-only when a design needs more shim channels of one direction than the device has, which host
-FIFOs share one through a mem-tile split or join (`share_shim_channels`). `MemChannels` counts
-what each mem tile's DMA channels and memory already carry; `dma_patterns` cuts a move into
-the Dma ops a shim channel takes (docs/platform.md)."""
+"""Shim and mem-tile DMA channels: which shim tile moves each host FIFO (`assign_shims`), which
+host FIFOs share one through a mem-tile split or join when a direction lacks them
+(`share_shim_channels`), what each mem tile carries (`MemChannels`), and the Dma ops a move is
+cut into (`dma_patterns`, docs/platform.md section 5)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,24 +15,15 @@ from iron.plan.rules import Rule
 
 
 class MemChannels:
-    """DMA channels (6 in, 6 out) and bytes of FIFO buffers used on each mem tile, for links."""
+    """DMA channels and bytes of FIFO buffers used on each mem tile."""
 
     def __init__(self, device):
         self.device = device
         self.used: dict[int, list[int]] = {col: [0, 0] for col in range(device.n_cols)}
         self.held: dict[int, int] = dict.fromkeys(range(device.n_cols), 0)
 
-    def _nearest(self, col: int, inputs: int, outputs: int, nbytes: int = 0) -> int | None:
-        kind = self.device.mem
-        for c in sorted(self.used, key=lambda c: (abs(c - col), c)):
-            ins, outs = self.used[c]
-            if (ins + inputs <= kind.dma_in_channels and outs + outputs <= kind.dma_out_channels
-                    and self.held[c] + nbytes <= kind.data_memory_bytes):
-                return c
-        return None
-
     def copy(self) -> MemChannels:
-        """Another count from what this one holds, to try takes on."""
+        """A copy to try takes on."""
         other = MemChannels(self.device)
         other.used = {c: list(u) for c, u in self.used.items()}
         other.held = dict(self.held)
@@ -45,28 +35,27 @@ class MemChannels:
         return (sum(kind.dma_in_channels - ins for ins, _ in self.used.values()),
                 sum(kind.dma_out_channels - outs for _, outs in self.used.values()))
 
-    def can_take(self, col: int, inputs: int, outputs: int) -> bool:
-        return self._nearest(col, inputs, outputs) is not None
-
     def take(self, col: int, inputs: int, outputs: int) -> Tile:
-        found = self._nearest(col, inputs, outputs)
-        if found is None:
+        mem = self.take_nearest(col, inputs, outputs, 0)
+        if mem is None:
             raise PlacementError(
                 f"the streamed matrices need more mem-tile DMA channels than {self.device.name} has "
                 f"({self.device.n_cols} mem tiles x {self.device.mem.dma_in_channels} each way): "
                 "compile for a device with more columns."
             )
-        self.take_on(Tile(found, self.device.mem_row, TileKind.MEM), inputs, outputs)
-        return Tile(found, self.device.mem_row, TileKind.MEM)
+        return mem
 
     def take_nearest(self, col: int, inputs: int, outputs: int, nbytes: int) -> Tile | None:
         """The mem tile nearest `col` with the channels and `nbytes` of memory free, taken; or None."""
-        found = self._nearest(col, inputs, outputs, nbytes)
-        if found is None:
-            return None
-        mem = Tile(found, self.device.mem_row, TileKind.MEM)
-        self.take_on(mem, inputs, outputs, nbytes)
-        return mem
+        kind = self.device.mem
+        for c in sorted(self.used, key=lambda c: (abs(c - col), c)):
+            ins, outs = self.used[c]
+            if (ins + inputs <= kind.dma_in_channels and outs + outputs <= kind.dma_out_channels
+                    and self.held[c] + nbytes <= kind.data_memory_bytes):
+                mem = Tile(c, self.device.mem_row, TileKind.MEM)
+                self.take_on(mem, inputs, outputs, nbytes)
+                return mem
+        return None
 
     def take_on(self, mem: Tile, inputs: int, outputs: int, nbytes: int = 0):
         self.used[mem.col][0] += inputs
@@ -76,8 +65,8 @@ class MemChannels:
 
 @dataclass(frozen=True)
 class ShimRequest:
-    """A FIFO that needs a shim DMA channel: MM2S (host to device) or S2MM, near `col`;
-    `nbytes` per object, and whether `share_shim_channels` may route it through a mem tile."""
+    """A FIFO needing a shim DMA channel near `col`; `nbytes` per object, and whether
+    `share_shim_channels` may route it through a mem tile."""
 
     fifo: FifoId
     direction: Direction
@@ -91,10 +80,9 @@ class ShimRequest:
 
 @dataclass(frozen=True)
 class SharedChannel:
-    """A `share_shim_channels` decision: the FIFOs `members` (one object each per launch) move
-    through one shim channel as the FIFO `fifo` between a shim tile and mem tile `mem`, member i
-    at bytes [offsets[i], offsets[i] + its size) of `fifo`'s `nbytes`-byte objects: a mem-tile
-    split of `fifo` into the members (MM2S), or a join of the members into `fifo` (S2MM)."""
+    """A `share_shim_channels` decision: the `members` move through one shim channel as `fifo`,
+    split into them (MM2S) or joined from them (S2MM) on mem tile `mem`, member i at byte
+    offsets[i] of `fifo`'s `nbytes`-byte objects."""
 
     fifo: FifoId
     direction: Direction
@@ -120,18 +108,22 @@ def shim_channels_per_tile(device) -> dict[Direction, int]:
 def share_shim_channels(program: Program, requests: list[ShimRequest], device, mem: MemChannels,
                         depth: int) -> tuple[list[SharedChannel], tuple]:
     """`share_shim_channels`: when more FIFOs of one direction need a shim channel than the
-    device has, merge shareable ones of several groups into one FIFO through a mem tile (a split
-    for inputs, a join for outputs), each merge saving all its channels but one, until they fit.
-    A merge takes the column with the most shareable FIFOs left, its FIFOs in request order (the
-    nearest columns' when it has only one), as many as still need saving, on the nearest mem tile
-    with the DMA channels (1 + one per member) and the memory (`depth` objects of the merged FIFO,
-    docs/platform.md section 4) free; fewer when none has. Designs that fit are left alone.
-    Returns (the merges, rules); PlacementError when merging cannot make them fit."""
+    device has, merge shareable ones through a mem tile (`_next_share`), each merge saving all
+    its channels but one, until they fit, on the nearest mem tile with the DMA channels and the
+    memory (`depth` objects of the merged FIFO, docs/platform.md section 4) free. Returns (the
+    merges, rules); PlacementError when merging cannot make them fit."""
     shares, rules = [], []
     for direction in Direction:
         wanted = [r for r in requests if r.direction == direction]
         capacity = shim_channels_per_tile(device)[direction] * device.n_cols
-        found = _shares_of(program, wanted, capacity, direction, device, mem, depth)
+        left, found, excess = [r for r in wanted if r.shareable], [], len(wanted) - capacity
+        while excess > 0:
+            share = _next_share(left, wanted, excess, direction, len(found), mem, depth)
+            if share is None:
+                _cannot_share(program, wanted, capacity, direction, device, len(wanted) - capacity - excess)
+            found.append(share)
+            excess -= len(share.members) - 1
+            left = [r for r in left if r.fifo not in share.members]
         shares += found
         rules += [(Rule.SHARE_SHIM_CHANNELS, _share_text(s)) for s in found]
         if found:
@@ -141,27 +133,12 @@ def share_shim_channels(program: Program, requests: list[ShimRequest], device, m
     return shares, tuple(rules)
 
 
-def _shares_of(program, wanted, capacity, direction, device, mem, depth) -> list[SharedChannel]:
-    left = [r for r in wanted if r.shareable]
-    shares: list[SharedChannel] = []
-    excess = len(wanted) - capacity
-    while excess > 0:
-        share = _next_share(left, wanted, excess, direction, len(shares), mem, depth)
-        if share is None:
-            _cannot_share(program, wanted, capacity, direction, device, len(wanted) - capacity - excess)
-        shares.append(share)
-        excess -= len(share.members) - 1
-        left = [r for r in left if r.fifo not in share.members]
-    return shares
-
-
 def _next_share(left, wanted, excess, direction, number, mem, depth) -> SharedChannel | None:
-    """The next merge: of FIFOs moving as many objects per launch (`loops`), those moving one
-    first (a looping core's moves `loops` times their bytes through the channel), the least
-    bytes delayed per channel saved (each member's object waits for the whole merged one, so
-    the smallest merge first: a position word and a norm's weights before two heads' caches),
-    then those of the column with the most left (the nearest columns' when it has only one),
-    smallest first; only members that may move together (`_together`)."""
+    """The next merge, of members moving as many objects per launch and together (`_together`):
+    those moving one first (a looping core's move `loops` times their bytes), then the least
+    bytes delayed per channel saved (each member waits for the whole merged object: a position
+    word and a norm's weights before two heads' caches), then the column with the most left
+    (with the nearest columns' when it has only one), smallest first."""
     by_col: dict[tuple[int, int], list[ShimRequest]] = {}
     for r in left:
         by_col.setdefault((r.loops, r.col), []).append(r)
@@ -225,39 +202,31 @@ def _cannot_share(program, wanted, capacity, direction, device, saved):
 
 def assign_shims(requests: list[ShimRequest], device) -> tuple[dict[str, Tile], tuple]:
     """`shim_channels`: each request gets the nearest shim tile with a free channel of its
-    direction (there are enough: `share_shim_channels` made sure); returns (fifo -> shim tile,
-    rules)."""
+    direction; returns (fifo -> shim tile, rules)."""
     per_shim = shim_channels_per_tile(device)
     used = {(col, d): 0 for col in range(device.n_cols) for d in per_shim}
     chosen: dict[str, Tile] = {}
+    by_shim: dict[str, list[str]] = {}
     for req in requests:
         col = next(c for c in sorted(range(device.n_cols), key=lambda c: (abs(c - req.col), c))
                    if used[(c, req.direction)] < per_shim[req.direction])
         used[(col, req.direction)] += 1
         chosen[req.fifo] = Tile(col, device.shim_row, TileKind.SHIM)
-    return chosen, _shim_rules(requests, chosen)
-
-
-def _shim_rules(requests, chosen) -> tuple:
-    by_shim: dict[str, list[str]] = {}
-    for req in requests:
         by_shim.setdefault(chosen[req.fifo].name, []).append(f"{req.fifo} ({req.direction})")
-    return tuple((Rule.SHIM_CHANNELS, f"{shim}: {', '.join(names)}") for shim, names in sorted(by_shim.items()))
+    return chosen, tuple((Rule.SHIM_CHANNELS, f"{shim}: {', '.join(names)}") for shim, names in sorted(by_shim.items()))
 
 
 def dma_patterns(offset: int, dims, device) -> list[tuple[int, tuple, tuple]]:
-    """(offset, sizes, strides) of Dmas moving `dims` (outermost first, in words) in order:
-    at most 4 dims, the outermost (repeat) <= device.dma_repeat_max, the others <= the shim's
-    wrap limit."""
+    """(offset, sizes, strides) of the Dmas moving `dims` (outermost first, in words) in order."""
     return [(offset + start, sizes, strides) for start, sizes, strides in _patterns(tuple(dims), device)]
 
 
 @cache   # the same moves recur at other offsets in every group and segment of a large design
 def _patterns(dims: tuple, device) -> tuple[tuple[int, tuple, tuple], ...]:
-    """`dma_patterns` at offset 0. Only the outermost of a Dma's four dimensions, the repeat, may
-    have stride 0 (mlir-aie's `verifyStridesWraps`, docs/platform.md section 5): a stride-0
-    dimension further in is cut off by one Dma per index outside it; one outermost goes to the
-    repeat slot, the rest after size-1 fillers."""
+    """`dma_patterns` at offset 0: four dims, the outermost (the repeat) at most `dma_repeat_max`,
+    the others the wrap. Only the repeat may have stride 0 (mlir-aie's `verifyStridesWraps`,
+    docs/platform.md section 5): a stride-0 dimension further in is cut by one Dma per index
+    outside it."""
     wrap = device.shim.max_bd_wrap
     dims = [d for d in dims if d[0] > 1] or [(1, 1)]
     (size, stride), rest = dims[0], dims[1:]
@@ -298,10 +267,8 @@ def _largest_divisor(n: int, limit: int) -> int:
 
 def lane_ops(blocks: int, per_lane: int, rows: int, row: int, device) -> int:
     """The Dma ops a lane moves `blocks` blocks of `rows` rows of `row` words of each of its
-    `per_lane` parts in, cut as `sequence._lanes` lays them out (`dma_patterns`): per block each
-    part's rows, four dimensions whose outermost, the repeat, takes at most `dma_repeat_max`
-    blocks; a lane of one part one run of words; a row longer than a BD dimension's wrap cut
-    row by row (docs/platform.md section 5)."""
+    `per_lane` parts in, laid out as `sequence._lanes` does: per block each part's rows (one run
+    of words for one part)."""
     part = blocks * rows * row
     dims = ((part, 1),) if per_lane == 1 else ((blocks, rows * row), (per_lane, part), (rows, row), (row, 1))
     return len(dma_patterns(0, dims, device))

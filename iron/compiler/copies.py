@@ -16,8 +16,8 @@ from iron.compiler.fuse import Group
 from iron.compiler.gather import Written, copied, gather_view, region, unpadded_stream, written
 from iron.compiler.objects import MAX_GATHER_RUNS
 from iron.compiler.padding import readers_of, width_unshared
-from iron.compiler.sides import large, whole_device_grid
-from iron.compiler.tiling import TILED_BYTES
+from iron.compiler.sides import whole_device_grid
+from iron.compiler.tiling import TILED_BYTES, large
 from iron.compiler.words import dma_moves, word_leads, word_rows
 from iron.ir import (
     Axis,

@@ -1,7 +1,6 @@
-"""What each core runs: one Function per part of a group (its kernel calls, following each
-kernel's C ABI, then copies exporting results), a `<part>_block` Function for a streamed matrix's
-leading call, and the core program that acquires the part's objects, loops over matrix blocks,
-invokes and releases."""
+"""What each core of a group runs: a Function of its kernel calls and the copies exporting their
+results, a `<part>_block` Function of a streamed matrix's leading call, and the core program
+acquiring the part's objects around them."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -22,7 +21,7 @@ from iron.compiler.objects import (
     read,
 )
 from iron.ir import Node, destination, dynamic_attrs, is_computed_view
-from iron.plan.fifos import FifoId, Stem, fifo_id
+from iron.plan.fifos import Stem, fifo_id
 from iron.plan.plan import (
     Core,
     Function,
@@ -35,7 +34,6 @@ from iron.plan.plan import (
 
 
 def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:
-    """The part's Functions and its core's program."""
     main = _main_steps(ctx, part)
     block = _block_function(ctx, part)
     ins = ([part.in_fifo] if ctx.routes.has(part.in_fifo) else []) + consumed(ctx, part)
@@ -45,7 +43,7 @@ def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:
     objects = [*ins, *outs, *(b.name for b in part.buffers)]
     functions, steps = [], []
     if block is not None:
-        w = _w_fifo(part)
+        w = part.w_fifo
         params = _params(block.steps, [*objects, w])
         functions.append(replace(block, params=params))
         steps.append(Loop(part.stream.blocks, holding((w,), (), (Invoke(block.name, params),))))
@@ -57,8 +55,7 @@ def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:
 
 
 def one_core_per_tile(cores: list[Core]) -> list[Core]:
-    """The cores, those on one tile (groups of a looped iteration sharing it,
-    `share_core_in_iteration`) made one core running their programs in turn, in program order."""
+    """The cores on one tile (`share_core_in_iteration`) made one, running their programs in turn."""
     merged: dict = {}
     for core in cores:
         first = merged.get(core.tile)
@@ -67,49 +64,32 @@ def one_core_per_tile(cores: list[Core]) -> list[Core]:
     return list(merged.values())
 
 
-def _w_fifo(part: Part) -> FifoId:
-    return fifo_id(part.group, Stem.W, part.number) if part.split else part.stream.fifo or fifo_id(part.group, Stem.W)
-
-
 def _params(steps, objects: list) -> tuple:
     """The objects the steps touch, in `objects` order."""
-    used = set()
-    for step in steps:
-        for arg in step.args:
-            if isinstance(arg, (Ptr, Load)):
-                used.add(arg.source)
+    used = {arg.source for step in steps for arg in step.args if isinstance(arg, (Ptr, Load))}
     return tuple(o for o in objects if o in used)
 
 
 def _main_steps(ctx: Context, part: Part) -> list:
-    """The group's calls but the streamed leading call and its expansion (`<part>_block` runs
-    them), then the copies exporting results."""
+    """The group's calls but those `<part>_block` runs, then the copies exporting results."""
     calls = part.site.group.calls
     streamed = (part.stream.expand, leading_call(calls)) if part.stream is not None else ()
-    steps = []
-    for call in calls:
-        if call not in streamed:
-            steps += _call_steps(ctx, part, call)
-    return steps + part.copies
+    return [step for call in calls if call not in streamed for step in _call_steps(ctx, part, call)] + part.copies
 
 
 def _call_steps(ctx: Context, part: Part, call: Node) -> list:
-    c, steps = call.arg, []
-    sliced = part.split
-    for n in call.src[: c.n_inputs]:
-        steps += gather(ctx, part, n) if is_computed_view(n) else []
-    ins = [read(ctx, part, n, sliced) for n in call.src[: c.n_inputs]]
-    shapes = [(part.count,) if sliced else n.shape for n in call.src[: c.n_inputs]]
-    out_shape = (part.count,) if sliced else call.shape
-    dest = _result_ptr(part, call)
-    if c.writes and c.kernel.accumulates:
-        dest_view = destination(call)
-        steps.append(copy_step(dest_view.dtype, dest_view.size, read(ctx, part, dest_view, False), dest))
-    return [*steps, call_step(call, [*ins, dest], shapes, out_shape, _attr_loads(ctx, part, call))]
+    sources, sliced, dest = call.src[: call.arg.n_inputs], part.split, _result_ptr(part, call)
+    steps = [step for n in sources if is_computed_view(n) for step in gather(ctx, part, n)]
+    if call.arg.writes and call.arg.kernel.accumulates:   # the state, summed into in place
+        view = destination(call)
+        steps.append(copy_step(view.dtype, view.size, read(ctx, part, view, False), dest))
+    ptrs = [*(read(ctx, part, n, sliced) for n in sources), dest]
+    shapes = [(part.count,) if sliced else n.shape for n in sources]
+    return [*steps, call_step(call, ptrs, shapes, (part.count,) if sliced else call.shape, _attr_loads(ctx, part, call))]
 
 
 def _result_ptr(part: Part, call: Node) -> Ptr:
-    """Where a call puts its result: the `_host` region of the state it writes (out=), or its home."""
+    """The `_host` region of the state a call writes (out=), or its result's home."""
     if call.arg.writes:
         return Ptr(part.fifo(Stem.HOST), part.host.offsets[StateWrite(call)])
     return Ptr(*part.homes[call])
@@ -126,8 +106,8 @@ def _attr_loads(ctx: Context, part: Part, call: Node) -> dict[str, Load]:
 
 
 def _block_function(ctx: Context, part: Part) -> Function | None:
-    """`<part>_block`: the leading matrix call on one streamed block of rows, after the fused
-    expansion of the block (`dequant_before_matvec`) into its Buffer."""
+    """`<part>_block`: the leading matrix call on one streamed block of rows, after its fused
+    expansion (`dequant_before_matvec`) into a Buffer."""
     if part.stream is None:
         return None
     s, call = part.stream, leading_call(part.site.group.calls)
@@ -135,7 +115,7 @@ def _block_function(ctx: Context, part: Part) -> Function | None:
     row_out = int(np.prod(call.shape[1:], dtype=np.int64)) * call.dtype.itemsize
     home = _result_ptr(part, call)
     steps = gather(ctx, part, x) if is_computed_view(x) else []
-    block = Ptr(_w_fifo(part), 0)
+    block = Ptr(part.w_fifo, 0)
     if s.expand is not None:
         expanded = Ptr(*part.homes[s.expand])
         steps.append(call_step(s.expand, [block, expanded], [(s.rows, *s.matrix.shape[1:])],

@@ -1,26 +1,21 @@
-"""The FIFOs a group's cores take by DMA (`takes`: other groups' results no neighbour forwards,
-its rows, its other host tensors) and the rule built on them, `unsplit_beside_producer`: a
-MatVec that matrices.py could split stays on one tile when its parts, or the one group reading
-its result, would take more input FIFOs than a compute tile has DMA channels
-(docs/platform.md section 4)."""
+"""The FIFOs a group's cores take by DMA (`takes`) and the rule built on them,
+`unsplit_beside_producer` (docs/platform.md section 4)."""
 from __future__ import annotations
 
-from iron.compiler.fuse import Group, leading_call, role, stored_matrix
-from iron.compiler.matrices import senders, splittable
+from iron.compiler.fuse import Group
+from iron.compiler.matrices import host_matrix, senders, splittable
 from iron.ir import MemoryKind, Node, Op, external_inputs, is_host_tensor, tensor_inputs
-from iron.kernels.base import Role
 
 FORWARD_BYTES = 4096   # the largest host tensor one group forwards to later readers
 
 
 def unsplit_beside_producer(groups: tuple[Group, ...], number: int, outside, sites: list, device) -> str:
-    """`unsplit_beside_producer`: a part of a split group receives by DMA the result of every
-    other group it reads (a FIFO to several tiles is never shared memory), its rows, and its
-    other host tensors. So a group `split_matrix_over_tiles` could split stays on one tile when
-    its parts would take more FIFOs by DMA than a compute tile has input channels (`takes`); and
-    also when the one group reading its result, the next one, would take one FIFO too many: on
-    one tile, `snake_order` puts the next group right beside it, and the next group then reads
-    its result through shared memory (docs/platform.md section 4). Returns why, or ""."""
+    """`unsplit_beside_producer`: a part of a split group receives every other group's result it
+    reads by DMA (a FIFO to several tiles is never shared memory). So a group that could split
+    stays on one tile when its parts would take more FIFOs by DMA than a compute tile has input
+    channels, or when the one group reading its result, the next, would take one too many: on
+    one tile, `snake_order` puts that group beside it, reading its result through shared memory.
+    Returns why, or ""."""
     group, limit = groups[number], device.compute.dma_in_channels
     if not splittable(group, outside):
         return ""
@@ -43,31 +38,29 @@ def unsplit_beside_producer(groups: tuple[Group, ...], number: int, outside, sit
 
 def takes(groups: tuple[Group, ...], group: Group, sites: list) -> list[str]:
     """The FIFOs a core of `group` takes by DMA unless shared memory spares one: each other
-    group's result no other of them forwards (`unrelayed`), with the groups on one tile that
-    load a small host tensor it reads and forward it (`forward_shared_input`); its rows (a host
-    matrix its leading matrix call reads, or the blocks of one its expansion reads); its `_in`
-    for any other host tensor."""
-    matrix = stored_matrix(group.calls) if role(leading_call(group.calls)) is Role.MATRIX else None
+    group's result no other of them forwards (`unrelayed`) and each group on one tile forwarding
+    it a small host tensor (`forward_shared_input`); its host matrix's rows; its `_in`."""
+    matrix = host_matrix(group)
     host = [n for n in external_inputs(group.calls) if is_host_tensor(n) and n is not matrix]
     loaders = [next((s.group.name for s in sites if len(s.tiles) == 1 and forwardable(n)
                      and any(n in tensor_inputs(c) for c in s.group.calls)), None) for n in host]
     sending = unrelayed(groups, group, sites)
     sending += tuple(g for g in dict.fromkeys(loaders) if g is not None and g not in sending)
-    return ([f"{g}'s result" for g in sending] + ["its rows"] * (matrix is not None and is_host_tensor(matrix))
+    return ([f"{g}'s result" for g in sending] + ["its rows"] * (matrix is not None)
             + ["its host tensors"] * (None in loaders))
 
 
 def forwardable(node: Node) -> bool:
     """A host tensor one group may forward to others: an input, weight or param (or a view of
-    one), not a state, of at most FORWARD_BYTES."""
+    one) of at most FORWARD_BYTES."""
     base = node.src[0] if node.op == Op.VIEW else node
     constant = base.op == Op.INPUT or base.arg.kind in (MemoryKind.WEIGHT, MemoryKind.PARAM)
     return constant and node.size * node.dtype.itemsize <= FORWARD_BYTES
 
 
 def unrelayed(groups: tuple[Group, ...], group: Group, sites: list) -> tuple[str, ...]:
-    """The other groups whose results `group` reads, less those whose result another of them,
-    on one tile, reads too and so can forward (`fit_compute_channels`), in program order."""
+    """The other groups whose results `group` reads, less those whose result another of them, on
+    one tile, reads too and so can forward (`fit_compute_channels`)."""
     sending = senders(groups, group)
     one_tile = {s.group.name for s in sites if len(s.tiles) == 1}
     by_name = {g.name: g for g in groups}

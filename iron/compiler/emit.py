@@ -1,10 +1,9 @@
-"""The Emit (full-ELF devices only): the core that computes the next call's scratchpad on the
-device, so a CarriedLoop runs without the host between calls. It reads this call's words
-(`emit_in`) and any carried element a group computed, and writes the target version's words
-into `feedback`, each bounded word clamped into its range before any DMA or core reads it, and
-after them a flag word counting the words that were not in range, this call's own flag included
-(the host reads it after each run); every state write of a flagged run goes to the states' sink
-(`sink_writes`). `carry_sources` also says where the host finds each next carried value."""
+"""The Emit (full-ELF devices only): the core computing the next call's scratchpad on the device,
+so a CarriedLoop runs without the host between calls. From this call's words (`emit_in`) and the
+carried elements groups computed it writes the target version's words into `feedback`, each
+bounded word clamped into its range before any DMA or core reads it, then a flag counting the
+words that were not (this call's flag included; the host reads it after each run); a flagged
+run's state writes go to the states' sink (`sink_writes`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -48,14 +47,12 @@ class EmitCore:
 
 
 def carry_sources(ctx: Context) -> tuple[tuple, tuple]:
-    """(for the Emit, for Plan.carry): where each next carried value comes from: a word of this
-    call (a value word or a "next" word), or an element a group computed (its `_out` region for
-    the Emit, its "carry.<name>" output placement for the host)."""
+    """(for the Emit, for Plan.carry) where each next carried value comes from: a word of this
+    call, or an element a group computed (its `_out` region; for the host "carry.<name>")."""
     emit, host = [], []
     for name, value in ctx.program.carry:
         if value.op == Op.ELEM:
-            fifo, offset = ctx.source(EMIT, value.src[0]) or ("", 0)
-            emit.append((name, Load(fifo, offset)))
+            emit.append((name, Load(*(ctx.source(EMIT, value.src[0]) or ("", 0)))))
             host.append((name, Output(f"carry.{name}")))
         else:
             source = WordRef(ctx.table.next_value(value))
@@ -65,7 +62,7 @@ def carry_sources(ctx: Context) -> tuple[tuple, tuple]:
 
 
 def lower_emit(ctx: Context, next_values: tuple, target) -> EmitCore:
-    """The Emit core on the layout's Emit tile, writing `target` (the fed version's words)."""
+    """The Emit core, writing `target` (the fed version's words)."""
     tile, words = ctx.layout.emit, len(ctx.table.words)
     elements = list(dict.fromkeys(src.source for _, src in next_values if isinstance(src, Load)))
     objects = (EMIT_IN, *elements, FEEDBACK)
@@ -81,13 +78,10 @@ def lower_emit(ctx: Context, next_values: tuple, target) -> EmitCore:
 
 
 def sink_writes(ctx: Context, moves: list[list]) -> list[list]:
-    """`moves` with every write into a state given a patch word (`WordTable.sunk`) whose `sink`
-    value, sink - the state's first word, moves the write to where it lies in its state, shifted
-    into the states' sink (`state_sink`): whole, at a fixed offset or through a per-call index,
-    a flagged run writes no state (full-ELF devices, where an Emit may flag a run; the last
-    configuration's Emit computes the words of every one). The writes of one state at fixed
-    offsets share one word, so the scratchpad grows by a word per state written, plus one per
-    index expression."""
+    """`moves` with every state write given a patch word (`WordTable.sunk`) whose `sink` value
+    moves the write, as it lies in its state, into the states' sink (`state_sink`), so a flagged
+    run writes no state. The writes of one state at fixed offsets share one word, so the
+    scratchpad grows by a word per state written, plus one per index expression."""
     sink, words = state_sink(ctx.placements, ctx.device.full_elf)
     if not words:
         return moves

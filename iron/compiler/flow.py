@@ -1,8 +1,7 @@
-"""Lowering a Flow (iron/compiler/streaming.py): streamed elementwise calls, a streamed row
-reduction or expansion, or a streamed Concat. Each core's block Function over its inputs' blocks
-(intermediates in Buffers, per-call words and shared rows acquired once around the Loop), each
-column's splits and join on its mem tile, and the moves, in runs of as many rounds as one Dma op
-takes, with Waits every few runs so no shim runs out of buffer descriptors."""
+"""Lowering a Flow (streaming.py: elementwise calls, a row reduction, an expansion or a Concat
+streamed in blocks): each core's block Function and Loop, each column's splits and join on its
+mem tile, and the moves in runs of as many rounds as one Dma op takes, with Waits every few runs
+so no shim runs out of buffer descriptors."""
 from __future__ import annotations
 
 from functools import partial
@@ -47,49 +46,40 @@ from iron.plan.plan import (
 
 
 def lower_flow(ctx: Context, site: Site) -> GridLowered:
-    """A streamed elementwise group (`stream_elementwise`): its objects, each column's splits
-    and join, each core's block Function and Loop over its blocks, and the moves, round by
-    round (a round: one block per core)."""
+    """A streamed group's objects, links, cores and moves (a round: one block per core)."""
     g, flow = site.group.name, site.flow
     rows, b = len(flow.rows), flow.block
-    sizes, links, functions, buffers, cores = {}, [], [], [], []
-    sizes |= {fifo_id(g, Stem.W, i): (-(-flow.width * node.dtype.itemsize // 4) * 4, node.dtype, describe(node))   # a row, whole words
-              for i, node in enumerate(flow.shared)}
+    links, made = [], []
+    sizes = {fifo_id(g, Stem.W, i): (-(-flow.width * node.dtype.itemsize // 4) * 4, node.dtype, describe(node))   # a row, whole words
+             for i, node in enumerate(flow.shared)}
     if flow.per_call:
         words = [ctx.table.words[w].name for w in _flow_words(ctx, flow)]
         sizes[fifo_id(g, Stem.IN)] = (4 * len(words), np.dtype(np.int32), ", ".join(words))
     for c, mem in enumerate(flow.mems):
         for i, node in enumerate(flow.inputs):
-            size = b * node.dtype.itemsize
-            sizes[fifo_id(g, Stem.X, i, c, mem=True)] = (rows * size, node.dtype, f"blocks of {describe(node)}")
-            sizes |= {fifo_id(g, Stem.X, i, r, c): (size, node.dtype, f"blocks of {describe(node)}") for r in range(rows)}
-            links.append(split_link(mem, fifo_id(g, Stem.X, i, c, mem=True), [fifo_id(g, Stem.X, i, r, c) for r in range(rows)],
-                                    size))
+            size, what = b * node.dtype.itemsize, f"blocks of {describe(node)}"
+            whole, each = fifo_id(g, Stem.X, i, c, mem=True), [fifo_id(g, Stem.X, i, r, c) for r in range(rows)]
+            sizes |= {whole: (rows * size, node.dtype, what)} | {f: (size, node.dtype, what) for f in each}
+            links.append(split_link(mem, whole, each, size))
         for k, result in enumerate(flow.results):
             size, label = flow.result_block * result.dtype.itemsize, call_label(ctx.program, result)
             parts, host = [fifo_id(g, Stem.PART, r, c, result=k) for r in range(rows)], fifo_id(g, Stem.HOST, c, result=k)
-            sizes |= {part: (size, result.dtype, label) for part in parts}
-            sizes[host] = (rows * size, result.dtype, label)
+            sizes |= {part: (size, result.dtype, label) for part in parts} | {host: (rows * size, result.dtype, label)}
             links.append(join_link(mem, parts, host, size))
-        for r in range(rows):
-            function, held, core = _flow_core(ctx, g, flow, r, c)
-            functions.append(function)
-            buffers += held
-            cores.append(core)
-    return GridLowered(sizes, tuple(links), tuple(buffers), tuple(functions), tuple(cores),
+        made += [_flow_core(ctx, g, flow, r, c) for r in range(rows)]
+    functions, buffers, cores = zip(*made)
+    return GridLowered(sizes, tuple(links), tuple(buf for held in buffers for buf in held), functions, cores,
                        tuple(_flow_moves(ctx, g, flow)))
 
 
 def _flow_words(ctx: Context, flow) -> list[int]:
-    """The words of the Flow's per-call attributes (`flow.per_call`), bounded as their kernels
-    declare, in the order `<g>_in` holds them."""
+    """The words of the Flow's per-call attributes, in the order its `_in` holds them."""
     return [attr_word(ctx, call, name, value) for call, name, value in flow.per_call]
 
 
 def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
-    """Core (r, c): per block, every call on its inputs' blocks, intermediates in Buffers, the
-    last call's into the part it sends; the shared rows and the per-call words acquired once,
-    around the Loop."""
+    """Core (r, c): per block, every call on its inputs' blocks, intermediates in Buffers; the
+    shared rows and per-call words acquired once, around the Loop."""
     tile, prefix, b = flow.tile(r, c), f"{g}_r{r}c{c}", flow.block
     ins = [fifo_id(g, Stem.X, i, r, c) for i in range(len(flow.inputs))]
     shared = [fifo_id(g, Stem.W, i) for i in range(len(flow.shared))] + [fifo_id(g, Stem.IN)] * bool(flow.per_call)
@@ -114,9 +104,8 @@ def _flow_core(ctx: Context, g: str, flow, r: int, c: int):
 
 
 def _flow_moves(ctx: Context, g: str, flow) -> list:
-    """Per run of at most `rounds_per_op` rounds, each column's blocks of every input and of the
-    result, one Dma op each (`run` strides over the column's rows x block elements); a Wait on
-    them every `rounds_between_waits` runs."""
+    """Per run of at most `rounds_per_op` rounds, each column's blocks of every input and result,
+    one Dma op each; a Wait on them every `rounds_between_waits` runs."""
     rows, cols = len(flow.rows), len(flow.cols)
     result = flow.calls[-1]
     p = result_placement(ctx, result)
@@ -125,15 +114,13 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
     ends += [(partial(fifo_id, g, Stem.HOST, result=k), Direction.S2MM, node, *result_access(ctx, node))
              for k, node in enumerate(flow.results)]
 
-    def words(node) -> int:
-        """One core's block of `node` in words (a fraction for a narrow dtype's offsets)."""
+    def words(node) -> int:   # one core's block, a fraction for a narrow dtype's offsets
         return (flow.result_block if node is result else flow.block) * node.dtype.itemsize / 4
 
     def column(node) -> tuple[float, tuple]:
-        """(the words a column's joined blocks of `node` span in DDR, their dims there): contiguous,
-        or, for a result lying in wider rows the flow does not stream over (`pad_written_by_producer`),
-        row by row at their stride, or, for a view lying in rows one stride apart (`stream_view_rows`),
-        its rows by their access pattern."""
+        """(the words a column's blocks of `node` span in DDR, their dims there): contiguous, row by
+        row for a result lying in wider rows (`pad_written_by_producer`), or a view's rows by
+        their access pattern (`stream_view_rows`)."""
         view = destination(node) if node.op == Op.CALL and node.arg.writes else node
         lie = view_rows_of(ctx, view) if view.op == Op.VIEW else None
         if lie is not None:
@@ -183,8 +170,8 @@ def _joined_runs(flow, runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _in_piece(ctx: Context, flow, blocks: int) -> tuple[str, Access, int]:
-    """(host buffer, Access, column blocks before it in that piece) of the piece a join's column
-    block `blocks` (a column's rows of blocks, in stream order) reads from (`stream_joined`)."""
+    """(host buffer, Access, column blocks before it in that piece) of the piece column block
+    `blocks` of a `stream_joined` Concat reads from."""
     *earlier, last = flow.pieces
     for piece in earlier:
         count = piece.size // (flow.block * len(flow.rows))
@@ -195,8 +182,7 @@ def _in_piece(ctx: Context, flow, blocks: int) -> tuple[str, Access, int]:
 
 
 def rounds_per_op(device, dims: tuple) -> int:
-    """The most rounds (the outermost of `dims`) one Dma op moves: as many as its outermost
-    dimension holds, or 1 when one round alone takes more than one op."""
+    """The most rounds (the outermost of `dims`) one Dma op moves (1 when one round takes more)."""
     (rounds, stride), block = dims[0], dims[1:]
     for run in (device.shim.max_bd_wrap, device.dma_repeat_max):
         if len(dma_patterns(0, ((min(run, rounds), stride), *block), device)) == 1:
@@ -205,7 +191,7 @@ def rounds_per_op(device, dims: tuple) -> int:
 
 
 def _words(n: int, device) -> tuple[tuple[int, int], ...]:
-    """n contiguous words as at most two dims within a BD dimension's size, when they divide so."""
+    """n contiguous words as two dims within a BD dimension's size, when they divide so."""
     wrap = device.shim.max_bd_wrap
     if n <= wrap:
         return ((n, 1),)

@@ -1,10 +1,8 @@
-"""Lowering the tiling rules' Sites (iron/compiler/tiling.py). A tiled MatMul or MatVec (a Grid):
-its FIFO objects and mem-tile links, each core's Functions and program (per output block: the
-first k-block's product into the block, every further one's product added to it by one
-MatMulAccumulate call, a bfloat16 result rounded once from its float32 sum) and the moves
-streaming A and B in block order and reading C back, step by step (a round of output blocks,
-or part of one), with Waits every few steps so no shim runs out of buffer descriptors
-(docs/platform.md section 5). Streamed calls (a Flow) are lowered by flow.py."""
+"""Lowering a tiled MatMul or MatVec (a Grid, tiling.py): its FIFO objects and mem-tile links, each
+core's Functions and program (per output block: the first k-block's product, each further one's
+added by MatMulAccumulate, a bfloat16 result rounded once from its float32 sum), and the moves
+of A, B and C step by step with Waits every few steps, so no shim runs out of buffer
+descriptors (docs/platform.md section 5)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -48,16 +46,10 @@ class GridLowered:
 
 def lower_grid(ctx: Context, site: Site) -> GridLowered:
     g, grid = site.group.name, site.grid
-    functions, buffers, cores = [], [], []
-    for c in range(len(grid.cols)):
-        for r in range(len(grid.rows)):
-            made, held, core = _core(ctx, g, grid, r, c)
-            functions += made
-            buffers += held
-            cores.append(core)
+    made = [_core(ctx, g, grid, r, c) for c in range(len(grid.cols)) for r in range(len(grid.rows))]
     moves = _own_rows_moves(ctx, g, grid) if grid.own_rows else _moves(ctx, g, grid)
-    return GridLowered(_sizes(ctx, g, grid), _links(g, grid), tuple(buffers), tuple(functions), tuple(cores),
-                       tuple(moves))
+    return GridLowered(_sizes(ctx, g, grid), _links(g, grid), tuple(b for _, held, _ in made for b in held),
+                       tuple(f for fs, _, _ in made for f in fs), tuple(core for *_, core in made), tuple(moves))
 
 
 def _sizes(ctx: Context, g: str, grid: Grid) -> dict:
@@ -104,21 +96,13 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     """Core (r, c)'s Functions, Buffers and program: a Loop over its output blocks, each summing
     its k-blocks."""
     call, tile, prefix = grid.call, grid.tile(r, c), f"{g}_r{r}c{c}"
-    a, b, part = fifo_id(g, Stem.A, r), fifo_id(g, Stem.B, c), fifo_id(g, Stem.PART, r, c)
-    m, k, n = grid.m, grid.k, grid.n
+    a, b = (fifo_id(g, Stem.A, r, c), fifo_id(g, Stem.B)) if grid.own_rows else (fifo_id(g, Stem.A, r), fifo_id(g, Stem.B, c))
+    m, k, n, part = grid.m, grid.k, grid.n, fifo_id(g, Stem.PART, r, c)
     kernel, in_dtype = call.arg.kernel, call.src[0].dtype
-    shapes = [(m, k), (k, n)], (m, n)
-    if grid.own_rows:
-        a, b = fifo_id(g, Stem.A, r, c), fifo_id(g, Stem.B)
-    if grid.vector:
-        shapes = [(m, k), (k,)], (m,)
-    sizes = tuple(Imm(int(s)) for s in kernel.sizes(*shapes))
-    wide = grid.acc != call.dtype
-    total = part
-    buffers = []
-    if wide:
-        total = f"{prefix}_sum"
-        buffers.append(Buffer(total, tile, m * n * grid.acc.itemsize, grid.acc))
+    sizes = tuple(Imm(int(s)) for s in kernel.sizes(*(([(m, k), (k,)], (m,)) if grid.vector else ([(m, k), (k, n)], (m, n)))))
+    wide = grid.acc != call.dtype   # a bfloat16 result summed in float32, rounded once
+    total = f"{prefix}_sum" if wide else part
+    buffers = [Buffer(total, tile, m * n * grid.acc.itemsize, grid.acc)] if wide else []
     matrix, expanded = a, ()
     if grid.expand is not None:   # `dequant_before_matvec`: A's block expanded into a Buffer first
         buffers.append(Buffer(f"{prefix}_expanded", tile, m * k * in_dtype.itemsize, in_dtype))
@@ -143,10 +127,9 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
 
 
 def _more(prefix: str, grid: Grid, tile, params: tuple[str, ...], expanded: tuple, first: KernelStep) -> tuple[Function, list]:
-    """The Function (`<prefix>_more`) adding a further k-block's product to the block's sum (the destination of
-    `first`, the first k-block's product step): after the block's expansion, one call of the kernel
-    that sums the call's kernel (MatMulAccumulate: a MatVec's x as B of one column), else the
-    product into a Buffer of its own and an Accumulate of it."""
+    """The Function adding a further k-block's product to the block's sum (`first`'s destination):
+    one call of the kernel summing the call's kernel (MatMulAccumulate), else the product into a
+    Buffer of its own and an Accumulate of it."""
     kernel, (matrix, b, total) = first.kernel, (p.source for p in first.args[:3])
     m, k, n = grid.m, grid.k, grid.n
     summed_by = kernel.summed_by if is_library(kernel) else None
@@ -169,9 +152,8 @@ def _expansion_step(grid: Grid, blocks: str, dest: str) -> KernelStep:
 # ---- the moves ------------------------------------------------------------------------------------
 
 def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
-    """Round by round (a round: m rows of every core), each column's rows of A (per k-block,
-    its cores' m rows each), the whole of B (the vector) in k-blocks, and each column's joined
-    rows of C."""
+    """Round by round (m rows of every core), each column's rows of A by k-blocks, the whole of B
+    (the vector) in k-blocks, and each column's joined rows of C."""
     call = grid.call
     a, b = grid.matrix, call.src[1]
     big_k, rows, cols, m, n = grid.sides[1], len(grid.rows), len(grid.cols), grid.m, grid.n
@@ -192,8 +174,7 @@ def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
 
 
 def c_placement(ctx: Context, call: Node) -> Placement:
-    """Where a grid's C blocks go: its output's placement, or the state's it writes (out=) from
-    the first word of the run it writes."""
+    """Where a grid's C blocks go: its output's placement, or the run of the state it writes."""
     return replace(result_placement(ctx, call), offset=result_access(ctx, call)[1].offset)
 
 
@@ -211,8 +192,8 @@ def result_placement(ctx: Context, result: Node) -> Placement:
 
 
 def result_access(ctx: Context, result: Node) -> tuple[str, Access]:
-    """(host buffer, Access) of the first word a streamed result goes to: its output's, or those
-    of the run of a state it writes (`stream_into_state`)."""
+    """(host buffer, Access) of the first word a streamed result goes to (its output's, or a
+    state's run)."""
     if result.arg.writes:
         return run_access(ctx, destination(result))
     p = result_placement(ctx, result)
@@ -220,8 +201,7 @@ def result_access(ctx: Context, result: Node) -> tuple[str, Access]:
 
 
 def run_access(ctx: Context, node) -> tuple[str, Access]:
-    """(host buffer, Access) of the words a streamed input lies in: a whole host tensor's, or
-    those of the one run a view picks (`stream_contiguous_views`), from its first word."""
+    """(host buffer, Access) of the words a streamed input lies in, from its first word."""
     if node.op != Op.VIEW:
         return stored_access(ctx, node)
     buffer, at = stored_access(ctx, node.src[0])
@@ -232,8 +212,7 @@ def run_access(ctx: Context, node) -> tuple[str, Access]:
 
 
 def view_rows_of(ctx: Context, view: Node) -> Rows | None:
-    """How a streamed view's rows lie as its base lies (`stream_view_rows`): a view that is no run
-    of words, or any view of a tensor lying padded; None for a run of words."""
+    """How a streamed view's rows lie as its base lies (`stream_view_rows`); None for a run of words."""
     p = ctx.placement(view.src[0].arg.name)
     if p.padded is None and word_run(view) is not None:
         return None
@@ -241,18 +220,15 @@ def view_rows_of(ctx: Context, view: Node) -> Rows | None:
 
 
 def with_waits(ctx: Context, steps: int, t: int, here: list[Move]) -> list:
-    """Step `t`'s moves (a round, or a run of rounds), then a Wait on each of their FIFOs every
-    `rounds_between_waits` steps."""
+    """Step `t`'s moves, then a Wait on each of their FIFOs every `rounds_between_waits` steps."""
     if (t + 1) % rounds_between_waits(ctx.device, here) == 0 and t + 1 < steps:
         return [*here, *(Wait(mv.fifo) for mv in here)]
     return here
 
 
 def _moves(ctx: Context, g: str, grid: Grid) -> list:
-    """Step by step (a step: each core's next output blocks of one block row, a whole round when
-    its Dma ops fit the shims' BDs, `blocks_per_step`), every grid row's A blocks, every
-    column's B blocks, every column's joined C blocks; a Wait on all of them after every
-    `rounds_between_waits` steps."""
+    """Step by step (each core's next output blocks of one block row: `blocks_per_step`), every grid
+    row's A blocks, every column's B blocks and joined C blocks."""
     call = grid.call
     a, b = call.src[:2]
     _, big_k, big_n = grid.sides   # padded (`pad_to_block`): the strides of A, B and C as they lie
@@ -264,7 +240,6 @@ def _moves(ctx: Context, g: str, grid: Grid) -> list:
     m, k, n = grid.m, grid.k, grid.n
 
     def step(t: int, j: int, q: int) -> list[Move]:
-        """Round t's output blocks j .. j + q - 1 of every core."""
         row0, here = t * rows * m, []
         for r in range(rows):
             dims = ((q, 0), (grid.k_blocks, k), (m, big_k), (k, 1))
@@ -291,9 +266,8 @@ def blocks_per_step(device, per_round: int, step) -> int:
 
 
 def in_words(at, first: int, dims: tuple[tuple[int, int], ...], words_per_element: float) -> Access:
-    """The words of elements `first` + `dims` (in elements) past `at`. Where a side is not whole
-    words (`whole_rows_when_not_words`), its contiguous dims are joined into one run and the
-    dims of size 1 dropped first, so every size and stride is whole words."""
+    """The words of elements `first` + `dims` (in elements) past `at`, contiguous dims joined where a
+    side is not whole words (`whole_rows_when_not_words`)."""
     def words(x):
         return x * words_per_element
 
@@ -305,8 +279,7 @@ def in_words(at, first: int, dims: tuple[tuple[int, int], ...], words_per_elemen
 
 
 def _contiguous(dims: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-    """`dims` with size-1 dims dropped and each dim whose stride spans the dim inside it
-    joined to it."""
+    """`dims` with size-1 dims dropped and each dim spanning the one inside it joined to it."""
     joined = [(1, 1)]
     for size, stride in reversed([d for d in dims if d[0] > 1] or [dims[-1]]):
         inner_size, inner_stride = joined[-1]
@@ -318,16 +291,9 @@ def _contiguous(dims: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...
 
 
 def rounds_between_waits(device, moves: list[Move]) -> int:
-    """How many rounds may be issued before waiting (at least one)."""
     return max(1, _steps_within_bds(device, moves))
 
 
 def _steps_within_bds(device, moves: list[Move]) -> int:
-    """How many steps of `moves` a shim's BD ids hold: a shim tile moves at most its channels'
-    FIFOs (2 each way), each taking the Dma ops its step cuts into."""
+    """How many steps of `moves` a shim's BD ids hold."""
     return bd_share(device) // max(len(dma_patterns(mv.access.offset, mv.access.dims, device)) for mv in moves)
-
-
-# ---- streamed elementwise calls -------------------------------------------------------------------
-
-

@@ -1,10 +1,8 @@
-"""The layout pass (`pad_to_block`): a large MatMul or MatVec whose sides have no good whole
-blocks, elementwise calls streamed over a length with none, or a row reduction's batch of rows
-compute on sides padded with zeros, so tiling finds a grid of many cores and whole blocks.
-Decided once per design, before placement: one `Lies` per padded tensor (the shape it lies in,
-the user's region first, and what fills the rest), never re-derived after, and every decision
-one typed fact (rules.py), which describe() prints. Which sides lie alike and the extents the
-cost model chooses among are sides.py's; which tensors may lie padded, padding.py's pins."""
+"""The layout pass (`pad_to_block`): a large MatMul or MatVec, elementwise calls streamed, or a
+row reduction's batch of rows compute on sides padded with zeros where the cost model estimates
+that faster. Decided once per design, before placement: one `Lies` per padded tensor and one
+typed fact per decision (rules.py), never re-derived. Which sides lie alike and the extents
+chosen among are sides.py's; which tensors may lie padded, padding.py's."""
 from __future__ import annotations
 
 import math
@@ -40,7 +38,6 @@ from iron.compiler.sides import (
     chained,
     joined_sides,
     joined_with,
-    large,
     letters,
     lone_product,
     on_sides,
@@ -53,7 +50,7 @@ from iron.compiler.sides import (
     whole_device_grid,
 )
 from iron.compiler.streaming import row_streamable, streamable
-from iron.compiler.tiling import call_sides
+from iron.compiler.tiling import call_sides, large
 from iron.errors import DoesNotFit
 from iron.ir import Node, Op, Program, call_label, describe, external_inputs
 from iron.kernels.base import Role
@@ -75,8 +72,7 @@ class Layouts:
 
 
 def lies_of(program: Program, placements) -> dict[Node, Lies]:
-    """The Lies of `program`'s host tensors and outputs whose placement is padded (a segment's
-    Program sees the design's placements: its cut values are inputs)."""
+    """The Lies of `program`'s host tensors and outputs whose placement is padded."""
     by_name = {p.name: Lies(p.padded, p.fill) for p in placements if p.padded is not None}
     if not by_name:   # most designs: nothing to look up in each probe's calls
         return {}
@@ -90,8 +86,8 @@ def lies_of(program: Program, placements) -> dict[Node, Lies]:
 
 
 def stream_length(calls, inputs, padded: dict) -> int | None:
-    """The elements streamed inputs lie in: padded (all of them and the result, to as many rows),
-    or their own (the result may lie padded alone); None when they lie otherwise."""
+    """The elements streamed inputs lie in: padded (all of them and the result alike), or their
+    own; None when they lie otherwise."""
     lying = (*inputs, result_of(calls[-1]))
     if not any(n in padded for n in inputs):
         return inputs[0].size
@@ -103,20 +99,16 @@ def stream_length(calls, inputs, padded: dict) -> int | None:
 # ---- the pass ------------------------------------------------------------------------------------
 
 def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts:
-    """The design's layout: for each group, in order, the padding of a call reading a padded result in its layout
-    (`pad_through`), of a lone MatMul or MatVec (`pad_matrix`), of streamed elementwise calls (`pad_stream`)
-    or of a row reduction's rows (`pad_rows`), each only where the cost model estimates its grid or stream on
-    the whole device faster than its own; a padded tensor is read by its group alone (`unpaddable`), so no two groups pad one
-    tensor."""
+    """The design's layout: for each group, in order, `pad_through` (reading a padded result), else
+    `pad_matrix`, `pad_stream` or `pad_rows`; no two groups pad one tensor (`unpaddable`)."""
     readers, group_of = readers_of(program, groups), Groups(groups)
     shared = shared_layouts(program, groups, device, readers, group_of)
     layouts = [s for s in shared if not s.why]
     agreed = {call: sides for s in layouts for call, sides in zip(s.calls, s.sides)}
-    free = answered(readers, layouts)
+    free = readers | {t: [] for s in layouts for t in s.tensors}   # a tensor laid out for all its readers
     padded: dict[Node, tuple[int, ...]] = {}
     chosen: dict[Node, tuple] = {}
     for group in groups:
-        # pad_through first: a MatMul reading a result already padded takes its layout, not sides of its own
         padded |= pad_through(group, padded, free, group_of, device) or \
             pad_matrix(group, free, group_of, device, agreed, chosen) or \
             pad_stream(group, free, group_of, device) or pad_rows(group, free, group_of, device)
@@ -128,8 +120,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts
 
 
 def unpadded_products(groups: tuple[Group, ...], padded: dict, readers: dict, group_of: dict, device) -> dict:
-    """The large products whose sides are not multiples of their quanta left on them, and why
-    (`matrix_unpadded`)."""
+    """The large products left on sides that are not multiples of their quanta, and why."""
     found = {}
     for group in groups:
         call = lone_product(group)
@@ -154,7 +145,6 @@ class SharedLayout:
     pairs: tuple[Node, ...] = ()   # the MatMuls reading two of `calls` as A and B
 
     def fact(self, program: Program) -> SharedSides:
-        """This decision as a fact."""
         def labels(calls):
             return tuple(call_label(program, c) for c in calls)
         return SharedSides(tuple(map(describe, self.tensors)), labels(self.calls), self.sides, labels(self.pairs), self.why)
@@ -162,9 +152,8 @@ class SharedLayout:
 
 def shared_layouts(program: Program, groups: tuple[Group, ...], device, readers: dict,
                    group_of: dict) -> list[SharedLayout]:
-    """`pad_shared_input`: a tensor several lone large MatMuls or MatVecs read once each, paddable for all, lies
-    padded once: the sides its readers share (and those `pad_joined` and a pair's K join) take the largest any
-    asks for (`agree`); every call must pad on them, else none does."""
+    """`pad_shared_input`: a tensor several lone large products read once each lies padded once, each
+    side the largest any asks for (`agree`); every call pads on them, or none does."""
     tensors = [t for t, users in readers.items() if len(users) > 1 and all(
         isinstance(u, Node) and lone_product(group_of[u]) is u and large(u) and u.src[:2].count(t) == 1
         for u in users)
@@ -180,9 +169,8 @@ def shared_layouts(program: Program, groups: tuple[Group, ...], device, readers:
 
 
 def tied_sides(tensors: list[Node], readers: dict, group_of: dict) -> tuple[Classes, list[list[Node]]]:
-    """The (tensor, axis) sides that must lie alike, through the maps of the calls reading `tensors`, of a MatMul
-    reading two products (its K), and the M and N of products `pad_joined` joins; and the families of products
-    so tied, each in program order."""
+    """The (tensor, axis) sides that lie alike through the calls reading `tensors`, a MatMul reading
+    two products (its K) and `pad_joined`; and the families of products so tied, in program order."""
     sides, family, tied = Classes(), Classes(), []
     for t in tensors:
         for call in readers[t]:
@@ -217,7 +205,7 @@ def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], 
             key = side(sides, call, i)
             largest[key] = max(extent, largest.get(key, 0))
     agreed = {call: tuple(largest[side(sides, call, i)] for i in range(3)) for call in calls}
-    free = answered(readers, [SharedLayout(tensors, calls, tuple(agreed.values()))])
+    free = readers | {t: [] for t in tensors}
     why = next((f"{call_label(program, c)} {why}" for c in calls
                 if (why := shared_unpadded(c, agreed, free, group_of, device))), "")
     pairs = tuple(u for u in group_of if (p := pair(u, group_of)) and p[0] in calls)
@@ -227,8 +215,7 @@ def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], 
 def shared_unpadded(call: Node, agreed: dict, readers: dict, group_of: dict, device) -> str:
     """Why a product of a `pad_shared_input` family may not pad on the `agreed` sides."""
     sides = agreed[call]
-    why = matrix_unpadded(call, readers, group_of)
-    if why:
+    if why := matrix_unpadded(call, readers, group_of):
         return f"is not padded: {why}"
     if keeps_n(call, readers) and sides[2] != call.shape[-1]:
         return f"keeps its N of {call.shape[-1]} (pad_through_row_width), not {sides[2]}"
@@ -239,16 +226,10 @@ def shared_unpadded(call: Node, agreed: dict, readers: dict, group_of: dict, dev
     return ""
 
 
-def answered(readers: dict, layouts: list[SharedLayout]) -> dict:
-    """The readers a padding answers to: a tensor laid out for all its readers answers to none alone."""
-    return readers | {t: [] for s in layouts for t in s.tensors}
-
-
 def refusal(program: Program, groups: tuple[Group, ...], group: Group, device, layouts: Layouts):
-    """Why `pad_to_block` left `group` unpadded, for a refusal to quote, as the whole design reads it (a segment
-    sees its cut values as host tensors): the layout's fact on its product (`Unpadded`, a refused
-    `SharedSides`), else its pin (`matrix_unpadded`); for a product whose N a row reduction keeps, that reduction; for streamed calls, the first
-    of their `pad_shared_stream` family that may not pad (`UnpaddedStream`); None when none of these applies."""
+    """Why `pad_to_block` left `group` unpadded, as the whole design reads it, for a refusal to quote:
+    the layout's fact, else its pin, the row reduction keeping its N, or the first of its
+    `pad_shared_stream` family that may not pad; None when none applies."""
     readers = readers_of(program, groups)
     if streamable(group.calls):
         return stream_refusal(program, groups, group, readers)
@@ -270,8 +251,7 @@ def refusal(program: Program, groups: tuple[Group, ...], group: Group, device, l
 
 
 def explained(error: Exception, why) -> Exception:
-    """A refusal finding no grid or stream (`NoGrid`, `NoWholeWords`) quoting pad_to_block's decision `why`
-    (`refusal`); any other error, or none to quote, as it is."""
+    """A refusal finding no grid or stream quoting pad_to_block's decision `why`; else `error`."""
     if not why or not isinstance(error, DoesNotFit) or not isinstance(error.fact, (NoGrid, NoWholeWords)):
         return error
     return DoesNotFit.of(replace(error.fact, unpadded=why))
@@ -279,14 +259,12 @@ def explained(error: Exception, why) -> Exception:
 
 def pad_matrix(group: Group, readers: dict, group_of: dict, device,
                agreed: dict | None = None, chosen: dict | None = None) -> dict[Node, tuple[int, ...]]:
-    """A lone MatMul or MatVec large enough to tile, over paddable operands, its result shown or read by calls
-    sharing its layout: its tensors on the sides `padded_product` picks; else K alone (`pad_k_only`), else
-    padded for groups fitting a tile to read its region (`pad_tile_region`). `agreed`: the sides
-    `pad_shared_input` agreed; `chosen` collects each cost-model choice: call -> (A, its shape, Choice)."""
-    call = lone_product(group)
+    """A lone large MatMul or MatVec over paddable operands, its result shown or read by calls sharing
+    its layout: on the sides `padded_product` picks; else K alone (`pad_k_only`), else for groups
+    fitting a tile to read its region (`pad_tile_region`). `chosen`: call -> (A, its shape, Choice)."""
+    call, agreed, chosen = lone_product(group), agreed or {}, {} if chosen is None else chosen
     if call is None:
         return {}
-    chosen = {} if chosen is None else chosen
     if not readers_unshared(call, readers, group_of):
         return padded_product(call, readers, group_of, device, agreed, chosen)
     return padded_product(call, readers, group_of, device, agreed, chosen, k_only=True) or (
@@ -294,34 +272,30 @@ def pad_matrix(group: Group, readers: dict, group_of: dict, device,
         else padded_product(call, readers, group_of, device, agreed, chosen, small=True))
 
 
-def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: dict | None, chosen: dict,
+def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: dict, chosen: dict,
                    k_only: bool = False, small: bool = False) -> dict[Node, tuple[int, ...]]:
-    """`pad_matrix` of `call` (`k_only`: its result keeps its shape; `small`: groups fitting a tile read it): the
-    sides agreed, joined (`joined_sides`) or chosen (`sides_choice`, N its own when a reader `keeps_n`),
-    squared (`pad_square`), with a grid for each MatMul reading it (`chained`); operands made over the layout
-    by zero-keeping elementwise calls or a row reduction pad their inputs (`pad_upstream_zeros`,
-    `pad_upstream_rows`). A view or plain call reading the result reads its operands' rows: whole words."""
+    """`pad_matrix` of `call` (`k_only`: its result keeps its shape; `small`: groups fitting a tile
+    read it): the sides agreed, joined or chosen, squared, with a grid for each MatMul reading it;
+    operands made over the layout pad their inputs (`pad_upstream_zeros`, `pad_upstream_rows`)."""
     members = (call,) if k_only else joined_with(call, readers, group_of)
-    kept = tail_kept(call, members, readers, group_of)   # {} when both may lie padded
-    if kept is None or kept and (k_only or call in (agreed or {}) or len(members) > 1):
+    if not all(map(large, members)) or (kept := tail_kept(call, members, readers, group_of)) is None or \
+            kept and (k_only or call in agreed or len(members) > 1):   # kept: {} when both may lie padded
         return {}
-    if call not in (agreed or {}) and any(isinstance(u, Node) and call in (pair(u, group_of) or ())
-                                          for u in readers.get(call, [])):
-        return {}   # read beside another product whose layout `pad_shared_input` did not agree with its own
+    if call not in agreed and any(isinstance(u, Node) and call in (pair(u, group_of) or ())
+                                  for u in readers.get(call, [])):
+        return {}   # read beside another product `pad_shared_input` did not agree with
     a, b = call.src[:2]
-    plain_reader = any(u is Reader.VIEW or isinstance(u, Node) and not picks_rows(u)
-                       and reads_region(u, call, group_of if small else None) for u in readers.get(call, []))
-    if plain_reader and call.shape[-1] * call.dtype.itemsize % 4:   # rows no DMA moves padded wider: N stays
-        if k_only or 2 in kept and kept[2] != call.shape[-1]:
+    if call.shape[-1] * call.dtype.itemsize % 4 and any(
+            u is Reader.VIEW or isinstance(u, Node) and not picks_rows(u) and reads_region(u, call, group_of if small else None)
+            for u in readers.get(call, [])):
+        if call in agreed or len(members) > 1:
             return {}
-        kept = {**kept, 2: call.shape[-1]}
-    if not all(map(large, members)):
-        return {}
+        kept = {**kept, 2: call.shape[-1]}   # a plain reader reads its rows, which no DMA moves padded wider
     own_m, _, own_n = call_sides(call)
     choice = None
     if k_only:
         sides, choice = sides_choice(call, device, {0: own_m, 2: own_n})
-    elif call in (agreed or {}):
+    elif call in agreed:
         sides = agreed[call]
     elif len(members) > 1:
         sides = (joined_sides(members, device) or {}).get(call)
@@ -335,9 +309,9 @@ def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: di
             for u, read in matrix_readers(call, readers, group_of)):
         return {}
     found = on_sides(call, sides)
-    if k_only:   # `pad_k_only`: the result lies in its own shape, whoever reads it
+    if k_only:
         del found[result_of(call)]
-    for operand in (a, b):   # made over the padded layout (`made_over`): the tensors its group reads lie so
+    for operand in (a, b):
         if made_over(operand, call, readers, group_of, summed=1 not in kept, tail=1 in kept and operand is a):
             lies, calls = found[operand], group_of[operand].calls
             rows = calls[0].arg.kernel.role is Role.ROW_REDUCTION
@@ -347,13 +321,13 @@ def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: di
 
 
 def squared(call: Node, sides: tuple[int, int, int], readers: dict, group_of: dict, device):
-    """`pad_square`: `sides` with the sides one tensor read as both operands joins (A @ A: M, K, N; C @ C for a
-    result C: its M and N) each the largest of its class; None when no grid takes them or N must stay its own."""
+    """`pad_square`: `sides` with the sides one tensor read as both operands joins (A @ A; C @ C of the
+    result) each the largest of its class; None when no grid takes them or N stays its own."""
     joined = Classes()
     tie(joined, call)
     for user, read in matrix_readers(call, readers, group_of):
         tie(joined, user)
-        for axis in (0, 1):   # `read` lies in the call's result's layout
+        for axis in (0, 1):
             joined.union((read, axis), (result_of(call), axis))
     classes = [side(joined, call, i) for i in range(3)]
     square = tuple(max(s for s, c in zip(sides, classes) if c == mine) for mine in classes)
@@ -364,17 +338,16 @@ def squared(call: Node, sides: tuple[int, int, int], readers: dict, group_of: di
     return square
 
 
-def beside(call: Node, read: Node, agreed: dict | None) -> dict[Node, tuple[int, int]]:
+def beside(call: Node, read: Node, agreed: dict) -> dict[Node, tuple[int, int]]:
     """The other operand of a MatMul reading `read`, with the layout `pad_shared_input` agreed for it."""
     other = call.src[1] if call.src[0] is read else call.src[0]
-    return {other: agreed[other][::2]} if other in (agreed or {}) else {}
+    return {other: agreed[other][::2]} if other in agreed else {}
 
 
 def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
-    """Calls reading a padded product's result as it lies (`layout_unshared` says they may): elementwise calls'
-    other inputs and result in its layout (`pad_through_elementwise`); a row reduction's result as many rows,
-    as wide (`rows_through`); a MatMul reading it as A or B on its padded sides, its others as `chained`
-    picks."""
+    """Calls reading a padded result as it lies, where `layout_unshared` lets them: elementwise calls'
+    other inputs and result alike, a row reduction's result (`rows_through`), a MatMul's other
+    tensors as `chained` picks."""
     calls = group.calls
     fed = [n for n in external_inputs(calls) if n.op == Op.CALL and n in padded]
     if not fed or any(layout_unshared(calls, n, readers, group_of, padded[n][1:] != n.shape[1:]) for n in fed):
@@ -384,16 +357,14 @@ def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, devic
     if picks_rows(calls[0]):   # as many rows, its own
         return {calls[0]: (padded[fed[0]][0], *calls[0].shape[1:])}
     if calls[0].arg.kernel.role is Role.MATRIX:
-        sides = chained(calls[0], {n: padded[n] for n in fed}, device)
-        if sides is None:   # a product read by a product read by a product: `pad_matrix` checked the first only
-            return {}
-        return {n: shape for n, shape in on_sides(calls[0], sides).items() if n not in fed}
+        sides = chained(calls[0], {n: padded[n] for n in fed}, device)   # None: `pad_matrix` checked only a chain's first
+        return {} if sides is None else {n: shape for n, shape in on_sides(calls[0], sides).items() if n not in fed}
     return {n: padded[fed[0]] for n in (*external_inputs(calls), calls[-1]) if n not in fed}
 
 
 def rows_through(call: Node, lies: tuple[int, int]) -> dict[Node, tuple[int, ...]]:
-    """A row reduction over rows lying padded to `lies`: its result as many rows (`pad_through_rows`) and, when
-    wider, as wide, with the row every row shares (RMSNorm's w) padded with zeros (`pad_through_row_width`)."""
+    """A row reduction over rows lying padded to `lies`: its result as many rows and, when wider, its
+    shared row as wide (`pad_through_rows`, `pad_through_row_width`)."""
     found = {call: lies[:len(call.shape)]}
     if lies[1] != call.src[0].shape[1]:
         found |= {n: lies[1:] for n in call.src[1:call.arg.n_inputs]}
@@ -401,31 +372,32 @@ def rows_through(call: Node, lies: tuple[int, int]) -> dict[Node, tuple[int, ...
 
 
 def pad_stream(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
-    """Elementwise calls streaming over paddable tensors, their result read as the user's region: their length
-    (of more axes: their rows) padded (`streamed_count`), an input other streamed groups read padded once for all
-    (`pad_shared_stream`)."""
-    if not streams(group.calls):   # no family of a group that does not stream pads (its own padding is none)
+    """Elementwise calls streaming over paddable tensors: their length (their rows) padded, with their
+    `pad_shared_stream` family's, or none."""
+    if not streams(group.calls):
         return {}
     family = stream_family(group, readers, group_of)
-    also = frozenset(c for g in family for c in g.calls)
-    padded = []
-    for g in family:
-        padded.append(stream_padding(g, readers, device, also, group_of))
-        if not padded[-1] or padded[-1][result_of(g.calls[-1])] != padded[0][result_of(group.calls[-1])]:
+    also, padded, first = frozenset(c for g in family for c in g.calls), {}, None
+    for calls in (g.calls for g in family):
+        rows, *rest = calls[-1].shape   # rows padded after the last: every view stays where it was
+        length = streams(calls) and not stream_unpadded(calls, readers, also, group_of) and \
+            streamed_count(calls, device, rows, FLOW_QUANTUM if not rest else ROW_QUANTUM, math.prod(rest))
+        first = first or (length, *rest)
+        if not length or (length, *rest) != first:
             return {}
-    return {n: shape for p in padded for n, shape in p.items()}
+        padded |= {n: first for n in (*external_inputs(calls), result_of(calls[-1]))}
+    return padded
 
 
 def streams(calls) -> bool:
-    """Whether elementwise calls stream: as they are, or once what they read of other groups crosses a cut."""
+    """Whether elementwise calls stream, as they are or once what they read crosses a cut."""
     return held_bytes(list(calls)) > SIZE_LIMIT and (streamable(calls) or not unstreamed(calls, calls[-1].shape))
 
 
 def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
-    """`pad_shared_stream`: `group`, then the groups reading its inputs or streaming its result, in turn, in
-    program order: one padded length, or none. Each tensor's readers are looked at once (a picture read by a
-    thousand row blocks)."""
-    order = {g.name: g for g in group_of.values()}   # by name: hashing whole groups made many row blocks slow
+    """`pad_shared_stream`: `group`, then the groups reading its inputs or streaming its result, in
+    turn, in program order (each tensor's readers looked at once)."""
+    order = {g.name: g for g in group_of.values()}   # by name: hashing whole groups is slow
     found, seen, todo = {group.name}, set(), [group]
     while todo:
         calls = todo.pop().calls
@@ -442,8 +414,7 @@ def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
 
 
 def stream_refusal(program: Program, groups: tuple[Group, ...], group: Group, readers: dict) -> UnpaddedStream | None:
-    """Why `pad_stream` did not pad `group` as the design reads it: a group of its `pad_shared_stream` family (or
-    itself) may not."""
+    """Why `pad_stream` did not pad `group`: a group of its family (or itself) may not."""
     group_of = {c: g for g in groups for c in g.calls}
     family = stream_family(group, readers, group_of)
     every = tuple(c for g in family for c in g.calls)
@@ -456,32 +427,16 @@ def stream_refusal(program: Program, groups: tuple[Group, ...], group: Group, re
     return None
 
 
-def stream_padding(group: Group, readers: dict, device, also=frozenset(), group_of: dict | None = None) -> dict[Node, tuple[int, ...]]:
-    """`pad_stream` of one group, `also` (its family's calls) reading its inputs padded too."""
-    calls = group.calls
-    if not streams(calls) or stream_unpadded(calls, readers, also, group_of):
-        return {}
-    rows, *rest = calls[-1].shape   # a tensor of more axes pads its rows: every view of it stays where it was
-    length = streamed_count(calls, device, rows, FLOW_QUANTUM if not rest else ROW_QUANTUM, math.prod(rest))
-    return {n: (length, *rest) for n in (*external_inputs(calls), result_of(calls[-1]))} if length else {}
-
-
 def pad_rows(group: Group, readers: dict, group_of: dict, device) -> dict[Node, tuple[int, ...]]:
-    """A row reduction over a batch of rows streamed in row-blocks, its result the host's or read by calls
-    sharing its layout (`readers_unshared`: they take it by `pad_through`): its number of rows padded
-    (`streamed_count`), never a row's width (a row is reduced whole) nor the row every row shares."""
+    """A row reduction over a batch of rows streamed in row-blocks, its result the host's or read by
+    calls sharing its layout: its rows padded, never a row's width."""
     calls = group.calls
-    if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or rows_unread(calls[0], readers, group_of):
-        return {}
-    if calls[0].arg.kernel.role is Role.EXPANSION:   # streams in units of a row (`stream_expansion_units`)
-        return {}
+    if not row_streamable(calls) or calls[0].arg.kernel.role is Role.EXPANSION or \
+            held_bytes(list(calls)) <= SIZE_LIMIT or rows_unread(calls[0], readers, group_of) or \
+            unpaddable(calls[0].src[0], calls, readers, tail=True):
+        return {}   # an expansion streams in units of a row
     (call,), x = calls, calls[0].src[0]
-    if unpaddable(x, calls, readers, tail=True):   # its rows padded after the last: views of it stay put
-        return {}
     rows, width = x.shape
     padded_rows = streamed_count(calls, device, rows, ROW_QUANTUM, width)
     return {x: (padded_rows, width), call: (padded_rows, *call.shape[1:])} if padded_rows else {}
-
-
-# ---- the facts of a design's layout ---------------------------------------------------------------
 

@@ -1,9 +1,6 @@
-"""The typed facts of the layout `pad_to_block` chose (layout.py), in program order, for
-describe() and the tests: each padded product's grid (`PaddedGrid`), each stream or row
-reduction computing over padded sides and by which rule (`PaddedStream`), the zeros kept for a
-MatMul reading them (`KeptZeros`), tensors written padded (`PaddedTensor`), readers of the
-user's region only (`Region`), and products left unpadded with why (`Unpadded`). Read from the
-layout, never re-derived."""
+"""The typed facts of the layout `pad_to_block` chose (layout.py), in program order, for describe()
+and the tests (`PaddedGrid`, `PaddedStream`, `KeptZeros`, `PaddedTensor`, `Region`, `Unpadded`),
+read from the layout, never re-derived."""
 from __future__ import annotations
 
 from iron.compiler.fuse import Group
@@ -44,8 +41,7 @@ from iron.plan.rules import (
 
 def facts_of(program: Program, groups: tuple[Group, ...], lies: dict[Node, Lies], readers: dict,
              device, refused: dict[Node, str]) -> list:
-    """The facts of the layout `pad_to_block` chose (`lies`) in program order, and of the products it left
-    unpadded (`refused`: call -> why)."""
+    """The facts of the layout `lies` in program order, and of the products left unpadded (`refused`)."""
     label = {c: call_label(program, c) for g in groups for c in g.calls}
     group_of = {c: g for g in groups for c in g.calls}
     shapes = {n: lie.shape for n, lie in lies.items()}
@@ -73,8 +69,7 @@ def facts_of(program: Program, groups: tuple[Group, ...], lies: dict[Node, Lies]
 
 
 def _stream_facts(group: Group, lies: dict[Node, Lies], readers: dict, group_of: dict, label: dict) -> list:
-    """The facts of elementwise calls or a row reduction computing over a padded layout (a result its producer
-    writes padded, `PaddedTensor`, computes on its own sides)."""
+    """The facts of elementwise calls or a row reduction computing over a padded layout."""
     calls, first = group.calls, group.calls[0]
     result = result_of(calls[-1])
     if result not in lies or lies[result].fill is Fill.WRITTEN:
@@ -109,8 +104,8 @@ def _stream_facts(group: Group, lies: dict[Node, Lies], readers: dict, group_of:
 
 
 def _writers(node: Node, lie: Lies, program: Program, group_of: dict, label: dict) -> tuple[str, ...] | None:
-    """Who writes `node`'s user's region only where it lies padded: its group (Fill.WRITTEN), or the calls
-    writing a state through views; None for a tensor no call writes so."""
+    """Who writes `node`'s user's region only where it lies padded: its group (Fill.WRITTEN), or the
+    calls writing a state through views; None for a tensor no call writes so."""
     if lie.fill is Fill.WRITTEN and node in group_of:
         return tuple(label[c] for c in group_of[node].calls)
     if node.op == Op.MEMORY and state_of(node) is not None and not any(state_written_whole(c) is node for c in program.calls):

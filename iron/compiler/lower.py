@@ -1,8 +1,6 @@
-"""Lowering: a placed and routed Program to its FIFOs, Buffers, Functions, cores and runtime
-moves. Groups are lowered in program order (a group reads the objects of earlier ones): each is
-packed (objects.py), its cores' programs written (cores.py) and its moves listed
-(sequence.py); then the Emit (emit.py). Host ends of FIFOs stay on the placeholder HOST tile
-until shims.py connects them."""
+"""Lowering a placed and routed Program to its FIFOs, Buffers, Functions, cores and moves, group
+by group in program order (a group reads the objects of earlier ones), then the Emit. Host ends
+stay on the placeholder HOST tile until shims.py connects them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -30,8 +28,8 @@ DEPTH = 2
 
 @dataclass(frozen=True)
 class Lowered:
-    """A Program's design before its host FIFOs meet shim tiles: `sequence` holds Moves and
-    Waits; `waiting_inputs` the `_in` FIFOs of groups that wait on an earlier state write."""
+    """A design before its host FIFOs meet shim tiles: `sequence` holds Moves and Waits;
+    `waiting_inputs` the `_in`s of groups waiting on an earlier state write."""
 
     fifos: tuple[Fifo, ...]
     links: tuple[Link, ...]
@@ -46,16 +44,14 @@ class Lowered:
     holds: dict
     waiting_inputs: frozenset[FifoId]
     rules: tuple[Decision, ...] = ()
-    loops: dict = field(default_factory=dict)   # FIFOs of cores looping over a repeated block (repeat.py):
-                                                # how many times they loop, objects per launch
+    loops: dict = field(default_factory=dict)   # FIFO -> objects per launch of a looping core's (repeat.py)
 
 
 def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan | None = None,
           table: WordTable | None = None, placements: tuple | None = None,
           unfolding: Unfolding | None = None) -> Lowered:
-    """Every group's objects, Functions, cores and moves, then the Emit's. A segment passes the
-    whole design's `table` and its host `placements` (segment.py); a block run over time its
-    `unfolding` (unfold.py): its cores loop and its moves are made once per iteration."""
+    """A segment passes the whole design's `table` and host `placements`; a block run over time
+    its `unfolding`: its cores loop and its moves are made once per iteration."""
     ctx = Context(program, device, layout, routes, table or WordTable(program),
                   host_placements(program) if placements is None else placements)
     sizes, links, buffers, functions, cores, moves, holds = {}, [], [], [], [], [], {}
@@ -106,18 +102,18 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
 
 
 def object_sizes(ctx: Context, site: Site, parts: list[Part]) -> dict[str, tuple[int, np.dtype, str]]:
-    """FIFO name -> (object bytes, element type, what it holds) for a group's routed FIFOs."""
+    """FIFO -> (object bytes, element type, what it holds) for a group's routed FIFOs."""
     g = site.group.name
     sizes = {parts[0].in_fifo: _packed(parts[0].ins)}
     for part in parts:
         sizes[part.fifo(Stem.HOST)] = _packed(part.host)
         sizes[part.fifo(Stem.OUT)] = _packed(part.out)
-    if site.stream is not None:
+    if site.stream is not None and site.stream.owner is None:   # a shared stream's FIFOs are its owner's
         s = site.stream
         block = s.rows * (s.matrix.size // s.matrix.shape[0]) * s.matrix.dtype.itemsize
         what = f"rows of {describe(s.matrix)}"
         sizes |= {s.lane_fifo(g, k): (block * s.per_lane, s.matrix.dtype, what) for k in range(len(s.lane_mems))}
-        sizes |= {w: (block, s.matrix.dtype, what) for w in _w_fifos(site, parts)}
+        sizes |= {p.w_fifo: (block, s.matrix.dtype, what) for p in parts}
     if parts[0].split:
         last = site.group.calls[-1]
         size, label = parts[0].count * last.dtype.itemsize, call_label(ctx.program, last)
@@ -130,18 +126,13 @@ def _packed(packing) -> tuple[int, np.dtype, str]:
     return packing.nbytes, packing.dtype, ", ".join(packing.what)
 
 
-def _w_fifos(site: Site, parts: list[Part]) -> list[FifoId]:
-    g = site.group.name
-    return [fifo_id(g, Stem.W, p.number) for p in parts] if parts[0].split else [fifo_id(g, Stem.W)]
-
-
 def site_links(ctx: Context, site: Site, parts: list[Part], sizes: dict) -> list[Link]:
-    """A streamed matrix's forward (or split) link and a split group's join, on their mem tile
-    (none for a stream another group's link carries)."""
+    """A streamed matrix's forward (or split) links and a split group's join (none for a stream
+    another group's link carries)."""
     if site.stream is None or site.stream.owner is not None:
         return []
     g, mem = site.group.name, site.stream.mem
-    names = tuple(_w_fifos(site, parts))
+    names = tuple(p.w_fifo for p in parts)
     if not parts[0].split:
         return [Link(mem, (fifo_id(g, Stem.W, mem=True),), names)]
     block, size, s = sizes[names[0]][0], sizes[fifo_id(g, Stem.PART, 0)][0], site.stream

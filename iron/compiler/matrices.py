@@ -1,18 +1,13 @@
-"""Where a matrix call's operand goes when its group does not spread over the array:
-`stream_large_matrix` streams a matrix larger than its share of a compute tile through a mem tile
-in blocks of rows, once for every unsplit group reading it (`share_streamed_matrix`);
-`split_matrix_over_tiles` splits a MatVec over 128 KiB by rows over as many tiles, its rows read
-through as many shim channels (`stream_over_shim_channels`: each lane through its own mem tile,
-split there between the lane's parts), as the cost model estimates fastest, the parts joined on
-one mem tile (unless dma_inputs.py's `unsplit_beside_producer` keeps it on one tile); and the
-describe() lines of these decisions and of `dequant_before_matvec`'s expansion on the tile.
-`sites`: place.py's Site of each group placed so far (not imported: place.py imports these
-rules). A memory-bound MatVec reads its rows at DDR's pace only through several shim channels:
-one streams 4 (npu1) or 8 (npu2) bytes per cycle, DDR about five times that on npu2
-(docs/platform.md section 11)."""
+"""Where a matrix call's operand goes when its group does not spread over the array: streamed
+through a mem tile in blocks of rows (`stream_large_matrix`, `share_streamed_matrix`), or split
+by rows over tiles and shim channels (`split_matrix_over_tiles`, `stream_over_shim_channels`),
+as the cost model estimates fastest. A memory-bound MatVec reads its rows at DDR's pace only
+through several shim channels: one streams 4 (npu1) or 8 (npu2) bytes per cycle, DDR about five
+times that on npu2 (docs/platform.md section 11). `sites`: place.py's Sites placed so far."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -49,11 +44,10 @@ SPLIT_PART_BYTES = 128 * 1024   # a MatVec's matrix larger than this may be spli
 
 @dataclass(frozen=True)
 class Stream:
-    """A matrix operand streamed through mem tile `mem`: `blocks` objects of `rows` rows each
-    per part per launch, split over `parts` tiles (1: a forward link). `matrix` is the tensor as
-    host memory holds it: with `expand` (`dequant_before_matvec`), the blocks that call expands
-    on the tile, object by object, into the matrix the leading call reads. `owner`: the earlier
-    group whose stream of the same matrix this group's core reads too (`share_streamed_matrix`)."""
+    """A matrix operand streamed through mem tile `mem`: `blocks` objects of `rows` rows per part
+    per launch, split over `parts` tiles. `matrix` as host memory holds it: with `expand`
+    (`dequant_before_matvec`), the blocks it expands on the tile into the matrix the leading call
+    reads. `owner`: the earlier group whose stream this group's core reads (`share_streamed_matrix`)."""
 
     matrix: Node
     rows: int
@@ -66,18 +60,15 @@ class Stream:
     choice: Choice | None = None   # how many parts and lanes, chosen by estimated time
 
     @property
-    def fifo(self) -> FifoId | None:
-        """The FIFO an unsplit group's core reads the blocks from when another group streams them."""
+    def fifo(self) -> FifoId | None:   # the owner's blocks, when another group streams them
         return None if self.owner is None else fifo_id(self.owner, Stem.W)
 
     @property
-    def lane_mems(self) -> tuple[Tile, ...]:
-        """The mem tile each lane's rows enter by: the lanes' own, or `mem` for the one lane."""
+    def lane_mems(self) -> tuple[Tile, ...]:   # the mem tile each lane's rows enter by
         return self.lanes or (self.mem,)
 
     @property
-    def per_lane(self) -> int:
-        """The parts each lane's rows are split between."""
+    def per_lane(self) -> int:   # the parts each lane's rows are split between
         return self.parts // len(self.lane_mems)
 
     def lane_fifo(self, group: str, lane: int) -> FifoId:
@@ -109,8 +100,8 @@ def stream_rules(group: Group, stream: Stream | None) -> list[Decision]:
 
 
 def expansion_rule(group: Group, expand: Node, blocks: Node, rows: int, cols: int | None = None) -> Decision:
-    """`dequant_before_matvec`'s decision as `describe()` shows it: what moves and what each
-    tile expands, in bytes; `cols`: the columns of a k-block (`expansion_k_blocks`), else whole rows."""
+    """`dequant_before_matvec`'s decision: what moves and what each tile expands, in bytes;
+    `cols`: the columns of a k-block (`expansion_k_blocks`), else whole rows."""
     big_k = expand.shape[1]
     cols = cols or big_k
     of = f" of {cols} columns" * (cols != big_k)
@@ -126,23 +117,15 @@ def row_bytes(matrix: Node) -> int:
     return nbytes(matrix) // matrix.shape[0]
 
 
-def l1_share(device) -> int:
-    """The most of a compute tile a matrix operand may hold whole: a quarter of its memory."""
-    return device.compute.data_memory_bytes // 4
-
-
 def stream_large_matrix(group: Group, tiles, split: Split, channels, device) -> Stream | None:
-    """Stream the group's leading matrix call's matrix when it (with the blocks it is expanded
-    from, when `dequant_before_matvec` fused its expansion) is larger than its L1 share, in
-    blocks of the most rows whose object takes at most STREAM_OBJECT_BYTES; with an expansion,
-    whose two objects of blocks and the Buffer they are expanded into take at most the two
-    objects of a float32 stream. Split, through the mem tiles `take_split` takes."""
+    """The stream of a group's host matrix when it is split or (with the blocks it is expanded
+    from) larger than a quarter of a compute tile, in blocks of `stream_rows`."""
     first, parts = leading_call(group.calls), split.parts
-    if role(first) is not Role.MATRIX:
+    matrix, expand = host_matrix(group), expansion(group.calls)
+    if matrix is None:
         return None
-    matrix, expand = stored_matrix(group.calls), expansion(group.calls)
     held = nbytes(first.src[0]) + (nbytes(matrix) if expand is not None else 0)   # with the blocks expanded
-    if not is_host_tensor(matrix) or (parts == 1 and held <= l1_share(device)):
+    if parts == 1 and held <= device.compute.data_memory_bytes // 4:
         return None
     rows_per_part = matrix.shape[0] // parts
     rows = stream_rows(group, rows_per_part)
@@ -153,12 +136,10 @@ def stream_large_matrix(group: Group, tiles, split: Split, channels, device) -> 
 
 
 def take_split(channels: MemChannels, col: int, parts: int, lanes: int) -> tuple[Tile, tuple[Tile, ...]]:
-    """The mem tiles a stream split `parts` ways through `lanes` shim channels takes, nearest
-    column `col`: one lane splits and joins on one mem tile (a DMA channel each way per part,
-    one for the rows and one for the joined result); several join the parts on one (one in per
-    part, one out) and each lane splits its rows on its own mem tile (one in, one out per part
-    of the lane), the lanes' tiles in the columns nearest `col` in turn, so their shim channels
-    are their columns' own. PlacementError when the mem tiles lack the channels."""
+    """The mem tiles (the join's, the lanes') a stream split `parts` ways through `lanes` shim
+    channels takes nearest column `col`: one lane splits and joins on one; several join on one
+    and each lane splits on its own, in the nearest columns in turn, so their shim channels are
+    their columns' own."""
     if lanes == 1:
         links = (1, 1) if parts == 1 else (parts + 1, parts + 1)
         return channels.take(col, *links), ()
@@ -168,11 +149,10 @@ def take_split(channels: MemChannels, col: int, parts: int, lanes: int) -> tuple
 
 
 def stream_rows(group: Group, rows_per_part: int) -> int | None:
-    """The rows of one streamed block of a part of `rows_per_part` rows: the most that divide it,
-    hold whole 32-bit words and take at most STREAM_OBJECT_BYTES (with an expansion, whose two
-    objects of blocks and the Buffer they are expanded into take at most the two objects of a
-    float32 stream); when a single row takes more, one row, as long as its two objects hold no
-    more than the part does whole (tile memory then decides). None: no block streams."""
+    """The rows of one streamed block of a part: the most that divide it, hold whole words and
+    take at most STREAM_OBJECT_BYTES (with an expansion, its two objects of blocks and the
+    Buffer they expand into at most two such objects); when a single row takes more, one row, as
+    long as its two objects hold no more than the part does whole. None: no block streams."""
     matrix, expand = stored_matrix(group.calls), expansion(group.calls)
     budget, per_row = STREAM_OBJECT_BYTES, row_bytes(matrix)
     if expand is not None:
@@ -185,12 +165,10 @@ def stream_rows(group: Group, rows_per_part: int) -> int | None:
 
 
 def share_streamed_matrix(groups: tuple[Group, ...], group: Group, parts: int, sites: list) -> Stream | None:
-    """`share_streamed_matrix`: an unsplit group whose leading matrix call reads the matrix an
-    earlier unsplit group streams (one KV cache read by several attention heads) reads the same
-    blocks: the earlier group's mem tile broadcasts them to both cores, so the host moves them
-    once and the group takes no shim or mem-tile channel for them. Only when every group whose
-    result it reads comes before that earlier group, so neither core waits for the other while
-    both take the blocks in step."""
+    """`share_streamed_matrix`: an unsplit group reading the matrix an earlier unsplit group
+    streams (one KV cache, several heads) takes the same blocks from that group's mem-tile
+    broadcast, so the host moves them once; only when every group whose result it reads comes
+    before that earlier group, so neither core waits for the other while both take the blocks."""
     first = group.calls[0]
     if parts != 1 or role(first) is not Role.MATRIX:
         return None
@@ -218,23 +196,18 @@ class Split:
 
 def split_parts(group: Group, outside: dict[Node, tuple[str | Reader, ...]], spare: int, left: Left,
                 channels: MemChannels, first: Tile) -> Split:
-    """`split_matrix_over_tiles` and `stream_over_shim_channels`: of the splits that fit, by
-    rows into `parts` tiles whose rows `lanes` shim MM2S channels read (lanes dividing parts),
-    the one of the least estimated time (`split_work`; among equals the fewest lanes, as shim
-    channels are scarcer than tiles, then the most parts, whose larger objects let a lane
-    stream further ahead of its cores). A count of parts fits when it divides the matrix's
-    rows, that many tiles are spare (within its share of them beside the later matrices,
-    `Left.tiles`), and each part's result is whole words and streams in blocks (`split_stops`);
-    a count of lanes when the other groups leave it the shim MM2S
-    channels (`left`) and `lane_stops` finds nothing. The counts of parts one mem tile can join
-    that do not fit say why in `fewer`."""
+    """`split_matrix_over_tiles` and `stream_over_shim_channels`: of the (parts, lanes) that fit
+    (`split_stops`, `lane_stops`, within its `Left.share` of tiles and shim channels), the one of
+    the least estimated time (`split_work`); among equals the fewest lanes, as shim channels are
+    scarcer than tiles, then the most parts, whose larger objects let a lane stream further
+    ahead. `fewer` says why no more parts."""
     if not splittable(group, outside):
         return Split()
     matrix, device = stored_matrix(group.calls), channels.device
     big_m = matrix.shape[0]
     shim_in = left.shim_in - (host_channels(group) - 1)   # less its own `_in`
-    most_lanes = left.share(beyond_ahead(group, device)).of(shim_in)
-    spare = min(spare, left.tiles(split_work(group, 1, 1, device).core_cycles, spare))
+    most_lanes = left.share(beyond_ahead(group, device), lambda m: m.nbytes).of(shim_in)
+    spare = min(spare, left.share(split_work(group, 1, 1, device).core_cycles, lambda m: m.cycles).of(spare))
     candidates, stopped = [(1, 1)], {}
     for parts in range(2, device.mem.dma_in_channels + 1):
         why = split_stops(group, parts, spare)   # one lane always: the stream takes a shim channel unsplit too
@@ -253,10 +226,10 @@ def split_parts(group: Group, outside: dict[Node, tuple[str | Reader, ...]], spa
 
 @dataclass(frozen=True)
 class Later:
-    """A later group of the configuration reading a host matrix: the bytes of it beyond what its
-    FIFOs take ahead (`beyond_ahead`), its split's cycles on one tile, and its `stage`: 0 when
-    it runs alongside the group placed now (neither reads the other's result: a layer's gate
-    and up projections), else the count of runs of such groups before it."""
+    """A later group of the configuration reading a host matrix: its `beyond_ahead` bytes, its
+    split's cycles on one tile, and its `stage`: 0 when it runs alongside the group placed now
+    (neither reads the other's result: a layer's gate and up projections), else the count of
+    runs of such groups before it."""
 
     nbytes: int
     cycles: float
@@ -266,7 +239,7 @@ class Later:
 @dataclass(frozen=True)
 class Left:
     """What the other groups leave a group to split into: `shim_in` shim MM2S channels, and the
-    later groups reading a host matrix (`later`), each needing a mem-tile channel each way."""
+    later groups reading a host matrix, each needing a mem-tile channel each way."""
 
     shim_in: int
     later: tuple[Later, ...]
@@ -275,41 +248,27 @@ class Left:
     def streams(self) -> int:
         return len(self.later)
 
-    def share(self, matrix_bytes: int) -> Share:
-        """The share of the shim channels it and the later matrices may take of a matrix with
-        `matrix_bytes` beyond what its FIFOs take ahead."""
-        return Share(_fraction(matrix_bytes, [(m.nbytes, m.stage) for m in self.later]), len(self.later))
-
-    def tiles(self, cycles: float, spare: int) -> int:
-        """`stream_over_shim_channels`' rule for tiles: the share of the `spare` tiles a matrix
-        whose split takes `cycles` on one tile may take beside the later matrices (each counted
-        as one tile in `spare`): a split into n parts takes about cycles / n, so (`Share`) n in
-        proportion to sqrt(cycles), where the first matrix taking all it could would leave the
-        larger ones after it a tile or two."""
-        return Share(_fraction(cycles, [(m.cycles, m.stage) for m in self.later]), len(self.later)).of(spare)
-
-
-def _fraction(mine: float, later: list[tuple[float, int]]) -> float:
-    """`Share.fraction`: each run of matrices running alongside one another (`Later.stage`)
-    takes as long as their sum over the channels (or tiles) they take together, so the runs
-    share them by the square roots of their sums, and a run's matrices its share by their own."""
-    sums = {0: mine}
-    for value, stage in later:
-        sums[stage] = sums.get(stage, 0) + value
-    roots = sum(math.sqrt(v) for v in sums.values())
-    return math.sqrt(sums[0]) / roots * mine / sums[0] if roots and mine else float(not roots)
+    def share(self, mine: float, theirs: Callable[[Later], float]) -> Share:
+        """The share a matrix whose figure is `mine` may take beside the later matrices (their
+        figures `theirs`): of the shim channels by the bytes beyond what its FIFOs take ahead, of
+        the tiles by its split's cycles on one tile. Runs of matrices alongside one another
+        (`Later.stage`) take as long as their sum, so the runs share by the square roots of their
+        sums, and a run's matrices its share by their own."""
+        sums = {0: mine}
+        for m in self.later:
+            sums[m.stage] = sums.get(m.stage, 0) + theirs(m)
+        roots = sum(math.sqrt(v) for v in sums.values())
+        return Share(math.sqrt(sums[0]) / roots * mine / sums[0] if roots and mine else float(not roots),
+                     len(self.later))
 
 
 @dataclass(frozen=True)
 class Share:
-    """`stream_over_shim_channels`: a matrix's `fraction` of the shim channels left to it and to
-    the `later` matrices of its configuration, each of which counts one of them already. The
-    matrix calls of a configuration run one after another (each reading what the one before
-    made, as a layer's projections do), or alongside (reading the same vector), and a matrix
-    whose B bytes its FIFOs cannot take ahead while the calls before it run (`beyond_ahead`)
-    streams in about B / n through n channels: the sum over a chain is least with n in
-    proportion to sqrt(B) (Lagrange), where a first matrix taking all it could would leave the
-    larger ones after it one channel each."""
+    """A matrix's `fraction` of the channels (or tiles) left to it and the `later` matrices of
+    its configuration, each already counted one. A matrix of B bytes its FIFOs cannot take ahead
+    streams in about B / n through n channels, and the sum over a chain of matrices is least with
+    n in proportion to sqrt(B) (Lagrange), where a first matrix taking all it could would leave
+    the larger ones after it one channel each."""
 
     fraction: float
     later: int
@@ -320,10 +279,8 @@ class Share:
 
 
 def channels_left(groups: tuple[Group, ...], number: int, sites: list, device, with_emit: bool) -> Left:
-    """What group `number` may take: the device's shim MM2S channels less what the groups placed
-    so far take (`host_channels`, a split's lanes beyond the one counted; a grid or stream
-    one), what each later group takes unsplit, and the Emit's words; and the later groups
-    reading a host matrix."""
+    """What group `number` may take: the shim MM2S channels the groups placed so far, the later
+    groups unsplit and the Emit's words leave; and the later groups reading a host matrix."""
     total = device.n_cols * device.shim.dma_out_channels - with_emit
     placed = sum(1 if s.grid or s.flow else host_channels(s.group) + len(s.stream.lanes) - bool(s.stream.lanes)
                  if s.stream is not None else host_channels(s.group) for s in sites)
@@ -332,15 +289,14 @@ def channels_left(groups: tuple[Group, ...], number: int, sites: list, device, w
 
 
 def later_matrices(groups: tuple[Group, ...], number: int, device) -> tuple[Later, ...]:
-    """The groups after group `number` reading a host matrix, each a `Later` whose stage grows
-    where it reads (through other groups) the result of a matrix of the stage before."""
-    group_of = {c: g.name for g in groups for c in g.calls}
+    """The groups after group `number` reading a host matrix, the stage growing where one reads
+    (through other groups) the result of a matrix of the stage before."""
     made: dict[str, set[str]] = {}   # the groups whose results each later group reads, through others too
     stage, members, found = 0, {groups[number].name}, []
     for g in groups[number:]:
-        sending = {group_of[n] for c in g.calls for n in tensor_inputs(c) if group_of.get(n, g.name) != g.name}
+        sending = set(senders(groups, g))
         made[g.name] = sending.union(*(made.get(s, ()) for s in sending))
-        if g is groups[number] or role(leading_call(g.calls)) is not Role.MATRIX or not is_host_tensor(stored_matrix(g.calls)):
+        if g is groups[number] or host_matrix(g) is None:
             continue
         if made[g.name] & members:
             stage, members = stage + 1, set()
@@ -351,15 +307,15 @@ def later_matrices(groups: tuple[Group, ...], number: int, device) -> tuple[Late
 
 @lru_cache(maxsize=MOST_KEPT)
 def _later_figures(group: Group, device) -> tuple[int, float]:
-    """A later matrix group's `beyond_ahead` bytes and split cycles on one tile, kept: each group placed before it asks."""
+    """Kept: each group placed before it asks."""
     splits = may_split(group) and stream_rows(group, stored_matrix(group.calls).shape[0])
     return beyond_ahead(group, device), split_work(group, 1, 1, device).core_cycles if splits else 0.0
 
 
 def beyond_ahead(group: Group, device) -> int:
-    """The bytes of a group's host matrix beyond what its FIFOs take ahead of its cores while the
-    calls before it run: two objects of blocks on each part's tile and two on its lane's mem
-    tile, split into the most parts one mem tile joins that divide its rows."""
+    """The bytes of a group's host matrix beyond what its FIFOs take ahead while the calls before
+    it run: two objects of blocks on each part's tile and two on its lane's mem tile, split into
+    the most parts dividing its rows that one mem tile joins."""
     matrix = stored_matrix(group.calls)
     big_m = matrix.shape[0]
     parts = max(p for p in range(1, device.mem.dma_in_channels + 1) if big_m % p == 0)
@@ -367,14 +323,20 @@ def beyond_ahead(group: Group, device) -> int:
     return max(0, nbytes(matrix) - 4 * parts * rows * row_bytes(matrix))
 
 
+def host_matrix(group: Group) -> Node | None:
+    """The host matrix (or the blocks of one its fused expansion reads) a group's leading matrix
+    call reads, if any."""
+    matrix = stored_matrix(group.calls) if role(leading_call(group.calls)) is Role.MATRIX else None
+    return matrix if matrix is not None and is_host_tensor(matrix) else None
+
+
 def host_channels(group: Group) -> int:
-    """The shim MM2S channels an unsplit group's core takes: one for its host matrix (streamed,
-    or loaded with its other host tensors), one for its other host tensors and per-call
-    attributes (an `_in`); at most, as an earlier group may forward them (`forward_shared_input`)."""
-    first = leading_call(group.calls)
-    matrix = stored_matrix(group.calls) if role(first) is Role.MATRIX else None
+    """The shim MM2S channels an unsplit group's core takes: one for its host matrix, one for its
+    other host tensors and per-call attributes (an `_in`); at most, as an earlier group may
+    forward them (`forward_shared_input`)."""
+    matrix = host_matrix(group)
     loads = any(is_host_tensor(n) and n is not matrix for n in external_inputs(group.calls))
-    return int(matrix is not None and is_host_tensor(matrix)) + int(loads or any(c.arg.scalar_attrs for c in group.calls))
+    return int(matrix is not None) + int(loads or any(c.arg.scalar_attrs for c in group.calls))
 
 
 def split_stops(group: Group, parts: int, spare: int) -> str:
@@ -394,12 +356,12 @@ def split_stops(group: Group, parts: int, spare: int) -> str:
 
 
 def lane_stops(matrix: Node, parts: int, lanes: int, channels: MemChannels, near: tuple[int, int], blocks: int) -> str:
-    """What keeps a split into `parts` from `lanes` lanes ("" when nothing): a lane of several
-    parts moves them one part's rows apart, within a buffer descriptor's stride
-    (docs/platform.md section 5); the mem tiles need the channels `take_split` takes; and each
-    of several lanes must move its `blocks` blocks in no more Dma ops than its share of its shim
-    tile's buffer descriptors (`lane_ops`), or the runtime sequence waits for a lane's first ops
-    before it issues the next lane's (`finish_sequence`) and the lanes stream one after another."""
+    """What keeps a split into `parts` from `lanes` lanes ("" when nothing): a lane's parts lie one
+    part's rows apart, within a buffer descriptor's stride (docs/platform.md section 5); several
+    lanes each move their blocks in no more Dma ops than a channel's share of its shim tile's
+    buffer descriptors, or the runtime sequence waits for one lane before issuing the next
+    (`finish_sequence`); the mem tiles have the channels `take_split` takes, and one each way
+    for each of the later streams (`near`: the column, the later streams)."""
     device, apart = channels.device, nbytes(matrix) // parts // 4
     if parts > lanes and apart > device.shim.max_bd_stride:
         return (f"{parts} parts lie {apart} words apart, more than a buffer descriptor's largest stride "
@@ -410,32 +372,26 @@ def lane_stops(matrix: Node, parts: int, lanes: int, channels: MemChannels, near
         return (f"each of {lanes} lanes of {parts // lanes} parts moves its {blocks} blocks in {ops} Dma ops, more "
                 f"than its share of a shim tile's buffer descriptors ({share}): the runtime sequence would wait "
                 "for one lane before issuing the next")
-    if not fits_mem_tiles(channels, *near, parts, lanes):
+    trial = channels.copy()
+    try:
+        take_split(trial, near[0], parts, lanes)
+        fits = min(trial.free()) >= near[1]
+    except PlacementError:
+        fits = False
+    if not fits:
         return (f"{parts} would take more DMA channels than the mem tiles have left to split and join them "
                 f"(a mem tile has {device.mem.dma_in_channels} each way) and to stream the {near[1]} later "
                 "groups' matrices")
     return ""
 
 
-def fits_mem_tiles(channels: MemChannels, col: int, later: int, parts: int, lanes: int) -> bool:
-    """Whether `take_split` finds the mem-tile channels for the split (tried on a copy), leaving
-    a channel each way for each of the `later` streams."""
-    trial = channels.copy()
-    try:
-        take_split(trial, col, parts, lanes)
-    except PlacementError:
-        return False
-    return min(trial.free()) >= later
-
-
 def split_work(group: Group, parts: int, lanes: int, device) -> cost.Work:
     """What a split does, for the cost model: each part's core runs the leading call (and its
-    fused expansion) on each streamed block of its rows, then its epilogue on its share of the
-    result; the busiest channel is a lane's shim channel (its share of the matrix), a part's
-    (its share) or the joined result's; DDR moves the matrix once (the vector and the result,
-    a row's and a column's worth, are left out)."""
+    expansion) on each block of its rows, then its epilogue on its share; the busiest channel is
+    a lane's (its share of the matrix) or the joined result's; DDR moves the matrix once (the
+    vector and the result, a row's and a column's worth, are left out)."""
     gen, calls, first = cost.generation(device), group.calls, leading_call(group.calls)
-    matrix, expand, a = stored_matrix(calls), expansion(calls), leading_call(calls).src[0]
+    matrix, expand, a = stored_matrix(calls), expansion(calls), first.src[0]
     big_m, big_k = a.shape
     rows = stream_rows(group, big_m // parts) or big_m // parts
     per_block = cost.kernel_cycles(gen, Role.MATRIX, a.dtype, [(rows, big_k), (big_k,)], (rows,), first.dtype)
@@ -457,11 +413,10 @@ def senders(groups: tuple[Group, ...], group: Group) -> tuple[str, ...]:
 
 
 def may_split(group: Group) -> bool:
-    """What `splittable` asks of a group's matrix call: a matrix-vector call over a host matrix
-    (or the blocks of one its fused expansion reads) > 128 KiB whose rows are whole words along
-    the memory's last axis."""
-    first, matrix = leading_call(group.calls), stored_matrix(group.calls)
-    if role(first) is not Role.MATRIX or len(first.shape) != 1 or not is_host_tensor(matrix):
+    """What `splittable` asks of a group's matrix call: a MatVec over a host matrix larger than
+    SPLIT_PART_BYTES whose rows are whole words along the memory's last axis."""
+    matrix = host_matrix(group)
+    if matrix is None or len(leading_call(group.calls).shape) != 1:
         return False
     if nbytes(matrix) <= SPLIT_PART_BYTES or row_bytes(matrix) % 4:
         return False
@@ -469,10 +424,8 @@ def may_split(group: Group) -> bool:
 
 
 def splittable(group: Group, outside: dict[Node, tuple[str | Reader, ...]]) -> bool:
-    """A matrix-vector call (a matrix call with a vector result, MatVec) over a host matrix
-    (or the blocks of one its fused expansion reads) > 128 KiB whose rows are whole words along
-    the memory's last axis, then only elementwise calls writing no state, with the last call's
-    result its one use outside the group."""
+    """A MatVec that `may_split`, then only elementwise calls writing no state, with the last
+    call's result its one use outside the group."""
     first, last = leading_call(group.calls), group.calls[-1]
     if not may_split(group):
         return False

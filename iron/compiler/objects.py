@@ -1,8 +1,7 @@
-"""What each FIFO object and tile Buffer of a group holds, packed byte by byte: a group's `_in`
-(host tensors and per-call words, in first-use order), its `_host` (outputs, carried elements,
-state writes), its `_out` (results other groups read, forwarded host tensors, relayed operands)
-and the Buffers keeping intermediates on the tile. `pack` lays out one group (each row part of a
-split group) and records in the Context where later groups find its results."""
+"""What each FIFO object and tile Buffer of a group holds, packed byte by byte: its `_in` (host
+tensors and per-call words), `_host` (outputs, carried elements, state writes), `_out` (results
+other groups read, forwarded and relayed operands) and Buffers of intermediates. `pack` lays out
+each part of a group and records in the Context where later groups find its results."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -13,7 +12,7 @@ import numpy as np
 from iron.compiler.fuse import leading_call
 from iron.compiler.place import Layout, Site
 from iron.compiler.readers import Reader
-from iron.compiler.route import Relay, Routes
+from iron.compiler.route import Relay, Routes, forwarded_to
 from iron.compiler.words import Access, WordTable, placement_access, view_access
 from iron.errors import PlacementError
 from iron.ir import (
@@ -63,9 +62,9 @@ class StateWrite:
 
 @dataclass
 class Context:
-    """What lowering a Program reads (the placement, routes, words, host placements) and where
-    each tensor other groups read lies, filled group by group in program order: `results` (node
-    -> FIFO, byte offset), `relayed` ((reader group, key) -> the carrier's `_out`, byte offset)."""
+    """What lowering reads, and where each tensor other groups read lies, filled in program
+    order: `results` (node -> (FIFO, byte offset)), `relayed` ((reader group, key) -> (the
+    carrier's `_out`, byte offset))."""
 
     program: Program
     device: object
@@ -78,23 +77,21 @@ class Context:
     rules: list = field(default_factory=list)      # (rule, decision) made while packing (`gather_strided_view`)
 
     def placement(self, name: str):
-        return self.named[name]
+        return self._named[name]
 
     @cached_property
-    def named(self) -> dict:
-        """The placements by name (a large design has hundreds, looked up per tensor)."""
-        return {p.name: p for p in reversed(self.placements)}   # the first of a name, as a search finds
+    def _named(self) -> dict:   # a large design has hundreds, looked up per tensor; the first of a name
+        return {p.name: p for p in reversed(self.placements)}
 
     def source(self, group: str, node: Node) -> tuple[str, int] | None:
-        """(FIFO, offset) where `group` finds a tensor another group sends: a carrier's `_out`
-        when `fit_compute_channels` relays it, else where it was put."""
+        """(FIFO, offset) where `group` finds a tensor another group sends (or a carrier relays)."""
         return self.relayed.get((group, node)) or self.results.get(node)
 
 
 @dataclass
 class Packing:
-    """One FIFO object's regions: key -> byte offset, each a whole number of 4-byte words, with
-    where the host side of each region lies (buffer, Access) when the sequence moves it."""
+    """One FIFO object's regions: key -> byte offset, each whole words, and where the host side
+    of each region lies (buffer, Access) when the sequence moves it."""
 
     offsets: dict = field(default_factory=dict)
     moves: list = field(default_factory=list)     # (buffer, Access) per region, in object order
@@ -152,28 +149,30 @@ class Part:
         return self.site.stream
 
     @property
-    def in_fifo(self) -> FifoId:
-        """The group's `_in` FIFO: every row part gets the same object (a broadcast)."""
+    def in_fifo(self) -> FifoId:   # one for every part: a broadcast
         return fifo_id(self.group, Stem.IN)
 
     def fifo(self, stem: Stem) -> FifoId:
-        """This core's FIFO carrying `stem` (`_host`, `_out`): a split group's part has its own."""
+        """This core's `_host` or `_out`: a split group's part has its own."""
         return fifo_id(self.group, stem, core=self.number if self.split else None)
+
+    @property
+    def w_fifo(self) -> FifoId:
+        """This core's streamed matrix blocks: its own, or those of the owner it shares them with."""
+        return fifo_id(self.group, Stem.W, self.number) if self.split else self.stream.fifo or fifo_id(self.group, Stem.W)
 
 
 def holding(consumed, produced, steps) -> tuple:
-    """`steps` between acquiring an object of each FIFO `consumed` and `produced` and releasing them."""
+    """`steps` between acquiring an object of each FIFO and releasing them."""
     return (*(Acquire(f, Port.CONSUME) for f in consumed), *(Acquire(f, Port.PRODUCE) for f in produced), *steps,
             *(Release(f, Port.CONSUME) for f in consumed), *(Release(f, Port.PRODUCE) for f in produced))
 
 
-def split_link(tile: Tile, whole: FifoId, parts, nbytes: int) -> Link:
-    """`whole`'s objects split into `parts` of `nbytes` each, back to back."""
+def split_link(tile: Tile, whole: FifoId, parts, nbytes: int) -> Link:   # parts of `nbytes` back to back
     return Link(tile, (whole,), tuple(parts), destination_offsets=tuple(i * nbytes for i in range(len(parts))))
 
 
 def join_link(tile: Tile, parts, whole: FifoId, nbytes: int) -> Link:
-    """`parts` of `nbytes` each joined back to back into `whole`'s objects."""
     return Link(tile, tuple(parts), (whole,), source_offsets=tuple(i * nbytes for i in range(len(parts))))
 
 
@@ -215,14 +214,13 @@ def host_access(ctx: Context, node: Node) -> tuple[str, Access]:
 
 
 def host_items(ctx: Context, site: Site) -> list[tuple]:
-    """(key, bytes, dtype, what, move) of what a group loads from the host: the host tensors
-    it reads (but a streamed matrix and those an earlier group forwards to it), then per-call
-    words, in first-use order."""
+    """(key, bytes, dtype, what, move) of what a group loads from the host, in first-use order:
+    host tensors (but a streamed matrix and forwarded ones) and per-call words."""
     g, items = site.group.name, []
     for call in site.group.calls:
         for node in tensor_inputs(call):
             streamed = site.stream is not None and node is site.stream.matrix
-            if is_host_tensor(node) and not streamed and not ctx.routes.forwarded_to(g, node):
+            if is_host_tensor(node) and not streamed and not forwarded_to(ctx.routes.forwards, g, node):
                 move = host_access(ctx, node)
                 items.append((node, move[1].nwords * 4, node.dtype, describe(node), move))
         for name, expr in dynamic_attrs(call):
@@ -241,8 +239,8 @@ def attr_word(ctx: Context, call: Node, name: str, expr: Node) -> int:
 
 
 def call_step(call: Node, ptrs, shapes, out_shape, loads: dict | None = None) -> KernelStep:
-    """`call`'s kernel on `ptrs` by its C ABI: the sizes it derives from `shapes` and `out_shape`,
-    then its attributes, each Loaded where `loads` names it (a per-call word), else fixed."""
+    """`call`'s kernel on `ptrs` by its C ABI: the sizes it derives from the shapes, then its
+    attributes, Loaded where `loads` names them (per-call words), else fixed."""
     kernel, loads = call.arg.kernel, loads or {}
     sizes = kernel.sizes([tuple(s) for s in shapes], tuple(out_shape))
     attrs = [loads.get(name) or attr_imm(call, name, ctype) for name, ctype in kernel.c_attrs]
@@ -258,8 +256,8 @@ def attr_imm(call: Node, name: str, ctype: str) -> Imm:
 
 
 def _pack_inputs(ctx: Context, part: Part):
-    """The `_in` regions: the group's host items (but those a carrier forwards to it), then
-    those of the groups whose `_in` it carries."""
+    """The `_in` regions: the group's host items (but those relayed to it), then those of the
+    groups whose `_in` it carries."""
     for key, size, dtype, what, move in host_items(ctx, part.site):
         if (part.group, key) not in ctx.relayed:
             part.ins.add(key, size, dtype, what, move)
@@ -272,35 +270,32 @@ def _pack_inputs(ctx: Context, part: Part):
 # ---- results ----------------------------------------------------------------------------------------
 
 def _pack_results(ctx: Context, part: Part):
-    """Where each call's result lives (its home) and where it is exported to, and the `_out`
-    regions of the host tensors this group forwards."""
+    """Where each call's result lives and is exported to, and the `_out` regions of what the
+    group forwards or relays."""
     for node in ctx.routes.forwards.get(part.group, {}):
         out = _export(part, node, nbytes(node), node.dtype, describe(node), read(ctx, part, node, False))
         ctx.results[node] = (part.fifo(Stem.OUT), out)
     for call in part.site.group.calls:
+        label = call_label(ctx.program, call)
         if part.stream is not None and call is part.stream.expand:   # one block's rows, expanded
-            part.homes[call] = (_buffer(ctx, part, call, part.stream.rows * nbytes(call) // call.shape[0]), 0)
+            part.homes[call] = (_buffer(part, part.stream.rows * nbytes(call) // call.shape[0], call.dtype, label), 0)
         elif call.arg.writes:
             buffer, access = host_access(ctx, destination(call))
             part.host.add(StateWrite(call), access.nwords * 4, call.dtype, describe(destination(call)),
                           (buffer, access))
+        elif part.split and call is part.site.group.calls[-1]:
+            part.homes[call] = (fifo_id(part.group, Stem.PART, part.number), 0)
         elif part.split:
-            _split_home(ctx, part, call)
+            part.homes[call] = (_buffer(part, part.count * call.dtype.itemsize, call.dtype, label), 0)
         else:
-            _home(ctx, part, call)
-    for relay in ctx.routes.carried_by(part.group):
-        _relay_out(ctx, part, relay)
-
-
-def _relay_out(ctx: Context, part: Part, relay: Relay):
-    """`fit_compute_channels`: copy into this carrier's `_out` what `relay.reader` would take
-    from `relay.fifos`, and note where the reader finds each."""
-    for key, size, dtype, what, source in _relay_items(ctx, part, relay):
-        ctx.relayed[(relay.reader, key)] = (part.fifo(Stem.OUT), _export(part, key, size, dtype, what, source))
+            _home(ctx, part, call, label)
+    for relay in ctx.routes.carried_by(part.group):   # `fit_compute_channels`: what the reader would take
+        for key, size, dtype, what, source in _relay_items(ctx, part, relay):
+            ctx.relayed[(relay.reader, key)] = (part.fifo(Stem.OUT), _export(part, key, size, dtype, what, source))
 
 
 def _export(part: Part, key, size: int, dtype, what: str, source: Ptr) -> int:
-    """The byte offset of `key`'s region of the part's `_out`, copied from `source` once."""
+    """`key`'s offset in the part's `_out`, copied from `source` once."""
     fresh = key not in part.out.offsets
     offset = part.out.add(key, size, dtype, what)
     if fresh:
@@ -310,43 +305,35 @@ def _export(part: Part, key, size: int, dtype, what: str, source: Ptr) -> int:
 
 def _relay_items(ctx: Context, part: Part, relay: Relay) -> list[tuple]:
     """(key, bytes, dtype, what, where the carrier has it) of what the reader would take from
-    the relayed FIFOs: its `_in`'s host items (loaded into the carrier's `_in`), and the
-    tensors it reads from FIFOs the carrier receives."""
+    the relayed FIFOs: its `_in`'s items (loaded into the carrier's `_in`) and other groups' results."""
     items = []
     if fifo_id(relay.reader, Stem.IN) in relay.fifos:
         items += [(key, size, dtype, what, Ptr(part.in_fifo, part.ins.offsets[key]))
                   for key, size, dtype, what, _ in host_items(ctx, ctx.layout.site(relay.reader))]
-    for node in reads_of(ctx, relay.reader):
+    reads = ([v.src[0] for _, v in ctx.program.carry if v.op == Op.ELEM] if relay.reader == EMIT
+             else external_inputs(ctx.layout.site(relay.reader).group.calls))
+    for node in reads:
         if ctx.results.get(node, ("",))[0] in relay.fifos:
             what = call_label(ctx.program, node) if node.op == Op.CALL else describe(node)
             items.append((node, nbytes(node), node.dtype, what, read(ctx, part, node, False)))
     return items
 
 
-def reads_of(ctx: Context, reader: str) -> list[Node]:
-    """The tensors a group (or the Emit) reads that it does not compute, in first-use order."""
-    if reader == EMIT:
-        return [v.src[0] for _, v in ctx.program.carry if v.op == Op.ELEM]
-    return external_inputs(ctx.layout.site(reader).group.calls)
-
-
-def _split_home(ctx: Context, part: Part, call: Node):
-    size = part.count * call.dtype.itemsize
-    if call is part.site.group.calls[-1]:
-        part.homes[call] = (fifo_id(part.group, Stem.PART, part.number), 0)
-    else:
-        part.homes[call] = (_buffer(ctx, part, call, size), 0)
-
-
-def _home(ctx: Context, part: Part, call: Node):
-    places = [(part.fifo(Stem.HOST), part.host.add(key, *_region(ctx, call, key.placement)))
-              for key in _host_uses(ctx.program, call)]
+def _home(ctx: Context, part: Part, call: Node, label: str):
+    """A result's home: the first of its `_host` regions (outputs, carried elements) and `_out`
+    region (other groups read it), else a Buffer; copied to the others."""
+    places = []
+    for key in _host_uses(ctx.program, call):
+        p = ctx.placement(key.placement)
+        access = placement_access(p)
+        places.append((part.fifo(Stem.HOST), part.host.add(key, access.nwords * 4, call.dtype, p.shown or key.placement,
+                                                           (p.buffer, access))))
     if any(u is not Reader.HOST for u in ctx.layout.users.get(call, ())):
-        out = part.out.add(call, nbytes(call), call.dtype, call_label(ctx.program, call))
+        out = part.out.add(call, nbytes(call), call.dtype, label)
         places.append((part.fifo(Stem.OUT), out))
         ctx.results[call] = (part.fifo(Stem.OUT), out)
     if not places:
-        places = [(_buffer(ctx, part, call, nbytes(call)), 0)]
+        places = [(_buffer(part, nbytes(call), call.dtype, label), 0)]
     part.homes[call] = places[0]
     for source, offset in places[1:]:
         part.copies.append(copy_step(call.dtype, call.size, Ptr(*places[0]), Ptr(source, offset)))
@@ -358,18 +345,8 @@ def _host_uses(program: Program, call: Node) -> list[Output]:
     return [Output(name) for name in names]
 
 
-def _region(ctx: Context, call: Node, placement_name: str):
-    p = ctx.placement(placement_name)
-    move = (p.buffer, placement_access(p))
-    return move[1].nwords * 4, call.dtype, p.shown or placement_name, move
-
-
-def _buffer(ctx: Context, part: Part, call: Node, size: int) -> str:
-    return _new_buffer(part, size, call.dtype, call_label(ctx.program, call))
-
-
-def _new_buffer(part: Part, size: int, dtype, what: str) -> str:
-    """A Buffer of the part's tile holding `what`, `size` bytes rounded up to whole words."""
+def _buffer(part: Part, size: int, dtype, what: str) -> str:
+    """A Buffer of the part's tile holding `what`, in whole words."""
     name = f"{part.prefix}_buf{len(part.buffers)}"
     part.buffers.append(Buffer(name, part.tile, -(-size // 4) * 4, dtype))
     part.holds[name] = what
@@ -379,9 +356,8 @@ def _new_buffer(part: Part, size: int, dtype, what: str) -> str:
 # ---- reading a tensor in a core -------------------------------------------------------------------
 
 def read(ctx: Context, part: Part, node: Node, sliced: bool) -> Ptr:
-    """Where a part's core finds `node`: its home, its `_in`, or another group's object (from
-    the part's first row when `sliced`); a contiguous view of a computed tensor is a pointer
-    into the tensor's object (`gather` copies any other into a Buffer first)."""
+    """Where a part's core finds `node` (from the part's first row when `sliced`); a contiguous
+    view of a computed tensor is a pointer into its object (`gather` copies any other first)."""
     shift = part.start * node.dtype.itemsize if sliced else 0
     if node in part.homes:
         return Ptr(*part.homes[node])
@@ -399,10 +375,8 @@ MAX_GATHER_RUNS = 256
 
 
 def gather(ctx: Context, part: Part, view: Node) -> list[KernelStep]:
-    """`gather_strided_view`: a view of a computed tensor that is one contiguous run is read in
-    place (a pointer offset, `read`); any other is copied, run by run, into a Buffer of the
-    part's tile before its first use, which then reads it there. Returns the copies (none when
-    free or already gathered)."""
+    """`gather_strided_view`: the copies, run by run, of a view of a computed tensor that is not
+    one contiguous run into a Buffer of the part's tile (none when read in place or gathered)."""
     if view in part.homes or contiguous_span(view) is not None:
         return []
     flat = elements(view)
@@ -413,7 +387,7 @@ def gather(ctx: Context, part: Part, view: Node) -> list[KernelStep]:
             f"result, and iron copies at most {MAX_GATHER_RUNS} runs into a view: lay the result out so the "
             "view takes longer runs (e.g. transpose it in the kernel), or pick fewer rows."
         )
-    name = _new_buffer(part, nbytes(view), view.dtype, describe(view))
+    name = _buffer(part, nbytes(view), view.dtype, describe(view))
     source, itemsize = read(ctx, part, view.src[0], False), view.dtype.itemsize
     steps, done = [], 0
     for run in runs:
@@ -427,7 +401,7 @@ def gather(ctx: Context, part: Part, view: Node) -> list[KernelStep]:
 
 def consumed(ctx: Context, part: Part) -> list[str]:
     """The FIFOs of other groups a part's core reads, in first-use order, then those it receives
-    only to forward them (`Relay.gained`)."""
+    only to forward (`Relay.gained`)."""
     g = part.group
     reads = [ctx.source(g, n)[0] for c in part.site.group.calls for n in tensor_inputs(c)
              if ctx.source(g, n) is not None and n not in part.homes and n not in part.ins.offsets]

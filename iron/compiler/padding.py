@@ -1,10 +1,7 @@
-"""Which tensors may lie padded, for the layout pass (layout.py): who reads each tensor; a
-call's tensors and the axes its index map (`Traits.index_map`) names; the pins, each a reason
-("" when none) a reader cannot see a tensor padded: a view, another reader, a producer that
-cannot write at the padded stride, a reader that would read the padding as data (a kernel
-reducing a row whole, `Traits.row_length`); readers that see only the user's region (the host,
-views, calls that neither tile nor stream, groups fitting a tile); and the zeros a MatMul sums
-over, read from the zero-fill lattice (sides.py `zero_fills`), never re-derived."""
+"""Which tensors may lie padded, for the layout pass (layout.py): who reads each tensor, and the
+pins, each a reason ("" when none) a reader cannot see a tensor padded: a view, another reader, a
+producer that cannot write at the padded stride, a reader that would read the padding as data;
+readers that see only the user's region; the zeros a MatMul sums over, from the zero-fill lattice."""
 from __future__ import annotations
 
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
@@ -54,17 +51,13 @@ def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list[N
     return found
 
 
-# ---- a call's tensors and the axes its index map names --------------------------------------------
-
-
 # ---- pins: why a tensor may not lie padded for its readers ("" when it may) -----------------------
 
 def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dict | None = None,
                tail: bool = False) -> str:
-    """Why `node` may not lie padded for `calls`: a view, a state (`state_unpadded`), read elsewhere, or a result
-    its producer cannot write padded (`group_of`; a segment's cut value: the design decided). `tail`: padded
-    after its last element only (a stream's), which leaves every view of it where it was and which a call
-    streamed padded alike (in `calls`) or gathering it writes as it would unpadded."""
+    """Why `node` may not lie padded for `calls`: a view, a state, read elsewhere, or a result its
+    producer cannot write padded (a segment's cut value: the design decided). `tail`: padded after its
+    last element only, which leaves every view where it was and a gather writes as it would unpadded."""
     what = describe(node)
     if node.op == Op.VIEW:
         return f"{what} is a view"
@@ -76,14 +69,15 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dic
     if node.op == Op.CALL and group_of is not None:   # padded after its last row only, its rows keep their stride
         why = "" if tail else group_of.zeros[node].unwritten
         return why and f"{what} is another group's result, {why}"
-    if node.op == Op.CALL and not (tail and (node in calls or node.arg.kernel.gathers)) or is_cut_value(node):
+    if node.op == Op.CALL and not (tail and (node in calls or node.arg.kernel.gathers)) or \
+            node.op == Op.INPUT and node.arg.position == -1:   # a segment's cut value (segment.py numbers it -1)
         return f"{what} is another group's result"
     return ""
 
 
 def state_unpadded(state: Node, calls: tuple[Node, ...], readers: dict) -> str:
     """`pad_written_by_producer` for a state: every other call writes it through views in its own
-    shape (strided over the padded rows) or whole in rows of whole words; nothing else reads it."""
+    shape or whole in rows of whole words; nothing else reads it."""
     what = describe(state)
     for user in readers.get(state, []):
         if user in calls or user is Reader.VIEW:
@@ -97,20 +91,13 @@ def state_unpadded(state: Node, calls: tuple[Node, ...], readers: dict) -> str:
         if reshaped else ""
 
 
-def is_cut_value(node: Node) -> bool:
-    """Whether a segment's input is a value an earlier segment computed (segment.py numbers it -1)."""
-    return node.op == Op.INPUT and node.arg.position == -1
-
-
 def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> str:
-    """Why `pad_matrix` may not pad a MatMul's or MatVec's tensors (`group_of`: the design's groups)."""
     joined = joined_with(call, readers, group_of) if group_of else (call,)
     return operands_unpadded(call, joined, readers, group_of) or readers_unshared(call, readers, group_of)
 
 
 def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dict | None) -> str:
-    """Why a product's operands may not lie padded for it and the products `joined` with it, unless
-    its group makes one over the padded layout (`made_over`)."""
+    """Why a product's operands may not lie padded for it and the products `joined` with it."""
     for node in call.src[:2]:
         why = unpaddable(node, joined, readers, group_of)
         if why and not (node.op == Op.CALL and group_of is not None and made_over(node, call, readers, group_of)):
@@ -119,9 +106,8 @@ def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group
 
 
 def tail_kept(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dict) -> dict[int, int] | None:
-    """The sides a product keeps its own so that operands that may lie padded only after their last row
-    (`unpaddable`'s `tail`: a buffer of the compiler's its gathers write through views) do: A's K, B's N; None
-    when an operand may not lie padded at all."""
+    """The sides a product keeps its own so that operands that may lie padded only after their last
+    row do (A's K, B's N); None when an operand may not lie padded at all."""
     kept = {}
     for side, node in zip((1, 2), call.src[:2]):
         if unpaddable(node, joined, readers, group_of) and not (node.op == Op.CALL and made_over(node, call, readers, group_of)):
@@ -134,11 +120,10 @@ def tail_kept(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dic
 
 
 def made_over(node: Node, call: Node, readers: dict, group_of: Groups, summed: bool = True, tail: bool = False) -> bool:
-    """`pad_upstream_zeros`, `pad_upstream_rows`: whether the group making `node`, read by the product `call`
-    alone, computes it over the padded layout from paddable tensors, the lattice saying the padding `call` sums
-    over is zeros (unless `summed` is False: the product keeps the side it sums, `tail_kept`; `tail`: A lies
-    padded after its last row only, so its inputs may lie so too): elementwise calls streaming over it, or a row
-    reduction alone streaming its rows as wide as they lie (`width_unshared`)."""
+    """`pad_upstream_zeros`, `pad_upstream_rows`: whether the group making `node`, read by the product
+    `call` alone, computes it over the padded layout from paddable tensors (elementwise calls streaming,
+    or a row reduction alone), the padding `call` sums zeros (unless not `summed`; `tail`: A padded
+    after its last row only)."""
     if node.op != Op.CALL:
         return False
     calls = group_of[node].calls
@@ -154,11 +139,11 @@ def made_over(node: Node, call: Node, readers: dict, group_of: Groups, summed: b
 
 
 def readers_unshared(call: Node, readers: dict, group_of: dict | None, small: bool = False, wider: bool = True) -> str:
-    """Why the readers of a padded product's result may not read it as it lies: it is `shown` (`small`: groups
-    fitting a tile read its region too), or read by the host once and calls sharing its layout (`wider`: its rows
-    may lie padded too, not only after the last)."""
+    """Why the readers of a padded product's result may not read it as it lies: it is `shown` (`small`:
+    groups fitting a tile read its region too), or read by the host once and calls sharing its layout
+    (`wider`: its rows may lie padded too)."""
     users = readers.get(call, [])
-    if call.arg.writes:   # a grid writes a whole state read by no one else (tiling.result_users)
+    if call.arg.writes:
         state = state_written_whole(call)
         if state is None or users:
             return "it writes part of a state" if state is None else "its result is read besides the state it writes"
@@ -172,21 +157,18 @@ def readers_unshared(call: Node, readers: dict, group_of: dict | None, small: bo
 
 
 def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict, wider: bool = True) -> str:
-    """Why `calls` may not read `result` (a padded product's, or over its layout; `wider`: its rows padded too)
-    as it lies: elementwise calls, a row reduction, a MatMul may (the `pad_through_*` rules); nothing else
-    (Exp(0) = 1)."""
+    """Why `calls` may not read `result` as it lies padded (`wider`: its rows too): elementwise calls,
+    a row reduction, a MatMul may (the `pad_through_*` rules); nothing else (Exp(0) = 1)."""
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
         return rows_unshared(calls, result, readers, group_of, wider)
     if calls[0].arg.kernel.role is Role.MATRIX:
         return matmul_unshared(calls, result, readers, group_of)
     if picks_rows(calls[0]):
         return "" if calls == (calls[0],) and calls[0].src[0] is result else f"does not pick rows of {describe(result)} alone"
-    why = stream_unshared(calls, result, readers, group_of, wider)
-    if why:
+    if why := stream_unshared(calls, result, readers, group_of, wider):
         return why
     if not shown(calls[-1], readers):
-        why = zeros_unkept(calls, readers, group_of, wider)
-        if why:
+        if why := zeros_unkept(calls, readers, group_of, wider):
             return why
     elif readers[calls[-1]] != [Reader.HOST] and result.shape[-1] * calls[-1].dtype.itemsize % 4:
         return f"makes {describe(calls[-1])}, whose rows other calls read are not whole 32-bit words"
@@ -194,10 +176,7 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
 
 
 def stream_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict, wider: bool = True) -> str:
-    """Why elementwise `calls` may not stream over the padded layout `result` lies in, reading
-    other tensors that may be padded (those lying in a padded product's layout too)."""
-    why = unstreamed(calls, result.shape)
-    if why:
+    if why := unstreamed(calls, result.shape):
         return why
     why = next((why for n in external_inputs(calls) if n is not result and not carried(n, group_of)
                 and (why := unpaddable(n, calls, readers, group_of, tail=not wider))), "")
@@ -205,8 +184,6 @@ def stream_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
 
 
 def unstreamed(calls: tuple[Node, ...], shape: tuple[int, ...]) -> str:
-    """Why `calls` may not stream over a padded layout of `shape`: elementwise, writing no state,
-    over tensors all of `shape`, too large for a tile, reading few enough."""
     if any(c.arg.kernel.role is not Role.ELEMENTWISE or c.arg.writes or c.arg.scalar_attrs for c in calls):
         return "is neither elementwise, a row reduction nor a MatMul, and would read the padding as data"
     if any(n.shape != shape for c in calls for n in (c, *tensor_inputs(c))):
@@ -217,8 +194,8 @@ def unstreamed(calls: tuple[Node, ...], shape: tuple[int, ...]) -> str:
 
 
 def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict, wider: bool = True) -> str:
-    """`pad_through_zeros`: why readers may not read the result of elementwise `calls` over a product's layout:
-    the host once, elementwise calls, row reductions, a MatMul when the lattice says the padding it sums is zeros."""
+    """`pad_through_zeros`: why readers may not read the result of elementwise `calls` over a product's
+    layout: the host once, elementwise calls, row reductions, a MatMul summing only zeros."""
     last = calls[-1]
     users = readers.get(last, [])
     unkept = next((z.unkept for u in users if isinstance(u, Node) and u.arg.kernel.role is Role.MATRIX
@@ -232,14 +209,13 @@ def zeros_unkept(calls: tuple[Node, ...], readers: dict, group_of: dict, wider: 
 
 
 def calls_unshared(node: Node, readers: dict, group_of: dict, wider: bool = True) -> str:
-    """Why the first call reading `node` that may not read it as it lies padded may not."""
     return next((f"read by {describe(u)}, which {why}" for u in readers.get(node, []) if isinstance(u, Node)
                  and (why := layout_unshared(group_of[u].calls, node, readers, group_of, wider))), "")
 
 
 def matrix_readers(call: Node, readers: dict, group_of: dict) -> list[tuple[Node, Node]]:
-    """(MatMul, the tensor it reads) for each MatMul reading `call`'s result, directly or as the
-    last result of elementwise groups reading it one after another."""
+    """(MatMul, the tensor it reads) for each MatMul reading `call`'s result, directly or through
+    elementwise groups."""
     found = []
     for user in (u for u in readers.get(call, []) if isinstance(u, Node)):
         if user.arg.kernel.role is Role.MATRIX:
@@ -250,11 +226,8 @@ def matrix_readers(call: Node, readers: dict, group_of: dict) -> list[tuple[Node
 
 
 def join_unshared(products: tuple[Node, ...], calls: tuple[Node, ...], readers: dict, group_of: dict) -> str:
-    """`pad_joined`: why the products whose layouts elementwise `calls` read may not lie padded
-    alike: each tensor in those layouts read by `calls` alone, made over paddable operands."""
-    for other in external_inputs(calls) if len(products) > 1 else ():
-        if not carried(other, group_of):
-            continue
+    """`pad_joined`: why the products whose layouts elementwise `calls` read may not lie padded alike."""
+    for other in (n for n in external_inputs(calls) if carried(n, group_of)) if len(products) > 1 else ():
         why = "it is read elsewhere too" if any(r not in calls for r in readers[other]) \
             else source_unshared(other, products, readers, group_of)
         if why:
@@ -263,7 +236,6 @@ def join_unshared(products: tuple[Node, ...], calls: tuple[Node, ...], readers: 
 
 
 def source_unshared(node: Node, products: tuple[Node, ...], readers: dict, group_of: dict) -> str:
-    """Why `node`, in the layout of one of the joined `products`, may not lie so."""
     calls = group_of[node].calls
     if lone_product(group_of[node]) is node:
         return operands_unpadded(node, products, readers, group_of)
@@ -271,18 +243,18 @@ def source_unshared(node: Node, products: tuple[Node, ...], readers: dict, group
 
 
 def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict, wider: bool = True) -> str:
-    """`pad_through_rows`: a row reduction alone over `result`, streamed, writing no state, its result the
-    host's, reading no other computed tensor."""
+    """`pad_through_rows`: a row reduction alone over `result`, streamed, writing no state, its result
+    the host's, reading no other computed tensor."""
     call = calls[0]
-    if not wider and held_bytes(list(calls)) <= SIZE_LIMIT:   # its tile holds the rows it reads, one run
+    if not wider and held_bytes(list(calls)) <= SIZE_LIMIT:   # its tile holds the rows, one run
         return ""
     if len(calls) != 1 or call.src[0] is not result or call.arg.writes or held_bytes(list(calls)) <= SIZE_LIMIT \
             or len(result.shape) != 2:
         return f"does not stream the rows of {describe(result)} alone in its group"
     if wider and result.op == Op.CALL and result.arg.kernel.role is not Role.MATRIX and (why := width_unshared(call, readers)):
-        return why   # rows an elementwise call makes over a product padded wider (`pad_matrix`'s `keeps_n` sees only the product's readers)
+        return why   # `keeps_n` sees only the product's readers, not those of calls over its layout
     if readers.get(call) != [Reader.HOST] and (why := readers_unshared(call, readers, group_of, wider=wider)):
-        return f"makes {describe(call)}: {why}"   # its result lies padded too: read by the host or calls sharing that layout
+        return f"makes {describe(call)}: {why}"
     shared = call.src[1:call.arg.n_inputs]
     return next((f"also reads {describe(n)}, which another call makes" for n in shared if not is_host_tensor(n)
                  or n.op == Op.VIEW), "")
@@ -294,8 +266,8 @@ def picks_rows(call) -> bool:
 
 
 def width_unshared(reader, readers: dict) -> str:
-    """`pad_through_row_width`, a pin from the kernel's traits: rows lying padded wider only for a kernel
-    reducing each row's first `length` (`Traits.row_length`), its shared row paddable."""
+    """`pad_through_row_width`: rows lie padded wider only for a kernel reducing each row's first
+    `length` (`Traits.row_length`), its shared row paddable."""
     if not isinstance(reader, Node) or reader.arg.kernel.role is not Role.ROW_REDUCTION:
         return ""
     if not reader.arg.kernel.traits.row_length:
@@ -305,8 +277,8 @@ def width_unshared(reader, readers: dict) -> str:
 
 
 def matmul_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of: dict) -> str:
-    """`pad_through_matmul` (A), `_b` (B): a lone MatMul reading `result` once, its other operand paddable, its
-    readers sharing its layout (the side it sums over: K's zeros)."""
+    """`pad_through_matmul` (A), `_b` (B): a lone MatMul reading `result` once, its other operand
+    paddable, its readers sharing its layout."""
     call = calls[0]
     if len(calls) != 1 or call.arg.writes or len(call.shape) != 2 or result not in call.src[:2]:
         return f"reads {describe(result)} other than as the A or the B of a MatMul alone in its group"
@@ -329,32 +301,31 @@ def pair(call: Node, group_of: dict) -> tuple[Node, Node] | None:
 
 
 def paired_unshared(result: Node, other: Node, call: Node, readers: dict, group_of: dict) -> str:
-    """Why a MatMul may not read the product `other` padded beside `result` (`pad_shared_input`
-    lays both out at once): read by the MatMul alone, over paddable operands."""
+    """Why a MatMul may not read the product `other` padded beside `result` (`pad_shared_input`)."""
     if readers[other] != [call]:
         return f"{describe(other)} is a padded product read elsewhere too"
     return operands_unpadded(other, (other,), readers, group_of)
 
 
 def shown(call: Node, readers: dict, group_of: dict | None = None) -> bool:
-    """Whether a padded result is read only as the user's region: by the host at most once,
-    through views, or by calls that read the region (`reads_region`)."""
+    """Whether a padded result is read only as the user's region: by the host at most once, views,
+    calls that read the region."""
     users = readers.get(call, [])
     return bool(users) and users.count(Reader.HOST) <= 1 and all(
         u in (Reader.HOST, Reader.VIEW) or (isinstance(u, Node) and reads_region(u, call, group_of)) for u in users)
 
 
 def reads_region(user: Node, node: Node, group_of: dict | None = None) -> bool:
-    """Whether a call reads only `node`'s user's region: one that neither tiles nor streams (`fits_tile`, given
-    `group_of`), or a row reduction of `node` as one row told its length."""
+    """Whether a call reads only `node`'s user's region: one that neither tiles nor streams (given
+    `group_of`: `fits_tile`), or a row reduction of `node` as one row told its length."""
     role = user.arg.kernel.role
     return role in PLAIN or group_of is not None and fits_tile(group_of[user], node) \
         or role is Role.ROW_REDUCTION and user.src[0] is node and len(node.shape) == 1 and node not in user.src[1:]
 
 
 def fits_tile(group: Group, node: Node) -> bool:
-    """`pad_tile_region`: a group fitting a tile, not a MatMul's, reads a padded result across a
-    cut in its own shape, a DMA moving each padded row's first elements (rows of whole words)."""
+    """`pad_tile_region`: a group fitting a tile, not a MatMul's, reads a padded result of whole-word
+    rows in its own shape, a DMA moving each padded row's first elements."""
     roles = {c.arg.kernel.role for c in group.calls}
     return held_bytes(list(group.calls)) <= SIZE_LIMIT and Role.MATRIX not in roles \
         and node.shape[-1] * node.dtype.itemsize % 4 == 0
@@ -366,9 +337,8 @@ def keeps_n(call: Node, readers: dict) -> bool:
 
 
 def stream_unpadded(calls, readers: dict, also: tuple[Node, ...] = (), group_of: dict | None = None) -> str:
-    """Why `pad_stream` may not pad elementwise calls' tensors (`also`: the calls of its
-    `pad_shared_stream` family, reading their inputs padded alike; `group_of`: the design's groups, whose row
-    reductions may read the result's rows as they lie, `pad_through_rows`)."""
+    """Why `pad_stream` may not pad elementwise calls' tensors (`also`: its `pad_shared_stream`
+    family's calls, reading their inputs padded alike)."""
     last = calls[-1]
     if len(last.shape) > 1 and any(n.shape != last.shape for c in calls for n in (c, *tensor_inputs(c))):
         return f"they read or make tensors of other shapes than {last.shape}, which cannot lie in its padding"
@@ -383,9 +353,8 @@ def stream_unpadded(calls, readers: dict, also: tuple[Node, ...] = (), group_of:
 
 
 def rows_unread(call: Node, readers: dict, group_of: dict) -> bool:
-    """Whether the readers of a row reduction's result may not read it with its rows padded after the last: the
-    host may, calls that may read it so (`readers_unshared`), but none beside a product's layout (its producer
-    writes it into that one, `pad_written_by_producer`) nor products laying it out together (`pad_shared_input`)."""
+    """Whether the readers of a row reduction's result may not read it with its rows padded after the
+    last: the host may, calls that may read it so, but none beside a product's layout."""
     users = readers.get(call, [])
     if users == [Reader.HOST]:
         return False
@@ -394,9 +363,9 @@ def rows_unread(call: Node, readers: dict, group_of: dict) -> bool:
 
 
 def reads_rows(user, node: Node, readers: dict, also, group_of: dict | None) -> bool:
-    """Whether `user` may read `node` lying with its rows padded after the last (a stream's): the host, a view, a
-    call of the stream's family (`also`), one reading the region (`reads_region`; a group fitting a tile, its region
-    one run), or a row reduction streaming the rows as they lie (`pad_through_rows`)."""
+    """Whether `user` may read `node` lying with its rows padded after the last: the host, a view, a
+    call of the stream's family (`also`), one reading the region or fitting a tile, or a row
+    reduction streaming the rows as they lie."""
     if user in (Reader.HOST, Reader.VIEW) or user in also or isinstance(user, Node) and reads_region(user, node):
         return True
     if not isinstance(user, Node) or group_of is None:

@@ -1,11 +1,7 @@
-"""Placement: fused groups onto the device's compute tiles, by named rules. `snake_order` gives
-consecutive groups neighbouring tiles; `tile_matmul_over_array` spreads a large MatMul or MatVec
-over whole columns of cores (tiling.py chooses the grid), and `stream_elementwise`,
-`stream_row_blocks` and `stream_joined` stream calls over large tensors the same way
-(streaming.py chooses the Flow); a group that does neither takes one tile or, split by rows,
-several, its matrix streamed through a mem tile (matrices.py); `check_rows_fit` refuses a row
-reduction wider than a tile. What the layout pass padded its facts say (padding.py). Tile sizes
-and channel counts are the device's (docs/platform.md)."""
+"""Placement: fused groups onto the device's compute tiles in `snake_order`. A large MatMul or
+MatVec spreads over whole columns of cores as a grid (tiling.py), calls over large tensors as a
+stream (streaming.py); any other group takes one tile or, split by rows, several, its matrix
+streamed through a mem tile (matrices.py)."""
 from __future__ import annotations
 
 import math
@@ -85,7 +81,6 @@ class Site:
 
     @property
     def choice(self):
-        """The choice the cost model made for its grid or flow, if any."""
         spread = self.grid or self.flow or self.stream
         return None if spread is None else spread.choice
 
@@ -106,10 +101,9 @@ class Layout:
 
 @dataclass(frozen=True)
 class Room:
-    """What a group may spread over as a grid or a stream (whole columns of `free`): the tiles and
-    shim MM2S channels the other groups leave (`spare`, `shim_in`), the rows of cores at most, the
-    mem tiles' channels; and the design: who reads each result outside its group (`outside_users`),
-    the padded tensors' shapes (`lies_of`)."""
+    """What a group may spread over (whole columns of `free`): the tiles and shim MM2S channels the
+    other groups leave, the rows of cores at most, the mem tiles' channels; who reads each result
+    outside its group (`outside`), the padded tensors' shapes (`padded`)."""
 
     program: Program
     device: object
@@ -138,10 +132,8 @@ def snake_order(device) -> list[Tile]:
 def place(program: Program, groups: tuple[Group, ...], device, placements: tuple = (),
           shared: dict[str, str] | None = None, most_rows: int | None = None) -> Layout:
     """Tiles for every group, and for the Emit on a full-ELF device when values are carried;
-    `placements`: the host placements, some padded by `pad_to_block`; `shared`: groups of a
-    looped iteration that run on the tile of an earlier one (group -> that group, repeat.py);
-    `most_rows`: the rows of cores each grid and stream takes at most
-    (`fewer_rows_for_one_configuration`), all when None."""
+    `shared`: groups of a looped iteration on the tile of an earlier one (repeat.py); `most_rows`:
+    the rows of cores each grid and stream takes at most, all when None."""
     padded = {n: lie.shape for n, lie in lies_of(program, placements).items()}
     with_emit = bool(device.full_elf and program.carry)   # a segment but the last has no carry
     outside = outside_users(program, groups, with_emit)
@@ -149,7 +141,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     names = {g.name for g in groups}
     shared = {g: on for g, on in (shared or {}).items() if g in names and on in names}
     owning = [g for g in groups if g.name not in shared]   # the groups taking tiles of their own
-    large = {g.name for g in owning if spreads(g, device)}
+    large = {g.name for g in owning if held_bytes(list(g.calls)) > core_room(device)}   # spread or fail
     needed = len(owning) + with_emit
     if needed > len(free):
         raise PlacementError(f"{program.name} needs {needed} compute tiles but {device.name} has {len(free)}: compile "
@@ -178,13 +170,20 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         if spread is not None:
             grid = spread if isinstance(spread, Grid) else None
             sites.append(Site(group, spread.tiles, grid=grid, flow=None if grid else spread))
-            rules += [(rule, f"{group.name}: {spread.text()}"), *columns_rule(group, later, free, device)]
+            rules.append((rule, f"{group.name}: {spread.text()}"))
+            if later:
+                columns = len(free_columns(free, device))
+                rules.append((Rule.COLUMNS_FOR_LATER_GROUPS, f"{group.name}: at most {max(0, columns - len(later))} of "
+                                                             f"the {columns} free whole columns, one left to each later "
+                                                             f"group larger than a tile ({', '.join(later)})"))
             if grid is not None and grid.expand is not None:
                 rules.append(expansion_rule(group, grid.expand, grid.matrix, grid.m, grid.k))
             free = [t for t in free if t not in spread.tiles]
             continue
         check_whole_words(program, group.calls, device)
-        if why := not_streamed(program, group, outside, device):
+        if group.name in large and not any(role(c) in (Role.MATRIX, Role.EXPANSION, Role.ROW_REDUCTION) for c in group.calls):
+            why = not_streamed(program, group.calls, outside, device) or \
+                "no block of whole 32-bit words dividing each core's share fits a core with the channels left"
             rules.append((Rule.STREAM_ELEMENTWISE, f"{group.name}: not streamed: {why}"))
         crowded = unsplit_beside_producer(groups, number, outside, sites, device)
         left = channels_left(groups, number, sites, device, with_emit)
@@ -207,35 +206,17 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
 
 
 def left_for_spreading(free: list[Tile], reserved: int, device) -> list[Tile]:
-    """`columns_for_later_groups`: the free tiles a group may spread over (a grid or a stream
-    takes whole free columns): all but the last `reserved` free whole columns, one for each
-    later group of the configuration too large for one tile (`spreads`), so those spread too
-    rather than the first taking the array and a cut loading another configuration."""
+    """`columns_for_later_groups`: all free tiles but the last `reserved` free whole columns, one for
+    each later group too large for a tile, so those spread too rather than a cut loading another
+    configuration."""
     if not reserved:
         return free
     kept = free_columns(free, device)[-reserved:]
     return [t for t in free if t.col not in kept]
 
 
-def columns_rule(group: Group, later: list[str], free: list[Tile], device) -> list[Decision]:
-    """The rule's line for a group that spread while later groups kept columns, if any did."""
-    if not later:
-        return []
-    columns = len(free_columns(free, device))
-    return [(Rule.COLUMNS_FOR_LATER_GROUPS, f"{group.name}: at most {max(0, columns - len(later))} of the {columns} "
-                                            f"free whole columns, one left to each later group larger than a tile "
-                                            f"({', '.join(later)})")]
-
-
-def spreads(group: Group, device) -> bool:
-    """Whether a group holds more than a compute tile (`held_bytes`), so it runs over whole
-    columns (a grid or a stream) or not at all."""
-    return held_bytes(list(group.calls)) > core_room(device)
-
-
 def outside_users(program: Program, groups: tuple[Group, ...], with_emit: bool) -> dict[Node, tuple[str | Reader, ...]]:
-    """Who uses each call's result outside its group: group names, HOST per output or carried
-    element, EMIT."""
+    """Who uses each call's result outside its group: group names, HOST, EMIT."""
     group_of = {c: g.name for g in groups for c in g.calls}
     users: dict[Node, list[str | Reader]] = {}
     for g in groups:
@@ -254,11 +235,9 @@ def outside_users(program: Program, groups: tuple[Group, ...], with_emit: bool) 
 # ---- the tiling rules ------------------------------------------------------------------------------
 
 def check_rows_fit(program: Program, groups: tuple[Group, ...], device):
-    """A row reduction (RMSNorm, Softmax, Argmax) reads its whole row before it writes anything,
-    so a row cannot be cut into blocks: DoesNotFit, naming the call, when one row's input and
-    result and what every row shares (RMSNorm's w) take more than a compute tile's memory less
-    the core's stack, or, for a batch of rows (rows, n) that `stream_row_blocks` cannot take,
-    when the whole batch does."""
+    """A row reduction reads its whole row before it writes anything, so a row is never cut into
+    blocks: DoesNotFit when one row (with what every row shares) does not fit a compute tile, or
+    a batch `stream_row_blocks` does not take does not."""
     room = core_room(device)
     stack = f"{room} ({device.compute.data_memory_bytes} less the core's {device.compute.default_stack_bytes}-byte stack)"
     for group, call in ((g, c) for g in groups for c in g.calls if role(c) is Role.ROW_REDUCTION):
@@ -269,7 +248,6 @@ def check_rows_fit(program: Program, groups: tuple[Group, ...], device):
         per_row = (nbytes(x) + nbytes(call)) // rows
         shared = needed - per_row * rows
         if shared + per_row > room:
-            # every (n,) operand and a result of x's shape grow with the row; a per-row result does not
             per_element = sum(n.dtype.itemsize for n in call.src[:call.arg.n_inputs])
             per_element += call.dtype.itemsize if call.shape == x.shape else 0
             fixed = words + (0 if call.shape == x.shape else per_row - x.dtype.itemsize * width)
@@ -289,34 +267,25 @@ def check_rows_fit(program: Program, groups: tuple[Group, ...], device):
 
 
 def free_columns(free: list[Tile], device) -> list[int]:
-    """The columns all of whose compute tiles are free."""
     return [col for col in range(device.n_cols)
             if all(Tile(col, row, TileKind.COMPUTE) in free for row in device.compute_rows)]
 
 
 def stream_elementwise(group: Group, room: Room) -> Flow | None:
-    """A group of elementwise calls larger than SIZE_LIMIT whose last result only the host reads
-    (and no other result anyone outside) is streamed in blocks over whole free columns of cores
-    (iron/compiler/tiling.py chooses how), taking on each column's mem tile a channel in per
-    input and per core and out per input and core, plus the joined result's."""
+    """A group of elementwise calls larger than SIZE_LIMIT whose results only the host reads streams
+    in blocks over whole free columns of cores."""
     calls, outside = group.calls, room.outside
-    if not streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT:
+    if held_bytes(list(calls)) <= SIZE_LIMIT or not_streamed(room.program, calls, outside, room.device) or \
+            outside.get(calls[-1], ()) != _users(calls[-1]) or \
+            unstreamed_view((*external_inputs(calls), *filter(None, [destination(calls[-1])])), room.padded):
         return None
-    returned = tuple(c for c in calls[:-1] if outside.get(c))
-    if any(outside[c] != (Reader.HOST,) for c in returned) or len(returned) >= room.device.shim.dma_in_channels:
-        return None   # `stream_every_result`: each result the host alone reads, a shim S2MM channel each
-    if outside.get(calls[-1], ()) != _users(calls[-1]):
-        return None
-    if unstreamed_view((*external_inputs(calls), *filter(None, [destination(calls[-1])])), room.padded):
-        return None
-    flow = _choose_flow(calls, room, returned=returned)
+    flow = _choose_flow(calls, room, returned=tuple(c for c in calls[:-1] if outside.get(c)))
     return flow and replace(flow, mems=taken(flow, room.channels, len(flow.inputs), len(flow.results)))
 
 
 def stream_joined(group: Group, room: Room) -> Flow | None:
-    """A lone Concat larger than SIZE_LIMIT joining host tensors end to end (`joined_pieces`) whose
-    result only the host reads is copied in blocks over whole free columns of cores, each piece's
-    blocks in turn through one FIFO per core, as `stream_elementwise` streams one input."""
+    """A lone Concat larger than SIZE_LIMIT joining host tensors end to end whose result only the
+    host reads streams each piece's blocks in turn, as `stream_elementwise` streams one input."""
     pieces = joined_pieces(group.calls)
     if not pieces or held_bytes(list(group.calls)) <= SIZE_LIMIT or \
             room.outside.get(group.calls[0], ()) != (Reader.HOST,) or any(storage(n) in room.padded for n in pieces):
@@ -325,39 +294,32 @@ def stream_joined(group: Group, room: Room) -> Flow | None:
     return flow and replace(flow, mems=taken(flow, room.channels))
 
 
-def not_streamed(program: Program, group: Group, outside, device) -> str:
-    """Why a group of elementwise or other calls (no matrix call, expansion or row reduction, which
-    have their own rules) larger than a compute tile does not stream (`stream_elementwise`), so
-    describe() and the refusal say it; "" for any other group."""
-    calls = group.calls
-    own_rules = (Role.MATRIX, Role.EXPANSION, Role.ROW_REDUCTION)
-    if held_bytes(list(calls)) <= core_room(device) or any(role(c) in own_rules for c in calls):
-        return ""
+def not_streamed(program: Program, calls, outside, device) -> str:
+    """Why elementwise calls do not stream by their structure and readers, naming calls as `program`
+    does; "" when nothing is against."""
     join = next((c for c in calls if c.arg.kernel.joins), None)
     if join is not None and not joined_pieces(calls):
         axis = join.arg.attr_dict["axis"] % len(join.shape)
         how = (f"joins along axis {axis}, each row of its result a row of every input" if join.shape[:axis] != (1,) * axis
                else "is fused with other calls or joins tensors that do not lie in host memory as runs of words")
         return f"{call_label(program, join)} {how}: only a lone Concat of host tensors end to end streams (stream_joined)"
-    why = unstreamable(calls, lambda c: call_label(program, c))
-    if why is not None:
+    if why := unstreamable(calls, lambda c: call_label(program, c)):
         return why
     read = [c for c in calls if outside.get(c) and outside[c] != (Reader.HOST,)]
     if read:
         return (f"{call_label(program, read[0])}'s result is read by {', '.join(map(str, outside[read[0]]))}, "
                 "and a stream's results go to the host alone")
-    returned = [call_label(program, c) for c in calls if outside.get(c)]
+    returned = [c for c in calls[:-1] if outside.get(c)] + [calls[-1]]
     if len(returned) > device.shim.dma_in_channels:
-        return (f"it returns {len(returned)} results ({', '.join(returned)}) but a column's shim tile has "
-                f"{device.shim.dma_in_channels} S2MM channels, one per result (stream_every_result): return fewer")
-    return "no block of whole 32-bit words dividing each core's share fits a core with the channels left"
+        return (f"it returns {len(returned)} results ({', '.join(call_label(program, c) for c in returned)}) but a "
+                f"column's shim tile has {device.shim.dma_in_channels} S2MM channels, one per result "
+                "(stream_every_result): return fewer")
+    return ""
 
 
 def stream_row_blocks(group: Group, room: Room) -> Flow | None:
-    """A row reduction over a batch of rows larger than SIZE_LIMIT whose result only the host
-    reads is streamed in blocks of whole rows (as wide as they lie: `pad_through_row_width`)
-    over whole free columns of cores, as `stream_elementwise` streams elementwise calls
-    (iron/compiler/tiling.py chooses how)."""
+    """A row reduction over a batch of rows larger than SIZE_LIMIT whose result only the host reads
+    streams in blocks of whole rows (as wide as they lie), as `stream_elementwise` streams."""
     calls = group.calls
     x = calls[0].src[0]
     if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or \
@@ -369,29 +331,25 @@ def stream_row_blocks(group: Group, room: Room) -> Flow | None:
 
 
 def taken(spread, channels, inputs: int = 1, results: int = 1) -> tuple:
-    """The mem-tile channels a stream or a grid of its own rows takes in each of its columns: in, per
-    input and per core's result; out, per input to each core and per result joined."""
+    """The mem-tile channels a stream or a grid of its own rows takes in each of its columns."""
     rows = len(spread.rows)
     return tuple(channels.take(col, inputs + rows * results, inputs * rows + results) for col in spread.cols)
 
 
 def _users(last: Node) -> tuple[Reader, ...]:
-    """Who alone may read a stream's result outside its group: the host, or no one when the
-    stream writes it into a state."""
+    """Who alone may read a stream's result outside its group: the host, or no one (a state's)."""
     return () if last.arg.writes else (Reader.HOST,)
 
 
 def unstreamed_view(nodes, padded: dict) -> bool:
-    """Whether a view of a padded tensor among `nodes` does not stream by its rows as it lies padded
-    (`stream_view_rows`): then its calls do not stream at all."""
+    """Whether a view of a padded tensor among `nodes` does not stream by its rows as it lies."""
     return any(n.op == Op.VIEW and storage(n) in padded and streamed_rows(n, padded) is None for n in nodes)
 
 
 
 def _choose_flow(calls, room: Room, width: int = 1, returned: tuple[Node, ...] = ()):
-    """`choose_flow` on the free columns over the length the streamed tensors lie in (padded by
-    `pad_to_block`, or their own); None when they lie inconsistently. Elementwise calls over
-    their own length whose result lies in wider rows (`pad_written_by_producer`) stream whole rows."""
+    """`choose_flow` over the length the streamed tensors lie in; None when they lie inconsistently.
+    A result lying in wider rows (`pad_written_by_producer`) streams in whole rows."""
     inputs, padded = streamed_inputs(calls)[0], room.padded
     length = stream_length(calls, inputs, padded)
     if length is None:
@@ -405,11 +363,9 @@ def _choose_flow(calls, room: Room, width: int = 1, returned: tuple[Node, ...] =
 
 
 def tile_matmul_over_array(group: Group, room: Room) -> Grid | None:
-    """A group that is one large MatMul or MatVec whose result only the host reads runs over a
-    grid of whole free columns of cores (iron/compiler/tiling.py chooses it), taking per grid
-    column a mem tile's channels for B's blocks (a MatVec: the split of its rows) and the C
-    join, and per grid row one for A's blocks. A MatMul whose rows are not whole 32-bit words
-    takes blocks of whole rows (`whole_rows_when_not_words`)."""
+    """A group that is one large MatMul or MatVec whose result only the host reads runs over a grid
+    of whole free columns of cores, taking mem-tile channels per grid column (B's blocks, or the
+    split of its rows, and the C join) and per grid row (A's blocks)."""
     call, expand, outside, channels = leading_call(group.calls), expansion(group.calls), room.outside, room.channels
     if group.calls[-1] is not call or not wants_grid(call, outside.get(call, ()), expand) or \
             expand is not None and outside.get(expand) or (sides := sides_as_lying(call, room.padded)) is None:
@@ -431,9 +387,8 @@ SPREADS = ((Rule.TILE_MATMUL_OVER_ARRAY, tile_matmul_over_array), (Rule.STREAM_E
 
 
 def read_on_device(group: Group, outside) -> str:
-    """Why a MatMul or MatVec the grid would take were its result the host's alone is not
-    spread over the array: groups of the same configuration read it, and a grid's results leave
-    each column for DDR, a column's share at a time (iron/compiler/grid.py); "" otherwise."""
+    """Why a MatMul or MatVec the grid would take is not spread over the array: groups of the same
+    configuration read its result, which a grid writes to DDR; "" otherwise."""
     call, expand = leading_call(group.calls), expansion(group.calls)
     readers = [u for u in outside.get(call, ()) if u is not Reader.HOST]
     if group.calls[-1] is not call or not readers or not wants_grid(call, (Reader.HOST,), expand):
@@ -444,12 +399,9 @@ def read_on_device(group: Group, outside) -> str:
 
 
 def check_some_grid(program: Program, call: Node, device) -> None:
-    """A MatMul whose B and result do not fit a tile and for which `tile_matmul_over_array` finds
-    no grid even with the whole device to itself is DoesNotFit here (`NoGrid`), instead of
-    failing later as one tile's buffers: its blocks divide its sides, so a side with no divisor
-    but small ones (a prime) has none that moves. Why pad_to_block did not pad it the layout's
-    decisions say (layout.refusal), which compile_segments adds; until then, whether padded sides
-    would have one."""
+    """A MatMul whose B and result do not fit a tile with no grid even on the whole device is
+    DoesNotFit here (`NoGrid`), not later as one tile's buffers; compile_segments adds why
+    pad_to_block did not pad it (layout.refusal)."""
     room, held = core_room(device), nbytes(call.src[1]) + nbytes(call)
     if len(call.shape) != 2 or held <= room or whole_device_grid(call, device) is not None:
         return
@@ -462,8 +414,7 @@ def check_some_grid(program: Program, call: Node, device) -> None:
 
 def check_whole_words(program: Program, calls, device) -> None:
     """Elementwise calls too large for a tile whose element count no block of whole 32-bit words
-    divides (an odd count of 16-bit elements, say), so `stream_elementwise` has no block for them
-    even on the whole device, are DoesNotFit here (`NoWholeWords`)."""
+    divides are DoesNotFit here (`NoWholeWords`)."""
     room, held = core_room(device), held_bytes(list(calls))
     size = external_inputs(calls)[0].size
     per_word = max(4 // min(4, n.dtype.itemsize) for n in (*external_inputs(calls), *calls))

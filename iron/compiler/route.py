@@ -1,9 +1,7 @@
-"""Channel routing: which FIFOs each group's cores send and receive, decided from the placement
-before any object is packed. `route` gives every FIFO its ends (its role, producer and
-consumers; shared memory between neighbouring compute tiles) and decides which small host
-tensors one group forwards to later readers (`forward_shared_input`); `fit_compute_channels`
-then keeps every compute tile within its input DMA channels by having a carrier group forward,
-inside the object it already sends, what a core would otherwise take from other FIFOs."""
+"""Channel routing, decided from the placement before any object is packed: every FIFO's ends
+(`route`; shared memory between neighbouring compute tiles), the small host tensors one group
+forwards to later readers (`forward_shared_input`), and the relays keeping every compute tile
+within its input DMA channels (`fit_compute_channels`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -24,18 +22,20 @@ HOST = Tile(-1, 0, TileKind.SHIM)   # a FIFO end on the shim tile that `assign_s
 
 @dataclass(frozen=True)
 class Route:
-    """A FIFO's ends, before what its objects hold is known; `group` is the group it belongs to
-    (EMIT for the Emit's)."""
+    """A FIFO's ends, before what its objects hold is known; `group` (or EMIT) owns it."""
 
     fifo: FifoId
     group: str
     producer: Tile
     consumers: tuple[Tile, ...]
-    shared_memory: bool = False
 
     @property
     def role(self) -> FifoRole:
         return self.fifo.role
+
+    @cached_property
+    def shared_memory(self) -> bool:   # exactly when mlir-aie makes it so
+        return shares_memory(self)
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Relay:
 @dataclass(frozen=True)
 class Routes:
     """Every FIFO's Route in Plan order, the forwarded host tensors (loader group -> {tensor:
-    reader groups}), the relays, and the rules' decisions."""
+    reader groups}), the relays and the decisions."""
 
     fifos: tuple[Route, ...]
     forwards: dict[str, dict[Node, tuple[str, ...]]]
@@ -69,9 +69,6 @@ class Routes:
 
     def carried_by(self, group: str) -> list[Relay]:
         return [r for r in self.relays if r.carrier == group]
-
-    def forwarded_to(self, group: str, node: Node) -> bool:
-        return forwarded_to(self.forwards, group, node)
 
 
 def route(program: Program, layout: Layout) -> Routes:
@@ -90,10 +87,9 @@ def route(program: Program, layout: Layout) -> Routes:
 
 
 def group_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
-    """`<g>_in` when the group loads anything from the host; per core `<g>_host` (outputs, state
-    writes, carried elements) and `<g>_out` (results other groups or the Emit read); a streamed
-    matrix's `<g>_w_mem` and `<g>_w` (`<g>_w<p>` per part); a split group's `<g>_part<p>` and
-    the joined `<g>_out` (or `<g>_host` when only the host reads it)."""
+    """A group's FIFOs: its `_in` when it loads anything from the host; per core its `_host`
+    (outputs, state writes, carried elements) and `_out` (results other groups read); a
+    streamed matrix's; a split group's parts and their join."""
     if site.grid is not None:
         return grid_routes(site)
     if site.flow is not None:
@@ -109,7 +105,7 @@ def group_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
             fifos.append(Route(fifo_id(g, Stem.HOST, core=core), g, tile, (HOST,)))
         exported = any(not c.arg.writes and any(u is not Reader.HOST for u in users.get(c, ())) for c in calls)
         if not split and (forwards.get(g) or exported):
-            fifos.append(out_route(fifo_id(g, Stem.OUT, core=core), g, tile, consumer_tiles(layout, forwards, site.group)))
+            fifos.append(Route(fifo_id(g, Stem.OUT, core=core), g, tile, consumer_tiles(layout, forwards, site.group)))
     if site.stream is not None:
         fifos += stream_routes(site)
     if split:
@@ -118,8 +114,7 @@ def group_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
 
 
 def loads_from_host(forwards: dict, site: Site) -> bool:
-    """Whether a group loads anything from the host: a host tensor (not its streamed matrix, not
-    one an earlier group forwards to it) or a per-call kernel attribute."""
+    """Whether a group loads a host tensor no earlier group forwards to it, or a per-call attribute."""
     g = site.group.name
     return any(c.arg.scalar_attrs for c in site.group.calls) or any(
         not forwarded_to(forwards, g, n) for n in host_reads(site))
@@ -131,18 +126,12 @@ def forwarded_to(forwards: dict, group: str, node: Node) -> bool:
 
 
 def host_reads(site: Site) -> list[Node]:
-    """The host tensors a group's calls read, but its streamed matrix (none for a grid or a
-    flow: their operands stream in blocks)."""
+    """The host tensors a group's calls read but its streamed matrix (none for a grid or a flow:
+    their operands stream in blocks)."""
     if site.grid is not None or site.flow is not None:
         return []
     streamed = site.stream.matrix if site.stream is not None else None
     return [n for c in site.group.calls for n in tensor_inputs(c) if is_host_tensor(n) and n is not streamed]
-
-
-def out_route(fifo: FifoId, group: str, tile: Tile, consumers: tuple[Tile, ...]) -> Route:
-    """A core's `_out`: shared memory exactly when mlir-aie makes it so (`shares_memory`)."""
-    route = Route(fifo, group, tile, consumers)
-    return replace(route, shared_memory=shares_memory(route))
 
 
 def consumer_tiles(layout: Layout, forwards: dict, group, with_host: bool = False) -> tuple[Tile, ...]:
@@ -167,10 +156,9 @@ def stream_routes(site: Site) -> list[Route]:
 
 
 def grid_routes(site: Site) -> list[Route]:
-    """A tiled MatMul's FIFOs (`tile_matmul_over_array`): per grid row `<g>_a<r>_mem` into its
-    mem tile and `<g>_a<r>` from there to the row's cores; per grid column `<g>_b<c>_mem` and
-    `<g>_b<c>` likewise to the column's cores, each core's `<g>_part<r>_<c>` into the column's
-    mem tile and the joined `<g>_host<c>` to the host."""
+    """A grid's FIFOs (`tile_matmul_over_array`): per row, A's blocks through its mem tile to the
+    row's cores; per column B's to the column's cores, and each core's part joined on the
+    column's mem tile to the host."""
     g, grid = site.group.name, site.grid
     rows, cols = range(len(grid.rows)), range(len(grid.cols))
     if grid.own_rows:
@@ -188,10 +176,9 @@ def grid_routes(site: Site) -> list[Route]:
 
 
 def own_rows_routes(g: str, grid) -> list[Route]:
-    """The FIFOs of a grid whose cores own their rows (a MatVec, a MatMul whose N is not whole
-    words): B's k-blocks (the vector's) `<g>_b` to every core; per grid column the rows of A
-    `<g>_a<c>_mem` into its mem tile, split into each core's `<g>_a<r>_<c>`, and each core's
-    `<g>_part<r>_<c>` joined into `<g>_host<c>`."""
+    """A grid whose cores own their rows (a MatVec, a MatMul whose N is not whole words): B's
+    k-blocks to every core; per column A's rows split on its mem tile between its cores, and
+    their parts joined there."""
     rows, cols = range(len(grid.rows)), range(len(grid.cols))
     fifos = [Route(fifo_id(g, Stem.B), g, HOST, grid.tiles)]
     for c, mem in zip(cols, grid.c_mems):
@@ -203,11 +190,9 @@ def own_rows_routes(g: str, grid) -> list[Route]:
 
 
 def flow_routes(site: Site) -> list[Route]:
-    """Streamed elementwise calls' FIFOs (`stream_elementwise`): per grid column and input i,
-    `<g>_x<i>_<c>_mem` into its mem tile, split into each core's `<g>_x<i>_<r>_<c>`; each core's
-    `<g>_part<r>_<c>` joined into `<g>_host<c>` (`_r<k>` after them for an earlier result k,
-    `stream_every_result`); a row every row shares, `<g>_w<i>`, and the per-call words, `<g>_in`,
-    to every core."""
+    """A Flow's FIFOs (`stream_elementwise`): per column each input split on its mem tile between
+    its cores, and each result's parts joined there (`stream_every_result`); a row every row
+    shares and the per-call words to every core."""
     g, flow = site.group.name, site.flow
     rows = range(len(flow.rows))
     fifos = [Route(fifo_id(g, Stem.W, i), g, HOST, flow.tiles) for i in range(len(flow.shared))]
@@ -234,10 +219,9 @@ def join_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
 
 
 def forwarded_inputs(layout: Layout) -> dict[str, dict[Node, tuple[str, ...]]]:
-    """`forward_shared_input`: small host tensors (`forwardable`: inputs, weights, params and
-    views of them, not states) that several groups read: the first unsplit group loading one
-    forwards it in its `_out` to the later readers, so the host moves it once per launch and each
-    reader needs no shim channel for it. Returns loader group -> {tensor: reader groups}."""
+    """`forward_shared_input`: the first unsplit group loading a small host tensor (`forwardable`)
+    that later groups read too forwards it in its `_out`, so the host moves it once per launch
+    and each reader needs no shim channel for it. Returns loader group -> {tensor: readers}."""
     loader: dict[Node, str] = {}
     found: dict[str, dict[Node, list[str]]] = {}
     for site in layout.sites:
@@ -255,15 +239,15 @@ def forwarded_inputs(layout: Layout) -> dict[str, dict[Node, tuple[str, ...]]]:
 # ---- compute-tile channels -------------------------------------------------------------------------
 
 def fit_compute_channels(program: Program, routes: Routes, layout: Layout, device) -> Routes:
-    """`routes` with the relays `choose_relays` picks applied: each reader's cores no longer
-    receive the relayed FIFOs; a relayed `_in` goes, its contents loaded by the carrier, which
-    gains an `_in` if it had none."""
+    """`routes` with the relays `choose_relays` picks: the readers no longer receive the relayed
+    FIFOs; a relayed `_in` goes, loaded by the carrier, which gains an `_in` if it had none."""
     relays, rules = choose_relays(program, core_inputs(routes, layout), device)
     fifos = list(routes.fifos)
     moved_in = [r for r in relays if fifo_id(r.reader, Stem.IN) in r.fifos]
     for relay in relays:
         reader, own_in = tiles_of(layout, relay.reader), fifo_id(relay.reader, Stem.IN)
-        fifos = [_without(r, reader) if r.fifo in relay.fifos and r.fifo != own_in else r for r in fifos]
+        fifos = [replace(r, consumers=tuple(t for t in r.consumers if t not in reader))
+                 if r.fifo in relay.fifos and r.fifo != own_in else r for r in fifos]
         carrier = tiles_of(layout, relay.carrier)
         fifos = [_with(r, carrier) if r.fifo in relay.gained else r for r in fifos]
         if relay in moved_in and not any(r.fifo == fifo_id(relay.carrier, Stem.IN) for r in fifos):
@@ -276,18 +260,8 @@ def fit_compute_channels(program: Program, routes: Routes, layout: Layout, devic
     return replace(routes, fifos=tuple(fifos), relays=tuple(relays), rules=routes.rules + rules)
 
 
-def _without(route: Route, reader: tuple[Tile, ...]) -> Route:
-    return _to(route, tuple(t for t in route.consumers if t not in reader))
-
-
-def _with(route: Route, carrier: tuple[Tile, ...]) -> Route:
-    return _to(route, (*route.consumers, *(t for t in carrier if t not in route.consumers)))
-
-
-def _to(route: Route, consumers: tuple[Tile, ...]) -> Route:
-    if route.role is FifoRole.OUTPUT and route.producer.kind is TileKind.COMPUTE:
-        return out_route(route.fifo, route.group, route.producer, consumers)
-    return replace(route, consumers=consumers)
+def _with(route: Route, tiles: tuple[Tile, ...]) -> Route:
+    return replace(route, consumers=(*route.consumers, *(t for t in tiles if t not in route.consumers)))
 
 
 def tiles_of(layout: Layout, group: str) -> tuple[Tile, ...]:
@@ -295,7 +269,7 @@ def tiles_of(layout: Layout, group: str) -> tuple[Tile, ...]:
 
 
 def core_inputs(routes: Routes, layout: Layout) -> list[CoreInputs]:
-    """What each core receives, in core order (groups, then the Emit), for `choose_relays`."""
+    """What each core receives, groups then the Emit, for `choose_relays`."""
     cores, made = [], []
     for site in layout.sites:
         g = site.group.name
@@ -313,30 +287,28 @@ def core_inputs(routes: Routes, layout: Layout) -> list[CoreInputs]:
 
 def streams_in_step(layout: Layout, site: Site) -> bool:
     """Whether a group takes streamed blocks in step with another group's core
-    (`share_streamed_matrix`): it must not wait for an earlier group's result it does not read,
-    which may depend on the other core taking its blocks."""
+    (`share_streamed_matrix`): it must not wait for a result the other core's blocks hold up."""
     g = site.group.name
     return site.stream is not None and (site.stream.owner is not None or any(
         s.stream is not None and s.stream.owner == g for s in layout.sites))
 
 
 def _receives(routes: Routes, group: str, tile: Tile, *rest, mine: frozenset | None = None) -> CoreInputs:
-    """What the core of `group` on `tile` receives: of the FIFOs reaching the tile, those `mine`
-    holds when its core also runs other groups (`share_core_in_iteration`)."""
+    """What `group`'s core on `tile` receives (only `mine` when it runs other groups too)."""
     fifos = [r for r in routes.fifos if tile in r.consumers and (mine is None or r.fifo in mine)]
     return CoreInputs(group, tile, tuple(r.fifo for r in fifos if not r.shared_memory),
                       tuple(r.fifo for r in fifos), *rest)
 
 
 def shares_tile(layout: Layout, site: Site) -> bool:
-    """Whether the core of a group's tile runs other groups too (`share_core_in_iteration`): its
-    `_out` to the later one is shared memory on the tile, so it forwards nothing to others."""
+    """Whether a group's core runs other groups too (`share_core_in_iteration`): its `_out` is
+    then shared memory on the tile, so it forwards nothing."""
     return len(site.tiles) == 1 and any(s.tiles == site.tiles and s is not site for s in layout.sites)
 
 
 def _read_by(layout: Layout, routes: Routes, site: Site) -> frozenset | None:
-    """The FIFOs a group's calls take when its tile runs other groups too: its own, those of the
-    groups whose results (or forwards) it reads, and a stream it shares; None on a tile of its own."""
+    """The FIFOs a group takes when its tile runs other groups too: its own, the `_out`s of the
+    groups whose results or forwards it reads, a stream it shares; None on a tile of its own."""
     if not shares_tile(layout, site):
         return None
     g = site.group.name
@@ -349,12 +321,11 @@ def _read_by(layout: Layout, routes: Routes, site: Site) -> frozenset | None:
 
 @dataclass(frozen=True)
 class CoreInputs:
-    """What one core receives, for `fit_compute_channels`: `dma` the FIFOs reaching its tile
-    through a DMA channel, `received` every FIFO it acquires (shared memory too), `carrier` its
-    group's `_out` when that group runs on one tile (so other groups' operands may be added to
-    its object), `own_in` its group's `_in` and `movable_in` whether everything in it (no state)
-    may come in another group's object instead; `earlier` the `_out`s of the groups before it,
-    which it may start receiving to forward them (their groups never wait for its own)."""
+    """What one core receives, for `fit_compute_channels`: `dma` by a DMA channel, `received`
+    every FIFO it acquires; `carrier` its group's `_out` when on one tile (other groups'
+    operands may ride in it), `own_in` its `_in` and `movable_in` whether (holding no state)
+    it may come in another group's object; `earlier` the `_out`s of the groups before it,
+    which it may start receiving to forward them (they never wait for its own)."""
 
     group: str
     tile: Tile
@@ -367,13 +338,10 @@ class CoreInputs:
 
 
 def choose_relays(program: Program, cores: list[CoreInputs], device) -> tuple[list[Relay], tuple]:
-    """`fit_compute_channels`' choice: for each group (in order) whose cores would take more FIFOs by DMA
-    than a compute tile has input channels, the first group sending it an `_out` (a carrier, on
-    one tile) that can forward enough of the others: FIFOs the carrier still receives itself, or
-    the group's movable `_in` (the carrier loads it in its own `_in`, which it must have or have
-    a channel left for); failing those, `_out`s of groups before the carrier that it starts
-    receiving on the input channels it has left (`_gaining_relay`). Designs that fit are left alone. Returns (the relays, rules);
-    PlacementError naming the group, its tile and FIFOs when no carrier can."""
+    """`fit_compute_channels`' choice: for each group (in order) whose cores would take more FIFOs
+    by DMA than a compute tile has input channels, a group sending it an `_out` (a carrier) that
+    forwards enough of the others (`_relay_for`). Returns (the relays, rules); PlacementError
+    naming the group, its tile and FIFOs when no carrier can."""
     limit = device.compute.dma_in_channels
     relays, rules, state = _relays(cores, limit)
     for core in cores:
@@ -399,8 +367,7 @@ def _relays(cores: list[CoreInputs], limit: int) -> tuple[list[Relay], tuple, Ch
 
 def crowded_tiles(program: Program, layout: Layout, device) -> set[Tile]:
     """The compute tiles whose FIFOs by DMA, over every group their core runs, exceed its channels
-    in either direction once `fit_compute_channels` has relayed what it can (a probe of a layout
-    whose groups share cores: repeat.py's `sharing`)."""
+    either way once `fit_compute_channels` has relayed what it can (share_core.py's probe)."""
     routes = route(program, layout)
     relays, _, state = _relays(core_inputs(routes, layout), device.compute.dma_in_channels)
     tiles = {c.tile for c in state.cores if state.tile_inputs(c.tile) > device.compute.dma_in_channels}
@@ -412,8 +379,8 @@ def crowded_tiles(program: Program, layout: Layout, device) -> set[Tile]:
 
 
 class ChannelState:
-    """The decisions so far: FIFOs each reader no longer receives, groups that gained an `_in`,
-    FIFOs each carrier started receiving."""
+    """The relays so far: what each reader no longer receives, the carriers that gained an `_in`
+    and what each started receiving."""
 
     def __init__(self, cores: list[CoreInputs]):
         self.cores = cores
@@ -425,9 +392,6 @@ class ChannelState:
     def receives(self, group: str) -> set[FifoId]:
         return self._now(group, self.by_group[group].received)
 
-    def dma_inputs(self, core: CoreInputs) -> set[FifoId]:
-        return self._now(core.group, core.dma)
-
     def _now(self, group: str, fifos) -> set[FifoId]:
         """`fifos` as the relays so far leave them to `group`'s core."""
         return ((set(fifos) - set(self.readers.get(group, ()))) | set(self.gained.get(group, ()))
@@ -435,7 +399,7 @@ class ChannelState:
 
     def tile_inputs(self, tile: Tile) -> int:
         """The FIFOs reaching `tile` by DMA for every group its core runs."""
-        return len(set().union(*(self.dma_inputs(c) for c in self.cores if c.tile == tile)))
+        return len(set().union(*(self._now(c.group, c.dma) for c in self.cores if c.tile == tile)))
 
     def take(self, relay: Relay, reader: CoreInputs):
         self.readers[relay.reader] = relay.fifos
@@ -446,30 +410,24 @@ class ChannelState:
 
 def _relay_for(core: CoreInputs, cores: list[CoreInputs], state: ChannelState, limit: int,
                needed: int) -> Relay | None:
+    """The first carrier forwarding enough of what it receives itself (and the reader's movable
+    `_in`, when it has or can take an `_in`); else the first that does when it also starts
+    receiving, on the input channels it has left, `_out`s of groups before it (which never wait
+    for it, so it may hold its own object until theirs come)."""
     carriers = [c for c in cores if c.carrier in core.received and c.group != core.group]
-    for carrier in carriers:
-        has = state.receives(carrier.group)
-        can_load = fifo_id(carrier.group, Stem.IN) in has or state.tile_inputs(carrier.tile) < limit
-        movable = [f for f in core.dma if f == core.own_in and core.movable_in and can_load]
-        forwardable = [f for f in core.dma if f in has and f != carrier.carrier] + movable
-        if len(forwardable) >= needed:
-            return Relay(carrier.group, core.group, tuple(forwardable[:needed]))
-    return _gaining_relay(core, carriers, state, limit, needed)
-
-
-def _gaining_relay(core: CoreInputs, carriers: list[CoreInputs], state: ChannelState, limit: int,
-                   needed: int) -> Relay | None:
-    """The first carrier that forwards enough when it also starts receiving, on the input
-    channels it has left, `_out`s of groups before it (which never wait for it, so it may hold
-    its own object until theirs come)."""
-    for carrier in carriers:
-        has = state.receives(carrier.group)
-        spare = limit - state.tile_inputs(carrier.tile)
-        kept = [f for f in core.dma if f in has and f != carrier.carrier]
-        gained = [f for f in core.dma if f in carrier.earlier and f not in has][:max(0, spare)]
-        if gained and len(kept) + len(gained) >= needed:
-            taken = (kept + gained)[:needed]
-            return Relay(carrier.group, core.group, tuple(taken), tuple(f for f in taken if f in gained))
+    for gaining in (False, True):
+        for carrier in carriers:
+            has = state.receives(carrier.group)
+            kept = [f for f in core.dma if f in has and f != carrier.carrier]
+            if gaining:
+                spare = limit - state.tile_inputs(carrier.tile)
+                extra = [f for f in core.dma if f in carrier.earlier and f not in has][:max(0, spare)]
+            else:
+                can_load = fifo_id(carrier.group, Stem.IN) in has or state.tile_inputs(carrier.tile) < limit
+                extra = [f for f in core.dma if f == core.own_in and core.movable_in and can_load]
+            taken = (kept + extra)[:needed]
+            if len(taken) >= needed and (extra or not gaining):
+                return Relay(carrier.group, core.group, tuple(taken), tuple(f for f in taken if gaining and f in extra))
     return None
 
 

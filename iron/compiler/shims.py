@@ -1,7 +1,5 @@
-"""Host FIFOs meet shim tiles: `share` merges host FIFOs through mem-tile splits and joins when
-a direction needs more shim channels than the device has (`share_shim_channels` decides which);
-`connect` then gives every host end the shim tile `assign_shims` picks and cuts the moves into
-Dma ops (`finish_sequence`)."""
+"""Host FIFOs meet shim tiles: `share` applies the merges `share_shim_channels` decides;
+`connect` gives every host end the shim tile `assign_shims` picks and cuts the moves into Dma ops."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -16,7 +14,7 @@ from iron.compiler.channels import (
 )
 from iron.compiler.lower import DEPTH, Lowered
 from iron.compiler.objects import I32
-from iron.compiler.route import HOST, Routes
+from iron.compiler.route import HOST, Route, Routes
 from iron.compiler.sequence import Move, finish_sequence
 from iron.ir import Program
 from iron.plan.fifos import EMIT_IN, FifoId, FifoRole
@@ -39,44 +37,34 @@ def share(program: Program, lowered: Lowered, device) -> Lowered:
     return replace(lowered, rules=lowered.rules + rules + tuple(_emit_in_rules(shares)))
 
 
-
-
 def _emit_in_rules(shares: list[SharedChannel]) -> list[Decision]:
-    """The rule `emit_in_shares`: the Emit's `emit_in` (this call's words, known before the call
-    starts, so never waiting) may share a shim channel like a group's input. When a grid's
-    inputs take every shim MM2S channel of a column, this keeps the design one configuration,
-    where cutting the Emit into a segment of its own would reconfigure the array every call
-    (100 us or more on npu2, 20 ms on npu1: docs/platform.md section 10) for a few words that
-    ride a mem-tile split instead."""
+    """`emit_in_shares`: the Emit's words (known before the call starts, so never waiting) may
+    share a shim channel like a group's input. When a grid's inputs take every shim MM2S channel
+    of a column, this keeps the design one configuration, where an Emit segment of its own would
+    reconfigure the array every call (100 us or more on npu2, 20 ms on npu1: docs/platform.md
+    section 10) for a few words."""
     return [(Rule.EMIT_IN_SHARES, f"emit_in shares {s.fifo} with {', '.join(str(m) for m in s.members if m != EMIT_IN)} "
                              "rather than the Emit being cut into a segment of its own")
             for s in shares if EMIT_IN in s.members]
 
 
 def shim_requests(lowered: Lowered) -> list[ShimRequest]:
-    """Every FIFO with a host end, in FIFO order, and whether it may share a shim channel: a
-    group's `_in` (one that waits for an earlier group's state write only with inputs moving
-    after the same Waits, `ShimRequest.points`), the Emit's `emit_in` (`emit_in_shares`), a
-    core's `_host` when no Wait of the sequence needs it before its end; a FIFO of a core
-    looping over a repeated block (`repeat_over_time`) moves one object per iteration, so it
-    shares only with FIFOs moving as many (`ShimRequest.loops`)."""
+    """Every FIFO with a host end, in FIFO order, and whether it may share a shim channel
+    (`_may_share`; one waiting for a state write only with inputs moving after the same Waits,
+    `ShimRequest.points`; a looping core's only with FIFOs moving as many objects, `loops`)."""
     waited = {entry.fifo for entry in lowered.sequence if isinstance(entry, Wait)}
     points = _wait_points(lowered)
-
-    def loops(f) -> int:
-        return lowered.loops.get(f.name, 1)
-
     requests = []
     for f in lowered.fifos:
+        loops = lowered.loops.get(f.name, 1)
         if f.producer == HOST:
-            shares = f.role in (FifoRole.EMIT_IN, FifoRole.INPUT)
-            rounds = tuple(points[f.name][k * len(points[f.name]) // loops(f)] for k in range(loops(f))) \
+            rounds = tuple(points[f.name][k * len(points[f.name]) // loops] for k in range(loops)) \
                 if f.name in points else ()
-            requests.append(ShimRequest(f.name, Direction.MM2S, f.consumers[0].col, f.nbytes, shares, loops(f),
-                                        rounds, f.name in lowered.waiting_inputs))
+            requests.append(ShimRequest(f.name, Direction.MM2S, f.consumers[0].col, f.nbytes,
+                                        _may_share(f, Direction.MM2S), loops, rounds, f.name in lowered.waiting_inputs))
         elif HOST in f.consumers:
-            shares = f.producer.kind is TileKind.COMPUTE and f.role is FifoRole.HOST and f.name not in waited
-            requests.append(ShimRequest(f.name, Direction.S2MM, f.producer.col, f.nbytes, shares, loops(f)))
+            shares = _may_share(f, Direction.S2MM) and f.name not in waited
+            requests.append(ShimRequest(f.name, Direction.S2MM, f.producer.col, f.nbytes, shares, loops))
     return requests
 
 
@@ -96,21 +84,17 @@ def _wait_points(lowered: Lowered) -> dict[FifoId, list[int]]:
 
 @dataclass(frozen=True)
 class ShimShortfall:
-    """The rule `shim_channels_bound`'s refusal: the host FIFOs of one direction need more shim
-    channels than the device has, however `share_shim_channels` merges; `groups`: how many of
-    the leading groups their own host FIFOs leave within the channels (so, likely, the most
-    groups a segment from the same start fits)."""
+    """`shim_channels_bound`'s refusal: `groups`, how many leading groups their own host FIFOs
+    leave within the shim channels (likely the most a segment from the same start fits)."""
 
     groups: int
 
 
 def shim_shortfall(routes: Routes, device) -> ShimShortfall | None:
-    """The rule `shim_channels_bound`: whether the host FIFOs of one direction certainly need
-    more shim channels than the device has, known from the routes alone: a merge of k FIFOs saves
-    k - 1 channels and only FIFOs that may share merge (`shim_requests`: inputs, and outputs a
-    compute tile sends the host), so `share_shim_channels` saves at most all of those but one.
-    The same before `fit_compute_channels`: it only moves `_in` FIFOs (a reader's goes when its
-    carrier has or gains one), which changes neither the other FIFOs nor whether some input is left."""
+    """`shim_channels_bound`: whether the host FIFOs of one direction certainly need more shim
+    channels than the device has, from the routes alone: merging saves at most all FIFOs that
+    may share but one. The same before `fit_compute_channels`: it only moves `_in` FIFOs, which
+    changes neither the other FIFOs nor whether some input is left."""
     capacity = {d: n * device.n_cols for d, n in shim_channels_per_tile(device).items()}
     taken = {d: [0, 0] for d in Direction}   # host FIFOs that may not share, that may
     groups: list[str] = []   # routes come group by group, in program order
@@ -126,12 +110,12 @@ def shim_shortfall(routes: Routes, device) -> ShimShortfall | None:
     return None
 
 
-def _may_share(route, direction: Direction) -> bool:
-    """Whether `shim_requests` may let a host FIFO share a channel: its role and producer say so,
-    though a Wait of the lowered sequence may still keep it apart (so this counts no fewer)."""
+def _may_share(fifo: Fifo | Route, direction: Direction) -> bool:
+    """Whether a host FIFO's role and producer let it share a channel (an output only when no
+    Wait of the lowered sequence needs it before its end: `shim_requests`)."""
     if direction is Direction.MM2S:
-        return route.role in (FifoRole.INPUT, FifoRole.EMIT_IN)
-    return route.role is FifoRole.HOST and route.producer.kind is TileKind.COMPUTE
+        return fifo.role in (FifoRole.INPUT, FifoRole.EMIT_IN)
+    return fifo.role is FifoRole.HOST and fifo.producer.kind is TileKind.COMPUTE
 
 
 def _merged(lowered: Lowered, merge: SharedChannel) -> Lowered:
@@ -140,7 +124,8 @@ def _merged(lowered: Lowered, merge: SharedChannel) -> Lowered:
     dtype = I32 if retype else members[merge.members[0]].dtype
     inputs = merge.direction is Direction.MM2S
     ends = (HOST, (merge.mem,)) if inputs else (merge.mem, (HOST,))
-    fifos = [_shared_end(f, merge.mem, retype) if f.name in members else f for f in lowered.fifos]
+    fifos = [replace(_host_end(f, merge.mem), dtype=I32 if retype else f.dtype) if f.name in members else f
+             for f in lowered.fifos]
     first = min(i for i, f in enumerate(fifos) if f.name in members)
     fifos.insert(first, Fifo(merge.fifo, ends[0], ends[1], DEPTH, merge.nbytes, dtype))
     if inputs:
@@ -152,22 +137,14 @@ def _merged(lowered: Lowered, merge: SharedChannel) -> Lowered:
                    sequence=tuple(moved_together(list(lowered.sequence), merge)))
 
 
-def _shared_end(f: Fifo, mem: Tile, retype: bool) -> Fifo:
-    """A member FIFO with its host end on the mem tile (as int32 when the members' element
-    sizes differ: a mem-tile link counts offsets in one element size)."""
-    producer = mem if f.producer == HOST else f.producer
-    consumers = tuple(mem if t == HOST else t for t in f.consumers)
-    return replace(f, producer=producer, consumers=consumers, dtype=I32 if retype else f.dtype)
-
-
 def moved_together(entries: list, share: SharedChannel) -> list:
-    """The lowered moves with the members' moves made moves of the shared FIFO, round by round
-    (one object of each member: a looping core's FIFOs have one per iteration), in member order,
-    each round at its first member move (inputs: issued before any member needs its object) or
-    at its last (outputs: issued once every member has had its inputs)."""
+    """The members' moves made the shared FIFO's, round by round (one object of each member), in
+    member order, each round at its first member move (inputs: before any member needs its
+    object) or its last (outputs: once every member has had its inputs)."""
     at = [i for i, e in enumerate(entries) if isinstance(e, Move) and e.fifo in share.members]
     per = {m: [i for i in at if entries[i].fifo == m] for m in share.members}
-    rounds = [[i for m in share.members for i in _round(per[m], share.loops, k)] for k in range(share.loops)]
+    size = {m: len(per[m]) // share.loops for m in share.members}   # a member's moves of one round
+    rounds = [[i for m in share.members for i in per[m][k * size[m]:(k + 1) * size[m]]] for k in range(share.loops)]
     spots = {(min(r) if share.direction is Direction.MM2S else max(r)): r for r in rounds}
     together = []
     for i, entry in enumerate(entries):
@@ -178,21 +155,15 @@ def moved_together(entries: list, share: SharedChannel) -> list:
     return together
 
 
-def _round(moves: list[int], loops: int, k: int) -> list[int]:
-    """Round k of a member's moves: the k-th of `loops` equal runs of them."""
-    size = len(moves) // loops
-    return moves[k * size:(k + 1) * size]
-
-
 def connect(lowered: Lowered, device) -> Lowered:
     """Host ends on the shim tiles `assign_shims` picks; the moves cut into Dma ops."""
     shims, rules = assign_shims(shim_requests(lowered), device)
-    fifos = tuple(_resolved(f, shims) for f in lowered.fifos)
+    fifos = tuple(_host_end(f, shims[f.name]) if f.name in shims else f for f in lowered.fifos)
     sequence = finish_sequence(lowered.sequence, {f.name: f for f in fifos}, device)
     return replace(lowered, fifos=fifos, sequence=sequence, rules=lowered.rules + rules)
 
 
-def _resolved(f: Fifo, shims: dict[FifoId, Tile]) -> Fifo:
-    producer = shims[f.name] if f.producer == HOST else f.producer
-    consumers = tuple(shims[f.name] if t == HOST else t for t in f.consumers)
-    return replace(f, producer=producer, consumers=consumers)
+def _host_end(f: Fifo, tile: Tile) -> Fifo:
+    """`f` with its HOST end on `tile`."""
+    return replace(f, producer=tile if f.producer == HOST else f.producer,
+                   consumers=tuple(tile if t == HOST else t for t in f.consumers))

@@ -1,10 +1,8 @@
 """Sides and extents for the layout pass (layout.py): a call's tensors and the axes its index map
-names (`Traits.index_map`: a letter two tensors of a call share is one side, so a MatMul's A and
-result share M, A and B share K, an elementwise call's tensors share every axis), a union-find
-over (tensor, axis) sides joined through them, the products whose layout elementwise calls read
-(`upstream`, `joined_with`); the zero-fill lattice, what each tensor's padding holds along each
-axis, carried through the maps once per design (`zero_fills`); and the padded extents a MatMul or MatVec may lie in, the cost
-model's choice among the candidates (`sides_choice`), and a stream's padded length."""
+names (a letter two tensors of a call share is one side), a union-find over (tensor, axis) sides
+joined through them; the zero-fill lattice, what each tensor's padding holds along each axis
+(`zero_fills`); and the padded extents the cost model chooses among (`sides_choice`,
+`streamed_count`)."""
 from __future__ import annotations
 
 import math
@@ -13,8 +11,8 @@ from itertools import product
 
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
 from iron.compiler.streaming import choose_flow, flow_bytes, streamable
-from iron.compiler.tiling import TILED_BYTES, call_sides, choose_grid, estimate_ns, vector_tiles
-from iron.ir import Node, Op, external_inputs, is_host_tensor, nbytes, state_written_whole
+from iron.compiler.tiling import call_sides, choose_grid, estimate_ns
+from iron.ir import Node, Op, external_inputs, is_host_tensor, state_written_whole
 from iron.kernels.base import Role
 from iron.plan import cost
 from iron.plan.plan import Choice
@@ -29,9 +27,8 @@ def result_of(call: Node) -> Node:
 
 
 def tensors(call: Node) -> list[tuple[Node, tuple[int, ...], tuple[Key, ...]]]:
-    """Each tensor input of a call and its result (where it lies), its shape and each axis's key:
-    the letter the index map gives it, or, for a leading axis the map repeats over, its place
-    from the last (an elementwise call's tensors share every axis); [] for a kernel with no map."""
+    """Each tensor input of a call and its result (where it lies), its shape and each axis's key
+    (its letter, or a leading axis's place from the last); [] for a kernel with no map."""
     m = call.arg.kernel.traits.index_map
     if m is None:
         return []
@@ -50,8 +47,8 @@ def letters(call: Node) -> str:
 
 
 def sides_as_lying(call: Node, shapes: dict[Node, tuple[int, ...]]) -> tuple[int, int, int] | None:
-    """(M, K, N) of a matrix call as its tensors lie (`shapes`, else their own; N = 1 for a
-    MatVec), None when two tensors give one letter different extents: then it takes no grid."""
+    """(M, K, N) of a matrix call as its tensors lie (`shapes`, else their own), None when two
+    tensors give one letter different extents."""
     extent: dict[Key, int] = {}
     for node, shape, keys in tensors(call):
         for key, n in zip(keys, shapes.get(node, shape)):
@@ -61,7 +58,7 @@ def sides_as_lying(call: Node, shapes: dict[Node, tuple[int, ...]]) -> tuple[int
 
 
 class Classes:
-    """A union-find: each item's class, joined by `union`."""
+    """A union-find."""
 
     def __init__(self):
         self.root: dict = {}
@@ -94,7 +91,7 @@ def side(sides: Classes, call: Node, i: int):
 
 
 def on_sides(call: Node, sides: tuple[int, ...]) -> dict[Node, tuple[int, ...]]:
-    """The shapes a call's tensors lie in when its letters take `sides`; leading axes keep their own."""
+    """The shapes a call's tensors lie in when its letters take `sides`."""
     extent = dict(zip(letters(call), sides))
     return {node: tuple(extent.get(key, n) for key, n in zip(keys, shape)) for node, shape, keys in tensors(call)}
 
@@ -109,16 +106,9 @@ def lone_product(group: Group) -> Node | None:
     return call
 
 
-def large(call: Node) -> bool:
-    """Whether a MatMul's or MatVec's tensors are too large for one tile, so it tiles."""
-    a, b = call.src[:2]
-    return vector_tiles(a, a) if len(call.shape) == 1 else \
-        nbytes(a) + nbytes(b) + nbytes(call) > TILED_BYTES
-
-
 def upstream(nodes, group_of: dict) -> tuple[tuple[Node, ...], tuple[Group, ...]]:
     """The padded products whose layout `nodes` lie in when read over it, in reading order, and
-    the elementwise groups between (their last results lie in it: `pad_through_elementwise`)."""
+    the elementwise groups between."""
     products, groups, seen, todo = [], [], set(), list(reversed(nodes))
     while todo:
         node = todo.pop()
@@ -139,15 +129,14 @@ def carried(node: Node, group_of: dict) -> bool:
 
 
 def joined(calls: tuple[Node, ...], result: Node, group_of: dict) -> tuple[Node, ...]:
-    """The products whose layout elementwise `calls` read, `result` lying in one of them
-    (`pad_joined` pads them alike); () when it lies in none."""
+    """The products whose layout elementwise `calls` read, `result` lying in one of them; () when
+    it lies in none."""
     products = upstream(external_inputs(calls), group_of)[0]
     return products if set(upstream((result,), group_of)[0]) & set(products) else ()
 
 
 def joined_with(call: Node, readers: dict, group_of: dict) -> tuple[Node, ...]:
-    """The products `pad_joined` pads alike with `call` (itself among them): those the last of the
-    elementwise groups reading its layout, one after another, reads."""
+    """The products `pad_joined` pads alike with `call` (itself among them)."""
     node, found = call, (call,)
     while users := [u for u in readers.get(node, []) if isinstance(u, Node) and u.arg.kernel.role is Role.ELEMENTWISE]:
         calls = group_of[users[0]].calls
@@ -160,8 +149,7 @@ def joined_with(call: Node, readers: dict, group_of: dict) -> tuple[Node, ...]:
 # ---- the zero-fill lattice: what each tensor's padding holds ---------------------------------------
 
 class Groups(dict):
-    """A design's groups by call (call -> its Group), and the zero-fill lattice over them (`zero_fills`),
-    computed once, when first read."""
+    """A design's groups by call, and the zero-fill lattice over them, computed when first read."""
 
     def __init__(self, groups: tuple[Group, ...]):
         super().__init__((c, g) for g in groups for c in g.calls)
@@ -181,12 +169,10 @@ class Groups(dict):
 
 
 def zero_fills(groups: tuple[Group, ...]) -> dict[Node, ZeroFill]:
-    """The zero-fill lattice, one pass in program order: each call's result's `ZeroFill` were it computed over
-    inputs lying padded, its axes carried through the call's index map (`Traits.index_map`) from its inputs'
-    axes of the same letters (a host tensor's the buffer's zeros, a view of a computed one's unknown): a
-    product's axis is zeros where the operand naming it is (a sum of products with a zero factor; ZEROS),
-    another call's where every input's is and its kernel keeps zeros (`Kernel.keeps_zeros_in`; KEPT), an axis
-    read only up to a per-call length (`Traits.row_length`) zeros written past it (ROWS); else None."""
+    """The zero-fill lattice, one pass in program order: each call's result's `ZeroFill` were it
+    computed over inputs lying padded, carried through its index map from its inputs' axes of the same
+    letters: a product's axis is ZEROS where the operand naming it is, another call's KEPT where every
+    input's is and its kernel keeps zeros, ROWS past a per-call length; else None."""
     found: dict[Node, ZeroFill] = {}
     for group in groups:
         for call in group.calls:
@@ -195,7 +181,6 @@ def zero_fills(groups: tuple[Group, ...]) -> dict[Node, ZeroFill]:
 
 
 def zeros_through(call: Node, group: Group, found: dict) -> ZeroFill:
-    """One call's step of `zero_fills`."""
     kernel, unwritten_why = call.arg.kernel, unwritten(call, group.calls)
     named = tensors(call)
     if not named:
@@ -216,8 +201,7 @@ def zeros_through(call: Node, group: Group, found: dict) -> ZeroFill:
 
 
 def summed_unzeroed(node: Node, call: Node, group_of: Groups) -> ZeroFill | None:
-    """`node`'s lattice value when the product `call` would sum padding of it that is not zeros (along an axis
-    its map contracts), else None."""
+    """`node`'s lattice value when the product `call` would sum padding of it that is not zeros."""
     value, dropped = group_of.zeros[node], call.arg.kernel.traits.index_map.dropped
     summed = any(key in dropped and fill is None for n, _, keys in tensors(call) if n is node
                  for key, fill in zip(keys, value.axes))
@@ -225,9 +209,8 @@ def summed_unzeroed(node: Node, call: Node, group_of: Groups) -> ZeroFill | None
 
 
 def unwritten(node: Node, calls: tuple[Node, ...]) -> str:
-    """`pad_written_by_producer`: why the group making `node` cannot write it across a cut row by row at the
-    padded stride (a grid writes blocks at its own; a streamed row's block at most SIZE_LIMIT; rows of whole
-    words); "" when it can."""
+    """`pad_written_by_producer`: why the group making `node` cannot write it row by row at the padded
+    stride; "" when it can."""
     if any(c.arg.kernel.role is Role.MATRIX for c in calls):
         return "made by a MatMul or MatVec, whose grid writes its blocks at its own row stride"
     if len(node.shape) < 2:
@@ -249,18 +232,17 @@ FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per
 
 
 def whole_device_grid(call: Node, device, padded=None):
-    """The grid `choose_grid` gives `call` (on `padded` sides) with the whole device to itself."""
+    """The grid `call` (on `padded` sides) takes with the whole device to itself."""
     return choose_grid(call, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
                        device.n_cols * device.shim.dma_out_channels, padded=padded)
 
 
 def sides_choice(call: Node, device, fixed: dict[int, int] | None = None,
                  any_grid: bool = False) -> tuple[tuple[int, int, int] | None, Choice | None]:
-    """A MatMul's or MatVec's padded sides (M, K, N): of the candidates (each side its own or
-    `fixed`, its quantum, `word_rows`, the wider quantum), the cost model's fastest grid on the
-    whole device. Unless `any_grid` (or a fixed side is not its own) the call's own sides are a
-    candidate, preferred on a tie: when they win nothing is padded (None, the Choice saying so).
-    No padded grid cuts a side into one-element k-blocks (priced below what they take)."""
+    """A MatMul's or MatVec's padded sides (M, K, N): of the candidates (each side its own or `fixed`,
+    its quantum, `word_rows`, the wider quantum), the fastest grid on the whole device. Unless
+    `any_grid`, the call's own sides are a candidate, preferred on a tie (None: nothing padded). No
+    padded grid takes one-element k-blocks (priced below what they take)."""
     own, fixed = call_sides(call), fixed or {}
     options = zip(own, (word_rows(call), *own[1:]), padded_sides(call, device), padded_sides(call, device, wider=True))
     tried = sorted(set(product(*({fixed[i]} if i in fixed else set(sides) for i, sides in enumerate(options)))),
@@ -288,8 +270,8 @@ def word_rows(call: Node) -> int:
 
 def padded_sides(call: Node, device, wider: bool = False) -> tuple[int, int, int]:
     """The sides padded to ROW_QUANTUM per row of cores (M; a MatVec's per core), K_QUANTUM (K),
-    ROW_QUANTUM per column (N); `wider` (`pad_wider`), each to a multiple of K_QUANTUM too, for
-    sides a narrow quantum leaves with no dividing block (2053 -> 2056 = 8 x 257; 2080 = 32 x 65)."""
+    ROW_QUANTUM per column (N); `wider` (`pad_wider`), to multiples of K_QUANTUM too (2053 -> 2080,
+    not 2056 = 8 x 257)."""
     rows, cols = len(device.compute_rows), device.n_cols
     vector = len(call.shape) == 1
     quanta = (ROW_QUANTUM * (rows * cols if vector else rows), K_QUANTUM, 1 if vector else ROW_QUANTUM * cols)
@@ -300,7 +282,7 @@ def padded_sides(call: Node, device, wider: bool = False) -> tuple[int, int, int
 
 def chained(call: Node, lies: dict[Node, tuple[int, int]], device) -> tuple[int, int, int] | None:
     """The sides of a MatMul reading tensors that lie padded (each axis fixing its letter), its
-    others as `best_sides` picks; None when none has a grid (or two tensors fix a letter apart)."""
+    others as `best_sides` picks; None when none has a grid."""
     fixed: dict[int, int] = {}
     order = letters(call)
     for node, _, keys in tensors(call):
@@ -312,8 +294,8 @@ def chained(call: Node, lies: dict[Node, tuple[int, int]], device) -> tuple[int,
 
 def joined_sides(products: tuple[Node, ...], device) -> dict[Node, tuple[int, int, int] | None] | None:
     """`pad_joined`: each product one elementwise group reads on the M and N `best_sides` picks for
-    the first, its own K or a padded one (the first's, when two read one operand); None when some
-    product has no grid so."""
+    the first, its K its own or padded (the first's, when two read one operand); None when some has
+    no grid so."""
     first = products[0]
     big_m, big_k, big_n = best_sides(first, device) or call_sides(first)
     shared = len({n for p in products for n in p.src[:2]}) < 2 * len(products)   # an operand lies padded alike too
@@ -325,14 +307,16 @@ def joined_sides(products: tuple[Node, ...], device) -> dict[Node, tuple[int, in
 
 
 def streamed_count(calls, device, count: int, quantum: int, width: int = 1) -> int | None:
-    """A stream's length (or rows of `width`) padded to `quantum` per core (or rows to the fewest of
-    whole words), when the cost model estimates it faster than over its own (preferred on a tie)."""
+    """A stream's length (or rows of `width`) padded to `quantum` per core or to whole words, when
+    the cost model estimates it faster than its own (preferred on a tie)."""
     step = quantum * device.n_cols * len(device.compute_rows)
     itemsize = min(n.dtype.itemsize for c in calls for n in (c, *c.src))
     unit = 4 // math.gcd(4, width * itemsize) if width > 1 else 0
     counts = dict.fromkeys(-(-count // s) * s for s in (step, unit) if s)
+    blocks_of = 1 if calls[0].arg.kernel.role is Role.ELEMENTWISE else width   # an elementwise stream's rows are elements
     flows = [(p, f) for p in (None, *(c * width for c in counts if c != count))
-             if (f := _flow(calls, device, p, width)) is not None]
+             if (f := choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
+                                  device.n_cols * device.shim.dma_out_channels, width=blocks_of, padded=p)) is not None]
     if not flows:
         return None
     best, _ = cost.choose(Rule.PAD_TO_BLOCK, "padded length", flows, lambda f: estimate_ns(f[1], device),
@@ -340,14 +324,8 @@ def streamed_count(calls, device, count: int, quantum: int, width: int = 1) -> i
     return None if best[0] is None else best[0] // width
 
 
-def _flow(calls, device, padded, width: int = 1):
-    width = 1 if calls[0].arg.kernel.role is Role.ELEMENTWISE else width   # rows of an elementwise stream are its elements
-    return choose_flow(calls, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
-                       device.n_cols * device.shim.dma_out_channels, width=width, padded=padded)
-
-
 def extent_rule(call: Node, sides: tuple[int, int, int], device) -> Rule:
-    """The candidate rule padded sides of `call` came by: K alone, whole words of results, wider quanta, or quanta."""
+    """The candidate rule padded sides of `call` came by."""
     own = call_sides(call)
     if sides[::2] == own[::2]:
         return Rule.PAD_K_ONLY

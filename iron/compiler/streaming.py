@@ -1,18 +1,14 @@
-"""Streaming rules: how calls over tensors larger than a tile run in blocks over whole columns of
-cores (a Flow). `stream_elementwise` cuts elementwise calls into blocks of whole 32-bit words, each
-core taking a block per round from its column's mem tile, which joins the results;
-`stream_row_blocks` streams a row reduction in blocks of whole rows, `stream_expansion_units` an
-expansion alone in units of a row it expands alone, `stream_joined` a lone Concat piece after
-piece (docs/platform.md sections 2 and 4 for the channels and memories this counts, section 5
-for the DMA limits). Lowered by flow.py."""
+"""Streaming rules: calls over tensors larger than a tile run in blocks over whole columns of cores
+(a Flow), each core taking a block per round from its column's mem tile, which joins the results:
+elementwise calls in blocks of whole 32-bit words, a row reduction in blocks of whole rows, an
+expansion in units it expands alone, a lone Concat piece after piece. Lowered by flow.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from itertools import islice
 
-from iron.compiler.tiling import OnCores, core_room, estimate_ns, fastest, word_run
+from iron.compiler.tiling import OnCores, core_room, estimate_ns, expanded, fastest, word_run
 from iron.compiler.words import row_group, view_rows
-from iron.errors import KernelTypeError
 from iron.ir import (
     Node,
     Op,
@@ -31,24 +27,17 @@ from iron.plan.plan import Tile
 from iron.plan.rules import Rule
 
 FLOW_BLOCK = 4096   # the most elements of one block
-
-
 MAX_FLOW_INPUTS = 2  # a compute tile's input DMA channels: one FIFO per input
-
-
 ROW_WISE = (Role.ROW_REDUCTION, Role.EXPANSION)   # the roles whose calls stream in blocks of whole rows
 
 
 @dataclass(frozen=True)
 class Flow(OnCores):
-    """Elementwise calls streamed in blocks of `block` elements over `rows` x `cols` cores:
-    core (r, c) runs the calls on blocks (t * len(cols) + c) * len(rows) + r for t < `rounds`;
-    each column's mem tile `mems[c]` splits each input's stream between its cores and joins
-    their results. A row reduction over a batch of rows of `width` elements streams the same
-    way in blocks of whole rows (`stream_row_blocks`): a block of `block // width` rows (`width`:
-    as they lie, padded by `pad_through_row_width` or their own); an input every row shares
-    (RMSNorm's w, in `shared`, as wide) goes whole to every core once, and so does one object of
-    the call's per-call attributes (Softmax's length), when it takes any."""
+    """Calls streamed in blocks of `block` elements over `rows` x `cols` cores: core (r, c) runs
+    them on blocks (t * len(cols) + c) * len(rows) + r for t < `rounds`; each column's mem tile
+    `mems[c]` splits each input between its cores and joins their results. A row reduction's
+    blocks are whole rows of `width` (as they lie); a row every row shares (`shared`) and the
+    per-call attributes' words go whole to every core once."""
 
     calls: tuple[Node, ...]
     inputs: tuple[Node, ...]
@@ -66,12 +55,10 @@ class Flow(OnCores):
 
     @property
     def results(self) -> tuple[Node, ...]:
-        """The calls whose blocks each column joins for the host: the last, then those returned."""
         return (self.calls[-1], *self.returned)
 
     @property
     def size(self) -> int:
-        """The elements each input streams: padded, or its own (a join's: all its pieces')."""
         return self.padded or sum(n.size for n in self.pieces or self.inputs[:1])
 
     @property
@@ -80,19 +67,15 @@ class Flow(OnCores):
 
     @property
     def per_call(self) -> tuple[tuple[Node, str, Node], ...]:
-        """(call, attribute, value) of the calls' per-call attributes, in the order of their
-        words in the object every core receives."""
+        """(call, attribute, value) of the per-call attributes, in the order of their words."""
         return tuple((c, name, value) for c in self.calls for name, value in dynamic_attrs(c))
 
     @property
     def result_block(self) -> int:
-        """The result's elements per block: `block`, or one per row for Argmax."""
         return result_share(self.calls, self.block, self.width)
 
     def work(self, device) -> cost.Work:
-        """What the stream does, for the cost model: a core's calls on its blocks, each input
-        through one shim channel per column and each result back through one (a row
-        reduction's result a share of its rows)."""
+        """For the cost model: each input through a shim channel per column, each result back."""
         gen, (shapes, out) = cost.generation(device), self.shapes()
         per_block = sum(cost.kernel_cycles(gen, c.arg.kernel.role, c.src[0].dtype, shapes[:c.arg.n_inputs],
                                            out if c is self.calls[-1] else shapes[0], c.dtype) for c in self.calls)
@@ -137,16 +120,14 @@ class Flow(OnCores):
 
 
 def streamable(calls) -> bool:
-    """Whether `stream_elementwise` may stream the calls: `unstreamable` finds nothing against."""
     return unstreamable(calls) is None
 
 
 def unstreamable(calls, label=lambda c: c.arg.kernel.__name__) -> str | None:
     """Why elementwise calls do not stream in blocks, naming calls by `label`; None when they do:
-    elementwise calls (by Role) over tensors of one element count, reading at most
-    MAX_FLOW_INPUTS host tensors, with one object of their per-call attributes (a threshold given
-    per call, a constant form's per-call value) counted as one more, that each lie in one run of whole words
-    (`stream_contiguous_views`), none writing a state but the last, as `stream_into_state` allows."""
+    over tensors of one element count, reading at most MAX_FLOW_INPUTS host tensors lying in runs
+    or rows of whole words (the per-call words count as one more), none writing a state but the
+    last (`stream_into_state`)."""
     for c in calls:
         if c.arg.kernel.role is not Role.ELEMENTWISE:
             return (f"{label(c)} is not elementwise ({c.arg.kernel.role.value}): its result's blocks are not "
@@ -173,10 +154,9 @@ def unstreamable(calls, label=lambda c: c.arg.kernel.__name__) -> str | None:
 
 
 def stream_into_state(calls) -> bool:
-    """`stream_into_state`: a last call writing a state (out=) streams its result blocks back into
-    the state's words when they are one run of whole words the calls read, if at all, only as
-    that same view (Accumulate's own destination): each block then goes back where it came from,
-    and no core reads words another core writes. True too when the calls write no state."""
+    """`stream_into_state`: a last call writing a state streams its blocks back into the state's
+    words when those lie in a run or rows of whole words the calls read only as that same view, so
+    no core reads words another writes. True when the calls write no state."""
     dest = destination(calls[-1])
     if dest is None:
         return True
@@ -186,8 +166,7 @@ def stream_into_state(calls) -> bool:
 
 
 def _streamed_view(n: Node, padded: bool = False) -> str:
-    """How a streamed view moves: by rows of whole words (a strided view, or any view of a stream padded after
-    its last row, whose rows it moves at their stride), or as one run of words."""
+    """How a streamed view moves: by rows of whole words, or as one run of words."""
     if word_run(n) is None or padded:
         return (f"; {describe(n)} streamed in blocks of whole rows of {n.shape[-1]} elements by its DMA access "
                 "pattern (stream_view_rows)")
@@ -196,50 +175,34 @@ def _streamed_view(n: Node, padded: bool = False) -> str:
 
 
 def streamed_rows(node: Node, padded: dict | None = None) -> int | None:
-    """`stream_view_rows`: the elements of a row of a host view that is not one run of words but
-    whose rows (its last axis) lie as whole words one stride apart (a step slice, a transpose, a
-    broadcast, a state's interior, a view in its own shape of a tensor `pad_to_block` padded, as
-    `padded` says it lies), which a stream moves in blocks of whole rows by a DMA access pattern;
-    else None."""
+    """`stream_view_rows`: the elements of a row of a host view whose rows lie as whole words one
+    stride apart (a step slice, a transpose, a broadcast, a state's interior, a view of a padded
+    tensor as `padded` says it lies) but which is not one run of words; else None."""
     if node.op != Op.VIEW or not is_host_tensor(node):
         return None
     lies = (padded or {}).get(storage(node))
-    if lies is None and word_run(node) is not None:
-        return None
-    if lies is not None and frame(node) != storage(node).shape:
+    if word_run(node) is not None if lies is None else frame(node) != storage(node).shape:
         return None
     return row_group(node) * node.shape[-1] if view_rows(node, lies) is not None else None
 
 
 def row_streamable(calls) -> bool:
-    """One row reduction, or one expansion (by Role: Dequant, each row of blocks to a row of
-    weights), over a batch of rows that `rows_do_not_stream` finds nothing against."""
+    """One row reduction or expansion over a batch of rows that `rows_do_not_stream` lets stream."""
     return (len(calls) == 1 and calls[0].arg.kernel.role in ROW_WISE and len(calls[0].src[0].shape) == 2
             and rows_do_not_stream(calls, describe) is None)
 
 
 def expansion_unit(call: Node) -> int:
-    """`stream_expansion_units`: the fewest elements of a row an expansion expands alone (Dequant:
-    one GGUF block), found by its own rule (out_shape), so its rows, however long, stream in
-    blocks of such units: the rows lie end to end, unit after unit, in host memory."""
-    kernel, attrs, row = call.arg.kernel, call.arg.attr_dict, call.src[0].shape[1]
-
-    def expands(width: int) -> bool:
-        try:
-            kernel.out_shape([(1, width)], **attrs)
-        except KernelTypeError:
-            return False
-        return True
-    return next(w for w in range(1, row + 1) if row % w == 0 and expands(w))
+    """`stream_expansion_units`: the fewest elements of a row an expansion expands alone by its own
+    rule (out_shape; Dequant: one GGUF block)."""
+    row = call.src[0].shape[1]
+    return next(w for w in range(1, row + 1) if row % w == 0 and expanded(call, w) is not None)
 
 
 def rows_do_not_stream(calls, label) -> str | None:
-    """Why a group holding a row reduction over a batch of rows (rows, n) does not stream in
-    row-blocks, naming calls by `label`; None when it does: the reduction alone in its group,
-    writing no state or one run of a state's words, reading host tensors (the rows, whole or a view `stream_contiguous_views` or
-    `stream_view_rows` streams; any row (n,) every row shares whole,
-    RMSNorm's w), each core taking at most MAX_FLOW_INPUTS FIFOs: its row-blocks, each shared
-    row, and one object of the per-call attributes (Softmax's length) when it takes any."""
+    """Why a group holding a row reduction over a batch of rows does not stream in row-blocks,
+    naming calls by `label`; None when it does: alone, writing no state or one run of one, reading
+    host tensors that stream (and whole rows every row shares), at most MAX_FLOW_INPUTS FIFOs."""
     call = next(c for c in calls if c.arg.kernel.role in ROW_WISE)
     x, *shared = call.src[:call.arg.n_inputs]
     if len(calls) != 1:
@@ -265,9 +228,7 @@ def rows_do_not_stream(calls, label) -> str | None:
 
 def flow_bytes(calls, block: int, width: int, objects: int = 2, returned: tuple[Node, ...] = ()) -> int:
     """A core's tile memory for blocks of `block` elements (rows of `width`): `objects` of each
-    input and of each result (a row reduction's: its share of the block; the `returned` calls'
-    too), of each shared row and of the per-call words, and one block of every other call's
-    result."""
+    FIFO, and one block of every other call's result."""
     inputs, shared = streamed_inputs(calls)
     result = result_share(calls, block, width)
     held = block * sum(n.dtype.itemsize for n in (*inputs, *returned)) + result * calls[-1].dtype.itemsize
@@ -276,9 +237,8 @@ def flow_bytes(calls, block: int, width: int, objects: int = 2, returned: tuple[
 
 
 def result_share(calls, block: int, width: int) -> int:
-    """The elements of the last call's result a block of `block` elements (rows of `width`)
-    makes: as many, one per row (Argmax), or an expansion's rows (Dequant: each row of blocks
-    a row of weights)."""
+    """The elements of the last call's result a block of `block` elements makes: as many, one per
+    row of `width` (Argmax), or an expansion's rows."""
     last = calls[-1]
     if last.arg.kernel.role is Role.EXPANSION:   # rows of `width` when they lie padded wider
         return block * last.shape[1] // max(width, last.src[0].shape[1])
@@ -286,9 +246,8 @@ def result_share(calls, block: int, width: int) -> int:
 
 
 def joined_pieces(calls) -> tuple[Node, ...]:
-    """`stream_joined`: the host tensors a lone Concat joins end to end (nothing before the axis it
-    joins along, so its result is the first's words then the second's), each lying in one run of
-    whole words, which one FIFO streams one after the other; () for any other calls."""
+    """`stream_joined`: the host tensors, each one run of whole words, a lone Concat joins end to
+    end (nothing before its axis); () for any other calls."""
     if len(calls) != 1 or not calls[0].arg.kernel.joins:
         return ()
     call, pieces = calls[0], tuple(calls[0].src[:2])
@@ -299,8 +258,8 @@ def joined_pieces(calls) -> tuple[Node, ...]:
 
 
 def streamed_inputs(calls) -> tuple[list[Node], list[Node]]:
-    """(the inputs streamed in blocks, the rows every row shares) of a Flow's calls; a join
-    streams its pieces through one FIFO, which its first piece stands for."""
+    """(the inputs streamed in blocks, the rows every row shares); a join's first piece stands for
+    its pieces."""
     if pieces := joined_pieces(calls):
         return [pieces[0]], []
     inputs = external_inputs(calls)
@@ -310,19 +269,13 @@ def streamed_inputs(calls) -> tuple[list[Node], list[Node]]:
 def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int, width: int = 1,
                 padded: int | None = None, row: int = 1, returned: tuple[Node, ...] = (),
                 most_rows: int | None = None) -> Flow | None:
-    """`stream_elementwise` (and `stream_row_blocks`, in blocks of whole rows of `width`
-    elements): of the free whole columns (within `spare` tiles and `shim_in` shim MM2S channels,
-    one per input and column) and their rows whose mem tile can split every input and join the
-    results (an input DMA channel per input and core, an output one per input and core plus the
-    result's), the shape of the least estimated time (the most columns, then rows, on a tie), with
-    blocks of the least estimated time (`Flow.work`; then the most elements), at most FLOW_BLOCK, that divide each core's share, hold whole 32-bit
-    words and fit a core's memory (flow_bytes) with two objects of each FIFO, or one object
-    each (no overlap of moves and work) when a block of the fewest rows of whole words fits only so (a join's blocks
-    dividing each piece's share too: `stream_joined`). None when no block does. `padded`: the elements `pad_to_block` padded the tensors to, streamed instead of theirs.
-    `row`: elementwise calls whose result lies in wider rows (`pad_written_by_producer`) take
-    blocks of whole rows of that many elements, which each core writes row by row. `returned`:
-    earlier calls whose blocks go to the host too, each taking a FIFO per core and a join per
-    column (`stream_every_result`). `most_rows`: the rows of cores it may take at most."""
+    """`stream_elementwise` (`stream_row_blocks`: rows of `width`): of the shapes of free whole columns
+    and rows within `spare` tiles, `shim_in` shim MM2S channels and the mem tiles' channels, the
+    least estimated time (the most columns, then rows, on a tie), each with its fastest block
+    (`Flow.work`; then the largest) of at most FLOW_BLOCK elements dividing each core's share, of
+    whole words, fitting a core (flow_bytes) with two objects of each FIFO, or one when only so the
+    least block fits. None when no block does. `padded`: the padded length; `row`: blocks of whole
+    rows of that many elements; `returned`: earlier results the host reads too."""
     inputs, shared = streamed_inputs(calls)
     pieces = joined_pieces(calls)
     size = padded or sum(n.size for n in pieces or inputs[:1])
@@ -350,8 +303,8 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
             flow = Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]), tuple(full_columns[:ncols]),
                         most, width=width, shared=tuple(shared), objects=objects, padded=padded, returned=returned,
                         pieces=pieces)
-            # a larger block is never slower (a call's fixed cost amortized over more): a shape none of whose
-            # blocks beats the fastest so far is not priced further, and its two largest blocks are its choice
+            # a larger block is never slower: a shape whose largest does not beat the fastest so far is not
+            # priced further, and its two largest blocks are its choice
             if found and estimate_ns(flow, device) >= min(f.choice.chosen_ns for f in found):
                 continue
             blocks = list(islice((b for b in range(most, 0, -1) if share % b == 0 and b % (width * row) == 0

@@ -1,11 +1,9 @@
-"""`tile_before_state_write`: a MatVec large enough to tile over the array (`vector_tiles`) whose
-epilogue writes a state (MatVec then Accumulate into it, or Add of a bias out= it) would run on
-one tile: fused, the group's last call writes the state, which no grid or split takes. So before
-fusion the Program is rewritten: the MatVec writes its result whole into a DDR buffer the
-compiler allocates (`through`: a state no user sees, placed as a CUT buffer beside the outputs),
-so it is a lone MatVec the grid spreads over the array, and its readers read that buffer back
-as a group of its own once the runtime sequence has waited on the grid's writes (sequence.py,
-as for any state a group writes and a later one reads)."""
+"""Results written whole into a DDR buffer of the compiler's (a THROUGH declaration, placed as a
+CUT buffer beside the outputs) and read back by their readers once the runtime sequence has
+waited on the writes, decided on the Program before fusion: a MatVec large enough to tile whose
+epilogue writes a state (`tile_before_state_write`: fused, the state write would keep it on one
+tile, as no grid or split takes one), and a result larger than a tile read by another group
+(`through_between_groups`)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -29,28 +27,20 @@ from iron.plan.rules import Decision, Rule
 
 
 def tile_before_state_write(program: Program) -> tuple[Program, tuple[Decision, ...]]:
-    """`program` with each MatVec the rule takes writing its own DDR buffer, its readers reading
-    that buffer (`program` itself when it takes none), and the rule's describe() lines."""
+    """`program` with each MatVec the rule takes writing a DDR buffer its readers read, and the
+    rule's decisions."""
     taken = [c for c in live_calls(program) if _takes(program, c)]
-    if not taken:
-        return program, ()
-    rewritten = write_through(program, taken)
-    return rewritten, tuple((Rule.TILE_BEFORE_STATE_WRITE, _text(program, c)) for c in taken)
+    return write_through(program, taken), tuple((Rule.TILE_BEFORE_STATE_WRITE, _text(program, c)) for c in taken)
 
 
 def through_between_groups(program: Program, device, padded: frozenset[Node] = frozenset(),
                            groups: tuple = ()) -> tuple[Program, tuple[Decision, ...]]:
-    """`through_between_groups`: a result of two or more axes no compute tile holds (larger than
-    `core_room`; a MatVec's vector is split by rows or cut as before) is made
-    in blocks over many cores (a grid or a stream), each block leaving its column for DDR, and a
-    call reading it that does not take it block by block in one group with its maker
-    (`_one_group`) reads it in blocks from DDR too. So before fusion such a result is written whole into a DDR
-    buffer of the compiler's and its readers read that buffer once the runtime sequence has
-    waited on the writes: within one configuration, where a cut would load another (`groups`:
-    the Program's fused groups; a reader fused with its maker takes the result as it is made,
-    an epilogue on a split matrix's rows). A result
-    `pad_to_block` lays out padded (in `padded`), or one a matrix call makes or reads that no
-    grid takes on its own sides (`_in_blocks`), crosses as it lies instead, at a cut."""
+    """`through_between_groups`: a result of two or more axes larger than `core_room` is made in
+    blocks over many cores, each leaving its column for DDR, and a reader not taking it block by
+    block in one group with its maker (`_one_group`; fused in `groups`, an epilogue on a split
+    matrix's rows) reads it in blocks from DDR too: so it goes through a DDR buffer within one
+    configuration, where a cut would load another. A result laid out `padded`, or one a matrix
+    call makes or reads that no grid takes on its own sides (`_in_blocks`), crosses at a cut."""
     room, kept = core_room(device), program.kept
     group_of = {c: g.name for g in groups for c in g.calls}
     taken: dict[Node, list[Node]] = {}
@@ -62,24 +52,20 @@ def through_between_groups(program: Program, device, padded: frozenset[Node] = f
             fused = made in group_of and group_of.get(made) == group_of.get(reader)   # an epilogue on its rows
             if not fused and not _one_group(made, reader) and _in_blocks(made, device) and _in_blocks(reader, device):
                 taken.setdefault(made, []).append(reader)
-    if not taken:
-        return program, ()
-    rewritten = write_through(program, list(taken))
-    return rewritten, tuple((Rule.THROUGH_BETWEEN_GROUPS, _between_text(program, m, r)) for m, r in taken.items())
+    return (write_through(program, list(taken)),
+            tuple((Rule.THROUGH_BETWEEN_GROUPS, _between_text(program, m, r)) for m, r in taken.items()))
 
 
 def _one_group(made: Node, reader: Node) -> bool:
-    """Whether a reader may take a result larger than a tile in blocks, in one group with its
-    maker: elementwise calls streamed together, or a matrix call expanding its matrix block by
-    block (`dequant_before_matvec`)."""
+    """Whether a reader may take a result larger than a tile in blocks in one group with its
+    maker: elementwise calls streamed together, or a matrix call expanding its matrix block by block."""
     both = role(made) is Role.ELEMENTWISE and role(reader) is Role.ELEMENTWISE
     return both or joins_expansion([made], reader)
 
 
 def _in_blocks(made: Node, device) -> bool:
     """Whether a call makes or reads a result in blocks on its own sides: a matrix call only when
-    a grid of blocks dividing them takes the whole device (else, prime sides, the result lies as
-    `pad_to_block` pads it, or does not fit, and crosses at a cut as before)."""
+    a grid of blocks dividing them takes the whole device (else it lies padded, or does not fit)."""
     if role(made) is not Role.MATRIX or len(made.shape) != 2:
         return True
     return choose_grid(made, list(range(device.n_cols)), len(device.compute_tiles), device,
@@ -95,7 +81,9 @@ def _between_text(program: Program, made: Node, readers: list[Node]) -> str:
 
 def write_through(program: Program, calls) -> Program:
     """`program` with each of `calls` writing its result whole into a DDR buffer of the
-    compiler's (a THROUGH declaration named `through_name`) and every reader reading that buffer."""
+    compiler's and every reader reading that buffer (`program` itself for no calls)."""
+    if not calls:
+        return program
     buffers = {c: Node(Op.MEMORY, (), c.shape, c.dtype, Declared(MemoryKind.THROUGH, through_name(program, c))) for c in calls}
     memo: dict[Node, Node] = {}
 
@@ -120,7 +108,6 @@ def write_through(program: Program, calls) -> Program:
 
 
 def _text(program: Program, call: Node) -> str:
-    """The rule's describe() line for one MatVec it takes."""
     readers = [call_label(program, r) for r in _readers(program, call)]
     return (f"{call_label(program, call)} {call.src[0].shape} writes its result to {through_name(program, call)}, a DDR "
             f"buffer of the compiler's, over the array (tile_matmul_over_array); {', '.join(readers)} "
@@ -128,7 +115,6 @@ def _text(program: Program, call: Node) -> str:
 
 
 def through_name(program: Program, call: Node) -> str:
-    """The name of the DDR buffer a MatVec the rule takes writes."""
     return f"through.{call_label(program, call)}"
 
 

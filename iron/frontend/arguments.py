@@ -12,7 +12,7 @@ from iron.frontend import shapes
 from iron.frontend.declarations import Memory, State
 from iron.frontend.handles import Carry
 from iron.frontend.trace import Signature, find_declarations
-from iron.ir import Program, VarKind
+from iron.ir import Program, Returns, VarKind
 
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 
@@ -163,13 +163,13 @@ def check_tensor(where: str, name: str, arr: np.ndarray, shape, dtype):
         )
 
 
-def shape_result(returns: str, outputs: list, nxt: dict):
+def shape_result(returns: Returns, outputs: list, nxt: dict):
     """What a call returns, shaped as body() returned it: nothing, one output, a Carry, or a tuple."""
-    if returns == "none":
+    if returns is Returns.NONE:
         return None
-    if returns == "one":
+    if returns is Returns.ONE:
         return outputs[0]
-    if returns == "carry":
+    if returns is Returns.CARRY:
         return Carry(nxt)
     return (*outputs, Carry(nxt)) if nxt else tuple(outputs)
 

@@ -39,6 +39,7 @@ from iron.ir import (
     Node,
     Op,
     Program,
+    Returns,
     Var,
     VarKind,
     describe,
@@ -552,9 +553,9 @@ def _returned(t: Trace, value, sig: Signature, where: str, found):
         outputs.append(_materialized(t, v.node))
     next_values = _next_values(t, items[-1], sig, where) if carries else ()
     if isinstance(value, tuple):
-        shape = "tuple"
+        shape = Returns.TUPLE
     else:
-        shape = "carry" if carries else ("none" if value is None else "one")
+        shape = Returns.CARRY if carries else (Returns.NONE if value is None else Returns.ONE)
     return tuple(outputs), next_values, shape
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from aie_utils import from_name
-from iron.compiler.route import HOST, CoreInputs, choose_relays
+from iron.compiler.route import HOST, CoreInputs, choose_relays, forwarded_to
 from iron.errors import PlacementError
 from iron.plan.fifos import EMIT, FifoId, Stem
 from iron.plan.plan import FifoRole, Tile, TileKind
@@ -65,7 +65,7 @@ def test_an_input_two_groups_read_is_forwarded_by_the_first():
     routes = routes_of(program)
     x = program.inputs[0]
     assert routes.forwards == {"g0": {x: ("g1",)}}
-    assert routes.forwarded_to("g1", x) and not routes.forwarded_to("g0", x)
+    assert forwarded_to(routes.forwards, "g1", x) and not forwarded_to(routes.forwards, "g0", x)
     assert ends(routes) == [("g0_in", IN, "g0", HOST, (tile(0, 2),), False),
                             ("g0_out", OUT, "g0", tile(0, 2), (tile(0, 3),), True),
                             ("g1_in", IN, "g1", HOST, (tile(0, 3),), False),
