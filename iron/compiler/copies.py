@@ -63,7 +63,7 @@ def copy_view_for_grid(program: Program, device=None) -> Program:
     copies |= {n: gather_view(n, f"through.view{i}") for i, n in enumerate(gathered_views)}
     copies |= {call: region(call) for call in program.calls if device and _gridded(call)
                and whole_device_grid(call, device) is None and (_reads_padding(call, laid, readers)
-                                                                or _read_unpadded(call, program, gathered_views))}
+                                                                or _read_unpadded(call, program, laid, gathered_views))}
     if not copies:
         return program
     return with_copies(program, copies)
@@ -299,11 +299,12 @@ def _reads_padding(product: Node, laid: dict[Node, Node], readers: dict) -> bool
     return any(laid[c] is product and width_unshared(c, readers) for c in laid)
 
 
-def _read_unpadded(product: Node, program: Program, gathered: dict) -> bool:
-    """Whether a call reads a view of `product` no DMA moves in whole words, or reads `product`
-    beside a view gathered into a tensor that lies padded after its last row only."""
-    return any(n.op == Op.VIEW and n.src[0] is product and not dma_moves(n) or n is product and any(m in gathered for m in c.src)
-               for c in program.calls for n in c.src)
+def _read_unpadded(product: Node, program: Program, laid: dict[Node, Node], gathered: dict) -> bool:
+    """Whether a call reads a view of `product` no DMA moves in whole words, or reads `product` (or
+    a result lying alike, `grid_layouts`) beside a view gathered into a tensor that lies padded
+    after its last row only."""
+    return any(n.op == Op.VIEW and n.src[0] is product and not dma_moves(n)
+               or laid.get(n) is product and any(m in gathered for m in c.src) for c in program.calls for n in c.src)
 
 
 def _beside_grid(call: Node, laid: dict[Node, Node]) -> bool:

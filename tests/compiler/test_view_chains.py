@@ -5,10 +5,11 @@ two products each followed by a view of it and further calls, compiled for npu1 
 on the emulator, equal reference() (float32 within 1e-4: the grid sums its blocks in another
 order; Argmax: an index whose value is its row's largest within that tolerance). Nothing is set
 aside: every drawn chain compiles and runs on both devices. The draws are fixed (`derandomize`)
-so CI runs the same chains; `--hypothesis-seed` with `derandomize` off explores others. A second
-property test draws views of int8, uint8 and bfloat16 tensors whose rows are not whole words
-(the views no DMA moves: step slices, column slices, transposes, broadcast rows and columns),
-exactly numpy's."""
+so CI runs the same chains; `--hypothesis-seed` with `derandomize` off explores others. The same
+chains in bfloat16: without a MatMul exactly reference()'s; with one, each product's weight whole,
+within bfloat16's 8 bits. A last property test draws views of int8, uint8 and bfloat16 tensors
+whose rows are not whole words (the views no DMA moves: step slices, column slices, transposes,
+broadcast rows and columns), exactly numpy's."""
 from __future__ import annotations
 
 import numpy as np
