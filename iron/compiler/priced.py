@@ -12,38 +12,43 @@ each of them every call (`reconfigure_ns`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from iron.plan import cost
 from iron.plan.plan import (
     Acquire,
     Direction,
-    Dma,
     Imm,
     Invoke,
     KernelStep,
     Loop,
+    Moved,
     Plan,
     Port,
     TileKind,
-    Wait,
+    dma_runs,
 )
 
-_ESTIMATES: dict[int, tuple[Plan, float]] = {}   # the latest Plans priced, by identity (choices ask again)
-KEPT_ESTIMATES = 16
+_PRICED: dict[int, Priced] = {}   # the latest configurations priced, by identity (choices ask again)
+KEPT = 64
 
 
 def plan_ns(plan: Plan) -> float:
     """A Plan's estimated device time per call: each configuration's serial chain (`Chain`),
     plus loading the configurations."""
-    kept = _ESTIMATES.get(id(plan))
-    if kept is not None and kept[0] is plan:
-        return kept[1]
     configurations = plan.configurations
-    ns = sum(Chain(Priced.of(c)).ns() for c in configurations) + reconfigure_ns(plan.device, len(configurations))
-    if len(_ESTIMATES) >= KEPT_ESTIMATES:
-        _ESTIMATES.pop(next(iter(_ESTIMATES)))
-    _ESTIMATES[id(plan)] = (plan, ns)
-    return ns
+    return sum(priced(c).ns for c in configurations) + reconfigure_ns(plan.device, len(configurations))
+
+
+def priced(configuration: Plan) -> Priced:
+    """`Priced.of` a configuration, kept: the estimate, the floor and the DDR bytes read it, and a
+    segment priced while the search weighs it is priced again in its segmented Plan."""
+    kept = _PRICED.get(id(configuration))
+    if kept is None or kept.plan is not configuration:
+        if len(_PRICED) >= KEPT:
+            _PRICED.pop(next(iter(_PRICED)))
+        kept = _PRICED[id(configuration)] = Priced.of(configuration)
+    return kept
 
 
 def reconfigure_ns(device, configurations: int) -> float:
@@ -61,6 +66,7 @@ class Priced:
     plan: Plan
     cycles: dict
     moved: dict
+    runs: list   # the sequence's `dma_runs`
 
     @classmethod
     def of(cls, plan: Plan) -> Priced:
@@ -68,10 +74,15 @@ class Priced:
         functions = {f.name: sum(_step_cycles(gen, step) for step in f.steps) for f in plan.functions}
         cycles = {c.tile: _program_cycles(c.program, functions) for c in plan.cores}
         moved: dict = {}
-        for op in plan.sequence:
-            if isinstance(op, Dma):
-                moved[op.fifo] = moved.get(op.fifo, 0) + op.nwords * 4
-        return cls(plan, cycles, moved)
+        runs = dma_runs(plan.sequence)
+        for run in runs:
+            if isinstance(run, Moved):
+                moved[run.fifo] = moved.get(run.fifo, 0) + run.nwords * 4
+        return cls(plan, cycles, moved, runs)
+
+    @cached_property
+    def ns(self) -> float:
+        return Chain(self).ns()
 
     def work(self) -> cost.Work:
         return cost.Work(max(self.cycles.values(), default=0.0), max(self.moved.values(), default=0),
@@ -136,9 +147,9 @@ class Chain:
         """When the configuration's last unit ends, every unit scheduled."""
         issued, current = 0.0, None
         last: dict = {}   # FifoId -> the unit that last moved it
-        for op in self.plan.sequence:
-            if isinstance(op, Dma):
-                fifo, nbytes = op.fifo, op.nwords * 4
+        for run in self.priced.runs:
+            if isinstance(run, Moved):
+                fifo, nbytes = run.fifo, run.nwords * 4
                 group = self.fifo_group[fifo]
                 if current is None or current.group != group:
                     at = self.reached.get(group, 0)
@@ -146,12 +157,12 @@ class Chain:
                     current = self.units[group, at] = Unit(group, at, issued)
                 current.moved[fifo] = current.moved.get(fifo, 0) + nbytes
                 current.ddr += nbytes
-                if op.direction is Direction.S2MM:
+                if run.direction is Direction.S2MM:
                     current.results.add(fifo)
                 last[fifo] = current
-            elif isinstance(op, Wait):
-                if op.fifo in last:
-                    issued = max(issued, self._scheduled(last[op.fifo]).end)   # every later move waits
+            else:
+                if run.fifo in last:
+                    issued = max(issued, self._scheduled(last[run.fifo]).end)   # every later move waits
                 current = None
         ends = [self._at(g, at).end for g in {*self.count, *self.sites} for at in range(self._units(g))]
         return max([issued, *ends])
@@ -161,13 +172,13 @@ class Chain:
         another group's begin or the sequence waits."""
         sites: dict[str, int] = {}
         previous = None
-        for op in self.plan.sequence:
-            if isinstance(op, Dma):
-                group = self.fifo_group[op.fifo]
+        for run in self.priced.runs:
+            if isinstance(run, Moved):
+                group = self.fifo_group[run.fifo]
                 if group != previous:
                     sites[group] = sites.get(group, 0) + 1
                 previous = group
-            elif isinstance(op, Wait):
+            else:
                 previous = None
         return sites
 
@@ -364,4 +375,4 @@ def _program_cycles(program: tuple, functions: dict) -> float:
 
 
 def ddr_bytes(plan: Plan) -> int:
-    return sum(Priced.of(c).work().ddr_bytes for c in plan.configurations)
+    return sum(priced(c).work().ddr_bytes for c in plan.configurations)

@@ -16,7 +16,7 @@ from typing import Callable
 from iron.compiler.allocate import host_placements
 from iron.compiler.copies import copied
 from iron.compiler.fuse import Group, fuse
-from iron.compiler.priced import Priced, ddr_bytes, plan_ns, reconfigure_ns
+from iron.compiler.priced import ddr_bytes, plan_ns, priced, reconfigure_ns
 from iron.compiler.runs import HOST, NotRepeated, Run, find_runs
 from iron.compiler.share_core import cores_of, sharing
 from iron.compiler.through_ddr import through_name, write_through
@@ -69,13 +69,13 @@ def choose_over_time(program: Program, device, groups: tuple[Group, ...], placem
     one iteration."""
     lines: list[Decision] = []
     runs = find_runs(groups)[:MAX_TRIED]
-    priced = Priced.of(whole) if runs and isinstance(whole, Plan) else None
-    spaced_ns = plan_ns(whole) if priced is not None else 0.0
+    known = priced(whole) if runs and isinstance(whole, Plan) else None
+    spaced_ns = plan_ns(whole) if known is not None else 0.0
     for run in runs:
         names = tuple(g.name for g in run.groups(groups, 0))
         label = _label(Repeat(names, run.count, ()))
-        floor = priced.floor(names, run.count) if priced is not None else 0.0
-        if priced is not None and floor >= spaced_ns:
+        floor = known.floor(names, run.count) if known is not None else 0.0
+        if known is not None and floor >= spaced_ns:
             choice = Choice(Rule.REPEAT_OVER_TIME, label, SPACED, spaced_ns, f"{TIMED}, at least", floor)
             return (replace(whole, choices=(*whole.choices, (names[0], choice))),
                     [(Rule.REPEAT_OVER_TIME, f"{label} spread in space, estimated faster (choices)")])

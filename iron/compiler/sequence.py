@@ -98,65 +98,65 @@ def finish_sequence(entries: list, fifos: dict[FifoId, Fifo], device) -> tuple:
     """Dma and Wait ops from the lowered moves: each move split into Dmas within the device's
     limits, BD ids per shim tile reused only after a Wait covering the op that held them (MM2S
     ops made waitable with issue_token), and a final Wait on every S2MM FIFO not yet waited."""
-    ops = _Ops(device)
+    ops = _Ops(device.shim_bd_ids)
     for entry in entries:
         if isinstance(entry, Wait):
             ops.wait(entry.fifo)
-            continue
-        fifo, access = fifos[entry.fifo], entry.access
-        shim = fifo.producer if entry.direction is Direction.MM2S else next(
-            t for t in fifo.consumers if t.kind is TileKind.SHIM)
-        for offset, sizes, strides in dma_patterns(access.offset, access.dims, device):
-            ops.dma(Dma(entry.direction, fifo.name, entry.buffer, offset, sizes, strides, ops.free_bd(shim), shim,
-                        access.patch_word))
+        else:
+            ops.move(entry, fifos[entry.fifo], dma_patterns(entry.access.offset, entry.access.dims, device))
     for name in list(ops.unwaited):
         ops.wait(name)
-    return tuple(ops.ops)
-
-
-def _waitable(op: Dma) -> Dma:
-    """`op` issuing a completion token (a Wait covers it): built directly, as a long looped
-    sequence makes most of its ops waitable."""
-    return Dma(op.direction, op.fifo, op.buffer, op.offset, op.sizes, op.strides, op.bd_id, op.shim, op.patch_word,
-               issue_token=True)
+    return ops.finished()
 
 
 class _Ops:
-    """The ops so far, the BD ids each shim tile's ops hold until a Wait covers them (by shim,
-    and by FIFO: a long looped sequence waits often), and the S2MM FIFOs not yet waited on."""
+    """The ops so far (a Dma's fields until `finished`: a later Wait may make it waitable, and a
+    long looped sequence has tens of thousands), the BD ids each shim tile's ops hold until a
+    Wait covers them (by shim, and by FIFO: all of a FIFO's ops are on its one shim tile), and the
+    S2MM FIFOs not yet waited on."""
 
-    def __init__(self, device):
-        self.device, self.ops = device, []
-        self.held: dict[Tile, dict[int, int]] = {}    # shim -> bd -> op index
-        self.holding: dict[FifoId, set[tuple[Tile, int]]] = {}
+    def __init__(self, bd_ids: int):
+        self.bd_ids, self.ops = bd_ids, []
+        self.tokens: set[int] = set()                  # the MM2S ops a Wait covers
+        self.held: dict[Tile, dict[int, int]] = {}     # shim -> bd -> op index
+        self.free: dict[Tile, set[int]] = {}           # shim -> the bds no op holds
+        self.holding: dict[FifoId, tuple[Tile, list[int]]] = {}
         self.unwaited: dict[FifoId, None] = {}
 
-    def dma(self, op: Dma):
-        self.ops.append(op)
-        self.held.setdefault(op.shim, {})[op.bd_id] = len(self.ops) - 1
-        self.holding.setdefault(op.fifo, set()).add((op.shim, op.bd_id))
-        if op.direction is Direction.S2MM:
-            self.unwaited.setdefault(op.fifo)
-
-    def free_bd(self, shim: Tile) -> int:
-        """The lowest BD id of `shim` no op holds, after waiting on the oldest op's FIFO while
-        every one is held."""
-        mine = self.held.setdefault(shim, {})
-        while len(mine) >= self.device.shim_bd_ids:
-            self.wait(self.ops[min(mine.values())].fifo)
-        for bd in range(self.device.shim_bd_ids):
-            if bd not in mine:
-                return bd
+    def move(self, move: Move, fifo: Fifo, patterns: list):
+        """The Dmas of one move, each on the lowest BD id of its shim no op holds, after waiting
+        on the oldest op's FIFO while every one is held."""
+        inputs = move.direction is Direction.MM2S
+        shim = fifo.producer if inputs else next(t for t in fifo.consumers if t.kind is TileKind.SHIM)
+        held, free = self.held.setdefault(shim, {}), self.free.setdefault(shim, set(range(self.bd_ids)))
+        holding = self.holding.setdefault(move.fifo, (shim, []))[1]
+        fields = (move.direction, move.fifo, move.buffer)
+        for offset, sizes, strides in patterns:
+            while not free:
+                self.wait(self.ops[min(held.values())][1])
+            bd = min(free)
+            free.remove(bd)
+            held[bd] = len(self.ops)
+            self.ops.append((*fields, offset, sizes, strides, bd, shim, move.access.patch_word))
+            holding.append(bd)
+        if not inputs:
+            self.unwaited[move.fifo] = None
 
     def wait(self, fifo: FifoId):
         """Append Wait(fifo), making its held MM2S ops waitable, and free the BDs it covers;
         nothing when no op on `fifo` is outstanding (an earlier Wait, freeing a BD, covered them all)."""
-        covered = self.holding.pop(fifo, set())
-        if fifo not in self.unwaited and not covered:
+        shim, covered = self.holding.get(fifo, (None, []))
+        if not covered and fifo not in self.unwaited:
             return
-        for shim, bd in covered:
-            index = self.held[shim].pop(bd)
-            if self.ops[index].direction is Direction.MM2S:
-                self.ops[index] = _waitable(self.ops[index])
+        if covered:
+            held = self.held[shim]
+            indices = [held.pop(bd) for bd in covered]
+            self.free[shim].update(covered)
+            self.tokens.update(i for i in indices if self.ops[i][0] is Direction.MM2S)
+            covered.clear()
         self.ops.append(Wait(fifo))
         self.unwaited.pop(fifo, None)
+
+    def finished(self) -> tuple:
+        return tuple(op if isinstance(op, Wait) else Dma(*op, issue_token=i in self.tokens)
+                     for i, op in enumerate(self.ops))

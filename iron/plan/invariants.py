@@ -23,6 +23,7 @@ from iron.plan.plan import (
     Dma,
     HostRole,
     KernelStep,
+    Moved,
     Output,
     PlacementKind,
     Plan,
@@ -34,6 +35,7 @@ from iron.plan.plan import (
     WordKind,
     WordOp,
     WordRef,
+    dma_runs,
     launch_steps,
 )
 from iron.plan.sources import HEADER
@@ -85,7 +87,11 @@ def _referenced_tiles(plan: Plan):
     yield from ((link.tile, "a link") for link in plan.links)
     yield from ((b.tile, f"buffer {b.name}") for b in plan.buffers)
     yield from ((c.tile, f"the core of {c.group}") for c in plan.cores)
-    yield from ((op.shim, op) for op in plan.sequence if isinstance(op, Dma))
+    shim = None
+    for op in plan.sequence:
+        if isinstance(op, Dma) and op.shim is not shim:   # a move's Dmas share theirs
+            shim = op.shim
+            yield shim, op
     if plan.emit is not None:
         yield plan.emit.tile, "the Emit"
 
@@ -302,66 +308,87 @@ def _check_sequence(plan: Plan):
     fifos = {f.name: f for f in plan.fifos}
     buffers = {b.name: b for b in plan.host_buffers}
     ranges = word_ranges(plan.words)
-    held: dict[tuple[Tile, int], int] = {}
-    holding: dict = {}   # FIFO -> the BDs its ops hold: what a Wait on it may free
-    valid: set = set()   # (sizes, strides, BD id) within the shim's limits: a long looped sequence repeats them
+    held: dict[Tile, dict[int, int]] = {}   # shim -> BD id -> the op holding it
+    holding: dict = {}   # FIFO -> shim -> the BDs its ops hold: what a Wait on it may free
+    spans: dict = {}   # (sizes, strides) within the shim's limits -> the words past a Dma's first it reaches
     tokened: set[str] = set()   # FIFOs with a completion token to come since their last Wait
+    bd_ids = plan.device.shim_bd_ids
+    move = None   # the fields the Dmas of one move share, checked once for all of them
     for index, op in enumerate(plan.sequence):
-        if isinstance(op, Wait):
-            if op.fifo not in fifos:
-                fail(plan, f"sequence op {index} waits on {op.fifo}, which the plan does not have")
-            if all(t.kind is not TileKind.SHIM for t in (fifos[op.fifo].producer, *fifos[op.fifo].consumers)):
-                fail(plan, f"sequence op {index} waits on {op.fifo}, which has no shim end (no Dma moves it)")
-            if op.fifo not in tokened:
-                fail(plan, f"sequence op {index} waits on {op.fifo}, but no Dma on {op.fifo} since its last Wait "
-                            "issues a completion token, so the device would wait forever",
-                      "Wait after an S2MM Dma, or give the MM2S Dma issue_token.")
-            tokened.discard(op.fifo)
-            for key in list(holding.get(op.fifo, ())):
-                h = plan.sequence[held[key]]
-                if h.direction is Direction.S2MM or h.issue_token:
-                    del held[key]
-                    holding[op.fifo].discard(key)
-        elif isinstance(op, Dma):
-            _check_dma(plan, index, op, fifos, buffers, ranges, valid)
-            if (op.shim, op.bd_id) in held:
+        if isinstance(op, Dma):
+            if move != (op.fifo, op.direction, op.shim, op.buffer, op.patch_word):
+                move = (op.fifo, op.direction, op.shim, op.buffer, op.patch_word)
+                low, high, nwords = _check_move(plan, index, op, fifos, buffers, ranges)
+                bds, mine = held.setdefault(op.shim, {}), holding.setdefault(op.fifo, {}).setdefault(op.shim, set())
+                if op.direction is Direction.S2MM:
+                    tokened.add(op.fifo)
+            span = spans.get((op.sizes, op.strides))
+            if span is None or not 0 <= op.bd_id < bd_ids:
+                span = spans[op.sizes, op.strides] = _check_pattern(plan, index, op)
+            if op.offset + low < 0 or op.offset + span + high >= nwords:
+                fail(plan, f"sequence op {index} (Dma on {op.fifo}) reaches words {op.offset + low}.."
+                            f"{op.offset + span + high} of '{op.buffer}', which holds {nwords}")
+            if op.bd_id in bds:
                 fail(plan, f"sequence op {index} (Dma on {op.fifo}) reuses BD {op.bd_id} of {op.shim.name}, "
-                            f"held by op {held[(op.shim, op.bd_id)]} (Dma on {plan.sequence[held[(op.shim, op.bd_id)]].fifo}) "
+                            f"held by op {bds[op.bd_id]} (Dma on {plan.sequence[bds[op.bd_id]].fifo}) "
                             "with no Wait covering it in between")
-            held[(op.shim, op.bd_id)] = index
-            holding.setdefault(op.fifo, set()).add((op.shim, op.bd_id))
-            if op.direction is Direction.S2MM or op.issue_token:
+            bds[op.bd_id] = index
+            mine.add(op.bd_id)
+            if op.issue_token:
                 tokened.add(op.fifo)
+        elif isinstance(op, Wait):
+            move = None
+            _check_wait(plan, index, op, fifos, tokened)
+            for shim, mine in holding.get(op.fifo, {}).items():
+                freed = [bd for bd in mine if plan.sequence[held[shim][bd]].direction is Direction.S2MM
+                         or plan.sequence[held[shim][bd]].issue_token]
+                for bd in freed:
+                    del held[shim][bd]
+                    mine.discard(bd)
         else:
             fail(plan, f"sequence op {index} is a {type(op).__name__}, not a Dma or a Wait")
 
 
-def _check_dma(plan: Plan, index: int, op: Dma, fifos, buffers, ranges, valid: set):
-    d = plan.device
+def _check_wait(plan: Plan, index: int, op: Wait, fifos: dict, tokened: set):
+    fifo = fifos.get(op.fifo)
+    if fifo is None:
+        fail(plan, f"sequence op {index} waits on {op.fifo}, which the plan does not have")
+    if all(t.kind is not TileKind.SHIM for t in (fifo.producer, *fifo.consumers)):
+        fail(plan, f"sequence op {index} waits on {op.fifo}, which has no shim end (no Dma moves it)")
+    if op.fifo not in tokened:
+        fail(plan, f"sequence op {index} waits on {op.fifo}, but no Dma on {op.fifo} since its last Wait "
+                    "issues a completion token, so the device would wait forever",
+              "Wait after an S2MM Dma, or give the MM2S Dma issue_token.")
+    tokened.discard(op.fifo)
+
+
+def _check_move(plan: Plan, index: int, op: Dma, fifos: dict, buffers: dict, ranges) -> tuple[int, int, int]:
+    """A Dma's FIFO end, host buffer and patch word (the same for every Dma of one move): the
+    least and most its patch word adds to its offset, and its buffer's words."""
     f = fifos.get(op.fifo)
     end = f is not None and (f.producer == op.shim if op.direction is Direction.MM2S else op.shim in f.consumers)
-    if not isinstance(op.direction, Direction) or not end or op.shim.kind is not TileKind.SHIM or op.buffer not in buffers:
+    buffer = buffers.get(op.buffer)
+    if not isinstance(op.direction, Direction) or not end or op.shim.kind is not TileKind.SHIM or buffer is None:
         fail(plan, f"sequence op {index} moves {op.direction} between buffer '{op.buffer}' and {op.fifo} on "
                     f"{op.shim.name}, which is not that FIFO's shim end or not a host buffer")
-    pattern = (op.sizes, op.strides, op.bd_id)
+    if op.patch_word is None:
+        return 0, 0, buffer.nwords
+    if not 0 <= op.patch_word < len(plan.words):
+        fail(plan, f"sequence op {index} (Dma on {op.fifo}) is patched by word {op.patch_word}, which does not exist")
+    return (*(ranges[op.patch_word] or (0, 0)), buffer.nwords)
+
+
+def _check_pattern(plan: Plan, index: int, op: Dma) -> int:
+    """A Dma's sizes, strides and BD id within the shim's limits: the words past its first it reaches."""
+    d = plan.device
     limits = (d.dma_repeat_max, *(d.shim.max_bd_wrap,) * 3)
-    if pattern not in valid and (
-            len(op.sizes) != 4 or len(op.strides) != 4 or any(not 1 <= s <= lim for s, lim in zip(op.sizes, limits))
+    if (len(op.sizes) != 4 or len(op.strides) != 4 or any(not 1 <= s <= lim for s, lim in zip(op.sizes, limits))
             or not _strides_keep_verifier(op, d.shim.max_bd_stride) or not 0 <= op.bd_id < d.shim_bd_ids):
         fail(plan, f"sequence op {index} (Dma on {op.fifo}) has sizes {op.sizes}, strides {op.strides}, BD {op.bd_id}: "
                     f"sizes[0] must be 1..{d.dma_repeat_max}, the others 1..{d.shim.max_bd_wrap}, strides "
                     f"0..{d.shim.max_bd_stride}, only sizes[0]'s 0 where its size exceeds 1, "
                     f"BD ids 0..{d.shim_bd_ids - 1}")
-    valid.add(pattern)
-    patch = (0, 0)
-    if op.patch_word is not None:
-        if not 0 <= op.patch_word < len(plan.words):
-            fail(plan, f"sequence op {index} (Dma on {op.fifo}) is patched by word {op.patch_word}, which does not exist")
-        patch = ranges[op.patch_word] or (0, 0)
-    last = op.offset + sum((s - 1) * st for s, st in zip(op.sizes, op.strides))
-    if op.offset + patch[0] < 0 or last + patch[1] >= buffers[op.buffer].nwords:
-        fail(plan, f"sequence op {index} (Dma on {op.fifo}) reaches words {op.offset + patch[0]}..{last + patch[1]} of "
-                    f"'{op.buffer}', which holds {buffers[op.buffer].nwords}")
+    return sum((s - 1) * st for s, st in zip(op.sizes, op.strides))
 
 
 def _strides_keep_verifier(op: Dma, most: int) -> bool:
@@ -393,9 +420,9 @@ def _check_balance(plan: Plan):
 
 def _objects_moved(plan: Plan) -> dict[tuple[str, Direction], float]:
     words: dict[tuple[str, Direction], int] = {}
-    for op in plan.sequence:
-        if isinstance(op, Dma):
-            words[(op.fifo, op.direction)] = words.get((op.fifo, op.direction), 0) + op.nwords
+    for run in dma_runs(plan.sequence):
+        if isinstance(run, Moved):
+            words[run.fifo, run.direction] = words.get((run.fifo, run.direction), 0) + run.nwords
     sizes = {f.name: f.nbytes // 4 for f in plan.fifos}
     return {key: n / sizes[key[0]] if key[0] in sizes else 0 for key, n in words.items()}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 import numpy as np
 
@@ -374,6 +374,32 @@ class Wait:
     """Wait for the completion tokens of `fifo`'s DMA ops issued so far."""
 
     fifo: FifoId
+
+
+class Moved(NamedTuple):
+    """Consecutive Dmas on one FIFO in one direction (a move, cut within the shim's limits): the
+    words they move."""
+
+    fifo: FifoId
+    direction: Direction
+    nwords: int
+
+
+def dma_runs(sequence: tuple) -> list[Moved | Wait]:
+    """The sequence as what it moves, a Moved per run of Dmas: what estimates and checks count,
+    per move rather than per Dma (a looped sequence has tens of thousands)."""
+    runs: list[Moved | Wait] = []
+    first, words = None, 0   # the current run's first Dma and its words so far
+    for op in (*sequence, None):
+        if isinstance(op, Dma) and first is not None and op.fifo is first.fifo and op.direction is first.direction:
+            words += op.nwords
+            continue
+        if first is not None:
+            runs.append(Moved(first.fifo, first.direction, words))
+        first, words = (op, op.nwords) if isinstance(op, Dma) else (None, 0)
+        if isinstance(op, Wait):
+            runs.append(op)
+    return runs
 
 
 @dataclass(frozen=True)
