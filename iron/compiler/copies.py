@@ -55,15 +55,14 @@ def copy_view_for_grid(program: Program, device=None) -> Program:
     program = scatter_into_state(program)
     laid = grid_layouts(program)
     copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call, laid)
-              for n in call.src[:call.arg.n_inputs] if _view_of_host(n) or _moved_view_of_result(n)}
+              for n in call.src[:call.arg.n_inputs] if _view_of_host(n) or is_computed_view(n) and len(n.src) == 1 and dma_moves(n)}
     readers = readers_of(program, (Group("", program.calls, None),))
     laid_out = LaidOut(program)
     gathered_views = dict.fromkeys(n for call in program.calls for n in call.src[:call.arg.n_inputs]
                                    if n not in copies and (_gathered_on_core(n, laid_out) or unpadded_stream(n, call)))
     copies |= {n: gather_view(n, f"through.view{i}") for i, n in enumerate(gathered_views)}
     copies |= {call: region(call) for call in program.calls if device and _gridded(call)
-               and whole_device_grid(call, device) is None and (_reads_padding(call, laid, readers)
-                                                                or _read_unpadded(call, program, laid, gathered_views))}
+               and whole_device_grid(call, device) is None and _read_unpadded(call, program, laid, readers, gathered_views)}
     if not copies:
         return program
     return with_copies(program, copies)
@@ -293,18 +292,13 @@ def grid_layouts(program: Program) -> dict[Node, Node]:
     return laid
 
 
-def _reads_padding(product: Node, laid: dict[Node, Node], readers: dict) -> bool:
-    """Whether a row reduction that may not read its rows padded wider (`width_unshared`) reads a
-    tiled MatMul's product, or results lying alike (`grid_layouts`)."""
-    return any(laid[c] is product and width_unshared(c, readers) for c in laid)
-
-
-def _read_unpadded(product: Node, program: Program, laid: dict[Node, Node], gathered: dict) -> bool:
-    """Whether a call reads a view of `product` no DMA moves in whole words, or reads `product` (or
-    a result lying alike, `grid_layouts`) beside a view gathered into a tensor that lies padded
+def _read_unpadded(product: Node, program: Program, laid: dict[Node, Node], readers: dict, gathered: dict) -> bool:
+    """Whether a call may not read `product` as its grid may lay it out: a view of it no DMA moves
+    in whole words; it (or a result lying alike, `grid_layouts`) read by a row reduction reading no
+    rows padded wider (`width_unshared`) or beside a view gathered into a tensor that lies padded
     after its last row only."""
-    return any(n.op == Op.VIEW and n.src[0] is product and not dma_moves(n)
-               or laid.get(n) is product and any(m in gathered for m in c.src) for c in program.calls for n in c.src)
+    return any(n.op == Op.VIEW and n.src[0] is product and not dma_moves(n) or laid.get(n) is product and (
+        width_unshared(c, readers) or any(m in gathered for m in c.src)) for c in program.calls for n in c.src)
 
 
 def _beside_grid(call: Node, laid: dict[Node, Node]) -> bool:
@@ -361,11 +355,6 @@ class LaidOut:
         if state_of(view) is not None or dma_moves(view) or dma_moves(view, lead=self.leads.get(name, 0)):
             return False
         return name not in self.rows or not dma_moves(view, self.rows[name], True)
-
-
-def _moved_view_of_result(node: Node) -> bool:
-    """A static view of a call's result the DMA moves in whole words."""
-    return is_computed_view(node) and len(node.src) == 1 and dma_moves(node)
 
 
 def _view_of_host(node: Node) -> bool:
