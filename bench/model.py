@@ -18,7 +18,8 @@ most 10x); last, for each compiled design (fused too), the cost model's figures 
 configurations, DDR bytes, estimated tokens/s with vectorised kernels and with iron's, the
 roofline bound and the share of it reached, beside issue 26's targets (quantized: at most 4
 configurations per token and at least 300 tokens/s with vectorised kernels; float32 at least 60;
-never above the bound).
+never above the bound). `--cold LABEL` prints one design's cold compile line, `--estimate LABEL`
+its cost model line.
 """
 import importlib
 import math
@@ -141,8 +142,19 @@ def estimated(label: str, body, token: int) -> str:
             f"{100 * e.reached:.0f}% of it")
 
 
+def estimate_one(label: str) -> str:
+    """The cost model's line of design `label` alone (`--estimate LABEL`), for one variant."""
+    aie_utils.set_current_device(aie_utils.from_name("npu2"))
+    os.environ.setdefault("IRON_BACKEND", "emulator")
+    model = smollm2.load()
+    body, token = SmolLM2Graph(model, **DESIGNS[label]).compile(), model.tokenizer.encode(PROMPT)[0]
+    for pos in range(WARM):   # as main() estimates after its timed calls
+        body(pos=pos, tok=token, end=0)
+    return estimated(label, body, token)
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--cold"]:
-        print(compile_cold(sys.argv[2]))
+    if sys.argv[1:2] in (["--cold"], ["--estimate"]):
+        print((compile_cold if sys.argv[1] == "--cold" else estimate_one)(sys.argv[2]))
     else:
         main()

@@ -26,8 +26,7 @@ def host_placements(program: Program, padded: dict | None = None) -> tuple[Place
     padded = padded or {}
     rows = word_rows(program, padded)
     leads = word_leads(program, padded, rows)
-    by_name = {n.arg.name: shape for n, shape in padded.items()
-               if n.op in (Op.INPUT, Op.MEMORY)}
+    by_name = {n.arg.name: shape for n, shape in padded.items() if n.op in (Op.INPUT, Op.MEMORY)}
     by_name |= {f"out{i}": padded[n] for i, n in enumerate(program.outputs) if n in padded}
     declared = [(PlacementKind(d.kind.value), d.name, d.shape, d.dtype) for d in program.declarations
                 if d.kind is not MemoryKind.THROUGH]
@@ -42,8 +41,7 @@ def host_placements(program: Program, padded: dict | None = None) -> tuple[Place
                if d.kind is MemoryKind.THROUGH]   # the compiler's own DDR buffers, after the outputs as a cut's are
     placements, used = [], dict.fromkeys(HostRole, 0)
     for role, kind, name, shape, dtype in wanted:
-        buffer = role.value
-        placement = Placement(name, kind, buffer, used[role], tuple(shape), dtype,
+        placement = Placement(name, kind, role.value, used[role], tuple(shape), dtype,
                               padded=by_name.get(name) or rows.get(name), word_rows=name in rows,
                               lead=leads.get(name, 0))
         used[role] += placement.nwords

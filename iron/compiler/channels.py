@@ -248,7 +248,7 @@ def _patterns(dims: tuple, device) -> tuple[tuple[int, tuple, tuple], ...]:
 
 def _long_run(n: int, device) -> list:
     wrap = device.shim.max_bd_wrap
-    inner = _largest_divisor(n, wrap)
+    inner = max(d for d in range(1, wrap + 1) if n % d == 0)
     if n // inner <= wrap and inner * 4 >= wrap:
         return dma_patterns(0, [(n // inner, inner), (inner, 1)], device)
     piece = wrap * wrap
@@ -258,11 +258,6 @@ def _long_run(n: int, device) -> list:
     rows, rest = divmod(n, wrap)
     head = dma_patterns(0, [(rows, wrap), (wrap, 1)], device)
     return head + (dma_patterns(rows * wrap, [(rest, 1)], device) if rest else [])
-
-
-@cache   # the same few lengths recur in every group of a large design
-def _largest_divisor(n: int, limit: int) -> int:
-    return max(d for d in range(1, limit + 1) if n % d == 0)
 
 
 def lane_ops(blocks: int, per_lane: int, rows: int, row: int, device) -> int:

@@ -1,12 +1,9 @@
 """`compile_program(program, device, feeds=None)`: a traced Program to a checked Plan, as a flat
-list of passes, each taking the value the one before made: copy_view_for_grid (a Program with the
-Copies it inserts, copies.py), tile_before_state_write (a Program whose large MatVecs write DDR
-buffers of the compiler's, through_ddr.py), fuse (groups), place (a Layout), route and fit_compute_channels
-(Routes), lower (a Lowered design), share and connect (shim channels), assemble and fit (a Plan,
-tile memory), check_plan; a design too big for the array at once is cut into segments, each
-compiled by the same passes (segment.py; the last segment's Program first gets a Copy of each
-carried element an earlier one made: carry_from_earlier_segment). docs/architecture.md draws the
-pipeline. Plans are kept per Program, device and fed Plan, so compiling again costs a lookup."""
+list of passes, each taking the value the one before made (docs/architecture.md draws them):
+copy_view_for_grid, tile_before_state_write, fuse, place, route and fit_compute_channels, lower,
+share and connect, assemble and fit, check_plan; a design too big for the array at once is cut
+into segments, each compiled by the same passes (segment.py). Plans are kept per Program,
+device and fed Plan, so compiling again costs a lookup."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -34,15 +31,14 @@ from iron.ir import Program, call_label
 from iron.plan import cost
 from iron.plan.invariants import check_plan
 from iron.plan.plan import Plan, Tile, WordKind
-from iron.plan.rules import Decision, Rule
+from iron.plan.rules import Rule
 
 _PLANS: WeakKeyDictionary = WeakKeyDictionary()   # Program -> {(device, id(feeds)): (feeds, Plan)}
 
 
 def compile_program(program: Program, device, feeds: Plan | None = None, *, over_time: bool = True) -> Plan:
     """The Plan of `program` on `device`; `feeds`: the Plan whose scratchpad the Emit writes;
-    `over_time=False` keeps every repeated block spread in space (`repeat_over_time` not tried:
-    the design as it was before the rule, to compare or to study the segments)."""
+    `over_time=False` keeps every repeated block spread in space (`repeat_over_time` not tried)."""
     plans = _PLANS.setdefault(program, {})
     key = (device, id(feeds), over_time)
     kept = plans.get(key)
@@ -96,23 +92,18 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
 
 
 def fewer_rows(segmented: Plan, narrowed: Callable, device) -> Plan:
-    """`fewer_rows_for_one_configuration`: a design looping an iteration over time that does not
-    fit one configuration (`segmented`: its segments) may fit one when its grids and streams take
-    fewer rows of cores each (`narrowed(rows)`: the design so, or None), leaving tiles, shim and
-    mem-tile channels to the other groups; the one of the least estimated time (`plan_ns`), a
-    Choice in `plan.choices`."""
-    options = [(segmented, None), *((plan, rows) for rows in _halved(len(device.compute_rows))
-                                    if (plan := narrowed(rows)) is not None)]
+    """`fewer_rows_for_one_configuration`: a looping design that does not fit one configuration
+    (`segmented`) may fit one when its grids and streams take fewer rows of cores each
+    (`narrowed(rows)`: the design so, or None); the one of the least estimated time, a Choice."""
+    every = len(device.compute_rows)
+    options = [(segmented, None), *((plan, every >> k) for k in range(1, every.bit_length())
+                                    if (plan := narrowed(every >> k)) is not None)]
     if len(options) == 1:
         return segmented
     (best, rows), choice = cost.choose(Rule.FEWER_ROWS_FOR_ONE_CONFIGURATION, "rows of cores", options,
                                        lambda o: plan_ns(o[0]), lambda o: _rows_label(*o))
     return replace(best, choices=(*best.choices, ("iteration", choice)),
                    rules=(*best.rules, (Rule.FEWER_ROWS_FOR_ONE_CONFIGURATION, _rows_label(best, rows))))
-
-
-def _halved(rows: int) -> list[int]:
-    return [rows >> k for k in range(1, rows.bit_length())]
 
 
 def _rows_label(plan: Plan, rows: int | None) -> str:
@@ -125,11 +116,9 @@ def try_groups(program: Program, groups: tuple[Group, ...], device, feeds: Plan 
                table: WordTable | None, placements: tuple, check: bool = False,
                bound: bool = True, unfolding: Unfolding | None = None,
                most_rows: int | None = None) -> Plan | PlacementError | DoesNotFit | ShimShortfall:
-    """The passes from placement on, for a whole design or one segment of it (segment.py, which
-    checks only the segments it keeps), or for a design whose repeated block is placed once
-    (`unfolding`, repeat.py): the Plan, or the error refusing it, or the shortfall when
-    the rule `shim_channels_bound` (`bound`) refuses it right after routing, before lowering, the
-    costly part of a probe that does not fit."""
+    """The passes from placement on, for a whole design, a segment, or a design whose repeated
+    block is placed once (`unfolding`): the Plan, the error refusing it, or the shortfall when
+    `shim_channels_bound` (`bound`) refuses it right after routing, before the costly lowering."""
     try:
         layout = place(program, groups, device, placements, dict(unfolding.shared) if unfolding else None,
                        most_rows)
@@ -154,24 +143,18 @@ def check_feeds(program: Program, device, feeds: Plan | None):
     if feeds is None:
         return
     if feeds.device != device:
-        raise LoopError(
-            f"{program.name} is compiled for {device.name} but feeds {feeds.name}, compiled for "
-            f"{feeds.device.name}: compile both versions for the same device."
-        )
+        raise LoopError(f"{program.name} is compiled for {device.name} but feeds {feeds.name}, compiled for "
+                        f"{feeds.device.name}: compile both versions for the same device.")
     theirs = tuple(w.name for w in feeds.words if w.kind is WordKind.CARRIED)
     if theirs != program.carried_names:
-        raise LoopError(
-            f"{program.name} carries ({', '.join(program.carried_names)}) but feeds {feeds.name}, "
-            f"which carries ({', '.join(theirs)}): give both bodies the same Carried parameters."
-        )
+        raise LoopError(f"{program.name} carries ({', '.join(program.carried_names)}) but feeds {feeds.name}, "
+                        f"which carries ({', '.join(theirs)}): give both bodies the same Carried parameters.")
     mine = {v.arg.name for v in program.scalars}
     missing = [w.name for w in feeds.words if w.kind is WordKind.SCRATCHPAD and w.name not in mine]
     if missing:
-        raise LoopError(
-            f"{feeds.name} takes Scratchpad value(s) {', '.join(missing)} that {program.name} does "
-            f"not have, so {program.name}'s Emit cannot write them: make them Carried, or give "
-            f"{program.name} the same Scratchpad values."
-        )
+        raise LoopError(f"{feeds.name} takes Scratchpad value(s) {', '.join(missing)} that {program.name} does "
+                        f"not have, so {program.name}'s Emit cannot write them: make them Carried, or give "
+                        f"{program.name} the same Scratchpad values.")
 
 
 def assemble(program: Program, device, groups: tuple[Group, ...], layout: Layout, routes: Routes,
@@ -185,15 +168,11 @@ def assemble(program: Program, device, groups: tuple[Group, ...], layout: Layout
         functions=lowered.functions, cores=lowered.cores, sequence=lowered.sequence, words=lowered.words,
         emit=emit, carry=lowered.carry,
         groups=tuple((g.name, tuple(call_label(program, c) for c in g.calls)) for g in groups),
-        rules=(*_fuse_rules(program, groups), *layout.rules, *routes.rules, *lowered.rules),
+        rules=(*((g.closed_by, f"{g.name} closed before {call_label(program, nxt.calls[0])}")
+                 for g, nxt in zip(groups, groups[1:])), *layout.rules, *routes.rules, *lowered.rules),
         holds=dict(lowered.holds), closed_by={g.name: g.closed_by for g in groups},
         choices=tuple((s.group.name, s.choice) for s in layout.sites if s.choice is not None),
     )
-
-
-def _fuse_rules(program: Program, groups: tuple[Group, ...]) -> list[Decision]:
-    return [(g.closed_by, f"{g.name} closed before {call_label(program, nxt.calls[0])}")
-            for g, nxt in zip(groups, groups[1:])]
 
 
 def _tiles(lowered: Lowered) -> tuple[Tile, ...]:

@@ -37,9 +37,8 @@ def core_of(ctx: Context, part: Part) -> tuple[list[Function], Core]:
     main = _main_steps(ctx, part)
     block = _block_function(ctx, part)
     ins = ([part.in_fifo] if ctx.routes.has(part.in_fifo) else []) + consumed(ctx, part)
-    outs = [f for f in (part.fifo(Stem.HOST), part.fifo(Stem.OUT)) if ctx.routes.has(f)]
-    if part.split:
-        outs.append(fifo_id(part.group, Stem.PART, part.number))
+    outs = [f for f in (part.fifo(Stem.HOST), part.fifo(Stem.OUT), fifo_id(part.group, Stem.PART, part.number))
+            if ctx.routes.has(f)]   # a part FIFO only when the group is split
     objects = [*ins, *outs, *(b.name for b in part.buffers)]
     functions, steps = [], []
     if block is not None:

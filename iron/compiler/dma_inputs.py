@@ -38,14 +38,18 @@ def unsplit_beside_producer(groups: tuple[Group, ...], number: int, outside, sit
 
 def takes(groups: tuple[Group, ...], group: Group, sites: list) -> list[str]:
     """The FIFOs a core of `group` takes by DMA unless shared memory spares one: each other
-    group's result no other of them forwards (`unrelayed`) and each group on one tile forwarding
-    it a small host tensor (`forward_shared_input`); its host matrix's rows; its `_in`."""
+    group's result but those another of them on one tile reads too and so can forward
+    (`fit_compute_channels`), and each group on one tile forwarding it a small host tensor
+    (`forward_shared_input`); its host matrix's rows; its `_in`."""
     matrix = host_matrix(group)
     host = [n for n in external_inputs(group.calls) if is_host_tensor(n) and n is not matrix]
-    loaders = [next((s.group.name for s in sites if len(s.tiles) == 1 and forwardable(n)
+    one_tile = [s for s in sites if len(s.tiles) == 1]
+    loaders = [next((s.group.name for s in one_tile if forwardable(n)
                      and any(n in tensor_inputs(c) for c in s.group.calls)), None) for n in host]
-    sending = unrelayed(groups, group, sites)
-    sending += tuple(g for g in dict.fromkeys(loaders) if g is not None and g not in sending)
+    by_name, sending = {g.name: g for g in groups}, senders(groups, group)
+    relayed = {r for s in one_tile if s.group.name in sending for r in senders(groups, by_name[s.group.name])}
+    sending = [g for g in sending if g not in relayed]
+    sending += [g for g in dict.fromkeys(loaders) if g is not None and g not in sending]
     return ([f"{g}'s result" for g in sending] + ["its rows"] * (matrix is not None)
             + ["its host tensors"] * (None in loaders))
 
@@ -56,13 +60,3 @@ def forwardable(node: Node) -> bool:
     base = node.src[0] if node.op == Op.VIEW else node
     constant = base.op == Op.INPUT or base.arg.kind in (MemoryKind.WEIGHT, MemoryKind.PARAM)
     return constant and node.size * node.dtype.itemsize <= FORWARD_BYTES
-
-
-def unrelayed(groups: tuple[Group, ...], group: Group, sites: list) -> tuple[str, ...]:
-    """The other groups whose results `group` reads, less those whose result another of them, on
-    one tile, reads too and so can forward (`fit_compute_channels`)."""
-    sending = senders(groups, group)
-    one_tile = {s.group.name for s in sites if len(s.tiles) == 1}
-    by_name = {g.name: g for g in groups}
-    relayed = {s for t in sending if t in one_tile for s in senders(groups, by_name[t])}
-    return tuple(s for s in sending if s not in relayed)

@@ -1,10 +1,10 @@
 """Fusion: a Program's live kernel calls, in program order, grouped into one group per core
-invocation. A call joins the open group unless one of RULES (plain functions `rule(group, call)
--> bool`, tried in order) says stop; the group then closes, recording that rule. Rules read the
-kernels' declared Roles, never their classes."""
+invocation. A call joins the open group unless one of RULES (`rule(group, call) -> bool`, tried
+in order, reading the kernels' declared Roles) says stop; the group then closes, recording it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from aie_utils.devices import COMPUTE_TILE
 from iron.compiler.streaming import streamable
@@ -19,8 +19,7 @@ STREAM_OBJECT_BYTES = 16 * 1024   # a streamed matrix holds at most this much in
 
 @dataclass(frozen=True)
 class Group:
-    """Kernel calls run by one core invocation; `closed_by` is the rule that closed it, None when
-    the body's end did."""
+    """Kernel calls run by one core invocation; `closed_by`: the rule that closed it (None: the end)."""
 
     name: str
     calls: tuple[Node, ...]
@@ -58,9 +57,13 @@ def live_calls(program: Program) -> list[Node]:
 
 
 def held_bytes(calls: list[Node]) -> int:
-    """What a group holds on its tile, estimated: every external input (a matrix operand at most
-    one stream object) and every call's result; a fused expansion's blocks and the matrix it
-    makes of them share one stream object, in proportion to their sizes."""
+    """What a group holds on its tile, estimated: every external input (a matrix at most one
+    stream object, shared by a fused expansion's blocks in proportion) and every call's result."""
+    return _held_bytes(tuple(calls))
+
+
+@lru_cache(maxsize=4096)   # asked of the same groups by fusion, layout, placement and every probe
+def _held_bytes(calls: tuple[Node, ...]) -> int:
     matrices = {c.src[0] for c in calls if role(c) is Role.MATRIX}
     held = {m: min(nbytes(m), STREAM_OBJECT_BYTES) for m in matrices}
     for m in (m for m in matrices if m in calls and role(m) is Role.EXPANSION):
@@ -70,9 +73,7 @@ def held_bytes(calls: list[Node]) -> int:
 
 
 def expansion(calls) -> Node | None:
-    """The call expanding the matrix of a group's leading matrix call (`dequant_before_matvec`):
-    its first call when that is an expansion (Role.EXPANSION) the second, a matrix call, reads
-    as its matrix; else None."""
+    """A group's first call when it expands the matrix the second, a matrix call, reads; else None."""
     if len(calls) > 1 and role(calls[0]) is Role.EXPANSION and feeds_matrix(calls[0], calls[1]):
         return calls[0]
     return None
@@ -89,8 +90,7 @@ def leading_call(calls) -> Node:
 
 
 def stored_matrix(calls) -> Node:
-    """The matrix of a group's leading call as it is read from outside the group: the blocks
-    its fused expansion reads, or the matrix itself."""
+    """The matrix of a group's leading call as read from outside it: its expansion's blocks, or itself."""
     expanded = expansion(calls)
     return expanded.src[0] if expanded is not None else leading_call(calls).src[0]
 
@@ -103,24 +103,19 @@ def role(call: Node) -> Role:
 
 
 def dequant_before_matvec(group: list[Node], call: Node) -> bool:
-    """An expansion (Role.EXPANSION: Dequant's weight blocks to weights) begins a new group, which
-    the matrix call reading its result as its matrix (MatVec) then joins
-    (`matrix_op_starts_group`): the blocks stream to the tile as stored and each is expanded
-    just before the matrix call uses it."""
+    """An expansion (Dequant's blocks to weights) begins a group, which the matrix call reading
+    it joins: the blocks stream to the tile as stored, each expanded just before it is used."""
     return role(call) is Role.EXPANSION
 
 
 def joins_expansion(group: list[Node], call: Node) -> bool:
-    """Whether `call` is the matrix call reading as its matrix what the group, one expansion, makes
-    (not one gathering a view: its matrix is the view's rows, read as the grid reads any)."""
+    """Whether `call` is the matrix call reading as its matrix what the group, one expansion not gathering, makes."""
     return (len(group) == 1 and role(group[0]) is Role.EXPANSION and not group[0].arg.kernel.gathers
             and feeds_matrix(group[0], call))
 
 
 def matrix_op_starts_group(group: list[Node], call: Node) -> bool:
-    """A matrix call (MatVec, MatMul) begins a new group, but joins the expansion of its matrix
-    (`dequant_before_matvec`); after one, only elementwise calls (Add, SiLU, Copy, ...) may
-    join, as its epilogue."""
+    """A matrix call begins a group (but joins its matrix's expansion); after one, only elementwise calls join."""
     if role(call) is Role.MATRIX:
         return not joins_expansion(group, call)
     has_matrix = any(role(c) is Role.MATRIX for c in group)
@@ -148,10 +143,9 @@ def input_limit(group: list[Node], call: Node) -> bool:
 
 
 def size_limit(group: list[Node], call: Node) -> bool:
-    """A group holds at most half a compute tile's memory (inputs and results, see held_bytes),
-    but a group already larger than that which `stream_elementwise` can stream in blocks
-    takes further elementwise calls it can stream with it, and a matrix call joins the expansion
-    of its matrix (`dequant_before_matvec`) whatever its size, as it would start a group alone."""
+    """A group holds at most half a compute tile's memory (`held_bytes`), but a group already
+    larger that `stream_elementwise` can stream takes further calls it can stream with it, and a
+    matrix call joins the expansion of its matrix whatever its size."""
     if joins_expansion(group, call) or held_bytes(group) > SIZE_LIMIT and streamable([*group, call]):
         return False
     return held_bytes([*group, call]) > SIZE_LIMIT
@@ -174,11 +168,10 @@ def read_together(calls: list[Node]) -> dict[Node, set[Node]]:
 
 
 def stream_takes_unrelated(group: list[Node], call: Node, met: dict[Node, set[Node]]) -> bool:
-    """`unrelated_starts_group`'s exception: a group larger than SIZE_LIMIT that streams takes an
-    elementwise call using none of its results when a later call reads that call's result
-    together with one of the group's (the skip add's other operand) and the calls still stream
-    together: one stream then reads both inputs in blocks, where two would pass a result the
-    size of the stream through DDR."""
+    """`unrelated_starts_group`'s exception: a group larger than SIZE_LIMIT that streams takes a
+    call using none of its results when a later call reads both (the skip add's other operand)
+    and they still stream together: one stream then reads both inputs in blocks, where two
+    would pass a result the size of the stream through DDR."""
     return held_bytes(group) > SIZE_LIMIT and bool(met.get(call, set()) & set(group)) and streamable([*group, call])
 
 

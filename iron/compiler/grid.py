@@ -132,8 +132,7 @@ def _more(prefix: str, grid: Grid, tile, params: tuple[str, ...], expanded: tupl
     Buffer of its own and an Accumulate of it."""
     kernel, (matrix, b, total) = first.kernel, (p.source for p in first.args[:3])
     m, k, n = grid.m, grid.k, grid.n
-    summed_by = kernel.summed_by if is_library(kernel) else None
-    if summed_by is not None:
+    if (summed_by := kernel.summed_by if is_library(kernel) else None) is not None:
         dims = (Imm(m), Imm(k), Imm(1 if grid.vector else n))
         step = KernelStep.of(summed_by, first.ins or first.dtype, (Ptr(matrix), Ptr(b), Ptr(total), *dims), grid.acc)
         return Function(f"{prefix}_more", params, (*expanded, step), blocked=True), []

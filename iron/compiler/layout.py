@@ -159,13 +159,9 @@ def shared_layouts(program: Program, groups: tuple[Group, ...], device, readers:
         for u in users)
         and not unpaddable(t, tuple(users), readers, group_of)]
     sides, families = tied_sides(tensors, readers, group_of)
-    found = []
-    for calls in families:
-        mine = tuple(t for t in tensors if readers[t][0] in calls)
-        layout = agree(program, mine, tuple(calls), sides, readers, group_of, device)
-        if layout.sides != tuple(map(call_sides, layout.calls)):   # none asks for padding: nothing to share
-            found.append(layout)
-    return found
+    found = (agree(program, tuple(t for t in tensors if readers[t][0] in calls), tuple(calls), sides, readers, group_of,
+                   device) for calls in families)
+    return [s for s in found if s.sides != tuple(map(call_sides, s.calls))]   # else none asks for padding
 
 
 def tied_sides(tensors: list[Node], readers: dict, group_of: dict) -> tuple[Classes, list[list[Node]]]:
@@ -237,9 +233,8 @@ def refusal(program: Program, groups: tuple[Group, ...], group: Group, device, l
     if call is None or call.arg.kernel.role is not Role.MATRIX:
         return None
     label = call_label(program, call)
-    recorded = next((f for f in layouts.facts if isinstance(f, Unpadded) and f.call == label
-                     or isinstance(f, SharedSides) and f.why and label in f.calls), None)
-    if recorded:
+    if recorded := next((f for f in layouts.facts if isinstance(f, Unpadded) and f.call == label
+                         or isinstance(f, SharedSides) and f.why and label in f.calls), None):
         return recorded
     if why := matrix_unpadded(call, readers, Groups(groups)):   # not a lone product (a state's part): no fact
         return Unpadded(group.name, label, why)

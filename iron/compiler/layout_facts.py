@@ -58,8 +58,7 @@ def facts_of(program: Program, groups: tuple[Group, ...], lies: dict[Node, Lies]
         elif role in (Role.ELEMENTWISE, Role.ROW_REDUCTION):
             found += _stream_facts(group, lies, readers, group_of, label)
     for node, lie in lies.items():
-        writers = _writers(node, lie, program, group_of, label)
-        if writers is not None:
+        if (writers := _writers(node, lie, program, group_of, label)) is not None:
             found.append(PaddedTensor(describe(node), lie.shape, writers))
         users = [u for u in readers.get(node, []) if isinstance(u, Node)]
         if node.op != Op.CALL and len(set(users)) > 1 and all(u.arg.kernel.role is Role.ELEMENTWISE for u in users):
@@ -120,6 +119,5 @@ def _region_facts(node: Node, lies: tuple[int, ...], users: list[Node], group_of
     found = [Region(group_of[u].name, (label[u],), describe(node), lies, Rule.PAD_ROW_REGION) for u in rowed]
     small = [u for u in dict.fromkeys(users) if node.op == Op.CALL and u.arg.kernel.role not in PLAIN
              and u not in rowed and fits_tile(group_of[u], node)]
-    for g in dict.fromkeys(group_of[u] for u in small):
-        found.append(Region(g.name, tuple(label[u] for u in small if u in g.calls), describe(node), lies))
-    return found
+    return found + [Region(g.name, tuple(label[u] for u in small if u in g.calls), describe(node), lies)
+                    for g in dict.fromkeys(group_of[u] for u in small)]

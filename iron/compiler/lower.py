@@ -131,12 +131,12 @@ def site_links(ctx: Context, site: Site, parts: list[Part], sizes: dict) -> list
     another group's link carries)."""
     if site.stream is None or site.stream.owner is not None:
         return []
-    g, mem = site.group.name, site.stream.mem
+    g, s = site.group.name, site.stream
     names = tuple(p.w_fifo for p in parts)
-    if not parts[0].split:
-        return [Link(mem, (fifo_id(g, Stem.W, mem=True),), names)]
-    block, size, s = sizes[names[0]][0], sizes[fifo_id(g, Stem.PART, 0)][0], site.stream
-    split = tuple(p * block for p in range(s.per_lane)) if s.per_lane > 1 else ()   # one part a lane: a forward
+    split = tuple(p * sizes[names[0]][0] for p in range(s.per_lane)) if s.per_lane > 1 else ()   # one part a lane: a forward
     lanes = [Link(lane, (s.lane_fifo(g, k),), names[k * s.per_lane:(k + 1) * s.per_lane], destination_offsets=split)
              for k, lane in enumerate(s.lane_mems)]
-    return [*lanes, join_link(mem, [fifo_id(g, Stem.PART, p.number) for p in parts], joined(ctx, g), size)]
+    if not parts[0].split:
+        return lanes
+    size = sizes[fifo_id(g, Stem.PART, 0)][0]
+    return [*lanes, join_link(s.mem, [fifo_id(g, Stem.PART, p.number) for p in parts], joined(ctx, g), size)]

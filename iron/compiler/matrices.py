@@ -206,8 +206,8 @@ def split_parts(group: Group, outside: dict[Node, tuple[str | Reader, ...]], spa
     matrix, device = stored_matrix(group.calls), channels.device
     big_m = matrix.shape[0]
     shim_in = left.shim_in - (host_channels(group) - 1)   # less its own `_in`
-    most_lanes = left.share(beyond_ahead(group, device), lambda m: m.nbytes).of(shim_in)
-    spare = min(spare, left.share(split_work(group, 1, 1, device).core_cycles, lambda m: m.cycles).of(spare))
+    most_lanes = left.share(beyond_ahead(group, device), lambda m: m.nbytes, shim_in)
+    spare = min(spare, left.share(split_work(group, 1, 1, device).core_cycles, lambda m: m.cycles, spare))
     candidates, stopped = [(1, 1)], {}
     for parts in range(2, device.mem.dma_in_channels + 1):
         why = split_stops(group, parts, spare)   # one lane always: the stream takes a shim channel unsplit too
@@ -248,34 +248,22 @@ class Left:
     def streams(self) -> int:
         return len(self.later)
 
-    def share(self, mine: float, theirs: Callable[[Later], float]) -> Share:
-        """The share a matrix whose figure is `mine` may take beside the later matrices (their
-        figures `theirs`): of the shim channels by the bytes beyond what its FIFOs take ahead, of
-        the tiles by its split's cycles on one tile. Runs of matrices alongside one another
-        (`Later.stage`) take as long as their sum, so the runs share by the square roots of their
-        sums, and a run's matrices its share by their own."""
+    def share(self, mine: float, theirs: Callable[[Later], float], left: int) -> int:
+        """The share of `left` channels (or tiles) a matrix whose figure is `mine` may take beside
+        the later matrices (their figures `theirs`, each already counted one of `left`), at least
+        one: of the shim channels by the bytes beyond what its FIFOs take ahead, of the tiles by
+        its split's cycles on one tile. A matrix of B bytes its FIFOs cannot take ahead streams in
+        about B / n through n channels, and the sum over a chain is least with n in proportion to
+        sqrt(B) (Lagrange), where a first matrix taking all it could would leave the larger ones
+        after it one channel each; runs of matrices alongside one another (`Later.stage`) take as
+        long as their sum, so the runs share by the square roots of their sums, and a run's
+        matrices its share by their own."""
         sums = {0: mine}
         for m in self.later:
             sums[m.stage] = sums.get(m.stage, 0) + theirs(m)
         roots = sum(math.sqrt(v) for v in sums.values())
-        return Share(math.sqrt(sums[0]) / roots * mine / sums[0] if roots and mine else float(not roots),
-                     len(self.later))
-
-
-@dataclass(frozen=True)
-class Share:
-    """A matrix's `fraction` of the channels (or tiles) left to it and the `later` matrices of
-    its configuration, each already counted one. A matrix of B bytes its FIFOs cannot take ahead
-    streams in about B / n through n channels, and the sum over a chain of matrices is least with
-    n in proportion to sqrt(B) (Lagrange), where a first matrix taking all it could would leave
-    the larger ones after it one channel each."""
-
-    fraction: float
-    later: int
-
-    def of(self, left: int) -> int:
-        """Its share of `left` channels (the later matrices' one each counted back in), at least one."""
-        return max(1, round((left + self.later) * self.fraction))
+        fraction = math.sqrt(sums[0]) / roots * mine / sums[0] if roots and mine else float(not roots)
+        return max(1, round((left + len(self.later)) * fraction))
 
 
 def channels_left(groups: tuple[Group, ...], number: int, sites: list, device, with_emit: bool) -> Left:
@@ -394,7 +382,9 @@ def split_work(group: Group, parts: int, lanes: int, device) -> cost.Work:
     matrix, expand, a = stored_matrix(calls), expansion(calls), first.src[0]
     big_m, big_k = a.shape
     rows = stream_rows(group, big_m // parts) or big_m // parts
-    per_block = cost.kernel_cycles(gen, Role.MATRIX, a.dtype, [(rows, big_k), (big_k,)], (rows,), first.dtype)
+    x = first.src[1].shape[-1]   # big_k but for a matrix stored packed (QMatVec: big_k is its rows' bytes)
+    per_block = cost.kernel_cycles(gen, Role.MATRIX, a.dtype, [(rows, big_k), (x,)], (rows,), first.dtype,
+                                   packed=bool(first.arg.kernel.packed))
     if expand is not None:
         per_block += cost.kernel_cycles(gen, Role.EXPANSION, matrix.dtype, [(rows * row_bytes(matrix) // matrix.dtype.itemsize,)],
                                         (rows, big_k), a.dtype)

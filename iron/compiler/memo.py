@@ -1,9 +1,8 @@
 """Remembering what the compiler computes of a kernel call by its structure: a 30-layer model
-traces the same MatVec 30 times, and the rules sizing it (a grid's blocks, padded sides) ask the
-cost model thousands of times for each. A `CallShape` (kernel, static attrs, operand and result
-shapes and dtypes) is what those rules read of a call; `by_shape` keeps a function's results by
-the CallShapes of its node arguments and its other arguments, and gives a later call the result
-computed for the first node of the same shape, rebound to its own nodes by the function's `rebind`."""
+traces the same MatVec 30 times, and the rules sizing it ask the cost model thousands of times
+for each. `by_shape` keeps a function's results by the `CallShape`s of its node arguments, and
+gives a later call the result computed for the first node of the same shape, rebound to its own
+nodes by the function's `rebind`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -34,18 +33,16 @@ class CallShape:
 
 @dataclass(frozen=True)
 class _Keyed:
-    """A node as a cache key: equal and hashed by its CallShape, carrying the node itself for the
-    first computation."""
+    """A node as a cache key: equal and hashed by its CallShape, carrying the node itself."""
 
     shape: CallShape
     node: Node = field(compare=False, hash=False)
 
 
 def by_shape(rebind: Callable[..., Any]) -> Callable:
-    """Decorate a function of kernel-call nodes (or None) and hashable arguments whose result
-    depends on the nodes only through their CallShapes: its results are kept (at most MOST_KEPT),
-    `rebind(result, *args)` giving a kept result the nodes of this call. A node whose attrs do
-    not hash (an array) is computed each time."""
+    """Decorate a function of kernel-call nodes and hashable arguments whose result depends on
+    the nodes only through their CallShapes: its results are kept, `rebind(result, *args)` giving
+    a kept result the nodes of this call (a node whose attrs do not hash is computed each time)."""
     def decorate(function: Callable) -> Callable:
         @lru_cache(maxsize=MOST_KEPT)
         def kept(*keyed):

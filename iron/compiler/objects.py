@@ -189,7 +189,9 @@ def pack(ctx: Context, site: Site) -> list[Part]:
         count = leading_call(g.calls).shape[0] // len(site.tiles)
         parts = [Part(f"{g.name}_p{p}", site, tile, p, p * count, count) for p, tile in enumerate(site.tiles)]
     for part in parts:
-        _pack_inputs(ctx, part)
+        for key, size, dtype, what, move in host_items(ctx, site):
+            if (part.group, key) not in ctx.relayed:   # but what a carrier relays to it
+                part.ins.add(key, size, dtype, what, move)
         _pack_results(ctx, part)
     if len(parts) > 1:
         ctx.results[g.calls[-1]] = (joined(ctx, g.name), 0)
@@ -208,9 +210,7 @@ def host_access(ctx: Context, node: Node) -> tuple[str, Access]:
     """(host buffer, Access) of an input, a declared memory or a view of one."""
     base = node.src[0] if node.op == Op.VIEW else node
     p = ctx.placement(base.arg.name)
-    if node.op != Op.VIEW:
-        return p.buffer, placement_access(p)
-    return p.buffer, view_access(node, ctx.table, p)
+    return p.buffer, view_access(node, ctx.table, p) if node.op == Op.VIEW else placement_access(p)
 
 
 def host_items(ctx: Context, site: Site) -> list[tuple]:
@@ -240,31 +240,14 @@ def attr_word(ctx: Context, call: Node, name: str, expr: Node) -> int:
 
 def call_step(call: Node, ptrs, shapes, out_shape, loads: dict | None = None) -> KernelStep:
     """`call`'s kernel on `ptrs` by its C ABI: the sizes it derives from the shapes, then its
-    attributes, Loaded where `loads` names them (per-call words), else fixed."""
-    kernel, loads = call.arg.kernel, loads or {}
+    attributes, Loaded where `loads` names them (per-call words), else fixed. A row's length left
+    None is the user's whole row, also where it lies padded wider (`pad_through_row_width`): the
+    kernel reduces that much of each row."""
+    kernel, loads, fixed = call.arg.kernel, loads or {}, call.arg.attr_dict
     sizes = kernel.sizes([tuple(s) for s in shapes], tuple(out_shape))
-    attrs = [loads.get(name) or attr_imm(call, name, ctype) for name, ctype in kernel.c_attrs]
+    attrs = [loads.get(name) or Imm.of(call.src[0].shape[-1] if fixed[name] is None else fixed[name], ctype)
+             for name, ctype in kernel.c_attrs]
     return KernelStep.of(kernel, input_dtypes(call), (*ptrs, *(Imm(int(s)) for s in sizes), *attrs), call.dtype)
-
-
-def attr_imm(call: Node, name: str, ctype: str) -> Imm:
-    """A fixed attribute of `call` as its kernel takes it. A row's length left None is the user's
-    whole row, also where it lies padded wider (`pad_through_row_width`): the kernel reduces that
-    much of each row."""
-    value = call.arg.attr_dict[name]
-    return Imm.of(call.src[0].shape[-1] if value is None else value, ctype)
-
-
-def _pack_inputs(ctx: Context, part: Part):
-    """The `_in` regions: the group's host items (but those relayed to it), then those of the
-    groups whose `_in` it carries."""
-    for key, size, dtype, what, move in host_items(ctx, part.site):
-        if (part.group, key) not in ctx.relayed:
-            part.ins.add(key, size, dtype, what, move)
-    for relay in ctx.routes.carried_by(part.group):
-        if fifo_id(relay.reader, Stem.IN) in relay.fifos:
-            for item in host_items(ctx, ctx.layout.site(relay.reader)):
-                part.ins.add(*item)
 
 
 # ---- results ----------------------------------------------------------------------------------------
@@ -307,11 +290,10 @@ def _relay_items(ctx: Context, part: Part, relay: Relay) -> list[tuple]:
     """(key, bytes, dtype, what, where the carrier has it) of what the reader would take from
     the relayed FIFOs: its `_in`'s items (loaded into the carrier's `_in`) and other groups' results."""
     items = []
-    if fifo_id(relay.reader, Stem.IN) in relay.fifos:
-        items += [(key, size, dtype, what, Ptr(part.in_fifo, part.ins.offsets[key]))
-                  for key, size, dtype, what, _ in host_items(ctx, ctx.layout.site(relay.reader))]
-    reads = ([v.src[0] for _, v in ctx.program.carry if v.op == Op.ELEM] if relay.reader == EMIT
-             else external_inputs(ctx.layout.site(relay.reader).group.calls))
+    if fifo_id(relay.reader, Stem.IN) in relay.fifos:   # loaded into the carrier's `_in` after its own
+        for key, size, dtype, what, move in host_items(ctx, ctx.layout.site(relay.reader)):
+            items.append((key, size, dtype, what, Ptr(part.in_fifo, part.ins.add(key, size, dtype, what, move))))
+    reads = ctx.program.carried_calls if relay.reader == EMIT else external_inputs(ctx.layout.site(relay.reader).group.calls)
     for node in reads:
         if ctx.results.get(node, ("",))[0] in relay.fifos:
             what = call_label(ctx.program, node) if node.op == Op.CALL else describe(node)

@@ -58,36 +58,33 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dic
     """Why `node` may not lie padded for `calls`: a view, a state, read elsewhere, or a result its
     producer cannot write padded (a segment's cut value: the design decided). `tail`: padded after its
     last element only, which leaves every view where it was and a gather writes as it would unpadded."""
-    what = describe(node)
     if node.op == Op.VIEW:
-        return f"{what} is a view"
+        return f"{describe(node)} is a view"
     if node.op == Op.MEMORY and node.arg.kind is MemoryKind.STATE:
         return state_unpadded(node, calls, readers)
-    others = [r for r in readers.get(node, []) if r not in calls and not (tail and r is Reader.VIEW)]
-    if others:
-        return f"{what} is read {'through a view' if Reader.VIEW in others else 'elsewhere'} too"
+    if others := [r for r in readers.get(node, []) if r not in calls and not (tail and r is Reader.VIEW)]:
+        return f"{describe(node)} is read {'through a view' if Reader.VIEW in others else 'elsewhere'} too"
     if node.op == Op.CALL and group_of is not None:   # padded after its last row only, its rows keep their stride
         why = "" if tail else group_of.zeros[node].unwritten
-        return why and f"{what} is another group's result, {why}"
+        return why and f"{describe(node)} is another group's result, {why}"
     if node.op == Op.CALL and not (tail and (node in calls or node.arg.kernel.gathers)) or \
             node.op == Op.INPUT and node.arg.position == -1:   # a segment's cut value (segment.py numbers it -1)
-        return f"{what} is another group's result"
+        return f"{describe(node)} is another group's result"
     return ""
 
 
 def state_unpadded(state: Node, calls: tuple[Node, ...], readers: dict) -> str:
     """`pad_written_by_producer` for a state: every other call writes it through views in its own
     shape or whole in rows of whole words; nothing else reads it."""
-    what = describe(state)
     for user in readers.get(state, []):
         if user in calls or user is Reader.VIEW:
             continue
         if not (isinstance(user, Node) and destination(user) is state):
-            return f"{what} is a state read {'elsewhere' if isinstance(user, Reader) else f'whole by {describe(user)}'} too"
+            return f"{describe(state)} is a state read {'elsewhere' if isinstance(user, Reader) else f'whole by {describe(user)}'} too"
         if len(state.shape) == 2 and state.shape[1] * state.dtype.itemsize % 4:
-            return f"{what} is a state {describe(user)} writes whole, in rows that are not whole 32-bit words"
+            return f"{describe(state)} is a state {describe(user)} writes whole, in rows that are not whole 32-bit words"
     reshaped = [v for v in readers if v.op == Op.VIEW and v.src[0] is state and frame(v) != state.shape]
-    return f"{what} is a state {describe(reshaped[0])} indexes in another shape, whose strides know no padding" \
+    return f"{describe(state)} is a state {describe(reshaped[0])} indexes in another shape, whose strides know no padding" \
         if reshaped else ""
 
 
@@ -356,10 +353,8 @@ def rows_unread(call: Node, readers: dict, group_of: dict) -> bool:
     """Whether the readers of a row reduction's result may not read it with its rows padded after the
     last: the host may, calls that may read it so, but none beside a product's layout."""
     users = readers.get(call, [])
-    if users == [Reader.HOST]:
-        return False
-    return not users or bool(readers_unshared(call, readers, group_of, wider=False)) or any(
-        carried(n, group_of) for u in users if isinstance(u, Node) for n in external_inputs(group_of[u].calls))
+    return users != [Reader.HOST] and (not users or bool(readers_unshared(call, readers, group_of, wider=False)) or any(
+        carried(n, group_of) for u in users if isinstance(u, Node) for n in external_inputs(group_of[u].calls)))
 
 
 def reads_rows(user, node: Node, readers: dict, also, group_of: dict | None) -> bool:
@@ -371,6 +366,5 @@ def reads_rows(user, node: Node, readers: dict, also, group_of: dict | None) -> 
     if not isinstance(user, Node) or group_of is None:
         return False
     calls = group_of[user].calls
-    if held_bytes(list(calls)) <= SIZE_LIMIT and all(c.arg.kernel.role is not Role.MATRIX for c in calls):
-        return True
-    return user.arg.kernel.role is Role.ROW_REDUCTION and not rows_unshared(calls, node, readers, group_of, wider=False)
+    return held_bytes(list(calls)) <= SIZE_LIMIT and all(c.arg.kernel.role is not Role.MATRIX for c in calls) or \
+        user.arg.kernel.role is Role.ROW_REDUCTION and not rows_unshared(calls, node, readers, group_of, wider=False)

@@ -122,11 +122,8 @@ class Room:
 
 def snake_order(device) -> list[Tile]:
     """Every compute tile, column by column, rows up in even columns and down in odd ones."""
-    tiles = []
-    for col in range(device.n_cols):
-        rows = device.compute_rows if col % 2 == 0 else tuple(reversed(device.compute_rows))
-        tiles += [Tile(col, row, TileKind.COMPUTE) for row in rows]
-    return tiles
+    return [Tile(col, row, TileKind.COMPUTE) for col in range(device.n_cols)
+            for row in (device.compute_rows if col % 2 == 0 else reversed(device.compute_rows))]
 
 
 def place(program: Program, groups: tuple[Group, ...], device, placements: tuple = (),
@@ -305,8 +302,7 @@ def not_streamed(program: Program, calls, outside, device) -> str:
         return f"{call_label(program, join)} {how}: only a lone Concat of host tensors end to end streams (stream_joined)"
     if why := unstreamable(calls, lambda c: call_label(program, c)):
         return why
-    read = [c for c in calls if outside.get(c) and outside[c] != (Reader.HOST,)]
-    if read:
+    if read := [c for c in calls if outside.get(c) and outside[c] != (Reader.HOST,)]:
         return (f"{call_label(program, read[0])}'s result is read by {', '.join(map(str, outside[read[0]]))}, "
                 "and a stream's results go to the host alone")
     returned = [c for c in calls[:-1] if outside.get(c)] + [calls[-1]]
@@ -351,8 +347,7 @@ def _choose_flow(calls, room: Room, width: int = 1, returned: tuple[Node, ...] =
     """`choose_flow` over the length the streamed tensors lie in; None when they lie inconsistently.
     A result lying in wider rows (`pad_written_by_producer`) streams in whole rows."""
     inputs, padded = streamed_inputs(calls)[0], room.padded
-    length = stream_length(calls, inputs, padded)
-    if length is None:
+    if (length := stream_length(calls, inputs, padded)) is None:
         return None
     result = calls[-1]
     wider = width == 1 and length == inputs[0].size and padded.get(result, result.shape)[1:] != result.shape[1:]

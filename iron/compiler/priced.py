@@ -1,14 +1,11 @@
 """What a Plan is estimated to take on the device (`plan_ns`): the one estimate every choice
-between whole designs reads (running a repeated block over time or spreading it in space,
-repeat.py; the rows of cores a looping design takes, compile.py), from the cost model's figures
-(cost.py). It follows the serial chain the timed emulator runs: the runtime sequence issues each
-group's moves in order (a `Unit`: an iteration of a looping group, or the part of one up to a
-Wait), a Wait holding every later move until the moves it waits on are done (a value crossing
-between groups or iterations through DDR, a shim's buffer descriptors freed an iteration at a
-time); a group's cores start once the groups feeding them on the array are done (a whole value)
-or have begun (a stream of objects); a group's cores and channels serve one unit at a time; DDR's
-bandwidth is one queue every unit's bytes wait in; plus, for several configurations, loading
-each of them every call (`reconfigure_ns`)."""
+between whole designs reads (over time or in space, repeat.py; the rows of cores, compile.py),
+from the cost model's figures. It follows the serial chain the timed emulator runs: the runtime
+sequence issues each group's moves in order (a `Unit`: an iteration of a looping group, or the
+part of one up to a Wait), a Wait holding every later move until the moves it waits on are done;
+a group's cores start once the groups feeding them on the array are done (a whole value) or have
+begun (a stream); a group's cores and channels serve one unit at a time; DDR's bandwidth is one
+queue every unit's bytes wait in; plus loading each configuration every call (`reconfigure_ns`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -27,6 +24,7 @@ from iron.plan.plan import (
     Port,
     TileKind,
     dma_runs,
+    launch_steps,
 )
 
 _PRICED: dict[int, Priced] = {}   # the latest configurations priced, by identity (choices ask again)
@@ -34,15 +32,13 @@ KEPT = 64
 
 
 def plan_ns(plan: Plan) -> float:
-    """A Plan's estimated device time per call: each configuration's serial chain (`Chain`),
-    plus loading the configurations."""
+    """A Plan's estimated device time per call: its configurations' serial chains, and loading them."""
     configurations = plan.configurations
     return sum(priced(c).ns for c in configurations) + reconfigure_ns(plan.device, len(configurations))
 
 
 def priced(configuration: Plan) -> Priced:
-    """`Priced.of` a configuration, kept: the estimate, the floor and the DDR bytes read it, and a
-    segment priced while the search weighs it is priced again in its segmented Plan."""
+    """`Priced.of` a configuration, kept: the estimate, the floor and the DDR bytes all read it."""
     kept = _PRICED.get(id(configuration))
     if kept is None or kept.plan is not configuration:
         if len(_PRICED) >= KEPT:
@@ -52,21 +48,18 @@ def priced(configuration: Plan) -> Priced:
 
 
 def reconfigure_ns(device, configurations: int) -> float:
-    """Loading a call's configurations: none for one (it stays loaded), else each of them, the
-    first again after the last of the call before."""
+    """Loading a call's configurations: none for one (it stays loaded), else each of them every call."""
     return cost.generation(device).reconfigure_ns * configurations * (configurations > 1)
 
 
 @dataclass(frozen=True)
 class Priced:
-    """What the estimate of one configuration reads: each core's cycles per launch (its
-    Functions' cycles, `cost.function_cycles`, times its Loops' counts) and the bytes each FIFO
-    moves per launch."""
+    """What the estimate of one configuration reads: each core's cycles and each FIFO's bytes per launch."""
 
     plan: Plan
     cycles: dict
     moved: dict
-    runs: list   # the sequence's `dma_runs`
+    runs: list
 
     @classmethod
     def of(cls, plan: Plan) -> Priced:
@@ -90,10 +83,9 @@ class Priced:
 
     def floor(self, groups: tuple[str, ...], count: int) -> float:
         """A floor under the estimate of this design with `groups` placed once and looping `count`
-        times, read off this one (so a design whose estimate in space is below it is not
-        compiled twice): those groups' cores doing `count` times their work, the FIFOs feeding
-        or draining them (directly or through a mem tile's link) moving `count` times their
-        bytes, and DDR moving what this design moves."""
+        times (so a design whose estimate in space is below it is not compiled twice): those
+        groups' cores doing `count` times their work, the FIFOs near them moving `count` times
+        their bytes, and DDR moving what this design moves."""
         tiles = {c.tile for c in self.plan.cores if c.group in groups}
         near = {f.name for f in self.plan.fifos if tiles & {f.producer, *f.consumers}}
         for link in self.plan.links:
@@ -106,10 +98,8 @@ class Priced:
 
 @dataclass
 class Unit:
-    """One group's share of a configuration's work: the moves of one stretch of the runtime
-    sequence (an iteration of a looping group, or part of one where the sequence waits on its
-    moves so far), or one iteration of a group the sequence moves nothing for; when it may
-    start (`issued`: the sequence reached it) and, once scheduled, when it starts and ends."""
+    """One group's share of a configuration's work (a stretch of the sequence's moves, or an
+    iteration of a group it moves nothing for): when it is issued and, once scheduled, its span."""
 
     group: str
     at: int                                       # its place among its group's units
@@ -122,8 +112,7 @@ class Unit:
 
 
 class Chain:
-    """The serial chain of one configuration (module docstring): its units scheduled as the
-    runtime sequence reaches them."""
+    """The serial chain of one configuration (module docstring), scheduled as the sequence reaches its units."""
 
     def __init__(self, priced: Priced):
         plan = self.plan = priced.plan
@@ -168,8 +157,7 @@ class Chain:
         return max([issued, *ends])
 
     def _sites(self) -> dict[str, int]:
-        """How many units the sequence issues per group: a stretch of its moves ends where
-        another group's begin or the sequence waits."""
+        """How many units the sequence issues per group (a stretch ends at another group's or a Wait)."""
         sites: dict[str, int] = {}
         previous = None
         for run in self.priced.runs:
@@ -195,12 +183,10 @@ class Chain:
         return self._scheduled(unit)
 
     def _scheduled(self, unit: Unit) -> Unit:
-        """`unit` with its start and end. Its inputs move once the sequence issued it and its
-        group's unit before it is done; its cores start on the first object once its feeders'
-        units of the same iteration are done (and their value crossed) or, streaming, begun;
-        then its objects flow through its busiest input channel, its busiest core and its
-        busiest result channel, double-buffered FIFOs overlapping the three, and its DDR bytes
-        queue behind those of the units scheduled before it."""
+        """`unit` with its start and end. Its inputs move once it is issued and its group's unit
+        before it is done; its cores start once its feeders' units of the same iteration are done
+        or, streaming, begun; its objects flow through its busiest input channel, core and result
+        channel, overlapping; its DDR bytes queue behind those of the units scheduled before it."""
         if unit.end is not None:
             return unit
         unit.end = 0.0   # a feeder reached again through a cycle (none in a Plan) bounds nothing
@@ -227,11 +213,10 @@ class Chain:
         return unit
 
     def _stages(self, unit: Unit) -> tuple[float, float, float, int, float]:
-        """A unit's busiest input channel's time, its busiest core's (its group's cycles shared
-        evenly among its units), its busiest result channel's, the most objects one of its FIFOs
-        moves, and the share of its busiest input the FIFOs on its way hold before its cores
-        take any (`_held`). An input reaching its cores through a FIFO of one object (no double
-        buffer) moves each object while the core waits: that last hop's time adds to the core's."""
+        """A unit's busiest input channel's, core's and result channel's times, the most objects
+        one of its FIFOs moves, and the share of its busiest input held ahead of its cores
+        (`_held`). An input reaching its cores through a FIFO of depth 1 moves each object while
+        the core waits: that hop's time adds to the core's."""
         stages = [0.0, cost.ns(self.device, self._cycles(unit.group) / self._units(unit.group)), 0.0]
         objects, ahead, busiest, unbuffered = 1, 1.0, 0, 0.0
         for name, nbytes in unit.moved.items():
@@ -248,16 +233,14 @@ class Chain:
         return (*stages, objects, ahead)
 
     def _into_cores(self, name) -> list:
-        """The FIFOs a host FIFO's objects reach the cores by: itself, or those the mem tiles'
-        links pass it on to."""
+        """The FIFOs a host FIFO's objects reach the cores by: itself, or those the links pass it to."""
         if ("into", name) not in self.known:
             onward = [d for destinations in self.onward.get(name, ()) for d in destinations]
             self.known["into", name] = [f for d in onward for f in self._into_cores(d)] if onward else [self.fifos[name]]
         return self.known["into", name]
 
     def _held(self, name) -> int:
-        """The bytes a FIFO and those a mem tile's link passes it on to hold (each its depth of
-        objects): what moves ahead of the cores reading it."""
+        """The bytes a FIFO and those its link passes it on to hold: what moves ahead of the cores reading it."""
         if ("held", name) not in self.known:
             held, todo = 0, [name]
             while todo:
@@ -277,16 +260,14 @@ class Chain:
     # ---- the array: which groups feed which ----
 
     def _cycles(self, group: str) -> float:
-        """Cycles of a group's busiest core (a core shared by several groups: its whole program,
-        counted once, for the first of them)."""
+        """Cycles of a group's busiest core (a shared core's whole program, for the first of its groups)."""
         if ("cycles", group) not in self.known:
             self.known["cycles", group] = max((self.priced.cycles[c.tile] for c in self.plan.cores if c.group == group),
                                               default=0.0)
         return self.known["cycles", group]
 
     def _group_of(self, name) -> str:
-        """The group a FIFO's moves belong to: its own, or (a channel several groups share) its
-        first consumer core's."""
+        """The group a FIFO's moves belong to: its own, or (a shared channel) its first consumer core's."""
         if name.group is not None:
             return name.group
         todo, seen = [name], set()
@@ -300,11 +281,12 @@ class Chain:
         return str(name)
 
     def _feeders(self) -> dict[str, dict[str, Edge]]:
-        """Per group, the groups whose cores feed its cores on the array (by a FIFO, or through a
-        mem tile's link), each by the Edge between them."""
-        objects: dict = {}
+        """Per group, the groups whose cores feed its cores on the array, each by the Edge between them."""
+        objects: dict = {}   # FifoId -> the objects its producer makes per iteration
         for core in self.plan.cores:
-            _count_acquires(_looped(core.program)[0], 1, objects)
+            for step, times in launch_steps(_looped(core.program)[0]):
+                if isinstance(step, Acquire) and step.port is Port.PRODUCE:
+                    objects[step.fifo] = objects.get(step.fifo, 0) + times * step.count
         makers: dict = {}
         for f in self.plan.fifos:
             if f.producer.kind is TileKind.COMPUTE:
@@ -329,8 +311,7 @@ class Chain:
 
 @dataclass(frozen=True)
 class Edge:
-    """How one group's cores feed another's on the array: a stream of objects per iteration (the
-    reader begins with the first), or one whole value of `nbytes` (the reader waits for it)."""
+    """How one group's cores feed another's: a stream of objects (the reader begins with the first), or a whole value."""
 
     streamed: bool
     nbytes: int
@@ -341,14 +322,6 @@ def _looped(program: tuple) -> tuple[tuple, int]:
     if len(program) == 1 and isinstance(program[0], Loop):
         return program[0].body, program[0].count
     return program, 1
-
-
-def _count_acquires(program: tuple, times: int, made: dict):
-    for item in program:
-        if isinstance(item, Loop):
-            _count_acquires(item.body, times * item.count, made)
-        elif isinstance(item, Acquire) and item.port is Port.PRODUCE:
-            made[item.fifo] = made.get(item.fifo, 0) + times * item.count
 
 
 _CYCLES: dict[tuple, float] = {}   # a kernel step's cycles by what they depend on: alike layers price once

@@ -1,5 +1,5 @@
 """Who reads a tensor besides a kernel call or a fused group: the tags the compiler's readers
-tables hold beside calls (`pad.readers_of`) and group names (`place.outside_users`)."""
+tables hold beside calls (`padding.readers_of`) and group names (`place.outside_users`)."""
 from __future__ import annotations
 
 from iron.ir import Term

@@ -1,13 +1,9 @@
-"""Repetition over time (the rule `repeat_over_time`): a block of fused groups traced several
-times with the same kernels and shapes over other host tensors, or other parts of one (a Python
-loop over row blocks, weight matrices, heads), is found in the group sequence (`find_runs`) and
-may run as ONE placed iteration whose cores loop over the iterations (a `Loop(count)` around each
-core's program) while the runtime sequence moves each iteration's operands at their own DDR
-offsets: lowering translates iteration 0's moves (`Unfolding`). Whether it does is decided by
-estimated time (priced.py) against spreading the iterations in space (more tiles, or more
-configurations), as a `Choice` (`choose_over_time`); runs.py finds the runs, unfold.py pairs
-an iteration's operands with iteration 0's, share_core.py which groups of an iteration larger
-than the array share a core."""
+"""Repetition over time (the rule `repeat_over_time`): a block of groups traced several times
+with the same kernels and shapes over other host tensors or parts of one (runs.py) may run as ONE
+placed iteration whose cores loop over the iterations while the runtime sequence moves each
+iteration's operands at their own DDR offsets (unfold.py), when the cost model estimates that
+faster than spreading the iterations in space (`choose_over_time`, a `Choice`); share_core.py
+picks which groups of an iteration larger than the array share a core."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -27,16 +23,15 @@ from iron.plan import cost
 from iron.plan.plan import Choice, Loop, Plan, Repeat
 from iron.plan.rules import Decision, Rule
 
-MAX_TRIED = 4
+MAX_TRIED = 4   # runs tried, most groups covered first, before the design is left as it is
 TIMED = "over time: one iteration placed, its cores looping"
-SPACED = "in space: every iteration placed, one configuration"   # runs tried, most groups covered first, before the design is left as it is
+SPACED = "in space: every iteration placed, one configuration"
 REFUSED = (NotRepeated, PlanError, DoesNotFit, PlacementError)   # why a loop over time is not compiled
 
 
 @dataclass(frozen=True)
 class Abandoned:
-    """The design spread in space, its segments given up after the first few (`_enough`): it
-    takes at least `configurations` and `ns` of estimated time, more than the loop."""
+    """The design spread in space, given up (`_enough`): at least `configurations` and `ns`, more than the loop."""
 
     configurations: int
     ns: float
@@ -44,9 +39,8 @@ class Abandoned:
 
 @dataclass(frozen=True)
 class Nested:
-    """The rule `repeat_within_iteration`'s fact: the repeated block within iteration `outer`
-    (`inner`, its groups from the first to the last, `count` iterations) loops inside each of
-    its iterations, as the iteration placed whole is refused (`refused`: why)."""
+    """The rule `repeat_within_iteration`'s fact: the repeated block `inner` (`count` iterations)
+    loops inside each iteration of `outer`, which placed whole is `refused`."""
 
     outer: str
     inner: str
@@ -62,11 +56,10 @@ class Nested:
 
 def choose_over_time(program: Program, device, groups: tuple[Group, ...], placements: tuple, padded: dict,
                      compile_groups: Callable, whole, spread: Callable) -> tuple[Plan | None, list[Decision]]:
-    """The design with its longest repeated run over time when the cost model estimates that
-    faster than spreading it in space (`whole`: the whole design's Plan, or why it did not fit
-    one configuration; `spread()`: the segmented Plan), else None; and the rule's lines.
-    `compile_groups(program, groups, placements, unfolding)` runs the passes on the groups with
-    one iteration."""
+    """The design with its longest repeated run over time when estimated faster than spread in
+    space (`whole`: the whole design's Plan or why it did not fit; `spread()`: the segmented
+    Plan), else None; and the rule's lines. `compile_groups(program, groups, placements,
+    unfolding)` compiles the groups with one iteration placed."""
     lines: list[Decision] = []
     runs = find_runs(groups)[:MAX_TRIED]
     known = priced(whole) if runs and isinstance(whole, Plan) else None
@@ -74,15 +67,13 @@ def choose_over_time(program: Program, device, groups: tuple[Group, ...], placem
     for run in runs:
         names = tuple(g.name for g in run.groups(groups, 0))
         label = _label(Repeat(names, run.count, ()))
-        floor = known.floor(names, run.count) if known is not None else 0.0
-        if known is not None and floor >= spaced_ns:
+        if known is not None and (floor := known.floor(names, run.count)) >= spaced_ns:
             choice = Choice(Rule.REPEAT_OVER_TIME, label, SPACED, spaced_ns, f"{TIMED}, at least", floor)
             return (replace(whole, choices=(*whole.choices, (names[0], choice))),
                     [(Rule.REPEAT_OVER_TIME, f"{label} spread in space, estimated faster (choices)")])
         try:
             plan, repeat, crossing = _looped(program, device, groups, run, placements, padded, compile_groups)
-        except REFUSED as why:   # the longest run's reason; spread
-            # in space, a design that does not fit raises its own refusal, not one of the loop's
+        except REFUSED as why:   # the longest run's reason (spread, a design that does not fit raises its own)
             lines = lines or [(Rule.REPEAT_OVER_TIME, f"{label} not run over time: {why}")]
             continue
         chosen, line = _chosen(plan, repeat, whole, spread, groups)
@@ -92,8 +83,7 @@ def choose_over_time(program: Program, device, groups: tuple[Group, ...], placem
 
 def _looped(program: Program, device, groups: tuple[Group, ...], run: Run, placements: tuple, padded: dict,
             compile_groups: Callable) -> tuple[Plan, Repeat, list[Decision]]:
-    """`_over_time`: the iteration placed whole, or, when it is refused so (more groups than the
-    array holds, even sharing cores), with the repeated block within it looping inside it."""
+    """`_over_time`: the iteration placed whole, or, refused so, with the block within it looping inside it."""
     try:
         return _over_time(program, device, groups, run, placements, padded, compile_groups)
     except REFUSED as whole:
@@ -108,22 +98,23 @@ def _looped(program: Program, device, groups: tuple[Group, ...], run: Run, place
 
 def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, placements: tuple, padded: dict,
                compile_groups: Callable, nested: bool = False) -> tuple[Plan, Repeat, list[Decision]]:
-    """The Plan running `run` over time, its Repeat and the lines saying which values cross
-    between iterations through DDR (`write_through`, then fused again), or NotRepeated; `nested`:
-    the repeated block within its iteration (`_inner`) run over time too, inside each iteration."""
+    """The Plan running `run` over time, its Repeat and the lines saying which values cross between
+    iterations through DDR, or NotRepeated; `nested`: the block within its iteration looping too."""
     inner = _inner(groups, run) if nested else None
-    carried = _carries(program, _places(groups, run), run) or (
-        inner is not None and _carries(program, _places(groups, _within(run, inner, 0)), _within(run, inner, 0)))
-    crossing = _crossing(program, _places(groups, run), run)
+    place = _places(groups, run)
+    carried = _carries(program, place, run)
+    crossing = _crossing(program, place, run)
     for k in range(run.count if inner else 0):   # within each iteration (the outer crossings are the rest)
-        within = range(run.start + k * run.period, run.start + (k + 1) * run.period)
-        crossing += _crossing(program, _places(groups, _within(run, inner, k), within), _within(run, inner, k))
+        within = _within(run, inner, k)
+        among = _places(groups, within, range(run.start + k * run.period, run.start + (k + 1) * run.period))
+        carried = carried or (k == 0 and _carries(program, among, within))
+        crossing += _crossing(program, among, within)
     crossing = list(dict.fromkeys(crossing))
     lines = []
     if crossing:
         if padded:
             raise NotRepeated("values cross between its iterations and the design lies padded (pad_to_block)")
-        returned = _returned_last(program, _places(groups, run), run)
+        returned = _returned_last(program, place, run)
         lines = [(Rule.REPEAT_OVER_TIME, f"{', '.join(call_label(program, c) for c in crossing + returned)} cross "
                                          f"between iterations through DDR buffers of the compiler's "
                                          f"({', '.join(through_name(program, c) for c in crossing + returned)})"
@@ -165,15 +156,13 @@ def _carries(program: Program, place: dict[Node, int], run: Run) -> bool:
 
 
 def _places(groups: tuple[Group, ...], run: Run, among: range | None = None) -> dict[Node, int]:
-    """Each call's iteration of `run` (-1 before the run, `run.count` after it), of the groups
-    `among` (all when None)."""
+    """Each call's iteration of `run` (-1 before it, `run.count` after), of the groups `among` (or all)."""
     return {c: min(max(-1, (i - run.start) // run.period), run.count)
             for i in among or range(len(groups)) for c in groups[i].calls}
 
 
 def _inner(groups: tuple[Group, ...], run: Run) -> Run:
-    """The repeated block within `run`'s iteration (a loop over heads within a layer), placed from
-    the iteration's first group; NotRepeated when there is none."""
+    """The repeated block within `run`'s iteration (heads within a layer), or NotRepeated."""
     found = find_runs(run.groups(groups, 0))
     if not found:
         raise NotRepeated("its iteration holds no repeated block to loop within it")
@@ -186,9 +175,7 @@ def _within(run: Run, inner: Run, k: int) -> Run:
 
 
 def _crossing(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
-    """The results made before or in the run that a call of another iteration (or after the run)
-    reads, but those the host reads (outputs, carried elements): they cross through DDR. `place`:
-    each call's iteration (-1 before the run, `run.count` after it)."""
+    """The results made before or in the run that another iteration (or after the run) reads, but the host's."""
     found: dict[Node, None] = {}
     for reader, at in place.items():
         for node in tensor_inputs(reader):
@@ -199,9 +186,9 @@ def _crossing(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
 
 
 def _returned_last(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
-    """The design outputs the run's last iteration makes when no other iteration makes one (a
-    loop over layers returning the last one's result): written through DDR like the values the
-    other iterations pass on, so the last iteration is alike them, and returned by a Copy."""
+    """The design outputs the run's last iteration makes when no other makes one (a loop over
+    layers returning the last one's): written through DDR, so the last iteration is alike the
+    others, and returned by a Copy."""
     made = {place[o] for o in program.outputs if 0 <= place.get(o, -1) < run.count}
     if made != {run.count - 1}:
         return []
@@ -209,8 +196,7 @@ def _returned_last(program: Program, place: dict[Node, int], run: Run) -> list[N
 
 
 def _copied_out(program: Program, traced: Program, returned: list[Node]) -> Program:
-    """`program` (`traced` written through DDR) returning a Copy of each of `returned`'s DDR
-    buffers in its place, the Copies appended to the calls."""
+    """`program` (`traced` written through DDR) returning a Copy of each of `returned`'s DDR buffers."""
     if not returned:
         return program
     buffers = {m.arg.name: m for m in program.memories}
@@ -221,9 +207,8 @@ def _copied_out(program: Program, traced: Program, returned: list[Node]) -> Prog
 
 
 def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable, groups: tuple[Group, ...]) -> tuple[Plan, list[Decision]]:
-    """The Plan of the loop or the spread design, whichever the cost model estimates faster
-    (`groups`: those the spread design places; its segments compiled only until they certainly
-    take longer than the loop), and the rule's line."""
+    """The Plan of the loop or the spread design (`groups`), whichever is estimated faster (the
+    spread one compiled only until it certainly takes longer), and the rule's line."""
     gen = cost.generation(plan.device)
     label = _label(repeat)
     timed = (TIMED, plan_ns(plan), plan)
@@ -251,10 +236,9 @@ def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable, groups: tuple[G
 
 
 def _enough(groups: tuple[Group, ...], device, bound: float, within: float) -> Callable:
-    """`compile_segments`' test after each segment: Abandoned once the segments so far (`plan_ns`,
-    the loads between them), a configuration for every 32 groups left (a group per tile at most)
-    and DDR reading what the groups left read (`_least_read`) take longer than `within`, the
-    loop's estimate (`bound`: the floor under the whole spread design, when higher)."""
+    """`compile_segments`' test after each segment: Abandoned once the segments so far, a
+    configuration per tiles' worth of groups left and DDR reading what they read (`_least_read`)
+    take longer than `within`, the loop's estimate (`bound`: the floor under the spread design)."""
     gen, tiles = cost.generation(device), len(device.compute_tiles)
     done: list[float] = []
     left = _least_read(groups)
@@ -268,8 +252,7 @@ def _enough(groups: tuple[Group, ...], device, bound: float, within: float) -> C
 
 
 def _least_read(groups: tuple[Group, ...]) -> list[int]:
-    """By group k, the bytes the groups from k on certainly read from DDR: of each host tensor
-    they read, all of it or its largest view read (summed from the last group back, once)."""
+    """By group k, the bytes the groups from k on certainly read from DDR (of each host tensor, its largest view)."""
     read: dict[Node, int] = {}
     total, found = 0, [0]
     for g in reversed(groups):

@@ -4,6 +4,7 @@ forwards to later readers (`forward_shared_input`), and the relays keeping every
 within its input DMA channels (`fit_compute_channels`)."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -97,7 +98,7 @@ def group_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
     g, calls, users = site.group.name, site.group.calls, layout.users
     split = len(site.tiles) > 1
     fifos = []
-    if loads_from_host(forwards, site):
+    if any(c.arg.scalar_attrs for c in calls) or any(not forwarded_to(forwards, g, n) for n in host_reads(site)):
         fifos.append(Route(fifo_id(g, Stem.IN), g, HOST, site.tiles))
     for number, tile in enumerate(site.tiles):
         core = number if split else None
@@ -108,16 +109,12 @@ def group_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
             fifos.append(Route(fifo_id(g, Stem.OUT, core=core), g, tile, consumer_tiles(layout, forwards, site.group)))
     if site.stream is not None:
         fifos += stream_routes(site)
-    if split:
-        fifos += join_routes(layout, forwards, site)
+    if split:   # the parts joined on the stream's mem tile, to the readers (or only the host)
+        fifos += [Route(fifo_id(g, Stem.PART, p), g, t, (site.stream.mem,)) for p, t in enumerate(site.tiles)]
+        consumers = consumer_tiles(layout, forwards, site.group, Reader.HOST in users.get(calls[-1], ()))
+        stem = Stem.OUT if any(t != HOST for t in consumers) else Stem.HOST
+        fifos.append(Route(fifo_id(g, stem), g, site.stream.mem, consumers))
     return fifos
-
-
-def loads_from_host(forwards: dict, site: Site) -> bool:
-    """Whether a group loads a host tensor no earlier group forwards to it, or a per-call attribute."""
-    g = site.group.name
-    return any(c.arg.scalar_attrs for c in site.group.calls) or any(
-        not forwarded_to(forwards, g, n) for n in host_reads(site))
 
 
 def forwarded_to(forwards: dict, group: str, node: Node) -> bool:
@@ -157,33 +154,23 @@ def stream_routes(site: Site) -> list[Route]:
 
 def grid_routes(site: Site) -> list[Route]:
     """A grid's FIFOs (`tile_matmul_over_array`): per row, A's blocks through its mem tile to the
-    row's cores; per column B's to the column's cores, and each core's part joined on the
-    column's mem tile to the host."""
+    row's cores and per column B's to the column's cores; or, when the cores own their rows (a
+    MatVec, a MatMul whose N is not whole words), B's k-blocks to every core and per column A's
+    rows split on its mem tile between its cores; each core's part joined on the column's mem
+    tile to the host."""
     g, grid = site.group.name, site.grid
     rows, cols = range(len(grid.rows)), range(len(grid.cols))
-    if grid.own_rows:
-        return own_rows_routes(g, grid)
-    fifos = []
-    for r, mem in zip(rows, grid.a_mems):
+    fifos = [Route(fifo_id(g, Stem.B), g, HOST, grid.tiles)] if grid.own_rows else []
+    for r, mem in zip(rows, () if grid.own_rows else grid.a_mems):
         fifos += [Route(fifo_id(g, Stem.A, r, mem=True), g, HOST, (mem,)),
                   Route(fifo_id(g, Stem.A, r), g, mem, tuple(grid.tile(r, c) for c in cols))]
     for c, mem in zip(cols, grid.c_mems):
-        fifos += [Route(fifo_id(g, Stem.B, c, mem=True), g, HOST, (mem,)),
-                  Route(fifo_id(g, Stem.B, c), g, mem, tuple(grid.tile(r, c) for r in rows))]
-        fifos += [Route(fifo_id(g, Stem.PART, r, c), g, grid.tile(r, c), (mem,)) for r in rows]
-        fifos.append(Route(fifo_id(g, Stem.HOST, c), g, mem, (HOST,)))
-    return fifos
-
-
-def own_rows_routes(g: str, grid) -> list[Route]:
-    """A grid whose cores own their rows (a MatVec, a MatMul whose N is not whole words): B's
-    k-blocks to every core; per column A's rows split on its mem tile between its cores, and
-    their parts joined there."""
-    rows, cols = range(len(grid.rows)), range(len(grid.cols))
-    fifos = [Route(fifo_id(g, Stem.B), g, HOST, grid.tiles)]
-    for c, mem in zip(cols, grid.c_mems):
-        fifos.append(Route(fifo_id(g, Stem.A, c, mem=True), g, HOST, (mem,)))
-        fifos += [Route(fifo_id(g, Stem.A, r, c), g, mem, (grid.tile(r, c),)) for r in rows]
+        if grid.own_rows:
+            fifos.append(Route(fifo_id(g, Stem.A, c, mem=True), g, HOST, (mem,)))
+            fifos += [Route(fifo_id(g, Stem.A, r, c), g, mem, (grid.tile(r, c),)) for r in rows]
+        else:
+            fifos += [Route(fifo_id(g, Stem.B, c, mem=True), g, HOST, (mem,)),
+                      Route(fifo_id(g, Stem.B, c), g, mem, tuple(grid.tile(r, c) for r in rows))]
         fifos += [Route(fifo_id(g, Stem.PART, r, c), g, grid.tile(r, c), (mem,)) for r in rows]
         fifos.append(Route(fifo_id(g, Stem.HOST, c), g, mem, (HOST,)))
     return fifos
@@ -207,15 +194,6 @@ def flow_routes(site: Site) -> list[Route]:
                       for r in rows]
             fifos.append(Route(fifo_id(g, Stem.HOST, c, result=k), g, mem, (HOST,)))
     return fifos
-
-
-def join_routes(layout: Layout, forwards: dict, site: Site) -> list[Route]:
-    g, mem = site.group.name, site.stream.mem
-    parts = [Route(fifo_id(g, Stem.PART, p), g, t, (mem,)) for p, t in enumerate(site.tiles)]
-    with_host = Reader.HOST in layout.users.get(site.group.calls[-1], ())
-    consumers = consumer_tiles(layout, forwards, site.group, with_host)
-    stem = Stem.OUT if any(t != HOST for t in consumers) else Stem.HOST
-    return [*parts, Route(fifo_id(g, stem), g, mem, consumers)]
 
 
 def forwarded_inputs(layout: Layout) -> dict[str, dict[Node, tuple[str, ...]]]:
@@ -369,43 +347,39 @@ def crowded_tiles(program: Program, layout: Layout, device) -> set[Tile]:
     """The compute tiles whose FIFOs by DMA, over every group their core runs, exceed its channels
     either way once `fit_compute_channels` has relayed what it can (share_core.py's probe)."""
     routes = route(program, layout)
-    relays, _, state = _relays(core_inputs(routes, layout), device.compute.dma_in_channels)
+    _, _, state = _relays(core_inputs(routes, layout), device.compute.dma_in_channels)
     tiles = {c.tile for c in state.cores if state.tile_inputs(c.tile) > device.compute.dma_in_channels}
-    sent: dict[Tile, set] = {}
-    for r in routes.fifos:
-        if r.producer.kind is TileKind.COMPUTE and not r.shared_memory:
-            sent.setdefault(r.producer, set()).add(r.fifo)
-    return tiles | {t for t, fifos in sent.items() if len(fifos) > device.compute.dma_out_channels}
+    sent = Counter(r.producer for r in routes.fifos if r.producer.kind is TileKind.COMPUTE and not r.shared_memory)
+    return tiles | {t for t, n in sent.items() if n > device.compute.dma_out_channels}
 
 
 class ChannelState:
-    """The relays so far: what each reader no longer receives, the carriers that gained an `_in`
-    and what each started receiving."""
+    """The relays so far: what each reader no longer receives, and what each carrier started
+    receiving (an `_in` it gained too)."""
 
     def __init__(self, cores: list[CoreInputs]):
         self.cores = cores
         self.by_group = {c.group: c for c in cores}
         self.readers: dict[str, tuple[FifoId, ...]] = {}
-        self.gained_in: set[str] = set()
-        self.gained: dict[str, tuple[FifoId, ...]] = {}
+        self.added: dict[str, set[FifoId]] = {}
 
     def receives(self, group: str) -> set[FifoId]:
         return self._now(group, self.by_group[group].received)
 
     def _now(self, group: str, fifos) -> set[FifoId]:
         """`fifos` as the relays so far leave them to `group`'s core."""
-        return ((set(fifos) - set(self.readers.get(group, ()))) | set(self.gained.get(group, ()))
-                | ({fifo_id(group, Stem.IN)} if group in self.gained_in else set()))
+        return (set(fifos) - set(self.readers.get(group, ()))) | self.added.get(group, set())
 
     def tile_inputs(self, tile: Tile) -> int:
         """The FIFOs reaching `tile` by DMA for every group its core runs."""
         return len(set().union(*(self._now(c.group, c.dma) for c in self.cores if c.tile == tile)))
 
     def take(self, relay: Relay, reader: CoreInputs):
-        self.readers[relay.reader] = relay.fifos
-        self.gained[relay.carrier] = (*self.gained.get(relay.carrier, ()), *relay.gained)
+        added = self.added.setdefault(relay.carrier, set())
         if reader.own_in in relay.fifos and fifo_id(relay.carrier, Stem.IN) not in self.receives(relay.carrier):
-            self.gained_in.add(relay.carrier)
+            added.add(fifo_id(relay.carrier, Stem.IN))   # it loads the reader's `_in` in one of its own
+        added.update(relay.gained)
+        self.readers[relay.reader] = relay.fifos
 
 
 def _relay_for(core: CoreInputs, cores: list[CoreInputs], state: ChannelState, limit: int,

@@ -1,7 +1,6 @@
-"""Groups alike: runs of groups alike group for group (the rule `repeat_over_time`, repeat.py),
-their calls the same kernels over the same shapes and views up to which host tensor, or which part
-of one, they read and write; and groups alike up to names, reading alike from where they lie
-(`group_structures`: the rule `same_structure_same_fit`, segment.py)."""
+"""Groups alike: runs of groups alike up to which host tensor, or part of one, they read and write
+(`find_runs`, for `repeat_over_time`), and groups alike up to names, reading alike from where
+they lie (`group_structures`, for `same_structure_same_fit`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,9 +31,7 @@ class NotRepeated(Exception):
 
 
 def find_runs(groups: tuple[Group, ...]) -> list[Run]:
-    """Runs of at least two iterations of alike groups (`_shapes`), and each such run but its
-    first or its last iteration, the most groups covered first, then the shortest period (the
-    most iterations), then the earliest."""
+    """Runs of at least two iterations of alike groups (and each but its first or last), the most groups first."""
     keys = np.array(_shapes(groups))
     n, runs = len(keys), []
     for period in range(1, n // 2 + 1):
@@ -50,8 +47,7 @@ def find_runs(groups: tuple[Group, ...]) -> list[Run]:
 
 
 def _shapes(groups: tuple[Group, ...]) -> list[int]:
-    """Per group a number, equal for groups whose calls are alike node for node up to which host
-    tensor, or which part of one, they read and write (`_entry`)."""
+    """Per group a number, equal for groups whose calls are alike node for node (`_entry`)."""
     numbers: dict[tuple, int] = {}
     found = []
     for i, group in enumerate(groups):
@@ -82,18 +78,16 @@ def _entry(node: Node, mine: set, memo: dict, entries: list) -> int:
 
 
 def placeless(axes) -> tuple:
-    """A view's axes with where they start left out (each as its fields, but the index as whether
-    there is one and the slice as its length): views alike but for where they lie."""
+    """A view's axes with where they start left out (an index as whether there is one, a slice as its length)."""
     return tuple((a.index is None, a.dynamic, None if a.stop is None else a.stop - a.start, a.length, a.extent,
                   a.step, a.order) for a in axes)
 
 
 def group_structures(groups: tuple[Group, ...], where: dict[Node, tuple[int, int]]) -> tuple[int, ...]:
-    """Per group, a number equal for two groups whose calls are alike node for node (kernel,
-    attrs, shapes, dtypes, views, scalars, inputs by name) and read alike: a result of another
-    group by its shape and place (groups back, call in it), a weight, param or state by its
-    kind, shape and the place (groups back, which of its memories) of the last group touching
-    it before, so that two runs of groups with equal numbers are the same segment up to names."""
+    """Per group, a number equal for two groups whose calls are alike node for node and read
+    alike: a result of another group by its shape and place (`Made`), a weight, param or state by
+    its kind, shape and the last group touching it before (`Memory`), so that two runs of groups
+    with equal numbers are the same segment up to names."""
     numbers: dict[tuple, int] = {}
     touched: dict[Node, tuple[int, int]] = {}
     found = []
@@ -119,8 +113,7 @@ class Made:
 
 @dataclass(frozen=True)
 class Memory:
-    """An entry for a weight, param or state: `last`, (groups back, which of its memories) of the
-    last group touching it before, None for the first."""
+    """An entry for a weight, param or state: `last`, (groups back, which memory) of the last group touching it."""
 
     kind: MemoryKind
     shape: tuple[int, ...]
@@ -130,8 +123,7 @@ class Memory:
 
 def _group_entries(i: int, group: Group, where: dict[Node, tuple[int, int]],
                    touched: dict[Node, tuple[int, int]]) -> tuple[tuple, list[Node]]:
-    """Group `i`'s nodes as entries naming their sources by position (`group_structures`), and
-    the memories it touches in the order of their entries."""
+    """Group `i`'s nodes as entries naming their sources by position, and the memories it touches."""
     entries: list[tuple] = []
     seen: dict[Node, int] = {}
     memories: list[Node] = []

@@ -1,15 +1,11 @@
-"""Segments: a graph that needs more compute tiles, DMA channels or tile memory than the device
-has runs as a sequence of configurations within one call (docs/platform.md section 7). Its fused
-groups are cut, in program order, into segments that each compile on the device (the rule
-`fewest_bytes_cut`); each segment is compiled by the same passes as a whole design, as a Program
-of its own calls; a probe alike an earlier one is answered by it (`same_structure_same_fit`), and
-the search probes only until the rule's cut is settled (`settle_the_cut`).
-A value one segment computes and a later one reads crosses the cut through a DDR buffer the
-compiler allocates (a CUT placement after the outputs); weights, params and
-states stay in their host buffers. Every segment addresses the design's host buffers and one
-scratchpad of words; only the last has the Emit, so a CarriedLoop runs a segmented body as any
-(a carried element an earlier segment made is copied into the last: `carry_from_earlier_segment`);
-when the last group fits only without the Emit, the Emit is a segment of its own (`emit_own_segment`)."""
+"""Segments: a graph too big for the device at once runs as a sequence of configurations within
+one call (docs/platform.md section 7). Its groups are cut, in program order, into segments that
+each compile by the same passes as a whole design (the rule `fewest_bytes_cut`; a probe alike an
+earlier one is answered by it, `same_structure_same_fit`; the search stops once the cut is
+settled, `settle_the_cut`). A value crossing a cut goes through a DDR buffer of the compiler's (a
+CUT placement after the outputs). Every segment addresses the design's host buffers and one
+scratchpad of words; only the last has the Emit (a carried element an earlier segment made is
+copied into it: `carry_from_earlier_segment`), or the Emit is a segment of its own (`emit_own_segment`)."""
 from __future__ import annotations
 
 import math
@@ -36,8 +32,7 @@ CUT_WINDOW = 4   # a segment may end anywhere in the last 1/CUT_WINDOW of the gr
 
 @dataclass(frozen=True)
 class Segment:
-    """Groups [start, stop) of the design, run as one configuration; `emit_cut`: the groups
-    up to the end without the Emit, which runs in a segment of its own after (`emit_own_segment`)."""
+    """Groups [start, stop) of the design, run as one configuration; `emit_cut`: without the Emit."""
 
     start: int
     stop: int
@@ -48,16 +43,12 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
                      try_groups: Callable, whole: Exception | ShimShortfall, padding: Layouts,
                      apart: frozenset[int] = frozenset(),
                      enough: Callable[[list[Plan], int], Abandoned | None] | None = None) -> Plan | Abandoned:
-    """The design as segments that each compile (`try_groups(program, groups, device, feeds,
-    table, placements, bound=...)` runs the whole-design passes: a Plan, or the error or
-    shortfall refusing it); `whole`: what refused the whole design, its error raised as it is
-    when there is nothing to cut (one group, and no Emit or none it fits without); `padding`:
-    `pad_to_block`'s layout of the design. Each segment is compiled as it is sought, against
-    the words and DDR buffers of the segments before it, and the one the rule keeps is checked
-    and kept as it is. No segment ends before a group in `apart` (an iteration looped over time
-    stays whole: repeat.py). `enough(plans, stop)`, asked after each segment but the last (`stop`:
-    the group after it), gives the search up when it says the design certainly takes longer than
-    its alternative: only what decides that is compiled."""
+    """The design as segments that each compile (`try_groups`: the whole-design passes, a Plan or
+    what refuses it); `whole`: what refused the whole design, raised as it is when there is
+    nothing to cut. Each segment compiles against the words and DDR buffers of those before it,
+    and the one kept is checked as it is. No segment ends before a group in `apart` (an iteration
+    looped over time stays whole). `enough(plans, stop)`, asked after each segment but the last,
+    gives the search up when the design certainly takes longer than its alternative."""
 
     flow = Flow(program, groups, padding.lies, apart)
 
@@ -77,10 +68,9 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
     whole_fits = {len(groups): whole.groups} if isinstance(whole, ShimShortfall) else {}
 
     def search(alike: dict[tuple, Plan] | None):
-        """The segments, their Plans (checked), the words, the crossing values after the last
-        and the cuts' Choices; with `alike` (the design only priced against another, `enough`)
-        a segment of a structure kept before stands in by that one's Plan (`same_structure_same_fit`:
-        estimated alike too), no Plan is checked, and the search may be given up."""
+        """The segments, their Plans (checked), the words, the crossing values after the last and
+        the cuts' Choices; with `alike` (the design only priced), a segment of a structure kept
+        before stands in by that one's Plan, unchecked, and the search may be given up."""
         table, crossing, plans, segments = WordTable(program), [], [], []
         choices: dict = {}   # segment start -> its cut's Choice
         while not segments or not flow.last(segments[-1]):
@@ -133,14 +123,11 @@ def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, c
                   compile_one, known: dict[tuple, tuple], likely: dict[int, int], device, choices: dict,
                   alike: dict[tuple, Plan] | None = None):
     """(the Segment, its Plan, the words and the crossing values after it) `fewest_bytes_cut`
-    picks from group `start` (`emit_own_segment`: the last group without the Emit when only so
-    it fits; the Emit alone after it), or why group `start` alone does not compile. Each probe
-    compiles against a copy of the words and the DDR buffers so far, so the one kept is final as
-    it is; a probe whose structure an earlier one had (`known`) is answered without compiling,
-    what it says likely fits with it (so the search probes as it did there);
-    `likely` gets, by stop, the stop a probe `shim_channels_bound` refuses says likely fits;
-    `alike`: the Plan kept for each structure, which a segment of the same structure takes as it
-    is, uncompiled (its words not allocated)."""
+    picks from group `start` (or `emit_own_segment`'s), or why group `start` alone does not
+    compile. Each probe compiles against a copy of the words so far, so the one kept is final; a
+    probe of a structure probed before (`known`) is answered without compiling; `likely`: by
+    refused stop, the stop a `shim_channels_bound` refusal says likely fits; `alike`: the Plan
+    kept for each structure, which a segment of the same structure takes uncompiled."""
     tried: dict[Segment, tuple] = {}
     count = len(flow.groups)
 
@@ -196,29 +183,23 @@ def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, c
 
 
 def _cut_rule(flow: Flow, segment: Segment, cut: Cut, device) -> Decision:
+    text = f"cut before {cut.before}: {cut.nbytes} bytes cross ({', '.join(cut.values) or 'nothing'})"
     if not segment.emit_cut:
-        return Rule.FEWEST_BYTES_CUT, _cut_text(cut)
+        return Rule.FEWEST_BYTES_CUT, text
     return Rule.EMIT_OWN_SEGMENT, (f"{flow.groups[segment.start].name} fits {device.name} only without the Emit, "
-                              f"which runs after it in a segment of its own; {_cut_text(cut)}")
-
-
-def _cut_text(cut: Cut) -> str:
-    return f"cut before {cut.before}: {cut.nbytes} bytes cross ({', '.join(cut.values) or 'nothing'})"
+                                   f"which runs after it in a segment of its own; {text}")
 
 
 def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess: int | None = None,
                      tiles: int | None = None, likely: dict[int, int] | None = None, *, device,
                      choices: dict | None = None) -> int | None:
-    """The rule: greedily in program order, the segment from group `start` takes the most groups
-    that compile on the device, then ends at the cut among the last 1/CUT_WINDOW of them of the
-    least estimated time (iron/plan/cost.py: the crossing values written to DDR and read
-    back; the latest on a tie), which `choices[start]` records; the last segment takes all that
-    is left when it fits. None when group `start` alone does not fit.
+    """The rule: the segment from group `start` takes the most groups that compile, then ends
+    at the cut among the last 1/CUT_WINDOW of them of the least estimated time (the crossing
+    values written to DDR and read back; the latest on a tie), recorded in `choices[start]`; the
+    last segment takes all that is left when it fits. None when group `start` alone does not fit.
     The search (`settle_the_cut`): a segment shorter than one that fits fits too, so it probes
-    only until the cut is the same for every most that may fit: the stop after the most that
-    likely fit, when the refused stop says so (`likely`, by refused stop) or when the previous
-    segment took `guess` groups; else the cut for the most that may fit. At most `tiles` groups
-    fit: each takes a compute tile."""
+    only until the cut is the same for every most that may fit, first the stop after the most
+    that likely fit (`likely`, or the previous segment's `guess` groups). At most `tiles` fit."""
     count, likely = len(flow.groups), likely if likely is not None else {}
     good, bad = start, count + 1 if tiles is None else min(count + 1, start + tiles + 1)
     gen = cost.generation(device)
@@ -255,9 +236,8 @@ def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess:
 
 def _unfit(flow: Flow, start: int, alone: Exception, device, padding: Layouts) -> Exception:
     """Group `start` alone does not compile: DoesNotFit (`TooLarge`) naming its kernels, its own
-    refusal and why pad_to_block did not pad it (`refusal`), or, when that is not about size, the
-    group's own refusal (a misaligned index, say), which no cut mends: the whole design's would
-    only count its tiles."""
+    refusal and why pad_to_block did not pad it, or the group's own refusal when that is not
+    about size (a misaligned index, say), which no cut mends."""
     if not isinstance(alone, DoesNotFit):
         return alone
     group = flow.groups[start]
@@ -276,14 +256,8 @@ class Flow:
         self.padded = {n: lie.shape for n, lie in self.lies.items()}
         self.host = host_placements(program, self.padded)
         self.made = {c: i for i, g in enumerate(groups) for c in g.calls}
-        self.last_read: dict[Node, int] = {}
-        for i, g in enumerate(groups):
-            for call in g.calls:
-                for node in _calls_read(call):
-                    self.last_read[node] = max(self.last_read.get(node, -1), i)
-        for _, value in program.carry:
-            for node in _calls_read(value, include_self=True):
-                self.last_read[node] = len(groups)
+        self.last_read = {n: i for i, g in enumerate(groups) for call in g.calls for n in _calls_read(call)}
+        self.last_read |= {n: len(groups) for _, value in program.carry for n in _calls_read(value, include_self=True)}
         self._crossing = self._sweep()
         self._bytes: dict[int, int] = {}
         self.where = {c: (i, k) for i, g in enumerate(groups) for k, c in enumerate(g.calls)}
@@ -294,8 +268,7 @@ class Flow:
         return self._crossing[cut]
 
     def _sweep(self) -> list[list[Node]]:
-        """`crossing` of every cut in one pass: a result crosses from the cut after the group
-        making it to the group last reading it."""
+        """`crossing` of every cut in one pass: from the cut after a result's group to its last reader's."""
         opening: dict[int, list[Node]] = {}
         for node, i in self.made.items():
             if self.last_read.get(node, -1) > i:
@@ -310,33 +283,25 @@ class Flow:
         return found
 
     def crossing_bytes(self, cut: int) -> int:
+        """The bytes of the DDR buffers of the values crossing a cut: their own, or padded (`pad_to_block`)."""
         if cut not in self._bytes:   # asked for every cut of every window the search weighs
-            self._bytes[cut] = sum(map(self.lies_in_bytes, self.crossing(cut)))
+            self._bytes[cut] = sum(nbytes(n) if n not in self.padded else math.prod(self.padded[n]) * n.dtype.itemsize
+                                   for n in self.crossing(cut))
         return self._bytes[cut]
 
-    def lies_in_bytes(self, node: Node) -> int:
-        """The bytes of a crossing value's DDR buffer: its own, or padded (`pad_to_block`)."""
-        shape = self.padded.get(node)
-        return nbytes(node) if shape is None else math.prod(shape) * node.dtype.itemsize
-
     def structure(self, segment: Segment) -> tuple | None:
-        """The rule `same_structure_same_fit`: two segments (not the last) compile alike when their
-        groups have the same structures (`group_structures`) and they send out the results at
-        the same places, so one probe answers for both. None for the last segment (it carries)."""
+        """The rule `same_structure_same_fit`: two segments (not the last, which carries) compile
+        alike when their groups have the same structures and send out results from the same places."""
         if self.last(segment):
             return None
-        mine = self._mine(segment)
-        sent = [n for n in self.program.outputs if n in mine] + self._cut_sent(segment)
-        places = tuple((self.where[n][0] - segment.start, self.where[n][1]) for n in sent)
+        places = tuple((self.where[n][0] - segment.start, self.where[n][1]) for _, n in self._sent(segment))
         return self.structures[segment.start:segment.stop], places
 
     def cut_name(self, node: Node) -> str:
         return f"cut.{call_label(self.program, node)}"
 
     def placements(self, crossing: list[Node]) -> tuple[Placement, ...]:
-        """The design's host placements, then a CUT placement per value in `crossing`: a design
-        output's lies on its output's bytes (the later segment reads what the host will), so
-        the segment making it writes it once."""
+        """The design's host placements, then a CUT placement per value in `crossing` (an output's on its bytes)."""
         host = self.host
         by_name = {p.name: p for p in host}
         used = max((p.offset + p.nwords for p in host if p.buffer == HostRole.OUTPUTS.value), default=0)
@@ -357,38 +322,29 @@ class Flow:
         return segment.stop == len(self.groups) and not segment.emit_cut
 
     def segment_placements(self, segment: Segment, every: tuple[Placement, ...]) -> tuple[Placement, ...]:
-        """What a segment's passes see: host tensors, the CUT placements (read as inputs), its
-        outputs renamed `out<i>` in its own output order (shown in texts by the names they had),
-        and the carried elements (last only)."""
+        """What a segment's passes see: host tensors, the CUT placements (read as inputs), what it
+        writes (`_sent`) renamed `out<i>`, and the carried elements (last only)."""
         by_name = {p.name: p for p in every}
         kept = [p for p in every if p.kind in (PlacementKind.WEIGHT, PlacementKind.PARAM, PlacementKind.STATE,
                                                 PlacementKind.INPUT, PlacementKind.CUT)]
         if self.last(segment):
             kept += [p for p in every if p.kind is PlacementKind.CARRY]
-        outputs = [by_name[name] for name in self._output_names(segment)]
+        outputs = [by_name[name] for name, _ in self._sent(segment)]
         kept += [replace(p, name=f"out{i}", kind=PlacementKind.OUTPUT, shown=p.name) for i, p in enumerate(outputs)]
         return tuple(kept)
 
-    def _output_names(self, segment: Segment) -> list[str]:
-        """The host placements a segment writes, in its outputs' order: the design's outputs it
-        makes, then the values a later segment reads."""
-        mine, last = self._mine(segment), self.last(segment)
-        names = [f"out{i}" for i, n in enumerate(self.program.outputs)
-                 if n in mine or (last and n not in self.made)]
-        return names + [self.cut_name(n) for n in self._cut_sent(segment)]
-
-    def _cut_sent(self, segment: Segment) -> list[Node]:
-        """The values the segment makes that a later one reads and the host does not: written
-        to their CUT placements (a design output's CUT placement is the output's own bytes)."""
-        mine = self._mine(segment)
-        return [n for n in self.crossing(segment.stop) if n in mine and n not in self.program.outputs]
+    def _sent(self, segment: Segment) -> list[tuple[str, Node]]:
+        """What a segment writes, by its host placement's name: the design's outputs it makes (the
+        last: and those no call makes), then the values a later segment reads and the host does not."""
+        mine, last, outputs = self._mine(segment), self.last(segment), self.program.outputs
+        made = [(f"out{i}", n) for i, n in enumerate(outputs) if n in mine or (last and n not in self.made)]
+        return made + [(self.cut_name(n), n) for n in self.crossing(segment.stop) if n in mine and n not in outputs]
 
     def _mine(self, segment: Segment) -> set[Node]:
         return {c for g in self.groups[segment.start:segment.stop] for c in g.calls}
 
     def segment_program(self, segment: Segment) -> tuple[Program, tuple[Group, ...]]:
-        """The segment as a Program of its own (values made earlier read as inputs) and its groups.
-        The Program keeps every call at its position, so call labels name the body's calls."""
+        """The segment as a Program of its own (values made earlier read as inputs) and its groups."""
         program, mine, last = self.program, self._mine(segment), self.last(segment)
         inputs: dict[Node, None] = {}
         memo: dict[Node, Node] = {}
@@ -408,8 +364,7 @@ class Flow:
             return new
 
         calls = tuple(rebuilt(c) if c in mine else c for c in program.calls)
-        outputs = [rebuilt(n) for n in program.outputs if n in mine or (last and n not in self.made)]
-        outputs += [rebuilt(n) for n in self._cut_sent(segment)]
+        outputs = [rebuilt(n) for _, n in self._sent(segment)]
         carry = tuple((name, rebuilt(v)) for name, v in program.carry) if last else ()
         groups = tuple(Group(g.name, tuple(memo[c] for c in g.calls), g.closed_by)
                        for g in self.groups[segment.start:segment.stop])

@@ -1,8 +1,6 @@
 """The runtime sequence: per group, Waits on the `_host` FIFOs of earlier groups that wrote a
 state it touches, Moves filling its inputs and draining its outputs; then `finish_sequence` cuts
-each Move into Dma ops within the shim's limits, recycles buffer descriptor ids only after a
-Wait covering the op that held them, and ends with a Wait on every S2MM FIFO (docs/platform.md);
-the Dma patterns themselves are `channels.dma_patterns`."""
+each Move into Dma ops (`channels.dma_patterns`) with buffer descriptor ids (docs/platform.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -19,8 +17,7 @@ from iron.plan.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
 
 @dataclass(frozen=True)
 class Move:
-    """A lowered move of the runtime sequence: `access`'s words between host `buffer` and
-    `fifo`; `finish_sequence` cuts it into Dma ops within the shim's limits."""
+    """A lowered move of the runtime sequence: `access`'s words between host `buffer` and `fifo`."""
 
     direction: Direction
     fifo: FifoId
@@ -29,8 +26,7 @@ class Move:
 
 
 def group_moves(ctx: Context, site: Site, parts: list[Part]) -> list[Move]:
-    """A group's moves: its `_in` regions, its streamed matrix, each part's `_host` regions, a
-    joined result the host reads."""
+    """A group's moves: its `_in` regions, streamed matrix, each part's `_host` regions, a joined result."""
     moves = [Move(Direction.MM2S, parts[0].in_fifo, *m) for m in parts[0].ins.moves]
     if site.stream is not None and site.stream.owner is None:
         s, (buffer, access) = site.stream, host_access(ctx, site.stream.matrix)
@@ -48,8 +44,7 @@ def group_moves(ctx: Context, site: Site, parts: list[Part]) -> list[Move]:
 
 def _lanes(s, access: Access) -> list[Access]:
     """Each lane's matrix words in its split link's order: per block, each of the lane's parts'
-    rows of that block (one lane: every part's); a lane of one part whose rows lie end to end,
-    one run of words, which moves in the fewest Dma ops however long its rows."""
+    rows of that block; a lane of one part whose rows lie end to end as one run of words."""
     m = s.matrix.shape[0]
     row = access.nwords // m
     stride = access.dims[0][1] if len(access.dims) > 1 else row
@@ -61,9 +56,9 @@ def _lanes(s, access: Access) -> list[Access]:
 
 
 def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[FifoId]]:
-    """The groups' moves in order, each group's after Waits on the `_host` FIFOs (`written_fifos`)
-    of earlier groups that wrote a state it touches (once per write: every writer, as disjoint parts of a
-    state may be written by several groups); also the `_in` FIFOs of the groups that wait so."""
+    """The groups' moves in order, each group's after Waits on the FIFOs (`written_fifos`) of every
+    earlier group that wrote a state it touches, once per write; also the `_in` FIFOs of the
+    groups that wait so."""
     writers: dict[str, set[FifoId]] = {}
     waited: set[FifoId] = set()
     after: set[FifoId] = set()
@@ -86,8 +81,7 @@ def with_state_waits(sites, moves: list[list[Move]]) -> tuple[list, frozenset[Fi
 
 def written_fifos(site: Site) -> set[FifoId]:
     """The FIFOs a group's state write reaches host memory through: its `_host`, or each column's
-    join of a streamed group (`stream_into_state`) or of a grid's C blocks (a matrix call writing
-    a run of a state)."""
+    join of a streamed group (`stream_into_state`) or of a grid's C blocks."""
     g, on = site.group.name, site.flow or site.grid
     if on is None:
         return {fifo_id(g, Stem.HOST)}
@@ -95,9 +89,8 @@ def written_fifos(site: Site) -> set[FifoId]:
 
 
 def finish_sequence(entries: list, fifos: dict[FifoId, Fifo], device) -> tuple:
-    """Dma and Wait ops from the lowered moves: each move split into Dmas within the device's
-    limits, BD ids per shim tile reused only after a Wait covering the op that held them (MM2S
-    ops made waitable with issue_token), and a final Wait on every S2MM FIFO not yet waited."""
+    """Dma and Wait ops from the lowered moves: each move cut into Dmas, BD ids per shim tile reused
+    only after a Wait covering the op that held them, and a final Wait on every S2MM FIFO."""
     ops = _Ops(device.shim_bd_ids)
     for entry in entries:
         if isinstance(entry, Wait):
@@ -110,10 +103,9 @@ def finish_sequence(entries: list, fifos: dict[FifoId, Fifo], device) -> tuple:
 
 
 class _Ops:
-    """The ops so far (a Dma's fields until `finished`: a later Wait may make it waitable, and a
-    long looped sequence has tens of thousands), the BD ids each shim tile's ops hold until a
-    Wait covers them (by shim, and by FIFO: all of a FIFO's ops are on its one shim tile), and the
-    S2MM FIFOs not yet waited on."""
+    """The ops so far (a Dma's fields until `finished`: a later Wait may make it waitable), the BD
+    ids each shim tile's ops hold until a Wait covers them (by shim, and by FIFO: all of a
+    FIFO's ops are on its one shim tile), and the S2MM FIFOs not yet waited on."""
 
     def __init__(self, bd_ids: int):
         self.bd_ids, self.ops = bd_ids, []
@@ -124,8 +116,7 @@ class _Ops:
         self.unwaited: dict[FifoId, None] = {}
 
     def move(self, move: Move, fifo: Fifo, patterns: list):
-        """The Dmas of one move, each on the lowest BD id of its shim no op holds, after waiting
-        on the oldest op's FIFO while every one is held."""
+        """The Dmas of one move, each on its shim's lowest free BD id, waiting on the oldest op's FIFO while none is."""
         inputs = move.direction is Direction.MM2S
         shim = fifo.producer if inputs else next(t for t in fifo.consumers if t.kind is TileKind.SHIM)
         held, free = self.held.setdefault(shim, {}), self.free.setdefault(shim, set(range(self.bd_ids)))

@@ -1,6 +1,5 @@
-"""Which groups of a looped iteration share a core (the rule `share_core_in_iteration`): when an
-iteration has more groups than the array has compute tiles, a group that alone reads the
-results of the group before it runs on that group's core, after it, within the loop's body."""
+"""Which groups of a looped iteration larger than the array share a core (the rule
+`share_core_in_iteration`)."""
 from __future__ import annotations
 
 from iron.compiler.fuse import Group
@@ -13,13 +12,11 @@ from iron.ir import Program, tensor_inputs
 
 def sharing(program: Program, iteration: tuple[Group, ...], device, placements: tuple) -> tuple[tuple[str, str], ...]:
     """`share_core_in_iteration`: when an iteration has more groups than the array has compute
-    tiles (less one, for the Emit), groups that alone read an earlier group's results run on its
-    core after it, in turn within the loop's body (their FIFO shared memory on the tile), the
-    fewest that bring the iteration within the tiles, pairs before chains, those reading least
-    from other groups first; a pair whose tile the placed iteration finds short of DMA channels
-    (`crowded_tiles`), or where a group takes streamed blocks in step with another group's core
-    (`streams_in_step`: its core, busy with the other group, would stall the broadcast), is given
-    up for the next. NotRepeated when too few groups can."""
+    tiles (less one, for the Emit), the fewest groups that bring it within them and alone read an
+    earlier group's results run on its core after it (pairs before chains, those reading least
+    from other groups first); a pair on a tile short of DMA channels (`crowded_tiles`), or taking
+    streamed blocks in step with another group's core (`streams_in_step`: the busy core would
+    stall the broadcast), is given up for the next. NotRepeated when too few groups can."""
     excess = len(iteration) - (len(device.compute_tiles) - 1)
     if excess <= 0:
         return ()
@@ -51,8 +48,7 @@ def _on(layout, tile) -> set[str]:
 
 
 def _pairs(iteration: tuple[Group, ...]) -> list[tuple[int, str, str]]:
-    """(position, group, the group before it) where the group alone reads the one before's
-    results, those reading fewest other groups first, then in order."""
+    """(position, group, the group before it) where the group alone reads the one before's, fewest readers first."""
     made = {c: g.name for g in iteration for c in g.calls}
     readers: dict[str, set[str]] = {}
     for group in iteration:

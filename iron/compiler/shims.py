@@ -17,7 +17,7 @@ from iron.compiler.objects import I32
 from iron.compiler.route import HOST, Route, Routes
 from iron.compiler.sequence import Move, finish_sequence
 from iron.ir import Program
-from iron.plan.fifos import EMIT_IN, FifoId, FifoRole
+from iron.plan.fifos import EMIT_IN, FifoRole
 from iron.plan.plan import Direction, Fifo, Link, Tile, TileKind, Wait
 from iron.plan.rules import Decision, Rule
 
@@ -52,8 +52,14 @@ def shim_requests(lowered: Lowered) -> list[ShimRequest]:
     """Every FIFO with a host end, in FIFO order, and whether it may share a shim channel
     (`_may_share`; one waiting for a state write only with inputs moving after the same Waits,
     `ShimRequest.points`; a looping core's only with FIFOs moving as many objects, `loops`)."""
-    waited = {entry.fifo for entry in lowered.sequence if isinstance(entry, Wait)}
-    points = _wait_points(lowered)
+    results = {f.name for f in lowered.fifos if HOST in f.consumers}
+    waited, points, count = set(), {}, 0   # per host input, per move, the Waits on a result before it
+    for entry in lowered.sequence:   # (a Wait on an input only frees buffer descriptors: no move depends on it)
+        if isinstance(entry, Wait):
+            waited.add(entry.fifo)
+            count += entry.fifo in results
+        elif entry.direction is Direction.MM2S:
+            points.setdefault(entry.fifo, []).append(count)
     requests = []
     for f in lowered.fifos:
         loops = lowered.loops.get(f.name, 1)
@@ -66,20 +72,6 @@ def shim_requests(lowered: Lowered) -> list[ShimRequest]:
             shares = _may_share(f, Direction.S2MM) and f.name not in waited
             requests.append(ShimRequest(f.name, Direction.S2MM, f.producer.col, f.nbytes, shares, loops))
     return requests
-
-
-def _wait_points(lowered: Lowered) -> dict[FifoId, list[int]]:
-    """Per host input, for each of its moves, how many Waits on a result the sequence has
-    before it (a Wait on an input only frees buffer descriptors, so no move depends on it)."""
-    results = {f.name for f in lowered.fifos if HOST in f.consumers}
-    points: dict[FifoId, list[int]] = {}
-    count = 0
-    for entry in lowered.sequence:
-        if isinstance(entry, Wait):
-            count += entry.fifo in results
-        elif entry.direction is Direction.MM2S:
-            points.setdefault(entry.fifo, []).append(count)
-    return points
 
 
 @dataclass(frozen=True)

@@ -29,15 +29,11 @@ def result_of(call: Node) -> Node:
 def tensors(call: Node) -> list[tuple[Node, tuple[int, ...], tuple[Key, ...]]]:
     """Each tensor input of a call and its result (where it lies), its shape and each axis's key
     (its letter, or a leading axis's place from the last); [] for a kernel with no map."""
-    m = call.arg.kernel.traits.index_map
-    if m is None:
+    if (m := call.arg.kernel.traits.index_map) is None:
         return []
     ins = call.src[:len(m.inputs)]
-    found = []
-    for node, shape, axes in zip((*ins, result_of(call)), (*(n.shape for n in ins), call.shape), (*m.inputs, m.output)):
-        lead = len(shape) - len(axes)
-        found.append((node, shape, tuple(len(shape) - i if i < lead else axes[i - lead] for i in range(len(shape)))))
-    return found
+    return [(node, shape, (*range(len(shape), len(axes), -1), *axes[max(0, len(axes) - len(shape)):]))
+            for node, shape, axes in zip((*ins, result_of(call)), (*(n.shape for n in ins), call.shape), (*m.inputs, m.output))]
 
 
 def letters(call: Node) -> str:
@@ -101,9 +97,7 @@ def lone_product(group: Group) -> Node | None:
     (call,) = group.calls if len(group.calls) == 1 else (None,)
     if call is None or call.arg.kernel.role is not Role.MATRIX or call.arg.n_inputs != 2:
         return None
-    if call.arg.writes and state_written_whole(call) is None:
-        return None
-    return call
+    return None if call.arg.writes and state_written_whole(call) is None else call
 
 
 def upstream(nodes, group_of: dict) -> tuple[tuple[Node, ...], tuple[Group, ...]]:
@@ -182,8 +176,7 @@ def zero_fills(groups: tuple[Group, ...]) -> dict[Node, ZeroFill]:
 
 def zeros_through(call: Node, group: Group, found: dict) -> ZeroFill:
     kernel, unwritten_why = call.arg.kernel, unwritten(call, group.calls)
-    named = tensors(call)
-    if not named:
+    if not (named := tensors(call)):
         return ZeroFill((None,) * len(call.shape), call, unwritten_why)
     product = kernel.role is Role.MATRIX
     kept = product or kernel.keeps_zeros_in(call.arg.attr_dict)
@@ -203,9 +196,8 @@ def zeros_through(call: Node, group: Group, found: dict) -> ZeroFill:
 def summed_unzeroed(node: Node, call: Node, group_of: Groups) -> ZeroFill | None:
     """`node`'s lattice value when the product `call` would sum padding of it that is not zeros."""
     value, dropped = group_of.zeros[node], call.arg.kernel.traits.index_map.dropped
-    summed = any(key in dropped and fill is None for n, _, keys in tensors(call) if n is node
-                 for key, fill in zip(keys, value.axes))
-    return value if summed else None
+    return value if any(key in dropped and fill is None for n, _, keys in tensors(call) if n is node
+                        for key, fill in zip(keys, value.axes)) else None
 
 
 def unwritten(node: Node, calls: tuple[Node, ...]) -> str:
@@ -301,9 +293,7 @@ def joined_sides(products: tuple[Node, ...], device) -> dict[Node, tuple[int, in
     shared = len({n for p in products for n in p.src[:2]}) < 2 * len(products)   # an operand lies padded alike too
     sides = {p: best_sides(p, device, {0: big_m, 1: big_k, 2: big_n} if shared else {0: big_m, 2: big_n})
              for p in products}
-    if any(s is None and p.shape != (big_m, big_n) for p, s in sides.items()):
-        return None
-    return sides
+    return None if any(s is None and p.shape != (big_m, big_n) for p, s in sides.items()) else sides
 
 
 def streamed_count(calls, device, count: int, quantum: int, width: int = 1) -> int | None:

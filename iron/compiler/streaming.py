@@ -158,11 +158,8 @@ def stream_into_state(calls) -> bool:
     words when those lie in a run or rows of whole words the calls read only as that same view, so
     no core reads words another writes. True when the calls write no state."""
     dest = destination(calls[-1])
-    if dest is None:
-        return True
-    if word_run(dest) is None and streamed_rows(dest) is None:
-        return False
-    return all(n is dest or storage(n) is not storage(dest) for n in external_inputs(calls))
+    return dest is None or (word_run(dest) is not None or streamed_rows(dest) is not None) and \
+        all(n is dest or storage(n) is not storage(dest) for n in external_inputs(calls))
 
 
 def _streamed_view(n: Node, padded: bool = False) -> str:
@@ -252,9 +249,7 @@ def joined_pieces(calls) -> tuple[Node, ...]:
         return ()
     call, pieces = calls[0], tuple(calls[0].src[:2])
     outer = call.arg.kernel.sizes([n.shape for n in pieces], call.shape)[0]
-    if outer != 1 or any(not is_host_tensor(n) or word_run(n) is None for n in pieces):
-        return ()
-    return pieces
+    return () if outer != 1 or any(not is_host_tensor(n) or word_run(n) is None for n in pieces) else pieces
 
 
 def streamed_inputs(calls) -> tuple[list[Node], list[Node]]:
@@ -295,10 +290,8 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     found = []
     rule = Rule.STREAM_JOINED if pieces else Rule.STREAM_ROW_BLOCKS if width > 1 else Rule.STREAM_ELEMENTWISE
     for ncols in range(min(len(full_columns), spare, shim_in // len(inputs)), 0, -1):
-        for rows in range(min(most_rows, spare // ncols), 0, -1):
+        for rows in (r for r in range(min(most_rows, spare // ncols), 0, -1) if size % (r * ncols) == 0):
             share = size // (rows * ncols)
-            if size % (rows * ncols):
-                continue
             most = min(share, max(FLOW_BLOCK, least))
             flow = Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]), tuple(full_columns[:ncols]),
                         most, width=width, shared=tuple(shared), objects=objects, padded=padded, returned=returned,

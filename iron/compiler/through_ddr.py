@@ -119,9 +119,11 @@ def through_name(program: Program, call: Node) -> str:
 
 
 def _takes(program: Program, call: Node) -> bool:
-    """A MatVec of two whole host tensors, writing no state, large enough to tile, read only by
-    calls (not the host, not a carried value), one of which writes a state."""
-    if role(call) is not Role.MATRIX or len(call.shape) != 1 or call.arg.n_inputs != 2 or call.arg.writes:
+    """A MatVec of two whole host tensors, writing no state, large enough to tile (not a packed
+    matrix's, which takes no grid: `wants_grid`), read only by calls (not the host, not a
+    carried value), one of which writes a state."""
+    if role(call) is not Role.MATRIX or call.arg.kernel.packed or len(call.shape) != 1 or call.arg.n_inputs != 2 \
+            or call.arg.writes:
         return False
     if not all(is_host_tensor(n) and n.op != Op.VIEW for n in call.src[:2]) or not vector_tiles(call.src[0], call.src[0]):
         return False
@@ -129,5 +131,4 @@ def _takes(program: Program, call: Node) -> bool:
 
 
 def _readers(program: Program, call: Node) -> list[Node]:
-    """The calls reading `call`'s result directly."""
     return [c for c in program.calls if call in c.src]

@@ -195,8 +195,10 @@ def stored(call: Node, expand: Node | None) -> Node:
 
 
 def wants_grid(call: Node, users: tuple[str | Reader, ...], expand: Node | None = None) -> bool:
-    """A `large` matrix call of two whole host tensors whose result only the host reads."""
-    if call.arg.kernel.role is not Role.MATRIX or call.arg.n_inputs != 2 or users != result_users(call):
+    """A `large` matrix call of two whole host tensors whose result only the host reads. Not a
+    call whose matrix is stored packed (QMatVec's blocks), which no k-block may cut: it streams by rows."""
+    kernel = call.arg.kernel
+    if kernel.role is not Role.MATRIX or kernel.packed or call.arg.n_inputs != 2 or users != result_users(call):
         return False
     return all(is_host_tensor(x) and x.op != Op.VIEW for x in (stored(call, expand), call.src[1])) and large(call, expand)
 
@@ -442,8 +444,6 @@ def word_run(node: Node) -> int | None:
     if node.op != Op.VIEW:
         return 0
     span = contiguous_span(node)
-    if span is None or span[0] * node.dtype.itemsize % 4:
-        return None
-    return span[0]
+    return None if span is None or span[0] * node.dtype.itemsize % 4 else span[0]
 
 

@@ -5,7 +5,7 @@ or NotRepeated saying why the iterations cannot share one placed iteration."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cache, cached_property, partial
 from typing import Callable
 
 from iron.compiler.fuse import Group
@@ -18,8 +18,7 @@ from iron.plan.plan import HostRole, Loop, Repeat, Wait
 
 @dataclass(frozen=True)
 class Shift:
-    """Where iteration 0's moves of one host operand lie (`buffer` words [first, first + span))
-    and where iteration k's same moves lie (`to_buffer` from `to_first`)."""
+    """Where iteration 0's moves of a host operand lie (`buffer` words [first, first + span)) and iteration k's."""
 
     buffer: str
     first: int
@@ -31,9 +30,8 @@ class Shift:
 @dataclass(frozen=True)
 class Unfolding:
     """What lowering needs to run a Run over time: iteration 0's group names, the count, per
-    iteration its groups' calls (the states it touches, for the sequence's waits) and Shifts;
-    `inner`: a block within iteration 0 run over time in turn inside each iteration (a loop over
-    heads inside the loop over layers), its groups placed once and looping within the outer loop."""
+    iteration its groups' calls (for the sequence's waits) and Shifts; `inner`: a block within
+    iteration 0 looping in turn inside each iteration (heads inside the loop over layers)."""
 
     groups: tuple[str, ...]
     count: int
@@ -43,13 +41,11 @@ class Unfolding:
     inner: Unfolding | None = None
 
     def sites_and_moves(self, sites, moves: list[list]) -> tuple[list, list[list]]:
-        """The sites and their moves in sequence order: iteration 0's sites here once per
-        iteration, each with that iteration's calls and moves (a state write's patch word for the
-        states' sink is given after, per state: `emit.sink_writes`); an inner block's sites first
-        unfolded within iteration 0, then each of them so per iteration. A segment holding part of
-        the iteration loops that part over every iteration before the next segment loops the
-        rest (loop fission: what one part makes the next reads from DDR buffers of each
-        iteration's own, or `moved` refuses it)."""
+        """The sites and their moves in sequence order: iteration 0's sites once per iteration,
+        each with that iteration's calls and moves (an inner block's unfolded first, within
+        iteration 0). A segment holding part of the iteration loops that part over every
+        iteration before the next segment loops the rest (loop fission: what one part makes the
+        next reads from DDR buffers of each iteration's own, or `moved` refuses it)."""
         if self.inner is not None:
             sites, moves = self.inner.sites_and_moves(sites, moves)
         at = [i for i, s in enumerate(sites) if s.group.name in self.groups]
@@ -57,18 +53,22 @@ class Unfolding:
             return list(sites), moves
         a, b = at[0], at[-1] + 1
         index = {calls[0]: j for j, calls in enumerate(self.calls[0])}   # an inner iteration's sites by their calls
+        # after iteration 0, a Wait on each FIFO a site's moves of the iteration before took (but an
+        # inner iteration's, there already): each shim's buffer descriptors are freed an iteration
+        # at a time (unrolled, a descriptor running out mid-step would wait on moves that cannot
+        # finish before the step's other moves are queued), the other sites' moves still running
+        waits = {i: [w for w in map(Wait, dict.fromkeys(m.fifo for m in moves[i] if isinstance(m, Move)))
+                     if w not in moves[i]] for i in range(a, b)}
         out_sites, out_moves = list(sites[:a]), list(moves[:a])
         for k in range(self.count):
             for i in range(a, b):
                 calls = self.calls[k][index[sites[i].group.calls[0]]]
                 out_sites.append(replace(sites[i], group=replace(sites[i].group, calls=calls)))
-                waits = [w for w in _after_last(moves[i], k) if w not in moves[i]]   # an inner iteration's are there
-                out_moves.append(waits + [self.moved(k, m) for m in moves[i]])
+                out_moves.append((waits[i] if k else []) + [self.moved(k, m) for m in moves[i]])
         return out_sites + list(sites[b:]), out_moves + list(moves[b:])
 
     def moved(self, k: int, move):
-        """Iteration k's counterpart of iteration 0's `move`: the same words of its own operand
-        (a Wait a grid puts between its rounds as it is)."""
+        """Iteration k's counterpart of iteration 0's `move`: the same words of its own operand."""
         if not isinstance(move, Move):
             return move
         access: Access = move.access
@@ -85,7 +85,7 @@ class Unfolding:
 
     @cached_property
     def _by_buffer(self) -> tuple[dict[str, list[Shift]], ...]:
-        """Each iteration's Shifts by the buffer iteration 0's moves read (a long iteration has many)."""
+        """Each iteration's Shifts by buffer (a long iteration has many)."""
         found: list[dict[str, list[Shift]]] = [{} for _ in self.shifts]
         for shifts, by in zip(self.shifts, found):
             for s in shifts:
@@ -93,8 +93,7 @@ class Unfolding:
         return tuple(found)
 
     def looped(self, cores: list) -> list:
-        """The cores, each of the iteration's (of the part of it a segment holds) looping `count`
-        times over its program (an inner block's looping its own count within)."""
+        """The cores, each of the iteration's looping `count` times over its program."""
         cores = cores if self.inner is None else self.inner.looped(cores)
         return [replace(c, program=(Loop(self.count, c.program),)) if c.group in self.groups else c for c in cores]
 
@@ -104,37 +103,19 @@ class Unfolding:
         return self.count * inner if group in self.groups else inner
 
 
-def _after_last(moves: list, k: int) -> list[Wait]:
-    """Before iteration k's moves of a site, a Wait on each FIFO the site's moves of iteration
-    k - 1 took: every move of that iteration is queued by then, so they can finish, and each
-    shim's buffer descriptors are freed an iteration at a time (a grid's last step waits on
-    none: unrolled, a descriptor running out mid-step would wait on moves that cannot finish
-    before the step's other moves are queued), while the other sites' moves of iteration k - 1
-    still run beside them."""
-    if k == 0:
-        return []
-    return [Wait(fifo) for fifo in dict.fromkeys(m.fifo for m in moves if isinstance(m, Move))]
-
-
 def unfolding(program: Program, groups: tuple[Group, ...], run: Run, placements: tuple,
               padded: dict) -> tuple[Unfolding, Repeat]:
-    """The Unfolding and Repeat of `run`, or NotRepeated saying why its iterations cannot share
-    one placed iteration: every iteration must read and write only host tensors (and its own
-    results), its operands alike iteration 0's in shape and access pattern, none padded."""
+    """The Unfolding and Repeat of `run`, or NotRepeated: every iteration reads and writes only
+    host tensors (and its own results), alike iteration 0's in shape and access pattern, none padded."""
     first = _calls(run.groups(groups, 0))
     _check_reads(program, groups, run)
-    named = {p.name: p for p in placements}
-    extents: dict[Node, list] = {}   # iteration 0's, asked once per iteration
-
-    def extent(node: Node) -> list[tuple[str, int, tuple]]:
-        if node not in extents:
-            extents[node] = _extents(program, named, node)
-        return extents[node]
+    extent = cache(partial(_extents, program, {p.name: p for p in placements}))   # iteration 0's asked every iteration
+    at_first = {c: i for i, c in enumerate(first)}
     calls, shifts, operands = [], [], []
     for k in range(run.count):
         mine = run.groups(groups, k)
         pairs: dict[Node, Node] = {}
-        positions = ({c: i for i, c in enumerate(first)}, {c: i for i, c in enumerate(_calls(mine))})
+        positions = (at_first, {c: i for i, c in enumerate(_calls(mine))})
         for a, b in zip(first, _calls(mine)):
             _pair(a, b, pairs, positions)
         if any(program.outputs.count(a) != program.outputs.count(b) for a, b in pairs.items() if a.op == Op.CALL):
@@ -232,8 +213,7 @@ def _is_leaf(program: Program, node: Node) -> bool:
 
 
 def _shifts(extent: Callable, a: Node, b: Node) -> list[Shift]:
-    """Where the moves of operand `a` of iteration 0 lie, and those of `b`, its counterpart
-    (`extent`: `_extents` of a node)."""
+    """Where the moves of operand `a` of iteration 0 lie, and those of `b`, its counterpart."""
     mine, theirs = extent(a), extent(b)
     if len(mine) != len(theirs) or any(x[2] != y[2] for x, y in zip(mine, theirs)):
         raise NotRepeated(f"{describe(a, 0)} and {describe(b, 0)} are moved by different patterns")

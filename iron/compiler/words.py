@@ -5,6 +5,7 @@ next values. `view_access` turns a host tensor or a view of one into a word acce
 refusing views the DMA cannot move in whole 32-bit words."""
 from __future__ import annotations
 
+import math
 from copy import copy
 from dataclasses import dataclass, replace
 
@@ -123,14 +124,14 @@ class Access:
 
     @property
     def nwords(self) -> int:
-        return int(np.prod([size for size, _ in self.dims], dtype=np.int64))
+        return int(math.prod(size for size, _ in self.dims))
 
 
 def placement_access(p) -> Access:
     """The words of placement `p`'s tensor: contiguous, or, where `pad_to_block` widened its rows,
     each row at the padded row's stride (only the grid or flow it was padded for touches the
     padding, so it stays zeros)."""
-    whole = Access(p.offset, ((nwords(int(np.prod(p.shape)), p.dtype), 1),))
+    whole = Access(p.offset, ((nwords(int(math.prod(p.shape)), p.dtype), 1),))
     if p.padded is None or p.padded[1:] == p.shape[1:]:
         return whole
     (rows, width), stride = p.shape, p.padded[1] * p.dtype.itemsize
@@ -251,7 +252,7 @@ def row_group(view: Node) -> int:
     """How many of a view's rows (its last axis) make whole 32-bit words together: 1, or 2 or 4
     for rows of 1- or 2-byte elements when its rows divide so (0 when none do)."""
     row_bytes = view.shape[-1] * view.dtype.itemsize if view.shape else 0
-    rows = int(np.prod(view.shape[:-1], dtype=np.int64))
+    rows = int(math.prod(view.shape[:-1]))
     return next((k for k in (1, 2, 4) if row_bytes and k * row_bytes % 4 == 0 and rows % k == 0), 0)
 
 
@@ -290,7 +291,7 @@ def view_words(view: Node, padded: tuple[int, ...] | None = None, word_rows: boo
     if padded is not None:
         shape = _padded_frame(view, padded)
     itemsize = memory.dtype.itemsize
-    strides = [itemsize * int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
+    strides = [itemsize * int(math.prod(shape[i + 1:])) for i in range(len(shape))]
     static, steps = lead * itemsize, []
     for number, axis in enumerate(view.arg):
         static += (axis.index if axis.index is not None else axis.start) * strides[number]
@@ -299,7 +300,7 @@ def view_words(view: Node, padded: tuple[int, ...] | None = None, word_rows: boo
             steps.append((axis, strides[number] // 4))
     numbers = {id(a): number for number, a in enumerate(view.arg)}
     picked = [(numbers[id(a)], a.size, a.step * strides[numbers[id(a)]]) for a in kept(view.arg) if a.size > 1]
-    row, ends = shape[-1] * itemsize, {(lead + int(np.prod(shape, dtype=np.int64))) * itemsize}
+    row, ends = shape[-1] * itemsize, {(lead + int(math.prod(shape))) * itemsize}
     if padded is not None and len(shape) == len(memory.shape):   # the user's last element, padding after it
         ends.add(lead * itemsize + sum((n - 1) * st for n, st in zip(memory.shape, strides)) + itemsize)
 

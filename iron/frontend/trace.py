@@ -76,7 +76,11 @@ class Trace:
         inputs = _broadcast(kernel, [self.operand(kernel, i, a) for i, a in enumerate(args)])
         result = _result_dtype(kernel, inputs, dtype)
         static, dynamic = _split_attrs(kernel, attrs)
-        shape = tuple(kernel.out_shape([n.shape for n in inputs], **static))
+        RECORDING.operands = lambda: [describe(n) for n in inputs]   # so a refusal names them (Kernel.refuse)
+        try:
+            shape = tuple(kernel.out_shape([n.shape for n in inputs], **static))
+        finally:
+            RECORDING.operands = None
         kernel.check_abi([n.shape for n in inputs], shape)
         _fits_c(kernel, static)
         dest = _destination(kernel, self, out, shape, result)

@@ -1,6 +1,6 @@
 """Kernels: the `Kernel` base class users subclass, and iron's kernel library, one module per
 family: library.py (copies, arithmetic, matrices, RMSNorm, Softmax, Argmax, Max, conversions,
-Concat, RoPE, Dequant), elementwise.py (the Binary family with its constant forms, comparisons,
+Concat, RoPE, Dequant, QMatVec), elementwise.py (the Binary family with its constant forms, comparisons,
 bitwise ops, Where, activations, Axpy), reductions.py (Min, Sum), norms.py (LayerNorm), conv.py
 (convolution and pooling) and attention.py (fused attention). A kernel describes and computes
 one call; where it runs is the compiler's decision.
@@ -49,6 +49,7 @@ from iron.kernels.library import (
     MatVec,
     Max,
     Mul,
+    QMatVec,
     ReLU,
     Requantize,
     RMSNorm,
@@ -112,6 +113,7 @@ __all__ = [
     "Mod",
     "Mul",
     "NotEqual",
+    "QMatVec",
     "RMSNorm",
     "ReLU",
     "Requantize",

@@ -34,7 +34,8 @@ DEFINE = re.compile(r"#\s*define\s+\w+\(([^)]*)\)")        # a function-like mac
 DECLARED = re.compile(r"([A-Za-z_]\w*(?:\s*##\s*\w+)*)\s*\x01")   # a name, then its parameter list
 INCLUDE = re.compile(r'#\s*include\s*"([^"]+)"')
 NOT_NAMES = frozenset({"__attribute__", "__declspec", "alignas", "decltype", "noexcept", "throw"})
-RECORDING = threading.local()  # .trace: the front end's Trace while a body() is traced, else unset
+RECORDING = threading.local()  # .trace: the front end's Trace while a body() is traced, else unset;
+# .operands: while a call's shapes are checked, a function giving the user's names of its inputs
 
 
 def library_sources() -> dict[str, str]:
@@ -88,6 +89,8 @@ class Kernel:
     reduces: ClassVar[str | None] = None      # the axes each output element reads whole (None: those the map drops)
     length_axes: ClassVar[str] = ""           # axes read only up to a per-call `length` (an i32 C attr; None: all),
     # so a row laid out wider (padded) reduces as the row itself
+    packed: ClassVar[str] = ""                # input 0's axes stored in GGUF blocks of 32 elements (`block_bytes`
+    # bytes each, an attr): QMatVec's "k", its weights' rows as the file ships them
     keeps_zeros: ClassVar[bool] = False       # f(0, 0, ...) = 0 (not Exp: exp(0) = 1), so its calls over a padded
     # layout compute zeros into the padding a MatMul may sum over
     traits: ClassVar[Traits] = Traits(None, "", "", False)   # the above, parsed and checked when the class is made
@@ -304,8 +307,15 @@ class Kernel:
 
     @classmethod
     def refuse(cls, shapes, why: str):
-        shown = ", ".join(str(tuple(s)) for s in shapes)
-        raise KernelTypeError(f"{cls.__name__} {why}; got shapes {shown}.")
+        """A call on inputs of `shapes` refused: `why` (what it needs, the fix), then each input's
+        shape, by the name the body gives it while a call is traced (`weights (4, 60)`)."""
+        named = getattr(RECORDING, "operands", None)
+        names = named() if named is not None else ()
+        if len(names) == len(shapes):
+            shown = ", ".join(f"{name} {tuple(s)}" for name, s in zip(names, shapes))
+        else:
+            shown = "shapes " + ", ".join(str(tuple(s)) for s in shapes)
+        raise KernelTypeError(f"{cls.__name__} {why}; got {shown}.")
 
     # ---- recording -----------------------------------------------------------------------------
     @classmethod

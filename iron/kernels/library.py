@@ -1,5 +1,5 @@
 """iron's kernel library: Copy, the elementwise Add, Sub, Mul (of elementwise.py's Binary family), Scale, ReLU, SiLU and Exp,
-Accumulate, MatVec, MatMul, MatMulAccumulate (acc += A @ B), RMSNorm, Softmax (with a per-call valid length), Argmax, the
+Accumulate, MatVec, MatMul, MatMulAccumulate (acc += A @ B), Dequant and QMatVec (MatVec on GGUF weight blocks), RMSNorm, Softmax (with a per-call valid length), Argmax, the
 conversions Cast and Requantize, and Concat, each its shape rule, numpy `compute`, traits and C
 ABI. MatVec and MatMul can give a wider result than their inputs (int8 -> int32); Cast and
 Requantize saturate.
@@ -14,6 +14,7 @@ from iron import dtypes
 from iron.errors import KernelTypeError
 from iron.kernels.base import Kernel, Within
 from iron.kernels.elementwise import Binary
+from iron.kernels.traits import BLOCK_ELEMENTS
 
 FLOATS = dtypes.FLOATS
 I8, U8, I16, I32 = (np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.int32))
@@ -524,6 +525,22 @@ class ArgmaxBlocks(Kernel):
         return np.array(indices[np.argmax(values)], dtype=np.int32)
 
 
+GGUF_BLOCKS = {20: "Q4_1", 34: "Q8_0"}   # a GGUF block's bytes -> its format (32 weights each)
+
+
+def blocks_per_row(kernel, shapes, block_bytes) -> int:
+    """The GGUF blocks in each row of a call's input 0 (rows, row bytes) uint8, refused unless
+    `block_bytes` names a format and the rows hold whole blocks."""
+    if block_bytes not in GGUF_BLOCKS:
+        kernel.refuse(shapes, f"needs block_bytes= 20 (Q4_1) or 34 (Q8_0), the bytes of one block of the "
+                              f"weights' GGUF format, not {block_bytes!r}")
+    if len(shapes[0]) != 2 or shapes[0][1] % block_bytes:
+        kernel.refuse(shapes, f"needs blocks (rows, a multiple of {block_bytes} bytes): each row of the weights "
+                              f"as the file ships it, {block_bytes}-byte {GGUF_BLOCKS[block_bytes]} blocks of "
+                              f"{BLOCK_ELEMENTS} weights")
+    return shapes[0][1] // block_bytes
+
+
 class Dequant(RowWise):
     """GGUF weight blocks (rows, row bytes) uint8 -> the weights (rows, columns) float32, each
     row holding blocks of 32 weights of `block_bytes` bytes: 20 is Q4_1 (float16 scale d and
@@ -536,7 +553,7 @@ class Dequant(RowWise):
     dtypes = frozenset({U8})
     attrs = {"block_bytes": Kernel.REQUIRED}
     c_attrs = (("block_bytes", "i32"),)
-    FORMATS = {20: "Q4_1", 34: "Q8_0"}
+    FORMATS = GGUF_BLOCKS
 
     @classmethod
     def out_dtype(cls, dtype):
@@ -544,11 +561,7 @@ class Dequant(RowWise):
 
     @classmethod
     def out_shape(cls, shapes, block_bytes):
-        if block_bytes not in cls.FORMATS:
-            cls.refuse(shapes, f"needs block_bytes= 20 (Q4_1) or 34 (Q8_0), not {block_bytes!r}")
-        if len(shapes[0]) != 2 or shapes[0][1] % block_bytes:
-            cls.refuse(shapes, f"needs blocks (rows, a multiple of {block_bytes} bytes)")
-        return (shapes[0][0], shapes[0][1] // block_bytes * 32)
+        return (shapes[0][0], blocks_per_row(cls, shapes, block_bytes) * BLOCK_ELEMENTS)
 
     @staticmethod
     def compute(blocks, block_bytes):
@@ -566,6 +579,50 @@ class Dequant(RowWise):
             out *= scale_min[:, :1]
             out += scale_min[:, 1:]
         return out.reshape(*blocks.shape[:-1], -1)
+
+
+class QMatVec(Kernel):
+    """out = W @ x for W the GGUF blocks of a matrix's rows, uint8 (M, K / 32 * block_bytes) as
+    the file ships them (block_bytes= 20: Q4_1, 34: Q8_0, as Dequant reads them), and x (K,)
+    float32: Dequant then MatVec in one call, each weight expanded as it is multiplied, so the
+    float32 matrix is never written, not even on the tile, and a call moves and reads only the
+    blocks' bytes. Each weight is Dequant's (the same float32 operations, bit for bit) and the
+    products are summed in float32 in MatVec's order: compute() is Dequant.compute then
+    MatVec.compute, bit for bit, and the C++ dequant_u8 then matvec_f32's, bit for bit; the two
+    differ by MatVec's own sum order (numpy's matmul against the C++'s one sum from j = 0), about
+    1e-6 of the largest |w_j x_j| of a row times sqrt(K)."""
+
+    index_map, packed = "mk,k->m", "k"   # W's k is stored in blocks of 32 weights: its extent is bytes
+    batches = True
+    name, arity = "qmatvec", 2
+    source_kernel = Dequant   # dequant.cc defines both, over one expansion
+    dtypes = frozenset()   # its inputs always differ: the blocks' bytes and the float32 vector
+    mixed = {(U8, F32): F32}
+    attrs = {"block_bytes": Kernel.REQUIRED}
+    c_attrs = (("block_bytes", "i32"),)
+    out_dtype = Dequant.out_dtype
+
+    @classmethod
+    def out_shape(cls, shapes, block_bytes):
+        blocks = blocks_per_row(cls, shapes, block_bytes)
+        if len(shapes[1]) != 1 or shapes[1][0] != blocks * BLOCK_ELEMENTS:
+            cls.refuse(shapes, f"needs x ({blocks * BLOCK_ELEMENTS},): the weights' rows hold {blocks} blocks of "
+                               f"{BLOCK_ELEMENTS} weights each; pass the vector they multiply, or the blocks of a "
+                               f"matrix with as many columns as x has elements")
+        return (shapes[0][0],)
+
+    @classmethod
+    def sizes(cls, shapes, out_shape):
+        return (*shapes[0], shapes[1][0])
+
+    @classmethod
+    def abi_shapes(cls, sizes):
+        m, row_bytes, k = sizes
+        return [(m, row_bytes), (k,)], (m,)
+
+    @staticmethod
+    def compute(blocks, x, block_bytes):
+        return MatVec.compute(Dequant.compute(blocks, block_bytes), x)
 
 
 INTEGERS = (I8, U8, I16, I32)
@@ -729,4 +786,4 @@ def _is_int(value) -> bool:
 
 
 LIBRARY = (Copy, Strided, Scatter, StridedRows, Add, Sub, Mul, Scale, ReLU, SiLU, Exp, Accumulate, MatVec, MatMul, MatMulAccumulate, RMSNorm,
-           Softmax, Argmax, Cast, Requantize, Concat, RoPE, Max, ArgmaxBlocks, Dequant)
+           Softmax, Argmax, Cast, Requantize, Concat, RoPE, Max, ArgmaxBlocks, Dequant, QMatVec)

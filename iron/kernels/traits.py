@@ -1,7 +1,10 @@
 """What a kernel computes, as the compiler needs to know it, declared the way JAX declares a
 rule per primitive: an index map in einsum's notation (`"mk,kn->mn"`: each input's axes, then
 the output's, by letter), the axes each output element reads whole (`reduces`), the axes it
-reads only up to a per-call `length`, and whether it maps zeros to zeros. A map's letters name a
+reads only up to a per-call `length`, the axes input 0 stores packed (`packed`: GGUF blocks of
+`BLOCK_ELEMENTS` elements in `block_bytes` bytes, so that axis's extent in the stored tensor is
+bytes, not elements, and it is tied to no other tensor's axis), and whether it maps zeros to
+zeros. A map's letters name a
 tensor's last axes; a tensor with fewer axes lacks the leading ones (RMSNorm's `"rc,c->rc"` on a
 row x (n,)), one with more repeats the map over the leading ones (an elementwise `"i->i"` over
 any shape). The `Role` fusion and placement read is derived from these, never declared."""
@@ -11,6 +14,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from iron.errors import DeclarationError
+
+BLOCK_ELEMENTS = 32   # the elements of one GGUF block (Q4_1, Q8_0) a packed axis stores
 
 
 class Role(Enum):
@@ -74,6 +79,7 @@ class Traits:
     reduces: str
     length_axes: str
     keeps_zeros: bool
+    packed: str = ""   # input 0's axes stored in blocks of BLOCK_ELEMENTS elements of `block_bytes` bytes
 
     @property
     def role(self) -> Role:
@@ -124,8 +130,12 @@ def declared_traits(cls) -> Traits:
             raise DeclarationError(
                 f"kernel {cls.__name__} declares {name} = {axes!r}, but its index_map {text!r} has no axis "
                 f"{''.join(sorted(set(axes) - m.letters))}: name axes of the map.")
+    if not set(cls.packed) <= set(m.inputs[0]) or (cls.packed and "block_bytes" not in cls.attrs):
+        raise DeclarationError(
+            f"kernel {cls.__name__} declares packed = {cls.packed!r}: name axes of input 0's map "
+            f"({m.inputs[0]!r}) and take the bytes of a block as the attr block_bytes.")
     if cls.length_axes and ("length", "i32") not in cls.c_attrs:
         raise DeclarationError(
             f"kernel {cls.__name__} declares length_axes = {cls.length_axes!r} but takes no length: add "
             "('length', 'i32') to c_attrs (and length to attrs).")
-    return Traits(m, reduces, cls.length_axes, cls.keeps_zeros)
+    return Traits(m, reduces, cls.length_axes, cls.keeps_zeros, cls.packed)

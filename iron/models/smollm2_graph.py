@@ -32,6 +32,7 @@ from iron.kernels import (
     MatVec,
     Max,
     Mul,
+    QMatVec,
     RMSNorm,
     RoPE,
     Scale,
@@ -56,25 +57,23 @@ FUSED_CONTEXT = 64
 
 class Matrix:
     """A weight matrix (out, in) as a param: float32, or (quantized) the GGUF blocks of its rows,
-    uint8 (out, row bytes), expanded by Dequant just before the MatVec that uses it: compiled,
-    the blocks stream to the tiles as stored and each tile expands its rows
-    (`dequant_before_matvec`), so the float32 matrix never exists in DDR."""
+    uint8 (out, row bytes), which QMatVec multiplies as stored, expanding each weight as it uses
+    it: compiled, the blocks stream to the tiles as stored, so the float32 matrix exists nowhere,
+    not even on a tile, and each core reads a weight's 20 (Q4_1) or 34 (Q8_0) bytes per 32, not
+    128 (the cost model prices QMatVec below Dequant then MatVec on the same rows, whose tiles
+    store the expanded rows and load them again: docs/platform.md section 11)."""
 
     def __init__(self, model: SmolLM2, names: Sequence[str], quantized: bool):
         tensors = [model.tensors[name] for name in names]
         self.block_bytes = tensors[0].format.nbytes if quantized else None
         self.param = iron.param(np.concatenate([t.data if quantized else t.dequantize() for t in tensors]))
 
-    def weights(self, rows: slice | None = None):
-        """The float32 matrix (its `rows`, when given) inside body(): the param itself, or its
-        blocks expanded."""
+    def times(self, x, rows: slice | None = None):
+        """The matrix (its `rows`, when given) times x inside body()."""
         param = self.param if rows is None else self.param[rows]
         if self.block_bytes is None:
-            return param
-        return Dequant.step(param, block_bytes=self.block_bytes)
-
-    def times(self, x, rows: slice | None = None):
-        return MatVec.step(self.weights(rows), x)
+            return MatVec.step(param, x)
+        return QMatVec.step(param, x, block_bytes=self.block_bytes)
 
 
 def residual(x, projected, out=None):
@@ -150,9 +149,9 @@ class Layer:
 class SmolLM2Graph(iron.Graph):
     """One decoding step of `model` (all its loaded layers) with a KV cache of `context` positions;
     `quantized=True` keeps the matrices and the embedding table as the GGUF file ships them
-    (Q4_1 / Q8_0 blocks, about 6x fewer bytes to move per token) and expands them on the tiles
-    with Dequant; `fused=True` computes each layer's attention with one Attention call per
-    key/value head (a context of at most FUSED_CONTEXT positions, whose cache fits a tile): every
+    (Q4_1 / Q8_0 blocks, about 6x fewer bytes to move per token), multiplied as stored by
+    QMatVec (the token's row of the table expanded by Dequant); `fused=True` computes each
+    layer's attention with one Attention call per key/value head (a context of at most FUSED_CONTEXT positions, whose cache fits a tile): every
     layer is then the same 15 groups, which the compiler runs over time on the same cores."""
 
     def __init__(self, model: SmolLM2, context: int = CONTEXT, quantized: bool = False, fused: bool = False):

@@ -85,8 +85,21 @@ SCALAR_OPS = {   # scalar operations per element of iron's kernels (iron_kernel.
 }
 
 
+# A GGUF block of 32 weights expanded to float32 (keyed by the block's bytes), as mlir-aie's
+# aie_kernels/aie2/expand.cc expands int4 blocks: vector operations per block on the vector unit,
+# which issues one a cycle (docs/platform.md section 11): Q4_1 unpacks 4 to 8 bits and 8 to 16,
+# converts to float and applies its scale and minimum as one multiply-accumulate; Q8_0 unpacks 8
+# to 16 bits, converts and scales. Dequant's stores of the 32 results (128 bytes at 32 a cycle)
+# take as long or longer, so its price is its stores.
+BLOCK_VECTOR_OPS = {20: 4, 34: 3}
+# The scalar float operations per weight iron's C++ expands it with (dequant.cc): Q4_1 a product
+# and a sum, Q8_0 a product.
+BLOCK_SCALAR_OPS = {20: 2, 34: 1}
+VECTOR_OPS_PER_CYCLE = 1
+
+
 def kernel_cycles(gen: Generation, role: Role, dtype: np.dtype, in_shapes: list, out_shape: tuple,
-                  out_dtype: np.dtype, kernels: Kernels = Kernels.VECTORISED) -> float:
+                  out_dtype: np.dtype, kernels: Kernels = Kernels.VECTORISED, packed: bool = False) -> float:
     """Cycles of one kernel call. VECTORISED, by role:
     - MATRIX (MatVec, MatMul): MACs at the dtype's peak, or streaming the matrix through the load
       units, whichever is slower (a MatVec uses each matrix element once, so loads bound it);
@@ -96,11 +109,21 @@ def kernel_cycles(gen: Generation, role: Role, dtype: np.dtype, in_shapes: list,
     - OTHER: as elementwise (one pass over the data).
     IRONS (the kernels as iron_kernel.h writes them, with no vector path): SCALAR_OPS per element,
     each `float_op_cycles` for float32 and bfloat16 (computed in float) or `int_op_cycles` for
-    integers (computed in int64); loads and stores issue beside them (VLIW slots).
+    integers (computed in int64), an expansion's by its result's dtype (Dequant computes float
+    weights from bytes); loads and stores issue beside them (VLIW slots).
+    A `packed` MATRIX call (QMatVec: input 0 the GGUF blocks of an (M, K) matrix's rows, input 1
+    x (K,)) reads the blocks' bytes at the load width, while the vector unit, one operation a
+    cycle, expands them (BLOCK_VECTOR_OPS per block of 32 weights) and does the M * K MACs at
+    the peak of `out_dtype`, the dtype the weights are expanded to; with iron's kernels each
+    weight takes BLOCK_SCALAR_OPS float operations to expand and two (a product and a sum) to
+    use.
     Plus the fixed cost of a call. Assumes data in the core's own memory banks with no conflicts;
     a Softmax's valid length is taken as the whole row."""
-    if kernels is Kernels.IRONS:
-        return gen.call_cycles + _scalar_ops(role, in_shapes, out_shape) * _op_cycles(gen, dtype)
+    if packed:
+        return gen.call_cycles + _packed_work(gen, in_shapes, out_dtype, kernels)
+    if kernels is Kernels.IRONS:   # an expansion computes in its result's dtype (Dequant: float from bytes)
+        computed = out_dtype if role is Role.EXPANSION else dtype
+        return gen.call_cycles + _scalar_ops(role, in_shapes, out_shape) * _op_cycles(gen, computed)
     in_bytes = sum(math.prod(s) for s in in_shapes) * dtype.itemsize
     out_bytes = math.prod(out_shape) * out_dtype.itemsize
     if role is Role.MATRIX:
@@ -111,6 +134,16 @@ def kernel_cycles(gen: Generation, role: Role, dtype: np.dtype, in_shapes: list,
     else:
         work = max(in_bytes / gen.load_bytes, out_bytes / gen.store_bytes)
     return gen.call_cycles + work
+
+
+def _packed_work(gen: Generation, in_shapes: list, out_dtype: np.dtype, kernels: Kernels) -> float:
+    """The work of a packed matrix call (`kernel_cycles`) on blocks (M, row bytes) and x (K,)."""
+    (m, row_bytes), (k,) = in_shapes
+    block_bytes, weights = row_bytes * 32 // k, m * k
+    if kernels is Kernels.IRONS:
+        return weights * (BLOCK_SCALAR_OPS[block_bytes] + SCALAR_OPS[Role.MATRIX]) * _op_cycles(gen, out_dtype)
+    vector = weights / 32 * BLOCK_VECTOR_OPS[block_bytes] / VECTOR_OPS_PER_CYCLE + weights / gen.macs[out_dtype.name]
+    return max(m * row_bytes / gen.load_bytes, vector)
 
 
 def matrix_macs(in_shapes: list, out_shape: tuple) -> int:
@@ -140,7 +173,7 @@ def step_cycles(gen: Generation, step, kernels: Kernels = Kernels.VECTORISED) ->
     """Cycles of one step of a Function: a kernel call or a scalar step."""
     if not isinstance(step, KernelStep):
         return gen.scalar_cycles
-    return kernel_cycles(gen, step.kernel.role, step.dtype, *_shapes(step), step.out, kernels)
+    return kernel_cycles(gen, step.kernel.role, step.dtype, *_shapes(step), step.out, kernels, bool(step.kernel.packed))
 
 
 def function_cycles(gen: Generation, function: Function, kernels: Kernels = Kernels.VECTORISED) -> float:
@@ -151,8 +184,13 @@ def function_cycles(gen: Generation, function: Function, kernels: Kernels = Kern
 def function_peak_cycles(gen: Generation, function: Function) -> float:
     """The cycles one core needs for a Function's MACs at the dtype's peak: its share of the
     compute side of the roofline."""
-    return sum(matrix_macs(*_shapes(step)) / gen.macs[step.dtype.name] for step in function.steps
-               if isinstance(step, KernelStep) and step.kernel.role is Role.MATRIX)
+    return sum(_macs_of(*_shapes(step), step.kernel.packed) / gen.macs[(step.out if step.kernel.packed else step.dtype).name]
+               for step in function.steps if isinstance(step, KernelStep) and step.kernel.role is Role.MATRIX)
+
+
+def _macs_of(in_shapes: list, out_shape: tuple, packed: str) -> int:
+    """The MACs of a matrix call: a packed one's M x K (its x's K, not its blocks' bytes)."""
+    return out_shape[0] * in_shapes[1][0] if packed else matrix_macs(in_shapes, out_shape)
 
 
 def dma_cycles(gen: Generation, nbytes: int) -> float:

@@ -340,11 +340,12 @@ def _check_sequence(plan: Plan):
             move = None
             _check_wait(plan, index, op, fifos, tokened)
             for shim, mine in holding.get(op.fifo, {}).items():
-                freed = [bd for bd in mine if plan.sequence[held[shim][bd]].direction is Direction.S2MM
-                         or plan.sequence[held[shim][bd]].issue_token]
+                bds = held[shim]
+                freed = {bd for bd in mine if plan.sequence[bds[bd]].issue_token
+                         or plan.sequence[bds[bd]].direction is Direction.S2MM}
                 for bd in freed:
-                    del held[shim][bd]
-                    mine.discard(bd)
+                    del bds[bd]
+                mine -= freed
         else:
             fail(plan, f"sequence op {index} is a {type(op).__name__}, not a Dma or a Wait")
 

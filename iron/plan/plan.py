@@ -377,8 +377,8 @@ class Wait:
 
 
 class Moved(NamedTuple):
-    """Consecutive Dmas on one FIFO in one direction (a move, cut within the shim's limits): the
-    words they move."""
+    """Consecutive Dmas in one direction on one FifoId object (a move's, cut within the shim's
+    limits): the words they move."""
 
     fifo: FifoId
     direction: Direction

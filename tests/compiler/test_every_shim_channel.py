@@ -187,9 +187,9 @@ def test_a_chain_of_matrices_shares_the_shim_channels_by_the_square_roots_of_the
     207360, 1105920 and 552960 bytes beyond what their FIFOs take ahead, say), the first may
     take 9 * sqrt(345600) / (sum of the four square roots) = 1.86, so 2; a last one all left."""
     later = tuple(Later(b, 0.0, k + 1) for k, b in enumerate((207360, 1105920, 552960)))
-    assert Left(shim_in=6, later=later).share(345600, lambda m: m.nbytes).of(6) == 2   # 6 left to it, 3 counted for the later ones
-    assert Left(shim_in=3, later=()).share(552960, lambda m: m.nbytes).of(3) == 3
-    assert Left(shim_in=1, later=later).share(0, lambda m: m.nbytes).of(1) == 1   # at least one
+    assert Left(shim_in=6, later=later).share(345600, lambda m: m.nbytes, 6) == 2   # 6 left to it, 3 counted for the later ones
+    assert Left(shim_in=3, later=()).share(552960, lambda m: m.nbytes, 3) == 3
+    assert Left(shim_in=1, later=later).share(0, lambda m: m.nbytes, 1) == 1   # at least one
 
 
 def test_matrices_running_alongside_share_their_runs_share_by_their_sizes():
@@ -197,9 +197,9 @@ def test_matrices_running_alongside_share_their_runs_share_by_their_sizes():
     pair streams in 8 MB / (their channels) and shares 12 channels with the last by
     sqrt(8) : sqrt(2), 8 : 4, so the first takes half the pair's, 4; tiles alike by cycles."""
     pair = (Later(4 << 20, 400.0, 0), Later(2 << 20, 200.0, 1))
-    assert Left(shim_in=10, later=pair).share(4 << 20, lambda m: m.nbytes).of(10) == 4
-    assert Left(shim_in=10, later=pair).share(400.0, lambda m: m.cycles).of(10) == 4
-    assert Left(shim_in=10, later=pair[1:]).share(400.0, lambda m: m.cycles).of(11) == 7   # alone before the last: sqrt(4) : sqrt(2) of 12
+    assert Left(shim_in=10, later=pair).share(4 << 20, lambda m: m.nbytes, 10) == 4
+    assert Left(shim_in=10, later=pair).share(400.0, lambda m: m.cycles, 10) == 4
+    assert Left(shim_in=10, later=pair[1:]).share(400.0, lambda m: m.cycles, 11) == 7   # alone before the last: sqrt(4) : sqrt(2) of 12
 
 
 def test_a_chain_of_matrices_shares_the_tiles_by_the_square_roots_of_their_work():
@@ -208,5 +208,5 @@ def test_a_chain_of_matrices_shares_the_tiles_by_the_square_roots_of_their_work(
     more (g2 4, g9 3, g11 6, g13 6 tiles of the 19 left: tests/models/test_smollm2_graph.py)
     rather than the first taking all it could and leaving the larger ones after it too few."""
     later = tuple(Later(0, c, k + 1) for k, c in enumerate((4.0, 9.0)))
-    assert Left(shim_in=0, later=later).share(1.0, lambda m: m.cycles).of(4) == 1   # (4 + 2) / 6
-    assert Left(shim_in=0, later=later[1:]).share(4.0, lambda m: m.cycles).of(5) == 2   # (5 + 1) * 2 / 5 = 2.4
+    assert Left(shim_in=0, later=later).share(1.0, lambda m: m.cycles, 4) == 1   # (4 + 2) / 6
+    assert Left(shim_in=0, later=later[1:]).share(4.0, lambda m: m.cycles, 5) == 2   # (5 + 1) * 2 / 5 = 2.4

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from aie_utils import from_name
+from iron.compiler import priced as priced_module
 from iron.compiler import repeat as repeat_module
 from iron.compiler.compile import compile_program
-from iron.compiler.priced import Chain, Priced, plan_ns, reconfigure_ns
+from iron.compiler.priced import Chain, Priced, ddr_bytes, plan_ns, priced, reconfigure_ns
 from iron.plan import cost
 from iron.plan.rules import Rule
 from iron.runtime.compiled import CompiledGraph
@@ -95,3 +96,18 @@ def test_a_call_loads_each_of_its_configurations_the_first_again_after_the_last_
     assert plan_ns(plan) == pytest.approx(chains + 2 * cost.GENERATIONS["npu2"].reconfigure_ns)
     assert reconfigure_ns(plan.device, 1) == 0
 
+
+
+def test_each_configuration_is_priced_once_for_the_estimate_and_its_ddr_bytes(monkeypatch):
+    """plan_ns and ddr_bytes read one Priced per configuration: a segmented Plan priced again, and
+    its DDR bytes asked after, price none of its configurations a second time."""
+    plan = compile_program(Rows(40).trace(x=((40, 256), F32), y=((40, 256), F32)), from_name("npu2"),
+                           over_time=False)
+    made = []
+    of = Priced.of.__func__
+    monkeypatch.setattr(priced_module, "_PRICED", {})
+    monkeypatch.setattr(Priced, "of", classmethod(lambda cls, c: made.append(c) or of(cls, c)))
+    ns = plan_ns(plan)
+    assert plan_ns(plan) == ns and ddr_bytes(plan) == sum(Priced.of(c).work().ddr_bytes for c in plan.configurations)
+    assert made == [*plan.configurations, *plan.configurations]   # the second time by the sum just above
+    assert [priced(c) for c in plan.configurations] == [priced(c) for c in plan.configurations]

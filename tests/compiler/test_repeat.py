@@ -232,7 +232,7 @@ def test_a_smollm2_layer_larger_than_the_array_loops_with_its_heads_looping_insi
     # length take three input channels): placed whole it does not fit, so its heads loop inside it
     assert plan.repeat.count == 3 and len(plan.repeat.groups) == 42
     assert (plan.repeat.inner.groups, plan.repeat.inner.count) == (("g6", "g7", "g8"), 9)
-    assert plan.repeat.inner.operands[4][:2] == ("layers.0.keys[1]", "through.RoPE#4[256:320]")   # head 4 reads its kv head 1
+    assert plan.repeat.inner.operands[4][:2] == ("layers.0.keys[1]", "through.RoPE#3[256:320]")   # head 4 reads its kv head 1
     looping = plan.configurations[0]
     heads = [c.program[0] for c in looping.cores if c.group in plan.repeat.inner.groups]
     assert [(loop.count, loop.body[0].count) for loop in heads] == [(3, 9)] * 3

@@ -18,7 +18,7 @@ from iron.compiler.sequence import (
 )
 from iron.compiler.words import Access
 from iron.plan.fifos import FifoId, Stem
-from iron.plan.plan import Direction, Dma, Fifo, Tile, TileKind, Wait
+from iron.plan.plan import Direction, Dma, Fifo, Moved, Tile, TileKind, Wait, dma_runs
 from tests.compiler import designs
 from tests.compiler.passes import context
 
@@ -118,3 +118,13 @@ def test_bd_ids_are_reused_only_after_a_covering_wait():
     assert all(op.issue_token for op in ops[:16])
     assert ops[16] == Wait(FifoId("g0", Stem.IN))
     assert [(op.offset, op.bd_id, op.issue_token) for op in ops[17:]] == [(16, 0, False), (17, 1, False)]
+
+
+def test_a_sequence_reads_as_runs_of_dmas_a_move_cut_within_the_limits():
+    """dma_runs: each run of Dmas on one FIFO in one direction (a move's) as the words it moves, Waits as they are."""
+    fifos = {IN: Fifo(IN, SHIM, (T02,), 2, 4), OUT: Fifo(OUT, T02, (SHIM,), 2, 4)}
+    ops = finish_sequence([Move(MM2S, IN, "inputs", Access(0, ((2003, 1),))), Wait(IN),
+                           Move(S2MM, OUT, "outputs", Access(0, ((4, 1),))), Move(MM2S, IN, "inputs", Access(0, ((8, 1),)))],
+                          fifos, NPU2)
+    assert [op.nwords for op in ops[:2]] == [1023, 980]
+    assert dma_runs(ops) == [Moved(IN, MM2S, 2003), Wait(IN), Moved(OUT, S2MM, 4), Moved(IN, MM2S, 8), Wait(OUT)]

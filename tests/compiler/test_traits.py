@@ -136,7 +136,7 @@ LIBRARY_TRAITS = {   # kernel: (index map, reduces, length_axes, keeps_zeros, de
     "Cast": ("i->i", "", "", True, Role.ELEMENTWISE), "Requantize": ("i->i", "", "", True, Role.ELEMENTWISE),
     "Concat": (None, "", "", False, Role.OTHER), "RoPE": (None, "", "", False, Role.OTHER),
     "Max": ("rc->r", "c", "", False, Role.ROW_REDUCTION), "ArgmaxBlocks": ("b,b->", "b", "", False, Role.ROW_REDUCTION),
-    "Dequant": ("rb->rc", "", "", False, Role.EXPANSION),
+    "Dequant": ("rb->rc", "", "", False, Role.EXPANSION), "QMatVec": ("mk,k->m", "k", "", False, Role.MATRIX),
     # a window of pixels, a key/value head per group of query heads: no map, so Role.OTHER
     "Conv2D": (None, "", "", False, Role.OTHER), "MaxPool2D": (None, "", "", False, Role.OTHER),
     "AvgPool2D": (None, "", "", False, Role.OTHER), "Attention": (None, "", "", False, Role.OTHER),
@@ -198,6 +198,8 @@ def test_every_library_kernel_declares_its_map_and_its_role_is_derived():
     assert (RowDot.role, Swish.role, Normalize.role, RowSums.role) == (
         Role.MATRIX, Role.ELEMENTWISE, Role.ROW_REDUCTION, Role.ROW_REDUCTION)
     assert IndexMap.parse("mk, kn -> mn", "K") == IndexMap(("mk", "kn"), "mn")
+    # QMatVec stores W's k in GGUF blocks: a MatVec's map, its k packed; no other kernel packs an axis
+    assert {k.__qualname__: k.traits.packed for k in LIBRARY if k.traits.packed} == {"QMatVec": "k"}
 
 
 def declare(**traits):
@@ -212,6 +214,8 @@ def declare(**traits):
     ({"index_map": "i->i"}, ["index_map = 'i->i' of 1 inputs, but arity = 2"]),
     ({"index_map": "rc,c->rc", "reduces": "x"}, ["reduces = 'x'", "has no axis x"]),
     ({"index_map": "rc,c->rc", "length_axes": "c"}, ["length_axes = 'c' but takes no length", "('length', 'i32')"]),
+    ({"index_map": "mk,k->m", "packed": "n"}, ["packed = 'n'", "input 0's map ('mk')", "block_bytes"]),
+    ({"index_map": "mk,k->m", "packed": "k"}, ["packed = 'k'", "the attr block_bytes"]),
 ])
 def test_a_malformed_declaration_is_refused_naming_the_kernel_and_the_fix(traits, names):
     with pytest.raises(DeclarationError) as refused:

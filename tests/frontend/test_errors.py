@@ -264,7 +264,7 @@ CASES = [
     (
         "KM().reference(np.ones(4, np.float32))",
         iron.errors.KernelTypeError,
-        "MatVec needs W (M, K) and x (K,); got shapes (4, 8), (4,).",
+        "MatVec needs W (M, K) and x (K,); got w (4, 8), x (4,).",
     ),
     (
         "KD().reference(np.ones(4, np.float32), np.ones(4, np.int32))",
@@ -307,7 +307,7 @@ class UpTo(iron.Graph):
         return self.kernel.step(*rows, length=self.length)
 
 
-@pytest.mark.parametrize("kernel, shapes", [(RMSNorm, "(2, 8), (8,)"), (Softmax, "(2, 8)"), (Argmax, "(2, 8)")])
+@pytest.mark.parametrize("kernel, shapes", [(RMSNorm, "x (2, 8), w (8,)"), (Softmax, "x (2, 8)"), (Argmax, "x (2, 8)")])
 def test_a_row_kernels_length_reduces_each_rows_first_elements_and_past_the_row_is_refused(kernel, shapes):
     x = np.array([[3, -1, 2, 0, 1, 9, 9, 9], [-2, -5, -1, -3, -4, 0, 0, 0]], np.float32)
     got = UpTo(kernel, 5).reference(x)
@@ -318,4 +318,4 @@ def test_a_row_kernels_length_reduces_each_rows_first_elements_and_past_the_row_
     assert kernel is Argmax or not got[:, 5:].any()
     with pytest.raises(iron.errors.KernelTypeError) as e:
         UpTo(kernel, 9).reference(x)
-    assert str(e.value) == f"{kernel.__name__} needs 1 <= length <= 8, not 9; got shapes {shapes}."
+    assert str(e.value) == f"{kernel.__name__} needs 1 <= length <= 8, not 9; got {shapes}."

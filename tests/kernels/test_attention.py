@@ -177,8 +177,8 @@ def test_a_grouped_query_prefill_in_bfloat16_compiles_and_runs_as_its_reference(
 @pytest.mark.parametrize("shapes, length, text", [
     (((4, 8), (3, 8, 8), (3, 8, 8)), 2,
      "Attention needs q (heads, d) or (heads, s, d), keys and values (kv_heads, n, d), heads a multiple of "
-     "kv_heads; got shapes (4, 8), (3, 8, 8), (3, 8, 8)."),
-    (((2, 8), (2, 8, 8), (2, 8, 8)), 9, "Attention needs 1 <= length <= 8, not 9; got shapes (2, 8), (2, 8, 8), (2, 8, 8)."),
+     "kv_heads; got q (4, 8), k (3, 8, 8), v (3, 8, 8)."),
+    (((2, 8), (2, 8, 8), (2, 8, 8)), 9, "Attention needs 1 <= length <= 8, not 9; got q (2, 8), k (2, 8, 8), v (2, 8, 8)."),
 ])
 def test_a_wrong_shape_or_length_is_refused(shapes, length, text):
     class Wrong(iron.Graph):

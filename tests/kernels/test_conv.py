@@ -276,13 +276,13 @@ def test_a_resnet_bottleneck_block_of_library_kernels_equals_mlir_aies_formula(d
 
 
 @pytest.mark.parametrize("step, text", [
-    (lambda x, w: Conv2D.step(x, w[0]), "Conv2D needs x (H, W, C) and w (KH, KW, C, K); got shapes (6, 6, 4), (3, 4, 2)."),
+    (lambda x, w: Conv2D.step(x, w[0]), "Conv2D needs x (H, W, C) and w (KH, KW, C, K); got x (6, 6, 4), w[0] (3, 4, 2)."),
     (lambda x, w: Conv2D.step(x, w, padding=3),
-     "Conv2D needs padding= an int in 0..2 (less than the window), not 3; got shapes (6, 6, 4), (3, 3, 4, 2)."),
-    (lambda x, w: Conv2D.step(x, w, stride=0), "Conv2D needs stride= an int >= 1, not 0; got shapes (6, 6, 4), (3, 3, 4, 2)."),
-    (lambda x, w: MaxPool2D.step(x[0]), "MaxPool2D needs x (H, W, C); got shapes (6, 4)."),
+     "Conv2D needs padding= an int in 0..2 (less than the window), not 3; got x (6, 6, 4), w (3, 3, 4, 2)."),
+    (lambda x, w: Conv2D.step(x, w, stride=0), "Conv2D needs stride= an int >= 1, not 0; got x (6, 6, 4), w (3, 3, 4, 2)."),
+    (lambda x, w: MaxPool2D.step(x[0]), "MaxPool2D needs x (H, W, C); got x[0] (6, 4)."),
     (lambda x, w: AvgPool2D.step(x, size=7), "AvgPool2D needs an image at least as large as its 7x7 window once padded; "
-                                             "got shapes (6, 6, 4)."),
+                                             "got x (6, 6, 4)."),
 ])
 def test_a_wrong_shape_or_window_is_refused_naming_it(step, text):
     class Wrong(iron.Graph):

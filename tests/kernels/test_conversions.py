@@ -188,9 +188,9 @@ ERRORS = [
      "so any Cast would round or clamp some: pick another kernel, or Cast knowing which values change."),
     (lambda g, x: Requantize.step(x), np.int32, "Requantize needs shift=...: pass it to Requantize.step."),
     (lambda g, x: Requantize.step(x, shift=63), np.int32,
-     "Requantize needs shift= an int in 0..62, not 63; got shapes (16,)."),
+     "Requantize needs shift= an int in 0..62, not 63; got x (16,)."),
     (lambda g, x: Requantize.step(x, shift=4, scale=0.5), np.int32,
-     "Requantize needs scale= an int32 multiplier (fold a fraction into scale / 2**shift), not 0.5; got shapes (16,)."),
+     "Requantize needs scale= an int32 multiplier (fold a fraction into scale / 2**shift), not 0.5; got x (16,)."),
     (lambda g, x: Requantize.step(x, shift=4), np.int8,
      "Requantize does not support int8: it supports int32; Cast.step(x, dtype=np.int32) converts x without losing a "
      "value."),

@@ -324,4 +324,4 @@ class Reduced(iron.Graph):
 def test_a_reduction_of_three_axes_is_refused_naming_the_kernel(kernel):
     with pytest.raises(KernelTypeError) as raised:
         Reduced(kernel).reference(np.ones((2, 2, 2), np.float32))
-    assert str(raised.value) == f"{kernel.__name__} needs x (n,) or (rows, n); got shapes (2, 2, 2)."
+    assert str(raised.value) == f"{kernel.__name__} needs x (n,) or (rows, n); got x (2, 2, 2)."

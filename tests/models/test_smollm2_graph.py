@@ -20,6 +20,8 @@ from iron.models.smollm2_graph import (
     generate_in_loop,
 )
 from iron.plan.describe import ddr_traffic
+from iron.plan.fifos import Stem
+from iron.plan.plan import FifoRole, TileKind
 from iron.plan.rules import Rule
 from tests.quotes import quoted
 
@@ -123,8 +125,8 @@ def test_the_kv_cache_holds_the_keys_of_the_positions_fed(two_layers, graph):
 
 def test_weights_as_they_ship_compile_stream_as_blocks_and_generate_references_tokens(
         two_layers, graph, compiled, on_emulator):
-    """Compiled, the quantized graph moves each matrix's blocks as the file ships them, expands
-    them on the tiles (`dequant_before_matvec`), and generates reference()'s tokens, which are
+    """Compiled, the quantized graph moves each matrix's blocks as the file ships them into
+    QMatVec, which expands each weight as it multiplies it, and generates reference()'s tokens, which are
     the float32 graph's, host-driven and as a device loop at depth 1 and 2 on npu2, host-driven
     on npu1. The matrices are Q4_1
     blocks and the embedding Q8_0, about 6x fewer bytes over all 30 layers."""
@@ -133,10 +135,12 @@ def test_weights_as_they_ship_compile_stream_as_blocks_and_generate_references_t
     assert graph.lm_head.param.array.nbytes / quantized.lm_head.param.array.nbytes == 128 / 34   # Q8_0
     with aie_utils.using_device(aie_utils.from_name("npu2")):
         body = quantized.compile()
-    expanded = [what for rule, what in body.plan.rules if rule == Rule.DEQUANT_BEFORE_MATVEC and "expanded" in what]
-    assert len(expanded) == 5 + 2   # the placed layer's five matrices (the layers loop over time), the LM head's two pieces
-    assert [what.split(" bytes;")[0] for what in expanded[-2:]] == [
-        "g86: lm_head.param[:24576] moves as stored, 15040512", "g87: lm_head.param[24576:] moves as stored, 15040512"]
+    streamed = [what for rule, what in body.plan.rules if rule == Rule.STREAM_LARGE_MATRIX and " uint8 " in what]
+    assert len(streamed) == 5 + 2   # the placed layer's five matrices (the layers loop over time), the LM head's two pieces
+    assert [what.split(" streamed")[0] for what in streamed[-2:]] == [
+        "g86: lm_head.param[:24576] (24576, 612) uint8 (15040512 bytes)",
+        "g87: lm_head.param[24576:] (24576, 612) uint8 (15040512 bytes)"]
+    assert Rule.DEQUANT_BEFORE_MATVEC not in {rule for rule, _ in body.plan.rules}
     f32, q = ddr_traffic(compiled.plan), ddr_traffic(body.plan)
     # weight bytes a token reads: between the LM head's ratio (Q8_0: 128 / 34) and the blocks' (Q4_1: 128 / 20)
     assert 128 / 34 < f32.consts / q.consts < 128 / 20
@@ -185,7 +189,7 @@ def test_all_30_fused_layers_as_shipped_loop_over_time_in_the_first_of_three_con
     assert [[name for name, _ in c.groups] for c in plan.configurations] == [
         [f"g{i}" for i in range(16)], ["g451", "g452", "g453"], [f"g{i}" for i in range(454, 461)]]
     groups = dict(plan.groups)   # over each piece's 6 rows of logits, each into its part of a state
-    assert [groups[f"g{i}"] for i in range(454, 458)] == [("Argmax#786",), ("Max#787",), ("Argmax#788",), ("Max#789",)]
+    assert [groups[f"g{i}"] for i in range(454, 458)] == [("Argmax#634",), ("Max#635",), ("Argmax#636",), ("Max#637",)]
     assert [what.split(":")[0] for rule, what in plan.rules if rule == Rule.STREAM_ROW_BLOCKS] == [
         "g454", "g455", "g456", "g457"]
     # each projection of the layer split over its share of the tiles (the more work, the more;
@@ -195,7 +199,16 @@ def test_all_30_fused_layers_as_shipped_loop_over_time_in_the_first_of_three_con
     assert [what.split(":")[0] + what.split("over")[-1] for what in splits] == [
         "g2 4 tiles", "g9 3 tiles", "g11 4 tiles", "g12 4 tiles", "g14 6 tiles", "g452 6 tiles", "g453 6 tiles"]   # and the LM head
     lanes = [what.split(" shim")[0] for rule, what in plan.rules if rule == Rule.STREAM_OVER_SHIM_CHANNELS]
-    assert lanes == [f"{g}: its rows read through {n}" for g, n in (("g2", 2), ("g11", 2), ("g12", 2), ("g14", 2), ("g452", 6), ("g453", 6))]
+    assert lanes == [f"{g}: its rows read through {n}" for g, n in (("g11", 2), ("g12", 2), ("g14", 3), ("g452", 6), ("g453", 6))]
+    # every projection is QMatVec on its blocks: the shim streams their bytes (uint8) into it and no
+    # Dequant writes a weight; the one Dequant expands the token's embedding row (g0)
+    calls = [c.split("#")[0] for _, group in plan.groups for c in group]
+    assert (calls.count("QMatVec"), calls.count("Dequant"), calls.count("MatVec"), groups["g0"]) == (
+        5 + 2, 1, 0, ("Dequant#0",))   # the placed layer's five (the layers loop over it), the LM head's two
+    weights = {f.name.group: f.dtype for c in plan.configurations for f in c.fifos
+               if f.producer.kind is TileKind.SHIM and f.role is FifoRole.WEIGHTS and f.name.stem is Stem.W}
+    assert weights == dict.fromkeys(("g2", "g9", "g11", "g12", "g14", "g452", "g453"), np.dtype(np.uint8))
+    assert Rule.DEQUANT_BEFORE_MATVEC not in {rule for rule, _ in plan.rules}
     (choice,) = [c for _, c in plan.choices if c.rule is Rule.REPEAT_OVER_TIME]
     assert choice.chosen.startswith("over time") and choice.rejected.startswith("in space: at least ")
     assert choice.chosen_ns < choice.rejected_ns

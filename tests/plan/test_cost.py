@@ -12,6 +12,7 @@ from iron.plan.plan import CType, Function, Imm, KernelStep, Load, Ptr, ScalarSt
 
 NPU1, NPU2 = cost.GENERATIONS["npu1"], cost.GENERATIONS["npu2"]
 I8, I32, F32, BF16 = np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)
+U8 = np.dtype(np.uint8)
 
 
 def test_the_generation_follows_the_device_family():
@@ -63,6 +64,8 @@ def test_a_function_costs_its_kernel_calls_and_scalar_steps_in_turn():
     (NPU1, Role.ROW_REDUCTION, F32, [(64,), (64,)], (64,), F32, 64 + 64 * 4 * 30),
     # Dequant to 64 floats: scale and offset per result element
     (NPU2, Role.EXPANSION, F32, [(72,)], (64,), F32, 64 + 64 * 2 * 30),
+    # ... from its uint8 blocks (two Q8_0 blocks, 68 bytes): float operations, as its result is float32
+    (NPU2, Role.EXPANSION, U8, [(68,)], (64,), F32, 64 + 64 * 2 * 30),
 ])
 def test_irons_kernels_are_priced_as_written_on_the_scalar_unit(gen, role, dtype, in_shapes, out_shape, out_dtype,
                                                                cycles):

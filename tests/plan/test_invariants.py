@@ -154,6 +154,18 @@ def test_a_dma_reaching_past_its_buffer_is_refused():
     broken(plan, 'Walk', 'npu1', 'op 0', 'g0_in', '1..8', "'consts'")
 
 
+def test_every_dma_of_a_move_is_checked_against_its_buffer():
+    """check_plan checks a move's FIFO end and buffer once for its Dmas, and each Dma's words."""
+    plan = plan_of("add_one", "npu2")
+    first = plan.sequence[0]
+    halves = (dataclasses.replace(first, sizes=(1, 1, 1, 512), strides=(0, 0, 0, 1)),
+              dataclasses.replace(first, offset=512, sizes=(1, 1, 1, 512), strides=(0, 0, 0, 1), bd_id=15))
+    check_plan(dataclasses.replace(plan, sequence=(*halves, *plan.sequence[1:])))
+    past = (halves[0], dataclasses.replace(halves[1], offset=513))
+    broken(dataclasses.replace(plan, sequence=(*past, *plan.sequence[1:])), 'AddOne', 'npu2', 'op 1', 'g0_in',
+           '513..1024', "'inputs'", '1024')
+
+
 def test_a_sequence_moving_less_than_the_cores_take_is_refused():
     plan = plan_of("walk", "npu1")
     plan = dataclasses.replace(plan, sequence=plan.sequence[1:])

@@ -106,16 +106,16 @@ def every_library_kernel() -> Function:
     sizes, c_attrs."""
     size_operands = {"matvec": 2, "matmul": 3, "matmul_accumulate": 3, "concat": 3, "rmsnorm": 2, "softmax": 2, "argmax": 2, "max": 2,
                      "min": 2, "sum": 2, "layer_norm": 2, "layer_norm_affine": 2,
-                     "dequant": 3, "conv2d": 8, "max_pool2d": 5, "avg_pool2d": 5, "attention": 5, "strided": 2, "scatter": 2, "strided_rows": 3}
+                     "dequant": 3, "qmatvec": 3, "conv2d": 8, "max_pool2d": 5, "avg_pool2d": 5, "attention": 5, "strided": 2, "scatter": 2, "strided_rows": 3}
     steps = []
     for kernel in LIBRARY:
+        pointers = tuple(Ptr("a", 64 * i) for i in range(kernel.arity + 1))
+        sizes = (Imm(4),) * size_operands.get(kernel.name, 1)
+        attrs = tuple(Imm(1.0, CType.F32) if ctype == "f32" else Load("b") for _, ctype in kernel.c_attrs)
         for dtype, out in kernel.signatures():
-            pointers = tuple(Ptr("a", 64 * i) for i in range(kernel.arity + 1))
-            sizes = (Imm(4),) * size_operands.get(kernel.name, 1)
-            attrs = tuple(Imm(1.0, CType.F32) if ctype == "f32" else Load("b") for _, ctype in kernel.c_attrs)
             steps.append(KernelStep.of(kernel, dtype, pointers + sizes + attrs, out))
-        for ins, out in kernel.mixed_signatures():
-            steps.append(KernelStep.of(kernel, ins, steps[-1].args, out))
+        for ins, out in kernel.mixed_signatures():   # QMatVec's only: uint8 blocks x float32
+            steps.append(KernelStep.of(kernel, ins, pointers + sizes + attrs, out))
     return Function("every_kernel", ("a", "b"), tuple(steps))
 
 

@@ -24,6 +24,7 @@ from iron.kernels import (
     MatMulAccumulate,
     MatVec,
     Mul,
+    QMatVec,
     ReLU,
     Scale,
     Sub,
@@ -323,6 +324,11 @@ def test_each_batching_kernel_computes_a_stack_as_its_calls_one_by_one(factor, s
         assert together.shape == (3, 4, 64)
         for i in range(3):
             np.testing.assert_array_equal(together[i], Dequant.compute(blocks[i], block_bytes=fmt.nbytes))
+        x = rng.standard_normal((3, 64)).astype(np.float32)   # QMatVec: each stack's blocks times its own x
+        together = QMatVec.compute(blocks, x, block_bytes=fmt.nbytes)
+        assert QMatVec.batches and together.shape == (3, 4)
+        for i in range(3):
+            np.testing.assert_array_equal(together[i], QMatVec.compute(blocks[i], x[i], block_bytes=fmt.nbytes))
 
 
 @given(st.integers(0, 2 ** 31))

@@ -221,7 +221,7 @@ def test_concat_refuses_shapes_that_differ_off_its_axis():
     x, y = np.zeros((2, 3), np.float32), np.zeros((3, 3), np.float32)
     with pytest.raises(KernelTypeError) as e:
         Bad().reference(x, y)
-    quoted(e.value, "Concat", "axis 1", "(2, 3), (3, 3)")
+    quoted(e.value, "Concat", "axis 1", "a (2, 3), b (3, 3)")
 
 
 def test_iron_concat_needs_two_tensors():

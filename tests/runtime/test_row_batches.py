@@ -77,10 +77,10 @@ def test_shapes_a_row_kernel_refuses():
 
     with pytest.raises(iron.errors.KernelTypeError) as refused:
         Wrong().reference(np.zeros((2, 3, 4), np.float32), np.zeros(4, np.float32))
-    quoted(refused.value, "RMSNorm", "(2, 3, 4), (4,)")
+    quoted(refused.value, "RMSNorm", "x (2, 3, 4), w (4,)")
     with pytest.raises(iron.errors.KernelTypeError) as refused:
         Wrong().reference(np.zeros((2, 4), np.float32), np.zeros(3, np.float32))
-    quoted(refused.value, "RMSNorm", "(2, 4), (3,)")
+    quoted(refused.value, "RMSNorm", "x (2, 4), w (3,)")
 
 
 # ---- stream_row_blocks: a batch larger than a tile -------------------------------------------------
