@@ -13,7 +13,7 @@ import numpy as np
 
 from iron import dtypes
 from iron.compiler.fuse import Group
-from iron.compiler.gather import Written, copied, gather_view, unpadded_stream, written
+from iron.compiler.gather import Written, copied, gather_view, region, unpadded_stream, written
 from iron.compiler.objects import MAX_GATHER_RUNS
 from iron.compiler.padding import readers_of, width_unshared
 from iron.compiler.sides import whole_device_grid
@@ -55,15 +55,14 @@ def copy_view_for_grid(program: Program, device=None) -> Program:
     program = scatter_into_state(program)
     laid = grid_layouts(program)
     copies = {n: copied(n) for call in program.calls if _gridded(call) or _beside_grid(call, laid)
-              for n in call.src[:call.arg.n_inputs] if _view_of_host(n) or _moved_view_of_result(n)}
+              for n in call.src[:call.arg.n_inputs] if _view_of_host(n) or is_computed_view(n) and len(n.src) == 1 and dma_moves(n)}
     readers = readers_of(program, (Group("", program.calls, None),))
-    copies |= {call: copied(Node(Op.VIEW, (call,), call.shape, call.dtype, tuple(Axis(start=0, stop=n) for n in call.shape)))
-               for call in program.calls if device and _gridded(call) and _reads_padding(call, laid, readers)
-               and whole_device_grid(call, device) is None}
     laid_out = LaidOut(program)
     gathered_views = dict.fromkeys(n for call in program.calls for n in call.src[:call.arg.n_inputs]
                                    if n not in copies and (_gathered_on_core(n, laid_out) or unpadded_stream(n, call)))
     copies |= {n: gather_view(n, f"through.view{i}") for i, n in enumerate(gathered_views)}
+    copies |= {call: region(call) for call in program.calls if device and _gridded(call)
+               and whole_device_grid(call, device) is None and _read_unpadded(call, program, laid, readers, gathered_views)}
     if not copies:
         return program
     return with_copies(program, copies)
@@ -197,14 +196,14 @@ def with_copies(program: Program, copies: dict[Node, Node | Written]) -> Program
     calls: list[Node] = []
     inserted: dict[Node, Node] = {}   # each copied tensor -> what is read instead, rebuilt
     made: list[Node] = []   # the inserted calls, rebuilt
-    for call in program.calls:
-        for n in dict.fromkeys(n for n in call.src[:call.arg.n_inputs] if n in copies and n not in inserted):
+    for call in program.calls:   # a product read through its region first: its views are rebuilt over that
+        for n in dict.fromkeys(m for s in call.src[:call.arg.n_inputs] for m in (storage(s), s)
+                               if m in copies and m not in inserted):
             way = copies[n]
             read, writers = (way.read, way.calls) if isinstance(way, Written) else (way, (storage(way),))
-            inserted[n] = rebuilt(read)   # over the rebuilt tensor it views
+            new[n] = inserted[n] = rebuilt(read)   # over the rebuilt tensor it views
             made += map(rebuilt, writers)   # the call, or the one read back in the view's shape
             calls += made[len(made) - len(writers):]
-        new.update(inserted)
         calls.append(rebuilt(call))
     buffers = list(dict.fromkeys(storage(c.src[c.arg.n_inputs]) for c in made if c.arg.writes))
     declared = tuple(Declaration(MemoryKind.THROUGH, b.arg.name, b.shape, b.dtype) for b in buffers)
@@ -293,10 +292,13 @@ def grid_layouts(program: Program) -> dict[Node, Node]:
     return laid
 
 
-def _reads_padding(product: Node, laid: dict[Node, Node], readers: dict) -> bool:
-    """Whether a row reduction that may not read its rows padded wider (`width_unshared`) reads a
-    tiled MatMul's product, or results lying alike (`grid_layouts`)."""
-    return any(laid[c] is product and width_unshared(c, readers) for c in laid)
+def _read_unpadded(product: Node, program: Program, laid: dict[Node, Node], readers: dict, gathered: dict) -> bool:
+    """Whether a call may not read `product` as its grid may lay it out: a view of it no DMA moves
+    in whole words; it (or a result lying alike, `grid_layouts`) read by a row reduction reading no
+    rows padded wider (`width_unshared`) or beside a view gathered into a tensor that lies padded
+    after its last row only."""
+    return any(n.op == Op.VIEW and n.src[0] is product and not dma_moves(n) or laid.get(n) is product and (
+        width_unshared(c, readers) or any(m in gathered for m in c.src)) for c in program.calls for n in c.src)
 
 
 def _beside_grid(call: Node, laid: dict[Node, Node]) -> bool:
@@ -307,12 +309,15 @@ def _beside_grid(call: Node, laid: dict[Node, Node]) -> bool:
 
 
 def _gathered_on_core(node: Node, laid: LaidOut) -> bool:
-    """A static view of at most four dimensions no DMA moves in whole words (of a host tensor) or
-    `gather_strided_view` would copy in many runs (of a computed one)."""
+    """A static view of at most four dimensions no DMA moves in whole words (of a host tensor, or of
+    a computed one larger than a tile, which crosses in DDR) or `gather_strided_view` would copy in
+    many runs (of a computed one)."""
     if node.op != Op.VIEW or len(node.src) > 1 or len(element_pattern(node)[1]) > 4:
         return False
     if is_host_tensor(node):   # a slice starting mid-word moves once `pad_lead_to_words` or `pad_rows_to_words` lays it out
         return (is_strided(node) or _state_mid_word(node) or laid.mid_word(node)) and not _view_of_host(node)
+    if nbytes(node.src[0]) > TILED_BYTES and not dma_moves(node):
+        return True
     flat = elements(node)
     return int(np.count_nonzero(np.diff(flat) != 1)) + 1 > MAX_GATHER_RUNS
 
@@ -350,11 +355,6 @@ class LaidOut:
         if state_of(view) is not None or dma_moves(view) or dma_moves(view, lead=self.leads.get(name, 0)):
             return False
         return name not in self.rows or not dma_moves(view, self.rows[name], True)
-
-
-def _moved_view_of_result(node: Node) -> bool:
-    """A static view of a call's result the DMA moves in whole words."""
-    return is_computed_view(node) and len(node.src) == 1 and dma_moves(node)
 
 
 def _view_of_host(node: Node) -> bool:

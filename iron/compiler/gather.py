@@ -156,7 +156,7 @@ def transposed_bands(view: Node, name: str) -> Written | None:
     are padded to whole words, the last band placed by a Scatter (the padding keeps what it held),
     and the buffer's first r columns picked again (`row_bands`). None for any other view."""
     base = view.src[0]
-    if len(base.shape) != 2 or not is_host_tensor(base) or base.op == Op.VIEW or not _transposes(view):
+    if len(base.shape) != 2 or not in_ddr(base) or not _transposes(view):
         return None
     (r, c), itemsize = base.shape, base.dtype.itemsize
     per = 4 // itemsize
@@ -186,8 +186,7 @@ def row_bands(view: Node, name: str) -> Written | None:
     them from those words (a run the DMA moves) into a DDR buffer of the compiler's; None for any
     other view."""
     base, axes = view.src[0], view.arg
-    if base.op == Op.VIEW or not is_host_tensor(base) or not view.shape or view.shape != kept_shape(axes) \
-            or any(a.order is not None for a in axes):
+    if not in_ddr(base) or not view.shape or view.shape != kept_shape(axes) or any(a.order is not None for a in axes):
         return None
     down, (rows, *inner), itemsize = kept(axes)[0], view.shape, view.dtype.itemsize
     per, width = 4 // itemsize, int(np.prod(inner, dtype=np.int64))
@@ -218,6 +217,21 @@ def row_bands(view: Node, name: str) -> Written | None:
         into = viewed(buffer, picked.shape, (Axis(start=a, stop=b), *(Axis(start=0, stop=n) for n in inner)))
         writers.append(written(words, into, first - lo, dims))
     return Written(buffer, tuple(writers))
+
+
+def region(product: Node) -> Node:
+    """A copy of a product's region, reading it as it lies (padded, so the grid may pad it): a Copy
+    when its rows are whole words, else a StridedRows picking each row's first elements, which
+    reads rows padded wider (`picks_rows`)."""
+    n = product.shape[-1]
+    if n * product.dtype.itemsize % 4 == 0:
+        return copied(viewed(product, product.shape, (Axis(start=0, stop=k) for k in product.shape)))
+    return _strided_rows(product, product.shape, n, 0, [(n, 1)], product)
+
+
+def in_ddr(base: Node) -> bool:
+    """Whether a view's whole tensor lies in DDR: a host tensor, or a result larger than a tile."""
+    return base.op != Op.VIEW and (is_host_tensor(base) or base.op == Op.CALL and nbytes(base) > TILED_BYTES)
 
 
 def _transposes(view: Node) -> bool:

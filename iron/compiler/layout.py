@@ -17,6 +17,7 @@ from iron.compiler.padding import (
     matrix_readers,
     matrix_unpadded,
     pair,
+    picks_rows,
     readers_of,
     readers_unshared,
     reads_region,
@@ -279,9 +280,12 @@ def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: di
                                   for u in readers.get(call, [])):
         return {}   # read beside another product `pad_shared_input` did not agree with
     a, b = call.src[:2]
-    if any(u is Reader.VIEW or isinstance(u, Node) and reads_region(u, call, group_of if small else None)
-           for u in readers.get(call, [])) and any(n.shape[-1] * n.dtype.itemsize % 4 for n in (a, b)):
-        return {}   # a plain reader reads its operands' rows: whole words
+    if call.shape[-1] * call.dtype.itemsize % 4 and any(
+            u is Reader.VIEW or isinstance(u, Node) and not picks_rows(u) and reads_region(u, call, group_of if small else None)
+            for u in readers.get(call, [])):
+        if call in agreed or len(members) > 1:
+            return {}
+        kept = {**kept, 2: call.shape[-1]}   # a plain reader reads its rows, which no DMA moves padded wider
     own_m, _, own_n = call_sides(call)
     choice = None
     if k_only:
@@ -345,6 +349,8 @@ def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, devic
         return {}
     if calls[0].arg.kernel.role is Role.ROW_REDUCTION:
         return rows_through(calls[0], padded[fed[0]])
+    if picks_rows(calls[0]):   # as many rows, its own
+        return {calls[0]: (padded[fed[0]][0], *calls[0].shape[1:])}
     if calls[0].arg.kernel.role is Role.MATRIX:
         sides = chained(calls[0], {n: padded[n] for n in fed}, device)   # None: `pad_matrix` checked only a chain's first
         return {} if sides is None else {n: shape for n, shape in on_sides(calls[0], sides).items() if n not in fed}

@@ -64,8 +64,8 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dic
         return state_unpadded(node, calls, readers)
     if others := [r for r in readers.get(node, []) if r not in calls and not (tail and r is Reader.VIEW)]:
         return f"{describe(node)} is read {'through a view' if Reader.VIEW in others else 'elsewhere'} too"
-    if node.op == Op.CALL and group_of is not None:
-        why = group_of.zeros[node].unwritten
+    if node.op == Op.CALL and group_of is not None:   # padded after its last row only, its rows keep their stride
+        why = "" if tail else group_of.zeros[node].unwritten
         return why and f"{describe(node)} is another group's result, {why}"
     if node.op == Op.CALL and not (tail and (node in calls or node.arg.kernel.gathers)) or \
             node.op == Op.INPUT and node.arg.position == -1:   # a segment's cut value (segment.py numbers it -1)
@@ -160,6 +160,8 @@ def layout_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
         return rows_unshared(calls, result, readers, group_of, wider)
     if calls[0].arg.kernel.role is Role.MATRIX:
         return matmul_unshared(calls, result, readers, group_of)
+    if picks_rows(calls[0]):
+        return "" if calls == (calls[0],) and calls[0].src[0] is result else f"does not pick rows of {describe(result)} alone"
     if why := stream_unshared(calls, result, readers, group_of, wider):
         return why
     if not shown(calls[-1], readers):
@@ -253,6 +255,11 @@ def rows_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_of
     shared = call.src[1:call.arg.n_inputs]
     return next((f"also reads {describe(n)}, which another call makes" for n in shared if not is_host_tensor(n)
                  or n.op == Op.VIEW), "")
+
+
+def picks_rows(call) -> bool:
+    """A gather picking each row's elements by its pattern (StridedRows), which never reaches a row's padding."""
+    return isinstance(call, Node) and call.arg.kernel.gathers and call.arg.kernel.role is Role.EXPANSION
 
 
 def width_unshared(reader, readers: dict) -> str:

@@ -321,7 +321,7 @@ def stream_row_blocks(group: Group, room: Room) -> Flow | None:
     if not row_streamable(calls) or held_bytes(list(calls)) <= SIZE_LIMIT or \
             room.outside.get(calls[0], ()) != _users(calls[0]) or unstreamed_view((x,), room.padded):
         return None
-    width = expansion_unit(calls[0]) if role(calls[0]) is Role.EXPANSION else room.padded.get(x, x.shape)[1]
+    width = expansion_unit(calls[0]) if role(calls[0]) is Role.EXPANSION and x not in room.padded else room.padded.get(x, x.shape)[1]
     flow = _choose_flow(calls, room, width=width)
     return flow and replace(flow, mems=taken(flow, room.channels))
 

@@ -237,8 +237,8 @@ def result_share(calls, block: int, width: int) -> int:
     """The elements of the last call's result a block of `block` elements makes: as many, one per
     row of `width` (Argmax), or an expansion's rows."""
     last = calls[-1]
-    if last.arg.kernel.role is Role.EXPANSION:
-        return block * last.shape[1] // last.src[0].shape[1]
+    if last.arg.kernel.role is Role.EXPANSION:   # rows of `width` when they lie padded wider
+        return block * last.shape[1] // max(width, last.src[0].shape[1])
     return block if len(last.shape) == len(streamed_inputs(calls)[0][0].shape) else block // width
 
 

@@ -142,7 +142,7 @@ class StridedRows(RowWise):
 
     @classmethod
     def out_shape(cls, shapes, width, offset=0, **dims):
-        if len(shapes[0]) != 2 or shapes[0][1] != width:
+        if len(shapes[0]) != 2 or shapes[0][1] < width:   # rows lying padded wider: it picks within their first `width`
             cls.refuse(shapes, f"needs whole rows of {width} elements")
         return (shapes[0][0], int(np.prod([dims.get(f"n{d}", 1) for d in range(4)])))
 

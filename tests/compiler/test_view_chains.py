@@ -5,10 +5,11 @@ two products each followed by a view of it and further calls, compiled for npu1 
 on the emulator, equal reference() (float32 within 1e-4: the grid sums its blocks in another
 order; Argmax: an index whose value is its row's largest within that tolerance). Nothing is set
 aside: every drawn chain compiles and runs on both devices. The draws are fixed (`derandomize`)
-so CI runs the same chains; `--hypothesis-seed` with `derandomize` off explores others. A second
-property test draws views of int8, uint8 and bfloat16 tensors whose rows are not whole words
-(the views no DMA moves: step slices, column slices, transposes, broadcast rows and columns),
-exactly numpy's."""
+so CI runs the same chains; `--hypothesis-seed` with `derandomize` off explores others. The same
+chains in bfloat16: without a MatMul exactly reference()'s; with one, each product's weight whole,
+within bfloat16's 8 bits. A last property test draws views of int8, uint8 and bfloat16 tensors
+whose rows are not whole words (the views no DMA moves: step slices, column slices, transposes,
+broadcast rows and columns), exactly numpy's."""
 from __future__ import annotations
 
 import numpy as np
@@ -61,10 +62,11 @@ def call_step(draw, shape):
 
 
 @st.composite
-def chains(draw, products: int = 2):
+def chains(draw, products: int = 2, weights=("whole", "transpose")):
     """(the view x is read through, its shape, the steps, whether Argmax ends the chain): an
-    optional elementwise call, then up to two rounds of a MatMul, an optional view of its
-    product and an optional call (elementwise or row reduction), then an optional last call."""
+    optional elementwise call, then up to two rounds of a MatMul (its weight seen through one of
+    `weights`), an optional view of its product and an optional call (elementwise or row
+    reduction), then an optional last call."""
     rows, cols = draw(st.sampled_from(SHAPES))
     first = draw(st.sampled_from(VIEWS[:-1]))
     steps, shape = [], (rows, cols)
@@ -72,7 +74,7 @@ def chains(draw, products: int = 2):
         steps.append(call_step(draw, shape))
     for _ in range(draw(st.integers(0, products)) if max(shape) < 4099 else 0):
         n = draw(st.sampled_from(SIDES))
-        steps.append(("matmul", draw(st.sampled_from(("whole", "transpose"))), (shape[1], n)))
+        steps.append(("matmul", draw(st.sampled_from(weights)), (shape[1], n)))
         shape = (shape[0], n)
         result_view = draw(st.sampled_from((None, "slice", "columns", "step", "transpose")))
         if result_view:   # a view of the product itself
@@ -147,6 +149,34 @@ def test_bfloat16_chains_of_views_without_products_equal_reference_on_npu1_and_n
     for device in ("npu1", "npu2"):
         got = graph.compile(x=x, device=from_name(device))(x=x)
         np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=10, derandomize=True)
+@given(chain=chains(weights=("whole",)).filter(lambda c: any(kind == "matmul" for kind, _, _ in c[2])),
+       seed=st.integers(0, 2**16))
+def test_bfloat16_chains_of_views_with_products_equal_reference_on_npu1_and_npu2(chain, seed):
+    """The chains above in bfloat16 with at least one MatMul, each product's weight whole: a grid
+    reads a view no DMA moves (gathered into a buffer of the compiler's that lies padded after its
+    last row only, so K keeps its prime side, whole rows, and N pads), a product's rows are read
+    through views no DMA moves (the product read through a StridedRows call picking each of its rows
+    padded wider, `copy_view_for_grid`'s region, which the views are then gathered from) or N stays
+    its own (M and K padded: `pad_to_block`). Equal to reference() within bfloat16's 8 bits of the
+    largest value (the grid sums its blocks in float32 in another order, rounding once), an Argmax's
+    index one whose value is its row's largest within that. A weight seen transposed is not drawn:
+    gathered, it too lies padded after its last row only, and a MatMul whose A does as well keeps
+    both K and N, for which no grid exists."""
+    first, shape, steps, argmax = chain
+    x = np.random.default_rng(seed).standard_normal(stored(first, shape)).astype(BF16)
+    values = np.asarray(Chain(first, shape, steps, False, seed, BF16).reference(x=x), np.float64)
+    graph, tolerance = Chain(first, shape, steps, argmax, seed, BF16), 2 ** -7 * max(1.0, float(np.abs(values).max()))
+    for device in ("npu1", "npu2"):
+        got = graph.compile(x=x, device=from_name(device))(x=x)
+        if argmax:
+            rows = values.reshape(-1, values.shape[-1])
+            picked = np.take_along_axis(rows, got.reshape(-1, 1).astype(np.int64), axis=1)[:, 0]
+            np.testing.assert_array_less(rows.max(axis=1) - picked, tolerance)
+        else:
+            np.testing.assert_allclose(np.asarray(got, np.float64), values, rtol=0, atol=tolerance)
 
 
 NARROW = {"int8": np.dtype(np.int8), "uint8": np.dtype(np.uint8), "bfloat16": np.dtype(iron.bfloat16)}
