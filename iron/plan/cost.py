@@ -146,8 +146,11 @@ def _packed_work(gen: Generation, in_shapes: list, out_dtype: np.dtype, kernels:
     return max(m * row_bytes / gen.load_bytes, vector)
 
 
-def matrix_macs(in_shapes: list, out_shape: tuple) -> int:
-    """The MACs of a matrix call: every element of the matrix (M, K) times N (1 for a MatVec)."""
+def matrix_macs(in_shapes: list, out_shape: tuple, packed: str = "") -> int:
+    """The MACs of a matrix call: every element of the matrix (M, K) times N (1 for a MatVec); a
+    `packed` one's K is its x's, not its blocks' bytes."""
+    if packed:
+        return out_shape[0] * in_shapes[1][0]
     return math.prod(in_shapes[0]) * (out_shape[-1] if len(out_shape) == 2 else 1)
 
 
@@ -184,13 +187,8 @@ def function_cycles(gen: Generation, function: Function, kernels: Kernels = Kern
 def function_peak_cycles(gen: Generation, function: Function) -> float:
     """The cycles one core needs for a Function's MACs at the dtype's peak: its share of the
     compute side of the roofline."""
-    return sum(_macs_of(*_shapes(step), step.kernel.packed) / gen.macs[(step.out if step.kernel.packed else step.dtype).name]
+    return sum(matrix_macs(*_shapes(step), step.kernel.packed) / gen.macs[(step.out if step.kernel.packed else step.dtype).name]
                for step in function.steps if isinstance(step, KernelStep) and step.kernel.role is Role.MATRIX)
-
-
-def _macs_of(in_shapes: list, out_shape: tuple, packed: str) -> int:
-    """The MACs of a matrix call: a packed one's M x K (its x's K, not its blocks' bytes)."""
-    return out_shape[0] * in_shapes[1][0] if packed else matrix_macs(in_shapes, out_shape)
 
 
 def dma_cycles(gen: Generation, nbytes: int) -> float:
