@@ -389,11 +389,10 @@ def streams(calls) -> bool:
     return held_bytes(list(calls)) > SIZE_LIMIT and (streamable(calls) or not unstreamed(calls, calls[-1].shape))
 
 
-def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
+def stream_family(group: Group, readers: dict, group_of: Groups) -> list[Group]:
     """`pad_shared_stream`: `group`, then the groups reading its inputs or streaming its result, in
     turn, in program order (each tensor's readers looked at once)."""
-    order = {g.name: g for g in group_of.values()}   # by name: hashing whole groups is slow
-    found, seen, todo = {group.name}, set(), [group]
+    found, seen, todo = {group.name}, set(), [group]   # by name: hashing whole groups is slow
     while todo:
         calls = todo.pop().calls
         for n in (*external_inputs(calls), calls[-1]):
@@ -405,13 +404,12 @@ def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
                 if g.name not in found:
                     found.add(g.name)
                     todo.append(g)
-    return [group, *(g for name, g in order.items() if name in found and name != group.name)]
+    return [group, *(g for g in group_of.groups if g.name in found and g.name != group.name)]
 
 
 def stream_refusal(program: Program, groups: tuple[Group, ...], group: Group, readers: dict) -> UnpaddedStream | None:
     """Why `pad_stream` did not pad `group`: a group of its family (or itself) may not."""
-    group_of = {c: g for g in groups for c in g.calls}
-    family = stream_family(group, readers, group_of)
+    family = stream_family(group, readers, Groups(groups))
     every = tuple(c for g in family for c in g.calls)
     for g in family:
         labels = tuple(call_label(program, c) for c in g.calls)

@@ -79,9 +79,9 @@ class Priced:
     def ns(self) -> float:
         return Chain(self).ns()
 
-    def work(self) -> cost.Work:
-        return cost.Work(max(self.cycles.values(), default=0.0), max(self.moved.values(), default=0),
-                         sum(self.moved.values()))
+    @property
+    def ddr_bytes(self) -> int:
+        return sum(self.moved.values())
 
     def floor(self, groups: tuple[str, ...], count: int) -> float:
         """A floor under the estimate of this design with `groups` placed once and looping `count`
@@ -95,7 +95,7 @@ class Priced:
                 near |= {*link.sources, *link.destinations}
         busiest = max((n for name, n in self.moved.items() if name in near), default=0)
         cycles = max((n for tile, n in self.cycles.items() if tile in tiles), default=0.0)
-        return cost.Work(count * cycles, count * busiest, self.work().ddr_bytes).ns(self.plan.device)
+        return cost.Work(count * cycles, count * busiest, self.ddr_bytes).ns(self.plan.device)
 
 
 @dataclass
@@ -330,4 +330,4 @@ def _program_cycles(program: tuple, functions: dict) -> float:
 
 
 def ddr_bytes(plan: Plan) -> int:
-    return sum(priced(c).work().ddr_bytes for c in plan.configurations)
+    return sum(priced(c).ddr_bytes for c in plan.configurations)

@@ -249,8 +249,8 @@ class Flow:
         self.padded = {n: lie.shape for n, lie in self.lies.items()}
         self.host = host_placements(program, self.padded)
         self.where = {c: (i, k) for i, g in enumerate(groups) for k, c in enumerate(g.calls)}   # made in group i
-        self.last_read = {n: i for i, g in enumerate(groups) for call in g.calls for n in _calls_read(call)}
-        self.last_read |= {n: len(groups) for _, value in program.carry for n in _calls_read(value, include_self=True)}
+        self.last_read = {n: i for i, g in enumerate(groups) for call in g.calls for n in _calls_read(call.src)}
+        self.last_read |= {n: len(groups) for _, value in program.carry for n in _calls_read((value,))}
         self._bytes: dict[int, int] = {}
         self.structures = group_structures(groups, self.where)
 
@@ -378,17 +378,6 @@ class Flow:
         return self.groups[cut].name if cut < len(self.groups) else "the Emit"
 
 
-def _calls_read(node: Node, include_self: bool = False) -> list[Node]:
-    """The CALL nodes `node` reads (through views, element reads and scalar expressions)."""
-    found, seen = [], set()
-    stack = [node] if include_self else list(node.src)
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if n.op == Op.CALL:
-            found.append(n)
-        else:
-            stack.extend(n.src)
-    return found
+def _calls_read(nodes) -> set[Node]:
+    """The CALL nodes among `nodes` and those they read (through views, element reads and scalar expressions)."""
+    return {c for n in nodes for c in ((n,) if n.op == Op.CALL else _calls_read(n.src))}
