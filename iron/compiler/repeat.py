@@ -209,14 +209,13 @@ def _copied_out(program: Program, traced: Program, returned: list[Node]) -> Prog
 def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable, groups: tuple[Group, ...]) -> tuple[Plan, list[Decision]]:
     """The Plan of the loop or the spread design (`groups`), whichever is estimated faster (the
     spread one compiled only until it certainly takes longer), and the rule's line."""
-    gen = cost.generation(plan.device)
     label = _label(repeat)
     timed = (TIMED, plan_ns(plan), plan)
     if isinstance(whole, Plan):
         spaced = (SPACED, plan_ns(whole), whole)
     else:
         least = max(2, -(-len(groups) // len(plan.device.compute_tiles)))   # a group per tile at most
-        bound = cost.ddr_ns(gen, ddr_bytes(plan)) + reconfigure_ns(plan.device, least)   # the same bytes, and the loads
+        bound = cost.ddr_ns(cost.generation(plan.device), ddr_bytes(plan)) + reconfigure_ns(plan.device, least)   # the same bytes, and the loads
         spaced = (f"in space: at least {least} configurations", bound, None)
         if bound < timed[1]:
             segmented = spread(_enough(groups, plan.device, bound, timed[1]))
@@ -225,14 +224,12 @@ def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable, groups: tuple[G
                 (f"in space: {len(segmented.configurations)} configurations", plan_ns(segmented), segmented)
     order = [spaced, timed] if isinstance(whole, Plan) else [timed, spaced]   # a tie keeps one configuration
     best, choice = cost.choose(Rule.REPEAT_OVER_TIME, label, order, lambda c: c[1], lambda c: c[0])
+    chosen = replace(best[2], choices=(*best[2].choices, (repeat.groups[0], choice)))
     if best is not timed:
-        spaced_plan = best[2]
-        return (replace(spaced_plan, choices=(*spaced_plan.choices, (repeat.groups[0], choice))),
-                [(Rule.REPEAT_OVER_TIME, f"{label} spread in space, estimated faster (choices)")])
+        return chosen, [(Rule.REPEAT_OVER_TIME, f"{label} spread in space, estimated faster (choices)")]
     text = (f"{label}: {', '.join(repeat.groups)} placed once, {repeat.count} iterations, each core looping "
             f"{repeat.count} times, the sequence moving each iteration's operands")
-    return replace(plan, repeat=repeat, choices=(*plan.choices, (repeat.groups[0], choice)),
-                   rules=((Rule.REPEAT_OVER_TIME, text), *plan.rules)), []
+    return replace(chosen, repeat=repeat, rules=((Rule.REPEAT_OVER_TIME, text), *plan.rules)), []
 
 
 def _enough(groups: tuple[Group, ...], device, bound: float, within: float) -> Callable:

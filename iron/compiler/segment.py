@@ -168,8 +168,7 @@ def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, c
 
     if start == count:   # the Emit, cut off the segment before
         return kept(Segment(count, count))
-    tiles = len(device.compute_tiles)   # and the groups of a looped iteration larger than them that share cores
-    most = tiles + max(0, len(flow.apart) + 2 - tiles)
+    most = max(len(device.compute_tiles), len(flow.apart) + 2)   # or more: a looped iteration's groups sharing cores
     stop, choices[start] = fewest_bytes_cut(flow, start, fits, guess, most, likely, device=device)
     if stop is None and start + 1 == count and flow.program.carry:
         cut_off = Segment(start, count, emit_cut=True)
@@ -251,12 +250,28 @@ class Flow:
         self.where = {c: (i, k) for i, g in enumerate(groups) for k, c in enumerate(g.calls)}   # made in group i
         self.last_read = {n: i for i, g in enumerate(groups) for call in g.calls for n in _calls_read(call.src)}
         self.last_read |= {n: len(groups) for _, value in program.carry for n in _calls_read((value,))}
+        self._crossing = self._sweep()
         self._bytes: dict[int, int] = {}
         self.structures = group_structures(groups, self.where)
 
     def crossing(self, cut: int) -> list[Node]:
         """Results made before group `cut` and read from it on, in program order."""
-        return [n for n, (i, _) in self.where.items() if i < cut <= self.last_read.get(n, -1)]
+        return self._crossing[cut]
+
+    def _sweep(self) -> list[list[Node]]:
+        """`crossing` of every cut in one pass: from the cut after a result's group to its last reader's."""
+        opening: dict[int, list[Node]] = {}
+        for node, (i, _) in self.where.items():
+            if self.last_read.get(node, -1) > i:
+                opening.setdefault(i + 1, []).append(node)
+        live: dict[Node, None] = {}   # in program order: opened cut by cut, each cut's in order
+        found = [[]]
+        for cut in range(1, len(self.groups) + 1):
+            live.update(dict.fromkeys(opening.get(cut, ())))
+            for node in [n for n in live if self.last_read[n] < cut]:
+                del live[node]
+            found.append(list(live))
+        return found
 
     def crossing_bytes(self, cut: int) -> int:
         """The bytes of the DDR buffers of the values crossing a cut: their own, or padded (`pad_to_block`)."""
@@ -329,8 +344,7 @@ class Flow:
                 new = Node(Op.INPUT, (), node.shape, node.dtype, Input(self.cut_name(node), -1))
             else:
                 src = tuple(rebuilt(s) for s in node.src)
-                same = all(a is b for a, b in zip(src, node.src))
-                new = node if same else Node(node.op, src, node.shape, node.dtype, node.arg)
+                new = node if src == node.src else Node(node.op, src, node.shape, node.dtype, node.arg)   # by identity
             if new.op == Op.INPUT:
                 inputs[new] = None
             memo[node] = new
