@@ -231,12 +231,9 @@ class Chain:
     def _held(self, name) -> int:
         """The bytes a FIFO and those its link passes it on to hold: what moves ahead of the cores reading it."""
         if ("held", name) not in self.known:
-            held, todo = 0, [name]
-            while todo:
-                fifo = self.fifos[todo.pop()]
-                held += fifo.depth * fifo.nbytes
-                todo += [d for destinations in self.onward.get(fifo.name, ()) for d in destinations[:1]]
-            self.known["held", name] = held
+            fifo = self.fifos[name]
+            onward = [d for destinations in self.onward.get(name, ()) for d in destinations[:1]]
+            self.known["held", name] = fifo.depth * fifo.nbytes + sum(map(self._held, onward))
         return self.known["held", name]
 
     def _feeding(self, feeder: str, k: int) -> tuple[Unit | None, Unit | None]:

@@ -102,13 +102,12 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
     iterations through DDR, or NotRepeated; `nested`: the block within its iteration looping too."""
     inner = _inner(groups, run) if nested else None
     place = _places(groups, run)
-    carried = _carries(program, place, run)
-    crossing = _crossing(program, place, run)
+    crossing, carried = _crossing(program, place, run)
     for k in range(run.count if inner else 0):   # within each iteration (the outer crossings are the rest)
         within = _within(run, inner, k)
         among = _places(groups, within, range(run.start + k * run.period, run.start + (k + 1) * run.period))
-        carried = carried or (k == 0 and _carries(program, among, within))
-        crossing += _crossing(program, among, within)
+        more, carries = _crossing(program, among, within)
+        crossing, carried = crossing + more, carried or (k == 0 and carries)
     crossing = list(dict.fromkeys(crossing))
     lines = []
     if crossing:
@@ -150,11 +149,6 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
     return plan, repeat, lines
 
 
-def _carries(program: Program, place: dict[Node, int], run: Run) -> bool:
-    """Whether an iteration of `run` reads what an earlier one made (a layer's residual stream)."""
-    return any(0 <= place.get(n, -1) < at < run.count for reader, at in place.items() for n in tensor_inputs(reader))
-
-
 def _places(groups: tuple[Group, ...], run: Run, among: range | None = None) -> dict[Node, int]:
     """Each call's iteration of `run` (-1 before it, `run.count` after), of the groups `among` (or all)."""
     return {c: min(max(-1, (i - run.start) // run.period), run.count)
@@ -174,15 +168,18 @@ def _within(run: Run, inner: Run, k: int) -> Run:
     return replace(inner, start=run.start + k * run.period + inner.start)
 
 
-def _crossing(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
-    """The results made before or in the run that another iteration (or after the run) reads, but the host's."""
+def _crossing(program: Program, place: dict[Node, int], run: Run) -> tuple[list[Node], bool]:
+    """The results made before or in the run that another iteration (or after the run) reads, but the
+    host's; and whether an iteration reads what an earlier one made (a layer's residual stream)."""
     found: dict[Node, None] = {}
+    carries = False
     for reader, at in place.items():
         for node in tensor_inputs(reader):
             made = place.get(node)
             if made is not None and made != at and made < run.count and (made >= 0 or 0 <= at < run.count):
                 found[node] = None
-    return [c for c in found if c not in program.kept]
+                carries = carries or 0 <= made < at < run.count
+    return [c for c in found if c not in program.kept], carries
 
 
 def _returned_last(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
