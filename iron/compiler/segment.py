@@ -260,17 +260,10 @@ class Flow:
 
     def _sweep(self) -> list[list[Node]]:
         """`crossing` of every cut in one pass: from the cut after a result's group to its last reader's."""
-        opening: dict[int, list[Node]] = {}
-        for node, (i, _) in self.where.items():
-            if self.last_read.get(node, -1) > i:
-                opening.setdefault(i + 1, []).append(node)
-        live: dict[Node, None] = {}   # in program order: opened cut by cut, each cut's in order
-        found = [[]]
-        for cut in range(1, len(self.groups) + 1):
-            live.update(dict.fromkeys(opening.get(cut, ())))
-            for node in [n for n in live if self.last_read[n] < cut]:
-                del live[node]
-            found.append(list(live))
+        found: list[list[Node]] = [[] for _ in range(len(self.groups) + 1)]
+        for node, (i, _) in self.where.items():   # in program order
+            for cut in range(i + 1, self.last_read.get(node, -1) + 1):
+                found[cut].append(node)
         return found
 
     def crossing_bytes(self, cut: int) -> int:
