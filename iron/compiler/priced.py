@@ -108,7 +108,6 @@ class Unit:
     issued: float
     moved: dict = field(default_factory=dict)     # FifoId -> bytes
     results: set = field(default_factory=set)     # the FIFOs of those writing results back to DDR
-    ddr: int = 0
     start: float = 0.0
     end: float | None = None
 
@@ -148,7 +147,6 @@ class Chain:
             reached[group] += 1
             for run in runs:
                 unit.moved[run.fifo] = unit.moved.get(run.fifo, 0) + run.nwords * 4
-                unit.ddr += run.nwords * 4
                 if run.direction is Direction.S2MM:
                     unit.results.add(run.fifo)
                 last[run.fifo] = unit
@@ -195,8 +193,8 @@ class Chain:
         left = inputs - min(start - moving, ahead * inputs)   # what could not move before the cores began
         end = max(start + core + results / objects, start + left + (core + results) / objects,
                   start + results, after)
-        if unit.ddr:
-            self.ddr_free = max(moving, self.ddr_free) + cost.ddr_ns(self.gen, unit.ddr)
+        if ddr := sum(unit.moved.values()):   # every byte it moves goes to or from DDR
+            self.ddr_free = max(moving, self.ddr_free) + cost.ddr_ns(self.gen, ddr)
             end = max(end, self.ddr_free)
         unit.start, unit.end = start, end
         return unit
