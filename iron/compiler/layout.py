@@ -216,7 +216,7 @@ def shared_unpadded(call: Node, agreed: dict, readers: dict, group_of: dict, dev
         return f"keeps its N of {call.shape[-1]} (pad_through_row_width), not {sides[2]}"
     if whole_device_grid(call, device, sides) is None:
         return f"has no grid on (M, K, N) = {sides}"
-    if not pad_matrix(group_of[call], readers, group_of, device, agreed):
+    if not pad_matrix(group_of[call], readers, group_of, device, agreed, {}):
         return f"may not be padded to (M, K, N) = {sides} (a MatMul reading its result has no grid on them)"
     return ""
 
@@ -251,12 +251,11 @@ def explained(error: Exception, why) -> Exception:
     return DoesNotFit.of(replace(error.fact, unpadded=why))
 
 
-def pad_matrix(group: Group, readers: dict, group_of: dict, device,
-               agreed: dict | None = None, chosen: dict | None = None) -> dict[Node, tuple[int, ...]]:
+def pad_matrix(group: Group, readers: dict, group_of: dict, device, agreed: dict, chosen: dict) -> dict[Node, tuple[int, ...]]:
     """A lone large MatMul or MatVec over paddable operands, its result shown or read by calls sharing
     its layout: on the sides `padded_product` picks; else K alone (`pad_k_only`), else for groups
     fitting a tile to read its region (`pad_tile_region`). `chosen`: call -> (A, its shape, Choice)."""
-    call, agreed, chosen = lone_product(group), agreed or {}, {} if chosen is None else chosen
+    call = lone_product(group)
     if call is None:
         return {}
     if not readers_unshared(call, readers, group_of):

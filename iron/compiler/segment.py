@@ -327,27 +327,23 @@ class Flow:
     def segment_program(self, segment: Segment) -> tuple[Program, tuple[Group, ...]]:
         """The segment as a Program of its own (values made earlier read as inputs) and its groups."""
         program, mine, last = self.program, self._mine(segment), self.last(segment)
-        inputs: dict[Node, None] = {}
         memo: dict[Node, Node] = {}
 
         def rebuilt(node: Node) -> Node:
-            if node in memo:
-                return memo[node]
-            if node.op == Op.CALL and node not in mine:
-                new = Node(Op.INPUT, (), node.shape, node.dtype, Input(self.cut_name(node), -1))
-            else:
-                src = tuple(rebuilt(s) for s in node.src)
-                new = node if src == node.src else Node(node.op, src, node.shape, node.dtype, node.arg)   # by identity
-            if new.op == Op.INPUT:
-                inputs[new] = None
-            memo[node] = new
-            return new
+            if node not in memo:
+                if node.op == Op.CALL and node not in mine:
+                    memo[node] = Node(Op.INPUT, (), node.shape, node.dtype, Input(self.cut_name(node), -1))
+                else:
+                    src = tuple(rebuilt(s) for s in node.src)   # a node is the same when its sources are
+                    memo[node] = node if src == node.src else Node(node.op, src, node.shape, node.dtype, node.arg)
+            return memo[node]
 
         calls = tuple(rebuilt(c) if c in mine else c for c in program.calls)
         outputs = [rebuilt(n) for _, n in self._sent(segment)]
         carry = tuple((name, rebuilt(v)) for name, v in program.carry) if last else ()
         groups = tuple(Group(g.name, tuple(memo[c] for c in g.calls), g.closed_by)
                        for g in self.groups[segment.start:segment.stop])
+        inputs = dict.fromkeys(n for n in memo.values() if n.op == Op.INPUT)   # in the order first read
         ordered = [n for n in program.inputs if n in inputs] + [n for n in inputs if n not in program.inputs]
         sub = replace(program, inputs=tuple(ordered), calls=calls, outputs=tuple(outputs), carry=carry)
         if not last:
