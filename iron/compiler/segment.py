@@ -68,7 +68,7 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
     whole_fits = {len(groups): whole.groups} if isinstance(whole, ShimShortfall) else {}
 
     def search(alike: dict[tuple, Plan] | None):
-        """The segments, their Plans, the words, the crossing values after the last and
+        """The segments, their Plans (checked), the words, the crossing values after the last and
         the cuts' Choices; with `alike` (the design only priced), a segment of a structure kept
         before stands in by that one's Plan, unchecked, and the search may be given up."""
         table, crossing, plans, segments = WordTable(program), [], [], []
@@ -84,7 +84,9 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
             segment, plan, table, crossing = found
             plans.append(plan)
             segments.append(segment)
-            if alike is not None and not flow.last(segment) and (given_up := enough(plans, segment.stop)) is not None:
+            if alike is None:
+                check_plan(plan)
+            elif not flow.last(segment) and (given_up := enough(plans, segment.stop)) is not None:
                 return given_up
         return segments, plans, table, crossing, choices
 
@@ -93,9 +95,10 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
         return found
     if len(set(map(id, found[1]))) < len(found[1]):   # the design spread completes: stand-ins compiled for real
         found = search(None)
+    elif enough is not None:
+        for plan in found[1]:
+            check_plan(plan)
     segments, plans, table, crossing, choices = found
-    for plan in plans:
-        check_plan(plan)
     placements, words, emit = flow.placements(crossing), table.defs(), plans[-1].emit
     buffers = host_buffers(placements, len(words), emit, device.full_elf)
     plans = [replace(p, host_buffers=buffers, words=words) for p in plans]
