@@ -68,11 +68,9 @@ class Priced:
         gen = cost.generation(plan.device)
         functions = {f.name: sum(_step_cycles(gen, step) for step in f.steps) for f in plan.functions}
         cycles = {c.tile: _program_cycles(c.program, functions) for c in plan.cores}
-        moved: dict = {}
-        runs = dma_runs(plan.sequence)
-        for run in runs:
-            if isinstance(run, Moved):
-                moved[run.fifo] = moved.get(run.fifo, 0) + run.nwords * 4
+        runs, moved = dma_runs(plan.sequence), Counter()
+        for run in (r for r in runs if isinstance(r, Moved)):
+            moved[run.fifo] += run.nwords * 4
         return cls(plan, cycles, moved, runs)
 
     @cached_property
