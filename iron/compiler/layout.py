@@ -115,7 +115,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts
     choices = tuple((group_of[call].name, choice) for call, (node, shape, choice) in chosen.items()
                     if padded.get(node) == shape)   # the choices no later agreement overrode
     refused = unpadded_products(groups, padded, free, group_of, device)
-    return Layouts(lies, choices, (*(s.fact(program) for s in shared), *facts_of(program, groups, lies, readers, device, refused)))
+    return Layouts(lies, choices, (*(s.fact(program, group_of) for s in shared), *facts_of(program, groups, lies, readers, device, refused)))
 
 
 def unpadded_products(groups: tuple[Group, ...], padded: dict, readers: dict, group_of: dict, device) -> dict:
@@ -136,17 +136,17 @@ def unpadded_products(groups: tuple[Group, ...], padded: dict, readers: dict, gr
 @dataclass(frozen=True)
 class SharedLayout:
     """`pad_shared_input`'s decision for products linked by the tensors they share (by `pad_joined`, or read by
-    one MatMul as A and B: `pairs`): each call's sides (M, K, N), or why they stay their own."""
+    one MatMul as A and B): each call's sides (M, K, N), or why they stay their own."""
     tensors: tuple[Node, ...]   # the tensors several of `calls` read
     calls: tuple[Node, ...]     # in program order
     sides: tuple[tuple[int, int, int], ...]
     why: str = ""               # "" when they lie padded to `sides`
-    pairs: tuple[Node, ...] = ()   # the MatMuls reading two of `calls` as A and B
 
-    def fact(self, program: Program) -> SharedSides:
+    def fact(self, program: Program, group_of: Groups) -> SharedSides:
         def labels(calls):
             return tuple(call_label(program, c) for c in calls)
-        return SharedSides(tuple(map(describe, self.tensors)), labels(self.calls), self.sides, labels(self.pairs), self.why)
+        pairs = (u for u in group_of if (p := pair(u, group_of)) and p[0] in self.calls)   # reading two of `calls`
+        return SharedSides(tuple(map(describe, self.tensors)), labels(self.calls), self.sides, labels(pairs), self.why)
 
 
 def shared_layouts(program: Program, groups: tuple[Group, ...], device, readers: dict,
@@ -203,8 +203,7 @@ def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], 
     free = readers | {t: [] for t in tensors}
     why = next((f"{call_label(program, c)} {why}" for c in calls
                 if (why := shared_unpadded(c, agreed, free, group_of, device))), "")
-    pairs = tuple(u for u in group_of if (p := pair(u, group_of)) and p[0] in calls)
-    return SharedLayout(tensors, calls, tuple(agreed.values()), why, pairs)
+    return SharedLayout(tensors, calls, tuple(agreed.values()), why)
 
 
 def shared_unpadded(call: Node, agreed: dict, readers: dict, group_of: dict, device) -> str:

@@ -65,7 +65,6 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
                           flow.segment_placements(segment, placements), bound=bound)
 
     known: dict[tuple, tuple] = {}   # same_structure_same_fit: a structure's probe outcome and `likely` hint
-    whole_fits = {len(groups): whole.groups} if isinstance(whole, ShimShortfall) else {}
 
     def search(alike: dict[tuple, Plan] | None):
         """The segments, their Plans (checked), the words, the crossing values after the last and
@@ -76,7 +75,7 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
         while not segments or not flow.last(segments[-1]):
             start = segments[-1].stop if segments else 0
             guess = segments[-1].stop - segments[-1].start if segments else None
-            likely = {} if segments else dict(whole_fits)
+            likely = {len(groups): whole.groups} if not segments and isinstance(whole, ShimShortfall) else {}
             found = _next_segment(flow, start, guess, table, crossing, compile_one, known, likely, device, choices,
                                   alike)
             if isinstance(found, Exception):
