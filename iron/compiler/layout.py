@@ -34,6 +34,7 @@ from iron.compiler.sides import (
     ROW_QUANTUM,
     Classes,
     Groups,
+    best_sides,
     chained,
     joined_sides,
     joined_with,
@@ -196,7 +197,7 @@ def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], 
     """One family's `SharedLayout`: each tied side the largest its calls ask for."""
     largest: dict = {}
     for call in calls:
-        asks = sides_choice(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None)[0] or call_sides(call)
+        asks = best_sides(call, device, {2: call.shape[-1]} if keeps_n(call, readers) else None) or call_sides(call)
         for i, extent in enumerate(asks):
             key = side(sides, call, i)
             largest[key] = max(extent, largest.get(key, 0))
@@ -237,7 +238,7 @@ def refusal(program: Program, groups: tuple[Group, ...], group: Group, device, l
         return recorded
     if why := matrix_unpadded(call, readers, Groups(groups)):   # not a lone product (a state's part): no fact
         return Unpadded(group.name, label, why)
-    if not keeps_n(call, readers) or sides_choice(call, device, {2: call.shape[-1]})[0] is not None:
+    if not keeps_n(call, readers) or best_sides(call, device, {2: call.shape[-1]}) is not None:
         return None
     row, whole = next((u, why) for u in readers[call] if (why := width_unshared(u, readers)))
     return Unpadded(group.name, label, f"{call_label(program, row)} {whole}, so N keeps its {call.shape[-1]} "

@@ -29,7 +29,7 @@ from iron.compiler.matrices import (
     stream_rules,
 )
 from iron.compiler.readers import Reader
-from iron.compiler.sides import grid_or_split, sides_as_lying, sides_choice, tiled, whole_device_grid
+from iron.compiler.sides import best_sides, grid_or_split, sides_as_lying, tiled, whole_device_grid
 from iron.compiler.streaming import (
     Flow,
     choose_flow,
@@ -428,7 +428,7 @@ def check_some_grid(program: Program, call: Node, device) -> None:
     raise DoesNotFit.of(NoGrid(program.name, call_label(program, call), sides, call.dtype.name, held, room,
                                device.name, MAX_BLOCK, tuple(max(divisors(s, 1)) for s in sides),
                                tuple(-(-s // 32) * 32 for s in sides),
-                               NotPadded.NO_PADDED_GRID if sides_choice(call, device)[0] is None else NotPadded.ELSEWHERE))
+                               NotPadded.NO_PADDED_GRID if best_sides(call, device) is None else NotPadded.ELSEWHERE))
 
 
 def check_whole_words(program: Program, calls, device) -> None:

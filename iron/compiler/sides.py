@@ -277,6 +277,11 @@ def sides_choice(call: Node, device, fixed: dict[int, int] | None = None,
     return (None if unpadded and sides == own else sides), choice
 
 
+def best_sides(call: Node, device, fixed: dict[int, int] | None = None,
+               any_grid: bool = False) -> tuple[int, int, int] | None:
+    return sides_choice(call, device, fixed, any_grid)[0]
+
+
 def word_rows(call: Node) -> int:
     """`pad_m_to_words`: a MatVec's M padded to the fewest rows of whole-word results; a MatMul's own M."""
     per_word = 4 // min(4, call.dtype.itemsize) if len(call.shape) == 1 else 1
@@ -297,24 +302,24 @@ def padded_sides(call: Node, device, wider: bool = False) -> tuple[int, int, int
 
 def chained(call: Node, lies: dict[Node, tuple[int, int]], device) -> tuple[int, int, int] | None:
     """The sides of a MatMul reading tensors that lie padded (each axis fixing its letter), its
-    others as `sides_choice` picks; None when none has a grid."""
+    others as `best_sides` picks; None when none has a grid."""
     fixed: dict[int, int] = {}
     order = letters(call)
     for node, _, keys in tensors(call):
         for key, extent in zip(keys, lies.get(node, ())):
             if fixed.setdefault(order.index(key), extent) != extent:
                 return None
-    return sides_choice(call, device, fixed, any_grid=True)[0]
+    return best_sides(call, device, fixed, any_grid=True)
 
 
 def joined_sides(products: tuple[Node, ...], device) -> dict[Node, tuple[int, int, int] | None] | None:
-    """`pad_joined`: each product one elementwise group reads on the M and N `sides_choice` picks for
+    """`pad_joined`: each product one elementwise group reads on the M and N `best_sides` picks for
     the first, its K its own or padded (the first's, when two read one operand); None when some has
     no grid so."""
     first = products[0]
-    big_m, big_k, big_n = sides_choice(first, device)[0] or call_sides(first)
+    big_m, big_k, big_n = best_sides(first, device) or call_sides(first)
     shared = len({n for p in products for n in p.src[:2]}) < 2 * len(products)   # an operand lies padded alike too
-    sides = {p: sides_choice(p, device, {0: big_m, 1: big_k, 2: big_n} if shared else {0: big_m, 2: big_n})[0]
+    sides = {p: best_sides(p, device, {0: big_m, 1: big_k, 2: big_n} if shared else {0: big_m, 2: big_n})
              for p in products}
     return None if any(s is None and p.shape != (big_m, big_n) for p, s in sides.items()) else sides
 
