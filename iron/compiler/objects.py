@@ -308,9 +308,8 @@ def _home(ctx: Context, part: Part, call: Node, label: str):
         places.append((part.fifo(Stem.HOST), part.host.add(key, access.nwords * 4, call.dtype, p.shown or key.placement,
                                                            (p.buffer, access))))
     if any(u is not Reader.HOST for u in ctx.layout.users.get(call, ())):
-        out = part.out.add(call, nbytes(call), call.dtype, label)
-        places.append((part.fifo(Stem.OUT), out))
-        ctx.results[call] = (part.fifo(Stem.OUT), out)
+        ctx.results[call] = (part.fifo(Stem.OUT), part.out.add(call, nbytes(call), call.dtype, label))
+        places.append(ctx.results[call])
     if not places:
         places = [(_buffer(part, nbytes(call), call.dtype, label), 0)]
     part.homes[call] = places[0]
