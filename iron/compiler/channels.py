@@ -15,25 +15,23 @@ from iron.plan.rules import Rule
 
 
 class MemChannels:
-    """DMA channels and bytes of FIFO buffers used on each mem tile."""
+    """DMA channels used in and out and bytes of FIFO buffers held on each mem tile, by column."""
 
     def __init__(self, device):
         self.device = device
-        self.used: dict[int, list[int]] = {col: [0, 0] for col in range(device.n_cols)}
-        self.held: dict[int, int] = dict.fromkeys(range(device.n_cols), 0)
+        self.used: dict[int, tuple[int, int, int]] = dict.fromkeys(range(device.n_cols), (0, 0, 0))
 
     def copy(self) -> MemChannels:
         """A copy to try takes on."""
         other = MemChannels(self.device)
-        other.used = {c: list(u) for c, u in self.used.items()}
-        other.held = dict(self.held)
+        other.used = dict(self.used)
         return other
 
     def free(self) -> tuple[int, int]:
         """The DMA channels left in and out over every mem tile."""
         kind = self.device.mem
-        return (sum(kind.dma_in_channels - ins for ins, _ in self.used.values()),
-                sum(kind.dma_out_channels - outs for _, outs in self.used.values()))
+        return (sum(kind.dma_in_channels - ins for ins, _, _ in self.used.values()),
+                sum(kind.dma_out_channels - outs for _, outs, _ in self.used.values()))
 
     def take(self, col: int, inputs: int, outputs: int) -> Tile:
         mem = self.take_nearest(col, inputs, outputs, 0)
@@ -49,18 +47,17 @@ class MemChannels:
         """The mem tile nearest `col` with the channels and `nbytes` of memory free, taken; or None."""
         kind = self.device.mem
         for c in sorted(self.used, key=lambda c: (abs(c - col), c)):
-            ins, outs = self.used[c]
+            ins, outs, held = self.used[c]
             if (ins + inputs <= kind.dma_in_channels and outs + outputs <= kind.dma_out_channels
-                    and self.held[c] + nbytes <= kind.data_memory_bytes):
+                    and held + nbytes <= kind.data_memory_bytes):
                 mem = Tile(c, self.device.mem_row, TileKind.MEM)
                 self.take_on(mem, inputs, outputs, nbytes)
                 return mem
         return None
 
     def take_on(self, mem: Tile, inputs: int, outputs: int, nbytes: int = 0):
-        self.used[mem.col][0] += inputs
-        self.used[mem.col][1] += outputs
-        self.held[mem.col] += nbytes
+        ins, outs, held = self.used[mem.col]
+        self.used[mem.col] = (ins + inputs, outs + outputs, held + nbytes)
 
 
 @dataclass(frozen=True)
@@ -247,9 +244,9 @@ def _patterns(dims: tuple, device) -> tuple[tuple[int, tuple, tuple], ...]:
 
 def _long_run(n: int, device) -> list:
     wrap = device.shim.max_bd_wrap
-    inner = max(d for d in range(1, wrap + 1) if n % d == 0)
-    if n // inner <= wrap and inner * 4 >= wrap:
-        return dma_patterns(0, [(n // inner, inner), (inner, 1)], device)
+    dims = run_dims(n, device)
+    if len(dims) == 2 and dims[1][0] * 4 >= wrap:
+        return dma_patterns(0, dims, device)
     piece = wrap * wrap
     if n > piece:
         return [*dma_patterns(0, [(wrap, wrap), (wrap, 1)], device),
@@ -259,13 +256,28 @@ def _long_run(n: int, device) -> list:
     return head + (dma_patterns(rows * wrap, [(rest, 1)], device) if rest else [])
 
 
+def run_dims(n: int, device) -> tuple[tuple[int, int], ...]:
+    """n contiguous words as two dims within a BD dimension's size, when they divide so."""
+    wrap = device.shim.max_bd_wrap
+    if n <= wrap:
+        return ((n, 1),)
+    inner = max((d for d in range(1, wrap + 1) if n % d == 0 and n // d <= wrap), default=None)
+    return ((n, 1),) if inner is None else ((n // inner, inner), (inner, 1))
+
+
+def lane_dims(blocks: int, per_lane: int, rows: int, row: int, stride: int) -> tuple:
+    """A lane's matrix words in its split link's order: per block, each of its `per_lane` parts'
+    `rows` rows of `row` words, `stride` apart; a lane of one part whose rows lie end to end as
+    one run of words."""
+    part = blocks * rows * stride
+    if per_lane == 1 and stride == row:
+        return ((part, 1),)
+    return ((blocks, rows * stride), (per_lane, part), (rows, stride), (row, 1))
+
+
 def lane_ops(blocks: int, per_lane: int, rows: int, row: int, device) -> int:
-    """The Dma ops a lane moves `blocks` blocks of `rows` rows of `row` words of each of its
-    `per_lane` parts in, laid out as `sequence._lanes` does: per block each part's rows (one run
-    of words for one part)."""
-    part = blocks * rows * row
-    dims = ((part, 1),) if per_lane == 1 else ((blocks, rows * row), (per_lane, part), (rows, row), (row, 1))
-    return len(dma_patterns(0, dims, device))
+    """The Dma ops a lane of rows lying end to end moves its blocks in."""
+    return len(dma_patterns(0, lane_dims(blocks, per_lane, rows, row, row), device))
 
 
 def bd_share(device) -> int:

@@ -11,7 +11,6 @@ from iron.compiler.fuse import leading_call
 from iron.compiler.objects import (
     Context,
     Part,
-    StateWrite,
     attr_word,
     call_step,
     consumed,
@@ -77,7 +76,7 @@ def _main_steps(ctx: Context, part: Part) -> list:
 
 
 def _call_steps(ctx: Context, part: Part, call: Node) -> list:
-    sources, sliced, dest = call.src[: call.arg.n_inputs], part.split, _result_ptr(part, call)
+    sources, sliced, dest = call.src[: call.arg.n_inputs], part.split, Ptr(*part.homes[call])
     steps = [step for n in sources if is_computed_view(n) for step in gather(ctx, part, n)]
     if call.arg.writes and call.arg.kernel.accumulates:   # the state, summed into in place
         view = destination(call)
@@ -85,13 +84,6 @@ def _call_steps(ctx: Context, part: Part, call: Node) -> list:
     ptrs = [*(read(ctx, part, n, sliced) for n in sources), dest]
     shapes = [(part.count,) if sliced else n.shape for n in sources]
     return [*steps, call_step(call, ptrs, shapes, (part.count,) if sliced else call.shape, _attr_loads(ctx, part, call))]
-
-
-def _result_ptr(part: Part, call: Node) -> Ptr:
-    """The `_host` region of the state a call writes (out=), or its result's home."""
-    if call.arg.writes:
-        return Ptr(part.fifo(Stem.HOST), part.host.offsets[StateWrite(call)])
-    return Ptr(*part.homes[call])
 
 
 def _attr_loads(ctx: Context, part: Part, call: Node) -> dict[str, Load]:
@@ -112,7 +104,7 @@ def _block_function(ctx: Context, part: Part) -> Function | None:
     s, call = part.stream, leading_call(part.site.group.calls)
     x = call.src[1]
     row_out = int(np.prod(call.shape[1:], dtype=np.int64)) * call.dtype.itemsize
-    home = _result_ptr(part, call)
+    home = Ptr(*part.homes[call])
     steps = gather(ctx, part, x) if is_computed_view(x) else []
     block = Ptr(part.w_fifo, 0)
     if s.expand is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from iron.compiler.fuse import Group
 from iron.compiler.matrices import host_matrix, senders, splittable
-from iron.ir import MemoryKind, Node, Op, external_inputs, is_host_tensor, tensor_inputs
+from iron.ir import MemoryKind, Node, Op, external_inputs, is_host_tensor, storage, tensor_inputs
 
 FORWARD_BYTES = 4096   # the largest host tensor one group forwards to later readers
 
@@ -56,6 +56,6 @@ def takes(groups: tuple[Group, ...], group: Group, sites: list) -> list[str]:
 def forwardable(node: Node) -> bool:
     """A host tensor one group may forward to others: an input, weight or param (or a view of
     one) of at most FORWARD_BYTES."""
-    base = node.src[0] if node.op == Op.VIEW else node
+    base = storage(node)
     constant = base.op == Op.INPUT or base.arg.kind in (MemoryKind.WEIGHT, MemoryKind.PARAM)
     return constant and node.size * node.dtype.itemsize <= FORWARD_BYTES

@@ -9,7 +9,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from iron.compiler.channels import dma_patterns
+from iron.compiler.channels import dma_patterns, run_dims
 from iron.compiler.grid import (
     GridLowered,
     result_access,
@@ -130,7 +130,7 @@ def _flow_moves(ctx: Context, g: str, flow) -> list:
             row, stride = (result.shape[1] * result.dtype.itemsize // 4, p.stored[1] * result.dtype.itemsize // 4)
             count = int(rows * words(node)) // row
             return count * stride, ((count, stride), (row, 1))
-        return rows * words(node), _words(int(rows * words(node)), ctx.device)
+        return rows * words(node), run_dims(int(rows * words(node)), ctx.device)
 
     def dims(node, run: int) -> tuple:
         span, inner = column(node)
@@ -188,12 +188,3 @@ def rounds_per_op(device, dims: tuple) -> int:
         if len(dma_patterns(0, ((min(run, rounds), stride), *block), device)) == 1:
             return min(run, rounds)
     return 1
-
-
-def _words(n: int, device) -> tuple[tuple[int, int], ...]:
-    """n contiguous words as two dims within a BD dimension's size, when they divide so."""
-    wrap = device.shim.max_bd_wrap
-    if n <= wrap:
-        return ((n, 1),)
-    inner = max((d for d in range(1, wrap + 1) if n % d == 0 and n // d <= wrap), default=None)
-    return ((n, 1),) if inner is None else ((n // inner, inner), (inner, 1))

@@ -67,8 +67,9 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
             holds |= {b.name: "a block's intermediate" for b in made.buffers}
             continue
         parts = pack(ctx, site)
-        sizes |= object_sizes(ctx, site, parts)
-        links += site_links(ctx, site, parts, sizes)
+        made, made_links = group_objects(ctx, site, parts)
+        sizes |= made
+        links += made_links
         for part in parts:
             made, core = core_of(ctx, part)
             functions += made
@@ -79,8 +80,8 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
     sites, cores, looping = layout.sites, one_core_per_tile(cores), {}
     if unfolding is not None:
         sites, moves = unfolding.sites_and_moves(sites, moves, ctx.device)
-        unlooped, cores = cores, unfolding.looped(cores)
-        looping = {c.tile: unfolding.loops(c.group) for c, d in zip(unlooped, cores) if c is not d}
+        looping = {c.tile: unfolding.loops(c.group) for c in cores}
+        cores = unfolding.looped(cores)
     sequence, waiting_inputs = with_state_waits(sites, sink_writes(ctx, moves))
     emit_values, carry = carry_sources(ctx)
     emit = None
@@ -101,42 +102,31 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
                    {f: n for f, n in loops.items() if n > 1})
 
 
-def object_sizes(ctx: Context, site: Site, parts: list[Part]) -> dict[str, tuple[int, np.dtype, str]]:
-    """FIFO -> (object bytes, element type, what it holds) for a group's routed FIFOs."""
-    g = site.group.name
-    sizes = {parts[0].in_fifo: _packed(parts[0].ins)}
+def group_objects(ctx: Context, site: Site, parts: list[Part]) -> tuple[dict, list[Link]]:
+    """FIFO -> (object bytes, element type, what it holds) for a group's routed FIFOs, and the links
+    of its streamed matrix's lanes (a forward, or a split between a lane's parts) and of a split
+    group's join (a shared stream's FIFOs and links are its owner's)."""
+    g, s = site.group.name, site.stream
+    sizes, links = {parts[0].in_fifo: _packed(parts[0].ins)}, []
     for part in parts:
         sizes[part.fifo(Stem.HOST)] = _packed(part.host)
         sizes[part.fifo(Stem.OUT)] = _packed(part.out)
-    if site.stream is not None and site.stream.owner is None:   # a shared stream's FIFOs are its owner's
-        s = site.stream
+    if s is not None and s.owner is None:
         block = s.rows * (s.matrix.size // s.matrix.shape[0]) * s.matrix.dtype.itemsize
-        what = f"rows of {describe(s.matrix)}"
+        what, names = f"rows of {describe(s.matrix)}", tuple(p.w_fifo for p in parts)
         sizes |= {s.lane_fifo(g, k): (block * s.per_lane, s.matrix.dtype, what) for k in range(len(s.lane_mems))}
-        sizes |= {p.w_fifo: (block, s.matrix.dtype, what) for p in parts}
-    if parts[0].split:
-        last = site.group.calls[-1]
-        size, label = parts[0].count * last.dtype.itemsize, call_label(ctx.program, last)
-        sizes |= {fifo_id(g, Stem.PART, p.number): (size, last.dtype, label) for p in parts}
-        sizes[joined(ctx, g)] = (size * len(parts), last.dtype, label)
-    return {f: size for f, size in sizes.items() if ctx.routes.has(f)}
+        sizes |= {name: (block, s.matrix.dtype, what) for name in names}
+        split = tuple(p * block for p in range(s.per_lane)) if s.per_lane > 1 else ()   # one part a lane: a forward
+        links += [Link(lane, (s.lane_fifo(g, k),), names[k * s.per_lane:(k + 1) * s.per_lane], destination_offsets=split)
+                  for k, lane in enumerate(s.lane_mems)]
+        if parts[0].split:
+            last = site.group.calls[-1]
+            size, label = parts[0].count * last.dtype.itemsize, call_label(ctx.program, last)
+            sizes |= {fifo_id(g, Stem.PART, p.number): (size, last.dtype, label) for p in parts}
+            sizes[joined(ctx, g)] = (size * len(parts), last.dtype, label)
+            links.append(join_link(s.mem, [fifo_id(g, Stem.PART, p.number) for p in parts], joined(ctx, g), size))
+    return {f: size for f, size in sizes.items() if ctx.routes.has(f)}, links
 
 
 def _packed(packing) -> tuple[int, np.dtype, str]:
     return packing.nbytes, packing.dtype, ", ".join(packing.what)
-
-
-def site_links(ctx: Context, site: Site, parts: list[Part], sizes: dict) -> list[Link]:
-    """A streamed matrix's forward (or split) links and a split group's join (none for a stream
-    another group's link carries)."""
-    if site.stream is None or site.stream.owner is not None:
-        return []
-    g, s = site.group.name, site.stream
-    names = tuple(p.w_fifo for p in parts)
-    split = tuple(p * sizes[names[0]][0] for p in range(s.per_lane)) if s.per_lane > 1 else ()   # one part a lane: a forward
-    lanes = [Link(lane, (s.lane_fifo(g, k),), names[k * s.per_lane:(k + 1) * s.per_lane], destination_offsets=split)
-             for k, lane in enumerate(s.lane_mems)]
-    if not parts[0].split:
-        return lanes
-    size = sizes[fifo_id(g, Stem.PART, 0)][0]
-    return [*lanes, join_link(s.mem, [fifo_id(g, Stem.PART, p.number) for p in parts], joined(ctx, g), size)]

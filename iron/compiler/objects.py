@@ -30,6 +30,7 @@ from iron.ir import (
     is_computed_view,
     is_host_tensor,
     nbytes,
+    storage,
     tensor_inputs,
 )
 from iron.kernels.registry import copy_kernel
@@ -110,12 +111,9 @@ class Packing:
         return self.offsets[key]
 
     @property
-    def dtype(self) -> np.dtype:
-        if len(self.kinds) == 1:
-            only = next(iter(self.kinds))
-            if self.nbytes % only.itemsize == 0:
-                return only
-        return I32
+    def dtype(self) -> np.dtype:   # the one kind its regions hold, in whole elements; else words
+        only = next(iter(self.kinds)) if len(self.kinds) == 1 else I32
+        return only if self.nbytes % only.itemsize == 0 else I32
 
 
 @dataclass
@@ -208,8 +206,7 @@ def joined(ctx: Context, group: str) -> FifoId:
 
 def host_access(ctx: Context, node: Node) -> tuple[str, Access]:
     """(host buffer, Access) of an input, a declared memory or a view of one."""
-    base = node.src[0] if node.op == Op.VIEW else node
-    p = ctx.placement(base.arg.name)
+    p = ctx.placement(storage(node).arg.name)
     return p.buffer, view_access(node, ctx.table, p) if node.op == Op.VIEW else placement_access(p)
 
 
@@ -262,10 +259,10 @@ def _pack_results(ctx: Context, part: Part):
         label = call_label(ctx.program, call)
         if part.stream is not None and call is part.stream.expand:   # one block's rows, expanded
             part.homes[call] = (_buffer(part, part.stream.rows * nbytes(call) // call.shape[0], call.dtype, label), 0)
-        elif call.arg.writes:
+        elif call.arg.writes:   # its `_host` region of the state it writes (out=)
             buffer, access = host_access(ctx, destination(call))
-            part.host.add(StateWrite(call), access.nwords * 4, call.dtype, describe(destination(call)),
-                          (buffer, access))
+            at = part.host.add(StateWrite(call), access.nwords * 4, call.dtype, describe(destination(call)), (buffer, access))
+            part.homes[call] = (part.fifo(Stem.HOST), at)
         elif part.split and call is part.site.group.calls[-1]:
             part.homes[call] = (fifo_id(part.group, Stem.PART, part.number), 0)
         elif part.split:
@@ -311,9 +308,8 @@ def _home(ctx: Context, part: Part, call: Node, label: str):
         places.append((part.fifo(Stem.HOST), part.host.add(key, access.nwords * 4, call.dtype, p.shown or key.placement,
                                                            (p.buffer, access))))
     if any(u is not Reader.HOST for u in ctx.layout.users.get(call, ())):
-        out = part.out.add(call, nbytes(call), call.dtype, label)
-        places.append((part.fifo(Stem.OUT), out))
-        ctx.results[call] = (part.fifo(Stem.OUT), out)
+        ctx.results[call] = (part.fifo(Stem.OUT), part.out.add(call, nbytes(call), call.dtype, label))
+        places.append(ctx.results[call])
     if not places:
         places = [(_buffer(part, nbytes(call), call.dtype, label), 0)]
     part.homes[call] = places[0]

@@ -226,8 +226,7 @@ def fit_compute_channels(program: Program, routes: Routes, layout: Layout, devic
         fifos = [_with(r, carrier) if r.fifo in relay.gained else r for r in fifos]
         if relay in moved_in and not any(r.fifo == fifo_id(relay.carrier, Stem.IN) for r in fifos):
             first = next(i for i, r in enumerate(fifos) if r.group == relay.carrier)
-            site = layout.site(relay.carrier)
-            fifos.insert(first, Route(fifo_id(relay.carrier, Stem.IN), relay.carrier, HOST, site.tiles))
+            fifos.insert(first, Route(fifo_id(relay.carrier, Stem.IN), relay.carrier, HOST, carrier))
     loaders = {r.carrier for r in moved_in}
     dropped = {fifo_id(r.reader, Stem.IN) for r in moved_in if r.reader not in loaders}
     fifos = [r for r in fifos if r.fifo not in dropped]
@@ -315,70 +314,55 @@ def choose_relays(program: Program, cores: list[CoreInputs], device) -> tuple[li
     """`fit_compute_channels`' choice: for each group whose cores would take more FIFOs by DMA than
     a compute tile has input channels, a carrier forwarding enough of them (`_relay_for`), or
     PlacementError naming the group, its tile and FIFOs. Returns (the relays, rules)."""
-    limit = device.compute.dma_in_channels
-    relays, rules, state = _relays(cores, limit)
-    for core in cores:
-        if state.tile_inputs(core.tile) > limit:
-            _cannot_fit(program, core, limit)
+    relays, rules, crowded = _relays(cores, device.compute.dma_in_channels)
+    if crowded:
+        _cannot_fit(program, crowded[0], device.compute.dma_in_channels)
     return relays, rules
 
 
-def _relays(cores: list[CoreInputs], limit: int) -> tuple[list[Relay], tuple, ChannelState]:
-    state = ChannelState(cores)
-    relays, rules = [], []
+def _relays(cores: list[CoreInputs], limit: int) -> tuple[list[Relay], tuple, list[CoreInputs]]:
+    """(the relays, rules, the cores whose tiles take more than `limit` FIFOs by DMA even so)."""
+    now, relays, rules = list(cores), [], []   # each core as the relays so far leave it
     for core in cores:   # a tile whose core runs several groups in turn counts what they all take
-        needed = state.tile_inputs(core.tile) - limit
-        if needed <= 0 or core.group in state.readers:
+        needed = _tile_inputs(now, core.tile) - limit
+        if needed <= 0 or any(r.reader == core.group for r in relays):
             continue
-        relay = _relay_for(core, cores, state, limit, needed)
+        relay = _relay_for(core, now, limit, needed)
         if relay is not None:   # else another group on its tile may still relay enough
-            state.take(relay, core)
+            now = [_relayed(c, relay, core) for c in now]
             relays.append(relay)
             rules.append((Rule.FIT_COMPUTE_CHANNELS, _relay_text(relay, core, limit)))
-    return relays, tuple(rules), state
+    return relays, tuple(rules), [c for c in cores if _tile_inputs(now, c.tile) > limit]
 
 
 def crowded_tiles(program: Program, layout: Layout, device) -> set[Tile]:
     """The compute tiles whose FIFOs by DMA, over every group their core runs, exceed its channels
     either way once `fit_compute_channels` has relayed what it can (share_core.py's probe)."""
     routes = route(program, layout)
-    _, _, state = _relays(core_inputs(routes, layout), device.compute.dma_in_channels)
-    tiles = {c.tile for c in state.cores if state.tile_inputs(c.tile) > device.compute.dma_in_channels}
+    _, _, crowded = _relays(core_inputs(routes, layout), device.compute.dma_in_channels)
     sent = Counter(r.producer for r in routes.fifos if r.producer.kind is TileKind.COMPUTE and not r.shared_memory)
-    return tiles | {t for t, n in sent.items() if n > device.compute.dma_out_channels}
+    return {c.tile for c in crowded} | {t for t, n in sent.items() if n > device.compute.dma_out_channels}
 
 
-class ChannelState:
-    """The relays so far: what each reader no longer receives, and what each carrier started
-    receiving (an `_in` it gained too)."""
-
-    def __init__(self, cores: list[CoreInputs]):
-        self.cores = cores
-        self.by_group = {c.group: c for c in cores}
-        self.readers: dict[str, tuple[FifoId, ...]] = {}
-        self.added: dict[str, set[FifoId]] = {}
-
-    def receives(self, group: str) -> set[FifoId]:
-        return self._now(group, self.by_group[group].received)
-
-    def _now(self, group: str, fifos) -> set[FifoId]:
-        """`fifos` as the relays so far leave them to `group`'s core."""
-        return (set(fifos) - set(self.readers.get(group, ()))) | self.added.get(group, set())
-
-    def tile_inputs(self, tile: Tile) -> int:
-        """The FIFOs reaching `tile` by DMA for every group its core runs."""
-        return len(set().union(*(self._now(c.group, c.dma) for c in self.cores if c.tile == tile)))
-
-    def take(self, relay: Relay, reader: CoreInputs):
-        added = self.added.setdefault(relay.carrier, set())
-        if reader.own_in in relay.fifos and fifo_id(relay.carrier, Stem.IN) not in self.receives(relay.carrier):
-            added.add(fifo_id(relay.carrier, Stem.IN))   # it loads the reader's `_in` in one of its own
-        added.update(relay.gained)
-        self.readers[relay.reader] = relay.fifos
+def _tile_inputs(cores: list[CoreInputs], tile: Tile) -> int:
+    """The FIFOs reaching `tile` by DMA for every group its core runs."""
+    return len({f for c in cores if c.tile == tile for f in c.dma})
 
 
-def _relay_for(core: CoreInputs, cores: list[CoreInputs], state: ChannelState, limit: int,
-               needed: int) -> Relay | None:
+def _relayed(core: CoreInputs, relay: Relay, reader: CoreInputs) -> CoreInputs:
+    """`core` once `relay` is made: the reader's no longer receives the relayed FIFOs, the
+    carrier's receives those it gains (and an `_in` it loads the reader's in, when it had none)."""
+    if core.group == relay.reader:
+        return replace(core, dma=tuple(f for f in core.dma if f not in relay.fifos),
+                       received=tuple(f for f in core.received if f not in relay.fifos))
+    if core.group != relay.carrier:
+        return core
+    own_in = fifo_id(core.group, Stem.IN)
+    gains = relay.gained + ((own_in,) if reader.own_in in relay.fifos and own_in not in core.received else ())
+    return replace(core, dma=core.dma + gains, received=core.received + gains)
+
+
+def _relay_for(core: CoreInputs, cores: list[CoreInputs], limit: int, needed: int) -> Relay | None:
     """The first carrier forwarding enough of what it receives itself (and the reader's movable
     `_in`, when it has or can take an `_in`); else the first that does when it also starts
     receiving, on the input channels it has left, `_out`s of groups before it (which never wait
@@ -386,13 +370,13 @@ def _relay_for(core: CoreInputs, cores: list[CoreInputs], state: ChannelState, l
     carriers = [c for c in cores if c.carrier in core.received and c.group != core.group]
     for gaining in (False, True):
         for carrier in carriers:
-            has = state.receives(carrier.group)
+            has = set(carrier.received)
             kept = [f for f in core.dma if f in has and f != carrier.carrier]
             if gaining:
-                spare = limit - state.tile_inputs(carrier.tile)
+                spare = limit - _tile_inputs(cores, carrier.tile)
                 extra = [f for f in core.dma if f in carrier.earlier and f not in has][:max(0, spare)]
             else:
-                can_load = fifo_id(carrier.group, Stem.IN) in has or state.tile_inputs(carrier.tile) < limit
+                can_load = fifo_id(carrier.group, Stem.IN) in has or _tile_inputs(cores, carrier.tile) < limit
                 extra = [f for f in core.dma if f == core.own_in and core.movable_in and can_load]
             taken = (kept + extra)[:needed]
             if len(taken) >= needed and (extra or not gaining):

@@ -4,6 +4,7 @@ they lie (`group_structures`, for `same_structure_same_fit`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -47,34 +48,47 @@ def find_runs(groups: tuple[Group, ...]) -> list[Run]:
 
 
 def _shapes(groups: tuple[Group, ...]) -> list[int]:
-    """Per group a number, equal for groups whose calls are alike node for node (`_entry`)."""
+    """Per group a number, equal for groups whose calls are alike node for node; a result made
+    before or a host tensor is alike once passed through DDR, a view alike up to where it starts."""
+    def outside(mine: set, node: Node):
+        if (node.op == Op.CALL and node not in mine) or node.op in HOST:
+            return ("outside", node.shape, node.dtype)
+        return ("scalar",) if node.is_scalar else None
+
+    return _numbered(_entries(g.calls, partial(outside, set(g.calls)), placeless) for g in groups)
+
+
+def _numbered(keys) -> list[int]:
+    """Per key a number, equal for equal keys; a key holding an attr that does not hash is alike no other."""
     numbers: dict[tuple, int] = {}
     found = []
-    for i, group in enumerate(groups):
-        memo: dict[Node, int] = {}
-        entries: list = []
-        for call in group.calls:
-            _entry(call, set(group.calls), memo, entries)
+    for i, key in enumerate(keys):
         try:
-            found.append(numbers.setdefault(tuple(entries), len(numbers)))
-        except TypeError:   # an attr that does not hash: alike no other
+            found.append(numbers.setdefault(key, len(numbers)))
+        except TypeError:
             found.append(-1 - i)
     return found
 
 
-def _entry(node: Node, mine: set, memo: dict, entries: list) -> int:
-    if node in memo:
-        return memo[node]
-    if (node.op == Op.CALL and node not in mine) or node.op in HOST:   # made before, or a host tensor:
-        entry = ("outside", node.shape, node.dtype)                    # alike once passed through DDR
-    elif node.is_scalar:
-        entry = ("scalar",)
-    else:
-        arg = placeless(node.arg) if node.op == Op.VIEW else node.arg
-        entry = (node.op, node.shape, node.dtype, arg, tuple(_entry(s, mine, memo, entries) for s in node.src))
-    memo[node] = len(entries)
-    entries.append(entry)
-    return memo[node]
+def _entries(calls, leaf, view_axes=lambda axes: axes) -> tuple:
+    """The calls' nodes as entries naming their sources by position: `leaf(node)` where it gives
+    one, else the node's op, shape, dtype, arg (a view's axes by `view_axes`) and sources."""
+    entries: list = []
+    seen: dict[Node, int] = {}
+
+    def visit(node: Node) -> int:
+        if node not in seen:
+            entry = leaf(node)
+            if entry is None:
+                arg = view_axes(node.arg) if node.op == Op.VIEW else node.arg
+                entry = (node.op, node.shape, node.dtype, arg, tuple(visit(s) for s in node.src))
+            seen[node] = len(entries)
+            entries.append(entry)
+        return seen[node]
+
+    for call in calls:
+        visit(call)
+    return tuple(entries)
 
 
 def placeless(axes) -> tuple:
@@ -88,17 +102,26 @@ def group_structures(groups: tuple[Group, ...], where: dict[Node, tuple[int, int
     alike: a result of another group by its shape and place (`Made`), a weight, param or state by
     its kind, shape and the last group touching it before (`Memory`), so that two runs of groups
     with equal numbers are the same segment up to names."""
-    numbers: dict[tuple, int] = {}
     touched: dict[Node, tuple[int, int]] = {}
-    found = []
-    for i, group in enumerate(groups):
-        entries, memories = _group_entries(i, group, where, touched)
+
+    def structure(i: int, group: Group) -> tuple:
+        memories: list[Node] = []
+
+        def leaf(node: Node):
+            if node.op == Op.CALL and where[node][0] != i:
+                j, k = where[node]
+                return Made(i - j, k, node.shape, node.dtype)
+            if node.op == Op.MEMORY:
+                last = touched.get(node)
+                memories.append(node)
+                return Memory(node.arg.kind, node.shape, node.dtype, last and (i - last[0], last[1]))
+            return None
+
+        entries = _entries(group.calls, leaf)
         touched.update((m, (i, k)) for k, m in enumerate(memories))
-        try:
-            found.append(numbers.setdefault((group.closed_by, entries), len(numbers)))
-        except TypeError:   # an attr that does not hash: a structure of its own
-            found.append(-1 - i)
-    return tuple(found)
+        return group.closed_by, entries
+
+    return tuple(_numbered(structure(i, g) for i, g in enumerate(groups)))
 
 
 @dataclass(frozen=True)
@@ -119,31 +142,3 @@ class Memory:
     shape: tuple[int, ...]
     dtype: np.dtype
     last: tuple[int, int] | None
-
-
-def _group_entries(i: int, group: Group, where: dict[Node, tuple[int, int]],
-                   touched: dict[Node, tuple[int, int]]) -> tuple[tuple, list[Node]]:
-    """Group `i`'s nodes as entries naming their sources by position, and the memories it touches."""
-    entries: list[tuple] = []
-    seen: dict[Node, int] = {}
-    memories: list[Node] = []
-
-    def visit(node: Node) -> int:
-        if node in seen:
-            return seen[node]
-        if node.op == Op.CALL and where[node][0] != i:
-            j, k = where[node]
-            entry = Made(i - j, k, node.shape, node.dtype)
-        elif node.op == Op.MEMORY:
-            last = touched.get(node)
-            entry = Memory(node.arg.kind, node.shape, node.dtype, last and (i - last[0], last[1]))
-            memories.append(node)
-        else:
-            entry = (node.op, node.shape, node.dtype, node.arg, tuple(visit(s) for s in node.src))
-        seen[node] = len(entries)
-        entries.append(entry)
-        return seen[node]
-
-    for call in group.calls:
-        visit(call)
-    return tuple(entries), memories

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from iron.compiler.channels import dma_patterns
+from iron.compiler.channels import dma_patterns, lane_dims
 from iron.compiler.objects import Context, Part, host_access, joined
 from iron.compiler.place import Site
 from iron.compiler.readers import Reader
@@ -43,15 +43,11 @@ def group_moves(ctx: Context, site: Site, parts: list[Part]) -> list[Move]:
 
 
 def _lanes(s, access: Access) -> list[Access]:
-    """Each lane's matrix words in its split link's order: per block, each of the lane's parts'
-    rows of that block; a lane of one part whose rows lie end to end as one run of words."""
-    m = s.matrix.shape[0]
-    row = access.nwords // m
+    """Each lane's matrix words (`lane_dims`), its parts' rows as they lie in host memory."""
+    row = access.nwords // s.matrix.shape[0]
     stride = access.dims[0][1] if len(access.dims) > 1 else row
-    part = (m // s.parts) * stride
-    dims = ((s.blocks, s.rows * stride), (s.per_lane, part), (s.rows, stride), (row, 1))
-    if s.per_lane == 1 and stride == row:
-        dims = ((part, 1),)
+    part = s.blocks * s.rows * stride
+    dims = lane_dims(s.blocks, s.per_lane, s.rows, row, stride)
     return [replace(access, offset=access.offset + k * s.per_lane * part, dims=dims) for k in range(len(s.lane_mems))]
 
 
@@ -111,7 +107,6 @@ class _Ops:
         self.bd_ids, self.ops = bd_ids, []
         self.tokens: set[int] = set()                  # the MM2S ops a Wait covers
         self.held: dict[Tile, dict[int, int]] = {}     # shim -> bd -> op index
-        self.free: dict[Tile, set[int]] = {}           # shim -> the bds no op holds
         self.holding: dict[FifoId, tuple[Tile, list[int]]] = {}
         self.unwaited: dict[FifoId, None] = {}
 
@@ -119,14 +114,12 @@ class _Ops:
         """The Dmas of one move, each on its shim's lowest free BD id, waiting on the oldest op's FIFO while none is."""
         inputs = move.direction is Direction.MM2S
         shim = fifo.producer if inputs else next(t for t in fifo.consumers if t.kind is TileKind.SHIM)
-        held, free = self.held.setdefault(shim, {}), self.free.setdefault(shim, set(range(self.bd_ids)))
-        holding = self.holding.setdefault(move.fifo, (shim, []))[1]
+        held, holding = self.held.setdefault(shim, {}), self.holding.setdefault(move.fifo, (shim, []))[1]
         fields = (move.direction, move.fifo, move.buffer)
         for offset, sizes, strides in patterns:
-            while not free:
+            while len(held) == self.bd_ids:
                 self.wait(self.ops[min(held.values())][1])
-            bd = min(free)
-            free.remove(bd)
+            bd = min(b for b in range(self.bd_ids) if b not in held)
             held[bd] = len(self.ops)
             self.ops.append((*fields, offset, sizes, strides, bd, shim, move.access.patch_word))
             holding.append(bd)
@@ -139,12 +132,9 @@ class _Ops:
         shim, covered = self.holding.get(fifo, (None, []))
         if not covered and fifo not in self.unwaited:
             return
-        if covered:
-            held = self.held[shim]
-            indices = [held.pop(bd) for bd in covered]
-            self.free[shim].update(covered)
-            self.tokens.update(i for i in indices if self.ops[i][0] is Direction.MM2S)
-            covered.clear()
+        indices = [self.held[shim].pop(bd) for bd in covered]
+        self.tokens.update(i for i in indices if self.ops[i][0] is Direction.MM2S)
+        covered.clear()
         self.ops.append(Wait(fifo))
         self.unwaited.pop(fifo, None)
 

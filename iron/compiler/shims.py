@@ -114,16 +114,15 @@ def _merged(lowered: Lowered, merge: SharedChannel) -> Lowered:
     members = {f.name: f for f in lowered.fifos if f.name in merge.members}
     retype = len({f.dtype.itemsize for f in members.values()}) > 1
     dtype = I32 if retype else members[merge.members[0]].dtype
-    inputs = merge.direction is Direction.MM2S
-    ends = (HOST, (merge.mem,)) if inputs else (merge.mem, (HOST,))
     fifos = [replace(_host_end(f, merge.mem), dtype=I32 if retype else f.dtype) if f.name in members else f
              for f in lowered.fifos]
-    first = min(i for i, f in enumerate(fifos) if f.name in members)
-    fifos.insert(first, Fifo(merge.fifo, ends[0], ends[1], DEPTH, merge.nbytes, dtype))
-    if inputs:
+    if merge.direction is Direction.MM2S:   # split on the mem tile, or joined there
+        fifo = Fifo(merge.fifo, HOST, (merge.mem,), DEPTH, merge.nbytes, dtype)
         link = Link(merge.mem, (merge.fifo,), merge.members, destination_offsets=merge.offsets)
     else:
+        fifo = Fifo(merge.fifo, merge.mem, (HOST,), DEPTH, merge.nbytes, dtype)
         link = Link(merge.mem, merge.members, (merge.fifo,), source_offsets=merge.offsets)
+    fifos.insert(min(i for i, f in enumerate(fifos) if f.name in members), fifo)
     return replace(lowered, fifos=tuple(fifos), links=(*lowered.links, link),
                    holds=lowered.holds | {merge.fifo: ", ".join(map(str, merge.members))},
                    sequence=tuple(moved_together(list(lowered.sequence), merge)))

@@ -93,9 +93,8 @@ def write_through(program: Program, calls) -> Program:
                 c = node.arg
                 src = (*src[:c.n_inputs], buffers[node], *src[c.n_inputs:])
                 memo[node] = Node(Op.CALL, src, node.shape, node.dtype, replace(c, writes=True))
-            else:
-                same = all(a is b for a, b in zip(src, node.src))
-                memo[node] = node if same else Node(node.op, src, node.shape, node.dtype, node.arg)
+            else:   # a node is equal only to itself
+                memo[node] = node if src == node.src else Node(node.op, src, node.shape, node.dtype, node.arg)
         return memo[node]
 
     declared = tuple(Declaration(MemoryKind.THROUGH, b.arg.name, b.shape, b.dtype) for b in buffers.values())

@@ -202,7 +202,7 @@ def test_a_mem_tile_without_free_channels_passes_the_merge_to_the_nearest():
     wanted = requests(("a", 0, True), ("b", 0, True), ("c", 0, True), ("d", 1, False), ("e", 1, False))
     found, _ = share_shim_channels(Rows(1).trace(x=((1, 8), I32)), wanted, device, mem, 2)
     assert found == [SharedChannel(FifoId(None, Stem.SHARED_IN, (0,)), Direction.MM2S, Tile(1, 1, TileKind.MEM), ("a", "b"), (0, 64), 128)]
-    assert (mem.used, mem.held) == ({0: [0, 5], 1: [1, 2]}, {0: 0, 1: 256})
+    assert mem.used == {0: (0, 5, 0), 1: (1, 2, 256)}   # (channels in, out, bytes held) per column
 
 
 def test_a_mem_tile_without_memory_passes_the_merge_to_the_nearest():
