@@ -67,12 +67,11 @@ class Unfolding:
         for k in range(self.count):
             mine = [(waits[i] if k else []) + [self.moved(k, m) for m in moves[i]] for i in range(a, b)]
             if k:   # the prefetched sites' Waits and moves at the end of iteration k - 1's
-                out_moves[-1] = out_moves[-1] + [m for j, ms in enumerate(mine) if j in ahead for m in ms]
+                out_moves[-1] = out_moves[-1] + [m for j in sorted(ahead) for m in mine[j]]
                 mine = [[] if j in ahead else ms for j, ms in enumerate(mine)]
-            for i, ms in zip(range(a, b), mine):
-                calls = self.calls[k][index[sites[i].group.calls[0]]]
-                out_sites.append(replace(sites[i], group=replace(sites[i].group, calls=calls)))
-                out_moves.append(ms)
+            out_sites += [replace(s, group=replace(s.group, calls=self.calls[k][index[s.group.calls[0]]]))
+                          for s in sites[a:b]]
+            out_moves += mine
         return out_sites + list(sites[b:]), out_moves + list(moves[b:])
 
     def moved(self, k: int, move):
@@ -112,17 +111,16 @@ class Unfolding:
 
 
 def prefetched(moves: list[list], device) -> set[int]:
-    """The sites (indices in one iteration's `moves`) whose Waits and moves each later iteration
-    issues at the end of the one before, every move of that one then issued, so their blocks fill
-    their FIFOs while it runs: those moving only a matrix's blocks of the weights (an `_in` may
-    share a shim channel with inputs that wait, `share_shim_channels`), each FIFO in at most its
-    share of a shim tile's BDs, so issuing them never waits on a Dma of their own iteration."""
+    """The sites (indices in one iteration's `moves`) whose Waits and moves a later iteration
+    issues at the end of the one before: those moving only a matrix's blocks of the weights (an
+    `_in` may share a shim channel with inputs that wait), each FIFO in at most its share of a
+    shim tile's BDs, so issuing them never waits on a Dma of their own iteration for one."""
     def fits(mine: list) -> bool:
-        if not mine or not all(isinstance(m, Move) and m.fifo.role is FifoRole.WEIGHTS
-                               and m.buffer == HostRole.CONSTS.value for m in mine):
+        if not all(isinstance(m, Move) and m.fifo.role is FifoRole.WEIGHTS and m.buffer == HostRole.CONSTS.value
+                   for m in mine):
             return False
         ops = Counter(m.fifo for m in mine for _ in dma_patterns(m.access.offset, m.access.dims, device))
-        return max(ops.values()) <= bd_share(device)
+        return max(ops.values(), default=bd_share(device) + 1) <= bd_share(device)
     return {i for i, mine in enumerate(moves) if fits(mine)}
 
 
