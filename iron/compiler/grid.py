@@ -47,7 +47,7 @@ class GridLowered:
 def lower_grid(ctx: Context, site: Site) -> GridLowered:
     g, grid = site.group.name, site.grid
     made = [_core(ctx, g, grid, r, c) for c in range(len(grid.cols)) for r in range(len(grid.rows))]
-    moves = _own_rows_moves(ctx, g, grid) if grid.own_rows else _moves(ctx, g, grid)
+    moves = _moves(ctx, g, grid)
     return GridLowered(_sizes(ctx, g, grid), _links(g, grid), tuple(b for _, held, _ in made for b in held),
                        tuple(f for fs, _, _ in made for f in fs), tuple(core for *_, core in made), tuple(moves))
 
@@ -55,40 +55,34 @@ def lower_grid(ctx: Context, site: Site) -> GridLowered:
 def _sizes(ctx: Context, g: str, grid: Grid) -> dict:
     a, b = grid.call.src[:2]
     out, label = grid.call.dtype, call_label(ctx.program, grid.call)
-    m, k, n = grid.m, grid.k, grid.n
-    sizes = {}
-    if grid.own_rows:
-        rows, block, a = len(grid.rows), grid.a_block_bytes, grid.matrix
-        sizes[fifo_id(g, Stem.B)] = (k * n * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
-        for c in range(len(grid.cols)):
-            sizes[fifo_id(g, Stem.A, c, mem=True)] = (rows * block, a.dtype, f"rows of {describe(a)}")
-            sizes |= {fifo_id(g, Stem.A, r, c): (block, a.dtype, f"rows of {describe(a)}") for r in range(rows)}
-            sizes |= {fifo_id(g, Stem.PART, r, c): (m * n * out.itemsize, out, label) for r in range(rows)}
-            sizes[fifo_id(g, Stem.HOST, c)] = (rows * m * n * out.itemsize, out, label)
-        return sizes
-    for r in range(len(grid.rows)):
-        sizes[fifo_id(g, Stem.A, r, mem=True)] = sizes[fifo_id(g, Stem.A, r)] = (m * k * a.dtype.itemsize, a.dtype, f"blocks of {describe(a)}")
+    m, k, n, rows = grid.m, grid.k, grid.n, range(len(grid.rows))
+    b_blocks = (k * n * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
+    a_rows = (grid.a_block_bytes, grid.matrix.dtype, f"rows of {describe(grid.matrix)}")
+    sizes = {fifo_id(g, Stem.B): b_blocks} if grid.own_rows else \
+        {fifo_id(g, Stem.A, r, mem=mem): (m * k * a.dtype.itemsize, a.dtype, f"blocks of {describe(a)}")
+         for r in rows for mem in (True, False)}
     for c in range(len(grid.cols)):
-        sizes[fifo_id(g, Stem.B, c, mem=True)] = sizes[fifo_id(g, Stem.B, c)] = (k * n * b.dtype.itemsize, b.dtype, f"blocks of {describe(b)}")
-        sizes |= {fifo_id(g, Stem.PART, r, c): (m * n * out.itemsize, out, label) for r in range(len(grid.rows))}
-        sizes[fifo_id(g, Stem.HOST, c)] = (len(grid.rows) * m * n * out.itemsize, out, label)
+        if grid.own_rows:
+            sizes[fifo_id(g, Stem.A, c, mem=True)] = (len(rows) * a_rows[0], *a_rows[1:])
+            sizes |= {fifo_id(g, Stem.A, r, c): a_rows for r in rows}
+        else:
+            sizes |= {fifo_id(g, Stem.B, c, mem=mem): b_blocks for mem in (True, False)}
+        sizes |= {fifo_id(g, Stem.PART, r, c): (m * n * out.itemsize, out, label) for r in rows}
+        sizes[fifo_id(g, Stem.HOST, c)] = (len(rows) * m * n * out.itemsize, out, label)
     return sizes
 
 
 def _links(g: str, grid: Grid) -> tuple[Link, ...]:
-    """A's and B's blocks forwarded by their mem tiles; each column's C blocks joined, grid row r
-    at r blocks in (so the joined object is len(rows) * m consecutive rows of C)."""
-    part = grid.m * grid.n * grid.call.dtype.itemsize
-    rows = range(len(grid.rows))
-    if grid.own_rows:
-        block = grid.a_block_bytes
-        return tuple(link for c, mem in enumerate(grid.c_mems) for link in (
-            split_link(mem, fifo_id(g, Stem.A, c, mem=True), [fifo_id(g, Stem.A, r, c) for r in rows], block),
-            join_link(mem, [fifo_id(g, Stem.PART, r, c) for r in rows], fifo_id(g, Stem.HOST, c), part)))
+    """A's and B's blocks forwarded by their mem tiles (cores owning their rows: each column's rows
+    of A split between them); each column's C blocks joined, grid row r at r blocks in (so the
+    joined object is len(rows) * m consecutive rows of C)."""
+    part, rows = grid.m * grid.n * grid.call.dtype.itemsize, range(len(grid.rows))
     links = [Link(mem, (fifo_id(g, Stem.A, r, mem=True),), (fifo_id(g, Stem.A, r),)) for r, mem in enumerate(grid.a_mems)]
     for c, mem in enumerate(grid.c_mems):
-        links += [Link(mem, (fifo_id(g, Stem.B, c, mem=True),), (fifo_id(g, Stem.B, c),)),
-                  join_link(mem, [fifo_id(g, Stem.PART, r, c) for r in rows], fifo_id(g, Stem.HOST, c), part)]
+        links.append(split_link(mem, fifo_id(g, Stem.A, c, mem=True), [fifo_id(g, Stem.A, r, c) for r in rows],
+                                grid.a_block_bytes) if grid.own_rows else
+                     Link(mem, (fifo_id(g, Stem.B, c, mem=True),), (fifo_id(g, Stem.B, c),)))
+        links.append(join_link(mem, [fifo_id(g, Stem.PART, r, c) for r in rows], fifo_id(g, Stem.HOST, c), part))
     return tuple(links)
 
 
@@ -107,7 +101,7 @@ def _core(ctx: Context, g: str, grid: Grid, r: int, c: int):
     if grid.expand is not None:   # `dequant_before_matvec`: A's block expanded into a Buffer first
         buffers.append(Buffer(f"{prefix}_expanded", tile, m * k * in_dtype.itemsize, in_dtype))
         matrix = buffers[-1].name
-        expanded = (_expansion_step(grid, a, matrix),)
+        expanded = (call_step(grid.expand, (Ptr(a), Ptr(matrix)), [(m, grid.a_block_bytes // m)], (m, k)),)
     params = (a, b, *((matrix,) if expanded else ()), total)
     product = KernelStep.of(kernel, input_dtypes(call), (Ptr(matrix), Ptr(b), Ptr(total), *sizes), grid.acc)
     first = Function(f"{prefix}_first", params, (*expanded, product), blocked=True)
@@ -142,40 +136,7 @@ def _more(prefix: str, grid: Grid, tile, params: tuple[str, ...], expanded: tupl
     return Function(f"{prefix}_more", (*params[:-1], product.name, total), (*expanded, into_product, add), blocked=True), [product]
 
 
-def _expansion_step(grid: Grid, blocks: str, dest: str) -> KernelStep:
-    """The fused expansion of one core's block of A (m rows of the blocks as stored) into `dest`."""
-    m = grid.m
-    return call_step(grid.expand, (Ptr(blocks), Ptr(dest)), [(m, grid.a_block_bytes // m)], (m, grid.k))
-
-
 # ---- the moves ------------------------------------------------------------------------------------
-
-def _own_rows_moves(ctx: Context, g: str, grid: Grid) -> list:
-    """Round by round (m rows of every core), each column's rows of A by k-blocks, the whole of B
-    (the vector) in k-blocks, and each column's joined rows of C."""
-    call = grid.call
-    a, b = grid.matrix, call.src[1]
-    big_k, rows, cols, m, n = grid.sides[1], len(grid.rows), len(grid.cols), grid.m, grid.n
-    wa = nbytes(a) / call.src[0].size / 4   # bytes per element of A as moved (its blocks, when expanded), in words
-    wc = call.dtype.itemsize / 4
-    a_buf, a_at = stored_access(ctx, a)
-    p = c_placement(ctx, call)
-    moves = []
-    for t in range(grid.rounds):
-        here = [Move(Direction.MM2S, fifo_id(g, Stem.B), *stored_access(ctx, b))]
-        for c in range(cols):
-            first = (t * cols + c) * rows * m
-            dims = ((grid.k_blocks, grid.k), (rows * m, big_k), (grid.k, 1))
-            here.append(Move(Direction.MM2S, fifo_id(g, Stem.A, c, mem=True), a_buf, in_words(a_at, first * big_k, dims, wa)))
-            here.append(Move(Direction.S2MM, fifo_id(g, Stem.HOST, c), p.buffer, in_words(p, first * n, ((rows * m * n, 1),), wc)))
-        moves += with_waits(ctx, grid.rounds, t, here)
-    return moves
-
-
-def c_placement(ctx: Context, call: Node) -> Placement:
-    """Where a grid's C blocks go: its output's placement, or the run of the state it writes."""
-    return replace(result_placement(ctx, call), offset=result_access(ctx, call)[1].offset)
-
 
 def stored_access(ctx: Context, node) -> tuple[str, Access]:
     """(host buffer, Access) of every word a host tensor lies in, its padding (`pad_to_block`) too."""
@@ -220,25 +181,35 @@ def view_rows_of(ctx: Context, view: Node) -> Rows | None:
 
 def with_waits(ctx: Context, steps: int, t: int, here: list[Move]) -> list:
     """Step `t`'s moves, then a Wait on each of their FIFOs every `rounds_between_waits` steps."""
-    if (t + 1) % rounds_between_waits(ctx.device, here) == 0 and t + 1 < steps:
+    if (t + 1) % max(1, rounds_between_waits(ctx.device, here)) == 0 and t + 1 < steps:
         return [*here, *(Wait(mv.fifo) for mv in here)]
     return here
 
 
 def _moves(ctx: Context, g: str, grid: Grid) -> list:
-    """Step by step (each core's next output blocks of one block row: `blocks_per_step`), every grid
-    row's A blocks, every column's B blocks and joined C blocks."""
-    call = grid.call
-    a, b = call.src[:2]
+    """Step by step (each core's next output blocks of one block row, as many as the BD ids hold),
+    every grid row's A blocks, every column's B blocks and joined C blocks; cores owning their rows
+    take, round by round (m rows of every core), each column's rows of A by k-blocks, the whole of B
+    (the vector) in k-blocks, and each column's joined rows of C."""
+    call, a, b = grid.call, grid.matrix, grid.call.src[1]
     _, big_k, big_n = grid.sides   # padded (`pad_to_block`): the strides of A, B and C as they lie
-    rows, cols = len(grid.rows), len(grid.cols)
-    wa, wb, wc = (x.dtype.itemsize / 4 for x in (a, b, call))
+    rows, cols, m, k, n = len(grid.rows), len(grid.cols), grid.m, grid.k, grid.n
+    wa = nbytes(a) / call.src[0].size / 4   # bytes per element of A as moved (its blocks, when expanded), in words
+    wb, wc = b.dtype.itemsize / 4, call.dtype.itemsize / 4
     a_buf, a_at = stored_access(ctx, a)
     b_buf, b_at = stored_access(ctx, b)
-    p = c_placement(ctx, call)
-    m, k, n = grid.m, grid.k, grid.n
+    p = replace(result_placement(ctx, call), offset=result_access(ctx, call)[1].offset)   # C: an output, or a state's run
 
-    def step(t: int, j: int, q: int) -> list[Move]:
+    def rows_step(t: int, j: int, q: int) -> list[Move]:
+        here = [Move(Direction.MM2S, fifo_id(g, Stem.B), b_buf, b_at)]
+        for c in range(cols):
+            first = (t * cols + c) * rows * m
+            dims = ((grid.k_blocks, k), (rows * m, big_k), (k, 1))
+            here.append(Move(Direction.MM2S, fifo_id(g, Stem.A, c, mem=True), a_buf, in_words(a_at, first * big_k, dims, wa)))
+            here.append(Move(Direction.S2MM, fifo_id(g, Stem.HOST, c), p.buffer, in_words(p, first * n, ((rows * m * n, 1),), wc)))
+        return here
+
+    def blocks_step(t: int, j: int, q: int) -> list[Move]:
         row0, here = t * rows * m, []
         for r in range(rows):
             dims = ((q, 0), (grid.k_blocks, k), (m, big_k), (k, 1))
@@ -252,16 +223,13 @@ def _moves(ctx: Context, g: str, grid: Grid) -> list:
             here.append(Move(Direction.S2MM, fifo_id(g, Stem.HOST, c), p.buffer, in_words(p, first, dims, wc)))
         return here
 
-    q = blocks_per_step(ctx.device, grid.per_round, lambda q: step(0, 0, q))
+    step = rows_step if grid.own_rows else blocks_step   # cores owning their rows: one round a step
+    # the most output blocks of a round one step moves: the whole round, or as many as keep every shim's
+    # Dma ops of the step within its BD ids (a Wait inside a step would wait on A before B is issued,
+    # and the cores, needing both, would never drain A)
+    q = next((q for q in range(grid.per_round, 1, -1) if rounds_between_waits(ctx.device, step(0, 0, q))), 1)
     steps = [step(t, j, min(q, grid.per_round - j)) for t in range(grid.rounds) for j in range(0, grid.per_round, q)]
     return [mv for s, here in enumerate(steps) for mv in with_waits(ctx, len(steps), s, here)]
-
-
-def blocks_per_step(device, per_round: int, step) -> int:
-    """The most output blocks of a round one step moves: the whole round, or as many as keep
-    every shim's Dma ops of the step within its BD ids (a Wait inside a step would wait on A
-    before B is issued, and the cores, needing both, would never drain A)."""
-    return next((q for q in range(per_round, 1, -1) if _steps_within_bds(device, step(q))), 1)
 
 
 def in_words(at, first: int, dims: tuple[tuple[int, int], ...], words_per_element: float) -> Access:
@@ -290,9 +258,5 @@ def _contiguous(dims: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...
 
 
 def rounds_between_waits(device, moves: list[Move]) -> int:
-    return max(1, _steps_within_bds(device, moves))
-
-
-def _steps_within_bds(device, moves: list[Move]) -> int:
-    """How many steps of `moves` a shim's BD ids hold."""
+    """How many steps of `moves` a shim's BD ids hold (0: not one)."""
     return bd_share(device) // max(len(dma_patterns(mv.access.offset, mv.access.dims, device)) for mv in moves)

@@ -153,11 +153,10 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
     for number, group in enumerate(groups):
         if group.name in shared:   # `share_core_in_iteration`: on the tile of an earlier group, alone on it
             tiles = next(s for s in sites if s.group.name == shared[group.name]).tiles[-1:]
-            site = Site(group, tiles, stream_large_matrix(group, tiles, Split(), channels, device))
-            sites.append(site)
-            rules.append((Rule.SHARE_CORE_IN_ITERATION, f"{group.name} on {site.tiles[0].name} after "
+            sites.append(Site(group, tiles, stream_large_matrix(group, tiles, Split(), channels, device)))
+            rules.append((Rule.SHARE_CORE_IN_ITERATION, f"{group.name} on {tiles[0].name} after "
                                                         f"{shared[group.name]}, its core running them in turn"))
-            rules += stream_rules(group, site.stream)
+            rules += stream_rules(group, sites[-1].stream)
             continue
         later = [g.name for g in groups[number + 1:] if g.name in large]
         room = Room(program, device, left_for_spreading(free, len(later), device),
@@ -332,7 +331,7 @@ def stream_row_blocks(group: Group, room: Room) -> Flow | None:
 
 
 def taken(spread, channels, inputs: int = 1, results: int = 1) -> tuple:
-    """The mem-tile channels a stream or a grid of its own rows takes in each of its columns."""
+    """The mem-tile channels a stream takes in each of its columns."""
     rows = len(spread.rows)
     return tuple(channels.take(col, inputs + rows * results, inputs * rows + results) for col in spread.cols)
 
@@ -375,10 +374,9 @@ def tile_matmul_over_array(group: Group, room: Room) -> Grid | None:
     if grid is None:
         check_some_grid(room.program, call, room.device)
         return None
-    if grid.own_rows:   # per column: the rows of A split between its cores, their results joined
-        return replace(grid, c_mems=taken(grid, channels))
-    c_mems = tuple(channels.take(col, 1 + len(grid.rows), 2) for col in grid.cols)
-    a_mems = tuple(channels.take(grid.cols[r % len(grid.cols)], 1, 1) for r in range(len(grid.rows)))
+    rows = len(grid.rows)   # cores owning their rows: per column, the rows of A split between its cores
+    c_mems = tuple(channels.take(col, 1 + rows, 1 + rows if grid.own_rows else 2) for col in grid.cols)
+    a_mems = () if grid.own_rows else tuple(channels.take(grid.cols[r % len(grid.cols)], 1, 1) for r in range(rows))
     return replace(grid, a_mems=a_mems, c_mems=c_mems)
 
 

@@ -272,8 +272,9 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
     least block fits. None when no block does. `padded`: the padded length; `row`: blocks of whole
     rows of that many elements; `returned`: earlier results the host reads too."""
     inputs, shared = streamed_inputs(calls)
-    pieces = joined_pieces(calls)
-    size = padded or sum(n.size for n in pieces or inputs[:1])
+    base = Flow(tuple(calls), tuple(inputs), (), (), 1, width=width, shared=tuple(shared), padded=padded,
+                returned=returned, pieces=joined_pieces(calls))
+    size, pieces = base.size, base.pieces
     shim_in -= len(shared) + any(dynamic_attrs(c) for c in calls)   # each shared row, the words: to every core
     mem = device.mem
 
@@ -293,9 +294,8 @@ def choose_flow(calls, full_columns: list[int], spare: int, device, shim_in: int
         for rows in (r for r in range(min(most_rows, spare // ncols), 0, -1) if size % (r * ncols) == 0):
             share = size // (rows * ncols)
             most = min(share, max(FLOW_BLOCK, least))
-            flow = Flow(tuple(calls), tuple(inputs), tuple(device.compute_rows[:rows]), tuple(full_columns[:ncols]),
-                        most, width=width, shared=tuple(shared), objects=objects, padded=padded, returned=returned,
-                        pieces=pieces)
+            flow = replace(base, rows=tuple(device.compute_rows[:rows]), cols=tuple(full_columns[:ncols]), block=most,
+                           objects=objects)
             # a larger block is never slower: a shape whose largest does not beat the fastest so far is not
             # priced further, and its two largest blocks are its choice
             if found and estimate_ns(flow, device) >= min(f.choice.chosen_ns for f in found):

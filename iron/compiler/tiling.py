@@ -93,7 +93,7 @@ class Grid(OnCores):
         """Every core owns its own rows of A and C, B's k-blocks (a MatVec's vector) going to
         every core and no column blocks: a MatVec, or a MatMul whose N is not whole words
         (`whole_rows_when_not_words`)."""
-        return self.vector or n_not_words(self.call, self.sides[2])
+        return self.vector or self.sides[2] * min(self.call.src[1].dtype.itemsize, self.call.dtype.itemsize) % 4 != 0
 
     @property
     def cores(self) -> int:
@@ -129,17 +129,13 @@ class Grid(OnCores):
         if self.expand is not None:
             stored_block = [(self.a_block_bytes // self.matrix.dtype.itemsize,)]
             per_call += cost.kernel_cycles(gen, Role.EXPANSION, self.matrix.dtype, stored_block, (self.m, self.k), a.dtype)
-        rows, cols, a_item = len(self.rows), len(self.cols), nbytes(self.matrix) / a.size
-        b_side, rounds, per_round = 1 if self.vector else big_n, self.rounds, self.per_round   # each asked once: many blocks are priced
-        if self.own_rows:
-            a_channel, b_channel = big_m // cols * big_k * a_item, rounds * big_k * b_side * b.dtype.itemsize
-            c_channel = big_m // cols * b_side * c.dtype.itemsize
-            ddr = cols * (a_channel + c_channel) + b_channel
-        else:
-            a_channel = big_m // rows * big_k * a_item * per_round
-            b_channel = rounds * big_k * (big_n // cols) * b.dtype.itemsize
-            c_channel = big_m * (big_n // cols) * c.dtype.itemsize
-            ddr = rows * a_channel + cols * (b_channel + c_channel)
+        cols, a_item = len(self.cols), nbytes(self.matrix) / a.size
+        rounds, per_round = self.rounds, self.per_round   # each asked once: many blocks are priced
+        a_lanes, b_lanes = (cols, 1) if self.own_rows else (len(self.rows), cols)   # the shim channels A and B take
+        a_channel = big_m // a_lanes * big_k * a_item * per_round
+        b_channel = rounds * big_k * (big_n // b_lanes) * b.dtype.itemsize
+        c_channel = big_m * big_n // cols * c.dtype.itemsize
+        ddr = a_lanes * a_channel + b_lanes * b_channel + cols * c_channel
         return cost.Work(rounds * per_round * self.k_blocks * per_call, int(max(a_channel, b_channel, c_channel)),
                          int(ddr), int(cols * c_channel), rounds * per_round)
 
@@ -228,11 +224,6 @@ def unaligned(call: Node, sides: tuple[int, int, int]) -> str | None:
     return None
 
 
-def n_not_words(call: Node, big_n: int) -> bool:
-    """Whether a MatMul's rows of B or C, `big_n` elements, are not whole 32-bit words."""
-    return len(call.shape) == 2 and big_n * min(call.src[1].dtype.itemsize, call.dtype.itemsize) % 4 != 0
-
-
 def divisors(n: int, word_elements: int) -> list[int]:
     """Block sides for an extent n: divisors up to MAX_BLOCK holding whole 32-bit words."""
     return [d for d in range(1, min(n, MAX_BLOCK) + 1) if n % d == 0 and d % word_elements == 0]
@@ -253,9 +244,9 @@ def choose_grid(call: Node, full_columns: tuple[int, ...], spare: int, device, s
     expansion blocks. None when no block holds whole words. `padded`: the sides `pad_to_block` chose;
     `most_rows`: the rows of cores it may take at most (all when None)."""
     big_m, big_k, big_n = sides = padded or call_sides(call)
-    vector = len(call.shape) == 1
-    own = vector or n_not_words(call, big_n)
     acc = np.dtype(np.float32) if call.dtype == dtypes.bfloat16 else call.dtype   # k-block sums rounded once
+    base = Grid(call, (), (), 1, 1, 1, acc, expand=expand, padded=padded)
+    vector, own = base.vector, base.own_rows
     in_words, out_words = 4 // min(4, call.src[0].dtype.itemsize), 4 // min(4, call.dtype.itemsize)
     rows_of = [r for r in range(most_rows or len(device.compute_rows), 0, -1) if big_m % r == 0]
     found, weighed = [], set()   # grids with their blocks; the shapes priced or no faster by their floor
@@ -268,16 +259,13 @@ def choose_grid(call: Node, full_columns: tuple[int, ...], spare: int, device, s
                 weighed.add((rows, ncols))
                 continue
             one_op = _one_dma_per_move(device, rows, ncols, own, big_k, big_n)
-            grid = Grid(call, tuple(device.compute_rows[:rows]), tuple(full_columns[:ncols]), 1, 1, 1, acc,
-                        expand=expand, padded=padded)
-            if vector and expand is not None:
-                row = nbytes(expand.src[0]) // big_m   # an expanded row's blocks, in bytes
-                ms = [m for m in divisors(big_m // (rows * ncols), out_words) if m * row % 4 == 0]
-                best = next((b for ks in ([big_k], expansion_k_blocks(expand, big_k, row, device))
-                             if (b := _fastest_blocks(grid, ms, ks, [1], one_op, device)) is not None), None)
-            elif vector:
-                best = _fastest_blocks(grid, divisors(big_m // (rows * ncols), out_words), divisors(big_k, in_words),
-                                       [1], one_op, device)
+            grid = replace(base, rows=tuple(device.compute_rows[:rows]), cols=tuple(full_columns[:ncols]))
+            if vector:
+                row = nbytes(stored(call, expand)) // big_m   # a row of the matrix as stored, in bytes
+                ms = [m for m in divisors(big_m // (rows * ncols), out_words) if expand is None or m * row % 4 == 0]
+                k_sides = (divisors(big_k, in_words),) if expand is None else \
+                    ([big_k], expansion_k_blocks(expand, big_k, row, device))   # whole rows when some fit
+                best = next((b for ks in k_sides if (b := _fastest_blocks(grid, ms, ks, [1], one_op, device)) is not None), None)
             elif unaligned(call, sides) is not None:
                 best = _whole_row_blocks(grid, big_m // (rows * ncols if own else rows), ncols, one_op, device)
             else:
@@ -374,9 +362,7 @@ def _one_dma_per_move(device, rows: int, cols: int, own_rows: bool, big_k: int, 
     repeat, wrap = device.dma_repeat_max, device.shim.max_bd_wrap
 
     def fits(m: int, k: int, n: int) -> bool:
-        if own_rows:
-            return rows * m <= wrap and big_k // k <= wrap
-        return rows * m <= wrap and big_n // (n * cols) <= repeat
+        return rows * m <= wrap and (big_k // k <= wrap if own_rows else big_n // (n * cols) <= repeat)
     return fits
 
 
@@ -386,7 +372,7 @@ def _whole_row_blocks(grid: Grid, per_row: int, cols: int, one_op, device):
     contiguous run of whole words. With n = N every core owns its rows of A and C (`per_row`)."""
     (_, big_k, big_n), call = grid.sides, grid.call
     a, b, out = (x.dtype.itemsize for x in (call.src[0], call.src[1], call))
-    whole_k, whole_n = big_k * a % 4 != 0, big_n * min(b, out) % 4 != 0
+    whole_k, whole_n = big_k * a % 4 != 0, grid.own_rows
     ks = [big_k] if whole_k else divisors(big_k, 4 // min(4, a))
     ns = [big_n] if whole_n else divisors(big_n // cols, 4 // min(4, min(b, out)))
     ms = [m for m in divisors(per_row, 1) if (m * big_k * a) % 4 == 0 or not whole_k]
