@@ -62,6 +62,7 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dic
         return f"{describe(node)} is a view"
     if node.op == Op.MEMORY and node.arg.kind is MemoryKind.STATE:
         return state_unpadded(node, calls, readers)
+    tail = tail or node in getattr(group_of, "written", ())   # its writers' views lie as it does
     if others := [r for r in readers.get(node, []) if r not in calls and not (tail and r is Reader.VIEW)]:
         return f"{describe(node)} is read {'through a view' if Reader.VIEW in others else 'elsewhere'} too"
     if node.op == Op.CALL and group_of is not None:   # padded after its last row only, its rows keep their stride
@@ -112,7 +113,7 @@ def tail_kept(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dic
                 side = 1
             elif unpaddable(node, joined, readers, group_of, tail=True):
                 return None
-            kept[side] = call_sides(call)[side]
+            kept[side] = group_of.written[node][-1] if node in group_of.written else call_sides(call)[side]
     return kept
 
 

@@ -313,7 +313,7 @@ def _padded_frame(view: Node, padded: tuple[int, ...]) -> tuple[int, ...]:
     """The shape a view of a padded tensor indexes: the padded one (or, padded after its last row
     only, its own frame: every element lies where it did)."""
     base = view.src[0].shape
-    if padded[1:] == base[1:] and frame(view) != base:
+    if padded[1:] in (base[1:], frame(view)[1:]) and frame(view) != base:   # or its writers' rows as they lie
         return frame(view)
     if frame(view) != base:
         raise PlacementError(
