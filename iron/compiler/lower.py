@@ -78,7 +78,7 @@ def lower(program: Program, device, layout: Layout, routes: Routes, feeds: Plan 
         moves.append(group_moves(ctx, site, parts))
     sites, cores, looping = layout.sites, one_core_per_tile(cores), {}
     if unfolding is not None:
-        sites, moves = unfolding.sites_and_moves(sites, moves)
+        sites, moves = unfolding.sites_and_moves(sites, moves, ctx.device)
         unlooped, cores = cores, unfolding.looped(cores)
         looping = {c.tile: unfolding.loops(c.group) for c, d in zip(unlooped, cores) if c is not d}
     sequence, waiting_inputs = with_state_waits(sites, sink_writes(ctx, moves))

@@ -4,15 +4,18 @@ words located (`Shift`), and lowering's sites and moves repeated per iteration a
 or NotRepeated saying why the iterations cannot share one placed iteration."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cache, cached_property, partial
 from typing import Callable
 
+from iron.compiler.channels import bd_share, dma_patterns
 from iron.compiler.fuse import Group
 from iron.compiler.runs import HOST, NotRepeated, Run, placeless
 from iron.compiler.sequence import Move
 from iron.compiler.words import Access, placement_access, view_words
 from iron.ir import Node, Op, Program, call_label, describe, storage, tensor_inputs
+from iron.plan.fifos import FifoRole
 from iron.plan.plan import HostRole, Loop, Repeat, Wait
 
 
@@ -40,14 +43,14 @@ class Unfolding:
     shared: tuple[tuple[str, str], ...] = ()   # (group, the earlier group whose core runs it too)
     inner: Unfolding | None = None
 
-    def sites_and_moves(self, sites, moves: list[list]) -> tuple[list, list[list]]:
+    def sites_and_moves(self, sites, moves: list[list], device) -> tuple[list, list[list]]:
         """The sites and their moves in sequence order: iteration 0's sites once per iteration,
         each with that iteration's calls and moves (an inner block's unfolded first, within
         iteration 0). A segment holding part of the iteration loops that part over every
         iteration before the next segment loops the rest (loop fission: what one part makes the
         next reads from DDR buffers of each iteration's own, or `moved` refuses it)."""
         if self.inner is not None:
-            sites, moves = self.inner.sites_and_moves(sites, moves)
+            sites, moves = self.inner.sites_and_moves(sites, moves, device)
         at = [i for i, s in enumerate(sites) if s.group.name in self.groups]
         if not at:   # a segment without the iteration
             return list(sites), moves
@@ -59,12 +62,17 @@ class Unfolding:
         # finish before the step's other moves are queued), the other sites' moves still running
         waits = {i: [w for w in map(Wait, dict.fromkeys(m.fifo for m in moves[i] if isinstance(m, Move)))
                      if w not in moves[i]] for i in range(a, b)}
+        ahead = prefetched(moves[a:b], device)
         out_sites, out_moves = list(sites[:a]), list(moves[:a])
         for k in range(self.count):
-            for i in range(a, b):
+            mine = [(waits[i] if k else []) + [self.moved(k, m) for m in moves[i]] for i in range(a, b)]
+            if k:   # the prefetched sites' Waits and moves at the end of iteration k - 1's
+                out_moves[-1] = out_moves[-1] + [m for j, ms in enumerate(mine) if j in ahead for m in ms]
+                mine = [[] if j in ahead else ms for j, ms in enumerate(mine)]
+            for i, ms in zip(range(a, b), mine):
                 calls = self.calls[k][index[sites[i].group.calls[0]]]
                 out_sites.append(replace(sites[i], group=replace(sites[i].group, calls=calls)))
-                out_moves.append((waits[i] if k else []) + [self.moved(k, m) for m in moves[i]])
+                out_moves.append(ms)
         return out_sites + list(sites[b:]), out_moves + list(moves[b:])
 
     def moved(self, k: int, move):
@@ -101,6 +109,21 @@ class Unfolding:
         """How many times the core of `group` runs its program per launch."""
         inner = self.inner.loops(group) if self.inner is not None else 1
         return self.count * inner if group in self.groups else inner
+
+
+def prefetched(moves: list[list], device) -> set[int]:
+    """The sites (indices in one iteration's `moves`) whose Waits and moves each later iteration
+    issues at the end of the one before, every move of that one then issued, so their blocks fill
+    their FIFOs while it runs: those moving only a matrix's blocks of the weights (an `_in` may
+    share a shim channel with inputs that wait, `share_shim_channels`), each FIFO in at most its
+    share of a shim tile's BDs, so issuing them never waits on a Dma of their own iteration."""
+    def fits(mine: list) -> bool:
+        if not mine or not all(isinstance(m, Move) and m.fifo.role is FifoRole.WEIGHTS
+                               and m.buffer == HostRole.CONSTS.value for m in mine):
+            return False
+        ops = Counter(m.fifo for m in mine for _ in dma_patterns(m.access.offset, m.access.dims, device))
+        return max(ops.values()) <= bd_share(device)
+    return {i for i, mine in enumerate(moves) if fits(mine)}
 
 
 def unfolding(program: Program, groups: tuple[Group, ...], run: Run, placements: tuple,

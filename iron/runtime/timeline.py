@@ -147,16 +147,22 @@ class Ddr:
     SLICE_NS = 1000.0
     KEPT = 1 << 16   # slices remembered: the oldest are dropped beyond (runs far behind are rare)
 
-    __slots__ = ("per_slice", "taken")
+    __slots__ = ("per_slice", "taken", "origin")
 
     def __init__(self, bytes_per_ns: float):
         self.per_slice = bytes_per_ns * self.SLICE_NS
         self.taken: dict[int, float] = {}
+        self.origin = 0.0
+
+    def restart(self, at: float):
+        """A launch begins at `at`: its slices counted from then, so its estimate does not depend
+        on where the clock stood (the runs before it have ended)."""
+        self.taken, self.origin = {}, at
 
     def take(self, start: float, nbytes: float, rate: float) -> float:
         """When a move of `nbytes` starting at `start`, its channel streaming `rate` bytes per
         ns, has moved them all."""
-        now, left = start, float(nbytes)
+        now, left = start - self.origin, float(nbytes)   # on the launch's clock
         if left <= 0.0:
             return start
         while True:
@@ -169,7 +175,7 @@ class Ddr:
             left -= moved
             if left <= 0.0:
                 self._forget()
-                return now + moved / pace
+                return self.origin + now + moved / pace
             now = end
 
     def _forget(self):

@@ -73,6 +73,23 @@ class Hops(iron.Graph):
             Copy.step(self.c[(i + k) % 8], out=self.seen[k])
 
 
+class Residual(iron.Graph):
+    """`count` layers of out_i = h + W_i h, h the layer before's out (a state): the MatVec a group
+    of its own, reading only its matrix from DDR, as a SmolLM2 projection does."""
+
+    def __init__(self, count: int, n: int = 256):
+        rng = np.random.default_rng(4)
+        self.w = [iron.param((rng.standard_normal((n, n)) / 16).astype(F32)) for _ in range(count)]
+        self.out = [iron.state((n,), F32) for _ in range(count)]
+
+    def body(self, x):
+        for w, out in zip(self.w, self.out):
+            y = MatVec.step(w, Copy.step(x))
+            Add.step(Copy.step(x), y, out=out)   # the Copy closes the MatVec's group (smollm2_graph.residual)
+            x = out
+        return Copy.step(x)
+
+
 def rows_inputs(rows: int):
     rng = np.random.default_rng(0)
     return (rng.standard_normal((rows, 256)).astype(F32), rng.standard_normal((rows, 256)).astype(F32))
@@ -121,6 +138,25 @@ def test_forty_weight_matrices_stream_through_one_core_in_turn(device):
     x = np.linspace(-1, 1, 64, dtype=F32)
     for got, expected in zip(compiled(x), graph.reference(x)):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_each_layers_matrix_is_issued_before_the_wait_on_the_layer_before():
+    """Prefetch: a group moving only a matrix's blocks moves iteration k's at the end of iteration
+    k - 1's moves, before the Wait on k - 1's result that iteration k's first group needs, so the
+    blocks fill its FIFOs while iteration k - 1 still runs."""
+    graph = Residual(8)
+    compiled = graph.compile(x=((256,), F32), device="npu2")
+    plan = compiled.plan
+    assert plan.repeat.groups == ("g0", "g1", "g2") and plan.repeat.count == 8
+    ops = [(op.fifo.name, isinstance(op, Dma) and op.offset) for op in plan.sequence]
+    lanes = [f"g1_w{k}_mem" for k in range(4)]   # the matrix split over 4 tiles, each part through its own lane
+    rows = [ops.index((lane, 16384 * (4 * i + k))) for i in range(8) for k, lane in enumerate(lanes)]
+    writes = [i for i, op in enumerate(plan.sequence) if not isinstance(op, Dma) and op.fifo.name == "g2_host"]
+    assert len(writes) == 8 and rows == sorted(rows)
+    # before the Wait on layer k's result: the rows of layers 0 .. k + 1
+    assert [sum(r < w for r in rows) for w in writes] == [4 * min(k + 2, 8) for k in range(8)]
+    x = np.linspace(-1, 1, 256, dtype=F32)
+    np.testing.assert_allclose(compiled(x), graph.reference(x), rtol=1e-5, atol=1e-5)
 
 
 def test_few_iterations_that_fit_side_by_side_stay_in_space_by_estimate():

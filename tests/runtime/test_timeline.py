@@ -240,3 +240,18 @@ def test_ddr_moves_at_once_share_its_bandwidth_and_a_move_later_on_the_clock_tak
     assert (first, second) == (pytest.approx(7_000.0), pytest.approx(9_000.0))
     # run after the one 20 us on, a move at 12 us is not queued behind it
     assert ddr.take(12_000.0, 14_400, 14.4) == pytest.approx(13_000.0)
+
+
+def test_ddr_slices_count_from_the_launchs_start_so_an_estimate_does_not_depend_on_the_clock():
+    ddr = Ddr(cost.GENERATIONS["npu2"].ddr_bytes_per_ns)
+    ddr.restart(500.0)   # a launch beginning mid-microsecond: a microsecond's bytes take a microsecond
+    assert ddr.take(500.0, 70_000, 1e9) == pytest.approx(1500.0)
+    ddr.restart(10_250.0)   # the next launch: none of the last one's slices taken
+    assert ddr.take(10_250.0, 70_000, 1e9) == pytest.approx(11_250.0)
+    graph = designs.big_matvec(2048, 512)   # 4 MB through shim channels at once, DDR their limit
+    x = designs.example(graph)["x"]
+    compiled = graph.compile(x=(x.shape, x.dtype), device="npu2")
+    timeline = compiled.timed()
+    first = compiled.estimate(x)
+    timeline.host += 437.0   # the next call submitted at another point of a microsecond
+    assert compiled.estimate(x).device_ns == pytest.approx(first.device_ns, abs=1e-6)

@@ -211,6 +211,8 @@ class Emulator:
         board, replay = self._board, self._replay
         recording = replay is not None and replay.recording
         sequence = Task("sequence", self.sequence.task(board.windows), self._begins(run))
+        if board.clock is not None:
+            board.clock.ddr.restart(sequence.time)
         board.ready.append(sequence)
         board.trace = [] if recording else None
         try:
