@@ -25,7 +25,6 @@ from iron.ir import (
     Node,
     Op,
     contiguous_span,
-    destination,
     element_pattern,
     elements,
     frame,
@@ -33,8 +32,6 @@ from iron.ir import (
     kept,
     kept_shape,
     nbytes,
-    state_of,
-    storage,
 )
 from iron.kernels.registry import copy_kernel, scatter_kernel, strided_kernel
 
@@ -234,8 +231,8 @@ def row_bands(view: Node, name: str) -> Written | None:
 def rows_written(calls) -> dict[Node, tuple[int, ...]]:
     """The buffers of the compiler's that gathers write in zero-padded rows (`transposed_bands`
     for a grid), each with the shape it lies in: its writers' frame."""
-    return {storage(d): frame(d) for c in calls if c.arg.writes and (d := destination(c)).op == Op.VIEW
-            and state_of(d) and math.prod(frame(d)) > storage(d).size}
+    return {d.src[0]: frame(d) for c in calls if c.arg.writes and (d := c.src[c.arg.n_inputs]).op == Op.VIEW
+            and math.prod(frame(d)) > d.src[0].size}
 
 
 def region(product: Node) -> Node:
