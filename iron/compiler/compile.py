@@ -48,7 +48,7 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
     for call in program.calls:
         call.arg.kernel.check_source(call.src[0].dtype, call.dtype, f"{program.name}'s {call_label(program, call)}")
     program = copy_view_for_grid(program, device)
-    program, through = tile_before_state_write(program)
+    program, through = tile_before_state_write(program, device)
     copied = program   # the copies' rules name the results they read as traced, not their DDR buffers
     groups = fuse(program)
     padding = pad_to_block(program, groups, device)   # once: every segment sees the same layout
@@ -171,7 +171,7 @@ def assemble(program: Program, device, groups: tuple[Group, ...], layout: Layout
         rules=(*((g.closed_by, f"{g.name} closed before {call_label(program, nxt.calls[0])}")
                  for g, nxt in zip(groups, groups[1:])), *layout.rules, *routes.rules, *lowered.rules),
         holds=dict(lowered.holds), closed_by={g.name: g.closed_by for g in groups},
-        choices=tuple((s.group.name, s.choice) for s in layout.sites if s.choice is not None),
+        choices=tuple((s.group.name, c) for s in layout.sites for c in s.choices),
     )
 
 

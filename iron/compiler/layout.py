@@ -47,10 +47,11 @@ from iron.compiler.sides import (
     sides_choice,
     streamed_count,
     tie,
+    tiled,
     whole_device_grid,
 )
 from iron.compiler.streaming import row_streamable, streamable
-from iron.compiler.tiling import call_sides, large
+from iron.compiler.tiling import call_sides
 from iron.errors import DoesNotFit
 from iron.ir import Node, Op, Program, call_label, describe, external_inputs
 from iron.kernels.base import Role
@@ -126,7 +127,7 @@ def unpadded_products(groups: tuple[Group, ...], padded: dict, readers: dict, gr
     found = {}
     for group in groups:
         call = lone_product(group)
-        if call is None or not large(call) or padded_sides(call, device) == call_sides(call) or \
+        if call is None or not tiled(call, device) or padded_sides(call, device) == call_sides(call) or \
                 any(n in padded for n in (*call.src[:2], result_of(call))):
             continue
         if why := matrix_unpadded(call, readers, group_of):
@@ -157,7 +158,7 @@ def shared_layouts(program: Program, groups: tuple[Group, ...], device, readers:
     """`pad_shared_input`: a tensor several lone large products read once each lies padded once, each
     side the largest any asks for (`agree`); every call pads on them, or none does."""
     tensors = [t for t, users in readers.items() if len(users) > 1 and all(
-        isinstance(u, Node) and lone_product(group_of[u]) is u and large(u) and u.src[:2].count(t) == 1
+        isinstance(u, Node) and lone_product(group_of[u]) is u and tiled(u, device) and u.src[:2].count(t) == 1
         for u in users)
         and not unpaddable(t, tuple(users), readers, group_of)]
     sides, families = tied_sides(tensors, readers, group_of)
@@ -275,7 +276,7 @@ def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: di
     read it): the sides agreed, joined or chosen, squared, with a grid for each MatMul reading it;
     operands made over the layout pad their inputs (`pad_upstream_zeros`, `pad_upstream_rows`)."""
     members = (call,) if k_only else joined_with(call, readers, group_of)
-    if not all(map(large, members)) or (kept := tail_kept(call, members, readers, group_of)) is None or \
+    if not all(tiled(m, device) for m in members) or (kept := tail_kept(call, members, readers, group_of)) is None or \
             kept and (k_only or call in agreed or len(members) > 1):   # kept: {} when both may lie padded
         return {}
     if call not in agreed and any(isinstance(u, Node) and call in (pair(u, group_of) or ())

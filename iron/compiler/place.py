@@ -29,7 +29,7 @@ from iron.compiler.matrices import (
     stream_rules,
 )
 from iron.compiler.readers import Reader
-from iron.compiler.sides import best_sides, sides_as_lying, whole_device_grid
+from iron.compiler.sides import best_sides, grid_or_split, sides_as_lying, tiled, whole_device_grid
 from iron.compiler.streaming import (
     Flow,
     choose_flow,
@@ -49,7 +49,9 @@ from iron.compiler.tiling import (
     choose_grid,
     core_room,
     divisors,
-    wants_grid,
+    large,
+    result_users,
+    stored,
 )
 from iron.errors import DoesNotFit, PlacementError
 from iron.ir import (
@@ -60,12 +62,13 @@ from iron.ir import (
     destination,
     dynamic_attrs,
     external_inputs,
+    is_host_tensor,
     nbytes,
     storage,
     tensor_inputs,
 )
 from iron.kernels.base import Role
-from iron.plan.plan import Tile, TileKind
+from iron.plan.plan import Choice, Tile, TileKind
 from iron.plan.rules import Decision, NoGrid, NotPadded, NoWholeWords, Rule
 
 
@@ -78,11 +81,12 @@ class Site:
     stream: Stream | None = None
     grid: Grid | None = None
     flow: Flow | None = None
+    decided: Choice | None = None   # a grid or a split, chosen by estimated time (`grid_or_split`)
 
     @property
-    def choice(self):
+    def choices(self) -> tuple[Choice, ...]:
         spread = self.grid or self.flow or self.stream
-        return None if spread is None else spread.choice
+        return tuple(filter(None, (self.decided, spread and spread.choice)))
 
 
 @dataclass(frozen=True)
@@ -160,13 +164,14 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
                     len(free) - (len(owning) - owning.index(group) - 1) - with_emit,   # a tile per other group, the Emit's
                     device.n_cols * device.shim.dma_out_channels - (len(groups) - 1) - with_emit,
                     most_rows or len(device.compute_rows), channels, outside, padded)
-        if on_device := read_on_device(group, outside):
+        if on_device := read_on_device(group, outside, device):
             rules.append((Rule.TILE_MATMUL_OVER_ARRAY, f"{group.name}: {on_device}"))
         rule, spread = next(((rule, s) for rule, spreading in SPREADS if (s := spreading(group, room)) is not None),
                             (None, None))
         if spread is not None:
             grid = spread if isinstance(spread, Grid) else None
-            sites.append(Site(group, spread.tiles, grid=grid, flow=None if grid else spread))
+            sites.append(Site(group, spread.tiles, grid=grid, flow=None if grid else spread,
+                              decided=grid_or_split_choice(group, room)))
             rules.append((rule, f"{group.name}: {spread.text()}"))
             if later:
                 columns = len(free_columns(free, device))
@@ -189,7 +194,7 @@ def place(program: Program, groups: tuple[Group, ...], device, placements: tuple
         tiles, free = tuple(free[:parts]), free[parts:]
         stream = share_streamed_matrix(groups, group, parts, sites) or stream_large_matrix(
             group, tiles, split, channels, device)
-        sites.append(Site(group, tiles, stream))
+        sites.append(Site(group, tiles, stream, decided=grid_or_split_choice(group, room)))
         rules.append((Rule.SNAKE_ORDER, f"{group.name} on {', '.join(t.name for t in tiles)}"))
         rules += stream_rules(group, stream)
         if crowded:
@@ -363,10 +368,10 @@ def tile_matmul_over_array(group: Group, room: Room) -> Grid | None:
     split of its rows, and the C join) and per grid row (A's blocks)."""
     call, expand, outside, channels = leading_call(group.calls), expansion(group.calls), room.outside, room.channels
     if group.calls[-1] is not call or not wants_grid(call, outside.get(call, ()), expand) or \
-            expand is not None and outside.get(expand) or (sides := sides_as_lying(call, room.padded)) is None:
+            not tiled(call, room.device, expand) or expand is not None and outside.get(expand) or (sides := sides_as_lying(call, room.padded)) is None:
         return None
-    grid = choose_grid(call, room.columns, room.spare, room.device, room.shim_in, expand,
-                       None if sides == call_sides(call) else sides, most_rows=room.rows)
+    grid = choose_grid(call, tuple(room.columns), room.spare, room.device, room.shim_in, room.rows, expand,
+                       None if sides == call_sides(call) else sides)
     if grid is None:
         check_some_grid(room.program, call, room.device)
         return None
@@ -377,16 +382,35 @@ def tile_matmul_over_array(group: Group, room: Room) -> Grid | None:
     return replace(grid, a_mems=a_mems, c_mems=c_mems)
 
 
+def wants_grid(call: Node, users: tuple[str | Reader, ...], expand: Node | None = None) -> bool:
+    """A matrix call of two whole host tensors whose result only the host reads, which a grid takes
+    when `tiled`. Not a call whose matrix is stored packed (QMatVec's blocks), which no k-block may
+    cut: it streams by rows."""
+    kernel = call.arg.kernel
+    if kernel.role is not Role.MATRIX or kernel.packed or call.arg.n_inputs != 2 or users != result_users(call):
+        return False
+    return all(is_host_tensor(x) and x.op != Op.VIEW for x in (stored(call, expand), call.src[1]))
+
+
+def grid_or_split_choice(group: Group, room: Room) -> Choice | None:
+    """`grid_or_split`'s Choice for a group that is a MatVec the grid may take, when it was priced."""
+    call, expand = leading_call(group.calls), expansion(group.calls)
+    if len(call.shape) != 1 or group.calls[-1] is not call or large(call, expand) or \
+            not wants_grid(call, room.outside.get(call, ()), expand):
+        return None
+    return grid_or_split(call, expand, room.device, not call.arg.writes)
+
+
 SPREADS = ((Rule.TILE_MATMUL_OVER_ARRAY, tile_matmul_over_array), (Rule.STREAM_ELEMENTWISE, stream_elementwise),
            (Rule.STREAM_ROW_BLOCKS, stream_row_blocks), (Rule.STREAM_JOINED, stream_joined))   # tried in order
 
 
-def read_on_device(group: Group, outside) -> str:
+def read_on_device(group: Group, outside, device) -> str:
     """Why a MatMul or MatVec the grid would take is not spread over the array: groups of the same
     configuration read its result, which a grid writes to DDR; "" otherwise."""
     call, expand = leading_call(group.calls), expansion(group.calls)
     readers = [u for u in outside.get(call, ()) if u is not Reader.HOST]
-    if group.calls[-1] is not call or not readers or not wants_grid(call, (Reader.HOST,), expand):
+    if group.calls[-1] is not call or not readers or not wants_grid(call, (Reader.HOST,), expand) or not tiled(call, device, expand):
         return ""
     return (f"not over the array: {', '.join(map(str, readers))} read{'s' * (len(readers) == 1)} its result in this "
             "configuration, and a grid's results leave each column for DDR; it runs as split_matrix_over_tiles "

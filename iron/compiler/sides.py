@@ -6,17 +6,22 @@ joined through them; the zero-fill lattice, what each tensor's padding holds alo
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import cached_property
 from itertools import product
 
+from iron.compiler.channels import MemChannels
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
 from iron.compiler.gather import rows_written
+from iron.compiler.matrices import SPLIT_PART_BYTES, Left, split_parts, split_work
+from iron.compiler.memo import by_shape
+from iron.compiler.readers import Reader
 from iron.compiler.streaming import choose_flow, flow_bytes, streamable
-from iron.compiler.tiling import call_sides, choose_grid, estimate_ns
-from iron.ir import Node, Op, external_inputs, is_host_tensor, state_written_whole
+from iron.compiler.tiling import call_sides, choose_grid, estimate_ns, large
+from iron.ir import Node, Op, external_inputs, is_host_tensor, nbytes, state_written_whole
 from iron.kernels.base import Role
 from iron.plan import cost
-from iron.plan.plan import Choice
+from iron.plan.plan import Choice, Tile, TileKind
 from iron.plan.rules import Fill, Rule, ZeroFill
 
 Key = str | int   # a map's letter, or a leading axis the map repeats over (counted from the last)
@@ -232,10 +237,38 @@ K_QUANTUM = 32      # K is padded to a multiple of this many elements
 FLOW_QUANTUM = 64   # a streamed length is padded to a multiple of this many per core: whole words of int8
 
 
-def whole_device_grid(call: Node, device, padded=None):
+def whole_device_grid(call: Node, device, padded=None, expand: Node | None = None):
     """The grid `call` (on `padded` sides) takes with the whole device to itself."""
-    return choose_grid(call, list(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
-                       device.n_cols * device.shim.dma_out_channels, padded=padded)
+    return choose_grid(call, tuple(range(device.n_cols)), device.n_cols * len(device.compute_rows), device,
+                       device.n_cols * device.shim.dma_out_channels, None, expand, padded)
+
+
+def tiled(call: Node, device, expand: Node | None = None, split: bool = True) -> bool:
+    """Whether a MatMul or MatVec spreads over a grid when its readers let it: when `large`, or a
+    MatVec (not one stored packed, which takes no grid) whose grid `grid_or_split` chooses; `split`:
+    whether its group may split (not when fused with a call writing a state)."""
+    return large(call, expand) or len(call.shape) == 1 and not call.arg.kernel.packed and (
+        choice := grid_or_split(call, expand, device, split and not call.arg.writes)) is not None and \
+        choice.rule is Rule.TILE_MATMUL_OVER_ARRAY
+
+
+@by_shape(lambda choice, *args: choice)
+def grid_or_split(call: Node, expand: Node | None, device, split: bool) -> Choice | None:
+    """A MatVec whose matrix takes more than SPLIT_PART_BYTES: its grid (with the whole device, on the
+    sides `sides_choice` pads it to; a fused expansion's on its own) or its split (`split_parts`,
+    alone; one tile when it may not split, or not `split`), whichever is estimated faster, the split
+    on a tie (fewer tiles, nothing padded); the Choice, by the chosen one's rule. None when smaller."""
+    if nbytes(call.src[0] if expand is None else expand.src[0]) <= SPLIT_PART_BYTES:
+        return None
+    group = Group("", (call,) if expand is None else (expand, call), None)
+    parts = split_parts(group, {call: (Reader.HOST,)}, len(device.compute_tiles) if split else 1,
+                        Left(device.n_cols * device.shim.dma_out_channels, ()), MemChannels(device),
+                        Tile(0, device.compute_rows[0], TileKind.COMPUTE)).choice
+    one = (f"split into {parts.chosen}", parts.chosen_ns) if parts else ("one tile", split_work(group, 1, 1, device).ns(device))
+    grid = whole_device_grid(call, device, None if expand else sides_choice(call, device)[0], expand)
+    grids = [(f"grid of {len(grid.rows)} x {len(grid.cols)} cores, {grid.choice.chosen}", grid.choice.chosen_ns)] * bool(grid)
+    best, choice = cost.choose(Rule.SPLIT_MATRIX_OVER_TILES, "grid or split", [one, *grids], lambda o: o[1], lambda o: o[0])
+    return choice if best is one else replace(choice, rule=Rule.TILE_MATMUL_OVER_ARRAY)
 
 
 def sides_choice(call: Node, device, fixed: dict[int, int] | None = None,

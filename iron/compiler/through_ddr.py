@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from iron.compiler.fuse import joins_expansion, live_calls, role
-from iron.compiler.tiling import choose_grid, core_room, vector_tiles
+from iron.compiler.sides import tiled, whole_device_grid
+from iron.compiler.tiling import core_room
 from iron.ir import (
     Declaration,
     Declared,
@@ -25,10 +26,10 @@ from iron.kernels.base import Role
 from iron.plan.rules import Decision, Rule
 
 
-def tile_before_state_write(program: Program) -> tuple[Program, tuple[Decision, ...]]:
+def tile_before_state_write(program: Program, device) -> tuple[Program, tuple[Decision, ...]]:
     """`program` with each MatVec the rule takes writing a DDR buffer its readers read, and the
     rule's decisions."""
-    taken = [c for c in live_calls(program) if _takes(program, c)]
+    taken = [c for c in live_calls(program) if _takes(program, c, device)]
     return write_through(program, taken), tuple((Rule.TILE_BEFORE_STATE_WRITE, _text(program, c)) for c in taken)
 
 
@@ -67,8 +68,7 @@ def _in_blocks(made: Node, device) -> bool:
     a grid of blocks dividing them takes the whole device (else it lies padded, or does not fit)."""
     if role(made) is not Role.MATRIX or len(made.shape) != 2:
         return True
-    return choose_grid(made, list(range(device.n_cols)), len(device.compute_tiles), device,
-                       device.n_cols * device.shim.dma_out_channels) is not None
+    return whole_device_grid(made, device) is not None
 
 
 def _between_text(program: Program, made: Node, readers: list[Node]) -> str:
@@ -117,14 +117,15 @@ def through_name(program: Program, call: Node) -> str:
     return f"through.{call_label(program, call)}"
 
 
-def _takes(program: Program, call: Node) -> bool:
-    """A MatVec of two whole host tensors, writing no state, large enough to tile (not a packed
-    matrix's, which takes no grid: `wants_grid`), read only by calls (not the host, not a
-    carried value), one of which writes a state."""
+def _takes(program: Program, call: Node, device) -> bool:
+    """A MatVec of two whole host tensors, writing no state, whose grid is estimated faster than one
+    tile (`tiled`: fused with the state write, its group would not split; not a packed matrix's,
+    which takes no grid), read only by calls (not the host, not a carried value), one of which
+    writes a state."""
     if role(call) is not Role.MATRIX or call.arg.kernel.packed or len(call.shape) != 1 or call.arg.n_inputs != 2 \
             or call.arg.writes:
         return False
-    if not all(is_host_tensor(n) and n.op != Op.VIEW for n in call.src[:2]) or not vector_tiles(call.src[0], call.src[0]):
+    if not all(is_host_tensor(n) and n.op != Op.VIEW for n in call.src[:2]) or not tiled(call, device, split=False):
         return False
     return call not in program.kept and any(r.arg.writes for r in _readers(program, call))
 

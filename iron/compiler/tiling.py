@@ -19,7 +19,6 @@ from iron.ir import (
     Op,
     contiguous_span,
     destination,
-    is_host_tensor,
     nbytes,
 )
 from iron.kernels.base import Role
@@ -29,7 +28,6 @@ from iron.plan.rules import Rule
 
 MAX_BLOCK = 256          # a block side, in elements: within a BD dimension's 1023 words either way
 TILED_BYTES = 32 * 1024  # a MatMul whose operands and result take more than this is tiled
-VECTOR_TILED_BYTES = 512 * 1024  # a MatVec matrix larger than a one-mem-tile split's 4 x 128 KiB
 VECTOR_ROW_BYTES = 20 * 1024     # a MatVec row longer than this streams K: a split tile holds the vector and 2 rows
 
 
@@ -194,22 +192,14 @@ def stored(call: Node, expand: Node | None) -> Node:
     return expand.src[0] if expand is not None else call.src[0]
 
 
-def wants_grid(call: Node, users: tuple[str | Reader, ...], expand: Node | None = None) -> bool:
-    """A `large` matrix call of two whole host tensors whose result only the host reads. Not a
-    call whose matrix is stored packed (QMatVec's blocks), which no k-block may cut: it streams by rows."""
-    kernel = call.arg.kernel
-    if kernel.role is not Role.MATRIX or kernel.packed or call.arg.n_inputs != 2 or users != result_users(call):
-        return False
-    return all(is_host_tensor(x) and x.op != Op.VIEW for x in (stored(call, expand), call.src[1])) and large(call, expand)
-
-
 def large(call: Node, expand: Node | None = None) -> bool:
-    """Whether a MatMul's or MatVec's tensors are too large for one tile, so it tiles: a MatVec that
-    `vector_tiles`, a MatMul (no expansion fused) whose operands and result take more than TILED_BYTES."""
-    a = stored(call, expand)
+    """Whether a MatMul's or MatVec's tensors are too large for one tile, so it tiles: a MatVec a row of
+    whose matrix takes more than VECTOR_ROW_BYTES (`stream_k_blocks`: one row and the whole vector are then
+    more than a split's tile holds beside its other objects), a MatMul (no expansion fused) whose
+    operands and result take more than TILED_BYTES."""
     if len(call.shape) == 1:
-        return vector_tiles(a, call.src[0])
-    return expand is None and nbytes(a) + nbytes(call.src[1]) + nbytes(call) > TILED_BYTES
+        return nbytes(call.src[0]) // call.src[0].shape[0] > VECTOR_ROW_BYTES
+    return expand is None and nbytes(stored(call, expand)) + nbytes(call.src[1]) + nbytes(call) > TILED_BYTES
 
 
 def result_users(call: Node) -> tuple[Reader | None, ...]:
@@ -219,14 +209,6 @@ def result_users(call: Node) -> tuple[Reader | None, ...]:
     if call.arg.writes:
         return () if word_run(destination(call)) is not None else (None,)
     return (Reader.HOST,)
-
-
-def vector_tiles(stored: Node, matrix: Node) -> bool:
-    """`stream_k_blocks`: a MatVec tiles when its matrix as the host holds it (`stored`: a fused
-    expansion's blocks) takes more than VECTOR_TILED_BYTES, or a row of the matrix as a core
-    computes with it more than VECTOR_ROW_BYTES, as one row and the whole vector is then more
-    than a split's tile holds beside its other objects; then its K streams."""
-    return nbytes(stored) > VECTOR_TILED_BYTES or nbytes(matrix) // matrix.shape[0] > VECTOR_ROW_BYTES
 
 
 def call_sides(call: Node) -> tuple[int, int, int]:
@@ -256,22 +238,15 @@ def divisors(n: int, word_elements: int) -> list[int]:
     return [d for d in range(1, min(n, MAX_BLOCK) + 1) if n % d == 0 and d % word_elements == 0]
 
 
-def choose_grid(call: Node, full_columns: list[int], spare: int, device, shim_in: int,
-                expand: Node | None = None, padded: tuple[int, int, int] | None = None,
-                most_rows: int | None = None) -> Grid | None:
-    """`_grid_of`'s grid, kept by the call's structure (memo.py)."""
-    return _grid_of(call, tuple(full_columns), spare, device, shim_in, most_rows, expand, padded)
-
-
 def _rebound(grid: Grid | None, call: Node, *args) -> Grid | None:
     """A kept grid of another call of the same structure, as this call's (`args[-2]`: its expansion)."""
     return grid and replace(grid, call=call, expand=args[-2])
 
 
 @by_shape(_rebound)
-def _grid_of(call: Node, full_columns: tuple[int, ...], spare: int, device, shim_in: int, most_rows: int | None,
-             expand: Node | None, padded: tuple[int, int, int] | None) -> Grid | None:
-    """`tile_matmul_over_array`: of the grids of rows of cores dividing M and free whole columns dividing N
+def choose_grid(call: Node, full_columns: tuple[int, ...], spare: int, device, shim_in: int, most_rows: int | None,
+                expand: Node | None, padded: tuple[int, int, int] | None) -> Grid | None:
+    """`tile_matmul_over_array`, kept by the call's structure (memo.py): of the grids of rows of cores dividing M and free whole columns dividing N
     (cores owning their rows: dividing M) within `spare` tiles and `shim_in` shim MM2S channels, each with its
     fastest blocks (`_fastest_blocks`), the fastest (the most cores on a tie; a shape whose `_floor_ns` no
     block beats is not priced). A fused expansion's matrix takes whole rows (k = K) when some fit, else whole

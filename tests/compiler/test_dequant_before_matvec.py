@@ -94,9 +94,11 @@ def test_a_quantized_head_spreads_over_the_array_in_whole_rows(on_emulator, fmt,
     graph = Head(random_blocks(rng, rows, 256, fmt), fmt)
     compiled = graph.compile(x=((256,), F32), device=from_name("npu2"))
     plan, row = compiled.plan, 256 // 32 * fmt.nbytes
-    (choice,) = [c for g, c in plan.choices if g == "g0"]
+    decided, choice = [c for g, c in plan.choices if g == "g0"]
     m = int(choice.chosen.split()[0].removeprefix("m="))
     assert choice.rule is Rule.TILE_MATMUL_OVER_ARRAY and choice.chosen == f"m={m} k=256 n=1"
+    assert (decided.what, decided.chosen) == ("grid or split", f"grid of 4 x 8 cores, m={m} k=256 n=1")
+    assert decided.rejected_ns > decided.chosen_ns == choice.chosen_ns
     assert len(plan.cores) == 32 and rows % (32 * m) == 0
     expanded = [b for b in plan.buffers if b.name.endswith("_expanded")]
     assert [b.nbytes for b in expanded] == [m * 256 * 4] * 32   # m rows of 256 float32 on each core

@@ -4,7 +4,7 @@ import numpy as np
 
 from aie_utils import from_name
 from iron.compiler.memo import CallShape
-from iron.compiler.tiling import _grid_of, choose_grid
+from iron.compiler.tiling import choose_grid
 from tests.compiler.designs import Product, operands
 
 NPU2 = from_name("npu2")
@@ -17,8 +17,8 @@ def product_call(m, k, n, dtype, seed=0):
 
 
 def whole_device(call):
-    return choose_grid(call, list(range(NPU2.n_cols)), NPU2.n_cols * len(NPU2.compute_rows), NPU2,
-                       NPU2.n_cols * NPU2.shim.dma_out_channels)
+    return choose_grid(call, tuple(range(NPU2.n_cols)), NPU2.n_cols * len(NPU2.compute_rows), NPU2,
+                       NPU2.n_cols * NPU2.shim.dma_out_channels, None, None, None)
 
 
 def test_alike_calls_share_one_grid_each_bound_to_its_own_call():
@@ -26,7 +26,7 @@ def test_alike_calls_share_one_grid_each_bound_to_its_own_call():
     assert first is not second and CallShape.of(first) == CallShape.of(second)
     kept, asked = whole_device(first), whole_device(second)
     assert (kept.call, asked.call) == (first, second)
-    fresh = _grid_of.__wrapped__(second, tuple(range(NPU2.n_cols)), NPU2.n_cols * len(NPU2.compute_rows), NPU2,
+    fresh = choose_grid.__wrapped__(second, tuple(range(NPU2.n_cols)), NPU2.n_cols * len(NPU2.compute_rows), NPU2,
                                  NPU2.n_cols * NPU2.shim.dma_out_channels, None, None, None)
     assert asked == fresh
     assert (asked.rows, asked.cols, asked.m, asked.k, asked.n) == (kept.rows, kept.cols, kept.m, kept.k, kept.n)

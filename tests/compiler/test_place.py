@@ -12,7 +12,8 @@ from iron.compiler.compile import compile_program
 from iron.compiler.matrices import lane_stops
 from iron.compiler.place import snake_order
 from iron.ir import Declared, MemoryKind, Node, Op
-from iron.kernels import Add, Exp, MatVec, Softmax
+from iron.kernels import Add, Exp, MatVec, ReLU, Softmax
+from iron.plan.describe import describe
 from iron.plan.fifos import FifoId, Stem
 from iron.plan.plan import Choice, Dma, FifoRole, Imm, KernelStep, Link, Loop, Ptr, TileKind
 from iron.plan.rules import Rule
@@ -78,8 +79,34 @@ def test_stream_large_matrix_streams_row_blocks_through_the_mem_tile():
     assert decided(plan, Rule.STREAM_LARGE_MATRIX) == 1
 
 
+def test_a_matvec_takes_a_grid_or_a_split_as_estimated_faster(on_emulator):
+    # npu2: a grid's eight columns read the matrix through eight shim channels, at DDR's pace; a split's
+    # four parts through four channels, slower. npu1: four columns, four channels either way, a tie,
+    # which goes to the split (fewer tiles, nothing padded)
+    decided = {device: [c for _, c in plan_of(designs.big_matvec(512, 256), device).choices if c.what == "grid or split"]
+               for device in ("npu2", "npu1")}
+    assert decided == {
+        "npu2": [Choice(Rule.TILE_MATMUL_OVER_ARRAY, "grid or split", "grid of 4 x 8 cores, m=16 k=256 n=1",
+                        pytest.approx(7533.7, abs=0.1), "split into 4 parts through 4 shim channels", pytest.approx(9102.2, abs=0.1))],
+        "npu1": [Choice(Rule.SPLIT_MATRIX_OVER_TILES, "grid or split", "split into 4 parts through 4 shim channels",
+                        20480.0, "grid of 4 x 4 cores, m=32 k=128 n=1", 20480.0)]}
+    assert len(plan_of(designs.big_matvec(512, 256)).cores) == 32
+    padded = plan_of(designs.big_matvec(251, 520))   # a prime M splits by none, but pads to 256 rows for a grid
+    assert [(c.chosen, c.rejected) for _, c in padded.choices] == [
+        ("(M, K, N) = (256, 520, 1)", "(M, K, N) = (256, 544, 1)"),
+        ("grid of 4 x 8 cores, m=8 k=130 n=1", "split into 1 part through 1 shim channel"),
+        ("m=8 k=130 n=1", "m=8 k=104 n=1")]
+    graph = designs.big_matvec(251, 520)
+    x = graph.example()["x"]
+    np.testing.assert_allclose(graph.compile(x=x)(x), graph.reference(x), rtol=1e-4, atol=1e-4)
+    assert ("tile_matmul_over_array: grid or split chosen by estimated time: grid of 4 x 8 cores, m=16 k=256 n=1, "
+            "7.5 us; the best rejected, split into 4 parts through 4 shim channels, 9.1 us") in describe(
+        plan_of(designs.big_matvec(512, 256)))
+
+
 def test_split_matrix_over_tiles_splits_rows_over_shim_channels_and_joins_the_parts():
-    plan = plan_of(designs.big_matvec(512, 256))   # 512 KiB: four parts, each read through its own shim channel
+    # 512 KiB: four parts, each read through its own shim channel; on npu1, where the grid is no faster
+    plan = plan_of(designs.big_matvec(512, 256), "npu1")
     assert core_tiles(plan) == [("g0", "tile_0_2"), ("g0", "tile_0_3"), ("g0", "tile_0_4"), ("g0", "tile_0_5")]
     *lanes, join = plan.links
     assert [(lane.tile.name, lane.sources, lane.destinations, lane.destination_offsets) for lane in lanes] == [
@@ -94,8 +121,8 @@ def test_split_matrix_over_tiles_splits_rows_over_shim_channels_and_joins_the_pa
     assert stream == [(FifoId("g0", Stem.W, (k,), mem=True), k * 32768, (1, 1, 64, 512), (0, 0, 512, 1)) for k in range(4)]
     assert plan.function("g0_p2_block").steps[0].args[2] == Ptr(FifoId("g0", Stem.PART, (2,)), 0, block_stride=64)
     assert dict(plan.choices)["g0"] == Choice(Rule.SPLIT_MATRIX_OVER_TILES, "parts and shim channels",
-                                              "4 parts through 4 shim channels", pytest.approx(9102.2, abs=0.1),
-                                              "4 parts through 2 shim channels", pytest.approx(18204.4, abs=0.1))
+                                              "4 parts through 4 shim channels", 20480.0, "4 parts through 2 shim channels",
+                                              40960.0)
 
 
 class BigThenFive(iron.Graph):
@@ -122,8 +149,19 @@ def test_a_matrix_takes_the_parts_the_tiles_and_shim_channels_left_allow_and_say
         FifoId("g0", Stem.W, (0,), mem=True), FifoId("g0", Stem.W, (1,), mem=True)]
 
 
+class PrimeRowsThenReLU(iron.Graph):
+    """A 251 x 520 float32 MatVec (510 KiB) with a ReLU on its rows: no grid takes a MatVec whose
+    result its own group reads (alone, it pads M to 256 and takes a grid), and a prime splits by none."""
+
+    def __init__(self):
+        self.w = iron.param(np.ones((251, 520), F32))
+
+    def body(self, x):
+        return ReLU.step(MatVec.step(self.w, x))
+
+
 def test_a_matrix_left_on_one_tile_says_why():
-    plan = plan_of(designs.big_matvec(251, 520))   # 510 KiB: 251 rows, a prime, split by none
+    plan = plan_of(PrimeRowsThenReLU(), x=((520,), F32))
     (why,) = texts(plan, Rule.SPLIT_MATRIX_OVER_TILES)
     quoted(why, "g0", "1 tile", *(f"{k} does not divide" for k in range(2, 7)), "251 rows")
     assert core_tiles(plan) == [("g0", "tile_0_2")] and dict(plan.choices)["g0"].rejected is None
@@ -132,13 +170,14 @@ def test_a_matrix_left_on_one_tile_says_why():
 def test_a_row_wider_than_a_streamed_block_streams_one_row_at_a_time(on_emulator):
     # a 4097-float32 row takes 16388 bytes, 4 more than a streamed block: split parts once had no
     # stream at all and routing failed with an AttributeError
+    # on npu1, whose grid is no faster than the split (on npu2 a grid of 2 x 8 cores takes it)
     graph = designs.big_matvec(16, 4097)
-    plan = plan_of(graph, x=((4097,), F32))
+    plan = plan_of(graph, "npu1", x=((4097,), F32))
     assert (decided(plan, Rule.STREAM_LARGE_MATRIX), decided(plan, Rule.SPLIT_MATRIX_OVER_TILES)) == (1, 2)
     assert len(plan.cores) == 4 and [plan.fifo(FifoId("g0", Stem.W, (p,))).nbytes for p in range(4)] == [4097 * 4] * 4
     assert [item.count for item in plan.cores[0].program if isinstance(item, Loop)] == [4]   # one row a block
     x = graph.example()["x"]
-    np.testing.assert_allclose(graph.compile(x=x)(x), graph.reference(x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(graph.compile(x=x, device="npu1")(x), graph.reference(x), rtol=1e-4, atol=1e-4)
 
 
 def test_a_split_whose_parts_give_results_of_part_words_takes_fewer_parts(on_emulator):

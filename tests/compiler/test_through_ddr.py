@@ -1,6 +1,6 @@
 """`tile_before_state_write` (iron/compiler/through_ddr.py), on the Program before fusion: a MatVec
-large enough to tile whose result only calls read, one of them writing a state, writes its result
-whole (out=) into a THROUGH declaration of the compiler's, `through.<label>`, which its readers
+whose grid is estimated faster than one tile (`tiled`: fused with the state write, it would not
+split) whose result only calls read, one of them writing a state, writes its result whole (out=) into a THROUGH declaration of the compiler's, `through.<label>`, which its readers
 read instead; one `Rule.TILE_BEFORE_STATE_WRITE` decision per MatVec taken. A MatVec the host or
 a carried value reads, one too small to tile, one of a view, or one no state writer reads is
 left alone (the Program itself comes back). The pass refuses nothing. `through_between_groups`:
@@ -46,7 +46,7 @@ class IntoState(iron.Graph):
 @pytest.mark.parametrize("then, reader", [("", Accumulate), ("bias", Add)])
 def test_a_large_matvec_read_by_a_state_write_writes_a_ddr_buffer_its_reader_reads(then, reader):
     program = IntoState(300, 4097, then).trace()
-    rewritten, decisions = tile_before_state_write(program)
+    rewritten, decisions = tile_before_state_write(program, from_name("npu2"))
     matvec, write = rewritten.calls
     (buffer,) = rewritten.memories[len(program.memories):]
     assert (matvec.arg.kernel, matvec.arg.writes, write.arg.kernel) == (MatVec, True, reader)
@@ -64,11 +64,11 @@ def test_a_large_matvec_read_by_a_state_write_writes_a_ddr_buffer_its_reader_rea
     (300, 4097, "host"),    # the host reads the product
     (300, 4097, "exp"),     # no reader writes a state
     (300, 4097, "view"),    # the matrix is a view
-    (16, 16, ""),           # too small to tile
+    (16, 16, ""),           # too small to split or tile
 ])
 def test_a_matvec_the_rule_does_not_take_leaves_the_program_as_it_is(rows, cols, then):
     program = IntoState(rows, cols, then).trace()
-    assert tile_before_state_write(program) == (program, ())
+    assert tile_before_state_write(program, from_name("npu2")) == (program, ())
 
 
 # ---- through_between_groups ----------------------------------------------------------------------

@@ -255,8 +255,9 @@ LONG_ROWS = [
     (64, 20000, np.int8, np.int32, "npu2",
      "int8 -> int32 over 32 tiles (4 rows x 8 columns of cores): blocks m=2 k=200 n=1 (each divides its side: "
      "no padding), 1 output blocks per core, 100 k-blocks each (100 kernel calls per core), summed in int32"),
-    (64, 20000, np.int8, np.int32, "npu1",
-     "int8 -> int32 over 16 tiles (4 rows x 4 columns of cores): blocks m=4 k=200 n=1 (each divides its side: "
+    # rows over VECTOR_ROW_BYTES: at 20000 bytes a row, npu1's split is estimated as fast as its grid, and taken
+    (64, 24000, np.int8, np.int32, "npu1",
+     "int8 -> int32 over 16 tiles (4 rows x 4 columns of cores): blocks m=4 k=240 n=1 (each divides its side: "
      "no padding), 1 output blocks per core, 100 k-blocks each (100 kernel calls per core), summed in int32"),
     (64, 20000, BF16_DTYPE, None, "npu2",
      "bfloat16 -> bfloat16 over 32 tiles (4 rows x 8 columns of cores): blocks m=2 k=250 n=1 (each divides its "
@@ -309,7 +310,7 @@ ONE_ROW = [
 @pytest.mark.parametrize("dtype, out, device, text, free", ONE_ROW, ids=["f32-npu2", "f32-npu1", "int8", "bf16-f32"])
 def test_stream_k_blocks_one_row_longer_than_a_tile_pads_k_and_says_why_one_core(dtype, out, device, text, free):
     """A MatVec of one row of 65537 elements (a prime K, 256 KiB in float32) is tiled by its row
-    (`vector_tiles`: a row over 20 KiB), K padded with zeros to 65568 (`pad_to_block`) and
+    (`large`: a row over VECTOR_ROW_BYTES), K padded with zeros to 65568 (`pad_to_block`) and
     streamed in 683 k-blocks of 96 on the one core M = 1 allows, which describe() says."""
     rng = np.random.default_rng(4)
     if dtype == np.int8:
@@ -328,13 +329,20 @@ def test_stream_k_blocks_one_row_longer_than_a_tile_pads_k_and_says_why_one_core
         np.testing.assert_allclose(body(x=x), graph.reference(x=x), **LONG_F32)
 
 
-def test_a_matvec_a_mem_tile_split_handles_keeps_that_rule():
-    w, x = operands(256, 512, 1, np.float32)   # 512 KiB: the most parts dividing 256 rows that a mem tile joins
-    body = Projection(w).compile(x=x[:, 0], device=from_name("npu2"))
+def test_a_matvec_whose_split_is_estimated_faster_keeps_it():
+    # 1.7 MiB: six parts through six shim channels read it at DDR's pace, as a grid's eight columns do,
+    # and the split's last results leave sooner
+    w, x = operands(768, 576, 1, np.float32)
+    graph = Projection(w)
+    body = graph.compile(x=x[:, 0], device=from_name("npu2"))
     assert rule(body.plan, Rule.TILE_MATMUL_OVER_ARRAY) == []
     assert rule(body.plan, Rule.SPLIT_MATRIX_OVER_TILES) == [
-        "g0: w (256, 512) float32 (524288 bytes) split by rows over 4 tiles",
-        "g0: on 4 tiles, not more: 5 does not divide its 256 rows; 6 does not divide its 256 rows"]
+        "g0: w (768, 576) float32 (1769472 bytes) split by rows over 6 tiles"]
+    decided, _ = [c for _, c in body.plan.choices]
+    assert decided == Choice(Rule.SPLIT_MATRIX_OVER_TILES, "grid or split", "split into 6 parts through 6 shim channels",
+                             pytest.approx(25278.2, abs=0.1), "grid of 4 x 8 cores, m=24 k=192 n=1",
+                             pytest.approx(25355.0, abs=0.1))
+    np.testing.assert_allclose(body(x=x[:, 0]), graph.reference(x=x[:, 0]), rtol=1e-4, atol=1e-4)
 
 
 # ---- tile_before_state_write ----------------------------------------------------------------------
