@@ -105,15 +105,18 @@ def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group
 
 def tail_kept(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dict) -> dict[int, int] | None:
     """The sides a product keeps its own so that operands that may lie padded only after their last
-    row do (A's K, B's N); None when an operand may not lie padded at all."""
+    row do (A's K, B's N), or the width a gather wrote them in (`rows_written`); None when an
+    operand may not lie padded at all."""
     kept = {}
     for side, node in zip((1, 2), call.src[:2]):
-        if unpaddable(node, joined, readers, group_of) and not (node.op == Op.CALL and made_over(node, call, readers, group_of)):
+        if node in group_of.written:
+            kept[side] = group_of.written[node][-1]
+        elif unpaddable(node, joined, readers, group_of) and not (node.op == Op.CALL and made_over(node, call, readers, group_of)):
             if made_over(node, call, readers, group_of, summed=False, tail=node is call.src[0]):   # K summed as it is
                 side = 1
             elif unpaddable(node, joined, readers, group_of, tail=True):
                 return None
-            kept[side] = group_of.written[node][-1] if node in group_of.written else call_sides(call)[side]
+            kept[side] = call_sides(call)[side]
     return kept
 
 
