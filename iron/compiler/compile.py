@@ -83,10 +83,8 @@ def compile_program(program: Program, device, feeds: Plan | None = None, *, over
         plan = whole if isinstance(whole, Plan) else spread()
     rules = (*through, *between, *copy_view_rules(copied), *((fact.rule, fact) for fact in padding.facts), *repeated,
              *plan.rules, *layout_rules(placements))
-    if len(rules) > len(plan.rules):   # the design-wide rules: inserted copies, DDR buffers, padding
-        plan = replace(plan, rules=rules)
-    if padding.choices:
-        plan = replace(plan, choices=(*padding.choices, *plan.choices))
+    if len(rules) > len(plan.rules) or padding.choices:   # the design-wide rules: inserted copies, DDR buffers, padding
+        plan = replace(plan, rules=rules, choices=(*padding.choices, *plan.choices))
     plans[key] = (feeds, plan)
     return plan
 

@@ -74,14 +74,9 @@ def _held_bytes(calls: tuple[Node, ...]) -> int:
 
 def expansion(calls) -> Node | None:
     """A group's first call when it expands the matrix the second, a matrix call, reads; else None."""
-    if len(calls) > 1 and role(calls[0]) is Role.EXPANSION and feeds_matrix(calls[0], calls[1]):
+    if len(calls) > 1 and role(calls[0]) is Role.EXPANSION and role(calls[1]) is Role.MATRIX and calls[1].src[0] is calls[0]:
         return calls[0]
     return None
-
-
-def feeds_matrix(expanded: Node, call: Node) -> bool:
-    """Whether `call` is a matrix call reading the result of `expanded` as its matrix."""
-    return role(call) is Role.MATRIX and call.src[0] is expanded
 
 
 def leading_call(calls) -> Node:
@@ -110,8 +105,7 @@ def dequant_before_matvec(group: list[Node], call: Node) -> bool:
 
 def joins_expansion(group: list[Node], call: Node) -> bool:
     """Whether `call` is the matrix call reading as its matrix what the group, one expansion not gathering, makes."""
-    return (len(group) == 1 and role(group[0]) is Role.EXPANSION and not group[0].arg.kernel.gathers
-            and feeds_matrix(group[0], call))
+    return len(group) == 1 and not group[0].arg.kernel.gathers and expansion((*group, call)) is not None
 
 
 def matrix_op_starts_group(group: list[Node], call: Node) -> bool:

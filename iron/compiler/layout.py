@@ -119,7 +119,7 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts
     choices = tuple((group_of[call].name, choice) for call, (node, shape, choice) in chosen.items()
                     if padded.get(node) == shape)   # the choices no later agreement overrode
     refused = unpadded_products(groups, padded, free, group_of, device)
-    return Layouts(lies, choices, (*(s.fact(program) for s in shared), *facts_of(program, groups, lies, readers, device, refused)))
+    return Layouts(lies, choices, (*(s.fact(program, group_of) for s in shared), *facts_of(program, groups, lies, readers, device, refused)))
 
 
 def unpadded_products(groups: tuple[Group, ...], padded: dict, readers: dict, group_of: dict, device) -> dict:
@@ -140,17 +140,17 @@ def unpadded_products(groups: tuple[Group, ...], padded: dict, readers: dict, gr
 @dataclass(frozen=True)
 class SharedLayout:
     """`pad_shared_input`'s decision for products linked by the tensors they share (by `pad_joined`, or read by
-    one MatMul as A and B: `pairs`): each call's sides (M, K, N), or why they stay their own."""
+    one MatMul as A and B): each call's sides (M, K, N), or why they stay their own."""
     tensors: tuple[Node, ...]   # the tensors several of `calls` read
     calls: tuple[Node, ...]     # in program order
     sides: tuple[tuple[int, int, int], ...]
     why: str = ""               # "" when they lie padded to `sides`
-    pairs: tuple[Node, ...] = ()   # the MatMuls reading two of `calls` as A and B
 
-    def fact(self, program: Program) -> SharedSides:
+    def fact(self, program: Program, group_of: Groups) -> SharedSides:
         def labels(calls):
             return tuple(call_label(program, c) for c in calls)
-        return SharedSides(tuple(map(describe, self.tensors)), labels(self.calls), self.sides, labels(self.pairs), self.why)
+        pairs = (u for u in group_of if (p := pair(u, group_of)) and p[0] in self.calls)   # reading two of `calls`
+        return SharedSides(tuple(map(describe, self.tensors)), labels(self.calls), self.sides, labels(pairs), self.why)
 
 
 def shared_layouts(program: Program, groups: tuple[Group, ...], device, readers: dict,
@@ -207,8 +207,7 @@ def agree(program: Program, tensors: tuple[Node, ...], calls: tuple[Node, ...], 
     free = readers | {t: [] for t in tensors}
     why = next((f"{call_label(program, c)} {why}" for c in calls
                 if (why := shared_unpadded(c, agreed, free, group_of, device))), "")
-    pairs = tuple(u for u in group_of if (p := pair(u, group_of)) and p[0] in calls)
-    return SharedLayout(tensors, calls, tuple(agreed.values()), why, pairs)
+    return SharedLayout(tensors, calls, tuple(agreed.values()), why)
 
 
 def shared_unpadded(call: Node, agreed: dict, readers: dict, group_of: dict, device) -> str:
@@ -220,7 +219,7 @@ def shared_unpadded(call: Node, agreed: dict, readers: dict, group_of: dict, dev
         return f"keeps its N of {call.shape[-1]} (pad_through_row_width), not {sides[2]}"
     if whole_device_grid(call, device, sides) is None:
         return f"has no grid on (M, K, N) = {sides}"
-    if not pad_matrix(group_of[call], readers, group_of, device, agreed):
+    if not pad_matrix(group_of[call], readers, group_of, device, agreed, {}):
         return f"may not be padded to (M, K, N) = {sides} (a MatMul reading its result has no grid on them)"
     return ""
 
@@ -255,12 +254,11 @@ def explained(error: Exception, why) -> Exception:
     return DoesNotFit.of(replace(error.fact, unpadded=why))
 
 
-def pad_matrix(group: Group, readers: dict, group_of: dict, device,
-               agreed: dict | None = None, chosen: dict | None = None) -> dict[Node, tuple[int, ...]]:
+def pad_matrix(group: Group, readers: dict, group_of: dict, device, agreed: dict, chosen: dict) -> dict[Node, tuple[int, ...]]:
     """A lone large MatMul or MatVec over paddable operands, its result shown or read by calls sharing
     its layout: on the sides `padded_product` picks; else K alone (`pad_k_only`), else for groups
     fitting a tile to read its region (`pad_tile_region`). `chosen`: call -> (A, its shape, Choice)."""
-    call, agreed, chosen = lone_product(group), agreed or {}, {} if chosen is None else chosen
+    call = lone_product(group)
     if call is None:
         return {}
     if not readers_unshared(call, readers, group_of):
@@ -392,11 +390,10 @@ def streams(calls) -> bool:
     return held_bytes(list(calls)) > SIZE_LIMIT and (streamable(calls) or not unstreamed(calls, calls[-1].shape))
 
 
-def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
+def stream_family(group: Group, readers: dict, group_of: Groups) -> list[Group]:
     """`pad_shared_stream`: `group`, then the groups reading its inputs or streaming its result, in
     turn, in program order (each tensor's readers looked at once)."""
-    order = {g.name: g for g in group_of.values()}   # by name: hashing whole groups is slow
-    found, seen, todo = {group.name}, set(), [group]
+    found, seen, todo = {group.name}, set(), [group]   # by name: hashing whole groups is slow
     while todo:
         calls = todo.pop().calls
         for n in (*external_inputs(calls), calls[-1]):
@@ -408,13 +405,12 @@ def stream_family(group: Group, readers: dict, group_of: dict) -> list[Group]:
                 if g.name not in found:
                     found.add(g.name)
                     todo.append(g)
-    return [group, *(g for name, g in order.items() if name in found and name != group.name)]
+    return [group, *(g for g in group_of.groups if g.name in found and g.name != group.name)]
 
 
 def stream_refusal(program: Program, groups: tuple[Group, ...], group: Group, readers: dict) -> UnpaddedStream | None:
     """Why `pad_stream` did not pad `group`: a group of its family (or itself) may not."""
-    group_of = {c: g for g in groups for c in g.calls}
-    family = stream_family(group, readers, group_of)
+    family = stream_family(group, readers, Groups(groups))
     every = tuple(c for g in family for c in g.calls)
     for g in family:
         labels = tuple(call_label(program, c) for c in g.calls)

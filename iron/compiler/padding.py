@@ -89,18 +89,15 @@ def state_unpadded(state: Node, calls: tuple[Node, ...], readers: dict) -> str:
         if reshaped else ""
 
 
-def matrix_unpadded(call: Node, readers: dict, group_of: dict | None = None) -> str:
-    joined = joined_with(call, readers, group_of) if group_of else (call,)
+def matrix_unpadded(call: Node, readers: dict, group_of: Groups) -> str:
+    joined = joined_with(call, readers, group_of)
     return operands_unpadded(call, joined, readers, group_of) or readers_unshared(call, readers, group_of)
 
 
-def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dict | None) -> str:
+def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group_of: Groups) -> str:
     """Why a product's operands may not lie padded for it and the products `joined` with it."""
-    for node in call.src[:2]:
-        why = unpaddable(node, joined, readers, group_of)
-        if why and not (node.op == Op.CALL and group_of is not None and made_over(node, call, readers, group_of)):
-            return why
-    return ""
+    return next((why for node in call.src[:2] if (why := unpaddable(node, joined, readers, group_of))
+                 and not made_over(node, call, readers, group_of)), "")
 
 
 def tail_kept(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dict) -> dict[int, int] | None:
@@ -111,7 +108,7 @@ def tail_kept(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dic
     for side, node in zip((1, 2), call.src[:2]):
         if node in group_of.written:
             kept[side] = group_of.written[node][-1]
-        elif unpaddable(node, joined, readers, group_of) and not (node.op == Op.CALL and made_over(node, call, readers, group_of)):
+        elif unpaddable(node, joined, readers, group_of) and not made_over(node, call, readers, group_of):
             if made_over(node, call, readers, group_of, summed=False, tail=node is call.src[0]):   # K summed as it is
                 side = 1
             elif unpaddable(node, joined, readers, group_of, tail=True):
@@ -284,8 +281,13 @@ def matmul_unshared(calls: tuple[Node, ...], result: Node, readers: dict, group_
     if len(calls) != 1 or call.arg.writes or len(call.shape) != 2 or result not in call.src[:2]:
         return f"reads {describe(result)} other than as the A or the B of a MatMul alone in its group"
     other = call.src[1] if call.src[0] is result else call.src[0]
-    why = "" if other is result else paired_unshared(result, other, call, readers, group_of) \
-        if pair(call, group_of) else unpaddable(other, calls, readers, group_of)
+    if other is result:
+        why = ""
+    elif not pair(call, group_of):
+        why = unpaddable(other, calls, readers, group_of)
+    else:   # `pad_shared_input`: the product `other`, read padded beside `result`
+        why = f"{describe(other)} is a padded product read elsewhere too" if readers[other] != [call] \
+            else operands_unpadded(other, (other,), readers, group_of)
     if why:
         return f"also reads a tensor that may not be padded: {why}"
     why = readers_unshared(call, readers, group_of)
@@ -299,13 +301,6 @@ def pair(call: Node, group_of: dict) -> tuple[Node, Node] | None:
     a, b = call.src[:2]
     products = [n for n in (a, b) if n.op == Op.CALL and lone_product(group_of[n]) is n]
     return (a, b) if a is not b and len(products) == 2 else None
-
-
-def paired_unshared(result: Node, other: Node, call: Node, readers: dict, group_of: dict) -> str:
-    """Why a MatMul may not read the product `other` padded beside `result` (`pad_shared_input`)."""
-    if readers[other] != [call]:
-        return f"{describe(other)} is a padded product read elsewhere too"
-    return operands_unpadded(other, (other,), readers, group_of)
 
 
 def shown(call: Node, readers: dict, group_of: dict | None = None) -> bool:

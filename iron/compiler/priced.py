@@ -8,8 +8,10 @@ begun (a stream); a group's cores and channels serve one unit at a time; DDR's b
 queue every unit's bytes wait in; plus loading each configuration every call (`reconfigure_ns`)."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import groupby
 
 from iron.plan import cost
 from iron.plan.plan import (
@@ -66,20 +68,18 @@ class Priced:
         gen = cost.generation(plan.device)
         functions = {f.name: sum(_step_cycles(gen, step) for step in f.steps) for f in plan.functions}
         cycles = {c.tile: _program_cycles(c.program, functions) for c in plan.cores}
-        moved: dict = {}
-        runs = dma_runs(plan.sequence)
-        for run in runs:
-            if isinstance(run, Moved):
-                moved[run.fifo] = moved.get(run.fifo, 0) + run.nwords * 4
+        runs, moved = dma_runs(plan.sequence), Counter()
+        for run in (r for r in runs if isinstance(r, Moved)):
+            moved[run.fifo] += run.nwords * 4
         return cls(plan, cycles, moved, runs)
 
     @cached_property
     def ns(self) -> float:
         return Chain(self).ns()
 
-    def work(self) -> cost.Work:
-        return cost.Work(max(self.cycles.values(), default=0.0), max(self.moved.values(), default=0),
-                         sum(self.moved.values()))
+    @property
+    def ddr_bytes(self) -> int:
+        return sum(self.moved.values())
 
     def floor(self, groups: tuple[str, ...], count: int) -> float:
         """A floor under the estimate of this design with `groups` placed once and looping `count`
@@ -93,7 +93,7 @@ class Priced:
                 near |= {*link.sources, *link.destinations}
         busiest = max((n for name, n in self.moved.items() if name in near), default=0)
         cycles = max((n for tile, n in self.cycles.items() if tile in tiles), default=0.0)
-        return cost.Work(count * cycles, count * busiest, self.work().ddr_bytes).ns(self.plan.device)
+        return cost.Work(count * cycles, count * busiest, self.ddr_bytes).ns(self.plan.device)
 
 
 @dataclass
@@ -106,7 +106,6 @@ class Unit:
     issued: float
     moved: dict = field(default_factory=dict)     # FifoId -> bytes
     results: set = field(default_factory=set)     # the FIFOs of those writing results back to DDR
-    ddr: int = 0
     start: float = 0.0
     end: float | None = None
 
@@ -126,49 +125,35 @@ class Chain:
         self.fifo_group = {name: self._group_of(name) for name in self.fifos}
         self.feeders = self._feeders()
         self.count = {g: _looped(c.program)[1] for c in plan.cores for g in c.groups}   # iterations per group
-        self.sites = self._sites()
+        self.sites = Counter(g for g, _ in groupby(priced.runs, self._group_moving) if g is not None)   # units per group
         self.units: dict[tuple[str, int], Unit] = {}
-        self.known: dict[tuple, object] = {}   # what the array answers (`_into_cores`, `_held`, `_cycles`), once each
-        self.reached: dict[str, int] = {}   # units the sequence issued so far, per group
+        self.known: dict[tuple, object] = {}   # what the array answers (`_into_cores`, `_held`), once each
+        self.busiest: dict[str, float] = {}   # cycles of a group's busiest core (a shared core's whole program, for the first of its groups)
+        for c in plan.cores:
+            self.busiest[c.group] = max(self.busiest.get(c.group, 0.0), priced.cycles[c.tile])
         self.ddr_free = 0.0
 
     def ns(self) -> float:
         """When the configuration's last unit ends, every unit scheduled."""
-        issued, current = 0.0, None
+        issued, reached = 0.0, Counter()   # reached: units the sequence issued so far, per group
         last: dict = {}   # FifoId -> the unit that last moved it
-        for run in self.priced.runs:
-            if isinstance(run, Moved):
-                fifo, nbytes = run.fifo, run.nwords * 4
-                group = self.fifo_group[fifo]
-                if current is None or current.group != group:
-                    at = self.reached.get(group, 0)
-                    self.reached[group] = at + 1
-                    current = self.units[group, at] = Unit(group, at, issued)
-                current.moved[fifo] = current.moved.get(fifo, 0) + nbytes
-                current.ddr += nbytes
+        for group, runs in groupby(self.priced.runs, self._group_moving):
+            if group is None:   # Waits: every later move waits
+                issued = max([issued, *(self._scheduled(last[w.fifo]).end for w in runs if w.fifo in last)])
+                continue
+            unit = self.units[group, reached[group]] = Unit(group, reached[group], issued)
+            reached[group] += 1
+            for run in runs:
+                unit.moved[run.fifo] = unit.moved.get(run.fifo, 0) + run.nwords * 4
                 if run.direction is Direction.S2MM:
-                    current.results.add(fifo)
-                last[fifo] = current
-            else:
-                if run.fifo in last:
-                    issued = max(issued, self._scheduled(last[run.fifo]).end)   # every later move waits
-                current = None
+                    unit.results.add(run.fifo)
+                last[run.fifo] = unit
         ends = [self._at(g, at).end for g in {*self.count, *self.sites} for at in range(self._units(g))]
         return max([issued, *ends])
 
-    def _sites(self) -> dict[str, int]:
-        """How many units the sequence issues per group (a stretch ends at another group's or a Wait)."""
-        sites: dict[str, int] = {}
-        previous = None
-        for run in self.priced.runs:
-            if isinstance(run, Moved):
-                group = self.fifo_group[run.fifo]
-                if group != previous:
-                    sites[group] = sites.get(group, 0) + 1
-                previous = group
-            else:
-                previous = None
-        return sites
+    def _group_moving(self, run) -> str | None:
+        """The group whose unit a run of the sequence moves for (a stretch ends at another group's or a Wait)."""
+        return self.fifo_group[run.fifo] if isinstance(run, Moved) else None
 
     def _units(self, group: str) -> int:
         return self.sites.get(group) or self.count.get(group, 1)
@@ -206,8 +191,8 @@ class Chain:
         left = inputs - min(start - moving, ahead * inputs)   # what could not move before the cores began
         end = max(start + core + results / objects, start + left + (core + results) / objects,
                   start + results, after)
-        if unit.ddr:
-            self.ddr_free = max(moving, self.ddr_free) + cost.ddr_ns(self.gen, unit.ddr)
+        if ddr := sum(unit.moved.values()):   # every byte it moves goes to or from DDR
+            self.ddr_free = max(moving, self.ddr_free) + cost.ddr_ns(self.gen, ddr)
             end = max(end, self.ddr_free)
         unit.start, unit.end = start, end
         return unit
@@ -217,7 +202,7 @@ class Chain:
         one of its FIFOs moves, and the share of its busiest input held ahead of its cores
         (`_held`). An input reaching its cores through a FIFO of depth 1 moves each object while
         the core waits: that hop's time adds to the core's."""
-        stages = [0.0, cost.ns(self.device, self._cycles(unit.group) / self._units(unit.group)), 0.0]
+        stages = [0.0, cost.ns(self.device, self.busiest.get(unit.group, 0.0) / self._units(unit.group)), 0.0]
         objects, ahead, busiest, unbuffered = 1, 1.0, 0, 0.0
         for name, nbytes in unit.moved.items():
             at = 2 if name in unit.results else 0
@@ -242,12 +227,9 @@ class Chain:
     def _held(self, name) -> int:
         """The bytes a FIFO and those its link passes it on to hold: what moves ahead of the cores reading it."""
         if ("held", name) not in self.known:
-            held, todo = 0, [name]
-            while todo:
-                fifo = self.fifos[todo.pop()]
-                held += fifo.depth * fifo.nbytes
-                todo += [d for destinations in self.onward.get(fifo.name, ()) for d in destinations[:1]]
-            self.known["held", name] = held
+            fifo = self.fifos[name]
+            onward = [d for destinations in self.onward.get(name, ()) for d in destinations[:1]]
+            self.known["held", name] = fifo.depth * fifo.nbytes + sum(map(self._held, onward))
         return self.known["held", name]
 
     def _feeding(self, feeder: str, k: int) -> tuple[Unit | None, Unit | None]:
@@ -258,13 +240,6 @@ class Chain:
         return self._at(feeder, first), self._at(feeder, last)
 
     # ---- the array: which groups feed which ----
-
-    def _cycles(self, group: str) -> float:
-        """Cycles of a group's busiest core (a shared core's whole program, for the first of its groups)."""
-        if ("cycles", group) not in self.known:
-            self.known["cycles", group] = max((self.priced.cycles[c.tile] for c in self.plan.cores if c.group == group),
-                                              default=0.0)
-        return self.known["cycles", group]
 
     def _group_of(self, name) -> str:
         """The group a FIFO's moves belong to: its own, or (a shared channel) its first consumer core's."""
@@ -348,4 +323,4 @@ def _program_cycles(program: tuple, functions: dict) -> float:
 
 
 def ddr_bytes(plan: Plan) -> int:
-    return sum(priced(c).work().ddr_bytes for c in plan.configurations)
+    return sum(priced(c).ddr_bytes for c in plan.configurations)

@@ -102,13 +102,12 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
     iterations through DDR, or NotRepeated; `nested`: the block within its iteration looping too."""
     inner = _inner(groups, run) if nested else None
     place = _places(groups, run)
-    carried = _carries(program, place, run)
-    crossing = _crossing(program, place, run)
+    crossing, carried = _crossing(program, place, run)
     for k in range(run.count if inner else 0):   # within each iteration (the outer crossings are the rest)
         within = _within(run, inner, k)
         among = _places(groups, within, range(run.start + k * run.period, run.start + (k + 1) * run.period))
-        carried = carried or (k == 0 and _carries(program, among, within))
-        crossing += _crossing(program, among, within)
+        more, carries = _crossing(program, among, within)
+        crossing, carried = crossing + more, carried or (k == 0 and carries)
     crossing = list(dict.fromkeys(crossing))
     lines = []
     if crossing:
@@ -150,11 +149,6 @@ def _over_time(program: Program, device, groups: tuple[Group, ...], run: Run, pl
     return plan, repeat, lines
 
 
-def _carries(program: Program, place: dict[Node, int], run: Run) -> bool:
-    """Whether an iteration of `run` reads what an earlier one made (a layer's residual stream)."""
-    return any(0 <= place.get(n, -1) < at < run.count for reader, at in place.items() for n in tensor_inputs(reader))
-
-
 def _places(groups: tuple[Group, ...], run: Run, among: range | None = None) -> dict[Node, int]:
     """Each call's iteration of `run` (-1 before it, `run.count` after), of the groups `among` (or all)."""
     return {c: min(max(-1, (i - run.start) // run.period), run.count)
@@ -174,15 +168,18 @@ def _within(run: Run, inner: Run, k: int) -> Run:
     return replace(inner, start=run.start + k * run.period + inner.start)
 
 
-def _crossing(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
-    """The results made before or in the run that another iteration (or after the run) reads, but the host's."""
+def _crossing(program: Program, place: dict[Node, int], run: Run) -> tuple[list[Node], bool]:
+    """The results made before or in the run that another iteration (or after the run) reads, but the
+    host's; and whether an iteration reads what an earlier one made (a layer's residual stream)."""
     found: dict[Node, None] = {}
+    carries = False
     for reader, at in place.items():
         for node in tensor_inputs(reader):
             made = place.get(node)
             if made is not None and made != at and made < run.count and (made >= 0 or 0 <= at < run.count):
                 found[node] = None
-    return [c for c in found if c not in program.kept]
+                carries = carries or 0 <= made < at < run.count
+    return [c for c in found if c not in program.kept], carries
 
 
 def _returned_last(program: Program, place: dict[Node, int], run: Run) -> list[Node]:
@@ -209,14 +206,13 @@ def _copied_out(program: Program, traced: Program, returned: list[Node]) -> Prog
 def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable, groups: tuple[Group, ...]) -> tuple[Plan, list[Decision]]:
     """The Plan of the loop or the spread design (`groups`), whichever is estimated faster (the
     spread one compiled only until it certainly takes longer), and the rule's line."""
-    gen = cost.generation(plan.device)
     label = _label(repeat)
     timed = (TIMED, plan_ns(plan), plan)
     if isinstance(whole, Plan):
         spaced = (SPACED, plan_ns(whole), whole)
     else:
         least = max(2, -(-len(groups) // len(plan.device.compute_tiles)))   # a group per tile at most
-        bound = cost.ddr_ns(gen, ddr_bytes(plan)) + reconfigure_ns(plan.device, least)   # the same bytes, and the loads
+        bound = cost.ddr_ns(cost.generation(plan.device), ddr_bytes(plan)) + reconfigure_ns(plan.device, least)   # the same bytes, and the loads
         spaced = (f"in space: at least {least} configurations", bound, None)
         if bound < timed[1]:
             segmented = spread(_enough(groups, plan.device, bound, timed[1]))
@@ -225,14 +221,12 @@ def _chosen(plan: Plan, repeat: Repeat, whole, spread: Callable, groups: tuple[G
                 (f"in space: {len(segmented.configurations)} configurations", plan_ns(segmented), segmented)
     order = [spaced, timed] if isinstance(whole, Plan) else [timed, spaced]   # a tie keeps one configuration
     best, choice = cost.choose(Rule.REPEAT_OVER_TIME, label, order, lambda c: c[1], lambda c: c[0])
+    chosen = replace(best[2], choices=(*best[2].choices, (repeat.groups[0], choice)))
     if best is not timed:
-        spaced_plan = best[2]
-        return (replace(spaced_plan, choices=(*spaced_plan.choices, (repeat.groups[0], choice))),
-                [(Rule.REPEAT_OVER_TIME, f"{label} spread in space, estimated faster (choices)")])
+        return chosen, [(Rule.REPEAT_OVER_TIME, f"{label} spread in space, estimated faster (choices)")]
     text = (f"{label}: {', '.join(repeat.groups)} placed once, {repeat.count} iterations, each core looping "
             f"{repeat.count} times, the sequence moving each iteration's operands")
-    return replace(plan, repeat=repeat, choices=(*plan.choices, (repeat.groups[0], choice)),
-                   rules=((Rule.REPEAT_OVER_TIME, text), *plan.rules)), []
+    return replace(chosen, repeat=repeat, rules=((Rule.REPEAT_OVER_TIME, text), *plan.rules)), []
 
 
 def _enough(groups: tuple[Group, ...], device, bound: float, within: float) -> Callable:

@@ -24,7 +24,7 @@ from iron.errors import DoesNotFit
 from iron.ir import Input, Node, Op, Program, call_label, nbytes
 from iron.plan import cost
 from iron.plan.invariants import check_plan
-from iron.plan.plan import Cut, Fill, HostRole, Placement, PlacementKind, Plan
+from iron.plan.plan import Choice, Cut, Fill, HostRole, Placement, PlacementKind, Plan
 from iron.plan.rules import Decision, Rule, TooLarge
 
 CUT_WINDOW = 4   # a segment may end anywhere in the last 1/CUT_WINDOW of the groups that fit
@@ -65,7 +65,6 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
                           flow.segment_placements(segment, placements), bound=bound)
 
     known: dict[tuple, tuple] = {}   # same_structure_same_fit: a structure's probe outcome and `likely` hint
-    whole_fits = {len(groups): whole.groups} if isinstance(whole, ShimShortfall) else {}
 
     def search(alike: dict[tuple, Plan] | None):
         """The segments, their Plans (checked), the words, the crossing values after the last and
@@ -76,7 +75,7 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
         while not segments or not flow.last(segments[-1]):
             start = segments[-1].stop if segments else 0
             guess = segments[-1].stop - segments[-1].start if segments else None
-            likely = {} if segments else dict(whole_fits)
+            likely = {len(groups): whole.groups} if not segments and isinstance(whole, ShimShortfall) else {}
             found = _next_segment(flow, start, guess, table, crossing, compile_one, known, likely, device, choices,
                                   alike)
             if isinstance(found, Exception):
@@ -93,8 +92,8 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
     found = search(None if enough is None else {})
     if isinstance(found, Abandoned):
         return found
-    if enough is not None and len(set(map(id, found[1]))) < len(found[1]):   # the design spread completes:
-        found = search(None)                                                # stand-ins compiled for real
+    if len(set(map(id, found[1]))) < len(found[1]):   # the design spread completes: stand-ins compiled for real
+        found = search(None)
     elif enough is not None:
         for plan in found[1]:
             check_plan(plan)
@@ -114,8 +113,7 @@ def compile_segments(program: Program, device, groups: tuple[Group, ...], feeds:
         holds={k: v for p in plans for k, v in p.holds.items()},
         closed_by={k: v for p in plans for k, v in p.closed_by.items()},
         segments=tuple(plans), cuts=cuts,
-        choices=tuple((f"cut before {c.before}", choices[s.start]) for s, c in zip(segments, cuts)
-                      if s.start in choices and choices[s.start].chosen == flow.cut_label(s.stop)),
+        choices=tuple((f"cut before {c.before}", choices[s.start]) for s, c in zip(segments, cuts) if choices.get(s.start)),
     )
 
 
@@ -172,9 +170,8 @@ def _next_segment(flow: Flow, start: int, guess: int | None, table: WordTable, c
 
     if start == count:   # the Emit, cut off the segment before
         return kept(Segment(count, count))
-    tiles = len(device.compute_tiles)   # and the groups of a looped iteration larger than them that share cores
-    most = tiles + max(0, len(flow.apart) + 2 - tiles)
-    stop = fewest_bytes_cut(flow, start, fits, guess, most, likely, device=device, choices=choices)
+    most = max(len(device.compute_tiles), len(flow.apart) + 2)   # or more: a looped iteration's groups sharing cores
+    stop, choices[start] = fewest_bytes_cut(flow, start, fits, guess, most, likely, device=device)
     if stop is None and start + 1 == count and flow.program.carry:
         cut_off = Segment(start, count, emit_cut=True)
         if isinstance(attempt(cut_off), Plan):
@@ -191,12 +188,12 @@ def _cut_rule(flow: Flow, segment: Segment, cut: Cut, device) -> Decision:
 
 
 def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess: int | None = None,
-                     tiles: int | None = None, likely: dict[int, int] | None = None, *, device,
-                     choices: dict | None = None) -> int | None:
+                     tiles: int | None = None, likely: dict[int, int] | None = None, *,
+                     device) -> tuple[int | None, Choice | None]:
     """The rule: the segment from group `start` takes the most groups that compile, then ends
     at the cut among the last 1/CUT_WINDOW of them of the least estimated time (the crossing
-    values written to DDR and read back; the latest on a tie), recorded in `choices[start]`; the
-    last segment takes all that is left when it fits. None when group `start` alone does not fit.
+    values written to DDR and read back; the latest on a tie), with that Choice; the last segment
+    takes all that is left when it fits (no Choice). None when group `start` alone does not fit.
     The search (`settle_the_cut`): a segment shorter than one that fits fits too, so it probes
     only until the cut is the same for every most that may fit, first the stop after the most
     that likely fit (`likely`, or the previous segment's `guess` groups). At most `tiles` fit."""
@@ -204,16 +201,13 @@ def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess:
     good, bad = start, count + 1 if tiles is None else min(count + 1, start + tiles + 1)
     gen = cost.generation(device)
 
-    def cut(most: int) -> int:
+    def cut(most: int) -> tuple[int, Choice | None]:
         if most == count:
-            return count
+            return count, None
         window = [c for c in range(most, most - (most - start) // CUT_WINDOW - 1, -1) if c not in flow.apart]
         window = window or [max((c for c in range(start + 1, most) if c not in flow.apart), default=most)]
-        stop, choice = cost.choose(Rule.FEWEST_BYTES_CUT, "cut", list(window),
-                                   lambda c: cost.ddr_ns(gen, 2 * flow.crossing_bytes(c)), flow.cut_label)
-        if choices is not None:
-            choices[start] = choice
-        return stop
+        return cost.choose(Rule.FEWEST_BYTES_CUT, "cut", window, lambda c: cost.ddr_ns(gen, 2 * flow.crossing_bytes(c)),
+                           flow.cut_label)
 
     def probe(stop: int):
         nonlocal good, bad
@@ -225,13 +219,13 @@ def fewest_bytes_cut(flow: Flow, start: int, fits: Callable[[int], bool], guess:
     if guess is not None and good < start + guess + 1 < bad:
         probe(start + guess + 1)
     while bad - good > 1:
-        cuts = {cut(most) for most in range(good, bad)} if good > start else ()
-        if len(cuts) == 1:
-            return cuts.pop()
+        cuts = [cut(most) for most in range(good, bad)] if good > start else []
+        if len({stop for stop, _ in cuts}) == 1:
+            return cuts[-1]
         most = likely.get(bad, bad - 1)
-        chosen = most + 1 if good < most < bad - 1 else cut(bad - 1)
+        chosen = most + 1 if good < most < bad - 1 else cut(bad - 1)[0]
         probe(chosen if chosen > good else (good + bad) // 2)
-    return cut(good) if good > start else None
+    return cut(good) if good > start else (None, None)
 
 
 def _unfit(flow: Flow, start: int, alone: Exception, device, padding: Layouts) -> Exception:
@@ -255,12 +249,11 @@ class Flow:
         self.program, self.groups, self.lies, self.apart = program, groups, lies or {}, apart
         self.padded = {n: lie.shape for n, lie in self.lies.items()}
         self.host = host_placements(program, self.padded)
-        self.made = {c: i for i, g in enumerate(groups) for c in g.calls}
-        self.last_read = {n: i for i, g in enumerate(groups) for call in g.calls for n in _calls_read(call)}
-        self.last_read |= {n: len(groups) for _, value in program.carry for n in _calls_read(value, include_self=True)}
+        self.where = {c: (i, k) for i, g in enumerate(groups) for k, c in enumerate(g.calls)}   # made in group i
+        self.last_read = {n: i for i, g in enumerate(groups) for call in g.calls for n in _calls_read(call.src)}
+        self.last_read |= {n: len(groups) for _, value in program.carry for n in _calls_read((value,))}
         self._crossing = self._sweep()
         self._bytes: dict[int, int] = {}
-        self.where = {c: (i, k) for i, g in enumerate(groups) for k, c in enumerate(g.calls)}
         self.structures = group_structures(groups, self.where)
 
     def crossing(self, cut: int) -> list[Node]:
@@ -269,17 +262,10 @@ class Flow:
 
     def _sweep(self) -> list[list[Node]]:
         """`crossing` of every cut in one pass: from the cut after a result's group to its last reader's."""
-        opening: dict[int, list[Node]] = {}
-        for node, i in self.made.items():
-            if self.last_read.get(node, -1) > i:
-                opening.setdefault(i + 1, []).append(node)
-        live: dict[Node, None] = {}   # in program order: opened cut by cut, each cut's in order
-        found = [[]]
-        for cut in range(1, len(self.groups) + 1):
-            live.update(dict.fromkeys(opening.get(cut, ())))
-            for node in [n for n in live if self.last_read[n] < cut]:
-                del live[node]
-            found.append(list(live))
+        found: list[list[Node]] = [[] for _ in range(len(self.groups) + 1)]
+        for node, (i, _) in self.where.items():   # in program order
+            for cut in range(i + 1, self.last_read.get(node, -1) + 1):
+                found[cut].append(node)
         return found
 
     def crossing_bytes(self, cut: int) -> int:
@@ -302,21 +288,18 @@ class Flow:
 
     def placements(self, crossing: list[Node]) -> tuple[Placement, ...]:
         """The design's host placements, then a CUT placement per value in `crossing` (an output's on its bytes)."""
-        host = self.host
-        by_name = {p.name: p for p in host}
-        used = max((p.offset + p.nwords for p in host if p.buffer == HostRole.OUTPUTS.value), default=0)
+        used = max((p.offset + p.nwords for p in self.host if p.buffer == HostRole.OUTPUTS.value), default=0)
         cuts = []
         for node in crossing:
             if node in self.program.outputs:
-                output = by_name[f"out{self.program.outputs.index(node)}"]
+                output = next(p for p in self.host if p.name == f"out{self.program.outputs.index(node)}")
                 cuts.append(replace(output, name=self.cut_name(node), kind=PlacementKind.CUT))
-                continue
-            lie = self.lies.get(node)
-            cut = Placement(self.cut_name(node), PlacementKind.CUT, HostRole.OUTPUTS.value, used, node.shape, node.dtype,
-                            padded=self.padded.get(node), fill=lie.fill if lie else Fill.ZEROS)
-            used += cut.nwords
-            cuts.append(cut)
-        return (*host, *cuts)
+            else:
+                fill = self.lies[node].fill if node in self.lies else Fill.ZEROS
+                cuts.append(Placement(self.cut_name(node), PlacementKind.CUT, HostRole.OUTPUTS.value, used, node.shape,
+                                      node.dtype, padded=self.padded.get(node), fill=fill))
+                used += cuts[-1].nwords
+        return (*self.host, *cuts)
 
     def last(self, segment: Segment) -> bool:
         return segment.stop == len(self.groups) and not segment.emit_cut
@@ -337,7 +320,7 @@ class Flow:
         """What a segment writes, by its host placement's name: the design's outputs it makes (the
         last: and those no call makes), then the values a later segment reads and the host does not."""
         mine, last, outputs = self._mine(segment), self.last(segment), self.program.outputs
-        made = [(f"out{i}", n) for i, n in enumerate(outputs) if n in mine or (last and n not in self.made)]
+        made = [(f"out{i}", n) for i, n in enumerate(outputs) if n in mine or (last and n not in self.where)]
         return made + [(self.cut_name(n), n) for n in self.crossing(segment.stop) if n in mine and n not in outputs]
 
     def _mine(self, segment: Segment) -> set[Node]:
@@ -346,28 +329,23 @@ class Flow:
     def segment_program(self, segment: Segment) -> tuple[Program, tuple[Group, ...]]:
         """The segment as a Program of its own (values made earlier read as inputs) and its groups."""
         program, mine, last = self.program, self._mine(segment), self.last(segment)
-        inputs: dict[Node, None] = {}
         memo: dict[Node, Node] = {}
 
         def rebuilt(node: Node) -> Node:
-            if node in memo:
-                return memo[node]
-            if node.op == Op.CALL and node not in mine:
-                new = Node(Op.INPUT, (), node.shape, node.dtype, Input(self.cut_name(node), -1))
-            else:
-                src = tuple(rebuilt(s) for s in node.src)
-                same = all(a is b for a, b in zip(src, node.src))
-                new = node if same else Node(node.op, src, node.shape, node.dtype, node.arg)
-            if new.op == Op.INPUT:
-                inputs[new] = None
-            memo[node] = new
-            return new
+            if node not in memo:
+                if node.op == Op.CALL and node not in mine:
+                    memo[node] = Node(Op.INPUT, (), node.shape, node.dtype, Input(self.cut_name(node), -1))
+                else:
+                    src = tuple(rebuilt(s) for s in node.src)   # a node is the same when its sources are
+                    memo[node] = node if src == node.src else Node(node.op, src, node.shape, node.dtype, node.arg)
+            return memo[node]
 
         calls = tuple(rebuilt(c) if c in mine else c for c in program.calls)
         outputs = [rebuilt(n) for _, n in self._sent(segment)]
         carry = tuple((name, rebuilt(v)) for name, v in program.carry) if last else ()
         groups = tuple(Group(g.name, tuple(memo[c] for c in g.calls), g.closed_by)
                        for g in self.groups[segment.start:segment.stop])
+        inputs = dict.fromkeys(n for n in memo.values() if n.op == Op.INPUT)   # in the order first read
         ordered = [n for n in program.inputs if n in inputs] + [n for n in inputs if n not in program.inputs]
         sub = replace(program, inputs=tuple(ordered), calls=calls, outputs=tuple(outputs), carry=carry)
         if not last:
@@ -405,17 +383,6 @@ class Flow:
         return self.groups[cut].name if cut < len(self.groups) else "the Emit"
 
 
-def _calls_read(node: Node, include_self: bool = False) -> list[Node]:
-    """The CALL nodes `node` reads (through views, element reads and scalar expressions)."""
-    found, seen = [], set()
-    stack = [node] if include_self else list(node.src)
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if n.op == Op.CALL:
-            found.append(n)
-        else:
-            stack.extend(n.src)
-    return found
+def _calls_read(nodes) -> set[Node]:
+    """The CALL nodes among `nodes` and those they read (through views, element reads and scalar expressions)."""
+    return {c for n in nodes for c in ((n,) if n.op == Op.CALL else _calls_read(n.src))}

@@ -1,7 +1,7 @@
 """Sides and extents for the layout pass (layout.py): a call's tensors and the axes its index map
 names (a letter two tensors of a call share is one side), a union-find over (tensor, axis) sides
 joined through them; the zero-fill lattice, what each tensor's padding holds along each axis
-(`zero_fills`); and the padded extents the cost model chooses among (`sides_choice`,
+(`Groups.zeros`); and the padded extents the cost model chooses among (`sides_choice`,
 `streamed_count`)."""
 from __future__ import annotations
 
@@ -157,7 +157,14 @@ class Groups(dict):
 
     @cached_property
     def zeros(self) -> dict[Node, ZeroFill]:
-        return zero_fills(self.groups)
+        """The zero-fill lattice, one pass in program order: each call's result's `ZeroFill` were it
+        computed over inputs lying padded, carried through its index map from its inputs' axes of the
+        same letters: a product's axis is ZEROS where the operand naming it is, another call's KEPT
+        where every input's is and its kernel keeps zeros, ROWS past a per-call length; else None."""
+        found: dict[Node, ZeroFill] = {}
+        for call, group in self.items():
+            found[call] = zeros_through(call, group, found)
+        return found
 
     @cached_property
     def written(self) -> dict[Node, tuple[int, ...]]:
@@ -174,18 +181,6 @@ class Groups(dict):
         if node.op != Op.CALL or group is None:
             return Fill.ZEROS
         return self.zeros[node].fill if any(i in padded for i in external_inputs(group.calls)) else Fill.WRITTEN
-
-
-def zero_fills(groups: tuple[Group, ...]) -> dict[Node, ZeroFill]:
-    """The zero-fill lattice, one pass in program order: each call's result's `ZeroFill` were it
-    computed over inputs lying padded, carried through its index map from its inputs' axes of the same
-    letters: a product's axis is ZEROS where the operand naming it is, another call's KEPT where every
-    input's is and its kernel keeps zeros, ROWS past a per-call length; else None."""
-    found: dict[Node, ZeroFill] = {}
-    for group in groups:
-        for call in group.calls:
-            found[call] = zeros_through(call, group, found)
-    return found
 
 
 def zeros_through(call: Node, group: Group, found: dict) -> ZeroFill:

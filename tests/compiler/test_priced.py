@@ -108,6 +108,6 @@ def test_each_configuration_is_priced_once_for_the_estimate_and_its_ddr_bytes(mo
     monkeypatch.setattr(priced_module, "_PRICED", {})
     monkeypatch.setattr(Priced, "of", classmethod(lambda cls, c: made.append(c) or of(cls, c)))
     ns = plan_ns(plan)
-    assert plan_ns(plan) == ns and ddr_bytes(plan) == sum(Priced.of(c).work().ddr_bytes for c in plan.configurations)
+    assert plan_ns(plan) == ns and ddr_bytes(plan) == sum(Priced.of(c).ddr_bytes for c in plan.configurations)
     assert made == [*plan.configurations, *plan.configurations]   # the second time by the sum just above
     assert [priced(c) for c in plan.configurations] == [priced(c) for c in plan.configurations]

@@ -38,8 +38,8 @@ N = 16
 
 
 def fewest_cut(*args, **kwargs):
-    """`fewest_bytes_cut`, its estimates on npu1."""
-    return fewest_bytes_cut(*args, device=from_name("npu1"), **kwargs)
+    """`fewest_bytes_cut`'s stop, its estimates on npu1."""
+    return fewest_bytes_cut(*args, device=from_name("npu1"), **kwargs)[0]
 
 
 @pytest.fixture(autouse=True)
@@ -168,6 +168,9 @@ def test_the_rule_on_its_own_ends_a_segment_at_the_fewest_bytes_in_its_last_quar
     assert fewest_cut(flow, 0, lambda stop: True) == 5          # the rest fits: one segment
     assert fewest_cut(flow, 1, lambda stop: stop <= 4, guess=3) == 4   # 3 groups fit: their last quarter is the last
     assert fewest_cut(flow, 0, lambda stop: False) is None      # group 0 alone does not fit
+    assert fewest_bytes_cut(flow, 0, lambda stop: True, device=from_name("npu1")) == (5, None)   # no cut to choose
+    stop, choice = fewest_bytes_cut(flow, 0, lambda stop: stop <= 4, device=from_name("npu1"))
+    assert (stop, choice.chosen, choice.rejected) == (3, "before g3 (128 bytes cross)", "before g4 (192 bytes cross)")
     # compiled on one column, the first segment takes 4 groups: of the cuts in their last quarter, before g3
     # sends 128 bytes through DDR and back (written, then read: 256 bytes at 70 GB/s), before g4 192
     plan = Ladder().compile(x=((N,), F32), device="npu1_1col").plan

@@ -1,4 +1,4 @@
-"""The zero-fill lattice (sides.py `zero_fills`): one pass per design giving each call's result, per
+"""The zero-fill lattice (sides.py `Groups.zeros`): one pass per design giving each call's result, per
 axis, what its padding holds when its group computes over inputs lying padded, carried through the
 index maps; the layout pass reads it (`summed_unzeroed`, `Groups.zeros`) and never re-derives it."""
 import numpy as np
