@@ -16,7 +16,7 @@ from iron.compiler.fuse import Group
 from iron.compiler.gather import Written, copied, gather_view, region, unpadded_stream, written
 from iron.compiler.objects import MAX_GATHER_RUNS
 from iron.compiler.padding import readers_of, width_unshared
-from iron.compiler.sides import whole_device_grid
+from iron.compiler.sides import padded_sides, whole_device_grid
 from iron.compiler.tiling import TILED_BYTES, large
 from iron.compiler.words import dma_moves, word_leads, word_rows
 from iron.ir import (
@@ -60,9 +60,11 @@ def copy_view_for_grid(program: Program, device=None) -> Program:
     laid_out = LaidOut(program)
     gathered_views = dict.fromkeys(n for call in program.calls for n in call.src[:call.arg.n_inputs]
                                    if n not in copies and (_gathered_on_core(n, laid_out) or unpadded_stream(n, call)))
-    copies |= {n: gather_view(n, f"through.view{i}") for i, n in enumerate(gathered_views)}
+    copies |= {n: gather_view(n, f"through.view{i}", device and _asked_width(n, program, device))
+               for i, n in enumerate(gathered_views)}
+    tails = {n for n in gathered_views if not (isinstance(copies[n], Written) and copies[n].padded)}
     copies |= {call: region(call) for call in program.calls if device and _gridded(call)
-               and whole_device_grid(call, device) is None and _read_unpadded(call, program, laid, readers, gathered_views)}
+               and whole_device_grid(call, device) is None and _read_unpadded(call, program, laid, readers, tails)}
     if not copies:
         return program
     return with_copies(program, copies)
@@ -274,6 +276,14 @@ def _why(program: Program, readers: list[Node], view: Node, laid: dict[Node, Nod
             "larger than a tile: the result crosses in DDR, where the DMA moves the view by its access pattern")
 
 
+def _asked_width(view: Node, program: Program, device) -> int | None:
+    """The rows a grid reading `view` as its A or B asks it to lie in, gathered: its K or N padded
+    to the quantum (`padded_sides`), when not its own."""
+    grid = next((c for c in program.calls if _gridded(c) and view in c.src[:2]), None)
+    width = grid and padded_sides(grid, device)[1 + (grid.src[1] is view)]
+    return width if width != view.shape[-1] else None
+
+
 def _gridded(call: Node) -> bool:
     """A MatMul `large` enough to tile over the array."""
     return call.arg.kernel.role is Role.MATRIX and call.arg.n_inputs == 2 and len(call.shape) == 2 and large(call)
@@ -292,7 +302,7 @@ def grid_layouts(program: Program) -> dict[Node, Node]:
     return laid
 
 
-def _read_unpadded(product: Node, program: Program, laid: dict[Node, Node], readers: dict, gathered: dict) -> bool:
+def _read_unpadded(product: Node, program: Program, laid: dict[Node, Node], readers: dict, gathered: set) -> bool:
     """Whether a call may not read `product` as its grid may lay it out: a view of it no DMA moves
     in whole words; it (or a result lying alike, `grid_layouts`) read by a row reduction reading no
     rows padded wider (`width_unshared`) or beside a view gathered into a tensor that lies padded

@@ -69,26 +69,32 @@ class Written:
     read: Node
     calls: tuple[Node, ...]
 
+    @property
+    def padded(self) -> bool:   # written in zero-padded rows, so it lies padded in both axes
+        return bool(rows_written(self.calls))
 
-def gather_view(view: Node, name: str) -> Node | Written:
+
+def gather_view(view: Node, name: str, width: int | None = None) -> Node | Written:
     """What a view `_gathered_on_core` finds is read through: on one core when it and its tensor
     fit a tile; else (the tensor crossing in DDR) a Copy when the DMA moves it, else the first
-    way below that takes it (`name`: the DDR buffer a way writes, if any)."""
+    way below that takes it (`name`: the DDR buffer a way writes, if any); a transpose a grid reads
+    lying in `width`, its padded side, first by `transposed_bands`, which writes it so."""
     if max(nbytes(view.src[0]), nbytes(view)) <= TILED_BYTES:   # a broadcast may be far larger than its tensor
         return gathered(view)
     if dma_moves(view) and not unpadded_stream(view):
         return copied(view)
-    return (repeated_unit(view, name) or rows_gathered(view) or repeated_columns(view) or transposed_bands(view, name)
-            or row_bands(view, name) or copied(view))
+    return (width and transposed_bands(view, name, width) or repeated_unit(view, name) or rows_gathered(view)
+            or repeated_columns(view) or transposed_bands(view, name) or row_bands(view, name) or copied(view))
 
 
 def unpadded_stream(view: Node, reader: Node | None = None) -> bool:
-    """A view of a host tensor whose elements are not whole 32-bit words (251 x 251 bfloat16),
-    larger than a tile or read by a call whose tensors are (`held_bytes`): a stream reading it must
-    pad its rows, and a view cannot lie padded (its base's words follow), so it is read through a
-    tensor of the compiler's, which may."""
+    """A view of a host tensor whose elements are not whole 32-bit words (251 x 251 bfloat16) or
+    that starts mid-word, larger than a tile or read by a call whose tensors are (`held_bytes`): a
+    stream reading it must pad its rows, and a view cannot lie padded (its base's words follow), nor
+    does a stream read it after a lead (`pad_lead_to_words`), so it is read through a tensor of the
+    compiler's, which may."""
     large = nbytes(view) > TILED_BYTES or reader is not None and held_bytes([reader]) > SIZE_LIMIT
-    return view.op == Op.VIEW and is_host_tensor(view) and nbytes(view) % 4 != 0 and large
+    return view.op == Op.VIEW and is_host_tensor(view) and (nbytes(view) % 4 != 0 or not dma_moves(view)) and large
 
 
 def repeated_unit(view: Node, name: str) -> Written | None:
@@ -148,31 +154,34 @@ def repeated_columns(view: Node) -> Node | None:
                          [(per, 1), (c, 0)], view)
 
 
-def transposed_bands(view: Node, name: str) -> Written | None:
+def transposed_bands(view: Node, name: str, width: int | None = None) -> Written | None:
     """`view`, the transpose of a 2-D host tensor x (r, c) whose rows are not whole 32-bit words
     (no columns of words pick it), as bands of x's rows (the most whose words and transpose fit a
     tile, a run the DMA moves), each transposed by a Strided call into its columns of a DDR
     buffer of the compiler's (c, r). When r elements are not whole words either, the buffer's rows
-    are padded to whole words, the last band placed by a Scatter (the padding keeps what it held),
-    and the buffer's first r columns picked again (`row_bands`). None for any other view."""
+    are padded, the last band placed by a Scatter (the padding keeps the zeros the buffer is made
+    with): to `width` when a grid reading it asks so, the buffer then lying in those zero-padded
+    rows (`rows_written`), else to whole words and its first r columns picked again (`row_bands`).
+    None for any other view."""
     base = view.src[0]
     if len(base.shape) != 2 or not in_ddr(base) or not _transposes(view):
         return None
     (r, c), itemsize = base.shape, base.dtype.itemsize
     per = 4 // itemsize
     step = math.lcm(4 // math.gcd(4, c * itemsize), per)   # rows starting both runs on a word
-    band, wide = TILED_BYTES // (2 * c * itemsize) // step * step, -(-r // per) * per
+    band, wide = TILED_BYTES // (2 * c * itemsize) // step * step, max(width or 0, -(-r // per) * per)
     if not band:
         return None
-    buffer = Node(Op.MEMORY, (), (c, wide), view.dtype, Declared(MemoryKind.THROUGH, name))
+    buffer = Node(Op.MEMORY, (), (c, r) if width else (c, wide), view.dtype, Declared(MemoryKind.THROUGH, name))
     writers = []
     for first in range(0, r, band):
         rows, words = min(band, r - first), min(band, wide - first)
         part = viewed(base, (rows, c), (Axis(start=first, stop=first + rows), Axis(start=0, stop=c)))
-        into = viewed(buffer, (c, words), (Axis(start=0, stop=c), Axis(start=first, stop=first + words)))
+        into = viewed(buffer, (c, words), (Axis(start=0, stop=c, extent=width and c),   # its rows as they lie
+                                           Axis(start=first, stop=first + words, extent=width and wide)))
         writers.append(written(part, into, 0, [(c, 1), (rows, c)]) if rows == words
                        else written(part, into, 0, [(rows, 1), (c, words)], scatter_kernel()))
-    if wide == r:
+    if wide == r or width:
         return Written(buffer, tuple(writers))
     picked = row_bands(viewed(buffer, view.shape, (Axis(start=0, stop=c), Axis(start=0, stop=r))), f"{name}.rows")
     return picked and Written(picked.read, (*writers, *picked.calls))
@@ -217,6 +226,13 @@ def row_bands(view: Node, name: str) -> Written | None:
         into = viewed(buffer, picked.shape, (Axis(start=a, stop=b), *(Axis(start=0, stop=n) for n in inner)))
         writers.append(written(words, into, first - lo, dims))
     return Written(buffer, tuple(writers))
+
+
+def rows_written(calls) -> dict[Node, tuple[int, ...]]:
+    """The buffers of the compiler's that gathers write in zero-padded rows (`transposed_bands`
+    for a grid), each with the shape it lies in: its writers' frame."""
+    return {d.src[0]: frame(d) for c in calls if c.arg.writes and (d := c.src[c.arg.n_inputs]).op == Op.VIEW
+            and math.prod(frame(d)) > d.src[0].size}
 
 
 def region(product: Node) -> Node:

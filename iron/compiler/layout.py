@@ -88,13 +88,14 @@ def lies_of(program: Program, placements) -> dict[Node, Lies]:
 
 def stream_length(calls, inputs, padded: dict) -> int | None:
     """The elements streamed inputs lie in: padded (all of them and the result alike), or their
-    own; None when they lie otherwise."""
+    own (those padded after their last row only lie there first); None when they lie otherwise."""
     lying = (*inputs, result_of(calls[-1]))
-    if not any(n in padded for n in inputs):
+    if all(n in padded for n in lying) and len({padded[n][0] for n in lying}) == 1:
+        return math.prod(padded[inputs[0]])
+    tails = [n for n in inputs if n in padded]
+    if all(padded[n][1:] == n.shape[1:] for n in tails) and not (tails and lying[-1] in padded):
         return inputs[0].size
-    if not all(n in padded for n in lying) or len({padded[n][0] for n in lying}) != 1:
-        return None
-    return math.prod(padded[inputs[0]])
+    return None
 
 
 # ---- the pass ------------------------------------------------------------------------------------
@@ -107,12 +108,13 @@ def pad_to_block(program: Program, groups: tuple[Group, ...], device) -> Layouts
     layouts = [s for s in shared if not s.why]
     agreed = {call: sides for s in layouts for call, sides in zip(s.calls, s.sides)}
     free = readers | {t: [] for s in layouts for t in s.tensors}   # a tensor laid out for all its readers
-    padded: dict[Node, tuple[int, ...]] = {}
+    padded: dict[Node, tuple[int, ...]] = dict(group_of.written)   # buffers gathers write padded
     chosen: dict[Node, tuple] = {}
     for group in groups:
         padded |= pad_through(group, padded, free, group_of, device) or \
             pad_matrix(group, free, group_of, device, agreed, chosen) or \
             pad_stream(group, free, group_of, device) or pad_rows(group, free, group_of, device)
+    padded |= {n: shape for n, shape in group_of.written.items() if padded[n][-1] != shape[-1]}   # as its gathers write it
     lies = {n: Lies(shape, group_of.fill(n, padded)) for n, shape in padded.items()}
     choices = tuple((group_of[call].name, choice) for call, (node, shape, choice) in chosen.items()
                     if padded.get(node) == shape)   # the choices no later agreement overrode
@@ -299,7 +301,7 @@ def padded_product(call: Node, readers: dict, group_of: dict, device, agreed: di
         chosen[call] = (a, on_sides(call, sides)[a], choice)
     sides = sides and squared(call, sides, readers, group_of, device)
     if sides is None or k_only and sides[::2] != (own_m, own_n) or not k_only and any(
-            chained(u, {read: sides[::2]} | beside(u, read, agreed), device) is None
+            chained(u, {read: sides[::2]} | beside(u, read, agreed) | group_of.widths(u), device) is None
             for u, read in matrix_readers(call, readers, group_of)):
         return {}
     found = on_sides(call, sides)
@@ -351,7 +353,7 @@ def pad_through(group: Group, padded: dict, readers: dict, group_of: dict, devic
     if picks_rows(calls[0]):   # as many rows, its own
         return {calls[0]: (padded[fed[0]][0], *calls[0].shape[1:])}
     if calls[0].arg.kernel.role is Role.MATRIX:
-        sides = chained(calls[0], {n: padded[n] for n in fed}, device)   # None: `pad_matrix` checked only a chain's first
+        sides = chained(calls[0], {n: padded[n] for n in fed} | group_of.widths(calls[0]), device)   # None: `pad_matrix` checked only a chain's first
         return {} if sides is None else {n: shape for n, shape in on_sides(calls[0], sides).items() if n not in fed}
     return {n: padded[fed[0]] for n in (*external_inputs(calls), calls[-1]) if n not in fed}
 

@@ -62,6 +62,7 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dic
         return f"{describe(node)} is a view"
     if node.op == Op.MEMORY and node.arg.kind is MemoryKind.STATE:
         return state_unpadded(node, calls, readers)
+    tail = tail or node in getattr(group_of, "written", ())   # its writers' views lie as it does
     if others := [r for r in readers.get(node, []) if r not in calls and not (tail and r is Reader.VIEW)]:
         return f"{describe(node)} is read {'through a view' if Reader.VIEW in others else 'elsewhere'} too"
     if node.op == Op.CALL and group_of is not None:   # padded after its last row only, its rows keep their stride
@@ -101,10 +102,13 @@ def operands_unpadded(call: Node, joined: tuple[Node, ...], readers: dict, group
 
 def tail_kept(call: Node, joined: tuple[Node, ...], readers: dict, group_of: dict) -> dict[int, int] | None:
     """The sides a product keeps its own so that operands that may lie padded only after their last
-    row do (A's K, B's N); None when an operand may not lie padded at all."""
+    row do (A's K, B's N), or the width a gather wrote them in (`rows_written`); None when an
+    operand may not lie padded at all."""
     kept = {}
     for side, node in zip((1, 2), call.src[:2]):
-        if unpaddable(node, joined, readers, group_of) and not made_over(node, call, readers, group_of):
+        if node in group_of.written:
+            kept[side] = group_of.written[node][-1]
+        elif unpaddable(node, joined, readers, group_of) and not made_over(node, call, readers, group_of):
             if made_over(node, call, readers, group_of, summed=False, tail=node is call.src[0]):   # K summed as it is
                 side = 1
             elif unpaddable(node, joined, readers, group_of, tail=True):

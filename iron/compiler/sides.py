@@ -12,6 +12,7 @@ from itertools import product
 
 from iron.compiler.channels import MemChannels
 from iron.compiler.fuse import SIZE_LIMIT, Group, held_bytes
+from iron.compiler.gather import rows_written
 from iron.compiler.matrices import SPLIT_PART_BYTES, Left, split_parts, split_work
 from iron.compiler.memo import by_shape
 from iron.compiler.readers import Reader
@@ -165,6 +166,14 @@ class Groups(dict):
             found[call] = zeros_through(call, group, found)
         return found
 
+    @cached_property
+    def written(self) -> dict[Node, tuple[int, ...]]:
+        return rows_written(self)
+
+    def widths(self, call: Node) -> dict[Node, tuple[int]]:
+        """The row width each operand of `call` gathered in zero-padded rows lies in (for `chained`)."""
+        return {n: self.written[n][-1:] for n in call.src[:2] if n in self.written}
+
     def fill(self, node: Node, padded: dict) -> Fill:
         """What `node`'s padding holds as it lies padded (`padded`, the layout): a host tensor's zeros; WRITTEN
         when its group reads nothing padded (`pad_written_by_producer`); else as the lattice says."""
@@ -301,12 +310,12 @@ def padded_sides(call: Node, device, wider: bool = False) -> tuple[int, int, int
 
 
 def chained(call: Node, lies: dict[Node, tuple[int, int]], device) -> tuple[int, int, int] | None:
-    """The sides of a MatMul reading tensors that lie padded (each axis fixing its letter), its
-    others as `best_sides` picks; None when none has a grid."""
+    """The sides of a MatMul reading tensors that lie padded (each axis fixing its letter; a shorter
+    lie, its last axes), its others as `best_sides` picks; None when none has a grid."""
     fixed: dict[int, int] = {}
     order = letters(call)
     for node, _, keys in tensors(call):
-        for key, extent in zip(keys, lies.get(node, ())):
+        for key, extent in zip(keys[::-1], lies.get(node, ())[::-1]):
             if fixed.setdefault(order.index(key), extent) != extent:
                 return None
     return best_sides(call, device, fixed, any_grid=True)

@@ -311,9 +311,11 @@ def view_words(view: Node, padded: tuple[int, ...] | None = None, word_rows: boo
 
 def _padded_frame(view: Node, padded: tuple[int, ...]) -> tuple[int, ...]:
     """The shape a view of a padded tensor indexes: the padded one (or, padded after its last row
-    only, its own frame: every element lies where it did)."""
+    only, its own frame: every element lies where it did; so a frame of its rows as they lie,
+    wider: `rows_written`)."""
     base = view.src[0].shape
-    if padded[1:] == base[1:] and frame(view) != base:
+    wider = frame(view)[1:] == padded[1:] and math.prod(frame(view)) > math.prod(base)
+    if padded[1:] == base[1:] and frame(view) != base or wider:
         return frame(view)
     if frame(view) != base:
         raise PlacementError(

@@ -15,7 +15,7 @@ from iron.kernels import Add, Argmax, Cast, Copy, MatMul, RMSNorm, Softmax, Sub
 from iron.plan.fifos import Stem
 from iron.plan.mlir import ALLOWED_OPS, print_mlir
 from iron.plan.plan import Direction, Dma
-from iron.plan.rules import Rule
+from iron.plan.rules import PaddedGrid, Rule
 from tests.plan.test_mlir import op_names
 
 pytestmark = pytest.mark.usefixtures("on_emulator")
@@ -329,3 +329,32 @@ def test_two_shifted_views_of_narrow_elements_read_one_through_a_gather(device):
     np.testing.assert_array_equal(body(x=x), (x[1:] + x[:-1]).astype(np.int8))
     assert placement(body, "x").lead == 0
     assert [line.split(" by ")[0] for line in texts(body, Rule.COPY_VIEW_FOR_GRID)] == ["Strided#1 gathers (4000,) of x on a core"]
+
+
+class TransposedWeight(iron.Graph):
+    def __init__(self, w):
+        self.w = iron.param(w)
+
+    def body(self, x):
+        return MatMul.step(x[1:], self.w.T)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_transposed_weight_a_grid_reads_is_gathered_in_zero_padded_rows(device):
+    """x[1:] @ w.T at 251 bfloat16 (before: DoesNotFit, no grid: gathered, x[1:] kept K and w.T
+    N): the bands transposing w write their columns of a buffer of the compiler's whose rows lie
+    padded with zeros to the grid's N (the last band a Scatter, which keeps them), so the grid
+    pads N and M (`rows_written`); within bfloat16's 8 bits of the largest value."""
+    rng = np.random.default_rng(16)
+    x, w = ((rng.standard_normal(shape) / 4).astype(BF16) for shape in ((252, 251), (251, 251)))
+    graph = TransposedWeight(w)
+    body, want = graph.compile(x=x, device=from_name(device)), np.asarray(graph.reference(x=x), np.float64)
+    np.testing.assert_allclose(np.asarray(body(x=x), np.float64), want, rtol=0, atol=2 ** -7 * max(1.0, np.abs(want).max()))
+    grids = [(f.call, f.own, f.sides) for _, f in body.plan.rules if isinstance(f, PaddedGrid)]
+    assert grids == [("MatMul#0", (251, 251, 251), (256, 251, 256))]
+    p = placement(body, "through.view1")
+    assert (p.shape, p.padded) == ((251, 251), (251, 256)) and mlir_ops_allowed(body)
+    writes = [op for plan in body.plan.segments or (body.plan,) for op in plan.sequence if isinstance(op, Dma)
+              and op.direction is Direction.S2MM and op.buffer == "outputs" and p.offset <= op.offset < p.offset + p.nwords]
+    assert all(op.sizes[-2] == 251 and op.strides[-2:] == (128, 1) for op in writes)   # 251 rows at 256's stride
+    assert sum(op.sizes[-1] for op in writes) == 128   # each column of words written once, the padding's too
