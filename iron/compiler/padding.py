@@ -53,7 +53,7 @@ def readers_of(program: Program, groups: tuple[Group, ...]) -> dict[Node, list[N
 
 # ---- pins: why a tensor may not lie padded for its readers ("" when it may) -----------------------
 
-def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dict | None = None,
+def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: Groups | None = None,
                tail: bool = False) -> str:
     """Why `node` may not lie padded for `calls`: a view, a state, read elsewhere, or a result its
     producer cannot write padded (a segment's cut value: the design decided). `tail`: padded after its
@@ -62,7 +62,7 @@ def unpaddable(node: Node, calls: tuple[Node, ...], readers: dict, group_of: dic
         return f"{describe(node)} is a view"
     if node.op == Op.MEMORY and node.arg.kind is MemoryKind.STATE:
         return state_unpadded(node, calls, readers)
-    tail = tail or node in getattr(group_of, "written", ())   # its writers' views lie as it does
+    tail = tail or group_of is not None and node in group_of.written   # its writers' views lie as it does
     if others := [r for r in readers.get(node, []) if r not in calls and not (tail and r is Reader.VIEW)]:
         return f"{describe(node)} is read {'through a view' if Reader.VIEW in others else 'elsewhere'} too"
     if node.op == Op.CALL and group_of is not None:   # padded after its last row only, its rows keep their stride
